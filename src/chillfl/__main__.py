@@ -1,0 +1,3 @@
+from chillfl.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,112 @@
+"""What clients send back, and the server-side aggregation contract.
+
+A round of the parameter-sharing protocol is::
+
+    for each sampled client:  downlink = aggregator.downlink(cid, round)   # extra context, optional start params
+                              result   = train(global or downlink.params, objective(ctx))
+    global = aggregator.aggregate(global, results, round)                   # results sorted by client id
+
+Aggregators own their server- and per-client state (SCAFFOLD control
+variates, FedOpt moments, PA3Fed score histories) as plain attributes keyed by
+client id, so that nothing hides in module globals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+import torch
+
+Params = dict[str, torch.Tensor]
+"""A model's state as a flat name -> tensor dict (parameters and buffers)."""
+
+
+@dataclass
+class ClientResult:
+    """Uplink of one client after local training.
+
+    ``params`` is the client's full state after training (parameters and
+    buffers, detached). ``extras`` carries method-specific reports, e.g.
+    ``grad_norm`` (PA3Fed FGN) or ``score`` (PA3Fed Eq. 8).
+    """
+
+    client_id: int
+    params: Params
+    num_samples: int
+    num_steps: int
+    lr: float
+    temperature: float
+    train_loss: float
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Downlink:
+    """Per-client message from the server besides the global model.
+
+    ``params``: start from these instead of the global model (FedMut's mutated
+    models); keys absent from it come from the global model.
+    ``context``: values the local objective's terms read (e.g. ``mu``,
+    ``control`` for SCAFFOLD's correction).
+    """
+
+    params: Params | None = None
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+class Aggregator(Protocol):
+    """Server-side rule turning client results into the next global model."""
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        """Per-client extras sent with the global model (default: none)."""
+        ...
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        """Return the next global state; ``results`` come sorted by client id."""
+        ...
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        """Metrics of the last aggregation (e.g. FGN, CLP flag) for metrics.jsonl."""
+        ...
+
+
+def sample_weights(results: Sequence[ClientResult]) -> torch.Tensor:
+    """FedAvg weights m_i / sum m_i (float64 so the sum is exact enough)."""
+    counts = torch.tensor([r.num_samples for r in results], dtype=torch.float64)
+    return counts / counts.sum()
+
+
+def weighted_average(states: Sequence[Mapping[str, torch.Tensor]], weights: torch.Tensor, keys: Sequence[str] | None = None) -> Params:
+    """sum_i w_i * state_i for every key; integer buffers (e.g. BN's num_batches_tracked) take the max.
+
+    Accumulates in float64 and casts back, so the result does not depend on
+    summation-order rounding more than necessary.
+    """
+    if not states:
+        raise ValueError("weighted_average needs at least one state")
+    keys = list(keys) if keys is not None else list(states[0].keys())
+    out: Params = {}
+    for key in keys:
+        ref = states[0][key]
+        if not torch.is_floating_point(ref):
+            out[key] = torch.stack([s[key] for s in states]).max(dim=0).values
+            continue
+        acc = torch.zeros_like(ref, dtype=torch.float64)
+        for w, s in zip(weights.tolist(), states):
+            acc += w * s[key].to(torch.float64)
+        out[key] = acc.to(ref.dtype)
+    return out
+
+
+class FedAvg:
+    """FedAvg (McMahan et al., 2017): w <- sum_i (m_i / m) w_i over sampled clients."""
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return Downlink()
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        return weighted_average([r.params for r in results], sample_weights(results))
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return {}

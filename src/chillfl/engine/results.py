@@ -1,0 +1,125 @@
+"""Result folders: written under a ``.partial`` name, renamed only when complete.
+
+A finished folder holds ``config.toml`` (the resolved config), ``metrics.jsonl``
+(one JSON object per round), ``summary.json`` and PNG plots. An interrupted or
+failed run leaves ``<name>.partial/``, never a folder that looks finished.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} to TOML")
+
+
+def to_toml(data: Mapping[str, Any]) -> str:
+    """Write a nested dict as TOML (scalars first, then one table per nested dict; None values omitted)."""
+    lines: list[str] = []
+
+    def emit(table: Mapping[str, Any], prefix: str) -> None:
+        scalars = {k: v for k, v in table.items() if not isinstance(v, Mapping) and v is not None}
+        tables = {k: v for k, v in table.items() if isinstance(v, Mapping)}
+        if prefix and (scalars or not tables):
+            lines.append(f"\n[{prefix}]")
+        for key, value in scalars.items():
+            lines.append(f"{key} = {_toml_value(value)}")
+        for key, value in tables.items():
+            emit(value, f"{prefix}.{key}" if prefix else key)
+
+    emit(data, "")
+    return "\n".join(lines).lstrip() + "\n"
+
+
+def unique_dir(parent: Path, name: str) -> Path:
+    """``parent/name``, or ``name-2``, ``name-3``... if taken (finished or in progress)."""
+    candidate, n = parent / name, 1
+    while candidate.exists() or candidate.with_name(candidate.name + ".partial").exists():
+        n += 1
+        candidate = parent / f"{name}-{n}"
+    return candidate
+
+
+class ResultWriter:
+    """Writes one run's folder; ``finish()`` makes it final by renaming it."""
+
+    def __init__(self, out_dir: str | Path, name: str) -> None:
+        parent = Path(out_dir)
+        parent.mkdir(parents=True, exist_ok=True)
+        self.final = unique_dir(parent, name)
+        self.path = self.final.with_name(self.final.name + ".partial")
+        self.path.mkdir()
+        self._metrics = (self.path / "metrics.jsonl").open("w", encoding="utf-8")
+
+    def write_config(self, config: Mapping[str, Any]) -> None:
+        (self.path / "config.toml").write_text(to_toml(config), encoding="utf-8")
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        self._metrics.write(json.dumps(record, sort_keys=True) + "\n")
+        self._metrics.flush()
+
+    def write_json(self, name: str, data: Any) -> None:
+        (self.path / name).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    def finish(self) -> Path:
+        self._metrics.close()
+        self.path.rename(self.final)
+        return self.final
+
+    def abort(self) -> None:
+        """Close files; the folder stays as ``*.partial`` for inspection."""
+        self._metrics.close()
+
+
+def read_metrics(folder: str | Path) -> list[dict[str, Any]]:
+    with (Path(folder) / "metrics.jsonl").open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """(rounds, values) for rounds where ``key`` was measured."""
+    pts = [(r["round"], r[key]) for r in records if r.get(key) is not None]
+    return [p[0] for p in pts], [float(p[1]) for p in pts]
+
+
+def rounds_to_reach(records: Sequence[Mapping[str, Any]], key: str, target: float) -> int | None:
+    """First round whose ``key`` is >= target (None if never)."""
+    for rnd, value in zip(*series(records, key)):
+        if value >= target:
+            return rnd
+    return None
+
+
+def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None) -> dict[str, Any]:
+    """Final and best values of the accuracy/loss metrics, with the round of each best."""
+    out: dict[str, Any] = {"rounds": records[-1]["round"] if records else 0}
+    for key, better in (("global_acc", max), ("local_acc", max), ("global_client_acc", max), ("global_loss", min), ("local_loss", min), ("train_loss", min)):
+        rounds, values = series(records, key)
+        finite = [(r, v) for r, v in zip(rounds, values) if math.isfinite(v)]
+        if not finite:
+            continue
+        best_round, best = better(finite, key=lambda p: p[1])
+        out[f"final_{key}"] = values[-1]
+        out[f"best_{key}"] = best
+        out[f"best_{key}_round"] = best_round
+    if target is not None:
+        out["target_accuracy"] = target
+        out["rounds_to_target"] = rounds_to_reach(records, "global_acc", target)
+    return out
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

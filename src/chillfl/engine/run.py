@@ -1,0 +1,84 @@
+"""Run one experiment end to end: build, loop with a progress bar, write the result folder."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from tqdm import tqdm
+
+from chillfl.config import RunConfig
+from chillfl.data import FederatedData
+from chillfl.engine.loop import run_rounds
+from chillfl.engine.results import ResultWriter, summarize
+from chillfl.engine.setup import Experiment, build_experiment
+
+
+@dataclass
+class RunOutput:
+    folder: Path | None
+    records: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+
+def _postfix(record: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for key, short in (("global_acc", "acc"), ("local_acc", "local"), ("global_loss", "loss")):
+        if record.get(key) is not None:
+            out[short] = f"{record[key]:.4f}"
+    return out
+
+
+def rounds_for(exp: Experiment) -> Callable[[Experiment], Iterator[dict[str, Any]]]:
+    """The round loop for the configured protocol (soft-label sharing when ``[distillation]`` names a method)."""
+    if exp.config.distillation.get("method"):
+        from chillfl.distillation.protocol import run_distillation_rounds
+
+        return run_distillation_rounds
+    return run_rounds
+
+
+def run_experiment(
+    config: RunConfig,
+    *,
+    write: bool = True,
+    progress: bool = True,
+    data: FederatedData | None = None,
+    label: str | None = None,
+) -> RunOutput:
+    """Build and run ``config``; write its result folder unless ``write`` is False.
+
+    All validation happens in :func:`build_experiment` before the folder exists.
+    """
+    exp = build_experiment(config, data=data)
+    writer = ResultWriter(config.out_dir, config.name) if write else None
+    records: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    try:
+        if writer:
+            writer.write_config(config.to_dict())
+        bar = tqdm(total=config.federation.rounds, desc=label or config.name, unit="round", disable=not progress, leave=True, dynamic_ncols=True)
+        with bar:
+            for record in rounds_for(exp)(exp):
+                records.append(record)
+                if writer:
+                    writer.append(record)
+                bar.set_postfix(_postfix(record), refresh=False)
+                bar.update(1)
+        summary = summarize(records, config.eval.target_accuracy)
+        summary["wall_time_s"] = round(time.perf_counter() - start, 3)
+        summary["num_parameters"] = sum(v.numel() for k, v in exp.initial_state.items() if v.is_floating_point())
+        if writer:
+            writer.write_json("summary.json", summary)
+            from chillfl.report.plots import plot_run, plot_temperatures
+
+            plot_run(records, writer.path / "accuracy_loss.png", title=config.name)
+            plot_temperatures(records, writer.path / "temperatures.png")
+            return RunOutput(writer.finish(), records, summary)
+        return RunOutput(None, records, summary)
+    except BaseException:
+        if writer:
+            writer.abort()
+        raise

@@ -1,0 +1,103 @@
+"""Build every part of an experiment from a :class:`~chillfl.config.RunConfig`.
+
+All user errors surface here, before any result folder is created.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import Aggregator
+from chillfl.config import RunConfig
+from chillfl.data import ArrayDataset, FederatedData, build_federated_data, load_dataset
+from chillfl.errors import ConfigError, choice_error
+from chillfl.models import build_model
+from chillfl.temperature import make_policy
+from chillfl.temperature.base import TemperaturePolicy
+from chillfl.training.local import LocalSpec, derive_seed, model_state
+from chillfl.training.objective import LossTerm, temperature_cross_entropy
+
+
+@dataclass
+class Experiment:
+    """The built parts of one run. The round loop reads only these."""
+
+    config: RunConfig
+    data: FederatedData
+    model: nn.Module
+    initial_state: dict[str, torch.Tensor]
+    aggregator: Aggregator
+    policy: TemperaturePolicy
+    spec: LocalSpec
+
+
+def base_losses() -> dict[str, Any]:
+    losses: dict[str, Any] = {"standard": temperature_cross_entropy}
+    try:
+        from chillfl.training.gradient_ablation import BASE_LOSSES
+    except ImportError:
+        return losses
+    losses.update(BASE_LOSSES)
+    return losses
+
+
+def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> FederatedData:
+    name, options = RunConfig.component(config.dataset)
+    if dataset is None:
+        dataset = load_dataset(name, options, data_dir=config.data_dir)
+    pname, poptions = RunConfig.component(config.partition)
+    split = config.eval.client_split if config.eval.clients != "none" else "none"
+    public_size = int(config.distillation.get("public_size", 0)) if config.distillation else 0
+    return build_federated_data(
+        dataset,
+        num_clients=config.federation.num_clients,
+        partitioner=pname,
+        partition_options=poptions,
+        seed=config.seed,
+        client_eval=split,
+        client_eval_size=config.eval.client_split_size,
+        public_size=public_size,
+    )
+
+
+def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_classes: int) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """The model template and its seeded initial state (the global RNG is left untouched)."""
+    name, options = RunConfig.component(config.model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(config.seed, "init"))
+        model = build_model(name, tuple(input_shape), num_classes, options)
+    return model, model_state(model)
+
+
+def build_algorithm(config: RunConfig, model: nn.Module) -> tuple[Aggregator, list[LossTerm]]:
+    from chillfl.aggregation.registry import make_aggregator
+
+    name, options = RunConfig.component(config.algorithm)
+    return make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed)
+
+
+def build_experiment(config: RunConfig, dataset: ArrayDataset | None = None, data: FederatedData | None = None) -> Experiment:
+    """Everything a run needs; raises ConfigError on any bad value before anything is written."""
+    if data is None:
+        data = build_data(config, dataset)
+    if config.federation.sample_size() > data.num_clients:
+        raise ConfigError("federation.clients_per_round", f"must be <= num_clients={data.num_clients}")
+    model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
+    aggregator, terms = build_algorithm(config, model)
+    policy = make_policy(config.temperature, data.class_counts())
+    losses = base_losses()
+    if config.client.loss not in losses:
+        raise choice_error("client.loss", config.client.loss, list(losses))
+    spec = LocalSpec(
+        epochs=config.client.epochs,
+        batch_size=config.client.batch_size,
+        momentum=config.client.momentum,
+        weight_decay=config.client.weight_decay,
+        base_loss=losses[config.client.loss],
+        terms=tuple(terms),
+    )
+    return Experiment(config, data, model, state, aggregator, policy, spec)

@@ -1,0 +1,25 @@
+"""Bundled experiment configs (TOML), addressable by name, e.g. ``chillfl run flexchill/table4-digits``."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+
+def experiments_root() -> Path:
+    return Path(str(resources.files("chillfl.experiments")))
+
+
+def bundled_experiments() -> list[str]:
+    """Names of the bundled configs (relative paths without ``.toml``)."""
+    root = experiments_root()
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.toml"))
+
+
+def resolve_config(name_or_path: str) -> Path:
+    """A config file path: an existing file, else a bundled experiment name; unknown -> the path itself."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    bundled = experiments_root() / (name_or_path.removesuffix(".toml") + ".toml")
+    return bundled if bundled.is_file() else path

@@ -1,0 +1,1 @@
+"""chillfl.metrics"""

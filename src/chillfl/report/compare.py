@@ -1,0 +1,188 @@
+"""``chillfl compare``: run variants of one config on the same partition and seed.
+
+The table follows FLex&Chill Table 4: final accuracy and its difference to the
+baseline (T = 1), final test loss, and the rounds each variant needs to reach
+the *target* — the best global accuracy of the reference run (T = 4 in the
+paper; the highest temperature of the grid here) — with the speed-up
+rounds(baseline) / rounds(variant).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from chillfl.config import RunConfig, parse_value
+from chillfl.data import FederatedData
+from chillfl.engine.results import rounds_to_reach, to_toml, unique_dir
+from chillfl.engine.run import RunOutput, run_experiment
+from chillfl.engine.setup import build_data
+from chillfl.errors import ConfigError
+
+TEMPERATURE_SHORTHAND = "temperature"
+
+
+@dataclass
+class Variant:
+    label: str
+    overrides: dict[str, Any]
+    temperature: float | None = None
+
+
+def parse_grid(items: Sequence[str]) -> list[Variant]:
+    """``key=v1,v2,...`` items -> the cartesian product of variants.
+
+    ``temperature=...`` is shorthand for ``temperature.policy="fixed"`` with
+    ``temperature.value`` set (T = 1 is the plain softmax).
+    """
+    axes: list[list[tuple[str, Any]]] = []
+    for item in items:
+        key, sep, values = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not values.strip():
+            raise ConfigError("--grid", f"expected key=v1,v2,... got {item!r}")
+        axes.append([(key, parse_value(v.strip())) for v in values.split(",") if v.strip()])
+    variants = []
+    for combo in itertools.product(*axes):
+        overrides: dict[str, Any] = {}
+        labels, temp = [], None
+        for key, value in combo:
+            if key == TEMPERATURE_SHORTHAND:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                    raise ConfigError("--grid temperature", f"values must be numbers > 0, got {value!r}")
+                overrides["temperature"] = {"policy": "fixed", "value": float(value)}
+                labels.append(f"T={value:g}")
+                temp = float(value)
+            else:
+                overrides[key] = value
+                labels.append(f"{key}={value}")
+        variants.append(Variant(", ".join(labels), overrides, temp))
+    if len({v.label for v in variants}) != len(variants):
+        raise ConfigError("--grid", "duplicate values")
+    return variants
+
+
+def _apply(config: RunConfig, variant: Variant) -> RunConfig:
+    data = config.to_dict()
+    for key, value in variant.overrides.items():
+        if key == "temperature":
+            data["temperature"] = dict(value)
+        else:
+            from chillfl.config import set_dotted
+
+            set_dotted(data, key, value)
+    data["name"] = variant.label.replace("=", "").replace(", ", "_").replace("/", "-")
+    from chillfl.config import config_from_dict
+
+    return config_from_dict(data)
+
+
+def _data_key(config: RunConfig) -> str:
+    return json.dumps([config.dataset, config.partition, config.seed, config.federation.num_clients, config.eval.client_split, config.eval.client_split_size, config.eval.clients, config.distillation.get("public_size", 0), config.data_dir], sort_keys=True, default=str)
+
+
+@dataclass
+class CompareResult:
+    folder: Path | None
+    rows: list[dict[str, Any]]
+    table: str
+    outputs: dict[str, RunOutput] = field(default_factory=dict)
+
+
+def choose_reference(variants: Sequence[Variant], reference: str | None) -> tuple[Variant, Variant]:
+    """(target-setting reference, baseline) variants."""
+    by_label = {v.label: v for v in variants}
+    temps = [v for v in variants if v.temperature is not None]
+    if reference is not None:
+        if reference not in by_label:
+            raise ConfigError("--reference", f"unknown variant {reference!r}; allowed: {', '.join(by_label)}")
+        ref = by_label[reference]
+    elif temps:
+        ref = max(temps, key=lambda v: v.temperature or 0.0)
+    else:
+        ref = variants[0]
+    base = next((v for v in temps if v.temperature == 1.0), variants[0])
+    return ref, base
+
+
+def build_rows(variants: Sequence[Variant], outputs: Mapping[str, RunOutput], ref: Variant, base: Variant, metric: str = "global_acc") -> list[dict[str, Any]]:
+    target = outputs[ref.label].summary.get(f"best_{metric}")
+    base_out = outputs[base.label]
+    base_rounds = rounds_to_reach(base_out.records, metric, target) if target is not None else None
+    rows = []
+    for v in variants:
+        s = outputs[v.label].summary
+        rounds = rounds_to_reach(outputs[v.label].records, metric, target) if target is not None else None
+        speedup = base_rounds / rounds if (rounds and base_rounds) else None
+        rows.append(
+            {
+                "variant": v.label,
+                "final_acc": s.get(f"final_{metric}"),
+                "delta_acc": (s.get(f"final_{metric}") - base_out.summary[f"final_{metric}"]) if s.get(f"final_{metric}") is not None else None,
+                "best_acc": s.get(f"best_{metric}"),
+                "final_loss": s.get(f"final_{metric.replace('acc', 'loss')}"),
+                "final_local_acc": s.get("final_local_acc"),
+                "rounds_to_target": rounds,
+                "speedup": speedup,
+                "target": target,
+            }
+        )
+    return rows
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: str) -> str:
+    def pct(x: float | None, signed: bool = False) -> str:
+        if x is None or (isinstance(x, float) and math.isnan(x)):
+            return "-"
+        return f"{100 * x:+.2f}" if signed else f"{100 * x:.2f}"
+
+    target = rows[0]["target"] if rows else None
+    header = ["variant", "accuracy % (diff)", "loss", "local acc %", f"rounds to target (speed-up)"]
+    lines = [
+        f"target = best global accuracy of {ref_label}: {pct(target)}%; differences and speed-ups relative to {base_label}",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+    ]
+    for r in rows:
+        rounds = "never" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
+        speed = f" ({r['speedup']:.2f}x)" if r["speedup"] else ""
+        loss = "-" if r["final_loss"] is None else f"{r['final_loss']:.3f}"
+        lines.append(f"| {r['variant']} | {pct(r['final_acc'])} ({pct(r['delta_acc'], True)}) | {loss} | {pct(r['final_local_acc'])} | {rounds}{speed} |")
+    return "\n".join(lines)
+
+
+def run_compare(config: RunConfig, grid: Sequence[str], *, reference: str | None = None, progress: bool = True, write: bool = True) -> CompareResult:
+    """Run every grid variant (same partition, same seed) and tabulate them."""
+    variants = parse_grid(grid)
+    configs = [_apply(config, v) for v in variants]  # validates every variant before running any
+    ref, base = choose_reference(variants, reference)
+    datasets: dict[str, FederatedData] = {}
+    for cfg in configs:
+        key = _data_key(cfg)
+        if key not in datasets:
+            datasets[key] = build_data(cfg)
+    folder = partial = None
+    if write:
+        folder = unique_dir(Path(config.out_dir), f"{config.name}-compare")
+        partial = folder.with_name(folder.name + ".partial")
+        partial.mkdir(parents=True)
+        (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
+    outputs: dict[str, RunOutput] = {}
+    for v, cfg in zip(variants, configs):
+        if partial is not None:
+            cfg = cfg.with_overrides({"out_dir": str(partial)})
+        outputs[v.label] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=v.label)
+    rows = build_rows(variants, outputs, ref, base)
+    table = format_table(rows, ref.label, base.label)
+    if partial is not None and folder is not None:
+        (partial / "table.md").write_text(table + "\n", encoding="utf-8")
+        (partial / "table.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+        from chillfl.report.plots import plot_curves
+
+        plot_curves({label: out.records for label, out in outputs.items()}, partial / "curves.png", title=config.name)
+        partial.rename(folder)
+    return CompareResult(folder, rows, table, outputs)

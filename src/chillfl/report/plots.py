@@ -1,0 +1,75 @@
+"""PNG plots of result folders (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from chillfl.engine.results import series  # noqa: E402
+
+
+def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> None:
+    """Accuracy (global and local) and loss (global test, local train) over rounds."""
+    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
+    for key, label in (("global_acc", "global model, test set"), ("local_acc", "local models, own splits"), ("global_client_acc", "global model, client splits")):
+        rounds, values = series(records, key)
+        if rounds:
+            ax_acc.plot(rounds, values, label=label)
+    for key, label in (("global_loss", "global test loss (T=1)"), ("train_loss", "local train loss (at T)")):
+        rounds, values = series(records, key)
+        if rounds:
+            ax_loss.plot(rounds, values, label=label)
+    ax_acc.set(xlabel="round", ylabel="accuracy", title="Accuracy")
+    ax_loss.set(xlabel="round", ylabel="loss", title="Loss")
+    for ax in (ax_acc, ax_loss):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_temperatures(records: Sequence[Mapping[str, Any]], path: str | Path) -> bool:
+    """One line per client: its temperature over rounds. Returns False when there is nothing per-client."""
+    per_round = [(r["round"], r["temperatures"]) for r in records if r.get("temperatures")]
+    if not per_round:
+        return False
+    clients = sorted({c for _, temps in per_round for c in temps}, key=int)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for c in clients:
+        pts = [(rnd, temps[c]) for rnd, temps in per_round if c in temps]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, label=f"client {c}" if len(clients) <= 10 else None)
+    ax.set(xlabel="round", ylabel="temperature T", title="Per-client temperatures", yscale="log")
+    ax.grid(alpha=0.3)
+    if len(clients) <= 10:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, key: str = "global_acc", title: str = "") -> None:
+    """One accuracy curve per variant (``compare``), plus the loss panel."""
+    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
+    loss_key = key.replace("acc", "loss")
+    for label, records in curves.items():
+        rounds, values = series(records, key)
+        ax_acc.plot(rounds, values, label=label)
+        rounds, values = series(records, loss_key)
+        ax_loss.plot(rounds, values, label=label)
+    ax_acc.set(xlabel="round", ylabel=key, title=title or "Accuracy")
+    ax_loss.set(xlabel="round", ylabel=loss_key, title="Loss")
+    for ax in (ax_acc, ax_loss):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,59 @@
+"""Temperature policies: which softmax temperature each client trains with.
+
+The engine asks ``policy.temperature(cid, round)`` before a client trains and
+tells it ``policy.observe(cid, round, local_accuracy)`` afterwards, where
+``local_accuracy`` is the client's model after local training on the client's
+own validation split (None when the run has no client splits). Evaluation is
+always at T = 1, so a policy only changes local training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+from chillfl.options import require
+
+
+class TemperaturePolicy(Protocol):
+    """Per-client, per-round training temperature."""
+
+    def temperature(self, client_id: int, round: int) -> float:
+        ...
+
+    def observe(self, client_id: int, round: int, local_accuracy: float | None) -> None:
+        ...
+
+    def snapshot(self) -> Mapping[int, float]:
+        """Current temperature of every client that has one (for metrics/plots)."""
+        ...
+
+
+class ConstantTemperature:
+    """T is the same for every client and round: ``none`` (T = 1) or ``fixed`` (FLex&Chill)."""
+
+    def __init__(self, value: float = 1.0) -> None:
+        self.value = float(value)
+
+    def temperature(self, client_id: int, round: int) -> float:
+        return self.value
+
+    def observe(self, client_id: int, round: int, local_accuracy: float | None) -> None:
+        return None
+
+    def snapshot(self) -> Mapping[int, float]:
+        return {}
+
+
+@dataclass(frozen=True)
+class FixedOptions:
+    """Options of the ``fixed`` policy: one temperature for all clients (FLex&Chill)."""
+
+    value: float = 0.05
+
+    def validate(self, section: str) -> None:
+        require(self.value > 0, f"{section}.value", f"must be > 0, got {self.value}")
+
+
+def describe_policy(policy: Any) -> str:
+    return type(policy).__name__

@@ -1,0 +1,154 @@
+"""The one local-training path every parameter-sharing method uses.
+
+A client's training is a loop of :func:`sgd_step` calls, each a pure function
+of an explicit state (parameters, buffers, momentum buffers), a minibatch and
+the client's context (temperature, objective terms' inputs). Keeping the step
+functional (``torch.func.functional_call`` + ``torch.func.grad``) is what lets
+the vectorised executor ``vmap`` the very same step over many clients.
+
+SGD matches ``torch.optim.SGD`` (dampening 0, no Nesterov):
+``g <- grad + wd * w;  b <- momentum * b + g;  w <- w - lr * b``
+(the momentum buffer starts at zero, which equals PyTorch's "first step b = g").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad_and_value
+
+from chillfl.training.objective import LossTerm, temperature_cross_entropy
+
+Params = dict[str, torch.Tensor]
+BaseLoss = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A 63-bit seed from (run seed, purpose, client id, round, ...): independent streams, no global RNG."""
+    ints = [p if isinstance(p, int) else int.from_bytes(p.encode(), "little") % (2**32) for p in parts]
+    return int(np.random.SeedSequence(ints).generate_state(2, dtype=np.uint32).astype(np.uint64) @ np.array([1, 2**32], dtype=np.uint64)) & (2**63 - 1)
+
+
+def split_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> tuple[Params, Params]:
+    """Split a flat state dict into (trainable parameters, buffers) by the model's own naming."""
+    pnames = {n for n, _ in model.named_parameters()}
+    params = {k: v for k, v in state.items() if k in pnames}
+    buffers = {k: v for k, v in state.items() if k not in pnames}
+    return params, buffers
+
+
+def model_state(model: nn.Module) -> Params:
+    """The model's parameters and buffers as detached clones (the 'global model' payload)."""
+    out = {k: v.detach().clone() for k, v in model.named_parameters()}
+    out.update({k: v.detach().clone() for k, v in model.named_buffers()})
+    return out
+
+
+@dataclass(frozen=True)
+class LocalSpec:
+    """What is the same for every client of a run: the optimiser settings and the objective."""
+
+    epochs: int
+    batch_size: int
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    base_loss: BaseLoss = temperature_cross_entropy
+    terms: Sequence[LossTerm] = field(default_factory=tuple)
+
+
+def make_loss(model: nn.Module, spec: LocalSpec) -> Callable[..., torch.Tensor]:
+    """loss(params, buffers, x, y, temperature, context): base loss + every method term."""
+
+    def loss(params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor, temperature: Any, context: Mapping[str, Any]) -> torch.Tensor:
+        logits = functional_call(model, (params, buffers), (x,))
+        value = spec.base_loss(logits, y, temperature)
+        for term in spec.terms:
+            value = value + term(params, context)
+        return value
+
+    return loss
+
+
+def sgd_update(params: Params, grads: Params, momenta: Params, lr: Any, spec: LocalSpec) -> tuple[Params, Params]:
+    """One SGD(momentum, weight decay) update, out of place (so it can be vmapped)."""
+    new_params: Params = {}
+    new_momenta: Params = {}
+    for k, w in params.items():
+        g = grads[k]
+        if spec.weight_decay:
+            g = g + spec.weight_decay * w
+        if spec.momentum:
+            g = spec.momentum * momenta[k] + g
+            new_momenta[k] = g
+        new_params[k] = w - lr * g
+    return new_params, new_momenta
+
+
+def batch_order(num_samples: int, batch_size: int, epochs: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """Index batches for all local epochs: a fresh permutation per epoch, last batch kept even if short."""
+    batches = []
+    for _ in range(epochs):
+        perm = torch.randperm(num_samples, generator=generator)
+        batches.extend(perm[i : i + batch_size] for i in range(0, num_samples, batch_size))
+    return batches
+
+
+@dataclass
+class LocalOutcome:
+    params: Params
+    num_steps: int
+    mean_loss: float
+
+
+def train_client(
+    model: nn.Module,
+    start: Mapping[str, torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    spec: LocalSpec,
+    lr: float,
+    temperature: float,
+    context: Mapping[str, Any],
+    generator: torch.Generator,
+) -> LocalOutcome:
+    """Train one client from ``start`` on (x, y); returns its full state after training.
+
+    The model object is only a stateless template: its own tensors are never
+    read or written, so one instance serves every client.
+    """
+    params, buffers = split_state(model, start)
+    params = {k: v.detach().clone() for k, v in params.items()}
+    buffers = {k: v.detach().clone() for k, v in buffers.items()}
+    momenta = {k: torch.zeros_like(v) for k, v in params.items()} if spec.momentum else {}
+    step = grad_and_value(make_loss(model, spec))
+    total, steps = 0.0, 0
+    model.train()
+    for idx in batch_order(len(y), spec.batch_size, spec.epochs, generator):
+        grads, loss = step(params, buffers, x[idx], y[idx], temperature, context)
+        params, momenta = sgd_update(params, grads, momenta, lr, spec)
+        total += float(loss)
+        steps += 1
+    state = dict(params)
+    state.update(buffers)
+    return LocalOutcome(state, steps, total / max(steps, 1))
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy at T = 1) of ``state`` on (x, y), in eval mode."""
+    if len(y) == 0:
+        return float("nan"), float("nan")
+    model.eval()
+    params, buffers = split_state(model, state)
+    correct, loss = 0, 0.0
+    for i in range(0, len(y), batch_size):
+        logits = functional_call(model, (params, buffers), (x[i : i + batch_size],))
+        yb = y[i : i + batch_size]
+        loss += float(torch.nn.functional.cross_entropy(logits, yb, reduction="sum"))
+        correct += int((logits.argmax(1) == yb).sum())
+    return correct / len(y), loss / len(y)

@@ -1,0 +1,68 @@
+"""Config loading, overrides and validation errors (field named, allowed values listed)."""
+
+import pytest
+
+from chillfl.config import load_config, parse_overrides, parse_value
+from chillfl.errors import ConfigError
+from chillfl.experiments import bundled_experiments, resolve_config
+
+
+def test_defaults_and_overrides(tmp_path):
+    path = tmp_path / "exp.toml"
+    path.write_text('seed = 3\n[client]\nlr = 0.1\n[temperature]\npolicy = "fixed"\nvalue = 0.5\n')
+    cfg = load_config(path, parse_overrides(["client.lr=0.05", "federation.rounds=7", "dataset.name=mnist1d"]))
+    assert cfg.name == "exp" and cfg.seed == 3
+    assert cfg.client.lr == 0.05 and cfg.federation.rounds == 7
+    assert cfg.temperature == {"policy": "fixed", "value": 0.5}
+    assert cfg.dataset["name"] == "mnist1d"
+
+
+def test_parse_value_types():
+    assert parse_value("3") == 3 and parse_value("0.5") == 0.5 and parse_value("true") is True
+    assert parse_value("[1, 2]") == [1, 2] and parse_value("digits") == "digits" and parse_value('"x y"') == "x y"
+
+
+def test_sample_size_count_and_fraction():
+    assert load_config(None, {"federation.num_clients": 50, "federation.client_fraction": 0.2}).federation.sample_size() == 10
+    assert load_config(None, {"federation.num_clients": 50, "federation.clients_per_round": 7}).federation.sample_size() == 7
+
+
+def test_lr_decay_per_round():
+    cfg = load_config(None, {"client.lr": 0.01, "client.lr_decay": 0.8})
+    assert cfg.client.lr_at(0) == 0.01
+    assert cfg.client.lr_at(2) == pytest.approx(0.01 * 0.64)
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"federation.client_fraction": 0.0}, "federation.client_fraction"),
+        ({"federation.client_fraction": 1.5}, "federation.client_fraction"),
+        ({"federation.clients_per_round": 11}, "federation.clients_per_round"),
+        ({"client.lr": -1}, "client.lr"),
+        ({"client.lrr": 1}, "client.lrr"),
+        ({"client.epochs": "two"}, "client.epochs"),
+        ({"executor": "gpu"}, "executor"),
+        ({"eval.clients": "some"}, "eval.clients"),
+    ],
+)
+def test_errors_name_the_field(overrides, field):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, overrides)
+    assert info.value.field == field
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[client\nlr = 1")
+    with pytest.raises(ConfigError, match="malformed TOML"):
+        load_config(bad)
+
+
+def test_bundled_experiments_load():
+    names = bundled_experiments()
+    assert "demo" in names
+    for name in names:
+        load_config(resolve_config(name))

@@ -54,8 +54,6 @@ def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quie
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    if not args.grid:
-        raise ConfigError("--grid", "give at least one key=v1,v2,... (e.g. --grid temperature=0.05,0.25,0.5,1,2,4)")
     return _compare(_load(args.config, args.overrides), args.grid, args.reference, args.quiet)
 
 

@@ -137,6 +137,10 @@ class RunConfig:
     algorithm: dict[str, Any] = field(default_factory=lambda: {"name": "fedavg"})
     distillation: dict[str, Any] = field(default_factory=dict)
     """Options of the soft-label protocol (SCARLET / DS-FL family); empty for parameter sharing."""
+    variants: dict[str, Any] = field(default_factory=dict)
+    """``chillfl compare`` without ``--grid``: label -> table of overrides (a paper table's rows)."""
+    compare: dict[str, Any] = field(default_factory=dict)
+    """``chillfl compare`` options: ``reference`` (label whose best accuracy is the target), ``baseline``."""
 
     def validate(self, section: str) -> None:
         require(self.executor in EXECUTORS, "executor", f"unknown value {self.executor!r}; allowed: {', '.join(EXECUTORS)}")

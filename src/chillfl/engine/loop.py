@@ -24,6 +24,7 @@ import torch
 
 from chillfl.aggregation.base import ClientResult
 from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor
+from chillfl.engine.ledger import CommunicationLedger, tensor_bytes
 from chillfl.engine.setup import Experiment
 from chillfl.training.local import derive_seed, evaluate
 
@@ -54,6 +55,17 @@ class RoundLog:
     latest_local_loss: dict[int, float] = field(default_factory=dict)
 
 
+def payload_bytes(payload: Any) -> int:
+    """Bytes of the tensors in a message (a tensor, or dicts/lists of them); other values are free."""
+    if isinstance(payload, torch.Tensor):
+        return tensor_bytes(payload)
+    if isinstance(payload, dict):
+        return sum(payload_bytes(v) for v in payload.values())
+    if isinstance(payload, (list, tuple)):
+        return sum(payload_bytes(v) for v in payload)
+    return 0
+
+
 def _mean(values: list[float]) -> float | None:
     vals = [v for v in values if not math.isnan(v)]
     return float(np.mean(vals)) if vals else None
@@ -69,14 +81,20 @@ def run_rounds(exp: Experiment, executor: Executor | None = None) -> Iterator[di
     x_test, y_test = data.test()
     k = cfg.federation.sample_size()
     eval_local = cfg.eval.clients != "none"
+    ledger = CommunicationLedger()
+    begin_round = getattr(exp.aggregator, "begin_round", None)
     try:
         for rnd in range(cfg.federation.rounds):
             sampled = sample_clients(cfg.seed, rnd, data.num_clients, k)
+            if begin_round is not None:
+                begin_round(rnd, sampled)
             lr = cfg.client.lr_at(rnd)
             jobs = []
             for cid in sampled:
                 down = exp.aggregator.downlink(cid, rnd, state)
                 start = state if down.params is None else {**state, **down.params}
+                ledger.record(rnd, "down", "params", payload_bytes(start), cid)
+                ledger.record(rnd, "down", "control", payload_bytes({k: v for k, v in down.context.items() if k != "global_params"}), cid)
                 x, y = data.client_train(cid)
                 jobs.append(
                     ClientJob(cid, start, x, y, lr, exp.policy.temperature(cid, rnd), down.context, derive_seed(cfg.seed, "train", cid, rnd))
@@ -97,6 +115,8 @@ def run_rounds(exp: Experiment, executor: Executor | None = None) -> Iterator[di
                 if reporter is not None:
                     extras = reporter(model, job, out)
                 results.append(ClientResult(job.client_id, out.params, len(job.y), out.num_steps, job.lr, job.temperature, out.mean_loss, extras))
+                ledger.record(rnd, "up", "params", payload_bytes(out.params), job.client_id)
+                ledger.record(rnd, "up", "control", payload_bytes(extras), job.client_id)
             state = exp.aggregator.aggregate(state, results, rnd)
 
             weights = np.array([r.num_samples for r in results], dtype=np.float64)
@@ -107,6 +127,9 @@ def run_rounds(exp: Experiment, executor: Executor | None = None) -> Iterator[di
                 "train_loss": float(np.dot(weights, [r.train_loss for r in results]) / weights.sum()),
                 "temperature_mean": float(np.mean([r.temperature for r in results])),
             }
+            sent = ledger.round_totals(rnd)
+            record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
+            record["bytes_cumulative"] = ledger.cumulative()["total"]
             temps = exp.policy.snapshot()
             if temps:
                 record["temperatures"] = {str(c): float(t) for c, t in sorted(temps.items())}

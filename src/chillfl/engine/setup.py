@@ -67,9 +67,7 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
 def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_classes: int) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     """The model template and its seeded initial state (the global RNG is left untouched)."""
     name, options = RunConfig.component(config.model)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(config.seed, "init"))
-        model = build_model(name, tuple(input_shape), num_classes, options)
+    model = build_model(name, tuple(input_shape), num_classes, options, seed=derive_seed(config.seed, "init"))
     return model, model_state(model)
 
 

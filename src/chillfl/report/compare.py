@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from chillfl.config import RunConfig, parse_value
+from chillfl.config import RunConfig, config_from_dict, parse_value, set_dotted
 from chillfl.data import FederatedData
 from chillfl.engine.results import rounds_to_reach, to_toml, unique_dir
 from chillfl.engine.run import RunOutput, run_experiment
@@ -66,19 +66,40 @@ def parse_grid(items: Sequence[str]) -> list[Variant]:
     return variants
 
 
-def _apply(config: RunConfig, variant: Variant) -> RunConfig:
+def variants_from_config(config: RunConfig) -> list[Variant]:
+    """The ``[variants.LABEL]`` tables of a config: each a set of overrides (nested tables replace whole parts)."""
+    out = []
+    for label, table in config.variants.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"variants.{label}", "must be a table of overrides")
+        temp = table.get("temperature", {})
+        value = temp.get("value") if isinstance(temp, dict) and temp.get("policy") == "fixed" else (1.0 if isinstance(temp, dict) and temp.get("policy") == "none" else None)
+        out.append(Variant(str(label), dict(table), value))
+    return out
+
+
+_WHOLE_PARTS = ("dataset", "partition", "model", "temperature", "algorithm", "distillation")
+
+
+def apply_variant(config: RunConfig, variant: Variant) -> RunConfig:
+    """The config of one variant; a nested table for a pluggable part replaces that part whole."""
     data = config.to_dict()
+    data["variants"], data["compare"] = {}, {}
     for key, value in variant.overrides.items():
-        if key == "temperature":
-            data["temperature"] = dict(value)
+        if key in _WHOLE_PARTS and isinstance(value, dict):
+            data[key] = dict(value)
+        elif isinstance(value, dict):
+            for sub, subval in value.items():
+                set_dotted(data, f"{key}.{sub}", subval)
         else:
-            from chillfl.config import set_dotted
-
             set_dotted(data, key, value)
-    data["name"] = variant.label.replace("=", "").replace(", ", "_").replace("/", "-")
-    from chillfl.config import config_from_dict
-
+    data["name"] = safe_name(variant.label)
     return config_from_dict(data)
+
+
+def safe_name(label: str) -> str:
+    keep = [c if (c.isalnum() or c in "-_.") else "_" for c in label.replace("=", "").replace(", ", "_")]
+    return "".join(keep).strip("_") or "variant"
 
 
 def _data_key(config: RunConfig) -> str:
@@ -93,9 +114,11 @@ class CompareResult:
     outputs: dict[str, RunOutput] = field(default_factory=dict)
 
 
-def choose_reference(variants: Sequence[Variant], reference: str | None) -> tuple[Variant, Variant]:
+def choose_reference(variants: Sequence[Variant], reference: str | None, baseline: str | None = None) -> tuple[Variant, Variant]:
     """(target-setting reference, baseline) variants."""
     by_label = {v.label: v for v in variants}
+    if baseline is not None and baseline not in by_label:
+        raise ConfigError("compare.baseline", f"unknown variant {baseline!r}; allowed: {', '.join(by_label)}")
     temps = [v for v in variants if v.temperature is not None]
     if reference is not None:
         if reference not in by_label:
@@ -105,7 +128,7 @@ def choose_reference(variants: Sequence[Variant], reference: str | None) -> tupl
         ref = max(temps, key=lambda v: v.temperature or 0.0)
     else:
         ref = variants[0]
-    base = next((v for v in temps if v.temperature == 1.0), variants[0])
+    base = by_label[baseline] if baseline else next((v for v in temps if v.temperature == 1.0), variants[0])
     return ref, base
 
 
@@ -156,10 +179,12 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
 
 
 def run_compare(config: RunConfig, grid: Sequence[str], *, reference: str | None = None, progress: bool = True, write: bool = True) -> CompareResult:
-    """Run every grid variant (same partition, same seed) and tabulate them."""
-    variants = parse_grid(grid)
-    configs = [_apply(config, v) for v in variants]  # validates every variant before running any
-    ref, base = choose_reference(variants, reference)
+    """Run every variant (``--grid`` product, else the config's ``[variants]``) on the same partition and seed."""
+    variants = parse_grid(grid) if grid else variants_from_config(config)
+    if not variants:
+        raise ConfigError("--grid", "give at least one key=v1,v2,... or define [variants.LABEL] tables in the config")
+    configs = [apply_variant(config, v) for v in variants]  # validates every variant before running any
+    ref, base = choose_reference(variants, reference or config.compare.get("reference"), config.compare.get("baseline"))
     datasets: dict[str, FederatedData] = {}
     for cfg in configs:
         key = _data_key(cfg)

@@ -128,11 +128,16 @@ def train_client(
     step = grad_and_value(make_loss(model, spec))
     total, steps = 0.0, 0
     model.train()
-    for idx in batch_order(len(y), spec.batch_size, spec.epochs, generator):
-        grads, loss = step(params, buffers, x[idx], y[idx], temperature, context)
-        params, momenta = sgd_update(params, grads, momenta, lr, spec)
-        total += float(loss)
-        steps += 1
+    order = batch_order(len(y), spec.batch_size, spec.epochs, generator)
+    # Dropout draws from torch's global generator: fork it and seed it from the client's
+    # own stream so runs are reproducible and the caller's RNG state is untouched.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(generator.initial_seed(), "dropout"))
+        for idx in order:
+            grads, loss = step(params, buffers, x[idx], y[idx], temperature, context)
+            params, momenta = sgd_update(params, grads, momenta, lr, spec)
+            total += float(loss)
+            steps += 1
     state = dict(params)
     state.update(buffers)
     return LocalOutcome(state, steps, total / max(steps, 1))

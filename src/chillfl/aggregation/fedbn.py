@@ -1,0 +1,80 @@
+"""FedBN (Li et al., ICLR 2021): keep batch-norm layers local, average everything else.
+
+Each client keeps its own BN affine parameters and running statistics
+(weight, bias, running_mean, running_var, num_batches_tracked); all other
+entries are averaged as in FedAvg, ``w <- sum_i p_i w_i`` with
+``p_i = n_i / sum n_j`` (Li et al., Alg. 1). A returning client starts from
+the global non-BN entries plus its own BN entries, delivered through
+``downlink(cid).params``.
+
+Choices
+-------
+* A client's first round starts from the global model's BN entries.
+* The global model's BN entries (used for global-model evaluation, which
+  FLex&Chill Sec. 4.7 / Table 7 reports for FedBN, and as the start of
+  first-time clients): ``global_bn = "average"`` (default) stores the weighted
+  average of the round's clients' BN entries; ``"keep"`` leaves them as they
+  were (the initial values), which is closer to "BN never leaves the client".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, Literal, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+
+
+@dataclass(frozen=True)
+class FedBNOptions:
+    """``global_bn``: what the global model's BN entries become (``average`` or ``keep``)."""
+
+    global_bn: Literal["average", "keep"] = "average"
+
+
+def batchnorm_keys(model: nn.Module) -> list[str]:
+    """State-dict names of every batch-norm layer's parameters and buffers (any BatchNorm1d/2d/3d)."""
+    keys: list[str] = []
+    for prefix, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            base = f"{prefix}." if prefix else ""
+            keys.extend(base + n for n, _ in module.named_parameters(recurse=False))
+            keys.extend(base + n for n, b in module.named_buffers(recurse=False) if b is not None)
+    return keys
+
+
+class FedBN:
+    """FedAvg over non-BN keys; every client's BN entries stay with the server-side client state."""
+
+    def __init__(self, bn_keys: Collection[str], options: FedBNOptions = FedBNOptions()) -> None:
+        self.bn_keys = frozenset(bn_keys)
+        self.options = options
+        self.local_bn: dict[int, Params] = {}
+
+    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
+        return sample_weights(results)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        own = self.local_bn.get(client_id)
+        return Downlink(params=dict(own) if own is not None else None)
+
+    def aggregate(
+        self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
+    ) -> Params:
+        w = self.default_weights(results) if weights is None else weights
+        shared = [k for k in global_params if k not in self.bn_keys]
+        bn = [k for k in global_params if k in self.bn_keys]
+        out = weighted_average([r.params for r in results], w, keys=shared)
+        if self.options.global_bn == "average" and bn:
+            out.update(weighted_average([r.params for r in results], w, keys=bn))
+        else:
+            out.update({k: global_params[k] for k in bn})
+        for r in results:
+            self.local_bn[r.client_id] = {k: r.params[k].detach().clone() for k in bn}
+        return {k: out[k] for k in global_params}
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return {}

@@ -1,0 +1,109 @@
+"""FedMut (Hu et al., AAAI 2024, "FedMut: Generalized Federated Learning via Stochastic Mutation").
+
+The server aggregates as FedAvg (``w_g^t = sum_i p_i w_i``), then hands each
+client of the next round a *mutated* copy of the global model instead of
+``w_g^t`` itself (Hu et al., Alg. 1, mutation step):
+
+    g      = w_g^t - w_g^{t-1}                 (the last global update)
+    w_(j)  = w_g^t + alpha * v_j (.) g         (v_j in {-1, +1} per layer)
+
+with the mutation vectors balanced, ``sum_j v_j = 0`` layer by layer, so the
+mutated models average back to ``w_g^t`` and explore the loss landscape
+around it symmetrically.
+
+Choices
+-------
+* "Layer" = one state-dict entry of a trainable parameter; buffers (BN
+  statistics) are never mutated (a mutated running variance could go negative).
+* Balance: the engine announces the round's clients with
+  ``begin_round(round, client_ids)``. For each layer, ``m // 2`` signs +1 and
+  ``m // 2`` signs -1 (plus one 0 when ``m`` is odd) are shuffled with a
+  generator seeded from (seed, round, layer) and assigned to the sorted
+  client ids. Without that call, each client draws independent +-1 signs
+  seeded from (seed, round, cid, layer): reproducible, balanced only in
+  expectation.
+* The first round (no previous global model) sends the plain global model.
+* ``alpha`` (FedMut's mutation radius) defaults to 4.0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, Mapping, Sequence
+
+import torch
+
+from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+from chillfl.options import require
+from chillfl.training.local import derive_seed
+
+
+@dataclass(frozen=True)
+class FedMutOptions:
+    """``alpha``: mutation radius (default 4.0; 0 disables mutation)."""
+
+    alpha: float = 4.0
+
+    def validate(self, section: str) -> None:
+        require(self.alpha >= 0, f"{section}.alpha", f"must be >= 0, got {self.alpha}")
+
+
+def balanced_signs(num_clients: int, generator: torch.Generator) -> torch.Tensor:
+    """A shuffled vector of ``m // 2`` (+1), ``m // 2`` (-1) and ``m % 2`` zeros: it sums to 0."""
+    half = num_clients // 2
+    signs = torch.tensor([1.0] * half + [-1.0] * half + [0.0] * (num_clients % 2))
+    return signs[torch.randperm(num_clients, generator=generator)]
+
+
+class FedMut:
+    """FedAvg aggregation plus per-client mutated start models."""
+
+    def __init__(self, seed: int, options: FedMutOptions = FedMutOptions(), param_keys: Collection[str] | None = None) -> None:
+        self.seed = seed
+        self.options = options
+        self.param_keys = None if param_keys is None else list(param_keys)
+        self.previous: Params | None = None
+        self._round_ids: tuple[int | None, list[int]] = (None, [])
+
+    def _keys(self, state: Params) -> list[str]:
+        keys = self.param_keys if self.param_keys is not None else list(state)
+        return [k for k in keys if torch.is_floating_point(state[k])]
+
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        """Announce the round's clients so that their mutation signs can be balanced."""
+        self._round_ids = (round, sorted(client_ids))
+
+    def client_signs(self, client_id: int, round: int, keys: Sequence[str]) -> dict[str, float]:
+        """v_j: one sign per layer; balanced across the announced clients of ``round``."""
+        announced_round, ids = self._round_ids
+        if announced_round == round and client_id in ids:
+            pos = ids.index(client_id)
+            gens = (torch.Generator().manual_seed(derive_seed(self.seed, "fedmut", round, i)) for i in range(len(keys)))
+            return {k: float(balanced_signs(len(ids), g)[pos]) for k, g in zip(keys, gens)}
+        signs = {}
+        for i, key in enumerate(keys):
+            gen = torch.Generator().manual_seed(derive_seed(self.seed, "fedmut-iid", round, client_id, i))
+            signs[key] = 1.0 if float(torch.rand((), generator=gen)) < 0.5 else -1.0
+        return signs
+
+    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
+        return sample_weights(results)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        if self.previous is None or self.options.alpha == 0:
+            return Downlink()
+        keys = self._keys(global_params)
+        signs = self.client_signs(client_id, round, keys)
+        alpha = self.options.alpha
+        mutated = {k: global_params[k] + alpha * signs[k] * (global_params[k] - self.previous[k]) for k in keys}
+        return Downlink(params=mutated)
+
+    def aggregate(
+        self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
+    ) -> Params:
+        w = self.default_weights(results) if weights is None else weights
+        self.previous = {k: v.detach().clone() for k, v in global_params.items()}
+        return weighted_average([r.params for r in results], w)
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return {}

@@ -1,0 +1,91 @@
+"""FedNova (Wang et al., NeurIPS 2020): normalised averaging for unequal local work.
+
+Client i runs ``tau_i`` local steps (``ClientResult.num_steps``) from ``x``
+and returns ``y_i``. Its normalised update and the server step are (Wang et
+al., Eq. 6-7, with the learning rate folded into ``x - y_i``)
+
+    d_i     = (x - y_i) / a_i
+    tau_eff = sum_i p_i a_i
+    x      <- x - tau_eff * sum_i p_i d_i
+
+with ``a_i = tau_i`` for plain SGD and, for SGD with momentum ``rho``
+(Wang et al., Sec. 5 / App. "momentum"),
+
+    a_i = (tau_i - rho * (1 - rho^tau_i) / (1 - rho)) / (1 - rho).
+
+``p_i = n_i / sum_j n_j`` (or caller-supplied weights, e.g. PA3Fed's).
+
+Choices
+-------
+* ``momentum`` is an option of this aggregator and must equal the local
+  optimiser's momentum (the upload does not carry it). Weight decay is ignored
+  in ``a_i``, as in the paper's main formula.
+* Only trainable parameters are normalised; buffers (BN statistics) are
+  averaged with ``p_i`` (a normalised step could make a running variance
+  negative); integer buffers take the max.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, Mapping, Sequence
+
+import torch
+
+from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+from chillfl.options import require
+
+
+@dataclass(frozen=True)
+class FedNovaOptions:
+    """``momentum``: the clients' SGD momentum rho in [0, 1) (default 0 = plain SGD)."""
+
+    momentum: float = 0.0
+
+    def validate(self, section: str) -> None:
+        require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
+
+
+def effective_steps(num_steps: int, momentum: float = 0.0) -> float:
+    """a_i: ``tau`` for plain SGD, ``(tau - rho(1 - rho^tau)/(1 - rho)) / (1 - rho)`` with momentum."""
+    if momentum == 0:
+        return float(num_steps)
+    rho = momentum
+    return (num_steps - rho * (1 - rho**num_steps) / (1 - rho)) / (1 - rho)
+
+
+class FedNova:
+    """FedNova server (stateless between rounds)."""
+
+    def __init__(self, options: FedNovaOptions = FedNovaOptions(), param_keys: Collection[str] | None = None) -> None:
+        self.options = options
+        self.param_keys = None if param_keys is None else list(param_keys)
+        self._tau_eff = float("nan")
+
+    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
+        return sample_weights(results)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return Downlink()
+
+    def aggregate(
+        self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
+    ) -> Params:
+        w = (self.default_weights(results) if weights is None else weights).tolist()
+        a = [effective_steps(r.num_steps, self.options.momentum) for r in results]
+        if min(a) <= 0:
+            raise ValueError("FedNova needs num_steps >= 1 for every client")
+        tau_eff = sum(p * ai for p, ai in zip(w, a))
+        out = weighted_average([r.params for r in results], torch.tensor(w, dtype=torch.float64))
+        keys = self.param_keys if self.param_keys is not None else list(global_params)
+        for k in keys:
+            x = global_params[k]
+            if not torch.is_floating_point(x):
+                continue
+            d = sum(p / ai * (x.double() - r.params[k].double()) for p, ai, r in zip(w, a, results))
+            out[k] = (x.double() - tau_eff * d).to(x.dtype)
+        self._tau_eff = tau_eff
+        return out
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return {"tau_eff": self._tau_eff}

@@ -1,0 +1,103 @@
+"""FedOpt server optimisers (Reddi et al., ICLR 2021, Algorithm 2): FedAdagrad, FedYogi, FedAdam.
+
+Pseudo-gradient of round t (Alg. 2, line 8; weighted mean of the client models)
+
+    Delta_t = sum_i p_i y_i - x_t
+
+then, element-wise, with ``m_{-1} = 0`` and ``v_{-1} = tau^2`` (Alg. 2, lines 9-13)
+
+    m_t = beta1 * m_{t-1} + (1 - beta1) * Delta_t
+    v_t = v_{t-1} + Delta_t^2                                            (FedAdagrad)
+    v_t = v_{t-1} - (1 - beta2) * Delta_t^2 * sign(v_{t-1} - Delta_t^2)   (FedYogi)
+    v_t = beta2 * v_{t-1} + (1 - beta2) * Delta_t^2                      (FedAdam)
+    x_{t+1} = x_t + eta * m_t / (sqrt(v_t) + tau)
+
+Choices
+-------
+* No bias correction (Algorithm 2 has none); ``v_{-1} = tau^2``, the smallest
+  value Algorithm 2 allows (``v_{-1} >= tau^2``).
+* ``p_i = n_i / sum n_j`` (the paper writes a plain mean over the sampled
+  clients; sample weighting matches FedAvg and lets PA3Fed pass its weights).
+* Only trainable parameters are optimised; buffers (BN statistics) take the
+  weighted average, integer buffers the max.
+* Defaults follow Reddi et al.'s typical setting: eta = 0.01, beta1 = 0.9,
+  beta2 = 0.99, tau = 1e-3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, Literal, Mapping, Sequence
+
+import torch
+
+from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+from chillfl.options import require
+
+ServerOptimizer = Literal["adam", "yogi", "adagrad"]
+
+
+@dataclass(frozen=True)
+class FedOptOptions:
+    """Server optimiser hyper-parameters: ``server_lr`` (eta), ``beta1``, ``beta2``, ``tau`` (epsilon)."""
+
+    server_lr: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.99
+    tau: float = 1e-3
+
+    def validate(self, section: str) -> None:
+        require(self.server_lr > 0, f"{section}.server_lr", f"must be > 0, got {self.server_lr}")
+        require(0 <= self.beta1 < 1, f"{section}.beta1", f"must be in [0, 1), got {self.beta1}")
+        require(0 <= self.beta2 < 1, f"{section}.beta2", f"must be in [0, 1), got {self.beta2}")
+        require(self.tau > 0, f"{section}.tau", f"must be > 0, got {self.tau}")
+
+
+class FedOpt:
+    """Adaptive server optimiser over the pseudo-gradient; keeps ``m`` and ``v`` per key."""
+
+    def __init__(self, optimizer: ServerOptimizer, options: FedOptOptions = FedOptOptions(), param_keys: Collection[str] | None = None) -> None:
+        if optimizer not in ("adam", "yogi", "adagrad"):
+            raise ValueError(f"unknown server optimizer {optimizer!r}; allowed: adagrad, adam, yogi")
+        self.optimizer = optimizer
+        self.options = options
+        self.param_keys = None if param_keys is None else list(param_keys)
+        self.m: Params = {}
+        self.v: Params = {}
+
+    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
+        return sample_weights(results)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return Downlink()
+
+    def _second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
+        b2 = self.options.beta2
+        if self.optimizer == "adagrad":
+            return v + d2
+        if self.optimizer == "yogi":
+            return v - (1 - b2) * d2 * torch.sign(v - d2)
+        return b2 * v + (1 - b2) * d2
+
+    def aggregate(
+        self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
+    ) -> Params:
+        o = self.options
+        w = self.default_weights(results) if weights is None else weights
+        out = weighted_average([r.params for r in results], w)
+        keys = self.param_keys if self.param_keys is not None else list(global_params)
+        for k in keys:
+            x = global_params[k]
+            if not torch.is_floating_point(x):
+                continue
+            delta = out[k].double() - x.double()
+            m = self.m.get(k, torch.zeros_like(delta))
+            v = self.v.get(k, torch.full_like(delta, o.tau**2))
+            m = o.beta1 * m + (1 - o.beta1) * delta
+            v = self._second_moment(v, delta**2)
+            self.m[k], self.v[k] = m, v
+            out[k] = (x.double() + o.server_lr * m / (v.sqrt() + o.tau)).to(x.dtype)
+        return out
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return {}

@@ -1,0 +1,77 @@
+"""FedProx (Li et al., MLSys 2020): FedAvg plus a proximal term in the local objective.
+
+Local objective of client i (Li et al., Eq. 2)::
+
+    h_i(w; w^t) = F_i(w) + mu/2 * ||w - w^t||^2
+
+so the term's gradient is ``mu * (w - w^t)``: it pulls the local model back to
+the global model the round started from. Aggregation is FedAvg,
+``w^{t+1} = sum_i p_i w_i`` with ``p_i = n_i / sum_j n_j`` over the round's
+clients (or caller-supplied weights, which is how PA3Fed plugs in).
+
+Choices
+-------
+* The proximal term covers the trainable parameters only (the keys the
+  training loop differentiates); buffers such as BN statistics are not
+  penalised.
+* ``mu = 0`` is allowed (it is exactly FedAvg) but logs a warning, since it
+  is almost always a configuration mistake.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+from chillfl.options import require
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FedProxOptions:
+    """``mu``: proximal coefficient (default 0.01, Li et al. tune it in {0.001, 0.01, 0.1, 1})."""
+
+    mu: float = 0.01
+
+    def validate(self, section: str) -> None:
+        require(self.mu >= 0, f"{section}.mu", f"must be >= 0, got {self.mu}")
+
+
+class ProximalTerm:
+    """``mu/2 * sum_k ||w_k - w^t_k||^2`` over the trainable keys; reads ``mu`` and ``global_params``."""
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
+        anchor: Mapping[str, torch.Tensor] = context["global_params"]
+        parts = [((params[k] - anchor[k].detach()) ** 2).sum() for k in params if k in anchor]
+        total = torch.stack(parts).sum() if parts else torch.zeros(())
+        return 0.5 * context["mu"] * total
+
+
+class FedProx:
+    """FedAvg aggregation that also sends ``mu`` and the global model for :class:`ProximalTerm`."""
+
+    def __init__(self, options: FedProxOptions = FedProxOptions()) -> None:
+        self.mu = options.mu
+        if self.mu == 0:
+            log.warning("FedProx with mu = 0 is equivalent to FedAvg")
+
+    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
+        """p_i = n_i / sum_j n_j."""
+        return sample_weights(results)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return Downlink(context={"mu": self.mu, "global_params": global_params})
+
+    def aggregate(
+        self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
+    ) -> Params:
+        w = self.default_weights(results) if weights is None else weights
+        return weighted_average([r.params for r in results], w)
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return {}

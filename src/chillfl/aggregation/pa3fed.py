@@ -1,0 +1,257 @@
+"""PA3Fed (period-aware adaptive aggregation), as a wrapper over any base aggregator.
+
+Per round t (PA3Fed, Algorithm 1):
+
+* client i, after local training, reports its score on its whole local
+  training set (Eq. 8) ``s_i^t = E_{(x,y) in D_i}[-log softmax(f(x))_y]``
+  (:func:`client_score`, ``extras["score"]``) and its local gradient norm
+  ``||g_i||`` (:func:`gradient_norm`, ``extras["grad_norm"]``);
+* stability coefficient (Eq. 10), with ``t - sigma`` the client's previous
+  participation: ``alpha_i = exp(-beta * |s_i^{t-sigma} - s_i^t|)``; 1 on a
+  client's first participation;
+* FGN(t) = sum_i m_i eta_i ||g_i||^2 (Eqs. 4-5) and the period check
+  (FGN(t) - FGN(t-1)) / FGN(t-1) > delta (Eq. 6), see :mod:`chillfl.metrics.fgn`;
+* inside a CLP the base aggregator averages with weights ``m_i * alpha_i``
+  renormalised (Alg. 1, line 20), outside with its own weights ``m_i``.
+
+The base decides how weights enter (FedAvg/FedProx/FedMut/VRL-SGD average
+models, FedNova weights normalised updates, SCAFFOLD/FedOpt weight updates):
+any aggregator with ``default_weights(results)`` and
+``aggregate(..., weights=...)`` works, and so does the plain
+:class:`~chillfl.aggregation.base.FedAvg`. PA3Fed multiplies the base's own
+weights by ``alpha_i``.
+
+Choices
+-------
+* Eq. 10's sign is garbled in the paper. Default (``signed = False``):
+  ``exp(-beta * |s^{t-sigma} - s^t|)``, the reading under which "clients with
+  greater stability are given more weight" (alpha <= 1, equal to 1 for an
+  unchanged score). ``signed = True``: ``exp(-beta * (s^{t-sigma} - s^t))``,
+  as printed (no absolute value), which is > 1 when the score rises and < 1 when it falls.
+* The paper says the score "should show a gradual increase", yet Eq. 8 is a
+  cross-entropy (lower is better); Eq. 8 is implemented as written.
+* Score model: Algorithm 1 computes ``s_i^t`` after local training, so the
+  caller evaluates the trained local model; Eq. 8 has a plain softmax, so the
+  score is taken at T = 1 even when training uses logit chilling.
+* Gradient: ``||g_i||`` is the norm of the gradient of the mean loss over the
+  client's whole local training set at its model after local training
+  (Alg. 1 line 9 follows local training). ``per_sample=True`` gives instead
+  sqrt(mean_n ||g(x_n, y_n)||^2), the per-sample form of Eqs. 2 and 4 whose
+  square is the empirical FIM trace.
+* The score history is updated every round the client participates, inside
+  or outside a CLP. ``mode`` is the ablation of Fig. 7: ``clp`` (adapt in
+  CLP only, default), ``always`` (every round), ``never`` (base method).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
+
+import torch
+import torch.nn.functional as F
+from torch.func import grad, vmap
+
+from chillfl.aggregation.base import Aggregator, ClientResult, Downlink, FedAvg, Params, sample_weights, weighted_average
+from chillfl.metrics.fgn import federated_gradient_norm, is_clp
+from chillfl.options import require
+
+PA3Mode = Literal["clp", "always", "never"]
+
+
+@dataclass(frozen=True)
+class PA3FedOptions:
+    """PA3Fed options; paper defaults beta = 0.3, delta = 0.01 (Experiments setup).
+
+    ``base`` / ``base_options`` name the wrapped algorithm when PA3Fed is built
+    through the registry (``algorithm.name = "pa3fed"``).
+    """
+
+    beta: float = 0.3
+    delta: float = 0.01
+    mode: PA3Mode = "clp"
+    signed: bool = False
+    fgn_scale_by_lr: bool = True
+    first_round_clp: bool = False
+    base: str = "fedavg"
+    base_options: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self, section: str) -> None:
+        require(self.beta >= 0, f"{section}.beta", f"must be >= 0, got {self.beta}")
+        require(math.isfinite(self.delta), f"{section}.delta", f"must be a finite number, got {self.delta}")
+
+
+def stability_coefficient(previous_score: float | None, score: float, beta: float, *, signed: bool = False) -> float:
+    """Eq. 10: exp(-beta * |s^{t-sigma} - s^t|) (or the signed difference); 1 without a previous score."""
+    if previous_score is None:
+        return 1.0
+    diff = previous_score - score
+    return math.exp(-beta * (diff if signed else abs(diff)))
+
+
+@torch.no_grad()
+def client_score(forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor, *, batch_size: int = 1024) -> float:
+    """Eq. 8: mean of -log softmax(f(x))_y over the client's whole local data (T = 1)."""
+    if len(y) == 0:
+        raise ValueError("client_score needs at least one sample")
+    total = 0.0
+    for i in range(0, len(y), batch_size):
+        total += float(F.cross_entropy(forward(x[i : i + batch_size]), y[i : i + batch_size], reduction="sum"))
+    return total / len(y)
+
+
+LossOnBatch = Callable[[Mapping[str, torch.Tensor], torch.Tensor, torch.Tensor], torch.Tensor]
+"""loss_fn(params, x, y) -> mean loss of the batch (e.g. temperature CE via functional_call)."""
+
+
+def gradient_norm(
+    loss_fn: LossOnBatch,
+    params: Mapping[str, torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    per_sample: bool = False,
+    batch_size: int = 1024,
+) -> float:
+    """||grad_w mean_n loss(w; x_n, y_n)|| over all of (x, y), or the RMS per-sample norm if ``per_sample``.
+
+    Full-data mode accumulates chunk gradients weighted by chunk size, so the
+    result is the exact full-batch gradient whatever ``batch_size`` is.
+    ``loss_fn`` must be a pure function of ``params`` (use the model in eval
+    mode so BN statistics are not updated).
+    """
+    n = len(y)
+    if n == 0:
+        raise ValueError("gradient_norm needs at least one sample")
+    p = {k: v.detach() for k, v in params.items()}
+    if per_sample:
+        def one(q: Mapping[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+            return loss_fn(q, xi.unsqueeze(0), yi.unsqueeze(0))
+
+        per = vmap(grad(one), in_dims=(None, 0, 0))
+        sq = 0.0
+        for i in range(0, n, batch_size):
+            g = per(p, x[i : i + batch_size], y[i : i + batch_size])
+            sq += float(sum((v.double().reshape(v.shape[0], -1) ** 2).sum() for v in g.values()))
+        return math.sqrt(sq / n)
+    total = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in p.items()}
+    g_fn = grad(loss_fn)
+    for i in range(0, n, batch_size):
+        xb, yb = x[i : i + batch_size], y[i : i + batch_size]
+        g = g_fn(p, xb, yb)
+        for k in total:
+            total[k] += g[k].double() * (len(yb) / n)
+    return math.sqrt(sum(float((v**2).sum()) for v in total.values()))
+
+
+@runtime_checkable
+class WeightedAggregator(Protocol):
+    """An aggregator whose client weights can be replaced (what PA3Fed needs from its base)."""
+
+    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
+        """The weights the aggregator uses on its own (m_i for the FedAvg family)."""
+        ...
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        ...
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None) -> Params:
+        """``weights`` (summing to 1) replace ``default_weights(results)`` when given."""
+        ...
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        ...
+
+
+class _WeightedFedAvg:
+    """Adapter giving the plain base.FedAvg the weights hook."""
+
+    def __init__(self, inner: FedAvg) -> None:
+        self.inner = inner
+
+    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
+        return sample_weights(results)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return self.inner.downlink(client_id, round, global_params)
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None) -> Params:
+        w = self.default_weights(results) if weights is None else weights
+        return weighted_average([r.params for r in results], w)
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return self.inner.round_metrics()
+
+
+def _with_weights(base: Aggregator) -> WeightedAggregator:
+    if isinstance(base, WeightedAggregator):
+        return base
+    if isinstance(base, FedAvg):
+        return _WeightedFedAvg(base)
+    raise TypeError(f"PA3Fed needs a base aggregator with default_weights() and aggregate(..., weights=...), got {type(base).__name__}")
+
+
+class PA3Fed:
+    """Period-aware adaptive aggregation around ``base``; keeps FGN(t-1) and each client's last score."""
+
+    def __init__(self, base: Aggregator, options: PA3FedOptions = PA3FedOptions()) -> None:
+        self.base = _with_weights(base)
+        self.options = options
+        self.last_score: dict[int, float] = {}
+        self.previous_fgn: float | None = None
+        self._metrics: dict[str, Any] = {}
+
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        hook = getattr(self.base, "begin_round", None)
+        if callable(hook):
+            hook(round, client_ids)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return self.base.downlink(client_id, round, global_params)
+
+    def _fgn(self, results: Sequence[ClientResult]) -> float | None:
+        if not all("grad_norm" in r.extras for r in results):
+            if self.options.mode == "clp":
+                raise ValueError("PA3Fed mode 'clp' needs extras['grad_norm'] from every client")
+            return None
+        return federated_gradient_norm(
+            [float(r.extras["grad_norm"]) for r in results],
+            [r.num_samples for r in results],
+            [r.lr for r in results],
+            scale_by_lr=self.options.fgn_scale_by_lr,
+        )
+
+    def _alphas(self, results: Sequence[ClientResult]) -> dict[int, float]:
+        o = self.options
+        alphas: dict[int, float] = {}
+        for r in results:
+            if "score" not in r.extras:
+                if o.mode != "never":
+                    raise ValueError(f"PA3Fed needs extras['score'] from every client (client {r.client_id})")
+                continue
+            score = float(r.extras["score"])
+            alphas[r.client_id] = stability_coefficient(self.last_score.get(r.client_id), score, o.beta, signed=o.signed)
+            self.last_score[r.client_id] = score
+        return alphas
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        o = self.options
+        fgn = self._fgn(results)
+        clp = fgn is not None and is_clp(self.previous_fgn, fgn, o.delta, first=o.first_round_clp)
+        if fgn is not None:
+            self.previous_fgn = fgn
+        alphas = self._alphas(results)
+        adapt = o.mode == "always" or (o.mode == "clp" and clp)
+        if adapt:
+            a = torch.tensor([alphas[r.client_id] for r in results], dtype=torch.float64)
+            w = self.base.default_weights(results).to(torch.float64) * a
+            out = self.base.aggregate(global_params, results, round, weights=w / w.sum())
+        else:
+            out = self.base.aggregate(global_params, results, round)
+        base_metrics = dict(self.base.round_metrics())
+        self._metrics = {**base_metrics, "fgn": fgn, "clp": clp, "adapted": adapt, "alphas": alphas}
+        return out
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return self._metrics

@@ -1,0 +1,118 @@
+"""Algorithms by name: ``[algorithm] name = "..."`` -> (aggregator, local objective terms).
+
+Every entry parses its own option table with :func:`chillfl.options.parse_options`,
+so a typo in ``algorithm.mu`` fails at start-up with the allowed keys.
+``pa3fed`` wraps another entry: ``{name = "pa3fed", base = "fedprox",
+base_options = {mu = 0.01}, beta = 0.3}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from torch import nn
+
+from chillfl.aggregation.base import Aggregator, FedAvg
+from chillfl.aggregation.fedbn import FedBN, FedBNOptions, batchnorm_keys
+from chillfl.aggregation.fedmut import FedMut, FedMutOptions
+from chillfl.aggregation.fednova import FedNova, FedNovaOptions
+from chillfl.aggregation.fedopt import FedOpt, FedOptOptions, ServerOptimizer
+from chillfl.aggregation.fedprox import FedProx, FedProxOptions, ProximalTerm
+from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions
+from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, ScaffoldOptions
+from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
+from chillfl.errors import choice_error
+from chillfl.options import parse_options
+from chillfl.training.objective import LossTerm
+
+Built = tuple[Aggregator, list[LossTerm]]
+
+
+@dataclass(frozen=True)
+class FedAvgOptions:
+    """FedAvg has no options."""
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What every builder may need besides its options."""
+
+    num_clients: int
+    model: nn.Module
+    seed: int
+    section: str = "algorithm"
+
+    def param_keys(self) -> list[str]:
+        return [name for name, _ in self.model.named_parameters()]
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """An algorithm's option dataclass and how to build it."""
+
+    options: type
+    build: Callable[[Any, BuildContext], Built]
+    summary: str
+
+
+def _fedopt(kind: ServerOptimizer) -> Callable[[Any, BuildContext], Built]:
+    return lambda o, ctx: (FedOpt(kind, o, ctx.param_keys()), [])
+
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {
+    "fedavg": AlgorithmSpec(FedAvgOptions, lambda o, ctx: (FedAvg(), []), "FedAvg (McMahan et al. 2017)"),
+    "fedprox": AlgorithmSpec(FedProxOptions, lambda o, ctx: (FedProx(o), [ProximalTerm()]), "FedAvg + proximal term (Li et al. 2020)"),
+    "scaffold": AlgorithmSpec(
+        ScaffoldOptions,
+        lambda o, ctx: (Scaffold(ctx.num_clients, o, ctx.param_keys()), [LinearCorrectionTerm()]),
+        "control variates, option II (Karimireddy et al. 2020)",
+    ),
+    "fednova": AlgorithmSpec(FedNovaOptions, lambda o, ctx: (FedNova(o, ctx.param_keys()), []), "normalised averaging (Wang et al. 2020)"),
+    "fedadam": AlgorithmSpec(FedOptOptions, _fedopt("adam"), "server Adam (Reddi et al. 2021)"),
+    "fedyogi": AlgorithmSpec(FedOptOptions, _fedopt("yogi"), "server Yogi (Reddi et al. 2021)"),
+    "fedadagrad": AlgorithmSpec(FedOptOptions, _fedopt("adagrad"), "server Adagrad (Reddi et al. 2021)"),
+    "fedbn": AlgorithmSpec(FedBNOptions, lambda o, ctx: (FedBN(batchnorm_keys(ctx.model), o), []), "local batch norm (Li et al. 2021)"),
+    "vrl_sgd": AlgorithmSpec(
+        VRLSGDOptions, lambda o, ctx: (VRLSGD(o, ctx.param_keys()), [LinearCorrectionTerm()]), "variance-reduced local SGD (Liang et al. 2019)"
+    ),
+    "fedmut": AlgorithmSpec(FedMutOptions, lambda o, ctx: (FedMut(ctx.seed, o, ctx.param_keys()), []), "stochastic mutation (Hu et al. 2024)"),
+    "pa3fed": AlgorithmSpec(PA3FedOptions, lambda o, ctx: _build_pa3fed(o, ctx), "period-aware adaptive aggregation over a base (PA3Fed)"),
+}
+
+
+def algorithm_names() -> list[str]:
+    return sorted(ALGORITHMS)
+
+
+def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
+    """PA3Fed around the ``base`` entry, which keeps its own local objective terms."""
+    bases = [n for n in algorithm_names() if n != "pa3fed"]
+    if options.base not in bases:
+        raise choice_error(f"{ctx.section}.base", options.base, bases)
+    base, terms = make_aggregator(
+        options.base,
+        options.base_options,
+        num_clients=ctx.num_clients,
+        model=ctx.model,
+        seed=ctx.seed,
+        section=f"{ctx.section}.base_options",
+    )
+    return PA3Fed(base, options), terms
+
+
+def make_aggregator(
+    name: str,
+    options: Mapping[str, Any] | None,
+    *,
+    num_clients: int,
+    model: nn.Module,
+    seed: int,
+    section: str = "algorithm",
+) -> Built:
+    """Build algorithm ``name`` from its option table; unknown names and options raise ConfigError."""
+    if name not in ALGORITHMS:
+        raise choice_error(f"{section}.name", name, algorithm_names())
+    spec = ALGORITHMS[name]
+    parsed = parse_options(spec.options, options, section)
+    return spec.build(parsed, BuildContext(num_clients=num_clients, model=model, seed=seed, section=section))

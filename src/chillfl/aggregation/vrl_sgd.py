@@ -1,0 +1,79 @@
+"""VRL-SGD (Liang et al., 2019, "Variance Reduced Local SGD with Lower Communication Complexity").
+
+Each worker i keeps ``Delta_i`` (zeros at start, so the first period is plain
+local SGD: the paper's warm-up). Local steps (Liang et al., Alg. 1)
+
+    x_i <- x_i - gamma * (grad f_i(x_i; xi) - Delta_i)
+
+are obtained from the shared training loop with :class:`LinearCorrectionTerm`
+and ``context["correction"] = -Delta_i`` (the term's gradient). At the
+communication step, with ``x_hat`` the new average model and ``k`` the
+worker's number of local steps,
+
+    x_hat   = sum_i p_i x_i
+    Delta_i <- Delta_i + (x_hat - x_i) / (k * gamma)
+
+so ``Delta_i`` tracks ``grad f_i - grad f``, the worker's gradient bias, and
+the corrected step follows the global gradient.
+
+Choices
+-------
+* VRL-SGD assumes every worker takes part in every round. With client
+  sampling, only the round's clients update their ``Delta_i`` (others keep
+  theirs), and ``x_hat`` is the average over the round's clients.
+* ``p_i = n_i / sum n_j`` (the paper uses 1/N with equal shards); caller
+  weights (PA3Fed) replace ``p_i``, so ``sum_i p_i (x_hat - x_i) = 0`` still holds.
+* ``k`` and ``gamma`` are each client's reported ``num_steps`` and ``lr``.
+* Only trainable parameters carry ``Delta_i``; buffers are averaged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, Mapping, Sequence
+
+import torch
+
+from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+
+
+@dataclass(frozen=True)
+class VRLSGDOptions:
+    """VRL-SGD has no hyper-parameter besides the local optimiser's (k and gamma come from the clients)."""
+
+
+class VRLSGD:
+    """Server side of VRL-SGD: averages models and keeps every client's ``Delta_i``."""
+
+    def __init__(self, options: VRLSGDOptions = VRLSGDOptions(), param_keys: Collection[str] | None = None) -> None:
+        self.options = options
+        self.param_keys = None if param_keys is None else list(param_keys)
+        self.deltas: dict[int, Params] = {}
+
+    def _keys(self, state: Params) -> list[str]:
+        keys = self.param_keys if self.param_keys is not None else list(state)
+        return [k for k in keys if torch.is_floating_point(state[k])]
+
+    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
+        return sample_weights(results)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        own = self.deltas.get(client_id)
+        correction = {k: -own[k] if own is not None else torch.zeros_like(global_params[k]) for k in self._keys(global_params)}
+        return Downlink(context={"correction": correction})
+
+    def aggregate(
+        self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
+    ) -> Params:
+        w = self.default_weights(results) if weights is None else weights
+        out = weighted_average([r.params for r in results], w)
+        keys = self._keys(global_params)
+        for r in results:
+            if r.num_steps < 1 or r.lr <= 0:
+                raise ValueError(f"VRL-SGD needs num_steps >= 1 and lr > 0 (client {r.client_id})")
+            old = self.deltas.get(r.client_id) or {k: torch.zeros_like(global_params[k]) for k in keys}
+            self.deltas[r.client_id] = {k: old[k] + (out[k] - r.params[k]) / (r.num_steps * r.lr) for k in keys}
+        return out
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return {}

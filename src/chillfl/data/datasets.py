@@ -1,0 +1,278 @@
+"""Dataset registry: every dataset as one in-memory :class:`ArrayDataset`.
+
+Embedded datasets need no download and have a fixed train/test split that does
+not depend on the run seed:
+
+``digits``     scikit-learn's 8x8 digits as 1x8x8 images, stratified 80/20 split.
+``mnist1d``    Greydanus' MNIST-1D, generated procedurally by the ``mnist1d``
+               package (shape 1x40).
+``synthetic``  Synthetic(alpha, beta) of Li et al. 2020 (FedProx, Sec. 5.1), with
+               its natural per-client split in ``train_groups`` / ``test_groups``.
+
+Real datasets (``cifar10``, ``cifar100``, ``svhn``, ``mnist``, ``fashion_mnist``,
+``uci_har``) are read from ``data_dir`` by :mod:`chillfl.data.loaders`.
+
+Choices
+-------
+* Images are scaled to [0, 1] and then standardised per channel with the train
+  set's mean and std (also ``digits`` and ``uci_har``); ``mnist1d`` keeps the
+  package's own global standardisation; ``synthetic`` is left raw, as in FedProx.
+* Synthetic: FedProx writes u_k ~ N(0, alpha), B_k ~ N(0, beta); its reference
+  generator uses alpha and beta as standard deviations, and so do we. The
+  covariance Sigma_jj = j^-1.2 is a variance. Client sizes are
+  floor(lognormal(size_log_mean, size_log_sigma)) + min_samples (the
+  "power law" sizes of FedProx; its defaults 4, 2, 50). Each client's samples
+  are split 80/20 into train/test by a fixed seed.
+* ``mnist1d`` calls the package's generator, which seeds Python's and numpy's
+  global RNGs; we save and restore both so that the caller's state is untouched.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, NamedTuple
+
+import numpy as np
+import torch
+
+from chillfl.data import loaders
+from chillfl.data.loaders import RawSplit
+from chillfl.errors import ConfigError, choice_error
+from chillfl.options import parse_options, require
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayDataset:
+    """A dataset held in memory as tensors, with a fixed train/test split."""
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    train_groups: tuple[np.ndarray, ...] | None = None
+    test_groups: tuple[np.ndarray, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.x_train) != len(self.y_train) or len(self.x_test) != len(self.y_test):
+            raise ValueError(f"dataset {self.name!r}: inputs and labels differ in length")
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel (axis 1) standardisation with train statistics, as float32 tensors."""
+    axes = tuple(i for i in range(x_train.ndim) if i != 1)
+    mean = x_train.mean(axis=axes, dtype=np.float64, keepdims=True)
+    std = x_train.std(axis=axes, dtype=np.float64, keepdims=True)
+    mean32 = mean.astype(np.float32)
+    std32 = np.where(std > 0, std, 1.0).astype(np.float32)
+
+    def norm(x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy((x.astype(np.float32, copy=False) - mean32) / std32)
+
+    return norm(x_train), norm(x_test)
+
+
+def _from_raw(name: str, raw: RawSplit) -> ArrayDataset:
+    for y, part in ((raw.y_train, "train"), (raw.y_test, "test")):
+        if len(y) and (y.min() < 0 or y.max() >= raw.num_classes):
+            raise ConfigError(loaders.DATA_DIR_FIELD, f"{name} {part} labels outside 0..{raw.num_classes - 1}: corrupt files?")
+    scale = np.float32(255.0 if raw.x_train.dtype == np.uint8 else 1.0)
+    x_train, x_test = standardise(raw.x_train.astype(np.float32) / scale, raw.x_test.astype(np.float32) / scale)
+    return ArrayDataset(
+        name,
+        x_train,
+        torch.from_numpy(raw.y_train.astype(np.int64)),
+        x_test,
+        torch.from_numpy(raw.y_test.astype(np.int64)),
+        raw.num_classes,
+    )
+
+
+def stratified_split(labels: np.ndarray, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted (train, test) indices with round(test_fraction * n_c) test samples of each class c."""
+    test = []
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        test.append(idx[: int(np.floor(test_fraction * len(idx) + 0.5))])
+    test_idx = np.sort(np.concatenate(test))
+    return np.setdiff1d(np.arange(len(labels)), test_idx), test_idx
+
+
+# ---------------------------------------------------------------- embedded datasets
+
+
+@dataclass(frozen=True)
+class DigitsOptions:
+    """``test_fraction``: share of each class held out; ``split_seed``: fixes the split."""
+
+    test_fraction: float = 0.2
+    split_seed: int = 0
+
+    def validate(self, section: str) -> None:
+        require(0 < self.test_fraction < 1, f"{section}.test_fraction", f"must be in (0, 1), got {self.test_fraction}")
+
+
+def build_digits(opts: DigitsOptions, data_dir: Path) -> ArrayDataset:
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    train, test = stratified_split(y, opts.test_fraction, np.random.default_rng(opts.split_seed))
+    images = (x / 16.0).reshape(-1, 1, 8, 8)
+    x_train, x_test = standardise(images[train], images[test])
+    y_train, y_test = torch.from_numpy(y[train].astype(np.int64)), torch.from_numpy(y[test].astype(np.int64))
+    return ArrayDataset("digits", x_train, y_train, x_test, y_test, 10)
+
+
+@dataclass(frozen=True)
+class Mnist1dOptions:
+    """``num_samples``: total generated (train + test); ``seed``: generator seed (42 = the package's default)."""
+
+    num_samples: int = 5000
+    seed: int = 42
+    train_split: float = 0.8
+
+    def validate(self, section: str) -> None:
+        require(100 <= self.num_samples <= 200_000, f"{section}.num_samples", f"must be in [100, 200000], got {self.num_samples}")
+        require(0 < self.train_split < 1, f"{section}.train_split", f"must be in (0, 1), got {self.train_split}")
+
+
+def build_mnist1d(opts: Mnist1dOptions, data_dir: Path) -> ArrayDataset:
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    args = get_dataset_args()
+    args.num_samples, args.seed, args.train_split = opts.num_samples, opts.seed, opts.train_split
+    py_state, np_state = random.getstate(), np.random.get_state()
+    try:
+        data = make_dataset(args)
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+
+    def x(a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(a, dtype=np.float32)[:, None, :])
+
+    def y(a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(a, dtype=np.int64))
+
+    return ArrayDataset("mnist1d", x(data["x"]), y(data["y"]), x(data["x_test"]), y(data["y_test"]), 10)
+
+
+@dataclass(frozen=True)
+class SyntheticOptions:
+    """FedProx Synthetic(alpha, beta): alpha = model heterogeneity, beta = input heterogeneity."""
+
+    num_clients: int = 30
+    alpha: float = 1.0
+    beta: float = 1.0
+    dim: int = 60
+    num_classes: int = 10
+    seed: int = 0
+    size_log_mean: float = 4.0
+    size_log_sigma: float = 2.0
+    min_samples: int = 50
+    test_fraction: float = 0.2
+
+    def validate(self, section: str) -> None:
+        require(self.num_clients >= 1, f"{section}.num_clients", f"must be >= 1, got {self.num_clients}")
+        require(self.alpha >= 0, f"{section}.alpha", f"must be >= 0, got {self.alpha}")
+        require(self.beta >= 0, f"{section}.beta", f"must be >= 0, got {self.beta}")
+        require(self.dim >= 1, f"{section}.dim", f"must be >= 1, got {self.dim}")
+        require(self.num_classes >= 2, f"{section}.num_classes", f"must be >= 2, got {self.num_classes}")
+        require(self.size_log_sigma >= 0, f"{section}.size_log_sigma", f"must be >= 0, got {self.size_log_sigma}")
+        require(self.min_samples >= 2, f"{section}.min_samples", f"must be >= 2, got {self.min_samples}")
+        require(0 < self.test_fraction < 1, f"{section}.test_fraction", f"must be in (0, 1), got {self.test_fraction}")
+
+
+def synthetic_client(
+    rng: np.random.Generator, n: int, alpha: float, beta: float, dim: int, classes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """n samples of one FedProx Synthetic client: x ~ N(v_k, Sigma), y = argmax(W_k x + b_k)."""
+    u = rng.normal(0.0, alpha)  # u_k ~ N(0, alpha)
+    w = rng.normal(u, 1.0, (classes, dim))  # W_k ~ N(u_k, 1)
+    b = rng.normal(u, 1.0, classes)  # b_k ~ N(u_k, 1)
+    big_b = rng.normal(0.0, beta)  # B_k ~ N(0, beta)
+    v = rng.normal(big_b, 1.0, dim)  # v_k[j] ~ N(B_k, 1)
+    var = np.arange(1, dim + 1, dtype=np.float64) ** -1.2  # Sigma_jj = j^-1.2
+    x = v + rng.standard_normal((n, dim)) * np.sqrt(var)
+    y = np.argmax(x @ w.T + b, axis=1)  # argmax of softmax == argmax of logits
+    return x.astype(np.float32), y.astype(np.int64)
+
+
+def build_synthetic(opts: SyntheticOptions, data_dir: Path) -> ArrayDataset:
+    rng = np.random.default_rng(opts.seed)
+    sizes = rng.lognormal(opts.size_log_mean, opts.size_log_sigma, opts.num_clients).astype(np.int64) + opts.min_samples
+    train_parts: list[tuple[np.ndarray, np.ndarray]] = []
+    test_parts: list[tuple[np.ndarray, np.ndarray]] = []
+    for n in sizes:
+        x, y = synthetic_client(rng, int(n), opts.alpha, opts.beta, opts.dim, opts.num_classes)
+        perm = rng.permutation(int(n))
+        n_test = max(1, int(np.floor(opts.test_fraction * n + 0.5)))
+        train_parts.append((x[perm[n_test:]], y[perm[n_test:]]))
+        test_parts.append((x[perm[:n_test]], y[perm[:n_test]]))
+
+    def stack(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[torch.Tensor, torch.Tensor, tuple[np.ndarray, ...]]:
+        ends = np.cumsum([len(p[1]) for p in parts])
+        groups = tuple(np.arange(end - len(p[1]), end) for end, p in zip(ends, parts))
+        xs = torch.from_numpy(np.concatenate([p[0] for p in parts]))
+        return xs, torch.from_numpy(np.concatenate([p[1] for p in parts])), groups
+
+    x_train, y_train, train_groups = stack(train_parts)
+    x_test, y_test, test_groups = stack(test_parts)
+    return ArrayDataset("synthetic", x_train, y_train, x_test, y_test, opts.num_classes, train_groups, test_groups)
+
+
+# ---------------------------------------------------------------- registry
+
+
+class DatasetEntry(NamedTuple):
+    options: type
+    build: Callable[[Any, Path], ArrayDataset]
+
+
+def _real(name: str, reader: Callable[[Path, Any], RawSplit]) -> Callable[[Any, Path], ArrayDataset]:
+    def build(opts: Any, data_dir: Path) -> ArrayDataset:
+        return _from_raw(name, reader(data_dir, opts))
+
+    return build
+
+
+DATASETS: dict[str, DatasetEntry] = {
+    "digits": DatasetEntry(DigitsOptions, build_digits),
+    "mnist1d": DatasetEntry(Mnist1dOptions, build_mnist1d),
+    "synthetic": DatasetEntry(SyntheticOptions, build_synthetic),
+    "cifar10": DatasetEntry(loaders.NoOptions, _real("cifar10", loaders.load_cifar10)),
+    "cifar100": DatasetEntry(loaders.Cifar100Options, _real("cifar100", loaders.load_cifar100)),
+    "svhn": DatasetEntry(loaders.NoOptions, _real("svhn", loaders.load_svhn)),
+    "mnist": DatasetEntry(loaders.NoOptions, _real("mnist", loaders.load_mnist)),
+    "fashion_mnist": DatasetEntry(loaders.NoOptions, _real("fashion_mnist", loaders.load_fashion_mnist)),
+    "uci_har": DatasetEntry(loaders.NoOptions, _real("uci_har", loaders.load_uci_har)),
+}
+
+
+def dataset_names() -> list[str]:
+    return sorted(DATASETS)
+
+
+def load_dataset(
+    name: str,
+    options: Mapping[str, Any] | None = None,
+    *,
+    data_dir: str | Path = "data",
+    section: str = "dataset",
+) -> ArrayDataset:
+    """Build dataset ``name`` from its option table (the ``[dataset]`` table without ``name``)."""
+    if name not in DATASETS:
+        raise choice_error(f"{section}.name", name, dataset_names())
+    entry = DATASETS[name]
+    opts = parse_options(entry.options, options, section)
+    return entry.build(opts, Path(data_dir))

@@ -1,0 +1,197 @@
+"""FederatedData: a dataset split over clients, with per-client eval splits and a public pool.
+
+:func:`build_federated_data` is a pure function of (dataset, options, seed):
+every random choice draws from a generator spawned from ``seed`` for one
+purpose (public pool, partition, eval splits, feature noise), so the same seed
+gives identical indices and noise whatever else changes.
+
+Client evaluation splits (``client_eval``):
+
+* ``"proportional"``: each client's split is drawn from the global test set
+  with the class proportions of the client's training data (SCARLET Sec. IV,
+  Fig. 6; FedChill Sec. 4.2.2, where the validation set comes from the test
+  set). Sizes per class are the largest-remainder rounding of
+  ``client_eval_size * proportions`` and are drawn without replacement.
+* ``"natural"``: the dataset's own per-client test split (``synthetic``).
+* ``"none"``: empty arrays.
+
+Choices
+-------
+* Proportions come from the client's actual train label counts
+  (``eval_proportions="train"``). SCARLET partitions the test set "with the
+  same Dirichlet distribution"; ``eval_proportions="drawn"`` uses the
+  partitioner's drawn proportions instead when it has them.
+* If the test set has fewer samples of a class than a client's share, the
+  missing samples go to the client's other classes in proportion; if all of the
+  client's classes run out the split is smaller than ``client_eval_size``. A
+  client without training data gets an empty split. Different clients' splits
+  may overlap (each is its own sample of the shared test set).
+* The public pool (for distillation) is a uniform random subset of the train
+  set, removed before partitioning; a natural split simply loses those indices.
+* Feature noise (``feature_noise`` partitioner): x + sigma_i * N(0, 1) on the
+  normalised inputs, regenerated on each call from a seed derived from
+  (seed, client id, split), so it is fixed per client and costs no memory.
+  The global test set and the public pool stay clean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+import numpy as np
+import torch
+
+from chillfl.data.datasets import ArrayDataset
+from chillfl.data.partition import NUM_CLIENTS_FIELD, Partition, allocate_counts, partition
+from chillfl.errors import ConfigError, choice_error
+from chillfl.options import require
+
+CLIENT_EVAL_FIELD = "eval.client_split"
+CLIENT_EVAL_SIZE_FIELD = "eval.client_split_size"
+PUBLIC_SIZE_FIELD = "distillation.public_size"
+CLIENT_EVAL_MODES = ("none", "proportional", "natural")
+
+_PUBLIC, _PARTITION, _EVAL, _NOISE = range(4)  # spawn keys of the per-purpose RNG streams
+
+
+def _rng(seed: int, purpose: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(purpose,)))
+
+
+def noise_seed(seed: int, client_id: int, split: int) -> int:
+    """Torch seed of one client's feature noise (split 0: train, 1: eval)."""
+    state = np.random.SeedSequence(seed, spawn_key=(_NOISE, client_id, split)).generate_state(1, np.uint64)[0]
+    return int(state) & 0x7FFF_FFFF_FFFF_FFFF
+
+
+@dataclass
+class FederatedData:
+    """Per-client index views of one :class:`ArrayDataset`."""
+
+    dataset: ArrayDataset
+    train_indices: list[np.ndarray]
+    eval_indices: list[np.ndarray]
+    noise: list[float] | None
+    public_indices: np.ndarray
+    seed: int = 0
+    class_proportions: np.ndarray | None = None
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.train_indices)
+
+    @property
+    def num_classes(self) -> int:
+        return self.dataset.num_classes
+
+    def _noisy(self, x: torch.Tensor, cid: int, split: int) -> torch.Tensor:
+        if self.noise is None or self.noise[cid] == 0 or len(x) == 0:
+            return x
+        gen = torch.Generator().manual_seed(noise_seed(self.seed, cid, split))
+        return x + self.noise[cid] * torch.randn(x.shape, generator=gen, dtype=x.dtype)
+
+    def client_train(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Client ``cid``'s training inputs (with its fixed feature noise, if any) and labels."""
+        idx = torch.from_numpy(self.train_indices[cid])
+        return self._noisy(self.dataset.x_train[idx], cid, 0), self.dataset.y_train[idx]
+
+    def client_eval(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Client ``cid``'s own validation/test split, taken from the test set (same noise rule)."""
+        idx = torch.from_numpy(self.eval_indices[cid])
+        return self._noisy(self.dataset.x_test[idx], cid, 1), self.dataset.y_test[idx]
+
+    def test(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The global (server) test set, clean."""
+        return self.dataset.x_test, self.dataset.y_test
+
+    def public(self) -> torch.Tensor:
+        """Unlabelled public pool inputs (empty when public_size == 0)."""
+        return self.dataset.x_train[torch.from_numpy(self.public_indices)]
+
+    def class_counts(self) -> np.ndarray:
+        """[clients, classes] train label counts."""
+        y = self.dataset.y_train.numpy()
+        return np.stack([np.bincount(y[ix], minlength=self.num_classes) for ix in self.train_indices]).astype(np.int64)
+
+
+def _proportional_eval(
+    counts: np.ndarray, test_labels: np.ndarray, size: int, num_classes: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Per client, test indices whose class mix follows ``counts[i]`` (rows: weights per class)."""
+    pools = [np.flatnonzero(test_labels == c) for c in range(num_classes)]
+    available = np.array([len(p) for p in pools], dtype=np.int64)
+    out = []
+    for row in counts:
+        if row.sum() <= 0:
+            out.append(np.zeros(0, dtype=np.int64))
+            continue
+        take = allocate_counts(size, row, available, spill=False)
+        parts = [rng.choice(pools[c], size=int(take[c]), replace=False) for c in range(num_classes) if take[c] > 0]
+        out.append(np.sort(np.concatenate(parts)).astype(np.int64))
+    return out
+
+
+def build_federated_data(
+    dataset: ArrayDataset,
+    *,
+    num_clients: int,
+    partitioner: str,
+    partition_options: Mapping[str, Any] | None,
+    seed: int,
+    client_eval: str = "proportional",
+    client_eval_size: int = 100,
+    public_size: int = 0,
+    eval_proportions: Literal["train", "drawn"] = "train",
+) -> FederatedData:
+    """Split ``dataset`` over ``num_clients`` clients; see the module docstring."""
+    n = len(dataset.y_train)
+    if client_eval not in CLIENT_EVAL_MODES:
+        raise choice_error(CLIENT_EVAL_FIELD, client_eval, CLIENT_EVAL_MODES)
+    require(client_eval_size >= 1, CLIENT_EVAL_SIZE_FIELD, f"must be >= 1, got {client_eval_size}")
+    require(0 <= public_size < n, PUBLIC_SIZE_FIELD, f"must be in [0, {n - 1}] (train set has {n} samples), got {public_size}")
+    require(num_clients >= 1, NUM_CLIENTS_FIELD, f"must be >= 1, got {num_clients}")
+    require(
+        num_clients <= n - public_size,
+        NUM_CLIENTS_FIELD,
+        f"must be <= the {n - public_size} training samples left after the public pool, got {num_clients}",
+    )
+    require(seed >= 0, "seed", f"must be >= 0, got {seed}")
+
+    public = np.sort(_rng(seed, _PUBLIC).permutation(n)[:public_size]).astype(np.int64)
+    rest = np.setdiff1d(np.arange(n), public)
+    sub = dataset
+    if dataset.train_groups is not None and public_size > 0:
+        position = np.full(n, -1, dtype=np.int64)
+        position[rest] = np.arange(len(rest))
+        groups = tuple(position[g][position[g] >= 0] for g in dataset.train_groups)
+        sub = dataclasses.replace(dataset, train_groups=groups)
+    labels = dataset.y_train.numpy()[rest]
+    part: Partition = partition(partitioner, labels, num_clients, _rng(seed, _PARTITION), partition_options, dataset=sub)
+    train = [rest[ix] for ix in part.client_indices]
+
+    if client_eval == "none":
+        evals = [np.zeros(0, dtype=np.int64) for _ in train]
+    elif client_eval == "natural":
+        groups = dataset.test_groups
+        if groups is None:
+            raise ConfigError(
+                CLIENT_EVAL_FIELD,
+                f"'natural' needs a dataset with per-client test groups (e.g. synthetic); "
+                f"{dataset.name!r} has none; allowed here: none, proportional",
+            )
+        require(
+            len(groups) == num_clients,
+            NUM_CLIENTS_FIELD,
+            f"must equal the dataset's {len(groups)} natural clients for client_split 'natural', got {num_clients}",
+        )
+        evals = [np.asarray(g, dtype=np.int64) for g in groups]
+    else:
+        y = dataset.y_train.numpy()
+        weights = np.stack([np.bincount(y[ix], minlength=dataset.num_classes) for ix in train]).astype(np.float64)
+        if eval_proportions == "drawn" and part.class_proportions is not None:
+            weights = np.where(weights.sum(axis=1, keepdims=True) > 0, part.class_proportions, 0.0)
+        evals = _proportional_eval(weights, dataset.y_test.numpy(), client_eval_size, dataset.num_classes, _rng(seed, _EVAL))
+
+    return FederatedData(dataset, train, evals, part.client_noise, public, seed, part.class_proportions)

@@ -1,0 +1,469 @@
+"""Partitioners: split a labelled train set over federated clients.
+
+Each partitioner declares a frozen options dataclass (parsed with
+:func:`chillfl.options.parse_options`) and a split function. All randomness
+comes from the ``np.random.Generator`` passed in, so a partition is a pure
+function of (labels, num_clients, options, generator state).
+
+Partitioners
+------------
+``iid``                 equal-size random split.
+``dirichlet``           label skew, Hsu et al. 2019: for each class, its samples are
+                        split over clients with proportions ~ Dir(alpha * 1).
+``dirichlet_balanced``  FedChill Sec. 4.2.2: label skew with balanced client sizes,
+                        then each client keeps a fraction ``frac``.
+``shards``              pathological split of McMahan et al. 2017 / FLex&Chill Sec. 4:
+                        sort by label, cut into shards, give each client a few shards.
+``quantity_skew``       PA3Fed "Experimental Setup": client sizes ~ Dir(h), optionally
+                        with label skew ``label_alpha``.
+``feature_noise``       FedChill Sec. 5.2.3 / Table 6: IID labels, per-client Gaussian
+                        input noise with sigma spread over [sigma_min, sigma_max].
+``natural``             the dataset's own per-client split (``synthetic``).
+
+Choices
+-------
+* ``dirichlet`` (``scheme="class"``, default) follows Hsu et al. and the
+  per-class reading used by SCARLET / FedNova. ``scheme="client"`` is the
+  FLex&Chill appendix reading: p^(i) ~ Dir(alpha) per client and
+  n_k^(i) = floor(|D_k| p_k^(i)); when a class is over-subscribed
+  (sum_i p_k^(i) > 1) its column is scaled by 1 / sum_i p_k^(i) so that no
+  sample is reused. Samples left over by the floors stay unused.
+* ``dirichlet_balanced``: FedChill's text says "for each class, sample
+  proportions from Dir(alpha*1) ... adjusted to ensure balanced client
+  datasets". Default ``scheme="client"``: client i draws p_i ~ Dir(alpha) and
+  receives floor/ceil(N / K) samples with those proportions; when a class runs
+  out, the missing samples go to the client's other classes in proportion to
+  p_i (then to any class still available). Clients are filled in a random
+  order so that no client id is systematically last. ``scheme="class"`` is the
+  literal per-class reading with the common balancing rule: a client that
+  already holds >= N / K samples gets no share of the next classes.
+  ``frac`` keeps round(frac * n_i) samples of each client, stratified by class.
+* ``quantity_skew``: PA3Fed says client data proportions are ~ Dir(h) and that
+  "both the number of data points and class distributions are unbalanced".
+  Sizes are min_size + Dir(h)-proportional shares of the rest; labels are IID
+  by default and follow p_i ~ Dir(label_alpha) when ``label_alpha`` is set.
+  The per-class scheme of Wang et al. 2020 (which skews both at once) is
+  ``dirichlet`` with ``alpha = h``.
+* ``feature_noise``: sigmas are evenly spaced (``spacing="linear"``, client 0
+  gets sigma_min) or drawn uniformly (``spacing="random"``). The noise is added
+  to the normalised inputs the model sees (see ``chillfl.data.federated``).
+* ``shards``: shards are cut from the label-sorted order as in McMahan et al.,
+  so a shard can straddle two classes when class sizes are not multiples of
+  ``shard_size``; samples beyond ``num_shards * shard_size`` are unused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple
+
+import numpy as np
+
+from chillfl.errors import ConfigError, choice_error
+from chillfl.options import parse_options, require
+
+if TYPE_CHECKING:
+    from chillfl.data.datasets import ArrayDataset
+
+NUM_CLIENTS_FIELD = "federation.num_clients"
+
+
+@dataclass
+class Partition:
+    """Per-client indices into the train set (sorted, disjoint) plus partitioner extras."""
+
+    client_indices: list[np.ndarray]
+    client_noise: list[float] | None = None
+    class_proportions: np.ndarray | None = None
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.array([len(ix) for ix in self.client_indices], dtype=np.int64)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def proportional_counts(weights: np.ndarray, total: int) -> np.ndarray:
+    """Integers proportional to ``weights`` that sum exactly to ``total``.
+
+    Largest-remainder (Hamilton) rounding: floor every share, then give the
+    leftover units to the largest fractional parts (ties: lowest index).
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    counts = np.zeros(len(w), dtype=np.int64)
+    if total <= 0:
+        return counts
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+        raise ValueError(f"weights must be non-negative with a positive sum, got {w}")
+    exact = w / w.sum() * total
+    counts = np.floor(exact).astype(np.int64)
+    left = int(total - counts.sum())
+    order = np.argsort(-(exact - counts), kind="stable")
+    counts[order[:left]] += 1
+    return counts
+
+
+def allocate_counts(total: int, weights: np.ndarray, available: np.ndarray, *, spill: bool) -> np.ndarray:
+    """Per-class counts summing to ``total`` (or less), following ``weights`` but never above ``available``.
+
+    When a class runs out, its missing share goes to the classes with positive
+    weight that still have samples, in proportion to their weights. With
+    ``spill=True`` any remainder then goes to the other available classes (in
+    proportion to what they have left); with ``spill=False`` the result may sum
+    to less than ``total``.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    avail = np.asarray(available, dtype=np.int64)
+    take = np.zeros(len(w), dtype=np.int64)
+    need = int(total)
+    while need > 0:
+        left = avail - take
+        share = np.where(left > 0, w, 0.0)
+        if share.sum() <= 0:
+            if not spill or left.sum() <= 0:
+                break
+            share = left.astype(np.float64)
+        got = np.minimum(proportional_counts(share, need), left)
+        take += got
+        need -= int(got.sum())
+    return take
+
+
+def split_by_proportions(indices: np.ndarray, proportions: np.ndarray) -> list[np.ndarray]:
+    """Cut ``indices`` into consecutive chunks of sizes floor-cumulative(p * n).
+
+    Chunk k ends at floor(n * (p_1 + ... + p_k)), the last at n, so every index
+    is used exactly once.
+    """
+    cuts = (np.cumsum(proportions) * len(indices)).astype(np.int64)[:-1]
+    return np.split(indices, np.clip(cuts, 0, len(indices)))
+
+
+def dirichlet(rng: np.random.Generator, alpha: float, size: int) -> np.ndarray:
+    """One draw from Dir(alpha * 1_size); degenerate draws (tiny alpha) become one-hot, the alpha -> 0 limit."""
+    p = rng.dirichlet(np.full(size, alpha))
+    if not np.all(np.isfinite(p)) or p.sum() <= 0:
+        p = np.zeros(size)
+        p[rng.integers(size)] = 1.0
+    return p
+
+
+def _class_pools(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffled indices of each class."""
+    return [rng.permutation(np.flatnonzero(labels == c)) for c in range(num_classes)]
+
+
+def _fill_clients(
+    sizes: np.ndarray, proportions: np.ndarray, pools: list[np.ndarray], rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Give client i ``sizes[i]`` samples following ``proportions[i]``, without reuse (clients in random order)."""
+    available = np.array([len(p) for p in pools], dtype=np.int64)
+    used = np.zeros_like(available)
+    out: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(sizes)
+    for i in rng.permutation(len(sizes)):
+        counts = allocate_counts(int(sizes[i]), proportions[i], available - used, spill=True)
+        out[i] = np.concatenate([pools[c][used[c] : used[c] + counts[c]] for c in range(len(pools))])
+        used += counts
+    return out
+
+
+def _subsample(indices: np.ndarray, labels: np.ndarray, frac: float, num_classes: int) -> np.ndarray:
+    """Keep round(frac * n) of ``indices`` (at least 1), stratified by class; ``indices`` are already shuffled."""
+    if frac >= 1.0 or len(indices) == 0:
+        return indices
+    keep = max(1, int(np.floor(frac * len(indices) + 0.5)))
+    per_class = np.bincount(labels[indices], minlength=num_classes)
+    counts = proportional_counts(per_class, keep)
+    return np.concatenate([indices[labels[indices] == c][: counts[c]] for c in range(num_classes)])
+
+
+def _balanced_sizes(n: int, k: int) -> np.ndarray:
+    """k sizes differing by at most one and summing to n."""
+    return np.array([n // k + (1 if i < n % k else 0) for i in range(k)], dtype=np.int64)
+
+
+# ---------------------------------------------------------------- partitioners
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A partitioner without options."""
+
+
+def _iid(
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: NoOptions, section: str, dataset: "ArrayDataset | None"
+) -> Partition:
+    return Partition(list(np.array_split(rng.permutation(len(labels)), k)))
+
+
+@dataclass(frozen=True)
+class DirichletOptions:
+    """``alpha``: concentration (> 0); ``min_size``: redraw until every client has this many samples."""
+
+    alpha: float = 0.5
+    min_size: int = 0
+    max_retries: int = 1000
+    scheme: Literal["class", "client"] = "class"
+
+    def validate(self, section: str) -> None:
+        require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
+        require(self.min_size >= 0, f"{section}.min_size", f"must be >= 0, got {self.min_size}")
+        require(self.max_retries >= 1, f"{section}.max_retries", f"must be >= 1, got {self.max_retries}")
+
+
+def _dirichlet_once(labels: np.ndarray, k: int, c: int, rng: np.random.Generator, opts: DirichletOptions) -> Partition:
+    pools = _class_pools(labels, c, rng)
+    parts: list[list[np.ndarray]] = [[] for _ in range(k)]
+    props = None
+    if opts.scheme == "class":
+        for pool in pools:
+            for i, chunk in enumerate(split_by_proportions(pool, dirichlet(rng, opts.alpha, k))):
+                parts[i].append(chunk)
+    else:
+        props = np.stack([dirichlet(rng, opts.alpha, c) for _ in range(k)])
+        scale = np.maximum(props.sum(axis=0), 1.0)
+        for cls, pool in enumerate(pools):
+            counts = np.floor(len(pool) * props[:, cls] / scale[cls]).astype(np.int64)
+            ends = np.cumsum(counts)
+            for i in range(k):
+                parts[i].append(pool[ends[i] - counts[i] : ends[i]])
+    return Partition([np.concatenate(p) for p in parts], class_proportions=props)
+
+
+def _dirichlet(
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: DirichletOptions, section: str, dataset: "ArrayDataset | None"
+) -> Partition:
+    require(
+        opts.min_size * k <= len(labels),
+        f"{section}.min_size",
+        f"min_size * num_clients = {opts.min_size * k} exceeds the {len(labels)} training samples",
+    )
+    c = _num_classes(labels, dataset)
+    for _ in range(opts.max_retries):
+        part = _dirichlet_once(labels, k, c, rng, opts)
+        if part.sizes.min() >= opts.min_size:
+            return part
+    raise ConfigError(
+        f"{section}.min_size",
+        f"no draw gave every client >= {opts.min_size} samples in {opts.max_retries} tries; lower min_size or raise alpha",
+    )
+
+
+@dataclass(frozen=True)
+class DirichletBalancedOptions:
+    """``alpha``: concentration (> 0); ``frac`` in (0, 1]: share of its samples each client keeps."""
+
+    alpha: float = 0.5
+    frac: float = 1.0
+    scheme: Literal["client", "class"] = "client"
+
+    def validate(self, section: str) -> None:
+        require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
+        require(0 < self.frac <= 1, f"{section}.frac", f"must be in (0, 1], got {self.frac}")
+
+
+def _dirichlet_balanced(
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: DirichletBalancedOptions, section: str, dataset: "ArrayDataset | None"
+) -> Partition:
+    c = _num_classes(labels, dataset)
+    n = len(labels)
+    props = None
+    if opts.scheme == "client":
+        props = np.stack([dirichlet(rng, opts.alpha, c) for _ in range(k)])
+        clients = _fill_clients(_balanced_sizes(n, k), props, _class_pools(labels, c, rng), rng)
+    else:
+        parts: list[list[np.ndarray]] = [[] for _ in range(k)]
+        held = np.zeros(k, dtype=np.int64)
+        for pool in _class_pools(labels, c, rng):
+            p = dirichlet(rng, opts.alpha, k) * (held < n / k)
+            p = p / p.sum() if p.sum() > 0 else (held < n / k) / np.sum(held < n / k)
+            for i, chunk in enumerate(split_by_proportions(pool, p)):
+                parts[i].append(chunk)
+                held[i] += len(chunk)
+        clients = [np.concatenate(p) for p in parts]
+    clients = [_subsample(rng.permutation(ix), labels, opts.frac, c) for ix in clients]
+    return Partition(clients, class_proportions=props)
+
+
+@dataclass(frozen=True)
+class ShardsOptions:
+    """``shard_size``: samples per shard (None: N // (num_clients * shards_per_client))."""
+
+    shard_size: int | None = None
+    shards_per_client: int = 2
+
+    def validate(self, section: str) -> None:
+        require(self.shard_size is None or self.shard_size >= 1, f"{section}.shard_size", f"must be >= 1, got {self.shard_size}")
+        require(self.shards_per_client >= 1, f"{section}.shards_per_client", f"must be >= 1, got {self.shards_per_client}")
+
+
+def _shards(
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: ShardsOptions, section: str, dataset: "ArrayDataset | None"
+) -> Partition:
+    n, spc = len(labels), opts.shards_per_client
+    size = opts.shard_size if opts.shard_size is not None else n // (k * spc)
+    require(
+        size >= 1,
+        f"{section}.shards_per_client",
+        f"num_clients * shards_per_client = {k * spc} exceeds the {n} training samples",
+    )
+    num_shards = n // size
+    require(
+        k * spc <= num_shards,
+        f"{section}.shards_per_client",
+        f"num_clients * shards_per_client = {k * spc} exceeds the {num_shards} shards of size {size} in {n} samples",
+    )
+    shuffled = rng.permutation(n)
+    by_label = shuffled[np.argsort(labels[shuffled], kind="stable")]
+    shards = by_label[: num_shards * size].reshape(num_shards, size)
+    chosen = rng.permutation(num_shards)[: k * spc].reshape(k, spc)
+    return Partition([shards[row].reshape(-1) for row in chosen])
+
+
+@dataclass(frozen=True)
+class QuantitySkewOptions:
+    """``h``: Dir(h) concentration of client sizes; ``label_alpha``: optional label skew; ``min_size``: floor per client."""
+
+    h: float = 0.5
+    label_alpha: float | None = None
+    min_size: int = 1
+
+    def validate(self, section: str) -> None:
+        require(self.h > 0, f"{section}.h", f"must be > 0, got {self.h}")
+        require(
+            self.label_alpha is None or self.label_alpha > 0,
+            f"{section}.label_alpha",
+            f"must be > 0 (or unset), got {self.label_alpha}",
+        )
+        require(self.min_size >= 0, f"{section}.min_size", f"must be >= 0, got {self.min_size}")
+
+
+def _quantity_skew(
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: QuantitySkewOptions, section: str, dataset: "ArrayDataset | None"
+) -> Partition:
+    n = len(labels)
+    require(
+        opts.min_size * k <= n,
+        f"{section}.min_size",
+        f"min_size * num_clients = {opts.min_size * k} exceeds the {n} training samples",
+    )
+    sizes = opts.min_size + proportional_counts(dirichlet(rng, opts.h, k), n - opts.min_size * k)
+    if opts.label_alpha is None:
+        return Partition(np.split(rng.permutation(n), np.cumsum(sizes)[:-1]))
+    c = _num_classes(labels, dataset)
+    props = np.stack([dirichlet(rng, opts.label_alpha, c) for _ in range(k)])
+    return Partition(_fill_clients(sizes, props, _class_pools(labels, c, rng), rng), class_proportions=props)
+
+
+@dataclass(frozen=True)
+class FeatureNoiseOptions:
+    """Per-client Gaussian input noise std in [sigma_min, sigma_max] (FedChill Table 6 uses [0.1, 0.3])."""
+
+    sigma_min: float = 0.1
+    sigma_max: float = 0.3
+    spacing: Literal["linear", "random"] = "linear"
+
+    def validate(self, section: str) -> None:
+        require(self.sigma_min >= 0, f"{section}.sigma_min", f"must be >= 0, got {self.sigma_min}")
+        require(
+            self.sigma_max >= self.sigma_min,
+            f"{section}.sigma_max",
+            f"must be >= sigma_min={self.sigma_min}, got {self.sigma_max}",
+        )
+
+
+def _feature_noise(
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: FeatureNoiseOptions, section: str, dataset: "ArrayDataset | None"
+) -> Partition:
+    part = _iid(labels, k, rng, NoOptions(), section, dataset)
+    if opts.spacing == "linear":
+        sigmas = np.linspace(opts.sigma_min, opts.sigma_max, k)
+    else:
+        sigmas = rng.uniform(opts.sigma_min, opts.sigma_max, k)
+    part.client_noise = [float(s) for s in sigmas]
+    return part
+
+
+def _natural(
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: NoOptions, section: str, dataset: "ArrayDataset | None"
+) -> Partition:
+    groups = None if dataset is None else dataset.train_groups
+    if groups is None:
+        name = "none" if dataset is None else dataset.name
+        raise ConfigError(
+            f"{section}.name",
+            f"'natural' needs a dataset with its own client split (e.g. synthetic); dataset {name!r} has none",
+        )
+    require(
+        len(groups) == k,
+        NUM_CLIENTS_FIELD,
+        f"must equal the dataset's {len(groups)} natural clients for partition 'natural', got {k}",
+    )
+    out = [np.asarray(g, dtype=np.int64) for g in groups]
+    flat = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    if len(flat) and (flat.min() < 0 or flat.max() >= len(labels) or len(np.unique(flat)) != len(flat)):
+        name = dataset.name if dataset is not None else "none"
+        raise ConfigError(f"{section}.name", f"dataset {name!r} has overlapping or out-of-range train_groups")
+    return Partition(out)
+
+
+# ---------------------------------------------------------------- registry
+
+
+class PartitionerEntry(NamedTuple):
+    options: type
+    split: Callable[..., Partition]
+
+
+PARTITIONERS: dict[str, PartitionerEntry] = {
+    "iid": PartitionerEntry(NoOptions, _iid),
+    "dirichlet": PartitionerEntry(DirichletOptions, _dirichlet),
+    "dirichlet_balanced": PartitionerEntry(DirichletBalancedOptions, _dirichlet_balanced),
+    "shards": PartitionerEntry(ShardsOptions, _shards),
+    "quantity_skew": PartitionerEntry(QuantitySkewOptions, _quantity_skew),
+    "feature_noise": PartitionerEntry(FeatureNoiseOptions, _feature_noise),
+    "natural": PartitionerEntry(NoOptions, _natural),
+}
+
+
+def partitioner_names() -> list[str]:
+    return sorted(PARTITIONERS)
+
+
+def _num_classes(labels: np.ndarray, dataset: "ArrayDataset | None") -> int:
+    top = int(labels.max()) + 1 if len(labels) else 0
+    return max(top, dataset.num_classes) if dataset is not None else top
+
+
+def partition(
+    name: str,
+    labels: np.ndarray,
+    num_clients: int,
+    rng: np.random.Generator,
+    options: Mapping[str, Any] | None = None,
+    *,
+    section: str = "partition",
+    dataset: "ArrayDataset | None" = None,
+) -> Partition:
+    """Split ``labels``' indices over ``num_clients`` clients with partitioner ``name``.
+
+    Returned indices are sorted per client and never shared between clients.
+    """
+    if name not in PARTITIONERS:
+        raise choice_error(f"{section}.name", name, partitioner_names())
+    entry = PARTITIONERS[name]
+    opts = parse_options(entry.options, options, section)
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or (len(labels) and labels.min() < 0):
+        raise ValueError("labels must be a 1-D array of class ids >= 0")
+    labels = labels.astype(np.int64)
+    require(num_clients >= 1, NUM_CLIENTS_FIELD, f"must be >= 1, got {num_clients}")
+    require(
+        num_clients <= len(labels),
+        NUM_CLIENTS_FIELD,
+        f"must be <= the number of training samples ({len(labels)}), got {num_clients}",
+    )
+    part = entry.split(labels, num_clients, rng, opts, section, dataset)
+    part.client_indices = [np.sort(ix.astype(np.int64)) for ix in part.client_indices]
+    return part

@@ -1,0 +1,71 @@
+"""Human-readable views of a federated split: a text table and a class x client heat map.
+
+The heat map mirrors FLex&Chill Fig. 5/6 and SCARLET Fig. 5: one column per
+client, one row per class, colour = number of training samples.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from chillfl.data.federated import FederatedData
+
+
+def describe(fd: FederatedData) -> str:
+    """Per-client table (train size, eval size, noise sigma, class counts) plus totals."""
+    counts = fd.class_counts()
+    classes = [f"c{c}" for c in range(fd.num_classes)]
+    header = ["client", "train", "eval"] + (["sigma"] if fd.noise is not None else []) + classes
+    rows = []
+    for cid in range(fd.num_clients):
+        row = [str(cid), str(len(fd.train_indices[cid])), str(len(fd.eval_indices[cid]))]
+        if fd.noise is not None:
+            row.append(f"{fd.noise[cid]:.3f}")
+        rows.append(row + [str(v) for v in counts[cid]])
+    total = ["total", str(int(counts.sum())), str(sum(len(e) for e in fd.eval_indices))]
+    if fd.noise is not None:
+        total.append("")
+    rows.append(total + [str(v) for v in counts.sum(axis=0)])
+    widths = [max(len(header[j]), *(len(r[j]) for r in rows)) for j in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(cell.rjust(w) for cell, w in zip(cells, widths))
+
+    sizes = counts.sum(axis=1)
+    summary = (
+        f"{fd.dataset.name}: {fd.num_clients} clients, {fd.num_classes} classes, "
+        f"train sizes min/mean/max {sizes.min()}/{sizes.mean():.1f}/{sizes.max()}, "
+        f"public pool {len(fd.public_indices)}, test set {len(fd.dataset.y_test)}"
+    )
+    return "\n".join([summary, line(header), *(line(r) for r in rows)])
+
+
+def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") -> None:
+    """Save a class x client heat map of ``counts`` ([clients, classes]) as a PNG.
+
+    Counts are written into the cells when the grid has at most 400 cells.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    counts = np.asarray(counts)
+    grid = counts.T  # rows: classes, columns: clients
+    n_classes, n_clients = grid.shape
+    fig = Figure(figsize=(max(4.0, 0.35 * n_clients + 2), max(3.0, 0.3 * n_classes + 1.5)))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    image = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest", origin="lower")
+    fig.colorbar(image, ax=ax, label="samples")
+    ax.set_xlabel("client")
+    ax.set_ylabel("class")
+    if title:
+        ax.set_title(title)
+    if n_classes * n_clients <= 400:
+        top = grid.max() if grid.size else 0
+        for (row, col), value in np.ndenumerate(grid):
+            colour = "black" if value > 0.6 * top else "white"
+            ax.text(col, row, str(int(value)), ha="center", va="center", fontsize=6, color=colour)
+    fig.tight_layout()
+    fig.savefig(str(path), dpi=120)

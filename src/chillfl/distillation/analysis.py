@@ -1,0 +1,116 @@
+"""Analyses behind SCARLET's Figs. 3 and 4: cache hit ratio and entropy curves.
+
+* :func:`simulate_cache_ratio` -- Fig. 3: each round a uniform random subset
+  P^t of the public set is drawn (10 % in the paper); the ratio is the share of
+  P^t served from the cache, i.e. signalled CACHED under the same validity rule
+  and expiry policy as :class:`~chillfl.distillation.cache.ServerCache`
+  (``tests/test_distill_analysis.py`` checks that they agree). The paper
+  suggests choosing D with exactly this kind of simulation (Sec. IV-C).
+* :func:`entropy_vs_temperature` / :func:`entropy_vs_beta` -- Fig. 4 (c)/(d):
+  mean entropy of ERA (Eq. 2) and Enhanced ERA (Eq. 4) outputs over a grid of
+  T or beta.
+
+Plots use matplotlib's object API with the Agg canvas (no pyplot state).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .cache import OnExpire, is_valid
+from .era import entropy, mean_soft_labels, power_sharpen, tempered_softmax
+
+
+def simulate_cache_ratio(
+    num_public: int, subset_size: int, duration_D: int, rounds: int, seed: int, on_expire: OnExpire = "drop"
+) -> list[float]:
+    """Fraction of P^t served from the cache in rounds 1..``rounds`` (Fig. 3)."""
+    if not 0 < subset_size <= num_public:
+        raise ValueError(f"subset_size must be in 1..num_public={num_public}, got {subset_size}")
+    if duration_D < 0 or rounds < 0:
+        raise ValueError("duration_D and rounds must be >= 0")
+    rng = np.random.default_rng(seed)
+    stored = np.full(num_public, -1, dtype=np.int64)  # round stored, -1 = not cached
+    ratios: list[float] = []
+    for t in range(1, rounds + 1):
+        draw = rng.choice(num_public, size=subset_size, replace=False)
+        present = stored[draw] >= 0
+        valid = present & is_valid(stored[draw], t, duration_D)  # the ServerCache rule
+        ratios.append(float(valid.mean()))
+        absent, expired = draw[~present], draw[present & ~valid]
+        stored[absent] = t
+        stored[expired] = t if on_expire == "refresh" else -1
+    return ratios
+
+
+def _as_mean(soft_labels: torch.Tensor) -> torch.Tensor:
+    """Accept averaged soft-labels ``[n, C]`` or per-client ``[K, n, C]`` (averaged here)."""
+    if soft_labels.dim() == 3:
+        return mean_soft_labels(soft_labels)
+    if soft_labels.dim() == 2:
+        return soft_labels
+    raise ValueError(f"soft_labels must be [n, C] or [K, n, C], got shape {tuple(soft_labels.shape)}")
+
+
+def entropy_vs_temperature(soft_labels: torch.Tensor, temps: Sequence[float]) -> np.ndarray:
+    """Mean entropy (nats) of ERA's softmax(zbar / T) for each T (Fig. 4c)."""
+    zbar = _as_mean(soft_labels)
+    return np.array([float(entropy(tempered_softmax(zbar, float(t))).mean()) for t in temps])
+
+
+def entropy_vs_beta(soft_labels: torch.Tensor, betas: Sequence[float]) -> np.ndarray:
+    """Mean entropy (nats) of Enhanced ERA's zbar**beta / sum zbar**beta for each beta (Fig. 4d)."""
+    zbar = _as_mean(soft_labels)
+    return np.array([float(entropy(power_sharpen(zbar, float(b))).mean()) for b in betas])
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(fig)
+    fig.savefig(out, format="png", dpi=100)
+    return out
+
+
+def plot_cache_ratio(ratios_by_duration: Mapping[int, Sequence[float]], path: str | Path) -> Path:
+    """Fig. 3: cached-sample ratio per round, one line per cache duration D."""
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    for d, ratios in sorted(ratios_by_duration.items()):
+        ax.plot(range(1, len(ratios) + 1), ratios, label=f"D={d}")
+    ax.set_xlabel("round")
+    ax.set_ylabel("ratio of cached samples in $P^t$")
+    ax.set_ylim(0, 1)
+    ax.legend()
+    return _save(fig, path)
+
+
+def _plot_curves(xs: Sequence[float], curves: Mapping[str, np.ndarray], xlabel: str, path: str | Path, logx: bool) -> Path:
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    for label, ys in curves.items():
+        ax.plot(list(xs), list(ys), marker="o", label=label)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("mean entropy (nats)")
+    ax.legend()
+    return _save(fig, path)
+
+
+def plot_entropy_vs_temperature(soft_labels_by_name: Mapping[str, torch.Tensor], temps: Sequence[float], path: str | Path) -> Path:
+    """Fig. 4c: ERA entropy against T (log axis), one line per soft-label set."""
+    curves = {name: entropy_vs_temperature(sl, temps) for name, sl in soft_labels_by_name.items()}
+    return _plot_curves(temps, curves, "ERA temperature T", path, logx=True)
+
+
+def plot_entropy_vs_beta(soft_labels_by_name: Mapping[str, torch.Tensor], betas: Sequence[float], path: str | Path) -> Path:
+    """Fig. 4d: Enhanced ERA entropy against beta, one line per soft-label set."""
+    curves = {name: entropy_vs_beta(sl, betas) for name, sl in soft_labels_by_name.items()}
+    return _plot_curves(betas, curves, "Enhanced ERA beta", path, logx=False)

@@ -1,0 +1,451 @@
+"""SCARLET's synchronized soft-label cache (Algorithm 2) and the soft-label messages.
+
+One round ``t`` of the soft-label protocol, as the engine drives it::
+
+    I_t   = sorted draw of public indices (P^t)
+    req   = server.request(t, I_t)                     # I_req^t: not validly cached -> SoftLabelRequest
+    ... participating clients upload soft-labels on req (SoftLabelUplink) ...
+    fresh = enhanced_era(stack of uploads, beta)        # aggregated, in the order of req
+    upd   = server.update(t, I_t, fresh)                # upd.soft_labels: full zhat^t for the server's own
+                                                        # distillation; upd.downlink: SoftLabelDownlink
+    # next round, for each participating client k (before it distils on P^t):
+    delta = server.sync(k, t)                           # catch-up for rounds k missed (empty if none)
+    clients[k].apply_sync(delta)
+    zhat  = clients[k].rebuild(upd.downlink)            # == upd.soft_labels, row for row
+
+Signals (gamma^t in Algorithm 2), one per index of I^t:
+
+* NEWLY_CACHED -- fresh soft-label in the downlink; store it;
+* CACHED       -- read the soft-label from the local cache;
+* EXPIRED      -- fresh soft-label in the downlink; delete the local entry
+  (``on_expire="drop"``, the paper's pseudo-code).
+
+Choices
+-------
+* **One validity rule.** An entry stored at round t_c is valid at round t iff
+  ``t - t_c <= D``. The same predicate decides the request (I_req^t) and the
+  signal. Algorithm 1's pseudo-code requests only ``i not in dom(C_g)``, which
+  ignores expiry, yet UPDATELOCALCACHE pops a *fresh* soft-label for an
+  EXPIRED index -- one the server never asked for. The prose (Section III-C:
+  "Only the samples that are not cached (either not previously stored or whose
+  entries have expired) are selected for soft-label updates") resolves it:
+  expired entries are requested again. Algorithm 2's ``t - t_c <= D`` is the
+  rule used for both. (The authors' code tests ``t_c + D > t`` for the request
+  and ``t - t_c <= D`` for the signal, an off-by-one we do not copy.)
+  Entry stored at t_c: CACHED at t_c + 1 ... t_c + D, expired at t_c + D + 1.
+* **D = 0 is DS-FL.** Every drawn index is requested every round (an entry is
+  only valid in the round it was stored), so the soft-label traffic is that of
+  the baseline; the signals are the only extra bytes and an engine may skip
+  them when ``duration == 0`` (:attr:`ServerCache.caching`).
+* **Expiry.** ``on_expire="drop"`` (default, Algorithm 2): the fresh value is
+  used this round, the entry is deleted on both sides and re-cached the next
+  time the index is drawn. ``"refresh"``: the fresh value replaces the entry
+  with timestamp t and the signal is NEWLY_CACHED, so clients need no option.
+* **Partial participation.** A client that missed downlinks cannot read its
+  cache. The server keeps, per client, the last round whose downlink it
+  applied, and :meth:`ServerCache.sync` returns the entries stored (and the
+  deletions made) strictly between that round and the downlink about to be
+  applied -- changes in the downlink's own round travel in the downlink.
+  Deletions are sent only for entries the client actually holds (the server
+  keeps the lifetimes of dropped entries until every known client has synced
+  past them). Delta bytes:
+  indices of all items + soft-labels of stored items (kind ``"sync"``).
+* **Quantised downlinks.** The cache stores what ``update`` is given; if the
+  downlink is quantised, pass the *dequantised* values so that both caches
+  hold identical numbers.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+import types
+from typing import Literal
+
+import numpy as np
+import torch
+
+from chillfl.errors import ConfigError
+from chillfl.options import require
+
+OnExpire = Literal["drop", "refresh"]
+
+
+class CacheSignal(enum.IntEnum):
+    """gamma^t entries (Algorithm 2); three values -> 2 bits on the wire."""
+
+    NEWLY_CACHED = 0
+    CACHED = 1
+    EXPIRED = 2
+
+
+class CacheOutOfSyncError(RuntimeError):
+    """A client cache was asked to apply a downlink it is not synchronised for."""
+
+
+def is_valid(stored_round: int | np.ndarray, round: int, duration: int) -> bool | np.ndarray:
+    """The one validity rule: an entry stored at ``stored_round`` is valid at ``round`` iff round - stored_round <= D.
+
+    Works elementwise on numpy arrays (used by the Fig. 3 simulation).
+    """
+    return round - stored_round <= duration
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    """SCARLET cache options: ``duration`` = D (Sec. IV: 50 in the main runs, 25 for CFD/COMET/Selective-FD)."""
+
+    duration: int = 50
+    on_expire: OnExpire = "drop"
+
+    def validate(self, section: str) -> None:
+        require(self.duration >= 0, f"{section}.duration", f"must be >= 0, got {self.duration}")
+        require(
+            self.on_expire in ("drop", "refresh"),
+            f"{section}.on_expire",
+            f"unknown value {self.on_expire!r}; allowed: drop, refresh",
+        )
+
+
+def _wire() -> types.ModuleType:
+    # Imported lazily: chillfl.engine may import chillfl.distillation, not the other way round at import time.
+    from chillfl.engine import ledger
+
+    return ledger
+
+
+def _as_index_tensor(indices: torch.Tensor | list[int]) -> torch.Tensor:
+    idx = torch.as_tensor(indices, dtype=torch.long).flatten()
+    if idx.numel() != torch.unique(idx).numel():
+        raise ValueError("public indices of one round must be distinct")
+    return idx
+
+
+@dataclass(frozen=True)
+class SoftLabelRequest:
+    """Server -> clients at the start of round t: I_req^t, the public indices to predict on."""
+
+    round: int
+    indices: torch.Tensor
+
+    def nbytes(self, index_encoding: str = "int32", universe: int | None = None) -> dict[str, int]:
+        return {"indices": _wire().index_bytes(self.indices.numel(), universe, index_encoding)}
+
+
+@dataclass(frozen=True)
+class SoftLabelUplink:
+    """Client -> server: soft-labels ``[n, C]`` on public ``indices`` (``bits``: quantised width, None = dtype).
+
+    The indices are implied by the request unless a selector (Selective-FD)
+    dropped some, so they are counted only when ``send_indices`` is true.
+    """
+
+    client_id: int
+    round: int
+    indices: torch.Tensor
+    soft_labels: torch.Tensor
+    bits: int | None = None
+    send_indices: bool = False
+
+    def __post_init__(self) -> None:
+        if self.soft_labels.dim() != 2 or self.soft_labels.shape[0] != self.indices.numel():
+            raise ValueError(
+                f"soft_labels must be [len(indices), C]; got {tuple(self.soft_labels.shape)} for {self.indices.numel()} indices"
+            )
+
+    def nbytes(self, index_encoding: str = "int32", universe: int | None = None) -> dict[str, int]:
+        ledger = _wire()
+        out = {"soft_labels": ledger.tensor_bytes(self.soft_labels, self.bits)}
+        if self.send_indices:
+            out["indices"] = ledger.index_bytes(self.indices.numel(), universe, index_encoding)
+        return out
+
+
+@dataclass(frozen=True)
+class SoftLabelDownlink:
+    """Server -> clients after round t: gamma^t, zhat_req^t and I^t (Algorithm 1, sent at round t + 1).
+
+    ``soft_labels`` holds only the fresh rows (signals NEWLY_CACHED / EXPIRED),
+    in the order they occur in ``indices``.
+    """
+
+    round: int
+    indices: torch.Tensor
+    signals: torch.Tensor
+    soft_labels: torch.Tensor
+    bits: int | None = None
+
+    def nbytes(self, index_encoding: str = "int32", universe: int | None = None, with_signals: bool = True) -> dict[str, int]:
+        ledger = _wire()
+        out = {
+            "indices": ledger.index_bytes(self.indices.numel(), universe, index_encoding),
+            "soft_labels": ledger.tensor_bytes(self.soft_labels, self.bits),
+        }
+        if with_signals:
+            out["cache_signals"] = ledger.signal_bytes(self.signals.numel())
+        return out
+
+
+@dataclass(frozen=True)
+class CacheSyncDelta:
+    """Catch-up for a client that missed rounds: entries to store and indices to delete.
+
+    Applying it brings the client's cache to the server's state at the end of
+    round ``through_round``, ready for the downlink of ``through_round + 1``.
+    """
+
+    client_id: int
+    through_round: int
+    store_indices: torch.Tensor
+    store_soft_labels: torch.Tensor
+    delete_indices: torch.Tensor
+
+    @property
+    def num_entries(self) -> int:
+        return int(self.store_indices.numel() + self.delete_indices.numel())
+
+    def nbytes(self, index_encoding: str = "int32", universe: int | None = None) -> int:
+        """Indices of every item plus the soft-labels of stored items (all one message of kind ``"sync"``)."""
+        if self.num_entries == 0:
+            return 0
+        ledger = _wire()
+        return ledger.index_bytes(self.num_entries, universe, index_encoding) + ledger.tensor_bytes(
+            self.store_soft_labels
+        )
+
+
+@dataclass(frozen=True)
+class CacheUpdate:
+    """Result of :meth:`ServerCache.update`: the full zhat^t (rows in I^t order) and the downlink to broadcast."""
+
+    soft_labels: torch.Tensor
+    downlink: SoftLabelDownlink
+
+
+@dataclass
+class _Entry:
+    value: torch.Tensor
+    stored_round: int
+
+
+@dataclass
+class ServerCache:
+    """The global cache C_g (Algorithm 2, UPDATEGLOBALCACHE) plus per-client sync bookkeeping."""
+
+    duration: int
+    on_expire: OnExpire = "drop"
+    _entries: dict[int, _Entry] = field(default_factory=dict, init=False, repr=False)
+    # index -> past lifetimes (stored_round, deleted_round) of dropped entries, for catch-up deletions
+    _lifetimes: dict[int, list[tuple[int, int]]] = field(default_factory=dict, init=False, repr=False)
+    _synced: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+    # round -> indices stored or deleted in that round (for catch-up deltas)
+    _changes: dict[int, set[int]] = field(default_factory=dict, init=False, repr=False)
+    _last_round: int | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.duration < 0:
+            raise ConfigError("cache.duration", f"must be >= 0, got {self.duration}")
+        if self.on_expire not in ("drop", "refresh"):
+            raise ConfigError("cache.on_expire", f"unknown value {self.on_expire!r}; allowed: drop, refresh")
+
+    @classmethod
+    def from_options(cls, options: CacheOptions) -> "ServerCache":
+        return cls(duration=options.duration, on_expire=options.on_expire)
+
+    @property
+    def caching(self) -> bool:
+        """False when D = 0: nothing is ever served from the cache (DS-FL traffic)."""
+        return self.duration > 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, index: int) -> bool:
+        return int(index) in self._entries
+
+    def entries(self) -> dict[int, torch.Tensor]:
+        """Snapshot index -> cached soft-label."""
+        return {i: e.value for i, e in self._entries.items()}
+
+    def stored_round(self, index: int) -> int | None:
+        e = self._entries.get(int(index))
+        return None if e is None else e.stored_round
+
+    def _valid(self, index: int, round: int) -> bool:
+        e = self._entries.get(index)
+        return e is not None and bool(is_valid(e.stored_round, round, self.duration))
+
+    def request(self, round: int, indices: torch.Tensor | list[int]) -> torch.Tensor:
+        """I_req^t: the indices of P^t without a valid entry at ``round``, in the order given."""
+        idx = _as_index_tensor(indices)
+        keep = [i for i in idx.tolist() if not self._valid(i, round)]
+        return torch.tensor(keep, dtype=torch.long)
+
+    def update(self, round: int, indices: torch.Tensor | list[int], fresh: torch.Tensor) -> CacheUpdate:
+        """UPDATEGLOBALCACHE for round t: store fresh rows, emit gamma^t, assemble zhat^t.
+
+        ``fresh`` holds the aggregated soft-labels of ``request(round, indices)``
+        in that order. Must be called once per round, rounds increasing.
+        """
+        idx = _as_index_tensor(indices)
+        if self._last_round is not None and round <= self._last_round:
+            raise ValueError(f"rounds must increase: got {round} after {self._last_round}")
+        if fresh.dim() != 2:
+            raise ValueError(f"fresh soft-labels must be [n_req, C], got shape {tuple(fresh.shape)}")
+        index_list = idx.tolist()
+        n_fresh = sum(1 for i in index_list if not self._valid(i, round))
+        if fresh.shape[0] != n_fresh:
+            raise ValueError(f"expected {n_fresh} fresh soft-labels (the requested indices), got {fresh.shape[0]}")
+        num_classes = fresh.shape[1] if n_fresh else self._num_classes(index_list, fresh)
+        full = torch.empty((len(index_list), num_classes), dtype=fresh.dtype)
+        signals = torch.empty(len(index_list), dtype=torch.uint8)
+        changed: set[int] = set()
+        q = 0
+        for pos, i in enumerate(index_list):
+            entry = self._entries.get(i)
+            if entry is not None and bool(is_valid(entry.stored_round, round, self.duration)):
+                full[pos] = entry.value
+                signals[pos] = CacheSignal.CACHED
+                continue
+            value = fresh[q].clone()
+            q += 1
+            full[pos] = value
+            changed.add(i)
+            if entry is None or self.on_expire == "refresh":
+                self._entries[i] = _Entry(value, round)
+                signals[pos] = CacheSignal.NEWLY_CACHED
+            else:
+                del self._entries[i]
+                self._lifetimes.setdefault(i, []).append((entry.stored_round, round))
+                signals[pos] = CacheSignal.EXPIRED
+        self._last_round = round
+        if changed:
+            self._changes[round] = changed
+        downlink = SoftLabelDownlink(round=round, indices=idx.clone(), signals=signals, soft_labels=fresh.clone())
+        return CacheUpdate(soft_labels=full, downlink=downlink)
+
+    def _num_classes(self, index_list: list[int], fresh: torch.Tensor) -> int:
+        for i in index_list:
+            if i in self._entries:
+                return int(self._entries[i].value.shape[-1])
+        return int(fresh.shape[1])
+
+    # ---- partial participation -------------------------------------------------
+    def last_synced(self, client_id: int) -> int | None:
+        """Round of the last downlink the client applied (None: never)."""
+        return self._synced.get(int(client_id))
+
+    def _delta_items(self, client_id: int, round: int) -> tuple[list[int], list[int]]:
+        last = self._synced.get(int(client_id))
+        if last is not None and round <= last:
+            raise ValueError(f"client {client_id} already synced through round {last}; cannot sync for round {round}")
+        if last is None:  # empty client cache: every live entry stored before `round`, nothing to delete
+            return sorted(i for i, e in self._entries.items() if e.stored_round < round), []
+        stores: set[int] = set()
+        deletes: set[int] = set()
+        for u, changed in self._changes.items():
+            if not last < u < round:
+                continue
+            for i in changed:
+                entry = self._entries.get(i)
+                if entry is not None:
+                    if last < entry.stored_round < round:
+                        stores.add(i)
+                    continue  # stored in `round`: the downlink itself overwrites it
+                lives = self._lifetimes.get(i, [])
+                dropped_in_round = bool(lives) and lives[-1][1] == round  # downlink signals EXPIRED
+                held = any(stored <= last < deleted for stored, deleted in lives)
+                if held and not dropped_in_round:
+                    deletes.add(i)
+        return sorted(stores), sorted(deletes)
+
+    def pending_sync_entries(self, client_id: int, round: int) -> int:
+        """Number of items (stores + deletions) :meth:`sync` would send before the downlink of ``round``."""
+        stores, deletes = self._delta_items(client_id, round)
+        return len(stores) + len(deletes)
+
+    def sync(self, client_id: int, round: int) -> CacheSyncDelta:
+        """Catch-up delta to apply before the downlink of ``round``; records the client as synced through ``round``.
+
+        Call it for every participating client before it rebuilds; it is empty
+        (0 bytes) when the client applied the previous round's downlink.
+        """
+        stores, deletes = self._delta_items(client_id, round)
+        values = torch.stack([self._entries[i].value for i in stores]) if stores else torch.empty((0, 0))
+        self._synced[int(client_id)] = round
+        self._prune_changes()
+        return CacheSyncDelta(
+            client_id=int(client_id),
+            through_round=round - 1,
+            store_indices=torch.tensor(stores, dtype=torch.long),
+            store_soft_labels=values,
+            delete_indices=torch.tensor(deletes, dtype=torch.long),
+        )
+
+    def _prune_changes(self) -> None:
+        """Forget change logs no known client can still need (clients never synced take the full-scan path)."""
+        oldest = min(self._synced.values())
+        for u in [u for u in self._changes if u <= oldest]:
+            del self._changes[u]
+        for i in [i for i, lives in self._lifetimes.items() if lives[-1][1] <= oldest]:
+            del self._lifetimes[i]  # no known client can still hold a lifetime that ended by `oldest`
+
+
+@dataclass
+class ClientCache:
+    """A client's local cache C_k (Algorithm 2, UPDATELOCALCACHE)."""
+
+    client_id: int
+    synced_round: int | None = None
+    _values: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def entries(self) -> dict[int, torch.Tensor]:
+        """Snapshot index -> cached soft-label."""
+        return dict(self._values)
+
+    def apply_sync(self, delta: CacheSyncDelta) -> None:
+        """Apply a catch-up delta from :meth:`ServerCache.sync`."""
+        if delta.client_id != self.client_id:
+            raise ValueError(f"delta for client {delta.client_id} applied to client {self.client_id}")
+        for i in delta.delete_indices.tolist():
+            self._values.pop(i, None)
+        for i, value in zip(delta.store_indices.tolist(), delta.store_soft_labels):
+            self._values[i] = value.clone()
+        self.synced_round = delta.through_round
+
+    def rebuild(self, downlink: SoftLabelDownlink) -> torch.Tensor:
+        """UPDATELOCALCACHE: update C_k from gamma^t and return zhat^t for every index of I^t (rows in order)."""
+        if self.synced_round != downlink.round - 1:
+            raise CacheOutOfSyncError(
+                f"client {self.client_id} is synced through round {self.synced_round}; "
+                f"apply ServerCache.sync(...) before the downlink of round {downlink.round}"
+            )
+        fresh = downlink.soft_labels
+        rows: list[torch.Tensor] = []
+        q = 0
+        for i, s in zip(downlink.indices.tolist(), downlink.signals.tolist()):
+            if s == CacheSignal.CACHED:
+                if i not in self._values:
+                    raise CacheOutOfSyncError(f"client {self.client_id}: index {i} signalled CACHED but not in the local cache")
+                rows.append(self._values[i])
+                continue
+            if q >= fresh.shape[0]:
+                raise CacheOutOfSyncError("downlink carries fewer fresh soft-labels than its signals need")
+            value = fresh[q].clone()
+            q += 1
+            if s == CacheSignal.NEWLY_CACHED:
+                self._values[i] = value
+            elif s == CacheSignal.EXPIRED:
+                self._values.pop(i, None)
+            else:
+                raise ValueError(f"unknown cache signal {s}")
+            rows.append(value)
+        if q != fresh.shape[0]:
+            raise CacheOutOfSyncError("downlink carries more fresh soft-labels than its signals use")
+        self.synced_round = downlink.round
+        if not rows:
+            return torch.empty((0, fresh.shape[1] if fresh.dim() == 2 else 0), dtype=fresh.dtype)
+        return torch.stack(rows)

@@ -1,0 +1,176 @@
+"""Communication ledger: every byte that crosses the network, per round, direction and kind.
+
+SCARLET measures "cumulative communication cost ... the total amount of data
+exchanged between the server and clients, including soft-labels and other
+parameters, summed over all clients across communication rounds", excluding
+the one-time download of the public set (Section IV-A, Evaluation Metrics),
+and reports accuracy against it (Figs. 7-10) and the cost to reach a target
+accuracy. Both round protocols (parameter sharing and soft-label sharing)
+record into one :class:`CommunicationLedger` so that methods compare on the
+same axis.
+
+Byte conventions (the helpers below):
+
+* tensors: ``numel * element_size`` (real dtype), or ``ceil(numel * bits / 8)``
+  for a payload quantised to ``bits`` per element (CFD) -- rounded up to whole
+  bytes once per message, not per element;
+* indices: 4 bytes each (int32), or packed ``ceil(log2(universe))`` bits each,
+  rounded up per message (``index_encoding="packed"``);
+* cache signals: 2 bits each (three values: NEWLY_CACHED / CACHED / EXPIRED),
+  rounded up per message.
+
+Choices
+-------
+* Default index encoding is int32: it is what a plain implementation puts on
+  the wire and it overstates SCARLET's overhead rather than understating it.
+  ``"packed"`` (ceil(log2 |P|) bits, 14 bits for |P| = 10,000) is the
+  information-theoretic alternative.
+* Message headers, framing and the cluster ids COMET sends are not counted
+  (SCARLET Appendix B counts COMET's assignment as free).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Literal, Mapping
+
+import torch
+
+from chillfl.options import require
+
+Direction = Literal["up", "down"]
+IndexEncoding = Literal["int32", "packed"]
+
+DIRECTIONS: tuple[str, ...] = ("up", "down")
+KINDS: tuple[str, ...] = ("params", "soft_labels", "indices", "cache_signals", "sync", "control", "other")
+"""Kinds in common use; any non-empty name is accepted."""
+
+SIGNAL_BITS = 2
+
+
+@dataclass(frozen=True)
+class LedgerOptions:
+    """How indices are encoded when bytes are counted (``[communication]`` table)."""
+
+    index_encoding: IndexEncoding = "int32"
+
+    def validate(self, section: str) -> None:
+        require(
+            self.index_encoding in ("int32", "packed"),
+            f"{section}.index_encoding",
+            f"unknown value {self.index_encoding!r}; allowed: int32, packed",
+        )
+
+
+def tensor_bytes(t: torch.Tensor, bits: int | None = None) -> int:
+    """Bytes of one tensor payload: real element size, or ``bits`` per element rounded up per message."""
+    if bits is None:
+        return t.numel() * t.element_size()
+    if bits < 1:
+        raise ValueError(f"bits must be >= 1, got {bits}")
+    return math.ceil(t.numel() * bits / 8)
+
+
+def index_bits(universe: int) -> int:
+    """Bits per index when packed: ceil(log2(universe)), at least 1."""
+    if universe < 1:
+        raise ValueError(f"universe must be >= 1, got {universe}")
+    return max(1, math.ceil(math.log2(universe)))
+
+
+def index_bytes(n: int, universe: int | None = None, encoding: IndexEncoding = "int32") -> int:
+    """Bytes for ``n`` indices into a set of size ``universe``: 4 each (int32) or packed bits rounded up per message."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    if encoding == "int32":
+        return 4 * n
+    if encoding == "packed":
+        if universe is None:
+            raise ValueError("packed index encoding needs the universe size")
+        return math.ceil(n * index_bits(universe) / 8)
+    raise ValueError(f"unknown index encoding {encoding!r}; allowed: int32, packed")
+
+
+def signal_bytes(n: int) -> int:
+    """Bytes for ``n`` cache signals at 2 bits each, rounded up per message."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    return math.ceil(n * SIGNAL_BITS / 8)
+
+
+class CommunicationLedger:
+    """Byte counts per (round, direction, kind) and per client; cumulative totals on demand.
+
+    Totals are aggregated as they are recorded (no per-message list is kept),
+    so a 2,000-round, 100-client run stays small. Keys of the dicts returned
+    by :meth:`round_totals` and :meth:`cumulative`: ``"up"``, ``"down"``,
+    ``"total"`` and ``"<direction>.<kind>"`` (e.g. ``"up.soft_labels"``).
+    """
+
+    def __init__(self) -> None:
+        self._by_round: dict[int, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+        self._by_client: dict[int, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+
+    def record(self, round: int, direction: Direction, kind: str, nbytes: int, client_id: int | None = None) -> None:
+        """Add one message of ``nbytes`` sent in ``direction`` during ``round`` (``client_id``: the client end)."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be 'up' or 'down', got {direction!r}")
+        if not kind:
+            raise ValueError("kind must be a non-empty string")
+        if isinstance(nbytes, bool) or int(nbytes) != nbytes or nbytes < 0:
+            raise ValueError(f"nbytes must be a non-negative integer, got {nbytes!r}")
+        self._by_round[int(round)][(direction, kind)] += int(nbytes)
+        if client_id is not None:
+            self._by_client[int(client_id)][(direction, kind)] += int(nbytes)
+
+    @staticmethod
+    def _totals(cells: Mapping[tuple[str, str], int]) -> dict[str, int]:
+        out: dict[str, int] = {"up": 0, "down": 0, "total": 0}
+        for (direction, kind), nbytes in sorted(cells.items()):
+            out[f"{direction}.{kind}"] = out.get(f"{direction}.{kind}", 0) + nbytes
+            out[direction] += nbytes
+            out["total"] += nbytes
+        return out
+
+    def rounds(self) -> list[int]:
+        """Rounds with at least one record, ascending."""
+        return sorted(self._by_round)
+
+    def round_totals(self, round: int) -> dict[str, int]:
+        """Bytes of one round: up, down, total and per ``direction.kind`` (zeros for an empty round)."""
+        return self._totals(self._by_round.get(int(round), {}))
+
+    def client_totals(self, client_id: int) -> dict[str, int]:
+        """Bytes exchanged with one client over the whole run (records that named it)."""
+        return self._totals(self._by_client.get(int(client_id), {}))
+
+    def cumulative(self, through_round: int | None = None) -> dict[str, int]:
+        """Totals over all rounds ``<= through_round`` (all rounds when None)."""
+        merged: dict[tuple[str, str], int] = defaultdict(int)
+        for r, cells in self._by_round.items():
+            if through_round is None or r <= through_round:
+                for key, nbytes in cells.items():
+                    merged[key] += nbytes
+        return self._totals(merged)
+
+    def cumulative_series(self) -> list[tuple[int, int]]:
+        """(round, cumulative total bytes through that round) for every recorded round: the x-axis of Figs. 7-10."""
+        running = 0
+        series = []
+        for r in self.rounds():
+            running += sum(self._by_round[r].values())
+            series.append((r, running))
+        return series
+
+    def cost_to_reach(self, accuracies_by_round: Mapping[int, float], target: float) -> int | None:
+        """Cumulative bytes through the first round (ascending) whose accuracy is >= target; None if never reached."""
+        for r in sorted(accuracies_by_round):
+            if accuracies_by_round[r] >= target:
+                return self.cumulative(through_round=r)["total"]
+        return None
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        """Per-round totals keyed by the round as a string (JSON-ready)."""
+        return {str(r): self.round_totals(r) for r in self.rounds()}

@@ -1,0 +1,52 @@
+"""Correlation of client characteristics with their best temperature (FedChill, App. A.5).
+
+A.5 asks which client characteristic (heterogeneity score, Gini coefficient,
+dominant-class probability, active classes, dataset size, entropy, KL) best
+predicts each client's optimal temperature, and reports Pearson's r with its
+two-sided p-value (e.g. heterogeneity score r = -0.389, p = 0.267 over 10
+clients). :func:`correlation_table` produces those rows; the per-client
+measures come from :func:`chillfl.temperature.heterogeneity.heterogeneity`
+(raw values, ``normalisation="none"``, or the [0, 1] versions).
+
+Choices
+-------
+* A constant predictor (or constant temperatures) has no defined r: the row
+  gets r = p = NaN instead of scipy's warning.
+* Rows keep the order of ``measures`` (deterministic; sort for display if needed).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+from scipy import stats
+
+
+def correlation_table(measures: Mapping[str, np.ndarray], best_temperature: np.ndarray) -> list[dict[str, Any]]:
+    """One row per measure: ``{"measure", "r", "p", "n"}`` (Pearson r, two-sided p-value)."""
+    t = np.asarray(best_temperature, dtype=np.float64)
+    if t.ndim != 1 or t.size < 2:
+        raise ValueError(f"best_temperature must be a vector of at least 2 clients, got shape {t.shape}")
+    rows: list[dict[str, Any]] = []
+    for name, values in measures.items():
+        x = np.asarray(values, dtype=np.float64)
+        if x.shape != t.shape:
+            raise ValueError(f"measure {name!r} has shape {x.shape}, best_temperature has {t.shape}")
+        if np.ptp(x) == 0 or np.ptp(t) == 0:
+            r, p = math.nan, math.nan
+        else:
+            result = stats.pearsonr(x, t)
+            r, p = float(result.statistic), float(result.pvalue)
+        rows.append({"measure": name, "r": r, "p": p, "n": int(t.size)})
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """Plain-text table: measure, r, p, n (r and p to 3 decimals)."""
+    width = max([len("measure")] + [len(str(row["measure"])) for row in rows])
+    lines = [f"{'measure':<{width}}  {'r':>7}  {'p':>6}  {'n':>4}"]
+    for row in rows:
+        lines.append(f"{row['measure']:<{width}}  {row['r']:>7.3f}  {row['p']:>6.3f}  {row['n']:>4d}")
+    return "\n".join(lines)

@@ -1,0 +1,143 @@
+"""Two-conv CNNs: FLex&Chill's CIFAR10-CNN and McMahan et al.'s CNN.
+
+Both are ``conv5x5 -> ReLU -> maxpool2 -> conv5x5 -> ReLU -> maxpool2 -> FC ->
+ReLU -> FC``, only the widths differ:
+
+* ``flexchill_cnn``: FLex&Chill Table 2 (flexchill.txt): channels 10, 20,
+  hidden 256 (``Linear(500, 256)`` at 3x32x32). Option ``batch_norm`` adds a
+  BatchNorm2d after each conv: the variant FLex&Chill Sec. 4.7 uses for FedBN.
+* ``mcmahan_cnn``: McMahan et al. (2017), "Communication-efficient learning of
+  deep networks from decentralized data", CNN: channels 32, 64, hidden 512.
+  At 3x32x32 with no padding the flatten size is 64*5*5 = 1600 (the CIFAR
+  variant common in FL benchmarks); with ``padding = 2`` on 1x28x28 it is the
+  paper's MNIST CNN with 1,663,370 parameters.
+
+Choices
+-------
+* ``padding`` (None = automatic): the papers use no padding on 32x32; with no
+  padding the layout needs inputs of at least 16x16, so smaller inputs (8x8
+  sklearn digits) get padding 2, i.e. "same" padding for a 5x5 kernel (sizes
+  then go H -> H/2 -> H/4, needing at least 4x4). Set ``padding`` explicitly to
+  override (McMahan's MNIST CNN: 2).
+* ``batch_norm``: the FedBN variant is not spelled out in FLex&Chill; we keep the
+  conv biases and put BatchNorm between each conv and its ReLU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from chillfl.models.common import Shape, conv_out, flat_features, require_image, require_min_size
+from chillfl.options import require
+
+KERNEL = 5
+SAME_PADDING = KERNEL // 2
+
+
+class TwoConvCNN(nn.Module):
+    """conv-ReLU-pool x2, then a ReLU hidden layer and the classifier."""
+
+    def __init__(
+        self,
+        input_shape: Shape,
+        num_classes: int,
+        channels: tuple[int, int],
+        hidden: int,
+        padding: int,
+        batch_norm: bool = False,
+    ) -> None:
+        super().__init__()
+        c1, c2 = channels
+        layers: list[nn.Module] = []
+        for cin, cout in ((input_shape[0], c1), (c1, c2)):
+            layers.append(nn.Conv2d(cin, cout, KERNEL, padding=padding))
+            if batch_norm:
+                layers.append(nn.BatchNorm2d(cout))
+            layers += [nn.ReLU(), nn.MaxPool2d(2)]
+        self.features = nn.Sequential(*layers)
+        self.fc1 = nn.Linear(flat_features(self.features, input_shape), hidden)
+        self.fc2 = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.features(x).flatten(1)
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def _spatial_out(padding: int):
+    def out(size: int) -> int:
+        for _ in range(2):
+            size = conv_out(conv_out(size, KERNEL, padding=padding), 2, stride=2)
+        return size
+
+    return out
+
+
+def resolve_padding(padding: int | None, hw: tuple[int, int]) -> int:
+    """Padding actually used: 0 (the papers' layout) when it fits, else 'same' (2)."""
+    if padding is not None:
+        return padding
+    fits = _spatial_out(0)
+    return 0 if fits(hw[0]) >= 1 and fits(hw[1]) >= 1 else SAME_PADDING
+
+
+@dataclass(frozen=True)
+class FlexChillCNNOptions:
+    """``batch_norm``: BN after each conv (FedBN variant, Sec. 4.7); ``padding``: None = auto."""
+
+    batch_norm: bool = False
+    padding: int | None = None
+
+    def validate(self, section: str) -> None:
+        if self.padding is not None:
+            require(self.padding >= 0, f"{section}.padding", f"must be >= 0 or unset, got {self.padding}")
+
+
+@dataclass(frozen=True)
+class McMahanCNNOptions:
+    """``padding``: None = auto (0 when it fits; McMahan's MNIST CNN used 2)."""
+
+    padding: int | None = None
+
+    def validate(self, section: str) -> None:
+        if self.padding is not None:
+            require(self.padding >= 0, f"{section}.padding", f"must be >= 0 or unset, got {self.padding}")
+
+
+def _build(
+    name: str,
+    input_shape: Shape,
+    num_classes: int,
+    channels: tuple[int, int],
+    hidden: int,
+    padding: int | None,
+    batch_norm: bool,
+    section: str,
+) -> TwoConvCNN:
+    _, h, w = require_image(name, input_shape, section)
+    pad = resolve_padding(padding, (h, w))
+    require_min_size(name, (h, w), _spatial_out(pad), section)
+    return TwoConvCNN(input_shape, num_classes, channels, hidden, pad, batch_norm)
+
+
+def build_flexchill_cnn(
+    input_shape: Shape, num_classes: int, options: FlexChillCNNOptions, section: str
+) -> TwoConvCNN:
+    """FLex&Chill Table 2: Conv(C,10,5), Conv(10,20,5), FC(flat,256), FC(256,classes)."""
+    return _build(
+        "flexchill_cnn", input_shape, num_classes, (10, 20), 256,
+        options.padding, options.batch_norm, section,
+    )
+
+
+def build_mcmahan_cnn(
+    input_shape: Shape, num_classes: int, options: McMahanCNNOptions, section: str
+) -> TwoConvCNN:
+    """McMahan et al. (2017) CNN: Conv(C,32,5), Conv(32,64,5), FC(flat,512), FC(512,classes)."""
+    return _build(
+        "mcmahan_cnn", input_shape, num_classes, (32, 64), 512,
+        options.padding, False, section,
+    )

@@ -1,0 +1,73 @@
+"""Shape helpers shared by the model modules.
+
+Models adapt to the dataset's input shape instead of hard-coding CIFAR's
+32x32: spatial sizes are worked out with the conv/pool arithmetic below (to
+reject inputs that are too small with a clear :class:`ConfigError`) and flatten
+sizes are measured with one dummy forward pass at construction.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from chillfl.errors import ConfigError
+
+Shape = tuple[int, ...]
+
+
+def conv_out(size: int, kernel: int, stride: int = 1, padding: int = 0) -> int:
+    """Output length of a conv/pool window along one axis (0 = nothing left)."""
+    if size < 1:
+        return 0
+    return max(0, (size + 2 * padding - kernel) // stride + 1)
+
+
+def min_input_size(out_size: Callable[[int], int], limit: int = 4096) -> int:
+    """Smallest side length for which ``out_size`` (a chain of :func:`conv_out`) is >= 1."""
+    for size in range(1, limit + 1):
+        if out_size(size) >= 1:
+            return size
+    raise ValueError("no input size up to the limit fits this architecture")
+
+
+def require_image(name: str, input_shape: Shape, section: str) -> tuple[int, int, int]:
+    """Check that the dataset gives (C, H, W) images; return them."""
+    if len(input_shape) != 3 or min(input_shape) < 1:
+        raise ConfigError(
+            f"{section}.name",
+            f"{name} needs image inputs of shape (C, H, W), dataset gives {tuple(input_shape)}",
+        )
+    c, h, w = input_shape
+    return int(c), int(h), int(w)
+
+
+def require_min_size(
+    name: str, hw: tuple[int, int], out_size: Callable[[int], int], section: str
+) -> None:
+    """Raise ConfigError when an H x W input shrinks to nothing inside the network."""
+    if out_size(hw[0]) >= 1 and out_size(hw[1]) >= 1:
+        return
+    need = min_input_size(out_size)
+    raise ConfigError(
+        f"{section}.name",
+        f"{name} needs inputs of at least {need}x{need}, dataset gives {hw[0]}x{hw[1]}",
+    )
+
+
+def flat_features(features: nn.Module, input_shape: Shape) -> int:
+    """Number of features ``features`` produces per sample, by one dummy forward.
+
+    Runs in eval mode (so BatchNorm running statistics are not touched) and
+    restores the module's previous mode.
+    """
+    was_training = features.training
+    features.eval()
+    try:
+        with torch.no_grad():
+            out = features(torch.zeros(1, *input_shape))
+    finally:
+        features.train(was_training)
+    return int(out.flatten(1).shape[1])

@@ -1,0 +1,89 @@
+"""Model registry: a name in the config -> an ``nn.Module`` sized for the dataset.
+
+Each entry pairs an options dataclass (parsed from the ``[model]`` table with
+:func:`~chillfl.options.parse_options`) with a builder
+``build(input_shape, num_classes, options, section)``. Builders adapt every
+layer size to the dataset's ``input_shape`` -- (C, H, W) images, (C, L)
+sequences or (D,) vectors -- and raise :class:`~chillfl.errors.ConfigError`
+naming ``<section>.name`` when the input does not fit the architecture.
+
+All models are written for ``torch.func.functional_call`` and ``vmap``: no
+in-place activations, no ``.item()``, no data-dependent control flow.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, NamedTuple
+
+import torch
+from torch import nn
+
+from chillfl.errors import choice_error
+from chillfl.models import alexnet, cnn, cnn1d, fedchill, mlp, resnet, vit
+from chillfl.options import parse_options
+
+Builder = Callable[[tuple[int, ...], int, Any, str], nn.Module]
+
+
+class ModelSpec(NamedTuple):
+    """Options dataclass and builder of one registered model."""
+
+    options: type
+    build: Builder
+
+
+MODELS: dict[str, ModelSpec] = {
+    "flexchill_cnn": ModelSpec(cnn.FlexChillCNNOptions, cnn.build_flexchill_cnn),
+    "mcmahan_cnn": ModelSpec(cnn.McMahanCNNOptions, cnn.build_mcmahan_cnn),
+    "femnist_dnn": ModelSpec(mlp.FemnistDNNOptions, mlp.build_femnist_dnn),
+    "mlp": ModelSpec(mlp.MLPOptions, mlp.build_mlp),
+    "har_cnn1d": ModelSpec(cnn1d.HARCNN1dOptions, cnn1d.build_har_cnn1d),
+    "fedchill_cnn1": ModelSpec(fedchill.FedChillCNNOptions, fedchill.build_fedchill_cnn1),
+    "fedchill_cnn2": ModelSpec(fedchill.FedChillCNN2Options, fedchill.build_fedchill_cnn2),
+    "fedchill_cnn3": ModelSpec(fedchill.FedChillCNNOptions, fedchill.build_fedchill_cnn3),
+    "svhn_cnn": ModelSpec(fedchill.FedChillCNNOptions, fedchill.build_svhn_cnn),
+    "alexnet": ModelSpec(alexnet.AlexNetOptions, alexnet.build_alexnet),
+    "resnet18": ModelSpec(resnet.ResNet18Options, resnet.build_resnet18),
+    "vit": ModelSpec(vit.ViTOptions, vit.build_vit),
+}
+
+
+def model_names() -> list[str]:
+    """Registered model names, sorted."""
+    return sorted(MODELS)
+
+
+def build_model(
+    name: str,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    options: Mapping[str, Any] | None = None,
+    *,
+    section: str = "model",
+    seed: int | None = None,
+) -> nn.Module:
+    """Build model ``name`` for inputs of ``input_shape`` (no batch dim) and ``num_classes`` outputs.
+
+    ``options`` is the model's option table; a ``name`` key in it is ignored,
+    so the whole ``[model]`` table may be passed. With ``seed`` the weights are
+    initialised from ``torch.manual_seed(seed)`` inside a forked RNG, leaving
+    the global RNG state untouched; without it torch's global RNG is used.
+    """
+    spec = MODELS.get(name)
+    if spec is None:
+        raise choice_error(f"{section}.name", name, model_names())
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    table = {k: v for k, v in (options or {}).items() if k != "name"}
+    parsed = parse_options(spec.options, table, section)
+    shape = tuple(int(s) for s in input_shape)
+    if seed is None:
+        return spec.build(shape, num_classes, parsed, section)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return spec.build(shape, num_classes, parsed, section)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters (BatchNorm running statistics are buffers, not counted)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,313 @@
+"""Aggregation maths of the parameter-sharing baselines, on tiny hand-computed vectors."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import ClientResult, FedAvg
+from chillfl.aggregation.fedbn import FedBN, FedBNOptions, batchnorm_keys
+from chillfl.aggregation.fedmut import FedMut, FedMutOptions, balanced_signs
+from chillfl.aggregation.fednova import FedNova, FedNovaOptions, effective_steps
+from chillfl.aggregation.fedopt import FedOpt, FedOptOptions
+from chillfl.aggregation.fedprox import FedProx, FedProxOptions, ProximalTerm
+from chillfl.aggregation.pa3fed import PA3Fed
+from chillfl.aggregation.registry import algorithm_names, make_aggregator
+from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold
+from chillfl.aggregation.vrl_sgd import VRLSGD
+from chillfl.errors import ConfigError
+
+
+def t(*values: float) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def result(cid: int, n: int = 1, steps: int = 1, lr: float = 0.1, **params: torch.Tensor) -> ClientResult:
+    return ClientResult(client_id=cid, params=dict(params), num_samples=n, num_steps=steps, lr=lr, temperature=1.0, train_loss=0.0)
+
+
+# ---------------------------------------------------------------- FedAvg / FedProx
+
+
+def test_fedavg_weights_by_sample_count() -> None:
+    # n = (1, 3) -> p = (0.25, 0.75); w = 0.25 * 1 + 0.75 * 5 = 4.0
+    out = FedAvg().aggregate({"w": t(0.0)}, [result(0, 1, w=t(1.0)), result(1, 3, w=t(5.0))], 0)
+    assert out["w"].tolist() == [4.0]
+
+
+def test_fedprox_aggregates_like_fedavg_and_accepts_weights() -> None:
+    agg = FedProx(FedProxOptions(mu=0.1))
+    res = [result(0, 1, w=t(1.0)), result(1, 3, w=t(5.0))]
+    assert agg.aggregate({"w": t(0.0)}, res, 0)["w"].tolist() == [4.0]
+    # explicit weights (0.5, 0.5): 0.5 * 1 + 0.5 * 5 = 3.0
+    assert agg.aggregate({"w": t(0.0)}, res, 0, weights=torch.tensor([0.5, 0.5]))["w"].tolist() == [3.0]
+
+
+def test_proximal_term_value_and_gradient() -> None:
+    agg = FedProx(FedProxOptions(mu=0.5))
+    ctx = agg.downlink(3, 0, {"w": t(0.0, 4.0)}).context
+    w = t(1.0, 2.0).requires_grad_(True)
+    value = ProximalTerm()({"w": w}, ctx)
+    # mu/2 * ||w - w_g||^2 = 0.25 * ((1 - 0)^2 + (2 - 4)^2) = 0.25 * 5 = 1.25
+    assert value.item() == pytest.approx(1.25)
+    (grad,) = torch.autograd.grad(value, w)
+    # mu * (w - w_g) = 0.5 * (1, -2) = (0.5, -1.0)
+    assert grad.tolist() == pytest.approx([0.5, -1.0])
+
+
+def test_fedprox_warns_when_mu_is_zero(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        FedProx(FedProxOptions(mu=0.0))
+    assert "equivalent to FedAvg" in caplog.text
+
+
+# ---------------------------------------------------------------- FedNova
+
+
+def test_fednova_unequal_local_steps() -> None:
+    # x = 0; client 0: 1 step to y = -1; client 1: 4 steps to y = -2; n equal -> p = (0.5, 0.5)
+    # d = ((0 + 1) / 1, (0 + 2) / 4) = (1, 0.5); tau_eff = 0.5 * 1 + 0.5 * 4 = 2.5
+    # x <- 0 - 2.5 * (0.5 * 1 + 0.5 * 0.5) = -1.875   (FedAvg would give -1.5)
+    agg = FedNova()
+    out = agg.aggregate({"w": t(0.0)}, [result(0, 10, steps=1, w=t(-1.0)), result(1, 10, steps=4, w=t(-2.0))], 0)
+    assert out["w"].item() == pytest.approx(-1.875)
+    assert agg.round_metrics()["tau_eff"] == pytest.approx(2.5)
+
+
+def test_fednova_momentum_effective_steps() -> None:
+    # Constant gradient, momentum 0.5: step sizes 1, 1.5, 1.75 (b <- 0.5 b + g) -> a(2) = 2.5, a(3) = 4.25
+    assert effective_steps(2, 0.5) == pytest.approx(2.5)
+    assert effective_steps(3, 0.5) == pytest.approx(4.25)
+    assert effective_steps(1, 0.9) == pytest.approx(1.0)
+    assert effective_steps(4) == 4.0
+
+
+def test_fednova_averages_buffers_and_uses_given_weights() -> None:
+    agg = FedNova(FedNovaOptions(), param_keys=["w"])
+    res = [result(0, 1, steps=1, w=t(-1.0), var=t(1.0)), result(1, 1, steps=4, w=t(-2.0), var=t(3.0))]
+    # weights (0.75, 0.25): tau_eff = 0.75 + 1 = 1.75; sum p d = 0.75 * 1 + 0.25 * 0.5 = 0.875
+    # w <- -1.75 * 0.875 = -1.53125; buffer var = 0.75 * 1 + 0.25 * 3 = 1.5
+    out = agg.aggregate({"w": t(0.0), "var": t(9.0)}, res, 0, weights=torch.tensor([0.75, 0.25], dtype=torch.float64))
+    assert out["w"].item() == pytest.approx(-1.53125)
+    assert out["var"].item() == pytest.approx(1.5)
+
+
+# ---------------------------------------------------------------- SCAFFOLD
+
+
+def test_scaffold_control_variates_over_two_rounds() -> None:
+    agg = Scaffold(num_clients=4)
+    x = {"w": t(1.0)}
+    assert agg.downlink(0, 0, x).context["correction"]["w"].tolist() == [0.0]
+    # Round 0, clients 0 and 1, lr = 0.125:
+    #   c_0+ = 0 - 0 + (1 - 0.5) / (2 * 0.125) = 2.0;   c_1+ = (1 - 1.25) / (4 * 0.125) = -0.5
+    #   x <- 1 + 1.0 * mean(0.5 - 1, 1.25 - 1) = 1 - 0.125 = 0.875
+    #   c <- 0 + (2/4) * mean(2.0, -0.5) = 0.375
+    x = agg.aggregate(x, [result(0, steps=2, lr=0.125, w=t(0.5)), result(1, steps=4, lr=0.125, w=t(1.25))], 0)
+    assert x["w"].item() == pytest.approx(0.875)
+    assert agg.control["w"].item() == pytest.approx(0.375)
+    # corrections c - c_i: client 0: 0.375 - 2 = -1.625, client 1: 0.375 + 0.5 = 0.875, new client 3: 0.375
+    assert agg.downlink(0, 1, x).context["correction"]["w"].item() == pytest.approx(-1.625)
+    assert agg.downlink(1, 1, x).context["correction"]["w"].item() == pytest.approx(0.875)
+    assert agg.downlink(3, 1, x).context["correction"]["w"].item() == pytest.approx(0.375)
+    # Round 1, clients 0 and 2 from x = 0.875:
+    #   c_0+ = 2 - 0.375 + (0.875 - 0.625) / (2 * 0.125) = 2.625;  c_2+ = 0 - 0.375 + 0 = -0.375
+    #   c <- 0.375 + (1/4) * ((2.625 - 2) + (-0.375 - 0)) = 0.4375 = mean(2.625, -0.5, -0.375, 0)
+    agg.aggregate(x, [result(0, steps=2, lr=0.125, w=t(0.625)), result(2, steps=1, lr=0.125, w=t(0.875))], 1)
+    assert agg.control["w"].item() == pytest.approx(0.4375)
+    assert agg.client_controls[0]["w"].item() == pytest.approx(2.625)
+    assert agg.client_controls[2]["w"].item() == pytest.approx(-0.375)
+
+
+def test_linear_correction_term_adds_correction_to_gradient() -> None:
+    w = t(1.0, 2.0).requires_grad_(True)
+    value = LinearCorrectionTerm()({"w": w}, {"correction": {"w": t(3.0, -1.0)}})
+    # <w, c> = 1 * 3 + 2 * (-1) = 1; gradient = c = (3, -1)
+    assert value.item() == pytest.approx(1.0)
+    (grad,) = torch.autograd.grad(value, w)
+    assert grad.tolist() == [3.0, -1.0]
+
+
+# ---------------------------------------------------------------- FedOpt
+
+
+def _fedopt_two_steps(kind: str) -> list[float]:
+    agg = FedOpt(kind, FedOptOptions(server_lr=1.0, beta1=0.9, beta2=0.99, tau=0.5))  # type: ignore[arg-type]
+    x1 = agg.aggregate({"w": t(1.0)}, [result(0, w=t(1.5)), result(1, w=t(2.5))], 0)  # Delta = 2 - 1 = 1
+    x2 = agg.aggregate(x1, [result(0, w=x1["w"]), result(1, w=x1["w"])], 1)  # Delta = 0
+    return [x1["w"].item(), x2["w"].item()]
+
+
+def test_fedadam_two_steps() -> None:
+    # v_{-1} = tau^2 = 0.25; m0 = 0.1 * 1 = 0.1; v0 = 0.99 * 0.25 + 0.01 * 1 = 0.2575
+    x1 = 1 + 0.1 / (math.sqrt(0.2575) + 0.5)
+    # Delta = 0: m1 = 0.09; v1 = 0.99 * 0.2575 = 0.254925
+    x2 = x1 + 0.09 / (math.sqrt(0.254925) + 0.5)
+    assert _fedopt_two_steps("adam") == pytest.approx([x1, x2], rel=1e-6)
+
+
+def test_fedyogi_two_steps() -> None:
+    # v0 = 0.25 - 0.01 * 1 * sign(0.25 - 1) = 0.26; v1 = 0.26 - 0.01 * 0 * sign(.) = 0.26
+    x1 = 1 + 0.1 / (math.sqrt(0.26) + 0.5)
+    x2 = x1 + 0.09 / (math.sqrt(0.26) + 0.5)
+    assert _fedopt_two_steps("yogi") == pytest.approx([x1, x2], rel=1e-6)
+
+
+def test_fedadagrad_two_steps() -> None:
+    # v0 = 0.25 + 1 = 1.25; v1 = 1.25 + 0 = 1.25
+    x1 = 1 + 0.1 / (math.sqrt(1.25) + 0.5)
+    x2 = x1 + 0.09 / (math.sqrt(1.25) + 0.5)
+    assert _fedopt_two_steps("adagrad") == pytest.approx([x1, x2], rel=1e-6)
+
+
+# ---------------------------------------------------------------- FedBN
+
+
+class TinyBN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        self.bn = nn.BatchNorm1d(2)
+
+
+def test_batchnorm_keys_lists_bn_parameters_and_buffers() -> None:
+    assert sorted(batchnorm_keys(TinyBN())) == ["bn.bias", "bn.num_batches_tracked", "bn.running_mean", "bn.running_var", "bn.weight"]
+
+
+def test_fedbn_keeps_bn_per_client() -> None:
+    agg = FedBN(["bn.weight"])
+    g = {"fc.weight": t(0.0), "bn.weight": t(1.0)}
+    res = [result(0, 1, **{"fc.weight": t(2.0), "bn.weight": t(10.0)}), result(1, 3, **{"fc.weight": t(6.0), "bn.weight": t(20.0)})]
+    out = agg.aggregate(g, res, 0)
+    # non-BN: 0.25 * 2 + 0.75 * 6 = 5.0; global BN (average): 0.25 * 10 + 0.75 * 20 = 17.5
+    assert out["fc.weight"].item() == 5.0
+    assert out["bn.weight"].item() == 17.5
+    assert agg.downlink(0, 1, out).params == {"bn.weight": t(10.0)}
+    assert agg.downlink(1, 1, out).params == {"bn.weight": t(20.0)}
+    assert agg.downlink(2, 1, out).params is None  # never trained: starts from the global model
+
+    keep = FedBN(["bn.weight"], FedBNOptions(global_bn="keep"))
+    assert keep.aggregate(g, res, 0)["bn.weight"].item() == 1.0
+
+
+# ---------------------------------------------------------------- VRL-SGD
+
+
+def test_vrl_sgd_deltas_over_two_rounds() -> None:
+    agg = VRLSGD()
+    x = {"w": t(1.0)}
+    # Round 0: x_hat = mean(0.5, 1.5) = 1.0
+    #   Delta_0 = 0 + (1.0 - 0.5) / (2 * 0.125) = 2.0;  Delta_1 = (1.0 - 1.5) / (4 * 0.125) = -1.0
+    x = agg.aggregate(x, [result(0, steps=2, lr=0.125, w=t(0.5)), result(1, steps=4, lr=0.125, w=t(1.5))], 0)
+    assert x["w"].item() == 1.0
+    # correction (the term's gradient) = -Delta_i
+    assert agg.downlink(0, 1, x).context["correction"]["w"].item() == pytest.approx(-2.0)
+    assert agg.downlink(1, 1, x).context["correction"]["w"].item() == pytest.approx(1.0)
+    assert agg.downlink(5, 1, x).context["correction"]["w"].item() == 0.0
+    # Round 1: x_hat = mean(0.75, 1.25) = 1.0; Delta_0 = 2 + 0.25 / 0.25 = 3; Delta_1 = -1 - 0.25 / 0.25 = -2
+    agg.aggregate(x, [result(0, steps=2, lr=0.125, w=t(0.75)), result(1, steps=2, lr=0.125, w=t(1.25))], 1)
+    assert agg.deltas[0]["w"].item() == pytest.approx(3.0)
+    assert agg.deltas[1]["w"].item() == pytest.approx(-2.0)
+
+
+# ---------------------------------------------------------------- FedMut
+
+
+def _fedmut_after_one_round(seed: int, ids: list[int]) -> tuple[FedMut, dict[str, torch.Tensor]]:
+    agg = FedMut(seed, FedMutOptions(alpha=0.5), param_keys=["a", "b"])
+    g0 = {"a": t(0.0, 0.0), "b": t(1.0)}
+    # FedAvg of the two clients: a = (2, -4), b = 3 -> update g1 - g0 = ((2, -4), 2)
+    g1 = agg.aggregate(g0, [result(0, a=t(2.0, -4.0), b=t(3.0)), result(1, a=t(2.0, -4.0), b=t(3.0))], 0)
+    agg.begin_round(1, ids)
+    return agg, g1
+
+
+def test_fedmut_first_round_sends_plain_global() -> None:
+    assert FedMut(0).downlink(0, 0, {"a": t(1.0)}).params is None
+
+
+def test_fedmut_mutations_are_balanced_and_reproducible() -> None:
+    ids = [7, 2, 9, 4]
+    agg, g1 = _fedmut_after_one_round(seed=3, ids=ids)
+    models = {cid: agg.downlink(cid, 1, g1).params for cid in ids}
+    for cid, m in models.items():
+        # each layer is g1 + 0.5 * (+-1) * (g1 - g0): a in {(3, -6), (1, -2)}, b in {4, 2}
+        assert m["a"].tolist() in ([3.0, -6.0], [1.0, -2.0])
+        assert m["b"].item() in (4.0, 2.0)
+    for key in ("a", "b"):
+        mean = torch.stack([m[key] for m in models.values()]).mean(0)
+        assert torch.equal(mean, g1[key])  # two +1 and two -1 per layer cancel exactly
+    again, g1b = _fedmut_after_one_round(seed=3, ids=list(reversed(ids)))
+    for cid in ids:
+        assert all(torch.equal(again.downlink(cid, 1, g1b).params[k], models[cid][k]) for k in ("a", "b"))
+
+
+def test_fedmut_odd_number_of_clients_still_averages_to_global() -> None:
+    ids = [0, 1, 2]
+    agg, g1 = _fedmut_after_one_round(seed=11, ids=ids)
+    stacked = torch.stack([agg.downlink(cid, 1, g1).params["a"] for cid in ids])
+    assert torch.equal(stacked.mean(0), g1["a"])  # +1, -1 and 0
+
+
+def test_balanced_signs_sum_to_zero() -> None:
+    gen = torch.Generator().manual_seed(0)
+    for m in (1, 2, 5, 8):
+        s = balanced_signs(m, gen)
+        assert s.sum().item() == 0 and s.abs().sum().item() == 2 * (m // 2)
+
+
+# ---------------------------------------------------------------- registry
+
+
+def test_registry_builds_every_algorithm() -> None:
+    model = TinyBN()
+    names = algorithm_names()
+    assert {"fedavg", "fedprox", "scaffold", "fednova", "fedadam", "fedyogi", "fedadagrad", "fedbn", "vrl_sgd", "fedmut", "pa3fed"} <= set(names)
+    for name in names:
+        agg, terms = make_aggregator(name, None, num_clients=3, model=model, seed=0)
+        assert callable(agg.aggregate) and isinstance(terms, list)
+    agg, terms = make_aggregator("fedprox", {"mu": 0.2}, num_clients=3, model=model, seed=0)
+    assert isinstance(agg, FedProx) and agg.mu == 0.2 and isinstance(terms[0], ProximalTerm)
+
+
+def test_registry_pa3fed_wraps_base_and_keeps_its_terms() -> None:
+    agg, terms = make_aggregator(
+        "pa3fed", {"base": "scaffold", "base_options": {"global_lr": 0.5}, "beta": 0.1}, num_clients=3, model=TinyBN(), seed=0
+    )
+    assert isinstance(agg, PA3Fed) and isinstance(agg.base, Scaffold) and agg.base.options.global_lr == 0.5
+    assert agg.options.beta == 0.1 and isinstance(terms[0], LinearCorrectionTerm)
+
+
+def test_registry_errors_name_field_and_allowed_values() -> None:
+    model = TinyBN()
+    with pytest.raises(ConfigError, match=r"algorithm\.name.*allowed: fedadagrad, fedadam"):
+        make_aggregator("fedsgd", None, num_clients=3, model=model, seed=0)
+    with pytest.raises(ConfigError, match=r"algorithm\.mu.*>= 0"):
+        make_aggregator("fedprox", {"mu": -1.0}, num_clients=3, model=model, seed=0)
+    with pytest.raises(ConfigError, match=r"algorithm\.lr.*allowed: mu"):
+        make_aggregator("fedprox", {"lr": 1.0}, num_clients=3, model=model, seed=0)
+    with pytest.raises(ConfigError, match=r"algorithm\.base.*allowed: fedadagrad"):
+        make_aggregator("pa3fed", {"base": "pa3fed"}, num_clients=3, model=model, seed=0)
+    with pytest.raises(ConfigError, match=r"algorithm\.base_options\.mu"):
+        make_aggregator("pa3fed", {"base": "fedprox", "base_options": {"mu": -2}}, num_clients=3, model=model, seed=0)
+
+
+def test_correction_term_through_the_shared_sgd_step() -> None:
+    """One plain SGD step with SCAFFOLD's term moves y by -lr * (c - c_i) relative to the step without it."""
+    from chillfl.training.local import LocalSpec, model_state, train_client
+
+    model = nn.Linear(2, 1)
+    start = model_state(model)
+    x, y = torch.tensor([[1.0, 2.0]]), torch.tensor([0])
+    ctx = {"correction": {"weight": torch.full((1, 2), 2.0), "bias": torch.full((1,), -4.0)}}
+    kwargs = dict(lr=0.5, temperature=1.0, context=ctx)
+    base_loss = lambda logits, targets, temp: logits.sum()  # noqa: E731  (any base loss: its gradient cancels out)
+    with_term = train_client(model, start, x, y, spec=LocalSpec(1, 1, base_loss=base_loss, terms=(LinearCorrectionTerm(),)), generator=torch.Generator(), **kwargs)
+    without = train_client(model, start, x, y, spec=LocalSpec(1, 1, base_loss=base_loss), generator=torch.Generator(), **kwargs)
+    # difference = -lr * correction = (-1, -1) for the weight, +2 for the bias
+    torch.testing.assert_close(with_term.params["weight"] - without.params["weight"], torch.tensor([[-1.0, -1.0]]))
+    torch.testing.assert_close(with_term.params["bias"] - without.params["bias"], torch.tensor([2.0]))

@@ -1,0 +1,76 @@
+"""Fig. 3 cache-ratio simulation and Fig. 4 entropy curves."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from chillfl.distillation.analysis import (
+    entropy_vs_beta,
+    entropy_vs_temperature,
+    plot_cache_ratio,
+    plot_entropy_vs_beta,
+    plot_entropy_vs_temperature,
+    simulate_cache_ratio,
+)
+from chillfl.distillation.cache import CacheSignal, ServerCache
+
+
+def test_cache_ratio_by_hand_when_every_sample_is_drawn() -> None:
+    # |P| = |P^t| = 2: both indices every round, D = 2 (valid iff t - t_c <= 2)
+    # drop:    t1 absent 0 | t2 (1) 1 | t3 (2) 1 | t4 (3) expired 0, dropped | t5 absent 0, stored 5 | t6 1 | t7 1 | t8 0
+    assert simulate_cache_ratio(2, 2, 2, 8, seed=0) == [0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+    # refresh: t4 expired -> re-stored at 4 -> t5 1, t6 1, t7 expired 0, t8 1
+    assert simulate_cache_ratio(2, 2, 2, 8, seed=0, on_expire="refresh") == [0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+
+
+def test_duration_zero_never_hits() -> None:
+    assert simulate_cache_ratio(50, 10, 0, 20, seed=1) == [0.0] * 20
+
+
+def test_simulation_matches_server_cache() -> None:
+    num_public, subset, d, rounds, seed = 30, 6, 3, 25, 7
+    ratios = simulate_cache_ratio(num_public, subset, d, rounds, seed)
+    rng = np.random.default_rng(seed)  # same draws as the simulation
+    server = ServerCache(duration=d)
+    for t in range(1, rounds + 1):
+        idx = rng.choice(num_public, size=subset, replace=False).tolist()
+        req = server.request(t, idx)
+        upd = server.update(t, idx, torch.zeros((req.numel(), 2)))
+        cached = (upd.downlink.signals == CacheSignal.CACHED).float().mean().item()
+        assert cached == pytest.approx(ratios[t - 1]), t
+
+
+def test_mean_ratio_grows_with_duration() -> None:
+    means = [float(np.mean(simulate_cache_ratio(200, 20, d, 60, seed=3))) for d in (0, 5, 20, 60)]
+    assert all(a < b for a, b in zip(means, means[1:])), means
+
+
+P_HIGH = torch.tensor([[0.4, 0.35, 0.25]], dtype=torch.float64)  # Fig. 4a-like: high entropy
+P_LOW = torch.tensor([[0.9, 0.07, 0.03]], dtype=torch.float64)  # Fig. 4b-like: low entropy
+
+
+def test_entropy_curves() -> None:
+    temps = [1.0, 0.5, 0.1, 0.05, 0.01]
+    h = entropy_vs_temperature(P_HIGH, temps)
+    assert all(a > b for a, b in zip(h, h[1:]))
+    betas = [1.0, 1.5, 2.0, 3.0]
+    hb = entropy_vs_beta(P_LOW, betas)
+    # beta = 1 recovers the original entropy: -(0.9 ln 0.9 + 0.07 ln 0.07 + 0.03 ln 0.03)
+    #   = 0.9 * 0.1053605 + 0.07 * 2.6592600 + 0.03 * 3.5065579 = 0.0948245 + 0.1861482 + 0.1051967 = 0.3861694
+    assert hb[0] == pytest.approx(0.3861694, abs=1e-6)
+    assert all(a > b for a, b in zip(hb, hb[1:]))
+    # per-client input [K, n, C] is averaged first: mean of [1, 0, 0] and [0, 1, 0] is [1/2, 1/2, 0] -> ln 2 at beta 1
+    two = torch.tensor([[[1.0, 0.0, 0.0]], [[0.0, 1.0, 0.0]]], dtype=torch.float64)
+    assert entropy_vs_beta(two, [1.0])[0] == pytest.approx(math.log(2))
+
+
+def test_plots_write_png(tmp_path) -> None:
+    paths = [
+        plot_cache_ratio({0: [0.0, 0.0], 5: [0.0, 0.5]}, tmp_path / "fig3.png"),
+        plot_entropy_vs_temperature({"high": P_HIGH, "low": P_LOW}, [1.0, 0.1, 0.01], tmp_path / "fig4c.png"),
+        plot_entropy_vs_beta({"high": P_HIGH, "low": P_LOW}, [1.0, 2.0, 4.0], tmp_path / "sub" / "fig4d.png"),
+    ]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

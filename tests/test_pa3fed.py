@@ -1,0 +1,201 @@
+"""PA3Fed: score (Eq. 8), gradient norm and FGN (Eqs. 4-5), period check (Eq. 6), alphas (Eq. 10), wrapper."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import pytest
+import torch
+
+from chillfl.aggregation.base import ClientResult, Downlink, FedAvg, Params
+from chillfl.aggregation.fednova import FedNova
+from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions, client_score, gradient_norm, stability_coefficient
+from chillfl.metrics.fgn import detect_clp, federated_gradient_norm, is_clp
+
+
+def result(cid: int, n: int, w: float, score: float | None = None, grad_norm: float | None = None, lr: float = 0.1, steps: int = 1) -> ClientResult:
+    extras: dict[str, Any] = {}
+    if score is not None:
+        extras["score"] = score
+    if grad_norm is not None:
+        extras["grad_norm"] = grad_norm
+    return ClientResult(cid, {"w": torch.tensor([w])}, n, steps, lr, 1.0, 0.0, extras)
+
+
+# ---------------------------------------------------------------- Eq. 10
+
+
+def test_stability_coefficient_both_readings() -> None:
+    assert stability_coefficient(None, 3.0, 0.3) == 1.0  # first participation
+    # score rose 0.7 -> 1.2: |diff| = 0.5 -> exp(-0.15); signed: exp(-0.3 * (0.7 - 1.2)) = exp(+0.15)
+    assert stability_coefficient(0.7, 1.2, 0.3) == pytest.approx(math.exp(-0.15))
+    assert stability_coefficient(0.7, 1.2, 0.3, signed=True) == pytest.approx(math.exp(0.15))
+    # score fell 1.2 -> 0.7: both readings give exp(-0.15)
+    assert stability_coefficient(1.2, 0.7, 0.3) == pytest.approx(math.exp(-0.15))
+    assert stability_coefficient(1.2, 0.7, 0.3, signed=True) == pytest.approx(math.exp(-0.15))
+    assert stability_coefficient(1.2, 1.2, 0.3) == 1.0
+
+
+def test_alphas_follow_each_clients_own_history() -> None:
+    agg = PA3Fed(FedAvg(), PA3FedOptions(mode="never"))
+    agg.aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=2.0)], 0)
+    assert agg.round_metrics()["alphas"] == {1: 1.0}
+    # round 1: client 1 was last seen with 2.0 -> |2.0 - 1.5| = 0.5 -> exp(-0.15); client 2 is new -> 1
+    agg.aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=1.5), result(2, 1, 0.0, score=9.0)], 1)
+    assert agg.round_metrics()["alphas"] == pytest.approx({1: math.exp(-0.15), 2: 1.0})
+    # round 3 (client 1 skipped round 2, sigma = 2): 1.5 -> 2.5, signed reading irrelevant here
+    agg.aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=2.5)], 3)
+    assert agg.round_metrics()["alphas"] == pytest.approx({1: math.exp(-0.3)})
+
+
+def test_signed_alphas_reward_a_rising_score() -> None:
+    agg = PA3Fed(FedAvg(), PA3FedOptions(mode="never", signed=True, beta=0.5))
+    agg.aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=1.0)], 0)
+    agg.aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=3.0)], 1)
+    # exp(-0.5 * (1.0 - 3.0)) = exp(1.0)
+    assert agg.round_metrics()["alphas"][1] == pytest.approx(math.e)
+
+
+# ---------------------------------------------------------------- Eq. 8 and the gradient norm
+
+
+def test_client_score_is_mean_cross_entropy_at_temperature_one() -> None:
+    logits = torch.tensor([[0.0, 0.0], [math.log(3.0), 0.0]])
+    y = torch.tensor([0, 0])
+    # sample 1: -log(1/2) = ln 2; sample 2: softmax = (3/4, 1/4) -> -log(3/4) = ln(4/3); mean = ln(8/3) / 2
+    for bs in (1, 2):
+        assert client_score(lambda x: x, logits, y, batch_size=bs) == pytest.approx(math.log(8 / 3) / 2)
+
+
+def _squared_error(p: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return 0.5 * ((x @ p["w"] - y) ** 2).mean()
+
+
+def test_gradient_norm_full_data_and_per_sample() -> None:
+    w = {"w": torch.tensor([1.0, 0.0])}
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    y = torch.tensor([0.0, 1.0])
+    # residuals r = x w - y = (1, -1); per-sample gradients r_n x_n = (1, 0) and (0, -1)
+    # full data: mean = (0.5, -0.5) -> norm sqrt(0.5); per sample: sqrt(mean(1, 1)) = 1
+    for bs in (1, 2):
+        assert gradient_norm(_squared_error, w, x, y, batch_size=bs) == pytest.approx(math.sqrt(0.5))
+        assert gradient_norm(_squared_error, w, x, y, per_sample=True, batch_size=bs) == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- Eqs. 5-6
+
+
+def test_federated_gradient_norm() -> None:
+    # m = (1/4, 3/4): FGN = 0.25 * 0.1 * 1^2 + 0.75 * 0.1 * 2^2 = 0.025 + 0.3 = 0.325
+    assert federated_gradient_norm([1.0, 2.0], [1, 3], [0.1, 0.1]) == pytest.approx(0.325)
+    # without eta: 0.25 * 1 + 0.75 * 4 = 3.25
+    assert federated_gradient_norm([1.0, 2.0], [1, 3], scale_by_lr=False) == pytest.approx(3.25)
+
+
+def test_detect_clp_on_a_given_fgn_sequence() -> None:
+    fgn = [1.0, 1.5, 1.509, 1.4, 0.0, 0.5]
+    # rises: -, +0.5, +0.006, -0.072, -1.0, +inf (from 0)  -> only > 0.01 counts
+    assert detect_clp(fgn, 0.01) == [False, True, False, False, False, True]
+    assert detect_clp(fgn, 0.001) == [False, True, True, False, False, True]
+    assert detect_clp(fgn, 0.01, first=True)[0] is True
+    assert is_clp(0.0, 0.0, 0.01) is False
+
+
+# ---------------------------------------------------------------- the wrapper
+
+
+def test_wrapper_weights_inside_and_outside_clp() -> None:
+    agg = PA3Fed(FedAvg())  # beta 0.3, delta 0.01, mode clp
+    g = {"w": torch.zeros(1)}
+    # round 0: no FGN(t-1) -> outside CLP -> FedAvg: 0.25 * 0 + 0.75 * 1 = 0.75
+    out = agg.aggregate(g, [result(0, 1, 0.0, score=1.0, grad_norm=1.0), result(1, 3, 1.0, score=2.0, grad_norm=1.0)], 0)
+    assert out["w"].item() == pytest.approx(0.75)
+    assert agg.round_metrics()["clp"] is False
+    assert agg.round_metrics()["fgn"] == pytest.approx(0.1)  # 0.1 * 1^2
+    # round 1: FGN 0.1 -> 0.4 (rise 3 > 0.01) -> CLP; alphas 1 (score 1 -> 1) and exp(-0.6) (2 -> 0)
+    # weights (1 * 1, 3 * exp(-0.6)) / sum -> w = 3 e^-0.6 / (1 + 3 e^-0.6)
+    out = agg.aggregate(g, [result(0, 1, 0.0, score=1.0, grad_norm=2.0), result(1, 3, 1.0, score=0.0, grad_norm=2.0)], 1)
+    a = 3 * math.exp(-0.6)
+    assert out["w"].item() == pytest.approx(a / (1 + a))
+    m = agg.round_metrics()
+    assert m["clp"] is True and m["fgn"] == pytest.approx(0.4) and m["alphas"] == pytest.approx({0: 1.0, 1: math.exp(-0.6)})
+    # round 2: FGN unchanged (rise 0) -> outside CLP -> FedAvg weights again, though alpha_1 = exp(-0.3) now
+    out = agg.aggregate(g, [result(0, 1, 0.0, score=1.0, grad_norm=2.0), result(1, 3, 1.0, score=1.0, grad_norm=2.0)], 2)
+    assert out["w"].item() == pytest.approx(0.75)
+    assert agg.round_metrics()["alphas"][1] == pytest.approx(math.exp(-0.3))
+
+
+def test_mode_always_and_never() -> None:
+    g = {"w": torch.zeros(1)}
+    rounds = [
+        [result(0, 1, 0.0, score=1.0), result(1, 1, 1.0, score=1.0)],
+        [result(0, 1, 0.0, score=1.0), result(1, 1, 1.0, score=3.0)],
+    ]
+    always = PA3Fed(FedAvg(), PA3FedOptions(mode="always", beta=0.5))
+    never = PA3Fed(FedAvg(), PA3FedOptions(mode="never", beta=0.5))
+    for t, res in enumerate(rounds):
+        out_a, out_n = always.aggregate(g, res, t), never.aggregate(g, res, t)
+    # round 1: alphas (1, exp(-1)) -> w = e^-1 / (1 + e^-1) under "always"; plain mean 0.5 under "never"
+    assert out_a["w"].item() == pytest.approx(math.exp(-1) / (1 + math.exp(-1)))
+    assert out_n["w"].item() == pytest.approx(0.5)
+    assert always.round_metrics()["fgn"] is None  # no gradient norms reported
+
+
+def test_clp_mode_requires_gradient_norms_and_scores() -> None:
+    agg = PA3Fed(FedAvg())
+    with pytest.raises(ValueError, match="grad_norm"):
+        agg.aggregate({"w": torch.zeros(1)}, [result(0, 1, 0.0, score=1.0)], 0)
+    with pytest.raises(ValueError, match="score"):
+        agg.aggregate({"w": torch.zeros(1)}, [result(0, 1, 0.0, grad_norm=1.0)], 0)
+
+
+class RecordingBase:
+    """A base aggregator with uniform default weights that records what it was given."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[float] | None] = []
+
+    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
+        return torch.full((len(results),), 1.0 / len(results), dtype=torch.float64)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return Downlink(context={"from": "base"})
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None) -> Params:
+        self.seen.append(None if weights is None else weights.tolist())
+        return global_params
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return {"base_metric": 1}
+
+
+def test_wrapper_multiplies_the_base_weights_and_forwards_the_rest() -> None:
+    base = RecordingBase()
+    agg = PA3Fed(base, PA3FedOptions(mode="always", beta=1.0))
+    g = {"w": torch.zeros(1)}
+    agg.aggregate(g, [result(0, 1, 0.0, score=0.0), result(1, 5, 0.0, score=0.0)], 0)
+    agg.aggregate(g, [result(0, 1, 0.0, score=0.0), result(1, 5, 0.0, score=math.log(3.0))], 1)
+    # round 1: base weights (1/2, 1/2) (its own, not n_i) * alphas (1, exp(-ln 3) = 1/3) -> (3/4, 1/4)
+    assert base.seen[1] == pytest.approx([0.75, 0.25])
+    assert agg.downlink(0, 2, g).context == {"from": "base"}
+    assert agg.round_metrics()["base_metric"] == 1
+
+
+def test_wrapper_over_fednova_passes_adjusted_weights() -> None:
+    agg = PA3Fed(FedNova(), PA3FedOptions(mode="always", beta=1.0))
+    x = {"w": torch.zeros(1)}
+    agg.aggregate(x, [result(0, 1, -1.0, score=0.0), result(1, 1, -2.0, score=0.0, steps=4)], 0)
+    out = agg.aggregate(x, [result(0, 1, -1.0, score=0.0), result(1, 1, -2.0, score=math.log(3.0), steps=4)], 1)
+    # p = (1/2 * 1, 1/2 * 1/3) renormalised = (3/4, 1/4); d = (1, 2/4); tau_eff = 3/4 * 1 + 1/4 * 4 = 1.75
+    # x <- 0 - 1.75 * (0.75 * 1 + 0.25 * 0.5) = -1.53125
+    assert out["w"].item() == pytest.approx(-1.53125)
+
+
+def test_wrapper_rejects_a_base_without_weights_hook() -> None:
+    class NoHook:
+        def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+            return global_params
+
+    with pytest.raises(TypeError, match="default_weights"):
+        PA3Fed(NoHook())  # type: ignore[arg-type]

@@ -1,0 +1,290 @@
+"""Partitioners: hand-checked rounding helpers, invariants, skew trends and every error path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from chillfl.data.datasets import ArrayDataset
+from chillfl.data.partition import (
+    _fill_clients,
+    allocate_counts,
+    partition,
+    partitioner_names,
+    proportional_counts,
+    split_by_proportions,
+)
+from chillfl.errors import ConfigError
+
+# 10 classes x 60 samples, interleaved so that label order != index order.
+LABELS = np.tile(np.arange(10), 60)
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def counts_of(part: Any, labels: np.ndarray = LABELS, classes: int = 10) -> np.ndarray:
+    return np.stack([np.bincount(labels[ix], minlength=classes) for ix in part.client_indices])
+
+
+def mean_normalised_entropy(counts: np.ndarray) -> float:
+    """Mean over clients of H(p_i) / log(C), clients with no data skipped."""
+    rows = counts[counts.sum(axis=1) > 0].astype(float)
+    p = rows / rows.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -np.where(p > 0, p * np.log(p), 0.0).sum(axis=1)
+    return float(h.mean() / np.log(counts.shape[1]))
+
+
+# ---------------------------------------------------------------- helpers, by hand
+
+
+def test_proportional_counts_by_hand() -> None:
+    # [1,1,1] * 10/3 = 3.33 each -> floors 3,3,3 (sum 9); one unit left -> lowest index on a tie.
+    assert proportional_counts(np.array([1, 1, 1]), 10).tolist() == [4, 3, 3]
+    # [0.5, 0.3, 0.2] * 7 = 3.5, 2.1, 1.4 -> floors 3,2,1 (sum 6); largest fraction .5 -> index 0.
+    assert proportional_counts(np.array([0.5, 0.3, 0.2]), 7).tolist() == [4, 2, 1]
+    # [3, 1, 0] * 8/4 = 6, 2, 0 exactly.
+    assert proportional_counts(np.array([3, 1, 0]), 8).tolist() == [6, 2, 0]
+    assert proportional_counts(np.array([1.0, 2.0]), 0).tolist() == [0, 0]
+
+
+def test_allocate_counts_redistributes_exhausted_classes() -> None:
+    # total 10, weights .5/.5/0, available 2/20/5:
+    # round 1 wants 5/5/0, class 0 capped at 2 -> 2/5/0, 3 missing;
+    # round 2 only class 1 has weight and room -> +3 -> 2/8/0.
+    for spill in (False, True):
+        assert allocate_counts(10, np.array([0.5, 0.5, 0.0]), np.array([2, 20, 5]), spill=spill).tolist() == [2, 8, 0]
+    # total 10, weight only on class 0 which has 4: 4/0/0, 6 missing.
+    # spill=True spreads the 6 over what is left (0, 3, 5): 6 * 3/8 = 2.25, 6 * 5/8 = 3.75
+    # -> floors 2, 3 (sum 5), the extra unit to the larger fraction .75 -> 2, 4.
+    assert allocate_counts(10, np.array([1.0, 0, 0]), np.array([4, 3, 5]), spill=True).tolist() == [4, 2, 4]
+    assert allocate_counts(10, np.array([1.0, 0, 0]), np.array([4, 3, 5]), spill=False).tolist() == [4, 0, 0]
+
+
+def test_split_by_proportions_by_hand() -> None:
+    # n = 10, p = .25/.25/.5: cumulative cuts floor(2.5) = 2, floor(5.0) = 5 -> sizes 2, 3, 5.
+    chunks = split_by_proportions(np.arange(10), np.array([0.25, 0.25, 0.5]))
+    assert [c.tolist() for c in chunks] == [[0, 1], [2, 3, 4], [5, 6, 7, 8, 9]]
+
+
+# ---------------------------------------------------------------- invariants of every partitioner
+
+CASES: list[tuple[str, dict[str, Any], bool]] = [  # name, options, uses every sample
+    ("iid", {}, True),
+    ("dirichlet", {"alpha": 0.3}, True),
+    ("dirichlet", {"alpha": 0.3, "scheme": "client"}, False),
+    ("dirichlet_balanced", {"alpha": 0.3}, True),
+    ("dirichlet_balanced", {"alpha": 0.3, "scheme": "class"}, True),
+    ("dirichlet_balanced", {"alpha": 0.3, "frac": 0.5}, False),
+    ("shards", {"shard_size": 30, "shards_per_client": 2}, False),
+    ("quantity_skew", {"h": 0.5}, True),
+    ("quantity_skew", {"h": 0.5, "label_alpha": 0.3}, True),
+    ("feature_noise", {}, True),
+]
+
+
+@pytest.mark.parametrize("name,options,full", CASES)
+def test_partition_invariants(name: str, options: dict[str, Any], full: bool) -> None:
+    part = partition(name, LABELS, 8, rng(1), options)
+    flat = np.concatenate(part.client_indices)
+    assert len(part.client_indices) == 8
+    assert len(np.unique(flat)) == len(flat), "an index is given to two clients"
+    assert flat.min() >= 0 and flat.max() < len(LABELS)
+    assert (len(flat) == len(LABELS)) if full else (len(flat) <= len(LABELS))
+    assert all(ix.dtype == np.int64 and np.all(np.diff(ix) > 0) for ix in part.client_indices)
+    again = partition(name, LABELS, 8, rng(1), options)
+    assert all(np.array_equal(a, b) for a, b in zip(part.client_indices, again.client_indices))
+    other = partition(name, LABELS, 8, rng(2), options)
+    assert not all(np.array_equal(a, b) for a, b in zip(part.client_indices, other.client_indices))
+
+
+def test_partitioner_registry_lists_all() -> None:
+    assert partitioner_names() == sorted(
+        ["iid", "dirichlet", "dirichlet_balanced", "shards", "quantity_skew", "feature_noise", "natural"]
+    )
+
+
+def test_iid_sizes_equal() -> None:
+    # 600 samples / 7 clients = 85 r 5 -> five clients of 86, two of 85.
+    sizes = partition("iid", LABELS, 7, rng()).sizes
+    assert sorted(sizes.tolist()) == [85, 85, 86, 86, 86, 86, 86]
+
+
+# ---------------------------------------------------------------- label skew grows as alpha shrinks
+
+SKEWED = [
+    ("dirichlet", "alpha", {}),
+    ("dirichlet", "alpha", {"scheme": "client"}),
+    ("dirichlet_balanced", "alpha", {}),
+    ("dirichlet_balanced", "alpha", {"scheme": "class"}),
+    ("quantity_skew", "label_alpha", {"h": 5.0}),
+]
+
+
+@pytest.mark.parametrize("name,key,extra", SKEWED)
+def test_label_skew_grows_as_alpha_shrinks(name: str, key: str, extra: dict[str, Any]) -> None:
+    def entropy(alpha: float) -> float:
+        parts = [partition(name, LABELS, 10, rng(s), {key: alpha, **extra}) for s in range(5)]
+        return float(np.mean([mean_normalised_entropy(counts_of(p)) for p in parts]))
+
+    low, high = entropy(0.05), entropy(100.0)
+    assert low < 0.5 < 0.9 < high
+
+
+def test_dirichlet_min_size_is_met() -> None:
+    part = partition("dirichlet", LABELS, 10, rng(3), {"alpha": 0.2, "min_size": 20})
+    assert part.sizes.min() >= 20
+
+
+def test_dirichlet_client_scheme_follows_its_formula() -> None:
+    # FLex&Chill: n_k^(i) = floor(|D_k| p_k^(i)), column scaled by 1/sum_i p_k^(i) when > 1.
+    part = partition("dirichlet", LABELS, 4, rng(4), {"alpha": 1.0, "scheme": "client"})
+    p = part.class_proportions
+    assert p is not None and p.shape == (4, 10)
+    expected = np.floor(60 * p / np.maximum(p.sum(axis=0), 1.0))
+    assert np.array_equal(counts_of(part), expected.astype(np.int64))
+
+
+# ---------------------------------------------------------------- dirichlet_balanced
+
+
+def test_dirichlet_balanced_sizes_and_frac() -> None:
+    full = partition("dirichlet_balanced", LABELS, 7, rng(5), {"alpha": 0.1})
+    assert full.sizes.max() - full.sizes.min() <= 1 and full.sizes.sum() == 600
+    # 600 / 8 = 75 per client; frac .2 keeps floor(75 * .2 + .5) = 15.
+    part = partition("dirichlet_balanced", LABELS, 8, rng(5), {"alpha": 0.1, "frac": 0.2})
+    assert part.sizes.tolist() == [15] * 8
+
+
+def test_dirichlet_balanced_near_uniform_alpha_gives_exact_shares() -> None:
+    # alpha = 1e6 -> p_i ~ (0.1, ..., 0.1); 600 / 2 = 300 per client -> 300 * 0.1 = 30 of each class.
+    part = partition("dirichlet_balanced", LABELS, 2, rng(6), {"alpha": 1e6})
+    assert counts_of(part).tolist() == [[30] * 10, [30] * 10]
+
+
+def test_fill_clients_moves_exhausted_class_to_others() -> None:
+    # Two clients of 10 that both want only class 0, which has 12 samples (class 1 has 8):
+    # whoever is filled first gets 10 of class 0; the other gets the 2 left + 8 of class 1.
+    labels = np.array([0] * 12 + [1] * 8)
+    pools = [np.arange(12), np.arange(12, 20)]
+    clients = _fill_clients(np.array([10, 10]), np.array([[1.0, 0.0], [1.0, 0.0]]), pools, rng(0))
+    got = sorted(np.bincount(labels[c], minlength=2).tolist() for c in clients)
+    assert got == [[2, 8], [10, 0]]
+    assert len(np.unique(np.concatenate(clients))) == 20
+
+
+# ---------------------------------------------------------------- shards
+
+
+def test_shards_exact_counts_and_classes() -> None:
+    labels = np.repeat(np.arange(10), 100)  # shard size 50 divides every class: no straddling
+    part = partition("shards", labels, 9, rng(7), {"shard_size": 50, "shards_per_client": 2})
+    assert part.sizes.tolist() == [100] * 9
+    assert all((c > 0).sum() <= 2 for c in counts_of(part, labels))
+    assert all(np.all(c % 50 == 0) for c in counts_of(part, labels))
+
+
+def test_shards_default_size() -> None:
+    # shard_size unset: 600 // (5 * 3) = 40 -> each client 3 * 40 = 120.
+    part = partition("shards", LABELS, 5, rng(), {"shards_per_client": 3})
+    assert part.sizes.tolist() == [120] * 5
+
+
+# ---------------------------------------------------------------- quantity skew
+
+
+def test_quantity_skew_sizes_vary_more_as_h_shrinks() -> None:
+    def cv(h: float) -> float:
+        sizes = [partition("quantity_skew", LABELS, 10, rng(s), {"h": h}).sizes for s in range(8)]
+        return float(np.mean([s.std() / s.mean() for s in sizes]))
+
+    assert cv(0.1) > 1.0 > 0.2 > cv(1000.0)
+
+
+def test_quantity_skew_min_size() -> None:
+    part = partition("quantity_skew", LABELS, 20, rng(8), {"h": 0.05, "min_size": 10})
+    assert part.sizes.min() >= 10 and part.sizes.sum() == 600
+
+
+# ---------------------------------------------------------------- feature noise
+
+
+def test_feature_noise_linear_sigmas_by_hand() -> None:
+    # 3 clients over [0.1, 0.3] evenly: 0.1, 0.2, 0.3.
+    part = partition("feature_noise", LABELS, 3, rng(), {"sigma_min": 0.1, "sigma_max": 0.3})
+    assert part.client_noise == pytest.approx([0.1, 0.2, 0.3])
+
+
+def test_feature_noise_random_sigmas_in_range() -> None:
+    part = partition("feature_noise", LABELS, 50, rng(), {"sigma_min": 0.2, "sigma_max": 0.5, "spacing": "random"})
+    sig = np.array(part.client_noise)
+    assert sig.min() >= 0.2 and sig.max() <= 0.5 and len(np.unique(sig)) == 50
+
+
+# ---------------------------------------------------------------- natural
+
+
+def _grouped_dataset(groups: tuple[np.ndarray, ...] | None) -> ArrayDataset:
+    y = torch.arange(6) % 2
+    return ArrayDataset("toy", torch.zeros(6, 2), y, torch.zeros(2, 2), torch.zeros(2, dtype=torch.int64), 2, train_groups=groups)
+
+
+def test_natural_uses_dataset_groups() -> None:
+    ds = _grouped_dataset((np.array([0, 1]), np.array([2, 3, 4, 5])))
+    part = partition("natural", ds.y_train.numpy(), 2, rng(), dataset=ds)
+    assert [ix.tolist() for ix in part.client_indices] == [[0, 1], [2, 3, 4, 5]]
+
+
+# ---------------------------------------------------------------- errors name their field
+
+ERRORS: list[tuple[str, dict[str, Any], int, str]] = [
+    ("nope", {}, 4, "partition.name"),
+    ("iid", {"alpha": 1.0}, 4, "partition.alpha"),
+    ("dirichlet", {"alpha": 0.0}, 4, "partition.alpha"),
+    ("dirichlet", {"alpha": -1.0}, 4, "partition.alpha"),
+    ("dirichlet", {"alpha": "big"}, 4, "partition.alpha"),
+    ("dirichlet", {"alpha": 0.5, "min_size": 200}, 4, "partition.min_size"),
+    ("dirichlet", {"alpha": 0.01, "min_size": 100, "max_retries": 3}, 6, "partition.min_size"),
+    ("dirichlet", {"scheme": "rows"}, 4, "partition.scheme"),
+    ("dirichlet_balanced", {"frac": 0.0}, 4, "partition.frac"),
+    ("dirichlet_balanced", {"frac": 1.5}, 4, "partition.frac"),
+    ("dirichlet_balanced", {"alpha": 0.0}, 4, "partition.alpha"),
+    ("shards", {"shard_size": 100, "shards_per_client": 2}, 4, "partition.shards_per_client"),
+    ("shards", {"shard_size": 0}, 4, "partition.shard_size"),
+    ("shards", {"shards_per_client": 0}, 4, "partition.shards_per_client"),
+    ("quantity_skew", {"h": 0.0}, 4, "partition.h"),
+    ("quantity_skew", {"label_alpha": 0.0}, 4, "partition.label_alpha"),
+    ("quantity_skew", {"min_size": 200}, 4, "partition.min_size"),
+    ("feature_noise", {"sigma_min": -0.1}, 4, "partition.sigma_min"),
+    ("feature_noise", {"sigma_min": 0.3, "sigma_max": 0.1}, 4, "partition.sigma_max"),
+    ("iid", {}, 0, "federation.num_clients"),
+    ("iid", {}, 601, "federation.num_clients"),
+    ("natural", {}, 4, "partition.name"),
+]
+
+
+@pytest.mark.parametrize("name,options,clients,field", ERRORS)
+def test_errors_name_the_field(name: str, options: dict[str, Any], clients: int, field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        partition(name, LABELS, clients, rng(), options)
+    assert info.value.field == field
+
+
+def test_unknown_partitioner_lists_allowed() -> None:
+    with pytest.raises(ConfigError, match="allowed: dirichlet, dirichlet_balanced, feature_noise"):
+        partition("diriclet", LABELS, 4, rng())
+
+
+def test_natural_client_count_must_match() -> None:
+    ds = _grouped_dataset((np.array([0, 1]), np.array([2, 3, 4, 5])))
+    with pytest.raises(ConfigError) as info:
+        partition("natural", ds.y_train.numpy(), 3, rng(), dataset=ds)
+    assert info.value.field == "federation.num_clients" and "2 natural clients" in info.value.message
+    with pytest.raises(ConfigError) as info:
+        partition("natural", ds.y_train.numpy(), 2, rng(), dataset=_grouped_dataset(None))
+    assert info.value.field == "partition.name"

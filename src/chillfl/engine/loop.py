@@ -127,6 +127,7 @@ def run_rounds(exp: Experiment, executor: Executor | None = None) -> Iterator[di
                 "train_loss": float(np.dot(weights, [r.train_loss for r in results]) / weights.sum()),
                 "temperature_mean": float(np.mean([r.temperature for r in results])),
             }
+            record["client_train_loss"] = {str(r.client_id): r.train_loss for r in results}
             sent = ledger.round_totals(rnd)
             record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
             record["bytes_cumulative"] = ledger.cumulative()["total"]

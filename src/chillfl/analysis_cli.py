@@ -1,0 +1,21 @@
+"""``chillfl analyze ...``: each analysis module registers its own subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+ANALYSES = ("chillfl.analysis.temperature_sweep", "chillfl.analysis.cache_ratio")
+
+
+def add_analyze_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = sub.add_parser("analyze", help="analyses: temperature-sweep, cache-ratio, soft-label-entropy")
+    analyses = parser.add_subparsers(dest="analysis", required=True)
+    for module in ANALYSES:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:  # an analysis not installed in this build
+            if exc.name != module:
+                raise
+            continue
+        mod.add_parser(analyses)

@@ -1,0 +1,122 @@
+"""The command line: error paths (one line, exit 2, nothing written) and an end-to-end run."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chillfl.cli import main
+
+TINY = [
+    "dataset.name=digits",
+    "federation.num_clients=4",
+    "federation.rounds=2",
+    "model.name=mlp",
+    "eval.client_split_size=20",
+]
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "exp.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["dataset.name=imagenet"], "dataset.name"),
+        (["model.name=transformer9000"], "model.name"),
+        (["partition.name=sorted"], "partition.name"),
+        (["algorithm.name=fedfoo"], "algorithm.name"),
+        (["temperature.policy=fixed", "temperature.value=0"], "temperature.value"),
+        (["temperature.policy=fixed", "temperature.value=-2"], "temperature.value"),
+        (["partition.name=dirichlet", "partition.alpha=0"], "partition.alpha"),
+        (["federation.num_clients=100000"], "federation.num_clients"),
+        (["federation.client_fraction=1.5"], "federation.client_fraction"),
+        (["federation.client_fraction=0"], "federation.client_fraction"),
+        (["client.lr=abc"], "client.lr"),
+        (["executor=gpu"], "executor"),
+    ],
+)
+def test_user_errors_exit_2_with_one_line(tmp_path, capsys, overrides, field):
+    config = _write(tmp_path, f'out_dir = "{tmp_path / "out"}"\n')
+    assert main(["run", str(config), "-q", *TINY, *overrides]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"chillfl: error: {field}:")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_unknown_name_lists_the_allowed_values(tmp_path, capsys):
+    config = _write(tmp_path, f'out_dir = "{tmp_path / "out"}"\n')
+    main(["run", str(config), "-q", *TINY, "dataset.name=imagenet"])
+    err = capsys.readouterr().err
+    assert "allowed:" in err and "digits" in err and "mnist1d" in err and "synthetic" in err
+
+
+def test_missing_config_and_malformed_toml(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "missing.toml")]) == 2
+    assert "file not found" in capsys.readouterr().err
+    bad = _write(tmp_path, "[client\nlr = 0.1\n")
+    assert main(["run", str(bad)]) == 2
+    assert "malformed TOML" in capsys.readouterr().err
+
+
+def test_error_from_the_installed_command_has_no_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "chillfl", "run", str(tmp_path / "nope.toml")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_run_writes_a_complete_result_folder(tmp_path, capsys):
+    config = _write(tmp_path, f'name = "e2e"\nout_dir = "{tmp_path / "out"}"\n[temperature]\npolicy = "fixed"\nvalue = 0.1\n')
+    assert main(["run", str(config), "-q", *TINY]) == 0
+    folder = tmp_path / "out" / "e2e"
+    assert sorted(p.name for p in folder.iterdir()) == ["accuracy_loss.png", "config.toml", "metrics.jsonl", "summary.json"]
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [1, 2]
+    assert all(r["temperature_mean"] == 0.1 for r in records)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert 0.0 <= summary["final_global_acc"] <= 1.0 and "best_local_acc" in summary
+    # the written config reproduces the run exactly
+    assert main(["run", str(folder / "config.toml"), "-q", "out_dir=" + str(tmp_path / "again")]) == 0
+    again = (tmp_path / "again" / "e2e" / "metrics.jsonl").read_text()
+    assert again == (folder / "metrics.jsonl").read_text()
+    # a second run with the same name does not overwrite the first
+    assert main(["run", str(config), "-q", *TINY]) == 0
+    assert (tmp_path / "out" / "e2e-2" / "summary.json").exists()
+    assert "results:" in capsys.readouterr().out
+
+
+def test_compare_prints_and_saves_the_table(tmp_path, capsys):
+    config = _write(tmp_path, f'name = "cmp"\nout_dir = "{tmp_path / "out"}"\n')
+    assert main(["compare", str(config), "-q", *TINY, "--grid", "temperature=4,1,0.1"]) == 0
+    out = capsys.readouterr().out
+    assert "| T=4 |" in out and "| T=0.1 |" in out and "target = best global accuracy of T=4" in out
+    folder = tmp_path / "out" / "cmp-compare"
+    assert {"table.md", "table.json", "curves.png", "T4", "T1", "T0.1"} <= {p.name for p in folder.iterdir()}
+    rows = json.loads((folder / "table.json").read_text())
+    assert [r["variant"] for r in rows] == ["T=4", "T=1", "T=0.1"]
+    base = next(r for r in rows if r["variant"] == "T=1")
+    assert base["delta_acc"] == 0.0
+
+
+def test_bad_grid_is_a_user_error(tmp_path, capsys):
+    config = _write(tmp_path, f'out_dir = "{tmp_path / "out"}"\n')
+    assert main(["compare", str(config), "-q", *TINY, "--grid", "temperature=0,1"]) == 2
+    assert "temperature" in capsys.readouterr().err
+
+
+def test_data_show(tmp_path, capsys):
+    config = _write(tmp_path, 'name = "parts"\n[partition]\nname = "shards"\nshard_size = 20\nshards_per_client = 2\n')
+    png = tmp_path / "heat.png"
+    assert main(["data", "show", str(config), "federation.num_clients=5", "-o", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "client" in out.lower() and png.stat().st_size > 0

@@ -49,10 +49,18 @@ def test_loss_terms_are_added():
 
 
 def test_batch_order_covers_every_sample_each_epoch():
-    batches = batch_order(10, 3, 2, torch.Generator().manual_seed(1))
-    assert [len(b) for b in batches] == [3, 3, 3, 1, 3, 3, 3, 1]
-    assert sorted(torch.cat(batches[:4]).tolist()) == list(range(10))
-    assert sorted(torch.cat(batches[4:]).tolist()) == list(range(10))
+    batches = batch_order(11, 3, 2, torch.Generator().manual_seed(1))
+    assert [len(b) for b in batches] == [3, 3, 3, 2, 3, 3, 3, 2]
+    assert sorted(torch.cat(batches[:4]).tolist()) == list(range(11))
+    assert sorted(torch.cat(batches[4:]).tolist()) == list(range(11))
+
+
+def test_a_trailing_single_sample_joins_the_previous_batch():
+    # 10 = 3 + 3 + 3 + 1: the lone sample would break batch norm, so the last batch has 4
+    batches = batch_order(10, 3, 1, torch.Generator().manual_seed(1))
+    assert [len(b) for b in batches] == [3, 3, 4]
+    assert sorted(torch.cat(batches).tolist()) == list(range(10))
+    assert [len(b) for b in batch_order(1, 3, 2, torch.Generator().manual_seed(1))] == [1, 1]
 
 
 def test_derive_seed_separates_streams_and_is_stable():

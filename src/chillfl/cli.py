@@ -11,6 +11,7 @@ User errors print one line ``chillfl: error: <field>: <problem>`` and exit 2.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -71,6 +72,11 @@ def cmd_data_show(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.options:
+        from chillfl.report.reference import render_reference
+
+        print(render_reference(), end="")
+        return 0
     from chillfl.aggregation.registry import algorithm_names
     from chillfl.data import dataset_names, partitioner_names
     from chillfl.models import model_names
@@ -118,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     ds.set_defaults(func=cmd_data_show)
 
     p = sub.add_parser("list", help="registered datasets, models, methods and bundled experiments")
+    p.add_argument("--options", action="store_true", help="print every part's options with types and defaults (markdown)")
     p.set_defaults(func=cmd_list)
 
     try:
@@ -139,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
+    quiet = getattr(args, "quiet", False)
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="chillfl: %(message)s")
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:

@@ -26,6 +26,7 @@ from chillfl.aggregation.base import ClientResult
 from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor
 from chillfl.engine.ledger import CommunicationLedger, tensor_bytes
 from chillfl.engine.setup import Experiment
+from chillfl.temperature.base import ConstantTemperature
 from chillfl.training.local import derive_seed, evaluate
 
 
@@ -83,6 +84,7 @@ def run_rounds(exp: Experiment, executor: Executor | None = None) -> Iterator[di
     eval_local = cfg.eval.clients != "none"
     ledger = CommunicationLedger()
     begin_round = getattr(exp.aggregator, "begin_round", None)
+    per_client_temperature = not isinstance(exp.policy, ConstantTemperature)
     try:
         for rnd in range(cfg.federation.rounds):
             sampled = sample_clients(cfg.seed, rnd, data.num_clients, k)
@@ -131,9 +133,8 @@ def run_rounds(exp: Experiment, executor: Executor | None = None) -> Iterator[di
             sent = ledger.round_totals(rnd)
             record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
             record["bytes_cumulative"] = ledger.cumulative()["total"]
-            temps = exp.policy.snapshot()
-            if temps:
-                record["temperatures"] = {str(c): float(t) for c, t in sorted(temps.items())}
+            if per_client_temperature:  # only the round's clients: O(sampled), not O(registered)
+                record["temperatures"] = {str(r.client_id): float(r.temperature) for r in results}
             if eval_local:
                 ids = sampled if cfg.eval.clients == "sampled" else sorted(log.latest_local_acc)
                 record["local_acc"] = _mean([log.latest_local_acc[c] for c in ids])

@@ -9,34 +9,28 @@ Config::
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
 from chillfl.errors import choice_error
 from chillfl.options import NoOptions, parse_options
 from chillfl.temperature.base import ConstantTemperature, FixedOptions, TemperaturePolicy
+from chillfl.temperature.fedchill import FedChillOptions, FedChillPolicy
 
 
-def _none(options: Mapping[str, Any], class_counts: np.ndarray, section: str) -> TemperaturePolicy:
-    parse_options(NoOptions, options, section)
-    return ConstantTemperature(1.0)
+class PolicySpec(NamedTuple):
+    """A policy's option dataclass, how to build it from (options, class counts), and one line about it."""
+
+    options: type
+    build: Callable[[Any, np.ndarray], TemperaturePolicy]
+    summary: str
 
 
-def _fixed(options: Mapping[str, Any], class_counts: np.ndarray, section: str) -> TemperaturePolicy:
-    return ConstantTemperature(parse_options(FixedOptions, options, section).value)
-
-
-def _fedchill(options: Mapping[str, Any], class_counts: np.ndarray, section: str) -> TemperaturePolicy:
-    from chillfl.temperature.fedchill import FedChillOptions, FedChillPolicy
-
-    return FedChillPolicy(parse_options(FedChillOptions, options, section), class_counts)
-
-
-POLICIES: dict[str, Callable[[Mapping[str, Any], np.ndarray, str], TemperaturePolicy]] = {
-    "none": _none,
-    "fixed": _fixed,
-    "fedchill": _fedchill,
+POLICIES: dict[str, PolicySpec] = {
+    "none": PolicySpec(NoOptions, lambda o, counts: ConstantTemperature(1.0), "standard softmax, T = 1"),
+    "fixed": PolicySpec(FixedOptions, lambda o, counts: ConstantTemperature(o.value), "one T for every client and round (FLex&Chill)"),
+    "fedchill": PolicySpec(FedChillOptions, FedChillPolicy, "per-client T from label heterogeneity, decayed on stagnation (FedChill)"),
 }
 
 
@@ -47,7 +41,8 @@ def policy_names() -> list[str]:
 def make_policy(table: Mapping[str, Any], class_counts: np.ndarray, section: str = "temperature") -> TemperaturePolicy:
     """Build the policy named by ``table['policy']`` with the rest of the table as its options."""
     name = table.get("policy")
-    options = {k: v for k, v in table.items() if k != "policy"}
     if name not in POLICIES:
         raise choice_error(f"{section}.policy", name, policy_names())
-    return POLICIES[name](options, class_counts, section)
+    spec = POLICIES[name]
+    options = parse_options(spec.options, {k: v for k, v in table.items() if k != "policy"}, section)
+    return spec.build(options, class_counts)

@@ -89,11 +89,18 @@ def sgd_update(params: Params, grads: Params, momenta: Params, lr: Any, spec: Lo
 
 
 def batch_order(num_samples: int, batch_size: int, epochs: int, generator: torch.Generator) -> list[torch.Tensor]:
-    """Index batches for all local epochs: a fresh permutation per epoch, last batch kept even if short."""
+    """Index batches for all local epochs: a fresh permutation per epoch, last batch kept even if short.
+
+    A trailing batch of a single sample is merged into the batch before it:
+    batch norm cannot normalise one sample, and dropping it would waste data.
+    """
     batches = []
     for _ in range(epochs):
         perm = torch.randperm(num_samples, generator=generator)
-        batches.extend(perm[i : i + batch_size] for i in range(0, num_samples, batch_size))
+        epoch = [perm[i : i + batch_size] for i in range(0, num_samples, batch_size)]
+        if len(epoch) > 1 and len(epoch[-1]) == 1:
+            epoch[-2:] = [torch.cat(epoch[-2:])]
+        batches.extend(epoch)
     return batches
 
 

@@ -1,0 +1,304 @@
+"""Executors: vectorised and process-pool training equal the sequential reference."""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import os
+import signal
+from typing import Any, Mapping
+
+import pytest
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import FedAvg
+from chillfl.config import load_config
+from chillfl.engine.executors import ClientJob, SequentialExecutor
+from chillfl.engine.parallel import VECTORIZE_MAX_PARAMS, choose_executor, make_parallel_executor
+from chillfl.engine.processes import ProcessExecutor, WorkerError, pack_tree
+from chillfl.engine.run import run_experiment
+from chillfl.engine.setup import Experiment
+from chillfl.engine.vectorized import NotVectorizable, VectorizedExecutor, chunk_size_for, stack_contexts
+from chillfl.errors import ConfigError
+from chillfl.temperature.base import ConstantTemperature
+from chillfl.training.local import LocalOutcome, LocalSpec, model_state
+
+
+class Pull:
+    """Test term: sum(w * c) over the keys in context['c'] (gradient c), times context['scale']."""
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
+        c = context["c"]
+        return context["scale"] * sum((params[k] * c[k]).sum() for k in c)
+
+
+class Prox:
+    """Test term: mu/2 ||w - anchor||^2 (FedProx's shape), anchor shared by every client."""
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
+        anchor = context["anchor"]
+        return 0.5 * context["mu"] * sum(((params[k] - anchor[k]) ** 2).sum() for k in anchor)
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 5))
+
+
+def _cnn_bn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 5))
+
+
+def _jobs(model: nn.Module, sizes: list[int], shape: tuple[int, ...], contexts: list[dict[str, Any]] | None = None) -> list[ClientJob]:
+    """Clients with unequal data sizes, per-client lr, temperature and seed."""
+    start = model_state(model)
+    g = torch.Generator().manual_seed(123)
+    jobs = []
+    for c, n in enumerate(sizes):
+        x = torch.randn(n, *shape, generator=g)
+        y = torch.randint(0, 5, (n,), generator=g)
+        ctx = contexts[c] if contexts else {}
+        jobs.append(ClientJob(c, start, x, y, 0.05 * (1 + c / 4), 1.0 / (1 + c), ctx, 1000 + c))
+    return jobs
+
+
+def _assert_close(ref: list[LocalOutcome], got: list[LocalOutcome], atol: float = 1e-5) -> None:
+    assert len(ref) == len(got)
+    for a, b in zip(ref, got):
+        assert a.num_steps == b.num_steps
+        assert list(a.params) == list(b.params)
+        assert math.isclose(a.mean_loss, b.mean_loss, rel_tol=1e-5, abs_tol=1e-6)
+        for k in a.params:
+            assert a.params[k].dtype == b.params[k].dtype
+            torch.testing.assert_close(b.params[k], a.params[k], atol=atol, rtol=1e-5)
+
+
+def _assert_identical(ref: list[LocalOutcome], got: list[LocalOutcome]) -> None:
+    for a, b in zip(ref, got, strict=True):
+        assert (a.num_steps, a.mean_loss, list(a.params)) == (b.num_steps, b.mean_loss, list(b.params))
+        for k in a.params:
+            assert torch.equal(a.params[k], b.params[k]), k
+
+
+# sizes: unequal, one smaller than a batch, one empty, one a multiple of the batch
+SIZES = [37, 20, 5, 0, 16, 29]
+
+
+@pytest.mark.parametrize("chunk_size", [None, 2])
+def test_vectorized_mlp_unequal_sizes_momentum_weight_decay(chunk_size: int | None) -> None:
+    model = _mlp()
+    spec = LocalSpec(epochs=2, batch_size=8, momentum=0.9, weight_decay=1e-3)
+    jobs = _jobs(model, SIZES, (3, 4))
+    ref = SequentialExecutor(model, spec).run(jobs)
+    got = VectorizedExecutor(model, spec, chunk_size=chunk_size).run(jobs)
+    _assert_close(ref, got)
+    assert [o.num_steps for o in got] == [10, 6, 2, 0, 4, 8]  # 2 epochs * ceil(n / 8)
+    for k, v in got[3].params.items():  # the empty client is untouched
+        assert torch.equal(v, jobs[3].start[k])
+
+
+def test_vectorized_cnn_with_batchnorm_buffers() -> None:
+    model = _cnn_bn()
+    spec = LocalSpec(epochs=2, batch_size=8, momentum=0.5)
+    jobs = _jobs(model, SIZES, (1, 6, 6))
+    ref = SequentialExecutor(model, spec).run(jobs)
+    got = VectorizedExecutor(model, spec).run(jobs)
+    _assert_close(ref, got)
+    # running statistics moved, and the step counter matches exactly
+    assert not torch.equal(got[0].params["1.running_mean"], jobs[0].start["1.running_mean"])
+    assert [int(o.params["1.num_batches_tracked"]) for o in got] == [10, 6, 2, 0, 4, 8]
+
+
+def test_vectorized_per_client_and_shared_context() -> None:
+    model = _mlp()
+    spec = LocalSpec(epochs=1, batch_size=8, momentum=0.9, terms=(Pull(), Prox()))
+    anchor = {k: v + 0.1 for k, v in model_state(model).items()}  # the same object for every client
+    g = torch.Generator().manual_seed(5)
+    contexts = [
+        {"c": {"3.weight": torch.randn(5, 8, generator=g)}, "scale": 0.1 * (i + 1), "anchor": anchor, "mu": 0.01}
+        for i in range(len(SIZES))
+    ]
+    jobs = _jobs(model, SIZES, (3, 4), contexts)
+    _assert_close(SequentialExecutor(model, spec).run(jobs), VectorizedExecutor(model, spec).run(jobs))
+
+
+def test_vectorized_hand_computed_steps() -> None:
+    # W (2x2, no bias) starts at 0 and x = 0, so logits = 0 and the CE gradient is 0;
+    # the term sum(W * c) adds gradient c. Batch 4:
+    #   client 0: 4 samples -> 1 step:  W = -lr0 * c0 = -0.5 * 1 = -0.5
+    #   client 1: 6 samples -> 2 steps (4 + short 2): W = -2 * lr1 * c1 = -2 * 0.1 * 2 = -0.4
+    # loss per step = CE(0, y) + sum(W * c) = log 2 + sum(W * c), W taken before the step:
+    #   client 0: log 2;  client 1: (log 2 + (log 2 + 4 * (-0.1 * 2) * 2)) / 2 = log 2 - 0.8
+    model = nn.Linear(2, 2, bias=False)
+    start = {"weight": torch.zeros(2, 2)}
+    spec = LocalSpec(epochs=1, batch_size=4, terms=(Pull(),))
+    jobs = [
+        ClientJob(0, start, torch.zeros(4, 2), torch.zeros(4, dtype=torch.long), 0.5, 1.0, {"c": {"weight": torch.ones(2, 2)}, "scale": 1.0}, 1),
+        ClientJob(1, start, torch.zeros(6, 2), torch.ones(6, dtype=torch.long), 0.1, 0.5, {"c": {"weight": torch.full((2, 2), 2.0)}, "scale": 1.0}, 2),
+    ]
+    out = VectorizedExecutor(model, spec).run(jobs)
+    torch.testing.assert_close(out[0].params["weight"], torch.full((2, 2), -0.5))
+    torch.testing.assert_close(out[1].params["weight"], torch.full((2, 2), -0.4))
+    assert [o.num_steps for o in out] == [1, 2]
+    assert math.isclose(out[0].mean_loss, math.log(2), rel_tol=1e-6)
+    assert math.isclose(out[1].mean_loss, math.log(2) - 0.8, rel_tol=1e-6)
+
+
+def test_chunk_size_from_memory_budget() -> None:
+    # Linear(2, 2, no bias), no momentum, batch 4 of 2 features (float32):
+    #   state: 4 copies * 4 weights * 4 B = 64;  batch: 4 * 2 * 4 B = 32
+    #   activations: one module output 4 x 2 floats = 32 B, counted 3 times = 96  -> 192 B per client
+    model = nn.Linear(2, 2, bias=False)
+    job = ClientJob(0, {"weight": torch.zeros(2, 2)}, torch.zeros(10, 2), torch.zeros(10, dtype=torch.long), 0.1, 1.0, {}, 0)
+    spec = LocalSpec(epochs=1, batch_size=4)
+    assert chunk_size_for(model, spec, job, 5 * 192 + 10) == 5
+    assert chunk_size_for(model, spec, job, 100) == 1  # never below one client
+    # a budget of one client per chunk still gives the sequential result
+    jobs = _jobs(_mlp(), SIZES, (3, 4))
+    _assert_close(SequentialExecutor(_mlp(), spec).run(jobs), VectorizedExecutor(_mlp(), spec, memory_budget=1).run(jobs))
+
+
+def test_stack_contexts_broadcasts_shared_and_stacks_differing() -> None:
+    shared = torch.ones(3)
+    ctxs = [{"a": shared, "b": torch.full((2,), float(i)), "mu": 0.5, "s": 1.0 * i} for i in range(3)]
+    stacked = stack_contexts(ctxs, torch.float32)
+    # leaves in key order: a (same object -> shared), b (stacked), mu (equal -> shared), s (differs -> tensor)
+    assert sorted(stacked.batched) == [1, 3]
+    assert stacked.shared[0] is shared
+    torch.testing.assert_close(stacked.batched[1], torch.tensor([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]]))
+    torch.testing.assert_close(stacked.batched[3], torch.tensor([0.0, 1.0, 2.0]))
+    with pytest.raises(NotVectorizable):
+        stack_contexts([{"a": 1.0}, {"b": 1.0}], torch.float32)
+    with pytest.raises(NotVectorizable):
+        stack_contexts([{"a": "x"}, {"a": "y"}], torch.float32)
+
+
+def test_vectorized_falls_back_once_when_step_cannot_be_vmapped(caplog: pytest.LogCaptureFixture) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.Dropout(0.5), nn.Linear(8, 5))  # random op: vmap refuses
+    spec = LocalSpec(epochs=1, batch_size=8)
+    jobs = _jobs(model, [9, 7, 12], (3, 4))
+    ex = VectorizedExecutor(model, spec)
+    with caplog.at_level(logging.WARNING, logger="chillfl.engine.vectorized"):
+        first, second = ex.run(jobs), ex.run(jobs)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "falling back to the sequential executor" in warnings[0].getMessage()
+    ref = SequentialExecutor(model, spec).run(jobs)
+    _assert_identical(ref, first)
+    _assert_identical(ref, second)
+
+
+def test_pack_tree_roundtrip_shares_memory() -> None:
+    tree = {"w": torch.arange(6.0).view(2, 3), "n": torch.tensor(3), "inner": {"b": torch.ones(2)}, "mu": 0.1}
+    packed = pack_tree(tree)
+    assert sorted(packed.buffers) == ["float32", "int64"] and all(b.is_shared() for b in packed.buffers.values())
+    out = packed.unpack()
+    assert out["mu"] == 0.1
+    for key in ("w", "n"):
+        assert torch.equal(out[key], tree[key]) and out[key].dtype == tree[key].dtype
+    assert torch.equal(out["inner"]["b"], tree["inner"]["b"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_process_pool_bitwise_errors_and_clean_shutdown() -> None:
+    model = _cnn_bn()
+    spec = LocalSpec(epochs=1, batch_size=8, momentum=0.9, weight_decay=1e-3, terms=(Pull(),))
+    g = torch.Generator().manual_seed(9)
+    contexts = [{"c": {"4.bias": torch.randn(5, generator=g)}, "scale": 0.5} for _ in SIZES]
+    jobs = _jobs(model, SIZES, (1, 6, 6), contexts)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the workers' thread count: bitwise equality needs the same
+    try:
+        ref = SequentialExecutor(model, spec).run(jobs)
+    finally:
+        torch.set_num_threads(threads)
+    ex = ProcessExecutor(model, spec, workers=2)
+    try:
+        pids = ex.pids
+        assert len(pids) == 2
+        _assert_identical(ref, ex.run(jobs))
+        # a failing job raises in the parent, naming the client; the pool stays usable
+        bad = list(jobs)
+        bad[2] = ClientJob(2, jobs[2].start, jobs[2].x, torch.full_like(jobs[2].y, 99), 0.1, 1.0, contexts[2], 7)
+        with pytest.raises(WorkerError, match="client 2"):
+            ex.run(bad)
+        _assert_identical(ref[:3], ex.run(jobs[:3]))
+    finally:
+        ex.close()
+    assert not any(_alive(p) for p in pids)
+    assert not [p for p in multiprocessing.active_children() if p.pid in pids]
+    with pytest.raises(WorkerError, match="closed"):
+        ex.run(jobs)
+    ex.close()  # idempotent
+
+
+def test_process_pool_reports_a_dead_worker() -> None:
+    model = _mlp()
+    spec = LocalSpec(epochs=1, batch_size=8)
+    ex = ProcessExecutor(model, spec, workers=1)
+    try:
+        jobs = _jobs(model, [9, 7], (3, 4))
+        assert len(ex.run(jobs)) == 2
+        os.kill(ex.pids[0], signal.SIGKILL)
+        with pytest.raises(WorkerError, match="died"):
+            ex.run(jobs)
+    finally:
+        ex.close()
+    assert not _alive(ex.pids[0])
+
+
+def test_choose_executor() -> None:
+    assert choose_executor(1_000, 1, 8) == "sequential"  # one client: nothing to parallelise
+    assert choose_executor(VECTORIZE_MAX_PARAMS, 10, 1) == "vectorized"
+    assert choose_executor(VECTORIZE_MAX_PARAMS + 1, 10, 8) == "processes"
+    assert choose_executor(VECTORIZE_MAX_PARAMS + 1, 10, 1) == "sequential"
+
+
+def _experiment(executor: str, model: nn.Module) -> Experiment:
+    config = load_config(None, {"executor": executor, "federation.num_clients": 4})
+    spec = LocalSpec(epochs=1, batch_size=8)
+    return Experiment(config, None, model, model_state(model), FedAvg(), ConstantTemperature(), spec)  # type: ignore[arg-type]
+
+
+def test_make_parallel_executor_names_and_auto_log(caplog: pytest.LogCaptureFixture) -> None:
+    exp = _experiment("auto", _mlp())
+    assert isinstance(make_parallel_executor("sequential", exp), SequentialExecutor)
+    assert isinstance(make_parallel_executor("vectorized", exp), VectorizedExecutor)
+    with caplog.at_level(logging.INFO, logger="chillfl.engine.parallel"):
+        chosen = make_parallel_executor("auto", exp)
+    assert isinstance(chosen, VectorizedExecutor)  # 149 parameters, 4 clients per round
+    lines = [r.getMessage() for r in caplog.records if r.name == "chillfl.engine.parallel"]
+    assert len(lines) == 1 and "vectorized" in lines[0]
+    with pytest.raises(ConfigError, match="executor"):
+        make_parallel_executor("threads", exp)
+
+
+@pytest.mark.parametrize("executor", ["sequential", "vectorized", "processes"])
+def test_run_experiment_is_deterministic(executor: str) -> None:
+    overrides = {
+        "executor": executor,
+        "dataset.name": "digits",
+        "model.name": "mlp",
+        "federation.num_clients": 4,
+        "federation.rounds": 2,
+        "client.batch_size": 32,
+        "client.momentum": 0.5,
+    }
+    config = load_config(None, overrides)
+    first = run_experiment(config, write=False, progress=False).records
+    second = run_experiment(config, write=False, progress=False).records
+    assert len(first) == 2 and first == second
+    if executor == "vectorized":  # and it agrees with the reference up to float rounding
+        ref = run_experiment(config.with_overrides({"executor": "sequential"}), write=False, progress=False).records
+        assert ref[-1]["global_acc"] == pytest.approx(first[-1]["global_acc"], abs=0.01)
+        assert ref[-1]["train_loss"] == pytest.approx(first[-1]["train_loss"], rel=1e-4)

@@ -26,7 +26,12 @@ DEMO_GRID = ["temperature=1,0.25,0.05"]
 
 def _load(config: str | None, overrides: Sequence[str]) -> RunConfig:
     path = resolve_config(config) if config is not None else None
-    return load_config(path, parse_overrides(list(overrides)))
+    loaded = load_config(path, parse_overrides(list(overrides)))
+    if loaded.threads:
+        import torch
+
+        torch.set_num_threads(loaded.threads)
+    return loaded
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -80,6 +85,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from chillfl.aggregation.registry import algorithm_names
     from chillfl.data import dataset_names, partitioner_names
     from chillfl.models import model_names
+    from chillfl.distillation.methods import method_names
     from chillfl.temperature import policy_names
 
     for title, names in (
@@ -88,6 +94,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         ("models", model_names()),
         ("temperature policies", policy_names()),
         ("algorithms", algorithm_names()),
+        ("distillation methods", method_names()),
         ("experiments", bundled_experiments()),
     ):
         print(f"{title}: {', '.join(names)}")

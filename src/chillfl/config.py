@@ -127,6 +127,8 @@ class RunConfig:
     executor: str = "sequential"
     out_dir: str = "results"
     data_dir: str = "data"
+    threads: int = 0
+    """torch intra-op threads (0: torch's default). Bitwise reproducibility holds at a fixed thread count."""
     federation: FederationConfig = field(default_factory=FederationConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -144,6 +146,7 @@ class RunConfig:
 
     def validate(self, section: str) -> None:
         require(self.executor in EXECUTORS, "executor", f"unknown value {self.executor!r}; allowed: {', '.join(EXECUTORS)}")
+        require(self.threads >= 0, "threads", f"must be >= 0 (0 = torch's default), got {self.threads}")
         require(bool(self.name) and "/" not in self.name, "name", f"must be a non-empty name without '/', got {self.name!r}")
         for part, key in (("dataset", "name"), ("partition", "name"), ("model", "name"), ("temperature", "policy"), ("algorithm", "name")):
             table = getattr(self, part)

@@ -100,13 +100,24 @@ def weighted_average(states: Sequence[Mapping[str, torch.Tensor]], weights: torc
 
 
 class FedAvg:
-    """FedAvg (McMahan et al., 2017): w <- sum_i (m_i / m) w_i over sampled clients."""
+    """FedAvg (McMahan et al., 2017): w <- sum_i (m_i / m) w_i over sampled clients.
+
+    ``weights`` (summing to 1) replace m_i / m when given: the hook through
+    which PA3Fed passes its m_i * alpha_i coefficients.
+    """
+
+    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
+        """m_i / m, the FedAvg coefficients."""
+        return sample_weights(results)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return Downlink()
 
-    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
-        return weighted_average([r.params for r in results], sample_weights(results))
+    def aggregate(
+        self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
+    ) -> Params:
+        w = self.default_weights(results) if weights is None else weights
+        return weighted_average([r.params for r in results], w)
 
     def round_metrics(self) -> Mapping[str, Any]:
         return {}

@@ -1,6 +1,6 @@
 """FedMut (Hu et al., AAAI 2024, "FedMut: Generalized Federated Learning via Stochastic Mutation").
 
-The server aggregates as FedAvg (``w_g^t = sum_i p_i w_i``), then hands each
+The server averages the client models (``w_g^t = (1/|S|) sum_i w_i``), then hands each
 client of the next round a *mutated* copy of the global model instead of
 ``w_g^t`` itself (Hu et al., Alg. 1, mutation step):
 
@@ -24,12 +24,19 @@ Choices
   expectation.
 * The first round (no previous global model) sends the plain global model.
 * ``alpha`` (FedMut's mutation radius) defaults to 4.0.
+* Aggregation is the plain mean over the round's clients (``weighting =
+  "uniform"``, default), as in Hu et al.'s aggregation: the balanced
+  mutations cancel only under equal weights. With sample weights
+  (``"samples"``) and quantity skew, the weighted mean of the mutated starts
+  is ``w + alpha * g * sum_j p_j v_j``, which feeds back into the next ``g``
+  and can blow up (seen at Dirichlet h = 0.1: the global model fell to
+  chance level).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
 
@@ -40,9 +47,10 @@ from chillfl.training.local import derive_seed
 
 @dataclass(frozen=True)
 class FedMutOptions:
-    """``alpha``: mutation radius (default 4.0; 0 disables mutation)."""
+    """``alpha``: mutation radius (default 4.0; 0 disables mutation); ``weighting``: ``uniform`` mean or by ``samples``."""
 
     alpha: float = 4.0
+    weighting: Literal["uniform", "samples"] = "uniform"
 
     def validate(self, section: str) -> None:
         require(self.alpha >= 0, f"{section}.alpha", f"must be >= 0, got {self.alpha}")
@@ -87,7 +95,10 @@ class FedMut:
         return signs
 
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
-        return sample_weights(results)
+        """1/|S| (``uniform``, so balanced mutations cancel) or n_i / sum n_j (``samples``)."""
+        if self.options.weighting == "samples":
+            return sample_weights(results)
+        return torch.full((len(results),), 1.0 / len(results), dtype=torch.float64)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         if self.previous is None or self.options.alpha == 0:

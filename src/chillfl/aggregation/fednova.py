@@ -17,9 +17,10 @@ with ``a_i = tau_i`` for plain SGD and, for SGD with momentum ``rho``
 
 Choices
 -------
-* ``momentum`` is an option of this aggregator and must equal the local
-  optimiser's momentum (the upload does not carry it). Weight decay is ignored
-  in ``a_i``, as in the paper's main formula.
+* ``momentum`` must equal the local optimiser's momentum (the upload does not
+  carry it). Built from a config, it is left unset and filled from
+  ``client.momentum``; a different explicit value is a ConfigError. Weight
+  decay is ignored in ``a_i``, as in the paper's main formula.
 * Only trainable parameters are normalised; buffers (BN statistics) are
   averaged with ``p_i`` (a normalised step could make a running variance
   negative); integer buffers take the max.
@@ -38,12 +39,13 @@ from chillfl.options import require
 
 @dataclass(frozen=True)
 class FedNovaOptions:
-    """``momentum``: the clients' SGD momentum rho in [0, 1) (default 0 = plain SGD)."""
+    """``momentum``: the clients' SGD momentum rho in [0, 1); unset = ``client.momentum`` (0 outside a config)."""
 
-    momentum: float = 0.0
+    momentum: float | None = None
 
     def validate(self, section: str) -> None:
-        require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
+        if self.momentum is not None:
+            require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
 
 
 def effective_steps(num_steps: int, momentum: float = 0.0) -> float:
@@ -59,6 +61,7 @@ class FedNova:
 
     def __init__(self, options: FedNovaOptions = FedNovaOptions(), param_keys: Collection[str] | None = None) -> None:
         self.options = options
+        self.momentum = options.momentum or 0.0
         self.param_keys = None if param_keys is None else list(param_keys)
         self._tau_eff = float("nan")
 
@@ -72,7 +75,7 @@ class FedNova:
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
     ) -> Params:
         w = (self.default_weights(results) if weights is None else weights).tolist()
-        a = [effective_steps(r.num_steps, self.options.momentum) for r in results]
+        a = [effective_steps(r.num_steps, self.momentum) for r in results]
         if min(a) <= 0:
             raise ValueError("FedNova needs num_steps >= 1 for every client")
         tau_eff = sum(p * ai for p, ai in zip(w, a))

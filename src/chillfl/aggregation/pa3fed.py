@@ -17,9 +17,13 @@ Per round t (PA3Fed, Algorithm 1):
 The base decides how weights enter (FedAvg/FedProx/FedMut/VRL-SGD average
 models, FedNova weights normalised updates, SCAFFOLD/FedOpt weight updates):
 any aggregator with ``default_weights(results)`` and
-``aggregate(..., weights=...)`` works, and so does the plain
-:class:`~chillfl.aggregation.base.FedAvg`. PA3Fed multiplies the base's own
-weights by ``alpha_i``.
+``aggregate(..., weights=...)`` works (every registered one has them).
+PA3Fed multiplies the base's own weights by ``alpha_i``.
+
+The engine calls :meth:`PA3Fed.client_report` after each client's local
+training; it computes ``score`` and ``grad_norm`` from the trained local model
+on the client's training data, i.e. on the client side of Algorithm 1 (in a
+deployment these two floats are the only extra upload, Alg. 1 line 10).
 
 Choices
 -------
@@ -35,9 +39,18 @@ Choices
   score is taken at T = 1 even when training uses logit chilling.
 * Gradient: ``||g_i||`` is the norm of the gradient of the mean loss over the
   client's whole local training set at its model after local training
-  (Alg. 1 line 9 follows local training). ``per_sample=True`` gives instead
+  (Alg. 1 line 9 follows local training), model in eval mode (no dropout, BN
+  running statistics). ``grad_norm = "per_sample"`` gives instead
   sqrt(mean_n ||g(x_n, y_n)||^2), the per-sample form of Eqs. 2 and 4 whose
   square is the empirical FIM trace.
+* Loss of the gradient: Eq. 4 is the change of the *training* loss after a
+  step, so by default (``grad_temperature = "train"``) it is the temperature
+  cross-entropy at the client's training temperature T (logit chilling /
+  FedChill); ``"one"`` takes it at T = 1, the log-likelihood of the FIM
+  (Eqs. 2-3). Method terms (FedProx's proximal term, SCAFFOLD's correction)
+  are not data losses and are left out.
+* Scores and gradient norms are computed in every mode, so ``mode = "never"``
+  is the base method with FGN / CLP measured (Fig. 5's FedAvg side).
 * The score history is updated every round the client participates, inside
   or outside a CLP. ``mode`` is the ablation of Fig. 7: ``clp`` (adapt in
   CLP only, default), ``always`` (every round), ``never`` (base method).
@@ -51,11 +64,13 @@ from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_
 
 import torch
 import torch.nn.functional as F
-from torch.func import grad, vmap
+from torch import nn
+from torch.func import functional_call, grad, vmap
 
-from chillfl.aggregation.base import Aggregator, ClientResult, Downlink, FedAvg, Params, sample_weights, weighted_average
+from chillfl.aggregation.base import Aggregator, ClientResult, Downlink, Params
 from chillfl.metrics.fgn import federated_gradient_norm, is_clp
 from chillfl.options import require
+from chillfl.training.local import split_state
 
 PA3Mode = Literal["clp", "always", "never"]
 
@@ -74,12 +89,16 @@ class PA3FedOptions:
     signed: bool = False
     fgn_scale_by_lr: bool = True
     first_round_clp: bool = False
+    grad_norm: Literal["full", "per_sample"] = "full"
+    grad_temperature: Literal["train", "one"] = "train"
+    eval_batch_size: int = 1024
     base: str = "fedavg"
     base_options: dict[str, Any] = field(default_factory=dict)
 
     def validate(self, section: str) -> None:
         require(self.beta >= 0, f"{section}.beta", f"must be >= 0, got {self.beta}")
         require(math.isfinite(self.delta), f"{section}.delta", f"must be a finite number, got {self.delta}")
+        require(self.eval_batch_size >= 1, f"{section}.eval_batch_size", f"must be >= 1, got {self.eval_batch_size}")
 
 
 def stability_coefficient(previous_score: float | None, score: float, beta: float, *, signed: bool = False) -> float:
@@ -164,31 +183,9 @@ class WeightedAggregator(Protocol):
         ...
 
 
-class _WeightedFedAvg:
-    """Adapter giving the plain base.FedAvg the weights hook."""
-
-    def __init__(self, inner: FedAvg) -> None:
-        self.inner = inner
-
-    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
-        return sample_weights(results)
-
-    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        return self.inner.downlink(client_id, round, global_params)
-
-    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None) -> Params:
-        w = self.default_weights(results) if weights is None else weights
-        return weighted_average([r.params for r in results], w)
-
-    def round_metrics(self) -> Mapping[str, Any]:
-        return self.inner.round_metrics()
-
-
 def _with_weights(base: Aggregator) -> WeightedAggregator:
     if isinstance(base, WeightedAggregator):
         return base
-    if isinstance(base, FedAvg):
-        return _WeightedFedAvg(base)
     raise TypeError(f"PA3Fed needs a base aggregator with default_weights() and aggregate(..., weights=...), got {type(base).__name__}")
 
 
@@ -209,6 +206,28 @@ class PA3Fed:
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return self.base.downlink(client_id, round, global_params)
+
+    def client_report(self, model: nn.Module, job: Any, outcome: Any) -> dict[str, Any]:
+        """Client side of Alg. 1 (lines 7 and 9): ``score`` (Eq. 8) and ``grad_norm`` of the trained model.
+
+        ``job`` is the engine's ``ClientJob`` (its ``x``, ``y``, ``temperature``),
+        ``outcome`` the ``LocalOutcome`` (its ``params``: the state after training).
+        """
+        o = self.options
+        params, buffers = split_state(model, outcome.params)
+        params = {k: v.detach() for k, v in params.items()}
+        model.eval()  # no dropout; BN uses its running statistics, so neither value updates them
+        temperature = float(job.temperature) if o.grad_temperature == "train" else 1.0
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            return functional_call(model, (params, buffers), (x,))
+
+        def loss_fn(p: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(functional_call(model, (dict(p), buffers), (x,)) / temperature, y)
+
+        score = client_score(forward, job.x, job.y, batch_size=o.eval_batch_size)
+        norm = gradient_norm(loss_fn, params, job.x, job.y, per_sample=o.grad_norm == "per_sample", batch_size=o.eval_batch_size)
+        return {"score": score, "grad_norm": norm}
 
     def _fgn(self, results: Sequence[ClientResult]) -> float | None:
         if not all("grad_norm" in r.extras for r in results):
@@ -250,7 +269,9 @@ class PA3Fed:
         else:
             out = self.base.aggregate(global_params, results, round)
         base_metrics = dict(self.base.round_metrics())
-        self._metrics = {**base_metrics, "fgn": fgn, "clp": clp, "adapted": adapt, "alphas": alphas}
+        scores = {r.client_id: float(r.extras["score"]) for r in results if "score" in r.extras}
+        norms = {r.client_id: float(r.extras["grad_norm"]) for r in results if "grad_norm" in r.extras}
+        self._metrics = {**base_metrics, "fgn": fgn, "clp": clp, "adapted": adapt, "alphas": alphas, "scores": scores, "grad_norms": norms}
         return out
 
     def round_metrics(self) -> Mapping[str, Any]:

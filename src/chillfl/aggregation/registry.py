@@ -8,7 +8,7 @@ base_options = {mu = 0.01}, beta = 0.3}``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 from torch import nn
@@ -22,7 +22,7 @@ from chillfl.aggregation.fedprox import FedProx, FedProxOptions, ProximalTerm
 from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions
 from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, ScaffoldOptions
 from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
-from chillfl.errors import choice_error
+from chillfl.errors import ConfigError, choice_error
 from chillfl.options import parse_options
 from chillfl.training.objective import LossTerm
 
@@ -42,6 +42,8 @@ class BuildContext:
     model: nn.Module
     seed: int
     section: str = "algorithm"
+    client_momentum: float | None = None
+    """``client.momentum`` of the run (None: unknown, e.g. built outside a config)."""
 
     def param_keys(self) -> list[str]:
         return [name for name, _ in self.model.named_parameters()]
@@ -65,16 +67,18 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     "fedprox": AlgorithmSpec(FedProxOptions, lambda o, ctx: (FedProx(o), [ProximalTerm()]), "FedAvg + proximal term (Li et al. 2020)"),
     "scaffold": AlgorithmSpec(
         ScaffoldOptions,
-        lambda o, ctx: (Scaffold(ctx.num_clients, o, ctx.param_keys()), [LinearCorrectionTerm()]),
+        lambda o, ctx: (Scaffold(ctx.num_clients, with_client_momentum(o, ctx, "SCAFFOLD's c_i"), ctx.param_keys()), [LinearCorrectionTerm()]),
         "control variates, option II (Karimireddy et al. 2020)",
     ),
-    "fednova": AlgorithmSpec(FedNovaOptions, lambda o, ctx: (FedNova(o, ctx.param_keys()), []), "normalised averaging (Wang et al. 2020)"),
+    "fednova": AlgorithmSpec(FedNovaOptions, lambda o, ctx: _build_fednova(o, ctx), "normalised averaging (Wang et al. 2020)"),
     "fedadam": AlgorithmSpec(FedOptOptions, _fedopt("adam"), "server Adam (Reddi et al. 2021)"),
     "fedyogi": AlgorithmSpec(FedOptOptions, _fedopt("yogi"), "server Yogi (Reddi et al. 2021)"),
     "fedadagrad": AlgorithmSpec(FedOptOptions, _fedopt("adagrad"), "server Adagrad (Reddi et al. 2021)"),
     "fedbn": AlgorithmSpec(FedBNOptions, lambda o, ctx: (FedBN(batchnorm_keys(ctx.model), o), []), "local batch norm (Li et al. 2021)"),
     "vrl_sgd": AlgorithmSpec(
-        VRLSGDOptions, lambda o, ctx: (VRLSGD(o, ctx.param_keys()), [LinearCorrectionTerm()]), "variance-reduced local SGD (Liang et al. 2019)"
+        VRLSGDOptions,
+        lambda o, ctx: (VRLSGD(with_client_momentum(o, ctx, "VRL-SGD's Delta_i"), ctx.param_keys()), [LinearCorrectionTerm()]),
+        "variance-reduced local SGD (Liang et al. 2019)",
     ),
     "fedmut": AlgorithmSpec(FedMutOptions, lambda o, ctx: (FedMut(ctx.seed, o, ctx.param_keys()), []), "stochastic mutation (Hu et al. 2024)"),
     "pa3fed": AlgorithmSpec(PA3FedOptions, lambda o, ctx: _build_pa3fed(o, ctx), "period-aware adaptive aggregation over a base (PA3Fed)"),
@@ -83,6 +87,26 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
 
 def algorithm_names() -> list[str]:
     return sorted(ALGORITHMS)
+
+
+def with_client_momentum(options: Any, ctx: BuildContext, why: str) -> Any:
+    """Fill ``options.momentum`` from ``client.momentum``; an explicit different value is a ConfigError.
+
+    FedNova's a_i, SCAFFOLD's c_i and VRL-SGD's Delta_i all normalise a local
+    displacement by the number of effective steps, which depends on the local
+    optimiser's momentum (the upload does not carry it).
+    """
+    rho = ctx.client_momentum
+    if options.momentum is not None and rho is not None and options.momentum != rho:
+        raise ConfigError(
+            f"{ctx.section}.momentum",
+            f"must equal client.momentum = {rho} ({why} depends on the local optimiser), got {options.momentum}; leave it unset",
+        )
+    return options if options.momentum is not None else replace(options, momentum=rho or 0.0)
+
+
+def _build_fednova(options: FedNovaOptions, ctx: BuildContext) -> Built:
+    return FedNova(with_client_momentum(options, ctx, "FedNova's a_i"), ctx.param_keys()), []
 
 
 def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
@@ -97,6 +121,7 @@ def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
         model=ctx.model,
         seed=ctx.seed,
         section=f"{ctx.section}.base_options",
+        client_momentum=ctx.client_momentum,
     )
     return PA3Fed(base, options), terms
 
@@ -109,10 +134,15 @@ def make_aggregator(
     model: nn.Module,
     seed: int,
     section: str = "algorithm",
+    client_momentum: float | None = None,
 ) -> Built:
-    """Build algorithm ``name`` from its option table; unknown names and options raise ConfigError."""
+    """Build algorithm ``name`` from its option table; unknown names and options raise ConfigError.
+
+    ``client_momentum`` is the run's ``client.momentum`` (FedNova needs it); None skips that check.
+    """
     if name not in ALGORITHMS:
         raise choice_error(f"{section}.name", name, algorithm_names())
     spec = ALGORITHMS[name]
     parsed = parse_options(spec.options, options, section)
-    return spec.build(parsed, BuildContext(num_clients=num_clients, model=model, seed=seed, section=section))
+    ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum)
+    return spec.build(parsed, ctx)

@@ -11,7 +11,7 @@ has gradient ``c - c_i``. After training (option II, Alg. 1 line 12)
 
     c_i+ = c_i - c + (x - y_i) / (K * eta_l)
 
-computed here on the server from the uploaded ``y_i``, ``K = num_steps`` and
+(with local momentum, ``K`` becomes the effective number of steps, see Choices) computed here on the server from the uploaded ``y_i``, ``K = num_steps`` and
 ``eta_l = lr``. The server then sets (Alg. 1, lines 16-17)
 
     x <- x + eta_g * sum_{i in S} p_i (y_i - x)
@@ -27,7 +27,14 @@ Choices
 * Control variates cover trainable parameters only; buffers (BN statistics)
   are averaged with ``p_i``, integer buffers take the max.
 * The local optimiser may use momentum / weight decay; the correction is then
-  added to the raw gradient before them (option II assumes plain SGD).
+  added to the raw gradient before them. Option II assumes plain SGD, where
+  K steps of a constant gradient g move the model by ``K * eta_l * g``; with
+  momentum rho they move it by ``a(K) * eta_l * g``, ``a(K) = (K - rho(1 -
+  rho^K)/(1 - rho))/(1 - rho)`` (FedNova's effective steps), so the update
+  divides by ``a(K) * eta_l`` instead of ``K * eta_l``: c_i+ is then exactly g
+  for a linear loss, and not ~1/(1 - rho) times too large (10x at rho = 0.9,
+  which over-corrects). ``momentum`` is filled from ``client.momentum``.
+  Weight decay is not accounted for.
 """
 
 from __future__ import annotations
@@ -38,18 +45,23 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+from chillfl.aggregation.fednova import effective_steps
 from chillfl.options import require
 
 
 @dataclass(frozen=True)
 class ScaffoldOptions:
-    """``global_lr`` (eta_g, default 1.0); ``weighting`` of the model average (default ``uniform``)."""
+    """``global_lr`` (eta_g, default 1.0); ``weighting`` of the model average (default ``uniform``);
+    ``momentum``: the clients' SGD momentum (unset = ``client.momentum``, 0 outside a config)."""
 
     global_lr: float = 1.0
     weighting: Literal["uniform", "samples"] = "uniform"
+    momentum: float | None = None
 
     def validate(self, section: str) -> None:
         require(self.global_lr > 0, f"{section}.global_lr", f"must be > 0, got {self.global_lr}")
+        if self.momentum is not None:
+            require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
 
 
 class LinearCorrectionTerm:
@@ -106,7 +118,8 @@ class Scaffold:
             if r.num_steps < 1 or r.lr <= 0:
                 raise ValueError(f"SCAFFOLD needs num_steps >= 1 and lr > 0 (client {r.client_id})")
             c_i = self._client_control(r.client_id)
-            new_c_i = {k: c_i[k] - c[k] + (global_params[k] - r.params[k]) / (r.num_steps * r.lr) for k in c}
+            scale = effective_steps(r.num_steps, self.options.momentum or 0.0) * r.lr
+            new_c_i = {k: c_i[k] - c[k] + (global_params[k] - r.params[k]) / scale for k in c}
             for k in c:
                 delta_c[k] += new_c_i[k] - c_i[k]
             self.client_controls[r.client_id] = new_c_i

@@ -24,6 +24,12 @@ Choices
 * ``p_i = n_i / sum n_j`` (the paper uses 1/N with equal shards); caller
   weights (PA3Fed) replace ``p_i``, so ``sum_i p_i (x_hat - x_i) = 0`` still holds.
 * ``k`` and ``gamma`` are each client's reported ``num_steps`` and ``lr``.
+  With local momentum rho, ``k`` is replaced by FedNova's effective steps
+  ``a(k) = (k - rho(1 - rho^k)/(1 - rho))/(1 - rho)``: k momentum steps of a
+  constant gradient move the model ``a(k) * gamma`` times it, so dividing by
+  ``k * gamma`` would overstate ``Delta_i`` by up to 1/(1 - rho) (10x at
+  rho = 0.9, which makes the corrected local steps diverge).
+  ``momentum`` is filled from ``client.momentum``.
 * Only trainable parameters carry ``Delta_i``; buffers are averaged.
 """
 
@@ -35,11 +41,19 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+from chillfl.aggregation.fednova import effective_steps
+from chillfl.options import require
 
 
 @dataclass(frozen=True)
 class VRLSGDOptions:
-    """VRL-SGD has no hyper-parameter besides the local optimiser's (k and gamma come from the clients)."""
+    """``momentum``: the clients' SGD momentum (unset = ``client.momentum``, 0 outside a config); k and gamma come from the clients."""
+
+    momentum: float | None = None
+
+    def validate(self, section: str) -> None:
+        if self.momentum is not None:
+            require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
 
 
 class VRLSGD:
@@ -72,7 +86,8 @@ class VRLSGD:
             if r.num_steps < 1 or r.lr <= 0:
                 raise ValueError(f"VRL-SGD needs num_steps >= 1 and lr > 0 (client {r.client_id})")
             old = self.deltas.get(r.client_id) or {k: torch.zeros_like(global_params[k]) for k in keys}
-            self.deltas[r.client_id] = {k: old[k] + (out[k] - r.params[k]) / (r.num_steps * r.lr) for k in keys}
+            scale = effective_steps(r.num_steps, self.options.momentum or 0.0) * r.lr
+            self.deltas[r.client_id] = {k: old[k] + (out[k] - r.params[k]) / scale for k in keys}
         return out
 
     def round_metrics(self) -> Mapping[str, Any]:

@@ -70,12 +70,29 @@ def run_experiment(
         summary = summarize(records, config.eval.target_accuracy)
         summary["wall_time_s"] = round(time.perf_counter() - start, 3)
         summary["num_parameters"] = sum(v.numel() for k, v in exp.initial_state.items() if v.is_floating_point())
+        from chillfl.metrics.stability import stability_summary  # PA3Fed Table 1 / Fig. 5 (None without per-client losses)
+
+        if (stability := stability_summary(records)) is not None:
+            summary["stability"] = stability
+        has_bytes = bool(records) and "bytes_cumulative" in records[-1]
+        if has_bytes:  # SCARLET Sec. IV-A: total bytes and the cost to reach the target accuracy
+            from chillfl.report.communication_plots import communication_summary
+
+            summary["communication"] = communication_summary(records, config.eval.target_accuracy)
         if writer:
             writer.write_json("summary.json", summary)
             from chillfl.report.plots import plot_run, plot_temperatures
 
             plot_run(records, writer.path / "accuracy_loss.png", title=config.name)
             plot_temperatures(records, writer.path / "temperatures.png")
+            if has_bytes and config.distillation.get("method"):  # Fig. 7 style: accuracy against cumulative bytes
+                from chillfl.report.communication_plots import plot_accuracy_vs_bytes
+
+                plot_accuracy_vs_bytes(records, writer.path / "accuracy_vs_bytes.png", title=config.name)
+            if any("agg_clp" in r for r in records):
+                from chillfl.report.pa3fed_plots import plot_clp
+
+                plot_clp(records, writer.path / "clp.png", title=config.name)
             return RunOutput(writer.finish(), records, summary)
         return RunOutput(None, records, summary)
     except BaseException:

@@ -52,6 +52,8 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
     pname, poptions = RunConfig.component(config.partition)
     split = config.eval.client_split if config.eval.clients != "none" else "none"
     public_size = int(config.distillation.get("public_size", 0)) if config.distillation else 0
+    if config.distillation.get("public_dataset"):  # the public pool comes from another dataset
+        public_size = 0
     return build_federated_data(
         dataset,
         num_clients=config.federation.num_clients,
@@ -75,7 +77,7 @@ def build_algorithm(config: RunConfig, model: nn.Module) -> tuple[Aggregator, li
     from chillfl.aggregation.registry import make_aggregator
 
     name, options = RunConfig.component(config.algorithm)
-    return make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed)
+    return make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum)
 
 
 def build_experiment(config: RunConfig, dataset: ArrayDataset | None = None, data: FederatedData | None = None) -> Experiment:
@@ -84,6 +86,10 @@ def build_experiment(config: RunConfig, dataset: ArrayDataset | None = None, dat
         data = build_data(config, dataset)
     if config.federation.sample_size() > data.num_clients:
         raise ConfigError("federation.clients_per_round", f"must be <= num_clients={data.num_clients}")
+    if config.distillation:  # soft-label protocol: check its options before anything is written
+        from chillfl.distillation.methods import check_distillation
+
+        check_distillation(config, data)
     model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     aggregator, terms = build_algorithm(config, model)
     policy = make_policy(config.temperature, data.class_counts())

@@ -22,12 +22,21 @@ Choices
   With fewer values than ``window`` the moving std is NaN.
 * "Change rate" is read as the absolute change per round; ``relative=True``
   gives ``max_t |L_t - L_{t-1}| / |L_{t-1}|`` instead.
+* Whose loss: the paper records "the loss trajectories of all 50 clients"
+  without naming the loss. :func:`stability_summary` uses by default each
+  client's mean local training loss of every round it trained
+  (``client_train_loss`` in metrics.jsonl, recorded for every method, so a
+  baseline and its PA3Fed version are measured alike); ``source =
+  "agg_scores"`` uses PA3Fed's score s_i (Eq. 8: the trained local model's
+  cross-entropy on its own data at T = 1), recorded by PA3Fed runs only.
+* A trajectory has one value per participation (about rounds x 20% values
+  per client in the paper's setting), not one per round.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -101,23 +110,158 @@ def inside_vs_outside_std(losses: Sequence[float], clp_flags: Sequence[bool], dd
 
 
 def mean_inside_vs_outside_std(
-    client_losses: Mapping[int, Mapping[int, float]], clp_by_round: Mapping[int, bool], ddof: int = 0
+    client_losses: Mapping[int, Mapping[int, float]], clp_by_round: Mapping[int, bool], ddof: int = 0, min_values: int = 2
 ) -> tuple[float, float]:
     """Fig. 5: average over clients of :func:`inside_vs_outside_std`.
 
     ``client_losses[cid][round]`` is the client's loss in a round it trained;
-    clients without values on a side are left out of that side's mean.
+    a client with fewer than ``min_values`` values on a side is left out of
+    that side's mean (the std of a single value, 0, says nothing about stability).
     """
     inside, outside = [], []
     for rounds in client_losses.values():
         order = sorted(rounds)
-        s_in, s_out = inside_vs_outside_std([rounds[r] for r in order], [clp_by_round[r] for r in order], ddof)
-        if not math.isnan(s_in):
+        flags = [bool(clp_by_round[r]) for r in order]
+        s_in, s_out = inside_vs_outside_std([rounds[r] for r in order], flags, ddof)
+        if not math.isnan(s_in) and sum(flags) >= min_values:
             inside.append(s_in)
-        if not math.isnan(s_out):
+        if not math.isnan(s_out) and len(flags) - sum(flags) >= min_values:
             outside.append(s_out)
     return _mean_or_nan(inside), _mean_or_nan(outside)
 
 
 def _mean_or_nan(values: list[float]) -> float:
     return float(np.mean(values)) if values else math.nan
+
+
+# ---------------------------------------------------------------- per-run summary (summary.json)
+
+TRAJECTORY_SOURCES = ("client_train_loss", "agg_scores")
+"""Per-round ``{client id: value}`` tables of metrics.jsonl a trajectory can be read from."""
+
+
+def client_trajectories(records: Sequence[Mapping[str, Any]], source: str = "client_train_loss") -> dict[int, dict[int, float]]:
+    """``{client id: {round: value}}`` from each record's ``source`` table (rounds the client trained)."""
+    out: dict[int, dict[int, float]] = {}
+    for record in records:
+        table = record.get(source)
+        if not isinstance(table, Mapping):
+            continue
+        for cid, value in table.items():
+            if value is not None and math.isfinite(float(value)):
+                out.setdefault(int(cid), {})[int(record["round"])] = float(value)
+    return out
+
+
+def clp_flags(records: Sequence[Mapping[str, Any]]) -> dict[int, bool]:
+    """``{round: inside CLP}`` from PA3Fed's ``agg_clp`` (empty when the run did not detect periods)."""
+    return {int(r["round"]): bool(r["agg_clp"]) for r in records if r.get("agg_clp") is not None}
+
+
+def stability_summary(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    source: str = "client_train_loss",
+    window: int = MOVING_WINDOW,
+    ddof: int = 0,
+) -> dict[str, Any] | None:
+    """Table 1 and Fig. 5 for one run; None when the records hold no per-client trajectory.
+
+    ``table1``: each measure of :func:`stability_measures` over each client's
+    trajectory, averaged over the clients where it is defined (Table 1 shows
+    one client; the mean over clients does not depend on picking one).
+    With PA3Fed's CLP flags in the records (``agg_clp``) it adds the CLP
+    rounds and Fig. 5's mean loss std inside / outside the CLP.
+    NaN (undefined) values are written as None so summary.json stays strict JSON.
+    """
+    if source not in TRAJECTORY_SOURCES:
+        raise ValueError(f"unknown trajectory source {source!r}; allowed: {', '.join(TRAJECTORY_SOURCES)}")
+    trajectories = client_trajectories(records, source)
+    if not trajectories:
+        return None
+    per_client = [stability_measures([v for _, v in sorted(t.items())], window=window, ddof=ddof) for t in trajectories.values()]
+    table1 = {key: _mean_or_nan([m[key] for m in per_client if not math.isnan(m[key])]) for key in per_client[0]}
+    out: dict[str, Any] = {
+        "source": source,
+        "window": window,
+        "clients": len(trajectories),
+        "table1": table1,
+    }
+    flags = clp_flags(records)
+    if flags:
+        out["clp_rounds"] = sorted(r for r, inside in flags.items() if inside)
+        covered = {cid: {r: v for r, v in t.items() if r in flags} for cid, t in trajectories.items()}
+        out["loss_std_inside_clp"], out["loss_std_outside_clp"] = mean_inside_vs_outside_std(covered, flags, ddof)
+    return _json_safe(out)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    return value
+
+
+def format_stability_table(summaries: Mapping[str, Mapping[str, Any] | None]) -> str:
+    """A markdown table (one row per run label) of Table 1's measures and Fig. 5's inside / outside CLP std."""
+    keys = ("std", "moving_std", "mad", "range", "max_change_rate")
+    header = ["run", *keys, "std in CLP", "std outside CLP", "CLP rounds"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+
+    def num(x: Any) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    for label, s in summaries.items():
+        if not s:
+            lines.append(f"| {label} |" + " - |" * (len(header) - 1))
+            continue
+        clp = s.get("clp_rounds")
+        cells = [num(s["table1"].get(k)) for k in keys]
+        cells += [num(s.get("loss_std_inside_clp")), num(s.get("loss_std_outside_clp")), "-" if clp is None else _ranges(clp)]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _ranges(rounds: Sequence[int]) -> str:
+    """[2, 3, 4, 7] -> '2-4, 7' ('none' when empty)."""
+    if not rounds:
+        return "none"
+    parts, start, prev = [], rounds[0], rounds[0]
+    for r in list(rounds[1:]) + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if r is not None:
+            start = prev = r
+    return ", ".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m chillfl.metrics.stability FOLDER...``: the table for run folders or ``compare`` folders."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m chillfl.metrics.stability", description=main.__doc__)
+    parser.add_argument("folders", nargs="+", help="run folders (with metrics.jsonl) or compare folders holding them")
+    parser.add_argument("--source", default="client_train_loss", choices=TRAJECTORY_SOURCES)
+    parser.add_argument("--window", type=int, default=MOVING_WINDOW)
+    args = parser.parse_args(argv)
+    runs: list[Path] = []
+    for folder in map(Path, args.folders):
+        runs += [folder] if (folder / "metrics.jsonl").is_file() else sorted(p.parent for p in folder.glob("*/metrics.jsonl"))
+    if not runs:
+        parser.error("no metrics.jsonl found in the given folders")
+    summaries = {}
+    for run in runs:
+        with (run / "metrics.jsonl").open(encoding="utf-8") as fh:
+            records = [json.loads(line) for line in fh if line.strip()]
+        summaries[run.name] = stability_summary(records, source=args.source, window=args.window)
+    print(format_stability_table(summaries))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -98,7 +98,9 @@ def apply_variant(config: RunConfig, variant: Variant) -> RunConfig:
 
 
 def safe_name(label: str) -> str:
-    keep = [c if (c.isalnum() or c in "-_.") else "_" for c in label.replace("=", "").replace(", ", "_")]
+    """A folder name for a variant label ("FedChill*" -> "FedChill_star", "T=0.5" -> "T0.5")."""
+    label = label.replace("=", "").replace(", ", "_").replace("*", "_star")
+    keep = [c if (c.isalnum() or c in "-_.") else "_" for c in label]
     return "".join(keep).strip("_") or "variant"
 
 
@@ -154,6 +156,11 @@ def build_rows(variants: Sequence[Variant], outputs: Mapping[str, RunOutput], re
                 "target": target,
             }
         )
+        records = outputs[v.label].records
+        if records and "bytes_cumulative" in records[-1]:  # communication (SCARLET Sec. IV-A)
+            rows[-1]["cumulative_mb"] = records[-1]["bytes_cumulative"] / 1e6
+            reached = [r["bytes_cumulative"] for r in records if rounds is not None and r["round"] == rounds]
+            rows[-1]["mb_to_target"] = reached[0] / 1e6 if reached else None
     return rows
 
 
@@ -165,6 +172,9 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
 
     target = rows[0]["target"] if rows else None
     header = ["variant", "accuracy % (diff)", "loss", "local acc %", f"rounds to target (speed-up)"]
+    with_mb = any("cumulative_mb" in r for r in rows)
+    if with_mb:
+        header.append("cumulative MB (to target)")
     lines = [
         f"target = best global accuracy of {ref_label}: {pct(target)}%; differences and speed-ups relative to {base_label}",
         "| " + " | ".join(header) + " |",
@@ -174,7 +184,12 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
         rounds = "never" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
         speed = f" ({r['speedup']:.2f}x)" if r["speedup"] else ""
         loss = "-" if r["final_loss"] is None else f"{r['final_loss']:.3f}"
-        lines.append(f"| {r['variant']} | {pct(r['final_acc'])} ({pct(r['delta_acc'], True)}) | {loss} | {pct(r['final_local_acc'])} | {rounds}{speed} |")
+        line = f"| {r['variant']} | {pct(r['final_acc'])} ({pct(r['delta_acc'], True)}) | {loss} | {pct(r['final_local_acc'])} | {rounds}{speed} |"
+        if with_mb:
+            mb = "-" if r.get("cumulative_mb") is None else f"{r['cumulative_mb']:.3f}"
+            to_target = "" if r.get("mb_to_target") is None else f" ({r['mb_to_target']:.3f})"
+            line += f" {mb}{to_target} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -209,5 +224,8 @@ def run_compare(config: RunConfig, grid: Sequence[str], *, reference: str | None
         from chillfl.report.plots import plot_curves
 
         plot_curves({label: out.records for label, out in outputs.items()}, partial / "curves.png", title=config.name)
+        from chillfl.report.communication_plots import plot_compare_accuracy_vs_bytes
+
+        plot_compare_accuracy_vs_bytes({label: out.records for label, out in outputs.items()}, partial / "accuracy_vs_bytes.png", title=config.name)
         partial.rename(folder)
     return CompareResult(folder, rows, table, outputs)

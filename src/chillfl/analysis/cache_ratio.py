@@ -1,0 +1,146 @@
+"""``chillfl analyze cache-ratio`` and ``chillfl analyze soft-label-entropy`` (SCARLET Figs. 3 and 4 c/d).
+
+* ``cache-ratio`` simulates, for each cache duration D, the share of the
+  round's public subset P^t served from the cache (Fig. 3: |P| = 10,000,
+  |P^t| = 1,000). It uses the same validity rule and expiry policy as the
+  protocol's :class:`~chillfl.distillation.cache.ServerCache`, so it is the
+  "simple simulation" Sec. IV-C suggests for choosing D. Prints the mean ratio
+  over all rounds and over the last quarter (the steady state), writes a PNG.
+* ``soft-label-entropy`` takes a set of soft-labels -- a ``.pt`` / ``.npy``
+  file holding ``[n, C]`` (already averaged) or ``[K, n, C]`` (per client,
+  averaged here), or two built-in examples -- and prints / plots the mean
+  entropy of ERA (Eq. 2) against T and of Enhanced ERA (Eq. 4) against beta.
+
+Choices
+-------
+* Built-in examples (Fig. 4 a/b): ``high`` = softmax(N(0, 0.5^2) logits) and
+  ``low`` = softmax(N(0, 3^2) logits), 1,000 x 10, seeded; the paper shows one
+  vector of each kind, we average over many so the curves are smooth.
+* Default grids: T = the DS-FL tuning grid of Appendix B plus 1.0;
+  beta = 0.5 ... 5 (beta = 1 recovers the input entropy, Fig. 4d).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from chillfl.errors import ConfigError
+
+DEFAULT_DURATIONS = "10,25,50,100,200,800"
+DEFAULT_TEMPS = "0.001,0.005,0.01,0.05,0.1,0.5,1"
+DEFAULT_BETAS = "0.5,1,1.25,1.5,2,3,5"
+EXAMPLES = ("high", "low")
+
+
+def _numbers(text: str, field: str, kind: type = float) -> list[Any]:
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(field, f"expected comma-separated {kind.__name__}s, got {text!r}") from None
+    if not values:
+        raise ConfigError(field, "give at least one value")
+    return values
+
+
+def cmd_cache_ratio(args: argparse.Namespace) -> int:
+    from chillfl.distillation.analysis import plot_cache_ratio, simulate_cache_ratio
+
+    durations = _numbers(args.durations, "--durations", int)
+    if any(d < 0 for d in durations):
+        raise ConfigError("--durations", f"must be >= 0, got {durations}")
+    if not 0 < args.subset_size <= args.public_size:
+        raise ConfigError("--subset-size", f"must be in 1..--public-size={args.public_size}, got {args.subset_size}")
+    if args.rounds < 1:
+        raise ConfigError("--rounds", f"must be >= 1, got {args.rounds}")
+    ratios = {d: simulate_cache_ratio(args.public_size, args.subset_size, d, args.rounds, args.seed, args.on_expire) for d in durations}
+    tail = max(1, args.rounds // 4)
+    print(f"cached share of P^t (|P| = {args.public_size}, |P^t| = {args.subset_size}, {args.rounds} rounds, expiry: {args.on_expire})")
+    print("| D | mean ratio | mean ratio, last quarter | soft-labels sent vs D = 0 |")
+    print("|---|---|---|---|")
+    for d, r in ratios.items():
+        mean = float(np.mean(r))
+        print(f"| {d} | {mean:.3f} | {float(np.mean(r[-tail:])):.3f} | {1 - mean:.3f} |")
+    out = plot_cache_ratio(ratios, args.output)
+    print(f"plot: {out}")
+    return 0
+
+
+def example_soft_labels(kind: str, seed: int, n: int = 1000, num_classes: int = 10) -> torch.Tensor:
+    """Fig. 4 (a) ``high``- or (b) ``low``-entropy soft-labels ``[n, C]`` (seeded, global RNG untouched)."""
+    scale = {"high": 0.5, "low": 3.0}[kind]
+    gen = torch.Generator().manual_seed(seed)
+    return torch.softmax(scale * torch.randn((n, num_classes), generator=gen, dtype=torch.float64), dim=-1)
+
+
+def load_soft_labels(path: str) -> torch.Tensor:
+    """A ``.pt`` (tensor) or ``.npy`` file of soft-labels ``[n, C]`` or ``[K, n, C]``, non-negative."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("--soft-labels", f"file not found: {p}")
+    try:
+        data = torch.from_numpy(np.load(p)) if p.suffix == ".npy" else torch.load(p, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's error
+        raise ConfigError("--soft-labels", f"cannot read {p}: {exc}") from None
+    if not isinstance(data, torch.Tensor) or data.dim() not in (2, 3) or not data.is_floating_point():
+        raise ConfigError("--soft-labels", f"{p} must hold a float tensor [n, C] or [K, n, C]")
+    if bool((data < 0).any()):
+        raise ConfigError("--soft-labels", f"{p} has negative entries; soft-labels are probabilities")
+    return data.to(torch.float64)
+
+
+def cmd_soft_label_entropy(args: argparse.Namespace) -> int:
+    from chillfl.distillation.analysis import entropy_vs_beta, entropy_vs_temperature, plot_entropy_vs_beta, plot_entropy_vs_temperature
+
+    temps = _numbers(args.temps, "--temps")
+    betas = _numbers(args.betas, "--betas")
+    if any(t <= 0 for t in temps):
+        raise ConfigError("--temps", f"must be > 0, got {temps}")
+    if any(b <= 0 for b in betas):
+        raise ConfigError("--betas", f"must be > 0, got {betas}")
+    sets: dict[str, torch.Tensor] = {}
+    for path in args.soft_labels or []:
+        sets[Path(path).stem] = load_soft_labels(path)
+    if not sets:
+        sets = {f"{kind}-entropy example": example_soft_labels(kind, args.seed + i) for i, kind in enumerate(EXAMPLES)}
+    for name, soft in sets.items():
+        print(f"{name}:")
+        print("  ERA (Eq. 2), mean entropy (nats) vs T:        " + "  ".join(f"T={t:g}: {e:.3f}" for t, e in zip(temps, entropy_vs_temperature(soft, temps))))
+        print("  Enhanced ERA (Eq. 4), mean entropy vs beta:   " + "  ".join(f"b={b:g}: {e:.3f}" for b, e in zip(betas, entropy_vs_beta(soft, betas))))
+    out_dir = Path(args.out_dir)
+    p1 = plot_entropy_vs_temperature(sets, temps, out_dir / "entropy_vs_temperature.png")
+    p2 = plot_entropy_vs_beta(sets, betas, out_dir / "entropy_vs_beta.png")
+    print(f"plots: {p1} {p2}")
+    return 0
+
+
+def add_parser(analyses: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Register ``cache-ratio`` and ``soft-label-entropy`` under ``chillfl analyze``."""
+    p = analyses.add_parser("cache-ratio", help="SCARLET Fig. 3: simulated share of P^t served from the cache, per duration D")
+    p.add_argument("--public-size", type=int, default=10_000, help="|P| (default 10000)")
+    p.add_argument("--subset-size", type=int, default=1_000, help="|P^t| drawn per round (default 1000)")
+    p.add_argument("--durations", default=DEFAULT_DURATIONS, help=f"comma-separated D values (default {DEFAULT_DURATIONS})")
+    p.add_argument("--rounds", type=int, default=2_000, help="rounds to simulate (default 2000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--on-expire", choices=("drop", "refresh"), default="drop", help="expiry policy (default drop = Algorithm 2)")
+    p.add_argument("-o", "--output", default="cache_ratio.png", help="PNG path (default cache_ratio.png)")
+    p.set_defaults(func=cmd_cache_ratio)
+
+    p = analyses.add_parser("soft-label-entropy", help="SCARLET Fig. 4 c/d: entropy of ERA vs T and Enhanced ERA vs beta")
+    p.add_argument("--soft-labels", action="append", metavar="FILE", help=".pt or .npy soft-labels [n, C] or [K, n, C] (repeatable; default: built-in examples)")
+    p.add_argument("--temps", default=DEFAULT_TEMPS, help=f"ERA temperatures (default {DEFAULT_TEMPS})")
+    p.add_argument("--betas", default=DEFAULT_BETAS, help=f"Enhanced ERA betas (default {DEFAULT_BETAS})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the built-in examples")
+    p.add_argument("--out-dir", default=".", help="where the two PNGs go (default: current directory)")
+    p.set_defaults(func=cmd_soft_label_entropy)
+
+
+def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - convenience for python -m
+    parser = argparse.ArgumentParser(prog="chillfl analyze")
+    add_parser(parser.add_subparsers(dest="analysis", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))

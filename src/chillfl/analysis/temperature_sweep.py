@@ -1,0 +1,345 @@
+"""``chillfl analyze temperature-sweep CONFIG``: FedChill Fig. 1 and the App. A.5 correlation table.
+
+FedChill motivates per-client temperatures with a sweep (Sec. 2.1-2.2, Fig. 1):
+every client is trained alone at every temperature T of a grid and evaluated
+on its own validation split. The client x T accuracy heat map shows that the
+best T differs between clients (Fig. 1 left); plotting accuracy against the
+client's heterogeneity score (Eq. 6), coloured by T, shows that skewed clients
+prefer low T (Fig. 1 right). App. A.5 then correlates client characteristics
+with each client's best temperature (Pearson r and two-sided p, e.g. the
+heterogeneity score: r = -0.389, p = 0.267 over 10 clients).
+
+For client n and temperature T the sweep runs the one local-training step of
+the library, :func:`chillfl.training.local.train_client`, with the loss
+CE(z / T, y) of Eq. 3-4 (or the config's ``client.loss``), from the seeded
+initial model of the config (the model every federated run starts from), with
+the config's client settings (epochs, batch size, lr, momentum, weight decay),
+and evaluates the result at T = 1 on the client's validation split.
+
+Outputs (one folder ``<out_dir>/<name>-temperature-sweep``, written as
+``.partial`` and renamed when complete): ``heatmap.png``, ``scatter.png``,
+``correlation.md``, ``correlation.json``, ``sweep.json``, ``config.toml``.
+
+Choices
+-------
+* Local training only: no aggregation and no method terms (FedProx's proximal
+  term etc. need a global model); the config's ``client.loss`` is kept, so the
+  sweep also works for the Table 5 gradient ablations.
+* Length of training: one local training of ``client.epochs`` epochs at
+  ``client.lr`` (Fig. 1 does not state its budget). Lengthen it with the usual
+  overrides, e.g. ``client.epochs=30``; ``fedchill/fig1-digits`` does.
+* Same batch order at every temperature: client n's minibatch stream is seeded
+  from (seed, "sweep", n), not from T, so the columns of a row differ only by
+  the temperature.
+* Best temperature (A.5): the T with the highest validation accuracy. Ties
+  (likely with a 100-sample split) are resolved by ``ties``: ``"mean"``
+  (default; the arithmetic mean of the tied temperatures, so neither end of
+  the grid is favoured), ``"lowest"`` or ``"highest"``.
+* Gain (A.5's "performance gains"): best accuracy minus the accuracy at the
+  largest temperature of the grid (T = 1, the standard softmax, by default).
+* Correlations use every measure of :mod:`chillfl.temperature.heterogeneity`
+  on its *raw* scale (``normalisation="none"``), as A.5 reports e.g. the
+  number of active classes and the dataset size themselves; Pearson r is
+  invariant to the positive rescaling of the ratio score, so its row equals
+  the one of the normalised Eq. 6 score.
+* The heterogeneity on the plots is the score FedChill would use: Eq. 6
+  normalised to [0, 1] (``ratio``, ``max``, uniform p_g), or the config's
+  ``[temperature]`` measure / p_g / normalisation when its policy is ``fedchill``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from chillfl.config import RunConfig
+from chillfl.engine.results import to_toml, unique_dir
+from chillfl.engine.setup import base_losses, build_data, build_initial_model
+from chillfl.errors import ConfigError, choice_error
+from chillfl.metrics.correlation import correlation_table
+from chillfl.metrics.correlation import format_table as format_correlation
+from chillfl.options import parse_options
+from chillfl.temperature.fedchill import FedChillOptions
+from chillfl.temperature.heterogeneity import MEASURES, heterogeneity
+from chillfl.training.local import LocalSpec, derive_seed, evaluate, train_client
+
+DEFAULT_TEMPERATURES: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)
+"""The grid of the task (FedChill Fig. 1 spans T = 0.05 ... 1)."""
+
+TIES: tuple[str, ...] = ("mean", "lowest", "highest")
+TEMPERATURES_FIELD = "--temperatures"
+TIES_FIELD = "--ties"
+
+
+@dataclass
+class SweepResult:
+    """Per-client sweep outcome; arrays are indexed [client] or [client, temperature]."""
+
+    temperatures: list[float]
+    accuracy: np.ndarray
+    loss: np.ndarray
+    class_counts: np.ndarray
+    heterogeneity: np.ndarray
+    best_temperature: np.ndarray
+    best_accuracy: np.ndarray
+    gain: np.ndarray
+    correlation: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    folder: Path | None = None
+
+    def correlation_markdown(self) -> str:
+        """A.5's table: each measure vs the best temperature (and vs the gain), Pearson r and p."""
+        lines = [f"# Temperature sweep: {self.accuracy.shape[0]} clients, T in {', '.join(f'{t:g}' for t in self.temperatures)}", ""]
+        for target, title in (("best_temperature", "best temperature"), ("gain", "accuracy gain over the largest T")):
+            lines += [f"## Client characteristic vs {title} (Pearson)", "", "| measure | r | p | n |", "|---|---|---|---|"]
+            for row in self.correlation[target]:
+                lines.append(f"| {row['measure']} | {_fmt(row['r'])} | {_fmt(row['p'])} | {row['n']} |")
+            lines.append("")
+        return "\n".join(lines)
+
+
+def _fmt(x: float) -> str:
+    return "nan" if math.isnan(x) else f"{x:.3f}"
+
+
+def parse_temperatures(text: str | Sequence[float] | None) -> list[float]:
+    """``"0.05,0.1,1"`` (or a list) -> sorted distinct temperatures > 0; None -> the default grid."""
+    if text is None:
+        return list(DEFAULT_TEMPERATURES)
+    items: Sequence[Any] = text.split(",") if isinstance(text, str) else text
+    values = []
+    for item in items:
+        try:
+            value = float(item)
+        except (TypeError, ValueError):
+            raise ConfigError(TEMPERATURES_FIELD, f"expected comma-separated numbers > 0, got {item!r}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(TEMPERATURES_FIELD, f"temperatures must be finite and > 0, got {item!r}")
+        values.append(value)
+    grid = sorted(set(values))
+    if len(grid) < 2:
+        raise ConfigError(TEMPERATURES_FIELD, f"give at least 2 distinct temperatures, got {list(items)!r}")
+    return grid
+
+
+def best_temperatures(accuracy: np.ndarray, temperatures: Sequence[float], ties: str = "mean") -> np.ndarray:
+    """Per row of ``accuracy`` [clients, temps]: the temperature of the highest accuracy (ties: see Choices)."""
+    if ties not in TIES:
+        raise choice_error(TIES_FIELD, ties, TIES)
+    acc = np.asarray(accuracy, dtype=np.float64)
+    temps = np.asarray(temperatures, dtype=np.float64)
+    out = np.empty(acc.shape[0])
+    for i, row in enumerate(acc):
+        tied = temps[np.isclose(row, row.max(), rtol=0.0, atol=1e-12)]
+        out[i] = tied.mean() if ties == "mean" else (tied.min() if ties == "lowest" else tied.max())
+    return out
+
+
+def plot_score(config: RunConfig, counts: np.ndarray) -> np.ndarray:
+    """The heterogeneity shown on the plots: Eq. 6 as FedChill would compute it for this config."""
+    options = FedChillOptions()
+    if config.temperature.get("policy") == "fedchill":
+        table = {k: v for k, v in config.temperature.items() if k != "policy"}
+        options = parse_options(FedChillOptions, table, "temperature")
+    return heterogeneity(counts, options.measure, options.p_g, options.normalisation)
+
+
+def measure_table(counts: np.ndarray, p_g: Sequence[float] | None = None) -> dict[str, np.ndarray]:
+    """Every registered client characteristic on its raw scale (A.5's predictors and more)."""
+    return {name: heterogeneity(counts, name, p_g, "none") for name in MEASURES}
+
+
+def local_spec(config: RunConfig) -> LocalSpec:
+    """The config's client settings with its base loss and no method terms (local training only)."""
+    losses = base_losses()
+    if config.client.loss not in losses:
+        raise choice_error("client.loss", config.client.loss, list(losses))
+    c = config.client
+    return LocalSpec(epochs=c.epochs, batch_size=c.batch_size, momentum=c.momentum, weight_decay=c.weight_decay, base_loss=losses[c.loss])
+
+
+def run_temperature_sweep(
+    config: RunConfig,
+    temperatures: Sequence[float] | str | None = None,
+    *,
+    ties: str = "mean",
+    progress: bool = True,
+    write: bool = True,
+) -> SweepResult:
+    """Train every client alone at every temperature and evaluate it on its own split (see module docstring)."""
+    grid = parse_temperatures(temperatures)
+    if ties not in TIES:
+        raise choice_error(TIES_FIELD, ties, TIES)
+    if config.eval.clients == "none":
+        raise ConfigError("eval.clients", "the sweep evaluates every client on its own split; set eval.clients = 'sampled' or 'all'")
+    data = build_data(config)
+    if data.num_clients < 2:
+        raise ConfigError("federation.num_clients", f"the correlations need at least 2 clients, got {data.num_clients}")
+    empty = [cid for cid in range(data.num_clients) if len(data.client_eval(cid)[1]) == 0]
+    if empty:
+        raise ConfigError("eval.client_split", f"clients {empty} have no validation samples; the sweep needs a split for every client")
+    model, initial = build_initial_model(config, data.dataset.input_shape, data.num_classes)
+    spec = local_spec(config)
+    counts = data.class_counts()
+    h = plot_score(config, counts)
+    p_g = config.temperature.get("p_g") if config.temperature.get("policy") == "fedchill" else None
+
+    acc = np.zeros((data.num_clients, len(grid)))
+    loss = np.zeros_like(acc)
+    bar = tqdm(range(data.num_clients), desc="temperature sweep", unit="client", disable=not progress, dynamic_ncols=True)
+    for cid in bar:
+        x, y = data.client_train(cid)
+        xe, ye = data.client_eval(cid)
+        seed = derive_seed(config.seed, "sweep", cid)
+        for j, t in enumerate(grid):
+            out = train_client(model, initial, x, y, spec=spec, lr=config.client.lr, temperature=t, context={}, generator=torch.Generator().manual_seed(seed))
+            acc[cid, j], loss[cid, j] = evaluate(model, out.params, xe, ye, config.eval.batch_size)
+        bar.set_postfix({"best T": f"{grid[int(np.argmax(acc[cid]))]:g}"}, refresh=False)
+
+    best_t = best_temperatures(acc, grid, ties)
+    best_acc = acc.max(axis=1)
+    gain = best_acc - acc[:, -1]
+    measures = measure_table(counts, p_g)
+    result = SweepResult(
+        grid, acc, loss, counts, h, best_t, best_acc, gain,
+        {"best_temperature": correlation_table(measures, best_t), "gain": correlation_table(measures, gain)},
+    )
+    if write:
+        result.folder = _write(config, result, ties)
+    return result
+
+
+def _write(config: RunConfig, result: SweepResult, ties: str) -> Path:
+    folder = unique_dir(Path(config.out_dir), f"{config.name}-temperature-sweep")
+    partial = folder.with_name(folder.name + ".partial")
+    partial.mkdir(parents=True)
+    (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
+    clients = [
+        {
+            "client": cid,
+            "size": int(result.class_counts[cid].sum()),
+            "class_counts": [int(c) for c in result.class_counts[cid]],
+            "heterogeneity": float(result.heterogeneity[cid]),
+            "accuracy": [float(a) for a in result.accuracy[cid]],
+            "loss": [float(v) for v in result.loss[cid]],
+            "best_temperature": float(result.best_temperature[cid]),
+            "best_accuracy": float(result.best_accuracy[cid]),
+            "gain": float(result.gain[cid]),
+        }
+        for cid in range(result.accuracy.shape[0])
+    ]
+    sweep = {"temperatures": result.temperatures, "ties": ties, "clients": clients}
+    (partial / "sweep.json").write_text(json.dumps(sweep, indent=2) + "\n", encoding="utf-8")
+    (partial / "correlation.json").write_text(json.dumps(result.correlation, indent=2) + "\n", encoding="utf-8")
+    (partial / "correlation.md").write_text(result.correlation_markdown(), encoding="utf-8")
+    plot_heatmap(result, partial / "heatmap.png", title=config.name)
+    plot_scatter(result, partial / "scatter.png", title=config.name)
+    partial.rename(folder)
+    return folder
+
+
+# ----------------------------------------------------------------------------- plots
+
+
+def plot_heatmap(result: SweepResult, path: str | Path, title: str = "") -> None:
+    """Fig. 1 (left): client x temperature validation accuracy, rows sorted by heterogeneity (top: least)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
+    order = np.argsort(result.heterogeneity, kind="stable")
+    grid = result.accuracy[order]
+    n, m = grid.shape
+    fig = Figure(figsize=(1.1 * m + 3.0, max(3.0, 0.32 * n + 1.6)))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    image = ax.imshow(100 * grid, aspect="auto", cmap="viridis", interpolation="nearest")
+    fig.colorbar(image, ax=ax, label="validation accuracy (%)")
+    ax.set_xticks(range(m), [f"{t:g}" for t in result.temperatures])
+    ax.set_yticks(range(n), [f"client {c} (h={result.heterogeneity[c]:.2f})" for c in order], fontsize=7 if n > 20 else 9)
+    ax.set_xlabel("training temperature T")
+    ax.set_title(f"{title}: accuracy per client and temperature" if title else "accuracy per client and temperature", fontsize=10)
+    for i, row in enumerate(grid):
+        for j in np.flatnonzero(np.isclose(row, row.max(), rtol=0.0, atol=1e-12)):
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
+        if n * m <= 400:
+            lo, hi = image.get_clim()
+            for j, value in enumerate(row):
+                light = (100 * value - lo) / max(hi - lo, 1e-9) > 0.6  # viridis is light at the top
+                ax.text(j, i, f"{100 * value:.0f}", ha="center", va="center", fontsize=7, color="black" if light else "white")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None:
+    """Fig. 1 (right): heterogeneity vs accuracy coloured by T; plus A.5's heterogeneity vs best T with a trend line."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import LogNorm
+    from matplotlib.figure import Figure
+
+    temps = np.asarray(result.temperatures)
+    fig = Figure(figsize=(11, 4.2))
+    FigureCanvasAgg(fig)
+    ax, ax_best = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    h = np.repeat(result.heterogeneity, len(temps))
+    colour = np.tile(temps, len(result.heterogeneity))
+    points = ax.scatter(h, 100 * result.accuracy.ravel(), c=colour, cmap="coolwarm", norm=LogNorm(temps.min(), temps.max()), s=22, alpha=0.85)
+    ax.scatter(result.heterogeneity, 100 * result.best_accuracy, facecolors="none", edgecolors="black", s=70, linewidths=1.0, label="client's best")
+    fig.colorbar(points, ax=ax, label="temperature T")
+    ax.set(xlabel="heterogeneity score h (Eq. 6)", ylabel="validation accuracy (%)", title="accuracy vs heterogeneity, by T")
+    ax.legend(fontsize=8)
+    ax_best.scatter(result.heterogeneity, result.best_temperature, color="tab:blue", s=30)
+    rows = {row["measure"]: row for row in result.correlation.get("best_temperature", [])}
+    if np.ptp(result.heterogeneity) > 0:
+        slope, intercept = np.polyfit(result.heterogeneity, result.best_temperature, 1)
+        xs = np.linspace(result.heterogeneity.min(), result.heterogeneity.max(), 2)
+        r = rows.get("ratio", {}).get("r", math.nan)
+        ax_best.plot(xs, slope * xs + intercept, color="tab:red", lw=1, label=f"trend (Pearson r = {_fmt(r)} for the ratio score)")
+        ax_best.legend(fontsize=8)
+    ax_best.set(xlabel="heterogeneity score h (Eq. 6)", ylabel="best temperature", title="best temperature vs heterogeneity (A.5)")
+    for a in (ax, ax_best):
+        a.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def cmd_temperature_sweep(args: argparse.Namespace) -> int:
+    """``chillfl analyze temperature-sweep``: run the sweep, print the A.5 table and the folder."""
+    from chillfl.config import load_config, parse_overrides
+    from chillfl.experiments import resolve_config
+
+    config = load_config(resolve_config(args.config), parse_overrides(list(args.overrides)))
+    result = run_temperature_sweep(config, args.temperatures, ties=args.ties, progress=not args.quiet)
+    print("best temperature per client: " + ", ".join(f"{c}: {t:g}" for c, t in enumerate(result.best_temperature)))
+    print(format_correlation(result.correlation["best_temperature"]))
+    print(f"results: {result.folder}")
+    return 0
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``temperature-sweep`` under ``chillfl analyze``."""
+    p = subparsers.add_parser(
+        "temperature-sweep",
+        help="train each client alone at each temperature: FedChill Fig. 1 heat map, scatter and A.5 correlations",
+        description="Train every client alone at every temperature of a grid, evaluate on its own validation split, "
+        "and write heatmap.png, scatter.png, correlation.md/.json and sweep.json (FedChill Fig. 1, App. A.5).",
+    )
+    p.add_argument("config", help="TOML config file or bundled experiment name (its client settings are used)")
+    p.add_argument("overrides", nargs="*", help="section.option=value overrides, e.g. client.epochs=30")
+    p.add_argument("--temperatures", default=None, metavar="T1,T2,...", help="temperature grid (default: 0.05,0.1,0.25,0.5,1)")
+    p.add_argument("--ties", default="mean", help="best temperature when several tie: mean (default, of the tied ones), lowest, highest")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_temperature_sweep)
+    return p

@@ -1,0 +1,610 @@
+"""Soft-label methods: DS-FL, SCARLET, CFD, COMET, Selective-FD and the ``individual`` baseline.
+
+The ``[distillation]`` table chooses a method and sets the protocol's shared
+options (:class:`DistillationOptions`) plus that method's own options, all in
+one flat table::
+
+    [distillation]
+    method = "scarlet"       # dsfl | scarlet | cfd | comet | selective_fd | individual
+    public_size = 400        # |P|
+    subset_size = 100        # |P^t|, drawn each round (SCARLET Sec. IV-A: 1,000 of 10,000)
+    beta = 2.0               # SCARLET's own option (Enhanced ERA, Eq. 4)
+    cache_duration = 50      # D (Algorithm 2); any method but individual may use the cache
+
+A method only says what differs between the papers (SCARLET Sec. IV-A,
+Appendix B, Table V); the round protocol (:mod:`.protocol`) is shared:
+
+============  ======================================  =========================================
+method        uplink (client -> server)                aggregation / downlink
+============  ======================================  =========================================
+dsfl          softmax outputs on I_req^t (float32)     ERA, Eq. (2): softmax(zbar / T)
+scarlet       same                                     Enhanced ERA, Eq. (4): zbar^beta / sum, cache D=50
+cfd           outputs quantised to ``bits_up`` bits   plain mean, quantised to ``bits_down``
+comet         same as dsfl                             mean for the server; per-cluster targets down
+selective_fd  only on samples the client's KuLSIF      masked mean over the clients that kept a
+              selector finds in-distribution           sample; server selector drops ambiguous ones
+individual    nothing                                  nothing (no public data, no server model)
+============  ======================================  =========================================
+
+Choices
+-------
+* **Cache everywhere.** ``cache_duration`` is a shared option: 50 for SCARLET
+  (Sec. IV-B), 0 (no cache) for the others; SCARLET Fig. 9 plugs the cache
+  into CFD, COMET and Selective-FD with D = 25. SCARLET with D = 0 is DS-FL's
+  traffic with Enhanced ERA. COMET can only cache with ``granularity =
+  "sample"`` (per-sample centroids, the SCARLET authors' reading): client-level
+  cluster targets change with the round's clustering, so no stored entry could
+  be reused.
+* **COMET, client granularity** (default, COMET's paper): the server clusters
+  the clients of round t on their uploads; a client sampled at t + 1 downloads
+  its cluster's target (n x C values; the assignment is free, Appendix B); a
+  client that did not upload at t gets the plain mean. The server model
+  trains on the plain mean (Appendix B: "we extended the evaluation to include
+  server-side training"). **Sample granularity**: c centroids per sample are
+  sent (n x c x C) and each client distils towards the centroid nearest its
+  own current prediction. The regulariser weight lambda multiplies the
+  distillation loss (the distillation phase *is* COMET's regulariser here).
+* **CFD** uses the block's quantiser (``quantize.compress``) and counts
+  ``payload_bytes``; with ``delta_coding`` the uplink is the delta message
+  (change bitmap + changed codes). The server averages the dequantised
+  uploads (no ERA) and the server model trains on the same (dequantised)
+  downlink values the clients receive.
+* **Selective-FD's client selector** is fitted once per client, at its first
+  round: KuLSIF density ratio of the client's private inputs (90 %) against
+  uniform noise over the range of those inputs, threshold = the
+  ``tau_client`` quantile of the ratios of the other 10 % (SCARLET authors'
+  code), evaluated on every public sample; the resulting mask lives in the
+  client's state. The uplink then carries the kept samples' indices too.
+* Client weights in every mean are uniform (1/K, Eqs. 2 and 4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Literal, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from chillfl.errors import ConfigError, choice_error
+from chillfl.options import NoOptions, parse_options, require
+
+from .comet import COMETOptions, cluster_clients, cluster_targets, per_sample_centroids
+from .era import ERAOptions, EnhancedERAOptions, enhanced_era, era, mean_soft_labels, power_sharpen, tempered_softmax
+from .quantize import FULL_PRECISION_BITS, CFDOptions, DeltaCoder, compress, payload_bytes
+from .selective import KuLSIF, SelectiveFDOptions, client_keep_mask, client_threshold, masked_mean, server_keep_mask
+from .cache import SoftLabelUplink
+
+SECTION = "distillation"
+StoreMode = Literal["auto", "memory", "disk"]
+
+
+# ---------------------------------------------------------------- shared options
+
+
+@dataclass(frozen=True)
+class DistillationOptions:
+    """Options every soft-label method shares (SCARLET Sec. IV-A defaults where it gives them).
+
+    ``public_size``: |P|, the public unlabeled pool: carved from the private
+    dataset's train split (DS-FL's setting) or, with ``public_dataset``, drawn
+    from that dataset's train split (SCARLET's setting: no class overlap).
+    ``subset_size``: |P^t|, drawn per round (seeded). ``distill_*``: the
+    clients' distillation on P^{t-1} (Algorithm 1: E_dist, eta_dist; the paper
+    uses lr 0.1). ``server_*``: the server model's distillation on P^t
+    (Algorithm 1 uses E, the local epochs, and eta_d). ``cache_duration``: D
+    (None = the method's default). ``client_store``: where per-client states
+    live between rounds (``auto``: memory up to ``max_clients_in_memory``
+    clients, else files under ``state_dir`` or the system temp dir).
+    """
+
+    method: str = ""
+    public_size: int = 0
+    public_dataset: str | None = None
+    public_dataset_options: dict[str, Any] = field(default_factory=dict)
+    subset_size: int = 1000
+    distill_epochs: int = 1
+    distill_lr: float = 0.1
+    distill_batch_size: int | None = None
+    server_epochs: int | None = None
+    server_lr: float | None = None
+    server_batch_size: int | None = None
+    cache_duration: int | None = None
+    cache_on_expire: Literal["drop", "refresh"] = "drop"
+    index_encoding: Literal["int32", "packed"] = "int32"
+    client_store: StoreMode = "auto"
+    max_clients_in_memory: int = 100
+    state_dir: str | None = None
+
+    def validate(self, section: str) -> None:
+        require(self.method in METHODS, f"{section}.method", f"unknown value {self.method!r}; allowed: {', '.join(sorted(METHODS))}")
+        require(self.public_size >= 0, f"{section}.public_size", f"must be >= 0, got {self.public_size}")
+        require(self.subset_size >= 1, f"{section}.subset_size", f"must be >= 1, got {self.subset_size}")
+        if METHODS[self.method].collaborative:
+            require(
+                self.public_size >= self.subset_size,
+                f"{section}.public_size",
+                f"must be >= subset_size={self.subset_size} (|P| >= |P^t|) for method {self.method!r}, got {self.public_size}",
+            )
+        for name in ("distill_epochs", "max_clients_in_memory"):
+            require(getattr(self, name) >= 1, f"{section}.{name}", f"must be >= 1, got {getattr(self, name)}")
+        for name in ("distill_batch_size", "server_epochs", "server_batch_size"):
+            value = getattr(self, name)
+            require(value is None or value >= 1, f"{section}.{name}", f"must be >= 1 or unset, got {value}")
+        require(self.distill_lr > 0, f"{section}.distill_lr", f"must be > 0, got {self.distill_lr}")
+        require(self.server_lr is None or self.server_lr > 0, f"{section}.server_lr", f"must be > 0 or unset, got {self.server_lr}")
+        if self.cache_duration is not None:
+            require(self.cache_duration >= 0, f"{section}.cache_duration", f"must be >= 0, got {self.cache_duration}")
+            require(
+                self.cache_duration == 0 or METHODS[self.method].collaborative,
+                f"{section}.cache_duration",
+                f"method {self.method!r} exchanges no soft-labels; leave it unset or 0",
+            )
+
+
+@dataclass(frozen=True)
+class DistillationSetup:
+    """The parsed ``[distillation]`` table: shared options + the method's own options."""
+
+    common: DistillationOptions
+    options: Any
+
+    @property
+    def spec(self) -> "MethodSpec":
+        return METHODS[self.common.method]
+
+    @property
+    def cache_duration(self) -> int:
+        d = self.common.cache_duration
+        return self.spec.default_cache_duration if d is None else d
+
+    @property
+    def uses_cache(self) -> bool:
+        return self.spec.collaborative and self.cache_duration > 0
+
+
+def _fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if f.init}
+
+
+def parse_distillation(table: Mapping[str, Any]) -> DistillationSetup:
+    """Split the flat ``[distillation]`` table into shared and method options; ConfigError names any bad key."""
+    table = dict(table)
+    method = table.get("method")
+    if not isinstance(method, str) or not method:
+        raise ConfigError(f"{SECTION}.method", f"is required; allowed: {', '.join(sorted(METHODS))}")
+    if method not in METHODS:
+        raise choice_error(f"{SECTION}.method", method, list(METHODS))
+    spec = METHODS[method]
+    shared, own = _fields(DistillationOptions), _fields(spec.options)
+    for key in sorted(table):
+        if key not in shared and key not in own:
+            raise ConfigError(
+                f"{SECTION}.{key}",
+                f"unknown option for method {method!r}; allowed: {', '.join(sorted(shared | own))}",
+            )
+    common = parse_options(DistillationOptions, {k: v for k, v in table.items() if k in shared}, SECTION)
+    options = parse_options(spec.options, {k: v for k, v in table.items() if k in own}, SECTION)
+    setup = DistillationSetup(common, options)
+    check = getattr(options, "check_with", None)
+    if callable(check):
+        check(setup, SECTION)
+    return setup
+
+
+@functools.lru_cache(maxsize=2)
+def _load_public_dataset(name: str, options_json: str, data_dir: str) -> Any:
+    from chillfl.data import load_dataset
+
+    return load_dataset(name, json.loads(options_json), data_dir=data_dir)
+
+
+def public_inputs(setup: DistillationSetup, data: Any, seed: int, data_dir: str) -> torch.Tensor:
+    """The public pool P as inputs ``[|P|, ...]`` (row i = public index i); its labels are never used.
+
+    Same dataset: ``FederatedData.public()`` (carved before partitioning).
+    Separate dataset: a seeded uniform subset of ``public_size`` rows of its
+    train split, which must have the private data's input shape.
+    """
+    c = setup.common
+    field_name = f"{SECTION}.public_dataset"
+    if c.public_dataset is None:
+        x = data.public()
+        require(len(x) == c.public_size, f"{SECTION}.public_size", f"the public pool has {len(x)} samples, expected {c.public_size}")
+        return x
+    try:
+        ds = _load_public_dataset(c.public_dataset, json.dumps(c.public_dataset_options, sort_keys=True), str(data_dir))
+    except ConfigError as exc:
+        if exc.field.startswith("dataset"):
+            raise ConfigError(field_name if exc.field == "dataset.name" else f"{SECTION}.public_dataset_options", exc.message) from None
+        raise
+    shape = tuple(data.dataset.input_shape)
+    require(
+        tuple(ds.input_shape) == shape,
+        field_name,
+        f"{c.public_dataset!r} has input shape {tuple(ds.input_shape)}, the private data {shape}; they must match",
+    )
+    n = len(ds.x_train)
+    require(c.public_size <= n, f"{SECTION}.public_size", f"must be <= the {n} train samples of {c.public_dataset!r}, got {c.public_size}")
+    from chillfl.training.local import derive_seed
+
+    rng = np.random.default_rng(derive_seed(seed, "public-pool"))
+    rows = np.sort(rng.permutation(n)[: c.public_size])
+    return ds.x_train[torch.from_numpy(rows)]
+
+
+def check_distillation(config: Any, data: Any) -> DistillationSetup:
+    """Validate ``config.distillation`` before a run starts (called by ``build_experiment``)."""
+    setup = parse_distillation(config.distillation)
+    algorithm = config.algorithm.get("name")
+    require(
+        algorithm == "fedavg",
+        "algorithm.name",
+        f"the soft-label protocol trains clients with the base loss only (no aggregator, no objective terms); "
+        f"use 'fedavg' (the default), got {algorithm!r}",
+    )
+    if setup.spec.collaborative:
+        public_inputs(setup, data, config.seed, config.data_dir)
+    return setup
+
+
+# ---------------------------------------------------------------- method hooks
+
+
+@dataclass
+class Aggregate:
+    """Server-side result of one round for the requested indices.
+
+    ``keep``: bool over I_req^t (Selective-FD drops some); ``rows``: what goes
+    down (and into the cache) for the kept indices, ``[n_keep, D]``;
+    ``server_rows``: the server model's targets, ``[n_keep, C]`` (same as
+    ``rows`` except for COMET).
+    """
+
+    keep: torch.Tensor
+    rows: torch.Tensor
+    server_rows: torch.Tensor
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class SoftLabelMethod:
+    """The hooks a soft-label method fills in; defaults give DS-FL's traffic with a plain mean.
+
+    Client side: :meth:`prepare_client` (once per participation, before
+    anything else), :meth:`upload` (which soft-labels leave the client, as the
+    server receives them), :meth:`client_target` (the distillation target from
+    the rebuilt downlink rows). Server side: :meth:`aggregate`. Bytes:
+    :meth:`uplink_bytes`, :meth:`downlink_soft_bytes`.
+    """
+
+    name: ClassVar[str] = ""
+    distill_weight: float = 1.0
+    separate_server_rows: bool = False
+
+    def __init__(self, options: Any, num_classes: int, seed: int, index_encoding: str, universe: int) -> None:
+        self.options = options
+        self.num_classes = num_classes
+        self.seed = seed
+        self.index_encoding = index_encoding
+        self.universe = universe
+
+    def prepare_client(self, cid: int, state: Any, x_private: torch.Tensor, x_public: torch.Tensor) -> None:
+        return None
+
+    def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: Any) -> SoftLabelUplink:
+        return SoftLabelUplink(client_id=cid, round=round, indices=indices, soft_labels=probs)
+
+    def uplink_bytes(self, uplink: SoftLabelUplink) -> dict[str, int]:
+        return uplink.nbytes(self.index_encoding, self.universe)
+
+    def combine(self, mean: torch.Tensor) -> torch.Tensor:
+        """The aggregation map applied to the clients' mean soft-labels (identity here)."""
+        return mean
+
+    def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
+        stack, keep = stack_uplinks(indices, uplinks, self.num_classes)
+        if bool(keep.all()):
+            mean = mean_soft_labels(stack)
+            sample_keep = torch.ones(len(indices), dtype=torch.bool)
+        else:
+            mean, counts = masked_mean(stack, keep)
+            sample_keep = counts > 0
+            mean = mean[sample_keep]
+        rows = self.combine(mean)
+        return Aggregate(sample_keep, rows, rows)
+
+    def row_width(self) -> int:
+        """Width D of one downlink row (C, except COMET)."""
+        return self.num_classes
+
+    def downlink_soft_bytes(self, rows: torch.Tensor) -> int:
+        """Bytes one client downloads for ``rows`` fresh soft-label rows (float32)."""
+        return int(rows.numel()) * 4
+
+    def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """The distillation target ``[n, C]`` from the rebuilt rows of the previous round."""
+        return rows
+
+    def round_metrics(self) -> dict[str, Any]:
+        return {}
+
+
+def stack_uplinks(indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink], num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[K, n, C]`` soft-labels on ``indices`` and the bool ``[K, n]`` mask of the rows each client sent."""
+    n = int(indices.numel())
+    pos = {int(i): p for p, i in enumerate(indices.tolist())}
+    stack = torch.zeros((len(uplinks), n, num_classes), dtype=torch.float32)
+    keep = torch.zeros((len(uplinks), n), dtype=torch.bool)
+    for k, up in enumerate(uplinks):
+        rows = torch.tensor([pos[int(i)] for i in up.indices.tolist()], dtype=torch.long)
+        if rows.numel():
+            stack[k, rows] = up.soft_labels.to(torch.float32)
+            keep[k, rows] = True
+    return stack, keep
+
+
+class DSFL(SoftLabelMethod):
+    """DS-FL (Itahara et al. 2023): ERA, SCARLET Eq. (2): zhat = softmax(zbar / T)."""
+
+    name = "dsfl"
+
+    def combine(self, mean: torch.Tensor) -> torch.Tensor:
+        return tempered_softmax(mean, self.options.temperature)
+
+    def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
+        stack, keep = stack_uplinks(indices, uplinks, self.num_classes)
+        if bool(keep.all()):  # the block's ERA, exactly Eq. (2)
+            rows = era(stack, self.options.temperature)
+            return Aggregate(torch.ones(len(indices), dtype=torch.bool), rows, rows)
+        return super().aggregate(round, indices, uplinks)
+
+
+class SCARLET(SoftLabelMethod):
+    """SCARLET (Azuma et al.): Enhanced ERA, Eq. (4): zhat_i = zbar_i^beta / sum_j zbar_j^beta; cache D (Algorithm 2)."""
+
+    name = "scarlet"
+
+    def combine(self, mean: torch.Tensor) -> torch.Tensor:
+        return power_sharpen(mean, self.options.beta)
+
+    def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
+        stack, keep = stack_uplinks(indices, uplinks, self.num_classes)
+        if bool(keep.all()):  # the block's Enhanced ERA, exactly Eq. (4)
+            rows = enhanced_era(stack, self.options.beta)
+            return Aggregate(torch.ones(len(indices), dtype=torch.bool), rows, rows)
+        return super().aggregate(round, indices, uplinks)
+
+
+@dataclass(frozen=True)
+class CFDMethodOptions(CFDOptions):
+    """CFD options (SCARLET Table V: b_up = 1, b_down = 32, no delta coding)."""
+
+    def check_with(self, setup: DistillationSetup, section: str) -> None:
+        if self.delta_coding:
+            require(self.bits_up < FULL_PRECISION_BITS, f"{section}.delta_coding", "needs bits_up in 1..16 (32 bits are not quantised)")
+            require(
+                not (self.bits_up == 1 and self.one_bit == "argmax"),
+                f"{section}.delta_coding",
+                "is not available with one_bit = 'argmax' (hard labels are not codes)",
+            )
+
+
+class CFD(SoftLabelMethod):
+    """CFD (Sattler et al. 2022): quantised uplink (b_up bits) and downlink (b_down bits), plain mean."""
+
+    name = "cfd"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._coders: dict[int, DeltaCoder] = {}
+
+    def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: Any) -> SoftLabelUplink:
+        o = self.options
+        values = compress(probs, o.bits_up, o.one_bit, o.renormalize)
+        bits = None if o.bits_up >= FULL_PRECISION_BITS else o.bits_up
+        return SoftLabelUplink(client_id=cid, round=round, indices=indices, soft_labels=values, bits=bits)
+
+    def uplink_bytes(self, uplink: SoftLabelUplink) -> dict[str, int]:
+        o = self.options
+        if o.delta_coding:
+            coder = self._coders.setdefault(uplink.client_id, DeltaCoder(o.bits_up, self.num_classes))
+            return {"soft_labels": coder.encode(uplink.indices, uplink.soft_labels).nbytes()}
+        return {"soft_labels": payload_bytes(uplink.soft_labels, o.bits_up, o.one_bit)}
+
+    def combine(self, mean: torch.Tensor) -> torch.Tensor:
+        o = self.options
+        return compress(mean, o.bits_down, o.one_bit, o.renormalize)
+
+    def downlink_soft_bytes(self, rows: torch.Tensor) -> int:
+        if rows.numel() == 0:
+            return 0
+        return payload_bytes(rows, self.options.bits_down, self.options.one_bit)
+
+
+@dataclass(frozen=True)
+class COMETMethodOptions(COMETOptions):
+    """COMET options (SCARLET Table V: c = 2 clusters, lambda = 1.0)."""
+
+    def check_with(self, setup: DistillationSetup, section: str) -> None:
+        require(
+            not (setup.uses_cache and self.granularity == "client"),
+            f"{section}.cache_duration",
+            "COMET caches only per-sample centroids: set granularity = 'sample' or cache_duration = 0",
+        )
+
+
+class COMET(SoftLabelMethod):
+    """COMET (Cho et al. 2023): clustered targets; regulariser lambda * KL(target || softmax(f(x)))."""
+
+    name = "comet"
+    separate_server_rows = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.distill_weight = float(self.options.reg_weight)
+        self._assign: dict[int, int] = {}
+        self._num_clusters_used = 0
+
+    def _rng(self, round: int) -> np.random.Generator:
+        from chillfl.training.local import derive_seed
+
+        return np.random.default_rng(derive_seed(self.seed, "comet", round))
+
+    def row_width(self) -> int:
+        c = self.options.num_clusters
+        return (c + 1) * self.num_classes if self.options.granularity == "client" else c * self.num_classes
+
+    def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
+        o, nc = self.options, self.num_classes
+        stack, _ = stack_uplinks(indices, uplinks, nc)
+        mean = mean_soft_labels(stack)
+        n, c = int(indices.numel()), o.num_clusters
+        keep = torch.ones(n, dtype=torch.bool)
+        if o.granularity == "client":
+            labels = cluster_clients(stack, c, self._rng(round), o.n_init, o.max_iter) if n else np.zeros(len(uplinks), dtype=np.int64)
+            targets = cluster_targets(stack, labels) if n else torch.zeros((1, 0, nc))
+            used = targets.shape[0]
+            blocks = [targets[j] for j in range(used)] + [mean] * (c - used) + [mean]  # last block: the plain mean
+            rows = torch.cat(blocks, dim=1) if n else torch.zeros((0, (c + 1) * nc))
+            self._assign = {up.client_id: int(lab) for up, lab in zip(uplinks, labels)}
+            self._num_clusters_used = used
+        else:
+            if n:
+                cents = per_sample_centroids(stack, c, self._rng(round), o.n_init, o.max_iter)  # [n, c', C]
+                if cents.shape[1] < c:  # fewer clients than clusters: repeat the last centroid
+                    cents = torch.cat([cents, cents[:, -1:].expand(-1, c - cents.shape[1], -1)], dim=1)
+                rows = cents.reshape(n, c * nc)
+            else:
+                rows = torch.zeros((0, c * nc))
+            self._num_clusters_used = min(c, len(uplinks))
+        return Aggregate(keep, rows, mean)
+
+    def downlink_soft_bytes(self, rows: torch.Tensor) -> int:
+        if self.options.granularity == "client":  # each client downloads its own cluster's target only
+            return int(rows.shape[0]) * self.num_classes * 4
+        return int(rows.numel()) * 4
+
+    def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor]) -> torch.Tensor:
+        nc, c = self.num_classes, self.options.num_clusters
+        if self.options.granularity == "client":
+            block = self._assign.get(cid, c)  # unassigned -> the plain-mean block
+            return rows[:, block * nc : (block + 1) * nc]
+        cents = rows.reshape(rows.shape[0], c, nc)
+        own = own_probs()
+        pick = (cents - own.unsqueeze(1)).pow(2).sum(dim=-1).argmin(dim=1)  # nearest centroid (Euclidean)
+        return cents[torch.arange(rows.shape[0]), pick]
+
+    def round_metrics(self) -> dict[str, Any]:
+        return {"comet_clusters": self._num_clusters_used}
+
+
+class SelectiveFD(SoftLabelMethod):
+    """Selective-FD (Shao et al. 2024): client-side KuLSIF selector, server-side ambiguity selector."""
+
+    name = "selective_fd"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._kept: list[float] = []
+        self._server_kept = 1.0
+
+    def prepare_client(self, cid: int, state: Any, x_private: torch.Tensor, x_public: torch.Tensor) -> None:
+        if state.in_distribution is None:
+            state.in_distribution = self.fit_selector(cid, x_private, x_public)
+
+    def fit_selector(self, cid: int, x_private: torch.Tensor, x_public: torch.Tensor) -> torch.Tensor:
+        """Bool mask over P: public samples the client's KuLSIF selector finds in-distribution."""
+        from chillfl.training.local import derive_seed
+
+        o = self.options
+        n = len(x_private)
+        if n < 2:
+            return torch.ones(len(x_public), dtype=torch.bool)
+        gen = torch.Generator().manual_seed(derive_seed(self.seed, "kulsif", cid))
+        flat = x_private.reshape(n, -1).to(torch.float64)
+        perm = torch.randperm(n, generator=gen)
+        n_held = max(1, n // 10)
+        fit, held = flat[perm[n_held:]], flat[perm[:n_held]]
+        lo, hi = float(flat.min()), float(flat.max())
+        noise = lo + (hi - lo) * torch.rand((len(fit), flat.shape[1]), generator=gen, dtype=torch.float64)
+        kulsif = KuLSIF(fit, noise, o.kernel_width, o.kernel_lambda)
+        threshold = client_threshold(kulsif.ratio(held), o.tau_client, o.client_threshold)
+        return client_keep_mask(kulsif.ratio(x_public.reshape(len(x_public), -1)), threshold)
+
+    def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: Any) -> SoftLabelUplink:
+        keep = state.in_distribution[indices] if indices.numel() else torch.zeros(0, dtype=torch.bool)
+        self._kept.append(float(keep.float().mean()) if keep.numel() else 1.0)
+        return SoftLabelUplink(client_id=cid, round=round, indices=indices[keep], soft_labels=probs[keep], send_indices=True)
+
+    def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
+        stack, keep = stack_uplinks(indices, uplinks, self.num_classes)
+        mean, counts = masked_mean(stack, keep)
+        sample_keep = counts > 0
+        if bool(sample_keep.any()):
+            ok = server_keep_mask(mean[sample_keep], self.options.tau_server, self.options.server_measure)
+            sample_keep[sample_keep.clone()] = ok
+        self._server_kept = float(sample_keep.float().mean()) if len(indices) else 1.0
+        rows = mean[sample_keep]
+        return Aggregate(sample_keep, rows, rows)
+
+    def round_metrics(self) -> dict[str, Any]:
+        out = {"selective_client_kept": float(np.mean(self._kept)) if self._kept else None, "selective_server_kept": self._server_kept}
+        self._kept = []
+        return out
+
+
+class Individual(SoftLabelMethod):
+    """No collaboration (SCARLET Sec. IV-B): clients train on their private data only."""
+
+    name = "individual"
+
+
+# ---------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered method: its options, hook class, default cache duration, and whether it shares soft-labels."""
+
+    options: type
+    build: type[SoftLabelMethod]
+    default_cache_duration: int
+    collaborative: bool = True
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class SCARLETOptions(EnhancedERAOptions):
+    """SCARLET's own option: beta of Enhanced ERA (2.0 for CIFAR-10 alpha = 0.05, 1.0 for alpha = 0.3)."""
+
+
+@dataclass(frozen=True)
+class DSFLOptions(ERAOptions):
+    """DS-FL's own option: the ERA temperature T (SCARLET Table V: 0.1 for CIFAR-10)."""
+
+
+@dataclass(frozen=True)
+class SelectiveFDMethodOptions(SelectiveFDOptions):
+    """Selective-FD options (SCARLET Table V: tau_client = 0.0625, tau_server = 2.0 = off for L1)."""
+
+
+METHODS: dict[str, MethodSpec] = {
+    "dsfl": MethodSpec(DSFLOptions, DSFL, 0, summary="ERA (Eq. 2), no cache"),
+    "scarlet": MethodSpec(SCARLETOptions, SCARLET, 50, summary="Enhanced ERA (Eq. 4) + synchronized cache (Alg. 2)"),
+    "cfd": MethodSpec(CFDMethodOptions, CFD, 0, summary="quantised soft-labels, plain mean"),
+    "comet": MethodSpec(COMETMethodOptions, COMET, 0, summary="clustered distillation targets"),
+    "selective_fd": MethodSpec(SelectiveFDMethodOptions, SelectiveFD, 0, summary="client/server knowledge selectors"),
+    "individual": MethodSpec(NoOptions, Individual, 0, collaborative=False, summary="no collaboration"),
+}
+
+
+def method_names() -> list[str]:
+    return sorted(METHODS)
+
+
+def make_method(setup: DistillationSetup, num_classes: int, seed: int) -> SoftLabelMethod:
+    """The hook object of the configured method."""
+    return setup.spec.build(setup.options, num_classes, seed, setup.common.index_encoding, max(setup.common.public_size, 1))

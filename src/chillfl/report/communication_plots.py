@@ -1,0 +1,105 @@
+"""Accuracy against cumulative communication (SCARLET Figs. 7, 9-12) and the cost to reach a target.
+
+SCARLET reports accuracy against "cumulative communication cost ... the total
+amount of data exchanged between the server and clients ... summed over all
+clients across communication rounds" (Sec. IV-A), for the server model
+(left panels) and the clients' own models (right panels), plus the cumulative
+cost to reach a target accuracy. Every round record of both protocols carries
+``bytes_cumulative``; these functions read only the records.
+
+Choices
+-------
+* Units are decimal (1 MB = 10^6 bytes), picked from the largest value shown
+  (B, kB, MB or GB) so that small CPU runs and full-size runs both read well.
+* The cost to reach a target is the cumulative bytes *through* the first round
+  whose accuracy is >= target (the bytes of that round included), as in
+  :meth:`~chillfl.engine.ledger.CommunicationLedger.cost_to_reach`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+UNITS: tuple[tuple[str, float], ...] = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
+PANELS: tuple[tuple[str, str], ...] = (("global_acc", "server model, global test set"), ("local_acc", "client models, own test splits"))
+
+
+def unit_for(max_bytes: float) -> tuple[str, float]:
+    """The largest decimal unit in which ``max_bytes`` is at least 1 (bytes below 1 kB)."""
+    for name, scale in UNITS:
+        if max_bytes >= scale:
+            return name, scale
+    return "B", 1.0
+
+
+def accuracy_vs_bytes(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """(cumulative bytes, accuracy) for the rounds where ``key`` was measured."""
+    pts = [(int(r["bytes_cumulative"]), float(r[key])) for r in records if r.get(key) is not None and "bytes_cumulative" in r]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def bytes_to_reach(records: Sequence[Mapping[str, Any]], key: str, target: float) -> int | None:
+    """Cumulative bytes through the first round whose ``key`` is >= target; None if never reached."""
+    for nbytes, acc in zip(*accuracy_vs_bytes(records, key)):
+        if acc >= target:
+            return nbytes
+    return None
+
+
+def communication_summary(records: Sequence[Mapping[str, Any]], target: float | None = None) -> dict[str, Any]:
+    """Total bytes (up, down, both) and, with a target, the cost to reach it server- and client-side."""
+    rows = [r for r in records if "bytes_cumulative" in r]
+    out: dict[str, Any] = {
+        "bytes_total": int(rows[-1]["bytes_cumulative"]) if rows else 0,
+        "bytes_up_total": sum(int(r.get("bytes_up", 0)) for r in rows),
+        "bytes_down_total": sum(int(r.get("bytes_down", 0)) for r in rows),
+    }
+    if target is not None:
+        out["bytes_to_target"] = bytes_to_reach(rows, "global_acc", target)
+        out["local_bytes_to_target"] = bytes_to_reach(rows, "local_acc", target)
+    return out
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(fig)
+    fig.savefig(out, format="png", dpi=110)
+    return out
+
+
+def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, title: str = "") -> Path | None:
+    """Fig. 7 style: server (left) and client (right) accuracy against cumulative bytes, one line per run.
+
+    Returns None (and writes nothing) when no run has byte counts.
+    """
+    peak = max((float(r["bytes_cumulative"]) for recs in curves.values() for r in recs if "bytes_cumulative" in r), default=None)
+    if peak is None:
+        return None
+    unit, scale = unit_for(peak)
+    fig = Figure(figsize=(11, 4))
+    axes = fig.subplots(1, 2)
+    for ax, (key, what) in zip(axes, PANELS):
+        for label, records in curves.items():
+            xs, ys = accuracy_vs_bytes(records, key)
+            if xs and max(xs) == 0:  # no communication at all (individual): its final accuracy as a level
+                ax.axhline(ys[-1], linestyle="--", color="gray", label=f"{label} (no communication)")
+            elif xs:
+                ax.plot([x / scale for x in xs], ys, label=label)
+        ax.set(xlabel=f"cumulative communication ({unit})", ylabel="accuracy", title=what)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_accuracy_vs_bytes(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> Path | None:
+    """One run's server and client accuracy against cumulative bytes (None when the records carry no bytes)."""
+    return plot_compare_accuracy_vs_bytes({title or "run": records}, path, title)

@@ -1,0 +1,155 @@
+"""FedChill end to end: per-client temperatures from Eq. 7, Algorithm 1's decay in a real run, Table 4 configs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from chillfl.config import load_config
+from chillfl.data import ArrayDataset
+from chillfl.engine.run import run_experiment
+from chillfl.engine.setup import base_losses, build_algorithm, build_data, build_experiment, build_initial_model
+from chillfl.experiments import bundled_experiments, resolve_config
+from chillfl.report.compare import apply_variant, run_compare, variants_from_config
+from chillfl.temperature import make_policy
+
+T_MIN, GAMMA = 0.05, 0.5
+
+
+def eq7_by_hand(counts: np.ndarray, s: float = 2.0) -> np.ndarray:
+    """Eq. 6 against uniform p_g, divided by its maximum 2(C - 1), then Eq. 7 clipped to [0.05, 1]."""
+    p = counts / counts.sum(axis=1, keepdims=True)
+    c = counts.shape[1]
+    h = np.abs(p * c - 1.0).sum(axis=1) / (2.0 * (c - 1))  # p / (1/C) - 1 = p C - 1
+    return np.clip(np.exp(-s * h), T_MIN, 1.0)
+
+
+def test_eq7_by_hand_helper() -> None:
+    # counts (6, 2, 0, 0) over C = 4: p = (.75, .25, 0, 0); |3 - 1| + |1 - 1| + 1 + 1 = 4; / (2 * 3) = 2/3
+    # T = exp(-4/3) = 0.263597
+    assert eq7_by_hand(np.array([[6.0, 2.0, 0.0, 0.0]]))[0] == pytest.approx(0.263597, abs=1e-6)
+
+
+def test_fedchill_run_initial_temperatures_and_forced_decay(tmp_path) -> None:
+    """A tiny run where a decay must happen: lr = 1e-12 leaves every weight unchanged in float32,
+    so each client's validation accuracy is identical every round. Algorithm 1 with P = 1:
+    after rounds 1-2 |A| < 3 (counter 0); after round 3 a_3 <= A[-2] -> counter 1 >= P ->
+    T <- max(gamma T, T_min); after round 4 again. Every client trains every round, so its
+    participations are the rounds. ``temperatures`` in metrics.jsonl are the temperatures each
+    client *trained with* in that round, so the first decay shows in round 4, the second in round 5."""
+    config = load_config(
+        None,
+        {
+            "name": "fedchill-e2e",
+            "out_dir": str(tmp_path),
+            "dataset.name": "digits",
+            "partition.name": "dirichlet_balanced",
+            "partition.alpha": 0.5,
+            "model.name": "flexchill_cnn",
+            "federation.num_clients": 5,
+            "federation.rounds": 5,
+            "client.epochs": 1,
+            "client.batch_size": 64,
+            "client.lr": 1e-12,
+            "temperature.policy": "fedchill",
+            "temperature.patience": 1,
+            "temperature.gamma": GAMMA,
+            "eval.client_split_size": 40,
+        },
+    )
+    out = run_experiment(config, progress=False)
+    assert out.folder is not None and (out.folder / "temperatures.png").stat().st_size > 0
+    records = [json.loads(line) for line in (out.folder / "metrics.jsonl").read_text().splitlines()]
+    temps = np.array([[r["temperatures"][str(c)] for c in range(5)] for r in records])  # [round, client]
+
+    t0 = eq7_by_hand(build_data(config).class_counts().astype(np.float64))
+    assert len({round(t, 9) for t in t0}) == 5  # distinct per-client initial temperatures
+
+    def decay(t: np.ndarray) -> np.ndarray:  # Algorithm 1 lines 13-14 once the counter reaches P
+        return np.where(t > 1.1 * T_MIN, np.maximum(GAMMA * t, T_MIN), t)
+
+    for rnd in range(3):  # rounds 1-3 train at Eq. 7's temperatures
+        assert temps[rnd] == pytest.approx(t0, rel=1e-12)
+    assert temps[3] == pytest.approx(decay(t0), rel=1e-12)  # decayed after round 3's stagnation
+    assert temps[4] == pytest.approx(decay(decay(t0)), rel=1e-12)  # and again after round 4's
+    assert np.all(temps[4] < temps[0])
+    for record, row in zip(records, temps):
+        assert record["temperature_mean"] == pytest.approx(row.mean())
+    # Accuracy really stagnated (the premise of the forced decay).
+    assert len({r["local_acc"] for r in records}) == 1
+
+
+def test_table4_rows_mean_what_the_docs_say() -> None:
+    config = load_config(resolve_config("fedchill/table4-digits"))
+    by_label = {v.label: apply_variant(config, v) for v in variants_from_config(config)}
+    assert list(by_label) == ["FedAvg (T=1.0)", "Fixed T=0.05", "FedChill", "FedChill*", "FedChill (init+decay)"]
+    counts = build_data(config).class_counts()
+    policies = {label: make_policy(cfg.temperature, counts) for label, cfg in by_label.items()}
+    assert [policies["FedAvg (T=1.0)"].temperature(c, 0) for c in range(10)] == [1.0] * 10
+    assert [policies["Fixed T=0.05"].temperature(c, 0) for c in range(10)] == [0.05] * 10
+    init_only, decay_only, full = policies["FedChill"], policies["FedChill*"], policies["FedChill (init+decay)"]
+    t0 = eq7_by_hand(counts.astype(np.float64))
+    assert [init_only.temperature(c, 0) for c in range(10)] == pytest.approx(t0)
+    assert [full.temperature(c, 0) for c in range(10)] == pytest.approx(t0)
+    assert [decay_only.temperature(c, 0) for c in range(10)] == [1.0] * 10  # FedChill*: starts at T_max
+    # init only never decays, the other two do (accuracies 0.5, 0.5, 0.5: stagnation at the third, P = 2 at the fourth)
+    for policy in (init_only, decay_only, full):
+        for rnd in range(4):
+            policy.observe(0, rnd, 0.5)
+    assert init_only.temperature(0, 4) == pytest.approx(t0[0])
+    assert decay_only.temperature(0, 4) == pytest.approx(0.95)
+    assert full.temperature(0, 4) == pytest.approx(0.95 * t0[0])
+
+
+def test_table4_compare_runs_in_one_command(tmp_path) -> None:
+    config = load_config(
+        resolve_config("fedchill/table4-digits"),
+        {"out_dir": str(tmp_path), "federation.num_clients": 4, "federation.clients_per_round": 4, "federation.rounds": 2, "client.epochs": 1},
+    )
+    result = run_compare(config, [], progress=False)
+    assert [r["variant"] for r in result.rows] == ["FedAvg (T=1.0)", "Fixed T=0.05", "FedChill", "FedChill*", "FedChill (init+decay)"]
+    assert all(r["final_acc"] is not None and r["final_local_acc"] is not None for r in result.rows)
+    assert "local acc" in result.table and "FedChill*" in result.table
+    assert result.folder is not None and (result.folder / "table.md").is_file()
+    # the per-client policies wrote their temperature trajectories, the fixed ones did not
+    run_dirs = [d for d in result.folder.iterdir() if d.is_dir()]
+    assert len(run_dirs) == 5 and all((d / "summary.json").is_file() for d in run_dirs)
+    assert sum((d / "temperatures.png").exists() for d in run_dirs) == 3  # FedChill, FedChill*, init+decay
+
+
+def _fake_image_dataset(name: str, classes: int, shape: tuple[int, ...], n: int = 2000) -> ArrayDataset:
+    gen = torch.Generator().manual_seed(0)
+    y = torch.arange(n) % classes
+    return ArrayDataset(name, torch.randn((n, *shape), generator=gen), y, torch.randn((n // 2, *shape), generator=gen), torch.arange(n // 2) % classes, classes)
+
+
+def test_every_bundled_fedchill_config_and_variant_builds() -> None:
+    """CPU configs build every variant on the real embedded data; full-size ones on a fake dataset of the real shape."""
+    names = [n for n in bundled_experiments() if n.startswith("fedchill/")]
+    tables = {n.split("/")[1].split("-")[0] for n in names}
+    assert {"fig1", "table1", "table2", "table3", "table4", "table5", "table6", "table7", "table10"} <= tables
+    fakes = {"cifar10": (10, (3, 32, 32)), "cifar100": (100, (3, 32, 32)), "svhn": (10, (3, 32, 32))}
+    models: dict[tuple[str, int], object] = {}
+    for name in names:
+        config = load_config(resolve_config(name))
+        variants = [apply_variant(config, v) for v in variants_from_config(config)] or [config]
+        dataset_name = config.dataset["name"]
+        if dataset_name == "digits":
+            for cfg in variants:
+                build_experiment(cfg)
+            continue
+        assert dataset_name in fakes, name
+        classes, shape = fakes[dataset_name]
+        fake = _fake_image_dataset(dataset_name, classes, shape)
+        for cfg in variants:
+            data = build_data(cfg, fake)
+            key = (cfg.model["name"], classes)
+            if key not in models:  # the big CNNs are built once per class count
+                models[key] = build_initial_model(cfg, shape, classes)[0]
+            build_algorithm(cfg, models[key])  # type: ignore[arg-type]
+            make_policy(cfg.temperature, data.class_counts())
+            assert cfg.client.loss in base_losses()
+            assert data.num_clients == cfg.federation.num_clients and min(map(len, data.train_indices)) > 0

@@ -120,3 +120,15 @@ def test_data_show(tmp_path, capsys):
     assert main(["data", "show", str(config), "federation.num_clients=5", "-o", str(png)]) == 0
     out = capsys.readouterr().out
     assert "client" in out.lower() and png.stat().st_size > 0
+
+
+def test_a_bad_variant_fails_before_any_folder_is_made(tmp_path, capsys):
+    config = _write(
+        tmp_path,
+        f'name = "bad"\nout_dir = "{tmp_path / "out"}"\n'
+        '[variants.ok]\nalgorithm = { name = "fedavg" }\n'
+        '[variants.typo]\nalgorithm = { name = "fedprox", muu = 0.1 }\n',
+    )
+    assert main(["compare", str(config), "-q", *TINY]) == 2
+    assert "algorithm.muu" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -20,7 +20,7 @@ from chillfl.config import RunConfig, config_from_dict, parse_value, set_dotted
 from chillfl.data import FederatedData
 from chillfl.engine.results import rounds_to_reach, to_toml, unique_dir
 from chillfl.engine.run import RunOutput, run_experiment
-from chillfl.engine.setup import build_data
+from chillfl.engine.setup import build_data, build_experiment
 from chillfl.errors import ConfigError
 
 TEMPERATURE_SHORTHAND = "temperature"
@@ -205,6 +205,7 @@ def run_compare(config: RunConfig, grid: Sequence[str], *, reference: str | None
         key = _data_key(cfg)
         if key not in datasets:
             datasets[key] = build_data(cfg)
+        build_experiment(cfg, data=datasets[key])  # every part of every variant is valid before anything is written
     folder = partial = None
     if write:
         folder = unique_dir(Path(config.out_dir), f"{config.name}-compare")

@@ -26,12 +26,7 @@ DEMO_GRID = ["temperature=1,0.25,0.05"]
 
 def _load(config: str | None, overrides: Sequence[str]) -> RunConfig:
     path = resolve_config(config) if config is not None else None
-    loaded = load_config(path, parse_overrides(list(overrides)))
-    if loaded.threads:
-        import torch
-
-        torch.set_num_threads(loaded.threads)
-    return loaded
+    return load_config(path, parse_overrides(list(overrides)))
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -127,8 +127,10 @@ class RunConfig:
     executor: str = "sequential"
     out_dir: str = "results"
     data_dir: str = "data"
-    threads: int = 0
-    """torch intra-op threads (0: torch's default). Bitwise reproducibility holds at a fixed thread count."""
+    threads: int = 1
+    """torch intra-op threads for the run (0: torch's default). Part of the config because the
+    thread count changes float reduction order: bitwise reproducibility holds at a fixed count.
+    One thread suits the small CPU models; raise it for large models."""
     federation: FederationConfig = field(default_factory=FederationConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

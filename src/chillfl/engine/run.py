@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import torch
 from tqdm import tqdm
 
 from chillfl.config import RunConfig
@@ -52,6 +54,27 @@ def run_experiment(
 
     All validation happens in :func:`build_experiment` before the folder exists.
     """
+    with intra_op_threads(config.threads):
+        return _run(config, write=write, progress=progress, data=data, label=label)
+
+
+@contextmanager
+def intra_op_threads(threads: int) -> Iterator[None]:
+    """Run with ``threads`` torch intra-op threads (0: leave torch's setting), then restore it.
+
+    The thread count is part of the config because it changes float reduction
+    order, and so the last bits of every metric.
+    """
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _run(config: RunConfig, *, write: bool, progress: bool, data: FederatedData | None, label: str | None) -> RunOutput:
     exp = build_experiment(config, data=data)
     writer = ResultWriter(config.out_dir, config.name) if write else None
     records: list[dict[str, Any]] = []

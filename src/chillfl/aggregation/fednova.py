@@ -33,7 +33,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
-from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+from chillfl.aggregation.base import ClientResult, FedAvg, Params, weighted_average
 from chillfl.options import require
 
 
@@ -56,7 +56,7 @@ def effective_steps(num_steps: int, momentum: float = 0.0) -> float:
     return (num_steps - rho * (1 - rho**num_steps) / (1 - rho)) / (1 - rho)
 
 
-class FedNova:
+class FedNova(FedAvg):
     """FedNova server (stateless between rounds)."""
 
     def __init__(self, options: FedNovaOptions = FedNovaOptions(), param_keys: Collection[str] | None = None) -> None:
@@ -64,12 +64,6 @@ class FedNova:
         self.momentum = options.momentum or 0.0
         self.param_keys = None if param_keys is None else list(param_keys)
         self._tau_eff = float("nan")
-
-    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
-        return sample_weights(results)
-
-    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        return Downlink()
 
     def aggregate(
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None

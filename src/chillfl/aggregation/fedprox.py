@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import torch
 
-from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+from chillfl.aggregation.base import Downlink, FedAvg, Params
 from chillfl.options import require
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class ProximalTerm:
         return 0.5 * context["mu"] * total
 
 
-class FedProx:
+class FedProx(FedAvg):
     """FedAvg aggregation that also sends ``mu`` and the global model for :class:`ProximalTerm`."""
 
     def __init__(self, options: FedProxOptions = FedProxOptions()) -> None:
@@ -60,18 +60,5 @@ class FedProx:
         if self.mu == 0:
             log.warning("FedProx with mu = 0 is equivalent to FedAvg")
 
-    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
-        """p_i = n_i / sum_j n_j."""
-        return sample_weights(results)
-
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return Downlink(context={"mu": self.mu, "global_params": global_params})
-
-    def aggregate(
-        self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
-    ) -> Params:
-        w = self.default_weights(results) if weights is None else weights
-        return weighted_average([r.params for r in results], w)
-
-    def round_metrics(self) -> Mapping[str, Any]:
-        return {}

@@ -11,7 +11,7 @@ import json
 import math
 import shutil
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 
 def _toml_value(value: Any) -> str:

@@ -171,7 +171,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
         return f"{100 * x:+.2f}" if signed else f"{100 * x:.2f}"
 
     target = rows[0]["target"] if rows else None
-    header = ["variant", "accuracy % (diff)", "loss", "local acc %", f"rounds to target (speed-up)"]
+    header = ["variant", "accuracy % (diff)", "loss", "local acc %", "rounds to target (speed-up)"]
     with_mb = any("cumulative_mb" in r for r in rows)
     if with_mb:
         header.append("cumulative MB (to target)")

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from chillfl.aggregation.base import ClientResult
-from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor
+from chillfl.engine.executors import ClientJob, Executor
 from chillfl.engine.ledger import CommunicationLedger, tensor_bytes
 from chillfl.engine.setup import Experiment
 from chillfl.temperature.base import ConstantTemperature
@@ -39,13 +39,10 @@ def sample_clients(seed: int, round: int, num_clients: int, k: int) -> list[int]
 
 
 def make_executor(exp: Experiment) -> Executor:
-    """The configured executor (sequential until the faster ones are registered)."""
-    name = exp.config.executor
-    try:
-        from chillfl.engine.parallel import make_parallel_executor
-    except ImportError:
-        return SequentialExecutor(exp.model, exp.spec)
-    return make_parallel_executor(name, exp)
+    """The executor named by ``config.executor`` (imported lazily: the process pool is heavy)."""
+    from chillfl.engine.parallel import make_parallel_executor
+
+    return make_parallel_executor(exp.config.executor, exp)
 
 
 @dataclass

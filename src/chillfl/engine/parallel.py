@@ -10,7 +10,9 @@ bitwise, at equal intra-op thread counts).
 its choice. The thresholds come from timing one local round (32 clients of 64
 to 157 samples, batch 16, one thread, 8x8 digits): vectorized vs sequential
 was 2.5x faster for a 5k-parameter MLP, 1.9x for a 29k-parameter CNN, 1.2x
-for a 189k-parameter CNN and on par for a 199k-parameter MLP, because larger
+for a 189k-parameter CNN and on par for a 199k-parameter MLP (the benchmark's
+workload 2 then measured vectorized 1.7x faster than processes for that MLP,
+so the threshold sits above it), because larger
 stacked states stop fitting in cache while per-call overheads, which vmap
 amortises, matter less.
 
@@ -38,7 +40,7 @@ from chillfl.errors import choice_error
 
 log = logging.getLogger(__name__)
 
-VECTORIZE_MAX_PARAMS = 100_000
+VECTORIZE_MAX_PARAMS = 250_000
 """Largest model (trainable + buffer elements) that ``auto`` trains vectorised."""
 
 

@@ -1,0 +1,410 @@
+"""Speed and memory benchmark: chillfl's executors vs. a plain PyTorch loop, BlazeFL and Flower.
+
+    python benchmarks/run.py [--workload 1|2|all] [--repeats 3] [--rounds 3] [--scale 1.0] [--quick]
+
+Every mode of every workload runs ``--repeats`` times, each time in a fresh
+subprocess started in its own session, on the same seeded synthetic data
+(see ``workloads.py``). The repeats are interleaved (repeat 1 of every mode,
+then repeat 2, ...) so that load from other users of the machine spreads over
+all modes. Per process the runner records:
+
+* seconds per round: the worker stamps the wall clock before round 1 and after
+  each round; round 1 is a warm-up (lazy init, pool or actor start) and is
+  left out when a run has more than one round; min and median are taken over
+  the remaining rounds of all repeats;
+* start-up: seconds from launching the process to the end of its first round;
+* peak memory: the larger of (a) the highest sum of RSS over the process tree
+  (every process in the worker's session or descended from it, polled every
+  0.2 s) and (b) the kernel's max RSS of the worker (``os.wait4``);
+
+and the ratios of both to the compute bound. Workload 2 also times chillfl's
+``run_experiment`` from process launch to the end of a 1-round run. Results go
+to ``benchmarks/results/<timestamp>.json`` and a table is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from peers import ensure_peers  # noqa: E402
+from workloads import Workload, data_dir, workload, write_data  # noqa: E402
+
+CHILLFL_EXECUTORS = ("auto", "sequential", "vectorized", "processes")
+BLAZEFL_TRAINERS = ("serial", "threads", "processes")
+POLL_S = 0.2
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way of running a workload: a worker script, a variant and which python runs it."""
+
+    name: str
+    script: str
+    variant: str = ""
+    peer: str | None = None  # "blazefl" / "flwr": run with the peer venv's python
+    api: str = "loop"
+
+
+def all_modes() -> list[Mode]:
+    modes = [Mode("compute_bound", "mode_compute.py")]
+    modes += [Mode(f"chillfl[{e}]", "mode_chillfl.py", e) for e in CHILLFL_EXECUTORS]
+    modes += [Mode(f"blazefl[{t}]", "mode_blazefl.py", t, "blazefl") for t in BLAZEFL_TRAINERS]
+    modes.append(Mode("flower[simulation]", "mode_flower.py", "ray", "flwr"))
+    return modes
+
+
+# ---------------------------------------------------------------- one measured process
+
+
+def _proc_table() -> dict[int, tuple[int, int, int]]:
+    """pid -> (ppid, session id, rss bytes) for every readable process."""
+    out: dict[int, tuple[int, int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[0] is the state; then ppid, pgrp, session, ... ; rss (pages) is field 24 of stat = index 21 here
+        out[int(entry)] = (int(fields[1]), int(fields[3]), int(fields[21]) * PAGE)
+    return out
+
+
+def _tree(root: int, table: dict[int, tuple[int, int, int]]) -> list[int]:
+    """Processes in ``root``'s session (it is a session leader) or descended from it."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found = {pid for pid, (_, sid, _) in table.items() if sid == root}
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        if pid in table:
+            found.add(pid)
+        stack.extend(c for c in children.get(pid, []) if c not in found)
+    return sorted(found)
+
+
+@dataclass
+class Measured:
+    rc: int
+    wall_s: float
+    peak_tree_mb: float
+    maxrss_mb: float
+    clock: dict[str, Any] = field(default_factory=dict)
+    t_launch: float = 0.0
+    log: str = ""
+
+    @property
+    def peak_mb(self) -> float:
+        return max(self.peak_tree_mb, self.maxrss_mb)
+
+
+def measure(cmd: list[str], env: dict[str, str], clock_path: Path, log_path: Path, timeout: float) -> Measured:
+    """Run ``cmd`` in a new session; poll its process tree's RSS; reap it with wait4 for its max RSS."""
+    clock_path.unlink(missing_ok=True)
+    with log_path.open("w") as log:
+        t_launch = time.time()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=HERE.parent)
+    peak, status, usage = 0, None, None
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        table = _proc_table()
+        peak = max(peak, sum(table[p][2] for p in _tree(proc.pid, table) if p in table))
+        if time.time() - t_launch > timeout:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, status, usage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(POLL_S)
+    wall = time.time() - t_launch
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    _stop_leftovers(proc.pid)
+    clock = json.loads(clock_path.read_text()) if clock_path.exists() else {}
+    if wall > timeout and "error" not in clock:
+        clock["error"] = f"not available: timed out after {timeout:.0f} s"
+    return Measured(proc.returncode, wall, peak / 2**20, usage.ru_maxrss / 1024, clock, t_launch, log_path.read_text(errors="replace")[-4000:])
+
+
+def _stop_leftovers(session: int) -> None:
+    """Terminate processes the worker left in its session (e.g. Ray daemons); they are ours."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        table = _proc_table()
+        left = [p for p, (_, sid, _) in table.items() if sid == session]
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        time.sleep(1.0)
+
+
+# ---------------------------------------------------------------- results
+
+
+def round_times(clock: dict[str, Any]) -> list[float]:
+    ends = clock.get("round_end", [])
+    if not ends or "t_loop_start" not in clock:
+        return []
+    stamps = [clock["t_loop_start"], *ends]
+    return [b - a for a, b in zip(stamps[:-1], stamps[1:])]
+
+
+def failure(m: Measured) -> str | None:
+    """Why a run gives no timing, or None if it is usable."""
+    if "error" in m.clock:
+        return str(m.clock["error"])
+    if m.rc != 0 or not m.clock.get("round_end"):
+        lines = [ln for ln in m.log.splitlines() if ln.strip()]
+        return f"not available: exit {m.rc}: {lines[-1][:300] if lines else 'no output'}"
+    return None
+
+
+def summarize(runs: list[Measured]) -> dict[str, Any]:
+    steady: list[float] = []
+    for m in runs:
+        times = round_times(m.clock)
+        steady += times[1:] if len(times) > 1 else times
+    first = [m.clock["round_end"][0] - m.t_launch for m in runs]
+    return {
+        "s_per_round_min": min(steady),
+        "s_per_round_median": statistics.median(steady),
+        "round_samples": len(steady),
+        "first_round_end_s_min": min(first),
+        "first_round_end_s_median": statistics.median(first),
+        "peak_mb": max(m.peak_mb for m in runs),
+        "peak_tree_mb": max(m.peak_tree_mb for m in runs),
+        "maxrss_mb": max(m.maxrss_mb for m in runs),
+        "num_parameters": runs[0].clock.get("num_parameters"),
+        "runs": [{"rc": m.rc, "wall_s": round(m.wall_s, 3), "round_times": [round(t, 4) for t in round_times(m.clock)],
+                  "first_round_end_s": round(m.clock["round_end"][0] - m.t_launch, 3), "peak_mb": round(m.peak_mb, 1)} for m in runs],
+    }
+
+
+def add_ratios(results: dict[str, dict[str, Any]]) -> None:
+    bound = results.get("compute_bound", {})
+    if "s_per_round_median" not in bound:
+        return
+    for entry in results.values():
+        if "s_per_round_median" in entry:
+            entry["time_ratio_median"] = entry["s_per_round_median"] / bound["s_per_round_median"]
+            entry["time_ratio_min"] = entry["s_per_round_min"] / bound["s_per_round_min"]
+            entry["memory_ratio"] = entry["peak_mb"] / bound["peak_mb"]
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()}
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in lscpu.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("Model name", "CPU(s)", "Thread(s) per core", "Flags"):
+                value = value.strip()
+                info[key.strip()] = ("avx2" in value.split() and "avx2" or "no avx2") if key.strip() == "Flags" else value
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+    except ImportError:
+        pass
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE, timeout=10)
+        info["chillfl_commit"] = rev.stdout.strip() + " (+ uncommitted working tree)"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    info["memory_gb"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    return info
+
+
+# ---------------------------------------------------------------- the benchmark
+
+
+def run_workload(w: Workload, modes: list[Mode], peers: dict[str, dict[str, Any]], args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    folder = data_dir(args.data_dir, w.num_samples, args.seed)
+    write_data(folder, w.num_samples, args.seed)
+    env = {**os.environ, "PYTHONPATH": str(HERE), "PYTHONUNBUFFERED": "1"}
+    if args.threads:
+        env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    results: dict[str, dict[str, Any]] = {}
+    runs: dict[str, list[Measured]] = {m.name: [] for m in modes}
+    dead: dict[str, str] = {}
+    for mode in modes:
+        if mode.peer and not peers.get(mode.peer, {}).get("ok"):
+            dead[mode.name] = f"not available: {mode.peer} {peers.get(mode.peer, {}).get('detail', 'not installed')}"
+
+    def launch(mode: Mode, rounds: int, rep: int) -> Measured:
+        spec = {"workload": w.to_dict(), "data": str(folder), "rounds": rounds, "seed": args.seed, "variant": mode.variant,
+                "api": mode.api, "clock": str(work / f"clock-{w.key}-{mode.name}-{mode.api}-{rep}.json")}
+        spec_path = work / f"spec-{w.key}-{mode.name}-{mode.api}-{rep}.json"
+        spec_path.write_text(json.dumps(spec))
+        python = peers[mode.peer]["python"] if mode.peer else sys.executable
+        log = work / f"log-{w.key}-{mode.name}-{mode.api}-{rep}.txt"
+        return measure([python, str(HERE / mode.script), str(spec_path)], env, Path(spec["clock"]), log, args.timeout)
+
+    for rep in range(args.repeats):
+        for mode in modes:
+            if mode.name in dead:
+                continue
+            print(f"  workload {w.key} repeat {rep + 1}/{args.repeats}: {mode.name} ...", end="", flush=True)
+            m = launch(mode, args.rounds_for[w.key], rep)
+            why = failure(m)
+            if why:
+                dead[mode.name] = why
+                print(f" {why}")
+                continue
+            runs[mode.name].append(m)
+            print(f" {statistics.median(round_times(m.clock)):.3f} s/round, {m.peak_mb:.0f} MB")
+    for mode in modes:
+        results[mode.name] = {"status": dead[mode.name]} if mode.name in dead else {"status": "ok", **summarize(runs[mode.name])}
+    add_ratios(results)
+
+    startup: dict[str, Any] = {}
+    if w.key == "2":  # chillfl.run_experiment, 1 round, from process launch to its return
+        for mode in modes:
+            if not mode.script == "mode_chillfl.py" or mode.name in dead:
+                continue
+            cold = Mode(mode.name, mode.script, mode.variant, None, "run_experiment")
+            times = []
+            for rep in range(args.repeats):
+                m = launch(cold, 1, rep)
+                why = failure(m)
+                if why:
+                    startup[mode.name] = {"status": why}
+                    break
+                times.append(m.clock["round_end"][0] - m.t_launch)
+            else:
+                startup[mode.name] = {"status": "ok", "min_s": min(times), "median_s": statistics.median(times), "runs": times}
+            print(f"  start-up to end of round 1, {mode.name}: {startup[mode.name]}")
+    return {"workload": w.to_dict(), "rounds_per_run": args.rounds_for[w.key], "modes": results, "chillfl_startup_run_experiment": startup}
+
+
+def fmt_table(report: dict[str, Any]) -> str:
+    lines = []
+    for entry in report["workloads"].values():
+        w = entry["workload"]
+        lines.append(f"\nworkload {w['key']}: {w['title']}: {w['num_clients']} clients x {w['samples_per_client']} samples, "
+                     f"{w['clients_per_round']} per round, {w['epochs']} epoch(s), batch {w['batch_size']} "
+                     f"({w['steps_per_round']} SGD steps/round), {entry['rounds_per_run']} rounds per run")
+        lines.append(f"{'mode':<22}{'s/round min':>12}{'median':>9}{'x bound':>9}{'peak MB':>9}{'x bound':>9}{'1st round end s':>17}")
+        for name, r in entry["modes"].items():
+            if r["status"] != "ok":
+                lines.append(f"{name:<22}{r['status']}")
+                continue
+            lines.append(f"{name:<22}{r['s_per_round_min']:>12.3f}{r['s_per_round_median']:>9.3f}{r.get('time_ratio_median', float('nan')):>9.2f}"
+                         f"{r['peak_mb']:>9.0f}{r.get('memory_ratio', float('nan')):>9.2f}{r['first_round_end_s_median']:>17.2f}")
+        for name, s in entry["chillfl_startup_run_experiment"].items():
+            text = f"min {s['min_s']:.2f} s, median {s['median_s']:.2f} s" if s["status"] == "ok" else s["status"]
+            lines.append(f"  {name}: launch -> run_experiment (1 round) returned: {text}")
+    return "\n".join(lines)
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """The README's results table for one report."""
+    rows = ["| workload | mode | s/round min | s/round median | x bound | peak MB | x bound | launch -> end of round 1 (s) |",
+            "|---|---|---|---|---|---|---|---|"]
+    for key, entry in report["workloads"].items():
+        for name, r in entry["modes"].items():
+            if r["status"] != "ok":
+                rows.append(f"| {key} | {name} | {r['status']} | | | | | |")
+                continue
+            rows.append(f"| {key} | {name} | {r['s_per_round_min']:.3f} | {r['s_per_round_median']:.3f} | {r.get('time_ratio_median', float('nan')):.2f} "
+                        f"| {r['peak_mb']:.0f} | {r.get('memory_ratio', float('nan')):.2f} | {r['first_round_end_s_median']:.1f} |")
+    return "\n".join(rows)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workload", choices=["1", "2", "all"], default="all")
+    p.add_argument("--repeats", type=int, default=3, help="fresh processes per mode (>= 3 for min/median)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds per process; round 1 is a warm-up and not counted when > 1")
+    p.add_argument("--scale", type=float, default=1.0, help="workload 1 only: fraction of its 100 clients (each keeps 500 samples)")
+    p.add_argument("--quick", action="store_true", help="--scale 0.02 and 2 rounds on workload 1 (10-15 min on 2 idle cores)")
+    p.add_argument("--modes", default="", help="comma-separated substrings of mode names to run (default: all)")
+    p.add_argument("--no-peers", action="store_true", help="skip BlazeFL and Flower")
+    p.add_argument("--no-install", action="store_true", help="use the peer venv as it is, install nothing")
+    p.add_argument("--timeout", type=float, default=900, help="seconds before a single run is killed")
+    p.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS for every worker (default: unset, torch's own default)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "chillfl-bench-data")
+    p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/<timestamp>.json)")
+    args = p.parse_args(argv)
+    if args.repeats < 1 or args.rounds < 1 or not 0 < args.scale <= 1:
+        p.error("--repeats and --rounds must be >= 1, --scale in (0, 1]")
+    if args.quick:
+        args.scale = 0.02
+    args.rounds_for = {"1": 2 if args.quick else args.rounds, "2": args.rounds}
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or HERE / "results" / f"{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    modes = [m for m in all_modes() if not (args.no_peers and m.peer)]
+    if args.modes:
+        wanted = [s.strip() for s in args.modes.split(",") if s.strip()]
+        modes = [m for m in modes if m.name == "compute_bound" or any(s in m.name for s in wanted)]
+    peers: dict[str, dict[str, Any]] = {}
+    if any(m.peer for m in modes):
+        print("peer environment (benchmarks/.venv-peers) ...", flush=True)
+        t0 = time.time()
+        peers = ensure_peers(HERE / ".venv-peers", install=not args.no_install)
+        for name, entry in peers.items():
+            print(f"  {name}: {'ok ' if entry['ok'] else ''}{entry['detail']}")
+        print(f"  ({time.time() - t0:.0f} s)")
+    report: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": machine(),
+        "load_average_start": os.getloadavg(),
+        "scale_workload_1": args.scale,
+        "threads": args.threads or "default",
+        "repeats": args.repeats,
+        "peers": peers,
+        "workloads": {},
+    }
+    keys = ["1", "2"] if args.workload == "all" else [args.workload]
+    with tempfile.TemporaryDirectory(prefix="chillfl-bench-") as tmp:
+        for key in keys:
+            w = workload(key, args.scale)
+            print(f"workload {key}: {w.title}", flush=True)
+            report["workloads"][key] = run_workload(w, modes, peers, args, Path(tmp))
+    report["load_average_end"] = os.getloadavg()
+    report["total_s"] = round(time.time() - started, 1)
+    out.write_text(json.dumps(report, indent=2))
+    out.with_suffix(".md").write_text(markdown_table(report) + "\n")
+    print(fmt_table(report))
+    print(f"\n{report['machine'].get('Model name', '?')}, {report['machine'].get('CPU(s)', '?')} CPUs; "
+          f"load average {report['load_average_start'][0]:.2f} -> {report['load_average_end'][0]:.2f}; total {report['total_s']:.0f} s")
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

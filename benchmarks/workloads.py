@@ -1,0 +1,201 @@
+"""The two benchmark workloads, their synthetic data and plain-PyTorch models.
+
+Shared by every mode: the runner (system python), the compute-bound loop, the
+chillfl worker, and the BlazeFL / Flower workers that run in the separate peer
+virtual environment. It therefore imports only the standard library, numpy and
+torch, never chillfl.
+
+Workload 1 is BlazeFL's FedAvg benchmark (McMahan et al.'s CIFAR CNN, 100 clients
+x 500 samples, all sampled, 5 local epochs, batch 50, lr 0.1); workload 2 is
+many small clients (1,000 x 50, 100 sampled per round, MLP 3072-64-10, 1 epoch,
+batch 10). ``scale`` shrinks workload 1's number of clients only, so that one
+client's work (500 samples, 5 epochs, 50 steps) stays the same.
+
+Data: 50,000 CIFAR-shaped samples x ~ N(0, 1) (float32, 3x32x32), labels
+uniform in 0..9, drawn from ``np.random.default_rng(seed)``, written once to an
+``.npy`` files that every mode loads, so all modes train on the same bytes.
+Client ``c`` owns the contiguous rows ``[c * n, (c + 1) * n)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+NUM_CLASSES = 10
+IMAGE_SHAPE = (3, 32, 32)
+TEST_SIZE = 100
+"""chillfl always evaluates the final global model; a tiny test set keeps that negligible."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one federated round does; every mode reads only these fields."""
+
+    key: str
+    title: str
+    model: str  # "cnn" (McMahan CIFAR CNN) or "mlp" (3072-64-10)
+    num_clients: int
+    samples_per_client: int
+    clients_per_round: int
+    epochs: int
+    batch_size: int
+    lr: float
+
+    @property
+    def num_samples(self) -> int:
+        return self.num_clients * self.samples_per_client
+
+    @property
+    def steps_per_round(self) -> int:
+        """SGD steps one round takes over all sampled clients (last short batch kept)."""
+        return self.clients_per_round * self.epochs * math.ceil(self.samples_per_client / self.batch_size)
+
+    @property
+    def sample_steps_per_round(self) -> int:
+        return self.clients_per_round * self.epochs * self.samples_per_client
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["steps_per_round"] = self.steps_per_round
+        out["sample_steps_per_round"] = self.sample_steps_per_round
+        return out
+
+
+def workload(key: str, scale: float = 1.0) -> Workload:
+    """Workload ``"1"`` (scaled by ``scale``: fewer clients, all sampled) or ``"2"`` (never scaled)."""
+    if key == "1":
+        clients = max(1, round(100 * scale))
+        return Workload("1", "BlazeFL FedAvg benchmark (CIFAR CNN)", "cnn", clients, 500, clients, 5, 50, 0.1)
+    if key == "2":
+        return Workload("2", "many small clients (MLP)", "mlp", 1000, 50, 100, 1, 10, 0.1)
+    raise ValueError(f"unknown workload {key!r}; allowed: 1, 2")
+
+
+def workload_from_dict(data: dict[str, Any]) -> Workload:
+    """Inverse of :meth:`Workload.to_dict` (derived keys are ignored)."""
+    return Workload(**{k: data[k] for k in Workload.__dataclass_fields__})
+
+
+# ---------------------------------------------------------------- data
+
+
+def data_dir(directory: Path, num_samples: int, seed: int) -> Path:
+    return directory / f"data-n{num_samples}-s{seed}"
+
+
+def write_data(folder: Path, num_samples: int, seed: int) -> None:
+    """Seeded synthetic CIFAR-shaped data as x/y/x_test/y_test ``.npy`` files (skipped if present)."""
+    if (folder / "done").exists():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    arrays = {
+        "x": rng.standard_normal((num_samples, *IMAGE_SHAPE), dtype=np.float32),
+        "y": rng.integers(0, NUM_CLASSES, size=num_samples, dtype=np.int64),
+        "x_test": rng.standard_normal((TEST_SIZE, *IMAGE_SHAPE), dtype=np.float32),
+        "y_test": rng.integers(0, NUM_CLASSES, size=TEST_SIZE, dtype=np.int64),
+    }
+    for name, array in arrays.items():
+        np.save(folder / f"{name}.npy", array)
+    (folder / "done").write_text("ok")
+
+
+def load_data(folder: Path, mmap: bool = False) -> dict[str, np.ndarray]:
+    """The arrays of :func:`write_data`; ``mmap`` leaves them on disk (page cache) until sliced."""
+    mode = "r" if mmap else None
+    return {name: np.load(folder / f"{name}.npy", mmap_mode=mode) for name in ("x", "y", "x_test", "y_test")}
+
+
+def client_slice(w: Workload, cid: int) -> slice:
+    return slice(cid * w.samples_per_client, (cid + 1) * w.samples_per_client)
+
+
+# ---------------------------------------------------------------- models
+
+
+class McMahanCNN(nn.Module):
+    """conv 3->32 5x5, pool, conv 32->64 5x5, pool, fc 1600->512, fc 512->10 (McMahan et al. 2017, CIFAR)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 32, 5)
+        self.conv2 = nn.Conv2d(32, 64, 5)
+        self.fc1 = nn.Linear(1600, 512)
+        self.fc2 = nn.Linear(512, NUM_CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+class SmallMLP(nn.Module):
+    """Flatten, 3072 -> 64 ReLU -> 10."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(3 * 32 * 32, 64)
+        self.fc2 = nn.Linear(64, NUM_CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def build_model(name: str, seed: int) -> nn.Module:
+    """The workload's model, initialised from ``seed`` without touching the global RNG."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return McMahanCNN() if name == "cnn" else SmallMLP()
+
+
+# ---------------------------------------------------------------- worker protocol
+
+
+class RoundClock:
+    """Worker-side timestamps written as JSON, read back by the runner.
+
+    ``t_loop_start`` is wall-clock time (``time.time()``) just before round 1,
+    ``round_end`` one stamp per finished round; the runner subtracts its own
+    launch stamp to get start-up times.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.data: dict[str, Any] = {"t_worker_start": time.time(), "round_end": []}
+
+    def start(self) -> None:
+        self.data["t_loop_start"] = time.time()
+
+    def round_done(self) -> None:
+        self.data["round_end"].append(time.time())
+
+    def note(self, **kv: Any) -> None:
+        self.data.update(kv)
+
+    def save(self) -> None:
+        self.out.write_text(json.dumps(self.data))
+
+
+def read_spec(argv: list[str]) -> tuple[Workload, dict[str, Any], RoundClock]:
+    """A worker's job: ``argv[1]`` is a JSON file written by the runner (see ``run.py``)."""
+    spec = json.loads(Path(argv[1]).read_text())
+    w = workload_from_dict(spec["workload"])
+    spec["data"] = Path(spec["data"])
+    return w, spec, RoundClock(Path(spec["clock"]))
+
+
+def client_arrays(folder: Path, w: Workload, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One client's (x, y), copied out of the memory-mapped files (what a peer's dataset loads per client)."""
+    arrays = load_data(folder, mmap=True)
+    part = client_slice(w, cid)
+    return torch.from_numpy(np.array(arrays["x"][part])), torch.from_numpy(np.array(arrays["y"][part]))

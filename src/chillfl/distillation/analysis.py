@@ -20,8 +20,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from chillfl.report.figures import save_png
 
 from .cache import OnExpire, is_valid
 from .era import entropy, mean_soft_labels, power_sharpen, tempered_softmax
@@ -70,14 +71,6 @@ def entropy_vs_beta(soft_labels: torch.Tensor, betas: Sequence[float]) -> np.nda
     return np.array([float(entropy(power_sharpen(zbar, float(b))).mean()) for b in betas])
 
 
-def _save(fig: Figure, path: str | Path) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    FigureCanvasAgg(fig)
-    fig.savefig(out, format="png", dpi=100)
-    return out
-
-
 def plot_cache_ratio(ratios_by_duration: Mapping[int, Sequence[float]], path: str | Path) -> Path:
     """Fig. 3: cached-sample ratio per round, one line per cache duration D."""
     fig = Figure(figsize=(6, 4))
@@ -88,7 +81,7 @@ def plot_cache_ratio(ratios_by_duration: Mapping[int, Sequence[float]], path: st
     ax.set_ylabel("ratio of cached samples in $P^t$")
     ax.set_ylim(0, 1)
     ax.legend()
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def _plot_curves(xs: Sequence[float], curves: Mapping[str, np.ndarray], xlabel: str, path: str | Path, logx: bool) -> Path:
@@ -101,7 +94,7 @@ def _plot_curves(xs: Sequence[float], curves: Mapping[str, np.ndarray], xlabel: 
     ax.set_xlabel(xlabel)
     ax.set_ylabel("mean entropy (nats)")
     ax.legend()
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_entropy_vs_temperature(soft_labels_by_name: Mapping[str, torch.Tensor], temps: Sequence[float], path: str | Path) -> Path:

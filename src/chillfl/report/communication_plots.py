@@ -21,8 +21,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from chillfl.report.figures import save_png
 
 UNITS: tuple[tuple[str, float], ...] = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
 PANELS: tuple[tuple[str, str], ...] = (("global_acc", "server model, global test set"), ("local_acc", "client models, own test splits"))
@@ -64,14 +65,6 @@ def communication_summary(records: Sequence[Mapping[str, Any]], target: float | 
     return out
 
 
-def _save(fig: Figure, path: str | Path) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    FigureCanvasAgg(fig)
-    fig.savefig(out, format="png", dpi=110)
-    return out
-
-
 def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, title: str = "") -> Path | None:
     """Fig. 7 style: server (left) and client (right) accuracy against cumulative bytes, one line per run.
 
@@ -97,7 +90,7 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path, dpi=110)
 
 
 def plot_accuracy_vs_bytes(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> Path | None:

@@ -74,7 +74,7 @@ def main() -> int:
         return 3
 
     try:
-        arrays = load_data(spec["data"])
+        arrays = load_data(spec["data"], mmap=True)  # pages are read when a sampled client first touches them
         t = torch.from_numpy
         dataset = ArrayDataset("synthetic_cifar", t(arrays["x"]), t(arrays["y"]), t(arrays["x_test"]), t(arrays["y_test"]), NUM_CLASSES)
         n = w.samples_per_client

@@ -112,7 +112,7 @@ def write_data(folder: Path, num_samples: int, seed: int) -> None:
 
 def load_data(folder: Path, mmap: bool = False) -> dict[str, np.ndarray]:
     """The arrays of :func:`write_data`; ``mmap`` leaves them on disk (page cache) until sliced."""
-    mode = "r" if mmap else None
+    mode = "c" if mmap else None  # copy-on-write: writable for torch.from_numpy, nothing written back
     return {name: np.load(folder / f"{name}.npy", mmap_mode=mode) for name in ("x", "y", "x_test", "y_test")}
 
 

@@ -39,6 +39,17 @@ def test_fedavg_weights_by_sample_count() -> None:
     assert out["w"].tolist() == [4.0]
 
 
+def test_fedavg_of_column_major_client_states_is_contiguous_and_exact() -> None:
+    # the vectorised executor hands back views laid out like their gradients (transposed);
+    # the average must not depend on that and the new global model is row-major again.
+    a = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    stacked = torch.stack([a, 3 * a]).transpose(1, 2).contiguous().transpose(1, 2)  # [2, 2, 3], column-major rows
+    assert not stacked[0].is_contiguous()
+    out = FedAvg().aggregate({"w": a}, [result(0, 1, w=stacked[0]), result(1, 3, w=stacked[1])], 0)
+    # 0.25 * a + 0.75 * 3a = 2.5 a
+    assert out["w"].is_contiguous() and out["w"].tolist() == (2.5 * a).tolist()
+
+
 def test_fedprox_aggregates_like_fedavg_and_accepts_weights() -> None:
     agg = FedProx(FedProxOptions(mu=0.1))
     res = [result(0, 1, w=t(1.0)), result(1, 3, w=t(5.0))]

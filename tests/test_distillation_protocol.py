@@ -21,7 +21,7 @@ from chillfl.engine.run import run_experiment
 from chillfl.engine.setup import build_data, build_experiment
 from chillfl.errors import ConfigError
 from chillfl.experiments import bundled_experiments, resolve_config
-from chillfl.report.communication_plots import bytes_to_reach, communication_summary
+from chillfl.metrics.communication import bytes_to_reach, communication_summary
 from chillfl.report.compare import apply_variant, run_compare, variants_from_config
 
 K, N_PUB, N_SUB, C = 4, 120, 40, 10

@@ -16,11 +16,11 @@ from torch import nn
 from chillfl.aggregation.base import FedAvg
 from chillfl.config import load_config
 from chillfl.engine.executors import ClientJob, SequentialExecutor
-from chillfl.engine.parallel import VECTORIZE_MAX_PARAMS, choose_executor, make_parallel_executor
+from chillfl.engine.parallel import VECTORIZE_MAX_PARAMS, choose_executor, make_parallel_executor, vectorized_workers
 from chillfl.engine.processes import ProcessExecutor, WorkerError, pack_tree
 from chillfl.engine.run import run_experiment
 from chillfl.engine.setup import Experiment
-from chillfl.engine.vectorized import NotVectorizable, VectorizedExecutor, chunk_size_for, stack_contexts
+from chillfl.engine.vectorized import NotVectorizable, VectorizedExecutor, chunk_size_for, dim_order, stack, stack_contexts
 from chillfl.errors import ConfigError
 from chillfl.temperature.base import ConstantTemperature
 from chillfl.training.local import LocalOutcome, LocalSpec, model_state
@@ -147,14 +147,67 @@ def test_vectorized_hand_computed_steps() -> None:
     assert math.isclose(out[1].mean_loss, math.log(2) - 0.8, rel_tol=1e-6)
 
 
+def test_vectorized_threads_are_bitwise_equal_to_one_thread() -> None:
+    # 6 clients in chunks of 2 -> 3 chunks shared by 2 threads: same bits as one thread, and close to sequential
+    model = _cnn_bn()
+    spec = LocalSpec(epochs=2, batch_size=8, momentum=0.5, weight_decay=1e-3)
+    jobs = _jobs(model, SIZES, (1, 6, 6))
+    one = VectorizedExecutor(model, spec, chunk_size=2).run(jobs)
+    threaded = VectorizedExecutor(model, spec, chunk_size=2, workers=2)
+    first, second = threaded.run(jobs), threaded.run(jobs)  # the 2nd round runs every chunk on the pool
+    threaded.close()
+    _assert_identical(one, first)
+    _assert_identical(one, second)
+    _assert_close(SequentialExecutor(model, spec).run(jobs), second)
+
+
+def test_parameters_take_their_gradients_layout() -> None:
+    # Under vmap a linear weight's gradient is laid out transposed ([C, out, in] stored as
+    # [C, in, out]); the executor learns that once and stacks the weight that way in every chunk.
+    model = _mlp()
+    spec = LocalSpec(epochs=1, batch_size=8)
+    jobs = _jobs(model, [16, 16, 16], (3, 4))
+    ex = VectorizedExecutor(model, spec, chunk_size=2)
+    out = ex.run(jobs)
+    assert ex._layouts == {"1.weight": (0, 2, 1), "3.weight": (0, 2, 1)}  # biases already match
+    _assert_close(SequentialExecutor(model, spec).run(jobs), out)
+    assert out[0].params["1.weight"].stride() == (1, 8)  # the client's [8, 12] weight, column-major
+
+
+def test_stack_copies_into_the_requested_layout() -> None:
+    a, b = torch.arange(6.0).view(2, 3), torch.arange(6.0, 12.0).view(2, 3)
+    plain = stack([a, b])
+    assert plain.is_contiguous() and torch.equal(plain, torch.stack([a, b]))
+    column_major = stack([a, b], (0, 2, 1))  # each client's [2, 3] stored column-major
+    assert column_major.stride() == (6, 1, 2) and torch.equal(column_major, torch.stack([a, b]))
+    same = stack([a, a, a], (0, 2, 1))  # one broadcasting copy when every client starts from the same tensor
+    assert same.stride() == (6, 1, 2) and torch.equal(same, torch.stack([a, a, a]))
+    client_inner = stack([a, b], (1, 0, 2))  # the client dim need not be outermost
+    assert client_inner.stride() == (3, 6, 1) and torch.equal(client_inner, torch.stack([a, b]))
+    same[0, 0, 0] = 100.0  # a copy, never a view of the start
+    assert a[0, 0] == 0.0
+    assert dim_order(column_major) == (0, 2, 1) and dim_order(plain) == (0, 1, 2)
+
+
+def test_vectorized_workers_never_oversubscribe() -> None:
+    assert vectorized_workers(threads=1, cores=2) == 2
+    assert vectorized_workers(threads=2, cores=2) == 1
+    assert vectorized_workers(threads=0, cores=8) == 1  # torch's default already uses every core
+    assert vectorized_workers(threads=3, cores=8) == 2
+    assert vectorized_workers(threads=4, cores=2) == 1
+
+
 def test_chunk_size_from_memory_budget() -> None:
     # Linear(2, 2, no bias), no momentum, batch 4 of 2 features (float32):
-    #   state: 4 copies * 4 weights * 4 B = 64;  batch: 4 * 2 * 4 B = 32
-    #   activations: one module output 4 x 2 floats = 32 B, counted 3 times = 96  -> 192 B per client
+    #   state: 3 copies * 4 weights * 4 B = 48;  batch: 4 * 2 * 4 B = 32
+    #   activations: one module output 4 x 2 floats = 32 B, counted 3 times = 96  -> 176 B per client
     model = nn.Linear(2, 2, bias=False)
     job = ClientJob(0, {"weight": torch.zeros(2, 2)}, torch.zeros(10, 2), torch.zeros(10, dtype=torch.long), 0.1, 1.0, {}, 0)
     spec = LocalSpec(epochs=1, batch_size=4)
-    assert chunk_size_for(model, spec, job, 5 * 192 + 10) == 5
+    assert chunk_size_for(model, spec, job, 5 * 176 + 10) == 5
+    # momentum adds one more state copy: 176 + 16 = 192 B
+    assert chunk_size_for(model, LocalSpec(epochs=1, batch_size=4, momentum=0.9), job, 5 * 192 + 10) == 5
+    assert chunk_size_for(model, LocalSpec(epochs=1, batch_size=4, momentum=0.9), job, 5 * 192 - 1) == 4
     assert chunk_size_for(model, spec, job, 100) == 1  # never below one client
     # a budget of one client per chunk still gives the sequential result
     jobs = _jobs(_mlp(), SIZES, (3, 4))

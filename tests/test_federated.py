@@ -74,6 +74,17 @@ def test_client_tensors_and_counts() -> None:
     assert fd.test()[0] is fd.dataset.x_test
 
 
+def test_a_client_owning_a_contiguous_range_gets_a_view() -> None:
+    fd = build()
+    fd.train_indices[2] = np.arange(10, 40, dtype=np.int64)  # rows 10..39: no copy needed
+    x, y = fd.client_train(2)
+    assert x._base is not None and x.data_ptr() == fd.dataset.x_train[10].data_ptr()
+    assert torch.equal(x, fd.dataset.x_train[10:40]) and torch.equal(y, fd.dataset.y_train[10:40])
+    fd.train_indices[3] = np.array([10, 11, 13], dtype=np.int64)  # a gap: gathered copy
+    x3, _ = fd.client_train(3)
+    assert torch.equal(x3, fd.dataset.x_train[[10, 11, 13]]) and x3.data_ptr() != fd.dataset.x_train[10].data_ptr()
+
+
 # ---------------------------------------------------------------- proportional client eval
 
 

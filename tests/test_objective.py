@@ -47,3 +47,16 @@ def test_stable_at_very_low_temperature():
     assert torch.isfinite(loss) and torch.isfinite(z.grad).all()
     # loss = logsumexp([5000, -5000, 1000]) - (-5000) = 5000 + 5000 = 10000 (other terms underflow)
     assert loss.item() == pytest.approx(10000.0, rel=1e-6)
+
+
+def test_per_client_temperatures_under_vmap_match_one_call_each():
+    # the vectorised executor evaluates the loss for many clients at once, each with its own T
+    from torch.func import vmap
+
+    z = torch.tensor([[[2.0, 0.0]], [[0.0, 0.0]], [[1.0, -1.0]]])  # 3 clients x 1 sample x 2 classes
+    y = torch.tensor([[0], [1], [1]])
+    t = torch.tensor([0.5, 1.0, 0.25])
+    got = vmap(temperature_cross_entropy)(z, y, t)
+    # z/T = [4, 0], [0, 0], [4, -4] -> CE = log(1 + e^-4), log 2, log(e^4 + e^-4) + 4 = log(1 + e^8)
+    expected = torch.tensor([math.log(1 + math.exp(-4)), math.log(2), math.log(1 + math.exp(8))])
+    torch.testing.assert_close(got, expected)

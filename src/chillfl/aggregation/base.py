@@ -92,10 +92,10 @@ def weighted_average(states: Sequence[Mapping[str, torch.Tensor]], weights: torc
         if not torch.is_floating_point(ref):
             out[key] = torch.stack([s[key] for s in states]).max(dim=0).values
             continue
-        acc = torch.zeros_like(ref, dtype=torch.float64)
+        acc = torch.zeros_like(ref, dtype=torch.float64)  # the clients' memory layout: contiguous reads
         for w, s in zip(weights.tolist(), states):
-            acc += w * s[key].to(torch.float64)
-        out[key] = acc.to(ref.dtype)
+            acc.add_(s[key], alpha=w)  # promotes to float64 in the kernel: one pass, no temporaries
+        out[key] = acc.to(ref.dtype, memory_format=torch.contiguous_format)
     return out
 
 

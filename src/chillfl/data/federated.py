@@ -94,8 +94,12 @@ class FederatedData:
 
     def client_train(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Client ``cid``'s training inputs (with its fixed feature noise, if any) and labels."""
-        idx = torch.from_numpy(self.train_indices[cid])
-        return self._noisy(self.dataset.x_train[idx], cid, 0), self.dataset.y_train[idx]
+        idx = self.train_indices[cid]
+        if len(idx) and idx[-1] - idx[0] == len(idx) - 1 and (np.diff(idx) == 1).all():
+            rows = slice(int(idx[0]), int(idx[-1]) + 1)  # a contiguous range: a view, no copy
+            return self._noisy(self.dataset.x_train[rows], cid, 0), self.dataset.y_train[rows]
+        t = torch.from_numpy(idx)
+        return self._noisy(self.dataset.x_train[t], cid, 0), self.dataset.y_train[t]
 
     def client_eval(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Client ``cid``'s own validation/test split, taken from the test set (same noise rule)."""

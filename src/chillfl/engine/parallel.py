@@ -24,6 +24,8 @@ Choices
   more than one usable core -> processes with ``min(cores, clients)``
   workers, if the model and objective can be pickled; otherwise sequential.
 * ``processes`` uses ``min(cores, clients per round)`` workers (no idle ones).
+* ``vectorized`` trains its chunks on ``cores // threads`` threads
+  (:func:`vectorized_workers`; one when ``threads = 0``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,17 @@ def choose_executor(num_parameters: int, clients_per_round: int, cores: int) -> 
     return "sequential"
 
 
+def vectorized_workers(threads: int, cores: int) -> int:
+    """Threads the vectorised executor trains chunks on: the cores left after intra-op threads.
+
+    ``threads`` is the config's intra-op thread count (0: torch's default,
+    which already uses every core), so the two never oversubscribe the cores.
+    """
+    if threads == 0:
+        return 1
+    return max(1, cores // threads)
+
+
 def _picklable(exp: Experiment) -> bool:
     """Whether the model template and the objective can be sent to worker processes."""
     try:
@@ -77,7 +90,7 @@ def make_parallel_executor(name: str, exp: Experiment) -> Executor:
     if name == "sequential":
         return SequentialExecutor(exp.model, exp.spec)
     if name == "vectorized":
-        return VectorizedExecutor(exp.model, exp.spec)
+        return VectorizedExecutor(exp.model, exp.spec, workers=vectorized_workers(exp.config.threads, default_workers()))
     if name == "processes":
         return ProcessExecutor(exp.model, exp.spec, workers=max(1, min(default_workers(), clients)))
     raise choice_error("executor", name, EXECUTORS)

@@ -99,7 +99,7 @@ def _run(config: RunConfig, *, write: bool, progress: bool, data: FederatedData 
             summary["stability"] = stability
         has_bytes = bool(records) and "bytes_cumulative" in records[-1]
         if has_bytes:  # SCARLET Sec. IV-A: total bytes and the cost to reach the target accuracy
-            from chillfl.report.communication_plots import communication_summary
+            from chillfl.metrics.communication import communication_summary
 
             summary["communication"] = communication_summary(records, config.eval.target_accuracy)
         if writer:

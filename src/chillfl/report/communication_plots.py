@@ -21,9 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from matplotlib.figure import Figure
-
-from chillfl.report.figures import save_png
+from chillfl.metrics.communication import accuracy_vs_bytes
 
 UNITS: tuple[tuple[str, float], ...] = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
 PANELS: tuple[tuple[str, str], ...] = (("global_acc", "server model, global test set"), ("local_acc", "client models, own test splits"))
@@ -37,34 +35,6 @@ def unit_for(max_bytes: float) -> tuple[str, float]:
     return "B", 1.0
 
 
-def accuracy_vs_bytes(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    """(cumulative bytes, accuracy) for the rounds where ``key`` was measured."""
-    pts = [(int(r["bytes_cumulative"]), float(r[key])) for r in records if r.get(key) is not None and "bytes_cumulative" in r]
-    return [p[0] for p in pts], [p[1] for p in pts]
-
-
-def bytes_to_reach(records: Sequence[Mapping[str, Any]], key: str, target: float) -> int | None:
-    """Cumulative bytes through the first round whose ``key`` is >= target; None if never reached."""
-    for nbytes, acc in zip(*accuracy_vs_bytes(records, key)):
-        if acc >= target:
-            return nbytes
-    return None
-
-
-def communication_summary(records: Sequence[Mapping[str, Any]], target: float | None = None) -> dict[str, Any]:
-    """Total bytes (up, down, both) and, with a target, the cost to reach it server- and client-side."""
-    rows = [r for r in records if "bytes_cumulative" in r]
-    out: dict[str, Any] = {
-        "bytes_total": int(rows[-1]["bytes_cumulative"]) if rows else 0,
-        "bytes_up_total": sum(int(r.get("bytes_up", 0)) for r in rows),
-        "bytes_down_total": sum(int(r.get("bytes_down", 0)) for r in rows),
-    }
-    if target is not None:
-        out["bytes_to_target"] = bytes_to_reach(rows, "global_acc", target)
-        out["local_bytes_to_target"] = bytes_to_reach(rows, "local_acc", target)
-    return out
-
-
 def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, title: str = "") -> Path | None:
     """Fig. 7 style: server (left) and client (right) accuracy against cumulative bytes, one line per run.
 
@@ -74,6 +44,10 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
     if peak is None:
         return None
     unit, scale = unit_for(peak)
+    from matplotlib.figure import Figure  # lazy: matplotlib costs ~0.5 s of start-up
+
+    from chillfl.report.figures import save_png
+
     fig = Figure(figsize=(11, 4))
     axes = fig.subplots(1, 2)
     for ax, (key, what) in zip(axes, PANELS):

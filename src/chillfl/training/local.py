@@ -1,10 +1,19 @@
 """The one local-training path every parameter-sharing method uses.
 
-A client's training is a loop of :func:`sgd_step` calls, each a pure function
-of an explicit state (parameters, buffers, momentum buffers), a minibatch and
-the client's context (temperature, objective terms' inputs). Keeping the step
-functional (``torch.func.functional_call`` + ``torch.func.grad``) is what lets
-the vectorised executor ``vmap`` the very same step over many clients.
+A client's training is a loop of steps over an explicit state (parameters,
+buffers, momentum buffers) that the step owns: the model object is only a
+stateless template run through ``torch.func.functional_call``. One step is
+
+    loss  = make_loss(...)(params, buffers, x, y, temperature, context)
+    grads = loss_grads(loss, params)             # torch.autograd.grad
+    sgd_update_(params, grads, momenta, lr, spec)  # in place, no graph
+
+The vectorised executor runs the very same three functions on parameters
+stacked along a client dimension (the loss under ``torch.func.vmap``).
+Gradients come from plain ``torch.autograd.grad`` rather than
+``torch.func.grad``: the latter imports ``torch._dynamo`` on first use (about
+1 s of start-up on a 2-core machine) and adds per-call overhead that dominates
+steps of small models.
 
 SGD matches ``torch.optim.SGD`` (dampening 0, no Nesterov):
 ``g <- grad + wd * w;  b <- momentum * b + g;  w <- w - lr * b``
@@ -19,7 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call, grad_and_value
+from torch.func import functional_call
 
 from chillfl.training.objective import LossTerm, temperature_cross_entropy
 
@@ -73,19 +82,32 @@ def make_loss(model: nn.Module, spec: LocalSpec) -> Callable[..., torch.Tensor]:
     return loss
 
 
-def sgd_update(params: Params, grads: Params, momenta: Params, lr: Any, spec: LocalSpec) -> tuple[Params, Params]:
-    """One SGD(momentum, weight decay) update, out of place (so it can be vmapped)."""
-    new_params: Params = {}
-    new_momenta: Params = {}
-    for k, w in params.items():
-        g = grads[k]
+def loss_grads(loss: torch.Tensor, params: Params) -> list[torch.Tensor]:
+    """d loss / d params, in ``params``' order (the parameters are leaves that require grad)."""
+    return list(torch.autograd.grad(loss, list(params.values()), materialize_grads=True))  # unused -> zeros, as torch.func.grad
+
+
+def leaf_params(params: Mapping[str, torch.Tensor]) -> Params:
+    """Private copies of ``params`` that autograd differentiates and :func:`sgd_update_` updates in place."""
+    return {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+
+
+@torch.no_grad()
+def sgd_update_(params: Params, grads: Sequence[torch.Tensor], momenta: Params, lr: float | torch.Tensor, spec: LocalSpec) -> None:
+    """One SGD(momentum, weight decay) step, in place on ``params`` and ``momenta``.
+
+    ``lr`` is a number, or a tensor that broadcasts against every parameter
+    (the vectorised executor's per-client learning rates, shape ``[C, 1, ...]``).
+    """
+    for (k, w), g in zip(params.items(), grads):
         if spec.weight_decay:
             g = g + spec.weight_decay * w
         if spec.momentum:
-            g = spec.momentum * momenta[k] + g
-            new_momenta[k] = g
-        new_params[k] = w - lr * g
-    return new_params, new_momenta
+            g = momenta[k].mul_(spec.momentum).add_(g)
+        if isinstance(lr, torch.Tensor):
+            w.sub_(g * lr.view(-1, *([1] * (w.dim() - 1))))
+        else:
+            w.sub_(g, alpha=lr)
 
 
 def batch_order(num_samples: int, batch_size: int, epochs: int, generator: torch.Generator) -> list[torch.Tensor]:
@@ -129,22 +151,23 @@ def train_client(
     read or written, so one instance serves every client.
     """
     params, buffers = split_state(model, start)
-    params = {k: v.detach().clone() for k, v in params.items()}
+    params = leaf_params(params)
     buffers = {k: v.detach().clone() for k, v in buffers.items()}
     momenta = {k: torch.zeros_like(v) for k, v in params.items()} if spec.momentum else {}
-    step = grad_and_value(make_loss(model, spec))
+    loss_fn = make_loss(model, spec)
     total, steps = 0.0, 0
     model.train()
     order = batch_order(len(y), spec.batch_size, spec.epochs, generator)
     # Dropout draws from torch's global generator: fork it and seed it from the client's
     # own stream so runs are reproducible and the caller's RNG state is untouched.
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), torch.enable_grad():
         torch.manual_seed(derive_seed(generator.initial_seed(), "dropout"))
         for idx in order:
-            grads, loss = step(params, buffers, x[idx], y[idx], temperature, context)
-            params, momenta = sgd_update(params, grads, momenta, lr, spec)
-            total += float(loss)
+            loss = loss_fn(params, buffers, x[idx], y[idx], temperature, context)
+            sgd_update_(params, loss_grads(loss, params), momenta, lr, spec)
+            total += float(loss.detach())
             steps += 1
+    params = {k: v.detach() for k, v in params.items()}
     state = dict(params)
     state.update(buffers)
     return LocalOutcome(state, steps, total / max(steps, 1))

@@ -1,0 +1,41 @@
+"""Communication totals and the cost to reach a target accuracy (SCARLET Sec. IV-A).
+
+Every round record of both protocols carries ``bytes_cumulative`` (and
+``bytes_up`` / ``bytes_down``); these functions read only the records. The
+cost to reach a target is the cumulative bytes *through* the first round whose
+accuracy is >= target (that round's bytes included), as in
+:meth:`~chillfl.engine.ledger.CommunicationLedger.cost_to_reach`. Kept apart
+from the plots so that computing a run's summary never imports matplotlib.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+
+def accuracy_vs_bytes(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """(cumulative bytes, accuracy) for the rounds where ``key`` was measured."""
+    pts = [(int(r["bytes_cumulative"]), float(r[key])) for r in records if r.get(key) is not None and "bytes_cumulative" in r]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def bytes_to_reach(records: Sequence[Mapping[str, Any]], key: str, target: float) -> int | None:
+    """Cumulative bytes through the first round whose ``key`` is >= target; None if never reached."""
+    for nbytes, acc in zip(*accuracy_vs_bytes(records, key)):
+        if acc >= target:
+            return nbytes
+    return None
+
+
+def communication_summary(records: Sequence[Mapping[str, Any]], target: float | None = None) -> dict[str, Any]:
+    """Total bytes (up, down, both) and, with a target, the cost to reach it server- and client-side."""
+    rows = [r for r in records if "bytes_cumulative" in r]
+    out: dict[str, Any] = {
+        "bytes_total": int(rows[-1]["bytes_cumulative"]) if rows else 0,
+        "bytes_up_total": sum(int(r.get("bytes_up", 0)) for r in rows),
+        "bytes_down_total": sum(int(r.get("bytes_down", 0)) for r in rows),
+    }
+    if target is not None:
+        out["bytes_to_target"] = bytes_to_reach(rows, "global_acc", target)
+        out["local_bytes_to_target"] = bytes_to_reach(rows, "local_acc", target)
+    return out

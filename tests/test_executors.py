@@ -7,6 +7,7 @@ import math
 import multiprocessing
 import os
 import signal
+from functools import partial
 from typing import Any, Mapping
 
 import pytest
@@ -244,6 +245,45 @@ def test_vectorized_falls_back_once_when_step_cannot_be_vmapped(caplog: pytest.L
     _assert_identical(ref, second)
 
 
+class Branchy:
+    """Test term with Python control flow on a per-client number: fine alone, not under vmap."""
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
+        if context["mu"] > 0:  # a batched tensor under vmap: data-dependent control flow
+            return context["mu"] * sum((v**2).sum() for v in params.values())
+        return torch.zeros(())
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_vectorized_falls_back_when_only_differing_contexts_break_vmap(workers: int, caplog: pytest.LogCaptureFixture) -> None:
+    # the probe (two copies of one client) passes; the real chunk stacks differing mu's and fails
+    model = _mlp()
+    spec = LocalSpec(epochs=1, batch_size=8, terms=(Branchy(),))
+    jobs = _jobs(model, [9, 7, 12, 8], (3, 4), [{"mu": 0.01 * c} for c in range(4)])
+    ex = VectorizedExecutor(model, spec, chunk_size=2, workers=workers)
+    with caplog.at_level(logging.WARNING, logger="chillfl.engine.vectorized"):
+        got = ex.run(jobs)
+    ex.close()
+    assert ex.fallback_reason is not None and "cannot be vmapped" in ex.fallback_reason
+    _assert_identical(SequentialExecutor(model, spec).run(jobs), got)
+
+
+def test_auto_falls_back_to_the_process_pool_when_the_model_cannot_be_vmapped(caplog: pytest.LogCaptureFixture) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.Dropout(0.5), nn.Linear(8, 5))
+    spec = LocalSpec(epochs=1, batch_size=8)
+    jobs = _jobs(model, [9, 7, 12], (3, 4))
+    ex = VectorizedExecutor(model, spec, workers=2, fallback=partial(ProcessExecutor, model, spec, workers=2))
+    with caplog.at_level(logging.WARNING, logger="chillfl.engine.vectorized"):
+        got = ex.run(jobs)
+    try:
+        assert isinstance(ex._fallback, ProcessExecutor)
+        assert "falling back to the process executor" in caplog.records[-1].getMessage()
+        _assert_identical(SequentialExecutor(model, spec).run(jobs), got)  # the pool is bitwise sequential
+    finally:
+        ex.close()
+
+
 def test_pack_tree_roundtrip_shares_memory() -> None:
     tree = {"w": torch.arange(6.0).view(2, 3), "n": torch.tensor(3), "inner": {"b": torch.ones(2)}, "mu": 0.1}
     packed = pack_tree(tree)
@@ -313,8 +353,8 @@ def test_process_pool_reports_a_dead_worker() -> None:
 def test_choose_executor() -> None:
     assert choose_executor(1_000, 1, 8) == "sequential"  # one client: nothing to parallelise
     assert choose_executor(VECTORIZE_MAX_PARAMS, 10, 1) == "vectorized"
-    assert choose_executor(VECTORIZE_MAX_PARAMS + 1, 10, 8) == "processes"
-    assert choose_executor(VECTORIZE_MAX_PARAMS + 1, 10, 1) == "sequential"
+    assert choose_executor(VECTORIZE_MAX_PARAMS + 1, 10, 2) == "vectorized"  # chunks on 2 threads
+    assert choose_executor(VECTORIZE_MAX_PARAMS + 1, 10, 1) == "sequential"  # one worker: a big stack is slower
 
 
 def _experiment(executor: str, model: nn.Module) -> Experiment:
@@ -332,6 +372,9 @@ def test_make_parallel_executor_names_and_auto_log(caplog: pytest.LogCaptureFixt
     assert isinstance(chosen, VectorizedExecutor)  # 149 parameters, 4 clients per round
     lines = [r.getMessage() for r in caplog.records if r.name == "chillfl.engine.parallel"]
     assert len(lines) == 1 and "vectorized" in lines[0]
+    cores = len(os.sched_getaffinity(0))
+    assert chosen.workers == cores  # threads = 1 (the default): one chunk thread per core
+    assert ("if the model cannot be vmapped: processes" in lines[0]) == (cores > 1)
     with pytest.raises(ConfigError, match="executor"):
         make_parallel_executor("threads", exp)
 

@@ -6,23 +6,22 @@ worker processes (:mod:`chillfl.engine.processes`). All three give the same
 result for the same seed (vectorized: up to float rounding; processes:
 bitwise, at equal intra-op thread counts).
 
-``auto`` picks by model size and round size (:func:`choose_executor`) and logs
-its choice. The thresholds come from timing one local round (32 clients of 64
-to 157 samples, batch 16, one thread, 8x8 digits): vectorized vs sequential
-was 2.5x faster for a 5k-parameter MLP, 1.9x for a 29k-parameter CNN, 1.2x
-for a 189k-parameter CNN and on par for a 199k-parameter MLP (the benchmark's
-workload 2 then measured vectorized 1.7x faster than processes for that MLP,
-so the threshold sits above it), because larger
-stacked states stop fitting in cache while per-call overheads, which vmap
-amortises, matter less.
+``auto`` picks by round size and cores (:func:`choose_executor`) and logs its
+choice. Timing one local round (32 clients of 64 to 157 samples, batch 16,
+one intra-op thread, 2 cores: ``python benchmarks/executor_sizes.py``), vectorised with 2 worker threads vs sequential was 3.6x faster for
+a 5k-parameter MLP, 1.7x for a 6k-parameter CNN, 2.7x for a 197k-parameter
+MLP and 1.7x for the 879k-parameter McMahan CNN, where the process pool was
+1.6x with 2.4x the memory (benchmark workload 1). On one worker the big CNN
+was 0.88x, hence the size limit there: larger stacked states stop fitting in
+cache while the per-call overheads that vmap amortises matter less.
 
 Choices
 -------
-* ``auto``: one client per round -> sequential; models up to
-  :data:`VECTORIZE_MAX_PARAMS` parameters -> vectorized (it falls back to
-  sequential by itself when the step cannot be vmapped); larger models with
-  more than one usable core -> processes with ``min(cores, clients)``
-  workers, if the model and objective can be pickled; otherwise sequential.
+* ``auto``: one client per round -> sequential; otherwise vectorized when it
+  has more than one worker thread or the model has at most
+  :data:`VECTORIZE_MAX_PARAMS` parameters, else sequential. When the model
+  cannot be vmapped (dropout, ...) the vectorised executor falls back to a
+  process pool (more than one core and a picklable model) or to sequential.
 * ``processes`` uses ``min(cores, clients per round)`` workers (no idle ones).
 * ``vectorized`` trains its chunks on ``cores // threads`` threads
   (:func:`vectorized_workers`; one when ``threads = 0``).
@@ -32,6 +31,8 @@ from __future__ import annotations
 
 import logging
 import pickle
+from functools import partial
+from typing import Callable
 
 from chillfl.config import EXECUTORS
 from chillfl.engine.executors import Executor, SequentialExecutor
@@ -43,17 +44,15 @@ from chillfl.errors import choice_error
 log = logging.getLogger(__name__)
 
 VECTORIZE_MAX_PARAMS = 250_000
-"""Largest model (trainable + buffer elements) that ``auto`` trains vectorised."""
+"""Largest model (trainable + buffer elements) that ``auto`` trains vectorised on a single worker."""
 
 
-def choose_executor(num_parameters: int, clients_per_round: int, cores: int) -> str:
-    """The executor ``auto`` uses (see the module's Choices)."""
+def choose_executor(num_parameters: int, clients_per_round: int, workers: int) -> str:
+    """The executor ``auto`` uses (see the module's Choices); ``workers``: the vectorised executor's threads."""
     if clients_per_round <= 1:
         return "sequential"
-    if num_parameters <= VECTORIZE_MAX_PARAMS:
+    if workers > 1 or num_parameters <= VECTORIZE_MAX_PARAMS:
         return "vectorized"
-    if cores > 1:
-        return "processes"
     return "sequential"
 
 
@@ -80,17 +79,22 @@ def _picklable(exp: Experiment) -> bool:
 def make_parallel_executor(name: str, exp: Experiment) -> Executor:
     """Build the executor called ``name`` (one of :data:`chillfl.config.EXECUTORS`) for ``exp``."""
     clients = exp.config.federation.sample_size()
+    cores = default_workers()
+    workers = vectorized_workers(exp.config.threads, cores)
+    fallback: Callable[[], Executor] | None = None
     if name == "auto":
         size = sum(v.numel() for v in exp.initial_state.values())
-        cores = default_workers()
-        name = choose_executor(size, clients, cores)
-        if name == "processes" and not _picklable(exp):
-            name = "sequential"
-        log.info("executor auto -> %s (%d model parameters, %d clients per round, %d cores)", name, size, clients, cores)
+        name = choose_executor(size, clients, workers)
+        if name == "vectorized" and workers > 1 and _picklable(exp):
+            fallback = partial(ProcessExecutor, exp.model, exp.spec, workers=max(1, min(cores, clients)))
+        log.info(
+            "executor auto -> %s (%d model parameters, %d clients per round, %d cores, %d worker threads; if the model cannot be vmapped: %s)",
+            name, size, clients, cores, workers, "processes" if fallback else "sequential",
+        )
     if name == "sequential":
         return SequentialExecutor(exp.model, exp.spec)
     if name == "vectorized":
-        return VectorizedExecutor(exp.model, exp.spec, workers=vectorized_workers(exp.config.threads, default_workers()))
+        return VectorizedExecutor(exp.model, exp.spec, workers=workers, fallback=fallback)
     if name == "processes":
-        return ProcessExecutor(exp.model, exp.spec, workers=max(1, min(default_workers(), clients)))
+        return ProcessExecutor(exp.model, exp.spec, workers=max(1, min(cores, clients)))
     raise choice_error("executor", name, EXECUTORS)

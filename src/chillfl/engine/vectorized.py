@@ -2,13 +2,19 @@
 
 Every client of a chunk keeps its own parameters, buffers (batch-norm running
 statistics) and momentum buffers, stacked along a leading client dimension.
-One call of ``torch.func.vmap`` over :func:`chillfl.training.local.make_loss`
-and :func:`~chillfl.training.local.sgd_update` then advances all of them by
-one SGD step, each on its own minibatch, with its own temperature, learning
-rate and objective context (FedProx's anchor, SCAFFOLD's correction, ...).
-Linear and convolution layers then run as one batched matmul / grouped
-convolution over clients instead of one small call per client, which is what
-makes it fast for many small models on a CPU.
+One step of the chunk is the sequential step applied to the stack:
+
+    losses = vmap(make_loss(...))(params, buffers, x, y, T, context)   # [C]
+    grads  = loss_grads(losses.sum(), params)     # client i's own gradient
+    sgd_update_(params, grads, momenta, lr, spec) # in place, per-client lr
+
+each client on its own minibatch, with its own temperature, learning rate and
+objective context (FedProx's anchor, SCAFFOLD's correction, ...). Linear and
+convolution layers then run as one batched matmul / grouped convolution over
+clients instead of one small call per client, which is what makes it fast for
+many small models on a CPU. Summing the losses is exact: no client's loss
+depends on another client's parameters, so d(sum)/d(params_i) is client i's
+gradient with the same values ``torch.autograd`` would give it alone.
 
 Each client's batch order is exactly the sequential executor's
 (``batch_order(len(y), batch_size, epochs, Generator().manual_seed(seed))``),
@@ -32,12 +38,23 @@ Choices
   client are broadcast (e.g. FedProx's global model); all others are stacked
   (tensors) or turned into a tensor (differing numbers). Contexts of different
   structure, or differing non-numeric values, cannot be vmapped: fallback.
-* If the first vmapped step raises (an op without a batching rule, dropout,
+* Before the first chunk, a probe (one discarded gradient of two copies of
+  one client) checks that the step vmaps and records each parameter's
+  gradient memory layout (:meth:`VectorizedExecutor._probe`); every chunk then
+  stacks parameters in that layout, so updates are contiguous. If the probe
+  or any later step raises (an op without a batching rule, dropout,
   ``.item()`` in the model, ...), the executor logs ONE warning and runs this
-  and every later round with the sequential executor.
+  and every later round with its fallback (the sequential executor unless
+  given another, e.g. ``auto``'s process pool).
 * Chunk size: ``chunk_size`` if given, else as many clients as fit in
-  ``memory_budget`` bytes, estimated from the state size and one probe forward
-  pass (activation sizes).
+  ``memory_budget`` bytes (default 24 MiB, sized for the last-level cache, not
+  for running out of memory), estimated from the state size and one probe
+  forward pass (activation sizes), and at most ``ceil(clients / workers)`` so
+  that every worker thread has a chunk.
+* ``workers`` threads train chunks concurrently (each with its own model
+  template); a chunk's result does not depend on the thread, so runs stay
+  bitwise reproducible. The config's executor factory uses ``cores // threads``
+  workers (:func:`chillfl.engine.parallel.vectorized_workers`).
 """
 
 from __future__ import annotations
@@ -45,7 +62,7 @@ from __future__ import annotations
 import copy
 import logging
 import queue
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -54,7 +71,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.func import functional_call, vmap
 
-from chillfl.engine.executors import ClientJob, SequentialExecutor
+from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor
 from chillfl.training.local import LocalOutcome, LocalSpec, batch_order, leaf_params, loss_grads, make_loss, sgd_update_, split_state
 
 log = logging.getLogger(__name__)
@@ -248,6 +265,7 @@ class VectorizedExecutor:
         chunk_size: int | None = None,
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
         workers: int = 1,
+        fallback: Callable[[], Executor] | None = None,
     ) -> None:
         if chunk_size is not None and chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -261,7 +279,8 @@ class VectorizedExecutor:
         self.fallback_reason: str | None = None
         self._verified = False
         self._layouts: dict[str, tuple[int, ...]] = {}
-        self._sequential = SequentialExecutor(model, spec)
+        self._make_fallback = fallback or (lambda: SequentialExecutor(model, spec))
+        self._fallback: Executor | None = None
         self._replicas: queue.SimpleQueue[_Replica] = queue.SimpleQueue()
         for m in [model] + [copy.deepcopy(model) for _ in range(workers - 1)]:
             self._replicas.put(_Replica(m, make_loss(m, spec)))
@@ -274,22 +293,24 @@ class VectorizedExecutor:
             try:
                 return self._run_vectorized(jobs)
             except NotVectorizable as exc:
-                self._fall_back(str(exc))
-        return self._sequential.run(jobs)
+                self.fallback_reason = str(exc)
+                self._fallback = self._make_fallback()
+                log.warning("vectorized executor: %s; falling back to the %s for the rest of the run", exc, _describe(self._fallback))
+        assert self._fallback is not None
+        return self._fallback.run(jobs)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-
-    def _fall_back(self, reason: str) -> None:
-        self.fallback_reason = reason
-        log.warning("vectorized executor: %s; falling back to the sequential executor for the rest of the run", reason)
+        if self._fallback is not None:
+            self._fallback.close()
 
     def _run_vectorized(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
         schedules = _schedule(jobs, self.spec)
         largest = max(jobs, key=lambda j: len(j.y))
         size = self.chunk_size or chunk_size_for(self.model, self.spec, largest, self.memory_budget)
+        size = min(size, -(-len(jobs) // self.workers))  # every worker gets a chunk
         order = sorted(range(len(jobs)), key=lambda i: len(schedules[i]))  # stable: ties keep job order
         chunks = [order[lo : lo + size] for lo in range(0, len(order), size)]
 
@@ -312,7 +333,9 @@ class VectorizedExecutor:
                 # kernels reduce in the same order (the same bits) on every thread.
                 threads = torch.get_num_threads()
                 self._pool = ThreadPoolExecutor(self.workers, "chillfl-vectorized", torch.set_num_threads, (threads,))
-            trained = list(self._pool.map(train, chunks))
+            futures = [self._pool.submit(train, chunk) for chunk in chunks]
+            wait(futures)  # every chunk has stopped before a failure falls back to the (shared) template
+            trained = [f.result() for f in futures]
         else:
             trained = [train(chunk) for chunk in chunks]
         outcomes = {i: out for chunk, outs in zip(chunks, trained) for i, out in zip(chunk, outs)}
@@ -373,8 +396,9 @@ class VectorizedExecutor:
 
         The gradient of the *sum* of the clients' losses w.r.t. client i's
         parameters is client i's own gradient: no client's loss depends on
-        another's parameters. The executor's very first step turns any failure
-        (an op without a batching rule, dropout, ``.item()``) into NotVectorizable.
+        another's parameters. Any failure becomes NotVectorizable (the probe
+        catches most; a client-dependent number in Python control flow, e.g.,
+        only shows once contexts differ), and the round is rerun sequentially.
         """
         try:
             with torch.enable_grad():
@@ -417,6 +441,11 @@ class VectorizedExecutor:
     def _outcome(c: int, keys: list[str], params: Params, buffers: Params, steps: int, total: float) -> LocalOutcome:
         state = {k: (params[k] if k in params else buffers[k])[c].detach() for k in keys}
         return LocalOutcome(state, steps, total / max(steps, 1))
+
+
+def _describe(executor: Executor) -> str:
+    """'sequential executor', 'process executor', ... for log lines."""
+    return type(executor).__name__.removesuffix("Executor").lower() + " executor"
 
 
 def _rows(t: Any, rows: torch.Tensor | None) -> Any:

@@ -15,7 +15,7 @@ softmax). Table 5 separates them:
 
 All losses are batch means, like :func:`temperature_cross_entropy`, and are
 built from detached rescale factors (no ``.item()``, no data-dependent
-control flow), so they work under ``torch.func.grad`` and ``vmap`` with a
+control flow), so they work under ``vmap`` (the vectorised executor) with a
 0-d per-client temperature.
 
 Choices

@@ -1,8 +1,10 @@
 """chillfl on a benchmark workload, through its public config API.
 
-The synthetic data is built here in memory and handed to chillfl as a
-``FederatedData`` (client ``c`` owns rows ``[c*n, (c+1)*n)``), because no
-registered dataset is CIFAR-shaped and synthetic. Two ways of driving a run:
+The synthetic data is memory-mapped from the ``.npy`` files (copy-on-write,
+so pages are read when a sampled client first touches them, as BlazeFL's and
+Flower's workers do) and handed to chillfl as a ``FederatedData`` (client
+``c`` owns rows ``[c*n, (c+1)*n)``), because no registered dataset is
+CIFAR-shaped and synthetic. Two ways of driving a run:
 
 * ``api = "loop"`` (per-round timing): ``build_experiment(cfg, data=...)`` then
   the round generator ``rounds_for(exp)(exp)`` -- exactly what

@@ -18,7 +18,7 @@ def cnn(c, hw, w):
     return nn.Sequential(nn.Conv2d(c, w, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(w, 2*w, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(2*w*(hw//4)**2, 10))
 MODELS = {
     "mlp-5k (8x8)": (lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)), (1, 8, 8)),
-    "cnn-19k (8x8)": (lambda: cnn(1, 8, 16), (1, 8, 8)),
+    "cnn-6k (8x8)": (lambda: cnn(1, 8, 16), (1, 8, 8)),
     "mlp-197k (3x32x32)": (lambda: nn.Sequential(nn.Flatten(), nn.Linear(3072, 64), nn.ReLU(), nn.Linear(64, 10)), (3, 32, 32)),
     "cnn-mcmahan-878k": (lambda: nn.Sequential(nn.Conv2d(3, 32, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1600, 512), nn.ReLU(), nn.Linear(512, 10)), (3, 32, 32)),
 }

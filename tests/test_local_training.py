@@ -81,3 +81,38 @@ def test_evaluate_accuracy_and_loss():
 
     expected = (2 * math.log(1 + math.exp(-2)) + math.log(1 + math.exp(2))) / 3
     assert abs(loss - expected) < 1e-6
+
+
+class _Tied(nn.Module):
+    """Two layers sharing one weight Parameter (each with its own bias), like tied embeddings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(3, 3)
+        self.second = nn.Linear(3, 3)
+        self.second.weight = self.first.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(torch.relu(self.first(x)))
+
+
+def test_tied_weights_train_like_torch_sgd():
+    from chillfl.training.local import has_tied_tensors
+
+    torch.manual_seed(0)
+    model = _Tied()
+    assert has_tied_tensors(model) and not has_tied_tensors(_model())
+    start = model_state(model)
+    assert sorted(start) == ["first.bias", "first.weight", "second.bias"]  # one entry per tensor
+    x, y = torch.randn(12, 3), torch.randint(0, 3, (12,))
+    spec = LocalSpec(epochs=1, batch_size=4)
+    out = train_client(model, start, x, y, spec=spec, lr=0.1, temperature=0.5, context={}, generator=torch.Generator().manual_seed(3))
+    ref = _Tied()
+    ref.load_state_dict(start, strict=False)  # "second.weight" is "first.weight"
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for idx in batch_order(12, 4, 1, torch.Generator().manual_seed(3)):
+        opt.zero_grad()
+        temperature_cross_entropy(ref(x[idx]), y[idx], 0.5).backward()
+        opt.step()
+    for key in start:
+        torch.testing.assert_close(out.params[key], ref.state_dict()[key], rtol=1e-5, atol=1e-6)

@@ -69,11 +69,23 @@ class LocalSpec:
     terms: Sequence[LossTerm] = field(default_factory=tuple)
 
 
+def has_tied_tensors(model: nn.Module) -> bool:
+    """Whether one tensor is registered under two names (e.g. tied embedding and output weights)."""
+    named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    return len({id(t) for _, t in named}) < len(named)
+
+
 def make_loss(model: nn.Module, spec: LocalSpec) -> Callable[..., torch.Tensor]:
-    """loss(params, buffers, x, y, temperature, context): base loss + every method term."""
+    """loss(params, buffers, x, y, temperature, context): base loss + every method term.
+
+    ``functional_call`` is told whether the model ties tensors: its default
+    re-checks that on every call by walking the module tree, half a
+    millisecond of Python per step (paid under the GIL by every worker thread).
+    """
+    tie_weights = has_tied_tensors(model)
 
     def loss(params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor, temperature: Any, context: Mapping[str, Any]) -> torch.Tensor:
-        logits = functional_call(model, (params, buffers), (x,))
+        logits = functional_call(model, (params, buffers), (x,), tie_weights=tie_weights)
         value = spec.base_loss(logits, y, temperature)
         for term in spec.terms:
             value = value + term(params, context)

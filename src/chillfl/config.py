@@ -130,7 +130,8 @@ class RunConfig:
     threads: int = 1
     """torch intra-op threads for the run (0: torch's default). Part of the config because the
     thread count changes float reduction order: bitwise reproducibility holds at a fixed count.
-    One thread suits the small CPU models; raise it for large models."""
+    One thread suits the small CPU models; raise it for large models. The vectorised executor
+    trains chunks of clients on ``cores // threads`` worker threads (one when 0)."""
     federation: FederationConfig = field(default_factory=FederationConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

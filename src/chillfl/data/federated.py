@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from chillfl.data.datasets import ArrayDataset
-from chillfl.data.partition import NUM_CLIENTS_FIELD, Partition, allocate_counts, partition
+from chillfl.data.partition import NUM_CLIENTS_FIELD, Partition, allocate_counts, natural_groups, partition
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import require
 
@@ -95,11 +95,9 @@ class FederatedData:
     def client_train(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Client ``cid``'s training inputs (with its fixed feature noise, if any) and labels."""
         idx = self.train_indices[cid]
-        if len(idx) and idx[-1] - idx[0] == len(idx) - 1 and (np.diff(idx) == 1).all():
-            rows = slice(int(idx[0]), int(idx[-1]) + 1)  # a contiguous range: a view, no copy
-            return self._noisy(self.dataset.x_train[rows], cid, 0), self.dataset.y_train[rows]
-        t = torch.from_numpy(idx)
-        return self._noisy(self.dataset.x_train[t], cid, 0), self.dataset.y_train[t]
+        contiguous = len(idx) and idx[-1] - idx[0] == len(idx) - 1 and (np.diff(idx) == 1).all()
+        rows = slice(int(idx[0]), int(idx[-1]) + 1) if contiguous else torch.from_numpy(idx)  # a range: a view, no copy
+        return self._noisy(self.dataset.x_train[rows], cid, 0), self.dataset.y_train[rows]
 
     def client_eval(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Client ``cid``'s own validation/test split, taken from the test set (same noise rule)."""
@@ -185,12 +183,7 @@ def build_federated_data(
                 f"'natural' needs a dataset with per-client test groups (e.g. synthetic); "
                 f"{dataset.name!r} has none; allowed here: none, proportional",
             )
-        require(
-            len(groups) == num_clients,
-            NUM_CLIENTS_FIELD,
-            f"must equal the dataset's {len(groups)} natural clients for client_split 'natural', got {num_clients}",
-        )
-        evals = [np.asarray(g, dtype=np.int64) for g in groups]
+        evals = natural_groups(groups, num_clients, "client_split 'natural'")
     else:
         y = dataset.y_train.numpy()
         weights = np.stack([np.bincount(y[ix], minlength=dataset.num_classes) for ix in train]).astype(np.float64)

@@ -55,7 +55,7 @@ Choices
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -385,6 +385,12 @@ def _feature_noise(
     return part
 
 
+def natural_groups(groups: Sequence[Any], k: int, use: str) -> list[np.ndarray]:
+    """A dataset's own per-client index groups as int64 arrays; there must be exactly ``k`` of them."""
+    require(len(groups) == k, NUM_CLIENTS_FIELD, f"must equal the dataset's {len(groups)} natural clients for {use}, got {k}")
+    return [np.asarray(g, dtype=np.int64) for g in groups]
+
+
 def _natural(
     labels: np.ndarray, k: int, rng: np.random.Generator, opts: NoOptions, section: str, dataset: "ArrayDataset | None"
 ) -> Partition:
@@ -395,12 +401,7 @@ def _natural(
             f"{section}.name",
             f"'natural' needs a dataset with its own client split (e.g. synthetic); dataset {name!r} has none",
         )
-    require(
-        len(groups) == k,
-        NUM_CLIENTS_FIELD,
-        f"must equal the dataset's {len(groups)} natural clients for partition 'natural', got {k}",
-    )
-    out = [np.asarray(g, dtype=np.int64) for g in groups]
+    out = natural_groups(groups, k, "partition 'natural'")
     flat = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
     if len(flat) and (flat.min() < 0 or flat.max() >= len(labels) or len(np.unique(flat)) != len(flat)):
         name = dataset.name if dataset is not None else "none"

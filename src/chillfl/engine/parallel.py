@@ -81,12 +81,13 @@ def make_parallel_executor(name: str, exp: Experiment) -> Executor:
     clients = exp.config.federation.sample_size()
     cores = default_workers()
     workers = vectorized_workers(exp.config.threads, cores)
+    pool_size = max(1, min(cores, clients))  # no idle worker processes
     fallback: Callable[[], Executor] | None = None
     if name == "auto":
         size = sum(v.numel() for v in exp.initial_state.values())
         name = choose_executor(size, clients, workers)
         if name == "vectorized" and workers > 1 and _picklable(exp):
-            fallback = partial(ProcessExecutor, exp.model, exp.spec, workers=max(1, min(cores, clients)))
+            fallback = partial(ProcessExecutor, exp.model, exp.spec, workers=pool_size)
         log.info(
             "executor auto -> %s (%d model parameters, %d clients per round, %d cores, %d worker threads; if the model cannot be vmapped: %s)",
             name, size, clients, cores, workers, "processes" if fallback else "sequential",
@@ -96,5 +97,5 @@ def make_parallel_executor(name: str, exp: Experiment) -> Executor:
     if name == "vectorized":
         return VectorizedExecutor(exp.model, exp.spec, workers=workers, fallback=fallback)
     if name == "processes":
-        return ProcessExecutor(exp.model, exp.spec, workers=max(1, min(cores, clients)))
+        return ProcessExecutor(exp.model, exp.spec, workers=pool_size)
     raise choice_error("executor", name, EXECUTORS)

@@ -279,6 +279,7 @@ class VectorizedExecutor:
         self.fallback_reason: str | None = None
         self._verified = False
         self._layouts: dict[str, tuple[int, ...]] = {}
+        self._chunk_sizes: dict[tuple[int, ...], int] = {}
         self._make_fallback = fallback or (lambda: SequentialExecutor(model, spec))
         self._fallback: Executor | None = None
         self._replicas: queue.SimpleQueue[_Replica] = queue.SimpleQueue()
@@ -309,7 +310,7 @@ class VectorizedExecutor:
     def _run_vectorized(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
         schedules = _schedule(jobs, self.spec)
         largest = max(jobs, key=lambda j: len(j.y))
-        size = self.chunk_size or chunk_size_for(self.model, self.spec, largest, self.memory_budget)
+        size = self.chunk_size or self._budget_chunk_size(largest)
         size = min(size, -(-len(jobs) // self.workers))  # every worker gets a chunk
         order = sorted(range(len(jobs)), key=lambda i: len(schedules[i]))  # stable: ties keep job order
         chunks = [order[lo : lo + size] for lo in range(0, len(order), size)]
@@ -340,6 +341,13 @@ class VectorizedExecutor:
             trained = [train(chunk) for chunk in chunks]
         outcomes = {i: out for chunk, outs in zip(chunks, trained) for i, out in zip(chunk, outs)}
         return [outcomes[i] for i in range(len(jobs))]
+
+    def _budget_chunk_size(self, largest: ClientJob) -> int:
+        """:func:`chunk_size_for` the round's largest client, probed once per batch shape (not every round)."""
+        key = tuple(largest.x[: self.spec.batch_size].shape)
+        if key not in self._chunk_sizes:
+            self._chunk_sizes[key] = chunk_size_for(self.model, self.spec, largest, self.memory_budget)
+        return self._chunk_sizes[key]
 
     def _run_chunk(self, replica: _Replica, jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]]) -> list[LocalOutcome]:
         params, buffers, keys = _stack_states(replica.model, [j.start for j in jobs], self._layouts)
@@ -394,18 +402,11 @@ class VectorizedExecutor:
     ) -> torch.Tensor:
         """One SGD step of every client stacked in ``params``; returns their losses (float64, detached).
 
-        The gradient of the *sum* of the clients' losses w.r.t. client i's
-        parameters is client i's own gradient: no client's loss depends on
-        another's parameters. Any failure becomes NotVectorizable (the probe
-        catches most; a client-dependent number in Python control flow, e.g.,
-        only shows once contexts differ), and the round is rerun sequentially.
+        A failure becomes NotVectorizable here too, not only in the probe: a
+        client-dependent number in Python control flow, e.g., only shows once
+        the chunk's contexts differ. The round is then rerun by the fallback.
         """
-        try:
-            with torch.enable_grad():
-                losses = losses_of(params, buffers, x, y, t, leaves)
-                grads = loss_grads(losses.sum(), params)
-        except Exception as exc:  # noqa: BLE001 - e.g. a client-dependent number used in Python control flow
-            raise NotVectorizable(f"the training step cannot be vmapped ({type(exc).__name__}: {exc})") from exc
+        losses, grads = _losses_and_grads(losses_of, params, buffers, x, y, t, leaves)
         sgd_update_(params, grads, momenta, lr, self.spec)
         return losses.detach().to(torch.float64)
 
@@ -428,12 +429,8 @@ class VectorizedExecutor:
         context = stack_contexts([job.context, job.context], _float_dtype(params))
         t = torch.full((2,), float(job.temperature), dtype=_float_dtype(params))
         replica.model.train()
-        try:
-            with torch.enable_grad():
-                losses = vmap(_client_loss(replica.loss_fn, context))(params, buffers, stack([job.x[idx]] * 2), stack([job.y[idx]] * 2), t, [])
-                grads = loss_grads(losses.sum(), params)
-        except Exception as exc:  # noqa: BLE001 - any failure here means "cannot vmap"
-            raise NotVectorizable(f"the training step cannot be vmapped ({type(exc).__name__}: {exc})") from exc
+        losses_of = vmap(_client_loss(replica.loss_fn, context))
+        _, grads = _losses_and_grads(losses_of, params, buffers, stack([job.x[idx]] * 2), stack([job.y[idx]] * 2), t, [])
         self._layouts = {k: dim_order(g) for (k, w), g in zip(params.items(), grads) if dim_order(g) != dim_order(w)}
         self._verified = True
 
@@ -441,6 +438,20 @@ class VectorizedExecutor:
     def _outcome(c: int, keys: list[str], params: Params, buffers: Params, steps: int, total: float) -> LocalOutcome:
         state = {k: (params[k] if k in params else buffers[k])[c].detach() for k in keys}
         return LocalOutcome(state, steps, total / max(steps, 1))
+
+
+def _losses_and_grads(losses_of: Callable[..., torch.Tensor], params: Params, *args: Any) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The clients' losses and the gradient of their sum; any failure becomes NotVectorizable.
+
+    The gradient of the *sum* w.r.t. client i's parameters is client i's own
+    gradient: no client's loss depends on another's parameters.
+    """
+    try:
+        with torch.enable_grad():
+            losses = losses_of(params, *args)
+            return losses, loss_grads(losses.sum(), params)
+    except Exception as exc:  # noqa: BLE001 - an op without a batching rule, dropout, client-dependent control flow, ...
+        raise NotVectorizable(f"the training step cannot be vmapped ({type(exc).__name__}: {exc})") from exc
 
 
 def _describe(executor: Executor) -> str:

@@ -1,8 +1,10 @@
 """The functional local step equals torch.optim.SGD on an nn.Module, batch for batch."""
 
+import pytest
 import torch
 from torch import nn
 
+from chillfl.training.linear_factors import factored_linears
 from chillfl.training.local import LocalSpec, batch_order, derive_seed, evaluate, model_state, train_client
 from chillfl.training.objective import temperature_cross_entropy
 
@@ -12,12 +14,13 @@ def _model():
     return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 5))
 
 
-def test_matches_torch_sgd_with_momentum_weight_decay_and_batchnorm():
+@pytest.mark.parametrize("factored", [False, True], ids=["dense", "factored"])
+def test_matches_torch_sgd_with_momentum_weight_decay_and_batchnorm(factored):
     model = _model()
     start = model_state(model)
     x, y = torch.randn(37, 1, 6, 6), torch.randint(0, 5, (37,))
     spec = LocalSpec(epochs=2, batch_size=8, momentum=0.9, weight_decay=1e-3)
-    out = train_client(model, start, x, y, spec=spec, lr=0.05, temperature=0.25, context={}, generator=torch.Generator().manual_seed(7))
+    out = train_client(factored_linears(model) if factored else model, start, x, y, spec=spec, lr=0.05, temperature=0.25, context={}, generator=torch.Generator().manual_seed(7))
 
     ref = _model()
     ref.load_state_dict(start)

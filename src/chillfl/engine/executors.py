@@ -14,6 +14,7 @@ from typing import Any, Mapping, Protocol, Sequence
 import torch
 from torch import nn
 
+from chillfl.training.linear_factors import factored_linears
 from chillfl.training.local import LocalOutcome, LocalSpec, train_client
 
 
@@ -43,7 +44,7 @@ class SequentialExecutor:
     """Trains clients one after another in this process: the reference executor."""
 
     def __init__(self, model: nn.Module, spec: LocalSpec) -> None:
-        self.model = model
+        self.model = factored_linears(model)  # a private template: linear weights updated from gradient factors
         self.spec = spec
 
     def run(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:

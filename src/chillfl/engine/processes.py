@@ -46,6 +46,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from chillfl.engine.executors import ClientJob
+from chillfl.training.linear_factors import factored_linears
 from chillfl.training.local import LocalOutcome, LocalSpec, train_client
 
 _POLL_S = 0.5
@@ -137,6 +138,7 @@ class _Task:
 def _worker_main(model: nn.Module, spec: LocalSpec, threads: int, tasks: Any, results: Any) -> None:
     """Worker loop: train each task, send back (index, packed outcome) or (index, error text)."""
     torch.set_num_threads(threads)
+    model = factored_linears(model)
     while True:
         task: _Task | None = tasks.get()
         if task is None:

@@ -4,12 +4,16 @@ A client's training is a loop of steps over an explicit state (parameters,
 buffers, momentum buffers) that the step owns: the model object is only a
 stateless template run through ``torch.func.functional_call``. One step is
 
-    loss  = make_loss(...)(params, buffers, x, y, temperature, context)
-    grads = loss_grads(loss, params)             # torch.autograd.grad
-    sgd_update_(params, grads, momenta, lr, spec)  # in place, no graph
+    loss, captured = StepLoss(model, spec)(params, buffers, x, y, temperature, context)
+    grads, factors = step_grads(loss, params, keys, captured)  # torch.autograd.grad
+    sgd_update_(params, grads, momenta, lr, spec, factors)     # in place, no graph
 
 The vectorised executor runs the very same three functions on parameters
 stacked along a client dimension (the loss under ``torch.func.vmap``).
+For a model prepared by :func:`~chillfl.training.linear_factors.factored_linears`
+(every executor prepares its template) the weight gradients of linear layers
+stay factored as (input, output gradient) and the update applies them with one
+fused matmul; other models take the same path with dense gradients only.
 Gradients come from plain ``torch.autograd.grad`` rather than
 ``torch.func.grad``: the latter imports ``torch._dynamo`` on first use (about
 1 s of start-up on a 2-core machine) and adds per-call overhead that dominates
@@ -22,6 +26,7 @@ SGD matches ``torch.optim.SGD`` (dampening 0, no Nesterov):
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -30,6 +35,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from chillfl.training.linear_factors import Captured, Recorder, add_outer_, recording
 from chillfl.training.objective import LossTerm, temperature_cross_entropy
 
 Params = dict[str, torch.Tensor]
@@ -75,28 +81,55 @@ def has_tied_tensors(model: nn.Module) -> bool:
     return len({id(t) for _, t in named}) < len(named)
 
 
-def make_loss(model: nn.Module, spec: LocalSpec) -> Callable[..., torch.Tensor]:
-    """loss(params, buffers, x, y, temperature, context): base loss + every method term.
+class StepLoss:
+    """loss(params, buffers, x, y, temperature, context) -> (value, captured): base loss + every method term.
 
-    ``functional_call`` is told whether the model ties tensors: its default
-    re-checks that on every call by walking the module tree, half a
+    ``captured`` holds the (input, output) of every factored linear call of
+    the forward (:mod:`chillfl.training.linear_factors`; empty for a model
+    without :class:`~chillfl.training.linear_factors.FactoredLinear` layers,
+    or when ``factor`` is False), and ``keys`` names their weights, in call
+    order. ``functional_call`` is told whether the model ties tensors: its
+    default re-checks that on every call by walking the module tree, half a
     millisecond of Python per step (paid under the GIL by every worker thread).
     """
-    tie_weights = has_tied_tensors(model)
 
-    def loss(params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor, temperature: Any, context: Mapping[str, Any]) -> torch.Tensor:
-        logits = functional_call(model, (params, buffers), (x,), tie_weights=tie_weights)
-        value = spec.base_loss(logits, y, temperature)
-        for term in spec.terms:
+    def __init__(self, model: nn.Module, spec: LocalSpec, *, factor: bool = True, vmapped: bool = False) -> None:
+        self.model = model
+        self.spec = spec
+        self.factor = factor
+        self.vmapped = vmapped
+        self.keys: list[str] = []
+        self._tie_weights = has_tied_tensors(model)
+
+    def __call__(
+        self, params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor, temperature: Any, context: Mapping[str, Any]
+    ) -> tuple[torch.Tensor, list[Captured]]:
+        with recording(self.model, vmapped=self.vmapped) if self.factor else nullcontext(Recorder(False)) as rec:
+            logits = functional_call(self.model, (params, buffers), (x,), tie_weights=self._tie_weights)
+        self.keys = [key for key, _, _ in rec.calls]
+        value = self.spec.base_loss(logits, y, temperature)
+        for term in self.spec.terms:
             value = value + term(params, context)
-        return value
-
-    return loss
+        return value, [(xin, z) for _, xin, z in rec.calls]
 
 
-def loss_grads(loss: torch.Tensor, params: Params) -> list[torch.Tensor]:
-    """d loss / d params, in ``params``' order (the parameters are leaves that require grad)."""
-    return list(torch.autograd.grad(loss, list(params.values()), materialize_grads=True))  # unused -> zeros, as torch.func.grad
+Factors = dict[str, list[tuple[torch.Tensor, torch.Tensor]]]
+"""weight key -> its (x, dz) pairs: the weight's gradient (beyond the dense part) is the sum of dz^T x."""
+
+
+def step_grads(loss: torch.Tensor, params: Params, keys: Sequence[str], captured: Sequence[Captured]) -> tuple[list[torch.Tensor | None], Factors]:
+    """d loss / d params (None where the dense graph does not reach a parameter) and the factored parts.
+
+    A factored weight's full gradient is its dense part (tied uses, method
+    terms; usually None) plus ``sum dz^T x`` over its recorded calls.
+    """
+    outputs = [z for _, z in captured]
+    grads = torch.autograd.grad(loss, [*params.values(), *outputs], allow_unused=True)
+    factors: Factors = {}
+    for key, (x, _), dz in zip(keys, captured, grads[len(params) :]):
+        if dz is not None:  # None: this call's output does not reach the loss
+            factors.setdefault(key, []).append((x, dz))
+    return list(grads[: len(params)]), factors
 
 
 def leaf_params(params: Mapping[str, torch.Tensor]) -> Params:
@@ -105,21 +138,39 @@ def leaf_params(params: Mapping[str, torch.Tensor]) -> Params:
 
 
 @torch.no_grad()
-def sgd_update_(params: Params, grads: Sequence[torch.Tensor], momenta: Params, lr: float | torch.Tensor, spec: LocalSpec) -> None:
+def sgd_update_(
+    params: Params,
+    grads: Sequence[torch.Tensor | None],
+    momenta: Params,
+    lr: float | torch.Tensor,
+    spec: LocalSpec,
+    factors: Factors | None = None,
+) -> None:
     """One SGD(momentum, weight decay) step, in place on ``params`` and ``momenta``.
 
+    ``grads[i]`` None means zero; ``factors`` adds each factored weight's
+    ``dz^T x`` terms with one fused matmul each (:func:`add_outer_`).
     ``lr`` is a number, or a tensor that broadcasts against every parameter
-    (the vectorised executor's per-client learning rates, shape ``[C, 1, ...]``).
+    (the vectorised executor's per-client learning rates, shape ``[C]``).
     """
     for (k, w), g in zip(params.items(), grads):
+        outer = factors.get(k, []) if factors else []
         if spec.weight_decay:
-            g = g + spec.weight_decay * w
+            g = spec.weight_decay * w if g is None else g + spec.weight_decay * w
         if spec.momentum:
-            g = momenta[k].mul_(spec.momentum).add_(g)
-        if isinstance(lr, torch.Tensor):
-            w.sub_(g * lr.view(-1, *([1] * (w.dim() - 1))))
-        else:
-            w.sub_(g, alpha=lr)
+            buf = momenta[k].mul_(spec.momentum)
+            if g is not None:
+                buf.add_(g)
+            for x, dz in outer:
+                add_outer_(buf, x, dz)
+            g, outer = buf, []
+        if g is not None:
+            if isinstance(lr, torch.Tensor):
+                w.sub_(g * lr.view(-1, *([1] * (w.dim() - 1))))
+            else:
+                w.sub_(g, alpha=lr)
+        for x, dz in outer:
+            add_outer_(w, x, dz, -lr)
 
 
 def batch_order(num_samples: int, batch_size: int, epochs: int, generator: torch.Generator) -> list[torch.Tensor]:
@@ -166,7 +217,7 @@ def train_client(
     params = leaf_params(params)
     buffers = {k: v.detach().clone() for k, v in buffers.items()}
     momenta = {k: torch.zeros_like(v) for k, v in params.items()} if spec.momentum else {}
-    loss_fn = make_loss(model, spec)
+    loss_fn = StepLoss(model, spec)
     total, steps = 0.0, 0
     model.train()
     order = batch_order(len(y), spec.batch_size, spec.epochs, generator)
@@ -175,8 +226,9 @@ def train_client(
     with torch.random.fork_rng(devices=[]), torch.enable_grad():
         torch.manual_seed(derive_seed(generator.initial_seed(), "dropout"))
         for idx in order:
-            loss = loss_fn(params, buffers, x[idx], y[idx], temperature, context)
-            sgd_update_(params, loss_grads(loss, params), momenta, lr, spec)
+            loss, captured = loss_fn(params, buffers, x[idx], y[idx], temperature, context)
+            grads, factors = step_grads(loss, params, loss_fn.keys, captured)
+            sgd_update_(params, grads, momenta, lr, spec, factors)
             total += float(loss.detach())
             steps += 1
     params = {k: v.detach() for k, v in params.items()}

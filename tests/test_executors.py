@@ -398,3 +398,12 @@ def test_run_experiment_is_deterministic(executor: str) -> None:
         ref = run_experiment(config.with_overrides({"executor": "sequential"}), write=False, progress=False).records
         assert ref[-1]["global_acc"] == pytest.approx(first[-1]["global_acc"], abs=0.01)
         assert ref[-1]["train_loss"] == pytest.approx(first[-1]["train_loss"], rel=1e-4)
+
+
+def test_budget_chunks_are_balanced_across_workers() -> None:
+    ex = VectorizedExecutor(_mlp(), LocalSpec(epochs=1, batch_size=8), workers=2)
+    sizes = lambda n, size: [len(c) for c in ex._balanced_chunks(list(range(n)), size)]  # noqa: E731
+    assert sizes(100, 19) == [16, 17, 17, 16, 17, 17]  # rows i*100//6: 6 chunks of 16-17, not 5 of 19 and one of 5
+    assert sizes(100, 200) == [50, 50]  # every worker gets a chunk
+    assert sizes(3, 1) == [1, 1, 1]  # never more chunks than clients
+    assert sorted(sum(ex._balanced_chunks(list(range(37)), 5), [])) == list(range(37))

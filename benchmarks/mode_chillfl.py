@@ -6,10 +6,13 @@ Flower's workers do) and handed to chillfl as a ``FederatedData`` (client
 ``c`` owns rows ``[c*n, (c+1)*n)``), because no registered dataset is
 CIFAR-shaped and synthetic. Two ways of driving a run:
 
-* ``api = "loop"`` (per-round timing): ``build_experiment(cfg, data=...)`` then
-  the round generator ``rounds_for(exp)(exp)`` -- exactly what
+* ``api = "loop"`` (per-round timing): inside ``intra_op_threads(cfg.threads)``,
+  ``build_experiment(cfg, data=...)`` then the round generator
+  ``rounds_for(exp)(exp)`` -- exactly what
   ``run_experiment(write=False, progress=False)`` does, minus the progress bar
-  -- with a timestamp at every yielded round.
+  -- with a timestamp at every yielded round. (Runs A-H left out the thread
+  setting: the loop then ran with torch's default of one intra-op thread per
+  core, and each vectorised worker thread with as many.)
 * ``api = "run_experiment"`` (start-up timing): one
   ``run_experiment(cfg, write=False, progress=False, data=...)`` call of one
   round; the runner measures from launching this process to its return.
@@ -61,7 +64,7 @@ def main() -> int:
         from chillfl.config import load_config
         from chillfl.data.datasets import ArrayDataset
         from chillfl.data.federated import FederatedData
-        from chillfl.engine.run import rounds_for, run_experiment
+        from chillfl.engine.run import intra_op_threads, rounds_for, run_experiment
         from chillfl.engine.setup import build_experiment
 
         import importlib.util
@@ -96,11 +99,12 @@ def main() -> int:
             clock.round_done()
             clock.note(num_parameters=out.summary.get("num_parameters"))
         else:
-            exp = build_experiment(cfg, data=data)
-            clock.note(num_parameters=sum(v.numel() for v in exp.initial_state.values() if v.is_floating_point()))
-            clock.start()
-            for _ in rounds_for(exp)(exp):
-                clock.round_done()
+            with intra_op_threads(cfg.threads):  # as run_experiment does: the config's intra-op threads
+                exp = build_experiment(cfg, data=data)
+                clock.note(num_parameters=sum(v.numel() for v in exp.initial_state.values() if v.is_floating_point()))
+                clock.start()
+                for _ in rounds_for(exp)(exp):
+                    clock.round_done()
     except Exception as exc:  # noqa: BLE001 - an executor that errors is reported, not fatal
         traceback.print_exc()
         clock.note(error=f"not available: {type(exc).__name__}: {exc}")

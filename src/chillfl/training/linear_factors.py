@@ -4,9 +4,10 @@ For a linear layer ``z = x W^T + b`` the weight gradient is a sum of outer
 products, ``dL/dW = dz^T x`` (rows of ``x`` and ``dz`` summed over the batch).
 Materialising it writes a weight-sized tensor that the SGD update then reads
 back beside the weight: for the small batches of FL clients those passes over
-memory, not the arithmetic, are most of a step (a 3072x64 layer at batch 10
-reads and writes 20x more weight bytes than input bytes). Here the step keeps
-the gradient as its factors instead:
+memory, not the arithmetic, are much of a step (a 3072x64 weight is 6.4 times
+the size of a batch of 10 inputs, and its gradient is a matmul whose inner
+dimension is only the batch). Here the step keeps the gradient as its factors
+instead:
 
 * in the training forward, a :class:`FactoredLinear` multiplies by its
   *detached* weight and records ``(x, z)``; autograd then differentiates the

@@ -10,7 +10,7 @@ from torch import nn
 from chillfl.engine.executors import ClientJob, SequentialExecutor
 from chillfl.engine.vectorized import VectorizedExecutor
 from chillfl.models.registry import build_model, model_names
-from chillfl.training.linear_factors import FactoredLinear, add_outer_, factored_linears, recording
+from chillfl.training.linear_factors import FactoredLinear, add_outer_, factored_layers, factored_linears, recording
 from chillfl.training.local import LocalSpec, StepLoss, model_state, split_state, step_grads, train_client
 
 
@@ -111,7 +111,7 @@ def test_factored_copy_leaves_the_model_alone_and_computes_the_same() -> None:
     assert sum(isinstance(m, FactoredLinear) for m in twin.modules()) == 3
     x = torch.randn(5, 12)
     torch.testing.assert_close(twin(x), model(x))  # not recording: an ordinary linear layer
-    with recording(twin) as rec:
+    with recording(factored_layers(twin)) as rec:
         torch.testing.assert_close(twin(x), model(x))  # recording: the same values
     assert [key for key, _, _ in rec.calls] == ["hidden.weight", "hidden.weight", "out.weight"]
     assert all(m.recorder is None for m in twin.modules() if isinstance(m, FactoredLinear))

@@ -283,8 +283,7 @@ class VectorizedExecutor:
         self.workers = workers
         self.fallback_reason: str | None = None
         self._verified = False
-        self._factor = True
-        self._factored: frozenset[str] = frozenset()
+        self._factored: frozenset[str] = frozenset()  # linear weights updated from factors (set by the probe)
         self._layouts: dict[str, tuple[int, ...]] = {}
         self._chunk_sizes: dict[tuple[int, ...], int] = {}
         self._make_fallback = fallback or (lambda: SequentialExecutor(model, spec))
@@ -350,6 +349,11 @@ class VectorizedExecutor:
         outcomes = {i: out for chunk, outs in zip(chunks, trained) for i, out in zip(chunk, outs)}
         return [outcomes[i] for i in range(len(jobs))]
 
+    @property
+    def _factor(self) -> bool:
+        """Whether steps record factored linear calls: the probe found factored weights and they were exact."""
+        return bool(self._factored)
+
     def _balanced_chunks(self, order: list[int], size: int) -> list[list[int]]:
         """At most ``size`` clients per chunk, a multiple of ``workers`` chunks, sizes within one of each other.
 
@@ -388,8 +392,8 @@ class VectorizedExecutor:
                     groups.setdefault(len(batches[s]), []).append(i)
             for bsize, members in sorted(groups.items(), reverse=True):
                 rows = None if len(members) == len(jobs) else torch.tensor(members)
-                xb = _gather([jobs[i].x for i in members], [schedules[i][s] for i in members])
-                yb = _gather([jobs[i].y for i in members], [schedules[i][s] for i in members])
+                batch = [schedules[i][s] for i in members]
+                xb, yb = _gather([jobs[i].x for i in members], batch), _gather([jobs[i].y for i in members], batch)
                 if rows is None:
                     p, b, m = params, buffers, momenta
                 else:
@@ -451,7 +455,7 @@ class VectorizedExecutor:
         replica.model.train()
         losses_of = _Vmapped(replica.loss_fn, context)
         replica.loss_fn.factor = False
-        _, dense, _ = losses_of.grads(params, {k: v.clone() for k, v in buffers.items()}, *args)
+        _, dense, _ = losses_of.grads(params, buffers, *args)  # batch-norm statistics touched here are discarded
         self._layouts = {k: dim_order(g) for (k, w), g in zip(params.items(), dense) if g is not None and dim_order(g) != dim_order(w)}
         replica.loss_fn.factor = True
         try:
@@ -459,8 +463,7 @@ class VectorizedExecutor:
             mismatch = [k for k, d, g in zip(params, dense, grads) if not _close(_full_grad(g, factors.get(k, []), params[k]), d)]
         except NotVectorizable as exc:  # e.g. a bias-free linear layer on the (constant) input
             mismatch, factors = [str(exc)], {}
-        self._factor = not mismatch
-        self._factored = frozenset(factors) if self._factor else frozenset()
+        self._factored = frozenset() if mismatch else frozenset(factors)
         if mismatch:
             log.info("vectorized executor: factored linear gradients unavailable (%s); using dense gradients", ", ".join(mismatch))
         self._verified = True

@@ -35,7 +35,7 @@ from __future__ import annotations
 import copy
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -88,15 +88,15 @@ def factored_linears(model: nn.Module) -> nn.Module:
     return twin
 
 
-def is_factored(model: nn.Module) -> bool:
-    return any(isinstance(m, FactoredLinear) for m in model.modules())
+def factored_layers(model: nn.Module) -> list[FactoredLinear]:
+    """The model's :class:`FactoredLinear` layers (looked up once, not at every step)."""
+    return [m for m in model.modules() if isinstance(m, FactoredLinear)]
 
 
 @contextmanager
-def recording(model: nn.Module, *, vmapped: bool = False) -> Iterator[Recorder]:
-    """Record every factored linear call of ``model``'s forward passes inside the block (``vmapped``: under ``vmap``)."""
+def recording(layers: Sequence[FactoredLinear], *, vmapped: bool = False) -> Iterator[Recorder]:
+    """Record every call of ``layers`` inside the block, in call order (``vmapped``: under ``vmap``)."""
     recorder = Recorder(vmapped)
-    layers = [m for m in model.modules() if isinstance(m, FactoredLinear)]
     for m in layers:
         m.recorder = recorder
     try:

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from chillfl.training.linear_factors import Captured, Recorder, add_outer_, recording
+from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
 from chillfl.training.objective import LossTerm, temperature_cross_entropy
 
 Params = dict[str, torch.Tensor]
@@ -100,11 +100,12 @@ class StepLoss:
         self.vmapped = vmapped
         self.keys: list[str] = []
         self._tie_weights = has_tied_tensors(model)
+        self._layers = factored_layers(model)
 
     def __call__(
         self, params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor, temperature: Any, context: Mapping[str, Any]
     ) -> tuple[torch.Tensor, list[Captured]]:
-        with recording(self.model, vmapped=self.vmapped) if self.factor else nullcontext(Recorder(False)) as rec:
+        with recording(self._layers, vmapped=self.vmapped) if self.factor else nullcontext(Recorder(False)) as rec:
             logits = functional_call(self.model, (params, buffers), (x,), tie_weights=self._tie_weights)
         self.keys = [key for key, _, _ in rec.calls]
         value = self.spec.base_loss(logits, y, temperature)

@@ -64,8 +64,8 @@ def main() -> int:
         from chillfl.config import load_config
         from chillfl.data.datasets import ArrayDataset
         from chillfl.data.federated import FederatedData
-        from chillfl.engine.run import intra_op_threads, rounds_for, run_experiment
-        from chillfl.engine.setup import build_experiment
+        from chillfl.runner import intra_op_threads, rounds_for, run_experiment
+        from chillfl.experiment import build_experiment
 
         import importlib.util
 

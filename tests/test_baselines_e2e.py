@@ -25,8 +25,8 @@ from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, Scaffol
 from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
 from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
-from chillfl.engine.loop import run_rounds
-from chillfl.engine.setup import build_data, build_experiment
+from chillfl.runner import rounds_for
+from chillfl.experiment import build_data, build_experiment
 from chillfl.errors import ConfigError
 from chillfl.training.local import LocalSpec, model_state, train_client
 
@@ -77,7 +77,7 @@ def run_and_spy(cfg: RunConfig, data: FederatedData) -> tuple[Any, list[dict[str
         return out
 
     exp.aggregator.aggregate = spy  # type: ignore[method-assign]
-    records = list(run_rounds(exp))
+    records = list(rounds_for(exp)(exp))
     return exp, records, pairs
 
 

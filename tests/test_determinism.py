@@ -6,7 +6,7 @@ import torch
 
 from chillfl.config import load_config
 from chillfl.engine.loop import sample_clients
-from chillfl.engine.run import run_experiment
+from chillfl.runner import run_experiment
 
 BASE = {
     "dataset.name": "digits",

@@ -16,9 +16,9 @@ from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, ServerCache, SoftLabelUplink
 from chillfl.distillation.methods import make_method, parse_distillation
-from chillfl.distillation.protocol import ClientState, ClientStore, run_distillation_rounds, soft_target_kl
-from chillfl.engine.run import run_experiment
-from chillfl.engine.setup import build_data, build_experiment
+from chillfl.distillation.protocol import ClientState, ClientStore, soft_target_kl
+from chillfl.runner import rounds_for, run_experiment
+from chillfl.experiment import build_data, build_experiment
 from chillfl.errors import ConfigError
 from chillfl.experiments import bundled_experiments, resolve_config
 from chillfl.metrics.communication import bytes_to_reach, communication_summary
@@ -285,7 +285,7 @@ def test_config_errors_name_the_field(extra, field):
 
 def test_run_checks_options_on_call():
     exp = build_experiment(load_config(None, tiny("scarlet")))
-    gen = run_distillation_rounds(exp)
+    gen = rounds_for(exp)(exp)
     assert next(gen)["round"] == 1
     gen.close()
 

@@ -17,10 +17,11 @@ from torch import nn
 from chillfl.aggregation.base import FedAvg
 from chillfl.config import load_config
 from chillfl.engine.executors import ClientJob, SequentialExecutor
-from chillfl.engine.parallel import VECTORIZE_MAX_PARAMS, choose_executor, make_parallel_executor, vectorized_workers
+from chillfl.protocols.parameters import ParameterClient
+from chillfl.engine.parallel import ExecutorSpec, VECTORIZE_MAX_PARAMS, choose_executor, make_parallel_executor, vectorized_workers
 from chillfl.engine.processes import ProcessExecutor, WorkerError, pack_tree
-from chillfl.engine.run import run_experiment
-from chillfl.engine.setup import Experiment
+from chillfl.runner import run_experiment
+from chillfl.experiment import Experiment
 from chillfl.engine.vectorized import NotVectorizable, VectorizedExecutor, chunk_size_for, dim_order, stack, stack_contexts
 from chillfl.errors import ConfigError
 from chillfl.temperature.base import ConstantTemperature
@@ -357,10 +358,10 @@ def test_choose_executor() -> None:
     assert choose_executor(VECTORIZE_MAX_PARAMS + 1, 10, 1) == "sequential"  # one worker: a big stack is slower
 
 
-def _experiment(executor: str, model: nn.Module) -> Experiment:
-    config = load_config(None, {"executor": executor, "federation.num_clients": 4})
+def _experiment(executor: str, model: nn.Module) -> ExecutorSpec:
     spec = LocalSpec(epochs=1, batch_size=8)
-    return Experiment(config, None, model, model_state(model), FedAvg(), ConstantTemperature(), spec)  # type: ignore[arg-type]
+    client = ParameterClient(model, 64)
+    return ExecutorSpec(model, spec, client, sum(v.numel() for v in model_state(model).values()), clients_per_round=4, threads=1)
 
 
 def test_make_parallel_executor_names_and_auto_log(caplog: pytest.LogCaptureFixture) -> None:

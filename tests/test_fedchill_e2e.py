@@ -10,8 +10,8 @@ import torch
 
 from chillfl.config import load_config
 from chillfl.data import ArrayDataset
-from chillfl.engine.run import run_experiment
-from chillfl.engine.setup import base_losses, build_algorithm, build_data, build_experiment, build_initial_model
+from chillfl.runner import run_experiment
+from chillfl.experiment import base_losses, build_algorithm, build_data, build_experiment, build_initial_model
 from chillfl.experiments import bundled_experiments, resolve_config
 from chillfl.report.compare import apply_variant, run_compare, variants_from_config
 from chillfl.temperature import make_policy

@@ -18,8 +18,8 @@ from chillfl.cli import main as cli_main
 from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
 from chillfl.engine.executors import ClientJob
-from chillfl.engine.run import run_experiment
-from chillfl.engine.setup import build_algorithm, build_data, build_experiment, build_initial_model
+from chillfl.runner import run_experiment
+from chillfl.experiment import build_algorithm, build_data, build_experiment, build_initial_model
 from chillfl.experiments import bundled_experiments, resolve_config
 from chillfl.metrics.stability import main as stability_main
 from chillfl.metrics.stability import stability_summary

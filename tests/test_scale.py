@@ -17,8 +17,8 @@ import torch
 from chillfl.config import load_config
 from chillfl.data.datasets import ArrayDataset
 from chillfl.data.federated import FederatedData
-from chillfl.engine.run import rounds_for
-from chillfl.engine.setup import build_experiment
+from chillfl.runner import rounds_for
+from chillfl.experiment import build_experiment
 
 
 class CountingData(FederatedData):

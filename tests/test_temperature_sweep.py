@@ -18,7 +18,7 @@ from chillfl.analysis.temperature_sweep import (
     run_temperature_sweep,
 )
 from chillfl.config import load_config
-from chillfl.engine.setup import build_data, build_initial_model
+from chillfl.experiment import build_data, build_initial_model
 from chillfl.errors import ConfigError
 from chillfl.temperature.heterogeneity import MEASURES
 from chillfl.training.local import LocalSpec, derive_seed, evaluate, train_client

@@ -1,6 +1,7 @@
 """The ``chillfl`` command line.
 
     chillfl run [CONFIG] [key=value ...]           one experiment (no CONFIG: the demo)
+    chillfl resume RUN_DIR                         continue an interrupted run from its checkpoint
     chillfl compare CONFIG --grid key=v1,v2 ...   variants on the same partition and seed
     chillfl data show CONFIG                       the partition: sizes, class counts, heat map
     chillfl list                                   registered datasets, models, methods, experiments
@@ -14,35 +15,47 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.errors import ConfigError
 from chillfl.experiments import bundled_experiments, resolve_config
 
+if TYPE_CHECKING:
+    from chillfl.runner import RunOutput
+
 DEMO = "demo"
 DEMO_GRID = ["temperature=1,0.25,0.05"]
 
 
-def _load(config: str | None, overrides: Sequence[str]) -> RunConfig:
+def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
     path = resolve_config(config) if config is not None else None
-    return load_config(path, parse_overrides(list(overrides)))
+    flags = {key: getattr(args, key) for key in ("device",) if args is not None and getattr(args, key, None) is not None}
+    return load_config(path, {**flags, **parse_overrides(list(overrides))})
+
+
+def _report(out: "RunOutput") -> int:
+    s = out.summary
+    parts = [f"{k}={s[k]:.4f}" for k in ("final_global_acc", "best_global_acc", "final_local_acc", "final_global_loss") if k in s]
+    print(" ".join(parts))
+    print(f"results: {out.folder}")
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     if args.config is None or args.config == DEMO:
         print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
               "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05.", file=sys.stderr)
-        return _compare(_load(DEMO, args.overrides), DEMO_GRID, None, args.quiet)
-    from chillfl.engine.run import run_experiment
+        return _compare(_load(DEMO, args.overrides, args), DEMO_GRID, None, args.quiet)
+    from chillfl.runner import run_experiment
 
-    config = _load(args.config, args.overrides)
-    out = run_experiment(config, progress=not args.quiet)
-    s = out.summary
-    parts = [f"{k}={s[k]:.4f}" for k in ("final_global_acc", "best_global_acc", "final_local_acc", "final_global_loss") if k in s]
-    print(" ".join(parts))
-    print(f"results: {out.folder}")
-    return 0
+    return _report(run_experiment(_load(args.config, args.overrides, args), progress=not args.quiet))
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from chillfl.runner import resume_experiment
+
+    return _report(resume_experiment(args.run_dir, progress=not args.quiet))
 
 
 def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quiet: bool) -> int:
@@ -55,12 +68,12 @@ def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quie
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    return _compare(_load(args.config, args.overrides), args.grid, args.reference, args.quiet)
+    return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, args.quiet)
 
 
 def cmd_data_show(args: argparse.Namespace) -> int:
     from chillfl.data.show import describe, plot_class_heatmap
-    from chillfl.engine.setup import build_data
+    from chillfl.experiment import build_data
 
     config = _load(args.config, args.overrides)
     data = build_data(config)
@@ -107,10 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("config", nargs="?", help="TOML config file or bundled experiment name (default: the demo)")
         p.add_argument("overrides", nargs="*", help="section.option=value overrides, e.g. client.lr=0.05")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+        p.add_argument("--device", help="cpu | cuda | cuda:N | mps | auto (the config's `device`)")
 
     p = sub.add_parser("run", help="run one experiment")
     common(p, False)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("resume", help="continue an interrupted run (a results/NAME.partial folder) from its checkpoint")
+    p.add_argument("run_dir", help="the interrupted run's folder")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("compare", help="run variants on the same partition and seed and tabulate")
     common(p, True)
@@ -158,6 +177,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("chillfl: interrupted; unfinished results are left in *.partial folders", file=sys.stderr)
         return 130
+    except Exception as exc:
+        from chillfl.runner import RunInterrupted
+
+        if not isinstance(exc, RunInterrupted):
+            raise
+        if exc.folder is not None:
+            print(f"chillfl: {exc}; resume with: chillfl resume {exc.folder}", file=sys.stderr)
+        else:
+            print(f"chillfl: {exc}; no checkpoint was written (checkpoint.every = 0 and a second signal)", file=sys.stderr)
+        return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -15,18 +15,33 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from chillfl.errors import ConfigError
-from chillfl.options import parse_options, require
+from chillfl.options import parse_options, require, require_range
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
+
+MAX_CLIENTS = 10**7
+MAX_ROUNDS = 10**7
+MAX_EPOCHS = 100_000
+MAX_THREADS = 4096
+"""More intra-op threads than this abort inside libgomp instead of raising."""
+MAX_BATCH = 2**31 - 1
+"""Batch and split sizes are C ints in torch's kernels."""
+MAX_NAME_BYTES = 200
+"""A run folder is ``<name>[-compare][-N][.partial]``: 200 bytes leave room for the
+suffixes under the 255-byte file-name limit of common file systems."""
+MAX_DEPTH = 32
+"""Config tables and lists nest no deeper than this (real configs: about 5)."""
 
 
 @dataclass(frozen=True)
@@ -41,8 +56,8 @@ class FederationConfig:
     """Fraction of clients sampled per round, in (0, 1] (ignored when clients_per_round is set)."""
 
     def validate(self, section: str) -> None:
-        require(self.num_clients >= 1, f"{section}.num_clients", f"must be >= 1, got {self.num_clients}")
-        require(self.rounds >= 1, f"{section}.rounds", f"must be >= 1, got {self.rounds}")
+        require_range(self.num_clients, 1, MAX_CLIENTS, f"{section}.num_clients")
+        require_range(self.rounds, 1, MAX_ROUNDS, f"{section}.rounds")
         require(0.0 < self.client_fraction <= 1.0, f"{section}.client_fraction", f"must be in (0, 1], got {self.client_fraction}")
         if self.clients_per_round is not None:
             require(
@@ -72,8 +87,8 @@ class ClientConfig:
     """Base loss: ``standard`` (temperature cross-entropy) or a gradient ablation (FedChill Table 5)."""
 
     def validate(self, section: str) -> None:
-        require(self.epochs >= 1, f"{section}.epochs", f"must be >= 1, got {self.epochs}")
-        require(self.batch_size >= 1, f"{section}.batch_size", f"must be >= 1, got {self.batch_size}")
+        require_range(self.epochs, 1, MAX_EPOCHS, f"{section}.epochs")
+        require_range(self.batch_size, 1, MAX_BATCH, f"{section}.batch_size")
         require(self.lr > 0, f"{section}.lr", f"must be > 0, got {self.lr}")
         require(0 < self.lr_decay <= 1.0, f"{section}.lr_decay", f"must be in (0, 1], got {self.lr_decay}")
         require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
@@ -105,8 +120,14 @@ class EvalConfig:
 
     def validate(self, section: str) -> None:
         require(self.every >= 1, f"{section}.every", f"must be >= 1, got {self.every}")
-        require(self.client_split_size >= 1, f"{section}.client_split_size", f"must be >= 1, got {self.client_split_size}")
-        require(self.batch_size >= 1, f"{section}.batch_size", f"must be >= 1, got {self.batch_size}")
+        require_range(self.client_split_size, 1, MAX_BATCH, f"{section}.client_split_size")
+        require_range(self.batch_size, 1, MAX_BATCH, f"{section}.batch_size")
+        if self.target_accuracy is not None:
+            require(
+                0 < self.target_accuracy <= 1,
+                f"{section}.target_accuracy",
+                f"must be an accuracy in (0, 1], got {self.target_accuracy}",
+            )
         if self.clients != "none":
             require(
                 self.client_split != "none",
@@ -116,6 +137,62 @@ class EvalConfig:
 
 
 EXECUTORS = ("auto", "sequential", "vectorized", "processes")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """When the run state is saved into the run folder (``checkpoint.pt``), so ``chillfl resume`` can continue.
+
+    ``every``: write the run state every k rounds (0: only when the run is
+    interrupted by SIGINT/SIGTERM). ``client_models``: also save every
+    client's own model at the end (protocols that keep per-client models).
+    """
+
+    every: int = 10
+    client_models: bool = False
+
+    def validate(self, section: str) -> None:
+        require(self.every >= 0, f"{section}.every", f"must be >= 0 (0 = only on interrupt), got {self.every}")
+
+
+def is_device_name(name: str) -> bool:
+    """``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto`` (N: up to three ASCII digits)."""
+    if name in ("cpu", "cuda", "mps", "auto"):
+        return True
+    head, _, index = name.partition(":")
+    return head == "cuda" and index.isascii() and index.isdigit() and len(index) <= 3
+
+
+def check_name(name: str, field: str = "name") -> None:
+    """A run name becomes a folder under ``out_dir``: it must not escape it or hide characters.
+
+    Refused: empty, ``.``/``..``, ``/`` or ``\\``, control and format characters
+    (newlines, NUL, terminal escapes, bidi overrides), more than
+    :data:`MAX_NAME_BYTES` bytes of UTF-8.
+    """
+    require(bool(name), field, "must be a non-empty name")
+    require(name not in (".", ".."), field, f"must not be {name!r}")
+    require("/" not in name and "\\" not in name, field, f"must not contain '/' or '\\', got {name!r}")
+    bad = [ch for ch in name if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")]
+    require(not bad, field, f"must not contain control characters, got {name!r}")
+    size = len(name.encode("utf-8", "surrogatepass"))
+    require(size <= MAX_NAME_BYTES, field, f"must be at most {MAX_NAME_BYTES} bytes of UTF-8, got {size}")
+
+
+def safe_name(label: str) -> str:
+    """A folder name for a variant label ("FedChill*" -> "FedChill_star", "T=0.5" -> "T0.5"), always a valid name."""
+    label = label.replace("=", "").replace(", ", "_").replace("*", "_star")
+    keep = [c if ((c.isalnum() and c.isprintable()) or c in "-_.") else "_" for c in label]
+    name = "".join(keep).strip("_.")
+    while len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        name = name[:-1]
+    return name or "variant"
+
+
+COMPARE_KEYS = ("reference", "baseline")
+PART_KEYS = {"dataset": "name", "partition": "name", "model": "name", "temperature": "policy", "algorithm": "name"}
+WHOLE_PARTS = (*PART_KEYS, "distillation")
+"""In a variant, a table for one of these replaces the part whole (its options belong to its name)."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +209,13 @@ class RunConfig:
     thread count changes float reduction order: bitwise reproducibility holds at a fixed count.
     One thread suits the small CPU models; raise it for large models. The vectorised executor
     trains chunks of clients on ``cores // threads`` worker threads (one when 0)."""
+    device: str = "auto"
+    """Where data, models and states live: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto``
+    (the first CUDA GPU if there is one, else the CPU). Results are bitwise reproducible per device."""
+    deterministic: bool = True
+    """On CUDA: use PyTorch's deterministic algorithms (``torch.use_deterministic_algorithms``)."""
     federation: FederationConfig = field(default_factory=FederationConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     dataset: dict[str, Any] = field(default_factory=lambda: {"name": "digits"})
@@ -149,11 +232,22 @@ class RunConfig:
 
     def validate(self, section: str) -> None:
         require(self.executor in EXECUTORS, "executor", f"unknown value {self.executor!r}; allowed: {', '.join(EXECUTORS)}")
-        require(self.threads >= 0, "threads", f"must be >= 0 (0 = torch's default), got {self.threads}")
-        require(bool(self.name) and "/" not in self.name, "name", f"must be a non-empty name without '/', got {self.name!r}")
-        for part, key in (("dataset", "name"), ("partition", "name"), ("model", "name"), ("temperature", "policy"), ("algorithm", "name")):
+        require(is_device_name(self.device), "device", f"unknown value {self.device!r}; allowed: cpu, cuda, cuda:N, mps, auto")
+        require_range(self.threads, 0, MAX_THREADS, "threads")
+        require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        check_name(self.name)
+        for part, key in PART_KEYS.items():
             table = getattr(self, part)
             require(isinstance(table.get(key), str), f"{part}.{key}", "is required (a string)")
+        if self.distillation:  # typed before the engine converts any of it (e.g. int(public_size))
+            from chillfl.distillation.methods import parse_distillation
+
+            parse_distillation(self.distillation)
+        for key, value in self.compare.items():
+            require(key in COMPARE_KEYS, f"compare.{key}", f"unknown option; allowed: {', '.join(COMPARE_KEYS)}")
+            require(isinstance(value, str), f"compare.{key}", f"expected a variant label (a string), got {value!r}")
+        for label, table in self.variants.items():
+            check_variant(self, label, table)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -173,7 +267,63 @@ class RunConfig:
 
 def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
     """Validate a plain nested dict (as read from TOML) into a RunConfig."""
+    check_depth(data)
     return parse_options(RunConfig, data, "")
+
+
+def check_depth(data: Mapping[str, Any], limit: int = MAX_DEPTH) -> None:
+    """Refuse tables/lists nested deeper than ``limit`` (iteratively: hostile nesting must not hit the recursion limit).
+
+    The error names the first two keys on the way down (``model.hidden``).
+    """
+    stack: list[tuple[Any, tuple[str, ...], int]] = [(data, (), 0)]
+    while stack:
+        node, keys, depth = stack.pop()
+        if depth > limit:
+            raise ConfigError(".".join(keys[:2]) or "config", f"nested more than {limit} levels deep")
+        if isinstance(node, Mapping):
+            stack.extend((v, (*keys, str(k)), depth + 1) for k, v in node.items())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((v, keys, depth + 1) for v in node)
+
+
+def merge_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
+    """Apply a variant's table of overrides to a config dict (in place).
+
+    A table for a pluggable part (:data:`WHOLE_PARTS`) replaces that part whole;
+    other tables are merged key by key; ``a.b`` keys are dotted paths.
+    """
+    for key, value in overrides.items():
+        if key in WHOLE_PARTS and isinstance(value, dict):
+            data[key] = dict(value)
+        elif isinstance(value, dict):
+            for sub, subval in value.items():
+                set_dotted(data, f"{key}.{sub}", subval)
+        else:
+            set_dotted(data, key, value)
+
+
+def variant_config(base: RunConfig, label: str, overrides: Mapping[str, Any]) -> RunConfig:
+    """The config of one variant of ``base``: its overrides applied, named after its label."""
+    for key in ("name", "variants", "compare"):
+        if key in overrides:
+            raise ConfigError(key, "cannot be set inside a variant (a variant's name is its label)")
+    data = base.to_dict()
+    data["variants"], data["compare"] = {}, {}
+    merge_overrides(data, overrides)
+    data["name"] = safe_name(label)
+    return config_from_dict(data)
+
+
+def check_variant(base: RunConfig, label: str, table: Any) -> None:
+    """Validate ``[variants.LABEL]`` against ``base``; errors name the variant (``variants.x.client.lr``)."""
+    field = f"variants.{label}"
+    if not isinstance(table, dict):
+        raise ConfigError(field, f"must be a table of overrides, got {table!r}")
+    try:
+        variant_config(base, label, table)
+    except ConfigError as exc:
+        raise ConfigError(f"{field}.{exc.field}", exc.message) from None
 
 
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
@@ -194,12 +344,14 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def parse_value(text: str) -> Any:
+def parse_value(text: str, field: str = "value") -> Any:
     """Interpret an override value as TOML (numbers, booleans, lists, quoted strings), else a bare string."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    except RecursionError:
+        raise ConfigError(field, "nested too deeply") from None
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
@@ -208,20 +360,41 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(item, "overrides look like section.option=value (e.g. client.lr=0.05)")
         key, _, text = item.partition("=")
-        out[key.strip()] = parse_value(text.strip())
+        out[key.strip()] = parse_value(text.strip(), key.strip())
     return out
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError("config", f"file not found: {p}")
     try:
+        if not p.is_file():
+            raise ConfigError("config", f"file not found: {p}")
         return tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("config", f"malformed TOML in {p}: {exc}") from None
     except UnicodeDecodeError:
         raise ConfigError("config", f"{p} is not a UTF-8 text file") from None
+    except RecursionError:
+        raise ConfigError("config", f"{p} nests tables or lists too deeply") from None
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read {p}: {exc.strerror or exc}") from None
+
+
+def _seed_default_parts(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
+    """Give an overridden part the file lacks its default table, so overrides merge per key.
+
+    ``partition.alpha=0.1`` on a file without ``[partition]`` means the default
+    partitioner with alpha 0.1 (defaults < file < overrides). An override that
+    picks another implementation (``partition.name=iid``) starts from an empty
+    table instead: the default's options belong to the default's name.
+    """
+    defaults = RunConfig()
+    for part, key in PART_KEYS.items():
+        if part in data or not any(k.startswith(part + ".") for k in overrides):
+            continue
+        table = copy.deepcopy(getattr(defaults, part))
+        if overrides.get(f"{part}.{key}", table[key]) == table[key]:
+            data[part] = table
 
 
 def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> RunConfig:
@@ -229,10 +402,42 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = N
     data: dict[str, Any] = read_toml(path) if path is not None else {}
     if path is not None and "name" not in data:
         data["name"] = Path(path).stem
+    check_depth(data)  # before deepcopy, which recurses
     data = copy.deepcopy(data)
-    for key, value in (overrides or {}).items():
+    overrides = overrides or {}
+    _seed_default_parts(data, overrides)
+    for key, value in overrides.items():
         set_dotted(data, key, value)
     return config_from_dict(data)
+
+
+def check_out_dir(out_dir: str) -> None:
+    """Refuse an ``out_dir`` that cannot hold result folders, before anything is written.
+
+    Walks up to the nearest existing ancestor: it must be a folder (not a file,
+    nor a path under a file) that this user can write into. Missing folders
+    below it are fine (they are created), but no path component may exceed
+    255 bytes. Writes nothing.
+    """
+    if not out_dir or "\0" in out_dir:
+        raise ConfigError("out_dir", f"must be a non-empty path without NUL characters, got {out_dir!r}")
+    path = Path(out_dir).absolute()
+    for part in path.parts:
+        if len(os.fsencode(part)) > 255:
+            raise ConfigError("out_dir", f"a path component is longer than 255 bytes: {part[:40]!r}...")
+    probe = path
+    try:
+        while not probe.exists():
+            if probe.is_symlink():  # a dangling link: mkdir would fail on it
+                raise ConfigError("out_dir", f"{probe} is a broken symbolic link")
+            probe = probe.parent
+        if not probe.is_dir():
+            where = "is a file" if probe == path else f"sits under {probe}, which is a file"
+            raise ConfigError("out_dir", f"{out_dir} {where}, not a folder")
+    except OSError as exc:
+        raise ConfigError("out_dir", f"cannot use {out_dir}: {exc.strerror or exc}") from None
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError("out_dir", f"{probe} is not writable by this user")
 
 
 def is_finite_number(x: Any) -> bool:

@@ -7,14 +7,36 @@ Keeping one exception type means library code never prints or exits itself.
 
 from __future__ import annotations
 
+import unicodedata
+
+_LINE_BREAKING = {"Cc", "Cf", "Cs", "Co", "Zl", "Zp"}  # control, format, surrogate, private use, line/paragraph separators
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x00``, ``\\u202e``), so an error stays one line."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if unicodedata.category(ch) in _LINE_BREAKING:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(ch)
+    return "".join(out)
+
 
 class ConfigError(ValueError):
-    """A bad user-supplied value: names the field and what is allowed."""
+    """A bad user-supplied value: names the field and what is allowed.
+
+    ``field`` and ``message`` keep the raw text; ``str()`` escapes control
+    characters, because a key or value from a hostile file must not be able to
+    turn the CLI's one error line into several (or into terminal escapes).
+    """
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         self.message = message
-        super().__init__(f"{field}: {message}")
+        super().__init__(f"{one_line(field)}: {one_line(message)}")
 
 
 def choice_error(field: str, value: object, allowed: "list[str] | tuple[str, ...]") -> ConfigError:

@@ -10,15 +10,20 @@ start-up instead of silently using a default.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import types
 import typing
-from typing import Any, Mapping, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 from chillfl.errors import ConfigError
 
 T = TypeVar("T")
 
 _NUMERIC = (int, float)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""Every integer option fits in int64: numpy and torch take them as C integers."""
+GIB = 2**30
 
 
 def _type_name(tp: Any) -> str:
@@ -43,44 +48,61 @@ def coerce(value: Any, tp: Any, field: str) -> Any:
             except ConfigError as exc:
                 errors.append(exc)
         allowed = " or ".join(_type_name(a) for a in args if a is not type(None))
-        raise ConfigError(field, f"expected {allowed}, got {value!r}")
+        raise ConfigError(field, errors[0].message if len(errors) == 1 else f"expected {allowed}, got {_short(value)}")
     if origin is typing.Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
-            raise ConfigError(field, f"unknown value {value!r}; allowed: {', '.join(map(str, allowed))}")
+            raise ConfigError(field, f"unknown value {_short(value)}; allowed: {', '.join(map(str, allowed))}")
         return value
     if origin in (list, tuple):
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise ConfigError(field, f"expected a list, got {value!r}")
+            raise ConfigError(field, f"expected a list, got {_short(value)}")
         args = typing.get_args(tp)
         inner = args[0] if args else Any
         items = [coerce(v, inner, field) for v in value]
         return tuple(items) if origin is tuple else items
     if origin is dict or tp is dict:
         if not isinstance(value, Mapping):
-            raise ConfigError(field, f"expected a table, got {value!r}")
+            raise ConfigError(field, f"expected a table, got {_short(value)}")
         return dict(value)
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(field, f"expected true or false, got {value!r}")
+        raise ConfigError(field, f"expected true or false, got {_short(value)}")
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, _NUMERIC):
-            raise ConfigError(field, f"expected a number, got {value!r}")
-        return float(value)
+            raise ConfigError(field, f"expected a number, got {_short(value)}")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):  # inf/NaN pass every `x > 0` style range check, or fail it silently
+            raise ConfigError(field, f"must be a finite number, got {_short(value)}")
+        return number
     if tp is int:
         if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
-            raise ConfigError(field, f"expected an integer, got {value!r}")
-        return int(value)
+            raise ConfigError(field, f"expected an integer, got {_short(value)}")
+        number = int(value)
+        if not INT64_MIN <= number <= INT64_MAX:
+            raise ConfigError(field, f"must fit in 64 bits (|x| < 2**63), got {_short(value)}")
+        return number
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(field, f"expected a string, got {value!r}")
+            raise ConfigError(field, f"expected a string, got {_short(value)}")
+        if "\0" in value:  # paths and names with NUL raise deep inside the OS layer
+            raise ConfigError(field, f"must not contain NUL characters, got {_short(value)}")
         return value
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
-            raise ConfigError(field, f"expected a table, got {value!r}")
+            raise ConfigError(field, f"expected a table, got {_short(value)}")
         return parse_options(tp, value, field)
     return value
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, so a 10**400 or a 1 MB string gives a readable error."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {len(str(abs(value)))} digits"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def join_field(section: str, key: str) -> str:
@@ -111,6 +133,51 @@ def require(condition: bool, field: str, message: str) -> None:
     """Raise ConfigError(field, message) unless ``condition`` holds."""
     if not condition:
         raise ConfigError(field, message)
+
+
+def require_range(value: float, lo: float, hi: float, field: str) -> None:
+    """Raise ConfigError unless lo <= value <= hi (bounds that keep sizes and loops sane)."""
+    require(lo <= value <= hi, field, f"must be in [{lo}, {hi}], got {value}")
+
+
+def total_memory_bytes() -> int | None:
+    """Physical memory of this machine (None where ``os.sysconf`` cannot tell)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def require_memory(need: float, field: str, what: str) -> None:
+    """Refuse, before allocating, a run whose estimate ``need`` (bytes) exceeds the machine's memory.
+
+    One line with the estimate, so a typo such as ``width = 10**9`` fails at
+    once instead of swapping, or aborting inside the allocator.
+    """
+    total = total_memory_bytes()
+    if total is not None and need > total:
+        amount = f"{need / GIB:,.1f} GiB" if math.isfinite(need) and need < 2**100 else "more than any machine has"
+        raise ConfigError(field, f"{what} needs at least {amount} of memory; this machine has {total / GIB:,.1f} GiB")
+
+
+def blame(options: Any, estimate: Callable[[Any], float], section: str, default_field: str) -> str:
+    """The option whose reset to its default lowers ``estimate`` most: the field a memory error names.
+
+    ``options`` is a dataclass instance; returns ``default_field`` when no
+    single option is to blame (e.g. an architecture too big at its defaults).
+    """
+    current = estimate(options)
+    best, best_value = default_field, current
+    for f in dataclasses.fields(options):
+        if f.default is dataclasses.MISSING or getattr(options, f.name) == f.default:
+            continue
+        try:
+            value = estimate(dataclasses.replace(options, **{f.name: f.default}))
+        except Exception:  # noqa: BLE001 - a reset that does not build is simply not the culprit
+            continue
+        if value < best_value:
+            best, best_value = join_field(section, f.name), value
+    return best
 
 
 @dataclasses.dataclass(frozen=True)

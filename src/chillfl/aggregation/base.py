@@ -8,13 +8,16 @@ A round of the parameter-sharing protocol is::
 
 Aggregators own their server- and per-client state (SCAFFOLD control
 variates, FedOpt moments, PA3Fed score histories) as plain attributes keyed by
-client id, so that nothing hides in module globals.
+client id, so that nothing hides in module globals. That state is exposed
+through ``state_dict()`` / ``load_state_dict()`` for checkpoints: nested
+dicts with string keys (client ids as ``str``), lists, tensors and plain
+scalars, restored so that a resumed run is bitwise the one that never stopped.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Collection, Mapping, Protocol, Sequence
 
 import torch
 
@@ -70,6 +73,54 @@ class Aggregator(Protocol):
         """Metrics of the last aggregation (e.g. FGN, CLP flag) for metrics.jsonl."""
         ...
 
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        """Announce the round's sampled clients before any downlink (FedMut balances its signs on it)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything ``aggregate``/``downlink`` carry between rounds (``{}`` when stateless)."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an aggregator built with the same arguments."""
+        ...
+
+
+def check_state_keys(state: Mapping[str, Any], keys: Collection[str], owner: str) -> None:
+    """Refuse a state of another layout (e.g. a SCAFFOLD checkpoint loaded into FedAvg) instead of half-loading it."""
+    if set(state) != set(keys):
+        raise ValueError(f"{owner} state must have keys {sorted(keys)}, got {sorted(state)}")
+
+
+def params_state(params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A name -> tensor dict as state (a shallow copy: the aggregators never update their tensors in place)."""
+    return dict(params)
+
+
+def load_params(state: Mapping[str, Any]) -> Params:
+    """Inverse of :func:`params_state`, checking that every leaf is a tensor."""
+    if not isinstance(state, Mapping):
+        raise ValueError(f"expected a name -> tensor table, got {type(state).__name__}")
+    out: Params = {}
+    for key, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"state entry {key!r} must be a tensor, got {type(value).__name__}")
+        out[str(key)] = value
+    return out
+
+
+def client_params_state(per_client: Mapping[int, Mapping[str, torch.Tensor]]) -> dict[str, dict[str, torch.Tensor]]:
+    """Per-client tensors keyed by ``str(client_id)`` (state keys must be strings), insertion order kept."""
+    return {str(cid): dict(params) for cid, params in per_client.items()}
+
+
+def load_client_params(state: Mapping[str, Any]) -> dict[int, Params]:
+    """Inverse of :func:`client_params_state`."""
+    out: dict[int, Params] = {}
+    for cid, params in state.items():
+        out[int(cid)] = load_params(params)
+    return out
+
 
 def sample_weights(results: Sequence[ClientResult]) -> torch.Tensor:
     """FedAvg weights m_i / sum m_i (float64 so the sum is exact enough)."""
@@ -121,3 +172,14 @@ class FedAvg:
 
     def round_metrics(self) -> Mapping[str, Any]:
         return {}
+
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        """FedAvg needs no announcement."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """FedAvg (and FedProx, whose ``mu`` is configuration) keeps nothing between rounds."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, (), type(self).__name__)

@@ -25,7 +25,16 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+from chillfl.aggregation.base import (
+    ClientResult,
+    Downlink,
+    Params,
+    check_state_keys,
+    client_params_state,
+    load_client_params,
+    sample_weights,
+    weighted_average,
+)
 
 
 @dataclass(frozen=True)
@@ -78,3 +87,14 @@ class FedBN:
 
     def round_metrics(self) -> Mapping[str, Any]:
         return {}
+
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every client's own BN entries: they exist nowhere else (the global model has the average)."""
+        return {"local_bn": client_params_state(self.local_bn)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("local_bn",), "FedBN")
+        self.local_bn = load_client_params(state["local_bn"])

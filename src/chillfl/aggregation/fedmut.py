@@ -40,7 +40,16 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
 
-from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+from chillfl.aggregation.base import (
+    ClientResult,
+    Downlink,
+    Params,
+    check_state_keys,
+    load_params,
+    params_state,
+    sample_weights,
+    weighted_average,
+)
 from chillfl.options import require
 from chillfl.training.local import derive_seed
 
@@ -118,3 +127,24 @@ class FedMut:
 
     def round_metrics(self) -> Mapping[str, Any]:
         return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """w_g^{t-1} (None before the first aggregation) and the last announced round's clients.
+
+        The announcement is saved too, so a checkpoint taken between
+        ``begin_round`` and the downlinks still gives the balanced signs.
+        """
+        announced_round, ids = self._round_ids
+        return {
+            "previous": None if self.previous is None else params_state(self.previous),
+            "round_ids": {"round": announced_round, "client_ids": list(ids)},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("previous", "round_ids"), "FedMut")
+        previous = state["previous"]
+        self.previous = None if previous is None else load_params(previous)
+        announced = state["round_ids"]
+        check_state_keys(announced, ("round", "client_ids"), "FedMut round_ids")
+        rnd = announced["round"]
+        self._round_ids = (None if rnd is None else int(rnd), [int(c) for c in announced["client_ids"]])

@@ -33,7 +33,13 @@ from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
-from chillfl.aggregation.base import ClientResult, FedAvg, Params, weighted_average
+from chillfl.aggregation.base import (
+    ClientResult,
+    FedAvg,
+    Params,
+    check_state_keys,
+    weighted_average,
+)
 from chillfl.options import require
 
 
@@ -86,3 +92,11 @@ class FedNova(FedAvg):
 
     def round_metrics(self) -> Mapping[str, Any]:
         return {"tau_eff": self._tau_eff}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Only the last round's tau_eff (a metric), kept so ``round_metrics`` reads the same after a resume."""
+        return {"tau_eff": self._tau_eff}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("tau_eff",), "FedNova")
+        self._tau_eff = float(state["tau_eff"])

@@ -31,7 +31,16 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
 
-from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+from chillfl.aggregation.base import (
+    ClientResult,
+    Downlink,
+    Params,
+    check_state_keys,
+    load_params,
+    params_state,
+    sample_weights,
+    weighted_average,
+)
 from chillfl.options import require
 
 ServerOptimizer = Literal["adam", "yogi", "adagrad"]
@@ -101,3 +110,15 @@ class FedOpt:
 
     def round_metrics(self) -> Mapping[str, Any]:
         return {}
+
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The server moments ``m`` and ``v`` (float64, one per optimised key; empty before the first round)."""
+        return {"m": params_state(self.m), "v": params_state(self.v)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("m", "v"), f"FedOpt({self.optimizer})")
+        self.m = load_params(state["m"])
+        self.v = load_params(state["v"])

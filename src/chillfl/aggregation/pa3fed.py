@@ -67,7 +67,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from chillfl.aggregation.base import Aggregator, ClientResult, Downlink, Params
+from chillfl.aggregation.base import Aggregator, ClientResult, Downlink, Params, check_state_keys
 from chillfl.metrics.fgn import federated_gradient_norm, is_clp
 from chillfl.options import require
 from chillfl.training.local import split_state
@@ -276,3 +276,31 @@ class PA3Fed:
 
     def round_metrics(self) -> Mapping[str, Any]:
         return self._metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        """Scores s_i^{t-sigma} (by ``str(cid)``), FGN(t-1) and the base's own state under ``"base"``.
+
+        The last round's metrics are not saved: ``aggregate`` rebuilds them
+        from scratch every round.
+        """
+        return {
+            "base": self._base_hook("state_dict")(),
+            "last_score": {str(cid): float(score) for cid, score in self.last_score.items()},
+            "previous_fgn": self.previous_fgn,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("base", "last_score", "previous_fgn"), "PA3Fed")
+        self._base_hook("load_state_dict")(state["base"])
+        self.last_score = {int(cid): float(score) for cid, score in state["last_score"].items()}
+        fgn = state["previous_fgn"]
+        self.previous_fgn = None if fgn is None else float(fgn)
+        self._metrics = {}
+
+    def _base_hook(self, name: str) -> Callable[..., Any]:
+        # not part of WeightedAggregator: that protocol is checked at run time and
+        # test doubles without checkpoint support must still be accepted as bases
+        hook = getattr(self.base, name, None)
+        if not callable(hook):
+            raise TypeError(f"PA3Fed's base {type(self.base).__name__} has no {name}(); it cannot be checkpointed")
+        return hook

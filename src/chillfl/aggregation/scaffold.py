@@ -44,7 +44,18 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
 
-from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+from chillfl.aggregation.base import (
+    ClientResult,
+    Downlink,
+    Params,
+    check_state_keys,
+    client_params_state,
+    load_client_params,
+    load_params,
+    params_state,
+    sample_weights,
+    weighted_average,
+)
 from chillfl.aggregation.fednova import effective_steps
 from chillfl.options import require
 
@@ -133,3 +144,16 @@ class Scaffold:
     def round_metrics(self) -> Mapping[str, Any]:
         norm = sum(float((v.double() ** 2).sum()) for v in self.control.values()) ** 0.5
         return {"control_norm": norm}
+
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The server control ``c`` and every client's ``c_i`` (clients never sampled have none: zeros)."""
+        return {"control": params_state(self.control), "client_controls": client_params_state(self.client_controls)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("control", "client_controls"), "SCAFFOLD")
+        # key order of c is kept: round_metrics sums its squares in that order
+        self.control = load_params(state["control"])
+        self.client_controls = load_client_params(state["client_controls"])

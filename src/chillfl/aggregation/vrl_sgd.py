@@ -40,7 +40,16 @@ from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
-from chillfl.aggregation.base import ClientResult, Downlink, Params, sample_weights, weighted_average
+from chillfl.aggregation.base import (
+    ClientResult,
+    Downlink,
+    Params,
+    check_state_keys,
+    client_params_state,
+    load_client_params,
+    sample_weights,
+    weighted_average,
+)
 from chillfl.aggregation.fednova import effective_steps
 from chillfl.options import require
 
@@ -92,3 +101,14 @@ class VRLSGD:
 
     def round_metrics(self) -> Mapping[str, Any]:
         return {}
+
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every client's ``Delta_i`` (clients never sampled have none: zeros)."""
+        return {"deltas": client_params_state(self.deltas)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("deltas",), "VRL-SGD")
+        self.deltas = load_client_params(state["deltas"])

@@ -62,7 +62,7 @@ from tqdm import tqdm
 
 from chillfl.config import RunConfig
 from chillfl.engine.results import to_toml, unique_dir
-from chillfl.engine.setup import base_losses, build_data, build_initial_model
+from chillfl.experiment import base_losses, build_data, build_initial_model
 from chillfl.errors import ConfigError, choice_error
 from chillfl.metrics.correlation import correlation_table
 from chillfl.metrics.correlation import format_table as format_correlation

@@ -29,6 +29,7 @@ Choices
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,11 @@ import torch
 from chillfl.data import loaders
 from chillfl.data.loaders import RawSplit
 from chillfl.errors import ConfigError, choice_error
-from chillfl.options import parse_options, require
+from chillfl.options import blame, parse_options, require, require_memory, require_range
+
+MAX_SEED = 2**63 - 1
+MAX_NUMPY_LEGACY_SEED = 2**32 - 1
+"""``np.random.seed`` (used by the mnist1d package) takes seeds below 2**32."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,6 +125,7 @@ class DigitsOptions:
 
     def validate(self, section: str) -> None:
         require(0 < self.test_fraction < 1, f"{section}.test_fraction", f"must be in (0, 1), got {self.test_fraction}")
+        require_range(self.split_seed, 0, MAX_SEED, f"{section}.split_seed")
 
 
 def build_digits(opts: DigitsOptions, data_dir: Path) -> ArrayDataset:
@@ -144,6 +150,7 @@ class Mnist1dOptions:
     def validate(self, section: str) -> None:
         require(100 <= self.num_samples <= 200_000, f"{section}.num_samples", f"must be in [100, 200000], got {self.num_samples}")
         require(0 < self.train_split < 1, f"{section}.train_split", f"must be in (0, 1), got {self.train_split}")
+        require_range(self.seed, 0, MAX_NUMPY_LEGACY_SEED, f"{section}.seed")
 
 
 def build_mnist1d(opts: Mnist1dOptions, data_dir: Path) -> ArrayDataset:
@@ -183,14 +190,44 @@ class SyntheticOptions:
     test_fraction: float = 0.2
 
     def validate(self, section: str) -> None:
-        require(self.num_clients >= 1, f"{section}.num_clients", f"must be >= 1, got {self.num_clients}")
+        require_range(self.num_clients, 1, SYNTHETIC_MAX_CLIENTS, f"{section}.num_clients")
         require(self.alpha >= 0, f"{section}.alpha", f"must be >= 0, got {self.alpha}")
         require(self.beta >= 0, f"{section}.beta", f"must be >= 0, got {self.beta}")
-        require(self.dim >= 1, f"{section}.dim", f"must be >= 1, got {self.dim}")
-        require(self.num_classes >= 2, f"{section}.num_classes", f"must be >= 2, got {self.num_classes}")
-        require(self.size_log_sigma >= 0, f"{section}.size_log_sigma", f"must be >= 0, got {self.size_log_sigma}")
-        require(self.min_samples >= 2, f"{section}.min_samples", f"must be >= 2, got {self.min_samples}")
+        require_range(self.dim, 1, SYNTHETIC_MAX_DIM, f"{section}.dim")
+        require_range(self.num_classes, 2, SYNTHETIC_MAX_DIM, f"{section}.num_classes")
+        require_range(self.seed, 0, MAX_SEED, f"{section}.seed")
+        require_range(self.size_log_mean, -SYNTHETIC_MAX_LOG, SYNTHETIC_MAX_LOG, f"{section}.size_log_mean")
+        require_range(self.size_log_sigma, 0, SYNTHETIC_MAX_LOG, f"{section}.size_log_sigma")
+        require_range(self.min_samples, 2, 2**31 - 1, f"{section}.min_samples")
         require(0 < self.test_fraction < 1, f"{section}.test_fraction", f"must be in (0, 1), got {self.test_fraction}")
+
+
+SYNTHETIC_MAX_CLIENTS = 10**6
+SYNTHETIC_MAX_DIM = 10**6
+SYNTHETIC_MAX_LOG = 50.0
+"""exp(50) samples is already absurd; beyond it lognormal sizes overflow int64."""
+
+
+def synthetic_sizes(opts: SyntheticOptions, rng: np.random.Generator) -> np.ndarray:
+    """Per-client sample counts (the generator's first draw) as floats, so they can be checked before casting."""
+    return np.floor(rng.lognormal(opts.size_log_mean, opts.size_log_sigma, opts.num_clients)) + opts.min_samples
+
+
+def synthetic_bytes(opts: SyntheticOptions) -> float:
+    """Memory the generator needs: float64 draws and float32 copies of all samples, plus one client's logits."""
+    with np.errstate(over="ignore"):
+        sizes = synthetic_sizes(opts, np.random.default_rng(opts.seed))
+        total, largest = float(sizes.sum()), float(sizes.max())
+    return total * (opts.dim * 8 * 2 + 16) + largest * opts.num_classes * 8 + opts.num_classes * opts.dim * 8
+
+
+def check_synthetic_memory(opts: SyntheticOptions, section: str) -> None:
+    """Refuse, before generating anything, a Synthetic dataset larger than this machine's memory."""
+    need = synthetic_bytes(opts)
+    if not math.isfinite(need):
+        need = math.inf
+    field = blame(opts, synthetic_bytes, section, f"{section}.size_log_mean")
+    require_memory(need, field, f"synthetic data ({opts.num_clients} clients x dim {opts.dim})")
 
 
 def synthetic_client(
@@ -209,6 +246,7 @@ def synthetic_client(
 
 
 def build_synthetic(opts: SyntheticOptions, data_dir: Path) -> ArrayDataset:
+    check_synthetic_memory(opts, "dataset")
     rng = np.random.default_rng(opts.seed)
     sizes = rng.lognormal(opts.size_log_mean, opts.size_log_sigma, opts.num_clients).astype(np.int64) + opts.min_samples
     train_parts: list[tuple[np.ndarray, np.ndarray]] = []

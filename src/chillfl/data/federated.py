@@ -90,7 +90,7 @@ class FederatedData:
         if self.noise is None or self.noise[cid] == 0 or len(x) == 0:
             return x
         gen = torch.Generator().manual_seed(noise_seed(self.seed, cid, split))
-        return x + self.noise[cid] * torch.randn(x.shape, generator=gen, dtype=x.dtype)
+        return x + self.noise[cid] * torch.randn(x.shape, generator=gen, dtype=x.dtype).to(x.device)  # drawn on the CPU on every device
 
     def client_train(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Client ``cid``'s training inputs (with its fixed feature noise, if any) and labels."""
@@ -112,9 +112,15 @@ class FederatedData:
         """Unlabelled public pool inputs (empty when public_size == 0)."""
         return self.dataset.x_train[torch.from_numpy(self.public_indices)]
 
+    def to(self, device: torch.device | str) -> "FederatedData":
+        """The same split with the dataset's tensors on ``device`` (indices stay NumPy arrays)."""
+        ds = self.dataset
+        moved = dataclasses.replace(ds, x_train=ds.x_train.to(device), y_train=ds.y_train.to(device), x_test=ds.x_test.to(device), y_test=ds.y_test.to(device))
+        return dataclasses.replace(self, dataset=moved)
+
     def class_counts(self) -> np.ndarray:
         """[clients, classes] train label counts."""
-        y = self.dataset.y_train.numpy()
+        y = self.dataset.y_train.cpu().numpy()
         return np.stack([np.bincount(y[ix], minlength=self.num_classes) for ix in self.train_indices]).astype(np.int64)
 
 

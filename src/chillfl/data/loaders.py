@@ -13,6 +13,9 @@ Choices
   that already points there); MNIST-style files may also sit in torchvision's
   ``MNIST/raw`` / ``FashionMNIST/raw`` folders, plain or gzipped.
 * CIFAR-100 uses the 100 fine labels by default (``labels = "coarse"`` for 20).
+* No file executes code: the CIFAR pickles are read by :class:`CifarUnpickler`,
+  which admits only the few numpy callables the format uses; SVHN ``.mat``
+  files (scipy), idx files and HAR text files are parsed, never unpickled.
 """
 
 from __future__ import annotations
@@ -67,14 +70,68 @@ CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR100_URL = "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
 
 
+def _numpy_globals() -> dict[tuple[str, str], Any]:
+    """The globals a CIFAR batch refers to, under numpy 1 and numpy 2 module names."""
+    try:
+        from numpy._core import multiarray, numeric  # numpy >= 2
+    except ImportError:  # pragma: no cover - numpy 1
+        from numpy.core import multiarray, numeric  # type: ignore[no-redef]
+    allowed: dict[tuple[str, str], Any] = {
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        ("_codecs", "encode"): _latin1_bytes,  # how Python 3 writes bytes at protocols 0-2
+    }
+    for module in ("numpy.core", "numpy._core"):
+        allowed[(f"{module}.multiarray", "_reconstruct")] = multiarray._reconstruct
+        allowed[(f"{module}.numeric", "_frombuffer")] = numeric._frombuffer  # protocol-5 pickles of arrays
+    return allowed
+
+
+def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
+    """``_codecs.encode`` as Python 3 pickles bytes at protocols 0-2 (latin-1 only; other codecs refused)."""
+    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
+        raise pickle.UnpicklingError(f"refusing _codecs.encode with {encoding!r}")
+    return text.encode("latin1")
+
+
+class CifarUnpickler(pickle.Unpickler):
+    """Unpickles CIFAR's python batches (dicts of bytes, lists of ints/bytes, numpy arrays) and nothing else.
+
+    ``pickle.load`` calls whatever a file names (``os.system`` included), so a
+    crafted ``data_batch_1`` under ``data_dir`` would run code. ``find_class`` here
+    resolves only an explicit table of numpy names, never by import; anything
+    else raises :class:`pickle.UnpicklingError` (reported as a ConfigError naming
+    the file). Object arrays are refused too: their items would be unpickled
+    through the same table, but the format never has them.
+    """
+
+    ALLOWED = _numpy_globals()
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = self.ALLOWED.get((module, name))
+        if found is None:
+            raise pickle.UnpicklingError(f"refusing to load {module}.{name}: not part of the CIFAR format")
+        return found
+
+
+def load_cifar_batch(path: Path) -> Any:
+    """One CIFAR batch file through :class:`CifarUnpickler` (py2 ``str`` keys come back as ``bytes``)."""
+    with open(path, "rb") as f:
+        return CifarUnpickler(f, encoding="bytes").load()
+
+
 def _read_pickle(path: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
     try:
-        with open(path, "rb") as f:
-            batch = pickle.load(f, encoding="bytes")
-        data = np.asarray(batch[b"data"], dtype=np.uint8)
-        labels = np.asarray(batch[label_key], dtype=np.int64)
+        batch = load_cifar_batch(path)
+        if not isinstance(batch, dict):
+            raise TypeError(f"expected a dict, got {type(batch).__name__}")
+        raw, raw_labels = batch[b"data"], batch[label_key]
+        if isinstance(raw, np.ndarray) and raw.dtype.hasobject:
+            raise TypeError("object arrays are not part of the format")
+        data = np.asarray(raw, dtype=np.uint8)
+        labels = np.asarray(raw_labels, dtype=np.int64)
         images = data.reshape(len(data), 3, 32, 32)
-    except (pickle.UnpicklingError, EOFError, KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+    except (pickle.UnpicklingError, EOFError, KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError, MemoryError) as exc:
         raise _corrupt(path, exc) from exc
     if len(labels) != len(images):
         raise _corrupt(path, f"{len(images)} images but {len(labels)} labels")

@@ -197,9 +197,13 @@ def _iid(
     return Partition(list(np.array_split(rng.permutation(len(labels)), k)))
 
 
+MAX_RETRIES = 10_000
+"""An impossible ``min_size`` must fail in seconds, not loop for days."""
+
+
 @dataclass(frozen=True)
 class DirichletOptions:
-    """``alpha``: concentration (> 0); ``min_size``: redraw until every client has this many samples."""
+    """``alpha``: concentration (> 0); ``min_size``: redraw (at most ``max_retries`` times) until every client has this many samples."""
 
     alpha: float = 0.5
     min_size: int = 0
@@ -209,7 +213,11 @@ class DirichletOptions:
     def validate(self, section: str) -> None:
         require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
         require(self.min_size >= 0, f"{section}.min_size", f"must be >= 0, got {self.min_size}")
-        require(self.max_retries >= 1, f"{section}.max_retries", f"must be >= 1, got {self.max_retries}")
+        require(
+            1 <= self.max_retries <= MAX_RETRIES,
+            f"{section}.max_retries",
+            f"must be in [1, {MAX_RETRIES}], got {self.max_retries}",
+        )
 
 
 def _dirichlet_once(labels: np.ndarray, k: int, c: int, rng: np.random.Generator, opts: DirichletOptions) -> Partition:

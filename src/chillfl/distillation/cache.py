@@ -60,7 +60,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 import types
-from typing import Literal
+from typing import Any, Literal, Mapping
 
 import numpy as np
 import torch
@@ -220,6 +220,37 @@ class CacheUpdate:
 
     soft_labels: torch.Tensor
     downlink: SoftLabelDownlink
+
+
+def _rows_state(values: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
+    """Cached rows as one stacked tensor (one safetensors entry, not thousands) when they share shape and dtype."""
+    if values and all(v.shape == values[0].shape and v.dtype == values[0].dtype and v.device == values[0].device for v in values):
+        return torch.stack(values)
+    return list(values) if values else torch.empty((0, 0))
+
+
+def _load_rows(state: Any, n: int) -> list[torch.Tensor]:
+    """Inverse of :func:`_rows_state`; each row gets its own storage, as the cache's clones had."""
+    if isinstance(state, torch.Tensor) and state.dim() >= 1:
+        rows = list(state.unbind(0))
+    elif isinstance(state, list) and all(isinstance(r, torch.Tensor) for r in state):
+        rows = list(state)
+    else:
+        raise ValueError(f"cache state: soft-label rows must be a stacked tensor or a list of tensors, got {type(state).__name__}")
+    if len(rows) != n:
+        raise ValueError(f"cache state holds {len(rows)} soft-label rows for {n} indices")
+    return [r.clone() for r in rows]
+
+
+def _int_list(state: Any, name: str) -> list[int]:
+    if isinstance(state, torch.Tensor):
+        return [int(v) for v in state.tolist()]
+    raise ValueError(f"cache state entry {name!r} must be an integer tensor, got {type(state).__name__}")
+
+
+def _check_keys(state: Mapping[str, Any], keys: tuple[str, ...], owner: str) -> None:
+    if set(state) != set(keys):
+        raise ValueError(f"{owner} state must have keys {sorted(keys)}, got {sorted(state)}")
 
 
 @dataclass
@@ -390,6 +421,64 @@ class ServerCache:
         for i in [i for i, lives in self._lifetimes.items() if lives[-1][1] <= oldest]:
             del self._lifetimes[i]  # no known client can still hold a lifetime that ended by `oldest`
 
+    # ---- checkpoints -----------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Entries, lifetimes of dropped entries, per-client sync rounds, change log and the last round.
+
+        Integer bookkeeping is stored as int64 tensors (flattened, insertion
+        order kept) so a large public set stays a handful of tensors:
+        ``entries``: ``indices``, ``stored_rounds``, ``values`` (rows stacked);
+        ``lifetimes``: ``indices``, ``stored``, ``deleted`` (one row per past lifetime);
+        ``changes``: ``rounds``, ``indices`` (one row per changed index).
+        """
+        life = [(i, s, d) for i, lives in self._lifetimes.items() for s, d in lives]
+        changes = [(u, i) for u, changed in self._changes.items() for i in sorted(changed)]
+        return {
+            "entries": {
+                "indices": torch.tensor(list(self._entries), dtype=torch.long),
+                "stored_rounds": torch.tensor([e.stored_round for e in self._entries.values()], dtype=torch.long),
+                "values": _rows_state([e.value for e in self._entries.values()]),
+            },
+            "lifetimes": {
+                "indices": torch.tensor([x[0] for x in life], dtype=torch.long),
+                "stored": torch.tensor([x[1] for x in life], dtype=torch.long),
+                "deleted": torch.tensor([x[2] for x in life], dtype=torch.long),
+            },
+            "synced": {str(cid): int(r) for cid, r in self._synced.items()},
+            "changes": {
+                "rounds": torch.tensor([x[0] for x in changes], dtype=torch.long),
+                "indices": torch.tensor([x[1] for x in changes], dtype=torch.long),
+            },
+            "last_round": self._last_round,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        _check_keys(state, ("entries", "lifetimes", "synced", "changes", "last_round"), "ServerCache")
+        ent = state["entries"]
+        _check_keys(ent, ("indices", "stored_rounds", "values"), "ServerCache entries")
+        indices = _int_list(ent["indices"], "entries.indices")
+        stored = _int_list(ent["stored_rounds"], "entries.stored_rounds")
+        values = _load_rows(ent["values"], len(indices))
+        if len(stored) != len(indices):
+            raise ValueError("ServerCache state: entries.indices and entries.stored_rounds differ in length")
+        life = state["lifetimes"]
+        _check_keys(life, ("indices", "stored", "deleted"), "ServerCache lifetimes")
+        life_rows = list(zip(*(_int_list(life[k], f"lifetimes.{k}") for k in ("indices", "stored", "deleted")), strict=True))
+        ch = state["changes"]
+        _check_keys(ch, ("rounds", "indices"), "ServerCache changes")
+        change_rows = list(zip(_int_list(ch["rounds"], "changes.rounds"), _int_list(ch["indices"], "changes.indices"), strict=True))
+
+        self._entries = {i: _Entry(v, r) for i, r, v in zip(indices, stored, values)}
+        self._lifetimes = {}
+        for i, s, d in life_rows:
+            self._lifetimes.setdefault(i, []).append((s, d))
+        self._synced = {int(cid): int(r) for cid, r in state["synced"].items()}
+        self._changes = {}
+        for u, i in change_rows:
+            self._changes.setdefault(u, set()).add(i)
+        last = state["last_round"]
+        self._last_round = None if last is None else int(last)
+
 
 @dataclass
 class ClientCache:
@@ -449,3 +538,23 @@ class ClientCache:
         if not rows:
             return torch.empty((0, fresh.shape[1] if fresh.dim() == 2 else 0), dtype=fresh.dtype)
         return torch.stack(rows)
+
+    # ---- checkpoints -----------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The local entries (``indices`` int64, ``values`` rows stacked), the sync round, and the owner's id as a check."""
+        return {
+            "client_id": int(self.client_id),
+            "synced_round": self.synced_round,
+            "indices": torch.tensor(list(self._values), dtype=torch.long),
+            "values": _rows_state(list(self._values.values())),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        _check_keys(state, ("client_id", "synced_round", "indices", "values"), "ClientCache")
+        if int(state["client_id"]) != self.client_id:
+            raise ValueError(f"cache state of client {state['client_id']} loaded into client {self.client_id}")
+        indices = _int_list(state["indices"], "indices")
+        values = _load_rows(state["values"], len(indices))
+        self._values = dict(zip(indices, values))
+        synced = state["synced_round"]
+        self.synced_round = None if synced is None else int(synced)

@@ -324,12 +324,23 @@ class SoftLabelMethod:
         """Bytes one client downloads for ``rows`` fresh soft-label rows (float32)."""
         return int(rows.numel()) * 4
 
-    def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """The distillation target ``[n, C]`` from the rebuilt rows of the previous round."""
+    def target_hint(self, cid: int) -> int | None:
+        """Server side: what client ``cid`` must know to pick its target from the downlink rows (sent with them)."""
+        return None
+
+    def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor], hint: int | None = None) -> torch.Tensor:
+        """The distillation target ``[n, C]`` from the rebuilt rows of the previous round (client side)."""
         return rows
 
     def round_metrics(self) -> dict[str, Any]:
         return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The server-side state carried across rounds (checkpoints); none by default."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        return None
 
 
 def stack_uplinks(indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink], num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -418,6 +429,17 @@ class CFD(SoftLabelMethod):
         o = self.options
         return compress(mean, o.bits_down, o.one_bit, o.renormalize)
 
+    def state_dict(self) -> dict[str, Any]:
+        """Each client's last uplink codes as the server's delta decoder holds them."""
+        return {str(cid): coder.state_dict() for cid, coder in self._coders.items()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._coders = {}
+        for cid, coder_state in state.items():
+            coder = DeltaCoder(self.options.bits_up, self.num_classes)
+            coder.load_state_dict(coder_state)
+            self._coders[int(cid)] = coder
+
     def downlink_soft_bytes(self, rows: torch.Tensor) -> int:
         if rows.numel() == 0:
             return 0
@@ -487,10 +509,14 @@ class COMET(SoftLabelMethod):
             return int(rows.shape[0]) * self.num_classes * 4
         return int(rows.numel()) * 4
 
-    def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def target_hint(self, cid: int) -> int | None:
+        """Client granularity: the block of the client's cluster (last block = the plain mean when unassigned)."""
+        return self._assign.get(cid, self.options.num_clusters) if self.options.granularity == "client" else None
+
+    def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor], hint: int | None = None) -> torch.Tensor:
         nc, c = self.num_classes, self.options.num_clusters
         if self.options.granularity == "client":
-            block = self._assign.get(cid, c)  # unassigned -> the plain-mean block
+            block = self.target_hint(cid) if hint is None else hint
             return rows[:, block * nc : (block + 1) * nc]
         cents = rows.reshape(rows.shape[0], c, nc)
         own = own_probs()
@@ -499,6 +525,13 @@ class COMET(SoftLabelMethod):
 
     def round_metrics(self) -> dict[str, Any]:
         return {"comet_clusters": self._num_clusters_used}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"assign": {str(k): v for k, v in self._assign.items()}, "clusters_used": self._num_clusters_used}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._assign = {int(k): int(v) for k, v in state["assign"].items()}
+        self._num_clusters_used = int(state["clusters_used"])
 
 
 class SelectiveFD(SoftLabelMethod):
@@ -536,10 +569,11 @@ class SelectiveFD(SoftLabelMethod):
 
     def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: Any) -> SoftLabelUplink:
         keep = state.in_distribution[indices] if indices.numel() else torch.zeros(0, dtype=torch.bool)
-        self._kept.append(float(keep.float().mean()) if keep.numel() else 1.0)
         return SoftLabelUplink(client_id=cid, round=round, indices=indices[keep], soft_labels=probs[keep], send_indices=True)
 
     def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
+        n = int(indices.numel())  # the fraction each client kept (float32, as the mean of its bool mask)
+        self._kept = [float(torch.tensor(float(len(up.indices))) / n) if n else 1.0 for up in uplinks]
         stack, keep = stack_uplinks(indices, uplinks, self.num_classes)
         mean, counts = masked_mean(stack, keep)
         sample_keep = counts > 0
@@ -554,6 +588,12 @@ class SelectiveFD(SoftLabelMethod):
         out = {"selective_client_kept": float(np.mean(self._kept)) if self._kept else None, "selective_server_kept": self._server_kept}
         self._kept = []
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"server_kept": self._server_kept}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._server_kept = float(state["server_kept"])
 
 
 class Individual(SoftLabelMethod):

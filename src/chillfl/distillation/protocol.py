@@ -1,15 +1,19 @@
 """The soft-label round protocol (DS-FL / SCARLET family), SCARLET Algorithms 1 and 2.
 
-Every client keeps its own model across rounds; models never travel. Read top
-to bottom, round t (1-based, as in Algorithm 1) is::
+Every client keeps its own model across rounds; models never travel. It runs
+in the one round loop (:func:`chillfl.engine.loop.run_rounds`) under every
+executor: the server side (:class:`SoftLabelProtocol`) builds each client's
+typed downlink, and the client side (:class:`SoftLabelClient`) is a pure client
+update that yields its distillation and training jobs. Read top to bottom,
+round t (1-based, as in Algorithm 1) is::
 
     sampled = sample_clients(seed, t)                    # sorted client ids
     I^t     = sorted seeded draw of |P^t| public indices
     I_req^t = cache.request(t, I^t)                      # = I^t without a cache
-    for k in sampled (client-id order; each state loaded, used, stored back):
+    for k in sampled (client update, any executor; its state travels with its task):
         receive   I_req^t; and, if t > 1, round t-1's downlink (+ a catch-up
-                  delta if k missed rounds) -> rebuild zhat^{t-1} over P^{t-1}
-                  and check it equals the server's, row for row
+                  delta if k missed rounds) -> rebuild zhat^{t-1} over P^{t-1};
+                  the server checks (by digest) it equals its own, row for row
         distil    KL(target || softmax(f(x))) on P^{t-1}, E_dist epochs, eta_dist   (Eq. 3)
         train     on private data, the ONE local step (train_client), at the
                   temperature policy's T
@@ -46,19 +50,24 @@ Choices
   ``max_clients_in_memory`` clients) keeps each client's model, cache and
   selector mask in one ``torch.save`` file under a temporary directory
   (``state_dir`` or the system temp dir), removed when the run ends; only the
-  client being processed is in memory. Memory and disk give bit-identical runs.
+  round's clients are in memory. Memory and disk give bit-identical runs.
+* **Bytes.** The downlink counts its own bytes when the server builds it
+  (the method prices its soft-labels: CFD's bits, COMET's per-cluster rows);
+  the uplink is priced by the method on arrival (CFD's delta coder is the
+  server's copy of what each client last sent). The cache check digest is a
+  simulation check, not a message, and costs nothing.
 * The aggregator built by ``[algorithm]`` is ignored; objective terms that
   need a global model (FedProx, SCAFFOLD, ...) are rejected.
 """
 
 from __future__ import annotations
 
-import math
+import hashlib
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -66,14 +75,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from chillfl.distillation.cache import CacheOutOfSyncError, ClientCache, CacheSyncDelta, ServerCache, SoftLabelDownlink
+from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, ClientCache, ServerCache, SoftLabelDownlink, SoftLabelUplink
 from chillfl.distillation.era import entropy
 from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabelMethod, make_method, parse_distillation, public_inputs
 from chillfl.engine.ledger import CommunicationLedger, index_bytes, signal_bytes
-from chillfl.engine.loop import sample_clients
-from chillfl.engine.setup import Experiment
+from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.errors import ConfigError
-from chillfl.training.local import LocalSpec, derive_seed, evaluate, split_state, train_client
+from chillfl.protocols.common import Evaluation, LocalLog, local_evaluation, record_message
+from chillfl.temperature.base import TemperaturePolicy
+from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, split_state, train_client
 
 Params = dict[str, torch.Tensor]
 
@@ -187,6 +197,26 @@ class ClientStore:
         else:
             self._states[cid] = state
 
+    def ids(self) -> list[int]:
+        """Client ids with a stored state, sorted."""
+        if not self.on_disk:
+            return sorted(self._states)
+        assert self.root is not None
+        return sorted(int(f.stem.removeprefix("client-")) for f in self.root.glob("client-*.pt"))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every stored client's state as plain tensors and ints (loaded one at a time from disk)."""
+        out = {}
+        for cid in self.ids():
+            state = self.load(cid)
+            assert state is not None
+            out[str(cid)] = state.to_payload()
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for key, payload in state.items():
+            self.save(int(key), ClientState.from_payload(int(key), dict(payload)))
+
     def close(self) -> None:
         self._states.clear()
         if self.root is not None:
@@ -194,7 +224,104 @@ class ClientStore:
             self.root = None
 
 
-# ---------------------------------------------------------------- the protocol
+# ---------------------------------------------------------------- messages
+
+
+@dataclass
+class SoftLabelRoundDownlink:
+    """Server -> client k at round t: I_req^t, round t-1's downlink (+ catch-up delta), lr, T and seeds.
+
+    ``sizes`` are the message's bytes by kind, priced by the server's method
+    when it builds the message (see the module's Choices).
+    """
+
+    round: int
+    requested: torch.Tensor
+    lr: float
+    temperature: float
+    train_seed: int
+    distill_seed: int
+    previous: SoftLabelDownlink | None = None
+    previous_indices: torch.Tensor | None = None
+    sync: CacheSyncDelta | None = None
+    hint: int | None = None
+    sizes: dict[str, int] | None = None
+
+    def nbytes(self) -> dict[str, int]:
+        return dict(self.sizes or {})
+
+
+@dataclass
+class SoftLabelReport:
+    """Client k -> server at round t: its soft-labels (None: nothing requested or no collaboration) and its round's numbers."""
+
+    soft: SoftLabelUplink | None
+    train_loss: float
+    num_samples: int
+    distill_loss: float | None = None
+    rebuilt_digest: str | None = None
+
+
+def rows_digest(rows: torch.Tensor) -> str:
+    """A digest of soft-label rows, bit for bit (the cache check compares client and server copies)."""
+    data = rows.detach().to("cpu", torch.float32).contiguous()
+    return hashlib.sha256(f"{tuple(data.shape)}".encode() + data.numpy().tobytes()).hexdigest()
+
+
+# ---------------------------------------------------------------- client side
+
+
+@dataclass(frozen=True)
+class SoftLabelClient:
+    """The client update of Algorithm 1 (pure: its state comes with the task and goes back in the reply)."""
+
+    model: nn.Module
+    method: SoftLabelMethod
+    x_public: torch.Tensor
+    initial_state: Params
+    distill_spec: LocalSpec
+    distill_lr: float
+    eval_batch_size: int
+    collaborative: bool
+    use_cache: bool
+
+    def update(self, task: ClientTask[SoftLabelRoundDownlink, ClientState]) -> ClientProgram:
+        cid, d, data = task.client_id, task.downlink, task.data
+        state = task.state or ClientState({n: v.clone() for n, v in self.initial_state.items()}, ClientCache(cid) if self.use_cache else None)
+        distill_loss, digest = None, None
+        if self.collaborative:
+            self.method.prepare_client(cid, state, data.x, self.x_public)
+            if d.previous is not None:
+                rows = d.previous.soft_labels
+                if state.cache is not None:
+                    assert d.sync is not None
+                    state.cache.apply_sync(d.sync)
+                    rows = state.cache.rebuild(d.previous)
+                    digest = rows_digest(rows)
+                if rows.shape[0] > 0:
+                    assert d.previous_indices is not None
+                    x_prev = self.x_public[d.previous_indices]
+                    model = state.model
+
+                    def own() -> torch.Tensor:
+                        return predict_proba(self.model, model, x_prev, self.eval_batch_size)
+
+                    target = self.method.client_target(cid, rows, own, hint=d.hint).to(torch.float32)
+                    job = ClientJob(cid, state.model, x_prev, target, self.distill_lr, 1.0, {}, d.distill_seed, self.distill_spec)
+                    out: LocalOutcome = yield job
+                    state.model, distill_loss = out.params, out.mean_loss
+        out = yield ClientJob(cid, state.model, data.x, data.y, d.lr, d.temperature, {}, d.train_seed)
+        state.model = out.params
+        acc, loss = local_evaluation(self.model, state.model, data, self.eval_batch_size)
+        soft = None
+        if self.collaborative and d.requested.numel() > 0:
+            probs = predict_proba(self.model, state.model, self.x_public[d.requested], self.eval_batch_size)
+            soft = self.method.upload(cid, d.round, d.requested, probs, state)
+        report = SoftLabelReport(soft, out.mean_loss, len(data.y), distill_loss, digest)
+        return ClientReply(cid, report, state, acc, loss)
+
+
+# ---------------------------------------------------------------- server side
 
 
 @dataclass
@@ -206,41 +333,39 @@ class Broadcast:
     downlink: SoftLabelDownlink  # gamma^t, fresh rows, I^t
     rows: torch.Tensor  # zhat^t as every client must rebuild it, [n, D]
 
+    def state_dict(self) -> dict[str, Any]:
+        d = self.downlink
+        return {
+            "round": self.round, "indices": self.indices, "rows": self.rows,
+            "down": {"round": d.round, "indices": d.indices, "signals": d.signals, "soft_labels": d.soft_labels, "bits": d.bits},
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> "Broadcast":
+        d = state["down"]
+        down = SoftLabelDownlink(round=int(d["round"]), indices=d["indices"], signals=d["signals"], soft_labels=d["soft_labels"], bits=d["bits"])
+        return cls(int(state["round"]), state["indices"], down, state["rows"])
+
 
 @dataclass
-class _Context:
-    exp: Experiment
-    setup: DistillationSetup
-    method: SoftLabelMethod
-    x_public: torch.Tensor
-    client_spec: LocalSpec
-    distill_spec: LocalSpec
-    server_spec: LocalSpec
+class _Specs:
+    client: LocalSpec
+    distill: LocalSpec
+    server: LocalSpec
     server_lr: float
     on_disk: bool
 
 
-def _prepare(exp: Experiment) -> _Context:
-    """Parse and check everything before the first round (errors name the field)."""
-    cfg = exp.config
-    setup = parse_distillation(cfg.distillation)
-    if exp.spec.terms:
-        raise ConfigError(
-            "algorithm.name",
-            f"{cfg.algorithm.get('name')!r} adds objective terms that need a global model; the soft-label protocol supports fedavg only",
-        )
-    c = setup.common
-    x_public = public_inputs(setup, exp.data, cfg.seed, cfg.data_dir) if setup.spec.collaborative else torch.zeros((0,))
-    method = make_method(setup, exp.data.num_classes, cfg.seed)
-    spec = exp.spec
-    distill_spec = LocalSpec(
+def _specs(exp: Any, setup: DistillationSetup, method: SoftLabelMethod) -> _Specs:
+    cfg, spec, c = exp.config, exp.spec, setup.common
+    distill = LocalSpec(
         epochs=c.distill_epochs,
         batch_size=c.distill_batch_size or cfg.client.batch_size,
         momentum=spec.momentum,
         weight_decay=spec.weight_decay,
         base_loss=weighted_kl(method.distill_weight),
     )
-    server_spec = LocalSpec(
+    server = LocalSpec(
         epochs=c.server_epochs or cfg.client.epochs,
         batch_size=c.server_batch_size or c.distill_batch_size or cfg.client.batch_size,
         momentum=spec.momentum,
@@ -248,203 +373,206 @@ def _prepare(exp: Experiment) -> _Context:
         base_loss=soft_target_kl,
     )
     on_disk = c.client_store == "disk" or (c.client_store == "auto" and exp.data.num_clients > c.max_clients_in_memory)
-    return _Context(exp, setup, method, x_public, spec, distill_spec, server_spec, c.server_lr or c.distill_lr, on_disk)
+    return _Specs(spec, distill, server, c.server_lr or c.distill_lr, on_disk)
 
 
-def run_distillation_rounds(exp: Experiment) -> Iterator[dict[str, Any]]:
-    """Yield one metrics record per round of the soft-label protocol (options are checked on call)."""
-    return _rounds(_prepare(exp))
+class SoftLabelProtocol:
+    """The server side: public draws, the cache (gamma^t), aggregation, the server model, client states."""
 
-
-def _mean(values: list[float]) -> float | None:
-    vals = [v for v in values if not math.isnan(v)]
-    return float(np.mean(vals)) if vals else None
-
-
-def _rounds(ctx: _Context) -> Iterator[dict[str, Any]]:  # noqa: C901 - the loop is meant to be read top to bottom
-    exp, setup, method = ctx.exp, ctx.setup, ctx.method
-    cfg, data, model = exp.config, exp.data, exp.model
-    common = setup.common
-    collaborative = setup.spec.collaborative
-    x_public = ctx.x_public
-    universe = max(len(x_public), 1)
-    enc = common.index_encoding
-    x_test, y_test = data.test()
-    k = cfg.federation.sample_size()
-    eval_local = cfg.eval.clients != "none"
-    ledger = CommunicationLedger()
-    store = ClientStore(ctx.on_disk, common.state_dir)
-    server_state = {n: v.clone() for n, v in exp.initial_state.items()}
-    use_cache = setup.uses_cache
-    cache = ServerCache(setup.cache_duration, common.cache_on_expire) if use_cache else None
-    twin = ServerCache(setup.cache_duration, common.cache_on_expire) if use_cache and method.separate_server_rows else None
-    latest_acc: dict[int, float] = {}
-    latest_loss: dict[int, float] = {}
-    prev: Broadcast | None = None
-    try:
-        for rnd in range(cfg.federation.rounds):
-            t = rnd + 1
-            sampled = sample_clients(cfg.seed, rnd, data.num_clients, k)
-            lr = cfg.client.lr_at(rnd)
-            if collaborative:
-                drawn = draw_public_subset(cfg.seed, rnd, len(x_public), common.subset_size)
-                requested = cache.request(t, drawn) if cache is not None else drawn
-            uplinks = []
-            train_losses, distill_losses, weights, temps = [], [], [], []
-            verified = 0
-            for cid in sampled:
-                state = store.load(cid)
-                if state is None:
-                    state = ClientState({n: v.clone() for n, v in exp.initial_state.items()}, ClientCache(cid) if use_cache else None)
-                x, y = data.client_train(cid)
-                if collaborative:
-                    method.prepare_client(cid, state, x, x_public)
-                    ledger.record(rnd, "down", "indices", index_bytes(requested.numel(), universe, enc), cid)
-                    if prev is not None:
-                        rows = _receive(ctx, ledger, rnd, cid, state, prev, cache)
-                        verified += int(cache is not None)
-                        if rows.shape[0] > 0:
-                            x_prev = x_public[prev.indices]
-                            target = method.client_target(cid, rows, lambda: predict_proba(model, state.model, x_prev, cfg.eval.batch_size))
-                            gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "distill", cid, rnd))
-                            out = train_client(
-                                model, state.model, x_prev, target.to(torch.float32),
-                                spec=ctx.distill_spec, lr=common.distill_lr, temperature=1.0, context={}, generator=gen,
-                            )
-                            state.model = out.params
-                            distill_losses.append(out.mean_loss)
-                temperature = exp.policy.temperature(cid, rnd)
-                gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "train", cid, rnd))
-                out = train_client(model, state.model, x, y, spec=ctx.client_spec, lr=lr, temperature=temperature, context={}, generator=gen)
-                state.model = out.params
-                train_losses.append(out.mean_loss)
-                weights.append(len(y))
-                temps.append(float(temperature))
-                local_acc = None
-                if eval_local:
-                    xe, ye = data.client_eval(cid)
-                    local_acc, local_loss = evaluate(model, state.model, xe, ye, cfg.eval.batch_size)
-                    latest_acc[cid], latest_loss[cid] = local_acc, local_loss
-                exp.policy.observe(cid, rnd, local_acc)
-                if collaborative and requested.numel() > 0:
-                    probs = predict_proba(model, state.model, x_public[requested], cfg.eval.batch_size)
-                    up = method.upload(cid, t, requested, probs, state)
-                    for kind, nbytes in method.uplink_bytes(up).items():
-                        ledger.record(rnd, "up", kind, nbytes, cid)
-                    uplinks.append(up)
-                store.save(cid, state)
-
-            record: dict[str, Any] = {"round": t, "lr": lr, "clients": sampled}
-            w = np.asarray(weights, dtype=np.float64)
-            record["train_loss"] = float(np.dot(w, train_losses) / w.sum()) if w.sum() > 0 else float(np.mean(train_losses))
-            record["temperature_mean"] = float(np.mean(temps))
-            if distill_losses:
-                record["distill_loss"] = float(np.mean(distill_losses))
-            if collaborative:
-                prev, server_metrics = _server_round(ctx, t, drawn, requested, uplinks, cache, twin, server_state)
-                server_state = server_metrics.pop("_state")
-                record.update(server_metrics)
-                if cache is not None:
-                    record["sync_verified"] = verified
-            sent = ledger.round_totals(rnd)
-            record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
-            record["bytes_cumulative"] = ledger.cumulative()["total"]
-            record["bytes_detail"] = {key: v for key, v in sent.items() if "." in key}
-            snapshot = exp.policy.snapshot()
-            if snapshot:
-                record["temperatures"] = {str(c): float(v) for c, v in sorted(snapshot.items())}
-            if eval_local:
-                ids = sampled if cfg.eval.clients == "sampled" else sorted(latest_acc)
-                record["local_acc"] = _mean([latest_acc[c] for c in ids])
-                record["local_loss"] = _mean([latest_loss[c] for c in ids])
-                record["local_clients"] = len(ids)
-            if collaborative and ((t % cfg.eval.every == 0) or t == cfg.federation.rounds):
-                acc, loss = evaluate(model, server_state, x_test, y_test, cfg.eval.batch_size)
-                record["global_acc"], record["global_loss"] = acc, loss
-                record["server_acc"], record["server_loss"] = acc, loss
-                if cfg.eval.clients == "all":
-                    per_client = [evaluate(model, server_state, *data.client_eval(c), cfg.eval.batch_size)[0] for c in range(data.num_clients)]
-                    record["global_client_acc"] = _mean(per_client)
-            record.update(method.round_metrics())
-            yield record
-    finally:
-        store.close()
-
-
-def _receive(
-    ctx: _Context, ledger: CommunicationLedger, rnd: int, cid: int, state: ClientState, prev: Broadcast, cache: ServerCache | None
-) -> torch.Tensor:
-    """Client ``cid`` receives round t-1's downlink (after a catch-up delta) and rebuilds zhat^{t-1}.
-
-    With the cache, the rebuilt rows must equal the server's bit for bit; a
-    mismatch raises :class:`CacheOutOfSyncError` (SCARLET's synchronisation
-    guarantee, checked in every run).
-    """
-    enc = ctx.setup.common.index_encoding
-    universe = max(len(ctx.x_public), 1)
-    down = prev.downlink
-    ledger.record(rnd, "down", "indices", index_bytes(down.indices.numel(), universe, enc), cid)
-    ledger.record(rnd, "down", "soft_labels", ctx.method.downlink_soft_bytes(down.soft_labels), cid)
-    if cache is None:
-        return down.soft_labels
-    assert state.cache is not None
-    delta = cache.sync(cid, prev.round)
-    ledger.record(rnd, "down", "sync", delta.nbytes(enc, universe), cid)
-    ledger.record(rnd, "down", "cache_signals", signal_bytes(down.signals.numel()), cid)
-    state.cache.apply_sync(delta)
-    rows = state.cache.rebuild(down)
-    if rows.shape != prev.rows.shape or not torch.equal(rows, prev.rows):
-        raise CacheOutOfSyncError(f"client {cid}: rebuilt soft-labels of round {prev.round} differ from the server's")
-    return rows
-
-
-def _server_round(
-    ctx: _Context,
-    t: int,
-    drawn: torch.Tensor,
-    requested: torch.Tensor,
-    uplinks: list[Any],
-    cache: ServerCache | None,
-    twin: ServerCache | None,
-    server_state: Params,
-) -> tuple[Broadcast, dict[str, Any]]:
-    """Aggregate, update the cache (gamma^t), train the server model on P^t with zhat^t."""
-    exp, method = ctx.exp, ctx.method
-    cfg = exp.config
-    num_classes = exp.data.num_classes
-    if uplinks:
-        agg = method.aggregate(t, requested, uplinks)
-    else:  # nothing requested (all of P^t validly cached)
-        empty = torch.zeros(0, dtype=torch.bool)
-        agg = Aggregate(empty, torch.zeros((0, method.row_width())), torch.zeros((0, num_classes)))
-    kept = set(requested[agg.keep].tolist()) if requested.numel() else set()
-    fresh_all = set(requested.tolist())
-    used = torch.tensor([i for i in drawn.tolist() if i not in fresh_all or i in kept], dtype=torch.long)
-    if cache is not None:
-        upd = cache.update(t, used, agg.rows.to(torch.float32))
-        rows_full, downlink = upd.soft_labels, upd.downlink
-        targets = twin.update(t, used, agg.server_rows.to(torch.float32)).soft_labels if twin is not None else rows_full
-    else:
-        rows_full = agg.rows.to(torch.float32)
-        downlink = SoftLabelDownlink(round=t, indices=used, signals=torch.zeros(0, dtype=torch.uint8), soft_labels=rows_full)
-        targets = agg.server_rows.to(torch.float32)
-    state = server_state
-    if used.numel() > 0:
-        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "server", t))
-        out = train_client(
-            exp.model, server_state, ctx.x_public[used], targets,
-            spec=ctx.server_spec, lr=ctx.server_lr, temperature=1.0, context={}, generator=gen,
+    def __init__(self, exp: Any, evaluation: Evaluation) -> None:
+        """``exp``: the built experiment (:class:`chillfl.experiment.Experiment`); options are checked here."""
+        cfg = exp.config
+        setup = parse_distillation(cfg.distillation)
+        if exp.spec.terms:
+            raise ConfigError(
+                "algorithm.name",
+                f"{cfg.algorithm.get('name')!r} adds objective terms that need a global model; the soft-label protocol supports fedavg only",
+            )
+        self.config, self.setup, self.model = cfg, setup, exp.model
+        self.policy: TemperaturePolicy = exp.policy
+        self.evaluation = evaluation
+        device = evaluation.device
+        c = setup.common
+        self.collaborative = setup.spec.collaborative
+        self.x_public = public_inputs(setup, exp.data, cfg.seed, cfg.data_dir).to(device) if self.collaborative else torch.zeros((0,))
+        self.method = make_method(setup, exp.data.num_classes, cfg.seed)
+        self.specs = _specs(exp, setup, self.method)
+        self.universe = max(len(self.x_public), 1)
+        self.ledger = CommunicationLedger()
+        self.log = LocalLog()
+        self.store = ClientStore(self.specs.on_disk, c.state_dir)
+        self.server_state: Params = {n: v.clone() for n, v in exp.initial_state.items()}
+        use_cache = setup.uses_cache
+        self.cache = ServerCache(setup.cache_duration, c.cache_on_expire) if use_cache else None
+        self.twin = ServerCache(setup.cache_duration, c.cache_on_expire) if use_cache and self.method.separate_server_rows else None
+        self.prev: Broadcast | None = None
+        self._draw: tuple[torch.Tensor, torch.Tensor] = (torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+        self.client = SoftLabelClient(
+            exp.model, self.method, self.x_public, self.server_state, self.specs.distill, c.distill_lr,
+            cfg.eval.batch_size, self.collaborative, use_cache,
         )
-        state = out.params
-    metrics: dict[str, Any] = {
-        "_state": state,
-        "public_drawn": int(drawn.numel()),
-        "public_requested": int(requested.numel()),
-        "public_used": int(used.numel()),
-        "soft_label_entropy": float(entropy(targets).mean()) if targets.numel() else None,
-    }
-    if cache is not None:
-        metrics["cache_hit_ratio"] = 1.0 - requested.numel() / max(drawn.numel(), 1)
-        metrics["cache_size"] = len(cache)
-    metrics.update({f"agg_{key}": v for key, v in agg.metrics.items()})
-    return Broadcast(t, used, downlink, rows_full), metrics
+
+    # ------------------------------------------------------------ one round
+
+    def configure(self, rnd: int, sampled: Sequence[int]) -> list[ClientTask[SoftLabelRoundDownlink, ClientState]]:
+        cfg, t, enc = self.config, rnd + 1, self.setup.common.index_encoding
+        requested = torch.zeros(0, dtype=torch.long)
+        if self.collaborative:
+            drawn = draw_public_subset(cfg.seed, rnd, len(self.x_public), self.setup.common.subset_size)
+            requested = self.cache.request(t, drawn) if self.cache is not None else drawn
+            self._draw = (drawn, requested)
+        lr = cfg.client.lr_at(rnd)
+        tasks = []
+        for cid in sampled:
+            sizes: dict[str, int] = {}
+            down = SoftLabelRoundDownlink(
+                t, requested, lr, self.policy.temperature(cid, rnd),
+                derive_seed(cfg.seed, "train", cid, rnd), derive_seed(cfg.seed, "distill", cid, rnd), sizes=sizes,
+            )
+            if self.collaborative:
+                sizes["indices"] = index_bytes(requested.numel(), self.universe, enc)
+                if self.prev is not None:
+                    prev = self.prev.downlink
+                    down.previous, down.previous_indices, down.hint = prev, self.prev.indices, self.method.target_hint(cid)
+                    sizes["indices"] += index_bytes(prev.indices.numel(), self.universe, enc)
+                    sizes["soft_labels"] = self.method.downlink_soft_bytes(prev.soft_labels)
+                    if self.cache is not None:
+                        down.sync = self.cache.sync(cid, self.prev.round)
+                        sizes["sync"] = down.sync.nbytes(enc, self.universe)
+                        sizes["cache_signals"] = signal_bytes(prev.signals.numel())
+            tasks.append(ClientTask(cid, rnd, down, self.evaluation.client_data(cid), self.store.load(cid)))
+        return tasks
+
+    def server_update(
+        self, rnd: int, tasks: Sequence[ClientTask[SoftLabelRoundDownlink, ClientState]], replies: Sequence[ClientReply[SoftLabelReport, ClientState]]
+    ) -> dict[str, Any]:
+        cfg, t = self.config, rnd + 1
+        expected = rows_digest(self.prev.rows) if self.prev is not None and self.cache is not None else None
+        uplinks, train_losses, distill_losses, weights, temps = [], [], [], [], []
+        verified = 0
+        for task, reply in zip(tasks, replies):
+            cid, report = task.client_id, reply.uplink
+            record_message(self.ledger, rnd, "down", task.downlink, cid)
+            if expected is not None:
+                if report.rebuilt_digest != expected:
+                    raise CacheOutOfSyncError(f"client {cid}: rebuilt soft-labels of round {t - 1} differ from the server's")
+                verified += 1
+            self.log.observe(reply)
+            self.policy.observe(cid, rnd, reply.local_acc)
+            if report.soft is not None:
+                for kind, nbytes in self.method.uplink_bytes(report.soft).items():
+                    self.ledger.record(rnd, "up", kind, nbytes, cid)
+                uplinks.append(report.soft)
+            assert reply.state is not None
+            self.store.save(cid, reply.state)
+            train_losses.append(report.train_loss)
+            weights.append(report.num_samples)
+            temps.append(float(task.downlink.temperature))
+            if report.distill_loss is not None:
+                distill_losses.append(report.distill_loss)
+
+        record: dict[str, Any] = {"round": t, "lr": cfg.client.lr_at(rnd), "clients": [task.client_id for task in tasks]}
+        w = np.asarray(weights, dtype=np.float64)
+        record["train_loss"] = float(np.dot(w, train_losses) / w.sum()) if w.sum() > 0 else float(np.mean(train_losses))
+        record["temperature_mean"] = float(np.mean(temps))
+        if distill_losses:
+            record["distill_loss"] = float(np.mean(distill_losses))
+        if self.collaborative:
+            self.prev, server_metrics = self._server_round(t, uplinks)
+            record.update(server_metrics)
+            if self.cache is not None:
+                record["sync_verified"] = verified
+        sent = self.ledger.round_totals(rnd)
+        record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
+        record["bytes_cumulative"] = self.ledger.cumulative()["total"]
+        record["bytes_detail"] = {key: v for key, v in sent.items() if "." in key}
+        snapshot = self.policy.snapshot()
+        if snapshot:
+            record["temperatures"] = {str(c): float(v) for c, v in sorted(snapshot.items())}
+        if cfg.eval.clients != "none":
+            record.update(self.log.metrics(record["clients"], cfg.eval.clients))
+        if self.collaborative and self.evaluation.due(t):
+            metrics = self.evaluation.metrics(self.server_state)
+            record.update(metrics)
+            record["server_acc"], record["server_loss"] = metrics["global_acc"], metrics["global_loss"]
+        record.update(self.method.round_metrics())
+        return record
+
+    def _server_round(self, t: int, uplinks: list[Any]) -> tuple[Broadcast, dict[str, Any]]:
+        """Aggregate, update the cache (gamma^t), train the server model on P^t with zhat^t."""
+        cfg, method, (drawn, requested) = self.config, self.method, self._draw
+        if uplinks:
+            agg = method.aggregate(t, requested, uplinks)
+        else:  # nothing requested (all of P^t validly cached)
+            empty = torch.zeros(0, dtype=torch.bool)
+            agg = Aggregate(empty, torch.zeros((0, method.row_width())), torch.zeros((0, self.evaluation.data.num_classes)))
+        kept = set(requested[agg.keep].tolist()) if requested.numel() else set()
+        fresh_all = set(requested.tolist())
+        used = torch.tensor([i for i in drawn.tolist() if i not in fresh_all or i in kept], dtype=torch.long)
+        if self.cache is not None:
+            upd = self.cache.update(t, used, agg.rows.to(torch.float32))
+            rows_full, downlink = upd.soft_labels, upd.downlink
+            targets = self.twin.update(t, used, agg.server_rows.to(torch.float32)).soft_labels if self.twin is not None else rows_full
+        else:
+            rows_full = agg.rows.to(torch.float32)
+            downlink = SoftLabelDownlink(round=t, indices=used, signals=torch.zeros(0, dtype=torch.uint8), soft_labels=rows_full)
+            targets = agg.server_rows.to(torch.float32)
+        if used.numel() > 0:
+            gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "server", t))
+            out = train_client(
+                self.model, self.server_state, self.x_public[used], targets.to(self.x_public.device),
+                spec=self.specs.server, lr=self.specs.server_lr, temperature=1.0, context={}, generator=gen,
+            )
+            self.server_state = out.params
+        metrics: dict[str, Any] = {
+            "public_drawn": int(drawn.numel()),
+            "public_requested": int(requested.numel()),
+            "public_used": int(used.numel()),
+            "soft_label_entropy": float(entropy(targets).mean()) if targets.numel() else None,
+        }
+        if self.cache is not None:
+            metrics["cache_hit_ratio"] = 1.0 - requested.numel() / max(drawn.numel(), 1)
+            metrics["cache_size"] = len(self.cache)
+        metrics.update({f"agg_{key}": v for key, v in agg.metrics.items()})
+        return Broadcast(t, used, downlink, rows_full), metrics
+
+    # ------------------------------------------------------------ outputs and state
+
+    def global_state(self) -> Params | None:
+        return self.server_state if self.collaborative else None
+
+    def client_states(self) -> dict[int, Params]:
+        out = {}
+        for cid in self.store.ids():
+            state = self.store.load(cid)
+            if state is not None:
+                out[cid] = state.model
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "server": dict(self.server_state),
+            "prev": None if self.prev is None else self.prev.state_dict(),
+            "cache": None if self.cache is None else self.cache.state_dict(),
+            "twin": None if self.twin is None else self.twin.state_dict(),
+            "method": self.method.state_dict(),
+            "policy": self.policy.state_dict(),
+            "ledger": self.ledger.state_dict(),
+            "local": self.log.state_dict(),
+            "clients": self.store.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.server_state = dict(state["server"])
+        self.prev = None if state["prev"] is None else Broadcast.from_state(state["prev"])
+        for part, key in ((self.cache, "cache"), (self.twin, "twin")):
+            if part is not None:
+                part.load_state_dict(state[key])
+        self.method.load_state_dict(state["method"])
+        self.policy.load_state_dict(state["policy"])
+        self.ledger.load_state_dict(state["ledger"])
+        self.log.load_state_dict(state["local"])
+        self.store.load_state_dict(state["clients"])
+
+    def close(self) -> None:
+        self.store.close()

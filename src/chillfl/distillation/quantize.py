@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Mapping
 
 import torch
 
@@ -164,6 +164,15 @@ class DeltaCoder:
         changed = codes != self._previous(indices)
         self._remember(indices, codes)
         return DeltaMessage(indices=indices.clone(), changed=changed, new_codes=codes[changed], bits=self.bits)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The last codes per index (checkpoints)."""
+        keys = sorted(self._last)
+        codes = torch.stack([self._last[i] for i in keys]) if keys else torch.zeros((0, self.num_classes), dtype=torch.int64)
+        return {"indices": torch.tensor(keys, dtype=torch.long), "codes": codes}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._last = {int(i): row.clone() for i, row in zip(state["indices"].tolist(), state["codes"])}
 
     def decode(self, message: DeltaMessage, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Rebuild the dequantised soft-labels of ``message`` and update this end's state."""

@@ -1,38 +1,34 @@
-"""Executors: who runs the local training of a round's clients.
+"""Executors: who runs the round's client updates.
 
-An executor receives the round's :class:`ClientJob` list (already sorted by
-client id) and returns one :class:`~chillfl.training.local.LocalOutcome` per
-job, in the same order. Every job carries its own seed, so the result never
-depends on which executor ran it or in which order jobs finished.
+Every executor offers the same two calls:
+
+* ``map(tasks)``: run the client side's update (:mod:`chillfl.engine.protocol`)
+  for every task, replies in task order: what the round loop calls;
+* ``run(jobs)``: train :class:`ClientJob` s only (the training primitive the
+  client updates' jobs end up in; also handy on its own).
+
+Every job carries its own seed, so a result never depends on which executor
+ran it or in which order jobs finished.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 from torch import nn
 
+from chillfl.engine.protocol import ClientJob, ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import factored_linears
 from chillfl.training.local import LocalOutcome, LocalSpec, train_client
 
-
-@dataclass
-class ClientJob:
-    """Everything one client needs for one round of local training."""
-
-    client_id: int
-    start: Mapping[str, torch.Tensor]
-    x: torch.Tensor
-    y: torch.Tensor
-    lr: float
-    temperature: float
-    context: Mapping[str, Any]
-    seed: int
+__all__ = ["ClientJob", "Executor", "SequentialExecutor", "train_job"]
 
 
 class Executor(Protocol):
+    def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
+        ...
+
     def run(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
         ...
 
@@ -40,28 +36,35 @@ class Executor(Protocol):
         ...
 
 
+def train_job(model: nn.Module, spec: LocalSpec, job: ClientJob) -> LocalOutcome:
+    """One job on one (factored) template: the reference every executor matches."""
+    return train_client(
+        model,
+        job.start,
+        job.x,
+        job.y,
+        spec=job.spec or spec,
+        lr=job.lr,
+        temperature=job.temperature,
+        context=job.context,
+        generator=torch.Generator().manual_seed(job.seed),  # batch order on the CPU on every device: same order everywhere
+    )
+
+
 class SequentialExecutor:
     """Trains clients one after another in this process: the reference executor."""
 
-    def __init__(self, model: nn.Module, spec: LocalSpec) -> None:
+    def __init__(self, model: nn.Module, spec: LocalSpec, client: ClientSide | None = None) -> None:
         self.model = factored_linears(model)  # a private template: linear weights updated from gradient factors
         self.spec = spec
+        self.client = client
 
     def run(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
-        return [
-            train_client(
-                self.model,
-                job.start,
-                job.x,
-                job.y,
-                spec=self.spec,
-                lr=job.lr,
-                temperature=job.temperature,
-                context=job.context,
-                generator=torch.Generator().manual_seed(job.seed),
-            )
-            for job in jobs
-        ]
+        return [train_job(self.model, self.spec, job) for job in jobs]
+
+    def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
+        assert self.client is not None, "map() needs the executor built with the protocol's client side"
+        return drive([self.client.update(t) for t in tasks], lambda _spec, jobs: self.run(jobs))
 
     def close(self) -> None:
         return None

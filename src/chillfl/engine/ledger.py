@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping
 
 import torch
 
@@ -174,3 +174,40 @@ class CommunicationLedger:
     def to_dict(self) -> dict[str, dict[str, int]]:
         """Per-round totals keyed by the round as a string (JSON-ready)."""
         return {str(r): self.round_totals(r) for r in self.rounds()}
+
+    # ---- checkpoints -----------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Every recorded cell: ``{"rounds": {str(round): {"<direction>.<kind>": bytes}}, "clients": {str(cid): ...}}``.
+
+        Directions never contain a dot, so ``"up.a.b"`` splits back into
+        ("up", "a.b"); insertion order is kept.
+        """
+        return {
+            "rounds": {str(r): self._cells_state(cells) for r, cells in self._by_round.items()},
+            "clients": {str(c): self._cells_state(cells) for c, cells in self._by_client.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if set(state) != {"rounds", "clients"}:
+            raise ValueError(f"CommunicationLedger state must have keys ['clients', 'rounds'], got {sorted(state)}")
+        by_round = self._load_table(state["rounds"])
+        by_client = self._load_table(state["clients"])
+        self._by_round, self._by_client = by_round, by_client
+
+    @staticmethod
+    def _cells_state(cells: Mapping[tuple[str, str], int]) -> dict[str, int]:
+        return {f"{direction}.{kind}": int(nbytes) for (direction, kind), nbytes in cells.items()}
+
+    @staticmethod
+    def _load_table(table: Mapping[str, Any]) -> dict[int, dict[tuple[str, str], int]]:
+        out: dict[int, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+        for key, cells in table.items():
+            row = out[int(key)]
+            for name, nbytes in cells.items():
+                direction, _, kind = str(name).partition(".")
+                if direction not in DIRECTIONS or not kind:
+                    raise ValueError(f"ledger cell {name!r} is not '<up|down>.<kind>'")
+                if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+                    raise ValueError(f"ledger cell {name!r} must hold a non-negative integer, got {nbytes!r}")
+                row[(direction, kind)] = nbytes
+        return out

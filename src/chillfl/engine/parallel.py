@@ -31,15 +31,19 @@ from __future__ import annotations
 
 import logging
 import pickle
+from dataclasses import dataclass
 from functools import partial
 from typing import Callable
+
+from torch import nn
 
 from chillfl.config import EXECUTORS
 from chillfl.engine.executors import Executor, SequentialExecutor
 from chillfl.engine.processes import ProcessExecutor, default_workers
-from chillfl.engine.setup import Experiment
+from chillfl.engine.protocol import ClientSide
 from chillfl.engine.vectorized import VectorizedExecutor
-from chillfl.errors import choice_error
+from chillfl.errors import ConfigError, choice_error
+from chillfl.training.local import LocalSpec
 
 log = logging.getLogger(__name__)
 
@@ -67,35 +71,51 @@ def vectorized_workers(threads: int, cores: int) -> int:
     return max(1, cores // threads)
 
 
-def _picklable(exp: Experiment) -> bool:
-    """Whether the model template and the objective can be sent to worker processes."""
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """What an executor is built from: the model template, the private-training objective, the protocol's client side."""
+
+    model: nn.Module
+    spec: LocalSpec
+    client: ClientSide
+    num_parameters: int
+    clients_per_round: int
+    threads: int
+    device: str = "cpu"
+
+
+def _picklable(parts: ExecutorSpec) -> bool:
+    """Whether the model template, the objective and the client side can be sent to worker processes."""
     try:
-        pickle.dumps((exp.model, exp.spec))
+        pickle.dumps((parts.model, parts.spec, parts.client))
     except Exception:  # noqa: BLE001 - any pickling failure means "keep it in-process"
         return False
     return True
 
 
-def make_parallel_executor(name: str, exp: Experiment) -> Executor:
-    """Build the executor called ``name`` (one of :data:`chillfl.config.EXECUTORS`) for ``exp``."""
-    clients = exp.config.federation.sample_size()
+def make_parallel_executor(name: str, parts: ExecutorSpec) -> Executor:
+    """Build the executor called ``name`` (one of :data:`chillfl.config.EXECUTORS`)."""
+    clients = parts.clients_per_round
     cores = default_workers()
-    workers = vectorized_workers(exp.config.threads, cores)
+    workers = vectorized_workers(parts.threads, cores)
     pool_size = max(1, min(cores, clients))  # no idle worker processes
+    on_cpu = parts.device == "cpu"
     fallback: Callable[[], Executor] | None = None
     if name == "auto":
-        size = sum(v.numel() for v in exp.initial_state.values())
-        name = choose_executor(size, clients, workers)
-        if name == "vectorized" and workers > 1 and _picklable(exp):
-            fallback = partial(ProcessExecutor, exp.model, exp.spec, workers=pool_size)
+        name = choose_executor(parts.num_parameters, clients, workers if on_cpu else 1)
+        if name == "vectorized" and workers > 1 and on_cpu and _picklable(parts):
+            fallback = partial(ProcessExecutor, parts.model, parts.spec, workers=pool_size, client=parts.client)
         log.info(
             "executor auto -> %s (%d model parameters, %d clients per round, %d cores, %d worker threads; if the model cannot be vmapped: %s)",
-            name, size, clients, cores, workers, "processes" if fallback else "sequential",
+            name, parts.num_parameters, clients, cores, workers, "processes" if fallback else "sequential",
         )
     if name == "sequential":
-        return SequentialExecutor(exp.model, exp.spec)
+        return SequentialExecutor(parts.model, parts.spec, client=parts.client)
     if name == "vectorized":
-        return VectorizedExecutor(exp.model, exp.spec, workers=workers, fallback=fallback)
+        fallback = fallback or partial(SequentialExecutor, parts.model, parts.spec, client=parts.client)
+        return VectorizedExecutor(parts.model, parts.spec, workers=workers if on_cpu else 1, fallback=fallback, client=parts.client)
     if name == "processes":
-        return ProcessExecutor(exp.model, exp.spec, workers=pool_size)
+        if not on_cpu:
+            raise ConfigError("executor", f"'processes' trains on the CPU; on device {parts.device!r} use 'vectorized', 'sequential' or 'auto'")
+        return ProcessExecutor(parts.model, parts.spec, workers=pool_size, client=parts.client)
     raise choice_error("executor", name, EXECUTORS)

@@ -33,21 +33,23 @@ Choices
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
+import signal
 import traceback
 import weakref
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.multiprocessing as tmp
-import torch.utils._pytree as pytree
 from torch import nn
 
-from chillfl.engine.executors import ClientJob
+from chillfl.engine.executors import ClientJob, train_job
+from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import factored_linears
-from chillfl.training.local import LocalOutcome, LocalSpec, train_client
+from chillfl.training.local import LocalOutcome, LocalSpec
 
 _POLL_S = 0.5
 _JOIN_S = 5.0
@@ -66,9 +68,31 @@ class _Slot:
     shape: tuple[int, ...]
 
 
+def map_leaves(tree: Any, fn: Callable[[Any], Any], is_leaf: Callable[[Any], bool]) -> Any:
+    """``tree`` with every leaf replaced by ``fn(leaf)``, through dicts, lists, tuples and dataclasses.
+
+    Other objects are kept as they are (pickling still sends their tensors
+    through torch's shared-memory reductions, one segment per tensor).
+    """
+    if is_leaf(tree):
+        return fn(tree)
+    if isinstance(tree, dict):
+        return {k: map_leaves(v, fn, is_leaf) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(map_leaves(v, fn, is_leaf) for v in tree)
+    if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+        changes = {f.name: map_leaves(getattr(tree, f.name), fn, is_leaf) for f in dataclasses.fields(tree) if f.init}
+        return dataclasses.replace(tree, **changes)
+    return tree
+
+
+def _is_tensor(x: Any) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
 @dataclass
 class PackedTree:
-    """A pytree whose tensors were replaced by slots into one shared flat buffer per dtype."""
+    """A tree whose tensors were replaced by slots into one shared flat buffer per dtype."""
 
     structure: Any
     buffers: dict[str, torch.Tensor]
@@ -76,32 +100,28 @@ class PackedTree:
     def unpack(self) -> Any:
         """The original tree, every tensor a view into the (shared) flat buffers."""
 
-        def view(leaf: Any) -> Any:
-            if not isinstance(leaf, _Slot):
-                return leaf
+        def view(leaf: _Slot) -> torch.Tensor:
             n = 1
             for d in leaf.shape:
                 n *= d
             return self.buffers[leaf.buffer][leaf.offset : leaf.offset + n].view(leaf.shape)
 
-        return pytree.tree_map(view, self.structure)
+        return map_leaves(self.structure, view, lambda x: isinstance(x, _Slot))
 
 
 def pack_tree(tree: Any) -> PackedTree:
-    """Copy every tensor of ``tree`` into one flat shared-memory buffer per dtype."""
+    """Copy every tensor of ``tree`` into one flat shared-memory buffer per dtype (CPU tensors)."""
     parts: dict[str, list[torch.Tensor]] = {}
     sizes: dict[str, int] = {}
 
-    def slot(leaf: Any) -> Any:
-        if not isinstance(leaf, torch.Tensor):
-            return leaf
+    def slot(leaf: torch.Tensor) -> _Slot:
         key = str(leaf.dtype).removeprefix("torch.")
         offset = sizes.get(key, 0)
         parts.setdefault(key, []).append(leaf.detach().reshape(-1))
         sizes[key] = offset + leaf.numel()
         return _Slot(key, offset, tuple(leaf.shape))
 
-    structure = pytree.tree_map(slot, tree)
+    structure = map_leaves(tree, slot, _is_tensor)
     buffers = {k: torch.cat(v).share_memory_() for k, v in parts.items()}
     return PackedTree(structure, buffers)
 
@@ -110,11 +130,12 @@ class _Packer:
     """Packs each distinct tree once per round (identity of its tensors), so shared states are sent once."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[Any, ...], PackedTree] = {}
+        self._cache: dict[tuple[int, ...], PackedTree] = {}
 
     def __call__(self, tree: Any) -> PackedTree:
-        leaves, spec = pytree.tree_flatten(tree)
-        key = (str(spec), *(id(v) for v in leaves))
+        leaves: list[int] = []
+        map_leaves(tree, lambda t: leaves.append(id(t)), _is_tensor)
+        key = (id(tree) if not leaves else 0, *leaves)
         if key not in self._cache:
             self._cache[key] = pack_tree(tree)
         return self._cache[key]
@@ -133,28 +154,48 @@ class _Task:
     temperature: float
     context: PackedTree
     seed: int
+    spec: LocalSpec | None = None
 
 
-def _worker_main(model: nn.Module, spec: LocalSpec, threads: int, tasks: Any, results: Any) -> None:
-    """Worker loop: train each task, send back (index, packed outcome) or (index, error text)."""
+@dataclass
+class _UpdateTask:
+    """One client update as sent to a worker: the task with its model states packed, ``index`` = position in the round."""
+
+    index: int
+    client_id: int
+    task: Any
+
+    def unpack(self) -> ClientTask[Any, Any]:
+        return map_leaves(self.task, lambda p: p.unpack(), lambda x: isinstance(x, PackedTree))
+
+
+def _next_task(tasks: Any, parent: int) -> Any:
+    """The next task; None (stop) once the parent process is gone, so no worker outlives its run."""
+    while True:
+        try:
+            return tasks.get(timeout=_POLL_S)
+        except queue.Empty:
+            if os.getppid() != parent:
+                return None
+
+
+def _worker_main(model: nn.Module, spec: LocalSpec, client: ClientSide | None, threads: int, tasks: Any, results: Any, parent: int) -> None:
+    """Worker loop: run each task, send back (index, packed result) or (index, error text)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     torch.set_num_threads(threads)
     model = factored_linears(model)
     while True:
-        task: _Task | None = tasks.get()
+        task: _Task | _UpdateTask | None = _next_task(tasks, parent)
         if task is None:
             return
         try:
-            out = train_client(
-                model,
-                task.start.unpack(),
-                task.x,
-                task.y,
-                spec=spec,
-                lr=task.lr,
-                temperature=task.temperature,
-                context=task.context.unpack(),
-                generator=torch.Generator().manual_seed(task.seed),
-            )
+            if isinstance(task, _UpdateTask):
+                assert client is not None
+                reply = drive([client.update(task.unpack())], lambda _spec, jobs: [train_job(model, spec, j) for j in jobs])[0]
+                results.put((task.index, True, pack_tree(reply)))
+                continue
+            job = ClientJob(task.client_id, task.start.unpack(), task.x, task.y, task.lr, task.temperature, task.context.unpack(), task.seed, task.spec)
+            out = train_job(model, spec, job)
             results.put((task.index, True, (pack_tree(out.params), out.num_steps, out.mean_loss)))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises
             text = f"client {task.client_id}: {type(exc).__name__}: {exc}\n--- worker traceback ---\n{traceback.format_exc()}"
@@ -194,7 +235,9 @@ def default_workers() -> int:
 class ProcessExecutor:
     """Runs the round's jobs on ``workers`` spawned processes; see the module docstring."""
 
-    def __init__(self, model: nn.Module, spec: LocalSpec, *, workers: int | None = None, threads_per_worker: int = 1) -> None:
+    def __init__(
+        self, model: nn.Module, spec: LocalSpec, *, workers: int | None = None, threads_per_worker: int = 1, client: ClientSide | None = None
+    ) -> None:
         self.workers = workers if workers is not None else default_workers()
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
@@ -206,7 +249,7 @@ class ProcessExecutor:
         self._processes = [
             ctx.Process(
                 target=_worker_main,
-                args=(model, spec, threads_per_worker, self._tasks, self._results),
+                args=(model, spec, client, threads_per_worker, self._tasks, self._results, os.getpid()),
                 name=f"chillfl-worker-{i}",
                 daemon=True,
             )
@@ -223,30 +266,48 @@ class ProcessExecutor:
         return [p.pid for p in self._processes if p.pid is not None]
 
     def run(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
+        pack = _Packer()
+
+        def outcome(payload: Any) -> LocalOutcome:
+            packed, steps, loss = payload
+            return LocalOutcome(packed.unpack(), steps, loss)
+
+        return self._round([self._task(i, job, pack) for i, job in enumerate(jobs)], outcome)
+
+    def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
+        """Every task's client update on the workers (each runs the whole update; bitwise = sequential)."""
+        pack = _Packer()
+        items = []
+        for i, task in enumerate(tasks):
+            packed = map_leaves(task, pack, _is_state)  # model states: one flat buffer per distinct state per round
+            packed = map_leaves(packed, _shared, lambda x: isinstance(x, (torch.Tensor, PackedTree)))  # data: into shared memory once
+            items.append(_UpdateTask(i, task.client_id, packed))
+        return self._round(items, lambda payload: payload.unpack())
+
+    def _round(self, items: Sequence[Any], decode: Callable[[Any], Any]) -> list[Any]:
+        """Send ``items`` (at most 2 per worker in flight), collect the decoded results in order."""
         if self._broken:
             raise WorkerError(f"the process pool is unusable: {self._broken}")
         if not self._finalizer.alive:
             raise WorkerError("the process executor is closed")
-        pack = _Packer()
-        next_job = 0
+        next_item = 0
         in_flight = 0
-        outcomes: dict[int, LocalOutcome] = {}
+        done: dict[int, Any] = {}
         errors: list[tuple[int, str]] = []
-        while next_job < len(jobs) or in_flight:
-            while next_job < len(jobs) and in_flight < 2 * self.workers:
-                self._tasks.put(self._task(next_job, jobs[next_job], pack))
-                next_job += 1
+        while next_item < len(items) or in_flight:
+            while next_item < len(items) and in_flight < 2 * self.workers:
+                self._tasks.put(items[next_item])
+                next_item += 1
                 in_flight += 1
             index, ok, payload = self._next_result()
             in_flight -= 1
             if ok:
-                packed, steps, loss = payload
-                outcomes[index] = LocalOutcome(packed.unpack(), steps, loss)
+                done[index] = decode(payload)
             else:
                 errors.append((index, payload))
         if errors:
             raise WorkerError(min(errors)[1])
-        return [outcomes[i] for i in range(len(jobs))]
+        return [done[i] for i in range(len(items))]
 
     def close(self) -> None:
         self._finalizer()
@@ -260,7 +321,7 @@ class ProcessExecutor:
     @staticmethod
     def _task(index: int, job: ClientJob, pack: _Packer) -> _Task:
         x, y = job.x.share_memory_(), job.y.share_memory_()
-        return _Task(index, job.client_id, pack(dict(job.start)), x, y, job.lr, job.temperature, pack(dict(job.context)), job.seed)
+        return _Task(index, job.client_id, pack(dict(job.start)), x, y, job.lr, job.temperature, pack(dict(job.context)), job.seed, job.spec)
 
     def _next_result(self) -> tuple[int, bool, Any]:
         while True:
@@ -273,3 +334,13 @@ class ProcessExecutor:
                     self.close()
                     raise WorkerError(self._broken) from None
 
+
+
+def _is_state(x: Any) -> bool:
+    """A model state (or any flat name -> tensor dict): packed whole."""
+    return isinstance(x, dict) and bool(x) and all(isinstance(v, torch.Tensor) for v in x.values())
+
+
+def _shared(x: Any) -> Any:
+    """A tensor moved into shared memory in place (a no-op once it is there); packed trees as they are."""
+    return x.share_memory_() if isinstance(x, torch.Tensor) else x

@@ -64,6 +64,24 @@ class ResultWriter:
         self.path.mkdir()
         self._metrics = (self.path / "metrics.jsonl").open("w", encoding="utf-8")
 
+    @classmethod
+    def reopen(cls, path: str | Path, records: Sequence[Mapping[str, Any]]) -> "ResultWriter":
+        """Continue writing the interrupted run folder ``path`` (``NAME.partial``) after ``records``.
+
+        ``metrics.jsonl`` is rewritten with ``records`` only: rounds written after
+        the checkpoint the run resumes from are run again.
+        """
+        self = cls.__new__(cls)
+        self.path = Path(path)
+        name = self.path.name.removesuffix(".partial")
+        final = self.path.with_name(name)
+        self.final = final if not final.exists() else unique_dir(self.path.parent, name)
+        tmp = self.path / "metrics.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
+        tmp.replace(self.path / "metrics.jsonl")
+        self._metrics = (self.path / "metrics.jsonl").open("a", encoding="utf-8")
+        return self
+
     def write_config(self, config: Mapping[str, Any]) -> None:
         (self.path / "config.toml").write_text(to_toml(config), encoding="utf-8")
 

@@ -80,6 +80,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor
+from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import add_outer_, factored_linears
 from chillfl.training.local import Factors, LocalOutcome, LocalSpec, StepLoss, batch_order, leaf_params, sgd_update_, split_state, step_grads
 
@@ -131,7 +132,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def stack_contexts(contexts: Sequence[Mapping[str, Any]], float_dtype: torch.dtype) -> StackedContext:
+def stack_contexts(contexts: Sequence[Mapping[str, Any]], float_dtype: torch.dtype, device: torch.device | None = None) -> StackedContext:
     """Split per-client contexts into broadcast leaves and stacked leaves (see module Choices)."""
     flat = [pytree.tree_flatten(dict(c)) for c in contexts]
     spec = flat[0][1]
@@ -151,7 +152,7 @@ def stack_contexts(contexts: Sequence[Mapping[str, Any]], float_dtype: torch.dty
         elif all(_is_number(v) for v in values):
             if any(v != first for v in values):
                 dtype = float_dtype if any(isinstance(v, float) for v in values) else torch.int64
-                batched[pos] = torch.tensor(values, dtype=dtype)
+                batched[pos] = torch.tensor(values, dtype=dtype, device=device)
         elif any(v != first for v in values):
             raise NotVectorizable(f"context leaf {pos} differs across clients and is not a number or tensor")
     return StackedContext(spec, shared, batched)
@@ -162,12 +163,12 @@ def dim_order(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(sorted(range(t.dim()), key=lambda d: (-t.stride(d), d)))
 
 
-def empty_in_order(shape: Sequence[int], order: Sequence[int] | None, dtype: torch.dtype) -> torch.Tensor:
+def empty_in_order(shape: Sequence[int], order: Sequence[int] | None, dtype: torch.dtype, device: torch.device | None = None) -> torch.Tensor:
     """An uninitialised dense tensor of ``shape`` whose dims lie in memory in ``order`` (None: row-major)."""
     if order is None:
-        return torch.empty(tuple(shape), dtype=dtype)
+        return torch.empty(tuple(shape), dtype=dtype, device=device)
     inverse = sorted(range(len(order)), key=lambda i: order[i])
-    return torch.empty([shape[d] for d in order], dtype=dtype).permute(inverse)
+    return torch.empty([shape[d] for d in order], dtype=dtype, device=device).permute(inverse)
 
 
 def stack(tensors: Sequence[torch.Tensor], order: Sequence[int] | None = None) -> torch.Tensor:
@@ -179,10 +180,10 @@ def stack(tensors: Sequence[torch.Tensor], order: Sequence[int] | None = None) -
     """
     first = tensors[0].detach()
     shape = (len(tensors), *first.shape)
-    out = empty_in_order(shape, order, first.dtype)
+    out = empty_in_order(shape, order, first.dtype, first.device)
     if all(t is tensors[0] for t in tensors):
         if order is not None:
-            first = empty_in_order(first.shape, [d - 1 for d in order if d != 0], first.dtype).copy_(first)
+            first = empty_in_order(first.shape, [d - 1 for d in order if d != 0], first.dtype, first.device).copy_(first)
         return out.copy_(first.expand(shape))
     for row, t in zip(out, tensors):
         row.copy_(t)
@@ -271,6 +272,7 @@ class VectorizedExecutor:
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
         workers: int = 1,
         fallback: Callable[[], Executor] | None = None,
+        client: ClientSide | None = None,
     ) -> None:
         if chunk_size is not None and chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -281,7 +283,9 @@ class VectorizedExecutor:
         self.chunk_size = chunk_size
         self.memory_budget = memory_budget
         self.workers = workers
+        self.client = client
         self.fallback_reason: str | None = None
+        self._specs: dict[int, VectorizedExecutor] = {}  # executors for the other objectives client updates yield
         self._verified = False
         self._factored: frozenset[str] = frozenset()  # linear weights updated from factors (set by the probe)
         self._layouts: dict[str, tuple[int, ...]] = {}
@@ -294,9 +298,28 @@ class VectorizedExecutor:
             self._replicas.put(_Replica(replica, StepLoss(replica, spec, vmapped=True)))
         self._pool: ThreadPoolExecutor | None = None
 
+    def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
+        """Every task's client update; the training jobs of one stage are trained as vmapped chunks."""
+        assert self.client is not None, "map() needs the executor built with the protocol's client side"
+        return drive([self.client.update(t) for t in tasks], lambda spec, jobs: self.for_spec(spec).run(jobs))
+
+    def for_spec(self, spec: LocalSpec | None) -> "VectorizedExecutor":
+        """This executor for its own spec (None); a sibling with the same settings for any other objective."""
+        if spec is None or spec == self.spec:
+            return self
+        if id(spec) not in self._specs:
+            model = self.model
+            self._specs[id(spec)] = VectorizedExecutor(
+                model, spec, chunk_size=self.chunk_size, memory_budget=self.memory_budget, workers=self.workers,
+                fallback=lambda: SequentialExecutor(model, spec),
+            )
+        return self._specs[id(spec)]
+
     def run(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
         if not jobs:
             return []
+        if any(j.spec is not None and j.spec != self.spec for j in jobs):
+            return self.for_spec(jobs[0].spec).run(jobs)
         if self.fallback_reason is None:
             try:
                 return self._run_vectorized(jobs)
@@ -313,6 +336,8 @@ class VectorizedExecutor:
             self._pool = None
         if self._fallback is not None:
             self._fallback.close()
+        for sibling in self._specs.values():
+            sibling.close()
 
     def _run_vectorized(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
         schedules = _schedule(jobs, self.spec)
@@ -376,14 +401,15 @@ class VectorizedExecutor:
     def _run_chunk(self, replica: _Replica, jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]]) -> list[LocalOutcome]:
         params, buffers, keys = _stack_states(replica.model, [j.start for j in jobs], self._layouts)
         dtype = _float_dtype(params)
-        context = stack_contexts([j.context for j in jobs], dtype)
+        device = jobs[0].x.device
+        context = stack_contexts([j.context for j in jobs], dtype, device)
         momenta = {k: torch.zeros_like(v) for k, v in params.items()} if self.spec.momentum else {}
-        temperature = torch.tensor([j.temperature for j in jobs], dtype=dtype)
+        temperature = torch.tensor([j.temperature for j in jobs], dtype=dtype, device=device)
         lrs = [j.lr for j in jobs]
-        lr: float | torch.Tensor = lrs[0] if all(v == lrs[0] for v in lrs) else torch.tensor(lrs, dtype=dtype)
+        lr: float | torch.Tensor = lrs[0] if all(v == lrs[0] for v in lrs) else torch.tensor(lrs, dtype=dtype, device=device)
         replica.loss_fn.factor = self._factor
         losses_of = _Vmapped(replica.loss_fn, context)
-        totals = torch.zeros(len(jobs), dtype=torch.float64)
+        totals = torch.zeros(len(jobs), dtype=torch.float64, device=device)
         replica.model.train()
         for s in range(max(len(b) for b in schedules)):
             groups: dict[int, list[int]] = {}
@@ -391,7 +417,7 @@ class VectorizedExecutor:
                 if s < len(batches):
                     groups.setdefault(len(batches[s]), []).append(i)
             for bsize, members in sorted(groups.items(), reverse=True):
-                rows = None if len(members) == len(jobs) else torch.tensor(members)
+                rows = None if len(members) == len(jobs) else torch.tensor(members, device=device)
                 batch = [schedules[i][s] for i in members]
                 xb, yb = _gather([jobs[i].x for i in members], batch), _gather([jobs[i].y for i in members], batch)
                 if rows is None:
@@ -450,8 +476,8 @@ class VectorizedExecutor:
             return
         job, idx = jobs[first], schedules[first][0]
         params, buffers, _ = _stack_states(replica.model, [job.start, job.start], {})
-        context = stack_contexts([job.context, job.context], _float_dtype(params))
-        args = (stack([job.x[idx]] * 2), stack([job.y[idx]] * 2), torch.full((2,), float(job.temperature), dtype=_float_dtype(params)), [])
+        context = stack_contexts([job.context, job.context], _float_dtype(params), job.x.device)
+        args = (stack([job.x[idx]] * 2), stack([job.y[idx]] * 2), torch.full((2,), float(job.temperature), dtype=_float_dtype(params), device=job.x.device), [])
         replica.model.train()
         losses_of = _Vmapped(replica.loss_fn, context)
         replica.loss_fn.factor = False
@@ -536,9 +562,9 @@ def _close(a: torch.Tensor, b: torch.Tensor | None) -> bool:
 def _gather(tensors: Sequence[torch.Tensor], rows: Sequence[torch.Tensor]) -> torch.Tensor:
     """[C, batch, ...]: client i's rows ``rows[i]`` of ``tensors[i]``, copied once (no concatenated copy of all data)."""
     first = tensors[0]
-    out = torch.empty((len(tensors), len(rows[0]), *first.shape[1:]), dtype=first.dtype)
+    out = torch.empty((len(tensors), len(rows[0]), *first.shape[1:]), dtype=first.dtype, device=first.device)
     for i, (t, r) in enumerate(zip(tensors, rows)):
-        torch.index_select(t, 0, r, out=out[i])
+        torch.index_select(t, 0, r.to(t.device, non_blocking=True), out=out[i])
     return out
 
 

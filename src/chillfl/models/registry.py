@@ -13,14 +13,16 @@ in-place activations, no ``.item()``, no data-dependent control flow.
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import Any, Callable, Mapping, NamedTuple
 
 import torch
 from torch import nn
 
-from chillfl.errors import choice_error
+from chillfl.errors import ConfigError, choice_error
 from chillfl.models import alexnet, cnn, cnn1d, fedchill, mlp, resnet, vit
-from chillfl.options import parse_options
+from chillfl.options import blame, parse_options, require_memory, total_memory_bytes
 
 Builder = Callable[[tuple[int, ...], int, Any, str], nn.Module]
 
@@ -77,11 +79,42 @@ def build_model(
     table = {k: v for k, v in (options or {}).items() if k != "name"}
     parsed = parse_options(spec.options, table, section)
     shape = tuple(int(s) for s in input_shape)
+    check_model_memory(name, shape, num_classes, parsed, section)
     if seed is None:
         return spec.build(shape, num_classes, parsed, section)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return spec.build(shape, num_classes, parsed, section)
+
+
+MODEL_COPIES = 4
+"""A run holds at least the weights, their gradients, a momentum buffer and one client update."""
+
+
+def meta_size(name: str, input_shape: tuple[int, ...], num_classes: int, options: Any, section: str = "model") -> float:
+    """Parameters plus buffers of model ``name``, counted on the meta device (nothing allocated); inf if too big to build."""
+    spec = MODELS[name]
+    try:
+        with torch.device("meta"):
+            model = spec.build(input_shape, num_classes, options, section)
+    except (RuntimeError, ValueError, OverflowError, MemoryError):  # sizes past int64 inside torch
+        return math.inf
+    return float(sum(t.numel() for t in itertools.chain(model.parameters(), model.buffers())))
+
+
+def check_model_memory(name: str, input_shape: tuple[int, ...], num_classes: int, options: Any, section: str = "model") -> None:
+    """Refuse, before allocating, a model whose float32 copies exceed this machine's memory.
+
+    The error names the option most to blame (e.g. ``model.hidden``) and the estimate.
+    """
+    total = total_memory_bytes()
+    size = meta_size(name, input_shape, num_classes, options, section)
+    if total is None or size * 4 * MODEL_COPIES <= total:
+        return
+    field = blame(options, lambda o: meta_size(name, input_shape, num_classes, o, section), section, f"{section}.name")
+    count = f"{size:,.0f}" if math.isfinite(size) else "too many"
+    require_memory(size * 4 * MODEL_COPIES, field, f"{name} has {count} parameters; {MODEL_COPIES} float32 copies (weights, gradients, momentum, an update)")
+    raise ConfigError(field, f"{name} is too large to build")  # pragma: no cover - require_memory raised
 
 
 def count_parameters(model: nn.Module) -> int:

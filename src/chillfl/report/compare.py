@@ -12,18 +12,22 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
-from chillfl.config import RunConfig, config_from_dict, parse_value, set_dotted
+from chillfl.config import RunConfig, parse_value, variant_config
+from chillfl.config import safe_name as safe_name  # re-exported: folder names of variants
 from chillfl.data import FederatedData
 from chillfl.engine.results import rounds_to_reach, to_toml, unique_dir
-from chillfl.engine.run import RunOutput, run_experiment
-from chillfl.engine.setup import build_data, build_experiment
+from chillfl.runner import RunOutput, run_experiment
+from chillfl.experiment import build_data, build_experiment
 from chillfl.errors import ConfigError
 
 TEMPERATURE_SHORTHAND = "temperature"
+MAX_VARIANTS = 1000
+"""A grid's product is built and validated in memory before anything runs: bound it."""
 
 
 @dataclass
@@ -45,7 +49,10 @@ def parse_grid(items: Sequence[str]) -> list[Variant]:
         key = key.strip()
         if not sep or not key or not values.strip():
             raise ConfigError("--grid", f"expected key=v1,v2,... got {item!r}")
-        axes.append([(key, parse_value(v.strip())) for v in values.split(",") if v.strip()])
+        axes.append([(key, parse_value(v.strip(), "--grid")) for v in values.split(",") if v.strip()])
+    size = math.prod(len(axis) for axis in axes)
+    if size > MAX_VARIANTS:
+        raise ConfigError("--grid", f"{' x '.join(str(len(a)) for a in axes)} = {size} variants; at most {MAX_VARIANTS}")
     variants = []
     for combo in itertools.product(*axes):
         overrides: dict[str, Any] = {}
@@ -69,6 +76,8 @@ def parse_grid(items: Sequence[str]) -> list[Variant]:
 def variants_from_config(config: RunConfig) -> list[Variant]:
     """The ``[variants.LABEL]`` tables of a config: each a set of overrides (nested tables replace whole parts)."""
     out = []
+    if len(config.variants) > MAX_VARIANTS:
+        raise ConfigError("variants", f"{len(config.variants)} variants; at most {MAX_VARIANTS}")
     for label, table in config.variants.items():
         if not isinstance(table, dict):
             raise ConfigError(f"variants.{label}", "must be a table of overrides")
@@ -78,30 +87,9 @@ def variants_from_config(config: RunConfig) -> list[Variant]:
     return out
 
 
-_WHOLE_PARTS = ("dataset", "partition", "model", "temperature", "algorithm", "distillation")
-
-
 def apply_variant(config: RunConfig, variant: Variant) -> RunConfig:
     """The config of one variant; a nested table for a pluggable part replaces that part whole."""
-    data = config.to_dict()
-    data["variants"], data["compare"] = {}, {}
-    for key, value in variant.overrides.items():
-        if key in _WHOLE_PARTS and isinstance(value, dict):
-            data[key] = dict(value)
-        elif isinstance(value, dict):
-            for sub, subval in value.items():
-                set_dotted(data, f"{key}.{sub}", subval)
-        else:
-            set_dotted(data, key, value)
-    data["name"] = safe_name(variant.label)
-    return config_from_dict(data)
-
-
-def safe_name(label: str) -> str:
-    """A folder name for a variant label ("FedChill*" -> "FedChill_star", "T=0.5" -> "T0.5")."""
-    label = label.replace("=", "").replace(", ", "_").replace("*", "_star")
-    keep = [c if (c.isalnum() or c in "-_.") else "_" for c in label]
-    return "".join(keep).strip("_") or "variant"
+    return variant_config(config, variant.label, variant.overrides)
 
 
 def _data_key(config: RunConfig) -> str:
@@ -193,19 +181,36 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
     return "\n".join(lines)
 
 
+@contextmanager
+def _naming(label: str, from_grid: bool) -> Iterator[None]:
+    """Name the variant a ConfigError comes from: ``variants.x.client.lr``, or "(grid variant x)" after a grid's message."""
+    try:
+        yield
+    except ConfigError as exc:
+        if from_grid:
+            raise ConfigError(exc.field, f"{exc.message} (grid variant {label})") from None
+        if exc.field.startswith(f"variants.{label}."):
+            raise
+        raise ConfigError(f"variants.{label}.{exc.field}", exc.message) from None
+
+
 def run_compare(config: RunConfig, grid: Sequence[str], *, reference: str | None = None, progress: bool = True, write: bool = True) -> CompareResult:
     """Run every variant (``--grid`` product, else the config's ``[variants]``) on the same partition and seed."""
     variants = parse_grid(grid) if grid else variants_from_config(config)
     if not variants:
         raise ConfigError("--grid", "give at least one key=v1,v2,... or define [variants.LABEL] tables in the config")
-    configs = [apply_variant(config, v) for v in variants]  # validates every variant before running any
+    configs = []
+    for v in variants:  # validates every variant before running any; errors name the variant
+        with _naming(v.label, bool(grid)):
+            configs.append(apply_variant(config, v))
     ref, base = choose_reference(variants, reference or config.compare.get("reference"), config.compare.get("baseline"))
     datasets: dict[str, FederatedData] = {}
-    for cfg in configs:
-        key = _data_key(cfg)
-        if key not in datasets:
-            datasets[key] = build_data(cfg)
-        build_experiment(cfg, data=datasets[key])  # every part of every variant is valid before anything is written
+    for v, cfg in zip(variants, configs):
+        with _naming(v.label, bool(grid)):
+            key = _data_key(cfg)
+            if key not in datasets:
+                datasets[key] = build_data(cfg)
+            build_experiment(cfg, data=datasets[key])  # every part of every variant is valid before anything is written
     folder = partial = None
     if write:
         folder = unique_dir(Path(config.out_dir), f"{config.name}-compare")

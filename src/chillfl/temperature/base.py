@@ -28,6 +28,14 @@ class TemperaturePolicy(Protocol):
         """Current temperature of every client that has one (for metrics/plots)."""
         ...
 
+    def state_dict(self) -> dict[str, Any]:
+        """What ``observe`` has changed since construction, for checkpoints (``{}`` when nothing)."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` into a policy built with the same options and class counts."""
+        ...
+
 
 class ConstantTemperature:
     """T is the same for every client and round: ``none`` (T = 1) or ``fixed`` (FLex&Chill)."""
@@ -43,6 +51,14 @@ class ConstantTemperature:
 
     def snapshot(self) -> Mapping[int, float]:
         return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The value is configuration; nothing changes during a run."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state:
+            raise ValueError(f"ConstantTemperature has no state, got keys {sorted(state)}")
 
 
 @dataclass(frozen=True)

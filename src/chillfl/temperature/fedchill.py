@@ -224,14 +224,21 @@ class FedChillPolicy:
         return {cid: s.temperature for cid, s in enumerate(self._states)}
 
     def state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable state (for checkpoints)."""
+        """Every client's Algorithm 1 state, in client order (T, accuracy history A_n, stagnation counter).
+
+        Plain floats and ints only: floats survive JSON exactly (``repr``), and
+        h_n / the start temperatures are rebuilt from the options and counts.
+        """
         return {
             "clients": [
-                {"temperature": s.temperature, "history": list(s.history), "counter": s.counter} for s in self._states
+                {"temperature": float(s.temperature), "history": [float(a) for a in s.history], "counter": int(s.counter)}
+                for s in self._states
             ]
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if set(state) != {"clients"}:
+            raise ValueError(f"FedChill state must have keys ['clients'], got {sorted(state)}")
         clients = state["clients"]
         if len(clients) != len(self._states):
             raise ValueError(f"checkpoint has {len(clients)} clients, policy has {len(self._states)}")

@@ -1,4 +1,4 @@
-"""Build every part of an experiment from a :class:`~chillfl.config.RunConfig`.
+"""Build every part of an experiment from a :class:`~chillfl.config.RunConfig`: data, model, objective, protocol, executor.
 
 All user errors surface here, before any result folder is created.
 """
@@ -14,8 +14,12 @@ from torch import nn
 from chillfl.aggregation.base import Aggregator
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, load_dataset
+from chillfl.engine.executors import Executor
+from chillfl.engine.protocol import ServerProtocol
 from chillfl.errors import ConfigError, choice_error
 from chillfl.models import build_model
+from chillfl.protocols.common import Evaluation
+from chillfl.protocols.parameters import ParameterClient, ParameterSharing
 from chillfl.temperature import make_policy
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.local import LocalSpec, derive_seed, model_state
@@ -24,7 +28,7 @@ from chillfl.training.objective import LossTerm, temperature_cross_entropy
 
 @dataclass
 class Experiment:
-    """The built parts of one run. The round loop reads only these."""
+    """The built parts of one run, on ``device``; :func:`build_protocol` composes them."""
 
     config: RunConfig
     data: FederatedData
@@ -33,6 +37,22 @@ class Experiment:
     aggregator: Aggregator
     policy: TemperaturePolicy
     spec: LocalSpec
+    device: torch.device = torch.device("cpu")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``config.device`` -> a device that exists here; ``auto``: the first CUDA GPU, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError("device", f"{name!r} needs a CUDA GPU, and torch sees none here (torch {torch.__version__}); use 'cpu' or 'auto'")
+        index = int(name.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ConfigError("device", f"{name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device", "'mps' needs Apple's Metal backend, which torch does not see here; use 'cpu' or 'auto'")
+    return torch.device(name)
 
 
 def base_losses() -> dict[str, Any]:
@@ -82,6 +102,7 @@ def build_algorithm(config: RunConfig, model: nn.Module) -> tuple[Aggregator, li
 
 def build_experiment(config: RunConfig, dataset: ArrayDataset | None = None, data: FederatedData | None = None) -> Experiment:
     """Everything a run needs; raises ConfigError on any bad value before anything is written."""
+    device = resolve_device(config.device)
     if data is None:
         data = build_data(config, dataset)
     if config.federation.sample_size() > data.num_clients:
@@ -104,4 +125,39 @@ def build_experiment(config: RunConfig, dataset: ArrayDataset | None = None, dat
         base_loss=losses[config.client.loss],
         terms=tuple(terms),
     )
-    return Experiment(config, data, model, state, aggregator, policy, spec)
+    model.to(device)
+    state = {k: v.to(device) for k, v in state.items()}
+    if device.type != "cpu":  # the data live on the device too: one copy, no per-round transfer
+        data = data.to(device)
+    return Experiment(config, data, model, state, aggregator, policy, spec, device)
+
+
+def build_protocol(exp: Experiment) -> ServerProtocol:
+    """The configured protocol: soft-label sharing when ``[distillation]`` names a method, else parameter sharing."""
+    evaluation = Evaluation(exp.config, exp.data, exp.model, exp.device)
+    if exp.config.distillation.get("method"):
+        from chillfl.distillation.protocol import SoftLabelProtocol
+
+        return SoftLabelProtocol(exp, evaluation)
+    reporter = getattr(exp.aggregator, "client_report", None)
+    return ParameterSharing(
+        seed=exp.config.seed,
+        lr_at=exp.config.client.lr_at,
+        initial_state=exp.initial_state,
+        aggregator=exp.aggregator,
+        policy=exp.policy,
+        evaluation=evaluation,
+        client=ParameterClient(exp.model, exp.config.eval.batch_size, reporter),
+        eval_clients=exp.config.eval.clients,
+    )
+
+
+def make_executor(exp: Experiment, protocol: ServerProtocol) -> Executor:
+    """The executor named by ``config.executor``, running ``protocol``'s client updates."""
+    from chillfl.engine.parallel import ExecutorSpec, make_parallel_executor
+
+    parts = ExecutorSpec(
+        exp.model, exp.spec, protocol.client, sum(v.numel() for v in exp.initial_state.values()),
+        exp.config.federation.sample_size(), exp.config.threads, exp.device.type,
+    )
+    return make_parallel_executor(exp.config.executor, parts)

@@ -1,0 +1,141 @@
+"""Fuzz ``chillfl run`` with generated bad configs and count how each one ends.
+
+Draws N cases from the property test's generator (``tests/test_hostile_input.py``)
+with a seed of its own, plus ``out_dir`` cases (a file, a path under a file),
+and runs each in a forked child with a time limit. A case is *clean* when it
+exits 2 with one stderr line ``error: <the broken field>: ...``, no traceback
+and nothing under ``out_dir``.
+
+    python benchmarks/fuzz_config.py -n 400 --seed 17
+    PYTHONPATH=/path/to/old/src python benchmarks/fuzz_config.py   # an older tree, for before/after
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib.util
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+torch.set_num_threads(1)
+
+import chillfl.config as config_module  # noqa: E402
+
+if not hasattr(config_module, "MAX_NAME_BYTES"):  # an older tree: let the test module import
+    config_module.MAX_NAME_BYTES = 200  # type: ignore[attr-defined]
+    config_module.check_out_dir = None  # type: ignore[attr-defined]
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("hostile", ROOT / "tests" / "test_hostile_input.py")
+assert spec and spec.loader
+hostile = importlib.util.module_from_spec(spec)
+sys.modules["hostile"] = hostile
+spec.loader.exec_module(hostile)
+
+from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from chillfl.cli import main  # noqa: E402
+
+
+def collect(n: int, rng_seed: int) -> list:
+    cases: list = []
+
+    @seed(rng_seed)
+    @settings(max_examples=n, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(case=hostile.hostile_cases())
+    def draw(case) -> None:
+        cases.append(case)
+
+    draw()
+    return cases
+
+
+def run_one(case, timeout: float, out_kind: str | None = None) -> tuple[str, str]:
+    """(outcome, first stderr line) of one case in a forked child."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        out_dir = root / "out"
+        data = case.config(str(out_dir))
+        if out_kind == "file":
+            out_dir.write_text("x")
+        elif out_kind == "under_file":
+            (root / "f").write_text("x")
+            out_dir = root / "f" / "out"
+            data["out_dir"] = str(out_dir)
+        path = root / "bad.toml"
+        path.write_text(hostile.to_toml(data), encoding="utf-8")
+        err_path = root / "stderr.txt"
+        pid = os.fork()
+        if pid == 0:  # child
+            fd = os.open(err_path, os.O_WRONLY | os.O_CREAT)
+            os.dup2(fd, 2)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            signal.alarm(int(timeout))
+            try:
+                code = main(["run", str(path), "--quiet"])
+            except BaseException:  # noqa: BLE001 - what the user would see
+                import traceback
+
+                traceback.print_exc()
+                code = 99
+            sys.stderr.flush()
+            os._exit(code if isinstance(code, int) and 0 <= code < 256 else 98)
+        _, status = os.waitpid(pid, 0)
+        err = err_path.read_text(errors="replace")
+        first = err.splitlines()[0] if err.strip() else ""
+        if os.WIFSIGNALED(status):
+            return ("hang" if os.WTERMSIG(status) == signal.SIGALRM else f"signal {os.WTERMSIG(status)}"), first
+        code = os.WEXITSTATUS(status)
+        wrote = out_kind is None and out_dir.is_dir() and any(out_dir.iterdir())
+        if code == 0:
+            return "accepted (exit 0)", first
+        if "Traceback" in err or code != 2:
+            return f"traceback/crash (exit {code})", err.strip().splitlines()[-1] if err.strip() else ""
+        if len(err.splitlines()) != 1:
+            return "exit 2, several lines", first
+        if wrote:
+            return "exit 2, wrote files", first
+        match = hostile.ERROR_LINE.match(first)
+        field = case.field if out_kind is None else "out_dir"
+        if not match or match["field"] != hostile.escaped(field):
+            return "exit 2, wrong field", first
+        return "clean", first
+
+
+def main_cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-n", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--timeout", type=float, default=15)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args()
+    cases = [(c, None) for c in collect(args.n, args.seed)]
+    base = hostile.Case(("name",), "ok", "out_dir")
+    cases += [(base, "file"), (base, "under_file")] * 5
+    outcomes: collections.Counter[str] = collections.Counter()
+    examples: dict[str, list[str]] = collections.defaultdict(list)
+    for case, kind in cases:
+        outcome, line = run_one(case, args.timeout, kind)
+        outcomes[outcome] += 1
+        label = f"{kind or case.field}: {str(case.value)[:60]!r} -> {line[:160]}"
+        examples[outcome].append(label)
+        if args.verbose and outcome != "clean":
+            print(outcome, label, flush=True)
+    total = sum(outcomes.values())
+    print(f"{total} bad configs: {outcomes['clean']} clean (exit 2, one line naming the field, nothing written)")
+    for outcome, count in outcomes.most_common():
+        print(f"  {count:4d}  {outcome}")
+        if outcome != "clean":
+            for ex in examples[outcome][:6]:
+                print(f"          e.g. {ex}")
+
+
+if __name__ == "__main__":
+    main_cli()

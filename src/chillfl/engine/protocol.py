@@ -1,0 +1,176 @@
+"""The seam between the one round loop and a protocol (parameter sharing, soft-label sharing, ...).
+
+A protocol has a *server* side, which lives in the driver process and keeps
+every piece of run state, and a *client* side, which is a pure function::
+
+    update(task) -> program       # a generator: yields ClientJobs, returns a ClientReply
+
+run by whichever executor the config names. The client update yields every
+local training it needs (distillation on the public set, training on private
+data, ...) as a :class:`ClientJob` and receives its
+:class:`~chillfl.training.local.LocalOutcome`. An executor therefore decides
+only *how* training runs (one client after another, many clients in one
+vmapped step, in worker processes), never *what* a client does: the same
+generator runs under every executor, and :func:`drive` advances many of them
+in lockstep so that the vectorised executor can batch their training.
+
+Purity: a client update reads only its task (the typed downlink, the client's
+own state and data, seeds derived from the run seed) and the client side's
+immutable parts (model template, objective specs, public inputs). Everything
+it produces travels back in the typed :class:`ClientReply`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Generator, Generic, Mapping, Protocol, Sequence, TypeVar
+
+import torch
+
+from chillfl.training.local import LocalOutcome, LocalSpec
+
+D = TypeVar("D")
+U = TypeVar("U")
+S = TypeVar("S")
+
+
+@dataclass
+class ClientJob:
+    """One local training run of one client: from ``start`` on (x, y), seeded.
+
+    ``spec`` is the objective and optimiser (None: the executor's own, the
+    run's private-training spec); the soft-label protocol's distillation jobs
+    carry theirs.
+    """
+
+    client_id: int
+    start: Mapping[str, torch.Tensor]
+    x: torch.Tensor
+    y: torch.Tensor
+    lr: float
+    temperature: float
+    context: Mapping[str, Any]
+    seed: int
+    spec: LocalSpec | None = None
+
+
+@dataclass
+class ClientData:
+    """A client's private tensors: its training data and, when evaluated, its own split."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    x_eval: torch.Tensor | None = None
+    y_eval: torch.Tensor | None = None
+
+
+@dataclass
+class ClientTask(Generic[D, S]):
+    """Everything one client update reads: round, typed downlink, the client's own state and data."""
+
+    client_id: int
+    round: int
+    downlink: D
+    data: ClientData
+    state: S | None = None
+
+
+@dataclass
+class ClientReply(Generic[U, S]):
+    """What one client update returns: its typed uplink and its state for the next participation."""
+
+    client_id: int
+    uplink: U
+    state: S | None = None
+    local_acc: float | None = None
+    local_loss: float | None = None
+
+
+ClientProgram = Generator[ClientJob, LocalOutcome, ClientReply[Any, Any]]
+
+
+class ClientSide(Protocol):
+    """The client half of a protocol: immutable, picklable, sent once to every worker."""
+
+    def update(self, task: ClientTask[Any, Any]) -> ClientProgram:
+        ...
+
+
+class Message(Protocol):
+    """A typed message: it knows how many bytes it puts on the wire, split by kind."""
+
+    def nbytes(self) -> Mapping[str, int]:
+        ...
+
+
+class ServerProtocol(Protocol):
+    """The server half: builds each round's tasks and turns the replies into the next state and metrics."""
+
+    client: ClientSide
+
+    def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[Any, Any]]:
+        ...
+
+    def server_update(self, round: int, tasks: Sequence[ClientTask[Any, Any]], replies: Sequence[ClientReply[Any, Any]]) -> dict[str, Any]:
+        ...
+
+    def global_state(self) -> Mapping[str, torch.Tensor] | None:
+        """The server model's state (None when the protocol has none)."""
+        ...
+
+    def client_states(self) -> Mapping[int, Mapping[str, torch.Tensor]]:
+        """Every client's own model where the protocol keeps them (empty otherwise)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+Trainer = Callable[[LocalSpec | None, Sequence[ClientJob]], list[LocalOutcome]]
+"""Runs jobs that share one objective spec (None: the executor's own); one outcome per job, in order."""
+
+
+@dataclass
+class _Running:
+    program: ClientProgram
+    job: ClientJob | None = None
+    reply: ClientReply[Any, Any] | None = None
+
+
+def _advance(run: _Running, outcome: LocalOutcome | None) -> None:
+    try:
+        run.job = next(run.program) if outcome is None else run.program.send(outcome)
+    except StopIteration as stop:
+        run.job, run.reply = None, stop.value
+
+
+def drive(programs: Sequence[ClientProgram], train: Trainer) -> list[ClientReply[Any, Any]]:
+    """Run client programs to completion, batching the training jobs they yield at the same stage.
+
+    At each stage every unfinished program has yielded one job; jobs are
+    grouped by objective spec (in first-seen order) and each group goes to
+    ``train(spec, jobs)`` as one batch. A job's outcome depends only on the job, so
+    the replies are the same however jobs are grouped.
+    """
+    runs = [_Running(p) for p in programs]
+    for run in runs:
+        _advance(run, None)
+    while True:
+        waiting = [r for r in runs if r.job is not None]
+        if not waiting:
+            break
+        groups: dict[int, tuple[LocalSpec | None, list[_Running]]] = {}
+        for r in waiting:
+            assert r.job is not None
+            groups.setdefault(id(r.job.spec), (r.job.spec, []))[1].append(r)
+        for spec, members in groups.values():
+            outcomes = train(spec, [m.job for m in members if m.job is not None])
+            for m, out in zip(members, outcomes):
+                _advance(m, out)
+    return [r.reply for r in runs if r.reply is not None]

@@ -1,0 +1,117 @@
+"""What every protocol's server side does the same way: local-accuracy bookkeeping, global evaluation, byte counts.
+
+Kept here so that the parameter-sharing and soft-label protocols report the
+same metrics with the same definitions (see the README's *Metrics*).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from chillfl.config import RunConfig
+from chillfl.data import FederatedData
+from chillfl.engine.ledger import CommunicationLedger, tensor_bytes
+from chillfl.engine.protocol import ClientData, ClientReply, Message
+from chillfl.training.local import evaluate
+
+
+def mean_or_none(values: Sequence[float]) -> float | None:
+    """The mean of the finite values (a client without an eval split reports NaN), None if none."""
+    vals = [v for v in values if not math.isnan(v)]
+    return float(np.mean(vals)) if vals else None
+
+
+def state_bytes(payload: Any) -> int:
+    """Bytes of the tensors in a message part (a tensor, or dicts/lists of them); other values are free."""
+    if isinstance(payload, torch.Tensor):
+        return tensor_bytes(payload)
+    if isinstance(payload, Mapping):
+        return sum(state_bytes(v) for v in payload.values())
+    if isinstance(payload, (list, tuple)):
+        return sum(state_bytes(v) for v in payload)
+    return 0
+
+
+def record_message(ledger: CommunicationLedger, round: int, direction: str, message: Message, client_id: int) -> None:
+    """Put a message's own byte counts into the ledger: the only way bytes are counted."""
+    for kind, nbytes in message.nbytes().items():
+        ledger.record(round, direction, kind, nbytes, client_id)  # type: ignore[arg-type]
+
+
+@dataclass
+class LocalLog:
+    """Every client's latest local accuracy and loss (``eval.clients = "all"`` averages them)."""
+
+    acc: dict[int, float] = field(default_factory=dict)
+    loss: dict[int, float] = field(default_factory=dict)
+
+    def observe(self, reply: ClientReply[Any, Any]) -> None:
+        if reply.local_acc is not None and reply.local_loss is not None:
+            self.acc[reply.client_id] = reply.local_acc
+            self.loss[reply.client_id] = reply.local_loss
+
+    def metrics(self, sampled: Sequence[int], which: str) -> dict[str, Any]:
+        ids = list(sampled) if which == "sampled" else sorted(self.acc)
+        return {
+            "local_acc": mean_or_none([self.acc[c] for c in ids]),
+            "local_loss": mean_or_none([self.loss[c] for c in ids]),
+            "local_clients": len(ids),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"acc": {str(k): v for k, v in self.acc.items()}, "loss": {str(k): v for k, v in self.loss.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.acc = {int(k): float(v) for k, v in state["acc"].items()}
+        self.loss = {int(k): float(v) for k, v in state["loss"].items()}
+
+
+class Evaluation:
+    """Global-model evaluation on the global test set (and on every client's split for ``eval.clients = "all"``)."""
+
+    def __init__(self, config: RunConfig, data: FederatedData, model: nn.Module, device: torch.device) -> None:
+        self.config = config
+        self.data = data
+        self.model = model
+        self.device = device
+        x, y = data.test()
+        self.x_test, self.y_test = x.to(device), y.to(device)
+
+    def due(self, t: int) -> bool:
+        """Whether round ``t`` (1-based) evaluates the global model."""
+        return t % self.config.eval.every == 0 or t == self.config.federation.rounds
+
+    def client_data(self, cid: int) -> ClientData:
+        """Client ``cid``'s training data and, when local accuracy is measured, its own split, on the device."""
+        x, y = self.data.client_train(cid)
+        data = ClientData(x.to(self.device), y.to(self.device))
+        if self.config.eval.clients != "none":
+            xe, ye = self.data.client_eval(cid)
+            data.x_eval, data.y_eval = xe.to(self.device), ye.to(self.device)
+        return data
+
+    def metrics(self, state: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+        """``global_acc``/``global_loss`` (and ``global_client_acc``) of ``state``."""
+        bs = self.config.eval.batch_size
+        acc, loss = evaluate(self.model, state, self.x_test, self.y_test, bs)
+        out: dict[str, Any] = {"global_acc": acc, "global_loss": loss}
+        if self.config.eval.clients == "all":
+            per_client = []
+            for c in range(self.data.num_clients):
+                xe, ye = self.data.client_eval(c)
+                per_client.append(evaluate(self.model, state, xe.to(self.device), ye.to(self.device), bs)[0])
+            out["global_client_acc"] = mean_or_none(per_client)
+        return out
+
+
+def local_evaluation(model: nn.Module, state: Mapping[str, torch.Tensor], data: ClientData, batch_size: int) -> tuple[float | None, float | None]:
+    """(accuracy, loss) of a client's own model on its own split; (None, None) when not measured."""
+    if data.x_eval is None or data.y_eval is None:
+        return None, None
+    return evaluate(model, state, data.x_eval, data.y_eval, batch_size)

@@ -1,0 +1,175 @@
+"""The parameter-sharing protocol (FedAvg family): models travel, the aggregator combines them.
+
+One round, as the round loop runs it::
+
+    configure:      aggregator.begin_round; per client: ParamDownlink(global or mutated start,
+                    lr, T from the temperature policy, objective context, seed)
+    client update:  train once (the one local step), evaluate on the client's own split,
+                    method report (PA3Fed's score and gradient norm)           -> ParamUplink
+    server update:  temperature policy observes local accuracy; aggregate in client-id order;
+                    evaluate the global model every ``eval.every`` rounds
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import Aggregator, ClientResult, Params
+from chillfl.engine.ledger import CommunicationLedger
+from chillfl.engine.protocol import ClientData, ClientJob, ClientProgram, ClientReply, ClientTask
+from chillfl.protocols.common import Evaluation, LocalLog, local_evaluation, record_message, state_bytes
+from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
+from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed
+
+Reporter = Callable[[nn.Module, ClientJob, LocalOutcome], dict[str, Any]]
+"""A method's client-side report after training (PA3Fed: ``score``, ``grad_norm``)."""
+
+
+@dataclass
+class ParamDownlink:
+    """Server -> client: the start model, the round's lr and temperature, the objective's context, the seed."""
+
+    start: Params
+    lr: float
+    temperature: float
+    context: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+
+    def nbytes(self) -> dict[str, int]:
+        control = {k: v for k, v in self.context.items() if k != "global_params"}  # FedProx's anchor is the model already sent
+        return {"params": state_bytes(self.start), "control": state_bytes(control)}
+
+
+@dataclass
+class ParamUplink:
+    """Client -> server: the trained state, its sample and step counts, its training loss, a method report."""
+
+    params: Params
+    num_samples: int
+    num_steps: int
+    train_loss: float
+    report: dict[str, Any] = field(default_factory=dict)
+
+    def nbytes(self) -> dict[str, int]:
+        return {"params": state_bytes(self.params), "control": state_bytes(self.report)}
+
+
+@dataclass(frozen=True)
+class ParameterClient:
+    """The client side: pure, picklable (model template, eval batch size, optional method reporter)."""
+
+    model: nn.Module
+    eval_batch_size: int
+    reporter: Reporter | None = None
+
+    def update(self, task: ClientTask[ParamDownlink, None]) -> ClientProgram:
+        d, data = task.downlink, task.data
+        job = ClientJob(task.client_id, d.start, data.x, data.y, d.lr, d.temperature, d.context, d.seed)
+        out: LocalOutcome = yield job
+        acc, loss = local_evaluation(self.model, out.params, data, self.eval_batch_size)
+        report = self.reporter(self.model, job, out) if self.reporter is not None else {}
+        return ClientReply(task.client_id, ParamUplink(out.params, len(data.y), out.num_steps, out.mean_loss, report), None, acc, loss)
+
+
+class ParameterSharing:
+    """The server side: global state, aggregator, temperature policy, ledger, local-accuracy log."""
+
+    def __init__(
+        self,
+        *,
+        seed: int,
+        lr_at: Callable[[int], float],
+        initial_state: Params,
+        aggregator: Aggregator,
+        policy: TemperaturePolicy,
+        evaluation: Evaluation,
+        client: ParameterClient,
+        eval_clients: str,
+    ) -> None:
+        self.seed = seed
+        self.lr_at = lr_at
+        self.state = {k: v.clone() for k, v in initial_state.items()}
+        self.aggregator = aggregator
+        self.policy = policy
+        self.evaluation = evaluation
+        self.client = client
+        self.eval_clients = eval_clients
+        self.ledger = CommunicationLedger()
+        self.log = LocalLog()
+        self._per_client_temperature = not isinstance(policy, ConstantTemperature)
+
+    def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[ParamDownlink, None]]:
+        self.aggregator.begin_round(round, sampled)
+        lr = self.lr_at(round)
+        tasks = []
+        for cid in sampled:
+            down = self.aggregator.downlink(cid, round, self.state)
+            start = self.state if down.params is None else {**self.state, **down.params}
+            message = ParamDownlink(start, lr, self.policy.temperature(cid, round), down.context, derive_seed(self.seed, "train", cid, round))
+            tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid)))
+        return tasks
+
+    def server_update(
+        self, round: int, tasks: Sequence[ClientTask[ParamDownlink, None]], replies: Sequence[ClientReply[ParamUplink, None]]
+    ) -> dict[str, Any]:
+        results = []
+        for task, reply in zip(tasks, replies):
+            up = reply.uplink
+            record_message(self.ledger, round, "down", task.downlink, task.client_id)
+            record_message(self.ledger, round, "up", up, task.client_id)
+            self.log.observe(reply)
+            self.policy.observe(task.client_id, round, reply.local_acc)
+            d = task.downlink
+            results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, d.temperature, up.train_loss, up.report))
+        self.state = self.aggregator.aggregate(self.state, results, round)
+
+        weights = np.array([r.num_samples for r in results], dtype=np.float64)
+        record: dict[str, Any] = {
+            "round": round + 1,
+            "lr": self.lr_at(round),
+            "clients": [t.client_id for t in tasks],
+            "train_loss": float(np.dot(weights, [r.train_loss for r in results]) / weights.sum()),
+            "temperature_mean": float(np.mean([r.temperature for r in results])),
+            "client_train_loss": {str(r.client_id): r.train_loss for r in results},
+        }
+        sent = self.ledger.round_totals(round)
+        record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
+        record["bytes_cumulative"] = self.ledger.cumulative()["total"]
+        if self._per_client_temperature:  # only the round's clients: O(sampled), not O(registered)
+            record["temperatures"] = {str(r.client_id): float(r.temperature) for r in results}
+        if self.eval_clients != "none":
+            record.update(self.log.metrics([t.client_id for t in tasks], self.eval_clients))
+        if self.evaluation.due(round + 1):
+            record.update(self.evaluation.metrics(self.state))
+        record.update({f"agg_{k}": v for k, v in self.aggregator.round_metrics().items()})
+        return record
+
+    def global_state(self) -> Params:
+        return self.state
+
+    def client_states(self) -> Mapping[int, Params]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "global": dict(self.state),
+            "aggregator": self.aggregator.state_dict(),
+            "policy": self.policy.state_dict(),
+            "ledger": self.ledger.state_dict(),
+            "local": self.log.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.state = {k: v.to(self.evaluation.device) for k, v in state["global"].items()}
+        self.aggregator.load_state_dict(state["aggregator"])
+        self.policy.load_state_dict(state["policy"])
+        self.ledger.load_state_dict(state["ledger"])
+        self.log.load_state_dict(state["local"])
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,311 @@
+"""Run one experiment end to end: build, loop, checkpoint, write the result folder; resume an interrupted one.
+
+The round loop (:func:`chillfl.engine.loop.run_rounds`) only yields records;
+everything a run leaves behind hangs off it here as a callback on each
+record: the metrics writer, the progress bar, checkpoints, and at the end the
+summary, the saved models and the plots.
+
+Checkpoints (``checkpoint.safetensors`` in the run folder, written atomically
+by :mod:`chillfl.engine.checkpoint`; no code runs when it is read) hold the
+protocol's whole ``state_dict()`` after a completed round. Every random
+stream derives from (seed, purpose, round, client), so the round counter is
+the only RNG position a run has. SIGINT and SIGTERM stop the run at the end
+of the current round, write a checkpoint, and raise :class:`RunInterrupted`
+(the CLI exits 130 or 143 saying how to resume); a second signal stops at
+once, keeping the last periodic checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+
+import torch
+from tqdm import tqdm
+
+from chillfl.config import RunConfig, load_config
+from chillfl.data import FederatedData
+from chillfl.engine.checkpoint import read_state, write_state
+from chillfl.engine.loop import run_rounds
+from chillfl.engine.protocol import ServerProtocol
+from chillfl.engine.results import ResultWriter, read_metrics, summarize
+from chillfl.errors import ConfigError
+from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
+
+CHECKPOINT = "checkpoint.safetensors"
+MODEL = "model.safetensors"
+CLIENT_MODELS = "client_models.safetensors"
+
+
+class Callback(Protocol):
+    """Something that happens after every round (``on_round``) and once at the end (``on_end``)."""
+
+    def on_round(self, record: Mapping[str, Any]) -> None:
+        ...
+
+    def on_end(self, output: "RunOutput") -> None:
+        ...
+
+
+@dataclass
+class RunOutput:
+    """What a run returns: its folder (None when not written), metrics, summary and trained models."""
+
+    folder: Path | None
+    records: list[dict[str, Any]]
+    summary: dict[str, Any]
+    model_state: dict[str, torch.Tensor] | None = None
+    client_states: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+
+class RunInterrupted(Exception):
+    """SIGINT/SIGTERM stopped the run; ``folder`` holds its last checkpoint (None if none was written)."""
+
+    def __init__(self, signum: int, folder: Path | None, round: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name} after round {round}")
+        self.signum, self.folder, self.round = signum, folder, round
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def _postfix(record: Mapping[str, Any]) -> dict[str, str]:
+    out = {}
+    for key, short in (("global_acc", "acc"), ("local_acc", "local"), ("global_loss", "loss")):
+        if record.get(key) is not None:
+            out[short] = f"{record[key]:.4f}"
+    return out
+
+
+@contextmanager
+def intra_op_threads(threads: int) -> Iterator[None]:
+    """Run with ``threads`` torch intra-op threads (0: leave torch's setting), then restore it.
+
+    The thread count is part of the config because it changes float reduction
+    order, and so the last bits of every metric.
+    """
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@contextmanager
+def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
+    """On CUDA with ``deterministic = true``: PyTorch's deterministic algorithms for the run, restored after."""
+    if device.type != "cuda" or not config.deterministic:
+        yield
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS reads it when its first handle is made
+    was, bench = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was)
+        torch.backends.cudnn.benchmark = bench
+
+
+class _Signals:
+    """SIGINT/SIGTERM -> stop after the current round (first signal) or at once (second); main thread only."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None:
+            raise RunInterrupted(signum, None, -1)
+        self.received = signum
+        tqdm.write(f"chillfl: {signal.Signals(signum).name}: stopping after this round (a second one stops at once)")
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def run_experiment(
+    config: RunConfig,
+    *,
+    write: bool = True,
+    progress: bool = True,
+    data: FederatedData | None = None,
+    label: str | None = None,
+    experiment: Experiment | None = None,
+    callbacks: Sequence[Callback] = (),
+) -> RunOutput:
+    """Build and run ``config``; write its result folder unless ``write`` is False.
+
+    All validation happens in :func:`build_experiment` before the folder exists.
+    ``experiment``: parts built already (the Python API's own model and data).
+    """
+    with intra_op_threads(config.threads):
+        exp = experiment or build_experiment(config, data=data)
+        config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
+        writer = ResultWriter(config.out_dir, config.name) if write else None
+        if writer:
+            writer.write_config(config.to_dict())
+        return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks)
+
+
+def resume_experiment(folder: str | Path, *, progress: bool = True, callbacks: Sequence[Callback] = ()) -> RunOutput:
+    """Continue the interrupted run in ``folder`` (a ``NAME.partial`` result folder) from its checkpoint."""
+    path = Path(folder)
+    if not (path / "config.toml").is_file():
+        raise ConfigError("run_dir", f"{path} is not a chillfl run folder (no config.toml)")
+    if not (path / CHECKPOINT).is_file():
+        raise ConfigError("run_dir", f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint; start it again")
+    config = load_config(path / "config.toml")
+    with intra_op_threads(config.threads):
+        exp = build_experiment(config)
+        state = read_state(path / CHECKPOINT, exp.device)
+        done = int(state["round"])
+        records = [r for r in read_metrics(path) if r["round"] <= done]
+        writer = ResultWriter.reopen(path, records)
+        return _run(exp, config, writer, progress=progress, label=config.name, callbacks=callbacks, resume=(done, state["protocol"], records))
+
+
+def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int) -> None:
+    if writer is not None:
+        write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict()})
+
+
+def _run(
+    exp: Experiment,
+    config: RunConfig,
+    writer: ResultWriter | None,
+    *,
+    progress: bool,
+    label: str | None,
+    callbacks: Sequence[Callback],
+    resume: tuple[int, Mapping[str, Any], list[dict[str, Any]]] | None = None,
+) -> RunOutput:
+    start = time.perf_counter()
+    rounds, every = config.federation.rounds, config.checkpoint.every
+    protocol = build_protocol(exp)
+    executor = None
+    done, records = 0, []
+    try:
+        if resume is not None:
+            done, state, records = resume
+            protocol.load_state_dict(state)
+        executor = make_executor(exp, protocol)
+        loop = run_rounds(
+            protocol, executor, seed=config.seed, num_clients=exp.data.num_clients,
+            clients_per_round=config.federation.sample_size(), rounds=rounds, start=done,
+        )
+        bar = tqdm(total=rounds, initial=done, desc=label or config.name, unit="round", disable=not progress, leave=True, dynamic_ncols=True)
+        with device_settings(config, exp.device), _Signals() as signals, bar:
+            for record in loop:
+                records.append(record)
+                done = record["round"]
+                if writer:
+                    writer.append(record)
+                for cb in callbacks:
+                    cb.on_round(record)
+                bar.set_postfix(_postfix(record), refresh=False)
+                bar.update(1)
+                if signals.received is not None:
+                    _checkpoint(writer, protocol, done)
+                    raise RunInterrupted(signals.received, writer.path if writer else None, done)
+                if every and done % every == 0 and done < rounds:
+                    _checkpoint(writer, protocol, done)
+        output = _finish(exp, config, protocol, writer, records, time.perf_counter() - start)
+        for cb in callbacks:
+            cb.on_end(output)
+        return output
+    except RunInterrupted as exc:
+        if writer:
+            writer.abort()
+        if exc.folder is None and writer is not None and (writer.path / CHECKPOINT).is_file():
+            exc.folder = writer.path
+        raise
+    except BaseException:
+        if writer:
+            writer.abort()
+        raise
+    finally:
+        if executor is not None:
+            executor.close()
+        protocol.close()
+
+
+def _finish(exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer: ResultWriter | None, records: list[dict[str, Any]], wall: float) -> RunOutput:
+    summary = summarize(records, config.eval.target_accuracy)
+    summary["wall_time_s"] = round(wall, 3)
+    summary["num_parameters"] = sum(v.numel() for k, v in exp.initial_state.items() if v.is_floating_point())
+    summary["device"] = str(exp.device)
+    from chillfl.metrics.stability import stability_summary  # PA3Fed Table 1 / Fig. 5 (None without per-client losses)
+
+    if (stability := stability_summary(records)) is not None:
+        summary["stability"] = stability
+    has_bytes = bool(records) and "bytes_cumulative" in records[-1]
+    if has_bytes:  # SCARLET Sec. IV-A: total bytes and the cost to reach the target accuracy
+        from chillfl.metrics.communication import communication_summary
+
+        summary["communication"] = communication_summary(records, config.eval.target_accuracy)
+    model = protocol.global_state()
+    model_state = {k: v.detach().clone() for k, v in model.items()} if model is not None else None
+    clients = {cid: dict(s) for cid, s in protocol.client_states().items()} if config.checkpoint.client_models else {}
+    if writer is None:
+        return RunOutput(None, records, summary, model_state, clients)
+    writer.write_json("summary.json", summary)
+    if model_state is not None:
+        write_state(writer.path / MODEL, model_state)
+    if clients:
+        write_state(writer.path / CLIENT_MODELS, {str(c): s for c, s in clients.items()})
+    _plots(records, writer.path, config)
+    (writer.path / CHECKPOINT).unlink(missing_ok=True)
+    return RunOutput(writer.finish(), records, summary, model_state, clients)
+
+
+def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:
+    """The run's figures (report code, imported here: the engine knows nothing of plots)."""
+    from chillfl.report.plots import plot_run, plot_temperatures
+
+    plot_run(records, folder / "accuracy_loss.png", title=config.name)
+    plot_temperatures(records, folder / "temperatures.png")
+    if records and "bytes_cumulative" in records[-1] and config.distillation.get("method"):  # Fig. 7: accuracy against bytes
+        from chillfl.report.communication_plots import plot_accuracy_vs_bytes
+
+        plot_accuracy_vs_bytes(records, folder / "accuracy_vs_bytes.png", title=config.name)
+    if any("agg_clp" in r for r in records):
+        from chillfl.report.pa3fed_plots import plot_clp
+
+        plot_clp(records, folder / "clp.png", title=config.name)
+
+
+def rounds_for(exp: Experiment) -> Callable[[Experiment], Iterator[dict[str, Any]]]:
+    """Every round's record of ``exp`` without writing anything (tests and notebooks)."""
+
+    def rounds(e: Experiment) -> Iterator[dict[str, Any]]:
+        protocol = build_protocol(e)
+        executor = make_executor(e, protocol)
+        try:
+            yield from run_rounds(
+                protocol, executor, seed=e.config.seed, num_clients=e.data.num_clients,
+                clients_per_round=e.config.federation.sample_size(), rounds=e.config.federation.rounds,
+            )
+        finally:
+            executor.close()
+            protocol.close()
+
+    return rounds

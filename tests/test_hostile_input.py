@@ -1,0 +1,516 @@
+"""Hostile configs: every bad input ends with exit 2 and one line naming the field, nothing written.
+
+A property-based test (hypothesis) mutates one field of a small valid config
+at a time -- wrong types, out-of-range numbers, inf/NaN, integers beyond
+int64, bad names, unknown keys, bad enum values, bad nested tables, deep
+nesting, bad ``[variants]`` / ``[compare]`` / ``[distillation]`` tables --
+writes it as TOML and runs ``chillfl run`` in process. Each case knows the
+field it broke, so the test cannot pass on a generic error line.
+
+Not generated here (caught by the CLI, not by config validation; see
+``check_out_dir``'s own tests below): an ``out_dir`` that is a file, sits
+under a file or is read-only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chillfl.aggregation.registry import algorithm_names
+from chillfl.cli import main
+from chillfl.config import MAX_NAME_BYTES, check_out_dir, load_config
+from chillfl.data import dataset_names, partitioner_names
+from chillfl.distillation.methods import method_names
+from chillfl.errors import ConfigError
+from chillfl.models import model_names
+from chillfl.temperature import policy_names
+
+MAX_EXAMPLES = 320
+INT64_MAX = 2**63 - 1
+
+BASE: dict[str, Any] = {
+    "name": "hostile",
+    "seed": 0,
+    "executor": "sequential",
+    "threads": 1,
+    "device": "cpu",
+    "federation": {"num_clients": 4, "rounds": 1},
+    "client": {"epochs": 1, "batch_size": 16, "lr": 0.05},
+    "eval": {"client_split_size": 20},
+    "dataset": {"name": "digits"},
+    "partition": {"name": "dirichlet", "alpha": 0.5},
+    "model": {"name": "mlp", "hidden": [8]},
+    "temperature": {"policy": "none"},
+    "algorithm": {"name": "fedavg"},
+}
+
+# ---------------------------------------------------------------- a small TOML writer (inline tables only)
+
+
+@dataclass(frozen=True)
+class Raw:
+    """TOML text written as is (deeply nested values)."""
+
+    text: str
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def toml_string(s: str) -> str:
+    out = []
+    for ch in s:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def toml_key(k: str) -> str:
+    return k if _BARE_KEY.match(k) else toml_string(k)
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, Raw):
+        return v.text
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return toml_string(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{toml_key(k)} = {toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(v)
+
+
+def to_toml(data: dict[str, Any]) -> str:
+    return "".join(f"{toml_key(k)} = {toml_value(v)}\n" for k, v in data.items())
+
+
+# ---------------------------------------------------------------- the cases
+
+
+@dataclass(frozen=True)
+class Case:
+    """Put ``value`` at ``path`` in the base config; the error must name ``field``."""
+
+    path: tuple[str, ...]
+    value: Any
+    field: str
+
+    def config(self, out_dir: str) -> dict[str, Any]:
+        data = json.loads(json.dumps(BASE))
+        data["out_dir"] = out_dir
+        node = data
+        for key in self.path[:-1]:
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = node[key] = {}
+            node = child
+        node[self.path[-1]] = self.value
+        return data
+
+
+def at(path: str, field: str | None = None) -> Any:
+    """A function value -> Case for dotted ``path`` (error names ``field``, default the path)."""
+    return lambda value: Case(tuple(path.split(".")), value, field or path)
+
+
+# wrong types
+texts = st.text(max_size=12)
+tables = st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 3), min_size=1, max_size=2)
+not_numbers = st.one_of(texts, st.booleans(), st.lists(st.integers(0, 9), max_size=3), tables)
+not_bools = st.one_of(texts, st.integers(), st.floats(allow_nan=False), tables)
+not_strings = st.one_of(st.integers(), st.booleans(), st.lists(texts, max_size=2), tables)
+huge_ints = st.one_of(st.integers(min_value=INT64_MAX + 1), st.integers(max_value=-INT64_MAX - 2), st.sampled_from([2**64, 10**30, 10**400]))
+non_finite = st.sampled_from([math.inf, -math.inf, math.nan])
+fractions = st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: not x.is_integer())
+
+
+def bad_ints(lo: int | None, hi: int | None) -> st.SearchStrategy[Any]:
+    """Values an int field in [lo, hi] must refuse."""
+    options = [not_numbers, huge_ints, fractions, non_finite]
+    if lo is not None:
+        options.append(st.integers(min_value=-(2**70), max_value=lo - 1))
+    if hi is not None:
+        options.append(st.integers(min_value=hi + 1, max_value=2**70))
+    return st.one_of(*options)
+
+
+def bad_floats(lo: float | None, hi: float | None, lo_open: bool = False, hi_open: bool = False) -> st.SearchStrategy[Any]:
+    """Values a finite float field in [lo, hi] (or open ends) must refuse."""
+    options: list[st.SearchStrategy[Any]] = [not_numbers, non_finite, st.just(10**400), st.just(-(10**400))]
+    if lo is not None:
+        below = st.floats(max_value=lo, exclude_max=not lo_open, allow_nan=False, allow_infinity=False)
+        options.append(below)
+    if hi is not None:
+        above = st.floats(min_value=hi, exclude_min=not hi_open, allow_nan=False, allow_infinity=False)
+        options.append(above)
+    return st.one_of(*options)
+
+
+def bad_choices(allowed: list[str]) -> st.SearchStrategy[Any]:
+    return st.one_of(not_strings, texts.filter(lambda s: s not in allowed), st.sampled_from(["", "a\x00b", "x" * 300]))
+
+
+def part(table: dict[str, Any], key: str, field: str) -> Any:
+    """Replace a whole pluggable part with ``table`` plus one bad option."""
+    section = field.split(".")[0]
+    return lambda value: Case((section,), {**table, key: value}, field)
+
+
+NUMBER_CASES = [
+    (at("seed"), bad_ints(0, INT64_MAX)),
+    (at("threads"), bad_ints(0, 4096)),
+    (at("federation.num_clients"), bad_ints(1, 1797)),
+    (at("federation.rounds"), bad_ints(1, 10**7)),
+    (at("federation.clients_per_round"), bad_ints(1, 4)),
+    (at("federation.client_fraction"), bad_floats(0, 1, lo_open=True)),
+    (at("client.epochs"), bad_ints(1, 100_000)),
+    (at("client.batch_size"), bad_ints(1, 2**31 - 1)),
+    (at("client.lr"), bad_floats(0, None, lo_open=True)),
+    (at("client.lr_decay"), bad_floats(0, 1, lo_open=True)),
+    (at("client.momentum"), bad_floats(0, 1, hi_open=True)),
+    (at("client.weight_decay"), bad_floats(0, None)),
+    (at("eval.every"), bad_ints(1, None)),
+    (at("eval.client_split_size"), bad_ints(1, 2**31 - 1)),
+    (at("eval.batch_size"), bad_ints(1, 2**31 - 1)),
+    (at("eval.target_accuracy"), bad_floats(0, 1, lo_open=True)),
+    (at("checkpoint.every"), bad_ints(0, None)),
+    (at("dataset.test_fraction"), bad_floats(0, 1, lo_open=True, hi_open=True)),
+    (at("dataset.split_seed"), bad_ints(0, INT64_MAX)),
+    (part({"name": "synthetic"}, "seed", "dataset.seed"), bad_ints(0, INT64_MAX)),
+    (part({"name": "synthetic"}, "dim", "dataset.dim"), bad_ints(1, 10**6)),
+    (part({"name": "synthetic"}, "alpha", "dataset.alpha"), bad_floats(0, None)),
+    (part({"name": "synthetic"}, "size_log_mean", "dataset.size_log_mean"), bad_floats(-50, 50)),
+    (part({"name": "mnist1d"}, "seed", "dataset.seed"), bad_ints(0, 2**32 - 1)),
+    (part({"name": "mnist1d"}, "num_samples", "dataset.num_samples"), bad_ints(100, 200_000)),
+    (at("partition.alpha"), bad_floats(0, None, lo_open=True)),
+    (at("partition.min_size"), bad_ints(0, 1797 // 4)),
+    (at("partition.max_retries"), bad_ints(1, 10_000)),
+    (part({"name": "shards"}, "shards_per_client", "partition.shards_per_client"), bad_ints(1, 1797 // 4)),
+    (part({"name": "feature_noise"}, "sigma_min", "partition.sigma_min"), bad_floats(0, None)),
+    (part({"name": "quantity_skew"}, "h", "partition.h"), bad_floats(0, None, lo_open=True)),
+    (part({"name": "vit", "dim": 8, "mlp_dim": 8, "heads": 2, "patch": 4}, "depth", "model.depth"), bad_ints(1, 1000)),
+    (part({"name": "vit", "dim": 8, "mlp_dim": 8, "heads": 2, "patch": 4}, "dropout", "model.dropout"), bad_floats(0, 1, hi_open=True)),
+    (part({"name": "alexnet"}, "hidden", "model.hidden"), bad_ints(1, 10**6)),
+    (part({"policy": "fixed"}, "value", "temperature.value"), bad_floats(0, None, lo_open=True)),
+    (part({"policy": "fedchill"}, "gamma", "temperature.gamma"), bad_floats(0, 1, lo_open=True, hi_open=True)),
+    (part({"name": "fedprox"}, "mu", "algorithm.mu"), bad_floats(0, None)),
+    (part({"name": "fedadam"}, "beta1", "algorithm.beta1"), bad_floats(0, 1, hi_open=True)),
+    (part({"name": "scaffold"}, "global_lr", "algorithm.global_lr"), bad_floats(0, None, lo_open=True)),
+    (part({"method": "dsfl", "subset_size": 50}, "public_size", "distillation.public_size"), bad_ints(50, 1797)),
+    (part({"method": "dsfl", "public_size": 100, "subset_size": 50}, "temperature", "distillation.temperature"), bad_floats(0, None, lo_open=True)),
+    (part({"method": "dsfl", "public_size": 100, "subset_size": 50}, "distill_lr", "distillation.distill_lr"), bad_floats(0, None, lo_open=True)),
+]
+
+CHOICE_CASES = [
+    (at("executor"), bad_choices(["auto", "sequential", "vectorized", "processes"])),
+    (at("device"), bad_choices(["cpu", "cuda", "mps", "auto"]).filter(lambda s: not (isinstance(s, str) and re.fullmatch(r"cuda:[0-9]{1,3}", s)))),
+    (at("eval.clients"), bad_choices(["sampled", "all", "none"])),
+    (at("eval.client_split"), bad_choices(["proportional", "natural", "none"])),
+    (at("client.loss"), bad_choices(["standard"])),
+    (at("partition.scheme"), bad_choices(["class", "client"])),
+    (at("dataset.name"), bad_choices(dataset_names())),
+    (at("partition.name"), bad_choices(partitioner_names())),
+    (at("model.name"), bad_choices(model_names())),
+    (at("temperature.policy"), bad_choices(policy_names())),
+    (at("algorithm.name"), bad_choices(algorithm_names())),
+    (part({}, "method", "distillation.method"), bad_choices(method_names())),
+    (at("deterministic"), not_bools),
+    (at("checkpoint.client_models"), not_bools),
+    (at("out_dir"), not_strings),
+    (at("data_dir"), st.one_of(not_strings, st.just("data\x00dir"))),
+    (at("compare.reference"), not_strings),
+    (at("compare.baseline"), not_strings),
+]
+
+bad_names = st.one_of(
+    not_strings,
+    st.sampled_from(["", ".", "..", "a/b", "/abs", "a\\b", "a\x00b", "a\nb", "tab\there", "\x1b[31mred", "bidi\u202eevil", "x" * (MAX_NAME_BYTES + 1), "é" * 128]),
+    st.text(min_size=1, max_size=8).map(lambda s: s + "/" + s),
+    st.text(min_size=1, max_size=8).map(lambda s: s + "\x00"),
+    st.integers(MAX_NAME_BYTES + 1, 2000).map(lambda n: "n" * n),
+)
+
+SECTIONS = ["federation", "client", "eval", "checkpoint"]
+PARTS = {"dataset": "name", "partition": "name", "model": "name", "temperature": "policy", "algorithm": "name"}
+unknown_keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=10).map(lambda s: "zz_" + s)
+hostile_values = st.one_of(st.integers(-5, 5), st.floats(allow_nan=False, allow_infinity=False), texts, st.booleans())
+
+
+@st.composite
+def unknown_key_cases(draw: st.DrawFn) -> Case:
+    where = draw(st.sampled_from(["", *SECTIONS, *PARTS, "compare", "variants.x", "distillation"]))
+    key = draw(unknown_keys)
+    value = draw(hostile_values)
+    if where == "distillation":
+        return Case(("distillation",), {"method": "dsfl", "public_size": 100, "subset_size": 50, key: value}, f"distillation.{key}")
+    path = tuple(p for p in where.split(".") if p) + (key,)
+    return Case(path, value, ".".join(path))
+
+
+@st.composite
+def nested_cases(draw: st.DrawFn) -> Case:
+    """A table where a value belongs, a value where a table belongs, missing names, deep nesting."""
+    kind = draw(st.sampled_from(["section_scalar", "part_scalar", "part_unnamed", "variant_scalar", "variant_bad", "deep", "very_deep", "top_table"]))
+    if kind == "section_scalar":
+        section = draw(st.sampled_from([*SECTIONS, "compare", "variants", "distillation"]))
+        return Case((section,), draw(st.one_of(st.integers(), texts, st.lists(st.integers(0, 3), max_size=2), st.booleans())), section)
+    if kind == "part_scalar":
+        section = draw(st.sampled_from(list(PARTS)))
+        return Case((section,), draw(st.one_of(st.integers(), texts, st.lists(st.integers(0, 3), max_size=2))), section)
+    if kind == "part_unnamed":
+        section = draw(st.sampled_from(list(PARTS)))
+        return Case((section,), {"alpha": 0.1}, f"{section}.{PARTS[section]}")
+    if kind == "variant_scalar":
+        label = draw(st.text(alphabet="abcT=0.5", min_size=1, max_size=6))
+        return Case(("variants", label), draw(st.one_of(st.integers(), texts, st.booleans())), f"variants.{label}")
+    if kind == "variant_bad":
+        label = draw(st.text(alphabet="abcT=0.5", min_size=1, max_size=6))
+        field, value = draw(
+            st.sampled_from(
+                [
+                    ("client.lr", -1.0),
+                    ("client.lr", math.inf),
+                    ("federation.rounds", 0),
+                    ("eval.target_accuracy", 80.0),
+                    ("eval.target_accuracy", math.nan),
+                    ("threads", 10**6),
+                    ("seed", -1),
+                    ("name", ".."),
+                    ("client.zz", 1),
+                    ("distillation.public_size", "abc"),
+                ]
+            )
+        )
+        section, key = field.split(".") if "." in field else ("", field)
+        overrides: dict[str, Any] = {section: {key: value}} if section else {key: value}
+        if field == "distillation.public_size":
+            overrides = {"distillation": {"method": "dsfl", "public_size": value}}
+        if field == "name":  # a variant's own name comes from its label; a "name" override is refused
+            return Case(("variants", label), overrides, f"variants.{label}.name")
+        return Case(("variants", label), overrides, f"variants.{label}.{field}")
+    if kind == "deep":  # nested deeper than configs ever go, but shallow enough for the TOML parser
+        depth = draw(st.integers(40, 300))
+        where = draw(st.sampled_from(["model.hidden", "client.lr", "name", "algorithm.zz"]))
+        return Case(tuple(where.split(".")), Raw("[" * depth + "1" + "]" * depth), where)
+    if kind == "very_deep":  # the TOML parser itself recurses too deep
+        depth = draw(st.integers(2000, 6000))
+        return Case(("model", "hidden"), Raw("[" * depth + "]" * depth), "config")
+    # top-level scalars given a table
+    key = draw(st.sampled_from(["name", "seed", "executor", "threads", "out_dir", "device"]))
+    return Case((key,), {"a": 1}, key)
+
+
+@st.composite
+def memory_cases(draw: st.DrawFn) -> Case:
+    """Models and datasets that would need more memory than any machine has."""
+    kind = draw(st.sampled_from(["mlp", "alexnet", "vit", "synthetic_dim", "synthetic_sizes"]))
+    if kind == "mlp":
+        width = draw(st.integers(10**9, 10**12))
+        return Case(("model",), {"name": "mlp", "hidden": [width, width]}, "model.hidden")
+    if kind == "alexnet":
+        return Case(("model",), {"name": "alexnet", "hidden": draw(st.integers(10**6 + 1, 10**9))}, "model.hidden")
+    if kind == "vit":
+        dim = draw(st.integers(10**6, 10**8))
+        return Case(("model",), {"name": "vit", "dim": dim, "heads": 1, "mlp_dim": 16, "depth": 1}, "model.dim")
+    if kind == "synthetic_dim":
+        return Case(("dataset",), {"name": "synthetic", "dim": draw(st.integers(10**6 + 1, 10**12))}, "dataset.dim")
+    return Case(("dataset",), {"name": "synthetic", "size_log_mean": draw(st.floats(50.0001, 10**6))}, "dataset.size_log_mean")
+
+
+def _flatten(cases: list[tuple[Any, st.SearchStrategy[Any]]]) -> list[st.SearchStrategy[Case]]:
+    return [values.map(make) for make, values in cases]
+
+
+def hostile_cases() -> st.SearchStrategy[Case]:
+    """Every kind of bad config, each knowing the field it broke."""
+    return st.one_of(
+        *_flatten(NUMBER_CASES),
+        *_flatten(CHOICE_CASES),
+        bad_names.map(at("name")),
+        unknown_key_cases(),
+        nested_cases(),
+        memory_cases(),
+    )
+
+
+ERROR_LINE = re.compile(r"^(?:chillfl: )?error: (?P<field>.*?): ")
+
+
+def run_case(case: Case, root: Path) -> tuple[int, str]:
+    """Write ``case`` as TOML under ``root`` and run ``chillfl run`` on it in process."""
+    out_dir = root / "out"
+    path = root / "bad.toml"
+    path.write_text(to_toml(case.config(str(out_dir))), encoding="utf-8")
+    return main(["run", str(path), "--quiet"]), str(out_dir)
+
+
+def escaped(field: str) -> str:
+    """A field as an error line shows it (control characters escaped, see ConfigError)."""
+    return str(ConfigError(field, "x")).rsplit(": x", 1)[0]
+
+
+def test_the_base_config_runs(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Otherwise every case below would fail for the wrong reason."""
+    path = tmp_path / "base.toml"
+    path.write_text(to_toml({**BASE, "out_dir": str(tmp_path / "out")}), encoding="utf-8")
+    assert main(["run", str(path), "--quiet"]) == 0, capfd.readouterr().err
+    assert (tmp_path / "out" / "hostile" / "summary.json").is_file()
+
+
+def test_hostile_configs_fail_with_one_line_naming_the_field(capfd: pytest.CaptureFixture[str]) -> None:
+    seen: list[str] = []
+
+    @settings(max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(case=hostile_cases())
+    def check(case: Case) -> None:
+        capfd.readouterr()
+        with tempfile.TemporaryDirectory() as tmp:
+            code, out_dir = run_case(case, Path(tmp))
+            captured = capfd.readouterr()
+            err = captured.err
+            assert code == 2, f"{case}: exit {code}\n{err}"
+            assert "Traceback" not in err, err
+            lines = err.splitlines()
+            assert len(lines) == 1, f"{case}: {len(lines)} lines:\n{err}"
+            match = ERROR_LINE.match(lines[0])
+            assert match, lines[0]
+            assert match["field"] == escaped(case.field), f"{case}: named {match['field']!r}, expected {case.field!r}"
+            assert not os.path.exists(out_dir) or not os.listdir(out_dir), f"{case}: wrote {os.listdir(out_dir)}"
+        seen.append(case.field)
+
+    check()
+    print(f"\nhostile configs: {len(seen)} cases, {len(set(seen))} distinct fields, all exit 2 with one line")
+    assert len(seen) >= 300
+    sections = {f.split(".")[0] for f in seen}
+    assert {"federation", "client", "eval", "checkpoint", "dataset", "partition", "model", "temperature", "algorithm"} <= sections
+    assert {"distillation", "variants", "compare", "name", "config"} <= sections
+
+
+# ---------------------------------------------------------------- hand-picked cases from issue 17
+
+
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ('[distillation]\nmethod = "dsfl"\npublic_size = "abc"\n', "distillation.public_size"),
+        ("[compare]\nrefrence = \"T=1\"\n", "compare.refrence"),
+        ("[eval]\ntarget_accuracy = nan\n", "eval.target_accuracy"),
+        ("[eval]\ntarget_accuracy = 80\n", "eval.target_accuracy"),
+        ("[federation]\nrounds = 18446744073709551616\n", "federation.rounds"),
+        ("threads = 100000\n", "threads"),
+        ('name = ".."\n', "name"),
+        ('name = "a\\u0000b"\n', "name"),
+        ("[client]\nweight_decay = inf\n", "client.weight_decay"),
+        ('[partition]\nname = "dirichlet"\nmax_retries = 1e12\nmin_size = 300\n', "partition.max_retries"),
+        ('[variants."x"]\nclient = { lr = inf }\n', "variants.x.client.lr"),
+        ('[model]\nname = "mlp"\nhidden = [1000000000, 1000000000]\n', "model.hidden"),
+        ('[dataset]\nname = "synthetic"\nseed = -1\n', "dataset.seed"),
+    ],
+)
+def test_issue_cases(tmp_path: Path, text: str, field: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        config = load_config(path)
+        from chillfl.engine.setup import build_experiment
+
+        build_experiment(config)
+    assert info.value.field == field
+
+
+def test_memory_refusal_says_how_much(tmp_path: Path) -> None:
+    path = tmp_path / "big.toml"
+    path.write_text('[model]\nname = "mlp"\nhidden = [1000000000, 1000000000]\n', encoding="utf-8")
+    from chillfl.engine.setup import build_experiment
+
+    with pytest.raises(ConfigError) as info:
+        build_experiment(load_config(path))
+    assert "parameters" in info.value.message and "GiB" in info.value.message
+
+
+def test_overrides_for_a_section_the_file_lacks(tmp_path: Path) -> None:
+    """defaults < file < overrides, per key: a partition override keeps the default partitioner."""
+    path = tmp_path / "base.toml"
+    path.write_text('[dataset]\nname = "digits"\n', encoding="utf-8")
+    config = load_config(path, {"partition.alpha": 0.1})
+    assert config.partition == {"name": "dirichlet", "alpha": 0.1}
+    config = load_config(path, {"partition.name": "iid"})
+    assert config.partition == {"name": "iid"}
+    config = load_config(path, {"temperature.value": 0.3, "temperature.policy": "fixed"})
+    assert config.temperature == {"policy": "fixed", "value": 0.3}
+
+
+def test_impossible_min_size_fails_fast(tmp_path: Path) -> None:
+    import time
+
+    path = tmp_path / "p.toml"
+    path.write_text('[partition]\nname = "dirichlet"\nalpha = 0.01\nmin_size = 300\nmax_retries = 10000\n[federation]\nnum_clients = 4\n', encoding="utf-8")
+    from chillfl.engine.setup import build_data
+
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as info:
+        build_data(load_config(path))
+    assert info.value.field == "partition.min_size" and time.perf_counter() - start < 30
+
+
+def test_grid_size_is_bounded() -> None:
+    from chillfl.report.compare import parse_grid
+
+    with pytest.raises(ConfigError) as info:
+        parse_grid(["client.lr=" + ",".join(str(i) for i in range(1, 1001)), "seed=1,2"])
+    assert info.value.field == "--grid" and "2000" in info.value.message
+
+
+# ---------------------------------------------------------------- out_dir
+
+
+def test_check_out_dir(tmp_path: Path) -> None:
+    check_out_dir(str(tmp_path / "new" / "deeper"))  # missing folders are fine
+    file = tmp_path / "file"
+    file.write_text("x")
+    for bad in (file, file / "under"):
+        with pytest.raises(ConfigError) as info:
+            check_out_dir(str(bad))
+        assert info.value.field == "out_dir"
+    with pytest.raises(ConfigError):
+        check_out_dir(str(tmp_path / ("n" * 300)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # nothing written
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write anywhere")
+def test_check_out_dir_read_only(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(ConfigError) as info:
+            check_out_dir(str(locked / "results"))
+        assert "not writable" in info.value.message
+    finally:
+        locked.chmod(0o700)

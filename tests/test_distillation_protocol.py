@@ -316,3 +316,56 @@ def test_analyze_cache_ratio_and_entropy(tmp_path, capsys):
     assert "b=1: 0.693" in out and "b=3: 0.693" in out and "T=0.1: 0.693" in out
     assert (tmp_path / "entropy_vs_beta.png").is_file() and (tmp_path / "entropy_vs_temperature.png").is_file()
     assert main(["analyze", "cache-ratio", "--subset-size", "0"]) == 2
+
+
+# ---------------------------------------------------------------- every executor runs the soft-label protocol
+
+
+def _numbers(records: list[dict]) -> list[tuple[str, int, float]]:
+    """Every float metric of every round, flattened (for a tolerance comparison)."""
+    out = []
+    for r in records:
+        for key, value in sorted(r.items()):
+            if isinstance(value, float) and not math.isnan(value):
+                out.append((key, r["round"], value))
+    return out
+
+
+@pytest.mark.parametrize(("method", "extra"), [("scarlet", {"cache_duration": 2}), ("dsfl", {}), ("comet", {}), ("selective_fd", {}), ("cfd", {"delta_coding": True, "bits_up": 2})])
+def test_processes_executor_is_bitwise_sequential_for_soft_labels(method, extra):
+    over = {**tiny(method, **extra), "federation.clients_per_round": 3, "federation.rounds": 3}
+    seq = run_experiment(load_config(None, over), write=False, progress=False).records
+    proc = run_experiment(load_config(None, {**over, "executor": "processes"}), write=False, progress=False).records
+    assert seq == proc
+    assert seq[-1]["global_acc"] is not None and seq[-1]["bytes_cumulative"] > 0
+
+
+@pytest.mark.parametrize(("method", "extra"), [("scarlet", {"cache_duration": 2}), ("comet", {"granularity": "sample"})])
+def test_vectorized_executor_matches_sequential_for_soft_labels(method, extra):
+    over = {**tiny(method, **extra), "model.name": "mlp", "federation.rounds": 3}
+    seq = run_experiment(load_config(None, over), write=False, progress=False).records
+    vec = run_experiment(load_config(None, {**over, "executor": "vectorized"}), write=False, progress=False).records
+    assert [r["clients"] for r in seq] == [r["clients"] for r in vec]
+    assert [r["bytes_cumulative"] for r in seq] == [r["bytes_cumulative"] for r in vec]  # same traffic, message for message
+    a, b = _numbers(seq), _numbers(vec)
+    assert [k[:2] for k in a] == [k[:2] for k in b]
+    for (key, rnd, x), (_, _, y) in zip(a, b):
+        assert y == pytest.approx(x, rel=2e-3, abs=2e-3), (key, rnd)
+    assert vec == run_experiment(load_config(None, {**over, "executor": "vectorized"}), write=False, progress=False).records  # deterministic
+
+
+def test_vectorized_executor_batches_the_distillation_jobs(monkeypatch):
+    """The distillation and private-training stages of a round's clients each train as one vmapped batch."""
+    from chillfl.engine.vectorized import VectorizedExecutor
+
+    calls: list[int] = []
+    original = VectorizedExecutor._run_vectorized
+
+    def spy(self, jobs):
+        calls.append(len(jobs))
+        return original(self, jobs)
+
+    monkeypatch.setattr(VectorizedExecutor, "_run_vectorized", spy)
+    over = {**tiny("scarlet"), "model.name": "mlp", "federation.rounds": 2, "executor": "vectorized"}
+    run_experiment(load_config(None, over), write=False, progress=False)
+    assert calls == [K, K, K]  # round 1: private training; round 2: distillation, then private training

@@ -36,7 +36,7 @@ from chillfl.errors import ConfigError
 from chillfl.models import model_names
 from chillfl.temperature import policy_names
 
-MAX_EXAMPLES = 320
+MAX_EXAMPLES = 330
 INT64_MAX = 2**63 - 1
 
 BASE: dict[str, Any] = {
@@ -347,16 +347,25 @@ def _flatten(cases: list[tuple[Any, st.SearchStrategy[Any]]]) -> list[st.SearchS
     return [values.map(make) for make, values in cases]
 
 
+def case_groups() -> dict[str, st.SearchStrategy[Case]]:
+    """Every kind of bad config, each case knowing the field it broke.
+
+    Run as separate groups so that each gets its share of examples (hypothesis'
+    ``one_of`` favours some branches).
+    """
+    return {
+        "numbers": st.one_of(*_flatten(NUMBER_CASES)),
+        "choices and types": st.one_of(*_flatten(CHOICE_CASES)),
+        "names": bad_names.map(at("name")),
+        "unknown keys": unknown_key_cases(),
+        "nested tables": nested_cases(),
+        "memory": memory_cases(),
+    }
+
+
 def hostile_cases() -> st.SearchStrategy[Case]:
-    """Every kind of bad config, each knowing the field it broke."""
-    return st.one_of(
-        *_flatten(NUMBER_CASES),
-        *_flatten(CHOICE_CASES),
-        bad_names.map(at("name")),
-        unknown_key_cases(),
-        nested_cases(),
-        memory_cases(),
-    )
+    """All groups in one strategy (for ad-hoc fuzzing, see benchmarks/fuzz_config.py)."""
+    return st.one_of(*case_groups().values())
 
 
 ERROR_LINE = re.compile(r"^(?:chillfl: )?error: (?P<field>.*?): ")
@@ -386,14 +395,11 @@ def test_the_base_config_runs(tmp_path: Path, capfd: pytest.CaptureFixture[str])
 def test_hostile_configs_fail_with_one_line_naming_the_field(capfd: pytest.CaptureFixture[str]) -> None:
     seen: list[str] = []
 
-    @settings(max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(case=hostile_cases())
     def check(case: Case) -> None:
         capfd.readouterr()
         with tempfile.TemporaryDirectory() as tmp:
             code, out_dir = run_case(case, Path(tmp))
-            captured = capfd.readouterr()
-            err = captured.err
+            err = capfd.readouterr().err
             assert code == 2, f"{case}: exit {code}\n{err}"
             assert "Traceback" not in err, err
             lines = err.splitlines()
@@ -404,12 +410,15 @@ def test_hostile_configs_fail_with_one_line_naming_the_field(capfd: pytest.Captu
             assert not os.path.exists(out_dir) or not os.listdir(out_dir), f"{case}: wrote {os.listdir(out_dir)}"
         seen.append(case.field)
 
-    check()
-    print(f"\nhostile configs: {len(seen)} cases, {len(set(seen))} distinct fields, all exit 2 with one line")
+    per_group = -(-MAX_EXAMPLES // len(case_groups()))
+    for strategy in case_groups().values():
+        run = settings(max_examples=per_group, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        run(given(case=strategy)(check))()
+    print(f"\nhostile configs: {len(seen)} cases, {len(set(seen))} distinct fields, all exit 2 with one line naming the field")
     assert len(seen) >= 300
     sections = {f.split(".")[0] for f in seen}
     assert {"federation", "client", "eval", "checkpoint", "dataset", "partition", "model", "temperature", "algorithm"} <= sections
-    assert {"distillation", "variants", "compare", "name", "config"} <= sections
+    assert {"distillation", "variants", "compare", "name", "seed", "threads", "executor", "device", "config"} <= sections
 
 
 # ---------------------------------------------------------------- hand-picked cases from issue 17
@@ -433,25 +442,37 @@ def test_hostile_configs_fail_with_one_line_naming_the_field(capfd: pytest.Captu
         ('[dataset]\nname = "synthetic"\nseed = -1\n', "dataset.seed"),
     ],
 )
-def test_issue_cases(tmp_path: Path, text: str, field: str) -> None:
+def test_issue_cases(tmp_path: Path, capfd: pytest.CaptureFixture[str], text: str, field: str) -> None:
     path = tmp_path / "bad.toml"
-    path.write_text(text, encoding="utf-8")
-    with pytest.raises(ConfigError) as info:
-        config = load_config(path)
-        from chillfl.engine.setup import build_experiment
-
-        build_experiment(config)
-    assert info.value.field == field
+    path.write_text(f'out_dir = "{tmp_path / "out"}"\n' + text, encoding="utf-8")
+    assert main(["run", str(path), "--quiet"]) == 2
+    err = capfd.readouterr().err
+    assert len(err.splitlines()) == 1 and ERROR_LINE.match(err)["field"] == field, err  # type: ignore[index]
+    assert not (tmp_path / "out").exists()
 
 
-def test_memory_refusal_says_how_much(tmp_path: Path) -> None:
-    path = tmp_path / "big.toml"
-    path.write_text('[model]\nname = "mlp"\nhidden = [1000000000, 1000000000]\n', encoding="utf-8")
-    from chillfl.engine.setup import build_experiment
+def test_memory_refusal_says_how_much() -> None:
+    from chillfl.models import build_model
 
     with pytest.raises(ConfigError) as info:
-        build_experiment(load_config(path))
-    assert "parameters" in info.value.message and "GiB" in info.value.message
+        build_model("mlp", (1, 8, 8), 10, {"hidden": [10**6, 10**6]})
+    assert info.value.field == "model.hidden"
+    # 64 * 10**6 + 10**6 (first layer) + 10**12 + 10**6 (second) + 10**7 + 10 (head)
+    assert "1,000,076,000,010 parameters" in info.value.message and "GiB of memory needed" in info.value.message
+    with pytest.raises(ConfigError) as info:
+        build_model("vit", (3, 32, 32), 10, {"dim": 2**20, "heads": 1, "mlp_dim": 16, "depth": 2})
+    assert info.value.field == "model.dim"
+
+
+def test_synthetic_memory_refusal_names_the_option() -> None:
+    from chillfl.data.datasets import load_dataset
+
+    with pytest.raises(ConfigError) as info:
+        load_dataset("synthetic", {"dim": 10**6, "num_clients": 10**5})
+    assert info.value.field == "dataset.dim" and "GiB" in info.value.message
+    with pytest.raises(ConfigError) as info:
+        load_dataset("synthetic", {"size_log_mean": 40.0})
+    assert info.value.field == "dataset.size_log_mean"
 
 
 def test_overrides_for_a_section_the_file_lacks(tmp_path: Path) -> None:
@@ -466,17 +487,20 @@ def test_overrides_for_a_section_the_file_lacks(tmp_path: Path) -> None:
     assert config.temperature == {"policy": "fixed", "value": 0.3}
 
 
-def test_impossible_min_size_fails_fast(tmp_path: Path) -> None:
+def test_impossible_min_size_fails_fast() -> None:
     import time
 
-    path = tmp_path / "p.toml"
-    path.write_text('[partition]\nname = "dirichlet"\nalpha = 0.01\nmin_size = 300\nmax_retries = 10000\n[federation]\nnum_clients = 4\n', encoding="utf-8")
-    from chillfl.engine.setup import build_data
+    import numpy as np
 
+    from chillfl.data.partition import partition
+
+    # alpha 1e-6 gives each class to one client whole; >= 300 samples needs 3 classes of 144, 4 clients need 12 > 10
+    labels = np.repeat(np.arange(10), 144)
     start = time.perf_counter()
     with pytest.raises(ConfigError) as info:
-        build_data(load_config(path))
-    assert info.value.field == "partition.min_size" and time.perf_counter() - start < 30
+        partition("dirichlet", labels, 4, np.random.default_rng(0), {"alpha": 1e-6, "min_size": 300, "max_retries": 10_000})
+    assert info.value.field == "partition.min_size" and "10000 tries" in info.value.message
+    assert time.perf_counter() - start < 30
 
 
 def test_grid_size_is_bounded() -> None:

@@ -5,6 +5,7 @@ All user errors surface here, before any result folder is created.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -65,9 +66,31 @@ def base_losses() -> dict[str, Any]:
     return losses
 
 
+CUSTOM = "custom"
+"""``model.name`` / ``dataset.name`` of a run given a user's own ``nn.Module`` / tensors from Python
+(:func:`chillfl.api.run`): the saved config says what ran, and a config file cannot rebuild it."""
+
+
+def is_custom(name: object) -> bool:
+    """``custom`` (or ``custom:<label>``): a part that came from Python, not from a registry."""
+    return isinstance(name, str) and (name == CUSTOM or name.startswith(CUSTOM + ":"))
+
+
+def _not_from_file(field: str, what: str, keyword: str, allowed: Sequence[str]) -> ConfigError:
+    return ConfigError(
+        field,
+        f"{CUSTOM!r} records a run on the user's own {what}, passed from Python with chillfl.run({keyword}=...); "
+        f"a config file cannot rebuild it: rerun it from Python, or set {field} to one of: {', '.join(sorted(allowed))}",
+    )
+
+
 def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> FederatedData:
     name, options = RunConfig.component(config.dataset)
     if dataset is None:
+        if is_custom(name):
+            from chillfl.data import dataset_names
+
+            raise _not_from_file("dataset.name", "tensors", "data", dataset_names())
         dataset = load_dataset(name, options, data_dir=config.data_dir)
     pname, poptions = RunConfig.component(config.partition)
     split = config.eval.client_split if config.eval.clients != "none" else "none"
@@ -89,6 +112,10 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
 def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_classes: int) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     """The model template and its seeded initial state (the global RNG is left untouched)."""
     name, options = RunConfig.component(config.model)
+    if is_custom(name):
+        from chillfl.models import model_names
+
+        raise _not_from_file("model.name", "nn.Module", "model", model_names())
     model = build_model(name, tuple(input_shape), num_classes, options, seed=derive_seed(config.seed, "init"))
     return model, model_state(model)
 
@@ -100,8 +127,30 @@ def build_algorithm(config: RunConfig, model: nn.Module) -> tuple[Aggregator, li
     return make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum)
 
 
-def build_experiment(config: RunConfig, dataset: ArrayDataset | None = None, data: FederatedData | None = None) -> Experiment:
-    """Everything a run needs; raises ConfigError on any bad value before anything is written."""
+def user_initial_model(config: RunConfig, model: nn.Module) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """A user's own module as the model template: a deep copy (the caller's object is never trained or moved),
+    its current weights the initial global state. Nothing is registered anywhere.
+
+    ``config.model.name`` must be ``custom``, so that the saved config cannot claim a registered model ran.
+    """
+    name = config.model.get("name")
+    if not is_custom(name):
+        raise ConfigError("model.name", f"a run on a user's nn.Module must record model.name = {CUSTOM!r}, got {name!r}")
+    template = copy.deepcopy(model)
+    return template, model_state(template)
+
+
+def build_experiment(
+    config: RunConfig,
+    dataset: ArrayDataset | None = None,
+    data: FederatedData | None = None,
+    *,
+    model: nn.Module | None = None,
+) -> Experiment:
+    """Everything a run needs; raises ConfigError on any bad value before anything is written.
+
+    ``model``: a user's own module instead of the config's registered model (see :func:`user_initial_model`).
+    """
     device = resolve_device(config.device)
     if data is None:
         data = build_data(config, dataset)
@@ -111,7 +160,10 @@ def build_experiment(config: RunConfig, dataset: ArrayDataset | None = None, dat
         from chillfl.distillation.methods import check_distillation
 
         check_distillation(config, data)
-    model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
+    if model is None:
+        model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
+    else:
+        model, state = user_initial_model(config, model)
     aggregator, terms = build_algorithm(config, model)
     policy = make_policy(config.temperature, data.class_counts())
     losses = base_losses()

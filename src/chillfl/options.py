@@ -157,7 +157,7 @@ def require_memory(need: float, field: str, what: str) -> None:
     total = total_memory_bytes()
     if total is not None and need > total:
         amount = f"{need / GIB:,.1f} GiB" if math.isfinite(need) and need < 2**100 else "more than any machine has"
-        raise ConfigError(field, f"{what} needs at least {amount} of memory; this machine has {total / GIB:,.1f} GiB")
+        raise ConfigError(field, f"{what}: at least {amount} of memory needed; this machine has {total / GIB:,.1f} GiB")
 
 
 def blame(options: Any, estimate: Callable[[Any], float], section: str, default_field: str) -> str:

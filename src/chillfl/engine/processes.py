@@ -33,6 +33,7 @@ Choices
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import queue
@@ -81,8 +82,10 @@ def map_leaves(tree: Any, fn: Callable[[Any], Any], is_leaf: Callable[[Any], boo
     if isinstance(tree, (list, tuple)):
         return type(tree)(map_leaves(v, fn, is_leaf) for v in tree)
     if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
-        changes = {f.name: map_leaves(getattr(tree, f.name), fn, is_leaf) for f in dataclasses.fields(tree) if f.init}
-        return dataclasses.replace(tree, **changes)
+        out = copy.copy(tree)  # not replace(): __post_init__ checks would see slots, not tensors
+        for f in dataclasses.fields(tree):
+            object.__setattr__(out, f.name, map_leaves(getattr(tree, f.name), fn, is_leaf))
+        return out
     return tree
 
 

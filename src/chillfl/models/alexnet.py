@@ -29,8 +29,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from chillfl.models.common import Shape, conv_out, flat_features, require_image, require_min_size
-from chillfl.options import require
+from chillfl.models.common import MAX_WIDTH, Shape, conv_out, flat_features, require_image, require_min_size
+from chillfl.options import require, require_range
 
 WIDTHS = (64, 192, 384, 256, 256)
 POOL_AFTER = (0, 1, 4)  # indices of the convs followed by MaxPool2d(2)
@@ -74,7 +74,7 @@ class AlexNetOptions:
     dropout: float = 0.5
 
     def validate(self, section: str) -> None:
-        require(self.hidden >= 1, f"{section}.hidden", f"must be >= 1, got {self.hidden}")
+        require_range(self.hidden, 1, MAX_WIDTH, f"{section}.hidden")
         require(0.0 <= self.dropout < 1.0, f"{section}.dropout", f"must be in [0, 1), got {self.dropout}")
 
 

@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from chillfl.models.common import Shape, conv_out, flat_features, require_image, require_min_size
-from chillfl.options import require
+from chillfl.models.common import MAX_PADDING, Shape, conv_out, flat_features, require_image, require_min_size
+from chillfl.options import require_range
 
 KERNEL = 5
 SAME_PADDING = KERNEL // 2
@@ -93,7 +93,7 @@ class FlexChillCNNOptions:
 
     def validate(self, section: str) -> None:
         if self.padding is not None:
-            require(self.padding >= 0, f"{section}.padding", f"must be >= 0 or unset, got {self.padding}")
+            require_range(self.padding, 0, MAX_PADDING, f"{section}.padding")
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class McMahanCNNOptions:
 
     def validate(self, section: str) -> None:
         if self.padding is not None:
-            require(self.padding >= 0, f"{section}.padding", f"must be >= 0 or unset, got {self.padding}")
+            require_range(self.padding, 0, MAX_PADDING, f"{section}.padding")
 
 
 def _build(

@@ -17,6 +17,12 @@ from chillfl.errors import ConfigError
 
 Shape = tuple[int, ...]
 
+MAX_WIDTH = 2**24
+"""Widths, channels and hidden sizes above this are typos (the memory check catches the rest)."""
+MAX_LAYERS = 1000
+"""Layer counts above this are typos, and would take minutes even to build on the meta device."""
+MAX_PADDING = 1024
+
 
 def conv_out(size: int, kernel: int, stride: int = 1, padding: int = 0) -> int:
     """Output length of a conv/pool window along one axis (0 = nothing left)."""

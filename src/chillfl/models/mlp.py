@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from chillfl.errors import ConfigError
-from chillfl.models.common import Shape
+from chillfl.models.common import MAX_LAYERS, MAX_WIDTH, Shape
 from chillfl.options import require
 
 FEMNIST_HIDDEN = (512, 256, 128)
@@ -52,10 +52,11 @@ class MLPOptions:
     hidden: tuple[int, ...] = (64,)
 
     def validate(self, section: str) -> None:
+        require(len(self.hidden) <= MAX_LAYERS, f"{section}.hidden", f"at most {MAX_LAYERS} hidden layers, got {len(self.hidden)}")
         require(
-            all(h >= 1 for h in self.hidden),
+            all(1 <= h <= MAX_WIDTH for h in self.hidden),
             f"{section}.hidden",
-            f"every width must be >= 1, got {list(self.hidden)}",
+            f"every width must be in [1, {MAX_WIDTH}], got {list(self.hidden)[:8]}",
         )
 
 

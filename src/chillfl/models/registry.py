@@ -97,6 +97,8 @@ def meta_size(name: str, input_shape: tuple[int, ...], num_classes: int, options
     try:
         with torch.device("meta"):
             model = spec.build(input_shape, num_classes, options, section)
+    except ConfigError:  # the input does not fit the architecture: the user's error, as is
+        raise
     except (RuntimeError, ValueError, OverflowError, MemoryError):  # sizes past int64 inside torch
         return math.inf
     return float(sum(t.numel() for t in itertools.chain(model.parameters(), model.buffers())))
@@ -113,7 +115,7 @@ def check_model_memory(name: str, input_shape: tuple[int, ...], num_classes: int
         return
     field = blame(options, lambda o: meta_size(name, input_shape, num_classes, o, section), section, f"{section}.name")
     count = f"{size:,.0f}" if math.isfinite(size) else "too many"
-    require_memory(size * 4 * MODEL_COPIES, field, f"{name} has {count} parameters; {MODEL_COPIES} float32 copies (weights, gradients, momentum, an update)")
+    require_memory(size * 4 * MODEL_COPIES, field, f"{name} has {count} parameters, {MODEL_COPIES} float32 copies (weights, gradients, momentum, an update)")
     raise ConfigError(field, f"{name} is too large to build")  # pragma: no cover - require_memory raised
 
 

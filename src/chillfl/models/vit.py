@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from chillfl.models.common import Shape, conv_out, require_image, require_min_size
-from chillfl.options import require
+from chillfl.models.common import MAX_LAYERS, MAX_WIDTH, Shape, conv_out, require_image, require_min_size
+from chillfl.options import require, require_range
 
 
 class SelfAttention(nn.Module):
@@ -111,9 +111,9 @@ class ViTOptions:
     norm_first: bool = True
 
     def validate(self, section: str) -> None:
-        for name in ("patch", "dim", "depth", "heads", "mlp_dim"):
-            value = getattr(self, name)
-            require(value >= 1, f"{section}.{name}", f"must be >= 1, got {value}")
+        for name in ("patch", "dim", "heads", "mlp_dim"):
+            require_range(getattr(self, name), 1, MAX_WIDTH, f"{section}.{name}")
+        require_range(self.depth, 1, MAX_LAYERS, f"{section}.depth")
         require(self.dim % self.heads == 0, f"{section}.heads", f"must divide dim={self.dim}, got {self.heads}")
         require(0.0 <= self.dropout < 1.0, f"{section}.dropout", f"must be in [0, 1), got {self.dropout}")
 

@@ -219,7 +219,8 @@ def train_client(
     buffers = {k: v.detach().clone() for k, v in buffers.items()}
     momenta = {k: torch.zeros_like(v) for k, v in params.items()} if spec.momentum else {}
     loss_fn = StepLoss(model, spec)
-    total, steps = 0.0, 0
+    total = torch.zeros((), dtype=torch.float64, device=x.device)  # a tensor: no host sync inside the step
+    steps = 0
     model.train()
     order = batch_order(len(y), spec.batch_size, spec.epochs, generator)
     # Dropout draws from torch's global generator: fork it and seed it from the client's
@@ -230,12 +231,12 @@ def train_client(
             loss, captured = loss_fn(params, buffers, x[idx], y[idx], temperature, context)
             grads, factors = step_grads(loss, params, loss_fn.keys, captured)
             sgd_update_(params, grads, momenta, lr, spec, factors)
-            total += float(loss.detach())
+            total += loss.detach()  # float32 -> float64 exactly, then a float64 sum: the bits of a Python float sum
             steps += 1
     params = {k: v.detach() for k, v in params.items()}
     state = dict(params)
     state.update(buffers)
-    return LocalOutcome(state, steps, total / max(steps, 1))
+    return LocalOutcome(state, steps, float(total) / max(steps, 1))
 
 
 @torch.no_grad()
@@ -245,10 +246,11 @@ def evaluate(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tenso
         return float("nan"), float("nan")
     model.eval()
     params, buffers = split_state(model, state)
-    correct, loss = 0, 0.0
+    correct = torch.zeros((), dtype=torch.int64, device=y.device)
+    loss = torch.zeros((), dtype=torch.float64, device=y.device)  # tensors: one host sync per call, not per batch
     for i in range(0, len(y), batch_size):
         logits = functional_call(model, (params, buffers), (x[i : i + batch_size],))
         yb = y[i : i + batch_size]
-        loss += float(torch.nn.functional.cross_entropy(logits, yb, reduction="sum"))
-        correct += int((logits.argmax(1) == yb).sum())
-    return correct / len(y), loss / len(y)
+        loss += torch.nn.functional.cross_entropy(logits, yb, reduction="sum")  # float32 batch sums, added in float64
+        correct += (logits.argmax(1) == yb).sum()
+    return int(correct) / len(y), float(loss) / len(y)

@@ -1,0 +1,235 @@
+"""The package's import graph has no cycle, and the engine stays below the layers that use it.
+
+Every ``import`` statement counts, wherever it is: at module level, inside a
+function (a lazy import defers a dependency, it does not remove it) or under
+``if TYPE_CHECKING``. A cycle hidden behind lazy imports still means the two
+modules cannot be understood, tested or moved apart, and one refactor away
+from an ``ImportError: partially initialized module``.
+
+Resolution: ``import chillfl.a.b`` -> ``chillfl.a.b``; ``from chillfl.a import
+x`` -> ``chillfl.a.x`` when that is a module, else ``chillfl.a`` (a package's
+``__init__`` is the module ``chillfl.a``); relative imports are resolved
+against the importing module's package. Importing a submodule does not add an
+edge to its parent package: that would make every package with an
+``__init__`` that re-exports its submodules a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "chillfl"
+
+ENGINE = "chillfl.engine"
+ABOVE_ENGINE = ("chillfl.report", "chillfl.distillation", "chillfl.runner", "chillfl.experiment", "chillfl.cli")
+"""The engine runs rounds; these build, report on or drive it, so it must not import them."""
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One import statement: ``source`` imports ``target`` at ``file:line``."""
+
+    source: str
+    target: str
+    file: str
+    line: int
+    text: str
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}: {self.text}"
+
+
+def module_files() -> dict[str, Path]:
+    """Module name -> file, for every module of the package (``__init__.py`` -> the package's name)."""
+    out = {}
+    for path in sorted((SRC / PACKAGE).rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _known(name: str, modules: dict[str, Path]) -> str | None:
+    """``name`` or its longest prefix that is a module of the package (None: outside it)."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def imports_of(module: str, path: Path, modules: dict[str, Path]) -> list[Edge]:
+    """Every import of a package module in ``path``, at any depth of the syntax tree."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    lines = path.read_text(encoding="utf-8").splitlines()
+    is_package = path.name == "__init__.py"
+    rel = str(path.relative_to(SRC.parent))
+    edges = []
+
+    def add(target: str | None, node: ast.stmt) -> None:
+        if target is not None and target != module:
+            edges.append(Edge(module, target, rel, node.lineno, lines[node.lineno - 1].strip()))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
+                    add(_known(alias.name, modules), node)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = module if is_package else module.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{node.module}" if node.module else package
+            else:
+                base = node.module or ""
+            if base != PACKAGE and not base.startswith(PACKAGE + "."):
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                add(sub if sub in modules else _known(base, modules), node)
+    return edges
+
+
+def import_graph() -> dict[str, list[Edge]]:
+    modules = module_files()
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def find_cycles(graph: dict[str, list[Edge]]) -> list[list[Edge]]:
+    """One cycle (its import statements, in order) per strongly connected component of more than one module.
+
+    Tarjan's algorithm, iterative; then a shortest cycle through the
+    component's first module, found by breadth-first search inside it.
+    """
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted({e.target for e in graph[root]})))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted({e.target for e in graph[child]}))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return [_cycle_through(graph, set(c), c[0]) for c in sorted(components)]
+
+
+def _cycle_through(graph: dict[str, list[Edge]], members: set[str], start: str) -> list[Edge]:
+    """A shortest path start -> ... -> start inside ``members``, as the edges taken."""
+    previous: dict[str, Edge] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for edge in graph[node]:
+                if edge.target not in members:
+                    continue
+                if edge.target == start:
+                    path = [edge]
+                    while path[0].source != start:
+                        path.insert(0, previous[path[0].source])
+                    return path
+                if edge.target not in previous:
+                    previous[edge.target] = edge
+                    following.append(edge.target)
+        frontier = following
+    raise AssertionError(f"{start} is in a strongly connected component but on no cycle")  # pragma: no cover
+
+
+def describe(cycle: list[Edge], graph: dict[str, list[Edge]]) -> str:
+    """The cycle's path and import lines, then every other import inside its component (all must go to break it)."""
+    members = {e.source for e in cycle}
+    names = " -> ".join([cycle[0].source, *(e.target for e in cycle)])
+    others = [e for m in sorted(members) for e in graph[m] if e.target in members and e not in cycle]
+    text = names + "\n" + "\n".join(f"    {e.where()}" for e in cycle)
+    if others:
+        text += "\n  other imports inside the same component:\n" + "\n".join(f"    {e.where()}" for e in others)
+    return text
+
+
+def test_graph_sees_every_kind_of_import() -> None:
+    """The scanner itself: lazy, relative and ``from pkg import module`` imports are all edges."""
+    graph = import_graph()
+    targets = {name: {e.target for e in edges} for name, edges in graph.items()}
+    assert "chillfl.data.loaders" in targets["chillfl.data.datasets"]  # from chillfl.data import loaders
+    assert "chillfl.distillation.comet" in targets["chillfl.distillation.methods"]  # from .comet import ...
+    assert "chillfl.distillation.protocol" in targets["chillfl.experiment"]  # inside build_protocol
+    assert "chillfl.errors" in targets["chillfl.config"]
+    assert len(graph) > 50
+
+
+def test_cycle_finder_reports_the_path() -> None:
+    """On a made-up graph: a -> b -> c -> a is found with its import lines; the d -> a tail is not part of it."""
+
+    def edge(a: str, b: str, line: int) -> Edge:
+        return Edge(a, b, f"{a}.py", line, f"import {b}")
+
+    graph = {"a": [edge("a", "b", 1)], "b": [edge("b", "c", 2)], "c": [edge("c", "a", 3)], "d": [edge("d", "a", 4)], "e": []}
+    (cycle,) = find_cycles(graph)
+    assert [(e.source, e.target) for e in cycle] == [("a", "b"), ("b", "c"), ("c", "a")]
+    assert "a -> b -> c -> a" in describe(cycle, graph) and "c.py:3: import a" in describe(cycle, graph)
+    assert find_cycles({"a": [edge("a", "b", 1)], "b": []}) == []
+
+
+def test_no_import_cycles() -> None:
+    graph = import_graph()
+    cycles = find_cycles(graph)
+    if cycles:
+        pytest.fail(
+            f"{len(cycles)} import cycle(s) in {PACKAGE} (every import counts, lazy ones too):\n" + "\n".join(describe(c, graph) for c in cycles),
+            pytrace=False,
+        )
+
+
+@pytest.mark.parametrize("forbidden", ABOVE_ENGINE)
+def test_engine_does_not_import_the_layers_above_it(forbidden: str) -> None:
+    graph = import_graph()
+    bad = [
+        e
+        for name, edges in graph.items()
+        if name == ENGINE or name.startswith(ENGINE + ".")
+        for e in edges
+        if e.target == forbidden or e.target.startswith(forbidden + ".")
+    ]
+    assert not bad, f"{ENGINE} must not import {forbidden}:\n" + "\n".join(f"    {e.where()}" for e in bad)

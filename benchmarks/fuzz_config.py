@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import importlib.util
 import os
 import signal
@@ -117,6 +118,8 @@ def main_cli() -> None:
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
     cases = [(c, None) for c in collect(args.n, args.seed)]
+    digest = hashlib.sha256(repr([(c.path, c.value, c.field) for c, _ in cases]).encode()).hexdigest()[:12]
+    print(f"{len(cases)} generated cases (sha256 {digest}); same seed and generator = same cases", flush=True)
     base = hostile.Case(("name",), "ok", "out_dir")
     cases += [(base, "file"), (base, "under_file")] * 5
     outcomes: collections.Counter[str] = collections.Counter()

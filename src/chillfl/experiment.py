@@ -77,20 +77,31 @@ def is_custom(name: object) -> bool:
 
 
 def _not_from_file(field: str, what: str, keyword: str, allowed: Sequence[str]) -> ConfigError:
+    part = field.partition(".")[0]
     return ConfigError(
         field,
         f"{CUSTOM!r} records a run on the user's own {what}, passed from Python with chillfl.run({keyword}=...); "
-        f"a config file cannot rebuild it: rerun it from Python, or set {field} to one of: {', '.join(sorted(allowed))}",
+        f"a config file cannot rebuild it: rerun it from Python with the same {keyword}, "
+        f"or replace the [{part}] table with a registered one: {', '.join(sorted(allowed))}",
     )
+
+
+def check_rebuildable(config: RunConfig, *, has_model: bool = False, has_data: bool = False) -> None:
+    """Refuse a config whose model or data came from Python (``custom``) when none is given again; the model first."""
+    if not has_model and is_custom(config.model.get("name")):
+        from chillfl.models import model_names
+
+        raise _not_from_file("model.name", "nn.Module", "model", model_names())
+    if not has_data and is_custom(config.dataset.get("name")):
+        from chillfl.data import dataset_names
+
+        raise _not_from_file("dataset.name", "tensors", "data", dataset_names())
 
 
 def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> FederatedData:
     name, options = RunConfig.component(config.dataset)
     if dataset is None:
-        if is_custom(name):
-            from chillfl.data import dataset_names
-
-            raise _not_from_file("dataset.name", "tensors", "data", dataset_names())
+        check_rebuildable(config, has_model=True)
         dataset = load_dataset(name, options, data_dir=config.data_dir)
     pname, poptions = RunConfig.component(config.partition)
     split = config.eval.client_split if config.eval.clients != "none" else "none"
@@ -112,10 +123,7 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
 def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_classes: int) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     """The model template and its seeded initial state (the global RNG is left untouched)."""
     name, options = RunConfig.component(config.model)
-    if is_custom(name):
-        from chillfl.models import model_names
-
-        raise _not_from_file("model.name", "nn.Module", "model", model_names())
+    check_rebuildable(config, has_data=True)
     model = build_model(name, tuple(input_shape), num_classes, options, seed=derive_seed(config.seed, "init"))
     return model, model_state(model)
 
@@ -151,6 +159,7 @@ def build_experiment(
 
     ``model``: a user's own module instead of the config's registered model (see :func:`user_initial_model`).
     """
+    check_rebuildable(config, has_model=model is not None, has_data=dataset is not None or data is not None)
     device = resolve_device(config.device)
     if data is None:
         data = build_data(config, dataset)

@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = folder / "table.json"
     if table.is_file():  # keep the compare table's row order and labels
         labels = [row["variant"] for row in json.loads(table.read_text(encoding="utf-8"))]
-        from chillfl.report.compare import safe_name
+        from chillfl.config import safe_name
 
         order = {safe_name(label): label for label in labels}
     curves = {}

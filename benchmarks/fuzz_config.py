@@ -6,8 +6,8 @@ and runs each in a forked child with a time limit. A case is *clean* when it
 exits 2 with one stderr line ``error: <the broken field>: ...``, no traceback
 and nothing under ``out_dir``.
 
-    python benchmarks/fuzz_config.py -n 400 --seed 17
-    PYTHONPATH=/path/to/old/src python benchmarks/fuzz_config.py   # an older tree, for before/after
+    python benchmarks/fuzz_config.py -n 400 --seed 17 --save /tmp/cases.pkl
+    PYTHONPATH=/path/to/old/src python benchmarks/fuzz_config.py --load /tmp/cases.pkl   # the same cases on an older tree
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import collections
 import hashlib
 import importlib.util
 import os
+import pickle
 import signal
 import sys
 import tempfile
@@ -26,7 +27,7 @@ import torch
 
 torch.set_num_threads(1)
 
-import chillfl.config as config_module  # noqa: E402
+import chillfl.config as config_module
 
 if not hasattr(config_module, "MAX_NAME_BYTES"):  # an older tree: let the test module import
     config_module.MAX_NAME_BYTES = 200  # type: ignore[attr-defined]
@@ -39,10 +40,9 @@ hostile = importlib.util.module_from_spec(spec)
 sys.modules["hostile"] = hostile
 spec.loader.exec_module(hostile)
 
-from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, seed, settings
 
-from chillfl.cli import main  # noqa: E402
+from chillfl.cli import main
 
 
 def collect(n: int, rng_seed: int) -> list:
@@ -116,10 +116,20 @@ def main_cli() -> None:
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--timeout", type=float, default=15)
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--save", help="write the generated cases to this file")
+    parser.add_argument("--load", help="run the cases saved by --save instead of generating")
     args = parser.parse_args()
-    cases = [(c, None) for c in collect(args.n, args.seed)]
+    if args.load:  # the exact cases of an earlier run (hypothesis' generation is not stable across trees)
+        with open(args.load, "rb") as f:
+            generated = pickle.load(f)
+    else:
+        generated = collect(args.n, args.seed)
+    if args.save:
+        with open(args.save, "wb") as f:
+            pickle.dump(generated, f)
+    cases = [(c, None) for c in generated]
     digest = hashlib.sha256(repr([(c.path, c.value, c.field) for c, _ in cases]).encode()).hexdigest()[:12]
-    print(f"{len(cases)} generated cases (sha256 {digest}); same seed and generator = same cases", flush=True)
+    print(f"{len(cases)} generated cases (sha256 {digest})", flush=True)
     base = hostile.Case(("name",), "ok", "out_dir")
     cases += [(base, "file"), (base, "under_file")] * 5
     outcomes: collections.Counter[str] = collections.Counter()

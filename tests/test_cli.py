@@ -132,3 +132,38 @@ def test_a_bad_variant_fails_before_any_folder_is_made(tmp_path, capsys):
     assert main(["compare", str(config), "-q", *TINY]) == 2
     assert "algorithm.muu" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_out_dir_that_cannot_hold_results_is_refused_before_anything_runs(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for out_dir in (blocker, blocker / "below"):
+        config = _write(tmp_path, f'name = "x"\nout_dir = "{out_dir}"\n')
+        assert main(["run", str(config), "-q", *TINY]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("chillfl: error: out_dir: ")
+    assert blocker.read_text() == "x"
+
+
+def test_run_of_a_config_with_variants_points_to_compare(tmp_path, capsys):
+    config = _write(tmp_path, f'name = "v"\nout_dir = "{tmp_path / "out"}"\n[variants."a"]\nseed = 1\n')
+    assert main(["run", str(config), "-q", *TINY]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("chillfl: error: variants: ") and "chillfl compare" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_data_show_into_a_missing_folder_is_one_line(tmp_path, capsys):
+    config = _write(tmp_path, 'name = "d"\n')
+    blocker = tmp_path / "f"
+    blocker.write_text("")
+    assert main(["data", "show", str(config), "-o", str(blocker / "sub" / "x.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "out_dir" in err[0]
+
+
+def test_data_show_creates_a_missing_output_folder(tmp_path, capsys):
+    config = _write(tmp_path, 'name = "d"\n[federation]\nnum_clients = 4\n')
+    out = tmp_path / "new" / "deeper" / "x.png"
+    assert main(["data", "show", str(config), "-o", str(out)]) == 0
+    assert out.is_file()

@@ -276,7 +276,7 @@ def unknown_key_cases(draw: st.DrawFn) -> Case:
 @st.composite
 def nested_cases(draw: st.DrawFn) -> Case:
     """A table where a value belongs, a value where a table belongs, missing names, deep nesting."""
-    kind = draw(st.sampled_from(["section_scalar", "part_scalar", "part_unnamed", "variant_scalar", "variant_bad", "deep", "very_deep", "top_table"]))
+    kind = draw(st.sampled_from(["section_scalar", "part_scalar", "part_unnamed", "variant_scalar", "variant_bad", "deep", "very_deep", "long_number", "top_table"]))
     if kind == "section_scalar":
         section = draw(st.sampled_from([*SECTIONS, "compare", "variants", "distillation"]))
         return Case((section,), draw(st.one_of(st.integers(), texts, st.lists(st.integers(0, 3), max_size=2), st.booleans())), section)
@@ -321,6 +321,9 @@ def nested_cases(draw: st.DrawFn) -> Case:
     if kind == "very_deep":  # the TOML parser itself recurses too deep
         depth = draw(st.integers(2000, 6000))
         return Case(("model", "hidden"), Raw("[" * depth + "]" * depth), "config")
+    if kind == "long_number":  # more digits than Python converts (4300): the TOML reader refuses it
+        where = draw(st.sampled_from(["seed", "client.lr", "federation.rounds"]))
+        return Case(tuple(where.split(".")), Raw("1" + "0" * draw(st.integers(4400, 20000))), "config")
     # top-level scalars given a table
     key = draw(st.sampled_from(["name", "seed", "executor", "threads", "out_dir", "device"]))
     return Case((key,), {"a": 1}, key)

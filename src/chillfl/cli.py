@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from chillfl.config import RunConfig, load_config, parse_overrides
+from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
 from chillfl.errors import ConfigError
 from chillfl.experiments import bundled_experiments, resolve_config
 
@@ -49,7 +49,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _compare(_load(DEMO, args.overrides, args), DEMO_GRID, None, args.quiet)
     from chillfl.runner import run_experiment
 
-    return _report(run_experiment(_load(args.config, args.overrides, args), progress=not args.quiet))
+    config = _load(args.config, args.overrides, args)
+    if config.variants:
+        raise ConfigError("variants", f"this config defines {len(config.variants)} variants; run them with `chillfl compare {args.config}` (`run` runs one experiment)")
+    check_out_dir(config.out_dir)
+    return _report(run_experiment(config, progress=not args.quiet))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -61,6 +65,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quiet: bool) -> int:
     from chillfl.report.compare import run_compare
 
+    check_out_dir(config.out_dir)
     result = run_compare(config, grid, reference=reference, progress=not quiet)
     print(result.table)
     print(f"results: {result.folder}")
@@ -76,9 +81,13 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     from chillfl.experiment import build_data
 
     config = _load(args.config, args.overrides)
-    data = build_data(config)
-    print(describe(data))
     out = Path(args.output or f"{config.name}-partition.png")
+    check_out_dir(str(out.parent))
+    if out.is_dir():
+        raise ConfigError("output", f"{out} is a folder; give a PNG file path")
+    data = build_data(config)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(describe(data))
     plot_class_heatmap(data.class_counts(), out, title=f"{config.name}: class counts per client")
     print(f"heat map: {out}")
     return 0

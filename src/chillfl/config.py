@@ -8,6 +8,12 @@ Pluggable parts (dataset, partition, model, temperature, algorithm) are
 tables with a ``name`` (``policy`` for temperature) plus that part's own
 options; each part parses and validates its options itself (see
 :mod:`chillfl.options`), so adding a method never touches this file.
+
+Every input is checked before anything is written, and every mistake is one
+:class:`~chillfl.errors.ConfigError` naming the field: numbers finite and in
+int64, sizes bounded, names that cannot leave ``out_dir`` (:func:`check_name`),
+no nesting deeper than :data:`MAX_DEPTH`, ``[variants]`` / ``[compare]`` /
+``[distillation]`` typed here, a writable ``out_dir`` (:func:`check_out_dir`).
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ import math
 import os
 import sys
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from chillfl.errors import ConfigError
-from chillfl.options import parse_options, require, require_range
+from chillfl.options import parse_options, require, require_range, short_repr
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,7 +41,7 @@ MAX_CLIENTS = 10**7
 MAX_ROUNDS = 10**7
 MAX_EPOCHS = 100_000
 MAX_THREADS = 4096
-"""More intra-op threads than this abort inside libgomp instead of raising."""
+"""Far above any machine's cores; 100000 threads abort inside libgomp instead of raising."""
 MAX_BATCH = 2**31 - 1
 """Batch and split sizes are C ints in torch's kernels."""
 MAX_NAME_BYTES = 200
@@ -69,7 +76,7 @@ class FederationConfig:
     def sample_size(self) -> int:
         if self.clients_per_round is not None:
             return self.clients_per_round
-        return max(1, int(round(self.client_fraction * self.num_clients)))
+        return max(1, round(self.client_fraction * self.num_clients))
 
 
 @dataclass(frozen=True)
@@ -172,9 +179,9 @@ def check_name(name: str, field: str = "name") -> None:
     """
     require(bool(name), field, "must be a non-empty name")
     require(name not in (".", ".."), field, f"must not be {name!r}")
-    require("/" not in name and "\\" not in name, field, f"must not contain '/' or '\\', got {name!r}")
+    require("/" not in name and "\\" not in name, field, f"must not contain '/' or '\\', got {short_repr(name)}")
     bad = [ch for ch in name if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")]
-    require(not bad, field, f"must not contain control characters, got {name!r}")
+    require(not bad, field, f"must not contain control characters, got {short_repr(name)}")
     size = len(name.encode("utf-8", "surrogatepass"))
     require(size <= MAX_NAME_BYTES, field, f"must be at most {MAX_NAME_BYTES} bytes of UTF-8, got {size}")
 
@@ -183,7 +190,7 @@ def safe_name(label: str) -> str:
     """A folder name for a variant label ("FedChill*" -> "FedChill_star", "T=0.5" -> "T0.5"), always a valid name."""
     label = label.replace("=", "").replace(", ", "_").replace("*", "_star")
     keep = [c if ((c.isalnum() and c.isprintable()) or c in "-_.") else "_" for c in label]
-    name = "".join(keep).strip("_.")
+    name = "".join(keep).strip("_.")[:MAX_NAME_BYTES]
     while len(name.encode("utf-8")) > MAX_NAME_BYTES:
         name = name[:-1]
     return name or "variant"
@@ -231,8 +238,8 @@ class RunConfig:
     """``chillfl compare`` options: ``reference`` (label whose best accuracy is the target), ``baseline``."""
 
     def validate(self, section: str) -> None:
-        require(self.executor in EXECUTORS, "executor", f"unknown value {self.executor!r}; allowed: {', '.join(EXECUTORS)}")
-        require(is_device_name(self.device), "device", f"unknown value {self.device!r}; allowed: cpu, cuda, cuda:N, mps, auto")
+        require(self.executor in EXECUTORS, "executor", f"unknown value {short_repr(self.executor)}; allowed: {', '.join(EXECUTORS)}")
+        require(is_device_name(self.device), "device", f"unknown value {short_repr(self.device)}; allowed: cpu, cuda, cuda:N, mps, auto")
         require_range(self.threads, 0, MAX_THREADS, "threads")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         check_name(self.name)
@@ -245,14 +252,14 @@ class RunConfig:
             parse_distillation(self.distillation)
         for key, value in self.compare.items():
             require(key in COMPARE_KEYS, f"compare.{key}", f"unknown option; allowed: {', '.join(COMPARE_KEYS)}")
-            require(isinstance(value, str), f"compare.{key}", f"expected a variant label (a string), got {value!r}")
+            require(isinstance(value, str), f"compare.{key}", f"expected a variant label (a string), got {short_repr(value)}")
         for label, table in self.variants.items():
             check_variant(self, label, table)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> "RunConfig":
+    def with_overrides(self, overrides: Mapping[str, Any]) -> RunConfig:
         data = self.to_dict()
         for key, value in overrides.items():
             set_dotted(data, key, value)
@@ -319,7 +326,7 @@ def check_variant(base: RunConfig, label: str, table: Any) -> None:
     """Validate ``[variants.LABEL]`` against ``base``; errors name the variant (``variants.x.client.lr``)."""
     field = f"variants.{label}"
     if not isinstance(table, dict):
-        raise ConfigError(field, f"must be a table of overrides, got {table!r}")
+        raise ConfigError(field, f"must be a table of overrides, got {short_repr(table)}")
     try:
         variant_config(base, label, table)
     except ConfigError as exc:
@@ -336,7 +343,7 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
         child = node.get(part)
         if child is None:
             child = node[part] = {}
-        elif dataclasses.is_dataclass(child):
+        elif dataclasses.is_dataclass(child) and not isinstance(child, type):
             child = node[part] = dataclasses.asdict(child)
         elif not isinstance(child, dict):
             raise ConfigError(key, f"{part!r} is a value, not a table")
@@ -352,6 +359,8 @@ def parse_value(text: str, field: str = "value") -> Any:
         return text
     except RecursionError:
         raise ConfigError(field, "nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ConfigError(field, str(exc)[:80]) from None
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
@@ -365,15 +374,22 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML file at ``path``; every way it can be unreadable is a ConfigError on field ``config``."""
     p = Path(path)
     try:
-        if not p.is_file():
-            raise ConfigError("config", f"file not found: {p}")
+        is_file = p.is_file()
+    except (OSError, ValueError):  # ENAMETOOLONG, NUL in the path
+        is_file = False
+    if not is_file:
+        raise ConfigError("config", f"file not found: {short_repr(str(p))}")
+    try:
         return tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("config", f"malformed TOML in {p}: {exc}") from None
     except UnicodeDecodeError:
         raise ConfigError("config", f"{p} is not a UTF-8 text file") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ConfigError("config", f"unreadable value in {p}: {str(exc)[:80]}") from None
     except RecursionError:
         raise ConfigError("config", f"{p} nests tables or lists too deeply") from None
     except OSError as exc:
@@ -397,11 +413,20 @@ def _seed_default_parts(data: dict[str, Any], overrides: Mapping[str, Any]) -> N
             data[part] = table
 
 
+def _name_from_path(path: Path) -> str:
+    """The file's stem as the run name, made a valid name if it is not one (``..toml`` -> ``variant``)."""
+    try:
+        check_name(path.stem)
+    except ConfigError:
+        return safe_name(path.stem)
+    return path.stem
+
+
 def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> RunConfig:
     """Read a TOML file (or start from defaults), apply overrides, validate."""
     data: dict[str, Any] = read_toml(path) if path is not None else {}
     if path is not None and "name" not in data:
-        data["name"] = Path(path).stem
+        data["name"] = _name_from_path(Path(path))
     check_depth(data)  # before deepcopy, which recurses
     data = copy.deepcopy(data)
     overrides = overrides or {}
@@ -420,7 +445,7 @@ def check_out_dir(out_dir: str) -> None:
     255 bytes. Writes nothing.
     """
     if not out_dir or "\0" in out_dir:
-        raise ConfigError("out_dir", f"must be a non-empty path without NUL characters, got {out_dir!r}")
+        raise ConfigError("out_dir", f"must be a non-empty path without NUL characters, got {short_repr(out_dir)}")
     path = Path(out_dir).absolute()
     for part in path.parts:
         if len(os.fsencode(part)) > 255:

@@ -39,6 +39,6 @@ class ConfigError(ValueError):
         super().__init__(f"{one_line(field)}: {one_line(message)}")
 
 
-def choice_error(field: str, value: object, allowed: "list[str] | tuple[str, ...]") -> ConfigError:
+def choice_error(field: str, value: object, allowed: list[str] | tuple[str, ...]) -> ConfigError:
     """Error for an unknown name, listing the valid ones."""
     return ConfigError(field, f"unknown value {value!r}; allowed: {', '.join(sorted(allowed))}")

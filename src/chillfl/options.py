@@ -14,7 +14,8 @@ import math
 import os
 import types
 import typing
-from typing import Any, Callable, Mapping, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from chillfl.errors import ConfigError
 
@@ -48,60 +49,62 @@ def coerce(value: Any, tp: Any, field: str) -> Any:
             except ConfigError as exc:
                 errors.append(exc)
         allowed = " or ".join(_type_name(a) for a in args if a is not type(None))
-        raise ConfigError(field, errors[0].message if len(errors) == 1 else f"expected {allowed}, got {_short(value)}")
+        raise ConfigError(field, errors[0].message if len(errors) == 1 else f"expected {allowed}, got {short_repr(value)}")
     if origin is typing.Literal:
-        allowed = typing.get_args(tp)
-        if value not in allowed:
-            raise ConfigError(field, f"unknown value {_short(value)}; allowed: {', '.join(map(str, allowed))}")
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ConfigError(field, f"unknown value {short_repr(value)}; allowed: {', '.join(map(str, choices))}")
         return value
     if origin in (list, tuple):
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise ConfigError(field, f"expected a list, got {_short(value)}")
+            raise ConfigError(field, f"expected a list, got {short_repr(value)}")
         args = typing.get_args(tp)
         inner = args[0] if args else Any
         items = [coerce(v, inner, field) for v in value]
         return tuple(items) if origin is tuple else items
     if origin is dict or tp is dict:
         if not isinstance(value, Mapping):
-            raise ConfigError(field, f"expected a table, got {_short(value)}")
+            raise ConfigError(field, f"expected a table, got {short_repr(value)}")
         return dict(value)
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(field, f"expected true or false, got {_short(value)}")
+        raise ConfigError(field, f"expected true or false, got {short_repr(value)}")
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, _NUMERIC):
-            raise ConfigError(field, f"expected a number, got {_short(value)}")
+            raise ConfigError(field, f"expected a number, got {short_repr(value)}")
         try:
             number = float(value)
         except OverflowError:
             number = math.inf
         if not math.isfinite(number):  # inf/NaN pass every `x > 0` style range check, or fail it silently
-            raise ConfigError(field, f"must be a finite number, got {_short(value)}")
+            raise ConfigError(field, f"must be a finite number, got {short_repr(value)}")
         return number
     if tp is int:
         if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
-            raise ConfigError(field, f"expected an integer, got {_short(value)}")
+            raise ConfigError(field, f"expected an integer, got {short_repr(value)}")
         number = int(value)
         if not INT64_MIN <= number <= INT64_MAX:
-            raise ConfigError(field, f"must fit in 64 bits (|x| < 2**63), got {_short(value)}")
+            raise ConfigError(field, f"must fit in 64 bits (|x| < 2**63), got {short_repr(value)}")
         return number
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(field, f"expected a string, got {_short(value)}")
+            raise ConfigError(field, f"expected a string, got {short_repr(value)}")
         if "\0" in value:  # paths and names with NUL raise deep inside the OS layer
-            raise ConfigError(field, f"must not contain NUL characters, got {_short(value)}")
+            raise ConfigError(field, f"must not contain NUL characters, got {short_repr(value)}")
         return value
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
-            raise ConfigError(field, f"expected a table, got {_short(value)}")
+            raise ConfigError(field, f"expected a table, got {short_repr(value)}")
         return parse_options(tp, value, field)
     return value
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def short_repr(value: Any, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters, so a 10**400 or a 1 MB string gives a readable error."""
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {len(str(abs(value)))} digits"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -122,7 +125,7 @@ def parse_options(cls: type[T], table: Mapping[str, Any] | None, section: str) -
             f"unknown option; allowed: {', '.join(sorted(names)) or '(none)'}",
         )
     kwargs = {k: coerce(v, hints[k], join_field(section, k)) for k, v in table.items()}
-    obj = cls(**kwargs)  # type: ignore[call-arg]
+    obj = cls(**kwargs)
     check = getattr(obj, "validate", None)
     if callable(check):
         check(section)
@@ -173,8 +176,8 @@ def blame(options: Any, estimate: Callable[[Any], float], section: str, default_
             continue
         try:
             value = estimate(dataclasses.replace(options, **{f.name: f.default}))
-        except Exception:  # noqa: BLE001 - a reset that does not build is simply not the culprit
-            continue
+        except (ValueError, TypeError, RuntimeError, OverflowError, MemoryError):  # does not build: not the culprit
+            value = current
         if value < best_value:
             best, best_value = join_field(section, f.name), value
     return best

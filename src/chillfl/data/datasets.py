@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -312,5 +313,5 @@ def load_dataset(
     if name not in DATASETS:
         raise choice_error(f"{section}.name", name, dataset_names())
     entry = DATASETS[name]
-    opts = parse_options(entry.options, options, section)
+    opts: Any = parse_options(entry.options, options, section)
     return entry.build(opts, Path(data_dir))

@@ -37,14 +37,21 @@ Choices
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from chillfl.data.datasets import ArrayDataset
-from chillfl.data.partition import NUM_CLIENTS_FIELD, Partition, allocate_counts, natural_groups, partition
+from chillfl.data.partition import (
+    NUM_CLIENTS_FIELD,
+    Partition,
+    allocate_counts,
+    natural_groups,
+    partition,
+)
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import require
 
@@ -112,7 +119,7 @@ class FederatedData:
         """Unlabelled public pool inputs (empty when public_size == 0)."""
         return self.dataset.x_train[torch.from_numpy(self.public_indices)]
 
-    def to(self, device: torch.device | str) -> "FederatedData":
+    def to(self, device: torch.device | str) -> FederatedData:
         """The same split with the dataset's tensors on ``device`` (indices stay NumPy arrays)."""
         ds = self.dataset
         moved = dataclasses.replace(ds, x_train=ds.x_train.to(device), y_train=ds.y_train.to(device), x_test=ds.x_test.to(device), y_test=ds.y_test.to(device))
@@ -182,14 +189,14 @@ def build_federated_data(
     if client_eval == "none":
         evals = [np.zeros(0, dtype=np.int64) for _ in train]
     elif client_eval == "natural":
-        groups = dataset.test_groups
-        if groups is None:
+        test_groups = dataset.test_groups
+        if test_groups is None:
             raise ConfigError(
                 CLIENT_EVAL_FIELD,
                 f"'natural' needs a dataset with per-client test groups (e.g. synthetic); "
                 f"{dataset.name!r} has none; allowed here: none, proportional",
             )
-        evals = natural_groups(groups, num_clients, "client_split 'natural'")
+        evals = natural_groups(test_groups, num_clients, "client_split 'natural'")
     else:
         y = dataset.y_train.numpy()
         weights = np.stack([np.bincount(y[ix], minlength=dataset.num_classes) for ix in train]).astype(np.float64)

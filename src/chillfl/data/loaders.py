@@ -83,7 +83,7 @@ def _numpy_globals() -> dict[tuple[str, str], Any]:
     }
     for module in ("numpy.core", "numpy._core"):
         allowed[(f"{module}.multiarray", "_reconstruct")] = multiarray._reconstruct
-        allowed[(f"{module}.numeric", "_frombuffer")] = numeric._frombuffer  # protocol-5 pickles of arrays
+        allowed[(f"{module}.numeric", "_frombuffer")] = numeric._frombuffer  # type: ignore[attr-defined]  # protocol-5 pickles
     return allowed
 
 

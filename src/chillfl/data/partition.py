@@ -54,8 +54,9 @@ Choices
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -192,7 +193,7 @@ class NoOptions:
 
 
 def _iid(
-    labels: np.ndarray, k: int, rng: np.random.Generator, opts: NoOptions, section: str, dataset: "ArrayDataset | None"
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: NoOptions, section: str, dataset: ArrayDataset | None
 ) -> Partition:
     return Partition(list(np.array_split(rng.permutation(len(labels)), k)))
 
@@ -240,7 +241,7 @@ def _dirichlet_once(labels: np.ndarray, k: int, c: int, rng: np.random.Generator
 
 
 def _dirichlet(
-    labels: np.ndarray, k: int, rng: np.random.Generator, opts: DirichletOptions, section: str, dataset: "ArrayDataset | None"
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: DirichletOptions, section: str, dataset: ArrayDataset | None
 ) -> Partition:
     require(
         opts.min_size * k <= len(labels),
@@ -272,7 +273,7 @@ class DirichletBalancedOptions:
 
 
 def _dirichlet_balanced(
-    labels: np.ndarray, k: int, rng: np.random.Generator, opts: DirichletBalancedOptions, section: str, dataset: "ArrayDataset | None"
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: DirichletBalancedOptions, section: str, dataset: ArrayDataset | None
 ) -> Partition:
     c = _num_classes(labels, dataset)
     n = len(labels)
@@ -307,7 +308,7 @@ class ShardsOptions:
 
 
 def _shards(
-    labels: np.ndarray, k: int, rng: np.random.Generator, opts: ShardsOptions, section: str, dataset: "ArrayDataset | None"
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: ShardsOptions, section: str, dataset: ArrayDataset | None
 ) -> Partition:
     n, spc = len(labels), opts.shards_per_client
     size = opts.shard_size if opts.shard_size is not None else n // (k * spc)
@@ -348,7 +349,7 @@ class QuantitySkewOptions:
 
 
 def _quantity_skew(
-    labels: np.ndarray, k: int, rng: np.random.Generator, opts: QuantitySkewOptions, section: str, dataset: "ArrayDataset | None"
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: QuantitySkewOptions, section: str, dataset: ArrayDataset | None
 ) -> Partition:
     n = len(labels)
     require(
@@ -382,7 +383,7 @@ class FeatureNoiseOptions:
 
 
 def _feature_noise(
-    labels: np.ndarray, k: int, rng: np.random.Generator, opts: FeatureNoiseOptions, section: str, dataset: "ArrayDataset | None"
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: FeatureNoiseOptions, section: str, dataset: ArrayDataset | None
 ) -> Partition:
     part = _iid(labels, k, rng, NoOptions(), section, dataset)
     if opts.spacing == "linear":
@@ -400,7 +401,7 @@ def natural_groups(groups: Sequence[Any], k: int, use: str) -> list[np.ndarray]:
 
 
 def _natural(
-    labels: np.ndarray, k: int, rng: np.random.Generator, opts: NoOptions, section: str, dataset: "ArrayDataset | None"
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: NoOptions, section: str, dataset: ArrayDataset | None
 ) -> Partition:
     groups = None if dataset is None else dataset.train_groups
     if groups is None:
@@ -440,7 +441,7 @@ def partitioner_names() -> list[str]:
     return sorted(PARTITIONERS)
 
 
-def _num_classes(labels: np.ndarray, dataset: "ArrayDataset | None") -> int:
+def _num_classes(labels: np.ndarray, dataset: ArrayDataset | None) -> int:
     top = int(labels.max()) + 1 if len(labels) else 0
     return max(top, dataset.num_classes) if dataset is not None else top
 
@@ -453,7 +454,7 @@ def partition(
     options: Mapping[str, Any] | None = None,
     *,
     section: str = "partition",
-    dataset: "ArrayDataset | None" = None,
+    dataset: ArrayDataset | None = None,
 ) -> Partition:
     """Split ``labels``' indices over ``num_clients`` clients with partitioner ``name``.
 
@@ -462,7 +463,7 @@ def partition(
     if name not in PARTITIONERS:
         raise choice_error(f"{section}.name", name, partitioner_names())
     entry = PARTITIONERS[name]
-    opts = parse_options(entry.options, options, section)
+    opts: Any = parse_options(entry.options, options, section)
     labels = np.asarray(labels)
     if labels.ndim != 1 or (len(labels) and labels.min() < 0):
         raise ValueError("labels must be a 1-D array of class ids >= 0")

@@ -16,10 +16,18 @@ def bundled_experiments() -> list[str]:
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.toml"))
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for paths the OS refuses to look at (too long, NUL): the reader then says "not found"."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_config(name_or_path: str) -> Path:
     """A config file path: an existing file, else a bundled experiment name; unknown -> the path itself."""
     path = Path(name_or_path)
-    if path.is_file():
+    if _is_file(path):
         return path
     bundled = experiments_root() / (name_or_path.removesuffix(".toml") + ".toml")
-    return bundled if bundled.is_file() else path
+    return bundled if _is_file(bundled) else path

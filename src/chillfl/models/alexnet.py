@@ -29,7 +29,14 @@ from typing import Literal
 import torch
 from torch import nn
 
-from chillfl.models.common import MAX_WIDTH, Shape, conv_out, flat_features, require_image, require_min_size
+from chillfl.models.common import (
+    MAX_WIDTH,
+    Shape,
+    conv_out,
+    flat_features,
+    require_image,
+    require_min_size,
+)
 from chillfl.options import require, require_range
 
 WIDTHS = (64, 192, 384, 256, 256)

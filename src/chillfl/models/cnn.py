@@ -31,7 +31,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from chillfl.models.common import MAX_PADDING, Shape, conv_out, flat_features, require_image, require_min_size
+from chillfl.models.common import (
+    MAX_PADDING,
+    Shape,
+    conv_out,
+    flat_features,
+    require_image,
+    require_min_size,
+)
 from chillfl.options import require_range
 
 KERNEL = 5

@@ -8,7 +8,7 @@ sizes are measured with one dummy forward pass at construction.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

@@ -35,14 +35,19 @@ Choices
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import torch
 from torch import nn
 
-from chillfl.models.common import Shape, conv_out, flat_features, require_image, require_min_size
+from chillfl.models.common import (
+    Shape,
+    conv_out,
+    flat_features,
+    require_image,
+    require_min_size,
+)
 
-Layer = Union[int, str]  # int = conv3x3 to that many channels; "M" maxpool 2; "A<k>" adaptive avgpool k
+Layer = int | str  # int = conv3x3 to that many channels; "M" maxpool 2; "A<k>" adaptive avgpool k
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ Choices
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from math import prod
 
@@ -35,7 +36,7 @@ class MLP(nn.Module):
     def __init__(self, in_features: int, hidden: tuple[int, ...], num_classes: int) -> None:
         super().__init__()
         widths = (in_features, *hidden)
-        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(widths))
         self.head = nn.Linear(widths[-1], num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Callable, Mapping, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -77,7 +78,7 @@ def build_model(
     if num_classes < 1:
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
     table = {k: v for k, v in (options or {}).items() if k != "name"}
-    parsed = parse_options(spec.options, table, section)
+    parsed: Any = parse_options(spec.options, table, section)
     shape = tuple(int(s) for s in input_shape)
     check_model_memory(name, shape, num_classes, parsed, section)
     if seed is None:

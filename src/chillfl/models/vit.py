@@ -27,7 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from chillfl.models.common import MAX_LAYERS, MAX_WIDTH, Shape, conv_out, require_image, require_min_size
+from chillfl.models.common import (
+    MAX_LAYERS,
+    MAX_WIDTH,
+    Shape,
+    conv_out,
+    require_image,
+    require_min_size,
+)
 from chillfl.options import require, require_range
 
 
@@ -74,7 +81,7 @@ class EncoderLayer(nn.Module):
 class ViT(nn.Module):
     """Patch embedding, CLS token, positional embedding, encoder, LayerNorm, linear head."""
 
-    def __init__(self, input_shape: Shape, num_classes: int, options: "ViTOptions") -> None:
+    def __init__(self, input_shape: Shape, num_classes: int, options: ViTOptions) -> None:
         super().__init__()
         c, h, w = input_shape
         p, dim = options.patch, options.dim

@@ -12,18 +12,22 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
-from chillfl.config import RunConfig, parse_value, variant_config
-from chillfl.config import safe_name as safe_name  # re-exported: folder names of variants
+from chillfl.config import (
+    RunConfig,
+    parse_value,
+    variant_config,
+)
 from chillfl.data import FederatedData
 from chillfl.engine.results import rounds_to_reach, to_toml, unique_dir
-from chillfl.runner import RunOutput, run_experiment
-from chillfl.experiment import build_data, build_experiment
 from chillfl.errors import ConfigError
+from chillfl.experiment import build_data, build_experiment
+from chillfl.runner import RunOutput, run_experiment
 
 TEMPERATURE_SHORTHAND = "temperature"
 MAX_VARIANTS = 1000
@@ -104,15 +108,17 @@ class CompareResult:
     outputs: dict[str, RunOutput] = field(default_factory=dict)
 
 
-def choose_reference(variants: Sequence[Variant], reference: str | None, baseline: str | None = None) -> tuple[Variant, Variant]:
-    """(target-setting reference, baseline) variants."""
+def choose_reference(
+    variants: Sequence[Variant], reference: str | None, baseline: str | None = None, reference_field: str = "--reference"
+) -> tuple[Variant, Variant]:
+    """(target-setting reference, baseline) variants; ``reference_field`` names where ``reference`` came from."""
     by_label = {v.label: v for v in variants}
     if baseline is not None and baseline not in by_label:
         raise ConfigError("compare.baseline", f"unknown variant {baseline!r}; allowed: {', '.join(by_label)}")
     temps = [v for v in variants if v.temperature is not None]
     if reference is not None:
         if reference not in by_label:
-            raise ConfigError("--reference", f"unknown variant {reference!r}; allowed: {', '.join(by_label)}")
+            raise ConfigError(reference_field, f"unknown variant {reference!r}; allowed: {', '.join(by_label)}")
         ref = by_label[reference]
     elif temps:
         ref = max(temps, key=lambda v: v.temperature or 0.0)
@@ -203,7 +209,8 @@ def run_compare(config: RunConfig, grid: Sequence[str], *, reference: str | None
     for v in variants:  # validates every variant before running any; errors name the variant
         with _naming(v.label, bool(grid)):
             configs.append(apply_variant(config, v))
-    ref, base = choose_reference(variants, reference or config.compare.get("reference"), config.compare.get("baseline"))
+    field = "--reference" if reference else "compare.reference"
+    ref, base = choose_reference(variants, reference or config.compare.get("reference"), config.compare.get("baseline"), field)
     datasets: dict[str, FederatedData] = {}
     for v, cfg in zip(variants, configs):
         with _naming(v.label, bool(grid)):

@@ -147,6 +147,22 @@ EXECUTORS = ("auto", "sequential", "vectorized", "processes")
 
 
 @dataclass(frozen=True)
+class ObjectiveConfig:
+    """Terms added to the local objective whatever the aggregator, where the maths allows.
+
+    ``proximal_mu``: FedProx's ``mu/2 ||w - w^t||^2`` towards the round's global
+    model (Li et al., Eq. 2) on top of any parameter-sharing aggregator, e.g.
+    SCAFFOLD + a proximal term. 0 = off. Refused with ``algorithm = "fedprox"``
+    (which has its own ``mu``) and with the soft-label protocol (no global model).
+    """
+
+    proximal_mu: float = 0.0
+
+    def validate(self, section: str) -> None:
+        require(0 <= self.proximal_mu <= 1e6, f"{section}.proximal_mu", f"must be in [0, 1e6] (0 = off), got {self.proximal_mu}")
+
+
+@dataclass(frozen=True)
 class CheckpointConfig:
     """When the run state is saved into the run folder (``checkpoint.pt``), so ``chillfl resume`` can continue.
 
@@ -224,6 +240,7 @@ class RunConfig:
     federation: FederationConfig = field(default_factory=FederationConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     dataset: dict[str, Any] = field(default_factory=lambda: {"name": "digits"})
     partition: dict[str, Any] = field(default_factory=lambda: {"name": "dirichlet", "alpha": 0.5})

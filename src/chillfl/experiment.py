@@ -24,7 +24,7 @@ from chillfl.protocols.parameters import ParameterClient, ParameterSharing
 from chillfl.temperature import make_policy
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.local import LocalSpec, derive_seed, model_state
-from chillfl.training.objective import LossTerm, temperature_cross_entropy
+from chillfl.training.objective import LossTerm, ProximalTerm, temperature_cross_entropy
 
 
 @dataclass
@@ -174,6 +174,7 @@ def build_experiment(
     else:
         model, state = user_initial_model(config, model)
     aggregator, terms = build_algorithm(config, model)
+    terms = [*terms, *objective_terms(config, terms)]
     policy = make_policy(config.temperature, data.class_counts())
     losses = base_losses()
     if config.client.loss not in losses:
@@ -193,6 +194,18 @@ def build_experiment(
     return Experiment(config, data, model, state, aggregator, policy, spec, device)
 
 
+def objective_terms(config: RunConfig, algorithm_terms: Sequence[LossTerm]) -> list[LossTerm]:
+    """The ``[objective]`` terms, checked against the protocol and the algorithm's own terms."""
+    if config.objective.proximal_mu == 0:
+        return []
+    field = "objective.proximal_mu"
+    if config.distillation.get("method"):
+        raise ConfigError(field, "the soft-label protocol keeps no global model to stay close to; leave it 0")
+    if any(isinstance(t, ProximalTerm) for t in algorithm_terms):
+        raise ConfigError(field, f"algorithm {config.algorithm.get('name')!r} already adds the proximal term (its own mu); set one of the two")
+    return [ProximalTerm()]
+
+
 def build_protocol(exp: Experiment) -> ServerProtocol:
     """The configured protocol: soft-label sharing when ``[distillation]`` names a method, else parameter sharing."""
     evaluation = Evaluation(exp.config, exp.data, exp.model, exp.device)
@@ -210,6 +223,7 @@ def build_protocol(exp: Experiment) -> ServerProtocol:
         evaluation=evaluation,
         client=ParameterClient(exp.model, exp.config.eval.batch_size, reporter),
         eval_clients=exp.config.eval.clients,
+        proximal_mu=exp.config.objective.proximal_mu,
     )
 
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Mapping
-
-import torch
 
 from chillfl.aggregation.base import Downlink, FedAvg, Params
 from chillfl.options import require
+from chillfl.training.objective import ProximalTerm
+
+__all__ = ["FedProx", "FedProxOptions", "ProximalTerm"]
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +40,6 @@ class FedProxOptions:
 
     def validate(self, section: str) -> None:
         require(self.mu >= 0, f"{section}.mu", f"must be >= 0, got {self.mu}")
-
-
-class ProximalTerm:
-    """``mu/2 * sum_k ||w_k - w^t_k||^2`` over the trainable keys; reads ``mu`` and ``global_params``."""
-
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
-        anchor: Mapping[str, torch.Tensor] = context["global_params"]
-        parts = [((params[k] - anchor[k].detach()) ** 2).sum() for k in params if k in anchor]
-        total = torch.stack(parts).sum() if parts else torch.zeros(())
-        return 0.5 * context["mu"] * total
 
 
 class FedProx(FedAvg):

@@ -160,16 +160,48 @@ class _Task:
     spec: LocalSpec | None = None
 
 
+@dataclass(frozen=True)
+class _Loose:
+    """Where a task's fresh tensor (not a view of shared data) sits in the task's own packed buffer."""
+
+    index: int
+
+
 @dataclass
 class _UpdateTask:
-    """One client update as sent to a worker: the task with its model states packed, ``index`` = position in the round."""
+    """One client update as sent to a worker, ``index`` = position in the round.
+
+    Model states are packed once per distinct state per round; tensors that are
+    views of a larger tensor (a client's rows of the dataset) are moved into
+    shared memory in place, once for the whole dataset; every other tensor of
+    the task (fresh per round, e.g. a client's evaluation split) goes into one
+    flat buffer per task instead of a shared-memory segment per tensor.
+    """
 
     index: int
     client_id: int
     task: Any
+    loose: PackedTree | None = None
+
+    @classmethod
+    def pack(cls, index: int, task: ClientTask[Any, Any], packer: "_Packer") -> "_UpdateTask":
+        packed = map_leaves(task, packer, _is_state)
+        fresh: list[torch.Tensor] = []
+
+        def place(x: Any) -> Any:
+            if isinstance(x, PackedTree):
+                return x
+            if x._base is not None:  # a view: share its whole storage once
+                return x.share_memory_()
+            fresh.append(x)
+            return _Loose(len(fresh) - 1)
+
+        packed = map_leaves(packed, place, lambda x: isinstance(x, (torch.Tensor, PackedTree)))
+        return cls(index, task.client_id, packed, pack_tree(fresh) if fresh else None)
 
     def unpack(self) -> ClientTask[Any, Any]:
-        return map_leaves(self.task, lambda p: p.unpack(), lambda x: isinstance(x, PackedTree))
+        fresh = self.loose.unpack() if self.loose is not None else []
+        return map_leaves(self.task, lambda x: x.unpack() if isinstance(x, PackedTree) else fresh[x.index], lambda x: isinstance(x, (PackedTree, _Loose)))
 
 
 def _next_task(tasks: Any, parent: int) -> Any:
@@ -280,12 +312,7 @@ class ProcessExecutor:
     def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
         """Every task's client update on the workers (each runs the whole update; bitwise = sequential)."""
         pack = _Packer()
-        items = []
-        for i, task in enumerate(tasks):
-            packed = map_leaves(task, pack, _is_state)  # model states: one flat buffer per distinct state per round
-            packed = map_leaves(packed, _shared, lambda x: isinstance(x, (torch.Tensor, PackedTree)))  # data: into shared memory once
-            items.append(_UpdateTask(i, task.client_id, packed))
-        return self._round(items, lambda payload: payload.unpack())
+        return self._round([_UpdateTask.pack(i, task, pack) for i, task in enumerate(tasks)], lambda payload: payload.unpack())
 
     def _round(self, items: Sequence[Any], decode: Callable[[Any], Any]) -> list[Any]:
         """Send ``items`` (at most 2 per worker in flight), collect the decoded results in order."""
@@ -342,8 +369,3 @@ class ProcessExecutor:
 def _is_state(x: Any) -> bool:
     """A model state (or any flat name -> tensor dict): packed whole."""
     return isinstance(x, dict) and bool(x) and all(isinstance(v, torch.Tensor) for v in x.values())
-
-
-def _shared(x: Any) -> Any:
-    """A tensor moved into shared memory in place (a no-op once it is there); packed trees as they are."""
-    return x.share_memory_() if isinstance(x, torch.Tensor) else x

@@ -90,6 +90,7 @@ class ParameterSharing:
         evaluation: Evaluation,
         client: ParameterClient,
         eval_clients: str,
+        proximal_mu: float = 0.0,
     ) -> None:
         self.seed = seed
         self.lr_at = lr_at
@@ -99,6 +100,7 @@ class ParameterSharing:
         self.evaluation = evaluation
         self.client = client
         self.eval_clients = eval_clients
+        self.proximal_mu = proximal_mu
         self.ledger = CommunicationLedger()
         self.log = LocalLog()
         self._per_client_temperature = not isinstance(policy, ConstantTemperature)
@@ -110,7 +112,10 @@ class ParameterSharing:
         for cid in sampled:
             down = self.aggregator.downlink(cid, round, self.state)
             start = self.state if down.params is None else {**self.state, **down.params}
-            message = ParamDownlink(start, lr, self.policy.temperature(cid, round), down.context, derive_seed(self.seed, "train", cid, round))
+            context = down.context
+            if self.proximal_mu:  # [objective] proximal_mu: the anchor is the model the round started from
+                context = {**context, "mu": self.proximal_mu, "global_params": self.state}
+            message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round))
             tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid)))
         return tasks
 

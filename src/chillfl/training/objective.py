@@ -41,3 +41,17 @@ class LossTerm(Protocol):
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
 """base loss signature: (logits, targets, temperature) -> scalar."""
+
+
+class ProximalTerm:
+    """``mu/2 * sum_k ||w_k - w^t_k||^2`` over the trainable keys; reads ``mu`` and ``global_params``.
+
+    FedProx's term (Li et al., Eq. 2). ``[algorithm] name = "fedprox"`` adds it,
+    and so does ``[objective] proximal_mu`` on top of any other aggregator.
+    """
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
+        anchor: Mapping[str, torch.Tensor] = context["global_params"]
+        parts = [((params[k] - anchor[k].detach()) ** 2).sum() for k in params if k in anchor]
+        total = torch.stack(parts).sum() if parts else torch.zeros(())
+        return 0.5 * context["mu"] * total

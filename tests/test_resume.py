@@ -131,16 +131,17 @@ def test_signal_writes_a_checkpoint_and_says_how_to_resume(sig: int, code: int, 
     assert [r["round"] for r in records] == list(range(1, 41))
 
 
-def test_processes_workers_do_not_outlive_a_sigterm(tmp_path: Path) -> None:
-    """SIGTERM during a ``processes`` run: checkpoint, exit 143, and no worker survives its parent."""
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)])
+def test_processes_workers_do_not_outlive_their_parent(sig: int, code: int, tmp_path: Path) -> None:
+    """SIGTERM (checkpoint, exit 143) or SIGKILL of a ``processes`` run: no worker survives its parent by 5 s."""
     config = write_config(tmp_path, "pool", "fedavg-fedchill", executor="processes", federation={"rounds": 40})
     proc = chillfl("run", str(config), "-q")
     wait_for_round(tmp_path / "out" / "pool.partial" / "metrics.jsonl", 1, proc)
     children = _children(proc.pid)
     assert children, "the processes executor started no worker"
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, err
+    assert proc.returncode == code, err
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(_alive(pid) for pid in children):
         time.sleep(0.1)

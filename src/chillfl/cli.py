@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
-from chillfl.errors import ConfigError
+from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged
 from chillfl.experiments import bundled_experiments, resolve_config
 
 if TYPE_CHECKING:
@@ -186,6 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("chillfl: interrupted; unfinished results are left in *.partial folders", file=sys.stderr)
         return 130
+    except Diverged as exc:
+        folder = getattr(exc, "folder", None)
+        print(f"chillfl: diverged: {exc}" + (f"; partial results in {folder}" if folder else ""), file=sys.stderr)
+        return DIVERGED_EXIT
     except Exception as exc:
         from chillfl.runner import RunInterrupted
 

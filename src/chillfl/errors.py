@@ -42,3 +42,16 @@ class ConfigError(ValueError):
 def choice_error(field: str, value: object, allowed: list[str] | tuple[str, ...]) -> ConfigError:
     """Error for an unknown name, listing the valid ones."""
     return ConfigError(field, f"unknown value {value!r}; allowed: {', '.join(sorted(allowed))}")
+
+
+DIVERGED_EXIT = 3
+"""The CLI's exit status when a run diverges (a loss, parameter or metric turned non-finite)."""
+
+
+class Diverged(ArithmeticError):
+    """Training produced a non-finite value: names the round (1-based), the client when known, and what."""
+
+    def __init__(self, round: int, what: str, client: int | None = None) -> None:
+        self.round, self.what, self.client = round, what, client
+        where = f"round {round}" + (f", client {client}" if client is not None else "")
+        super().__init__(f"{where}: {what}")

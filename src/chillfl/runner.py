@@ -36,7 +36,7 @@ from chillfl.engine.checkpoint import read_state, write_state
 from chillfl.engine.loop import run_rounds
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.results import ResultWriter, read_metrics, summarize
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, Diverged
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
 
 CHECKPOINT = "checkpoint.safetensors"
@@ -183,6 +183,12 @@ def resume_experiment(folder: str | Path, *, progress: bool = True, callbacks: S
         return _run(exp, config, writer, progress=progress, label=config.name, callbacks=callbacks, resume=(done, state["protocol"], records))
 
 
+def _checkpoint_round(writer: ResultWriter) -> int | None:
+    """The round of the checkpoint in the run folder (None without one)."""
+    path = writer.path / CHECKPOINT
+    return int(read_state(path)["round"]) if path.is_file() else None
+
+
 def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int) -> None:
     if writer is not None:
         write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict()})
@@ -232,6 +238,10 @@ def _run(
         for cb in callbacks:
             cb.on_end(output)
         return output
+    except Diverged as exc:
+        if writer:
+            exc.folder = writer.fail({"round": exc.round, "client": exc.client, "what": exc.what, "last_checkpoint": _checkpoint_round(writer)})  # type: ignore[attr-defined]
+        raise
     except RunInterrupted as exc:
         if writer:
             writer.abort()

@@ -81,7 +81,7 @@ from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabel
 from chillfl.engine.ledger import CommunicationLedger, index_bytes, signal_bytes
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.errors import ConfigError
-from chillfl.protocols.common import Evaluation, LocalLog, local_evaluation, record_message
+from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation, record_message
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, split_state, train_client
 
@@ -454,6 +454,8 @@ class SoftLabelProtocol:
         verified = 0
         for task, reply in zip(tasks, replies):
             cid, report = task.client_id, reply.uplink
+            check_finite_loss(rnd, cid, "training loss", report.train_loss)
+            check_finite_loss(rnd, cid, "distillation loss", report.distill_loss)
             record_message(self.ledger, rnd, "down", task.downlink, cid)
             if expected is not None:
                 if report.rebuilt_digest != expected:
@@ -526,6 +528,7 @@ class SoftLabelProtocol:
                 spec=self.specs.server, lr=self.specs.server_lr, temperature=1.0, context={}, generator=gen,
             )
             self.server_state = out.params
+            check_finite_state(t - 1, self.server_state, "server model")
         metrics: dict[str, Any] = {
             "public_drawn": int(drawn.numel()),
             "public_requested": int(requested.numel()),

@@ -44,6 +44,17 @@ def to_toml(data: Mapping[str, Any]) -> str:
     return "\n".join(lines).lstrip() + "\n"
 
 
+def strict(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None: result files are strict JSON (no NaN literals)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return value
+
+
 def unique_dir(parent: Path, name: str) -> Path:
     """``parent/name``, or ``name-2``, ``name-3``... if taken (finished or in progress)."""
     candidate, n = parent / name, 1
@@ -77,7 +88,7 @@ class ResultWriter:
         final = self.path.with_name(name)
         self.final = final if not final.exists() else unique_dir(self.path.parent, name)
         tmp = self.path / "metrics.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
+        tmp.write_text("".join(json.dumps(strict(r), sort_keys=True, allow_nan=False) + "\n" for r in records), encoding="utf-8")
         tmp.replace(self.path / "metrics.jsonl")
         self._metrics = (self.path / "metrics.jsonl").open("a", encoding="utf-8")
         return self
@@ -86,16 +97,29 @@ class ResultWriter:
         (self.path / "config.toml").write_text(to_toml(config), encoding="utf-8")
 
     def append(self, record: Mapping[str, Any]) -> None:
-        self._metrics.write(json.dumps(record, sort_keys=True) + "\n")
+        self._metrics.write(json.dumps(strict(record), sort_keys=True, allow_nan=False) + "\n")
         self._metrics.flush()
 
     def write_json(self, name: str, data: Any) -> None:
-        (self.path / name).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (self.path / name).write_text(json.dumps(strict(data), indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
 
     def finish(self) -> Path:
         self._metrics.close()
         self.path.rename(self.final)
         return self.final
+
+    def fail(self, reason: Mapping[str, Any]) -> Path:
+        """Mark the run failed: ``failure.json`` with the reason, the folder renamed ``NAME.failed``."""
+        self._metrics.close()
+        self.write_json("failure.json", reason)
+        failed = self.final.with_name(self.final.name + ".failed")
+        n = 1
+        while failed.exists():
+            n += 1
+            failed = self.final.with_name(f"{self.final.name}.failed-{n}")
+        self.path.rename(failed)
+        self.path = failed
+        return failed
 
     def abort(self) -> None:
         """Close files; the folder stays as ``*.partial`` for inspection."""

@@ -18,6 +18,7 @@ from chillfl.config import RunConfig
 from chillfl.data import FederatedData
 from chillfl.engine.ledger import CommunicationLedger, tensor_bytes
 from chillfl.engine.protocol import ClientData, ClientReply, Message
+from chillfl.errors import Diverged
 from chillfl.training.local import evaluate
 
 
@@ -115,3 +116,17 @@ def local_evaluation(model: nn.Module, state: Mapping[str, torch.Tensor], data: 
     if data.x_eval is None or data.y_eval is None:
         return None, None
     return evaluate(model, state, data.x_eval, data.y_eval, batch_size)
+
+
+def check_finite_loss(round: int, client_id: int, name: str, value: float | None) -> None:
+    """Stop the run at the first non-finite training loss (``client.lr`` too high, usually)."""
+    if value is not None and not math.isfinite(value):
+        raise Diverged(round + 1, f"{name} is {value} (lower client.lr?)", client_id)
+
+
+def check_finite_state(round: int, state: Mapping[str, torch.Tensor], what: str = "global model") -> None:
+    """Stop the run when a model turns non-finite; names the first parameter that did."""
+    flags = torch.stack([torch.isfinite(v).all() for v in state.values() if v.is_floating_point()])
+    if not bool(flags.all()):  # one host sync per round
+        bad = next(k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
+        raise Diverged(round + 1, f"{what} parameter {bad!r} is not finite")

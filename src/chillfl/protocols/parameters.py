@@ -22,7 +22,7 @@ from torch import nn
 from chillfl.aggregation.base import Aggregator, ClientResult, Params
 from chillfl.engine.ledger import CommunicationLedger
 from chillfl.engine.protocol import ClientData, ClientJob, ClientProgram, ClientReply, ClientTask
-from chillfl.protocols.common import Evaluation, LocalLog, local_evaluation, record_message, state_bytes
+from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation, record_message, state_bytes
 from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
 from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed
 
@@ -125,6 +125,7 @@ class ParameterSharing:
         results = []
         for task, reply in zip(tasks, replies):
             up = reply.uplink
+            check_finite_loss(round, task.client_id, "training loss", up.train_loss)
             record_message(self.ledger, round, "down", task.downlink, task.client_id)
             record_message(self.ledger, round, "up", up, task.client_id)
             self.log.observe(reply)
@@ -132,6 +133,7 @@ class ParameterSharing:
             d = task.downlink
             results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, d.temperature, up.train_loss, up.report))
         self.state = self.aggregator.aggregate(self.state, results, round)
+        check_finite_state(round, self.state)
 
         weights = np.array([r.num_samples for r in results], dtype=np.float64)
         record: dict[str, Any] = {

@@ -1,0 +1,51 @@
+"""A diverging run stops at once: one line naming round and client, exit 3, the folder marked failed, strict JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from chillfl.cli import main
+from chillfl.errors import DIVERGED_EXIT, Diverged
+from chillfl.protocols.common import check_finite_loss, check_finite_state
+
+TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=5", "model.name=mlp", "client.batch_size=32", "checkpoint.every=1"]
+
+
+def test_a_huge_learning_rate_ends_with_exit_3_and_a_failed_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(f'name = "boom"\nout_dir = "{tmp_path / "out"}"\n')
+    assert main(["run", str(config), "-q", *TINY, "client.lr=1e30"]) == DIVERGED_EXIT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("chillfl: diverged: round 1, client ")
+    assert "training loss is nan" in err[0] or "training loss is inf" in err[0]
+    assert err[0].endswith(f"partial results in {tmp_path / 'out' / 'boom.failed'}")
+    folders = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert folders == ["boom.failed"]
+    failure = json.loads((tmp_path / "out" / "boom.failed" / "failure.json").read_text())
+    assert failure["round"] == 1 and isinstance(failure["client"], int)
+    assert (tmp_path / "out" / "boom.failed" / "metrics.jsonl").read_text() == ""
+
+
+def test_the_checks_name_what_turned_non_finite() -> None:
+    check_finite_loss(0, 1, "training loss", 0.5)
+    with pytest.raises(Diverged, match=r"round 3, client 7: training loss is inf"):
+        check_finite_loss(2, 7, "training loss", float("inf"))
+    check_finite_state(0, {"w": torch.ones(2), "steps": torch.tensor(3)})
+    with pytest.raises(Diverged, match=r"round 2: global model parameter 'b' is not finite"):
+        check_finite_state(1, {"a": torch.ones(2), "b": torch.tensor([1.0, float("nan")])})
+
+
+def test_result_files_are_strict_json(tmp_path: Path) -> None:
+    from chillfl.engine.results import ResultWriter
+
+    writer = ResultWriter(tmp_path, "r")
+    writer.append({"round": 1, "x": float("nan"), "nested": {"y": float("-inf")}, "ok": 0.5})
+    writer.write_json("summary.json", {"z": [float("inf"), 1.0]})
+    folder = writer.finish()
+    line = (folder / "metrics.jsonl").read_text()
+    assert json.loads(line) == {"round": 1, "x": None, "nested": {"y": None}, "ok": 0.5} and "NaN" not in line
+    assert json.loads((folder / "summary.json").read_text()) == {"z": [None, 1.0]}

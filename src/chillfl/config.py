@@ -61,8 +61,23 @@ class FederationConfig:
     """Number of clients sampled per round; ``None`` -> use ``client_fraction``."""
     client_fraction: float = 1.0
     """Fraction of clients sampled per round, in (0, 1] (ignored when clients_per_round is set)."""
+    dropout: float = 0.0
+    """Probability that a sampled client is unavailable for the round: it receives nothing and never reports."""
+    stragglers: float = 0.0
+    """Probability that an available client is a straggler: it completes only part of its local steps."""
+    straggler_work: Literal["uniform", "fixed"] = "uniform"
+    """A straggler's share of its local steps: ``uniform`` on (0, 1), or ``fixed`` = ``straggler_fraction``."""
+    straggler_fraction: float = 0.5
+    min_clients: int = 1
+    """Fewest reporting clients a round needs; below it the round is retried or skipped (``on_too_few``)."""
+    on_too_few: Literal["skip", "retry"] = "skip"
+    """``skip``: no training, the model stays; ``retry``: redraw who is available (up to 10 times, then skip)."""
 
     def validate(self, section: str) -> None:
+        for name in ("dropout", "stragglers"):
+            value = getattr(self, name)
+            require(0.0 <= value < 1.0, f"{section}.{name}", f"must be in [0, 1), got {value}")
+        require(0.0 < self.straggler_fraction <= 1.0, f"{section}.straggler_fraction", f"must be in (0, 1], got {self.straggler_fraction}")
         require_range(self.num_clients, 1, MAX_CLIENTS, f"{section}.num_clients")
         require_range(self.rounds, 1, MAX_ROUNDS, f"{section}.rounds")
         require(0.0 < self.client_fraction <= 1.0, f"{section}.client_fraction", f"must be in (0, 1], got {self.client_fraction}")
@@ -72,6 +87,7 @@ class FederationConfig:
                 f"{section}.clients_per_round",
                 f"must be in [1, num_clients={self.num_clients}], got {self.clients_per_round}",
             )
+        require(1 <= self.min_clients <= self.sample_size(), f"{section}.min_clients", f"must be in [1, clients per round = {self.sample_size()}], got {self.min_clients}")
 
     def sample_size(self) -> int:
         if self.clients_per_round is not None:

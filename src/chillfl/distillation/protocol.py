@@ -312,7 +312,7 @@ class SoftLabelClient:
                     job = ClientJob(cid, state.model, x_prev, target, self.distill_lr, 1.0, {}, d.distill_seed, self.distill_spec)
                     out: LocalOutcome = yield job
                     state.model, distill_loss = out.params, out.mean_loss
-        out = yield ClientJob(cid, state.model, data.x, data.y, d.lr, d.temperature, {}, d.train_seed)
+        out = yield ClientJob(cid, state.model, data.x, data.y, d.lr, d.temperature, {}, d.train_seed, work=task.work)  # a straggler stops early
         state.model = out.params
         acc, loss = local_evaluation(self.model, state.model, data, self.eval_batch_size)
         soft = None

@@ -3,7 +3,9 @@
 Read top to bottom, one round is::
 
     sampled = sample_clients(seed, round)          # sorted client ids, own RNG stream
-    tasks   = protocol.configure(round, sampled)   # a typed downlink per client
+    avail   = availability(seed, round, sampled)   # dropout: who reports; stragglers: their share of work
+                                                   # (fewer than min_clients: retry or skip the round)
+    tasks   = protocol.configure(round, available) # a typed downlink per client
     replies = executor.map(tasks)                  # the client updates (pure)
     record  = protocol.server_update(round, tasks, replies)   # in client-id order
     callbacks: writer, plots, checkpoint, ...      # by the caller, per yielded record
@@ -16,7 +18,8 @@ protocol's ``state_dict()`` carries over between rounds.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 
@@ -33,12 +36,75 @@ def sample_clients(seed: int, round: int, num_clients: int, k: int) -> list[int]
     return sorted(int(c) for c in rng.choice(num_clients, size=k, replace=False))
 
 
+@dataclass(frozen=True)
+class Participation:
+    """Client dropout and stragglers (``[federation]`` options); the defaults: everyone reports in full."""
+
+    dropout: float = 0.0
+    stragglers: float = 0.0
+    straggler_work: Literal["uniform", "fixed"] = "uniform"
+    straggler_fraction: float = 0.5
+    min_clients: int = 1
+    on_too_few: Literal["skip", "retry"] = "skip"
+    max_retries: int = 10
+
+
+@dataclass
+class Availability:
+    """Who of the sampled clients reports this round, and the share of its local steps each completes."""
+
+    reporting: list[int]
+    dropped: list[int] = field(default_factory=list)
+    work: dict[int, float] = field(default_factory=dict)  # stragglers only; everyone else does all its work
+    attempts: int = 1
+
+    @property
+    def skipped(self) -> bool:
+        return not self.reporting
+
+
+def availability(seed: int, round: int, sampled: Sequence[int], rules: Participation) -> Availability:
+    """Seeded dropout and straggler draws, one stream per (round, attempt), in client-id order."""
+    for attempt in range(1 + (rules.max_retries if rules.on_too_few == "retry" else 0)):
+        rng = np.random.default_rng(derive_seed(seed, "availability", round, attempt))
+        drop = rng.random(len(sampled)) < rules.dropout
+        slow = rng.random(len(sampled)) < rules.stragglers
+        share = rng.uniform(0.0, 1.0, len(sampled)) if rules.straggler_work == "uniform" else np.full(len(sampled), rules.straggler_fraction)
+        reporting = [c for c, d in zip(sampled, drop) if not d]
+        if len(reporting) >= rules.min_clients:
+            work = {c: float(w) for c, d, s, w in zip(sampled, drop, slow, share) if s and not d}
+            return Availability(reporting, [c for c, d in zip(sampled, drop) if d], work, attempt + 1)
+    return Availability([], list(sampled), {}, attempt + 1)
+
+
 def run_rounds(
-    protocol: ServerProtocol, executor: Executor, *, seed: int, num_clients: int, clients_per_round: int, rounds: int, start: int = 0
+    protocol: ServerProtocol,
+    executor: Executor,
+    *,
+    seed: int,
+    num_clients: int,
+    clients_per_round: int,
+    rounds: int,
+    start: int = 0,
+    participation: Participation = Participation(),
 ) -> Iterator[dict[str, Any]]:
-    """Rounds ``start`` .. ``rounds - 1`` of ``protocol``; yields one metrics record (plain JSON) per round."""
+    """Rounds ``start`` .. ``rounds - 1`` of ``protocol``; yields one metrics record (plain JSON) per round.
+
+    A round with fewer than ``min_clients`` reporting clients (after retries)
+    is skipped: nothing trains, the protocol's state stays, and its record says
+    ``skipped``.
+    """
     for rnd in range(start, rounds):
         sampled = sample_clients(seed, rnd, num_clients, clients_per_round)
-        tasks = protocol.configure(rnd, sampled)
+        avail = availability(seed, rnd, sampled, participation)
+        if avail.skipped:
+            yield {"round": rnd + 1, "clients": [], "sampled": sampled, "dropped": avail.dropped, "skipped": True, "attempts": avail.attempts}
+            continue
+        tasks = protocol.configure(rnd, avail.reporting)
+        for task in tasks:
+            task.work = avail.work.get(task.client_id, 1.0)
         replies = executor.map(tasks)
-        yield protocol.server_update(rnd, tasks, replies)
+        record = protocol.server_update(rnd, tasks, replies)
+        if participation != Participation():
+            record.update({"sampled": sampled, "dropped": avail.dropped, "stragglers": {str(c): w for c, w in avail.work.items()}, "attempts": avail.attempts})
+        yield record

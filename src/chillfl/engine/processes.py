@@ -158,6 +158,7 @@ class _Task:
     context: PackedTree
     seed: int
     spec: LocalSpec | None = None
+    work: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -229,7 +230,7 @@ def _worker_main(model: nn.Module, spec: LocalSpec, client: ClientSide | None, t
                 reply = drive([client.update(task.unpack())], lambda _spec, jobs: [train_job(model, spec, j) for j in jobs])[0]
                 results.put((task.index, True, pack_tree(reply)))
                 continue
-            job = ClientJob(task.client_id, task.start.unpack(), task.x, task.y, task.lr, task.temperature, task.context.unpack(), task.seed, task.spec)
+            job = ClientJob(task.client_id, task.start.unpack(), task.x, task.y, task.lr, task.temperature, task.context.unpack(), task.seed, task.spec, task.work)
             out = train_job(model, spec, job)
             results.put((task.index, True, (pack_tree(out.params), out.num_steps, out.mean_loss)))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises
@@ -351,7 +352,7 @@ class ProcessExecutor:
     @staticmethod
     def _task(index: int, job: ClientJob, pack: _Packer) -> _Task:
         x, y = job.x.share_memory_(), job.y.share_memory_()
-        return _Task(index, job.client_id, pack(dict(job.start)), x, y, job.lr, job.temperature, pack(dict(job.context)), job.seed, job.spec)
+        return _Task(index, job.client_id, pack(dict(job.start)), x, y, job.lr, job.temperature, pack(dict(job.context)), job.seed, job.spec, job.work)
 
     def _next_result(self) -> tuple[int, bool, Any]:
         while True:

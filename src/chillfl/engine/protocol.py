@@ -52,6 +52,8 @@ class ClientJob:
     context: Mapping[str, Any]
     seed: int
     spec: LocalSpec | None = None
+    work: float = 1.0
+    """Share of the local steps this client completes (a straggler: < 1; at least one step)."""
 
 
 @dataclass
@@ -73,6 +75,8 @@ class ClientTask(Generic[D, S]):
     downlink: D
     data: ClientData
     state: S | None = None
+    work: float = 1.0
+    """Share of its local steps the client completes this round (stragglers, set by the round loop)."""
 
 
 @dataclass

@@ -82,7 +82,7 @@ from torch.func import functional_call, vmap
 from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import add_outer_, factored_linears
-from chillfl.training.local import Factors, LocalOutcome, LocalSpec, StepLoss, batch_order, leaf_params, sgd_update_, split_state, step_grads
+from chillfl.training.local import Factors, LocalOutcome, LocalSpec, StepLoss, batch_order, completed_steps, leaf_params, sgd_update_, split_state, step_grads
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ def chunk_size_for(model: nn.Module, spec: LocalSpec, job: ClientJob, memory_bud
 
 def _schedule(jobs: Sequence[ClientJob], spec: LocalSpec) -> list[list[torch.Tensor]]:
     """Every client's batch order, exactly as the sequential executor draws it."""
-    return [batch_order(len(j.y), spec.batch_size, spec.epochs, torch.Generator().manual_seed(j.seed)) for j in jobs]
+    return [completed_steps(batch_order(len(j.y), spec.batch_size, spec.epochs, torch.Generator().manual_seed(j.seed)), j.work) for j in jobs]
 
 
 class VectorizedExecutor:

@@ -69,7 +69,7 @@ class ParameterClient:
 
     def update(self, task: ClientTask[ParamDownlink, None]) -> ClientProgram:
         d, data = task.downlink, task.data
-        job = ClientJob(task.client_id, d.start, data.x, data.y, d.lr, d.temperature, d.context, d.seed)
+        job = ClientJob(task.client_id, d.start, data.x, data.y, d.lr, d.temperature, d.context, d.seed, work=task.work)
         out: LocalOutcome = yield job
         acc, loss = local_evaluation(self.model, out.params, data, self.eval_batch_size)
         report = self.reporter(self.model, job, out) if self.reporter is not None else {}

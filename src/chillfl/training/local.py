@@ -190,6 +190,13 @@ def batch_order(num_samples: int, batch_size: int, epochs: int, generator: torch
     return batches
 
 
+def completed_steps(order: list[torch.Tensor], work: float) -> list[torch.Tensor]:
+    """The batches a client completes when it does ``work`` (in (0, 1]) of them: a prefix, at least one."""
+    if work >= 1.0 or not order:
+        return order
+    return order[: max(1, int(work * len(order)))]
+
+
 @dataclass
 class LocalOutcome:
     params: Params
@@ -208,8 +215,12 @@ def train_client(
     temperature: float,
     context: Mapping[str, Any],
     generator: torch.Generator,
+    work: float = 1.0,
 ) -> LocalOutcome:
     """Train one client from ``start`` on (x, y); returns its full state after training.
+
+    ``work`` < 1 (a straggler) runs only the first ``max(1, floor(work * steps))``
+    steps of the client's batch order (:func:`completed_steps`).
 
     The model object is only a stateless template: its own tensors are never
     read or written, so one instance serves every client.
@@ -222,7 +233,7 @@ def train_client(
     total = torch.zeros((), dtype=torch.float64, device=x.device)  # a tensor: no host sync inside the step
     steps = 0
     model.train()
-    order = batch_order(len(y), spec.batch_size, spec.epochs, generator)
+    order = completed_steps(batch_order(len(y), spec.batch_size, spec.epochs, generator), work)
     # Dropout draws from torch's global generator: fork it and seed it from the client's
     # own stream so runs are reproducible and the caller's RNG state is untouched.
     with torch.random.fork_rng(devices=[]), torch.enable_grad():

@@ -228,9 +228,7 @@ def test_local_training_matches_plain_sgd_oracle(temperature: float, weight_deca
     want_b, loss_b = oracle(job_b)
     assert [len(b) for b in hand_batch_order(N_A, BATCH, 1, 101)] == [8, 8, 8, 9]
 
-    direct = train_client(
-        model, start, xa, ya, spec=spec, lr=job_a.lr, temperature=temperature, context={}, generator=torch.Generator().manual_seed(job_a.seed)
-    )
+    direct = train_client(model, start, xa, ya, spec=spec, lr=job_a.lr, temperature=temperature, context={}, generator=torch.Generator().manual_seed(job_a.seed))
     assert_state_close(direct.params, want_a, 1e-5)
     assert direct.num_steps == 8 and direct.mean_loss == pytest.approx(loss_a, rel=1e-5)
 
@@ -272,18 +270,14 @@ def quadratic_rounds(aggregator: Any, spec: LocalSpec) -> tuple[list[float], lis
     sqrt(a_i) with target sqrt(a_i) b_i, so that the loss is exactly a_i / 2 (w - b_i)^2.
     Returns the server model before each round and every client's model after it."""
     model = nn.Linear(1, 1, bias=False)
-    data = [
-        (torch.full((2 * LOCAL_STEPS, 1), math.sqrt(a)), torch.full((2 * LOCAL_STEPS,), math.sqrt(a) * b)) for a, b in zip(CURVATURES, TARGETS)
-    ]
+    data = [(torch.full((2 * LOCAL_STEPS, 1), math.sqrt(a)), torch.full((2 * LOCAL_STEPS,), math.sqrt(a) * b)) for a, b in zip(CURVATURES, TARGETS)]
     state = {"weight": torch.zeros(1, 1)}
     servers, clients = [], []
     for rnd in range(ROUNDS):
         results = []
         for cid, (x, y) in enumerate(data):
             context = aggregator.downlink(cid, rnd, state).context
-            out = train_client(
-                model, state, x, y, spec=spec, lr=LOCAL_LR, temperature=1.0, context=context, generator=torch.Generator().manual_seed(rnd)
-            )
+            out = train_client(model, state, x, y, spec=spec, lr=LOCAL_LR, temperature=1.0, context=context, generator=torch.Generator().manual_seed(rnd))
             assert out.num_steps == LOCAL_STEPS
             results.append(ClientResult(cid, out.params, len(y), out.num_steps, LOCAL_LR, 1.0, out.mean_loss))
         servers.append(state["weight"].item())
@@ -302,9 +296,7 @@ def test_scaffold_removes_client_drift_on_opposing_quadratics() -> None:
     ``-<w, c>``, or ``downlink`` sending c_i - c): it diverges; a flipped
     ``(x - y_i)`` in the control update, or ``c`` never updated, or ``c_i`` not stored: no convergence."""
     fedavg_servers, fedavg_clients = quadratic_rounds(FedAvg(), LocalSpec(epochs=1, batch_size=2, base_loss=half_mse))
-    scaffold_servers, scaffold_clients = quadratic_rounds(
-        Scaffold(num_clients=2), LocalSpec(epochs=1, batch_size=2, base_loss=half_mse, terms=(LinearCorrectionTerm(),))
-    )
+    scaffold_servers, scaffold_clients = quadratic_rounds(Scaffold(num_clients=2), LocalSpec(epochs=1, batch_size=2, base_loss=half_mse, terms=(LinearCorrectionTerm(),)))
     assert all(math.isfinite(w) for w in scaffold_servers + sum(scaffold_clients, []))
 
     # round 0: every control variate is zero, so SCAFFOLD's clients train exactly like FedAvg's

@@ -214,7 +214,7 @@ def _run(
     rounds, every = config.federation.rounds, config.checkpoint.every
     protocol = build_protocol(exp)
     executor = None
-    done, records = 0, []
+    done, records = 0, list[dict[str, Any]]()
     try:
         if resume is not None:
             done, state, records = resume

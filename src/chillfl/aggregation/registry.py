@@ -143,6 +143,6 @@ def make_aggregator(
     if name not in ALGORITHMS:
         raise choice_error(f"{section}.name", name, algorithm_names())
     spec = ALGORITHMS[name]
-    parsed = parse_options(spec.options, options, section)
+    parsed: Any = parse_options(spec.options, options, section)
     ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum)
     return spec.build(parsed, ctx)

@@ -271,9 +271,9 @@ def plot_heatmap(result: SweepResult, path: str | Path, title: str = "") -> None
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
         if n * m <= 400:
             lo, hi = image.get_clim()
-            for j, value in enumerate(row):
+            for col, value in enumerate(row):
                 light = (100 * value - lo) / max(hi - lo, 1e-9) > 0.6  # viridis is light at the top
-                ax.text(j, i, f"{100 * value:.0f}", ha="center", va="center", fontsize=7, color="black" if light else "white")
+                ax.text(col, i, f"{100 * value:.0f}", ha="center", va="center", fontsize=7, color="black" if light else "white")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -187,7 +187,7 @@ def parse_distillation(table: Mapping[str, Any]) -> DistillationSetup:
                 f"unknown option for method {method!r}; allowed: {', '.join(sorted(shared | own))}",
             )
     common = parse_options(DistillationOptions, {k: v for k, v in table.items() if k in shared}, SECTION)
-    options = parse_options(spec.options, {k: v for k, v in table.items() if k in own}, SECTION)
+    options: Any = parse_options(spec.options, {k: v for k, v in table.items() if k in own}, SECTION)
     setup = DistillationSetup(common, options)
     check = getattr(options, "check_with", None)
     if callable(check):
@@ -516,7 +516,7 @@ class COMET(SoftLabelMethod):
     def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor], hint: int | None = None) -> torch.Tensor:
         nc, c = self.num_classes, self.options.num_clusters
         if self.options.granularity == "client":
-            block = self.target_hint(cid) if hint is None else hint
+            block = hint if hint is not None else self._assign.get(cid, c)
             return rows[:, block * nc : (block + 1) * nc]
         cents = rows.reshape(rows.shape[0], c, nc)
         own = own_probs()

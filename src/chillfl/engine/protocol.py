@@ -96,7 +96,8 @@ ClientProgram = Generator[ClientJob, LocalOutcome, ClientReply[Any, Any]]
 class ClientSide(Protocol):
     """The client half of a protocol: immutable, picklable, sent once to every worker."""
 
-    def update(self, task: ClientTask[Any, Any]) -> ClientProgram:
+    def update(self, task: Any) -> ClientProgram:
+        """``task``: a :class:`ClientTask` of the protocol's own downlink and state types."""
         ...
 
 
@@ -110,7 +111,9 @@ class Message(Protocol):
 class ServerProtocol(Protocol):
     """The server half: builds each round's tasks and turns the replies into the next state and metrics."""
 
-    client: ClientSide
+    @property
+    def client(self) -> ClientSide:
+        ...
 
     def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[Any, Any]]:
         ...

@@ -160,7 +160,8 @@ def stack_contexts(contexts: Sequence[Mapping[str, Any]], float_dtype: torch.dty
 
 def dim_order(t: torch.Tensor) -> tuple[int, ...]:
     """``t``'s dims from outermost to innermost in memory (ties by dim index)."""
-    return tuple(sorted(range(t.dim()), key=lambda d: (-t.stride(d), d)))
+    strides = t.stride()
+    return tuple(sorted(range(t.dim()), key=lambda d: (-strides[d], d)))
 
 
 def empty_in_order(shape: Sequence[int], order: Sequence[int] | None, dtype: torch.dtype, device: torch.device | None = None) -> torch.Tensor:
@@ -477,7 +478,8 @@ class VectorizedExecutor:
         job, idx = jobs[first], schedules[first][0]
         params, buffers, _ = _stack_states(replica.model, [job.start, job.start], {})
         context = stack_contexts([job.context, job.context], _float_dtype(params), job.x.device)
-        args = (stack([job.x[idx]] * 2), stack([job.y[idx]] * 2), torch.full((2,), float(job.temperature), dtype=_float_dtype(params), device=job.x.device), [])
+        t = torch.full((2,), float(job.temperature), dtype=_float_dtype(params), device=job.x.device)
+        args: tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]] = (stack([job.x[idx]] * 2), stack([job.y[idx]] * 2), t, [])
         replica.model.train()
         losses_of = _Vmapped(replica.loss_fn, context)
         replica.loss_fn.factor = False

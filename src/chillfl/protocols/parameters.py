@@ -16,15 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-import torch
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator, ClientResult, Params
 from chillfl.engine.ledger import CommunicationLedger
-from chillfl.engine.protocol import ClientData, ClientJob, ClientProgram, ClientReply, ClientTask
+from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation, record_message, state_bytes
 from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
-from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed
+from chillfl.training.local import LocalOutcome, derive_seed
 
 Reporter = Callable[[nn.Module, ClientJob, LocalOutcome], dict[str, Any]]
 """A method's client-side report after training (PA3Fed: ``score``, ``grad_norm``)."""
@@ -108,7 +107,7 @@ class ParameterSharing:
     def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[ParamDownlink, None]]:
         self.aggregator.begin_round(round, sampled)
         lr = self.lr_at(round)
-        tasks = []
+        tasks: list[ClientTask[ParamDownlink, None]] = []
         for cid in sampled:
             down = self.aggregator.downlink(cid, round, self.state)
             start = self.state if down.params is None else {**self.state, **down.params}

@@ -97,7 +97,12 @@ def apply_variant(config: RunConfig, variant: Variant) -> RunConfig:
 
 
 def _data_key(config: RunConfig) -> str:
-    return json.dumps([config.dataset, config.partition, config.seed, config.federation.num_clients, config.eval.client_split, config.eval.client_split_size, config.eval.clients, config.distillation.get("public_size", 0), config.data_dir], sort_keys=True, default=str)
+    """What decides the federated data: variants with the same key share one partition."""
+    parts = [
+        config.dataset, config.partition, config.seed, config.federation.num_clients, config.eval.client_split,
+        config.eval.client_split_size, config.eval.clients, config.distillation.get("public_size", 0), config.data_dir,
+    ]
+    return json.dumps(parts, sort_keys=True, default=str)
 
 
 @dataclass

@@ -44,5 +44,5 @@ def make_policy(table: Mapping[str, Any], class_counts: np.ndarray, section: str
     if name not in POLICIES:
         raise choice_error(f"{section}.policy", name, policy_names())
     spec = POLICIES[name]
-    options = parse_options(spec.options, {k: v for k, v in table.items() if k != "policy"}, section)
+    options: Any = parse_options(spec.options, {k: v for k, v in table.items() if k != "policy"}, section)
     return spec.build(options, class_counts)

@@ -83,8 +83,8 @@ def factored_linears(model: nn.Module) -> nn.Module:
     for name, module in twin.named_modules():
         if type(module) is nn.Linear:
             module.__class__ = FactoredLinear
-            module.weight_key = f"{name}.weight" if name else "weight"
-            module.recorder = None
+            setattr(module, "weight_key", f"{name}.weight" if name else "weight")  # noqa: B010 - attributes of the new class
+            setattr(module, "recorder", None)  # noqa: B010
     return twin
 
 

@@ -167,3 +167,24 @@ def test_data_show_creates_a_missing_output_folder(tmp_path, capsys):
     out = tmp_path / "new" / "deeper" / "x.png"
     assert main(["data", "show", str(config), "-o", str(out)]) == 0
     assert out.is_file()
+
+
+def test_flags_override_the_file_and_dry_run_prints_the_resolved_config(tmp_path, capsys):
+    import tomllib
+
+    config = _write(tmp_path, 'name = "flags"\nseed = 1\nout_dir = "elsewhere"\n')
+    assert main(["run", str(config), "--seed", "7", "--out", str(tmp_path / "o"), "--device", "cpu", "--dry-run", "client.lr=0.5"]) == 0
+    resolved = tomllib.loads(capsys.readouterr().out)
+    assert (resolved["seed"], resolved["out_dir"], resolved["device"], resolved["client"]["lr"]) == (7, str(tmp_path / "o"), "cpu", 0.5)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_default_logging_prints_only_our_own_lines(tmp_path, capsys):
+    import logging
+
+    config = _write(tmp_path, f'name = "quiet"\nout_dir = "{tmp_path / "out"}"\n')
+    assert main(["run", str(config), *TINY]) == 0
+    logging.getLogger("matplotlib.font_manager").info("generated new fontManager")  # what a first matplotlib import says
+    logging.getLogger("chillfl.engine.parallel").info("our line")
+    err = capsys.readouterr().err
+    assert "fontManager" not in err and "chillfl: our line" in err

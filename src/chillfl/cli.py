@@ -30,7 +30,7 @@ DEMO_GRID = ["temperature=1,0.25,0.05"]
 
 def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
     path = resolve_config(config) if config is not None else None
-    flags = {key: getattr(args, key) for key in ("device",) if args is not None and getattr(args, key, None) is not None}
+    flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir") if args is not None and getattr(args, key, None) is not None}
     return load_config(path, {**flags, **parse_overrides(list(overrides))})
 
 
@@ -42,7 +42,17 @@ def _report(out: "RunOutput") -> int:
     return 0
 
 
+def _dry_run(config: RunConfig) -> int:
+    """``--dry-run``: the resolved config (file < overrides < flags), as it would be saved; nothing runs."""
+    from chillfl.engine.results import to_toml
+
+    print(to_toml(config.to_dict()), end="")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args))
     if args.config is None or args.config == DEMO:
         print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
               "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05.", file=sys.stderr)
@@ -73,6 +83,8 @@ def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quie
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        return _dry_run(_load(args.config, args.overrides, args))
     return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, args.quiet)
 
 
@@ -80,7 +92,9 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     from chillfl.data.show import describe, plot_class_heatmap
     from chillfl.experiment import build_data
 
-    config = _load(args.config, args.overrides)
+    config = _load(args.config, args.overrides, args)
+    if args.dry_run:
+        return _dry_run(config)
     out = Path(args.output or f"{config.name}-partition.png")
     check_out_dir(str(out.parent))
     if out.is_dir():
@@ -130,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("overrides", nargs="*", help="section.option=value overrides, e.g. client.lr=0.05")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
         p.add_argument("--device", help="cpu | cuda | cuda:N | mps | auto (the config's `device`)")
+        p.add_argument("--seed", type=int, help="the run seed (the config's `seed`)")
+        p.add_argument("--out", dest="out_dir", help="parent folder of the result folder (the config's `out_dir`)")
+        p.add_argument("--dry-run", action="store_true", help="print the resolved config as TOML and exit (nothing is run or written)")
 
     p = sub.add_parser("run", help="run one experiment")
     common(p, False)
@@ -166,6 +183,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrHandler(logging.Handler):
+    """Writes to whatever ``sys.stderr`` is at the time (not the stream of when it was made)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(self.format(record), file=sys.stderr)
+        except Exception:  # noqa: BLE001 - logging must never raise
+            self.handleError(record)
+
+
+def _log_to_stderr(level: int) -> None:
+    """Our own log lines on stderr; other libraries' (matplotlib's font cache, ...) are not configured by us."""
+    logger = logging.getLogger("chillfl")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("chillfl: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(level)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     # Overrides may come before or after options (``run cfg -q a.b=1``): argparse stops
@@ -177,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:
         args.overrides = [*args.overrides, *extra]
     quiet = getattr(args, "quiet", False)
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="chillfl: %(message)s")
+    _log_to_stderr(logging.WARNING if quiet else logging.INFO)
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:

@@ -13,35 +13,21 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import tomli_w
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
+
+def _without_none(value: Any) -> Any:
+    """TOML has no null: drop None values (every option whose value can be None defaults to None)."""
+    if isinstance(value, Mapping):
+        return {str(k): _without_none(v) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} to TOML")
+        return [_without_none(v) for v in value]
+    return value
 
 
 def to_toml(data: Mapping[str, Any]) -> str:
-    """Write a nested dict as TOML (scalars first, then one table per nested dict; None values omitted)."""
-    lines: list[str] = []
-
-    def emit(table: Mapping[str, Any], prefix: str) -> None:
-        scalars = {k: v for k, v in table.items() if not isinstance(v, Mapping) and v is not None}
-        tables = {k: v for k, v in table.items() if isinstance(v, Mapping)}
-        if prefix and (scalars or not tables):
-            lines.append(f"\n[{prefix}]")
-        for key, value in scalars.items():
-            lines.append(f"{key} = {_toml_value(value)}")
-        for key, value in tables.items():
-            emit(value, f"{prefix}.{key}" if prefix else key)
-
-    emit(data, "")
-    return "\n".join(lines).lstrip() + "\n"
+    """``data`` as TOML (tomli-w: lists of tables, nested tables and every scalar round-trip; None omitted)."""
+    return tomli_w.dumps(_without_none(data))
 
 
 def strict(value: Any) -> Any:

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from chillfl.config import load_config
-from chillfl.engine.loop import Participation, availability
+from chillfl.config import FederationConfig
+from chillfl.engine.loop import availability
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.runner import rounds_for, run_experiment
@@ -35,7 +36,7 @@ def test_completed_steps_is_a_prefix_of_at_least_one_batch() -> None:
 
 
 def test_availability_is_seeded_and_follows_the_rules() -> None:
-    rules = Participation(dropout=0.5, stragglers=0.5, straggler_work="fixed", straggler_fraction=0.25)
+    rules = FederationConfig(num_clients=20, dropout=0.5, stragglers=0.5, straggler_work="fixed", straggler_fraction=0.25)
     a = availability(1, 4, list(range(20)), rules)
     assert a == availability(1, 4, list(range(20)), rules)
     assert sorted(a.reporting + a.dropped) == list(range(20)) and a.reporting == sorted(a.reporting)

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
 from chillfl.engine.checkpoint import read_state, write_state
-from chillfl.engine.loop import Participation, run_rounds
+from chillfl.engine.loop import run_rounds
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.results import ResultWriter, read_metrics, summarize
 from chillfl.errors import ConfigError, Diverged
@@ -183,12 +183,6 @@ def resume_experiment(folder: str | Path, *, progress: bool = True, callbacks: S
         return _run(exp, config, writer, progress=progress, label=config.name, callbacks=callbacks, resume=(done, state["protocol"], records))
 
 
-def participation(config: RunConfig) -> Participation:
-    """``[federation]``'s dropout, straggler and minimum-clients options for the round loop."""
-    f = config.federation
-    return Participation(f.dropout, f.stragglers, f.straggler_work, f.straggler_fraction, f.min_clients, f.on_too_few)
-
-
 def _checkpoint_round(writer: ResultWriter) -> int | None:
     """The round of the checkpoint in the run folder (None without one)."""
     path = writer.path / CHECKPOINT
@@ -222,7 +216,7 @@ def _run(
         executor = make_executor(exp, protocol)
         loop = run_rounds(
             protocol, executor, seed=config.seed, num_clients=exp.data.num_clients,
-            clients_per_round=config.federation.sample_size(), rounds=rounds, start=done, participation=participation(config),
+            clients_per_round=config.federation.sample_size(), rounds=rounds, start=done, participation=config.federation,
         )
         bar = tqdm(total=rounds, initial=done, desc=label or config.name, unit="round", disable=not progress, leave=True, dynamic_ncols=True)
         with device_settings(config, exp.device), _Signals() as signals, bar:
@@ -318,7 +312,7 @@ def rounds_for(exp: Experiment) -> Callable[[Experiment], Iterator[dict[str, Any
         try:
             yield from run_rounds(
                 protocol, executor, seed=e.config.seed, num_clients=e.data.num_clients,
-                clients_per_round=e.config.federation.sample_size(), rounds=e.config.federation.rounds, participation=participation(e.config),
+                clients_per_round=e.config.federation.sample_size(), rounds=e.config.federation.rounds, participation=e.config.federation,
             )
         finally:
             executor.close()

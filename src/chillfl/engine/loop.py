@@ -19,10 +19,11 @@ protocol's ``state_dict()`` carries over between rounds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from chillfl.config import FederationConfig
 from chillfl.engine.executors import Executor
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.training.local import derive_seed
@@ -36,17 +37,13 @@ def sample_clients(seed: int, round: int, num_clients: int, k: int) -> list[int]
     return sorted(int(c) for c in rng.choice(num_clients, size=k, replace=False))
 
 
-@dataclass(frozen=True)
-class Participation:
-    """Client dropout and stragglers (``[federation]`` options); the defaults: everyone reports in full."""
+MAX_RETRIES = 10
+"""Redraws of who is available when ``on_too_few = "retry"``, before the round is skipped."""
 
-    dropout: float = 0.0
-    stragglers: float = 0.0
-    straggler_work: Literal["uniform", "fixed"] = "uniform"
-    straggler_fraction: float = 0.5
-    min_clients: int = 1
-    on_too_few: Literal["skip", "retry"] = "skip"
-    max_retries: int = 10
+
+def _varies(rules: FederationConfig) -> bool:
+    """Whether participation can differ from "every sampled client does all its work"."""
+    return bool(rules.dropout or rules.stragglers or rules.min_clients > 1)
 
 
 @dataclass
@@ -63,9 +60,9 @@ class Availability:
         return not self.reporting
 
 
-def availability(seed: int, round: int, sampled: Sequence[int], rules: Participation) -> Availability:
-    """Seeded dropout and straggler draws, one stream per (round, attempt), in client-id order."""
-    for attempt in range(1 + (rules.max_retries if rules.on_too_few == "retry" else 0)):
+def availability(seed: int, round: int, sampled: Sequence[int], rules: FederationConfig) -> Availability:
+    """Seeded dropout and straggler draws (``[federation]`` options), one stream per (round, attempt), in client-id order."""
+    for attempt in range(1 + (MAX_RETRIES if rules.on_too_few == "retry" else 0)):
         rng = np.random.default_rng(derive_seed(seed, "availability", round, attempt))
         drop = rng.random(len(sampled)) < rules.dropout
         slow = rng.random(len(sampled)) < rules.stragglers
@@ -86,7 +83,7 @@ def run_rounds(
     clients_per_round: int,
     rounds: int,
     start: int = 0,
-    participation: Participation = Participation(),
+    participation: FederationConfig = FederationConfig(),
 ) -> Iterator[dict[str, Any]]:
     """Rounds ``start`` .. ``rounds - 1`` of ``protocol``; yields one metrics record (plain JSON) per round.
 
@@ -105,6 +102,6 @@ def run_rounds(
             task.work = avail.work.get(task.client_id, 1.0)
         replies = executor.map(tasks)
         record = protocol.server_update(rnd, tasks, replies)
-        if participation != Participation():
+        if _varies(participation):
             record.update({"sampled": sampled, "dropped": avail.dropped, "stragglers": {str(c): w for c, w in avail.work.items()}, "attempts": avail.attempts})
         yield record

@@ -66,8 +66,8 @@ def write_config(folder: Path, name: str, family: str, **extra: object) -> Path:
     return path
 
 
-def chillfl(*args: str, **kw: object) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def chillfl(*args: str, tmpdir: Path | None = None, **kw: object) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"TMPDIR": str(tmpdir)} if tmpdir is not None else {})}
     return subprocess.Popen([sys.executable, "-m", "chillfl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kw)  # type: ignore[call-overload]
 
 
@@ -135,7 +135,9 @@ def test_signal_writes_a_checkpoint_and_says_how_to_resume(sig: int, code: int, 
 def test_processes_workers_do_not_outlive_their_parent(sig: int, code: int, tmp_path: Path) -> None:
     """SIGTERM (checkpoint, exit 143) or SIGKILL of a ``processes`` run: no worker survives its parent by 5 s."""
     config = write_config(tmp_path, "pool", "fedavg-fedchill", executor="processes", federation={"rounds": 40})
-    proc = chillfl("run", str(config), "-q")
+    temp = tmp_path / "tmp"  # the run's temporary folders (multiprocessing's pymp-*) go here
+    temp.mkdir()
+    proc = chillfl("run", str(config), "-q", tmpdir=temp)
     wait_for_round(tmp_path / "out" / "pool.partial" / "metrics.jsonl", 1, proc)
     children = _children(proc.pid)
     assert children, "the processes executor started no worker"
@@ -146,6 +148,8 @@ def test_processes_workers_do_not_outlive_their_parent(sig: int, code: int, tmp_
     while time.monotonic() < deadline and any(_alive(pid) for pid in children):
         time.sleep(0.1)
     assert not [pid for pid in children if _alive(pid)]
+    if sig == signal.SIGTERM:  # a parent that is SIGKILLed cannot remove its own pymp-* folder; one that is terminated must
+        assert list(temp.iterdir()) == []
 
 
 def test_resume_refuses_a_folder_without_checkpoint(tmp_path: Path) -> None:

@@ -146,19 +146,18 @@ class _Packer:
 
 @dataclass
 class _Task:
-    """One job as sent to a worker: states packed into shared memory, ``index`` = position in the round."""
+    """One training job as sent to a worker: its start state and context packed, ``index`` = position in the round."""
 
     index: int
-    client_id: int
-    start: PackedTree
-    x: torch.Tensor
-    y: torch.Tensor
-    lr: float
-    temperature: float
-    context: PackedTree
-    seed: int
-    spec: LocalSpec | None = None
-    work: float = 1.0
+    job: ClientJob  # start and context are PackedTrees here
+
+    @property
+    def client_id(self) -> int:
+        return self.job.client_id
+
+    def unpack(self) -> ClientJob:
+        job: Any = self.job
+        return dataclasses.replace(job, start=job.start.unpack(), context=job.context.unpack())
 
 
 @dataclass(frozen=True)
@@ -230,8 +229,7 @@ def _worker_main(model: nn.Module, spec: LocalSpec, client: ClientSide | None, t
                 reply = drive([client.update(task.unpack())], lambda _spec, jobs: [train_job(model, spec, j) for j in jobs])[0]
                 results.put((task.index, True, pack_tree(reply)))
                 continue
-            job = ClientJob(task.client_id, task.start.unpack(), task.x, task.y, task.lr, task.temperature, task.context.unpack(), task.seed, task.spec, task.work)
-            out = train_job(model, spec, job)
+            out = train_job(model, spec, task.unpack())
             results.put((task.index, True, (pack_tree(out.params), out.num_steps, out.mean_loss)))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises
             text = f"client {task.client_id}: {type(exc).__name__}: {exc}\n--- worker traceback ---\n{traceback.format_exc()}"
@@ -351,8 +349,9 @@ class ProcessExecutor:
 
     @staticmethod
     def _task(index: int, job: ClientJob, pack: _Packer) -> _Task:
-        x, y = job.x.share_memory_(), job.y.share_memory_()
-        return _Task(index, job.client_id, pack(dict(job.start)), x, y, job.lr, job.temperature, pack(dict(job.context)), job.seed, job.spec, job.work)
+        job.x.share_memory_(), job.y.share_memory_()
+        packed: Any = dataclasses.replace  # the job travels with PackedTrees in place of its two state dicts
+        return _Task(index, packed(job, start=pack(dict(job.start)), context=pack(dict(job.context))))
 
     def _next_result(self) -> tuple[int, bool, Any]:
         while True:

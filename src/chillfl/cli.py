@@ -3,6 +3,7 @@
     chillfl run [CONFIG] [key=value ...]           one experiment (no CONFIG: the demo)
     chillfl resume RUN_DIR                         continue an interrupted run from its checkpoint
     chillfl compare CONFIG --grid key=v1,v2 ...   variants on the same partition and seed
+        [--seeds 0,1,2] [--tune client.lr=0.01,0.1] [--controls]   over seeds, tuned on validation, with step-size controls
     chillfl data show CONFIG                       the partition: sizes, class counts, heat map
     chillfl list                                   registered datasets, models, methods, experiments
 
@@ -72,11 +73,19 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _report(resume_experiment(args.run_dir, progress=not args.quiet))
 
 
-def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quiet: bool) -> int:
-    from chillfl.report.compare import run_compare
+def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quiet: bool, args: argparse.Namespace | None = None) -> int:
+    from chillfl.report.compare import CompareOptions, parse_seeds, parse_tune_items, run_compare
 
+    options = CompareOptions()
+    if args is not None:
+        options = CompareOptions(
+            seeds=parse_seeds(args.seeds) if getattr(args, "seeds", None) else None,
+            tune=parse_tune_items(args.tune) if getattr(args, "tune", None) else None,
+            controls=True if getattr(args, "controls", False) else None,
+            select=getattr(args, "select", None),
+        )
     check_out_dir(config.out_dir)
-    result = run_compare(config, grid, reference=reference, progress=not quiet)
+    result = run_compare(config, grid, reference=reference, progress=not quiet, options=options)
     print(result.table)
     print(f"results: {result.folder}")
     return 0
@@ -85,7 +94,7 @@ def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quie
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(_load(args.config, args.overrides, args))
-    return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, args.quiet)
+    return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, args.quiet, args)
 
 
 def cmd_data_show(args: argparse.Namespace) -> int:
@@ -161,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     common(p, True)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a swept option (repeatable: cartesian product); 'temperature' is shorthand for the fixed policy's value")
     p.add_argument("--reference", help="variant label whose best accuracy is the target (default: highest temperature)")
+    p.add_argument("--seeds", metavar="S1,S2", help="run every variant at each seed, e.g. 0,1,2 or 0-4 ([compare] seeds); tables report mean ± std, 95 %% CI and paired differences")
+    p.add_argument("--tune", action="append", default=[], metavar="KEY=V1,V2", help="tune an option per variant on the validation split (the [tune] table; needs eval.validation > 0); repeatable")
+    p.add_argument("--select", choices=("final", "best"), help="tuning rule: final-round or best-round validation accuracy ([compare] select; default final)")
+    p.add_argument("--controls", action="store_true", help="add step-size controls for every T != 1 variant: T = 1 at lr x 1/T, magnitude-only, direction-only ([compare] controls)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("data", help="inspect the federated partition")

@@ -372,7 +372,7 @@ def build_seed_rows(
         if chosen is not None:
             point, scores = chosen[v.label]
             row["tuned"] = dict(point)
-            row["validation_scores"] = scores
+            row["validation_scores"] = [None if math.isinf(x) else x for x in scores]
         rows.append(row)
     return rows
 
@@ -420,6 +420,13 @@ def format_seed_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_la
             "-" if delta is None else f"{delta['sign_holds']}/{delta['n']}", _pm(r["final_loss"], 1.0, 3), rounds,
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if tune:
+        points = parse_tune(tune)
+        lines += ["", f"validation accuracy % at every tuning point ({select} round, mean over seeds; diverged = at one seed or more)",
+                  "| variant | " + " | ".join(point_label(p) for p in points) + " |", "|---|" + "|".join("---" for _ in points) + "|"]
+        for r in rows:
+            scores = ["diverged" if x is None else f"{100 * x:.2f}" for x in r["validation_scores"]]
+            lines.append(f"| {r['variant']} | " + " | ".join(scores) + " |")
     return "\n".join(lines)
 
 

@@ -56,7 +56,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args))
     if args.config is None or args.config == DEMO:
         print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
-              "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05.", file=sys.stderr)
+              "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05,\n"
+              "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
         return _compare(_load(DEMO, args.overrides, args), DEMO_GRID, None, args.quiet)
     from chillfl.runner import run_experiment
 

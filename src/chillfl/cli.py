@@ -4,6 +4,7 @@
     chillfl resume RUN_DIR                         continue an interrupted run from its checkpoint
     chillfl compare CONFIG --grid key=v1,v2 ...   variants on the same partition and seed
         [--seeds 0,1,2] [--tune client.lr=0.01,0.1] [--controls]   over seeds, tuned on validation, with step-size controls
+    chillfl reproduce PAPER [--seeds 0,1,2]        a paper's headline claims at CPU scale: claim vs measured, verdict
     chillfl data show CONFIG                       the partition: sizes, class counts, heat map
     chillfl list                                   registered datasets, models, methods, experiments
 
@@ -98,6 +99,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, args.quiet, args)
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from chillfl.report.compare import parse_seeds
+    from chillfl.reproduce import format_outcomes, reproduce
+
+    seeds = parse_seeds(args.seeds)
+    if args.out_dir is not None:
+        check_out_dir(args.out_dir)
+    outcomes = reproduce(args.paper, seeds, out_dir=args.out_dir, progress=not args.quiet)
+    print(format_outcomes(outcomes))
+    return 0
+
+
 def cmd_data_show(args: argparse.Namespace) -> int:
     from chillfl.data.show import describe, plot_class_heatmap
     from chillfl.experiment import build_data
@@ -176,6 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--select", choices=("final", "best"), help="tuning rule: final-round or best-round validation accuracy ([compare] select; default final)")
     p.add_argument("--controls", action="store_true", help="add step-size controls for every T != 1 variant: T = 1 at lr x 1/T, magnitude-only, direction-only ([compare] controls)")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("reproduce", help="a paper's headline claims at CPU scale over seeds: paper vs measured, with a verdict")
+    p.add_argument("paper", choices=("flexchill", "fedchill", "pa3fed", "scarlet"))
+    p.add_argument("--seeds", default="0,1,2", help="seeds (default 0,1,2)")
+    p.add_argument("--out", dest="out_dir", help="parent folder of the comparisons' result folders (default: each config's out_dir)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("data", help="inspect the federated partition")
     dsub = p.add_subparsers(dest="data_command", required=True)

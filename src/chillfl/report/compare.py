@@ -369,6 +369,10 @@ def build_seed_rows(
             "rounds_to_target": rounds,
             "target": targets,
         }
+        mb = [None if (o := runs[(v.label, s)]) is None or not o.records or "bytes_cumulative" not in o.records[-1]
+              else o.records[-1]["bytes_cumulative"] / 1e6 for s in seeds]
+        if any(x is not None for x in mb):  # communication (SCARLET Sec. IV-A)
+            row["cumulative_mb"] = _stat(mb)
         if chosen is not None:
             point, scores = chosen[v.label]
             row["tuned"] = dict(point)
@@ -405,7 +409,9 @@ def format_seed_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_la
         grid = "; ".join(f"{k} in {{{', '.join(map(str, v))}}}" for k, v in tune.items())
         lines.append(f"tuned per variant on the validation split (eval.validation = {validation:g} of the test set, "
                      f"{select} val acc, mean over seeds), reported on the test set: {grid}")
-    header = ["variant", *(["tuned"] if tune else []), "val acc %", "accuracy %", "95 % CI", "diff (paired)", "diff 95 % CI", "sign holds", "loss", "rounds to target (reached)"]
+    with_mb = any("cumulative_mb" in r for r in rows)
+    header = ["variant", *(["tuned"] if tune else []), "val acc %", "accuracy %", "95 % CI", "diff (paired)", "diff 95 % CI", "sign holds", "loss",
+              "rounds to target (reached)", *(["cumulative MB"] if with_mb else [])]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for r in rows:
         delta = r["delta_acc"]
@@ -419,6 +425,8 @@ def format_seed_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_la
             _pm(r["final_val_acc"]), _pm(r["final_acc"]), _ci(r["final_acc"]), _pm(delta, signed=True), _ci(delta, signed=True),
             "-" if delta is None else f"{delta['sign_holds']}/{delta['n']}", _pm(r["final_loss"], 1.0, 3), rounds,
         ]
+        if with_mb:
+            cells.append(_pm(r.get("cumulative_mb"), 1.0, 3))
         lines.append("| " + " | ".join(cells) + " |")
     if tune:
         points = parse_tune(tune)

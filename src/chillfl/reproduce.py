@@ -115,10 +115,20 @@ def bytes_verdict(ratios: Sequence[float], bound: float) -> tuple[str, str]:
     return measured, verdict
 
 
-def run_claim(claim: Claim, seeds: Sequence[int], *, out_dir: str | None = None, progress: bool = False, write: bool = True) -> Outcome:
-    config = claim_config(claim, seeds, out_dir)
-    result = run_compare(config, list(claim.grid), progress=progress, write=write, options=CompareOptions(seeds=list(seeds)))
-    rows = {r["variant"]: r for r in result.rows}
+def _key(claim: Claim) -> str:
+    """Claims with the same comparison share one run (e.g. SCARLET's bytes and accuracy)."""
+    return repr((claim.config, claim.grid, claim.keep, sorted(claim.overrides.items()), sorted(claim.tune.items()), claim.baseline))
+
+
+def run_claim(
+    claim: Claim, seeds: Sequence[int], *, out_dir: str | None = None, progress: bool = False, write: bool = True,
+    cache: dict[str, list[dict[str, Any]]] | None = None,
+) -> Outcome:
+    cache = {} if cache is None else cache
+    if _key(claim) not in cache:
+        config = claim_config(claim, seeds, out_dir)
+        cache[_key(claim)] = run_compare(config, list(claim.grid), progress=progress, write=write, options=CompareOptions(seeds=list(seeds))).rows
+    rows = {r["variant"]: r for r in cache[_key(claim)]}
     if claim.variant not in rows or claim.baseline not in rows:
         raise ConfigError("reproduce", f"{claim.config}: variants {claim.variant!r} / {claim.baseline!r} not in {', '.join(rows)}")
     row, base = rows[claim.variant], rows[claim.baseline]
@@ -157,8 +167,9 @@ def format_outcomes(outcomes: Sequence[Outcome]) -> str:
 def reproduce(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, progress: bool = False) -> list[Outcome]:
     if paper not in PAPERS:
         raise ConfigError("paper", f"unknown paper {paper!r}; allowed: {', '.join(PAPERS)}")
-    outcomes = []
+    outcomes: list[Outcome] = []
+    cache: dict[str, list[dict[str, Any]]] = {}
     for claim in (c for c in CLAIMS if c.paper == paper):
         print(f"chillfl reproduce: {claim.text} ...", file=sys.stderr)
-        outcomes.append(run_claim(claim, seeds, out_dir=out_dir, progress=progress))
+        outcomes.append(run_claim(claim, seeds, out_dir=out_dir, progress=progress, cache=cache))
     return outcomes

@@ -13,9 +13,10 @@ Rule (``[compare] select``):
 * ``"final"`` (default): the validation accuracy of the last evaluated round;
 * ``"best"``: the best validation accuracy over evaluated rounds.
 
-The score of a point is the mean over seeds; a run that diverged scores
--inf (it is never chosen while another point finished); ties go to the
-earlier point of the grid (grid order = the order of the lists).
+The score of a point is the mean over seeds; a point that diverged at any
+seed scores -inf (it is never chosen while another point finished at every
+seed); ties go to the earlier point of the grid (grid order = the order of
+the lists).
 """
 
 from __future__ import annotations

@@ -130,3 +130,12 @@ def test_cli_tuning_needs_a_validation_split(tmp_path: Path, capsys: pytest.Capt
     assert main(["compare", str(config), "-q", *TINY, "--grid", "temperature=1", "--seeds", "0,x"]) == 2
     assert capsys.readouterr().err.startswith("chillfl: error: --seeds:")
     assert not (tmp_path / "out").exists()
+
+
+def test_runs_are_bounded_before_anything_runs(tmp_path: Path) -> None:
+    # 11 variants x 1 point x 1000 seeds = 11000 runs > 10000
+    cfg = config_from_dict({"out_dir": str(tmp_path / "out")})
+    grid = ["temperature=" + ",".join(str(t) for t in range(1, 12))]
+    with pytest.raises(ConfigError, match="11000 runs"):
+        run_compare(cfg, grid, progress=False, options=CompareOptions(seeds=list(range(1000))))
+    assert not (tmp_path / "out").exists()

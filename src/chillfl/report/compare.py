@@ -49,6 +49,8 @@ from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, se
 TEMPERATURE_SHORTHAND = "temperature"
 MAX_VARIANTS = 1000
 """A grid's product is built and validated in memory before anything runs: bound it."""
+MAX_RUNS = 10_000
+"""Variants x tuning points x seeds: every run's config is built and validated up front."""
 
 
 @dataclass
@@ -471,6 +473,9 @@ def run_compare(
             apply_variant(config, v)
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):
         variants = with_controls(config, variants)
+    total = len(variants) * len(points) * len(seeds)
+    if total > MAX_RUNS:
+        raise ConfigError("compare.seeds", f"{len(variants)} variants x {len(points)} tuning points x {len(seeds)} seeds = {total} runs; at most {MAX_RUNS}")
     cells = []
     for v in variants:
         with _naming(v.label, bool(grid)):

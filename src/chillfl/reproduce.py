@@ -63,7 +63,7 @@ CLAIMS: tuple[Claim, ...] = (
           "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), tune={"client.lr": LR_GRID}),
     Claim("fedchill", "FedChill beats FedAvg (abstract: up to +8.35 points global accuracy), each at its own tuned lr",
           "fedchill/table1-digits", "FedChill", "FedAvg", keep=("FedAvg", "FedChill"),
-          overrides={"federation.rounds": 15, "eval.validation": 0.2}, tune={"client.lr": [0.01, 0.03, 0.1]}),
+          overrides={"federation.rounds": 15, "eval.validation": 0.2}, tune={"client.lr": [0.01, 0.03, 0.1, 0.3]}),
     Claim("pa3fed", "PA3Fed beats FedAvg at h = 0.1 (Sec. I: up to +15 % under high non-IID)",
           "pa3fed/table2-h0.1", "FedAvg PA3Fed", "FedAvg Normal", keep=("FedAvg Normal", "FedAvg PA3Fed"), overrides={"federation.rounds": 15}),
     Claim("scarlet", "SCARLET sends at most half of DS-FL's bytes (abstract: up to 50 % less communication)",

@@ -220,7 +220,8 @@ def build_protocol(exp: Experiment) -> ServerProtocol:
     if exp.config.distillation.get("method"):
         from chillfl.distillation.protocol import SoftLabelProtocol
 
-        return SoftLabelProtocol(exp, evaluation)
+        hetero = build_client_models(exp) if "assign" in exp.config.model or "groups" in exp.config.model else None
+        return SoftLabelProtocol(exp, evaluation, hetero)
     if exp.config.prototypes:
         return build_prototype_protocol(exp, evaluation)
     reporter = getattr(exp.aggregator, "client_report", None)

@@ -17,7 +17,7 @@ BASE: dict[str, Any] = {
     "partition.alpha": 0.5,
     "federation.num_clients": 6,
     "federation.clients_per_round": 3,
-    "federation.rounds": 3,
+    "federation.rounds": 2,
     "client.epochs": 1,
     "client.batch_size": 32,
     "client.lr": 0.05,

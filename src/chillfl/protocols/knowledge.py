@@ -108,10 +108,12 @@ class KnowledgeLoss:
         targets: torch.Tensor,
         temperature: Any,
         *,
-        features: torch.Tensor,
-        params: Mapping[str, torch.Tensor],
-        context: Mapping[str, Any],
+        features: torch.Tensor | None = None,
+        params: Mapping[str, torch.Tensor] | None = None,
+        context: Mapping[str, Any] | None = None,
     ) -> torch.Tensor:
+        if features is None or params is None or context is None:
+            raise TypeError("KnowledgeLoss needs the representation, the parameters and the context (StepLoss passes them)")
         value = temperature_cross_entropy(logits, targets, temperature)
         protos, mask = context["protos"], context["proto_mask"]
         if self.distance_weight:
@@ -167,27 +169,58 @@ class PrototypeOptions:
                 require(not getattr(self, name), f"{section}.{name}", "is FedHKD's; FedProto shares prototypes only")
             require(not self.share_model, f"{section}.share_model", "FedProto never shares models; use method = 'fedhkd'")
 
-    def resolved(self) -> "PrototypeOptions":
+    def resolved(self) -> "PrototypeSettings":
         """The method's defaults filled in where the table leaves an option unset."""
-        defaults = METHODS[self.method]
-        return PrototypeOptions(
+        d = METHODS[self.method]
+        return PrototypeSettings(
             self.method,
-            defaults["lam"] if self.lam is None else self.lam,
-            defaults["kd_weight"] if self.kd_weight is None else self.kd_weight,
+            float(d["lam"] if self.lam is None else self.lam),
+            float(d["kd_weight"] if self.kd_weight is None else self.kd_weight),
             self.temperature,
-            defaults["noise_std"] if self.noise_std is None else self.noise_std,
-            defaults["share_model"] if self.share_model is None else self.share_model,
+            float(d["noise_std"] if self.noise_std is None else self.noise_std),
+            bool(d["share_model"] if self.share_model is None else self.share_model),
             self.weighting,
         )
 
 
-METHODS: dict[str, dict[str, Any]] = {
-    "fedproto": {"lam": 1.0, "kd_weight": 0.0, "noise_std": 0.0, "share_model": False},
-    "fedhkd": {"lam": 0.05, "kd_weight": 0.05, "noise_std": 2.0, "share_model": True},
+@dataclass(frozen=True)
+class PrototypeSettings:
+    """``[prototypes]`` with every default resolved (see :class:`PrototypeOptions`)."""
+
+    method: str
+    lam: float
+    kd_weight: float
+    temperature: float
+    noise_std: float
+    share_model: bool
+    weighting: Weighting
+
+
+@dataclass(frozen=True)
+class PrototypeMethod:
+    """A registered ``[prototypes]`` method: its options (shared), its defaults, a one-line summary."""
+
+    options: type
+    defaults: Mapping[str, Any]
+    summary: str
+
+    def __getitem__(self, key: str) -> Any:
+        return self.defaults[key]
+
+
+METHODS: dict[str, PrototypeMethod] = {
+    "fedproto": PrototypeMethod(
+        PrototypeOptions, {"lam": 1.0, "kd_weight": 0.0, "noise_std": 0.0, "share_model": False},
+        "class prototypes only (lam = 1); models stay on the clients",
+    ),
+    "fedhkd": PrototypeMethod(
+        PrototypeOptions, {"lam": 0.05, "kd_weight": 0.05, "noise_std": 2.0, "share_model": True},
+        "prototypes + soft predictions (lam = kd_weight = 0.05, noise_std = 2, share_model = true)",
+    ),
 }
 
 
-def parse_prototypes(table: Mapping[str, Any]) -> PrototypeOptions:
+def parse_prototypes(table: Mapping[str, Any]) -> PrototypeSettings:
     """The ``[prototypes]`` table, checked, with the method's defaults filled in."""
     if not isinstance(table.get("method"), str):
         raise ConfigError(f"{SECTION}.method", f"is required; allowed: {', '.join(sorted(METHODS))}")

@@ -40,7 +40,7 @@ from chillfl.engine.ledger import CommunicationLedger
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.models.parts import forward_with_features
 from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation, mean_or_none, record_message, state_bytes
-from chillfl.protocols.knowledge import PrototypeOptions, aggregate_means, class_means, nearest_prototype, parse_prototypes
+from chillfl.protocols.knowledge import PrototypeSettings, aggregate_means, class_means, nearest_prototype
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, evaluate, split_state
 
@@ -124,7 +124,7 @@ class KnowledgeClient:
     initial_states: tuple[Params, ...]
     arch_of: tuple[int, ...]
     num_classes: int
-    options: PrototypeOptions
+    options: PrototypeSettings
     run_seed: int
     eval_batch_size: int
 
@@ -181,7 +181,7 @@ class PrototypeSharing:
     def __init__(
         self,
         *,
-        options: PrototypeOptions,
+        options: PrototypeSettings,
         seed: int,
         lr_at: Callable[[int], float],
         client: KnowledgeClient,

@@ -77,7 +77,7 @@ def test_fedhkd_every_executor_shares_models_and_noise_is_seeded():
     assert last["bytes_up"] >= 3 * 4 * (64 * 64 + 64 + 64 * 10 + 10)
 
 
-def test_noise_changes_the_run_and_zero_noise_is_the_star_variant():
+def test_noise_changes_the_run():
     over = {"model": {"name": "mlp"}, "federation.rounds": 2}
     noisy = records({**over, "prototypes": {"method": "fedhkd"}})
     exact = records({**over, "prototypes": {"method": "fedhkd", "noise_std": 0.0}})

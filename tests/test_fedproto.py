@@ -106,3 +106,27 @@ def test_mismatched_representation_widths_are_refused_in_one_line():
     with pytest.raises(ConfigError) as err:
         build_experiment(cfg)
     assert err.value.field == "model.assign" and "mlp: 64, flexchill_cnn: 256" in err.value.message
+
+
+@pytest.mark.parametrize("method", [{"method": "fedproto"}, {"method": "fedhkd"}])
+def test_checkpoint_round_trip_continues_exactly(method):
+    """state_dict -> the checkpoint codec -> load_state_dict into a fresh protocol: the remaining rounds are identical."""
+    from chillfl.engine.checkpoint import decode_state, encode_state
+    from chillfl.engine.executors import SequentialExecutor
+    from chillfl.engine.loop import run_rounds
+    from chillfl.experiment import build_protocol
+
+    cfg = load_config(None, {"seed": 5, "dataset.name": "digits", "federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 3,
+                             "client.epochs": 1, "client.batch_size": 32, "client.lr": 0.05, "eval.client_split_size": 20}).with_overrides({"model": {"name": "mlp"}, "prototypes": method})
+
+    def loop(protocol, start, rounds):
+        ex = SequentialExecutor(exp.model, exp.spec, protocol.client)
+        return list(run_rounds(protocol, ex, seed=5, num_clients=4, clients_per_round=2, rounds=rounds, start=start))
+
+    exp = build_experiment(cfg)
+    whole = loop(build_protocol(exp), 0, 3)
+    first = build_protocol(exp)
+    loop(first, 0, 2)
+    second = build_protocol(exp)
+    second.load_state_dict(decode_state(encode_state(first.state_dict())))
+    assert loop(second, 2, 3) == whole[2:]

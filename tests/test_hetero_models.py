@@ -96,3 +96,23 @@ def test_records_stay_per_client_and_the_summary_counts_parameters_per_architect
         own = models.states[models.plan.arch_of[cid]]
         assert {k: v.shape for k, v in state.items()} == {k: v.shape for k, v in own.items()}
     assert set(out.records[-1]["client_train_loss"]) <= {str(c) for c in range(6)}
+
+
+def test_vectorized_executor_batches_each_architecture_together(monkeypatch):
+    """One vmapped batch per architecture and stage: the spec names the architecture, drive() groups by spec."""
+    from chillfl.engine.vectorized import VectorizedExecutor
+
+    calls: list[tuple[str, int]] = []
+    original = VectorizedExecutor._run_vectorized
+
+    def spy(self, jobs):
+        calls.append((type(self.model).__name__ if self.spec.model is None else type(self.spec.model).__name__, len(jobs)))
+        assert all(j.spec is None or j.spec.model is None or j.spec.model is self.spec.model for j in jobs)
+        return original(self, jobs)
+
+    monkeypatch.setattr(VectorizedExecutor, "_run_vectorized", spy)
+    over = {**BASE, "federation.clients_per_round": 6, "federation.rounds": 1, "executor": "vectorized"}
+    cfg = load_config(None, over).with_overrides({"model": MIXED, "prototypes": {"method": "fedproto"}})
+    run_experiment(cfg, write=False, progress=False)
+    # 6 clients, one round: the CNN group (0-2), the default MLP (3, 5) and the two-layer MLP (4), each one batch
+    assert sorted(n for _, n in calls) == [1, 2, 3] and len(calls) == 3

@@ -19,6 +19,7 @@ from chillfl.engine.executors import Executor
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.errors import ConfigError, choice_error
 from chillfl.models import build_model
+from chillfl.models.assign import ModelPlan
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parameters import ParameterClient, ParameterSharing
 from chillfl.temperature import make_policy
@@ -277,7 +278,7 @@ def check_model_assignment(config: RunConfig, num_clients: int) -> None:
 class ClientModels:
     """Every architecture the clients train: templates, seeded initial states, and who trains which."""
 
-    plan: Any
+    plan: ModelPlan
     models: tuple[nn.Module, ...]
     states: tuple[dict[str, torch.Tensor], ...]
 

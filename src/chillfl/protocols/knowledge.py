@@ -42,9 +42,9 @@ Weighting = Literal["count", "uniform"]
 
 def class_means(values: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class means of ``values`` ``[n, d]`` and the class counts ``[C]`` (int64); absent classes: zeros."""
-    counts = torch.bincount(y, minlength=num_classes)[:num_classes]
-    sums = torch.zeros((num_classes, values.shape[1]), dtype=values.dtype, device=values.device).index_add_(0, y, values)
-    return sums / counts.clamp(min=1).unsqueeze(1).to(values.dtype), counts
+    onehot = F.one_hot(y, num_classes).to(values.dtype)  # a matmul, not index_add_: deterministic on every device
+    counts = onehot.sum(0).to(torch.int64)
+    return (onehot.T @ values) / counts.clamp(min=1).unsqueeze(1).to(values.dtype), counts
 
 
 def aggregate_means(

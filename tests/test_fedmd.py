@@ -37,7 +37,7 @@ def test_fedmd_method_aggregates_to_the_consensus_without_sharpening():
 
 def test_options_and_defaults():
     setup = parse_distillation({"method": "fedmd", "public_size": 10, "subset_size": 5})
-    assert setup.options.transfer_epochs == 20 and setup.options.transfer_lr is None and setup.cache_duration == 0
+    assert setup.options.transfer_epochs == 20 and setup.options.transfer_lr is None and setup.options.scores == "logits" and setup.cache_duration == 0
     with pytest.raises(ConfigError) as err:
         parse_distillation({"method": "fedmd", "public_size": 10, "subset_size": 5, "transfer_epochs": -1})
     assert err.value.field == "distillation.transfer_epochs"
@@ -73,3 +73,29 @@ def test_transfer_phase_changes_the_first_round():
     with_transfer = records({**over, "distillation": FEDMD})
     without = records({**over, "distillation": {**FEDMD, "transfer_epochs": 0}})
     assert with_transfer[0]["train_loss"] < without[0]["train_loss"]  # pre-trained models start lower on their private data
+
+
+def test_digest_loss_on_logits_is_the_mean_absolute_error_by_hand():
+    from chillfl.distillation.fedmd import mean_absolute_error
+
+    # |[1,-2] - [0,0]| = [1,2], |[3,0] - [1,1]| = [2,1] -> (1 + 2 + 2 + 1) / 4 = 1.5
+    assert mean_absolute_error(torch.tensor([[1.0, -2.0], [3.0, 0.0]]), torch.tensor([[0.0, 0.0], [1.0, 1.0]])).item() == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("scores", ["logits", "probs"])
+def test_class_scores_are_logits_by_default_or_probabilities(scores, monkeypatch):
+    from chillfl.distillation import methods
+
+    seen: list[torch.Tensor] = []
+    original = methods.FedMD.aggregate
+
+    def spy(self, round, indices, uplinks):
+        seen.extend(u.soft_labels for u in uplinks)
+        return original(self, round, indices, uplinks)
+
+    monkeypatch.setattr(methods.FedMD, "aggregate", spy)
+    over = {"model": {"name": "mlp"}, "federation.rounds": 1, "distillation": {**FEDMD, "transfer_epochs": 0, **({} if scores == "logits" else {"scores": "probs"})}}
+    records(over)
+    rows = torch.cat(seen)
+    sums_to_one = torch.allclose(rows.sum(1), torch.ones(len(rows)), atol=1e-5)
+    assert sums_to_one == (scores == "probs") and bool((rows < 0).any()) == (scores == "logits")

@@ -306,6 +306,8 @@ class SoftLabelMethod:
     name: ClassVar[str] = ""
     distill_weight: float = 1.0
     separate_server_rows: bool = False
+    uses_logits: bool = False
+    """Uploads and targets are logits, distilled with an L1 loss (FedMD's reference code), not probabilities."""
 
     def __init__(self, options: Any, num_classes: int, seed: int, index_encoding: str, universe: int) -> None:
         self.options = options
@@ -624,6 +626,10 @@ class FedMD(SoftLabelMethod):
     its transfer-learning phase is the protocol's (``transfer_epochs``, see :mod:`.fedmd`)."""
 
     name = "fedmd"
+
+    @property
+    def uses_logits(self) -> bool:
+        return bool(self.options.scores == "logits")
 
     def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
         stack, keep = stack_uplinks(indices, uplinks, self.num_classes)

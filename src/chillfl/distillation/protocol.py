@@ -78,6 +78,7 @@ from torch.func import functional_call
 
 from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, ClientCache, ServerCache, SoftLabelDownlink, SoftLabelUplink
 from chillfl.distillation.era import entropy
+from chillfl.distillation.fedmd import mean_absolute_error
 from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabelMethod, make_method, parse_distillation, public_inputs, public_labels
 from chillfl.engine.ledger import CommunicationLedger, index_bytes, signal_bytes
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
@@ -117,13 +118,16 @@ def weighted_kl(weight: float) -> Any:
 
 
 @torch.no_grad()
-def predict_proba(model: nn.Module, state: Params, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
-    """sigma(x; w): softmax outputs at T = 1, eval mode, ``[n, C]`` float32."""
+def predict_proba(model: nn.Module, state: Params, x: torch.Tensor, batch_size: int = 1024, *, logits: bool = False) -> torch.Tensor:
+    """sigma(x; w): softmax outputs at T = 1 (``logits``: the raw logits), eval mode, ``[n, C]`` float32."""
     if len(x) == 0:
         return torch.zeros((0, 0))
     model.eval()
     params, buffers = split_state(model, state)
-    out = [torch.softmax(functional_call(model, (params, buffers), (x[i : i + batch_size],)), dim=-1) for i in range(0, len(x), batch_size)]
+    out = []
+    for i in range(0, len(x), batch_size):
+        z = functional_call(model, (params, buffers), (x[i : i + batch_size],))
+        out.append(z if logits else torch.softmax(z, dim=-1))
     return torch.cat(out).to(torch.float32)
 
 
@@ -353,7 +357,7 @@ class SoftLabelClient:
         acc, loss = local_evaluation(template, state.model, data, self.eval_batch_size)
         soft = None
         if self.collaborative and d.requested.numel() > 0:
-            probs = predict_proba(template, state.model, self.x_public[d.requested], self.eval_batch_size)
+            probs = predict_proba(template, state.model, self.x_public[d.requested], self.eval_batch_size, logits=self.method.uses_logits)
             soft = self.method.upload(cid, d.round, d.requested, probs, state)
         report = SoftLabelReport(soft, out.mean_loss, len(data.y), distill_loss, digest)
         return ClientReply(cid, report, state, acc, loss)
@@ -401,14 +405,14 @@ def _specs(exp: Any, setup: DistillationSetup, method: SoftLabelMethod) -> _Spec
         batch_size=c.distill_batch_size or cfg.client.batch_size,
         momentum=spec.momentum,
         weight_decay=spec.weight_decay,
-        base_loss=weighted_kl(method.distill_weight),
+        base_loss=mean_absolute_error if method.uses_logits else weighted_kl(method.distill_weight),
     )
     server = LocalSpec(
         epochs=c.server_epochs or cfg.client.epochs,
         batch_size=c.server_batch_size or c.distill_batch_size or cfg.client.batch_size,
         momentum=spec.momentum,
         weight_decay=spec.weight_decay,
-        base_loss=soft_target_kl,
+        base_loss=mean_absolute_error if method.uses_logits else soft_target_kl,
     )
     on_disk = c.client_store == "disk" or (c.client_store == "auto" and exp.data.num_clients > c.max_clients_in_memory)
     return _Specs(spec, distill, server, c.server_lr or c.distill_lr, on_disk)
@@ -598,7 +602,7 @@ class SoftLabelProtocol:
             "public_drawn": int(drawn.numel()),
             "public_requested": int(requested.numel()),
             "public_used": int(used.numel()),
-            "soft_label_entropy": float(entropy(targets).mean()) if targets.numel() else None,
+            "soft_label_entropy": float(entropy(targets).mean()) if targets.numel() and not method.uses_logits else None,
         }
         if self.cache is not None:
             metrics["cache_hit_ratio"] = 1.0 - requested.numel() / max(drawn.numel(), 1)

@@ -627,9 +627,9 @@ class FedMD(SoftLabelMethod):
 
     name = "fedmd"
 
-    @property
-    def uses_logits(self) -> bool:
-        return bool(self.options.scores == "logits")
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.uses_logits = self.options.scores == "logits"
 
     def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
         stack, keep = stack_uplinks(indices, uplinks, self.num_classes)

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
-from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged
+from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra
 from chillfl.experiments import bundled_experiments, resolve_config
+from chillfl.extras import need
 
 if TYPE_CHECKING:
     from chillfl.runner import RunOutput
@@ -95,6 +96,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     config = _load(args.config, args.overrides, args)
     if args.dry_run:
         return _dry_run(config)
+    need("matplotlib", "plots", "heat maps")  # before any work: the heat map is this command's output
     out = Path(args.output or f"{config.name}-partition.png")
     check_out_dir(str(out.parent))
     if out.is_dir():
@@ -217,6 +219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _log_to_stderr(logging.WARNING if quiet else logging.INFO)
     try:
         return int(args.func(args) or 0)
+    except MissingExtra as exc:  # an optional package is missing: one line naming the extra
+        print(f"chillfl: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(f"chillfl: error: {exc}", file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ once, keeping the last periodic checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import threading
@@ -36,12 +37,14 @@ from chillfl.engine.checkpoint import read_state, write_state
 from chillfl.engine.loop import run_rounds
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.results import ResultWriter, read_metrics, summarize
-from chillfl.errors import ConfigError, Diverged
+from chillfl.errors import ConfigError, Diverged, MissingExtra
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
 
 CHECKPOINT = "checkpoint.safetensors"
 MODEL = "model.safetensors"
 CLIENT_MODELS = "client_models.safetensors"
+
+log = logging.getLogger(__name__)
 
 
 class Callback(Protocol):
@@ -288,8 +291,16 @@ def _finish(exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer
 
 
 def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:
-    """The run's figures (report code, imported here: the engine knows nothing of plots)."""
-    from chillfl.report.plots import plot_run, plot_temperatures
+    """The run's figures (report code, imported here: the engine knows nothing of plots).
+
+    Without matplotlib (the ``plots`` extra) the run still completes with its
+    metrics; one log line says the figures were skipped.
+    """
+    try:
+        from chillfl.report.plots import plot_run, plot_temperatures
+    except MissingExtra as exc:
+        log.info("%s; figures skipped", exc)
+        return
 
     plot_run(records, folder / "accuracy_loss.png", title=config.name)
     plot_temperatures(records, folder / "temperatures.png")

@@ -29,6 +29,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from chillfl.errors import ConfigError
+from chillfl.extras import need
 
 DATA_DIR_FIELD = "data_dir"
 
@@ -173,8 +174,8 @@ SVHN_URL = "http://ufldl.stanford.edu/housenumbers/"
 
 
 def _read_svhn(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    from scipy.io import loadmat
-    from scipy.io.matlab import MatReadError
+    scipy_io = need("scipy.io", "datasets", "SVHN files")
+    loadmat, MatReadError = scipy_io.loadmat, scipy_io.matlab.MatReadError
 
     try:
         mat: dict[str, Any] = loadmat(str(path))

@@ -194,6 +194,28 @@ class CheckpointConfig:
         require(self.every >= 0, f"{section}.every", f"must be >= 0 (0 = only on interrupt), got {self.every}")
 
 
+SINK_NAMES = ("csv", "tensorboard", "wandb")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Metric sinks besides ``metrics.jsonl`` (:mod:`chillfl.sinks`), each writing under the run folder.
+
+    ``sinks``: any of ``csv`` (``metrics.csv``), ``tensorboard`` (``tensorboard/``,
+    the ``tensorboard`` extra), ``wandb`` (an offline W&B run in ``wandb/``, the
+    ``wandb`` extra). ``wandb_project``: the W&B project name.
+    """
+
+    sinks: tuple[Literal["csv", "tensorboard", "wandb"], ...] = ()
+    wandb_project: str = "chillfl"
+
+    def validate(self, section: str) -> None:
+        seen = [s for i, s in enumerate(self.sinks) if s in self.sinks[:i]]
+        require(not seen, f"{section}.sinks", f"lists {seen[0]!r} twice" if seen else "")
+        ok = bool(self.wandb_project) and self.wandb_project.isprintable() and "/" not in self.wandb_project
+        require(ok, f"{section}.wandb_project", f"must be a printable name without '/', got {short_repr(self.wandb_project)}")
+
+
 def is_device_name(name: str) -> bool:
     """``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto`` (N: up to three ASCII digits)."""
     if name in ("cpu", "cuda", "mps", "auto"):
@@ -255,6 +277,7 @@ class RunConfig:
     """On CUDA: use PyTorch's deterministic algorithms (``torch.use_deterministic_algorithms``)."""
     federation: FederationConfig = field(default_factory=FederationConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

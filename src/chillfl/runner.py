@@ -163,6 +163,8 @@ def run_experiment(
     with intra_op_threads(config.threads):
         exp = experiment or build_experiment(config, data=data)
         config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
+        if write:
+            _check_sinks(config)
         writer = ResultWriter(config.out_dir, config.name) if write else None
         if writer:
             writer.write_config(config.to_dict())
@@ -177,6 +179,7 @@ def resume_experiment(folder: str | Path, *, progress: bool = True, callbacks: S
     if not (path / CHECKPOINT).is_file():
         raise ConfigError("run_dir", f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint; start it again")
     config = load_config(path / "config.toml")
+    _check_sinks(config)
     with intra_op_threads(config.threads):
         exp = build_experiment(config)
         state = read_state(path / CHECKPOINT, exp.device)
@@ -212,10 +215,14 @@ def _run(
     protocol = build_protocol(exp)
     executor = None
     done, records = 0, list[dict[str, Any]]()
+    sinks: list[Any] = []
     try:
         if resume is not None:
             done, state, records = resume
             protocol.load_state_dict(state)
+        if writer is not None and config.log.sinks:
+            sinks = _sinks(config, writer.path, records)
+            callbacks = [*callbacks, *sinks]
         executor = make_executor(exp, protocol)
         loop = run_rounds(
             protocol, executor, seed=config.seed, num_clients=exp.data.num_clients,
@@ -237,6 +244,7 @@ def _run(
                     raise RunInterrupted(signals.received, writer.path if writer else None, done)
                 if every and done % every == 0 and done < rounds:
                     _checkpoint(writer, protocol, done)
+        _close_sinks(sinks)  # before _finish renames the folder they write into
         output = _finish(exp, config, protocol, writer, records, time.perf_counter() - start)
         for cb in callbacks:
             cb.on_end(output)
@@ -256,9 +264,35 @@ def _run(
             writer.abort()
         raise
     finally:
+        _close_sinks(sinks)
         if executor is not None:
             executor.close()
         protocol.close()
+
+
+def _check_sinks(config: RunConfig) -> None:
+    """A sink whose package is missing stops the run before its folder exists (one MissingExtra line)."""
+    from chillfl.extras import need
+
+    for sink, what in (("tensorboard", "TensorBoard logs"), ("wandb", "W&B logs")):
+        if sink in config.log.sinks:
+            need(sink, sink, what)
+
+
+def _sinks(config: RunConfig, folder: Path, records: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The run's metric sinks (``[log] sinks``), writing under ``folder``; report-side code, imported here."""
+    from chillfl.sinks import build_sinks
+
+    return build_sinks(config.log.sinks, folder, config.name, config.to_dict(), records, project=config.log.wandb_project)
+
+
+def _close_sinks(sinks: list[Any]) -> None:
+    """Close the sinks once (the list is emptied), so the error path does not close them twice."""
+    done, sinks[:] = list(sinks), []
+    if done:
+        from chillfl.sinks import close_sinks
+
+        close_sinks(done)
 
 
 def _finish(exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer: ResultWriter | None, records: list[dict[str, Any]], wall: float) -> RunOutput:

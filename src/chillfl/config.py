@@ -439,7 +439,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     if not is_file:
         raise ConfigError("config", f"file not found: {short_repr(str(p))}")
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
+        data: dict[str, Any] = tomllib.loads(p.read_text(encoding="utf-8"))  # typed here: on Python 3.10 tomli may be untyped
+        return data
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("config", f"malformed TOML in {p}: {exc}") from None
     except UnicodeDecodeError:

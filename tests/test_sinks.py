@@ -167,3 +167,44 @@ def test_the_engine_imports_no_sink_code() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not any(n.startswith(("chillfl.sinks", "tensorboard", "wandb", "torch.utils.tensorboard")) for n in names), path
+
+
+class _StopAt:
+    """A callback that interrupts the run at round ``at`` (as Ctrl-C would, before that round's checkpoint)."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_round(self, record: Any) -> None:
+        if record["round"] == self.at:
+            raise KeyboardInterrupt
+
+    def on_end(self, output: Any) -> None:
+        pass
+
+
+def test_a_resumed_run_continues_its_csv_and_tensorboard_logs(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from chillfl.runner import resume_experiment
+
+    config = load_config(None, {**TINY, "federation.rounds": 5, "eval.every": 1, "checkpoint.every": 2, "out_dir": str(tmp_path), "log.sinks": ["csv", "tensorboard"]})
+    with pytest.raises(KeyboardInterrupt):
+        # The checkpoint is at round 2; the sinks have logged round 3 too; round 4 stops before they see it.
+        run_experiment(config, progress=False, callbacks=[_StopAt(4)])
+    partial = tmp_path / "sinks.partial"
+    assert [int(r["round"]) for r in csv.DictReader((partial / "metrics.csv").open(newline=""))] == [1, 2, 3]
+    out = resume_experiment(partial, progress=False)
+    assert out.folder is not None
+    records = [json.loads(line) for line in (out.folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [1, 2, 3, 4, 5]
+    with (out.folder / "metrics.csv").open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [{k: float(v) for k, v in row.items() if k != "round" and v != ""} for row in rows] == [scalars(r) for r in records]
+    # Two event files (before and after the resume); TensorBoard's reader shows each round once: the
+    # resumed writer's purge_step drops the first file's round 3, which the resumed run trains again.
+    assert len(list((out.folder / "tensorboard").glob("events.out.tfevents.*"))) == 2
+    acc = EventAccumulator(str(out.folder / "tensorboard"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("global_acc")] == [(r["round"], float(np.float32(r["global_acc"]))) for r in records]

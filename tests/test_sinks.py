@@ -118,8 +118,8 @@ def test_csv_tensorboard_and_wandb_sinks_write_what_metrics_jsonl_holds(tmp_path
     seen: dict[int, dict[str, float]] = {}
     for event in EventFileLoader(str(events[0])).Load():
         for value in event.summary.value:
-            assert value.HasField("simple_value"), value  # add_scalar's classic summary: a float32 value
-            number = value.simple_value
+            # add_scalar writes a float32 simple_value; the loader hands it back as a scalar float tensor
+            number = value.simple_value if value.HasField("simple_value") else value.tensor.float_val[0]
             seen.setdefault(event.step, {})[value.tag] = number
     assert seen == {rnd: {k: float(np.float32(v)) for k, v in row.items()} for rnd, row in expected.items()}
 

@@ -324,6 +324,8 @@ def cmd_temperature_sweep(args: argparse.Namespace) -> int:
     from chillfl.experiments import resolve_config
 
     config = load_config(resolve_config(args.config), parse_overrides(list(args.overrides)))
+    for module, what in (("scipy.stats", "correlations"), ("matplotlib", "plots")):  # before the sweep trains anything
+        need(module, "analysis", what)
     result = run_temperature_sweep(config, args.temperatures, ties=args.ties, progress=not args.quiet)
     print("best temperature per client: " + ", ".join(f"{c}: {t:g}" for c, t in enumerate(result.best_temperature)))
     print(format_correlation(result.correlation["best_temperature"]))

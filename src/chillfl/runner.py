@@ -26,7 +26,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import torch
 from tqdm import tqdm
@@ -39,6 +39,9 @@ from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.results import ResultWriter, read_metrics, summarize
 from chillfl.errors import ConfigError, Diverged, MissingExtra
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
+
+if TYPE_CHECKING:
+    from chillfl.sinks import Sink
 
 CHECKPOINT = "checkpoint.safetensors"
 MODEL = "model.safetensors"
@@ -215,7 +218,7 @@ def _run(
     protocol = build_protocol(exp)
     executor = None
     done, records = 0, list[dict[str, Any]]()
-    sinks: list[Any] = []
+    sinks: list[Sink] = []
     try:
         if resume is not None:
             done, state, records = resume
@@ -279,14 +282,14 @@ def _check_sinks(config: RunConfig) -> None:
             need(sink, sink, what)
 
 
-def _sinks(config: RunConfig, folder: Path, records: Sequence[Mapping[str, Any]]) -> list[Any]:
+def _sinks(config: RunConfig, folder: Path, records: Sequence[Mapping[str, Any]]) -> list["Sink"]:
     """The run's metric sinks (``[log] sinks``), writing under ``folder``; report-side code, imported here."""
     from chillfl.sinks import build_sinks
 
     return build_sinks(config.log.sinks, folder, config.name, config.to_dict(), records, project=config.log.wandb_project)
 
 
-def _close_sinks(sinks: list[Any]) -> None:
+def _close_sinks(sinks: list["Sink"]) -> None:
     """Close the sinks once (the list is emptied), so the error path does not close them twice."""
     done, sinks[:] = list(sinks), []
     if done:

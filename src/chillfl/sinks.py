@@ -13,6 +13,9 @@ tensorboard   ``tensorboard/``            one scalar per key, step = round
 wandb         ``wandb/offline-run-*/``    W&B offline run (``wandb sync`` uploads it)
 ============  =========================  ====================================
 
+(W&B's own service also writes a debug log into its cache folder,
+``~/.cache/wandb/logs`` or ``$WANDB_CACHE_DIR``; the run's data stays in the run folder.)
+
 What is logged (:func:`scalars`): every number of a round's record (booleans
 as 0/1), and one level of tables of numbers flattened as ``key/sub`` (e.g.
 ``client_train_loss/3``); lists and ``None`` are left out. ``metrics.jsonl``
@@ -36,7 +39,7 @@ import csv
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from chillfl.extras import need
 
@@ -44,6 +47,16 @@ SinkName = Literal["csv", "tensorboard", "wandb"]
 SINKS: tuple[SinkName, ...] = ("csv", "tensorboard", "wandb")
 CSV_FILE = "metrics.csv"
 TENSORBOARD_DIR = "tensorboard"
+
+
+class Sink(Protocol):
+    """A run callback (``on_round``, ``on_end``) that holds files open until ``close()``."""
+
+    def on_round(self, record: Mapping[str, Any]) -> None: ...
+
+    def on_end(self, output: Any) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def scalars(record: Mapping[str, Any]) -> dict[str, float]:
@@ -143,10 +156,10 @@ class WandbSink:
             self.run.finish()
 
 
-def build_sinks(names: Sequence[str], folder: Path, name: str, config: Mapping[str, Any], records: Sequence[Mapping[str, Any]] = (), project: str = "chillfl") -> list[Any]:
+def build_sinks(names: Sequence[str], folder: Path, name: str, config: Mapping[str, Any], records: Sequence[Mapping[str, Any]] = (), project: str = "chillfl") -> list[Sink]:
     """The sinks ``names`` of a run writing into ``folder``; ``records``: the rounds already done (resume)."""
     start = int(records[-1]["round"]) if records else 0
-    sinks: list[Any] = []
+    sinks: list[Sink] = []
     try:
         for sink in names:
             if sink == "csv":
@@ -163,7 +176,7 @@ def build_sinks(names: Sequence[str], folder: Path, name: str, config: Mapping[s
     return sinks
 
 
-def close_sinks(sinks: Sequence[Any]) -> None:
+def close_sinks(sinks: Sequence[Sink]) -> None:
     """Close every sink (each once; a failing one does not keep the others open)."""
     errors = []
     for sink in sinks:

@@ -209,3 +209,14 @@ def test_a_resumed_run_continues_its_csv_and_tensorboard_logs(tmp_path: Path) ->
     acc = EventAccumulator(str(out.folder / "tensorboard"))
     acc.Reload()
     assert [(e.step, e.value) for e in acc.Scalars("global_acc")] == [(r["round"], float(np.float32(r["global_acc"]))) for r in records]
+
+
+def test_sinks_from_python_through_chillfl_run(tmp_path: Path) -> None:
+    import chillfl
+
+    config = {k: v for k, v in TINY.items() if "." not in k}
+    dotted = {k: v for k, v in TINY.items() if "." in k}
+    result = chillfl.run(config=config, out_dir=str(tmp_path), progress=False, **dotted, **{"log.sinks": ["csv"]})
+    folder = tmp_path / "sinks"
+    rows = list(csv.DictReader((folder / "metrics.csv").open(newline="")))
+    assert [int(r["round"]) for r in rows] == [r["round"] for r in result.records] == [1, 2, 3]

@@ -105,6 +105,8 @@ def test_cli_run_without_extras_writes_metrics(tmp_path: Path) -> None:
 
 
 STOPPED = [
+    (["run", "--out", "res"], 'chillfl: the digits data need scikit-learn: pip install "chillfl[datasets]"'),  # the demo
+    (["compare", "digits.toml", "--grid", "client.lr=0.1,0.2", "--out", "res"], 'chillfl: the digits data need scikit-learn: pip install "chillfl[datasets]"'),
     (["run", "digits.toml", "--out", "res"], 'chillfl: the digits data need scikit-learn: pip install "chillfl[datasets]"'),
     (["run", "mnist1d.toml", "--out", "res"], 'chillfl: the mnist1d data need mnist1d: pip install "chillfl[datasets]"'),
     (["data", "show", "tiny.toml", "-o", "res/heat.png"], 'chillfl: heat maps need matplotlib: pip install "chillfl[plots]"'),

@@ -198,6 +198,8 @@ def _naming(label: str, from_grid: bool) -> Iterator[None]:
     """Name the variant a ConfigError comes from: ``variants.x.client.lr``, or "(grid variant x)" after a grid's message."""
     try:
         yield
+    except MissingExtra:  # a missing package, not a bad value of the variant: its one line as it is
+        raise
     except ConfigError as exc:
         if from_grid:
             raise ConfigError(exc.field, f"{exc.message} (grid variant {label})") from None

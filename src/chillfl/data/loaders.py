@@ -412,9 +412,10 @@ CALTECH_CLUTTER = "257.clutter"
 
 @dataclass(frozen=True)
 class Caltech256Options:
-    """``size``: images are centre-cropped to a square and resized to size x size once (then cached);
-    ``include_clutter``: keep class 257 (clutter); ``test_fraction`` / ``split_seed``: the stratified
-    train/test split (Caltech-256 has none)."""
+    """Images centre-cropped and resized to ``size`` once (then cached); a stratified train/test split (the set has none).
+
+    ``include_clutter``: keep class 257 (clutter); ``test_fraction`` / ``split_seed``: the split.
+    """
 
     size: int = 64
     include_clutter: bool = False

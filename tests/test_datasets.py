@@ -43,7 +43,7 @@ def test_registry_and_unknown_name() -> None:
     assert dataset_names() == sorted(expected)
     with pytest.raises(ConfigError) as info:
         load_dataset("cifar11")
-    assert info.value.field == "dataset.name" and "allowed: cifar10, cifar100, digits" in info.value.message
+    assert info.value.field == "dataset.name" and "allowed: caltech256, cifar10, cifar100, digits" in info.value.message
 
 
 @pytest.mark.parametrize(

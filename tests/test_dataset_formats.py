@@ -190,6 +190,13 @@ def test_decoded_arrays_are_cached_once_and_memory_mapped(tmp_path: Path) -> Non
     assert len(list((tmp_path / CACHE_DIR).iterdir())) == 3 and len(smaller.y_train) + len(smaller.y_test) == 9
 
 
+def test_cache_key_ignores_its_own_folder_when_data_dir_is_the_source(tmp_path: Path) -> None:
+    _write({k.removeprefix("256_ObjectCategories/"): v for k, v in caltech_members(2).items()}, tmp_path)  # class folders right in data_dir
+    load_dataset("caltech256", {"size": 8, "test_fraction": 0.5}, data_dir=tmp_path)
+    load_dataset("caltech256", {"size": 8, "test_fraction": 0.5}, data_dir=tmp_path)
+    assert len(list((tmp_path / CACHE_DIR).iterdir())) == 1
+
+
 def test_cached_tensor_writes_stay_private(tmp_path: Path) -> None:
     _femnist_all_data(tmp_path)
     ds = load_dataset("femnist", data_dir=tmp_path)

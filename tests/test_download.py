@@ -19,8 +19,8 @@ import torch
 
 from chillfl.cli import main
 from chillfl.data import load_dataset
-from chillfl.data.download import DOWNLOADS, MARKER, MIRROR_ENV, DownloadError, download_dataset, read_checksums, resolve_source
-from chillfl.data.sources import SOURCES
+from chillfl.data.download import DOWNLOADS, MARKER, MIRROR_ENV, DownloadError, download_dataset, fetch, read_checksums, resolve_source
+from chillfl.data.sources import SOURCES, RemoteFile
 from fake_datasets import GENERATORS, ServerState, manifest, publish, serve, tar_bytes, zip_bytes
 
 OPTIONS = {"emnist": {"split": "letters"}, "caltech256": {"size": 16, "test_fraction": 0.2}, "femnist": {"train_fraction": 0.5}}
@@ -176,6 +176,25 @@ def test_connection_that_keeps_dropping_keeps_the_part(tmp_path: Path) -> None:
     with serve(state) as base:
         download_dataset("mnist", tmp_path / "data", mirror=base, checksums=_checksums("mnist", files, tmp_path))
     assert ("/mnist/train-images-idx3-ubyte.gz", "bytes=10-", 206) in state.requests
+
+
+def test_part_longer_than_the_file_starts_over(tmp_path: Path) -> None:
+    files = GENERATORS["mnist"]()
+    part = tmp_path / "data" / DOWNLOADS / "mnist" / "t10k-labels-idx1-ubyte.gz.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"x" * (len(files["t10k-labels-idx1-ubyte.gz"]) + 5))  # e.g. left by another version of the file
+    state = ServerState()
+    _get("mnist", files, tmp_path, state)
+    assert [r[1:] for r in state.requests if r[0].endswith("t10k-labels-idx1-ubyte.gz")] == [(f"bytes={len(files['t10k-labels-idx1-ubyte.gz']) + 5}-", 416), (None, 200)]
+
+
+def test_next_url_is_tried_after_an_http_error(tmp_path: Path) -> None:
+    data = b"payload" * 100
+    state = ServerState(files={"/b/f.bin": data})
+    with serve(state) as base:
+        f = RemoteFile("f.bin", (f"{base}/a/f.bin", f"{base}/b/f.bin"), sha256=hashlib.sha256(data).hexdigest())
+        path = fetch(f, tmp_path)
+    assert path.read_bytes() == data and [r[2] for r in state.requests] == [404, 200]
 
 
 def test_http_error_names_status_and_url(tmp_path: Path) -> None:

@@ -72,11 +72,15 @@ class Mapped(NamedTuple):
 
 
 def fingerprint(folder: Path) -> str:
-    """sha256 over every file's relative path, size and mtime under ``folder``."""
+    """sha256 over every file's relative path, size and mtime under ``folder``.
+
+    Hidden entries (``.chillfl-cache``, ``.downloads``, the download marker) are
+    skipped, so a source folder that is ``data_dir`` itself keeps its key.
+    """
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames.sort()
-        for name in sorted(filenames):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(f for f in filenames if not f.startswith(".")):
             path = Path(dirpath) / name
             st = path.stat()
             h.update(f"{path.relative_to(folder).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())

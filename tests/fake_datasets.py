@@ -210,6 +210,8 @@ class ServerState:
     drop_after: int | None = None
     """Close the connection after this many body bytes, once per path (then behave)."""
     ignore_range: bool = False
+    wrong_range_once: bool = False
+    """Answer the first Range request with 206 and the whole file (``Content-Range: bytes 0-``)."""
     requests: list[tuple[str, str | None, int]] = field(default_factory=list)
     dropped: set[str] = field(default_factory=set)
 
@@ -233,6 +235,15 @@ def _handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
             if start >= len(data) and start:
                 state.requests.append((path, rng, 416))
                 self.send_error(416)
+                return
+            if start and state.wrong_range_once:
+                state.wrong_range_once = False
+                state.requests.append((path, rng, 206))
+                self.send_response(206)
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Content-Range", f"bytes 0-{len(data) - 1}/{len(data)}")
+                self.end_headers()
+                self.wfile.write(data)
                 return
             body = data[start:]
             status = 206 if start else 200

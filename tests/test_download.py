@@ -153,6 +153,14 @@ def test_server_ignoring_range_is_read_again_from_the_start(tmp_path: Path) -> N
     _check_loaded("cifar100", tmp_path / "data")
 
 
+def test_partial_answer_for_another_range_starts_over(tmp_path: Path) -> None:
+    files = GENERATORS["cifar10"]()
+    state = ServerState(drop_after=50, wrong_range_once=True)
+    _get("cifar10", files, tmp_path, state)
+    assert [r[1:] for r in state.requests] == [(None, 200), ("bytes=50-", 206), (None, 200)]
+    _check_loaded("cifar10", tmp_path / "data")
+
+
 def test_part_file_from_an_interrupted_run_is_continued(tmp_path: Path) -> None:
     files = GENERATORS["caltech256"]()
     blob = files["256_ObjectCategories.tar"]

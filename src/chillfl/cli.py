@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", help="variant label whose best accuracy is the target (default: highest temperature)")
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("data", help="inspect the federated partition")
+    p = sub.add_parser("data", help="inspect the federated partition; download real datasets")
     dsub = p.add_subparsers(dest="data_command", required=True)
     ds = dsub.add_parser("show", help="per-client sizes and class counts, and a heat map PNG")
     common(ds, True)

@@ -131,6 +131,9 @@ def _fetch_once(url: str, part: Path, progress: bool) -> None:
     with response:
         if offset and response.status != 206:
             offset = 0  # Range ignored: the body is the whole file
+        if offset and not response.headers.get("Content-Range", "").startswith(f"bytes {offset}-"):
+            part.unlink()  # a 206 for some other range: start over on the retry
+            raise http.client.IncompleteRead(b"")
         length = response.headers.get("Content-Length")
         total = offset + int(length) if length is not None and length.isdigit() else None
         bar = _bar(part.name.removesuffix(".part"), total, offset, progress)
@@ -197,6 +200,9 @@ def fetch(file: RemoteFile, folder: Path, *, progress: bool = False, retries: in
     except OSError as exc:
         raise DownloadError(f"cannot create {folder}: {exc.strerror or exc}") from exc
     part = folder / (file.name + ".part")
+    if file.size is not None and part.is_file() and part.stat().st_size == file.size and _verified(part, file):
+        part.replace(target)  # complete before an interruption, not yet renamed
+        return target
     errors: list[str] = []
     for url in file.urls:
         if not _fetch_url(url, part, progress, retries, errors):

@@ -42,19 +42,24 @@ def _femnist_all_data(root: Path) -> None:
 def test_femnist_writers_become_natural_clients(tmp_path: Path) -> None:
     _femnist_all_data(tmp_path)
     ds = load_dataset("femnist", {"train_fraction": 0.5}, data_dir=tmp_path)
-    # writers have 5, 3, 1, 4 samples; train = max(1, floor(0.5 n)) for n >= 2, all of it for n = 1:
-    # 2, 1, 1, 2 train and 3, 2, 0, 2 test.
-    assert [len(g) for g in ds.train_groups] == [2, 1, 1, 2] and [len(g) for g in ds.test_groups] == [3, 2, 0, 2]
+    # writers have 5, 3, 1, 4 samples; the 1-sample writer is dropped (LEAF's split needs 2);
+    # train = max(1, floor(0.5 n)): 2, 1, 2 train and 3, 2, 2 test.
+    assert [len(g) for g in ds.train_groups] == [2, 1, 2] and [len(g) for g in ds.test_groups] == [3, 2, 2]
     assert ds.num_classes == 62 and ds.input_shape == (1, 28, 28)
-    for g, labels in zip(ds.train_groups, FEMNIST_WRITERS.values()):
-        assert set(ds.y_train[torch.from_numpy(g)].tolist()) <= set(labels)
-    fed = build_federated_data(ds, num_clients=4, partitioner="natural", partition_options=None, seed=3, client_eval="natural")
+    kept = [v for k, v in FEMNIST_WRITERS.items() if k != "f0003_03"]
+    for g, t, labels in zip(ds.train_groups, ds.test_groups, kept):
+        assert sorted(ds.y_train[torch.from_numpy(g)].tolist() + ds.y_test[torch.from_numpy(t)].tolist()) == sorted(labels)
+    assert ds.x_train.shape == (5, 1, 28, 28) and ds.x_test.shape == (7, 1, 28, 28)
+    fed = build_federated_data(ds, num_clients=3, partitioner="natural", partition_options=None, seed=3, client_eval="natural")
     for cid, g in enumerate(ds.train_groups):
         x, y = fed.client_train(cid)
         assert y.tolist() == ds.y_train[torch.from_numpy(g)].tolist()
         # a writer is a contiguous block: its inputs are a view of the dataset, not a copy
         assert x.data_ptr() == ds.x_train[int(g[0])].data_ptr()
-    assert [len(fed.client_eval(c)[1]) for c in range(4)] == [3, 2, 0, 2]
+    assert [len(fed.client_eval(c)[1]) for c in range(3)] == [3, 2, 2]
+    with pytest.raises(ConfigError) as info:  # the natural split has exactly one client per writer
+        build_federated_data(ds, num_clients=4, partitioner="natural", partition_options=None, seed=3)
+    assert info.value.field == "federation.num_clients"
 
 
 def test_femnist_leaf_sampling_options() -> None:

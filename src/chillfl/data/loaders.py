@@ -464,8 +464,9 @@ class FemnistOptions:
     ``sample_fraction``: LEAF's ``--sf`` with ``-s niid``: writers are taken in a seeded random order
     until they hold this fraction of all samples (1.0: every writer). ``min_samples``: LEAF's ``-k``:
     writers with fewer samples are dropped. ``train_fraction``: LEAF's ``--tf`` with ``-t sample``: each
-    writer's own train/test split (only for ``all_data``; LEAF's own ``train``/``test`` folders are kept
-    as they are). ``max_writers``: keep the first N selected writers (0: all; FLex&Chill uses 36).
+    writer's own train/test split, max(1, floor(tf * n)) train samples; writers with fewer than 2
+    samples are dropped, as LEAF does (only for ``all_data``; LEAF's own ``train``/``test`` folders are
+    kept as they are). ``max_writers``: keep the first N selected writers (0: all; FLex&Chill uses 36).
     """
 
     sample_fraction: float = 1.0
@@ -559,8 +560,10 @@ def load_femnist_writers(data_dir: Path, opts: FemnistOptions) -> tuple[list[tup
     for i in kept:
         x, y = writers[names[i]]
         n = len(y)
+        if n < 2:  # LEAF's split_data drops them: a writer needs a train and a test sample
+            continue
         rng = np.random.default_rng(np.random.SeedSequence(opts.split_seed, spawn_key=(i,)))
-        n_train = max(1, int(np.floor(opts.train_fraction * n))) if n >= 2 else n
+        n_train = max(1, int(np.floor(opts.train_fraction * n)))
         perm = rng.permutation(n)
         tr, te = np.sort(perm[:n_train]), np.sort(perm[n_train:])
         trains.append((x[tr], y[tr]))

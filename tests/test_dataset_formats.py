@@ -219,3 +219,16 @@ def test_chunked_standardisation_by_hand() -> None:
     out = np.empty(x.shape, dtype=np.float32)
     standardise_into(x, mean, std, out)
     assert np.allclose(out[:, 0, 0], [-1.0, 1.0]) and np.allclose(out[:, 1, 0], [0.0, 0.0], atol=1e-6)
+
+
+def test_femnist_natural_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from chillfl.cli import main
+
+    (tmp_path / "data" / "femnist" / "all_data").mkdir(parents=True)
+    writers = {f"w{i}": [(7 * i + j) % 62 for j in range(6 + i)] for i in range(6)}
+    (tmp_path / "data" / "femnist" / "all_data" / "a.json").write_bytes(leaf_json(writers))
+    config = tmp_path / "exp.toml"
+    config.write_text(f'out_dir = "{tmp_path / "out"}"\ndata_dir = "{tmp_path / "data"}"\n')
+    overrides = ["dataset.name=femnist", "dataset.max_writers=4", "partition.name=natural", "federation.num_clients=4", "federation.rounds=1", "model.name=femnist_dnn", "eval.client_split=natural"]
+    assert main(["run", str(config), "-q", *overrides]) == 0
+    assert "final_global_acc=" in capsys.readouterr().out

@@ -89,6 +89,7 @@ def test_femnist_leaf_train_test_folders(tmp_path: Path) -> None:
     (json.dumps({"users": ["a"], "num_samples": [1], "user_data": {"a": {"x": [[0.5] * 10], "y": [0]}}}).encode(), "784"),
     (json.dumps({"users": ["a"], "num_samples": [1], "user_data": {"a": {"x": [[0.5] * 784], "y": [62]}}}).encode(), "labels 0..61"),
     (json.dumps({"users": ["a"], "num_samples": [1]}).encode(), "user_data"),
+    (b'{"users": ["a"], "num_samples": [1], "user_data": {"a": {"x": [[NaN' + b", 0.5" * 783 + b']], "y": [0]}}}', "non-finite"),
 ])
 def test_femnist_corrupt_json_names_the_file(tmp_path: Path, blob: bytes, why: str) -> None:
     (tmp_path / "femnist" / "all_data").mkdir(parents=True)
@@ -140,6 +141,15 @@ def test_tiny_imagenet_train_folders_and_val_annotations(tmp_path: Path) -> None
     assert torch.allclose(ds.x_test[:, 0, 5, 5], torch.tensor([1.0, -1.0]), atol=0.03)
     resized = load_dataset("tiny_imagenet", {"size": 32}, data_dir=tmp_path)
     assert resized.input_shape == (3, 32, 32)
+
+
+def test_unreadable_jpeg_names_the_file(tmp_path: Path) -> None:
+    members = tiny_imagenet_members()
+    members["tiny-imagenet-200/train/n01/images/n01_1.JPEG"] = b"\xff\xd8 not really a jpeg"
+    _write(members, tmp_path)
+    with pytest.raises(ConfigError, match="n01_1.JPEG: corrupt or wrong format") as info:
+        load_dataset("tiny_imagenet", data_dir=tmp_path)
+    assert info.value.field == "data_dir"
 
 
 def test_tiny_imagenet_annotation_escaping_the_folder_is_refused(tmp_path: Path) -> None:

@@ -118,6 +118,9 @@ def cmd_data_download(args: argparse.Namespace) -> int:
     except DownloadError as exc:
         print(f"chillfl: error: download {args.name}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("chillfl: interrupted; the same command resumes the download", file=sys.stderr)
+        return 130
     print(f"{args.name}: {folder}")
     return 0
 

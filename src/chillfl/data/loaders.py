@@ -337,7 +337,7 @@ def _decode(path: Path, size: int, crop: bool) -> np.ndarray:
             if im.size != (size, size):
                 im = im.resize((size, size), image_mod.Resampling.BILINEAR)
             return np.asarray(im, dtype=np.uint8).transpose(2, 0, 1)
-    except (OSError, ValueError, SyntaxError) as exc:  # PIL raises these for unreadable images
+    except (OSError, ValueError, SyntaxError, image_mod.DecompressionBombError) as exc:  # PIL's errors for unreadable or absurd images
         raise _corrupt(path, exc) from exc
 
 
@@ -511,6 +511,8 @@ def read_leaf_json(folder: Path) -> Writers:
                 y = np.asarray(data[user]["y"], dtype=np.int64)
                 if x.shape != (n, 784) or y.shape != (n,) or (n and (y.min() < 0 or y.max() >= FEMNIST_CLASSES)):
                     raise ValueError(f"writer {user}: x {x.shape}, y {y.shape} (expected {n} x 784 and labels 0..61)")
+                if not np.isfinite(x).all():
+                    raise ValueError(f"writer {user}: non-finite pixel values")
                 if user in writers:
                     raise ValueError(f"writer {user} appears twice")
                 writers[str(user)] = (x.reshape(n, 1, 28, 28), y)

@@ -212,6 +212,8 @@ class ServerState:
     ignore_range: bool = False
     wrong_range_once: bool = False
     """Answer the first Range request with 206 and the whole file (``Content-Range: bytes 0-``)."""
+    redirects: dict[str, str] = field(default_factory=dict)
+    """path -> path answered with 302 (as CaltechDATA and UCI send downloads elsewhere)."""
     requests: list[tuple[str, str | None, int]] = field(default_factory=list)
     dropped: set[str] = field(default_factory=set)
 
@@ -224,6 +226,13 @@ def _handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             path = self.path.split("?")[0]
             rng = self.headers.get("Range")
+            if path in state.redirects:
+                state.requests.append((path, rng, 302))
+                self.send_response(302)
+                self.send_header("Location", state.redirects[path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             data = state.files.get(path)
             if data is None:
                 state.requests.append((path, rng, 404))

@@ -144,6 +144,16 @@ def test_dropped_connection_resumes_with_range(tmp_path: Path) -> None:
     _check_loaded("tiny_imagenet", tmp_path / "data")
 
 
+def test_redirect_is_followed_and_the_resume_keeps_its_range(tmp_path: Path) -> None:
+    files = GENERATORS["caltech256"]()
+    state = ServerState(drop_after=700, redirects={"/caltech256/256_ObjectCategories.tar": "/store/abc.tar"})
+    state.files["/store/abc.tar"] = files["256_ObjectCategories.tar"]
+    with serve(state) as base:
+        download_dataset("caltech256", tmp_path / "data", mirror=base, checksums=_checksums("caltech256", files, tmp_path))
+    assert [r[1:] for r in state.requests] == [(None, 302), (None, 200), ("bytes=700-", 302), ("bytes=700-", 206)]
+    _check_loaded("caltech256", tmp_path / "data")
+
+
 def test_server_ignoring_range_is_read_again_from_the_start(tmp_path: Path) -> None:
     files = GENERATORS["cifar100"]()
     assert len(files["cifar-100-python.tar.gz"]) > 50
@@ -311,13 +321,16 @@ def test_femnist_without_mirror_explains_leaf(tmp_path: Path, monkeypatch: pytes
 
 def test_cli_download_via_environment_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     files = GENERATORS["fashion_mnist"]()
-    (tmp_path / "sums").write_text(manifest("fashion_mnist", files))
+    har = GENERATORS["uci_har"]()
+    (tmp_path / "sums").write_text(manifest("fashion_mnist", files) + manifest("uci_har", har))
     state = ServerState()
     publish(state, "fashion_mnist", files)
+    publish(state, "uci_har", har)
     with serve(state) as base:
         monkeypatch.setenv(MIRROR_ENV, base)
-        rc = main(["data", "download", "fashion_mnist", "--data-dir", str(tmp_path / "d"), "--checksums", str(tmp_path / "sums"), "-q"])
-    assert rc == 0 and capsys.readouterr().out.strip() == f"fashion_mnist: {tmp_path / 'd' / 'fashion_mnist'}"
+        rc = main(["data", "download", "fashion_mnist", "uci_har", "--data-dir", str(tmp_path / "d"), "--checksums", str(tmp_path / "sums"), "-q"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0 and out == [f"fashion_mnist: {tmp_path / 'd' / 'fashion_mnist'}", f"uci_har: {tmp_path / 'd' / 'UCI HAR Dataset'}"]
     ds = load_dataset("fashion_mnist", data_dir=tmp_path / "d")
     assert ds.y_train.tolist() == [4, 4, 8] and torch.isfinite(ds.x_train).all()
 

@@ -4,7 +4,7 @@
     chillfl resume RUN_DIR                         continue an interrupted run from its checkpoint
     chillfl compare CONFIG --grid key=v1,v2 ...   variants on the same partition and seed
     chillfl data show CONFIG                       the partition: sizes, class counts, heat map
-    chillfl data download NAME [--data-dir D]      fetch, check and unpack a real dataset
+    chillfl data download NAME... [--data-dir D]   fetch, check and unpack real datasets
     chillfl list                                   registered datasets, models, methods, experiments
 
 User errors print one line ``chillfl: error: <field>: <problem>`` and exit 2.
@@ -112,16 +112,18 @@ def cmd_data_download(args: argparse.Namespace) -> int:
     """Fetch a real dataset; every failure is one line and exit status 2 (see chillfl.data.download)."""
     from chillfl.data.download import DownloadError, download_dataset, read_checksums
 
+    name = args.names[0]
     try:
         checksums = read_checksums(args.checksums) if args.checksums else None
-        folder = download_dataset(args.name, args.data_dir, mirror=args.mirror, checksums=checksums, progress=not args.quiet and sys.stderr.isatty(), force=args.force)
+        for name in args.names:
+            folder = download_dataset(name, args.data_dir, mirror=args.mirror, checksums=checksums, progress=not args.quiet and sys.stderr.isatty(), force=args.force)
+            print(f"{name}: {folder}")
     except DownloadError as exc:
-        print(f"chillfl: error: download {args.name}: {exc}", file=sys.stderr)
+        print(f"chillfl: error: download {name}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("chillfl: interrupted; the same command resumes the download", file=sys.stderr)
         return 130
-    print(f"{args.name}: {folder}")
     return 0
 
 
@@ -188,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     ds.add_argument("-o", "--output", help="heat map PNG path (default: <name>-partition.png)")
     ds.set_defaults(func=cmd_data_show)
     dd = dsub.add_parser("download", help="fetch a real dataset (checked, resumable) into the folder its loader reads")
-    dd.add_argument("name", help="dataset name, e.g. cifar10 (see docs/datasets.md)")
+    dd.add_argument("names", nargs="+", metavar="NAME", help="dataset names, e.g. cifar10 (see docs/datasets.md); fetched in turn")
     dd.add_argument("--data-dir", default="data", help="where datasets live (the config's `data_dir`; default: data)")
     dd.add_argument("--mirror", help="base URL replacing the official ones: MIRROR/<name>/<file> (default: $CHILLFL_DATA_MIRROR)")
     dd.add_argument("--checksums", help="manifest of '<md5|sha256>  <name>/<file>' lines that replace the built-in checksums")

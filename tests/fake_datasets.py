@@ -14,6 +14,7 @@ import json
 import pickle
 import tarfile
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -210,6 +211,8 @@ class ServerState:
     drop_after: int | None = None
     """Close the connection after this many body bytes, once per path (then behave)."""
     ignore_range: bool = False
+    stall_s: float = 0.0
+    """Send the headers and half the body, then wait this long before the rest (a stalled server)."""
     wrong_range_once: bool = False
     """Answer the first Range request with 206 and the whole file (``Content-Range: bytes 0-``)."""
     redirects: dict[str, str] = field(default_factory=dict)
@@ -266,6 +269,12 @@ def _handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
                 state.dropped.add(path)
                 self.wfile.write(body[: state.drop_after])
                 self.wfile.flush()
+                self.close_connection = True
+                return
+            if state.stall_s:
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+                time.sleep(state.stall_s)
                 self.close_connection = True
                 return
             self.wfile.write(body)

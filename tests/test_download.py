@@ -36,7 +36,7 @@ def _get(name: str, files: dict[str, bytes], tmp_path: Path, state: ServerState 
     state = state or ServerState()
     publish(state, name, files)
     with serve(state) as base:
-        return download_dataset(name, tmp_path / "data", mirror=base, checksums=_checksums(name, files, tmp_path), **kw)  # type: ignore[arg-type]
+        return download_dataset(name, tmp_path / "data", mirror=base, checksums=_checksums(name, files, tmp_path), timeout=10, **kw)  # type: ignore[arg-type]
 
 
 def _leftovers(data: Path) -> list[str]:
@@ -186,7 +186,7 @@ def test_connection_that_keeps_dropping_keeps_the_part(tmp_path: Path) -> None:
     files = GENERATORS["mnist"]()
     state = ServerState(drop_after=10)
     publish(state, "mnist", files)
-    with serve(state) as base, pytest.raises(DownloadError, match="kept dropping.*rerun to resume"):
+    with serve(state) as base, pytest.raises(DownloadError, match="dropped or stalled 1 times.*rerun to resume"):
         download_dataset("mnist", tmp_path / "data", mirror=base, checksums=_checksums("mnist", files, tmp_path), retries=0)
     part = tmp_path / "data" / DOWNLOADS / "mnist" / "train-images-idx3-ubyte.gz.part"
     assert part.stat().st_size == 10
@@ -213,6 +213,17 @@ def test_next_url_is_tried_after_an_http_error(tmp_path: Path) -> None:
         f = RemoteFile("f.bin", (f"{base}/a/f.bin", f"{base}/b/f.bin"), sha256=hashlib.sha256(data).hexdigest())
         path = fetch(f, tmp_path)
     assert path.read_bytes() == data and [r[2] for r in state.requests] == [404, 200]
+
+
+def test_stalled_server_times_out_and_keeps_the_part(tmp_path: Path) -> None:
+    files = GENERATORS["mnist"]()
+    state = ServerState(stall_s=1.5)
+    publish(state, "mnist", files)
+    with serve(state) as base, pytest.raises(DownloadError, match="dropped or stalled 2 times"):
+        download_dataset("mnist", tmp_path / "data", mirror=base, checksums=_checksums("mnist", files, tmp_path), timeout=0.3, retries=1)
+    # half of the first file arrived before the stall; the retry asked for the rest
+    half = len(files["train-images-idx3-ubyte.gz"]) // 2
+    assert state.requests[:2] == [("/mnist/train-images-idx3-ubyte.gz", None, 200), ("/mnist/train-images-idx3-ubyte.gz", f"bytes={half}-", 206)]
 
 
 def test_http_error_names_status_and_url(tmp_path: Path) -> None:

@@ -108,23 +108,23 @@ def _disk_full(path: Path, exc: OSError) -> DownloadError:
     return DownloadError(f"disk full while writing {path} ({exc.strerror}); free space and rerun (a partial download is kept and resumes)")
 
 
-def _open(url: str, offset: int) -> http.client.HTTPResponse:
+def _open(url: str, offset: int, timeout: float) -> http.client.HTTPResponse:
     headers = {"User-Agent": USER_AGENT}
     if offset:
         headers["Range"] = f"bytes={offset}-"
-    response: http.client.HTTPResponse = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S)
+    response: http.client.HTTPResponse = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
     return response
 
 
-def _fetch_once(url: str, part: Path, progress: bool) -> None:
+def _fetch_once(url: str, part: Path, progress: bool, timeout: float) -> None:
     """Fetch ``url`` into ``part``, continuing from its current size when the server honours Range."""
     offset = part.stat().st_size if part.exists() else 0
     try:
-        response = _open(url, offset)
+        response = _open(url, offset, timeout)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and offset:  # our part is already >= the file: start over
             part.unlink()
-            response = _open(url, 0)
+            response = _open(url, 0, timeout)
             offset = 0
         else:
             raise
@@ -140,7 +140,7 @@ def _fetch_once(url: str, part: Path, progress: bool) -> None:
         try:
             with open(part, "ab" if offset else "wb") as out:
                 while True:
-                    chunk = response.read(CHUNK)
+                    chunk = response.read1(CHUNK)  # what has arrived: a stall keeps the bytes before it
                     if not chunk:
                         break
                     out.write(chunk)
@@ -164,18 +164,19 @@ def _bar(desc: str, total: int | None, initial: int, enabled: bool) -> Any:
 TRANSIENT = (http.client.IncompleteRead, ConnectionResetError, ConnectionAbortedError, socket.timeout, TimeoutError, http.client.RemoteDisconnected)
 
 
-def _fetch_url(url: str, part: Path, progress: bool, retries: int, errors: list[str]) -> bool:
+def _fetch_url(url: str, part: Path, progress: bool, retries: int, timeout: float, errors: list[str]) -> bool:
     """Try ``url`` (resuming after dropped connections); False, with a reason in ``errors``, to try the next URL."""
     for attempt in range(retries + 1):
         try:
-            _fetch_once(url, part, progress)
+            _fetch_once(url, part, progress, timeout)
             return True
         except urllib.error.HTTPError as exc:
             errors.append(f"HTTP {exc.code} {exc.reason} from {url}")
             return False
         except TRANSIENT as exc:
             have = part.stat().st_size if part.exists() else 0
-            log.info("connection to %s dropped at %d bytes (%s); resuming (%d/%d)", url, have, type(exc).__name__, attempt + 1, retries)
+            if attempt < retries:
+                log.info("connection to %s dropped at %d bytes (%s); resuming (%d/%d)", url, have, type(exc).__name__, attempt + 1, retries)
         except urllib.error.URLError as exc:
             errors.append(f"cannot reach {url} ({exc.reason}); check the network, or set {MIRROR_ENV}")
             return False
@@ -184,11 +185,11 @@ def _fetch_url(url: str, part: Path, progress: bool, retries: int, errors: list[
                 raise _disk_full(part, exc) from exc
             raise DownloadError(f"cannot write {part}: {exc.strerror or exc}") from exc
     have = part.stat().st_size if part.exists() else 0
-    errors.append(f"connection to {url} kept dropping ({have} bytes kept in {part}; rerun to resume)")
+    errors.append(f"connection to {url} dropped or stalled {retries + 1} times ({have} bytes kept in {part}; rerun to resume)")
     return False
 
 
-def fetch(file: RemoteFile, folder: Path, *, progress: bool = False, retries: int = RETRIES) -> Path:
+def fetch(file: RemoteFile, folder: Path, *, progress: bool = False, retries: int = RETRIES, timeout: float = TIMEOUT_S) -> Path:
     """Download ``file`` into ``folder`` (resuming a ``.part``), check it, return its path."""
     target = folder / file.name
     if target.is_file() and _verified(target, file):
@@ -205,7 +206,7 @@ def fetch(file: RemoteFile, folder: Path, *, progress: bool = False, retries: in
         return target
     errors: list[str] = []
     for url in file.urls:
-        if not _fetch_url(url, part, progress, retries, errors):
+        if not _fetch_url(url, part, progress, retries, timeout, errors):
             continue
         if not _check(part, file):
             part.unlink()
@@ -305,11 +306,14 @@ def download_dataset(
     progress: bool = False,
     force: bool = False,
     retries: int = RETRIES,
+    timeout: float = TIMEOUT_S,
 ) -> Path:
     """Fetch, check and unpack dataset ``name`` into ``data_dir/<folder>``; returns that folder.
 
     Already complete (marker present): nothing is fetched. A folder without the
     marker (files placed by hand, or an old layout) is left alone unless ``force``.
+    ``timeout`` bounds each connection and each read, in seconds; a dropped or
+    stalled connection is resumed up to ``retries`` times.
     """
     source = resolve_source(name, mirror, checksums)
     root = Path(data_dir)
@@ -324,7 +328,7 @@ def download_dataset(
     except OSError as exc:
         raise DownloadError(f"cannot create {root}: {exc.strerror or exc}") from exc
     downloads = root / DOWNLOADS / name
-    fetched = [fetch(f, downloads, progress=progress, retries=retries) for f in source.files]
+    fetched = [fetch(f, downloads, progress=progress, retries=retries, timeout=timeout) for f in source.files]
     _install(source, fetched, root, target)
     for path in fetched:
         path.unlink(missing_ok=True)

@@ -138,7 +138,12 @@ def _fetch_once(url: str, part: Path, progress: bool, timeout: float) -> None:
         total = offset + int(length) if length is not None and length.isdigit() else None
         bar = _bar(part.name.removesuffix(".part"), total, offset, progress)
         try:
-            with open(part, "ab" if offset else "wb") as out:
+            out = open(part, "ab" if offset else "wb")
+        except OSError as exc:
+            bar.close()
+            raise DownloadError(f"cannot write {part}: {exc.strerror or exc}") from exc
+        try:
+            with out:
                 while True:
                     chunk = response.read1(CHUNK)  # what has arrived: a stall keeps the bytes before it
                     if not chunk:
@@ -180,10 +185,11 @@ def _fetch_url(url: str, part: Path, progress: bool, retries: int, timeout: floa
         except urllib.error.URLError as exc:
             errors.append(f"cannot reach {url} ({exc.reason}); check the network, or set {MIRROR_ENV}")
             return False
-        except OSError as exc:
+        except OSError as exc:  # a network error mid-body (reset, TLS): resume like a drop
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise _disk_full(part, exc) from exc
-            raise DownloadError(f"cannot write {part}: {exc.strerror or exc}") from exc
+            have = part.stat().st_size if part.exists() else 0
+            log.info("connection to %s failed at %d bytes (%s); resuming", url, have, exc)
     have = part.stat().st_size if part.exists() else 0
     errors.append(f"connection to {url} dropped or stalled {retries + 1} times ({have} bytes kept in {part}; rerun to resume)")
     return False

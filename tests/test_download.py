@@ -358,6 +358,16 @@ def test_cli_download_error_is_one_line_exit_2(tmp_path: Path, monkeypatch: pyte
     assert rc == 2 and len(err.splitlines()) == 1 and err.startswith("chillfl: error: download mnist: checksum mismatch")
 
 
+def test_cli_without_names_lists_what_data_dir_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _get("mnist", GENERATORS["mnist"](), tmp_path)
+    (tmp_path / "data" / "svhn").mkdir()
+    assert main(["data", "download", "--data-dir", str(tmp_path / "data")]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert set(rows) == set(SOURCES) | {"femnist"}
+    assert rows["mnist"].endswith("downloaded") and rows["svhn"].endswith("present (not by us)") and rows["cifar10"].endswith("missing")
+    assert "170 MB" in rows["cifar10"] and rows["femnist"].endswith("manual (LEAF)")
+
+
 def test_run_on_missing_dataset_prints_the_download_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "empty"
     config = tmp_path / "exp.toml"

@@ -112,6 +112,8 @@ def cmd_data_download(args: argparse.Namespace) -> int:
     """Fetch a real dataset; every failure is one line and exit status 2 (see chillfl.data.download)."""
     from chillfl.data.download import DownloadError, download_dataset, read_checksums
 
+    if not args.names:
+        return _download_status(args.data_dir)
     name = args.names[0]
     try:
         checksums = read_checksums(args.checksums) if args.checksums else None
@@ -124,6 +126,15 @@ def cmd_data_download(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("chillfl: interrupted; the same command resumes the download", file=sys.stderr)
         return 130
+    return 0
+
+
+def _download_status(data_dir: str) -> int:
+    """``chillfl data download`` without names: every downloadable dataset and whether ``data_dir`` has it."""
+    from chillfl.data.download import dataset_status
+
+    for name, folder, size, state in dataset_status(data_dir):
+        print(f"{name:14} {folder:26} {size:>12}  {state}")
     return 0
 
 
@@ -190,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     ds.add_argument("-o", "--output", help="heat map PNG path (default: <name>-partition.png)")
     ds.set_defaults(func=cmd_data_show)
     dd = dsub.add_parser("download", help="fetch a real dataset (checked, resumable) into the folder its loader reads")
-    dd.add_argument("names", nargs="+", metavar="NAME", help="dataset names, e.g. cifar10 (see docs/datasets.md); fetched in turn")
+    dd.add_argument("names", nargs="*", metavar="NAME", help="dataset names, e.g. cifar10 (see docs/datasets.md); fetched in turn; none: list them and what data_dir holds")
     dd.add_argument("--data-dir", default="data", help="where datasets live (the config's `data_dir`; default: data)")
     dd.add_argument("--mirror", help="base URL replacing the official ones: MIRROR/<name>/<file> (default: $CHILLFL_DATA_MIRROR)")
     dd.add_argument("--checksums", help="manifest of '<md5|sha256>  <name>/<file>' lines that replace the built-in checksums")

@@ -303,6 +303,24 @@ def is_complete(data_dir: Path, source: Source) -> bool:
     return (data_dir / source.folder / MARKER).is_file()
 
 
+def dataset_status(data_dir: str | Path) -> list[tuple[str, str, str, str]]:
+    """(name, folder, download size, state) of every downloadable dataset; state: downloaded | present (not by us) | missing | manual."""
+    root = Path(data_dir)
+    rows = []
+    for name in downloadable():
+        if name in SOURCES:
+            source = SOURCES[name]
+            sizes = [f.size for f in source.files]
+            size = f"{sum(s for s in sizes if s) / 1e6:.0f} MB" if all(sizes) else "see docs"
+            folder = source.folder
+            state = "downloaded" if is_complete(root, source) else "present (not by us)" if (root / folder).exists() else "missing"
+        else:
+            folder, size = MANUAL[name].folder, "-"
+            state = "present" if (root / folder).exists() else "manual (LEAF)"
+        rows.append((name, folder + "/", size, state))
+    return rows
+
+
 def download_dataset(
     name: str,
     data_dir: str | Path = "data",

@@ -342,9 +342,18 @@ def _decode(path: Path, size: int, crop: bool) -> np.ndarray:
 
 
 def _decode_all(paths: list[Path], size: int, crop: bool) -> np.ndarray:
+    """All images, decoded on a thread per core (Pillow releases the GIL); image i goes to row i whatever the order."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
     out = np.empty((len(paths), 3, size, size), dtype=np.uint8)
-    for i, path in enumerate(paths):
-        out[i] = _decode(path, size, crop)
+
+    def one(i: int) -> None:
+        out[i] = _decode(paths[i], size, crop)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, os.cpu_count() or 1))) as pool:
+        for _ in pool.map(one, range(len(paths))):  # iterating re-raises a worker's error
+            pass
     return out
 
 

@@ -21,6 +21,7 @@ from chillfl.cli import main
 from chillfl.data import load_dataset
 from chillfl.data.download import DOWNLOADS, MARKER, MIRROR_ENV, DownloadError, download_dataset, fetch, read_checksums, resolve_source
 from chillfl.data.sources import SOURCES, RemoteFile
+from chillfl.errors import ConfigError
 from fake_datasets import GENERATORS, ServerState, manifest, publish, serve, tar_bytes, zip_bytes
 
 OPTIONS = {"emnist": {"split": "letters"}, "caltech256": {"size": 16, "test_fraction": 0.2}, "femnist": {"train_fraction": 0.5}}
@@ -275,6 +276,22 @@ def test_archive_escaping_its_folder_is_refused(tmp_path: Path, archive: str) ->
         _get(name, {fname: blob}, tmp_path)
     assert not (tmp_path / "evil.txt").exists() and not (tmp_path.parent / "evil.txt").exists()
     assert not (tmp_path / "data" / SOURCES[name].folder).exists() and _leftovers(tmp_path / "data") == []
+
+
+def test_unpacking_killed_midway_never_looks_complete_and_is_cleaned(tmp_path: Path) -> None:
+    # what kill -9 during unpacking leaves: the checked archive and a half-filled temporary folder
+    files = GENERATORS["cifar10"]()
+    data = tmp_path / "data"
+    (data / DOWNLOADS / "cifar10").mkdir(parents=True)
+    (data / DOWNLOADS / "cifar10" / "cifar-10-python.tar.gz").write_bytes(files["cifar-10-python.tar.gz"])
+    (data / ".cifar10.unpacking-x1y2" / "cifar-10-batches-py").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="CIFAR-10 not found"):
+        load_dataset("cifar10", data_dir=data)
+    state = ServerState()  # serves nothing: the kept archive is enough
+    with serve(state) as base:
+        download_dataset("cifar10", data, mirror=base, checksums=_checksums("cifar10", files, tmp_path))
+    assert state.requests == [] and not (data / ".cifar10.unpacking-x1y2").exists() and _leftovers(data) == []
+    _check_loaded("cifar10", data)
 
 
 def test_folder_not_made_by_the_downloader_is_left_alone(tmp_path: Path) -> None:

@@ -366,7 +366,9 @@ def download_dataset(
 
 def _install(source: Source, fetched: list[Path], root: Path, target: Path) -> None:
     """Unpack into a temp folder beside ``target``, rename it into place, write the marker last."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{source.name}-", dir=root))
+    for stale in root.glob(f".{source.name}.unpacking-*"):  # left by a process killed while unpacking
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{source.name}.unpacking-", dir=root))
     try:
         for path, file in zip(fetched, source.files):
             _unpack(path, file, tmp)

@@ -11,6 +11,7 @@ extra          packages                                    used by
 plots          matplotlib                                  run/compare figures, ``data show``
 analysis       scipy, matplotlib                           ``chillfl analyze``
 datasets       scikit-learn, scipy, mnist1d                ``digits``, ``mnist1d``, ``svhn``
+images         pillow                                      ``tiny_imagenet``, ``caltech256`` (JPEGs)
 tensorboard    tensorboard                                 ``[log] sinks = ["tensorboard"]``
 wandb          wandb                                       ``[log] sinks = ["wandb"]``
 =============  ==========================================  ================================
@@ -23,7 +24,7 @@ from types import ModuleType
 
 from chillfl.errors import MissingExtra
 
-PACKAGES = {"matplotlib": "matplotlib", "scipy": "scipy", "sklearn": "scikit-learn", "mnist1d": "mnist1d", "tensorboard": "tensorboard", "wandb": "wandb"}
+PACKAGES = {"PIL": "pillow", "matplotlib": "matplotlib", "scipy": "scipy", "sklearn": "scikit-learn", "mnist1d": "mnist1d", "tensorboard": "tensorboard", "wandb": "wandb"}
 """Top-level import name -> the package name pip knows."""
 
 

@@ -101,7 +101,7 @@ def plot_grad_norms(raw: dict[str, tuple[np.ndarray, np.ndarray]], temps: dict[s
     FigureCanvasAgg(fig)
     every = np.concatenate([n[n > 0] for n, _ in raw.values()]) if raw else np.zeros(0)
     lo, hi = (np.log10(every.min()), np.log10(every.max())) if len(every) else (-1.0, 1.0)
-    bins = np.linspace(lo, hi if hi > lo else lo + 1, 40)
+    bins = np.linspace(lo, hi if hi > lo else lo + 1, 40).tolist()
     for row, (flag, title) in enumerate(((True, "correctly predicted"), (False, "incorrectly predicted"))):
         ax = fig.add_subplot(2, 1, row + 1)
         for label, (norms, correct) in raw.items():

@@ -108,36 +108,31 @@ class CalibrationAccumulator:
         self.num_bins = num_bins
         self.temperature = temperature
         self.n = 0
-        self._count: torch.Tensor | None = None
-        self._conf = self._correct = self._brier = self._nll = self._count
+        self._sums: torch.Tensor | None = None  # [count per bin | confidence per bin | correct per bin | Brier | NLL], float64
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
         """Add one batch (the ``observe`` hook of :func:`chillfl.training.local.evaluate`)."""
+        m = self.num_bins
         logp = torch.log_softmax(logits.double() / self.temperature, dim=1)
         p = logp.exp()
         conf, pred = p.max(dim=1)
-        idx = bin_index(conf, self.num_bins)
-        if self._count is None:
-            dev = logits.device
-            self._count = torch.zeros(self.num_bins, dtype=torch.float64, device=dev)
-            self._conf = torch.zeros_like(self._count)
-            self._correct = torch.zeros_like(self._count)
-            self._brier = torch.zeros((), dtype=torch.float64, device=dev)
-            self._nll = torch.zeros((), dtype=torch.float64, device=dev)
-        assert self._conf is not None and self._correct is not None and self._brier is not None and self._nll is not None
-        self._count.index_add_(0, idx, torch.ones_like(conf))
-        self._conf.index_add_(0, idx, conf)
-        self._correct.index_add_(0, idx, (pred == labels).double())
+        idx = bin_index(conf, m)
+        if self._sums is None:
+            self._sums = torch.zeros(3 * m + 2, dtype=torch.float64, device=logits.device)
+        sums = self._sums
+        sums.index_add_(0, idx, torch.ones_like(conf))
+        sums.index_add_(0, idx + m, conf)
+        sums.index_add_(0, idx + 2 * m, (pred == labels).double())
         py = p.gather(1, labels[:, None]).squeeze(1)
-        self._brier += ((p * p).sum(dim=1) - 2 * py + 1).sum()
-        self._nll -= logp.gather(1, labels[:, None]).sum()
+        sums[3 * m] += ((p * p).sum(dim=1) - 2 * py + 1).sum()
+        sums[3 * m + 1] -= logp.gather(1, labels[:, None]).sum()
         self.n += len(labels)
 
     def result(self) -> dict[str, float]:
         """``{"ece", "nll", "brier"}`` over everything added (NaN when nothing was)."""
-        if self._count is None or self.n == 0:
+        if self._sums is None or self.n == 0:
             return {"ece": float("nan"), "nll": float("nan"), "brier": float("nan")}
-        assert self._conf is not None and self._correct is not None and self._brier is not None and self._nll is not None
-        gaps = (self._correct - self._conf).abs().sum()  # sum_b |sum correct - sum conf| = sum_b |B_b| |acc - conf|
-        values = torch.stack([gaps, self._nll, self._brier]).cpu().tolist()  # one host sync
+        m, sums = self.num_bins, self._sums
+        gaps = (sums[2 * m : 3 * m] - sums[m : 2 * m]).abs().sum()  # sum_b |sum correct - sum conf| = sum_b |B_b| |acc - conf|
+        values = torch.stack([gaps, sums[3 * m + 1], sums[3 * m]]).cpu().tolist()  # one host sync
         return {"ece": values[0] / self.n, "nll": values[1] / self.n, "brier": values[2] / self.n}

@@ -14,7 +14,8 @@ Grouping: runs whose saved configs are equal except for ``seed`` and the
 fields that do not change what is computed (``name``, ``out_dir``,
 ``data_dir``, ``device``, ``executor``, ``threads``) form one group (its
 seeds). A RUN_DIR may also be a folder of run folders (``chillfl compare``'s
-output): every run folder directly inside it is taken.
+output): every finished run folder directly inside it is taken (``.partial``
+and ``.failed`` ones only when named themselves).
 
 A small inline script checks, after the page has loaded, that every image
 decoded (``naturalWidth > 0``) and writes the result into
@@ -74,13 +75,18 @@ def _is_run(folder: Path) -> bool:
     return (folder / "config.toml").is_file() and (folder / "metrics.jsonl").is_file()
 
 
+def _unfinished(folder: Path) -> bool:
+    """``NAME.partial`` / ``NAME.failed[-n]``: taken only when named explicitly."""
+    return ".partial" in folder.name or ".failed" in folder.name
+
+
 def find_runs(paths: Sequence[str | Path]) -> list[Path]:
     """Run folders named by ``paths`` (a run folder, or a folder whose sub-folders are runs)."""
     found: list[Path] = []
     for p in map(Path, paths):
         if _is_run(p):
             found.append(p)
-        elif p.is_dir() and (subs := sorted(s for s in p.iterdir() if s.is_dir() and _is_run(s))):
+        elif p.is_dir() and (subs := sorted(s for s in p.iterdir() if s.is_dir() and _is_run(s) and not _unfinished(s))):
             found.extend(subs)
         else:
             raise ConfigError("RUN_DIR", f"{p} is not a chillfl run folder (config.toml + metrics.jsonl) nor a folder of them")
@@ -206,7 +212,10 @@ def reliability_figure(run: Run) -> str | None:
         return None
     from chillfl.analysis.calibration import analyze, plot_reliability
 
-    result = analyze([str(run.folder)], bins=run.config.eval.ece_bins)
+    try:
+        result = analyze([str(run.folder)], bins=run.config.eval.ece_bins)
+    except ConfigError:  # e.g. a dataset that is not on this machine
+        return None
     return _via_file(lambda path: plot_reliability(result, path))
 
 

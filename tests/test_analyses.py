@@ -101,13 +101,13 @@ def test_layer_features_match_the_model_parts_representation(run_dir: Path) -> N
     replay = replay_round(run_dir, "initial")
     model, x = replay.exp.model, replay.exp.data.test()[0][:50]
     layers = default_layers(model)
-    assert layers[-1] == REPRESENTATION and len(layers) >= 3
+    assert layers[-2] == REPRESENTATION and len(layers) >= 3
     feats = layer_features(model, replay.start, x, layers)
     model.load_state_dict(replay.start)
     model.eval()
     rep, logits = forward_with_features(model, x)
     assert torch.equal(feats[REPRESENTATION], rep.reshape(50, -1))
-    head = layers[-2]  # the last linear layer's output is the logits
+    head = layers[-1]  # the last linear layer's output is the logits
     assert torch.allclose(feats[head], logits)
 
 

@@ -49,13 +49,13 @@ LAYER_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
 
 def default_layers(model: nn.Module) -> list[str]:
-    """Every conv and linear module, in registration order, plus ``representation`` when the model has a head."""
+    """Every conv and linear module, in registration order, with ``representation`` just before the head (when there is one)."""
     names = [n for n, m in model.named_modules() if isinstance(m, LAYER_TYPES)]
     try:
-        head_name(model)
-        names.append(REPRESENTATION)
+        head = head_name(model)
     except NoHeadError:
-        pass
+        return names
+    names.insert(names.index(head), REPRESENTATION)  # the head's input, just before the head's output
     return names
 
 

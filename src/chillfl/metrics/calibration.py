@@ -120,9 +120,11 @@ class CalibrationAccumulator:
         if self._sums is None:
             self._sums = torch.zeros(3 * m + 2, dtype=torch.float64, device=logits.device)
         sums = self._sums
-        sums.index_add_(0, idx, torch.ones_like(conf))
-        sums.index_add_(0, idx + m, conf)
-        sums.index_add_(0, idx + 2 * m, (pred == labels).double())
+        # Per-bin sums as a one-hot matmul, not index_add_: atomics on a GPU would add in a varying
+        # order, and the run's metrics must be bitwise reproducible on every device.
+        onehot = F.one_hot(idx, m).double()
+        per_bin = onehot.T @ torch.stack([torch.ones_like(conf), conf, (pred == labels).double()], dim=1)  # [m, 3]
+        sums[: 3 * m] += per_bin.T.reshape(-1)
         py = p.gather(1, labels[:, None]).squeeze(1)
         sums[3 * m] += ((p * p).sum(dim=1) - 2 * py + 1).sum()
         sums[3 * m + 1] -= logp.gather(1, labels[:, None]).sum()

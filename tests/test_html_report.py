@@ -118,3 +118,15 @@ def test_page_renders_in_a_headless_browser(runs: Path, tmp_path: Path, capsys: 
         # the plots are drawn: some pixel in the lower half is coloured (not grey/white/black)
         lower = rgb.crop((0, HEIGHT // 2, WIDTH, HEIGHT)).getcolors(maxcolors=1 << 20) or []
         assert any(max(c) - min(c) > 80 for _, c in lower)
+
+
+def test_rounds_to_target_says_how_many_seeds_reached_it() -> None:
+    from chillfl.config import RunConfig
+    from chillfl.report.html import Group, Run, _metrics_row
+
+    def run(seed: int, rounds: int | None) -> Run:
+        return Run(Path("."), RunConfig(seed=seed), [], {"target_accuracy": 0.9, "rounds_to_target": rounds, "final_global_acc": 0.5 + seed / 10})
+
+    row = _metrics_row(Group("g", [run(0, 4), run(1, None), run(2, 8)]))
+    assert "6.0 ± 2.8 (2/3 reached)" in row  # mean 6 of (4, 8), sample std sqrt(8) = 2.83
+    assert "60.00 ± 10.00" in row  # final acc 50, 60, 70 %: mean 60, std 10

@@ -274,7 +274,12 @@ def _config_row(g: Group) -> str:
 def _metrics_row(g: Group) -> str:
     cells = [f'<td class="l">{_e(g.label)}</td>', f"<td>{len(g.runs)}</td>"]
     for key, _, pct in TABLE_METRICS:
-        cells.append(f"<td>{_e(_fmt(key, *mean_std([r.summary.get(key) for r in g.runs]), pct))}</td>")
+        values = [r.summary.get(key) for r in g.runs]
+        text = _fmt(key, *mean_std(values), pct)
+        if key == "rounds_to_target" and any("target_accuracy" in r.summary for r in g.runs):
+            reached = sum(v is not None for v in values)
+            text = f"{text} ({reached}/{len(values)} reached)" if reached < len(values) else text  # the mean is over those that did
+        cells.append(f"<td>{_e(text)}</td>")
     return "<tr>" + "".join(cells) + "</tr>"
 
 

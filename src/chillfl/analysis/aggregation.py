@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from chillfl.extras import need
 from chillfl.analysis.replay import Replay, accuracy, entropy, out_folder, predict, replay_round, run_label, write_json
 
 
@@ -124,6 +125,7 @@ def plot_entropy_change(result: dict[str, Any], path: Path) -> None:
 
 def _command(which: str) -> Any:
     def cmd(args: argparse.Namespace) -> int:
+        need("matplotlib", "analysis", "plots")  # the output includes a figure: say so before any work
         result = analyze(args.run_dirs, args.start, which)
         folder = out_folder(args.run_dirs, args.out)
         name = f"aggregation-{which}"

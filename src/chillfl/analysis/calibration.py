@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from chillfl.analysis.replay import build_run, load_model_state, out_folder, predict, run_label, write_json
+from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.metrics.calibration import BINNINGS, DEFAULT_BINS, brier_score, negative_log_likelihood, reliability
 
@@ -88,6 +89,7 @@ def plot_reliability(result: dict[str, Any], path: Path) -> None:
 
 
 def cmd_calibration(args: argparse.Namespace) -> int:
+    need("matplotlib", "analysis", "plots")  # the output includes a figure: say so before any work
     if not (math.isfinite(args.temperature) and args.temperature > 0):
         raise ConfigError("--temperature", f"must be finite and > 0, got {args.temperature}")
     if not 1 <= args.bins <= 1000:

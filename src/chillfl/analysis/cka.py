@@ -39,6 +39,7 @@ from torch import nn
 from torch.func import functional_call
 
 from chillfl.analysis.replay import Params, build_run, load_model_state, out_folder, replay_round, run_label, write_json
+from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.metrics.cka import linear_cka
 from chillfl.models.parts import NoHeadError, head_name
@@ -167,6 +168,7 @@ def plot_cka(result: dict[str, Any], path: Path) -> None:
 
 
 def cmd_cka(args: argparse.Namespace) -> int:
+    need("matplotlib", "analysis", "plots")  # the output includes a figure: say so before any work
     if args.samples < 2:
         raise ConfigError("--samples", f"CKA needs at least 2 inputs, got {args.samples}")
     layers = [s.strip() for s in args.layers.split(",") if s.strip()] if args.layers else None

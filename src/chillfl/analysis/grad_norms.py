@@ -31,6 +31,7 @@ import torch
 from torch.func import functional_call
 
 from chillfl.analysis.replay import build_run, load_model_state, out_folder, run_label, write_json
+from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.experiment import Experiment
 from chillfl.temperature.base import ConstantTemperature
@@ -118,6 +119,7 @@ def plot_grad_norms(raw: dict[str, tuple[np.ndarray, np.ndarray]], temps: dict[s
 
 
 def cmd_grad_norms(args: argparse.Namespace) -> int:
+    need("matplotlib", "analysis", "plots")  # the output includes a figure: say so before any work
     if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature > 0):
         raise ConfigError("--temperature", f"must be finite and > 0, got {args.temperature}")
     if args.samples < 1:

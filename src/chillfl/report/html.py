@@ -39,6 +39,7 @@ import numpy as np
 from chillfl.config import RunConfig, load_config
 from chillfl.engine.results import read_metrics, series, to_toml
 from chillfl.errors import ConfigError
+from chillfl.extras import need
 
 IGNORED_FOR_GROUPING = ("seed", "name", "out_dir", "data_dir", "device", "executor", "threads")
 TABLE_METRICS = (
@@ -285,6 +286,7 @@ def _metrics_row(g: Group) -> str:
 
 def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: bool = True, partitions: bool = True) -> str:
     """The report page as a string (see module docstring)."""
+    need("matplotlib", "plots", "the report's figures")
     runs = [load_run(p) for p in find_runs(run_dirs)]
     groups = group_runs(runs)
     title = title or ("chillfl report: " + ", ".join(g.label for g in groups))

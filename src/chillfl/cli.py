@@ -155,6 +155,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from chillfl.data import dataset_names, partitioner_names
     from chillfl.models import model_names
     from chillfl.distillation.methods import method_names
+    from chillfl.protocols.knowledge import METHODS as PROTOTYPE_METHODS
     from chillfl.temperature import policy_names
 
     for title, names in (
@@ -164,6 +165,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         ("temperature policies", policy_names()),
         ("algorithms", algorithm_names()),
         ("distillation methods", method_names()),
+        ("prototype methods", sorted(PROTOTYPE_METHODS)),
         ("experiments", bundled_experiments()),
     ):
         print(f"{title}: {', '.join(names)}")

@@ -19,14 +19,15 @@ from chillfl.aggregation.fedmut import FedMut, FedMutOptions
 from chillfl.aggregation.fednova import FedNova, FedNovaOptions
 from chillfl.aggregation.fedopt import FedOpt, FedOptOptions, ServerOptimizer
 from chillfl.aggregation.fedprox import FedProx, FedProxOptions, ProximalTerm
+from chillfl.aggregation.moon import Moon, MoonOptions
 from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions
 from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, ScaffoldOptions
 from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import parse_options
-from chillfl.training.objective import LossTerm
+from chillfl.training.objective import Term
 
-Built = tuple[Aggregator, list[LossTerm]]
+Built = tuple[Aggregator, list[Term]]
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     ),
     "fedmut": AlgorithmSpec(FedMutOptions, lambda o, ctx: (FedMut(ctx.seed, o, ctx.param_keys()), []), "stochastic mutation (Hu et al. 2024)"),
     "pa3fed": AlgorithmSpec(PA3FedOptions, lambda o, ctx: _build_pa3fed(o, ctx), "period-aware adaptive aggregation over a base (PA3Fed)"),
+    "moon": AlgorithmSpec(MoonOptions, lambda o, ctx: _build_moon(o, ctx), "model-contrastive FL (Li et al. 2021)"),
 }
 
 
@@ -107,6 +109,23 @@ def with_client_momentum(options: Any, ctx: BuildContext, why: str) -> Any:
 
 def _build_fednova(options: FedNovaOptions, ctx: BuildContext) -> Built:
     return FedNova(with_client_momentum(options, ctx, "FedNova's a_i"), ctx.param_keys()), []
+
+
+def _require_head(ctx: BuildContext, method: str) -> str:
+    """The model's classifier head name; a model without one is a ConfigError on ``model.name``."""
+    from chillfl.models.parts import NoHeadError, head_name
+
+    try:
+        return head_name(ctx.model)
+    except NoHeadError as exc:
+        raise ConfigError("model.name", f"{method} works on the representation before the classifier head, and {exc}") from None
+
+
+def _build_moon(options: MoonOptions, ctx: BuildContext) -> Built:
+    from chillfl.training.moon import MoonTerm
+
+    _require_head(ctx, "MOON")
+    return Moon(options), [MoonTerm()]
 
 
 def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:

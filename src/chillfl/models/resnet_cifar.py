@@ -76,7 +76,7 @@ class BasicBlock(nn.Module):
         self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(cout)
         self.pad = shortcut == "pad" and (stride != 1 or cin != cout)
-        self.downsample: nn.Module | None = None
+        self.downsample: nn.Sequential | None = None
         if shortcut == "conv" and (stride != 1 or cin != cout):
             self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
 
@@ -112,6 +112,7 @@ class Stage(nn.Module):
     def __init__(self, blocks: list[BasicBlock]) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(blocks)
+        self.in_channels = blocks[0].cin
 
     def forward(self, x: torch.Tensor, width: float = 1.0) -> torch.Tensor:
         for block in self.blocks:
@@ -120,7 +121,7 @@ class Stage(nn.Module):
 
     def input_channels(self, width: float) -> int:
         """Channels of the stage input that the width-reduced stage reads (the first ones)."""
-        return make_divisible(self.blocks[0].cin * width)
+        return make_divisible(self.in_channels * width)
 
 
 def _stages(cin: int, widths: tuple[int, ...], count: int, shortcut: str) -> list[Stage]:

@@ -35,8 +35,9 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from chillfl.models.parts import forward_with_features
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
-from chillfl.training.objective import LossTerm, temperature_cross_entropy
+from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
 
 Params = dict[str, torch.Tensor]
 BaseLoss = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
@@ -72,7 +73,7 @@ class LocalSpec:
     momentum: float = 0.0
     weight_decay: float = 0.0
     base_loss: BaseLoss = temperature_cross_entropy
-    terms: Sequence[LossTerm] = field(default_factory=tuple)
+    terms: Sequence[Term] = field(default_factory=tuple)
 
 
 def has_tied_tensors(model: nn.Module) -> bool:
@@ -101,17 +102,42 @@ class StepLoss:
         self.keys: list[str] = []
         self._tie_weights = has_tied_tensors(model)
         self._layers = factored_layers(model)
+        self._batch_terms = any(is_batch_term(t) for t in spec.terms)
+        self._captures = tuple(dict.fromkeys(name for t in spec.terms for name in getattr(t, "captures", ())))
 
     def __call__(
         self, params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor, temperature: Any, context: Mapping[str, Any]
     ) -> tuple[torch.Tensor, list[Captured]]:
+        grabbed: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        features = None
         with recording(self._layers, vmapped=self.vmapped) if self.factor else nullcontext(Recorder(False)) as rec:
-            logits = functional_call(self.model, (params, buffers), (x,), tie_weights=self._tie_weights)
+            if self._batch_terms:
+                features, logits = self._forward_viewed(params, buffers, x, grabbed)
+            else:
+                logits = functional_call(self.model, (params, buffers), (x,), tie_weights=self._tie_weights)
         self.keys = [key for key, _, _ in rec.calls]
         value = self.spec.base_loss(logits, y, temperature)
+        step = None if features is None else StepView(self.model, x, y, features, logits, value, buffers, grabbed)
         for term in self.spec.terms:
-            value = value + term(params, context)
+            value = value + apply_term(term, params, context, step)
         return value, [(xin, z) for _, xin, z in rec.calls]
+
+    def _forward_viewed(
+        self, params: Params, buffers: Params, x: torch.Tensor, grabbed: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(representation, logits) of the training forward, recording the (input, output) of ``self._captures``."""
+
+        def grab(name: str) -> Any:
+            return lambda _m, inputs, output: grabbed.setdefault(name, (inputs[0], output))
+
+        handles = [self.model.get_submodule(name).register_forward_hook(grab(name)) for name in self._captures]
+        try:
+            return forward_with_features(
+                self.model, x, call=lambda xb: functional_call(self.model, (params, buffers), (xb,), tie_weights=self._tie_weights)
+            )
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 Factors = dict[str, list[tuple[torch.Tensor, torch.Tensor]]]

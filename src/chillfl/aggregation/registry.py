@@ -25,6 +25,7 @@ from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, Scaffol
 from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import parse_options
+from chillfl.training.fedalign import FedAlignOptions, FedAlignTerm
 from chillfl.training.objective import Term
 
 Built = tuple[Aggregator, list[Term]]
@@ -84,6 +85,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     "fedmut": AlgorithmSpec(FedMutOptions, lambda o, ctx: (FedMut(ctx.seed, o, ctx.param_keys()), []), "stochastic mutation (Hu et al. 2024)"),
     "pa3fed": AlgorithmSpec(PA3FedOptions, lambda o, ctx: _build_pa3fed(o, ctx), "period-aware adaptive aggregation over a base (PA3Fed)"),
     "moon": AlgorithmSpec(MoonOptions, lambda o, ctx: _build_moon(o, ctx), "model-contrastive FL (Li et al. 2021)"),
+    "fedalign": AlgorithmSpec(FedAlignOptions, lambda o, ctx: _build_fedalign(o, ctx), "FedAvg + final-stage Lipschitz alignment (Mendieta et al. 2022)"),
 }
 
 
@@ -126,6 +128,14 @@ def _build_moon(options: MoonOptions, ctx: BuildContext) -> Built:
 
     _require_head(ctx, "MOON")
     return Moon(options), [MoonTerm()]
+
+
+def _build_fedalign(options: FedAlignOptions, ctx: BuildContext) -> Built:
+    """FedAvg with FedAlign's term; the model must have a final stage that runs at reduced width."""
+    stage = getattr(ctx.model, "slim_stage", None)
+    if not isinstance(stage, str):
+        raise ConfigError("model.name", "FedAlign needs a ResNet whose final stage runs at reduced width: resnet20, resnet32 or resnet18_fedchill")
+    return FedAvg(), [FedAlignTerm(stage, options)]
 
 
 def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:

@@ -128,7 +128,10 @@ class StepLoss:
         """(representation, logits) of the training forward, recording the (input, output) of ``self._captures``."""
 
         def grab(name: str) -> Any:
-            return lambda _m, inputs, output: grabbed.setdefault(name, (inputs[0], output))
+            def hook(_module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+                grabbed.setdefault(name, (inputs[0], output))  # a hook that returns a value would replace the output
+
+            return hook
 
         handles = [self.model.get_submodule(name).register_forward_hook(grab(name)) for name in self._captures]
         try:

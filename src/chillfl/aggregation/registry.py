@@ -15,6 +15,7 @@ from torch import nn
 
 from chillfl.aggregation.base import Aggregator, FedAvg
 from chillfl.aggregation.fedbn import FedBN, FedBNOptions, batchnorm_keys
+from chillfl.aggregation.fedgen import FedGen, FedGenOptions
 from chillfl.aggregation.fedmut import FedMut, FedMutOptions
 from chillfl.aggregation.fednova import FedNova, FedNovaOptions
 from chillfl.aggregation.fedopt import FedOpt, FedOptOptions, ServerOptimizer
@@ -86,6 +87,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     "pa3fed": AlgorithmSpec(PA3FedOptions, lambda o, ctx: _build_pa3fed(o, ctx), "period-aware adaptive aggregation over a base (PA3Fed)"),
     "moon": AlgorithmSpec(MoonOptions, lambda o, ctx: _build_moon(o, ctx), "model-contrastive FL (Li et al. 2021)"),
     "fedalign": AlgorithmSpec(FedAlignOptions, lambda o, ctx: _build_fedalign(o, ctx), "FedAvg + final-stage Lipschitz alignment (Mendieta et al. 2022)"),
+    "fedgen": AlgorithmSpec(FedGenOptions, lambda o, ctx: _build_fedgen(o, ctx), "server-trained feature generator as regulariser (Zhu et al. 2021)"),
 }
 
 
@@ -136,6 +138,15 @@ def _build_fedalign(options: FedAlignOptions, ctx: BuildContext) -> Built:
     if not isinstance(stage, str):
         raise ConfigError("model.name", "FedAlign needs a ResNet whose final stage runs at reduced width: resnet20, resnet32 or resnet18_fedchill")
     return FedAvg(), [FedAlignTerm(stage, options)]
+
+
+def _build_fedgen(options: FedGenOptions, ctx: BuildContext) -> Built:
+    from chillfl.training.fedgen import FedGenTerm
+
+    head = _require_head(ctx, "FedGen")
+    module = ctx.model.get_submodule(head)
+    assert isinstance(module, nn.Linear)
+    return FedGen(options, head, module.out_features, module.in_features, ctx.seed), [FedGenTerm(head)]
 
 
 def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:

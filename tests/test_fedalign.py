@@ -160,3 +160,13 @@ def test_bad_options_name_the_field(bad: dict) -> None:
     with pytest.raises(ConfigError) as info:
         build_experiment(config(**{"algorithm.name": "fedalign", "model.name": "resnet20", **bad}))
     assert info.value.field.startswith("algorithm.")
+
+
+def test_power_iteration_survives_huge_and_zero_maps() -> None:
+    # sigma(c M) = c sigma(M): at |M| ~ 1e13 (a T = 0.05 run) K = M M^T would overflow float32 unscaled
+    big = torch.tensor([[[3.0e13, 0.0], [0.0, 1.0e13]]])
+    assert top_singular_value(big).item() == pytest.approx(3.0e13, rel=1e-5)
+    zero = torch.zeros(1, 2, 2, requires_grad=True)
+    sigma = top_singular_value(zero)
+    (g,) = torch.autograd.grad(sigma.sum(), [zero])
+    assert sigma.item() < 1e-20 and torch.isfinite(g).all()

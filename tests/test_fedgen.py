@@ -137,3 +137,9 @@ def test_bad_options_name_the_field(bad: dict) -> None:
     with pytest.raises(ConfigError) as info:
         build_experiment(config(**{**FAST, **bad}))
     assert info.value.field.startswith("algorithm.")
+
+
+def test_pa3fed_over_fedgen_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        build_experiment(config(**{"algorithm.name": "pa3fed", "algorithm.base": "fedgen", "model.name": "mlp"}))
+    assert info.value.field == "algorithm.base"

@@ -146,3 +146,9 @@ def test_projection_head_option() -> None:
     with pytest.raises(ConfigError) as info:
         build_model("mlp", (6,), 3, {"projection_dim": -1})
     assert info.value.field == "model.projection_dim"
+
+
+def test_moon_composes_with_pa3fed() -> None:
+    cfg = config(**{"algorithm.name": "pa3fed", "algorithm.base": "moon", "model.name": "mlp", "federation.rounds": 2})
+    out = records(cfg)
+    assert all(math.isfinite(r["train_loss"]) for r in out)

@@ -154,6 +154,8 @@ def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
     bases = [n for n in algorithm_names() if n != "pa3fed"]
     if options.base not in bases:
         raise choice_error(f"{ctx.section}.base", options.base, bases)
+    if options.base == "fedgen":  # PA3Fed's client report (score, gradient norm) replaces the base's
+        raise ConfigError(f"{ctx.section}.base", "fedgen needs its clients' label counts, which it gets from its own client report; PA3Fed sends its own instead")
     base, terms = make_aggregator(
         options.base,
         options.base_options,

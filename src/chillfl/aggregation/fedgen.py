@@ -142,7 +142,7 @@ class FedGen(FedAvg):
             noise = torch.rand(o.samples, o.noise_dim, generator=rng)
             with torch.no_grad():
                 z = self._generate(y, noise, self.params).to(dtype)
-            weight = max(1e-4, o.alpha * o.alpha_decay**round)
+            weight = max(1e-4, o.alpha * o.alpha_decay**round) if o.alpha > 0 else 0.0  # the official floor; alpha = 0 turns the term off
         return Downlink(context={"fedgen_z": z.to(device), "fedgen_y": y.to(device), "fedgen_weight": weight})
 
     # -- server side --------------------------------------------------------------------------------

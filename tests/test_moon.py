@@ -110,7 +110,7 @@ def test_previous_model_is_not_counted_as_sent() -> None:
 
 @pytest.mark.parametrize("model", [{"name": "mlp"}, {"name": "mlp", "projection_dim": 8}])
 def test_moon_under_every_executor(model: dict) -> None:
-    cfg = config(**{"algorithm.name": "moon", "algorithm.mu": 1.0}).with_overrides({"model": model})
+    cfg = config(**{"algorithm.name": "moon", "algorithm.mu": 1.0, "federation.rounds": 2}).with_overrides({"model": model})
     seq = assert_executors_agree(cfg)
     fedavg = records(cfg.with_overrides({"algorithm": {"name": "fedavg"}}))
     assert seq[0]["train_loss"] == fedavg[0]["train_loss"]  # round 0: no previous models, exactly FedAvg

@@ -143,3 +143,16 @@ def test_pa3fed_over_fedgen_is_refused() -> None:
     with pytest.raises(ConfigError) as info:
         build_experiment(config(**{"algorithm.name": "pa3fed", "algorithm.base": "fedgen", "model.name": "mlp"}))
     assert info.value.field == "algorithm.base"
+
+
+@pytest.mark.parametrize("prior,expected", [("qualified", [0.5, 0.5, 0.0]), ("counts", [6 / 9, 3 / 9, 0.0])])
+def test_label_prior(prior: str, expected: list[float]) -> None:
+    # counts: label 0 -> 4 + 2 = 6, label 1 -> 1 + 2 = 3 (B holds 2: qualified), label 2 -> 1 (nobody holds > 1: not qualified)
+    gen = FedGen(FedGenOptions(samples=4, noise_dim=3, hidden=8, generator_steps=1, generator_batch=4, label_prior=prior), "fc", 3, 2, seed=0)
+    results = [
+        ClientResult(0, {"fc.weight": torch.zeros(3, 2), "fc.bias": torch.zeros(3)}, 6, 1, 0.1, 1.0, 0.5, {"label_counts": torch.tensor([4, 1, 1])}),
+        ClientResult(1, {"fc.weight": torch.zeros(3, 2), "fc.bias": torch.zeros(3)}, 4, 1, 0.1, 1.0, 0.5, {"label_counts": torch.tensor([2, 2, 0])}),
+    ]
+    gen.aggregate({"fc.weight": torch.zeros(3, 2), "fc.bias": torch.zeros(3)}, results, 0)
+    torch.testing.assert_close(gen.prior, torch.tensor(expected, dtype=torch.float64))
+    assert set(gen.downlink(0, 1, {"fc.weight": torch.zeros(3, 2)}).context["fedgen_y"].tolist()) <= {0, 1}

@@ -15,10 +15,11 @@ client's generated features of round r from (seed, "fedgen-samples", r, client).
 
 Choices
 -------
-* Labels are drawn uniformly from the "qualified" labels (some client of the
-  round holds more than one sample, ``MIN_SAMPLES_PER_LABEL``), for both the
-  generator's training and the clients' samples, as the official code does;
-  the paper's Eq. 5 writes y ~ p(y), the global label prior.
+* ``label_prior``: labels for the generator's training and the clients'
+  samples are drawn uniformly from the "qualified" labels (some client of the
+  round holds more than one sample, ``MIN_SAMPLES_PER_LABEL``) with
+  ``"qualified"`` (default, the official code); ``"counts"`` draws them in
+  proportion to the round's label counts, the paper's y ~ p(y) of Eq. 5.
 * The client term uses ``samples`` (32) generated features per round, drawn
   once per round and shared by all its steps; the official code draws a
   fresh batch of 32 per step. The downlink therefore carries the samples
@@ -39,7 +40,7 @@ Adam lr 1e-4 (decayed by 0.98 per round) with weight decay 1e-2,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -57,7 +58,8 @@ ADAM_EPS = 1e-8
 @dataclass(frozen=True)
 class FedGenOptions:
     """Client term: ``alpha``, ``alpha_decay``, ``samples``; generator: ``noise_dim``, ``hidden``, ``generator_lr``,
-    ``lr_decay``, ``weight_decay``, ``generator_steps``, ``generator_batch``, ``eta`` (diversity weight)."""
+    ``lr_decay``, ``weight_decay``, ``generator_steps``, ``generator_batch``, ``eta`` (diversity weight);
+    ``label_prior``: qualified | counts."""
 
     alpha: float = 10.0
     alpha_decay: float = 0.98
@@ -70,6 +72,7 @@ class FedGenOptions:
     generator_steps: int = 50
     generator_batch: int = 32
     eta: float = 1.0
+    label_prior: Literal["qualified", "counts"] = "qualified"
 
     def validate(self, section: str) -> None:
         for name in ("alpha", "weight_decay", "eta"):
@@ -119,7 +122,7 @@ class FedGen(FedAvg):
         self.moments: dict[str, Params] = {"m": {}, "v": {}}
         self.steps = 0
         self.lr = options.generator_lr
-        self.labels: list[int] = []  # qualified labels of the last round; empty: no generator trained yet
+        self.prior = torch.zeros(num_classes, dtype=torch.float64)  # label distribution to sample; zeros: no generator yet
         self.trained_rounds = 0
         self._last_loss = 0.0
 
@@ -132,13 +135,13 @@ class FedGen(FedAvg):
         o = self.options
         dtype = next(iter(global_params.values())).dtype
         device = next(iter(global_params.values())).device
-        if not self.labels:
+        if not bool(self.prior.sum() > 0):
             z = torch.zeros(o.samples, self.generator.out.out_features, dtype=dtype)
             y = torch.zeros(o.samples, dtype=torch.int64)
             weight = 0.0
         else:
             rng = torch.Generator().manual_seed(derive_seed(self.seed, "fedgen-samples", round, client_id))
-            y = torch.tensor(self.labels)[torch.randint(len(self.labels), (o.samples,), generator=rng)]
+            y = torch.multinomial(self.prior, o.samples, replacement=True, generator=rng)
             noise = torch.rand(o.samples, o.noise_dim, generator=rng)
             with torch.no_grad():
                 z = self._generate(y, noise, self.params).to(dtype)
@@ -151,20 +154,30 @@ class FedGen(FedAvg):
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
     ) -> Params:
         heads = [(r.params[f"{self.head}.weight"].detach().cpu().float(), _bias(r.params, self.head)) for r in results]
-        table, qualified = label_weights([r.extras["label_counts"] for r in results])
+        counts = [r.extras["label_counts"] for r in results]
+        table, qualified = label_weights(counts)
         if qualified:
-            self._train_generator(heads, table, qualified, round)
-            self.labels = qualified
+            self.prior = self._prior(counts, qualified)
+            self._train_generator(heads, table, round)
         return super().aggregate(global_params, results, round, weights)
 
-    def _train_generator(self, heads: list[tuple[torch.Tensor, torch.Tensor | None]], table: torch.Tensor, qualified: list[int], round: int) -> None:
+    def _prior(self, counts: Sequence[torch.Tensor], qualified: list[int]) -> torch.Tensor:
+        """The label distribution the generator and the clients' samples draw from (see ``label_prior``)."""
+        prior = torch.zeros(self.num_classes, dtype=torch.float64)
+        if self.options.label_prior == "counts":
+            total = torch.stack([c.to(torch.float64) for c in counts]).sum(dim=0)
+            prior[qualified] = total[qualified]
+        else:
+            prior[qualified] = 1.0
+        return prior / prior.sum()
+
+    def _train_generator(self, heads: list[tuple[torch.Tensor, torch.Tensor | None]], table: torch.Tensor, round: int) -> None:
         """``generator_steps`` Adam steps on teacher + eta * diversity; then the learning rate decays (once per round)."""
         o = self.options
         rng = torch.Generator().manual_seed(derive_seed(self.seed, "fedgen", round))
-        choices = torch.tensor(qualified)
         loss = torch.zeros(())
         for _ in range(o.generator_steps):
-            y = choices[torch.randint(len(qualified), (o.generator_batch,), generator=rng)]
+            y = torch.multinomial(self.prior, o.generator_batch, replacement=True, generator=rng)
             noise = torch.rand(o.generator_batch, o.noise_dim, generator=rng)
             leaves = {k: v.clone().requires_grad_(True) for k, v in self.params.items()}
             with torch.enable_grad():
@@ -193,25 +206,25 @@ class FedGen(FedAvg):
         return {"generator_loss": self._last_loss} if self.trained_rounds else {}
 
     def state_dict(self) -> dict[str, Any]:
-        """The generator's weights, its Adam moments, step count and learning rate, and the last qualified labels."""
+        """The generator's weights, its Adam moments, step count and learning rate, and the label prior of the last round."""
         return {
             "generator": params_state(self.params),
             "m": params_state(self.moments["m"]),
             "v": params_state(self.moments["v"]),
             "steps": self.steps,
             "lr": self.lr,
-            "labels": list(self.labels),
+            "prior": self.prior,
             "trained_rounds": self.trained_rounds,
             "last_loss": self._last_loss,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        check_state_keys(state, ("generator", "m", "v", "steps", "lr", "labels", "trained_rounds", "last_loss"), "FedGen")
+        check_state_keys(state, ("generator", "m", "v", "steps", "lr", "prior", "trained_rounds", "last_loss"), "FedGen")
         self.params = load_params(state["generator"])
         self.moments = {"m": load_params(state["m"]), "v": load_params(state["v"])}
         self.steps = int(state["steps"])
         self.lr = float(state["lr"])
-        self.labels = [int(c) for c in state["labels"]]
+        self.prior = state["prior"].to(torch.float64)
         self.trained_rounds = int(state["trained_rounds"])
         self._last_loss = float(state["last_loss"])
 

@@ -140,9 +140,12 @@ class EvalConfig:
     batch_size: int = 1024
     target_accuracy: float | None = None
     """Optional: report the first round whose global accuracy reaches this value."""
+    ece_bins: int = 15
+    """Equal-width confidence bins of ``global_ece`` (see docs/analysis.md)."""
 
     def validate(self, section: str) -> None:
         require(self.every >= 1, f"{section}.every", f"must be >= 1, got {self.every}")
+        require_range(self.ece_bins, 1, 1000, f"{section}.ece_bins")
         require_range(self.client_split_size, 1, MAX_BATCH, f"{section}.client_split_size")
         require_range(self.batch_size, 1, MAX_BATCH, f"{section}.batch_size")
         if self.target_accuracy is not None:

@@ -35,8 +35,9 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from chillfl.models.parts import forward_with_features
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
-from chillfl.training.objective import LossTerm, temperature_cross_entropy
+from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
 
 Params = dict[str, torch.Tensor]
 BaseLoss = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
@@ -72,7 +73,10 @@ class LocalSpec:
     momentum: float = 0.0
     weight_decay: float = 0.0
     base_loss: BaseLoss = temperature_cross_entropy
-    terms: Sequence[LossTerm] = field(default_factory=tuple)
+    terms: Sequence[Term] = field(default_factory=tuple)
+    model: nn.Module | None = None
+    """The architecture these jobs train (heterogeneous clients: one spec per architecture);
+    None: the executor's own template. Executors group jobs by spec, so one batch is one architecture."""
 
 
 def has_tied_tensors(model: nn.Module) -> bool:
@@ -101,17 +105,49 @@ class StepLoss:
         self.keys: list[str] = []
         self._tie_weights = has_tied_tensors(model)
         self._layers = factored_layers(model)
+        self._uses_features = bool(getattr(spec.base_loss, "uses_features", False))
+        self._batch_terms = any(is_batch_term(t) for t in spec.terms)
+        self._captures = tuple(dict.fromkeys(name for t in spec.terms for name in getattr(t, "captures", ())))
 
     def __call__(
         self, params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor, temperature: Any, context: Mapping[str, Any]
     ) -> tuple[torch.Tensor, list[Captured]]:
+        grabbed: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        features = None
         with recording(self._layers, vmapped=self.vmapped) if self.factor else nullcontext(Recorder(False)) as rec:
-            logits = functional_call(self.model, (params, buffers), (x,), tie_weights=self._tie_weights)
+            if self._batch_terms or self._uses_features:  # representation-based objectives and batch terms see the head's input too
+                features, logits = self._forward_viewed(params, buffers, x, grabbed)
+            else:
+                logits = functional_call(self.model, (params, buffers), (x,), tie_weights=self._tie_weights)
         self.keys = [key for key, _, _ in rec.calls]
-        value = self.spec.base_loss(logits, y, temperature)
+        if self._uses_features:  # FedProto, FedHKD
+            value = self.spec.base_loss(logits, y, temperature, features=features, params=params, context=context)  # type: ignore[call-arg]
+        else:
+            value = self.spec.base_loss(logits, y, temperature)
+        step = None if not self._batch_terms or features is None else StepView(self.model, x, y, features, logits, value, buffers, grabbed)
         for term in self.spec.terms:
-            value = value + term(params, context)
+            value = value + apply_term(term, params, context, step)
         return value, [(xin, z) for _, xin, z in rec.calls]
+
+    def _forward_viewed(
+        self, params: Params, buffers: Params, x: torch.Tensor, grabbed: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(representation, logits) of the training forward, recording the (input, output) of ``self._captures``."""
+
+        def grab(name: str) -> Any:
+            def hook(_module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+                grabbed.setdefault(name, (inputs[0], output))  # a hook that returns a value would replace the output
+
+            return hook
+
+        handles = [self.model.get_submodule(name).register_forward_hook(grab(name)) for name in self._captures]
+        try:
+            return forward_with_features(
+                self.model, x, call=lambda xb: functional_call(self.model, (params, buffers), (xb,), tie_weights=self._tie_weights)
+            )
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 Factors = dict[str, list[tuple[torch.Tensor, torch.Tensor]]]
@@ -251,8 +287,18 @@ def train_client(
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy at T = 1) of ``state`` on (x, y), in eval mode."""
+def evaluate(
+    model: nn.Module,
+    state: Mapping[str, torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int = 1024,
+    observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy at T = 1) of ``state`` on (x, y), in eval mode.
+
+    ``observe(logits, labels)`` sees every batch (calibration measures ride on this one pass).
+    """
     if len(y) == 0:
         return float("nan"), float("nan")
     model.eval()
@@ -264,4 +310,6 @@ def evaluate(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tenso
         yb = y[i : i + batch_size]
         loss += torch.nn.functional.cross_entropy(logits, yb, reduction="sum")  # float32 batch sums, added in float64
         correct += (logits.argmax(1) == yb).sum()
+        if observe is not None:
+            observe(logits, yb)
     return int(correct) / len(y), float(loss) / len(y)

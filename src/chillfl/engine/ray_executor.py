@@ -42,6 +42,7 @@ only kills its own actors and disconnects.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import math
 import os
@@ -78,6 +79,18 @@ def _compact(x: torch.Tensor) -> torch.Tensor:
     if x._base is not None or x.untyped_storage().nbytes() != x.numel() * x.element_size():
         return x.clone()
     return x
+
+
+def _fingerprint(data: ClientData) -> bytes:
+    """A digest of a client's tensors (shapes, dtypes, bytes)."""
+    h = hashlib.blake2b(digest_size=16)
+    for t in (data.x, data.y, data.x_eval, data.y_eval):
+        if t is None:
+            h.update(b"-")
+            continue
+        h.update(f"{tuple(t.shape)}{t.dtype}".encode())
+        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.digest()
 
 
 def _nbytes(tree: Any) -> int:
@@ -120,9 +133,12 @@ class Worker:
     def pid(self) -> int:
         return os.getpid()
 
-    def stats(self) -> dict[str, int]:
-        """Bytes of client data this actor fetched so far, and how many clients' data it holds."""
-        return {"received_data_bytes": self.received_data_bytes, "clients": len(self.data), "pid": os.getpid()}
+    def stats(self) -> dict[str, Any]:
+        """Bytes of client data this actor fetched so far, how many clients' data it holds, where it runs."""
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        return {"received_data_bytes": self.received_data_bytes, "clients": len(self.data), "pid": os.getpid(), "node": node}
 
     def update(self, parts: Any, tasks: list[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
         import ray
@@ -176,7 +192,7 @@ class RayExecutor:
         self._parts = [ray.put((model, spec, client))]  # in a list: passed by reference, fetched once per actor
         self._actors = [actor.remote(threads) for _ in range(self.workers)]
         self._finalizer = weakref.finalize(self, _shutdown, ray, self._actors, self.connected_here)
-        self._data: dict[int, tuple[tuple[int, ...], Any]] = {}  # client -> (identity of its tensors, object ref)
+        self._data: dict[int, tuple[bytes, Any]] = {}  # client -> (fingerprint of its data, object ref)
         self._home: dict[int, int] = {}  # client -> actor holding its data
         self.sent_data_bytes = 0
         self._broken: str | None = None
@@ -186,7 +202,7 @@ class RayExecutor:
             self.close()
             have = ray.cluster_resources() if ray.is_initialized() else {}
             raise WorkerError(
-                f"Ray could not place {self.workers} worker(s) of num_cpus={options.num_cpus}, num_gpus={options.num_gpus} "
+                f"Ray could not place {self.workers} worker(s) of num_cpus={options.num_cpus:g}, num_gpus={options.num_gpus:g} "
                 f"within {options.start_timeout:g} s (cluster: {have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs)"
             ) from None
 
@@ -203,7 +219,7 @@ class RayExecutor:
         """The actors' process ids (for monitoring and tests)."""
         return list(self._ray.get([a.pid.remote() for a in self._actors]))
 
-    def stats(self) -> list[dict[str, int]]:
+    def stats(self) -> list[dict[str, Any]]:
         """Per actor: bytes of client data fetched so far, clients held, process id."""
         return list(self._ray.get([a.stats.remote() for a in self._actors]))
 
@@ -222,8 +238,12 @@ class RayExecutor:
         return out
 
     def _data_ref(self, client_id: int, data: ClientData) -> _Ref:
-        """The object-store copy of a client's data, put once (again only if the client's tensors changed)."""
-        key = tuple(id(t) for t in (data.x, data.y, data.x_eval, data.y_eval))
+        """The object-store copy of a client's data, put once (again only if the client's data changed).
+
+        Each round's task carries fresh tensors (rows gathered from the dataset),
+        so the data are recognised by content, not by identity.
+        """
+        key = _fingerprint(data)
         known = self._data.get(client_id)
         if known is None or known[0] != key:
             compact = map_leaves(data, _compact, lambda x: isinstance(x, torch.Tensor))

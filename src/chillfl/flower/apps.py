@@ -252,13 +252,12 @@ def client_app(config: RunConfig | None = None) -> Any:
 def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_cpus_per_client: float = 1.0) -> RunOutputLite:
     """``config`` under Flower's simulation engine (Ray backend), one SuperNode per client unless ``num_supernodes``.
 
-    Returns the run's records, read back from the run folder the ServerApp wrote.
+    Returns the run's folder (written by the ServerApp, as ``chillfl run`` writes it), records and summary.
     """
     import_flwr()
     from flwr.simulation import run_simulation as flwr_simulation
 
     from chillfl.engine.processes import default_workers
-    from chillfl.engine.results import read_metrics
 
     check_supported(config)
     nodes = num_supernodes or config.federation.num_clients
@@ -268,7 +267,7 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
     if not out:
         raise WorkerError("the Flower simulation ended without finishing the run (see Flower's log above)")
-    return RunOutputLite(out[0].folder, read_metrics(out[0].folder), out[0].summary)
+    return out[0]
 
 
 def server_app_capturing(config: RunConfig, out: list[RunOutputLite], min_nodes: int) -> Any:

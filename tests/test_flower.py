@@ -4,12 +4,22 @@
 * under Flower's simulation engine (Ray backend, 2 SuperNodes serving 4 clients) FedChill temperatures +
   SCAFFOLD + a FedProx term, and PA3Fed with FLex&Chill's fixed temperature, give the same records as
   ``chillfl``'s runtime (every float compared exactly);
+* a deployment: SuperLink + two SuperNodes as processes on 127.0.0.1 with TLS certificates made here, a
+  FedChill run started with ``flwr run`` gives chillfl's metrics; SuperNodes without the CA certificate or
+  without TLS are refused; every process exits on SIGTERM;
 * what Flower does not carry (the soft-label protocol) and a missing ``flwr`` are one-line ConfigErrors.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +108,124 @@ def test_without_flwr_one_line_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, "flwr", None)
     with pytest.raises(ConfigError, match=r"^flower: chillfl.flower needs Flower, which is not installed here: pip install 'chillfl\[flower\]'$"):
         server_app()
+
+
+# --- deployment: a SuperLink and two SuperNodes on 127.0.0.1 with TLS, `flwr run` ---------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _certificates(folder: Path) -> None:
+    """A CA and a server certificate for 127.0.0.1 signed by it (openssl CLI)."""
+    def ssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "1", "-subj", "/CN=chillfl-test-ca")
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    (folder / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    ssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "1", "-extfile", "san.cnf")
+
+
+def _session_pids(sid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+def _wait_log(log: Path, text: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in (log.read_text(errors="replace") if log.exists() else ""):
+        assert time.monotonic() < deadline, f"no {text!r} in {log.name}: {log.read_text(errors='replace')[-2000:] if log.exists() else ''}"
+        time.sleep(0.2)
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI to make the test certificates")
+def test_deployment_with_tls_two_supernodes_and_flwr_run(tmp_path: Path) -> None:
+    _certificates(tmp_path)
+    config = _config(tmp_path, temperature={"policy": "fedchill"}, federation={"num_clients": 4, "clients_per_round": 2, "rounds": 2}, name="deployed")
+    import tomli_w
+
+    def plain(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: plain(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None and v != {}}
+
+    (tmp_path / "run.toml").write_text(tomli_w.dumps(plain(config.to_dict())))
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
+        '[project]\nname = "chillfl-test-app"\nversion = "1.0.0"\ndescription = "chillfl on Flower"\nlicense = "Apache-2.0"\ndependencies = []\n\n'
+        '[tool.hatch.build.targets.wheel]\npackages = ["."]\n\n'
+        '[tool.flwr.app]\npublisher = "chillfl"\n\n'
+        '[tool.flwr.app.components]\nserverapp = "chillfl.flower.deploy:server"\nclientapp = "chillfl.flower.deploy:client"\n\n'
+        f'[tool.flwr.app.config]\nconfig = "{tmp_path / "run.toml"}"\noverrides = ""\nmin-nodes = 2\n'
+    )
+    port = _free_port()
+    home = tmp_path / "flwr-home"
+    (home).mkdir()
+    (home / "config.toml").write_text(f'[superlink]\ndefault = "test"\n\n[superlink.test]\naddress = "127.0.0.1:{port}"\nroot-certificates = "{tmp_path / "ca.crt"}"\n')
+    env = {**os.environ, "FLWR_HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (tmp_path / f"{name}.log").open("wb")
+        proc = subprocess.Popen([_bin(args[0]), *args[1:]], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path, start_new_session=True)
+        procs.append(proc)
+        return proc
+
+    try:
+        start("superlink", "flower-superlink", "--ssl-ca-certfile", "ca.crt", "--ssl-certfile", "server.pem", "--ssl-keyfile", "server.key",
+              "--host", "127.0.0.1", "--port", str(port), "--disable-runtime-dependency-installation")
+        _wait_log(tmp_path / "superlink.log", f"Uvicorn running on https://127.0.0.1:{port}")
+        for i in range(2):
+            start(f"node{i}", "flower-supernode", "--root-certificates", "ca.crt", "--superlink", f"127.0.0.1:{port}", "--port", str(_free_port()),
+                  "--node-config", f"partition-id={i} num-partitions=2")
+        # a SuperNode without the CA certificate cannot verify the SuperLink: the TLS handshake fails and it exits
+        refused = start("refused", "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--port", str(_free_port()), "--max-retries", "1", "--max-wait-time", "5")
+        assert refused.wait(timeout=120) != 0 and "CERTIFICATE_VERIFY_FAILED" in (tmp_path / "refused.log").read_text(errors="replace")
+        # one speaking plain HTTP is refused by the TLS SuperLink
+        plain_http = start("plain", "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{port}", "--port", str(_free_port()), "--max-retries", "1", "--max-wait-time", "5")
+        assert plain_http.wait(timeout=120) != 0
+        for i in range(2):
+            _wait_log(tmp_path / f"node{i}.log", "SuperNode ID")
+        run = subprocess.run([_bin("flwr"), "run", str(app), "test"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0 and "Successfully started run" in run.stdout, run.stdout + run.stderr
+        folder = tmp_path / "out" / "deployed"
+        deadline = time.monotonic() + 240
+        while not (folder / "summary.json").exists():
+            assert time.monotonic() < deadline, (tmp_path / "superlink.log").read_text(errors="replace")[-3000:]
+            assert all(p.poll() is None for p in procs[:3]), "a Flower process died"
+            time.sleep(0.5)
+        expected = run_experiment(config, write=False, progress=False).records
+        got = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        assert got == json.loads(json.dumps(expected))  # through JSON, as written: every metric bit for bit
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(_session_pids(p.pid) for p in procs):
+            time.sleep(0.2)
+        left = {p.args[0] if isinstance(p.args, list) else p.args: _session_pids(p.pid) for p in procs if _session_pids(p.pid)}
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert not left, f"Flower processes outlived SIGTERM by 20 s: {left}"

@@ -4,6 +4,7 @@
     chillfl resume RUN_DIR                         continue an interrupted run from its checkpoint
     chillfl compare CONFIG --grid key=v1,v2 ...   variants on the same partition and seed
     chillfl data show CONFIG                       the partition: sizes, class counts, heat map
+    chillfl data download NAME... [--data-dir D]   fetch, check and unpack real datasets
     chillfl list                                   registered datasets, models, methods, experiments
 
 User errors print one line ``chillfl: error: <field>: <problem>`` and exit 2.
@@ -107,6 +108,36 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data_download(args: argparse.Namespace) -> int:
+    """Fetch a real dataset; every failure is one line and exit status 2 (see chillfl.data.download)."""
+    from chillfl.data.download import DownloadError, download_dataset, read_checksums
+
+    if not args.names:
+        return _download_status(args.data_dir)
+    name = args.names[0]
+    try:
+        checksums = read_checksums(args.checksums) if args.checksums else None
+        for name in args.names:
+            folder = download_dataset(name, args.data_dir, mirror=args.mirror, checksums=checksums, progress=not args.quiet and sys.stderr.isatty(), force=args.force)
+            print(f"{name}: {folder}")
+    except DownloadError as exc:
+        print(f"chillfl: error: download {name}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("chillfl: interrupted; the same command resumes the download", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _download_status(data_dir: str) -> int:
+    """``chillfl data download`` without names: every downloadable dataset and whether ``data_dir`` has it."""
+    from chillfl.data.download import dataset_status
+
+    for name, folder, size, state in dataset_status(data_dir):
+        print(f"{name:14} {folder:26} {size:>12}  {state}")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     if args.options:
         from chillfl.report.reference import render_reference
@@ -163,12 +194,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", help="variant label whose best accuracy is the target (default: highest temperature)")
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("data", help="inspect the federated partition")
+    p = sub.add_parser("data", help="inspect the federated partition; download real datasets")
     dsub = p.add_subparsers(dest="data_command", required=True)
     ds = dsub.add_parser("show", help="per-client sizes and class counts, and a heat map PNG")
     common(ds, True)
     ds.add_argument("-o", "--output", help="heat map PNG path (default: <name>-partition.png)")
     ds.set_defaults(func=cmd_data_show)
+    dd = dsub.add_parser("download", help="fetch a real dataset (checked, resumable) into the folder its loader reads")
+    dd.add_argument("names", nargs="*", metavar="NAME", help="dataset names, e.g. cifar10 (see docs/datasets.md); fetched in turn; none: list them and what data_dir holds")
+    dd.add_argument("--data-dir", default="data", help="where datasets live (the config's `data_dir`; default: data)")
+    dd.add_argument("--mirror", help="base URL replacing the official ones: MIRROR/<name>/<file> (default: $CHILLFL_DATA_MIRROR)")
+    dd.add_argument("--checksums", help="manifest of '<md5|sha256>  <name>/<file>' lines that replace the built-in checksums")
+    dd.add_argument("--force", action="store_true", help="replace an existing folder that the downloader did not complete")
+    dd.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    dd.set_defaults(func=cmd_data_download)
 
     p = sub.add_parser("list", help="registered datasets, models, methods and bundled experiments")
     p.add_argument("--options", action="store_true", help="print every part's options with types and defaults (markdown)")

@@ -184,7 +184,11 @@ class RayExecutor:
             if address == "local":  # never attach to a cluster someone else left on this machine
                 kwargs = {"num_cpus": default_workers(), "include_dashboard": False}
                 self.started_local = True
-            ray.init(address=address, logging_level=logging.WARNING, configure_logging=False, **kwargs)
+            try:
+                ray.init(address=address, logging_level=logging.WARNING, configure_logging=False, **kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = "a local Ray" if address == "local" else f"the Ray cluster at {address!r}"
+                raise WorkerError(f"could not start or reach {where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
         self.workers = self._count(options, clients_per_round)
         actor = ray.remote(Worker).options(
             num_cpus=options.num_cpus, num_gpus=options.num_gpus, max_restarts=options.max_retries, max_task_retries=options.max_retries,

@@ -248,6 +248,21 @@ def test_a_worker_that_keeps_dying_stops_the_round_with_one_line(cluster: str, t
     assert all(torch.equal(v, before[k]) for k, v in protocol.global_state().items())  # nothing was aggregated
 
 
+def test_bare_training_jobs_equal_sequential(cluster: str) -> None:
+    """``run(jobs)`` (the training primitive) on the actors: outcomes in job order, bit for bit."""
+    from chillfl.engine.protocol import ClientJob
+
+    exp = build_experiment(_config(executor="sequential"))
+    protocol = build_protocol(exp)
+    tasks = protocol.configure(0, [3, 0, 2])
+    jobs = [ClientJob(t.client_id, t.downlink.start, t.data.x, t.data.y, 0.05, 0.5, {}, seed=11 + t.client_id) for t in tasks]
+    expected = SequentialExecutor(exp.model, exp.spec).run(jobs)
+    with RayExecutor(exp.model, exp.spec, protocol.client, RayConfig(address=cluster)) as executor:
+        got = executor.run(jobs)
+    for g, e in zip(got, expected):
+        assert g.num_steps == e.num_steps and g.mean_loss == e.mean_loss and all(torch.equal(g.params[k], e.params[k]) for k in e.params)
+
+
 def test_resources_are_real_requests(cluster: str) -> None:
     exp = build_experiment(_config(executor="sequential"))
     protocol = build_protocol(exp)

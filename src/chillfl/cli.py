@@ -6,6 +6,8 @@
     chillfl data show CONFIG                       the partition: sizes, class counts, heat map
     chillfl data download NAME... [--data-dir D]   fetch, check and unpack real datasets
     chillfl list                                   registered datasets, models, methods, experiments
+    chillfl report RUN_DIR... [-o report.html]     one self-contained HTML page of result folders
+    chillfl analyze NAME RUN_DIR...                calibration, cka, aggregation-accuracy/-entropy, grad-norms, ...
 
 User errors print one line ``chillfl: error: <field>: <problem>`` and exit 2.
 """
@@ -19,8 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
-from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged
+from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra
 from chillfl.experiments import bundled_experiments, resolve_config
+from chillfl.extras import need
 
 if TYPE_CHECKING:
     from chillfl.runner import RunOutput
@@ -55,9 +58,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args))
     if args.config is None or args.config == DEMO:
+        config = _load(DEMO, args.overrides, args)
+        if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
+            need("sklearn.datasets", "datasets", "the digits data")
         print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
               "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05.", file=sys.stderr)
-        return _compare(_load(DEMO, args.overrides, args), DEMO_GRID, None, args.quiet)
+        return _compare(config, DEMO_GRID, None, args.quiet)
     from chillfl.runner import run_experiment
 
     config = _load(args.config, args.overrides, args)
@@ -96,6 +102,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     config = _load(args.config, args.overrides, args)
     if args.dry_run:
         return _dry_run(config)
+    need("matplotlib", "plots", "heat maps")  # before any work: the heat map is this command's output
     out = Path(args.output or f"{config.name}-partition.png")
     check_out_dir(str(out.parent))
     if out.is_dir():
@@ -163,6 +170,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from chillfl.report.html import write_report
+
+    path = write_report(args.run_dirs, args.output, args.title, models=not args.no_models, partitions=not args.no_partitions)
+    print(f"report: {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chillfl", description="Federated learning on non-IID data: logit chilling, FedChill, PA3Fed, SCARLET.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -208,6 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
     dd.add_argument("--force", action="store_true", help="replace an existing folder that the downloader did not complete")
     dd.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     dd.set_defaults(func=cmd_data_download)
+
+    p = sub.add_parser("report", help="one self-contained HTML page (tables, curves with seed bands, calibration, partitions) of result folders")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders, or folders of run folders (e.g. a compare folder)")
+    p.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default: report.html)")
+    p.add_argument("--title", help="page title")
+    p.add_argument("--no-models", action="store_true", help="skip the reliability diagrams (they rebuild the test set and read model.safetensors)")
+    p.add_argument("--no-partitions", action="store_true", help="skip the partition heat maps (they rebuild the partition)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("list", help="registered datasets, models, methods and bundled experiments")
     p.add_argument("--options", action="store_true", help="print every part's options with types and defaults (markdown)")
@@ -256,6 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _log_to_stderr(logging.WARNING if quiet else logging.INFO)
     try:
         return int(args.func(args) or 0)
+    except MissingExtra as exc:  # an optional package is missing: one line naming the extra
+        print(f"chillfl: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(f"chillfl: error: {exc}", file=sys.stderr)
         return 2

@@ -46,6 +46,7 @@ import torch
 from chillfl.data import arraycache, loaders
 from chillfl.data.loaders import RawSplit
 from chillfl.errors import ConfigError, choice_error
+from chillfl.extras import need
 from chillfl.options import blame, parse_options, require, require_memory, require_range
 
 MAX_SEED = 2**63 - 1
@@ -134,7 +135,7 @@ class DigitsOptions:
 
 
 def build_digits(opts: DigitsOptions, data_dir: Path) -> ArrayDataset:
-    from sklearn.datasets import load_digits
+    load_digits = need("sklearn.datasets", "datasets", "the digits data").load_digits
 
     x, y = load_digits(return_X_y=True)
     train, test = stratified_split(y, opts.test_fraction, np.random.default_rng(opts.split_seed))
@@ -159,7 +160,8 @@ class Mnist1dOptions:
 
 
 def build_mnist1d(opts: Mnist1dOptions, data_dir: Path) -> ArrayDataset:
-    from mnist1d.data import get_dataset_args, make_dataset
+    mnist1d_data = need("mnist1d.data", "datasets", "the mnist1d data")
+    get_dataset_args, make_dataset = mnist1d_data.get_dataset_args, mnist1d_data.make_dataset
 
     args = get_dataset_args()
     args.num_samples, args.seed, args.train_split = opts.num_samples, opts.seed, opts.train_split

@@ -30,6 +30,7 @@ import numpy as np
 
 from chillfl.data.sources import MANUAL, download_command
 from chillfl.errors import ConfigError
+from chillfl.extras import need
 
 DATA_DIR_FIELD = "data_dir"
 
@@ -182,8 +183,8 @@ SVHN_URL = "http://ufldl.stanford.edu/housenumbers/"
 
 
 def _read_svhn(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    from scipy.io import loadmat
-    from scipy.io.matlab import MatReadError
+    scipy_io = need("scipy.io", "datasets", "SVHN files")
+    loadmat, MatReadError = scipy_io.loadmat, scipy_io.matlab.MatReadError
 
     try:
         mat: dict[str, Any] = loadmat(str(path))
@@ -317,11 +318,7 @@ def load_emnist(data_dir: Path, opts: EmnistOptions) -> RawSplit:
 
 
 def _pil() -> Any:
-    try:
-        from PIL import Image
-    except ImportError as exc:  # pragma: no cover - Pillow comes with matplotlib
-        raise ConfigError(DATA_DIR_FIELD, "decoding JPEGs needs Pillow: pip install 'chillfl[images]'") from exc
-    return Image
+    return need("PIL.Image", "images", "JPEG datasets")  # one MissingExtra line naming the `images` extra
 
 
 def _decode(path: Path, size: int, crop: bool) -> np.ndarray:

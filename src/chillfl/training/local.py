@@ -251,8 +251,18 @@ def train_client(
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy at T = 1) of ``state`` on (x, y), in eval mode."""
+def evaluate(
+    model: nn.Module,
+    state: Mapping[str, torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int = 1024,
+    observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy at T = 1) of ``state`` on (x, y), in eval mode.
+
+    ``observe(logits, labels)`` sees every batch (calibration measures ride on this one pass).
+    """
     if len(y) == 0:
         return float("nan"), float("nan")
     model.eval()
@@ -264,4 +274,6 @@ def evaluate(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tenso
         yb = y[i : i + batch_size]
         loss += torch.nn.functional.cross_entropy(logits, yb, reduction="sum")  # float32 batch sums, added in float64
         correct += (logits.argmax(1) == yb).sum()
+        if observe is not None:
+            observe(logits, yb)
     return int(correct) / len(y), float(loss) / len(y)

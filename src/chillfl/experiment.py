@@ -15,6 +15,7 @@ from torch import nn
 from chillfl.aggregation.base import Aggregator
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, load_dataset
+from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment
 from chillfl.engine.executors import Executor
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.errors import ConfigError, choice_error
@@ -186,12 +187,20 @@ def build_experiment(
         weight_decay=config.client.weight_decay,
         base_loss=losses[config.client.loss],
         terms=tuple(terms),
+        augment=training_augment(config, data.dataset),
     )
     model.to(device)
     state = {k: v.to(device) for k, v in state.items()}
     if device.type != "cpu":  # the data live on the device too: one copy, no per-round transfer
         data = data.to(device)
     return Experiment(config, data, model, state, aggregator, policy, spec, device)
+
+
+def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None:
+    """``[dataset.augment]``'s crop and flip of training batches (its normalisation acted when the data were loaded)."""
+    opts = parse_augment(config.dataset.get(AUGMENT_KEY))
+    check_shape(opts, dataset.input_shape, dataset.name)
+    return Augment.from_options(opts)
 
 
 def objective_terms(config: RunConfig, algorithm_terms: Sequence[LossTerm]) -> list[LossTerm]:

@@ -29,6 +29,7 @@ Choices
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable, Mapping
@@ -40,6 +41,7 @@ import numpy as np
 import torch
 
 from chillfl.data import loaders
+from chillfl.data.augment import check_shape, rescaler, split_augment
 from chillfl.data.loaders import RawSplit
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import blame, parse_options, require, require_memory, require_range
@@ -61,6 +63,9 @@ class ArrayDataset:
     num_classes: int
     train_groups: tuple[np.ndarray, ...] | None = None
     test_groups: tuple[np.ndarray, ...] | None = None
+    channel_mean: tuple[float, ...] | None = None
+    channel_std: tuple[float, ...] | None = None
+    """The per-channel standardisation chillfl applied (x = (raw - mean) / std); None: inputs as generated."""
 
     def __post_init__(self) -> None:
         if len(self.x_train) != len(self.y_train) or len(self.x_test) != len(self.y_test):
@@ -76,6 +81,11 @@ class ArrayDataset:
 
 def standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-channel (axis 1) standardisation with train statistics, as float32 tensors."""
+    return standardise_with_stats(x_train, x_test)[:2]
+
+
+def standardise_with_stats(x_train: np.ndarray, x_test: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, tuple[float, ...], tuple[float, ...]]:
+    """:func:`standardise`, and the (mean, std) per channel it used (for ``[dataset.augment] normalize``)."""
     axes = tuple(i for i in range(x_train.ndim) if i != 1)
     mean = x_train.mean(axis=axes, dtype=np.float64, keepdims=True)
     std = x_train.std(axis=axes, dtype=np.float64, keepdims=True)
@@ -85,7 +95,7 @@ def standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[torch.Tensor, 
     def norm(x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy((x.astype(np.float32, copy=False) - mean32) / std32)
 
-    return norm(x_train), norm(x_test)
+    return norm(x_train), norm(x_test), tuple(float(v) for v in mean32.ravel()), tuple(float(v) for v in std32.ravel())
 
 
 def _from_raw(name: str, raw: RawSplit) -> ArrayDataset:
@@ -93,7 +103,7 @@ def _from_raw(name: str, raw: RawSplit) -> ArrayDataset:
         if len(y) and (y.min() < 0 or y.max() >= raw.num_classes):
             raise ConfigError(loaders.DATA_DIR_FIELD, f"{name} {part} labels outside 0..{raw.num_classes - 1}: corrupt files?")
     scale = np.float32(255.0 if raw.x_train.dtype == np.uint8 else 1.0)
-    x_train, x_test = standardise(raw.x_train.astype(np.float32) / scale, raw.x_test.astype(np.float32) / scale)
+    x_train, x_test, mean, std = standardise_with_stats(raw.x_train.astype(np.float32) / scale, raw.x_test.astype(np.float32) / scale)
     return ArrayDataset(
         name,
         x_train,
@@ -101,6 +111,8 @@ def _from_raw(name: str, raw: RawSplit) -> ArrayDataset:
         x_test,
         torch.from_numpy(raw.y_test.astype(np.int64)),
         raw.num_classes,
+        channel_mean=mean,
+        channel_std=std,
     )
 
 
@@ -135,9 +147,9 @@ def build_digits(opts: DigitsOptions, data_dir: Path) -> ArrayDataset:
     x, y = load_digits(return_X_y=True)
     train, test = stratified_split(y, opts.test_fraction, np.random.default_rng(opts.split_seed))
     images = (x / 16.0).reshape(-1, 1, 8, 8)
-    x_train, x_test = standardise(images[train], images[test])
+    x_train, x_test, mean, std = standardise_with_stats(images[train], images[test])
     y_train, y_test = torch.from_numpy(y[train].astype(np.int64)), torch.from_numpy(y[test].astype(np.int64))
-    return ArrayDataset("digits", x_train, y_train, x_test, y_test, 10)
+    return ArrayDataset("digits", x_train, y_train, x_test, y_test, 10, channel_mean=mean, channel_std=std)
 
 
 @dataclass(frozen=True)
@@ -313,5 +325,9 @@ def load_dataset(
     if name not in DATASETS:
         raise choice_error(f"{section}.name", name, dataset_names())
     entry = DATASETS[name]
+    options, augment = split_augment(options)  # [dataset.augment]: normalisation here, crop/flip per training batch
     opts: Any = parse_options(entry.options, options, section)
-    return entry.build(opts, Path(data_dir))
+    dataset = entry.build(opts, Path(data_dir))
+    check_shape(augment, dataset.input_shape, name)
+    scale = rescaler(augment, dataset.channel_mean, dataset.channel_std, dataset.input_shape[0] if dataset.input_shape else 1, name)
+    return dataset if scale is None else dataclasses.replace(dataset, x_train=scale(dataset.x_train), x_test=scale(dataset.x_test))

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from chillfl.data.augment import Augment
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
 from chillfl.training.objective import LossTerm, temperature_cross_entropy
 
@@ -73,6 +74,8 @@ class LocalSpec:
     weight_decay: float = 0.0
     base_loss: BaseLoss = temperature_cross_entropy
     terms: Sequence[LossTerm] = field(default_factory=tuple)
+    augment: Augment | None = None
+    """Crop/flip of training batches (``[dataset.augment]``); None: batches are the data as stored."""
 
 
 def has_tied_tensors(model: nn.Module) -> bool:
@@ -174,6 +177,19 @@ def sgd_update_(
             add_outer_(w, x, dz, -lr)
 
 
+def step_batch(spec: LocalSpec, x: torch.Tensor, seeds: Sequence[int], step: int) -> torch.Tensor:
+    """The inputs one step trains on: ``x`` [clients, batch, ...] gathered for ``seeds``' clients, augmented.
+
+    The one place a training batch is formed for every executor (the
+    sequential path passes one client). Client i's crop offsets and flips come
+    from ``derive_seed(seeds[i], "augment", step)``: its job seed (run seed,
+    round, client) and the step, nothing else.
+    """
+    if spec.augment is None:
+        return x
+    return spec.augment(x, [derive_seed(seed, "augment", step) for seed in seeds])
+
+
 def batch_order(num_samples: int, batch_size: int, epochs: int, generator: torch.Generator) -> list[torch.Tensor]:
     """Index batches for all local epochs: a fresh permutation per epoch, last batch kept even if short.
 
@@ -238,8 +254,9 @@ def train_client(
     # own stream so runs are reproducible and the caller's RNG state is untouched.
     with torch.random.fork_rng(devices=[]), torch.enable_grad():
         torch.manual_seed(derive_seed(generator.initial_seed(), "dropout"))
-        for idx in order:
-            loss, captured = loss_fn(params, buffers, x[idx], y[idx], temperature, context)
+        for step, idx in enumerate(order):
+            xb = step_batch(spec, x[idx][None], [generator.initial_seed()], step)[0]
+            loss, captured = loss_fn(params, buffers, xb, y[idx], temperature, context)
             grads, factors = step_grads(loss, params, loss_fn.keys, captured)
             sgd_update_(params, grads, momenta, lr, spec, factors)
             total += loss.detach()  # float32 -> float64 exactly, then a float64 sum: the bits of a Python float sum

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, FedAvg
+from chillfl.aggregation.base import Aggregator, FedAvg, Weighting
 from chillfl.aggregation.fedbn import FedBN, FedBNOptions, batchnorm_keys
 from chillfl.aggregation.fedmut import FedMut, FedMutOptions
 from chillfl.aggregation.fednova import FedNova, FedNovaOptions
@@ -31,7 +31,9 @@ Built = tuple[Aggregator, list[LossTerm]]
 
 @dataclass(frozen=True)
 class FedAvgOptions:
-    """FedAvg has no options."""
+    """``weighting``: ``samples`` (m_i / m, McMahan et al.) or ``uniform`` (1/|S|, the FLex&Chill authors' code)."""
+
+    weighting: Weighting = "samples"
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def _fedopt(kind: ServerOptimizer) -> Callable[[Any, BuildContext], Built]:
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
-    "fedavg": AlgorithmSpec(FedAvgOptions, lambda o, ctx: (FedAvg(), []), "FedAvg (McMahan et al. 2017)"),
+    "fedavg": AlgorithmSpec(FedAvgOptions, lambda o, ctx: (FedAvg(o.weighting), []), "FedAvg (McMahan et al. 2017)"),
     "fedprox": AlgorithmSpec(FedProxOptions, lambda o, ctx: (FedProx(o), [ProximalTerm()]), "FedAvg + proximal term (Li et al. 2020)"),
     "scaffold": AlgorithmSpec(
         ScaffoldOptions,

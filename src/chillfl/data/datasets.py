@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from chillfl.data import loaders
+from chillfl.data import hf, loaders
 from chillfl.data.augment import check_shape, rescaler, split_augment
 from chillfl.data.loaders import RawSplit
 from chillfl.errors import ConfigError, choice_error
@@ -307,6 +307,7 @@ DATASETS: dict[str, DatasetEntry] = {
     "mnist": DatasetEntry(loaders.NoOptions, _real("mnist", loaders.load_mnist)),
     "fashion_mnist": DatasetEntry(loaders.NoOptions, _real("fashion_mnist", loaders.load_fashion_mnist)),
     "uci_har": DatasetEntry(loaders.NoOptions, _real("uci_har", loaders.load_uci_har)),
+    "hf": DatasetEntry(hf.HFOptions, _real("hf", hf.load_hf)),  # a local Hugging Face dataset (chillfl.data.hf)
 }
 
 

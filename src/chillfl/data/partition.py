@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
+from chillfl.data.flwr_partition import FlwrOptions, flwr_split
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import parse_options, require
 
@@ -575,6 +576,10 @@ def _scarlet_dirichlet(
     return Partition(train, class_proportions=priors, client_test_indices=test)
 
 
+def _flwr(labels: np.ndarray, k: int, rng: np.random.Generator, opts: FlwrOptions, section: str, dataset: ArrayDataset | None) -> Partition:
+    return Partition(flwr_split(labels, k, rng, opts, section))
+
+
 # ---------------------------------------------------------------- registry
 
 
@@ -593,6 +598,7 @@ PARTITIONERS: dict[str, PartitionerEntry] = {
     "natural": PartitionerEntry(NoOptions, _natural),
     "flexchill_dirichlet": PartitionerEntry(FlexChillDirichletOptions, _flexchill_dirichlet),
     "scarlet_dirichlet": PartitionerEntry(ScarletDirichletOptions, _scarlet_dirichlet),
+    "flwr": PartitionerEntry(FlwrOptions, _flwr),  # any flwr-datasets partitioner (chillfl.data.flwr_partition)
 }
 
 

@@ -32,7 +32,6 @@ from chillfl.aggregation.base import (
     check_state_keys,
     client_params_state,
     load_client_params,
-    Weighting,
     client_weights,
     weighted_average,
 )
@@ -43,7 +42,7 @@ class FedBNOptions:
     """``global_bn``: what the global model's BN entries become (``average`` or ``keep``)."""
 
     global_bn: Literal["average", "keep"] = "average"
-    weighting: Weighting = "samples"
+    weighting: Literal["samples", "uniform"] = "samples"
     """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|, the FLex&Chill authors' code)."""
 
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Literal
 
-from chillfl.aggregation.base import Downlink, FedAvg, Params, Weighting
+from chillfl.aggregation.base import Downlink, FedAvg, Params
 from chillfl.options import require
 from chillfl.training.objective import ProximalTerm
 
@@ -37,7 +38,7 @@ class FedProxOptions:
     """``mu``: proximal coefficient (default 0.01, Li et al. tune it in {0.001, 0.01, 0.1, 1})."""
 
     mu: float = 0.01
-    weighting: Weighting = "samples"
+    weighting: Literal["samples", "uniform"] = "samples"
     """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|)."""
 
     def validate(self, section: str) -> None:

@@ -9,11 +9,11 @@ base_options = {mu = 0.01}, beta = 0.3}``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, FedAvg, Weighting
+from chillfl.aggregation.base import Aggregator, FedAvg
 from chillfl.aggregation.fedbn import FedBN, FedBNOptions, batchnorm_keys
 from chillfl.aggregation.fedmut import FedMut, FedMutOptions
 from chillfl.aggregation.fednova import FedNova, FedNovaOptions
@@ -33,7 +33,7 @@ Built = tuple[Aggregator, list[LossTerm]]
 class FedAvgOptions:
     """``weighting``: ``samples`` (m_i / m, McMahan et al.) or ``uniform`` (1/|S|, the FLex&Chill authors' code)."""
 
-    weighting: Weighting = "samples"
+    weighting: Literal["samples", "uniform"] = "samples"
 
 
 @dataclass(frozen=True)

@@ -60,12 +60,12 @@ MAX_PADDING = 1024
 
 @dataclass(frozen=True)
 class AugmentOptions:
-    """``[dataset.augment]``: crop padding (0 = no crop), padding mode, flip, normalisation."""
+    """Crop padding (0: no crop), padding mode, horizontal flip; ``normalize``: "dataset", false or [[means], [stds]]."""
 
     crop_padding: int = 0
     padding_mode: Literal["reflect", "zeros"] = "reflect"
     flip: bool = False
-    normalize: Any = "dataset"
+    normalize: str | bool | list[list[float]] = "dataset"
 
     def validate(self, section: str) -> None:
         require(0 <= self.crop_padding <= MAX_PADDING, f"{section}.crop_padding", f"must be in [0, {MAX_PADDING}], got {self.crop_padding}")

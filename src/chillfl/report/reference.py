@@ -21,6 +21,9 @@ PARTS: tuple[tuple[str, str, str, str], ...] = (
     ("distillation", "method", "chillfl.distillation.methods", "METHODS"),
 )
 
+SUBTABLES: tuple[tuple[str, str, str], ...] = (("dataset.augment", "chillfl.data.augment", "AugmentOptions"),)
+"""Option tables nested in a part's table, whatever its name (rendered after the parts)."""
+
 
 def _registries() -> Iterator[tuple[str, str, Mapping[str, Any]]]:
     for section, key, module, attr in PARTS:
@@ -58,12 +61,21 @@ def render_reference() -> str:
             spec = registry[name]
             summary = getattr(spec, "summary", "") or _first_line(spec.options)
             lines += ["", f"### `{name}`" + (f" — {summary}" if summary else "")]
-            fields = [f for f in dataclasses.fields(spec.options) if f.init]
-            if not fields:
-                lines.append("No options.")
-                continue
-            lines += ["", "| option | type | default |", "|---|---|---|"]
-            for f in fields:
-                type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-                lines.append(f"| `{f.name}` | `{type_name}` | `{_default(f)}` |".replace("|`", "| `"))
+            lines += _table(spec.options)
+    for section, module, attr in SUBTABLES:
+        options = getattr(importlib.import_module(module), attr)
+        lines += ["", f"## [{section}]", "", _first_line(options)]
+        lines += _table(options)
     return "\n".join(lines) + "\n"
+
+
+def _table(options: type) -> list[str]:
+    """The markdown rows of one options dataclass ("No options." when it has none)."""
+    fields = [f for f in dataclasses.fields(options) if f.init]
+    if not fields:
+        return ["No options."]
+    lines = ["", "| option | type | default |", "|---|---|---|"]
+    for f in fields:
+        type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        lines.append(f"| `{f.name}` | `{type_name}` | `{_default(f)}` |".replace("|`", "| `"))
+    return lines

@@ -31,10 +31,10 @@ def test_zero_padding_crops_by_hand():
     #                              0 3 4 0
     #                              0 0 0 0
     # crop 2x2 at (row dy, col dx):
-    assert one(0, 1, False, "zeros").tolist() == [[0, 0], [1, 2]]
-    assert one(1, 0, False, "zeros").tolist() == [[0, 1], [0, 3]]
-    assert one(2, 2, False, "zeros").tolist() == [[4, 0], [0, 0]]
-    assert one(1, 1, False, "zeros").tolist() == [[1, 2], [3, 4]]  # the centre is the image itself
+    assert one(0, 1, False, "constant").tolist() == [[0, 0], [1, 2]]
+    assert one(1, 0, False, "constant").tolist() == [[0, 1], [0, 3]]
+    assert one(2, 2, False, "constant").tolist() == [[4, 0], [0, 0]]
+    assert one(1, 1, False, "constant").tolist() == [[1, 2], [3, 4]]  # the centre is the image itself
 
 
 def test_reflect_padding_crops_by_hand():
@@ -49,8 +49,8 @@ def test_reflect_padding_crops_by_hand():
 
 
 def test_flip_mirrors_the_crop_left_right():
-    assert one(1, 1, True, "zeros").tolist() == [[2, 1], [4, 3]]  # flip of the image itself
-    assert one(0, 1, True, "zeros").tolist() == [[0, 0], [2, 1]]  # crop [[0,0],[1,2]], then mirrored
+    assert one(1, 1, True, "constant").tolist() == [[2, 1], [4, 3]]  # flip of the image itself
+    assert one(0, 1, True, "constant").tolist() == [[0, 0], [2, 1]]  # crop [[0,0],[1,2]], then mirrored
     x = torch.arange(12.0).view(1, 1, 3, 4)  # no padding: a pure flip of a 3x4 image
     out = crop_flip(x, torch.tensor([0]), torch.tensor([0]), torch.tensor([True]), 0)
     assert torch.equal(out, x.flip(-1))
@@ -62,7 +62,7 @@ def test_batched_gather_equals_per_image_crops():
     x = torch.randn(2, 3, 2, 5, 5, generator=g)
     dy, dx = torch.randint(0, 5, (2, 3), generator=g), torch.randint(0, 5, (2, 3), generator=g)
     flip = torch.randint(0, 2, (2, 3), generator=g).bool()
-    out = crop_flip(x, dy, dx, flip, 2, "zeros")
+    out = crop_flip(x, dy, dx, flip, 2, "constant")
     assert out.shape == x.shape
     padded = torch.nn.functional.pad(x, (2, 2, 2, 2))
     for c in range(2):
@@ -95,7 +95,7 @@ def test_values_stay_within_the_image_values():
 
 
 def test_step_batch_is_seeded_per_client_and_step_and_independent_of_the_stack():
-    spec = LocalSpec(epochs=1, batch_size=4, augment=Augment(crop_padding=2, padding_mode="zeros", flip=True))
+    spec = LocalSpec(epochs=1, batch_size=4, augment=Augment(crop_padding=2, padding_mode="constant", flip=True))
     x = torch.rand(2, 4, 1, 6, 6)
     both = step_batch(spec, x, [11, 12], step=3)
     assert torch.equal(both, step_batch(spec, x, [11, 12], step=3))  # same seed, same batch
@@ -223,3 +223,23 @@ def test_augmentation_never_touches_evaluation():
     b = run(config=aug, write=False, progress=False).records[-1]
     assert a["global_acc"] == b["global_acc"] and a["global_loss"] == b["global_loss"]
     assert a["train_loss"] != b["train_loss"]
+
+
+def test_constant_padding_is_raw_black_in_the_input_space():
+    # data standardised with mean 0.5, std 0.25: raw black (0) is (0 - 0.5) / 0.25 = -2 in the model's input space
+    aug = Augment.from_options(AugmentOptions(crop_padding=1, padding_mode="constant"), mean=(0.5,), std=(0.25,))
+    assert aug is not None and aug.fill == (-2.0,)
+    out = crop_flip(IMG, torch.tensor([0]), torch.tensor([0]), torch.tensor([False]), 1, "constant", aug.fill)[0, 0]
+    assert out.tolist() == [[-2, -2], [-2, 1]]
+    two = torch.zeros(1, 2, 2, 2)  # per-channel fill: channel 0 gets -1, channel 1 gets 3
+    out = crop_flip(two, torch.tensor([2]), torch.tensor([2]), torch.tensor([False]), 1, "constant", (-1.0, 3.0))
+    assert out[0, 0].tolist() == [[0, -1], [-1, -1]] and out[0, 1].tolist() == [[0, 3], [3, 3]]
+
+
+def test_datasets_record_the_standardisation_they_end_with():
+    default = load_dataset("digits")
+    assert default.channel_mean is not None and default.channel_std is not None and len(default.channel_mean) == 1
+    raw = load_dataset("digits", {"augment": {"normalize": False}})
+    assert raw.channel_mean == (0.0,) and raw.channel_std == (1.0,)  # black is 0 again
+    fixed = load_dataset("digits", {"augment": {"normalize": [[0.5], [0.25]]}})
+    assert fixed.channel_mean == (0.5,) and fixed.channel_std == (0.25,)

@@ -200,7 +200,7 @@ def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None
     """``[dataset.augment]``'s crop and flip of training batches (its normalisation acted when the data were loaded)."""
     opts = parse_augment(config.dataset.get(AUGMENT_KEY))
     check_shape(opts, dataset.input_shape, dataset.name)
-    return Augment.from_options(opts)
+    return Augment.from_options(opts, dataset.channel_mean, dataset.channel_std)  # constant padding: raw black
 
 
 def objective_terms(config: RunConfig, algorithm_terms: Sequence[LossTerm]) -> list[LossTerm]:

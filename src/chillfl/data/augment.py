@@ -29,9 +29,12 @@ Choices
   probability 1/2. The FLex&Chill authors' CIFAR pipeline uses
   ``RandomCrop(32, padding=4, padding_mode='reflect')`` and a flip; hence
   ``padding_mode = "reflect"`` (mirror without repeating the edge, as
-  ``torch.nn.functional.pad``). ``"zeros"`` pads with 0 in the model's input
-  space, i.e. with the channel mean of standardised data (torchvision pads raw
-  pixels with black before normalising; the two differ only at the border).
+  ``torch.nn.functional.pad``). ``"constant"`` pads with black, the raw pixel
+  value 0, as torchvision's default ``fill=0`` before ``Normalize`` (SCARLET's
+  code): in the model's input space that is ``(0 - mean_c) / std_c`` per
+  channel, from the standardisation the dataset records (0 when it records
+  none). SCARLET flips before cropping; with offsets uniform on [0, 2p] the
+  two orders give the same distribution of crops.
 * ``normalize`` acts once on the whole dataset (train and test alike, so
   evaluation sees the same scale): ``"dataset"`` (default) is chillfl's usual
   per-channel standardisation with the train set's mean and std; ``false``
@@ -63,7 +66,7 @@ class AugmentOptions:
     """Crop padding (0: no crop), padding mode, horizontal flip; ``normalize``: "dataset", false or [[means], [stds]]."""
 
     crop_padding: int = 0
-    padding_mode: Literal["reflect", "zeros"] = "reflect"
+    padding_mode: Literal["reflect", "constant"] = "reflect"
     flip: bool = False
     normalize: str | bool | list[list[float]] = "dataset"
 
@@ -136,6 +139,14 @@ def rescaler(opts: AugmentOptions, mean: Sequence[float] | None, std: Sequence[f
     return scale
 
 
+def final_stats(opts: AugmentOptions, channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The (mean, std) standardisation a rescaled dataset records: (0, 1) for ``false``, the given ones otherwise."""
+    stats = norm_stats(opts.normalize, f"{SECTION}.normalize")
+    if isinstance(stats, tuple):
+        return stats
+    return (0.0,) * channels, (1.0,) * channels
+
+
 def check_shape(opts: AugmentOptions, input_shape: Sequence[int], name: str) -> None:
     """Crop and flip need images [C, H, W]; reflect padding needs padding < H and < W."""
     if not opts.active:
@@ -155,13 +166,18 @@ class Augment:
     """Crop-and-flip of training batches; a frozen value carried by :class:`~chillfl.training.local.LocalSpec`."""
 
     crop_padding: int = 0
-    padding_mode: Literal["reflect", "zeros"] = "reflect"
+    padding_mode: Literal["reflect", "constant"] = "reflect"
     flip: bool = False
+    fill: tuple[float, ...] = (0.0,)
+    """Per-channel value of ``constant`` padding (one value: every channel)."""
 
     @classmethod
-    def from_options(cls, opts: AugmentOptions) -> Augment | None:
-        """None when nothing would change (so the step is bitwise today's)."""
-        return cls(opts.crop_padding, opts.padding_mode, opts.flip) if opts.active else None
+    def from_options(cls, opts: AugmentOptions, mean: Sequence[float] | None = None, std: Sequence[float] | None = None) -> Augment | None:
+        """None when nothing would change (so the step is bitwise today's); ``mean``/``std``: the data's standardisation."""
+        if not opts.active:
+            return None
+        fill = (0.0,) if mean is None or std is None else tuple(-m / s for m, s in zip(mean, std))
+        return cls(opts.crop_padding, opts.padding_mode, opts.flip, fill)
 
     def draw(self, seed: int, batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(dy, dx, flip) of one step's ``batch`` samples: offsets in [0, 2p], flip a bool, from ``seed`` alone.
@@ -180,12 +196,15 @@ class Augment:
         """``x`` [clients, batch, C, H, W] augmented, client i's samples drawn from ``seeds[i]`` alone."""
         draws = [self.draw(seed, x.shape[1]) for seed in seeds]
         dy, dx, flip = (torch.stack([d[k] for d in draws]) for k in range(3))
-        return crop_flip(x, dy, dx, flip, self.crop_padding, self.padding_mode)
+        return crop_flip(x, dy, dx, flip, self.crop_padding, self.padding_mode, self.fill)
 
 
-def crop_flip(x: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, flip: torch.Tensor, padding: int, mode: str = "reflect") -> torch.Tensor:
+def crop_flip(
+    x: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, flip: torch.Tensor, padding: int, mode: str = "reflect", fill: Sequence[float] = (0.0,)
+) -> torch.Tensor:
     """Pad H and W of ``x`` [..., C, H, W] by ``padding``, crop H x W at (dy, dx), mirror where ``flip``.
 
+    ``mode``: ``reflect``, or ``constant`` with ``fill[c]`` in channel c.
     ``dy``, ``dx``, ``flip`` have ``x``'s leading shape (one value per image).
     One advanced-indexing gather: out[n, c, i, j] = padded[n, c, dy_n + i, col_n(j)],
     col_n(j) = dx_n + j, or dx_n + W - 1 - j when flipped.
@@ -193,9 +212,14 @@ def crop_flip(x: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, flip: torch.T
     *lead, c, h, w = x.shape
     flat = x.reshape(-1, c, h, w)
     n = flat.shape[0]
-    if padding:
-        flat = F.pad(flat, (padding, padding, padding, padding), mode="reflect" if mode == "reflect" else "constant")
     device = x.device
+    if padding and mode == "reflect":
+        flat = F.pad(flat, (padding, padding, padding, padding), mode="reflect")
+    elif padding:  # the fill everywhere, the image copied into the middle: interior values untouched
+        values = torch.tensor(list(fill), dtype=x.dtype, device=device).view(1, -1, 1, 1)
+        padded = values.expand(n, c, h + 2 * padding, w + 2 * padding).clone()
+        padded[:, :, padding : padding + h, padding : padding + w] = flat
+        flat = padded
     dy, dx, flip = dy.reshape(n).to(device), dx.reshape(n).to(device), flip.reshape(n).to(device)
     i = torch.arange(h, device=device)
     j = torch.arange(w, device=device)

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from chillfl.data import hf, loaders
-from chillfl.data.augment import check_shape, rescaler, split_augment
+from chillfl.data.augment import check_shape, final_stats, rescaler, split_augment
 from chillfl.data.loaders import RawSplit
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import blame, parse_options, require, require_memory, require_range
@@ -331,4 +331,7 @@ def load_dataset(
     dataset = entry.build(opts, Path(data_dir))
     check_shape(augment, dataset.input_shape, name)
     scale = rescaler(augment, dataset.channel_mean, dataset.channel_std, dataset.input_shape[0] if dataset.input_shape else 1, name)
-    return dataset if scale is None else dataclasses.replace(dataset, x_train=scale(dataset.x_train), x_test=scale(dataset.x_test))
+    if scale is None:
+        return dataset
+    mean, std = final_stats(augment, dataset.input_shape[0])
+    return dataclasses.replace(dataset, x_train=scale(dataset.x_train), x_test=scale(dataset.x_test), channel_mean=mean, channel_std=std)

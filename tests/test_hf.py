@@ -108,3 +108,22 @@ def test_cli_data_show_on_an_hf_dataset(rgb_dir: Path, tmp_path: Path):
     assert proc.stdout.startswith("hf: 3 clients, 3 classes, train sizes min/mean/max 4/4.0/4, public pool 0, test set 6")
     assert " total     12     6   4   4   4" in proc.stdout  # 12 train images, 4 of each ClassLabel class
     assert (tmp_path / "hf-demo-partition.png").is_file()
+
+
+def test_relative_path_under_data_dir_and_a_run_with_augmentation(rgb_dir: Path):
+    from chillfl.api import run
+
+    ds = load_dataset("hf", {"path": rgb_dir.name}, data_dir=rgb_dir.parent)  # relative: looked up under data_dir first
+    assert tuple(ds.x_train.shape) == (12, 3, 4, 5)
+    config = {
+        "data_dir": str(rgb_dir.parent),
+        "dataset": {"name": "hf", "path": rgb_dir.name, "augment": {"crop_padding": 1, "flip": True}},
+        "partition": {"name": "iid"},
+        "model": {"name": "mlp"},
+        "federation": {"num_clients": 2, "clients_per_round": 2, "rounds": 1},
+        "client": {"batch_size": 4},
+        "eval": {"clients": "none"},
+    }
+    a = run(config=config, write=False, progress=False).records[-1]
+    b = run(config=config, write=False, progress=False).records[-1]
+    assert a == b and 0.0 <= a["global_acc"] <= 1.0

@@ -110,8 +110,8 @@ def _parquet_files(root: Path, split: str) -> list[Path]:
     return out
 
 
-def open_splits(root: Path, opts: HFOptions) -> dict[str, Any]:
-    """{split name: datasets.Dataset} for the train and (if present) test split."""
+def open_splits(root: Path, opts: HFOptions) -> tuple[dict[str, Any], list[str]]:
+    """({split name: datasets.Dataset} for the train and (if present) test split, every split name found)."""
     ds = _datasets()
     if root.is_dir() and any((root / m).is_file() for m in ("dataset_dict.json", "state.json")):
         try:
@@ -119,12 +119,12 @@ def open_splits(root: Path, opts: HFOptions) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - any unreadable folder is the user's input
             raise ConfigError(f"{SECTION}.path", f"cannot read the save_to_disk folder {root}: {exc}") from None
         if isinstance(loaded, ds.DatasetDict):
-            return {k: loaded[k] for k in (opts.train_split, opts.test_split) if k in loaded} | {"_names": list(loaded)}
-        return {opts.train_split: loaded, "_names": [opts.train_split]}
+            return {k: loaded[k] for k in (opts.train_split, opts.test_split) if k in loaded}, list(loaded)
+        return {opts.train_split: loaded}, [opts.train_split]
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    out: dict[str, Any] = {"_names": []}
+    out: dict[str, Any] = {}
     for split in (opts.train_split, opts.test_split):
         files = _parquet_files(root, split)
         if not files:
@@ -134,8 +134,7 @@ def open_splits(root: Path, opts: HFOptions) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001
             raise ConfigError(f"{SECTION}.path", f"cannot read parquet files under {root}: {exc}") from None
         out[split] = ds.Dataset(table)
-        out["_names"].append(split)
-    return out
+    return out, list(out)
 
 
 def _column(dataset: Any, name: str, field: str) -> None:
@@ -203,8 +202,7 @@ def _hold_out(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np
 
 def load_hf(data_dir: Path, opts: HFOptions) -> RawSplit:
     """The train/test arrays of a local Hugging Face dataset (see the module docstring)."""
-    splits = open_splits(_resolve(opts.path, data_dir), opts)
-    names = splits.pop("_names")
+    splits, names = open_splits(_resolve(opts.path, data_dir), opts)
     if opts.train_split not in splits:
         raise ConfigError(f"{SECTION}.train_split", f"no split {opts.train_split!r} under {opts.path}; splits found: {', '.join(names) or 'none'}")
     train, test = splits[opts.train_split], splits.get(opts.test_split)

@@ -56,18 +56,24 @@ def test_flip_mirrors_the_crop_left_right():
     assert torch.equal(out, x.flip(-1))
 
 
-def test_batched_gather_equals_per_image_crops():
-    # [clients=2, batch=3, C=2, 5, 5]: the one gather equals cropping each image on its own with slicing
+@pytest.mark.parametrize("mode, h, w, p", [("constant", 5, 5, 2), ("reflect", 5, 7, 3), ("reflect", 6, 4, 1), ("constant", 3, 8, 4)])
+def test_batched_gather_equals_per_image_crops(mode, h, w, p):
+    # [clients=2, batch=3, C=2, h, w]: the one gather equals padding with F.pad and slicing each image on its own
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 3, 2, 5, 5, generator=g)
-    dy, dx = torch.randint(0, 5, (2, 3), generator=g), torch.randint(0, 5, (2, 3), generator=g)
+    x = torch.randn(2, 3, 2, h, w, generator=g)
+    dy, dx = torch.randint(0, 2 * p + 1, (2, 3), generator=g), torch.randint(0, 2 * p + 1, (2, 3), generator=g)
     flip = torch.randint(0, 2, (2, 3), generator=g).bool()
-    out = crop_flip(x, dy, dx, flip, 2, "constant")
+    fill = (0.5, -3.0)
+    out = crop_flip(x, dy, dx, flip, p, mode, fill)
     assert out.shape == x.shape
-    padded = torch.nn.functional.pad(x, (2, 2, 2, 2))
+    if mode == "reflect":
+        padded = torch.nn.functional.pad(x.reshape(6, 2, h, w), (p, p, p, p), mode="reflect").reshape(2, 3, 2, h + 2 * p, w + 2 * p)
+    else:
+        padded = torch.stack([torch.full((2, 3, h + 2 * p, w + 2 * p), v) for v in fill], dim=2)
+        padded[..., p : p + h, p : p + w] = x
     for c in range(2):
         for b in range(3):
-            ref = padded[c, b, :, dy[c, b] : dy[c, b] + 5, dx[c, b] : dx[c, b] + 5]
+            ref = padded[c, b, :, dy[c, b] : dy[c, b] + h, dx[c, b] : dx[c, b] + w]
             assert torch.equal(out[c, b], ref.flip(-1) if flip[c, b] else ref)
 
 

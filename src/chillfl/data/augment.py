@@ -13,7 +13,8 @@ Crop and flip are applied where a training step forms its minibatch
 gather), never to evaluation data. Everything runs on the batch's device: the
 random offsets are drawn on the CPU (so every device draws the same numbers)
 and the crop and flip of a whole ``[clients, batch, C, H, W]`` stack are one
-gather, without a Python loop over samples.
+gather, without a Python loop over samples (and without materialising the
+padded images).
 
 Randomness: the offsets and flips of client ``c``'s ``s``-th step come from a
 ``torch.Generator`` seeded with ``derive_seed(job_seed, "augment", s)``, where
@@ -51,7 +52,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 
 from chillfl.errors import ConfigError
 from chillfl.options import parse_options, require, short_repr
@@ -204,26 +204,36 @@ def crop_flip(
 ) -> torch.Tensor:
     """Pad H and W of ``x`` [..., C, H, W] by ``padding``, crop H x W at (dy, dx), mirror where ``flip``.
 
-    ``mode``: ``reflect``, or ``constant`` with ``fill[c]`` in channel c.
+    ``mode``: ``reflect`` (needs padding < H, W), or ``constant`` with ``fill[c]`` in channel c.
     ``dy``, ``dx``, ``flip`` have ``x``'s leading shape (one value per image).
-    One advanced-indexing gather: out[n, c, i, j] = padded[n, c, dy_n + i, col_n(j)],
-    col_n(j) = dx_n + j, or dx_n + W - 1 - j when flipped.
+    The padded image is never built: output pixel (i, j) of image n reads source
+    row ``dy_n + i - p`` and column ``dx_n + j - p`` (``dx_n + W - 1 - j - p`` when
+    flipped), reflected back into the image (``-r``, ``2 (H - 1) - r``) or, for
+    ``constant``, pointed at one extra fill pixel; then one ``gather`` over the
+    flattened H x W plane serves every channel.
     """
     *lead, c, h, w = x.shape
-    flat = x.reshape(-1, c, h, w)
+    flat = x.reshape(-1, c, h * w)
     n = flat.shape[0]
     device = x.device
-    if padding and mode == "reflect":
-        flat = F.pad(flat, (padding, padding, padding, padding), mode="reflect")
-    elif padding:  # the fill everywhere, the image copied into the middle: interior values untouched
-        values = torch.tensor(list(fill), dtype=x.dtype, device=device).view(1, -1, 1, 1)
-        padded = values.expand(n, c, h + 2 * padding, w + 2 * padding).clone()
-        padded[:, :, padding : padding + h, padding : padding + w] = flat
-        flat = padded
     dy, dx, flip = dy.reshape(n).to(device), dx.reshape(n).to(device), flip.reshape(n).to(device)
     i = torch.arange(h, device=device)
     j = torch.arange(w, device=device)
-    rows = dy[:, None] + i  # [n, h]
-    cols = dx[:, None] + torch.where(flip[:, None], w - 1 - j, j)  # [n, w]
-    out = flat[torch.arange(n, device=device)[:, None, None, None], torch.arange(c, device=device)[None, :, None, None], rows[:, None, :, None], cols[:, None, None, :]]
+    rows = dy[:, None] + i - padding  # [n, h] source rows
+    cols = dx[:, None] + torch.where(flip[:, None], w - 1 - j, j) - padding  # [n, w] source columns
+    if mode == "reflect":
+        rows, cols = _reflect(rows, h), _reflect(cols, w)
+        index = rows[:, :, None] * w + cols[:, None, :]
+    else:
+        inside = ((rows >= 0) & (rows < h))[:, :, None] & ((cols >= 0) & (cols < w))[:, None, :]
+        index = torch.where(inside, rows.clamp(0, h - 1)[:, :, None] * w + cols.clamp(0, w - 1)[:, None, :], h * w)
+        values = torch.tensor(list(fill), dtype=x.dtype, device=device).view(1, -1, 1).expand(n, c, 1)
+        flat = torch.cat([flat, values], dim=2)  # pixel h * w of every channel: the fill
+    out = flat.gather(2, index.reshape(n, 1, h * w).expand(n, c, h * w))
     return out.reshape(*lead, c, h, w)
+
+
+def _reflect(r: torch.Tensor, size: int) -> torch.Tensor:
+    """Indices reflected into [0, size) without repeating the edge (valid for -size < r < 2 size - 1)."""
+    r = r.abs()
+    return torch.where(r >= size, 2 * (size - 1) - r, r)

@@ -28,16 +28,18 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call
 
-from chillfl.data.augment import Augment
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
 from chillfl.training.objective import LossTerm, temperature_cross_entropy
+
+if TYPE_CHECKING:  # only the annotation: importing chillfl.data here would load every dataset reader in each worker process
+    from chillfl.data.augment import Augment
 
 Params = dict[str, torch.Tensor]
 BaseLoss = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]

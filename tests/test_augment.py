@@ -260,3 +260,14 @@ def test_run_metrics_agree_across_executors_with_augmentation():
     same = [{k: v for k, v in r.items() if not any(d in k for d in drop)} for r in seq]
     assert same == [{k: v for k, v in r.items() if not any(d in k for d in drop)} for r in proc]  # bitwise
     assert abs(seq[-1]["global_loss"] - vec[-1]["global_loss"]) < 1e-4 and abs(seq[-1]["train_loss"] - vec[-1]["train_loss"]) < 1e-4
+
+
+def test_normalize_is_refused_for_tensors_passed_from_python():
+    ds = load_dataset("digits")
+    with pytest.raises(ConfigError) as err:
+        run(data=ds, config={**CONFIG, "dataset": {"name": "custom", "augment": {"normalize": False}}}, write=False, progress=False)
+    assert err.value.field == "dataset.augment.normalize"
+    flipped = run(data=ds, config={**CONFIG, "dataset": {"name": "custom", "augment": {"flip": True}}}, write=False, progress=False)
+    plain = run(data=ds, config={**CONFIG, "dataset": {"name": "custom"}}, write=False, progress=False)
+    assert flipped.records[-1]["train_loss"] != plain.records[-1]["train_loss"]  # crop/flip do apply to tensors from Python
+    assert flipped.config.dataset["augment"] == {"flip": True}  # and the saved config says so

@@ -104,6 +104,8 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
     if dataset is None:
         check_rebuildable(config, has_model=True)
         dataset = load_dataset(name, options, data_dir=config.data_dir)
+    elif parse_augment(options.get(AUGMENT_KEY)).normalize != "dataset":  # it acts when chillfl loads the data
+        raise ConfigError(f"dataset.{AUGMENT_KEY}.normalize", "applies to datasets chillfl loads; normalise tensors passed from Python yourself")
     pname, poptions = RunConfig.component(config.partition)
     split = config.eval.client_split if config.eval.clients != "none" else "none"
     public_size = int(config.distillation.get("public_size", 0)) if config.distillation else 0

@@ -255,11 +255,11 @@ def test_run_metrics_agree_across_executors_with_augmentation():
     aug = {**CONFIG, "dataset": {"name": "digits", "augment": {"crop_padding": 2, "flip": True}}, "client": {"epochs": 1, "batch_size": 32, "lr": 0.05}}
     seq = run(config=aug, write=False, progress=False).records
     proc = run(config={**aug, "executor": "processes"}, write=False, progress=False).records
-    vec = run(config={**aug, "executor": "vectorized"}, write=False, progress=False).records
     drop = ("time", "wall")  # timing fields, if any, are not results
     same = [{k: v for k, v in r.items() if not any(d in k for d in drop)} for r in seq]
     assert same == [{k: v for k, v in r.items() if not any(d in k for d in drop)} for r in proc]  # bitwise
-    assert abs(seq[-1]["global_loss"] - vec[-1]["global_loss"]) < 1e-4 and abs(seq[-1]["train_loss"] - vec[-1]["train_loss"]) < 1e-4
+    # the vectorised executor: equal up to float rounding, checked on the trained states in
+    # test_every_executor_trains_on_the_same_augmented_batches
 
 
 def test_normalize_is_refused_for_tensors_passed_from_python():

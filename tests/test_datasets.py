@@ -39,11 +39,11 @@ def test_stratified_split_by_hand() -> None:
 
 
 def test_registry_and_unknown_name() -> None:
-    expected = ["digits", "mnist1d", "synthetic", "cifar10", "cifar100", "svhn", "mnist", "fashion_mnist", "uci_har", "hf"]
+    expected = ["digits", "mnist1d", "synthetic", "cifar10", "cifar100", "svhn", "mnist", "fashion_mnist", "uci_har", "emnist", "femnist", "tiny_imagenet", "caltech256", "hf"]
     assert dataset_names() == sorted(expected)
     with pytest.raises(ConfigError) as info:
         load_dataset("cifar11")
-    assert info.value.field == "dataset.name" and "allowed: cifar10, cifar100, digits" in info.value.message
+    assert info.value.field == "dataset.name" and "allowed: caltech256, cifar10, cifar100, digits" in info.value.message
 
 
 @pytest.mark.parametrize(

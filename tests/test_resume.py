@@ -133,7 +133,14 @@ def test_signal_writes_a_checkpoint_and_says_how_to_resume(sig: int, code: int, 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)])
 def test_processes_workers_do_not_outlive_their_parent(sig: int, code: int, tmp_path: Path) -> None:
-    """SIGTERM (checkpoint, exit 143) or SIGKILL of a ``processes`` run: no worker survives its parent by 5 s."""
+    """SIGTERM (checkpoint, exit 143) or SIGKILL of a ``processes`` run: no worker survives its parent by 5 s, and the temp dir is empty.
+
+    The run's temporary folders are multiprocessing's ``pymp-*`` folder (the
+    parent's, shared by its workers: their resource-sharer sockets
+    ``listener-*``). A terminated parent removes it at exit; a SIGKILLed one
+    cannot, so the workers remove it when they find their parent gone
+    (``engine/processes.py``). Either way nothing is left once the workers are.
+    """
     config = write_config(tmp_path, "pool", "fedavg-fedchill", executor="processes", federation={"rounds": 40})
     temp = tmp_path / "tmp"  # the run's temporary folders (multiprocessing's pymp-*) go here
     temp.mkdir()
@@ -141,6 +148,7 @@ def test_processes_workers_do_not_outlive_their_parent(sig: int, code: int, tmp_
     wait_for_round(tmp_path / "out" / "pool.partial" / "metrics.jsonl", 1, proc)
     children = _children(proc.pid)
     assert children, "the processes executor started no worker"
+    assert [p.name[:5] for p in temp.iterdir()] == ["pymp-"]  # the folder under test exists while the run does
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
@@ -148,8 +156,7 @@ def test_processes_workers_do_not_outlive_their_parent(sig: int, code: int, tmp_
     while time.monotonic() < deadline and any(_alive(pid) for pid in children):
         time.sleep(0.1)
     assert not [pid for pid in children if _alive(pid)]
-    if sig == signal.SIGTERM:  # a parent that is SIGKILLed cannot remove its own pymp-* folder; one that is terminated must
-        assert list(temp.iterdir()) == []
+    assert list(temp.iterdir()) == []
 
 
 def test_resume_refuses_a_folder_without_checkpoint(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from chillfl.config import PART_KEYS, RunConfig, check_depth, check_out_dir, config_from_dict, read_toml, set_dotted
+from chillfl.config import PART_KEYS, RunConfig, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
 from chillfl.data import ArrayDataset
 from chillfl.errors import ConfigError
 from chillfl.experiment import CUSTOM, Experiment, build_experiment
@@ -147,7 +147,7 @@ def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None =
         from chillfl.experiments import resolve_config
 
         path = resolve_config(str(config))
-        data = read_toml(path)
+        data = read_config_file(path)
         data.setdefault("name", path.stem)
     elif isinstance(config, Mapping):
         data = dict(config)

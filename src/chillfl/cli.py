@@ -4,6 +4,7 @@
     chillfl resume RUN_DIR                         continue an interrupted run from its checkpoint
     chillfl compare CONFIG --grid key=v1,v2 ...   variants on the same partition and seed
     chillfl data show CONFIG                       the partition: sizes, class counts, heat map
+    chillfl data download NAME... [--data-dir D]   fetch, check and unpack real datasets
     chillfl list                                   registered datasets, models, methods, experiments
 
 User errors print one line ``chillfl: error: <field>: <problem>`` and exit 2.
@@ -18,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
-from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged
+from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra
 from chillfl.experiments import bundled_experiments, resolve_config
+from chillfl.extras import need
 
 if TYPE_CHECKING:
     from chillfl.runner import RunOutput
@@ -54,9 +56,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args))
     if args.config is None or args.config == DEMO:
+        config = _load(DEMO, args.overrides, args)
+        if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
+            need("sklearn.datasets", "datasets", "the digits data")
         print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
               "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05.", file=sys.stderr)
-        return _compare(_load(DEMO, args.overrides, args), DEMO_GRID, None, args.quiet)
+        return _compare(config, DEMO_GRID, None, args.quiet)
     from chillfl.runner import run_experiment
 
     config = _load(args.config, args.overrides, args)
@@ -95,6 +100,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     config = _load(args.config, args.overrides, args)
     if args.dry_run:
         return _dry_run(config)
+    need("matplotlib", "plots", "heat maps")  # before any work: the heat map is this command's output
     out = Path(args.output or f"{config.name}-partition.png")
     check_out_dir(str(out.parent))
     if out.is_dir():
@@ -104,6 +110,36 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     print(describe(data))
     plot_class_heatmap(data.class_counts(), out, title=f"{config.name}: class counts per client")
     print(f"heat map: {out}")
+    return 0
+
+
+def cmd_data_download(args: argparse.Namespace) -> int:
+    """Fetch a real dataset; every failure is one line and exit status 2 (see chillfl.data.download)."""
+    from chillfl.data.download import DownloadError, download_dataset, read_checksums
+
+    if not args.names:
+        return _download_status(args.data_dir)
+    name = args.names[0]
+    try:
+        checksums = read_checksums(args.checksums) if args.checksums else None
+        for name in args.names:
+            folder = download_dataset(name, args.data_dir, mirror=args.mirror, checksums=checksums, progress=not args.quiet and sys.stderr.isatty(), force=args.force)
+            print(f"{name}: {folder}")
+    except DownloadError as exc:
+        print(f"chillfl: error: download {name}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("chillfl: interrupted; the same command resumes the download", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _download_status(data_dir: str) -> int:
+    """``chillfl data download`` without names: every downloadable dataset and whether ``data_dir`` has it."""
+    from chillfl.data.download import dataset_status
+
+    for name, folder, size, state in dataset_status(data_dir):
+        print(f"{name:14} {folder:26} {size:>12}  {state}")
     return 0
 
 
@@ -163,12 +199,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", help="variant label whose best accuracy is the target (default: highest temperature)")
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("data", help="inspect the federated partition")
+    p = sub.add_parser("data", help="inspect the federated partition; download real datasets")
     dsub = p.add_subparsers(dest="data_command", required=True)
     ds = dsub.add_parser("show", help="per-client sizes and class counts, and a heat map PNG")
     common(ds, True)
     ds.add_argument("-o", "--output", help="heat map PNG path (default: <name>-partition.png)")
     ds.set_defaults(func=cmd_data_show)
+    dd = dsub.add_parser("download", help="fetch a real dataset (checked, resumable) into the folder its loader reads")
+    dd.add_argument("names", nargs="*", metavar="NAME", help="dataset names, e.g. cifar10 (see docs/datasets.md); fetched in turn; none: list them and what data_dir holds")
+    dd.add_argument("--data-dir", default="data", help="where datasets live (the config's `data_dir`; default: data)")
+    dd.add_argument("--mirror", help="base URL replacing the official ones: MIRROR/<name>/<file> (default: $CHILLFL_DATA_MIRROR)")
+    dd.add_argument("--checksums", help="manifest of '<md5|sha256>  <name>/<file>' lines that replace the built-in checksums")
+    dd.add_argument("--force", action="store_true", help="replace an existing folder that the downloader did not complete")
+    dd.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    dd.set_defaults(func=cmd_data_download)
 
     p = sub.add_parser("list", help="registered datasets, models, methods and bundled experiments")
     p.add_argument("--options", action="store_true", help="print every part's options with types and defaults (markdown)")
@@ -217,6 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _log_to_stderr(logging.WARNING if quiet else logging.INFO)
     try:
         return int(args.func(args) or 0)
+    except MissingExtra as exc:  # an optional package is missing: one line naming the extra
+        print(f"chillfl: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(f"chillfl: error: {exc}", file=sys.stderr)
         return 2

@@ -194,6 +194,28 @@ class CheckpointConfig:
         require(self.every >= 0, f"{section}.every", f"must be >= 0 (0 = only on interrupt), got {self.every}")
 
 
+SINK_NAMES = ("csv", "tensorboard", "wandb")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Metric sinks besides ``metrics.jsonl`` (:mod:`chillfl.sinks`), each writing under the run folder.
+
+    ``sinks``: any of ``csv`` (``metrics.csv``), ``tensorboard`` (``tensorboard/``,
+    the ``tensorboard`` extra), ``wandb`` (an offline W&B run in ``wandb/``, the
+    ``wandb`` extra). ``wandb_project``: the W&B project name.
+    """
+
+    sinks: tuple[Literal["csv", "tensorboard", "wandb"], ...] = ()
+    wandb_project: str = "chillfl"
+
+    def validate(self, section: str) -> None:
+        seen = [s for i, s in enumerate(self.sinks) if s in self.sinks[:i]]
+        require(not seen, f"{section}.sinks", f"lists {seen[0]!r} twice" if seen else "")
+        ok = bool(self.wandb_project) and self.wandb_project.isprintable() and "/" not in self.wandb_project
+        require(ok, f"{section}.wandb_project", f"must be a printable name without '/', got {short_repr(self.wandb_project)}")
+
+
 def is_device_name(name: str) -> bool:
     """``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto`` (N: up to three ASCII digits)."""
     if name in ("cpu", "cuda", "mps", "auto"):
@@ -255,6 +277,7 @@ class RunConfig:
     """On CUDA: use PyTorch's deterministic algorithms (``torch.use_deterministic_algorithms``)."""
     federation: FederationConfig = field(default_factory=FederationConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -416,7 +439,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     if not is_file:
         raise ConfigError("config", f"file not found: {short_repr(str(p))}")
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
+        data: dict[str, Any] = tomllib.loads(p.read_text(encoding="utf-8"))  # typed here: on Python 3.10 tomli may be untyped
+        return data
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("config", f"malformed TOML in {p}: {exc}") from None
     except UnicodeDecodeError:
@@ -427,6 +451,75 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError("config", f"{p} nests tables or lists too deeply") from None
     except OSError as exc:
         raise ConfigError("config", f"cannot read {p}: {exc.strerror or exc}") from None
+
+
+MAX_EXTENDS = 16
+"""Longest ``extends`` chain (real configs: one or two)."""
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The TOML file at ``path`` with its ``extends`` chain resolved: the dict it stands for.
+
+    ``extends = "base.toml"`` (relative to the including file) starts from that
+    file's resolved dict, and this file's tables are merged into it key by key,
+    at any depth (:func:`merge_extends`); this file's values win. Chains are
+    allowed (a base may extend another); a cycle, a missing file, a chain
+    longer than :data:`MAX_EXTENDS` or a non-string ``extends`` is one
+    ConfigError naming ``extends``. A base's ``name`` is not inherited: a run is
+    named by its own file (or its own ``name``).
+    """
+    chain: list[Path] = []
+    layers: list[dict[str, Any]] = []
+    current = Path(path)
+    while True:
+        data = read_toml(current)
+        check_depth(data)  # before merge_extends, which recurses
+        chain.append(current.resolve())
+        base = data.pop("extends", None)
+        layers.append(data)
+        if base is None:
+            break
+        where = f"in {current}"
+        if not isinstance(base, str) or not base or "\0" in base:
+            raise ConfigError("extends", f"expected a TOML file name (a string), got {short_repr(base)} {where}")
+        target = current.parent / base
+        try:
+            found = target.is_file()
+        except (OSError, ValueError):
+            found = False
+        if not found:
+            raise ConfigError("extends", f"file not found: {short_repr(base)} (relative to {current.parent}) {where}")
+        if target.resolve() in chain:
+            names = " -> ".join(p.name for p in [*chain, target.resolve()])
+            raise ConfigError("extends", f"cycle: {names}")
+        if len(chain) > MAX_EXTENDS:
+            raise ConfigError("extends", f"chain longer than {MAX_EXTENDS} files {where}")
+        current = target
+    merged = layers.pop()
+    while layers:
+        merged.pop("name", None)  # a base's name is not inherited
+        merge_extends(merged, layers.pop())
+    return merged
+
+
+def merge_extends(base: dict[str, Any], child: Mapping[str, Any]) -> None:
+    """Merge ``child`` into ``base`` (in place): tables key by key at any depth, other values replaced.
+
+    A pluggable part's table (:data:`PART_KEYS`, and ``[distillation]`` by its
+    ``method``) that names another implementation than the base's replaces the
+    base's table whole: the base's options belong to the base's choice (as for
+    overrides, ``partition.name=iid``).
+    """
+    for key, value in child.items():
+        old = base.get(key)
+        if isinstance(value, Mapping) and isinstance(old, dict):
+            part_key = {**PART_KEYS, "distillation": "method"}.get(key)
+            if part_key is not None and part_key in value and value[part_key] != old.get(part_key):
+                base[key] = copy.deepcopy(dict(value))
+            else:
+                merge_extends(old, value)
+        else:
+            base[key] = copy.deepcopy(value)
 
 
 def _seed_default_parts(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
@@ -457,7 +550,7 @@ def _name_from_path(path: Path) -> str:
 
 def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> RunConfig:
     """Read a TOML file (or start from defaults), apply overrides, validate."""
-    data: dict[str, Any] = read_toml(path) if path is not None else {}
+    data: dict[str, Any] = read_config_file(path) if path is not None else {}
     if path is not None and "name" not in data:
         data["name"] = _name_from_path(Path(path))
     check_depth(data)  # before deepcopy, which recurses

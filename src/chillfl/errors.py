@@ -55,3 +55,19 @@ class Diverged(ArithmeticError):
         self.round, self.what, self.client = round, what, client
         where = f"round {round}" + (f", client {client}" if client is not None else "")
         super().__init__(f"{where}: {what}")
+
+
+class MissingExtra(ConfigError):
+    """An optional dependency is not installed: one line naming the extra that brings it.
+
+    A :class:`ConfigError` (field = the extra), so every path that turns user
+    errors into exit 2 with nothing written handles it too; ``str()`` reads
+    ``plots need matplotlib: pip install "chillfl[plots]"``.
+    """
+
+    def __init__(self, what: str, module: str, extra: str) -> None:
+        self.what, self.module, self.extra = what, module, extra
+        super().__init__(extra, f"{what} need {module}: pip install \"chillfl[{extra}]\"")
+
+    def __str__(self) -> str:
+        return one_line(self.message)

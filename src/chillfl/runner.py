@@ -18,6 +18,7 @@ once, keeping the last periodic checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import threading
@@ -25,7 +26,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import torch
 from tqdm import tqdm
@@ -36,12 +37,17 @@ from chillfl.engine.checkpoint import read_state, write_state
 from chillfl.engine.loop import run_rounds
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.results import ResultWriter, read_metrics, summarize
-from chillfl.errors import ConfigError, Diverged
+from chillfl.errors import ConfigError, Diverged, MissingExtra
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
+
+if TYPE_CHECKING:
+    from chillfl.sinks import Sink
 
 CHECKPOINT = "checkpoint.safetensors"
 MODEL = "model.safetensors"
 CLIENT_MODELS = "client_models.safetensors"
+
+log = logging.getLogger(__name__)
 
 
 class Callback(Protocol):
@@ -160,6 +166,8 @@ def run_experiment(
     with intra_op_threads(config.threads):
         exp = experiment or build_experiment(config, data=data)
         config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
+        if write:
+            _check_sinks(config)
         writer = ResultWriter(config.out_dir, config.name) if write else None
         if writer:
             writer.write_config(config.to_dict())
@@ -174,6 +182,7 @@ def resume_experiment(folder: str | Path, *, progress: bool = True, callbacks: S
     if not (path / CHECKPOINT).is_file():
         raise ConfigError("run_dir", f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint; start it again")
     config = load_config(path / "config.toml")
+    _check_sinks(config)
     with intra_op_threads(config.threads):
         exp = build_experiment(config)
         state = read_state(path / CHECKPOINT, exp.device)
@@ -209,10 +218,14 @@ def _run(
     protocol = build_protocol(exp)
     executor = None
     done, records = 0, list[dict[str, Any]]()
+    sinks: list[Sink] = []
     try:
         if resume is not None:
             done, state, records = resume
             protocol.load_state_dict(state)
+        if writer is not None and config.log.sinks:
+            sinks = _sinks(config, writer.path, records)
+            callbacks = [*callbacks, *sinks]
         executor = make_executor(exp, protocol)
         loop = run_rounds(
             protocol, executor, seed=config.seed, num_clients=exp.data.num_clients,
@@ -234,6 +247,7 @@ def _run(
                     raise RunInterrupted(signals.received, writer.path if writer else None, done)
                 if every and done % every == 0 and done < rounds:
                     _checkpoint(writer, protocol, done)
+        _close_sinks(sinks)  # before _finish renames the folder they write into
         output = _finish(exp, config, protocol, writer, records, time.perf_counter() - start)
         for cb in callbacks:
             cb.on_end(output)
@@ -253,9 +267,35 @@ def _run(
             writer.abort()
         raise
     finally:
+        _close_sinks(sinks)
         if executor is not None:
             executor.close()
         protocol.close()
+
+
+def _check_sinks(config: RunConfig) -> None:
+    """A sink whose package is missing stops the run before its folder exists (one MissingExtra line)."""
+    from chillfl.extras import need
+
+    for sink, what in (("tensorboard", "TensorBoard logs"), ("wandb", "W&B logs")):
+        if sink in config.log.sinks:
+            need(sink, sink, what)
+
+
+def _sinks(config: RunConfig, folder: Path, records: Sequence[Mapping[str, Any]]) -> list["Sink"]:
+    """The run's metric sinks (``[log] sinks``), writing under ``folder``; report-side code, imported here."""
+    from chillfl.sinks import build_sinks
+
+    return build_sinks(config.log.sinks, folder, config.name, config.to_dict(), records, project=config.log.wandb_project)
+
+
+def _close_sinks(sinks: list["Sink"]) -> None:
+    """Close the sinks once (the list is emptied), so the error path does not close them twice."""
+    done, sinks[:] = list(sinks), []
+    if done:
+        from chillfl.sinks import close_sinks
+
+        close_sinks(done)
 
 
 def _finish(exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer: ResultWriter | None, records: list[dict[str, Any]], wall: float) -> RunOutput:
@@ -288,8 +328,16 @@ def _finish(exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer
 
 
 def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:
-    """The run's figures (report code, imported here: the engine knows nothing of plots)."""
-    from chillfl.report.plots import plot_run, plot_temperatures
+    """The run's figures (report code, imported here: the engine knows nothing of plots).
+
+    Without matplotlib (the ``plots`` extra) the run still completes with its
+    metrics; one log line says the figures were skipped.
+    """
+    try:
+        from chillfl.report.plots import plot_run, plot_temperatures
+    except MissingExtra as exc:
+        log.info("%s; figures skipped", exc)
+        return
 
     plot_run(records, folder / "accuracy_loss.png", title=config.name)
     plot_temperatures(records, folder / "temperatures.png")

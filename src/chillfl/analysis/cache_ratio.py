@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from chillfl.errors import ConfigError
+from chillfl.extras import need
 
 DEFAULT_DURATIONS = "10,25,50,100,200,800"
 DEFAULT_TEMPS = "0.001,0.005,0.01,0.05,0.1,0.5,1"
@@ -48,6 +49,7 @@ def _numbers(text: str, field: str, kind: type = float) -> list[Any]:
 
 
 def cmd_cache_ratio(args: argparse.Namespace) -> int:
+    need("matplotlib", "analysis", "plots")  # the command's output is a figure: say so before simulating
     from chillfl.distillation.analysis import plot_cache_ratio, simulate_cache_ratio
 
     durations = _numbers(args.durations, "--durations", int)
@@ -94,6 +96,7 @@ def load_soft_labels(path: str) -> torch.Tensor:
 
 
 def cmd_soft_label_entropy(args: argparse.Namespace) -> int:
+    need("matplotlib", "analysis", "plots")
     from chillfl.distillation.analysis import entropy_vs_beta, entropy_vs_temperature, plot_entropy_vs_beta, plot_entropy_vs_temperature
 
     temps = _numbers(args.temps, "--temps")

@@ -64,6 +64,7 @@ from chillfl.config import RunConfig
 from chillfl.engine.results import to_toml, unique_dir
 from chillfl.experiment import base_losses, build_data, build_initial_model
 from chillfl.errors import ConfigError, choice_error
+from chillfl.extras import need
 from chillfl.metrics.correlation import correlation_table
 from chillfl.metrics.correlation import format_table as format_correlation
 from chillfl.options import parse_options
@@ -250,6 +251,7 @@ def _write(config: RunConfig, result: SweepResult, ties: str) -> Path:
 
 def plot_heatmap(result: SweepResult, path: str | Path, title: str = "") -> None:
     """Fig. 1 (left): client x temperature validation accuracy, rows sorted by heterogeneity (top: least)."""
+    need("matplotlib", "plots", "plots")  # lazy: matplotlib is the `plots` extra
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
@@ -280,6 +282,7 @@ def plot_heatmap(result: SweepResult, path: str | Path, title: str = "") -> None
 
 def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None:
     """Fig. 1 (right): heterogeneity vs accuracy coloured by T; plus A.5's heterogeneity vs best T with a trend line."""
+    need("matplotlib", "plots", "plots")  # lazy: matplotlib is the `plots` extra
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
@@ -321,6 +324,8 @@ def cmd_temperature_sweep(args: argparse.Namespace) -> int:
     from chillfl.experiments import resolve_config
 
     config = load_config(resolve_config(args.config), parse_overrides(list(args.overrides)))
+    for module, what in (("scipy.stats", "correlations"), ("matplotlib", "plots")):  # before the sweep trains anything
+        need(module, "analysis", what)
     result = run_temperature_sweep(config, args.temperatures, ties=args.ties, progress=not args.quiet)
     print("best temperature per client: " + ", ".join(f"{c}: {t:g}" for c, t in enumerate(result.best_temperature)))
     print(format_correlation(result.correlation["best_temperature"]))

@@ -10,7 +10,11 @@ not depend on the run seed:
                its natural per-client split in ``train_groups`` / ``test_groups``.
 
 Real datasets (``cifar10``, ``cifar100``, ``svhn``, ``mnist``, ``fashion_mnist``,
-``uci_har``) are read from ``data_dir`` by :mod:`chillfl.data.loaders`.
+``emnist``, ``uci_har``, ``femnist``, ``tiny_imagenet``, ``caltech256``) are read
+from ``data_dir`` by :mod:`chillfl.data.loaders`; ``chillfl data download NAME``
+fetches them (see docs/datasets.md). The three slow-to-decode ones (FEMNIST's
+JSON, the two JPEG sets) are standardised once into memory-mapped ``.npy``
+files under ``data_dir/.chillfl-cache`` (:mod:`chillfl.data.arraycache`).
 
 Choices
 -------
@@ -40,10 +44,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from chillfl.data import hf, loaders
+from chillfl.data import arraycache, hf, loaders
 from chillfl.data.augment import check_shape, final_stats, rescaler, split_augment
 from chillfl.data.loaders import RawSplit
 from chillfl.errors import ConfigError, choice_error
+from chillfl.extras import need
 from chillfl.options import blame, parse_options, require, require_memory, require_range
 
 MAX_SEED = 2**63 - 1
@@ -142,7 +147,7 @@ class DigitsOptions:
 
 
 def build_digits(opts: DigitsOptions, data_dir: Path) -> ArrayDataset:
-    from sklearn.datasets import load_digits
+    load_digits = need("sklearn.datasets", "datasets", "the digits data").load_digits
 
     x, y = load_digits(return_X_y=True)
     train, test = stratified_split(y, opts.test_fraction, np.random.default_rng(opts.split_seed))
@@ -167,7 +172,8 @@ class Mnist1dOptions:
 
 
 def build_mnist1d(opts: Mnist1dOptions, data_dir: Path) -> ArrayDataset:
-    from mnist1d.data import get_dataset_args, make_dataset
+    mnist1d_data = need("mnist1d.data", "datasets", "the mnist1d data")
+    get_dataset_args, make_dataset = mnist1d_data.get_dataset_args, mnist1d_data.make_dataset
 
     args = get_dataset_args()
     args.num_samples, args.seed, args.train_split = opts.num_samples, opts.seed, opts.train_split
@@ -297,6 +303,54 @@ def _real(name: str, reader: Callable[[Path, Any], RawSplit]) -> Callable[[Any, 
     return build
 
 
+def _mapped(name: str, m: arraycache.Mapped) -> ArrayDataset:
+    def groups(bounds: np.ndarray | None) -> tuple[np.ndarray, ...] | None:
+        return None if bounds is None else tuple(np.arange(bounds[g], bounds[g + 1], dtype=np.int64) for g in range(len(bounds) - 1))
+
+    return ArrayDataset(name, m.x_train, m.y_train, m.x_test, m.y_test, m.num_classes, groups(m.train_bounds), groups(m.test_bounds))
+
+
+def build_tiny_imagenet(opts: loaders.TinyImagenetOptions, data_dir: Path) -> ArrayDataset:
+    root = loaders.tiny_imagenet_root(data_dir)
+
+    def decode() -> arraycache.Decoded:
+        raw = loaders.load_tiny_imagenet(data_dir, opts)
+        return arraycache.Decoded(raw.x_train, raw.y_train, raw.x_test, raw.y_test, raw.num_classes)
+
+    return _mapped("tiny_imagenet", arraycache.cached("tiny_imagenet", opts, root, data_dir, decode))
+
+
+def build_caltech256(opts: loaders.Caltech256Options, data_dir: Path) -> ArrayDataset:
+    root = loaders.caltech256_root(data_dir)
+
+    def decode() -> arraycache.Decoded:
+        x, y, num_classes = loaders.load_caltech256_images(data_dir, opts)
+        train, test = stratified_split(y, opts.test_fraction, np.random.default_rng(opts.split_seed))
+        return arraycache.Decoded(x[train], y[train], x[test], y[test], num_classes)
+
+    return _mapped("caltech256", arraycache.cached("caltech256", opts, root, data_dir, decode))
+
+
+def build_femnist(opts: loaders.FemnistOptions, data_dir: Path) -> ArrayDataset:
+    """FEMNIST with its writers as ``train_groups`` / ``test_groups`` (contiguous rows: client slices are views)."""
+    root = loaders.femnist_root(data_dir)
+
+    def decode() -> arraycache.Decoded:
+        trains, tests = loaders.load_femnist_writers(data_dir, opts)
+        if not trains:
+            raise ConfigError("dataset.min_samples", "no FEMNIST writer is left after sampling")
+
+        def stack(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            bounds = np.concatenate([[0], np.cumsum([len(p[1]) for p in parts])]).astype(np.int64)
+            return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), bounds
+
+        x_train, y_train, b_train = stack(trains)
+        x_test, y_test, b_test = stack(tests)
+        return arraycache.Decoded(x_train, y_train, x_test, y_test, loaders.FEMNIST_CLASSES, b_train, b_test)
+
+    return _mapped("femnist", arraycache.cached("femnist", opts, root, data_dir, decode))
+
+
 DATASETS: dict[str, DatasetEntry] = {
     "digits": DatasetEntry(DigitsOptions, build_digits),
     "mnist1d": DatasetEntry(Mnist1dOptions, build_mnist1d),
@@ -307,6 +361,10 @@ DATASETS: dict[str, DatasetEntry] = {
     "mnist": DatasetEntry(loaders.NoOptions, _real("mnist", loaders.load_mnist)),
     "fashion_mnist": DatasetEntry(loaders.NoOptions, _real("fashion_mnist", loaders.load_fashion_mnist)),
     "uci_har": DatasetEntry(loaders.NoOptions, _real("uci_har", loaders.load_uci_har)),
+    "emnist": DatasetEntry(loaders.EmnistOptions, _real("emnist", loaders.load_emnist)),
+    "femnist": DatasetEntry(loaders.FemnistOptions, build_femnist),
+    "tiny_imagenet": DatasetEntry(loaders.TinyImagenetOptions, build_tiny_imagenet),
+    "caltech256": DatasetEntry(loaders.Caltech256Options, build_caltech256),
     "hf": DatasetEntry(hf.HFOptions, _real("hf", hf.load_hf)),  # a local Hugging Face dataset (chillfl.data.hf)
 }
 

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from chillfl.errors import ConfigError, choice_error
+from chillfl.extras import need
 from chillfl.options import require, short_repr
 
 EXCLUDED = ("Partitioner", "IdToSizeFncPartitioner", "NaturalIdPartitioner", "GroupedNaturalIdPartitioner", "VerticalEvenPartitioner", "VerticalSizePartitioner")
@@ -56,11 +57,7 @@ class FlwrOptions:
 
 
 def _module(section: str) -> Any:
-    try:
-        import flwr_datasets.partitioner as module
-    except ImportError:
-        raise ConfigError(f"{section}.name", "'flwr' needs flwr-datasets: pip install 'chillfl[flwr-datasets]'") from None
-    return module
+    return need("flwr_datasets.partitioner", "flwr-datasets", "flwr-datasets partitioners (partition.name = 'flwr')")
 
 
 def partitioner_classes(module: Any) -> dict[str, type]:

@@ -50,6 +50,7 @@ import numpy as np
 
 from chillfl.data.loaders import RawSplit
 from chillfl.errors import ConfigError
+from chillfl.extras import need
 from chillfl.options import require
 
 SECTION = "dataset"
@@ -82,11 +83,7 @@ class HFOptions:
 
 
 def _datasets() -> Any:
-    try:
-        import datasets
-    except ImportError:
-        raise ConfigError(f"{SECTION}.name", "'hf' needs the Hugging Face datasets package: pip install 'chillfl[hf]'") from None
-    return datasets
+    return need("datasets", "hf", "Hugging Face datasets (dataset.name = 'hf')")
 
 
 def _resolve(path: str, data_dir: Path) -> Path:

@@ -28,7 +28,9 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from chillfl.data.sources import MANUAL, download_command
 from chillfl.errors import ConfigError
+from chillfl.extras import need
 
 DATA_DIR_FIELD = "data_dir"
 
@@ -43,20 +45,28 @@ class RawSplit(NamedTuple):
     num_classes: int
 
 
-def _find_dir(data_dir: Path, folders: tuple[str, ...], marker: tuple[str, ...], what: str, url: str, expected: str) -> Path:
+def _fetch_hint(key: str, data_dir: Path, url: str) -> str:
+    """How to get dataset ``key``: the one command that fetches it (or LEAF's recipe), and its source."""
+    if key in MANUAL:
+        return MANUAL[key].instructions.replace("DATA_DIR", str(data_dir)) + f" (source: {url})"
+    return f"fetch it with: {download_command(key, str(data_dir))} (source: {url})"
+
+
+def _find_dir(data_dir: Path, folders: tuple[str, ...], marker: tuple[str, ...], what: str, url: str, expected: str, key: str) -> Path:
     """First of ``data_dir/folder`` (then ``data_dir``) holding one of the ``marker`` files."""
     for base in [data_dir / f for f in folders] + [data_dir]:
         if any((base / m).is_file() for m in marker):
             return base
     raise ConfigError(
         DATA_DIR_FIELD,
-        f"{what} not found at {data_dir / folders[0]}; expected {expected}; download from {url}",
+        f"{what} not found at {data_dir / folders[0]}; expected {expected}; {_fetch_hint(key, data_dir, url)}",
     )
 
 
-def _need(path: Path, what: str, url: str) -> Path:
+def _need(path: Path, what: str, url: str, key: str = "", data_dir: Path | None = None) -> Path:
     if not path.is_file():
-        raise ConfigError(DATA_DIR_FIELD, f"{what} file not found at {path}; download from {url}")
+        hint = _fetch_hint(key, data_dir, url) if key and data_dir is not None else f"download from {url}"
+        raise ConfigError(DATA_DIR_FIELD, f"{what} file not found at {path}; {hint}")
     return path
 
 
@@ -146,7 +156,7 @@ class NoOptions:
 def load_cifar10(data_dir: Path, opts: NoOptions) -> RawSplit:
     files = [f"data_batch_{i}" for i in range(1, 6)]
     expected = ", ".join(files + ["test_batch"])
-    root = _find_dir(data_dir, ("cifar-10-batches-py",), ("data_batch_1",), "CIFAR-10", CIFAR10_URL, expected)
+    root = _find_dir(data_dir, ("cifar-10-batches-py",), ("data_batch_1",), "CIFAR-10", CIFAR10_URL, expected, "cifar10")
     parts = [_read_pickle(_need(root / f, "CIFAR-10", CIFAR10_URL), b"labels") for f in files]
     x_test, y_test = _read_pickle(_need(root / "test_batch", "CIFAR-10", CIFAR10_URL), b"labels")
     return RawSplit(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), x_test, y_test, 10)
@@ -160,7 +170,7 @@ class Cifar100Options:
 
 
 def load_cifar100(data_dir: Path, opts: Cifar100Options) -> RawSplit:
-    root = _find_dir(data_dir, ("cifar-100-python",), ("train",), "CIFAR-100", CIFAR100_URL, "train, test")
+    root = _find_dir(data_dir, ("cifar-100-python",), ("train",), "CIFAR-100", CIFAR100_URL, "train, test", "cifar100")
     key = b"fine_labels" if opts.labels == "fine" else b"coarse_labels"
     x_train, y_train = _read_pickle(root / "train", key)
     x_test, y_test = _read_pickle(_need(root / "test", "CIFAR-100", CIFAR100_URL), key)
@@ -173,8 +183,8 @@ SVHN_URL = "http://ufldl.stanford.edu/housenumbers/"
 
 
 def _read_svhn(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    from scipy.io import loadmat
-    from scipy.io.matlab import MatReadError
+    scipy_io = need("scipy.io", "datasets", "SVHN files")
+    loadmat, MatReadError = scipy_io.loadmat, scipy_io.matlab.MatReadError
 
     try:
         mat: dict[str, Any] = loadmat(str(path))
@@ -189,7 +199,7 @@ def _read_svhn(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_svhn(data_dir: Path, opts: NoOptions) -> RawSplit:
-    root = _find_dir(data_dir, ("svhn", "SVHN"), ("train_32x32.mat",), "SVHN", SVHN_URL, "train_32x32.mat, test_32x32.mat")
+    root = _find_dir(data_dir, ("svhn", "SVHN"), ("train_32x32.mat",), "SVHN", SVHN_URL, "train_32x32.mat, test_32x32.mat", "svhn")
     x_train, y_train = _read_svhn(root / "train_32x32.mat")
     x_test, y_test = _read_svhn(_need(root / "test_32x32.mat", "SVHN", SVHN_URL))
     return RawSplit(x_train, y_train, x_test, y_test, 10)
@@ -224,9 +234,9 @@ def _idx_file(root: Path, name: str) -> Path:
     return root / name if (root / name).is_file() else root / f"{name}.gz"
 
 
-def _load_idx_set(data_dir: Path, folders: tuple[str, ...], what: str, url: str) -> RawSplit:
+def _load_idx_set(data_dir: Path, folders: tuple[str, ...], what: str, url: str, key: str) -> RawSplit:
     marker = (IDX_FILES[0], IDX_FILES[0] + ".gz")
-    root = _find_dir(data_dir, folders, marker, what, url, ", ".join(f"{f}[.gz]" for f in IDX_FILES))
+    root = _find_dir(data_dir, folders, marker, what, url, ", ".join(f"{f}[.gz]" for f in IDX_FILES), key)
     arrays = [read_idx(_need(_idx_file(root, f), what, url)) for f in IDX_FILES]
     x_train, y_train, x_test, y_test = arrays
     for x, y, f in ((x_train, y_train, IDX_FILES[0]), (x_test, y_test, IDX_FILES[2])):
@@ -236,12 +246,12 @@ def _load_idx_set(data_dir: Path, folders: tuple[str, ...], what: str, url: str)
 
 
 def load_mnist(data_dir: Path, opts: NoOptions) -> RawSplit:
-    return _load_idx_set(data_dir, ("mnist", "MNIST/raw", "MNIST"), "MNIST", MNIST_URL)
+    return _load_idx_set(data_dir, ("mnist", "MNIST/raw", "MNIST"), "MNIST", MNIST_URL, "mnist")
 
 
 def load_fashion_mnist(data_dir: Path, opts: NoOptions) -> RawSplit:
     folders = ("fashion_mnist", "fashion-mnist", "FashionMNIST/raw", "FashionMNIST")
-    return _load_idx_set(data_dir, folders, "Fashion-MNIST", FASHION_URL)
+    return _load_idx_set(data_dir, folders, "Fashion-MNIST", FASHION_URL, "fashion_mnist")
 
 
 # ---------------------------------------------------------------- UCI HAR
@@ -272,7 +282,298 @@ def _read_har(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
 def load_uci_har(data_dir: Path, opts: NoOptions) -> RawSplit:
     marker = ("train/y_train.txt",)
     expected = "{train,test}/Inertial Signals/<9 signals>_{train,test}.txt and {train,test}/y_{train,test}.txt"
-    root = _find_dir(data_dir, ("UCI HAR Dataset",), marker, "UCI HAR", HAR_URL, expected)
+    root = _find_dir(data_dir, ("UCI HAR Dataset",), marker, "UCI HAR", HAR_URL, expected, "uci_har")
     x_train, y_train = _read_har(root, "train")
     x_test, y_test = _read_har(root, "test")
     return RawSplit(x_train, y_train, x_test, y_test, 6)
+
+
+# ---------------------------------------------------------------- EMNIST (idx files from NIST's gzip.zip)
+
+EMNIST_URL = "https://www.nist.gov/itl/products-and-services/emnist-dataset"
+EMNIST_CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, "digits": 10, "mnist": 10}
+
+
+@dataclass(frozen=True)
+class EmnistOptions:
+    """``split``: one of NIST's six EMNIST splits (byclass 62 classes, bymerge/balanced 47, letters 26, digits/mnist 10)."""
+
+    split: Literal["byclass", "bymerge", "balanced", "letters", "digits", "mnist"] = "byclass"
+
+
+def load_emnist(data_dir: Path, opts: EmnistOptions) -> RawSplit:
+    names = [f"emnist-{opts.split}-{part}-ubyte.gz" for part in ("train-images-idx3", "train-labels-idx1", "test-images-idx3", "test-labels-idx1")]
+    root = _find_dir(data_dir, ("emnist/gzip", "EMNIST/raw", "gzip"), (names[0],), "EMNIST", EMNIST_URL, ", ".join(names), "emnist")
+    x_train, y_train, x_test, y_test = (read_idx(_need(root / n, "EMNIST", EMNIST_URL)) for n in names)
+    offset = 1 if opts.split == "letters" else 0  # letters are labelled 1..26
+    out = []
+    for x, y, n in ((x_train, y_train, names[0]), (x_test, y_test, names[2])):
+        if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
+            raise _corrupt(root / n, f"images {x.shape} do not match labels {y.shape}")
+        out += [np.ascontiguousarray(x.transpose(0, 2, 1))[:, None], y.astype(np.int64) - offset]  # NIST stores images transposed
+    return RawSplit(out[0], out[1], out[2], out[3], EMNIST_CLASSES[opts.split])
+
+
+# ---------------------------------------------------------------- images decoded with Pillow
+
+
+def _pil() -> Any:
+    return need("PIL.Image", "images", "JPEG datasets")  # one MissingExtra line naming the `images` extra
+
+
+def _decode(path: Path, size: int, crop: bool) -> np.ndarray:
+    """One image as 3 x size x size uint8 (RGB; ``crop``: centre square crop before resizing)."""
+    image_mod = _pil()
+    try:
+        with image_mod.open(path) as im:
+            im = im.convert("RGB")
+            if crop and im.width != im.height:
+                side = min(im.width, im.height)
+                left, top = (im.width - side) // 2, (im.height - side) // 2
+                im = im.crop((left, top, left + side, top + side))
+            if im.size != (size, size):
+                im = im.resize((size, size), image_mod.Resampling.BILINEAR)
+            return np.asarray(im, dtype=np.uint8).transpose(2, 0, 1)
+    except (OSError, ValueError, SyntaxError, image_mod.DecompressionBombError) as exc:  # PIL's errors for unreadable or absurd images
+        raise _corrupt(path, exc) from exc
+
+
+def _decode_all(paths: list[Path], size: int, crop: bool) -> np.ndarray:
+    """All images, decoded on a thread per core (Pillow releases the GIL); image i goes to row i whatever the order."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = np.empty((len(paths), 3, size, size), dtype=np.uint8)
+
+    def one(i: int) -> None:
+        out[i] = _decode(paths[i], size, crop)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, os.cpu_count() or 1))) as pool:
+        for _ in pool.map(one, range(len(paths))):  # iterating re-raises a worker's error
+            pass
+    return out
+
+
+# ---------------------------------------------------------------- Tiny-ImageNet
+
+TINY_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
+
+
+@dataclass(frozen=True)
+class TinyImagenetOptions:
+    """``size``: side in pixels (64 = the files' own size; other sizes are resized once, then cached)."""
+
+    size: int = 64
+
+    def validate(self, section: str) -> None:
+        if not 8 <= self.size <= 512:
+            raise ConfigError(f"{section}.size", f"must be in [8, 512], got {self.size}")
+
+
+def tiny_imagenet_root(data_dir: Path) -> Path:
+    return _find_dir(data_dir, ("tiny-imagenet-200",), ("wnids.txt",), "Tiny-ImageNet", TINY_URL, "wnids.txt, train/<wnid>/images/*.JPEG, val/val_annotations.txt", "tiny_imagenet")
+
+
+def load_tiny_imagenet(data_dir: Path, opts: TinyImagenetOptions) -> RawSplit:
+    """Train: ``train/<wnid>/images/*.JPEG``; test: the labelled ``val`` split (``val_annotations.txt``: file, wnid, box).
+
+    Classes are the sorted wnids of ``wnids.txt``; the unlabelled ``test`` folder is not used.
+    """
+    root = tiny_imagenet_root(data_dir)
+    wnids = sorted(w.strip() for w in (root / "wnids.txt").read_text(encoding="utf-8").split() if w.strip())
+    index = {w: i for i, w in enumerate(wnids)}
+    train_paths: list[Path] = []
+    train_labels: list[int] = []
+    for w in wnids:
+        files = sorted((root / "train" / w / "images").glob("*.JPEG"))
+        if not files:
+            raise ConfigError(DATA_DIR_FIELD, f"Tiny-ImageNet class {w} has no images in {root / 'train' / w / 'images'}")
+        train_paths += files
+        train_labels += [index[w]] * len(files)
+    annotations = _need(root / "val" / "val_annotations.txt", "Tiny-ImageNet", TINY_URL)
+    test_paths: list[Path] = []
+    test_labels: list[int] = []
+    for number, line in enumerate(annotations.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) < 2 or fields[1] not in index or not _inside_name(fields[0]):
+            raise _corrupt(annotations, f"line {number}: expected '<file>\\t<wnid from wnids.txt>...'")
+        test_paths.append(_need(root / "val" / "images" / fields[0], "Tiny-ImageNet", TINY_URL))
+        test_labels.append(index[fields[1]])
+    x_train = _decode_all(train_paths, opts.size, crop=False)
+    x_test = _decode_all(test_paths, opts.size, crop=False)
+    return RawSplit(x_train, np.array(train_labels, dtype=np.int64), x_test, np.array(test_labels, dtype=np.int64), len(wnids))
+
+
+def _inside_name(name: str) -> bool:
+    return bool(name) and "/" not in name and "\\" not in name and name not in (".", "..")
+
+
+# ---------------------------------------------------------------- Caltech-256
+
+CALTECH_URL = "https://data.caltech.edu/records/nyy15-4j048"
+CALTECH_CLUTTER = "257.clutter"
+
+
+@dataclass(frozen=True)
+class Caltech256Options:
+    """Images centre-cropped and resized to ``size`` once (then cached); a stratified train/test split (the set has none).
+
+    ``include_clutter``: keep class 257 (clutter); ``test_fraction`` / ``split_seed``: the split.
+    """
+
+    size: int = 64
+    include_clutter: bool = False
+    test_fraction: float = 0.2
+    split_seed: int = 0
+
+    def validate(self, section: str) -> None:
+        if not 8 <= self.size <= 512:
+            raise ConfigError(f"{section}.size", f"must be in [8, 512], got {self.size}")
+        if not 0 < self.test_fraction < 1:
+            raise ConfigError(f"{section}.test_fraction", f"must be in (0, 1), got {self.test_fraction}")
+        if not 0 <= self.split_seed < 2**63:
+            raise ConfigError(f"{section}.split_seed", f"must be in [0, 2**63), got {self.split_seed}")
+
+
+def caltech256_root(data_dir: Path) -> Path:
+    for base in (data_dir / "256_ObjectCategories", data_dir):
+        if (base / "001.ak47").is_dir():
+            return base
+    raise ConfigError(DATA_DIR_FIELD, f"Caltech-256 not found at {data_dir / '256_ObjectCategories'}; expected <NNN.name>/*.jpg folders; {_fetch_hint('caltech256', data_dir, CALTECH_URL)}")
+
+
+def load_caltech256_images(data_dir: Path, opts: Caltech256Options) -> tuple[np.ndarray, np.ndarray, int]:
+    """All images (classes = sorted ``NNN.name`` folders, files sorted by name) and labels; the split is the caller's."""
+    root = caltech256_root(data_dir)
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name[:3].isdigit() and (opts.include_clutter or d.name != CALTECH_CLUTTER))
+    paths: list[Path] = []
+    labels: list[int] = []
+    for c, name in enumerate(classes):
+        files = sorted(p for p in (root / name).iterdir() if p.suffix.lower() in (".jpg", ".jpeg") and p.is_file())
+        paths += files
+        labels += [c] * len(files)
+    return _decode_all(paths, opts.size, crop=True), np.array(labels, dtype=np.int64), len(classes)
+
+
+# ---------------------------------------------------------------- FEMNIST (LEAF json)
+
+FEMNIST_URL = "https://leaf.cmu.edu/"
+FEMNIST_CLASSES = 62
+
+
+@dataclass(frozen=True)
+class FemnistOptions:
+    """LEAF's sampling, applied by writer (see docs/datasets.md).
+
+    ``sample_fraction``: LEAF's ``--sf`` with ``-s niid``: writers are taken in a seeded random order
+    until they hold this fraction of all samples (1.0: every writer). ``min_samples``: LEAF's ``-k``:
+    writers with fewer samples are dropped. ``train_fraction``: LEAF's ``--tf`` with ``-t sample``: each
+    writer's own train/test split, max(1, floor(tf * n)) train samples; writers with fewer than 2
+    samples are dropped, as LEAF does (only for ``all_data``; LEAF's own ``train``/``test`` folders are
+    kept as they are). ``max_writers``: keep the first N selected writers (0: all; FLex&Chill uses 36).
+    """
+
+    sample_fraction: float = 1.0
+    min_samples: int = 0
+    train_fraction: float = 0.9
+    max_writers: int = 0
+    split_seed: int = 0
+
+    def validate(self, section: str) -> None:
+        if not 0 < self.sample_fraction <= 1:
+            raise ConfigError(f"{section}.sample_fraction", f"must be in (0, 1], got {self.sample_fraction}")
+        if not 0 <= self.min_samples < 2**31:
+            raise ConfigError(f"{section}.min_samples", f"must be in [0, 2**31), got {self.min_samples}")
+        if not 0 < self.train_fraction < 1:
+            raise ConfigError(f"{section}.train_fraction", f"must be in (0, 1), got {self.train_fraction}")
+        if not 0 <= self.max_writers < 2**31:
+            raise ConfigError(f"{section}.max_writers", f"must be >= 0, got {self.max_writers}")
+        if not 0 <= self.split_seed < 2**63:
+            raise ConfigError(f"{section}.split_seed", f"must be in [0, 2**63), got {self.split_seed}")
+
+
+Writers = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def read_leaf_json(folder: Path) -> Writers:
+    """Every ``*.json`` in ``folder`` (sorted) in LEAF's format: {users, num_samples, user_data: {user: {x, y}}}."""
+    import json
+
+    writers: Writers = {}
+    files = sorted(folder.glob("*.json"))
+    if not files:
+        raise ConfigError(DATA_DIR_FIELD, f"no LEAF *.json files in {folder}")
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as f:
+                blob = json.load(f)
+            users, counts, data = blob["users"], blob["num_samples"], blob["user_data"]
+            if len(users) != len(counts):
+                raise ValueError(f"{len(users)} users but {len(counts)} num_samples")
+            for user, n in zip(users, counts):
+                x = np.asarray(data[user]["x"], dtype=np.float32)
+                y = np.asarray(data[user]["y"], dtype=np.int64)
+                if x.shape != (n, 784) or y.shape != (n,) or (n and (y.min() < 0 or y.max() >= FEMNIST_CLASSES)):
+                    raise ValueError(f"writer {user}: x {x.shape}, y {y.shape} (expected {n} x 784 and labels 0..61)")
+                if not np.isfinite(x).all():
+                    raise ValueError(f"writer {user}: non-finite pixel values")
+                if user in writers:
+                    raise ValueError(f"writer {user} appears twice")
+                writers[str(user)] = (x.reshape(n, 1, 28, 28), y)
+        except (OSError, KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
+            raise _corrupt(path, exc) from exc
+    return writers
+
+
+def femnist_root(data_dir: Path) -> Path:
+    for base in (data_dir / "femnist", data_dir / "femnist" / "data", data_dir):
+        if (base / "all_data").is_dir() or (base / "train").is_dir():
+            return base
+    raise ConfigError(DATA_DIR_FIELD, f"FEMNIST not found at {data_dir / 'femnist'}; expected LEAF's all_data/*.json or train/ and test/ *.json; {_fetch_hint('femnist', data_dir, FEMNIST_URL)}")
+
+
+def select_writers(counts: list[int], opts: FemnistOptions) -> list[int]:
+    """Indices of the writers kept, in their original order (see :class:`FemnistOptions`)."""
+    rng = np.random.default_rng(opts.split_seed)
+    order = rng.permutation(len(counts))
+    target = opts.sample_fraction * sum(counts)
+    chosen: list[int] = []
+    total = 0
+    for i in order:
+        if total >= target and opts.sample_fraction < 1:
+            break
+        chosen.append(int(i))
+        total += counts[i]
+    kept = sorted(i for i in chosen if counts[i] >= opts.min_samples and counts[i] > 0)
+    return kept[: opts.max_writers] if opts.max_writers else kept
+
+
+def load_femnist_writers(data_dir: Path, opts: FemnistOptions) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]:
+    """Per kept writer, its (x, y) train and test parts."""
+    root = femnist_root(data_dir)
+    if (root / "train").is_dir():
+        train = read_leaf_json(root / "train")
+        test = read_leaf_json(root / "test") if (root / "test").is_dir() else {}
+        names = list(train)
+        empty = (np.zeros((0, 1, 28, 28), np.float32), np.zeros(0, np.int64))
+        counts = [len(train[u][1]) + len(test.get(u, empty)[1]) for u in names]
+        kept = select_writers(counts, opts)
+        return [train[names[i]] for i in kept], [test.get(names[i], empty) for i in kept]
+    writers = read_leaf_json(root / "all_data")
+    names = list(writers)
+    kept = select_writers([len(writers[u][1]) for u in names], opts)
+    trains, tests = [], []
+    for i in kept:
+        x, y = writers[names[i]]
+        n = len(y)
+        if n < 2:  # LEAF's split_data drops them: a writer needs a train and a test sample
+            continue
+        rng = np.random.default_rng(np.random.SeedSequence(opts.split_seed, spawn_key=(i,)))
+        n_train = max(1, int(np.floor(opts.train_fraction * n)))
+        perm = rng.permutation(n)
+        tr, te = np.sort(perm[:n_train]), np.sort(perm[n_train:])
+        trains.append((x[tr], y[tr]))
+        tests.append((x[te], y[te]))
+    return trains, tests

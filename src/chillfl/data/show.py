@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from chillfl.data.federated import FederatedData
+from chillfl.extras import need
 
 
 def describe(fd: FederatedData) -> str:
@@ -47,6 +48,7 @@ def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") ->
 
     Counts are written into the cells when the grid has at most 400 cells.
     """
+    need("matplotlib", "plots", "heat maps")  # lazy: matplotlib is the `plots` extra
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -20,10 +20,6 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
-
-from chillfl.report.figures import save_png
-
 from .cache import OnExpire, is_valid
 from .era import entropy, mean_soft_labels, power_sharpen, tempered_softmax
 
@@ -73,6 +69,8 @@ def entropy_vs_beta(soft_labels: torch.Tensor, betas: Sequence[float]) -> np.nda
 
 def plot_cache_ratio(ratios_by_duration: Mapping[int, Sequence[float]], path: str | Path) -> Path:
     """Fig. 3: cached-sample ratio per round, one line per cache duration D."""
+    from chillfl.report.figures import Figure, save_png  # lazy: matplotlib is the `plots` extra
+
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     for d, ratios in sorted(ratios_by_duration.items()):
@@ -85,6 +83,8 @@ def plot_cache_ratio(ratios_by_duration: Mapping[int, Sequence[float]], path: st
 
 
 def _plot_curves(xs: Sequence[float], curves: Mapping[str, np.ndarray], xlabel: str, path: str | Path, logx: bool) -> Path:
+    from chillfl.report.figures import Figure, save_png  # lazy: matplotlib is the `plots` extra
+
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     for label, ys in curves.items():

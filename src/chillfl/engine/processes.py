@@ -26,6 +26,10 @@ Choices
 * Spawned workers re-import the parent's main script, so a script that
   uses this executor needs the usual ``if __name__ == "__main__":`` guard
   (``python -m chillfl`` and the ``chillfl`` command are fine).
+* A worker that finds its parent gone (SIGKILL: no handler runs) stops, and
+  removes the parent's multiprocessing temp folder (``pymp-*``, which holds
+  the parent's resource-sharer socket), so a killed run leaves nothing in
+  the temp directory.
 * A failing job raises :class:`WorkerError` in the parent (with the worker's
   traceback) after the round's other jobs have been drained, so the pool stays
   usable; a worker that dies breaks the pool, which is then shut down.
@@ -35,9 +39,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import multiprocessing.util as mp_util
 import os
 import queue
+import shutil
 import signal
+import time
 import traceback
 import weakref
 from dataclasses import dataclass
@@ -204,24 +211,52 @@ class _UpdateTask:
         return map_leaves(self.task, lambda x: x.unpack() if isinstance(x, PackedTree) else fresh[x.index], lambda x: isinstance(x, (PackedTree, _Loose)))
 
 
+PARENT_GONE = "parent gone"
+"""What :func:`_next_task` returns once the parent process is gone (the parent's own stop sentinel is None)."""
+
+
 def _next_task(tasks: Any, parent: int) -> Any:
-    """The next task; None (stop) once the parent process is gone, so no worker outlives its run."""
+    """The next task, None (the parent's stop sentinel), or PARENT_GONE, so no worker outlives its run."""
     while True:
         try:
             return tasks.get(timeout=_POLL_S)
         except queue.Empty:
             if os.getppid() != parent:
-                return None
+                return PARENT_GONE
+        except (EOFError, OSError):  # the parent's end of the queue closed: it is gone (or going)
+            return PARENT_GONE
 
 
-def _worker_main(model: nn.Module, spec: LocalSpec, client: ClientSide | None, threads: int, tasks: Any, results: Any, parent: int) -> None:
+def _orphaned(parent: int, wait: float = 2.0) -> bool:
+    """Whether the parent is gone; after an EOF on the queue, it may take a moment before this process is reparented."""
+    end = time.monotonic() + wait
+    while os.getppid() == parent:
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _remove_parent_temp(folder: str) -> None:
+    """Remove the dead parent's multiprocessing temp folder (``pymp-*``): a SIGKILLed process cannot remove its own."""
+    if os.path.basename(folder).startswith("pymp-"):
+        shutil.rmtree(folder, ignore_errors=True)  # the other workers may be removing it too
+
+
+def _worker_main(
+    model: nn.Module, spec: LocalSpec, client: ClientSide | None, threads: int, tasks: Any, results: Any, parent: int, parent_temp: str
+) -> None:
     """Worker loop: run each task, send back (index, packed result) or (index, error text)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     torch.set_num_threads(threads)
     model = factored_linears(model)
     while True:
-        task: _Task | _UpdateTask | None = _next_task(tasks, parent)
+        task: _Task | _UpdateTask | str | None = _next_task(tasks, parent)
         if task is None:
+            return
+        if isinstance(task, str):  # PARENT_GONE: killed without running its handlers
+            if _orphaned(parent):
+                _remove_parent_temp(parent_temp)
             return
         try:
             if isinstance(task, _UpdateTask):
@@ -283,7 +318,7 @@ class ProcessExecutor:
         self._processes = [
             ctx.Process(
                 target=_worker_main,
-                args=(model, spec, client, threads_per_worker, self._tasks, self._results, os.getpid()),
+                args=(model, spec, client, threads_per_worker, self._tasks, self._results, os.getpid(), mp_util.get_temp_dir()),
                 name=f"chillfl-worker-{i}",
                 daemon=True,
             )

@@ -1,4 +1,8 @@
-"""Bundled experiment configs (TOML), addressable by name, e.g. ``chillfl run flexchill/table4-digits``."""
+"""Bundled experiment configs (TOML), addressable by name, e.g. ``chillfl run flexchill/table4-digits``.
+
+Files whose name starts with ``_`` (``flexchill/_base-digits.toml``) are shared
+bases that configs ``extends``: not experiments, so neither listed nor found by name.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,12 @@ def experiments_root() -> Path:
 def bundled_experiments() -> list[str]:
     """Names of the bundled configs (relative paths without ``.toml``)."""
     root = experiments_root()
-    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.toml"))
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.toml") if not is_base(p.relative_to(root)))
+
+
+def is_base(path: Path) -> bool:
+    """A shared base (``_base-digits.toml``): some part of its path starts with ``_``."""
+    return any(part.startswith("_") for part in path.parts)
 
 
 def _is_file(path: Path) -> bool:
@@ -29,5 +38,8 @@ def resolve_config(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if _is_file(path):
         return path
-    bundled = experiments_root() / (name_or_path.removesuffix(".toml") + ".toml")
+    relative = Path(name_or_path.removesuffix(".toml") + ".toml")
+    if is_base(relative) or relative.is_absolute() or ".." in relative.parts:
+        return path
+    bundled = experiments_root() / relative
     return bundled if _is_file(bundled) else path

@@ -21,7 +21,8 @@ import math
 from typing import Any, Mapping
 
 import numpy as np
-from scipy import stats
+
+from chillfl.extras import need
 
 
 def correlation_table(measures: Mapping[str, np.ndarray], best_temperature: np.ndarray) -> list[dict[str, Any]]:
@@ -37,7 +38,7 @@ def correlation_table(measures: Mapping[str, np.ndarray], best_temperature: np.n
         if np.ptp(x) == 0 or np.ptp(t) == 0:
             r, p = math.nan, math.nan
         else:
-            result = stats.pearsonr(x, t)
+            result = need("scipy.stats", "analysis", "correlations").pearsonr(x, t)
             r, p = float(result.statistic), float(result.pvalue)
         rows.append({"measure": name, "r": r, "p": p, "n": int(t.size)})
     return rows

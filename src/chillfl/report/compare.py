@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from chillfl.config import (
 )
 from chillfl.data import FederatedData
 from chillfl.engine.results import rounds_to_reach, to_toml, unique_dir
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, MissingExtra
 from chillfl.experiment import build_data, build_experiment
 from chillfl.runner import RunOutput, run_experiment
 
@@ -197,6 +198,8 @@ def _naming(label: str, from_grid: bool) -> Iterator[None]:
     """Name the variant a ConfigError comes from: ``variants.x.client.lr``, or "(grid variant x)" after a grid's message."""
     try:
         yield
+    except MissingExtra:  # a missing package, not a bad value of the variant: its one line as it is
+        raise
     except ConfigError as exc:
         if from_grid:
             raise ConfigError(exc.field, f"{exc.message} (grid variant {label})") from None
@@ -239,11 +242,19 @@ def run_compare(config: RunConfig, grid: Sequence[str], *, reference: str | None
     if partial is not None and folder is not None:
         (partial / "table.md").write_text(table + "\n", encoding="utf-8")
         (partial / "table.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-        from chillfl.report.plots import plot_curves
-
-        plot_curves({label: out.records for label, out in outputs.items()}, partial / "curves.png", title=config.name)
-        from chillfl.report.communication_plots import plot_compare_accuracy_vs_bytes
-
-        plot_compare_accuracy_vs_bytes({label: out.records for label, out in outputs.items()}, partial / "accuracy_vs_bytes.png", title=config.name)
+        _compare_plots(outputs, partial, config.name)
         partial.rename(folder)
     return CompareResult(folder, rows, table, outputs)
+
+
+def _compare_plots(outputs: Mapping[str, RunOutput], folder: Path, title: str) -> None:
+    """The comparison's figures; without matplotlib (the ``plots`` extra) one log line says they were skipped."""
+    try:
+        from chillfl.report.plots import plot_curves
+    except MissingExtra as exc:
+        logging.getLogger(__name__).info("%s; figures skipped", exc)
+        return
+    from chillfl.report.communication_plots import plot_compare_accuracy_vs_bytes
+
+    plot_curves({label: out.records for label, out in outputs.items()}, folder / "curves.png", title=title)
+    plot_compare_accuracy_vs_bytes({label: out.records for label, out in outputs.items()}, folder / "accuracy_vs_bytes.png", title=title)

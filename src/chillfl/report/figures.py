@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from chillfl.extras import need
+
+need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+__all__ = ["Figure", "save_png"]
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:

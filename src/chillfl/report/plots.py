@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import matplotlib
+from chillfl.extras import need
 
+matplotlib = need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Iterator, Mapping
+import types
+import typing
+from typing import Any, Callable, Iterator, Mapping
 
 PARTS: tuple[tuple[str, str, str, str], ...] = (
     ("dataset", "name", "chillfl.data.datasets", "DATASETS"),
@@ -20,6 +22,7 @@ PARTS: tuple[tuple[str, str, str, str], ...] = (
     ("algorithm", "name", "chillfl.aggregation.registry", "ALGORITHMS"),
     ("distillation", "method", "chillfl.distillation.methods", "METHODS"),
 )
+
 
 SUBTABLES: tuple[tuple[str, str, str], ...] = (("dataset.augment", "chillfl.data.augment", "AugmentOptions"),)
 """Option tables nested in a part's table, whatever its name (rendered after the parts)."""
@@ -36,10 +39,25 @@ def _registries() -> Iterator[tuple[str, str, Mapping[str, Any]]]:
 
 def _default(field: dataclasses.Field) -> str:
     if field.default is not dataclasses.MISSING:
-        return repr(field.default)
+        return _shown(field.default)
     if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return repr(field.default_factory())  # type: ignore[misc]
+        return _shown(field.default_factory())  # type: ignore[misc]
     return "(required)"
+
+
+def _shown(value: Any) -> str:
+    """A default as written in TOML (``true``, ``"ratio"``, ``[]``); ``None`` (no TOML spelling) as ``unset``."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k} = {_shown(v)}" for k, v in value.items()) + "}"
+    return repr(value)
 
 
 def _first_line(obj: Any) -> str:
@@ -47,35 +65,163 @@ def _first_line(obj: Any) -> str:
     return doc.splitlines()[0] if doc else ""
 
 
+def _names(module: str, function: str) -> Callable[[], list[str]]:
+    """A registry's names, looked up when the reference is rendered (an absent module gives none)."""
+
+    def names() -> list[str]:
+        try:
+            return sorted(getattr(importlib.import_module(module), function)())
+        except (ModuleNotFoundError, AttributeError):
+            return []
+
+    return names
+
+
+def _algorithm_bases() -> list[str]:
+    return [n for n in _names("chillfl.aggregation.registry", "algorithm_names")() if n != "pa3fed"]
+
+
+def _measures() -> list[str]:
+    from chillfl.temperature.heterogeneity import MEASURES
+
+    return sorted(MEASURES)
+
+
+def _losses() -> list[str]:
+    from chillfl.experiment import base_losses
+
+    return sorted(base_losses())
+
+
+def _executors() -> list[str]:
+    from chillfl.config import EXECUTORS
+
+    return list(EXECUTORS)
+
+
+ENUMERATED: dict[str, Callable[[], list[str]]] = {
+    "executor": _executors,
+    "device": lambda: ["cpu", "cuda", "cuda:N", "mps", "auto"],
+    "client.loss": _losses,
+    "temperature.fedchill.measure": _measures,
+    "algorithm.pa3fed.base": _algorithm_bases,
+    "distillation.public_dataset": _names("chillfl.data", "dataset_names"),
+    "distillation.method": _names("chillfl.distillation.methods", "method_names"),
+}
+"""Options that are plain strings in their dataclass but take one of a registry's names ("section[.implementation].option")."""
+
+
+def _type_and_allowed(tp: Any, where: str) -> tuple[str, str]:
+    """(type shown, allowed values shown) of an option's resolved annotation ``tp``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if where in ENUMERATED:
+        values = ENUMERATED[where]()
+        optional = origin in (typing.Union, types.UnionType) and type(None) in args
+        return ("str | None" if optional else "str"), ", ".join(f"`{v}`" for v in values) + (" (or none)" if optional else "")
+    if origin is typing.Literal:
+        return _type_name(type(args[0])), ", ".join(f"`{a}`" for a in args)
+    if origin in (list, tuple) and args and typing.get_origin(args[0]) is typing.Literal:
+        return "list", "any of " + ", ".join(f"`{a}`" for a in typing.get_args(args[0]))
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1 and typing.get_origin(inner[0]) is typing.Literal:
+            return _type_name(type(typing.get_args(inner[0])[0])) + " | None", ", ".join(f"`{a}`" for a in typing.get_args(inner[0])) + " (or none)"
+        return " | ".join(_type_name(a) for a in args), ""
+    if tp is bool:
+        return "bool", "`true`, `false`"
+    return _type_name(tp), ""
+
+
+def _type_name(tp: Any) -> str:
+    if tp is type(None):
+        return "None"
+    if typing.get_origin(tp) is not None:
+        return str(tp).replace("typing.", "")
+    return getattr(tp, "__name__", str(tp))
+
+
+def options_table(cls: type, where: str) -> list[str]:
+    """Markdown rows for dataclass ``cls``: option, type, default, allowed values (``where``: ``section[.name]``)."""
+    hints = typing.get_type_hints(cls)
+    fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+    if not fields:
+        return ["No options."]
+    lines = ["", "| option | type | default | allowed |", "|---|---|---|---|"]
+    for f in fields:
+        type_name, allowed = _type_and_allowed(hints[f.name], f"{where}.{f.name}")
+        lines.append(_row(f.name, type_name, _default(f), allowed))
+    return lines
+
+
+def _row(name: str, type_name: str, default: str, allowed: str) -> str:
+    """One table row; ``|`` inside a cell is escaped, or GitHub's markdown would split the cell."""
+    cells = [f"`{name}`", f"`{type_name}`", f"`{default}`", allowed]
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def _run_sections() -> Iterator[tuple[str, type, str]]:
+    """(heading, dataclass, field prefix) of the fixed parts of a run config."""
+    from chillfl.config import RunConfig
+
+    hints = typing.get_type_hints(RunConfig)
+    for f in dataclasses.fields(RunConfig):
+        tp = hints[f.name]
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            yield f"[{f.name}]", tp, f.name
+
+
+def _top_level_rows() -> list[str]:
+    from chillfl.config import RunConfig
+
+    hints = typing.get_type_hints(RunConfig)
+    lines = ["", "| option | type | default | allowed |", "|---|---|---|---|"]
+    for f in dataclasses.fields(RunConfig):
+        tp = hints[f.name]
+        if (isinstance(tp, type) and dataclasses.is_dataclass(tp)) or typing.get_origin(tp) is dict:
+            continue
+        type_name, allowed = _type_and_allowed(tp, f.name)
+        lines.append(_row(f.name, type_name, _default(f), allowed))
+    return lines
+
+
 def render_reference() -> str:
-    """Markdown: for every part and every registered name, its options with type and default."""
+    """Markdown: the run's own sections, then every part's registered names and each one's options."""
     lines = [
         "# Configuration reference (generated)",
         "",
-        "Generated by `chillfl list --options` from the options dataclasses; do not edit by hand.",
+        "Generated by `chillfl list --options` from the options dataclasses and registries; do not edit by hand",
+        "(`tests/test_reference.py` checks it is current). *allowed* lists every accepted value of an enumerated option.",
+        "",
+        "## Top-level options",
+        *_top_level_rows(),
+    ]
+    for heading, cls, prefix in _run_sections():
+        summary = _first_line(cls)
+        lines += ["", f"## {heading}" + (f" — {summary}" if summary else ""), *options_table(cls, prefix)]
+    lines += [
+        "",
+        "## Pluggable parts",
+        "",
         "Each part is a TOML table: its name key selects the implementation and the other keys are that implementation's options.",
     ]
     for section, key, registry in _registries():
-        lines += ["", f"## [{section}] {key} = ..."]
-        for name in sorted(registry):
+        names = sorted(registry)
+        lines += ["", f"## [{section}] {key} = ...", "", f"`{key}`: one of " + ", ".join(f"`{n}`" for n in names) + "."]
+        if section == "distillation":
+            lines += _distillation_shared()
+        for name in names:
             spec = registry[name]
             summary = getattr(spec, "summary", "") or _first_line(spec.options)
             lines += ["", f"### `{name}`" + (f" — {summary}" if summary else "")]
-            lines += _table(spec.options)
+            lines += options_table(spec.options, f"{section}.{name}")
     for section, module, attr in SUBTABLES:
         options = getattr(importlib.import_module(module), attr)
-        lines += ["", f"## [{section}]", "", _first_line(options)]
-        lines += _table(options)
+        lines += ["", f"## [{section}]", "", _first_line(options), *options_table(options, section)]
     return "\n".join(lines) + "\n"
 
 
-def _table(options: type) -> list[str]:
-    """The markdown rows of one options dataclass ("No options." when it has none)."""
-    fields = [f for f in dataclasses.fields(options) if f.init]
-    if not fields:
-        return ["No options."]
-    lines = ["", "| option | type | default |", "|---|---|---|"]
-    for f in fields:
-        type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-        lines.append(f"| `{f.name}` | `{type_name}` | `{_default(f)}` |".replace("|`", "| `"))
-    return lines
+def _distillation_shared() -> list[str]:
+    """The ``[distillation]`` options every method takes, next to each method's own."""
+    from chillfl.distillation.methods import DistillationOptions
+
+    return ["", "### Shared options (every method)", "", _first_line(DistillationOptions), *options_table(DistillationOptions, "distillation")]

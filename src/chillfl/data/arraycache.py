@@ -1,0 +1,191 @@
+"""Decoded datasets stored once under ``data_dir`` as ``.npy`` files and memory-mapped.
+
+Why: Tiny-ImageNet, Caltech-256 and FEMNIST take minutes to decode (JPEGs,
+LEAF's JSON) and their standardised float32 arrays are gigabytes. They are
+decoded once, standardised in chunks straight into ``.npy`` files, and every
+later run maps those files (``np.load(mmap_mode="c")``): the tensors share the
+page cache, clients index into them, and nothing is copied per client.
+
+Layout: ``data_dir/.chillfl-cache/<name>-<key>/`` with ``x_train.npy``,
+``y_train.npy``, ``x_test.npy``, ``y_test.npy``, optional ``train_bounds.npy`` /
+``test_bounds.npy`` (the natural groups as contiguous ranges) and ``meta.json``
+written last; the folder is built beside its final name and renamed into place,
+so a half-written cache is never read. ``<key>`` hashes the options and a
+fingerprint of the source folder (every file's path, size and mtime): changed
+source files or options build a new cache. Delete ``.chillfl-cache`` to reclaim
+the space.
+
+Choices
+-------
+* ``mmap_mode="c"`` (copy-on-write), not ``"r"``: torch needs a writable array,
+  and an in-place write through a read-only map would crash the process; with
+  ``"c"`` a write stays private to the process and the file is never changed.
+* Standardisation is per channel with the train set's float64 mean and std,
+  accumulated chunk by chunk (two passes), so memory stays at one chunk.
+* A ``data_dir`` that cannot be written falls back to building in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+CACHE_DIR = ".chillfl-cache"
+FORMAT_VERSION = 1
+CHUNK_ROWS = 4096
+
+
+class Decoded(NamedTuple):
+    """A reader's output: unnormalised arrays (uint8 images are scaled by 1/255) and optional natural groups."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+    train_bounds: np.ndarray | None = None
+    test_bounds: np.ndarray | None = None
+    """Group g is rows ``bounds[g]:bounds[g + 1]`` (len = groups + 1)."""
+
+
+class Mapped(NamedTuple):
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    train_bounds: np.ndarray | None
+    test_bounds: np.ndarray | None
+
+
+def fingerprint(folder: Path) -> str:
+    """sha256 over every file's relative path, size and mtime under ``folder``.
+
+    Hidden entries (``.chillfl-cache``, ``.downloads``, the download marker) are
+    skipped, so a source folder that is ``data_dir`` itself keeps its key.
+    """
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(f for f in filenames if not f.startswith(".")):
+            path = Path(dirpath) / name
+            st = path.stat()
+            h.update(f"{path.relative_to(folder).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _scale(x: np.ndarray) -> float:
+    return 255.0 if x.dtype == np.uint8 else 1.0
+
+
+def channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel (axis 1) mean and std of ``x / scale`` in float64, one chunk of rows at a time."""
+    scale = _scale(x)
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    axes = tuple(i for i in range(x.ndim) if i != 1)
+    count = x.size / x.shape[1]
+    total = np.zeros(shape)
+    for start in range(0, len(x), CHUNK_ROWS):
+        total += (x[start : start + CHUNK_ROWS].astype(np.float64) / scale).sum(axis=axes, keepdims=True)
+    mean = total / count
+    sq = np.zeros(shape)
+    for start in range(0, len(x), CHUNK_ROWS):
+        sq += ((x[start : start + CHUNK_ROWS].astype(np.float64) / scale - mean) ** 2).sum(axis=axes, keepdims=True)
+    return mean, np.sqrt(sq / count)
+
+
+def standardise_into(x: np.ndarray, mean: np.ndarray, std: np.ndarray, out: np.ndarray) -> None:
+    """``out = (x / scale - mean) / std`` as float32, chunk by chunk."""
+    scale = np.float32(_scale(x))
+    mean32 = mean.astype(np.float32)
+    std32 = np.where(std > 0, std, 1.0).astype(np.float32)
+    for start in range(0, len(x), CHUNK_ROWS):
+        out[start : start + CHUNK_ROWS] = (x[start : start + CHUNK_ROWS].astype(np.float32) / scale - mean32) / std32
+
+
+def _write(folder: Path, decoded: Decoded) -> None:
+    mean, std = channel_stats(decoded.x_train)
+    for split, x, y in (("train", decoded.x_train, decoded.y_train), ("test", decoded.x_test, decoded.y_test)):
+        out = np.lib.format.open_memmap(folder / f"x_{split}.npy", mode="w+", dtype=np.float32, shape=x.shape)
+        standardise_into(x, mean, std, out)
+        out.flush()
+        del out
+        np.save(folder / f"y_{split}.npy", np.asarray(y, dtype=np.int64))
+    for split, bounds in (("train", decoded.train_bounds), ("test", decoded.test_bounds)):
+        if bounds is not None:
+            np.save(folder / f"{split}_bounds.npy", np.asarray(bounds, dtype=np.int64))
+    meta = {"format": FORMAT_VERSION, "num_classes": decoded.num_classes}
+    (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+def _in_memory(decoded: Decoded) -> Mapped:
+    mean, std = channel_stats(decoded.x_train)
+    xs = []
+    for x in (decoded.x_train, decoded.x_test):
+        out = np.empty(x.shape, dtype=np.float32)
+        standardise_into(x, mean, std, out)
+        xs.append(torch.from_numpy(out))
+    y = [torch.from_numpy(np.asarray(a, dtype=np.int64)) for a in (decoded.y_train, decoded.y_test)]
+    return Mapped(xs[0], y[0], xs[1], y[1], decoded.num_classes, decoded.train_bounds, decoded.test_bounds)
+
+
+def _load(folder: Path) -> Mapped:
+    meta: dict[str, Any] = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+
+    def x(split: str) -> torch.Tensor:
+        arr = np.load(folder / f"x_{split}.npy", mmap_mode="c")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.from_numpy(arr)
+
+    def y(split: str) -> torch.Tensor:
+        return torch.from_numpy(np.load(folder / f"y_{split}.npy"))
+
+    def bounds(split: str) -> np.ndarray | None:
+        path = folder / f"{split}_bounds.npy"
+        return np.load(path) if path.is_file() else None
+
+    return Mapped(x("train"), y("train"), x("test"), y("test"), int(meta["num_classes"]), bounds("train"), bounds("test"))
+
+
+def cached(name: str, options: object, source: Path, data_dir: Path, decode: Callable[[], Decoded]) -> Mapped:
+    """The standardised arrays of ``name``: mapped from the cache, or decoded, written once and mapped."""
+    key = hashlib.sha256(f"{FORMAT_VERSION}\0{name}\0{options!r}\0{fingerprint(source)}".encode()).hexdigest()[:16]
+    cache_root = data_dir / CACHE_DIR
+    folder = cache_root / f"{name}-{key}"
+    if (folder / "meta.json").is_file():
+        return _load(folder)
+    decoded = decode()
+    try:
+        cache_root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache_root))
+    except OSError as exc:
+        log.info("cannot cache %s under %s (%s); keeping it in memory", name, cache_root, exc.strerror or exc)
+        return _in_memory(decoded)
+    try:
+        _write(tmp, decoded)
+        del decoded
+        try:
+            tmp.replace(folder)
+        except OSError:
+            if not (folder / "meta.json").is_file():  # not a concurrent writer that finished first
+                raise
+    except OSError as exc:
+        log.warning("cannot write the %s cache under %s (%s); decoding again in memory", name, cache_root, exc.strerror or exc)
+        return _in_memory(decode())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _load(folder)

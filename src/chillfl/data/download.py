@@ -1,0 +1,385 @@
+"""``chillfl data download``: fetch a real dataset, check it, unpack it where the loaders look.
+
+Why it is built this way
+------------------------
+* Resumable: a file is written to ``data_dir/.downloads/NAME.part``; a rerun
+  (or a retry after a dropped connection) asks for the rest with an HTTP
+  ``Range`` header. A server that ignores ``Range`` (answers 200) is read from
+  the start again, over the old part.
+* Checked: every file's md5/sha256 (see :mod:`chillfl.data.sources`) is
+  compared before anything is unpacked; a mismatch removes the file.
+* Atomic: archives are unpacked into a temporary folder beside the target,
+  moved into place with one ``rename``, and the marker ``.chillfl-download``
+  is written last. A folder without the marker is never taken as complete.
+* Safe: tar and zip members that would land outside the folder (absolute
+  paths, ``..``, links, devices) are refused.
+* Overridable: ``CHILLFL_DATA_MIRROR`` (or ``mirror=``) replaces every URL by
+  ``MIRROR/<dataset>/<file>``; ``checksums=`` (a ``sha256sum``-style manifest
+  of ``<hex>  <dataset>/<file>`` lines, md5 or sha256 by length) replaces the
+  table's checksums, for a mirror that repacks files and for tests.
+
+Every failure is a :class:`DownloadError`, one line, exit status 2 in the CLI.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import http.client
+import logging
+import os
+import shutil
+import socket
+import sys
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from chillfl.data.sources import MANUAL, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
+
+log = logging.getLogger(__name__)
+
+MIRROR_ENV = "CHILLFL_DATA_MIRROR"
+MARKER = ".chillfl-download"
+DOWNLOADS = ".downloads"
+CHUNK = 1 << 20
+RETRIES = 3
+TIMEOUT_S = 60.0
+USER_AGENT = "chillfl-data-download"
+
+
+class DownloadError(Exception):
+    """A download that cannot finish; the message is one line for the user."""
+
+
+# ---------------------------------------------------------------- sources and overrides
+
+
+def read_checksums(path: str | Path) -> dict[str, str]:
+    """``<hex>  <dataset>/<file>`` lines (``sha256sum`` / ``md5sum`` output) -> {"dataset/file": hex}."""
+    out: dict[str, str] = {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise DownloadError(f"cannot read checksum manifest {path}: {exc.strerror or exc}") from exc
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.split(maxsplit=1)
+        digest = parts[0].lower()
+        if len(parts) != 2 or len(digest) not in (32, 64) or any(c not in "0123456789abcdef" for c in digest):
+            raise DownloadError(f"{path}:{number}: expected '<md5 or sha256 hex>  <dataset>/<file>'")
+        out[parts[1].strip().lstrip("*")] = digest
+    return out
+
+
+def resolve_source(name: str, mirror: str | None = None, checksums: Mapping[str, str] | None = None) -> Source:
+    """The source of ``name`` with the mirror's URLs and the manifest's checksums applied."""
+    mirror = mirror if mirror is not None else os.environ.get(MIRROR_ENV) or None
+    if name in SOURCES:
+        source = SOURCES[name]
+    elif name in MIRRORED_ONLY and mirror:
+        source = MIRRORED_ONLY[name]
+    elif name in MANUAL:
+        raise DownloadError(MANUAL[name].instructions.replace("DATA_DIR", "<data_dir>"))
+    else:
+        raise DownloadError(f"unknown dataset {name!r}; downloadable: {', '.join(downloadable())}")
+    files = []
+    for f in source.files:
+        if mirror:
+            f = replace(f, urls=(f"{mirror.rstrip('/')}/{name}/{f.name}",))
+        digest = (checksums or {}).get(f"{name}/{f.name}")
+        if digest is not None:
+            f = replace(f, md5=digest if len(digest) == 32 else None, sha256=digest if len(digest) == 64 else None)
+        files.append(f)
+    return replace(source, files=tuple(files))
+
+
+# ---------------------------------------------------------------- fetching one file
+
+
+def _disk_full(path: Path, exc: OSError) -> DownloadError:
+    return DownloadError(f"disk full while writing {path} ({exc.strerror}); free space and rerun (a partial download is kept and resumes)")
+
+
+def _open(url: str, offset: int, timeout: float) -> http.client.HTTPResponse:
+    headers = {"User-Agent": USER_AGENT}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    response: http.client.HTTPResponse = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+    return response
+
+
+def _fetch_once(url: str, part: Path, progress: bool, timeout: float) -> None:
+    """Fetch ``url`` into ``part``, continuing from its current size when the server honours Range."""
+    offset = part.stat().st_size if part.exists() else 0
+    try:
+        response = _open(url, offset, timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and offset:  # our part is already >= the file: start over
+            part.unlink()
+            response = _open(url, 0, timeout)
+            offset = 0
+        else:
+            raise
+    with response:
+        if offset and response.status != 206:
+            offset = 0  # Range ignored: the body is the whole file
+        if offset and not response.headers.get("Content-Range", "").startswith(f"bytes {offset}-"):
+            part.unlink()  # a 206 for some other range: start over on the retry
+            raise http.client.IncompleteRead(b"")
+        length = response.headers.get("Content-Length")
+        total = offset + int(length) if length is not None and length.isdigit() else None
+        bar = _bar(part.name.removesuffix(".part"), total, offset, progress)
+        try:
+            out = open(part, "ab" if offset else "wb")
+        except OSError as exc:
+            bar.close()
+            raise DownloadError(f"cannot write {part}: {exc.strerror or exc}") from exc
+        try:
+            with out:
+                while True:
+                    chunk = response.read1(CHUNK)  # what has arrived: a stall keeps the bytes before it
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    bar.update(len(chunk))
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise _disk_full(part, exc) from exc
+            raise
+        finally:
+            bar.close()
+        if total is not None and part.stat().st_size < total:
+            raise http.client.IncompleteRead(b"", total - part.stat().st_size)
+
+
+def _bar(desc: str, total: int | None, initial: int, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, disable=not enabled, file=sys.stderr, leave=False)
+
+
+TRANSIENT = (http.client.IncompleteRead, ConnectionResetError, ConnectionAbortedError, socket.timeout, TimeoutError, http.client.RemoteDisconnected)
+
+
+def _fetch_url(url: str, part: Path, progress: bool, retries: int, timeout: float, errors: list[str]) -> bool:
+    """Try ``url`` (resuming after dropped connections); False, with a reason in ``errors``, to try the next URL."""
+    for attempt in range(retries + 1):
+        try:
+            _fetch_once(url, part, progress, timeout)
+            return True
+        except urllib.error.HTTPError as exc:
+            errors.append(f"HTTP {exc.code} {exc.reason} from {url}")
+            return False
+        except TRANSIENT as exc:
+            have = part.stat().st_size if part.exists() else 0
+            if attempt < retries:
+                log.info("connection to %s dropped at %d bytes (%s); resuming (%d/%d)", url, have, type(exc).__name__, attempt + 1, retries)
+        except urllib.error.URLError as exc:
+            errors.append(f"cannot reach {url} ({exc.reason}); check the network, or set {MIRROR_ENV}")
+            return False
+        except OSError as exc:  # a network error mid-body (reset, TLS): resume like a drop
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise _disk_full(part, exc) from exc
+            have = part.stat().st_size if part.exists() else 0
+            log.info("connection to %s failed at %d bytes (%s); resuming", url, have, exc)
+    have = part.stat().st_size if part.exists() else 0
+    errors.append(f"connection to {url} dropped or stalled {retries + 1} times ({have} bytes kept in {part}; rerun to resume)")
+    return False
+
+
+def fetch(file: RemoteFile, folder: Path, *, progress: bool = False, retries: int = RETRIES, timeout: float = TIMEOUT_S) -> Path:
+    """Download ``file`` into ``folder`` (resuming a ``.part``), check it, return its path."""
+    target = folder / file.name
+    if target.is_file() and _verified(target, file):
+        return target
+    if not file.urls:
+        raise DownloadError(f"{file.name} has no URL: set {MIRROR_ENV} to a mirror that serves it")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DownloadError(f"cannot create {folder}: {exc.strerror or exc}") from exc
+    part = folder / (file.name + ".part")
+    if file.size is not None and part.is_file() and part.stat().st_size == file.size and _verified(part, file):
+        part.replace(target)  # complete before an interruption, not yet renamed
+        return target
+    errors: list[str] = []
+    for url in file.urls:
+        if not _fetch_url(url, part, progress, retries, timeout, errors):
+            continue
+        if not _check(part, file):
+            part.unlink()
+            raise DownloadError(f"checksum mismatch for {file.name} from {url}: the file was removed; rerun to fetch it again")
+        part.replace(target)
+        return target
+    raise DownloadError("; ".join(errors))
+
+
+def file_digest(path: Path, algorithm: str) -> str:
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _check(path: Path, file: RemoteFile) -> bool:
+    if file.sha256 is not None:
+        return file_digest(path, "sha256") == file.sha256
+    if file.md5 is not None:
+        return file_digest(path, "md5") == file.md5
+    log.warning("%s has no published checksum; not verified (sha256 %s)", file.name, file_digest(path, "sha256"))
+    return True
+
+
+def _verified(path: Path, file: RemoteFile) -> bool:
+    return (file.sha256 is not None or file.md5 is not None) and _check(path, file)
+
+
+# ---------------------------------------------------------------- unpacking
+
+
+def _inside(name: str) -> bool:
+    p = PurePosixPath(name.replace("\\", "/"))
+    return bool(name) and not p.is_absolute() and ".." not in p.parts and not (p.parts and p.parts[0].endswith(":"))
+
+
+def unpack_tar(archive: Path, dest: Path) -> None:
+    """Extract a (possibly compressed) tar into ``dest``, refusing members that escape it, links and devices."""
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            members = tar.getmembers()
+            for m in members:
+                if not _inside(m.name) or not (m.isfile() or m.isdir()):
+                    raise DownloadError(f"refusing {archive.name}: member {m.name!r} is {'a link or device' if _inside(m.name) else 'outside the target folder'}")
+            tar.extractall(dest, members=members, filter="data")
+    except (tarfile.TarError, EOFError) as exc:
+        raise DownloadError(f"{archive.name} is not a readable tar archive ({exc})") from exc
+
+
+def unpack_zip(archive: Path, dest: Path) -> None:
+    """Extract a zip into ``dest``, refusing members that would land outside it."""
+    try:
+        with zipfile.ZipFile(archive) as z:
+            infos = z.infolist()
+            for info in infos:
+                if not _inside(info.filename):
+                    raise DownloadError(f"refusing {archive.name}: member {info.filename!r} is outside the target folder")
+            root = dest.resolve()
+            for info in infos:
+                out = (dest / info.filename).resolve()
+                if root not in out.parents and out != root:
+                    raise DownloadError(f"refusing {archive.name}: member {info.filename!r} is outside the target folder")
+                z.extract(info, dest)
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise DownloadError(f"{archive.name} is not a readable zip archive ({exc})") from exc
+
+
+def _unpack(path: Path, file: RemoteFile, dest: Path) -> None:
+    if file.unpack == "tar":
+        unpack_tar(path, dest)
+    elif file.unpack == "zip":
+        unpack_zip(path, dest)
+    else:
+        shutil.copyfile(path, dest / file.name)
+    for inner in file.nested:
+        nested = dest / inner
+        if nested.is_file():
+            unpack_zip(nested, dest)
+            nested.unlink()
+
+
+# ---------------------------------------------------------------- one dataset
+
+
+def is_complete(data_dir: Path, source: Source) -> bool:
+    return (data_dir / source.folder / MARKER).is_file()
+
+
+def dataset_status(data_dir: str | Path) -> list[tuple[str, str, str, str]]:
+    """(name, folder, download size, state) of every downloadable dataset; state: downloaded | present (not by us) | missing | manual."""
+    root = Path(data_dir)
+    rows = []
+    for name in downloadable():
+        if name in SOURCES:
+            source = SOURCES[name]
+            sizes = [f.size for f in source.files]
+            size = f"{sum(s for s in sizes if s) / 1e6:.0f} MB" if all(sizes) else "see docs"
+            folder = source.folder
+            state = "downloaded" if is_complete(root, source) else "present (not by us)" if (root / folder).exists() else "missing"
+        else:
+            folder, size = MANUAL[name].folder, "-"
+            state = "present" if (root / folder).exists() else "manual (LEAF)"
+        rows.append((name, folder + "/", size, state))
+    return rows
+
+
+def download_dataset(
+    name: str,
+    data_dir: str | Path = "data",
+    *,
+    mirror: str | None = None,
+    checksums: Mapping[str, str] | None = None,
+    progress: bool = False,
+    force: bool = False,
+    retries: int = RETRIES,
+    timeout: float = TIMEOUT_S,
+) -> Path:
+    """Fetch, check and unpack dataset ``name`` into ``data_dir/<folder>``; returns that folder.
+
+    Already complete (marker present): nothing is fetched. A folder without the
+    marker (files placed by hand, or an old layout) is left alone unless ``force``.
+    ``timeout`` bounds each connection and each read, in seconds; a dropped or
+    stalled connection is resumed up to ``retries`` times.
+    """
+    source = resolve_source(name, mirror, checksums)
+    root = Path(data_dir)
+    target = root / source.folder
+    if is_complete(root, source) and not force:
+        log.info("%s is already in %s", name, target)
+        return target
+    if target.exists() and not force:
+        raise DownloadError(f"{target} exists but was not completed by `chillfl data download`; remove it or pass --force")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DownloadError(f"cannot create {root}: {exc.strerror or exc}") from exc
+    downloads = root / DOWNLOADS / name
+    fetched = [fetch(f, downloads, progress=progress, retries=retries, timeout=timeout) for f in source.files]
+    _install(source, fetched, root, target)
+    for path in fetched:
+        path.unlink(missing_ok=True)
+    try:
+        downloads.rmdir()
+        (root / DOWNLOADS).rmdir()
+    except OSError:
+        pass
+    return target
+
+
+def _install(source: Source, fetched: list[Path], root: Path, target: Path) -> None:
+    """Unpack into a temp folder beside ``target``, rename it into place, write the marker last."""
+    for stale in root.glob(f".{source.name}.unpacking-*"):  # left by a process killed while unpacking
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{source.name}.unpacking-", dir=root))
+    try:
+        for path, file in zip(fetched, source.files):
+            _unpack(path, file, tmp)
+        made = tmp / source.folder if (tmp / source.folder).is_dir() else tmp
+        if target.exists():
+            shutil.rmtree(target)
+        made.replace(target)
+        (target / MARKER).write_text(f"{source.name}\n", encoding="utf-8")
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DownloadError(f"disk full while unpacking {source.name} into {root}; free space and rerun (the checked downloads are kept)") from exc
+        raise DownloadError(f"cannot unpack {source.name} into {root}: {exc.strerror or exc}") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

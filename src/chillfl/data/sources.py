@@ -1,0 +1,181 @@
+"""Where each real dataset comes from: official URLs, mirrors, checksums, sizes and on-disk layout.
+
+This table is what ``chillfl data download NAME`` reads; the loaders in
+:mod:`chillfl.data.loaders` read the folders it produces (``Source.folder``
+under ``data_dir``).
+
+Checksums are the publishers' own where they give one, otherwise the values
+that torchvision (and other widely used loaders) pin and that match the
+publishers' files byte for byte; ``docs/datasets.md`` names where each value
+was checked. A file whose checksum could not be verified has ``md5 = sha256 =
+None``: it is downloaded, its sha256 is printed, and a warning says that it
+was not verified. Sizes are in bytes; ``None`` where no verified value exists
+(they only feed the progress bar and the docs, never a check).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Unpack = Literal["none", "tar", "zip"]
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file to fetch: tried at each URL in turn, checked against ``md5``/``sha256``."""
+
+    name: str
+    urls: tuple[str, ...]
+    md5: str | None = None
+    sha256: str | None = None
+    size: int | None = None
+    unpack: Unpack = "none"
+    nested: tuple[str, ...] = ()
+    """Archives inside this one to unpack too (UCI's zip wraps ``UCI HAR Dataset.zip``)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A downloadable dataset: its files and the folder (under ``data_dir``) they make."""
+
+    name: str
+    folder: str
+    files: tuple[RemoteFile, ...]
+    homepage: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class ManualSource:
+    """A dataset with no direct download: ``instructions`` say how to build its files."""
+
+    name: str
+    folder: str
+    homepage: str
+    instructions: str
+
+
+def _at(bases: tuple[str, ...], name: str) -> tuple[str, ...]:
+    return tuple(base + name for base in bases)
+
+
+_CIFAR = "https://www.cs.toronto.edu/~kriz/"
+_SVHN = "http://ufldl.stanford.edu/housenumbers/"
+_MNIST = ("https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/")
+_FASHION = ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/", "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/")
+_IDX = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+_MNIST_MD5 = ("f68b3c2dcbeaaa9fbdd348bbdeb94873", "d53e105ee54ea40749a09fcbcd1e9432", "9fb629c4189551a2d022fa330f9573f3", "ec29112dd5afa0611ce80d1b7f02629c")
+_MNIST_SIZE = (9912422, 28881, 1648877, 4542)
+_FASHION_MD5 = ("8d4fb7e6c68d591d4c3dfef9ec88bf0d", "25c81989df183df01b3e8a0aad5dffbe", "bef4ecab320f06d8554ea6380940ec79", "bb300cfdad3c16e7a12a480ee83cd310")
+_FASHION_SIZE = (26421880, 29515, 4422102, 5148)
+
+SOURCES: dict[str, Source] = {
+    "cifar10": Source(
+        "cifar10",
+        "cifar-10-batches-py",
+        (RemoteFile("cifar-10-python.tar.gz", (_CIFAR + "cifar-10-python.tar.gz",), md5="c58f30108f718f92721af3b95e74349a", size=170498071, unpack="tar"),),
+        "https://www.cs.toronto.edu/~kriz/cifar.html",
+    ),
+    "cifar100": Source(
+        "cifar100",
+        "cifar-100-python",
+        (RemoteFile("cifar-100-python.tar.gz", (_CIFAR + "cifar-100-python.tar.gz",), md5="eb9058c3a382ffc7106e4002c42a8d85", size=169001437, unpack="tar"),),
+        "https://www.cs.toronto.edu/~kriz/cifar.html",
+    ),
+    "svhn": Source(
+        "svhn",
+        "svhn",
+        (
+            RemoteFile("train_32x32.mat", (_SVHN + "train_32x32.mat",), md5="e26dedcc434d2e4c54c9b2d4a06d8373", size=182040794),
+            RemoteFile("test_32x32.mat", (_SVHN + "test_32x32.mat",), md5="eb5a983be6a315427106f1b164d9cef3", size=64275384),
+        ),
+        "http://ufldl.stanford.edu/housenumbers/",
+    ),
+    "mnist": Source(
+        "mnist",
+        "mnist",
+        tuple(RemoteFile(f, _at(_MNIST, f), md5=m, size=s) for f, m, s in zip(_IDX, _MNIST_MD5, _MNIST_SIZE)),
+        "http://yann.lecun.com/exdb/mnist/",
+        "the first URL is the mirror torchvision uses (LeCun's site often refuses downloads)",
+    ),
+    "fashion_mnist": Source(
+        "fashion_mnist",
+        "fashion_mnist",
+        tuple(RemoteFile(f, _at(_FASHION, f), md5=m, size=s) for f, m, s in zip(_IDX, _FASHION_MD5, _FASHION_SIZE)),
+        "https://github.com/zalandoresearch/fashion-mnist",
+    ),
+    "emnist": Source(
+        "emnist",
+        "emnist",
+        (RemoteFile("gzip.zip", ("https://biometrics.nist.gov/cs_links/EMNIST/gzip.zip",), md5="58c8d27c78d21e728a6bc7b3cc06412e", unpack="zip"),),
+        "https://www.nist.gov/itl/products-and-services/emnist-dataset",
+        "all six EMNIST splits as gzipped idx files (about 560 MB)",
+    ),
+    "uci_har": Source(
+        "uci_har",
+        "UCI HAR Dataset",
+        (
+            RemoteFile(
+                "human+activity+recognition+using+smartphones.zip",
+                ("https://archive.ics.uci.edu/static/public/240/human+activity+recognition+using+smartphones.zip",),
+                unpack="zip",
+                nested=("UCI HAR Dataset.zip",),
+            ),
+        ),
+        "https://archive.ics.uci.edu/dataset/240/human+activity+recognition+using+smartphones",
+        "UCI publishes no checksum: the sha256 of what was fetched is printed, unverified",
+    ),
+    "tiny_imagenet": Source(
+        "tiny_imagenet",
+        "tiny-imagenet-200",
+        (RemoteFile("tiny-imagenet-200.zip", ("http://cs231n.stanford.edu/tiny-imagenet-200.zip",), md5="90528d7ca1a48142e341f4ef8d21d0de", size=248100043, unpack="zip"),),
+        "http://cs231n.stanford.edu/",
+    ),
+    "caltech256": Source(
+        "caltech256",
+        "256_ObjectCategories",
+        (
+            RemoteFile(
+                "256_ObjectCategories.tar",
+                ("https://data.caltech.edu/records/nyy15-4j048/files/256_ObjectCategories.tar?download=1",),
+                md5="67b4f42ca05d46448c6bb8ecd2220f6d",
+                unpack="tar",
+            ),
+        ),
+        "https://data.caltech.edu/records/nyy15-4j048",
+        "about 1.2 GB; images are decoded with Pillow (pip install 'chillfl[images]')",
+    ),
+}
+
+MANUAL: dict[str, ManualSource] = {
+    "femnist": ManualSource(
+        "femnist",
+        "femnist",
+        "https://leaf.cmu.edu/",
+        "FEMNIST has no ready-made download: LEAF builds it from NIST SD19. Run, in a clone of "
+        "https://github.com/TalwalkarLab/leaf: `cd data/femnist && ./preprocess.sh -s niid --sf 1.0 -k 0 -t sample`, "
+        "then copy data/femnist/data/all_data (or its train/ and test/ folders) to DATA_DIR/femnist/. "
+        "Or set CHILLFL_DATA_MIRROR to a mirror that serves femnist/all_data.zip with a --checksums manifest.",
+    ),
+}
+
+MIRRORED_ONLY: dict[str, Source] = {
+    "femnist": Source(
+        "femnist",
+        "femnist",
+        (RemoteFile("all_data.zip", (), unpack="zip"),),
+        "https://leaf.cmu.edu/",
+        "a zip of LEAF's all_data/*.json, served only by a mirror (CHILLFL_DATA_MIRROR)",
+    ),
+}
+"""Sources that exist only on a mirror: their layout is fixed here, their URL and checksum come from the user."""
+
+
+def downloadable() -> list[str]:
+    return sorted({*SOURCES, *MANUAL})
+
+
+def download_command(name: str, data_dir: str = "data") -> str:
+    """The one command that fetches dataset ``name`` into ``data_dir``."""
+    return f"chillfl data download {name} --data-dir {data_dir}"

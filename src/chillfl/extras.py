@@ -1,0 +1,51 @@
+"""Optional dependencies, imported where they are used.
+
+The core (``pip install chillfl``) needs torch, numpy, tqdm, safetensors and
+tomli-w only. Everything else is an extra, imported lazily through
+:func:`need`, which turns a missing package into one
+:class:`~chillfl.errors.MissingExtra` line naming the extra to install:
+
+=============  ==========================================  ================================
+extra          packages                                    used by
+=============  ==========================================  ================================
+plots          matplotlib                                  run/compare figures, ``data show``
+analysis       scipy, matplotlib                           ``chillfl analyze``
+datasets       scikit-learn, scipy, mnist1d                ``digits``, ``mnist1d``, ``svhn``
+images         pillow                                      ``tiny_imagenet``, ``caltech256`` (JPEGs)
+tensorboard    tensorboard                                 ``[log] sinks = ["tensorboard"]``
+wandb          wandb                                       ``[log] sinks = ["wandb"]``
+hf             datasets, pillow                            ``dataset.name = "hf"``
+flwr-datasets  flwr-datasets (and datasets)                ``partition.name = "flwr"``
+=============  ==========================================  ================================
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from chillfl.errors import MissingExtra
+
+PACKAGES = {"PIL": "pillow", "matplotlib": "matplotlib", "scipy": "scipy", "sklearn": "scikit-learn", "mnist1d": "mnist1d", "tensorboard": "tensorboard", "wandb": "wandb",
+            "datasets": "datasets", "flwr_datasets": "flwr-datasets"}
+"""Top-level import name -> the package name pip knows."""
+
+
+def need(module: str, extra: str, what: str) -> ModuleType:
+    """``import module``, or :class:`MissingExtra` (``what`` need ``package``: pip install "chillfl[extra]")."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        top = module.split(".")[0]
+        if exc.name is not None and exc.name.split(".")[0] != top:
+            raise  # the package is there but one of *its* imports failed: a real error, not a missing extra
+        raise MissingExtra(what, PACKAGES.get(top, top), extra) from None
+
+
+def have(module: str) -> bool:
+    """Whether ``module`` can be imported (without raising)."""
+    try:
+        need(module, "", "")
+    except MissingExtra:
+        return False
+    return True

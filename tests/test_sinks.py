@@ -1,0 +1,222 @@
+"""Metric sinks (CSV, TensorBoard, W&B offline): each is read back and compared with metrics.jsonl."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from chillfl.config import load_config
+from chillfl.errors import ConfigError, MissingExtra
+from chillfl.runner import run_experiment
+from chillfl.sinks import CsvSink, scalars
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "chillfl"
+
+TINY = {
+    "name": "sinks",
+    "seed": 3,
+    "federation.num_clients": 4,
+    "federation.rounds": 3,
+    "client.batch_size": 16,
+    "client.lr": 0.05,
+    "dataset": {"name": "synthetic", "num_clients": 4, "dim": 10, "num_classes": 3, "size_log_mean": 1.0, "size_log_sigma": 0.5, "min_samples": 20},
+    "partition": {"name": "natural"},
+    "model": {"name": "mlp"},
+    "eval.client_split": "natural",
+    "eval.every": 2,  # only round 2 is evaluated: its columns appear after the first row (the CSV is rewritten)
+}
+
+
+@pytest.fixture
+def offline_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """W&B's own settings and caches into tmp_path (the run itself is offline by the sink's settings)."""
+    for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb-home" / var.lower()))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def test_scalars_flattens_one_level_and_drops_lists_and_none() -> None:
+    record = {"round": 4, "global_acc": 0.5, "clients": [0, 1], "agg_clp": True, "local_acc": None, "client_train_loss": {"0": 1.5, "1": 2}, "nan": float("nan")}
+    # round is the step, not a scalar; True -> 1.0; the list, None and the non-finite value are left out.
+    assert scalars(record) == {"global_acc": 0.5, "agg_clp": 1.0, "client_train_loss/0": 1.5, "client_train_loss/1": 2.0}
+
+
+def test_csv_sink_adds_a_column_by_rewriting_the_file(tmp_path: Path) -> None:
+    sink = CsvSink(tmp_path / "m.csv", records=[{"round": 1, "loss": 0.5}])
+    sink.on_round({"round": 2, "loss": 0.25, "acc": 0.75})
+    sink.on_round({"round": 3, "loss": 0.125})
+    rows = list(csv.reader((tmp_path / "m.csv").open(newline="")))
+    assert rows == [["round", "acc", "loss"], ["1", "", "0.5"], ["2", "0.75", "0.25"], ["3", "", "0.125"]]
+
+
+def read_wandb_records(path: Path) -> list[Any]:
+    """The protobuf records of a W&B ``.wandb`` file.
+
+    The format is LevelDB's log format after a 7-byte header (``:W&B``, magic
+    0xBEE1, version 0): 32 KiB blocks of chunks, each with a 7-byte header
+    (CRC32C, little-endian uint16 length, type 1 full / 2 first / 3 middle /
+    4 last); a block tail shorter than a header is padding.
+    """
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B" and data[4:6] == b"\xe1\xbe", data[:7]
+    block, pos, out, pending = 32768, 7, [], b""
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # padding at the end of a block
+            pos += block - pos % block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind == 0 and length == 0:
+            continue
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            out.append(record)
+            pending = b""
+    return out
+
+
+def test_csv_tensorboard_and_wandb_sinks_write_what_metrics_jsonl_holds(tmp_path: Path, offline_wandb: None) -> None:
+    pytest.importorskip("tensorboard")  # the `test` extra installs both; a bare core install skips the read-back
+    pytest.importorskip("wandb")
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    config = load_config(None, {**TINY, "out_dir": str(tmp_path / "results"), "log.sinks": ["csv", "tensorboard", "wandb"]})
+    out = run_experiment(config, progress=False)
+    assert out.folder == tmp_path / "results" / "sinks"
+    folder = out.folder
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [1, 2, 3]
+    expected = {r["round"]: scalars(r) for r in records}
+    assert "global_acc" in expected[2] and "global_acc" not in expected[1]
+    assert not list(tmp_path.glob("results/*.partial"))
+
+    # CSV: the csv module reads back every value exactly (floats are written as their repr).
+    with (folder / "metrics.csv").open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(row["round"]) for row in rows] == [1, 2, 3]
+    for row in rows:
+        got = {k: float(v) for k, v in row.items() if k != "round" and v != ""}
+        assert got == expected[int(row["round"])]
+
+    # TensorBoard: every scalar at step = round, stored as float32.
+    events = list((folder / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(events) == 1
+    seen: dict[int, dict[str, float]] = {}
+    for event in EventFileLoader(str(events[0])).Load():
+        for value in event.summary.value:
+            # add_scalar writes a float32 simple_value; the loader hands it back as a scalar float tensor
+            number = value.simple_value if value.HasField("simple_value") else value.tensor.float_val[0]
+            seen.setdefault(event.step, {})[value.tag] = number
+    assert seen == {rnd: {k: float(np.float32(v)) for k, v in row.items()} for rnd, row in expected.items()}
+
+    # W&B offline: the run's history records, read from its .wandb file, hold every scalar exactly at step = round.
+    runs = list((folder / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1
+    history: dict[int, dict[str, float]] = {}
+    config_keys: set[str] = set()
+    for record in read_wandb_records(runs[0]):
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            step = int(record.history.step.num) if record.history.HasField("step") else int(items["_step"])
+            history[step] = {k: float(v) for k, v in items.items() if not k.startswith("_")}
+        elif kind == "config":
+            config_keys |= {item.key for item in record.config.update}
+        elif kind == "run":
+            assert record.run.display_name == "sinks"
+            config_keys |= {item.key for item in record.run.config.update}
+    assert history == expected
+    assert {"federation", "client", "log", "seed"} <= config_keys
+
+
+def test_sinks_are_refused_with_one_line_in_the_config() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, {"log.sinks": ["csv", "mlflow"]})
+    assert str(info.value) == "log.sinks: unknown value 'mlflow'; allowed: csv, tensorboard, wandb"
+    with pytest.raises(ConfigError, match=r"^log.sinks: lists 'csv' twice$"):
+        load_config(None, {"log.sinks": ["csv", "csv"]})
+    with pytest.raises(ConfigError, match=r"^log.sinks: expected a list, got 'csv'$"):
+        load_config(None, {"log.sinks": "csv"})
+
+
+@pytest.mark.parametrize(("sink", "line"), [("tensorboard", 'TensorBoard logs need tensorboard: pip install "chillfl[tensorboard]"'), ("wandb", 'W&B logs need wandb: pip install "chillfl[wandb]"')])
+def test_a_missing_sink_package_stops_the_run_before_its_folder_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sink: str, line: str) -> None:
+    monkeypatch.setitem(sys.modules, sink, None)  # import of a None entry raises ModuleNotFoundError, as if not installed
+    config = load_config(None, {**TINY, "out_dir": str(tmp_path / "results"), "log.sinks": ["csv", sink]})
+    with pytest.raises(MissingExtra) as info:
+        run_experiment(config, progress=False)
+    assert str(info.value) == line
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_engine_imports_no_sink_code() -> None:
+    for path in (SRC / "engine").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(n.startswith(("chillfl.sinks", "tensorboard", "wandb", "torch.utils.tensorboard")) for n in names), path
+
+
+class _StopAt:
+    """A callback that interrupts the run at round ``at`` (as Ctrl-C would, before that round's checkpoint)."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_round(self, record: Any) -> None:
+        if record["round"] == self.at:
+            raise KeyboardInterrupt
+
+    def on_end(self, output: Any) -> None:
+        pass
+
+
+def test_a_resumed_run_continues_its_csv_and_tensorboard_logs(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from chillfl.runner import resume_experiment
+
+    config = load_config(None, {**TINY, "federation.rounds": 5, "eval.every": 1, "checkpoint.every": 2, "out_dir": str(tmp_path), "log.sinks": ["csv", "tensorboard"]})
+    with pytest.raises(KeyboardInterrupt):
+        # The checkpoint is at round 2; the sinks have logged round 3 too; round 4 stops before they see it.
+        run_experiment(config, progress=False, callbacks=[_StopAt(4)])
+    partial = tmp_path / "sinks.partial"
+    assert [int(r["round"]) for r in csv.DictReader((partial / "metrics.csv").open(newline=""))] == [1, 2, 3]
+    out = resume_experiment(partial, progress=False)
+    assert out.folder is not None
+    records = [json.loads(line) for line in (out.folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [1, 2, 3, 4, 5]
+    with (out.folder / "metrics.csv").open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [{k: float(v) for k, v in row.items() if k != "round" and v != ""} for row in rows] == [scalars(r) for r in records]
+    # Two event files (before and after the resume); TensorBoard's reader shows each round once: the
+    # resumed writer's purge_step drops the first file's round 3, which the resumed run trains again.
+    assert len(list((out.folder / "tensorboard").glob("events.out.tfevents.*"))) == 2
+    acc = EventAccumulator(str(out.folder / "tensorboard"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("global_acc")] == [(r["round"], float(np.float32(r["global_acc"]))) for r in records]
+
+
+def test_sinks_from_python_through_chillfl_run(tmp_path: Path) -> None:
+    import chillfl
+
+    config = {k: v for k, v in TINY.items() if "." not in k}
+    dotted = {k: v for k, v in TINY.items() if "." in k}
+    result = chillfl.run(config=config, out_dir=str(tmp_path), progress=False, **dotted, **{"log.sinks": ["csv"]})
+    folder = tmp_path / "sinks"
+    rows = list(csv.DictReader((folder / "metrics.csv").open(newline="")))
+    assert [int(r["round"]) for r in rows] == [r["round"] for r in result.records] == [1, 2, 3]

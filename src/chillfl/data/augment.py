@@ -41,8 +41,9 @@ Choices
   per-channel standardisation with the train set's mean and std; ``false``
   leaves pixels in [0, 1]; ``[[m1, m2, m3], [s1, s2, s3]]`` uses given
   constants (e.g. the papers' CIFAR-10 means and stds). The last two need a
-  dataset that chillfl standardised itself (the image datasets, ``digits``,
-  ``hf``); it records its channel statistics to undo them.
+  dataset that records the channel statistics chillfl standardised it with
+  (those read into memory: CIFAR, SVHN, MNIST-style, ``digits``, ``hf``; not
+  yet the memory-mapped ``femnist``, ``tiny_imagenet``, ``caltech256``).
 """
 
 from __future__ import annotations

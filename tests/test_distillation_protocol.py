@@ -268,7 +268,7 @@ def test_client_state_round_trip():
 @pytest.mark.parametrize(
     "extra, field",
     [
-        ({"distillation.method": "fedmd"}, "distillation.method"),
+        ({"distillation.method": "fedmimic"}, "distillation.method"),  # not a method (fedmd now is one)
         ({"distillation.beta": 2.0, "distillation.method": "dsfl"}, "distillation.beta"),
         ({"distillation.subset_size": 500}, "distillation.public_size"),
         ({"distillation.method": "comet", "distillation.cache_duration": 5}, "distillation.cache_duration"),

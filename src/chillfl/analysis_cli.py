@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 import importlib
 
-ANALYSES = ("chillfl.analysis.temperature_sweep", "chillfl.analysis.cache_ratio")
+ANALYSES = (
+    "chillfl.analysis.temperature_sweep",
+    "chillfl.analysis.cache_ratio",
+    "chillfl.analysis.calibration",
+    "chillfl.analysis.cka",
+    "chillfl.analysis.aggregation",
+    "chillfl.analysis.grad_norms",
+)
 
 
 def add_analyze_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    parser = sub.add_parser("analyze", help="analyses: temperature-sweep, cache-ratio, soft-label-entropy")
+    parser = sub.add_parser("analyze", help="analyses: temperature-sweep, cache-ratio, soft-label-entropy, calibration, cka, aggregation-accuracy, aggregation-entropy, grad-norms")
     analyses = parser.add_subparsers(dest="analysis", required=True)
     for module in ANALYSES:
         try:

@@ -6,6 +6,8 @@
     chillfl data show CONFIG                       the partition: sizes, class counts, heat map
     chillfl data download NAME... [--data-dir D]   fetch, check and unpack real datasets
     chillfl list                                   registered datasets, models, methods, experiments
+    chillfl report RUN_DIR... [-o report.html]     one self-contained HTML page of result folders
+    chillfl analyze NAME RUN_DIR...                calibration, cka, aggregation-accuracy/-entropy, grad-norms, ...
 
 User errors print one line ``chillfl: error: <field>: <problem>`` and exit 2.
 """
@@ -153,6 +155,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from chillfl.data import dataset_names, partitioner_names
     from chillfl.models import model_names
     from chillfl.distillation.methods import method_names
+    from chillfl.protocols.knowledge import METHODS as PROTOTYPE_METHODS
     from chillfl.temperature import policy_names
 
     for title, names in (
@@ -162,9 +165,18 @@ def cmd_list(args: argparse.Namespace) -> int:
         ("temperature policies", policy_names()),
         ("algorithms", algorithm_names()),
         ("distillation methods", method_names()),
+        ("prototype methods", sorted(PROTOTYPE_METHODS)),
         ("experiments", bundled_experiments()),
     ):
         print(f"{title}: {', '.join(names)}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from chillfl.report.html import write_report
+
+    path = write_report(args.run_dirs, args.output, args.title, models=not args.no_models, partitions=not args.no_partitions)
+    print(f"report: {path}")
     return 0
 
 
@@ -213,6 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
     dd.add_argument("--force", action="store_true", help="replace an existing folder that the downloader did not complete")
     dd.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     dd.set_defaults(func=cmd_data_download)
+
+    p = sub.add_parser("report", help="one self-contained HTML page (tables, curves with seed bands, calibration, partitions) of result folders")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders, or folders of run folders (e.g. a compare folder)")
+    p.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default: report.html)")
+    p.add_argument("--title", help="page title")
+    p.add_argument("--no-models", action="store_true", help="skip the reliability diagrams (they rebuild the test set and read model.safetensors)")
+    p.add_argument("--no-partitions", action="store_true", help="skip the partition heat maps (they rebuild the partition)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("list", help="registered datasets, models, methods and bundled experiments")
     p.add_argument("--options", action="store_true", help="print every part's options with types and defaults (markdown)")

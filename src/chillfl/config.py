@@ -140,9 +140,12 @@ class EvalConfig:
     batch_size: int = 1024
     target_accuracy: float | None = None
     """Optional: report the first round whose global accuracy reaches this value."""
+    ece_bins: int = 15
+    """Equal-width confidence bins of ``global_ece`` (see docs/analysis.md)."""
 
     def validate(self, section: str) -> None:
         require(self.every >= 1, f"{section}.every", f"must be >= 1, got {self.every}")
+        require_range(self.ece_bins, 1, 1000, f"{section}.ece_bins")
         require_range(self.client_split_size, 1, MAX_BATCH, f"{section}.client_split_size")
         require_range(self.batch_size, 1, MAX_BATCH, f"{section}.batch_size")
         if self.target_accuracy is not None:
@@ -252,7 +255,7 @@ def safe_name(label: str) -> str:
 
 COMPARE_KEYS = ("reference", "baseline")
 PART_KEYS = {"dataset": "name", "partition": "name", "model": "name", "temperature": "policy", "algorithm": "name"}
-WHOLE_PARTS = (*PART_KEYS, "distillation")
+WHOLE_PARTS = (*PART_KEYS, "distillation", "prototypes")
 """In a variant, a table for one of these replaces the part whole (its options belong to its name)."""
 
 
@@ -288,6 +291,8 @@ class RunConfig:
     algorithm: dict[str, Any] = field(default_factory=lambda: {"name": "fedavg"})
     distillation: dict[str, Any] = field(default_factory=dict)
     """Options of the soft-label protocol (SCARLET / DS-FL family); empty for parameter sharing."""
+    prototypes: dict[str, Any] = field(default_factory=dict)
+    """Options of the prototype-sharing protocol (FedProto, FedHKD); empty otherwise."""
     variants: dict[str, Any] = field(default_factory=dict)
     """``chillfl compare`` without ``--grid``: label -> table of overrides (a paper table's rows)."""
     compare: dict[str, Any] = field(default_factory=dict)
@@ -306,6 +311,11 @@ class RunConfig:
             from chillfl.distillation.methods import parse_distillation
 
             parse_distillation(self.distillation)
+        if self.prototypes:
+            from chillfl.protocols.knowledge import parse_prototypes
+
+            parse_prototypes(self.prototypes)
+            require(not self.distillation, "prototypes.method", "a run shares soft-labels ([distillation]) or prototypes ([prototypes]), not both")
         for key, value in self.compare.items():
             require(key in COMPARE_KEYS, f"compare.{key}", f"unknown option; allowed: {', '.join(COMPARE_KEYS)}")
             require(isinstance(value, str), f"compare.{key}", f"expected a variant label (a string), got {short_repr(value)}")

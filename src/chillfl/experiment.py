@@ -20,6 +20,7 @@ from chillfl.engine.executors import Executor
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.errors import ConfigError, choice_error
 from chillfl.models import build_model
+from chillfl.models.assign import ModelPlan
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parameters import ParameterClient, ParameterSharing
 from chillfl.temperature import make_policy
@@ -125,7 +126,9 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
 
 def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_classes: int) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     """The model template and its seeded initial state (the global RNG is left untouched)."""
-    name, options = RunConfig.component(config.model)
+    from chillfl.models.assign import base_table
+
+    name, options = RunConfig.component(base_table(config.model))
     check_rebuildable(config, has_data=True)
     model = build_model(name, tuple(input_shape), num_classes, options, seed=derive_seed(config.seed, "init"))
     return model, model_state(model)
@@ -172,6 +175,7 @@ def build_experiment(
         from chillfl.distillation.methods import check_distillation
 
         check_distillation(config, data)
+    check_model_assignment(config, data.num_clients)
     if model is None:
         model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     else:
@@ -195,7 +199,10 @@ def build_experiment(
     state = {k: v.to(device) for k, v in state.items()}
     if device.type != "cpu":  # the data live on the device too: one copy, no per-round transfer
         data = data.to(device)
-    return Experiment(config, data, model, state, aggregator, policy, spec, device)
+    exp = Experiment(config, data, model, state, aggregator, policy, spec, device)
+    if config.prototypes:  # its per-architecture checks, before anything is written
+        prototype_parts(exp)
+    return exp
 
 
 def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None:
@@ -212,6 +219,8 @@ def objective_terms(config: RunConfig, algorithm_terms: Sequence[LossTerm]) -> l
     field = "objective.proximal_mu"
     if config.distillation.get("method"):
         raise ConfigError(field, "the soft-label protocol keeps no global model to stay close to; leave it 0")
+    if config.prototypes:
+        raise ConfigError(field, "the prototype-sharing protocol ([prototypes]) trains with its own objective; leave it 0")
     if any(isinstance(t, ProximalTerm) for t in algorithm_terms):
         raise ConfigError(field, f"algorithm {config.algorithm.get('name')!r} already adds the proximal term (its own mu); set one of the two")
     return [ProximalTerm()]
@@ -223,7 +232,10 @@ def build_protocol(exp: Experiment) -> ServerProtocol:
     if exp.config.distillation.get("method"):
         from chillfl.distillation.protocol import SoftLabelProtocol
 
-        return SoftLabelProtocol(exp, evaluation)
+        hetero = build_client_models(exp) if "assign" in exp.config.model or "groups" in exp.config.model else None
+        return SoftLabelProtocol(exp, evaluation, hetero)
+    if exp.config.prototypes:
+        return build_prototype_protocol(exp, evaluation)
     reporter = getattr(exp.aggregator, "client_report", None)
     return ParameterSharing(
         seed=exp.config.seed,
@@ -247,3 +259,105 @@ def make_executor(exp: Experiment, protocol: ServerProtocol) -> Executor:
         exp.config.federation.sample_size(), exp.config.threads, exp.device.type,
     )
     return make_parallel_executor(exp.config.executor, parts)
+
+
+# ---------------------------------------------------------------- heterogeneous models, prototype sharing
+
+
+def models_travel(config: RunConfig) -> bool:
+    """Whether the configured protocol sends models (then every client must have the same architecture)."""
+    if config.distillation.get("method"):
+        return False
+    if config.prototypes:
+        from chillfl.protocols.knowledge import parse_prototypes
+
+        return parse_prototypes(config.prototypes).share_model
+    return True
+
+
+def check_model_assignment(config: RunConfig, num_clients: int) -> None:
+    """``model.assign`` / ``model.groups``: well-formed, and only where models never travel."""
+    from chillfl.models.assign import plan_models, refuse_heterogeneous
+
+    plan_models(config.model, num_clients)
+    if models_travel(config):
+        why = "[distillation] or [prototypes] with share_model = false" if not config.prototypes else "[prototypes] share_model = true averages models"
+        refuse_heterogeneous(config.model, why)
+
+
+@dataclass(frozen=True)
+class ClientModels:
+    """Every architecture the clients train: templates, seeded initial states, and who trains which."""
+
+    plan: ModelPlan
+    models: tuple[nn.Module, ...]
+    states: tuple[dict[str, torch.Tensor], ...]
+
+    def parameter_counts(self) -> list[int]:
+        from chillfl.models import count_parameters
+
+        return [count_parameters(m) for m in self.models]
+
+
+def build_client_models(exp: Experiment) -> ClientModels:
+    """Architecture 0 is the experiment's model (same seeded weights); others are seeded by their index."""
+    from chillfl.models.assign import arch_section, plan_models
+
+    config = exp.config
+    plan = plan_models(config.model, exp.data.num_clients)
+    models, states = [exp.model], [exp.initial_state]
+    for i, table in enumerate(plan.archs[1:], start=1):
+        name, options = RunConfig.component(table)
+        model = build_model(name, tuple(exp.data.dataset.input_shape), exp.data.num_classes, options, section=arch_section(plan, i), seed=derive_seed(config.seed, "init", i))
+        model.to(exp.device)
+        models.append(model)
+        states.append({k: v.to(exp.device) for k, v in model_state(model).items()})
+    return ClientModels(plan, tuple(models), tuple(states))
+
+
+def prototype_parts(exp: Experiment) -> tuple[Any, ClientModels, tuple[LocalSpec, ...], int]:
+    """[prototypes]' options, client models and per-architecture training specs; ConfigError on any misfit."""
+    from chillfl.models.parts import NoHeadError, head_name, head_of
+    from chillfl.protocols.knowledge import KnowledgeLoss, parse_prototypes
+    from chillfl.training.linear_factors import factored_linears
+
+    cfg = exp.config
+    options = parse_prototypes(cfg.prototypes)
+    if cfg.algorithm.get("name") != "fedavg" or exp.spec.terms:
+        raise ConfigError("algorithm.name", f"[prototypes] trains with its own objective and averages models with fedavg; got {cfg.algorithm.get('name')!r}")
+    cm = build_client_models(exp)
+    specs, dims = [], []
+    for i, model in enumerate(cm.models):
+        try:
+            head = head_name(model)
+            dims.append(head_of(model).in_features)
+        except NoHeadError as exc:
+            raise ConfigError("model.name" if i == 0 else str(cm.plan.field), f"{exc}: [prototypes] needs a representation") from None
+        bias = f"{head}.bias" if head_of(model).bias is not None else None
+        loss = KnowledgeLoss(options.lam, options.kd_weight, options.temperature, f"{head}.weight", bias)
+        specs.append(LocalSpec(exp.spec.epochs, exp.spec.batch_size, exp.spec.momentum, exp.spec.weight_decay, loss, (), factored_linears(model), exp.spec.augment))
+    if len(set(dims)) > 1:
+        labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))
+        raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the last nn.Linear's input) for all architectures, got {labels}")
+    return options, cm, tuple(specs), dims[0]
+
+
+def build_prototype_protocol(exp: Experiment, evaluation: Evaluation) -> ServerProtocol:
+    """FedProto / FedHKD (``[prototypes]``): one training spec per architecture, with the method's objective."""
+    from chillfl.protocols.prototypes import KnowledgeClient, PrototypeSharing
+
+    cfg = exp.config
+    options, cm, specs, dim = prototype_parts(exp)
+    client = KnowledgeClient(cm.models, specs, cm.states, cm.plan.arch_of, exp.data.num_classes, options, cfg.seed, cfg.eval.batch_size)
+    return PrototypeSharing(
+        options=options,
+        seed=cfg.seed,
+        lr_at=cfg.client.lr_at,
+        client=client,
+        global_state=exp.initial_state if options.share_model else None,
+        aggregator=exp.aggregator if options.share_model else None,
+        policy=exp.policy,
+        evaluation=evaluation,
+        eval_clients=cfg.eval.clients,
+        feature_dim=dim,
+    )

@@ -303,6 +303,12 @@ def _finish(exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer
     summary["wall_time_s"] = round(wall, 3)
     summary["num_parameters"] = sum(v.numel() for k, v in exp.initial_state.items() if v.is_floating_point())
     summary["device"] = str(exp.device)
+    if "assign" in config.model or "groups" in config.model:  # heterogeneous clients: parameters per architecture
+        from chillfl.experiment import build_client_models
+        from chillfl.models.assign import summarize as architectures
+
+        models = build_client_models(exp)
+        summary["architectures"] = architectures(models.plan, models.parameter_counts())
     from chillfl.metrics.stability import stability_summary  # PA3Fed Table 1 / Fig. 5 (None without per-client losses)
 
     if (stability := stability_summary(records)) is not None:

@@ -5,7 +5,7 @@ options (:class:`DistillationOptions`) plus that method's own options, all in
 one flat table::
 
     [distillation]
-    method = "scarlet"       # dsfl | scarlet | cfd | comet | selective_fd | individual
+    method = "scarlet"       # dsfl | scarlet | cfd | comet | selective_fd | fedmd | individual
     public_size = 400        # |P|
     subset_size = 100        # |P^t|, drawn each round (SCARLET Sec. IV-A: 1,000 of 10,000)
     beta = 2.0               # SCARLET's own option (Enhanced ERA, Eq. 4)
@@ -23,6 +23,7 @@ cfd           outputs quantised to ``bits_up`` bits   plain mean, quantised to `
 comet         same as dsfl                             mean for the server; per-cluster targets down
 selective_fd  only on samples the client's KuLSIF      masked mean over the clients that kept a
               selector finds in-distribution           sample; server selector drops ambiguous ones
+fedmd         same as dsfl                             consensus: plain mean (transfer learning first)
 individual    nothing                                  nothing (no public data, no server model)
 ============  ======================================  =========================================
 
@@ -77,6 +78,7 @@ from .era import ERAOptions, EnhancedERAOptions, enhanced_era, era, mean_soft_la
 from .quantize import FULL_PRECISION_BITS, CFDOptions, DeltaCoder, compress, payload_bytes
 from .selective import KuLSIF, SelectiveFDOptions, client_keep_mask, client_threshold, masked_mean, server_keep_mask
 from .cache import SoftLabelUplink
+from .fedmd import FedMDOptions, consensus
 
 SECTION = "distillation"
 StoreMode = Literal["auto", "memory", "disk"]
@@ -236,6 +238,25 @@ def public_inputs(setup: DistillationSetup, data: Any, seed: int, data_dir: str)
     return ds.x_train[torch.from_numpy(rows)]
 
 
+def public_labels(setup: DistillationSetup, data: Any, seed: int, data_dir: str) -> torch.Tensor:
+    """The labels of the public pool, row for row with :func:`public_inputs` (FedMD's transfer learning uses them)."""
+    c = setup.common
+    if c.public_dataset is None:
+        return data.dataset.y_train[torch.from_numpy(data.public_indices)]
+    ds = _load_public_dataset(c.public_dataset, json.dumps(c.public_dataset_options, sort_keys=True), str(data_dir))
+    from chillfl.training.local import derive_seed
+
+    rng = np.random.default_rng(derive_seed(seed, "public-pool"))
+    rows = np.sort(rng.permutation(len(ds.x_train))[: c.public_size])
+    y = ds.y_train[torch.from_numpy(rows)]
+    require(
+        len(y) == 0 or int(y.max()) < data.num_classes,
+        f"{SECTION}.transfer_epochs",
+        f"transfer learning trains on {c.public_dataset!r}'s labels, which exceed the private data's {data.num_classes} classes; set it to 0",
+    )
+    return y
+
+
 def check_distillation(config: Any, data: Any) -> DistillationSetup:
     """Validate ``config.distillation`` before a run starts (called by ``build_experiment``)."""
     setup = parse_distillation(config.distillation)
@@ -248,6 +269,8 @@ def check_distillation(config: Any, data: Any) -> DistillationSetup:
     )
     if setup.spec.collaborative:
         public_inputs(setup, data, config.seed, config.data_dir)
+    if getattr(setup.options, "transfer_epochs", 0):
+        public_labels(setup, data, config.seed, config.data_dir)
     return setup
 
 
@@ -283,6 +306,8 @@ class SoftLabelMethod:
     name: ClassVar[str] = ""
     distill_weight: float = 1.0
     separate_server_rows: bool = False
+    uses_logits: bool = False
+    """Uploads and targets are logits, distilled with an L1 loss (FedMD's reference code), not probabilities."""
 
     def __init__(self, options: Any, num_classes: int, seed: int, index_encoding: str, universe: int) -> None:
         self.options = options
@@ -596,6 +621,24 @@ class SelectiveFD(SoftLabelMethod):
         self._server_kept = float(state["server_kept"])
 
 
+class FedMD(SoftLabelMethod):
+    """FedMD (Li & Wang 2019): consensus = the plain mean of the clients' class scores (:func:`.fedmd.consensus`);
+    its transfer-learning phase is the protocol's (``transfer_epochs``, see :mod:`.fedmd`)."""
+
+    name = "fedmd"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.uses_logits = self.options.scores == "logits"
+
+    def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
+        stack, keep = stack_uplinks(indices, uplinks, self.num_classes)
+        if bool(keep.all()):
+            rows = consensus(list(stack))
+            return Aggregate(torch.ones(len(indices), dtype=torch.bool), rows, rows)
+        return super().aggregate(round, indices, uplinks)
+
+
 class Individual(SoftLabelMethod):
     """No collaboration (SCARLET Sec. IV-B): clients train on their private data only."""
 
@@ -637,6 +680,7 @@ METHODS: dict[str, MethodSpec] = {
     "cfd": MethodSpec(CFDMethodOptions, CFD, 0, summary="quantised soft-labels, plain mean"),
     "comet": MethodSpec(COMETMethodOptions, COMET, 0, summary="clustered distillation targets"),
     "selective_fd": MethodSpec(SelectiveFDMethodOptions, SelectiveFD, 0, summary="client/server knowledge selectors"),
+    "fedmd": MethodSpec(FedMDOptions, FedMD, 0, summary="transfer learning on the labelled public set, consensus = mean class scores"),
     "individual": MethodSpec(NoOptions, Individual, 0, collaborative=False, summary="no collaboration"),
 }
 

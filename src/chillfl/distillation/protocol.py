@@ -62,6 +62,7 @@ Choices
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
 import tempfile
@@ -77,7 +78,8 @@ from torch.func import functional_call
 
 from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, ClientCache, ServerCache, SoftLabelDownlink, SoftLabelUplink
 from chillfl.distillation.era import entropy
-from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabelMethod, make_method, parse_distillation, public_inputs
+from chillfl.distillation.fedmd import mean_absolute_error
+from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabelMethod, make_method, parse_distillation, public_inputs, public_labels
 from chillfl.engine.ledger import CommunicationLedger, index_bytes, signal_bytes
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.errors import ConfigError
@@ -116,13 +118,16 @@ def weighted_kl(weight: float) -> Any:
 
 
 @torch.no_grad()
-def predict_proba(model: nn.Module, state: Params, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
-    """sigma(x; w): softmax outputs at T = 1, eval mode, ``[n, C]`` float32."""
+def predict_proba(model: nn.Module, state: Params, x: torch.Tensor, batch_size: int = 1024, *, logits: bool = False) -> torch.Tensor:
+    """sigma(x; w): softmax outputs at T = 1 (``logits``: the raw logits), eval mode, ``[n, C]`` float32."""
     if len(x) == 0:
         return torch.zeros((0, 0))
     model.eval()
     params, buffers = split_state(model, state)
-    out = [torch.softmax(functional_call(model, (params, buffers), (x[i : i + batch_size],)), dim=-1) for i in range(0, len(x), batch_size)]
+    out = []
+    for i in range(0, len(x), batch_size):
+        z = functional_call(model, (params, buffers), (x[i : i + batch_size],))
+        out.append(z if logits else torch.softmax(z, dim=-1))
     return torch.cat(out).to(torch.float32)
 
 
@@ -274,6 +279,28 @@ def rows_digest(rows: torch.Tensor) -> str:
 
 
 @dataclass(frozen=True)
+class ClientArchs:
+    """Per-architecture parts of heterogeneous clients (index 0: the run's ``[model]``, the executor's template)."""
+
+    models: tuple[nn.Module, ...]
+    states: tuple[Params, ...]
+    train: tuple[LocalSpec | None, ...]
+    distill: tuple[LocalSpec, ...]
+    arch_of: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TransferPhase:
+    """FedMD's transfer learning: the labelled public set, one spec per architecture, lr, the run seed."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    specs: tuple[LocalSpec, ...]
+    lr: float
+    seed: int
+
+
+@dataclass(frozen=True)
 class SoftLabelClient:
     """The client update of Algorithm 1 (pure: its state comes with the task and goes back in the reply)."""
 
@@ -286,10 +313,23 @@ class SoftLabelClient:
     eval_batch_size: int
     collaborative: bool
     use_cache: bool
+    archs: ClientArchs | None = None
+    """Heterogeneous clients: per-architecture templates, states and specs (None: everyone trains ``model``)."""
+    transfer: TransferPhase | None = None
+    """FedMD's transfer learning on the labelled public set, at a client's first participation."""
 
     def update(self, task: ClientTask[SoftLabelRoundDownlink, ClientState]) -> ClientProgram:
         cid, d, data = task.client_id, task.downlink, task.data
-        state = task.state or ClientState({n: v.clone() for n, v in self.initial_state.items()}, ClientCache(cid) if self.use_cache else None)
+        arch = self.archs.arch_of[cid] if self.archs is not None else 0
+        template = self.archs.models[arch] if self.archs is not None else self.model
+        initial = self.archs.states[arch] if self.archs is not None else self.initial_state
+        distill_spec = self.archs.distill[arch] if self.archs is not None else self.distill_spec
+        train_spec = self.archs.train[arch] if self.archs is not None else None
+        state = task.state or ClientState({n: v.clone() for n, v in initial.items()}, ClientCache(cid) if self.use_cache else None)
+        if task.state is None and self.transfer is not None:  # FedMD: supervised training on the public set first
+            tr = self.transfer
+            out0: LocalOutcome = yield ClientJob(cid, state.model, tr.x, tr.y, tr.lr, 1.0, {}, derive_seed(tr.seed, "transfer", cid), tr.specs[arch])
+            state.model = out0.params
         distill_loss, digest = None, None
         if self.collaborative:
             self.method.prepare_client(cid, state, data.x, self.x_public)
@@ -306,18 +346,18 @@ class SoftLabelClient:
                     model = state.model
 
                     def own() -> torch.Tensor:
-                        return predict_proba(self.model, model, x_prev, self.eval_batch_size)
+                        return predict_proba(template, model, x_prev, self.eval_batch_size)
 
                     target = self.method.client_target(cid, rows, own, hint=d.hint).to(torch.float32)
-                    job = ClientJob(cid, state.model, x_prev, target, self.distill_lr, 1.0, {}, d.distill_seed, self.distill_spec)
+                    job = ClientJob(cid, state.model, x_prev, target, self.distill_lr, 1.0, {}, d.distill_seed, distill_spec)
                     out: LocalOutcome = yield job
                     state.model, distill_loss = out.params, out.mean_loss
-        out = yield ClientJob(cid, state.model, data.x, data.y, d.lr, d.temperature, {}, d.train_seed, work=task.work)  # a straggler stops early
+        out = yield ClientJob(cid, state.model, data.x, data.y, d.lr, d.temperature, {}, d.train_seed, spec=train_spec, work=task.work)  # a straggler stops early
         state.model = out.params
-        acc, loss = local_evaluation(self.model, state.model, data, self.eval_batch_size)
+        acc, loss = local_evaluation(template, state.model, data, self.eval_batch_size)
         soft = None
         if self.collaborative and d.requested.numel() > 0:
-            probs = predict_proba(self.model, state.model, self.x_public[d.requested], self.eval_batch_size)
+            probs = predict_proba(template, state.model, self.x_public[d.requested], self.eval_batch_size, logits=self.method.uses_logits)
             soft = self.method.upload(cid, d.round, d.requested, probs, state)
         report = SoftLabelReport(soft, out.mean_loss, len(data.y), distill_loss, digest)
         return ClientReply(cid, report, state, acc, loss)
@@ -365,14 +405,14 @@ def _specs(exp: Any, setup: DistillationSetup, method: SoftLabelMethod) -> _Spec
         batch_size=c.distill_batch_size or cfg.client.batch_size,
         momentum=spec.momentum,
         weight_decay=spec.weight_decay,
-        base_loss=weighted_kl(method.distill_weight),
+        base_loss=mean_absolute_error if method.uses_logits else weighted_kl(method.distill_weight),
     )
     server = LocalSpec(
         epochs=c.server_epochs or cfg.client.epochs,
         batch_size=c.server_batch_size or c.distill_batch_size or cfg.client.batch_size,
         momentum=spec.momentum,
         weight_decay=spec.weight_decay,
-        base_loss=soft_target_kl,
+        base_loss=mean_absolute_error if method.uses_logits else soft_target_kl,
     )
     on_disk = c.client_store == "disk" or (c.client_store == "auto" and exp.data.num_clients > c.max_clients_in_memory)
     return _Specs(spec, distill, server, c.server_lr or c.distill_lr, on_disk)
@@ -381,8 +421,11 @@ def _specs(exp: Any, setup: DistillationSetup, method: SoftLabelMethod) -> _Spec
 class SoftLabelProtocol:
     """The server side: public draws, the cache (gamma^t), aggregation, the server model, client states."""
 
-    def __init__(self, exp: Any, evaluation: Evaluation) -> None:
-        """``exp``: the built experiment (:class:`chillfl.experiment.Experiment`); options are checked here."""
+    def __init__(self, exp: Any, evaluation: Evaluation, client_models: Any = None) -> None:
+        """``exp``: the built experiment (:class:`chillfl.experiment.Experiment`); options are checked here.
+
+        ``client_models``: heterogeneous clients (:class:`chillfl.experiment.ClientModels`), None: every client trains ``exp.model``.
+        """
         cfg = exp.config
         setup = parse_distillation(cfg.distillation)
         if exp.spec.terms:
@@ -409,10 +452,36 @@ class SoftLabelProtocol:
         self.twin = ServerCache(setup.cache_duration, c.cache_on_expire) if use_cache and self.method.separate_server_rows else None
         self.prev: Broadcast | None = None
         self._draw: tuple[torch.Tensor, torch.Tensor] = (torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+        archs = self._archs(client_models) if client_models is not None and client_models.plan.heterogeneous else None
+        transfer = self._transfer(exp, setup, client_models if archs is not None else None)
         self.client = SoftLabelClient(
             exp.model, self.method, self.x_public, self.server_state, self.specs.distill, c.distill_lr,
-            cfg.eval.batch_size, self.collaborative, use_cache,
+            cfg.eval.batch_size, self.collaborative, use_cache, archs, transfer,
         )
+        if transfer is not None:  # FedMD: the server model does the transfer learning too, once
+            gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "transfer", "server"))
+            out = train_client(self.model, self.server_state, transfer.x, transfer.y, spec=transfer.specs[0], lr=transfer.lr, temperature=1.0, context={}, generator=gen)
+            self.server_state = out.params
+
+    def _archs(self, cm: Any) -> ClientArchs:
+        """Per-architecture specs: architecture 0 keeps the run's own (the executor's template), the others name their model."""
+        train: list[LocalSpec | None] = [None]
+        distill = [self.specs.distill]
+        for model in cm.models[1:]:
+            train.append(dataclasses.replace(self.specs.client, model=model))
+            distill.append(dataclasses.replace(self.specs.distill, model=model))
+        return ClientArchs(cm.models, cm.states, tuple(train), tuple(distill), cm.plan.arch_of)
+
+    def _transfer(self, exp: Any, setup: DistillationSetup, cm: Any) -> TransferPhase | None:
+        epochs = int(getattr(setup.options, "transfer_epochs", 0))
+        if not epochs or not self.collaborative:
+            return None
+        cfg = exp.config
+        y = public_labels(setup, exp.data, cfg.seed, cfg.data_dir).to(self.x_public.device)
+        base = LocalSpec(epochs=epochs, batch_size=cfg.client.batch_size, momentum=exp.spec.momentum, weight_decay=exp.spec.weight_decay)
+        specs = [base] + ([dataclasses.replace(base, model=m) for m in cm.models[1:]] if cm is not None else [])
+        lr = setup.options.transfer_lr or cfg.client.lr
+        return TransferPhase(self.x_public, y, tuple(specs), lr, cfg.seed)
 
     # ------------------------------------------------------------ one round
 
@@ -533,7 +602,7 @@ class SoftLabelProtocol:
             "public_drawn": int(drawn.numel()),
             "public_requested": int(requested.numel()),
             "public_used": int(used.numel()),
-            "soft_label_entropy": float(entropy(targets).mean()) if targets.numel() else None,
+            "soft_label_entropy": float(entropy(targets).mean()) if targets.numel() and not method.uses_logits else None,
         }
         if self.cache is not None:
             metrics["cache_hit_ratio"] = 1.0 - requested.numel() / max(drawn.numel(), 1)

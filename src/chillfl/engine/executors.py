@@ -37,13 +37,17 @@ class Executor(Protocol):
 
 
 def train_job(model: nn.Module, spec: LocalSpec, job: ClientJob) -> LocalOutcome:
-    """One job on one (factored) template: the reference every executor matches."""
+    """One job on one (factored) template: the reference every executor matches.
+
+    A job whose spec names its own architecture (``spec.model``, heterogeneous clients) trains that one.
+    """
+    spec = job.spec or spec
     return train_client(
-        model,
+        spec.model if spec.model is not None else model,
         job.start,
         job.x,
         job.y,
-        spec=job.spec or spec,
+        spec=spec,
         lr=job.lr,
         temperature=job.temperature,
         context=job.context,

@@ -309,7 +309,7 @@ class VectorizedExecutor:
         if spec is None or spec == self.spec:
             return self
         if id(spec) not in self._specs:
-            model = self.model
+            model = spec.model if spec.model is not None else self.model  # heterogeneous clients: the spec's architecture
             self._specs[id(spec)] = VectorizedExecutor(
                 model, spec, chunk_size=self.chunk_size, memory_budget=self.memory_budget, workers=self.workers,
                 fallback=lambda: SequentialExecutor(model, spec),

@@ -19,6 +19,7 @@ from chillfl.data import FederatedData
 from chillfl.engine.ledger import CommunicationLedger, tensor_bytes
 from chillfl.engine.protocol import ClientData, ClientReply, Message
 from chillfl.errors import Diverged
+from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.training.local import evaluate
 
 
@@ -98,10 +99,12 @@ class Evaluation:
         return data
 
     def metrics(self, state: Mapping[str, torch.Tensor]) -> dict[str, Any]:
-        """``global_acc``/``global_loss`` (and ``global_client_acc``) of ``state``."""
+        """``global_acc``/``global_loss``, calibration ``global_ece``/``global_nll``/``global_brier`` (and ``global_client_acc``) of ``state``."""
         bs = self.config.eval.batch_size
-        acc, loss = evaluate(self.model, state, self.x_test, self.y_test, bs)
+        calibration = CalibrationAccumulator(self.config.eval.ece_bins)
+        acc, loss = evaluate(self.model, state, self.x_test, self.y_test, bs, observe=calibration)
         out: dict[str, Any] = {"global_acc": acc, "global_loss": loss}
+        out.update({f"global_{k}": v for k, v in calibration.result().items()})
         if self.config.eval.clients == "all":
             per_client = []
             for c in range(self.data.num_clients):

@@ -21,6 +21,7 @@ PARTS: tuple[tuple[str, str, str, str], ...] = (
     ("temperature", "policy", "chillfl.temperature", "POLICIES"),
     ("algorithm", "name", "chillfl.aggregation.registry", "ALGORITHMS"),
     ("distillation", "method", "chillfl.distillation.methods", "METHODS"),
+    ("prototypes", "method", "chillfl.protocols.knowledge", "METHODS"),
 )
 
 

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from chillfl.models.parts import forward_with_features
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
 from chillfl.training.objective import LossTerm, temperature_cross_entropy
 
@@ -76,6 +77,9 @@ class LocalSpec:
     weight_decay: float = 0.0
     base_loss: BaseLoss = temperature_cross_entropy
     terms: Sequence[LossTerm] = field(default_factory=tuple)
+    model: nn.Module | None = None
+    """The architecture these jobs train (heterogeneous clients: one spec per architecture);
+    None: the executor's own template. Executors group jobs by spec, so one batch is one architecture."""
     augment: Augment | None = None
     """Crop/flip of training batches (``[dataset.augment]``); None: batches are the data as stored."""
 
@@ -106,14 +110,24 @@ class StepLoss:
         self.keys: list[str] = []
         self._tie_weights = has_tied_tensors(model)
         self._layers = factored_layers(model)
+        self._uses_features = bool(getattr(spec.base_loss, "uses_features", False))
 
     def __call__(
         self, params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor, temperature: Any, context: Mapping[str, Any]
     ) -> tuple[torch.Tensor, list[Captured]]:
+        features = None
         with recording(self._layers, vmapped=self.vmapped) if self.factor else nullcontext(Recorder(False)) as rec:
-            logits = functional_call(self.model, (params, buffers), (x,), tie_weights=self._tie_weights)
+            if self._uses_features:  # a representation-based objective (FedProto, FedHKD): the head's input too
+                features, logits = forward_with_features(
+                    self.model, x, call=lambda inp: functional_call(self.model, (params, buffers), (inp,), tie_weights=self._tie_weights)
+                )
+            else:
+                logits = functional_call(self.model, (params, buffers), (x,), tie_weights=self._tie_weights)
         self.keys = [key for key, _, _ in rec.calls]
-        value = self.spec.base_loss(logits, y, temperature)
+        if features is not None:
+            value = self.spec.base_loss(logits, y, temperature, features=features, params=params, context=context)  # type: ignore[call-arg]
+        else:
+            value = self.spec.base_loss(logits, y, temperature)
         for term in self.spec.terms:
             value = value + term(params, context)
         return value, [(xin, z) for _, xin, z in rec.calls]
@@ -270,8 +284,18 @@ def train_client(
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy at T = 1) of ``state`` on (x, y), in eval mode."""
+def evaluate(
+    model: nn.Module,
+    state: Mapping[str, torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int = 1024,
+    observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy at T = 1) of ``state`` on (x, y), in eval mode.
+
+    ``observe(logits, labels)`` sees every batch (calibration measures ride on this one pass).
+    """
     if len(y) == 0:
         return float("nan"), float("nan")
     model.eval()
@@ -283,4 +307,6 @@ def evaluate(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tenso
         yb = y[i : i + batch_size]
         loss += torch.nn.functional.cross_entropy(logits, yb, reduction="sum")  # float32 batch sums, added in float64
         correct += (logits.argmax(1) == yb).sum()
+        if observe is not None:
+            observe(logits, yb)
     return int(correct) / len(y), float(loss) / len(y)

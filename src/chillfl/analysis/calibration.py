@@ -1,0 +1,115 @@
+"""``chillfl analyze calibration``: reliability diagram, ECE, NLL and Brier of saved global models.
+
+Reads each run's ``model.safetensors`` and evaluates it on the global test
+set (definitions in :mod:`chillfl.metrics.calibration`). ``--temperature``
+reads the logits at T (probabilities softmax(z / T)); the default T = 1 is
+how the model is used and how the per-round ``global_ece`` is measured.
+FLex&Chill App. (Figs. 22-24) instead tests at the training temperature:
+pass ``--temperature`` equal to it to reproduce that choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from chillfl.analysis.replay import build_run, load_model_state, out_folder, predict, run_label, write_json
+from chillfl.extras import need
+from chillfl.errors import ConfigError
+from chillfl.metrics.calibration import BINNINGS, DEFAULT_BINS, brier_score, negative_log_likelihood, reliability
+
+
+def calibration_of(logits: torch.Tensor, y: torch.Tensor, *, temperature: float = 1.0, bins: int = DEFAULT_BINS, binning: str = "width") -> dict[str, Any]:
+    """Every calibration number and the reliability-diagram bins of ``logits`` against ``y``."""
+    probs = torch.softmax(logits.double() / temperature, dim=1)
+    rel = reliability(probs, y, bins, binning)
+    return {
+        "n": int(len(y)),
+        "temperature": temperature,
+        "bins": bins,
+        "binning": binning,
+        "accuracy": float((probs.argmax(1) == y).double().mean()),
+        "mean_confidence": float(probs.max(1).values.mean()),
+        "ece": rel.ece(),
+        "mce": rel.mce(),
+        "nll": negative_log_likelihood(logits, y, temperature),
+        "brier": brier_score(probs, y),
+        "reliability": {"edges": rel.edges, "count": rel.count, "confidence": rel.confidence, "accuracy": rel.accuracy},
+    }
+
+
+def analyze(run_dirs: Sequence[str], *, temperature: float = 1.0, bins: int = DEFAULT_BINS, binning: str = "width") -> dict[str, Any]:
+    out: dict[str, Any] = {"analysis": "calibration", "runs": {}}
+    for run_dir in run_dirs:
+        exp = build_run(run_dir)
+        x, y = exp.data.test()
+        logits = predict(exp.model, load_model_state(run_dir, exp.device), x.to(exp.device), exp.config.eval.batch_size)
+        out["runs"][run_label(run_dir)] = {"run_dir": str(run_dir), **calibration_of(logits.cpu(), y.cpu(), temperature=temperature, bins=bins, binning=binning)}
+    return out
+
+
+def plot_reliability(result: dict[str, Any], path: Path) -> None:
+    """Reliability diagram: accuracy per confidence bin against the diagonal, one panel per run, with the confidence histogram."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    runs = result["runs"]
+    fig = Figure(figsize=(3.6 * len(runs) + 0.4, 4.4))
+    FigureCanvasAgg(fig)
+    for i, (label, run) in enumerate(runs.items()):
+        ax = fig.add_subplot(1, len(runs), i + 1)
+        rel = run["reliability"]
+        count = np.array(rel["count"])
+        filled = count > 0
+        if run["binning"] == "width":
+            edges = np.array(rel["edges"])
+            left, width = edges[:-1], np.diff(edges)
+        else:  # equal-mass bins: draw at the mean confidence
+            left, width = np.array(rel["confidence"]) - 0.02, np.full(len(count), 0.04)
+        ax.bar(left[filled], np.array(rel["accuracy"])[filled], width=width[filled], align="edge", edgecolor="black", lw=0.5, label="accuracy")
+        ax.bar(left[filled], (np.array(rel["confidence"]) - np.array(rel["accuracy"]))[filled], bottom=np.array(rel["accuracy"])[filled],
+               width=width[filled], align="edge", fill=False, hatch="//", edgecolor="tab:red", lw=0.5, label="gap to confidence")
+        ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1)
+        share = ax.twinx()
+        share.step(np.array(rel["confidence"])[filled], count[filled] / max(count.sum(), 1), where="mid", color="tab:green", lw=1, alpha=0.7)
+        share.set_ylim(0, 1)
+        share.set_yticks([])
+        ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy" if i == 0 else None)
+        ax.set_title(f"{label}\nECE {run['ece']:.3f}  NLL {run['nll']:.3f}  Brier {run['brier']:.3f}", fontsize=8)
+        if i == 0:
+            ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"reliability ({result['runs'][next(iter(runs))]['bins']} {run['binning']} bins, T = {run['temperature']:g}; green: share of samples)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def cmd_calibration(args: argparse.Namespace) -> int:
+    need("matplotlib", "analysis", "plots")  # the output includes a figure: say so before any work
+    if not (math.isfinite(args.temperature) and args.temperature > 0):
+        raise ConfigError("--temperature", f"must be finite and > 0, got {args.temperature}")
+    if not 1 <= args.bins <= 1000:
+        raise ConfigError("--bins", f"must be in [1, 1000], got {args.bins}")
+    result = analyze(args.run_dirs, temperature=args.temperature, bins=args.bins, binning=args.binning)
+    folder = out_folder(args.run_dirs, args.out)
+    write_json(folder / "calibration.json", result)
+    plot_reliability(result, folder / "reliability.png")
+    for label, run in result["runs"].items():
+        print(f"{label}: accuracy {run['accuracy']:.4f} ECE {run['ece']:.4f} NLL {run['nll']:.4f} Brier {run['brier']:.4f}")
+    print(f"results: {folder / 'calibration.json'}, {folder / 'reliability.png'}")
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("calibration", help="reliability diagram, ECE, NLL and Brier of saved global models",
+                              description="Calibration of each run's saved global model on the global test set.")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folder(s)")
+    p.add_argument("--bins", type=int, default=DEFAULT_BINS, help=f"confidence bins (default {DEFAULT_BINS})")
+    p.add_argument("--binning", default="width", choices=BINNINGS, help="equal-width bins (default) or equal-mass bins")
+    p.add_argument("--temperature", type=float, default=1.0, help="read the logits at T (default 1)")
+    p.add_argument("-o", "--out", help="output folder (default: <first RUN_DIR>/analysis)")
+    p.set_defaults(func=cmd_calibration)

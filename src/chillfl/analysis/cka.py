@@ -1,0 +1,198 @@
+"""``chillfl analyze cka``: layer-wise linear CKA against a reference model (FLex&Chill Sec. 4.6, Figs. 12-13, Table 6).
+
+Features are taken on the first ``--samples`` inputs of the global test set
+(the same inputs for every model) with forward hooks on named modules:
+
+* layers: by default every ``nn.Conv1d/2d/3d`` and ``nn.Linear`` module, in
+  registration order (for the paper's 2-layer CNN: conv1, conv2, fc1, fc2 =
+  its "Layers 1-4"), each module's *output* flattened to [n, features];
+  ``--layers a,b`` names other modules (any ``named_modules()`` name);
+* ``representation``: the input of the classifier head (the last
+  ``nn.Linear``, :mod:`chillfl.models.parts`), the penultimate features the
+  paper's Fig. 13 compares.
+
+Outputs ``cka.json`` and ``cka.png``:
+
+* Table 6 / Fig. 12: for each RUN_DIR, CKA per layer between its saved global
+  model and the reference model.
+* With ``--clients``, Fig. 13: one round is replayed
+  (:mod:`chillfl.analysis.replay`) and each participating client's model is
+  compared per layer with the reference, and the ``representation`` CKA
+  matrix of [INIT, AGG, REF, client models] is written.
+
+The reference (``--reference``) is another run's saved global model (the
+paper: a model trained on i.i.d. data at T = 1); without it, each run's own
+saved global model is the reference (then its Table-6 row is all 1, and the
+client rows measure drift from the model the clients started from).
+Reference and run must share the model architecture.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from chillfl.analysis.replay import Params, build_run, load_model_state, out_folder, replay_round, run_label, write_json
+from chillfl.extras import need
+from chillfl.errors import ConfigError
+from chillfl.metrics.cka import linear_cka
+from chillfl.models.parts import NoHeadError, head_name
+from chillfl.training.local import split_state
+
+REPRESENTATION = "representation"
+LAYER_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
+
+
+def default_layers(model: nn.Module) -> list[str]:
+    """Every conv and linear module, in registration order, with ``representation`` just before the head (when there is one)."""
+    names = [n for n, m in model.named_modules() if isinstance(m, LAYER_TYPES)]
+    try:
+        head = head_name(model)
+    except NoHeadError:
+        return names
+    names.insert(names.index(head), REPRESENTATION)  # the head's input, just before the head's output
+    return names
+
+
+def check_layers(model: nn.Module, layers: Sequence[str]) -> list[str]:
+    known = dict(model.named_modules())
+    bad = [n for n in layers if n != REPRESENTATION and (n not in known or n == "")]
+    if bad:
+        raise ConfigError("--layers", f"unknown module(s) {bad}; choose from {[n for n in known if n]} or {REPRESENTATION!r}")
+    return list(layers)
+
+
+@torch.no_grad()
+def layer_features(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, layers: Sequence[str]) -> dict[str, torch.Tensor]:
+    """Each named module's output (``representation``: the head's input) on ``x``, flattened to [n, features]."""
+    model.eval()
+    captured: dict[str, torch.Tensor] = {}
+    handles = []
+    modules = dict(model.named_modules())
+    for name in layers:
+        if name == REPRESENTATION:
+            handles.append(modules[head_name(model)].register_forward_pre_hook(lambda _m, inp: captured.__setitem__(REPRESENTATION, inp[0])))
+        else:
+            handles.append(modules[name].register_forward_hook(lambda _m, _i, out, name=name: captured.__setitem__(name, out)))
+    try:
+        params, buffers = split_state(model, state)
+        functional_call(model, (params, buffers), (x,))
+    finally:
+        for h in handles:
+            h.remove()
+    missing = [n for n in layers if n not in captured]
+    if missing:
+        raise ConfigError("--layers", f"module(s) {missing} did not run in the model's forward")
+    return {n: captured[n].reshape(len(x), -1).detach() for n in layers}
+
+
+def cka_per_layer(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor], center: bool = True) -> dict[str, float]:
+    return {name: linear_cka(a[name], b[name], center=center) for name in a}
+
+
+def analyze(run_dirs: Sequence[str], reference: str | None, *, samples: int = 500, layers: Sequence[str] | None = None,
+            clients: bool = False, start: str = "final", center: bool = True) -> dict[str, Any]:
+    """The CKA tables for every run (see module docstring)."""
+    out: dict[str, Any] = {"analysis": "cka", "reference": reference, "samples": samples, "centered": center, "runs": {}}
+    for run_dir in run_dirs:
+        exp = build_run(run_dir)
+        names = check_layers(exp.model, layers) if layers else default_layers(exp.model)
+        x = exp.data.test()[0][:samples].to(exp.device)
+        own = load_model_state(run_dir, exp.device)
+        ref_state = load_model_state(reference, exp.device, "--reference") if reference else own
+        _check_same_shapes(own, ref_state)
+        feats = {"REF": layer_features(exp.model, ref_state, x, names), "GLOBAL": layer_features(exp.model, own, x, names)}
+        run: dict[str, Any] = {"run_dir": str(run_dir), "layers": names, "n": int(len(x)), "global_vs_reference": cka_per_layer(feats["GLOBAL"], feats["REF"], center)}
+        if clients:
+            replay = replay_round(run_dir, start, exp)  # type: ignore[arg-type]
+            feats["INIT"] = layer_features(exp.model, replay.start, x, names)
+            feats["AGG"] = layer_features(exp.model, replay.aggregated, x, names)
+            for cid, state in sorted(replay.clients.items()):
+                feats[f"client {cid}"] = layer_features(exp.model, state, x, names)
+            run["round"] = replay.round
+            run["start"] = start
+            run["clients_vs_reference"] = {k.split()[1]: cka_per_layer(v, feats["REF"], center) for k, v in feats.items() if k.startswith("client ")}
+            layer = REPRESENTATION if REPRESENTATION in names else names[-1]
+            order = ["INIT", "AGG", "REF", *[k for k in feats if k.startswith("client ")]]
+            run["matrix"] = {"layer": layer, "models": order,
+                             "cka": [[linear_cka(feats[a][layer], feats[b][layer], center=center) for b in order] for a in order]}
+        out["runs"][run_label(run_dir)] = run
+    return out
+
+
+def _check_same_shapes(a: Params, b: Params) -> None:
+    diff = [k for k in a if k not in b or a[k].shape != b[k].shape]
+    if diff or set(b) - set(a):
+        raise ConfigError("--reference", f"the reference model's architecture differs from the run's (first mismatch: {(diff or sorted(set(b) - set(a)))[0]!r})")
+
+
+def plot_cka(result: dict[str, Any], path: Path) -> None:
+    """Left: CKA per layer vs the reference, one line per run (Fig. 12 / Table 6). Right: the Fig. 13 matrix of the first run that has one."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    runs = result["runs"]
+    with_matrix = next((r for r in runs.values() if "matrix" in r), None)
+    fig = Figure(figsize=(11 if with_matrix else 6, 4.4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 2 if with_matrix else 1, 1)
+    for label, run in runs.items():
+        values = list(run["global_vs_reference"].values())
+        ax.plot(range(len(values)), values, marker="o", label=label)
+        if "clients_vs_reference" in run:
+            client_vals = np.array([list(v.values()) for v in run["clients_vs_reference"].values()])
+            ax.fill_between(range(len(values)), client_vals.min(0), client_vals.max(0), alpha=0.15)
+    first = next(iter(runs.values()))
+    ax.set_xticks(range(len(first["layers"])), first["layers"], rotation=30, fontsize=7)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("linear CKA vs reference")
+    ax.set_title("global model vs reference per layer (shade: client models)", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    if with_matrix:
+        m = with_matrix["matrix"]
+        ax2 = fig.add_subplot(1, 2, 2)
+        image = ax2.imshow(np.array(m["cka"], dtype=float), vmin=0, vmax=1, cmap="viridis")
+        fig.colorbar(image, ax=ax2, label="CKA")
+        ax2.set_xticks(range(len(m["models"])), m["models"], rotation=60, fontsize=6)
+        ax2.set_yticks(range(len(m["models"])), m["models"], fontsize=6)
+        ax2.set_title(f"{m['layer']} CKA, round {with_matrix['round']} (Fig. 13)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def cmd_cka(args: argparse.Namespace) -> int:
+    need("matplotlib", "analysis", "plots")  # the output includes a figure: say so before any work
+    if args.samples < 2:
+        raise ConfigError("--samples", f"CKA needs at least 2 inputs, got {args.samples}")
+    layers = [s.strip() for s in args.layers.split(",") if s.strip()] if args.layers else None
+    result = analyze(args.run_dirs, args.reference, samples=args.samples, layers=layers, clients=args.clients,
+                     start=args.start, center=not args.uncentered)
+    folder = out_folder(args.run_dirs, args.out)
+    write_json(folder / "cka.json", result)
+    plot_cka(result, folder / "cka.png")
+    for label, run in result["runs"].items():
+        print(f"{label}: " + ", ".join(f"{k} {v:.4f}" for k, v in run["global_vs_reference"].items()))
+    print(f"results: {folder / 'cka.json'}, {folder / 'cka.png'}")
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("cka", help="layer-wise linear CKA vs a reference model (FLex&Chill Figs. 12-13, Table 6)",
+                              description="Linear CKA per layer between each run's global model (and, with --clients, "
+                              "its client models from one replayed round) and a reference model.")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folder(s)")
+    p.add_argument("--reference", metavar="RUN_DIR", help="the reference run (e.g. trained on i.i.d. data); default: each run's own global model")
+    p.add_argument("--samples", type=int, default=500, help="test inputs the features are computed on (default 500)")
+    p.add_argument("--layers", help="comma-separated module names (default: every conv/linear module + representation)")
+    p.add_argument("--clients", action="store_true", help="replay one round and compare the client models too (Fig. 13)")
+    p.add_argument("--start", default="final", choices=("final", "initial"), help="replay start with --clients (default: final)")
+    p.add_argument("--uncentered", action="store_true", help="Eq. 6 literally, without centring the features")
+    p.add_argument("-o", "--out", help="output folder (default: <first RUN_DIR>/analysis)")
+    p.set_defaults(func=cmd_cka)

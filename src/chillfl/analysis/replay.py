@@ -1,0 +1,157 @@
+"""Read a finished run folder back, and replay one round of it to get the client models.
+
+Parameter-sharing runs save only the global model (``model.safetensors``);
+keeping every client model of every round would cost ``clients x rounds``
+model copies. The analyses that need client models (CKA between clients,
+entropy before aggregation, accuracy across aggregation) instead *replay one
+round*: they rebuild the run from its saved ``config.toml`` and run one more
+round through the real protocol and executor (the same code path as the
+run), starting from
+
+* ``start = "final"``: the saved global model; the replayed round is round
+  ``rounds + 1`` (its client sample and seeds are those of that round);
+* ``start = "initial"``: the seeded initial model; the replayed round is
+  exactly round 1 of the run (a test checks its global accuracy against
+  ``metrics.jsonl``).
+
+Limits (documented in docs/analysis.md): the aggregator and the temperature
+policy start from their initial state, because ``model.safetensors`` holds
+only the model. For FedAvg with a fixed temperature that is exact; for
+stateful aggregators (SCAFFOLD's control variates, PA3Fed's score history,
+server optimisers' moments) and FedChill's per-client temperatures, the
+replayed round from the final model is "one round as if these restarted".
+Soft-label (distillation) runs are not replayed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from chillfl.config import RunConfig, load_config
+from chillfl.engine.checkpoint import read_state
+from chillfl.engine.loop import availability, sample_clients
+from chillfl.errors import ConfigError
+from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
+from chillfl.protocols.parameters import ParameterSharing
+from chillfl.training.local import split_state
+
+Params = dict[str, torch.Tensor]
+MODEL = "model.safetensors"  # the runner's name for the saved global model
+STARTS = ("final", "initial")
+
+
+def load_run(run_dir: str | Path, field: str = "run_dir") -> RunConfig:
+    """The saved config of a finished run folder (ConfigError naming ``field`` when it is not one)."""
+    path = Path(run_dir)
+    if not (path / "config.toml").is_file():
+        raise ConfigError(field, f"{path} is not a chillfl run folder (no config.toml)")
+    return load_config(path / "config.toml")
+
+
+def load_model_state(run_dir: str | Path, device: torch.device | str = "cpu", field: str = "run_dir") -> Params:
+    """The run's saved global model (``model.safetensors``)."""
+    path = Path(run_dir) / MODEL
+    if not path.is_file():
+        raise ConfigError(field, f"{Path(run_dir)} has no {MODEL} (soft-label runs and unfinished runs save none)")
+    return {k: v for k, v in read_state(path, device).items()}
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / "summary.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def build_run(run_dir: str | Path, field: str = "run_dir") -> Experiment:
+    """The run's experiment (model template, data, policy...) rebuilt from its saved config."""
+    return build_experiment(load_run(run_dir, field))
+
+
+@dataclass
+class Replay:
+    """One replayed round: the start model, each participating client's trained model, the aggregate."""
+
+    exp: Experiment
+    round: int  # 1-based, as in metrics.jsonl
+    start: Params
+    clients: dict[int, Params]
+    aggregated: Params
+    record: dict[str, Any]
+
+
+def replay_round(run_dir: str | Path, start: Literal["final", "initial"] = "final", exp: Experiment | None = None) -> Replay:
+    """Replay one round of the run in ``run_dir`` (see module docstring)."""
+    if start not in STARTS:
+        raise ConfigError("--start", f"must be one of {', '.join(STARTS)}, got {start!r}")
+    exp = exp or build_run(run_dir)
+    config = exp.config
+    if config.distillation.get("method"):
+        raise ConfigError("run_dir", f"{run_dir} is a soft-label ({config.distillation['method']}) run; this analysis replays parameter-sharing runs only")
+    protocol = build_protocol(exp)
+    assert isinstance(protocol, ParameterSharing)
+    rnd = 0
+    if start == "final":
+        protocol.state = load_model_state(run_dir, exp.device)
+        rnd = config.federation.rounds
+    first = {k: v.clone() for k, v in protocol.state.items()}
+    executor = make_executor(exp, protocol)
+    try:
+        sampled = sample_clients(config.seed, rnd, exp.data.num_clients, config.federation.sample_size())
+        avail = availability(config.seed, rnd, sampled, config.federation)
+        if avail.skipped:
+            raise ConfigError("federation.min_clients", f"round {rnd + 1} of this run has too few reporting clients to replay")
+        tasks = protocol.configure(rnd, avail.reporting)
+        for task in tasks:
+            task.work = avail.work.get(task.client_id, 1.0)
+        replies = executor.map(tasks)
+        clients = {r.client_id: {k: v.detach().clone() for k, v in r.uplink.params.items()} for r in replies}
+        record = protocol.server_update(rnd, tasks, replies)
+    finally:
+        executor.close()
+        protocol.close()
+    return Replay(exp, rnd + 1, first, clients, dict(protocol.state), record)
+
+
+@torch.no_grad()
+def predict(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+    """Logits of ``state`` on ``x``, in eval mode."""
+    model.eval()
+    params, buffers = split_state(model, state)
+    outs = [functional_call(model, (params, buffers), (x[i : i + batch_size],)) for i in range(0, len(x), batch_size)]
+    return torch.cat(outs) if outs else torch.zeros(0)
+
+
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Per-sample Shannon entropy (nats) of softmax(logits)."""
+    logp = torch.log_softmax(logits.double(), dim=1)
+    return -(logp.exp() * logp).sum(dim=1)
+
+
+def accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
+    return float((logits.argmax(1) == y).double().mean()) if len(y) else float("nan")
+
+
+def out_folder(run_dirs: list[str], out: str | None) -> Path:
+    """Where an analysis writes: ``--out``, or ``<first RUN_DIR>/analysis``."""
+    folder = Path(out) if out else Path(run_dirs[0]) / "analysis"
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError("--out", f"{folder} exists and is not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def write_json(path: Path, data: Any) -> None:
+    from chillfl.engine.results import strict
+
+    path.write_text(json.dumps(strict(data), indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def run_label(run_dir: str | Path) -> str:
+    """A short label for a run in plots and tables: its folder name."""
+    return Path(run_dir).resolve().name

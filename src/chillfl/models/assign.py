@@ -1,0 +1,154 @@
+"""Heterogeneous client models: which architecture each client trains.
+
+The ``[model]`` table names the default architecture (the server's, where the
+protocol has a server model) and may give clients other ones, by list or by
+groups::
+
+    [model]
+    name = "mlp"                        # every client not listed below; the server model
+    hidden = 64                         # the default's own options
+    assign = ["mlp", "flexchill_cnn"]   # EITHER one name per client ...
+
+    [[model.groups]]                    # ... OR groups (clients not in any group: the default)
+    clients = "0-4"                     # "a-b", "a-b,c", or a list of ids
+    name = "mcmahan_cnn"
+    # the group model's own options
+
+Protocols where models never travel (soft labels, prototypes) accept this;
+parameter sharing refuses it (``model.assign`` / ``model.groups`` named in the
+error). Architectures are distinct option tables: two groups with the same
+name and options share one template (and one training batch in the
+vectorised executor).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from chillfl.errors import ConfigError
+
+HETERO_KEYS = ("assign", "groups")
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """Distinct architecture tables (``archs[0]`` is the default) and each client's index into them."""
+
+    archs: tuple[dict[str, Any], ...]
+    arch_of: tuple[int, ...]
+    field: str | None = None
+    """``model.assign`` or ``model.groups`` when the table assigns architectures (None: one architecture)."""
+
+    @property
+    def heterogeneous(self) -> bool:
+        return self.field is not None
+
+    def label(self, index: int) -> str:
+        """A short name for architecture ``index``: its model name, with options when two share a name."""
+        table = self.archs[index]
+        same = [t for t in self.archs if t["name"] == table["name"]]
+        if len(same) == 1:
+            return str(table["name"])
+        opts = ",".join(f"{k}={v}" for k, v in sorted(table.items()) if k != "name")
+        return f"{table['name']}({opts})"
+
+
+def base_table(table: Mapping[str, Any]) -> dict[str, Any]:
+    """The default architecture's own table (without ``assign``/``groups``)."""
+    return {k: v for k, v in table.items() if k not in HETERO_KEYS}
+
+
+def parse_clients(value: Any, num_clients: int, field: str) -> list[int]:
+    """``"0-4"``, ``"0-4,7"``, ``3`` or ``[0, 1, 2]`` -> sorted client ids, each in ``[0, num_clients)``."""
+    ids: list[int] = []
+    if isinstance(value, bool):
+        raise ConfigError(field, f"expected client ids ('0-4', '0-4,7' or a list of ints), got {value!r}")
+    if isinstance(value, int):
+        ids = [value]
+    elif isinstance(value, str):
+        for part in value.split(","):
+            lo, dash, hi = part.strip().partition("-")
+            try:
+                ids.extend(range(int(lo), int(hi) + 1) if dash else [int(lo)])
+            except ValueError:
+                raise ConfigError(field, f"expected ranges like '0-4' or '0-4,7', got {value!r}") from None
+    elif isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        ids = list(value)
+    else:
+        raise ConfigError(field, f"expected client ids ('0-4', '0-4,7' or a list of ints), got {value!r}")
+    if not ids:
+        raise ConfigError(field, "names no client")
+    bad = [c for c in ids if not 0 <= c < num_clients]
+    if bad:
+        raise ConfigError(field, f"client {bad[0]} is out of range: federation.num_clients = {num_clients}")
+    if len(set(ids)) != len(ids):
+        raise ConfigError(field, "names a client twice")
+    return sorted(ids)
+
+
+def plan_models(table: Mapping[str, Any], num_clients: int) -> ModelPlan:
+    """Read ``[model]``'s architecture assignment; ConfigError names the offending field."""
+    base = base_table(table)
+    if "assign" in table and "groups" in table:
+        raise ConfigError("model.groups", "give either model.assign (one name per client) or model.groups, not both")
+    per_client: list[dict[str, Any]] = [base] * num_clients
+    field: str | None = None
+    if "assign" in table:
+        field = "model.assign"
+        names = table["assign"]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ConfigError(field, f"expected a list of model names (one per client), got {names!r}")
+        if len(names) != num_clients:
+            raise ConfigError(field, f"has {len(names)} names for federation.num_clients = {num_clients}")
+        per_client = [base if n == base["name"] else {"name": n} for n in names]
+    elif "groups" in table:
+        field = "model.groups"
+        groups = table["groups"]
+        if not isinstance(groups, list) or not groups or not all(isinstance(g, Mapping) for g in groups):
+            raise ConfigError(field, "expected a non-empty array of tables ([[model.groups]] with clients and name)")
+        owner: dict[int, int] = {}
+        for i, group in enumerate(groups):
+            where = f"model.groups[{i}]"
+            if not isinstance(group.get("name"), str):
+                raise ConfigError(f"{where}.name", "is required (a model name)")
+            if "clients" not in group:
+                raise ConfigError(f"{where}.clients", "is required ('0-4', '0-4,7' or a list of ids)")
+            arch = {k: v for k, v in group.items() if k != "clients"}
+            for cid in parse_clients(group["clients"], num_clients, f"{where}.clients"):
+                if cid in owner:
+                    raise ConfigError(f"{where}.clients", f"client {cid} is already in model.groups[{owner[cid]}]")
+                owner[cid] = i
+                per_client[cid] = arch
+    archs: list[dict[str, Any]] = [base]
+    keys = [json.dumps(base, sort_keys=True, default=str)]
+    arch_of = []
+    for arch in per_client:
+        key = json.dumps(arch, sort_keys=True, default=str)
+        if key not in keys:
+            keys.append(key)
+            archs.append(dict(arch))
+        arch_of.append(keys.index(key))
+    return ModelPlan(tuple(archs), tuple(arch_of), field)
+
+
+def arch_section(plan: ModelPlan, index: int) -> str:
+    """The config field an architecture's options came from (for errors): ``model`` or the list/group naming it."""
+    return "model" if index == 0 or plan.field is None else plan.field
+
+
+def refuse_heterogeneous(table: Mapping[str, Any], why: str) -> None:
+    """One line naming the field when a protocol that shares parameters meets per-client architectures."""
+    for key in HETERO_KEYS:
+        if key in table:
+            raise ConfigError(f"model.{key}", f"per-client architectures need a protocol where models never travel ({why})")
+
+
+def summarize(plan: ModelPlan, counts: Sequence[int]) -> dict[str, Any]:
+    """Per architecture: its label, parameter count and clients (for the run's record)."""
+    out: dict[str, Any] = {}
+    for i in range(len(plan.archs)):
+        clients = [c for c, a in enumerate(plan.arch_of) if a == i]
+        out[plan.label(i)] = {"parameters": int(counts[i]), "clients": clients}
+    return out

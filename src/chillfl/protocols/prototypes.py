@@ -1,0 +1,324 @@
+"""The prototype-sharing protocol: FedProto and FedHKD (``[prototypes]``).
+
+Clients share per-class knowledge about their representations instead of (or,
+for FedHKD's default, besides) their models. One round, as the round loop
+runs it::
+
+    configure:      per client: KnowledgeDownlink(global class means H and mask, FedHKD's
+                    soft predictions Q, the global model if share_model, lr, T, seed)
+    client update:  start from the global model (share_model) or the client's own;
+                    train once with CE + the method's terms (KnowledgeLoss);
+                    compute its class means (+ noise) and counts on its private data;
+                    evaluate by the head and by the nearest prototype   -> KnowledgeUplink
+    server update:  count-weighted means (knowledge.aggregate_means); FedAvg of the
+                    models when share_model; evaluate
+
+The maths is in :mod:`chillfl.protocols.knowledge`; the options and choices
+in docs/baselines.md.
+
+Metrics: ``local_acc`` is each client's model by its head on its own split;
+``local_proto_acc`` the same model by the nearest prototype (global means where
+the class has one, else the client's own mean). ``global_acc``: the global
+model on the test set when models are shared; otherwise the mean over the
+clients seen so far of their own models on the test set (FedChill's "client
+generalisation to the global test set"), with ``global_proto_acc`` likewise by
+nearest prototype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from chillfl.aggregation.base import Aggregator, ClientResult, Params
+from chillfl.engine.ledger import CommunicationLedger
+from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
+from chillfl.models.parts import forward_with_features
+from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation, mean_or_none, record_message, state_bytes
+from chillfl.protocols.knowledge import PrototypeSettings, aggregate_means, class_means, nearest_prototype
+from chillfl.temperature.base import TemperaturePolicy
+from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, evaluate, split_state
+
+# ---------------------------------------------------------------- messages
+
+
+@dataclass
+class KnowledgeDownlink:
+    """Server -> client: the global class means and mask (and soft predictions), the model if shared, lr, T, seed."""
+
+    protos: torch.Tensor
+    mask: torch.Tensor
+    soft: torch.Tensor | None
+    model: Params | None
+    lr: float
+    temperature: float
+    seed: int
+
+    def nbytes(self) -> dict[str, int]:
+        known = int(self.mask.sum())
+        width = self.protos.shape[1] + (self.soft.shape[1] if self.soft is not None else 0)
+        out = {"knowledge": known * (width * self.protos.element_size() + 4)}  # rows of the known classes + their class ids
+        if self.model is not None:
+            out["params"] = state_bytes(self.model)
+        return out
+
+
+@dataclass
+class KnowledgeUplink:
+    """Client -> server: per-class means and counts (and soft predictions), the model if shared, the round's numbers."""
+
+    means: torch.Tensor
+    counts: torch.Tensor
+    soft: torch.Tensor | None
+    model: Params | None
+    num_samples: int
+    num_steps: int
+    train_loss: float
+    proto_acc: float | None = None
+    """A simulation metric (accuracy by nearest prototype on the client's split), not on the wire."""
+
+    def nbytes(self) -> dict[str, int]:
+        known = int((self.counts > 0).sum())
+        width = self.means.shape[1] + (self.soft.shape[1] if self.soft is not None else 0)
+        out = {"knowledge": known * (width * self.means.element_size() + 8)}  # rows + class id + count
+        if self.model is not None:
+            out["params"] = state_bytes(self.model)
+        return out
+
+
+# ---------------------------------------------------------------- client side
+
+
+@torch.no_grad()
+def features_and_logits(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(representation, logits) of ``state`` on ``x``, eval mode, in batches."""
+    model.eval()
+    params, buffers = split_state(model, state)
+    feats, logits = [], []
+    for i in range(0, len(x), batch_size):
+        f, z = forward_with_features(model, x[i : i + batch_size], call=lambda inp: functional_call(model, (params, buffers), (inp,)))
+        feats.append(f.reshape(f.shape[0], -1))
+        logits.append(z)
+    return torch.cat(feats), torch.cat(logits)
+
+
+def proto_accuracy(model: nn.Module, state: Params, x: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, mask: torch.Tensor, batch_size: int) -> float:
+    """Accuracy of FedProto's nearest-prototype rule on (x, y); NaN when there are no samples or no prototypes."""
+    if len(y) == 0 or not bool(mask.any()):
+        return float("nan")
+    feats, _ = features_and_logits(model, state, x, batch_size)
+    return float((nearest_prototype(feats, protos, mask) == y).to(torch.float64).mean())
+
+
+@dataclass(frozen=True)
+class KnowledgeClient:
+    """The client update (pure): per-architecture templates and specs, each client's architecture."""
+
+    models: tuple[nn.Module, ...]
+    specs: tuple[LocalSpec, ...]
+    initial_states: tuple[Params, ...]
+    arch_of: tuple[int, ...]
+    num_classes: int
+    options: PrototypeSettings
+    run_seed: int
+    eval_batch_size: int
+
+    def update(self, task: ClientTask[KnowledgeDownlink, Params]) -> ClientProgram:
+        cid, d, data = task.client_id, task.downlink, task.data
+        arch = self.arch_of[cid]
+        model = self.models[arch]
+        if d.model is not None:
+            start: Mapping[str, torch.Tensor] = d.model
+        else:
+            start = task.state if task.state is not None else self.initial_states[arch]
+        context: dict[str, Any] = {"protos": d.protos, "proto_mask": d.mask}
+        if d.soft is not None:
+            context["soft"] = d.soft
+        out: LocalOutcome = yield ClientJob(cid, start, data.x, data.y, d.lr, d.temperature, context, d.seed, spec=self.specs[arch], work=task.work)
+        feats, logits = features_and_logits(model, out.params, data.x, self.eval_batch_size)
+        means, counts = class_means(feats, data.y, self.num_classes)
+        soft = None
+        if self.options.method == "fedhkd":
+            soft, _ = class_means(torch.softmax(logits / self.options.temperature, dim=-1), data.y, self.num_classes)
+        if self.options.noise_std > 0:  # FedHKD's Gaussian mechanism on the released representations
+            gen = torch.Generator().manual_seed(derive_seed(self.run_seed, "hkd-noise", cid, task.round))
+            noise = torch.randn(means.shape, generator=gen, dtype=means.dtype).to(means.device)
+            means = means + self.options.noise_std * noise * (counts > 0).unsqueeze(1).to(means.dtype)
+        acc, loss = local_evaluation(model, out.params, data, self.eval_batch_size)
+        p_acc = None
+        if data.x_eval is not None and data.y_eval is not None:
+            own = counts > 0
+            protos = torch.where(d.mask.unsqueeze(1), d.protos.to(means.dtype), means)
+            p_acc = proto_accuracy(model, out.params, data.x_eval, data.y_eval, protos, d.mask | own, self.eval_batch_size)
+        shared = out.params if self.options.share_model else None
+        up = KnowledgeUplink(means, counts, soft, shared, len(data.y), out.num_steps, out.mean_loss, p_acc)
+        return ClientReply(cid, up, None if self.options.share_model else out.params, acc, loss)
+
+
+# ---------------------------------------------------------------- server side
+
+
+@dataclass
+class Knowledge:
+    """The server's global knowledge: class means ``[C, d]``, the known-class mask, FedHKD's soft predictions ``[C, C]``."""
+
+    protos: torch.Tensor
+    mask: torch.Tensor
+    soft: torch.Tensor | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"protos": self.protos, "mask": self.mask, "soft": self.soft}
+
+
+class PrototypeSharing:
+    """The server side: global knowledge, the global model (FedHKD), every client's own model (FedProto)."""
+
+    def __init__(
+        self,
+        *,
+        options: PrototypeSettings,
+        seed: int,
+        lr_at: Callable[[int], float],
+        client: KnowledgeClient,
+        global_state: Params | None,
+        aggregator: Aggregator | None,
+        policy: TemperaturePolicy,
+        evaluation: Evaluation,
+        eval_clients: str,
+        feature_dim: int,
+    ) -> None:
+        self.options = options
+        self.seed = seed
+        self.lr_at = lr_at
+        self.client = client
+        self.state = global_state
+        self.aggregator = aggregator
+        self.policy = policy
+        self.evaluation = evaluation
+        self.eval_clients = eval_clients
+        c = client.num_classes
+        soft = torch.zeros((c, c)) if options.method == "fedhkd" else None
+        device = evaluation.device
+        self.knowledge = Knowledge(torch.zeros((c, feature_dim), device=device), torch.zeros(c, dtype=torch.bool, device=device), None if soft is None else soft.to(device))
+        self.clients: dict[int, Params] = {}
+        self.ledger = CommunicationLedger()
+        self.log = LocalLog()
+        self.proto_acc: dict[int, float] = {}
+
+    def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[KnowledgeDownlink, Params]]:
+        if self.aggregator is not None:
+            self.aggregator.begin_round(round, sampled)
+        lr, k = self.lr_at(round), self.knowledge
+        tasks: list[ClientTask[KnowledgeDownlink, Params]] = []
+        for cid in sampled:
+            down = KnowledgeDownlink(k.protos, k.mask, k.soft, self.state, lr, self.policy.temperature(cid, round), derive_seed(self.seed, "train", cid, round))
+            tasks.append(ClientTask(cid, round, down, self.evaluation.client_data(cid), self.clients.get(cid)))
+        return tasks
+
+    def server_update(
+        self, round: int, tasks: Sequence[ClientTask[KnowledgeDownlink, Params]], replies: Sequence[ClientReply[KnowledgeUplink, Params]]
+    ) -> dict[str, Any]:
+        results, means, counts, softs = [], [], [], []
+        for task, reply in zip(tasks, replies):
+            cid, up = task.client_id, reply.uplink
+            check_finite_loss(round, cid, "training loss", up.train_loss)
+            record_message(self.ledger, round, "down", task.downlink, cid)
+            record_message(self.ledger, round, "up", up, cid)
+            self.log.observe(reply)
+            self.policy.observe(cid, round, reply.local_acc)
+            if up.proto_acc is not None:
+                self.proto_acc[cid] = up.proto_acc
+            if reply.state is not None:
+                self.clients[cid] = reply.state
+            means.append(up.means)
+            counts.append(up.counts)
+            if up.soft is not None:
+                softs.append(up.soft)
+            if up.model is not None:
+                d = task.downlink
+                results.append(ClientResult(cid, up.model, up.num_samples, up.num_steps, d.lr, d.temperature, up.train_loss, {}))
+        protos, mask = aggregate_means(means, counts, self.options.weighting)
+        soft = aggregate_means(softs, counts, self.options.weighting)[0] if softs else None
+        check_finite_state(round, {"prototypes": protos}, "global knowledge")
+        self.knowledge = Knowledge(protos, mask, soft)
+        if self.aggregator is not None and self.state is not None:
+            self.state = self.aggregator.aggregate(self.state, results, round)
+            check_finite_state(round, self.state)
+
+        ups = [r.uplink for r in replies]
+        w = np.array([u.num_samples for u in ups], dtype=np.float64)
+        record: dict[str, Any] = {
+            "round": round + 1,
+            "lr": self.lr_at(round),
+            "clients": [t.client_id for t in tasks],
+            "train_loss": float(np.dot(w, [u.train_loss for u in ups]) / max(w.sum(), 1.0)),
+            "temperature_mean": float(np.mean([t.downlink.temperature for t in tasks])),
+            "client_train_loss": {str(t.client_id): u.train_loss for t, u in zip(tasks, ups)},
+            "known_classes": int(mask.sum()),
+        }
+        sent = self.ledger.round_totals(round)
+        record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
+        record["bytes_cumulative"] = self.ledger.cumulative()["total"]
+        if self.eval_clients != "none":
+            record.update(self.log.metrics(record["clients"], self.eval_clients))
+            ids = record["clients"] if self.eval_clients == "sampled" else sorted(self.proto_acc)
+            record["local_proto_acc"] = mean_or_none([self.proto_acc[c] for c in ids if c in self.proto_acc])
+        if self.evaluation.due(round + 1):
+            record.update(self._global_metrics())
+        return record
+
+    def _global_metrics(self) -> dict[str, Any]:
+        ev, k = self.evaluation, self.knowledge
+        bs = ev.config.eval.batch_size
+        if self.state is not None:
+            out = ev.metrics(self.state)
+            out["global_proto_acc"] = proto_accuracy(ev.model, self.state, ev.x_test, ev.y_test, k.protos, k.mask, bs)
+            return out
+        accs, losses, paccs = [], [], []
+        for cid, state in sorted(self.clients.items()):
+            model = self.client.models[self.client.arch_of[cid]]
+            acc, loss = evaluate(model, state, ev.x_test, ev.y_test, bs)
+            accs.append(acc)
+            losses.append(loss)
+            paccs.append(proto_accuracy(model, state, ev.x_test, ev.y_test, k.protos, k.mask, bs))
+        return {"global_acc": mean_or_none(accs), "global_loss": mean_or_none(losses), "global_proto_acc": mean_or_none(paccs)}
+
+    def global_state(self) -> Params | None:
+        return self.state
+
+    def client_states(self) -> Mapping[int, Params]:
+        return dict(self.clients)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "global": None if self.state is None else dict(self.state),
+            "knowledge": self.knowledge.state_dict(),
+            "clients": {str(c): dict(s) for c, s in self.clients.items()},
+            "proto_acc": {str(c): v for c, v in self.proto_acc.items()},
+            "aggregator": None if self.aggregator is None else self.aggregator.state_dict(),
+            "policy": self.policy.state_dict(),
+            "ledger": self.ledger.state_dict(),
+            "local": self.log.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        dev = self.evaluation.device
+        self.state = None if state["global"] is None else {k: v.to(dev) for k, v in state["global"].items()}
+        k = state["knowledge"]
+        self.knowledge = Knowledge(k["protos"].to(dev), k["mask"].to(dev), None if k["soft"] is None else k["soft"].to(dev))
+        self.clients = {int(c): {n: v.to(dev) for n, v in s.items()} for c, s in state["clients"].items()}
+        self.proto_acc = {int(c): float(v) for c, v in state["proto_acc"].items()}
+        if self.aggregator is not None:
+            self.aggregator.load_state_dict(state["aggregator"])
+        self.policy.load_state_dict(state["policy"])
+        self.ledger.load_state_dict(state["ledger"])
+        self.log.load_state_dict(state["local"])
+
+    def close(self) -> None:
+        return None
+

@@ -1,0 +1,342 @@
+"""``chillfl report RUN_DIR...``: one self-contained HTML page for one or more result folders.
+
+The page needs nothing but itself: CSS inline, figures as base64 PNG data
+URIs, no script or font from the network. It shows
+
+* the runs' configurations (one row per group, the whole TOML folded away),
+* final and best metrics (mean ± sample std over the seeds of a group),
+* accuracy and loss curves, with a shaded band of ± 1 std across seeds,
+* calibration: ECE / NLL / Brier over rounds, and a reliability diagram of
+  each group's first saved model (``model.safetensors``),
+* the partition's class x client heat map of each group's first run.
+
+Grouping: runs whose saved configs are equal except for ``seed`` and the
+fields that do not change what is computed (``name``, ``out_dir``,
+``data_dir``, ``device``, ``executor``, ``threads``) form one group (its
+seeds). A RUN_DIR may also be a folder of run folders (``chillfl compare``'s
+output): every finished run folder directly inside it is taken (``.partial``
+and ``.failed`` ones only when named themselves).
+
+A small inline script checks, after the page has loaded, that every image
+decoded (``naturalWidth > 0``) and writes the result into
+``#render-check``; tests read it back from a headless browser.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from chillfl.config import RunConfig, load_config
+from chillfl.engine.results import read_metrics, series, to_toml
+from chillfl.errors import ConfigError
+from chillfl.extras import need
+
+IGNORED_FOR_GROUPING = ("seed", "name", "out_dir", "data_dir", "device", "executor", "threads")
+TABLE_METRICS = (
+    ("final_global_acc", "final acc", True),
+    ("best_global_acc", "best acc", True),
+    ("final_global_loss", "final loss", False),
+    ("final_local_acc", "final local acc", True),
+    ("final_global_ece", "final ECE", False),
+    ("final_global_nll", "final NLL", False),
+    ("final_global_brier", "final Brier", False),
+    ("rounds_to_target", "rounds to target", False),
+)
+
+
+@dataclass
+class Run:
+    folder: Path
+    config: RunConfig
+    records: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+
+@dataclass
+class Group:
+    label: str
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def seeds(self) -> list[int]:
+        return [r.config.seed for r in self.runs]
+
+
+def _is_run(folder: Path) -> bool:
+    return (folder / "config.toml").is_file() and (folder / "metrics.jsonl").is_file()
+
+
+def _unfinished(folder: Path) -> bool:
+    """``NAME.partial`` / ``NAME.failed[-n]``: taken only when named explicitly."""
+    return ".partial" in folder.name or ".failed" in folder.name
+
+
+def find_runs(paths: Sequence[str | Path]) -> list[Path]:
+    """Run folders named by ``paths`` (a run folder, or a folder whose sub-folders are runs)."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if _is_run(p):
+            found.append(p)
+        elif p.is_dir() and (subs := sorted(s for s in p.iterdir() if s.is_dir() and _is_run(s) and not _unfinished(s))):
+            found.extend(subs)
+        else:
+            raise ConfigError("RUN_DIR", f"{p} is not a chillfl run folder (config.toml + metrics.jsonl) nor a folder of them")
+    return found
+
+
+def load_run(folder: Path) -> Run:
+    summary_path = folder / "summary.json"
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
+        records = read_metrics(folder)
+    except (OSError, ValueError) as exc:
+        raise ConfigError("RUN_DIR", f"{folder}: unreadable result files ({exc})") from None
+    return Run(folder, load_config(folder / "config.toml"), records, summary)
+
+
+def group_key(config: RunConfig) -> str:
+    data = config.to_dict()
+    for key in IGNORED_FOR_GROUPING:
+        data.pop(key, None)
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+def group_runs(runs: Sequence[Run]) -> list[Group]:
+    """Runs equal but for the seed (and execution details) share a group, in first-seen order."""
+    groups: dict[str, Group] = {}
+    for run in runs:
+        key = group_key(run.config)
+        if key not in groups:
+            groups[key] = Group(run.config.name)
+        groups[key].runs.append(run)
+    labels = [g.label for g in groups.values()]
+    for i, g in enumerate(groups.values()):  # equal names, different configs: tell them apart
+        if labels.count(g.label) > 1:
+            g.label = f"{g.label} [{i + 1}]"
+    return list(groups.values())
+
+
+# ----------------------------------------------------------------------------- numbers
+
+
+def mean_std(values: Sequence[float | None]) -> tuple[float, float, int]:
+    """(mean, sample std (ddof 1; 0 for one value), n) of the finite values; NaN mean when none."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not vals:
+        return math.nan, math.nan, 0
+    return float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0, len(vals)
+
+
+def band(records_per_seed: Sequence[Sequence[dict[str, Any]]], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rounds, mean, std) of ``key`` over seeds, at the rounds every seed measured."""
+    per = [dict(zip(*series(recs, key))) for recs in records_per_seed]
+    common = sorted(set.intersection(*(set(p) for p in per))) if per else []
+    vals = np.array([[p[r] for r in common] for p in per], dtype=float).reshape(len(per), len(common))
+    std = vals.std(axis=0, ddof=1) if len(per) > 1 else np.zeros(len(common))
+    return np.array(common), vals.mean(axis=0) if len(per) else np.zeros(0), std
+
+
+def _fmt(key: str, mean: float, std: float, n: int, pct: bool) -> str:
+    if n == 0 or math.isnan(mean):
+        return "–"
+    if key == "rounds_to_target":
+        return f"{mean:.1f}" + (f" ± {std:.1f}" if n > 1 else "")
+    scale, digits = (100.0, 2) if pct else (1.0, 4)
+    return f"{scale * mean:.{digits}f}" + (f" ± {scale * std:.{digits}f}" if n > 1 else "")
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def _png(fig: Any) -> str:
+    """A matplotlib figure as a ``data:image/png;base64,...`` URI."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _via_file(plot: Callable[[Path], None]) -> str:
+    """Run a plot function that writes a PNG file, and return that PNG as a data URI."""
+    with tempfile.TemporaryDirectory(prefix="chillfl-report-") as tmp:
+        path = Path(tmp) / "figure.png"
+        plot(path)
+        return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> str | None:
+    """One panel per metric key; one line per group (mean over seeds) with a ± 1 std band."""
+    from matplotlib.ticker import MaxNLocator
+
+    present = [(k, t) for k, t in keys if any(series(r.records, k)[0] for g in groups for r in g.runs)]
+    if not present:
+        return None
+    fig = _figure(5.2 * len(present), 3.8)
+    for i, (key, title) in enumerate(present):
+        ax = fig.add_subplot(1, len(present), i + 1)
+        for g in groups:
+            rounds, mean, std = band([r.records for r in g.runs], key)
+            if len(rounds) == 0:
+                continue
+            (line,) = ax.plot(rounds, mean, lw=1.5, label=f"{g.label} (n={len(g.runs)})")
+            if len(g.runs) > 1:
+                ax.fill_between(rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+        ax.set(xlabel="round", title=title)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def reliability_figure(run: Run) -> str | None:
+    """The reliability diagram of ``run``'s saved global model (None without one or for soft-label runs)."""
+    if not (run.folder / "model.safetensors").is_file():
+        return None
+    from chillfl.analysis.calibration import analyze, plot_reliability
+
+    try:
+        result = analyze([str(run.folder)], bins=run.config.eval.ece_bins)
+    except ConfigError:  # e.g. a dataset that is not on this machine
+        return None
+    return _via_file(lambda path: plot_reliability(result, path))
+
+
+def partition_figure(run: Run) -> str | None:
+    """The class x client heat map of ``run``'s partition (rebuilt from its config; None if the data is unavailable)."""
+    from chillfl.data.show import plot_class_heatmap
+    from chillfl.experiment import build_data
+
+    try:
+        data = build_data(run.config)
+    except ConfigError:  # e.g. a dataset that is not on this machine
+        return None
+    return _via_file(lambda path: plot_class_heatmap(data.class_counts(), path, title=f"{run.config.name}: class counts per client (seed {run.config.seed})"))
+
+
+# ----------------------------------------------------------------------------- page
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
+h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:4px}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
+th{background:#f3f3f3}td.l,th.l{text-align:left}img{max-width:100%;height:auto;display:block;margin:8px 0}
+details pre{background:#f7f7f7;padding:8px;overflow:auto;font-size:12px}.muted{color:#666;font-size:12px}
+.fig{display:inline-block;vertical-align:top;margin-right:12px}
+"""
+
+SCRIPT = """
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var broken = imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); });
+  var out = document.getElementById('render-check');
+  out.setAttribute('data-images', String(imgs.length));
+  out.setAttribute('data-broken', String(broken.length));
+  out.setAttribute('data-tables', String(document.querySelectorAll('table').length));
+  out.textContent = 'rendered: ' + imgs.length + ' images, ' + broken.length + ' not decoded';
+});
+"""
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text))
+
+
+def _config_row(g: Group) -> str:
+    c = g.runs[0].config
+    part = lambda table, key: ", ".join(f"{k}={v}" if k != key else str(v) for k, v in table.items())  # noqa: E731
+    cells = [
+        g.label, part(c.dataset, "name"), part(c.partition, "name"), part(c.model, "name"), part(c.algorithm, "name"),
+        part(c.temperature, "policy"), part(c.distillation, "method") if c.distillation else "–",
+        f"{c.federation.rounds}", f"{c.federation.num_clients} / {c.federation.sample_size()}",
+        f"lr {c.client.lr}, {c.client.epochs} ep, bs {c.client.batch_size}", ", ".join(map(str, g.seeds)),
+    ]
+    return "<tr>" + "".join(f'<td class="l">{_e(x)}</td>' for x in cells) + "</tr>"
+
+
+def _metrics_row(g: Group) -> str:
+    cells = [f'<td class="l">{_e(g.label)}</td>', f"<td>{len(g.runs)}</td>"]
+    for key, _, pct in TABLE_METRICS:
+        values = [r.summary.get(key) for r in g.runs]
+        text = _fmt(key, *mean_std(values), pct)
+        if key == "rounds_to_target" and any("target_accuracy" in r.summary for r in g.runs):
+            reached = sum(v is not None for v in values)
+            text = f"{text} ({reached}/{len(values)} reached)" if reached < len(values) else text  # the mean is over those that did
+        cells.append(f"<td>{_e(text)}</td>")
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: bool = True, partitions: bool = True) -> str:
+    """The report page as a string (see module docstring)."""
+    need("matplotlib", "plots", "the report's figures")
+    runs = [load_run(p) for p in find_runs(run_dirs)]
+    groups = group_runs(runs)
+    title = title or ("chillfl report: " + ", ".join(g.label for g in groups))
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{_e(title)}</title>", f"<style>{CSS}</style>",
+        "</head><body>", f"<h1>{_e(title)}</h1>",
+        f'<p class="muted">{len(runs)} run(s) in {len(groups)} group(s); runs equal but for the seed form a group '
+        "(numbers: mean ± sample std over its seeds; bands: ± 1 std).</p>",
+        "<h2>Configurations</h2>", "<table id=\"configs\"><tr>" + "".join(f'<th class="l">{h}</th>' for h in (
+            "group", "dataset", "partition", "model", "algorithm", "temperature", "distillation", "rounds", "clients / per round", "client", "seeds")) + "</tr>",
+        *(_config_row(g) for g in groups), "</table>",
+    ]
+    for g in groups:
+        parts.append(f"<details><summary>{_e(g.label)}: full config ({_e(g.runs[0].folder)})</summary><pre>{_e(to_toml(g.runs[0].config.to_dict()))}</pre></details>")
+    parts += [
+        "<h2>Results</h2>", "<table id=\"metrics\"><tr><th class=\"l\">group</th><th>runs</th>" + "".join(f"<th>{_e(t)}</th>" for _, t, _ in TABLE_METRICS) + "</tr>",
+        *(_metrics_row(g) for g in groups), "</table>",
+        '<p class="muted">accuracies in %; loss and NLL: cross-entropy at T = 1 on the global test set; ECE: equal-width confidence bins (<code>eval.ece_bins</code>).</p>',
+        "<h2>Curves</h2>",
+    ]
+    for uri in (
+        curves_figure(groups, (("global_acc", "global test accuracy"), ("local_acc", "local accuracy (own splits)"))),
+        curves_figure(groups, (("global_loss", "global test loss (T = 1)"), ("train_loss", "local training loss (at T)"))),
+    ):
+        if uri:
+            parts.append(f'<img alt="curves" src="{uri}">')
+    parts.append("<h2>Calibration</h2>")
+    uri = curves_figure(groups, (("global_ece", "ECE"), ("global_nll", "NLL"), ("global_brier", "Brier")))
+    parts.append(f'<img alt="calibration over rounds" src="{uri}">' if uri else '<p class="muted">no calibration metrics in these runs</p>')
+    if models:
+        for g in groups:
+            if uri := reliability_figure(g.runs[0]):
+                parts.append(f'<div class="fig"><img alt="reliability {_e(g.label)}" src="{uri}"></div>')
+    if partitions:
+        parts.append("<h2>Partitions</h2>")
+        for g in groups:
+            if uri := partition_figure(g.runs[0]):
+                parts.append(f'<div class="fig"><img alt="partition {_e(g.label)}" src="{uri}"></div>')
+    parts += ['<p id="render-check" class="muted" data-images="" data-broken="" data-tables="">not checked</p>', f"<script>{SCRIPT}</script>", "</body></html>"]
+    return "\n".join(parts)
+
+
+def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | None = None, **kwargs: Any) -> Path:
+    """Render and write the page atomically (a ``.partial`` file renamed when complete)."""
+    path = Path(out)
+    if path.is_dir():
+        raise ConfigError("--output", f"{path} is a folder; give an .html file path")
+    page = render(run_dirs, title, **kwargs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,159 @@
+"""The papers' analyses as commands on a tiny finished run: replay, Fig. 9/10, CKA, Fig. 2, calibration."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from chillfl.analysis.aggregation import accuracy_change, entropy_change
+from chillfl.analysis.cka import REPRESENTATION, default_layers, layer_features
+from chillfl.analysis.grad_norms import input_gradient_norms
+from chillfl.analysis.replay import accuracy, entropy, predict, replay_round
+from chillfl.cli import main
+from chillfl.engine.results import read_metrics
+from chillfl.models.parts import forward_with_features
+
+TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=2", "federation.clients_per_round=2", "model.name=mlp", "eval.client_split_size=20"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("analyses")
+    config = root / "exp.toml"
+    config.write_text(f'name = "tiny"\nout_dir = "{root / "out"}"\n[temperature]\npolicy = "fixed"\nvalue = 0.1\n')
+    assert main(["run", str(config), "-q", *TINY]) == 0
+    return root / "out" / "tiny"
+
+
+def test_replay_from_the_initial_model_is_round_one_of_the_run(run_dir: Path) -> None:
+    replay = replay_round(run_dir, "initial")
+    first = read_metrics(run_dir)[0]
+    assert replay.round == 1 and sorted(replay.clients) == first["clients"]
+    # bitwise: the replay runs the run's own protocol and executor on the same seeds
+    assert replay.record["global_acc"] == first["global_acc"]
+    assert replay.record["global_loss"] == first["global_loss"]
+    assert replay.record["global_ece"] == first["global_ece"]
+
+
+def test_replay_from_the_final_model_starts_from_model_safetensors(run_dir: Path) -> None:
+    from chillfl.engine.checkpoint import read_state
+
+    replay = replay_round(run_dir, "final")
+    saved = read_state(run_dir / "model.safetensors")
+    assert replay.round == 3
+    assert all(torch.equal(replay.start[k], saved[k]) for k in saved)
+    assert any(not torch.equal(replay.aggregated[k], saved[k]) for k in saved)  # the replayed round trained
+
+
+def test_accuracy_change_groups_and_differences(run_dir: Path) -> None:
+    replay = replay_round(run_dir, "final")
+    result = accuracy_change(replay)
+    rows = result["clients"]
+    assert {r["client"] for r in rows if r["participating"]} == set(replay.clients)
+    assert {r["client"] for r in rows if not r["participating"]} == set(range(4)) - set(replay.clients)
+    exp = replay.exp
+    for r in rows:  # before: the client's own trained model, or the start model it holds; after: the aggregate
+        x, y = exp.data.client_eval(r["client"])
+        before_state = replay.clients[r["client"]] if r["participating"] else replay.start
+        assert r["before"] == accuracy(predict(exp.model, before_state, x), y)
+        assert r["after"] == accuracy(predict(exp.model, replay.aggregated, x), y)
+        assert r["delta"] == r["after"] - r["before"]
+    part = [r["delta"] for r in rows if r["participating"]]
+    assert result["mean_delta_participating"] == pytest.approx(sum(part) / len(part))
+
+
+def test_entropy_by_hand_and_before_after(run_dir: Path) -> None:
+    # uniform over 2 classes: ln 2; one-hot (large margin): ~0; (ln 3, 0, 0) -> p = (3/5, 1/5, 1/5):
+    # H = -(0.6 ln 0.6 + 2 * 0.2 ln 0.2) = 0.30650 + 0.64378 = 0.95027
+    h = entropy(torch.tensor([[0.0, 0.0], [100.0, 0.0]]))
+    assert h[0].item() == pytest.approx(math.log(2)) and h[1].item() == pytest.approx(0.0, abs=1e-12)
+    assert entropy(torch.tensor([[math.log(3), 0.0, 0.0]]))[0].item() == pytest.approx(0.950271, abs=1e-6)
+    result = entropy_change(replay_round(run_dir, "final"))
+    assert result["before"] == pytest.approx(sum(result["per_client_before"].values()) / len(result["per_client_before"]))
+    assert 0 <= result["after"] <= result["max_entropy"] == pytest.approx(math.log(10))
+
+
+def test_input_gradient_norm_by_hand() -> None:
+    # z = W x with W = I (2 x 2), x = 0, y = 0: p = (1/2, 1/2), dCE(z/T)/dz = (p - onehot) / T = (-1/2, 1/2) / T,
+    # dL/dx = W^T dL/dz -> norm sqrt(1/2) / T: 0.70711 at T = 1 and 1.41421 at T = 0.5 (Eq. 2's 1/T).
+    # The prediction argmax(0, 0) = class 0 is correct.
+    model = nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.eye(2))
+    state = dict(model.state_dict())
+    x, y = torch.zeros(1, 2), torch.tensor([0])
+    for t, expected in ((1.0, math.sqrt(0.5)), (0.5, math.sqrt(2.0))):
+        norms, correct = input_gradient_norms(model, state, x, y, t)
+        assert norms[0] == pytest.approx(expected, abs=1e-7) and bool(correct[0])
+    # per-sample gradients are independent of the batch they are computed in
+    xs, ys = torch.randn(7, 2), torch.randint(0, 2, (7,))
+    full, _ = input_gradient_norms(model, state, xs, ys, 0.3, batch_size=7)
+    one, _ = input_gradient_norms(model, state, xs, ys, 0.3, batch_size=1)
+    assert full == pytest.approx(one, abs=1e-6)
+
+
+def test_layer_features_match_the_model_parts_representation(run_dir: Path) -> None:
+    replay = replay_round(run_dir, "initial")
+    model, x = replay.exp.model, replay.exp.data.test()[0][:50]
+    layers = default_layers(model)
+    assert layers[-2] == REPRESENTATION and len(layers) >= 3
+    feats = layer_features(model, replay.start, x, layers)
+    model.load_state_dict(replay.start)
+    model.eval()
+    rep, logits = forward_with_features(model, x)
+    assert torch.equal(feats[REPRESENTATION], rep.reshape(50, -1))
+    head = layers[-1]  # the last linear layer's output is the logits
+    assert torch.allclose(feats[head], logits)
+
+
+def _files(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()}
+
+
+def test_cli_analyses_write_json_and_png(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "a"
+    assert main(["analyze", "calibration", str(run_dir), "-o", str(out)]) == 0
+    cal = json.loads((out / "calibration.json").read_text())["runs"]["tiny"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # the offline reliability diagram and the one-pass per-round metric agree on the same model and bins
+    assert cal["ece"] == pytest.approx(summary["final_global_ece"], abs=1e-9)
+    assert cal["brier"] == pytest.approx(summary["final_global_brier"], abs=1e-9)
+    assert cal["accuracy"] == pytest.approx(summary["final_global_acc"], abs=1e-12)
+    assert sum(cal["reliability"]["count"]) == cal["n"]
+
+    assert main(["analyze", "cka", str(run_dir), "--reference", str(run_dir), "--clients", "--samples", "64", "-o", str(out)]) == 0
+    cka = json.loads((out / "cka.json").read_text())["runs"]["tiny"]
+    assert all(v == pytest.approx(1.0) for v in cka["global_vs_reference"].values())  # the model against itself
+    m = cka["matrix"]
+    assert m["models"][:3] == ["INIT", "AGG", "REF"] and len(m["models"]) == 5  # + 2 participating clients
+    assert all(m["cka"][i][i] == pytest.approx(1.0) for i in range(5))
+    assert m["cka"][0][2] == pytest.approx(1.0)  # INIT (start = the saved model) = REF here
+    assert all(0 < v < 1 + 1e-9 for row in m["cka"] for v in row)
+
+    for name in ("aggregation-accuracy", "aggregation-entropy"):
+        assert main(["analyze", name, str(run_dir), "-o", str(out)]) == 0
+    assert main(["analyze", "grad-norms", str(run_dir), "--samples", "300", "-o", str(out)]) == 0
+    grad = json.loads((out / "grad-norms.json").read_text())["runs"]["tiny"]
+    assert grad["temperature"] == 0.1  # the run's own training temperature
+    assert grad["correct"]["n"] + grad["incorrect"]["n"] == 300
+    assert {"calibration.json", "reliability.png", "cka.json", "cka.png", "aggregation-accuracy.json", "aggregation-accuracy.png",
+            "aggregation-entropy.json", "aggregation-entropy.png", "grad-norms.json", "grad-norms.png"} <= _files(out)
+    assert "results:" in capsys.readouterr().out
+
+
+def test_cli_bad_input_is_one_line(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for args, field in (
+        (["analyze", "cka", str(tmp_path)], "run_dir"),
+        (["analyze", "calibration", str(run_dir), "--temperature", "0", "-o", str(tmp_path / "x")], "--temperature"),
+        (["analyze", "cka", str(run_dir), "--layers", "nope", "-o", str(tmp_path / "x")], "--layers"),
+        (["analyze", "cka", str(run_dir), "--samples", "1", "-o", str(tmp_path / "x")], "--samples"),
+    ):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"chillfl: error: {field}:") and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "x").exists()

@@ -1,0 +1,98 @@
+"""FedHKD (Chen et al., ICLR 2023): hyper-knowledge averaging, its KD term, the noise, end to end."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from chillfl.config import load_config
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
+from chillfl.protocols.knowledge import KnowledgeLoss, aggregate_means, class_means, hyper_knowledge_kd, parse_prototypes
+
+from kd_helpers import MIXED, check_every_executor, records
+
+
+def test_hyper_knowledge_averaging_by_hand():
+    # class 0: client A holds 1 sample, representation mean [1,1], soft prediction [0.8,0.2];
+    #          client B holds 3,          mean [4,4],              soft [0.4,0.6]
+    # H_0 = (1*[1,1] + 3*[4,4]) / 4 = [13/4, 13/4];  Q_0 = (1*[0.8,0.2] + 3*[0.4,0.6]) / 4 = [2.0/4, 2.0/4] = [0.5, 0.5]
+    # class 1: only B, 2 samples, mean [2,0], soft [0.1,0.9] -> copied
+    ha, hb = torch.tensor([[1.0, 1.0], [0.0, 0.0]]), torch.tensor([[4.0, 4.0], [2.0, 0.0]])
+    qa, qb = torch.tensor([[0.8, 0.2], [0.0, 0.0]]), torch.tensor([[0.4, 0.6], [0.1, 0.9]])
+    na, nb = torch.tensor([1, 0]), torch.tensor([3, 2])
+    h, mask = aggregate_means([ha, hb], [na, nb])
+    q, _ = aggregate_means([qa, qb], [na, nb])
+    assert torch.allclose(h, torch.tensor([[3.25, 3.25], [2.0, 0.0]]))
+    assert torch.allclose(q, torch.tensor([[0.5, 0.5], [0.1, 0.9]]))
+    assert mask.tolist() == [True, True]
+
+
+def test_soft_predictions_per_class_are_means_of_softmax_at_tau():
+    # logits [0, ln 3 * tau] at tau = 0.5 -> softmax([0, ln 3]) = [1/4, 3/4] for both class-0 samples
+    tau = 0.5
+    logits = torch.tensor([[0.0, math.log(3) * tau], [0.0, math.log(3) * tau]])
+    soft, counts = class_means(torch.softmax(logits / tau, dim=-1), torch.tensor([0, 0]), 2)
+    assert torch.allclose(soft[0], torch.tensor([0.25, 0.75])) and counts.tolist() == [2, 0]
+
+
+def test_kd_term_by_hand():
+    # head = identity, no bias, tau = 0.5.
+    # class 0: H_0 = [0,0] -> q = [1/2,1/2]; Q_0 = [1,0] -> KL = 1 * ln(1 / 0.5) = ln 2
+    # class 1: H_1 = [0, 0.5 ln 3] -> logits / tau = [0, ln 3] -> q = [1/4, 3/4]; Q_1 = [1/2,1/2]
+    #          KL = 0.5 ln(0.5/0.25) + 0.5 ln(0.5/0.75) = 0.5 ln(4/3)
+    # mean over known classes: (ln 2 + 0.5 ln(4/3)) / 2; only class 0 known: ln 2
+    w = torch.eye(2)
+    h = torch.tensor([[0.0, 0.0], [0.0, 0.5 * math.log(3)]])
+    q = torch.tensor([[1.0, 0.0], [0.5, 0.5]])
+    both = hyper_knowledge_kd(w, None, h, q, torch.tensor([True, True]), 0.5)
+    assert both.item() == pytest.approx((math.log(2) + 0.5 * math.log(4 / 3)) / 2, rel=1e-6)
+    assert hyper_knowledge_kd(w, None, h, q, torch.tensor([True, False]), 0.5).item() == pytest.approx(math.log(2), rel=1e-6)
+    # a bias shifts the logits: bias [0, 0.5 ln 3] turns class 0's q into [1/4, 3/4] too -> KL([1,0] || ...) = ln 4
+    bias = torch.tensor([0.0, 0.5 * math.log(3)])
+    assert hyper_knowledge_kd(w, bias, h, q, torch.tensor([True, False]), 0.5).item() == pytest.approx(math.log(4), rel=1e-6)
+
+
+def test_fedhkd_loss_is_ce_plus_lam_kd_plus_gamma_distance():
+    # logits 0 -> CE = ln 2; distance term: features [1,0] vs prototype [0,0] for the one class-0 sample: 1 / 2 = 0.5
+    # KD term with identity head as in test_kd_term_by_hand (class 0 only): ln 2
+    loss = KnowledgeLoss(distance_weight=0.05, kd_weight=0.1, kd_temperature=0.5, head_weight="w", head_bias=None)
+    ctx = {"protos": torch.tensor([[0.0, 0.0], [0.0, 0.5 * math.log(3)]]), "proto_mask": torch.tensor([True, False]), "soft": torch.tensor([[1.0, 0.0], [0.5, 0.5]])}
+    value = loss(torch.zeros(1, 2), torch.tensor([0]), 1.0, features=torch.tensor([[1.0, 0.0]]), params={"w": torch.eye(2)}, context=ctx)
+    assert value.item() == pytest.approx(math.log(2) + 0.05 * 0.5 + 0.1 * math.log(2), rel=1e-6)
+
+
+def test_defaults_as_the_official_code():
+    o = parse_prototypes({"method": "fedhkd"})
+    assert (o.lam, o.kd_weight, o.temperature, o.noise_std, o.share_model) == (0.05, 0.05, 0.5, 2.0, True)
+
+
+def test_fedhkd_every_executor_shares_models_and_noise_is_seeded():
+    recs = check_every_executor({"model": {"name": "mlp"}, "prototypes": {"method": "fedhkd"}})
+    last = recs[-1]
+    assert last["global_acc"] is not None and last["local_proto_acc"] is not None
+    # the model travels too: at least the MLP's 64*64 + 64 + 64*10 + 10 (digits: 64 inputs) floats per client each way
+    assert last["bytes_up"] >= 3 * 4 * (64 * 64 + 64 + 64 * 10 + 10)
+
+
+def test_noise_changes_the_run():
+    over = {"model": {"name": "mlp"}, "federation.rounds": 2}
+    noisy = records({**over, "prototypes": {"method": "fedhkd"}})
+    exact = records({**over, "prototypes": {"method": "fedhkd", "noise_std": 0.0}})
+    assert noisy[-1]["train_loss"] != exact[-1]["train_loss"]
+    assert noisy[0]["train_loss"] == exact[0]["train_loss"]  # round 1 trains with no global knowledge: CE only
+
+
+def test_fedhkd_heterogeneous_models_without_model_sharing():
+    recs = check_every_executor({"model": MIXED, "prototypes": {"method": "fedhkd", "share_model": False}})
+    assert recs[-1]["global_acc"] is not None
+
+
+def test_fedhkd_sharing_models_refuses_heterogeneous_clients():
+    cfg = load_config(None, {"dataset.name": "digits", "federation.num_clients": 6, "federation.clients_per_round": 2})
+    cfg = cfg.with_overrides({"prototypes": {"method": "fedhkd"}, "model": MIXED})
+    with pytest.raises(ConfigError) as err:
+        build_experiment(cfg)
+    assert err.value.field == "model.groups" and "share_model" in err.value.message

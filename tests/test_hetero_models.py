@@ -1,0 +1,118 @@
+"""Heterogeneous client models: the [model] assignment, its one-line errors, who accepts it, per-architecture records."""
+
+from __future__ import annotations
+
+import pytest
+
+from chillfl.cli import main
+from chillfl.config import load_config
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_client_models, build_experiment
+from chillfl.models.assign import plan_models
+from chillfl.runner import run_experiment
+
+from kd_helpers import BASE, MIXED, check_every_executor
+
+
+def test_groups_and_list_assign_architectures():
+    plan = plan_models(MIXED, 6)
+    assert plan.field == "model.groups" and plan.arch_of == (1, 1, 1, 0, 2, 0)
+    assert plan.archs[0] == {"name": "mlp", "hidden": [256]} and plan.archs[1] == {"name": "flexchill_cnn"}
+    assert [plan.label(i) for i in range(3)] == ["mlp(hidden=[256])", "flexchill_cnn", "mlp(hidden=[32, 256])"]
+    plan = plan_models({"name": "mlp", "assign": ["mlp", "flexchill_cnn", "mlp"]}, 3)
+    assert plan.arch_of == (0, 1, 0) and plan.field == "model.assign"
+    plain = plan_models({"name": "mlp"}, 3)
+    assert not plain.heterogeneous and plain.arch_of == (0, 0, 0)
+    assert plan_models({"name": "mlp", "groups": [{"clients": "0-1,3", "name": "mcmahan_cnn"}]}, 5).arch_of == (1, 1, 0, 1, 0)
+
+
+@pytest.mark.parametrize(
+    ("table", "field", "words"),
+    [
+        ({"assign": ["mlp"]}, "model.assign", "1 names for federation.num_clients = 4"),
+        ({"assign": "mlp"}, "model.assign", "list of model names"),
+        ({"assign": ["mlp"] * 4, "groups": [{"clients": 0, "name": "mlp"}]}, "model.groups", "not both"),
+        ({"groups": [{"clients": "0-9", "name": "mlp"}]}, "model.groups[0].clients", "client 4 is out of range"),
+        ({"groups": [{"clients": "0-1", "name": "mlp"}, {"clients": [1], "name": "mlp"}]}, "model.groups[1].clients", "already in model.groups[0]"),
+        ({"groups": [{"clients": "a-b", "name": "mlp"}]}, "model.groups[0].clients", "ranges like"),
+        ({"groups": [{"name": "mlp"}]}, "model.groups[0].clients", "is required"),
+        ({"groups": [{"clients": [0]}]}, "model.groups[0].name", "is required"),
+        ({"groups": []}, "model.groups", "non-empty"),
+    ],
+)
+def test_bad_assignments_name_their_field(table, field, words):
+    with pytest.raises(ConfigError) as err:
+        plan_models({"name": "mlp", **table}, 4)
+    assert err.value.field == field and words in err.value.message
+
+
+def _cfg(**tables):
+    cfg = load_config(None, {"dataset.name": "digits", "federation.num_clients": 6, "federation.clients_per_round": 2})
+    return cfg.with_overrides(tables)
+
+
+@pytest.mark.parametrize("key", ["assign", "groups"])
+def test_parameter_sharing_refuses_heterogeneous_models(key):
+    table = {"name": "mlp", "assign": ["mlp", "flexchill_cnn"] * 3} if key == "assign" else MIXED
+    with pytest.raises(ConfigError) as err:
+        build_experiment(_cfg(model=table))
+    assert err.value.field == f"model.{key}" and "models never travel" in err.value.message
+
+
+def test_unknown_architecture_in_a_group_is_named():
+    cfg = _cfg(model={"name": "mlp", "groups": [{"clients": [0], "name": "nope"}]}, prototypes={"method": "fedproto"})
+    with pytest.raises(ConfigError) as err:
+        build_experiment(cfg)
+    assert err.value.field == "model.groups.name"
+
+
+def test_cli_prints_one_line_and_exits_2(tmp_path, capsys):
+    toml = tmp_path / "bad.toml"
+    toml.write_text('[dataset]\nname = "digits"\n[federation]\nnum_clients = 4\nclients_per_round = 2\nrounds = 1\n[model]\nname = "mlp"\nassign = ["mlp", "flexchill_cnn", "mlp", "mlp"]\n')
+    assert main(["run", str(toml), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model.assign" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_soft_labels_with_heterogeneous_models_every_executor():
+    dsfl = {"method": "dsfl", "public_size": 200, "subset_size": 100, "server_epochs": 1, "distill_batch_size": 32}
+    recs = check_every_executor({"model": MIXED, "distillation": dsfl})
+    assert recs[-1]["global_acc"] is not None
+
+
+def test_records_stay_per_client_and_the_summary_counts_parameters_per_architecture():
+    cfg = load_config(None, {**BASE, "eval.clients": "all", "checkpoint.client_models": True}).with_overrides({"model": MIXED, "prototypes": {"method": "fedproto"}})
+    out = run_experiment(cfg, write=False, progress=False)
+    arch = out.summary["architectures"]
+    models = build_client_models(build_experiment(cfg))
+    assert list(arch) == ["mlp(hidden=[256])", "flexchill_cnn", "mlp(hidden=[32, 256])"]
+    assert arch["flexchill_cnn"]["clients"] == [0, 1, 2] and arch["mlp(hidden=[32, 256])"]["clients"] == [4]
+    # MLP 64 -> 256 -> 10 on 8x8 digits: 64*256 + 256 + 256*10 + 10 = 19210
+    assert arch["mlp(hidden=[256])"]["parameters"] == 19210 == models.parameter_counts()[0]
+    # each client keeps its own model of its own architecture
+    assert out.client_states and out.model_state is None  # FedProto: no global model
+    for cid, state in out.client_states.items():
+        own = models.states[models.plan.arch_of[cid]]
+        assert {k: v.shape for k, v in state.items()} == {k: v.shape for k, v in own.items()}
+    assert set(out.records[-1]["client_train_loss"]) <= {str(c) for c in range(6)}
+
+
+def test_vectorized_executor_batches_each_architecture_together(monkeypatch):
+    """One vmapped batch per architecture and stage: the spec names the architecture, drive() groups by spec."""
+    from chillfl.engine.vectorized import VectorizedExecutor
+
+    calls: list[tuple[str, int]] = []
+    original = VectorizedExecutor._run_vectorized
+
+    def spy(self, jobs):
+        calls.append((type(self.model).__name__ if self.spec.model is None else type(self.spec.model).__name__, len(jobs)))
+        assert all(j.spec is None or j.spec.model is None or j.spec.model is self.spec.model for j in jobs)
+        return original(self, jobs)
+
+    monkeypatch.setattr(VectorizedExecutor, "_run_vectorized", spy)
+    over = {**BASE, "federation.clients_per_round": 6, "federation.rounds": 1, "executor": "vectorized"}
+    cfg = load_config(None, over).with_overrides({"model": MIXED, "prototypes": {"method": "fedproto"}})
+    run_experiment(cfg, write=False, progress=False)
+    # 6 clients, one round: the CNN group (0-2), the default MLP (3, 5) and the two-layer MLP (4), each one batch
+    assert sorted(n for _, n in calls) == [1, 2, 3] and len(calls) == 3

@@ -1,0 +1,132 @@
+"""``chillfl report``: the page is self-contained, groups seeds, and renders in a real headless browser.
+
+The browser test needs Chromium (Debian package ``chromium``). Locally it is
+skipped when no browser is installed; under CI (``CI=true``) a missing
+browser is a failure, since ``.ci/run`` installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from chillfl.cli import main
+from chillfl.report.html import band, group_runs, load_run, mean_std, render
+
+TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=3", "federation.clients_per_round=2", "model.name=mlp", "eval.client_split_size=20"]
+WIDTH, HEIGHT = 1200, 2400
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two seeds of T = 0.1 and one run of T = 1: three folders, two groups."""
+    root = tmp_path_factory.mktemp("report")
+    config = root / "exp.toml"
+    config.write_text(f'name = "chill"\nout_dir = "{root / "out"}"\n[temperature]\npolicy = "fixed"\nvalue = 0.1\n')
+    for extra in (["--seed", "0"], ["--seed", "1"], ["temperature.value=1", "name=warm"]):
+        assert main(["run", str(config), "-q", *TINY, *extra]) == 0
+    return root / "out"
+
+
+def test_mean_std_and_band_on_given_numbers() -> None:
+    # mean of 1, 2, 6 = 3; sample variance ((1-3)^2 + (2-3)^2 + (6-3)^2) / 2 = 14 / 2 = 7 -> std sqrt(7)
+    mean, std, n = mean_std([1.0, 2.0, None, 6.0, float("nan")])
+    assert (mean, n) == (3.0, 3) and std == pytest.approx(7**0.5)
+    assert mean_std([0.5]) == (0.5, 0.0, 1)
+    # band over two seeds at their common rounds (round 3 only in the first): values (0.2, 0.4) and (0.6, 0.8)
+    a = [{"round": 1, "global_acc": 0.2}, {"round": 2, "global_acc": 0.4}, {"round": 3, "global_acc": 0.9}]
+    b = [{"round": 1, "global_acc": 0.6}, {"round": 2, "global_acc": 0.8}, {"round": 3}]
+    rounds, m, s = band([a, b], "global_acc")
+    assert rounds.tolist() == [1, 2] and m.tolist() == pytest.approx([0.4, 0.6])
+    assert s.tolist() == pytest.approx([0.2 * 2**0.5, 0.2 * 2**0.5])  # |0.6 - 0.2| / sqrt(2)
+
+
+def test_runs_that_differ_only_by_seed_form_one_group(runs: Path) -> None:
+    loaded = [load_run(p) for p in sorted(runs.iterdir())]
+    groups = group_runs(loaded)
+    assert sorted((g.label, sorted(g.seeds)) for g in groups) == [("chill", [0, 1]), ("warm", [0])]
+
+
+def test_page_is_self_contained(runs: Path) -> None:
+    page = render([runs])
+    assert "http://" not in page and "https://" not in page  # nothing to fetch
+    srcs = re.findall(r'<img[^>]* src="([^"]*)"', page)
+    assert len(srcs) >= 6 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert '<table id="configs">' in page and '<table id="metrics">' in page
+    assert " ± " in page  # the two-seed group has a spread
+    assert "final ECE" in page
+
+
+def test_report_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("chillfl: error: RUN_DIR:") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.html").exists()
+
+
+def _browser() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        if path := shutil.which(name):
+            return path
+    return None
+
+
+def _chromium(browser: str, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    # A private profile and HOME: no state shared with other runs, nothing written outside tmp_path.
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run", f"--user-data-dir={home / 'profile'}"]
+    env = {**os.environ, "HOME": str(home)}
+    return subprocess.run([browser, *flags, *args], capture_output=True, text=True, timeout=120, env=env, check=False)
+
+
+def test_page_renders_in_a_headless_browser(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    browser = _browser()
+    if browser is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("no Chromium found under CI (.ci/run installs the Debian package 'chromium')")
+        pytest.skip("no Chromium installed (apt-get install chromium)")
+    out = tmp_path / "report.html"
+    assert main(["report", str(runs), "-o", str(out), "--title", "test report"]) == 0
+    assert f"report: {out}" in capsys.readouterr().out
+    url = out.resolve().as_uri()
+
+    # 1. The DOM after load: the inline check script ran and every image decoded.
+    dom = _chromium(browser, "--virtual-time-budget=10000", "--dump-dom", url, home=tmp_path).stdout
+    check = re.search(r'<p id="render-check"[^>]*data-images="(\d+)" data-broken="(\d+)" data-tables="(\d+)"', dom)
+    assert check is not None, dom[-2000:]
+    images, broken, tables = map(int, check.groups())
+    assert images >= 6 and broken == 0 and tables == 2
+    assert "<title>test report</title>" in dom and "chill" in dom and "warm" in dom
+
+    # 2. A screenshot of the requested size that is not blank.
+    from PIL import Image
+
+    shot = tmp_path / "shot.png"
+    _chromium(browser, f"--screenshot={shot}", f"--window-size={WIDTH},{HEIGHT}", url, home=tmp_path)
+    assert shot.is_file()
+    with Image.open(shot) as img:
+        assert img.size == (WIDTH, HEIGHT)
+        rgb = img.convert("RGB")
+        colours = rgb.getcolors(maxcolors=1 << 20)
+        assert colours is not None and len(colours) > 50  # text, tables and plots, not a blank page
+        white = max(count for count, c in colours if c == (255, 255, 255)) if any(c == (255, 255, 255) for _, c in colours) else 0
+        assert white < 0.97 * WIDTH * HEIGHT
+        # the plots are drawn: some pixel in the lower half is coloured (not grey/white/black)
+        lower = rgb.crop((0, HEIGHT // 2, WIDTH, HEIGHT)).getcolors(maxcolors=1 << 20) or []
+        assert any(max(c) - min(c) > 80 for _, c in lower)
+
+
+def test_rounds_to_target_says_how_many_seeds_reached_it() -> None:
+    from chillfl.config import RunConfig
+    from chillfl.report.html import Group, Run, _metrics_row
+
+    def run(seed: int, rounds: int | None) -> Run:
+        return Run(Path("."), RunConfig(seed=seed), [], {"target_accuracy": 0.9, "rounds_to_target": rounds, "final_global_acc": 0.5 + seed / 10})
+
+    row = _metrics_row(Group("g", [run(0, 4), run(1, None), run(2, 8)]))
+    assert "6.0 ± 2.8 (2/3 reached)" in row  # mean 6 of (4, 8), sample std sqrt(8) = 2.83
+    assert "60.00 ± 10.00" in row  # final acc 50, 60, 70 %: mean 60, std 10

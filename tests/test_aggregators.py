@@ -279,6 +279,11 @@ def test_registry_builds_every_algorithm() -> None:
     names = algorithm_names()
     assert {"fedavg", "fedprox", "scaffold", "fednova", "fedadam", "fedyogi", "fedadagrad", "fedbn", "vrl_sgd", "fedmut", "pa3fed"} <= set(names)
     for name in names:
+        if name == "fedalign":  # needs a ResNet with a slimmable final stage; refuses others (tests/test_fedalign.py)
+            from chillfl.models import build_model
+
+            agg, terms = make_aggregator(name, None, num_clients=3, model=build_model("resnet20", (3, 8, 8), 2), seed=0)
+            continue
         agg, terms = make_aggregator(name, None, num_clients=3, model=model, seed=0)
         assert callable(agg.aggregate) and isinstance(terms, list)
     agg, terms = make_aggregator("fedprox", {"mu": 0.2}, num_clients=3, model=model, seed=0)

@@ -56,7 +56,9 @@ def tiny_config(algorithm: dict[str, Any], temperature: dict[str, Any], batch_no
     overrides = dict(BASE)
     overrides.update(extra)
     cfg = load_config(None, overrides)
-    model = {"name": "flexchill_cnn", "batch_norm": batch_norm}
+    model: dict[str, Any] = {"name": "flexchill_cnn", "batch_norm": batch_norm}
+    if algorithm["name"] == "fedalign":  # its term needs a ResNet whose final stage runs at reduced width
+        model = {"name": "resnet20"}
     return cfg.with_overrides({"algorithm": algorithm, "temperature": temperature, "model": model})
 
 

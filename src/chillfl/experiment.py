@@ -26,7 +26,7 @@ from chillfl.protocols.parameters import ParameterClient, ParameterSharing
 from chillfl.temperature import make_policy
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.local import LocalSpec, derive_seed, model_state
-from chillfl.training.objective import LossTerm, ProximalTerm, temperature_cross_entropy
+from chillfl.training.objective import ProximalTerm, Term, temperature_cross_entropy
 
 
 @dataclass
@@ -134,7 +134,7 @@ def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_class
     return model, model_state(model)
 
 
-def build_algorithm(config: RunConfig, model: nn.Module) -> tuple[Aggregator, list[LossTerm]]:
+def build_algorithm(config: RunConfig, model: nn.Module) -> tuple[Aggregator, list[Term]]:
     from chillfl.aggregation.registry import make_aggregator
 
     name, options = RunConfig.component(config.algorithm)
@@ -212,7 +212,7 @@ def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None
     return Augment.from_options(opts, dataset.channel_mean, dataset.channel_std)  # constant padding: raw black
 
 
-def objective_terms(config: RunConfig, algorithm_terms: Sequence[LossTerm]) -> list[LossTerm]:
+def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[Term]:
     """The ``[objective]`` terms, checked against the protocol and the algorithm's own terms."""
     if config.objective.proximal_mu == 0:
         return []

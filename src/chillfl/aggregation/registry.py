@@ -15,18 +15,21 @@ from torch import nn
 
 from chillfl.aggregation.base import Aggregator, FedAvg
 from chillfl.aggregation.fedbn import FedBN, FedBNOptions, batchnorm_keys
+from chillfl.aggregation.fedgen import FedGen, FedGenOptions
 from chillfl.aggregation.fedmut import FedMut, FedMutOptions
 from chillfl.aggregation.fednova import FedNova, FedNovaOptions
 from chillfl.aggregation.fedopt import FedOpt, FedOptOptions, ServerOptimizer
 from chillfl.aggregation.fedprox import FedProx, FedProxOptions, ProximalTerm
+from chillfl.aggregation.moon import Moon, MoonOptions
 from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions
 from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, ScaffoldOptions
 from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import parse_options
-from chillfl.training.objective import LossTerm
+from chillfl.training.fedalign import FedAlignOptions, FedAlignTerm
+from chillfl.training.objective import Term
 
-Built = tuple[Aggregator, list[LossTerm]]
+Built = tuple[Aggregator, list[Term]]
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,9 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     ),
     "fedmut": AlgorithmSpec(FedMutOptions, lambda o, ctx: (FedMut(ctx.seed, o, ctx.param_keys()), []), "stochastic mutation (Hu et al. 2024)"),
     "pa3fed": AlgorithmSpec(PA3FedOptions, lambda o, ctx: _build_pa3fed(o, ctx), "period-aware adaptive aggregation over a base (PA3Fed)"),
+    "moon": AlgorithmSpec(MoonOptions, lambda o, ctx: _build_moon(o, ctx), "model-contrastive FL (Li et al. 2021)"),
+    "fedalign": AlgorithmSpec(FedAlignOptions, lambda o, ctx: _build_fedalign(o, ctx), "FedAvg + final-stage Lipschitz alignment (Mendieta et al. 2022)"),
+    "fedgen": AlgorithmSpec(FedGenOptions, lambda o, ctx: _build_fedgen(o, ctx), "server-trained feature generator as regulariser (Zhu et al. 2021)"),
 }
 
 
@@ -111,11 +117,47 @@ def _build_fednova(options: FedNovaOptions, ctx: BuildContext) -> Built:
     return FedNova(with_client_momentum(options, ctx, "FedNova's a_i"), ctx.param_keys()), []
 
 
+def _require_head(ctx: BuildContext, method: str) -> str:
+    """The model's classifier head name; a model without one is a ConfigError on ``model.name``."""
+    from chillfl.models.parts import NoHeadError, head_name
+
+    try:
+        return head_name(ctx.model)
+    except NoHeadError as exc:
+        raise ConfigError("model.name", f"{method} works on the representation before the classifier head, and {exc}") from None
+
+
+def _build_moon(options: MoonOptions, ctx: BuildContext) -> Built:
+    from chillfl.training.moon import MoonTerm
+
+    _require_head(ctx, "MOON")
+    return Moon(options), [MoonTerm()]
+
+
+def _build_fedalign(options: FedAlignOptions, ctx: BuildContext) -> Built:
+    """FedAvg with FedAlign's term; the model must have a final stage that runs at reduced width."""
+    stage = getattr(ctx.model, "slim_stage", None)
+    if not isinstance(stage, str):
+        raise ConfigError("model.name", "FedAlign needs a ResNet whose final stage runs at reduced width: resnet20, resnet32 or resnet18_fedchill")
+    return FedAvg(), [FedAlignTerm(stage, options)]
+
+
+def _build_fedgen(options: FedGenOptions, ctx: BuildContext) -> Built:
+    from chillfl.training.fedgen import FedGenTerm
+
+    head = _require_head(ctx, "FedGen")
+    module = ctx.model.get_submodule(head)
+    assert isinstance(module, nn.Linear)
+    return FedGen(options, head, module.out_features, module.in_features, ctx.seed), [FedGenTerm(head)]
+
+
 def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
     """PA3Fed around the ``base`` entry, which keeps its own local objective terms."""
     bases = [n for n in algorithm_names() if n != "pa3fed"]
     if options.base not in bases:
         raise choice_error(f"{ctx.section}.base", options.base, bases)
+    if options.base == "fedgen":  # PA3Fed's client report (score, gradient norm) replaces the base's
+        raise ConfigError(f"{ctx.section}.base", "fedgen needs its clients' label counts, which it gets from its own client report; PA3Fed sends its own instead")
     base, terms = make_aggregator(
         options.base,
         options.base_options,

@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from chillfl.errors import ConfigError, choice_error
-from chillfl.models import alexnet, cnn, cnn1d, fedchill, mlp, resnet, vit
+from chillfl.models import alexnet, cnn, cnn1d, fedchill, mlp, resnet, resnet_cifar, vit
+from chillfl.models.projection import PROJECTION_OPTION, with_projection_head
 from chillfl.options import blame, parse_options, require_memory, total_memory_bytes
 
 Builder = Callable[[tuple[int, ...], int, Any, str], nn.Module]
@@ -48,6 +49,9 @@ MODELS: dict[str, ModelSpec] = {
     "alexnet": ModelSpec(alexnet.AlexNetOptions, alexnet.build_alexnet),
     "resnet18": ModelSpec(resnet.ResNet18Options, resnet.build_resnet18),
     "vit": ModelSpec(vit.ViTOptions, vit.build_vit),
+    "resnet20": ModelSpec(resnet_cifar.CifarResNetOptions, resnet_cifar.build_resnet20),
+    "resnet32": ModelSpec(resnet_cifar.CifarResNetOptions, resnet_cifar.build_resnet32),
+    "resnet18_fedchill": ModelSpec(resnet_cifar.FedChillResNet18Options, resnet_cifar.build_resnet18_fedchill),
 }
 
 
@@ -77,15 +81,16 @@ def build_model(
         raise choice_error(f"{section}.name", name, model_names())
     if num_classes < 1:
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-    table = {k: v for k, v in (options or {}).items() if k != "name"}
+    table = {k: v for k, v in (options or {}).items() if k not in ("name", PROJECTION_OPTION)}
+    projection = (options or {}).get(PROJECTION_OPTION, 0)
     parsed: Any = parse_options(spec.options, table, section)
     shape = tuple(int(s) for s in input_shape)
     check_model_memory(name, shape, num_classes, parsed, section)
     if seed is None:
-        return spec.build(shape, num_classes, parsed, section)
+        return with_projection_head(spec.build(shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return spec.build(shape, num_classes, parsed, section)
+        return with_projection_head(spec.build(shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
 
 
 MODEL_COPIES = 4

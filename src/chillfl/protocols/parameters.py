@@ -29,6 +29,11 @@ Reporter = Callable[[nn.Module, ClientJob, LocalOutcome], dict[str, Any]]
 """A method's client-side report after training (PA3Fed: ``score``, ``grad_norm``)."""
 
 
+LOCAL_CONTEXT = frozenset({"global_params", "moon_global", "moon_prev"})
+"""Context entries that do not travel: FedProx's and MOON's anchor is the model already sent, and MOON's
+previous model stays on the client in the paper (the simulation keeps it on the server side)."""
+
+
 @dataclass
 class ParamDownlink:
     """Server -> client: the start model, the round's lr and temperature, the objective's context, the seed."""
@@ -40,7 +45,7 @@ class ParamDownlink:
     seed: int = 0
 
     def nbytes(self) -> dict[str, int]:
-        control = {k: v for k, v in self.context.items() if k != "global_params"}  # FedProx's anchor is the model already sent
+        control = {k: v for k, v in self.context.items() if k not in LOCAL_CONTEXT}
         return {"params": state_bytes(self.start), "control": state_bytes(control)}
 
 

@@ -37,7 +37,7 @@ from torch.func import functional_call
 
 from chillfl.models.parts import forward_with_features
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
-from chillfl.training.objective import LossTerm, temperature_cross_entropy
+from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
 
 if TYPE_CHECKING:  # only the annotation: importing chillfl.data here would load every dataset reader in each worker process
     from chillfl.data.augment import Augment
@@ -76,7 +76,7 @@ class LocalSpec:
     momentum: float = 0.0
     weight_decay: float = 0.0
     base_loss: BaseLoss = temperature_cross_entropy
-    terms: Sequence[LossTerm] = field(default_factory=tuple)
+    terms: Sequence[Term] = field(default_factory=tuple)
     model: nn.Module | None = None
     """The architecture these jobs train (heterogeneous clients: one spec per architecture);
     None: the executor's own template. Executors group jobs by spec, so one batch is one architecture."""
@@ -111,26 +111,48 @@ class StepLoss:
         self._tie_weights = has_tied_tensors(model)
         self._layers = factored_layers(model)
         self._uses_features = bool(getattr(spec.base_loss, "uses_features", False))
+        self._batch_terms = any(is_batch_term(t) for t in spec.terms)
+        self._captures = tuple(dict.fromkeys(name for t in spec.terms for name in getattr(t, "captures", ())))
 
     def __call__(
         self, params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor, temperature: Any, context: Mapping[str, Any]
     ) -> tuple[torch.Tensor, list[Captured]]:
+        grabbed: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         features = None
         with recording(self._layers, vmapped=self.vmapped) if self.factor else nullcontext(Recorder(False)) as rec:
-            if self._uses_features:  # a representation-based objective (FedProto, FedHKD): the head's input too
-                features, logits = forward_with_features(
-                    self.model, x, call=lambda inp: functional_call(self.model, (params, buffers), (inp,), tie_weights=self._tie_weights)
-                )
+            if self._batch_terms or self._uses_features:  # representation-based objectives and batch terms see the head's input too
+                features, logits = self._forward_viewed(params, buffers, x, grabbed)
             else:
                 logits = functional_call(self.model, (params, buffers), (x,), tie_weights=self._tie_weights)
         self.keys = [key for key, _, _ in rec.calls]
-        if features is not None:
+        if self._uses_features:  # FedProto, FedHKD
             value = self.spec.base_loss(logits, y, temperature, features=features, params=params, context=context)  # type: ignore[call-arg]
         else:
             value = self.spec.base_loss(logits, y, temperature)
+        step = None if not self._batch_terms or features is None else StepView(self.model, x, y, features, logits, value, buffers, grabbed)
         for term in self.spec.terms:
-            value = value + term(params, context)
+            value = value + apply_term(term, params, context, step)
         return value, [(xin, z) for _, xin, z in rec.calls]
+
+    def _forward_viewed(
+        self, params: Params, buffers: Params, x: torch.Tensor, grabbed: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(representation, logits) of the training forward, recording the (input, output) of ``self._captures``."""
+
+        def grab(name: str) -> Any:
+            def hook(_module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+                grabbed.setdefault(name, (inputs[0], output))  # a hook that returns a value would replace the output
+
+            return hook
+
+        handles = [self.model.get_submodule(name).register_forward_hook(grab(name)) for name in self._captures]
+        try:
+            return forward_with_features(
+                self.model, x, call=lambda xb: functional_call(self.model, (params, buffers), (xb,), tie_weights=self._tie_weights)
+            )
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 Factors = dict[str, list[tuple[torch.Tensor, torch.Tensor]]]

@@ -12,10 +12,12 @@ Gradient: d CE(z/T, y) / dz = (softmax(z/T) - onehot(y)) / T per sample
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, cast
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 Params = dict[str, torch.Tensor]
 
@@ -55,3 +57,58 @@ class ProximalTerm:
         parts = [((params[k] - anchor[k].detach()) ** 2).sum() for k in params if k in anchor]
         total = torch.stack(parts).sum() if parts else torch.zeros(())
         return 0.5 * context["mu"] * total
+
+
+@dataclass
+class StepView:
+    """What a batch term sees of one training step (see :class:`BatchTerm`).
+
+    ``features`` is the model's representation (the input of its last
+    ``nn.Linear``, :mod:`chillfl.models.parts`) and ``logits`` its output, both
+    of the training forward, so a term's gradient flows through them;
+    ``captured`` maps each module a term asked for (``BatchTerm.captures``) to
+    its (input, output) in that forward. ``model`` is the step's template
+    (run it with ``torch.func.functional_call``); ``buffers`` the client's.
+    """
+
+    model: nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    features: torch.Tensor
+    logits: torch.Tensor
+    base_loss: torch.Tensor
+    buffers: Mapping[str, torch.Tensor]
+    captured: Mapping[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+
+class BatchTerm(Protocol):
+    """A term that reads the step's batch and forward: term(params, context, step) -> scalar.
+
+    MOON, FedAlign and FedGen regularise representations, not parameters, so
+    they need the batch. :class:`~chillfl.training.local.StepLoss` tells the
+    two kinds apart by ``per_batch`` (True here); ``captures`` names modules
+    whose (input, output) the training forward records for the term.
+    """
+
+    per_batch: bool
+    captures: tuple[str, ...]
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any], step: StepView) -> torch.Tensor:
+        ...
+
+
+def is_batch_term(term: object) -> bool:
+    """Whether ``term`` is a :class:`BatchTerm` (reads the batch) rather than a :class:`LossTerm`."""
+    return bool(getattr(term, "per_batch", False))
+
+
+Term = LossTerm | BatchTerm
+"""Any additive term of the local objective."""
+
+
+def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Mapping[str, Any], step: StepView | None) -> torch.Tensor:
+    """``term``'s value: a batch term gets the step (which the caller builds only when some term needs it)."""
+    if is_batch_term(term):
+        assert step is not None, "a batch term needs the step's view"
+        return cast(BatchTerm, term)(params, context, step)
+    return cast(LossTerm, term)(params, context)

@@ -1,0 +1,234 @@
+"""FedGen (Zhu, Hong & Zhou, ICML 2021): FedAvg + a server-trained feature generator as the clients' regulariser.
+
+One round (the official ``serverpFedGen.train``):
+
+1. clients train with CE + alpha_t * CE(h(z), y) on features z the current
+   generator made for them (no term in round 0: no generator yet);
+2. each client uploads its model and its label counts n_{k,c}
+   (:class:`LabelCounts`, the method's client report);
+3. the server trains the generator on the round's clients' heads
+   (:func:`~chillfl.training.fedgen.teacher_loss` + eta * diversity), then averages the models (FedAvg).
+
+Server-side training is deterministic: labels and noise of step s of round r
+come from a ``torch.Generator`` seeded with (seed, "fedgen", r); each
+client's generated features of round r from (seed, "fedgen-samples", r, client).
+
+Choices
+-------
+* ``label_prior``: labels for the generator's training and the clients'
+  samples are drawn uniformly from the "qualified" labels (some client of the
+  round holds more than one sample, ``MIN_SAMPLES_PER_LABEL``) with
+  ``"qualified"`` (default, the official code); ``"counts"`` draws them in
+  proportion to the round's label counts, the paper's y ~ p(y) of Eq. 5.
+* The client term uses ``samples`` (32) generated features per round, drawn
+  once per round and shared by all its steps; the official code draws a
+  fresh batch of 32 per step. The downlink therefore carries the samples
+  (``samples x feature_dim`` floats, counted as control bytes) rather than
+  the generator itself.
+* The official code's ratio gen_batch_size / batch_size (1 at its defaults)
+  is folded into ``alpha``; its second client term (``generative_beta``, a KL
+  between the model's predictions and the head's on generated features of the
+  batch's labels, not in the paper's equations) is not implemented.
+* The term's CE is at temperature 1, whatever the base loss's temperature.
+
+Defaults from the official code for CIFAR: ``alpha = 10``, hidden 512, noise 64,
+Adam lr 1e-4 (decayed by 0.98 per round) with weight decay 1e-2,
+``generator_steps = 50`` (ensemble_epochs 50 // n_teacher_iters 5 epochs of
+5 iterations), ``eta = 1``, generator batch 32 (the clients' batch size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import ClientResult, Downlink, FedAvg, Params, check_state_keys, load_params, params_state
+from chillfl.options import require
+from chillfl.training.fedgen import FeatureGenerator, diversity_loss, teacher_loss
+from chillfl.training.local import derive_seed
+
+MIN_SAMPLES_PER_LABEL = 1
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+
+
+@dataclass(frozen=True)
+class FedGenOptions:
+    """Client term: ``alpha``, ``alpha_decay``, ``samples``; generator: ``noise_dim``, ``hidden``, ``generator_lr``,
+    ``lr_decay``, ``weight_decay``, ``generator_steps``, ``generator_batch``, ``eta`` (diversity weight);
+    ``label_prior``: qualified | counts."""
+
+    alpha: float = 10.0
+    alpha_decay: float = 0.98
+    samples: int = 32
+    noise_dim: int = 64
+    hidden: int = 512
+    generator_lr: float = 1e-4
+    lr_decay: float = 0.98
+    weight_decay: float = 1e-2
+    generator_steps: int = 50
+    generator_batch: int = 32
+    eta: float = 1.0
+    label_prior: Literal["qualified", "counts"] = "qualified"
+
+    def validate(self, section: str) -> None:
+        for name in ("alpha", "weight_decay", "eta"):
+            require(getattr(self, name) >= 0, f"{section}.{name}", f"must be >= 0, got {getattr(self, name)}")
+        for name in ("alpha_decay", "lr_decay"):
+            require(0 < getattr(self, name) <= 1, f"{section}.{name}", f"must be in (0, 1], got {getattr(self, name)}")
+        require(self.generator_lr > 0, f"{section}.generator_lr", f"must be > 0, got {self.generator_lr}")
+        for name in ("samples", "noise_dim", "hidden", "generator_batch"):
+            require(1 <= getattr(self, name) <= 1 << 16, f"{section}.{name}", f"must be in [1, 65536], got {getattr(self, name)}")
+        require(self.generator_batch >= 2, f"{section}.generator_batch", "must be >= 2 (batch norm needs two samples)")
+        require(self.samples >= 2, f"{section}.samples", "must be >= 2 (the generator's batch norm needs two samples)")
+        require(0 <= self.generator_steps <= 100000, f"{section}.generator_steps", f"must be in [0, 100000], got {self.generator_steps}")
+
+
+@dataclass(frozen=True)
+class LabelCounts:
+    """The client report FedGen needs: how many samples of each label the client trained on."""
+
+    num_classes: int
+
+    def __call__(self, model: nn.Module, job: Any, outcome: Any) -> dict[str, Any]:
+        return {"label_counts": torch.bincount(job.y.cpu(), minlength=self.num_classes)}
+
+
+def label_weights(counts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
+    """(w[c, k] = n_{k,c} / sum_j n_{j,c} (0 where no client has c), qualified labels: max_k n_{k,c} > 1)."""
+    table = torch.stack([c.to(torch.float64) for c in counts], dim=1)  # [classes, clients]
+    totals = table.sum(dim=1, keepdim=True)
+    weights = torch.where(totals > 0, table / totals.clamp_min(1), torch.zeros_like(table))
+    qualified = [c for c in range(table.shape[0]) if float(table[c].max()) > MIN_SAMPLES_PER_LABEL]
+    return weights.to(torch.float32), qualified
+
+
+class FedGen(FedAvg):
+    """FedAvg that trains the feature generator after each round and sends each client generated features."""
+
+    def __init__(self, options: FedGenOptions, head: str, num_classes: int, feature_dim: int, seed: int) -> None:
+        self.options = options
+        self.head = head
+        self.seed = seed
+        self.num_classes = num_classes
+        self.client_report = LabelCounts(num_classes)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(seed, "fedgen-init"))
+            self.generator = FeatureGenerator(num_classes, options.noise_dim, options.hidden, feature_dim)
+        self.params: Params = {k: v.detach().clone() for k, v in self.generator.named_parameters()}
+        self.moments: dict[str, Params] = {"m": {}, "v": {}}
+        self.steps = 0
+        self.lr = options.generator_lr
+        self.prior = torch.zeros(num_classes, dtype=torch.float64)  # label distribution to sample; zeros: no generator yet
+        self.trained_rounds = 0
+        self._last_loss = 0.0
+
+    # -- client side --------------------------------------------------------------------------------
+
+    def _generate(self, labels: torch.Tensor, noise: torch.Tensor, params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return torch.func.functional_call(self.generator, dict(params), (labels, noise))
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        o = self.options
+        dtype = next(iter(global_params.values())).dtype
+        device = next(iter(global_params.values())).device
+        if not bool(self.prior.sum() > 0):
+            z = torch.zeros(o.samples, self.generator.out.out_features, dtype=dtype)
+            y = torch.zeros(o.samples, dtype=torch.int64)
+            weight = 0.0
+        else:
+            rng = torch.Generator().manual_seed(derive_seed(self.seed, "fedgen-samples", round, client_id))
+            y = torch.multinomial(self.prior, o.samples, replacement=True, generator=rng)
+            noise = torch.rand(o.samples, o.noise_dim, generator=rng)
+            with torch.no_grad():
+                z = self._generate(y, noise, self.params).to(dtype)
+            weight = max(1e-4, o.alpha * o.alpha_decay**round) if o.alpha > 0 else 0.0  # the official floor; alpha = 0 turns the term off
+        return Downlink(context={"fedgen_z": z.to(device), "fedgen_y": y.to(device), "fedgen_weight": weight})
+
+    # -- server side --------------------------------------------------------------------------------
+
+    def aggregate(
+        self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
+    ) -> Params:
+        heads = [(r.params[f"{self.head}.weight"].detach().cpu().float(), _bias(r.params, self.head)) for r in results]
+        counts = [r.extras["label_counts"] for r in results]
+        table, qualified = label_weights(counts)
+        if qualified:
+            self.prior = self._prior(counts, qualified)
+            self._train_generator(heads, table, round)
+        return super().aggregate(global_params, results, round, weights)
+
+    def _prior(self, counts: Sequence[torch.Tensor], qualified: list[int]) -> torch.Tensor:
+        """The label distribution the generator and the clients' samples draw from (see ``label_prior``)."""
+        prior = torch.zeros(self.num_classes, dtype=torch.float64)
+        if self.options.label_prior == "counts":
+            total = torch.stack([c.to(torch.float64) for c in counts]).sum(dim=0)
+            prior[qualified] = total[qualified]
+        else:
+            prior[qualified] = 1.0
+        return prior / prior.sum()
+
+    def _train_generator(self, heads: list[tuple[torch.Tensor, torch.Tensor | None]], table: torch.Tensor, round: int) -> None:
+        """``generator_steps`` Adam steps on teacher + eta * diversity; then the learning rate decays (once per round)."""
+        o = self.options
+        rng = torch.Generator().manual_seed(derive_seed(self.seed, "fedgen", round))
+        loss = torch.zeros(())
+        for _ in range(o.generator_steps):
+            y = torch.multinomial(self.prior, o.generator_batch, replacement=True, generator=rng)
+            noise = torch.rand(o.generator_batch, o.noise_dim, generator=rng)
+            leaves = {k: v.clone().requires_grad_(True) for k, v in self.params.items()}
+            with torch.enable_grad():
+                z = self._generate(y, noise, leaves)
+                loss = teacher_loss(z, y, heads, table) + o.eta * diversity_loss(noise, z)
+                grads = torch.autograd.grad(loss, list(leaves.values()))
+            self._adam_step(dict(zip(leaves, grads)))
+        self._last_loss = float(loss.detach())
+        self.lr *= o.lr_decay
+        self.trained_rounds += 1
+
+    def _adam_step(self, grads: Mapping[str, torch.Tensor]) -> None:
+        """torch.optim.Adam's update (L2 weight decay added to the gradient, bias-corrected moments)."""
+        b1, b2 = ADAM_BETAS
+        self.steps += 1
+        m, v = self.moments["m"], self.moments["v"]
+        for k, w in self.params.items():
+            g = grads[k] + self.options.weight_decay * w
+            m[k] = b1 * m.get(k, torch.zeros_like(w)) + (1 - b1) * g
+            v[k] = b2 * v.get(k, torch.zeros_like(w)) + (1 - b2) * g * g
+            m_hat = m[k] / (1 - b1**self.steps)
+            denom = (v[k] / (1 - b2**self.steps)).sqrt() + ADAM_EPS
+            self.params[k] = w - self.lr * m_hat / denom
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return {"generator_loss": self._last_loss} if self.trained_rounds else {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The generator's weights, its Adam moments, step count and learning rate, and the label prior of the last round."""
+        return {
+            "generator": params_state(self.params),
+            "m": params_state(self.moments["m"]),
+            "v": params_state(self.moments["v"]),
+            "steps": self.steps,
+            "lr": self.lr,
+            "prior": self.prior,
+            "trained_rounds": self.trained_rounds,
+            "last_loss": self._last_loss,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("generator", "m", "v", "steps", "lr", "prior", "trained_rounds", "last_loss"), "FedGen")
+        self.params = load_params(state["generator"])
+        self.moments = {"m": load_params(state["m"]), "v": load_params(state["v"])}
+        self.steps = int(state["steps"])
+        self.lr = float(state["lr"])
+        self.prior = state["prior"].to(torch.float64)
+        self.trained_rounds = int(state["trained_rounds"])
+        self._last_loss = float(state["last_loss"])
+
+
+def _bias(params: Mapping[str, torch.Tensor], head: str) -> torch.Tensor | None:
+    bias = params.get(f"{head}.bias")
+    return None if bias is None else bias.detach().cpu().float()

@@ -1,0 +1,44 @@
+"""MOON's projection head, as an option of every registered model: ``[model] projection_dim = 256``.
+
+MOON (Li et al., CVPR 2021, Sec. 3.2 and its official code) puts a 2-layer
+MLP between the base encoder and the output layer: the encoder's
+representation h (dimension d) goes through ``Linear(d, d) -> ReLU ->
+Linear(d, projection_dim)`` and the output layer reads that projection z.
+The contrastive loss is computed on z.
+
+Here any model gets that head by replacing its classifier head (the last
+``nn.Linear``, :mod:`chillfl.models.parts`) with the MLP followed by a new
+``Linear(projection_dim, num_classes)``. The new output layer is then the
+model's last ``nn.Linear``, so :func:`~chillfl.models.parts.forward_with_features`
+returns z for every method, not only for MOON; the head's parameters travel
+and are averaged like the rest of the model. 0 (the default) leaves the model as built.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from chillfl.errors import ConfigError
+from chillfl.models.parts import NoHeadError, head_name
+
+PROJECTION_OPTION = "projection_dim"
+
+
+def with_projection_head(model: nn.Module, projection_dim: object, field: str) -> nn.Module:
+    """``model`` with its last ``nn.Linear`` (d -> C) replaced by Linear(d, d), ReLU, Linear(d, p), Linear(p, C)."""
+    if isinstance(projection_dim, bool) or not isinstance(projection_dim, int) or not 0 <= projection_dim <= 65536:
+        raise ConfigError(field, f"must be an integer in [0, 65536] (0: no projection head), got {projection_dim!r}")
+    if projection_dim == 0:
+        return model
+    try:
+        name = head_name(model)
+    except NoHeadError as exc:
+        raise ConfigError(field, f"a projection head replaces the model's last nn.Linear, and {exc}") from None
+    head = model.get_submodule(name)
+    assert isinstance(head, nn.Linear)
+    d, classes = head.in_features, head.out_features
+    mlp = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, projection_dim), nn.Linear(projection_dim, classes))
+    parent_name, _, attr = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, attr, mlp)
+    return model

@@ -1,0 +1,72 @@
+"""MOON's model-contrastive term (Li, He & Song, CVPR 2021, Eq. 2-3).
+
+With z the representation of the model being trained, z_glob that of the
+global model the round started from and z_prev that of the client's own
+model after its previous local training, all on the same input x,
+
+    l_con = -log( exp(sim(z, z_glob)/tau) / (exp(sim(z, z_glob)/tau) + exp(sim(z, z_prev)/tau)) )
+
+with cosine similarity, averaged over the batch; the local objective is
+CE + mu * l_con (Eq. 3). z_glob and z_prev carry no gradient (the official
+code freezes both models). "Representation" is the input of the model's
+last ``nn.Linear`` (:mod:`chillfl.models.parts`): with ``[model]
+projection_dim`` set, the output of MOON's projection head, as in the paper.
+
+Context (sent by :class:`chillfl.aggregation.moon.Moon`): ``moon_weight``
+(mu, or 0 for a client with no previous model yet), ``moon_tau``,
+``moon_global`` and ``moon_prev`` (full model states).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from chillfl.models.parts import forward_with_features
+from chillfl.training.objective import StepView
+
+
+def moon_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float | torch.Tensor) -> torch.Tensor:
+    """Mean over the batch of -log(e^{s_g/tau} / (e^{s_g/tau} + e^{s_p/tau})), s = cosine similarity (eps 1e-8, as nn.CosineSimilarity).
+
+    Written as logsumexp(s_g/tau, s_p/tau) - s_g/tau: the cross-entropy of
+    the 2-way logits (s_g, s_p)/tau with target 0, as the official code does.
+    """
+    pos = F.cosine_similarity(z, z_glob, dim=-1) / tau
+    neg = F.cosine_similarity(z, z_prev, dim=-1) / tau
+    return (torch.logsumexp(torch.stack([pos, neg], dim=-1), dim=-1) - pos).mean()
+
+
+def frozen_features(step: StepView, state: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The representation of the model with ``state`` on the step's batch: eval mode, no gradient.
+
+    Eval mode as the official code runs the global and previous models
+    (batch norm uses the model's own running statistics, no dropout).
+    """
+    model = step.model
+    names = {n for n, _ in model.named_parameters()}
+    params = {k: v.detach() for k, v in state.items() if k in names}
+    buffers = {k: v.detach() for k, v in state.items() if k not in names}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            features, _ = forward_with_features(model, step.x, call=lambda xb: functional_call(model, (params, buffers), (xb,)))
+    finally:
+        model.train(was_training)
+    return features.detach()
+
+
+class MoonTerm:
+    """``moon_weight * l_con(z, z_glob, z_prev)``: a batch term (reads the step's representation)."""
+
+    per_batch = True
+    captures: tuple[str, ...] = ()
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any], step: StepView) -> torch.Tensor:
+        z_glob = frozen_features(step, context["moon_global"])
+        z_prev = frozen_features(step, context["moon_prev"])
+        return context["moon_weight"] * moon_loss(step.features, z_glob, z_prev, context["moon_tau"])

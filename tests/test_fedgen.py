@@ -1,0 +1,158 @@
+"""FedGen (Zhu et al., ICML 2021): generator losses and the client term on hand-worked examples, label
+weights, deterministic server-side training, executors and resume."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from chillfl.aggregation.base import ClientResult
+from chillfl.aggregation.fedgen import FedGen, FedGenOptions, LabelCounts, label_weights
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
+from chillfl.training.fedgen import FedGenTerm, FeatureGenerator, diversity_loss, teacher_loss
+from methods_e2e import assert_executors_agree, config, records, resumed_records
+
+SWAP = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+
+
+def test_teacher_loss_by_hand() -> None:
+    # z_0 = (1, 0) for label 0, z_1 = (0, 1) for label 1; client A's head is the identity, B's swaps the logits.
+    # counts: label 0 -> A 3, B 1 (weights 0.75, 0.25); label 1 -> A 0, B 2 (weights 0, 1)
+    # CE_A(z_0, 0) = CE_A(z_1, 1) = log(1 + e^-1) = 0.3132617; CE_B(z_0, 0) = CE_B(z_1, 1) = log(1 + e^1) = 1.3132617
+    # teacher = mean_i w[y_i, A] CE_A + mean_i w[y_i, B] CE_B = (0.75 * 0.31326 + 0) / 2 + (0.25 * 1.31326 + 1.31326) / 2
+    z, y = torch.eye(2), torch.tensor([0, 1])
+    table, qualified = label_weights([torch.tensor([3, 0]), torch.tensor([1, 2])])
+    torch.testing.assert_close(table, torch.tensor([[0.75, 0.25], [0.0, 1.0]]))
+    assert qualified == [0, 1]
+    ce_a, ce_b = math.log1p(math.exp(-1.0)), math.log1p(math.exp(1.0))
+    expected = (0.75 * ce_a) / 2 + (0.25 * ce_b + 1.0 * ce_b) / 2
+    heads = [(torch.eye(2), torch.zeros(2)), (SWAP, None)]
+    assert teacher_loss(z, y, heads, table).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_label_weights_qualify_labels_held_more_than_once() -> None:
+    # label 2: nobody; label 1: at most one sample per client -> not qualified (official MIN_SAMPLES_PER_LABEL = 1)
+    table, qualified = label_weights([torch.tensor([4, 1, 0]), torch.tensor([0, 1, 0])])
+    torch.testing.assert_close(table, torch.tensor([[1.0, 0.0], [0.5, 0.5], [0.0, 0.0]]))
+    assert qualified == [0]
+
+
+def test_diversity_loss_by_hand() -> None:
+    # eps = (0), (1): squared noise distances [[0, 1], [1, 0]]; z = (1, 0), (0, 1): mean |z_i - z_j| = [[0, 1], [1, 0]]
+    # mean of the products = (0 + 1 + 1 + 0) / 4 = 0.5 -> exp(-0.5)
+    assert diversity_loss(torch.tensor([[0.0], [1.0]]), torch.eye(2)).item() == pytest.approx(math.exp(-0.5), rel=1e-6)
+
+
+def test_client_term_by_hand() -> None:
+    # weight 10, one generated feature (1, 0) of label 0 through the identity head: 10 * log(1 + e^-1)
+    term = FedGenTerm("fc")
+    params = {"fc.weight": torch.eye(2, requires_grad=True), "fc.bias": torch.zeros(2, requires_grad=True)}
+    ctx = {"fedgen_z": torch.tensor([[1.0, 0.0], [0.0, 1.0]]), "fedgen_y": torch.tensor([0, 0]), "fedgen_weight": 10.0}
+    # second sample: logits (0, 1), label 0: log(1 + e^1); mean of the two
+    value = term(params, ctx)
+    assert value.item() == pytest.approx(10 * (math.log1p(math.exp(-1)) + math.log1p(math.exp(1))) / 2, rel=1e-6)
+    (g,) = torch.autograd.grad(value, [params["fc.weight"]])
+    assert g.abs().sum() > 0  # it trains the head
+
+
+def _fedgen(steps: int = 5) -> FedGen:
+    return FedGen(FedGenOptions(samples=4, noise_dim=3, hidden=8, generator_steps=steps, generator_batch=6, generator_lr=1e-2), "fc", 2, 2, seed=7)
+
+
+def _results() -> list[ClientResult]:
+    a = ClientResult(0, {"fc.weight": torch.eye(2), "fc.bias": torch.zeros(2)}, 3, 1, 0.1, 1.0, 0.5, {"label_counts": torch.tensor([3, 0])})
+    b = ClientResult(1, {"fc.weight": SWAP, "fc.bias": torch.zeros(2)}, 3, 1, 0.1, 1.0, 0.5, {"label_counts": torch.tensor([1, 2])})
+    return [a, b]
+
+
+def test_generator_training_lowers_the_loss_and_is_deterministic() -> None:
+    gen = _fedgen(0)
+    first = gen.downlink(0, 0, {"fc.weight": torch.zeros(2, 2)}).context
+    assert first["fedgen_weight"] == 0.0  # round 0: no generator yet
+    g1, g2 = _fedgen(40), _fedgen(40)
+    g1.aggregate({"fc.weight": torch.zeros(2, 2), "fc.bias": torch.zeros(2)}, _results(), 0)
+    g2.aggregate({"fc.weight": torch.zeros(2, 2), "fc.bias": torch.zeros(2)}, _results(), 0)
+    for k in g1.params:
+        assert torch.equal(g1.params[k], g2.params[k])
+    # the trained generator's features fool the weighted teacher better than the initial generator's
+    y, noise = torch.tensor([0, 1, 0, 1, 0, 1]), torch.rand(6, 3, generator=torch.Generator().manual_seed(0))
+    table, _ = label_weights([torch.tensor([3, 0]), torch.tensor([1, 2])])
+    heads = [(torch.eye(2), torch.zeros(2)), (SWAP, torch.zeros(2))]
+    before = teacher_loss(_fedgen()._generate(y, noise, _fedgen().params), y, heads, table)
+    after = teacher_loss(g1._generate(y, noise, g1.params), y, heads, table)
+    assert after < before
+    ctx = g1.downlink(1, 1, {"fc.weight": torch.zeros(2, 2)}).context
+    assert ctx["fedgen_weight"] == pytest.approx(10 * 0.98)
+    assert ctx["fedgen_z"].shape == (4, 2) and set(ctx["fedgen_y"].tolist()) <= {0, 1}
+    assert torch.equal(ctx["fedgen_z"], g2.downlink(1, 1, {"fc.weight": torch.zeros(2, 2)}).context["fedgen_z"])
+
+
+def test_generator_state_resumes_bitwise() -> None:
+    g1 = _fedgen()
+    g1.aggregate({"fc.weight": torch.zeros(2, 2), "fc.bias": torch.zeros(2)}, _results(), 0)
+    g2 = _fedgen()
+    g2.load_state_dict(g1.state_dict())
+    for g in (g1, g2):
+        g.aggregate({"fc.weight": torch.zeros(2, 2), "fc.bias": torch.zeros(2)}, _results(), 1)
+    for k in g1.params:
+        assert torch.equal(g1.params[k], g2.params[k])
+    assert g1.round_metrics() == g2.round_metrics()
+
+
+def test_label_counts_report() -> None:
+    class Job:
+        y = torch.tensor([2, 0, 2])
+
+    assert LabelCounts(4)(torch.nn.Identity(), Job(), None)["label_counts"].tolist() == [1, 0, 2, 0]
+
+
+def test_generator_shapes() -> None:
+    gen = FeatureGenerator(num_classes=3, noise_dim=2, hidden=5, feature_dim=4)
+    assert gen(torch.tensor([0, 2]), torch.rand(2, 2)).shape == (2, 4)
+
+
+FAST = {"algorithm.name": "fedgen", "algorithm.generator_steps": 5, "algorithm.hidden": 32, "algorithm.noise_dim": 8, "model.name": "mlp"}
+
+
+def test_fedgen_under_every_executor() -> None:
+    cfg = config(**FAST)
+    seq = assert_executors_agree(cfg)
+    assert "agg_generator_loss" in seq[-1]
+    fedavg = records(cfg.with_overrides({"algorithm": {"name": "fedavg"}}))
+    assert seq[0]["train_loss"] == fedavg[0]["train_loss"]  # no term in round 0
+    assert seq[-1]["train_loss"] != fedavg[-1]["train_loss"]
+
+
+def test_fedgen_resume_is_bitwise(tmp_path: Path) -> None:
+    cfg = config(**FAST)
+    assert resumed_records(cfg, 2, tmp_path) == records(cfg)
+
+
+@pytest.mark.parametrize("bad", [{"algorithm.alpha": -1.0}, {"algorithm.samples": 1}, {"algorithm.lr_decay": 0.0}])
+def test_bad_options_name_the_field(bad: dict) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_experiment(config(**{**FAST, **bad}))
+    assert info.value.field.startswith("algorithm.")
+
+
+def test_pa3fed_over_fedgen_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        build_experiment(config(**{"algorithm.name": "pa3fed", "algorithm.base": "fedgen", "model.name": "mlp"}))
+    assert info.value.field == "algorithm.base"
+
+
+@pytest.mark.parametrize("prior,expected", [("qualified", [0.5, 0.5, 0.0]), ("counts", [6 / 9, 3 / 9, 0.0])])
+def test_label_prior(prior: str, expected: list[float]) -> None:
+    # counts: label 0 -> 4 + 2 = 6, label 1 -> 1 + 2 = 3 (B holds 2: qualified), label 2 -> 1 (nobody holds > 1: not qualified)
+    gen = FedGen(FedGenOptions(samples=4, noise_dim=3, hidden=8, generator_steps=1, generator_batch=4, label_prior=prior), "fc", 3, 2, seed=0)
+    results = [
+        ClientResult(0, {"fc.weight": torch.zeros(3, 2), "fc.bias": torch.zeros(3)}, 6, 1, 0.1, 1.0, 0.5, {"label_counts": torch.tensor([4, 1, 1])}),
+        ClientResult(1, {"fc.weight": torch.zeros(3, 2), "fc.bias": torch.zeros(3)}, 4, 1, 0.1, 1.0, 0.5, {"label_counts": torch.tensor([2, 2, 0])}),
+    ]
+    gen.aggregate({"fc.weight": torch.zeros(3, 2), "fc.bias": torch.zeros(3)}, results, 0)
+    torch.testing.assert_close(gen.prior, torch.tensor(expected, dtype=torch.float64))
+    assert set(gen.downlink(0, 1, {"fc.weight": torch.zeros(3, 2)}).context["fedgen_y"].tolist()) <= {0, 1}

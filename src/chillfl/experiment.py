@@ -166,6 +166,10 @@ def build_experiment(
     ``model``: a user's own module instead of the config's registered model (see :func:`user_initial_model`).
     """
     check_rebuildable(config, has_model=model is not None, has_data=dataset is not None or data is not None)
+    if config.executor == "ray":  # before anything is written: the extra must be installed
+        from chillfl.engine.ray_executor import import_ray
+
+        import_ray()
     device = resolve_device(config.device)
     if data is None:
         data = build_data(config, dataset)
@@ -254,6 +258,12 @@ def make_executor(exp: Experiment, protocol: ServerProtocol) -> Executor:
     """The executor named by ``config.executor``, running ``protocol``'s client updates."""
     from chillfl.engine.parallel import ExecutorSpec, make_parallel_executor
 
+    if exp.config.executor == "ray":
+        from chillfl.engine.ray_executor import RayExecutor
+
+        if exp.device.type != "cpu" and exp.config.ray.num_gpus == 0:
+            raise ConfigError("ray.num_gpus", f"the run's tensors live on {exp.device.type!r}: give each Ray worker a GPU (num_gpus > 0) or run on device = 'cpu'")
+        return RayExecutor(exp.model, exp.spec, protocol.client, exp.config.ray, threads=exp.config.threads, clients_per_round=exp.config.federation.sample_size())
     parts = ExecutorSpec(
         exp.model, exp.spec, protocol.client, sum(v.numel() for v in exp.initial_state.values()),
         exp.config.federation.sample_size(), exp.config.threads, exp.device.type,

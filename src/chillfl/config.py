@@ -135,7 +135,7 @@ class EvalConfig:
 
     every: int = 1
     clients: Literal["sampled", "all", "none"] = "sampled"
-    client_split: Literal["proportional", "natural", "none"] = "proportional"
+    client_split: Literal["proportional", "natural", "partition", "none"] = "proportional"
     client_split_size: int = 100
     batch_size: int = 1024
     target_accuracy: float | None = None

@@ -15,6 +15,7 @@ from torch import nn
 from chillfl.aggregation.base import Aggregator
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, load_dataset
+from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment
 from chillfl.engine.executors import Executor
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.errors import ConfigError, choice_error
@@ -104,6 +105,8 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
     if dataset is None:
         check_rebuildable(config, has_model=True)
         dataset = load_dataset(name, options, data_dir=config.data_dir)
+    elif parse_augment(options.get(AUGMENT_KEY)).normalize != "dataset":  # it acts when chillfl loads the data
+        raise ConfigError(f"dataset.{AUGMENT_KEY}.normalize", "applies to datasets chillfl loads; normalise tensors passed from Python yourself")
     pname, poptions = RunConfig.component(config.partition)
     split = config.eval.client_split if config.eval.clients != "none" else "none"
     public_size = int(config.distillation.get("public_size", 0)) if config.distillation else 0
@@ -194,6 +197,7 @@ def build_experiment(
         weight_decay=config.client.weight_decay,
         base_loss=losses[config.client.loss],
         terms=tuple(terms),
+        augment=training_augment(config, data.dataset),
     )
     model.to(device)
     state = {k: v.to(device) for k, v in state.items()}
@@ -203,6 +207,13 @@ def build_experiment(
     if config.prototypes:  # its per-architecture checks, before anything is written
         prototype_parts(exp)
     return exp
+
+
+def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None:
+    """``[dataset.augment]``'s crop and flip of training batches (its normalisation acted when the data were loaded)."""
+    opts = parse_augment(config.dataset.get(AUGMENT_KEY))
+    check_shape(opts, dataset.input_shape, dataset.name)
+    return Augment.from_options(opts, dataset.channel_mean, dataset.channel_std)  # constant padding: raw black
 
 
 def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[Term]:
@@ -334,7 +345,7 @@ def prototype_parts(exp: Experiment) -> tuple[Any, ClientModels, tuple[LocalSpec
             raise ConfigError("model.name" if i == 0 else str(cm.plan.field), f"{exc}: [prototypes] needs a representation") from None
         bias = f"{head}.bias" if head_of(model).bias is not None else None
         loss = KnowledgeLoss(options.lam, options.kd_weight, options.temperature, f"{head}.weight", bias)
-        specs.append(LocalSpec(exp.spec.epochs, exp.spec.batch_size, exp.spec.momentum, exp.spec.weight_decay, loss, (), factored_linears(model)))
+        specs.append(LocalSpec(exp.spec.epochs, exp.spec.batch_size, exp.spec.momentum, exp.spec.weight_decay, loss, (), factored_linears(model), exp.spec.augment))
     if len(set(dims)) > 1:
         labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))
         raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the last nn.Linear's input) for all architectures, got {labels}")

@@ -13,6 +13,8 @@ Client evaluation splits (``client_eval``):
   set). Sizes per class are the largest-remainder rounding of
   ``client_eval_size * proportions`` and are drawn without replacement.
 * ``"natural"``: the dataset's own per-client test split (``synthetic``).
+* ``"partition"``: the partitioner's own per-client test split
+  (``flexchill_dirichlet``, ``scarlet_dirichlet``: the authors' test splits).
 * ``"none"``: empty arrays.
 
 Choices
@@ -58,7 +60,7 @@ from chillfl.options import require
 CLIENT_EVAL_FIELD = "eval.client_split"
 CLIENT_EVAL_SIZE_FIELD = "eval.client_split_size"
 PUBLIC_SIZE_FIELD = "distillation.public_size"
-CLIENT_EVAL_MODES = ("none", "proportional", "natural")
+CLIENT_EVAL_MODES = ("none", "proportional", "natural", "partition")
 
 _PUBLIC, _PARTITION, _EVAL, _NOISE = range(4)  # spawn keys of the per-purpose RNG streams
 
@@ -197,6 +199,10 @@ def build_federated_data(
                 f"{dataset.name!r} has none; allowed here: none, proportional",
             )
         evals = natural_groups(test_groups, num_clients, "client_split 'natural'")
+    elif client_eval == "partition":
+        if part.client_test_indices is None:
+            raise ConfigError(CLIENT_EVAL_FIELD, f"'partition' needs a partitioner that splits the test set (flexchill_dirichlet, scarlet_dirichlet); {partitioner!r} does not")
+        evals = part.client_test_indices
     else:
         y = dataset.y_train.numpy()
         weights = np.stack([np.bincount(y[ix], minlength=dataset.num_classes) for ix in train]).astype(np.float64)

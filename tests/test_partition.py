@@ -105,7 +105,7 @@ def test_partition_invariants(name: str, options: dict[str, Any], full: bool) ->
 
 def test_partitioner_registry_lists_all() -> None:
     assert partitioner_names() == sorted(
-        ["iid", "dirichlet", "dirichlet_balanced", "shards", "quantity_skew", "feature_noise", "natural"]
+        ["iid", "dirichlet", "dirichlet_balanced", "shards", "quantity_skew", "feature_noise", "natural", "flexchill_dirichlet", "scarlet_dirichlet", "flwr"]
     )
 
 

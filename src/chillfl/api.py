@@ -106,8 +106,9 @@ def run(
         overrides = {**overrides, "out_dir": str(out_dir)}
     cfg = make_config(config, overrides)
     dataset = as_dataset(data, _input_dtype(model)) if data is not None else None
-    if dataset is not None:
-        cfg = _replace_part(cfg, "dataset", dataset_record(dataset))
+    if dataset is not None:  # the record replaces the table; its [dataset.augment] stays (crop/flip apply to any images)
+        augment = {"augment": cfg.dataset["augment"]} if "augment" in cfg.dataset else {}
+        cfg = _replace_part(cfg, "dataset", {**dataset_record(dataset), **augment})
     if model is not None:
         cfg = _replace_part(cfg, "model", model_record(model))
     hooks = [_as_callback(cb, i) for i, cb in enumerate(callbacks)]

@@ -329,8 +329,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"chillfl: diverged: {exc}" + (f"; partial results in {folder}" if folder else ""), file=sys.stderr)
         return DIVERGED_EXIT
     except Exception as exc:
+        from chillfl.engine.processes import WorkerError
         from chillfl.runner import RunInterrupted
 
+        if isinstance(exc, WorkerError):  # a lost worker (processes, ray): the round was not aggregated
+            print(f"chillfl: worker failed: {exc}", file=sys.stderr)
+            return 1
         if not isinstance(exc, RunInterrupted):
             raise
         if exc.folder is not None:

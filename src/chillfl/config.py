@@ -135,7 +135,7 @@ class EvalConfig:
 
     every: int = 1
     clients: Literal["sampled", "all", "none"] = "sampled"
-    client_split: Literal["proportional", "natural", "none"] = "proportional"
+    client_split: Literal["proportional", "natural", "partition", "none"] = "proportional"
     client_split_size: int = 100
     batch_size: int = 1024
     target_accuracy: float | None = None
@@ -166,7 +166,37 @@ class EvalConfig:
             )
 
 
-EXECUTORS = ("auto", "sequential", "vectorized", "processes")
+EXECUTORS = ("auto", "sequential", "vectorized", "processes", "ray")
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    """``executor = "ray"``: where the client updates run and what each worker asks Ray for (docs/ray.md).
+
+    ``address``: a running cluster (``host:port`` or ``ray://host:port``); empty: the
+    ``RAY_ADDRESS`` environment variable, else a local Ray started for the run and
+    shut down at its end. ``num_cpus`` / ``num_gpus``: the Ray resources each worker
+    (an actor that runs whole client updates) requests. ``workers``: how many (0: as
+    many as the cluster fits, at most the clients per round). ``max_retries``: how
+    often a worker that died is restarted and its calls retried before the run stops.
+    ``start_timeout``: seconds to wait for the workers to be placed before giving up.
+    """
+
+    address: str = ""
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    workers: int = 0
+    max_retries: int = 3
+    start_timeout: float = 120.0
+
+    def validate(self, section: str) -> None:
+        require(0 <= self.num_cpus <= 4096, f"{section}.num_cpus", f"must be in [0, 4096], got {self.num_cpus}")
+        require(0 <= self.num_gpus <= 1024, f"{section}.num_gpus", f"must be in [0, 1024], got {self.num_gpus}")
+        require(self.num_cpus > 0 or self.num_gpus > 0, f"{section}.num_cpus", "a worker must request some CPU or GPU (num_cpus or num_gpus > 0)")
+        require_range(self.workers, 0, 100_000, f"{section}.workers")
+        require_range(self.max_retries, 0, 1000, f"{section}.max_retries")
+        require(0 < self.start_timeout <= 86_400, f"{section}.start_timeout", f"must be in (0, 86400] seconds, got {self.start_timeout}")
+        require(self.address.isprintable() and len(self.address) <= 1000, f"{section}.address", f"must be a printable host:port, got {short_repr(self.address)}")
 
 
 @dataclass(frozen=True)
@@ -289,6 +319,8 @@ class RunConfig:
     client: ClientConfig = field(default_factory=ClientConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    """Options of ``executor = "ray"`` (ignored by the other executors)."""
     dataset: dict[str, Any] = field(default_factory=lambda: {"name": "digits"})
     partition: dict[str, Any] = field(default_factory=lambda: {"name": "dirichlet", "alpha": 0.5})
     model: dict[str, Any] = field(default_factory=lambda: {"name": "flexchill_cnn"})

@@ -15,6 +15,7 @@ from torch import nn
 from chillfl.aggregation.base import Aggregator
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, load_dataset
+from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment
 from chillfl.engine.executors import Executor
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.errors import ConfigError, choice_error
@@ -104,6 +105,8 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
     if dataset is None:
         check_rebuildable(config, has_model=True)
         dataset = load_dataset(name, options, data_dir=config.data_dir)
+    elif parse_augment(options.get(AUGMENT_KEY)).normalize != "dataset":  # it acts when chillfl loads the data
+        raise ConfigError(f"dataset.{AUGMENT_KEY}.normalize", "applies to datasets chillfl loads; normalise tensors passed from Python yourself")
     pname, poptions = RunConfig.component(config.partition)
     split = config.eval.client_split if config.eval.clients != "none" else "none"
     public_size = int(config.distillation.get("public_size", 0)) if config.distillation else 0
@@ -164,6 +167,10 @@ def build_experiment(
     ``model``: a user's own module instead of the config's registered model (see :func:`user_initial_model`).
     """
     check_rebuildable(config, has_model=model is not None, has_data=dataset is not None or data is not None)
+    if config.executor == "ray":  # before anything is written: the extra must be installed
+        from chillfl.engine.ray_executor import import_ray
+
+        import_ray()
     device = resolve_device(config.device)
     if data is None:
         data = build_data(config, dataset)
@@ -191,6 +198,7 @@ def build_experiment(
         weight_decay=config.client.weight_decay,
         base_loss=losses[config.client.loss],
         terms=tuple(terms),
+        augment=training_augment(config, data.dataset),
     )
     model.to(device)
     state = {k: v.to(device) for k, v in state.items()}
@@ -200,6 +208,13 @@ def build_experiment(
     if config.prototypes:  # its per-architecture checks, before anything is written
         prototype_parts(exp)
     return exp
+
+
+def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None:
+    """``[dataset.augment]``'s crop and flip of training batches (its normalisation acted when the data were loaded)."""
+    opts = parse_augment(config.dataset.get(AUGMENT_KEY))
+    check_shape(opts, dataset.input_shape, dataset.name)
+    return Augment.from_options(opts, dataset.channel_mean, dataset.channel_std)  # constant padding: raw black
 
 
 def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[Term]:
@@ -244,6 +259,12 @@ def make_executor(exp: Experiment, protocol: ServerProtocol) -> Executor:
     """The executor named by ``config.executor``, running ``protocol``'s client updates."""
     from chillfl.engine.parallel import ExecutorSpec, make_parallel_executor
 
+    if exp.config.executor == "ray":
+        from chillfl.engine.ray_executor import RayExecutor
+
+        if exp.device.type != "cpu" and exp.config.ray.num_gpus == 0:
+            raise ConfigError("ray.num_gpus", f"the run's tensors live on {exp.device.type!r}: give each Ray worker a GPU (num_gpus > 0) or run on device = 'cpu'")
+        return RayExecutor(exp.model, exp.spec, protocol.client, exp.config.ray, threads=exp.config.threads, clients_per_round=exp.config.federation.sample_size())
     parts = ExecutorSpec(
         exp.model, exp.spec, protocol.client, sum(v.numel() for v in exp.initial_state.values()),
         exp.config.federation.sample_size(), exp.config.threads, exp.device.type,
@@ -325,7 +346,7 @@ def prototype_parts(exp: Experiment) -> tuple[Any, ClientModels, tuple[LocalSpec
             raise ConfigError("model.name" if i == 0 else str(cm.plan.field), f"{exc}: [prototypes] needs a representation") from None
         bias = f"{head}.bias" if head_of(model).bias is not None else None
         loss = KnowledgeLoss(options.lam, options.kd_weight, options.temperature, f"{head}.weight", bias)
-        specs.append(LocalSpec(exp.spec.epochs, exp.spec.batch_size, exp.spec.momentum, exp.spec.weight_decay, loss, (), factored_linears(model)))
+        specs.append(LocalSpec(exp.spec.epochs, exp.spec.batch_size, exp.spec.momentum, exp.spec.weight_decay, loss, (), factored_linears(model), exp.spec.augment))
     if len(set(dims)) > 1:
         labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))
         raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the last nn.Linear's input) for all architectures, got {labels}")

@@ -14,6 +14,8 @@ datasets       scikit-learn, scipy, mnist1d                ``digits``, ``mnist1d
 images         pillow                                      ``tiny_imagenet``, ``caltech256`` (JPEGs)
 tensorboard    tensorboard                                 ``[log] sinks = ["tensorboard"]``
 wandb          wandb                                       ``[log] sinks = ["wandb"]``
+hf             datasets, pillow                            ``dataset.name = "hf"``
+flwr-datasets  flwr-datasets (and datasets)                ``partition.name = "flwr"``
 =============  ==========================================  ================================
 """
 
@@ -24,7 +26,8 @@ from types import ModuleType
 
 from chillfl.errors import MissingExtra
 
-PACKAGES = {"PIL": "pillow", "matplotlib": "matplotlib", "scipy": "scipy", "sklearn": "scikit-learn", "mnist1d": "mnist1d", "tensorboard": "tensorboard", "wandb": "wandb"}
+PACKAGES = {"PIL": "pillow", "matplotlib": "matplotlib", "scipy": "scipy", "sklearn": "scikit-learn", "mnist1d": "mnist1d", "tensorboard": "tensorboard", "wandb": "wandb",
+            "datasets": "datasets", "flwr_datasets": "flwr-datasets"}
 """Top-level import name -> the package name pip knows."""
 
 

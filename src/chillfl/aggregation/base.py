@@ -17,7 +17,7 @@ scalars, restored so that a resumed run is bitwise the one that never stopped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Collection, Mapping, Protocol, Sequence
+from typing import Any, Collection, Literal, Mapping, Protocol, Sequence
 
 import torch
 
@@ -128,6 +128,18 @@ def sample_weights(results: Sequence[ClientResult]) -> torch.Tensor:
     return counts / counts.sum()
 
 
+Weighting = Literal["samples", "uniform"]
+"""How FedAvg-style aggregators weight clients: m_i / m (McMahan et al.; chillfl's default) or 1 / |S|
+(the FLex&Chill authors' code, ``Servers/aggregator.py``: a plain mean of the client models)."""
+
+
+def client_weights(results: Sequence[ClientResult], weighting: Weighting = "samples") -> torch.Tensor:
+    """The round's averaging weights: :func:`sample_weights`, or 1/|S| each for ``uniform``."""
+    if weighting == "uniform":
+        return torch.full((len(results),), 1.0 / len(results), dtype=torch.float64)
+    return sample_weights(results)
+
+
 def weighted_average(states: Sequence[Mapping[str, torch.Tensor]], weights: torch.Tensor, keys: Sequence[str] | None = None) -> Params:
     """sum_i w_i * state_i for every key; integer buffers (e.g. BN's num_batches_tracked) take the max.
 
@@ -154,12 +166,18 @@ class FedAvg:
     """FedAvg (McMahan et al., 2017): w <- sum_i (m_i / m) w_i over sampled clients.
 
     ``weights`` (summing to 1) replace m_i / m when given: the hook through
-    which PA3Fed passes its m_i * alpha_i coefficients.
+    which PA3Fed passes its m_i * alpha_i coefficients. ``weighting =
+    "uniform"`` averages with 1/|S| instead (the FLex&Chill authors' code).
     """
 
+    weighting: Weighting = "samples"
+
+    def __init__(self, weighting: Weighting = "samples") -> None:
+        self.weighting = weighting
+
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
-        """m_i / m, the FedAvg coefficients."""
-        return sample_weights(results)
+        """m_i / m, the FedAvg coefficients (1/|S| with ``weighting = "uniform"``)."""
+        return client_weights(results, self.weighting)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return Downlink()

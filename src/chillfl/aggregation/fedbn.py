@@ -32,7 +32,7 @@ from chillfl.aggregation.base import (
     check_state_keys,
     client_params_state,
     load_client_params,
-    sample_weights,
+    client_weights,
     weighted_average,
 )
 
@@ -42,6 +42,8 @@ class FedBNOptions:
     """``global_bn``: what the global model's BN entries become (``average`` or ``keep``)."""
 
     global_bn: Literal["average", "keep"] = "average"
+    weighting: Literal["samples", "uniform"] = "samples"
+    """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|, the FLex&Chill authors' code)."""
 
 
 def batchnorm_keys(model: nn.Module) -> list[str]:
@@ -64,7 +66,7 @@ class FedBN:
         self.local_bn: dict[int, Params] = {}
 
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
-        return sample_weights(results)
+        return client_weights(results, self.options.weighting)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         own = self.local_bn.get(client_id)

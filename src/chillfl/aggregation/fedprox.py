@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Literal
 
 from chillfl.aggregation.base import Downlink, FedAvg, Params
 from chillfl.options import require
@@ -37,6 +38,8 @@ class FedProxOptions:
     """``mu``: proximal coefficient (default 0.01, Li et al. tune it in {0.001, 0.01, 0.1, 1})."""
 
     mu: float = 0.01
+    weighting: Literal["samples", "uniform"] = "samples"
+    """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|)."""
 
     def validate(self, section: str) -> None:
         require(self.mu >= 0, f"{section}.mu", f"must be >= 0, got {self.mu}")
@@ -46,6 +49,7 @@ class FedProx(FedAvg):
     """FedAvg aggregation that also sends ``mu`` and the global model for :class:`ProximalTerm`."""
 
     def __init__(self, options: FedProxOptions = FedProxOptions()) -> None:
+        super().__init__(options.weighting)
         self.mu = options.mu
         if self.mu == 0:
             log.warning("FedProx with mu = 0 is equivalent to FedAvg")

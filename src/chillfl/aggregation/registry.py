@@ -9,7 +9,7 @@ base_options = {mu = 0.01}, beta = 0.3}``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 from torch import nn
 
@@ -34,7 +34,9 @@ Built = tuple[Aggregator, list[Term]]
 
 @dataclass(frozen=True)
 class FedAvgOptions:
-    """FedAvg has no options."""
+    """``weighting``: ``samples`` (m_i / m, McMahan et al.) or ``uniform`` (1/|S|, the FLex&Chill authors' code)."""
+
+    weighting: Literal["samples", "uniform"] = "samples"
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ def _fedopt(kind: ServerOptimizer) -> Callable[[Any, BuildContext], Built]:
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
-    "fedavg": AlgorithmSpec(FedAvgOptions, lambda o, ctx: (FedAvg(), []), "FedAvg (McMahan et al. 2017)"),
+    "fedavg": AlgorithmSpec(FedAvgOptions, lambda o, ctx: (FedAvg(o.weighting), []), "FedAvg (McMahan et al. 2017)"),
     "fedprox": AlgorithmSpec(FedProxOptions, lambda o, ctx: (FedProx(o), [ProximalTerm()]), "FedAvg + proximal term (Li et al. 2020)"),
     "scaffold": AlgorithmSpec(
         ScaffoldOptions,

@@ -33,6 +33,7 @@ Choices
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable, Mapping
@@ -43,7 +44,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from chillfl.data import arraycache, loaders
+from chillfl.data import arraycache, hf, loaders
+from chillfl.data.augment import check_shape, final_stats, rescaler, split_augment
 from chillfl.data.loaders import RawSplit
 from chillfl.errors import ConfigError, choice_error
 from chillfl.extras import need
@@ -66,6 +68,9 @@ class ArrayDataset:
     num_classes: int
     train_groups: tuple[np.ndarray, ...] | None = None
     test_groups: tuple[np.ndarray, ...] | None = None
+    channel_mean: tuple[float, ...] | None = None
+    channel_std: tuple[float, ...] | None = None
+    """The per-channel standardisation chillfl applied (x = (raw - mean) / std); None: inputs as generated."""
 
     def __post_init__(self) -> None:
         if len(self.x_train) != len(self.y_train) or len(self.x_test) != len(self.y_test):
@@ -81,6 +86,11 @@ class ArrayDataset:
 
 def standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-channel (axis 1) standardisation with train statistics, as float32 tensors."""
+    return standardise_with_stats(x_train, x_test)[:2]
+
+
+def standardise_with_stats(x_train: np.ndarray, x_test: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, tuple[float, ...], tuple[float, ...]]:
+    """:func:`standardise`, and the (mean, std) per channel it used (for ``[dataset.augment] normalize``)."""
     axes = tuple(i for i in range(x_train.ndim) if i != 1)
     mean = x_train.mean(axis=axes, dtype=np.float64, keepdims=True)
     std = x_train.std(axis=axes, dtype=np.float64, keepdims=True)
@@ -90,7 +100,7 @@ def standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[torch.Tensor, 
     def norm(x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy((x.astype(np.float32, copy=False) - mean32) / std32)
 
-    return norm(x_train), norm(x_test)
+    return norm(x_train), norm(x_test), tuple(float(v) for v in mean32.ravel()), tuple(float(v) for v in std32.ravel())
 
 
 def _from_raw(name: str, raw: RawSplit) -> ArrayDataset:
@@ -98,7 +108,7 @@ def _from_raw(name: str, raw: RawSplit) -> ArrayDataset:
         if len(y) and (y.min() < 0 or y.max() >= raw.num_classes):
             raise ConfigError(loaders.DATA_DIR_FIELD, f"{name} {part} labels outside 0..{raw.num_classes - 1}: corrupt files?")
     scale = np.float32(255.0 if raw.x_train.dtype == np.uint8 else 1.0)
-    x_train, x_test = standardise(raw.x_train.astype(np.float32) / scale, raw.x_test.astype(np.float32) / scale)
+    x_train, x_test, mean, std = standardise_with_stats(raw.x_train.astype(np.float32) / scale, raw.x_test.astype(np.float32) / scale)
     return ArrayDataset(
         name,
         x_train,
@@ -106,6 +116,8 @@ def _from_raw(name: str, raw: RawSplit) -> ArrayDataset:
         x_test,
         torch.from_numpy(raw.y_test.astype(np.int64)),
         raw.num_classes,
+        channel_mean=mean,
+        channel_std=std,
     )
 
 
@@ -140,9 +152,9 @@ def build_digits(opts: DigitsOptions, data_dir: Path) -> ArrayDataset:
     x, y = load_digits(return_X_y=True)
     train, test = stratified_split(y, opts.test_fraction, np.random.default_rng(opts.split_seed))
     images = (x / 16.0).reshape(-1, 1, 8, 8)
-    x_train, x_test = standardise(images[train], images[test])
+    x_train, x_test, mean, std = standardise_with_stats(images[train], images[test])
     y_train, y_test = torch.from_numpy(y[train].astype(np.int64)), torch.from_numpy(y[test].astype(np.int64))
-    return ArrayDataset("digits", x_train, y_train, x_test, y_test, 10)
+    return ArrayDataset("digits", x_train, y_train, x_test, y_test, 10, channel_mean=mean, channel_std=std)
 
 
 @dataclass(frozen=True)
@@ -353,6 +365,7 @@ DATASETS: dict[str, DatasetEntry] = {
     "femnist": DatasetEntry(loaders.FemnistOptions, build_femnist),
     "tiny_imagenet": DatasetEntry(loaders.TinyImagenetOptions, build_tiny_imagenet),
     "caltech256": DatasetEntry(loaders.Caltech256Options, build_caltech256),
+    "hf": DatasetEntry(hf.HFOptions, _real("hf", hf.load_hf)),  # a local Hugging Face dataset (chillfl.data.hf)
 }
 
 
@@ -371,5 +384,12 @@ def load_dataset(
     if name not in DATASETS:
         raise choice_error(f"{section}.name", name, dataset_names())
     entry = DATASETS[name]
+    options, augment = split_augment(options)  # [dataset.augment]: normalisation here, crop/flip per training batch
     opts: Any = parse_options(entry.options, options, section)
-    return entry.build(opts, Path(data_dir))
+    dataset = entry.build(opts, Path(data_dir))
+    check_shape(augment, dataset.input_shape, name)
+    scale = rescaler(augment, dataset.channel_mean, dataset.channel_std, dataset.input_shape[0] if dataset.input_shape else 1, name)
+    if scale is None:
+        return dataset
+    mean, std = final_stats(augment, dataset.input_shape[0])
+    return dataclasses.replace(dataset, x_train=scale(dataset.x_train), x_test=scale(dataset.x_test), channel_mean=mean, channel_std=std)

@@ -13,6 +13,8 @@ Client evaluation splits (``client_eval``):
   set). Sizes per class are the largest-remainder rounding of
   ``client_eval_size * proportions`` and are drawn without replacement.
 * ``"natural"``: the dataset's own per-client test split (``synthetic``).
+* ``"partition"``: the partitioner's own per-client test split
+  (``flexchill_dirichlet``, ``scarlet_dirichlet``: the authors' test splits).
 * ``"none"``: empty arrays.
 
 Choices
@@ -32,7 +34,7 @@ Choices
   ``round(f * n_test)`` indices of a permutation of the global test set drawn
   from its own stream (seed, "validation"), so it depends on the seed and the
   test-set size only. :meth:`FederatedData.test` then returns the *rest*, and
-  the clients' proportional splits are drawn from the rest too: validation
+  the clients' splits (proportional, natural, partition) come from the rest too: validation
   samples are never part of any test metric, and test samples never part of
   the validation metric (``val_acc``), which ``compare``'s tuning reads.
 * Feature noise (``feature_noise`` partitioner): x + sigma_i * N(0, 1) on the
@@ -66,7 +68,7 @@ CLIENT_EVAL_FIELD = "eval.client_split"
 CLIENT_EVAL_SIZE_FIELD = "eval.client_split_size"
 PUBLIC_SIZE_FIELD = "distillation.public_size"
 VALIDATION_FIELD = "eval.validation"
-CLIENT_EVAL_MODES = ("none", "proportional", "natural")
+CLIENT_EVAL_MODES = ("none", "proportional", "natural", "partition")
 
 _PUBLIC, _PARTITION, _EVAL, _NOISE, _VALIDATION = range(5)  # spawn keys of the per-purpose RNG streams
 
@@ -240,6 +242,12 @@ def build_federated_data(
             )
         evals = natural_groups(test_groups, num_clients, "client_split 'natural'")
         if held_out is not None:
+            evals = [np.setdiff1d(e, held_out).astype(np.int64) for e in evals]
+    elif client_eval == "partition":
+        if part.client_test_indices is None:
+            raise ConfigError(CLIENT_EVAL_FIELD, f"'partition' needs a partitioner that splits the test set (flexchill_dirichlet, scarlet_dirichlet); {partitioner!r} does not")
+        evals = part.client_test_indices
+        if held_out is not None:  # the validation split stays out of every test metric
             evals = [np.setdiff1d(e, held_out).astype(np.int64) for e in evals]
     else:
         y = dataset.y_train.numpy()

@@ -19,6 +19,12 @@ Partitioners
 ``feature_noise``       FedChill Sec. 5.2.3 / Table 6: IID labels, per-client Gaussian
                         input noise with sigma spread over [sigma_min, sigma_max].
 ``natural``             the dataset's own per-client split (``synthetic``).
+``flexchill_dirichlet`` the FLex&Chill authors' code: per-class Dir(alpha) over clients,
+                        ``min_samples`` (10) per class and client, legacy
+                        ``np.random.RandomState(seed)`` draw order; also splits the test set.
+``scarlet_dirichlet``   the SCARLET authors' code (FedLab's client-inner Dirichlet):
+                        p_i ~ Dir(alpha) over classes, N // K samples per client drawn one
+                        at a time, ``np.random.default_rng(seed)``; also splits the test set.
 
 Choices
 -------
@@ -47,6 +53,15 @@ Choices
 * ``feature_noise``: sigmas are evenly spaced (``spacing="linear"``, client 0
   gets sigma_min) or drawn uniformly (``spacing="random"``). The noise is added
   to the normalised inputs the model sees (see ``chillfl.data.federated``).
+* ``flexchill_dirichlet`` / ``scarlet_dirichlet``: ``seed`` set reproduces the
+  authors' split for that seed (their scripts seed the stream once, before the
+  split); unset, the stream's seed is drawn from chillfl's partition stream
+  (run seed). Indices are positions in the train labels handed to the
+  partitioner: with ``distillation.public_size = 0`` exactly the dataset's
+  order, as in the authors' code. ``flexchill_dirichlet`` refuses a class with
+  fewer than ``min_samples * num_clients`` training samples, for which the
+  authors' slicing would give clients overlapping samples. Their per-client
+  test splits are used with ``eval.client_split = "partition"``.
 * ``shards``: shards are cut from the label-sorted order as in McMahan et al.,
   so a shard can straddle two classes when class sizes are not multiples of
   ``shard_size``; samples beyond ``num_shards * shard_size`` are unused.
@@ -60,6 +75,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
+from chillfl.data.flwr_partition import FlwrOptions, flwr_split
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import parse_options, require
 
@@ -76,6 +92,8 @@ class Partition:
     client_indices: list[np.ndarray]
     client_noise: list[float] | None = None
     class_proportions: np.ndarray | None = None
+    client_test_indices: list[np.ndarray] | None = None
+    """The partitioner's own per-client test split (indices into the test set), for ``eval.client_split = "partition"``."""
 
     @property
     def sizes(self) -> np.ndarray:
@@ -418,6 +436,150 @@ def _natural(
     return Partition(out)
 
 
+# ---------------------------------------------------------------- the authors' own partitioners (reference-exact)
+
+
+def _reference_seed(seed: int | None, rng: np.random.Generator) -> int:
+    """The authors' seed when given; else one drawn from chillfl's partition stream (run seed)."""
+    return int(rng.integers(2**32)) if seed is None else seed
+
+
+def _test_labels(dataset: ArrayDataset | None, section: str, name: str) -> np.ndarray:
+    if dataset is None:
+        raise ConfigError(f"{section}.name", f"{name!r} also splits the test set; it needs the dataset")
+    return dataset.y_test.cpu().numpy().astype(np.int64)
+
+
+@dataclass(frozen=True)
+class FlexChillDirichletOptions:
+    """FLex&Chill's code (DataManager/dirichlet_spliter.py): ``alpha``, ``min_samples`` per class and client, legacy ``seed``."""
+
+    alpha: float = 0.5
+    min_samples: int = 10
+    seed: int | None = None
+
+    def validate(self, section: str) -> None:
+        require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
+        require(self.min_samples >= 0, f"{section}.min_samples", f"must be >= 0, got {self.min_samples}")
+        require(self.seed is None or 0 <= self.seed < 2**32, f"{section}.seed", f"must be in [0, 2**32) (np.random.RandomState), got {self.seed}")
+
+
+def flexchill_split(
+    train_labels: np.ndarray, test_labels: np.ndarray, k: int, num_classes: int, alpha: float, min_samples: int, seed: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The FLex&Chill authors' per-class Dirichlet split of train and test labels, draw for draw.
+
+    With ``rs = np.random.RandomState(seed)`` (the stream ``np.random.seed(seed)``
+    gives the legacy global functions):
+
+    1. ``d = rs.dirichlet([alpha] * k, num_classes)``: [classes, clients];
+    2. per class l (ascending): ``rs.shuffle`` its train indices, then its test indices;
+       client c (ascending) takes the next ``m + int(d[l, c] * (n_l - m * k))`` train
+       samples and the next ``m * N_test // N_train + int(d[l, c] * (t_l - m * k * N_test // N_train))``
+       test samples (n_l, t_l: the class's train/test counts; N: split sizes).
+    """
+    n_train, n_test = len(train_labels), len(test_labels)
+    rs = np.random.RandomState(seed)
+    d = rs.dirichlet([alpha] * k, num_classes)
+    train: list[list[np.ndarray]] = [[] for _ in range(k)]
+    test: list[list[np.ndarray]] = [[] for _ in range(k)]
+    min_test = min_samples * n_test // n_train
+    for label in range(num_classes):
+        tr = np.where(train_labels == label)[0]
+        te = np.where(test_labels == label)[0]
+        rs.shuffle(tr)
+        rs.shuffle(te)
+        rest_tr = len(tr) - min_samples * k
+        rest_te = len(te) - (min_samples * k * n_test // n_train)
+        at_tr = at_te = 0
+        for c in range(k):
+            take = min_samples + int(d[label, c] * rest_tr)
+            train[c].append(tr[at_tr : at_tr + take])
+            at_tr += take
+            take = min_test + int(d[label, c] * rest_te)
+            test[c].append(te[at_te : at_te + take])
+            at_te += take
+    return [np.concatenate(p) for p in train], [np.concatenate(p) for p in test]
+
+
+def _flexchill_dirichlet(
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: FlexChillDirichletOptions, section: str, dataset: ArrayDataset | None
+) -> Partition:
+    test_labels = _test_labels(dataset, section, "flexchill_dirichlet")
+    c = _num_classes(labels, dataset)
+    counts = np.bincount(labels, minlength=c)
+    short = int(np.argmin(counts))
+    require(
+        counts[short] >= opts.min_samples * k,
+        f"{section}.min_samples",
+        f"class {short} has {counts[short]} training samples, fewer than min_samples * num_clients = {opts.min_samples * k}"
+        " (the authors' code would then give clients overlapping samples)",
+    )
+    seed = _reference_seed(opts.seed, rng)
+    train, test = flexchill_split(labels, test_labels, k, c, opts.alpha, opts.min_samples, seed)
+    return Partition(train, client_test_indices=test)
+
+
+@dataclass(frozen=True)
+class ScarletDirichletOptions:
+    """SCARLET's code (FedLab's client-inner Dirichlet): ``alpha`` over classes per client, balanced sizes, ``seed``."""
+
+    alpha: float = 0.5
+    seed: int | None = None
+
+    def validate(self, section: str) -> None:
+        require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
+        require(self.seed is None or self.seed >= 0, f"{section}.seed", f"must be >= 0, got {self.seed}")
+
+
+def client_inner_dirichlet(
+    labels: np.ndarray, k: int, num_classes: int, priors: np.ndarray, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Fill k clients of floor(N / k) samples one sample at a time, draw for draw as SCARLET / FedLab.
+
+    Repeat until every client is full: ``c = rng.integers(k)`` (redrawn when c is
+    full); ``l = argmax(rng.uniform() <= cumsum(priors[c]))``; if class l is
+    exhausted, ``l = rng.integers(num_classes)`` until one with samples left.
+    The sample taken is the last unused one of class l (in index order), and it
+    fills client c's slots from the back.
+    """
+    sizes = np.full(k, int(len(labels) / k), dtype=np.int64)
+    cumsum = np.cumsum(priors, axis=1)
+    pools = [np.where(labels == i)[0] for i in range(num_classes)]
+    left = [len(p) for p in pools]
+    out = [np.zeros(int(n), dtype=np.int64) for n in sizes]
+    remaining = int(sizes.sum())
+    while remaining:
+        cid = rng.integers(k)
+        if sizes[cid] <= 0:
+            continue
+        sizes[cid] -= 1
+        remaining -= 1
+        cls = int(np.argmax(rng.uniform() <= cumsum[cid]))
+        while left[cls] <= 0:
+            cls = int(rng.integers(num_classes))
+        left[cls] -= 1
+        out[cid][sizes[cid]] = pools[cls][left[cls]]
+    return out
+
+
+def _scarlet_dirichlet(
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: ScarletDirichletOptions, section: str, dataset: ArrayDataset | None
+) -> Partition:
+    test_labels = _test_labels(dataset, section, "scarlet_dirichlet")
+    c = _num_classes(labels, dataset)
+    require(len(test_labels) >= k, NUM_CLIENTS_FIELD, f"must be <= the {len(test_labels)} test samples for 'scarlet_dirichlet', got {k}")
+    ref = np.random.default_rng(_reference_seed(opts.seed, rng))  # SCARLET: create_rng_suite(seed).numpy
+    priors = ref.dirichlet([opts.alpha] * c, size=k)
+    train = client_inner_dirichlet(labels, k, c, priors, ref)
+    test = client_inner_dirichlet(test_labels, k, c, priors, ref)  # the same priors and stream, continued
+    return Partition(train, class_proportions=priors, client_test_indices=test)
+
+
+def _flwr(labels: np.ndarray, k: int, rng: np.random.Generator, opts: FlwrOptions, section: str, dataset: ArrayDataset | None) -> Partition:
+    return Partition(flwr_split(labels, k, rng, opts, section))
+
+
 # ---------------------------------------------------------------- registry
 
 
@@ -434,6 +596,9 @@ PARTITIONERS: dict[str, PartitionerEntry] = {
     "quantity_skew": PartitionerEntry(QuantitySkewOptions, _quantity_skew),
     "feature_noise": PartitionerEntry(FeatureNoiseOptions, _feature_noise),
     "natural": PartitionerEntry(NoOptions, _natural),
+    "flexchill_dirichlet": PartitionerEntry(FlexChillDirichletOptions, _flexchill_dirichlet),
+    "scarlet_dirichlet": PartitionerEntry(ScarletDirichletOptions, _scarlet_dirichlet),
+    "flwr": PartitionerEntry(FlwrOptions, _flwr),  # any flwr-datasets partitioner (chillfl.data.flwr_partition)
 }
 
 
@@ -476,4 +641,6 @@ def partition(
     )
     part = entry.split(labels, num_clients, rng, opts, section, dataset)
     part.client_indices = [np.sort(ix.astype(np.int64)) for ix in part.client_indices]
+    if part.client_test_indices is not None:
+        part.client_test_indices = [np.sort(ix.astype(np.int64)) for ix in part.client_test_indices]
     return part

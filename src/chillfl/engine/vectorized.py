@@ -82,7 +82,7 @@ from torch.func import functional_call, vmap
 from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import add_outer_, factored_linears
-from chillfl.training.local import Factors, LocalOutcome, LocalSpec, StepLoss, batch_order, completed_steps, leaf_params, sgd_update_, split_state, step_grads
+from chillfl.training.local import Factors, LocalOutcome, LocalSpec, StepLoss, batch_order, completed_steps, leaf_params, sgd_update_, split_state, step_batch, step_grads
 
 log = logging.getLogger(__name__)
 
@@ -421,6 +421,7 @@ class VectorizedExecutor:
                 rows = None if len(members) == len(jobs) else torch.tensor(members, device=device)
                 batch = [schedules[i][s] for i in members]
                 xb, yb = _gather([jobs[i].x for i in members], batch), _gather([jobs[i].y for i in members], batch)
+                xb = step_batch(self.spec, xb, [jobs[i].seed for i in members], s)  # each client's own crop/flip draws
                 if rows is None:
                     p, b, m = params, buffers, momenta
                 else:

@@ -25,6 +25,10 @@ PARTS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
+SUBTABLES: tuple[tuple[str, str, str], ...] = (("dataset.augment", "chillfl.data.augment", "AugmentOptions"),)
+"""Option tables nested in a part's table, whatever its name (rendered after the parts)."""
+
+
 def _registries() -> Iterator[tuple[str, str, Mapping[str, Any]]]:
     for section, key, module, attr in PARTS:
         try:
@@ -211,6 +215,9 @@ def render_reference() -> str:
             summary = getattr(spec, "summary", "") or _first_line(spec.options)
             lines += ["", f"### `{name}`" + (f" — {summary}" if summary else "")]
             lines += options_table(spec.options, f"{section}.{name}")
+    for section, module, attr in SUBTABLES:
+        options = getattr(importlib.import_module(module), attr)
+        lines += ["", f"## [{section}]", "", _first_line(options), *options_table(options, section)]
     return "\n".join(lines) + "\n"
 
 

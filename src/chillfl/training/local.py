@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -38,6 +38,9 @@ from torch.func import functional_call
 from chillfl.models.parts import forward_with_features
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
 from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
+
+if TYPE_CHECKING:  # only the annotation: importing chillfl.data here would load every dataset reader in each worker process
+    from chillfl.data.augment import Augment
 
 Params = dict[str, torch.Tensor]
 BaseLoss = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
@@ -77,6 +80,8 @@ class LocalSpec:
     model: nn.Module | None = None
     """The architecture these jobs train (heterogeneous clients: one spec per architecture);
     None: the executor's own template. Executors group jobs by spec, so one batch is one architecture."""
+    augment: Augment | None = None
+    """Crop/flip of training batches (``[dataset.augment]``); None: batches are the data as stored."""
 
 
 def has_tied_tensors(model: nn.Module) -> bool:
@@ -210,6 +215,19 @@ def sgd_update_(
             add_outer_(w, x, dz, -lr)
 
 
+def step_batch(spec: LocalSpec, x: torch.Tensor, seeds: Sequence[int], step: int) -> torch.Tensor:
+    """The inputs one step trains on: ``x`` [clients, batch, ...] gathered for ``seeds``' clients, augmented.
+
+    The one place a training batch is formed for every executor (the
+    sequential path passes one client). Client i's crop offsets and flips come
+    from ``derive_seed(seeds[i], "augment", step)``: its job seed (run seed,
+    round, client) and the step, nothing else.
+    """
+    if spec.augment is None:
+        return x
+    return spec.augment(x, [derive_seed(seed, "augment", step) for seed in seeds])
+
+
 def batch_order(num_samples: int, batch_size: int, epochs: int, generator: torch.Generator) -> list[torch.Tensor]:
     """Index batches for all local epochs: a fresh permutation per epoch, last batch kept even if short.
 
@@ -274,8 +292,9 @@ def train_client(
     # own stream so runs are reproducible and the caller's RNG state is untouched.
     with torch.random.fork_rng(devices=[]), torch.enable_grad():
         torch.manual_seed(derive_seed(generator.initial_seed(), "dropout"))
-        for idx in order:
-            loss, captured = loss_fn(params, buffers, x[idx], y[idx], temperature, context)
+        for step, idx in enumerate(order):
+            xb = step_batch(spec, x[idx][None], [generator.initial_seed()], step)[0]
+            loss, captured = loss_fn(params, buffers, xb, y[idx], temperature, context)
             grads, factors = step_grads(loss, params, loss_fn.keys, captured)
             sgd_update_(params, grads, momenta, lr, spec, factors)
             total += loss.detach()  # float32 -> float64 exactly, then a float64 sum: the bits of a Python float sum

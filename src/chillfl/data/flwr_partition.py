@@ -1,0 +1,113 @@
+"""``partition.name = "flwr"``: any flwr-datasets partitioner, by class name, with its own options.
+
+::
+
+    [partition]
+    name = "flwr"
+    partitioner = "DirichletPartitioner"
+    options = { alpha = 0.3, min_partition_size = 5, self_balancing = true }
+
+Needs the optional extra ``flwr-datasets`` (``pip install 'chillfl[flwr-datasets]'``;
+it brings ``datasets``, not the Flower framework).
+
+How: the train labels become an in-memory ``datasets.Dataset`` with columns
+``label`` and ``_index`` (the sample's position); the partitioner is built with
+``num_partitions = federation.num_clients`` (or checked against it, for those
+that take ``partition_sizes``), ``partition_by = "label"`` and, when it takes
+a ``seed`` and none is given, a seed drawn from chillfl's partition stream (so
+the split follows the run seed); client i gets ``load_partition(i)["_index"]``.
+
+Choices
+-------
+* The options are checked against the partitioner's constructor signature:
+  an unknown or missing option is a one-line ConfigError naming
+  ``partition.options.<key>`` and the allowed keys; values are checked by the
+  partitioner itself, and its error becomes a ConfigError on ``partition.options``.
+* Row partitioners only: the vertical (column) partitioners, the natural-id
+  ones (which need an id column chillfl's datasets do not have; use
+  ``partition.name = "natural"``) and ``IdToSizeFncPartitioner`` (a Python
+  callable, not a config value) are refused.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from chillfl.errors import ConfigError, choice_error
+from chillfl.extras import need
+from chillfl.options import require, short_repr
+
+EXCLUDED = ("Partitioner", "IdToSizeFncPartitioner", "NaturalIdPartitioner", "GroupedNaturalIdPartitioner", "VerticalEvenPartitioner", "VerticalSizePartitioner")
+SUPPLIED = ("num_partitions", "partition_by")
+
+
+@dataclass(frozen=True)
+class FlwrOptions:
+    """``partitioner``: a flwr-datasets partitioner class name; ``options``: its constructor's keyword arguments."""
+
+    partitioner: str = "DirichletPartitioner"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self, section: str) -> None:
+        require(bool(self.partitioner), f"{section}.partitioner", "is required (e.g. DirichletPartitioner)")
+
+
+def _module(section: str) -> Any:
+    return need("flwr_datasets.partitioner", "flwr-datasets", "flwr-datasets partitioners (partition.name = 'flwr')")
+
+
+def partitioner_classes(module: Any) -> dict[str, type]:
+    """The row partitioners flwr-datasets offers, by class name."""
+    base = module.Partitioner
+    return {n: c for n, c in vars(module).items() if inspect.isclass(c) and issubclass(c, base) and n not in EXCLUDED}
+
+
+def build_partitioner(opts: FlwrOptions, k: int, rng: np.random.Generator, section: str) -> Any:
+    """The configured partitioner, its options checked against its signature."""
+    classes = partitioner_classes(_module(section))
+    if opts.partitioner not in classes:
+        raise choice_error(f"{section}.partitioner", opts.partitioner, sorted(classes))
+    cls = classes[opts.partitioner]
+    params = {n: p for n, p in inspect.signature(cls).parameters.items()}
+    kwargs = dict(opts.options)
+    for key in kwargs:
+        if key not in params:
+            raise ConfigError(f"{section}.options.{key}", f"unknown option of {opts.partitioner}; allowed: {', '.join(n for n in params if n not in SUPPLIED)}")
+    if "num_partitions" in kwargs:
+        raise ConfigError(f"{section}.options.num_partitions", "is federation.num_clients; leave it out")
+    if kwargs.get("partition_by", "label") != "label":
+        raise ConfigError(f"{section}.options.partition_by", f"chillfl partitions by the class label; got {short_repr(kwargs['partition_by'])}")
+    if "num_partitions" in params:
+        kwargs["num_partitions"] = k
+    if "partition_by" in params:
+        kwargs["partition_by"] = "label"
+    if "seed" in params and "seed" not in kwargs:
+        kwargs["seed"] = int(rng.integers(2**31))
+    missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in kwargs]
+    if missing:
+        raise ConfigError(f"{section}.options.{missing[0]}", f"is required by {opts.partitioner}")
+    try:
+        return cls(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - the partitioner's own validation of user values
+        raise ConfigError(f"{section}.options", f"{opts.partitioner}: {exc}") from None
+
+
+def flwr_split(labels: np.ndarray, k: int, rng: np.random.Generator, opts: FlwrOptions, section: str) -> list[np.ndarray]:
+    """Client i's train positions: ``load_partition(i)`` of the partitioner over the labels."""
+    partitioner = build_partitioner(opts, k, rng, section)
+    import datasets
+
+    partitioner.dataset = datasets.Dataset.from_dict({"label": labels.astype(np.int64), "_index": np.arange(len(labels), dtype=np.int64)})
+    try:
+        count = partitioner.num_partitions
+        if count != k:
+            raise ConfigError("federation.num_clients", f"must equal the {count} partitions of {opts.partitioner}, got {k}")
+        return [np.asarray(partitioner.load_partition(i)["_index"], dtype=np.int64) for i in range(k)]
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. DirichletPartitioner cannot meet min_partition_size
+        raise ConfigError(f"{section}.options", f"{opts.partitioner}: {exc}") from None

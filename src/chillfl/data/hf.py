@@ -1,0 +1,232 @@
+"""``dataset.name = "hf"``: a Hugging Face ``datasets`` dataset from a local folder or parquet files.
+
+::
+
+    [dataset]
+    name = "hf"
+    path = "my_cifar"            # a save_to_disk folder, a folder of parquet files, or one .parquet file
+    image_column = "img"         # images (datasets.Image or nested arrays) -> [N, C, H, W]
+    label_column = "label"
+    # feature_columns = ["a", "b"]   # tabular instead of images -> [N, F]
+    train_split = "train"
+    test_split = "test"
+    # test_fraction = 0.2            # when the files hold no test split
+
+Needs the optional extra ``hf`` (``pip install 'chillfl[hf]'``, which brings
+``datasets``). Nothing is downloaded: a hub name is not a path.
+
+Choices
+-------
+* ``path``: absolute, or relative to ``data_dir`` when it exists there, else to
+  the working directory. A folder written by ``save_to_disk`` (a
+  ``DatasetDict`` or a single ``Dataset``) is opened memory-mapped
+  (``load_from_disk``). Otherwise the split's parquet files are the ``.parquet``
+  files under ``path`` whose relative path starts with the split's name
+  (``train-00000-of-00001.parquet``, ``train/0.parquet``, ``data/train-*.parquet``
+  after stripping a leading ``data/``); a single ``.parquet`` file is the
+  train split. They are read with pyarrow, and the ``datasets`` features kept
+  in the file's schema (``Image``, ``ClassLabel``) decide how columns decode.
+* Columns: ``image_column`` unset and no ``feature_columns``: the first of
+  ``image``, ``img``, ``pixel_values`` present. Images are decoded with Pillow;
+  all must share one size (resize them beforehand); a split whose first image
+  is grayscale ("L") is read as 1 channel, anything else as RGB. ``uint8``
+  pixels are scaled to [0, 1] and standardised per channel with the train
+  set's statistics, like every image dataset (``[dataset.augment] normalize``
+  can change that). ``feature_columns`` (numbers) give tabular inputs,
+  standardised per feature.
+* Labels: a ``ClassLabel`` column gives its class count; integer labels give
+  ``max + 1``; string labels are numbered in sorted order over both splits.
+* ``test_fraction``: a seeded, per-class split of the train split
+  (``split_seed``), when the files have no test split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chillfl.data.loaders import RawSplit
+from chillfl.errors import ConfigError
+from chillfl.extras import need
+from chillfl.options import require
+
+SECTION = "dataset"
+IMAGE_COLUMNS = ("image", "img", "pixel_values")
+
+
+@dataclass(frozen=True)
+class HFOptions:
+    """Where the dataset lies and which columns hold the inputs and the labels."""
+
+    path: str = ""
+    image_column: str | None = None
+    label_column: str = "label"
+    feature_columns: list[str] | None = None
+    train_split: str = "train"
+    test_split: str = "test"
+    test_fraction: float | None = None
+    split_seed: int = 0
+
+    def validate(self, section: str) -> None:
+        require(bool(self.path), f"{section}.path", "is required: a save_to_disk folder or parquet file(s) of a Hugging Face dataset")
+        require(self.feature_columns is None or len(self.feature_columns) > 0, f"{section}.feature_columns", "must name at least one column")
+        require(
+            self.image_column is None or self.feature_columns is None,
+            f"{section}.feature_columns",
+            "give either image_column (images) or feature_columns (tabular), not both",
+        )
+        require(self.test_fraction is None or 0 < self.test_fraction < 1, f"{section}.test_fraction", f"must be in (0, 1), got {self.test_fraction}")
+        require(0 <= self.split_seed < 2**63, f"{section}.split_seed", f"must be in [0, 2**63), got {self.split_seed}")
+
+
+def _datasets() -> Any:
+    return need("datasets", "hf", "Hugging Face datasets (dataset.name = 'hf')")
+
+
+def _resolve(path: str, data_dir: Path) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_absolute() and (data_dir / p).exists():
+        p = data_dir / p
+    if not p.exists():
+        raise ConfigError(f"{SECTION}.path", f"{path!r} not found (looked in {data_dir} and the working directory)")
+    return p
+
+
+def _parquet_files(root: Path, split: str) -> list[Path]:
+    if root.is_file():
+        return [root] if split == "train" else []
+    out = []
+    for f in sorted(root.rglob("*.parquet")):
+        rel = f.relative_to(root).parts
+        rel = rel[1:] if rel[0] == "data" and len(rel) > 1 else rel
+        if rel[0] == split or rel[0].startswith(f"{split}-") or rel[0].startswith(f"{split}.") or rel[0].startswith(f"{split}_"):
+            out.append(f)
+    return out
+
+
+def open_splits(root: Path, opts: HFOptions) -> tuple[dict[str, Any], list[str]]:
+    """({split name: datasets.Dataset} for the train and (if present) test split, every split name found)."""
+    ds = _datasets()
+    if root.is_dir() and any((root / m).is_file() for m in ("dataset_dict.json", "state.json")):
+        try:
+            loaded = ds.load_from_disk(str(root))
+        except Exception as exc:  # noqa: BLE001 - any unreadable folder is the user's input
+            raise ConfigError(f"{SECTION}.path", f"cannot read the save_to_disk folder {root}: {exc}") from None
+        if isinstance(loaded, ds.DatasetDict):
+            return {k: loaded[k] for k in (opts.train_split, opts.test_split) if k in loaded}, list(loaded)
+        return {opts.train_split: loaded}, [opts.train_split]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out: dict[str, Any] = {}
+    for split in (opts.train_split, opts.test_split):
+        files = _parquet_files(root, split)
+        if not files:
+            continue
+        try:
+            table = pa.concat_tables([pq.read_table(f) for f in files])
+        except Exception as exc:  # noqa: BLE001
+            raise ConfigError(f"{SECTION}.path", f"cannot read parquet files under {root}: {exc}") from None
+        out[split] = ds.Dataset(table)
+    return out, list(out)
+
+
+def _column(dataset: Any, name: str, field: str) -> None:
+    if name not in dataset.column_names:
+        raise ConfigError(field, f"no column {name!r}; columns: {', '.join(dataset.column_names)}")
+
+
+def _images(dataset: Any, column: str) -> np.ndarray:
+    """[N, C, H, W] uint8 (decoded images) or the column's numbers as an array."""
+    values = dataset[column]
+    pil = len(values) > 0 and hasattr(values[0], "convert")
+    if pil:  # decoded PIL images: [H, W] (L) or [H, W, 3] (RGB)
+        mode = "L" if values[0].mode == "L" else "RGB"
+        arrays = [np.asarray(v.convert(mode)) for v in values]
+    else:
+        arrays = [np.asarray(v) for v in values]
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        raise ConfigError(f"{SECTION}.image_column", f"images of different sizes {sorted(shapes)[:3]}...; resize them to one size first")
+    x = np.stack(arrays) if arrays else np.zeros((0, 1, 1, 1), dtype=np.uint8)
+    if x.ndim == 3:  # [N, H, W]: one channel
+        x = x[:, None]
+    elif x.ndim == 4 and (pil or (x.shape[-1] in (1, 3, 4) and x.shape[1] not in (1, 3, 4))):  # [N, H, W, C] -> [N, C, H, W]
+        x = x.transpose(0, 3, 1, 2)
+    if x.ndim != 4:
+        raise ConfigError(f"{SECTION}.image_column", f"column {column!r} is not images (shape {list(x.shape[1:])})")
+    return np.ascontiguousarray(x)
+
+
+def _features(dataset: Any, columns: list[str]) -> np.ndarray:
+    cols = []
+    for c in columns:
+        _column(dataset, c, f"{SECTION}.feature_columns")
+        a = np.asarray(dataset[c])
+        if a.dtype.kind not in "biuf":
+            raise ConfigError(f"{SECTION}.feature_columns", f"column {c!r} is not numeric (dtype {a.dtype})")
+        cols.append(a.reshape(len(a), -1).astype(np.float32))
+    return np.concatenate(cols, axis=1)
+
+
+def _labels(train: Any, test: Any | None, column: str) -> tuple[np.ndarray, np.ndarray | None, int]:
+    feature = train.features.get(column)
+    y_tr = np.asarray(train[column])
+    y_te = np.asarray(test[column]) if test is not None else None
+    if getattr(feature, "names", None) is not None:
+        return y_tr.astype(np.int64), None if y_te is None else y_te.astype(np.int64), len(feature.names)
+    if y_tr.dtype.kind in "iu":
+        top = max(int(y_tr.max(initial=-1)), int(y_te.max(initial=-1)) if y_te is not None else -1)
+        return y_tr.astype(np.int64), None if y_te is None else y_te.astype(np.int64), top + 1
+    if y_tr.dtype.kind in "US":
+        names = np.unique(np.concatenate([y_tr, y_te]) if y_te is not None else y_tr)
+        code = {n: i for i, n in enumerate(names.tolist())}
+        enc = lambda a: np.array([code[v] for v in a.tolist()], dtype=np.int64)  # noqa: E731
+        return enc(y_tr), None if y_te is None else enc(y_te), len(names)
+    raise ConfigError(f"{SECTION}.label_column", f"column {column!r} holds neither class ids nor class names (dtype {y_tr.dtype})")
+
+
+def _hold_out(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted (train, test) positions: round(fraction * n_c) of each class c to test, seeded."""
+    rng = np.random.default_rng(seed)
+    test = [rng.permutation(np.flatnonzero(y == c))[: int(np.floor(fraction * np.sum(y == c) + 0.5))] for c in np.unique(y)]
+    test_idx = np.sort(np.concatenate(test)) if test else np.zeros(0, dtype=np.int64)
+    return np.setdiff1d(np.arange(len(y)), test_idx), test_idx
+
+
+def load_hf(data_dir: Path, opts: HFOptions) -> RawSplit:
+    """The train/test arrays of a local Hugging Face dataset (see the module docstring)."""
+    splits, names = open_splits(_resolve(opts.path, data_dir), opts)
+    if opts.train_split not in splits:
+        raise ConfigError(f"{SECTION}.train_split", f"no split {opts.train_split!r} under {opts.path}; splits found: {', '.join(names) or 'none'}")
+    train, test = splits[opts.train_split], splits.get(opts.test_split)
+    if test is None and opts.test_fraction is None:
+        raise ConfigError(f"{SECTION}.test_split", f"no split {opts.test_split!r} under {opts.path} (found: {', '.join(names)}); set test_fraction to hold out part of the train split")
+    _column(train, opts.label_column, f"{SECTION}.label_column")
+    if test is not None:
+        _column(test, opts.label_column, f"{SECTION}.label_column")
+    if opts.feature_columns is not None:
+        def inputs(d: Any) -> np.ndarray:
+            return _features(d, list(opts.feature_columns or []))
+    else:
+        column = opts.image_column or next((c for c in IMAGE_COLUMNS if c in train.column_names), None)
+        if column is None:
+            raise ConfigError(f"{SECTION}.image_column", f"not set and none of {', '.join(IMAGE_COLUMNS)} is a column; columns: {', '.join(train.column_names)}")
+        _column(train, column, f"{SECTION}.image_column")
+
+        def inputs(d: Any) -> np.ndarray:
+            return _images(d, column)
+
+    y_train, y_test, num_classes = _labels(train, test, opts.label_column)
+    x_train = inputs(train)
+    if test is None:
+        tr, te = _hold_out(y_train, float(opts.test_fraction or 0), opts.split_seed)
+        return RawSplit(x_train[tr], y_train[tr], x_train[te], y_train[te], num_classes)
+    x_test = inputs(test)
+    if x_test.shape[1:] != x_train.shape[1:]:
+        raise ConfigError(f"{SECTION}.path", f"train inputs have shape {list(x_train.shape[1:])}, test inputs {list(x_test.shape[1:])}")
+    assert y_test is not None
+    return RawSplit(x_train, y_train, x_test, y_test, num_classes)

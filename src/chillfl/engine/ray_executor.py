@@ -1,0 +1,343 @@
+"""Ray executor: the round's client updates run as calls on Ray actors, on a cluster or on a local Ray.
+
+Like the process pool (:mod:`chillfl.engine.processes`), a worker runs whole
+client updates (the protocol's client side, :func:`~chillfl.engine.protocol.drive`
+over :func:`~chillfl.engine.executors.train_job`), so every method runs
+unchanged. A worker is a Ray actor created with the ``[ray]`` table's
+``num_cpus`` / ``num_gpus``: real Ray resource requests, so Ray places workers
+only where those resources are free (a run whose workers cannot be placed
+stops after ``start_timeout`` seconds, saying what it asked for).
+
+What travels
+------------
+* The model template, the training objective and the client side: put in
+  Ray's object store once and given to every actor at creation.
+* A client's data (:class:`~chillfl.engine.protocol.ClientData`): put in the
+  object store once per run; each round's task carries only its reference,
+  and an actor fetches the data the first time it serves that client and
+  keeps it. Clients stick to the actor that holds their data (as long as the
+  round stays balanced), so data reach a worker once, not once per round.
+* Each round: one call per actor with its share of the tasks; every distinct
+  model state of the round (the global model, shared by all clients) is put
+  once and fetched by reference.
+
+Determinism: replies are collected by task index and returned in task order;
+an actor runs with the run's ``threads`` intra-op threads, so a run is
+bitwise identical to ``sequential`` on the CPU at equal thread counts.
+
+Failures: actors are created with ``max_restarts = max_task_retries =
+[ray].max_retries``. A worker process that dies is restarted by Ray and its
+call retried (client updates are pure, so a retry gives the same replies;
+the restarted actor re-fetches its clients' data). When the retries are
+spent, the round raises :class:`~chillfl.engine.processes.WorkerError` with
+one line and nothing of that round is aggregated.
+
+Lifetime: a local Ray started here is shut down by :meth:`RayExecutor.close`
+(the runner calls it at the end, after an error and after SIGINT/SIGTERM), by
+a finaliser, and at interpreter exit; its processes are started fate-shared
+with this one, so they also go when it is killed. On a cluster the executor
+only kills its own actors and disconnects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import math
+import os
+import weakref
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from chillfl.config import RayConfig
+from chillfl.engine.executors import SequentialExecutor
+from chillfl.engine.processes import WorkerError, _is_state, default_workers, map_leaves
+from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientSide, ClientTask
+from chillfl.errors import ConfigError
+from chillfl.training.local import LocalOutcome, LocalSpec
+
+log = logging.getLogger(__name__)
+
+EXTRA = "pip install 'chillfl[ray]'"
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a ConfigError naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("executor", f"'ray' needs the Ray package, which is not installed here: {EXTRA}") from None
+    return ray
+
+
+def _compact(x: torch.Tensor) -> torch.Tensor:
+    """``x`` alone: pickling a view would send its whole storage (the whole dataset for a client's rows)."""
+    if x._base is not None or x.untyped_storage().nbytes() != x.numel() * x.element_size():
+        return x.clone()
+    return x
+
+
+def _fingerprint(data: ClientData) -> bytes:
+    """A digest of a client's tensors (shapes, dtypes, bytes)."""
+    h = hashlib.blake2b(digest_size=16)
+    for t in (data.x, data.y, data.x_eval, data.y_eval):
+        if t is None:
+            h.update(b"-")
+            continue
+        h.update(f"{tuple(t.shape)}{t.dtype}".encode())
+        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.digest()
+
+
+def _nbytes(tree: Any) -> int:
+    sizes: list[int] = []
+    map_leaves(tree, lambda t: sizes.append(t.numel() * t.element_size()), lambda x: isinstance(x, torch.Tensor))
+    return sum(sizes)
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """An object-store reference standing in for a model state (``data=False``) or a client's data (``data=True``)."""
+
+    ref: Any
+    data: bool = False
+
+
+class Worker:
+    """The actor: runs client updates with a private sequential executor; keeps the data of the clients it served."""
+
+    def __init__(self, threads: int) -> None:
+        if threads > 0:
+            torch.set_num_threads(threads)
+        self.executor: SequentialExecutor | None = None
+        self.data: dict[int, ClientData] = {}
+        self.received_data_bytes = 0
+
+    def _ready(self, parts: Any) -> SequentialExecutor:
+        """The executor, built on the first call (and again after a restart) from the parts' reference.
+
+        The parts come with every call, by reference, rather than as constructor
+        arguments: a restarted actor then never depends on its creation arguments.
+        """
+        if self.executor is None:
+            import ray
+
+            model, spec, client = ray.get(parts[0])
+            self.executor = SequentialExecutor(model, spec, client=client)
+        return self.executor
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def stats(self) -> dict[str, Any]:
+        """Bytes of client data this actor fetched so far, how many clients' data it holds, where it runs."""
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        return {"received_data_bytes": self.received_data_bytes, "clients": len(self.data), "pid": os.getpid(), "node": node}
+
+    def update(self, parts: Any, tasks: list[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
+        import ray
+
+        executor = self._ready(parts)
+        states: dict[Any, Any] = {}
+
+        def resolve(leaf: _Ref) -> Any:
+            if not leaf.data:
+                if leaf.ref not in states:
+                    states[leaf.ref] = ray.get(leaf.ref)
+                return states[leaf.ref]
+            return leaf  # data: resolved per client below, from the cache when this actor has them
+
+        local = []
+        for task in tasks:
+            task = map_leaves(task, resolve, lambda x: isinstance(x, _Ref))
+            if task.client_id not in self.data:
+                self.data[task.client_id] = ray.get(task.data.ref)
+                self.received_data_bytes += _nbytes(self.data[task.client_id])
+            local.append(dataclasses.replace(task, data=self.data[task.client_id]))
+        return executor.map(local)
+
+    def run(self, parts: Any, jobs: list[ClientJob]) -> list[LocalOutcome]:
+        return self._ready(parts).run(jobs)
+
+
+class RayExecutor:
+    """Runs the round's client updates on Ray actors; see the module docstring."""
+
+    def __init__(
+        self, model: nn.Module, spec: LocalSpec, client: ClientSide, options: RayConfig, *, threads: int = 1, clients_per_round: int = 1,
+    ) -> None:
+        ray = import_ray()
+        self._ray = ray
+        self.options = options
+        self.started_local = False
+        self.connected_here = not ray.is_initialized()  # then close() disconnects too
+        if self.connected_here:
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # never phone home
+            address = options.address or os.environ.get("RAY_ADDRESS", "") or "local"
+            kwargs: dict[str, Any] = {}
+            if address == "local":  # never attach to a cluster someone else left on this machine
+                kwargs = {"num_cpus": default_workers(), "include_dashboard": False}
+                self.started_local = True
+            try:
+                ray.init(address=address, logging_level=logging.WARNING, configure_logging=False, **kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = "a local Ray" if address == "local" else f"the Ray cluster at {address!r}"
+                raise WorkerError(f"could not start or reach {where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+        self.workers = self._count(options, clients_per_round)
+        actor = ray.remote(Worker).options(
+            num_cpus=options.num_cpus, num_gpus=options.num_gpus, max_restarts=options.max_retries, max_task_retries=options.max_retries,
+        )
+        self._parts = [ray.put((model, spec, client))]  # in a list: passed by reference, fetched once per actor
+        self._actors = [actor.remote(threads) for _ in range(self.workers)]
+        self._finalizer = weakref.finalize(self, _shutdown, ray, self._actors, self.connected_here)
+        self._data: dict[int, tuple[bytes, Any]] = {}  # client -> (fingerprint of its data, object ref)
+        self._home: dict[int, int] = {}  # client -> actor holding its data
+        self.sent_data_bytes = 0
+        self._broken: str | None = None
+        try:
+            ray.get([a.pid.remote() for a in self._actors], timeout=options.start_timeout)
+        except ray.exceptions.GetTimeoutError:
+            self.close()
+            have = ray.cluster_resources() if ray.is_initialized() else {}
+            raise WorkerError(
+                f"Ray could not place {self.workers} worker(s) of num_cpus={options.num_cpus:g}, num_gpus={options.num_gpus:g} "
+                f"within {options.start_timeout:g} s (cluster: {have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs)"
+            ) from None
+
+    def _count(self, options: RayConfig, clients: int) -> int:
+        """``[ray].workers``, or as many as the cluster's resources fit (at most the clients per round)."""
+        if options.workers:
+            return options.workers
+        have = self._ray.cluster_resources()
+        fits = [math.floor(have.get(kind, 0) / need + 1e-9) for kind, need in (("CPU", options.num_cpus), ("GPU", options.num_gpus)) if need > 0]
+        return max(1, min(clients, *fits))
+
+    @property
+    def pids(self) -> list[int]:
+        """The actors' process ids (for monitoring and tests)."""
+        return list(self._ray.get([a.pid.remote() for a in self._actors]))
+
+    def stats(self) -> list[dict[str, Any]]:
+        """Per actor: bytes of client data fetched so far, clients held, process id."""
+        return list(self._ray.get([a.stats.remote() for a in self._actors]))
+
+    def _assign(self, client_ids: Sequence[int]) -> list[int]:
+        """Actor index per task: the client's own actor while it has room this round, else the least loaded one."""
+        cap = math.ceil(len(client_ids) / self.workers)
+        load = [0] * self.workers
+        out = []
+        for cid in client_ids:
+            home = self._home.get(cid)
+            if home is None or load[home] >= cap:
+                home = min(range(self.workers), key=lambda a: (load[a], a))
+                self._home[cid] = home
+            load[home] += 1
+            out.append(home)
+        return out
+
+    def _data_ref(self, client_id: int, data: ClientData) -> _Ref:
+        """The object-store copy of a client's data, put once (again only if the client's data changed).
+
+        Each round's task carries fresh tensors (rows gathered from the dataset),
+        so the data are recognised by content, not by identity.
+        """
+        key = _fingerprint(data)
+        known = self._data.get(client_id)
+        if known is None or known[0] != key:
+            compact = map_leaves(data, _compact, lambda x: isinstance(x, torch.Tensor))
+            self.sent_data_bytes += _nbytes(compact)
+            known = (key, self._ray.put(compact))
+            self._data[client_id] = known
+        return _Ref(known[1], data=True)
+
+    def _ship(self, task: ClientTask[Any, Any], states: dict[int, _Ref]) -> ClientTask[Any, Any]:
+        """``task`` with its data and its model states replaced by references (each distinct state put once a round)."""
+
+        def state_ref(state: Any) -> _Ref:
+            if id(state) not in states:
+                states[id(state)] = _Ref(self._ray.put({k: _compact(v) for k, v in state.items()}))
+            return states[id(state)]
+
+        light = dataclasses.replace(task, data=None)  # type: ignore[arg-type]  # the data travel apart, by reference
+        light = map_leaves(light, state_ref, _is_state)
+        light = map_leaves(light, _compact, lambda x: isinstance(x, torch.Tensor))
+        return dataclasses.replace(light, data=self._data_ref(task.client_id, task.data))
+
+    def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
+        """Every task's client update on the actors, replies in task order; any lost worker stops the round."""
+        owners = self._assign([t.client_id for t in tasks])
+        states: dict[int, _Ref] = {}
+        shares: list[list[int]] = [[] for _ in range(self.workers)]
+        for i, a in enumerate(owners):
+            shares[a].append(i)
+        calls = {a: self._actors[a].update.remote(self._parts, [self._ship(tasks[i], states) for i in idx]) for a, idx in enumerate(shares) if idx}
+        replies: list[Any] = [None] * len(tasks)
+        for a, out in self._collect(calls, tasks, shares).items():
+            for i, reply in zip(shares[a], out):
+                replies[i] = reply
+        return replies
+
+    def run(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
+        """Training jobs on the actors (each job's tensors sent with it), outcomes in job order."""
+        owners = self._assign([j.client_id for j in jobs])
+        shares: list[list[int]] = [[] for _ in range(self.workers)]
+        for i, a in enumerate(owners):
+            shares[a].append(i)
+        compact = [map_leaves(j, _compact, lambda x: isinstance(x, torch.Tensor)) for j in jobs]
+        calls = {a: self._actors[a].run.remote(self._parts, [compact[i] for i in idx]) for a, idx in enumerate(shares) if idx}
+        outcomes: list[Any] = [None] * len(jobs)
+        for a, out in self._collect(calls, jobs, shares).items():
+            for i, outcome in zip(shares[a], out):
+                outcomes[i] = outcome
+        return outcomes
+
+    def _collect(self, calls: dict[int, Any], items: Sequence[Any], shares: list[list[int]]) -> dict[int, Any]:
+        """Every call's result, or one WorkerError once every call has settled (a lost worker's round is never used)."""
+        if self._broken:
+            raise WorkerError(f"the Ray executor is unusable: {self._broken}")
+        ray = self._ray
+        results: dict[int, Any] = {}
+        errors: list[tuple[int, str]] = []
+        for a, ref in calls.items():
+            try:
+                results[a] = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                clients = ", ".join(str(items[i].client_id) for i in shares[a])
+                cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                errors.append((a, f"Ray worker {a} (clients {clients}) died and was restarted {self.options.max_retries} time(s) without finishing its share; "
+                                  f"the round was not aggregated ({type(exc).__name__}: {cause[:200]})"))
+            except ray.exceptions.RayTaskError as exc:
+                cause = exc.as_instanceof_cause() if hasattr(exc, "as_instanceof_cause") else exc
+                errors.append((a, f"Ray worker {a}: a client update failed: {type(cause).__name__}: {str(cause).strip().splitlines()[-1][:300]}"))
+        if errors:
+            self._broken = min(errors)[1] if any("died" in e for _, e in errors) else None
+            raise WorkerError(min(errors)[1])
+        return results
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> "RayExecutor":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _shutdown(ray: Any, actors: list[Any], connected_here: bool) -> None:
+    """Kill our actors; disconnect if we connected, which also stops a local Ray we started (raylet, object store, workers)."""
+    if not ray.is_initialized():
+        return
+    for a in actors:
+        try:
+            ray.kill(a, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+    if connected_here:
+        ray.shutdown()

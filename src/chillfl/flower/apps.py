@@ -1,0 +1,283 @@
+"""A chillfl config as a Flower ``ServerApp`` and ``ClientApp`` (Message API, flwr 1.42).
+
+The server side is chillfl's own: the ``ServerApp`` builds the experiment and
+its protocol and runs chillfl's one round loop (:func:`~chillfl.engine.loop.run_rounds`)
+with :class:`FlowerExecutor` as the executor, so sampling, temperature
+policies (FLex&Chill, FedChill), PA3Fed's selection, SCAFFOLD's control
+variates, FedProx's term and every metric are computed exactly as under
+chillfl's runtime. Each round's client tasks travel to the SuperNodes as
+Flower messages (:mod:`chillfl.flower.wire`), without the client's data: a
+``ClientApp`` builds its clients' data itself from the same config and seed
+(the same partition), runs the client update (the protocol's client side,
+the same code every executor runs) and sends back the typed reply.
+
+Which client runs where: a SuperNode's ``node_config`` says
+``partition-id`` and ``num-partitions`` (Flower's simulation engine sets
+them; a deployed SuperNode is started with ``--node-config``); chillfl
+client ``c`` runs on the node whose ``partition-id == c % num-partitions``,
+every round, so any state a client keeps stays on its node (in the node's
+``Context.state``).
+
+Where the config comes from: the factories take a :class:`RunConfig`; the
+module-level ``server`` / ``client`` apps (for ``flwr run``) read the run
+config keys ``config`` (a TOML path or a bundled experiment name) and
+``overrides`` (space-separated ``key=value``), as ``chillfl run`` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from chillfl.config import RunConfig, load_config, parse_overrides
+from chillfl.engine.executors import SequentialExecutor
+from chillfl.engine.loop import run_rounds
+from chillfl.engine.processes import WorkerError
+from chillfl.engine.protocol import ClientReply, ClientTask
+from chillfl.engine.results import ResultWriter, summarize
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment, build_protocol
+from chillfl.flower.wire import decode, encode
+
+EXTRA = "pip install 'chillfl[flower]'"
+NODE_TIMEOUT_S = 300.0
+"""How long the ServerApp waits for its SuperNodes to connect."""
+
+
+def import_flwr() -> Any:
+    """The ``flwr`` package, or a ConfigError naming the extra."""
+    try:
+        import flwr
+    except ImportError:
+        raise ConfigError("flower", f"chillfl.flower needs Flower, which is not installed here: {EXTRA}") from None
+    return flwr
+
+
+def config_from_run_config(run_config: Any) -> RunConfig:
+    """``config`` (path or bundled name) and ``overrides`` from a Flower run config -> a RunConfig."""
+    from chillfl.experiments import resolve_config
+
+    name = str(run_config.get("config", "")) if run_config else ""
+    if not name:
+        raise ConfigError("flower.config", "the Flower run config must name a chillfl config: config = \"fedchill/table2-digits\" (or a TOML path)")
+    overrides = parse_overrides(shlex.split(str(run_config.get("overrides", ""))))
+    return load_config(resolve_config(name), overrides)
+
+
+def check_supported(config: RunConfig) -> None:
+    """The protocols chillfl.flower carries: parameter sharing (any aggregator and temperature policy)."""
+    if config.distillation.get("method"):
+        raise ConfigError("distillation.method", "chillfl.flower carries the parameter-sharing protocol only; run the soft-label protocol with chillfl's own runtime")
+    if config.variants:
+        raise ConfigError("variants", "a Flower run runs one experiment: pick one variant's config")
+
+
+class FlowerExecutor:
+    """An executor whose workers are SuperNodes: ``map(tasks)`` sends each task (no data) and waits for every reply."""
+
+    def __init__(self, grid: Any, min_nodes: int = 1, timeout: float = NODE_TIMEOUT_S) -> None:
+        self.grid = grid
+        self.timeout = timeout
+        self.partitions = self._discover(min_nodes)
+
+    def _discover(self, min_nodes: int) -> dict[int, int]:
+        """partition-id -> node id, asked of every connected node (waits for ``min_nodes``)."""
+        from flwr.app import ConfigRecord, Message, RecordDict
+
+        deadline = time.monotonic() + self.timeout
+        nodes = list(self.grid.get_node_ids())
+        while len(nodes) < min_nodes:
+            if time.monotonic() > deadline:
+                raise WorkerError(f"only {len(nodes)} of {min_nodes} Flower SuperNode(s) connected within {self.timeout:g} s")
+            time.sleep(0.5)
+            nodes = list(self.grid.get_node_ids())
+        asks = [Message(content=RecordDict({"q": ConfigRecord({})}), dst_node_id=n, message_type="query.chillfl") for n in nodes]
+        parts: dict[int, int] = {}
+        sizes = set()
+        for reply in self.grid.send_and_receive(asks, timeout=self.timeout):
+            if reply.has_error():
+                raise WorkerError(f"SuperNode {reply.metadata.src_node_id} did not answer chillfl's query: {reply.error.reason}")
+            info = reply.content.config_records["node"]
+            parts[int(info["partition-id"])] = reply.metadata.src_node_id
+            sizes.add(int(info["num-partitions"]))
+        if len(sizes) != 1 or sorted(parts) != list(range(sizes.pop())):
+            raise WorkerError(f"the SuperNodes' partition-ids {sorted(parts)} are not 0 .. num-partitions - 1")
+        return parts
+
+    def node_of(self, client_id: int) -> int:
+        return self.partitions[client_id % len(self.partitions)]
+
+    def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
+        from flwr.app import Message
+
+        messages = []
+        for task in tasks:
+            light = dataclasses.replace(task, data=None, state=None)  # type: ignore[arg-type]  # the data stay on the client; its state too
+            messages.append(Message(content=encode(light), dst_node_id=self.node_of(task.client_id), message_type="train", group_id=str(task.round)))
+        replies: dict[int, ClientReply[Any, Any]] = {}
+        for msg in self.grid.send_and_receive(messages, timeout=self.timeout):
+            if msg.has_error():
+                raise WorkerError(f"SuperNode {msg.metadata.src_node_id} failed a client update: {msg.error.reason}; the round was not aggregated")
+            reply = decode(msg.content)
+            replies[reply.client_id] = reply
+        missing = [t.client_id for t in tasks if t.client_id not in replies]
+        if missing:
+            raise WorkerError(f"no reply from clients {missing} within {self.timeout:g} s; the round was not aggregated")
+        return [replies[t.client_id] for t in tasks]
+
+    def run(self, jobs: Sequence[Any]) -> list[Any]:
+        raise NotImplementedError("a Flower run sends whole client updates (map), not bare training jobs")
+
+    def close(self) -> None:
+        return None
+
+
+def run_server(config: RunConfig, grid: Any, min_nodes: int = 1) -> RunOutputLite:
+    """The ServerApp's body: chillfl's round loop over the SuperNodes; writes the run folder as ``chillfl run`` does."""
+    check_supported(config)
+    if config.threads:  # the server evaluates the global model: the thread count fixes its float reductions
+        torch.set_num_threads(config.threads)
+    exp = build_experiment(config)
+    protocol = build_protocol(exp)
+    executor = FlowerExecutor(grid, min_nodes)
+    writer = ResultWriter(config.out_dir, config.name)
+    writer.write_config(dataclasses.replace(config, device=str(exp.device)).to_dict())
+    records: list[dict[str, Any]] = []
+    try:
+        for record in run_rounds(
+            protocol, executor, seed=config.seed, num_clients=exp.data.num_clients, clients_per_round=config.federation.sample_size(),
+            rounds=config.federation.rounds, participation=config.federation,
+        ):
+            records.append(record)
+            writer.append(record)
+        summary = summarize(records, config.eval.target_accuracy)
+        summary["runtime"] = "flower"
+        writer.write_json("summary.json", summary)
+        return RunOutputLite(str(writer.finish()), records, summary)
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        protocol.close()
+
+
+@dataclass
+class RunOutputLite:
+    """What a Flower run leaves: its folder, its records, its summary."""
+
+    folder: str
+    records: list[dict[str, Any]]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ClientRuntime:
+    """One ClientApp process's parts for one config (built on the first message): template, objective, data."""
+
+    config: RunConfig
+    parts: dict[str, Any] = field(default_factory=dict)
+
+    def ready(self) -> tuple[SequentialExecutor, Any]:
+        if not self.parts:
+            if self.config.threads:
+                torch.set_num_threads(self.config.threads)
+            exp = build_experiment(self.config)
+            protocol = build_protocol(exp)
+            self.parts["executor"] = SequentialExecutor(exp.model, exp.spec, client=protocol.client)
+            self.parts["evaluation"] = getattr(protocol, "evaluation")
+            protocol.close()
+        return self.parts["executor"], self.parts["evaluation"]
+
+    def train(self, content: Any, states: dict[int, Any]) -> Any:
+        """One client update: the task from the message, this node's data and state for the client; the reply (no state) back."""
+        task = decode(content)
+        executor, evaluation = self.ready()
+        full = dataclasses.replace(task, data=evaluation.client_data(task.client_id), state=states.get(task.client_id))
+        reply = executor.map([full])[0]
+        if reply.state is not None:
+            states[task.client_id] = reply.state
+        return encode(dataclasses.replace(reply, state=None))
+
+
+def server_app(config: RunConfig | None = None, *, min_nodes: int = 1) -> Any:
+    """A Flower ``ServerApp`` running ``config`` (None: read from the Flower run config, see the module docstring)."""
+    import_flwr()
+    from flwr.serverapp import ServerApp
+
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Any, context: Any) -> None:
+        cfg = config or config_from_run_config(context.run_config)
+        nodes = int(context.run_config.get("min-nodes", min_nodes)) if context.run_config else min_nodes
+        run_server(cfg, grid, nodes)
+
+    return app
+
+
+def client_app(config: RunConfig | None = None) -> Any:
+    """A Flower ``ClientApp`` serving ``config``'s clients (None: read from the Flower run config)."""
+    import_flwr()
+    from flwr.app import ConfigRecord, Message, RecordDict
+    from flwr.clientapp import ClientApp
+
+    app = ClientApp()
+    runtimes: dict[str, ClientRuntime] = {}
+    states: dict[int, Any] = {}  # per-client state kept on this node between rounds (none for parameter sharing)
+
+    def runtime(context: Any) -> ClientRuntime:
+        key = "config"
+        if key not in runtimes:
+            runtimes[key] = ClientRuntime(config or config_from_run_config(context.run_config))
+        return runtimes[key]
+
+    @app.query("chillfl")
+    def query(msg: Any, context: Any) -> Any:
+        node = context.node_config
+        info: dict[str, Any] = {"partition-id": int(node.get("partition-id", 0)), "num-partitions": int(node.get("num-partitions", 1))}
+        return Message(content=RecordDict({"node": ConfigRecord(info)}), reply_to=msg)
+
+    @app.train()
+    def train(msg: Any, context: Any) -> Any:
+        return Message(content=runtime(context).train(msg.content, states), reply_to=msg)
+
+    return app
+
+
+def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_cpus_per_client: float = 1.0) -> RunOutputLite:
+    """``config`` under Flower's simulation engine (Ray backend), one SuperNode per client unless ``num_supernodes``.
+
+    Returns the run's folder (written by the ServerApp, as ``chillfl run`` writes it), records and summary.
+    """
+    import_flwr()
+    from flwr.simulation import run_simulation as flwr_simulation
+
+    from chillfl.engine.processes import default_workers
+
+    check_supported(config)
+    nodes = num_supernodes or config.federation.num_clients
+    out: list[RunOutputLite] = []
+    server = server_app_capturing(config, out, min_nodes=nodes)
+    backend = {"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0}, "init_args": {"num_cpus": default_workers(), "include_dashboard": False}}
+    flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
+    if not out:
+        raise WorkerError("the Flower simulation ended without finishing the run (see Flower's log above)")
+    return out[0]
+
+
+def server_app_capturing(config: RunConfig, out: list[RunOutputLite], min_nodes: int) -> Any:
+    """:func:`server_app` whose run output is appended to ``out`` (the simulation runs it in a thread of this process)."""
+    from flwr.serverapp import ServerApp
+
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Any, context: Any) -> None:
+        out.append(run_server(config, grid, min_nodes))
+
+    return app

@@ -1,0 +1,88 @@
+"""chillfl's typed messages <-> Flower records, bit for bit.
+
+A message (a tree of dataclasses, dicts, lists, tensors and scalars) becomes
+a :class:`flwr.app.RecordDict` of two records: ``arrays`` (an
+:class:`~flwr.app.ArrayRecord`, every tensor as its raw bytes, dtype and
+shape) and ``meta`` (a :class:`~flwr.app.ConfigRecord` holding the tree's
+structure as JSON, where a tensor is a reference into ``arrays``). Floats
+travel as JSON numbers written with Python's ``repr``, which reads back to
+the same double, and tensors as their bytes, so a round trip is exact.
+
+Only the dataclasses registered in :data:`MESSAGES` are rebuilt on the
+receiving side: nothing in a message can name code to run (no pickle).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import numpy as np
+import torch
+
+from chillfl.engine.protocol import ClientReply, ClientTask
+from chillfl.protocols.parameters import ParamDownlink, ParamUplink
+
+MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (ParamDownlink, ParamUplink, ClientTask, ClientReply)}
+"""The dataclasses a message may contain (the parameter-sharing protocol's downlink and uplink)."""
+
+
+def encode(tree: Any) -> Any:
+    """``tree`` as a RecordDict (``arrays`` + ``meta``)."""
+    from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+    arrays: dict[str, Any] = {}
+
+    def enc(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            key = str(len(arrays))
+            arrays[key] = Array(x.detach().cpu().contiguous().numpy())
+            return {"t": key}
+        if isinstance(x, (bool, int, float, str)) or x is None:
+            return x
+        if isinstance(x, np.generic):
+            return x.item()
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            name = type(x).__name__
+            if MESSAGES.get(name) is not type(x):
+                raise TypeError(f"{name} is not a registered chillfl message (chillfl.flower.wire.MESSAGES)")
+            return {"c": name, "f": {f.name: enc(getattr(x, f.name)) for f in dataclasses.fields(x)}}
+        if isinstance(x, dict) or hasattr(x, "items"):
+            return {"d": [[enc(k), enc(v)] for k, v in x.items()]}
+        if isinstance(x, (list, tuple)):
+            return {"l" if isinstance(x, list) else "u": [enc(v) for v in x]}
+        raise TypeError(f"cannot send a {type(x).__name__} in a Flower message")
+
+    structure = json.dumps(enc(tree))
+    return RecordDict({"arrays": ArrayRecord(array_dict=arrays), "meta": ConfigRecord({"tree": structure})})
+
+
+def decode(content: Any) -> Any:
+    """The tree :func:`encode` wrote into ``content`` (a RecordDict)."""
+    arrays = content.array_records["arrays"]
+    structure = json.loads(str(content.config_records["meta"]["tree"]))
+
+    def dec(x: Any) -> Any:
+        if not isinstance(x, dict):
+            return x
+        if "t" in x:
+            return torch.from_numpy(np.array(arrays[x["t"]].numpy(), copy=True))
+        if "c" in x:
+            cls = MESSAGES.get(x["c"])
+            if cls is None:
+                raise ValueError(f"unknown message class {x['c']!r}")
+            return cls(**{k: dec(v) for k, v in x["f"].items()})
+        if "d" in x:
+            return {_key(dec(k)): dec(v) for k, v in x["d"]}
+        if "l" in x:
+            return [dec(v) for v in x["l"]]
+        if "u" in x:
+            return tuple(dec(v) for v in x["u"])
+        raise ValueError(f"malformed message node {sorted(x)}")
+
+    return dec(structure)
+
+
+def _key(k: Any) -> Any:
+    return tuple(k) if isinstance(k, list) else k

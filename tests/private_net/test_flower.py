@@ -1,0 +1,231 @@
+"""chillfl.flower: a config as Flower ServerApp + ClientApp gives chillfl's own metrics, bit for bit.
+
+* the wire format round-trips typed messages exactly (tensors' bytes, floats' bits);
+* under Flower's simulation engine (Ray backend, 2 SuperNodes serving 4 clients) FedChill temperatures +
+  SCAFFOLD + a FedProx term, and PA3Fed with FLex&Chill's fixed temperature, give the same records as
+  ``chillfl``'s runtime (every float compared exactly);
+* a deployment: SuperLink + two SuperNodes as processes on 127.0.0.1 with TLS certificates made here, a
+  FedChill run started with ``flwr run`` gives chillfl's metrics; SuperNodes without the CA certificate or
+  without TLS are refused; every process exits on SIGTERM;
+* what Flower does not carry (the soft-label protocol) and a missing ``flwr`` are one-line ConfigErrors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from chillfl.config import config_from_dict  # noqa: E402
+from chillfl.errors import ConfigError  # noqa: E402
+from chillfl.flower import run_simulation, server_app  # noqa: E402
+from chillfl.flower.wire import decode, encode  # noqa: E402
+from chillfl.engine.protocol import ClientReply, ClientTask  # noqa: E402
+from chillfl.protocols.parameters import ParamDownlink, ParamUplink  # noqa: E402
+from chillfl.runner import run_experiment  # noqa: E402
+
+BASE: dict[str, Any] = {
+    "name": "flower",
+    "seed": 5,
+    "threads": 1,
+    "device": "cpu",
+    "dataset": {"name": "digits"},
+    "partition": {"name": "dirichlet", "alpha": 0.3},
+    "model": {"name": "mlp"},
+    "federation": {"num_clients": 4, "clients_per_round": 3, "rounds": 2},
+    "client": {"epochs": 1, "batch_size": 32, "lr": 0.05},
+    "eval": {"clients": "sampled", "client_split": "proportional", "client_split_size": 20},
+}
+
+
+def _config(tmp_path: Path, **parts: Any) -> Any:
+    return config_from_dict({**BASE, "out_dir": str(tmp_path / "out"), **parts})
+
+
+def test_wire_round_trip_is_exact() -> None:
+    g = torch.Generator().manual_seed(0)
+    start = {"w": torch.randn(3, 2, generator=g), "steps": torch.tensor(7), "h": torch.randn(2, generator=g, dtype=torch.float64)}
+    down = ParamDownlink(start, 0.1 + 0.2, 1 / 3, {"c": {"w": torch.randn(3, 2, generator=g)}, "mu": 1e-300, "flag": True}, 2**62 + 1)
+    task = ClientTask(3, 4, down, None, None, 0.625)  # type: ignore[arg-type]
+    back = decode(encode(task))
+    assert isinstance(back, ClientTask) and isinstance(back.downlink, ParamDownlink)
+    assert (back.client_id, back.round, back.work, back.data, back.state) == (3, 4, 0.625, None, None)
+    d = back.downlink
+    assert d.lr == 0.1 + 0.2 and d.temperature == 1 / 3 and d.seed == 2**62 + 1 and d.context["mu"] == 1e-300 and d.context["flag"] is True
+    for k, v in start.items():  # same dtype, shape and bytes
+        assert d.start[k].dtype == v.dtype and torch.equal(d.start[k], v)
+    assert torch.equal(d.context["c"]["w"], down.context["c"]["w"])
+    up = ClientReply(3, ParamUplink(start, 120, 4, float("nan"), {"score": 0.5, "grad_norm": 2.0}), None, 0.75, None)
+    got = decode(encode(up))
+    assert got.uplink.num_samples == 120 and got.uplink.train_loss != got.uplink.train_loss and got.uplink.report == {"score": 0.5, "grad_norm": 2.0}
+    assert got.local_acc == 0.75 and got.local_loss is None
+
+
+def test_wire_refuses_unregistered_classes() -> None:
+    class Evil:
+        pass
+
+    with pytest.raises(TypeError, match="cannot send a Evil"):
+        encode({"x": Evil()})
+
+
+METHODS = {
+    "fedchill-scaffold-fedprox": {"temperature": {"policy": "fedchill"}, "algorithm": {"name": "scaffold"}, "objective": {"proximal_mu": 0.01}},
+    "pa3fed-flexchill": {"temperature": {"policy": "fixed", "value": 0.5}, "algorithm": {"name": "pa3fed", "mode": "always"}},
+}
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_simulation_equals_chillfl_runtime(method: str, tmp_path: Path) -> None:
+    config = _config(tmp_path, **METHODS[method])
+    expected = run_experiment(config, write=False, progress=False).records
+    out = run_simulation(config, num_supernodes=2)  # 2 SuperNodes: clients 0, 2 on one, 1, 3 on the other
+    assert [r["round"] for r in out.records] == [1, 2]
+    assert out.records == expected  # every metric, floats compared exactly
+    assert Path(out.folder).name == "flower" and (Path(out.folder) / "metrics.jsonl").is_file()
+
+
+def test_soft_label_protocol_is_refused_in_one_line(tmp_path: Path) -> None:
+    config = _config(tmp_path, distillation={"method": "scarlet", "public_size": 120, "subset_size": 40})
+    with pytest.raises(ConfigError) as info:
+        run_simulation(config)
+    assert str(info.value).startswith("distillation.method: ") and "\n" not in str(info.value)
+
+
+def test_without_flwr_one_line_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "flwr", None)
+    with pytest.raises(ConfigError, match=r"^flower: chillfl.flower needs Flower, which is not installed here: pip install 'chillfl\[flower\]'$"):
+        server_app()
+
+
+# --- deployment: a SuperLink and two SuperNodes on 127.0.0.1 with TLS, `flwr run` ---------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _certificates(folder: Path) -> None:
+    """A CA and a server certificate for 127.0.0.1 signed by it (openssl CLI)."""
+    def ssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "1", "-subj", "/CN=chillfl-test-ca")
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    (folder / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    ssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "1", "-extfile", "san.cnf")
+
+
+def _session_pids(sid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+def _wait_log(log: Path, text: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in (log.read_text(errors="replace") if log.exists() else ""):
+        assert time.monotonic() < deadline, f"no {text!r} in {log.name}: {log.read_text(errors='replace')[-2000:] if log.exists() else ''}"
+        time.sleep(0.2)
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI to make the test certificates")
+def test_deployment_with_tls_two_supernodes_and_flwr_run(tmp_path: Path) -> None:
+    _certificates(tmp_path)
+    config = _config(tmp_path, temperature={"policy": "fedchill"}, federation={"num_clients": 4, "clients_per_round": 2, "rounds": 2}, name="deployed")
+    import tomli_w
+
+    def plain(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: plain(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None and v != {}}
+
+    (tmp_path / "run.toml").write_text(tomli_w.dumps(plain(config.to_dict())))
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
+        '[project]\nname = "chillfl-test-app"\nversion = "1.0.0"\ndescription = "chillfl on Flower"\nlicense = "Apache-2.0"\ndependencies = []\n\n'
+        '[tool.hatch.build.targets.wheel]\npackages = ["."]\n\n'
+        '[tool.flwr.app]\npublisher = "chillfl"\n\n'
+        '[tool.flwr.app.components]\nserverapp = "chillfl.flower.deploy:server"\nclientapp = "chillfl.flower.deploy:client"\n\n'
+        f'[tool.flwr.app.config]\nconfig = "{tmp_path / "run.toml"}"\noverrides = ""\nmin-nodes = 2\n'
+    )
+    port = _free_port()
+    home = tmp_path / "flwr-home"
+    (home).mkdir()
+    (home / "config.toml").write_text(f'[superlink]\ndefault = "test"\n\n[superlink.test]\naddress = "127.0.0.1:{port}"\nroot-certificates = "{tmp_path / "ca.crt"}"\n')
+    env = {**os.environ, "FLWR_HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (tmp_path / f"{name}.log").open("wb")
+        proc = subprocess.Popen([_bin(args[0]), *args[1:]], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path, start_new_session=True)
+        procs.append(proc)
+        return proc
+
+    try:
+        start("superlink", "flower-superlink", "--ssl-ca-certfile", "ca.crt", "--ssl-certfile", "server.pem", "--ssl-keyfile", "server.key",
+              "--host", "127.0.0.1", "--port", str(port), "--disable-runtime-dependency-installation")
+        _wait_log(tmp_path / "superlink.log", f"Uvicorn running on https://127.0.0.1:{port}")
+        for i in range(2):
+            start(f"node{i}", "flower-supernode", "--root-certificates", "ca.crt", "--superlink", f"127.0.0.1:{port}", "--port", str(_free_port()),
+                  "--node-config", f"partition-id={i} num-partitions=2")
+        # a SuperNode without the CA certificate cannot verify the SuperLink: the TLS handshake fails and it exits
+        refused = start("refused", "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--port", str(_free_port()), "--max-retries", "1", "--max-wait-time", "5")
+        assert refused.wait(timeout=120) != 0 and "CERTIFICATE_VERIFY_FAILED" in (tmp_path / "refused.log").read_text(errors="replace")
+        # one speaking plain HTTP is refused by the TLS SuperLink
+        plain_http = start("plain", "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{port}", "--port", str(_free_port()), "--max-retries", "1", "--max-wait-time", "5")
+        assert plain_http.wait(timeout=120) != 0
+        for i in range(2):
+            _wait_log(tmp_path / f"node{i}.log", "SuperNode ID")
+        run = subprocess.run([_bin("flwr"), "run", str(app), "test"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0 and "Successfully started run" in run.stdout, run.stdout + run.stderr
+        folder = tmp_path / "out" / "deployed"
+        deadline = time.monotonic() + 240
+        while not (folder / "summary.json").exists():
+            assert time.monotonic() < deadline, (tmp_path / "superlink.log").read_text(errors="replace")[-3000:]
+            assert all(p.poll() is None for p in procs[:3]), "a Flower process died"
+            time.sleep(0.5)
+        expected = run_experiment(config, write=False, progress=False).records
+        got = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        assert got == json.loads(json.dumps(expected))  # through JSON, as written: every metric bit for bit
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(_session_pids(p.pid) for p in procs):
+            time.sleep(0.2)
+        left = {p.args[0] if isinstance(p.args, list) else p.args: _session_pids(p.pid) for p in procs if _session_pids(p.pid)}
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert not left, f"Flower processes outlived SIGTERM by 20 s: {left}"

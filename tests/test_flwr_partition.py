@@ -1,0 +1,71 @@
+"""partition.name = "flwr": flwr-datasets partitioners by name, run by the real library on an in-memory dataset."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+flwr_partitioner = pytest.importorskip("flwr_datasets.partitioner")  # in the `test` extra
+import datasets  # noqa: E402
+
+from chillfl.data import partition  # noqa: E402
+from chillfl.errors import ConfigError  # noqa: E402
+
+LABELS = np.random.default_rng(0).integers(0, 4, 400)
+
+
+def _direct(cls: type, **kwargs: object) -> list[list[int]]:
+    """The library's own partitions of LABELS, as sorted positions (a 'pos' column carried along)."""
+    p = cls(**kwargs)
+    p.dataset = datasets.Dataset.from_dict({"label": LABELS, "pos": np.arange(len(LABELS))})
+    return [sorted(p.load_partition(i)["pos"]) for i in range(p.num_partitions)]
+
+
+def test_dirichlet_partitioner_matches_the_library():
+    opts = {"partitioner": "DirichletPartitioner", "options": {"alpha": 0.5, "min_partition_size": 5, "seed": 7}}
+    part = partition("flwr", LABELS, 5, np.random.default_rng(1), opts)
+    want = _direct(flwr_partitioner.DirichletPartitioner, num_partitions=5, partition_by="label", alpha=0.5, min_partition_size=5, seed=7)
+    assert [p.tolist() for p in part.client_indices] == want
+    assert part.sizes.min() >= 5
+    flat = np.concatenate(part.client_indices)
+    assert len(np.unique(flat)) == len(flat) == len(LABELS)  # DirichletPartitioner uses every sample once
+
+
+def test_iid_and_shard_partitioners_and_seed_from_the_run():
+    iid = partition("flwr", LABELS, 4, np.random.default_rng(1), {"partitioner": "IidPartitioner"})
+    assert iid.sizes.tolist() == [100] * 4
+    a = partition("flwr", LABELS, 4, np.random.default_rng(1), {"partitioner": "ShardPartitioner", "options": {"num_shards_per_partition": 2}})
+    b = partition("flwr", LABELS, 4, np.random.default_rng(1), {"partitioner": "ShardPartitioner", "options": {"num_shards_per_partition": 2}})
+    c = partition("flwr", LABELS, 4, np.random.default_rng(2), {"partitioner": "ShardPartitioner", "options": {"num_shards_per_partition": 2}})
+    assert all(np.array_equal(u, v) for u, v in zip(a.client_indices, b.client_indices))  # seeded from chillfl's stream
+    assert any(not np.array_equal(u, v) for u, v in zip(a.client_indices, c.client_indices))
+
+
+@pytest.mark.parametrize(
+    "opts, field, text",
+    [
+        ({"partitioner": "Dirichlet"}, "partition.partitioner", "DirichletPartitioner"),
+        ({"partitioner": "NaturalIdPartitioner"}, "partition.partitioner", "allowed"),
+        ({"partitioner": "DirichletPartitioner", "options": {"alpha": 0.5, "beta": 1}}, "partition.options.beta", "min_partition_size"),
+        ({"partitioner": "DirichletPartitioner", "options": {}}, "partition.options.alpha", "required"),
+        ({"partitioner": "DirichletPartitioner", "options": {"alpha": 0.5, "num_partitions": 3}}, "partition.options.num_partitions", "num_clients"),
+        ({"partitioner": "DirichletPartitioner", "options": {"alpha": 0.5, "partition_by": "writer"}}, "partition.options.partition_by", "label"),
+        ({"partitioner": "DirichletPartitioner", "options": {"alpha": -1.0}}, "partition.options", "DirichletPartitioner"),
+        ({"partitioner": "DirichletPartitioner", "options": {"alpha": 0.01, "min_partition_size": 90}}, "partition.options", "DirichletPartitioner"),
+        ({"partitioner": "SizePartitioner", "options": {"partition_sizes": [10, 10]}}, "federation.num_clients", "2 partitions"),
+        ({"partitioner": "IidPartitioner", "colour": 1}, "partition.colour", "unknown"),
+    ],
+)
+def test_errors_are_config_errors(opts, field, text):
+    with pytest.raises(ConfigError) as err:
+        partition("flwr", LABELS, 5, np.random.default_rng(0), opts)
+    assert err.value.field == field and text in err.value.message
+    assert "\n" not in err.value.message
+
+
+def test_missing_library_names_the_extra(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(sys.modules, "flwr_datasets.partitioner", None)
+    with pytest.raises(ConfigError, match=r"chillfl\[flwr-datasets\]"):
+        partition("flwr", LABELS, 5, np.random.default_rng(0), {"partitioner": "IidPartitioner"})

@@ -40,7 +40,9 @@ def test_ray_and_flower_suites_pass_in_a_private_network() -> None:
         if shutil.which(package) is None and not (Path(sys.executable).parent / package).exists():
             pytest.fail(f"the test extra must install {package}")
     inner = f"ip link set lo up && exec {sys.executable} -m pytest -o addopts= -q -rs -p no:cacheprovider {HERE / 'private_net'}"
-    env = {**os.environ, "CHILLFL_PRIVATE_NET": "1"}
+    # Flower's SuperLink starts its helpers by name: the venv's bin must be on PATH even when it is not activated
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = {**os.environ, "CHILLFL_PRIVATE_NET": "1", "PATH": path}
     done = subprocess.run(["unshare", "--net", "sh", "-c", inner], env=env, cwd=HERE.parent, capture_output=True, text=True, timeout=1500)
     report = done.stdout + done.stderr
     print(report)

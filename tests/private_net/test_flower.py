@@ -35,6 +35,7 @@ from chillfl.flower.wire import decode, encode  # noqa: E402
 from chillfl.engine.protocol import ClientReply, ClientTask  # noqa: E402
 from chillfl.protocols.parameters import ParamDownlink, ParamUplink  # noqa: E402
 from chillfl.runner import run_experiment  # noqa: E402
+from sessions import session_pids  # noqa: E402
 
 BASE: dict[str, Any] = {
     "name": "flower",
@@ -130,19 +131,6 @@ def _certificates(folder: Path) -> None:
     ssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "1", "-extfile", "san.cnf")
 
 
-def _session_pids(sid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid and fields[0] != "Z":
-                out.append(int(entry.name))
-    return out
-
-
 def _wait_log(log: Path, text: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while text not in (log.read_text(errors="replace") if log.exists() else ""):
@@ -220,9 +208,9 @@ def test_deployment_with_tls_two_supernodes_and_flwr_run(tmp_path: Path) -> None
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and any(_session_pids(p.pid) for p in procs):
+        while time.monotonic() < deadline and any(session_pids(p.pid) for p in procs):
             time.sleep(0.2)
-        left = {p.args[0] if isinstance(p.args, list) else p.args: _session_pids(p.pid) for p in procs if _session_pids(p.pid)}
+        left = {p.args[0] if isinstance(p.args, list) else p.args: session_pids(p.pid) for p in procs if session_pids(p.pid)}
         for p in procs:
             try:
                 os.killpg(p.pid, signal.SIGKILL)

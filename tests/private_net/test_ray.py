@@ -40,6 +40,7 @@ from chillfl.engine.protocol import ClientSide, ClientTask  # noqa: E402
 from chillfl.engine.ray_executor import RayExecutor  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
 from chillfl.experiment import build_experiment, build_protocol, make_executor  # noqa: E402
+from sessions import session_pids  # noqa: E402
 
 TINY: dict[str, Any] = {
     "seed": 5,
@@ -64,20 +65,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _session_pids(sid: int) -> list[int]:
-    """Processes of session ``sid`` (every Ray process a ``ray start`` / a driver launched stays in it)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid and fields[0] != "Z":
-                out.append(int(entry.name))
-    return out
-
-
 def _stop_session(sid: int) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -85,7 +72,7 @@ def _stop_session(sid: int) -> None:
         except ProcessLookupError:
             return
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _session_pids(sid):
+        while time.monotonic() < deadline and session_pids(sid):
             time.sleep(0.2)
 
 
@@ -139,7 +126,7 @@ def cluster() -> Iterator[str]:
             ray.shutdown()
         for p in reversed(procs):
             _stop_session(p.pid)
-        leftovers = [pid for p in procs for pid in _session_pids(p.pid)]
+        leftovers = [pid for p in procs for pid in session_pids(p.pid)]
         subprocess.run(["rm", "-rf", str(root)], check=False)
         for k, v in saved.items():
             if v is None:
@@ -299,15 +286,15 @@ def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path) -> None:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no round within 150 s"
             time.sleep(0.2)
-        names = {pid: _name(pid) for pid in _session_pids(proc.pid)}
+        names = {pid: _name(pid) for pid in session_pids(proc.pid)}
         assert "raylet" in names.values() and "gcs_server" in names.values(), names  # the run's own local Ray
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 143, err
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and _session_pids(proc.pid):
+        while time.monotonic() < deadline and session_pids(proc.pid):
             time.sleep(0.1)
-        left = {pid: _name(pid) for pid in _session_pids(proc.pid)}
+        left = {pid: _name(pid) for pid in session_pids(proc.pid)}
         assert not left, f"Ray processes outlived the run by 5 s: {left}"
     finally:
         _stop_session(proc.pid)

@@ -3,6 +3,8 @@
     chillfl run [CONFIG] [key=value ...]           one experiment (no CONFIG: the demo)
     chillfl resume RUN_DIR                         continue an interrupted run from its checkpoint
     chillfl compare CONFIG --grid key=v1,v2 ...   variants on the same partition and seed
+        [--seeds 0,1,2] [--tune client.lr=0.01,0.1] [--controls]   over seeds, tuned on validation, with step-size controls
+    chillfl reproduce PAPER [--seeds 0,1,2]        a paper's headline claims at CPU scale: claim vs measured, verdict
     chillfl data show CONFIG                       the partition: sizes, class counts, heat map
     chillfl data download NAME... [--data-dir D]   fetch, check and unpack real datasets
     chillfl list                                   registered datasets, models, methods, experiments
@@ -62,7 +64,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
             need("sklearn.datasets", "datasets", "the digits data")
         print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
-              "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05.", file=sys.stderr)
+              "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05,\n"
+              "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
         return _compare(config, DEMO_GRID, None, args.quiet)
     from chillfl.runner import run_experiment
 
@@ -79,11 +82,19 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _report(resume_experiment(args.run_dir, progress=not args.quiet))
 
 
-def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quiet: bool) -> int:
-    from chillfl.report.compare import run_compare
+def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quiet: bool, args: argparse.Namespace | None = None) -> int:
+    from chillfl.report.compare import CompareOptions, parse_seeds, parse_tune_items, run_compare
 
+    options = CompareOptions()
+    if args is not None:
+        options = CompareOptions(
+            seeds=parse_seeds(args.seeds) if getattr(args, "seeds", None) else None,
+            tune=parse_tune_items(args.tune) if getattr(args, "tune", None) else None,
+            controls=True if getattr(args, "controls", False) else None,
+            select=getattr(args, "select", None),
+        )
     check_out_dir(config.out_dir)
-    result = run_compare(config, grid, reference=reference, progress=not quiet)
+    result = run_compare(config, grid, reference=reference, progress=not quiet, options=options)
     print(result.table)
     print(f"results: {result.folder}")
     return 0
@@ -92,7 +103,19 @@ def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quie
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(_load(args.config, args.overrides, args))
-    return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, args.quiet)
+    return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, args.quiet, args)
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from chillfl.report.compare import parse_seeds
+    from chillfl.reproduce import format_outcomes, reproduce
+
+    seeds = parse_seeds(args.seeds)
+    if args.out_dir is not None:
+        check_out_dir(args.out_dir)
+    outcomes = reproduce(args.paper, seeds, out_dir=args.out_dir, progress=not args.quiet)
+    print(format_outcomes(outcomes))
+    return 0
 
 
 def cmd_data_show(args: argparse.Namespace) -> int:
@@ -209,7 +232,18 @@ def build_parser() -> argparse.ArgumentParser:
     common(p, True)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a swept option (repeatable: cartesian product); 'temperature' is shorthand for the fixed policy's value")
     p.add_argument("--reference", help="variant label whose best accuracy is the target (default: highest temperature)")
+    p.add_argument("--seeds", metavar="S1,S2", help="run every variant at each seed, e.g. 0,1,2 or 0-4 ([compare] seeds); tables report mean ± std, 95 %% CI and paired differences")
+    p.add_argument("--tune", action="append", default=[], metavar="KEY=V1,V2", help="tune an option per variant on the validation split (the [tune] table; needs eval.validation > 0); repeatable")
+    p.add_argument("--select", choices=("final", "best"), help="tuning rule: final-round or best-round validation accuracy ([compare] select; default final)")
+    p.add_argument("--controls", action="store_true", help="add step-size controls for every T != 1 variant: T = 1 at lr x 1/T, magnitude-only, direction-only ([compare] controls)")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("reproduce", help="a paper's headline claims at CPU scale over seeds: paper vs measured, with a verdict")
+    p.add_argument("paper", choices=("flexchill", "fedchill", "pa3fed", "scarlet"))
+    p.add_argument("--seeds", default="0,1,2", help="seeds (default 0,1,2)")
+    p.add_argument("--out", dest="out_dir", help="parent folder of the comparisons' result folders (default: each config's out_dir)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("data", help="inspect the federated partition; download real datasets")
     dsub = p.add_subparsers(dest="data_command", required=True)

@@ -142,8 +142,12 @@ class EvalConfig:
     """Optional: report the first round whose global accuracy reaches this value."""
     ece_bins: int = 15
     """Equal-width confidence bins of ``global_ece`` (see docs/analysis.md)."""
+    validation: float = 0.0
+    """Fraction of the global test set held out as the server's validation split (``val_acc``,
+    what ``compare``'s ``[tune]`` selects on); test metrics use the rest. 0 = none."""
 
     def validate(self, section: str) -> None:
+        require(0.0 <= self.validation < 1.0, f"{section}.validation", f"must be in [0, 1) (0 = no validation split), got {self.validation}")
         require(self.every >= 1, f"{section}.every", f"must be >= 1, got {self.every}")
         require_range(self.ece_bins, 1, 1000, f"{section}.ece_bins")
         require_range(self.client_split_size, 1, MAX_BATCH, f"{section}.client_split_size")
@@ -283,7 +287,8 @@ def safe_name(label: str) -> str:
     return name or "variant"
 
 
-COMPARE_KEYS = ("reference", "baseline")
+COMPARE_KEYS = ("reference", "baseline", "seeds", "controls", "select")
+MAX_SEEDS = 1000
 PART_KEYS = {"dataset": "name", "partition": "name", "model": "name", "temperature": "policy", "algorithm": "name"}
 WHOLE_PARTS = (*PART_KEYS, "distillation", "prototypes")
 """In a variant, a table for one of these replaces the part whole (its options belong to its name)."""
@@ -328,7 +333,12 @@ class RunConfig:
     variants: dict[str, Any] = field(default_factory=dict)
     """``chillfl compare`` without ``--grid``: label -> table of overrides (a paper table's rows)."""
     compare: dict[str, Any] = field(default_factory=dict)
-    """``chillfl compare`` options: ``reference`` (label whose best accuracy is the target), ``baseline``."""
+    """``chillfl compare`` options: ``reference`` (label whose best accuracy is the target), ``baseline``,
+    ``seeds`` (list: every variant runs at each), ``controls`` (step-size controls for T != 1),
+    ``select`` (``final`` | ``best``: the tuning rule on validation accuracy)."""
+    tune: dict[str, Any] = field(default_factory=dict)
+    """``chillfl compare``: option -> list of values; each variant runs at every point of the grid and keeps
+    the point with the best validation accuracy (needs ``eval.validation`` > 0)."""
 
     def validate(self, section: str) -> None:
         require(self.executor in EXECUTORS, "executor", f"unknown value {short_repr(self.executor)}; allowed: {', '.join(EXECUTORS)}")
@@ -350,7 +360,11 @@ class RunConfig:
             require(not self.distillation, "prototypes.method", "a run shares soft-labels ([distillation]) or prototypes ([prototypes]), not both")
         for key, value in self.compare.items():
             require(key in COMPARE_KEYS, f"compare.{key}", f"unknown option; allowed: {', '.join(COMPARE_KEYS)}")
-            require(isinstance(value, str), f"compare.{key}", f"expected a variant label (a string), got {short_repr(value)}")
+            check_compare_option(key, value)
+        if self.tune:
+            from chillfl.tune import parse_tune
+
+            parse_tune(self.tune)
         for label, table in self.variants.items():
             check_variant(self, label, table)
 
@@ -368,6 +382,22 @@ class RunConfig:
         """Split a part's table into (name, options)."""
         options = {k: v for k, v in table.items() if k != key}
         return str(table[key]), options
+
+
+def check_compare_option(key: str, value: Any) -> None:
+    """Type one ``[compare]`` option (see :attr:`RunConfig.compare`)."""
+    field = f"compare.{key}"
+    if key == "seeds":
+        ok = isinstance(value, list) and bool(value) and all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63 for s in value)
+        require(ok, field, f"expected a non-empty list of integer seeds >= 0, got {short_repr(value)}")
+        require(len(set(value)) == len(value), field, f"duplicate seeds in {short_repr(value)}")
+        require(len(value) <= MAX_SEEDS, field, f"at most {MAX_SEEDS} seeds, got {len(value)}")
+    elif key == "controls":
+        require(isinstance(value, bool), field, f"expected true or false, got {short_repr(value)}")
+    elif key == "select":
+        require(value in ("final", "best"), field, f"unknown value {short_repr(value)}; allowed: final, best")
+    else:
+        require(isinstance(value, str), field, f"expected a variant label (a string), got {short_repr(value)}")
 
 
 def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
@@ -410,11 +440,11 @@ def merge_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
 
 def variant_config(base: RunConfig, label: str, overrides: Mapping[str, Any]) -> RunConfig:
     """The config of one variant of ``base``: its overrides applied, named after its label."""
-    for key in ("name", "variants", "compare"):
+    for key in ("name", "variants", "compare", "tune"):
         if key in overrides:
             raise ConfigError(key, "cannot be set inside a variant (a variant's name is its label)")
     data = base.to_dict()
-    data["variants"], data["compare"] = {}, {}
+    data["variants"], data["compare"], data["tune"] = {}, {}, {}
     merge_overrides(data, overrides)
     data["name"] = safe_name(label)
     return config_from_dict(data)

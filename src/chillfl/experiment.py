@@ -121,6 +121,7 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
         client_eval=split,
         client_eval_size=config.eval.client_split_size,
         public_size=public_size,
+        validation=config.eval.validation,
     )
 
 

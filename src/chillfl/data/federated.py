@@ -30,6 +30,13 @@ Choices
   may overlap (each is its own sample of the shared test set).
 * The public pool (for distillation) is a uniform random subset of the train
   set, removed before partitioning; a natural split simply loses those indices.
+* Server validation split (``eval.validation`` = fraction f > 0): the first
+  ``round(f * n_test)`` indices of a permutation of the global test set drawn
+  from its own stream (seed, "validation"), so it depends on the seed and the
+  test-set size only. :meth:`FederatedData.test` then returns the *rest*, and
+  the clients' splits (proportional, natural, partition) come from the rest too: validation
+  samples are never part of any test metric, and test samples never part of
+  the validation metric (``val_acc``), which ``compare``'s tuning reads.
 * Feature noise (``feature_noise`` partitioner): x + sigma_i * N(0, 1) on the
   normalised inputs, regenerated on each call from a seed derived from
   (seed, client id, split), so it is fixed per client and costs no memory.
@@ -60,9 +67,10 @@ from chillfl.options import require
 CLIENT_EVAL_FIELD = "eval.client_split"
 CLIENT_EVAL_SIZE_FIELD = "eval.client_split_size"
 PUBLIC_SIZE_FIELD = "distillation.public_size"
+VALIDATION_FIELD = "eval.validation"
 CLIENT_EVAL_MODES = ("none", "proportional", "natural", "partition")
 
-_PUBLIC, _PARTITION, _EVAL, _NOISE = range(4)  # spawn keys of the per-purpose RNG streams
+_PUBLIC, _PARTITION, _EVAL, _NOISE, _VALIDATION = range(5)  # spawn keys of the per-purpose RNG streams
 
 
 def _rng(seed: int, purpose: int) -> np.random.Generator:
@@ -86,6 +94,14 @@ class FederatedData:
     public_indices: np.ndarray
     seed: int = 0
     class_proportions: np.ndarray | None = None
+    validation_indices: np.ndarray | None = None
+    """Indices into the test set held out for server-side validation (None: no validation split)."""
+
+    def _test_rows(self) -> np.ndarray | None:
+        """Test-set indices the test metrics use (None: all of them)."""
+        if self.validation_indices is None:
+            return None
+        return np.setdiff1d(np.arange(len(self.dataset.y_test)), self.validation_indices)
 
     @property
     def num_clients(self) -> int:
@@ -114,8 +130,19 @@ class FederatedData:
         return self._noisy(self.dataset.x_test[idx], cid, 1), self.dataset.y_test[idx]
 
     def test(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The global (server) test set, clean."""
-        return self.dataset.x_test, self.dataset.y_test
+        """The global (server) test set, clean, without the validation split."""
+        rows = self._test_rows()
+        if rows is None:
+            return self.dataset.x_test, self.dataset.y_test
+        idx = torch.from_numpy(rows)
+        return self.dataset.x_test[idx], self.dataset.y_test[idx]
+
+    def validation(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The server validation split (``eval.validation``), clean; None without one."""
+        if self.validation_indices is None:
+            return None
+        idx = torch.from_numpy(self.validation_indices)
+        return self.dataset.x_test[idx], self.dataset.y_test[idx]
 
     def public(self) -> torch.Tensor:
         """Unlabelled public pool inputs (empty when public_size == 0)."""
@@ -133,11 +160,24 @@ class FederatedData:
         return np.stack([np.bincount(y[ix], minlength=self.num_classes) for ix in self.train_indices]).astype(np.int64)
 
 
+def validation_split(num_test: int, fraction: float, seed: int) -> np.ndarray | None:
+    """Sorted test-set indices of the server validation split (see the module docstring); None for fraction 0."""
+    require(0.0 <= fraction < 1.0, VALIDATION_FIELD, f"must be in [0, 1), got {fraction}")
+    if fraction == 0.0:
+        return None
+    size = int(round(fraction * num_test))
+    require(1 <= size < num_test, VALIDATION_FIELD, f"{fraction} of {num_test} test samples leaves an empty validation or test set")
+    return np.sort(_rng(seed, _VALIDATION).permutation(num_test)[:size]).astype(np.int64)
+
+
 def _proportional_eval(
-    counts: np.ndarray, test_labels: np.ndarray, size: int, num_classes: int, rng: np.random.Generator
+    counts: np.ndarray, test_labels: np.ndarray, size: int, num_classes: int, rng: np.random.Generator, exclude: np.ndarray | None = None
 ) -> list[np.ndarray]:
-    """Per client, test indices whose class mix follows ``counts[i]`` (rows: weights per class)."""
-    pools = [np.flatnonzero(test_labels == c) for c in range(num_classes)]
+    """Per client, test indices whose class mix follows ``counts[i]`` (rows: weights per class), never from ``exclude``."""
+    allowed = np.ones(len(test_labels), dtype=bool)
+    if exclude is not None:
+        allowed[exclude] = False
+    pools = [np.flatnonzero((test_labels == c) & allowed) for c in range(num_classes)]
     available = np.array([len(p) for p in pools], dtype=np.int64)
     out = []
     for row in counts:
@@ -161,6 +201,7 @@ def build_federated_data(
     client_eval_size: int = 100,
     public_size: int = 0,
     eval_proportions: Literal["train", "drawn"] = "train",
+    validation: float = 0.0,
 ) -> FederatedData:
     """Split ``dataset`` over ``num_clients`` clients; see the module docstring."""
     n = len(dataset.y_train)
@@ -175,6 +216,7 @@ def build_federated_data(
         f"must be <= the {n - public_size} training samples left after the public pool, got {num_clients}",
     )
     require(seed >= 0, "seed", f"must be >= 0, got {seed}")
+    held_out = validation_split(len(dataset.y_test), validation, seed)
 
     public = np.sort(_rng(seed, _PUBLIC).permutation(n)[:public_size]).astype(np.int64)
     rest = np.setdiff1d(np.arange(n), public)
@@ -199,15 +241,19 @@ def build_federated_data(
                 f"{dataset.name!r} has none; allowed here: none, proportional",
             )
         evals = natural_groups(test_groups, num_clients, "client_split 'natural'")
+        if held_out is not None:
+            evals = [np.setdiff1d(e, held_out).astype(np.int64) for e in evals]
     elif client_eval == "partition":
         if part.client_test_indices is None:
             raise ConfigError(CLIENT_EVAL_FIELD, f"'partition' needs a partitioner that splits the test set (flexchill_dirichlet, scarlet_dirichlet); {partitioner!r} does not")
         evals = part.client_test_indices
+        if held_out is not None:  # the validation split stays out of every test metric
+            evals = [np.setdiff1d(e, held_out).astype(np.int64) for e in evals]
     else:
         y = dataset.y_train.numpy()
         weights = np.stack([np.bincount(y[ix], minlength=dataset.num_classes) for ix in train]).astype(np.float64)
         if eval_proportions == "drawn" and part.class_proportions is not None:
             weights = np.where(weights.sum(axis=1, keepdims=True) > 0, part.class_proportions, 0.0)
-        evals = _proportional_eval(weights, dataset.y_test.numpy(), client_eval_size, dataset.num_classes, _rng(seed, _EVAL))
+        evals = _proportional_eval(weights, dataset.y_test.numpy(), client_eval_size, dataset.num_classes, _rng(seed, _EVAL), held_out)
 
-    return FederatedData(dataset, train, evals, part.client_noise, public, seed, part.class_proportions)
+    return FederatedData(dataset, train, evals, part.client_noise, public, seed, part.class_proportions, held_out)

@@ -135,7 +135,7 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None)
     """Final and best values of the accuracy/loss metrics, with the round of each best."""
     out: dict[str, Any] = {"rounds": records[-1]["round"] if records else 0}
     for key, better in (("global_acc", max), ("local_acc", max), ("global_client_acc", max), ("global_loss", min), ("local_loss", min), ("train_loss", min),
-                        ("global_ece", min), ("global_nll", min), ("global_brier", min)):
+                        ("global_ece", min), ("global_nll", min), ("global_brier", min), ("val_acc", max), ("val_loss", min)):
         rounds, values = series(records, key)
         finite = [(r, v) for r, v in zip(rounds, values) if math.isfinite(v)]
         if not finite:

@@ -84,6 +84,8 @@ class Evaluation:
         self.device = device
         x, y = data.test()
         self.x_test, self.y_test = x.to(device), y.to(device)
+        held_out = data.validation()
+        self.validation = None if held_out is None else (held_out[0].to(device), held_out[1].to(device))
 
     def due(self, t: int) -> bool:
         """Whether round ``t`` (1-based) evaluates the global model."""
@@ -105,6 +107,8 @@ class Evaluation:
         acc, loss = evaluate(self.model, state, self.x_test, self.y_test, bs, observe=calibration)
         out: dict[str, Any] = {"global_acc": acc, "global_loss": loss}
         out.update({f"global_{k}": v for k, v in calibration.result().items()})
+        if self.validation is not None:  # the server's held-out split (eval.validation): what tuning reads
+            out["val_acc"], out["val_loss"] = evaluate(self.model, state, *self.validation, bs)
         if self.config.eval.clients == "all":
             per_client = []
             for c in range(self.data.num_clients):

@@ -5,6 +5,21 @@ baseline (T = 1), final test loss, and the rounds each variant needs to reach
 the *target* — the best global accuracy of the reference run (T = 4 in the
 paper; the highest temperature of the grid here) — with the speed-up
 rounds(baseline) / rounds(variant).
+
+With several seeds (``--seeds 0,1,2`` or ``[compare] seeds``), a ``[tune]``
+grid or ``--controls``, every variant runs at every seed (at a seed all
+variants share the partition and the initial model, both drawn from that
+seed) and every tuning point; each variant keeps its best point on the
+validation split (:mod:`chillfl.tune`), and the table reports that point's
+test numbers as mean +- std, a Student-t 95 % interval, and differences to
+the baseline paired per seed (:mod:`chillfl.report.stats`).
+
+Controls (``--controls``): for a variant trained at T != 1, the gradient of
+CE(z / T) w.r.t. the logits is (softmax(z / T) - onehot) / T, i.e. 1/T times
+larger than at T = 1 in scale. A gain of T < 1 may therefore be a larger step
+size. Each such variant gets three controls: T = 1 at lr x 1/T (the same step
+scale), and the magnitude-only (T = 1 softmax, gradient x 1/T) and
+direction-only (T softmax, gradient x T) ablations at the same T.
 """
 
 from __future__ import annotations
@@ -26,13 +41,17 @@ from chillfl.config import (
 )
 from chillfl.data import FederatedData
 from chillfl.engine.results import rounds_to_reach, to_toml, unique_dir
-from chillfl.errors import ConfigError, MissingExtra
+from chillfl.errors import ConfigError, Diverged, MissingExtra
 from chillfl.experiment import build_data, build_experiment
+from chillfl.report.stats import paired_difference, summarize
 from chillfl.runner import RunOutput, run_experiment
+from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, select_point
 
 TEMPERATURE_SHORTHAND = "temperature"
 MAX_VARIANTS = 1000
 """A grid's product is built and validated in memory before anything runs: bound it."""
+MAX_RUNS = 10_000
+"""Variants x tuning points x seeds: every run's config is built and validated up front."""
 
 
 @dataclass
@@ -40,6 +59,8 @@ class Variant:
     label: str
     overrides: dict[str, Any]
     temperature: float | None = None
+    lr_scale: float = 1.0
+    """Multiplies ``client.lr`` after the variant and its tuning point are applied (the 1/T control)."""
 
 
 def parse_grid(items: Sequence[str]) -> list[Variant]:
@@ -102,6 +123,7 @@ def _data_key(config: RunConfig) -> str:
     parts = [
         config.dataset, config.partition, config.seed, config.federation.num_clients, config.eval.client_split,
         config.eval.client_split_size, config.eval.clients, config.distillation.get("public_size", 0), config.data_dir,
+        config.eval.validation,
     ]
     return json.dumps(parts, sort_keys=True, default=str)
 
@@ -208,41 +230,312 @@ def _naming(label: str, from_grid: bool) -> Iterator[None]:
         raise ConfigError(f"variants.{label}.{exc.field}", exc.message) from None
 
 
-def run_compare(config: RunConfig, grid: Sequence[str], *, reference: str | None = None, progress: bool = True, write: bool = True) -> CompareResult:
-    """Run every variant (``--grid`` product, else the config's ``[variants]``) on the same partition and seed."""
+@dataclass
+class CompareOptions:
+    """What ``compare`` runs beyond the variants; None fields fall back to the config's ``[compare]``/``[tune]``."""
+
+    seeds: list[int] | None = None
+    tune: dict[str, list[Any]] | None = None
+    controls: bool | None = None
+    select: str | None = None
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds 0,1,2`` (or ``0-4``) -> [0, 1, 2]; checked like ``[compare] seeds``."""
+    from chillfl.config import check_compare_option
+
+    seeds: list[int] = []
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            lo, dash, hi = part.partition("-")
+            seeds.extend(range(int(lo), int(hi) + 1) if dash and lo else [int(part)])
+    except ValueError:
+        raise ConfigError("--seeds", f"expected integers like 0,1,2 or 0-4, got {text!r}") from None
+    try:
+        check_compare_option("seeds", seeds)
+    except ConfigError as exc:
+        raise ConfigError("--seeds", exc.message) from None
+    return seeds
+
+
+def parse_tune_items(items: Sequence[str]) -> dict[str, list[Any]]:
+    """``--tune client.lr=0.01,0.1`` items -> a ``[tune]`` table."""
+    out: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not values.strip():
+            raise ConfigError("--tune", f"expected key=v1,v2,... got {item!r}")
+        out[key] = [parse_value(v.strip(), "--tune") for v in values.split(",") if v.strip()]
+    parse_tune(out, "--tune")
+    return out
+
+
+def with_controls(config: RunConfig, variants: Sequence[Variant]) -> list[Variant]:
+    """``variants`` plus, for each one trained at a fixed T != 1 with the standard loss, its step-size controls.
+
+    (1) T = 1 at lr x 1/T: the same gradient scale without the sharper softmax;
+    (2) magnitude only (T = 1 softmax, gradient x 1/T) and (3) direction only
+    (softmax at T, gradient x T) at the same T (FedChill Table 5's ablations).
+    """
+    out = list(variants)
+    labels = {v.label for v in variants}
+    for v in variants:
+        t = v.temperature
+        if t is None or t == 1.0 or apply_variant(config, v).client.loss != "standard":
+            continue
+        rest = {k: val for k, val in v.overrides.items() if k != "temperature"}
+        for control in (
+            Variant(f"T=1, lr x {1 / t:g} (control of {v.label})", {**rest, "temperature": {"policy": "none"}}, None, v.lr_scale / t),
+            Variant(f"{v.label} magnitude only", {**v.overrides, "client.loss": "magnitude_only"}, None, v.lr_scale),
+            Variant(f"{v.label} direction only", {**v.overrides, "client.loss": "direction_only"}, None, v.lr_scale),
+        ):
+            if control.label not in labels:
+                out.append(control)
+                labels.add(control.label)
+    return out
+
+
+@dataclass
+class Cell:
+    """One run of a comparison: a variant at a tuning point and a seed."""
+
+    variant: Variant
+    point: int
+    seed: int
+    config: RunConfig
+
+
+def cell_config(config: RunConfig, variant: Variant, point: Mapping[str, Any], seed: int, suffix: bool) -> RunConfig:
+    """The variant's config at a tuning point and seed (named ``label, point, seed S`` when ``suffix``)."""
+    cfg = apply_variant(config, variant)
+    overrides: dict[str, Any] = {"seed": seed}
+    if suffix:
+        from chillfl.config import safe_name
+
+        overrides["name"] = safe_name(", ".join(x for x in (variant.label, point_label(point), f"seed{seed}") if x))
+    try:
+        cfg = cfg.with_overrides({**point, **overrides})
+    except ConfigError as exc:
+        raise ConfigError(exc.field if exc.field.startswith("tune") else f"tune.{exc.field}", exc.message) from None
+    if variant.lr_scale != 1.0:
+        cfg = cfg.with_overrides({"client.lr": cfg.client.lr * variant.lr_scale})
+    return cfg
+
+
+def _stat(values: Sequence[float | None]) -> dict[str, Any] | None:
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return None
+    s = summarize(xs)
+    return {"n": s.n, "mean": s.mean, "std": s.std, "ci_low": s.low, "ci_high": s.high, "per_seed": list(values)}
+
+
+def build_seed_rows(
+    variants: Sequence[Variant],
+    runs: Mapping[tuple[str, int], RunOutput | None],
+    seeds: Sequence[int],
+    ref: Variant,
+    base: Variant,
+    chosen: Mapping[str, tuple[Mapping[str, Any], list[float]]] | None,
+    metric: str = "global_acc",
+) -> list[dict[str, Any]]:
+    """Rows over seeds; ``runs[(label, seed)]``: the chosen point's run (None: diverged)."""
+
+    def summary(label: str, seed: int, key: str) -> float | None:
+        out = runs[(label, seed)]
+        value = out.summary.get(key) if out is not None else None
+        return None if value is None or not math.isfinite(value) else float(value)
+
+    targets = [summary(ref.label, s, f"best_{metric}") for s in seeds]
+    base_acc = [summary(base.label, s, f"final_{metric}") for s in seeds]
+    rows = []
+    for v in variants:
+        acc = [summary(v.label, s, f"final_{metric}") for s in seeds]
+        pairs = [(a, b) for a, b in zip(acc, base_acc) if a is not None and b is not None]
+        delta = None
+        if pairs:
+            p = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+            delta = {"n": p.n, "mean": p.summary.mean, "std": p.summary.std, "ci_low": p.summary.low, "ci_high": p.summary.high,
+                     "per_seed": list(p.differences), "sign_holds": p.sign_holds}
+        rounds = []
+        for s, target in zip(seeds, targets):
+            out = runs[(v.label, s)]
+            rounds.append(rounds_to_reach(out.records, metric, target) if out is not None and target is not None else None)
+        row: dict[str, Any] = {
+            "variant": v.label,
+            "seeds": list(seeds),
+            "diverged_seeds": [s for s in seeds if runs[(v.label, s)] is None],
+            "final_acc": _stat(acc),
+            "delta_acc": delta,
+            "final_val_acc": _stat([summary(v.label, s, "final_val_acc") for s in seeds]),
+            "final_loss": _stat([summary(v.label, s, f"final_{metric.replace('acc', 'loss')}") for s in seeds]),
+            "final_local_acc": _stat([summary(v.label, s, "final_local_acc") for s in seeds]),
+            "rounds_to_target": rounds,
+            "target": targets,
+        }
+        mb = [None if (o := runs[(v.label, s)]) is None or not o.records or "bytes_cumulative" not in o.records[-1]
+              else o.records[-1]["bytes_cumulative"] / 1e6 for s in seeds]
+        if any(x is not None for x in mb):  # communication (SCARLET Sec. IV-A)
+            row["cumulative_mb"] = _stat(mb)
+        if chosen is not None:
+            point, scores = chosen[v.label]
+            row["tuned"] = dict(point)
+            row["validation_scores"] = [None if math.isinf(x) else x for x in scores]
+        rows.append(row)
+    return rows
+
+
+def _pm(stat: Mapping[str, Any] | None, scale: float = 100.0, digits: int = 2, signed: bool = False) -> str:
+    if stat is None:
+        return "-"
+    sign = "+" if signed else ""
+    text = f"{scale * stat['mean']:{sign}.{digits}f}"
+    if stat["std"] is not None:
+        text += f" ± {scale * stat['std']:.{digits}f}"
+    return text
+
+
+def _ci(stat: Mapping[str, Any] | None, signed: bool = False) -> str:
+    if stat is None or stat["ci_low"] is None:
+        return "-"
+    sign = "+" if signed else ""
+    return f"[{100 * stat['ci_low']:{sign}.2f}, {100 * stat['ci_high']:{sign}.2f}]"
+
+
+def format_seed_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: str, tune: Mapping[str, Sequence[Any]] | None, select: str, validation: float) -> str:
+    seeds = rows[0]["seeds"] if rows else []
+    lines = [
+        f"seeds {', '.join(map(str, seeds))} (n = {len(seeds)}); accuracy = final global test accuracy %, mean ± std over seeds, 95 % CI (Student t)",
+        f"diff = accuracy - {base_label}'s, paired per seed, mean ± std [95 % CI]; sign holds = seeds where the diff has the mean's sign; "
+        f"target = best accuracy of {ref_label} at the same seed",
+    ]
+    if tune:
+        grid = "; ".join(f"{k} in {{{', '.join(map(str, v))}}}" for k, v in tune.items())
+        lines.append(f"tuned per variant on the validation split (eval.validation = {validation:g} of the test set, "
+                     f"{select} val acc, mean over seeds), reported on the test set: {grid}")
+    with_mb = any("cumulative_mb" in r for r in rows)
+    header = ["variant", *(["tuned"] if tune else []), "val acc %", "accuracy %", "95 % CI", "diff (paired)", "diff 95 % CI", "sign holds", "loss",
+              "rounds to target (reached)", *(["cumulative MB"] if with_mb else [])]
+    lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for r in rows:
+        delta = r["delta_acc"]
+        reached = [x for x in r["rounds_to_target"] if x is not None]
+        rounds = "never" if not reached else f"{sum(reached) / len(reached):.1f} ({len(reached)}/{len(seeds)})"
+        name = r["variant"] + (f" (diverged at {len(r['diverged_seeds'])}/{len(seeds)} seeds)" if r["diverged_seeds"] else "")
+        cells = [name]
+        if tune:
+            cells.append(point_label(r.get("tuned") or {}) or "-")
+        cells += [
+            _pm(r["final_val_acc"]), _pm(r["final_acc"]), _ci(r["final_acc"]), _pm(delta, signed=True), _ci(delta, signed=True),
+            "-" if delta is None else f"{delta['sign_holds']}/{delta['n']}", _pm(r["final_loss"], 1.0, 3), rounds,
+        ]
+        if with_mb:
+            cells.append(_pm(r.get("cumulative_mb"), 1.0, 3))
+        lines.append("| " + " | ".join(cells) + " |")
+    if tune:
+        points = parse_tune(tune)
+        lines += ["", f"validation accuracy % at every tuning point ({select} round, mean over seeds; diverged = at one seed or more)",
+                  "| variant | " + " | ".join(point_label(p) for p in points) + " |", "|---|" + "|".join("---" for _ in points) + "|"]
+        for r in rows:
+            scores = ["diverged" if x is None else f"{100 * x:.2f}" for x in r["validation_scores"]]
+            lines.append(f"| {r['variant']} | " + " | ".join(scores) + " |")
+    return "\n".join(lines)
+
+
+def run_compare(
+    config: RunConfig,
+    grid: Sequence[str],
+    *,
+    reference: str | None = None,
+    progress: bool = True,
+    write: bool = True,
+    options: CompareOptions | None = None,
+) -> CompareResult:
+    """Run every variant (``--grid`` product, else the config's ``[variants]``) at every seed and tuning point.
+
+    One seed and no tuning: the FLex&Chill Table 4 table. Otherwise the table over seeds
+    (:func:`format_seed_table`), each variant at its best tuning point on validation accuracy.
+    """
+    opts = options or CompareOptions()
     variants = parse_grid(grid) if grid else variants_from_config(config)
     if not variants:
         raise ConfigError("--grid", "give at least one key=v1,v2,... or define [variants.LABEL] tables in the config")
-    configs = []
+    seeds = opts.seeds if opts.seeds is not None else list(config.compare.get("seeds", [config.seed]))
+    tune_table = opts.tune if opts.tune is not None else dict(config.tune)
+    points = parse_tune(tune_table)
+    select = opts.select or config.compare.get("select", "final")
+    if select not in SELECT_RULES:
+        raise ConfigError("--select", f"unknown rule {select!r}; allowed: {', '.join(SELECT_RULES)}")
+    tuned = len(points) > 1 or bool(tune_table)
+    if tuned and config.eval.validation <= 0:
+        raise ConfigError("eval.validation", "tuning selects on the server validation split; set eval.validation > 0 (e.g. eval.validation=0.1)")
+    multi = tuned or len(seeds) > 1
     for v in variants:  # validates every variant before running any; errors name the variant
         with _naming(v.label, bool(grid)):
-            configs.append(apply_variant(config, v))
+            apply_variant(config, v)
+    if opts.controls if opts.controls is not None else config.compare.get("controls", False):
+        variants = with_controls(config, variants)
+    total = len(variants) * len(points) * len(seeds)
+    if total > MAX_RUNS:
+        raise ConfigError("compare.seeds", f"{len(variants)} variants x {len(points)} tuning points x {len(seeds)} seeds = {total} runs; at most {MAX_RUNS}")
+    cells = []
+    for v in variants:
+        with _naming(v.label, bool(grid)):
+            for pi, point in enumerate(points):
+                for seed in seeds:
+                    cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, multi)))
     field = "--reference" if reference else "compare.reference"
     ref, base = choose_reference(variants, reference or config.compare.get("reference"), config.compare.get("baseline"), field)
     datasets: dict[str, FederatedData] = {}
-    for v, cfg in zip(variants, configs):
-        with _naming(v.label, bool(grid)):
-            key = _data_key(cfg)
+    for c in cells:
+        with _naming(c.variant.label, bool(grid)):
+            key = _data_key(c.config)
             if key not in datasets:
-                datasets[key] = build_data(cfg)
-            build_experiment(cfg, data=datasets[key])  # every part of every variant is valid before anything is written
+                datasets[key] = build_data(c.config)
+            build_experiment(c.config, data=datasets[key])  # every part of every variant is valid before anything is written
     folder = partial = None
     if write:
         folder = unique_dir(Path(config.out_dir), f"{config.name}-compare")
         partial = folder.with_name(folder.name + ".partial")
         partial.mkdir(parents=True)
         (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
-    outputs: dict[str, RunOutput] = {}
-    for v, cfg in zip(variants, configs):
-        if partial is not None:
-            cfg = cfg.with_overrides({"out_dir": str(partial)})
-        outputs[v.label] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=v.label)
-    rows = build_rows(variants, outputs, ref, base)
-    table = format_table(rows, ref.label, base.label)
+    results: dict[tuple[str, int, int], RunOutput | None] = {}
+    for c in cells:
+        cfg = c.config if partial is None else c.config.with_overrides({"out_dir": str(partial)})
+        try:
+            results[(c.variant.label, c.point, c.seed)] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=cfg.name)
+        except Diverged:
+            if not multi:
+                raise
+            results[(c.variant.label, c.point, c.seed)] = None  # its folder is NAME.failed; the table says so
+    chosen: dict[str, tuple[dict[str, Any], list[float]]] = {}
+    runs: dict[tuple[str, int], RunOutput | None] = {}
+    for v in variants:
+        pick = 0
+        if tuned:
+            per_point = [[None if (o := results[(v.label, pi, s)]) is None else o.records for s in seeds] for pi in range(len(points))]
+            scores = point_scores(per_point, select)
+            pick = select_point(scores)
+            chosen[v.label] = (points[pick], scores)
+        for s in seeds:
+            runs[(v.label, s)] = results[(v.label, pick, s)]
+    if multi:
+        rows = build_seed_rows(variants, runs, seeds, ref, base, chosen if tuned else None)
+        table = format_seed_table(rows, ref.label, base.label, tune_table if tuned else None, select, config.eval.validation)
+        outputs = {f"{label}, seed {s}": out for (label, s), out in runs.items() if out is not None}
+    else:
+        outputs = {v.label: o for v in variants if (o := runs[(v.label, seeds[0])]) is not None}
+        rows = build_rows(variants, outputs, ref, base)
+        table = format_table(rows, ref.label, base.label)
     if partial is not None and folder is not None:
         (partial / "table.md").write_text(table + "\n", encoding="utf-8")
         (partial / "table.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-        _compare_plots(outputs, partial, config.name)
+        if multi:
+            bands = {v.label: [o.records for s in seeds if (o := runs[(v.label, s)]) is not None] for v in variants}
+            _band_plots(bands, seeds[0], partial, config.name)
+        else:
+            _compare_plots(outputs, partial, config.name)
         partial.rename(folder)
     return CompareResult(folder, rows, table, outputs)
 
@@ -258,3 +551,17 @@ def _compare_plots(outputs: Mapping[str, RunOutput], folder: Path, title: str) -
 
     plot_curves({label: out.records for label, out in outputs.items()}, folder / "curves.png", title=title)
     plot_compare_accuracy_vs_bytes({label: out.records for label, out in outputs.items()}, folder / "accuracy_vs_bytes.png", title=title)
+
+
+def _band_plots(bands: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], first_seed: int, folder: Path, title: str) -> None:
+    """Over seeds: curves with min-max bands, and accuracy vs bytes at the first seed (skipped without matplotlib)."""
+    try:
+        from chillfl.report.band_plots import plot_band_curves
+    except MissingExtra as exc:
+        logging.getLogger(__name__).info("%s; figures skipped", exc)
+        return
+    from chillfl.report.communication_plots import plot_compare_accuracy_vs_bytes
+
+    plot_band_curves(bands, folder / "curves.png", title=title)
+    first = {label: runs[0] for label, runs in bands.items() if runs}
+    plot_compare_accuracy_vs_bytes(first, folder / "accuracy_vs_bytes.png", title=f"{title} (seed {first_seed})")

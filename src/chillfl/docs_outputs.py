@@ -1,0 +1,123 @@
+"""Regenerate the docs' "actual output" blocks: ``python -m chillfl.docs_outputs [FILE ...]``.
+
+A block is a fenced code block between two HTML comments that name the
+command whose standard output it shows::
+
+    <!-- output: chillfl run -q -->
+    ```
+    ...replaced by what the command prints...
+    ```
+    <!-- /output -->
+
+Each command runs in a fresh temporary folder (so ``results/`` folders land
+there and vanish), as ``python -m chillfl ...`` with this interpreter; lines
+starting with ``results:`` (the result folder's path, which differs per run)
+are dropped. Nothing outside the markers changes. ``--check`` reruns the
+commands and exits 1 if any block would change, writing nothing; ``--list``
+prints the blocks' commands without running them.
+
+Default files: the README and docs/*.md of the repository this module sits in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+BLOCK = re.compile(
+    r"(?P<open><!-- output: (?P<command>[^\n]*?) -->\n)(?P<fence>`{3,})(?P<lang>[^\n]*)\n(?P<body>.*?)(?P=fence)\n(?P<close><!-- /output -->)",
+    re.DOTALL,
+)
+DROPPED_PREFIXES = ("results:",)
+
+Runner = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class Block:
+    command: str
+    body: str
+    start: int
+    end: int
+
+
+def find_blocks(text: str) -> list[Block]:
+    """The output blocks of a document, in order."""
+    return [Block(m["command"].strip(), m["body"], m.start(), m.end()) for m in BLOCK.finditer(text)]
+
+
+def clean_output(output: str) -> str:
+    """What goes into a block: the output without result-path lines, ending in one newline."""
+    lines = [line.rstrip() for line in output.splitlines() if not line.startswith(DROPPED_PREFIXES)]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def replace_blocks(text: str, run: Runner) -> str:
+    """``text`` with every block's body replaced by ``clean_output(run(command))``; the rest kept byte for byte."""
+
+    def sub(m: re.Match[str]) -> str:
+        body = clean_output(run(m["command"].strip()))
+        return f"{m['open']}{m['fence']}{m['lang']}\n{body}{m['fence']}\n{m['close']}"
+
+    return BLOCK.sub(sub, text)
+
+
+def run_command(command: str) -> str:
+    """Run a ``chillfl ...`` (or ``python ...``) command line in a temporary folder; its standard output."""
+    argv = shlex.split(command)
+    if not argv:
+        raise ValueError("empty command")
+    if argv[0] == "chillfl":
+        argv = [sys.executable, "-m", "chillfl", *argv[1:]]
+    elif argv[0] in ("python", "python3"):
+        argv = [sys.executable, *argv[1:]]
+    else:
+        raise ValueError(f"only chillfl and python commands are run, got {argv[0]!r}")
+    with tempfile.TemporaryDirectory(prefix="chillfl-docs-") as tmp:
+        done = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{command!r} exited with {done.returncode}:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def default_files() -> list[Path]:
+    root = Path(__file__).resolve().parents[2]
+    return [p for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.is_file()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chillfl.docs_outputs", description="Rerun the commands of the docs' output blocks and paste their output.")
+    parser.add_argument("files", nargs="*", type=Path, help="markdown files (default: README.md and docs/*.md)")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a block is out of date; write nothing")
+    parser.add_argument("--list", action="store_true", help="print every block's command; run nothing")
+    args = parser.parse_args(argv)
+    stale = 0
+    for path in args.files or default_files():
+        text = path.read_text(encoding="utf-8")
+        blocks = find_blocks(text)
+        if args.list:
+            for b in blocks:
+                print(f"{path}: {b.command}")
+            continue
+        if not blocks:
+            continue
+        new = replace_blocks(text, lambda cmd: (print(f"{path}: {cmd}", file=sys.stderr), run_command(cmd))[1])
+        if new != text:
+            stale += 1
+            if not args.check:
+                path.write_text(new, encoding="utf-8")
+                print(f"updated {path}", file=sys.stderr)
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""``chillfl reproduce PAPER``: each headline claim of a paper at CPU scale, over seeds, with a verdict.
+
+Every claim is one comparison (:func:`chillfl.report.compare.run_compare`) of
+a bundled CPU-scale config: the paper's method against the baseline it
+claims to beat, at every seed, with the baseline's learning rate tuned on the
+validation split where the claim is about accuracy and a step size could
+explain it. The verdict reads the paired per-seed difference:
+
+* accuracy claims: **reproduces** when the 95 % interval of the paired
+  difference lies above 0; **opposite** when it lies below 0; otherwise
+  **does not at this scale** (no difference distinguishable from 0 over
+  these seeds; the paper's size is printed next to it);
+* communication claims (a byte ratio): **reproduces** when the mean ratio
+  variant/baseline is at most the paper's bound in every seed, **opposite**
+  when it is above 1, otherwise **does not at this scale**.
+
+These are CPU-scale stand-ins (digits / MNIST-1D, small models, few rounds):
+a verdict says what this scale shows, not whether the paper is right at its
+own scale. The bundled full-size configs are named in each config's header.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from chillfl.config import RunConfig, load_config
+from chillfl.errors import ConfigError
+from chillfl.experiments import resolve_config
+from chillfl.report.compare import CompareOptions, run_compare
+from chillfl.report.stats import paired_difference
+
+PAPERS = ("flexchill", "fedchill", "pa3fed", "scarlet")
+LR_GRID = [0.01, 0.05, 0.2]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One headline claim and the comparison that tests it."""
+
+    paper: str
+    text: str
+    config: str
+    variant: str
+    baseline: str
+    grid: tuple[str, ...] = ()
+    keep: tuple[str, ...] = ()
+    """Variants of the config's ``[variants]`` to run (all when empty)."""
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    tune: Mapping[str, list[Any]] = field(default_factory=dict)
+    metric: Literal["accuracy", "bytes"] = "accuracy"
+    bound: float = 0.5
+    """Bytes claims: the paper's bound on bytes(variant) / bytes(baseline)."""
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("flexchill", "logit chilling (T = 0.05) beats T = 1 at one shared lr (Table 4: +3.37 points on CIFAR-10, up to 6x fewer rounds)",
+          "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), overrides={"client.lr": 0.01}),
+    Claim("flexchill", "the gain of T < 1 holds when each T has its own lr (tuned on validation; not in the paper)",
+          "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), tune={"client.lr": LR_GRID}),
+    Claim("fedchill", "FedChill beats FedAvg (abstract: up to +8.35 points global accuracy), each at its own tuned lr",
+          "fedchill/table1-digits", "FedChill", "FedAvg", keep=("FedAvg", "FedChill"),
+          overrides={"federation.rounds": 15, "eval.validation": 0.2}, tune={"client.lr": [0.01, 0.03, 0.1, 0.3]}),
+    Claim("pa3fed", "PA3Fed beats FedAvg at h = 0.1 (Sec. I: up to +15 % under high non-IID)",
+          "pa3fed/table2-h0.1", "FedAvg PA3Fed", "FedAvg Normal", keep=("FedAvg Normal", "FedAvg PA3Fed"), overrides={"federation.rounds": 15}),
+    Claim("scarlet", "SCARLET sends at most half of DS-FL's bytes (abstract: up to 50 % less communication)",
+          "scarlet/dsfl-vs-scarlet-digits", "SCARLET", "DS-FL", metric="bytes", bound=0.5, overrides={"federation.rounds": 20}),
+    Claim("scarlet", "SCARLET's server accuracy is at least DS-FL's (Fig. 7)",
+          "scarlet/dsfl-vs-scarlet-digits", "SCARLET", "DS-FL", overrides={"federation.rounds": 20}),
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    claim: Claim
+    seeds: list[int]
+    measured: str
+    verdict: str
+
+
+def claim_config(claim: Claim, seeds: Sequence[int], out_dir: str | None) -> RunConfig:
+    """The claim's config: the bundled one with its overrides, only the kept variants, baseline = reference = the claim's."""
+    overrides: dict[str, Any] = dict(claim.overrides)
+    if claim.tune:
+        overrides.setdefault("eval.validation", 0.2)
+    if out_dir is not None:
+        overrides["out_dir"] = out_dir
+    config = load_config(resolve_config(claim.config), overrides)
+    variants = {k: v for k, v in config.variants.items() if not claim.keep or k in claim.keep}
+    compare = {"baseline": claim.baseline, "reference": claim.baseline, "seeds": list(seeds)}
+    return dataclasses.replace(config, variants=variants, compare=compare, tune=dict(claim.tune))
+
+
+def accuracy_verdict(diffs: Sequence[float]) -> tuple[str, str]:
+    """(measured, verdict) of paired accuracy differences (fractions), one per seed."""
+    p = paired_difference(diffs, [0.0] * len(diffs))
+    s = p.summary
+    measured = f"{100 * s.mean:+.2f}"
+    if s.std is not None and s.low is not None and s.high is not None:
+        measured += f" ± {100 * s.std:.2f} points [95 % CI {100 * s.low:+.2f}, {100 * s.high:+.2f}], sign holds {p.sign_holds}/{p.n}"
+        verdict = "reproduces" if s.low > 0 else "opposite" if s.high < 0 else "does not at this scale"
+    else:
+        measured += " points (one seed: no interval)"
+        verdict = "reproduces" if s.mean > 0 else "opposite" if s.mean < 0 else "does not at this scale"
+    return measured, verdict
+
+
+def bytes_verdict(ratios: Sequence[float], bound: float) -> tuple[str, str]:
+    mean = sum(ratios) / len(ratios)
+    measured = f"bytes ratio {mean:.3f} (per seed {', '.join(f'{r:.3f}' for r in ratios)}; paper: <= {bound:g})"
+    verdict = "reproduces" if all(r <= bound for r in ratios) else "opposite" if mean > 1 else "does not at this scale"
+    return measured, verdict
+
+
+def _key(claim: Claim) -> str:
+    """Claims with the same comparison share one run (e.g. SCARLET's bytes and accuracy)."""
+    return repr((claim.config, claim.grid, claim.keep, sorted(claim.overrides.items()), sorted(claim.tune.items()), claim.baseline))
+
+
+def run_claim(
+    claim: Claim, seeds: Sequence[int], *, out_dir: str | None = None, progress: bool = False, write: bool = True,
+    cache: dict[str, list[dict[str, Any]]] | None = None,
+) -> Outcome:
+    cache = {} if cache is None else cache
+    if _key(claim) not in cache:
+        config = claim_config(claim, seeds, out_dir)
+        cache[_key(claim)] = run_compare(config, list(claim.grid), progress=progress, write=write, options=CompareOptions(seeds=list(seeds))).rows
+    rows = {r["variant"]: r for r in cache[_key(claim)]}
+    if claim.variant not in rows or claim.baseline not in rows:
+        raise ConfigError("reproduce", f"{claim.config}: variants {claim.variant!r} / {claim.baseline!r} not in {', '.join(rows)}")
+    row, base = rows[claim.variant], rows[claim.baseline]
+    tuned = ""
+    if claim.tune:
+        tuned = f" (tuned: {claim.variant} {_point(row)}, {claim.baseline} {_point(base)})"
+    if claim.metric == "bytes":
+        a, b = row.get("cumulative_mb"), base.get("cumulative_mb")
+        if a is None or b is None:
+            raise ConfigError("reproduce", f"{claim.config}: no byte counts in the records")
+        ratios = [x / y for x, y in zip(a["per_seed"], b["per_seed"]) if x is not None and y]
+        measured, verdict = bytes_verdict(ratios, claim.bound)
+    else:
+        delta = row["delta_acc"]
+        if delta is None:
+            return Outcome(claim, list(seeds), "diverged", "does not at this scale")
+        measured, verdict = accuracy_verdict(delta["per_seed"])
+    return Outcome(claim, list(seeds), measured + tuned, verdict)
+
+
+def _point(row: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (row.get("tuned") or {}).items()) or "-"
+
+
+def format_outcomes(outcomes: Sequence[Outcome]) -> str:
+    lines = ["| paper | claim | CPU-scale setting | measured: variant - baseline, paired over seeds | verdict |", "|---|---|---|---|---|"]
+    for o in outcomes:
+        c = o.claim
+        setting = f"{c.config}: {c.variant} vs {c.baseline}, seeds {','.join(map(str, o.seeds))}"
+        if c.overrides:
+            setting += " (" + ", ".join(f"{k}={v}" for k, v in c.overrides.items()) + ")"
+        lines.append(f"| {c.paper} | {c.text} | {setting} | {o.measured} | **{o.verdict}** |")
+    return "\n".join(lines)
+
+
+def reproduce(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, progress: bool = False) -> list[Outcome]:
+    if paper not in PAPERS:
+        raise ConfigError("paper", f"unknown paper {paper!r}; allowed: {', '.join(PAPERS)}")
+    outcomes: list[Outcome] = []
+    cache: dict[str, list[dict[str, Any]]] = {}
+    for claim in (c for c in CLAIMS if c.paper == paper):
+        print(f"chillfl reproduce: {claim.text} ...", file=sys.stderr)
+        outcomes.append(run_claim(claim, seeds, out_dir=out_dir, progress=progress, cache=cache))
+    return outcomes

@@ -1,0 +1,92 @@
+"""Tuning a variant's options honestly: select on the server's validation split, report on the test set.
+
+``compare`` runs every variant at every point of the ``[tune]`` grid (the
+cartesian product of its lists) and at every seed. Each variant's point is
+chosen by :func:`select_point` from **validation** numbers only
+(``val_acc``, measured on ``eval.validation``'s held-out part of the test
+set, disjoint from what ``global_acc`` uses); the table then reports the
+chosen point's **test** numbers. :func:`validation_score` is the only
+place selection looks at a run's records, and it reads ``val_acc`` alone.
+
+Rule (``[compare] select``):
+
+* ``"final"`` (default): the validation accuracy of the last evaluated round;
+* ``"best"``: the best validation accuracy over evaluated rounds.
+
+The score of a point is the mean over seeds; a point that diverged at any
+seed scores -inf (it is never chosen while another point finished at every
+seed); ties go to the earlier point of the grid (grid order = the order of
+the lists).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from chillfl.errors import ConfigError
+from chillfl.options import short_repr
+
+SELECT_RULES = ("final", "best")
+VALIDATION_KEY = "val_acc"
+MAX_POINTS = 1000
+
+Point = dict[str, Any]
+
+
+def parse_tune(table: Mapping[str, Any], field: str = "tune") -> list[Point]:
+    """``{"client.lr": [0.01, 0.1], ...}`` -> the grid's points in order; ``[{}]`` (one empty point) when empty."""
+    axes: list[list[tuple[str, Any]]] = []
+    for key, values in table.items():
+        where = f"{field}.{key}"
+        if not isinstance(values, list) or not values:
+            raise ConfigError(where, f"expected a non-empty list of values, got {short_repr(values)}")
+        for v in values:
+            if isinstance(v, (dict, list)):
+                raise ConfigError(where, f"values must be numbers, strings or booleans, got {short_repr(v)}")
+        if len({repr(v) for v in values}) != len(values):
+            raise ConfigError(where, "duplicate values")
+        if key in ("name", "seed", "variants", "compare", "tune") or not all(key.split(".")):
+            raise ConfigError(where, "not a tunable option (give section.option, e.g. client.lr)")
+        axes.append([(key, v) for v in values])
+    size = math.prod(len(a) for a in axes)
+    if size > MAX_POINTS:
+        raise ConfigError(field, f"{size} points; at most {MAX_POINTS}")
+    return [dict(combo) for combo in itertools.product(*axes)]
+
+
+def point_label(point: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in point.items())
+
+
+def validation_score(records: Sequence[Mapping[str, Any]] | None, rule: str) -> float:
+    """A run's validation accuracy under ``rule``; reads ``val_acc`` only. None (diverged) -> -inf."""
+    if records is None:
+        return -math.inf
+    values = [float(r[VALIDATION_KEY]) for r in records if r.get(VALIDATION_KEY) is not None]
+    if not values:
+        raise ConfigError("eval.validation", "tuning selects on the validation accuracy; set eval.validation > 0 (e.g. 0.1)")
+    finite = [v for v in values if math.isfinite(v)]
+    if rule == "final":
+        return values[-1] if math.isfinite(values[-1]) else -math.inf
+    if rule == "best":
+        return max(finite) if finite else -math.inf
+    raise ConfigError("compare.select", f"unknown rule {rule!r}; allowed: {', '.join(SELECT_RULES)}")
+
+
+def point_scores(runs: Sequence[Sequence[Sequence[Mapping[str, Any]] | None]], rule: str) -> list[float]:
+    """Mean validation score over seeds of every point; ``runs[p][s]``: records of point p at seed s (None: diverged)."""
+    out = []
+    for per_seed in runs:
+        scores = [validation_score(r, rule) for r in per_seed]
+        out.append(-math.inf if any(math.isinf(s) for s in scores) else math.fsum(scores) / len(scores))
+    return out
+
+
+def select_point(scores: Sequence[float]) -> int:
+    """Index of the highest score; the earliest on ties (``max`` keeps the first maximum)."""
+    if not scores:
+        raise ValueError("no points to select from")
+    return max(range(len(scores)), key=lambda i: scores[i])

@@ -1,0 +1,141 @@
+"""``compare`` over seeds: seed parsing, step-size controls, rows and table on hand-worked numbers, and an end-to-end run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chillfl.cli import main
+from chillfl.config import config_from_dict
+from chillfl.errors import ConfigError
+from chillfl.report.compare import (
+    CompareOptions,
+    Variant,
+    build_seed_rows,
+    cell_config,
+    format_seed_table,
+    parse_grid,
+    parse_seeds,
+    run_compare,
+    with_controls,
+)
+from chillfl.runner import RunOutput
+
+
+def test_parse_seeds() -> None:
+    assert parse_seeds("0,1,2") == [0, 1, 2]
+    assert parse_seeds("3-5, 9") == [3, 4, 5, 9]
+    for bad in ("a", "1,1", "-1", ""):
+        with pytest.raises(ConfigError, match="--seeds"):
+            parse_seeds(bad)
+
+
+def test_config_seeds_and_options_are_typed() -> None:
+    assert config_from_dict({"compare": {"seeds": [0, 1], "controls": True, "select": "best"}}).compare["seeds"] == [0, 1]
+    for table, field in (({"seeds": [0, "1"]}, "compare.seeds"), ({"seeds": []}, "compare.seeds"), ({"controls": 1}, "compare.controls"), ({"select": "last"}, "compare.select")):
+        with pytest.raises(ConfigError, match=field):
+            config_from_dict({"compare": table})
+
+
+def test_controls_of_a_chilled_variant() -> None:
+    # T = 0.05: lr x 1/T = lr x 20 at T = 1; magnitude-only and direction-only at T = 0.05; T = 1 gets none
+    base = config_from_dict({"client": {"lr": 0.01}})
+    variants = with_controls(base, parse_grid(["temperature=1,0.05"]))
+    assert [v.label for v in variants] == [
+        "T=1", "T=0.05", "T=1, lr x 20 (control of T=0.05)", "T=0.05 magnitude only", "T=0.05 direction only",
+    ]
+    lr_control = cell_config(base, variants[2], {}, seed=4, suffix=False)
+    assert lr_control.client.lr == pytest.approx(0.2) and lr_control.temperature == {"policy": "none"} and lr_control.seed == 4
+    mag = cell_config(base, variants[3], {}, seed=0, suffix=False)
+    assert (mag.client.loss, mag.client.lr, mag.temperature["value"]) == ("magnitude_only", 0.01, 0.05)
+    assert cell_config(base, variants[4], {}, seed=0, suffix=False).client.loss == "direction_only"
+    # a tuned lr is scaled too: the control of lr = 0.05 at T = 0.05 runs at lr = 1.0
+    tuned = cell_config(base, variants[2], {"client.lr": 0.05}, seed=1, suffix=True)
+    assert tuned.client.lr == pytest.approx(1.0) and tuned.name.endswith("seed1")
+
+
+def _out(final: float, best: float, val: float, curve: list[float]) -> RunOutput:
+    records = [{"round": i + 1, "global_acc": a} for i, a in enumerate(curve)]
+    return RunOutput(None, records, {"final_global_acc": final, "best_global_acc": best, "final_val_acc": val, "final_global_loss": 1.0})
+
+
+def test_rows_and_table_over_three_seeds() -> None:
+    # base T=1: final [0.80, 0.90, 0.70]; T=0.1: final [0.85, 0.88, 0.80]
+    # paired diffs [0.05, -0.02, 0.10]: mean 0.043333, std 0.060277 (see test_stats), sign holds 2/3
+    # T=1 accuracy: mean 0.8, std 0.1, half width 4.3027 * 0.1 / sqrt(3) = 0.248417 -> [55.16, 104.84] %
+    # target at each seed = best of T=1 (reference) = [0.8, 0.9, 0.7]; T=0.1's curves reach it at rounds 2, never, 1
+    base, chill = Variant("T=1", {}, 1.0), Variant("T=0.1", {}, 0.1)
+    runs = {
+        ("T=1", 0): _out(0.80, 0.80, 0.7, [0.5, 0.8]), ("T=1", 1): _out(0.90, 0.90, 0.7, [0.6, 0.9]), ("T=1", 2): _out(0.70, 0.70, 0.7, [0.6, 0.7]),
+        ("T=0.1", 0): _out(0.85, 0.85, 0.8, [0.7, 0.85]), ("T=0.1", 1): _out(0.88, 0.88, 0.8, [0.8, 0.88]), ("T=0.1", 2): _out(0.80, 0.80, 0.8, [0.8, 0.8]),
+    }
+    rows = build_seed_rows([base, chill], runs, [0, 1, 2], base, base, None)
+    t1, t01 = rows
+    assert t1["final_acc"]["mean"] == pytest.approx(0.8) and t1["final_acc"]["std"] == pytest.approx(0.1)
+    assert t1["final_acc"]["ci_low"] == pytest.approx(0.8 - 0.248417, abs=1e-6)
+    assert t01["delta_acc"]["mean"] == pytest.approx(0.043333, abs=1e-6) and t01["delta_acc"]["sign_holds"] == 2
+    assert t01["delta_acc"]["per_seed"] == pytest.approx([0.05, -0.02, 0.10])
+    assert t01["rounds_to_target"] == [2, None, 1] and t1["rounds_to_target"] == [2, 2, 2]
+    table = format_seed_table(rows, "T=1", "T=1", None, "final", 0.0)
+    assert "| T=1 | 70.00 ± 0.00 | 80.00 ± 10.00 | [55.16, 104.84] | +0.00 ± 0.00 | [+0.00, +0.00] | 0/3 | 1.000 ± 0.000 | 2.0 (3/3) |" in table
+    assert "| T=0.1 | 80.00 ± 0.00 | 84.33 ± 4.04 |" in table and "| +4.33 ± 6.03 |" in table and "| 2/3 | 1.000 ± 0.000 | 1.5 (2/3) |" in table
+    # a diverged seed: dropped from the statistics and named in the table
+    runs[("T=0.1", 1)] = None
+    rows = build_seed_rows([base, chill], runs, [0, 1, 2], base, base, None)
+    assert rows[1]["diverged_seeds"] == [1] and rows[1]["delta_acc"]["n"] == 2
+    assert "T=0.1 (diverged at 1/3 seeds)" in format_seed_table(rows, "T=1", "T=1", None, "final", 0.0)
+
+
+TINY = [
+    "dataset.name=digits", "federation.num_clients=4", "federation.rounds=2", "model.name=mlp", "eval.client_split_size=20",
+]
+
+
+def test_variants_share_partition_and_initial_model_at_each_seed(tmp_path: Path) -> None:
+    # two labels with the same settings: identical metrics at each seed (same partition, same initial model);
+    # different seeds give different metrics
+    cfg = config_from_dict({
+        "name": "same", "out_dir": str(tmp_path), "dataset": {"name": "digits"}, "model": {"name": "mlp"},
+        "federation": {"num_clients": 4, "rounds": 2}, "eval": {"client_split_size": 20},
+        "variants": {"a": {"client": {"momentum": 0.0}}, "b": {"client": {"momentum": 0.0, "weight_decay": 0.0}}},
+    })
+    result = run_compare(cfg, [], progress=False, write=False, options=CompareOptions(seeds=[0, 1]))
+    a, b = result.rows
+    assert a["final_acc"]["per_seed"] == b["final_acc"]["per_seed"]
+    assert a["final_acc"]["per_seed"][0] != a["final_acc"]["per_seed"][1]
+    assert b["delta_acc"]["per_seed"] == [0.0, 0.0]
+
+
+def test_cli_compare_over_seeds_writes_table_and_bands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "cmp.toml"
+    config.write_text(f'name = "cmp"\nout_dir = "{tmp_path / "out"}"\n')
+    assert main(["compare", str(config), "-q", *TINY, "--grid", "temperature=1,0.5", "--seeds", "0,1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("seeds 0, 1 (n = 2)") and "| T=0.5 |" in out
+    folder = tmp_path / "out" / "cmp-compare"
+    rows = json.loads((folder / "table.json").read_text())
+    assert [r["seeds"] for r in rows] == [[0, 1], [0, 1]] and len(rows[1]["delta_acc"]["per_seed"]) == 2
+    assert (folder / "curves.png").stat().st_size > 0
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["T0.5_seed0", "T0.5_seed1", "T1_seed0", "T1_seed1"]
+
+
+def test_cli_tuning_needs_a_validation_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "cmp.toml"
+    config.write_text(f'name = "cmp"\nout_dir = "{tmp_path / "out"}"\n')
+    assert main(["compare", str(config), "-q", *TINY, "--grid", "temperature=1", "--tune", "client.lr=0.1,0.2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("chillfl: error: eval.validation:")
+    assert main(["compare", str(config), "-q", *TINY, "--grid", "temperature=1", "--seeds", "0,x"]) == 2
+    assert capsys.readouterr().err.startswith("chillfl: error: --seeds:")
+    assert not (tmp_path / "out").exists()
+
+
+def test_runs_are_bounded_before_anything_runs(tmp_path: Path) -> None:
+    # 11 variants x 1 point x 1000 seeds = 11000 runs > 10000
+    cfg = config_from_dict({"out_dir": str(tmp_path / "out")})
+    grid = ["temperature=" + ",".join(str(t) for t in range(1, 12))]
+    with pytest.raises(ConfigError, match="11000 runs"):
+        run_compare(cfg, grid, progress=False, options=CompareOptions(seeds=list(range(1000))))
+    assert not (tmp_path / "out").exists()

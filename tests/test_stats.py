@@ -1,0 +1,81 @@
+"""Statistics over seeds (chillfl.report.stats) on hand-worked values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from chillfl.report.stats import T975, paired_difference, summarize, t_quantile_975
+
+
+def test_mean_std_ci_of_1_2_3_4() -> None:
+    # mean = 10 / 4 = 2.5; squared deviations 2.25 + 0.25 + 0.25 + 2.25 = 5;
+    # sample variance 5 / 3, std = sqrt(5/3) = 1.290994;
+    # half width = t_{0.975,3} * std / sqrt(4) = 3.1824 * 1.290994 / 2 = 2.054232
+    s = summarize([1, 2, 3, 4])
+    assert s.n == 4
+    assert s.mean == 2.5
+    assert s.std == pytest.approx(math.sqrt(5 / 3))
+    assert s.half_width == pytest.approx(3.1824 * 1.290994 / 2, abs=1e-5)
+    assert s.low == pytest.approx(2.5 - 2.054232, abs=1e-5)
+    assert s.high == pytest.approx(2.5 + 2.054232, abs=1e-5)
+
+
+def test_one_value_has_no_spread() -> None:
+    s = summarize([0.7])
+    assert (s.mean, s.std, s.low, s.high) == (0.7, None, None, None)
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_two_values() -> None:
+    # [0, 1]: mean 0.5, std = sqrt(0.5) = 0.707107; half = 12.7062 * 0.707107 / sqrt(2) = 12.7062 / 2 = 6.3531
+    s = summarize([0.0, 1.0])
+    assert s.std == pytest.approx(math.sqrt(0.5))
+    assert s.half_width == pytest.approx(6.3531)
+
+
+def test_t_quantiles() -> None:
+    # table values from any t table; df = 31 from the Cornish-Fisher expansion vs the table value 2.0395;
+    # df = 60: 2.0003; df = 120: 1.9799; large df -> z = 1.95996
+    assert t_quantile_975(1) == 12.7062
+    assert t_quantile_975(2) == 4.3027
+    assert t_quantile_975(30) == 2.0423
+    assert t_quantile_975(31) == pytest.approx(2.0395, abs=2e-4)
+    assert t_quantile_975(60) == pytest.approx(2.0003, abs=1e-4)
+    assert t_quantile_975(120) == pytest.approx(1.9799, abs=1e-4)
+    assert t_quantile_975(10**6) == pytest.approx(1.95996, abs=1e-4)
+    assert list(T975) == sorted(T975, reverse=True)  # decreasing in df
+    with pytest.raises(ValueError):
+        t_quantile_975(0)
+
+
+def test_paired_difference_by_seed() -> None:
+    # d = [0.90-0.85, 0.80-0.82, 0.70-0.60] = [0.05, -0.02, 0.10]; mean = 0.13 / 3 = 0.043333;
+    # deviations 0.006667, -0.063333, 0.056667 -> squares 4.444e-5 + 4.0111e-3 + 3.2111e-3 = 7.2667e-3;
+    # variance 7.2667e-3 / 2 = 3.6333e-3, std = 0.060277; the mean is positive and d > 0 in 2 of 3 seeds
+    p = paired_difference([0.90, 0.80, 0.70], [0.85, 0.82, 0.60])
+    assert p.differences == pytest.approx((0.05, -0.02, 0.10))
+    assert p.summary.mean == pytest.approx(0.043333, abs=1e-6)
+    assert p.summary.std == pytest.approx(0.060277, abs=1e-6)
+    assert p.summary.half_width == pytest.approx(4.3027 * 0.060277 / math.sqrt(3), abs=1e-5)
+    assert (p.sign_holds, p.n) == (2, 3)
+
+
+def test_paired_vs_unpaired() -> None:
+    # A constant shift of 1 on noisy seeds: paired differences are exactly [1, 1, 1] (std 0),
+    # while each variant alone has std 10: pairing removes the seed's common part.
+    ref = [0.0, 10.0, 20.0]
+    p = paired_difference([1.0, 11.0, 21.0], ref)
+    assert p.summary.mean == 1.0 and p.summary.std == 0.0 and p.sign_holds == 3
+    assert summarize(ref).std == 10.0
+
+
+def test_zero_and_negative_differences() -> None:
+    # d = [0, 0]: no sign, holds in 0 seeds; d = [-1, -3]: mean -2, negative in both
+    assert paired_difference([1.0, 2.0], [1.0, 2.0]).sign_holds == 0
+    p = paired_difference([0.0, 0.0], [1.0, 3.0])
+    assert p.summary.mean == -2.0 and p.sign_holds == 2
+    with pytest.raises(ValueError):
+        paired_difference([1.0], [1.0, 2.0])

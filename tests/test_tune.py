@@ -1,0 +1,168 @@
+"""Tuning on the server validation split: the split itself, the selection rule, and proof that selection never reads the test set."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import chillfl.experiment as experiment
+from chillfl.config import RunConfig, config_from_dict
+from chillfl.data import build_federated_data, load_dataset
+from chillfl.data.federated import validation_split
+from chillfl.errors import ConfigError
+from chillfl.report.compare import CompareOptions, run_compare
+from chillfl.tune import parse_tune, point_scores, select_point, validation_score
+
+
+# --- the validation split -------------------------------------------------
+
+
+def test_validation_split_is_seeded_and_sized() -> None:
+    # round(0.25 * 10) = 2 (banker's rounding of 2.5 gives 2), sorted, within range, a function of the seed
+    a = validation_split(10, 0.25, seed=3)
+    assert a is not None and len(a) == 2 and list(a) == sorted(a) and a.max() < 10
+    assert np.array_equal(a, validation_split(10, 0.25, seed=3))
+    assert validation_split(10, 0.0, seed=3) is None
+    assert len(validation_split(100, 0.1, seed=0)) == 10  # type: ignore[arg-type]
+    draws = {tuple(validation_split(100, 0.1, seed=s)) for s in range(5)}  # type: ignore[arg-type]
+    assert len(draws) == 5
+    for bad in (1.0, -0.1):
+        with pytest.raises(ConfigError, match="eval.validation"):
+            validation_split(10, bad, seed=0)
+    with pytest.raises(ConfigError, match="eval.validation"):
+        validation_split(10, 0.01, seed=0)  # round(0.1) = 0 samples
+
+
+def test_validation_is_disjoint_from_every_test_metric() -> None:
+    ds = load_dataset("digits", {})
+    fed = build_federated_data(ds, num_clients=5, partitioner="dirichlet", partition_options={"alpha": 0.5}, seed=1, client_eval_size=30, validation=0.2)
+    val = fed.validation_indices
+    assert val is not None and len(val) == round(0.2 * len(ds.y_test))
+    x_test, y_test = fed.test()
+    xv, yv = fed.validation()  # type: ignore[misc]
+    assert len(y_test) + len(yv) == len(ds.y_test)
+    # the global test rows are exactly the complement: no test row equals a validation row index-wise
+    rest = np.setdiff1d(np.arange(len(ds.y_test)), val)
+    assert torch.equal(x_test, ds.x_test[torch.from_numpy(rest)]) and torch.equal(xv, ds.x_test[torch.from_numpy(val)])
+    for cid in range(5):  # the clients' proportional splits (local_acc) never use validation samples
+        assert not set(fed.eval_indices[cid]) & set(val)
+    plain = build_federated_data(ds, num_clients=5, partitioner="dirichlet", partition_options={"alpha": 0.5}, seed=1, client_eval_size=30)
+    assert plain.validation() is None and torch.equal(plain.test()[1], ds.y_test)
+    assert all(np.array_equal(a, b) for a, b in zip(plain.train_indices, fed.train_indices))  # the partition does not move
+
+
+def test_validation_option_is_checked() -> None:
+    with pytest.raises(ConfigError, match="eval.validation"):
+        config_from_dict({"eval": {"validation": 1.0}})
+    assert RunConfig().eval.validation == 0.0
+
+
+# --- the selection rule ---------------------------------------------------
+
+
+class OnlyValidation(Mapping[str, Any]):
+    """A metrics record that fails the test if anything but ``val_acc`` is read from it."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+
+    def __getitem__(self, key: str) -> Any:
+        assert key == "val_acc", f"selection read {key!r}"
+        return self.record[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        assert key == "val_acc", f"selection read {key!r}"
+        return self.record.get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        raise AssertionError("selection iterated a record")
+
+    def __len__(self) -> int:
+        return len(self.record)
+
+
+def _records(val: list[float], test: list[float]) -> list[OnlyValidation]:
+    return [OnlyValidation({"round": i + 1, "val_acc": v, "global_acc": t}) for i, (v, t) in enumerate(zip(val, test))]
+
+
+def test_scores_read_validation_only() -> None:
+    # point 0: val 0.5 -> 0.7 (final 0.7, best 0.7), test 0.99; point 1: val 0.8 -> 0.6 (final 0.6, best 0.8), test 0.1
+    p0 = _records([0.5, 0.7], [0.99, 0.99])
+    p1 = _records([0.8, 0.6], [0.10, 0.10])
+    assert validation_score(p0, "final") == 0.7 and validation_score(p1, "final") == 0.6
+    assert validation_score(p0, "best") == 0.7 and validation_score(p1, "best") == 0.8
+    # "final" picks point 0, "best" picks point 1, whatever the test accuracy says
+    assert select_point(point_scores([[p0], [p1]], "final")) == 0
+    assert select_point(point_scores([[p0], [p1]], "best")) == 1
+
+
+def test_mean_over_seeds_divergence_and_ties() -> None:
+    # point 0: seeds 0.6, 0.8 -> 0.7; point 1: 0.9 and a diverged seed -> -inf; point 2: 0.7, 0.7 -> 0.7 (tie: the earlier wins)
+    a = [_records([0.6], [0]), _records([0.8], [0])]
+    b = [_records([0.9], [0]), None]
+    c = [_records([0.7], [0]), _records([0.7], [0])]
+    scores = point_scores([a, b, c], "final")
+    assert scores[0] == pytest.approx(0.7) and math.isinf(scores[1]) and scores[2] == pytest.approx(0.7)
+    assert select_point(scores) == 0
+    with pytest.raises(ConfigError, match="eval.validation"):
+        validation_score([{"round": 1, "global_acc": 0.5}], "final")
+
+
+def test_parse_tune() -> None:
+    assert parse_tune({}) == [{}]
+    assert parse_tune({"client.lr": [0.1, 0.2], "client.epochs": [1, 2]}) == [
+        {"client.lr": 0.1, "client.epochs": 1}, {"client.lr": 0.1, "client.epochs": 2},
+        {"client.lr": 0.2, "client.epochs": 1}, {"client.lr": 0.2, "client.epochs": 2},
+    ]
+    for table, msg in (({"client.lr": []}, "non-empty"), ({"client.lr": 0.1}, "list"), ({"client.lr": [0.1, 0.1]}, "duplicate"), ({"seed": [1, 2]}, "tunable")):
+        with pytest.raises(ConfigError, match=msg):
+            parse_tune(table)
+    with pytest.raises(ConfigError, match="tune.client.lr"):
+        config_from_dict({"tune": {"client.lr": "fast"}})
+
+
+# --- end to end: poisoned test labels change test numbers, never the selection --------------
+
+TINY = {
+    "name": "tune", "dataset": {"name": "digits"}, "model": {"name": "mlp"}, "partition": {"name": "dirichlet", "alpha": 0.5},
+    "federation": {"num_clients": 4, "rounds": 2}, "eval": {"validation": 0.25, "client_split_size": 20},
+    "compare": {"seeds": [0, 1]}, "tune": {"client.lr": [0.002, 0.05, 0.3]},
+}
+
+
+def _compare(monkeypatch: pytest.MonkeyPatch, poison: bool) -> list[dict[str, Any]]:
+    real = experiment.load_dataset
+
+    def load(name: str, options: Any, data_dir: str = "data") -> Any:
+        ds = real(name, options, data_dir=data_dir)
+        if not poison:
+            return ds
+        y = ds.y_test.clone()
+        keep = torch.zeros(len(y), dtype=torch.bool)
+        for seed in (0, 1):  # the validation rows of every seed of the comparison keep their labels
+            keep[torch.from_numpy(validation_split(len(y), 0.25, seed))] = True  # type: ignore[arg-type]
+        y[~keep] = (y[~keep] + 1) % ds.num_classes  # every test label wrong
+        return dataclasses.replace(ds, y_test=y)
+
+    monkeypatch.setattr(experiment, "load_dataset", load)
+    cfg = config_from_dict(TINY)
+    return run_compare(cfg, ["temperature=1,0.1"], progress=False, write=False, options=CompareOptions()).rows
+
+
+def test_selection_never_reads_the_test_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    clean = _compare(monkeypatch, poison=False)
+    poisoned = _compare(monkeypatch, poison=True)
+    for a, b in zip(clean, poisoned):
+        assert a["tuned"] == b["tuned"]
+        assert a["validation_scores"] == b["validation_scores"]
+        # a seed's validation rows shared with the other seed's test rows are poisoned for that other seed
+        # only in its test metric; each seed's own validation numbers are identical
+        assert a["final_val_acc"] == b["final_val_acc"]
+        assert a["final_acc"]["per_seed"] != b["final_acc"]["per_seed"]
+    assert all(len(r["validation_scores"]) == 3 for r in clean)

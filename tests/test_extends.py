@@ -3,8 +3,10 @@
 ``bundled_configs_before.json`` holds every bundled config as it was before the
 rewrite (the TOML files of main at 193c31d, parsed with tomllib, one config a
 line; ``demo`` and ``fedchill/table1-*`` were not rewritten and are not in it),
-except for one later, deliberate change: SCARLET's CIFAR-10 configs train
-``resnet20`` (its Table III model) where they had ``resnet18`` as a stand-in.
+except for two later, deliberate changes: SCARLET's CIFAR-10 configs train
+``resnet20`` (its Table III model) where they had ``resnet18`` as a stand-in,
+and the full-size CIFAR configs of FLex&Chill and SCARLET set the papers'
+augmentation (``[dataset.augment]``: random crop with padding 4 and flip).
 Each rewritten config must resolve to the very same dict and the very same
 RunConfig as its old file.
 """

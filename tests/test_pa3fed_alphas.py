@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chillfl.metrics.pa3fed_alphas import alpha_summary, main
+from chillfl.metrics.pa3fed_alphas import alpha_summary, main, mean_summary
 
 
 RECORDS = [
@@ -46,7 +46,20 @@ def test_cli_tabulates_pa3fed_runs_only(tmp_path: Path, capsys: pytest.CaptureFi
     (tmp_path / "cmp" / "FedAvg_seed0").mkdir(parents=True)
     (tmp_path / "cmp" / "PA3Fed_seed0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
     (tmp_path / "cmp" / "FedAvg_seed0" / "metrics.jsonl").write_text(json.dumps({"round": 1, "global_acc": 0.5}) + "\n")
-    assert main([str(tmp_path / "cmp")]) == 0
-    out = capsys.readouterr().out.splitlines()
-    rows = [line for line in out if line.startswith("| cmp/")]
-    assert rows == ["| cmp/PA3Fed_seed0 | 4 | 50 | 50 | 0.600 / 0.750 / 0.900 | 43 | 0.0400 | 0.1000 |"]
+    folder = tmp_path / "cmp"
+    assert main([str(folder), "--runs"]) == 0
+    out = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {folder}")]
+    assert out == [
+        f"| {folder} / PA3Fed_seed0 | 4 | 50 | 50 | 0.600 / 0.750 / 0.900 | 43 | 0.0400 | 0.1000 |",
+        f"| {folder} (mean of 1 runs) | 4 | 50 | 50 | 0.600 / 0.750 / 0.900 | 43 | 0.0400 | 0.1000 |",
+    ]
+
+
+def test_mean_over_runs() -> None:
+    a = alpha_summary(RECORDS)  # clp 0.5, median 0.75, shift_adapted 0.04
+    b = alpha_summary(RECORDS[:2])  # rounds 1-2: clp 0.5, returning alphas [0.9], first 3/4, shift_adapted 0.02, max 0.02
+    m = mean_summary([a, b])
+    assert m.rounds == 3 and m.clp_fraction == 0.5  # (4 + 2) / 2 rounds
+    assert m.alpha_median == pytest.approx((0.75 + 0.9) / 2)
+    assert m.first_share == pytest.approx((3 / 7 + 3 / 4) / 2)
+    assert m.shift_adapted == pytest.approx(0.03) and m.shift_max == pytest.approx(0.06)  # (0.1 + 0.02) / 2

@@ -15,7 +15,8 @@ Per run, from PA3Fed's round records (``agg_clp``, ``agg_adapted``,
   largest value over all rounds (including the rounds where it was not used).
 
 ``python -m chillfl.metrics.pa3fed_alphas FOLDER...`` prints one Markdown row
-per PA3Fed run found under the folders (run or compare folders).
+per folder (run or compare folder): the field-wise mean over the PA3Fed
+runs found under it (e.g. its seeds); ``--runs`` adds one row per run.
 """
 
 from __future__ import annotations
@@ -89,19 +90,36 @@ def row(label: str, s: AlphaSummary) -> str:
     )
 
 
+def mean_summary(summaries: Sequence[AlphaSummary]) -> AlphaSummary:
+    """Field-wise mean over runs (e.g. seeds): the mean minimum alpha, mean median, ..."""
+    if not summaries:
+        raise ValueError("no runs to average")
+    n = len(summaries)
+    fields = AlphaSummary.__dataclass_fields__
+    means = {k: sum(getattr(s, k) for s in summaries) / n for k in fields}
+    means["rounds"] = round(means["rounds"])
+    return AlphaSummary(**means)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Tabulate PA3Fed's CLP share, alpha distribution and weight shift for every PA3Fed run under FOLDER..."""
+    """Tabulate PA3Fed's CLP share, alpha distribution and weight shift: one row per FOLDER (mean over its PA3Fed runs)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m chillfl.metrics.pa3fed_alphas", description=main.__doc__)
     parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--runs", action="store_true", help="also one row per run")
     args = parser.parse_args(argv)
     print(HEADER)
     for folder in args.folders:
+        found: list[AlphaSummary] = []
         for path in sorted(folder.glob("**/metrics.jsonl")):
             records = read_records(path)
             if any("agg_alphas" in r for r in records):
-                print(row(str(path.parent.relative_to(folder.parent)), alpha_summary(records)))
+                found.append(alpha_summary(records))
+                if args.runs:
+                    print(row(f"{folder} / {path.parent.name}", found[-1]))
+        if found:
+            print(row(f"{folder} (mean of {len(found)} runs)", mean_summary(found)))
     return 0
 
 

@@ -10,7 +10,7 @@ import torch
 
 from chillfl.aggregation.base import ClientResult, Downlink, FedAvg, Params
 from chillfl.aggregation.fednova import FedNova
-from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions, client_score, gradient_norm, stability_coefficient
+from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions, client_score, gradient_norm, stability_coefficient, weight_shift
 from chillfl.metrics.fgn import detect_clp, federated_gradient_norm, is_clp
 
 
@@ -120,10 +120,22 @@ def test_wrapper_weights_inside_and_outside_clp() -> None:
     assert out["w"].item() == pytest.approx(a / (1 + a))
     m = agg.round_metrics()
     assert m["clp"] is True and m["fgn"] == pytest.approx(0.4) and m["alphas"] == pytest.approx({0: 1.0, 1: math.exp(-0.6)})
+    # weight shift (TV distance to FedAvg's (0.25, 0.75)): 0.5 * (|1/(1+a) - 0.25| + |a/(1+a) - 0.75|)
+    # = 1/(1+a) - 0.25 with a = 3 e^-0.6 = 1.64644 -> 1 / 2.64644 - 0.25 = 0.37787 - 0.25 = 0.12787
+    assert m["weight_shift"] == pytest.approx(1 / (1 + a) - 0.25) and m["weight_shift"] == pytest.approx(0.12787, abs=1e-5)
     # round 2: FGN unchanged (rise 0) -> outside CLP -> FedAvg weights again, though alpha_1 = exp(-0.3) now
     out = agg.aggregate(g, [result(0, 1, 0.0, score=1.0, grad_norm=2.0), result(1, 3, 1.0, score=1.0, grad_norm=2.0)], 2)
     assert out["w"].item() == pytest.approx(0.75)
     assert agg.round_metrics()["alphas"][1] == pytest.approx(math.exp(-0.3))
+    # the shift is recorded though not applied: 1/(1 + 3 e^-0.3) - 0.25 = 1/3.2225 - 0.25 = 0.06032
+    assert agg.round_metrics()["adapted"] is False
+    assert agg.round_metrics()["weight_shift"] == pytest.approx(1 / (1 + 3 * math.exp(-0.3)) - 0.25)
+
+
+def test_weight_shift_is_total_variation() -> None:
+    # 0.5 * (|0.5 - 0.2| + |0.3 - 0.3| + |0.2 - 0.5|) = 0.3; identical weights -> 0
+    assert weight_shift(torch.tensor([0.2, 0.3, 0.5]), torch.tensor([0.5, 0.3, 0.2])) == pytest.approx(0.3)
+    assert weight_shift(torch.tensor([0.25, 0.75]), torch.tensor([0.25, 0.75])) == 0.0
 
 
 def test_mode_always_and_never() -> None:

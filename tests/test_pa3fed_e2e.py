@@ -117,6 +117,10 @@ def test_records_follow_eqs_5_6_10(data: FederatedData, tmp_path: Path) -> None:
             expected = 1.0 if c not in last_score else math.exp(-0.3 * abs(last_score[c] - s))
             assert r["agg_alphas"][c] == pytest.approx(expected, rel=1e-12)
             last_score[c] = s
+        # weight shift: 0.5 * sum_i |m_i alpha_i / sum_j m_j alpha_j - m_i|
+        ma = {c: sizes[int(c)] / total * r["agg_alphas"][c] for c in ids}
+        shift = 0.5 * sum(abs(ma[c] / sum(ma.values()) - sizes[int(c)] / total) for c in ids)
+        assert r["agg_weight_shift"] == pytest.approx(shift, rel=1e-9, abs=1e-15)
     assert any(a < 1.0 for r in records for a in r["agg_alphas"].values())  # some client came back
 
     folder = out.folder

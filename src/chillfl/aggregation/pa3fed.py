@@ -109,6 +109,15 @@ def stability_coefficient(previous_score: float | None, score: float, beta: floa
     return math.exp(-beta * (diff if signed else abs(diff)))
 
 
+def weight_shift(base_weights: torch.Tensor, weights: torch.Tensor) -> float:
+    """Total-variation distance 0.5 * sum_i |w_i - p_i| between two weight vectors summing to 1.
+
+    How far the alpha-reweighted aggregation weights m_i alpha_i / sum_j m_j alpha_j
+    depart from the base's own p_i: 0 for uniform alphas, at most 1.
+    """
+    return 0.5 * float((weights.to(torch.float64) - base_weights.to(torch.float64)).abs().sum())
+
+
 @torch.no_grad()
 def client_score(forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor, *, batch_size: int = 1024) -> float:
     """Eq. 8: mean of -log softmax(f(x))_y over the client's whole local data (T = 1)."""
@@ -262,16 +271,21 @@ class PA3Fed:
             self.previous_fgn = fgn
         alphas = self._alphas(results)
         adapt = o.mode == "always" or (o.mode == "clp" and clp)
-        if adapt:
+        shift: float | None = None
+        if len(alphas) == len(results):
+            base_w = self.base.default_weights(results).to(torch.float64)
             a = torch.tensor([alphas[r.client_id] for r in results], dtype=torch.float64)
-            w = self.base.default_weights(results).to(torch.float64) * a
-            out = self.base.aggregate(global_params, results, round, weights=w / w.sum())
+            w = base_w * a
+            w = w / w.sum()
+            shift = weight_shift(base_w / base_w.sum(), w)
+        if adapt:
+            out = self.base.aggregate(global_params, results, round, weights=w)
         else:
             out = self.base.aggregate(global_params, results, round)
         base_metrics = dict(self.base.round_metrics())
         scores = {r.client_id: float(r.extras["score"]) for r in results if "score" in r.extras}
         norms = {r.client_id: float(r.extras["grad_norm"]) for r in results if "grad_norm" in r.extras}
-        self._metrics = {**base_metrics, "fgn": fgn, "clp": clp, "adapted": adapt, "alphas": alphas, "scores": scores, "grad_norms": norms}
+        self._metrics = {**base_metrics, "fgn": fgn, "clp": clp, "adapted": adapt, "alphas": alphas, "weight_shift": shift, "scores": scores, "grad_norms": norms}
         return out
 
     def round_metrics(self) -> Mapping[str, Any]:

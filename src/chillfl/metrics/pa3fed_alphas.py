@@ -1,0 +1,127 @@
+"""How far PA3Fed's reweighting departs from its base, read from metrics.jsonl (issue 15 study).
+
+Per run, from PA3Fed's round records (``agg_clp``, ``agg_adapted``,
+``agg_alphas``, ``agg_weight_shift``):
+
+* ``clp_fraction``: share of rounds the Eq. 6 check put in a critical
+  learning period; ``adapted_fraction``: share aggregated with m_i alpha_i.
+* alpha quantiles (min, median, max) over every (round, client) pair of
+  a *returning* client (a first participation has alpha = 1 by definition,
+  so counting it would only pull the distribution towards 1);
+  ``first_share``: the share of pairs that were first participations.
+* ``shift_adapted``: mean over adapted rounds of the total-variation distance
+  0.5 sum_i |m_i alpha_i / sum_j m_j alpha_j - m_i| between the weights used
+  and the base's weights (0: FedAvg's weights exactly); ``shift_max``: its
+  largest value over all rounds (including the rounds where it was not used).
+
+``python -m chillfl.metrics.pa3fed_alphas FOLDER...`` prints one Markdown row
+per folder (run or compare folder): the field-wise mean over the PA3Fed
+runs found under it (e.g. its seeds); ``--runs`` adds one row per run.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class AlphaSummary:
+    rounds: int
+    clp_fraction: float
+    adapted_fraction: float
+    alpha_min: float
+    alpha_median: float
+    alpha_max: float
+    first_share: float
+    shift_adapted: float
+    shift_max: float
+
+
+def alpha_summary(records: Sequence[Mapping[str, Any]]) -> AlphaSummary:
+    """Summary of one PA3Fed run's round records (see the module docstring)."""
+    pa3 = [r for r in records if "agg_alphas" in r]
+    if not pa3:
+        raise ValueError("no PA3Fed records (agg_alphas) in this run")
+    seen: set[str] = set()
+    returning: list[float] = []
+    first = 0
+    for r in pa3:
+        for cid, alpha in r["agg_alphas"].items():
+            if str(cid) in seen:
+                returning.append(float(alpha))
+            else:
+                first += 1
+                seen.add(str(cid))
+    shifts = [float(r["agg_weight_shift"]) for r in pa3 if r.get("agg_weight_shift") is not None]
+    adapted_shifts = [float(r["agg_weight_shift"]) for r in pa3 if r.get("agg_adapted") and r.get("agg_weight_shift") is not None]
+    nan = float("nan")
+    return AlphaSummary(
+        rounds=len(pa3),
+        clp_fraction=sum(bool(r.get("agg_clp")) for r in pa3) / len(pa3),
+        adapted_fraction=sum(bool(r.get("agg_adapted")) for r in pa3) / len(pa3),
+        alpha_min=min(returning) if returning else nan,
+        alpha_median=statistics.median(returning) if returning else nan,
+        alpha_max=max(returning) if returning else nan,
+        first_share=first / (first + len(returning)),
+        shift_adapted=statistics.fmean(adapted_shifts) if adapted_shifts else 0.0,
+        shift_max=max(shifts) if shifts else nan,
+    )
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+HEADER = (
+    "| run | rounds | CLP rounds % | adapted % | alpha min / median / max (returning clients) | first participations % "
+    "| weight shift (TV), mean over adapted rounds | max |\n|---|---|---|---|---|---|---|---|"
+)
+
+
+def row(label: str, s: AlphaSummary) -> str:
+    return (
+        f"| {label} | {s.rounds} | {100 * s.clp_fraction:.0f} | {100 * s.adapted_fraction:.0f} "
+        f"| {s.alpha_min:.3f} / {s.alpha_median:.3f} / {s.alpha_max:.3f} | {100 * s.first_share:.0f} "
+        f"| {s.shift_adapted:.4f} | {s.shift_max:.4f} |"
+    )
+
+
+def mean_summary(summaries: Sequence[AlphaSummary]) -> AlphaSummary:
+    """Field-wise mean over runs (e.g. seeds): the mean minimum alpha, mean median, ..."""
+    if not summaries:
+        raise ValueError("no runs to average")
+    n = len(summaries)
+    fields = AlphaSummary.__dataclass_fields__
+    means = {k: sum(getattr(s, k) for s in summaries) / n for k in fields}
+    means["rounds"] = round(means["rounds"])
+    return AlphaSummary(**means)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Tabulate PA3Fed's CLP share, alpha distribution and weight shift: one row per FOLDER (mean over its PA3Fed runs)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m chillfl.metrics.pa3fed_alphas", description=main.__doc__)
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--runs", action="store_true", help="also one row per run")
+    args = parser.parse_args(argv)
+    print(HEADER)
+    for folder in args.folders:
+        found: list[AlphaSummary] = []
+        for path in sorted(folder.glob("**/metrics.jsonl")):
+            records = read_records(path)
+            if any("agg_alphas" in r for r in records):
+                found.append(alpha_summary(records))
+                if args.runs:
+                    print(row(f"{folder} / {path.parent.name}", found[-1]))
+        if found:
+            print(row(f"{folder} (mean of {len(found)} runs)", mean_summary(found)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

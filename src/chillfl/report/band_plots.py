@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from chillfl.engine.results import series
-from chillfl.report.plots import plt
+from chillfl.report.plots import finish_panels, plt
 
 
 def band(runs: Sequence[Sequence[Mapping[str, Any]]], key: str) -> tuple[list[int], list[float], list[float], list[float]]:
@@ -32,9 +32,4 @@ def plot_band_curves(curves: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
             ax.fill_between(rounds, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     ax_acc.set(xlabel="round", ylabel=key, title=(title or "Accuracy") + ": mean over seeds, band = min-max")
     ax_loss.set(xlabel="round", ylabel=loss_key, title="Loss")
-    for ax in (ax_acc, ax_loss):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    finish_panels(fig, (ax_acc, ax_loss), path)

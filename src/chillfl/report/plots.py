@@ -68,7 +68,12 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
         ax_loss.plot(rounds, values, label=label)
     ax_acc.set(xlabel="round", ylabel=key, title=title or "Accuracy")
     ax_loss.set(xlabel="round", ylabel=loss_key, title="Loss")
-    for ax in (ax_acc, ax_loss):
+    finish_panels(fig, (ax_acc, ax_loss), path)
+
+
+def finish_panels(fig: Any, axes: Sequence[Any], path: str | Path) -> None:
+    """Grid and legend on every panel, then save and close: the common end of the curve figures."""
+    for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()

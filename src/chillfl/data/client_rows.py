@@ -30,6 +30,10 @@ from typing import overload
 import numpy as np
 
 
+CSR_BLOCK = 1 << 20
+"""Indices :meth:`ClientRows.class_counts` reads at a time from a csr table (bounds its temporaries)."""
+
+
 class ClientRows(Sequence[np.ndarray]):
     """Row indices of every client, as ``ranges`` (starts, lengths) or ``csr`` (flat, offsets); see the module docstring."""
 
@@ -124,20 +128,30 @@ class ClientRows(Sequence[np.ndarray]):
         return self._lengths.copy()
 
     def class_counts(self, labels: np.ndarray, num_classes: int) -> np.ndarray:
-        """[clients, classes] int64 label counts, without a Python loop over clients."""
+        """[clients, classes] int64 label counts, without a Python loop over clients.
+
+        Ranges: differences of the pool's running class counts (memory O(pool x classes),
+        whatever the number of clients); csr: one ``bincount`` per block of about a
+        million indices.
+        """
         n = len(self)
-        total = int(self._lengths.sum())
-        if total == 0:
-            return np.zeros((n, num_classes), dtype=np.int64)
-        owner = np.repeat(np.arange(n, dtype=np.int64), self._lengths)
+        labels = np.asarray(labels)
         if self._starts is not None:
-            first = np.repeat(self._starts - np.concatenate([[0], np.cumsum(self._lengths)[:-1]]), self._lengths)
-            rows = first + np.arange(total, dtype=np.int64)
-        else:
-            assert self._flat is not None
-            rows = np.asarray(self._flat, dtype=np.int64)
-        cells = owner * num_classes + np.asarray(labels)[rows].astype(np.int64)
-        return np.bincount(cells, minlength=n * num_classes).reshape(n, num_classes).astype(np.int64)
+            running = np.zeros((len(labels) + 1, num_classes), dtype=np.int64)
+            np.cumsum(np.eye(num_classes, dtype=np.int64)[labels], axis=0, out=running[1:])
+            return running[self._starts + self._lengths] - running[self._starts]
+        assert self._flat is not None and self._offsets is not None
+        out = np.zeros((n, num_classes), dtype=np.int64)
+        lo = 0
+        while lo < n:
+            hi = max(lo + 1, int(np.searchsorted(self._offsets, self._offsets[lo] + CSR_BLOCK, side="right")) - 1)
+            hi = min(hi, n)
+            rows = np.asarray(self._flat[self._offsets[lo] : self._offsets[hi]], dtype=np.int64)
+            owner = np.repeat(np.arange(hi - lo, dtype=np.int64), self._lengths[lo:hi])
+            cells = owner * num_classes + labels[rows].astype(np.int64)
+            out[lo:hi] = np.bincount(cells, minlength=(hi - lo) * num_classes).reshape(hi - lo, num_classes)
+            lo = hi
+        return out
 
     def nbytes(self) -> int:
         """Bytes the index arrays hold (a memory-mapped ``flat`` counts as its file size)."""

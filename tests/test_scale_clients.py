@@ -15,11 +15,13 @@ import numpy as np
 import pytest
 import torch
 
+from chillfl.aggregation.client_states import ClientParams
 from chillfl.config import load_config
 from chillfl.data.client_rows import ClientRows
 from chillfl.data.datasets import ArrayDataset
 from chillfl.data.federated import FederatedData
-from chillfl.experiment import build_experiment
+from chillfl.engine.loop import run_rounds
+from chillfl.experiment import build_experiment, build_protocol, make_executor
 from chillfl.models.assign import plan_models
 from chillfl.runner import rounds_for
 from chillfl.temperature.fedchill import FedChillOptions, FedChillPolicy, initial_temperature
@@ -192,3 +194,38 @@ def test_fedchill_reads_the_sparse_and_the_older_list_checkpoint() -> None:
     assert c.snapshot() == a.snapshot()
     with pytest.raises(ValueError):
         c.load_state_dict({"clients": {"7": older["clients"][0]}})
+
+
+# ---------------------------------------------------------------- per-client tables: compact, off the device, O(clients with state)
+
+
+def test_client_params_store_copies_flat_and_keeps_layouts() -> None:
+    stacked = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 4, 3).permute(0, 2, 1)  # rows: [3, 4], transposed layout
+    row = stacked[1]
+    store = ClientParams()
+    store[7] = {"w": row, "b": torch.tensor([1.5, -2.0]), "n": torch.tensor(3)}
+    back = store[7]
+    assert torch.equal(back["w"], row) and back["w"].stride() == row.stride() == (1, 3)
+    assert torch.equal(back["b"], torch.tensor([1.5, -2.0])) and back["n"].dtype == torch.int64 and int(back["n"]) == 3
+    stacked.zero_()  # the store holds a copy, not a view of the executor's stacked chunk
+    assert float(store[7]["w"].sum()) == float(sum(range(12, 24)))
+    # one flat buffer per dtype: 12 + 2 float32 (56 B) and one int64 (8 B)
+    assert {k: v.numel() for k, v in store.flat(7).items()} == {"float32": 14, "int64": 1}
+    assert store.nbytes() == 14 * 4 + 8 and len(store) == 1 and 7 in store and 8 not in store
+    del store[7]
+    assert len(store) == 0 and store.get(7) is None
+
+
+def test_scaffold_keeps_c_i_only_for_sampled_clients_of_100k() -> None:
+    exp = build_experiment(config(100_000, **{"algorithm": {"name": "scaffold"}}), data=federation(100_000))
+    protocol = build_protocol(exp)
+    records = list(run_rounds(protocol, make_executor(exp, protocol), seed=3, num_clients=100_000, clients_per_round=6, rounds=2))
+    seen = {c for r in records for c in r["clients"]}
+    controls = exp.aggregator.client_controls  # type: ignore[attr-defined]
+    assert set(controls) == seen and len(seen) <= 12
+    # mlp 8 -> 16 -> 4: 8*16 + 16 + 16*4 + 4 = 212 float32 per client, nothing else
+    assert controls.nbytes() == len(seen) * 212 * 4
+    assert all(v.device.type == "cpu" for bufs in controls._buffers.values() for v in bufs.values())
+    state = protocol.state_dict()
+    assert set(state["aggregator"]["client_controls"]) == {str(c) for c in seen}
+    assert len(state["ledger"]["clients"]) == len(seen)

@@ -7,7 +7,13 @@
 * a deployment: SuperLink + two SuperNodes as processes on 127.0.0.1 with TLS certificates made here, a
   FedChill run started with ``flwr run`` gives chillfl's metrics; SuperNodes without the CA certificate or
   without TLS are refused; every process exits on SIGTERM;
-* what Flower does not carry (the soft-label protocol) and a missing ``flwr`` are one-line ConfigErrors.
+* the soft-label protocol with SCARLET's cache (4 clients, 3 of them a round, on 2 SuperNodes; 3 rounds): the
+  same records as chillfl's runtime, bit for bit, including the cache's hit ratio, the bytes it saves and the
+  server's digest check of every client's rebuilt soft-labels, which passes only if each client's cache C_k
+  persisted on its node between rounds (the server holds no client state);
+* a client's state round-trips exactly through its node's ``Context.state``;
+* bad combinations (soft-label + ``checkpoint.client_models``, soft-label + FedProx's term) and a missing ``flwr``
+  are one-line ConfigErrors.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ import torch
 pytest.importorskip("flwr")
 
 from chillfl.config import config_from_dict  # noqa: E402
+from chillfl.distillation.cache import CacheSyncDelta, ClientCache  # noqa: E402
+from chillfl.distillation.protocol import ClientState  # noqa: E402
+from chillfl.flower.apps import NodeHeld, NodeHeldStates  # noqa: E402
+from chillfl.flower.state import held_clients, load_client_state, save_client_state  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
 from chillfl.flower import run_simulation, server_app  # noqa: E402
 from chillfl.flower.wire import decode, encode  # noqa: E402
@@ -98,11 +108,65 @@ def test_simulation_equals_chillfl_runtime(method: str, tmp_path: Path) -> None:
     assert Path(out.folder).name == "flower" and (Path(out.folder) / "metrics.jsonl").is_file()
 
 
-def test_soft_label_protocol_is_refused_in_one_line(tmp_path: Path) -> None:
-    config = _config(tmp_path, distillation={"method": "scarlet", "public_size": 120, "subset_size": 40})
+SCARLET = {"method": "scarlet", "public_size": 60, "subset_size": 40, "cache_duration": 3, "server_epochs": 1, "distill_batch_size": 32}
+
+
+def test_scarlet_simulation_equals_chillfl_runtime_and_uses_the_cache(tmp_path: Path) -> None:
+    federation = {"num_clients": 4, "clients_per_round": 3, "rounds": 3}
+    config = _config(tmp_path, distillation=SCARLET, federation=federation, name="scarlet")
+    expected = run_experiment(config, write=False, progress=False).records
+    out = run_simulation(config, num_supernodes=2)  # clients 0, 2 share one node's Context.state, 1, 3 the other's
+    assert [r["round"] for r in out.records] == [1, 2, 3]
+    assert out.records == expected  # every metric, floats compared exactly (server model, local_acc, bytes, cache)
+    # the cache is really used: 40 of 60 public indices a round overlap, so rounds 2 and 3 request fewer rows than drawn
+    assert [r["public_drawn"] for r in out.records] == [40, 40, 40]
+    assert all(r["public_requested"] < 40 and r["cache_hit_ratio"] > 0 for r in out.records[1:])
+    assert all(r["bytes_detail"].get("down.cache_signals", 0) > 0 for r in out.records[1:])
+    # every sampled client rebuilt round t-1's soft-labels from the cache kept on its node, checked by digest
+    assert [r["sync_verified"] for r in out.records] == [0, 3, 3]
+    # 3 of 4 sampled a round: some client missed a round and caught up with a non-empty sync delta
+    assert sum(r["bytes_detail"].get("down.sync", 0) for r in out.records) > 0
+
+
+def test_client_state_round_trips_through_context_state() -> None:
+    from flwr.app import RecordDict
+
+    g = torch.Generator().manual_seed(1)
+    cache = ClientCache(3)
+    cache.apply_sync(CacheSyncDelta(3, 2, torch.tensor([5, 1]), torch.rand(2, 4, generator=g), torch.zeros(0, dtype=torch.long)))
+    model = {"fc.weight": torch.randn(4, 3, generator=g), "fc.bias": torch.randn(4, generator=g, dtype=torch.float64), "steps": torch.tensor(9)}
+    records = RecordDict()
+    save_client_state(records, 3, ClientState(model, cache, torch.tensor([True, False, True])))
+    save_client_state(records, 10, ClientState({"w": torch.ones(2)}))  # no cache, no mask
+    assert held_clients(records) == [3, 10] and load_client_state(records, 4) is None
+    back = load_client_state(records, 3)
+    assert back is not None and back.cache is not None and back.in_distribution is not None
+    assert list(back.model) == list(model)  # key order kept
+    assert all(back.model[k].dtype == v.dtype and torch.equal(back.model[k], v) for k, v in model.items())
+    assert back.cache.synced_round == 2 and sorted(back.cache.entries()) == [1, 5]
+    assert all(torch.equal(back.cache.entries()[i], cache.entries()[i]) for i in (1, 5))
+    assert back.in_distribution.tolist() == [True, False, True]
+    plain = load_client_state(records, 10)
+    assert plain is not None and plain.cache is None and plain.in_distribution is None and torch.equal(plain.model["w"], torch.ones(2))
+
+
+def test_server_store_keeps_no_client_state() -> None:
+    store = NodeHeldStates()
+    store.save(2, NodeHeld(7))
+    assert store.load(2) is None and store.ids() == [] and store.where == {2: NodeHeld(7)}
+    with pytest.raises(TypeError, match="must stay on its node"):
+        store.save(1, ClientState({"w": torch.ones(1)}))
+
+
+def test_bad_soft_label_combinations_are_one_line_config_errors(tmp_path: Path) -> None:
+    config = _config(tmp_path, distillation=SCARLET, checkpoint={"client_models": True})
     with pytest.raises(ConfigError) as info:
-        run_simulation(config)
-    assert str(info.value).startswith("distillation.method: ") and "\n" not in str(info.value)
+        run_simulation(config)  # refused before Flower starts
+    assert str(info.value).startswith("checkpoint.client_models: ") and "\n" not in str(info.value)
+    config = _config(tmp_path, distillation=SCARLET, algorithm={"name": "fedprox", "mu": 0.01})
+    with pytest.raises(ConfigError) as info:
+        run_simulation(config, num_supernodes=1)  # raised by the ServerApp (the protocol's own check), re-raised here
+    assert str(info.value).startswith("algorithm.name: ") and "\n" not in str(info.value)
 
 
 def test_without_flwr_one_line_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

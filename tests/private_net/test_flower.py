@@ -5,8 +5,9 @@
   SCAFFOLD + a FedProx term, and PA3Fed with FLex&Chill's fixed temperature, give the same records as
   ``chillfl``'s runtime (every float compared exactly);
 * a deployment: SuperLink + two SuperNodes as processes on 127.0.0.1 with TLS certificates made here, a
-  FedChill run started with ``flwr run`` gives chillfl's metrics; SuperNodes without the CA certificate or
-  without TLS are refused; every process exits on SIGTERM;
+  FedChill run and then a SCARLET run started with ``flwr run`` give chillfl's metrics (SCARLET's client
+  caches persist in the SuperNodes' ``Context.state``); SuperNodes without the CA certificate or without
+  TLS are refused; every process exits on SIGTERM;
 * the soft-label protocol with SCARLET's cache (4 clients, 3 of them a round, on 2 SuperNodes; 3 rounds): the
   same records as chillfl's runtime, bit for bit, including the cache's hit ratio, the bytes it saves and the
   server's digest check of every client's rebuilt soft-labels, which passes only if each client's cache C_k
@@ -165,7 +166,7 @@ def test_bad_soft_label_combinations_are_one_line_config_errors(tmp_path: Path) 
     assert str(info.value).startswith("checkpoint.client_models: ") and "\n" not in str(info.value)
     config = _config(tmp_path, distillation=SCARLET, algorithm={"name": "fedprox", "mu": 0.01})
     with pytest.raises(ConfigError) as info:
-        run_simulation(config, num_supernodes=1)  # raised by the ServerApp (the protocol's own check), re-raised here
+        run_simulation(config, num_supernodes=1)  # the protocol's own check, raised before Flower starts
     assert str(info.value).startswith("algorithm.name: ") and "\n" not in str(info.value)
 
 
@@ -207,25 +208,38 @@ def _bin(name: str) -> str:
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI to make the test certificates")
-def test_deployment_with_tls_two_supernodes_and_flwr_run(tmp_path: Path) -> None:
-    _certificates(tmp_path)
-    config = _config(tmp_path, temperature={"policy": "fedchill"}, federation={"num_clients": 4, "clients_per_round": 2, "rounds": 2}, name="deployed")
+def _app(tmp_path: Path, config: Any) -> Path:
+    """A Flower app folder whose run config names ``config`` (written as TOML next to it)."""
     import tomli_w
 
     def plain(d: dict[str, Any]) -> dict[str, Any]:
         return {k: plain(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None and v != {}}
 
-    (tmp_path / "run.toml").write_text(tomli_w.dumps(plain(config.to_dict())))
-    app = tmp_path / "app"
+    toml = tmp_path / f"{config.name}.toml"
+    toml.write_text(tomli_w.dumps(plain(config.to_dict())))
+    app = tmp_path / f"app-{config.name}"
     app.mkdir()
     (app / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
-        '[project]\nname = "chillfl-test-app"\nversion = "1.0.0"\ndescription = "chillfl on Flower"\nlicense = "Apache-2.0"\ndependencies = []\n\n'
+        f'[project]\nname = "chillfl-{config.name}"\nversion = "1.0.0"\ndescription = "chillfl on Flower"\nlicense = "Apache-2.0"\ndependencies = []\n\n'
         '[tool.hatch.build.targets.wheel]\npackages = ["."]\n\n'
         '[tool.flwr.app]\npublisher = "chillfl"\n\n'
         '[tool.flwr.app.components]\nserverapp = "chillfl.flower.deploy:server"\nclientapp = "chillfl.flower.deploy:client"\n\n'
-        f'[tool.flwr.app.config]\nconfig = "{tmp_path / "run.toml"}"\noverrides = ""\nmin-nodes = 2\n'
+        f'[tool.flwr.app.config]\nconfig = "{toml}"\noverrides = ""\nmin-nodes = 2\n'
     )
+    return app
+
+
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI to make the test certificates")
+def test_deployment_with_tls_two_supernodes_and_flwr_run(tmp_path: Path) -> None:
+    """FedChill, then SCARLET with its cache, each started with ``flwr run`` on the same SuperLink and SuperNodes."""
+    _certificates(tmp_path)
+    fedchill = _config(tmp_path, temperature={"policy": "fedchill"}, federation={"num_clients": 4, "clients_per_round": 2, "rounds": 2}, name="deployed")
+    # SCARLET needs 3 rounds: round 3 is the first to rebuild soft-labels from entries a client cached in an earlier message
+    scarlet = _config(tmp_path, distillation=SCARLET, federation={"num_clients": 4, "clients_per_round": 3, "rounds": 3}, name="deployed-scarlet")
+    apps = {c.name: _app(tmp_path, c) for c in (fedchill, scarlet)}
     port = _free_port()
     home = tmp_path / "flwr-home"
     (home).mkdir()
@@ -254,17 +268,19 @@ def test_deployment_with_tls_two_supernodes_and_flwr_run(tmp_path: Path) -> None
         assert plain_http.wait(timeout=120) != 0
         for i in range(2):
             _wait_log(tmp_path / f"node{i}.log", "SuperNode ID")
-        run = subprocess.run([_bin("flwr"), "run", str(app), "test"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-        assert run.returncode == 0 and "Successfully started run" in run.stdout, run.stdout + run.stderr
-        folder = tmp_path / "out" / "deployed"
-        deadline = time.monotonic() + 240
-        while not (folder / "summary.json").exists():
-            assert time.monotonic() < deadline, (tmp_path / "superlink.log").read_text(errors="replace")[-3000:]
-            assert all(p.poll() is None for p in procs[:3]), "a Flower process died"
-            time.sleep(0.5)
-        expected = run_experiment(config, write=False, progress=False).records
-        got = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-        assert got == json.loads(json.dumps(expected))  # through JSON, as written: every metric bit for bit
+        for config in (fedchill, scarlet):
+            run = subprocess.run([_bin("flwr"), "run", str(apps[config.name]), "test"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+            assert run.returncode == 0 and "Successfully started run" in run.stdout, run.stdout + run.stderr
+            folder = tmp_path / "out" / config.name
+            deadline = time.monotonic() + 240
+            while not (folder / "summary.json").exists():
+                assert time.monotonic() < deadline, (tmp_path / "superlink.log").read_text(errors="replace")[-3000:]
+                assert all(p.poll() is None for p in procs[:3]), "a Flower process died"
+                time.sleep(0.5)
+            expected = run_experiment(config, write=False, progress=False).records
+            got = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+            assert got == json.loads(json.dumps(expected))  # through JSON, as written: every metric bit for bit
+        assert [r["sync_verified"] for r in got] == [0, 3, 3] and got[2]["cache_hit_ratio"] > 0  # SCARLET's caches persisted on the nodes
     finally:
         for p in procs:
             try:

@@ -208,15 +208,28 @@ def keep_client_state_on_nodes(protocol: Any) -> None:
         protocol.store = NodeHeldStates()  # type: ignore[assignment]
 
 
-def run_server(config: RunConfig, grid: Any, min_nodes: int = 1) -> RunOutputLite:
-    """The ServerApp's body: chillfl's round loop over the SuperNodes; writes the run folder as ``chillfl run`` does."""
+def build_server(config: RunConfig) -> tuple[Any, Any]:
+    """The server's experiment and protocol (its client states kept on the nodes); raises chillfl's ConfigErrors."""
     check_supported(config)
     if config.threads:  # the server evaluates the global model: the thread count fixes its float reductions
         torch.set_num_threads(config.threads)
     exp = build_experiment(config)
     protocol = build_protocol(exp)
     keep_client_state_on_nodes(protocol)
-    executor = FlowerExecutor(grid, min_nodes)
+    return exp, protocol
+
+
+def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[Any, Any] | None = None) -> RunOutputLite:
+    """The ServerApp's body: chillfl's round loop over the SuperNodes; writes the run folder as ``chillfl run`` does.
+
+    ``built``: the server's experiment and protocol from :func:`build_server` (None: built here).
+    """
+    exp, protocol = built or build_server(config)
+    try:
+        executor = FlowerExecutor(grid, min_nodes)
+    except BaseException:
+        protocol.close()
+        raise
     writer = ResultWriter(config.out_dir, config.name)
     writer.write_config(dataclasses.replace(config, device=str(exp.device)).to_dict())
     records: list[dict[str, Any]] = []
@@ -310,7 +323,7 @@ def client_app(config: RunConfig | None = None) -> Any:
     runtimes: dict[str, ClientRuntime] = {}
 
     def runtime(context: Any) -> ClientRuntime:
-        key = "config"
+        key = "config" if config is not None else repr(sorted(dict(context.run_config or {}).items()))  # a process may serve several runs
         if key not in runtimes:
             runtimes[key] = ClientRuntime(config or config_from_run_config(context.run_config))
         return runtimes[key]
@@ -338,20 +351,21 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
 
     from chillfl.engine.processes import default_workers
 
-    check_supported(config)
+    built = build_server(config)  # a ConfigError stops the run here, before Flower and Ray start
     nodes = num_supernodes or config.federation.num_clients
     out: list[RunOutputLite | BaseException] = []
-    server = server_app_capturing(config, out, min_nodes=nodes)
+    server = server_app_capturing(config, out, min_nodes=nodes, built=built)
     backend = {"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0}, "init_args": {"num_cpus": default_workers(), "include_dashboard": False}}
     flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
     if not out:
+        built[1].close()
         raise WorkerError("the Flower simulation ended without finishing the run (see Flower's log above)")
-    if isinstance(out[0], BaseException):  # the ServerApp's error (e.g. a ConfigError of the protocol), as chillfl run would raise it
+    if isinstance(out[0], BaseException):  # the ServerApp's error (e.g. a failed client update), raised here as chillfl run would
         raise out[0]
     return out[0]
 
 
-def server_app_capturing(config: RunConfig, out: list[RunOutputLite | BaseException], min_nodes: int) -> Any:
+def server_app_capturing(config: RunConfig, out: list[RunOutputLite | BaseException], min_nodes: int, built: tuple[Any, Any]) -> Any:
     """:func:`server_app` whose run output, or error, is appended to ``out`` (the simulation runs it in a thread of this process)."""
     from flwr.serverapp import ServerApp
 
@@ -360,7 +374,7 @@ def server_app_capturing(config: RunConfig, out: list[RunOutputLite | BaseExcept
     @app.main()
     def main(grid: Any, context: Any) -> None:
         try:
-            out.append(run_server(config, grid, min_nodes))
+            out.append(run_server(config, grid, min_nodes, built))
         except Exception as error:
             out.append(error)
 

@@ -23,9 +23,9 @@ is updated by one ClientApp call at a time.
 Per-client state: the soft-label protocol's client state (the client's
 model, its SCARLET cache, its selector mask) stays on the node, in
 ``Context.state``; the server keeps only which node holds it
-(:class:`NodeHeldStates`). The parameter-sharing protocol's client keeps no
-state: SCAFFOLD's client control variates stay in chillfl's server-side
-aggregator (docs/flower.md, "Choices and limits").
+(:class:`NodeHeldStates`). SCAFFOLD's client control variates c_i live on
+the nodes too (:mod:`chillfl.flower.scaffold`); no other carried
+parameter-sharing method keeps client state.
 
 Where the config comes from: the factories take a :class:`RunConfig`; the
 module-level ``server`` / ``client`` apps (for ``flwr run``) read the run
@@ -39,10 +39,11 @@ import dataclasses
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
+from chillfl.aggregation.scaffold import Scaffold
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.engine.executors import SequentialExecutor
 from chillfl.engine.loop import run_rounds
@@ -51,6 +52,8 @@ from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.engine.results import ResultWriter, summarize
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
+from chillfl.flower import scaffold
+from chillfl.flower.scaffold import NodeHeldScaffold
 from chillfl.flower.state import load_client_state, save_client_state
 from chillfl.flower.wire import decode, encode
 
@@ -90,9 +93,10 @@ def check_supported(config: RunConfig) -> None:
 class FlowerExecutor:
     """An executor whose workers are SuperNodes: ``map(tasks)`` sends each task (no data) and waits for every reply."""
 
-    def __init__(self, grid: Any, min_nodes: int = 1, timeout: float = NODE_TIMEOUT_S) -> None:
+    def __init__(self, grid: Any, min_nodes: int = 1, timeout: float = NODE_TIMEOUT_S, on_control: Callable[[int, Any], None] | None = None) -> None:
         self.grid = grid
         self.timeout = timeout
+        self.on_control = on_control  # SCAFFOLD's c_i+ - c_i from the nodes (NodeHeldScaffold.receive)
         self.partitions = self._discover(min_nodes)
 
     def _discover(self, min_nodes: int) -> dict[int, int]:
@@ -145,6 +149,10 @@ class FlowerExecutor:
             held = set(answer["held"])
             for reply in answer["replies"]:
                 replies[reply.client_id] = dataclasses.replace(reply, state=NodeHeld(node) if reply.client_id in held else None)
+            for cid, delta in answer["controls"].items():
+                if self.on_control is None:
+                    raise WorkerError(f"SuperNode {node} sent a SCAFFOLD control for client {cid} that this server does not expect")
+                self.on_control(cid, delta)
         missing = [t.client_id for t in tasks if t.client_id not in replies]
         if missing:
             raise WorkerError(f"no reply from clients {missing} within {self.timeout:g} s; the round was not aggregated")
@@ -216,6 +224,8 @@ def build_server(config: RunConfig) -> tuple[Any, Any]:
     exp = build_experiment(config)
     protocol = build_protocol(exp)
     keep_client_state_on_nodes(protocol)
+    if isinstance(getattr(protocol, "aggregator", None), Scaffold):  # SCAFFOLD's c_i on the nodes (chillfl.flower.scaffold)
+        protocol.aggregator = NodeHeldScaffold(protocol.aggregator)  # type: ignore[attr-defined]
     return exp, protocol
 
 
@@ -226,7 +236,7 @@ def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[An
     """
     exp, protocol = built or build_server(config)
     try:
-        executor = FlowerExecutor(grid, min_nodes)
+        executor = FlowerExecutor(grid, min_nodes, on_control=getattr(getattr(protocol, "aggregator", None), "receive", None))
     except BaseException:
         protocol.close()
         raise
@@ -275,6 +285,8 @@ class ClientRuntime:
             protocol = build_protocol(exp)
             self.parts["executor"] = SequentialExecutor(exp.model, exp.spec, client=protocol.client)
             self.parts["evaluation"] = getattr(protocol, "evaluation")
+            aggregator = getattr(protocol, "aggregator", None)
+            self.parts["scaffold_momentum"] = (aggregator.options.momentum or 0.0) if isinstance(aggregator, Scaffold) else None
             protocol.close()
         return self.parts["executor"], self.parts["evaluation"]
 
@@ -287,14 +299,22 @@ class ClientRuntime:
         """
         tasks = decode(content)
         executor, evaluation = self.ready()
-        full = [dataclasses.replace(t, data=evaluation.client_data(t.client_id), state=load_client_state(records, t.client_id)) for t in tasks]
+        full = [
+            dataclasses.replace(
+                scaffold.prepare_task(t, records) if scaffold.uses_node_controls(t) else t,
+                data=evaluation.client_data(t.client_id), state=load_client_state(records, t.client_id),
+            )
+            for t in tasks
+        ]
         replies = executor.map(full)
-        held = []
-        for reply in replies:
+        held, controls = [], {}
+        for task, reply in zip(tasks, replies):
             if reply.state is not None:
                 save_client_state(records, reply.client_id, reply.state)
                 held.append(reply.client_id)
-        return encode({"replies": [dataclasses.replace(r, state=None) for r in replies], "held": held})
+            if scaffold.uses_node_controls(task):
+                controls[task.client_id] = scaffold.finish_task(task, reply, records, self.parts["scaffold_momentum"])
+        return encode({"replies": [dataclasses.replace(r, state=None) for r in replies], "held": held, "controls": controls})
 
 
 def server_app(config: RunConfig | None = None, *, min_nodes: int = 1) -> Any:

@@ -85,6 +85,25 @@ def test_wire_round_trip_is_exact() -> None:
     assert got.local_acc == 0.75 and got.local_loss is None
 
 
+def test_wire_round_trips_soft_label_messages() -> None:
+    from chillfl.distillation.cache import SoftLabelDownlink, SoftLabelUplink
+    from chillfl.distillation.protocol import SoftLabelReport, SoftLabelRoundDownlink
+
+    g = torch.Generator().manual_seed(2)
+    prev = SoftLabelDownlink(2, torch.tensor([4, 0, 9]), torch.tensor([1, 2, 0], dtype=torch.uint8), torch.rand(2, 3, generator=g), 8)
+    sync = CacheSyncDelta(1, 2, torch.tensor([7]), torch.rand(1, 3, generator=g), torch.tensor([3, 5]))
+    down = SoftLabelRoundDownlink(3, torch.tensor([1, 2]), 0.05, 0.5, 11, 12, prev, torch.tensor([4, 0, 9]), sync, 2, {"indices": 20, "sync": 16})
+    back = decode(encode([ClientTask(1, 2, down, None, None)]))[0].downlink  # type: ignore[arg-type]
+    assert isinstance(back, SoftLabelRoundDownlink) and isinstance(back.previous, SoftLabelDownlink) and isinstance(back.sync, CacheSyncDelta)
+    assert (back.round, back.lr, back.temperature, back.train_seed, back.distill_seed, back.hint, back.sizes) == (3, 0.05, 0.5, 11, 12, 2, {"indices": 20, "sync": 16})
+    assert back.previous.bits == 8 and back.previous.signals.dtype == torch.uint8 and torch.equal(back.previous.soft_labels, prev.soft_labels)
+    assert torch.equal(back.sync.store_soft_labels, sync.store_soft_labels) and back.sync.delete_indices.tolist() == [3, 5]
+    report = SoftLabelReport(SoftLabelUplink(1, 3, torch.tensor([1, 2]), torch.rand(2, 3, generator=g), None, True), 0.25, 30, None, "ab12")
+    got = decode(encode(ClientReply(1, report, None, 0.5, 1.5))).uplink
+    assert isinstance(got.soft, SoftLabelUplink) and got.soft.send_indices is True and torch.equal(got.soft.soft_labels, report.soft.soft_labels)
+    assert (got.train_loss, got.num_samples, got.distill_loss, got.rebuilt_digest) == (0.25, 30, None, "ab12")
+
+
 def test_wire_refuses_unregistered_classes() -> None:
     class Evil:
         pass
@@ -296,10 +315,8 @@ def test_deployment_with_tls_two_supernodes_and_flwr_run(tmp_path: Path) -> None
                   "--node-config", f"partition-id={i} num-partitions=2")
         # a SuperNode without the CA certificate cannot verify the SuperLink: the TLS handshake fails and it exits
         refused = start("refused", "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--port", str(_free_port()), "--max-retries", "1", "--max-wait-time", "5")
-        assert refused.wait(timeout=120) != 0 and "CERTIFICATE_VERIFY_FAILED" in (tmp_path / "refused.log").read_text(errors="replace")
-        # one speaking plain HTTP is refused by the TLS SuperLink
+        # one speaking plain HTTP is refused by the TLS SuperLink (both checked after the runs, while these two give up)
         plain_http = start("plain", "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{port}", "--port", str(_free_port()), "--max-retries", "1", "--max-wait-time", "5")
-        assert plain_http.wait(timeout=120) != 0
         for i in range(2):
             _wait_log(tmp_path / f"node{i}.log", "SuperNode ID")
         for config in (fedchill, scarlet):
@@ -315,6 +332,8 @@ def test_deployment_with_tls_two_supernodes_and_flwr_run(tmp_path: Path) -> None
             got = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
             assert got == json.loads(json.dumps(expected))  # through JSON, as written: every metric bit for bit
         assert [r["sync_verified"] for r in got] == [0, 3, 3] and got[2]["cache_hit_ratio"] > 0  # SCARLET's caches persisted on the nodes
+        assert refused.wait(timeout=120) != 0 and "CERTIFICATE_VERIFY_FAILED" in (tmp_path / "refused.log").read_text(errors="replace")
+        assert plain_http.wait(timeout=120) != 0
     finally:
         for p in procs:
             try:

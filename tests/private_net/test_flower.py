@@ -13,7 +13,7 @@
   server's digest check of every client's rebuilt soft-labels, which passes only if each client's cache C_k
   persisted on its node between rounds (the server holds no client state);
 * a client's state round-trips exactly through its node's ``Context.state``;
-* bad combinations (soft-label + ``checkpoint.client_models``, soft-label + FedProx's term) and a missing ``flwr``
+* bad combinations (soft-label + ``checkpoint.client_models``, soft-label + FedProx's term, prototypes) and a missing ``flwr``
   are one-line ConfigErrors.
 """
 
@@ -221,6 +221,10 @@ def test_bad_soft_label_combinations_are_one_line_config_errors(tmp_path: Path) 
     with pytest.raises(ConfigError) as info:
         run_simulation(config, num_supernodes=1)  # the protocol's own check, raised before Flower starts
     assert str(info.value).startswith("algorithm.name: ") and "\n" not in str(info.value)
+    config = _config(tmp_path, prototypes={"method": "fedproto"})
+    with pytest.raises(ConfigError) as info:
+        run_simulation(config)
+    assert str(info.value).startswith("prototypes: ") and "\n" not in str(info.value)
 
 
 def test_without_flwr_one_line_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

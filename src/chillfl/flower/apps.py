@@ -86,6 +86,8 @@ def check_supported(config: RunConfig) -> None:
     """What chillfl.flower carries: parameter sharing (any aggregator and temperature policy) and soft-label sharing."""
     if config.variants:
         raise ConfigError("variants", "a Flower run runs one experiment: pick one variant's config")
+    if config.prototypes:
+        raise ConfigError("prototypes", "chillfl.flower carries parameter sharing and soft-label sharing; run FedProto / FedHKD with chillfl's own runtime")
     if config.distillation.get("method") and config.checkpoint.client_models:
         raise ConfigError("checkpoint.client_models", "under Flower the clients' models stay on their SuperNodes; the server cannot save them (set it to false)")
 

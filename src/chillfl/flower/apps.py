@@ -93,7 +93,7 @@ def check_supported(config: RunConfig) -> None:
 
 
 class FlowerExecutor:
-    """An executor whose workers are SuperNodes: ``map(tasks)`` sends each task (no data) and waits for every reply."""
+    """An executor whose workers are SuperNodes: ``map(tasks)`` sends each node its clients' tasks (no data) and waits for every reply."""
 
     def __init__(self, grid: Any, min_nodes: int = 1, timeout: float = NODE_TIMEOUT_S, on_control: Callable[[int, Any], None] | None = None) -> None:
         self.grid = grid

@@ -83,6 +83,10 @@ class ClientParams(MutableMapping[int, Params]):
     def __delitem__(self, cid: int) -> None:
         del self._buffers[int(cid)], self._slots[int(cid)]
 
+    def clear(self) -> None:
+        self._buffers.clear()
+        self._slots.clear()
+
     def __iter__(self) -> Iterator[int]:
         return iter(self._buffers)
 

@@ -49,7 +49,7 @@ def main() -> None:
     x, y = torch.from_numpy(arrays["x"]).to(device), torch.from_numpy(arrays["y"]).to(device)
     model = build_model(w.model, spec["seed"]).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=w.lr)
-    server = build_model(w.model, spec["seed"] + 1).to(device)
+    server = build_model(w.model, spec["seed"] + 1).to(device) if w.public_per_round else model  # soft labels: the server's own model
     server_opt = torch.optim.SGD(server.parameters(), lr=w.lr)
     gen = torch.Generator().manual_seed(spec["seed"])
     public = x[public_slice(w)]

@@ -732,7 +732,7 @@ class _ResidentBatches:
             index = next(parts)
             rows = None if everyone else next(parts)
             xb = self.x.index_select(0, index).view(m, b, *sample_shape)
-            yb = self.y.index_select(0, index).view(m, b)
+            yb = self.y.index_select(0, index).view(m, b, *self.y.shape[1:])  # labels, or soft labels [n, classes]
             if self.augment is not None:
                 a = self.augment
                 dy, dx, flip = next(parts).view(m, b), next(parts).view(m, b), next(parts).view(m, b).bool()

@@ -145,6 +145,8 @@ def test_resident_client_bytes_count_the_clients_data() -> None:
     spec = LocalSpec(epochs=1, batch_size=4)
     assert client_bytes(model, spec, job) == 176
     assert client_bytes(model, spec, job, resident=True) == 416
+    # crop/flip adds 3 int64 draws per sample-step to the plan: 176 + 80 + 80 + 4 * 80 = 656 B
+    assert client_bytes(model, LocalSpec(epochs=1, batch_size=4, augment=Augment(flip=True)), job, resident=True) == 656
 
 
 def test_accelerator_sizes_chunks_from_the_injected_free_memory_once_per_batch_shape() -> None:

@@ -303,8 +303,8 @@ def client_bytes(model: nn.Module, spec: LocalSpec, job: ClientJob, factored: fr
     batch = job.x[: spec.batch_size]
     if len(batch):
         per_client += 3 * activation_bytes(model, job.start, batch) + _nbytes(batch)
-    if resident:  # the chunk's concatenated data and its plan (batch rows as int64)
-        per_client += _nbytes(job.x) + _nbytes(job.y) + 8 * len(job.y) * spec.epochs
+    if resident:  # the chunk's concatenated data and its plan: batch rows (and 3 crop/flip draws) per sample-step, int64
+        per_client += _nbytes(job.x) + _nbytes(job.y) + 8 * len(job.y) * spec.epochs * (4 if spec.augment is not None else 1)
     return max(per_client, 1)
 
 

@@ -388,11 +388,14 @@ def evaluate(
     """(accuracy, mean cross-entropy at T = 1) of ``state`` on (x, y), in eval mode.
 
     ``observe(logits, labels)`` sees every batch (calibration measures ride on this one pass).
+    Always fp32 on contiguous tensors, whatever the run's ``memory_format`` and
+    ``precision``: those are training-speed choices, and metrics of one state
+    must not depend on them (a state given channels-last is read contiguously).
     """
     if len(y) == 0:
         return float("nan"), float("nan")
     model.eval()
-    params, buffers = split_state(model, state)
+    params, buffers = split_state(model, to_memory_format(state, "contiguous"))
     correct = torch.zeros((), dtype=torch.int64, device=y.device)
     loss = torch.zeros((), dtype=torch.float64, device=y.device)  # tensors: one host sync per call, not per batch
     for i in range(0, len(y), batch_size):

@@ -209,3 +209,20 @@ def test_vectorized_bf16_mlp_matches_sequential_within_bf16_rounding():
     for a, b in zip(ref, got):
         for k, v in a.params.items():
             torch.testing.assert_close(b.params[k], v, atol=2e-2, rtol=2e-2)
+
+
+def test_two_conv_cnn_pools_before_relu_with_the_same_bits_as_relu_before_pool():
+    """relu(maxpool(z)) == maxpool(relu(z)), forward and gradients, bit for bit (the cheaper order, models/cnn.py)."""
+    from chillfl.models import build_model
+
+    model = build_model("mcmahan_cnn", (3, 32, 32), 10, {}, seed=0)
+    f = model.features
+    assert [type(m) for m in f] == [nn.Conv2d, nn.MaxPool2d, nn.ReLU] * 2
+    paper_order = nn.Sequential(f[0], nn.ReLU(), nn.MaxPool2d(2), f[3], nn.ReLU(), nn.MaxPool2d(2))
+    x = torch.randn(6, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    grads = []
+    for net in (f, paper_order):
+        out = net(x)
+        (weight,) = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum(), [f[0].weight])
+        grads.append((out, weight))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])

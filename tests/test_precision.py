@@ -226,3 +226,18 @@ def test_two_conv_cnn_pools_before_relu_with_the_same_bits_as_relu_before_pool()
         (weight,) = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum(), [f[0].weight])
         grads.append((out, weight))
     assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+
+
+def test_vectorized_conv_model_with_dropout_still_falls_back_instead_of_racing_threads():
+    """Per-client threads would race for torch's global generator: a step that cannot be vmapped falls back as before."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Dropout(0.5), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+    spec = LocalSpec(1, 8)
+    g = torch.Generator().manual_seed(2)
+    jobs = [ClientJob(c, model_state(model), torch.randn(16, 3, 8, 8, generator=g), torch.randint(0, 5, (16,), generator=g), 0.1, 1.0, {}, 9 + c) for c in range(4)]
+    vec = VectorizedExecutor(model, spec, workers=2)
+    got = vec.run(jobs)
+    assert vec.fallback_reason is not None
+    for a, b in zip(SequentialExecutor(model, spec).run(jobs), got):
+        assert all(torch.equal(a.params[k], b.params[k]) for k in a.params)
+    vec.close()

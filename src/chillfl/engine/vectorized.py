@@ -63,7 +63,10 @@ Choices
 * Convolutional models on the CPU (a ``Conv2d``; :func:`per_client_steps`)
   are not vmapped: every chunk is one client, trained by the sequential
   executor's own step (:func:`~chillfl.engine.executors.train_job`), on the
-  ``workers`` threads, so the result is bitwise the sequential one. Under
+  ``workers`` threads, so the result is bitwise the sequential one (the
+  probe still runs first: a step that cannot be vmapped, e.g. with dropout,
+  whose draws from torch's global generator threads would race for, falls
+  back as before). Under
   vmap a convolution over clients becomes one grouped convolution, which
   oneDNN runs more slowly than the clients' convolutions one by one, and it
   loses channels-last's and bf16's speed-ups. CPU time per McMahan-CNN step
@@ -376,24 +379,27 @@ class VectorizedExecutor:
             sibling.close()
 
     def _run_vectorized(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
-        work: Callable[[_Replica, list[int]], list[LocalOutcome]]
+        schedules = _schedule(jobs, self.spec)
+        if not self._verified:  # also on the per-client path: a step that vmaps is free of global RNG draws (dropout), which threads would race for
+            replica = self._replicas.get()
+            try:
+                self._probe(replica, jobs, schedules)
+            finally:
+                self._replicas.put(replica)
         if per_client_steps(self.model, jobs[0].x.device):  # one client per chunk, trained unvmapped: see module Choices
             chunks = [[i] for i in range(len(jobs))]
-            work = lambda replica, chunk: [train_job(replica.model, self.spec, jobs[chunk[0]])]  # noqa: E731
+
+            def work(replica: _Replica, chunk: list[int]) -> list[LocalOutcome]:
+                return [train_job(replica.model, self.spec, jobs[i]) for i in chunk]
         else:
-            schedules = _schedule(jobs, self.spec)
-            if not self._verified:
-                replica = self._replicas.get()
-                try:
-                    self._probe(replica, jobs, schedules)
-                finally:
-                    self._replicas.put(replica)
             order = sorted(range(len(jobs)), key=lambda i: len(schedules[i]))  # stable: ties keep job order
             if self.chunk_size:
                 chunks = [order[lo : lo + self.chunk_size] for lo in range(0, len(order), self.chunk_size)]
             else:
                 chunks = self._balanced_chunks(order, self._budget_chunk_size(max(jobs, key=lambda j: len(j.y))))
-            work = lambda replica, chunk: self._run_chunk(replica, [jobs[i] for i in chunk], [schedules[i] for i in chunk])  # noqa: E731
+
+            def work(replica: _Replica, chunk: list[int]) -> list[LocalOutcome]:
+                return self._run_chunk(replica, [jobs[i] for i in chunk], [schedules[i] for i in chunk])
 
         def train(chunk: list[int]) -> list[LocalOutcome]:
             replica = self._replicas.get()

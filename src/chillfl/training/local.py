@@ -110,8 +110,11 @@ def bf16_supported(device: torch.device) -> bool:
     """Whether bf16 autocast runs natively here: a CUDA GPU with bf16, or a CPU whose oneDNN has bf16 kernels (AVX-512 or AMX)."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    if device.type == "cpu" and torch.backends.mkldnn.is_available():
+        try:
+            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):  # a torch build without the query: assume no native bf16
+            return False
     return False
 
 

@@ -23,13 +23,17 @@ Two settings of the spec change how the CPU or GPU computes a step, not
 what it computes (:func:`resolve_compute` picks them from the config):
 
 * ``memory_format = "channels_last"`` keeps 4-d tensors (conv weights and
-  image batches) in NHWC order for the whole of a client's training (oneDNN's
-  CPU convolutions are much faster in it: a McMahan-CNN step of batch 50 on
-  one AVX-512 core takes about 0.6x the time); the fp32 maths is the same up
-  to float rounding, and the returned state is contiguous again;
+  image batches) in NHWC order for the whole of a client's training, where
+  oneDNN's CPU convolutions and pooling are faster; the fp32 maths is the
+  same up to float rounding, and the returned state is contiguous again;
 * ``precision = "bf16"`` runs the model's forward under ``torch.autocast`` in
   bfloat16; the loss, the terms, the gradients of the fp32 parameters and
   the update stay fp32 (mixed precision: the state is never rounded to bf16).
+
+CPU time of one McMahan-CNN step (batch 50, 3x32x32, one thread, 2-core Xeon
+with AVX-512 bf16 / AMX): 30 ms contiguous fp32, 23 ms channels-last, 19 ms
+bf16, 11 ms channels-last + bf16 (a plain ``nn.Module`` + ``torch.optim.SGD``
+step: 32, 27, 18 and 10 ms).
 
 SGD matches ``torch.optim.SGD`` (dampening 0, no Nesterov):
 ``g <- grad + wd * w;  b <- momentum * b + g;  w <- w - lr * b``

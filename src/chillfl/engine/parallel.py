@@ -15,9 +15,9 @@ MLP and 1.7x for the 879k-parameter McMahan CNN, where the process pool was
 was 0.88x, hence the size limit there: larger stacked states stop fitting in
 cache while the per-call overheads that vmap amortises matter less.
 
-Convolutional models on the CPU (workload 1's McMahan CNN): the vectorised
-executor trains them one client per chunk, unvmapped, on its worker threads
-(:func:`chillfl.engine.vectorized.per_client_steps`), so ``auto`` still picks
+Models with large convolutions on the CPU (workload 1's McMahan CNN): the
+vectorised executor trains them one client per chunk, unvmapped, on its worker
+threads (:func:`chillfl.engine.vectorized.per_client_steps`), so ``auto`` still picks
 it on 2 worker threads: the cores in use without the process pool's copies
 and memory, and the sequential executor's bits. The config's ``memory_format``
 (``auto``: channels-last here) and ``precision`` act inside every executor's

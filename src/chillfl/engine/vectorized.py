@@ -60,7 +60,8 @@ Choices
   need no gradient copy) and one probe forward pass (activation sizes); the
   round's clients are then split into a multiple of ``workers`` chunks of
   equal size (within one), so that every worker thread has the same work.
-* Convolutional models on the CPU (a ``Conv2d``; :func:`per_client_steps`)
+* Convolutional models on the CPU whose convolutions output at least
+  :data:`PER_CLIENT_MIN_CONV_OUTPUTS` elements a sample (:func:`per_client_steps`)
   are not vmapped: every chunk is one client, trained by the sequential
   executor's own step (:func:`~chillfl.engine.executors.train_job`), on the
   ``workers`` threads, so the result is bitwise the sequential one (the
@@ -72,8 +73,10 @@ Choices
   loses channels-last's and bf16's speed-ups. CPU time per McMahan-CNN step
   (4 clients x 200 samples, batch 50, one thread, 3x32x32 inputs): loop /
   vmap 30 / 33 ms in fp32, 23 / 27 ms channels-last, 20 / 35 ms bf16,
-  11 / 26 ms channels-last + bf16; the FLex&Chill CNN at batch 16 was no
-  faster vmapped either (4.0 / 5.9 ms).
+  11 / 26 ms channels-last + bf16. Small convolutions (the CNNs on 8x8
+  digits) still gain from vmap, which saves per-call overhead: hence the
+  threshold (:data:`PER_CLIENT_MIN_CONV_OUTPUTS`), decided once on the first
+  round's data, deterministically (never from a timing).
 * ``workers`` threads train chunks concurrently (each with its own model
   template); a chunk's result does not depend on the thread, so runs stay
   bitwise reproducible. The config's executor factory uses ``cores // threads``
@@ -275,15 +278,48 @@ def chunk_size_for(model: nn.Module, spec: LocalSpec, job: ClientJob, memory_bud
     return max(1, memory_budget // max(per_client, 1))
 
 
-def per_client_steps(model: nn.Module, device: torch.device) -> bool:
-    """Whether the executor trains each client with the plain (unvmapped) step: models with a ``Conv2d`` on the CPU.
+PER_CLIENT_MIN_CONV_OUTPUTS = 8192
+"""Conv2d output elements per sample from which the CPU trains clients one by one rather than vmapped.
+
+Measured (CPU seconds of one epoch of 16-32 clients of 64-157 samples, batch 16, 2 worker threads,
+vmap / per client, channels-last): the FLex&Chill CNN on 1x8x8 digits (960 outputs a sample)
+0.33 / 0.66, on 1x28x28 (7,000) 0.56 / 0.55, on 3x32x32 (9,800) 1.04 / 0.65; the McMahan CNN on
+3x32x32 (31,400): see the module's Choices."""
+
+
+def conv_outputs_per_sample(model: nn.Module, x: torch.Tensor) -> int:
+    """Elements the model's ``Conv2d`` layers output for one sample of ``x`` (one eval-mode forward, template untouched)."""
+    total = 0
+
+    def count(_module: nn.Module, _inputs: Any, output: torch.Tensor) -> None:
+        nonlocal total
+        total += output[0].numel()
+
+    handles = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, nn.Conv2d)]
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(x[:1])
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    return total
+
+
+def per_client_steps(model: nn.Module, x: torch.Tensor) -> bool:
+    """Whether the executor trains each client with the plain (unvmapped) step: on the CPU, for a model
+    whose convolutions output at least :data:`PER_CLIENT_MIN_CONV_OUTPUTS` elements a sample of ``x``.
 
     See the module's Choices: vmap turns a convolution over clients into a
     grouped convolution, which oneDNN runs slower than the clients' own
     convolutions one after another, and without the gains of channels-last
-    or bf16.
+    or bf16; for small convolutions vmap's saving of per-call overhead wins.
     """
-    return device.type == "cpu" and conv2d_model(model)
+    if x.device.type != "cpu" or not len(x) or not conv2d_model(model):
+        return False
+    return conv_outputs_per_sample(model, x) >= PER_CLIENT_MIN_CONV_OUTPUTS
 
 
 def _schedule(jobs: Sequence[ClientJob], spec: LocalSpec) -> list[list[torch.Tensor]]:
@@ -326,6 +362,7 @@ class VectorizedExecutor:
         self.fallback_reason: str | None = None
         self._specs: dict[int, VectorizedExecutor] = {}  # executors for the other objectives client updates yield
         self._verified = False
+        self._per_client: bool | None = None  # decided on the first round's data (:func:`per_client_steps`)
         self._factored: frozenset[str] = frozenset()  # linear weights updated from factors (set by the probe)
         self._layouts: dict[str, tuple[int, ...]] = {}
         self._chunk_sizes: dict[tuple[int, ...], int] = {}
@@ -386,7 +423,9 @@ class VectorizedExecutor:
                 self._probe(replica, jobs, schedules)
             finally:
                 self._replicas.put(replica)
-        if per_client_steps(self.model, jobs[0].x.device):  # one client per chunk, trained unvmapped: see module Choices
+        if self._per_client is None:
+            self._per_client = per_client_steps(self.model, next((j.x for j in jobs if len(j.x)), jobs[0].x))
+        if self._per_client:  # one client per chunk, trained unvmapped: see module Choices
             chunks = [[i] for i in range(len(jobs))]
 
             def work(replica: _Replica, chunk: list[int]) -> list[LocalOutcome]:

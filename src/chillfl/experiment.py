@@ -188,7 +188,7 @@ def build_experiment(
         model, state = user_initial_model(config, model)
     aggregator, terms = build_algorithm(config, model)
     terms = [*terms, *objective_terms(config, terms)]
-    policy = make_policy(config.temperature, data.class_counts())
+    policy = make_policy(config.temperature, data.class_counts)  # counted only if the policy reads them
     losses = base_losses()
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))

@@ -35,6 +35,7 @@ from chillfl.aggregation.base import (
     client_weights,
     weighted_average,
 )
+from chillfl.aggregation.client_states import ClientParams
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class FedBN:
     def __init__(self, bn_keys: Collection[str], options: FedBNOptions = FedBNOptions()) -> None:
         self.bn_keys = frozenset(bn_keys)
         self.options = options
-        self.local_bn: dict[int, Params] = {}
+        self.local_bn = ClientParams()  # each client's own BN entries, flat on the CPU
 
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
         return client_weights(results, self.options.weighting)
@@ -84,7 +85,7 @@ class FedBN:
         else:
             out.update({k: global_params[k] for k in bn})
         for r in results:
-            self.local_bn[r.client_id] = {k: r.params[k].detach().clone() for k in bn}
+            self.local_bn[r.client_id] = {k: r.params[k] for k in bn}  # stored as a copy
         return {k: out[k] for k in global_params}
 
     def round_metrics(self) -> Mapping[str, Any]:
@@ -99,4 +100,4 @@ class FedBN:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, ("local_bn",), "FedBN")
-        self.local_bn = load_client_params(state["local_bn"])
+        self.local_bn = ClientParams.of(load_client_params(state["local_bn"]))

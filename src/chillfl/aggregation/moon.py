@@ -35,6 +35,7 @@ from chillfl.aggregation.base import (
     client_params_state,
     load_client_params,
 )
+from chillfl.aggregation.client_states import ClientParams
 from chillfl.options import require
 
 
@@ -55,7 +56,7 @@ class Moon(FedAvg):
 
     def __init__(self, options: MoonOptions = MoonOptions()) -> None:
         self.options = options
-        self.previous: dict[int, Params] = {}
+        self.previous = ClientParams()  # a copy, flat on the CPU: never a view pinning the executor's chunk
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         prev = self.previous.get(client_id)
@@ -72,7 +73,7 @@ class Moon(FedAvg):
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
     ) -> Params:
         for r in results:
-            self.previous[r.client_id] = dict(r.params)
+            self.previous[r.client_id] = r.params
         return super().aggregate(global_params, results, round, weights)
 
     def state_dict(self) -> dict[str, Any]:
@@ -81,4 +82,4 @@ class Moon(FedAvg):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, ("previous",), "MOON")
-        self.previous = load_client_params(state["previous"])
+        self.previous = ClientParams.of(load_client_params(state["previous"]))

@@ -56,6 +56,7 @@ from chillfl.aggregation.base import (
     sample_weights,
     weighted_average,
 )
+from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.fednova import effective_steps
 from chillfl.options import require
 
@@ -94,7 +95,7 @@ class Scaffold:
         self.options = options
         self.param_keys = None if param_keys is None else list(param_keys)
         self.control: Params = {}
-        self.client_controls: dict[int, Params] = {}
+        self.client_controls = ClientParams()  # c_i of the clients sampled so far, flat on the CPU
 
     def _keys(self, state: Params) -> list[str]:
         keys = self.param_keys if self.param_keys is not None else list(state)
@@ -156,4 +157,4 @@ class Scaffold:
         check_state_keys(state, ("control", "client_controls"), "SCAFFOLD")
         # key order of c is kept: round_metrics sums its squares in that order
         self.control = load_params(state["control"])
-        self.client_controls = load_client_params(state["client_controls"])
+        self.client_controls = ClientParams.of(load_client_params(state["client_controls"]))

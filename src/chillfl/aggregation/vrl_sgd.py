@@ -50,6 +50,7 @@ from chillfl.aggregation.base import (
     sample_weights,
     weighted_average,
 )
+from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.fednova import effective_steps
 from chillfl.options import require
 
@@ -71,7 +72,7 @@ class VRLSGD:
     def __init__(self, options: VRLSGDOptions = VRLSGDOptions(), param_keys: Collection[str] | None = None) -> None:
         self.options = options
         self.param_keys = None if param_keys is None else list(param_keys)
-        self.deltas: dict[int, Params] = {}
+        self.deltas = ClientParams()  # Delta_i of the clients sampled so far, flat on the CPU
 
     def _keys(self, state: Params) -> list[str]:
         keys = self.param_keys if self.param_keys is not None else list(state)
@@ -111,4 +112,4 @@ class VRLSGD:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, ("deltas",), "VRL-SGD")
-        self.deltas = load_client_params(state["deltas"])
+        self.deltas = ClientParams.of(load_client_params(state["deltas"]))

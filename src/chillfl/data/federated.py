@@ -46,13 +46,14 @@ Choices
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
+from chillfl.data.client_rows import ClientRows
 from chillfl.data.datasets import ArrayDataset
 from chillfl.data.partition import (
     NUM_CLIENTS_FIELD,
@@ -85,11 +86,19 @@ def noise_seed(seed: int, client_id: int, split: int) -> int:
 
 @dataclass
 class FederatedData:
-    """Per-client index views of one :class:`ArrayDataset`."""
+    """Per-client index views of one :class:`ArrayDataset`.
+
+    ``train_indices`` / ``eval_indices``: one index array per client, as a list or,
+    compactly, a :class:`~chillfl.data.client_rows.ClientRows` (what
+    :func:`build_federated_data` makes; two flat arrays whatever the number of
+    clients, see :mod:`chillfl.data.client_rows`). The dataset's tensors may be
+    memory-mapped (``torch.from_numpy(np.load(path, mmap_mode="c"))``): a client's
+    rows are read when it is sampled.
+    """
 
     dataset: ArrayDataset
-    train_indices: list[np.ndarray]
-    eval_indices: list[np.ndarray]
+    train_indices: Sequence[np.ndarray]
+    eval_indices: Sequence[np.ndarray]
     noise: list[float] | None
     public_indices: np.ndarray
     seed: int = 0
@@ -119,7 +128,11 @@ class FederatedData:
 
     def client_train(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Client ``cid``'s training inputs (with its fixed feature noise, if any) and labels."""
-        idx = self.train_indices[cid]
+        train = self.train_indices
+        span = train.span(cid) if isinstance(train, ClientRows) else None
+        if span is not None:  # a contiguous range: a view, no copy, no index array
+            return self._noisy(self.dataset.x_train[span], cid, 0), self.dataset.y_train[span]
+        idx = train[cid]
         contiguous = len(idx) and idx[-1] - idx[0] == len(idx) - 1 and (np.diff(idx) == 1).all()
         rows = slice(int(idx[0]), int(idx[-1]) + 1) if contiguous else torch.from_numpy(idx)  # a range: a view, no copy
         return self._noisy(self.dataset.x_train[rows], cid, 0), self.dataset.y_train[rows]
@@ -157,6 +170,8 @@ class FederatedData:
     def class_counts(self) -> np.ndarray:
         """[clients, classes] train label counts."""
         y = self.dataset.y_train.cpu().numpy()
+        if isinstance(self.train_indices, ClientRows):  # every client at once, no loop over clients
+            return self.train_indices.class_counts(y, self.num_classes)
         return np.stack([np.bincount(y[ix], minlength=self.num_classes) for ix in self.train_indices]).astype(np.int64)
 
 
@@ -230,8 +245,9 @@ def build_federated_data(
     part: Partition = partition(partitioner, labels, num_clients, _rng(seed, _PARTITION), partition_options, dataset=sub)
     train = [rest[ix] for ix in part.client_indices]
 
+    evals: Sequence[np.ndarray]
     if client_eval == "none":
-        evals = [np.zeros(0, dtype=np.int64) for _ in train]
+        evals = ClientRows.empty(num_clients)
     elif client_eval == "natural":
         test_groups = dataset.test_groups
         if test_groups is None:

@@ -834,12 +834,36 @@ def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def _gather(tensors: Sequence[torch.Tensor], rows: Sequence[torch.Tensor]) -> torch.Tensor:
-    """[C, batch, ...]: client i's rows ``rows[i]`` of ``tensors[i]``, copied once (no concatenated copy of all data)."""
+    """[C, batch, ...]: client i's rows ``rows[i]`` of ``tensors[i]``, copied once (no concatenated copy of all data).
+
+    When every client's tensor is a row range of one shared pool (the usual
+    ``FederatedData``), one ``index_select`` on the pool gathers the whole
+    batch instead of one call per client: the same values, fewer calls.
+    """
     first = tensors[0]
+    pool = _shared_pool(tensors)
+    if pool is not None and all(len(r) == len(rows[0]) for r in rows):
+        base, starts = pool
+        index = (torch.tensor(starts)[:, None] + torch.stack(list(rows))).reshape(-1).to(first.device, non_blocking=True)
+        return torch.index_select(base, 0, index).view(len(tensors), len(rows[0]), *first.shape[1:])
     out = torch.empty((len(tensors), len(rows[0]), *first.shape[1:]), dtype=first.dtype, device=first.device)
     for i, (t, r) in enumerate(zip(tensors, rows)):
         torch.index_select(t, 0, r.to(t.device, non_blocking=True), out=out[i])
     return out
+
+
+def _shared_pool(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int]] | None:
+    """(the pool, each tensor's first row in it) when all are row ranges of one row-contiguous tensor; else None."""
+    first = tensors[0]
+    if first.dim() == 0 or not first.is_contiguous():
+        return None
+    row = first.stride(0) if first.dim() > 1 else 1
+    storage = first.untyped_storage()
+    if row == 0 or any(t.untyped_storage().data_ptr() != storage.data_ptr() or t.stride() != first.stride() or t.storage_offset() % row or t.dtype != first.dtype for t in tensors):
+        return None
+    count = storage.nbytes() // (row * first.element_size())
+    base = torch.empty(0, dtype=first.dtype, device=first.device).set_(storage, 0, (count, *first.shape[1:]), first.stride())
+    return base, [t.storage_offset() // row for t in tensors]
 
 
 def _describe(executor: Executor) -> str:

@@ -58,7 +58,7 @@ class NodeHeldScaffold(Scaffold):
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None) -> Params:
         c = self._control(global_params)
         out = super().aggregate(global_params, results, round, weights)  # the model update (its control update is redone below)
-        self.client_controls = {}
+        self.client_controls.clear()  # the nodes hold c_i
         delta_c = {k: torch.zeros_like(v) for k, v in c.items()}
         for r in results:
             delta = self.deltas.pop(r.client_id)

@@ -121,15 +121,20 @@ def plan_models(table: Mapping[str, Any], num_clients: int) -> ModelPlan:
                     raise ConfigError(f"{where}.clients", f"client {cid} is already in model.groups[{owner[cid]}]")
                 owner[cid] = i
                 per_client[cid] = arch
+    if field is None:  # one architecture: no per-client work (100,000 registered clients build at once)
+        return ModelPlan((base,), (0,) * num_clients, None)
     archs: list[dict[str, Any]] = [base]
     keys = [json.dumps(base, sort_keys=True, default=str)]
+    seen: dict[int, int] = {}  # id of a table object -> its architecture (clients share table objects)
     arch_of = []
     for arch in per_client:
-        key = json.dumps(arch, sort_keys=True, default=str)
-        if key not in keys:
-            keys.append(key)
-            archs.append(dict(arch))
-        arch_of.append(keys.index(key))
+        if id(arch) not in seen:
+            key = json.dumps(arch, sort_keys=True, default=str)
+            if key not in keys:
+                keys.append(key)
+                archs.append(dict(arch))
+            seen[id(arch)] = keys.index(key)
+        arch_of.append(seen[id(arch)])
     return ModelPlan(tuple(archs), tuple(arch_of), field)
 
 

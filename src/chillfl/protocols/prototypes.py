@@ -36,6 +36,7 @@ from torch import nn
 from torch.func import functional_call
 
 from chillfl.aggregation.base import Aggregator, ClientResult, Params
+from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.ledger import CommunicationLedger
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.models.parts import forward_with_features
@@ -205,7 +206,7 @@ class PrototypeSharing:
         soft = torch.zeros((c, c)) if options.method == "fedhkd" else None
         device = evaluation.device
         self.knowledge = Knowledge(torch.zeros((c, feature_dim), device=device), torch.zeros(c, dtype=torch.bool, device=device), None if soft is None else soft.to(device))
-        self.clients: dict[int, Params] = {}
+        self.clients = ClientParams()  # models of clients that keep their own (share_model = false), flat on the CPU
         self.ledger = CommunicationLedger()
         self.log = LocalLog()
         self.proto_acc: dict[int, float] = {}
@@ -311,7 +312,7 @@ class PrototypeSharing:
         self.state = None if state["global"] is None else {k: v.to(dev) for k, v in state["global"].items()}
         k = state["knowledge"]
         self.knowledge = Knowledge(k["protos"].to(dev), k["mask"].to(dev), None if k["soft"] is None else k["soft"].to(dev))
-        self.clients = {int(c): {n: v.to(dev) for n, v in s.items()} for c, s in state["clients"].items()}
+        self.clients = ClientParams.of({int(c): {n: v.to(dev) for n, v in s.items()} for c, s in state["clients"].items()})
         self.proto_acc = {int(c): float(v) for c, v in state["proto_acc"].items()}
         if self.aggregator is not None:
             self.aggregator.load_state_dict(state["aggregator"])

@@ -25,11 +25,13 @@ class PolicySpec(NamedTuple):
     options: type
     build: Callable[[Any, np.ndarray], TemperaturePolicy]
     summary: str
+    uses_counts: bool = True
+    """Whether ``build`` reads the class counts (computing them is a pass over every client's labels)."""
 
 
 POLICIES: dict[str, PolicySpec] = {
-    "none": PolicySpec(NoOptions, lambda o, counts: ConstantTemperature(1.0), "standard softmax, T = 1"),
-    "fixed": PolicySpec(FixedOptions, lambda o, counts: ConstantTemperature(o.value), "one T for every client and round (FLex&Chill)"),
+    "none": PolicySpec(NoOptions, lambda o, counts: ConstantTemperature(1.0), "standard softmax, T = 1", False),
+    "fixed": PolicySpec(FixedOptions, lambda o, counts: ConstantTemperature(o.value), "one T for every client and round (FLex&Chill)", False),
     "fedchill": PolicySpec(FedChillOptions, FedChillPolicy, "per-client T from label heterogeneity, decayed on stagnation (FedChill)"),
 }
 
@@ -38,11 +40,17 @@ def policy_names() -> list[str]:
     return sorted(POLICIES)
 
 
-def make_policy(table: Mapping[str, Any], class_counts: np.ndarray, section: str = "temperature") -> TemperaturePolicy:
-    """Build the policy named by ``table['policy']`` with the rest of the table as its options."""
+def make_policy(table: Mapping[str, Any], class_counts: np.ndarray | Callable[[], np.ndarray], section: str = "temperature") -> TemperaturePolicy:
+    """Build the policy named by ``table['policy']`` with the rest of the table as its options.
+
+    ``class_counts``: the [clients, classes] matrix, or a function computing it, called
+    only by a policy that reads it (not by ``none`` / ``fixed``).
+    """
     name = table.get("policy")
     if name not in POLICIES:
         raise choice_error(f"{section}.policy", name, policy_names())
     spec = POLICIES[name]
     options: Any = parse_options(spec.options, {k: v for k, v in table.items() if k != "policy"}, section)
-    return spec.build(options, class_counts)
+    if not spec.uses_counts:
+        return spec.build(options, np.zeros((0, 0), dtype=np.int64))
+    return spec.build(options, class_counts() if callable(class_counts) else class_counts)

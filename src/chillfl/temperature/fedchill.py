@@ -177,12 +177,14 @@ class FedChillPolicy:
         reference_distribution(options.p_g, counts.shape[1])  # checks len(p_g) == classes
         self.options = options
         self._h = heterogeneity(counts, options.measure, options.p_g, options.normalisation)
-        if options.init:
-            starts = [initial_temperature(float(h), options.t_max, options.t_min, options.s) for h in self._h]
-        else:
-            start = options.t_max if options.t_start is None else options.t_start
-            starts = [start] * len(self._h)
-        self._states = [ClientTemperatureState(temperature=t) for t in starts]
+        self._states: dict[int, ClientTemperatureState] = {}  # only clients Algorithm 1 has changed: O(clients seen)
+
+    def _start(self, i: int) -> float:
+        """Client ``i``'s temperature before any observation: Eq. 7 from h_i, or ``t_start`` / ``t_max``."""
+        o = self.options
+        if o.init:
+            return initial_temperature(float(self._h[i]), o.t_max, o.t_min, o.s)
+        return o.t_max if o.t_start is None else o.t_start
 
     @property
     def initial_heterogeneity(self) -> np.ndarray:
@@ -191,18 +193,19 @@ class FedChillPolicy:
 
     @property
     def num_clients(self) -> int:
-        return len(self._states)
+        return len(self._h)
 
     def state(self, client_id: int) -> ClientTemperatureState:
-        return self._states[self._index(client_id)]
+        i = self._index(client_id)
+        return self._states.get(i) or ClientTemperatureState(temperature=self._start(i))
 
     def _index(self, client_id: int) -> int:
-        if not 0 <= client_id < len(self._states):
-            raise KeyError(f"client id {client_id} out of range [0, {len(self._states)})")
+        if not 0 <= client_id < len(self._h):
+            raise KeyError(f"client id {client_id} out of range [0, {len(self._h)})")
         return client_id
 
     def temperature(self, client_id: int, round: int) -> float:
-        return self._states[self._index(client_id)].temperature
+        return self.state(client_id).temperature
 
     def observe(self, client_id: int, round: int, local_accuracy: float | None) -> None:
         """Algorithm 1 after the client's local training; no-op when ``decay`` is off."""
@@ -217,36 +220,42 @@ class FedChillPolicy:
             )
         o = self.options
         self._states[i] = decay_step(
-            self._states[i], local_accuracy, patience=o.patience, gamma=o.gamma, t_min=o.t_min, compare=o.compare
+            self.state(i), local_accuracy, patience=o.patience, gamma=o.gamma, t_min=o.t_min, compare=o.compare
         )
 
     def snapshot(self) -> Mapping[int, float]:
-        return {cid: s.temperature for cid, s in enumerate(self._states)}
+        """Every registered client's temperature (O(clients): for metrics of small federations and plots)."""
+        return {cid: self.state(cid).temperature for cid in range(self.num_clients)}
 
     def state_dict(self) -> dict[str, Any]:
-        """Every client's Algorithm 1 state, in client order (T, accuracy history A_n, stagnation counter).
+        """The Algorithm 1 state (T, accuracy history A_n, stagnation counter) of every client it has changed.
 
-        Plain floats and ints only: floats survive JSON exactly (``repr``), and
-        h_n / the start temperatures are rebuilt from the options and counts.
+        ``{"clients": {str(client id): {...}}}`` in client order; every other client is
+        still at its start temperature, rebuilt with h_n from the options and counts,
+        so a checkpoint grows with the clients seen, not the clients registered.
+        Plain floats and ints only: floats survive JSON exactly (``repr``).
         """
         return {
-            "clients": [
-                {"temperature": float(s.temperature), "history": [float(a) for a in s.history], "counter": int(s.counter)}
-                for s in self._states
-            ]
+            "clients": {
+                str(cid): {"temperature": float(s.temperature), "history": [float(a) for a in s.history], "counter": int(s.counter)}
+                for cid, s in sorted(self._states.items())
+            }
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`; also reads the older list form (one entry per registered client)."""
         if set(state) != {"clients"}:
             raise ValueError(f"FedChill state must have keys ['clients'], got {sorted(state)}")
         clients = state["clients"]
-        if len(clients) != len(self._states):
-            raise ValueError(f"checkpoint has {len(clients)} clients, policy has {len(self._states)}")
-        self._states = [
-            ClientTemperatureState(
-                temperature=float(c["temperature"]),
-                history=[float(a) for a in c["history"]],
-                counter=int(c["counter"]),
-            )
-            for c in clients
-        ]
+        if isinstance(clients, Mapping):
+            items = [(int(k), v) for k, v in clients.items()]
+            if any(not 0 <= cid < self.num_clients for cid, _ in items):
+                raise ValueError(f"checkpoint names clients outside [0, {self.num_clients})")
+        else:
+            if len(clients) != self.num_clients:
+                raise ValueError(f"checkpoint has {len(clients)} clients, policy has {self.num_clients}")
+            items = list(enumerate(clients))
+        self._states = {
+            cid: ClientTemperatureState(temperature=float(c["temperature"]), history=[float(a) for a in c["history"]], counter=int(c["counter"]))
+            for cid, c in items
+        }

@@ -101,7 +101,8 @@ def test_chillfl_data_for_100k_clients_share_the_blocks() -> None:
               "x_test": np.zeros((4, 1, 1, 1), np.float32), "y_test": np.zeros(4, np.int64)}
     data = mode_chillfl.federated_data(workload("4"), arrays, 0)
     assert data.num_clients == 100_000
-    assert len({id(ix) for ix in data.train_indices}) == 1_000  # one index array per block, referenced by its 100 clients
-    assert data.train_indices[1_001] is data.train_indices[1] and list(data.train_indices[1][[0, -1]]) == [50, 99]
+    rows = data.train_indices  # a ClientRows: client c owns block c mod 1000, rows [50 b, 50 b + 50)
+    assert list(rows[1_001]) == list(rows[1]) == list(range(50, 100))
+    assert list(rows[99_999]) == list(range(49_950, 50_000)) and len(rows[0]) == 50
     public = mode_chillfl.federated_data(workload("3"), arrays, 0).public_indices
     assert (public[0], public[-1], len(public)) == (40_000, 49_999, 10_000)

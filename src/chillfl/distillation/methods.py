@@ -353,6 +353,10 @@ class SoftLabelMethod:
         """Server side: what client ``cid`` must know to pick its target from the downlink rows (sent with them)."""
         return None
 
+    def needs_own_predictions(self, hint: int | None) -> bool:
+        """Whether :meth:`client_target` calls ``own_probs`` (the client then asks for them as a batchable job)."""
+        return False
+
     def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor], hint: int | None = None) -> torch.Tensor:
         """The distillation target ``[n, C]`` from the rebuilt rows of the previous round (client side)."""
         return rows
@@ -537,6 +541,9 @@ class COMET(SoftLabelMethod):
     def target_hint(self, cid: int) -> int | None:
         """Client granularity: the block of the client's cluster (last block = the plain mean when unassigned)."""
         return self._assign.get(cid, self.options.num_clusters) if self.options.granularity == "client" else None
+
+    def needs_own_predictions(self, hint: int | None) -> bool:
+        return self.options.granularity != "client"  # sample granularity: the nearest centroid to the own prediction
 
     def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor], hint: int | None = None) -> torch.Tensor:
         nc, c = self.num_classes, self.options.num_clusters

@@ -299,7 +299,7 @@ class VectorizedExecutor:
             replica = factored_linears(model)
             self._replicas.put(_Replica(replica, StepLoss(replica, spec, vmapped=True)))
         self._pool: ThreadPoolExecutor | None = None
-        self.predict = BatchedPredictor()  # client updates' PredictJobs: many clients per vmapped forward pass
+        self.predict = BatchedPredictor(workers=workers)  # client updates' PredictJobs: many clients per vmapped forward pass
 
     def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
         """Every task's client update; the training jobs of one stage are trained as vmapped chunks."""
@@ -334,6 +334,7 @@ class VectorizedExecutor:
         return self._fallback.run(jobs)
 
     def close(self) -> None:
+        self.predict.close()
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None

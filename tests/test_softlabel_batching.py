@@ -298,3 +298,21 @@ def test_public_rows_are_gathered_once_per_index_set():
         assert client.public_rows(i) is first  # two index sets are kept (a round's I^{t-1} and I_req^t)
     finally:
         protocol.close()
+
+
+def test_stack_uplinks_places_rows_by_index():
+    # requested I = [8, 2, 5]; client 0 sends all three in order; client 1 only [5, 8] (Selective-FD keeps a subset)
+    # -> stack[1] = [row of 8, zeros, row of 5], keep[1] = [T, F, T]; a client sending index 3 was never asked: error
+    from chillfl.distillation.cache import SoftLabelUplink
+    from chillfl.distillation.methods import stack_uplinks
+
+    idx = torch.tensor([8, 2, 5])
+    all3 = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
+    some = torch.tensor([[0.2, 0.8], [0.9, 0.1]])  # rows for 5, then 8
+    ups = [SoftLabelUplink(0, 1, idx, all3), SoftLabelUplink(1, 1, torch.tensor([5, 8]), some, send_indices=True)]
+    stack, keep = stack_uplinks(idx, ups, 2)
+    torch.testing.assert_close(stack[0], all3)
+    torch.testing.assert_close(stack[1], torch.tensor([[0.9, 0.1], [0.0, 0.0], [0.2, 0.8]]))
+    assert keep.tolist() == [[True, True, True], [True, False, True]]
+    with pytest.raises(KeyError):
+        stack_uplinks(idx, [SoftLabelUplink(2, 1, torch.tensor([3]), torch.tensor([[0.5, 0.5]]), send_indices=True)], 2)

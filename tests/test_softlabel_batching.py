@@ -72,6 +72,7 @@ def test_batched_predictor_matches_the_reference(output, chunk_size, workers):
     jobs = [PredictJob(c, model, s, shared, output, y[0], batch_size=4) for c, s in enumerate(states)]
     jobs += [PredictJob(10 + c, model, s, x, output, y[1 + c], batch_size=4) for c, (s, x) in enumerate(zip(states, own))]
     predictor = BatchedPredictor(chunk_size=chunk_size, workers=workers)
+    assert all(predictor.pays(j) for j in jobs)  # the stacked path runs, not the loop
     try:
         got = predictor(jobs)
     finally:
@@ -85,6 +86,16 @@ def test_batched_predictor_matches_the_reference(output, chunk_size, workers):
         else:
             assert g.values is not None and w.values is not None and g.values.dtype == torch.float32
             torch.testing.assert_close(g.values, w.values, rtol=1e-5, atol=1e-6)
+
+
+def test_cpu_stacks_only_small_passes_of_small_models():
+    model = bn_cnn()
+    state = client_states(model, 1)[0]
+    predictor = BatchedPredictor(cpu_max_rows=64, cpu_max_state_bytes=1 << 20)
+    assert predictor.pays(PredictJob(0, model, state, torch.zeros(65, 1, 8, 8), batch_size=64))  # a pass is 64 rows
+    assert not predictor.pays(PredictJob(0, model, state, torch.zeros(65, 1, 8, 8), batch_size=1024))  # one 65-row pass
+    big = nn.Linear(1024, 512)  # 2 MiB of weights
+    assert not predictor.pays(PredictJob(0, big, big.state_dict(), torch.zeros(4, 1024)))
 
 
 def test_reference_prediction_is_the_plain_forward_pass():

@@ -327,3 +327,18 @@ def test_stack_uplinks_places_rows_by_index():
     assert keep.tolist() == [[True, True, True], [True, False, True]]
     with pytest.raises(KeyError):
         stack_uplinks(idx, [SoftLabelUplink(2, 1, torch.tensor([3]), torch.tensor([[0.5, 0.5]]), send_indices=True)], 2)
+
+
+def test_groups_that_do_not_pay_run_the_reference_loop_bitwise_on_worker_threads():
+    model = bn_cnn()
+    states = client_states(model, 5)
+    x = torch.randn(9, 1, 8, 8, generator=torch.Generator().manual_seed(5))
+    jobs = [PredictJob(c, model, s, x, "proba", batch_size=16) for c, s in enumerate(states)]
+    predictor = BatchedPredictor(workers=2, cpu_max_rows=4)  # 9-row passes: too large to stack here
+    try:
+        assert not predictor.pays(jobs[0])
+        got = predictor(jobs)
+    finally:
+        predictor.close()
+    for g, w in zip(got, predict_each(jobs)):
+        assert torch.equal(g.values, w.values)

@@ -24,6 +24,7 @@ same seed gives bitwise the same numbers on the same executor.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import queue
 from collections import Counter
@@ -204,7 +205,7 @@ class BatchedPredictor:
                 by_input.setdefault((id(x), 0) if uses[id(x)] > 1 else (0, len(x)), []).append(i)
             for (shared, _n), idx in by_input.items():
                 if not self.pays(jobs[idx[0]]):
-                    out.update(zip(idx, predict_each([jobs[i] for i in idx])))
+                    out.update(zip(idx, self._loop([jobs[i] for i in idx])))
                     continue
                 ranges, rows = self._plan(key, [jobs[i] for i in idx])
                 chunks.extend((idx[lo:hi], rows, bool(shared)) for lo, hi in ranges)
@@ -214,9 +215,7 @@ class BatchedPredictor:
 
         try:
             if self.workers > 1 and len(chunks) > 1:
-                if self._pool is None:  # OpenMP's thread count is per thread: the caller's, so kernels reduce the same way
-                    self._pool = ThreadPoolExecutor(self.workers, "chillfl-predict", torch.set_num_threads, (torch.get_num_threads(),))
-                futures = [self._pool.submit(run, c) for c in chunks]
+                futures = [self._executor().submit(run, c) for c in chunks]
                 wait(futures)
                 results = [f.result() for f in futures]
             else:
@@ -264,19 +263,46 @@ class BatchedPredictor:
         count = -(-n // max(1, min(size, n)))
         return [(c * n // count, (c + 1) * n // count) for c in range(count)], rows
 
+    def _loop(self, jobs: Sequence[PredictJob]) -> list[Prediction]:
+        """The reference loop, its clients shared out to the worker threads (each on its own template copy): bitwise :func:`predict_each`."""
+        if self.workers == 1 or len(jobs) < 2:
+            return predict_each(jobs)
+        n = len(jobs)
+        parts = [list(jobs[w * n // self.workers : (w + 1) * n // self.workers]) for w in range(self.workers)]
+
+        def run(part: list[PredictJob]) -> list[Prediction]:
+            model = self._take(part[0].model)
+            try:
+                return predict_each([dataclasses.replace(j, model=model) for j in part])
+            finally:
+                self._replicas[id(part[0].model)].put(model)
+
+        futures = [self._executor().submit(run, part) for part in parts if part]
+        wait(futures)
+        return [p for f in futures for p in f.result()]
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:  # OpenMP's thread count is per thread: the caller's, so kernels reduce the same way
+            self._pool = ThreadPoolExecutor(self.workers, "chillfl-predict", torch.set_num_threads, (torch.get_num_threads(),))
+        return self._pool
+
+    def _take(self, model: nn.Module) -> nn.Module:
+        """A free copy of ``model`` for one worker thread (``functional_call`` swaps a module's tensors while it runs)."""
+        free = self._replicas.setdefault(id(model), queue.SimpleQueue())
+        try:
+            return free.get_nowait()
+        except queue.Empty:
+            return copy.deepcopy(model)
+
     def _on_replica(self, jobs: Sequence[PredictJob], step: int, shared: bool) -> list[Prediction]:
         """:meth:`_run` on the template itself (one worker) or on a free copy of it (one per worker thread)."""
         if self.workers == 1:
             return self._run(jobs[0].model, jobs, step, shared=shared)
-        free = self._replicas.setdefault(id(jobs[0].model), queue.SimpleQueue())
-        try:
-            model = free.get_nowait()
-        except queue.Empty:
-            model = copy.deepcopy(jobs[0].model)
+        model = self._take(jobs[0].model)
         try:
             return self._run(model, jobs, step, shared=shared)
         finally:
-            free.put(model)
+            self._replicas[id(jobs[0].model)].put(model)
 
     @torch.no_grad()
     def _run(self, model: nn.Module, jobs: Sequence[PredictJob], step: int, *, shared: bool) -> list[Prediction]:

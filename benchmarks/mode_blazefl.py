@@ -14,6 +14,10 @@ examples use (sample -> downlink -> local_process -> uplink -> load):
 The dataset object keeps only file paths (it is pickled into every process-pool
 task); each client's rows are copied out of the memory-mapped ``.npy`` files
 when its DataLoader is built, like BlazeFL's examples that load per-client files.
+
+``device``: BlazeFL 2.0.3 takes a device string (``"cpu"``, ``"cuda"``) in its
+server handler and in every trainer; each moves the model and every batch to
+it (the process pool's workers each on ``cuda``, as its own examples do).
 """
 
 from __future__ import annotations
@@ -65,9 +69,9 @@ def main() -> int:
     from blazefl.core import IPCMode
 
     w, spec, clock = read_spec(sys.argv)
-    seed, variant = spec["seed"], spec["variant"]
+    seed, variant, device = spec["seed"], spec["variant"], spec["device"]
     selector, dataset = Selector(seed), FileDataset(spec["data"], w)
-    common = dict(model_selector=selector, model_name=w.model, dataset=dataset, device="cpu", num_clients=w.num_clients,
+    common = dict(model_selector=selector, model_name=w.model, dataset=dataset, device=device, num_clients=w.num_clients,
                   epochs=w.epochs, batch_size=w.batch_size, lr=w.lr, seed=seed)
     with tempfile.TemporaryDirectory(prefix="blazefl-") as tmp_name:  # the process pool's share/state dirs
         tmp = Path(tmp_name)
@@ -81,7 +85,7 @@ def main() -> int:
                                                      num_parallels=2, ipc_mode=IPCMode.SHARED_MEMORY)
         server = FedAvgBaseServerHandler(model_selector=selector, model_name=w.model, dataset=dataset, global_round=spec["rounds"],
                                          num_clients=w.num_clients, sample_ratio=w.clients_per_round / w.num_clients,
-                                         device="cpu", batch_size=w.batch_size, seed=seed)
+                                         device=device, batch_size=w.batch_size, seed=seed)
         clock.note(num_parameters=sum(p.numel() for p in server.model.parameters()), clients_per_round=server.num_clients_per_round)
         clock.start()
         while not server.if_stop():

@@ -21,6 +21,20 @@ CIFAR-shaped and synthetic. Two ways of driving a run:
 module is missing chillfl silently falls back to sequential, so this worker
 reports "not available" for them instead of a misleading number (``auto``
 then legitimately means sequential; the result notes ``parallel_module``).
+
+Variants: ``<executor>`` or ``<executor>+bf16`` (the override ``precision =
+"bf16"``; a config that rejects it makes the mode "not available: <reason>").
+The spec's ``device`` becomes the config's ``device``.
+
+Data per workload (built through the public ``FederatedData``): client ``c``
+trains on rows ``client_slice(w, c)``. Workload 3 adds the public pool
+(``public_indices`` = the rows after the clients') and the SCARLET section
+``[distillation] method = "scarlet", public_size = 10000, subset_size = 1000``
+(its defaults otherwise: one distillation epoch at the client batch size, a
+50-round cache). Workload 4's 100,000 clients are index ranges into workload
+2's 1,000 blocks: the list holds 1,000 distinct ``np.arange`` arrays, each
+shared by the 100 clients of its block (a documented choice: the data are
+memory-mapped once and no client's indices cost more than a reference).
 """
 
 from __future__ import annotations
@@ -32,14 +46,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from workloads import NUM_CLASSES, Workload, load_data, read_spec
+from workloads import NUM_CLASSES, Workload, client_slice, load_data, public_slice, read_spec
 
 PARALLEL_ONLY = ("vectorized", "processes")
 
 
-def overrides(w: Workload, executor: str, rounds: int, seed: int) -> dict[str, Any]:
+def overrides(w: Workload, variant: str, rounds: int, seed: int, device: str = "cpu") -> dict[str, Any]:
+    """The run's config overrides; ``variant``: the executor, optionally ``+bf16``."""
+    executor, _, precision = variant.partition("+")
     model = {"name": "mcmahan_cnn"} if w.model == "cnn" else {"name": "mlp", "hidden": [64]}
-    return {
+    out: dict[str, Any] = {
         "name": f"bench-w{w.key}-{executor}",
         "seed": seed,
         "executor": executor,
@@ -53,17 +69,43 @@ def overrides(w: Workload, executor: str, rounds: int, seed: int) -> dict[str, A
         "eval.client_split": "none",
         "eval.every": rounds,
         "model": model,
+        "device": device,
     }
+    if precision:
+        out["precision"] = precision
+    if w.public_per_round:
+        out["distillation"] = {"method": "scarlet", "public_size": w.public_size, "subset_size": w.public_per_round}
+    return out
+
+
+def federated_data(w: Workload, arrays: dict[str, np.ndarray], seed: int) -> Any:
+    """The workload's clients (and public pool) as a chillfl ``FederatedData`` over the memory-mapped arrays."""
+    from chillfl.data.datasets import ArrayDataset
+    from chillfl.data.federated import FederatedData
+
+    t = torch.from_numpy
+    dataset = ArrayDataset("synthetic_cifar", t(arrays["x"]), t(arrays["y"]), t(arrays["x_test"]), t(arrays["y_test"]), NUM_CLASSES)
+    blocks = [np.arange(client_slice(w, b).start, client_slice(w, b).stop, dtype=np.int64) for b in range(w.blocks)]
+    empty = np.zeros(0, dtype=np.int64)
+    public = public_slice(w)
+    return FederatedData(
+        dataset=dataset,
+        train_indices=[blocks[c % w.blocks] for c in range(w.num_clients)],
+        eval_indices=[empty] * w.num_clients,
+        noise=None,
+        public_indices=np.arange(public.start, public.stop, dtype=np.int64),
+        seed=seed,
+    )
 
 
 def main() -> int:
     w, spec, clock = read_spec(sys.argv)
-    executor, api = spec["variant"], spec.get("api", "loop")
+    variant, api = spec["variant"], spec.get("api", "loop")
+    executor = variant.partition("+")[0]
     try:
         import chillfl
         from chillfl.config import load_config
-        from chillfl.data.datasets import ArrayDataset
-        from chillfl.data.federated import FederatedData
+        from chillfl.errors import ConfigError
         from chillfl.runner import intra_op_threads, rounds_for, run_experiment
         from chillfl.experiment import build_experiment
 
@@ -80,18 +122,13 @@ def main() -> int:
 
     try:
         arrays = load_data(spec["data"], mmap=True)  # pages are read when a sampled client first touches them
-        t = torch.from_numpy
-        dataset = ArrayDataset("synthetic_cifar", t(arrays["x"]), t(arrays["y"]), t(arrays["x_test"]), t(arrays["y_test"]), NUM_CLASSES)
-        n = w.samples_per_client
-        data = FederatedData(
-            dataset=dataset,
-            train_indices=[np.arange(c * n, (c + 1) * n, dtype=np.int64) for c in range(w.num_clients)],
-            eval_indices=[np.zeros(0, dtype=np.int64) for _ in range(w.num_clients)],
-            noise=None,
-            public_indices=np.zeros(0, dtype=np.int64),
-            seed=spec["seed"],
-        )
-        cfg = load_config(None, overrides(w, executor, spec["rounds"], spec["seed"]))
+        data = federated_data(w, arrays, spec["seed"])
+        try:
+            cfg = load_config(None, overrides(w, variant, spec["rounds"], spec["seed"], spec["device"]))
+        except ConfigError as exc:  # e.g. precision = "bf16" before chillfl has it
+            clock.note(error=f"not available: {exc}")
+            clock.save()
+            return 3
         clock.note(chillfl_version=getattr(chillfl, "__version__", "?"))
         if api == "run_experiment":
             clock.start()

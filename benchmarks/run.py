@@ -1,6 +1,7 @@
 """Speed and memory benchmark: chillfl's executors vs. a plain PyTorch loop, BlazeFL and Flower.
 
-    python benchmarks/run.py [--workload 1|2|all] [--repeats 3] [--rounds 3] [--scale 1.0] [--quick]
+    python benchmarks/run.py [--workload 1|2|3|4|all] [--repeats 3] [--rounds 3] [--scale 1.0] [--quick]
+                             [--device cpu|cuda] [--peak-gflops G]
 
 Every mode of every workload runs ``--repeats`` times, each time in a fresh
 subprocess started in its own session, on the same seeded synthetic data
@@ -17,9 +18,15 @@ all modes. Per process the runner records:
   (every process in the worker's session or descended from it, polled every
   0.2 s) and (b) the kernel's max RSS of the worker (``os.wait4``);
 
-and the ratios of both to the compute bound. Workload 2 also times chillfl's
+and the ratios of both to the compute bound, and the FLOP rate: the round's
+FLOPs (``workloads.round_flops``: ``torch.utils.flop_counter`` on one step of
+the model, times the round's samples) over the median s/round, as a fraction
+of ``--peak-gflops`` when given. Workloads 2 and 4 also time chillfl's
 ``run_experiment`` from process launch to the end of a 1-round run. Results go
 to ``benchmarks/results/<timestamp>.json`` and a table is printed.
+
+``--device cuda`` runs every mode on the GPU (chillfl's ``device``, BlazeFL's
+``device``, Flower's Ray actors with GPU fractions); without a GPU it exits 2.
 """
 
 from __future__ import annotations
@@ -42,9 +49,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from peers import ensure_peers  # noqa: E402
-from workloads import Workload, data_dir, workload, write_data  # noqa: E402
+from workloads import WORKLOADS, Workload, data_dir, round_flops, workload, write_data  # noqa: E402
 
-CHILLFL_EXECUTORS = ("auto", "sequential", "vectorized", "processes")
+CHILLFL_EXECUTORS = ("auto", "sequential", "vectorized", "processes", "auto+bf16")
 BLAZEFL_TRAINERS = ("serial", "threads", "processes")
 POLL_S = 0.2
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -61,9 +68,10 @@ class Mode:
     api: str = "loop"
 
 
-def all_modes() -> list[Mode]:
+def all_modes(device: str = "cpu") -> list[Mode]:
+    """Every mode; on a GPU without chillfl's ``processes`` executor (it trains on the CPU; chillfl refuses it there)."""
     modes = [Mode("compute_bound", "mode_compute.py")]
-    modes += [Mode(f"chillfl[{e}]", "mode_chillfl.py", e) for e in CHILLFL_EXECUTORS]
+    modes += [Mode(f"chillfl[{e}]", "mode_chillfl.py", e) for e in CHILLFL_EXECUTORS if device == "cpu" or e != "processes"]
     modes += [Mode(f"blazefl[{t}]", "mode_blazefl.py", t, "blazefl") for t in BLAZEFL_TRAINERS]
     modes.append(Mode("flower[simulation]", "mode_flower.py", "ray", "flwr"))
     return modes
@@ -202,6 +210,16 @@ def summarize(runs: list[Measured]) -> dict[str, Any]:
     }
 
 
+def add_flop_rates(results: dict[str, dict[str, Any]], flops: float, peak_gflops: float | None) -> None:
+    """GFLOP/s of every measured mode at its median and best s/round, and the fraction of ``peak_gflops``."""
+    for entry in results.values():
+        if "s_per_round_median" in entry:
+            entry["gflops_median"] = flops / entry["s_per_round_median"] / 1e9
+            entry["gflops_best"] = flops / entry["s_per_round_min"] / 1e9
+            if peak_gflops:
+                entry["peak_fraction_median"] = entry["gflops_median"] / peak_gflops
+
+
 def add_ratios(results: dict[str, dict[str, Any]]) -> None:
     bound = results.get("compute_bound", {})
     if "s_per_round_median" not in bound:
@@ -236,6 +254,14 @@ def machine() -> dict[str, Any]:
         info["chillfl_commit"] = rev.stdout.strip() + " (+ uncommitted working tree)"
     except (OSError, subprocess.SubprocessError):
         pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+            info["gpu_memory_gb"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+    except (ImportError, RuntimeError):
+        pass
     info["memory_gb"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     return info
 
@@ -244,6 +270,7 @@ def machine() -> dict[str, Any]:
 
 
 def run_workload(w: Workload, modes: list[Mode], peers: dict[str, dict[str, Any]], args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    modes = [m for m in modes if w.peers or not m.peer]  # the peers have no soft-label protocol (workload 3)
     folder = data_dir(args.data_dir, w.num_samples, args.seed)
     write_data(folder, w.num_samples, args.seed)
     env = {**os.environ, "PYTHONPATH": str(HERE), "PYTHONUNBUFFERED": "1"}
@@ -258,7 +285,7 @@ def run_workload(w: Workload, modes: list[Mode], peers: dict[str, dict[str, Any]
 
     def launch(mode: Mode, rounds: int, rep: int) -> Measured:
         spec = {"workload": w.to_dict(), "data": str(folder), "rounds": rounds, "seed": args.seed, "variant": mode.variant,
-                "api": mode.api, "clock": str(work / f"clock-{w.key}-{mode.name}-{mode.api}-{rep}.json")}
+                "api": mode.api, "device": args.device, "clock": str(work / f"clock-{w.key}-{mode.name}-{mode.api}-{rep}.json")}
         spec_path = work / f"spec-{w.key}-{mode.name}-{mode.api}-{rep}.json"
         spec_path.write_text(json.dumps(spec))
         python = peers[mode.peer]["python"] if mode.peer else sys.executable
@@ -281,9 +308,11 @@ def run_workload(w: Workload, modes: list[Mode], peers: dict[str, dict[str, Any]
     for mode in modes:
         results[mode.name] = {"status": dead[mode.name]} if mode.name in dead else {"status": "ok", **summarize(runs[mode.name])}
     add_ratios(results)
+    flops = round_flops(w)
+    add_flop_rates(results, flops, args.peak_gflops)
 
     startup: dict[str, Any] = {}
-    if w.key == "2":  # chillfl.run_experiment, 1 round, from process launch to its return
+    if w.key in ("2", "4"):  # chillfl.run_experiment, 1 round, from process launch to its return
         for mode in modes:
             if not mode.script == "mode_chillfl.py" or mode.name in dead:
                 continue
@@ -299,7 +328,8 @@ def run_workload(w: Workload, modes: list[Mode], peers: dict[str, dict[str, Any]
             else:
                 startup[mode.name] = {"status": "ok", "min_s": min(times), "median_s": statistics.median(times), "runs": times}
             print(f"  start-up to end of round 1, {mode.name}: {startup[mode.name]}")
-    return {"workload": w.to_dict(), "rounds_per_run": args.rounds_for[w.key], "modes": results, "chillfl_startup_run_experiment": startup}
+    return {"workload": w.to_dict(), "rounds_per_run": args.rounds_for[w.key], "flops_per_round": flops, "modes": results,
+            "chillfl_startup_run_experiment": startup}
 
 
 def fmt_table(report: dict[str, Any]) -> str:
@@ -309,36 +339,43 @@ def fmt_table(report: dict[str, Any]) -> str:
         lines.append(f"\nworkload {w['key']}: {w['title']}: {w['num_clients']} clients x {w['samples_per_client']} samples, "
                      f"{w['clients_per_round']} per round, {w['epochs']} epoch(s), batch {w['batch_size']} "
                      f"({w['steps_per_round']} SGD steps/round), {entry['rounds_per_run']} rounds per run")
-        lines.append(f"{'mode':<22}{'s/round min':>12}{'median':>9}{'x bound':>9}{'peak MB':>9}{'x bound':>9}{'1st round end s':>17}")
+        lines.append(f"{entry.get('flops_per_round', 0) / 1e9:.2f} GFLOP per round (torch.utils.flop_counter)")
+        lines.append(f"{'mode':<24}{'s/round min':>12}{'median':>9}{'x bound':>9}{'peak MB':>9}{'x bound':>9}{'1st round end s':>17}{'GFLOP/s':>9}{'% peak':>8}")
         for name, r in entry["modes"].items():
             if r["status"] != "ok":
-                lines.append(f"{name:<22}{r['status']}")
+                lines.append(f"{name:<24}{r['status']}")
                 continue
-            lines.append(f"{name:<22}{r['s_per_round_min']:>12.3f}{r['s_per_round_median']:>9.3f}{r.get('time_ratio_median', float('nan')):>9.2f}"
-                         f"{r['peak_mb']:>9.0f}{r.get('memory_ratio', float('nan')):>9.2f}{r['first_round_end_s_median']:>17.2f}")
+            lines.append(f"{name:<24}{r['s_per_round_min']:>12.3f}{r['s_per_round_median']:>9.3f}{r.get('time_ratio_median', float('nan')):>9.2f}"
+                         f"{r['peak_mb']:>9.0f}{r.get('memory_ratio', float('nan')):>9.2f}{r['first_round_end_s_median']:>17.2f}"
+                         f"{r.get('gflops_median', float('nan')):>9.2f}{_percent(r.get('peak_fraction_median')):>8}")
         for name, s in entry["chillfl_startup_run_experiment"].items():
             text = f"min {s['min_s']:.2f} s, median {s['median_s']:.2f} s" if s["status"] == "ok" else s["status"]
             lines.append(f"  {name}: launch -> run_experiment (1 round) returned: {text}")
     return "\n".join(lines)
 
 
+def _percent(fraction: float | None) -> str:
+    return "" if fraction is None else f"{100 * fraction:.1f}"
+
+
 def markdown_table(report: dict[str, Any]) -> str:
     """The README's results table for one report."""
-    rows = ["| workload | mode | s/round min | s/round median | x bound | peak MB | x bound | launch -> end of round 1 (s) |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| workload | mode | s/round min | s/round median | x bound | peak MB | x bound | launch -> end of round 1 (s) | GFLOP/s | % of peak |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for key, entry in report["workloads"].items():
         for name, r in entry["modes"].items():
             if r["status"] != "ok":
-                rows.append(f"| {key} | {name} | {r['status']} | | | | | |")
+                rows.append(f"| {key} | {name} | {r['status']} | | | | | | | |")
                 continue
             rows.append(f"| {key} | {name} | {r['s_per_round_min']:.3f} | {r['s_per_round_median']:.3f} | {r.get('time_ratio_median', float('nan')):.2f} "
-                        f"| {r['peak_mb']:.0f} | {r.get('memory_ratio', float('nan')):.2f} | {r['first_round_end_s_median']:.1f} |")
+                        f"| {r['peak_mb']:.0f} | {r.get('memory_ratio', float('nan')):.2f} | {r['first_round_end_s_median']:.1f} "
+                        f"| {r.get('gflops_median', float('nan')):.2f} | {_percent(r.get('peak_fraction_median'))} |")
     return "\n".join(rows)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--workload", choices=["1", "2", "all"], default="all")
+    p.add_argument("--workload", choices=[*WORKLOADS, "all"], default="all")
     p.add_argument("--repeats", type=int, default=3, help="fresh processes per mode (>= 3 for min/median)")
     p.add_argument("--rounds", type=int, default=3, help="rounds per process; round 1 is a warm-up and not counted when > 1")
     p.add_argument("--scale", type=float, default=1.0, help="workload 1 only: fraction of its 100 clients (each keeps 500 samples)")
@@ -351,22 +388,49 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "chillfl-bench-data")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/<timestamp>.json)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where every mode trains (cuda: chillfl, BlazeFL and Flower on the GPU)")
+    p.add_argument("--peak-gflops", type=float, default=None, help="the machine's peak GFLOP/s, for the fraction of peak (see README)")
     args = p.parse_args(argv)
     if args.repeats < 1 or args.rounds < 1 or not 0 < args.scale <= 1:
         p.error("--repeats and --rounds must be >= 1, --scale in (0, 1]")
+    if args.peak_gflops is not None and args.peak_gflops <= 0:
+        p.error("--peak-gflops must be > 0")
     if args.quick:
         args.scale = 0.02
-    args.rounds_for = {"1": 2 if args.quick else args.rounds, "2": args.rounds}
+    args.rounds_for = {key: args.rounds for key in WORKLOADS}
+    args.rounds_for["1"] = 2 if args.quick else args.rounds
     return args
+
+
+def peers_without_cuda(peers: dict[str, dict[str, Any]]) -> None:
+    """Mark peers whose venv's torch cannot see the GPU as not available (their CPU wheel would run on the CPU)."""
+    for entry in peers.values():
+        if entry.get("ok"):
+            probe = subprocess.run([entry["python"], "-c", "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"],
+                                   capture_output=True, timeout=300)
+            if probe.returncode != 0:
+                entry.update(ok=False, detail="its venv's torch sees no CUDA GPU (install a CUDA build of torch into benchmarks/.venv-peers)")
+
+
+def cuda_missing() -> str | None:
+    """Why ``--device cuda`` cannot run here (None: torch sees a GPU)."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    return None if torch.cuda.is_available() else f"torch {torch.__version__} sees no CUDA GPU on this machine"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.device == "cuda" and (why := cuda_missing()):
+        print(f"run.py: --device cuda: {why}", file=sys.stderr)
+        return 2
     started = time.time()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or HERE / "results" / f"{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    modes = [m for m in all_modes() if not (args.no_peers and m.peer)]
+    modes = [m for m in all_modes(args.device) if not (args.no_peers and m.peer)]
     if args.modes:
         wanted = [s.strip() for s in args.modes.split(",") if s.strip()]
         modes = [m for m in modes if m.name == "compute_bound" or any(s in m.name for s in wanted)]
@@ -375,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         print("peer environment (benchmarks/.venv-peers) ...", flush=True)
         t0 = time.time()
         peers = ensure_peers(HERE / ".venv-peers", install=not args.no_install)
+        if args.device == "cuda":
+            peers_without_cuda(peers)
         for name, entry in peers.items():
             print(f"  {name}: {'ok ' if entry['ok'] else ''}{entry['detail']}")
         print(f"  ({time.time() - t0:.0f} s)")
@@ -385,11 +451,13 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_start": os.getloadavg(),
         "scale_workload_1": args.scale,
         "threads": args.threads or "default",
+        "device": args.device,
+        "peak_gflops": args.peak_gflops,
         "repeats": args.repeats,
         "peers": peers,
         "workloads": {},
     }
-    keys = ["1", "2"] if args.workload == "all" else [args.workload]
+    keys = list(WORKLOADS) if args.workload == "all" else [args.workload]
     with tempfile.TemporaryDirectory(prefix="chillfl-bench-") as tmp:
         for key in keys:
             w = workload(key, args.scale)

@@ -9,12 +9,18 @@ Workload 1 is BlazeFL's FedAvg benchmark (McMahan et al.'s CIFAR CNN, 100 client
 x 500 samples, all sampled, 5 local epochs, batch 50, lr 0.1); workload 2 is
 many small clients (1,000 x 50, 100 sampled per round, MLP 3072-64-10, 1 epoch,
 batch 10). ``scale`` shrinks workload 1's number of clients only, so that one
-client's work (500 samples, 5 epochs, 50 steps) stays the same.
+client's work (500 samples, 5 epochs, 50 steps) stays the same. Workload 3 is a
+SCARLET-style soft-label round (100 clients x 400 private samples, all sampled,
+a public pool of 10,000 rows, 1,000 of them per round; MLP, batch 50); workload
+4 is workload 2 with 100,000 registered clients, whose data are workload 2's
+1,000 blocks of 50 rows, block ``c mod 1000`` for client ``c``.
 
 Data: 50,000 CIFAR-shaped samples x ~ N(0, 1) (float32, 3x32x32), labels
 uniform in 0..9, drawn from ``np.random.default_rng(seed)``, written once to an
 ``.npy`` files that every mode loads, so all modes train on the same bytes.
-Client ``c`` owns the contiguous rows ``[c * n, (c + 1) * n)``.
+Client ``c`` owns the contiguous rows ``[b * n, (b + 1) * n)`` with ``b = c mod
+data_clients`` (``data_clients`` = the number of clients except in workload 4);
+workload 3's public pool is the ``public_size`` rows after the clients' rows.
 """
 
 from __future__ import annotations
@@ -50,10 +56,22 @@ class Workload:
     epochs: int
     batch_size: int
     lr: float
+    data_clients: int = 0
+    """Distinct blocks of client data (0: one per client); client c reads block c mod data_clients."""
+    public_size: int = 0
+    """Soft-label workloads: rows of the unlabelled public pool (after the clients' rows)."""
+    public_per_round: int = 0
+    """Soft-label workloads: public rows distilled on and predicted per round (SCARLET's subset P^t)."""
+    peers: bool = True
+    """Whether BlazeFL and Flower run this workload (they have no soft-label protocol)."""
+
+    @property
+    def blocks(self) -> int:
+        return self.data_clients or self.num_clients
 
     @property
     def num_samples(self) -> int:
-        return self.num_clients * self.samples_per_client
+        return self.blocks * self.samples_per_client + self.public_size
 
     @property
     def steps_per_round(self) -> int:
@@ -62,23 +80,40 @@ class Workload:
 
     @property
     def sample_steps_per_round(self) -> int:
-        return self.clients_per_round * self.epochs * self.samples_per_client
+        """Training samples (forward + backward) per round: local training, and for soft labels the distillation."""
+        local = self.clients_per_round * self.epochs * self.samples_per_client
+        # soft labels: every client distils on P^{t-1} (1 epoch) and the server model on P^t (client.epochs)
+        return local + (self.clients_per_round + self.epochs) * self.public_per_round
+
+    @property
+    def forward_samples_per_round(self) -> int:
+        """Samples only predicted (forward, no backward) per round: the clients' soft labels on P^t."""
+        return self.clients_per_round * self.public_per_round
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["steps_per_round"] = self.steps_per_round
         out["sample_steps_per_round"] = self.sample_steps_per_round
+        out["forward_samples_per_round"] = self.forward_samples_per_round
         return out
 
 
+WORKLOADS = ("1", "2", "3", "4")
+
+
 def workload(key: str, scale: float = 1.0) -> Workload:
-    """Workload ``"1"`` (scaled by ``scale``: fewer clients, all sampled) or ``"2"`` (never scaled)."""
+    """Workload ``"1"`` (scaled by ``scale``: fewer clients, all sampled) or ``"2"``-``"4"`` (never scaled)."""
     if key == "1":
         clients = max(1, round(100 * scale))
         return Workload("1", "BlazeFL FedAvg benchmark (CIFAR CNN)", "cnn", clients, 500, clients, 5, 50, 0.1)
     if key == "2":
         return Workload("2", "many small clients (MLP)", "mlp", 1000, 50, 100, 1, 10, 0.1)
-    raise ValueError(f"unknown workload {key!r}; allowed: 1, 2")
+    if key == "3":
+        return Workload("3", "SCARLET-style soft-label round (MLP)", "mlp", 100, 400, 100, 1, 50, 0.1,
+                        public_size=10_000, public_per_round=1_000, peers=False)
+    if key == "4":
+        return Workload("4", "workload 2 with 100,000 registered clients (MLP)", "mlp", 100_000, 50, 100, 1, 10, 0.1, data_clients=1000)
+    raise ValueError(f"unknown workload {key!r}; allowed: {', '.join(WORKLOADS)}")
 
 
 def workload_from_dict(data: dict[str, Any]) -> Workload:
@@ -117,7 +152,15 @@ def load_data(folder: Path, mmap: bool = False) -> dict[str, np.ndarray]:
 
 
 def client_slice(w: Workload, cid: int) -> slice:
-    return slice(cid * w.samples_per_client, (cid + 1) * w.samples_per_client)
+    """Client ``cid``'s rows: its block ``cid mod blocks`` of ``samples_per_client`` contiguous rows."""
+    block = cid % w.blocks
+    return slice(block * w.samples_per_client, (block + 1) * w.samples_per_client)
+
+
+def public_slice(w: Workload) -> slice:
+    """The public pool's rows (soft-label workloads): right after the clients' blocks."""
+    start = w.blocks * w.samples_per_client
+    return slice(start, start + w.public_size)
 
 
 # ---------------------------------------------------------------- models
@@ -158,6 +201,49 @@ def build_model(name: str, seed: int) -> nn.Module:
         return McMahanCNN() if name == "cnn" else SmallMLP()
 
 
+# ---------------------------------------------------------------- FLOPs
+
+
+def sample_flops(model_name: str, batch_size: int) -> tuple[float, float]:
+    """(training, forward-only) FLOPs per sample of ``model_name``, counted by ``torch.utils.flop_counter``.
+
+    One step at ``batch_size``: forward, cross-entropy and backward of every
+    parameter (``FlopCounterMode`` counts matmuls and convolutions, 2 per
+    multiply-add), divided by the batch size; these models' FLOPs are linear in
+    it. The SGD update's elementwise FLOPs are not counted (no matmul).
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = build_model(model_name, 0)
+    x = torch.zeros(batch_size, *IMAGE_SHAPE)
+    y = torch.zeros(batch_size, dtype=torch.int64)
+    with FlopCounterMode(display=False) as train:
+        F.cross_entropy(model(x), y).backward()
+    with FlopCounterMode(display=False) as forward, torch.no_grad():
+        model(x)
+    return train.get_total_flops() / batch_size, forward.get_total_flops() / batch_size
+
+
+def round_flops(w: Workload) -> float:
+    """FLOPs of one round's training and prediction (:func:`sample_flops` times the round's samples)."""
+    train, forward = sample_flops(w.model, w.batch_size)
+    return train * w.sample_steps_per_round + forward * w.forward_samples_per_round
+
+
+PEAK_GFLOPS = {
+    "H100 SXM, FP32 (no tensor cores)": 67_000,
+    "H100 SXM, TF32 tensor cores (dense)": 494_700,
+    "H100 SXM, BF16 tensor cores (dense)": 989_400,
+    "H100 PCIe, FP32": 51_200,
+    "H100 PCIe, TF32 (dense)": 378_000,
+    "H200 SXM, FP32": 67_000,
+    "H200 SXM, TF32 (dense)": 494_700,
+}
+"""NVIDIA's datasheet peaks (GFLOP/s, dense: the datasheets' tensor-core figures with sparsity are twice these).
+Pass the one that applies with ``run.py --peak-gflops``: PyTorch runs fp32 matmuls without TF32 unless
+``torch.backends.cuda.matmul.allow_tf32`` is set, cuDNN convolutions with TF32 by default."""
+
+
 # ---------------------------------------------------------------- worker protocol
 
 
@@ -177,6 +263,8 @@ class RoundClock:
         self.data["t_loop_start"] = time.time()
 
     def round_done(self) -> None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # a round has ended when its kernels have, not when they were queued
         self.data["round_end"].append(time.time())
 
     def note(self, **kv: Any) -> None:
@@ -191,6 +279,7 @@ def read_spec(argv: list[str]) -> tuple[Workload, dict[str, Any], RoundClock]:
     spec = json.loads(Path(argv[1]).read_text())
     w = workload_from_dict(spec["workload"])
     spec["data"] = Path(spec["data"])
+    spec.setdefault("device", "cpu")
     return w, spec, RoundClock(Path(spec["clock"]))
 
 

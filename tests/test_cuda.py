@@ -61,3 +61,106 @@ def test_processes_executor_is_refused_on_cuda() -> None:
 
     with pytest.raises(ConfigError, match="executor"):
         _run(device="cuda", executor="processes")
+
+
+# ---------------------------------------------------------------- the vectorised executor's accelerator policy on a real GPU
+
+
+def _bn_jobs(device: str) -> tuple[torch.nn.Module, list]:
+    """A conv + batch-norm model and clients of unequal sizes (one straggler), data on ``device``."""
+    from torch import nn
+
+    from chillfl.engine.executors import ClientJob
+    from chillfl.training.local import model_state
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 5)).to(device)
+    start = model_state(model)
+    g = torch.Generator().manual_seed(7)
+    jobs = []
+    for c, n in enumerate([37, 20, 5, 0, 16, 29, 8]):
+        x, y = torch.randn(n, 1, 6, 6, generator=g).to(device), torch.randint(0, 5, (n,), generator=g).to(device)
+        jobs.append(ClientJob(c, start, x, y, 0.05 * (1 + c / 4), 1.0 / (1 + c), {}, 500 + c, work=0.5 if c == 1 else 1.0))
+    return model, jobs
+
+
+@pytest.fixture
+def deterministic_cuda():
+    import os
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(was)
+
+
+def test_cuda_vectorized_equals_sequential_with_batchnorm(deterministic_cuda: None) -> None:
+    from chillfl.data.augment import Augment
+    from chillfl.engine.executors import SequentialExecutor
+    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.training.local import LocalSpec
+
+    model, jobs = _bn_jobs("cuda")
+    spec = LocalSpec(epochs=2, batch_size=8, momentum=0.5, weight_decay=1e-3, augment=Augment(crop_padding=1, flip=True))
+    ex = VectorizedExecutor(model, spec)  # the policy follows the data: resident chunks on the GPU
+    assert ex.resident(jobs[0].x.device)
+    got = ex.run(jobs)
+    assert ex.fallback_reason is None
+    ref = SequentialExecutor(model, spec).run(jobs)
+    for a, b in zip(ref, got, strict=True):
+        assert a.num_steps == b.num_steps and a.mean_loss == pytest.approx(b.mean_loss, rel=1e-4, abs=1e-5)
+        for k in a.params:
+            assert b.params[k].is_cuda
+            torch.testing.assert_close(b.params[k], a.params[k], atol=1e-4, rtol=1e-4)
+
+
+def test_cuda_vectorized_is_bitwise_reproducible(deterministic_cuda: None) -> None:
+    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.training.local import LocalSpec
+
+    model, jobs = _bn_jobs("cuda")
+    spec = LocalSpec(epochs=2, batch_size=8, momentum=0.9)
+    first, second = (VectorizedExecutor(model, spec).run(jobs) for _ in range(2))
+    for a, b in zip(first, second, strict=True):
+        assert a.mean_loss == b.mean_loss and all(torch.equal(a.params[k], b.params[k]) for k in a.params)
+
+
+def test_cuda_vectorized_step_loop_never_syncs(monkeypatch: pytest.MonkeyPatch, deterministic_cuda: None) -> None:
+    """torch's sync debug mode raises on any host<->device synchronisation inside the chunks' step loops."""
+    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.training.local import LocalSpec
+
+    model, jobs = _bn_jobs("cuda")
+    spec = LocalSpec(epochs=2, batch_size=8, momentum=0.5)
+    ex = VectorizedExecutor(model, spec)
+    reference = ex.run(jobs)  # probe and chunk sizing (once per run) happen here
+    train_steps, loops = ex._train_steps, []
+
+    def strict(*args, **kwargs):
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            loops.append(1)
+            return train_steps(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(ex, "_train_steps", strict)
+    got = ex.run(jobs)
+    assert loops and ex.fallback_reason is None  # a sync would have raised inside the step and forced the fallback
+    for a, b in zip(reference, got, strict=True):
+        assert all(torch.equal(a.params[k], b.params[k]) for k in a.params)
+
+
+def test_cuda_chunks_are_sized_from_free_device_memory() -> None:
+    from chillfl.engine.vectorized import free_device_memory
+
+    free, total = torch.cuda.mem_get_info(0)
+    assert 0 < free_device_memory(torch.device("cuda", 0)) <= total
+
+
+def test_cuda_vectorized_run_agrees_with_sequential_run() -> None:
+    vec, seq = _run(device="cuda", executor="vectorized"), _run(device="cuda", executor="sequential")
+    assert [r["clients"] for r in vec] == [r["clients"] for r in seq]
+    assert vec[-1]["train_loss"] == pytest.approx(seq[-1]["train_loss"], rel=1e-3)

@@ -5,9 +5,16 @@
   SCAFFOLD + a FedProx term, and PA3Fed with FLex&Chill's fixed temperature, give the same records as
   ``chillfl``'s runtime (every float compared exactly);
 * a deployment: SuperLink + two SuperNodes as processes on 127.0.0.1 with TLS certificates made here, a
-  FedChill run started with ``flwr run`` gives chillfl's metrics; SuperNodes without the CA certificate or
-  without TLS are refused; every process exits on SIGTERM;
-* what Flower does not carry (the soft-label protocol) and a missing ``flwr`` are one-line ConfigErrors.
+  FedChill run and then a SCARLET run started with ``flwr run`` give chillfl's metrics (SCARLET's client
+  caches persist in the SuperNodes' ``Context.state``); SuperNodes without the CA certificate or without
+  TLS are refused; every process exits on SIGTERM;
+* the soft-label protocol with SCARLET's cache (4 clients, 3 of them a round, on 2 SuperNodes; 3 rounds): the
+  same records as chillfl's runtime, bit for bit, including the cache's hit ratio, the bytes it saves and the
+  server's digest check of every client's rebuilt soft-labels, which passes only if each client's cache C_k
+  persisted on its node between rounds (the server holds no client state);
+* a client's state round-trips exactly through its node's ``Context.state``;
+* bad combinations (soft-label + ``checkpoint.client_models``, soft-label + FedProx's term, prototypes) and a missing ``flwr``
+  are one-line ConfigErrors.
 """
 
 from __future__ import annotations
@@ -29,6 +36,10 @@ import torch
 pytest.importorskip("flwr")
 
 from chillfl.config import config_from_dict  # noqa: E402
+from chillfl.distillation.cache import CacheSyncDelta, ClientCache  # noqa: E402
+from chillfl.distillation.protocol import ClientState  # noqa: E402
+from chillfl.flower.apps import NodeHeld, NodeHeldStates  # noqa: E402
+from chillfl.flower.state import held_clients, load_client_state, save_client_state  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
 from chillfl.flower import run_simulation, server_app  # noqa: E402
 from chillfl.flower.wire import decode, encode  # noqa: E402
@@ -74,6 +85,25 @@ def test_wire_round_trip_is_exact() -> None:
     assert got.local_acc == 0.75 and got.local_loss is None
 
 
+def test_wire_round_trips_soft_label_messages() -> None:
+    from chillfl.distillation.cache import SoftLabelDownlink, SoftLabelUplink
+    from chillfl.distillation.protocol import SoftLabelReport, SoftLabelRoundDownlink
+
+    g = torch.Generator().manual_seed(2)
+    prev = SoftLabelDownlink(2, torch.tensor([4, 0, 9]), torch.tensor([1, 2, 0], dtype=torch.uint8), torch.rand(2, 3, generator=g), 8)
+    sync = CacheSyncDelta(1, 2, torch.tensor([7]), torch.rand(1, 3, generator=g), torch.tensor([3, 5]))
+    down = SoftLabelRoundDownlink(3, torch.tensor([1, 2]), 0.05, 0.5, 11, 12, prev, torch.tensor([4, 0, 9]), sync, 2, {"indices": 20, "sync": 16})
+    back = decode(encode([ClientTask(1, 2, down, None, None)]))[0].downlink  # type: ignore[arg-type]
+    assert isinstance(back, SoftLabelRoundDownlink) and isinstance(back.previous, SoftLabelDownlink) and isinstance(back.sync, CacheSyncDelta)
+    assert (back.round, back.lr, back.temperature, back.train_seed, back.distill_seed, back.hint, back.sizes) == (3, 0.05, 0.5, 11, 12, 2, {"indices": 20, "sync": 16})
+    assert back.previous.bits == 8 and back.previous.signals.dtype == torch.uint8 and torch.equal(back.previous.soft_labels, prev.soft_labels)
+    assert torch.equal(back.sync.store_soft_labels, sync.store_soft_labels) and back.sync.delete_indices.tolist() == [3, 5]
+    report = SoftLabelReport(SoftLabelUplink(1, 3, torch.tensor([1, 2]), torch.rand(2, 3, generator=g), None, True), 0.25, 30, None, "ab12")
+    got = decode(encode(ClientReply(1, report, None, 0.5, 1.5))).uplink
+    assert isinstance(got.soft, SoftLabelUplink) and got.soft.send_indices is True and torch.equal(got.soft.soft_labels, report.soft.soft_labels)
+    assert (got.train_loss, got.num_samples, got.distill_loss, got.rebuilt_digest) == (0.25, 30, None, "ab12")
+
+
 def test_wire_refuses_unregistered_classes() -> None:
     class Evil:
         pass
@@ -98,11 +128,103 @@ def test_simulation_equals_chillfl_runtime(method: str, tmp_path: Path) -> None:
     assert Path(out.folder).name == "flower" and (Path(out.folder) / "metrics.jsonl").is_file()
 
 
-def test_soft_label_protocol_is_refused_in_one_line(tmp_path: Path) -> None:
-    config = _config(tmp_path, distillation={"method": "scarlet", "public_size": 120, "subset_size": 40})
+SCARLET = {"method": "scarlet", "public_size": 60, "subset_size": 40, "cache_duration": 3, "server_epochs": 1, "distill_batch_size": 32}
+
+
+def test_scarlet_simulation_equals_chillfl_runtime_and_uses_the_cache(tmp_path: Path) -> None:
+    federation = {"num_clients": 4, "clients_per_round": 3, "rounds": 3}
+    config = _config(tmp_path, distillation=SCARLET, federation=federation, name="scarlet")
+    expected = run_experiment(config, write=False, progress=False).records
+    out = run_simulation(config, num_supernodes=2)  # clients 0, 2 share one node's Context.state, 1, 3 the other's
+    assert [r["round"] for r in out.records] == [1, 2, 3]
+    assert out.records == expected  # every metric, floats compared exactly (server model, local_acc, bytes, cache)
+    # the cache is really used: 40 of 60 public indices a round overlap, so rounds 2 and 3 request fewer rows than drawn
+    assert [r["public_drawn"] for r in out.records] == [40, 40, 40]
+    assert all(r["public_requested"] < 40 and r["cache_hit_ratio"] > 0 for r in out.records[1:])
+    assert all(r["bytes_detail"].get("down.cache_signals", 0) > 0 for r in out.records[1:])
+    # every sampled client rebuilt round t-1's soft-labels from the cache kept on its node, checked by digest
+    assert [r["sync_verified"] for r in out.records] == [0, 3, 3]
+    # 3 of 4 sampled a round: some client missed a round and caught up with a non-empty sync delta
+    assert sum(r["bytes_detail"].get("down.sync", 0) for r in out.records) > 0
+
+
+def test_client_state_round_trips_through_context_state() -> None:
+    from flwr.app import RecordDict
+
+    g = torch.Generator().manual_seed(1)
+    cache = ClientCache(3)
+    cache.apply_sync(CacheSyncDelta(3, 2, torch.tensor([5, 1]), torch.rand(2, 4, generator=g), torch.zeros(0, dtype=torch.long)))
+    model = {"fc.weight": torch.randn(4, 3, generator=g), "fc.bias": torch.randn(4, generator=g, dtype=torch.float64), "steps": torch.tensor(9)}
+    records = RecordDict()
+    save_client_state(records, 3, ClientState(model, cache, torch.tensor([True, False, True])))
+    save_client_state(records, 10, ClientState({"w": torch.ones(2)}))  # no cache, no mask
+    assert held_clients(records) == [3, 10] and load_client_state(records, 4) is None
+    back = load_client_state(records, 3)
+    assert back is not None and back.cache is not None and back.in_distribution is not None
+    assert list(back.model) == list(model)  # key order kept
+    assert all(back.model[k].dtype == v.dtype and torch.equal(back.model[k], v) for k, v in model.items())
+    assert back.cache.synced_round == 2 and sorted(back.cache.entries()) == [1, 5]
+    assert all(torch.equal(back.cache.entries()[i], cache.entries()[i]) for i in (1, 5))
+    assert back.in_distribution.tolist() == [True, False, True]
+    plain = load_client_state(records, 10)
+    assert plain is not None and plain.cache is None and plain.in_distribution is None and torch.equal(plain.model["w"], torch.ones(2))
+
+
+def test_scaffold_controls_held_by_nodes_equal_the_server_held_ones() -> None:
+    """Three rounds, 3 of 4 clients each: NodeHeldScaffold + the nodes' c_i give Scaffold's corrections, models and c, bit for bit."""
+    from flwr.app import RecordDict
+
+    from chillfl.aggregation.base import ClientResult
+    from chillfl.aggregation.scaffold import Scaffold, ScaffoldOptions
+    from chillfl.flower import scaffold as node_side
+    from chillfl.protocols.parameters import ParamUplink as Up
+
+    g = torch.Generator().manual_seed(3)
+    options = ScaffoldOptions(momentum=0.5)
+    reference, held = Scaffold(4, options), node_side.NodeHeldScaffold(Scaffold(4, options))
+    nodes = {0: RecordDict(), 1: RecordDict()}  # client c's c_i on node c % 2
+    x = {"w": torch.randn(3, 2, generator=g), "b": torch.randn(2, generator=g)}
+    x_held = dict(x)
+    for rnd, sampled in enumerate([[0, 1, 2], [1, 2, 3], [0, 2, 3]]):
+        ref_results, results = [], []
+        for cid in sampled:
+            expected = reference.downlink(cid, rnd, x).context["correction"]
+            sent = ClientTask(cid, rnd, ParamDownlink(x_held, 0.1, 1.0, held.downlink(cid, rnd, x_held).context), None)  # type: ignore[arg-type]
+            task = node_side.prepare_task(sent, nodes[cid % 2])
+            assert all(torch.equal(task.downlink.context["correction"][k], expected[k]) for k in x)
+            y = {k: v - 0.1 * torch.randn(v.shape, generator=g) for k, v in x.items()}  # "training"
+            reply = ClientReply(cid, Up(y, 10, 5, 0.5, {}), None)
+            held.receive(cid, node_side.finish_task(sent, reply, nodes[cid % 2], 0.5))
+            ref_results.append(ClientResult(cid, y, 10, 5, 0.1, 1.0, 0.5))
+            results.append(ClientResult(cid, y, 10, 5, 0.1, 1.0, 0.5))
+        x, x_held = reference.aggregate(x, ref_results, rnd), held.aggregate(x_held, results, rnd)
+        assert all(torch.equal(x[k], x_held[k]) and torch.equal(reference.control[k], held.control[k]) for k in x)
+    assert held.client_controls == {} and held.deltas == {}  # the server holds no c_i
+    for cid, c_i in reference.client_controls.items():  # the nodes hold them, bit for bit
+        assert all(torch.equal(node_side.load_control(nodes[cid % 2], cid, c_i)[k], c_i[k]) for k in c_i)
+
+
+def test_server_store_keeps_no_client_state() -> None:
+    store = NodeHeldStates()
+    store.save(2, NodeHeld(7))
+    assert store.load(2) is None and store.ids() == [] and store.where == {2: NodeHeld(7)}
+    with pytest.raises(TypeError, match="must stay on its node"):
+        store.save(1, ClientState({"w": torch.ones(1)}))
+
+
+def test_bad_soft_label_combinations_are_one_line_config_errors(tmp_path: Path) -> None:
+    config = _config(tmp_path, distillation=SCARLET, checkpoint={"client_models": True})
+    with pytest.raises(ConfigError) as info:
+        run_simulation(config)  # refused before Flower starts
+    assert str(info.value).startswith("checkpoint.client_models: ") and "\n" not in str(info.value)
+    config = _config(tmp_path, distillation=SCARLET, algorithm={"name": "fedprox", "mu": 0.01})
+    with pytest.raises(ConfigError) as info:
+        run_simulation(config, num_supernodes=1)  # the protocol's own check, raised before Flower starts
+    assert str(info.value).startswith("algorithm.name: ") and "\n" not in str(info.value)
+    config = _config(tmp_path, prototypes={"method": "fedproto"})
     with pytest.raises(ConfigError) as info:
         run_simulation(config)
-    assert str(info.value).startswith("distillation.method: ") and "\n" not in str(info.value)
+    assert str(info.value).startswith("prototypes: ") and "\n" not in str(info.value)
 
 
 def test_without_flwr_one_line_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,25 +265,38 @@ def _bin(name: str) -> str:
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI to make the test certificates")
-def test_deployment_with_tls_two_supernodes_and_flwr_run(tmp_path: Path) -> None:
-    _certificates(tmp_path)
-    config = _config(tmp_path, temperature={"policy": "fedchill"}, federation={"num_clients": 4, "clients_per_round": 2, "rounds": 2}, name="deployed")
+def _app(tmp_path: Path, config: Any) -> Path:
+    """A Flower app folder whose run config names ``config`` (written as TOML next to it)."""
     import tomli_w
 
     def plain(d: dict[str, Any]) -> dict[str, Any]:
         return {k: plain(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None and v != {}}
 
-    (tmp_path / "run.toml").write_text(tomli_w.dumps(plain(config.to_dict())))
-    app = tmp_path / "app"
+    toml = tmp_path / f"{config.name}.toml"
+    toml.write_text(tomli_w.dumps(plain(config.to_dict())))
+    app = tmp_path / f"app-{config.name}"
     app.mkdir()
     (app / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
-        '[project]\nname = "chillfl-test-app"\nversion = "1.0.0"\ndescription = "chillfl on Flower"\nlicense = "Apache-2.0"\ndependencies = []\n\n'
+        f'[project]\nname = "chillfl-{config.name}"\nversion = "1.0.0"\ndescription = "chillfl on Flower"\nlicense = "Apache-2.0"\ndependencies = []\n\n'
         '[tool.hatch.build.targets.wheel]\npackages = ["."]\n\n'
         '[tool.flwr.app]\npublisher = "chillfl"\n\n'
         '[tool.flwr.app.components]\nserverapp = "chillfl.flower.deploy:server"\nclientapp = "chillfl.flower.deploy:client"\n\n'
-        f'[tool.flwr.app.config]\nconfig = "{tmp_path / "run.toml"}"\noverrides = ""\nmin-nodes = 2\n'
+        f'[tool.flwr.app.config]\nconfig = "{toml}"\noverrides = ""\nmin-nodes = 2\n'
     )
+    return app
+
+
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI to make the test certificates")
+def test_deployment_with_tls_two_supernodes_and_flwr_run(tmp_path: Path) -> None:
+    """FedChill, then SCARLET with its cache, each started with ``flwr run`` on the same SuperLink and SuperNodes."""
+    _certificates(tmp_path)
+    fedchill = _config(tmp_path, temperature={"policy": "fedchill"}, federation={"num_clients": 4, "clients_per_round": 2, "rounds": 2}, name="deployed")
+    # SCARLET needs 3 rounds: round 3 is the first to rebuild soft-labels from entries a client cached in an earlier message
+    scarlet = _config(tmp_path, distillation=SCARLET, federation={"num_clients": 4, "clients_per_round": 3, "rounds": 3}, name="deployed-scarlet")
+    apps = {c.name: _app(tmp_path, c) for c in (fedchill, scarlet)}
     port = _free_port()
     home = tmp_path / "flwr-home"
     (home).mkdir()
@@ -184,23 +319,25 @@ def test_deployment_with_tls_two_supernodes_and_flwr_run(tmp_path: Path) -> None
                   "--node-config", f"partition-id={i} num-partitions=2")
         # a SuperNode without the CA certificate cannot verify the SuperLink: the TLS handshake fails and it exits
         refused = start("refused", "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--port", str(_free_port()), "--max-retries", "1", "--max-wait-time", "5")
-        assert refused.wait(timeout=120) != 0 and "CERTIFICATE_VERIFY_FAILED" in (tmp_path / "refused.log").read_text(errors="replace")
-        # one speaking plain HTTP is refused by the TLS SuperLink
+        # one speaking plain HTTP is refused by the TLS SuperLink (both checked after the runs, while these two give up)
         plain_http = start("plain", "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{port}", "--port", str(_free_port()), "--max-retries", "1", "--max-wait-time", "5")
-        assert plain_http.wait(timeout=120) != 0
         for i in range(2):
             _wait_log(tmp_path / f"node{i}.log", "SuperNode ID")
-        run = subprocess.run([_bin("flwr"), "run", str(app), "test"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-        assert run.returncode == 0 and "Successfully started run" in run.stdout, run.stdout + run.stderr
-        folder = tmp_path / "out" / "deployed"
-        deadline = time.monotonic() + 240
-        while not (folder / "summary.json").exists():
-            assert time.monotonic() < deadline, (tmp_path / "superlink.log").read_text(errors="replace")[-3000:]
-            assert all(p.poll() is None for p in procs[:3]), "a Flower process died"
-            time.sleep(0.5)
-        expected = run_experiment(config, write=False, progress=False).records
-        got = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-        assert got == json.loads(json.dumps(expected))  # through JSON, as written: every metric bit for bit
+        for config in (fedchill, scarlet):
+            run = subprocess.run([_bin("flwr"), "run", str(apps[config.name]), "test"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+            assert run.returncode == 0 and "Successfully started run" in run.stdout, run.stdout + run.stderr
+            folder = tmp_path / "out" / config.name
+            deadline = time.monotonic() + 240
+            while not (folder / "summary.json").exists():
+                assert time.monotonic() < deadline, (tmp_path / "superlink.log").read_text(errors="replace")[-3000:]
+                assert all(p.poll() is None for p in procs[:3]), "a Flower process died"
+                time.sleep(0.5)
+            expected = run_experiment(config, write=False, progress=False).records
+            got = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+            assert got == json.loads(json.dumps(expected))  # through JSON, as written: every metric bit for bit
+        assert [r["sync_verified"] for r in got] == [0, 3, 3] and got[2]["cache_hit_ratio"] > 0  # SCARLET's caches persisted on the nodes
+        assert refused.wait(timeout=120) != 0 and "CERTIFICATE_VERIFY_FAILED" in (tmp_path / "refused.log").read_text(errors="replace")
+        assert plain_http.wait(timeout=120) != 0
     finally:
         for p in procs:
             try:

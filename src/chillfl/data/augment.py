@@ -228,7 +228,7 @@ def crop_flip(
     else:
         inside = ((rows >= 0) & (rows < h))[:, :, None] & ((cols >= 0) & (cols < w))[:, None, :]
         index = torch.where(inside, rows.clamp(0, h - 1)[:, :, None] * w + cols.clamp(0, w - 1)[:, None, :], h * w)
-        values = torch.tensor(list(fill), dtype=x.dtype, device=device).view(1, -1, 1).expand(n, c, 1)
+        values = torch.tensor(list(fill), dtype=x.dtype).to(device, non_blocking=True).view(1, -1, 1).expand(n, c, 1)  # no host sync on a GPU
         flat = torch.cat([flat, values], dim=2)  # pixel h * w of every channel: the fill
     out = flat.gather(2, index.reshape(n, 1, h * w).expand(n, c, h * w))
     return out.reshape(*lead, c, h, w)

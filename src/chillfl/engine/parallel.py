@@ -22,6 +22,8 @@ Choices
   :data:`VECTORIZE_MAX_PARAMS` parameters, else sequential. When the model
   cannot be vmapped (dropout, ...) the vectorised executor falls back to a
   process pool (more than one core and a picklable model) or to sequential.
+* ``auto`` on a GPU (any device but the CPU): vectorized whenever more than one
+  client trains per round; its chunks are sized from free device memory.
 * ``processes`` uses ``min(cores, clients per round)`` workers (no idle ones).
 * ``vectorized`` trains its chunks on ``cores // threads`` threads
   (:func:`vectorized_workers`; one when ``threads = 0``).
@@ -58,6 +60,11 @@ def choose_executor(num_parameters: int, clients_per_round: int, workers: int) -
     if workers > 1 or num_parameters <= VECTORIZE_MAX_PARAMS:
         return "vectorized"
     return "sequential"
+
+
+def accelerator_executor(clients_per_round: int) -> str:
+    """``auto`` on a GPU: vectorised whenever a round has clients to batch (the CPU's size limit is a cache effect)."""
+    return "vectorized" if clients_per_round > 1 else "sequential"
 
 
 def vectorized_workers(threads: int, cores: int) -> int:
@@ -102,7 +109,7 @@ def make_parallel_executor(name: str, parts: ExecutorSpec) -> Executor:
     on_cpu = parts.device == "cpu"
     fallback: Callable[[], Executor] | None = None
     if name == "auto":
-        name = choose_executor(parts.num_parameters, clients, workers if on_cpu else 1)
+        name = choose_executor(parts.num_parameters, clients, workers) if on_cpu else accelerator_executor(clients)
         if name == "vectorized" and workers > 1 and on_cpu and _picklable(parts):
             fallback = partial(ProcessExecutor, parts.model, parts.spec, workers=pool_size, client=parts.client)
         log.info(

@@ -64,26 +64,55 @@ Choices
   template); a chunk's result does not depend on the thread, so runs stay
   bitwise reproducible. The config's executor factory uses ``cores // threads``
   workers (:func:`chillfl.engine.parallel.vectorized_workers`).
+
+On an accelerator (a GPU)
+-------------------------
+When the jobs' data live on a device other than the CPU (``accelerator=None``,
+the default, decides from the data; ``True``/``False`` forces either policy on
+any device, which is how the CPU tests exercise the GPU path), a chunk runs
+*resident*:
+
+* the chunk's client data are concatenated on the device once, and the
+  chunk's whole plan (every step's batch rows, member rows, crop/flip draws)
+  is built on the host and copied to the device in ONE non-blocking copy;
+  every step then gathers its [clients, batch, ...] inputs with one
+  ``index_select``, with no host<->device copy;
+* the step loop (:meth:`VectorizedExecutor._train_steps`) never reads a device
+  value on the host: losses accumulate on the device and are read once per
+  chunk (one ``tolist``);
+* the chunk size comes from free device memory
+  (:func:`free_device_memory`, injectable as ``free_memory``):
+  :data:`ACCELERATOR_MEMORY_FRACTION` of it, over a per-client estimate that
+  also counts the client's resident data, rounded down to a power of two (so
+  that a few MB more or less free memory between two runs does not change the
+  chunking, which could change float rounding), taken once per batch shape;
+* one worker thread: a GPU runs one stream of large kernels, and threads would
+  only contend for it. CUDA graphs and ``torch.compile`` are not used: the
+  grouped-by-size steps change shape within a round (short last batches,
+  stragglers), and compiled kernels are not guaranteed to round like eager
+  ones, which the equality and determinism tests rely on.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 import torch.utils._pytree as pytree
 from torch import nn
 from torch.func import functional_call, vmap
 
+from chillfl.data.augment import crop_flip
 from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor
 from chillfl.engine.predict import BatchedPredictor
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import add_outer_, factored_linears
-from chillfl.training.local import Factors, LocalOutcome, LocalSpec, StepLoss, batch_order, completed_steps, leaf_params, sgd_update_, split_state, step_batch, step_grads
+from chillfl.training.local import Factors, LocalOutcome, LocalSpec, StepLoss, batch_order, completed_steps, derive_seed, leaf_params, sgd_update_, split_state, step_batch, step_grads
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +125,30 @@ set stays in the last-level cache (32 MiB on the benchmark machine) trains
 fastest. On the benchmark's workload 2 (a 197k-parameter MLP, ~2.5 MB per
 client) chunks of 5-20 clients ran at 0.21-0.25 s per round against 0.41-0.56 s
 for all 100 clients in one chunk."""
+
+
+ACCELERATOR_MEMORY_FRACTION = 0.5
+"""Share of the device's free memory one chunk may take: the rest is headroom for the
+allocator's fragmentation, the evaluation and the aggregation between chunks."""
+
+
+def free_device_memory(device: torch.device) -> int:
+    """Bytes still free for a chunk on ``device``.
+
+    CUDA: the driver's free memory plus what torch's caching allocator holds
+    but does not use (it hands that out first). Any other device: the host's
+    available memory (the CPU under the accelerator policy, in tests).
+    """
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def accelerator_chunk_size(per_client: int, free: int, fraction: float = ACCELERATOR_MEMORY_FRACTION) -> int:
+    """Clients per chunk on an accelerator: ``fraction`` of ``free`` bytes over ``per_client``, a power of two (>= 1)."""
+    fit = max(1, int(fraction * free) // max(per_client, 1))
+    return 1 << (fit.bit_length() - 1)
 
 
 class NotVectorizable(Exception):
@@ -153,7 +206,7 @@ def stack_contexts(contexts: Sequence[Mapping[str, Any]], float_dtype: torch.dty
         elif all(_is_number(v) for v in values):
             if any(v != first for v in values):
                 dtype = float_dtype if any(isinstance(v, float) for v in values) else torch.int64
-                batched[pos] = torch.tensor(values, dtype=dtype, device=device)
+                batched[pos] = torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
         elif any(v != first for v in values):
             raise NotVectorizable(f"context leaf {pos} differs across clients and is not a number or tensor")
     return StackedContext(spec, shared, batched)
@@ -238,6 +291,11 @@ def chunk_size_for(model: nn.Module, spec: LocalSpec, job: ClientJob, memory_bud
     A dense parameter takes 3 copies (itself, its gradient, one temporary), a
     ``factored`` linear weight 1 (no gradient is materialised); momentum adds one.
     """
+    return max(1, memory_budget // client_bytes(model, spec, job, factored))
+
+
+def client_bytes(model: nn.Module, spec: LocalSpec, job: ClientJob, factored: frozenset[str] = frozenset(), resident: bool = False) -> int:
+    """Estimated bytes one client of a chunk takes (see :func:`chunk_size_for`); ``resident``: plus its whole data set."""
     params, buffers = split_state(model, job.start)
     extra = 1 if spec.momentum else 0
     per_client = sum(((1 if k in factored else 3) + extra) * _nbytes(v) for k, v in params.items())
@@ -246,7 +304,9 @@ def chunk_size_for(model: nn.Module, spec: LocalSpec, job: ClientJob, memory_bud
     batch = job.x[: spec.batch_size]
     if len(batch):
         per_client += 3 * activation_bytes(model, job.start, batch) + _nbytes(batch)
-    return max(1, memory_budget // max(per_client, 1))
+    if resident:  # the chunk's concatenated data and its plan: batch rows (and 3 crop/flip draws) per sample-step, int64
+        per_client += _nbytes(job.x) + _nbytes(job.y) + 8 * len(job.y) * spec.epochs * (4 if spec.augment is not None else 1)
+    return max(per_client, 1)
 
 
 def _schedule(jobs: Sequence[ClientJob], spec: LocalSpec) -> list[list[torch.Tensor]]:
@@ -275,6 +335,8 @@ class VectorizedExecutor:
         workers: int = 1,
         fallback: Callable[[], Executor] | None = None,
         client: ClientSide | None = None,
+        accelerator: bool | None = None,
+        free_memory: Callable[[torch.device], int] = free_device_memory,
     ) -> None:
         if chunk_size is not None and chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -286,6 +348,9 @@ class VectorizedExecutor:
         self.memory_budget = memory_budget
         self.workers = workers
         self.client = client
+        self.accelerator = accelerator
+        """The accelerator policy (resident chunks, memory-sized): None = when the data are not on the CPU."""
+        self.free_memory = free_memory
         self.fallback_reason: str | None = None
         self._specs: dict[int, VectorizedExecutor] = {}  # executors for the other objectives client updates yield
         self._verified = False
@@ -314,7 +379,7 @@ class VectorizedExecutor:
             model = spec.model if spec.model is not None else self.model  # heterogeneous clients: the spec's architecture
             self._specs[id(spec)] = VectorizedExecutor(
                 model, spec, chunk_size=self.chunk_size, memory_budget=self.memory_budget, workers=self.workers,
-                fallback=lambda: SequentialExecutor(model, spec),
+                fallback=lambda: SequentialExecutor(model, spec), accelerator=self.accelerator, free_memory=self.free_memory,
             )
         return self._specs[id(spec)]
 
@@ -351,20 +416,22 @@ class VectorizedExecutor:
                 self._probe(replica, jobs, schedules)
             finally:
                 self._replicas.put(replica)
+        resident = self.resident(jobs[0].x.device)
+        workers = 1 if resident else self.workers
         order = sorted(range(len(jobs)), key=lambda i: len(schedules[i]))  # stable: ties keep job order
         if self.chunk_size:
             chunks = [order[lo : lo + self.chunk_size] for lo in range(0, len(order), self.chunk_size)]
         else:
-            chunks = self._balanced_chunks(order, self._budget_chunk_size(max(jobs, key=lambda j: len(j.y))))
+            chunks = self._balanced_chunks(order, self._budget_chunk_size(max(jobs, key=lambda j: len(j.y)), resident), workers)
 
         def train(chunk: list[int]) -> list[LocalOutcome]:
             replica = self._replicas.get()
             try:
-                return self._run_chunk(replica, [jobs[i] for i in chunk], [schedules[i] for i in chunk])
+                return self._run_chunk(replica, [jobs[i] for i in chunk], [schedules[i] for i in chunk], resident)
             finally:
                 self._replicas.put(replica)
 
-        if self.workers > 1 and len(chunks) > 1:
+        if workers > 1 and len(chunks) > 1:
             if self._pool is None:
                 # OpenMP's thread count is per calling thread: give the workers the caller's, so that
                 # kernels reduce in the same order (the same bits) on every thread.
@@ -383,7 +450,11 @@ class VectorizedExecutor:
         """Whether steps record factored linear calls: the probe found factored weights and they were exact."""
         return bool(self._factored)
 
-    def _balanced_chunks(self, order: list[int], size: int) -> list[list[int]]:
+    def resident(self, device: torch.device) -> bool:
+        """Whether chunks on ``device`` run under the accelerator policy (see the module's last section)."""
+        return device.type != "cpu" if self.accelerator is None else self.accelerator
+
+    def _balanced_chunks(self, order: list[int], size: int, workers: int | None = None) -> list[list[int]]:
         """At most ``size`` clients per chunk, a multiple of ``workers`` chunks, sizes within one of each other.
 
         Chunks of the budget size plus one short remainder would leave one
@@ -392,51 +463,78 @@ class VectorizedExecutor:
         """
         n = len(order)
         count = -(-n // min(size, n))
-        count = min(n, -(-count // self.workers) * self.workers)
+        workers = workers or self.workers
+        count = min(n, -(-count // workers) * workers)
         return [order[i * n // count : (i + 1) * n // count] for i in range(count)]
 
-    def _budget_chunk_size(self, largest: ClientJob) -> int:
-        """:func:`chunk_size_for` the round's largest client, probed once per batch shape (not every round)."""
-        key = tuple(largest.x[: self.spec.batch_size].shape)
+    def _budget_chunk_size(self, largest: ClientJob, resident: bool = False) -> int:
+        """Clients per chunk for the round's largest client, probed once per batch shape (not every round).
+
+        CPU: :func:`chunk_size_for` the cache-sized ``memory_budget``; accelerator:
+        :func:`accelerator_chunk_size` of the device's free memory.
+        """
+        key = (*largest.x[: self.spec.batch_size].shape, resident)
         if key not in self._chunk_sizes:
-            self._chunk_sizes[key] = chunk_size_for(self.model, self.spec, largest, self.memory_budget, self._factored)
+            if resident:
+                per_client = client_bytes(self.model, self.spec, largest, self._factored, resident=True)
+                self._chunk_sizes[key] = accelerator_chunk_size(per_client, self.free_memory(largest.x.device))
+                log.info("vectorized executor: %d clients per chunk on %s (%d bytes per client)", self._chunk_sizes[key], largest.x.device, per_client)
+            else:
+                self._chunk_sizes[key] = chunk_size_for(self.model, self.spec, largest, self.memory_budget, self._factored)
         return self._chunk_sizes[key]
 
-    def _run_chunk(self, replica: _Replica, jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]]) -> list[LocalOutcome]:
+    def _run_chunk(
+        self, replica: _Replica, jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]], resident: bool = False
+    ) -> list[LocalOutcome]:
         params, buffers, keys = _stack_states(replica.model, [j.start for j in jobs], self._layouts)
         dtype = _float_dtype(params)
         device = jobs[0].x.device
         context = stack_contexts([j.context for j in jobs], dtype, device)
         momenta = {k: torch.zeros_like(v) for k, v in params.items()} if self.spec.momentum else {}
-        temperature = torch.tensor([j.temperature for j in jobs], dtype=dtype, device=device)
+        temperature = _to_device(torch.tensor([j.temperature for j in jobs], dtype=dtype), device)
         lrs = [j.lr for j in jobs]
-        lr: float | torch.Tensor = lrs[0] if all(v == lrs[0] for v in lrs) else torch.tensor(lrs, dtype=dtype, device=device)
+        lr: float | torch.Tensor = lrs[0] if all(v == lrs[0] for v in lrs) else _to_device(torch.tensor(lrs, dtype=dtype), device)
         replica.loss_fn.factor = self._factor
         losses_of = _Vmapped(replica.loss_fn, context)
-        totals = torch.zeros(len(jobs), dtype=torch.float64, device=device)
+        steps: Iterable[_Batch] = _ResidentBatches(jobs, schedules, self.spec) if resident else _host_batches(jobs, schedules, self.spec)
         replica.model.train()
-        for s in range(max(len(b) for b in schedules)):
-            groups: dict[int, list[int]] = {}
-            for i, batches in enumerate(schedules):
-                if s < len(batches):
-                    groups.setdefault(len(batches[s]), []).append(i)
-            for bsize, members in sorted(groups.items(), reverse=True):
-                rows = None if len(members) == len(jobs) else torch.tensor(members, device=device)
-                batch = [schedules[i][s] for i in members]
-                xb, yb = _gather([jobs[i].x for i in members], batch), _gather([jobs[i].y for i in members], batch)
-                xb = step_batch(self.spec, xb, [jobs[i].seed for i in members], s)  # each client's own crop/flip draws
-                if rows is None:
-                    p, b, m = params, buffers, momenta
-                else:
-                    p, b, m = leaf_params(_rows_of(params, rows)), _rows_of(buffers, rows), _rows_of(momenta, rows)
-                losses = self._step(losses_of, p, b, m, xb, yb, _rows(temperature, rows), _rows(lr, rows), context.select(rows))
-                if rows is None:
-                    totals += losses
-                else:
-                    totals[rows] += losses
-                    for target, values in ((params, p), (momenta, m), (buffers, b)):  # buffers: batch norm updated them in place
-                        _write(target, values, rows)
-        return [self._outcome(c, keys, params, buffers, len(schedules[c]), float(totals[c])) for c in range(len(jobs))]
+        totals = self._train_steps(losses_of, steps, params, buffers, momenta, temperature, lr, context, len(jobs))
+        sums = totals.tolist()  # the chunk's one read of device values on the host
+        return [self._outcome(c, keys, params, buffers, len(schedules[c]), sums[c]) for c in range(len(jobs))]
+
+    def _train_steps(
+        self,
+        losses_of: _Vmapped,
+        steps: Iterable[_Batch],
+        params: Params,
+        buffers: Params,
+        momenta: Params,
+        temperature: torch.Tensor,
+        lr: float | torch.Tensor,
+        context: StackedContext,
+        clients: int,
+    ) -> torch.Tensor:
+        """Every vmapped step of one chunk, in place on the stacked state; the clients' summed losses (float64).
+
+        Nothing here reads a device value on the host (no ``.item()``, no
+        data-dependent branch): on a GPU the host only queues kernels, and the
+        sums stay on the device until the caller reads them once.
+        """
+        totals = torch.zeros(clients, dtype=torch.float64, device=temperature.device)
+        for batch in steps:
+            rows = batch.rows
+            if rows is None:
+                p, b, m = params, buffers, momenta
+            else:
+                p, b, m = leaf_params(_rows_of(params, rows)), _rows_of(buffers, rows), _rows_of(momenta, rows)
+            losses = self._step(losses_of, p, b, m, batch.x, batch.y, _rows(temperature, rows), _rows(lr, rows), context.select(rows))
+            if rows is None:
+                totals += losses
+            else:
+                totals[rows] += losses
+                for target, values in ((params, p), (momenta, m), (buffers, b)):  # buffers: batch norm updated them in place
+                    _write(target, values, rows)
+        return totals
 
     def _step(
         self,
@@ -563,6 +661,91 @@ def _close(a: torch.Tensor, b: torch.Tensor | None) -> bool:
     """Equal up to float rounding (relative to b's largest entry); None = zero."""
     b = torch.zeros_like(a) if b is None else b
     return bool((a - b).abs().max() <= 1e-4 * b.abs().max() + 1e-6)
+
+
+@dataclass
+class _Batch:
+    """One vmapped call of a chunk: inputs [m, batch, ...] and labels [m, batch] of its ``rows`` (None: every client)."""
+
+    rows: torch.Tensor | None
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def _step_groups(schedules: Sequence[list[torch.Tensor]]) -> Iterator[tuple[int, list[int]]]:
+    """(step, clients) of every vmapped call: at each step, the clients with a batch, grouped by batch size (largest first)."""
+    for s in range(max((len(b) for b in schedules), default=0)):
+        groups: dict[int, list[int]] = {}
+        for i, batches in enumerate(schedules):
+            if s < len(batches):
+                groups.setdefault(len(batches[s]), []).append(i)
+        for _, members in sorted(groups.items(), reverse=True):
+            yield s, members
+
+
+def _host_batches(jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]], spec: LocalSpec) -> Iterator[_Batch]:
+    """The CPU policy's steps: each member's batch gathered from its own tensors when its step comes (no copy of all data)."""
+    device = jobs[0].x.device
+    for s, members in _step_groups(schedules):
+        rows = None if len(members) == len(jobs) else torch.tensor(members, device=device)
+        batch = [schedules[i][s] for i in members]
+        xb, yb = _gather([jobs[i].x for i in members], batch), _gather([jobs[i].y for i in members], batch)
+        yield _Batch(rows, step_batch(spec, xb, [jobs[i].seed for i in members], s), yb)  # each client's own crop/flip draws
+
+
+class _ResidentBatches:
+    """The accelerator policy's steps: the chunk's data and its whole plan on the device, one gather per step.
+
+    The clients' data are concatenated on the device once; every step's batch
+    rows (offset into that concatenation), member rows and crop/flip draws are
+    formed on the host -- the very draws :func:`step_batch` makes -- and copied
+    to the device in one non-blocking copy. Iterating then only queues kernels.
+    """
+
+    def __init__(self, jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]], spec: LocalSpec) -> None:
+        device = jobs[0].x.device
+        self.x = torch.cat([j.x for j in jobs])
+        self.y = torch.cat([j.y for j in jobs])
+        self.augment = spec.augment
+        starts = [0]
+        for j in jobs[:-1]:
+            starts.append(starts[-1] + len(j.y))
+        host: list[torch.Tensor] = []
+        self._layout: list[tuple[int, int, bool]] = []  # (members, batch size, all clients?) per step
+        for s, members in _step_groups(schedules):
+            index = torch.stack([schedules[i][s] + starts[i] for i in members])
+            everyone = len(members) == len(jobs)
+            host.append(index)
+            if not everyone:
+                host.append(torch.tensor(members, dtype=torch.int64))
+            if self.augment is not None:
+                draws = [self.augment.draw(derive_seed(jobs[i].seed, "augment", s), index.shape[1]) for i in members]
+                host += [torch.stack([d[k] for d in draws]).to(torch.int64) for k in range(3)]
+            self._layout.append((len(members), index.shape[1], everyone))
+        flat = torch.cat([t.reshape(-1) for t in host]) if host else torch.zeros(0, dtype=torch.int64)
+        if device.type == "cuda":
+            flat = flat.pin_memory()  # a truly asynchronous copy
+        self._host = flat  # kept alive until the copy has certainly finished
+        self._parts = list(torch.split(flat.to(device, non_blocking=True), [t.numel() for t in host]))
+
+    def __iter__(self) -> Iterator[_Batch]:
+        parts = iter(self._parts)
+        sample_shape = self.x.shape[1:]
+        for m, b, everyone in self._layout:
+            index = next(parts)
+            rows = None if everyone else next(parts)
+            xb = self.x.index_select(0, index).view(m, b, *sample_shape)
+            yb = self.y.index_select(0, index).view(m, b, *self.y.shape[1:])  # labels, or soft labels [n, classes]
+            if self.augment is not None:
+                a = self.augment
+                dy, dx, flip = next(parts).view(m, b), next(parts).view(m, b), next(parts).view(m, b).bool()
+                xb = crop_flip(xb, dy, dx, flip, a.crop_padding, a.padding_mode, a.fill)
+            yield _Batch(rows, xb, yb)
+
+
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small host tensor on ``device`` without blocking the host (a no-op on the CPU)."""
+    return t.to(device, non_blocking=True)
 
 
 def _gather(tensors: Sequence[torch.Tensor], rows: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""chillfl on Flower: any parameter-sharing config as a Flower ``ServerApp`` + ``ClientApp`` (docs/flower.md).
+"""chillfl on Flower: a parameter-sharing or soft-label config as a Flower ``ServerApp`` + ``ClientApp`` (docs/flower.md).
 
 Needs the optional extra ``chillfl[flower]``; importing this package works
 without it, and the factories raise a one-line ConfigError naming the extra.

@@ -15,8 +15,17 @@ Which client runs where: a SuperNode's ``node_config`` says
 ``partition-id`` and ``num-partitions`` (Flower's simulation engine sets
 them; a deployed SuperNode is started with ``--node-config``); chillfl
 client ``c`` runs on the node whose ``partition-id == c % num-partitions``,
-every round, so any state a client keeps stays on its node (in the node's
-``Context.state``).
+every round. Each round sends ONE message per node with the tasks of all
+its sampled clients, so a node never runs two messages at once and its
+``Context.state`` (where a client's state lives, :mod:`chillfl.flower.state`)
+is updated by one ClientApp call at a time.
+
+Per-client state: the soft-label protocol's client state (the client's
+model, its SCARLET cache, its selector mask) stays on the node, in
+``Context.state``; the server keeps only which node holds it
+(:class:`NodeHeldStates`). SCAFFOLD's client control variates c_i live on
+the nodes too (:mod:`chillfl.flower.scaffold`); no other carried
+parameter-sharing method keeps client state.
 
 Where the config comes from: the factories take a :class:`RunConfig`; the
 module-level ``server`` / ``client`` apps (for ``flwr run``) read the run
@@ -30,10 +39,11 @@ import dataclasses
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
+from chillfl.aggregation.scaffold import Scaffold
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.engine.executors import SequentialExecutor
 from chillfl.engine.loop import run_rounds
@@ -42,6 +52,9 @@ from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.engine.results import ResultWriter, summarize
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
+from chillfl.flower import scaffold
+from chillfl.flower.scaffold import NodeHeldScaffold
+from chillfl.flower.state import load_client_state, save_client_state
 from chillfl.flower.wire import decode, encode
 
 EXTRA = "pip install 'chillfl[flower]'"
@@ -70,19 +83,22 @@ def config_from_run_config(run_config: Any) -> RunConfig:
 
 
 def check_supported(config: RunConfig) -> None:
-    """The protocols chillfl.flower carries: parameter sharing (any aggregator and temperature policy)."""
-    if config.distillation.get("method"):
-        raise ConfigError("distillation.method", "chillfl.flower carries the parameter-sharing protocol only; run the soft-label protocol with chillfl's own runtime")
+    """What chillfl.flower carries: parameter sharing (any aggregator and temperature policy) and soft-label sharing."""
     if config.variants:
         raise ConfigError("variants", "a Flower run runs one experiment: pick one variant's config")
+    if config.prototypes:
+        raise ConfigError("prototypes", "chillfl.flower carries parameter sharing and soft-label sharing; run FedProto / FedHKD with chillfl's own runtime")
+    if config.distillation.get("method") and config.checkpoint.client_models:
+        raise ConfigError("checkpoint.client_models", "under Flower the clients' models stay on their SuperNodes; the server cannot save them (set it to false)")
 
 
 class FlowerExecutor:
-    """An executor whose workers are SuperNodes: ``map(tasks)`` sends each task (no data) and waits for every reply."""
+    """An executor whose workers are SuperNodes: ``map(tasks)`` sends each node its clients' tasks (no data) and waits for every reply."""
 
-    def __init__(self, grid: Any, min_nodes: int = 1, timeout: float = NODE_TIMEOUT_S) -> None:
+    def __init__(self, grid: Any, min_nodes: int = 1, timeout: float = NODE_TIMEOUT_S, on_control: Callable[[int, Any], None] | None = None) -> None:
         self.grid = grid
         self.timeout = timeout
+        self.on_control = on_control  # SCAFFOLD's c_i+ - c_i from the nodes (NodeHeldScaffold.receive)
         self.partitions = self._discover(min_nodes)
 
     def _discover(self, min_nodes: int) -> dict[int, int]:
@@ -113,18 +129,32 @@ class FlowerExecutor:
         return self.partitions[client_id % len(self.partitions)]
 
     def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
+        """One message per node with its clients' tasks (no data, no state); replies in task order.
+
+        A reply whose client keeps state on its node comes back with a
+        :class:`NodeHeld` marker as its state (the state itself never leaves the node).
+        """
         from flwr.app import Message
 
-        messages = []
+        by_node: dict[int, list[ClientTask[Any, Any]]] = {}
         for task in tasks:
             light = dataclasses.replace(task, data=None, state=None)  # type: ignore[arg-type]  # the data stay on the client; its state too
-            messages.append(Message(content=encode(light), dst_node_id=self.node_of(task.client_id), message_type="train", group_id=str(task.round)))
+            by_node.setdefault(self.node_of(task.client_id), []).append(light)
+        rnd = tasks[0].round if tasks else 0
+        messages = [Message(content=encode(batch), dst_node_id=node, message_type="train", group_id=str(rnd)) for node, batch in by_node.items()]
         replies: dict[int, ClientReply[Any, Any]] = {}
         for msg in self.grid.send_and_receive(messages, timeout=self.timeout):
+            node = msg.metadata.src_node_id
             if msg.has_error():
-                raise WorkerError(f"SuperNode {msg.metadata.src_node_id} failed a client update: {msg.error.reason}; the round was not aggregated")
-            reply = decode(msg.content)
-            replies[reply.client_id] = reply
+                raise WorkerError(f"SuperNode {node} failed a client update: {msg.error.reason}; the round was not aggregated")
+            answer = decode(msg.content)
+            held = set(answer["held"])
+            for reply in answer["replies"]:
+                replies[reply.client_id] = dataclasses.replace(reply, state=NodeHeld(node) if reply.client_id in held else None)
+            for cid, delta in answer["controls"].items():
+                if self.on_control is None:
+                    raise WorkerError(f"SuperNode {node} sent a SCAFFOLD control for client {cid} that this server does not expect")
+                self.on_control(cid, delta)
         missing = [t.client_id for t in tasks if t.client_id not in replies]
         if missing:
             raise WorkerError(f"no reply from clients {missing} within {self.timeout:g} s; the round was not aggregated")
@@ -137,14 +167,81 @@ class FlowerExecutor:
         return None
 
 
-def run_server(config: RunConfig, grid: Any, min_nodes: int = 1) -> RunOutputLite:
-    """The ServerApp's body: chillfl's round loop over the SuperNodes; writes the run folder as ``chillfl run`` does."""
+@dataclass(frozen=True)
+class NodeHeld:
+    """Where a client's state is: on SuperNode ``node`` (the server never holds the state itself)."""
+
+    node: int
+
+
+class NodeHeldStates:
+    """The soft-label server's client store under Flower: it remembers which node holds each client's state, nothing more.
+
+    ``load`` gives None: the task goes out without state and the node adds
+    the client's own. ``ids`` is empty: the server has no client model to
+    save or report (``checkpoint.client_models`` is refused).
+    """
+
+    on_disk = False
+
+    def __init__(self) -> None:
+        self.where: dict[int, NodeHeld] = {}
+
+    def load(self, cid: int) -> None:
+        return None
+
+    def save(self, cid: int, state: Any) -> None:
+        if not isinstance(state, NodeHeld):
+            raise TypeError(f"client {cid}'s state came back to the Flower server ({type(state).__name__}); it must stay on its node")
+        self.where[cid] = state
+
+    def ids(self) -> list[int]:
+        return []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Any) -> None:
+        if state:
+            raise ValueError("a Flower run keeps client states on the SuperNodes; it cannot load them on the server")
+
+    def close(self) -> None:
+        self.where.clear()
+
+
+def keep_client_state_on_nodes(protocol: Any) -> None:
+    """A soft-label protocol's client store -> :class:`NodeHeldStates` (the states live on the nodes)."""
+    from chillfl.distillation.protocol import SoftLabelProtocol
+
+    if isinstance(protocol, SoftLabelProtocol):
+        protocol.store.close()
+        protocol.store = NodeHeldStates()  # type: ignore[assignment]
+
+
+def build_server(config: RunConfig) -> tuple[Any, Any]:
+    """The server's experiment and protocol (its client states kept on the nodes); raises chillfl's ConfigErrors."""
     check_supported(config)
     if config.threads:  # the server evaluates the global model: the thread count fixes its float reductions
         torch.set_num_threads(config.threads)
     exp = build_experiment(config)
     protocol = build_protocol(exp)
-    executor = FlowerExecutor(grid, min_nodes)
+    keep_client_state_on_nodes(protocol)
+    if isinstance(getattr(protocol, "aggregator", None), Scaffold):  # SCAFFOLD's c_i on the nodes (chillfl.flower.scaffold)
+        protocol.aggregator = NodeHeldScaffold(protocol.aggregator)  # type: ignore[attr-defined]
+    return exp, protocol
+
+
+def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[Any, Any] | None = None) -> RunOutputLite:
+    """The ServerApp's body: chillfl's round loop over the SuperNodes; writes the run folder as ``chillfl run`` does.
+
+    ``built``: the server's experiment and protocol from :func:`build_server` (None: built here).
+    """
+    exp, protocol = built or build_server(config)
+    try:
+        executor = FlowerExecutor(grid, min_nodes, on_control=getattr(getattr(protocol, "aggregator", None), "receive", None))
+    except BaseException:
+        protocol.close()
+        raise
     writer = ResultWriter(config.out_dir, config.name)
     writer.write_config(dataclasses.replace(config, device=str(exp.device)).to_dict())
     records: list[dict[str, Any]] = []
@@ -190,18 +287,36 @@ class ClientRuntime:
             protocol = build_protocol(exp)
             self.parts["executor"] = SequentialExecutor(exp.model, exp.spec, client=protocol.client)
             self.parts["evaluation"] = getattr(protocol, "evaluation")
+            aggregator = getattr(protocol, "aggregator", None)
+            self.parts["scaffold_momentum"] = (aggregator.options.momentum or 0.0) if isinstance(aggregator, Scaffold) else None
             protocol.close()
         return self.parts["executor"], self.parts["evaluation"]
 
-    def train(self, content: Any, states: dict[int, Any]) -> Any:
-        """One client update: the task from the message, this node's data and state for the client; the reply (no state) back."""
-        task = decode(content)
+    def train(self, content: Any, records: Any) -> Any:
+        """This node's client updates of one round: tasks from the message, data built here, states from ``records``.
+
+        ``records`` is the node's ``Context.state``: each client's state is read
+        from it before and written back after its update; the reply carries
+        no state, only which clients now hold one (``held``).
+        """
+        tasks = decode(content)
         executor, evaluation = self.ready()
-        full = dataclasses.replace(task, data=evaluation.client_data(task.client_id), state=states.get(task.client_id))
-        reply = executor.map([full])[0]
-        if reply.state is not None:
-            states[task.client_id] = reply.state
-        return encode(dataclasses.replace(reply, state=None))
+        full = [
+            dataclasses.replace(
+                scaffold.prepare_task(t, records) if scaffold.uses_node_controls(t) else t,
+                data=evaluation.client_data(t.client_id), state=load_client_state(records, t.client_id),
+            )
+            for t in tasks
+        ]
+        replies = executor.map(full)
+        held, controls = [], {}
+        for task, reply in zip(tasks, replies):
+            if reply.state is not None:
+                save_client_state(records, reply.client_id, reply.state)
+                held.append(reply.client_id)
+            if scaffold.uses_node_controls(task):
+                controls[task.client_id] = scaffold.finish_task(task, reply, records, self.parts["scaffold_momentum"])
+        return encode({"replies": [dataclasses.replace(r, state=None) for r in replies], "held": held, "controls": controls})
 
 
 def server_app(config: RunConfig | None = None, *, min_nodes: int = 1) -> Any:
@@ -228,10 +343,9 @@ def client_app(config: RunConfig | None = None) -> Any:
 
     app = ClientApp()
     runtimes: dict[str, ClientRuntime] = {}
-    states: dict[int, Any] = {}  # per-client state kept on this node between rounds (none for parameter sharing)
 
     def runtime(context: Any) -> ClientRuntime:
-        key = "config"
+        key = "config" if config is not None else repr(sorted(dict(context.run_config or {}).items()))  # a process may serve several runs
         if key not in runtimes:
             runtimes[key] = ClientRuntime(config or config_from_run_config(context.run_config))
         return runtimes[key]
@@ -244,7 +358,7 @@ def client_app(config: RunConfig | None = None) -> Any:
 
     @app.train()
     def train(msg: Any, context: Any) -> Any:
-        return Message(content=runtime(context).train(msg.content, states), reply_to=msg)
+        return Message(content=runtime(context).train(msg.content, context.state), reply_to=msg)
 
     return app
 
@@ -259,25 +373,31 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
 
     from chillfl.engine.processes import default_workers
 
-    check_supported(config)
+    built = build_server(config)  # a ConfigError stops the run here, before Flower and Ray start
     nodes = num_supernodes or config.federation.num_clients
-    out: list[RunOutputLite] = []
-    server = server_app_capturing(config, out, min_nodes=nodes)
+    out: list[RunOutputLite | BaseException] = []
+    server = server_app_capturing(config, out, min_nodes=nodes, built=built)
     backend = {"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0}, "init_args": {"num_cpus": default_workers(), "include_dashboard": False}}
     flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
     if not out:
+        built[1].close()
         raise WorkerError("the Flower simulation ended without finishing the run (see Flower's log above)")
+    if isinstance(out[0], BaseException):  # the ServerApp's error (e.g. a failed client update), raised here as chillfl run would
+        raise out[0]
     return out[0]
 
 
-def server_app_capturing(config: RunConfig, out: list[RunOutputLite], min_nodes: int) -> Any:
-    """:func:`server_app` whose run output is appended to ``out`` (the simulation runs it in a thread of this process)."""
+def server_app_capturing(config: RunConfig, out: list[RunOutputLite | BaseException], min_nodes: int, built: tuple[Any, Any]) -> Any:
+    """:func:`server_app` whose run output, or error, is appended to ``out`` (the simulation runs it in a thread of this process)."""
     from flwr.serverapp import ServerApp
 
     app = ServerApp()
 
     @app.main()
     def main(grid: Any, context: Any) -> None:
-        out.append(run_server(config, grid, min_nodes))
+        try:
+            out.append(run_server(config, grid, min_nodes, built))
+        except Exception as error:
+            out.append(error)
 
     return app

@@ -21,11 +21,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from chillfl.distillation.cache import CacheSyncDelta, SoftLabelDownlink, SoftLabelUplink
+from chillfl.distillation.protocol import SoftLabelReport, SoftLabelRoundDownlink
 from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.protocols.parameters import ParamDownlink, ParamUplink
 
-MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (ParamDownlink, ParamUplink, ClientTask, ClientReply)}
-"""The dataclasses a message may contain (the parameter-sharing protocol's downlink and uplink)."""
+MESSAGES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        ClientTask, ClientReply,
+        ParamDownlink, ParamUplink,  # parameter sharing
+        SoftLabelRoundDownlink, SoftLabelDownlink, CacheSyncDelta, SoftLabelReport, SoftLabelUplink,  # soft-label sharing
+    )
+}
+"""The dataclasses a message may contain: the task/reply envelopes and each carried protocol's downlink and uplink."""
 
 
 def encode(tree: Any) -> Any:

@@ -1,0 +1,107 @@
+"""The benchmark harness's logic (benchmarks/): workloads, FLOP counts, chillfl overrides, tables, --device.
+
+Nothing is timed and no benchmark runs here: these check what the numbers are
+computed from.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import mode_chillfl  # noqa: E402
+import run  # noqa: E402
+from workloads import client_slice, public_slice, round_flops, sample_flops, workload  # noqa: E402
+
+
+def test_soft_label_and_100k_workloads_are_shaped_as_documented() -> None:
+    w3, w4 = workload("3"), workload("4")
+    # workload 3: 100 clients x 400 private rows, then the 10,000-row public pool: 50,000 rows, the same file as workloads 1 and 2
+    assert (w3.num_clients, w3.clients_per_round, w3.public_size, w3.public_per_round, w3.num_samples) == (100, 100, 10_000, 1_000, 50_000)
+    assert public_slice(w3) == slice(40_000, 50_000) and client_slice(w3, 99) == slice(39_600, 40_000)
+    # training samples: 100 clients x 400 private + 100 clients x 1,000 distilled + the server's 1 epoch x 1,000
+    assert w3.sample_steps_per_round == 40_000 + 100_000 + 1_000
+    assert w3.forward_samples_per_round == 100_000  # every client predicts P^t
+    assert not w3.peers
+    # workload 4: 100,000 clients over workload 2's 1,000 blocks of 50 rows
+    assert (w4.num_clients, w4.blocks, w4.num_samples) == (100_000, 1_000, 50_000)
+    assert client_slice(w4, 1) == client_slice(w4, 1_001) == client_slice(w4, 99_001) == slice(50, 100)
+    assert w4.steps_per_round == workload("2").steps_per_round == 500
+    assert client_slice(workload("2"), 999) == slice(49_950, 50_000)
+
+
+def test_mlp_flops_per_sample_by_hand() -> None:
+    # MLP 3072 -> 64 -> 10, 2 FLOPs per multiply-add:
+    #   forward: 2 * (3072 * 64 + 64 * 10) = 394,496
+    #   backward: fc2 weight grad 2 * 64 * 10 = 1,280, fc2 input grad 1,280, fc1 weight grad 2 * 3072 * 64 = 393,216;
+    #             no input gradient for fc1 (the data need none)          -> 395,776
+    train, forward = sample_flops("mlp", 10)
+    assert forward == 394_496
+    assert train == 394_496 + 395_776
+    assert sample_flops("mlp", 50) == (train, forward)  # linear in the batch size
+    assert round_flops(workload("2")) == 790_272 * 5_000  # 100 clients x 50 samples x 1 epoch
+
+
+def test_cnn_flops_per_sample_by_hand() -> None:
+    # McMahan CNN forward, per sample: conv1 28*28 outputs * 32 ch * (3*5*5) MACs; conv2 10*10 * 64 * (32*5*5);
+    # fc1 1600*512; fc2 512*10 -> x2 FLOPs. Backward: twice the forward, minus conv1's input gradient.
+    conv1, conv2, fc1, fc2 = 2 * 784 * 32 * 75, 2 * 100 * 64 * 800, 2 * 1600 * 512, 2 * 512 * 10
+    forward = conv1 + conv2 + fc1 + fc2
+    train, fwd = sample_flops("cnn", 4)
+    assert fwd == forward
+    assert train == 3 * forward - conv1
+
+
+def test_flop_rates_and_tables() -> None:
+    results = {"compute_bound": {"status": "ok", "s_per_round_median": 2.0, "s_per_round_min": 1.0}, "x": {"status": "not available: no"}}
+    run.add_flop_rates(results, 4e9, 10.0)
+    assert results["compute_bound"]["gflops_median"] == 2.0 and results["compute_bound"]["gflops_best"] == 4.0
+    assert results["compute_bound"]["peak_fraction_median"] == 0.2
+    assert "gflops_median" not in results["x"]
+    entry = {"status": "ok", "s_per_round_min": 1.0, "s_per_round_median": 2.0, "peak_mb": 10.0, "first_round_end_s_median": 3.0, **results["compute_bound"]}
+    report = {"workloads": {"2": {"workload": workload("2").to_dict(), "rounds_per_run": 3, "flops_per_round": 4e9,
+                                  "modes": {"compute_bound": entry, "x": results["x"]}, "chillfl_startup_run_experiment": {}}}}
+    table = run.markdown_table(report).splitlines()
+    assert table[0].endswith("| GFLOP/s | % of peak |")
+    assert table[2].endswith("| 2.00 | 20.0 |") and table[3].startswith("| 2 | x | not available: no |")
+    assert "4.00 GFLOP per round" in run.fmt_table(report)
+
+
+def test_modes_per_device_and_workload() -> None:
+    cpu = [m.name for m in run.all_modes("cpu")]
+    assert "chillfl[processes]" in cpu and "chillfl[auto+bf16]" in cpu and "flower[simulation]" in cpu
+    assert "chillfl[processes]" not in [m.name for m in run.all_modes("cuda")]  # chillfl refuses it on a GPU
+    args = run.parse_args(["--device", "cuda", "--peak-gflops", "67000", "--workload", "4"])
+    assert (args.device, args.peak_gflops, args.rounds_for["4"]) == ("cuda", 67000.0, 3)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message for a machine without a GPU")
+def test_device_cuda_without_a_gpu_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run.main(["--device", "cuda", "--workload", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("run.py: --device cuda: ") and "no CUDA GPU" in err[0]
+
+
+def test_chillfl_overrides_device_bf16_and_scarlet() -> None:
+    o = mode_chillfl.overrides(workload("3"), "vectorized+bf16", 2, 0, "cuda")
+    assert (o["executor"], o["precision"], o["device"]) == ("vectorized", "bf16", "cuda")
+    assert o["distillation"] == {"method": "scarlet", "public_size": 10_000, "subset_size": 1_000}
+    plain = mode_chillfl.overrides(workload("2"), "auto", 2, 0)
+    assert "precision" not in plain and "distillation" not in plain and plain["device"] == "cpu"
+
+
+def test_chillfl_data_for_100k_clients_share_the_blocks() -> None:
+    arrays = {"x": np.zeros((50_000, 3, 32, 32), np.float32)[:, :1, :1, :1], "y": np.zeros(50_000, np.int64),
+              "x_test": np.zeros((4, 1, 1, 1), np.float32), "y_test": np.zeros(4, np.int64)}
+    data = mode_chillfl.federated_data(workload("4"), arrays, 0)
+    assert data.num_clients == 100_000
+    assert len({id(ix) for ix in data.train_indices}) == 1_000  # one index array per block, referenced by its 100 clients
+    assert data.train_indices[1_001] is data.train_indices[1] and list(data.train_indices[1][[0, -1]]) == [50, 99]
+    public = mode_chillfl.federated_data(workload("3"), arrays, 0).public_indices
+    assert (public[0], public[-1], len(public)) == (40_000, 49_999, 10_000)

@@ -6,6 +6,7 @@ All user errors surface here, before any result folder is created.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -25,7 +26,7 @@ from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parameters import ParameterClient, ParameterSharing
 from chillfl.temperature import make_policy
 from chillfl.temperature.base import TemperaturePolicy
-from chillfl.training.local import LocalSpec, derive_seed, model_state
+from chillfl.training.local import LocalSpec, derive_seed, model_state, resolve_compute
 from chillfl.training.objective import ProximalTerm, Term, temperature_cross_entropy
 
 
@@ -191,6 +192,7 @@ def build_experiment(
     losses = base_losses()
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))
+    memory_format, precision = resolve_compute(config.memory_format, config.precision, model, device)
     spec = LocalSpec(
         epochs=config.client.epochs,
         batch_size=config.client.batch_size,
@@ -199,6 +201,8 @@ def build_experiment(
         base_loss=losses[config.client.loss],
         terms=tuple(terms),
         augment=training_augment(config, data.dataset),
+        memory_format=memory_format,
+        precision=precision,
     )
     model.to(device)
     state = {k: v.to(device) for k, v in state.items()}
@@ -346,7 +350,7 @@ def prototype_parts(exp: Experiment) -> tuple[Any, ClientModels, tuple[LocalSpec
             raise ConfigError("model.name" if i == 0 else str(cm.plan.field), f"{exc}: [prototypes] needs a representation") from None
         bias = f"{head}.bias" if head_of(model).bias is not None else None
         loss = KnowledgeLoss(options.lam, options.kd_weight, options.temperature, f"{head}.weight", bias)
-        specs.append(LocalSpec(exp.spec.epochs, exp.spec.batch_size, exp.spec.momentum, exp.spec.weight_decay, loss, (), factored_linears(model), exp.spec.augment))
+        specs.append(dataclasses.replace(exp.spec, base_loss=loss, terms=(), model=factored_linears(model)))
     if len(set(dims)) > 1:
         labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))
         raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the last nn.Linear's input) for all architectures, got {labels}")

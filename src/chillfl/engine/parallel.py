@@ -15,6 +15,24 @@ MLP and 1.7x for the 879k-parameter McMahan CNN, where the process pool was
 was 0.88x, hence the size limit there: larger stacked states stop fitting in
 cache while the per-call overheads that vmap amortises matter less.
 
+Models with large convolutions on the CPU (workload 1's McMahan CNN): the
+vectorised executor trains them one client per chunk, unvmapped, on its worker
+threads (:func:`chillfl.engine.vectorized.per_client_steps`), so ``auto`` still picks
+it on 2 worker threads: the cores in use without the process pool's copies
+and memory, and the sequential executor's bits. The config's ``memory_format``
+(``auto``: channels-last here) and ``precision`` act inside every executor's
+step. Timing rounds of 4 McMahan-CNN clients x 500 samples, one epoch, batch 50
+(driven as ``benchmarks/mode_chillfl.py`` drives a run, 2026-11-22, 2-core Xeon
+with AVX-512 bf16, one intra-op thread, the machine saturated by other jobs,
+so wall times did not separate the executors): CPU seconds a round
+sequential / vectorized were 1.39 / 1.48 contiguous fp32, 1.04 / 1.12
+channels-last fp32, 0.92 / 1.09 contiguous bf16, 0.56 / 0.65 channels-last
+bf16, against 1.33 for a plain PyTorch loop on one thread; wall seconds
+(best of 2) sequential / vectorized / processes were 3.37 / 3.23 / 4.39
+contiguous fp32, 2.50 / 2.40 / 2.30 channels-last fp32 and 1.44 / 1.72 / 1.85
+channels-last bf16. No executor was consistently faster, so the choice
+below is unchanged.
+
 Choices
 -------
 * ``auto``: one client per round -> sequential; otherwise vectorized when it

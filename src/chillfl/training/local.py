@@ -19,6 +19,22 @@ Gradients come from plain ``torch.autograd.grad`` rather than
 1 s of start-up on a 2-core machine) and adds per-call overhead that dominates
 steps of small models.
 
+Two settings of the spec change how the CPU or GPU computes a step, not
+what it computes (:func:`resolve_compute` picks them from the config):
+
+* ``memory_format = "channels_last"`` keeps 4-d tensors (conv weights and
+  image batches) in NHWC order for the whole of a client's training, where
+  oneDNN's CPU convolutions and pooling are faster; the fp32 maths is the
+  same up to float rounding, and the returned state is contiguous again;
+* ``precision = "bf16"`` runs the model's forward under ``torch.autocast`` in
+  bfloat16; the loss, the terms, the gradients of the fp32 parameters and
+  the update stay fp32 (mixed precision: the state is never rounded to bf16).
+
+CPU time of one McMahan-CNN step (batch 50, 3x32x32, one thread, 2-core Xeon
+with AVX-512 bf16 / AMX): 30 ms contiguous fp32, 23 ms channels-last, 19 ms
+bf16, 11 ms channels-last + bf16 (a plain ``nn.Module`` + ``torch.optim.SGD``
+step: 32, 27, 18 and 10 ms).
+
 SGD matches ``torch.optim.SGD`` (dampening 0, no Nesterov):
 ``g <- grad + wd * w;  b <- momentum * b + g;  w <- w - lr * b``
 (the momentum buffer starts at zero, which equals PyTorch's "first step b = g").
@@ -35,6 +51,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from chillfl.errors import ConfigError
 from chillfl.models.parts import forward_with_features
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
 from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
@@ -82,6 +99,64 @@ class LocalSpec:
     None: the executor's own template. Executors group jobs by spec, so one batch is one architecture."""
     augment: Augment | None = None
     """Crop/flip of training batches (``[dataset.augment]``); None: batches are the data as stored."""
+    memory_format: str = "contiguous"
+    """``contiguous`` or ``channels_last`` (4-d states and batches in NHWC order; see the module docstring)."""
+    precision: str = "fp32"
+    """``fp32`` or ``bf16`` (the forward under bf16 autocast; see the module docstring)."""
+
+
+def conv2d_model(model: nn.Module) -> bool:
+    """Whether the model has a 2-d convolution (the layers channels-last speeds up)."""
+    return any(isinstance(m, nn.Conv2d) for m in model.modules())
+
+
+def bf16_supported(device: torch.device) -> bool:
+    """Whether bf16 autocast runs natively here: a CUDA GPU with bf16, or a CPU whose oneDNN has bf16 kernels (AVX-512 or AMX)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu" and torch.backends.mkldnn.is_available():
+        try:
+            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):  # a torch build without the query: assume no native bf16
+            return False
+    return False
+
+
+def resolve_compute(memory_format: str, precision: str, model: nn.Module, device: torch.device) -> tuple[str, str]:
+    """The config's ``memory_format`` / ``precision`` -> the spec's (``auto`` decided), or ConfigError.
+
+    ``auto`` is a fixed rule, never a timing taken at run time (runs stay
+    reproducible): channels-last for a model with a ``Conv2d`` on the CPU,
+    where oneDNN's NHWC convolutions are faster (measured in the module
+    docstring and :mod:`chillfl.engine.parallel`); contiguous otherwise (MLPs
+    and 1-d CNNs have no 4-d tensors; on GPUs the gain is for reduced-precision
+    tensor cores, and cuDNN picks its own layouts).
+    """
+    if precision == "bf16" and not bf16_supported(device):
+        raise ConfigError("precision", f"'bf16' needs bfloat16 kernels, which device {str(device)!r} lacks here; use 'fp32'")
+    if memory_format == "auto":
+        memory_format = "channels_last" if device.type == "cpu" and conv2d_model(model) else "contiguous"
+    return memory_format, precision
+
+
+def to_memory_format(state: Mapping[str, torch.Tensor], memory_format: str) -> Params:
+    """``state`` with its 4-d tensors in ``memory_format`` (others as they are; no copy where already so)."""
+    fmt = torch.channels_last if memory_format == "channels_last" else torch.contiguous_format
+    return {k: v.contiguous(memory_format=fmt) if v.dim() == 4 else v for k, v in state.items()}
+
+
+def batch_layout(spec: LocalSpec, x: torch.Tensor) -> torch.Tensor:
+    """A batch [clients, batch, C, H, W] laid out as the spec trains it (channels-last: each client's batch NHWC)."""
+    if spec.memory_format != "channels_last" or x.dim() != 5:
+        return x
+    return x.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
+
+
+def autocast_for(spec: LocalSpec, device: torch.device) -> Any:
+    """The context the training forward runs in: bf16 autocast on ``device`` or nothing."""
+    if spec.precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
 
 
 def has_tied_tensors(model: nn.Module) -> bool:
@@ -119,11 +194,14 @@ class StepLoss:
     ) -> tuple[torch.Tensor, list[Captured]]:
         grabbed: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         features = None
-        with recording(self._layers, vmapped=self.vmapped) if self.factor else nullcontext(Recorder(False)) as rec:
+        with recording(self._layers, vmapped=self.vmapped) if self.factor else nullcontext(Recorder(False)) as rec, autocast_for(self.spec, x.device):
             if self._batch_terms or self._uses_features:  # representation-based objectives and batch terms see the head's input too
                 features, logits = self._forward_viewed(params, buffers, x, grabbed)
             else:
                 logits = functional_call(self.model, (params, buffers), (x,), tie_weights=self._tie_weights)
+        if self.spec.precision != "fp32":  # the loss and the terms in fp32, whatever the forward ran in
+            logits = logits.float()
+            features = None if features is None else features.float()
         self.keys = [key for key, _, _ in rec.calls]
         if self._uses_features:  # FedProto, FedHKD
             value = self.spec.base_loss(logits, y, temperature, features=features, params=params, context=context)  # type: ignore[call-arg]
@@ -221,11 +299,12 @@ def step_batch(spec: LocalSpec, x: torch.Tensor, seeds: Sequence[int], step: int
     The one place a training batch is formed for every executor (the
     sequential path passes one client). Client i's crop offsets and flips come
     from ``derive_seed(seeds[i], "augment", step)``: its job seed (run seed,
-    round, client) and the step, nothing else.
+    round, client) and the step, nothing else. The batch comes out in the
+    spec's memory format (:func:`batch_layout`).
     """
-    if spec.augment is None:
-        return x
-    return spec.augment(x, [derive_seed(seed, "augment", step) for seed in seeds])
+    if spec.augment is not None:
+        x = spec.augment(x, [derive_seed(seed, "augment", step) for seed in seeds])
+    return batch_layout(spec, x)
 
 
 def batch_order(num_samples: int, batch_size: int, epochs: int, generator: torch.Generator) -> list[torch.Tensor]:
@@ -279,7 +358,7 @@ def train_client(
     The model object is only a stateless template: its own tensors are never
     read or written, so one instance serves every client.
     """
-    params, buffers = split_state(model, start)
+    params, buffers = split_state(model, to_memory_format(start, spec.memory_format))
     params = leaf_params(params)
     buffers = {k: v.detach().clone() for k, v in buffers.items()}
     momenta = {k: torch.zeros_like(v) for k, v in params.items()} if spec.momentum else {}
@@ -299,10 +378,9 @@ def train_client(
             sgd_update_(params, grads, momenta, lr, spec, factors)
             total += loss.detach()  # float32 -> float64 exactly, then a float64 sum: the bits of a Python float sum
             steps += 1
-    params = {k: v.detach() for k, v in params.items()}
-    state = dict(params)
+    state = {k: v.detach() for k, v in params.items()}
     state.update(buffers)
-    return LocalOutcome(state, steps, float(total) / max(steps, 1))
+    return LocalOutcome(to_memory_format(state, "contiguous"), steps, float(total) / max(steps, 1))
 
 
 @torch.no_grad()
@@ -317,11 +395,14 @@ def evaluate(
     """(accuracy, mean cross-entropy at T = 1) of ``state`` on (x, y), in eval mode.
 
     ``observe(logits, labels)`` sees every batch (calibration measures ride on this one pass).
+    Always fp32 on contiguous tensors, whatever the run's ``memory_format`` and
+    ``precision``: those are training-speed choices, and metrics of one state
+    must not depend on them (a state given channels-last is read contiguously).
     """
     if len(y) == 0:
         return float("nan"), float("nan")
     model.eval()
-    params, buffers = split_state(model, state)
+    params, buffers = split_state(model, to_memory_format(state, "contiguous"))
     correct = torch.zeros((), dtype=torch.int64, device=y.device)
     loss = torch.zeros((), dtype=torch.float64, device=y.device)  # tensors: one host sync per call, not per batch
     for i in range(0, len(y), batch_size):

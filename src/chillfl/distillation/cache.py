@@ -513,31 +513,47 @@ class ClientCache:
                 f"apply ServerCache.sync(...) before the downlink of round {downlink.round}"
             )
         fresh = downlink.soft_labels
-        rows: list[torch.Tensor] = []
-        q = 0
-        for i, s in zip(downlink.indices.tolist(), downlink.signals.tolist()):
-            if s == CacheSignal.CACHED:
-                if i not in self._values:
-                    raise CacheOutOfSyncError(f"client {self.client_id}: index {i} signalled CACHED but not in the local cache")
-                rows.append(self._values[i])
-                continue
-            if q >= fresh.shape[0]:
-                raise CacheOutOfSyncError("downlink carries fewer fresh soft-labels than its signals need")
-            value = fresh[q].clone()
-            q += 1
-            if s == CacheSignal.NEWLY_CACHED:
-                self._values[i] = value
-            elif s == CacheSignal.EXPIRED:
-                self._values.pop(i, None)
-            else:
-                raise ValueError(f"unknown cache signal {s}")
-            rows.append(value)
-        if q != fresh.shape[0]:
+        signals = downlink.signals.to(torch.int64)
+        if bool(((signals < 0) | (signals > max(CacheSignal))).any()):
+            raise ValueError(f"unknown cache signal {int(signals[(signals < 0) | (signals > max(CacheSignal))][0])}")
+        cached = signals == CacheSignal.CACHED
+        n_fresh = int((~cached).sum())
+        if n_fresh > fresh.shape[0]:
+            raise CacheOutOfSyncError("downlink carries fewer fresh soft-labels than its signals need")
+        if n_fresh < fresh.shape[0]:
             raise CacheOutOfSyncError("downlink carries more fresh soft-labels than its signals use")
-        self.synced_round = downlink.round
-        if not rows:
+        index_list = downlink.indices.tolist()
+        if not index_list:
+            self.synced_round = downlink.round
             return torch.empty((0, fresh.shape[1] if fresh.dim() == 2 else 0), dtype=fresh.dtype)
-        return torch.stack(rows)
+        # One copy of the fresh block (entries keep views of it) and one gather of the cached rows,
+        # instead of a clone and a stack per row: a round's 100 clients x 1,000 rows stay cheap.
+        block = fresh.clone()
+        cached_rows = []
+        for i, c in zip(index_list, cached.tolist()):
+            if c:
+                value = self._values.get(i)
+                if value is None:
+                    raise CacheOutOfSyncError(f"client {self.client_id}: index {i} signalled CACHED but not in the local cache")
+                cached_rows.append(value)
+        width = block.shape[1] if n_fresh else cached_rows[0].shape[-1]
+        rows = torch.empty((len(index_list), width), dtype=block.dtype if n_fresh else cached_rows[0].dtype)
+        if n_fresh:  # index_copy_: a boolean-mask assignment took ~50x longer here
+            rows.index_copy_(0, (~cached).nonzero().squeeze(1), block.to(rows.dtype))
+        if cached_rows:
+            rows.index_copy_(0, cached.nonzero().squeeze(1), torch.stack(cached_rows).to(rows.dtype))
+        fresh_rows = iter(block.unbind(0))  # views of the one copy, made in one call
+        cached_code, new_code = int(CacheSignal.CACHED), int(CacheSignal.NEWLY_CACHED)  # plain ints: no enum lookups per row
+        for i, s in zip(index_list, signals.tolist()):
+            if s == cached_code:
+                continue
+            value = next(fresh_rows)
+            if s == new_code:
+                self._values[i] = value
+            else:  # EXPIRED
+                self._values.pop(i, None)
+        self.synced_round = downlink.round
+        return rows
 
     # ---- checkpoints -----------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

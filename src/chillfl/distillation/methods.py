@@ -353,6 +353,10 @@ class SoftLabelMethod:
         """Server side: what client ``cid`` must know to pick its target from the downlink rows (sent with them)."""
         return None
 
+    def needs_own_predictions(self, hint: int | None) -> bool:
+        """Whether :meth:`client_target` calls ``own_probs`` (the client then asks for them as a batchable job)."""
+        return False
+
     def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor], hint: int | None = None) -> torch.Tensor:
         """The distillation target ``[n, C]`` from the rebuilt rows of the previous round (client side)."""
         return rows
@@ -369,16 +373,29 @@ class SoftLabelMethod:
 
 
 def stack_uplinks(indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink], num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[K, n, C]`` soft-labels on ``indices`` and the bool ``[K, n]`` mask of the rows each client sent."""
+    """``[K, n, C]`` soft-labels on ``indices`` and the bool ``[K, n]`` mask of the rows each client sent.
+
+    Each client's rows are placed by one sorted search (no per-row Python), so
+    100 clients x 1,000 rows cost a few tensor ops per client.
+    """
     n = int(indices.numel())
-    pos = {int(i): p for p, i in enumerate(indices.tolist())}
+    order = torch.argsort(indices)
+    ordered = indices[order]
     stack = torch.zeros((len(uplinks), n, num_classes), dtype=torch.float32)
     keep = torch.zeros((len(uplinks), n), dtype=torch.bool)
     for k, up in enumerate(uplinks):
-        rows = torch.tensor([pos[int(i)] for i in up.indices.tolist()], dtype=torch.long)
-        if rows.numel():
-            stack[k, rows] = up.soft_labels.to(torch.float32)
-            keep[k, rows] = True
+        if up.indices.numel() == 0:
+            continue
+        if torch.equal(up.indices, indices):  # the usual case: the client sent every requested row, in order
+            stack[k] = up.soft_labels.to(torch.float32)
+            keep[k] = True
+            continue
+        at = torch.searchsorted(ordered, up.indices).clamp_(max=max(n - 1, 0))
+        if n == 0 or not bool((ordered[at] == up.indices).all()):
+            raise KeyError(f"client {up.client_id} sent soft-labels for indices that were not requested")
+        rows = order[at]
+        stack[k].index_copy_(0, rows, up.soft_labels.to(torch.float32))  # not stack[k, rows] = ...: an index_put, far slower on CPU
+        keep[k].index_fill_(0, rows, True)
     return stack, keep
 
 
@@ -537,6 +554,9 @@ class COMET(SoftLabelMethod):
     def target_hint(self, cid: int) -> int | None:
         """Client granularity: the block of the client's cluster (last block = the plain mean when unassigned)."""
         return self._assign.get(cid, self.options.num_clusters) if self.options.granularity == "client" else None
+
+    def needs_own_predictions(self, hint: int | None) -> bool:
+        return self.options.granularity != "client"  # sample granularity: the nearest centroid to the own prediction
 
     def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor], hint: int | None = None) -> torch.Tensor:
         nc, c = self.num_classes, self.options.num_clusters

@@ -66,7 +66,7 @@ import dataclasses
 import hashlib
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -74,18 +74,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
 
 from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, ClientCache, ServerCache, SoftLabelDownlink, SoftLabelUplink
 from chillfl.distillation.era import entropy
 from chillfl.distillation.fedmd import mean_absolute_error
 from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabelMethod, make_method, parse_distillation, public_inputs, public_labels
 from chillfl.engine.ledger import CommunicationLedger, index_bytes, signal_bytes
+from chillfl.engine.predict import Output, PredictJob, Prediction, outputs
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.errors import ConfigError
-from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation, record_message
+from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation_job, record_message
 from chillfl.temperature.base import TemperaturePolicy
-from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, split_state, train_client
+from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, train_client
 
 Params = dict[str, torch.Tensor]
 
@@ -117,18 +117,13 @@ def weighted_kl(weight: float) -> Any:
     return loss
 
 
-@torch.no_grad()
 def predict_proba(model: nn.Module, state: Params, x: torch.Tensor, batch_size: int = 1024, *, logits: bool = False) -> torch.Tensor:
-    """sigma(x; w): softmax outputs at T = 1 (``logits``: the raw logits), eval mode, ``[n, C]`` float32."""
-    if len(x) == 0:
-        return torch.zeros((0, 0))
-    model.eval()
-    params, buffers = split_state(model, state)
-    out = []
-    for i in range(0, len(x), batch_size):
-        z = functional_call(model, (params, buffers), (x[i : i + batch_size],))
-        out.append(z if logits else torch.softmax(z, dim=-1))
-    return torch.cat(out).to(torch.float32)
+    """sigma(x; w): softmax outputs at T = 1 (``logits``: the raw logits), eval mode, ``[n, C]`` float32.
+
+    The reference prediction (:func:`chillfl.engine.predict.outputs`); a client update yields a
+    :class:`~chillfl.engine.predict.PredictJob` instead, so that executors can batch it.
+    """
+    return outputs(model, state, x, batch_size, logits=logits)
 
 
 def draw_public_subset(seed: int, round: int, num_public: int, size: int) -> torch.Tensor:
@@ -317,6 +312,24 @@ class SoftLabelClient:
     """Heterogeneous clients: per-architecture templates, states and specs (None: everyone trains ``model``)."""
     transfer: TransferPhase | None = None
     """FedMD's transfer learning on the labelled public set, at a client's first participation."""
+    _public_memo: dict[bytes, torch.Tensor] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def public_rows(self, indices: torch.Tensor) -> torch.Tensor:
+        """``x_public[indices]``, gathered once per index set and shared by every client that asks.
+
+        A round's clients all read the same rows (I^{t-1} to distil, I_req^t
+        to upload): one copy instead of one per client, and one tensor the
+        batched predictor broadcasts. Keyed by the indices' values, so equal
+        index sets share rows under every executor; the last two sets are kept.
+        Gathering is exact, so results do not depend on the memo.
+        """
+        key = indices.detach().to("cpu", torch.int64).numpy().tobytes()
+        rows = self._public_memo.get(key)
+        if rows is None:
+            while len(self._public_memo) >= 2:
+                self._public_memo.pop(next(iter(self._public_memo)))
+            rows = self._public_memo[key] = self.x_public[indices]
+        return rows
 
     def update(self, task: ClientTask[SoftLabelRoundDownlink, ClientState]) -> ClientProgram:
         cid, d, data = task.client_id, task.downlink, task.data
@@ -342,23 +355,33 @@ class SoftLabelClient:
                     digest = rows_digest(rows)
                 if rows.shape[0] > 0:
                     assert d.previous_indices is not None
-                    x_prev = self.x_public[d.previous_indices]
+                    x_prev = self.public_rows(d.previous_indices)
+                    own: torch.Tensor | None = None
+                    if self.method.needs_own_predictions(d.hint):  # asked for as a job, so executors batch it
+                        pred = yield PredictJob(cid, template, state.model, x_prev, "proba", batch_size=self.eval_batch_size)
+                        own = pred.values
                     model = state.model
 
-                    def own() -> torch.Tensor:
-                        return predict_proba(template, model, x_prev, self.eval_batch_size)
+                    def own_probs() -> torch.Tensor:  # a method that did not declare it computes it here, unbatched
+                        return own if own is not None else predict_proba(template, model, x_prev, self.eval_batch_size)
 
-                    target = self.method.client_target(cid, rows, own, hint=d.hint).to(torch.float32)
+                    target = self.method.client_target(cid, rows, own_probs, hint=d.hint).to(torch.float32)
                     job = ClientJob(cid, state.model, x_prev, target, self.distill_lr, 1.0, {}, d.distill_seed, distill_spec)
                     out: LocalOutcome = yield job
                     state.model, distill_loss = out.params, out.mean_loss
         out = yield ClientJob(cid, state.model, data.x, data.y, d.lr, d.temperature, {}, d.train_seed, spec=train_spec, work=task.work)  # a straggler stops early
         state.model = out.params
-        acc, loss = local_evaluation(template, state.model, data, self.eval_batch_size)
+        acc, loss = None, None
+        evaluation = local_evaluation_job(cid, template, state.model, data, self.eval_batch_size)
+        if evaluation is not None:
+            measured: Prediction = yield evaluation
+            acc, loss = measured.acc, measured.loss
         soft = None
         if self.collaborative and d.requested.numel() > 0:
-            probs = predict_proba(template, state.model, self.x_public[d.requested], self.eval_batch_size, logits=self.method.uses_logits)
-            soft = self.method.upload(cid, d.round, d.requested, probs, state)
+            kind: Output = "logits" if self.method.uses_logits else "proba"
+            uploaded: Prediction = yield PredictJob(cid, template, state.model, self.public_rows(d.requested), kind, batch_size=self.eval_batch_size)
+            assert uploaded.values is not None
+            soft = self.method.upload(cid, d.round, d.requested, uploaded.values, state)
         report = SoftLabelReport(soft, out.mean_loss, len(data.y), distill_loss, digest)
         return ClientReply(cid, report, state, acc, loss)
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol, Sequence
 import torch
 from torch import nn
 
+from chillfl.engine.predict import PredictJob, Prediction, predict_each
 from chillfl.engine.protocol import ClientJob, ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import factored_linears
 from chillfl.training.local import LocalOutcome, LocalSpec, train_client
@@ -67,9 +68,13 @@ class SequentialExecutor:
     def run(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
         return [train_job(self.model, self.spec, job) for job in jobs]
 
+    def predict(self, jobs: Sequence[PredictJob]) -> list[Prediction]:
+        """Client predictions one after another: the reference the batched predictor matches."""
+        return predict_each(jobs)
+
     def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
         assert self.client is not None, "map() needs the executor built with the protocol's client side"
-        return drive([self.client.update(t) for t in tasks], lambda _spec, jobs: self.run(jobs))
+        return drive([self.client.update(t) for t in tasks], lambda _spec, jobs: self.run(jobs), self.predict)
 
     def close(self) -> None:
         return None

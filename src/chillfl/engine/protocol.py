@@ -3,16 +3,20 @@
 A protocol has a *server* side, which lives in the driver process and keeps
 every piece of run state, and a *client* side, which is a pure function::
 
-    update(task) -> program       # a generator: yields ClientJobs, returns a ClientReply
+    update(task) -> program       # a generator: yields ClientJobs/PredictJobs, returns a ClientReply
 
 run by whichever executor the config names. The client update yields every
 local training it needs (distillation on the public set, training on private
 data, ...) as a :class:`ClientJob` and receives its
-:class:`~chillfl.training.local.LocalOutcome`. An executor therefore decides
-only *how* training runs (one client after another, many clients in one
-vmapped step, in worker processes), never *what* a client does: the same
-generator runs under every executor, and :func:`drive` advances many of them
-in lockstep so that the vectorised executor can batch their training.
+:class:`~chillfl.training.local.LocalOutcome`; it yields every model output it
+needs (predictions to upload, its own predictions, its local accuracy) as a
+:class:`~chillfl.engine.predict.PredictJob` and receives a
+:class:`~chillfl.engine.predict.Prediction`. An executor therefore decides
+only *how* training and prediction run (one client after another, many
+clients in one vmapped step, in worker processes), never *what* a client
+does: the same generator runs under every executor, and :func:`drive`
+advances many of them in lockstep so that the vectorised executor can batch
+their training and their predictions.
 
 Purity: a client update reads only its task (the typed downlink, the client's
 own state and data, seeds derived from the run seed) and the client side's
@@ -27,6 +31,7 @@ from typing import Any, Callable, Generator, Generic, Mapping, Protocol, Sequenc
 
 import torch
 
+from chillfl.engine.predict import PredictJob, Prediction, Predictor, predict_each
 from chillfl.training.local import LocalOutcome, LocalSpec
 
 D = TypeVar("D")
@@ -90,7 +95,8 @@ class ClientReply(Generic[U, S]):
     local_loss: float | None = None
 
 
-ClientProgram = Generator[ClientJob, LocalOutcome, ClientReply[Any, Any]]
+ClientProgram = Generator[ClientJob | PredictJob, Any, ClientReply[Any, Any]]
+"""A client update: yields ClientJobs (sent back a LocalOutcome) and PredictJobs (sent back a Prediction)."""
 
 
 class ClientSide(Protocol):
@@ -146,24 +152,26 @@ Trainer = Callable[[LocalSpec | None, Sequence[ClientJob]], list[LocalOutcome]]
 @dataclass
 class _Running:
     program: ClientProgram
-    job: ClientJob | None = None
+    job: ClientJob | PredictJob | None = None
     reply: ClientReply[Any, Any] | None = None
 
 
-def _advance(run: _Running, outcome: LocalOutcome | None) -> None:
+def _advance(run: _Running, outcome: LocalOutcome | Prediction | None) -> None:
     try:
         run.job = next(run.program) if outcome is None else run.program.send(outcome)
     except StopIteration as stop:
         run.job, run.reply = None, stop.value
 
 
-def drive(programs: Sequence[ClientProgram], train: Trainer) -> list[ClientReply[Any, Any]]:
-    """Run client programs to completion, batching the training jobs they yield at the same stage.
+def drive(programs: Sequence[ClientProgram], train: Trainer, predict: Predictor = predict_each) -> list[ClientReply[Any, Any]]:
+    """Run client programs to completion, batching the jobs they yield at the same stage.
 
-    At each stage every unfinished program has yielded one job; jobs are
-    grouped by objective spec (in first-seen order) and each group goes to
-    ``train(spec, jobs)`` as one batch. A job's outcome depends only on the job, so
-    the replies are the same however jobs are grouped.
+    At each stage every unfinished program has yielded one job. Training jobs
+    are grouped by objective spec and each group goes to ``train(spec, jobs)``
+    as one batch; prediction jobs are grouped by template and output kind and
+    each group goes to ``predict(jobs)`` (default: one after another). Groups
+    run in first-seen order. A job's outcome depends only on the job, so the
+    replies are the same however jobs are grouped.
     """
     runs = [_Running(p) for p in programs]
     for run in runs:
@@ -172,12 +180,19 @@ def drive(programs: Sequence[ClientProgram], train: Trainer) -> list[ClientReply
         waiting = [r for r in runs if r.job is not None]
         if not waiting:
             break
-        groups: dict[int, tuple[LocalSpec | None, list[_Running]]] = {}
+        groups: dict[tuple[Any, ...], list[_Running]] = {}
         for r in waiting:
-            assert r.job is not None
-            groups.setdefault(id(r.job.spec), (r.job.spec, []))[1].append(r)
-        for spec, members in groups.values():
-            outcomes = train(spec, [m.job for m in members if m.job is not None])
-            for m, out in zip(members, outcomes):
+            job = r.job
+            assert job is not None
+            key = ("predict", id(job.model), job.output) if isinstance(job, PredictJob) else ("train", id(job.spec))
+            groups.setdefault(key, []).append(r)
+        for members in groups.values():
+            jobs = [m.job for m in members]
+            if isinstance(jobs[0], PredictJob):
+                results: Sequence[LocalOutcome | Prediction] = predict([j for j in jobs if isinstance(j, PredictJob)])
+            else:
+                train_jobs = [j for j in jobs if isinstance(j, ClientJob)]
+                results = train(train_jobs[0].spec, train_jobs)
+            for m, out in zip(members, results):
                 _advance(m, out)
     return [r.reply for r in runs if r.reply is not None]

@@ -126,6 +126,7 @@ from torch.func import functional_call, vmap
 
 from chillfl.data.augment import crop_flip
 from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor, train_job
+from chillfl.engine.predict import BatchedPredictor
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import add_outer_, factored_linears
 from chillfl.training.local import (
@@ -439,11 +440,12 @@ class VectorizedExecutor:
             replica = factored_linears(model)
             self._replicas.put(_Replica(replica, StepLoss(replica, spec, vmapped=True)))
         self._pool: ThreadPoolExecutor | None = None
+        self.predict = BatchedPredictor(workers=workers)  # client updates' PredictJobs: many clients per vmapped forward pass
 
     def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
         """Every task's client update; the training jobs of one stage are trained as vmapped chunks."""
         assert self.client is not None, "map() needs the executor built with the protocol's client side"
-        return drive([self.client.update(t) for t in tasks], lambda spec, jobs: self.for_spec(spec).run(jobs))
+        return drive([self.client.update(t) for t in tasks], lambda spec, jobs: self.for_spec(spec).run(jobs), self.predict)
 
     def for_spec(self, spec: LocalSpec | None) -> "VectorizedExecutor":
         """This executor for its own spec (None); a sibling with the same settings for any other objective."""
@@ -473,6 +475,7 @@ class VectorizedExecutor:
         return self._fallback.run(jobs)
 
     def close(self) -> None:
+        self.predict.close()
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None

@@ -17,6 +17,7 @@ from torch import nn
 from chillfl.config import RunConfig
 from chillfl.data import FederatedData
 from chillfl.engine.ledger import CommunicationLedger, tensor_bytes
+from chillfl.engine.predict import PredictJob
 from chillfl.engine.protocol import ClientData, ClientReply, Message
 from chillfl.errors import Diverged
 from chillfl.metrics.calibration import CalibrationAccumulator
@@ -123,6 +124,13 @@ def local_evaluation(model: nn.Module, state: Mapping[str, torch.Tensor], data: 
     if data.x_eval is None or data.y_eval is None:
         return None, None
     return evaluate(model, state, data.x_eval, data.y_eval, batch_size)
+
+
+def local_evaluation_job(client_id: int, model: nn.Module, state: Mapping[str, torch.Tensor], data: ClientData, batch_size: int) -> PredictJob | None:
+    """:func:`local_evaluation` as a job a client update yields (executors batch it); None when not measured."""
+    if data.x_eval is None or data.y_eval is None:
+        return None
+    return PredictJob(client_id, model, state, data.x_eval, "evaluate", data.y_eval, batch_size)
 
 
 def check_finite_loss(round: int, client_id: int, name: str, value: float | None) -> None:

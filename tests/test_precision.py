@@ -264,3 +264,20 @@ def test_vectorized_conv_model_with_dropout_still_falls_back_instead_of_racing_t
     for a, b in zip(SequentialExecutor(model, spec).run(jobs), got):
         assert all(torch.equal(a.params[k], b.params[k]) for k in a.params)
     vec.close()
+
+
+def test_soft_label_phases_use_the_runs_compute_settings() -> None:
+    """Distillation on the public set and the server model's training are trained like private data.
+
+    Before, SCARLET's distill/server specs were built without these fields, so
+    those phases silently ran contiguous fp32 whatever the config said.
+    """
+    from chillfl.experiment import build_experiment, build_protocol
+
+    precision = "bf16" if BF16 else "fp32"
+    over = {**BASE, "memory_format": "channels_last", "precision": precision,
+            "distillation.method": "scarlet", "distillation.public_size": 60, "distillation.subset_size": 20}
+    protocol = build_protocol(build_experiment(load_config(None, over)))
+    specs = protocol.specs  # type: ignore[attr-defined]
+    for spec in (specs.client, specs.distill, specs.server):
+        assert (spec.memory_format, spec.precision) == ("channels_last", precision)

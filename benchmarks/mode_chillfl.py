@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from workloads import NUM_CLASSES, Workload, client_slice, load_data, public_slice, read_spec
+from workloads import NUM_CLASSES, Workload, load_data, public_slice, read_spec
 
 PARALLEL_ONLY = ("vectorized", "processes")
 
@@ -87,7 +87,7 @@ def federated_data(w: Workload, arrays: dict[str, np.ndarray], seed: int) -> Any
 
     t = torch.from_numpy
     dataset = ArrayDataset("synthetic_cifar", t(arrays["x"]), t(arrays["y"]), t(arrays["x_test"]), t(arrays["y_test"]), NUM_CLASSES)
-    starts = np.array([client_slice(w, c).start for c in range(w.num_clients)], dtype=np.int64)
+    starts = (np.arange(w.num_clients, dtype=np.int64) % w.blocks) * w.samples_per_client  # = client_slice(w, c).start
     public = public_slice(w)
     return FederatedData(
         dataset=dataset,

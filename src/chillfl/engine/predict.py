@@ -34,10 +34,10 @@ from typing import Callable, Literal, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
-import torch.utils._pytree as pytree
 from torch import nn
 from torch.func import functional_call, vmap
 
+from chillfl.engine.footprint import activation_bytes, nbytes
 from chillfl.training.local import evaluate, split_state
 
 log = logging.getLogger(__name__)
@@ -111,29 +111,6 @@ def predict_each(jobs: Sequence[PredictJob]) -> list[Prediction]:
 
 
 # ---------------------------------------------------------------- batched
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
-def row_activation_bytes(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor) -> int:
-    """Bytes of every module output of one eval forward pass on the first row of ``x`` (a per-row estimate)."""
-    total = 0
-
-    def hook(_module: nn.Module, _inputs: object, output: object) -> None:
-        nonlocal total
-        total += sum(_nbytes(t) for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor))
-
-    handles = [m.register_forward_hook(hook) for m in model.modules()]
-    try:
-        model.eval()
-        with torch.no_grad():
-            functional_call(model, split_state(model, state), (x[:1],))
-    finally:
-        for h in handles:
-            h.remove()
-    return total
 
 
 def _group_key(job: PredictJob) -> tuple[object, ...]:
@@ -243,7 +220,7 @@ class BatchedPredictor:
         """
         if job.x.device.type != "cpu":
             return True
-        state = sum(_nbytes(v) for v in job.state.values())
+        state = sum(nbytes(v) for v in job.state.values())
         return min(len(job.x), job.batch_size) <= self.cpu_max_rows and state <= self.cpu_max_state_bytes
 
     def _plan(self, key: tuple[object, ...], jobs: Sequence[PredictJob]) -> tuple[list[tuple[int, int]], int]:
@@ -257,8 +234,8 @@ class BatchedPredictor:
         n, job = len(jobs), jobs[0]
         rows = max(1, min(len(job.x), job.batch_size))
         if key not in self._row_bytes:
-            self._row_bytes[key] = row_activation_bytes(job.model, job.state, job.x) + _nbytes(job.x[:1])
-        per_client = sum(_nbytes(v) for v in job.state.values()) + rows * self._row_bytes[key]
+            self._row_bytes[key] = activation_bytes(job.model, job.state, job.x[:1]) + nbytes(job.x[:1])
+        per_client = sum(nbytes(v) for v in job.state.values()) + rows * self._row_bytes[key]
         size = self.chunk_size or max(1, self.memory_budget // max(per_client, 1))
         count = -(-n // max(1, min(size, n)))
         return [(c * n // count, (c + 1) * n // count) for c in range(count)], rows

@@ -122,9 +122,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import torch
 import torch.utils._pytree as pytree
 from torch import nn
-from torch.func import functional_call, vmap
+from torch.func import vmap
 
 from chillfl.data.augment import crop_flip
+from chillfl.engine.footprint import activation_bytes, nbytes
 from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor, train_job
 from chillfl.engine.predict import BatchedPredictor
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
@@ -291,31 +292,6 @@ def _float_dtype(state: Mapping[str, torch.Tensor]) -> torch.dtype:
     return next((v.dtype for v in state.values() if v.is_floating_point()), torch.get_default_dtype())
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
-def activation_bytes(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor) -> int:
-    """Bytes of every module output of one forward pass on ``x`` (eval mode, template untouched)."""
-    total = 0
-
-    def hook(_module: nn.Module, _inputs: Any, output: Any) -> None:
-        nonlocal total
-        total += sum(_nbytes(t) for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor))
-
-    handles = [m.register_forward_hook(hook) for m in model.modules()]
-    was_training = model.training
-    try:
-        model.eval()
-        with torch.no_grad():
-            functional_call(model, split_state(model, state), (x,))
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was_training)
-    return total
-
-
 def chunk_size_for(model: nn.Module, spec: LocalSpec, job: ClientJob, memory_budget: int, factored: frozenset[str] = frozenset()) -> int:
     """How many clients fit in ``memory_budget``: state copies plus ~3x one batch's activations.
 
@@ -329,14 +305,14 @@ def client_bytes(model: nn.Module, spec: LocalSpec, job: ClientJob, factored: fr
     """Estimated bytes one client of a chunk takes (see :func:`chunk_size_for`); ``resident``: plus its whole data set."""
     params, buffers = split_state(model, job.start)
     extra = 1 if spec.momentum else 0
-    per_client = sum(((1 if k in factored else 3) + extra) * _nbytes(v) for k, v in params.items())
-    per_client += sum(_nbytes(v) for v in buffers.values())
-    per_client += sum(_nbytes(v) for v in pytree.tree_leaves(dict(job.context)) if isinstance(v, torch.Tensor))
+    per_client = sum(((1 if k in factored else 3) + extra) * nbytes(v) for k, v in params.items())
+    per_client += sum(nbytes(v) for v in buffers.values())
+    per_client += sum(nbytes(v) for v in pytree.tree_leaves(dict(job.context)) if isinstance(v, torch.Tensor))
     batch = job.x[: spec.batch_size]
     if len(batch):
-        per_client += 3 * activation_bytes(model, job.start, batch) + _nbytes(batch)
+        per_client += 3 * activation_bytes(model, job.start, batch) + nbytes(batch)
     if resident:  # the chunk's concatenated data and its plan: batch rows (and 3 crop/flip draws) per sample-step, int64
-        per_client += _nbytes(job.x) + _nbytes(job.y) + 8 * len(job.y) * spec.epochs * (4 if spec.augment is not None else 1)
+        per_client += nbytes(job.x) + nbytes(job.y) + 8 * len(job.y) * spec.epochs * (4 if spec.augment is not None else 1)
     return max(per_client, 1)
 
 

@@ -1,0 +1,37 @@
+"""Memory estimates that chunk sizes are computed from (training chunks and stacked predictions)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+import torch.utils._pytree as pytree
+from torch import nn
+from torch.func import functional_call
+
+from chillfl.training.local import split_state
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def activation_bytes(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor) -> int:
+    """Bytes of every module output of one forward pass on ``x`` (eval mode, template untouched)."""
+    total = 0
+
+    def hook(_module: nn.Module, _inputs: Any, output: Any) -> None:
+        nonlocal total
+        total += sum(nbytes(t) for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor))
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()]
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            functional_call(model, split_state(model, state), (x,))
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    return total

@@ -73,6 +73,13 @@ def test_auto_is_channels_last_for_conv2d_models_on_the_cpu_only():
     assert resolve_compute("auto", "fp32", conv, torch.device("meta")) == ("contiguous", "fp32")
     assert resolve_compute("contiguous", "fp32", conv, cpu) == ("contiguous", "fp32")
     assert resolve_compute("channels_last", "fp32", mlp, cpu) == ("channels_last", "fp32")
+    # with a sample input the conv sizes decide: 8x8 -> 8*8*8 + 8*6*6 = 800 outputs (small, stays contiguous);
+    assert resolve_compute("auto", "fp32", conv, cpu, torch.zeros(1, 3, 8, 8)) == ("contiguous", "fp32")
+    # one padded 3->8 conv on 32x32: 8*32*32 = 8,192 outputs, the threshold itself (channels-last); on 31x31: 7,688
+    wide = nn.Conv2d(3, 8, 3, padding=1)
+    assert resolve_compute("auto", "fp32", wide, cpu, torch.zeros(1, 3, 32, 32)) == ("channels_last", "fp32")
+    assert resolve_compute("auto", "fp32", wide, cpu, torch.zeros(1, 3, 31, 31)) == ("contiguous", "fp32")
+    assert resolve_compute("channels_last", "fp32", conv, cpu, torch.zeros(1, 3, 8, 8)) == ("channels_last", "fp32")
 
 
 def test_bf16_on_a_device_without_it_is_a_config_error(monkeypatch):

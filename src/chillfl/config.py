@@ -315,8 +315,8 @@ class RunConfig:
     """On CUDA: use PyTorch's deterministic algorithms (``torch.use_deterministic_algorithms``)."""
     memory_format: Literal["auto", "contiguous", "channels_last"] = "auto"
     """Layout of 4-d activations and conv weights in local training: ``channels_last`` (NHWC) runs the same
-    fp32 maths in faster CPU convolution kernels; ``auto``: channels-last for models with a ``Conv2d`` on
-    the CPU, else contiguous (:func:`chillfl.training.local.resolve_compute`). Evaluation is unaffected."""
+    fp32 maths in faster CPU convolution kernels; ``auto``: channels-last on the CPU for models whose
+    ``Conv2d`` layers output at least 8,192 elements a sample (e.g. the McMahan CNN on 32x32), else contiguous (:func:`chillfl.training.local.resolve_compute`). Evaluation is unaffected."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """``bf16``: local training's forward runs under ``torch.autocast`` in bfloat16 (loss, gradients and
     updates of the fp32 state stay fp32) on a CPU or GPU that supports it; faster, slightly less accurate."""

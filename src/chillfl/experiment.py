@@ -192,7 +192,8 @@ def build_experiment(
     losses = base_losses()
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))
-    memory_format, precision = resolve_compute(config.memory_format, config.precision, model, device)
+    sample = torch.zeros((1, *data.dataset.input_shape))  # the conv sizes decide "auto"
+    memory_format, precision = resolve_compute(config.memory_format, config.precision, model, device, sample)
     spec = LocalSpec(
         epochs=config.client.epochs,
         batch_size=config.client.batch_size,

@@ -137,7 +137,9 @@ from chillfl.training.local import (
     StepLoss,
     batch_order,
     completed_steps,
+    LARGE_CONV_OUTPUTS,
     conv2d_model,
+    conv_outputs_per_sample,
     derive_seed,
     leaf_params,
     sgd_update_,
@@ -316,34 +318,13 @@ def client_bytes(model: nn.Module, spec: LocalSpec, job: ClientJob, factored: fr
     return max(per_client, 1)
 
 
-PER_CLIENT_MIN_CONV_OUTPUTS = 8192
+PER_CLIENT_MIN_CONV_OUTPUTS = LARGE_CONV_OUTPUTS
 """Conv2d output elements per sample from which the CPU trains clients one by one rather than vmapped.
 
 Measured (CPU seconds of one epoch of 16-32 clients of 64-157 samples, batch 16, 2 worker threads,
 vmap / per client, channels-last): the FLex&Chill CNN on 1x8x8 digits (960 outputs a sample)
 0.33 / 0.66, on 1x28x28 (7,000) 0.56 / 0.55, on 3x32x32 (9,800) 1.04 / 0.65; the McMahan CNN on
 3x32x32 (31,400): see the module's Choices."""
-
-
-def conv_outputs_per_sample(model: nn.Module, x: torch.Tensor) -> int:
-    """Elements the model's ``Conv2d`` layers output for one sample of ``x`` (one eval-mode forward, template untouched)."""
-    total = 0
-
-    def count(_module: nn.Module, _inputs: Any, output: torch.Tensor) -> None:
-        nonlocal total
-        total += output[0].numel()
-
-    handles = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, nn.Conv2d)]
-    was_training = model.training
-    try:
-        model.eval()
-        with torch.no_grad():
-            model(x[:1])
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was_training)
-    return total
 
 
 def per_client_steps(model: nn.Module, x: torch.Tensor) -> bool:

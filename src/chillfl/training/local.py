@@ -122,20 +122,52 @@ def bf16_supported(device: torch.device) -> bool:
     return False
 
 
-def resolve_compute(memory_format: str, precision: str, model: nn.Module, device: torch.device) -> tuple[str, str]:
+LARGE_CONV_OUTPUTS = 8192
+"""Conv outputs a sample from which the CPU's channels-last kernels (and per-client steps) pay; see :func:`resolve_compute`."""
+
+
+def conv_outputs_per_sample(model: nn.Module, x: torch.Tensor) -> int:
+    """Elements the model's ``Conv2d`` layers output for one sample of ``x`` (one eval-mode forward, template untouched)."""
+    total = 0
+
+    def count(_module: nn.Module, _inputs: Any, output: torch.Tensor) -> None:
+        nonlocal total
+        total += output[0].numel()
+
+    handles = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, nn.Conv2d)]
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(x[:1])
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    return total
+
+
+def resolve_compute(
+    memory_format: str, precision: str, model: nn.Module, device: torch.device, sample: torch.Tensor | None = None
+) -> tuple[str, str]:
     """The config's ``memory_format`` / ``precision`` -> the spec's (``auto`` decided), or ConfigError.
 
     ``auto`` is a fixed rule, never a timing taken at run time (runs stay
-    reproducible): channels-last for a model with a ``Conv2d`` on the CPU,
-    where oneDNN's NHWC convolutions are faster (measured in the module
-    docstring and :mod:`chillfl.engine.parallel`); contiguous otherwise (MLPs
-    and 1-d CNNs have no 4-d tensors; on GPUs the gain is for reduced-precision
-    tensor cores, and cuDNN picks its own layouts).
+    reproducible): channels-last on the CPU for a model with a ``Conv2d``
+    whose convolutions output at least :data:`LARGE_CONV_OUTPUTS` elements for
+    one ``sample`` input (e.g. the McMahan CNN on 32x32 images), where
+    oneDNN's NHWC convolutions are faster (measured in the module docstring
+    and :mod:`chillfl.engine.parallel`); contiguous otherwise: MLPs and 1-d
+    CNNs have no 4-d tensors, small convolutions (8x8 digits) gain little and
+    stay bitwise what they were before the option existed, and on GPUs the
+    gain is for reduced-precision tensor cores, where cuDNN picks its own
+    layouts. Without a ``sample`` every ``Conv2d`` model counts as large.
     """
     if precision == "bf16" and not bf16_supported(device):
         raise ConfigError("precision", f"'bf16' needs bfloat16 kernels, which device {str(device)!r} lacks here; use 'fp32'")
     if memory_format == "auto":
-        memory_format = "channels_last" if device.type == "cpu" and conv2d_model(model) else "contiguous"
+        large = conv2d_model(model) and (sample is None or conv_outputs_per_sample(model, sample) >= LARGE_CONV_OUTPUTS)
+        memory_format = "channels_last" if device.type == "cpu" and large else "contiguous"
     return memory_format, precision
 
 

@@ -264,7 +264,6 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI to make the test certificates")
 def _app(tmp_path: Path, config: Any) -> Path:
     """A Flower app folder whose run config names ``config`` (written as TOML next to it)."""
     import tomli_w

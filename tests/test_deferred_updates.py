@@ -19,7 +19,7 @@ def _layer(weight: torch.Tensor) -> nn.Module:
 
 def test_deferred_rows_hand_values_forward_and_flush() -> None:
     w = torch.zeros(1, 2, 3)  # one client's [out 2, in 3] weight
-    d = DeferredOuter({"0.weight": w})
+    d = DeferredOuter({"0.weight": w}, ["0.weight"])
     # defer W += -0.5 * dz^T x, x = [1, 0, 2], dz = [3, -1]: U = -0.5 * dz = [-1.5, 0.5], V = x
     d.add("0.weight", torch.tensor([[[1.0, 0.0, 2.0]]]), torch.tensor([[[3.0, -1.0]]]), -0.5)
     assert torch.equal(w, torch.zeros(1, 2, 3))  # nothing written yet
@@ -40,7 +40,7 @@ def test_deferred_rows_hand_values_forward_and_flush() -> None:
 def test_deferred_rows_flush_at_capacity_and_wide_batches_apply_at_once() -> None:
     torch.manual_seed(0)
     w = torch.zeros(2, 2, 5)  # two clients, out = 2: at most 2 rows wait
-    d = DeferredOuter({"w": w})
+    d = DeferredOuter({"w": w}, ["w"])
     alpha = torch.tensor([1.0, -2.0])  # per-client step sizes
     x1, dz1 = torch.randn(2, 2, 5), torch.randn(2, 2, 2)
     d.add("w", x1, dz1, alpha)
@@ -57,6 +57,22 @@ def test_deferred_rows_flush_at_capacity_and_wide_batches_apply_at_once() -> Non
     assert d.rows["w"] == 0
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+def test_broadcast_weight_gets_each_clients_own_copy_on_flush(transposed: bool) -> None:
+    base = torch.tensor([[1.0, 2.0], [3.0, 4.0]])  # [out 2, in 2], the global model every client starts from
+    one = base.t().contiguous().t() if transposed else base.clone()
+    params = {"w": one.expand(2, 2, 2)}  # two clients, one copy (stride 0)
+    d = DeferredOuter(params, ["w"], {"w": (0, 2, 1)} if transposed else {})
+    # client 0: x = [1, 0], dz = [1, 1], alpha 1 -> + [[1, 0], [1, 0]]; client 1: x = [0, 1], dz = [2, 0] -> + [[0, 2], [0, 0]]
+    d.add("w", torch.tensor([[[1.0, 0.0]], [[0.0, 1.0]]]), torch.tensor([[[1.0, 1.0]], [[2.0, 0.0]]]), 1.0)
+    assert params["w"].stride(0) == 0  # still one copy until the flush
+    d.flush()
+    expected = torch.stack([torch.tensor([[2.0, 2.0], [4.0, 4.0]]), torch.tensor([[1.0, 4.0], [3.0, 4.0]])])
+    assert params["w"].stride(0) != 0 and torch.equal(params["w"], expected) and params["w"].requires_grad
+    assert (params["w"].stride(-1) == 1) != transposed  # written in the stack's layout
+    assert torch.equal(one, base)  # the global model is untouched
+
+
 def _wide_mlp() -> nn.Module:
     # first weight 8 x 8192 = 65,536 elements (the deferral threshold), out = 8: a flush every 2 steps of batch 4
     return nn.Sequential(nn.Flatten(), nn.Linear(8192, 8), nn.ReLU(inplace=True), nn.Linear(8, 3))
@@ -68,13 +84,14 @@ def _jobs(model: nn.Module, sizes: list[int]) -> list[ClientJob]:
     return [ClientJob(c, start, 0.2 * torch.randn(n, 2, 64, 64), torch.randint(0, 3, (n,)), 0.05 * (1 + c % 2), 0.5, {}, c) for c, n in enumerate(sizes)]
 
 
+@pytest.mark.parametrize("accelerator", [False, True])  # True: the GPU policy (resident chunks), forced on the CPU
 @pytest.mark.parametrize("sizes", [[12, 12, 12, 12], [13, 6, 9, 13]])  # equal; unequal (steps of only some clients, short batches)
-def test_vectorized_with_deferred_updates_matches_sequential_and_reruns_bitwise(sizes: list[int]) -> None:
+def test_vectorized_with_deferred_updates_matches_sequential_and_reruns_bitwise(sizes: list[int], accelerator: bool) -> None:
     assert 8 * 8192 >= DEFER_MIN_ELEMENTS
     model = _wide_mlp()
     jobs = _jobs(model, sizes)
     spec = LocalSpec(epochs=2, batch_size=4)
-    ex = VectorizedExecutor(model, spec, chunk_size=4)
+    ex = VectorizedExecutor(model, spec, chunk_size=4, accelerator=accelerator)
     got = ex.run(jobs)
     assert ex._deferred == {"1.weight"}  # the small head updates at once
     ref = SequentialExecutor(model, spec).run(jobs)
@@ -83,7 +100,7 @@ def test_vectorized_with_deferred_updates_matches_sequential_and_reruns_bitwise(
         for key in a.params:
             torch.testing.assert_close(b.params[key], a.params[key], rtol=1e-4, atol=1e-5)
         assert abs(a.mean_loss - b.mean_loss) <= 1e-5 * abs(a.mean_loss)
-    again = VectorizedExecutor(model, spec, chunk_size=4).run(jobs)
+    again = VectorizedExecutor(model, spec, chunk_size=4, accelerator=accelerator).run(jobs)
     for a, b in zip(got, again):
         assert all(torch.equal(a.params[k], b.params[k]) for k in a.params)
 

@@ -291,13 +291,31 @@ def stack(tensors: Sequence[torch.Tensor], order: Sequence[int] | None = None) -
     return out
 
 
-def _stack_states(model: nn.Module, starts: Sequence[Mapping[str, torch.Tensor]], layouts: Mapping[str, tuple[int, ...]]) -> tuple[Params, Params, list[str]]:
-    """Stacked (params as autograd leaves, buffers) of every client and the state's key order."""
+def _stack_states(
+    model: nn.Module, starts: Sequence[Mapping[str, torch.Tensor]], layouts: Mapping[str, tuple[int, ...]], broadcast: frozenset[str] = frozenset()
+) -> tuple[Params, Params, list[str]]:
+    """Stacked (params as autograd leaves, buffers) of every client and the state's key order.
+
+    A ``broadcast`` key that every client starts from as the very same tensor
+    (the global model) is not copied per client: it becomes one copy in its
+    layout, expanded along the client dimension (stride 0). Only weights whose
+    updates :class:`DeferredOuter` keeps may be broadcast: it writes the
+    clients' own copies when it first applies their updates.
+    """
     keys = set(starts[0])
     if any(set(s) != keys for s in starts[1:]):
         raise NotVectorizable("clients' start states have different keys")
     params, buffers = split_state(model, starts[0])
-    stacked_p = {k: stack([s[k] for s in starts], layouts.get(k)).requires_grad_(True) for k in params}
+
+    def stacked(k: str) -> torch.Tensor:
+        first = starts[0][k]
+        if k in broadcast and all(s[k] is first for s in starts):
+            order = layouts.get(k)
+            one = first.detach() if order is None else empty_in_order(first.shape, [d - 1 for d in order if d != 0], first.dtype, first.device).copy_(first)
+            return one.expand(len(starts), *first.shape)
+        return stack([s[k] for s in starts], layouts.get(k))
+
+    stacked_p = {k: stacked(k).requires_grad_(True) for k in params}
     stacked_b = {k: stack([s[k] for s in starts]) for k in buffers}
     return stacked_p, stacked_b, [*params, *buffers]  # the sequential executor's key order
 
@@ -543,7 +561,7 @@ class VectorizedExecutor:
     def _run_chunk(
         self, replica: _Replica, jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]], resident: bool = False
     ) -> list[LocalOutcome]:
-        params, buffers, keys = _stack_states(replica.model, [j.start for j in jobs], self._layouts)
+        params, buffers, keys = _stack_states(replica.model, [j.start for j in jobs], self._layouts, self._deferred)
         dtype = _float_dtype(params)
         device = jobs[0].x.device
         context = stack_contexts([j.context for j in jobs], dtype, device)
@@ -555,7 +573,7 @@ class VectorizedExecutor:
         losses_of = _Vmapped(replica.loss_fn, context)
         steps: Iterable[_Batch] = _ResidentBatches(jobs, schedules, self.spec) if resident else _host_batches(jobs, schedules, self.spec)
         replica.model.train()
-        deferred = DeferredOuter({k: params[k] for k in self._deferred}) if self._deferred else None
+        deferred = DeferredOuter(params, self._deferred, self._layouts) if self._deferred else None
         totals = self._train_steps(losses_of, steps, params, buffers, momenta, temperature, lr, context, len(jobs), deferred)
         sums = totals.tolist()  # the chunk's one read of device values on the host
         return [self._outcome(c, keys, params, buffers, len(schedules[c]), sums[c]) for c in range(len(jobs))]

@@ -35,7 +35,7 @@ from __future__ import annotations
 import copy
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -174,21 +174,33 @@ class DeferredOuter:
     ``x (W + U^T V)^T = x W^T + (x V^T) U`` (:class:`FactoredLinear`, via
     ``Recorder.pending``), so every step computes with the updated weight, up
     to float rounding; :meth:`flush` writes ``U^T V`` into the weight in one
-    ``add_outer_``. That happens when the rows would exceed the weight's output
-    size (beyond it the correction would cost more than the forward it
-    rides on), before any step that trains only some of the stack's clients, and
-    at the end of the chunk.
+    matmul. That happens when the rows would exceed the weight's output size
+    (beyond it the correction would cost more than the forward it rides on),
+    before any step that trains only some of the stack's clients, and at the
+    end of the chunk.
+
+    A weight every client starts from as the same tensor may come broadcast
+    (stride 0 along the clients, see the vectorised executor's
+    ``_stack_states``): until the first flush all clients' forwards then read
+    one copy, and the flush writes each client's own ``W + U^T V`` in the
+    same pass that would have copied ``W`` to it.
 
     Valid only where nothing but the factored forward reads the weight
     (no dense gradient part, no weight decay, no momentum) and the forward
     runs in fp32: the vectorised executor's probe checks this once per run.
     """
 
-    def __init__(self, weights: Mapping[str, torch.Tensor]) -> None:
-        self.weights = dict(weights)  # stacked [C, out, in], updated in place
-        self.rows = {k: 0 for k in self.weights}
+    def __init__(self, params: dict[str, torch.Tensor], keys: Iterable[str], layouts: Mapping[str, Sequence[int]] | None = None) -> None:
+        self.params = params  # the stack's parameters: broadcast weights are replaced by their own copies on flush
+        self.layouts = dict(layouts or {})
+        self.rows = {k: 0 for k in keys}
         self._v: dict[str, torch.Tensor] = {}  # [C, out, in]: x rows
         self._u: dict[str, torch.Tensor] = {}  # [C, out, out_features]: alpha * dz rows
+
+    @property
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The deferred weights as they are now: [C, out, in], possibly broadcast."""
+        return {k: self.params[k] for k in self.rows}
 
     def pending(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """weight key -> (V, U) of the updates not yet in the weight: [C, rows, in], [C, rows, out]."""
@@ -197,13 +209,14 @@ class DeferredOuter:
     @torch.no_grad()
     def add(self, key: str, x: torch.Tensor, dz: torch.Tensor, alpha: float | torch.Tensor) -> None:
         """Defer ``W[key] += alpha * dz^T x`` (x [C, ..., in], dz [C, ..., out]; ``alpha`` a number or [C])."""
-        w = self.weights[key]
+        w = self.params[key]
         x, dz = flat_rows(x, 1), flat_rows(dz, 1)
         n, capacity = x.shape[1], w.shape[-2]
         if self.rows[key] + n > capacity:
             self.flush(key)
         if n > capacity:  # a batch wider than the weight's output: deferring it would not pay
-            add_outer_(w, x, dz, alpha)
+            self._own(key)
+            add_outer_(self.params[key], x, dz, alpha)
             return
         if key not in self._v:
             self._v[key] = torch.empty((w.shape[0], capacity, w.shape[-1]), dtype=w.dtype, device=w.device)
@@ -216,9 +229,51 @@ class DeferredOuter:
 
     @torch.no_grad()
     def flush(self, key: str | None = None) -> None:
-        """Write the deferred rows of ``key`` (None: every weight) into the weight."""
-        for k in [key] if key is not None else list(self.weights):
+        """Write the deferred rows of ``key`` (None: every weight) into the weight (each client's own copy)."""
+        for k in [key] if key is not None else list(self.rows):
             r = self.rows[k]
-            if r:
-                add_outer_(self.weights[k], self._v[k][:, :r], self._u[k][:, :r])
-                self.rows[k] = 0
+            w = self.params[k]
+            if not r:
+                continue
+            v, u = self._v[k][:, :r], self._u[k][:, :r]
+            if _broadcast(w):
+                self.params[k] = add_outer_into(self._fresh(k, w), w, v, u).requires_grad_(True)
+            else:
+                add_outer_(w, v, u)
+            self.rows[k] = 0
+
+    def _own(self, key: str) -> None:
+        """Give every client its own copy of a broadcast weight (before an in-place update)."""
+        w = self.params[key]
+        if _broadcast(w):
+            self.params[key] = self._fresh(key, w).copy_(w).requires_grad_(True)
+
+    def _fresh(self, key: str, like: torch.Tensor) -> torch.Tensor:
+        order = self.layouts.get(key)
+        shape = tuple(like.shape)
+        if order is None:
+            return torch.empty(shape, dtype=like.dtype, device=like.device)
+        inverse = sorted(range(len(order)), key=lambda i: order[i])
+        return torch.empty([shape[d] for d in order], dtype=like.dtype, device=like.device).permute(inverse)
+
+
+def _broadcast(w: torch.Tensor) -> bool:
+    """Whether ``w`` [C, ...] is one tensor expanded along the clients (stride 0, more than one client)."""
+    return w.dim() > 0 and w.shape[0] > 1 and w.stride(0) == 0
+
+
+@torch.no_grad()
+def add_outer_into(out: torch.Tensor, base: torch.Tensor, x: torch.Tensor, dz: torch.Tensor, alpha: float | torch.Tensor = 1.0) -> torch.Tensor:
+    """``out = base + alpha * dz^T x`` in one matmul pass (``base`` may be broadcast; ``out`` must not overlap it); returns ``out``.
+
+    The same arithmetic as copying ``base`` into ``out`` and calling :func:`add_outer_` on it.
+    """
+    if x.dtype != out.dtype or dz.dtype != out.dtype:
+        x, dz = x.to(out.dtype), dz.to(out.dtype)
+    flipped, view, a, b, alpha = _oriented(out, x, dz, alpha)
+    base_view = base.transpose(-1, -2) if flipped else base
+    if view.dim() == 3:
+        torch.baddbmm(base_view, a, b, alpha=alpha, out=view)
+    else:
+        torch.addmm(base_view, a, b, alpha=alpha, out=view)
+    return out

@@ -144,3 +144,15 @@ def test_no_deferral_when_a_term_reads_the_weight() -> None:
     ref = SequentialExecutor(model, spec).run(jobs)
     for a, b in zip(ref, got):
         torch.testing.assert_close(b.params["1.weight"], a.params["1.weight"], rtol=1e-4, atol=1e-5)
+
+
+def test_resident_chunk_estimate_counts_the_deferred_row_buffers() -> None:
+    from chillfl.engine.vectorized import client_bytes
+
+    model = _wide_mlp()
+    job = _jobs(model, [8])[0]
+    spec = LocalSpec(epochs=1, batch_size=4)
+    plain = client_bytes(model, spec, job, frozenset({"1.weight"}), resident=True)
+    counted = client_bytes(model, spec, job, frozenset({"1.weight"}), resident=True, deferred=frozenset({"1.weight"}))
+    assert counted - plain == 8 * (8 + 8192) * 4  # out rows of x (8192 floats) and of dz (8 floats), fp32
+    assert client_bytes(model, spec, job, frozenset({"1.weight"}), deferred=frozenset({"1.weight"})) == client_bytes(model, spec, job, frozenset({"1.weight"}))

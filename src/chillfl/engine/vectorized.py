@@ -333,7 +333,9 @@ def chunk_size_for(model: nn.Module, spec: LocalSpec, job: ClientJob, memory_bud
     return max(1, memory_budget // client_bytes(model, spec, job, factored))
 
 
-def client_bytes(model: nn.Module, spec: LocalSpec, job: ClientJob, factored: frozenset[str] = frozenset(), resident: bool = False) -> int:
+def client_bytes(
+    model: nn.Module, spec: LocalSpec, job: ClientJob, factored: frozenset[str] = frozenset(), resident: bool = False, deferred: frozenset[str] = frozenset()
+) -> int:
     """Estimated bytes one client of a chunk takes (see :func:`chunk_size_for`); ``resident``: plus its whole data set."""
     params, buffers = split_state(model, job.start)
     extra = 1 if spec.momentum else 0
@@ -345,6 +347,9 @@ def client_bytes(model: nn.Module, spec: LocalSpec, job: ClientJob, factored: fr
         per_client += 3 * activation_bytes(model, job.start, batch) + nbytes(batch)
     if resident:  # the chunk's concatenated data and its plan: batch rows (and 3 crop/flip draws) per sample-step, int64
         per_client += nbytes(job.x) + nbytes(job.y) + 8 * len(job.y) * spec.epochs * (4 if spec.augment is not None else 1)
+        # deferred weights' row buffers (DeferredOuter): up to "out" rows of x and of dz. Counted where memory can run out;
+        # on the CPU the budget is a cache-size target, tuned with such weights counted once.
+        per_client += sum(v.shape[0] * (v.shape[0] + v.shape[-1]) * v.element_size() for k, v in params.items() if k in deferred and v.dim() == 2)
     return max(per_client, 1)
 
 
@@ -551,7 +556,7 @@ class VectorizedExecutor:
         key = (*largest.x[: self.spec.batch_size].shape, resident)
         if key not in self._chunk_sizes:
             if resident:
-                per_client = client_bytes(self.model, self.spec, largest, self._factored, resident=True)
+                per_client = client_bytes(self.model, self.spec, largest, self._factored, resident=True, deferred=self._deferred)
                 self._chunk_sizes[key] = accelerator_chunk_size(per_client, self.free_memory(largest.x.device))
                 log.info("vectorized executor: %d clients per chunk on %s (%d bytes per client)", self._chunk_sizes[key], largest.x.device, per_client)
             else:

@@ -2,8 +2,9 @@
 
 * the wire format round-trips typed messages exactly (tensors' bytes, floats' bits);
 * under Flower's simulation engine (Ray backend, 2 SuperNodes serving 4 clients) FedChill temperatures +
-  SCAFFOLD + a FedProx term, and PA3Fed with FLex&Chill's fixed temperature, give the same records as
-  ``chillfl``'s runtime (every float compared exactly);
+  SCAFFOLD + a FedProx term, PA3Fed with FLex&Chill's fixed temperature, FedBN, MOON + FedChill, and FedChill
+  with its decay (PA3Fed over SCAFFOLD, 5 rounds, T decays on the nodes) give the same records as
+  ``chillfl``'s runtime (every float compared exactly), with every client state on the nodes;
 * a deployment: SuperLink + two SuperNodes as processes on 127.0.0.1 with TLS certificates made here, a
   FedChill run and then a SCARLET run started with ``flwr run`` give chillfl's metrics (SCARLET's client
   caches persist in the SuperNodes' ``Context.state``); SuperNodes without the CA certificate or without

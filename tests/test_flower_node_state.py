@@ -229,3 +229,20 @@ def test_pa3fed_scores_held_by_nodes_give_the_server_held_alphas() -> None:
         x = x_ref
     assert any(a != 1.0 for a in reference.round_metrics()["alphas"].values())  # returning clients: Eq. 10 really used
     assert held.last_score == {} and len(reference.last_score) == 4
+
+
+def test_pa3fed_bases_keep_their_state_on_the_nodes_too() -> None:
+    """PA3Fed wraps a base: the base's client state moves as well (build_server once checked only a plain SCAFFOLD)."""
+    from chillfl.aggregation.scaffold import Scaffold, ScaffoldOptions
+    from chillfl.flower.scaffold import NodeHeldScaffold
+
+    for base, held_type, node_types in [
+        (Scaffold(4, ScaffoldOptions(momentum=0.0)), NodeHeldScaffold, [agg.NodePA3Fed]),  # c_i: chillfl.flower.scaffold's steps
+        (FedBN(["bn.weight"]), agg.NodeHeldFedBN, [agg.NodeFedBN, agg.NodePA3Fed]),
+        (Moon(), agg.NodeHeldMoon, [agg.NodeMoon, agg.NodePA3Fed]),
+        (FedAvg(), FedAvg, [agg.NodePA3Fed]),
+    ]:
+        held = agg.server_side(PA3Fed(base))
+        assert isinstance(held, agg.NodeHeldPA3Fed) and type(held.base) is held_type
+        assert [type(s) for s in agg.node_side(PA3Fed(base))] == node_types
+        assert (agg.control_receiver(held) is not None) == (held_type is NodeHeldScaffold)

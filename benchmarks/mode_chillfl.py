@@ -44,6 +44,11 @@ import sys
 import traceback
 from typing import Any
 
+try:  # chillfl before torch, as ``chillfl run`` and ``chillfl.run()`` import it (torch then comes in with the GC paused)
+    import chillfl._torch  # noqa: F401
+except ImportError:  # reported as "not available" in main()
+    pass
+
 import numpy as np
 import torch
 

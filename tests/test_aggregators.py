@@ -327,3 +327,22 @@ def test_correction_term_through_the_shared_sgd_step() -> None:
     # difference = -lr * correction = (-1, -1) for the weight, +2 for the bias
     torch.testing.assert_close(with_term.params["weight"] - without.params["weight"], torch.tensor([[-1.0, -1.0]]))
     torch.testing.assert_close(with_term.params["bias"] - without.params["bias"], torch.tensor([2.0]))
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_weighted_average_in_blocks_and_threads_is_bitwise_the_client_by_client_sum(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chillfl.aggregation import base
+
+    monkeypatch.setattr(base, "average_threads", lambda: threads)
+    torch.manual_seed(0)
+    n = 5 * base.AVERAGE_BLOCK + 123  # several blocks and a short last one
+    stacked = torch.randn(7, 3, n // 3 + 1).transpose(1, 2)  # clients as views of one stack, in a transposed layout
+    states = [{"w": stacked[i], "b": torch.randn(4)} for i in range(7)]
+    weights = torch.rand(7, dtype=torch.float64)
+    weights = weights / weights.sum()
+    out = base.weighted_average(states, weights)
+    for key in ("w", "b"):  # reference: one pass per client, in client order, in float64
+        acc = torch.zeros_like(states[0][key], dtype=torch.float64)
+        for w, s in zip(weights.tolist(), states):
+            acc.add_(s[key], alpha=w)
+        assert torch.equal(out[key], acc.to(torch.float32))

@@ -133,6 +133,27 @@ def test_import_chillfl_does_not_import_torch() -> None:
         chillfl.no_such_name  # noqa: B018
 
 
+def test_entry_modules_import_torch_with_the_gc_paused_and_restore_it() -> None:
+    # a spy on gc.disable/enable: torch must come in between them, and the collector must be back on after
+    code = (
+        "import gc, sys\n"
+        "log = []\n"
+        "disable, enable = gc.disable, gc.enable\n"
+        "gc.disable = lambda: (log.append(('off', 'torch' in sys.modules)), disable())[1]\n"
+        "gc.enable = lambda: (log.append(('on', 'torch' in sys.modules)), enable())[1]\n"
+        "import chillfl.runner\n"
+        "assert log[:2] == [('off', False), ('on', True)], log\n"
+        "assert gc.isenabled() and gc.get_freeze_count() > 10000\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    # torch imported first: chillfl leaves the collector alone
+    code = "import gc, sys, torch\ngc.disable = None\nimport chillfl.api\nassert gc.isenabled()\nprint('ok')\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
 # ---------------------------------------------------------------- any method on a user's module
 
 

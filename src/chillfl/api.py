@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, Union
 
+import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
 import numpy as np
 import torch
 from torch import nn

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
+import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
 import torch
 from tqdm import tqdm
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import copy
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +60,10 @@ class FactoredLinear(nn.Linear):
             # factoring off (z cannot be made a graph leaf inside a vmapped function).
             return F.linear(x, self.weight, self.bias)
         z = F.linear(x, self.weight.detach(), self.bias)
+        late = rec.pending.get(self.weight_key)
+        if late is not None:  # updates not yet written into the weight (DeferredOuter): x (W + U^T V)^T = x W^T + (x V^T) U
+            rows_x, rows_dz = late
+            z = z + x.matmul(rows_x.transpose(-1, -2)).matmul(rows_dz)
         rec.calls.append((self.weight_key, x, z))
         return z.clone()  # in-place ops downstream act on the copy, not on the recorded z
 
@@ -70,6 +74,8 @@ class Recorder:
 
     vmapped: bool
     calls: list[tuple[str, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    pending: Mapping[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    """weight key -> (x rows, alpha * dz rows) of updates not yet applied to that weight (:class:`DeferredOuter`)."""
 
 
 def factored_linears(model: nn.Module) -> nn.Module:
@@ -94,9 +100,11 @@ def factored_layers(model: nn.Module) -> list[FactoredLinear]:
 
 
 @contextmanager
-def recording(layers: Sequence[FactoredLinear], *, vmapped: bool = False) -> Iterator[Recorder]:
-    """Record every call of ``layers`` inside the block, in call order (``vmapped``: under ``vmap``)."""
-    recorder = Recorder(vmapped)
+def recording(
+    layers: Sequence[FactoredLinear], *, vmapped: bool = False, pending: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+) -> Iterator[Recorder]:
+    """Record every call of ``layers`` inside the block, in call order (``vmapped``: under ``vmap``; ``pending``: see Recorder)."""
+    recorder = Recorder(vmapped, pending=pending or {})
     for m in layers:
         m.recorder = recorder
     try:
@@ -145,3 +153,72 @@ def add_outer_(target: torch.Tensor, x: torch.Tensor, dz: torch.Tensor, alpha: f
     else:
         out.addmm_(a, b, alpha=alpha)
 
+
+
+DEFER_MIN_ELEMENTS = 1 << 16
+"""Elements of one client's weight from which :class:`DeferredOuter` defers its updates (256 KiB in fp32).
+
+Below it the weight's eager update is cheap next to the step's other work, and
+small models (the digits CNNs' heads) keep exactly their eager arithmetic."""
+
+
+class DeferredOuter:
+    """Factored SGD updates of stacked weights kept as rows, applied with one matmul every few steps.
+
+    Why: for a large weight and a small batch (FL clients: 3072x64 at batch
+    10), the eager update (:func:`add_outer_`) reads and writes the whole
+    weight every step, and the next forward reads it again: three passes over
+    the weight for a rank-10 change, the largest cost of such a step. Here a
+    step's update ``W += alpha dz^T x`` is appended as rows to ``U = [alpha dz_k]``
+    and ``V = [x_k]``; the training forward adds their effect,
+    ``x (W + U^T V)^T = x W^T + (x V^T) U`` (:class:`FactoredLinear`, via
+    ``Recorder.pending``), so every step computes with the updated weight, up
+    to float rounding; :meth:`flush` writes ``U^T V`` into the weight in one
+    ``add_outer_``. That happens when the rows would exceed the weight's output
+    size (beyond it the correction would cost more than the forward it
+    rides on), before any step that trains only some of the stack's clients, and
+    at the end of the chunk.
+
+    Valid only where nothing but the factored forward reads the weight
+    (no dense gradient part, no weight decay, no momentum) and the forward
+    runs in fp32: the vectorised executor's probe checks this once per run.
+    """
+
+    def __init__(self, weights: Mapping[str, torch.Tensor]) -> None:
+        self.weights = dict(weights)  # stacked [C, out, in], updated in place
+        self.rows = {k: 0 for k in self.weights}
+        self._v: dict[str, torch.Tensor] = {}  # [C, out, in]: x rows
+        self._u: dict[str, torch.Tensor] = {}  # [C, out, out_features]: alpha * dz rows
+
+    def pending(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """weight key -> (V, U) of the updates not yet in the weight: [C, rows, in], [C, rows, out]."""
+        return {k: (self._v[k][:, :r], self._u[k][:, :r]) for k, r in self.rows.items() if r}
+
+    @torch.no_grad()
+    def add(self, key: str, x: torch.Tensor, dz: torch.Tensor, alpha: float | torch.Tensor) -> None:
+        """Defer ``W[key] += alpha * dz^T x`` (x [C, ..., in], dz [C, ..., out]; ``alpha`` a number or [C])."""
+        w = self.weights[key]
+        x, dz = flat_rows(x, 1), flat_rows(dz, 1)
+        n, capacity = x.shape[1], w.shape[-2]
+        if self.rows[key] + n > capacity:
+            self.flush(key)
+        if n > capacity:  # a batch wider than the weight's output: deferring it would not pay
+            add_outer_(w, x, dz, alpha)
+            return
+        if key not in self._v:
+            self._v[key] = torch.empty((w.shape[0], capacity, w.shape[-1]), dtype=w.dtype, device=w.device)
+            self._u[key] = torch.empty((w.shape[0], capacity, w.shape[-2]), dtype=w.dtype, device=w.device)
+        r = self.rows[key]
+        self._v[key][:, r : r + n].copy_(x)
+        scale = alpha.view(-1, 1, 1).to(dz.dtype) if isinstance(alpha, torch.Tensor) else alpha
+        torch.mul(dz, scale, out=self._u[key][:, r : r + n])
+        self.rows[key] = r + n
+
+    @torch.no_grad()
+    def flush(self, key: str | None = None) -> None:
+        """Write the deferred rows of ``key`` (None: every weight) into the weight."""
+        for k in [key] if key is not None else list(self.weights):
+            r = self.rows[k]
+            if r:
+                add_outer_(self.weights[k], self._v[k][:, :r], self._u[k][:, :r])
+                self.rows[k] = 0

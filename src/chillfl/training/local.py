@@ -222,11 +222,20 @@ class StepLoss:
         self._captures = tuple(dict.fromkeys(name for t in spec.terms for name in getattr(t, "captures", ())))
 
     def __call__(
-        self, params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor, temperature: Any, context: Mapping[str, Any]
+        self,
+        params: Params,
+        buffers: Params,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        temperature: Any,
+        context: Mapping[str, Any],
+        pending: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> tuple[torch.Tensor, list[Captured]]:
+        """``pending``: factored weights' updates not yet applied to ``params`` (see :class:`~chillfl.training.linear_factors.DeferredOuter`)."""
         grabbed: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         features = None
-        with recording(self._layers, vmapped=self.vmapped) if self.factor else nullcontext(Recorder(False)) as rec, autocast_for(self.spec, x.device):
+        rec_cm = recording(self._layers, vmapped=self.vmapped, pending=pending) if self.factor else nullcontext(Recorder(False))
+        with rec_cm as rec, autocast_for(self.spec, x.device):
             if self._batch_terms or self._uses_features:  # representation-based objectives and batch terms see the head's input too
                 features, logits = self._forward_viewed(params, buffers, x, grabbed)
             else:

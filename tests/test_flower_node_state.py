@@ -246,3 +246,12 @@ def test_pa3fed_bases_keep_their_state_on_the_nodes_too() -> None:
         assert isinstance(held, agg.NodeHeldPA3Fed) and type(held.base) is held_type
         assert [type(s) for s in agg.node_side(PA3Fed(base))] == node_types
         assert (agg.control_receiver(held) is not None) == (held_type is NodeHeldScaffold)
+
+
+def test_reply_temperature_travels_exactly() -> None:
+    from chillfl.flower.wire import decode, encode
+
+    up = ParamUplink({"w": torch.ones(2)}, 3, 1, 0.5, {"score": 0.25, "alpha": 1 / 3})
+    got = decode(encode(ClientReply(2, up, None, 0.75, None, 0.1 + 0.2)))
+    assert got.temperature == 0.1 + 0.2 and got.uplink.report["alpha"] == 1 / 3
+    assert decode(encode(ClientReply(2, up))).temperature is None  # chillfl's runtime: the downlink's

@@ -2,8 +2,9 @@
 
 * the wire format round-trips typed messages exactly (tensors' bytes, floats' bits);
 * under Flower's simulation engine (Ray backend, 2 SuperNodes serving 4 clients) FedChill temperatures +
-  SCAFFOLD + a FedProx term, and PA3Fed with FLex&Chill's fixed temperature, give the same records as
-  ``chillfl``'s runtime (every float compared exactly);
+  SCAFFOLD + a FedProx term, PA3Fed with FLex&Chill's fixed temperature, FedBN, MOON + FedChill, and FedChill
+  with its decay (PA3Fed over SCAFFOLD, 5 rounds, T decays on the nodes) give the same records as
+  ``chillfl``'s runtime (every float compared exactly), with every client state on the nodes;
 * a deployment: SuperLink + two SuperNodes as processes on 127.0.0.1 with TLS certificates made here, a
   FedChill run and then a SCARLET run started with ``flwr run`` give chillfl's metrics (SCARLET's client
   caches persist in the SuperNodes' ``Context.state``); SuperNodes without the CA certificate or without
@@ -115,6 +116,9 @@ def test_wire_refuses_unregistered_classes() -> None:
 METHODS = {
     "fedchill-scaffold-fedprox": {"temperature": {"policy": "fedchill"}, "algorithm": {"name": "scaffold"}, "objective": {"proximal_mu": 0.01}},
     "pa3fed-flexchill": {"temperature": {"policy": "fixed", "value": 0.5}, "algorithm": {"name": "pa3fed", "mode": "always"}},
+    # FedBN's own BN entries and MOON's previous models live on the nodes (chillfl.flower.aggregators)
+    "fedbn-flexchill": {"temperature": {"policy": "fixed", "value": 0.5}, "algorithm": {"name": "fedbn"}, "model": {"name": "flexchill_cnn", "batch_norm": True}},
+    "moon-fedchill": {"temperature": {"policy": "fedchill"}, "algorithm": {"name": "moon", "mu": 1.0}},
 }
 
 
@@ -128,16 +132,33 @@ def test_simulation_equals_chillfl_runtime(method: str, tmp_path: Path) -> None:
     assert Path(out.folder).name == "flower" and (Path(out.folder) / "metrics.jsonl").is_file()
 
 
+def test_fedchill_decay_on_the_nodes_equals_chillfl_runtime(tmp_path: Path) -> None:
+    """FedChill's whole state on the nodes (Eq. 7 from each client's own labels, Algorithm 1 with patience 1), with
+    PA3Fed over SCAFFOLD (s_i and c_i on the nodes too): 4 clients on 2 SuperNodes, 5 rounds; T decays, records equal."""
+    config = _config(
+        tmp_path, temperature={"policy": "fedchill", "patience": 1, "gamma": 0.8}, algorithm={"name": "pa3fed", "base": "scaffold", "mode": "always"},
+        federation={"num_clients": 4, "clients_per_round": 4, "rounds": 5},
+    )
+    expected = run_experiment(config, write=False, progress=False).records
+    out = run_simulation(config, num_supernodes=2)
+    assert out.records == expected  # every metric, floats compared exactly: temperatures, alphas, models
+    first, last = out.records[0]["temperatures"], out.records[-1]["temperatures"]
+    assert sorted(first) == ["0", "1", "2", "3"] and len(set(first.values())) == 4  # per-client Eq. 7 starts
+    assert any(last[c] < first[c] for c in first)  # Algorithm 1 decayed some client's T on its node
+
+
 SCARLET = {"method": "scarlet", "public_size": 60, "subset_size": 40, "cache_duration": 3, "server_epochs": 1, "distill_batch_size": 32}
 
 
 def test_scarlet_simulation_equals_chillfl_runtime_and_uses_the_cache(tmp_path: Path) -> None:
     federation = {"num_clients": 4, "clients_per_round": 3, "rounds": 3}
-    config = _config(tmp_path, distillation=SCARLET, federation=federation, name="scarlet")
+    # FedChill's state on the nodes too: the soft-label records hold the temperature each round's client trained at
+    config = _config(tmp_path, distillation=SCARLET, federation=federation, name="scarlet", temperature={"policy": "fedchill"})
     expected = run_experiment(config, write=False, progress=False).records
     out = run_simulation(config, num_supernodes=2)  # clients 0, 2 share one node's Context.state, 1, 3 the other's
     assert [r["round"] for r in out.records] == [1, 2, 3]
     assert out.records == expected  # every metric, floats compared exactly (server model, local_acc, bytes, cache)
+    assert all(sorted(r["temperatures"]) == sorted(str(c) for c in r["clients"]) for r in out.records)  # the round's clients
     # the cache is really used: 40 of 60 public indices a round overlap, so rounds 2 and 3 request fewer rows than drawn
     assert [r["public_drawn"] for r in out.records] == [40, 40, 40]
     assert all(r["public_requested"] < 40 and r["cache_hit_ratio"] > 0 for r in out.records[1:])

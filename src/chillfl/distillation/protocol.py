@@ -84,7 +84,7 @@ from chillfl.engine.predict import Output, PredictJob, Prediction, outputs
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.errors import ConfigError
 from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation_job, record_message
-from chillfl.temperature.base import TemperaturePolicy
+from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
 from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, train_client
 
 Params = dict[str, torch.Tensor]
@@ -567,7 +567,7 @@ class SoftLabelProtocol:
             self.store.save(cid, reply.state)
             train_losses.append(report.train_loss)
             weights.append(report.num_samples)
-            temps.append(float(task.downlink.temperature))
+            temps.append(float(task.downlink.temperature if reply.temperature is None else reply.temperature))  # a node-held FedChill state picks its own
             if report.distill_loss is not None:
                 distill_losses.append(report.distill_loss)
 
@@ -586,9 +586,8 @@ class SoftLabelProtocol:
         record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
         record["bytes_cumulative"] = self.ledger.cumulative()["total"]
         record["bytes_detail"] = {key: v for key, v in sent.items() if "." in key}
-        snapshot = self.policy.snapshot()
-        if snapshot:
-            record["temperatures"] = {str(c): float(v) for c, v in sorted(snapshot.items())}
+        if not isinstance(self.policy, ConstantTemperature):  # the round's clients at the T they trained at: O(sampled), as parameter sharing
+            record["temperatures"] = {str(task.client_id): t for task, t in zip(tasks, temps)}
         if cfg.eval.clients != "none":
             record.update(self.log.metrics(record["clients"], cfg.eval.clients))
         if self.collaborative and self.evaluation.due(t):

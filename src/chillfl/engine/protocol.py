@@ -93,6 +93,8 @@ class ClientReply(Generic[U, S]):
     state: S | None = None
     local_acc: float | None = None
     local_loss: float | None = None
+    temperature: float | None = None
+    """The temperature the client chose itself and trained at (FedChill's state on a Flower node); None = the downlink's."""
 
 
 ClientProgram = Generator[ClientJob | PredictJob, Any, ClientReply[Any, Any]]

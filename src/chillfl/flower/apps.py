@@ -20,12 +20,24 @@ its sampled clients, so a node never runs two messages at once and its
 ``Context.state`` (where a client's state lives, :mod:`chillfl.flower.state`)
 is updated by one ClientApp call at a time.
 
-Per-client state: the soft-label protocol's client state (the client's
-model, its SCARLET cache, its selector mask) stays on the node, in
-``Context.state``; the server keeps only which node holds it
-(:class:`NodeHeldStates`). SCAFFOLD's client control variates c_i live on
-the nodes too (:mod:`chillfl.flower.scaffold`); no other carried
-parameter-sharing method keeps client state.
+Per-client state lives on the node that serves the client, in its
+``Context.state``, and the server keeps none of it:
+
+* the soft-label protocol's client state (the client's model, its SCARLET
+  cache, its selector mask): :mod:`chillfl.flower.state`; the server keeps
+  only which node holds it (:class:`NodeHeldStates`);
+* FedChill's temperature state (h_n, T, accuracy history, stagnation
+  counter): :mod:`chillfl.flower.temperature` (the server's policy is
+  :class:`~chillfl.flower.temperature.NodeHeldTemperature`);
+* SCAFFOLD's c_i (also as PA3Fed's base): :mod:`chillfl.flower.scaffold`;
+* FedBN's own batch-norm entries, MOON's previous local model, PA3Fed's
+  previous score s_i^{t-sigma}: :mod:`chillfl.flower.aggregators`.
+
+VRL-SGD (its Delta_i update needs the round's new average, which exists only
+on the server) is refused by :func:`check_supported`. Every other carried
+method keeps no client state (FedAvg, FedProx, FedNova, FedOpt, FedMut,
+FedAlign, FedGen: their state is the server's own); FLex&Chill's fixed
+temperature is configuration.
 
 Where the config comes from: the factories take a :class:`RunConfig`; the
 module-level ``server`` / ``client`` apps (for ``flwr run``) read the run
@@ -43,6 +55,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from chillfl.aggregation.pa3fed import PA3Fed
 from chillfl.aggregation.scaffold import Scaffold
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.engine.executors import SequentialExecutor
@@ -53,8 +66,9 @@ from chillfl.engine.results import ResultWriter, summarize
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
 from chillfl.flower import scaffold
-from chillfl.flower.scaffold import NodeHeldScaffold
+from chillfl.flower.aggregators import NodeState, control_receiver, node_side, server_side
 from chillfl.flower.state import load_client_state, save_client_state
+from chillfl.flower.temperature import RUNTIME, NodeHeldTemperature, NodeTemperature, check_node_computable, fedchill_options
 from chillfl.flower.wire import decode, encode
 
 EXTRA = "pip install 'chillfl[flower]'"
@@ -90,6 +104,13 @@ def check_supported(config: RunConfig) -> None:
         raise ConfigError("prototypes", "chillfl.flower carries parameter sharing and soft-label sharing; run FedProto / FedHKD with chillfl's own runtime")
     if config.distillation.get("method") and config.checkpoint.client_models:
         raise ConfigError("checkpoint.client_models", "under Flower the clients' models stay on their SuperNodes; the server cannot save them (set it to false)")
+    algorithm = config.algorithm
+    for field_name, name in (("algorithm.name", algorithm.get("name")), ("algorithm.base", algorithm.get("base") if algorithm.get("name") == "pa3fed" else None)):
+        if name == "vrl_sgd":
+            raise ConfigError(field_name, f"VRL-SGD's Delta_i update needs the round's new average model, which a Flower node never sees; {RUNTIME}")
+    options = fedchill_options(config)
+    if options is not None:
+        check_node_computable(options)
 
 
 class FlowerExecutor:
@@ -223,12 +244,22 @@ def build_server(config: RunConfig) -> tuple[Any, Any]:
     check_supported(config)
     if config.threads:  # the server evaluates the global model: the thread count fixes its float reductions
         torch.set_num_threads(config.threads)
-    exp = build_experiment(config)
+    fedchill = fedchill_options(config)
+    exp = build_experiment(without_policy(config))  # FedChill: the server never reads a class count
+    if fedchill is not None:
+        exp = dataclasses.replace(exp, config=config, policy=NodeHeldTemperature(fedchill, exp.data.num_classes))
     protocol = build_protocol(exp)
     keep_client_state_on_nodes(protocol)
-    if isinstance(getattr(protocol, "aggregator", None), Scaffold):  # SCAFFOLD's c_i on the nodes (chillfl.flower.scaffold)
-        protocol.aggregator = NodeHeldScaffold(protocol.aggregator)  # type: ignore[attr-defined]
+    if hasattr(protocol, "aggregator"):  # SCAFFOLD's c_i, FedBN's BN entries, MOON's previous model, PA3Fed's score: on the nodes
+        protocol.aggregator = server_side(protocol.aggregator)
     return exp, protocol
+
+
+def without_policy(config: RunConfig) -> RunConfig:
+    """``config`` with FedChill's policy replaced by ``none``: what the server and the nodes build (the state is the nodes')."""
+    if fedchill_options(config) is None:
+        return config
+    return dataclasses.replace(config, temperature={"policy": "none"})
 
 
 def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[Any, Any] | None = None) -> RunOutputLite:
@@ -238,7 +269,7 @@ def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[An
     """
     exp, protocol = built or build_server(config)
     try:
-        executor = FlowerExecutor(grid, min_nodes, on_control=getattr(getattr(protocol, "aggregator", None), "receive", None))
+        executor = FlowerExecutor(grid, min_nodes, on_control=control_receiver(getattr(protocol, "aggregator", None)))
     except BaseException:
         protocol.close()
         raise
@@ -283,12 +314,18 @@ class ClientRuntime:
         if not self.parts:
             if self.config.threads:
                 torch.set_num_threads(self.config.threads)
-            exp = build_experiment(self.config)
+            exp = build_experiment(without_policy(self.config))  # the node's own FedChill state replaces the policy
             protocol = build_protocol(exp)
             self.parts["executor"] = SequentialExecutor(exp.model, exp.spec, client=protocol.client)
             self.parts["evaluation"] = getattr(protocol, "evaluation")
             aggregator = getattr(protocol, "aggregator", None)
-            self.parts["scaffold_momentum"] = (aggregator.options.momentum or 0.0) if isinstance(aggregator, Scaffold) else None
+            inner = aggregator.base if isinstance(aggregator, PA3Fed) else aggregator
+            self.parts["scaffold_momentum"] = (inner.options.momentum or 0.0) if isinstance(inner, Scaffold) else None
+            fedchill = fedchill_options(self.config)
+            steps: list[NodeState] = node_side(aggregator)
+            if fedchill is not None:
+                steps.append(NodeTemperature(fedchill, exp.data.num_classes))
+            self.parts["steps"] = steps
             protocol.close()
         return self.parts["executor"], self.parts["evaluation"]
 
@@ -301,16 +338,19 @@ class ClientRuntime:
         """
         tasks = decode(content)
         executor, evaluation = self.ready()
-        full = [
-            dataclasses.replace(
-                scaffold.prepare_task(t, records) if scaffold.uses_node_controls(t) else t,
-                data=evaluation.client_data(t.client_id), state=load_client_state(records, t.client_id),
-            )
-            for t in tasks
-        ]
+        steps: list[NodeState] = self.parts["steps"]  # FedChill's T, FedBN's BN entries, MOON's previous model, PA3Fed's score
+        data = [evaluation.client_data(t.client_id) for t in tasks]
+        full = []
+        for t, d in zip(tasks, data):
+            t = dataclasses.replace(scaffold.prepare_task(t, records) if scaffold.uses_node_controls(t) else t, data=d, state=load_client_state(records, t.client_id))
+            for step in steps:
+                t = step.prepare_task(t, records, d)
+            full.append(t)
         replies = executor.map(full)
         held, controls = [], {}
-        for task, reply in zip(tasks, replies):
+        for i, (task, reply, d) in enumerate(zip(tasks, replies, data)):
+            for step in steps:
+                reply = replies[i] = step.finish_task(task, reply, records, d)
             if reply.state is not None:
                 save_client_state(records, reply.client_id, reply.state)
                 held.append(reply.client_id)

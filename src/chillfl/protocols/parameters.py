@@ -135,7 +135,8 @@ class ParameterSharing:
             self.log.observe(reply)
             self.policy.observe(task.client_id, round, reply.local_acc)
             d = task.downlink
-            results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, d.temperature, up.train_loss, up.report))
+            temperature = d.temperature if reply.temperature is None else reply.temperature  # a node-held FedChill state picks its own
+            results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, temperature, up.train_loss, up.report))
         self.state = self.aggregator.aggregate(self.state, results, round)
         check_finite_state(round, self.state)
 

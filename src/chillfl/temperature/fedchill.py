@@ -166,6 +166,13 @@ class FedChillOptions:
         )
 
 
+def start_temperature(options: FedChillOptions, h: float) -> float:
+    """A client's temperature before any observation: Eq. 7 from its h_n, or ``t_start`` / ``t_max`` when ``init`` is off."""
+    if options.init:
+        return initial_temperature(h, options.t_max, options.t_min, options.s)
+    return options.t_max if options.t_start is None else options.t_start
+
+
 class FedChillPolicy:
     """Per-client adaptive temperatures (implements :class:`~chillfl.temperature.base.TemperaturePolicy`)."""
 
@@ -181,10 +188,7 @@ class FedChillPolicy:
 
     def _start(self, i: int) -> float:
         """Client ``i``'s temperature before any observation: Eq. 7 from h_i, or ``t_start`` / ``t_max``."""
-        o = self.options
-        if o.init:
-            return initial_temperature(float(self._h[i]), o.t_max, o.t_min, o.s)
-        return o.t_max if o.t_start is None else o.t_start
+        return start_temperature(self.options, float(self._h[i]))
 
     @property
     def initial_heterogeneity(self) -> np.ndarray:

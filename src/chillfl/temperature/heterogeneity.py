@@ -297,6 +297,23 @@ def heterogeneity(
     return _scale(raw, least, most)
 
 
+FEDERATION_MEASURES: frozenset[str] = frozenset({"size"})
+"""Measures whose ``"max"`` normalisation reads the whole federation (``size``: the largest client)."""
+
+
+def client_heterogeneity(counts: np.ndarray | Sequence[float], measure: str = "ratio", p_g: Sequence[float] | np.ndarray | None = None) -> float:
+    """h_n of one client from its own label counts alone (``"max"`` normalisation), as a device computes it.
+
+    The same float as client n's entry of :func:`heterogeneity` over the whole
+    federation (each row is scored alone and scaled by bounds that depend on
+    p_g only), except for the :data:`FEDERATION_MEASURES` and ``"minmax"``,
+    which need every client's counts: ConfigError.
+    """
+    if measure in FEDERATION_MEASURES:
+        raise ConfigError("temperature.measure", f"{measure!r} is normalised by the largest client of the federation; a client cannot compute it alone")
+    return float(heterogeneity(np.asarray(counts, dtype=np.float64)[None, :], measure, p_g, "max")[0])
+
+
 def ratio_score(
     counts: np.ndarray | Sequence[float],
     p_g: Sequence[float] | np.ndarray | None = None,

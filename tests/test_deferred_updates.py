@@ -7,7 +7,7 @@ from torch import nn
 from chillfl.engine import vectorized
 from chillfl.engine.executors import ClientJob, SequentialExecutor
 from chillfl.engine.vectorized import VectorizedExecutor
-from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DeferredOuter, factored_layers, factored_linears, recording
+from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, factored_layers, factored_linears, recording
 from chillfl.training.local import LocalSpec, model_state
 
 
@@ -74,8 +74,8 @@ def test_broadcast_weight_gets_each_clients_own_copy_on_flush(transposed: bool) 
 
 
 def _wide_mlp() -> nn.Module:
-    # first weight 8 x 8192 = 65,536 elements (the deferral threshold), out = 8: a flush every 2 steps of batch 4
-    return nn.Sequential(nn.Flatten(), nn.Linear(8192, 8), nn.ReLU(inplace=True), nn.Linear(8, 3))
+    # first weight 16 x 8192 = 131,072 elements (>= the threshold), out = 16: a flush every 4 steps of batch 4
+    return nn.Sequential(nn.Flatten(), nn.Linear(8192, 16), nn.ReLU(inplace=True), nn.Linear(16, 3))
 
 
 def _jobs(model: nn.Module, sizes: list[int]) -> list[ClientJob]:
@@ -87,7 +87,7 @@ def _jobs(model: nn.Module, sizes: list[int]) -> list[ClientJob]:
 @pytest.mark.parametrize("accelerator", [False, True])  # True: the GPU policy (resident chunks), forced on the CPU
 @pytest.mark.parametrize("sizes", [[12, 12, 12, 12], [13, 6, 9, 13]])  # equal; unequal (steps of only some clients, short batches)
 def test_vectorized_with_deferred_updates_matches_sequential_and_reruns_bitwise(sizes: list[int], accelerator: bool) -> None:
-    assert 8 * 8192 >= DEFER_MIN_ELEMENTS
+    assert 16 * 8192 >= DEFER_MIN_ELEMENTS and 4 * DEFER_MIN_STEPS <= 16
     model = _wide_mlp()
     jobs = _jobs(model, sizes)
     spec = LocalSpec(epochs=2, batch_size=4)
@@ -154,5 +154,13 @@ def test_resident_chunk_estimate_counts_the_deferred_row_buffers() -> None:
     spec = LocalSpec(epochs=1, batch_size=4)
     plain = client_bytes(model, spec, job, frozenset({"1.weight"}), resident=True)
     counted = client_bytes(model, spec, job, frozenset({"1.weight"}), resident=True, deferred=frozenset({"1.weight"}))
-    assert counted - plain == 8 * (8 + 8192) * 4  # out rows of x (8192 floats) and of dz (8 floats), fp32
+    assert counted - plain == 16 * (16 + 8192) * 4  # out rows of x (8192 floats) and of dz (16 floats), fp32
     assert client_bytes(model, spec, job, frozenset({"1.weight"}), deferred=frozenset({"1.weight"})) == client_bytes(model, spec, job, frozenset({"1.weight"}))
+
+
+def test_no_deferral_when_a_step_fills_more_than_a_quarter_of_the_rows() -> None:
+    model = _wide_mlp()  # out = 16: batch 4 defers (4 x 4 <= 16), batch 5 does not (its flush would come every 3 steps)
+    for batch, deferred in ((4, {"1.weight"}), (5, set())):
+        ex = VectorizedExecutor(model, LocalSpec(epochs=1, batch_size=batch))
+        ex.run(_jobs(model, [10, 10]))
+        assert ex._deferred == deferred

@@ -141,7 +141,7 @@ from chillfl.engine.footprint import activation_bytes, nbytes
 from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor, train_job
 from chillfl.engine.predict import BatchedPredictor
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
-from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DeferredOuter, add_outer_, factored_linears
+from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, add_outer_, factored_linears, step_rows
 from chillfl.training.local import (
     Factors,
     LocalOutcome,
@@ -697,7 +697,12 @@ class VectorizedExecutor:
         plain_sgd = not self.spec.momentum and not self.spec.weight_decay and self.spec.precision == "fp32"
         dense_part = set() if mismatch else {k for k, g in zip(params, grads) if g is not None}
         self._deferred = frozenset(
-            k for k in self._factored if plain_sgd and k not in dense_part and params[k][0].numel() >= DEFER_MIN_ELEMENTS
+            k
+            for k in self._factored
+            if plain_sgd
+            and k not in dense_part
+            and params[k][0].numel() >= DEFER_MIN_ELEMENTS
+            and step_rows(factors[k]) * DEFER_MIN_STEPS <= params[k].shape[-2]
         )
         if mismatch:
             log.info("vectorized executor: factored linear gradients unavailable (%s); using dense gradients", ", ".join(mismatch))

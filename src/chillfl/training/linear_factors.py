@@ -162,6 +162,20 @@ Below it the weight's eager update is cheap next to the step's other work, and
 small models (the digits CNNs' heads) keep exactly their eager arithmetic."""
 
 
+DEFER_MIN_STEPS = 4
+"""A weight's updates are deferred only if this many steps' rows fit before a flush (rows of a step x 4 <= out).
+
+Fewer, and the flush comes nearly every step: the rows' copy and the forward's
+correction then cost more than the eager updates they replace (on the
+benchmark's workload 3, batch 50 on a 64-wide layer, deferring made rounds
+25 % slower)."""
+
+
+def step_rows(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> int:
+    """Rows one client's step adds to a weight's update: its factored calls' (x, dz) rows, over [C, ...] stacks."""
+    return sum(flat_rows(x, 1).shape[1] for x, _ in pairs)
+
+
 class DeferredOuter:
     """Factored SGD updates of stacked weights kept as rows, applied with one matmul every few steps.
 

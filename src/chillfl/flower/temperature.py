@@ -44,7 +44,7 @@ from chillfl.config import RunConfig
 from chillfl.engine.protocol import ClientData, ClientReply, ClientTask
 from chillfl.errors import ConfigError
 from chillfl.options import parse_options
-from chillfl.temperature.fedchill import ClientTemperatureState, FedChillOptions, decay_step, start_temperature
+from chillfl.temperature.fedchill import ClientTemperatureState, FedChillOptions, decay_step, no_accuracy_for_decay, start_temperature
 from chillfl.temperature.heterogeneity import FEDERATION_MEASURES, client_heterogeneity, reference_distribution
 
 PREFIX = "chillfl.temperature."
@@ -86,11 +86,7 @@ class NodeHeldTemperature:
     def observe(self, client_id: int, round: int, local_accuracy: float | None) -> None:
         """Nothing to update here (the node ran Algorithm 1); FedChillPolicy's error when the decay has no accuracy."""
         if self.options.decay and local_accuracy is None:
-            raise ConfigError(
-                "temperature.decay",
-                "FedChill's decay needs each client's validation accuracy, but the run has no client "
-                "splits; set eval.client_split or temperature.decay = false",
-            )
+            raise no_accuracy_for_decay()
 
     def snapshot(self) -> Mapping[int, float]:
         return {}

@@ -173,6 +173,15 @@ def start_temperature(options: FedChillOptions, h: float) -> float:
     return options.t_max if options.t_start is None else options.t_start
 
 
+def no_accuracy_for_decay() -> ConfigError:
+    """The error of a decay step without the client's validation accuracy (the run has no client splits)."""
+    return ConfigError(
+        "temperature.decay",
+        "FedChill's decay needs each client's validation accuracy, but the run has no client "
+        "splits; set eval.client_split or temperature.decay = false",
+    )
+
+
 class FedChillPolicy:
     """Per-client adaptive temperatures (implements :class:`~chillfl.temperature.base.TemperaturePolicy`)."""
 
@@ -217,11 +226,7 @@ class FedChillPolicy:
         if not self.options.decay:
             return
         if local_accuracy is None:
-            raise ConfigError(
-                "temperature.decay",
-                "FedChill's decay needs each client's validation accuracy, but the run has no client "
-                "splits; set eval.client_split or temperature.decay = false",
-            )
+            raise no_accuracy_for_decay()
         o = self.options
         self._states[i] = decay_step(
             self.state(i), local_accuracy, patience=o.patience, gamma=o.gamma, t_min=o.t_min, compare=o.compare

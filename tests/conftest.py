@@ -6,7 +6,9 @@ executor's bitwise comparison with the sequential one meaningful.
 """
 
 import os
+from typing import Any, Callable
 
+import pytest
 import torch
 
 torch.set_num_threads(1)
@@ -15,3 +17,21 @@ torch.set_num_threads(1)
 # network namespace, started by tests/test_private_net.py: there the loopback device is the only
 # interface, so Ray, which otherwise advertises the host's own address, cannot send a packet anywhere else.
 collect_ignore = [] if os.environ.get("CHILLFL_PRIVATE_NET") == "1" else ["private_net"]
+
+
+@pytest.fixture
+def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> Callable[[type, str], list[int]]:
+    """``batch_sizes(Class, "method")``: wraps ``Class.method(self, jobs)`` and returns the list of ``len(jobs)`` of its calls."""
+
+    def spy_on(owner: type, name: str) -> list[int]:
+        calls: list[int] = []
+        original = getattr(owner, name)
+
+        def spy(self: Any, jobs: Any) -> Any:
+            calls.append(len(jobs))
+            return original(self, jobs)
+
+        monkeypatch.setattr(owner, name, spy)
+        return calls
+
+    return spy_on

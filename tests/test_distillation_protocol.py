@@ -354,18 +354,11 @@ def test_vectorized_executor_matches_sequential_for_soft_labels(method, extra):
     assert vec == run_experiment(load_config(None, {**over, "executor": "vectorized"}), write=False, progress=False).records  # deterministic
 
 
-def test_vectorized_executor_batches_the_distillation_jobs(monkeypatch):
+def test_vectorized_executor_batches_the_distillation_jobs(batch_sizes):
     """The distillation and private-training stages of a round's clients each train as one vmapped batch."""
     from chillfl.engine.vectorized import VectorizedExecutor
 
-    calls: list[int] = []
-    original = VectorizedExecutor._run_vectorized
-
-    def spy(self, jobs):
-        calls.append(len(jobs))
-        return original(self, jobs)
-
-    monkeypatch.setattr(VectorizedExecutor, "_run_vectorized", spy)
+    calls = batch_sizes(VectorizedExecutor, "_run_vectorized")
     over = {**tiny("scarlet"), "model.name": "mlp", "federation.rounds": 2, "executor": "vectorized"}
     run_experiment(load_config(None, over), write=False, progress=False)
     assert calls == [K, K, K]  # round 1: private training; round 2: distillation, then private training

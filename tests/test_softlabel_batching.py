@@ -256,15 +256,8 @@ def _tensors(tree, prefix=""):
 
 
 @pytest.mark.parametrize(("method", "extra"), [("scarlet", {"cache_duration": 2}), ("comet", {"granularity": "sample"})])
-def test_batched_round_matches_sequential_with_batch_norm(method, extra, monkeypatch):
-    calls: list[int] = []
-    original = BatchedPredictor.__call__
-
-    def spy(self, jobs):
-        calls.append(len(jobs))
-        return original(self, jobs)
-
-    monkeypatch.setattr(BatchedPredictor, "__call__", spy)
+def test_batched_round_matches_sequential_with_batch_norm(method, extra, batch_sizes):
+    calls = batch_sizes(BatchedPredictor, "__call__")
     over = tiny(method, **extra)
     seq, seq_state = run_with_state(over, "sequential")
     assert calls == []  # the sequential executor predicts one client at a time

@@ -141,7 +141,7 @@ from chillfl.engine.footprint import activation_bytes, nbytes
 from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor, train_job
 from chillfl.engine.predict import BatchedPredictor
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
-from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, add_outer_, factored_linears, step_rows
+from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, add_outer_, empty_in_order, factored_linears, step_rows
 from chillfl.training.local import (
     Factors,
     LocalOutcome,
@@ -264,12 +264,11 @@ def dim_order(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(sorted(range(t.dim()), key=lambda d: (-strides[d], d)))
 
 
-def empty_in_order(shape: Sequence[int], order: Sequence[int] | None, dtype: torch.dtype, device: torch.device | None = None) -> torch.Tensor:
-    """An uninitialised dense tensor of ``shape`` whose dims lie in memory in ``order`` (None: row-major)."""
+def one_in_order(t: torch.Tensor, order: Sequence[int] | None) -> torch.Tensor:
+    """A copy of one client's ``t`` laid out as a row of a stack in dim ``order`` (None: ``t`` itself, detached)."""
     if order is None:
-        return torch.empty(tuple(shape), dtype=dtype, device=device)
-    inverse = sorted(range(len(order)), key=lambda i: order[i])
-    return torch.empty([shape[d] for d in order], dtype=dtype, device=device).permute(inverse)
+        return t.detach()
+    return empty_in_order(t.shape, [d - 1 for d in order if d != 0], t.dtype, t.device).copy_(t)
 
 
 def stack(tensors: Sequence[torch.Tensor], order: Sequence[int] | None = None) -> torch.Tensor:
@@ -283,8 +282,7 @@ def stack(tensors: Sequence[torch.Tensor], order: Sequence[int] | None = None) -
     shape = (len(tensors), *first.shape)
     out = empty_in_order(shape, order, first.dtype, first.device)
     if all(t is tensors[0] for t in tensors):
-        if order is not None:
-            first = empty_in_order(first.shape, [d - 1 for d in order if d != 0], first.dtype, first.device).copy_(first)
+        first = one_in_order(first, order)
         return out.copy_(first.expand(shape))
     for row, t in zip(out, tensors):
         row.copy_(t)
@@ -310,9 +308,7 @@ def _stack_states(
     def stacked(k: str) -> torch.Tensor:
         first = starts[0][k]
         if k in broadcast and all(s[k] is first for s in starts):
-            order = layouts.get(k)
-            one = first.detach() if order is None else empty_in_order(first.shape, [d - 1 for d in order if d != 0], first.dtype, first.device).copy_(first)
-            return one.expand(len(starts), *first.shape)
+            return one_in_order(first, layouts.get(k)).expand(len(starts), *first.shape)
         return stack([s[k] for s in starts], layouts.get(k))
 
     stacked_p = {k: stacked(k).requires_grad_(True) for k in params}
@@ -648,7 +644,7 @@ class VectorizedExecutor:
         losses, grads, factors = losses_of.grads(params, buffers, x, y, t, leaves, deferred.pending() if deferred is not None else {})
         if deferred is not None:
             for i, key in enumerate(params):
-                if key not in deferred.weights:
+                if key not in deferred.rows:
                     continue
                 if grads[i] is not None:  # something besides the factored forward read the weight: deferring was wrong
                     raise NotVectorizable(f"weight {key} has a dense gradient part, so its updates cannot be deferred")

@@ -208,13 +208,8 @@ class DeferredOuter:
         self.params = params  # the stack's parameters: broadcast weights are replaced by their own copies on flush
         self.layouts = dict(layouts or {})
         self.rows = {k: 0 for k in keys}
-        self._v: dict[str, torch.Tensor] = {}  # [C, out, in]: x rows
-        self._u: dict[str, torch.Tensor] = {}  # [C, out, out_features]: alpha * dz rows
-
-    @property
-    def weights(self) -> dict[str, torch.Tensor]:
-        """The deferred weights as they are now: [C, out, in], possibly broadcast."""
-        return {k: self.params[k] for k in self.rows}
+        self._v: dict[str, torch.Tensor] = {}  # [C, out, in]: room for "out" rows of x
+        self._u: dict[str, torch.Tensor] = {}  # [C, out, out]: room for "out" rows of alpha * dz
 
     def pending(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """weight key -> (V, U) of the updates not yet in the weight: [C, rows, in], [C, rows, out]."""
@@ -263,12 +258,15 @@ class DeferredOuter:
             self.params[key] = self._fresh(key, w).copy_(w).requires_grad_(True)
 
     def _fresh(self, key: str, like: torch.Tensor) -> torch.Tensor:
-        order = self.layouts.get(key)
-        shape = tuple(like.shape)
-        if order is None:
-            return torch.empty(shape, dtype=like.dtype, device=like.device)
-        inverse = sorted(range(len(order)), key=lambda i: order[i])
-        return torch.empty([shape[d] for d in order], dtype=like.dtype, device=like.device).permute(inverse)
+        return empty_in_order(like.shape, self.layouts.get(key), like.dtype, like.device)
+
+
+def empty_in_order(shape: Sequence[int], order: Sequence[int] | None, dtype: torch.dtype, device: torch.device | None = None) -> torch.Tensor:
+    """An uninitialised dense tensor of ``shape`` whose dims lie in memory in ``order`` (None: row-major)."""
+    if order is None:
+        return torch.empty(tuple(shape), dtype=dtype, device=device)
+    inverse = sorted(range(len(order)), key=lambda i: order[i])
+    return torch.empty([shape[d] for d in order], dtype=dtype, device=device).permute(inverse)
 
 
 def _broadcast(w: torch.Tensor) -> bool:

@@ -83,3 +83,39 @@ def test_run_command_runs_python_in_a_temporary_folder(tmp_path: Path) -> None:
 def test_readme_demo_table_is_a_generated_block() -> None:
     readme = next(p for p in default_files() if p.name == "README.md")
     assert "chillfl run -q" in [b.command for b in find_blocks(readme.read_text(encoding="utf-8"))]
+
+
+def test_sigterm_stops_the_running_command_and_removes_its_folder(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker = tmp_path / "child.pid"
+    doc = tmp_path / "doc.md"
+    command = f"python -c \"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(120)\""
+    doc.write_text(f"<!-- output: {command} -->\n```\nold\n```\n<!-- /output -->\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    tool = subprocess.Popen([sys.executable, "-m", "chillfl.docs_outputs", "--check", str(doc)], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline and tool.poll() is None, "the block's command never started"
+        time.sleep(0.05)
+    child = int(marker.read_text())
+    tool.send_signal(signal.SIGTERM)
+    assert tool.wait(timeout=60) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while _alive(child):  # the command stopped with the tool (a zombie of an exited tool is reaped by init)
+        assert time.monotonic() < deadline, f"the block's command {child} outlived the tool"
+        time.sleep(0.05)
+    assert not list(tmp_path.glob("chillfl-docs-*"))  # its temporary folder is gone
+    assert doc.read_text().count("old") == 1  # nothing written
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -83,10 +84,33 @@ def run_command(command: str) -> str:
     else:
         raise ValueError(f"only chillfl and python commands are run, got {argv[0]!r}")
     with tempfile.TemporaryDirectory(prefix="chillfl-docs-") as tmp:
-        done = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{command!r} exited with {done.returncode}:\n{done.stderr[-2000:]}")
-    return done.stdout
+        proc = subprocess.Popen(argv, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate()
+        except BaseException:  # interrupted (SIGTERM, Ctrl-C): stop the command the way its own run stops, then clean up
+            proc.terminate()
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+    if proc.returncode != 0:
+        raise RuntimeError(f"{command!r} exited with {proc.returncode}:\n{err[-2000:]}")
+    return out
+
+
+STOP_TIMEOUT_S = 30.0
+"""How long an interrupted command may take to stop (chillfl runs end their workers on SIGTERM) before it is killed."""
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM ends this tool like Ctrl-C does: the running command is stopped and its temporary folder removed."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def default_files() -> list[Path]:
@@ -120,4 +144,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    _stop_on_sigterm()
     sys.exit(main())

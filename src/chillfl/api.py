@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from chillfl.config import PART_KEYS, RunConfig, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
+from chillfl.config import RunConfig, apply_overrides, check_depth, check_out_dir, config_from_dict, read_config_file
 from chillfl.data import ArrayDataset
 from chillfl.errors import ConfigError
 from chillfl.experiment import CUSTOM, Experiment, build_experiment
@@ -133,11 +133,9 @@ def run(
 def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None = None) -> RunConfig:
     """A validated :class:`RunConfig` from any of :func:`run`'s config forms plus ``key=value`` overrides.
 
-    Overrides merge into a part's table key by key, as on the command line
-    (``"partition.alpha": 0.1`` on a config without ``[partition]`` sets the
-    default partitioner's alpha), except that an override naming another
-    implementation (``"partition.name": "iid"``) starts that part from an empty
-    table: the old table's options belong to the old name.
+    Overrides follow the command line's rules (:func:`chillfl.config.apply_overrides`):
+    key by key into a part's table, except that naming another implementation
+    (``"partition.name": "iid"``) starts that part afresh.
     """
     overrides = dict(overrides or {})
     if config is None:
@@ -156,17 +154,7 @@ def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None =
         raise ConfigError("config", f"must be a dict, a TOML path or a RunConfig, got {type(config).__name__}")
     check_depth(data)  # before deepcopy, which recurses
     data = copy.deepcopy(data)
-    defaults = RunConfig()
-    for part, key in PART_KEYS.items():
-        if not any(k.startswith(part + ".") for k in overrides):
-            continue
-        table = data.get(part, getattr(defaults, part))
-        if not isinstance(table, Mapping):
-            continue  # not a table: config_from_dict names the error
-        picked = overrides.get(f"{part}.{key}", table.get(key))
-        data[part] = copy.deepcopy(dict(table)) if picked == table.get(key) else {}
-    for key, value in overrides.items():
-        set_dotted(data, key, value)
+    apply_overrides(data, overrides)
     return config_from_dict(data)
 
 

@@ -28,6 +28,7 @@ from chillfl.experiments import bundled_experiments, resolve_config
 from chillfl.extras import need
 
 if TYPE_CHECKING:
+    from chillfl.report.compare import CompareOptions
     from chillfl.runner import RunOutput
 
 DEMO = "demo"
@@ -48,10 +49,26 @@ def _report(out: "RunOutput") -> int:
     return 0
 
 
-def _dry_run(config: RunConfig) -> int:
-    """``--dry-run``: the resolved config (file < overrides < flags), as it would be saved; nothing runs."""
+def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespace | None = None) -> int:
+    """``--dry-run``: build and check every part as the run would, then print the resolved config
+    (file < overrides < flags) as it would be saved; nothing runs and nothing is written.
+
+    A mistake a run would hit exits 2 here. For ``compare``, every variant, tuning point and
+    seed is checked. Without the dataset's files only names and options are checked (one note).
+    """
     from chillfl.engine.results import to_toml
 
+    if args is not None and args.command == "compare":
+        from chillfl.report.compare import run_compare
+
+        complete = run_compare(config, grid, reference=args.reference, progress=False, options=_compare_options(args), dry_run=True).complete
+    else:
+        from chillfl.experiment import check_config
+
+        complete = check_config(config)
+    if not complete:
+        print(f"chillfl: the files of dataset {config.dataset.get('name')!r} are not in {config.data_dir}: "
+              "names and options checked, not the shapes that need the data", file=sys.stderr)
     print(to_toml(config.to_dict()), end="")
     return 0
 
@@ -82,17 +99,21 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _report(resume_experiment(args.run_dir, progress=not args.quiet))
 
 
-def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quiet: bool, args: argparse.Namespace | None = None) -> int:
-    from chillfl.report.compare import CompareOptions, parse_seeds, parse_tune_items, run_compare
+def _compare_options(args: argparse.Namespace) -> "CompareOptions":
+    from chillfl.report.compare import CompareOptions, parse_seeds, parse_tune_items
 
-    options = CompareOptions()
-    if args is not None:
-        options = CompareOptions(
-            seeds=parse_seeds(args.seeds) if getattr(args, "seeds", None) else None,
-            tune=parse_tune_items(args.tune) if getattr(args, "tune", None) else None,
-            controls=True if getattr(args, "controls", False) else None,
-            select=getattr(args, "select", None),
-        )
+    return CompareOptions(
+        seeds=parse_seeds(args.seeds) if getattr(args, "seeds", None) else None,
+        tune=parse_tune_items(args.tune) if getattr(args, "tune", None) else None,
+        controls=True if getattr(args, "controls", False) else None,
+        select=getattr(args, "select", None),
+    )
+
+
+def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quiet: bool, args: argparse.Namespace | None = None) -> int:
+    from chillfl.report.compare import CompareOptions, run_compare
+
+    options = _compare_options(args) if args is not None else CompareOptions()
     check_out_dir(config.out_dir)
     result = run_compare(config, grid, reference=reference, progress=not quiet, options=options)
     print(result.table)
@@ -102,7 +123,7 @@ def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quie
 
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.dry_run:
-        return _dry_run(_load(args.config, args.overrides, args))
+        return _dry_run(_load(args.config, args.overrides, args), args.grid, args)
     return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, args.quiet, args)
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, did_you_mean
 from chillfl.options import parse_options, require, require_range, short_repr
 
 if sys.version_info >= (3, 11):
@@ -217,7 +217,7 @@ class ObjectiveConfig:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    """When the run state is saved into the run folder (``checkpoint.pt``), so ``chillfl resume`` can continue.
+    """When the run state is saved into the run folder (``checkpoint.safetensors``), so ``chillfl resume`` can continue.
 
     ``every``: write the run state every k rounds (0: only when the run is
     interrupted by SIGINT/SIGTERM). ``client_models``: also save every
@@ -348,7 +348,7 @@ class RunConfig:
     the point with the best validation accuracy (needs ``eval.validation`` > 0)."""
 
     def validate(self, section: str) -> None:
-        require(self.executor in EXECUTORS, "executor", f"unknown value {short_repr(self.executor)}; allowed: {', '.join(EXECUTORS)}")
+        require(self.executor in EXECUTORS, "executor", f"unknown value {short_repr(self.executor)}{did_you_mean(self.executor, EXECUTORS)}; allowed: {', '.join(EXECUTORS)}")
         require(is_device_name(self.device), "device", f"unknown value {short_repr(self.device)}; allowed: cpu, cuda, cuda:N, mps, auto")
         require_range(self.threads, 0, MAX_THREADS, "threads")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
@@ -366,7 +366,7 @@ class RunConfig:
             parse_prototypes(self.prototypes)
             require(not self.distillation, "prototypes.method", "a run shares soft-labels ([distillation]) or prototypes ([prototypes]), not both")
         for key, value in self.compare.items():
-            require(key in COMPARE_KEYS, f"compare.{key}", f"unknown option; allowed: {', '.join(COMPARE_KEYS)}")
+            require(key in COMPARE_KEYS, f"compare.{key}", f"unknown option{did_you_mean(key, COMPARE_KEYS)}; allowed: {', '.join(COMPARE_KEYS)}")
             check_compare_option(key, value)
         if self.tune:
             from chillfl.tune import parse_tune
@@ -380,8 +380,7 @@ class RunConfig:
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> RunConfig:
         data = self.to_dict()
-        for key, value in overrides.items():
-            set_dotted(data, key, value)
+        apply_overrides(data, overrides)
         return config_from_dict(data)
 
     @staticmethod
@@ -435,14 +434,15 @@ def merge_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
     A table for a pluggable part (:data:`WHOLE_PARTS`) replaces that part whole;
     other tables are merged key by key; ``a.b`` keys are dotted paths.
     """
+    dotted: dict[str, Any] = {}
     for key, value in overrides.items():
         if key in WHOLE_PARTS and isinstance(value, dict):
             data[key] = dict(value)
         elif isinstance(value, dict):
-            for sub, subval in value.items():
-                set_dotted(data, f"{key}.{sub}", subval)
+            dotted.update({f"{key}.{sub}": subval for sub, subval in value.items()})
         else:
-            set_dotted(data, key, value)
+            dotted[key] = value
+    apply_overrides(data, dotted)
 
 
 def variant_config(base: RunConfig, label: str, overrides: Mapping[str, Any]) -> RunConfig:
@@ -539,7 +539,8 @@ MAX_EXTENDS = 16
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """The TOML file at ``path`` with its ``extends`` chain resolved: the dict it stands for.
 
-    ``extends = "base.toml"`` (relative to the including file) starts from that
+    ``extends = "base.toml"`` (relative to the including file, else a bundled
+    config such as ``"flexchill/_base-digits.toml"``) starts from that
     file's resolved dict, and this file's tables are merged into it key by key,
     at any depth (:func:`merge_extends`); this file's values win. Chains are
     allowed (a base may extend another); a cycle, a missing file, a chain
@@ -561,12 +562,8 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         where = f"in {current}"
         if not isinstance(base, str) or not base or "\0" in base:
             raise ConfigError("extends", f"expected a TOML file name (a string), got {short_repr(base)} {where}")
-        target = current.parent / base
-        try:
-            found = target.is_file()
-        except (OSError, ValueError):
-            found = False
-        if not found:
+        target = _extends_target(current.parent, base)
+        if target is None:
             raise ConfigError("extends", f"file not found: {short_repr(base)} (relative to {current.parent}) {where}")
         if target.resolve() in chain:
             names = " -> ".join(p.name for p in [*chain, target.resolve()])
@@ -579,6 +576,28 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         merged.pop("name", None)  # a base's name is not inherited
         merge_extends(merged, layers.pop())
     return merged
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # ENAMETOOLONG, NUL in the path
+        return False
+
+
+def _extends_target(folder: Path, base: str) -> Path | None:
+    """The file ``extends = base`` names: relative to the including file's folder, else a bundled
+    config or shared base (``flexchill/_base-digits.toml``, ``.toml`` optional); None if neither exists."""
+    from chillfl.experiments import experiments_root
+
+    local = folder / base
+    if _is_file(local):
+        return local
+    relative = Path(base if base.endswith(".toml") else base + ".toml")
+    if relative.is_absolute() or ".." in relative.parts:
+        return None
+    bundled = experiments_root() / relative
+    return bundled if _is_file(bundled) else None
 
 
 def merge_extends(base: dict[str, Any], child: Mapping[str, Any]) -> None:
@@ -601,21 +620,30 @@ def merge_extends(base: dict[str, Any], child: Mapping[str, Any]) -> None:
             base[key] = copy.deepcopy(value)
 
 
-def _seed_default_parts(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
-    """Give an overridden part the file lacks its default table, so overrides merge per key.
+def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
+    """Apply dotted ``key=value`` overrides to a config dict (in place): the one path for the CLI, the API and variants.
 
-    ``partition.alpha=0.1`` on a file without ``[partition]`` means the default
-    partitioner with alpha 0.1 (defaults < file < overrides). An override that
-    picks another implementation (``partition.name=iid``) starts from an empty
-    table instead: the default's options belong to the default's name.
+    Overrides merge into a part's table key by key (defaults < file <
+    overrides): ``partition.alpha=0.1`` on a file without ``[partition]``
+    means the default partitioner with alpha 0.1. An override that picks
+    another implementation (``partition.name=iid`` on a Dirichlet base)
+    starts that part from an empty table instead: the old table's options
+    belong to the old name.
     """
-    defaults = RunConfig()
+    defaults: RunConfig | None = None
     for part, key in PART_KEYS.items():
-        if part in data or not any(k.startswith(part + ".") for k in overrides):
+        if not any(k.startswith(part + ".") for k in overrides):
             continue
-        table = copy.deepcopy(getattr(defaults, part))
-        if overrides.get(f"{part}.{key}", table[key]) == table[key]:
-            data[part] = table
+        table = data.get(part)
+        if table is None:
+            defaults = defaults or RunConfig()
+            table = getattr(defaults, part)
+        if not isinstance(table, Mapping):
+            continue  # not a table: config_from_dict names the error
+        picked = overrides.get(f"{part}.{key}", table.get(key))
+        data[part] = copy.deepcopy(dict(table)) if picked == table.get(key) else {}
+    for key, value in overrides.items():
+        set_dotted(data, key, value)
 
 
 def _name_from_path(path: Path) -> str:
@@ -634,10 +662,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = N
         data["name"] = _name_from_path(Path(path))
     check_depth(data)  # before deepcopy, which recurses
     data = copy.deepcopy(data)
-    overrides = overrides or {}
-    _seed_default_parts(data, overrides)
-    for key, value in overrides.items():
-        set_dotted(data, key, value)
+    apply_overrides(data, overrides or {})
     return config_from_dict(data)
 
 

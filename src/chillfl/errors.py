@@ -7,7 +7,9 @@ Keeping one exception type means library code never prints or exits itself.
 
 from __future__ import annotations
 
+import difflib
 import unicodedata
+from collections.abc import Iterable
 
 _LINE_BREAKING = {"Cc", "Cf", "Cs", "Co", "Zl", "Zp"}  # control, format, surrogate, private use, line/paragraph separators
 
@@ -39,9 +41,21 @@ class ConfigError(ValueError):
         super().__init__(f"{one_line(field)}: {one_line(message)}")
 
 
+def did_you_mean(value: object, allowed: Iterable[object]) -> str:
+    """``" (did you mean 'alpha'?)"`` for the closest allowed name to a typo, else ``""`` (difflib's ratio >= 0.6)."""
+    if not isinstance(value, str):
+        return ""
+    names = [str(a) for a in allowed]
+    close = difflib.get_close_matches(value, names, n=1) or difflib.get_close_matches(value.lower(), [n.lower() for n in names], n=1)
+    if not close:
+        return ""
+    match = next((n for n in names if n.lower() == close[0].lower()), close[0])
+    return f" (did you mean {match!r}?)" if match != value else ""
+
+
 def choice_error(field: str, value: object, allowed: list[str] | tuple[str, ...]) -> ConfigError:
-    """Error for an unknown name, listing the valid ones."""
-    return ConfigError(field, f"unknown value {value!r}; allowed: {', '.join(sorted(allowed))}")
+    """Error for an unknown name, listing the valid ones (and the closest, for a typo)."""
+    return ConfigError(field, f"unknown value {value!r}{did_you_mean(value, allowed)}; allowed: {', '.join(sorted(allowed))}")
 
 
 DIVERGED_EXIT = 3

@@ -377,3 +377,65 @@ def build_prototype_protocol(exp: Experiment, evaluation: Evaluation) -> ServerP
         eval_clients=cfg.eval.clients,
         feature_dim=dim,
     )
+
+
+# ---------------------------------------------------------------- validation without running (--dry-run)
+
+
+def check_config(config: RunConfig) -> bool:
+    """Build every part of ``config`` as a run would, writing nothing; ConfigError on any mistake a run would hit.
+
+    Returns False when the dataset's files are absent (a ``data_dir`` error):
+    then each part's name and options are still checked, but nothing that
+    needs the data's shapes (model sizes, partition feasibility).
+    """
+    from chillfl.data.loaders import DATA_DIR_FIELD
+
+    try:
+        exp = build_experiment(config)
+    except ConfigError as exc:
+        if exc.field != DATA_DIR_FIELD:
+            raise
+        check_parts(config)
+        return False
+    build_protocol(exp)
+    return True
+
+
+def check_parts(config: RunConfig) -> None:
+    """Every pluggable part's name and options (no data needed): the checks each registry makes before building."""
+    from chillfl.aggregation.registry import ALGORITHMS, algorithm_names
+    from chillfl.data.augment import split_augment
+    from chillfl.data.datasets import DATASETS
+    from chillfl.data.partition import PARTITIONERS, partitioner_names
+    from chillfl.models.assign import base_table
+    from chillfl.models.projection import PROJECTION_OPTION
+    from chillfl.models.registry import MODELS, model_names
+    from chillfl.options import parse_options
+    from chillfl.temperature import POLICIES, policy_names
+
+    check_rebuildable(config, has_model=True, has_data=True)
+    name, options = RunConfig.component(config.dataset)
+    if not is_custom(name):
+        if name not in DATASETS:
+            raise choice_error("dataset.name", name, list(DATASETS))
+        options, _ = split_augment(options)
+        parse_options(DATASETS[name].options, options, "dataset")
+    for part, registry, names in (("partition", PARTITIONERS, partitioner_names()), ("algorithm", ALGORITHMS, algorithm_names())):
+        name, options = RunConfig.component(getattr(config, part))
+        if name not in registry:
+            raise choice_error(f"{part}.name", name, names)
+        parse_options(registry[name].options, options, part)
+    name, options = RunConfig.component(base_table(config.model))
+    if not is_custom(name):
+        if name not in MODELS:
+            raise choice_error("model.name", name, model_names())
+        parse_options(MODELS[name].options, {k: v for k, v in options.items() if k != PROJECTION_OPTION}, "model")
+    check_model_assignment(config, config.federation.num_clients)
+    name, options = RunConfig.component(config.temperature, "policy")
+    if name not in POLICIES:
+        raise choice_error("temperature.policy", name, policy_names())
+    parse_options(POLICIES[name].options, options, "temperature")
+    losses = base_losses()
+    if config.client.loss not in losses:
+        raise choice_error("client.loss", config.client.loss, list(losses))

@@ -70,7 +70,7 @@ from typing import Any, Callable, ClassVar, Literal, Mapping, Sequence
 import numpy as np
 import torch
 
-from chillfl.errors import ConfigError, choice_error
+from chillfl.errors import ConfigError, choice_error, did_you_mean
 from chillfl.options import NoOptions, parse_options, require
 
 from .comet import COMETOptions, cluster_clients, cluster_targets, per_sample_centroids
@@ -186,7 +186,7 @@ def parse_distillation(table: Mapping[str, Any]) -> DistillationSetup:
         if key not in shared and key not in own:
             raise ConfigError(
                 f"{SECTION}.{key}",
-                f"unknown option for method {method!r}; allowed: {', '.join(sorted(shared | own))}",
+                f"unknown option for method {method!r}{did_you_mean(key, shared | own)}; allowed: {', '.join(sorted(shared | own))}",
             )
     common = parse_options(DistillationOptions, {k: v for k, v in table.items() if k in shared}, SECTION)
     options: Any = parse_options(spec.options, {k: v for k, v in table.items() if k in own}, SECTION)

@@ -42,7 +42,8 @@ from chillfl.config import (
 from chillfl.data import FederatedData
 from chillfl.engine.results import rounds_to_reach, to_toml, unique_dir
 from chillfl.errors import ConfigError, Diverged, MissingExtra
-from chillfl.experiment import build_data, build_experiment
+from chillfl.data.loaders import DATA_DIR_FIELD
+from chillfl.experiment import build_data, build_experiment, build_protocol, check_parts
 from chillfl.report.stats import paired_difference, summarize
 from chillfl.runner import RunOutput, run_experiment
 from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, select_point
@@ -134,6 +135,8 @@ class CompareResult:
     rows: list[dict[str, Any]]
     table: str
     outputs: dict[str, RunOutput] = field(default_factory=dict)
+    complete: bool = True
+    """False after a ``dry_run`` without the dataset's files: only names and options were checked."""
 
 
 def choose_reference(
@@ -451,11 +454,13 @@ def run_compare(
     progress: bool = True,
     write: bool = True,
     options: CompareOptions | None = None,
+    dry_run: bool = False,
 ) -> CompareResult:
     """Run every variant (``--grid`` product, else the config's ``[variants]``) at every seed and tuning point.
 
     One seed and no tuning: the FLex&Chill Table 4 table. Otherwise the table over seeds
     (:func:`format_seed_table`), each variant at its best tuning point on validation accuracy.
+    ``dry_run``: build and check every run's parts, then return an empty result (nothing runs or is written).
     """
     opts = options or CompareOptions()
     variants = parse_grid(grid) if grid else variants_from_config(config)
@@ -492,8 +497,20 @@ def run_compare(
         with _naming(c.variant.label, bool(grid)):
             key = _data_key(c.config)
             if key not in datasets:
-                datasets[key] = build_data(c.config)
-            build_experiment(c.config, data=datasets[key])  # every part of every variant is valid before anything is written
+                try:
+                    datasets[key] = build_data(c.config)
+                except ConfigError as exc:
+                    if not (dry_run and exc.field == DATA_DIR_FIELD):
+                        raise
+                    for other in cells:  # no data here: each run's names and options
+                        with _naming(other.variant.label, bool(grid)):
+                            check_parts(other.config)
+                    return CompareResult(None, [], "", complete=False)
+            exp = build_experiment(c.config, data=datasets[key])  # every part of every variant is valid before anything is written
+            if dry_run:
+                build_protocol(exp)
+    if dry_run:
+        return CompareResult(None, [], "")
     folder = partial = None
     if write:
         folder = unique_dir(Path(config.out_dir), f"{config.name}-compare")

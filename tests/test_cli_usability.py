@@ -86,3 +86,34 @@ def test_extends_may_name_a_bundled_base(tmp_path: Path) -> None:
     assert config.federation.rounds == 2 and config.dataset["name"] == "digits" and config.name == "base"
     with pytest.raises(ConfigError, match="extends: file not found"):
         load_config(write(tmp_path, 'extends = "flexchill/_no-such-base.toml"\n', "other.toml"))
+
+
+TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=3", "model.name=mlp", "eval.client_split_size=20"]
+
+
+def test_progress_in_a_log_is_plain_lines_without_carriage_returns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write(tmp_path, f'out_dir = "{tmp_path / "out"}"\n')
+    assert main(["run", str(base), *TINY]) == 0  # stderr is captured: not a terminal
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    assert "chillfl: base round 3/3 acc=" in err  # the last round always gets its line
+    assert main(["run", str(base), *TINY, "-v"]) == 0  # -v: one line per round
+    err = capsys.readouterr().err
+    assert [f"round {r}/3" in err for r in (1, 2, 3)] == [True, True, True]
+
+
+def test_quiet_levels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    base = write(tmp_path, f'out_dir = "{tmp_path / "out"}"\n')
+    for flags, level in (([], logging.INFO), (["-v"], logging.DEBUG), (["-q"], logging.WARNING), (["-qq"], logging.ERROR)):
+        assert main(["run", str(base), *TINY, *flags, "--dry-run"]) == 0
+        assert logging.getLogger("chillfl").level == level, flags
+    assert main(["run", str(base), *TINY, "-q"]) == 0
+    assert "round" not in capsys.readouterr().err
+
+
+def test_run_takes_data_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write(tmp_path, "")
+    assert main(["run", str(base), "--data-dir", str(tmp_path / "d"), "--dry-run"]) == 0
+    assert tomllib.loads(capsys.readouterr().out)["data_dir"] == str(tmp_path / "d")

@@ -28,6 +28,7 @@ from chillfl.experiments import bundled_experiments, resolve_config
 from chillfl.extras import need
 
 if TYPE_CHECKING:
+    from chillfl.progress import ProgressMode
     from chillfl.report.compare import CompareOptions
     from chillfl.runner import RunOutput
 
@@ -37,7 +38,7 @@ DEMO_GRID = ["temperature=1,0.25,0.05"]
 
 def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
     path = resolve_config(config) if config is not None else None
-    flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir") if args is not None and getattr(args, key, None) is not None}
+    flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir") if args is not None and getattr(args, key, None) is not None}
     return load_config(path, {**flags, **parse_overrides(list(overrides))})
 
 
@@ -83,20 +84,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
               "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05,\n"
               "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
-        return _compare(config, DEMO_GRID, None, args.quiet)
+        return _compare(config, DEMO_GRID, None, _progress(args))
     from chillfl.runner import run_experiment
 
     config = _load(args.config, args.overrides, args)
     if config.variants:
         raise ConfigError("variants", f"this config defines {len(config.variants)} variants; run them with `chillfl compare {args.config}` (`run` runs one experiment)")
     check_out_dir(config.out_dir)
-    return _report(run_experiment(config, progress=not args.quiet))
+    return _report(run_experiment(config, progress=_progress(args)))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from chillfl.runner import resume_experiment
 
-    return _report(resume_experiment(args.run_dir, progress=not args.quiet))
+    return _report(resume_experiment(args.run_dir, progress=_progress(args)))
 
 
 def _compare_options(args: argparse.Namespace) -> "CompareOptions":
@@ -110,12 +111,12 @@ def _compare_options(args: argparse.Namespace) -> "CompareOptions":
     )
 
 
-def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quiet: bool, args: argparse.Namespace | None = None) -> int:
+def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, progress: "ProgressMode", args: argparse.Namespace | None = None) -> int:
     from chillfl.report.compare import CompareOptions, run_compare
 
     options = _compare_options(args) if args is not None else CompareOptions()
     check_out_dir(config.out_dir)
-    result = run_compare(config, grid, reference=reference, progress=not quiet, options=options)
+    result = run_compare(config, grid, reference=reference, progress=progress, options=options)
     print(result.table)
     print(f"results: {result.folder}")
     return 0
@@ -124,7 +125,7 @@ def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quie
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(_load(args.config, args.overrides, args), args.grid, args)
-    return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, args.quiet, args)
+    return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, _progress(args), args)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -224,6 +225,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verbosity(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="count", default=0, help="-q: no progress and no info lines (warnings and errors only); -qq: errors only")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="debug lines, and a progress line every round")
+
+
+def _progress(args: argparse.Namespace) -> "ProgressMode":
+    """A bar on a terminal, periodic plain lines in logs (no \\r pile-up), nothing with -q."""
+    from chillfl.progress import mode_for
+
+    return mode_for(bool(args.quiet) and not getattr(args, "verbose", 0))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chillfl", description="Federated learning on non-IID data: logit chilling, FedChill, PA3Fed, SCARLET.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -234,10 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("config", nargs="?", help="TOML config file or bundled experiment name (default: the demo)")
         p.add_argument("overrides", nargs="*", help="section.option=value overrides, e.g. client.lr=0.05")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+        _verbosity(p)
         p.add_argument("--device", help="cpu | cuda | cuda:N | mps | auto (the config's `device`)")
         p.add_argument("--seed", type=int, help="the run seed (the config's `seed`)")
         p.add_argument("--out", dest="out_dir", help="parent folder of the result folder (the config's `out_dir`)")
+        p.add_argument("--data-dir", dest="data_dir", help="where datasets live (the config's `data_dir`)")
         p.add_argument("--dry-run", action="store_true", help="print the resolved config as TOML and exit (nothing is run or written)")
 
     p = sub.add_parser("run", help="run one experiment")
@@ -246,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("resume", help="continue an interrupted run (a results/NAME.partial folder) from its checkpoint")
     p.add_argument("run_dir", help="the interrupted run's folder")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _verbosity(p)
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("compare", help="run variants on the same partition and seed and tabulate")
@@ -332,8 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
-    quiet = getattr(args, "quiet", False)
-    _log_to_stderr(logging.WARNING if quiet else logging.INFO)
+    level = int(getattr(args, "verbose", 0) or 0) - int(getattr(args, "quiet", 0) or 0)
+    _log_to_stderr({-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}.get(max(-2, min(1, level)), logging.ERROR))
     try:
         return int(args.func(args) or 0)
     except MissingExtra as exc:  # an optional package is missing: one line naming the extra

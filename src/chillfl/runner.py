@@ -40,6 +40,7 @@ from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.results import ResultWriter, read_metrics, summarize
 from chillfl.errors import ConfigError, Diverged, MissingExtra
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
+from chillfl.progress import Progress, make_bar
 
 if TYPE_CHECKING:
     from chillfl.sinks import Sink
@@ -153,7 +154,7 @@ def run_experiment(
     config: RunConfig,
     *,
     write: bool = True,
-    progress: bool = True,
+    progress: Progress = True,
     data: FederatedData | None = None,
     label: str | None = None,
     experiment: Experiment | None = None,
@@ -175,7 +176,7 @@ def run_experiment(
         return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks)
 
 
-def resume_experiment(folder: str | Path, *, progress: bool = True, callbacks: Sequence[Callback] = ()) -> RunOutput:
+def resume_experiment(folder: str | Path, *, progress: Progress = True, callbacks: Sequence[Callback] = ()) -> RunOutput:
     """Continue the interrupted run in ``folder`` (a ``NAME.partial`` result folder) from its checkpoint."""
     path = Path(folder)
     if not (path / "config.toml").is_file():
@@ -209,7 +210,7 @@ def _run(
     config: RunConfig,
     writer: ResultWriter | None,
     *,
-    progress: bool,
+    progress: Progress,
     label: str | None,
     callbacks: Sequence[Callback],
     resume: tuple[int, Mapping[str, Any], list[dict[str, Any]]] | None = None,
@@ -232,7 +233,7 @@ def _run(
             protocol, executor, seed=config.seed, num_clients=exp.data.num_clients,
             clients_per_round=config.federation.sample_size(), rounds=rounds, start=done, participation=config.federation,
         )
-        bar = tqdm(total=rounds, initial=done, desc=label or config.name, unit="round", disable=not progress, leave=True, dynamic_ncols=True)
+        bar = make_bar(progress, rounds, done, label or config.name)
         with device_settings(config, exp.device), _Signals() as signals, bar:
             for record in loop:
                 records.append(record)

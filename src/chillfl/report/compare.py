@@ -45,6 +45,7 @@ from chillfl.errors import ConfigError, Diverged, MissingExtra
 from chillfl.data.loaders import DATA_DIR_FIELD
 from chillfl.experiment import build_data, build_experiment, build_protocol, check_parts
 from chillfl.report.stats import paired_difference, summarize
+from chillfl.progress import Progress
 from chillfl.runner import RunOutput, run_experiment
 from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, select_point
 
@@ -451,7 +452,7 @@ def run_compare(
     grid: Sequence[str],
     *,
     reference: str | None = None,
-    progress: bool = True,
+    progress: Progress = True,
     write: bool = True,
     options: CompareOptions | None = None,
     dry_run: bool = False,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
-from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra
+from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, SweepFailed
 from chillfl.experiments import bundled_experiments, resolve_config
 from chillfl.extras import need
 
@@ -119,6 +119,10 @@ def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, prog
     result = run_compare(config, grid, reference=reference, progress=progress, options=options)
     print(result.table)
     print(f"results: {result.folder}")
+    if result.failures:
+        runs = ", ".join(f"{name} ({why})" for name, why in result.failures.items())
+        print(f"chillfl: {len(result.failures)} run(s) did not finish: {runs}", file=sys.stderr)
+        return DIVERGED_EXIT if args is not None and getattr(args, "strict", False) else 0
     return 0
 
 
@@ -271,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tune", action="append", default=[], metavar="KEY=V1,V2", help="tune an option per variant on the validation split (the [tune] table; needs eval.validation > 0); repeatable")
     p.add_argument("--select", choices=("final", "best"), help="tuning rule: final-round or best-round validation accuracy ([compare] select; default final)")
     p.add_argument("--controls", action="store_true", help="add step-size controls for every T != 1 variant: T = 1 at lr x 1/T, magnitude-only, direction-only ([compare] controls)")
+    p.add_argument("--strict", action="store_true", help="exit 3 when any run diverged or failed (default: only when every run did; the tables mark them)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("reproduce", help="a paper's headline claims at CPU scale over seeds: paper vs measured, with a verdict")
@@ -359,6 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("chillfl: interrupted; unfinished results are left in *.partial folders", file=sys.stderr)
         return 130
+    except SweepFailed as exc:
+        print(f"chillfl: {exc}" + (f"; partial results in {exc.folder}" if exc.folder else ""), file=sys.stderr)
+        return DIVERGED_EXIT
     except Diverged as exc:
         folder = getattr(exc, "folder", None)
         print(f"chillfl: diverged: {exc}" + (f"; partial results in {folder}" if folder else ""), file=sys.stderr)

@@ -71,6 +71,17 @@ class Diverged(ArithmeticError):
         super().__init__(f"{where}: {what}")
 
 
+class SweepFailed(RuntimeError):
+    """Every run of a comparison diverged or failed: nothing to tabulate (the CLI exits :data:`DIVERGED_EXIT`).
+
+    ``folder``: where the runs' partial results are (None without a result folder).
+    """
+
+    def __init__(self, message: str, folder: object = None) -> None:
+        super().__init__(message)
+        self.folder = folder
+
+
 class MissingExtra(ConfigError):
     """An optional dependency is not installed: one line naming the extra that brings it.
 

@@ -36,6 +36,7 @@ from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
 from chillfl.engine.checkpoint import read_state, write_state
 from chillfl.engine.loop import run_rounds
+from chillfl.engine.model_file import write_model
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.results import ResultWriter, read_metrics, summarize
 from chillfl.errors import ConfigError, Diverged, MissingExtra
@@ -327,7 +328,7 @@ def _finish(exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer
         return RunOutput(None, records, summary, model_state, clients)
     writer.write_json("summary.json", summary)
     if model_state is not None:
-        write_state(writer.path / MODEL, model_state)
+        write_model(writer.path / MODEL, model_state)  # plain named tensors: safetensors + load_state_dict load it
     if clients:
         write_state(writer.path / CLIENT_MODELS, {str(c): s for c, s in clients.items()})
     _plots(records, writer.path, config)

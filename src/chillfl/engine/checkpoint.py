@@ -160,8 +160,11 @@ def _fsync_dir(folder: Path) -> None:
 
 def write_state(path: Path, tree: Mapping[str, Any]) -> None:
     """Write ``tree`` to ``path`` atomically: a reader sees the previous file or the complete new one."""
-    path = Path(path)
-    data = encode_state(tree)
+    write_bytes_atomic(Path(path), encode_state(tree))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` via a fsynced ``.tmp`` renamed onto it: a reader sees the old file or the complete new one."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "wb") as fh:
         fh.write(data)

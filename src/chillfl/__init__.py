@@ -14,7 +14,7 @@ import gc
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from chillfl._version import __version__
 
 _API = {
     "run": "api",

@@ -36,6 +36,7 @@ from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
 from chillfl.engine.checkpoint import read_state, write_state
 from chillfl.engine.loop import run_rounds
+from chillfl.environment import as_comment, differences, environment
 from chillfl.engine.model_file import write_model
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.results import ResultWriter, read_metrics, summarize
@@ -173,7 +174,7 @@ def run_experiment(
             _check_sinks(config)
         writer = ResultWriter(config.out_dir, config.name) if write else None
         if writer:
-            writer.write_config(config.to_dict())
+            writer.write_config(config.to_dict(), as_comment(environment(exp.device)))
         return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks)
 
 
@@ -190,6 +191,9 @@ def resume_experiment(folder: str | Path, *, progress: Progress = True, callback
         exp = build_experiment(config)
         state = read_state(path / CHECKPOINT, exp.device)
         done = int(state["round"])
+        changed = differences(state.get("environment") or {}, environment(exp.device))
+        if changed:  # results stay valid, but the rest of the run may differ in the last bits from an uninterrupted one
+            log.warning("resuming on another setup than the checkpoint's (%s): not bitwise what an uninterrupted run gives", "; ".join(changed))
         records = [r for r in read_metrics(path) if r["round"] <= done]
         writer = ResultWriter.reopen(path, records)
         return _run(exp, config, writer, progress=progress, label=config.name, callbacks=callbacks, resume=(done, state["protocol"], records))
@@ -201,9 +205,9 @@ def _checkpoint_round(writer: ResultWriter) -> int | None:
     return int(read_state(path)["round"]) if path.is_file() else None
 
 
-def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int) -> None:
+def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int, device: torch.device) -> None:
     if writer is not None:
-        write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict()})
+        write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict(), "environment": environment(device)})
 
 
 def _run(
@@ -246,10 +250,10 @@ def _run(
                 bar.set_postfix(_postfix(record), refresh=False)
                 bar.update(1)
                 if signals.received is not None:
-                    _checkpoint(writer, protocol, done)
+                    _checkpoint(writer, protocol, done, exp.device)
                     raise RunInterrupted(signals.received, writer.path if writer else None, done)
                 if every and done % every == 0 and done < rounds:
-                    _checkpoint(writer, protocol, done)
+                    _checkpoint(writer, protocol, done, exp.device)
         _close_sinks(sinks)  # before _finish renames the folder they write into
         output = _finish(exp, config, protocol, writer, records, time.perf_counter() - start)
         for cb in callbacks:
@@ -306,6 +310,7 @@ def _finish(exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer
     summary["wall_time_s"] = round(wall, 3)
     summary["num_parameters"] = sum(v.numel() for k, v in exp.initial_state.items() if v.is_floating_point())
     summary["device"] = str(exp.device)
+    summary["environment"] = environment(exp.device)
     if "assign" in config.model or "groups" in config.model:  # heterogeneous clients: parameters per architecture
         from chillfl.experiment import build_client_models
         from chillfl.models.assign import summarize as architectures

@@ -79,8 +79,9 @@ class ResultWriter:
         self._metrics = (self.path / "metrics.jsonl").open("a", encoding="utf-8")
         return self
 
-    def write_config(self, config: Mapping[str, Any]) -> None:
-        (self.path / "config.toml").write_text(to_toml(config), encoding="utf-8")
+    def write_config(self, config: Mapping[str, Any], header: str = "") -> None:
+        """``config.toml``; ``header``: comment lines on top (what the run ran with)."""
+        (self.path / "config.toml").write_text(header + to_toml(config), encoding="utf-8")
 
     def append(self, record: Mapping[str, Any]) -> None:
         self._metrics.write(json.dumps(strict(record), sort_keys=True, allow_nan=False) + "\n")

@@ -533,7 +533,7 @@ def run_compare(
     total = len(variants) * len(points) * len(seeds)
     if total > MAX_RUNS:
         raise ConfigError("compare.seeds", f"{len(variants)} variants x {len(points)} tuning points x {len(seeds)} seeds = {total} runs; at most {MAX_RUNS}")
-    cells = []
+    cells: list[Cell] = []
     for long in (False, True):  # short folder names (fedavg-lr0.01-s0), the full labels if two would collide
         cells = []
         for v in variants:
@@ -575,19 +575,19 @@ def run_compare(
     start = time.monotonic()
     for i, c in enumerate(cells):
         cfg = c.config if partial is None else c.config.with_overrides({"out_dir": str(partial)})
-        key = (c.variant.label, c.point, c.seed)
+        run_key = (c.variant.label, c.point, c.seed)
         if len(cells) > 1:
             eta = f", ETA {format_seconds((time.monotonic() - start) / i * (len(cells) - i))}" if i else ""
             log.info("run %d of %d: %s%s", i + 1, len(cells), cfg.name, eta)
         try:
-            results[key] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=f"[{i + 1}/{len(cells)}] {cfg.name}")
+            results[run_key] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=f"[{i + 1}/{len(cells)}] {cfg.name}")
         except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
-            results[key], failures[key] = None, f"diverged at round {exc.round}"
+            results[run_key], failures[run_key] = None, f"diverged at round {exc.round}"
             log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)
         except (ConfigError, RunInterrupted):
             raise
         except Exception as exc:  # noqa: BLE001 - one failed run (a lost worker, out of memory) must not lose the others
-            results[key], failures[key] = None, f"failed: {type(exc).__name__}"
+            results[run_key], failures[run_key] = None, f"failed: {type(exc).__name__}"
             log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, one_line(str(exc))[:200])
     if len(failures) == len(cells):
         where = partial

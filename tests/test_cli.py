@@ -79,7 +79,7 @@ def test_run_writes_a_complete_result_folder(tmp_path, capsys):
     config = _write(tmp_path, f'name = "e2e"\nout_dir = "{tmp_path / "out"}"\n[temperature]\npolicy = "fixed"\nvalue = 0.1\n')
     assert main(["run", str(config), "-q", *TINY]) == 0
     folder = tmp_path / "out" / "e2e"
-    assert sorted(p.name for p in folder.iterdir()) == ["accuracy_loss.png", "config.toml", "metrics.jsonl", "model.safetensors", "summary.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["accuracy_loss.png", "config.toml", "metrics.jsonl", "model.safetensors", "partition.json", "summary.json"]
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in records] == [1, 2]
     assert all(r["temperature_mean"] == 0.1 for r in records)

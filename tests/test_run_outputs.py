@@ -114,3 +114,20 @@ def test_resume_warns_in_one_line_when_the_setup_changed(tmp_path: Path, caplog:
         assert main(["resume", str(partial), "-q"]) == 0
     lines = [r.getMessage() for r in caplog.records if "another setup" in r.getMessage()]
     assert len(lines) == 1 and f"torch 0.0.1 -> {torch.__version__}" in lines[0] and "\n" not in lines[0]
+
+
+def test_the_partition_is_saved_and_reloads_with_partition_from(tmp_path: Path, digits: chillfl.TensorData) -> None:
+    first = run(tmp_path, digits, **{"partition.alpha": 0.2})
+    assert first.folder is not None
+    saved = json.loads((first.folder / "partition.json").read_text())
+    assert len(saved["clients"]) == 4 and saved["partition"] == {"name": "dirichlet", "alpha": 0.2}
+    assert sorted(i for c in saved["clients"] for i in c) == list(range(1400))  # every training sample, once
+    path = str(first.folder / "partition.json")
+    # another seed would draw another split: from the file, the clients are the same ones
+    again = run(tmp_path, digits, seed=5, **{"partition.from": path})
+    assert again.folder is not None and again.config.partition == {"name": "file", "from": path}
+    assert json.loads((again.folder / "partition.json").read_text())["clients"] == saved["clients"]
+    with pytest.raises(chillfl.ConfigError, match="partition.from: .* has 4 clients; federation.num_clients is 3"):
+        run(tmp_path, digits, **{"partition.from": path, "federation.num_clients": 3})
+    with pytest.raises(chillfl.ConfigError, match="partition.from: cannot read"):
+        run(tmp_path, digits, **{"partition.from": str(tmp_path / "nope.json")})

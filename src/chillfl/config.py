@@ -409,6 +409,9 @@ def check_compare_option(key: str, value: Any) -> None:
 def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
     """Validate a plain nested dict (as read from TOML) into a RunConfig."""
     check_depth(data)
+    part = data.get("partition")
+    if isinstance(part, Mapping) and "from" in part and "name" not in part:  # partition.from = "partition.json" alone
+        data = {**data, "partition": {"name": "file", **part}}
     return parse_options(RunConfig, data, "")
 
 
@@ -640,7 +643,8 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
             table = getattr(defaults, part)
         if not isinstance(table, Mapping):
             continue  # not a table: config_from_dict names the error
-        picked = overrides.get(f"{part}.{key}", table.get(key))
+        fallback = "file" if part == "partition" and "partition.from" in overrides else table.get(key)  # from a file: not the old split
+        picked = overrides.get(f"{part}.{key}", fallback)
         data[part] = copy.deepcopy(dict(table)) if picked == table.get(key) else {}
     for key, value in overrides.items():
         set_dotted(data, key, value)

@@ -408,6 +408,7 @@ def check_parts(config: RunConfig) -> None:
     from chillfl.data.augment import split_augment
     from chillfl.data.datasets import DATASETS
     from chillfl.data.partition import PARTITIONERS, partitioner_names
+    from chillfl.data.partition_file import FROM_FILE
     from chillfl.models.assign import base_table
     from chillfl.models.projection import PROJECTION_OPTION
     from chillfl.models.registry import MODELS, model_names
@@ -423,6 +424,8 @@ def check_parts(config: RunConfig) -> None:
         parse_options(DATASETS[name].options, options, "dataset")
     for part, registry, names in (("partition", PARTITIONERS, partitioner_names()), ("algorithm", ALGORITHMS, algorithm_names())):
         name, options = RunConfig.component(getattr(config, part))
+        if part == "partition" and name == FROM_FILE:
+            continue  # the file is read with the data
         if name not in registry:
             raise choice_error(f"{part}.name", name, names)
         parse_options(registry[name].options, options, part)

@@ -175,7 +175,16 @@ def run_experiment(
         writer = ResultWriter(config.out_dir, config.name) if write else None
         if writer:
             writer.write_config(config.to_dict(), as_comment(environment(exp.device)))
+            _write_partition(writer.path, exp, config)
         return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks)
+
+
+def _write_partition(folder: Path, exp: Experiment, config: RunConfig) -> None:
+    """``partition.json``: the clients' training indices, reusable with ``partition.from`` (:mod:`chillfl.data.partition_file`)."""
+    from chillfl.data.partition_file import partition_record, write_partition
+
+    data = exp.data
+    write_partition(folder, partition_record(data.dataset.name, len(data.dataset.y_train), config.partition, data.train_indices))
 
 
 def resume_experiment(folder: str | Path, *, progress: Progress = True, callbacks: Sequence[Callback] = ()) -> RunOutput:

@@ -55,6 +55,7 @@ import torch
 
 from chillfl.data.client_rows import ClientRows
 from chillfl.data.datasets import ArrayDataset
+from chillfl.data.partition_file import FROM_FILE, read_partition
 from chillfl.data.partition import (
     NUM_CLIENTS_FIELD,
     Partition,
@@ -241,9 +242,14 @@ def build_federated_data(
         position[rest] = np.arange(len(rest))
         groups = tuple(position[g][position[g] >= 0] for g in dataset.train_groups)
         sub = dataclasses.replace(dataset, train_groups=groups)
-    labels = dataset.y_train.numpy()[rest]
-    part: Partition = partition(partitioner, labels, num_clients, _rng(seed, _PARTITION), partition_options, dataset=sub)
-    train = [rest[ix] for ix in part.client_indices]
+    part: Partition
+    if partitioner == FROM_FILE:  # partition.from: the clients of an earlier run (its partition.json)
+        train = read_partition(partition_options or {}, n, num_clients, public)
+        part = Partition([np.searchsorted(rest, ix) for ix in train])
+    else:
+        labels = dataset.y_train.numpy()[rest]
+        part = partition(partitioner, labels, num_clients, _rng(seed, _PARTITION), partition_options, dataset=sub)
+        train = [rest[ix] for ix in part.client_indices]
 
     evals: Sequence[np.ndarray]
     if client_eval == "none":

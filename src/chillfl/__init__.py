@@ -18,6 +18,8 @@ from chillfl._version import __version__
 
 _API = {
     "run": "api",
+    "compare": "api",
+    "Comparison": "api",
     "Result": "api",
     "TensorData": "api",
     "available": "api",
@@ -34,6 +36,7 @@ _API = {
 __all__ = [
     "ArrayDataset",
     "Callback",
+    "Comparison",
     "ConfigError",
     "Result",
     "RunConfig",
@@ -41,13 +44,14 @@ __all__ = [
     "TensorData",
     "__version__",
     "available",
+    "compare",
     "load_config",
     "make_config",
     "run",
 ]
 
 if TYPE_CHECKING:
-    from chillfl.api import Result, TensorData, available, make_config, run
+    from chillfl.api import Comparison, Result, TensorData, available, compare, make_config, run
     from chillfl.config import RunConfig, load_config
     from chillfl.data import ArrayDataset
     from chillfl.errors import ConfigError

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, Union
@@ -32,11 +33,13 @@ from chillfl.config import RunConfig, apply_overrides, check_depth, check_out_di
 from chillfl.data import ArrayDataset
 from chillfl.errors import ConfigError
 from chillfl.experiment import CUSTOM, Experiment, build_experiment
+from chillfl.report.compare import CompareResult as Comparison
+from chillfl.engine.view import RunView, model_with_state
 from chillfl.runner import Callback, RunOutput, run_experiment
 
 ConfigLike = Union[RunConfig, Mapping[str, Any], str, Path, None]
 
-__all__ = ["Result", "TensorData", "available", "make_config", "run"]
+__all__ = ["Comparison", "Result", "TensorData", "available", "compare", "make_config", "run"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,10 +100,93 @@ def run(
     experiment name, or a :class:`RunConfig` (None: the defaults).
     ``overrides``: ``key=value`` settings on top, top-level (``seed=1``) or
     dotted (``**{"client.lr": 0.05}``). ``callbacks``: objects with
-    ``on_round(record)`` and/or ``on_end(output)``, or functions called with
-    each round's record. Every user error raises :class:`ConfigError` naming
+    ``on_round(record[, run])`` and/or ``on_end(output)``, or functions called
+    with each round's record (and, when they take two arguments, a
+    :class:`~chillfl.engine.view.RunView`: copies of the global and client
+    models, and ``run.stop(reason)`` to end the run early, resumable). Every user error raises :class:`ConfigError` naming
     the field, before anything is written.
     """
+    cfg, dataset = _prepare(model, data, config, out_dir, overrides)
+    hooks = [_as_callback(cb, i) for i, cb in enumerate(callbacks)]
+    if write:
+        check_out_dir(cfg.out_dir)
+    exp = build_experiment(cfg, dataset, model=model)
+    if model is not None:
+        check_model_fits(exp)
+    out = run_experiment(cfg, write=write, progress=progress, experiment=exp, callbacks=hooks, hooks=[h.hook for h in hooks])
+    return Result(
+        model=_trained_copy(model if model is not None else exp.model, out.model_state),
+        summary=out.summary,
+        records=out.records,
+        folder=out.folder,
+        config=dataclasses.replace(cfg, device=str(exp.device)),  # as the runner saves it
+        state=out.model_state,
+        client_states=out.client_states,
+    )
+
+
+def compare(
+    model: nn.Module | None = None,
+    data: TensorData | ArrayDataset | None = None,
+    config: ConfigLike = None,
+    *,
+    grid: Mapping[str, Sequence[Any]] | Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    tune: Mapping[str, Sequence[Any]] | None = None,
+    controls: bool | None = None,
+    select: str | None = None,
+    reference: str | None = None,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+    write: bool = True,
+    **overrides: Any,
+) -> Comparison:
+    """Run variants of one experiment on your own model and data, as ``chillfl compare`` does, and tabulate them.
+
+    The same code path as the command line (:func:`chillfl.report.compare.run_compare`): the same
+    tables (``result.rows`` as data, ``result.table`` / ``str(result)`` as text) and the same result
+    folder. ``grid``: ``{"client.lr": [0.01, 0.1], "temperature": [1, 0.25]}`` (the cartesian
+    product; or ``["client.lr=0.01,0.1"]`` as on the command line); without it, the config's
+    ``[variants]``. ``seeds``: run every variant at each seed (mean ± std, 95 % CI, paired
+    differences). ``tune``: ``{"client.lr": [...]}``, each variant at its best point on the
+    validation split (needs ``eval.validation > 0``). ``controls``: step-size controls for T != 1
+    variants. ``model``, ``data``, ``config`` and ``overrides`` are those of :func:`run`.
+    ``result.report("report.html")`` writes the HTML report.
+    """
+    from chillfl.config import check_compare_option
+    from chillfl.report.compare import CompareOptions, grid_variants, parse_grid, run_compare
+    from chillfl.tune import parse_tune
+
+    cfg, dataset = _prepare(model, data, config, out_dir, overrides)
+    if isinstance(grid, Mapping):
+        for key, values in grid.items():
+            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+                raise ConfigError(f"grid.{key}", f"expected a non-empty list of values, got {values!r}")
+        variants = grid_variants([(str(k), list(v)) for k, v in grid.items()])
+    elif grid is not None:
+        if isinstance(grid, str):
+            raise ConfigError("grid", "expected a dict {key: [values]} or a list of 'key=v1,v2' strings, got a string")
+        variants = parse_grid(list(grid))
+    else:
+        variants = None
+    if seeds is not None:
+        try:
+            check_compare_option("seeds", list(seeds))
+        except ConfigError as exc:
+            raise ConfigError("seeds", exc.message) from None
+    if tune is not None:
+        parse_tune(dict(tune), "tune")
+    if write:
+        check_out_dir(cfg.out_dir)
+    if model is not None:
+        check_model_fits(build_experiment(cfg, dataset, model=model))
+    options = CompareOptions(seeds=list(seeds) if seeds is not None else None, tune=dict(tune) if tune is not None else None, controls=controls, select=select)
+    return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model)
+
+
+def _prepare(model: nn.Module | None, data: TensorData | ArrayDataset | None, config: ConfigLike, out_dir: str | Path | None,
+             overrides: Mapping[str, Any]) -> tuple[RunConfig, ArrayDataset | None]:
+    """The config :func:`run` and :func:`compare` run: overrides applied, the user's model and data recorded in it."""
     if model is not None and not isinstance(model, nn.Module):
         raise ConfigError("model", f"must be a torch.nn.Module, got {type(model).__name__}")
     if out_dir is not None:
@@ -112,22 +198,7 @@ def run(
         cfg = _replace_part(cfg, "dataset", {**dataset_record(dataset), **augment})
     if model is not None:
         cfg = _replace_part(cfg, "model", model_record(model))
-    hooks = [_as_callback(cb, i) for i, cb in enumerate(callbacks)]
-    if write:
-        check_out_dir(cfg.out_dir)
-    exp = build_experiment(cfg, dataset, model=model)
-    if model is not None:
-        check_model_fits(exp)
-    out = run_experiment(cfg, write=write, progress=progress, experiment=exp, callbacks=hooks)
-    return Result(
-        model=_trained_copy(model if model is not None else exp.model, out.model_state),
-        summary=out.summary,
-        records=out.records,
-        folder=out.folder,
-        config=dataclasses.replace(cfg, device=str(exp.device)),  # as the runner saves it
-        state=out.model_state,
-        client_states=out.client_states,
-    )
+    return cfg, dataset
 
 
 def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None = None) -> RunConfig:
@@ -277,45 +348,58 @@ def check_model_fits(exp: Experiment) -> None:
 
 
 def _trained_copy(template: nn.Module, state: Mapping[str, torch.Tensor] | None) -> nn.Module | None:
-    """A deep copy of ``template`` (on its own device) with ``state`` copied into its parameters and buffers."""
-    if state is None:
-        return None
-    model = copy.deepcopy(template)
-    named: dict[str, torch.Tensor] = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    missing = sorted(set(named) - set(state))
-    if missing:  # pragma: no cover - the run's state is the template's own
-        raise RuntimeError(f"trained state lacks {missing[:5]}")
-    with torch.no_grad():
-        for key, tensor in named.items():
-            tensor.copy_(state[key])
-    return model
+    """A deep copy of ``template`` holding ``state`` (None without a state)."""
+    return None if state is None else model_with_state(template, state)
 
 
 # ---------------------------------------------------------------- callbacks and registries
 
 
 class _Hook:
-    """A user callback with both of the runner's methods (a missing one does nothing)."""
+    """A user callback: its ``on_round`` as a round hook (given the :class:`RunView` when it takes two
+    arguments), its ``on_end`` as the runner's end callback; a missing one does nothing."""
 
-    def __init__(self, on_round: Callable[[Any], Any] | None, on_end: Callable[[Any], Any] | None) -> None:
-        self._round, self._end = on_round, on_end
+    def __init__(self, on_round: Callable[..., Any] | None, on_end: Callable[[Any], Any] | None, with_view: bool) -> None:
+        self._round, self._end, self._with_view = on_round, on_end, with_view
+
+    def hook(self, record: Mapping[str, Any], view: RunView) -> None:
+        if self._round is None:
+            return
+        if self._with_view:
+            self._round(record, view)
+        else:
+            self._round(record)
 
     def on_round(self, record: Mapping[str, Any]) -> None:
-        if self._round is not None:
-            self._round(record)
+        """The work is in :meth:`hook` (it has the view)."""
 
     def on_end(self, output: RunOutput) -> None:
         if self._end is not None:
             self._end(output)
 
 
-def _as_callback(cb: Any, index: int) -> Callback:
+def _takes_view(fn: Callable[..., Any], field: str) -> bool:
+    """Whether ``fn`` takes ``(record, run)`` rather than ``(record)``; decided once, from its signature."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: called with the record alone
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params) or len(positional) >= 2:
+        return True
+    if not positional:
+        raise ConfigError(field, "on_round must take the round's record (and optionally the run view): on_round(record[, run])")
+    return False
+
+
+def _as_callback(cb: Any, index: int) -> _Hook:
+    field = f"callbacks[{index}]"
     on_round, on_end = getattr(cb, "on_round", None), getattr(cb, "on_end", None)
     if on_round is None and on_end is None:
         if not callable(cb):
-            raise ConfigError(f"callbacks[{index}]", f"needs on_round(record) / on_end(output), or must be a function; got {type(cb).__name__}")
+            raise ConfigError(field, f"needs on_round(record[, run]) / on_end(output), or must be a function; got {type(cb).__name__}")
         on_round = cb
-    return _Hook(on_round, on_end)
+    return _Hook(on_round, on_end, on_round is not None and _takes_view(on_round, field))
 
 
 def available() -> dict[str, list[str]]:

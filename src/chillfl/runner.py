@@ -40,6 +40,7 @@ from chillfl.environment import as_comment, differences, environment
 from chillfl.engine.model_file import write_model
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.results import ResultWriter, read_metrics, summarize
+from chillfl.engine.view import RoundHook, RunView
 from chillfl.errors import ConfigError, Diverged, MissingExtra
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
 from chillfl.progress import Progress, make_bar
@@ -161,11 +162,14 @@ def run_experiment(
     label: str | None = None,
     experiment: Experiment | None = None,
     callbacks: Sequence[Callback] = (),
+    hooks: Sequence[RoundHook] = (),
 ) -> RunOutput:
     """Build and run ``config``; write its result folder unless ``write`` is False.
 
     All validation happens in :func:`build_experiment` before the folder exists.
     ``experiment``: parts built already (the Python API's own model and data).
+    ``hooks``: called after every round with the record and a :class:`~chillfl.engine.view.RunView`
+    (read-only models; ``stop()`` ends the run after that round, checkpointed and resumable).
     """
     with intra_op_threads(config.threads):
         exp = experiment or build_experiment(config, data=data)
@@ -176,7 +180,7 @@ def run_experiment(
         if writer:
             writer.write_config(config.to_dict(), as_comment(environment(exp.device)))
             _write_partition(writer.path, exp, config)
-        return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks)
+        return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks, hooks=hooks)
 
 
 def _write_partition(folder: Path, exp: Experiment, config: RunConfig) -> None:
@@ -187,7 +191,7 @@ def _write_partition(folder: Path, exp: Experiment, config: RunConfig) -> None:
     write_partition(folder, partition_record(data.dataset.name, len(data.dataset.y_train), config.partition, data.train_indices))
 
 
-def resume_experiment(folder: str | Path, *, progress: Progress = True, callbacks: Sequence[Callback] = ()) -> RunOutput:
+def resume_experiment(folder: str | Path, *, progress: Progress = True, callbacks: Sequence[Callback] = (), hooks: Sequence[RoundHook] = ()) -> RunOutput:
     """Continue the interrupted run in ``folder`` (a ``NAME.partial`` result folder) from its checkpoint."""
     path = Path(folder)
     if not (path / "config.toml").is_file():
@@ -205,7 +209,7 @@ def resume_experiment(folder: str | Path, *, progress: Progress = True, callback
             log.warning("resuming on another setup than the checkpoint's (%s): not bitwise what an uninterrupted run gives", "; ".join(changed))
         records = [r for r in read_metrics(path) if r["round"] <= done]
         writer = ResultWriter.reopen(path, records)
-        return _run(exp, config, writer, progress=progress, label=config.name, callbacks=callbacks, resume=(done, state["protocol"], records))
+        return _run(exp, config, writer, progress=progress, label=config.name, callbacks=callbacks, hooks=hooks, resume=(done, state["protocol"], records))
 
 
 def _checkpoint_round(writer: ResultWriter) -> int | None:
@@ -227,11 +231,13 @@ def _run(
     progress: Progress,
     label: str | None,
     callbacks: Sequence[Callback],
+    hooks: Sequence[RoundHook] = (),
     resume: tuple[int, Mapping[str, Any], list[dict[str, Any]]] | None = None,
 ) -> RunOutput:
     start = time.perf_counter()
     rounds, every = config.federation.rounds, config.checkpoint.every
     protocol = build_protocol(exp)
+    view = RunView(protocol, exp.model)
     executor = None
     done, records = 0, list[dict[str, Any]]()
     sinks: list[Sink] = []
@@ -256,15 +262,22 @@ def _run(
                     writer.append(record)
                 for cb in callbacks:
                     cb.on_round(record)
+                view.round = done
+                for hook in hooks:
+                    hook(record, view)
                 bar.set_postfix(_postfix(record), refresh=False)
                 bar.update(1)
+                if view.stop_reason is not None and done < rounds:  # a hook stopped the run: resumable from here
+                    _checkpoint(writer, protocol, done, exp.device)
+                    break
                 if signals.received is not None:
                     _checkpoint(writer, protocol, done, exp.device)
                     raise RunInterrupted(signals.received, writer.path if writer else None, done)
                 if every and done % every == 0 and done < rounds:
                     _checkpoint(writer, protocol, done, exp.device)
         _close_sinks(sinks)  # before _finish renames the folder they write into
-        output = _finish(exp, config, protocol, writer, records, time.perf_counter() - start)
+        stopped = {"round": done, "reason": view.stop_reason} if view.stop_reason is not None and done < rounds else None
+        output = _finish(exp, config, protocol, writer, records, time.perf_counter() - start, stopped)
         for cb in callbacks:
             cb.on_end(output)
         return output
@@ -314,8 +327,14 @@ def _close_sinks(sinks: list["Sink"]) -> None:
         close_sinks(done)
 
 
-def _finish(exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer: ResultWriter | None, records: list[dict[str, Any]], wall: float) -> RunOutput:
+def _finish(
+    exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer: ResultWriter | None, records: list[dict[str, Any]], wall: float,
+    stopped: dict[str, Any] | None = None,
+) -> RunOutput:
+    """Summary, saved models and plots; ``stopped`` (a hook ended the run early) keeps the checkpoint for ``resume``."""
     summary = summarize(records, config.eval.target_accuracy)
+    if stopped is not None:
+        summary["stopped"] = stopped
     summary["wall_time_s"] = round(wall, 3)
     summary["num_parameters"] = sum(v.numel() for k, v in exp.initial_state.items() if v.is_floating_point())
     summary["device"] = str(exp.device)
@@ -346,7 +365,8 @@ def _finish(exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer
     if clients:
         write_state(writer.path / CLIENT_MODELS, {str(c): s for c, s in clients.items()})
     _plots(records, writer.path, config)
-    (writer.path / CHECKPOINT).unlink(missing_ok=True)
+    if stopped is None:
+        (writer.path / CHECKPOINT).unlink(missing_ok=True)
     return RunOutput(writer.finish(), records, summary, model_state, clients)
 
 

@@ -63,7 +63,7 @@ class ResultWriter:
 
     @classmethod
     def reopen(cls, path: str | Path, records: Sequence[Mapping[str, Any]]) -> "ResultWriter":
-        """Continue writing the interrupted run folder ``path`` (``NAME.partial``) after ``records``.
+        """Continue writing the interrupted run folder ``path`` (``NAME.partial``, or a stopped run's ``NAME``) after ``records``.
 
         ``metrics.jsonl`` is rewritten with ``records`` only: rounds written after
         the checkpoint the run resumes from are run again.
@@ -72,7 +72,10 @@ class ResultWriter:
         self.path = Path(path)
         name = self.path.name.removesuffix(".partial")
         final = self.path.with_name(name)
-        self.final = final if not final.exists() else unique_dir(self.path.parent, name)
+        if final == self.path:  # a completed folder of a run a callback stopped early: it continues in place
+            self.final = final
+        else:
+            self.final = final if not final.exists() else unique_dir(self.path.parent, name)
         tmp = self.path / "metrics.jsonl.tmp"
         tmp.write_text("".join(json.dumps(strict(r), sort_keys=True, allow_nan=False) + "\n" for r in records), encoding="utf-8")
         tmp.replace(self.path / "metrics.jsonl")

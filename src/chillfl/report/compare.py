@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chillfl.config import (
     RunConfig,
@@ -41,7 +41,7 @@ from chillfl.config import (
     parse_value,
     variant_config,
 )
-from chillfl.data import FederatedData
+from chillfl.data import ArrayDataset, FederatedData
 from chillfl.engine.results import rounds_to_reach, to_toml, unique_dir
 from chillfl.errors import ConfigError, Diverged, MissingExtra, SweepFailed, one_line
 from chillfl.data.loaders import DATA_DIR_FIELD
@@ -51,6 +51,9 @@ from chillfl.progress import Progress
 from chillfl.progress import format_seconds
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, select_point
+
+if TYPE_CHECKING:
+    from torch import nn
 
 log = logging.getLogger(__name__)
 
@@ -96,23 +99,28 @@ def run_name(variant: Variant, point: Mapping[str, Any], seed: int | None, long:
 
 
 def parse_grid(items: Sequence[str]) -> list[Variant]:
-    """``key=v1,v2,...`` items -> the cartesian product of variants.
-
-    ``temperature=...`` is shorthand for ``temperature.policy="fixed"`` with
-    ``temperature.value`` set (T = 1 is the plain softmax).
-    """
-    axes: list[list[tuple[str, Any]]] = []
+    """``key=v1,v2,...`` items -> the cartesian product of variants (:func:`grid_variants`)."""
+    axes: list[tuple[str, list[Any]]] = []
     for item in items:
         key, sep, values = item.partition("=")
         key = key.strip()
         if not sep or not key or not values.strip():
             raise ConfigError("--grid", f"expected key=v1,v2,... got {item!r}")
-        axes.append([(key, parse_value(v.strip(), "--grid")) for v in values.split(",") if v.strip()])
-    size = math.prod(len(axis) for axis in axes)
+        axes.append((key, [parse_value(v.strip(), "--grid") for v in values.split(",") if v.strip()]))
+    return grid_variants(axes)
+
+
+def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[Variant]:
+    """The cartesian product of ``(key, values)`` axes as variants (``chillfl.compare(grid=...)`` passes typed values).
+
+    ``temperature=...`` is shorthand for ``temperature.policy="fixed"`` with
+    ``temperature.value`` set (T = 1 is the plain softmax).
+    """
+    size = math.prod(len(values) for _, values in axes)
     if size > MAX_VARIANTS:
-        raise ConfigError("--grid", f"{' x '.join(str(len(a)) for a in axes)} = {size} variants; at most {MAX_VARIANTS}")
+        raise ConfigError("--grid", f"{' x '.join(str(len(v)) for _, v in axes)} = {size} variants; at most {MAX_VARIANTS}")
     variants = []
-    for combo in itertools.product(*axes):
+    for combo in itertools.product(*([(key, value) for value in values] for key, values in axes)):
         overrides: dict[str, Any] = {}
         labels, temp = [], None
         for key, value in combo:
@@ -171,6 +179,17 @@ class CompareResult:
     """False after a ``dry_run`` without the dataset's files: only names and options were checked."""
     failures: dict[str, str] = field(default_factory=dict)
     """Run name -> how it failed (``diverged at round 3``), for the runs that did not finish; the sweep went on."""
+
+    def __str__(self) -> str:
+        return self.table
+
+    def report(self, path: str | Path = "report.html", title: str | None = None) -> Path:
+        """The comparison as one self-contained HTML page (what ``chillfl report FOLDER`` writes)."""
+        from chillfl.report.html import write_report
+
+        if self.folder is None:
+            raise ConfigError("write", "a comparison run with write=False has no result folder to report on")
+        return write_report([self.folder], path, title)
 
 
 def choose_reference(
@@ -504,15 +523,23 @@ def run_compare(
     write: bool = True,
     options: CompareOptions | None = None,
     dry_run: bool = False,
+    variants: Sequence[Variant] | None = None,
+    dataset: ArrayDataset | None = None,
+    model: nn.Module | None = None,
 ) -> CompareResult:
     """Run every variant (``--grid`` product, else the config's ``[variants]``) at every seed and tuning point.
 
     One seed and no tuning: the FLex&Chill Table 4 table. Otherwise the table over seeds
     (:func:`format_seed_table`), each variant at its best tuning point on validation accuracy.
     ``dry_run``: build and check every run's parts, then return an empty result (nothing runs or is written).
+    ``variants``: instead of ``grid`` strings (:func:`grid_variants`). ``dataset`` / ``model``: a user's own
+    data and ``nn.Module`` (:func:`chillfl.compare`), as for :func:`chillfl.run`.
     """
     opts = options or CompareOptions()
-    variants = parse_grid(grid) if grid else variants_from_config(config)
+    from_grid = bool(grid) or variants is not None
+    if variants is None:
+        variants = parse_grid(grid) if grid else variants_from_config(config)
+    variants = list(variants)
     if not variants:
         raise ConfigError("--grid", "give at least one key=v1,v2,... or define [variants.LABEL] tables in the config")
     seeds = opts.seeds if opts.seeds is not None else list(config.compare.get("seeds", [config.seed]))
@@ -526,7 +553,7 @@ def run_compare(
         raise ConfigError("eval.validation", "tuning selects on the server validation split; set eval.validation > 0 (e.g. eval.validation=0.1)")
     multi = tuned or len(seeds) > 1
     for v in variants:  # validates every variant before running any; errors name the variant
-        with _naming(v.label, bool(grid)):
+        with _naming(v.label, from_grid):
             apply_variant(config, v)
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):
         variants = with_controls(config, variants)
@@ -537,7 +564,7 @@ def run_compare(
     for long in (False, True):  # short folder names (fedavg-lr0.01-s0), the full labels if two would collide
         cells = []
         for v in variants:
-            with _naming(v.label, bool(grid)):
+            with _naming(v.label, from_grid):
                 for pi, point in enumerate(points):
                     for seed in seeds:
                         cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, multi, long)))
@@ -547,19 +574,19 @@ def run_compare(
     ref, base = choose_reference(variants, reference or config.compare.get("reference"), config.compare.get("baseline"), field)
     datasets: dict[str, FederatedData] = {}
     for c in cells:
-        with _naming(c.variant.label, bool(grid)):
+        with _naming(c.variant.label, from_grid):
             key = _data_key(c.config)
             if key not in datasets:
                 try:
-                    datasets[key] = build_data(c.config)
+                    datasets[key] = build_data(c.config, dataset)
                 except ConfigError as exc:
                     if not (dry_run and exc.field == DATA_DIR_FIELD):
                         raise
                     for other in cells:  # no data here: each run's names and options
-                        with _naming(other.variant.label, bool(grid)):
+                        with _naming(other.variant.label, from_grid):
                             check_parts(other.config)
                     return CompareResult(None, [], "", complete=False)
-            exp = build_experiment(c.config, data=datasets[key])  # every part of every variant is valid before anything is written
+            exp = build_experiment(c.config, data=datasets[key], model=model)  # every part of every variant is valid before anything is written
             if dry_run:
                 build_protocol(exp)
     if dry_run:
@@ -580,7 +607,8 @@ def run_compare(
             eta = f", ETA {format_seconds((time.monotonic() - start) / i * (len(cells) - i))}" if i else ""
             log.info("run %d of %d: %s%s", i + 1, len(cells), cfg.name, eta)
         try:
-            results[run_key] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=f"[{i + 1}/{len(cells)}] {cfg.name}")
+            exp = build_experiment(cfg, data=datasets[_data_key(cfg)], model=model) if model is not None else None
+            results[run_key] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=f"[{i + 1}/{len(cells)}] {cfg.name}", experiment=exp)
         except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
             results[run_key], failures[run_key] = None, f"diverged at round {exc.round}"
             log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)

@@ -180,7 +180,7 @@ def compare(
         check_out_dir(cfg.out_dir)
     if model is not None:
         check_model_fits(build_experiment(cfg, dataset, model=model))
-    options = CompareOptions(seeds=list(seeds) if seeds is not None else None, tune=dict(tune) if tune is not None else None, controls=controls, select=select)
+    options = CompareOptions(seeds=list(seeds) if seeds is not None else None, tune={k: list(v) for k, v in tune.items()} if tune is not None else None, controls=controls, select=select)
     return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model)
 
 

@@ -607,8 +607,8 @@ def run_compare(
             eta = f", ETA {format_seconds((time.monotonic() - start) / i * (len(cells) - i))}" if i else ""
             log.info("run %d of %d: %s%s", i + 1, len(cells), cfg.name, eta)
         try:
-            exp = build_experiment(cfg, data=datasets[_data_key(cfg)], model=model) if model is not None else None
-            results[run_key] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=f"[{i + 1}/{len(cells)}] {cfg.name}", experiment=exp)
+            own = build_experiment(cfg, data=datasets[_data_key(cfg)], model=model) if model is not None else None
+            results[run_key] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=f"[{i + 1}/{len(cells)}] {cfg.name}", experiment=own)
         except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
             results[run_key], failures[run_key] = None, f"diverged at round {exc.round}"
             log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)

@@ -22,6 +22,7 @@ _API = {
     "Comparison": "api",
     "Result": "api",
     "TensorData": "api",
+    "DatasetData": "api",
     "available": "api",
     "make_config": "api",
     "Callback": "runner",
@@ -38,6 +39,7 @@ __all__ = [
     "Callback",
     "Comparison",
     "ConfigError",
+    "DatasetData",
     "Result",
     "RunConfig",
     "RunOutput",
@@ -51,7 +53,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from chillfl.api import Comparison, Result, TensorData, available, compare, make_config, run
+    from chillfl.api import Comparison, DatasetData, Result, TensorData, available, compare, make_config, run
     from chillfl.config import RunConfig, load_config
     from chillfl.data import ArrayDataset
     from chillfl.errors import ConfigError

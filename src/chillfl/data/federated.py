@@ -227,14 +227,19 @@ def build_federated_data(
     require(0 <= public_size < n, PUBLIC_SIZE_FIELD, f"must be in [0, {n - 1}] (train set has {n} samples), got {public_size}")
     require(num_clients >= 1, NUM_CLIENTS_FIELD, f"must be >= 1, got {num_clients}")
     require(
-        num_clients <= n - public_size,
+        num_clients <= n - max(public_size, dataset.public_rows),
         NUM_CLIENTS_FIELD,
         f"must be <= the {n - public_size} training samples left after the public pool, got {num_clients}",
     )
     require(seed >= 0, "seed", f"must be >= 0, got {seed}")
     held_out = validation_split(len(dataset.y_test), validation, seed)
 
-    public = np.sort(_rng(seed, _PUBLIC).permutation(n)[:public_size]).astype(np.int64)
+    if dataset.public_rows:  # a public set passed from Python: its rows, and only those
+        own = dataset.public_rows
+        require(public_size in (0, own), PUBLIC_SIZE_FIELD, f"is {public_size}; the public set passed with the data has {own} samples (leave it unset)")
+        public = np.arange(n - own, n, dtype=np.int64)
+    else:
+        public = np.sort(_rng(seed, _PUBLIC).permutation(n)[:public_size]).astype(np.int64)
     rest = np.setdiff1d(np.arange(n), public)
     sub = dataset
     if dataset.train_groups is not None and public_size > 0:

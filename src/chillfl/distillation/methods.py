@@ -242,7 +242,10 @@ def public_labels(setup: DistillationSetup, data: Any, seed: int, data_dir: str)
     """The labels of the public pool, row for row with :func:`public_inputs` (FedMD's transfer learning uses them)."""
     c = setup.common
     if c.public_dataset is None:
-        return data.dataset.y_train[torch.from_numpy(data.public_indices)]
+        y = data.dataset.y_train[torch.from_numpy(data.public_indices)]
+        require(len(y) == 0 or int(y.min()) >= 0, f"{SECTION}.transfer_epochs",
+                "transfer learning trains on the public set's labels, and the public set passed from Python has none: pass public=(x, y) or set it to 0")
+        return y
     ds = _load_public_dataset(c.public_dataset, json.dumps(c.public_dataset_options, sort_keys=True), str(data_dir))
     from chillfl.training.local import derive_seed
 

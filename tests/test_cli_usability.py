@@ -117,3 +117,11 @@ def test_run_takes_data_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     base = write(tmp_path, "")
     assert main(["run", str(base), "--data-dir", str(tmp_path / "d"), "--dry-run"]) == 0
     assert tomllib.loads(capsys.readouterr().out)["data_dir"] == str(tmp_path / "d")
+
+
+def test_dry_run_refuses_an_out_dir_a_run_could_not_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    base = write(tmp_path, f'out_dir = "{blocker}"\n')
+    assert main(["run", str(base), "--dry-run", "dataset.name=digits"]) == 2
+    assert capsys.readouterr().err.startswith("chillfl: error: out_dir:")

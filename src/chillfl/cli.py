@@ -50,7 +50,7 @@ def _report(out: "RunOutput") -> int:
     return 0
 
 
-def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespace | None = None) -> int:
+def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespace | None = None, writes: bool = True) -> int:
     """``--dry-run``: build and check every part as the run would, then print the resolved config
     (file < overrides < flags) as it would be saved; nothing runs and nothing is written.
 
@@ -58,7 +58,11 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     seed is checked. Without the dataset's files only names and options are checked (one note).
     """
     from chillfl.engine.results import to_toml
+    from chillfl.runner import check_sinks
 
+    if writes:  # what a run checks before it writes anything
+        check_out_dir(config.out_dir)
+        check_sinks(config)
     if args is not None and args.command == "compare":
         from chillfl.report.compare import run_compare
 
@@ -150,7 +154,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
 
     config = _load(args.config, args.overrides, args)
     if args.dry_run:
-        return _dry_run(config)
+        return _dry_run(config, writes=False)
     need("matplotlib", "plots", "heat maps")  # before any work: the heat map is this command's output
     out = Path(args.output or f"{config.name}-partition.png")
     check_out_dir(str(out.parent))

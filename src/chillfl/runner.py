@@ -175,7 +175,7 @@ def run_experiment(
         exp = experiment or build_experiment(config, data=data)
         config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
         if write:
-            _check_sinks(config)
+            check_sinks(config)
         writer = ResultWriter(config.out_dir, config.name) if write else None
         if writer:
             writer.write_config(config.to_dict(), as_comment(environment(exp.device)))
@@ -199,7 +199,7 @@ def resume_experiment(folder: str | Path, *, progress: Progress = True, callback
     if not (path / CHECKPOINT).is_file():
         raise ConfigError("run_dir", f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint; start it again")
     config = load_config(path / "config.toml")
-    _check_sinks(config)
+    check_sinks(config)
     with intra_op_threads(config.threads):
         exp = build_experiment(config)
         state = read_state(path / CHECKPOINT, exp.device)
@@ -302,7 +302,7 @@ def _run(
         protocol.close()
 
 
-def _check_sinks(config: RunConfig) -> None:
+def check_sinks(config: RunConfig) -> None:
     """A sink whose package is missing stops the run before its folder exists (one MissingExtra line)."""
     from chillfl.extras import need
 

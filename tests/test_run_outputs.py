@@ -131,3 +131,10 @@ def test_the_partition_is_saved_and_reloads_with_partition_from(tmp_path: Path, 
         run(tmp_path, digits, **{"partition.from": path, "federation.num_clients": 3})
     with pytest.raises(chillfl.ConfigError, match="partition.from: cannot read"):
         run(tmp_path, digits, **{"partition.from": str(tmp_path / "nope.json")})
+
+
+def test_the_checkpoint_config_names_the_file_the_runner_writes() -> None:
+    from chillfl.config import CheckpointConfig
+    from chillfl.runner import CHECKPOINT
+
+    assert CheckpointConfig.__doc__ is not None and f"``{CHECKPOINT}``" in CheckpointConfig.__doc__

@@ -370,7 +370,7 @@ def as_dataset(data: UserData, dtype: torch.dtype = torch.float32) -> ArrayDatas
 
 def _public(public: Any, x_train: torch.Tensor, classes: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """A public set as (inputs, labels) tensors; labels -1 where none were given."""
-    if isinstance(public, torch.utils.data.Dataset) and not isinstance(public, torch.utils.data.TensorDataset):
+    if isinstance(public, torch.utils.data.Dataset):
         x, y = _materialize(public, "data.public")
     elif isinstance(public, tuple) and len(public) == 2:
         x, y = _tensor(public[0], "data.public"), _tensor(public[1], "data.public")

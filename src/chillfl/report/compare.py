@@ -47,8 +47,7 @@ from chillfl.errors import ConfigError, Diverged, MissingExtra, SweepFailed, one
 from chillfl.data.loaders import DATA_DIR_FIELD
 from chillfl.experiment import build_data, build_experiment, build_protocol, check_parts
 from chillfl.report.stats import paired_difference, summarize
-from chillfl.progress import Progress
-from chillfl.progress import format_seconds
+from chillfl.progress import Progress, format_seconds
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, select_point
 

@@ -143,7 +143,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     if args.out_dir is not None:
         check_out_dir(args.out_dir)
-    outcomes = reproduce(args.paper, seeds, out_dir=args.out_dir, progress=not args.quiet)
+    outcomes = reproduce(args.paper, seeds, out_dir=args.out_dir, progress=_progress(args))
     print(format_outcomes(outcomes))
     return 0
 

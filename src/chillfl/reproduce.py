@@ -30,6 +30,7 @@ from typing import Any, Literal
 from chillfl.config import RunConfig, load_config
 from chillfl.errors import ConfigError
 from chillfl.experiments import resolve_config
+from chillfl.progress import Progress
 from chillfl.report.compare import CompareOptions, run_compare
 from chillfl.report.stats import paired_difference
 
@@ -121,7 +122,7 @@ def _key(claim: Claim) -> str:
 
 
 def run_claim(
-    claim: Claim, seeds: Sequence[int], *, out_dir: str | None = None, progress: bool = False, write: bool = True,
+    claim: Claim, seeds: Sequence[int], *, out_dir: str | None = None, progress: Progress = False, write: bool = True,
     cache: dict[str, list[dict[str, Any]]] | None = None,
 ) -> Outcome:
     cache = {} if cache is None else cache
@@ -164,7 +165,7 @@ def format_outcomes(outcomes: Sequence[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def reproduce(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, progress: bool = False) -> list[Outcome]:
+def reproduce(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, progress: Progress = False) -> list[Outcome]:
     if paper not in PAPERS:
         raise ConfigError("paper", f"unknown paper {paper!r}; allowed: {', '.join(PAPERS)}")
     outcomes: list[Outcome] = []

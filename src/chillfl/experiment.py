@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator
+from chillfl.aggregation.robust import Krum
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment
@@ -143,7 +144,17 @@ def build_algorithm(config: RunConfig, model: nn.Module) -> tuple[Aggregator, li
     built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum)
     base = (options or {}).get("base") if name == "pa3fed" else name
     check_plain_sgd(config, base if isinstance(base, str) else name)
+    if isinstance(built[0], Krum):
+        check_krum(built[0], config.federation.sample_size())
     return built
+
+
+def check_krum(krum: Krum, clients: int) -> None:
+    """Krum's ``f`` and ``m`` against the clients a round samples: n > 2f + 2 (Blanchard et al.), m <= n - f."""
+    if clients <= 2 * krum.f + 2:
+        raise ConfigError("algorithm.f", f"Krum needs clients per round > 2f + 2; {clients} clients per round tolerate f <= {max((clients - 3) // 2, 0)}, got {krum.f}")
+    if krum.m > clients - krum.f:
+        raise ConfigError("algorithm.m", f"Multi-Krum averages at most clients per round - f = {clients - krum.f} models, got {krum.m}")
 
 
 PLAIN_SGD = {

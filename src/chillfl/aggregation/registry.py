@@ -22,6 +22,7 @@ from chillfl.aggregation.fedopt import FedOpt, FedOptOptions, ServerOptimizer
 from chillfl.aggregation.fedprox import FedProx, FedProxOptions, ProximalTerm
 from chillfl.aggregation.moon import Moon, MoonOptions
 from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions
+from chillfl.aggregation.robust import Krum, KrumOptions, Median, MedianOptions, TrimmedMean, TrimmedMeanOptions
 from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, ScaffoldOptions
 from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
 from chillfl.errors import ConfigError, choice_error
@@ -90,7 +91,13 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     "moon": AlgorithmSpec(MoonOptions, lambda o, ctx: _build_moon(o, ctx), "model-contrastive FL (Li et al. 2021)"),
     "fedalign": AlgorithmSpec(FedAlignOptions, lambda o, ctx: _build_fedalign(o, ctx), "FedAvg + final-stage Lipschitz alignment (Mendieta et al. 2022)"),
     "fedgen": AlgorithmSpec(FedGenOptions, lambda o, ctx: _build_fedgen(o, ctx), "server-trained feature generator as regulariser (Zhu et al. 2021)"),
+    "median": AlgorithmSpec(MedianOptions, lambda o, ctx: (Median(), []), "coordinate-wise median, byzantine-robust (Yin et al. 2018)"),
+    "trimmed_mean": AlgorithmSpec(TrimmedMeanOptions, lambda o, ctx: (TrimmedMean(o), []), "coordinate-wise trimmed mean, byzantine-robust (Yin et al. 2018)"),
+    "krum": AlgorithmSpec(KrumOptions, lambda o, ctx: (Krum(o), []), "(Multi-)Krum, byzantine-robust (Blanchard et al. 2017)"),
 }
+
+UNWEIGHTED = ("median", "trimmed_mean", "krum")
+"""Rules that take no client weights (robust aggregators): PA3Fed cannot pass them its coefficients."""
 
 
 def algorithm_names() -> list[str]:
@@ -153,7 +160,9 @@ def _build_fedgen(options: FedGenOptions, ctx: BuildContext) -> Built:
 
 def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
     """PA3Fed around the ``base`` entry, which keeps its own local objective terms."""
-    bases = [n for n in algorithm_names() if n != "pa3fed"]
+    if options.base in UNWEIGHTED:
+        raise ConfigError(f"{ctx.section}.base", f"{options.base} is a robust rule that takes no client weights, and PA3Fed's coefficients are weights; use a weighted base")
+    bases = [n for n in algorithm_names() if n != "pa3fed" and n not in UNWEIGHTED]
     if options.base not in bases:
         raise choice_error(f"{ctx.section}.base", options.base, bases)
     if options.base == "fedgen":  # PA3Fed's client report (score, gradient norm) replaces the base's

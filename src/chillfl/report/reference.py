@@ -79,7 +79,7 @@ def _names(module: str, function: str) -> Callable[[], list[str]]:
 
 
 def _algorithm_bases() -> list[str]:
-    return [n for n in _names("chillfl.aggregation.registry", "algorithm_names")() if n != "pa3fed"]
+    return [n for n in _names("chillfl.aggregation.registry", "algorithm_names")() if n not in ("pa3fed", "median", "trimmed_mean", "krum")]
 
 
 def _measures() -> list[str]:

@@ -34,6 +34,11 @@ Choices
   while the base loss is an opaque batch-mean function of (logits, y, T).
   Clients are sorted by step count before chunking so that a chunk's clients
   finish at about the same time.
+* Optimiser state (SGD's momentum, Adam's moments: :mod:`chillfl.training.optim`)
+  is stacked like the parameters, each client's own; Adam's step count is the
+  members' common local step. A schedule over local steps gives each client the
+  rate of its own planned steps (:class:`_LearningRates`), the very float the
+  sequential executor uses.
 * Context values (``job.context``) that are the very same object for every
   client are broadcast (e.g. FedProx's global model); all others are stacked
   (tensors) or turned into a tensor (differing numbers). Contexts of different

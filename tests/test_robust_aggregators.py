@@ -128,3 +128,19 @@ def test_end_to_end_under_every_executor(algorithm: dict[str, Any]) -> None:
     assert vec[-1]["global_acc"] == pytest.approx(seq[-1]["global_acc"], abs=0.01)
     if algorithm["name"] == "krum":
         assert all(len(r["agg_selected"]) == 2 and set(r["agg_selected"]) <= set(r["clients"]) for r in seq)
+
+
+@pytest.mark.parametrize("make", [Median, lambda: TrimmedMean(TrimmedMeanOptions(beta=0.2)), lambda: Krum(KrumOptions(f=1, m=2))])
+def test_resume_from_a_saved_state_is_bitwise(make: Any, tmp_path: Any) -> None:
+    """A checkpointed aggregator (its state_dict through torch.save) continues exactly as the one that never stopped."""
+    gen = torch.Generator().manual_seed(0)
+    rounds = [_results(torch.randn(5, 3, generator=gen).tolist()) for _ in range(4)]
+    original = make()
+    for r, results in enumerate(rounds[:2]):
+        original.aggregate(X0, results, r)
+    torch.save(original.state_dict(), tmp_path / "agg.pt")
+    restored = make()
+    restored.load_state_dict(torch.load(tmp_path / "agg.pt", weights_only=True))
+    for r, results in enumerate(rounds[2:], start=2):
+        a, b = original.aggregate(X0, results, r), restored.aggregate(X0, results, r)
+        assert torch.equal(a["w"], b["w"]) and original.round_metrics() == restored.round_metrics()

@@ -440,7 +440,7 @@ def check_config(config: RunConfig) -> bool:
 
 def check_parts(config: RunConfig) -> None:
     """Every pluggable part's name and options (no data needed): the checks each registry makes before building."""
-    from chillfl.aggregation.registry import ALGORITHMS, algorithm_names
+    from chillfl.aggregation.registry import algorithm_spec
     from chillfl.data.augment import split_augment
     from chillfl.data.datasets import DATASETS
     from chillfl.data.partition import PARTITIONERS, partitioner_names
@@ -458,13 +458,13 @@ def check_parts(config: RunConfig) -> None:
             raise choice_error("dataset.name", name, list(DATASETS))
         options, _ = split_augment(options)
         parse_options(DATASETS[name].options, options, "dataset")
-    for part, registry, names in (("partition", PARTITIONERS, partitioner_names()), ("algorithm", ALGORITHMS, algorithm_names())):
-        name, options = RunConfig.component(getattr(config, part))
-        if part == "partition" and name == FROM_FILE:
-            continue  # the file is read with the data
-        if name not in registry:
-            raise choice_error(f"{part}.name", name, names)
-        parse_options(registry[name].options, options, part)
+    name, options = RunConfig.component(config.partition)
+    if name != FROM_FILE:  # a partition file is read with the data
+        if name not in PARTITIONERS:
+            raise choice_error("partition.name", name, partitioner_names())
+        parse_options(PARTITIONERS[name].options, options, "partition")
+    name, options = RunConfig.component(config.algorithm)
+    parse_options(algorithm_spec(name).options, options, "algorithm")
     name, options = RunConfig.component(base_table(config.model))
     if not is_custom(name):
         if name not in MODELS:

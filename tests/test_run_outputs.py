@@ -7,6 +7,7 @@ import json
 import logging
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import safetensors.torch
@@ -97,7 +98,7 @@ def test_resume_warns_in_one_line_when_the_setup_changed(tmp_path: Path, caplog:
 
     real_finish = runner._finish
 
-    def stop_after_round_2(exp, config, protocol, writer, records, wall):  # type: ignore[no-untyped-def]
+    def stop_after_round_2(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt  # the run ends after its last checkpoint (round 2), as if killed
 
     runner._finish = stop_after_round_2  # type: ignore[assignment]

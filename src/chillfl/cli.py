@@ -203,7 +203,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
+    """The whole command line; ``analyses=False`` leaves out the analysis subcommands' own parsers (they import torch)."""
     parser = argparse.ArgumentParser(prog="chillfl", description="Federated learning on non-IID data: logit chilling, FedChill, PA3Fed, SCARLET.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -277,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:
         pass
     else:
-        add_analyze_parser(sub)
+        add_analyze_parser(sub, load=analyses)
     return parser
 
 
@@ -301,8 +302,13 @@ def _log_to_stderr(level: int) -> None:
     logger.setLevel(level)
 
 
+def _command(argv: Sequence[str] | None) -> str | None:
+    """The subcommand the arguments name (the first one not starting with ``-``), if any."""
+    return next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(analyses=_command(argv) == "analyze")
     # Overrides may come before or after options (``run cfg -q a.b=1``): argparse stops
     # filling the positional list at the first option, so collect the stragglers here.
     args, extra = parser.parse_known_args(argv)

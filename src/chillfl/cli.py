@@ -19,19 +19,19 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
 from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra
-from chillfl.experiments import bundled_experiments, resolve_config
+from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
 
 if TYPE_CHECKING:
     from chillfl.runner import RunOutput
 
 DEMO = "demo"
-DEMO_GRID = ["temperature=1,0.25,0.05"]
 
 
 def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
@@ -70,8 +70,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from chillfl.runner import run_experiment
 
     config = _load(args.config, args.overrides, args)
-    if config.variants:
-        raise ConfigError("variants", f"this config defines {len(config.variants)} variants; run them with `chillfl compare {args.config}` (`run` runs one experiment)")
+    if config.variants:  # a comparison: run it as `compare` would, saying so in one line
+        print(f"chillfl: {config.name} defines {len(config.variants)} variants: running the comparison (`chillfl compare {args.config}`)", file=sys.stderr)
+        return _compare(config, [], None, args.quiet)
     check_out_dir(config.out_dir)
     return _report(run_experiment(config, progress=not args.quiet))
 
@@ -169,6 +170,11 @@ def _download_status(data_dir: str) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.what == "experiments":
+        from chillfl.catalogue import catalogue, format_catalogue
+
+        print(format_catalogue(catalogue()))
+        return 0
     if args.options:
         from chillfl.report.reference import render_reference
 
@@ -189,9 +195,15 @@ def cmd_list(args: argparse.Namespace) -> int:
         ("algorithms", algorithm_names()),
         ("distillation methods", method_names()),
         ("prototype methods", sorted(PROTOTYPE_METHODS)),
-        ("experiments", bundled_experiments()),
     ):
-        print(f"{title}: {', '.join(names)}")
+        print(textwrap.fill(f"{title}: {', '.join(names)}", width=100, subsequent_indent="    "))
+    print("experiments (`chillfl list experiments`: paper, data, minutes):")
+    groups: dict[str, list[str]] = {}
+    for name in bundled_experiments():
+        folder, _, stem = name.rpartition("/")
+        groups.setdefault(folder, []).append(stem)
+    for folder, stems in groups.items():
+        print(textwrap.fill(f"{folder or '(top)'}: {', '.join(stems)}", width=100, initial_indent="    ", subsequent_indent="        ", break_on_hyphens=False))
     return 0
 
 
@@ -270,6 +282,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("list", help="registered datasets, models, methods and bundled experiments")
+    p.add_argument("what", nargs="?", choices=("experiments",), help="experiments: a table of the bundled experiments (paper, run or compare, data, expected minutes)")
     p.add_argument("--options", action="store_true", help="print every part's options with types and defaults (markdown)")
     p.set_defaults(func=cmd_list)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from chillfl.catalogue import CPU_FLOPS, MEASURED_CPU_MIN, STEP_S, _target, entry, estimate_cpu_minutes
+from chillfl.catalogue import LARGE, MEASURED_CPU_MIN, SMALL_FLOPS, STEP_S, _target, entry, estimate_cpu_minutes
 from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.experiments import bundled_experiments
@@ -23,6 +23,7 @@ def test_rows_say_paper_kind_and_data() -> None:
     assert not e.measured and e.cpu_min is not None and e.cpu_min > 60
     demo = entry("demo")
     assert demo.data == "offline" and demo.kind == "compare (27 runs)"  # 3 temperatures x 3 seeds x 3 lrs
+    assert demo.measured
     assert entry("scarlet/public-dataset-mnist1d").kind == "run"
 
 
@@ -40,10 +41,10 @@ def test_the_cost_model_on_a_hand_worked_config(tmp_path) -> None:
     from chillfl.catalogue import _forward_flops
 
     flops = _forward_flops(config)
-    assert flops is not None and flops > 0
+    assert flops is not None and 0 < flops < LARGE  # a small model: the small-model throughput
     steps = 3 * 1 * 1 * math.ceil(719 / 100)  # 24
     samples = 3 * 719
-    expected = (steps * STEP_S + (3 * samples + 3 * 359) * flops / CPU_FLOPS) / 60
+    expected = (steps * STEP_S + (3 * samples + 3 * 359) * flops / SMALL_FLOPS) / 60
     assert math.isclose(estimate_cpu_minutes(config) or 0.0, expected, rel_tol=1e-12)
 
 

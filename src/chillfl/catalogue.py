@@ -38,8 +38,9 @@ DATASETS: dict[str, tuple[int, int, tuple[int, ...], int]] = {
 }
 
 MEASURED_CPU_MIN: dict[str, float] = {
+    "demo": 1.6,  # 95 s of CPU time, 2026-11-26 (README)
     # CPU minutes of the whole experiment, executor "sequential", threads 1, on the 2-core Xeon
-    # development machine (sources: docs/fedchill.md, docs/scarlet.md, docs/pa3fed.md, README's demo).
+    # development machine (sources: docs/fedchill.md, docs/scarlet.md, the README's demo).
     "fedchill/table2-digits": 1.8,
     "fedchill/table3-digits": 1.5,
     "fedchill/table4-digits": 1.8,
@@ -52,10 +53,21 @@ MEASURED_CPU_MIN: dict[str, float] = {
 SOFT_LABEL_FACTOR = 3.5
 """Soft-label protocols add distillation on the public set each round: measured 3.4x the model's estimate
 (scarlet/dsfl-vs-scarlet-digits) and about 3.8x (scarlet/fig7-digits-strong, docs/scarlet.md)."""
-STEP_S = 0.0046
-"""Seconds of per-step overhead of one local SGD step (python, functional step, small tensors), one core."""
+STEP_S = 0.00076
+"""Seconds of per-step overhead of one local SGD step, one core: fitted (least squares, with SMALL_FLOPS)
+to the measured digits rows below and the demo (each within 0.8-1.1x of its measurement)."""
+SMALL_FLOPS = 1.1e10
+"""FLOP/s of local training of small models (under 10 MFLOP a sample: the CPU-scale CNNs), one core, fitted as above."""
 CPU_FLOPS = 5.0e10
-"""Sustained fp32 FLOP/s of local training on one core of the development machine (McMahan CNN, benchmarks/README.md)."""
+"""FLOP/s of local training of large models on one core of the development machine (the McMahan CNN of
+benchmarks/README.md's workload 1: 123 GFLOP/s on both cores for the compute bound)."""
+LARGE = 1.0e7
+"""Forward FLOPs a sample from which a model counts as large."""
+
+
+def throughput(flops: float) -> float:
+    """FLOP/s of local training on one core for a model of ``flops`` forward FLOPs a sample."""
+    return CPU_FLOPS if flops >= LARGE else SMALL_FLOPS
 
 
 @dataclass(frozen=True)
@@ -125,7 +137,7 @@ def estimate_cpu_minutes(config: RunConfig) -> float | None:
     per_client = train / fed.num_clients
     steps = fed.rounds * clients * config.client.epochs * math.ceil(per_client / config.client.batch_size)
     samples = fed.rounds * clients * config.client.epochs * per_client
-    seconds = steps * STEP_S + (3 * samples + fed.rounds * test) * flops / CPU_FLOPS
+    seconds = steps * STEP_S + (3 * samples + fed.rounds * test) * flops / throughput(flops)
     factor = SOFT_LABEL_FACTOR if config.distillation else 1.0
     return factor * _runs(config) * seconds / 60
 
@@ -173,8 +185,9 @@ def format_catalogue(entries: list[Entry]) -> str:
     lines += [
         "",
         "CPU minutes: measured on the 2-core Xeon development machine (executor \"sequential\", one thread), or",
-        "'est.' = extrapolated from the config (steps x per-step overhead + FLOPs at the measured throughput;",
-        "expect a factor of 2 either way). GPU: no bundled experiment has been timed on a GPU yet.",
+        "'est.' = extrapolated from the config (steps x per-step overhead + FLOPs at the measured throughput of",
+        "one core; expect a factor of 2 either way). GPU: no bundled experiment has been timed on a GPU yet;",
+        "the full-size ones (those needing a download) are meant for one: `--device cuda`.",
         "Run one: `chillfl run NAME` (a comparison runs all its variants). Data: `chillfl data download NAME`.",
     ]
     return "\n".join(lines)

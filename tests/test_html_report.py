@@ -173,3 +173,20 @@ def test_a_comparison_folder_shows_its_table_and_its_diverged_runs(tmp_path: Pat
     assert f"<td class=\"l\">{rounds_cell}</td>" in page.replace("&quot;", '"')
     assert len(re.findall(r"<li>boom_seed\d: diverged at round \d+", page)) == 2  # both seeds, with their round
     assert "not checked" not in page and "seed0" not in re.sub(r"<details>.*?</details>", "", page, flags=re.S).split("<h2>Results</h2>")[1].split("</table>")[0]
+
+
+def test_long_unbreakable_names_do_not_widen_the_page(tmp_path: Path) -> None:
+    """A 1280 px window: the config table wraps a long label (compare's folder names run long)."""
+    browser = _browser()
+    if browser is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("no Chromium found under CI (.ci/run installs the Debian package 'chromium')")
+        pytest.skip("no Chromium installed (apt-get install chromium)")
+    config = tmp_path / "exp.toml"
+    config.write_text(f'name = "{"T0.05_client.lr0.2_algorithm.namefedavg_" * 4}"\nout_dir = "{tmp_path / "out"}"\n')
+    assert main(["run", str(config), "-q", *TINY]) == 0
+    out = tmp_path / "report.html"
+    assert main(["report", str(tmp_path / "out"), "-o", str(out), "--no-models", "--no-partitions"]) == 0
+    dom = _chromium(browser, "--virtual-time-budget=10000", f"--window-size={WIDTH},{HEIGHT}", "--dump-dom", out.resolve().as_uri(), home=tmp_path).stdout
+    check = re.search(r'data-overflow="(\d+)"', dom)
+    assert check is not None and check.group(1) == "0", dom[-1500:]

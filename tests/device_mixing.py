@@ -44,7 +44,11 @@ _FACTORIES = {
 _MOVES = {"to", "cpu", "cuda", "type_as"}
 _HOST_OUT = {"numpy", "__array__"}
 _INDEXING = {"__getitem__", "__setitem__", "index_put_", "index_put"}
-_EXEMPT = {"copy_", "_has_compatible_shallow_copy_type", "set_", "is_floating_point", "is_complex", "dim", "size", "numel", "__len__", "__repr__", "__format__", "__bool__", "item", "tolist", "__index__", "__int__", "__float__", "__hash__", "__eq__", "__reduce_ex__", "_typed_storage", "untyped_storage", "storage_offset", "stride", "data_ptr", "element_size", "__deepcopy__"}
+_EXEMPT = {  # no device of their own: shapes, Python numbers, storage access, cross-device copies
+    "copy_", "_has_compatible_shallow_copy_type", "set_", "is_floating_point", "is_complex", "dim", "size", "numel", "__len__",
+    "__repr__", "__format__", "__bool__", "item", "tolist", "__index__", "__int__", "__float__", "__hash__", "__eq__", "__reduce_ex__",
+    "_typed_storage", "untyped_storage", "storage_offset", "stride", "data_ptr", "element_size", "__deepcopy__",
+}
 
 
 class DeviceMixing(AssertionError):

@@ -12,17 +12,14 @@ module's other tests still need one.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch
 
-from chillfl.aggregation.registry import algorithm_names
 from chillfl.config import load_config
-from chillfl.distillation.methods import method_names
-from chillfl.protocols.knowledge import METHODS as PROTOTYPE_METHODS
 from chillfl.runner import run_experiment
-from chillfl.temperature import policy_names
+from registry_cases import registry_cases
 
 NOT_RUN = "no CUDA GPU on this machine: the CUDA suite was NOT run"
 SUITE_DEVICE = os.environ.get("CHILLFL_CUDA_SUITE_DEVICE", "cuda")
@@ -193,37 +190,7 @@ def test_cuda_vectorized_run_agrees_with_sequential_run() -> None:
 
 # ---------------------------------------------------------------- every registered method (generated from the registries)
 
-TINY: dict[str, Any] = {
-    "dataset.name": "digits",
-    "model.name": "mlp",
-    "federation.num_clients": 4,
-    "federation.clients_per_round": 3,
-    "federation.rounds": 2,
-    "client.batch_size": 32,
-    "client.lr": 0.05,
-    "eval.client_split_size": 20,
-    "deterministic": True,
-}
-PUBLIC = {"distillation.public_size": 120, "distillation.subset_size": 40}
-NEEDS: dict[str, dict[str, Any]] = {
-    "algorithm-fedalign": {"model.name": "resnet20", "federation.num_clients": 3, "federation.clients_per_round": 2},  # needs a reduced-width final stage
-}
-"""Settings a method cannot run without (its ConfigError says so); every other case runs ``TINY`` as is."""
-
-
-def registry_cases() -> Iterator[tuple[str, dict[str, Any]]]:
-    """(id, overrides) of every registered algorithm, soft-label method, prototype method and temperature policy."""
-    for name in algorithm_names():
-        yield f"algorithm-{name}", {"algorithm.name": name}
-    for name in method_names():
-        yield f"distillation-{name}", {"distillation.method": name, **PUBLIC}
-    for name in sorted(PROTOTYPE_METHODS):
-        yield f"prototypes-{name}", {"prototypes.method": name}
-    for name in policy_names():
-        yield f"temperature-{name}", {"temperature.policy": name}
-
-
-CASES = [pytest.param({**TINY, **over, **NEEDS.get(case, {})}, id=case) for case, over in registry_cases()]
+CASES = [pytest.param({**over, "deterministic": True}, id=case) for case, over in registry_cases()]
 PRECISIONS = ["fp32", "bf16"] if SUITE_DEVICE == "cuda" else ["fp32"]
 
 

@@ -685,12 +685,12 @@ class VectorizedExecutor:
         replica.loss_fn.factor = True
         try:
             _, grads, factors = losses_of.grads(params, buffers, *args)
-            rtol = 1e-2 if self.spec.precision == "bf16" else 1e-4  # bf16: the dense weight gradient is a bf16 matmul, the factored one fp32
+            rtol = 1e-4 if self.spec.precision == "fp32" else 1e-2  # bf16/tf32: the dense weight gradient is a reduced-precision matmul
             mismatch = [k for k, d, g in zip(params, dense, grads) if not _close(_full_grad(g, factors.get(k, []), params[k]), d, rtol)]
         except NotVectorizable as exc:  # e.g. a bias-free linear layer on the (constant) input
             mismatch, factors = [str(exc)], {}
         self._factored = frozenset() if mismatch else frozenset(factors)
-        plain_sgd = not self.spec.momentum and not self.spec.weight_decay and self.spec.precision == "fp32"
+        plain_sgd = not self.spec.momentum and not self.spec.weight_decay and self.spec.precision in ("fp32", "tf32")
         dense_part = set() if mismatch else {k for k, g in zip(params, grads) if g is not None}
         self._deferred = frozenset(
             k

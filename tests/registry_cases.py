@@ -1,0 +1,42 @@
+"""Every registered method as a tiny run's config overrides: the CUDA suite and the device-mixing check share them.
+
+Generated from the registries (algorithms, soft-label methods, prototype methods,
+temperature policies), so that a new method is covered without editing a test.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from chillfl.aggregation.registry import algorithm_names
+from chillfl.distillation.methods import method_names
+from chillfl.protocols.knowledge import METHODS as PROTOTYPE_METHODS
+from chillfl.temperature import policy_names
+
+TINY: dict[str, Any] = {
+    "dataset.name": "digits",
+    "model.name": "mlp",
+    "federation.num_clients": 4,
+    "federation.clients_per_round": 3,
+    "federation.rounds": 2,
+    "client.batch_size": 32,
+    "client.lr": 0.05,
+    "eval.client_split_size": 20,
+}
+"""Two rounds: the soft-label methods distil from round 2 on."""
+
+PUBLIC = {"distillation.public_size": 120, "distillation.subset_size": 40}
+NEEDS: dict[str, dict[str, Any]] = {
+    "algorithm-fedalign": {"model.name": "resnet20", "federation.num_clients": 3, "federation.clients_per_round": 2},  # a reduced-width final stage
+}
+"""Settings a method cannot run without (its ConfigError says so); every other case runs ``TINY`` as is."""
+
+
+def registry_cases() -> Iterator[tuple[str, dict[str, Any]]]:
+    """(id, overrides) of every registered algorithm, soft-label method, prototype method and temperature policy."""
+    cases: list[tuple[str, dict[str, Any]]] = [(f"algorithm-{n}", {"algorithm.name": n}) for n in algorithm_names()]
+    cases += [(f"distillation-{n}", {"distillation.method": n, **PUBLIC}) for n in method_names()]
+    cases += [(f"prototypes-{n}", {"prototypes.method": n}) for n in sorted(PROTOTYPE_METHODS)]
+    cases += [(f"temperature-{n}", {"temperature.policy": n}) for n in policy_names()]
+    for case, over in cases:
+        yield case, {**TINY, **over, **NEEDS.get(case, {})}

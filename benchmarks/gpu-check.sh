@@ -106,16 +106,18 @@ except ImportError as exc:
 EOF
 }
 
-# The CUDA suite in parallel shards (one GPU, 16 cores): the registry's cases are most of its time.
+# The CUDA suite in 7 parallel shards (one GPU, 16 cores): the registry's 104 cases are most of its time.
 cuda_suite() {
     local env=()
     [ "$SMOKE" = 1 ] && env=(env CHILLFL_CUDA_SUITE_DEVICE=cpu)
-    local shards=("not every_method" "every_method and algorithm and sequential" "every_method and algorithm and vectorized"
+    local shards=("not every_method"
+                  "every_method and algorithm-fed and sequential" "every_method and algorithm-fed and vectorized"
+                  "every_method and algorithm and not algorithm-fed and sequential" "every_method and algorithm and not algorithm-fed and vectorized"
                   "every_method and not algorithm and sequential" "every_method and not algorithm and vectorized")
     [ "$SMOKE" = 1 ] && shards=("not every_method" "every_method and fedavg" "every_method and scarlet")
     local pids=() i=0
     for k in "${shards[@]}"; do
-        "${env[@]}" "$PY" -m pytest tests/test_cuda.py -rs -q -p no:cacheprovider -k "$k" > "$OUT/cuda-suite-shard$i.log" 2>&1 &
+        ${env[@]+"${env[@]}"} "$PY" -m pytest tests/test_cuda.py -rs -q -p no:cacheprovider -k "$k" > "$OUT/cuda-suite-shard$i.log" 2>&1 &
         pids+=($!); i=$((i + 1))
     done
     local rc=0 j=0
@@ -138,7 +140,7 @@ if [ "$HAS_CUDA" = 1 ] && [ "$SMOKE" = 0 ]; then
 fi
 
 # --timeout: seconds per measured process, so that a workload's step ends with its JSON written even when one run hangs.
-BENCH=("$PY" benchmarks/run.py --device "$DEVICE" --repeats 1 "${PEAKS[@]}")
+BENCH=("$PY" benchmarks/run.py --device "$DEVICE" --repeats 1 ${PEAKS[@]+"${PEAKS[@]}"})
 if [ "$SMOKE" = 1 ]; then
     BENCH+=(--no-peers)
     W1=(--workload 1 --scale 0.02 --rounds 1 --modes "chillfl[auto]" --timeout 200)
@@ -148,7 +150,7 @@ if [ "$SMOKE" = 1 ]; then
     PROFILE=(--workload 1 --scale 0.02 --device cpu)
 else
     BENCH+=(--no-install)
-    W1=(--workload 1 --rounds 2 --modes "chillfl[auto],chillfl[auto+tf32],chillfl[auto+bf16],blazefl[threads]" --timeout 35)
+    W1=(--workload 1 --rounds 2 --modes "chillfl[auto],chillfl[auto+tf32],chillfl[auto+bf16],chillfl[auto+bf16+channels_last],blazefl[threads]" --timeout 35)
     W2=(--workload 2 --rounds 3 --modes "chillfl[auto],blazefl[serial],blazefl[threads]" --timeout 20)
     W3=(--workload 3 --rounds 3 --modes "chillfl[auto],chillfl[auto+bf16]" --timeout 25)
     W4=(--workload 4 --rounds 3 --modes "chillfl[auto],blazefl[serial],blazefl[threads]" --timeout 20)

@@ -16,7 +16,7 @@ that gives every tensor a *home*:
 a ``run`` tensor with a host tensor of one or more dimensions raises
 :class:`DeviceMixing`, as CUDA would (it accepts 0-dim host tensors as scalars and host
 index tensors in ``t[idx]``), and so does ``.numpy()`` / ``np.asarray`` of a ``run``
-tensor. Tensors made before the mode started, or inside transforms that re-wrap them
+tensor, and a host ``torch.Generator`` drawing on the run's device. Tensors made before the mode started, or inside transforms that re-wrap them
 (``torch.func.vmap``), have no home and are never flagged: the check errs on the side of
 silence, never of a false alarm.
 """
@@ -123,6 +123,11 @@ class StandInDevice(TorchFunctionMode):
             where = home(args[0])
             real = func(*args, **kwargs)
             return torch.device("cpu") if where == HOST or real.type != "cpu" else STAND_IN  # no home: silence, never a false alarm
+        generator = kwargs.get("generator")
+        if isinstance(generator, torch.Generator) and generator.device.type == "cpu":
+            on_run = _is_run_device(kwargs.get("device")) or any(home(t) == RUN for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor))
+            if on_run:
+                self._flag(f"{name}: a host torch.Generator draws on the run's device (CUDA needs a CUDA generator)")
         out = func(*args, **kwargs)
         if owner is _DATA and name == "__set__":  # module.to(): param.data = moved
             _set_home(args[0], home(args[1]))

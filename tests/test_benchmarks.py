@@ -143,3 +143,11 @@ def test_gpu_targets_met_missed_and_not_measured() -> None:
     assert rows["W2 chillfl[auto] vs BlazeFL best"] == ("12.000x (blazefl[threads])", "met")
     assert rows["W4 chillfl[auto] vs BlazeFL best"] == ("-", "not measured")
     assert rows["W2 launch -> end of round 1"] == ("2.600 s", "MISSED")
+
+
+def test_chillfl_variants_set_precision_and_memory_format() -> None:
+    o = mode_chillfl.overrides(workload("1", 0.02), "auto+bf16+channels_last", 2, 0, "cuda")
+    assert (o["executor"], o["precision"], o["memory_format"]) == ("auto", "bf16", "channels_last")
+    o = mode_chillfl.overrides(workload("1", 0.02), "auto+tf32", 2, 0, "cuda")
+    assert o["precision"] == "tf32" and "memory_format" not in o
+    assert "chillfl[auto+bf16+channels_last]" in [m.name for m in run.all_modes("cuda")]

@@ -139,7 +139,7 @@ from torch.func import vmap
 from chillfl.data.augment import crop_flip
 from chillfl.engine.footprint import activation_bytes, nbytes
 from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor, train_job
-from chillfl.engine.predict import BatchedPredictor
+from chillfl.engine.predict import BatchedPredictor, refuse_fallback
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, add_outer_, empty_in_order, factored_linears, step_rows
 from chillfl.training.local import (
@@ -457,6 +457,7 @@ class VectorizedExecutor:
             try:
                 return self._run_vectorized(jobs)
             except NotVectorizable as exc:
+                refuse_fallback("the vectorized executor", str(exc))
                 self.fallback_reason = str(exc)
                 self._fallback = self._make_fallback()
                 log.warning("vectorized executor: %s; falling back to the %s for the rest of the run", exc, _describe(self._fallback))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check of issue 26 in one script: environment, the CUDA suite, a profile of workload 1's round,
-# and the benchmark (workloads 3, 1, 2, 4, BlazeFL in the same run) with the issue's targets, met or missed.
+# the benchmark (workloads 3, 1, 2, 4, BlazeFL in the same run), workload 2's start-up phase by phase,
+# and the issue's targets, met or missed.
 #
 #   bash benchmarks/gpu-check.sh OUTDIR [--setup|--no-setup] [--smoke] [--budget SECONDS]
 #
@@ -169,6 +170,7 @@ step profile-w1 $((60 * SLOW)) "$PY" benchmarks/profile_round.py "${PROFILE[@]}"
 step bench-w1 $((130 * SLOW)) "${BENCH[@]}" "${W1[@]}" --out "$OUT/bench-w1.json"
 step bench-w2 $((70 * SLOW)) "${BENCH[@]}" "${W2[@]}" --out "$OUT/bench-w2.json"
 step bench-w4 $((70 * SLOW)) "${BENCH[@]}" "${W4[@]}" --out "$OUT/bench-w4.json"
+step startup-w2 $((40 * SLOW)) "$PY" benchmarks/profile_startup.py --workload 2 --device "$DEVICE" --out "$OUT"
 # shellcheck disable=SC2046
 step targets 20 "$PY" benchmarks/gpu_targets.py $(ls "$OUT"/bench-w*.json 2>/dev/null)
 echo "total $(( $(date +%s) - START )) s" | tee -a "$SUMMARY"

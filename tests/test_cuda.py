@@ -73,6 +73,19 @@ def test_cuda_run_keeps_the_model_on_the_gpu() -> None:
 
 
 @needs_cuda
+def test_tf32_is_set_for_the_run_only() -> None:
+    """``precision = "tf32"``: TF32 matmuls and convolutions inside the run, torch's settings restored after."""
+    from chillfl.runner import device_settings
+
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    with device_settings(load_config(None, {**BASE, "device": "cuda", "precision": "tf32"}), torch.device("cuda")):
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    tf32, fp32 = _run(device="cuda", precision="tf32"), _run(device="cuda")
+    assert tf32[-1]["train_loss"] == pytest.approx(fp32[-1]["train_loss"], rel=0.02)  # 10-bit mantissa inputs, fp32 accumulation
+
+
+@needs_cuda
 def test_processes_executor_is_refused_on_cuda() -> None:
     from chillfl.errors import ConfigError
 

@@ -68,3 +68,17 @@ def test_run_on_cifar_shaped_tensors_with_a_registered_cnn(attempt: int) -> None
         """
     )
     assert out.strip().endswith("rounds 1")
+
+
+def test_shapes_only_skips_value_initialisation_and_keeps_shape_changes() -> None:
+    import torch
+
+    from chillfl.models.registry import _ShapesOnly
+
+    with torch.device("meta"), _ShapesOnly():
+        t = torch.zeros(3)
+        assert t.normal_() is t and t.uniform_(-1, 1) is t  # values only: skipped
+        t.unsqueeze_(0)
+        w = torch.nn.Linear(4, 2)
+    assert t.shape == (1, 3) and t.is_meta
+    assert w.weight.shape == (2, 4) and w.weight.is_meta and w.weight.requires_grad

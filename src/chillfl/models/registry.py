@@ -105,12 +105,17 @@ class _ShapesOnly(TorchFunctionMode):
     torch's Python decompositions, which import ``torch._dynamo`` on first use; inside a
     ``torch.device("meta")`` context that import can fail half-way ("partially initialized
     module 'torch._dynamo' has no attribute 'disable'", issue 26), and it costs seconds.
-    ``resize_``/``set_`` change shapes and still run.
+    In-place ops that change a tensor's shape or flags (``_KEEP``) still run.
     """
+
+    _KEEP = frozenset({
+        "resize_", "resize_as_", "set_", "as_strided_", "unsqueeze_", "squeeze_", "transpose_", "t_", "swapdims_", "swapaxes_",
+        "requires_grad_", "share_memory_", "detach_", "rename_",
+    })
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         name = getattr(func, "__name__", "")
-        if name.endswith("_") and not name.endswith("__") and name not in ("resize_", "set_", "requires_grad_", "share_memory_"):
+        if name.endswith("_") and not name.endswith("__") and name not in self._KEEP:
             if args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
                 return args[0]
         return func(*args, **(kwargs or {}))

@@ -24,3 +24,23 @@ def test_tf32_on_the_cpu_exits_2_with_one_line(tmp_path, capsys) -> None:
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert code == 2 and len(errors) == 1 and "precision" in errors[0] and "Traceback" not in errors[0]
     assert not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_strict_fallbacks_turn_a_vmap_failure_into_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CHILLFL_STRICT_VECTORIZED=1 (the suite's default): no warning-and-rerun that could hide a real exception."""
+    import torch
+    from torch import nn
+
+    from chillfl.engine.executors import ClientJob
+    from chillfl.engine.predict import FallbackRefused
+    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.training.local import LocalSpec, model_state
+
+    monkeypatch.setenv("CHILLFL_STRICT_VECTORIZED", "1")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 3))  # a random op: vmap refuses it
+    g = torch.Generator().manual_seed(1)
+    jobs = [ClientJob(c, model_state(model), torch.randn(6, 4, generator=g), torch.randint(0, 3, (6,), generator=g), 0.1, 1.0, {}, c) for c in range(2)]
+    ex = VectorizedExecutor(model, LocalSpec(epochs=1, batch_size=3), accelerator=True)  # the vmapped path, as on a GPU
+    with pytest.raises(FallbackRefused, match="randomness|random"):
+        ex.run(jobs)

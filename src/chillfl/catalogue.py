@@ -115,14 +115,17 @@ def _model_flops(dataset: str, model_items: tuple[tuple[str, str], ...]) -> floa
 
     _, _, shape, classes = spec
     options = {k: ast.literal_eval(v) for k, v in model_items}
-    try:
-        model = build_model(str(options["name"]), shape, classes, options, seed=0)
-    except Exception:  # noqa: BLE001 - a catalogue row says "-" rather than failing the listing
-        return None
-    model.eval()
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(torch.zeros((1, *shape)))
-    return float(counter.get_total_flops())
+    for device in ("meta", "cpu"):  # meta: shapes only, no weights initialised (resnet18: 0.2 s instead of 4.6 s)
+        try:
+            with torch.device(device):
+                model = build_model(str(options["name"]), shape, classes, options)
+                model.eval()
+                with torch.no_grad(), FlopCounterMode(display=False) as counter:
+                    model(torch.zeros((1, *shape)))
+            return float(counter.get_total_flops())
+        except Exception:  # noqa: BLE001 - a model that cannot run on meta tensors is counted on the CPU; failing both, "-"
+            continue
+    return None
 
 
 def estimate_cpu_minutes(config: RunConfig) -> float | None:

@@ -125,3 +125,9 @@ def test_dry_run_refuses_an_out_dir_a_run_could_not_write(tmp_path: Path, capsys
     base = write(tmp_path, f'out_dir = "{blocker}"\n')
     assert main(["run", str(base), "--dry-run", "dataset.name=digits"]) == 2
     assert capsys.readouterr().err.startswith("chillfl: error: out_dir:")
+
+
+def test_dry_run_of_run_on_a_config_with_variants_checks_every_variant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write(tmp_path, '[dataset]\nname = "digits"\n[variants.a]\nclient.lr = 0.1\n[variants.b]\nalgorithm = {name = "fedavgg"}\n')
+    assert main(["run", str(base), "--dry-run"]) == 2
+    assert capsys.readouterr().err.startswith("chillfl: error: variants.b.algorithm.name: unknown value 'fedavgg' (did you mean 'fedavg'?)")

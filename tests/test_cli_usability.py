@@ -131,3 +131,16 @@ def test_dry_run_of_run_on_a_config_with_variants_checks_every_variant(tmp_path:
     base = write(tmp_path, '[dataset]\nname = "digits"\n[variants.a]\nclient.lr = 0.1\n[variants.b]\nalgorithm = {name = "fedavgg"}\n')
     assert main(["run", str(base), "--dry-run"]) == 2
     assert capsys.readouterr().err.startswith("chillfl: error: variants.b.algorithm.name: unknown value 'fedavgg' (did you mean 'fedavg'?)")
+
+
+def test_progress_mode_follows_the_stream() -> None:
+    import io
+
+    from chillfl.progress import format_seconds, mode_for
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert (mode_for(False, Terminal()), mode_for(False, io.StringIO()), mode_for(True, Terminal())) == ("bar", "lines", "off")
+    assert (format_seconds(5), format_seconds(75), format_seconds(4000)) == ("5s", "1m15s", "1h06m")

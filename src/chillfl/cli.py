@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
-from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra
+from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, StorageError
 from chillfl.experiments import bundled_experiments, resolve_config
 from chillfl.extras import need
 
@@ -79,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from chillfl.runner import resume_experiment
 
-    return _report(resume_experiment(args.run_dir, progress=not args.quiet))
+    return _report(resume_experiment(args.run_dir, progress=not args.quiet, force=args.force))
 
 
 def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quiet: bool, args: argparse.Namespace | None = None) -> int:
@@ -127,7 +127,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
         return _dry_run(config)
     need("matplotlib", "plots", "heat maps")  # before any work: the heat map is this command's output
     out = Path(args.output or f"{config.name}-partition.png")
-    check_out_dir(str(out.parent))
+    check_out_dir(str(out.parent), "output")
     if out.is_dir():
         raise ConfigError("output", f"{out} is a folder; give a PNG file path")
     data = build_data(config)
@@ -225,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("resume", help="continue an interrupted run (a results/NAME.partial folder) from its checkpoint")
     p.add_argument("run_dir", help="the interrupted run's folder")
+    p.add_argument("--force", action="store_true", help="resume although the checkpoint, config.toml or metrics.jsonl changed since the checkpoint was written")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_resume)
 
@@ -324,6 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("chillfl: interrupted; unfinished results are left in *.partial folders", file=sys.stderr)
         return 130
+    except StorageError as exc:  # disk full: one line saying which checkpoint is kept
+        print(f"chillfl: error: {exc}", file=sys.stderr)
+        return 1
     except Diverged as exc:
         folder = getattr(exc, "folder", None)
         print(f"chillfl: diverged: {exc}" + (f"; partial results in {folder}" if folder else ""), file=sys.stderr)

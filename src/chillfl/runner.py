@@ -34,17 +34,17 @@ from tqdm import tqdm
 
 from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
-from chillfl.engine.checkpoint import read_state, write_state
+from chillfl.engine.checkpoint import read_checkpoint, read_state, write_state
 from chillfl.engine.loop import run_rounds
 from chillfl.engine.protocol import ServerProtocol
-from chillfl.engine.results import ResultWriter, read_metrics, summarize
-from chillfl.errors import ConfigError, Diverged, MissingExtra
+from chillfl.engine.results import ResultWriter, summarize
+from chillfl.engine.run_folder import CHECKPOINT, open_for_resume, run_metadata
+from chillfl.errors import Diverged, MissingExtra, StorageError
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
 
 if TYPE_CHECKING:
     from chillfl.sinks import Sink
 
-CHECKPOINT = "checkpoint.safetensors"
 MODEL = "model.safetensors"
 CLIENT_MODELS = "client_models.safetensors"
 
@@ -175,22 +175,25 @@ def run_experiment(
         return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks)
 
 
-def resume_experiment(folder: str | Path, *, progress: bool = True, callbacks: Sequence[Callback] = ()) -> RunOutput:
-    """Continue the interrupted run in ``folder`` (a ``NAME.partial`` result folder) from its checkpoint."""
-    path = Path(folder)
-    if not (path / "config.toml").is_file():
-        raise ConfigError("run_dir", f"{path} is not a chillfl run folder (no config.toml)")
-    if not (path / CHECKPOINT).is_file():
-        raise ConfigError("run_dir", f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint; start it again")
-    config = load_config(path / "config.toml")
-    _check_sinks(config)
-    with intra_op_threads(config.threads):
-        exp = build_experiment(config)
-        state = read_state(path / CHECKPOINT, exp.device)
-        done = int(state["round"])
-        records = [r for r in read_metrics(path) if r["round"] <= done]
-        writer = ResultWriter.reopen(path, records)
-        return _run(exp, config, writer, progress=progress, label=config.name, callbacks=callbacks, resume=(done, state["protocol"], records))
+def resume_experiment(folder: str | Path, *, progress: bool = True, callbacks: Sequence[Callback] = (), force: bool = False) -> RunOutput:
+    """Continue the interrupted run in ``folder`` (a ``NAME.partial`` result folder) from its checkpoint.
+
+    The folder is locked and checked first (:func:`~chillfl.engine.run_folder.open_for_resume`):
+    a file changed since the checkpoint is one ConfigError naming it, unless ``force``.
+    """
+    point = open_for_resume(folder, force)
+    writer = None
+    try:
+        config = load_config(point.path / "config.toml")
+        _check_sinks(config)
+        with intra_op_threads(config.threads):
+            exp = build_experiment(config)
+            state, _ = read_checkpoint(point.path / CHECKPOINT, exp.device, verify=not force)
+            writer = ResultWriter.reopen(point.path, point.lock, point.metrics, point.config)
+            return _run(exp, config, writer, progress=progress, label=config.name, callbacks=callbacks, resume=(point.done, state["protocol"], point.records))
+    finally:
+        if writer is None:
+            point.lock.release()
 
 
 def _checkpoint_round(writer: ResultWriter) -> int | None:
@@ -200,8 +203,10 @@ def _checkpoint_round(writer: ResultWriter) -> int | None:
 
 
 def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int) -> None:
+    """The run state after round ``done``, with the checksums of the config and metrics it goes with."""
     if writer is not None:
-        write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict()})
+        run = run_metadata(writer.config_bytes, writer.metrics_bytes, writer.metrics_sha256)
+        write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict()}, run)
 
 
 def _run(
@@ -253,6 +258,13 @@ def _run(
         for cb in callbacks:
             cb.on_end(output)
         return output
+    except StorageError as exc:  # disk full: the folder stays .partial with its last good checkpoint
+        if writer:
+            writer.abort()
+            kept = _checkpoint_round(writer)
+            tail = f"the checkpoint of round {kept} is kept: free space, then chillfl resume {writer.path}" if kept else f"no checkpoint was written yet; partial results in {writer.path}"
+            raise StorageError(f"{exc}; {tail}") from exc
+        raise
     except Diverged as exc:
         if writer:
             exc.folder = writer.fail({"round": exc.round, "client": exc.client, "what": exc.what, "last_checkpoint": _checkpoint_round(writer)})  # type: ignore[attr-defined]
@@ -329,9 +341,13 @@ def _finish(exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer
         write_state(writer.path / MODEL, model_state)
     if clients:
         write_state(writer.path / CLIENT_MODELS, {str(c): s for c, s in clients.items()})
-    _plots(records, writer.path, config)
-    (writer.path / CHECKPOINT).unlink(missing_ok=True)
-    return RunOutput(writer.finish(), records, summary, model_state, clients)
+    try:
+        _plots(records, writer.path, config)
+    except OSError as exc:  # disk full while saving a figure
+        raise StorageError(f"cannot write the figures in {writer.path}: {exc.strerror or exc}") from exc
+    final = writer.finish()
+    (final / CHECKPOINT).unlink(missing_ok=True)  # only once the folder is final: until then it is the run's way back
+    return RunOutput(final, records, summary, model_state, clients)
 
 
 def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:

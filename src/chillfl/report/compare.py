@@ -40,7 +40,7 @@ from chillfl.config import (
     variant_config,
 )
 from chillfl.data import FederatedData
-from chillfl.engine.results import rounds_to_reach, to_toml, unique_dir
+from chillfl.engine.results import claim_dir, rounds_to_reach, to_toml
 from chillfl.errors import ConfigError, Diverged, MissingExtra
 from chillfl.experiment import build_data, build_experiment
 from chillfl.report.stats import paired_difference, summarize
@@ -496,9 +496,7 @@ def run_compare(
             build_experiment(c.config, data=datasets[key])  # every part of every variant is valid before anything is written
     folder = partial = None
     if write:
-        folder = unique_dir(Path(config.out_dir), f"{config.name}-compare")
-        partial = folder.with_name(folder.name + ".partial")
-        partial.mkdir(parents=True)
+        folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-compare")  # atomic: no race with a run beside it
         (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
     results: dict[tuple[str, int, int], RunOutput | None] = {}
     for c in cells:

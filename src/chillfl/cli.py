@@ -342,9 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(exc, RunInterrupted):
             raise
         if exc.folder is not None:
-            print(f"chillfl: {exc}; resume with: chillfl resume {exc.folder}", file=sys.stderr)
+            kept = f"the checkpoint of round {exc.checkpoint} is kept; " if exc.at_once else ""
+            print(f"chillfl: {exc}; {kept}resume with: chillfl resume {exc.folder}", file=sys.stderr)
         else:
-            print(f"chillfl: {exc}; no checkpoint was written (checkpoint.every = 0 and a second signal)", file=sys.stderr)
+            print(f"chillfl: {exc}; no checkpoint had been written yet, so there is nothing to resume", file=sys.stderr)
         return exc.exit_code
 
 

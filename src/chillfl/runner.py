@@ -73,11 +73,17 @@ class RunOutput:
 
 
 class RunInterrupted(Exception):
-    """SIGINT/SIGTERM stopped the run; ``folder`` holds its last checkpoint (None if none was written)."""
+    """SIGINT/SIGTERM stopped the run; ``folder`` holds its last checkpoint (None if none was written).
 
-    def __init__(self, signum: int, folder: Path | None, round: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name} after round {round}")
-        self.signum, self.folder, self.round = signum, folder, round
+    ``round``: the last completed round. ``at_once``: a second signal stopped the run in the
+    middle of round ``round + 1``; ``checkpoint`` is then the round of the checkpoint kept.
+    """
+
+    def __init__(self, signum: int, folder: Path | None, round: int, at_once: bool = False) -> None:
+        name = signal.Signals(signum).name
+        super().__init__(f"interrupted by a second {name} during round {round + 1}" if at_once else f"interrupted by {name} after round {round}")
+        self.signum, self.folder, self.round, self.at_once = signum, folder, round, at_once
+        self.checkpoint: int | None = None if at_once else round
 
     @property
     def exit_code(self) -> int:
@@ -126,10 +132,20 @@ def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
 
 
 class _Signals:
-    """SIGINT/SIGTERM -> stop after the current round (first signal) or at once (second); main thread only."""
+    """SIGINT/SIGTERM -> stop after the current round (first signal) or at once (second); main thread only.
+
+    Installed for the whole run, clean-up included: a second signal while the
+    run is ``armed`` (the round loop, once the executor has started) stops it
+    at once; outside, e.g. while the executor starts or shuts its workers or
+    its Ray cluster down, further signals are ignored, so that start-up and
+    clean-up always complete, nothing is left running, and the CLI still
+    prints its one line.
+    """
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.armed = False
+        self.done = 0
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> "_Signals":
@@ -140,7 +156,10 @@ class _Signals:
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.received is not None:
-            raise RunInterrupted(signum, None, -1)
+            if self.armed:
+                self.armed = False  # one exception; clean-up after it runs undisturbed
+                raise RunInterrupted(signum, None, self.done, at_once=True)
+            return
         self.received = signum
         tqdm.write(f"chillfl: {signal.Signals(signum).name}: stopping after this round (a second one stops at once)")
 
@@ -219,6 +238,21 @@ def _run(
     callbacks: Sequence[Callback],
     resume: tuple[int, Mapping[str, Any], list[dict[str, Any]]] | None = None,
 ) -> RunOutput:
+    with _Signals() as signals:
+        return _run_rounds(exp, config, writer, signals, progress=progress, label=label, callbacks=callbacks, resume=resume)
+
+
+def _run_rounds(
+    exp: Experiment,
+    config: RunConfig,
+    writer: ResultWriter | None,
+    signals: _Signals,
+    *,
+    progress: bool,
+    label: str | None,
+    callbacks: Sequence[Callback],
+    resume: tuple[int, Mapping[str, Any], list[dict[str, Any]]] | None,
+) -> RunOutput:
     start = time.perf_counter()
     rounds, every = config.federation.rounds, config.checkpoint.every
     protocol = build_protocol(exp)
@@ -232,27 +266,32 @@ def _run(
         if writer is not None and config.log.sinks:
             sinks = _sinks(config, writer.path, records)
             callbacks = [*callbacks, *sinks]
-        executor = make_executor(exp, protocol)
-        loop = run_rounds(
-            protocol, executor, seed=config.seed, num_clients=exp.data.num_clients,
-            clients_per_round=config.federation.sample_size(), rounds=rounds, start=done, participation=config.federation,
-        )
-        bar = tqdm(total=rounds, initial=done, desc=label or config.name, unit="round", disable=not progress, leave=True, dynamic_ncols=True)
-        with device_settings(config, exp.device), _Signals() as signals, bar:
-            for record in loop:
-                records.append(record)
-                done = record["round"]
-                if writer:
-                    writer.append(record)
-                for cb in callbacks:
-                    cb.on_round(record)
-                bar.set_postfix(_postfix(record), refresh=False)
-                bar.update(1)
-                if signals.received is not None:
-                    _checkpoint(writer, protocol, done)
-                    raise RunInterrupted(signals.received, writer.path if writer else None, done)
-                if every and done % every == 0 and done < rounds:
-                    _checkpoint(writer, protocol, done)
+        executor = make_executor(exp, protocol)  # unarmed: a Ray cut short while it starts could leave its processes behind
+        signals.done, signals.armed = done, True
+        try:
+            loop = run_rounds(
+                protocol, executor, seed=config.seed, num_clients=exp.data.num_clients,
+                clients_per_round=config.federation.sample_size(), rounds=rounds, start=done, participation=config.federation,
+            )
+            bar = tqdm(total=rounds, initial=done, desc=label or config.name, unit="round", disable=not progress, leave=True, dynamic_ncols=True)
+            with device_settings(config, exp.device), bar:
+                for record in loop:
+                    records.append(record)
+                    done = signals.done = record["round"]
+                    if writer:
+                        writer.append(record)
+                    for cb in callbacks:
+                        cb.on_round(record)
+                    bar.set_postfix(_postfix(record), refresh=False)
+                    bar.update(1)
+                    if signals.received is not None:
+                        signals.armed = False  # the checkpoint below must not be cut short
+                        _checkpoint(writer, protocol, done)
+                        raise RunInterrupted(signals.received, writer.path if writer else None, done)
+                    if every and done % every == 0 and done < rounds:
+                        _checkpoint(writer, protocol, done)
+        finally:
+            signals.armed = False  # from here on (finishing, clean-up) a signal stops nothing half-way
         _close_sinks(sinks)  # before _finish renames the folder they write into
         output = _finish(exp, config, protocol, writer, records, time.perf_counter() - start)
         for cb in callbacks:
@@ -273,7 +312,7 @@ def _run(
         if writer:
             writer.abort()
         if exc.folder is None and writer is not None and (writer.path / CHECKPOINT).is_file():
-            exc.folder = writer.path
+            exc.folder, exc.checkpoint = writer.path, _checkpoint_round(writer)
         raise
     except BaseException:
         if writer:

@@ -673,3 +673,40 @@ def test_comet_bounds_under_a_memory_limit(tmp_path: Path, option: str) -> None:
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and ERROR_LINE.match(lines[0])["field"] in ("distillation.num_clusters", "distillation.n_init"), proc.stderr  # type: ignore[index]
     assert not (tmp_path / "out").exists()
+
+
+class _Touch:
+    """Unpickling it creates ``path``: proof that code ran."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> Any:
+        return (Path.touch, (Path(self.path),))
+
+
+@pytest.mark.parametrize("damage", ["object", "dtype", "torn"])
+def test_a_damaged_dataset_cache_is_one_line_and_runs_no_code(tmp_path: Path, damage: str) -> None:
+    """An object-dtype ``.npy`` planted in a dataset cache gave a ValueError traceback (and must never be unpickled)."""
+    import numpy as np
+
+    from chillfl.data.arraycache import CACHE_DIR, Decoded, cached
+
+    rng = np.random.default_rng(0)
+    decoded = Decoded(rng.random((6, 1, 2, 2)).astype(np.float32), np.arange(6) % 2, rng.random((4, 1, 2, 2)).astype(np.float32), np.arange(4) % 2, 2)
+    source = tmp_path / "src"
+    source.mkdir()
+    cached("toy", {}, source, tmp_path, lambda: decoded)
+    (folder,) = (tmp_path / CACHE_DIR).iterdir()
+    marker = tmp_path / "code-ran"
+    target = folder / "y_train.npy"
+    if damage == "object":
+        np.save(target, np.array([_Touch(str(marker))], dtype=object), allow_pickle=True)
+    elif damage == "dtype":
+        np.save(target, np.zeros(6, dtype=np.float16))
+    else:
+        target.write_bytes(target.read_bytes()[:40])
+    with pytest.raises(ConfigError) as info:
+        cached("toy", {}, source, tmp_path, lambda: decoded)
+    assert info.value.field == "data_dir" and "delete that folder" in info.value.message and "\n" not in str(info.value)
+    assert not marker.exists()

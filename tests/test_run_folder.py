@@ -150,11 +150,11 @@ def _claim_many(out: str, count: int, barrier: Any, queue: Any) -> None:
 
 
 def test_result_folders_are_created_without_a_race(tmp_path: Path) -> None:
-    """4 processes released together create 4 x 60 folders of one name: all distinct, no FileExistsError
+    """4 processes released together create 4 x 200 folders of one name: all distinct, no FileExistsError
     (a check-then-create gave 12 in 800)."""
     ctx = multiprocessing.get_context("fork")
     barrier, queue = ctx.Barrier(4), ctx.Queue()
-    procs = [ctx.Process(target=_claim_many, args=(str(tmp_path / "out"), 60, barrier, queue)) for _ in range(4)]
+    procs = [ctx.Process(target=_claim_many, args=(str(tmp_path / "out"), 200, barrier, queue)) for _ in range(4)]
     for p in procs:
         p.start()
     results = [queue.get(timeout=120) for _ in procs]
@@ -163,7 +163,7 @@ def test_result_folders_are_created_without_a_race(tmp_path: Path) -> None:
     errors = [e for _, errs in results for e in errs]
     names = [n for ns, _ in results for n in ns]
     assert not errors, errors[:3]
-    assert len(names) == len(set(names)) == 240
+    assert len(names) == len(set(names)) == 800
 
 
 # ---------------------------------------------------------------- links

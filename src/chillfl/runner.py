@@ -190,7 +190,11 @@ def run_experiment(
             _check_sinks(config)
         writer = ResultWriter(config.out_dir, config.name) if write else None
         if writer:
-            writer.write_config(config.to_dict())
+            try:
+                writer.write_config(config.to_dict())
+            except BaseException:
+                writer.abort()  # releases the folder's lock
+                raise
         return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks)
 
 

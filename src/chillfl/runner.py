@@ -154,6 +154,11 @@ class _Signals:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
+    def reinstall(self) -> None:
+        """Take the signals back: ``ray.init`` installs Ray's own SIGTERM handler (which exits 1 with no line)."""
+        for sig in self._previous:
+            signal.signal(sig, self._handle)
+
     def _handle(self, signum: int, frame: Any) -> None:
         if self.received is not None:
             if self.armed:
@@ -271,6 +276,7 @@ def _run_rounds(
             sinks = _sinks(config, writer.path, records)
             callbacks = [*callbacks, *sinks]
         executor = make_executor(exp, protocol)  # unarmed: a Ray cut short while it starts could leave its processes behind
+        signals.reinstall()
         signals.done, signals.armed = done, True
         try:
             loop = run_rounds(

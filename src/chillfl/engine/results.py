@@ -24,7 +24,6 @@ A run folder is a transaction:
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import json
 import math
@@ -34,6 +33,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import tomli_w
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no flock; run folders are not locked there
+    fcntl = None  # type: ignore[assignment]
 
 from chillfl.engine.checkpoint import write_atomic
 from chillfl.errors import ConfigError, StorageError
@@ -130,9 +134,12 @@ class RunLock:
     """An exclusive ``flock`` on a run folder (its own descriptor: no lock file, follows renames, released at exit)."""
 
     def __init__(self, folder: Path, field: str = "run_dir") -> None:
+        self._fd: int | None = None
+        if fcntl is None:
+            return
         flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
-            self._fd: int | None = os.open(folder, flags)
+            self._fd = os.open(folder, flags)
         except OSError as exc:
             raise ConfigError(field, f"cannot open {folder}: {exc.strerror or exc}") from None
         try:

@@ -319,3 +319,51 @@ def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(
     assert f"the checkpoint of round {kept} is kept" in lines[0]
     assert main(["resume", str(partial), "-q"]) == 0, capfd.readouterr().err
     assert (tmp_path / "out" / "tx" / "metrics.jsonl").read_text() == reference
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Any:
+    """A 1 MiB tmpfs (needs root and mount rights; otherwise the test is skipped as not run), unmounted after."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=1000", "tmpfs", str(mount)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"NOT RUN: cannot mount a tmpfs here ({done.stderr.strip() or done.returncode}); the patched-write tests above cover ENOSPC")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+@pytest.mark.parametrize("free_kib", [3, 12, 40, 80])  # the finished folder needs about 100 KiB (a 60 KB plot)
+def test_a_really_full_disk(small_disk: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], reference: str, free_kib: int) -> None:
+    """ENOSPC from a real file system at four fill levels: exit 1 and one line, no ``.tmp`` left, and once
+    space is freed the kept checkpoint resumes to the same metrics (it was a traceback, exit 1 and a
+    0-byte checkpoint.safetensors.tmp)."""
+    filler = small_disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)  # fill the disk, then give back free_kib KiB
+    try:
+        for chunk in (65536, 4096):
+            try:
+                while True:
+                    os.write(fd, b"\0" * chunk)
+            except OSError:
+                pass
+        os.ftruncate(fd, max(0, os.fstat(fd).st_size - free_kib * 1024))
+    finally:
+        os.close(fd)
+    config = write_config(tmp_path)
+    config.write_text(config.read_text().replace(f'out_dir = "{tmp_path / "out"}"', f'out_dir = "{small_disk / "out"}"'))
+    code = main(["run", str(config), "-q"])
+    err = capfd.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 1 and len(lines) == 1 and "Traceback" not in err, err
+    assert "no space left on the device" in lines[0] or "No space left on device" in lines[0], lines[0]
+    assert not [p for p in small_disk.rglob("*.tmp")], list(small_disk.rglob("*"))
+    filler.unlink()
+    partial = small_disk / "out" / "tx.partial"
+    if "is kept" in lines[0]:
+        assert main(["resume", str(partial), "-q"]) == 0, capfd.readouterr().err
+        assert (small_disk / "out" / "tx" / "metrics.jsonl").read_text() == reference
+    else:  # full before the first checkpoint: nothing to resume, and the line says so
+        assert "no checkpoint was written yet" in lines[0]

@@ -197,8 +197,11 @@ def run_experiment(
         if writer:
             try:
                 writer.write_config(config.to_dict())
-            except BaseException:
+            except StorageError as exc:
                 writer.abort()  # releases the folder's lock
+                raise StorageError(f"{exc}; no checkpoint was written yet; partial results in {writer.path}") from exc
+            except BaseException:
+                writer.abort()
                 raise
         return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks)
 

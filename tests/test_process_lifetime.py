@@ -132,7 +132,7 @@ def test_a_second_signal_still_ends_in_one_true_line(tmp_path: Path, second: int
     checkpoint.every = 0" (a checkpoint existed), and a signal during clean-up killed it with no line."""
     temp = tmp_path / "tmp"
     temp.mkdir()
-    config = write_config(tmp_path, client={**LONG_JOB["client"], "epochs": 20}, federation={**LONG_JOB["federation"], "rounds": 50})  # type: ignore[dict-item]
+    config = write_config(tmp_path, client={**LONG_JOB["client"], "epochs": 40}, federation={**LONG_JOB["federation"], "rounds": 50})  # type: ignore[dict-item]
     proc = start(config, temp)
     partial = tmp_path / "out" / "long.partial"
     pids: list[int] = []

@@ -228,6 +228,7 @@ NUMBER_CASES = [
     (part({"method": "dsfl", "public_size": 100, "subset_size": 50}, "distill_epochs", "distillation.distill_epochs"), bad_ints(1, 100_000)),
     (part({"method": "comet", "public_size": 100, "subset_size": 50}, "max_iter", "distillation.max_iter"), bad_ints(1, 10_000)),
     (part({"name": "shards", "shards_per_client": 1}, "shard_size", "partition.shard_size"), st.integers(1797 // 3, 2**62)),
+    (part({"name": "pa3fed"}, "eval_batch_size", "algorithm.eval_batch_size"), bad_ints(1, 2**31 - 1)),
 ]
 
 CHOICE_CASES = [

@@ -161,7 +161,7 @@ def test_data_show_into_a_missing_folder_is_one_line(tmp_path, capsys):
     blocker.write_text("")
     assert main(["data", "show", str(config), "-o", str(blocker / "sub" / "x.png")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "out_dir" in err[0]
+    assert len(err) == 1 and err[0].startswith("chillfl: error: output: ")  # the option given, not out_dir (issue 27)
 
 
 def test_data_show_creates_a_missing_output_folder(tmp_path, capsys):

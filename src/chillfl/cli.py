@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
-from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, SweepFailed
+from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, StorageError, SweepFailed
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
 
@@ -103,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from chillfl.runner import resume_experiment
 
-    return _report(resume_experiment(args.run_dir, progress=_progress(args)))
+    return _report(resume_experiment(args.run_dir, progress=_progress(args), force=args.force))
 
 
 def _compare_options(args: argparse.Namespace) -> "CompareOptions":
@@ -159,7 +159,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
         return _dry_run(config, writes=False)
     need("matplotlib", "plots", "heat maps")  # before any work: the heat map is this command's output
     out = Path(args.output or f"{config.name}-partition.png")
-    check_out_dir(str(out.parent))
+    check_out_dir(str(out.parent), "output")
     if out.is_dir():
         raise ConfigError("output", f"{out} is a folder; give a PNG file path")
     data = build_data(config)
@@ -282,6 +282,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
 
     p = sub.add_parser("resume", help="continue an interrupted run (a results/NAME.partial folder) from its checkpoint")
     p.add_argument("run_dir", help="the interrupted run's folder")
+    p.add_argument("--force", action="store_true", help="resume although the checkpoint, config.toml or metrics.jsonl changed since the checkpoint was written")
     _verbosity(p)
     p.set_defaults(func=cmd_resume)
 
@@ -391,6 +392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SweepFailed as exc:
         print(f"chillfl: {exc}" + (f"; partial results in {exc.folder}" if exc.folder else ""), file=sys.stderr)
         return DIVERGED_EXIT
+    except StorageError as exc:  # disk full: one line saying which checkpoint is kept
+        print(f"chillfl: error: {exc}", file=sys.stderr)
+        return 1
     except Diverged as exc:
         folder = getattr(exc, "folder", None)
         print(f"chillfl: diverged: {exc}" + (f"; partial results in {folder}" if folder else ""), file=sys.stderr)
@@ -405,9 +409,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(exc, RunInterrupted):
             raise
         if exc.folder is not None:
-            print(f"chillfl: {exc}; resume with: chillfl resume {exc.folder}", file=sys.stderr)
+            kept = f"the checkpoint of round {exc.checkpoint} is kept; " if exc.at_once else ""
+            print(f"chillfl: {exc}; {kept}resume with: chillfl resume {exc.folder}", file=sys.stderr)
         else:
-            print(f"chillfl: {exc}; no checkpoint was written (checkpoint.every = 0 and a second signal)", file=sys.stderr)
+            print(f"chillfl: {exc}; no checkpoint had been written yet, so there is nothing to resume", file=sys.stderr)
         return exc.exit_code
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import os
+import re
 import sys
 import unicodedata
 from collections.abc import Mapping
@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.options import parse_options, require, require_range, short_repr
+from chillfl.paths import check_writable_dir
 from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer
 
 if sys.version_info >= (3, 11):
@@ -323,12 +324,13 @@ def is_device_name(name: str) -> bool:
 def check_name(name: str, field: str = "name") -> None:
     """A run name becomes a folder under ``out_dir``: it must not escape it or hide characters.
 
-    Refused: empty, ``.``/``..``, ``/`` or ``\\``, control and format characters
+    Refused: empty or blank, a leading ``.`` (hidden, ``..``) or ``-`` (read as an
+    option by ``rm``, ``ls``...), ``/`` or ``\\``, control and format characters
     (newlines, NUL, terminal escapes, bidi overrides), more than
     :data:`MAX_NAME_BYTES` bytes of UTF-8.
     """
-    require(bool(name), field, "must be a non-empty name")
-    require(name not in (".", ".."), field, f"must not be {name!r}")
+    require(bool(name) and not name.isspace(), field, f"must be a non-empty name, got {short_repr(name)}")
+    require(not name.startswith((".", "-")), field, f"must not start with '.' or '-', got {short_repr(name)}")
     require("/" not in name and "\\" not in name, field, f"must not contain '/' or '\\', got {short_repr(name)}")
     bad = [ch for ch in name if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")]
     require(not bad, field, f"must not contain control characters, got {short_repr(name)}")
@@ -340,7 +342,7 @@ def safe_name(label: str) -> str:
     """A folder name for a variant label ("FedChill*" -> "FedChill_star", "T=0.5" -> "T0.5"), always a valid name."""
     label = label.replace("=", "").replace(", ", "_").replace("*", "_star")
     keep = [c if ((c.isalnum() and c.isprintable()) or c in "-_.") else "_" for c in label]
-    name = "".join(keep).strip("_.")[:MAX_NAME_BYTES]
+    name = "".join(keep).strip("_.").lstrip("-.")[:MAX_NAME_BYTES]
     while len(name.encode("utf-8")) > MAX_NAME_BYTES:
         name = name[:-1]
     return name or "variant"
@@ -498,6 +500,29 @@ def check_depth(data: Mapping[str, Any], limit: int = MAX_DEPTH) -> None:
             stack.extend((v, keys, depth + 1) for v in node)
 
 
+_QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'')
+_DEEP_KEY = re.compile(r"(?:[A-Za-z0-9_-]+[ \t]*\.[ \t]*){%d,}[A-Za-z0-9_-]+" % MAX_DEPTH)
+
+
+def check_key_depth(text: str) -> None:
+    """Refuse a dotted key or table header of more than :data:`MAX_DEPTH` parts before TOML parses it.
+
+    tomllib takes time quadratic in a dotted key's length (50,000 parts: over
+    a minute); :func:`check_depth` would refuse the result anyway. Quoted
+    strings count as one key part each, so a dotted value inside a string is
+    never mistaken for a key.
+    """
+    for line in text.splitlines():
+        if line.count(".") <= MAX_DEPTH:
+            continue
+        bare = _QUOTED.sub("q", line)
+        found = _DEEP_KEY.search(bare)
+        if found:
+            parts = [p.strip() for p in found.group().split(".")]
+            field = ".".join(parts[:2]) if bare == line else "config"  # quoted parts: no bare name to show
+            raise ConfigError(field, f"nested more than {MAX_DEPTH} levels deep")
+
+
 def merge_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
     """Apply a variant's table of overrides to a config dict (in place).
 
@@ -558,6 +583,7 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
 
 def parse_value(text: str, field: str = "value") -> Any:
     """Interpret an override value as TOML (numbers, booleans, lists, quoted strings), else a bare string."""
+    check_key_depth(text)  # an inline table's dotted keys (``{a.a.a... = 1}``)
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
@@ -574,6 +600,8 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(item, "overrides look like section.option=value (e.g. client.lr=0.05)")
         key, _, text = item.partition("=")
+        if not key.strip():  # ``=1``: no field to name but the override itself
+            raise ConfigError("overrides", f"{short_repr(item)} has no key; overrides look like section.option=value (e.g. client.lr=0.05)")
         out[key.strip()] = parse_value(text.strip(), key.strip())
     return out
 
@@ -588,18 +616,21 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     if not is_file:
         raise ConfigError("config", f"file not found: {short_repr(str(p))}")
     try:
-        data: dict[str, Any] = tomllib.loads(p.read_text(encoding="utf-8"))  # typed here: on Python 3.10 tomli may be untyped
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("config", f"{p} is not a UTF-8 text file") from None
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read {p}: {exc.strerror or exc}") from None
+    check_key_depth(text)
+    try:
+        data: dict[str, Any] = tomllib.loads(text)  # typed here: on Python 3.10 tomli may be untyped
         return data
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("config", f"malformed TOML in {p}: {exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError("config", f"{p} is not a UTF-8 text file") from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
         raise ConfigError("config", f"unreadable value in {p}: {str(exc)[:80]}") from None
     except RecursionError:
         raise ConfigError("config", f"{p} nests tables or lists too deeply") from None
-    except OSError as exc:
-        raise ConfigError("config", f"cannot read {p}: {exc.strerror or exc}") from None
 
 
 MAX_EXTENDS = 16
@@ -737,33 +768,9 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = N
     return config_from_dict(data)
 
 
-def check_out_dir(out_dir: str) -> None:
-    """Refuse an ``out_dir`` that cannot hold result folders, before anything is written.
-
-    Walks up to the nearest existing ancestor: it must be a folder (not a file,
-    nor a path under a file) that this user can write into. Missing folders
-    below it are fine (they are created), but no path component may exceed
-    255 bytes. Writes nothing.
-    """
-    if not out_dir or "\0" in out_dir:
-        raise ConfigError("out_dir", f"must be a non-empty path without NUL characters, got {short_repr(out_dir)}")
-    path = Path(out_dir).absolute()
-    for part in path.parts:
-        if len(os.fsencode(part)) > 255:
-            raise ConfigError("out_dir", f"a path component is longer than 255 bytes: {part[:40]!r}...")
-    probe = path
-    try:
-        while not probe.exists():
-            if probe.is_symlink():  # a dangling link: mkdir would fail on it
-                raise ConfigError("out_dir", f"{probe} is a broken symbolic link")
-            probe = probe.parent
-        if not probe.is_dir():
-            where = "is a file" if probe == path else f"sits under {probe}, which is a file"
-            raise ConfigError("out_dir", f"{out_dir} {where}, not a folder")
-    except OSError as exc:
-        raise ConfigError("out_dir", f"cannot use {out_dir}: {exc.strerror or exc}") from None
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError("out_dir", f"{probe} is not writable by this user")
+def check_out_dir(out_dir: str, field: str = "out_dir") -> None:
+    """Refuse an ``out_dir`` that cannot hold result folders, before anything is written (see :func:`check_writable_dir`)."""
+    check_writable_dir(out_dir, field)
 
 
 def is_finite_number(x: Any) -> bool:

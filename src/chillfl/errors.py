@@ -82,6 +82,18 @@ class SweepFailed(RuntimeError):
         self.folder = folder
 
 
+class StorageError(OSError):
+    """The run folder could not be written (disk full, I/O error, file system gone read-only).
+
+    One line for the CLI (exit 1): what could not be written and why; the runner
+    adds which checkpoint is kept. Not a :class:`ConfigError`: the input was fine; an
+    OSError, so that code catching those still catches it.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
+
 class MissingExtra(ConfigError):
     """An optional dependency is not installed: one line naming the extra that brings it.
 

@@ -206,7 +206,7 @@ def build_experiment(
     if config.executor == "ray":  # before anything is written: the extra must be installed
         from chillfl.engine.ray_executor import import_ray
 
-        import_ray()
+        import_ray(config.ray.address)  # and a local Ray's sockets must fit under TMPDIR
     device = resolve_device(config.device)
     if data is None:
         data = build_data(config, dataset)

@@ -38,8 +38,9 @@ def partition_record(dataset: str, train_size: int, table: Mapping[str, Any], tr
     }
 
 
-def write_partition(folder: Path, record: Mapping[str, Any]) -> None:
-    (Path(folder) / PARTITION_FILE).write_text(json.dumps(record, separators=(",", ":")) + "\n", encoding="utf-8")
+def encode_partition(record: Mapping[str, Any]) -> bytes:
+    """The bytes of ``partition.json`` (compact: one index list per client); the runner writes them atomically."""
+    return (json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
 
 
 def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int, public: np.ndarray) -> list[np.ndarray]:

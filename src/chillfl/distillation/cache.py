@@ -99,7 +99,7 @@ class CacheOptions:
     on_expire: OnExpire = "drop"
 
     def validate(self, section: str) -> None:
-        require(self.duration >= 0, f"{section}.duration", f"must be >= 0, got {self.duration}")
+        require(0 <= self.duration <= 10**7, f"{section}.duration", f"must be in [0, 10000000] rounds, got {self.duration}")
         require(
             self.on_expire in ("drop", "refresh"),
             f"{section}.on_expire",

@@ -87,6 +87,12 @@ StoreMode = Literal["auto", "memory", "disk"]
 # ---------------------------------------------------------------- shared options
 
 
+_UPPER_BOUNDS = {
+    "public_size": 2**31 - 1, "subset_size": 2**31 - 1, "distill_batch_size": 2**31 - 1, "server_batch_size": 2**31 - 1,  # C ints in torch
+    "distill_epochs": 100_000, "server_epochs": 100_000, "cache_duration": 10**7, "max_clients_in_memory": 10**7,  # as client.epochs, rounds
+}
+
+
 @dataclass(frozen=True)
 class DistillationOptions:
     """Options every soft-label method shares (SCARLET Sec. IV-A defaults where it gives them).
@@ -136,6 +142,9 @@ class DistillationOptions:
         for name in ("distill_batch_size", "server_epochs", "server_batch_size"):
             value = getattr(self, name)
             require(value is None or value >= 1, f"{section}.{name}", f"must be >= 1 or unset, got {value}")
+        for name, most in _UPPER_BOUNDS.items():  # sizes and loop counts no run can use: refused, not attempted
+            value = getattr(self, name)
+            require(value is None or value <= most, f"{section}.{name}", f"must be at most {most}, got {value}")
         require(self.distill_lr > 0, f"{section}.distill_lr", f"must be > 0, got {self.distill_lr}")
         require(self.server_lr is None or self.server_lr > 0, f"{section}.server_lr", f"must be > 0 or unset, got {self.server_lr}")
         if self.cache_duration is not None:
@@ -270,6 +279,12 @@ def check_distillation(config: Any, data: Any) -> DistillationSetup:
         f"the soft-label protocol trains clients with the base loss only (no aggregator, no objective terms); "
         f"use 'fedavg' (the default), got {algorithm!r}",
     )
+    if isinstance(setup.options, COMETOptions):
+        setup.options.check_clients(config.federation.sample_size(), SECTION)
+    if setup.common.state_dir is not None:  # a file or read-only folder: one line now, not a traceback in round 1
+        from chillfl.paths import check_writable_dir
+
+        check_writable_dir(setup.common.state_dir, f"{SECTION}.state_dir")
     if setup.spec.collaborative:
         public_inputs(setup, data, config.seed, config.data_dir)
     if getattr(setup.options, "transfer_epochs", 0):

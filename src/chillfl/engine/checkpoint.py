@@ -17,10 +17,18 @@ Choices
 -------
 * Loading executes no code: safetensors + ``json`` only (no pickle), so a
   checkpoint from elsewhere is safe to open.
-* One file, written atomically: the bytes go to ``<name>.tmp`` in the same
-  folder, are fsynced, renamed onto the target with ``os.replace`` and the
-  folder is fsynced, so a crash leaves either the old checkpoint or the new
-  one, never a torn file. A stale ``.tmp`` from a crash is simply overwritten.
+* One file, written atomically (:func:`write_atomic`): the bytes go to
+  ``<name>.tmp`` in the same folder, created with ``O_EXCL | O_NOFOLLOW`` (a
+  stale ``.tmp`` from a crash is unlinked first, a link planted there is
+  removed, never written through), are fsynced, renamed onto the target with
+  ``os.replace`` and the folder is fsynced, so a crash leaves either the old
+  checkpoint or the new one, never a torn file. A failed write (disk full)
+  removes its ``.tmp`` and raises :class:`~chillfl.errors.StorageError`.
+* Tamper evidence: the metadata ``chillfl.sha256`` is a SHA-256 of the
+  skeleton, of the run metadata (``chillfl.run``: what the runner records of
+  the config and the metrics written so far) and of every tensor's name,
+  dtype, shape and bytes; :func:`read_checkpoint` recomputes it. Files
+  without it (older versions) are read unverified.
 * The file is read into memory before parsing: safetensors' ``safe_open``
   memory-maps the file and hands out tensors backed by it, which would alias
   the next checkpoint written over the same path.
@@ -31,21 +39,25 @@ Choices
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import math
 import os
 import struct
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import safetensors
 import safetensors.torch
 import torch
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, StorageError
 
 FORMAT_VERSION = 1
 METADATA_KEY = "chillfl"
+RUN_KEY = "chillfl.run"
+DIGEST_KEY = "chillfl.sha256"
 TENSOR_MARK = "__tensor__"
 FLOAT_MARK = "__float__"
 _RESERVED = frozenset({TENSOR_MARK, FLOAT_MARK})
@@ -108,12 +120,27 @@ def _decode(node: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
     return node
 
 
-def encode_state(tree: Mapping[str, Any]) -> bytes:
-    """The bytes of a checkpoint file for ``tree`` (see the module docstring)."""
+def _digest(text: str, run: str, tensors: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 of a checkpoint's content: skeleton, run metadata, each tensor's name, dtype, shape and bytes."""
+    h = hashlib.sha256()
+    for part in (text, run):
+        h.update(len(part).to_bytes(8, "little") + part.encode("utf-8"))
+    for name in sorted(tensors, key=lambda n: (len(n), n)):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}:".encode("ascii"))
+        if t.numel():
+            h.update(cast(Any, t.reshape(-1).view(torch.uint8).numpy()))  # an ndarray is a buffer (no copy); mypy cannot tell
+    return h.hexdigest()
+
+
+def encode_state(tree: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> bytes:
+    """The bytes of a checkpoint file for ``tree`` (see the module docstring); ``run``: JSON-able run metadata."""
     tensors: dict[str, torch.Tensor] = {}
     skeleton = _encode(tree, tensors, "")
     text = json.dumps({"version": FORMAT_VERSION, "tree": skeleton}, allow_nan=False, separators=(",", ":"))
-    return safetensors.torch.save(tensors, metadata={METADATA_KEY: text})
+    run_text = json.dumps(dict(run or {}), allow_nan=False, sort_keys=True, separators=(",", ":"))
+    metadata = {METADATA_KEY: text, RUN_KEY: run_text, DIGEST_KEY: _digest(text, run_text, tensors)}
+    return safetensors.torch.save(tensors, metadata=metadata)
 
 
 def _header_metadata(data: bytes) -> dict[str, str]:
@@ -130,8 +157,13 @@ def _header_metadata(data: bytes) -> dict[str, str]:
     return meta
 
 
-def decode_state(data: bytes, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """Inverse of :func:`encode_state`; raises ValueError (or a safetensors error) on malformed bytes."""
+class Tampered(ValueError):
+    """The checkpoint's content does not match its own checksum: changed after it was written."""
+
+
+def decode_checkpoint(data: bytes, device: str | torch.device = "cpu", verify: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Inverse of :func:`encode_state`: ``(tree, run metadata)``; ValueError (or a safetensors error) on malformed
+    bytes, :class:`Tampered` when ``verify`` and the checksum does not match."""
     meta = _header_metadata(data)
     if METADATA_KEY not in meta:
         raise ValueError("not a chillfl checkpoint (no 'chillfl' metadata)")
@@ -139,9 +171,20 @@ def decode_state(data: bytes, device: str | torch.device = "cpu") -> dict[str, A
     if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION or not isinstance(doc.get("tree"), dict):
         raise ValueError(f"unsupported checkpoint layout (expected version {FORMAT_VERSION})")
     tensors = safetensors.torch.load(data)
+    run_text = meta.get(RUN_KEY, "{}")
+    if verify and DIGEST_KEY in meta and _digest(meta[METADATA_KEY], run_text, tensors) != meta[DIGEST_KEY]:
+        raise Tampered("its content does not match its checksum (changed after it was written)")
+    run = json.loads(run_text)
+    if not isinstance(run, dict):
+        raise ValueError("malformed run metadata")
     if str(torch.device(device)) != "cpu":
         tensors = {k: v.to(device) for k, v in tensors.items()}
-    return _decode(doc["tree"], tensors)
+    return _decode(doc["tree"], tensors), run
+
+
+def decode_state(data: bytes, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """The state tree of a checkpoint's bytes (checksum verified)."""
+    return decode_checkpoint(data, device)[0]
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -158,20 +201,44 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_state(path: Path, tree: Mapping[str, Any]) -> None:
-    """Write ``tree`` to ``path`` atomically: a reader sees the previous file or the complete new one."""
-    write_bytes_atomic(Path(path), encode_state(tree))
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, never through a link; disk full or any I/O error is a StorageError.
 
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """``data`` into ``path`` via a fsynced ``.tmp`` renamed onto it: a reader sees the old file or the complete new one."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    The ``.tmp`` file is created with ``O_EXCL | O_NOFOLLOW`` after any stale
+    one (or a link planted in its place) is unlinked, and is removed again
+    when the write fails: no 0-byte ``.tmp`` is left, and the old ``path``
+    stays as it was.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        tmp.unlink(missing_ok=True)  # removes a link itself, never its target
+        fd = os.open(tmp, flags, 0o644)
+    except OSError as exc:
+        raise StorageError(f"cannot write {tmp}: {exc.strerror or exc}") from exc
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        what = "no space left on the device" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else (exc.strerror or str(exc))
+        raise StorageError(f"cannot write {path}: {what}") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)
+
+
+def write_state(path: Path, tree: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> None:
+    """Write ``tree`` (and ``run`` metadata) to ``path`` atomically: a reader sees the previous file or the complete new one."""
+    write_atomic(Path(path), encode_state(tree, run))
 
 
 def _one_line(exc: object) -> str:
@@ -179,15 +246,23 @@ def _one_line(exc: object) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def read_state(path: Path, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by :func:`write_state`; missing or corrupt files raise ConfigError."""
+def read_checkpoint(path: Path, device: str | torch.device = "cpu", verify: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(tree, run metadata)`` of a checkpoint written by :func:`write_state`; missing, corrupt or (with
+    ``verify``) changed files raise ConfigError on field ``checkpoint``."""
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError("checkpoint", f"cannot read {path}: {_one_line(exc.strerror or exc)}") from exc
     try:
-        return decode_state(data, device)
+        return decode_checkpoint(data, device, verify)
+    except Tampered as exc:
+        raise ConfigError("checkpoint", f"{path}: {exc}; `chillfl resume --force` resumes from it anyway") from exc
     # malformed input can fail in json, struct, safetensors or the skeleton walk; all mean "corrupt file"
     except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, safetensors.SafetensorError) as exc:
         raise ConfigError("checkpoint", f"{path} is not a valid chillfl checkpoint: {_one_line(exc)}") from exc
+
+
+def read_state(path: Path, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint written by :func:`write_state`; missing, corrupt or changed files raise ConfigError."""
+    return read_checkpoint(path, device)[0]

@@ -18,14 +18,14 @@ import safetensors
 import safetensors.torch
 import torch
 
-from chillfl.engine.checkpoint import METADATA_KEY, _header_metadata, decode_state, write_bytes_atomic
+from chillfl.engine.checkpoint import METADATA_KEY, _header_metadata, decode_state, write_atomic
 from chillfl.errors import ConfigError, one_line
 
 
 def write_model(path: Path, state: Mapping[str, torch.Tensor]) -> None:
     """``state`` (parameter and buffer name -> tensor) as a plain safetensors file, written atomically."""
     tensors = {name: t.detach().to("cpu", copy=True, memory_format=torch.contiguous_format) for name, t in state.items()}
-    write_bytes_atomic(Path(path), safetensors.torch.save(tensors, metadata={"format": "pt"}))
+    write_atomic(Path(path), safetensors.torch.save(tensors, metadata={"format": "pt"}))
 
 
 def read_model(path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:

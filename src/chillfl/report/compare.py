@@ -48,7 +48,7 @@ from chillfl.config import (
     variant_config,
 )
 from chillfl.data import ArrayDataset, FederatedData
-from chillfl.engine.results import rounds_to_reach, to_toml, unique_dir
+from chillfl.engine.results import claim_dir, rounds_to_reach, to_toml
 from chillfl.errors import ConfigError, Diverged, MissingExtra, SweepFailed, one_line
 from chillfl.data.loaders import DATA_DIR_FIELD
 from chillfl.experiment import build_data, build_experiment, build_protocol, check_parts
@@ -599,9 +599,7 @@ def run_compare(
         return CompareResult(None, [], "")
     folder = partial = None
     if write:
-        folder = unique_dir(Path(config.out_dir), f"{config.name}-compare")
-        partial = folder.with_name(folder.name + ".partial")
-        partial.mkdir(parents=True)
+        folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-compare")  # atomic: no race with a run beside it
         (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
     results: dict[tuple[str, int, int], RunOutput | None] = {}
     failures: dict[tuple[str, int, int], str] = {}

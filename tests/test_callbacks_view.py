@@ -101,3 +101,50 @@ def test_early_stopping_leaves_a_complete_resumable_run(tmp_path: Path) -> None:
 def test_a_callback_that_takes_nothing_is_refused(data: chillfl.TensorData) -> None:
     with pytest.raises(chillfl.ConfigError, match=r"^callbacks\[0\]: on_round must take"):
         chillfl.run(Net(), data, SMALL, callbacks=[lambda: None], write=False, progress=False)
+
+
+def test_a_stopped_run_resumes_in_place_holding_its_lock_and_checked_against_its_checkpoint(tmp_path: Path) -> None:
+    """The merge of issues 25 and 27: a complete (stopped) folder goes through the same lock and checksums as a .partial."""
+    import hashlib
+
+    from chillfl.engine.checkpoint import read_checkpoint
+    from chillfl.engine.results import RunLock
+    from chillfl.errors import ConfigError
+    from chillfl.runner import resume_experiment
+
+    config = {
+        "name": "st", "out_dir": str(tmp_path / "out"), "dataset": {"name": "digits"}, "model": {"name": "mlp"},
+        "federation": {"num_clients": 4, "rounds": 4}, "eval": {"client_split_size": 20}, "checkpoint": {"every": 0},
+    }
+
+    def stop_at_2(record: dict[str, Any], run: Any) -> None:
+        if record["round"] == 2:
+            run.stop("enough")
+
+    folder = chillfl.run(config=config, callbacks=[stop_at_2], progress=False).folder
+    assert folder is not None and folder.name == "st"
+    text = (folder / "config.toml").read_bytes()
+    assert text.startswith(b"#")  # the environment header is part of the bytes the checkpoint vouches for
+    _, run = read_checkpoint(folder / "checkpoint.safetensors")
+    assert run["config_sha256"] == hashlib.sha256(text).hexdigest()
+
+    (folder / "config.toml").write_bytes(text + b"# edited\n")
+    with pytest.raises(ConfigError, match="changed since the checkpoint of round 2") as edited:
+        resume_experiment(folder, progress=False)
+    assert edited.value.field == "config.toml"
+    (folder / "config.toml").write_bytes(text)
+
+    rounds: list[int] = []
+
+    def folder_is_locked(record: dict[str, Any], view: Any) -> None:
+        with pytest.raises(ConfigError, match="in use by another chillfl process"):
+            RunLock(folder)
+        rounds.append(record["round"])
+
+    out = resume_experiment(folder, progress=False, hooks=[folder_is_locked])
+    assert out.folder == folder and rounds == [3, 4]  # in place: no st-2
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["st"]
+    RunLock(folder).release()  # released once the run finished
+    assert "stopped" not in json.loads((folder / "summary.json").read_text())
+    with pytest.raises(ConfigError, match="is a finished run"):
+        resume_experiment(folder, progress=False)

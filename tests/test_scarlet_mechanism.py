@@ -89,3 +89,24 @@ def test_scarlet_d0_beta1_server_targets_equal_dsfl_mean_bit_for_bit(monkeypatch
     assert scarlet.records == dsfl.records  # hence the whole run: server accuracy, bytes, entropy, every round
     assert torch.equal(torch.cat([v.flatten().float() for v in scarlet.model_state.values()]),
                        torch.cat([v.flatten().float() for v in dsfl.model_state.values()]))
+
+
+def test_cached_age_on_hand_values():
+    from chillfl.distillation.cache import ServerCache
+
+    cache = ServerCache(duration=3)
+    row = lambda n: torch.full((n, 2), 0.5)  # noqa: E731
+    assert cache.update(1, [0, 1], row(2)).cached_age is None  # round 1: everything fresh
+    assert cache.update(2, [0, 2], row(1)).cached_age == 1.0  # 0 stored at 1: age 1; 2 fresh
+    assert cache.update(4, [0, 1, 2], row(0)).cached_age == pytest.approx((3 + 3 + 2) / 3)  # all valid (4 - 1 <= 3)
+    assert cache.update(5, [0, 2], row(1)).cached_age == 3.0  # 0 expired (5 - 1 > 3) -> fresh; 2 stored at 2: age 3
+
+
+def test_cache_age_is_recorded_only_where_the_cache_exists():
+    scarlet = run_experiment(load_config(None, tiny(method="scarlet", cache_duration=2)), write=False, progress=False).records
+    assert scarlet[0]["cache_age_mean"] is None and scarlet[0]["cache_hit_ratio"] == 0.0
+    assert scarlet[1]["cache_hit_ratio"] > 0.0  # round 2 serves part of P^2 from round 1's entries
+    for r in scarlet[1:]:
+        assert r["cache_hit_ratio"] == 0.0 or 1.0 <= r["cache_age_mean"] <= 2.0
+    dsfl = run_experiment(load_config(None, tiny(method="dsfl")), write=False, progress=False).records
+    assert not any("cache_age_mean" in r or "cache_hit_ratio" in r for r in dsfl)

@@ -8,6 +8,7 @@ import importlib
 ANALYSES = (
     "chillfl.analysis.temperature_sweep",
     "chillfl.analysis.cache_ratio",
+    "chillfl.analysis.scarlet_study",
     "chillfl.analysis.calibration",
     "chillfl.analysis.cka",
     "chillfl.analysis.aggregation",
@@ -16,7 +17,7 @@ ANALYSES = (
 
 
 def add_analyze_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    parser = sub.add_parser("analyze", help="analyses: temperature-sweep, cache-ratio, soft-label-entropy, calibration, cka, aggregation-accuracy, aggregation-entropy, grad-norms")
+    parser = sub.add_parser("analyze", help="analyses: temperature-sweep, cache-ratio, soft-label-entropy, scarlet-deficit, calibration, cka, aggregation-accuracy, aggregation-entropy, grad-norms")
     analyses = parser.add_subparsers(dest="analysis", required=True)
     for module in ANALYSES:
         try:

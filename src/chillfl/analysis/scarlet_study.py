@@ -49,6 +49,7 @@ from chillfl.report.stats import paired_difference
 
 PAPER_D, PAPER_ROUNDS = 50, 2000
 DEFAULT_CONFIG = "scarlet/dsfl-vs-scarlet-digits"
+PARTS = ("d", "beta", "ratio", "drift")
 
 
 def scaled_duration(rounds: int) -> int:
@@ -186,28 +187,27 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     print(f"SCARLET vs DS-FL on {args.config}: |P| = {n_pub}, |P^t| = {n_sub}, seeds {','.join(map(str, seeds))}; "
           f"executor {config.executor}; {machine()}")
     print(f"scaled D (50 / 2000 of the run): {', '.join(f'{L} rounds -> {scaled_duration(L)}' for L in lengths)}")
-    print("\nD sweep (beta = 2); 'scaled' marks D = rounds x 50 / 2000:\n")
-    print(HEADER)
-    for L in lengths:
-        print(study.row(Arm(None), L).replace("| DS-FL |", "| DS-FL (ERA, T = %g) |" % config.distillation.get("temperature", 0.1)))
-        for d in sorted(set(durations) | {scaled_duration(L)}):
-            line = study.row(Arm(2.0, d), L)
-            print(line.replace(f"D={d} |", f"D={d} (scaled) |") if d == scaled_duration(L) else line)
+    parts = set(_numbers(args.parts, "--parts", str))
+    if not parts <= set(PARTS):
+        raise ConfigError("--parts", f"unknown part(s) {sorted(parts - set(PARTS))}; allowed: {', '.join(PARTS)}")
+    if "d" in parts:
+        d_sweep(study, lengths, durations, config.distillation.get("temperature", 0.1))
     big = max(durations) if durations else 0
-    print(f"\nbeta x D (aggregation alone at D = 0; beta = 1, D = 0 is DS-FL with the plain mean instead of ERA):\n")
-    print(HEADER)
-    for L in lengths:
-        for d in sorted({0, big}):
-            for b in betas:
-                print(study.row(Arm(b, d), L))
-    if subsets:
+    if "beta" in parts:
+        print("\nbeta x D (aggregation alone at D = 0; beta = 1, D = 0 is DS-FL with the plain mean instead of ERA):\n")
+        print(HEADER)
+        for L in lengths:
+            for d in sorted({0, big}):
+                for b in betas:
+                    print(study.row(Arm(b, d), L))
+    if "ratio" in parts and subsets:
         L = min(lengths)
         print(f"\n|P^t| / |P| (|P| = {n_pub}, beta = 2, {L} rounds; DS-FL rerun at each size):\n")
         print(HEADER.replace("| rounds | arm |", "| rounds | |P^t| / |P|, arm |"))
         for size in sorted(set(subsets) | {n_sub}):
             for d in sorted({big, scaled_duration(L)}):
                 print(study.row(Arm(2.0, d, size if size != n_sub else None), L, rounds=L).replace("| SCARLET", f"| {size}/{n_pub}, SCARLET", 1))
-    if args.drift_executor:
+    if "drift" in parts and args.drift_executor:
         other = args.drift_executor
         print(f"\nexecutor drift: the same arm under {other!r} vs {config.executor!r} (paired per seed; "
               f"'arm - DS-FL' reads '{other} - {config.executor}'):\n")
@@ -216,6 +216,16 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
             for arm in (Arm(None), Arm(2.0, big)):
                 print(study.row(dataclasses.replace(arm, executor=other), L, base=arm))
     return 0
+
+
+def d_sweep(study: Study, lengths: Sequence[int], durations: Sequence[int], temperature: float) -> None:
+    print("\nD sweep (beta = 2); 'scaled' marks D = rounds x 50 / 2000:\n")
+    print(HEADER)
+    for L in lengths:
+        print(study.row(Arm(None), L).replace("| DS-FL |", f"| DS-FL (ERA, T = {temperature:g}) |"))
+        for d in sorted(set(durations) | {scaled_duration(L)}):
+            line = study.row(Arm(2.0, d), L)
+            print(line.replace(f"D={d} |", f"D={d} (scaled) |") if d == scaled_duration(L) else line)
 
 
 def add_parser(analyses: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -227,6 +237,7 @@ def add_parser(analyses: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p.add_argument("--durations", default="0,1,2,5,20", help="D values of the sweep (the scaled D is added; default 0,1,2,5,20)")
     p.add_argument("--betas", default="1,2,4", help="beta values, at D = 0 and the largest D (default 1,2,4)")
     p.add_argument("--subset-sizes", default="50,200", help="|P^t| values besides the config's (empty: skip; default 50,200)")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"which tables (default all: {','.join(PARTS)})")
     p.add_argument("--drift-executor", default="", help="also run DS-FL and SCARLET (largest D) under this executor and show the drift (e.g. vectorized)")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-run progress lines on stderr")
     p.add_argument("overrides", nargs="*", help="section.option=value overrides of the config")

@@ -177,6 +177,9 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
         raise ConfigError("--rounds", "give at least one seed and one length >= 1")
     if any(d < 0 for d in durations) or any(b <= 0 for b in betas):
         raise ConfigError("--durations", "D must be >= 0 and beta > 0")
+    parts = set(_numbers(args.parts, "--parts", str))
+    if not parts <= set(PARTS):
+        raise ConfigError("--parts", f"unknown part(s) {sorted(parts - set(PARTS))}; allowed: {', '.join(PARTS)}")
     overrides = parse_overrides(args.overrides)
     overrides["federation.rounds"] = max(lengths)
     config = load_config(resolve_config(args.config), overrides)
@@ -187,9 +190,6 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     print(f"SCARLET vs DS-FL on {args.config}: |P| = {n_pub}, |P^t| = {n_sub}, seeds {','.join(map(str, seeds))}; "
           f"executor {config.executor}; {machine()}")
     print(f"scaled D (50 / 2000 of the run): {', '.join(f'{L} rounds -> {scaled_duration(L)}' for L in lengths)}")
-    parts = set(_numbers(args.parts, "--parts", str))
-    if not parts <= set(PARTS):
-        raise ConfigError("--parts", f"unknown part(s) {sorted(parts - set(PARTS))}; allowed: {', '.join(PARTS)}")
     if "d" in parts:
         d_sweep(study, lengths, durations, config.distillation.get("temperature", 0.1))
     big = max(durations) if durations else 0

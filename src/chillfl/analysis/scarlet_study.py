@@ -7,8 +7,8 @@ setting (``scarlet/dsfl-vs-scarlet-digits``: |P| = 400, |P^t| = 100):
 
 * **D sweep** (beta = 2): D in ``--durations``, including D scaled to the run
   as in the paper (D / rounds = 50 / 2,000, at least 1);
-* **beta x D**: beta in ``--betas`` at D = 0 (no cache: the aggregation alone)
-  and at the largest D. beta = 1, D = 0 is DS-FL with ERA replaced by the
+* **beta x D**: beta in ``--betas`` at D = 0 (no cache: the aggregation alone),
+  beta = 1 and 2 at the largest D. beta = 1, D = 0 is DS-FL with ERA replaced by the
   plain mean, bit for bit (tests/test_scarlet_mechanism.py), so
   "beta = 1, D = 0" vs DS-FL measures ERA, beta = 2 vs beta = 1 at D = 0
   measures the sharpening, and D > 0 vs D = 0 at one beta measures the cache;
@@ -194,11 +194,12 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
         d_sweep(study, lengths, durations, config.distillation.get("temperature", 0.1))
     big = max(durations) if durations else 0
     if "beta" in parts:
-        print("\nbeta x D (aggregation alone at D = 0; beta = 1, D = 0 is DS-FL with the plain mean instead of ERA):\n")
+        print(f"\nbeta x D: every beta at D = 0 (the aggregation alone; beta = 1, D = 0 is DS-FL with the plain mean instead of ERA), "
+              f"beta = 1 and 2 at D = {big} (the cache with and without the sharpening):\n")
         print(HEADER)
         for L in lengths:
-            for d in sorted({0, big}):
-                for b in betas:
+            for d, bs in ((0, betas), (big, [b for b in (1.0, 2.0) if b in betas])):
+                for b in bs:
                     print(study.row(Arm(b, d), L))
     if "ratio" in parts and subsets:
         L = min(lengths)
@@ -235,7 +236,7 @@ def add_parser(analyses: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--rounds", default="20,40,80", help="lengths to read (one run of the longest per arm and seed; default 20,40,80)")
     p.add_argument("--durations", default="0,1,2,5,20", help="D values of the sweep (the scaled D is added; default 0,1,2,5,20)")
-    p.add_argument("--betas", default="1,2,4", help="beta values, at D = 0 and the largest D (default 1,2,4)")
+    p.add_argument("--betas", default="1,2,4", help="beta values at D = 0 (1 and 2 also at the largest D; default 1,2,4)")
     p.add_argument("--subset-sizes", default="50,200", help="|P^t| values besides the config's (empty: skip; default 50,200)")
     p.add_argument("--parts", default=",".join(PARTS), help=f"which tables (default all: {','.join(PARTS)})")
     p.add_argument("--drift-executor", default="", help="also run DS-FL and SCARLET (largest D) under this executor and show the drift (e.g. vectorized)")

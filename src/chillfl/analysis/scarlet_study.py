@@ -157,11 +157,11 @@ def _numbers(text: str, field: str, kind: type) -> list[Any]:
         raise ConfigError(field, f"expected comma-separated {kind.__name__}s, got {text!r}") from None
 
 
-def machine() -> str:
-    """The machine, in words (the docs say which one made each block)."""
+def machine(threads: int) -> str:
+    """The machine, in words (the docs say which one made each block); ``threads``: the runs' intra-op threads."""
     import torch
 
-    return f"{platform.machine()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s)"
+    return f"{platform.machine()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {threads or 'default'} intra-op thread(s) per run"
 
 
 def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
@@ -188,7 +188,7 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     study = Study(config, seeds, max(lengths), progress=not args.quiet)
     n_pub, n_sub = config.distillation["public_size"], config.distillation["subset_size"]
     print(f"SCARLET vs DS-FL on {args.config}: |P| = {n_pub}, |P^t| = {n_sub}, seeds {','.join(map(str, seeds))}; "
-          f"executor {config.executor}; {machine()}")
+          f"executor {config.executor}; {machine(config.threads)}")
     print(f"scaled D (50 / 2000 of the run): {', '.join(f'{L} rounds -> {scaled_duration(L)}' for L in lengths)}")
     if "d" in parts:
         d_sweep(study, lengths, durations, config.distillation.get("temperature", 0.1))

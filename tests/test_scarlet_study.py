@@ -37,6 +37,7 @@ def test_read_on_hand_values():
     # at round 2: accuracy and bytes of round 2; hit ratio (0 + 0.5) / 2; age over rounds that used the cache: 1.0
     assert read(records, 2) == Measure(acc=0.2, bytes=150.0, hit=0.25, age=1.0, entropy=1.5)
     assert read(records, 3) == Measure(acc=0.3, bytes=180.0, hit=0.5, age=1.5, entropy=3.5 / 3)
+    assert read(records, 3, window=2).acc == pytest.approx(0.25)  # mean of rounds 2 and 3
     dsfl = [{"global_acc": 0.4, "bytes_cumulative": 10}]  # no cache, no entropy: hit 0, age None
     assert read(dsfl, 1) == Measure(acc=0.4, bytes=10.0, hit=0.0, age=None, entropy=None)
 
@@ -52,9 +53,12 @@ def test_a_shorter_run_is_the_prefix_of_a_longer_one():
 
 def test_study_tables(capsys):
     args = ["analyze", "scarlet-deficit", "-q", "--seeds", "0,1", "--rounds", "1,2", "--durations", "0,2", "--betas", "1",
-            "--subset-sizes", "", "--parts", "d,beta", *TINY]
+            "--subset-sizes", "", "--parts", "d,beta,smooth", *TINY]
     assert main(args) == 0
     out = capsys.readouterr().out
+    smooth = out.split("last quarter of the rounds")[1]
+    assert smooth.count("| 2 | SCARLET beta=2, D=2 |") == 1  # the smooth table: same arms, accuracy over the last rounds
+    out = out.split("last quarter of the rounds")[0]
     rows = {tuple(c.strip() for c in line.split("|")[1:3]): [c.strip() for c in line.split("|")[3:-1]]
             for line in out.splitlines() if line.startswith("| ") and not line.startswith("| rounds")}
     # columns: arm acc, DS-FL acc, difference, bytes ratio, hit ratio, age, entropy

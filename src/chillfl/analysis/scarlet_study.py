@@ -12,7 +12,10 @@ setting (``scarlet/dsfl-vs-scarlet-digits``: |P| = 400, |P^t| = 100):
   plain mean, bit for bit (tests/test_scarlet_mechanism.py), so
   "beta = 1, D = 0" vs DS-FL measures ERA, beta = 2 vs beta = 1 at D = 0
   measures the sharpening, and D > 0 vs D = 0 at one beta measures the cache;
-* **|P^t| / |P|** in ``--subset-sizes`` / |P| (DS-FL rerun at each size).
+* **|P^t| / |P|** in ``--subset-sizes`` / |P| (DS-FL rerun at each size);
+* **smooth**: the D sweep with the server accuracy averaged over the last
+  quarter of the rounds (at this scale one round's accuracy can swing by
+  tens of points).
 
 Per arm, paired per seed against DS-FL at the same setting: server accuracy
 difference (mean, sample std, 95 % Student-t interval, seeds where the sign
@@ -49,7 +52,7 @@ from chillfl.report.stats import paired_difference
 
 PAPER_D, PAPER_ROUNDS = 50, 2000
 DEFAULT_CONFIG = "scarlet/dsfl-vs-scarlet-digits"
-PARTS = ("d", "beta", "ratio", "drift")
+PARTS = ("d", "beta", "ratio", "drift", "smooth")
 
 
 def scaled_duration(rounds: int) -> int:
@@ -82,12 +85,13 @@ class Measure:
     entropy: float | None
 
 
-def read(records: Sequence[Mapping[str, Any]], length: int) -> Measure:
+def read(records: Sequence[Mapping[str, Any]], length: int, window: int = 1) -> Measure:
+    """Round ``length`` of a run; ``acc`` averages the server accuracy of its last ``window`` rounds (1: that round's)."""
     rows = records[:length]
     ages = [r["cache_age_mean"] for r in rows if r.get("cache_age_mean") is not None]
     ents = [r["soft_label_entropy"] for r in rows if r.get("soft_label_entropy") is not None]
     return Measure(
-        acc=float(rows[-1]["global_acc"]),
+        acc=sum(float(r["global_acc"]) for r in rows[-window:]) / len(rows[-window:]),
         bytes=float(rows[-1]["bytes_cumulative"]),
         hit=sum(float(r.get("cache_hit_ratio", 0.0)) for r in rows) / len(rows),
         age=sum(ages) / len(ages) if ages else None,
@@ -125,12 +129,12 @@ class Study:
         out = self._runs[(arm, seed, rounds)] = run_experiment(self.arm_config(arm, seed, rounds), write=False, progress=False).records
         return out
 
-    def row(self, arm: Arm, length: int, rounds: int | None = None, base: Arm | None = None) -> str:
+    def row(self, arm: Arm, length: int, rounds: int | None = None, base: Arm | None = None, window: int = 1) -> str:
         """Arm vs ``base`` (DS-FL at the same |P^t|) at round ``length`` of runs of ``rounds`` (default: the study's length)."""
         n = self.rounds if rounds is None else rounds
         base = base or Arm(None, subset=arm.subset)
-        ours = [read(self.records(arm, s, n), length) for s in self.seeds]
-        theirs = [read(self.records(base, s, n), length) for s in self.seeds]
+        ours = [read(self.records(arm, s, n), length, window) for s in self.seeds]
+        theirs = [read(self.records(base, s, n), length, window) for s in self.seeds]
         diff = paired_difference([m.acc for m in ours], [m.acc for m in theirs])
         d = diff.summary
         acc = f"{100 * d.mean:+.2f}"
@@ -208,6 +212,15 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
         for size in sorted(set(subsets) | {n_sub}):
             for d in sorted({big, scaled_duration(L)}):
                 print(study.row(Arm(2.0, d, size if size != n_sub else None), L, rounds=L).replace("| SCARLET", f"| {size}/{n_pub}, SCARLET", 1))
+    if "smooth" in parts:
+        print("\nD sweep (beta = 2), server accuracy averaged over the last quarter of the rounds (one round's accuracy swings by "
+              "points at this scale):\n")
+        print(HEADER.replace("| server acc % | DS-FL % |", "| server acc %, last quarter | DS-FL % |"))
+        for L in lengths:
+            w = max(1, L // 4)
+            print(study.row(Arm(None), L, window=w))
+            for d in sorted(set(durations) | {scaled_duration(L)}):
+                print(study.row(Arm(2.0, d), L, window=w))
     if "drift" in parts and args.drift_executor:
         other = args.drift_executor
         print(f"\nexecutor drift: the same arm under {other!r} vs {config.executor!r} (paired per seed; "

@@ -254,6 +254,7 @@ class StepLoss:
         if self.spec.precision == "bf16":  # the loss and the terms in fp32, whatever the forward ran in
             logits = logits.float()
             features = None if features is None else features.float()
+            grabbed = {name: (xin.float(), out.float()) for name, (xin, out) in grabbed.items()}  # FedAlign reruns a stage on them, outside autocast
         self.keys = [key for key, _, _ in rec.calls]
         if self._uses_features:  # FedProto, FedHKD
             value = self.spec.base_loss(logits, y, temperature, features=features, params=params, context=context)  # type: ignore[call-arg]

@@ -423,11 +423,11 @@ class DSFL(SoftLabelMethod):
     name = "dsfl"
 
     def combine(self, mean: torch.Tensor) -> torch.Tensor:
-        return tempered_softmax(mean, self.options.temperature)
+        return tempered_softmax(mean, self.options.temperature) if self.options.aggregation == "era" else mean
 
     def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
         stack, keep = stack_uplinks(indices, uplinks, self.num_classes)
-        if bool(keep.all()):  # the block's ERA, exactly Eq. (2)
+        if bool(keep.all()) and self.options.aggregation == "era":  # the block's ERA, exactly Eq. (2)
             rows = era(stack, self.options.temperature)
             return Aggregate(torch.ones(len(indices), dtype=torch.bool), rows, rows)
         return super().aggregate(round, indices, uplinks)
@@ -704,7 +704,13 @@ class SCARLETOptions(EnhancedERAOptions):
 
 @dataclass(frozen=True)
 class DSFLOptions(ERAOptions):
-    """DS-FL's own option: the ERA temperature T (SCARLET Table V: 0.1 for CIFAR-10)."""
+    """DS-FL's own options: the ERA temperature T (SCARLET Table V: 0.1 for CIFAR-10) and the aggregation.
+
+    ``aggregation = "mean"`` replaces ERA by the plain mean (an ablation, not
+    DS-FL): it is SCARLET with beta = 1 and D = 0, bit for bit.
+    """
+
+    aggregation: Literal["era", "mean"] = "era"
 
 
 @dataclass(frozen=True)

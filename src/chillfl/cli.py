@@ -36,7 +36,7 @@ DEMO_GRID = ["temperature=1,0.25,0.05"]
 
 def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
     path = resolve_config(config) if config is not None else None
-    flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir") if args is not None and getattr(args, key, None) is not None}
+    flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "strict") if args is not None and getattr(args, key, None) is not None}
     return load_config(path, {**flags, **parse_overrides(list(overrides))})
 
 
@@ -218,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=int, help="the run seed (the config's `seed`)")
         p.add_argument("--out", dest="out_dir", help="parent folder of the result folder (the config's `out_dir`)")
         p.add_argument("--dry-run", action="store_true", help="print the resolved config as TOML and exit (nothing is run or written)")
+        p.add_argument("--strict", action="store_true", default=None, help="an exploding training loss stops the run (exit 3) instead of a warning (the config's `strict`)")
 
     p = sub.add_parser("run", help="run one experiment")
     common(p, False)

@@ -320,6 +320,9 @@ class RunConfig:
     precision: Literal["fp32", "bf16"] = "fp32"
     """``bf16``: local training's forward runs under ``torch.autocast`` in bfloat16 (loss, gradients and
     updates of the fp32 state stay fp32) on a CPU or GPU that supports it; faster, slightly less accurate."""
+    strict: bool = False
+    """An exploding training loss that stays finite (>= 1e4 x round 1's, or above 1e3: :mod:`chillfl.engine.health`)
+    stops the run as a divergence (exit 3, ``NAME.failed``) instead of one warning line. ``--strict`` on the command line."""
     federation: FederationConfig = field(default_factory=FederationConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     log: LogConfig = field(default_factory=LogConfig)

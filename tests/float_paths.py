@@ -37,6 +37,9 @@ import torch
 
 REL = 1e-4
 ABS = 1e-6
+TRAJECTORY_REL = 2e-3
+"""Whole runs on two float paths: rounding is amplified over rounds of training (measured up to 1.3e-4:
+SCARLET + batch norm, round 2, ``default`` kernels), so whole trajectories get 2e-3; one round in lockstep gets REL."""
 FEDMD_REL = 2e-2
 """FedMD's L1 digest on logits: each sign flip moves a weight by 2 lr / batch; measured 2e-3 in one round (10x margin)."""
 
@@ -81,7 +84,7 @@ def assert_close(a: Any, b: Any, where: str = "", rel: float = REL) -> None:
         assert a == b, where
 
 
-def assert_records_close(reference: list[dict[str, Any]], other: list[dict[str, Any]], rel: float = REL) -> None:
+def assert_records_close(reference: list[dict[str, Any]], other: list[dict[str, Any]], rel: float = TRAJECTORY_REL) -> None:
     """Per-round records of two float paths: :func:`assert_close` round by round (``where`` names round and key)."""
     assert len(reference) == len(other)
     for a, b in zip(reference, other):

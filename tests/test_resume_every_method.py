@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from chillfl import runner
 from chillfl.aggregation.registry import algorithm_names
@@ -145,3 +146,19 @@ def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(method: str, execu
     for name in models:
         assert (resumed / name).read_bytes() == (reference / name).read_bytes(), name
     assert sorted(p.name for p in resumed.iterdir()) == sorted(p.name for p in reference.iterdir())
+
+
+def test_a_checkpoint_gives_each_tensor_its_layout_back(tmp_path: Path) -> None:
+    """FedProto keeps the vectorised executor's client weights, which come back transposed; the same values in
+    another layout evaluate to other last bits (a matmul adds up in another order), so a resumed run needs the
+    layout back: FedProto under ``vectorized`` differed in ``global_loss`` after a resume (issue 27)."""
+    from chillfl.engine.checkpoint import write_state
+
+    w = torch.randn(5, 3).t()  # dense, not contiguous: strides (1, 3)
+    permuted = torch.randn(2, 3, 4).permute(2, 0, 1)
+    gappy = torch.randn(4, 6)[:, ::2]  # not dense: comes back contiguous, as before
+    write_state(tmp_path / "state.safetensors", {"w": w, "p": permuted, "g": gappy, "c": torch.arange(6.0).reshape(2, 3)})
+    back = read_state(tmp_path / "state.safetensors")
+    for key, t in (("w", w), ("p", permuted)):
+        assert torch.equal(back[key], t) and back[key].stride() == t.stride(), key
+    assert torch.equal(back["g"], gappy) and back["g"].is_contiguous() and back["c"].is_contiguous()

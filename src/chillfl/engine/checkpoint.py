@@ -24,6 +24,11 @@ Choices
 * The file is read into memory before parsing: safetensors' ``safe_open``
   memory-maps the file and hands out tensors backed by it, which would alias
   the next checkpoint written over the same path.
+* A dense tensor that is not contiguous (the vectorised executor's
+  transposed client weights) comes back with its strides (``"strides"`` in
+  the metadata): the same values in another layout add up in another order
+  downstream, so a resumed run would differ in the last bits. Tensors with
+  gaps come back contiguous.
 * Tuples, numpy values and other objects are rejected on write rather than
   silently turned into lists or strings, since they would not come back as
   they were.
@@ -36,7 +41,7 @@ import math
 import os
 import struct
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import safetensors
 import safetensors.torch
@@ -54,12 +59,34 @@ _NAN_BITS = struct.unpack("<Q", struct.pack("<d", math.nan))[0]
 _MAX_HEADER = 100_000_000  # safetensors' own header limit
 
 
-def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
-    """JSON skeleton of ``node``; tensors are moved into ``tensors`` (CPU, contiguous, own storage)."""
+def _is_dense(shape: Sequence[int], stride: Sequence[Any]) -> bool:
+    """Whether ``stride`` lays ``shape`` out without gaps or overlaps (each stride the product of the faster sizes)."""
+    if len(stride) != len(shape) or not all(type(s) is int and s > 0 for s in stride):
+        return False
+    expected = 1
+    for d in sorted(range(len(shape)), key=lambda d: stride[d]):
+        if shape[d] != 1 and stride[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
+
+
+def _dense_layout(t: torch.Tensor) -> list[int] | None:
+    """The strides of ``t`` if it is dense but not contiguous (e.g. transposed), else None (written contiguous)."""
+    if t.is_contiguous() or t.numel() == 0 or not _is_dense(t.shape, t.stride()):
+        return None
+    return list(t.stride())
+
+
+def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: dict[str, list[int]]) -> Any:
+    """JSON skeleton of ``node``; tensors are moved into ``tensors`` (CPU, contiguous, own storage), the strides
+    of dense non-contiguous ones into ``layouts``."""
     if isinstance(node, torch.Tensor):
         name = str(len(tensors))
         # a fresh copy: safetensors refuses tensors sharing storage, and the caller may keep mutating its own
         tensors[name] = node.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
+        if (stride := _dense_layout(node)) is not None:
+            layouts[name] = stride
         return {TENSOR_MARK: name}
     if isinstance(node, Mapping):
         out: dict[str, Any] = {}
@@ -68,10 +95,10 @@ def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
                 raise TypeError(f"state key {key!r} at {where or '<root>'} is not a string")
             if key in _RESERVED and len(node) == 1:
                 raise ValueError(f"state key {key!r} at {where or '<root>'} is reserved by the checkpoint format")
-            out[key] = _encode(value, tensors, f"{where}.{key}" if where else key)
+            out[key] = _encode(value, tensors, f"{where}.{key}" if where else key, layouts)
         return out
     if isinstance(node, list):
-        return [_encode(v, tensors, f"{where}[{i}]") for i, v in enumerate(node)]
+        return [_encode(v, tensors, f"{where}[{i}]", layouts) for i, v in enumerate(node)]
     # exact types: subclasses (numpy floats, IntEnum) would come back as the plain type
     if node is None or type(node) in (bool, int, str):
         return node
@@ -111,8 +138,10 @@ def _decode(node: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
 def encode_state(tree: Mapping[str, Any]) -> bytes:
     """The bytes of a checkpoint file for ``tree`` (see the module docstring)."""
     tensors: dict[str, torch.Tensor] = {}
-    skeleton = _encode(tree, tensors, "")
-    text = json.dumps({"version": FORMAT_VERSION, "tree": skeleton}, allow_nan=False, separators=(",", ":"))
+    layouts: dict[str, list[int]] = {}
+    skeleton = _encode(tree, tensors, "", layouts)
+    doc: dict[str, Any] = {"version": FORMAT_VERSION, "tree": skeleton, **({"strides": layouts} if layouts else {})}
+    text = json.dumps(doc, allow_nan=False, separators=(",", ":"))
     return safetensors.torch.save(tensors, metadata={METADATA_KEY: text})
 
 
@@ -139,6 +168,11 @@ def decode_state(data: bytes, device: str | torch.device = "cpu") -> dict[str, A
     if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION or not isinstance(doc.get("tree"), dict):
         raise ValueError(f"unsupported checkpoint layout (expected version {FORMAT_VERSION})")
     tensors = safetensors.torch.load(data)
+    for name, stride in dict(doc.get("strides") or {}).items():  # the layouts written: same values, same strides
+        t = tensors.get(name)
+        if t is None or not isinstance(stride, list) or not _is_dense(t.shape, stride):
+            raise ValueError(f"malformed strides for tensor {name!r}")
+        tensors[name] = torch.empty_strided(t.shape, stride, dtype=t.dtype).copy_(t)
     if str(torch.device(device)) != "cpu":
         tensors = {k: v.to(device) for k, v in tensors.items()}
     return _decode(doc["tree"], tensors)

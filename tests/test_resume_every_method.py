@@ -63,6 +63,7 @@ NEEDS: dict[str, dict[str, Any]] = {
     "algorithm.fedalign": {"model": {"name": "resnet20"}},  # a ResNet with a width-reduced final stage
     "algorithm.fedbn": {"model": {"name": "flexchill_cnn", "batch_norm": True}},  # local batch-norm entries
     "algorithm.pa3fed": {"algorithm": {"name": "pa3fed", "mode": "always"}},
+    "algorithm.krum": {"federation.clients_per_round": 3},  # Krum needs more than 2f + 2 clients a round
     "temperature.fixed": {"temperature": {"policy": "fixed", "value": 0.5}},
     "distillation.scarlet": {"distillation": {"method": "scarlet", **SOFT_LABELS, "cache_duration": 2}},
     "distillation.fedmd": {"distillation": {"method": "fedmd", **SOFT_LABELS, "transfer_epochs": 1}},

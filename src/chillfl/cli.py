@@ -38,7 +38,7 @@ DEMO = "demo"
 
 def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
     path = resolve_config(config) if config is not None else None
-    flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir") if args is not None and getattr(args, key, None) is not None}
+    flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir", "strict") if args is not None and getattr(args, key, None) is not None}
     return load_config(path, {**flags, **parse_overrides(list(overrides))})
 
 
@@ -128,7 +128,7 @@ def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, prog
     if result.failures:
         runs = ", ".join(f"{name} ({why})" for name, why in result.failures.items())
         print(f"chillfl: {len(result.failures)} run(s) did not finish: {runs}", file=sys.stderr)
-        return DIVERGED_EXIT if args is not None and getattr(args, "strict", False) else 0
+        return DIVERGED_EXIT if config.strict else 0
     return 0
 
 
@@ -275,6 +275,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
         p.add_argument("--out", dest="out_dir", help="parent folder of the result folder (the config's `out_dir`)")
         p.add_argument("--data-dir", dest="data_dir", help="where datasets live (the config's `data_dir`)")
         p.add_argument("--dry-run", action="store_true", help="print the resolved config as TOML and exit (nothing is run or written)")
+        p.add_argument("--strict", action="store_true", default=None, help="warnings are errors (the config's `strict`): an exploding loss stops the run (exit 3); compare exits 3 if any run failed")
 
     p = sub.add_parser("run", help="run one experiment")
     common(p, False)
@@ -294,7 +295,6 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--tune", action="append", default=[], metavar="KEY=V1,V2", help="tune an option per variant on the validation split (the [tune] table; needs eval.validation > 0); repeatable")
     p.add_argument("--select", choices=("final", "best"), help="tuning rule: final-round or best-round validation accuracy ([compare] select; default final)")
     p.add_argument("--controls", action="store_true", help="add step-size controls for every T != 1 variant: T = 1 at lr x 1/T, magnitude-only, direction-only ([compare] controls)")
-    p.add_argument("--strict", action="store_true", help="exit 3 when any run diverged or failed (default: only when every run did; the tables mark them)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("reproduce", help="a paper's headline claims at CPU scale over seeds: paper vs measured, with a verdict")

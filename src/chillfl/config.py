@@ -385,6 +385,9 @@ class RunConfig:
     run (``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32``, restored after); refused on
     other devices, which have no such mode. ``fp32`` keeps torch's defaults (on CUDA, cuDNN
     convolutions may already use TF32: torch's own default; matmuls do not)."""
+    strict: bool = False
+    """An exploding training loss that stays finite (>= 1e4 x round 1's, or above 1e3: :mod:`chillfl.engine.health`)
+    stops the run as a divergence (exit 3, ``NAME.failed``) instead of one warning line. ``--strict`` on the command line."""
     federation: FederationConfig = field(default_factory=FederationConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     log: LogConfig = field(default_factory=LogConfig)

@@ -35,6 +35,7 @@ from tqdm import tqdm
 from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
 from chillfl.engine.checkpoint import read_checkpoint, read_state, write_atomic, write_state
+from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import run_rounds
 from chillfl.environment import as_comment, differences, environment
 from chillfl.engine.model_file import write_model
@@ -317,8 +318,10 @@ def _run_rounds(
                 clients_per_round=config.federation.sample_size(), rounds=rounds, start=done, participation=config.federation,
             )
             bar = make_bar(progress, rounds, done, label or config.name)
+            watch = LossWatch(config.strict, records)
             with device_settings(config, exp.device), bar:
                 for record in loop:
+                    watch.observe(record)
                     records.append(record)
                     done = signals.done = record["round"]
                     if writer:
@@ -478,11 +481,14 @@ def rounds_for(exp: Experiment) -> Callable[[Experiment], Iterator[dict[str, Any
     def rounds(e: Experiment) -> Iterator[dict[str, Any]]:
         protocol = build_protocol(e)
         executor = make_executor(e, protocol)
+        watch = LossWatch(e.config.strict)
         try:
-            yield from run_rounds(
+            for record in run_rounds(
                 protocol, executor, seed=e.config.seed, num_clients=e.data.num_clients,
                 clients_per_round=e.config.federation.sample_size(), rounds=e.config.federation.rounds, participation=e.config.federation,
-            )
+            ):
+                watch.observe(record)
+                yield record
         finally:
             executor.close()
             protocol.close()

@@ -32,6 +32,11 @@ Choices
 * The file is read into memory before parsing: safetensors' ``safe_open``
   memory-maps the file and hands out tensors backed by it, which would alias
   the next checkpoint written over the same path.
+* A dense tensor that is not contiguous (the vectorised executor's
+  transposed client weights) comes back with its strides (``"strides"`` in
+  the metadata): the same values in another layout add up in another order
+  downstream, so a resumed run would differ in the last bits. Tensors with
+  gaps come back contiguous.
 * Tuples, numpy values and other objects are rejected on write rather than
   silently turned into lists or strings, since they would not come back as
   they were.
@@ -46,7 +51,7 @@ import math
 import os
 import struct
 from pathlib import Path
-from typing import Any, Mapping, cast
+from typing import Any, Mapping, Sequence, cast
 
 import safetensors
 import safetensors.torch
@@ -66,12 +71,34 @@ _NAN_BITS = struct.unpack("<Q", struct.pack("<d", math.nan))[0]
 _MAX_HEADER = 100_000_000  # safetensors' own header limit
 
 
-def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
-    """JSON skeleton of ``node``; tensors are moved into ``tensors`` (CPU, contiguous, own storage)."""
+def _is_dense(shape: Sequence[int], stride: Sequence[Any]) -> bool:
+    """Whether ``stride`` lays ``shape`` out without gaps or overlaps (each stride the product of the faster sizes)."""
+    if len(stride) != len(shape) or not all(type(s) is int and s > 0 for s in stride):
+        return False
+    expected = 1
+    for d in sorted(range(len(shape)), key=lambda d: stride[d]):
+        if shape[d] != 1 and stride[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
+
+
+def _dense_layout(t: torch.Tensor) -> list[int] | None:
+    """The strides of ``t`` if it is dense but not contiguous (e.g. transposed), else None (written contiguous)."""
+    if t.is_contiguous() or t.numel() == 0 or not _is_dense(t.shape, t.stride()):
+        return None
+    return list(t.stride())
+
+
+def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: dict[str, list[int]]) -> Any:
+    """JSON skeleton of ``node``; tensors are moved into ``tensors`` (CPU, contiguous, own storage), the strides
+    of dense non-contiguous ones into ``layouts``."""
     if isinstance(node, torch.Tensor):
         name = str(len(tensors))
         # a fresh copy: safetensors refuses tensors sharing storage, and the caller may keep mutating its own
         tensors[name] = node.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
+        if (stride := _dense_layout(node)) is not None:
+            layouts[name] = stride
         return {TENSOR_MARK: name}
     if isinstance(node, Mapping):
         out: dict[str, Any] = {}
@@ -80,10 +107,10 @@ def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
                 raise TypeError(f"state key {key!r} at {where or '<root>'} is not a string")
             if key in _RESERVED and len(node) == 1:
                 raise ValueError(f"state key {key!r} at {where or '<root>'} is reserved by the checkpoint format")
-            out[key] = _encode(value, tensors, f"{where}.{key}" if where else key)
+            out[key] = _encode(value, tensors, f"{where}.{key}" if where else key, layouts)
         return out
     if isinstance(node, list):
-        return [_encode(v, tensors, f"{where}[{i}]") for i, v in enumerate(node)]
+        return [_encode(v, tensors, f"{where}[{i}]", layouts) for i, v in enumerate(node)]
     # exact types: subclasses (numpy floats, IntEnum) would come back as the plain type
     if node is None or type(node) in (bool, int, str):
         return node
@@ -136,8 +163,10 @@ def _digest(text: str, run: str, tensors: Mapping[str, torch.Tensor]) -> str:
 def encode_state(tree: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> bytes:
     """The bytes of a checkpoint file for ``tree`` (see the module docstring); ``run``: JSON-able run metadata."""
     tensors: dict[str, torch.Tensor] = {}
-    skeleton = _encode(tree, tensors, "")
-    text = json.dumps({"version": FORMAT_VERSION, "tree": skeleton}, allow_nan=False, separators=(",", ":"))
+    layouts: dict[str, list[int]] = {}
+    skeleton = _encode(tree, tensors, "", layouts)
+    doc: dict[str, Any] = {"version": FORMAT_VERSION, "tree": skeleton, **({"strides": layouts} if layouts else {})}
+    text = json.dumps(doc, allow_nan=False, separators=(",", ":"))
     run_text = json.dumps(dict(run or {}), allow_nan=False, sort_keys=True, separators=(",", ":"))
     metadata = {METADATA_KEY: text, RUN_KEY: run_text, DIGEST_KEY: _digest(text, run_text, tensors)}
     return safetensors.torch.save(tensors, metadata=metadata)
@@ -177,6 +206,11 @@ def decode_checkpoint(data: bytes, device: str | torch.device = "cpu", verify: b
     run = json.loads(run_text)
     if not isinstance(run, dict):
         raise ValueError("malformed run metadata")
+    for name, stride in dict(doc.get("strides") or {}).items():  # the layouts written: same values, same strides
+        t = tensors.get(name)
+        if t is None or not isinstance(stride, list) or not _is_dense(t.shape, stride):
+            raise ValueError(f"malformed strides for tensor {name!r}")
+        tensors[name] = torch.empty_strided(t.shape, stride, dtype=t.dtype).copy_(t)
     if str(torch.device(device)) != "cpu":
         tensors = {k: v.to(device) for k, v in tensors.items()}
     return _decode(doc["tree"], tensors), run

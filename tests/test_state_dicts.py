@@ -451,3 +451,13 @@ def test_corrupt_or_missing_checkpoint_is_a_config_error(tmp_path: Path) -> None
         with pytest.raises(ConfigError) as info:
             read_state(path)
         assert info.value.field == "checkpoint" and "\n" not in str(info.value), name
+
+
+def test_a_checkpoint_file_has_the_same_bytes_every_time_it_is_written() -> None:
+    """Resume is checked byte for byte: safetensors orders several metadata entries at random (a hash map), so the
+    skeleton, the run metadata and the checksum must travel as one entry."""
+    from chillfl.engine.checkpoint import encode_state
+
+    tree = {"w": torch.arange(6.0).reshape(2, 3).t(), "round": 3, "nested": {"x": torch.ones(2), "lr": 0.1}}
+    run = {"config_sha256": "ab" * 32, "metrics_bytes": 120, "metrics_sha256": "cd" * 32}
+    assert len({encode_state(tree, run) for _ in range(20)}) == 1

@@ -24,9 +24,9 @@ Choices
   ``os.replace`` and the folder is fsynced, so a crash leaves either the old
   checkpoint or the new one, never a torn file. A failed write (disk full)
   removes its ``.tmp`` and raises :class:`~chillfl.errors.StorageError`.
-* Tamper evidence: the metadata ``chillfl.sha256`` is a SHA-256 of the
-  skeleton, of the run metadata (``chillfl.run``: what the runner records of
-  the config and the metrics written so far) and of every tensor's name,
+* Tamper evidence: the skeleton's ``sha256`` is a SHA-256 of the rest of
+  the skeleton (with ``run``: what the runner records of the config and the
+  metrics written so far) and of every tensor's name,
   dtype, shape and bytes; :func:`read_checkpoint` recomputes it. Files
   without it (older versions) are read unverified.
 * The file is read into memory before parsing: safetensors' ``safe_open``
@@ -61,8 +61,7 @@ from chillfl.errors import ConfigError, StorageError
 
 FORMAT_VERSION = 1
 METADATA_KEY = "chillfl"
-RUN_KEY = "chillfl.run"
-DIGEST_KEY = "chillfl.sha256"
+DIGEST_KEY = "sha256"
 TENSOR_MARK = "__tensor__"
 FLOAT_MARK = "__float__"
 _RESERVED = frozenset({TENSOR_MARK, FLOAT_MARK})
@@ -147,11 +146,10 @@ def _decode(node: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
     return node
 
 
-def _digest(text: str, run: str, tensors: Mapping[str, torch.Tensor]) -> str:
-    """SHA-256 of a checkpoint's content: skeleton, run metadata, each tensor's name, dtype, shape and bytes."""
+def _digest(text: str, tensors: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 of a checkpoint's content: its metadata text (skeleton and run metadata), each tensor's name, dtype, shape and bytes."""
     h = hashlib.sha256()
-    for part in (text, run):
-        h.update(len(part).to_bytes(8, "little") + part.encode("utf-8"))
+    h.update(len(text).to_bytes(8, "little") + text.encode("utf-8"))
     for name in sorted(tensors, key=lambda n: (len(n), n)):
         t = tensors[name].detach().cpu().contiguous()
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)}:".encode("ascii"))
@@ -161,15 +159,25 @@ def _digest(text: str, run: str, tensors: Mapping[str, torch.Tensor]) -> str:
 
 
 def encode_state(tree: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> bytes:
-    """The bytes of a checkpoint file for ``tree`` (see the module docstring); ``run``: JSON-able run metadata."""
+    """The bytes of a checkpoint file for ``tree`` (see the module docstring); ``run``: JSON-able run metadata.
+
+    Everything goes into ONE metadata entry: safetensors keeps the header's
+    metadata in a hash map whose order is random per process, so a file with
+    several entries had other bytes on every write (a resumed run's files then
+    differed from the uninterrupted run's, values equal).
+    """
     tensors: dict[str, torch.Tensor] = {}
     layouts: dict[str, list[int]] = {}
     skeleton = _encode(tree, tensors, "", layouts)
     doc: dict[str, Any] = {"version": FORMAT_VERSION, "tree": skeleton, **({"strides": layouts} if layouts else {})}
-    text = json.dumps(doc, allow_nan=False, separators=(",", ":"))
-    run_text = json.dumps(dict(run or {}), allow_nan=False, sort_keys=True, separators=(",", ":"))
-    metadata = {METADATA_KEY: text, RUN_KEY: run_text, DIGEST_KEY: _digest(text, run_text, tensors)}
-    return safetensors.torch.save(tensors, metadata=metadata)
+    doc["run"] = dict(sorted(dict(run or {}).items()))
+    doc[DIGEST_KEY] = _digest(_text(doc), tensors)
+    return safetensors.torch.save(tensors, metadata={METADATA_KEY: _text(doc)})
+
+
+def _text(doc: Mapping[str, Any]) -> str:
+    """The one JSON spelling of a metadata document (reading it back and writing it again gives the same text)."""
+    return json.dumps(doc, allow_nan=False, separators=(",", ":"))
 
 
 def _header_metadata(data: bytes) -> dict[str, str]:
@@ -200,10 +208,10 @@ def decode_checkpoint(data: bytes, device: str | torch.device = "cpu", verify: b
     if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION or not isinstance(doc.get("tree"), dict):
         raise ValueError(f"unsupported checkpoint layout (expected version {FORMAT_VERSION})")
     tensors = safetensors.torch.load(data)
-    run_text = meta.get(RUN_KEY, "{}")
-    if verify and DIGEST_KEY in meta and _digest(meta[METADATA_KEY], run_text, tensors) != meta[DIGEST_KEY]:
+    digest = doc.pop(DIGEST_KEY, None)
+    if verify and digest is not None and _digest(_text(doc), tensors) != digest:
         raise Tampered("its content does not match its checksum (changed after it was written)")
-    run = json.loads(run_text)
+    run = doc.get("run", {})
     if not isinstance(run, dict):
         raise ValueError("malformed run metadata")
     for name, stride in dict(doc.get("strides") or {}).items():  # the layouts written: same values, same strides

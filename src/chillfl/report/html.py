@@ -155,8 +155,8 @@ def _varying_keys(groups: Sequence[Group]) -> set[str]:
 
 
 def _strip_seed(name: str) -> str:
-    """``T1_client.lr0.2_seed0`` -> ``T1_client.lr0.2``: a group of seeds is not one of its members."""
-    return re.sub(r"[_, -]*seed\d+$", "", name) or name
+    """``T1-lr0.2-s0`` (or the older ``T1_client.lr0.2_seed0``) -> ``T1-lr0.2``: a group of seeds is not one of its members."""
+    return re.sub(r"(?:[_, -]*seed|-s)\d+$", "", name) or name
 
 
 # ----------------------------------------------------------------------------- numbers

@@ -16,7 +16,7 @@ from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, ServerCache, SoftLabelUplink
 from chillfl.distillation.methods import make_method, parse_distillation
-from chillfl.distillation.protocol import ClientState, ClientStore, soft_target_kl
+from chillfl.protocols.softlabels import ClientState, ClientStore, soft_target_kl
 from chillfl.runner import rounds_for, run_experiment
 from chillfl.experiment import build_data, build_experiment
 from chillfl.errors import ConfigError

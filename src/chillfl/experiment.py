@@ -240,7 +240,7 @@ def build_protocol(exp: Experiment) -> ServerProtocol:
     """The configured protocol: soft-label sharing when ``[distillation]`` names a method, else parameter sharing."""
     evaluation = Evaluation(exp.config, exp.data, exp.model, exp.device)
     if exp.config.distillation.get("method"):
-        from chillfl.distillation.protocol import SoftLabelProtocol
+        from chillfl.protocols.softlabels import SoftLabelProtocol
 
         hetero = build_client_models(exp) if "assign" in exp.config.model or "groups" in exp.config.model else None
         return SoftLabelProtocol(exp, evaluation, hetero)

@@ -232,7 +232,7 @@ class NodeHeldStates:
 
 def keep_client_state_on_nodes(protocol: Any) -> None:
     """A soft-label protocol's client store -> :class:`NodeHeldStates` (the states live on the nodes)."""
-    from chillfl.distillation.protocol import SoftLabelProtocol
+    from chillfl.protocols.softlabels import SoftLabelProtocol
 
     if isinstance(protocol, SoftLabelProtocol):
         protocol.store.close()

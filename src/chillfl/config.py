@@ -347,6 +347,19 @@ class RunConfig:
     """``chillfl compare``: option -> list of values; each variant runs at every point of the grid and keeps
     the point with the best validation accuracy (needs ``eval.validation`` > 0)."""
 
+    @property
+    def protocol(self) -> str:
+        """Which protocol runs, decided here and nowhere else (keys :data:`chillfl.protocols.registry.PROTOCOLS`).
+
+        ``softlabels`` when ``[distillation]`` names a method, ``prototypes`` when ``[prototypes]`` is set
+        (validation refuses both at once), else ``parameters``.
+        """
+        if self.distillation.get("method"):
+            return "softlabels"
+        if self.prototypes:
+            return "prototypes"
+        return "parameters"
+
     def validate(self, section: str) -> None:
         require(self.executor in EXECUTORS, "executor", f"unknown value {short_repr(self.executor)}; allowed: {', '.join(EXECUTORS)}")
         require(is_device_name(self.device), "device", f"unknown value {short_repr(self.device)}; allowed: cpu, cuda, cuda:N, mps, auto")

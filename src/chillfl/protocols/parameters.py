@@ -22,6 +22,7 @@ from chillfl.aggregation.base import Aggregator, ClientResult, Params
 from chillfl.engine.ledger import CommunicationLedger
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation, record_message, state_bytes
+from chillfl.protocols.parts import Experiment
 from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
 from chillfl.training.local import LocalOutcome, derive_seed
 
@@ -185,3 +186,20 @@ class ParameterSharing:
 
     def close(self) -> None:
         return None
+
+
+def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> ParameterSharing:
+    """Parameter sharing (FedAvg family): the run's aggregator, its client reporter, ``[objective]``'s proximal term."""
+    assert exp.aggregator is not None, "parameter sharing averages models: build_experiment builds its aggregator"
+    reporter = getattr(exp.aggregator, "client_report", None)
+    return ParameterSharing(
+        seed=exp.config.seed,
+        lr_at=exp.config.client.lr_at,
+        initial_state=exp.initial_state,
+        aggregator=exp.aggregator,
+        policy=exp.policy,
+        evaluation=evaluation,
+        client=ParameterClient(exp.model, exp.config.eval.batch_size, reporter),
+        eval_clients=exp.config.eval.clients,
+        proximal_mu=exp.config.objective.proximal_mu,
+    )

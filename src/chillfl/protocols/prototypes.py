@@ -27,6 +27,7 @@ nearest prototype.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -37,12 +38,16 @@ from torch.func import functional_call
 
 from chillfl.aggregation.base import Aggregator, ClientResult, Params
 from chillfl.aggregation.client_states import ClientParams
+from chillfl.config import RunConfig
 from chillfl.engine.ledger import CommunicationLedger
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
-from chillfl.models.parts import forward_with_features
+from chillfl.errors import ConfigError
+from chillfl.models.parts import NoHeadError, forward_with_features, head_name, head_of
 from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation, mean_or_none, record_message, state_bytes
-from chillfl.protocols.knowledge import PrototypeSettings, aggregate_means, class_means, nearest_prototype
+from chillfl.protocols.knowledge import KnowledgeLoss, PrototypeSettings, aggregate_means, class_means, nearest_prototype, parse_prototypes
+from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.temperature.base import TemperaturePolicy
+from chillfl.training.linear_factors import factored_linears
 from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, evaluate, split_state
 
 # ---------------------------------------------------------------- messages
@@ -323,3 +328,58 @@ class PrototypeSharing:
     def close(self) -> None:
         return None
 
+
+
+# ---------------------------------------------------------------- building it from the run's parts
+
+
+def prototype_parts(exp: Experiment) -> tuple[PrototypeSettings, ClientModels, tuple[LocalSpec, ...], int]:
+    """[prototypes]' options, client models and per-architecture training specs; ConfigError on any misfit."""
+    cfg = exp.config
+    options = parse_prototypes(cfg.prototypes)
+    if cfg.algorithm.get("name") != "fedavg" or exp.spec.terms:
+        raise ConfigError("algorithm.name", f"[prototypes] trains with its own objective and averages models with fedavg; got {cfg.algorithm.get('name')!r}")
+    cm = build_client_models(exp)
+    specs, dims = [], []
+    for i, model in enumerate(cm.models):
+        try:
+            head = head_name(model)
+            dims.append(head_of(model).in_features)
+        except NoHeadError as exc:
+            raise ConfigError("model.name" if i == 0 else str(cm.plan.field), f"{exc}: [prototypes] needs a representation") from None
+        bias = f"{head}.bias" if head_of(model).bias is not None else None
+        loss = KnowledgeLoss(options.lam, options.kd_weight, options.temperature, f"{head}.weight", bias)
+        specs.append(dataclasses.replace(exp.spec, base_loss=loss, terms=(), model=factored_linears(model)))
+    if len(set(dims)) > 1:
+        labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))
+        raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the last nn.Linear's input) for all architectures, got {labels}")
+    return options, cm, tuple(specs), dims[0]
+
+
+def check_prototype_sharing(exp: Experiment) -> None:
+    """Its per-architecture checks, before anything is written."""
+    prototype_parts(exp)
+
+
+def share_models(config: RunConfig) -> bool:
+    """Whether this run's clients send models too (``share_model``): then they must share one architecture."""
+    return parse_prototypes(config.prototypes).share_model
+
+
+def build_prototype_sharing(exp: Experiment, evaluation: Evaluation) -> PrototypeSharing:
+    """FedProto / FedHKD (``[prototypes]``): one training spec per architecture, with the method's objective."""
+    cfg = exp.config
+    options, cm, specs, dim = prototype_parts(exp)
+    client = KnowledgeClient(cm.models, specs, cm.states, cm.plan.arch_of, exp.data.num_classes, options, cfg.seed, cfg.eval.batch_size)
+    return PrototypeSharing(
+        options=options,
+        seed=cfg.seed,
+        lr_at=cfg.client.lr_at,
+        client=client,
+        global_state=exp.initial_state if options.share_model else None,
+        aggregator=exp.aggregator if options.share_model else None,
+        policy=exp.policy,
+        evaluation=evaluation,
+        eval_clients=cfg.eval.clients,
+        feature_dim=dim,
+    )

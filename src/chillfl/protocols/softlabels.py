@@ -56,7 +56,7 @@ Choices
   the uplink is priced by the method on arrival (CFD's delta coder is the
   server's copy of what each client last sent). The cache check digest is a
   simulation check, not a message, and costs nothing.
-* The aggregator built by ``[algorithm]`` is ignored; objective terms that
+* No aggregator is built: ``[algorithm]`` must be ``fedavg`` (its default), and objective terms that
   need a global model (FedProx, SCAFFOLD, ...) are rejected.
 """
 
@@ -82,8 +82,8 @@ from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabel
 from chillfl.engine.ledger import CommunicationLedger, index_bytes, signal_bytes
 from chillfl.engine.predict import Output, PredictJob, Prediction, outputs
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
-from chillfl.errors import ConfigError
 from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation_job, record_message
+from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
 from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, train_client
 
@@ -421,7 +421,7 @@ class _Specs:
     on_disk: bool
 
 
-def _specs(exp: Any, setup: DistillationSetup, method: SoftLabelMethod) -> _Specs:
+def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod) -> _Specs:
     cfg, spec, c = exp.config, exp.spec, setup.common
     distill = LocalSpec(
         epochs=c.distill_epochs,
@@ -448,18 +448,12 @@ def _specs(exp: Any, setup: DistillationSetup, method: SoftLabelMethod) -> _Spec
 class SoftLabelProtocol:
     """The server side: public draws, the cache (gamma^t), aggregation, the server model, client states."""
 
-    def __init__(self, exp: Any, evaluation: Evaluation, client_models: Any = None) -> None:
-        """``exp``: the built experiment (:class:`chillfl.experiment.Experiment`); options are checked here.
+    def __init__(self, exp: Experiment, setup: DistillationSetup, evaluation: Evaluation, client_models: ClientModels | None = None) -> None:
+        """``setup``: the parsed ``[distillation]`` table (parsed once, by :func:`build_soft_label_sharing`).
 
-        ``client_models``: heterogeneous clients (:class:`chillfl.experiment.ClientModels`), None: every client trains ``exp.model``.
+        ``client_models``: heterogeneous clients, None: every client trains ``exp.model``.
         """
         cfg = exp.config
-        setup = parse_distillation(cfg.distillation)
-        if exp.spec.terms:
-            raise ConfigError(
-                "algorithm.name",
-                f"{cfg.algorithm.get('name')!r} adds objective terms that need a global model; the soft-label protocol supports fedavg only",
-            )
         self.config, self.setup, self.model = cfg, setup, exp.model
         self.policy: TemperaturePolicy = exp.policy
         self.evaluation = evaluation
@@ -485,12 +479,8 @@ class SoftLabelProtocol:
             exp.model, self.method, self.x_public, self.server_state, self.specs.distill, c.distill_lr,
             cfg.eval.batch_size, self.collaborative, use_cache, archs, transfer,
         )
-        if transfer is not None:  # FedMD: the server model does the transfer learning too, once
-            gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "transfer", "server"))
-            out = train_client(self.model, self.server_state, transfer.x, transfer.y, spec=transfer.specs[0], lr=transfer.lr, temperature=1.0, context={}, generator=gen)
-            self.server_state = out.params
 
-    def _archs(self, cm: Any) -> ClientArchs:
+    def _archs(self, cm: ClientModels) -> ClientArchs:
         """Per-architecture specs: architecture 0 keeps the run's own (the executor's template), the others name their model."""
         train: list[LocalSpec | None] = [None]
         distill = [self.specs.distill]
@@ -499,7 +489,7 @@ class SoftLabelProtocol:
             distill.append(dataclasses.replace(self.specs.distill, model=model))
         return ClientArchs(cm.models, cm.states, tuple(train), tuple(distill), cm.plan.arch_of)
 
-    def _transfer(self, exp: Any, setup: DistillationSetup, cm: Any) -> TransferPhase | None:
+    def _transfer(self, exp: Experiment, setup: DistillationSetup, cm: ClientModels | None) -> TransferPhase | None:
         epochs = int(getattr(setup.options, "transfer_epochs", 0))
         if not epochs or not self.collaborative:
             return None
@@ -676,3 +666,23 @@ class SoftLabelProtocol:
 
     def close(self) -> None:
         self.store.close()
+
+
+# ---------------------------------------------------------------- building it from the run's parts
+
+
+def transfer_learning(model: nn.Module, state: Params, transfer: TransferPhase) -> Params:
+    """FedMD's transfer learning of the server model on the labelled public set, once, before round 1."""
+    gen = torch.Generator().manual_seed(derive_seed(transfer.seed, "transfer", "server"))
+    out = train_client(model, state, transfer.x, transfer.y, spec=transfer.specs[0], lr=transfer.lr, temperature=1.0, context={}, generator=gen)
+    return out.params
+
+
+def build_soft_label_sharing(exp: Experiment, evaluation: Evaluation) -> SoftLabelProtocol:
+    """Soft-label sharing (``[distillation]``): its options parsed, heterogeneous clients built, FedMD's server transfer done."""
+    setup = parse_distillation(exp.config.distillation)
+    hetero = build_client_models(exp) if "assign" in exp.config.model or "groups" in exp.config.model else None
+    protocol = SoftLabelProtocol(exp, setup, evaluation, hetero)
+    if protocol.client.transfer is not None:
+        protocol.server_state = transfer_learning(protocol.model, protocol.server_state, protocol.client.transfer)
+    return protocol

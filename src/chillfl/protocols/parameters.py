@@ -19,11 +19,11 @@ import numpy as np
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator, ClientResult, Params
-from chillfl.engine.ledger import CommunicationLedger
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
-from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation, record_message, state_bytes
+from chillfl.protocols.book import ServerBook
+from chillfl.protocols.common import Evaluation, local_evaluation, state_bytes
 from chillfl.protocols.parts import Experiment
-from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
+from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.local import LocalOutcome, derive_seed
 
 Reporter = Callable[[nn.Module, ClientJob, LocalOutcome], dict[str, Any]]
@@ -106,9 +106,7 @@ class ParameterSharing:
         self.client = client
         self.eval_clients = eval_clients
         self.proximal_mu = proximal_mu
-        self.ledger = CommunicationLedger()
-        self.log = LocalLog()
-        self._per_client_temperature = not isinstance(policy, ConstantTemperature)
+        self.book = ServerBook(policy, evaluation, eval_clients)
 
     def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[ParamDownlink, None]]:
         self.aggregator.begin_round(round, sampled)
@@ -130,16 +128,12 @@ class ParameterSharing:
         results = []
         for task, reply in zip(tasks, replies):
             up = reply.uplink
-            check_finite_loss(round, task.client_id, "training loss", up.train_loss)
-            record_message(self.ledger, round, "down", task.downlink, task.client_id)
-            record_message(self.ledger, round, "up", up, task.client_id)
-            self.log.observe(reply)
-            self.policy.observe(task.client_id, round, reply.local_acc)
+            self.book.receive(round, task, reply, up.train_loss, up)
             d = task.downlink
             temperature = d.temperature if reply.temperature is None else reply.temperature  # a node-held FedChill state picks its own
             results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, temperature, up.train_loss, up.report))
         self.state = self.aggregator.aggregate(self.state, results, round)
-        check_finite_state(round, self.state)
+        self.book.check_state(round, self.state)
 
         weights = np.array([r.num_samples for r in results], dtype=np.float64)
         record: dict[str, Any] = {
@@ -150,15 +144,10 @@ class ParameterSharing:
             "temperature_mean": float(np.mean([r.temperature for r in results])),
             "client_train_loss": {str(r.client_id): r.train_loss for r in results},
         }
-        sent = self.ledger.round_totals(round)
-        record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
-        record["bytes_cumulative"] = self.ledger.cumulative()["total"]
-        if self._per_client_temperature:  # only the round's clients: O(sampled), not O(registered)
-            record["temperatures"] = {str(r.client_id): float(r.temperature) for r in results}
-        if self.eval_clients != "none":
-            record.update(self.log.metrics([t.client_id for t in tasks], self.eval_clients))
-        if self.evaluation.due(round + 1):
-            record.update(self.evaluation.metrics(self.state))
+        record.update(self.book.traffic(round))
+        record.update(self.book.temperatures({r.client_id: r.temperature for r in results}))
+        record.update(self.book.local(record["clients"]))
+        record.update(self.book.evaluate(round, self.state))
         record.update({f"agg_{k}": v for k, v in self.aggregator.round_metrics().items()})
         return record
 
@@ -172,17 +161,13 @@ class ParameterSharing:
         return {
             "global": dict(self.state),
             "aggregator": self.aggregator.state_dict(),
-            "policy": self.policy.state_dict(),
-            "ledger": self.ledger.state_dict(),
-            "local": self.log.state_dict(),
+            **self.book.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.state = {k: v.to(self.evaluation.device) for k, v in state["global"].items()}
         self.aggregator.load_state_dict(state["aggregator"])
-        self.policy.load_state_dict(state["policy"])
-        self.ledger.load_state_dict(state["ledger"])
-        self.log.load_state_dict(state["local"])
+        self.book.load_state_dict(state)
 
     def close(self) -> None:
         return None

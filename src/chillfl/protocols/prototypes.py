@@ -39,11 +39,11 @@ from torch.func import functional_call
 from chillfl.aggregation.base import Aggregator, ClientResult, Params
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.config import RunConfig
-from chillfl.engine.ledger import CommunicationLedger
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.errors import ConfigError
 from chillfl.models.parts import NoHeadError, forward_with_features, head_name, head_of
-from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation, mean_or_none, record_message, state_bytes
+from chillfl.protocols.book import ServerBook
+from chillfl.protocols.common import Evaluation, local_evaluation, mean_or_none, state_bytes
 from chillfl.protocols.knowledge import KnowledgeLoss, PrototypeSettings, aggregate_means, class_means, nearest_prototype, parse_prototypes
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.temperature.base import TemperaturePolicy
@@ -212,8 +212,7 @@ class PrototypeSharing:
         device = evaluation.device
         self.knowledge = Knowledge(torch.zeros((c, feature_dim), device=device), torch.zeros(c, dtype=torch.bool, device=device), None if soft is None else soft.to(device))
         self.clients = ClientParams()  # models of clients that keep their own (share_model = false), flat on the CPU
-        self.ledger = CommunicationLedger()
-        self.log = LocalLog()
+        self.book = ServerBook(policy, evaluation, eval_clients)
         self.proto_acc: dict[int, float] = {}
 
     def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[KnowledgeDownlink, Params]]:
@@ -232,11 +231,7 @@ class PrototypeSharing:
         results, means, counts, softs = [], [], [], []
         for task, reply in zip(tasks, replies):
             cid, up = task.client_id, reply.uplink
-            check_finite_loss(round, cid, "training loss", up.train_loss)
-            record_message(self.ledger, round, "down", task.downlink, cid)
-            record_message(self.ledger, round, "up", up, cid)
-            self.log.observe(reply)
-            self.policy.observe(cid, round, reply.local_acc)
+            self.book.receive(round, task, reply, up.train_loss, up)
             if up.proto_acc is not None:
                 self.proto_acc[cid] = up.proto_acc
             if reply.state is not None:
@@ -250,11 +245,11 @@ class PrototypeSharing:
                 results.append(ClientResult(cid, up.model, up.num_samples, up.num_steps, d.lr, d.temperature, up.train_loss, {}))
         protos, mask = aggregate_means(means, counts, self.options.weighting)
         soft = aggregate_means(softs, counts, self.options.weighting)[0] if softs else None
-        check_finite_state(round, {"prototypes": protos}, "global knowledge")
+        self.book.check_state(round, {"prototypes": protos}, "global knowledge")
         self.knowledge = Knowledge(protos, mask, soft)
         if self.aggregator is not None and self.state is not None:
             self.state = self.aggregator.aggregate(self.state, results, round)
-            check_finite_state(round, self.state)
+            self.book.check_state(round, self.state)
 
         ups = [r.uplink for r in replies]
         w = np.array([u.num_samples for u in ups], dtype=np.float64)
@@ -267,14 +262,12 @@ class PrototypeSharing:
             "client_train_loss": {str(t.client_id): u.train_loss for t, u in zip(tasks, ups)},
             "known_classes": int(mask.sum()),
         }
-        sent = self.ledger.round_totals(round)
-        record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
-        record["bytes_cumulative"] = self.ledger.cumulative()["total"]
+        record.update(self.book.traffic(round))
         if self.eval_clients != "none":
-            record.update(self.log.metrics(record["clients"], self.eval_clients))
+            record.update(self.book.local(record["clients"]))
             ids = record["clients"] if self.eval_clients == "sampled" else sorted(self.proto_acc)
             record["local_proto_acc"] = mean_or_none([self.proto_acc[c] for c in ids if c in self.proto_acc])
-        if self.evaluation.due(round + 1):
+        if self.book.due(round):  # without a global model: the mean over the clients' own models
             record.update(self._global_metrics())
         return record
 
@@ -307,9 +300,7 @@ class PrototypeSharing:
             "clients": {str(c): dict(s) for c, s in self.clients.items()},
             "proto_acc": {str(c): v for c, v in self.proto_acc.items()},
             "aggregator": None if self.aggregator is None else self.aggregator.state_dict(),
-            "policy": self.policy.state_dict(),
-            "ledger": self.ledger.state_dict(),
-            "local": self.log.state_dict(),
+            **self.book.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -321,9 +312,7 @@ class PrototypeSharing:
         self.proto_acc = {int(c): float(v) for c, v in state["proto_acc"].items()}
         if self.aggregator is not None:
             self.aggregator.load_state_dict(state["aggregator"])
-        self.policy.load_state_dict(state["policy"])
-        self.ledger.load_state_dict(state["ledger"])
-        self.log.load_state_dict(state["local"])
+        self.book.load_state_dict(state)
 
     def close(self) -> None:
         return None

@@ -79,12 +79,13 @@ from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, Clie
 from chillfl.distillation.era import entropy
 from chillfl.distillation.fedmd import mean_absolute_error
 from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabelMethod, make_method, parse_distillation, public_inputs, public_labels
-from chillfl.engine.ledger import CommunicationLedger, index_bytes, signal_bytes
+from chillfl.engine.ledger import index_bytes, signal_bytes
 from chillfl.engine.predict import Output, PredictJob, Prediction, outputs
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
-from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation_job, record_message
+from chillfl.protocols.book import ServerBook
+from chillfl.protocols.common import Evaluation, local_evaluation_job
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
-from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
+from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, train_client
 
 Params = dict[str, torch.Tensor]
@@ -464,8 +465,7 @@ class SoftLabelProtocol:
         self.method = make_method(setup, exp.data.num_classes, cfg.seed)
         self.specs = _specs(exp, setup, self.method)
         self.universe = max(len(self.x_public), 1)
-        self.ledger = CommunicationLedger()
-        self.log = LocalLog()
+        self.book = ServerBook(exp.policy, evaluation, cfg.eval.clients)
         self.store = ClientStore(self.specs.on_disk, c.state_dir)
         self.server_state: Params = {n: v.clone() for n, v in exp.initial_state.items()}
         use_cache = setup.uses_cache
@@ -540,18 +540,15 @@ class SoftLabelProtocol:
         verified = 0
         for task, reply in zip(tasks, replies):
             cid, report = task.client_id, reply.uplink
-            check_finite_loss(rnd, cid, "training loss", report.train_loss)
-            check_finite_loss(rnd, cid, "distillation loss", report.distill_loss)
-            record_message(self.ledger, rnd, "down", task.downlink, cid)
+            self.book.receive(rnd, task, reply, report.train_loss, None)  # the method prices the uplink (below)
+            self.book.check_loss(rnd, cid, "distillation loss", report.distill_loss)
             if expected is not None:
                 if report.rebuilt_digest != expected:
                     raise CacheOutOfSyncError(f"client {cid}: rebuilt soft-labels of round {t - 1} differ from the server's")
                 verified += 1
-            self.log.observe(reply)
-            self.policy.observe(cid, rnd, reply.local_acc)
             if report.soft is not None:
                 for kind, nbytes in self.method.uplink_bytes(report.soft).items():
-                    self.ledger.record(rnd, "up", kind, nbytes, cid)
+                    self.book.ledger.record(rnd, "up", kind, nbytes, cid)
                 uplinks.append(report.soft)
             assert reply.state is not None
             self.store.save(cid, reply.state)
@@ -572,16 +569,11 @@ class SoftLabelProtocol:
             record.update(server_metrics)
             if self.cache is not None:
                 record["sync_verified"] = verified
-        sent = self.ledger.round_totals(rnd)
-        record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
-        record["bytes_cumulative"] = self.ledger.cumulative()["total"]
-        record["bytes_detail"] = {key: v for key, v in sent.items() if "." in key}
-        if not isinstance(self.policy, ConstantTemperature):  # the round's clients at the T they trained at: O(sampled), as parameter sharing
-            record["temperatures"] = {str(task.client_id): t for task, t in zip(tasks, temps)}
-        if cfg.eval.clients != "none":
-            record.update(self.log.metrics(record["clients"], cfg.eval.clients))
-        if self.collaborative and self.evaluation.due(t):
-            metrics = self.evaluation.metrics(self.server_state)
+        record.update(self.book.traffic(rnd, detail=True))
+        record.update(self.book.temperatures({task.client_id: temp for task, temp in zip(tasks, temps)}))
+        record.update(self.book.local(record["clients"]))
+        if self.collaborative and self.book.due(rnd):
+            metrics = self.book.evaluate(rnd, self.server_state)
             record.update(metrics)
             record["server_acc"], record["server_loss"] = metrics["global_acc"], metrics["global_loss"]
         record.update(self.method.round_metrics())
@@ -613,7 +605,7 @@ class SoftLabelProtocol:
                 spec=self.specs.server, lr=self.specs.server_lr, temperature=1.0, context={}, generator=gen,
             )
             self.server_state = out.params
-            check_finite_state(t - 1, self.server_state, "server model")
+            self.book.check_state(t - 1, self.server_state, "server model")
         metrics: dict[str, Any] = {
             "public_drawn": int(drawn.numel()),
             "public_requested": int(requested.numel()),
@@ -646,9 +638,7 @@ class SoftLabelProtocol:
             "cache": None if self.cache is None else self.cache.state_dict(),
             "twin": None if self.twin is None else self.twin.state_dict(),
             "method": self.method.state_dict(),
-            "policy": self.policy.state_dict(),
-            "ledger": self.ledger.state_dict(),
-            "local": self.log.state_dict(),
+            **self.book.state_dict(),
             "clients": self.store.state_dict(),
         }
 
@@ -659,9 +649,7 @@ class SoftLabelProtocol:
             if part is not None:
                 part.load_state_dict(state[key])
         self.method.load_state_dict(state["method"])
-        self.policy.load_state_dict(state["policy"])
-        self.ledger.load_state_dict(state["ledger"])
-        self.log.load_state_dict(state["local"])
+        self.book.load_state_dict(state)
         self.store.load_state_dict(state["clients"])
 
     def close(self) -> None:

@@ -23,7 +23,8 @@ from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
 from chillfl.temperature import make_policy
-from chillfl.training.local import LocalSpec, derive_seed, model_state, resolve_compute
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalSpec, model_state, resolve_compute
 from chillfl.training.objective import ProximalTerm, Term, temperature_cross_entropy
 
 

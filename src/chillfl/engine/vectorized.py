@@ -142,6 +142,7 @@ from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor, tr
 from chillfl.engine.predict import BatchedPredictor
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, add_outer_, empty_in_order, factored_linears, step_rows
+from chillfl.seeds import derive_seed
 from chillfl.training.local import (
     Factors,
     LocalOutcome,
@@ -152,7 +153,6 @@ from chillfl.training.local import (
     LARGE_CONV_OUTPUTS,
     conv2d_model,
     conv_outputs_per_sample,
-    derive_seed,
     leaf_params,
     sgd_update_,
     split_state,

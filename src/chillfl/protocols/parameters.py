@@ -18,17 +18,14 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, ClientResult, Params
+from chillfl.aggregation.base import Aggregator, ClientReporter, ClientResult, Params
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, local_evaluation, state_bytes
 from chillfl.protocols.parts import Experiment
 from chillfl.temperature.base import TemperaturePolicy
-from chillfl.training.local import LocalOutcome, derive_seed
-
-Reporter = Callable[[nn.Module, ClientJob, LocalOutcome], dict[str, Any]]
-"""A method's client-side report after training (PA3Fed: ``score``, ``grad_norm``)."""
-
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalOutcome
 
 LOCAL_CONTEXT = frozenset({"global_params", "moon_global", "moon_prev"})
 """Context entries that do not travel: FedProx's and MOON's anchor is the model already sent, and MOON's
@@ -70,7 +67,7 @@ class ParameterClient:
 
     model: nn.Module
     eval_batch_size: int
-    reporter: Reporter | None = None
+    reporter: ClientReporter | None = None
 
     def update(self, task: ClientTask[ParamDownlink, None]) -> ClientProgram:
         d, data = task.downlink, task.data
@@ -176,7 +173,7 @@ class ParameterSharing:
 def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> ParameterSharing:
     """Parameter sharing (FedAvg family): the run's aggregator, its client reporter, ``[objective]``'s proximal term."""
     assert exp.aggregator is not None, "parameter sharing averages models: build_experiment builds its aggregator"
-    reporter = getattr(exp.aggregator, "client_report", None)
+    reporter = exp.aggregator.client_reporter()  # the aggregator's client half: it travels, the aggregator does not
     return ParameterSharing(
         seed=exp.config.seed,
         lr_at=exp.config.client.lr_at,

@@ -18,7 +18,8 @@ from chillfl.data import FederatedData
 from chillfl.models import build_model, count_parameters
 from chillfl.models.assign import ModelPlan, arch_section, plan_models
 from chillfl.temperature.base import TemperaturePolicy
-from chillfl.training.local import LocalSpec, derive_seed, model_state
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalSpec, model_state
 
 
 @dataclass

@@ -48,7 +48,8 @@ from chillfl.protocols.knowledge import KnowledgeLoss, PrototypeSettings, aggreg
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.linear_factors import factored_linears
-from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, evaluate, split_state
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalOutcome, LocalSpec, evaluate, split_state
 
 # ---------------------------------------------------------------- messages
 

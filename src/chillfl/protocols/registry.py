@@ -41,6 +41,8 @@ class ProtocolKind:
     build: Callable[[Experiment, Evaluation], ServerProtocol]
     method_table: str | None
     """The config table that names its method (None: ``[algorithm]`` does)."""
+    method_of: Callable[[RunConfig], str]
+    """The method that table names."""
     uses_aggregator: bool
     """Whether it averages models with ``[algorithm]``'s aggregator (else none is built)."""
     models_travel: Callable[[RunConfig], bool]
@@ -62,8 +64,7 @@ class ProtocolKind:
 
     def method(self, config: RunConfig) -> str:
         """The method the config names for it (``[distillation] method``, ``[prototypes] method`` or ``[algorithm] name``)."""
-        table = getattr(config, self.method_table) if self.method_table else config.algorithm
-        return str(table.get("method" if self.method_table else "name"))
+        return self.method_of(config)
 
 
 PROTOCOLS: dict[str, ProtocolKind] = {
@@ -72,6 +73,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         title="parameter-sharing",
         build=build_parameter_sharing,
         method_table=None,
+        method_of=lambda config: str(config.algorithm.get("name")),
         uses_aggregator=True,
         models_travel=_always,
         travel_reason="[distillation] or [prototypes] with share_model = false",
@@ -81,6 +83,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         title="prototype-sharing",
         build=build_prototype_sharing,
         method_table="prototypes",
+        method_of=lambda config: str(config.prototypes.get("method")),
         uses_aggregator=True,
         models_travel=share_models,
         travel_reason="[prototypes] share_model = true averages models",
@@ -93,6 +96,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         title="soft-label",
         build=build_soft_label_sharing,
         method_table="distillation",
+        method_of=lambda config: str(config.distillation.get("method")),
         uses_aggregator=False,
         models_travel=_never,
         travel_reason="",

@@ -77,8 +77,8 @@ from torch import nn
 
 from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, ClientCache, ServerCache, SoftLabelDownlink, SoftLabelUplink
 from chillfl.distillation.era import entropy
-from chillfl.distillation.fedmd import mean_absolute_error
-from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabelMethod, make_method, parse_distillation, public_inputs, public_labels
+from chillfl.distillation.fedmd import FedMDOptions, mean_absolute_error
+from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabelClientHooks, SoftLabelMethod, make_method, parse_distillation, public_inputs, public_labels
 from chillfl.engine.ledger import index_bytes, signal_bytes
 from chillfl.engine.predict import Output, PredictJob, Prediction, outputs
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
@@ -86,7 +86,8 @@ from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, local_evaluation_job
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.temperature.base import TemperaturePolicy
-from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, train_client
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalOutcome, LocalSpec, train_client
 
 Params = dict[str, torch.Tensor]
 
@@ -301,7 +302,9 @@ class SoftLabelClient:
     """The client update of Algorithm 1 (pure: its state comes with the task and goes back in the reply)."""
 
     model: nn.Module
-    method: SoftLabelMethod
+    hooks: SoftLabelClientHooks
+    """The method's client half (no server state travels with it)."""
+    uses_logits: bool
     x_public: torch.Tensor
     initial_state: Params
     distill_spec: LocalSpec
@@ -346,7 +349,7 @@ class SoftLabelClient:
             state.model = out0.params
         distill_loss, digest = None, None
         if self.collaborative:
-            self.method.prepare_client(cid, state, data.x, self.x_public)
+            self.hooks.prepare_client(cid, state, data.x, self.x_public)
             if d.previous is not None:
                 rows = d.previous.soft_labels
                 if state.cache is not None:
@@ -358,7 +361,7 @@ class SoftLabelClient:
                     assert d.previous_indices is not None
                     x_prev = self.public_rows(d.previous_indices)
                     own: torch.Tensor | None = None
-                    if self.method.needs_own_predictions(d.hint):  # asked for as a job, so executors batch it
+                    if self.hooks.needs_own_predictions(d.hint):  # asked for as a job, so executors batch it
                         pred = yield PredictJob(cid, template, state.model, x_prev, "proba", batch_size=self.eval_batch_size)
                         own = pred.values
                     model = state.model
@@ -366,7 +369,7 @@ class SoftLabelClient:
                     def own_probs() -> torch.Tensor:  # a method that did not declare it computes it here, unbatched
                         return own if own is not None else predict_proba(template, model, x_prev, self.eval_batch_size)
 
-                    target = self.method.client_target(cid, rows, own_probs, hint=d.hint).to(torch.float32)
+                    target = self.hooks.client_target(cid, rows, own_probs, hint=d.hint).to(torch.float32)
                     job = ClientJob(cid, state.model, x_prev, target, self.distill_lr, 1.0, {}, d.distill_seed, distill_spec)
                     out: LocalOutcome = yield job
                     state.model, distill_loss = out.params, out.mean_loss
@@ -379,10 +382,10 @@ class SoftLabelClient:
             acc, loss = measured.acc, measured.loss
         soft = None
         if self.collaborative and d.requested.numel() > 0:
-            kind: Output = "logits" if self.method.uses_logits else "proba"
+            kind: Output = "logits" if self.uses_logits else "proba"
             uploaded: Prediction = yield PredictJob(cid, template, state.model, self.public_rows(d.requested), kind, batch_size=self.eval_batch_size)
             assert uploaded.values is not None
-            soft = self.method.upload(cid, d.round, d.requested, uploaded.values, state)
+            soft = self.hooks.upload(cid, d.round, d.requested, uploaded.values, state)
         report = SoftLabelReport(soft, out.mean_loss, len(data.y), distill_loss, digest)
         return ClientReply(cid, report, state, acc, loss)
 
@@ -476,7 +479,7 @@ class SoftLabelProtocol:
         archs = self._archs(client_models) if client_models is not None and client_models.plan.heterogeneous else None
         transfer = self._transfer(exp, setup, client_models if archs is not None else None)
         self.client = SoftLabelClient(
-            exp.model, self.method, self.x_public, self.server_state, self.specs.distill, c.distill_lr,
+            exp.model, self.method.client_half(), self.method.uses_logits, self.x_public, self.server_state, self.specs.distill, c.distill_lr,
             cfg.eval.batch_size, self.collaborative, use_cache, archs, transfer,
         )
 
@@ -490,14 +493,15 @@ class SoftLabelProtocol:
         return ClientArchs(cm.models, cm.states, tuple(train), tuple(distill), cm.plan.arch_of)
 
     def _transfer(self, exp: Experiment, setup: DistillationSetup, cm: ClientModels | None) -> TransferPhase | None:
-        epochs = int(getattr(setup.options, "transfer_epochs", 0))
-        if not epochs or not self.collaborative:
+        options = setup.options
+        if not isinstance(options, FedMDOptions) or not options.transfer_epochs or not self.collaborative:
             return None
+        epochs = options.transfer_epochs
         cfg = exp.config
         y = public_labels(setup, exp.data, cfg.seed, cfg.data_dir).to(self.x_public.device)
         base = LocalSpec(epochs=epochs, batch_size=cfg.client.batch_size, momentum=exp.spec.momentum, weight_decay=exp.spec.weight_decay)
         specs = [base] + ([dataclasses.replace(base, model=m) for m in cm.models[1:]] if cm is not None else [])
-        lr = setup.options.transfer_lr or cfg.client.lr
+        lr = options.transfer_lr or cfg.client.lr
         return TransferPhase(self.x_public, y, tuple(specs), lr, cfg.seed)
 
     # ------------------------------------------------------------ one round

@@ -236,7 +236,7 @@ def test_engine_does_not_import_the_layers_above_it(forbidden: str) -> None:
 
 
 BUILDING_BLOCKS = (
-    "_torch", "aggregation", "config", "data", "distillation", "engine", "errors", "extras", "metrics", "models", "options", "protocols", "seeds",
+    "_torch", "aggregation", "config", "data", "distillation", "engine", "errors", "extras", "metrics", "models", "options", "plugins", "protocols", "seeds",
     "temperature", "training", "tune",
 )
 """Packages and modules the runs are built from: they hold maths, messages, the loop and the protocols."""

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from chillfl.errors import ConfigError
 from chillfl.options import parse_options, require, require_range, short_repr
+from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -97,15 +98,35 @@ class FederationConfig:
 
 @dataclass(frozen=True)
 class ClientConfig:
-    """Local training: SGD with momentum and weight decay, lr decayed per round."""
+    """Local training: SGD (momentum, Nesterov), Adam or AdamW; weight decay, clipping, an lr schedule (docs/optimizers.md)."""
 
     epochs: int = 1
     batch_size: int = 16
     lr: float = 0.01
     lr_decay: float = 1.0
-    """Multiplicative per-round decay: lr at round t (0-based) is lr * lr_decay**t."""
+    """Multiplicative per-round decay: lr at round t (0-based) is lr * lr_decay**t (times ``lr_schedule``)."""
+    optimizer: Literal["sgd", "adam", "adamw"] = "sgd"
     momentum: float = 0.0
+    """SGD's momentum (``torch.optim.SGD``, dampening 0); only with ``optimizer = "sgd"``."""
+    nesterov: bool = False
     weight_decay: float = 0.0
+    """L2 term added to the gradient (SGD, Adam); decoupled, ``w <- w (1 - lr wd)``, for AdamW."""
+    beta1: float | None = None
+    """Adam(W)'s first-moment decay; unset = 0.9. Only with ``adam`` / ``adamw``."""
+    beta2: float | None = None
+    """Adam(W)'s second-moment decay; unset = 0.999."""
+    eps: float | None = None
+    """Adam(W)'s denominator term; unset = 1e-8."""
+    clip_norm: float = 0.0
+    """Clip each local gradient to this L2 norm (over all parameters, ``clip_grad_norm_``'s rule); 0 = off."""
+    lr_schedule: Literal["constant", "step", "cosine"] = "constant"
+    lr_schedule_over: Literal["rounds", "steps"] = "rounds"
+    """``rounds``: one lr per round, t = round of ``federation.rounds``; ``steps``: within each round, t = local step."""
+    lr_step_size: int = 1
+    """``step``: multiply the lr by ``lr_gamma`` every ``lr_step_size`` rounds (or local steps)."""
+    lr_gamma: float = 0.1
+    lr_min: float = 0.0
+    """``cosine``: the lr it anneals to (``CosineAnnealingLR``'s eta_min), below ``lr``."""
     loss: str = "standard"
     """Base loss: ``standard`` (temperature cross-entropy) or a gradient ablation (FedChill Table 5)."""
 
@@ -116,9 +137,47 @@ class ClientConfig:
         require(0 < self.lr_decay <= 1.0, f"{section}.lr_decay", f"must be in (0, 1], got {self.lr_decay}")
         require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
         require(self.weight_decay >= 0, f"{section}.weight_decay", f"must be >= 0, got {self.weight_decay}")
+        require(self.clip_norm >= 0 and math.isfinite(self.clip_norm), f"{section}.clip_norm", f"must be >= 0 (0 = off), got {self.clip_norm}")
+        adam = self.optimizer in ("adam", "adamw")
+        if self.optimizer != "sgd":
+            require(self.momentum == 0, f"{section}.momentum", f"is SGD's; optimizer = {self.optimizer!r} has beta1 instead (leave momentum 0)")
+        if self.nesterov:
+            require(self.optimizer == "sgd" and self.momentum > 0, f"{section}.nesterov", "needs optimizer = 'sgd' and momentum > 0")
+        for name in ("beta1", "beta2"):
+            value = getattr(self, name)
+            if value is not None:
+                require(adam, f"{section}.{name}", f"is read by optimizer = 'adam' or 'adamw' only, not {self.optimizer!r}")
+                require(0 <= value < 1, f"{section}.{name}", f"must be in [0, 1), got {value}")
+        if self.eps is not None:
+            require(adam, f"{section}.eps", f"is read by optimizer = 'adam' or 'adamw' only, not {self.optimizer!r}")
+            require(0 < self.eps <= 1, f"{section}.eps", f"must be in (0, 1], got {self.eps}")
+        require_range(self.lr_step_size, 1, MAX_ROUNDS * MAX_EPOCHS, f"{section}.lr_step_size")
+        require(0 < self.lr_gamma <= 1, f"{section}.lr_gamma", f"must be in (0, 1], got {self.lr_gamma}")
+        require(0 <= self.lr_min < self.lr, f"{section}.lr_min", f"must be in [0, lr = {self.lr}), got {self.lr_min}")
 
-    def lr_at(self, round: int) -> float:
-        return self.lr * self.lr_decay**round
+    def schedule(self) -> LrSchedule:
+        """The ``lr_schedule`` as factors of a position (the round, or the local step)."""
+        return LrSchedule(self.lr_schedule, self.lr_step_size, self.lr_gamma, self.lr_min / self.lr)
+
+    def optim(self) -> Optimizer:
+        """The local step's optimiser (:class:`~chillfl.training.optim.Optimizer`); the schedule goes in when it runs over local steps."""
+        return Optimizer(
+            self.optimizer,
+            self.nesterov,
+            (0.9 if self.beta1 is None else self.beta1, 0.999 if self.beta2 is None else self.beta2),
+            1e-8 if self.eps is None else self.eps,
+            self.clip_norm,
+            self.schedule() if self.lr_schedule_over == "steps" else CONSTANT,
+        )
+
+    def lr_at(self, round: int, rounds: int | None = None) -> float:
+        """The lr of round ``round`` (0-based) of ``rounds``: ``lr * lr_decay**round``, times the schedule over rounds."""
+        lr = self.lr * self.lr_decay**round
+        if self.lr_schedule == "constant" or self.lr_schedule_over != "rounds":
+            return lr
+        if rounds is None:
+            raise ValueError("lr_at needs the run's rounds for a schedule over rounds")
+        return lr * self.schedule().factor(round, rounds)
 
 
 @dataclass(frozen=True)
@@ -359,6 +418,10 @@ class RunConfig:
         if self.prototypes:
             return "prototypes"
         return "parameters"
+
+    def lr_at(self, round: int) -> float:
+        """The clients' learning rate of round ``round`` (0-based): ``client.lr``, its decay and its schedule over rounds."""
+        return self.client.lr_at(round, self.federation.rounds)
 
     def validate(self, section: str) -> None:
         require(self.executor in EXECUTORS, "executor", f"unknown value {short_repr(self.executor)}; allowed: {', '.join(EXECUTORS)}")

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator
+from chillfl.aggregation.robust import Krum
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment
@@ -124,7 +125,41 @@ def build_algorithm(config: RunConfig, model: nn.Module) -> tuple[Aggregator, li
     from chillfl.aggregation.registry import make_aggregator
 
     name, options = RunConfig.component(config.algorithm)
-    return make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum)
+    built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum)
+    base = (options or {}).get("base") if name == "pa3fed" else name
+    check_plain_sgd(config, base if isinstance(base, str) else name)
+    if isinstance(built[0], Krum):
+        check_krum(built[0], config.federation.sample_size())
+    return built
+
+
+def check_krum(krum: Krum, clients: int) -> None:
+    """Krum's ``f`` and ``m`` against the clients a round samples: n > 2f + 2 (Blanchard et al.), m <= n - f."""
+    if clients <= 2 * krum.f + 2:
+        raise ConfigError("algorithm.f", f"Krum needs clients per round > 2f + 2; {clients} clients per round tolerate f <= {max((clients - 3) // 2, 0)}, got {krum.f}")
+    if krum.m > clients - krum.f:
+        raise ConfigError("algorithm.m", f"Multi-Krum averages at most clients per round - f = {clients - krum.f} models, got {krum.m}")
+
+
+PLAIN_SGD = {
+    "scaffold": "SCAFFOLD's option II control variate (x - y_i) / (K lr)",
+    "fednova": "FedNova's normalised update (x - y_i) / (a_i lr)",
+    "vrl_sgd": "VRL-SGD's Delta_i = (x - y_i) / (k lr)",
+}
+"""Algorithms whose server maths divides a client's displacement by its SGD steps times one lr."""
+
+
+def check_plain_sgd(config: RunConfig, algorithm: str) -> None:
+    """A ConfigError when ``algorithm`` assumes plain (heavy-ball) SGD steps at one lr per round and the client optimiser differs."""
+    if algorithm not in PLAIN_SGD:
+        return
+    c, why = config.client, PLAIN_SGD[algorithm]
+    if c.optimizer != "sgd":
+        raise ConfigError("client.optimizer", f"{why} assumes SGD steps, so {algorithm} needs optimizer = 'sgd', got {c.optimizer!r}")
+    if c.nesterov:
+        raise ConfigError("client.nesterov", f"{why} counts heavy-ball momentum steps, so {algorithm} needs nesterov = false")
+    if c.lr_schedule != "constant" and c.lr_schedule_over == "steps":
+        raise ConfigError("client.lr_schedule_over", f"{why} assumes one lr for a round's steps, so {algorithm} needs lr_schedule_over = 'rounds'")
 
 
 def user_initial_model(config: RunConfig, model: nn.Module) -> tuple[nn.Module, dict[str, torch.Tensor]]:
@@ -182,6 +217,7 @@ def build_experiment(
         batch_size=config.client.batch_size,
         momentum=config.client.momentum,
         weight_decay=config.client.weight_decay,
+        optim=config.client.optim(),
         base_loss=losses[config.client.loss],
         terms=tuple(terms),
         augment=training_augment(config, data.dataset),

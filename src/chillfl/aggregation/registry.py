@@ -8,6 +8,7 @@ base_options = {mu = 0.01}, beta = 0.3}``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Literal, Mapping
 
@@ -22,10 +23,12 @@ from chillfl.aggregation.fedopt import FedOpt, FedOptOptions, ServerOptimizer
 from chillfl.aggregation.fedprox import FedProx, FedProxOptions, ProximalTerm
 from chillfl.aggregation.moon import Moon, MoonOptions
 from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions
+from chillfl.aggregation.robust import Krum, KrumOptions, Median, MedianOptions, TrimmedMean, TrimmedMeanOptions
 from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, ScaffoldOptions
 from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import parse_options
+from chillfl.plugins import plugin_names, resolve
 from chillfl.training.fedalign import FedAlignOptions, FedAlignTerm
 from chillfl.training.objective import Term
 
@@ -90,11 +93,48 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     "moon": AlgorithmSpec(MoonOptions, lambda o, ctx: _build_moon(o, ctx), "model-contrastive FL (Li et al. 2021)"),
     "fedalign": AlgorithmSpec(FedAlignOptions, lambda o, ctx: _build_fedalign(o, ctx), "FedAvg + final-stage Lipschitz alignment (Mendieta et al. 2022)"),
     "fedgen": AlgorithmSpec(FedGenOptions, lambda o, ctx: _build_fedgen(o, ctx), "server-trained feature generator as regulariser (Zhu et al. 2021)"),
+    "median": AlgorithmSpec(MedianOptions, lambda o, ctx: (Median(), []), "coordinate-wise median, byzantine-robust (Yin et al. 2018)"),
+    "trimmed_mean": AlgorithmSpec(TrimmedMeanOptions, lambda o, ctx: (TrimmedMean(o), []), "coordinate-wise trimmed mean, byzantine-robust (Yin et al. 2018)"),
+    "krum": AlgorithmSpec(KrumOptions, lambda o, ctx: (Krum(o), []), "(Multi-)Krum, byzantine-robust (Blanchard et al. 2017)"),
 }
+
+UNWEIGHTED = ("median", "trimmed_mean", "krum")
+"""Rules that take no client weights (robust aggregators): PA3Fed cannot pass them its coefficients."""
 
 
 def algorithm_names() -> list[str]:
-    return sorted(ALGORITHMS)
+    """Built-in names and those installed distributions register under ``chillfl.plugins`` (:mod:`chillfl.plugins`)."""
+    return sorted({*ALGORITHMS, *plugin_names()})
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A user's aggregator class without an ``Options`` dataclass takes no options."""
+
+
+AGGREGATOR_METHODS = ("downlink", "aggregate", "round_metrics", "begin_round", "client_reporter", "state_dict", "load_state_dict")
+
+
+def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
+    """A user's object (import path or entry point) as an :class:`AlgorithmSpec`, or a ConfigError on ``field``.
+
+    ``obj`` is an ``AlgorithmSpec`` (options, builder and summary: the built-ins' form), or an aggregator
+    class: ``cls(options)`` when it declares an ``Options`` dataclass (its options are then parsed and
+    validated like a built-in's), ``cls()`` otherwise; it adds no local objective terms.
+    """
+    if isinstance(obj, AlgorithmSpec):
+        return obj
+    if not isinstance(obj, type):
+        raise ConfigError(field, f"{name!r} must name an aggregator class or an AlgorithmSpec, got {type(obj).__name__}")
+    missing = [m for m in AGGREGATOR_METHODS if not callable(getattr(obj, m, None))]
+    if missing:
+        raise ConfigError(field, f"{name!r} is not an aggregator: it lacks {', '.join(missing)} (see chillfl.aggregation.base.Aggregator)")
+    options = getattr(obj, "Options", None)
+    if options is None:
+        return AlgorithmSpec(NoOptions, lambda o, ctx: (obj(), []), name)
+    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        raise ConfigError(field, f"{name!r}: its Options must be a dataclass, got {options!r}")
+    return AlgorithmSpec(options, lambda o, ctx: (obj(o), []), name)
 
 
 def with_client_momentum(options: Any, ctx: BuildContext, why: str) -> Any:
@@ -153,7 +193,9 @@ def _build_fedgen(options: FedGenOptions, ctx: BuildContext) -> Built:
 
 def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
     """PA3Fed around the ``base`` entry, which keeps its own local objective terms."""
-    bases = [n for n in algorithm_names() if n != "pa3fed"]
+    if options.base in UNWEIGHTED:
+        raise ConfigError(f"{ctx.section}.base", f"{options.base} is a robust rule that takes no client weights, and PA3Fed's coefficients are weights; use a weighted base")
+    bases = [n for n in algorithm_names() if n != "pa3fed" and n not in UNWEIGHTED]
     if options.base not in bases:
         raise choice_error(f"{ctx.section}.base", options.base, bases)
     if options.base == "fedgen":  # PA3Fed's client report (score, gradient norm) replaces the base's
@@ -184,9 +226,13 @@ def make_aggregator(
 
     ``client_momentum`` is the run's ``client.momentum`` (FedNova needs it); None skips that check.
     """
-    if name not in ALGORITHMS:
-        raise choice_error(f"{section}.name", name, algorithm_names())
-    spec = ALGORITHMS[name]
+    if name in ALGORITHMS:
+        spec = ALGORITHMS[name]
+    else:  # a user's: "pkg.module:Name", or an installed chillfl.plugins entry point
+        found = resolve(name, f"{section}.name")
+        if found is None:
+            raise choice_error(f"{section}.name", name, algorithm_names())
+        spec = user_algorithm(found, name, f"{section}.name")
     parsed: Any = parse_options(spec.options, options, section)
     ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum)
     return spec.build(parsed, ctx)

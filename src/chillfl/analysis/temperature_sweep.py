@@ -164,7 +164,7 @@ def local_spec(config: RunConfig) -> LocalSpec:
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))
     c = config.client
-    return LocalSpec(epochs=c.epochs, batch_size=c.batch_size, momentum=c.momentum, weight_decay=c.weight_decay, base_loss=losses[c.loss])
+    return LocalSpec(epochs=c.epochs, batch_size=c.batch_size, momentum=c.momentum, weight_decay=c.weight_decay, optim=c.optim(), base_loss=losses[c.loss])
 
 
 def run_temperature_sweep(

@@ -6,7 +6,7 @@ One step of the chunk is the sequential step applied to the stack:
 
     losses, captured = vmap(StepLoss(...))(params, buffers, x, y, T, context)   # [C]
     grads, factors = step_grads(losses.sum(), params, ...)  # client i's own gradient
-    sgd_update_(params, grads, momenta, lr, spec, factors)   # in place, per-client lr
+    optimizer_step_(params, grads, state, lr, spec, factors)  # in place, per-client lr and optimiser state
 
 each client on its own minibatch, with its own temperature, learning rate and
 objective context (FedProx's anchor, SCAFFOLD's correction, ...). Linear and
@@ -34,6 +34,11 @@ Choices
   while the base loss is an opaque batch-mean function of (logits, y, T).
   Clients are sorted by step count before chunking so that a chunk's clients
   finish at about the same time.
+* Optimiser state (SGD's momentum, Adam's moments: :mod:`chillfl.training.optim`)
+  is stacked like the parameters, each client's own; Adam's step count is the
+  members' common local step. A schedule over local steps gives each client the
+  rate of its own planned steps (:class:`_LearningRates`), the very float the
+  sequential executor uses.
 * Context values (``job.context``) that are the very same object for every
   client are broadcast (e.g. FedProx's global model); all others are stacked
   (tensors) or turned into a tensor (differing numbers). Contexts of different
@@ -141,6 +146,8 @@ from chillfl.engine.footprint import activation_bytes, nbytes
 from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor, train_job
 from chillfl.engine.predict import BatchedPredictor
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
+from chillfl.training.optim import OptState, init_state, state_slots
+from chillfl.training.schedule import planned_steps, step_lr
 from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, add_outer_, empty_in_order, factored_linears, step_rows
 from chillfl.seeds import derive_seed
 from chillfl.training.local import (
@@ -154,7 +161,7 @@ from chillfl.training.local import (
     conv2d_model,
     conv_outputs_per_sample,
     leaf_params,
-    sgd_update_,
+    optimizer_step_,
     split_state,
     step_batch,
     step_grads,
@@ -334,7 +341,7 @@ def client_bytes(
 ) -> int:
     """Estimated bytes one client of a chunk takes (see :func:`chunk_size_for`); ``resident``: plus its whole data set."""
     params, buffers = split_state(model, job.start)
-    extra = 1 if spec.momentum else 0
+    extra = state_slots(spec.optim, spec.momentum)
     per_client = sum(((1 if k in factored else 3) + extra) * nbytes(v) for k, v in params.items())
     per_client += sum(nbytes(v) for v in buffers.values())
     per_client += sum(nbytes(v) for v in pytree.tree_leaves(dict(job.context)) if isinstance(v, torch.Tensor))
@@ -566,16 +573,15 @@ class VectorizedExecutor:
         dtype = _float_dtype(params)
         device = jobs[0].x.device
         context = stack_contexts([j.context for j in jobs], dtype, device)
-        momenta = {k: torch.zeros_like(v) for k, v in params.items()} if self.spec.momentum else {}
+        opt_state = init_state(params, self.spec.optim, self.spec.momentum)
         temperature = _to_device(torch.tensor([j.temperature for j in jobs], dtype=dtype), device)
-        lrs = [j.lr for j in jobs]
-        lr: float | torch.Tensor = lrs[0] if all(v == lrs[0] for v in lrs) else _to_device(torch.tensor(lrs, dtype=dtype), device)
+        lr = _LearningRates(self.spec, jobs, dtype, device)
         replica.loss_fn.factor = self._factor
         losses_of = _Vmapped(replica.loss_fn, context)
         steps: Iterable[_Batch] = _ResidentBatches(jobs, schedules, self.spec) if resident else _host_batches(jobs, schedules, self.spec)
         replica.model.train()
         deferred = DeferredOuter(params, self._deferred, self._layouts) if self._deferred else None
-        totals = self._train_steps(losses_of, steps, params, buffers, momenta, temperature, lr, context, len(jobs), deferred)
+        totals = self._train_steps(losses_of, steps, params, buffers, opt_state, temperature, lr, context, len(jobs), deferred)
         sums = totals.tolist()  # the chunk's one read of device values on the host
         return [self._outcome(c, keys, params, buffers, len(schedules[c]), sums[c]) for c in range(len(jobs))]
 
@@ -585,9 +591,9 @@ class VectorizedExecutor:
         steps: Iterable[_Batch],
         params: Params,
         buffers: Params,
-        momenta: Params,
+        opt_state: OptState,
         temperature: torch.Tensor,
-        lr: float | torch.Tensor,
+        lr: "_LearningRates",
         context: StackedContext,
         clients: int,
         deferred: DeferredOuter | None = None,
@@ -605,18 +611,19 @@ class VectorizedExecutor:
         for batch in steps:
             rows = batch.rows
             if rows is None:
-                p, b, m = params, buffers, momenta
+                p, b, m = params, buffers, opt_state
             else:
                 if deferred is not None:
                     deferred.flush()
-                p, b, m = leaf_params(_rows_of(params, rows)), _rows_of(buffers, rows), _rows_of(momenta, rows)
+                p, b, m = leaf_params(_rows_of(params, rows)), _rows_of(buffers, rows), {slot: _rows_of(s, rows) for slot, s in opt_state.items()}
             later = deferred if rows is None else None
-            losses = self._step(losses_of, p, b, m, batch.x, batch.y, _rows(temperature, rows), _rows(lr, rows), context.select(rows), later)
+            rate = lr.at(batch.step, rows, batch.members)
+            losses = self._step(losses_of, p, b, m, batch.x, batch.y, _rows(temperature, rows), rate, context.select(rows), later, batch.step)
             if rows is None:
                 totals += losses
             else:
                 totals[rows] += losses
-                for target, values in ((params, p), (momenta, m), (buffers, b)):  # buffers: batch norm updated them in place
+                for target, values in ((params, p), (buffers, b), *((opt_state[slot], m[slot]) for slot in opt_state)):  # buffers: batch norm updated them in place
                     _write(target, values, rows)
         if deferred is not None:
             deferred.flush()
@@ -627,13 +634,14 @@ class VectorizedExecutor:
         losses_of: _Vmapped,
         params: Params,
         buffers: Params,
-        momenta: Params,
+        opt_state: OptState,
         x: torch.Tensor,
         y: torch.Tensor,
         t: torch.Tensor,
         lr: float | torch.Tensor,
         leaves: list[torch.Tensor],
         deferred: DeferredOuter | None = None,
+        step: int = 0,
     ) -> torch.Tensor:
         """One SGD step of every client stacked in ``params``; returns their losses (float64, detached).
 
@@ -650,7 +658,7 @@ class VectorizedExecutor:
                     raise NotVectorizable(f"weight {key} has a dense gradient part, so its updates cannot be deferred")
                 for xin, dz in factors.pop(key, []):
                     deferred.add(key, xin, dz, -lr)
-        sgd_update_(params, grads, momenta, lr, self.spec, factors)
+        optimizer_step_(params, grads, opt_state, lr, self.spec, factors, step=step, stacked=True)
         return losses.detach().to(torch.float64)
 
     def _probe(self, replica: _Replica, jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]]) -> None:
@@ -690,7 +698,7 @@ class VectorizedExecutor:
         except NotVectorizable as exc:  # e.g. a bias-free linear layer on the (constant) input
             mismatch, factors = [str(exc)], {}
         self._factored = frozenset() if mismatch else frozenset(factors)
-        plain_sgd = not self.spec.momentum and not self.spec.weight_decay and self.spec.precision == "fp32"
+        plain_sgd = not self.spec.momentum and not self.spec.weight_decay and not self.spec.optim.dense and self.spec.precision == "fp32"
         dense_part = set() if mismatch else {k for k, g in zip(params, grads) if g is not None}
         self._deferred = frozenset(
             k
@@ -781,6 +789,10 @@ class _Batch:
     rows: torch.Tensor | None
     x: torch.Tensor
     y: torch.Tensor
+    step: int = 0
+    """The members' local step (0-based): the same for all of them (see the module's "Unequal schedules")."""
+    members: Sequence[int] = ()
+    """The chunk positions of ``rows``, on the host (empty: every client)."""
 
 
 def _step_groups(schedules: Sequence[list[torch.Tensor]]) -> Iterator[tuple[int, list[int]]]:
@@ -801,7 +813,7 @@ def _host_batches(jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tens
         rows = None if len(members) == len(jobs) else torch.tensor(members, device=device)
         batch = [schedules[i][s] for i in members]
         xb, yb = _gather([jobs[i].x for i in members], batch), _gather([jobs[i].y for i in members], batch)
-        yield _Batch(rows, step_batch(spec, xb, [jobs[i].seed for i in members], s), yb)  # each client's own crop/flip draws
+        yield _Batch(rows, step_batch(spec, xb, [jobs[i].seed for i in members], s), yb, s, () if rows is None else members)  # each client's own crop/flip draws
 
 
 class _ResidentBatches:
@@ -822,7 +834,7 @@ class _ResidentBatches:
         for j in jobs[:-1]:
             starts.append(starts[-1] + len(j.y))
         host: list[torch.Tensor] = []
-        self._layout: list[tuple[int, int, bool]] = []  # (members, batch size, all clients?) per step
+        self._layout: list[tuple[int, int, bool, int, list[int]]] = []  # (members, batch size, all clients?, step, member list) per step
         for s, members in _step_groups(schedules):
             index = torch.stack([schedules[i][s] + starts[i] for i in members])
             everyone = len(members) == len(jobs)
@@ -832,7 +844,7 @@ class _ResidentBatches:
             if self.augment is not None:
                 draws = [self.augment.draw(derive_seed(jobs[i].seed, "augment", s), index.shape[1]) for i in members]
                 host += [torch.stack([d[k] for d in draws]).to(torch.int64) for k in range(3)]
-            self._layout.append((len(members), index.shape[1], everyone))
+            self._layout.append((len(members), index.shape[1], everyone, s, members))
         flat = torch.cat([t.reshape(-1) for t in host]) if host else torch.zeros(0, dtype=torch.int64)
         if device.type == "cuda":
             flat = flat.pin_memory()  # a truly asynchronous copy
@@ -842,7 +854,7 @@ class _ResidentBatches:
     def __iter__(self) -> Iterator[_Batch]:
         parts = iter(self._parts)
         sample_shape = self.x.shape[1:]
-        for m, b, everyone in self._layout:
+        for m, b, everyone, s, members in self._layout:
             index = next(parts)
             rows = None if everyone else next(parts)
             xb = self.x.index_select(0, index).view(m, b, *sample_shape)
@@ -851,7 +863,33 @@ class _ResidentBatches:
                 a = self.augment
                 dy, dx, flip = next(parts).view(m, b), next(parts).view(m, b), next(parts).view(m, b).bool()
                 xb = crop_flip(xb, dy, dx, flip, a.crop_padding, a.padding_mode, a.fill)
-            yield _Batch(rows, xb, yb)
+            yield _Batch(rows, xb, yb, s, () if everyone else members)
+
+
+class _LearningRates:
+    """A chunk's learning rates at each step: one number where the clients agree, else a per-client tensor [C].
+
+    With a schedule over local steps (:mod:`chillfl.training.optim`) client i's
+    rate at step s is its round lr times the schedule at s of its own planned
+    steps: the very Python float the sequential executor uses.
+    """
+
+    def __init__(self, spec: LocalSpec, jobs: Sequence[ClientJob], dtype: torch.dtype, device: torch.device) -> None:
+        self.optim = spec.optim
+        self.base = [j.lr for j in jobs]
+        self.planned = [planned_steps(len(j.y), spec.batch_size, spec.epochs) for j in jobs]
+        self.dtype, self.device = dtype, device
+        self.constant = self._rates(self.base)
+
+    def _rates(self, values: Sequence[float]) -> float | torch.Tensor:
+        return values[0] if all(v == values[0] for v in values) else _to_device(torch.tensor(values, dtype=self.dtype), self.device)
+
+    def at(self, step: int, rows: torch.Tensor | None, members: Sequence[int]) -> float | torch.Tensor:
+        """The rates of the clients ``rows`` (host positions ``members``; None/empty: all) at local step ``step``."""
+        if self.optim.step_schedule.name == "constant":
+            return _rows(self.constant, rows)
+        who = range(len(self.base)) if rows is None else members
+        return self._rates([step_lr(self.optim, self.base[i], step, self.planned[i]) for i in who])
 
 
 def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:

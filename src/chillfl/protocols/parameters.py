@@ -176,7 +176,7 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
     reporter = exp.aggregator.client_reporter()  # the aggregator's client half: it travels, the aggregator does not
     return ParameterSharing(
         seed=exp.config.seed,
-        lr_at=exp.config.client.lr_at,
+        lr_at=exp.config.lr_at,
         initial_state=exp.initial_state,
         aggregator=exp.aggregator,
         policy=exp.policy,

@@ -364,7 +364,7 @@ def build_prototype_sharing(exp: Experiment, evaluation: Evaluation) -> Prototyp
     return PrototypeSharing(
         options=options,
         seed=cfg.seed,
-        lr_at=cfg.client.lr_at,
+        lr_at=cfg.lr_at,
         client=client,
         global_state=exp.initial_state if options.share_model else None,
         aggregator=exp.aggregator if options.share_model else None,

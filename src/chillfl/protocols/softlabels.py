@@ -432,6 +432,7 @@ def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod) -
         batch_size=c.distill_batch_size or cfg.client.batch_size,
         momentum=spec.momentum,
         weight_decay=spec.weight_decay,
+        optim=spec.optim,
         base_loss=mean_absolute_error if method.uses_logits else weighted_kl(method.distill_weight),
         memory_format=spec.memory_format,  # the run's resolved compute settings, as for private training
         precision=spec.precision,
@@ -441,6 +442,7 @@ def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod) -
         batch_size=c.server_batch_size or c.distill_batch_size or cfg.client.batch_size,
         momentum=spec.momentum,
         weight_decay=spec.weight_decay,
+        optim=spec.optim,
         base_loss=mean_absolute_error if method.uses_logits else soft_target_kl,
         memory_format=spec.memory_format,  # the run's resolved compute settings, as for private training
         precision=spec.precision,
@@ -499,7 +501,7 @@ class SoftLabelProtocol:
         epochs = options.transfer_epochs
         cfg = exp.config
         y = public_labels(setup, exp.data, cfg.seed, cfg.data_dir).to(self.x_public.device)
-        base = LocalSpec(epochs=epochs, batch_size=cfg.client.batch_size, momentum=exp.spec.momentum, weight_decay=exp.spec.weight_decay)
+        base = LocalSpec(epochs=epochs, batch_size=cfg.client.batch_size, momentum=exp.spec.momentum, weight_decay=exp.spec.weight_decay, optim=exp.spec.optim)
         specs = [base] + ([dataclasses.replace(base, model=m) for m in cm.models[1:]] if cm is not None else [])
         lr = options.transfer_lr or cfg.client.lr
         return TransferPhase(self.x_public, y, tuple(specs), lr, cfg.seed)
@@ -513,7 +515,7 @@ class SoftLabelProtocol:
             drawn = draw_public_subset(cfg.seed, rnd, len(self.x_public), self.setup.common.subset_size)
             requested = self.cache.request(t, drawn) if self.cache is not None else drawn
             self._draw = (drawn, requested)
-        lr = cfg.client.lr_at(rnd)
+        lr = cfg.lr_at(rnd)
         tasks = []
         for cid in sampled:
             sizes: dict[str, int] = {}
@@ -562,7 +564,7 @@ class SoftLabelProtocol:
             if report.distill_loss is not None:
                 distill_losses.append(report.distill_loss)
 
-        record: dict[str, Any] = {"round": t, "lr": cfg.client.lr_at(rnd), "clients": [task.client_id for task in tasks]}
+        record: dict[str, Any] = {"round": t, "lr": cfg.lr_at(rnd), "clients": [task.client_id for task in tasks]}
         w = np.asarray(weights, dtype=np.float64)
         record["train_loss"] = float(np.dot(w, train_losses) / w.sum()) if w.sum() > 0 else float(np.mean(train_losses))
         record["temperature_mean"] = float(np.mean(temps))

@@ -79,7 +79,10 @@ def _names(module: str, function: str) -> Callable[[], list[str]]:
 
 
 def _algorithm_bases() -> list[str]:
-    return [n for n in _names("chillfl.aggregation.registry", "algorithm_names")() if n != "pa3fed"]
+    """What ``pa3fed.base`` accepts: every algorithm but PA3Fed itself and the unweighted (robust) rules."""
+    from chillfl.aggregation.registry import UNWEIGHTED
+
+    return [n for n in _names("chillfl.aggregation.registry", "algorithm_names")() if n != "pa3fed" and n not in UNWEIGHTED]
 
 
 def _measures() -> list[str]:

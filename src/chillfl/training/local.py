@@ -6,7 +6,7 @@ stateless template run through ``torch.func.functional_call``. One step is
 
     loss, captured = StepLoss(model, spec)(params, buffers, x, y, temperature, context)
     grads, factors = step_grads(loss, params, keys, captured)  # torch.autograd.grad
-    sgd_update_(params, grads, momenta, lr, spec, factors)     # in place, no graph
+    optimizer_step_(params, grads, state, lr, spec, factors)   # in place, no graph
 
 The vectorised executor runs the very same three functions on parameters
 stacked along a client dimension (the loss under ``torch.func.vmap``).
@@ -35,9 +35,11 @@ with AVX-512 bf16 / AMX): 30 ms contiguous fp32, 23 ms channels-last, 19 ms
 bf16, 11 ms channels-last + bf16 (a plain ``nn.Module`` + ``torch.optim.SGD``
 step: 32, 27, 18 and 10 ms).
 
-SGD matches ``torch.optim.SGD`` (dampening 0, no Nesterov):
-``g <- grad + wd * w;  b <- momentum * b + g;  w <- w - lr * b``
-(the momentum buffer starts at zero, which equals PyTorch's "first step b = g").
+SGD matches ``torch.optim.SGD`` (dampening 0):
+``g <- grad + wd * w;  b <- momentum * b + g;  w <- w - lr * b``, with Nesterov
+``w <- w - lr * (g + momentum * b)`` (the momentum buffer starts at zero, which
+equals PyTorch's "first step b = g"). Adam, AdamW, gradient clipping and
+learning-rate schedules: :mod:`chillfl.training.optim` (``LocalSpec.optim``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ from chillfl.errors import ConfigError
 from chillfl.models.parts import forward_with_features
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
 from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
+from chillfl.training.optim import OptState, adam_update_, clip_by_norm_, init_state, whole_grads
+from chillfl.training.schedule import SGD, Optimizer, planned_steps, step_lr
 from chillfl.seeds import derive_seed
 
 if TYPE_CHECKING:  # only the annotation: importing chillfl.data here would load every dataset reader in each worker process
@@ -97,6 +101,8 @@ class LocalSpec:
     """``contiguous`` or ``channels_last`` (4-d states and batches in NHWC order; see the module docstring)."""
     precision: str = "fp32"
     """``fp32`` or ``bf16`` (the forward under bf16 autocast; see the module docstring)."""
+    optim: Optimizer = SGD
+    """The optimiser besides ``momentum`` / ``weight_decay``: Adam(W), Nesterov, clipping, a schedule over local steps."""
 
 
 def conv2d_model(model: nn.Module) -> bool:
@@ -318,7 +324,10 @@ def sgd_update_(
                 buf.add_(g)
             for x, dz in outer:
                 add_outer_(buf, x, dz)
-            g, outer = buf, []
+            if spec.optim.nesterov:  # g + momentum * b: g's factored part stays in ``outer``
+                g = buf * spec.momentum if g is None else g.add(buf, alpha=spec.momentum)
+            else:
+                g, outer = buf, []
         if g is not None:
             if isinstance(lr, torch.Tensor):
                 w.sub_(g * lr.view(-1, *([1] * (w.dim() - 1))))
@@ -326,6 +335,38 @@ def sgd_update_(
                 w.sub_(g, alpha=lr)
         for x, dz in outer:
             add_outer_(w, x, dz, -lr)
+
+
+@torch.no_grad()
+def optimizer_step_(
+    params: Params,
+    grads: Sequence[torch.Tensor | None],
+    state: OptState,
+    lr: float | torch.Tensor,
+    spec: LocalSpec,
+    factors: Factors | None = None,
+    *,
+    step: int = 0,
+    stacked: bool = False,
+) -> None:
+    """Local step ``step`` (0-based) of the spec's optimiser, in place on ``params`` and ``state``.
+
+    Plain SGD (with momentum, Nesterov, weight decay) updates from gradient
+    factors (:func:`sgd_update_`); Adam and clipping first make every gradient
+    whole (:mod:`chillfl.training.optim`). ``stacked``: parameters carry a
+    leading client dimension (the vectorised executor), and clipping is per client.
+    """
+    opt = spec.optim
+    if not opt.dense:
+        sgd_update_(params, grads, state.get("momentum", {}), lr, spec, factors)
+        return
+    whole = whole_grads(params, grads, factors)
+    if opt.clip_norm:
+        clip_by_norm_(whole, opt.clip_norm, stacked)
+    if opt.name == "sgd":
+        sgd_update_(params, list(whole), state.get("momentum", {}), lr, spec)
+    else:
+        adam_update_(params, whole, state, lr, spec.weight_decay, opt, step + 1)
 
 
 def step_batch(spec: LocalSpec, x: torch.Tensor, seeds: Sequence[int], step: int) -> torch.Tensor:
@@ -396,12 +437,13 @@ def train_client(
     params, buffers = split_state(model, to_memory_format(start, spec.memory_format))
     params = leaf_params(params)
     buffers = {k: v.detach().clone() for k, v in buffers.items()}
-    momenta = {k: torch.zeros_like(v) for k, v in params.items()} if spec.momentum else {}
+    opt_state = init_state(params, spec.optim, spec.momentum)
     loss_fn = StepLoss(model, spec)
     total = torch.zeros((), dtype=torch.float64, device=x.device)  # a tensor: no host sync inside the step
     steps = 0
     model.train()
     order = completed_steps(batch_order(len(y), spec.batch_size, spec.epochs, generator), work)
+    planned = planned_steps(len(y), spec.batch_size, spec.epochs)  # a straggler stops early on the same lr schedule
     # Dropout draws from torch's global generator: fork it and seed it from the client's
     # own stream so runs are reproducible and the caller's RNG state is untouched.
     with torch.random.fork_rng(devices=[]), torch.enable_grad():
@@ -410,7 +452,7 @@ def train_client(
             xb = step_batch(spec, x[idx][None], [generator.initial_seed()], step)[0]
             loss, captured = loss_fn(params, buffers, xb, y[idx], temperature, context)
             grads, factors = step_grads(loss, params, loss_fn.keys, captured)
-            sgd_update_(params, grads, momenta, lr, spec, factors)
+            optimizer_step_(params, grads, opt_state, step_lr(spec.optim, lr, step, planned), spec, factors, step=step)
             total += loss.detach()  # float32 -> float64 exactly, then a float64 sum: the bits of a Python float sum
             steps += 1
     state = {k: v.detach() for k, v in params.items()}

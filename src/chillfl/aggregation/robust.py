@@ -1,0 +1,184 @@
+"""Byzantine-robust aggregation: coordinate-wise median, trimmed mean, (Multi-)Krum.
+
+Each rule replaces FedAvg's weighted mean of the round's client models:
+
+* **median** (Yin et al., ICML 2018, "coordinate-wise median"): every entry of
+  the next model is the median of that entry over the clients (an even count
+  takes the mean of the two middle values, as ``numpy.median``);
+* **trimmed_mean** (Yin et al. 2018, "coordinate-wise trimmed mean"): per
+  entry, drop the ``b = floor(beta * n)`` largest and ``b`` smallest values,
+  average the other ``n - 2b``;
+* **krum** (Blanchard et al., NeurIPS 2017): client i's score is the sum of
+  squared L2 distances from its model to its ``n - f - 2`` nearest other
+  models; Krum takes the model with the lowest score, Multi-Krum (``m > 1``,
+  El Mhamdi et al., ICML 2018) the plain mean of the ``m`` lowest-scored.
+
+What each tolerates (n = reporting clients of a round, f = byzantine among them):
+the median's breakdown point is 1/2 (any f < n/2 clients cannot move an entry
+outside the honest values' range); the trimmed mean tolerates f <= b = floor(beta n)
+per entry; Krum needs n > 2f + 2 (Blanchard et al., Prop. 1) and then picks a
+model whose distance to the honest mean is bounded. None of them is
+unbiased under non-IID data: with honest but heterogeneous clients they do not
+equal FedAvg (docs/baselines.md, "Robust aggregators").
+
+Choices
+-------
+* The rules act on the client models, not on the updates ``y_i - x``: per entry
+  median and trimmed mean commute with subtracting the same ``x``, and Krum's
+  distances are the same, so the result is the same up to float rounding.
+* Sample counts are not used (the papers' rules are unweighted); maths in float64,
+  cast back to each entry's dtype. Integer buffers (BN's ``num_batches_tracked``)
+  take the max, as in FedAvg.
+* Krum's distances run over every floating-point entry of the state (parameters
+  and BN statistics). Ties in score go to the lower client id. When a round has
+  too few clients for ``n - f - 2 >= 1`` neighbours (dropouts), it scores with
+  one neighbour; ``algorithm.f`` is checked against the configured clients per round.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from chillfl.aggregation.base import ClientReporter, ClientResult, Downlink, Params, check_state_keys
+from chillfl.options import require
+
+
+def _stacked(results: Sequence[ClientResult], key: str) -> torch.Tensor:
+    return torch.stack([r.params[key].double() for r in results])
+
+
+def _per_entry(results: Sequence[ClientResult], rule: Any) -> Params:
+    """``rule(stack [n, ...] float64) -> [...]`` for every floating entry; integer entries take the max."""
+    out: Params = {}
+    for key, ref in results[0].params.items():
+        if not torch.is_floating_point(ref):
+            out[key] = torch.stack([r.params[key] for r in results]).max(dim=0).values
+            continue
+        out[key] = rule(_stacked(results, key)).to(ref.dtype)
+    return out
+
+
+def coordinate_median(values: torch.Tensor) -> torch.Tensor:
+    """The median over dim 0; an even count gives the mean of the two middle values."""
+    n = values.shape[0]
+    ordered = values.sort(dim=0).values
+    if n % 2:
+        return ordered[n // 2]
+    return (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def trimmed_mean(values: torch.Tensor, beta: float) -> torch.Tensor:
+    """Mean over dim 0 after dropping the ``floor(beta n)`` largest and smallest values of every entry."""
+    n = values.shape[0]
+    b = math.floor(beta * n)
+    return values.sort(dim=0).values[b : n - b].mean(dim=0)
+
+
+def krum_scores(flat: torch.Tensor, f: int) -> torch.Tensor:
+    """Krum's score of every row of ``flat`` [n, d]: summed squared distances to its ``n - f - 2`` nearest other rows."""
+    n = flat.shape[0]
+    if n == 1:
+        return torch.zeros(1, dtype=flat.dtype)
+    k = min(max(n - f - 2, 1), n - 1)
+    sq = (flat * flat).sum(dim=1)
+    dist = (sq[:, None] + sq[None, :] - 2 * flat @ flat.T).clamp_min(0)
+    dist.fill_diagonal_(math.inf)  # a model is not its own neighbour
+    return dist.sort(dim=1).values[:, :k].sum(dim=1)
+
+
+def krum_select(flat: torch.Tensor, f: int, m: int) -> list[int]:
+    """Rows of the ``m`` lowest Krum scores, lowest first (ties: lower row)."""
+    scores = krum_scores(flat, f)
+    return torch.argsort(scores, stable=True)[: min(m, flat.shape[0])].tolist()
+
+
+@dataclass(frozen=True)
+class MedianOptions:
+    """Coordinate-wise median: no options."""
+
+
+@dataclass(frozen=True)
+class TrimmedMeanOptions:
+    """``beta``: the share trimmed at each end of every entry, in [0, 0.5) (floor(beta n) values each side)."""
+
+    beta: float = 0.1
+
+    def validate(self, section: str) -> None:
+        require(0 <= self.beta < 0.5, f"{section}.beta", f"must be in [0, 0.5), got {self.beta}")
+
+
+@dataclass(frozen=True)
+class KrumOptions:
+    """``f``: byzantine clients tolerated (needs clients per round > 2f + 2); ``m``: models averaged (1 = Krum, > 1 = Multi-Krum)."""
+
+    f: int = 0
+    m: int = 1
+
+    def validate(self, section: str) -> None:
+        require(0 <= self.f <= 1_000_000, f"{section}.f", f"must be in [0, 1000000], got {self.f}")
+        require(1 <= self.m <= 1_000_000, f"{section}.m", f"must be in [1, 1000000], got {self.m}")
+
+
+class _Stateless:
+    """The aggregator contract's parts a robust rule needs nothing for: no downlink extras, no state."""
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return Downlink()
+
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        return None
+
+    def client_reporter(self) -> ClientReporter | None:
+        """No per-client report: the rule reads the clients' models only."""
+        return None
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing is carried between rounds."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, (), type(self).__name__)
+
+
+class Median(_Stateless):
+    """Coordinate-wise median of the client models (Yin et al. 2018)."""
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        return _per_entry(results, coordinate_median)
+
+
+class TrimmedMean(_Stateless):
+    """Coordinate-wise beta-trimmed mean of the client models (Yin et al. 2018)."""
+
+    def __init__(self, options: TrimmedMeanOptions = TrimmedMeanOptions()) -> None:
+        self.beta = options.beta
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        return _per_entry(results, lambda values: trimmed_mean(values, self.beta))
+
+
+class Krum(_Stateless):
+    """Krum / Multi-Krum (Blanchard et al. 2017; El Mhamdi et al. 2018): the mean of the m lowest-scored client models."""
+
+    def __init__(self, options: KrumOptions = KrumOptions()) -> None:
+        self.f, self.m = options.f, options.m
+        self._selected: list[int] = []
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        keys = [k for k, v in results[0].params.items() if torch.is_floating_point(v)]
+        flat = torch.stack([torch.cat([r.params[k].double().reshape(-1) for k in keys]) for r in results])
+        rows = krum_select(flat, self.f, self.m)
+        self._selected = sorted(results[i].client_id for i in rows)
+        chosen = [results[i] for i in sorted(rows)]  # averaged in client-id order
+        return _per_entry(chosen, lambda values: values.mean(dim=0))
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        """``selected``: the client ids whose models were averaged this round (``agg_selected`` in metrics.jsonl)."""
+        return {"selected": list(self._selected)}

@@ -1,0 +1,84 @@
+"""The local optimiser's settings and learning-rate schedules, as plain data (no torch: the config builds them).
+
+The tensor maths that reads them is :mod:`chillfl.training.optim`; the module docstring there gives the formulas.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+OptimizerName = Literal["sgd", "adam", "adamw"]
+ScheduleName = Literal["constant", "step", "cosine"]
+
+
+@dataclass(frozen=True)
+class LrSchedule:
+    """A learning-rate factor of a position ``t`` in ``[0, total)`` (formulas: :mod:`chillfl.training.optim`)."""
+
+    name: ScheduleName = "constant"
+    step_size: int = 1
+    gamma: float = 0.1
+    min_factor: float = 0.0
+    """Cosine's floor as a fraction of the peak lr (``lr_min / lr``)."""
+
+    def factor(self, t: int, total: int) -> float:
+        if self.name == "step":
+            return float(self.gamma ** (t // self.step_size))
+        if self.name == "cosine":
+            f = self.min_factor
+            return f + (1.0 - f) * (1.0 + math.cos(math.pi * t / max(total, 1))) / 2.0
+        return 1.0
+
+
+CONSTANT = LrSchedule()
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """The local optimiser besides SGD's momentum and weight decay (those stay on the spec).
+
+    ``step_schedule``: the lr schedule over a round's local steps (the per-round
+    schedule is applied by the server, in the round's lr).
+    """
+
+    name: OptimizerName = "sgd"
+    nesterov: bool = False
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    clip_norm: float = 0.0
+    """Clip each client's whole gradient to this L2 norm; 0 = off."""
+    step_schedule: LrSchedule = CONSTANT
+
+    @property
+    def dense(self) -> bool:
+        """Whether the update needs every gradient whole (Adam's squares, the clipping norm)."""
+        return self.name != "sgd" or self.clip_norm > 0
+
+    @property
+    def plain(self) -> bool:
+        """Plain SGD steps at one lr a round: what SCAFFOLD, FedNova and VRL-SGD's normalisations assume."""
+        return self.name == "sgd" and not self.nesterov and self.step_schedule.name == "constant"
+
+
+SGD = Optimizer()
+
+
+def planned_steps(num_samples: int, batch_size: int, epochs: int) -> int:
+    """Steps of a full local training (:func:`~chillfl.training.local.batch_order`'s count, a trailing single sample merged)."""
+    if num_samples <= 0:
+        return 0
+    per_epoch = -(-num_samples // batch_size)
+    if per_epoch > 1 and num_samples - (per_epoch - 1) * batch_size == 1:
+        per_epoch -= 1
+    return per_epoch * epochs
+
+
+def step_lr(optimizer: Optimizer, lr: float, step: int, total: int) -> float:
+    """The lr of local step ``step`` (0-based) of ``total``: the round's ``lr`` times the step schedule."""
+    if optimizer.step_schedule.name == "constant":
+        return lr
+    return lr * optimizer.step_schedule.factor(step, total)
+
+

@@ -55,10 +55,14 @@ class Downlink:
     models); keys absent from it come from the global model.
     ``context``: values the local objective's terms read (e.g. ``mu``,
     ``control`` for SCAFFOLD's correction).
+    ``local``: the context entries the client holds already, so they cost no
+    bytes on the wire: the model it was sent (FedProx's and MOON's anchor) and
+    its own previous model (MOON's, on the client in the paper).
     """
 
     params: Params | None = None
     context: dict[str, Any] = field(default_factory=dict)
+    local: tuple[str, ...] = ()
 
 
 class ClientReporter(Protocol):

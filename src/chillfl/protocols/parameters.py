@@ -27,11 +27,6 @@ from chillfl.temperature.base import TemperaturePolicy
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalOutcome
 
-LOCAL_CONTEXT = frozenset({"global_params", "moon_global", "moon_prev"})
-"""Context entries that do not travel: FedProx's and MOON's anchor is the model already sent, and MOON's
-previous model stays on the client in the paper (the simulation keeps it on the server side)."""
-
-
 @dataclass
 class ParamDownlink:
     """Server -> client: the start model, the round's lr and temperature, the objective's context, the seed."""
@@ -41,9 +36,11 @@ class ParamDownlink:
     temperature: float
     context: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
+    local: tuple[str, ...] = ()
+    """Context entries the client holds already (the aggregator's :attr:`Downlink.local`): they cost no bytes."""
 
     def nbytes(self) -> dict[str, int]:
-        control = {k: v for k, v in self.context.items() if k not in LOCAL_CONTEXT}
+        control = {k: v for k, v in self.context.items() if k not in self.local}
         return {"params": state_bytes(self.start), "control": state_bytes(control)}
 
 
@@ -112,10 +109,10 @@ class ParameterSharing:
         for cid in sampled:
             down = self.aggregator.downlink(cid, round, self.state)
             start = self.state if down.params is None else {**self.state, **down.params}
-            context = down.context
-            if self.proximal_mu:  # [objective] proximal_mu: the anchor is the model the round started from
-                context = {**context, "mu": self.proximal_mu, "global_params": self.state}
-            message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round))
+            context, local = down.context, down.local
+            if self.proximal_mu:  # [objective] proximal_mu: the anchor is the model the round started from (sent already)
+                context, local = {**context, "mu": self.proximal_mu, "global_params": self.state}, (*local, "global_params")
+            message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round), local)
             tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid)))
         return tasks
 

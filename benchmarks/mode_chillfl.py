@@ -22,8 +22,9 @@ module is missing chillfl silently falls back to sequential, so this worker
 reports "not available" for them instead of a misleading number (``auto``
 then legitimately means sequential; the result notes ``parallel_module``).
 
-Variants: ``<executor>`` or ``<executor>+bf16`` (the override ``precision =
-"bf16"``; a config that rejects it makes the mode "not available: <reason>").
+Variants: ``<executor>``, then optional ``+<precision>`` (the override ``precision =
+"bf16"`` or ``"tf32"``) and ``+channels_last`` / ``+contiguous`` (``memory_format``);
+a config that rejects one makes the mode "not available: <reason>".
 The spec's ``device`` becomes the config's ``device``.
 
 Data per workload (built through the public ``FederatedData``): client ``c``
@@ -58,8 +59,10 @@ PARALLEL_ONLY = ("vectorized", "processes")
 
 
 def overrides(w: Workload, variant: str, rounds: int, seed: int, device: str = "cpu") -> dict[str, Any]:
-    """The run's config overrides; ``variant``: the executor, optionally ``+bf16``."""
-    executor, _, precision = variant.partition("+")
+    """The run's config overrides; ``variant``: the executor, then optional ``+<precision>`` / ``+<memory_format>`` parts."""
+    executor, *options = variant.split("+")
+    formats = [o for o in options if o in ("channels_last", "contiguous")]
+    precision = next((o for o in options if o not in formats), "")
     model = {"name": "mcmahan_cnn"} if w.model == "cnn" else {"name": "mlp", "hidden": [64]}
     out: dict[str, Any] = {
         "name": f"bench-w{w.key}-{executor}",
@@ -79,6 +82,8 @@ def overrides(w: Workload, variant: str, rounds: int, seed: int, device: str = "
     }
     if precision:
         out["precision"] = precision
+    if formats:
+        out["memory_format"] = formats[0]
     if w.public_per_round:
         out["distillation"] = {"method": "scarlet", "public_size": w.public_size, "subset_size": w.public_per_round}
     return out
@@ -112,7 +117,7 @@ def main() -> int:
         import chillfl
         from chillfl.config import load_config
         from chillfl.errors import ConfigError
-        from chillfl.runner import intra_op_threads, rounds_for, run_experiment
+        from chillfl.runner import device_settings, intra_op_threads, rounds_for, run_experiment
         from chillfl.experiment import build_experiment
 
         import importlib.util
@@ -145,9 +150,10 @@ def main() -> int:
             with intra_op_threads(cfg.threads):  # as run_experiment does: the config's intra-op threads
                 exp = build_experiment(cfg, data=data)
                 clock.note(num_parameters=sum(v.numel() for v in exp.initial_state.values() if v.is_floating_point()))
-                clock.start()
-                for _ in rounds_for(exp)(exp):
-                    clock.round_done()
+                with device_settings(cfg, exp.device):  # and its device settings (CUDA: deterministic algorithms, TF32)
+                    clock.start()
+                    for _ in rounds_for(exp)(exp):
+                        clock.round_done()
     except Exception as exc:  # noqa: BLE001 - an executor that errors is reported, not fatal
         traceback.print_exc()
         clock.note(error=f"not available: {type(exc).__name__}: {exc}")

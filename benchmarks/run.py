@@ -51,7 +51,9 @@ sys.path.insert(0, str(HERE))
 from peers import ensure_peers  # noqa: E402
 from workloads import WORKLOADS, Workload, data_dir, round_flops, workload, write_data  # noqa: E402
 
-CHILLFL_EXECUTORS = ("auto", "sequential", "vectorized", "processes", "auto+bf16")
+CHILLFL_EXECUTORS = ("auto", "sequential", "vectorized", "processes", "auto+tf32", "auto+bf16", "auto+bf16+channels_last")
+CUDA_ONLY = ("processes",)  # chillfl trains ``processes`` on the CPU: refused on a GPU
+CPU_REFUSED = ("auto+tf32", "auto+bf16+channels_last")  # TF32 is a GPU mode; the CPU's ``auto`` already picks channels-last
 BLAZEFL_TRAINERS = ("serial", "threads", "processes")
 POLL_S = 0.2
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -71,7 +73,7 @@ class Mode:
 def all_modes(device: str = "cpu") -> list[Mode]:
     """Every mode; on a GPU without chillfl's ``processes`` executor (it trains on the CPU; chillfl refuses it there)."""
     modes = [Mode("compute_bound", "mode_compute.py")]
-    modes += [Mode(f"chillfl[{e}]", "mode_chillfl.py", e) for e in CHILLFL_EXECUTORS if device == "cpu" or e != "processes"]
+    modes += [Mode(f"chillfl[{e}]", "mode_chillfl.py", e) for e in CHILLFL_EXECUTORS if e not in (CUDA_ONLY if device != "cpu" else CPU_REFUSED)]
     modes += [Mode(f"blazefl[{t}]", "mode_blazefl.py", t, "blazefl") for t in BLAZEFL_TRAINERS]
     modes.append(Mode("flower[simulation]", "mode_flower.py", "ray", "flwr"))
     return modes
@@ -210,14 +212,26 @@ def summarize(runs: list[Measured]) -> dict[str, Any]:
     }
 
 
-def add_flop_rates(results: dict[str, dict[str, Any]], flops: float, peak_gflops: float | None) -> None:
-    """GFLOP/s of every measured mode at its median and best s/round, and the fraction of ``peak_gflops``."""
-    for entry in results.values():
+def mode_precision(name: str) -> str:
+    """The precision a mode computes in: ``+bf16`` / ``+tf32`` modes theirs, every other mode fp32."""
+    return "bf16" if "+bf16" in name else "tf32" if "+tf32" in name else "fp32"
+
+
+def add_flop_rates(results: dict[str, dict[str, Any]], flops: float, peak_gflops: float | None, peaks: dict[str, float] | None = None) -> None:
+    """GFLOP/s of every measured mode at its median and best s/round, and the fraction of the peak of its precision.
+
+    ``peaks``: precision -> peak GFLOP/s (``--peak-gflops-tf32`` / ``-bf16``); ``peak_gflops`` is the fp32 one and the
+    fallback for a precision without its own.
+    """
+    for name, entry in results.items():
         if "s_per_round_median" in entry:
             entry["gflops_median"] = flops / entry["s_per_round_median"] / 1e9
             entry["gflops_best"] = flops / entry["s_per_round_min"] / 1e9
-            if peak_gflops:
-                entry["peak_fraction_median"] = entry["gflops_median"] / peak_gflops
+            precision = mode_precision(name)
+            peak = (peaks or {}).get(precision) or peak_gflops
+            if peak:
+                entry["peak_fraction_median"] = entry["gflops_median"] / peak
+                entry["peak_precision"] = precision if (peaks or {}).get(precision) else "fp32"
 
 
 def add_ratios(results: dict[str, dict[str, Any]]) -> None:
@@ -273,7 +287,8 @@ def run_workload(w: Workload, modes: list[Mode], peers: dict[str, dict[str, Any]
     modes = [m for m in modes if w.peers or not m.peer]  # the peers have no soft-label protocol (workload 3)
     folder = data_dir(args.data_dir, w.num_samples, args.seed)
     write_data(folder, w.num_samples, args.seed)
-    env = {**os.environ, "PYTHONPATH": str(HERE), "PYTHONUNBUFFERED": "1"}
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # e.g. a checkout's src/ (gpu-check.sh --smoke)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *inherited]), "PYTHONUNBUFFERED": "1"}
     if args.threads:
         env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     results: dict[str, dict[str, Any]] = {}
@@ -309,7 +324,7 @@ def run_workload(w: Workload, modes: list[Mode], peers: dict[str, dict[str, Any]
         results[mode.name] = {"status": dead[mode.name]} if mode.name in dead else {"status": "ok", **summarize(runs[mode.name])}
     add_ratios(results)
     flops = round_flops(w)
-    add_flop_rates(results, flops, args.peak_gflops)
+    add_flop_rates(results, flops, args.peak_gflops, {"tf32": args.peak_gflops_tf32, "bf16": args.peak_gflops_bf16})
 
     startup: dict[str, Any] = {}
     if w.key in ("2", "4"):  # chillfl.run_experiment, 1 round, from process launch to its return
@@ -340,14 +355,14 @@ def fmt_table(report: dict[str, Any]) -> str:
                      f"{w['clients_per_round']} per round, {w['epochs']} epoch(s), batch {w['batch_size']} "
                      f"({w['steps_per_round']} SGD steps/round), {entry['rounds_per_run']} rounds per run")
         lines.append(f"{entry.get('flops_per_round', 0) / 1e9:.2f} GFLOP per round (torch.utils.flop_counter)")
-        lines.append(f"{'mode':<24}{'s/round min':>12}{'median':>9}{'x bound':>9}{'peak MB':>9}{'x bound':>9}{'1st round end s':>17}{'GFLOP/s':>9}{'% peak':>8}")
+        lines.append(f"{'mode':<24}{'s/round min':>12}{'median':>9}{'x bound':>9}{'peak MB':>9}{'x bound':>9}{'1st round end s':>17}{'GFLOP/s':>9}{'% peak':>8}  of")
         for name, r in entry["modes"].items():
             if r["status"] != "ok":
                 lines.append(f"{name:<24}{r['status']}")
                 continue
             lines.append(f"{name:<24}{r['s_per_round_min']:>12.3f}{r['s_per_round_median']:>9.3f}{r.get('time_ratio_median', float('nan')):>9.2f}"
                          f"{r['peak_mb']:>9.0f}{r.get('memory_ratio', float('nan')):>9.2f}{r['first_round_end_s_median']:>17.2f}"
-                         f"{r.get('gflops_median', float('nan')):>9.2f}{_percent(r.get('peak_fraction_median')):>8}")
+                         f"{r.get('gflops_median', float('nan')):>9.2f}{_percent(r.get('peak_fraction_median')):>8}  {r.get('peak_precision', '')}")
         for name, s in entry["chillfl_startup_run_experiment"].items():
             text = f"min {s['min_s']:.2f} s, median {s['median_s']:.2f} s" if s["status"] == "ok" else s["status"]
             lines.append(f"  {name}: launch -> run_experiment (1 round) returned: {text}")
@@ -390,11 +405,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/<timestamp>.json)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where every mode trains (cuda: chillfl, BlazeFL and Flower on the GPU)")
     p.add_argument("--peak-gflops", type=float, default=None, help="the machine's peak GFLOP/s, for the fraction of peak (see README)")
+    p.add_argument("--peak-gflops-tf32", type=float, default=None, help="peak GFLOP/s of TF32 (tensor cores, dense), for +tf32 modes")
+    p.add_argument("--peak-gflops-bf16", type=float, default=None, help="peak GFLOP/s of bf16 (tensor cores, dense), for +bf16 modes")
     args = p.parse_args(argv)
     if args.repeats < 1 or args.rounds < 1 or not 0 < args.scale <= 1:
         p.error("--repeats and --rounds must be >= 1, --scale in (0, 1]")
-    if args.peak_gflops is not None and args.peak_gflops <= 0:
-        p.error("--peak-gflops must be > 0")
+    if any(v is not None and v <= 0 for v in (args.peak_gflops, args.peak_gflops_tf32, args.peak_gflops_bf16)):
+        p.error("--peak-gflops(-tf32, -bf16) must be > 0")
     if args.quick:
         args.scale = 0.02
     args.rounds_for = {key: args.rounds for key in WORKLOADS}

@@ -13,6 +13,17 @@ import torch
 
 torch.set_num_threads(1)
 
+# A vmap fallback (the vectorised executor, the batched predictor) raises instead of rerunning one
+# client at a time: a fallback must never hide an exception of the run's own code behind a warning
+# (issue 26). Tests that exercise a fallback on purpose unset it (``no_strict_fallbacks``).
+os.environ.setdefault("CHILLFL_STRICT_VECTORIZED", "1")
+
+
+@pytest.fixture
+def no_strict_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test of a fallback itself: vmap failures fall back, as in a user's run."""
+    monkeypatch.delenv("CHILLFL_STRICT_VECTORIZED", raising=False)
+
 # tests/private_net/ (Ray clusters, Flower's simulation and deployment) run only inside a private
 # network namespace, started by tests/test_private_net.py: there the loopback device is the only
 # interface, so Ray, which otherwise advertises the host's own address, cannot send a packet anywhere else.

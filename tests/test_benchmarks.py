@@ -106,3 +106,48 @@ def test_chillfl_data_for_100k_clients_share_the_blocks() -> None:
     assert list(rows[99_999]) == list(range(49_950, 50_000)) and len(rows[0]) == 50
     public = mode_chillfl.federated_data(workload("3"), arrays, 0).public_indices
     assert (public[0], public[-1], len(public)) == (40_000, 49_999, 10_000)
+
+
+def test_each_precision_is_measured_against_its_own_peak() -> None:
+    """% of peak for the precision used (issue 26): +bf16 against the bf16 peak, +tf32 the TF32 one, the rest fp32."""
+    ok = {"status": "ok", "s_per_round_median": 2.0, "s_per_round_min": 1.0}
+    results = {name: dict(ok) for name in ("chillfl[auto]", "chillfl[auto+tf32]", "chillfl[auto+bf16]", "blazefl[threads]")}
+    run.add_flop_rates(results, 4e9, 10.0, {"tf32": 40.0, "bf16": 100.0})  # 2 GFLOP/s each
+    fractions = {name: (r["peak_fraction_median"], r["peak_precision"]) for name, r in results.items()}
+    assert fractions == {"chillfl[auto]": (0.2, "fp32"), "chillfl[auto+tf32]": (0.05, "tf32"), "chillfl[auto+bf16]": (0.02, "bf16"),
+                         "blazefl[threads]": (0.2, "fp32")}
+    run.add_flop_rates(results, 4e9, 10.0, {"tf32": None, "bf16": None})  # no precision peak given: the fp32 one, named so
+    assert results["chillfl[auto+bf16]"]["peak_precision"] == "fp32" and results["chillfl[auto+bf16]"]["peak_fraction_median"] == 0.2
+    assert "chillfl[auto+tf32]" in [m.name for m in run.all_modes("cuda")] and "chillfl[auto+tf32]" not in [m.name for m in run.all_modes("cpu")]
+
+
+def test_gpu_targets_met_missed_and_not_measured() -> None:
+    """The issue's target table from run.py reports: thresholds on hand-made numbers; a missing mode is never met."""
+    import gpu_targets
+
+    def ok(t: float) -> dict:
+        return {"status": "ok", "s_per_round_median": t}
+
+    workloads = {
+        "1": {"modes": {"chillfl[auto]": ok(0.25), "chillfl[auto+bf16]": ok(0.2), "blazefl[threads]": ok(8.0), "blazefl[serial]": ok(9.0)}},
+        "2": {"modes": {"chillfl[auto]": ok(0.05), "blazefl[threads]": ok(0.6)}, "chillfl_startup_run_experiment": {"chillfl[auto]": {"status": "ok", "median_s": 2.6}}},
+        "3": {"modes": {"compute_bound": ok(2.0), "chillfl[auto]": ok(0.9), "chillfl[auto+bf16]": ok(1.2)}},
+    }
+    rows = {target: (measured, verdict) for target, measured, _, verdict in gpu_targets.targets(workloads)}
+    assert rows["W1 chillfl[auto] s/round"] == ("0.250 s", "met")
+    assert rows["W1 chillfl[auto] vs BlazeFL best"] == ("32.000x (blazefl[threads])", "met")  # 8.0 / 0.25
+    assert rows["W1 chillfl[auto+bf16] s/round"] == ("0.200 s", "MISSED")  # > 0.15
+    assert rows["W1 chillfl[auto+bf16] vs BlazeFL best"] == ("40.000x (blazefl[threads])", "met")
+    assert rows["W1 chillfl[auto+tf32] s/round"] == ("-", "not measured")
+    assert rows["W3 chillfl best / plain loop"] == ("0.450x (chillfl[auto])", "met")
+    assert rows["W2 chillfl[auto] vs BlazeFL best"] == ("12.000x (blazefl[threads])", "met")
+    assert rows["W4 chillfl[auto] vs BlazeFL best"] == ("-", "not measured")
+    assert rows["W2 launch -> end of round 1"] == ("2.600 s", "MISSED")
+
+
+def test_chillfl_variants_set_precision_and_memory_format() -> None:
+    o = mode_chillfl.overrides(workload("1", 0.02), "auto+bf16+channels_last", 2, 0, "cuda")
+    assert (o["executor"], o["precision"], o["memory_format"]) == ("auto", "bf16", "channels_last")
+    o = mode_chillfl.overrides(workload("1", 0.02), "auto+tf32", 2, 0, "cuda")
+    assert o["precision"] == "tf32" and "memory_format" not in o
+    assert "chillfl[auto+bf16+channels_last]" in [m.name for m in run.all_modes("cuda")]

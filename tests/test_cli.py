@@ -145,12 +145,14 @@ def test_out_dir_that_cannot_hold_results_is_refused_before_anything_runs(tmp_pa
     assert blocker.read_text() == "x"
 
 
-def test_run_of_a_config_with_variants_points_to_compare(tmp_path, capsys):
-    config = _write(tmp_path, f'name = "v"\nout_dir = "{tmp_path / "out"}"\n[variants."a"]\nseed = 1\n')
-    assert main(["run", str(config), "-q", *TINY]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("chillfl: error: variants: ") and "chillfl compare" in err[0]
-    assert not (tmp_path / "out").exists()
+def test_run_of_a_config_with_variants_runs_the_comparison(tmp_path, capsys):
+    config = _write(tmp_path, f'name = "v"\nout_dir = "{tmp_path / "out"}"\n[variants."a"]\nseed = 1\n[variants."b"]\nclient = {{ lr = 0.05 }}\n')
+    assert main(["run", str(config), "-q", *TINY]) == 0
+    captured = capsys.readouterr()
+    said = [line for line in captured.err.splitlines() if "variants" in line]
+    assert len(said) == 1 and "running the comparison" in said[0] and "chillfl compare" in said[0]
+    assert "| a |" in captured.out and "| b |" in captured.out
+    assert (tmp_path / "out" / "v-compare" / "table.md").is_file()
 
 
 def test_data_show_into_a_missing_folder_is_one_line(tmp_path, capsys):

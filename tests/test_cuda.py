@@ -1,17 +1,30 @@
 """The CUDA suite: runs where torch sees a GPU, and is reported as skipped (not run) everywhere else.
 
 On a GPU machine: ``python -m pytest tests/test_cuda.py -rs``.
+
+``test_every_method`` is generated from the registries (algorithms, soft-label
+methods, prototype methods, temperature policies): a new method is covered by
+the next run. ``CHILLFL_CUDA_SUITE_DEVICE=cpu`` runs those cases on the CPU
+instead (fp32 only), to check the generated configs without a GPU; the
+module's other tests still need one.
 """
 
 from __future__ import annotations
+
+import os
+from typing import Any
 
 import pytest
 import torch
 
 from chillfl.config import load_config
 from chillfl.runner import run_experiment
+from registry_cases import registry_cases
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine: the CUDA suite was NOT run")
+NOT_RUN = "no CUDA GPU on this machine: the CUDA suite was NOT run"
+SUITE_DEVICE = os.environ.get("CHILLFL_CUDA_SUITE_DEVICE", "cuda")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=NOT_RUN)
+pytestmark = pytest.mark.skipif(SUITE_DEVICE == "cuda" and not torch.cuda.is_available(), reason=NOT_RUN)
 
 BASE = {
     "dataset.name": "digits",
@@ -35,6 +48,7 @@ def _run(**over: object) -> list[dict]:
     return run_experiment(load_config(None, {**BASE, **over}), write=False, progress=False).records
 
 
+@needs_cuda
 @pytest.mark.parametrize("executor", ["sequential", "vectorized"])
 @pytest.mark.parametrize("extra", [{}, SCARLET, {"algorithm.name": "scaffold", "temperature.policy": "fedchill"}], ids=["fedavg", "scarlet", "scaffold-fedchill"])
 def test_cuda_runs_are_bitwise_reproducible(executor: str, extra: dict) -> None:
@@ -42,6 +56,7 @@ def test_cuda_runs_are_bitwise_reproducible(executor: str, extra: dict) -> None:
     assert first == _run(device="cuda", executor=executor, **extra)
 
 
+@needs_cuda
 @pytest.mark.parametrize("extra", [{}, SCARLET], ids=["fedavg", "scarlet"])
 def test_cuda_agrees_with_cpu(extra: dict) -> None:
     cpu, gpu = _run(device="cpu", **extra), _run(device="cuda", **extra)
@@ -50,12 +65,27 @@ def test_cuda_agrees_with_cpu(extra: dict) -> None:
     assert gpu[-1]["train_loss"] == pytest.approx(cpu[-1]["train_loss"], rel=0.02)
 
 
+@needs_cuda
 def test_cuda_run_keeps_the_model_on_the_gpu() -> None:
     out = run_experiment(load_config(None, {**BASE, "device": "cuda"}), write=False, progress=False)
     assert out.model_state is not None and all(v.is_cuda for v in out.model_state.values())
     assert out.summary["device"].startswith("cuda")
 
 
+@needs_cuda
+def test_tf32_is_set_for_the_run_only() -> None:
+    """``precision = "tf32"``: TF32 matmuls and convolutions inside the run, torch's settings restored after."""
+    from chillfl.runner import device_settings
+
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    with device_settings(load_config(None, {**BASE, "device": "cuda", "precision": "tf32"}), torch.device("cuda")):
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    tf32, fp32 = _run(device="cuda", precision="tf32"), _run(device="cuda")
+    assert tf32[-1]["train_loss"] == pytest.approx(fp32[-1]["train_loss"], rel=0.02)  # 10-bit mantissa inputs, fp32 accumulation
+
+
+@needs_cuda
 def test_processes_executor_is_refused_on_cuda() -> None:
     from chillfl.errors import ConfigError
 
@@ -95,6 +125,7 @@ def deterministic_cuda():
     torch.use_deterministic_algorithms(was)
 
 
+@needs_cuda
 def test_cuda_vectorized_equals_sequential_with_batchnorm(deterministic_cuda: None) -> None:
     from chillfl.data.augment import Augment
     from chillfl.engine.executors import SequentialExecutor
@@ -115,6 +146,7 @@ def test_cuda_vectorized_equals_sequential_with_batchnorm(deterministic_cuda: No
             torch.testing.assert_close(b.params[k], a.params[k], atol=1e-4, rtol=1e-4)
 
 
+@needs_cuda
 def test_cuda_vectorized_is_bitwise_reproducible(deterministic_cuda: None) -> None:
     from chillfl.engine.vectorized import VectorizedExecutor
     from chillfl.training.local import LocalSpec
@@ -126,6 +158,7 @@ def test_cuda_vectorized_is_bitwise_reproducible(deterministic_cuda: None) -> No
         assert a.mean_loss == b.mean_loss and all(torch.equal(a.params[k], b.params[k]) for k in a.params)
 
 
+@needs_cuda
 def test_cuda_vectorized_step_loop_never_syncs(monkeypatch: pytest.MonkeyPatch, deterministic_cuda: None) -> None:
     """torch's sync debug mode raises on any host<->device synchronisation inside the chunks' step loops."""
     from chillfl.engine.vectorized import VectorizedExecutor
@@ -153,6 +186,7 @@ def test_cuda_vectorized_step_loop_never_syncs(monkeypatch: pytest.MonkeyPatch, 
         assert all(torch.equal(a.params[k], b.params[k]) for k in a.params)
 
 
+@needs_cuda
 def test_cuda_chunks_are_sized_from_free_device_memory() -> None:
     from chillfl.engine.vectorized import free_device_memory
 
@@ -160,7 +194,54 @@ def test_cuda_chunks_are_sized_from_free_device_memory() -> None:
     assert 0 < free_device_memory(torch.device("cuda", 0)) <= total
 
 
+@needs_cuda
 def test_cuda_vectorized_run_agrees_with_sequential_run() -> None:
     vec, seq = _run(device="cuda", executor="vectorized"), _run(device="cuda", executor="sequential")
     assert [r["clients"] for r in vec] == [r["clients"] for r in seq]
     assert vec[-1]["train_loss"] == pytest.approx(seq[-1]["train_loss"], rel=1e-3)
+
+
+# ---------------------------------------------------------------- every registered method (generated from the registries)
+
+CASES = [pytest.param({**over, "deterministic": True}, id=case) for case, over in registry_cases()]
+PRECISIONS = ["fp32", "bf16"] if SUITE_DEVICE == "cuda" else ["fp32"]
+
+
+@pytest.fixture
+def strict_vectorized(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vectorised executor may not fall back: an exception in the run's own code must fail the test.
+
+    On the CPU stand-in the executor takes the accelerator policy (resident, vmapped chunks), the GPU's path.
+    """
+    from chillfl.engine import vectorized
+
+    if SUITE_DEVICE == "cpu":
+        monkeypatch.setattr(vectorized.VectorizedExecutor, "resident", lambda self, device: True)
+
+    def refuse(self: Any, jobs: Any) -> Any:
+        raise AssertionError(f"vectorized executor fell back to sequential: {self.fallback_reason}")
+
+    original = vectorized.VectorizedExecutor.run
+
+    def strict(self: Any, jobs: Any) -> Any:
+        out = original(self, jobs)
+        if self.fallback_reason is not None:
+            refuse(self, jobs)
+        return out
+
+    monkeypatch.setattr(vectorized.VectorizedExecutor, "run", strict)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
+@pytest.mark.parametrize("config", CASES)
+def test_every_method(config: dict[str, Any], executor: str, precision: str, strict_vectorized: None) -> None:
+    """Two rounds on the device; fp32 with ``deterministic = true`` runs twice and must repeat bit for bit."""
+    over = {**config, "device": SUITE_DEVICE, "executor": executor, "precision": precision}
+    out = run_experiment(load_config(None, over), write=False, progress=False)
+    assert len(out.records) == 2
+    if out.model_state is not None:
+        assert all(v.device.type == torch.device(SUITE_DEVICE).type for v in out.model_state.values())
+    if precision == "fp32":
+        again = run_experiment(load_config(None, over), write=False, progress=False).records
+        assert again == out.records

@@ -228,6 +228,7 @@ def test_stack_contexts_broadcasts_shared_and_stacks_differing() -> None:
         stack_contexts([{"a": "x"}, {"a": "y"}], torch.float32)
 
 
+@pytest.mark.usefixtures("no_strict_fallbacks")  # a fallback on purpose
 def test_vectorized_falls_back_once_when_step_cannot_be_vmapped(caplog: pytest.LogCaptureFixture) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.Dropout(0.5), nn.Linear(8, 5))  # random op: vmap refuses
@@ -252,6 +253,7 @@ class Branchy:
         return torch.zeros(())
 
 
+@pytest.mark.usefixtures("no_strict_fallbacks")  # a fallback on purpose
 @pytest.mark.parametrize("workers", [1, 2])
 def test_vectorized_falls_back_when_only_differing_contexts_break_vmap(workers: int, caplog: pytest.LogCaptureFixture) -> None:
     # the probe (two copies of one client) passes; the real chunk stacks differing mu's and fails
@@ -266,6 +268,7 @@ def test_vectorized_falls_back_when_only_differing_contexts_break_vmap(workers: 
     _assert_identical(SequentialExecutor(model, spec).run(jobs), got)
 
 
+@pytest.mark.usefixtures("no_strict_fallbacks")  # a fallback on purpose
 def test_auto_falls_back_to_the_process_pool_when_the_model_cannot_be_vmapped(caplog: pytest.LogCaptureFixture) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.Dropout(0.5), nn.Linear(8, 5))

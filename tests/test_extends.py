@@ -6,7 +6,8 @@ line; ``demo`` and ``fedchill/table1-*`` were not rewritten and are not in it),
 except for two later, deliberate changes: SCARLET's CIFAR-10 configs train
 ``resnet20`` (its Table III model) where they had ``resnet18`` as a stand-in,
 and the full-size CIFAR configs of FLex&Chill and SCARLET set the papers'
-augmentation (``[dataset.augment]``: random crop with padding 4 and flip).
+augmentation (``[dataset.augment]``: random crop with padding 4 and flip),
+and the full-size configs (datasets that need a download) run ``executor = "auto"``.
 Each rewritten config must resolve to the very same dict and the very same
 RunConfig as its old file.
 """

@@ -14,6 +14,7 @@ from chillfl.experiment import build_experiment
 from chillfl.models import build_model
 from chillfl.models.resnet_cifar import make_divisible
 from chillfl.training.fedalign import FedAlignOptions, FedAlignTerm, lipschitz_loss, top_singular_value, transmitting_matrix
+from chillfl.training import local
 from chillfl.training.local import StepLoss, LocalSpec, model_state, split_state
 from methods_e2e import assert_executors_agree, config, records, resumed_records
 
@@ -170,3 +171,14 @@ def test_power_iteration_survives_huge_and_zero_maps() -> None:
     sigma = top_singular_value(zero)
     (g,) = torch.autograd.grad(sigma.sum(), [zero])
     assert sigma.item() < 1e-20 and torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
+@pytest.mark.skipif(not local.bf16_supported(torch.device("cpu")), reason="this CPU has no bf16 kernels (oneDNN): bf16 not run")
+def test_fedalign_trains_under_bf16(executor: str) -> None:
+    """The reduced-width pass runs outside autocast on the forward's captured activations: they reach it in fp32.
+
+    Found on an H200 (the CUDA suite's first run): bf16 captures met fp32 weights, under both executors.
+    """
+    cfg = config(**{"algorithm.name": "fedalign", "federation.rounds": 1, "precision": "bf16", "executor": executor, **SMALL})
+    assert math.isfinite(records(cfg)[-1]["train_loss"])

@@ -19,7 +19,7 @@ from chillfl.cli import main
 from chillfl.report.html import band, group_runs, load_run, mean_std, render
 
 TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=3", "federation.clients_per_round=2", "model.name=mlp", "eval.client_split_size=20"]
-WIDTH, HEIGHT = 1200, 2400
+WIDTH, HEIGHT = 1280, 2400
 
 
 @pytest.fixture(scope="module")
@@ -95,11 +95,12 @@ def test_page_renders_in_a_headless_browser(runs: Path, tmp_path: Path, capsys: 
     url = out.resolve().as_uri()
 
     # 1. The DOM after load: the inline check script ran and every image decoded.
-    dom = _chromium(browser, "--virtual-time-budget=10000", "--dump-dom", url, home=tmp_path).stdout
-    check = re.search(r'<p id="render-check"[^>]*data-images="(\d+)" data-broken="(\d+)" data-tables="(\d+)"', dom)
+    dom = _chromium(browser, "--virtual-time-budget=10000", f"--window-size={WIDTH},{HEIGHT}", "--dump-dom", url, home=tmp_path).stdout
+    check = re.search(r'<p id="render-check"[^>]*data-images="(\d+)" data-broken="(\d+)" data-tables="(\d+)" data-overflow="(\d+)"', dom)
     assert check is not None, dom[-2000:]
-    images, broken, tables = map(int, check.groups())
+    images, broken, tables, overflowing = map(int, check.groups())
     assert images >= 6 and broken == 0 and tables == 2
+    assert overflowing == 0  # nothing wider than the 1280 px window (the config table wraps)
     assert "<title>test report</title>" in dom and "chill" in dom and "warm" in dom
 
     # 2. A screenshot of the requested size that is not blank.
@@ -130,3 +131,62 @@ def test_rounds_to_target_says_how_many_seeds_reached_it() -> None:
     row = _metrics_row(Group("g", [run(0, 4), run(1, None), run(2, 8)]))
     assert "6.0 ± 2.8 (2/3 reached)" in row  # mean 6 of (4, 8), sample std sqrt(8) = 2.83
     assert "60.00 ± 10.00" in row  # final acc 50, 60, 70 %: mean 60, std 10
+
+
+def test_seed_groups_are_labelled_by_what_varies() -> None:
+    from chillfl.config import RunConfig
+    from chillfl.report.html import Run
+
+    def run(name: str, seed: int, temperature: dict) -> Run:
+        return Run(Path(name), RunConfig(name=name, seed=seed, temperature=temperature), [], {})
+
+    cold = {"policy": "fixed", "value": 0.5}
+    groups = group_runs([run("T0.5_seed0", 0, cold), run("T0.5_seed1", 1, cold), run("T1_seed0", 0, {"policy": "none"}), run("T1_seed1", 1, {"policy": "none"})])
+    assert [g.label for g in groups] == ["temperature.policy=fixed, temperature.value=0.5", "temperature.policy=none"]
+    assert [sorted(g.seeds) for g in groups] == [[0, 1], [0, 1]]
+
+
+def test_an_exploding_loss_is_log_scaled() -> None:
+    from chillfl.report.html import Group, Run, _explodes
+
+    def run(losses: list[float]) -> Run:
+        from chillfl.config import RunConfig
+
+        return Run(Path("."), RunConfig(), [{"round": i + 1, "global_loss": v} for i, v in enumerate(losses)], {})
+
+    calm = [Group("a", [run([2.0, 1.0, 0.5])]), Group("b", [run([2.0, 0.9, 0.6])])]
+    assert not _explodes(calm, "global_loss")  # peak 2.0 <= 10 x median final (0.6)
+    wild = [*calm, Group("c", [run([2.0, 50.0, 0.7])])]
+    assert _explodes(wild, "global_loss")  # 50 > 10 x 0.6
+
+
+def test_a_comparison_folder_shows_its_table_and_its_diverged_runs(tmp_path: Path) -> None:
+    config = tmp_path / "cmp.toml"
+    config.write_text(f'name = "cmp"\nout_dir = "{tmp_path / "out"}"\n[compare]\nseeds = [0, 1]\n'
+                      '[variants."calm"]\nclient = { lr = 0.05 }\n[variants."boom"]\nclient = { lr = 1e6 }\n')
+    assert main(["compare", str(config), "-q", *TINY]) == 0
+    folder = tmp_path / "out" / "cmp-compare"
+    page = render([folder], models=False, partitions=False)
+    table = (folder / "table.md").read_text()
+    calm_row = next(line for line in table.splitlines() if line.startswith("| calm |"))
+    rounds_cell = calm_row.split(" | ")[-2]  # "rounds to target (reached)", as compare printed it
+    assert f"<td class=\"l\">{rounds_cell}</td>" in page.replace("&quot;", '"')
+    assert len(re.findall(r"<li>boom_seed\d: diverged at round \d+", page)) == 2  # both seeds, with their round
+    assert "not checked" not in page and "seed0" not in re.sub(r"<details>.*?</details>", "", page, flags=re.S).split("<h2>Results</h2>")[1].split("</table>")[0]
+
+
+def test_long_unbreakable_names_do_not_widen_the_page(tmp_path: Path) -> None:
+    """A 1280 px window: the config table wraps a long label (compare's folder names run long)."""
+    browser = _browser()
+    if browser is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("no Chromium found under CI (.ci/run installs the Debian package 'chromium')")
+        pytest.skip("no Chromium installed (apt-get install chromium)")
+    config = tmp_path / "exp.toml"
+    config.write_text(f'name = "{"T0.05_client.lr0.2_algorithm.namefedavg_" * 4}"\nout_dir = "{tmp_path / "out"}"\n')
+    assert main(["run", str(config), "-q", *TINY]) == 0
+    out = tmp_path / "report.html"
+    assert main(["report", str(tmp_path / "out"), "-o", str(out), "--no-models", "--no-partitions"]) == 0
+    dom = _chromium(browser, "--virtual-time-budget=10000", f"--window-size={WIDTH},{HEIGHT}", "--dump-dom", out.resolve().as_uri(), home=tmp_path).stdout
+    check = re.search(r'data-overflow="(\d+)"', dom)
+    assert check is not None and check.group(1) == "0", dom[-1500:]

@@ -258,6 +258,7 @@ def test_two_conv_cnn_pools_before_relu_with_the_same_bits_as_relu_before_pool()
     assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
 
 
+@pytest.mark.usefixtures("no_strict_fallbacks")  # a fallback on purpose
 def test_vectorized_conv_model_with_dropout_still_falls_back_instead_of_racing_threads():
     """Per-client threads would race for torch's global generator: a step that cannot be vmapped falls back as before."""
     torch.manual_seed(0)

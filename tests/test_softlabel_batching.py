@@ -134,6 +134,7 @@ class ItemNet(nn.Module):
         return z if float(z.sum()) > -1e9 else -z
 
 
+@pytest.mark.usefixtures("no_strict_fallbacks")  # a fallback on purpose
 def test_unbatchable_model_falls_back_to_the_reference_once(caplog):
     model = ItemNet()
     states = [{k: v + i for k, v in model.state_dict().items()} for i in range(3)]

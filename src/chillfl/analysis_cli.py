@@ -1,4 +1,8 @@
-"""``chillfl analyze ...``: each analysis module registers its own subcommand."""
+"""``chillfl analyze ...``: each analysis module registers its own subcommand.
+
+The analysis modules import torch, so their subcommands are built only when the command line
+asks for ``analyze``: ``chillfl --help`` and every other command stay free of torch's import.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +17,15 @@ ANALYSES = (
     "chillfl.analysis.aggregation",
     "chillfl.analysis.grad_norms",
 )
+HELP = "analyses: temperature-sweep, cache-ratio, soft-label-entropy, calibration, cka, aggregation-accuracy, aggregation-entropy, grad-norms"
 
 
-def add_analyze_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    parser = sub.add_parser("analyze", help="analyses: temperature-sweep, cache-ratio, soft-label-entropy, calibration, cka, aggregation-accuracy, aggregation-entropy, grad-norms")
+def add_analyze_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", load: bool = True) -> None:
+    """The ``analyze`` subcommand; ``load=False`` adds its name and help only (no analysis module is imported)."""
+    parser = sub.add_parser("analyze", help=HELP)
+    if not load:
+        parser.add_argument("analysis", nargs=argparse.REMAINDER)
+        return
     analyses = parser.add_subparsers(dest="analysis", required=True)
     for module in ANALYSES:
         try:

@@ -19,19 +19,19 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
 from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra
-from chillfl.experiments import bundled_experiments, resolve_config
+from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
 
 if TYPE_CHECKING:
     from chillfl.runner import RunOutput
 
 DEMO = "demo"
-DEMO_GRID = ["temperature=1,0.25,0.05"]
 
 
 def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
@@ -70,8 +70,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from chillfl.runner import run_experiment
 
     config = _load(args.config, args.overrides, args)
-    if config.variants:
-        raise ConfigError("variants", f"this config defines {len(config.variants)} variants; run them with `chillfl compare {args.config}` (`run` runs one experiment)")
+    if config.variants:  # a comparison: run it as `compare` would, saying so in one line
+        print(f"chillfl: {config.name} defines {len(config.variants)} variants: running the comparison (`chillfl compare {args.config}`)", file=sys.stderr)
+        return _compare(config, [], None, args.quiet)
     check_out_dir(config.out_dir)
     return _report(run_experiment(config, progress=not args.quiet))
 
@@ -169,6 +170,11 @@ def _download_status(data_dir: str) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.what == "experiments":
+        from chillfl.catalogue import catalogue, format_catalogue
+
+        print(format_catalogue(catalogue()))
+        return 0
     if args.options:
         from chillfl.report.reference import render_reference
 
@@ -189,9 +195,15 @@ def cmd_list(args: argparse.Namespace) -> int:
         ("algorithms", algorithm_names()),
         ("distillation methods", method_names()),
         ("prototype methods", sorted(PROTOTYPE_METHODS)),
-        ("experiments", bundled_experiments()),
     ):
-        print(f"{title}: {', '.join(names)}")
+        print(textwrap.fill(f"{title}: {', '.join(names)}", width=100, subsequent_indent="    "))
+    print("experiments (`chillfl list experiments`: paper, data, minutes):")
+    groups: dict[str, list[str]] = {}
+    for name in bundled_experiments():
+        folder, _, stem = name.rpartition("/")
+        groups.setdefault(folder, []).append(stem)
+    for folder, stems in groups.items():
+        print(textwrap.fill(f"{folder or '(top)'}: {', '.join(stems)}", width=100, initial_indent="    ", subsequent_indent="        ", break_on_hyphens=False))
     return 0
 
 
@@ -203,7 +215,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
+    """The whole command line; ``analyses=False`` leaves out the analysis subcommands' own parsers (they import torch)."""
     parser = argparse.ArgumentParser(prog="chillfl", description="Federated learning on non-IID data: logit chilling, FedChill, PA3Fed, SCARLET.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -269,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("list", help="registered datasets, models, methods and bundled experiments")
+    p.add_argument("what", nargs="?", choices=("experiments",), help="experiments: a table of the bundled experiments (paper, run or compare, data, expected minutes)")
     p.add_argument("--options", action="store_true", help="print every part's options with types and defaults (markdown)")
     p.set_defaults(func=cmd_list)
 
@@ -277,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:
         pass
     else:
-        add_analyze_parser(sub)
+        add_analyze_parser(sub, load=analyses)
     return parser
 
 
@@ -301,8 +315,13 @@ def _log_to_stderr(level: int) -> None:
     logger.setLevel(level)
 
 
+def _command(argv: Sequence[str] | None) -> str | None:
+    """The subcommand the arguments name (the first one not starting with ``-``), if any."""
+    return next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(analyses=_command(argv) == "analyze")
     # Overrides may come before or after options (``run cfg -q a.b=1``): argparse stops
     # filling the positional list at the first option, so collect the stragglers here.
     args, extra = parser.parse_known_args(argv)

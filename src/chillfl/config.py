@@ -376,9 +376,13 @@ class RunConfig:
     """Layout of 4-d activations and conv weights in local training: ``channels_last`` (NHWC) runs the same
     fp32 maths in faster CPU convolution kernels; ``auto``: channels-last on the CPU for models whose
     ``Conv2d`` layers output at least 8,192 elements a sample (e.g. the McMahan CNN on 32x32), else contiguous (:func:`chillfl.training.local.resolve_compute`). Evaluation is unaffected."""
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "tf32", "bf16"] = "fp32"
     """``bf16``: local training's forward runs under ``torch.autocast`` in bfloat16 (loss, gradients and
-    updates of the fp32 state stay fp32) on a CPU or GPU that supports it; faster, slightly less accurate."""
+    updates of the fp32 state stay fp32) on a CPU or GPU that supports it; faster, slightly less accurate.
+    ``tf32`` (CUDA only): fp32 tensors, with matmuls and convolutions on TF32 tensor cores for the whole
+    run (``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32``, restored after); refused on
+    other devices, which have no such mode. ``fp32`` keeps torch's defaults (on CUDA, cuDNN
+    convolutions may already use TF32: torch's own default; matmuls do not)."""
     federation: FederationConfig = field(default_factory=FederationConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     log: LogConfig = field(default_factory=LogConfig)

@@ -111,19 +111,25 @@ def intra_op_threads(threads: int) -> Iterator[None]:
 
 @contextmanager
 def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
-    """On CUDA with ``deterministic = true``: PyTorch's deterministic algorithms for the run, restored after."""
-    if device.type != "cuda" or not config.deterministic:
+    """On CUDA: ``deterministic = true`` -> PyTorch's deterministic algorithms; ``precision = "tf32"`` -> TF32 matmuls
+    and convolutions. Both for the run only, restored after."""
+    if device.type != "cuda":
         yield
         return
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS reads it when its first handle is made
     was, bench = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
-    torch.use_deterministic_algorithms(True)
-    torch.backends.cudnn.benchmark = False
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    if config.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS reads it when its first handle is made
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+    if config.precision == "tf32":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(was)
         torch.backends.cudnn.benchmark = bench
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 
 
 class _Signals:

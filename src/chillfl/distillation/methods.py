@@ -541,7 +541,7 @@ class COMETClient(SoftLabelClientHooks):
         cents = rows.reshape(rows.shape[0], c, nc)
         own = own_probs()
         pick = (cents - own.unsqueeze(1)).pow(2).sum(dim=-1).argmin(dim=1)  # nearest centroid (Euclidean)
-        return cents[torch.arange(rows.shape[0]), pick]
+        return cents[torch.arange(rows.shape[0], device=rows.device), pick]
 
 
 class COMET(SoftLabelMethod):
@@ -632,10 +632,10 @@ class SelectiveFDClient(SoftLabelClientHooks):
         n_held = max(1, n // 10)
         fit, held = flat[perm[n_held:]], flat[perm[:n_held]]
         lo, hi = float(flat.min()), float(flat.max())
-        noise = lo + (hi - lo) * torch.rand((len(fit), flat.shape[1]), generator=gen, dtype=torch.float64)
-        kulsif = KuLSIF(fit, noise, o.kernel_width, o.kernel_lambda)
+        noise = lo + (hi - lo) * torch.rand((len(fit), flat.shape[1]), generator=gen, dtype=torch.float64)  # the host's stream: the same draw on every device
+        kulsif = KuLSIF(fit, noise.to(flat.device), o.kernel_width, o.kernel_lambda)
         threshold = client_threshold(kulsif.ratio(held), o.tau_client, o.client_threshold)
-        return client_keep_mask(kulsif.ratio(x_public.reshape(len(x_public), -1)), threshold)
+        return client_keep_mask(kulsif.ratio(x_public.reshape(len(x_public), -1)), threshold).cpu()  # selects host-side uplink rows
 
     def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: Any) -> SoftLabelUplink:
         keep = state.in_distribution[indices] if indices.numel() else torch.zeros(0, dtype=torch.bool)

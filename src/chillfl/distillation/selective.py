@@ -110,7 +110,7 @@ def client_threshold(private_scores: torch.Tensor | np.ndarray, tau_client: floa
         raise ConfigError("selective_fd.client_threshold", f"unknown value {mode!r}; allowed: absolute, quantile")
     if not 0.0 <= tau_client <= 1.0:
         raise ConfigError("selective_fd.tau_client", f"must be in [0, 1] (a quantile level), got {tau_client}")
-    scores = np.asarray(torch.as_tensor(private_scores, dtype=torch.float64))
+    scores = np.asarray(torch.as_tensor(private_scores, dtype=torch.float64).cpu())
     if scores.size == 0:
         raise ValueError("need at least one private score to set the client threshold")
     return float(np.quantile(scores, tau_client))
@@ -165,7 +165,7 @@ class KuLSIF:
         n, m = self.x.shape[0], self.y.shape[0]
         k_xx = gaussian_kernel(self.x, self.x, self.width)
         k_xy = gaussian_kernel(self.x, self.y, self.width)
-        lhs = k_xx / n + self.lam * torch.eye(n, dtype=torch.float64)
+        lhs = k_xx / n + self.lam * torch.eye(n, dtype=torch.float64, device=k_xx.device)
         rhs = -k_xy.sum(dim=1, keepdim=True) / (n * m * self.lam)
         self.alpha = torch.linalg.solve(lhs, rhs).squeeze(1)
 

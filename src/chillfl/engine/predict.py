@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import os
 import queue
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -39,6 +40,25 @@ from torch.func import functional_call, vmap
 
 from chillfl.engine.footprint import activation_bytes, nbytes
 from chillfl.training.local import evaluate, split_state
+
+STRICT_FALLBACKS = "CHILLFL_STRICT_VECTORIZED"
+"""Environment variable: ``1`` turns every vmap fallback (batched predictions, the vectorised executor) into an error.
+
+The fallbacks rerun work one client at a time when vmap fails, for ops without a batching rule
+or data-dependent control flow; but they also hide any other exception (a bug of the run's own
+code, a device mix-up) behind a warning. The test suite sets it (``tests/conftest.py``); a test
+that exercises a fallback on purpose unsets it.
+"""
+
+
+class FallbackRefused(RuntimeError):
+    """A vmap fallback under ``CHILLFL_STRICT_VECTORIZED=1``; the exception that caused it is chained."""
+
+
+def refuse_fallback(what: str, reason: str) -> None:
+    """Raise :class:`FallbackRefused` when fallbacks are strict (call inside the ``except`` that would fall back)."""
+    if os.environ.get(STRICT_FALLBACKS) == "1":
+        raise FallbackRefused(f"{what} would fall back ({reason}); {STRICT_FALLBACKS}=1 makes that an error")
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +218,7 @@ class BatchedPredictor:
             else:
                 results = [run(c) for c in chunks]
         except Exception as exc:  # noqa: BLE001 - an op without a batching rule, data-dependent control flow, ...
+            refuse_fallback("batched predictions", f"{type(exc).__name__}: {exc}")
             self.fallback_reason = f"{type(exc).__name__}: {exc}"
             log.warning("batched predictions: the forward pass cannot be vmapped (%s); predicting one client at a time", self.fallback_reason)
             return predict_each(jobs)

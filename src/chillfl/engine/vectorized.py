@@ -144,7 +144,7 @@ from torch.func import vmap
 from chillfl.data.augment import crop_flip
 from chillfl.engine.footprint import activation_bytes, nbytes
 from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor, train_job
-from chillfl.engine.predict import BatchedPredictor
+from chillfl.engine.predict import BatchedPredictor, refuse_fallback
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.optim import OptState, init_state, state_slots
 from chillfl.training.schedule import planned_steps, step_lr
@@ -464,6 +464,7 @@ class VectorizedExecutor:
             try:
                 return self._run_vectorized(jobs)
             except NotVectorizable as exc:
+                refuse_fallback("the vectorized executor", str(exc))
                 self.fallback_reason = str(exc)
                 self._fallback = self._make_fallback()
                 log.warning("vectorized executor: %s; falling back to the %s for the rest of the run", exc, _describe(self._fallback))
@@ -693,12 +694,12 @@ class VectorizedExecutor:
         replica.loss_fn.factor = True
         try:
             _, grads, factors = losses_of.grads(params, buffers, *args)
-            rtol = 1e-2 if self.spec.precision == "bf16" else 1e-4  # bf16: the dense weight gradient is a bf16 matmul, the factored one fp32
+            rtol = 1e-4 if self.spec.precision == "fp32" else 1e-2  # bf16/tf32: the dense weight gradient is a reduced-precision matmul
             mismatch = [k for k, d, g in zip(params, dense, grads) if not _close(_full_grad(g, factors.get(k, []), params[k]), d, rtol)]
         except NotVectorizable as exc:  # e.g. a bias-free linear layer on the (constant) input
             mismatch, factors = [str(exc)], {}
         self._factored = frozenset() if mismatch else frozenset(factors)
-        plain_sgd = not self.spec.momentum and not self.spec.weight_decay and not self.spec.optim.dense and self.spec.precision == "fp32"
+        plain_sgd = not self.spec.momentum and not self.spec.weight_decay and not self.spec.optim.dense and self.spec.precision in ("fp32", "tf32")
         dense_part = set() if mismatch else {k for k, g in zip(params, grads) if g is not None}
         self._deferred = frozenset(
             k

@@ -9,6 +9,9 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+DEMO_GRID = ["temperature=1,0.25,0.05"]
+"""The demo's temperatures: ``chillfl run`` with no config compares demo.toml at these."""
+
 
 def experiments_root() -> Path:
     return Path(str(resources.files("chillfl.experiments")))

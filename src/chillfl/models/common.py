@@ -8,6 +8,8 @@ sizes are measured with one dummy forward pass at construction.
 
 from __future__ import annotations
 
+import copy
+import itertools
 from collections.abc import Callable
 
 import torch
@@ -69,11 +71,20 @@ def flat_features(features: nn.Module, input_shape: Shape) -> int:
     Runs in eval mode (so BatchNorm running statistics are not touched) and
     restores the module's previous mode.
     """
-    was_training = features.training
-    features.eval()
+    first = next(itertools.chain(features.parameters(), features.buffers()), None)
+    device = first.device if first is not None else torch.get_default_device()
+    probe = features
+    if device.type == "meta":
+        # A meta-device build (the memory check, ``meta_size``): meta kernels of some ops (relu) go
+        # through torch._refs, which imports torch._dynamo lazily; inside a ``torch.device("meta")``
+        # context that import can fail half-way ("partially initialized module 'torch._dynamo'").
+        # An uninitialised CPU copy of the features gives the same shape and touches no lazy import.
+        probe, device = copy.deepcopy(features).to_empty(device="cpu"), torch.device("cpu")
+    was_training = probe.training
+    probe.eval()
     try:
         with torch.no_grad():
-            out = features(torch.zeros(1, *input_shape))
+            out = probe(torch.zeros(1, *input_shape, device=device))
     finally:
-        features.train(was_training)
+        probe.train(was_training)
     return int(out.flatten(1).shape[1])

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from chillfl.errors import ConfigError, choice_error
 from chillfl.models import alexnet, cnn, cnn1d, fedchill, mlp, resnet, resnet_cifar, vit
@@ -97,11 +98,34 @@ MODEL_COPIES = 4
 """A run holds at least the weights, their gradients, a momentum buffer and one client update."""
 
 
+class _ShapesOnly(TorchFunctionMode):
+    """Skips in-place ops (weight initialisation) on meta tensors: they change values, which meta tensors lack.
+
+    On the meta device some of them (``normal_``, as ``kaiming_normal_`` calls it) run
+    torch's Python decompositions, which import ``torch._dynamo`` on first use; inside a
+    ``torch.device("meta")`` context that import can fail half-way ("partially initialized
+    module 'torch._dynamo' has no attribute 'disable'", issue 26), and it costs seconds.
+    In-place ops that change a tensor's shape or flags (``_KEEP``) still run.
+    """
+
+    _KEEP = frozenset({
+        "resize_", "resize_as_", "set_", "as_strided_", "unsqueeze_", "squeeze_", "transpose_", "t_", "swapdims_", "swapaxes_",
+        "requires_grad_", "share_memory_", "detach_", "rename_",
+    })
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = getattr(func, "__name__", "")
+        if name.endswith("_") and not name.endswith("__") and name not in self._KEEP:
+            if args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+                return args[0]
+        return func(*args, **(kwargs or {}))
+
+
 def meta_size(name: str, input_shape: tuple[int, ...], num_classes: int, options: Any, section: str = "model") -> float:
     """Parameters plus buffers of model ``name``, counted on the meta device (nothing allocated); inf if too big to build."""
     spec = MODELS[name]
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _ShapesOnly():
             model = spec.build(input_shape, num_classes, options, section)
     except ConfigError:  # the input does not fit the architecture: the user's error, as is
         raise

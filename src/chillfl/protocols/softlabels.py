@@ -360,6 +360,7 @@ class SoftLabelClient:
                 if rows.shape[0] > 0:
                     assert d.previous_indices is not None
                     x_prev = self.public_rows(d.previous_indices)
+                    rows = rows.to(x_prev.device)  # the downlink arrives on the host; the client distils on the run's device
                     own: torch.Tensor | None = None
                     if self.hooks.needs_own_predictions(d.hint):  # asked for as a job, so executors batch it
                         pred = yield PredictJob(cid, template, state.model, x_prev, "proba", batch_size=self.eval_batch_size)
@@ -385,7 +386,7 @@ class SoftLabelClient:
             kind: Output = "logits" if self.uses_logits else "proba"
             uploaded: Prediction = yield PredictJob(cid, template, state.model, self.public_rows(d.requested), kind, batch_size=self.eval_batch_size)
             assert uploaded.values is not None
-            soft = self.hooks.upload(cid, d.round, d.requested, uploaded.values, state)
+            soft = self.hooks.upload(cid, d.round, d.requested, uploaded.values.cpu(), state)  # the uplink is a message: host-side
         report = SoftLabelReport(soft, out.mean_loss, len(data.y), distill_loss, digest)
         return ClientReply(cid, report, state, acc, loss)
 

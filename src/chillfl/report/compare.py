@@ -28,11 +28,17 @@ import itertools
 import json
 import logging
 import math
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 from chillfl.config import (
     RunConfig,
@@ -43,6 +49,7 @@ from chillfl.data import FederatedData
 from chillfl.engine.results import rounds_to_reach, to_toml, unique_dir
 from chillfl.errors import ConfigError, Diverged, MissingExtra
 from chillfl.experiment import build_data, build_experiment
+from chillfl.report.caveats import step_size_caveat
 from chillfl.report.stats import paired_difference, summarize
 from chillfl.runner import RunOutput, run_experiment
 from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, select_point
@@ -528,6 +535,9 @@ def run_compare(
         outputs = {v.label: o for v in variants if (o := runs[(v.label, seeds[0])]) is not None}
         rows = build_rows(variants, outputs, ref, base)
         table = format_table(rows, ref.label, base.label)
+    caveat = step_size_caveat([apply_variant(config, v) for v in variants], tune_table, any(v.lr_scale != 1.0 for v in variants))
+    if caveat is not None:
+        table = f"{table}\n\n{caveat}"
     if partial is not None and folder is not None:
         (partial / "table.md").write_text(table + "\n", encoding="utf-8")
         (partial / "table.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
@@ -537,7 +547,18 @@ def run_compare(
         else:
             _compare_plots(outputs, partial, config.name)
         partial.rename(folder)
+        _point_saved_configs_to(folder, partial)
     return CompareResult(folder, rows, table, outputs)
+
+
+def _point_saved_configs_to(folder: Path, partial: Path) -> None:
+    """Each sub-run's saved config names the finished folder as its ``out_dir`` (not the renamed ``.partial``),
+    so ``chillfl run FOLDER/RUN/config.toml`` reruns it beside its siblings instead of recreating ``.partial``."""
+    for path in folder.glob("*/config.toml"):
+        saved = tomllib.loads(path.read_text(encoding="utf-8"))
+        if saved.get("out_dir") == str(partial):
+            saved["out_dir"] = str(folder)
+            path.write_text(to_toml(saved), encoding="utf-8")
 
 
 def _compare_plots(outputs: Mapping[str, RunOutput], folder: Path, title: str) -> None:

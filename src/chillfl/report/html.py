@@ -29,6 +29,7 @@ import html
 import io
 import json
 import math
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,11 +120,43 @@ def group_runs(runs: Sequence[Run]) -> list[Group]:
         if key not in groups:
             groups[key] = Group(run.config.name)
         groups[key].runs.append(run)
-    labels = [g.label for g in groups.values()]
-    for i, g in enumerate(groups.values()):  # equal names, different configs: tell them apart
+    out = list(groups.values())
+    varying = _varying_keys(out)
+    for g in out:
+        if len({r.config.name for r in g.runs}) > 1:  # per-seed folder names (compare's): label by what varies
+            g.label = ", ".join(f"{k}={v}" for k, v in _flat(g.runs[0].config).items() if k in varying) or _strip_seed(g.label)
+    labels = [g.label for g in out]
+    for i, g in enumerate(out):  # equal labels, different configs: tell them apart
         if labels.count(g.label) > 1:
             g.label = f"{g.label} [{i + 1}]"
-    return list(groups.values())
+    return out
+
+
+def _flat(config: RunConfig) -> dict[str, Any]:
+    """The config as dotted keys (``temperature.value``), without the keys that do not change results."""
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            flat[prefix] = value
+
+    walk("", {k: v for k, v in config.to_dict().items() if k not in IGNORED_FOR_GROUPING})
+    return flat
+
+
+def _varying_keys(groups: Sequence[Group]) -> set[str]:
+    """Dotted keys whose value differs between the groups (their labels)."""
+    flats = [_flat(g.runs[0].config) for g in groups]
+    keys = set().union(*flats) if flats else set()
+    return {k for k in keys if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flats}) > 1}
+
+
+def _strip_seed(name: str) -> str:
+    """``T1_client.lr0.2_seed0`` -> ``T1_client.lr0.2``: a group of seeds is not one of its members."""
+    return re.sub(r"[_, -]*seed\d+$", "", name) or name
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -199,12 +232,27 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> s
             (line,) = ax.plot(rounds, mean, lw=1.5, label=f"{g.label} (n={len(g.runs)})")
             if len(g.runs) > 1:
                 ax.fill_between(rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+        if "loss" in key and _explodes(groups, key):  # one run's loss far above the rest: log scale keeps the others readable
+            ax.set_yscale("log")
+            title = f"{title} (log scale)"
         ax.set(xlabel="round", title=title)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
     return _png(fig)
+
+
+def _explodes(groups: Sequence[Group], key: str, factor: float = 10.0) -> bool:
+    """True when some value of ``key`` exceeds ``factor`` x the median of the groups' last values."""
+    finals, peak = [], 0.0
+    for g in groups:
+        for r in g.runs:
+            values = [v for v in series(r.records, key)[1] if math.isfinite(v)]
+            if values:
+                finals.append(values[-1])
+                peak = max(peak, max(values))
+    return bool(finals) and float(np.median(finals)) > 0 and peak > factor * float(np.median(finals))
 
 
 def reliability_figure(run: Run) -> str | None:
@@ -237,9 +285,10 @@ def partition_figure(run: Run) -> str | None:
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
 h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:4px}
-table{border-collapse:collapse;margin:8px 0;font-size:13px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
+table{border-collapse:collapse;margin:8px 0;font-size:13px;max-width:100%}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right;overflow-wrap:anywhere}
+table#configs,table.compare{width:100%;table-layout:fixed}
 th{background:#f3f3f3}td.l,th.l{text-align:left}img{max-width:100%;height:auto;display:block;margin:8px 0}
-details pre{background:#f7f7f7;padding:8px;overflow:auto;font-size:12px}.muted{color:#666;font-size:12px}
+details pre{background:#f7f7f7;padding:8px;white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}.muted{color:#666;font-size:12px}
 .fig{display:inline-block;vertical-align:top;margin-right:12px}
 """
 
@@ -251,7 +300,10 @@ window.addEventListener('load', function () {
   out.setAttribute('data-images', String(imgs.length));
   out.setAttribute('data-broken', String(broken.length));
   out.setAttribute('data-tables', String(document.querySelectorAll('table').length));
-  out.textContent = 'rendered: ' + imgs.length + ' images, ' + broken.length + ' not decoded';
+  var wide = Array.prototype.filter.call(document.querySelectorAll('body *'), function (e) {
+    return e.getBoundingClientRect().right > document.documentElement.clientWidth + 1;
+  });
+  out.setAttribute('data-overflow', String(wide.length));
 });
 """
 
@@ -272,9 +324,16 @@ def _config_row(g: Group) -> str:
     return "<tr>" + "".join(f'<td class="l">{_e(x)}</td>' for x in cells) + "</tr>"
 
 
-def _metrics_row(g: Group) -> str:
+def _metrics_columns(groups: Sequence[Group]) -> tuple[tuple[str, str, bool], ...]:
+    """The results table's columns: rounds to target only where a run set ``eval.target_accuracy``
+    (a comparison's own target, the reference's best accuracy per seed, is in its comparison table)."""
+    has_target = any("target_accuracy" in r.summary for g in groups for r in g.runs)
+    return tuple(c for c in TABLE_METRICS if has_target or c[0] != "rounds_to_target")
+
+
+def _metrics_row(g: Group, columns: Sequence[tuple[str, str, bool]] = TABLE_METRICS) -> str:
     cells = [f'<td class="l">{_e(g.label)}</td>', f"<td>{len(g.runs)}</td>"]
-    for key, _, pct in TABLE_METRICS:
+    for key, _, pct in columns:
         values = [r.summary.get(key) for r in g.runs]
         text = _fmt(key, *mean_std(values), pct)
         if key == "rounds_to_target" and any("target_accuracy" in r.summary for r in g.runs):
@@ -282,6 +341,59 @@ def _metrics_row(g: Group) -> str:
             text = f"{text} ({reached}/{len(values)} reached)" if reached < len(values) else text  # the mean is over those that did
         cells.append(f"<td>{_e(text)}</td>")
     return "<tr>" + "".join(cells) + "</tr>"
+
+
+def _partition_key(config: RunConfig) -> str:
+    """What decides a partition's heat map: equal keys draw identical maps."""
+    parts = [config.dataset, config.partition, config.seed, config.federation.num_clients, config.distillation.get("public_size", 0), config.eval.validation]
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def _markdown_html(text: str) -> list[str]:
+    """A comparison's ``table.md`` (markdown tables and lines of prose) as HTML."""
+    out: list[str] = []
+    rows: list[list[str]] = []
+
+    def flush() -> None:
+        if rows:
+            head, *body = rows
+            out.append('<table class="compare"><tr>' + "".join(f'<th class="l">{_e(c)}</th>' for c in head) + "</tr>"
+                       + "".join("<tr>" + "".join(f'<td class="l">{_e(c)}</td>' for c in r) + "</tr>" for r in body) + "</table>")
+            rows.clear()
+
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(set(c) <= set("-: ") for c in cells):
+                rows.append(cells)
+            continue
+        flush()
+        if line.strip():
+            out.append(f'<p class="muted">{_e(line)}</p>')
+    flush()
+    return out
+
+
+def _comparison_section(folder: Path) -> list[str]:
+    """A ``chillfl compare`` folder's own table, as it printed it (rounds to target, tuned values, caveats),
+    and its diverged runs with the round they diverged at (they are in no other table of the page)."""
+    table = folder / "table.md"
+    if not table.is_file():
+        return []
+    parts = [f"<h2>Comparison: {_e(folder.name)}</h2>", '<p class="muted">as <code>chillfl compare</code> printed it (table.md)</p>']
+    parts += _markdown_html(table.read_text(encoding="utf-8"))
+    failed = []
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir() and ".failed" in p.name):
+        try:
+            reason = json.loads((sub / "failure.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            reason = {}
+        at = f"diverged at round {reason['round']}" if isinstance(reason, dict) and "round" in reason else "failed"
+        what = f" ({reason['what']})" if isinstance(reason, dict) and reason.get("what") else ""
+        failed.append(f"<li>{_e(sub.name.split('.failed')[0])}: {_e(at + what)}</li>")
+    if failed:
+        parts += [f'<p>Diverged runs ({len(failed)}; not in the results and curves below):</p><ul id="diverged">', *failed, "</ul>"]
+    return parts
 
 
 def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: bool = True, partitions: bool = True) -> str:
@@ -301,9 +413,12 @@ def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: 
     ]
     for g in groups:
         parts.append(f"<details><summary>{_e(g.label)}: full config ({_e(g.runs[0].folder)})</summary><pre>{_e(to_toml(g.runs[0].config.to_dict()))}</pre></details>")
+    columns = _metrics_columns(groups)
+    for path in map(Path, run_dirs):
+        parts += _comparison_section(path)
     parts += [
-        "<h2>Results</h2>", "<table id=\"metrics\"><tr><th class=\"l\">group</th><th>runs</th>" + "".join(f"<th>{_e(t)}</th>" for _, t, _ in TABLE_METRICS) + "</tr>",
-        *(_metrics_row(g) for g in groups), "</table>",
+        "<h2>Results</h2>", "<table id=\"metrics\"><tr><th class=\"l\">group</th><th>runs</th>" + "".join(f"<th>{_e(t)}</th>" for _, t, _ in columns) + "</tr>",
+        *(_metrics_row(g, columns) for g in groups), "</table>",
         '<p class="muted">accuracies in %; loss and NLL: cross-entropy at T = 1 on the global test set; ECE: equal-width confidence bins (<code>eval.ece_bins</code>).</p>',
         "<h2>Curves</h2>",
     ]
@@ -322,10 +437,14 @@ def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: 
                 parts.append(f'<div class="fig"><img alt="reliability {_e(g.label)}" src="{uri}"></div>')
     if partitions:
         parts.append("<h2>Partitions</h2>")
-        for g in groups:
-            if uri := partition_figure(g.runs[0]):
-                parts.append(f'<div class="fig"><img alt="partition {_e(g.label)}" src="{uri}"></div>')
-    parts += ['<p id="render-check" class="muted" data-images="" data-broken="" data-tables="">not checked</p>', f"<script>{SCRIPT}</script>", "</body></html>"]
+        shared: dict[str, list[Group]] = {}
+        for g in groups:  # groups on the same data, partition and seed share one heat map
+            shared.setdefault(_partition_key(g.runs[0].config), []).append(g)
+        for members in shared.values():
+            if uri := partition_figure(members[0].runs[0]):
+                names = ", ".join(m.label for m in members)
+                parts.append(f'<div class="fig"><p class="muted">{_e(names)}</p><img alt="partition {_e(names)}" src="{uri}"></div>')
+    parts += ['<p id="render-check" hidden data-images="" data-broken="" data-tables="" data-overflow=""></p>', f"<script>{SCRIPT}</script>", "</body></html>"]
     return "\n".join(parts)
 
 

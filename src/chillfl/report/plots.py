@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -28,6 +29,7 @@ def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
     ax_acc.set(xlabel="round", ylabel="accuracy", title="Accuracy")
     ax_loss.set(xlabel="round", ylabel="loss", title="Loss")
     for ax in (ax_acc, ax_loss):
+        integer_rounds(ax)
         ax.grid(alpha=0.3)
         ax.legend()
     if title:
@@ -48,6 +50,7 @@ def plot_temperatures(records: Sequence[Mapping[str, Any]], path: str | Path) ->
         pts = [(rnd, temps[c]) for rnd, temps in per_round if c in temps]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, label=f"client {c}" if len(clients) <= 10 else None)
     ax.set(xlabel="round", ylabel="temperature T", title="Per-client temperatures", yscale="log")
+    integer_rounds(ax)
     ax.grid(alpha=0.3)
     if len(clients) <= 10:
         ax.legend(fontsize=7)
@@ -71,9 +74,33 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
     finish_panels(fig, (ax_acc, ax_loss), path)
 
 
+def integer_rounds(ax: Any) -> None:
+    """Rounds are whole numbers: no 2.5 ticks on short runs."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def log_scale_if_exploding(ax: Any, factor: float = 10.0) -> None:
+    """Log-scale the y axis when some line exceeds ``factor`` x the median of the lines' last values,
+    so one diverging run does not flatten every other curve against the axis."""
+    finals, peak = [], 0.0
+    for line in ax.get_lines():
+        ys = [float(y) for y in line.get_ydata() if math.isfinite(float(y))]
+        if ys:
+            finals.append(ys[-1])
+            peak = max(peak, max(ys))
+    if finals and (median := sorted(finals)[len(finals) // 2]) > 0 and peak > factor * median:
+        ax.set_yscale("log")
+        ax.set_title(f"{ax.get_title()} (log scale)")
+
+
 def finish_panels(fig: Any, axes: Sequence[Any], path: str | Path) -> None:
-    """Grid and legend on every panel, then save and close: the common end of the curve figures."""
+    """Grid, legend and whole-round ticks on every panel (loss panels log-scaled when one run explodes), then save and close."""
     for ax in axes:
+        integer_rounds(ax)
+        if "loss" in ax.get_ylabel():
+            log_scale_if_exploding(ax)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()

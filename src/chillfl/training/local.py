@@ -28,7 +28,10 @@ what it computes (:func:`resolve_compute` picks them from the config):
   same up to float rounding, and the returned state is contiguous again;
 * ``precision = "bf16"`` runs the model's forward under ``torch.autocast`` in
   bfloat16; the loss, the terms, the gradients of the fp32 parameters and
-  the update stay fp32 (mixed precision: the state is never rounded to bf16).
+  the update stay fp32 (mixed precision: the state is never rounded to bf16);
+  ``precision = "tf32"`` (CUDA only) keeps every tensor fp32 and lets the
+  run's matmuls and convolutions use TF32 tensor cores (set for the run by
+  :func:`chillfl.runner.device_settings`).
 
 CPU time of one McMahan-CNN step (batch 50, 3x32x32, one thread, 2-core Xeon
 with AVX-512 bf16 / AMX): 30 ms contiguous fp32, 23 ms channels-last, 19 ms
@@ -165,6 +168,8 @@ def resolve_compute(
     """
     if precision == "bf16" and not bf16_supported(device):
         raise ConfigError("precision", f"'bf16' needs bfloat16 kernels, which device {str(device)!r} lacks here; use 'fp32'")
+    if precision == "tf32" and device.type != "cuda":
+        raise ConfigError("precision", f"'tf32' is a mode of NVIDIA GPUs' tensor cores, which device {str(device)!r} lacks; use 'fp32'")
     if memory_format == "auto":
         large = conv2d_model(model) and (sample is None or conv_outputs_per_sample(model, sample) >= LARGE_CONV_OUTPUTS)
         memory_format = "channels_last" if device.type == "cpu" and large else "contiguous"
@@ -240,9 +245,10 @@ class StepLoss:
                 features, logits = self._forward_viewed(params, buffers, x, grabbed)
             else:
                 logits = functional_call(self.model, (params, buffers), (x,), tie_weights=self._tie_weights)
-        if self.spec.precision != "fp32":  # the loss and the terms in fp32, whatever the forward ran in
+        if self.spec.precision == "bf16":  # the loss and the terms in fp32, whatever the forward ran in
             logits = logits.float()
             features = None if features is None else features.float()
+            grabbed = {name: (xin.float(), out.float()) for name, (xin, out) in grabbed.items()}  # FedAlign reruns a stage on them, outside autocast
         self.keys = [key for key, _, _ in rec.calls]
         if self._uses_features:  # FedProto, FedHKD
             value = self.spec.base_loss(logits, y, temperature, features=features, params=params, context=context)  # type: ignore[call-arg]

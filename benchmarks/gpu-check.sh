@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# The GPU check of issue 26 in one script: environment, the CUDA suite, a profile of workload 1's round,
+# the benchmark (workloads 3, 1, 2, 4, BlazeFL in the same run), workload 2's start-up phase by phase,
+# and the issue's targets, met or missed.
+#
+#   bash benchmarks/gpu-check.sh OUTDIR [--setup|--no-setup] [--smoke] [--budget SECONDS]
+#
+# Run from anywhere; it works in the checkout that holds it. Every step has its own timeout and the whole
+# script a budget (default 460 s, under 8 minutes on an H200): a step gets at most what is left, a step with
+# under 20 s left is skipped, and a failing step never stops the ones after it. Each step's output is
+# tee'd into OUTDIR/<step>.log; OUTDIR/summary.txt lists every step's exit status and seconds.
+#
+# --setup (the default where torch sees a GPU; --no-setup turns it off): the offline GPU machine's recipe
+# (/work/shared/gpu/README.md): the wheels in .whl/ (tomli-w, blazefl; or $WHL_DIR) go to /tmp/site, a
+# .pth file puts /tmp/site and this checkout's src/ on the path of every python3 process (benchmark
+# workers start with a clean PYTHONPATH), and benchmarks/.venv-peers/bin/python wraps python3, whose
+# torch has CUDA (run.py gets --no-install).
+# --smoke: the same steps, tiny and on the CPU (no setup unless --setup): checks this script and its
+# commands on a machine without a GPU. Its timings mean nothing.
+set -u
+
+usage() { echo "usage: bash benchmarks/gpu-check.sh OUTDIR [--setup|--no-setup] [--smoke] [--budget SECONDS]" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+OUT=$1; shift
+SETUP=auto SMOKE=0 BUDGET=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --setup) SETUP=1 ;;
+        --no-setup) SETUP=0 ;;
+        --smoke) SMOKE=1 ;;
+        --budget) shift; BUDGET=${1:-}; case $BUDGET in ''|*[!0-9]*) usage ;; esac ;;
+        *) usage ;;
+    esac
+    shift
+done
+[ -n "$BUDGET" ] || BUDGET=$([ "$SMOKE" = 1 ] && echo 3600 || echo 460)
+mkdir -p "$OUT" || exit 2
+OUT=$(cd "$OUT" && pwd)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 2
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+command -v "$PY" >/dev/null || PY=python
+START=$(date +%s)
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+
+# step NAME TIMEOUT_S CMD...: run CMD under `timeout`, output tee'd to OUTDIR/NAME.log, never fatal.
+step() {
+    local name=$1 limit=$2; shift 2
+    local remain; remain=$(left)
+    [ "$limit" -gt $((remain - 5)) ] && limit=$((remain - 5))
+    if [ "$limit" -lt 20 ]; then
+        printf '%-28s skipped: %s s of the %s s budget left\n' "$name" "$remain" "$BUDGET" | tee -a "$SUMMARY"
+        return 0
+    fi
+    echo "=== $name (timeout ${limit} s, ${remain} s of the budget left): $*" | tee "$OUT/$name.log"
+    local t0 rc; t0=$(date +%s)
+    if declare -F "$1" >/dev/null; then set -- bash -c "$1"; fi  # a function of this script (exported below)
+    timeout --kill-after=10 "$limit" "$@" 2>&1 | tee -a "$OUT/$name.log"
+    rc=${PIPESTATUS[0]}
+    local verdict="exit $rc"; [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && verdict="TIMED OUT after ${limit} s (exit $rc)"
+    printf '%-28s %-34s %4s s\n' "$name" "$verdict" "$(( $(date +%s) - t0 ))" | tee -a "$SUMMARY"
+    return 0
+}
+
+HAS_CUDA=$("$PY" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
+[ "$SETUP" = auto ] && SETUP=$([ "$HAS_CUDA" = 1 ] && [ "$SMOKE" = 0 ] && echo 1 || echo 0)
+DEVICE=cuda; [ "$SMOKE" = 1 ] && DEVICE=cpu
+
+setup() {
+    local whl=${WHL_DIR:-$ROOT/.whl}
+    ls "$whl"/*.whl >/dev/null 2>&1 || { echo "no wheels in $whl: BlazeFL will be reported as not available"; }
+    if ls "$whl"/*.whl >/dev/null 2>&1; then
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --ignore-requires-python --target /tmp/site "$whl"/*.whl || echo "pip install of the wheels failed"
+    fi
+    local sp; sp=$("$PY" -c "import site; print(site.getsitepackages()[0])") || return 1
+    printf '/tmp/site\n%s\n' "$ROOT/src" > "$sp/zz-chillfl.pth" || return 1
+    mkdir -p benchmarks/.venv-peers/bin
+    printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v "$PY")" > benchmarks/.venv-peers/bin/python
+    chmod +x benchmarks/.venv-peers/bin/python
+    "$PY" -c "import chillfl, sys; print('chillfl from', chillfl.__file__)"
+    benchmarks/.venv-peers/bin/python -c "import blazefl, torch; print('blazefl', getattr(blazefl, '__version__', '?'), 'torch', torch.__version__, 'cuda', torch.cuda.is_available())" \
+        || echo "blazefl not importable: BlazeFL modes will be reported as not available"
+}
+
+environment() {
+    date -u
+    git -C "$ROOT" log -1 --oneline 2>/dev/null
+    nvidia-smi 2>&1 | head -25 || echo "nvidia-smi: not available"
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv 2>&1 || true
+    "$PY" - <<'EOF'
+import platform, torch
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())
+print("cuda available", torch.cuda.is_available(), "devices", torch.cuda.device_count())
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print("gpu", p.name, f"{p.total_memory / 2**30:.1f} GiB", "SMs", p.multi_processor_count, "capability", f"{p.major}.{p.minor}")
+    print("defaults: matmul.allow_tf32", torch.backends.cuda.matmul.allow_tf32, "cudnn.allow_tf32", torch.backends.cudnn.allow_tf32)
+try:
+    import chillfl
+    print("chillfl", chillfl.__file__)
+except ImportError as exc:
+    print("chillfl not importable:", exc)
+EOF
+}
+
+# The CUDA suite in 7 parallel shards (one GPU, 16 cores): the registry's 104 cases are most of its time.
+cuda_suite() {
+    local env=()
+    [ "$SMOKE" = 1 ] && env=(env CHILLFL_CUDA_SUITE_DEVICE=cpu)
+    local shards=("not every_method"
+                  "every_method and algorithm-fed and sequential" "every_method and algorithm-fed and vectorized"
+                  "every_method and algorithm and not algorithm-fed and sequential" "every_method and algorithm and not algorithm-fed and vectorized"
+                  "every_method and not algorithm and sequential" "every_method and not algorithm and vectorized")
+    [ "$SMOKE" = 1 ] && shards=("not every_method" "every_method and fedavg" "every_method and scarlet")
+    local pids=() i=0
+    for k in "${shards[@]}"; do
+        ${env[@]+"${env[@]}"} "$PY" -m pytest tests/test_cuda.py -rs -q -p no:cacheprovider -k "$k" > "$OUT/cuda-suite-shard$i.log" 2>&1 &
+        pids+=($!); i=$((i + 1))
+    done
+    local rc=0 j=0
+    for pid in "${pids[@]}"; do
+        wait "$pid" || rc=1
+        echo "--- shard $j: -k \"${shards[$j]}\""; tail -n 40 "$OUT/cuda-suite-shard$j.log"; j=$((j + 1))
+    done
+    return $rc
+}
+
+# GPU peaks (dense, no sparsity) for "% of peak": fp32 (CUDA cores), TF32 and bf16 (tensor cores), in GFLOP/s.
+PEAKS=()
+if [ "$HAS_CUDA" = 1 ] && [ "$SMOKE" = 0 ]; then
+    GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+    case $GPU in
+        *H100*PCIe*) PEAKS=(--peak-gflops 51200 --peak-gflops-tf32 378000 --peak-gflops-bf16 756000) ;;
+        *H100*|*H200*) PEAKS=(--peak-gflops 67000 --peak-gflops-tf32 494700 --peak-gflops-bf16 989400) ;;
+        *A100*) PEAKS=(--peak-gflops 19500 --peak-gflops-tf32 156000 --peak-gflops-bf16 312000) ;;
+    esac
+fi
+
+# --timeout: seconds per measured process, so that a workload's step ends with its JSON written even when one run hangs.
+BENCH=("$PY" benchmarks/run.py --device "$DEVICE" --repeats 1 ${PEAKS[@]+"${PEAKS[@]}"})
+if [ "$SMOKE" = 1 ]; then
+    BENCH+=(--no-peers)
+    W1=(--workload 1 --scale 0.02 --rounds 1 --modes "chillfl[auto]" --timeout 200)
+    W2=(--workload 2 --rounds 1 --modes "chillfl[auto]" --timeout 200)
+    W3=(--workload 3 --rounds 1 --modes "chillfl[auto]" --timeout 200)
+    W4=(--workload 4 --rounds 1 --modes "chillfl[auto]" --timeout 200)
+    PROFILE=(--workload 1 --scale 0.02 --device cpu)
+else
+    BENCH+=(--no-install)
+    W1=(--workload 1 --rounds 2 --modes "chillfl[auto],chillfl[auto+tf32],chillfl[auto+bf16],chillfl[auto+bf16+channels_last],blazefl[threads]" --timeout 35)
+    W2=(--workload 2 --rounds 3 --modes "chillfl[auto],blazefl[serial],blazefl[threads]" --timeout 20)
+    W3=(--workload 3 --rounds 3 --modes "chillfl[auto],chillfl[auto+bf16]" --timeout 25)
+    W4=(--workload 4 --rounds 3 --modes "chillfl[auto],blazefl[serial],blazefl[threads]" --timeout 20)
+    PROFILE=(--workload 1 --scale 1.0 --device cuda)
+fi
+
+export ROOT OUT PY SMOKE
+export -f setup environment cuda_suite
+echo "gpu-check: $ROOT -> $OUT (device $DEVICE, setup $SETUP, budget $BUDGET s)" | tee -a "$SUMMARY"
+SLOW=1; [ "$SMOKE" = 1 ] && SLOW=4  # the CPU smoke run's tiny steps still take minutes on 2 cores
+[ "$SETUP" = 1 ] && step setup 30 setup
+step environment 30 environment
+step cuda-suite $((120 * SLOW)) cuda_suite
+step bench-w3 $((70 * SLOW)) "${BENCH[@]}" "${W3[@]}" --out "$OUT/bench-w3.json"
+step profile-w1 $((60 * SLOW)) "$PY" benchmarks/profile_round.py "${PROFILE[@]}" --out "$OUT"
+step bench-w1 $((130 * SLOW)) "${BENCH[@]}" "${W1[@]}" --out "$OUT/bench-w1.json"
+step bench-w2 $((70 * SLOW)) "${BENCH[@]}" "${W2[@]}" --out "$OUT/bench-w2.json"
+step bench-w4 $((70 * SLOW)) "${BENCH[@]}" "${W4[@]}" --out "$OUT/bench-w4.json"
+step startup-w2 $((40 * SLOW)) "$PY" benchmarks/profile_startup.py --workload 2 --device "$DEVICE" --out "$OUT"
+# shellcheck disable=SC2046
+step targets 20 "$PY" benchmarks/gpu_targets.py $(ls "$OUT"/bench-w*.json 2>/dev/null)
+echo "total $(( $(date +%s) - START )) s" | tee -a "$SUMMARY"

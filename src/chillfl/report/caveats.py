@@ -1,0 +1,39 @@
+"""Warnings printed with a comparison's table where the table alone would mislead.
+
+The step-size caveat: the gradient of CE(z / T) is 1/T times that of CE(z) in scale (FLex&Chill
+Eq. 2; ``tests/test_objective.py``), so temperatures compared at one shared learning rate differ in
+step size as well as in temperature. At a small shared lr a low T "wins" the way a larger lr would
+(the demo shows it: tuned per temperature, the gain vanishes). The caveat names the two remedies.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from chillfl.config import RunConfig
+
+
+def _temperature(config: RunConfig) -> str:
+    """What the variant trains at: ``1`` (no chilling), ``T=<value>``, or a per-client policy's name."""
+    policy = str(config.temperature.get("policy", "none"))
+    if policy == "none":
+        return "1"
+    if policy == "fixed":
+        value = float(config.temperature.get("value", 1.0))
+        return "1" if value == 1.0 else f"T={value:g}"
+    return policy
+
+
+def step_size_caveat(configs: Sequence[RunConfig], tune: Mapping[str, Sequence[Any]], controls: bool) -> str | None:
+    """One paragraph when the variants compare temperatures at one shared ``client.lr``; None otherwise."""
+    temperatures = {_temperature(c) for c in configs}
+    lrs = {c.client.lr for c in configs}
+    if len(temperatures) < 2 or len(lrs) != 1 or "client.lr" in tune or controls:
+        return None
+    lr = lrs.pop()
+    return (
+        f"step-size caveat: every variant trains at one shared client.lr = {lr:g}, and the gradient of CE(z / T) "
+        "scales with 1/T, so a T < 1 row also takes larger steps: a gain here may be the step size alone. "
+        "Controlled: rerun with --controls (adds T = 1 at lr x 1/T and magnitude-/direction-only ablations); "
+        f"tuned: --seeds 0,1,2 eval.validation=0.2 --tune client.lr={lr:g},{5 * lr:g},{20 * lr:g} (docs/comparisons.md)."
+    )

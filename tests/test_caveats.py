@@ -1,0 +1,54 @@
+"""The step-size caveat printed with comparisons of temperatures at one shared lr; saved sub-run configs."""
+
+from __future__ import annotations
+
+import sys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from chillfl.config import load_config
+from chillfl.experiments import resolve_config
+from chillfl.report.caveats import step_size_caveat
+from chillfl.report.compare import apply_variant, run_compare, variants_from_config
+
+TINY = {"dataset.name": "digits", "federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 2, "eval.client_split_size": 10}
+
+
+def _variant_configs(name: str) -> list:
+    config = load_config(resolve_config(name), {})
+    return [apply_variant(config, v) for v in variants_from_config(config)]
+
+
+def test_bundled_temperature_tables_at_one_lr_carry_the_caveat() -> None:
+    for name in ("flexchill/table4-digits", "flexchill/table7-scaffold-digits", "fedchill/table4-digits"):
+        caveat = step_size_caveat(_variant_configs(name), {}, controls=False)
+        assert caveat is not None and "--controls" in caveat and "--tune client.lr=" in caveat, name
+
+
+def test_no_caveat_when_tuned_controlled_or_one_temperature() -> None:
+    configs = _variant_configs("flexchill/table4-digits")
+    assert step_size_caveat(configs, {"client.lr": [0.01, 0.1]}, controls=False) is None
+    assert step_size_caveat(configs, {}, controls=True) is None
+    assert step_size_caveat(_variant_configs("pa3fed/table2-h0.1"), {}, controls=False) is None  # aggregators, all at T = 1
+
+
+def test_no_caveat_when_the_lr_differs_between_variants() -> None:
+    configs = _variant_configs("flexchill/table4-digits")
+    configs[0] = configs[0].with_overrides({"client.lr": 0.2})
+    assert step_size_caveat(configs, {}, controls=False) is None
+
+
+def test_compare_prints_the_caveat_and_saved_configs_name_the_final_folder(tmp_path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(f'name = "t"\nout_dir = "{tmp_path / "out"}"\n[variants."T=1"]\ntemperature = {{ policy = "none" }}\n'
+                    '[variants."T=0.5"]\ntemperature = { policy = "fixed", value = 0.5 }\n')
+    result = run_compare(load_config(path, {"client.lr": 0.05, **TINY}), [], progress=False)
+    assert "step-size caveat: every variant trains at one shared client.lr = 0.05" in result.table
+    assert "step-size caveat" in (result.folder / "table.md").read_text()
+    saved = sorted(result.folder.glob("*/config.toml"))
+    assert len(saved) == 2
+    for p in saved:
+        assert tomllib.loads(p.read_text())["out_dir"] == str(result.folder)

@@ -1,0 +1,98 @@
+"""Device mixing caught without a GPU (issue 26): every registered method on a stand-in device.
+
+Each registered method (``registry_cases``) runs two rounds through the real
+client and server updates, under the sequential executor and under the
+vectorised one on the accelerator policy (resident, vmapped chunks: the GPU's
+path), inside :class:`device_mixing.StandInDevice`: the run's device is the
+stand-in ``cpu:0``, and any op that meets a host-made tensor with one of the
+run's fails the test, as CUDA would. The first tests check the checker itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+
+import chillfl.experiment as experiment
+from chillfl.config import load_config
+from chillfl.runner import run_experiment
+from device_mixing import HOST, RUN, STAND_IN, DeviceMixing, home, stand_in_device
+from registry_cases import registry_cases
+
+# ---------------------------------------------------------------- the checker
+
+
+def test_host_tensors_meeting_the_run_device_are_caught() -> None:
+    with stand_in_device():
+        x = torch.randn(4, 3).to(STAND_IN)
+        assert home(x) == RUN and x.device == STAND_IN
+        with pytest.raises(DeviceMixing, match="mul"):
+            _ = x * torch.ones(3)  # made on the host: CUDA would refuse
+        with pytest.raises(DeviceMixing, match="numpy"):
+            np.asarray(x * 2)
+        with pytest.raises(DeviceMixing, match="cdist"):
+            torch.cdist(x, torch.from_numpy(np.ones((2, 3), dtype=np.float32)))
+
+
+def test_what_cuda_accepts_is_not_flagged() -> None:
+    with stand_in_device():
+        x = torch.randn(4, 3).to(STAND_IN)
+        y = x * torch.tensor(2.0) + torch.zeros(3, device=x.device)  # a 0-dim host scalar; a factory on x's device
+        rows = x[torch.tensor([0, 2])]  # host index tensor
+        host = x.cpu()
+        assert home(y) == RUN and home(rows) == RUN and home(host) == HOST and host.device == torch.device("cpu")
+        np.asarray(host)
+        back = torch.zeros(2, 3)
+        back[0] = x[1]  # a copy into a host tensor
+        assert home(torch.func.vmap(lambda r: r * 2)(x)) == RUN
+
+
+def test_mixing_inside_vmap_is_caught() -> None:
+    with stand_in_device():
+        x = torch.randn(4, 3).to(STAND_IN)
+        with pytest.raises(DeviceMixing):
+            torch.func.vmap(lambda r: r + torch.ones(3))(x)
+
+
+def test_a_no_op_move_leaves_the_source_on_the_host() -> None:
+    """On the CPU ``.to(device)`` returns the very tensor: the checker hands back an alias, so the host copy stays host."""
+    with stand_in_device():
+        src = torch.ones(3)
+        moved = src.to(STAND_IN)
+        assert home(src) == HOST and home(moved) == RUN
+        model = torch.nn.Linear(3, 2).to(STAND_IN)
+        assert all(home(p) == RUN for p in model.parameters())
+
+
+# ---------------------------------------------------------------- every registered method
+
+CASES = [pytest.param(over, id=case) for case, over in registry_cases()]
+
+
+def run_on_stand_in(over: dict[str, Any], executor: str, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    from chillfl.engine import vectorized
+
+    monkeypatch.setattr(vectorized.VectorizedExecutor, "resident", lambda self, device: True)  # the GPU's path
+    cfg = load_config(None, {**over, "executor": executor, "device": "cpu"})
+    with mock.patch.object(experiment, "resolve_device", lambda name: STAND_IN), stand_in_device():
+        out = run_experiment(cfg, write=False, progress=False)
+    return out.records
+
+
+@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
+@pytest.mark.parametrize("over", CASES)
+def test_every_method_keeps_its_tensors_on_the_run_device(over: dict[str, Any], executor: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    records = run_on_stand_in(over, executor, monkeypatch)
+    assert len(records) == 2
+
+
+def test_a_host_generator_drawing_on_the_run_device_is_caught() -> None:
+    with stand_in_device():
+        gen = torch.Generator().manual_seed(0)
+        torch.randperm(5, generator=gen)  # on the host: fine
+        with pytest.raises(DeviceMixing, match="Generator"):
+            torch.randperm(5, generator=gen, device=STAND_IN)

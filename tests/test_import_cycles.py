@@ -240,7 +240,7 @@ BUILDING_BLOCKS = (
     "temperature", "training", "tune",
 )
 """Packages and modules the runs are built from: they hold maths, messages, the loop and the protocols."""
-DRIVERS = ("__main__", "analysis", "analysis_cli", "api", "cli", "docs_outputs", "experiment", "experiments", "flower", "report", "reproduce", "runner", "sinks")
+DRIVERS = ("__main__", "analysis", "analysis_cli", "catalogue", "api", "cli", "docs_outputs", "experiment", "experiments", "flower", "report", "reproduce", "runner", "sinks")
 """What builds, drives, reports on or analyses runs: the building blocks never import them (any import counts, lazy ones too)."""
 
 

@@ -1,7 +1,8 @@
 """Fuzz ``chillfl run`` with generated bad configs and count how each one ends.
 
 Draws N cases from the property test's generator (``tests/test_hostile_input.py``)
-with a seed of its own, plus ``out_dir`` cases (a file, a path under a file),
+with a seed of its own, plus ``out_dir`` cases (a file, a path under a file, a
+path under ``/proc``) and a ``distillation.state_dir`` that is a file,
 and runs each in a forked child with a time limit. A case is *clean* when it
 exits 2 with one stderr line ``error: <the broken field>: ...``, no traceback
 and nothing under ``out_dir``.
@@ -70,6 +71,11 @@ def run_one(case, timeout: float, out_kind: str | None = None) -> tuple[str, str
             (root / "f").write_text("x")
             out_dir = root / "f" / "out"
             data["out_dir"] = str(out_dir)
+        elif out_kind == "proc":  # exists, os.access says writable to root, mkdir fails
+            data["out_dir"] = f"/proc/chillfl-fuzz-{os.getpid()}/out"
+        elif out_kind == "state_dir_file":
+            (root / "state").write_text("x")
+            data["distillation"] = {"method": "dsfl", "public_size": 100, "subset_size": 50, "client_store": "disk", "state_dir": str(root / "state" / "clients")}
         path = root / "bad.toml"
         path.write_text(hostile.to_toml(data), encoding="utf-8")
         err_path = root / "stderr.txt"
@@ -104,7 +110,7 @@ def run_one(case, timeout: float, out_kind: str | None = None) -> tuple[str, str
         if wrote:
             return "exit 2, wrote files", first
         match = hostile.ERROR_LINE.match(first)
-        field = case.field if out_kind is None else "out_dir"
+        field = case.field if out_kind is None else "distillation.state_dir" if out_kind == "state_dir_file" else "out_dir"
         if not match or match["field"] != hostile.escaped(field):
             return "exit 2, wrong field", first
         return "clean", first
@@ -131,7 +137,7 @@ def main_cli() -> None:
     digest = hashlib.sha256(repr([(c.path, c.value, c.field) for c, _ in cases]).encode()).hexdigest()[:12]
     print(f"{len(cases)} generated cases (sha256 {digest})", flush=True)
     base = hostile.Case(("name",), "ok", "out_dir")
-    cases += [(base, "file"), (base, "under_file")] * 5
+    cases += [(base, "file"), (base, "under_file"), (base, "proc"), (base, "state_dir_file")] * 5
     outcomes: collections.Counter[str] = collections.Counter()
     examples: dict[str, list[str]] = collections.defaultdict(list)
     for case, kind in cases:

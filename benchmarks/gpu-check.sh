@@ -107,14 +107,15 @@ except ImportError as exc:
 EOF
 }
 
-# The CUDA suite in 7 parallel shards (one GPU, 16 cores): the registry's 104 cases are most of its time.
+# The CUDA suite in 8 parallel shards (one GPU, 16 cores): the registry's 128 cases are most of its time.
 cuda_suite() {
     local env=()
     [ "$SMOKE" = 1 ] && env=(env CHILLFL_CUDA_SUITE_DEVICE=cpu)
     local shards=("not every_method"
                   "every_method and algorithm-fed and sequential" "every_method and algorithm-fed and vectorized"
                   "every_method and algorithm and not algorithm-fed and sequential" "every_method and algorithm and not algorithm-fed and vectorized"
-                  "every_method and not algorithm and sequential" "every_method and not algorithm and vectorized")
+                  "every_method and distillation and sequential" "every_method and distillation and vectorized"
+                  "every_method and not algorithm and not distillation")
     [ "$SMOKE" = 1 ] && shards=("not every_method" "every_method and fedavg" "every_method and scarlet")
     local pids=() i=0
     for k in "${shards[@]}"; do

@@ -43,6 +43,8 @@ _FACTORIES = {
 }
 _MOVES = {"to", "cpu", "cuda", "type_as"}
 _HOST_OUT = {"numpy", "__array__"}
+_SYNCS = {"item", "tolist", "__bool__", "__float__", "__int__", "__index__", "numpy", "__array__"}
+"""Reads of a tensor's values on the host: on a GPU each waits for the device (a host sync)."""
 _INDEXING = {"__getitem__", "__setitem__", "index_put_", "index_put"}
 _EXEMPT = {  # no device of their own: shapes, Python numbers, storage access, cross-device copies
     "copy_", "_has_compatible_shallow_copy_type", "set_", "is_floating_point", "is_complex", "dim", "size", "numel", "__len__",
@@ -109,6 +111,8 @@ class StandInDevice(TorchFunctionMode):
         super().__init__()
         self.strict = strict
         self.mixings: list[str] = []
+        self.syncs: list[str] = []
+        """Host reads of run tensors' values (``.item()``, ``float(t)``, ``.cpu()``, ...): each a host sync on a GPU."""
 
     def _flag(self, message: str) -> None:
         self.mixings.append(message)
@@ -138,6 +142,8 @@ class StandInDevice(TorchFunctionMode):
             else:
                 _set_home(out, RUN if _is_run_device(kwargs.get("device")) else HOST)
             return out
+        if name in _SYNCS and args and isinstance(args[0], torch.Tensor) and home(args[0]) == RUN:
+            self.syncs.append(name)
         if name in _EXEMPT:
             return out
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
@@ -149,6 +155,8 @@ class StandInDevice(TorchFunctionMode):
         if name in _MOVES:
             target = _move_target(name, args, kwargs)
             where = homes[0] if target is None else (RUN if target else HOST)
+            if homes[0] == RUN and where == HOST:
+                self.syncs.append(name)
             if isinstance(out, torch.Tensor) and out is args[0] and where != homes[0]:
                 out = out.view_as(out)  # a no-op move on the CPU: an alias, so that the source keeps its own home
             _set_home(out, where)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
-
-import pytest
 
 from chillfl.config import load_config
 from chillfl.runner import run_experiment
+
+from float_paths import REL, lockstep
 
 BASE: dict[str, Any] = {
     "seed": 3,
@@ -35,19 +34,18 @@ def records(overrides: dict[str, Any], executor: str = "sequential") -> list[dic
     return run_experiment(cfg, write=False, progress=False).records
 
 
-def floats(recs: list[dict[str, Any]]) -> list[tuple[str, int, float]]:
-    return [(k, r["round"], v) for r in recs for k, v in sorted(r.items()) if isinstance(v, float) and not math.isnan(v)]
+def check_every_executor(overrides: dict[str, Any], rel: float = REL) -> list[dict[str, Any]]:
+    """Sequential and processes bitwise equal; vectorized in lockstep within float rounding; returns the sequential records.
 
-
-def check_every_executor(overrides: dict[str, Any]) -> list[dict[str, Any]]:
-    """Sequential and processes bitwise equal; vectorized within float tolerance; returns the sequential records."""
+    Lockstep (:func:`float_paths.lockstep`), not two whole trajectories: FedMD's digest (L1 on logits) turns a
+    rounding difference into a different sign of the gradient, and after a round of it two float paths differ by
+    3e-3 of the loss and 6 % of accuracy (measured on AVX2 kernels), with nothing wrong in either.
+    ``rel``: the tolerance (:data:`float_paths.FEDMD_REL` for FedMD).
+    """
     seq = records(overrides)
     assert seq == records(overrides, "processes")
-    vec = records(overrides, "vectorized")
+    vec = lockstep(load_config(None, BASE).with_overrides(overrides), rel)
     assert [r["clients"] for r in seq] == [r["clients"] for r in vec]
     assert [r["bytes_cumulative"] for r in seq] == [r["bytes_cumulative"] for r in vec]
-    a, b = floats(seq), floats(vec)
-    assert [x[:2] for x in a] == [x[:2] for x in b]
-    for (key, rnd, x), (_, _, y) in zip(a, b):
-        assert y == pytest.approx(x, rel=2e-3, abs=2e-3), (key, rnd)
+    assert [sorted(r) for r in seq] == [sorted(r) for r in vec]
     return seq

@@ -107,9 +107,9 @@ def test_doc_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert len(result.records) == 5
     assert result.folder == Path("results") / "run" and (tmp_path / result.folder / "model.safetensors").is_file()
 
-    from chillfl.engine.checkpoint import read_state
+    from chillfl.analysis.replay import load_model_state
 
-    saved = read_state(tmp_path / result.folder / "model.safetensors", torch.device("cpu"))
+    saved = load_model_state(tmp_path / result.folder)
     assert same({k: saved[k] for k in weights(trained)}, weights(trained))
 
     config = chillfl.load_config(tmp_path / result.folder / "config.toml")

@@ -79,7 +79,7 @@ def test_run_writes_a_complete_result_folder(tmp_path, capsys):
     config = _write(tmp_path, f'name = "e2e"\nout_dir = "{tmp_path / "out"}"\n[temperature]\npolicy = "fixed"\nvalue = 0.1\n')
     assert main(["run", str(config), "-q", *TINY]) == 0
     folder = tmp_path / "out" / "e2e"
-    assert sorted(p.name for p in folder.iterdir()) == ["accuracy_loss.png", "config.toml", "metrics.jsonl", "model.safetensors", "summary.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["accuracy_loss.png", "config.toml", "metrics.jsonl", "model.safetensors", "partition.json", "summary.json"]
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in records] == [1, 2]
     assert all(r["temperature_mean"] == 0.1 for r in records)
@@ -161,7 +161,7 @@ def test_data_show_into_a_missing_folder_is_one_line(tmp_path, capsys):
     blocker.write_text("")
     assert main(["data", "show", str(config), "-o", str(blocker / "sub" / "x.png")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "out_dir" in err[0]
+    assert len(err) == 1 and err[0].startswith("chillfl: error: output: ")  # the option given, not out_dir (issue 27)
 
 
 def test_data_show_creates_a_missing_output_folder(tmp_path, capsys):

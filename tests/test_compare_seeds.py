@@ -53,7 +53,7 @@ def test_controls_of_a_chilled_variant() -> None:
     assert cell_config(base, variants[4], {}, seed=0, suffix=False).client.loss == "direction_only"
     # a tuned lr is scaled too: the control of lr = 0.05 at T = 0.05 runs at lr = 1.0
     tuned = cell_config(base, variants[2], {"client.lr": 0.05}, seed=1, suffix=True)
-    assert tuned.client.lr == pytest.approx(1.0) and tuned.name.endswith("seed1")
+    assert tuned.client.lr == pytest.approx(1.0) and tuned.name == "T0.05-T1-lrx20-lr0.05-s1"
 
 
 def _out(final: float, best: float, val: float, curve: list[float]) -> RunOutput:
@@ -85,7 +85,7 @@ def test_rows_and_table_over_three_seeds() -> None:
     runs[("T=0.1", 1)] = None
     rows = build_seed_rows([base, chill], runs, [0, 1, 2], base, base, None)
     assert rows[1]["diverged_seeds"] == [1] and rows[1]["delta_acc"]["n"] == 2
-    assert "T=0.1 (diverged at 1/3 seeds)" in format_seed_table(rows, "T=1", "T=1", None, "final", 0.0)
+    assert "T=0.1 (seed 1: diverged)" in format_seed_table(rows, "T=1", "T=1", None, "final", 0.0)
 
 
 TINY = [
@@ -118,7 +118,7 @@ def test_cli_compare_over_seeds_writes_table_and_bands(tmp_path: Path, capsys: p
     rows = json.loads((folder / "table.json").read_text())
     assert [r["seeds"] for r in rows] == [[0, 1], [0, 1]] and len(rows[1]["delta_acc"]["per_seed"]) == 2
     assert (folder / "curves.png").stat().st_size > 0
-    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["T0.5_seed0", "T0.5_seed1", "T1_seed0", "T1_seed1"]
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["T0.5-s0", "T0.5-s1", "T1-s0", "T1-s1"]
 
 
 def test_cli_tuning_needs_a_validation_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,7 +5,7 @@ On a GPU machine: ``python -m pytest tests/test_cuda.py -rs``.
 ``test_every_method`` is generated from the registries (algorithms, soft-label
 methods, prototype methods, temperature policies): a new method is covered by
 the next run. ``CHILLFL_CUDA_SUITE_DEVICE=cpu`` runs those cases on the CPU
-instead (fp32 only), to check the generated configs without a GPU; the
+instead (bf16 too where the CPU has bf16 kernels), to check the generated configs without a GPU; the
 module's other tests still need one.
 """
 
@@ -19,6 +19,7 @@ import torch
 
 from chillfl.config import load_config
 from chillfl.runner import run_experiment
+from chillfl.training.local import bf16_supported
 from registry_cases import registry_cases
 
 NOT_RUN = "no CUDA GPU on this machine: the CUDA suite was NOT run"
@@ -204,32 +205,21 @@ def test_cuda_vectorized_run_agrees_with_sequential_run() -> None:
 # ---------------------------------------------------------------- every registered method (generated from the registries)
 
 CASES = [pytest.param({**over, "deterministic": True}, id=case) for case, over in registry_cases()]
-PRECISIONS = ["fp32", "bf16"] if SUITE_DEVICE == "cuda" else ["fp32"]
+PRECISIONS = ["fp32", "bf16"] if SUITE_DEVICE == "cuda" or bf16_supported(torch.device(SUITE_DEVICE)) else ["fp32"]
 
 
 @pytest.fixture
 def strict_vectorized(monkeypatch: pytest.MonkeyPatch) -> None:
     """The vectorised executor may not fall back: an exception in the run's own code must fail the test.
 
+    ``CHILLFL_STRICT_VECTORIZED=1`` (set again here, whatever the environment) makes a fallback raise.
     On the CPU stand-in the executor takes the accelerator policy (resident, vmapped chunks), the GPU's path.
     """
     from chillfl.engine import vectorized
 
+    monkeypatch.setenv("CHILLFL_STRICT_VECTORIZED", "1")
     if SUITE_DEVICE == "cpu":
         monkeypatch.setattr(vectorized.VectorizedExecutor, "resident", lambda self, device: True)
-
-    def refuse(self: Any, jobs: Any) -> Any:
-        raise AssertionError(f"vectorized executor fell back to sequential: {self.fallback_reason}")
-
-    original = vectorized.VectorizedExecutor.run
-
-    def strict(self: Any, jobs: Any) -> Any:
-        out = original(self, jobs)
-        if self.fallback_reason is not None:
-            refuse(self, jobs)
-        return out
-
-    monkeypatch.setattr(vectorized.VectorizedExecutor, "run", strict)
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

@@ -96,3 +96,33 @@ def test_a_host_generator_drawing_on_the_run_device_is_caught() -> None:
         torch.randperm(5, generator=gen)  # on the host: fine
         with pytest.raises(DeviceMixing, match="Generator"):
             torch.randperm(5, generator=gen, device=STAND_IN)
+
+
+def test_the_vectorized_step_loop_reads_nothing_back_from_the_device() -> None:
+    """No host sync in the resident step loop (the CPU twin of test_cuda's sync-debug-mode test): no .item(), float(t), .cpu()."""
+    from torch import nn
+
+    from chillfl.engine.executors import ClientJob
+    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.training.local import LocalSpec, model_state
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(7)
+    with stand_in_device() as mode:
+        model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 5)).to(STAND_IN)
+        start = model_state(model)
+        jobs = [ClientJob(c, start, torch.randn(n, 1, 6, 6, generator=g).to(STAND_IN), torch.randint(0, 5, (n,), generator=g).to(STAND_IN),
+                          0.05, 1.0, {}, 500 + c) for c, n in enumerate([17, 9, 12])]
+        ex = VectorizedExecutor(model, LocalSpec(epochs=2, batch_size=4, momentum=0.5), accelerator=True)
+        ex.run(jobs)  # the probe and chunk sizing (once per run) may read values
+        train_steps, counted = ex._train_steps, []
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            before = len(mode.syncs)
+            out = train_steps(*args, **kwargs)
+            counted.append(mode.syncs[before:])
+            return out
+
+        ex._train_steps = watched  # type: ignore[method-assign]
+        ex.run(jobs)
+    assert counted and all(not syncs for syncs in counted), counted

@@ -3,11 +3,14 @@
 ``bundled_configs_before.json`` holds every bundled config as it was before the
 rewrite (the TOML files of main at 193c31d, parsed with tomllib, one config a
 line; ``demo`` and ``fedchill/table1-*`` were not rewritten and are not in it),
-except for two later, deliberate changes: SCARLET's CIFAR-10 configs train
+except for later, deliberate changes: SCARLET's CIFAR-10 configs train
 ``resnet20`` (its Table III model) where they had ``resnet18`` as a stand-in,
 and the full-size CIFAR configs of FLex&Chill and SCARLET set the papers'
 augmentation (``[dataset.augment]``: random crop with padding 4 and flip),
-and the full-size configs (datasets that need a download) run ``executor = "auto"``.
+and the full-size configs (datasets that need a download) run ``executor = "auto"``;
+and SCARLET's CIFAR-10 configs and FLex&Chill's Dirichlet ones (Table 7) use
+the authors' splitters (``scarlet_dirichlet`` / ``flexchill_dirichlet`` with
+``eval.client_split = "partition"``), where they had ``dirichlet``.
 Each rewritten config must resolve to the very same dict and the very same
 RunConfig as its old file.
 """

@@ -98,7 +98,9 @@ def test_cli_run_without_extras_writes_metrics(tmp_path: Path) -> None:
     (tmp_path / "tiny.toml").write_text(TINY, encoding="utf-8")
     out = blocked("from chillfl.cli import main\nsys.exit(main(['run', 'tiny.toml', '--out', 'res']))\n", tmp_path)
     assert out.returncode == 0, out.stderr
-    lines = [line for line in out.stderr.splitlines() if line.startswith("chillfl:")]  # the rest is the progress bar
+    progress = [line for line in out.stderr.splitlines() if line.startswith("chillfl: tiny round ")]  # stderr is no terminal: plain lines
+    assert progress and progress[-1].startswith("chillfl: tiny round 2/2 ")
+    lines = [line for line in out.stderr.splitlines() if line.startswith("chillfl:") and line not in progress]
     assert lines == ['chillfl: plots need matplotlib: pip install "chillfl[plots]"; figures skipped']
     assert "Traceback" not in out.stderr
     assert (tmp_path / "res" / "tiny" / "metrics.jsonl").is_file()

@@ -12,6 +12,7 @@ from chillfl.distillation.methods import FedMD, FedMDOptions, parse_distillation
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
 
+from float_paths import FEDMD_REL
 from kd_helpers import MIXED, check_every_executor, records
 
 FEDMD = {"method": "fedmd", "public_size": 200, "subset_size": 100, "transfer_epochs": 2, "server_epochs": 1, "distill_batch_size": 32}
@@ -59,12 +60,12 @@ def test_transfer_learning_trains_every_model_on_the_labelled_public_set():
 
 
 def test_fedmd_every_executor():
-    recs = check_every_executor({"model": {"name": "mlp"}, "distillation": FEDMD})
+    recs = check_every_executor({"model": {"name": "mlp"}, "distillation": FEDMD}, FEDMD_REL)
     assert recs[-1]["global_acc"] is not None and recs[-1]["distill_loss"] is not None
 
 
 def test_fedmd_every_executor_heterogeneous_models():
-    recs = check_every_executor({"model": MIXED, "distillation": FEDMD})
+    recs = check_every_executor({"model": MIXED, "distillation": FEDMD}, FEDMD_REL)
     assert recs[-1]["local_acc"] is not None
 
 

@@ -225,6 +225,10 @@ NUMBER_CASES = [
     (part({"method": "dsfl", "subset_size": 50}, "public_size", "distillation.public_size"), bad_ints(50, 1797)),
     (part({"method": "dsfl", "public_size": 100, "subset_size": 50}, "temperature", "distillation.temperature"), bad_floats(0, None, lo_open=True)),
     (part({"method": "dsfl", "public_size": 100, "subset_size": 50}, "distill_lr", "distillation.distill_lr"), bad_floats(0, None, lo_open=True)),
+    (part({"method": "dsfl", "public_size": 100, "subset_size": 50}, "distill_epochs", "distillation.distill_epochs"), bad_ints(1, 100_000)),
+    (part({"method": "comet", "public_size": 100, "subset_size": 50}, "max_iter", "distillation.max_iter"), bad_ints(1, 10_000)),
+    (part({"name": "shards", "shards_per_client": 1}, "shard_size", "partition.shard_size"), st.integers(1797 // 3, 2**62)),
+    (part({"name": "pa3fed"}, "eval_batch_size", "algorithm.eval_batch_size"), bad_ints(1, 2**31 - 1)),
 ]
 
 CHOICE_CASES = [
@@ -250,7 +254,7 @@ CHOICE_CASES = [
 
 bad_names = st.one_of(
     not_strings,
-    st.sampled_from(["", ".", "..", "a/b", "/abs", "a\\b", "a\x00b", "a\nb", "tab\there", "\x1b[31mred", "bidi\u202eevil", "x" * (MAX_NAME_BYTES + 1), "é" * 128]),
+    st.sampled_from(["", ".", "..", "a/b", "/abs", "a\\b", "a\x00b", "a\nb", "tab\there", "\x1b[31mred", "bidi\u202eevil", "x" * (MAX_NAME_BYTES + 1), "é" * 128, "   ", "\u3000", "-rf", ".hidden", "-"]),
     st.text(min_size=1, max_size=8).map(lambda s: s + "/" + s),
     st.text(min_size=1, max_size=8).map(lambda s: s + "\x00"),
     st.integers(MAX_NAME_BYTES + 1, 2000).map(lambda n: "n" * n),
@@ -533,14 +537,177 @@ def test_check_out_dir(tmp_path: Path) -> None:
 def test_check_out_dir_read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder this user cannot write into is refused. CI runs as root, which may write anywhere, so
     the permission answer is the one for a 0o500 folder of a normal user (os.access says no)."""
-    import chillfl.config as config_module
-
     locked = tmp_path / "locked"
     locked.mkdir()
     real_access = os.access
-    monkeypatch.setattr(config_module.os, "access", lambda path, mode: False if Path(path) == locked else real_access(path, mode))
+    monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == locked else real_access(path, mode))
     with pytest.raises(ConfigError) as info:
         check_out_dir(str(locked / "results"))
     assert info.value.field == "out_dir" and "not writable" in info.value.message
     check_out_dir(str(tmp_path / "open" / "results"))  # a writable parent passes
     assert not (locked / "results").exists()
+
+
+
+# ---------------------------------------------------------------- issue 27: the cases the fuzzer still found
+
+COMET = '[distillation]\nmethod = "comet"\npublic_size = 100\nsubset_size = 50\n'
+"""COMET's num_clusters and n_init are tested in a child under a memory limit only (see below): unbounded,
+they take all of the machine's memory or never end, which an in-process test must not risk."""
+
+
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ('name = "   "\n', "name"),
+        ('name = "-rf"\n', "name"),
+        ('name = ".hidden"\n', "name"),
+        ('[partition]\nname = "shards"\nshard_size = 1000000000000000\n', "partition.shard_size"),
+        (COMET + "max_iter = 1000000000\n", "distillation.max_iter"),
+        ('[distillation]\nmethod = "dsfl"\npublic_size = 100\nsubset_size = 50\ndistill_epochs = 1000000000\n', "distillation.distill_epochs"),
+        ('out_dir = "/proc/chillfl-hostile/out"\n', "out_dir"),
+    ],
+)
+def test_issue27_cases(tmp_path: Path, capfd: pytest.CaptureFixture[str], text: str, field: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(f'out_dir = "{tmp_path / "out"}"\n' + text if "out_dir" not in text else text, encoding="utf-8")
+    assert main(["run", str(path), "--quiet", "federation.num_clients=4"]) == 2
+    err = capfd.readouterr().err
+    assert len(err.splitlines()) == 1 and ERROR_LINE.match(err)["field"] == field, err  # type: ignore[index]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["file", "read-only"])
+def test_state_dir_that_cannot_hold_files(tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """Was a traceback from distillation/protocol.py in round 1, leaving ``hostile.partial`` behind."""
+    state = tmp_path / "state"
+    if kind == "file":
+        state.write_text("x")
+    else:  # as root (CI) a 0o500 folder is writable: answer as the kernel answers a normal user
+        state.mkdir()
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == state else real_access(p, mode))
+    path = tmp_path / "bad.toml"
+    path.write_text(f'out_dir = "{tmp_path / "out"}"\n' + COMET.replace("comet", "dsfl") + f'client_store = "disk"\nstate_dir = "{state / "clients"}"\n', encoding="utf-8")
+    assert main(["run", str(path), "--quiet", "federation.num_clients=4", "federation.rounds=1"]) == 2
+    err = capfd.readouterr().err
+    assert len(err.splitlines()) == 1 and ERROR_LINE.match(err)["field"] == "distillation.state_dir", err  # type: ignore[index]
+    assert not (tmp_path / "out").exists() and not (state / "clients").exists()
+
+
+def test_an_override_without_a_key_names_the_overrides(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """``=1`` gave ``error: : ...`` (an empty field)."""
+    assert main(["run", "demo", "--quiet", "--out", str(tmp_path / "out"), "--dry-run", "=1"]) == 2
+    err = capfd.readouterr().err
+    assert len(err.splitlines()) == 1 and ERROR_LINE.match(err)["field"] == "overrides" and "'=1'" in err, err  # type: ignore[index]
+
+
+def test_data_show_output_under_a_file_blames_output(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """``data show -o ro/x.png`` blamed ``out_dir``, an option the user never gave."""
+    pytest.importorskip("matplotlib")
+    (tmp_path / "file").write_text("x")
+    path = tmp_path / "cfg.toml"
+    path.write_text(to_toml(BASE), encoding="utf-8")
+    assert main(["data", "show", str(path), "-o", str(tmp_path / "file" / "x.png")]) == 2
+    err = capfd.readouterr().err
+    assert len(err.splitlines()) == 1 and ERROR_LINE.match(err)["field"] == "output", err  # type: ignore[index]
+
+
+def test_absurd_nesting_is_refused_fast(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A key 50,000 tables deep: tomllib alone needs over a minute (quadratic); refused before it parses."""
+    import time
+
+    deep = ".".join(["a"] * 50_000)
+    for text in (f"[{deep}]\nx = 1\n", f"{deep} = 1\n"):
+        path = tmp_path / "deep.toml"
+        path.write_text(text, encoding="utf-8")
+        start = time.perf_counter()
+        assert main(["run", str(path), "--quiet"]) == 2
+        assert time.perf_counter() - start < 5  # about 0.05 s here; tomllib took 35 s at 50,000
+        err = capfd.readouterr().err
+        assert len(err.splitlines()) == 1 and ERROR_LINE.match(err)["field"] == "a.a", err  # type: ignore[index]
+    start = time.perf_counter()
+    assert main(["run", "--quiet", "--dry-run", "client={" + deep + " = 1}"]) == 2
+    assert time.perf_counter() - start < 5
+    capfd.readouterr()
+
+
+def test_dots_in_values_are_not_nesting(tmp_path: Path) -> None:
+    """The fast pre-check must not refuse long dotted strings or float lists."""
+    from chillfl.config import check_key_depth, read_toml
+
+    text = 'x = "' + "a." * 100 + '"\nlr = [' + ", ".join(["0.1"] * 100) + "]\ny = '" + "b." * 50 + "'\n"
+    check_key_depth(text)
+    path = tmp_path / "ok.toml"
+    path.write_text(text, encoding="utf-8")
+    assert read_toml(path)["lr"] == [0.1] * 100
+
+
+COMET_MEMORY_SCRIPT = """
+import resource, sys
+limit = 3 << 30  # 3 GiB of address space: torch and the digits run need about 1.1 GiB
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+from chillfl.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("option", ["num_clusters = 1000000000", "n_init = 1000000000", 'granularity = "sample"\nnum_clusters = 1000000000'])
+def test_comet_bounds_under_a_memory_limit(tmp_path: Path, option: str) -> None:
+    """COMET's sizes are bounded by what the federation can use, so chillfl is never what the kernel kills.
+
+    ``num_clusters = 1e9`` grew to 22.9 GB and was killed after 283 s; ``n_init = 1e9`` ran for an
+    hour. Run in a child under a 3 GiB address-space limit (an allocation beyond it is a MemoryError,
+    not the machine's OOM killer) with a timeout: refused in one line, before anything is written.
+    """
+    import subprocess
+    import sys
+
+    path = tmp_path / "comet.toml"
+    path.write_text(f'out_dir = "{tmp_path / "out"}"\n' + to_toml({k: v for k, v in BASE.items() if k != "dataset"}) + COMET + option + "\n", encoding="utf-8")
+    import chillfl
+
+    src = str(Path(chillfl.__file__).resolve().parents[1])  # the child imports the chillfl under test
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
+    proc = subprocess.run([sys.executable, "-c", COMET_MEMORY_SCRIPT, "run", str(path), "--quiet"], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and ERROR_LINE.match(lines[0])["field"] in ("distillation.num_clusters", "distillation.n_init"), proc.stderr  # type: ignore[index]
+    assert not (tmp_path / "out").exists()
+
+
+class _Touch:
+    """Unpickling it creates ``path``: proof that code ran."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> Any:
+        return (Path.touch, (Path(self.path),))
+
+
+@pytest.mark.parametrize("damage", ["object", "dtype", "torn"])
+def test_a_damaged_dataset_cache_is_one_line_and_runs_no_code(tmp_path: Path, damage: str) -> None:
+    """An object-dtype ``.npy`` planted in a dataset cache gave a ValueError traceback (and must never be unpickled)."""
+    import numpy as np
+
+    from chillfl.data.arraycache import CACHE_DIR, Decoded, cached
+
+    rng = np.random.default_rng(0)
+    decoded = Decoded(rng.random((6, 1, 2, 2)).astype(np.float32), np.arange(6) % 2, rng.random((4, 1, 2, 2)).astype(np.float32), np.arange(4) % 2, 2)
+    source = tmp_path / "src"
+    source.mkdir()
+    cached("toy", {}, source, tmp_path, lambda: decoded)
+    (folder,) = (tmp_path / CACHE_DIR).iterdir()
+    marker = tmp_path / "code-ran"
+    target = folder / "y_train.npy"
+    if damage == "object":
+        np.save(target, np.array([_Touch(str(marker))], dtype=object), allow_pickle=True)
+    elif damage == "dtype":
+        np.save(target, np.zeros(6, dtype=np.float16))
+    else:
+        target.write_bytes(target.read_bytes()[:40])
+    with pytest.raises(ConfigError) as info:
+        cached("toy", {}, source, tmp_path, lambda: decoded)
+    assert info.value.field == "data_dir" and "delete that folder" in info.value.message and "\n" not in str(info.value)
+    assert not marker.exists()

@@ -41,3 +41,21 @@ def test_unknown_paper_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit) as exc:
         main(["reproduce", "nopaper"])
     assert exc.value.code == 2
+
+
+def test_scarlet_runs_the_scaled_setting_and_a_d_sweep_in_one_comparison() -> None:
+    from chillfl.reproduce import Outcome, _key, format_outcomes
+
+    scarlet = [c for c in CLAIMS if c.paper == "scarlet"]
+    headline = [c for c in scarlet if c.section == "headline"]
+    assert {c.variant for c in headline} == {"SCARLET D=1"} and all(c.overrides == {"federation.rounds": 20} for c in scarlet)
+    config = claim_config(headline[0], [0], None)
+    durations = {label: v["distillation"]["cache_duration"] for label, v in config.variants.items() if label != "DS-FL"}
+    assert durations == {"SCARLET": 20, "SCARLET D=0": 0, "SCARLET D=1": 1, "SCARLET D=5": 5}
+    assert len({_key(c) for c in scarlet}) == 1  # every SCARLET row reads the same comparison
+    named = [c for c in scarlet if c.text.startswith("D = 20 in 20 rounds: the cache outlives the run")]
+    assert len(named) == 1 and named[0].variant == "SCARLET" and named[0].section == "sensitivity"
+    text = format_outcomes([Outcome(headline[0], [0], "+1.00 points", "reproduces", 0.5), Outcome(named[0], [0], "-2.00 points", "opposite", 0.25)])
+    head, sens = text.split("Sensitivity")
+    assert "D=1 vs DS-FL" in head and "cache outlives" not in head
+    assert "| 0.250 | **opposite** |" in sens

@@ -27,6 +27,8 @@ from chillfl.engine.vectorized import (
 )
 from chillfl.training.local import LocalOutcome, LocalSpec, model_state
 
+from float_paths import assert_records_close
+
 SIZES = [37, 20, 5, 0, 16, 29, 8]  # unequal; smaller than a batch; empty; multiples of the batch
 
 
@@ -234,7 +236,4 @@ def test_whole_runs_under_the_accelerator_policy_match_sequential(monkeypatch: p
     got = run("vectorized")
     assert chunks and max(chunks) == 2
     assert [r["clients"] for r in got] == [r["clients"] for r in reference]
-    assert got[-1]["train_loss"] == pytest.approx(reference[-1]["train_loss"], rel=1e-4)
-    for key in ("global_acc", "local_acc", "distill_loss"):
-        if key in reference[-1]:  # distill_loss: soft-label runs only
-            assert got[-1][key] == pytest.approx(reference[-1][key], rel=1e-3, abs=0.03), key
+    assert_records_close(reference, got)  # accuracies: only between bitwise runs (tests/float_paths.py)

@@ -14,12 +14,15 @@ import gc
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from chillfl._version import __version__
 
 _API = {
     "run": "api",
+    "compare": "api",
+    "Comparison": "api",
     "Result": "api",
     "TensorData": "api",
+    "DatasetData": "api",
     "available": "api",
     "make_config": "api",
     "Callback": "runner",
@@ -34,20 +37,23 @@ _API = {
 __all__ = [
     "ArrayDataset",
     "Callback",
+    "Comparison",
     "ConfigError",
+    "DatasetData",
     "Result",
     "RunConfig",
     "RunOutput",
     "TensorData",
     "__version__",
     "available",
+    "compare",
     "load_config",
     "make_config",
     "run",
 ]
 
 if TYPE_CHECKING:
-    from chillfl.api import Result, TensorData, available, make_config, run
+    from chillfl.api import Comparison, DatasetData, Result, TensorData, available, compare, make_config, run
     from chillfl.config import RunConfig, load_config
     from chillfl.data import ArrayDataset
     from chillfl.errors import ConfigError

@@ -12,12 +12,13 @@ import importlib
 ANALYSES = (
     "chillfl.analysis.temperature_sweep",
     "chillfl.analysis.cache_ratio",
+    "chillfl.analysis.scarlet_study",
     "chillfl.analysis.calibration",
     "chillfl.analysis.cka",
     "chillfl.analysis.aggregation",
     "chillfl.analysis.grad_norms",
 )
-HELP = "analyses: temperature-sweep, cache-ratio, soft-label-entropy, calibration, cka, aggregation-accuracy, aggregation-entropy, grad-norms"
+HELP = "analyses: temperature-sweep, cache-ratio, soft-label-entropy, scarlet-deficit, calibration, cka, aggregation-accuracy, aggregation-entropy, grad-norms"
 
 
 def add_analyze_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", load: bool = True) -> None:

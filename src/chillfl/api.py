@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, Union
@@ -28,15 +29,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from chillfl.config import PART_KEYS, RunConfig, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
+from chillfl.config import RunConfig, apply_overrides, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
 from chillfl.data import ArrayDataset
 from chillfl.errors import ConfigError
+from chillfl.options import short_repr
 from chillfl.experiment import CUSTOM, Experiment, build_experiment
+from chillfl.report.compare import CompareResult as Comparison
+from chillfl.engine.view import RunView, model_with_state
 from chillfl.runner import Callback, RunOutput, run_experiment
 
 ConfigLike = Union[RunConfig, Mapping[str, Any], str, Path, None]
+UserData = Union["TensorData", "DatasetData", ArrayDataset]
 
-__all__ = ["Result", "TensorData", "available", "make_config", "run"]
+__all__ = ["Comparison", "DatasetData", "Result", "TensorData", "available", "compare", "make_config", "run"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,6 +58,30 @@ class TensorData:
     y_test: Any
     num_classes: int | None = None
     name: str = "tensors"
+    public: Any = None
+    """A separate public set for the soft-label methods (``[distillation]``): inputs ``[P, ...]``, or
+    ``(inputs, labels)`` (labels only for FedMD's transfer learning). None: carved from the training data."""
+    client_test: Sequence[Any] | None = None
+    """Each client's own test set, as indices into ``x_test`` (one list per client): local accuracy is
+    measured on them (``eval.client_split = "natural"``). None: drawn from the test set."""
+
+
+@dataclass(frozen=True, eq=False)
+class DatasetData:
+    """A user's own map-style ``torch.utils.data.Dataset`` s (``len`` and ``[i] -> (input, label)``), with their transforms.
+
+    Each dataset is read once, item by item, into one preallocated tensor (no second copy of a
+    large dataset); a transform runs once per sample when it is read, so a *random* augmentation
+    is drawn once, not per epoch (use ``[dataset.augment]`` for per-batch crops and flips).
+    ``public`` and ``client_test`` are those of :class:`TensorData` (``public`` may be a Dataset too).
+    """
+
+    train: Any
+    test: Any
+    num_classes: int | None = None
+    name: str = "dataset"
+    public: Any = None
+    client_test: Sequence[Any] | None = None
 
 
 @dataclass
@@ -78,7 +107,7 @@ class Result:
 
 def run(
     model: nn.Module | None = None,
-    data: TensorData | ArrayDataset | None = None,
+    data: UserData | None = None,
     config: ConfigLike = None,
     *,
     out_dir: str | Path | None = None,
@@ -97,28 +126,20 @@ def run(
     experiment name, or a :class:`RunConfig` (None: the defaults).
     ``overrides``: ``key=value`` settings on top, top-level (``seed=1``) or
     dotted (``**{"client.lr": 0.05}``). ``callbacks``: objects with
-    ``on_round(record)`` and/or ``on_end(output)``, or functions called with
-    each round's record. Every user error raises :class:`ConfigError` naming
+    ``on_round(record[, run])`` and/or ``on_end(output)``, or functions called
+    with each round's record (and, when they take two arguments, a
+    :class:`~chillfl.engine.view.RunView`: copies of the global and client
+    models, and ``run.stop(reason)`` to end the run early, resumable). Every user error raises :class:`ConfigError` naming
     the field, before anything is written.
     """
-    if model is not None and not isinstance(model, nn.Module):
-        raise ConfigError("model", f"must be a torch.nn.Module, got {type(model).__name__}")
-    if out_dir is not None:
-        overrides = {**overrides, "out_dir": str(out_dir)}
-    cfg = make_config(config, overrides)
-    dataset = as_dataset(data, _input_dtype(model)) if data is not None else None
-    if dataset is not None:  # the record replaces the table; its [dataset.augment] stays (crop/flip apply to any images)
-        augment = {"augment": cfg.dataset["augment"]} if "augment" in cfg.dataset else {}
-        cfg = _replace_part(cfg, "dataset", {**dataset_record(dataset), **augment})
-    if model is not None:
-        cfg = _replace_part(cfg, "model", model_record(model))
+    cfg, dataset = _prepare(model, data, config, out_dir, overrides)
     hooks = [_as_callback(cb, i) for i, cb in enumerate(callbacks)]
     if write:
         check_out_dir(cfg.out_dir)
     exp = build_experiment(cfg, dataset, model=model)
     if model is not None:
         check_model_fits(exp)
-    out = run_experiment(cfg, write=write, progress=progress, experiment=exp, callbacks=hooks)
+    out = run_experiment(cfg, write=write, progress=progress, experiment=exp, callbacks=hooks, hooks=[h.hook for h in hooks])
     return Result(
         model=_trained_copy(model if model is not None else exp.model, out.model_state),
         summary=out.summary,
@@ -130,15 +151,101 @@ def run(
     )
 
 
+def compare(
+    model: nn.Module | None = None,
+    data: UserData | None = None,
+    config: ConfigLike = None,
+    *,
+    grid: Mapping[str, Sequence[Any]] | Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    tune: Mapping[str, Sequence[Any]] | None = None,
+    controls: bool | None = None,
+    select: str | None = None,
+    reference: str | None = None,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+    write: bool = True,
+    **overrides: Any,
+) -> Comparison:
+    """Run variants of one experiment on your own model and data, as ``chillfl compare`` does, and tabulate them.
+
+    The same code path as the command line (:func:`chillfl.report.compare.run_compare`): the same
+    tables (``result.rows`` as data, ``result.table`` / ``str(result)`` as text) and the same result
+    folder. ``grid``: ``{"client.lr": [0.01, 0.1], "temperature": [1, 0.25]}`` (the cartesian
+    product; or ``["client.lr=0.01,0.1"]`` as on the command line); without it, the config's
+    ``[variants]``. ``seeds``: run every variant at each seed (mean ± std, 95 % CI, paired
+    differences). ``tune``: ``{"client.lr": [...]}``, each variant at its best point on the
+    validation split (needs ``eval.validation > 0``). ``controls``: step-size controls for T != 1
+    variants. ``model``, ``data``, ``config`` and ``overrides`` are those of :func:`run`.
+    ``result.report("report.html")`` writes the HTML report.
+    """
+    from chillfl.config import check_compare_option
+    from chillfl.report.compare import CompareOptions, grid_variants, parse_grid, run_compare
+    from chillfl.tune import parse_tune
+
+    cfg, dataset = _prepare(model, data, config, out_dir, overrides)
+    if isinstance(grid, Mapping):
+        for key, values in grid.items():
+            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+                raise ConfigError(f"grid.{key}", f"expected a non-empty list of values, got {values!r}")
+        variants = grid_variants([(str(k), list(v)) for k, v in grid.items()])
+    elif grid is not None:
+        if isinstance(grid, str):
+            raise ConfigError("grid", "expected a dict {key: [values]} or a list of 'key=v1,v2' strings, got a string")
+        variants = parse_grid(list(grid))
+    else:
+        variants = None
+    if seeds is not None:
+        try:
+            check_compare_option("seeds", list(seeds))
+        except ConfigError as exc:
+            raise ConfigError("seeds", exc.message) from None
+    if tune is not None:
+        parse_tune(dict(tune), "tune")
+    if write:
+        check_out_dir(cfg.out_dir)
+    if model is not None:
+        check_model_fits(build_experiment(cfg, dataset, model=model))
+    options = CompareOptions(seeds=list(seeds) if seeds is not None else None, tune={k: list(v) for k, v in tune.items()} if tune is not None else None, controls=controls, select=select)
+    return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model)
+
+
+def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike, out_dir: str | Path | None,
+             overrides: Mapping[str, Any]) -> tuple[RunConfig, ArrayDataset | None]:
+    """The config :func:`run` and :func:`compare` run: overrides applied, the user's model and data recorded in it."""
+    if model is not None and not isinstance(model, nn.Module):
+        raise ConfigError("model", f"must be a torch.nn.Module, got {type(model).__name__}")
+    if out_dir is not None:
+        overrides = {**overrides, "out_dir": str(out_dir)}
+    raw = _config_data(config, overrides)
+    dataset = as_dataset(data, _input_dtype(model)) if data is not None else None
+    if dataset is not None:  # the record replaces the table; its [dataset.augment] stays (crop/flip apply to any images)
+        table = raw.get("dataset")
+        augment = {"augment": table["augment"]} if isinstance(table, Mapping) and "augment" in table else {}
+        raw["dataset"] = {**dataset_record(dataset), **augment}
+        distill = raw.get("distillation")
+        if dataset.public_rows and isinstance(distill, dict) and distill.get("method") and "public_size" not in distill:
+            distill["public_size"] = dataset.public_rows  # the public set passed with the data
+        evaluation = raw.get("eval")
+        if dataset.test_groups is not None and dataset.train_groups is None and not (isinstance(evaluation, Mapping) and "client_split" in evaluation):
+            set_dotted(raw, "eval.client_split", "natural")  # local accuracy on the clients' own test sets
+    if model is not None:
+        raw["model"] = model_record(model)
+    return config_from_dict(raw), dataset
+
+
 def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None = None) -> RunConfig:
     """A validated :class:`RunConfig` from any of :func:`run`'s config forms plus ``key=value`` overrides.
 
-    Overrides merge into a part's table key by key, as on the command line
-    (``"partition.alpha": 0.1`` on a config without ``[partition]`` sets the
-    default partitioner's alpha), except that an override naming another
-    implementation (``"partition.name": "iid"``) starts that part from an empty
-    table: the old table's options belong to the old name.
+    Overrides follow the command line's rules (:func:`chillfl.config.apply_overrides`):
+    key by key into a part's table, except that naming another implementation
+    (``"partition.name": "iid"``) starts that part afresh.
     """
+    return config_from_dict(_config_data(config, overrides))
+
+
+def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """:func:`make_config`'s dict before validation (the API adds its records of the user's parts to it)."""
     overrides = dict(overrides or {})
     if config is None:
         data: dict[str, Any] = {}
@@ -156,18 +263,8 @@ def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None =
         raise ConfigError("config", f"must be a dict, a TOML path or a RunConfig, got {type(config).__name__}")
     check_depth(data)  # before deepcopy, which recurses
     data = copy.deepcopy(data)
-    defaults = RunConfig()
-    for part, key in PART_KEYS.items():
-        if not any(k.startswith(part + ".") for k in overrides):
-            continue
-        table = data.get(part, getattr(defaults, part))
-        if not isinstance(table, Mapping):
-            continue  # not a table: config_from_dict names the error
-        picked = overrides.get(f"{part}.{key}", table.get(key))
-        data[part] = copy.deepcopy(dict(table)) if picked == table.get(key) else {}
-    for key, value in overrides.items():
-        set_dotted(data, key, value)
-    return config_from_dict(data)
+    apply_overrides(data, overrides)
+    return data
 
 
 def model_record(model: nn.Module) -> dict[str, Any]:
@@ -182,20 +279,19 @@ def model_record(model: nn.Module) -> dict[str, Any]:
 
 def dataset_record(dataset: ArrayDataset) -> dict[str, Any]:
     """The ``[dataset]`` table a run on user data saves: its label and sizes."""
-    return {
+    record = {
         "name": CUSTOM,
         "source": dataset.name,
         "num_classes": dataset.num_classes,
         "input_shape": list(dataset.input_shape),
-        "train_size": len(dataset.y_train),
+        "train_size": len(dataset.y_train) - dataset.public_rows,
         "test_size": len(dataset.y_test),
     }
-
-
-def _replace_part(cfg: RunConfig, part: str, table: dict[str, Any]) -> RunConfig:
-    data = cfg.to_dict()
-    data[part] = table
-    return config_from_dict(data)
+    if dataset.public_rows:
+        record["public_size"] = dataset.public_rows
+    if dataset.test_groups is not None and dataset.train_groups is None:
+        record["client_test"] = True
+    return record
 
 
 # ---------------------------------------------------------------- user data
@@ -220,13 +316,15 @@ def _input_dtype(model: nn.Module | None) -> torch.dtype:
     return torch.float32
 
 
-def as_dataset(data: TensorData | ArrayDataset, dtype: torch.dtype = torch.float32) -> ArrayDataset:
+def as_dataset(data: UserData, dtype: torch.dtype = torch.float32) -> ArrayDataset:
     """Check a user's data and hold it as an :class:`ArrayDataset` on the CPU (floating inputs as ``dtype``).
 
     Errors name ``data.<field>``: shapes, lengths, label dtype and range, ``num_classes``.
     """
+    if isinstance(data, DatasetData):
+        data = _from_datasets(data)
     if not isinstance(data, (TensorData, ArrayDataset)):
-        raise ConfigError("data", f"must be chillfl.TensorData or chillfl.data.ArrayDataset, got {type(data).__name__}")
+        raise ConfigError("data", f"must be chillfl.TensorData, chillfl.DatasetData or chillfl.data.ArrayDataset, got {type(data).__name__}")
     xs, ys = {}, {}
     for split in ("train", "test"):
         x, y = _tensor(getattr(data, f"x_{split}"), f"data.x_{split}"), _tensor(getattr(data, f"y_{split}"), f"data.y_{split}")
@@ -260,8 +358,96 @@ def as_dataset(data: TensorData | ArrayDataset, dtype: torch.dtype = torch.float
         if low < 0 or high >= classes:
             raise ConfigError(f"data.y_{split}", f"labels must be in 0..{classes - 1} (num_classes = {classes}), found {low}..{high}")
     name = data.name if isinstance(data.name, str) else str(data.name)
-    groups = (data.train_groups, data.test_groups) if isinstance(data, ArrayDataset) else (None, None)
-    return ArrayDataset(name, xs["train"], ys["train"], xs["test"], ys["test"], classes, *groups)
+    if isinstance(data, ArrayDataset):
+        return ArrayDataset(name, xs["train"], ys["train"], xs["test"], ys["test"], classes, data.train_groups, data.test_groups)
+    test_groups = _client_test(data.client_test, len(ys["test"]))
+    x_train, y_train, public_rows = xs["train"], ys["train"], 0
+    if data.public is not None:
+        px, py = _public(data.public, xs["train"], classes, dtype)
+        x_train, y_train, public_rows = torch.cat([x_train, px]), torch.cat([y_train, py]), len(px)
+    return ArrayDataset(name, x_train, y_train, xs["test"], ys["test"], classes, None, test_groups, public_rows=public_rows)
+
+
+def _public(public: Any, x_train: torch.Tensor, classes: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A public set as (inputs, labels) tensors; labels -1 where none were given."""
+    if isinstance(public, torch.utils.data.Dataset):
+        x, y = _materialize(public, "data.public")
+    elif isinstance(public, tuple) and len(public) == 2:
+        x, y = _tensor(public[0], "data.public"), _tensor(public[1], "data.public")
+    else:
+        x, y = _tensor(public, "data.public"), None
+    if x.shape[1:] != x_train.shape[1:] or len(x) == 0:
+        raise ConfigError("data.public", f"samples must have the training inputs' shape {tuple(x_train.shape[1:])}, got {tuple(x.shape)}")
+    if x.is_floating_point():
+        if not bool(torch.isfinite(x).all()):
+            raise ConfigError("data.public", "contains NaN or infinite values")
+        x = x.to(dtype)
+    if y is None:
+        return x, torch.full((len(x),), -1, dtype=torch.int64)
+    if y.dim() != 1 or len(y) != len(x) or y.is_floating_point() or (len(y) and (int(y.min()) < 0 or int(y.max()) >= classes)):
+        raise ConfigError("data.public", f"labels must be {len(x)} integer classes in 0..{classes - 1}")
+    return x, y.to(torch.int64)
+
+
+def _client_test(groups: Sequence[Any] | None, test_size: int) -> tuple[np.ndarray, ...] | None:
+    """Per-client test sets as index arrays into the test set, checked."""
+    if groups is None:
+        return None
+    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or not groups:
+        raise ConfigError("data.client_test", "must be a list with one list of test-set indices per client")
+    out = []
+    for i, ix in enumerate(groups):
+        arr = np.asarray(ix.cpu() if isinstance(ix, torch.Tensor) else ix)
+        if arr.ndim != 1 or (arr.size and (arr.dtype.kind not in "iu" or int(arr.min()) < 0 or int(arr.max()) >= test_size)):
+            raise ConfigError("data.client_test", f"client {i}: expected indices into the test set (0..{test_size - 1})")
+        out.append(arr.astype(np.int64))
+    return tuple(out)
+
+
+def _materialize(dataset: Any, field: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A map-style Dataset's items ``(input, label)`` read once into one preallocated inputs tensor and a label tensor."""
+    try:
+        n = len(dataset)
+    except TypeError:
+        raise ConfigError(field, f"must be a map-style Dataset with __len__ (an IterableDataset has no fixed size), got {type(dataset).__name__}") from None
+    if n == 0:
+        raise ConfigError(field, "is empty")
+    x: torch.Tensor | None = None
+    y = torch.empty(n, dtype=torch.int64)
+    for i in range(n):
+        item = dataset[i]
+        if not isinstance(item, (tuple, list)) or len(item) < 2:
+            raise ConfigError(field, f"item {i} must be (input, label), got {type(item).__name__}")
+        xi, yi = item[0], item[1]
+        if not isinstance(xi, torch.Tensor):
+            if not isinstance(xi, np.ndarray):
+                raise ConfigError(field, f"item {i}'s input is a {type(xi).__name__}; make the transform return a tensor (e.g. torchvision's ToTensor())")
+            xi = torch.from_numpy(np.ascontiguousarray(xi))
+        if x is None:
+            x = torch.empty((n, *xi.shape), dtype=xi.dtype)
+        elif xi.shape != x.shape[1:]:
+            raise ConfigError(field, f"item {i}'s input has shape {tuple(xi.shape)}, item 0's {tuple(x.shape[1:])}")
+        x[i] = xi
+        y[i] = _label(yi, field, i)
+    assert x is not None
+    return x, y
+
+
+def _label(value: Any, field: str, index: int) -> int:
+    """An item's label: a Python/NumPy integer or a one-element integer tensor or array."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = value.item()
+    elif isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iu":
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(field, f"item {index}'s label must be an integer class, got {short_repr(value)}")
+    return int(value)
+
+
+def _from_datasets(data: DatasetData) -> TensorData:
+    x_train, y_train = _materialize(data.train, "data.train")
+    x_test, y_test = _materialize(data.test, "data.test")
+    return TensorData(x_train, y_train, x_test, y_test, data.num_classes, data.name, data.public, data.client_test)
 
 
 def check_model_fits(exp: Experiment) -> None:
@@ -289,45 +475,58 @@ def check_model_fits(exp: Experiment) -> None:
 
 
 def _trained_copy(template: nn.Module, state: Mapping[str, torch.Tensor] | None) -> nn.Module | None:
-    """A deep copy of ``template`` (on its own device) with ``state`` copied into its parameters and buffers."""
-    if state is None:
-        return None
-    model = copy.deepcopy(template)
-    named: dict[str, torch.Tensor] = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    missing = sorted(set(named) - set(state))
-    if missing:  # pragma: no cover - the run's state is the template's own
-        raise RuntimeError(f"trained state lacks {missing[:5]}")
-    with torch.no_grad():
-        for key, tensor in named.items():
-            tensor.copy_(state[key])
-    return model
+    """A deep copy of ``template`` holding ``state`` (None without a state)."""
+    return None if state is None else model_with_state(template, state)
 
 
 # ---------------------------------------------------------------- callbacks and registries
 
 
 class _Hook:
-    """A user callback with both of the runner's methods (a missing one does nothing)."""
+    """A user callback: its ``on_round`` as a round hook (given the :class:`RunView` when it takes two
+    arguments), its ``on_end`` as the runner's end callback; a missing one does nothing."""
 
-    def __init__(self, on_round: Callable[[Any], Any] | None, on_end: Callable[[Any], Any] | None) -> None:
-        self._round, self._end = on_round, on_end
+    def __init__(self, on_round: Callable[..., Any] | None, on_end: Callable[[Any], Any] | None, with_view: bool) -> None:
+        self._round, self._end, self._with_view = on_round, on_end, with_view
+
+    def hook(self, record: Mapping[str, Any], view: RunView) -> None:
+        if self._round is None:
+            return
+        if self._with_view:
+            self._round(record, view)
+        else:
+            self._round(record)
 
     def on_round(self, record: Mapping[str, Any]) -> None:
-        if self._round is not None:
-            self._round(record)
+        """The work is in :meth:`hook` (it has the view)."""
 
     def on_end(self, output: RunOutput) -> None:
         if self._end is not None:
             self._end(output)
 
 
-def _as_callback(cb: Any, index: int) -> Callback:
+def _takes_view(fn: Callable[..., Any], field: str) -> bool:
+    """Whether ``fn`` takes ``(record, run)`` rather than ``(record)``; decided once, from its signature."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: called with the record alone
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params) or len(positional) >= 2:
+        return True
+    if not positional:
+        raise ConfigError(field, "on_round must take the round's record (and optionally the run view): on_round(record[, run])")
+    return False
+
+
+def _as_callback(cb: Any, index: int) -> _Hook:
+    field = f"callbacks[{index}]"
     on_round, on_end = getattr(cb, "on_round", None), getattr(cb, "on_end", None)
     if on_round is None and on_end is None:
         if not callable(cb):
-            raise ConfigError(f"callbacks[{index}]", f"needs on_round(record) / on_end(output), or must be a function; got {type(cb).__name__}")
+            raise ConfigError(field, f"needs on_round(record[, run]) / on_end(output), or must be a function; got {type(cb).__name__}")
         on_round = cb
-    return _Hook(on_round, on_end)
+    return _Hook(on_round, on_end, on_round is not None and _takes_view(on_round, field))
 
 
 def available() -> dict[str, list[str]]:

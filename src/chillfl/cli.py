@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
-from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra
+from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, StorageError, SweepFailed
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
 
 if TYPE_CHECKING:
+    from chillfl.progress import ProgressMode
+    from chillfl.report.compare import CompareOptions
     from chillfl.runner import RunOutput
 
 DEMO = "demo"
@@ -36,7 +38,7 @@ DEMO = "demo"
 
 def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
     path = resolve_config(config) if config is not None else None
-    flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir") if args is not None and getattr(args, key, None) is not None}
+    flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir", "strict") if args is not None and getattr(args, key, None) is not None}
     return load_config(path, {**flags, **parse_overrides(list(overrides))})
 
 
@@ -48,17 +50,38 @@ def _report(out: "RunOutput") -> int:
     return 0
 
 
-def _dry_run(config: RunConfig) -> int:
-    """``--dry-run``: the resolved config (file < overrides < flags), as it would be saved; nothing runs."""
-    from chillfl.engine.results import to_toml
+def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespace | None = None, writes: bool = True) -> int:
+    """``--dry-run``: build and check every part as the run would, then print the resolved config
+    (file < overrides < flags) as it would be saved; nothing runs and nothing is written.
 
+    A mistake a run would hit exits 2 here. For ``compare``, every variant, tuning point and
+    seed is checked. Without the dataset's files only names and options are checked (one note).
+    """
+    from chillfl.engine.results import to_toml
+    from chillfl.runner import check_sinks
+
+    if writes:  # what a run checks before it writes anything
+        check_out_dir(config.out_dir)
+        check_sinks(config)
+    if args is not None and (args.command == "compare" or config.variants):  # `run` on a config with variants compares too
+        from chillfl.report.compare import run_compare
+
+        options = _compare_options(args)
+        complete = run_compare(config, grid, reference=getattr(args, "reference", None), progress=False, options=options, dry_run=True).complete
+    else:
+        from chillfl.experiment import check_config
+
+        complete = check_config(config)
+    if not complete:
+        print(f"chillfl: the files of dataset {config.dataset.get('name')!r} are not in {config.data_dir}: "
+              "names and options checked, not the shapes that need the data", file=sys.stderr)
     print(to_toml(config.to_dict()), end="")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
-        return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args))
+        return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args), args=args)
     if args.config is None or args.config == DEMO:
         config = _load(DEMO, args.overrides, args)
         if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
@@ -66,45 +89,53 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
               "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05,\n"
               "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
-        return _compare(config, DEMO_GRID, None, args.quiet)
+        return _compare(config, DEMO_GRID, None, _progress(args))
     from chillfl.runner import run_experiment
 
     config = _load(args.config, args.overrides, args)
     if config.variants:  # a comparison: run it as `compare` would, saying so in one line
         print(f"chillfl: {config.name} defines {len(config.variants)} variants: running the comparison (`chillfl compare {args.config}`)", file=sys.stderr)
-        return _compare(config, [], None, args.quiet)
+        return _compare(config, [], None, _progress(args), args)
     check_out_dir(config.out_dir)
-    return _report(run_experiment(config, progress=not args.quiet))
+    return _report(run_experiment(config, progress=_progress(args)))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from chillfl.runner import resume_experiment
 
-    return _report(resume_experiment(args.run_dir, progress=not args.quiet))
+    return _report(resume_experiment(args.run_dir, progress=_progress(args), force=args.force))
 
 
-def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, quiet: bool, args: argparse.Namespace | None = None) -> int:
-    from chillfl.report.compare import CompareOptions, parse_seeds, parse_tune_items, run_compare
+def _compare_options(args: argparse.Namespace) -> "CompareOptions":
+    from chillfl.report.compare import CompareOptions, parse_seeds, parse_tune_items
 
-    options = CompareOptions()
-    if args is not None:
-        options = CompareOptions(
-            seeds=parse_seeds(args.seeds) if getattr(args, "seeds", None) else None,
-            tune=parse_tune_items(args.tune) if getattr(args, "tune", None) else None,
-            controls=True if getattr(args, "controls", False) else None,
-            select=getattr(args, "select", None),
-        )
+    return CompareOptions(
+        seeds=parse_seeds(args.seeds) if getattr(args, "seeds", None) else None,
+        tune=parse_tune_items(args.tune) if getattr(args, "tune", None) else None,
+        controls=True if getattr(args, "controls", False) else None,
+        select=getattr(args, "select", None),
+    )
+
+
+def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, progress: "ProgressMode", args: argparse.Namespace | None = None) -> int:
+    from chillfl.report.compare import CompareOptions, run_compare
+
+    options = _compare_options(args) if args is not None else CompareOptions()
     check_out_dir(config.out_dir)
-    result = run_compare(config, grid, reference=reference, progress=not quiet, options=options)
+    result = run_compare(config, grid, reference=reference, progress=progress, options=options)
     print(result.table)
     print(f"results: {result.folder}")
+    if result.failures:
+        runs = ", ".join(f"{name} ({why})" for name, why in result.failures.items())
+        print(f"chillfl: {len(result.failures)} run(s) did not finish: {runs}", file=sys.stderr)
+        return DIVERGED_EXIT if config.strict else 0
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.dry_run:
-        return _dry_run(_load(args.config, args.overrides, args))
-    return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, args.quiet, args)
+        return _dry_run(_load(args.config, args.overrides, args), args.grid, args)
+    return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, _progress(args), args)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -114,7 +145,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     if args.out_dir is not None:
         check_out_dir(args.out_dir)
-    outcomes = reproduce(args.paper, seeds, out_dir=args.out_dir, progress=not args.quiet)
+    outcomes = reproduce(args.paper, seeds, out_dir=args.out_dir, progress=_progress(args))
     print(format_outcomes(outcomes))
     return 0
 
@@ -125,10 +156,10 @@ def cmd_data_show(args: argparse.Namespace) -> int:
 
     config = _load(args.config, args.overrides, args)
     if args.dry_run:
-        return _dry_run(config)
+        return _dry_run(config, writes=False)
     need("matplotlib", "plots", "heat maps")  # before any work: the heat map is this command's output
     out = Path(args.output or f"{config.name}-partition.png")
-    check_out_dir(str(out.parent))
+    check_out_dir(str(out.parent), "output")
     if out.is_dir():
         raise ConfigError("output", f"{out} is a folder; give a PNG file path")
     data = build_data(config)
@@ -215,6 +246,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verbosity(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="count", default=0, help="-q: no progress and no info lines (warnings and errors only); -qq: errors only")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="debug lines, and a progress line every round")
+
+
+def _progress(args: argparse.Namespace) -> "ProgressMode":
+    """A bar on a terminal, periodic plain lines in logs (no \\r pile-up), nothing with -q."""
+    from chillfl.progress import mode_for
+
+    return mode_for(bool(args.quiet) and not getattr(args, "verbose", 0))
+
+
 def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     """The whole command line; ``analyses=False`` leaves out the analysis subcommands' own parsers (they import torch)."""
     parser = argparse.ArgumentParser(prog="chillfl", description="Federated learning on non-IID data: logit chilling, FedChill, PA3Fed, SCARLET.")
@@ -226,11 +269,13 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
         else:
             p.add_argument("config", nargs="?", help="TOML config file or bundled experiment name (default: the demo)")
         p.add_argument("overrides", nargs="*", help="section.option=value overrides, e.g. client.lr=0.05")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+        _verbosity(p)
         p.add_argument("--device", help="cpu | cuda | cuda:N | mps | auto (the config's `device`)")
         p.add_argument("--seed", type=int, help="the run seed (the config's `seed`)")
         p.add_argument("--out", dest="out_dir", help="parent folder of the result folder (the config's `out_dir`)")
+        p.add_argument("--data-dir", dest="data_dir", help="where datasets live (the config's `data_dir`)")
         p.add_argument("--dry-run", action="store_true", help="print the resolved config as TOML and exit (nothing is run or written)")
+        p.add_argument("--strict", action="store_true", default=None, help="warnings are errors (the config's `strict`): an exploding loss stops the run (exit 3); compare exits 3 if any run failed")
 
     p = sub.add_parser("run", help="run one experiment")
     common(p, False)
@@ -238,7 +283,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
 
     p = sub.add_parser("resume", help="continue an interrupted run (a results/NAME.partial folder) from its checkpoint")
     p.add_argument("run_dir", help="the interrupted run's folder")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--force", action="store_true", help="resume although the checkpoint, config.toml or metrics.jsonl changed since the checkpoint was written")
+    _verbosity(p)
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("compare", help="run variants on the same partition and seed and tabulate")
@@ -330,8 +376,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
-    quiet = getattr(args, "quiet", False)
-    _log_to_stderr(logging.WARNING if quiet else logging.INFO)
+    level = int(getattr(args, "verbose", 0) or 0) - int(getattr(args, "quiet", 0) or 0)
+    _log_to_stderr({-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}.get(max(-2, min(1, level)), logging.ERROR))
     try:
         return int(args.func(args) or 0)
     except MissingExtra as exc:  # an optional package is missing: one line naming the extra
@@ -343,6 +389,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("chillfl: interrupted; unfinished results are left in *.partial folders", file=sys.stderr)
         return 130
+    except SweepFailed as exc:
+        print(f"chillfl: {exc}" + (f"; partial results in {exc.folder}" if exc.folder else ""), file=sys.stderr)
+        return DIVERGED_EXIT
+    except StorageError as exc:  # disk full: one line saying which checkpoint is kept
+        print(f"chillfl: error: {exc}", file=sys.stderr)
+        return 1
     except Diverged as exc:
         folder = getattr(exc, "folder", None)
         print(f"chillfl: diverged: {exc}" + (f"; partial results in {folder}" if folder else ""), file=sys.stderr)
@@ -357,9 +409,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(exc, RunInterrupted):
             raise
         if exc.folder is not None:
-            print(f"chillfl: {exc}; resume with: chillfl resume {exc.folder}", file=sys.stderr)
+            kept = f"the checkpoint of round {exc.checkpoint} is kept; " if exc.at_once else ""
+            print(f"chillfl: {exc}; {kept}resume with: chillfl resume {exc.folder}", file=sys.stderr)
         else:
-            print(f"chillfl: {exc}; no checkpoint was written (checkpoint.every = 0 and a second signal)", file=sys.stderr)
+            print(f"chillfl: {exc}; no checkpoint had been written yet, so there is nothing to resume", file=sys.stderr)
         return exc.exit_code
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import os
+import re
 import sys
 import unicodedata
 from collections.abc import Mapping
@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, did_you_mean
 from chillfl.options import parse_options, require, require_range, short_repr
+from chillfl.paths import check_writable_dir
 from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer
 
 if sys.version_info >= (3, 11):
@@ -276,7 +277,7 @@ class ObjectiveConfig:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    """When the run state is saved into the run folder (``checkpoint.pt``), so ``chillfl resume`` can continue.
+    """When the run state is saved into the run folder (``checkpoint.safetensors``), so ``chillfl resume`` can continue.
 
     ``every``: write the run state every k rounds (0: only when the run is
     interrupted by SIGINT/SIGTERM). ``client_models``: also save every
@@ -323,12 +324,13 @@ def is_device_name(name: str) -> bool:
 def check_name(name: str, field: str = "name") -> None:
     """A run name becomes a folder under ``out_dir``: it must not escape it or hide characters.
 
-    Refused: empty, ``.``/``..``, ``/`` or ``\\``, control and format characters
+    Refused: empty or blank, a leading ``.`` (hidden, ``..``) or ``-`` (read as an
+    option by ``rm``, ``ls``...), ``/`` or ``\\``, control and format characters
     (newlines, NUL, terminal escapes, bidi overrides), more than
     :data:`MAX_NAME_BYTES` bytes of UTF-8.
     """
-    require(bool(name), field, "must be a non-empty name")
-    require(name not in (".", ".."), field, f"must not be {name!r}")
+    require(bool(name) and not name.isspace(), field, f"must be a non-empty name, got {short_repr(name)}")
+    require(not name.startswith((".", "-")), field, f"must not start with '.' or '-', got {short_repr(name)}")
     require("/" not in name and "\\" not in name, field, f"must not contain '/' or '\\', got {short_repr(name)}")
     bad = [ch for ch in name if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")]
     require(not bad, field, f"must not contain control characters, got {short_repr(name)}")
@@ -340,7 +342,7 @@ def safe_name(label: str) -> str:
     """A folder name for a variant label ("FedChill*" -> "FedChill_star", "T=0.5" -> "T0.5"), always a valid name."""
     label = label.replace("=", "").replace(", ", "_").replace("*", "_star")
     keep = [c if ((c.isalnum() and c.isprintable()) or c in "-_.") else "_" for c in label]
-    name = "".join(keep).strip("_.")[:MAX_NAME_BYTES]
+    name = "".join(keep).strip("_.").lstrip("-.")[:MAX_NAME_BYTES]
     while len(name.encode("utf-8")) > MAX_NAME_BYTES:
         name = name[:-1]
     return name or "variant"
@@ -383,6 +385,9 @@ class RunConfig:
     run (``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32``, restored after); refused on
     other devices, which have no such mode. ``fp32`` keeps torch's defaults (on CUDA, cuDNN
     convolutions may already use TF32: torch's own default; matmuls do not)."""
+    strict: bool = False
+    """An exploding training loss that stays finite (>= 1e4 x round 1's, or above 1e3: :mod:`chillfl.engine.health`)
+    stops the run as a divergence (exit 3, ``NAME.failed``) instead of one warning line. ``--strict`` on the command line."""
     federation: FederationConfig = field(default_factory=FederationConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -428,7 +433,7 @@ class RunConfig:
         return self.client.lr_at(round, self.federation.rounds)
 
     def validate(self, section: str) -> None:
-        require(self.executor in EXECUTORS, "executor", f"unknown value {short_repr(self.executor)}; allowed: {', '.join(EXECUTORS)}")
+        require(self.executor in EXECUTORS, "executor", f"unknown value {short_repr(self.executor)}{did_you_mean(self.executor, EXECUTORS)}; allowed: {', '.join(EXECUTORS)}")
         require(is_device_name(self.device), "device", f"unknown value {short_repr(self.device)}; allowed: cpu, cuda, cuda:N, mps, auto")
         require_range(self.threads, 0, MAX_THREADS, "threads")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
@@ -446,7 +451,7 @@ class RunConfig:
             parse_prototypes(self.prototypes)
             require(not self.distillation, "prototypes.method", "a run shares soft-labels ([distillation]) or prototypes ([prototypes]), not both")
         for key, value in self.compare.items():
-            require(key in COMPARE_KEYS, f"compare.{key}", f"unknown option; allowed: {', '.join(COMPARE_KEYS)}")
+            require(key in COMPARE_KEYS, f"compare.{key}", f"unknown option{did_you_mean(key, COMPARE_KEYS)}; allowed: {', '.join(COMPARE_KEYS)}")
             check_compare_option(key, value)
         if self.tune:
             from chillfl.tune import parse_tune
@@ -460,8 +465,7 @@ class RunConfig:
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> RunConfig:
         data = self.to_dict()
-        for key, value in overrides.items():
-            set_dotted(data, key, value)
+        apply_overrides(data, overrides)
         return config_from_dict(data)
 
     @staticmethod
@@ -490,6 +494,9 @@ def check_compare_option(key: str, value: Any) -> None:
 def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
     """Validate a plain nested dict (as read from TOML) into a RunConfig."""
     check_depth(data)
+    part = data.get("partition")
+    if isinstance(part, Mapping) and "from" in part and "name" not in part:  # partition.from = "partition.json" alone
+        data = {**data, "partition": {"name": "file", **part}}
     return parse_options(RunConfig, data, "")
 
 
@@ -509,20 +516,44 @@ def check_depth(data: Mapping[str, Any], limit: int = MAX_DEPTH) -> None:
             stack.extend((v, keys, depth + 1) for v in node)
 
 
+_QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'')
+_DEEP_KEY = re.compile(r"(?:[A-Za-z0-9_-]+[ \t]*\.[ \t]*){%d,}[A-Za-z0-9_-]+" % MAX_DEPTH)
+
+
+def check_key_depth(text: str) -> None:
+    """Refuse a dotted key or table header of more than :data:`MAX_DEPTH` parts before TOML parses it.
+
+    tomllib takes time quadratic in a dotted key's length (50,000 parts: over
+    a minute); :func:`check_depth` would refuse the result anyway. Quoted
+    strings count as one key part each, so a dotted value inside a string is
+    never mistaken for a key.
+    """
+    for line in text.splitlines():
+        if line.count(".") <= MAX_DEPTH:
+            continue
+        bare = _QUOTED.sub("q", line)
+        found = _DEEP_KEY.search(bare)
+        if found:
+            parts = [p.strip() for p in found.group().split(".")]
+            field = ".".join(parts[:2]) if bare == line else "config"  # quoted parts: no bare name to show
+            raise ConfigError(field, f"nested more than {MAX_DEPTH} levels deep")
+
+
 def merge_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
     """Apply a variant's table of overrides to a config dict (in place).
 
     A table for a pluggable part (:data:`WHOLE_PARTS`) replaces that part whole;
     other tables are merged key by key; ``a.b`` keys are dotted paths.
     """
+    dotted: dict[str, Any] = {}
     for key, value in overrides.items():
         if key in WHOLE_PARTS and isinstance(value, dict):
             data[key] = dict(value)
         elif isinstance(value, dict):
-            for sub, subval in value.items():
-                set_dotted(data, f"{key}.{sub}", subval)
+            dotted.update({f"{key}.{sub}": subval for sub, subval in value.items()})
         else:
-            set_dotted(data, key, value)
+            dotted[key] = value
+    apply_overrides(data, dotted)
 
 
 def variant_config(base: RunConfig, label: str, overrides: Mapping[str, Any]) -> RunConfig:
@@ -568,6 +599,7 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
 
 def parse_value(text: str, field: str = "value") -> Any:
     """Interpret an override value as TOML (numbers, booleans, lists, quoted strings), else a bare string."""
+    check_key_depth(text)  # an inline table's dotted keys (``{a.a.a... = 1}``)
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
@@ -584,6 +616,8 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(item, "overrides look like section.option=value (e.g. client.lr=0.05)")
         key, _, text = item.partition("=")
+        if not key.strip():  # ``=1``: no field to name but the override itself
+            raise ConfigError("overrides", f"{short_repr(item)} has no key; overrides look like section.option=value (e.g. client.lr=0.05)")
         out[key.strip()] = parse_value(text.strip(), key.strip())
     return out
 
@@ -598,18 +632,21 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     if not is_file:
         raise ConfigError("config", f"file not found: {short_repr(str(p))}")
     try:
-        data: dict[str, Any] = tomllib.loads(p.read_text(encoding="utf-8"))  # typed here: on Python 3.10 tomli may be untyped
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("config", f"{p} is not a UTF-8 text file") from None
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read {p}: {exc.strerror or exc}") from None
+    check_key_depth(text)
+    try:
+        data: dict[str, Any] = tomllib.loads(text)  # typed here: on Python 3.10 tomli may be untyped
         return data
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("config", f"malformed TOML in {p}: {exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError("config", f"{p} is not a UTF-8 text file") from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
         raise ConfigError("config", f"unreadable value in {p}: {str(exc)[:80]}") from None
     except RecursionError:
         raise ConfigError("config", f"{p} nests tables or lists too deeply") from None
-    except OSError as exc:
-        raise ConfigError("config", f"cannot read {p}: {exc.strerror or exc}") from None
 
 
 MAX_EXTENDS = 16
@@ -619,7 +656,8 @@ MAX_EXTENDS = 16
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """The TOML file at ``path`` with its ``extends`` chain resolved: the dict it stands for.
 
-    ``extends = "base.toml"`` (relative to the including file) starts from that
+    ``extends = "base.toml"`` (relative to the including file, else a bundled
+    config such as ``"flexchill/_base-digits.toml"``) starts from that
     file's resolved dict, and this file's tables are merged into it key by key,
     at any depth (:func:`merge_extends`); this file's values win. Chains are
     allowed (a base may extend another); a cycle, a missing file, a chain
@@ -641,12 +679,8 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         where = f"in {current}"
         if not isinstance(base, str) or not base or "\0" in base:
             raise ConfigError("extends", f"expected a TOML file name (a string), got {short_repr(base)} {where}")
-        target = current.parent / base
-        try:
-            found = target.is_file()
-        except (OSError, ValueError):
-            found = False
-        if not found:
+        target = _extends_target(current.parent, base)
+        if target is None:
             raise ConfigError("extends", f"file not found: {short_repr(base)} (relative to {current.parent}) {where}")
         if target.resolve() in chain:
             names = " -> ".join(p.name for p in [*chain, target.resolve()])
@@ -659,6 +693,28 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         merged.pop("name", None)  # a base's name is not inherited
         merge_extends(merged, layers.pop())
     return merged
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # ENAMETOOLONG, NUL in the path
+        return False
+
+
+def _extends_target(folder: Path, base: str) -> Path | None:
+    """The file ``extends = base`` names: relative to the including file's folder, else a bundled
+    config or shared base (``flexchill/_base-digits.toml``, ``.toml`` optional); None if neither exists."""
+    from chillfl.experiments import experiments_root
+
+    local = folder / base
+    if _is_file(local):
+        return local
+    relative = Path(base if base.endswith(".toml") else base + ".toml")
+    if relative.is_absolute() or ".." in relative.parts:
+        return None
+    bundled = experiments_root() / relative
+    return bundled if _is_file(bundled) else None
 
 
 def merge_extends(base: dict[str, Any], child: Mapping[str, Any]) -> None:
@@ -681,21 +737,31 @@ def merge_extends(base: dict[str, Any], child: Mapping[str, Any]) -> None:
             base[key] = copy.deepcopy(value)
 
 
-def _seed_default_parts(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
-    """Give an overridden part the file lacks its default table, so overrides merge per key.
+def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
+    """Apply dotted ``key=value`` overrides to a config dict (in place): the one path for the CLI, the API and variants.
 
-    ``partition.alpha=0.1`` on a file without ``[partition]`` means the default
-    partitioner with alpha 0.1 (defaults < file < overrides). An override that
-    picks another implementation (``partition.name=iid``) starts from an empty
-    table instead: the default's options belong to the default's name.
+    Overrides merge into a part's table key by key (defaults < file <
+    overrides): ``partition.alpha=0.1`` on a file without ``[partition]``
+    means the default partitioner with alpha 0.1. An override that picks
+    another implementation (``partition.name=iid`` on a Dirichlet base)
+    starts that part from an empty table instead: the old table's options
+    belong to the old name.
     """
-    defaults = RunConfig()
+    defaults: RunConfig | None = None
     for part, key in PART_KEYS.items():
-        if part in data or not any(k.startswith(part + ".") for k in overrides):
+        if not any(k.startswith(part + ".") for k in overrides):
             continue
-        table = copy.deepcopy(getattr(defaults, part))
-        if overrides.get(f"{part}.{key}", table[key]) == table[key]:
-            data[part] = table
+        table = data.get(part)
+        if table is None:
+            defaults = defaults or RunConfig()
+            table = getattr(defaults, part)
+        if not isinstance(table, Mapping):
+            continue  # not a table: config_from_dict names the error
+        fallback = "file" if part == "partition" and "partition.from" in overrides else table.get(key)  # from a file: not the old split
+        picked = overrides.get(f"{part}.{key}", fallback)
+        data[part] = copy.deepcopy(dict(table)) if picked == table.get(key) else {}
+    for key, value in overrides.items():
+        set_dotted(data, key, value)
 
 
 def _name_from_path(path: Path) -> str:
@@ -714,40 +780,13 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = N
         data["name"] = _name_from_path(Path(path))
     check_depth(data)  # before deepcopy, which recurses
     data = copy.deepcopy(data)
-    overrides = overrides or {}
-    _seed_default_parts(data, overrides)
-    for key, value in overrides.items():
-        set_dotted(data, key, value)
+    apply_overrides(data, overrides or {})
     return config_from_dict(data)
 
 
-def check_out_dir(out_dir: str) -> None:
-    """Refuse an ``out_dir`` that cannot hold result folders, before anything is written.
-
-    Walks up to the nearest existing ancestor: it must be a folder (not a file,
-    nor a path under a file) that this user can write into. Missing folders
-    below it are fine (they are created), but no path component may exceed
-    255 bytes. Writes nothing.
-    """
-    if not out_dir or "\0" in out_dir:
-        raise ConfigError("out_dir", f"must be a non-empty path without NUL characters, got {short_repr(out_dir)}")
-    path = Path(out_dir).absolute()
-    for part in path.parts:
-        if len(os.fsencode(part)) > 255:
-            raise ConfigError("out_dir", f"a path component is longer than 255 bytes: {part[:40]!r}...")
-    probe = path
-    try:
-        while not probe.exists():
-            if probe.is_symlink():  # a dangling link: mkdir would fail on it
-                raise ConfigError("out_dir", f"{probe} is a broken symbolic link")
-            probe = probe.parent
-        if not probe.is_dir():
-            where = "is a file" if probe == path else f"sits under {probe}, which is a file"
-            raise ConfigError("out_dir", f"{out_dir} {where}, not a folder")
-    except OSError as exc:
-        raise ConfigError("out_dir", f"cannot use {out_dir}: {exc.strerror or exc}") from None
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError("out_dir", f"{probe} is not writable by this user")
+def check_out_dir(out_dir: str, field: str = "out_dir") -> None:
+    """Refuse an ``out_dir`` that cannot hold result folders, before anything is written (see :func:`check_writable_dir`)."""
+    check_writable_dir(out_dir, field)
 
 
 def is_finite_number(x: Any) -> bool:

@@ -7,7 +7,9 @@ Keeping one exception type means library code never prints or exits itself.
 
 from __future__ import annotations
 
+import difflib
 import unicodedata
+from collections.abc import Iterable
 
 _LINE_BREAKING = {"Cc", "Cf", "Cs", "Co", "Zl", "Zp"}  # control, format, surrogate, private use, line/paragraph separators
 
@@ -39,9 +41,21 @@ class ConfigError(ValueError):
         super().__init__(f"{one_line(field)}: {one_line(message)}")
 
 
+def did_you_mean(value: object, allowed: Iterable[object]) -> str:
+    """``" (did you mean 'alpha'?)"`` for the closest allowed name to a typo, else ``""`` (difflib's ratio >= 0.6)."""
+    if not isinstance(value, str):
+        return ""
+    names = [str(a) for a in allowed]
+    close = difflib.get_close_matches(value, names, n=1) or difflib.get_close_matches(value.lower(), [n.lower() for n in names], n=1)
+    if not close:
+        return ""
+    match = next((n for n in names if n.lower() == close[0].lower()), close[0])
+    return f" (did you mean {match!r}?)" if match != value else ""
+
+
 def choice_error(field: str, value: object, allowed: list[str] | tuple[str, ...]) -> ConfigError:
-    """Error for an unknown name, listing the valid ones."""
-    return ConfigError(field, f"unknown value {value!r}; allowed: {', '.join(sorted(allowed))}")
+    """Error for an unknown name, listing the valid ones (and the closest, for a typo)."""
+    return ConfigError(field, f"unknown value {value!r}{did_you_mean(value, allowed)}; allowed: {', '.join(sorted(allowed))}")
 
 
 DIVERGED_EXIT = 3
@@ -55,6 +69,29 @@ class Diverged(ArithmeticError):
         self.round, self.what, self.client = round, what, client
         where = f"round {round}" + (f", client {client}" if client is not None else "")
         super().__init__(f"{where}: {what}")
+
+
+class SweepFailed(RuntimeError):
+    """Every run of a comparison diverged or failed: nothing to tabulate (the CLI exits :data:`DIVERGED_EXIT`).
+
+    ``folder``: where the runs' partial results are (None without a result folder).
+    """
+
+    def __init__(self, message: str, folder: object = None) -> None:
+        super().__init__(message)
+        self.folder = folder
+
+
+class StorageError(OSError):
+    """The run folder could not be written (disk full, I/O error, file system gone read-only).
+
+    One line for the CLI (exit 1): what could not be written and why; the runner
+    adds which checkpoint is kept. Not a :class:`ConfigError`: the input was fine; an
+    OSError, so that code catching those still catches it.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 class MissingExtra(ConfigError):

@@ -190,7 +190,7 @@ def build_experiment(
     if config.executor == "ray":  # before anything is written: the extra must be installed
         from chillfl.engine.ray_executor import import_ray
 
-        import_ray()
+        import_ray(config.ray.address)  # and a local Ray's sockets must fit under TMPDIR
     device = resolve_device(config.device)
     if data is None:
         data = build_data(config, dataset)
@@ -292,3 +292,68 @@ def check_model_assignment(config: RunConfig, num_clients: int) -> None:
     plan_models(config.model, num_clients)
     if models_travel(config):
         refuse_heterogeneous(config.model, protocol_of(config).travel_reason)
+
+
+# ---------------------------------------------------------------- validation without running (--dry-run)
+
+
+def check_config(config: RunConfig) -> bool:
+    """Build every part of ``config`` as a run would, writing nothing; ConfigError on any mistake a run would hit.
+
+    Returns False when the dataset's files are absent (a ``data_dir`` error):
+    then each part's name and options are still checked, but nothing that
+    needs the data's shapes (model sizes, partition feasibility).
+    """
+    from chillfl.data.loaders import DATA_DIR_FIELD
+
+    try:
+        exp = build_experiment(config)
+    except ConfigError as exc:
+        if exc.field != DATA_DIR_FIELD:
+            raise
+        check_parts(config)
+        return False
+    build_protocol(exp)
+    return True
+
+
+def check_parts(config: RunConfig) -> None:
+    """Every pluggable part's name and options (no data needed): the checks each registry makes before building."""
+    from chillfl.aggregation.registry import algorithm_spec
+    from chillfl.data.augment import split_augment
+    from chillfl.data.datasets import DATASETS
+    from chillfl.data.partition import PARTITIONERS, partitioner_names
+    from chillfl.data.partition_file import FROM_FILE
+    from chillfl.models.assign import base_table
+    from chillfl.models.projection import PROJECTION_OPTION
+    from chillfl.models.registry import MODELS, model_names
+    from chillfl.options import parse_options
+    from chillfl.temperature import POLICIES, policy_names
+
+    check_rebuildable(config, has_model=True, has_data=True)
+    name, options = RunConfig.component(config.dataset)
+    if not is_custom(name):
+        if name not in DATASETS:
+            raise choice_error("dataset.name", name, list(DATASETS))
+        options, _ = split_augment(options)
+        parse_options(DATASETS[name].options, options, "dataset")
+    name, options = RunConfig.component(config.partition)
+    if name != FROM_FILE:  # a partition file is read with the data
+        if name not in PARTITIONERS:
+            raise choice_error("partition.name", name, partitioner_names())
+        parse_options(PARTITIONERS[name].options, options, "partition")
+    name, options = RunConfig.component(config.algorithm)
+    parse_options(algorithm_spec(name).options, options, "algorithm")
+    name, options = RunConfig.component(base_table(config.model))
+    if not is_custom(name):
+        if name not in MODELS:
+            raise choice_error("model.name", name, model_names())
+        parse_options(MODELS[name].options, {k: v for k, v in options.items() if k != PROJECTION_OPTION}, "model")
+    check_model_assignment(config, config.federation.num_clients)
+    name, options = RunConfig.component(config.temperature, "policy")
+    if name not in POLICIES:
+        raise choice_error("temperature.policy", name, policy_names())
+    parse_options(POLICIES[name].options, options, "temperature")
+    losses = base_losses()
+    if config.client.loss not in losses:
+        raise choice_error("client.loss", config.client.loss, list(losses))

@@ -17,7 +17,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, did_you_mean
 
 T = TypeVar("T")
 
@@ -53,7 +53,7 @@ def coerce(value: Any, tp: Any, field: str) -> Any:
     if origin is typing.Literal:
         choices = typing.get_args(tp)
         if value not in choices:
-            raise ConfigError(field, f"unknown value {short_repr(value)}; allowed: {', '.join(map(str, choices))}")
+            raise ConfigError(field, f"unknown value {short_repr(value)}{did_you_mean(value, choices)}; allowed: {', '.join(map(str, choices))}")
         return value
     if origin in (list, tuple):
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
@@ -122,7 +122,7 @@ def parse_options(cls: type[T], table: Mapping[str, Any] | None, section: str) -
     if unknown:
         raise ConfigError(
             join_field(section, unknown[0]),
-            f"unknown option; allowed: {', '.join(sorted(names)) or '(none)'}",
+            f"unknown {'option' if section else 'key or section'}{did_you_mean(unknown[0], names)}; allowed: {', '.join(sorted(names)) or '(none)'}",
         )
     kwargs = {k: coerce(v, hints[k], join_field(section, k)) for k, v in table.items()}
     obj = cls(**kwargs)

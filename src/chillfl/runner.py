@@ -34,18 +34,23 @@ from tqdm import tqdm
 
 from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
-from chillfl.engine.checkpoint import read_state, write_state
+from chillfl.engine.checkpoint import read_checkpoint, read_state, write_atomic, write_state
+from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import run_rounds
+from chillfl.environment import as_comment, differences, environment
+from chillfl.engine.model_file import write_model
 from chillfl.engine.protocol import ServerProtocol
-from chillfl.engine.results import ResultWriter, read_metrics, summarize
-from chillfl.errors import ConfigError, Diverged, MissingExtra
+from chillfl.engine.results import ResultWriter, summarize
+from chillfl.engine.run_folder import CHECKPOINT, open_for_resume, run_metadata
+from chillfl.engine.view import RoundHook, RunView
+from chillfl.errors import Diverged, MissingExtra, StorageError
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
+from chillfl.progress import Progress, make_bar
 from chillfl.protocols.registry import protocol_of
 
 if TYPE_CHECKING:
     from chillfl.sinks import Sink
 
-CHECKPOINT = "checkpoint.safetensors"
 MODEL = "model.safetensors"
 CLIENT_MODELS = "client_models.safetensors"
 
@@ -74,11 +79,17 @@ class RunOutput:
 
 
 class RunInterrupted(Exception):
-    """SIGINT/SIGTERM stopped the run; ``folder`` holds its last checkpoint (None if none was written)."""
+    """SIGINT/SIGTERM stopped the run; ``folder`` holds its last checkpoint (None if none was written).
 
-    def __init__(self, signum: int, folder: Path | None, round: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name} after round {round}")
-        self.signum, self.folder, self.round = signum, folder, round
+    ``round``: the last completed round. ``at_once``: a second signal stopped the run in the
+    middle of round ``round + 1``; ``checkpoint`` is then the round of the checkpoint kept.
+    """
+
+    def __init__(self, signum: int, folder: Path | None, round: int, at_once: bool = False) -> None:
+        name = signal.Signals(signum).name
+        super().__init__(f"interrupted by a second {name} during round {round + 1}" if at_once else f"interrupted by {name} after round {round}")
+        self.signum, self.folder, self.round, self.at_once = signum, folder, round, at_once
+        self.checkpoint: int | None = None if at_once else round
 
     @property
     def exit_code(self) -> int:
@@ -133,10 +144,20 @@ def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
 
 
 class _Signals:
-    """SIGINT/SIGTERM -> stop after the current round (first signal) or at once (second); main thread only."""
+    """SIGINT/SIGTERM -> stop after the current round (first signal) or at once (second); main thread only.
+
+    Installed for the whole run, clean-up included: a second signal while the
+    run is ``armed`` (the round loop, once the executor has started) stops it
+    at once; outside, e.g. while the executor starts or shuts its workers or
+    its Ray cluster down, further signals are ignored, so that start-up and
+    clean-up always complete, nothing is left running, and the CLI still
+    prints its one line.
+    """
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.armed = False
+        self.done = 0
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> "_Signals":
@@ -145,9 +166,17 @@ class _Signals:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
+    def reinstall(self) -> None:
+        """Take the signals back: ``ray.init`` installs Ray's own SIGTERM handler (which exits 1 with no line)."""
+        for sig in self._previous:
+            signal.signal(sig, self._handle)
+
     def _handle(self, signum: int, frame: Any) -> None:
         if self.received is not None:
-            raise RunInterrupted(signum, None, -1)
+            if self.armed:
+                self.armed = False  # one exception; clean-up after it runs undisturbed
+                raise RunInterrupted(signum, None, self.done, at_once=True)
+            return
         self.received = signum
         tqdm.write(f"chillfl: {signal.Signals(signum).name}: stopping after this round (a second one stops at once)")
 
@@ -160,44 +189,71 @@ def run_experiment(
     config: RunConfig,
     *,
     write: bool = True,
-    progress: bool = True,
+    progress: Progress = True,
     data: FederatedData | None = None,
     label: str | None = None,
     experiment: Experiment | None = None,
     callbacks: Sequence[Callback] = (),
+    hooks: Sequence[RoundHook] = (),
 ) -> RunOutput:
     """Build and run ``config``; write its result folder unless ``write`` is False.
 
     All validation happens in :func:`build_experiment` before the folder exists.
     ``experiment``: parts built already (the Python API's own model and data).
+    ``hooks``: called after every round with the record and a :class:`~chillfl.engine.view.RunView`
+    (read-only models; ``stop()`` ends the run after that round, checkpointed and resumable).
     """
     with intra_op_threads(config.threads):
         exp = experiment or build_experiment(config, data=data)
         config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
         if write:
-            _check_sinks(config)
+            check_sinks(config)
         writer = ResultWriter(config.out_dir, config.name) if write else None
         if writer:
-            writer.write_config(config.to_dict())
-        return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks)
+            try:
+                writer.write_config(config.to_dict(), as_comment(environment(exp.device)))
+                _write_partition(writer.path, exp, config)
+            except StorageError as exc:
+                writer.abort()  # releases the folder's lock
+                raise StorageError(f"{exc}; no checkpoint was written yet; partial results in {writer.path}") from exc
+            except BaseException:
+                writer.abort()
+                raise
+        return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks, hooks=hooks)
 
 
-def resume_experiment(folder: str | Path, *, progress: bool = True, callbacks: Sequence[Callback] = ()) -> RunOutput:
-    """Continue the interrupted run in ``folder`` (a ``NAME.partial`` result folder) from its checkpoint."""
-    path = Path(folder)
-    if not (path / "config.toml").is_file():
-        raise ConfigError("run_dir", f"{path} is not a chillfl run folder (no config.toml)")
-    if not (path / CHECKPOINT).is_file():
-        raise ConfigError("run_dir", f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint; start it again")
-    config = load_config(path / "config.toml")
-    _check_sinks(config)
-    with intra_op_threads(config.threads):
-        exp = build_experiment(config)
-        state = read_state(path / CHECKPOINT, exp.device)
-        done = int(state["round"])
-        records = [r for r in read_metrics(path) if r["round"] <= done]
-        writer = ResultWriter.reopen(path, records)
-        return _run(exp, config, writer, progress=progress, label=config.name, callbacks=callbacks, resume=(done, state["protocol"], records))
+def _write_partition(folder: Path, exp: Experiment, config: RunConfig) -> None:
+    """``partition.json``: the clients' training indices, reusable with ``partition.from`` (:mod:`chillfl.data.partition_file`)."""
+    from chillfl.data.partition_file import PARTITION_FILE, encode_partition, partition_record
+
+    data = exp.data
+    write_atomic(folder / PARTITION_FILE, encode_partition(partition_record(data.dataset.name, len(data.dataset.y_train), config.partition, data.train_indices)))
+
+
+def resume_experiment(
+    folder: str | Path, *, progress: Progress = True, callbacks: Sequence[Callback] = (), hooks: Sequence[RoundHook] = (), force: bool = False
+) -> RunOutput:
+    """Continue the interrupted run in ``folder`` (a ``NAME.partial`` result folder, or a run a hook stopped) from its checkpoint.
+
+    The folder is locked and checked first (:func:`~chillfl.engine.run_folder.open_for_resume`):
+    a file changed since the checkpoint is one ConfigError naming it, unless ``force``.
+    """
+    point = open_for_resume(folder, force)
+    writer = None
+    try:
+        config = load_config(point.path / "config.toml")
+        check_sinks(config)
+        with intra_op_threads(config.threads):
+            exp = build_experiment(config)
+            state, _ = read_checkpoint(point.path / CHECKPOINT, exp.device, verify=not force)
+            changed = differences(state.get("environment") or {}, environment(exp.device))
+            if changed:  # results stay valid, but the rest of the run may differ in the last bits from an uninterrupted one
+                log.warning("resuming on another setup than the checkpoint's (%s): not bitwise what an uninterrupted run gives", "; ".join(changed))
+            writer = ResultWriter.reopen(point.path, point.lock, point.metrics, point.config)
+            return _run(exp, config, writer, progress=progress, label=config.name, callbacks=callbacks, hooks=hooks, resume=(point.done, state["protocol"], point.records))
+    finally:
+        if writer is None:
+            point.lock.release()
 
 
 def _checkpoint_round(writer: ResultWriter) -> int | None:
@@ -206,9 +262,11 @@ def _checkpoint_round(writer: ResultWriter) -> int | None:
     return int(read_state(path)["round"]) if path.is_file() else None
 
 
-def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int) -> None:
+def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int, device: torch.device) -> None:
+    """The run state after round ``done`` (and the setup it ran on), with the checksums of the config and metrics it goes with."""
     if writer is not None:
-        write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict()})
+        run = run_metadata(writer.config_bytes, writer.metrics_bytes, writer.metrics_sha256)
+        write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict(), "environment": environment(device)}, run)
 
 
 def _run(
@@ -216,14 +274,32 @@ def _run(
     config: RunConfig,
     writer: ResultWriter | None,
     *,
-    progress: bool,
+    progress: Progress,
     label: str | None,
     callbacks: Sequence[Callback],
+    hooks: Sequence[RoundHook] = (),
     resume: tuple[int, Mapping[str, Any], list[dict[str, Any]]] | None = None,
+) -> RunOutput:
+    with _Signals() as signals:
+        return _run_rounds(exp, config, writer, signals, progress=progress, label=label, callbacks=callbacks, hooks=hooks, resume=resume)
+
+
+def _run_rounds(
+    exp: Experiment,
+    config: RunConfig,
+    writer: ResultWriter | None,
+    signals: _Signals,
+    *,
+    progress: Progress,
+    label: str | None,
+    callbacks: Sequence[Callback],
+    hooks: Sequence[RoundHook],
+    resume: tuple[int, Mapping[str, Any], list[dict[str, Any]]] | None,
 ) -> RunOutput:
     start = time.perf_counter()
     rounds, every = config.federation.rounds, config.checkpoint.every
     protocol = build_protocol(exp)
+    view = RunView(protocol, exp.model)
     executor = None
     done, records = 0, list[dict[str, Any]]()
     sinks: list[Sink] = []
@@ -234,32 +310,55 @@ def _run(
         if writer is not None and config.log.sinks:
             sinks = _sinks(config, writer.path, records)
             callbacks = [*callbacks, *sinks]
-        executor = make_executor(exp, protocol)
-        loop = run_rounds(
-            protocol, executor, seed=config.seed, num_clients=exp.data.num_clients,
-            clients_per_round=config.federation.sample_size(), rounds=rounds, start=done, participation=config.federation,
-        )
-        bar = tqdm(total=rounds, initial=done, desc=label or config.name, unit="round", disable=not progress, leave=True, dynamic_ncols=True)
-        with device_settings(config, exp.device), _Signals() as signals, bar:
-            for record in loop:
-                records.append(record)
-                done = record["round"]
-                if writer:
-                    writer.append(record)
-                for cb in callbacks:
-                    cb.on_round(record)
-                bar.set_postfix(_postfix(record), refresh=False)
-                bar.update(1)
-                if signals.received is not None:
-                    _checkpoint(writer, protocol, done)
-                    raise RunInterrupted(signals.received, writer.path if writer else None, done)
-                if every and done % every == 0 and done < rounds:
-                    _checkpoint(writer, protocol, done)
+        executor = make_executor(exp, protocol)  # unarmed: a Ray cut short while it starts could leave its processes behind
+        signals.reinstall()
+        signals.done, signals.armed = done, True
+        try:
+            loop = run_rounds(
+                protocol, executor, seed=config.seed, num_clients=exp.data.num_clients,
+                clients_per_round=config.federation.sample_size(), rounds=rounds, start=done, participation=config.federation,
+            )
+            bar = make_bar(progress, rounds, done, label or config.name)
+            watch = LossWatch(config.strict, records)
+            with device_settings(config, exp.device), bar:
+                for record in loop:
+                    watch.observe(record)
+                    records.append(record)
+                    done = signals.done = record["round"]
+                    if writer:
+                        writer.append(record)
+                    for cb in callbacks:
+                        cb.on_round(record)
+                    view.round = done
+                    for hook in hooks:
+                        hook(record, view)
+                    bar.set_postfix(_postfix(record), refresh=False)
+                    bar.update(1)
+                    if view.stop_reason is not None and done < rounds:  # a hook stopped the run: resumable from here
+                        signals.armed = False  # the checkpoint below must not be cut short
+                        _checkpoint(writer, protocol, done, exp.device)
+                        break
+                    if signals.received is not None:
+                        signals.armed = False  # the checkpoint below must not be cut short
+                        _checkpoint(writer, protocol, done, exp.device)
+                        raise RunInterrupted(signals.received, writer.path if writer else None, done)
+                    if every and done % every == 0 and done < rounds:
+                        _checkpoint(writer, protocol, done, exp.device)
+        finally:
+            signals.armed = False  # from here on (finishing, clean-up) a signal stops nothing half-way
         _close_sinks(sinks)  # before _finish renames the folder they write into
-        output = _finish(exp, config, protocol, writer, records, time.perf_counter() - start)
+        stopped = {"round": done, "reason": view.stop_reason} if view.stop_reason is not None and done < rounds else None
+        output = _finish(exp, config, protocol, writer, records, time.perf_counter() - start, stopped)
         for cb in callbacks:
             cb.on_end(output)
         return output
+    except StorageError as exc:  # disk full: the folder stays .partial with its last good checkpoint
+        if writer:
+            writer.abort()
+            kept = _checkpoint_round(writer)
+            tail = f"the checkpoint of round {kept} is kept: free space, then chillfl resume {writer.path}" if kept else f"no checkpoint was written yet; partial results in {writer.path}"
+            raise StorageError(f"{exc}; {tail}") from exc
+        raise
     except Diverged as exc:
         if writer:
             exc.folder = writer.fail({"round": exc.round, "client": exc.client, "what": exc.what, "last_checkpoint": _checkpoint_round(writer)})  # type: ignore[attr-defined]
@@ -268,7 +367,7 @@ def _run(
         if writer:
             writer.abort()
         if exc.folder is None and writer is not None and (writer.path / CHECKPOINT).is_file():
-            exc.folder = writer.path
+            exc.folder, exc.checkpoint = writer.path, _checkpoint_round(writer)
         raise
     except BaseException:
         if writer:
@@ -281,7 +380,7 @@ def _run(
         protocol.close()
 
 
-def _check_sinks(config: RunConfig) -> None:
+def check_sinks(config: RunConfig) -> None:
     """A sink whose package is missing stops the run before its folder exists (one MissingExtra line)."""
     from chillfl.extras import need
 
@@ -306,11 +405,18 @@ def _close_sinks(sinks: list["Sink"]) -> None:
         close_sinks(done)
 
 
-def _finish(exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer: ResultWriter | None, records: list[dict[str, Any]], wall: float) -> RunOutput:
+def _finish(
+    exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer: ResultWriter | None, records: list[dict[str, Any]], wall: float,
+    stopped: dict[str, Any] | None = None,
+) -> RunOutput:
+    """Summary, saved models and plots; ``stopped`` (a hook ended the run early) keeps the checkpoint for ``resume``."""
     summary = summarize(records, config.eval.target_accuracy)
+    if stopped is not None:
+        summary["stopped"] = stopped
     summary["wall_time_s"] = round(wall, 3)
     summary["num_parameters"] = sum(v.numel() for k, v in exp.initial_state.items() if v.is_floating_point())
     summary["device"] = str(exp.device)
+    summary["environment"] = environment(exp.device)
     if "assign" in config.model or "groups" in config.model:  # heterogeneous clients: parameters per architecture
         from chillfl.experiment import build_client_models
         from chillfl.models.assign import summarize as architectures
@@ -333,12 +439,17 @@ def _finish(exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer
         return RunOutput(None, records, summary, model_state, clients)
     writer.write_json("summary.json", summary)
     if model_state is not None:
-        write_state(writer.path / MODEL, model_state)
+        write_model(writer.path / MODEL, model_state)  # plain named tensors: safetensors + load_state_dict load it
     if clients:
         write_state(writer.path / CLIENT_MODELS, {str(c): s for c, s in clients.items()})
-    _plots(records, writer.path, config)
-    (writer.path / CHECKPOINT).unlink(missing_ok=True)
-    return RunOutput(writer.finish(), records, summary, model_state, clients)
+    try:
+        _plots(records, writer.path, config)
+    except OSError as exc:  # disk full while saving a figure
+        raise StorageError(f"cannot write the figures in {writer.path}: {exc.strerror or exc}") from exc
+    final = writer.finish()
+    if stopped is None:  # only once the folder is final: until then it is the run's way back
+        (final / CHECKPOINT).unlink(missing_ok=True)
+    return RunOutput(final, records, summary, model_state, clients)
 
 
 def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:
@@ -371,11 +482,14 @@ def rounds_for(exp: Experiment) -> Callable[[Experiment], Iterator[dict[str, Any
     def rounds(e: Experiment) -> Iterator[dict[str, Any]]:
         protocol = build_protocol(e)
         executor = make_executor(e, protocol)
+        watch = LossWatch(e.config.strict)
         try:
-            yield from run_rounds(
+            for record in run_rounds(
                 protocol, executor, seed=e.config.seed, num_clients=e.data.num_clients,
                 clients_per_round=e.config.federation.sample_size(), rounds=e.config.federation.rounds, participation=e.config.federation,
-            )
+            ):
+                watch.observe(record)
+                yield record
         finally:
             executor.close()
             protocol.close()

@@ -266,8 +266,11 @@ def test_ray_options_are_checked() -> None:
         _config(ray={"colour": 1})
 
 
-def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path) -> None:
-    """A run that started its own local Ray: SIGTERM -> exit 143, and no Ray process of its session survives 5 s."""
+@pytest.mark.parametrize("signals", [1, 2])
+def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path, signals: int) -> None:
+    """A run that started its own local Ray: SIGTERM (or two, the second stopping it at once) -> exit 143, one
+    ``chillfl: interrupted`` line, and no Ray process of its session survives 5 s. Two used to exit 1 with no
+    line, and leave two Ray agents re-parented to PID 1 (issue 27)."""
     config = tmp_path / "run.toml"
     table = _config(executor="ray", federation={"rounds": 400}, out_dir=str(tmp_path / "out"), name="r", checkpoint={"every": 0}).to_dict()
     import tomli_w
@@ -289,8 +292,13 @@ def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path) -> None:
         names = {pid: _name(pid) for pid in session_pids(proc.pid)}
         assert "raylet" in names.values() and "gcs_server" in names.values(), names  # the run's own local Ray
         proc.send_signal(signal.SIGTERM)
+        if signals == 2:
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 143, err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("chillfl: interrupted by ") and "round -1" not in last and "Traceback" not in err, err
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and session_pids(proc.pid):
             time.sleep(0.1)

@@ -98,7 +98,7 @@ class PA3FedOptions:
     def validate(self, section: str) -> None:
         require(self.beta >= 0, f"{section}.beta", f"must be >= 0, got {self.beta}")
         require(math.isfinite(self.delta), f"{section}.delta", f"must be a finite number, got {self.delta}")
-        require(self.eval_batch_size >= 1, f"{section}.eval_batch_size", f"must be >= 1, got {self.eval_batch_size}")
+        require(1 <= self.eval_batch_size <= 2**31 - 1, f"{section}.eval_batch_size", f"must be in [1, 2147483647] (a C int in torch), got {self.eval_batch_size}")
 
 
 def stability_coefficient(previous_score: float | None, score: float, beta: float, *, signed: bool = False) -> float:

@@ -212,6 +212,16 @@ def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
     return PA3Fed(base, options), terms
 
 
+def algorithm_spec(name: str, section: str = "algorithm") -> AlgorithmSpec:
+    """The registered (or a user's: ``"pkg.module:Name"``, a ``chillfl.plugins`` entry point) algorithm ``name``."""
+    if name in ALGORITHMS:
+        return ALGORITHMS[name]
+    found = resolve(name, f"{section}.name")
+    if found is None:
+        raise choice_error(f"{section}.name", name, algorithm_names())
+    return user_algorithm(found, name, f"{section}.name")
+
+
 def make_aggregator(
     name: str,
     options: Mapping[str, Any] | None,
@@ -226,13 +236,7 @@ def make_aggregator(
 
     ``client_momentum`` is the run's ``client.momentum`` (FedNova needs it); None skips that check.
     """
-    if name in ALGORITHMS:
-        spec = ALGORITHMS[name]
-    else:  # a user's: "pkg.module:Name", or an installed chillfl.plugins entry point
-        found = resolve(name, f"{section}.name")
-        if found is None:
-            raise choice_error(f"{section}.name", name, algorithm_names())
-        spec = user_algorithm(found, name, f"{section}.name")
+    spec = algorithm_spec(name, section)
     parsed: Any = parse_options(spec.options, options, section)
     ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum)
     return spec.build(parsed, ctx)

@@ -35,7 +35,7 @@ from torch import nn
 from torch.func import functional_call
 
 from chillfl.config import RunConfig, load_config
-from chillfl.engine.checkpoint import read_state
+from chillfl.engine.model_file import read_model
 from chillfl.engine.loop import availability, sample_clients
 from chillfl.errors import ConfigError
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
@@ -61,7 +61,7 @@ def load_model_state(run_dir: str | Path, device: torch.device | str = "cpu", fi
     path = Path(run_dir) / MODEL
     if not path.is_file():
         raise ConfigError(field, f"{Path(run_dir)} has no {MODEL} (soft-label runs and unfinished runs save none)")
-    return {k: v for k, v in read_state(path, device).items()}
+    return read_model(path, device)
 
 
 def read_summary(run_dir: str | Path) -> dict[str, Any]:

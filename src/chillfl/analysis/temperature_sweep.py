@@ -61,7 +61,7 @@ import torch
 from tqdm import tqdm
 
 from chillfl.config import RunConfig
-from chillfl.engine.results import to_toml, unique_dir
+from chillfl.engine.results import claim_dir, to_toml
 from chillfl.experiment import base_losses, build_data, build_initial_model
 from chillfl.errors import ConfigError, choice_error
 from chillfl.extras import need
@@ -219,9 +219,7 @@ def run_temperature_sweep(
 
 
 def _write(config: RunConfig, result: SweepResult, ties: str) -> Path:
-    folder = unique_dir(Path(config.out_dir), f"{config.name}-temperature-sweep")
-    partial = folder.with_name(folder.name + ".partial")
-    partial.mkdir(parents=True)
+    folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-temperature-sweep")  # atomic: no race with a run beside it
     (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
     clients = [
         {

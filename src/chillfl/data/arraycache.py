@@ -41,6 +41,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from chillfl.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 CACHE_DIR = ".chillfl-cache"
@@ -142,23 +144,27 @@ def _in_memory(decoded: Decoded) -> Mapped:
     return Mapped(xs[0], y[0], xs[1], y[1], decoded.num_classes, decoded.train_bounds, decoded.test_bounds)
 
 
+def _array(path: Path, dtype: type, mmap: bool = False) -> np.ndarray:
+    """``path``'s array, which must have ``dtype``: pickles are never loaded (no code runs), a wrong file is a ValueError."""
+    arr = np.load(path, mmap_mode="c" if mmap else None, allow_pickle=False)
+    if not isinstance(arr, np.ndarray) or arr.dtype != dtype:
+        raise ValueError(f"{path.name} holds {getattr(arr, 'dtype', type(arr).__name__)}, not {np.dtype(dtype)}")
+    return arr
+
+
 def _load(folder: Path) -> Mapped:
-    meta: dict[str, Any] = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-
-    def x(split: str) -> torch.Tensor:
-        arr = np.load(folder / f"x_{split}.npy", mmap_mode="c")
+    """The cached arrays; a damaged or foreign cache (an object-dtype ``.npy``, a torn file) is one ConfigError."""
+    try:
+        meta: dict[str, Any] = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return torch.from_numpy(arr)
-
-    def y(split: str) -> torch.Tensor:
-        return torch.from_numpy(np.load(folder / f"y_{split}.npy"))
-
-    def bounds(split: str) -> np.ndarray | None:
-        path = folder / f"{split}_bounds.npy"
-        return np.load(path) if path.is_file() else None
-
-    return Mapped(x("train"), y("train"), x("test"), y("test"), int(meta["num_classes"]), bounds("train"), bounds("test"))
+            warnings.simplefilter("ignore")  # torch warns that the copy-on-write map is not writable
+            xs = [torch.from_numpy(_array(folder / f"x_{split}.npy", np.float32, mmap=True)) for split in ("train", "test")]
+        ys = [torch.from_numpy(_array(folder / f"y_{split}.npy", np.int64)) for split in ("train", "test")]
+        bounds = [_array(p, np.int64) if (p := folder / f"{split}_bounds.npy").is_file() else None for split in ("train", "test")]
+        return Mapped(xs[0], ys[0], xs[1], ys[1], int(meta["num_classes"]), bounds[0], bounds[1])
+    except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
+        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise ConfigError("data_dir", f"the cached arrays in {folder} are unreadable ({reason}); delete that folder to rebuild them") from None
 
 
 def cached(name: str, options: object, source: Path, data_dir: Path, decode: Callable[[], Decoded]) -> Mapped:

@@ -71,6 +71,9 @@ class ArrayDataset:
     channel_mean: tuple[float, ...] | None = None
     channel_std: tuple[float, ...] | None = None
     """The per-channel standardisation chillfl applied (x = (raw - mean) / std); None: inputs as generated."""
+    public_rows: int = 0
+    """The last ``public_rows`` train rows are a separate public set (passed from Python): never given
+    to a client, they are the soft-label methods' public pool (label -1 where none was given)."""
 
     def __post_init__(self) -> None:
         if len(self.x_train) != len(self.y_train) or len(self.x_test) != len(self.y_test):

@@ -55,6 +55,7 @@ import torch
 
 from chillfl.data.client_rows import ClientRows
 from chillfl.data.datasets import ArrayDataset
+from chillfl.data.partition_file import FROM_FILE, read_partition
 from chillfl.data.partition import (
     NUM_CLIENTS_FIELD,
     Partition,
@@ -226,14 +227,19 @@ def build_federated_data(
     require(0 <= public_size < n, PUBLIC_SIZE_FIELD, f"must be in [0, {n - 1}] (train set has {n} samples), got {public_size}")
     require(num_clients >= 1, NUM_CLIENTS_FIELD, f"must be >= 1, got {num_clients}")
     require(
-        num_clients <= n - public_size,
+        num_clients <= n - max(public_size, dataset.public_rows),
         NUM_CLIENTS_FIELD,
         f"must be <= the {n - public_size} training samples left after the public pool, got {num_clients}",
     )
     require(seed >= 0, "seed", f"must be >= 0, got {seed}")
     held_out = validation_split(len(dataset.y_test), validation, seed)
 
-    public = np.sort(_rng(seed, _PUBLIC).permutation(n)[:public_size]).astype(np.int64)
+    if dataset.public_rows:  # a public set passed from Python: its rows, and only those
+        own = dataset.public_rows
+        require(public_size in (0, own), PUBLIC_SIZE_FIELD, f"is {public_size}; the public set passed with the data has {own} samples (leave it unset)")
+        public = np.arange(n - own, n, dtype=np.int64)
+    else:
+        public = np.sort(_rng(seed, _PUBLIC).permutation(n)[:public_size]).astype(np.int64)
     rest = np.setdiff1d(np.arange(n), public)
     sub = dataset
     if dataset.train_groups is not None and public_size > 0:
@@ -241,9 +247,14 @@ def build_federated_data(
         position[rest] = np.arange(len(rest))
         groups = tuple(position[g][position[g] >= 0] for g in dataset.train_groups)
         sub = dataclasses.replace(dataset, train_groups=groups)
-    labels = dataset.y_train.numpy()[rest]
-    part: Partition = partition(partitioner, labels, num_clients, _rng(seed, _PARTITION), partition_options, dataset=sub)
-    train = [rest[ix] for ix in part.client_indices]
+    part: Partition
+    if partitioner == FROM_FILE:  # partition.from: the clients of an earlier run (its partition.json)
+        train = read_partition(partition_options or {}, n, num_clients, public)
+        part = Partition([np.searchsorted(rest, ix) for ix in train])
+    else:
+        labels = dataset.y_train.numpy()[rest]
+        part = partition(partitioner, labels, num_clients, _rng(seed, _PARTITION), partition_options, dataset=sub)
+        train = [rest[ix] for ix in part.client_indices]
 
     evals: Sequence[np.ndarray]
     if client_eval == "none":

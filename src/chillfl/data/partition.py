@@ -336,6 +336,12 @@ def _shards(
         f"num_clients * shards_per_client = {k * spc} exceeds the {n} training samples",
     )
     num_shards = n // size
+    if opts.shard_size is not None:  # a given shard size that leaves too few shards is its own fault
+        require(
+            num_shards >= k,
+            f"{section}.shard_size",
+            f"{size} samples per shard leave {num_shards} shards of the {n} training samples for {k} clients",
+        )
     require(
         k * spc <= num_shards,
         f"{section}.shards_per_client",

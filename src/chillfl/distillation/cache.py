@@ -99,7 +99,7 @@ class CacheOptions:
     on_expire: OnExpire = "drop"
 
     def validate(self, section: str) -> None:
-        require(self.duration >= 0, f"{section}.duration", f"must be >= 0, got {self.duration}")
+        require(0 <= self.duration <= 10**7, f"{section}.duration", f"must be in [0, 10000000] rounds, got {self.duration}")
         require(
             self.on_expire in ("drop", "refresh"),
             f"{section}.on_expire",
@@ -216,10 +216,15 @@ class CacheSyncDelta:
 
 @dataclass(frozen=True)
 class CacheUpdate:
-    """Result of :meth:`ServerCache.update`: the full zhat^t (rows in I^t order) and the downlink to broadcast."""
+    """Result of :meth:`ServerCache.update`: the full zhat^t (rows in I^t order) and the downlink to broadcast.
+
+    ``cached_age``: mean age t - t_c (rounds, 1..D) of the rows served from the
+    cache this round, None when none was: how stale the targets are.
+    """
 
     soft_labels: torch.Tensor
     downlink: SoftLabelDownlink
+    cached_age: float | None = None
 
 
 def _rows_state(values: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
@@ -331,12 +336,13 @@ class ServerCache:
         full = torch.empty((len(index_list), num_classes), dtype=fresh.dtype)
         signals = torch.empty(len(index_list), dtype=torch.uint8)
         changed: set[int] = set()
-        q = 0
+        q = age_sum = num_cached = 0
         for pos, i in enumerate(index_list):
             entry = self._entries.get(i)
             if entry is not None and bool(is_valid(entry.stored_round, round, self.duration)):
                 full[pos] = entry.value
                 signals[pos] = CacheSignal.CACHED
+                age_sum, num_cached = age_sum + round - entry.stored_round, num_cached + 1
                 continue
             value = fresh[q].clone()
             q += 1
@@ -353,7 +359,7 @@ class ServerCache:
         if changed:
             self._changes[round] = changed
         downlink = SoftLabelDownlink(round=round, indices=idx.clone(), signals=signals, soft_labels=fresh.clone())
-        return CacheUpdate(soft_labels=full, downlink=downlink)
+        return CacheUpdate(soft_labels=full, downlink=downlink, cached_age=age_sum / num_cached if num_cached else None)
 
     def _num_classes(self, index_list: list[int], fresh: torch.Tensor) -> int:
         for i in index_list:

@@ -41,9 +41,17 @@ import torch
 import torch.nn.functional as F
 
 from chillfl.errors import ConfigError
-from chillfl.options import require
+from chillfl.options import require, require_range
 
 Granularity = Literal["client", "sample"]
+
+
+MAX_N_INIT = 1000
+"""k-means restarts per round (SCARLET's setting: a handful); the run time grows linearly with it."""
+MAX_ITER = 10_000
+"""Lloyd iterations per restart (they stop at convergence, usually within tens)."""
+_DIST_BLOCK = 1 << 22
+"""Elements of the ``[points, centroids, dim]`` difference array held at once in :func:`_sq_dists`."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +68,16 @@ class COMETOptions:
         require(self.num_clusters >= 1, f"{section}.num_clusters", f"must be >= 1, got {self.num_clusters}")
         require(self.reg_weight >= 0, f"{section}.reg_weight", f"must be >= 0, got {self.reg_weight}")
         require(self.granularity in ("client", "sample"), f"{section}.granularity", f"unknown value {self.granularity!r}; allowed: client, sample")
-        require(self.n_init >= 1, f"{section}.n_init", f"must be >= 1, got {self.n_init}")
-        require(self.max_iter >= 1, f"{section}.max_iter", f"must be >= 1, got {self.max_iter}")
+        require_range(self.n_init, 1, MAX_N_INIT, f"{section}.n_init")
+        require_range(self.max_iter, 1, MAX_ITER, f"{section}.max_iter")
+
+    def check_clients(self, clients_per_round: int, section: str) -> None:
+        """More clusters than clients per round can never be used (each cluster needs a client), only allocated."""
+        require(
+            self.num_clusters <= clients_per_round,
+            f"{section}.num_clusters",
+            f"must be in [1, clients per round = {clients_per_round}] (a cluster groups clients), got {self.num_clusters}",
+        )
 
 
 @dataclass(frozen=True)
@@ -72,7 +88,15 @@ class KMeansResult:
 
 
 def _sq_dists(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-    return ((x[:, None, :] - centroids[None, :, :]) ** 2).sum(axis=-1)
+    """``[m, c]`` squared distances, a block of centroids at a time: memory ``_DIST_BLOCK``, not ``m * c * d``.
+
+    Each entry is the same sum over the same contiguous ``d`` values as in one
+    ``[m, c, d]`` array, so blocking changes no bit.
+    """
+    m, d = x.shape
+    step = max(1, _DIST_BLOCK // max(1, m * d))
+    blocks = [((x[:, None, :] - centroids[None, j : j + step, :]) ** 2).sum(axis=-1) for j in range(0, centroids.shape[0], step)]
+    return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
 
 
 def _kmeans_pp(x: np.ndarray, c: int, rng: np.random.Generator) -> np.ndarray:

@@ -21,6 +21,11 @@ Choices
 * Enhanced ERA is computed in log space (``softmax(beta * log zbar)``) in
   float64, so large beta neither underflows to 0/0 nor overflows; zero entries
   stay exactly zero (0**beta = 0 for beta > 0).
+* beta = 1 returns zbar unchanged. Eq. (4) then reads zbar / sum(zbar), and a
+  mean of probability vectors already sums to 1; renormalising would only move
+  the last float bits. Returning it as is makes SCARLET with beta = 1 and D = 0
+  *bit for bit* DS-FL with ``aggregation = "mean"`` (ERA replaced by the plain
+  mean), the ablation that separates Enhanced ERA's sharpening from the cache.
 """
 
 from __future__ import annotations
@@ -86,9 +91,14 @@ def tempered_softmax(probs: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def power_sharpen(probs: torch.Tensor, beta: float) -> torch.Tensor:
-    """p**beta / sum p**beta over the last axis: the Enhanced ERA map (Eq. 4) of an averaged soft-label."""
+    """p**beta / sum p**beta over the last axis: the Enhanced ERA map (Eq. 4) of an averaged soft-label.
+
+    beta = 1 returns ``probs`` itself (the plain mean; see the module's Choices).
+    """
     if not beta > 0:
         raise ConfigError("enhanced_era.beta", f"must be > 0, got {beta}")
+    if beta == 1.0:
+        return probs
     p = probs.to(torch.float64)
     if bool((p < 0).any()):
         raise ValueError("soft-labels must be non-negative")

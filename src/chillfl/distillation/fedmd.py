@@ -52,7 +52,7 @@ class FedMDOptions:
     scores: Literal["logits", "probs"] = "logits"
 
     def validate(self, section: str) -> None:
-        require(self.transfer_epochs >= 0, f"{section}.transfer_epochs", f"must be >= 0, got {self.transfer_epochs}")
+        require(0 <= self.transfer_epochs <= 100_000, f"{section}.transfer_epochs", f"must be in [0, 100000], got {self.transfer_epochs}")
         require(self.transfer_lr is None or self.transfer_lr > 0, f"{section}.transfer_lr", f"must be > 0 or unset, got {self.transfer_lr}")
 
 

@@ -70,7 +70,7 @@ from typing import Any, Callable, ClassVar, Literal, Mapping, Sequence
 import numpy as np
 import torch
 
-from chillfl.errors import ConfigError, choice_error
+from chillfl.errors import ConfigError, choice_error, did_you_mean
 from chillfl.options import NoOptions, parse_options, require
 
 from .comet import COMETOptions, cluster_clients, cluster_targets, per_sample_centroids
@@ -85,6 +85,12 @@ StoreMode = Literal["auto", "memory", "disk"]
 
 
 # ---------------------------------------------------------------- shared options
+
+
+_UPPER_BOUNDS = {
+    "public_size": 2**31 - 1, "subset_size": 2**31 - 1, "distill_batch_size": 2**31 - 1, "server_batch_size": 2**31 - 1,  # C ints in torch
+    "distill_epochs": 100_000, "server_epochs": 100_000, "cache_duration": 10**7, "max_clients_in_memory": 10**7,  # as client.epochs, rounds
+}
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,9 @@ class DistillationOptions:
         for name in ("distill_batch_size", "server_epochs", "server_batch_size"):
             value = getattr(self, name)
             require(value is None or value >= 1, f"{section}.{name}", f"must be >= 1 or unset, got {value}")
+        for name, most in _UPPER_BOUNDS.items():  # sizes and loop counts no run can use: refused, not attempted
+            value = getattr(self, name)
+            require(value is None or value <= most, f"{section}.{name}", f"must be at most {most}, got {value}")
         require(self.distill_lr > 0, f"{section}.distill_lr", f"must be > 0, got {self.distill_lr}")
         require(self.server_lr is None or self.server_lr > 0, f"{section}.server_lr", f"must be > 0 or unset, got {self.server_lr}")
         if self.cache_duration is not None:
@@ -186,7 +195,7 @@ def parse_distillation(table: Mapping[str, Any]) -> DistillationSetup:
         if key not in shared and key not in own:
             raise ConfigError(
                 f"{SECTION}.{key}",
-                f"unknown option for method {method!r}; allowed: {', '.join(sorted(shared | own))}",
+                f"unknown option for method {method!r}{did_you_mean(key, shared | own)}; allowed: {', '.join(sorted(shared | own))}",
             )
     common = parse_options(DistillationOptions, {k: v for k, v in table.items() if k in shared}, SECTION)
     options: Any = parse_options(spec.options, {k: v for k, v in table.items() if k in own}, SECTION)
@@ -242,7 +251,10 @@ def public_labels(setup: DistillationSetup, data: Any, seed: int, data_dir: str)
     """The labels of the public pool, row for row with :func:`public_inputs` (FedMD's transfer learning uses them)."""
     c = setup.common
     if c.public_dataset is None:
-        return data.dataset.y_train[torch.from_numpy(data.public_indices)]
+        y = data.dataset.y_train[torch.from_numpy(data.public_indices)]
+        require(len(y) == 0 or int(y.min()) >= 0, f"{SECTION}.transfer_epochs",
+                "transfer learning trains on the public set's labels, and the public set passed from Python has none: pass public=(x, y) or set it to 0")
+        return y
     ds = _load_public_dataset(c.public_dataset, json.dumps(c.public_dataset_options, sort_keys=True), str(data_dir))
     from chillfl.seeds import derive_seed
 
@@ -267,6 +279,12 @@ def check_distillation(config: Any, data: Any) -> DistillationSetup:
         f"the soft-label protocol trains clients with the base loss only (no aggregator, no objective terms); "
         f"use 'fedavg' (the default), got {algorithm!r}",
     )
+    if isinstance(setup.options, COMETOptions):
+        setup.options.check_clients(config.federation.sample_size(), SECTION)
+    if setup.common.state_dir is not None:  # a file or read-only folder: one line now, not a traceback in round 1
+        from chillfl.paths import check_writable_dir
+
+        check_writable_dir(setup.common.state_dir, f"{SECTION}.state_dir")
     if setup.spec.collaborative:
         public_inputs(setup, data, config.seed, config.data_dir)
     if getattr(setup.options, "transfer_epochs", 0):
@@ -427,11 +445,11 @@ class DSFL(SoftLabelMethod):
     name = "dsfl"
 
     def combine(self, mean: torch.Tensor) -> torch.Tensor:
-        return tempered_softmax(mean, self.options.temperature)
+        return tempered_softmax(mean, self.options.temperature) if self.options.aggregation == "era" else mean
 
     def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
         stack, keep = stack_uplinks(indices, uplinks, self.num_classes)
-        if bool(keep.all()):  # the block's ERA, exactly Eq. (2)
+        if bool(keep.all()) and self.options.aggregation == "era":  # the block's ERA, exactly Eq. (2)
             rows = era(stack, self.options.temperature)
             return Aggregate(torch.ones(len(indices), dtype=torch.bool), rows, rows)
         return super().aggregate(round, indices, uplinks)
@@ -723,7 +741,13 @@ class SCARLETOptions(EnhancedERAOptions):
 
 @dataclass(frozen=True)
 class DSFLOptions(ERAOptions):
-    """DS-FL's own option: the ERA temperature T (SCARLET Table V: 0.1 for CIFAR-10)."""
+    """DS-FL's own options: the ERA temperature T (SCARLET Table V: 0.1 for CIFAR-10) and the aggregation.
+
+    ``aggregation = "mean"`` replaces ERA by the plain mean (an ablation, not
+    DS-FL): it is SCARLET with beta = 1 and D = 0, bit for bit.
+    """
+
+    aggregation: Literal["era", "mean"] = "era"
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,26 @@ Choices
 -------
 * Loading executes no code: safetensors + ``json`` only (no pickle), so a
   checkpoint from elsewhere is safe to open.
-* One file, written atomically: the bytes go to ``<name>.tmp`` in the same
-  folder, are fsynced, renamed onto the target with ``os.replace`` and the
-  folder is fsynced, so a crash leaves either the old checkpoint or the new
-  one, never a torn file. A stale ``.tmp`` from a crash is simply overwritten.
+* One file, written atomically (:func:`write_atomic`): the bytes go to
+  ``<name>.tmp`` in the same folder, created with ``O_EXCL | O_NOFOLLOW`` (a
+  stale ``.tmp`` from a crash is unlinked first, a link planted there is
+  removed, never written through), are fsynced, renamed onto the target with
+  ``os.replace`` and the folder is fsynced, so a crash leaves either the old
+  checkpoint or the new one, never a torn file. A failed write (disk full)
+  removes its ``.tmp`` and raises :class:`~chillfl.errors.StorageError`.
+* Tamper evidence: the metadata ``chillfl.sha256`` is a SHA-256 of the
+  skeleton, of the run metadata (``chillfl.run``: what the runner records of
+  the config and the metrics written so far) and of every tensor's name,
+  dtype, shape and bytes; :func:`read_checkpoint` recomputes it. Files
+  without it (older versions) are read unverified.
 * The file is read into memory before parsing: safetensors' ``safe_open``
   memory-maps the file and hands out tensors backed by it, which would alias
   the next checkpoint written over the same path.
+* A dense tensor that is not contiguous (the vectorised executor's
+  transposed client weights) comes back with its strides (``"strides"`` in
+  the metadata): the same values in another layout add up in another order
+  downstream, so a resumed run would differ in the last bits. Tensors with
+  gaps come back contiguous.
 * Tuples, numpy values and other objects are rejected on write rather than
   silently turned into lists or strings, since they would not come back as
   they were.
@@ -31,21 +44,25 @@ Choices
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import math
 import os
 import struct
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence, cast
 
 import safetensors
 import safetensors.torch
 import torch
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, StorageError
 
 FORMAT_VERSION = 1
 METADATA_KEY = "chillfl"
+RUN_KEY = "chillfl.run"
+DIGEST_KEY = "chillfl.sha256"
 TENSOR_MARK = "__tensor__"
 FLOAT_MARK = "__float__"
 _RESERVED = frozenset({TENSOR_MARK, FLOAT_MARK})
@@ -54,12 +71,34 @@ _NAN_BITS = struct.unpack("<Q", struct.pack("<d", math.nan))[0]
 _MAX_HEADER = 100_000_000  # safetensors' own header limit
 
 
-def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
-    """JSON skeleton of ``node``; tensors are moved into ``tensors`` (CPU, contiguous, own storage)."""
+def _is_dense(shape: Sequence[int], stride: Sequence[Any]) -> bool:
+    """Whether ``stride`` lays ``shape`` out without gaps or overlaps (each stride the product of the faster sizes)."""
+    if len(stride) != len(shape) or not all(type(s) is int and s > 0 for s in stride):
+        return False
+    expected = 1
+    for d in sorted(range(len(shape)), key=lambda d: stride[d]):
+        if shape[d] != 1 and stride[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
+
+
+def _dense_layout(t: torch.Tensor) -> list[int] | None:
+    """The strides of ``t`` if it is dense but not contiguous (e.g. transposed), else None (written contiguous)."""
+    if t.is_contiguous() or t.numel() == 0 or not _is_dense(t.shape, t.stride()):
+        return None
+    return list(t.stride())
+
+
+def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: dict[str, list[int]]) -> Any:
+    """JSON skeleton of ``node``; tensors are moved into ``tensors`` (CPU, contiguous, own storage), the strides
+    of dense non-contiguous ones into ``layouts``."""
     if isinstance(node, torch.Tensor):
         name = str(len(tensors))
         # a fresh copy: safetensors refuses tensors sharing storage, and the caller may keep mutating its own
         tensors[name] = node.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
+        if (stride := _dense_layout(node)) is not None:
+            layouts[name] = stride
         return {TENSOR_MARK: name}
     if isinstance(node, Mapping):
         out: dict[str, Any] = {}
@@ -68,10 +107,10 @@ def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
                 raise TypeError(f"state key {key!r} at {where or '<root>'} is not a string")
             if key in _RESERVED and len(node) == 1:
                 raise ValueError(f"state key {key!r} at {where or '<root>'} is reserved by the checkpoint format")
-            out[key] = _encode(value, tensors, f"{where}.{key}" if where else key)
+            out[key] = _encode(value, tensors, f"{where}.{key}" if where else key, layouts)
         return out
     if isinstance(node, list):
-        return [_encode(v, tensors, f"{where}[{i}]") for i, v in enumerate(node)]
+        return [_encode(v, tensors, f"{where}[{i}]", layouts) for i, v in enumerate(node)]
     # exact types: subclasses (numpy floats, IntEnum) would come back as the plain type
     if node is None or type(node) in (bool, int, str):
         return node
@@ -108,12 +147,29 @@ def _decode(node: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
     return node
 
 
-def encode_state(tree: Mapping[str, Any]) -> bytes:
-    """The bytes of a checkpoint file for ``tree`` (see the module docstring)."""
+def _digest(text: str, run: str, tensors: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 of a checkpoint's content: skeleton, run metadata, each tensor's name, dtype, shape and bytes."""
+    h = hashlib.sha256()
+    for part in (text, run):
+        h.update(len(part).to_bytes(8, "little") + part.encode("utf-8"))
+    for name in sorted(tensors, key=lambda n: (len(n), n)):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}:".encode("ascii"))
+        if t.numel():
+            h.update(cast(Any, t.reshape(-1).view(torch.uint8).numpy()))  # an ndarray is a buffer (no copy); mypy cannot tell
+    return h.hexdigest()
+
+
+def encode_state(tree: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> bytes:
+    """The bytes of a checkpoint file for ``tree`` (see the module docstring); ``run``: JSON-able run metadata."""
     tensors: dict[str, torch.Tensor] = {}
-    skeleton = _encode(tree, tensors, "")
-    text = json.dumps({"version": FORMAT_VERSION, "tree": skeleton}, allow_nan=False, separators=(",", ":"))
-    return safetensors.torch.save(tensors, metadata={METADATA_KEY: text})
+    layouts: dict[str, list[int]] = {}
+    skeleton = _encode(tree, tensors, "", layouts)
+    doc: dict[str, Any] = {"version": FORMAT_VERSION, "tree": skeleton, **({"strides": layouts} if layouts else {})}
+    text = json.dumps(doc, allow_nan=False, separators=(",", ":"))
+    run_text = json.dumps(dict(run or {}), allow_nan=False, sort_keys=True, separators=(",", ":"))
+    metadata = {METADATA_KEY: text, RUN_KEY: run_text, DIGEST_KEY: _digest(text, run_text, tensors)}
+    return safetensors.torch.save(tensors, metadata=metadata)
 
 
 def _header_metadata(data: bytes) -> dict[str, str]:
@@ -130,8 +186,13 @@ def _header_metadata(data: bytes) -> dict[str, str]:
     return meta
 
 
-def decode_state(data: bytes, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """Inverse of :func:`encode_state`; raises ValueError (or a safetensors error) on malformed bytes."""
+class Tampered(ValueError):
+    """The checkpoint's content does not match its own checksum: changed after it was written."""
+
+
+def decode_checkpoint(data: bytes, device: str | torch.device = "cpu", verify: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Inverse of :func:`encode_state`: ``(tree, run metadata)``; ValueError (or a safetensors error) on malformed
+    bytes, :class:`Tampered` when ``verify`` and the checksum does not match."""
     meta = _header_metadata(data)
     if METADATA_KEY not in meta:
         raise ValueError("not a chillfl checkpoint (no 'chillfl' metadata)")
@@ -139,9 +200,25 @@ def decode_state(data: bytes, device: str | torch.device = "cpu") -> dict[str, A
     if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION or not isinstance(doc.get("tree"), dict):
         raise ValueError(f"unsupported checkpoint layout (expected version {FORMAT_VERSION})")
     tensors = safetensors.torch.load(data)
+    run_text = meta.get(RUN_KEY, "{}")
+    if verify and DIGEST_KEY in meta and _digest(meta[METADATA_KEY], run_text, tensors) != meta[DIGEST_KEY]:
+        raise Tampered("its content does not match its checksum (changed after it was written)")
+    run = json.loads(run_text)
+    if not isinstance(run, dict):
+        raise ValueError("malformed run metadata")
+    for name, stride in dict(doc.get("strides") or {}).items():  # the layouts written: same values, same strides
+        t = tensors.get(name)
+        if t is None or not isinstance(stride, list) or not _is_dense(t.shape, stride):
+            raise ValueError(f"malformed strides for tensor {name!r}")
+        tensors[name] = torch.empty_strided(t.shape, stride, dtype=t.dtype).copy_(t)
     if str(torch.device(device)) != "cpu":
         tensors = {k: v.to(device) for k, v in tensors.items()}
-    return _decode(doc["tree"], tensors)
+    return _decode(doc["tree"], tensors), run
+
+
+def decode_state(data: bytes, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """The state tree of a checkpoint's bytes (checksum verified)."""
+    return decode_checkpoint(data, device)[0]
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -158,17 +235,44 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_state(path: Path, tree: Mapping[str, Any]) -> None:
-    """Write ``tree`` to ``path`` atomically: a reader sees the previous file or the complete new one."""
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, never through a link; disk full or any I/O error is a StorageError.
+
+    The ``.tmp`` file is created with ``O_EXCL | O_NOFOLLOW`` after any stale
+    one (or a link planted in its place) is unlinked, and is removed again
+    when the write fails: no 0-byte ``.tmp`` is left, and the old ``path``
+    stays as it was.
+    """
     path = Path(path)
-    data = encode_state(tree)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    tmp = path.with_name(path.name + ".tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        tmp.unlink(missing_ok=True)  # removes a link itself, never its target
+        fd = os.open(tmp, flags, 0o644)
+    except OSError as exc:
+        raise StorageError(f"cannot write {tmp}: {exc.strerror or exc}") from exc
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        what = "no space left on the device" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else (exc.strerror or str(exc))
+        raise StorageError(f"cannot write {path}: {what}") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)
+
+
+def write_state(path: Path, tree: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> None:
+    """Write ``tree`` (and ``run`` metadata) to ``path`` atomically: a reader sees the previous file or the complete new one."""
+    write_atomic(Path(path), encode_state(tree, run))
 
 
 def _one_line(exc: object) -> str:
@@ -176,15 +280,23 @@ def _one_line(exc: object) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def read_state(path: Path, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by :func:`write_state`; missing or corrupt files raise ConfigError."""
+def read_checkpoint(path: Path, device: str | torch.device = "cpu", verify: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(tree, run metadata)`` of a checkpoint written by :func:`write_state`; missing, corrupt or (with
+    ``verify``) changed files raise ConfigError on field ``checkpoint``."""
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError("checkpoint", f"cannot read {path}: {_one_line(exc.strerror or exc)}") from exc
     try:
-        return decode_state(data, device)
+        return decode_checkpoint(data, device, verify)
+    except Tampered as exc:
+        raise ConfigError("checkpoint", f"{path}: {exc}; `chillfl resume --force` resumes from it anyway") from exc
     # malformed input can fail in json, struct, safetensors or the skeleton walk; all mean "corrupt file"
     except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, safetensors.SafetensorError) as exc:
         raise ConfigError("checkpoint", f"{path} is not a valid chillfl checkpoint: {_one_line(exc)}") from exc
+
+
+def read_state(path: Path, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint written by :func:`write_state`; missing, corrupt or changed files raise ConfigError."""
+    return read_checkpoint(path, device)[0]

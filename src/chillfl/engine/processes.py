@@ -29,7 +29,10 @@ Choices
 * A worker that finds its parent gone (SIGKILL: no handler runs) stops, and
   removes the parent's multiprocessing temp folder (``pymp-*``, which holds
   the parent's resource-sharer socket), so a killed run leaves nothing in
-  the temp directory.
+  the temp directory. A watchdog thread in each worker looks every
+  ``_WATCH_S`` seconds, also in the middle of a job (between its steps, or
+  inside one long kernel): an orphaned worker is gone within a second, not
+  when its job ends.
 * A failing job raises :class:`WorkerError` in the parent (with the worker's
   traceback) after the round's other jobs have been drained, so the pool stays
   usable; a worker that dies breaks the pool, which is then shut down.
@@ -44,6 +47,7 @@ import os
 import queue
 import shutil
 import signal
+import threading
 import time
 import traceback
 import weakref
@@ -61,6 +65,7 @@ from chillfl.training.local import LocalOutcome, LocalSpec
 
 _POLL_S = 0.5
 _JOIN_S = 5.0
+_WATCH_S = 0.2
 
 
 class WorkerError(RuntimeError):
@@ -243,11 +248,20 @@ def _remove_parent_temp(folder: str) -> None:
         shutil.rmtree(folder, ignore_errors=True)  # the other workers may be removing it too
 
 
+def _watch_parent(parent: int, parent_temp: str, every: float = _WATCH_S) -> None:
+    """Exit this worker as soon as its parent is gone, whatever the main thread is doing (a long job included)."""
+    while os.getppid() == parent:
+        time.sleep(every)
+    _remove_parent_temp(parent_temp)
+    os._exit(0)  # no clean-up to wait for: the parent that would collect the results is gone
+
+
 def _worker_main(
     model: nn.Module, spec: LocalSpec, client: ClientSide | None, threads: int, tasks: Any, results: Any, parent: int, parent_temp: str
 ) -> None:
     """Worker loop: run each task, send back (index, packed result) or (index, error text)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+    threading.Thread(target=_watch_parent, args=(parent, parent_temp), name="chillfl-parent-watch", daemon=True).start()
     torch.set_num_threads(threads)
     model = factored_linears(model)
     while True:

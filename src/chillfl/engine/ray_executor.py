@@ -65,12 +65,33 @@ log = logging.getLogger(__name__)
 EXTRA = "pip install 'chillfl[ray]'"
 
 
-def import_ray() -> Any:
-    """The ``ray`` module, or a ConfigError naming the extra that installs it."""
+AF_UNIX_PATH_MAX = 107
+"""Longest socket path Linux accepts (``sun_path`` is 108 bytes with its NUL)."""
+RAY_SOCKET_SUFFIX = len("/ray/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
+"""What a local Ray appends to its temp folder for its longest socket path."""
+
+
+def import_ray(address: str | None = None) -> Any:
+    """The ``ray`` module, or a ConfigError naming the extra that installs it.
+
+    ``address``: the config's ``ray.address`` when a run is about to start (then a
+    local Ray, started when neither it nor ``RAY_ADDRESS`` names a cluster, must
+    fit its socket paths under its temp folder: with a long ``TMPDIR`` it fails
+    with an ``AF_UNIX path length`` traceback, so that is one line here instead).
+    """
     try:
         import ray
     except ImportError:
         raise ConfigError("executor", f"'ray' needs the Ray package, which is not installed here: {EXTRA}") from None
+    if address is not None and not (address or os.environ.get("RAY_ADDRESS")):
+        variable = "RAY_TMPDIR" if "RAY_TMPDIR" in os.environ else "TMPDIR" if "TMPDIR" in os.environ else None
+        temp = os.environ[variable] if variable else "/tmp"
+        if variable and len(os.fsencode(temp)) + RAY_SOCKET_SUFFIX > AF_UNIX_PATH_MAX:
+            raise ConfigError(
+                variable,
+                f"is {len(os.fsencode(temp))} bytes long; a local Ray's socket paths under it would pass the {AF_UNIX_PATH_MAX}-byte limit of "
+                f"AF_UNIX paths: set RAY_TMPDIR to a folder of at most {AF_UNIX_PATH_MAX - RAY_SOCKET_SUFFIX} bytes (e.g. /tmp)",
+            )
     return ray
 
 
@@ -189,13 +210,23 @@ class RayExecutor:
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = "a local Ray" if address == "local" else f"the Ray cluster at {address!r}"
                 raise WorkerError(f"could not start or reach {where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+        # from here on, whatever goes wrong (a second SIGTERM included) shuts down what was started
+        self._actors: list[Any] = []
+        self._finalizer = weakref.finalize(self, _shutdown, ray, self._actors, self.connected_here)
+        try:
+            self._start_actors(model, spec, client, options, threads, clients_per_round)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_actors(self, model: nn.Module, spec: LocalSpec, client: ClientSide, options: RayConfig, threads: int, clients_per_round: int) -> None:
+        ray = self._ray
         self.workers = self._count(options, clients_per_round)
         actor = ray.remote(Worker).options(
             num_cpus=options.num_cpus, num_gpus=options.num_gpus, max_restarts=options.max_retries, max_task_retries=options.max_retries,
         )
         self._parts = [ray.put((model, spec, client))]  # in a list: passed by reference, fetched once per actor
-        self._actors = [actor.remote(threads) for _ in range(self.workers)]
-        self._finalizer = weakref.finalize(self, _shutdown, ray, self._actors, self.connected_here)
+        self._actors.extend(actor.remote(threads) for _ in range(self.workers))
         self._data: dict[int, tuple[bytes, Any]] = {}  # client -> (fingerprint of its data, object ref)
         self._home: dict[int, int] = {}  # client -> actor holding its data
         self.sent_data_bytes = 0
@@ -203,7 +234,6 @@ class RayExecutor:
         try:
             ray.get([a.pid.remote() for a in self._actors], timeout=options.start_timeout)
         except ray.exceptions.GetTimeoutError:
-            self.close()
             have = ray.cluster_resources() if ray.is_initialized() else {}
             raise WorkerError(
                 f"Ray could not place {self.workers} worker(s) of num_cpus={options.num_cpus:g}, num_gpus={options.num_gpus:g} "

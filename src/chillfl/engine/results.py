@@ -3,17 +3,46 @@
 A finished folder holds ``config.toml`` (the resolved config), ``metrics.jsonl``
 (one JSON object per round), ``summary.json`` and PNG plots. An interrupted or
 failed run leaves ``<name>.partial/``, never a folder that looks finished.
+
+A run folder is a transaction:
+
+* it is created atomically (:func:`claim_dir`: ``mkdir`` decides, never a
+  check-then-create), and renamed at the end onto a name nothing occupies
+  (not even a dangling link);
+* one process at a time writes it: :class:`ResultWriter` holds an exclusive
+  ``flock`` on the folder itself (no lock file; it follows the folder's
+  renames and is released when the process ends, however it ends);
+* nothing is written through a link: files are replaced atomically
+  (:func:`~chillfl.engine.checkpoint.write_atomic`), ``metrics.jsonl`` is
+  opened with ``O_NOFOLLOW``, and :func:`refuse_links` refuses a folder to
+  resume that holds any;
+* it keeps ``config.toml``'s bytes and the SHA-256 and byte length of the
+  metrics written so far, which the runner stores in each checkpoint so that
+  a resume can tell what was changed since.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import tomli_w
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no flock; run folders are not locked there
+    fcntl = None  # type: ignore[assignment]
+
+from chillfl.engine.checkpoint import write_atomic
+from chillfl.errors import ConfigError, StorageError
+
+PARTIAL = ".partial"
 
 
 def _without_none(value: Any) -> Any:
@@ -41,75 +70,204 @@ def strict(value: Any) -> Any:
     return value
 
 
+def _taken(candidate: Path) -> bool:
+    """Whether ``candidate`` or its ``.partial`` exists, links included (a dangling link still blocks a rename)."""
+    return os.path.lexists(candidate) or os.path.lexists(candidate.with_name(candidate.name + PARTIAL))
+
+
 def unique_dir(parent: Path, name: str) -> Path:
-    """``parent/name``, or ``name-2``, ``name-3``... if taken (finished or in progress)."""
+    """``parent/name``, or ``name-2``, ``name-3``... if taken (finished or in progress). Creates nothing:
+    to create a folder without a race, use :func:`claim_dir`."""
     candidate, n = parent / name, 1
-    while candidate.exists() or candidate.with_name(candidate.name + ".partial").exists():
+    while _taken(candidate):
         n += 1
         candidate = parent / f"{name}-{n}"
     return candidate
 
 
+def claim_dir(parent: Path, name: str, field: str = "out_dir") -> tuple[Path, Path]:
+    """Create ``parent/<name>[-N].partial`` atomically; returns ``(final, partial)``.
+
+    ``mkdir`` is the test: of several processes that want one name at once,
+    one gets it and the others move on to ``-2``, ``-3``... A name whose final
+    folder appeared between the check and the ``mkdir`` (another run finished)
+    is given up again.
+    """
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(field, f"cannot create {parent}: {exc.strerror or exc}") from None
+    n = 0
+    while True:
+        n += 1
+        final = parent / (name if n == 1 else f"{name}-{n}")
+        partial = final.with_name(final.name + PARTIAL)
+        if os.path.lexists(final) or os.path.lexists(partial):
+            continue
+        try:
+            partial.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ConfigError(field, f"cannot create {partial}: {exc.strerror or exc}") from None
+        if os.path.lexists(final):  # finished by someone else between the check and the mkdir
+            partial.rmdir()
+            continue
+        return final, partial
+
+
+def _rename_free(path: Path, final: Path, name: str) -> Path:
+    """Rename ``path`` onto ``final``, or onto the next free ``name-N`` if something (even a link) is there."""
+    while True:
+        if os.path.lexists(final):
+            final = unique_dir(final.parent, name)
+            continue
+        try:
+            path.rename(final)
+            return final
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                raise StorageError(f"cannot rename {path} to {final}: {exc.strerror or exc}") from exc
+
+
+class RunLock:
+    """An exclusive ``flock`` on a run folder (its own descriptor: no lock file, follows renames, released at exit)."""
+
+    def __init__(self, folder: Path, field: str = "run_dir") -> None:
+        self._fd: int | None = None
+        if fcntl is None:
+            return
+        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self._fd = os.open(folder, flags)
+        except OSError as exc:
+            raise ConfigError(field, f"cannot open {folder}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._fd)
+            self._fd = None
+            raise ConfigError(field, f"{folder} is in use by another chillfl process (a run or resume of it is going on)") from None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the last descriptor releases the lock
+            self._fd = None
+
+
+def refuse_links(folder: Path, field: str = "run_dir") -> None:
+    """A run folder holds no symbolic links: chillfl would replace or write through them."""
+    for root, dirs, files in os.walk(folder):
+        for entry in [*dirs, *files]:
+            if os.path.islink(os.path.join(root, entry)):
+                raise ConfigError(field, f"{os.path.join(root, entry)} is a symbolic link; a run folder holds none (remove it)")
+
+
 class ResultWriter:
-    """Writes one run's folder; ``finish()`` makes it final by renaming it."""
+    """Writes one run's folder, holding its lock; ``finish()`` makes it final by renaming it."""
 
     def __init__(self, out_dir: str | Path, name: str) -> None:
-        parent = Path(out_dir)
-        parent.mkdir(parents=True, exist_ok=True)
-        self.final = unique_dir(parent, name)
-        self.path = self.final.with_name(self.final.name + ".partial")
-        self.path.mkdir()
-        self._metrics = (self.path / "metrics.jsonl").open("w", encoding="utf-8")
+        self.final, self.path = claim_dir(Path(out_dir), name)
+        self._name = name
+        self._lock = RunLock(self.path)
+        self._open_metrics(b"", create=True)
+        self.config_bytes = b""
 
     @classmethod
-    def reopen(cls, path: str | Path, records: Sequence[Mapping[str, Any]]) -> "ResultWriter":
-        """Continue writing the interrupted run folder ``path`` (``NAME.partial``) after ``records``.
+    def reopen(cls, path: str | Path, lock: RunLock, metrics: bytes, config: bytes) -> "ResultWriter":
+        """Continue writing the interrupted run folder ``path`` (``NAME.partial``, or a stopped run's ``NAME``), whose ``lock`` the caller took.
 
-        ``metrics.jsonl`` is rewritten with ``records`` only: rounds written after
-        the checkpoint the run resumes from are run again.
+        ``metrics.jsonl`` is replaced by ``metrics`` (the rounds up to the
+        checkpoint the run resumes from, as they were written): rounds written
+        after the checkpoint are run again.
         """
         self = cls.__new__(cls)
         self.path = Path(path)
-        name = self.path.name.removesuffix(".partial")
-        final = self.path.with_name(name)
-        self.final = final if not final.exists() else unique_dir(self.path.parent, name)
-        tmp = self.path / "metrics.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(strict(r), sort_keys=True, allow_nan=False) + "\n" for r in records), encoding="utf-8")
-        tmp.replace(self.path / "metrics.jsonl")
-        self._metrics = (self.path / "metrics.jsonl").open("a", encoding="utf-8")
+        self._name = self.path.name.removesuffix(PARTIAL)
+        final = self.path.with_name(self._name)
+        if final == self.path:  # a completed folder of a run a callback stopped early: it continues in place
+            self.final = final
+        else:
+            self.final = final if not os.path.lexists(final) else unique_dir(self.path.parent, self._name)
+        self._lock = lock
+        self.config_bytes = config
+        try:
+            write_atomic(self.path / "metrics.jsonl", metrics)
+            self._open_metrics(metrics, create=False)
+        except BaseException:
+            self._lock.release()
+            raise
         return self
 
-    def write_config(self, config: Mapping[str, Any]) -> None:
-        (self.path / "config.toml").write_text(to_toml(config), encoding="utf-8")
+    def _open_metrics(self, written: bytes, create: bool) -> None:
+        flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        flags |= (os.O_CREAT | os.O_EXCL) if create else 0
+        try:
+            self._metrics: int | None = os.open(self.path / "metrics.jsonl", flags, 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot open {self.path / 'metrics.jsonl'}: {exc.strerror or exc}") from exc
+        self._sha = hashlib.sha256(written)
+        self.metrics_bytes = len(written)
+
+    @property
+    def metrics_sha256(self) -> str:
+        """SHA-256 of ``metrics.jsonl`` as written so far (``metrics_bytes`` long)."""
+        return self._sha.hexdigest()
+
+    def write_config(self, config: Mapping[str, Any], header: str = "") -> None:
+        """``config.toml``; ``header``: comment lines on top (what the run ran with). ``config_bytes``: what was written, for the checkpoint's checksum."""
+        data = (header + to_toml(config)).encode("utf-8")
+        write_atomic(self.path / "config.toml", data)
+        self.config_bytes = data
 
     def append(self, record: Mapping[str, Any]) -> None:
-        self._metrics.write(json.dumps(strict(record), sort_keys=True, allow_nan=False) + "\n")
-        self._metrics.flush()
+        """One round's line, written with ``os.write`` (unbuffered: a full disk fails here, not at close)."""
+        line = (json.dumps(strict(record), sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+        assert self._metrics is not None, "the metrics file is closed"
+        view = memoryview(line)
+        try:
+            while view:
+                view = view[os.write(self._metrics, view) :]
+        except OSError as exc:
+            what = "no space left on the device" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else (exc.strerror or str(exc))
+            raise StorageError(f"cannot write {self.path / 'metrics.jsonl'}: {what}") from exc
+        self._sha.update(line)
+        self.metrics_bytes += len(line)
 
     def write_json(self, name: str, data: Any) -> None:
-        (self.path / name).write_text(json.dumps(strict(data), indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+        text = json.dumps(strict(data), indent=2, sort_keys=True, allow_nan=False) + "\n"
+        write_atomic(self.path / name, text.encode("utf-8"))
+
+    def _close(self) -> None:
+        if self._metrics is not None:
+            os.close(self._metrics)
+            self._metrics = None
 
     def finish(self) -> Path:
-        self._metrics.close()
-        self.path.rename(self.final)
+        self._close()
+        try:
+            if self.path != self.final:  # a stopped run resumed in place is already final
+                self.final = _rename_free(self.path, self.final, self._name)
+        finally:
+            self._lock.release()
+        self.path = self.final
         return self.final
 
     def fail(self, reason: Mapping[str, Any]) -> Path:
         """Mark the run failed: ``failure.json`` with the reason, the folder renamed ``NAME.failed``."""
-        self._metrics.close()
-        self.write_json("failure.json", reason)
-        failed = self.final.with_name(self.final.name + ".failed")
-        n = 1
-        while failed.exists():
-            n += 1
-            failed = self.final.with_name(f"{self.final.name}.failed-{n}")
-        self.path.rename(failed)
+        self._close()
+        try:
+            self.write_json("failure.json", reason)
+            failed = _rename_free(self.path, self.final.with_name(self.final.name + ".failed"), self.final.name + ".failed")
+        finally:
+            self._lock.release()
         self.path = failed
         return failed
 
     def abort(self) -> None:
-        """Close files; the folder stays as ``*.partial`` for inspection."""
-        self._metrics.close()
+        """Close files and release the folder; it stays as ``*.partial`` for inspection or resume."""
+        self._close()
+        self._lock.release()
 
 
 def read_metrics(folder: str | Path) -> list[dict[str, Any]]:

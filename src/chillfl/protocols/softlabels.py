@@ -599,7 +599,7 @@ class SoftLabelProtocol:
         used = torch.tensor([i for i in drawn.tolist() if i not in fresh_all or i in kept], dtype=torch.long)
         if self.cache is not None:
             upd = self.cache.update(t, used, agg.rows.to(torch.float32))
-            rows_full, downlink = upd.soft_labels, upd.downlink
+            rows_full, downlink, cached_age = upd.soft_labels, upd.downlink, upd.cached_age
             targets = self.twin.update(t, used, agg.server_rows.to(torch.float32)).soft_labels if self.twin is not None else rows_full
         else:
             rows_full = agg.rows.to(torch.float32)
@@ -622,6 +622,7 @@ class SoftLabelProtocol:
         if self.cache is not None:
             metrics["cache_hit_ratio"] = 1.0 - requested.numel() / max(drawn.numel(), 1)
             metrics["cache_size"] = len(self.cache)
+            metrics["cache_age_mean"] = cached_age
         metrics.update({f"agg_{key}": v for key, v in agg.metrics.items()})
         return Broadcast(t, used, downlink, rows_full), metrics
 

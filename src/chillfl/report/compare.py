@@ -29,11 +29,12 @@ import json
 import logging
 import math
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,17 +43,25 @@ else:  # pragma: no cover - Python 3.10
 
 from chillfl.config import (
     RunConfig,
+    safe_name,
     parse_value,
     variant_config,
 )
-from chillfl.data import FederatedData
-from chillfl.engine.results import rounds_to_reach, to_toml, unique_dir
-from chillfl.errors import ConfigError, Diverged, MissingExtra
-from chillfl.experiment import build_data, build_experiment
+from chillfl.data import ArrayDataset, FederatedData
+from chillfl.engine.results import claim_dir, rounds_to_reach, to_toml
+from chillfl.errors import ConfigError, Diverged, MissingExtra, SweepFailed, one_line
+from chillfl.data.loaders import DATA_DIR_FIELD
+from chillfl.experiment import build_data, build_experiment, build_protocol, check_parts
 from chillfl.report.caveats import step_size_caveat
 from chillfl.report.stats import paired_difference, summarize
-from chillfl.runner import RunOutput, run_experiment
+from chillfl.progress import Progress, format_seconds
+from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, select_point
+
+if TYPE_CHECKING:
+    from torch import nn
+
+log = logging.getLogger(__name__)
 
 TEMPERATURE_SHORTHAND = "temperature"
 MAX_VARIANTS = 1000
@@ -68,26 +77,56 @@ class Variant:
     temperature: float | None = None
     lr_scale: float = 1.0
     """Multiplies ``client.lr`` after the variant and its tuning point are applied (the 1/T control)."""
+    short: str | None = None
+    """A grid variant's folder name from its values (``fedavg-lr0.01``); None: the label made a name."""
+
+
+NAME_KEYS = ("name", "policy", "method")
+"""Options whose value alone names a variant in a folder name (``algorithm.name=fedavg`` -> ``fedavg``)."""
+
+
+def short_setting(key: str, value: Any) -> str:
+    """``client.lr``, 0.01 -> ``lr0.01``; ``algorithm.name``, fedavg -> ``fedavg``; ``temperature``, 0.5 -> ``T0.5``."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    if key == TEMPERATURE_SHORTHAND:
+        return f"T{text}"
+    leaf = key.rsplit(".", 1)[-1]
+    return text if leaf in NAME_KEYS else f"{leaf}{text}"
+
+
+def run_name(variant: Variant, point: Mapping[str, Any], seed: int | None, long: bool = False) -> str:
+    """A run's folder name in a comparison: ``fedavg-lr0.01-s0`` (``long``: the full label, for when short names collide)."""
+    if long:
+        return safe_name(", ".join(x for x in (variant.label, point_label(point), "" if seed is None else f"seed{seed}") if x))
+    parts = [variant.short or safe_name(variant.label), *(short_setting(k, v) for k, v in point.items())]
+    if seed is not None:
+        parts.append(f"s{seed}")
+    return safe_name("-".join(parts))
 
 
 def parse_grid(items: Sequence[str]) -> list[Variant]:
-    """``key=v1,v2,...`` items -> the cartesian product of variants.
-
-    ``temperature=...`` is shorthand for ``temperature.policy="fixed"`` with
-    ``temperature.value`` set (T = 1 is the plain softmax).
-    """
-    axes: list[list[tuple[str, Any]]] = []
+    """``key=v1,v2,...`` items -> the cartesian product of variants (:func:`grid_variants`)."""
+    axes: list[tuple[str, list[Any]]] = []
     for item in items:
         key, sep, values = item.partition("=")
         key = key.strip()
         if not sep or not key or not values.strip():
             raise ConfigError("--grid", f"expected key=v1,v2,... got {item!r}")
-        axes.append([(key, parse_value(v.strip(), "--grid")) for v in values.split(",") if v.strip()])
-    size = math.prod(len(axis) for axis in axes)
+        axes.append((key, [parse_value(v.strip(), "--grid") for v in values.split(",") if v.strip()]))
+    return grid_variants(axes)
+
+
+def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[Variant]:
+    """The cartesian product of ``(key, values)`` axes as variants (``chillfl.compare(grid=...)`` passes typed values).
+
+    ``temperature=...`` is shorthand for ``temperature.policy="fixed"`` with
+    ``temperature.value`` set (T = 1 is the plain softmax).
+    """
+    size = math.prod(len(values) for _, values in axes)
     if size > MAX_VARIANTS:
-        raise ConfigError("--grid", f"{' x '.join(str(len(a)) for a in axes)} = {size} variants; at most {MAX_VARIANTS}")
+        raise ConfigError("--grid", f"{' x '.join(str(len(v)) for _, v in axes)} = {size} variants; at most {MAX_VARIANTS}")
     variants = []
-    for combo in itertools.product(*axes):
+    for combo in itertools.product(*([(key, value) for value in values] for key, values in axes)):
         overrides: dict[str, Any] = {}
         labels, temp = [], None
         for key, value in combo:
@@ -100,7 +139,8 @@ def parse_grid(items: Sequence[str]) -> list[Variant]:
             else:
                 overrides[key] = value
                 labels.append(f"{key}={value}")
-        variants.append(Variant(", ".join(labels), overrides, temp))
+        short = "-".join(short_setting(key, value) for key, value in combo)
+        variants.append(Variant(", ".join(labels), overrides, temp, short=short))
     if len({v.label for v in variants}) != len(variants):
         raise ConfigError("--grid", "duplicate values")
     return variants
@@ -141,6 +181,21 @@ class CompareResult:
     rows: list[dict[str, Any]]
     table: str
     outputs: dict[str, RunOutput] = field(default_factory=dict)
+    complete: bool = True
+    """False after a ``dry_run`` without the dataset's files: only names and options were checked."""
+    failures: dict[str, str] = field(default_factory=dict)
+    """Run name -> how it failed (``diverged at round 3``), for the runs that did not finish; the sweep went on."""
+
+    def __str__(self) -> str:
+        return self.table
+
+    def report(self, path: str | Path = "report.html", title: str | None = None) -> Path:
+        """The comparison as one self-contained HTML page (what ``chillfl report FOLDER`` writes)."""
+        from chillfl.report.html import write_report
+
+        if self.folder is None:
+            raise ConfigError("write", "a comparison run with write=False has no result folder to report on")
+        return write_report([self.folder], path, title)
 
 
 def choose_reference(
@@ -163,20 +218,32 @@ def choose_reference(
     return ref, base
 
 
-def build_rows(variants: Sequence[Variant], outputs: Mapping[str, RunOutput], ref: Variant, base: Variant, metric: str = "global_acc") -> list[dict[str, Any]]:
-    target = outputs[ref.label].summary.get(f"best_{metric}")
-    base_out = outputs[base.label]
-    base_rounds = rounds_to_reach(base_out.records, metric, target) if target is not None else None
+def build_rows(
+    variants: Sequence[Variant], outputs: Mapping[str, RunOutput], ref: Variant, base: Variant, metric: str = "global_acc",
+    failed: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per variant; a variant missing from ``outputs`` failed (``failed[label]`` says how) and has no numbers."""
+    failed = failed or {}
+    ref_out, base_out = outputs.get(ref.label), outputs.get(base.label)
+    target = ref_out.summary.get(f"best_{metric}") if ref_out is not None else None
+    base_rounds = rounds_to_reach(base_out.records, metric, target) if target is not None and base_out is not None else None
+    base_final = base_out.summary.get(f"final_{metric}") if base_out is not None else None
     rows = []
     for v in variants:
-        s = outputs[v.label].summary
-        rounds = rounds_to_reach(outputs[v.label].records, metric, target) if target is not None else None
+        out = outputs.get(v.label)
+        if out is None:
+            rows.append({"variant": v.label, "failed": failed.get(v.label, "failed"), "final_acc": None, "delta_acc": None, "best_acc": None,
+                         "final_loss": None, "final_local_acc": None, "rounds_to_target": None, "speedup": None, "target": target})
+            continue
+        s = out.summary
+        rounds = rounds_to_reach(out.records, metric, target) if target is not None else None
         speedup = base_rounds / rounds if (rounds and base_rounds) else None
+        final = s.get(f"final_{metric}")
         rows.append(
             {
                 "variant": v.label,
-                "final_acc": s.get(f"final_{metric}"),
-                "delta_acc": (s.get(f"final_{metric}") - base_out.summary[f"final_{metric}"]) if s.get(f"final_{metric}") is not None else None,
+                "final_acc": final,
+                "delta_acc": (final - base_final) if final is not None and base_final is not None else None,
                 "best_acc": s.get(f"best_{metric}"),
                 "final_loss": s.get(f"final_{metric.replace('acc', 'loss')}"),
                 "final_local_acc": s.get("final_local_acc"),
@@ -185,7 +252,7 @@ def build_rows(variants: Sequence[Variant], outputs: Mapping[str, RunOutput], re
                 "target": target,
             }
         )
-        records = outputs[v.label].records
+        records = out.records
         if records and "bytes_cumulative" in records[-1]:  # communication (SCARLET Sec. IV-A)
             rows[-1]["cumulative_mb"] = records[-1]["bytes_cumulative"] / 1e6
             reached = [r["bytes_cumulative"] for r in records if rounds is not None and r["round"] == rounds]
@@ -210,10 +277,12 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
         "|" + "|".join("---" for _ in header) + "|",
     ]
     for r in rows:
-        rounds = "never" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
+        rounds = "-" if r.get("failed") else "never" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
         speed = f" ({r['speedup']:.2f}x)" if r["speedup"] else ""
         loss = "-" if r["final_loss"] is None else f"{r['final_loss']:.3f}"
-        line = f"| {r['variant']} | {pct(r['final_acc'])} ({pct(r['delta_acc'], True)}) | {loss} | {pct(r['final_local_acc'])} | {rounds}{speed} |"
+        name = r["variant"] + (f" ({r['failed']})" if r.get("failed") else "")
+        acc = "-" if r["final_acc"] is None else f"{pct(r['final_acc'])} ({pct(r['delta_acc'], True)})"
+        line = f"| {name} | {acc} | {loss} | {pct(r['final_local_acc'])} | {rounds}{speed} |"
         if with_mb:
             mb = "-" if r.get("cumulative_mb") is None else f"{r['cumulative_mb']:.3f}"
             to_target = "" if r.get("mb_to_target") is None else f" ({r['mb_to_target']:.3f})"
@@ -292,10 +361,11 @@ def with_controls(config: RunConfig, variants: Sequence[Variant]) -> list[Varian
         if t is None or t == 1.0 or apply_variant(config, v).client.loss != "standard":
             continue
         rest = {k: val for k, val in v.overrides.items() if k != "temperature"}
+        name = v.short or safe_name(v.label)
         for control in (
-            Variant(f"T=1, lr x {1 / t:g} (control of {v.label})", {**rest, "temperature": {"policy": "none"}}, None, v.lr_scale / t),
-            Variant(f"{v.label} magnitude only", {**v.overrides, "client.loss": "magnitude_only"}, None, v.lr_scale),
-            Variant(f"{v.label} direction only", {**v.overrides, "client.loss": "direction_only"}, None, v.lr_scale),
+            Variant(f"T=1, lr x {1 / t:g} (control of {v.label})", {**rest, "temperature": {"policy": "none"}}, None, v.lr_scale / t, f"{name}-T1-lrx{1 / t:g}"),
+            Variant(f"{v.label} magnitude only", {**v.overrides, "client.loss": "magnitude_only"}, None, v.lr_scale, f"{name}-magnitude"),
+            Variant(f"{v.label} direction only", {**v.overrides, "client.loss": "direction_only"}, None, v.lr_scale, f"{name}-direction"),
         ):
             if control.label not in labels:
                 out.append(control)
@@ -313,16 +383,12 @@ class Cell:
     config: RunConfig
 
 
-def cell_config(config: RunConfig, variant: Variant, point: Mapping[str, Any], seed: int, suffix: bool) -> RunConfig:
-    """The variant's config at a tuning point and seed (named ``label, point, seed S`` when ``suffix``)."""
+def cell_config(config: RunConfig, variant: Variant, point: Mapping[str, Any], seed: int, suffix: bool, long: bool = False) -> RunConfig:
+    """The variant's config at a tuning point and seed, named by :func:`run_name` (with the point and seed when ``suffix``)."""
     cfg = apply_variant(config, variant)
-    overrides: dict[str, Any] = {"seed": seed}
-    if suffix:
-        from chillfl.config import safe_name
-
-        overrides["name"] = safe_name(", ".join(x for x in (variant.label, point_label(point), f"seed{seed}") if x))
+    name = run_name(variant, point, seed, long) if suffix else run_name(variant, {}, None, long)
     try:
-        cfg = cfg.with_overrides({**point, **overrides})
+        cfg = cfg.with_overrides({**point, "seed": seed, "name": name})
     except ConfigError as exc:
         raise ConfigError(exc.field if exc.field.startswith("tune") else f"tune.{exc.field}", exc.message) from None
     if variant.lr_scale != 1.0:
@@ -346,8 +412,10 @@ def build_seed_rows(
     base: Variant,
     chosen: Mapping[str, tuple[Mapping[str, Any], list[float]]] | None,
     metric: str = "global_acc",
+    failed: Mapping[tuple[str, int], str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows over seeds; ``runs[(label, seed)]``: the chosen point's run (None: diverged)."""
+    """Rows over seeds; ``runs[(label, seed)]``: the chosen point's run (None: it failed; ``failed[(label, seed)]`` says how)."""
+    failed = failed or {}
 
     def summary(label: str, seed: int, key: str) -> float | None:
         out = runs[(label, seed)]
@@ -373,6 +441,7 @@ def build_seed_rows(
             "variant": v.label,
             "seeds": list(seeds),
             "diverged_seeds": [s for s in seeds if runs[(v.label, s)] is None],
+            "failed": {str(s): failed.get((v.label, s), "diverged") for s in seeds if runs[(v.label, s)] is None},
             "final_acc": _stat(acc),
             "delta_acc": delta,
             "final_val_acc": _stat([summary(v.label, s, "final_val_acc") for s in seeds]),
@@ -429,7 +498,8 @@ def format_seed_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_la
         delta = r["delta_acc"]
         reached = [x for x in r["rounds_to_target"] if x is not None]
         rounds = "never" if not reached else f"{sum(reached) / len(reached):.1f} ({len(reached)}/{len(seeds)})"
-        name = r["variant"] + (f" (diverged at {len(r['diverged_seeds'])}/{len(seeds)} seeds)" if r["diverged_seeds"] else "")
+        failed = r.get("failed") or {str(s): "diverged" for s in r["diverged_seeds"]}
+        name = r["variant"] + (" (" + "; ".join(f"seed {s}: {why}" for s, why in failed.items()) + ")" if failed else "")
         cells = [name]
         if tune:
             cells.append(point_label(r.get("tuned") or {}) or "-")
@@ -455,17 +525,27 @@ def run_compare(
     grid: Sequence[str],
     *,
     reference: str | None = None,
-    progress: bool = True,
+    progress: Progress = True,
     write: bool = True,
     options: CompareOptions | None = None,
+    dry_run: bool = False,
+    variants: Sequence[Variant] | None = None,
+    dataset: ArrayDataset | None = None,
+    model: nn.Module | None = None,
 ) -> CompareResult:
     """Run every variant (``--grid`` product, else the config's ``[variants]``) at every seed and tuning point.
 
     One seed and no tuning: the FLex&Chill Table 4 table. Otherwise the table over seeds
     (:func:`format_seed_table`), each variant at its best tuning point on validation accuracy.
+    ``dry_run``: build and check every run's parts, then return an empty result (nothing runs or is written).
+    ``variants``: instead of ``grid`` strings (:func:`grid_variants`). ``dataset`` / ``model``: a user's own
+    data and ``nn.Module`` (:func:`chillfl.compare`), as for :func:`chillfl.run`.
     """
     opts = options or CompareOptions()
-    variants = parse_grid(grid) if grid else variants_from_config(config)
+    from_grid = bool(grid) or variants is not None
+    if variants is None:
+        variants = parse_grid(grid) if grid else variants_from_config(config)
+    variants = list(variants)
     if not variants:
         raise ConfigError("--grid", "give at least one key=v1,v2,... or define [variants.LABEL] tables in the config")
     seeds = opts.seeds if opts.seeds is not None else list(config.compare.get("seeds", [config.seed]))
@@ -479,45 +559,76 @@ def run_compare(
         raise ConfigError("eval.validation", "tuning selects on the server validation split; set eval.validation > 0 (e.g. eval.validation=0.1)")
     multi = tuned or len(seeds) > 1
     for v in variants:  # validates every variant before running any; errors name the variant
-        with _naming(v.label, bool(grid)):
+        with _naming(v.label, from_grid):
             apply_variant(config, v)
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):
         variants = with_controls(config, variants)
     total = len(variants) * len(points) * len(seeds)
     if total > MAX_RUNS:
         raise ConfigError("compare.seeds", f"{len(variants)} variants x {len(points)} tuning points x {len(seeds)} seeds = {total} runs; at most {MAX_RUNS}")
-    cells = []
-    for v in variants:
-        with _naming(v.label, bool(grid)):
-            for pi, point in enumerate(points):
-                for seed in seeds:
-                    cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, multi)))
+    cells: list[Cell] = []
+    for long in (False, True):  # short folder names (fedavg-lr0.01-s0), the full labels if two would collide
+        cells = []
+        for v in variants:
+            with _naming(v.label, from_grid):
+                for pi, point in enumerate(points):
+                    for seed in seeds:
+                        cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, multi, long)))
+        if len({c.config.name for c in cells}) == len(cells):
+            break
     field = "--reference" if reference else "compare.reference"
     ref, base = choose_reference(variants, reference or config.compare.get("reference"), config.compare.get("baseline"), field)
     datasets: dict[str, FederatedData] = {}
     for c in cells:
-        with _naming(c.variant.label, bool(grid)):
+        with _naming(c.variant.label, from_grid):
             key = _data_key(c.config)
             if key not in datasets:
-                datasets[key] = build_data(c.config)
-            build_experiment(c.config, data=datasets[key])  # every part of every variant is valid before anything is written
+                try:
+                    datasets[key] = build_data(c.config, dataset)
+                except ConfigError as exc:
+                    if not (dry_run and exc.field == DATA_DIR_FIELD):
+                        raise
+                    for other in cells:  # no data here: each run's names and options
+                        with _naming(other.variant.label, from_grid):
+                            check_parts(other.config)
+                    return CompareResult(None, [], "", complete=False)
+            exp = build_experiment(c.config, data=datasets[key], model=model)  # every part of every variant is valid before anything is written
+            if dry_run:
+                build_protocol(exp)
+    if dry_run:
+        return CompareResult(None, [], "")
     folder = partial = None
     if write:
-        folder = unique_dir(Path(config.out_dir), f"{config.name}-compare")
-        partial = folder.with_name(folder.name + ".partial")
-        partial.mkdir(parents=True)
+        folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-compare")  # atomic: no race with a run beside it
         (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
     results: dict[tuple[str, int, int], RunOutput | None] = {}
-    for c in cells:
+    failures: dict[tuple[str, int, int], str] = {}
+    start = time.monotonic()
+    for i, c in enumerate(cells):
         cfg = c.config if partial is None else c.config.with_overrides({"out_dir": str(partial)})
+        run_key = (c.variant.label, c.point, c.seed)
+        if len(cells) > 1:
+            eta = f", ETA {format_seconds((time.monotonic() - start) / i * (len(cells) - i))}" if i else ""
+            log.info("run %d of %d: %s%s", i + 1, len(cells), cfg.name, eta)
         try:
-            results[(c.variant.label, c.point, c.seed)] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=cfg.name)
-        except Diverged:
-            if not multi:
-                raise
-            results[(c.variant.label, c.point, c.seed)] = None  # its folder is NAME.failed; the table says so
+            own = build_experiment(cfg, data=datasets[_data_key(cfg)], model=model) if model is not None else None
+            results[run_key] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=f"[{i + 1}/{len(cells)}] {cfg.name}", experiment=own)
+        except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
+            results[run_key], failures[run_key] = None, f"diverged at round {exc.round}"
+            log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)
+        except (ConfigError, RunInterrupted):
+            raise
+        except Exception as exc:  # noqa: BLE001 - one failed run (a lost worker, out of memory) must not lose the others
+            results[run_key], failures[run_key] = None, f"failed: {type(exc).__name__}"
+            log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, one_line(str(exc))[:200])
+    if len(failures) == len(cells):
+        where = partial
+        if partial is not None and folder is not None and not folder.with_name(folder.name + ".failed").exists():
+            where = partial.rename(folder.with_name(folder.name + ".failed"))
+        raise SweepFailed(f"every run failed ({len(cells)} of {len(cells)}; the first {next(iter(failures.values()))})", where)
     chosen: dict[str, tuple[dict[str, Any], list[float]]] = {}
     runs: dict[tuple[str, int], RunOutput | None] = {}
+    failed: dict[tuple[str, int], str] = {}
     for v in variants:
         pick = 0
         if tuned:
@@ -527,13 +638,15 @@ def run_compare(
             chosen[v.label] = (points[pick], scores)
         for s in seeds:
             runs[(v.label, s)] = results[(v.label, pick, s)]
+            if (v.label, pick, s) in failures:
+                failed[(v.label, s)] = failures[(v.label, pick, s)]
     if multi:
-        rows = build_seed_rows(variants, runs, seeds, ref, base, chosen if tuned else None)
+        rows = build_seed_rows(variants, runs, seeds, ref, base, chosen if tuned else None, failed=failed)
         table = format_seed_table(rows, ref.label, base.label, tune_table if tuned else None, select, config.eval.validation)
         outputs = {f"{label}, seed {s}": out for (label, s), out in runs.items() if out is not None}
     else:
         outputs = {v.label: o for v in variants if (o := runs[(v.label, seeds[0])]) is not None}
-        rows = build_rows(variants, outputs, ref, base)
+        rows = build_rows(variants, outputs, ref, base, failed={label: why for (label, _), why in failed.items()})
         table = format_table(rows, ref.label, base.label)
     caveat = step_size_caveat([apply_variant(config, v) for v in variants], tune_table, any(v.lr_scale != 1.0 for v in variants))
     if caveat is not None:
@@ -548,7 +661,7 @@ def run_compare(
             _compare_plots(outputs, partial, config.name)
         partial.rename(folder)
         _point_saved_configs_to(folder, partial)
-    return CompareResult(folder, rows, table, outputs)
+    return CompareResult(folder, rows, table, outputs, failures={c.config.name: failures[k] for c in cells if (k := (c.variant.label, c.point, c.seed)) in failures})
 
 
 def _point_saved_configs_to(folder: Path, partial: Path) -> None:

@@ -1,0 +1,258 @@
+"""``chillfl analyze scarlet-deficit``: why SCARLET trails DS-FL at CPU scale (issue 29), arm by arm, over seeds.
+
+SCARLET differs from DS-FL in two places: Enhanced ERA (Eq. 4, sharpness
+beta) instead of ERA (Eq. 2, temperature T), and the synchronized cache
+(Algorithm 2, duration D). This study takes them apart on the bundled CPU
+setting (``scarlet/dsfl-vs-scarlet-digits``: |P| = 400, |P^t| = 100):
+
+* **D sweep** (beta = 2): D in ``--durations``, including D scaled to the run
+  as in the paper (D / rounds = 50 / 2,000, at least 1);
+* **beta x D**: beta in ``--betas`` at D = 0 (no cache: the aggregation alone),
+  beta = 1 and 2 at the largest D. beta = 1, D = 0 is DS-FL with ERA replaced by the
+  plain mean, bit for bit (tests/test_scarlet_mechanism.py), so
+  "beta = 1, D = 0" vs DS-FL measures ERA, beta = 2 vs beta = 1 at D = 0
+  measures the sharpening, and D > 0 vs D = 0 at one beta measures the cache;
+* **|P^t| / |P|** in ``--subset-sizes`` / |P| (DS-FL rerun at each size);
+* **smooth**: the D sweep with the server accuracy averaged over the last
+  quarter of the rounds (at this scale one round's accuracy can swing by
+  tens of points).
+
+Per arm, paired per seed against DS-FL at the same setting: server accuracy
+difference (mean, sample std, 95 % Student-t interval, seeds where the sign
+holds), the bytes ratio (cumulative, SCARLET / DS-FL), the cache hit ratio
+(share of P^t served from the cache, mean over the rounds) and the mean age
+t - t_c of the cached soft-labels used (mean over the rounds that used any),
+plus the mean entropy of the server's targets zhat^t.
+
+Choices
+-------
+* **One run per arm and seed, read at every length.** Each arm runs
+  ``max(--rounds)`` rounds; the numbers at a shorter length L are its round-L
+  records. The lr is constant and every round is evaluated, so the first L
+  rounds of a longer run are the L-round run bit for bit (tested). The scaled D
+  depends on L; its row at length L reads the run with that D.
+* The executor is the config's (``sequential`` unless overridden); the output
+  names it and the machine, since vectorised runs drift from sequential ones
+  over rounds (docs/scarlet.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from chillfl.errors import ConfigError
+from chillfl.report.stats import paired_difference
+
+PAPER_D, PAPER_ROUNDS = 50, 2000
+DEFAULT_CONFIG = "scarlet/dsfl-vs-scarlet-digits"
+PARTS = ("d", "beta", "ratio", "drift", "smooth")
+
+
+def scaled_duration(rounds: int) -> int:
+    """D scaled to a run of ``rounds`` as in the paper (50 in 2,000 rounds), rounded, at least 1 (D = 0 is no cache)."""
+    return max(1, math.floor(rounds * PAPER_D / PAPER_ROUNDS + 0.5))
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One variant of the study: DS-FL (``beta`` None) or SCARLET (beta, D), at a public subset size."""
+
+    beta: float | None
+    duration: int = 0
+    subset: int | None = None  # None: the config's |P^t|
+    executor: str | None = None  # None: the config's
+
+    def label(self) -> str:
+        name = "DS-FL" if self.beta is None else f"SCARLET beta={self.beta:g}, D={self.duration}"
+        return name if self.executor is None else f"{name}, {self.executor}"
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One run read at round L."""
+
+    acc: float
+    bytes: float
+    hit: float
+    age: float | None
+    entropy: float | None
+
+
+def read(records: Sequence[Mapping[str, Any]], length: int, window: int = 1) -> Measure:
+    """Round ``length`` of a run; ``acc`` averages the server accuracy of its last ``window`` rounds (1: that round's)."""
+    rows = records[:length]
+    ages = [r["cache_age_mean"] for r in rows if r.get("cache_age_mean") is not None]
+    ents = [r["soft_label_entropy"] for r in rows if r.get("soft_label_entropy") is not None]
+    return Measure(
+        acc=sum(float(r["global_acc"]) for r in rows[-window:]) / len(rows[-window:]),
+        bytes=float(rows[-1]["bytes_cumulative"]),
+        hit=sum(float(r.get("cache_hit_ratio", 0.0)) for r in rows) / len(rows),
+        age=sum(ages) / len(ages) if ages else None,
+        entropy=sum(ents) / len(ents) if ents else None,
+    )
+
+
+class Study:
+    """Runs arms (memoised per arm and seed) on one base config."""
+
+    def __init__(self, config: Any, seeds: Sequence[int], rounds: int, progress: bool = True) -> None:
+        self.config, self.seeds, self.rounds, self.progress = config, list(seeds), rounds, progress
+        self._runs: dict[tuple[Arm, int, int], list[dict[str, Any]]] = {}
+
+    def arm_config(self, arm: Arm, seed: int, rounds: int) -> Any:
+        table = dict(self.config.distillation)
+        if arm.subset is not None:
+            table["subset_size"] = arm.subset
+        if arm.beta is not None:
+            table = {k: v for k, v in table.items() if k not in ("temperature", "aggregation")}
+            table.update(method="scarlet", beta=arm.beta, cache_duration=arm.duration)
+        cfg = dataclasses.replace(self.config, distillation=table, seed=seed, variants={}, compare={}, executor=arm.executor or self.config.executor)
+        return cfg.with_overrides({"federation.rounds": rounds})
+
+    def records(self, arm: Arm, seed: int, rounds: int) -> list[dict[str, Any]]:
+        """The arm's run at ``seed``: ``rounds`` rounds, or the longest run already made (its prefix is the shorter run)."""
+        from chillfl.runner import run_experiment
+
+        done = [r for (a, s, r) in self._runs if a == arm and s == seed and r >= rounds]
+        if done:
+            return self._runs[(arm, seed, max(done))]
+        if self.progress:
+            print(f"scarlet-deficit: {arm.label()}, |P^t| = {arm.subset or self.config.distillation['subset_size']}, seed {seed}, "
+                  f"{rounds} rounds", file=sys.stderr, flush=True)
+        out = self._runs[(arm, seed, rounds)] = run_experiment(self.arm_config(arm, seed, rounds), write=False, progress=False).records
+        return out
+
+    def row(self, arm: Arm, length: int, rounds: int | None = None, base: Arm | None = None, window: int = 1) -> str:
+        """Arm vs ``base`` (DS-FL at the same |P^t|) at round ``length`` of runs of ``rounds`` (default: the study's length)."""
+        n = self.rounds if rounds is None else rounds
+        base = base or Arm(None, subset=arm.subset)
+        ours = [read(self.records(arm, s, n), length, window) for s in self.seeds]
+        theirs = [read(self.records(base, s, n), length, window) for s in self.seeds]
+        diff = paired_difference([m.acc for m in ours], [m.acc for m in theirs])
+        d = diff.summary
+        acc = f"{100 * d.mean:+.2f}"
+        if d.std is not None and d.low is not None and d.high is not None:
+            acc += f" ± {100 * d.std:.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}], {diff.sign_holds}/{diff.n}"
+        ratio = sum(a.bytes / b.bytes for a, b in zip(ours, theirs)) / len(ours)
+        ages = [m.age for m in ours if m.age is not None]
+        age = f"{sum(ages) / len(ages):.1f}" if ages else "-"
+        ents = [m.entropy for m in ours if m.entropy is not None]
+        ent = f"{sum(ents) / len(ents):.3f}" if ents else "-"
+        mean = lambda xs: 100 * sum(xs) / len(xs)  # noqa: E731
+        return (f"| {length} | {arm.label()} | {mean([m.acc for m in ours]):.2f} | {mean([m.acc for m in theirs]):.2f} | {acc} | "
+                f"{ratio:.3f} | {sum(m.hit for m in ours) / len(ours):.3f} | {age} | {ent} |")
+
+
+HEADER = ("| rounds | arm | server acc % | DS-FL % | arm - DS-FL, points: mean ± std [95 % CI], sign holds | bytes ratio | "
+          "cache hit ratio | mean age of cached soft-labels (rounds) | target entropy (nats) |\n|---|---|---|---|---|---|---|---|---|")
+
+
+def _numbers(text: str, field: str, kind: type) -> list[Any]:
+    try:
+        return [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(field, f"expected comma-separated {kind.__name__}s, got {text!r}") from None
+
+
+def machine(threads: int) -> str:
+    """The machine, in words (the docs say which one made each block); ``threads``: the runs' intra-op threads."""
+    import torch
+
+    return f"{platform.machine()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {threads or 'default'} intra-op thread(s) per run"
+
+
+def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
+    from chillfl.config import load_config, parse_overrides
+    from chillfl.experiments import resolve_config
+
+    seeds = _numbers(args.seeds, "--seeds", int)
+    lengths = sorted(set(_numbers(args.rounds, "--rounds", int)))
+    durations = _numbers(args.durations, "--durations", int)
+    betas = _numbers(args.betas, "--betas", float)
+    subsets = _numbers(args.subset_sizes, "--subset-sizes", int)
+    if not seeds or not lengths or min(lengths) < 1:
+        raise ConfigError("--rounds", "give at least one seed and one length >= 1")
+    if any(d < 0 for d in durations) or any(b <= 0 for b in betas):
+        raise ConfigError("--durations", "D must be >= 0 and beta > 0")
+    parts = set(_numbers(args.parts, "--parts", str))
+    if not parts <= set(PARTS):
+        raise ConfigError("--parts", f"unknown part(s) {sorted(parts - set(PARTS))}; allowed: {', '.join(PARTS)}")
+    overrides = parse_overrides(args.overrides)
+    overrides["federation.rounds"] = max(lengths)
+    config = load_config(resolve_config(args.config), overrides)
+    if config.distillation.get("method") != "dsfl":
+        raise ConfigError("config", f"{args.config}: its [distillation] must be DS-FL's (the baseline), got {config.distillation.get('method')!r}")
+    study = Study(config, seeds, max(lengths), progress=not args.quiet)
+    n_pub, n_sub = config.distillation["public_size"], config.distillation["subset_size"]
+    print(f"SCARLET vs DS-FL on {args.config}: |P| = {n_pub}, |P^t| = {n_sub}, seeds {','.join(map(str, seeds))}; "
+          f"executor {config.executor}; {machine(config.threads)}")
+    print(f"scaled D (50 / 2000 of the run): {', '.join(f'{L} rounds -> {scaled_duration(L)}' for L in lengths)}")
+    if "d" in parts:
+        d_sweep(study, lengths, durations, config.distillation.get("temperature", 0.1))
+    big = max(durations) if durations else 0
+    if "beta" in parts:
+        print(f"\nbeta x D: every beta at D = 0 (the aggregation alone; beta = 1, D = 0 is DS-FL with the plain mean instead of ERA), "
+              f"beta = 1 and 2 at D = {big} (the cache with and without the sharpening):\n")
+        print(HEADER)
+        for L in lengths:
+            for d, bs in ((0, betas), (big, [b for b in (1.0, 2.0) if b in betas])):
+                for b in bs:
+                    print(study.row(Arm(b, d), L))
+    if "ratio" in parts and subsets:
+        L = min(lengths)
+        print(f"\n|P^t| / |P| (|P| = {n_pub}, beta = 2, {L} rounds; DS-FL rerun at each size):\n")
+        print(HEADER.replace("| rounds | arm |", "| rounds | |P^t| / |P|, arm |"))
+        for size in sorted(set(subsets) | {n_sub}):
+            for d in sorted({big, scaled_duration(L)}):
+                print(study.row(Arm(2.0, d, size if size != n_sub else None), L, rounds=L).replace("| SCARLET", f"| {size}/{n_pub}, SCARLET", 1))
+    if "smooth" in parts:
+        print("\nD sweep (beta = 2), server accuracy averaged over the last quarter of the rounds (one round's accuracy swings by "
+              "points at this scale):\n")
+        print(HEADER.replace("| server acc % | DS-FL % |", "| server acc %, last quarter | DS-FL % |"))
+        for L in lengths:
+            w = max(1, L // 4)
+            print(study.row(Arm(None), L, window=w))
+            for d in sorted(set(durations) | {scaled_duration(L)}):
+                print(study.row(Arm(2.0, d), L, window=w))
+    if "drift" in parts and args.drift_executor:
+        other = args.drift_executor
+        print(f"\nexecutor drift: the same arm under {other!r} vs {config.executor!r} (paired per seed; "
+              f"'arm - DS-FL' reads '{other} - {config.executor}'):\n")
+        print(HEADER)
+        for L in lengths:
+            for arm in (Arm(None), Arm(2.0, big)):
+                print(study.row(dataclasses.replace(arm, executor=other), L, base=arm))
+    return 0
+
+
+def d_sweep(study: Study, lengths: Sequence[int], durations: Sequence[int], temperature: float) -> None:
+    print("\nD sweep (beta = 2); 'scaled' marks D = rounds x 50 / 2000:\n")
+    print(HEADER)
+    for L in lengths:
+        print(study.row(Arm(None), L).replace("| DS-FL |", f"| DS-FL (ERA, T = {temperature:g}) |"))
+        for d in sorted(set(durations) | {scaled_duration(L)}):
+            line = study.row(Arm(2.0, d), L)
+            print(line.replace(f"D={d} |", f"D={d} (scaled) |") if d == scaled_duration(L) else line)
+
+
+def add_parser(analyses: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Register ``scarlet-deficit`` under ``chillfl analyze``."""
+    p = analyses.add_parser("scarlet-deficit", help="SCARLET vs DS-FL taken apart: cache duration D, beta, |P^t|/|P|, over seeds (issue 29)")
+    p.add_argument("--config", default=DEFAULT_CONFIG, help=f"a DS-FL config (default {DEFAULT_CONFIG})")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--rounds", default="20,40,80", help="lengths to read (one run of the longest per arm and seed; default 20,40,80)")
+    p.add_argument("--durations", default="0,1,2,5,20", help="D values of the sweep (the scaled D is added; default 0,1,2,5,20)")
+    p.add_argument("--betas", default="1,2,4", help="beta values at D = 0 (1 and 2 also at the largest D; default 1,2,4)")
+    p.add_argument("--subset-sizes", default="50,200", help="|P^t| values besides the config's (empty: skip; default 50,200)")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"which tables (default all: {','.join(PARTS)})")
+    p.add_argument("--drift-executor", default="", help="also run DS-FL and SCARLET (largest D) under this executor and show the drift (e.g. vectorized)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-run progress lines on stderr")
+    p.add_argument("overrides", nargs="*", help="section.option=value overrides of the config")
+    p.set_defaults(func=cmd_scarlet_deficit)

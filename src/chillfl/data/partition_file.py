@@ -1,0 +1,77 @@
+"""A partition as a file: every run writes ``partition.json``; ``partition.from = "partition.json"`` reuses one.
+
+The file holds each client's training indices in the dataset's own index
+space (after nothing: the public pool, if any, is never in them), so another
+run on the same dataset, or another tool, can train on exactly the same
+clients. Reading checks the file against the run: the number of clients,
+indices in range, no index twice, none in the public pool.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from chillfl.errors import ConfigError
+from chillfl.options import short_repr
+
+FROM_FILE = "file"
+"""``partition.name`` of a partition read from a file (set by ``partition.from`` alone)."""
+FROM_KEY = "from"
+PARTITION_FILE = "partition.json"
+FORMAT = "chillfl-partition"
+FIELD = "partition.from"
+
+
+def partition_record(dataset: str, train_size: int, table: Mapping[str, Any], train_indices: Sequence[np.ndarray]) -> dict[str, Any]:
+    """What ``partition.json`` holds: the dataset's name and size, how it was split, each client's indices."""
+    return {
+        "format": FORMAT,
+        "version": 1,
+        "dataset": dataset,
+        "train_size": train_size,
+        "partition": dict(table),
+        "clients": [np.asarray(ix, dtype=np.int64).tolist() for ix in train_indices],
+    }
+
+
+def encode_partition(record: Mapping[str, Any]) -> bytes:
+    """The bytes of ``partition.json`` (compact: one index list per client); the runner writes them atomically."""
+    return (json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int, public: np.ndarray) -> list[np.ndarray]:
+    """Each client's training indices from the file ``options["from"]``, checked against this run."""
+    extra = sorted(set(options) - {FROM_KEY})
+    if extra:
+        raise ConfigError(f"partition.{extra[0]}", f"unknown option of a partition read from a file; allowed: {FROM_KEY}")
+    path = options.get(FROM_KEY)
+    if not isinstance(path, str) or not path:
+        raise ConfigError(FIELD, f"expected the path of a partition.json file, got {short_repr(path)}")
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(FIELD, f"cannot read {short_repr(path)}: {type(exc).__name__}: {str(exc)[:120]}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("clients"), list):
+        raise ConfigError(FIELD, f"{short_repr(path)} is not a chillfl partition file (a run folder's {PARTITION_FILE})")
+    clients = doc["clients"]
+    if len(clients) != num_clients:
+        raise ConfigError(FIELD, f"{short_repr(path)} has {len(clients)} clients; federation.num_clients is {num_clients}")
+    if doc.get("train_size") not in (None, train_size):
+        raise ConfigError(FIELD, f"{short_repr(path)} splits a training set of {doc['train_size']} samples; this dataset has {train_size}")
+    out = []
+    for i, ix in enumerate(clients):
+        if not isinstance(ix, list) or not all(isinstance(j, int) and not isinstance(j, bool) for j in ix):
+            raise ConfigError(FIELD, f"client {i} in {short_repr(path)} is not a list of integer indices")
+        out.append(np.sort(np.asarray(ix, dtype=np.int64)))
+    flat = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    if len(flat) and (flat.min() < 0 or flat.max() >= train_size):
+        raise ConfigError(FIELD, f"indices in {short_repr(path)} must be in [0, {train_size - 1}]")
+    if len(np.unique(flat)) != len(flat):
+        raise ConfigError(FIELD, f"{short_repr(path)} gives some training sample to two clients (or twice to one)")
+    if len(public) and np.isin(flat, public).any():
+        raise ConfigError(FIELD, f"{short_repr(path)} gives clients samples of the public pool (distillation.public_size draws it first)")
+    return out

@@ -1,0 +1,74 @@
+"""An exploding training loss that has not turned NaN: one warning line, or a :class:`Diverged` stop with ``strict``.
+
+A non-finite loss already stops the run (``check_finite_loss``). A loss can
+also blow up by orders of magnitude and stay finite: ``client.lr = 50`` on
+digits gives a round-1 loss of ~1e8 and a run that ends at chance accuracy
+with exit 0. :class:`LossWatch` sees every round's record and reports that in
+one line, once per run.
+
+Choices
+-------
+* The rule: the round's training loss (``train_loss``, the sample-weighted
+  mean over the round's clients) is at least :data:`LOSS_GROWTH` times the
+  first round's, or above :data:`LOSS_CEILING`. Measured on digits, a run
+  that blows up mostly does so inside round 1 (lr 20-50: round-1 losses of
+  5e2 to 1e8, then chance accuracy at losses of 2-20), so the ceiling does
+  most of the work; the growth rule catches a run that was healthy first.
+  No healthy cross-entropy comes near the ceiling: it is the mean ``-log p``
+  of the true class in nats (chance on 10 classes is 2.3; T = 0.05 chilling
+  starts near 8 on digits).
+* It is a guard against blow-ups by orders of magnitude, not a quality check:
+  a run stuck at chance with a loss below the ceiling is not reported.
+* A warning by default (the run is still a valid, if useless, result);
+  ``strict = true`` (``--strict``) makes it a divergence: exit 3, the folder
+  renamed ``NAME.failed``, as for a NaN. Both go through :meth:`LossWatch.observe`.
+* Warned once per run (per resumed segment): the next rounds would repeat it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, Mapping
+
+from chillfl.errors import Diverged
+
+log = logging.getLogger(__name__)
+
+LOSS_GROWTH = 1e4
+"""A training loss at least this many times the first round's is reported."""
+LOSS_CEILING = 1e3
+"""A training loss above this is reported, whatever the first round's was."""
+
+
+def loss_explosion(loss: float, first: float | None) -> str | None:
+    """Why ``loss`` counts as exploding given the first round's ``first`` (None: it does not)."""
+    if loss > LOSS_CEILING:
+        return f"is above {LOSS_CEILING:g}"
+    if first is not None and first > 0 and loss >= LOSS_GROWTH * first:
+        return f"is {loss / first:.3g} times round 1's {first:.3g}"
+    return None
+
+
+class LossWatch:
+    """Watches each round's ``train_loss``; ``records``: the rounds already run (a resumed run's)."""
+
+    def __init__(self, strict: bool, records: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.strict = strict
+        self.first: float | None = next((float(r["train_loss"]) for r in records if r.get("train_loss") is not None), None)
+        self.warned = False
+
+    def observe(self, record: Mapping[str, Any]) -> None:
+        """Warn (or raise :class:`Diverged` when strict) if this round's training loss explodes."""
+        loss = record.get("train_loss")
+        if loss is None:  # a skipped round
+            return
+        why = loss_explosion(float(loss), self.first)
+        if self.first is None:
+            self.first = float(loss)
+        if why is None or self.warned:
+            return
+        what = f"training loss {float(loss):.3g} {why} (lower client.lr?)"
+        if self.strict:
+            raise Diverged(int(record["round"]), what)
+        self.warned = True
+        log.warning("round %d: %s; strict = true (--strict) stops the run here", record["round"], what)

@@ -1,0 +1,171 @@
+"""What ``chillfl resume`` checks before it touches a run folder: one line for every way it can be unfit.
+
+In order: the folder exists and is not finished (a run a hook stopped early,
+``summary.json`` with ``stopped``, is complete yet resumable in place); no other process holds it
+(:class:`~chillfl.engine.results.RunLock`); it holds no links; it has a
+config and a checkpoint; the checkpoint matches its own checksum, and the
+config and the metrics up to the checkpoint's round are the ones the
+checkpoint was written with (the SHA-256 and length it recorded). An edit
+is named (``config.toml: client.lr: 0.05 -> 0.5``); ``force`` accepts it and
+resumes with the files as they now are. A torn last line after the
+checkpoint's rounds is no edit: those rounds run again anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from chillfl.engine.checkpoint import read_checkpoint
+from chillfl.engine.results import PARTIAL, RunLock, refuse_links, strict
+from chillfl.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+CHECKPOINT = "checkpoint.safetensors"
+FIELD = "run_dir"
+
+
+@dataclass
+class ResumePoint:
+    """A checked, locked run folder: the checkpoint's round and the metrics up to it (records and their bytes)."""
+
+    path: Path
+    lock: RunLock
+    done: int
+    records: list[dict[str, Any]]
+    metrics: bytes
+    config: bytes
+
+
+def run_metadata(config: bytes, metrics_bytes: int, metrics_sha256: str) -> dict[str, Any]:
+    """What a checkpoint records of its run folder, for :func:`open_for_resume` to compare."""
+    return {
+        "config_sha256": hashlib.sha256(config).hexdigest(),
+        "config_toml": config.decode("utf-8"),
+        "metrics_bytes": metrics_bytes,
+        "metrics_sha256": metrics_sha256,
+    }
+
+
+def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
+    """Lock and check ``folder`` for resuming; ConfigError (one line) for anything unfit. Release ``lock`` when done."""
+    path = Path(folder)
+    _refuse_finished(path)
+    lock = RunLock(path)
+    try:
+        refuse_links(path)
+        if not (path / "config.toml").is_file():
+            raise ConfigError(FIELD, f"{path} is not a chillfl run folder (no config.toml)")
+        if not (path / CHECKPOINT).is_file():
+            raise ConfigError(FIELD, f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint; start it again")
+        state, run = read_checkpoint(path / CHECKPOINT, verify=not force)
+        done = int(state["round"])
+        config = (path / "config.toml").read_bytes()
+        if run.get("config_sha256") not in (None, hashlib.sha256(config).hexdigest()) and not force:
+            changes = _config_changes(run.get("config_toml", ""), config)
+            raise ConfigError("config.toml", f"{path / 'config.toml'} changed since the checkpoint of round {done}: {changes}; `chillfl resume --force` resumes with it as it is now")
+        metrics, records = _metrics_until(path / "metrics.jsonl", run, done, force)
+        return ResumePoint(path, lock, done, records, metrics, config)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _stopped(folder: Path) -> bool:
+    """Whether ``folder`` is a complete run a hook stopped early (``summary.json`` says ``stopped``): it resumes in place."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(summary, dict) and bool(summary.get("stopped"))
+
+
+def _refuse_finished(path: Path) -> None:
+    """A finished run (or a ``.partial`` that became one) says so, rather than "no checkpoint"; a stopped one is resumable."""
+    final = path.with_name(path.name.removesuffix(PARTIAL))
+    if (path / "summary.json").is_file() and not path.name.endswith(PARTIAL) and not _stopped(path):
+        raise ConfigError(FIELD, f"{path} is a finished run (it has summary.json): there is nothing to resume")
+    if not path.exists():
+        if path.name.endswith(PARTIAL) and (final / "summary.json").is_file():
+            if _stopped(final):
+                raise ConfigError(FIELD, f"{path} does not exist: the run was stopped early and its folder is {final}; resume that")
+            raise ConfigError(FIELD, f"{path} finished: its results are in {final}; there is nothing to resume")
+        raise ConfigError(FIELD, f"{path} does not exist")
+    if path.is_symlink():
+        raise ConfigError(FIELD, f"{path} is a symbolic link; resume the run folder itself")
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _config_changes(saved: str, current: bytes) -> str:
+    """``client.lr: 0.05 -> 0.5, ...`` (the first three changed options), or what else changed."""
+    try:
+        before, after = _flatten(tomllib.loads(saved)), _flatten(tomllib.loads(current.decode("utf-8")))
+    except (ValueError, UnicodeDecodeError):
+        return "it is no longer the same TOML"
+    changed = [k for k in sorted(set(before) | set(after)) if before.get(k, "unset") != after.get(k, "unset")]
+    if not changed:
+        return "its text changed (same values)"
+    shown = ", ".join(f"{k}: {before.get(k, 'unset')!r} -> {after.get(k, 'unset')!r}" for k in changed[:3])
+    return shown + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+
+
+def _metrics_until(file: Path, run: Mapping[str, Any], done: int, force: bool) -> tuple[bytes, list[dict[str, Any]]]:
+    """The bytes and records of ``metrics.jsonl`` up to round ``done``, checked against the checkpoint's record of them."""
+    hint = "`chillfl resume --force` resumes with the rounds it can read"
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        if not force:
+            raise ConfigError("metrics.jsonl", f"{file} is missing; the checkpoint of round {done} continues it; {hint}") from None
+        data = b""
+    except OSError as exc:
+        raise ConfigError("metrics.jsonl", f"cannot read {file}: {exc.strerror or exc}") from None
+    size = run.get("metrics_bytes")
+    if isinstance(size, int):
+        prefix = data[:size]
+        if hashlib.sha256(prefix).hexdigest() == run.get("metrics_sha256"):
+            return prefix, _parse(prefix, file, done, force=False)
+        if not force:
+            why = "shorter than when it was written (rounds deleted or cut)" if len(data) < size else "its rounds were edited or deleted"
+            raise ConfigError("metrics.jsonl", f"{file} does not match the checkpoint of round {done}: {why}; {hint}")
+    records = _parse(data, file, done, force)
+    text = "".join(json.dumps(strict(r), sort_keys=True, allow_nan=False) + "\n" for r in records)
+    return text.encode("utf-8"), records
+
+
+def _parse(data: bytes, file: Path, done: int, force: bool) -> list[dict[str, Any]]:
+    """The records of rounds <= ``done``; a torn or garbled line before them is one line (skipped with ``force``)."""
+    records = []
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            ok = isinstance(record, dict) and type(record.get("round")) is int
+        except ValueError:
+            ok = False
+        if not ok:
+            if force or number == len(lines):  # a torn last line (no newline yet): written after the checkpoint
+                continue
+            raise ConfigError("metrics.jsonl", f"line {number} of {file} is not a round's record (torn or garbled); `chillfl resume --force` skips it")
+        if record["round"] <= done:
+            records.append(record)
+    return records

@@ -1,0 +1,83 @@
+"""What a run ran on: versions, device, threads, git commit. Bitwise reproducibility depends on all of them.
+
+Recorded in ``summary.json`` (``environment``) and as comment lines at the top of
+the saved ``config.toml`` (comments: a config file stays loadable, and a rerun
+from it is not tied to the old machine). ``chillfl resume`` compares the
+checkpoint's record with the resuming machine's and warns in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+COMPARED = ("chillfl", "torch", "numpy", "python", "device", "cpu_capability", "threads", "git_commit")
+"""The fields whose change can change results bit for bit (``resume`` warns about these)."""
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """This process's record, on ``device``, at the current torch thread settings."""
+    from chillfl._version import __version__
+
+    return {
+        "chillfl": __version__,
+        "torch": str(torch.__version__),
+        "numpy": str(np.__version__),
+        "python": platform.python_version(),
+        "device": device_name(device),
+        "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+        "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+        "cpu_count": os.cpu_count(),
+        "git_commit": git_commit(),
+    }
+
+
+def device_name(device: torch.device) -> str:
+    """``cuda:0 (NVIDIA H100 80GB HBM3)``; ``cpu (<CPU model>)`` where the OS says it."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    model = cpu_model()
+    return f"{device} ({model})" if model and device.type == "cpu" else str(device)
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """The commit of the checkout chillfl is imported from (``+dirty`` with local changes); None when installed."""
+    source = Path(__file__).resolve().parent
+    if not any((p / ".git").exists() for p in (source, *source.parents)):
+        return None
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "."], cwd=source, capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "") if head else None
+
+
+def as_comment(env: Mapping[str, Any]) -> str:
+    """The record as TOML comment lines (a ``config.toml`` header)."""
+    return "# ran with: " + ", ".join(f"{k} {v}" for k, v in env.items() if v is not None) + "\n"
+
+
+def differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """``["torch 2.4.0 -> 2.5.1", ...]``: the :data:`COMPARED` fields that differ (absent ones are skipped)."""
+    return [f"{k} {saved[k]} -> {now.get(k)}" for k in COMPARED if k in saved and saved[k] != now.get(k)]

@@ -1,0 +1,49 @@
+"""Where chillfl may write: a user-given folder is checked before anything is created.
+
+Leaf module (imports only :mod:`chillfl.errors` and :mod:`chillfl.options`), so that config validation in
+any layer can use it without importing upward.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from chillfl.errors import ConfigError
+from chillfl.options import short_repr
+
+
+def check_writable_dir(folder: str, field: str) -> None:
+    """Refuse a ``folder`` that cannot hold chillfl's files; ``field`` names it in the error.
+
+    Walks up to the nearest existing ancestor: it must be a folder (not a
+    file, nor a path under a file) that this user can write into, which is
+    tried by creating and removing an empty folder there (``os.access`` says
+    yes to root on ``/proc`` and similar file systems, where ``mkdir`` then
+    fails). Missing folders below it are fine (they are created later), but no
+    path component may exceed 255 bytes. Leaves nothing behind.
+    """
+    if not isinstance(folder, str) or not folder or "\0" in folder:
+        raise ConfigError(field, f"must be a non-empty path without NUL characters, got {short_repr(folder)}")
+    path = Path(folder).absolute()
+    for part in path.parts:
+        if len(os.fsencode(part)) > 255:
+            raise ConfigError(field, f"a path component is longer than 255 bytes: {part[:40]!r}...")
+    probe = path
+    try:
+        while not probe.exists():
+            if probe.is_symlink():  # a dangling link: mkdir would fail on it
+                raise ConfigError(field, f"{probe} is a broken symbolic link")
+            probe = probe.parent
+        if not probe.is_dir():
+            where = "is a file" if probe == path else f"sits under {probe}, which is a file"
+            raise ConfigError(field, f"{folder} {where}, not a folder")
+    except OSError as exc:
+        raise ConfigError(field, f"cannot use {folder}: {exc.strerror or exc}") from None
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(field, f"{probe} is not writable by this user")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".chillfl-probe-", dir=probe))
+    except OSError as exc:
+        raise ConfigError(field, f"cannot create folders in {probe}: {exc.strerror or exc}") from None

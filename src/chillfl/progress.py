@@ -1,0 +1,91 @@
+"""Progress of a run: a tqdm bar on a terminal, periodic plain lines in logs, or nothing.
+
+A ``\\r``-redrawn bar written to a file or a CI log piles up into one huge line
+of updates; where stderr is not a terminal the CLI asks for ``"lines"``
+instead: one ``chillfl: NAME round r/R ...`` line every :data:`LINE_EVERY_S`
+seconds (and at the last round), or every round at ``-v``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any, Literal, Union
+
+from tqdm import tqdm
+
+ProgressMode = Literal["bar", "lines", "off"]
+Progress = Union[bool, ProgressMode]
+"""What run functions take: True = ``"bar"``, False = ``"off"``."""
+LINE_EVERY_S = 30.0
+
+log = logging.getLogger("chillfl.progress")
+
+
+def mode_for(quiet: bool, stream: Any = None) -> ProgressMode:
+    """The CLI's choice: nothing when quiet, a bar on a terminal, plain lines otherwise."""
+    if quiet:
+        return "off"
+    stream = sys.stderr if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    return "bar" if callable(isatty) and isatty() else "lines"
+
+
+def as_mode(progress: Progress) -> ProgressMode:
+    if progress is True:
+        return "bar"
+    if progress is False:
+        return "off"
+    return progress
+
+
+class Lines:
+    """tqdm's small interface used by the runner (update, set_postfix, a context), as plain log lines."""
+
+    def __init__(self, total: int, initial: int, desc: str, every_s: float = LINE_EVERY_S) -> None:
+        self.total, self.n, self.desc, self.every_s = total, initial, desc, every_s
+        self.start = self.last = time.monotonic()
+        self.done_at_start = initial
+        self.postfix: dict[str, str] = {}
+
+    def __enter__(self) -> Lines:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def set_postfix(self, values: dict[str, str], refresh: bool = False) -> None:
+        self.postfix = dict(values)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        due = now - self.last >= self.every_s or self.n >= self.total or log.isEnabledFor(logging.DEBUG)
+        if due:
+            self.last = now
+            log.info("%s", self.line(now))
+
+    def line(self, now: float) -> str:
+        elapsed = now - self.start
+        rate = (self.n - self.done_at_start) / elapsed if elapsed > 0 else 0.0
+        eta = f", ETA {format_seconds((self.total - self.n) / rate)}" if rate > 0 and self.n < self.total else ""
+        values = "".join(f" {k}={v}" for k, v in self.postfix.items())
+        return f"{self.desc} round {self.n}/{self.total}{values} ({format_seconds(elapsed)}{eta})"
+
+
+def make_bar(progress: Progress, total: int, initial: int, desc: str) -> tqdm | Lines:
+    mode = as_mode(progress)
+    if mode == "lines":
+        return Lines(total, initial, desc)
+    return tqdm(total=total, initial=initial, desc=desc, unit="round", disable=mode == "off", leave=True, dynamic_ncols=True)
+
+
+def format_seconds(seconds: float) -> str:
+    """``75`` -> ``1m15s``; ``4000`` -> ``1h06m``."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"

@@ -1,0 +1,146 @@
+"""The CLI's config path as a new user meets it (issue 25): overrides that switch a part, a
+``--dry-run`` that validates, "did you mean", bundled bases, ``-v``/``-q``, plain progress in logs."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import chillfl
+from chillfl.cli import main
+from chillfl.config import load_config, variant_config
+from chillfl.errors import ConfigError
+from chillfl.report.compare import parse_grid
+
+DIRICHLET = '[partition]\nname = "dirichlet"\nalpha = 0.3\n'
+
+
+def write(tmp_path: Path, text: str, name: str = "base.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_an_override_naming_another_partitioner_drops_the_old_options(tmp_path: Path) -> None:
+    base = write(tmp_path, DIRICHLET)
+    cli = load_config(base, {"partition.name": "iid"})
+    api = chillfl.make_config(base, {"partition.name": "iid"})
+    assert cli.partition == api.partition == {"name": "iid"}
+    kept = load_config(base, {"partition.name": "dirichlet", "partition.min_size": 2})  # same name: options kept
+    assert kept.partition == {"name": "dirichlet", "alpha": 0.3, "min_size": 2}
+
+
+def test_a_grid_over_partitioners_drops_the_old_options(tmp_path: Path) -> None:
+    base = load_config(write(tmp_path, DIRICHLET))
+    iid, dirichlet = parse_grid(["partition.name=iid,dirichlet"])
+    assert variant_config(base, iid.label, iid.overrides).partition == {"name": "iid"}
+    assert variant_config(base, dirichlet.label, dirichlet.overrides).partition == {"name": "dirichlet", "alpha": 0.3}
+
+
+def test_run_with_a_switched_partitioner_is_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write(tmp_path, DIRICHLET)
+    assert main(["run", str(base), "partition.name=iid", "--dry-run"]) == 0
+    assert tomllib.loads(capsys.readouterr().out)["partition"] == {"name": "iid"}
+    assert main(["compare", str(base), "--grid", "partition.name=iid,dirichlet", "--dry-run"]) == 0
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["run", "{base}", "algorithm.name=fedavgg"], "algorithm.name: unknown value 'fedavgg' (did you mean 'fedavg'?)"),
+        (["run", "{base}", "partition.alpah=0.3"], "partition.alpah: unknown option (did you mean 'alpha'?)"),
+        (["run", "{base}", "model.name=mlp", "model.hiden=[8]"], "model.hiden: unknown option (did you mean 'hidden'?)"),
+        (["run", "{base}", "temperature.policy=fixd"], "temperature.policy: unknown value 'fixd' (did you mean 'fixed'?)"),
+        (["run", "{base}", "federaton.rounds=3"], "federaton: unknown key or section (did you mean 'federation'?)"),
+        (["compare", "{base}", "--grid", "algorithm.name=fedavg,fedavgg"], "algorithm.name: unknown value 'fedavgg' (did you mean 'fedavg'?)"),
+    ],
+)
+def test_dry_run_exits_2_on_what_a_run_would_refuse(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    base = write(tmp_path, f'out_dir = "{tmp_path / "out"}"\n' + DIRICHLET)
+    assert main([a.format(base=base) for a in argv] + ["--dry-run", "dataset.name=digits"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"chillfl: error: {line}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_without_the_data_still_checks_names_and_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write(tmp_path, f'data_dir = "{tmp_path / "nodata"}"\n[dataset]\nname = "cifar10"\n[model]\nname = "resnet20"\n')
+    assert main(["run", str(base), "--dry-run"]) == 0
+    assert "not the shapes that need the data" in capsys.readouterr().err
+    assert main(["run", str(base), "--dry-run", "algorithm.name=fedavgg"]) == 2
+    assert main(["run", str(base), "--dry-run", "model.depth=3"]) == 2
+    assert "model.depth: unknown option" in capsys.readouterr().err
+
+
+def test_no_suggestion_for_a_name_unlike_any() -> None:
+    from chillfl.errors import choice_error
+
+    assert "did you mean" not in str(choice_error("algorithm.name", "zzzzzz", ["fedavg", "scaffold"]))
+
+
+def test_extends_may_name_a_bundled_base(tmp_path: Path) -> None:
+    child = write(tmp_path, 'extends = "flexchill/_base-digits.toml"\n[federation]\nrounds = 2\n')
+    config = load_config(child)
+    assert config.federation.rounds == 2 and config.dataset["name"] == "digits" and config.name == "base"
+    with pytest.raises(ConfigError, match="extends: file not found"):
+        load_config(write(tmp_path, 'extends = "flexchill/_no-such-base.toml"\n', "other.toml"))
+
+
+TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=3", "model.name=mlp", "eval.client_split_size=20"]
+
+
+def test_progress_in_a_log_is_plain_lines_without_carriage_returns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write(tmp_path, f'out_dir = "{tmp_path / "out"}"\n')
+    assert main(["run", str(base), *TINY]) == 0  # stderr is captured: not a terminal
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    assert "chillfl: base round 3/3 acc=" in err  # the last round always gets its line
+    assert main(["run", str(base), *TINY, "-v"]) == 0  # -v: one line per round
+    err = capsys.readouterr().err
+    assert [f"round {r}/3" in err for r in (1, 2, 3)] == [True, True, True]
+
+
+def test_quiet_levels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    base = write(tmp_path, f'out_dir = "{tmp_path / "out"}"\n')
+    for flags, level in (([], logging.INFO), (["-v"], logging.DEBUG), (["-q"], logging.WARNING), (["-qq"], logging.ERROR)):
+        assert main(["run", str(base), *TINY, *flags, "--dry-run"]) == 0
+        assert logging.getLogger("chillfl").level == level, flags
+    assert main(["run", str(base), *TINY, "-q"]) == 0
+    assert "round" not in capsys.readouterr().err
+
+
+def test_run_takes_data_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write(tmp_path, "")
+    assert main(["run", str(base), "--data-dir", str(tmp_path / "d"), "--dry-run"]) == 0
+    assert tomllib.loads(capsys.readouterr().out)["data_dir"] == str(tmp_path / "d")
+
+
+def test_dry_run_refuses_an_out_dir_a_run_could_not_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    base = write(tmp_path, f'out_dir = "{blocker}"\n')
+    assert main(["run", str(base), "--dry-run", "dataset.name=digits"]) == 2
+    assert capsys.readouterr().err.startswith("chillfl: error: out_dir:")
+
+
+def test_dry_run_of_run_on_a_config_with_variants_checks_every_variant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write(tmp_path, '[dataset]\nname = "digits"\n[variants.a]\nclient.lr = 0.1\n[variants.b]\nalgorithm = {name = "fedavgg"}\n')
+    assert main(["run", str(base), "--dry-run"]) == 2
+    assert capsys.readouterr().err.startswith("chillfl: error: variants.b.algorithm.name: unknown value 'fedavgg' (did you mean 'fedavg'?)")
+
+
+def test_progress_mode_follows_the_stream() -> None:
+    import io
+
+    from chillfl.progress import format_seconds, mode_for
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert (mode_for(False, Terminal()), mode_for(False, io.StringIO()), mode_for(True, Terminal())) == ("bar", "lines", "off")
+    assert (format_seconds(5), format_seconds(75), format_seconds(4000)) == ("5s", "1m15s", "1h06m")

@@ -1,0 +1,191 @@
+"""Processes never outlive their run (issue 27): workers of a SIGKILLed ``processes`` run are gone within
+2 s even in the middle of a long job; a second SIGTERM or SIGINT still ends in one true line, with no worker
+and no ``pymp-*`` folder left; a long TMPDIR for a local Ray is one line, not an AF_UNIX traceback.
+
+Each test starts ``chillfl run`` in a subprocess with its own TMPDIR and kills whatever it started in a
+``finally`` (by process id), so a failing test leaves nothing behind either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+LONG_JOB = {
+    "name": "long",
+    "seed": 1,
+    "threads": 1,
+    "device": "cpu",
+    "executor": "processes",
+    "dataset": {"name": "digits"},
+    "model": {"name": "mlp", "hidden": [16]},
+    "federation": {"num_clients": 4, "clients_per_round": 2, "rounds": 3},
+    "client": {"epochs": 3000, "batch_size": 4, "lr": 0.01},  # one client's job: minutes
+    "eval": {"client_split_size": 20},
+    "checkpoint": {"every": 1},
+}
+
+
+def write_config(folder: Path, **over: object) -> Path:
+    table = {**LONG_JOB, "out_dir": str(folder / "out"), **over}
+    lines = [f"{k} = {json.dumps(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    for key, sub in table.items():
+        if isinstance(sub, dict):
+            lines.append(f"[{key}]")
+            lines += [f"{k} = {json.dumps(v)}" for k, v in sub.items()]
+    path = folder / "long.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def start(config: Path, temp: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(temp)}
+    return subprocess.Popen([sys.executable, "-m", "chillfl", "run", str(config), "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def workers_busy(proc: subprocess.Popen[str], count: int = 2, timeout: float = 180) -> list[int]:
+    """The run's worker pids once ``count`` of them have trained for a while (they are inside a job)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        assert proc.poll() is None, proc.communicate()
+        workers = [p for p in children(proc.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+        if sum(cpu_seconds(p) > 4.0 for p in workers) >= count:  # start-up takes about 2 s of CPU; beyond it: training
+            return workers
+        time.sleep(0.2)
+    raise AssertionError(f"no {count} busy workers within {timeout} s")
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def test_workers_are_gone_within_2_s_of_a_parent_kill_9_in_a_long_job(tmp_path: Path) -> None:
+    """Workers used to finish their current job first (they checked the queue only between jobs): 47-50 s."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = start(write_config(tmp_path), temp)
+    started: list[int] = []
+    try:
+        started = workers_busy(proc)
+        everyone = children(proc.pid)
+        proc.kill()
+        killed = time.monotonic()
+        proc.wait(timeout=30)
+        while time.monotonic() - killed < 30 and any(alive(p) for p in started):
+            time.sleep(0.05)
+        gone_after = time.monotonic() - killed
+        # The watchdog looks every 0.2 s; 2 s is the issue's bound, 1 s more for a loaded 2-core CI machine.
+        assert gone_after < 3.0, f"workers still alive {gone_after:.1f} s after the parent's SIGKILL"
+        deadline = time.monotonic() + 10  # the resource tracker follows once the workers' ends of its pipe close
+        while time.monotonic() < deadline and any(alive(p) for p in everyone):
+            time.sleep(0.1)
+        assert not [p for p in everyone if alive(p)]
+        assert list(temp.iterdir()) == []  # the dead parent's pymp-* folder removed by its workers
+    finally:
+        kill_all([proc.pid, *started])
+
+
+@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT])
+def test_a_second_signal_still_ends_in_one_true_line(tmp_path: Path, second: int) -> None:
+    """SIGTERM, then ``second`` in the middle of the same round: exit 143/130, one line with the true round
+    and the checkpoint kept, no worker left, no ``pymp-*`` folder. It said "after round -1 ...
+    checkpoint.every = 0" (a checkpoint existed), and a signal during clean-up killed it with no line."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    config = write_config(tmp_path, client={**LONG_JOB["client"], "epochs": 40}, federation={**LONG_JOB["federation"], "rounds": 50})  # type: ignore[dict-item]
+    proc = start(config, temp)
+    partial = tmp_path / "out" / "long.partial"
+    pids: list[int] = []
+    try:
+        end = time.monotonic() + 180
+        while not ((partial / "checkpoint.safetensors").exists() and proc.poll() is None):
+            assert proc.poll() is None and time.monotonic() < end, proc.communicate() if proc.poll() is not None else "no checkpoint in 180 s"
+            time.sleep(0.05)
+        pids = children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        proc.send_signal(second)
+        time.sleep(0.5)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # a third, during clean-up: ignored, the clean-up completes
+        _, err = proc.communicate(timeout=120)
+        last = err.strip().splitlines()[-1]
+        match = re.fullmatch(
+            rf"chillfl: interrupted by (?:a second {signal.Signals(second).name} during round (\d+); the checkpoint of round (\d+) is kept; "
+            rf"|SIGTERM after round (\d+); )resume with: chillfl resume {re.escape(str(partial))}",
+            last,
+        )
+        assert match, last
+        assert "Traceback" not in err, err
+        assert proc.returncode == (128 + second if match[1] else 128 + signal.SIGTERM), err
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(alive(p) for p in pids):
+            time.sleep(0.1)
+        assert not [p for p in pids if alive(p)]
+        assert list(temp.iterdir()) == []
+        from chillfl.engine.checkpoint import read_state
+
+        kept = read_state(partial / "checkpoint.safetensors")["round"]
+        if match[1]:  # stopped at once: during the round after the kept checkpoint's or later
+            assert int(match[2]) == kept and int(match[1]) > kept
+        else:
+            assert int(match[3]) == kept
+    finally:
+        kill_all([proc.pid, *pids])
+
+
+def test_a_long_tmpdir_for_a_local_ray_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """Ray's socket paths under a long TMPDIR exceed AF_UNIX's 107 bytes: a traceback from deep in Ray."""
+    pytest.importorskip("ray")
+    from chillfl.cli import main
+
+    long = tmp_path / ("t" * 80)
+    long.mkdir()
+    monkeypatch.setenv("TMPDIR", str(long))
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    config = write_config(tmp_path, executor="ray", client={"epochs": 1})
+    assert main(["run", str(config), "-q"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("chillfl: error: TMPDIR: is ") and "AF_UNIX" in err[0], err
+    assert not (tmp_path / "out").exists()

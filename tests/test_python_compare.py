@@ -1,0 +1,76 @@
+"""``chillfl.compare``: the CLI's comparison from Python, on the user's own model and data (issue 25)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import chillfl
+from chillfl.cli import main
+
+TINY = {"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "federation": {"num_clients": 4, "rounds": 2}, "eval": {"client_split_size": 20}}
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(64, 24)
+        self.fc2 = nn.Linear(24, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def test_the_same_table_and_folders_as_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "cmp.toml"
+    config.write_text('[dataset]\nname = "digits"\n[model]\nname = "mlp"\n[federation]\nnum_clients = 4\nrounds = 2\n[eval]\nclient_split_size = 20\n')
+    assert main(["compare", str(config), "-q", "--out", str(tmp_path / "cli"), "--grid", "client.lr=0.05,0.1", "--seeds", "0,1"]) == 0
+    cli_table = capsys.readouterr().out.split("\nresults: ")[0]
+    py = chillfl.compare(config=config, grid={"client.lr": [0.05, 0.1]}, seeds=[0, 1], out_dir=tmp_path / "py", progress=False)
+    assert isinstance(py, chillfl.Comparison) and py.table == cli_table and str(py) == py.table
+    assert py.folder is not None and py.folder.name == "cmp-compare"
+    cli = tmp_path / "cli" / "cmp-compare"
+    assert sorted(p.name for p in py.folder.iterdir()) == sorted(p.name for p in cli.iterdir())
+    assert json.loads((py.folder / "table.json").read_text()) == json.loads((cli / "table.json").read_text()) == py.rows
+    assert chillfl.compare(config=config, grid=["client.lr=0.05,0.1"], seeds=[0, 1], write=False, progress=False).table == cli_table
+
+
+def test_own_model_with_seeds_tuning_and_a_report(tmp_path: Path) -> None:
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x, y = torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y)
+    data = chillfl.TensorData(x[:1400], y[:1400], x[1400:], y[1400:], num_classes=10)
+    config = {"federation": {"num_clients": 4, "rounds": 2}, "eval": {"client_split_size": 20, "validation": 0.1}}
+    result = chillfl.compare(Net(), data, config, grid={"temperature": [1, 0.25]}, seeds=[0, 1], tune={"client.lr": [0.05, 0.1]},
+                             out_dir=tmp_path, progress=False)
+    assert [r["variant"] for r in result.rows] == ["T=1", "T=0.25"]
+    assert all(r["final_acc"]["n"] == 2 and r["tuned"]["client.lr"] in (0.05, 0.1) for r in result.rows)
+    assert "tuned per variant on the validation split" in result.table
+    assert result.folder is not None and (result.folder / "T0.25-lr0.1-s1" / "model.safetensors").is_file()
+    saved = chillfl.load_config(result.folder / "T1-lr0.05-s0" / "config.toml")
+    assert saved.model["name"] == "custom" and saved.model["class"].endswith("Net")
+    page = result.report(tmp_path / "report.html")
+    assert page.is_file() and "T0.25-lr0.1-s0" in page.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"grid": {"client.lr": 0.1}}, "grid.client.lr"),
+        ({"grid": "client.lr=0.1"}, "grid"),
+        ({"seeds": [0, 0]}, "seeds"),
+        ({"seeds": [0, "1"]}, "seeds"),
+        ({"tune": {"client.lr": []}}, "tune"),
+        ({"grid": {"algorithm.name": ["fedavg", "fedavgg"]}}, "algorithm.name"),
+    ],
+)
+def test_bad_arguments_name_their_field(tmp_path: Path, kwargs: dict, field: str) -> None:
+    with pytest.raises(chillfl.ConfigError) as info:
+        chillfl.compare(config=TINY, out_dir=tmp_path, progress=False, **kwargs)
+    assert info.value.field.startswith(field)
+    assert not any(tmp_path.iterdir())

@@ -1,0 +1,141 @@
+"""Outputs people can reuse (issue 25): a model file any safetensors reader loads, a record of what the run ran on,
+a warning when a resume runs elsewhere."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import safetensors.torch
+import torch
+from torch import nn
+
+import chillfl
+from chillfl.analysis.replay import load_model_state
+from chillfl.engine.checkpoint import read_state, write_state
+from chillfl.environment import COMPARED, differences, environment
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(64, 16)
+        self.bn = nn.BatchNorm1d(16)
+        self.fc2 = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.bn(self.fc1(x))))
+
+
+@pytest.fixture(scope="module")
+def digits() -> chillfl.TensorData:
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x, y = torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y)
+    return chillfl.TensorData(x[:1400], y[:1400], x[1400:], y[1400:], num_classes=10)
+
+
+def run(tmp_path: Path, data: chillfl.TensorData, **overrides: object) -> chillfl.Result:
+    config = {"federation": {"num_clients": 4, "rounds": 2}, "eval": {"client_split_size": 20}}
+    return chillfl.run(Net(), data, config, out_dir=tmp_path / "out", progress=False, **overrides)
+
+
+def test_model_file_loads_with_plain_safetensors_into_the_model_class(tmp_path: Path, digits: chillfl.TensorData) -> None:
+    result = run(tmp_path, digits)
+    assert result.folder is not None and result.model is not None
+    tensors = safetensors.torch.load_file(str(result.folder / "model.safetensors"))
+    assert set(tensors) == set(Net().state_dict())  # fc1.weight, bn.running_mean, ...
+    fresh = Net()
+    fresh.load_state_dict(tensors, strict=True)
+    for name, value in result.model.state_dict().items():
+        assert torch.equal(fresh.state_dict()[name], value), name
+    # chillfl's own reader (replay, calibration) reads the same file
+    assert all(torch.equal(load_model_state(result.folder)[k], v) for k, v in tensors.items())
+
+
+def test_files_of_the_older_layout_are_still_read(tmp_path: Path) -> None:
+    state = {"fc1.weight": torch.randn(3, 2), "fc1.bias": torch.randn(3)}
+    write_state(tmp_path / "model.safetensors", state)  # the state-tree layout of earlier versions
+    loaded = load_model_state(tmp_path)
+    assert set(loaded) == set(state) and all(torch.equal(loaded[k], v) for k, v in state.items())
+
+
+def test_summary_and_saved_config_record_the_environment(tmp_path: Path, digits: chillfl.TensorData) -> None:
+    result = run(tmp_path, digits, threads=1)
+    assert result.folder is not None
+    env = json.loads((result.folder / "summary.json").read_text())["environment"]
+    assert env["torch"] == torch.__version__ and env["chillfl"] == chillfl.__version__
+    assert env["threads"] == 1 and env["device"].startswith("cpu") and env["python"].count(".") == 2
+    assert {"numpy", "interop_threads", "cpu_capability", "git_commit"} <= set(env)
+    assert env["git_commit"] is None or len(env["git_commit"].removesuffix("+dirty")) == 40  # a checkout: its commit
+    text = (result.folder / "config.toml").read_text()
+    assert text.startswith("# ran with: chillfl ") and f"torch {torch.__version__}" in text.splitlines()[0]
+    assert tomllib.loads(text)["federation"]["rounds"] == 2  # still a loadable config
+
+
+def test_differences_name_what_changed() -> None:
+    now = environment(torch.device("cpu"))
+    assert differences(now, now) == []
+    assert differences({**now, "torch": "1.0.0", "threads": 99}, now) == [f"torch 1.0.0 -> {now['torch']}", f"threads 99 -> {now['threads']}"]
+    assert differences({}, now) == []  # a checkpoint from before the record: nothing to compare
+    assert set(COMPARED) <= set(now)
+
+
+def test_resume_warns_in_one_line_when_the_setup_changed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from chillfl.cli import main
+
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'name = "r"\nout_dir = "{tmp_path / "out"}"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\n'
+        '[federation]\nnum_clients = 4\nrounds = 3\n[eval]\nclient_split_size = 20\n[checkpoint]\nevery = 1\n'
+    )
+    import chillfl.runner as runner
+
+    real_finish = runner._finish
+
+    def stop_after_round_2(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # the run ends after its last checkpoint (round 2), as if killed
+
+    runner._finish = stop_after_round_2  # type: ignore[assignment]
+    try:
+        assert main(["run", str(config), "-q"]) == 130
+    finally:
+        runner._finish = real_finish  # type: ignore[assignment]
+    partial = tmp_path / "out" / "r.partial"
+    state = read_state(partial / "checkpoint.safetensors")
+    assert state["environment"]["torch"] == torch.__version__
+    state["environment"]["torch"] = "0.0.1"
+    write_state(partial / "checkpoint.safetensors", state)
+    with caplog.at_level(logging.WARNING, logger="chillfl"):
+        assert main(["resume", str(partial), "-q"]) == 0
+    lines = [r.getMessage() for r in caplog.records if "another setup" in r.getMessage()]
+    assert len(lines) == 1 and f"torch 0.0.1 -> {torch.__version__}" in lines[0] and "\n" not in lines[0]
+
+
+def test_the_partition_is_saved_and_reloads_with_partition_from(tmp_path: Path, digits: chillfl.TensorData) -> None:
+    first = run(tmp_path, digits, **{"partition.alpha": 0.2})
+    assert first.folder is not None
+    saved = json.loads((first.folder / "partition.json").read_text())
+    assert len(saved["clients"]) == 4 and saved["partition"] == {"name": "dirichlet", "alpha": 0.2}
+    assert sorted(i for c in saved["clients"] for i in c) == list(range(1400))  # every training sample, once
+    path = str(first.folder / "partition.json")
+    # another seed would draw another split: from the file, the clients are the same ones
+    again = run(tmp_path, digits, seed=5, **{"partition.from": path})
+    assert again.folder is not None and again.config.partition == {"name": "file", "from": path}
+    assert json.loads((again.folder / "partition.json").read_text())["clients"] == saved["clients"]
+    with pytest.raises(chillfl.ConfigError, match="partition.from: .* has 4 clients; federation.num_clients is 3"):
+        run(tmp_path, digits, **{"partition.from": path, "federation.num_clients": 3})
+    with pytest.raises(chillfl.ConfigError, match="partition.from: cannot read"):
+        run(tmp_path, digits, **{"partition.from": str(tmp_path / "nope.json")})
+
+
+def test_the_checkpoint_config_names_the_file_the_runner_writes() -> None:
+    from chillfl.config import CheckpointConfig
+    from chillfl.runner import CHECKPOINT
+
+    assert CheckpointConfig.__doc__ is not None and f"``{CHECKPOINT}``" in CheckpointConfig.__doc__

@@ -1,0 +1,112 @@
+"""SCARLET's mechanism, taken apart (issue 29): with D = 0 and beta = 1 it is DS-FL with ERA replaced by the plain mean.
+
+SCARLET differs from DS-FL in two places only: Enhanced ERA (Eq. 4) instead of
+ERA (Eq. 2), and the cache (Algorithm 2). With D = 0 nothing is served from the
+cache, and beta = 1 makes Eq. 4 the identity on the clients' mean, so the
+server targets of every round must equal those of DS-FL with
+``aggregation = "mean"``, bit for bit -- and so must the whole run.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from chillfl.config import load_config
+from chillfl.distillation import methods
+from chillfl.distillation.cache import SoftLabelUplink
+from chillfl.distillation.era import mean_soft_labels, power_sharpen
+from chillfl.distillation.methods import make_method, parse_distillation
+from chillfl.errors import ConfigError
+from chillfl.runner import run_experiment
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny(**distillation) -> dict:
+    over = {
+        "dataset.name": "digits", "partition.name": "dirichlet", "partition.alpha": 0.3, "model.name": "flexchill_cnn",
+        "federation.num_clients": 4, "federation.rounds": 3, "client.epochs": 1, "client.batch_size": 32, "client.lr": 0.05,
+        "eval.client_split_size": 20, "distillation.public_size": 120, "distillation.subset_size": 40,
+        "distillation.server_epochs": 1, "distillation.distill_batch_size": 32,
+    }
+    over.update({f"distillation.{k}": v for k, v in distillation.items()})
+    return over
+
+
+def random_uplinks(seed: int, k: int = 5, n: int = 30, c: int = 10) -> tuple[torch.Tensor, list[SoftLabelUplink]]:
+    gen = torch.Generator().manual_seed(seed)
+    probs = torch.softmax(3 * torch.randn(k, n, c, generator=gen), dim=-1)  # float32 softmax outputs, as clients upload
+    idx = torch.arange(n)
+    return idx, [SoftLabelUplink(client_id=j, round=1, indices=idx, soft_labels=probs[j]) for j in range(k)]
+
+
+def method(name: str, **options) -> methods.SoftLabelMethod:
+    return make_method(parse_distillation({"method": name, "public_size": 30, "subset_size": 30, **options}), 10, 0)
+
+
+def test_beta_one_is_the_plain_mean_bit_for_bit():
+    idx, ups = random_uplinks(0)
+    stack = torch.stack([u.soft_labels for u in ups])
+    mean = mean_soft_labels(stack)
+    assert torch.equal(power_sharpen(mean, 1.0), mean)
+    scarlet = method("scarlet", beta=1.0).aggregate(1, idx, ups)
+    dsfl_mean = method("dsfl", aggregation="mean").aggregate(1, idx, ups)
+    assert torch.equal(scarlet.rows, dsfl_mean.rows) and torch.equal(scarlet.server_rows, dsfl_mean.server_rows)
+    assert torch.equal(dsfl_mean.rows, mean)
+    # ERA is not the mean (T = 0.1 sharpens), and beta = 2 is not either: the ablation separates them
+    assert not torch.equal(method("dsfl").aggregate(1, idx, ups).rows, mean)
+    assert not torch.equal(method("scarlet", beta=2.0).aggregate(1, idx, ups).rows, mean)
+
+
+def test_dsfl_aggregation_option_is_checked():
+    with pytest.raises(ConfigError, match="distillation.aggregation"):
+        parse_distillation({"method": "dsfl", "public_size": 30, "subset_size": 30, "aggregation": "median"})
+
+
+def test_scarlet_d0_beta1_server_targets_equal_dsfl_mean_bit_for_bit(monkeypatch):
+    targets: dict[str, list[torch.Tensor]] = {"dsfl": [], "scarlet": []}
+    for cls in (methods.DSFL, methods.SCARLET):
+        original = cls.aggregate
+
+        def spy(self, round, indices, uplinks, _original=original):
+            out = _original(self, round, indices, uplinks)
+            targets[self.name].append(out.server_rows.clone())
+            return out
+
+        monkeypatch.setattr(cls, "aggregate", spy)
+    scarlet = run_experiment(load_config(None, tiny(method="scarlet", beta=1.0, cache_duration=0)), write=False, progress=False)
+    dsfl = run_experiment(load_config(None, tiny(method="dsfl", aggregation="mean")), write=False, progress=False)
+    assert len(targets["scarlet"]) == len(targets["dsfl"]) == 3
+    for a, b in zip(targets["scarlet"], targets["dsfl"]):
+        assert a.shape == (40, 10) and torch.equal(a, b)
+    assert scarlet.records == dsfl.records  # hence the whole run: server accuracy, bytes, entropy, every round
+    assert torch.equal(torch.cat([v.flatten().float() for v in scarlet.model_state.values()]),
+                       torch.cat([v.flatten().float() for v in dsfl.model_state.values()]))
+
+
+def test_cached_age_on_hand_values():
+    from chillfl.distillation.cache import ServerCache
+
+    cache = ServerCache(duration=3)
+    row = lambda n: torch.full((n, 2), 0.5)  # noqa: E731
+    assert cache.update(1, [0, 1], row(2)).cached_age is None  # round 1: everything fresh
+    assert cache.update(2, [0, 2], row(1)).cached_age == 1.0  # 0 stored at 1: age 1; 2 fresh
+    assert cache.update(4, [0, 1, 2], row(0)).cached_age == pytest.approx((3 + 3 + 2) / 3)  # all valid (4 - 1 <= 3)
+    assert cache.update(5, [0, 2], row(1)).cached_age == 3.0  # 0 expired (5 - 1 > 3) -> fresh; 2 stored at 2: age 3
+
+
+def test_cache_age_is_recorded_only_where_the_cache_exists():
+    scarlet = run_experiment(load_config(None, tiny(method="scarlet", cache_duration=2)), write=False, progress=False).records
+    assert scarlet[0]["cache_age_mean"] is None and scarlet[0]["cache_hit_ratio"] == 0.0
+    assert scarlet[1]["cache_hit_ratio"] > 0.0  # round 2 serves part of P^2 from round 1's entries
+    for r in scarlet[1:]:
+        assert r["cache_hit_ratio"] == 0.0 or 1.0 <= r["cache_age_mean"] <= 2.0
+    dsfl = run_experiment(load_config(None, tiny(method="dsfl")), write=False, progress=False).records
+    assert not any("cache_age_mean" in r or "cache_hit_ratio" in r for r in dsfl)

@@ -1,0 +1,76 @@
+"""``chillfl analyze scarlet-deficit`` (issue 29): the per-run reading, the scaled D, the prefix rule, the tables."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from chillfl.analysis.scarlet_study import Measure, read, scaled_duration
+from chillfl.cli import main
+from chillfl.config import load_config
+from chillfl.runner import run_experiment
+
+TINY = [
+    "federation.num_clients=3", "client.epochs=1", "distillation.public_size=60", "distillation.subset_size=20",
+    "distillation.server_epochs=1", "distillation.distill_epochs=1", "eval.client_split_size=20",
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_scaled_duration_is_50_in_2000_rounds_at_least_1():
+    assert [scaled_duration(n) for n in (1, 20, 40, 60, 80, 100, 2000)] == [1, 1, 1, 2, 2, 3, 50]
+
+
+def test_read_on_hand_values():
+    records = [
+        {"global_acc": 0.1, "bytes_cumulative": 100, "cache_hit_ratio": 0.0, "cache_age_mean": None, "soft_label_entropy": 2.0},
+        {"global_acc": 0.2, "bytes_cumulative": 150, "cache_hit_ratio": 0.5, "cache_age_mean": 1.0, "soft_label_entropy": 1.0},
+        {"global_acc": 0.3, "bytes_cumulative": 180, "cache_hit_ratio": 1.0, "cache_age_mean": 2.0, "soft_label_entropy": 0.5},
+    ]
+    # at round 2: accuracy and bytes of round 2; hit ratio (0 + 0.5) / 2; age over rounds that used the cache: 1.0
+    assert read(records, 2) == Measure(acc=0.2, bytes=150.0, hit=0.25, age=1.0, entropy=1.5)
+    assert read(records, 3) == Measure(acc=0.3, bytes=180.0, hit=0.5, age=1.5, entropy=3.5 / 3)
+    assert read(records, 3, window=2).acc == pytest.approx(0.25)  # mean of rounds 2 and 3
+    dsfl = [{"global_acc": 0.4, "bytes_cumulative": 10}]  # no cache, no entropy: hit 0, age None
+    assert read(dsfl, 1) == Measure(acc=0.4, bytes=10.0, hit=0.0, age=None, entropy=None)
+
+
+def test_a_shorter_run_is_the_prefix_of_a_longer_one():
+    over = {k: v for k, v in (x.split("=") for x in TINY)}
+    over = {k: (int(v) if v.isdigit() else v) for k, v in over.items()}
+    base = {"dataset.name": "digits", "model.name": "flexchill_cnn", "distillation.method": "scarlet", "distillation.cache_duration": 2, **over}
+    short = run_experiment(load_config(None, {**base, "federation.rounds": 2}), write=False, progress=False).records
+    long = run_experiment(load_config(None, {**base, "federation.rounds": 3}), write=False, progress=False).records
+    assert long[:2] == short
+
+
+def test_study_tables(capsys):
+    args = ["analyze", "scarlet-deficit", "-q", "--seeds", "0,1", "--rounds", "1,2", "--durations", "0,2", "--betas", "1",
+            "--subset-sizes", "", "--parts", "d,beta,smooth", *TINY]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    smooth = out.split("last quarter of the rounds")[1]
+    assert smooth.count("| 2 | SCARLET beta=2, D=2 |") == 1  # the smooth table: same arms, accuracy over the last rounds
+    out = out.split("last quarter of the rounds")[0]
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): [c.strip() for c in line.split("|")[3:-1]]
+            for line in out.splitlines() if line.startswith("| ") and not line.startswith("| rounds")}
+    # columns: arm acc, DS-FL acc, difference, bytes ratio, hit ratio, age, entropy
+    assert rows[("2", "SCARLET beta=2, D=0")][3:6] == ["1.000", "0.000", "-"]  # no cache: DS-FL's bytes, nothing served
+    assert rows[("1", "SCARLET beta=2, D=2")][3:6] == ["1.000", "0.000", "-"]  # round 1: nothing cached yet
+    ratio, hit, age = rows[("2", "SCARLET beta=2, D=2")][3:6]
+    assert float(ratio) < 1.0 and float(hit) > 0.0 and age == "1.0"  # round 2 reads round 1's entries: age 1
+    assert rows[("2", "SCARLET beta=1, D=0")][0] != "" and ("2", "SCARLET beta=1, D=2") in rows
+    assert rows[("2", "DS-FL (ERA, T = 0.1)")][2].startswith("+0.00 ± 0.00")  # DS-FL against itself
+
+
+def test_bad_parts_is_a_usage_error(capsys):
+    assert main(["analyze", "scarlet-deficit", "--parts", "d,nope"]) == 2
+    captured = capsys.readouterr()
+    assert "--parts" in captured.err and captured.out == ""  # one line, nothing printed before it

@@ -16,7 +16,8 @@ from chillfl.engine.executors import ClientJob, SequentialExecutor
 from chillfl.engine.processes import ProcessExecutor
 from chillfl.engine.vectorized import VectorizedExecutor
 from chillfl.errors import ConfigError
-from chillfl.training.local import LocalSpec, derive_seed, model_state, step_batch
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalSpec, model_state, step_batch
 
 IMG = torch.tensor([[1.0, 2.0], [3.0, 4.0]]).view(1, 1, 2, 2)  # one 1-channel 2x2 image
 

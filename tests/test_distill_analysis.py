@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from chillfl.distillation.analysis import (
+from chillfl.analysis.softlabels import (
     entropy_vs_beta,
     entropy_vs_temperature,
     plot_cache_ratio,

@@ -16,7 +16,7 @@ from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, ServerCache, SoftLabelUplink
 from chillfl.distillation.methods import make_method, parse_distillation
-from chillfl.distillation.protocol import ClientState, ClientStore, soft_target_kl
+from chillfl.protocols.softlabels import ClientState, ClientStore, soft_target_kl
 from chillfl.runner import rounds_for, run_experiment
 from chillfl.experiment import build_data, build_experiment
 from chillfl.errors import ConfigError
@@ -108,17 +108,17 @@ def test_aggregation_rules_on_hand_values():
     assert method_for("scarlet", beta=1.0).aggregate(1, idx, ups).rows[0].tolist() == pytest.approx([0.6, 0.4], abs=1e-6)
     # CFD, 1 bit per element (code = floor(x + 1/2)): z1 -> [1, 0], z2 -> [0, 1]; mean [0.5, 0.5]; b_down = 32
     cfd = method_for("cfd")
-    sent = [cfd.upload(k, 1, idx, u.soft_labels, None) for k, u in enumerate(ups)]
+    sent = [cfd.client_half().upload(k, 1, idx, u.soft_labels, None) for k, u in enumerate(ups)]
     assert sent[0].soft_labels.tolist() == [[1.0, 0.0]] and sent[1].soft_labels.tolist() == [[0.0, 1.0]]
     assert cfd.uplink_bytes(sent[0]) == {"soft_labels": 1}  # 1 sample x 2 classes x 1 bit -> ceil(2 / 8) = 1 byte
     assert cfd.aggregate(1, idx, sent).rows[0].tolist() == [0.5, 0.5]
     # CFD with 2-bit delta coding (L = 3): [0.8, 0.2] -> codes [floor(2.9), floor(1.1)] = [2, 1], both changed
     # from the all-zero start: bitmap ceil(2/8) = 1 byte + 2 codes x 2 bits = 1 byte; resent unchanged: 1 + 0
     delta = method_for("cfd", bits_up=2, delta_coding=True)
-    first = delta.upload(0, 1, idx, ups[0].soft_labels, None)
+    first = delta.client_half().upload(0, 1, idx, ups[0].soft_labels, None)
     assert first.soft_labels.tolist()[0] == pytest.approx([2 / 3, 1 / 3], abs=1e-6)
     assert delta.uplink_bytes(first) == {"soft_labels": 2}
-    assert delta.uplink_bytes(delta.upload(0, 2, idx, ups[0].soft_labels, None)) == {"soft_labels": 1}
+    assert delta.uplink_bytes(delta.client_half().upload(0, 2, idx, ups[0].soft_labels, None)) == {"soft_labels": 1}
 
 
 def test_selective_fd_masked_mean_and_server_selector():

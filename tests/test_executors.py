@@ -14,17 +14,14 @@ import pytest
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import FedAvg
 from chillfl.config import load_config
 from chillfl.engine.executors import ClientJob, SequentialExecutor
 from chillfl.protocols.parameters import ParameterClient
 from chillfl.engine.parallel import ExecutorSpec, VECTORIZE_MAX_PARAMS, choose_executor, make_parallel_executor, vectorized_workers
 from chillfl.engine.processes import ProcessExecutor, WorkerError, pack_tree
 from chillfl.runner import run_experiment
-from chillfl.experiment import Experiment
 from chillfl.engine.vectorized import NotVectorizable, VectorizedExecutor, chunk_size_for, dim_order, stack, stack_contexts
 from chillfl.errors import ConfigError
-from chillfl.temperature.base import ConstantTemperature
 from chillfl.training.local import LocalOutcome, LocalSpec, model_state
 
 from float_paths import assert_records_close

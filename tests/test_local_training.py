@@ -5,7 +5,8 @@ import torch
 from torch import nn
 
 from chillfl.training.linear_factors import factored_linears
-from chillfl.training.local import LocalSpec, batch_order, derive_seed, evaluate, model_state, train_client
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalSpec, batch_order, evaluate, model_state, train_client
 from chillfl.training.objective import temperature_cross_entropy
 
 

@@ -104,8 +104,9 @@ def test_server_keeps_each_clients_previous_model_and_sends_it_back() -> None:
 
 def test_previous_model_is_not_counted_as_sent() -> None:
     glob = {"w": torch.zeros(100)}
-    ctx = Moon().downlink(0, 0, glob).context
-    assert ParamDownlink(glob, 0.1, 1.0, ctx).nbytes()["control"] < 100  # two scalars, not two models
+    down = Moon().downlink(0, 0, glob)
+    assert ParamDownlink(glob, 0.1, 1.0, down.context, local=down.local).nbytes()["control"] < 100  # two scalars, not two models
+    assert ParamDownlink(glob, 0.1, 1.0, down.context).nbytes()["control"] >= 800  # undeclared, the two models would count
 
 
 def test_moon_under_every_executor() -> None:

@@ -181,6 +181,15 @@ class RecordingBase:
     def round_metrics(self) -> Mapping[str, Any]:
         return {"base_metric": 1}
 
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        return None
+
 
 def test_wrapper_multiplies_the_base_weights_and_forwards_the_rest() -> None:
     base = RecordingBase()

@@ -26,7 +26,8 @@ from chillfl.metrics.stability import stability_summary
 from chillfl.report.compare import apply_variant, variants_from_config
 from chillfl.report.pa3fed_plots import clp_spans, plot_clp
 from chillfl.report.pa3fed_plots import main as plots_main
-from chillfl.training.local import derive_seed, train_client
+from chillfl.seeds import derive_seed
+from chillfl.training.local import train_client
 
 BASE: dict[str, Any] = {
     "seed": 2,
@@ -71,7 +72,7 @@ def test_client_report_matches_a_plain_autograd_computation(grad_temperature: st
     job = ClientJob(1, exp.initial_state, x, y, 0.05, temperature, agg.downlink(1, 0, exp.initial_state).context, derive_seed(0, "t"))
     outcome = train_client(exp.model, job.start, x, y, spec=exp.spec, lr=job.lr, temperature=temperature, context=job.context, generator=torch.Generator().manual_seed(job.seed))
     before = {k: v.clone() for k, v in outcome.params.items()}
-    report = agg.client_report(exp.model, job, outcome)
+    report = agg.client_reporter()(exp.model, job, outcome)
 
     # Independent: a copy of the module holding the trained state, eval mode, ordinary backward.
     net = copy.deepcopy(exp.model)

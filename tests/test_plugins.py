@@ -57,6 +57,9 @@ class FirstClient:
     def begin_round(self, round, client_ids):
         return None
 
+    def client_reporter(self):
+        return None
+
     def state_dict(self):
         return {}
 

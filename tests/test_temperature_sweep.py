@@ -21,7 +21,8 @@ from chillfl.config import load_config
 from chillfl.experiment import build_data, build_initial_model
 from chillfl.errors import ConfigError
 from chillfl.temperature.heterogeneity import MEASURES
-from chillfl.training.local import LocalSpec, derive_seed, evaluate, train_client
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalSpec, evaluate, train_client
 
 TINY = {
     "name": "sweep",

@@ -415,6 +415,19 @@ class RunConfig:
     """``chillfl compare``: option -> list of values; each variant runs at every point of the grid and keeps
     the point with the best validation accuracy (needs ``eval.validation`` > 0)."""
 
+    @property
+    def protocol(self) -> str:
+        """Which protocol runs, decided here and nowhere else (keys :data:`chillfl.protocols.registry.PROTOCOLS`).
+
+        ``softlabels`` when ``[distillation]`` names a method, ``prototypes`` when ``[prototypes]`` is set
+        (validation refuses both at once), else ``parameters``.
+        """
+        if self.distillation.get("method"):
+            return "softlabels"
+        if self.prototypes:
+            return "prototypes"
+        return "parameters"
+
     def lr_at(self, round: int) -> float:
         """The clients' learning rate of round ``round`` (0-based): ``client.lr``, its decay and its schedule over rounds."""
         return self.client.lr_at(round, self.federation.rounds)

@@ -6,8 +6,6 @@ All user errors surface here, before any result folder is created.
 from __future__ import annotations
 
 import copy
-import dataclasses
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -22,27 +20,13 @@ from chillfl.engine.executors import Executor
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.errors import ConfigError, choice_error
 from chillfl.models import build_model
-from chillfl.models.assign import ModelPlan
 from chillfl.protocols.common import Evaluation
-from chillfl.protocols.parameters import ParameterClient, ParameterSharing
+from chillfl.protocols.parts import ClientModels, Experiment, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
+from chillfl.protocols.registry import protocol_of
 from chillfl.temperature import make_policy
-from chillfl.temperature.base import TemperaturePolicy
-from chillfl.training.local import LocalSpec, derive_seed, model_state, resolve_compute
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalSpec, model_state, resolve_compute
 from chillfl.training.objective import ProximalTerm, Term, temperature_cross_entropy
-
-
-@dataclass
-class Experiment:
-    """The built parts of one run, on ``device``; :func:`build_protocol` composes them."""
-
-    config: RunConfig
-    data: FederatedData
-    model: nn.Module
-    initial_state: dict[str, torch.Tensor]
-    aggregator: Aggregator
-    policy: TemperaturePolicy
-    spec: LocalSpec
-    device: torch.device = torch.device("cpu")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -212,16 +196,15 @@ def build_experiment(
         data = build_data(config, dataset)
     if config.federation.sample_size() > data.num_clients:
         raise ConfigError("federation.clients_per_round", f"must be <= num_clients={data.num_clients}")
-    if config.distillation:  # soft-label protocol: check its options before anything is written
-        from chillfl.distillation.methods import check_distillation
-
-        check_distillation(config, data)
+    kind = protocol_of(config)
+    if kind.check_data is not None:  # its options against the data, before any model is built
+        kind.check_data(config, data)
     check_model_assignment(config, data.num_clients)
     if model is None:
         model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     else:
         model, state = user_initial_model(config, model)
-    aggregator, terms = build_algorithm(config, model)
+    aggregator, terms = build_algorithm(config, model) if kind.uses_aggregator else (None, [])
     terms = [*terms, *objective_terms(config, terms)]
     policy = make_policy(config.temperature, data.class_counts)  # counted only if the policy reads them
     losses = base_losses()
@@ -246,8 +229,8 @@ def build_experiment(
     if device.type != "cpu":  # the data live on the device too: one copy, no per-round transfer
         data = data.to(device)
     exp = Experiment(config, data, model, state, aggregator, policy, spec, device)
-    if config.prototypes:  # its per-architecture checks, before anything is written
-        prototype_parts(exp)
+    if kind.check is not None:  # its checks of the built parts, before anything is written
+        kind.check(exp)
     return exp
 
 
@@ -263,37 +246,18 @@ def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[
     if config.objective.proximal_mu == 0:
         return []
     field = "objective.proximal_mu"
-    if config.distillation.get("method"):
-        raise ConfigError(field, "the soft-label protocol keeps no global model to stay close to; leave it 0")
-    if config.prototypes:
-        raise ConfigError(field, "the prototype-sharing protocol ([prototypes]) trains with its own objective; leave it 0")
+    own = protocol_of(config).own_objective
+    if own is not None:
+        raise ConfigError(field, own)
     if any(isinstance(t, ProximalTerm) for t in algorithm_terms):
         raise ConfigError(field, f"algorithm {config.algorithm.get('name')!r} already adds the proximal term (its own mu); set one of the two")
     return [ProximalTerm()]
 
 
 def build_protocol(exp: Experiment) -> ServerProtocol:
-    """The configured protocol: soft-label sharing when ``[distillation]`` names a method, else parameter sharing."""
+    """The protocol the config names (:attr:`RunConfig.protocol`), built by its registry entry."""
     evaluation = Evaluation(exp.config, exp.data, exp.model, exp.device)
-    if exp.config.distillation.get("method"):
-        from chillfl.distillation.protocol import SoftLabelProtocol
-
-        hetero = build_client_models(exp) if "assign" in exp.config.model or "groups" in exp.config.model else None
-        return SoftLabelProtocol(exp, evaluation, hetero)
-    if exp.config.prototypes:
-        return build_prototype_protocol(exp, evaluation)
-    reporter = getattr(exp.aggregator, "client_report", None)
-    return ParameterSharing(
-        seed=exp.config.seed,
-        lr_at=exp.config.lr_at,
-        initial_state=exp.initial_state,
-        aggregator=exp.aggregator,
-        policy=exp.policy,
-        evaluation=evaluation,
-        client=ParameterClient(exp.model, exp.config.eval.batch_size, reporter),
-        eval_clients=exp.config.eval.clients,
-        proximal_mu=exp.config.objective.proximal_mu,
-    )
+    return protocol_of(exp.config).build(exp, evaluation)
 
 
 def make_executor(exp: Experiment, protocol: ServerProtocol) -> Executor:
@@ -318,13 +282,7 @@ def make_executor(exp: Experiment, protocol: ServerProtocol) -> Executor:
 
 def models_travel(config: RunConfig) -> bool:
     """Whether the configured protocol sends models (then every client must have the same architecture)."""
-    if config.distillation.get("method"):
-        return False
-    if config.prototypes:
-        from chillfl.protocols.knowledge import parse_prototypes
-
-        return parse_prototypes(config.prototypes).share_model
-    return True
+    return protocol_of(config).models_travel(config)
 
 
 def check_model_assignment(config: RunConfig, num_clients: int) -> None:
@@ -333,86 +291,7 @@ def check_model_assignment(config: RunConfig, num_clients: int) -> None:
 
     plan_models(config.model, num_clients)
     if models_travel(config):
-        why = "[distillation] or [prototypes] with share_model = false" if not config.prototypes else "[prototypes] share_model = true averages models"
-        refuse_heterogeneous(config.model, why)
-
-
-@dataclass(frozen=True)
-class ClientModels:
-    """Every architecture the clients train: templates, seeded initial states, and who trains which."""
-
-    plan: ModelPlan
-    models: tuple[nn.Module, ...]
-    states: tuple[dict[str, torch.Tensor], ...]
-
-    def parameter_counts(self) -> list[int]:
-        from chillfl.models import count_parameters
-
-        return [count_parameters(m) for m in self.models]
-
-
-def build_client_models(exp: Experiment) -> ClientModels:
-    """Architecture 0 is the experiment's model (same seeded weights); others are seeded by their index."""
-    from chillfl.models.assign import arch_section, plan_models
-
-    config = exp.config
-    plan = plan_models(config.model, exp.data.num_clients)
-    models, states = [exp.model], [exp.initial_state]
-    for i, table in enumerate(plan.archs[1:], start=1):
-        name, options = RunConfig.component(table)
-        model = build_model(name, tuple(exp.data.dataset.input_shape), exp.data.num_classes, options, section=arch_section(plan, i), seed=derive_seed(config.seed, "init", i))
-        model.to(exp.device)
-        models.append(model)
-        states.append({k: v.to(exp.device) for k, v in model_state(model).items()})
-    return ClientModels(plan, tuple(models), tuple(states))
-
-
-def prototype_parts(exp: Experiment) -> tuple[Any, ClientModels, tuple[LocalSpec, ...], int]:
-    """[prototypes]' options, client models and per-architecture training specs; ConfigError on any misfit."""
-    from chillfl.models.parts import NoHeadError, head_name, head_of
-    from chillfl.protocols.knowledge import KnowledgeLoss, parse_prototypes
-    from chillfl.training.linear_factors import factored_linears
-
-    cfg = exp.config
-    options = parse_prototypes(cfg.prototypes)
-    if cfg.algorithm.get("name") != "fedavg" or exp.spec.terms:
-        raise ConfigError("algorithm.name", f"[prototypes] trains with its own objective and averages models with fedavg; got {cfg.algorithm.get('name')!r}")
-    cm = build_client_models(exp)
-    specs, dims = [], []
-    for i, model in enumerate(cm.models):
-        try:
-            head = head_name(model)
-            dims.append(head_of(model).in_features)
-        except NoHeadError as exc:
-            raise ConfigError("model.name" if i == 0 else str(cm.plan.field), f"{exc}: [prototypes] needs a representation") from None
-        bias = f"{head}.bias" if head_of(model).bias is not None else None
-        loss = KnowledgeLoss(options.lam, options.kd_weight, options.temperature, f"{head}.weight", bias)
-        specs.append(dataclasses.replace(exp.spec, base_loss=loss, terms=(), model=factored_linears(model)))
-    if len(set(dims)) > 1:
-        labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))
-        raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the last nn.Linear's input) for all architectures, got {labels}")
-    return options, cm, tuple(specs), dims[0]
-
-
-def build_prototype_protocol(exp: Experiment, evaluation: Evaluation) -> ServerProtocol:
-    """FedProto / FedHKD (``[prototypes]``): one training spec per architecture, with the method's objective."""
-    from chillfl.protocols.prototypes import KnowledgeClient, PrototypeSharing
-
-    cfg = exp.config
-    options, cm, specs, dim = prototype_parts(exp)
-    client = KnowledgeClient(cm.models, specs, cm.states, cm.plan.arch_of, exp.data.num_classes, options, cfg.seed, cfg.eval.batch_size)
-    return PrototypeSharing(
-        options=options,
-        seed=cfg.seed,
-        lr_at=cfg.lr_at,
-        client=client,
-        global_state=exp.initial_state if options.share_model else None,
-        aggregator=exp.aggregator if options.share_model else None,
-        policy=exp.policy,
-        evaluation=evaluation,
-        eval_clients=cfg.eval.clients,
-        feature_dim=dim,
-    )
+        refuse_heterogeneous(config.model, protocol_of(config).travel_reason)
 
 
 # ---------------------------------------------------------------- validation without running (--dry-run)

@@ -46,6 +46,7 @@ from chillfl.engine.view import RoundHook, RunView
 from chillfl.errors import Diverged, MissingExtra, StorageError
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
 from chillfl.progress import Progress, make_bar
+from chillfl.protocols.registry import protocol_of
 
 if TYPE_CHECKING:
     from chillfl.sinks import Sink
@@ -465,7 +466,7 @@ def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> No
 
     plot_run(records, folder / "accuracy_loss.png", title=config.name)
     plot_temperatures(records, folder / "temperatures.png")
-    if records and "bytes_cumulative" in records[-1] and config.distillation.get("method"):  # Fig. 7: accuracy against bytes
+    if records and "bytes_cumulative" in records[-1] and protocol_of(config).bytes_figure:  # Fig. 7: accuracy against bytes
         from chillfl.report.communication_plots import plot_accuracy_vs_bytes
 
         plot_accuracy_vs_bytes(records, folder / "accuracy_vs_bytes.png", title=config.name)

@@ -38,7 +38,7 @@ pytest.importorskip("flwr")
 
 from chillfl.config import config_from_dict  # noqa: E402
 from chillfl.distillation.cache import CacheSyncDelta, ClientCache  # noqa: E402
-from chillfl.distillation.protocol import ClientState  # noqa: E402
+from chillfl.protocols.softlabels import ClientState  # noqa: E402
 from chillfl.flower.apps import NodeHeld, NodeHeldStates  # noqa: E402
 from chillfl.flower.state import held_clients, load_client_state, save_client_state  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
@@ -88,7 +88,7 @@ def test_wire_round_trip_is_exact() -> None:
 
 def test_wire_round_trips_soft_label_messages() -> None:
     from chillfl.distillation.cache import SoftLabelDownlink, SoftLabelUplink
-    from chillfl.distillation.protocol import SoftLabelReport, SoftLabelRoundDownlink
+    from chillfl.protocols.softlabels import SoftLabelReport, SoftLabelRoundDownlink
 
     g = torch.Generator().manual_seed(2)
     prev = SoftLabelDownlink(2, torch.tensor([4, 0, 9]), torch.tensor([1, 2, 0], dtype=torch.uint8), torch.rand(2, 3, generator=g), 8)

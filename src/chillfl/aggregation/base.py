@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Collection, Literal, Mapping, Protocol, Sequence
 
 import torch
+from torch import nn
 
 Params = dict[str, torch.Tensor]
 """A model's state as a flat name -> tensor dict (parameters and buffers)."""
@@ -54,14 +55,34 @@ class Downlink:
     models); keys absent from it come from the global model.
     ``context``: values the local objective's terms read (e.g. ``mu``,
     ``control`` for SCAFFOLD's correction).
+    ``local``: the context entries the client holds already, so they cost no
+    bytes on the wire: the model it was sent (FedProx's and MOON's anchor) and
+    its own previous model (MOON's, on the client in the paper).
     """
 
     params: Params | None = None
     context: dict[str, Any] = field(default_factory=dict)
+    local: tuple[str, ...] = ()
+
+
+class ClientReporter(Protocol):
+    """The client half of an aggregator that needs a report from each client (PA3Fed's score, FedGen's label counts).
+
+    It travels to the clients, so it carries no server state: only its options. It is called
+    after the client's local training with the model template, the client's job (its ``x``,
+    ``y``, ``temperature``) and the outcome (its ``params``: the state after training).
+    """
+
+    def __call__(self, model: nn.Module, job: Any, outcome: Any) -> dict[str, Any]:
+        ...
 
 
 class Aggregator(Protocol):
     """Server-side rule turning client results into the next global model."""
+
+    def client_reporter(self) -> ClientReporter | None:
+        """The client half that reports on each client's training (None: the aggregator needs no report)."""
+        ...
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         """Per-client extras sent with the global model (default: none)."""
@@ -236,6 +257,10 @@ class FedAvg:
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
         """m_i / m, the FedAvg coefficients (1/|S| with ``weighting = "uniform"``)."""
         return client_weights(results, self.weighting)
+
+    def client_reporter(self) -> ClientReporter | None:
+        """FedAvg reads nothing but the clients' models and sample counts."""
+        return None
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return Downlink()

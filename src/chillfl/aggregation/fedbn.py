@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import (
+    ClientReporter,
     ClientResult,
     Downlink,
     Params,
@@ -90,6 +91,10 @@ class FedBN:
 
     def round_metrics(self) -> Mapping[str, Any]:
         return {}
+
+    def client_reporter(self) -> ClientReporter | None:
+        """No per-client report: the clients' models (and what the downlink asked for) are enough."""
+        return None
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         return None

@@ -45,10 +45,10 @@ from typing import Any, Literal, Mapping, Sequence
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import ClientResult, Downlink, FedAvg, Params, check_state_keys, load_params, params_state
+from chillfl.aggregation.base import ClientReporter, ClientResult, Downlink, FedAvg, Params, check_state_keys, load_params, params_state
 from chillfl.options import require
 from chillfl.training.fedgen import FeatureGenerator, diversity_loss, teacher_loss
-from chillfl.training.local import derive_seed
+from chillfl.seeds import derive_seed
 
 MIN_SAMPLES_PER_LABEL = 1
 ADAM_BETAS = (0.9, 0.999)
@@ -114,7 +114,6 @@ class FedGen(FedAvg):
         self.head = head
         self.seed = seed
         self.num_classes = num_classes
-        self.client_report = LabelCounts(num_classes)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(seed, "fedgen-init"))
             self.generator = FeatureGenerator(num_classes, options.noise_dim, options.hidden, feature_dim)
@@ -127,6 +126,10 @@ class FedGen(FedAvg):
         self._last_loss = 0.0
 
     # -- client side --------------------------------------------------------------------------------
+
+    def client_reporter(self) -> ClientReporter:
+        """Each client's label counts (the generator's label prior and per-label weights)."""
+        return LabelCounts(self.num_classes)
 
     def _generate(self, labels: torch.Tensor, noise: torch.Tensor, params: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return torch.func.functional_call(self.generator, dict(params), (labels, noise))

@@ -41,6 +41,7 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
+    ClientReporter,
     ClientResult,
     Downlink,
     Params,
@@ -51,7 +52,7 @@ from chillfl.aggregation.base import (
     weighted_average,
 )
 from chillfl.options import require
-from chillfl.training.local import derive_seed
+from chillfl.seeds import derive_seed
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,10 @@ class FedMut:
     def _keys(self, state: Params) -> list[str]:
         keys = self.param_keys if self.param_keys is not None else list(state)
         return [k for k in keys if torch.is_floating_point(state[k])]
+
+    def client_reporter(self) -> ClientReporter | None:
+        """No per-client report: the clients' models (and what the downlink asked for) are enough."""
+        return None
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         """Announce the round's clients so that their mutation signs can be balanced."""

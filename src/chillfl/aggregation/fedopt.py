@@ -32,6 +32,7 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
+    ClientReporter,
     ClientResult,
     Downlink,
     Params,
@@ -110,6 +111,10 @@ class FedOpt:
 
     def round_metrics(self) -> Mapping[str, Any]:
         return {}
+
+    def client_reporter(self) -> ClientReporter | None:
+        """No per-client report: the clients' models (and what the downlink asked for) are enough."""
+        return None
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         return None

@@ -55,4 +55,4 @@ class FedProx(FedAvg):
             log.warning("FedProx with mu = 0 is equivalent to FedAvg")
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        return Downlink(context={"mu": self.mu, "global_params": global_params})
+        return Downlink(context={"mu": self.mu, "global_params": global_params}, local=("global_params",))

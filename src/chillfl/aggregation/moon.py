@@ -67,7 +67,7 @@ class Moon(FedAvg):
             "moon_global": global_params,
             "moon_prev": prev if prev is not None else global_params,
         }
-        return Downlink(context=context)
+        return Downlink(context=context, local=("moon_global", "moon_prev"))
 
     def aggregate(
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None

@@ -20,8 +20,8 @@ any aggregator with ``default_weights(results)`` and
 ``aggregate(..., weights=...)`` works (every registered one has them).
 PA3Fed multiplies the base's own weights by ``alpha_i``.
 
-The engine calls :meth:`PA3Fed.client_report` after each client's local
-training; it computes ``score`` and ``grad_norm`` from the trained local model
+Each client runs :class:`PA3FedReporter` (``PA3Fed.client_reporter()``, the
+client half: options only) after its local training; it computes ``score`` and ``grad_norm`` from the trained local model
 on the client's training data, i.e. on the client side of Algorithm 1 (in a
 deployment these two floats are the only extra upload, Alg. 1 line 10).
 
@@ -67,7 +67,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from chillfl.aggregation.base import Aggregator, ClientResult, Downlink, Params, check_state_keys
+from chillfl.aggregation.base import Aggregator, ClientReporter, ClientResult, Downlink, Params, check_state_keys
 from chillfl.metrics.fgn import federated_gradient_norm, is_clp
 from chillfl.options import require
 from chillfl.training.local import split_state
@@ -191,32 +191,32 @@ class WeightedAggregator(Protocol):
     def round_metrics(self) -> Mapping[str, Any]:
         ...
 
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        ...
+
 
 def _with_weights(base: Aggregator) -> WeightedAggregator:
     if isinstance(base, WeightedAggregator):
         return base
-    raise TypeError(f"PA3Fed needs a base aggregator with default_weights() and aggregate(..., weights=...), got {type(base).__name__}")
+    raise TypeError(f"PA3Fed needs a base aggregator with default_weights(), aggregate(..., weights=...), begin_round() and state_dict(), got {type(base).__name__}")
 
 
-class PA3Fed:
-    """Period-aware adaptive aggregation around ``base``; keeps FGN(t-1) and each client's last score."""
+@dataclass(frozen=True)
+class PA3FedReporter:
+    """PA3Fed's client half: each client's ``score`` (Eq. 8) and ``grad_norm`` after its local training.
 
-    def __init__(self, base: Aggregator, options: PA3FedOptions = PA3FedOptions()) -> None:
-        self.base = _with_weights(base)
-        self.options = options
-        self.last_score: dict[int, float] = {}
-        self.previous_fgn: float | None = None
-        self._metrics: dict[str, Any] = {}
+    It travels to the clients with the options only; the scores' history and FGN stay on the server (:class:`PA3Fed`).
+    """
 
-    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
-        hook = getattr(self.base, "begin_round", None)
-        if callable(hook):
-            hook(round, client_ids)
+    options: PA3FedOptions
 
-    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        return self.base.downlink(client_id, round, global_params)
-
-    def client_report(self, model: nn.Module, job: Any, outcome: Any) -> dict[str, Any]:
+    def __call__(self, model: nn.Module, job: Any, outcome: Any) -> dict[str, Any]:
         """Client side of Alg. 1 (lines 7 and 9): ``score`` (Eq. 8) and ``grad_norm`` of the trained model.
 
         ``job`` is the engine's ``ClientJob`` (its ``x``, ``y``, ``temperature``),
@@ -237,6 +237,27 @@ class PA3Fed:
         score = client_score(forward, job.x, job.y, batch_size=o.eval_batch_size)
         norm = gradient_norm(loss_fn, params, job.x, job.y, per_sample=o.grad_norm == "per_sample", batch_size=o.eval_batch_size)
         return {"score": score, "grad_norm": norm}
+
+
+class PA3Fed:
+    """Period-aware adaptive aggregation around ``base``; keeps FGN(t-1) and each client's last score."""
+
+    def __init__(self, base: Aggregator, options: PA3FedOptions = PA3FedOptions()) -> None:
+        self.base = _with_weights(base)
+        self.options = options
+        self.last_score: dict[int, float] = {}
+        self.previous_fgn: float | None = None
+        self._metrics: dict[str, Any] = {}
+
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        self.base.begin_round(round, client_ids)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return self.base.downlink(client_id, round, global_params)
+
+    def client_reporter(self) -> ClientReporter:
+        """The client half of Alg. 1 (lines 7 and 9): a :class:`PA3FedReporter` with the options only, no server state."""
+        return PA3FedReporter(self.options)
 
     def _fgn(self, results: Sequence[ClientResult]) -> float | None:
         if not all("grad_norm" in r.extras for r in results):
@@ -298,23 +319,15 @@ class PA3Fed:
         from scratch every round.
         """
         return {
-            "base": self._base_hook("state_dict")(),
+            "base": self.base.state_dict(),
             "last_score": {str(cid): float(score) for cid, score in self.last_score.items()},
             "previous_fgn": self.previous_fgn,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, ("base", "last_score", "previous_fgn"), "PA3Fed")
-        self._base_hook("load_state_dict")(state["base"])
+        self.base.load_state_dict(state["base"])
         self.last_score = {int(cid): float(score) for cid, score in state["last_score"].items()}
         fgn = state["previous_fgn"]
         self.previous_fgn = None if fgn is None else float(fgn)
         self._metrics = {}
-
-    def _base_hook(self, name: str) -> Callable[..., Any]:
-        # not part of WeightedAggregator: that protocol is checked at run time and
-        # test doubles without checkpoint support must still be accepted as bases
-        hook = getattr(self.base, name, None)
-        if not callable(hook):
-            raise TypeError(f"PA3Fed's base {type(self.base).__name__} has no {name}(); it cannot be checkpointed")
-        return hook

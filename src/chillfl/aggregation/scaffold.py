@@ -45,6 +45,7 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
+    ClientReporter,
     ClientResult,
     Downlink,
     Params,
@@ -145,6 +146,10 @@ class Scaffold:
     def round_metrics(self) -> Mapping[str, Any]:
         norm = sum(float((v.double() ** 2).sum()) for v in self.control.values()) ** 0.5
         return {"control_norm": norm}
+
+    def client_reporter(self) -> ClientReporter | None:
+        """No per-client report: the clients' models (and what the downlink asked for) are enough."""
+        return None
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         return None

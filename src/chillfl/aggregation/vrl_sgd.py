@@ -41,6 +41,7 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
+    ClientReporter,
     ClientResult,
     Downlink,
     Params,
@@ -102,6 +103,10 @@ class VRLSGD:
 
     def round_metrics(self) -> Mapping[str, Any]:
         return {}
+
+    def client_reporter(self) -> ClientReporter | None:
+        """No per-client report: the clients' models (and what the downlink asked for) are enough."""
+        return None
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         return None

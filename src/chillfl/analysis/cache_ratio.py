@@ -50,7 +50,7 @@ def _numbers(text: str, field: str, kind: type = float) -> list[Any]:
 
 def cmd_cache_ratio(args: argparse.Namespace) -> int:
     need("matplotlib", "analysis", "plots")  # the command's output is a figure: say so before simulating
-    from chillfl.distillation.analysis import plot_cache_ratio, simulate_cache_ratio
+    from chillfl.analysis.softlabels import plot_cache_ratio, simulate_cache_ratio
 
     durations = _numbers(args.durations, "--durations", int)
     if any(d < 0 for d in durations):
@@ -97,7 +97,7 @@ def load_soft_labels(path: str) -> torch.Tensor:
 
 def cmd_soft_label_entropy(args: argparse.Namespace) -> int:
     need("matplotlib", "analysis", "plots")
-    from chillfl.distillation.analysis import entropy_vs_beta, entropy_vs_temperature, plot_entropy_vs_beta, plot_entropy_vs_temperature
+    from chillfl.analysis.softlabels import entropy_vs_beta, entropy_vs_temperature, plot_entropy_vs_beta, plot_entropy_vs_temperature
 
     temps = _numbers(args.temps, "--temps")
     betas = _numbers(args.betas, "--betas")

@@ -40,6 +40,7 @@ from chillfl.engine.loop import availability, sample_clients
 from chillfl.errors import ConfigError
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
 from chillfl.protocols.parameters import ParameterSharing
+from chillfl.protocols.registry import protocol_of
 from chillfl.training.local import split_state
 
 Params = dict[str, torch.Tensor]
@@ -91,8 +92,9 @@ def replay_round(run_dir: str | Path, start: Literal["final", "initial"] = "fina
         raise ConfigError("--start", f"must be one of {', '.join(STARTS)}, got {start!r}")
     exp = exp or build_run(run_dir)
     config = exp.config
-    if config.distillation.get("method"):
-        raise ConfigError("run_dir", f"{run_dir} is a soft-label ({config.distillation['method']}) run; this analysis replays parameter-sharing runs only")
+    kind = protocol_of(config)
+    if kind.name != "parameters":
+        raise ConfigError("run_dir", f"{run_dir} is a {kind.title} ({kind.method(config)}) run; this analysis replays parameter-sharing runs only")
     protocol = build_protocol(exp)
     assert isinstance(protocol, ParameterSharing)
     rnd = 0

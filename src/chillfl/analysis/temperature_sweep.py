@@ -70,7 +70,8 @@ from chillfl.metrics.correlation import format_table as format_correlation
 from chillfl.options import parse_options
 from chillfl.temperature.fedchill import FedChillOptions
 from chillfl.temperature.heterogeneity import MEASURES, heterogeneity
-from chillfl.training.local import LocalSpec, derive_seed, evaluate, train_client
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalSpec, evaluate, train_client
 
 DEFAULT_TEMPERATURES: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)
 """The grid of the task (FedChill Fig. 1 spans T = 0.05 ... 1)."""

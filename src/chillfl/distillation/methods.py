@@ -240,7 +240,7 @@ def public_inputs(setup: DistillationSetup, data: Any, seed: int, data_dir: str)
     )
     n = len(ds.x_train)
     require(c.public_size <= n, f"{SECTION}.public_size", f"must be <= the {n} train samples of {c.public_dataset!r}, got {c.public_size}")
-    from chillfl.training.local import derive_seed
+    from chillfl.seeds import derive_seed
 
     rng = np.random.default_rng(derive_seed(seed, "public-pool"))
     rows = np.sort(rng.permutation(n)[: c.public_size])
@@ -256,7 +256,7 @@ def public_labels(setup: DistillationSetup, data: Any, seed: int, data_dir: str)
                 "transfer learning trains on the public set's labels, and the public set passed from Python has none: pass public=(x, y) or set it to 0")
         return y
     ds = _load_public_dataset(c.public_dataset, json.dumps(c.public_dataset_options, sort_keys=True), str(data_dir))
-    from chillfl.training.local import derive_seed
+    from chillfl.seeds import derive_seed
 
     rng = np.random.default_rng(derive_seed(seed, "public-pool"))
     rows = np.sort(rng.permutation(len(ds.x_train))[: c.public_size])
@@ -311,17 +311,49 @@ class Aggregate:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-class SoftLabelMethod:
-    """The hooks a soft-label method fills in; defaults give DS-FL's traffic with a plain mean.
+class SoftLabelClientHooks:
+    """A soft-label method's client half; the defaults give DS-FL's client.
 
-    Client side: :meth:`prepare_client` (once per participation, before
-    anything else), :meth:`upload` (which soft-labels leave the client, as the
-    server receives them), :meth:`client_target` (the distillation target from
-    the rebuilt downlink rows). Server side: :meth:`aggregate`. Bytes:
-    :meth:`uplink_bytes`, :meth:`downlink_soft_bytes`.
+    :meth:`prepare_client` (once per participation, before anything else),
+    :meth:`upload` (which soft-labels leave the client, as the server receives
+    them), :meth:`client_target` (the distillation target from the rebuilt
+    downlink rows). It travels to every client, so it holds the method's
+    options only: what a client needs of the server's state comes in its
+    downlink (COMET's cluster: ``hint``).
+    """
+
+    def __init__(self, options: Any, num_classes: int, seed: int) -> None:
+        self.options = options
+        self.num_classes = num_classes
+        self.seed = seed
+
+    def prepare_client(self, cid: int, state: Any, x_private: torch.Tensor, x_public: torch.Tensor) -> None:
+        return None
+
+    def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: Any) -> SoftLabelUplink:
+        return SoftLabelUplink(client_id=cid, round=round, indices=indices, soft_labels=probs)
+
+    def needs_own_predictions(self, hint: int | None) -> bool:
+        """Whether :meth:`client_target` calls ``own_probs`` (the client then asks for them as a batchable job)."""
+        return False
+
+    def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor], hint: int | None = None) -> torch.Tensor:
+        """The distillation target ``[n, C]`` from the rebuilt rows of the previous round."""
+        return rows
+
+
+class SoftLabelMethod:
+    """A soft-label method's server half; the defaults give DS-FL's traffic with a plain mean.
+
+    :meth:`aggregate`, the bytes (:meth:`uplink_bytes`, :meth:`downlink_soft_bytes`)
+    and what each client must know to pick its target (:meth:`target_hint`).
+    Its client half (:meth:`client_half`, a :attr:`client_hooks` instance) is a
+    separate object: the server's state (COMET's assignments, CFD's delta
+    decoders) never travels to a client.
     """
 
     name: ClassVar[str] = ""
+    client_hooks: ClassVar[type[SoftLabelClientHooks]] = SoftLabelClientHooks
     distill_weight: float = 1.0
     separate_server_rows: bool = False
     uses_logits: bool = False
@@ -334,11 +366,9 @@ class SoftLabelMethod:
         self.index_encoding = index_encoding
         self.universe = universe
 
-    def prepare_client(self, cid: int, state: Any, x_private: torch.Tensor, x_public: torch.Tensor) -> None:
-        return None
-
-    def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: Any) -> SoftLabelUplink:
-        return SoftLabelUplink(client_id=cid, round=round, indices=indices, soft_labels=probs)
+    def client_half(self) -> SoftLabelClientHooks:
+        """The hooks every client runs: the method's options, none of this object's state."""
+        return self.client_hooks(self.options, self.num_classes, self.seed)
 
     def uplink_bytes(self, uplink: SoftLabelUplink) -> dict[str, int]:
         return uplink.nbytes(self.index_encoding, self.universe)
@@ -368,16 +398,8 @@ class SoftLabelMethod:
         return int(rows.numel()) * 4
 
     def target_hint(self, cid: int) -> int | None:
-        """Server side: what client ``cid`` must know to pick its target from the downlink rows (sent with them)."""
+        """What client ``cid`` must know to pick its target from the downlink rows (sent with them)."""
         return None
-
-    def needs_own_predictions(self, hint: int | None) -> bool:
-        """Whether :meth:`client_target` calls ``own_probs`` (the client then asks for them as a batchable job)."""
-        return False
-
-    def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor], hint: int | None = None) -> torch.Tensor:
-        """The distillation target ``[n, C]`` from the rebuilt rows of the previous round (client side)."""
-        return rows
 
     def round_metrics(self) -> dict[str, Any]:
         return {}
@@ -463,20 +485,25 @@ class CFDMethodOptions(CFDOptions):
             )
 
 
-class CFD(SoftLabelMethod):
-    """CFD (Sattler et al. 2022): quantised uplink (b_up bits) and downlink (b_down bits), plain mean."""
-
-    name = "cfd"
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._coders: dict[int, DeltaCoder] = {}
+class CFDClient(SoftLabelClientHooks):
+    """CFD's client: quantises its upload to b_up bits."""
 
     def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: Any) -> SoftLabelUplink:
         o = self.options
         values = compress(probs, o.bits_up, o.one_bit, o.renormalize)
         bits = None if o.bits_up >= FULL_PRECISION_BITS else o.bits_up
         return SoftLabelUplink(client_id=cid, round=round, indices=indices, soft_labels=values, bits=bits)
+
+
+class CFD(SoftLabelMethod):
+    """CFD (Sattler et al. 2022): quantised uplink (b_up bits) and downlink (b_down bits), plain mean."""
+
+    name = "cfd"
+    client_hooks = CFDClient
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._coders: dict[int, DeltaCoder] = {}
 
     def uplink_bytes(self, uplink: SoftLabelUplink) -> dict[str, int]:
         o = self.options
@@ -518,10 +545,28 @@ class COMETMethodOptions(COMETOptions):
         )
 
 
+class COMETClient(SoftLabelClientHooks):
+    """COMET's client: its cluster's target (client granularity: the block the downlink's ``hint`` names), or per sample the centroid nearest its own prediction."""
+
+    def needs_own_predictions(self, hint: int | None) -> bool:
+        return self.options.granularity != "client"  # sample granularity: the nearest centroid to the own prediction
+
+    def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor], hint: int | None = None) -> torch.Tensor:
+        nc, c = self.num_classes, self.options.num_clusters
+        if self.options.granularity == "client":
+            block = hint if hint is not None else c  # no cluster named: the last block, the plain mean
+            return rows[:, block * nc : (block + 1) * nc]
+        cents = rows.reshape(rows.shape[0], c, nc)
+        own = own_probs()
+        pick = (cents - own.unsqueeze(1)).pow(2).sum(dim=-1).argmin(dim=1)  # nearest centroid (Euclidean)
+        return cents[torch.arange(rows.shape[0], device=rows.device), pick]
+
+
 class COMET(SoftLabelMethod):
     """COMET (Cho et al. 2023): clustered targets; regulariser lambda * KL(target || softmax(f(x)))."""
 
     name = "comet"
+    client_hooks = COMETClient
     separate_server_rows = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -531,7 +576,7 @@ class COMET(SoftLabelMethod):
         self._num_clusters_used = 0
 
     def _rng(self, round: int) -> np.random.Generator:
-        from chillfl.training.local import derive_seed
+        from chillfl.seeds import derive_seed
 
         return np.random.default_rng(derive_seed(self.seed, "comet", round))
 
@@ -573,19 +618,6 @@ class COMET(SoftLabelMethod):
         """Client granularity: the block of the client's cluster (last block = the plain mean when unassigned)."""
         return self._assign.get(cid, self.options.num_clusters) if self.options.granularity == "client" else None
 
-    def needs_own_predictions(self, hint: int | None) -> bool:
-        return self.options.granularity != "client"  # sample granularity: the nearest centroid to the own prediction
-
-    def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor], hint: int | None = None) -> torch.Tensor:
-        nc, c = self.num_classes, self.options.num_clusters
-        if self.options.granularity == "client":
-            block = hint if hint is not None else self._assign.get(cid, c)
-            return rows[:, block * nc : (block + 1) * nc]
-        cents = rows.reshape(rows.shape[0], c, nc)
-        own = own_probs()
-        pick = (cents - own.unsqueeze(1)).pow(2).sum(dim=-1).argmin(dim=1)  # nearest centroid (Euclidean)
-        return cents[torch.arange(rows.shape[0], device=rows.device), pick]
-
     def round_metrics(self) -> dict[str, Any]:
         return {"comet_clusters": self._num_clusters_used}
 
@@ -597,15 +629,8 @@ class COMET(SoftLabelMethod):
         self._num_clusters_used = int(state["clusters_used"])
 
 
-class SelectiveFD(SoftLabelMethod):
-    """Selective-FD (Shao et al. 2024): client-side KuLSIF selector, server-side ambiguity selector."""
-
-    name = "selective_fd"
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._kept: list[float] = []
-        self._server_kept = 1.0
+class SelectiveFDClient(SoftLabelClientHooks):
+    """Selective-FD's client: fits its KuLSIF selector once, uploads the public samples it finds in-distribution."""
 
     def prepare_client(self, cid: int, state: Any, x_private: torch.Tensor, x_public: torch.Tensor) -> None:
         if state.in_distribution is None:
@@ -613,7 +638,7 @@ class SelectiveFD(SoftLabelMethod):
 
     def fit_selector(self, cid: int, x_private: torch.Tensor, x_public: torch.Tensor) -> torch.Tensor:
         """Bool mask over P: public samples the client's KuLSIF selector finds in-distribution."""
-        from chillfl.training.local import derive_seed
+        from chillfl.seeds import derive_seed
 
         o = self.options
         n = len(x_private)
@@ -633,6 +658,18 @@ class SelectiveFD(SoftLabelMethod):
     def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: Any) -> SoftLabelUplink:
         keep = state.in_distribution[indices] if indices.numel() else torch.zeros(0, dtype=torch.bool)
         return SoftLabelUplink(client_id=cid, round=round, indices=indices[keep], soft_labels=probs[keep], send_indices=True)
+
+
+class SelectiveFD(SoftLabelMethod):
+    """Selective-FD (Shao et al. 2024): client-side KuLSIF selector (:class:`SelectiveFDClient`), server-side ambiguity selector."""
+
+    name = "selective_fd"
+    client_hooks = SelectiveFDClient
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._kept: list[float] = []
+        self._server_kept = 1.0
 
     def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
         n = int(indices.numel())  # the fraction each client kept (float32, as the mean of its bool mask)

@@ -26,7 +26,7 @@ import numpy as np
 from chillfl.config import FederationConfig
 from chillfl.engine.executors import Executor
 from chillfl.engine.protocol import ServerProtocol
-from chillfl.training.local import derive_seed
+from chillfl.seeds import derive_seed
 
 
 def sample_clients(seed: int, round: int, num_clients: int, k: int) -> list[int]:

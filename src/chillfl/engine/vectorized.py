@@ -149,6 +149,7 @@ from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.optim import OptState, init_state, state_slots
 from chillfl.training.schedule import planned_steps, step_lr
 from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, add_outer_, empty_in_order, factored_linears, step_rows
+from chillfl.seeds import derive_seed
 from chillfl.training.local import (
     Factors,
     LocalOutcome,
@@ -159,7 +160,6 @@ from chillfl.training.local import (
     LARGE_CONV_OUTPUTS,
     conv2d_model,
     conv_outputs_per_sample,
-    derive_seed,
     leaf_params,
     optimizer_step_,
     split_state,

@@ -83,7 +83,7 @@ class NodeHeldMoon(Moon):
         super().__init__(inner.options)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        return Downlink(context={"moon_weight": self.options.mu, "moon_tau": self.options.tau, "moon_global": global_params})
+        return Downlink(context={"moon_weight": self.options.mu, "moon_tau": self.options.tau, "moon_global": global_params}, local=("moon_global", "moon_prev"))
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None) -> Params:
         out = super().aggregate(global_params, results, round, weights)

@@ -70,6 +70,7 @@ from chillfl.flower.aggregators import NodeState, control_receiver, node_side, s
 from chillfl.flower.state import load_client_state, save_client_state
 from chillfl.flower.temperature import RUNTIME, NodeHeldTemperature, NodeTemperature, check_node_computable, fedchill_options
 from chillfl.flower.wire import decode, encode
+from chillfl.protocols.registry import protocol_of
 
 EXTRA = "pip install 'chillfl[flower]'"
 NODE_TIMEOUT_S = 300.0
@@ -100,9 +101,10 @@ def check_supported(config: RunConfig) -> None:
     """What chillfl.flower carries: parameter sharing (any aggregator and temperature policy) and soft-label sharing."""
     if config.variants:
         raise ConfigError("variants", "a Flower run runs one experiment: pick one variant's config")
-    if config.prototypes:
-        raise ConfigError("prototypes", "chillfl.flower carries parameter sharing and soft-label sharing; run FedProto / FedHKD with chillfl's own runtime")
-    if config.distillation.get("method") and config.checkpoint.client_models:
+    kind = protocol_of(config)
+    if kind.on_flower is not None:
+        raise ConfigError(kind.method_table or "algorithm", kind.on_flower)
+    if kind.clients_keep_models and config.checkpoint.client_models:
         raise ConfigError("checkpoint.client_models", "under Flower the clients' models stay on their SuperNodes; the server cannot save them (set it to false)")
     algorithm = config.algorithm
     for field_name, name in (("algorithm.name", algorithm.get("name")), ("algorithm.base", algorithm.get("base") if algorithm.get("name") == "pa3fed" else None)):
@@ -232,7 +234,7 @@ class NodeHeldStates:
 
 def keep_client_state_on_nodes(protocol: Any) -> None:
     """A soft-label protocol's client store -> :class:`NodeHeldStates` (the states live on the nodes)."""
-    from chillfl.distillation.protocol import SoftLabelProtocol
+    from chillfl.protocols.softlabels import SoftLabelProtocol
 
     if isinstance(protocol, SoftLabelProtocol):
         protocol.store.close()

@@ -1,7 +1,7 @@
 """A client's state between rounds, kept on its SuperNode in Flower's ``Context.state``.
 
 Under Flower the server holds no client state: a client's model, its
-SCARLET cache C_k and its selector mask (:class:`~chillfl.distillation.protocol.ClientState`)
+SCARLET cache C_k and its selector mask (:class:`~chillfl.protocols.softlabels.ClientState`)
 stay on the node that serves the client, as on a device. Flower persists a
 node's ``Context.state`` (a :class:`flwr.app.RecordDict`) between the
 messages of a run, in the simulation engine and on a deployed SuperNode
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from chillfl.distillation.protocol import ClientState
+from chillfl.protocols.softlabels import ClientState
 
 PREFIX = "chillfl.client."
 

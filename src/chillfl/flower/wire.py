@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from chillfl.distillation.cache import CacheSyncDelta, SoftLabelDownlink, SoftLabelUplink
-from chillfl.distillation.protocol import SoftLabelReport, SoftLabelRoundDownlink
+from chillfl.protocols.softlabels import SoftLabelReport, SoftLabelRoundDownlink
 from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.protocols.parameters import ParamDownlink, ParamUplink
 

@@ -18,21 +18,14 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, ClientResult, Params
-from chillfl.engine.ledger import CommunicationLedger
+from chillfl.aggregation.base import Aggregator, ClientReporter, ClientResult, Params
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
-from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation, record_message, state_bytes
-from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
-from chillfl.training.local import LocalOutcome, derive_seed
-
-Reporter = Callable[[nn.Module, ClientJob, LocalOutcome], dict[str, Any]]
-"""A method's client-side report after training (PA3Fed: ``score``, ``grad_norm``)."""
-
-
-LOCAL_CONTEXT = frozenset({"global_params", "moon_global", "moon_prev"})
-"""Context entries that do not travel: FedProx's and MOON's anchor is the model already sent, and MOON's
-previous model stays on the client in the paper (the simulation keeps it on the server side)."""
-
+from chillfl.protocols.book import ServerBook
+from chillfl.protocols.common import Evaluation, local_evaluation, state_bytes
+from chillfl.protocols.parts import Experiment
+from chillfl.temperature.base import TemperaturePolicy
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalOutcome
 
 @dataclass
 class ParamDownlink:
@@ -43,9 +36,11 @@ class ParamDownlink:
     temperature: float
     context: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
+    local: tuple[str, ...] = ()
+    """Context entries the client holds already (the aggregator's :attr:`Downlink.local`): they cost no bytes."""
 
     def nbytes(self) -> dict[str, int]:
-        control = {k: v for k, v in self.context.items() if k not in LOCAL_CONTEXT}
+        control = {k: v for k, v in self.context.items() if k not in self.local}
         return {"params": state_bytes(self.start), "control": state_bytes(control)}
 
 
@@ -69,7 +64,7 @@ class ParameterClient:
 
     model: nn.Module
     eval_batch_size: int
-    reporter: Reporter | None = None
+    reporter: ClientReporter | None = None
 
     def update(self, task: ClientTask[ParamDownlink, None]) -> ClientProgram:
         d, data = task.downlink, task.data
@@ -105,9 +100,7 @@ class ParameterSharing:
         self.client = client
         self.eval_clients = eval_clients
         self.proximal_mu = proximal_mu
-        self.ledger = CommunicationLedger()
-        self.log = LocalLog()
-        self._per_client_temperature = not isinstance(policy, ConstantTemperature)
+        self.book = ServerBook(policy, evaluation, eval_clients)
 
     def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[ParamDownlink, None]]:
         self.aggregator.begin_round(round, sampled)
@@ -116,10 +109,10 @@ class ParameterSharing:
         for cid in sampled:
             down = self.aggregator.downlink(cid, round, self.state)
             start = self.state if down.params is None else {**self.state, **down.params}
-            context = down.context
-            if self.proximal_mu:  # [objective] proximal_mu: the anchor is the model the round started from
-                context = {**context, "mu": self.proximal_mu, "global_params": self.state}
-            message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round))
+            context, local = down.context, down.local
+            if self.proximal_mu:  # [objective] proximal_mu: the anchor is the model the round started from (sent already)
+                context, local = {**context, "mu": self.proximal_mu, "global_params": self.state}, (*local, "global_params")
+            message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round), local)
             tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid)))
         return tasks
 
@@ -129,16 +122,12 @@ class ParameterSharing:
         results = []
         for task, reply in zip(tasks, replies):
             up = reply.uplink
-            check_finite_loss(round, task.client_id, "training loss", up.train_loss)
-            record_message(self.ledger, round, "down", task.downlink, task.client_id)
-            record_message(self.ledger, round, "up", up, task.client_id)
-            self.log.observe(reply)
-            self.policy.observe(task.client_id, round, reply.local_acc)
+            self.book.receive(round, task, reply, up.train_loss, up)
             d = task.downlink
             temperature = d.temperature if reply.temperature is None else reply.temperature  # a node-held FedChill state picks its own
             results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, temperature, up.train_loss, up.report))
         self.state = self.aggregator.aggregate(self.state, results, round)
-        check_finite_state(round, self.state)
+        self.book.check_state(round, self.state)
 
         weights = np.array([r.num_samples for r in results], dtype=np.float64)
         record: dict[str, Any] = {
@@ -149,15 +138,10 @@ class ParameterSharing:
             "temperature_mean": float(np.mean([r.temperature for r in results])),
             "client_train_loss": {str(r.client_id): r.train_loss for r in results},
         }
-        sent = self.ledger.round_totals(round)
-        record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
-        record["bytes_cumulative"] = self.ledger.cumulative()["total"]
-        if self._per_client_temperature:  # only the round's clients: O(sampled), not O(registered)
-            record["temperatures"] = {str(r.client_id): float(r.temperature) for r in results}
-        if self.eval_clients != "none":
-            record.update(self.log.metrics([t.client_id for t in tasks], self.eval_clients))
-        if self.evaluation.due(round + 1):
-            record.update(self.evaluation.metrics(self.state))
+        record.update(self.book.traffic(round))
+        record.update(self.book.temperatures({r.client_id: r.temperature for r in results}))
+        record.update(self.book.local(record["clients"]))
+        record.update(self.book.evaluate(round, self.state))
         record.update({f"agg_{k}": v for k, v in self.aggregator.round_metrics().items()})
         return record
 
@@ -171,17 +155,30 @@ class ParameterSharing:
         return {
             "global": dict(self.state),
             "aggregator": self.aggregator.state_dict(),
-            "policy": self.policy.state_dict(),
-            "ledger": self.ledger.state_dict(),
-            "local": self.log.state_dict(),
+            **self.book.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.state = {k: v.to(self.evaluation.device) for k, v in state["global"].items()}
         self.aggregator.load_state_dict(state["aggregator"])
-        self.policy.load_state_dict(state["policy"])
-        self.ledger.load_state_dict(state["ledger"])
-        self.log.load_state_dict(state["local"])
+        self.book.load_state_dict(state)
 
     def close(self) -> None:
         return None
+
+
+def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> ParameterSharing:
+    """Parameter sharing (FedAvg family): the run's aggregator, its client reporter, ``[objective]``'s proximal term."""
+    assert exp.aggregator is not None, "parameter sharing averages models: build_experiment builds its aggregator"
+    reporter = exp.aggregator.client_reporter()  # the aggregator's client half: it travels, the aggregator does not
+    return ParameterSharing(
+        seed=exp.config.seed,
+        lr_at=exp.config.lr_at,
+        initial_state=exp.initial_state,
+        aggregator=exp.aggregator,
+        policy=exp.policy,
+        evaluation=evaluation,
+        client=ParameterClient(exp.model, exp.config.eval.batch_size, reporter),
+        eval_clients=exp.config.eval.clients,
+        proximal_mu=exp.config.objective.proximal_mu,
+    )

@@ -27,6 +27,7 @@ nearest prototype.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -37,13 +38,18 @@ from torch.func import functional_call
 
 from chillfl.aggregation.base import Aggregator, ClientResult, Params
 from chillfl.aggregation.client_states import ClientParams
-from chillfl.engine.ledger import CommunicationLedger
+from chillfl.config import RunConfig
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
-from chillfl.models.parts import forward_with_features
-from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation, mean_or_none, record_message, state_bytes
-from chillfl.protocols.knowledge import PrototypeSettings, aggregate_means, class_means, nearest_prototype
+from chillfl.errors import ConfigError
+from chillfl.models.parts import NoHeadError, forward_with_features, head_name, head_of
+from chillfl.protocols.book import ServerBook
+from chillfl.protocols.common import Evaluation, local_evaluation, mean_or_none, state_bytes
+from chillfl.protocols.knowledge import KnowledgeLoss, PrototypeSettings, aggregate_means, class_means, nearest_prototype, parse_prototypes
+from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.temperature.base import TemperaturePolicy
-from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, evaluate, split_state
+from chillfl.training.linear_factors import factored_linears
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalOutcome, LocalSpec, evaluate, split_state
 
 # ---------------------------------------------------------------- messages
 
@@ -207,8 +213,7 @@ class PrototypeSharing:
         device = evaluation.device
         self.knowledge = Knowledge(torch.zeros((c, feature_dim), device=device), torch.zeros(c, dtype=torch.bool, device=device), None if soft is None else soft.to(device))
         self.clients = ClientParams()  # models of clients that keep their own (share_model = false), flat on the CPU
-        self.ledger = CommunicationLedger()
-        self.log = LocalLog()
+        self.book = ServerBook(policy, evaluation, eval_clients)
         self.proto_acc: dict[int, float] = {}
 
     def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[KnowledgeDownlink, Params]]:
@@ -227,11 +232,7 @@ class PrototypeSharing:
         results, means, counts, softs = [], [], [], []
         for task, reply in zip(tasks, replies):
             cid, up = task.client_id, reply.uplink
-            check_finite_loss(round, cid, "training loss", up.train_loss)
-            record_message(self.ledger, round, "down", task.downlink, cid)
-            record_message(self.ledger, round, "up", up, cid)
-            self.log.observe(reply)
-            self.policy.observe(cid, round, reply.local_acc)
+            self.book.receive(round, task, reply, up.train_loss, up)
             if up.proto_acc is not None:
                 self.proto_acc[cid] = up.proto_acc
             if reply.state is not None:
@@ -245,11 +246,11 @@ class PrototypeSharing:
                 results.append(ClientResult(cid, up.model, up.num_samples, up.num_steps, d.lr, d.temperature, up.train_loss, {}))
         protos, mask = aggregate_means(means, counts, self.options.weighting)
         soft = aggregate_means(softs, counts, self.options.weighting)[0] if softs else None
-        check_finite_state(round, {"prototypes": protos}, "global knowledge")
+        self.book.check_state(round, {"prototypes": protos}, "global knowledge")
         self.knowledge = Knowledge(protos, mask, soft)
         if self.aggregator is not None and self.state is not None:
             self.state = self.aggregator.aggregate(self.state, results, round)
-            check_finite_state(round, self.state)
+            self.book.check_state(round, self.state)
 
         ups = [r.uplink for r in replies]
         w = np.array([u.num_samples for u in ups], dtype=np.float64)
@@ -262,14 +263,12 @@ class PrototypeSharing:
             "client_train_loss": {str(t.client_id): u.train_loss for t, u in zip(tasks, ups)},
             "known_classes": int(mask.sum()),
         }
-        sent = self.ledger.round_totals(round)
-        record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
-        record["bytes_cumulative"] = self.ledger.cumulative()["total"]
+        record.update(self.book.traffic(round))
         if self.eval_clients != "none":
-            record.update(self.log.metrics(record["clients"], self.eval_clients))
+            record.update(self.book.local(record["clients"]))
             ids = record["clients"] if self.eval_clients == "sampled" else sorted(self.proto_acc)
             record["local_proto_acc"] = mean_or_none([self.proto_acc[c] for c in ids if c in self.proto_acc])
-        if self.evaluation.due(round + 1):
+        if self.book.due(round):  # without a global model: the mean over the clients' own models
             record.update(self._global_metrics())
         return record
 
@@ -302,9 +301,7 @@ class PrototypeSharing:
             "clients": {str(c): dict(s) for c, s in self.clients.items()},
             "proto_acc": {str(c): v for c, v in self.proto_acc.items()},
             "aggregator": None if self.aggregator is None else self.aggregator.state_dict(),
-            "policy": self.policy.state_dict(),
-            "ledger": self.ledger.state_dict(),
-            "local": self.log.state_dict(),
+            **self.book.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -316,10 +313,63 @@ class PrototypeSharing:
         self.proto_acc = {int(c): float(v) for c, v in state["proto_acc"].items()}
         if self.aggregator is not None:
             self.aggregator.load_state_dict(state["aggregator"])
-        self.policy.load_state_dict(state["policy"])
-        self.ledger.load_state_dict(state["ledger"])
-        self.log.load_state_dict(state["local"])
+        self.book.load_state_dict(state)
 
     def close(self) -> None:
         return None
 
+
+
+# ---------------------------------------------------------------- building it from the run's parts
+
+
+def prototype_parts(exp: Experiment) -> tuple[PrototypeSettings, ClientModels, tuple[LocalSpec, ...], int]:
+    """[prototypes]' options, client models and per-architecture training specs; ConfigError on any misfit."""
+    cfg = exp.config
+    options = parse_prototypes(cfg.prototypes)
+    if cfg.algorithm.get("name") != "fedavg" or exp.spec.terms:
+        raise ConfigError("algorithm.name", f"[prototypes] trains with its own objective and averages models with fedavg; got {cfg.algorithm.get('name')!r}")
+    cm = build_client_models(exp)
+    specs, dims = [], []
+    for i, model in enumerate(cm.models):
+        try:
+            head = head_name(model)
+            dims.append(head_of(model).in_features)
+        except NoHeadError as exc:
+            raise ConfigError("model.name" if i == 0 else str(cm.plan.field), f"{exc}: [prototypes] needs a representation") from None
+        bias = f"{head}.bias" if head_of(model).bias is not None else None
+        loss = KnowledgeLoss(options.lam, options.kd_weight, options.temperature, f"{head}.weight", bias)
+        specs.append(dataclasses.replace(exp.spec, base_loss=loss, terms=(), model=factored_linears(model)))
+    if len(set(dims)) > 1:
+        labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))
+        raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the last nn.Linear's input) for all architectures, got {labels}")
+    return options, cm, tuple(specs), dims[0]
+
+
+def check_prototype_sharing(exp: Experiment) -> None:
+    """Its per-architecture checks, before anything is written."""
+    prototype_parts(exp)
+
+
+def share_models(config: RunConfig) -> bool:
+    """Whether this run's clients send models too (``share_model``): then they must share one architecture."""
+    return parse_prototypes(config.prototypes).share_model
+
+
+def build_prototype_sharing(exp: Experiment, evaluation: Evaluation) -> PrototypeSharing:
+    """FedProto / FedHKD (``[prototypes]``): one training spec per architecture, with the method's objective."""
+    cfg = exp.config
+    options, cm, specs, dim = prototype_parts(exp)
+    client = KnowledgeClient(cm.models, specs, cm.states, cm.plan.arch_of, exp.data.num_classes, options, cfg.seed, cfg.eval.batch_size)
+    return PrototypeSharing(
+        options=options,
+        seed=cfg.seed,
+        lr_at=cfg.lr_at,
+        client=client,
+        global_state=exp.initial_state if options.share_model else None,
+        aggregator=exp.aggregator if options.share_model else None,
+        policy=exp.policy,
+        evaluation=evaluation,
+        eval_clients=cfg.eval.clients,
+        feature_dim=dim,
+    )

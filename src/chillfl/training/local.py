@@ -51,7 +51,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call
@@ -62,18 +61,13 @@ from chillfl.training.linear_factors import Captured, Recorder, add_outer_, fact
 from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
 from chillfl.training.optim import OptState, adam_update_, clip_by_norm_, init_state, whole_grads
 from chillfl.training.schedule import SGD, Optimizer, planned_steps, step_lr
+from chillfl.seeds import derive_seed
 
 if TYPE_CHECKING:  # only the annotation: importing chillfl.data here would load every dataset reader in each worker process
     from chillfl.data.augment import Augment
 
 Params = dict[str, torch.Tensor]
 BaseLoss = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
-
-
-def derive_seed(*parts: int | str) -> int:
-    """A 63-bit seed from (run seed, purpose, client id, round, ...): independent streams, no global RNG."""
-    ints = [p if isinstance(p, int) else int.from_bytes(p.encode(), "little") % (2**32) for p in parts]
-    return int(np.random.SeedSequence(ints).generate_state(2, dtype=np.uint32).astype(np.uint64) @ np.array([1, 2**32], dtype=np.uint64)) & (2**63 - 1)
 
 
 def split_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> tuple[Params, Params]:

@@ -56,7 +56,7 @@ Choices
   the uplink is priced by the method on arrival (CFD's delta coder is the
   server's copy of what each client last sent). The cache check digest is a
   simulation check, not a message, and costs nothing.
-* The aggregator built by ``[algorithm]`` is ignored; objective terms that
+* No aggregator is built: ``[algorithm]`` must be ``fedavg`` (its default), and objective terms that
   need a global model (FedProx, SCAFFOLD, ...) are rejected.
 """
 
@@ -77,15 +77,17 @@ from torch import nn
 
 from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, ClientCache, ServerCache, SoftLabelDownlink, SoftLabelUplink
 from chillfl.distillation.era import entropy
-from chillfl.distillation.fedmd import mean_absolute_error
-from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabelMethod, make_method, parse_distillation, public_inputs, public_labels
-from chillfl.engine.ledger import CommunicationLedger, index_bytes, signal_bytes
+from chillfl.distillation.fedmd import FedMDOptions, mean_absolute_error
+from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabelClientHooks, SoftLabelMethod, make_method, parse_distillation, public_inputs, public_labels
+from chillfl.engine.ledger import index_bytes, signal_bytes
 from chillfl.engine.predict import Output, PredictJob, Prediction, outputs
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
-from chillfl.errors import ConfigError
-from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, local_evaluation_job, record_message
-from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
-from chillfl.training.local import LocalOutcome, LocalSpec, derive_seed, train_client
+from chillfl.protocols.book import ServerBook
+from chillfl.protocols.common import Evaluation, local_evaluation_job
+from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
+from chillfl.temperature.base import TemperaturePolicy
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalOutcome, LocalSpec, train_client
 
 Params = dict[str, torch.Tensor]
 
@@ -300,7 +302,9 @@ class SoftLabelClient:
     """The client update of Algorithm 1 (pure: its state comes with the task and goes back in the reply)."""
 
     model: nn.Module
-    method: SoftLabelMethod
+    hooks: SoftLabelClientHooks
+    """The method's client half (no server state travels with it)."""
+    uses_logits: bool
     x_public: torch.Tensor
     initial_state: Params
     distill_spec: LocalSpec
@@ -345,7 +349,7 @@ class SoftLabelClient:
             state.model = out0.params
         distill_loss, digest = None, None
         if self.collaborative:
-            self.method.prepare_client(cid, state, data.x, self.x_public)
+            self.hooks.prepare_client(cid, state, data.x, self.x_public)
             if d.previous is not None:
                 rows = d.previous.soft_labels
                 if state.cache is not None:
@@ -358,7 +362,7 @@ class SoftLabelClient:
                     x_prev = self.public_rows(d.previous_indices)
                     rows = rows.to(x_prev.device)  # the downlink arrives on the host; the client distils on the run's device
                     own: torch.Tensor | None = None
-                    if self.method.needs_own_predictions(d.hint):  # asked for as a job, so executors batch it
+                    if self.hooks.needs_own_predictions(d.hint):  # asked for as a job, so executors batch it
                         pred = yield PredictJob(cid, template, state.model, x_prev, "proba", batch_size=self.eval_batch_size)
                         own = pred.values
                     model = state.model
@@ -366,7 +370,7 @@ class SoftLabelClient:
                     def own_probs() -> torch.Tensor:  # a method that did not declare it computes it here, unbatched
                         return own if own is not None else predict_proba(template, model, x_prev, self.eval_batch_size)
 
-                    target = self.method.client_target(cid, rows, own_probs, hint=d.hint).to(torch.float32)
+                    target = self.hooks.client_target(cid, rows, own_probs, hint=d.hint).to(torch.float32)
                     job = ClientJob(cid, state.model, x_prev, target, self.distill_lr, 1.0, {}, d.distill_seed, distill_spec)
                     out: LocalOutcome = yield job
                     state.model, distill_loss = out.params, out.mean_loss
@@ -379,10 +383,10 @@ class SoftLabelClient:
             acc, loss = measured.acc, measured.loss
         soft = None
         if self.collaborative and d.requested.numel() > 0:
-            kind: Output = "logits" if self.method.uses_logits else "proba"
+            kind: Output = "logits" if self.uses_logits else "proba"
             uploaded: Prediction = yield PredictJob(cid, template, state.model, self.public_rows(d.requested), kind, batch_size=self.eval_batch_size)
             assert uploaded.values is not None
-            soft = self.method.upload(cid, d.round, d.requested, uploaded.values.cpu(), state)  # the uplink is a message: host-side
+            soft = self.hooks.upload(cid, d.round, d.requested, uploaded.values.cpu(), state)  # the uplink is a message: host-side
         report = SoftLabelReport(soft, out.mean_loss, len(data.y), distill_loss, digest)
         return ClientReply(cid, report, state, acc, loss)
 
@@ -422,7 +426,7 @@ class _Specs:
     on_disk: bool
 
 
-def _specs(exp: Any, setup: DistillationSetup, method: SoftLabelMethod) -> _Specs:
+def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod) -> _Specs:
     cfg, spec, c = exp.config, exp.spec, setup.common
     distill = LocalSpec(
         epochs=c.distill_epochs,
@@ -451,18 +455,12 @@ def _specs(exp: Any, setup: DistillationSetup, method: SoftLabelMethod) -> _Spec
 class SoftLabelProtocol:
     """The server side: public draws, the cache (gamma^t), aggregation, the server model, client states."""
 
-    def __init__(self, exp: Any, evaluation: Evaluation, client_models: Any = None) -> None:
-        """``exp``: the built experiment (:class:`chillfl.experiment.Experiment`); options are checked here.
+    def __init__(self, exp: Experiment, setup: DistillationSetup, evaluation: Evaluation, client_models: ClientModels | None = None) -> None:
+        """``setup``: the parsed ``[distillation]`` table (parsed once, by :func:`build_soft_label_sharing`).
 
-        ``client_models``: heterogeneous clients (:class:`chillfl.experiment.ClientModels`), None: every client trains ``exp.model``.
+        ``client_models``: heterogeneous clients, None: every client trains ``exp.model``.
         """
         cfg = exp.config
-        setup = parse_distillation(cfg.distillation)
-        if exp.spec.terms:
-            raise ConfigError(
-                "algorithm.name",
-                f"{cfg.algorithm.get('name')!r} adds objective terms that need a global model; the soft-label protocol supports fedavg only",
-            )
         self.config, self.setup, self.model = cfg, setup, exp.model
         self.policy: TemperaturePolicy = exp.policy
         self.evaluation = evaluation
@@ -473,8 +471,7 @@ class SoftLabelProtocol:
         self.method = make_method(setup, exp.data.num_classes, cfg.seed)
         self.specs = _specs(exp, setup, self.method)
         self.universe = max(len(self.x_public), 1)
-        self.ledger = CommunicationLedger()
-        self.log = LocalLog()
+        self.book = ServerBook(exp.policy, evaluation, cfg.eval.clients)
         self.store = ClientStore(self.specs.on_disk, c.state_dir)
         self.server_state: Params = {n: v.clone() for n, v in exp.initial_state.items()}
         use_cache = setup.uses_cache
@@ -485,15 +482,11 @@ class SoftLabelProtocol:
         archs = self._archs(client_models) if client_models is not None and client_models.plan.heterogeneous else None
         transfer = self._transfer(exp, setup, client_models if archs is not None else None)
         self.client = SoftLabelClient(
-            exp.model, self.method, self.x_public, self.server_state, self.specs.distill, c.distill_lr,
+            exp.model, self.method.client_half(), self.method.uses_logits, self.x_public, self.server_state, self.specs.distill, c.distill_lr,
             cfg.eval.batch_size, self.collaborative, use_cache, archs, transfer,
         )
-        if transfer is not None:  # FedMD: the server model does the transfer learning too, once
-            gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "transfer", "server"))
-            out = train_client(self.model, self.server_state, transfer.x, transfer.y, spec=transfer.specs[0], lr=transfer.lr, temperature=1.0, context={}, generator=gen)
-            self.server_state = out.params
 
-    def _archs(self, cm: Any) -> ClientArchs:
+    def _archs(self, cm: ClientModels) -> ClientArchs:
         """Per-architecture specs: architecture 0 keeps the run's own (the executor's template), the others name their model."""
         train: list[LocalSpec | None] = [None]
         distill = [self.specs.distill]
@@ -502,15 +495,16 @@ class SoftLabelProtocol:
             distill.append(dataclasses.replace(self.specs.distill, model=model))
         return ClientArchs(cm.models, cm.states, tuple(train), tuple(distill), cm.plan.arch_of)
 
-    def _transfer(self, exp: Any, setup: DistillationSetup, cm: Any) -> TransferPhase | None:
-        epochs = int(getattr(setup.options, "transfer_epochs", 0))
-        if not epochs or not self.collaborative:
+    def _transfer(self, exp: Experiment, setup: DistillationSetup, cm: ClientModels | None) -> TransferPhase | None:
+        options = setup.options
+        if not isinstance(options, FedMDOptions) or not options.transfer_epochs or not self.collaborative:
             return None
+        epochs = options.transfer_epochs
         cfg = exp.config
         y = public_labels(setup, exp.data, cfg.seed, cfg.data_dir).to(self.x_public.device)
         base = LocalSpec(epochs=epochs, batch_size=cfg.client.batch_size, momentum=exp.spec.momentum, weight_decay=exp.spec.weight_decay, optim=exp.spec.optim)
         specs = [base] + ([dataclasses.replace(base, model=m) for m in cm.models[1:]] if cm is not None else [])
-        lr = setup.options.transfer_lr or cfg.client.lr
+        lr = options.transfer_lr or cfg.client.lr
         return TransferPhase(self.x_public, y, tuple(specs), lr, cfg.seed)
 
     # ------------------------------------------------------------ one round
@@ -553,18 +547,15 @@ class SoftLabelProtocol:
         verified = 0
         for task, reply in zip(tasks, replies):
             cid, report = task.client_id, reply.uplink
-            check_finite_loss(rnd, cid, "training loss", report.train_loss)
-            check_finite_loss(rnd, cid, "distillation loss", report.distill_loss)
-            record_message(self.ledger, rnd, "down", task.downlink, cid)
+            self.book.receive(rnd, task, reply, report.train_loss, None)  # the method prices the uplink (below)
+            self.book.check_loss(rnd, cid, "distillation loss", report.distill_loss)
             if expected is not None:
                 if report.rebuilt_digest != expected:
                     raise CacheOutOfSyncError(f"client {cid}: rebuilt soft-labels of round {t - 1} differ from the server's")
                 verified += 1
-            self.log.observe(reply)
-            self.policy.observe(cid, rnd, reply.local_acc)
             if report.soft is not None:
                 for kind, nbytes in self.method.uplink_bytes(report.soft).items():
-                    self.ledger.record(rnd, "up", kind, nbytes, cid)
+                    self.book.ledger.record(rnd, "up", kind, nbytes, cid)
                 uplinks.append(report.soft)
             assert reply.state is not None
             self.store.save(cid, reply.state)
@@ -585,16 +576,11 @@ class SoftLabelProtocol:
             record.update(server_metrics)
             if self.cache is not None:
                 record["sync_verified"] = verified
-        sent = self.ledger.round_totals(rnd)
-        record["bytes_up"], record["bytes_down"] = sent["up"], sent["down"]
-        record["bytes_cumulative"] = self.ledger.cumulative()["total"]
-        record["bytes_detail"] = {key: v for key, v in sent.items() if "." in key}
-        if not isinstance(self.policy, ConstantTemperature):  # the round's clients at the T they trained at: O(sampled), as parameter sharing
-            record["temperatures"] = {str(task.client_id): t for task, t in zip(tasks, temps)}
-        if cfg.eval.clients != "none":
-            record.update(self.log.metrics(record["clients"], cfg.eval.clients))
-        if self.collaborative and self.evaluation.due(t):
-            metrics = self.evaluation.metrics(self.server_state)
+        record.update(self.book.traffic(rnd, detail=True))
+        record.update(self.book.temperatures({task.client_id: temp for task, temp in zip(tasks, temps)}))
+        record.update(self.book.local(record["clients"]))
+        if self.collaborative and self.book.due(rnd):
+            metrics = self.book.evaluate(rnd, self.server_state)
             record.update(metrics)
             record["server_acc"], record["server_loss"] = metrics["global_acc"], metrics["global_loss"]
         record.update(self.method.round_metrics())
@@ -626,7 +612,7 @@ class SoftLabelProtocol:
                 spec=self.specs.server, lr=self.specs.server_lr, temperature=1.0, context={}, generator=gen,
             )
             self.server_state = out.params
-            check_finite_state(t - 1, self.server_state, "server model")
+            self.book.check_state(t - 1, self.server_state, "server model")
         metrics: dict[str, Any] = {
             "public_drawn": int(drawn.numel()),
             "public_requested": int(requested.numel()),
@@ -660,9 +646,7 @@ class SoftLabelProtocol:
             "cache": None if self.cache is None else self.cache.state_dict(),
             "twin": None if self.twin is None else self.twin.state_dict(),
             "method": self.method.state_dict(),
-            "policy": self.policy.state_dict(),
-            "ledger": self.ledger.state_dict(),
-            "local": self.log.state_dict(),
+            **self.book.state_dict(),
             "clients": self.store.state_dict(),
         }
 
@@ -673,10 +657,28 @@ class SoftLabelProtocol:
             if part is not None:
                 part.load_state_dict(state[key])
         self.method.load_state_dict(state["method"])
-        self.policy.load_state_dict(state["policy"])
-        self.ledger.load_state_dict(state["ledger"])
-        self.log.load_state_dict(state["local"])
+        self.book.load_state_dict(state)
         self.store.load_state_dict(state["clients"])
 
     def close(self) -> None:
         self.store.close()
+
+
+# ---------------------------------------------------------------- building it from the run's parts
+
+
+def transfer_learning(model: nn.Module, state: Params, transfer: TransferPhase) -> Params:
+    """FedMD's transfer learning of the server model on the labelled public set, once, before round 1."""
+    gen = torch.Generator().manual_seed(derive_seed(transfer.seed, "transfer", "server"))
+    out = train_client(model, state, transfer.x, transfer.y, spec=transfer.specs[0], lr=transfer.lr, temperature=1.0, context={}, generator=gen)
+    return out.params
+
+
+def build_soft_label_sharing(exp: Experiment, evaluation: Evaluation) -> SoftLabelProtocol:
+    """Soft-label sharing (``[distillation]``): its options parsed, heterogeneous clients built, FedMD's server transfer done."""
+    setup = parse_distillation(exp.config.distillation)
+    hetero = build_client_models(exp) if "assign" in exp.config.model or "groups" in exp.config.model else None
+    protocol = SoftLabelProtocol(exp, setup, evaluation, hetero)
+    if protocol.client.transfer is not None:
+        protocol.server_state = transfer_learning(protocol.model, protocol.server_state, protocol.client.transfer)
+    return protocol

@@ -20,8 +20,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import torch
-from .cache import OnExpire, is_valid
-from .era import entropy, mean_soft_labels, power_sharpen, tempered_softmax
+from chillfl.distillation.cache import OnExpire, is_valid
+from chillfl.distillation.era import entropy, mean_soft_labels, power_sharpen, tempered_softmax
 
 
 def simulate_cache_ratio(

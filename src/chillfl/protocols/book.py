@@ -1,0 +1,87 @@
+"""The server-side book every protocol keeps the same way: one home for the per-round bookkeeping.
+
+Each protocol's ``server_update`` hands every client's reply to :meth:`ServerBook.receive`
+(finite training loss, both messages into the ledger, local accuracy into the
+local log and the temperature policy) and takes the record's shared fields from
+it (bytes, per-client temperatures, local accuracy, global evaluation). What
+is left in a protocol is what makes it that protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from chillfl.engine.ledger import CommunicationLedger
+from chillfl.engine.protocol import ClientReply, ClientTask, Message
+from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, record_message
+from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
+
+
+class ServerBook:
+    """Ledger, local log, temperature policy, evaluation and finite checks of one run's server."""
+
+    def __init__(self, policy: TemperaturePolicy, evaluation: Evaluation, eval_clients: str) -> None:
+        self.policy = policy
+        self.evaluation = evaluation
+        self.eval_clients = eval_clients
+        self.ledger = CommunicationLedger()
+        self.log = LocalLog()
+        self.per_client_temperature = not isinstance(policy, ConstantTemperature)
+
+    # ------------------------------------------------------------ one client's reply
+
+    def receive(self, round: int, task: ClientTask[Any, Any], reply: ClientReply[Any, Any], train_loss: float, up: Message | None) -> None:
+        """Check the reply's training loss; ledger both messages (``up`` None: the protocol prices its uplink itself); observe local accuracy."""
+        check_finite_loss(round, task.client_id, "training loss", train_loss)
+        record_message(self.ledger, round, "down", task.downlink, task.client_id)
+        if up is not None:
+            record_message(self.ledger, round, "up", up, task.client_id)
+        self.log.observe(reply)
+        self.policy.observe(task.client_id, round, reply.local_acc)
+
+    @staticmethod
+    def check_loss(round: int, client_id: int, name: str, value: float | None) -> None:
+        """A further loss the protocol reports (distillation), checked like the training loss."""
+        check_finite_loss(round, client_id, name, value)
+
+    @staticmethod
+    def check_state(round: int, state: Mapping[str, torch.Tensor], what: str = "global model") -> None:
+        check_finite_state(round, state, what)
+
+    # ------------------------------------------------------------ the record's shared fields
+
+    def traffic(self, round: int, *, detail: bool = False) -> dict[str, Any]:
+        """``bytes_up``/``bytes_down``/``bytes_cumulative`` (and ``bytes_detail`` by ``direction.kind``) of the round."""
+        sent = self.ledger.round_totals(round)
+        out: dict[str, Any] = {"bytes_up": sent["up"], "bytes_down": sent["down"], "bytes_cumulative": self.ledger.cumulative()["total"]}
+        if detail:
+            out["bytes_detail"] = {key: v for key, v in sent.items() if "." in key}
+        return out
+
+    def temperatures(self, used: Mapping[int, float]) -> dict[str, Any]:
+        """The round's clients at the T they trained at, when T is per client: O(sampled), not O(registered)."""
+        return {"temperatures": {str(cid): float(t) for cid, t in used.items()}} if self.per_client_temperature else {}
+
+    def local(self, sampled: Sequence[int]) -> dict[str, Any]:
+        """``local_acc``/``local_loss``/``local_clients`` (none when ``eval.clients = "none"``)."""
+        return self.log.metrics(sampled, self.eval_clients) if self.eval_clients != "none" else {}
+
+    def due(self, round: int) -> bool:
+        """Whether round ``round`` (0-based) evaluates the global model."""
+        return self.evaluation.due(round + 1)
+
+    def evaluate(self, round: int, state: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+        """The global model's metrics on the test set when the round evaluates (else nothing)."""
+        return self.evaluation.metrics(state) if self.due(round) else {}
+
+    # ------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "ledger": self.ledger.state_dict(), "local": self.log.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.ledger.load_state_dict(state["ledger"])
+        self.log.load_state_dict(state["local"])

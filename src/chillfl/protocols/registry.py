@@ -1,0 +1,113 @@
+"""Which protocol runs: the one registry, keyed by :attr:`chillfl.config.RunConfig.protocol`.
+
+``RunConfig.protocol`` names the protocol (derived in that one place from
+``[distillation]`` / ``[prototypes]``); everything that depends on which
+protocol runs (building it, its checks, whether models travel, whether it
+needs an aggregator, what Flower carries) reads the entry below instead of
+testing the config's tables again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from chillfl.config import RunConfig
+from chillfl.data import FederatedData
+from chillfl.distillation.methods import check_distillation
+from chillfl.engine.protocol import ServerProtocol
+from chillfl.protocols.common import Evaluation
+from chillfl.protocols.parameters import build_parameter_sharing
+from chillfl.protocols.parts import Experiment
+from chillfl.protocols.prototypes import build_prototype_sharing, check_prototype_sharing, share_models
+from chillfl.protocols.softlabels import build_soft_label_sharing
+
+
+def _always(config: RunConfig) -> bool:
+    return True
+
+
+def _never(config: RunConfig) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class ProtocolKind:
+    """One protocol: how it is built and what the rest of the run needs to know about it."""
+
+    name: str
+    title: str
+    """How messages name it: "a {title} run"."""
+    build: Callable[[Experiment, Evaluation], ServerProtocol]
+    method_table: str | None
+    """The config table that names its method (None: ``[algorithm]`` does)."""
+    method_of: Callable[[RunConfig], str]
+    """The method that table names."""
+    uses_aggregator: bool
+    """Whether it averages models with ``[algorithm]``'s aggregator (else none is built)."""
+    models_travel: Callable[[RunConfig], bool]
+    """Whether models go over the wire (then every client must train the same architecture)."""
+    travel_reason: str
+    """Why heterogeneous clients are refused when models travel."""
+    own_objective: str | None = None
+    """Why ``[objective] proximal_mu`` is refused (None: it is allowed)."""
+    check_data: Callable[[RunConfig, FederatedData], object] | None = None
+    """Checks its options against the data, before any model is built."""
+    check: Callable[[Experiment], object] | None = None
+    """Checks the built parts, before anything is written."""
+    bytes_figure: bool = False
+    """Whether a run's report plots accuracy against the bytes sent (SCARLET Fig. 7)."""
+    clients_keep_models: bool = False
+    """Whether every client keeps its own model between rounds (under Flower: on its node, out of the server's reach)."""
+    on_flower: str | None = None
+    """Why chillfl.flower does not carry it (None: it does)."""
+
+    def method(self, config: RunConfig) -> str:
+        """The method the config names for it (``[distillation] method``, ``[prototypes] method`` or ``[algorithm] name``)."""
+        return self.method_of(config)
+
+
+PROTOCOLS: dict[str, ProtocolKind] = {
+    "parameters": ProtocolKind(
+        name="parameters",
+        title="parameter-sharing",
+        build=build_parameter_sharing,
+        method_table=None,
+        method_of=lambda config: str(config.algorithm.get("name")),
+        uses_aggregator=True,
+        models_travel=_always,
+        travel_reason="[distillation] or [prototypes] with share_model = false",
+    ),
+    "prototypes": ProtocolKind(
+        name="prototypes",
+        title="prototype-sharing",
+        build=build_prototype_sharing,
+        method_table="prototypes",
+        method_of=lambda config: str(config.prototypes.get("method")),
+        uses_aggregator=True,
+        models_travel=share_models,
+        travel_reason="[prototypes] share_model = true averages models",
+        own_objective="the prototype-sharing protocol ([prototypes]) trains with its own objective; leave it 0",
+        check=check_prototype_sharing,
+        on_flower="chillfl.flower carries parameter sharing and soft-label sharing; run FedProto / FedHKD with chillfl's own runtime",
+    ),
+    "softlabels": ProtocolKind(
+        name="softlabels",
+        title="soft-label",
+        build=build_soft_label_sharing,
+        method_table="distillation",
+        method_of=lambda config: str(config.distillation.get("method")),
+        uses_aggregator=False,
+        models_travel=_never,
+        travel_reason="",
+        own_objective="the soft-label protocol keeps no global model to stay close to; leave it 0",
+        check_data=check_distillation,
+        bytes_figure=True,
+        clients_keep_models=True,
+    ),
+}
+
+
+def protocol_of(config: RunConfig) -> ProtocolKind:
+    """The registry's entry for the protocol ``config`` runs."""
+    return PROTOCOLS[config.protocol]

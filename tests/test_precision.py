@@ -288,3 +288,31 @@ def test_soft_label_phases_use_the_runs_compute_settings() -> None:
     specs = protocol.specs  # type: ignore[attr-defined]
     for spec in (specs.client, specs.distill, specs.server):
         assert (spec.memory_format, spec.precision) == ("channels_last", precision)
+
+
+def test_fp32_batch_norm_mode_runs_bf16_batch_norm_in_fp32_under_vmap() -> None:
+    """The vmapped bf16 step on CUDA runs batch norm on fp32 inputs (its batched backward refuses the bf16/fp32 mix
+    there); the mode itself is device-independent, so it is checked here: fp32 maths, bf16 out, gradients flow."""
+    from torch.nn import functional as F
+
+    x = torch.randn(2, 3, 4, 5, 5).bfloat16().requires_grad_(True)  # 2 clients, batch 3, 4 channels
+    w, b = torch.rand(4) + 0.5, torch.randn(4)
+
+    def bn(xi: torch.Tensor) -> torch.Tensor:
+        return F.batch_norm(xi, None, None, w, b, training=True)
+
+    with local.Fp32BatchNorm():
+        out = torch.func.vmap(bn)(x)
+    assert out.dtype == torch.bfloat16
+    expected = torch.stack([bn(xi.detach().float()) for xi in x]).bfloat16()
+    assert torch.equal(out, expected)
+    (grad,) = torch.autograd.grad(out.float().sum(), [x])
+    assert grad.dtype == torch.bfloat16 and torch.isfinite(grad.float()).all()
+
+
+def test_fp32_batch_norm_mode_only_where_needed() -> None:
+    spec = lambda precision: local.LocalSpec(epochs=1, batch_size=8, precision=precision)  # noqa: E731
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert isinstance(local.batch_norm_mode(spec("bf16"), cuda, vmapped=True), local.Fp32BatchNorm)
+    for args in ((spec("bf16"), cpu, True), (spec("bf16"), cuda, False), (spec("fp32"), cuda, True)):
+        assert not isinstance(local.batch_norm_mode(*args), local.Fp32BatchNorm)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 import signal
 import threading
 import time
@@ -120,6 +121,19 @@ def intra_op_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+def _set_deterministic(mode: bool) -> None:
+    """``torch.use_deterministic_algorithms(mode)`` without its import of ``torch._inductor``.
+
+    That import pulls in ``torch._dynamo`` and sympy: 2.7 s of a CUDA run's start-up on an
+    H200 (traced there), for a flag that only compiled code reads; chillfl compiles
+    nothing. Where inductor is loaded already, its flag is kept in step.
+    """
+    inductor: Any = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        inductor.deterministic = mode
+    torch._C._set_deterministic_algorithms(mode)
+
+
 @contextmanager
 def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
     """On CUDA: ``deterministic = true`` -> PyTorch's deterministic algorithms; ``precision = "tf32"`` -> TF32 matmuls
@@ -131,14 +145,14 @@ def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     if config.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS reads it when its first handle is made
-        torch.use_deterministic_algorithms(True)
+        _set_deterministic(True)
         torch.backends.cudnn.benchmark = False
     if config.precision == "tf32":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(was)
+        _set_deterministic(was)
         torch.backends.cudnn.benchmark = bench
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 

@@ -54,6 +54,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import torch
 from torch import nn
 from torch.func import functional_call
+from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
 
 from chillfl.errors import ConfigError
 from chillfl.models.parts import forward_with_features
@@ -196,6 +198,28 @@ def autocast_for(spec: LocalSpec, device: torch.device) -> Any:
     return nullcontext()
 
 
+class Fp32BatchNorm(TorchFunctionMode):
+    """Batch norm on fp32 inputs (its output cast back): for the vmapped bf16 step on CUDA only.
+
+    There, PyTorch's batched backward of ``batch_norm`` refuses a bf16 input with
+    fp32 running statistics ("Expected running_mean to have type BFloat16 but
+    got Float"; seen on an H200 with torch 2.11), which every batch-norm model
+    meets under autocast. The CPU and the sequential CUDA step accept the mix
+    and keep their numerics.
+    """
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is F.batch_norm and args and args[0].dtype == torch.bfloat16:
+            return func(args[0].float(), *args[1:], **kwargs).to(torch.bfloat16)
+        return func(*args, **kwargs)
+
+
+def batch_norm_mode(spec: "LocalSpec", device: torch.device, vmapped: bool) -> Any:
+    """:class:`Fp32BatchNorm` where it is needed (bf16, vmapped, CUDA), else nothing."""
+    return Fp32BatchNorm() if spec.precision == "bf16" and vmapped and device.type == "cuda" else nullcontext()
+
+
 def has_tied_tensors(model: nn.Module) -> bool:
     """Whether one tensor is registered under two names (e.g. tied embedding and output weights)."""
     named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
@@ -240,7 +264,7 @@ class StepLoss:
         grabbed: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         features = None
         rec_cm = recording(self._layers, vmapped=self.vmapped, pending=pending) if self.factor else nullcontext(Recorder(False))
-        with rec_cm as rec, autocast_for(self.spec, x.device):
+        with rec_cm as rec, autocast_for(self.spec, x.device), batch_norm_mode(self.spec, x.device, self.vmapped):
             if self._batch_terms or self._uses_features:  # representation-based objectives and batch terms see the head's input too
                 features, logits = self._forward_viewed(params, buffers, x, grabbed)
             else:

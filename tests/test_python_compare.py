@@ -7,22 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 import chillfl
 from chillfl.cli import main
+from digits_net import Net
 
 TINY = {"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "federation": {"num_clients": 4, "rounds": 2}, "eval": {"client_split_size": 20}}
 
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(64, 24)
-        self.fc2 = nn.Linear(24, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(torch.relu(self.fc1(x)))
 
 
 def test_the_same_table_and_folders_as_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,22 +9,13 @@ from typing import Any
 
 import pytest
 import torch
-from torch import nn
 from torch.utils.data import Dataset
 
 import chillfl
+from digits_net import Net
 
 SMALL = {"federation": {"num_clients": 4, "rounds": 2}, "client": {"lr": 0.05, "batch_size": 32}, "eval": {"client_split_size": 20}}
 
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(64, 24)
-        self.fc2 = nn.Linear(24, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import PARENT, live_pids
 
 LONG_JOB = {
     "name": "long",
@@ -52,16 +53,7 @@ def start(config: Path, temp: Path) -> subprocess.Popen[str]:
 
 
 def children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                out.append(int(entry.name))
-    return out
+    return live_pids(PARENT, pid)
 
 
 def alive(pid: int) -> bool:

@@ -25,6 +25,7 @@ from chillfl.config import load_config
 from chillfl.engine.checkpoint import read_state, write_atomic
 from chillfl.engine.results import ResultWriter
 from chillfl.runner import run_experiment
+from procs import InterruptAt
 
 ROUNDS = 6
 CONFIG = {
@@ -56,25 +57,12 @@ def write_config(folder: Path, **over: Any) -> Path:
     return path
 
 
-class _Stop:
-    """A callback that interrupts the run after round ``at`` (the checkpoint of round ``at - 1`` is on disk)."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def on_round(self, record: Any) -> None:
-        if record["round"] == self.at:
-            raise KeyboardInterrupt
-
-    def on_end(self, output: Any) -> None:
-        pass
-
 
 def interrupted(tmp_path: Path, at: int = 4, **over: Any) -> Path:
     """A ``.partial`` run folder stopped after round ``at`` with its checkpoint of round ``at - 1``."""
     config = load_config(write_config(tmp_path, **over))
     with pytest.raises(KeyboardInterrupt):
-        run_experiment(config, progress=False, callbacks=[_Stop(at)])
+        run_experiment(config, progress=False, callbacks=[InterruptAt(at)])
     partial = tmp_path / "out" / "tx.partial"
     assert read_state(partial / "checkpoint.safetensors")["round"] == at - 1
     return partial

@@ -17,6 +17,7 @@ from chillfl.config import load_config
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.runner import run_experiment
 from chillfl.sinks import CsvSink, scalars
+from procs import InterruptAt
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "chillfl"
 
@@ -170,19 +171,6 @@ def test_the_engine_imports_no_sink_code() -> None:
             assert not any(n.startswith(("chillfl.sinks", "tensorboard", "wandb", "torch.utils.tensorboard")) for n in names), path
 
 
-class _StopAt:
-    """A callback that interrupts the run at round ``at`` (as Ctrl-C would, before that round's checkpoint)."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def on_round(self, record: Any) -> None:
-        if record["round"] == self.at:
-            raise KeyboardInterrupt
-
-    def on_end(self, output: Any) -> None:
-        pass
-
 
 def test_a_resumed_run_continues_its_csv_and_tensorboard_logs(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
@@ -193,7 +181,7 @@ def test_a_resumed_run_continues_its_csv_and_tensorboard_logs(tmp_path: Path) ->
     config = load_config(None, {**TINY, "federation.rounds": 5, "eval.every": 1, "checkpoint.every": 2, "out_dir": str(tmp_path), "log.sinks": ["csv", "tensorboard"]})
     with pytest.raises(KeyboardInterrupt):
         # The checkpoint is at round 2; the sinks have logged round 3 too; round 4 stops before they see it.
-        run_experiment(config, progress=False, callbacks=[_StopAt(4)])
+        run_experiment(config, progress=False, callbacks=[InterruptAt(4)])
     partial = tmp_path / "sinks.partial"
     assert [int(r["round"]) for r in csv.DictReader((partial / "metrics.csv").open(newline=""))] == [1, 2, 3]
     out = resume_experiment(partial, progress=False)

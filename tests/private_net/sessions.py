@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from procs import SESSION, live_pids
 
 
 def session_pids(sid: int) -> list[int]:
     """Live (non-zombie) processes of session ``sid``, read from /proc."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid and fields[0] != "Z":
-                out.append(int(entry.name))
-    return out
+    return live_pids(SESSION, sid)

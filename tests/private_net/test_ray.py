@@ -295,8 +295,8 @@ def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path, signals: int) -> Non
         if signals == 2:
             time.sleep(0.3)
             proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 143, err
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 143, ("OUT", out[-2000:], "ERR", err[-3000:])
         last = err.strip().splitlines()[-1]
         assert last.startswith("chillfl: interrupted by ") and "round -1" not in last and "Traceback" not in err, err
         deadline = time.monotonic() + 5

@@ -46,9 +46,11 @@ import hashlib
 import logging
 import math
 import os
+import signal
+import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -370,4 +372,38 @@ def _shutdown(ray: Any, actors: list[Any], connected_here: bool) -> None:
         except Exception:  # noqa: BLE001 - already gone
             pass
     if connected_here:
-        ray.shutdown()
+        keeping_signal_handlers(ray.shutdown)
+
+
+def keeping_signal_handlers(stop: Callable[[], None]) -> None:
+    """Run ``stop`` (``ray.shutdown``) with this process's SIGINT/SIGTERM handlers kept in force.
+
+    Ray's shutdown resets SIGTERM to its default at the C level, while Python still
+    reports the old handler: a second SIGTERM during or after it killed chillfl with
+    nothing said (exit -15; tests/private_net/test_ray.py). From the main thread,
+    ``stop`` runs in a helper thread while the main thread re-asserts the handlers
+    every 5 ms, and once more when it is done.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        stop()
+        return
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            stop()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, name="chillfl-ray-shutdown", daemon=True)
+    worker.start()
+    while True:
+        for sig, handler in handlers.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        if not worker.is_alive():
+            break
+        worker.join(0.005)
+    if failed:
+        raise failed[0]

@@ -22,6 +22,7 @@ from chillfl.runner import run_experiment
 
 TINY: dict[str, Any] = {
     "seed": 3,
+    "device": "cpu",  # CPU tests (they compare with the processes executor, which CUDA refuses): pinned, so a GPU machine runs them too
     "dataset.name": "digits",
     "partition.name": "dirichlet",
     "partition.alpha": 0.5,

@@ -22,6 +22,7 @@ BF16 = local.bf16_supported(torch.device("cpu"))
 needs_bf16 = pytest.mark.skipif(not BF16, reason="this CPU has no bf16 kernels (oneDNN)")
 
 BASE = {
+    "device": "cpu",  # this module tests the CPU paths (bf16 via oneDNN, channels_last, the processes executor)
     "dataset.name": "digits",
     "federation.num_clients": 4,
     "federation.clients_per_round": 2,

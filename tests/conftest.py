@@ -46,3 +46,13 @@ def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> Callable[[type, str], list[i
         return calls
 
     return spy_on
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``): on a shared
+    2-core machine torch's default oversubscribes and the soft-label tests run ~50x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -29,13 +29,7 @@ from float_paths import assert_records_close
 K, N_PUB, N_SUB, C = 4, 120, 40, 10
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine torch's default oversubscribes and runs ~50x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(method: str = "scarlet", **extra) -> dict:

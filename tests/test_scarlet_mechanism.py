@@ -21,12 +21,7 @@ from chillfl.errors import ConfigError
 from chillfl.runner import run_experiment
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(**distillation) -> dict:

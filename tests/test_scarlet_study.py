@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from chillfl.analysis.scarlet_study import Measure, read, scaled_duration
 from chillfl.cli import main
@@ -16,12 +15,7 @@ TINY = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_scaled_duration_is_50_in_2000_rounds_at_least_1():

@@ -7,7 +7,18 @@ command whose standard output it shows::
     ```
     ...replaced by what the command prints...
     ```
+    Made on: Intel(R) Xeon(R) Processor (AVX512), 2 CPUs, Linux x86_64, Python 3.11.7, torch 2.13.0+cpu, numpy 2.4.6
     <!-- /output -->
+
+The "Made on" line names the machine that regenerated the block (CPU model and
+the kernels torch picks on it, CPU count, OS, Python, torch and numpy): a
+block's numbers are bitwise reproducible there and only there (another CPU or
+torch build rounds differently). ``--check`` therefore first compares that line
+with this machine's: a block made elsewhere is reported as "made on ..., this
+machine is ..." and fails without running its command (it cannot be verified
+here; regenerate it, or check it on its machine). On the same machine it reruns
+the command and fails on any byte of difference. A block without the line is
+stale.
 
 Each command runs in a fresh temporary folder (so ``results/`` folders land
 there and vanish), as ``python -m chillfl ...`` with this interpreter; lines
@@ -33,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BLOCK = re.compile(
-    r"(?P<open><!-- output: (?P<command>[^\n]*?) -->\n)(?P<fence>`{3,})(?P<lang>[^\n]*)\n(?P<body>.*?)(?P=fence)\n(?P<close><!-- /output -->)",
+    r"(?P<open><!-- output: (?P<command>[^\n]*?) -->\n)(?P<fence>`{3,})(?P<lang>[^\n]*)\n(?P<body>.*?)(?P=fence)\n(?:Made on: (?P<machine>[^\n]*)\n)?(?P<close><!-- /output -->)",
     re.DOTALL,
 )
 DROPPED_PREFIXES = ("results:",)
@@ -47,11 +58,29 @@ class Block:
     body: str
     start: int
     end: int
+    machine: str | None
+    """What the block's "Made on:" line says; None for a block without one (stale)."""
 
 
 def find_blocks(text: str) -> list[Block]:
     """The output blocks of a document, in order."""
-    return [Block(m["command"].strip(), m["body"], m.start(), m.end()) for m in BLOCK.finditer(text)]
+    return [Block(m["command"].strip(), m["body"], m.start(), m.end(), m["machine"]) for m in BLOCK.finditer(text)]
+
+
+def this_machine() -> str:
+    """This machine as a block's "Made on:" line names it: what decides whether a rerun is bitwise equal.
+
+    Asked of the interpreter that runs the commands (in a subprocess, so the tool
+    itself imports no torch): CPU model with the kernel level torch uses on it
+    (``AVX512``, ``AVX2``), logical CPUs, OS and architecture, Python, torch, numpy.
+    """
+    code = (
+        "import os, platform, numpy, torch; from chillfl.environment import cpu_model; "
+        "print(f'{cpu_model() or platform.processor() or \"unknown CPU\"} ({torch.backends.cpu.get_cpu_capability()}), "
+        "{os.cpu_count()} CPUs, {platform.system()} {platform.machine()}, Python {platform.python_version()}, "
+        "torch {torch.__version__}, numpy {numpy.__version__}')"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def clean_output(output: str) -> str:
@@ -62,14 +91,32 @@ def clean_output(output: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replace_blocks(text: str, run: Runner) -> str:
-    """``text`` with every block's body replaced by ``clean_output(run(command))``; the rest kept byte for byte."""
+def replace_blocks(text: str, run: Runner, machine: str) -> str:
+    """``text`` with every block's body replaced by ``clean_output(run(command))`` and its "Made on:" line by
+    ``machine``; the rest kept byte for byte."""
 
     def sub(m: re.Match[str]) -> str:
         body = clean_output(run(m["command"].strip()))
-        return f"{m['open']}{m['fence']}{m['lang']}\n{body}{m['fence']}\n{m['close']}"
+        return f"{m['open']}{m['fence']}{m['lang']}\n{body}{m['fence']}\nMade on: {machine}\n{m['close']}"
 
     return BLOCK.sub(sub, text)
+
+
+def check_blocks(text: str, run: Runner, machine: str) -> list[str]:
+    """Why each stale block of ``text`` is stale (empty: every block is current on ``machine``).
+
+    A block made on another machine is not rerun: its bytes are only promised
+    there, so a difference here would say nothing and a match would be luck.
+    """
+    problems = []
+    for b in find_blocks(text):
+        if b.machine is None:
+            problems.append(f"{b.command}: names no machine (no 'Made on:' line)")
+        elif b.machine != machine:
+            problems.append(f"{b.command}: made on {b.machine}; this machine is {machine}: not checked")
+        elif clean_output(run(b.command)) != b.body:
+            problems.append(f"{b.command}: its output differs")
+    return problems
 
 
 def run_command(command: str) -> str:
@@ -125,22 +172,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print every block's command; run nothing")
     args = parser.parse_args(argv)
     stale = 0
+    machine: str | None = None
     for path in args.files or default_files():
         text = path.read_text(encoding="utf-8")
         blocks = find_blocks(text)
         if args.list:
             for b in blocks:
-                print(f"{path}: {b.command}")
+                print(f"{path}: {b.command} (made on: {b.machine or 'no machine named'})")
             continue
         if not blocks:
             continue
-        new = replace_blocks(text, lambda cmd: (print(f"{path}: {cmd}", file=sys.stderr), run_command(cmd))[1])
+        machine = machine or this_machine()
+
+        def run(cmd: str, path: Path = path) -> str:
+            print(f"{path}: {cmd}", file=sys.stderr)
+            return run_command(cmd)
+
+        if args.check:
+            problems = check_blocks(text, run, machine)
+            for problem in problems:
+                print(f"stale: {path}: {problem}", file=sys.stderr)
+            if not problems:
+                print(f"current: {path} ({len(blocks)} block(s), made on this machine)", file=sys.stderr)
+            stale += bool(problems)
+            continue
+        new = replace_blocks(text, run, machine)
         if new != text:
-            stale += 1
-            if not args.check:
-                path.write_text(new, encoding="utf-8")
-                print(f"updated {path}", file=sys.stderr)
-    return 1 if args.check and stale else 0
+            path.write_text(new, encoding="utf-8")
+            print(f"updated {path}", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

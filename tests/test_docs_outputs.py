@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from chillfl.docs_outputs import clean_output, default_files, find_blocks, main, replace_blocks, run_command
+import re
+
+from chillfl.docs_outputs import check_blocks, clean_output, default_files, find_blocks, main, replace_blocks, run_command, this_machine
 
 DOC = """# Title
 
@@ -30,6 +32,7 @@ untouched
 ````
 | a | b |
 ````
+Made on: Old CPU (AVX2), 2 CPUs, Linux x86_64, Python 3.11.7, torch 2.13.0+cpu, numpy 2.4.6
 <!-- /output -->
 Trailing text.
 """
@@ -39,6 +42,7 @@ def test_find_blocks() -> None:
     blocks = find_blocks(DOC)
     assert [b.command for b in blocks] == ["chillfl run -q", "chillfl compare x --seeds 0,1"]
     assert blocks[0].body == "old table\nold line\n" and blocks[1].body == "| a | b |\n"
+    assert blocks[0].machine is None and blocks[1].machine == "Old CPU (AVX2), 2 CPUs, Linux x86_64, Python 3.11.7, torch 2.13.0+cpu, numpy 2.4.6"
 
 
 def test_replace_blocks_changes_only_the_bodies() -> None:
@@ -48,13 +52,31 @@ def test_replace_blocks_changes_only_the_bodies() -> None:
         calls.append(command)
         return f"NEW {command}\nresults: /tmp/somewhere\n\n"
 
-    new = replace_blocks(DOC, fake)
+    new = replace_blocks(DOC, fake, "New CPU")
     assert calls == ["chillfl run -q", "chillfl compare x --seeds 0,1"]
     expected = (
-        DOC.replace("old table\nold line\n", "NEW chillfl run -q\n").replace("| a | b |\n", "NEW chillfl compare x --seeds 0,1\n")
+        DOC.replace("old table\nold line\n```\n", "NEW chillfl run -q\n```\nMade on: New CPU\n")
+        .replace("| a | b |\n", "NEW chillfl compare x --seeds 0,1\n")
+        .replace("Made on: Old CPU (AVX2), 2 CPUs, Linux x86_64, Python 3.11.7, torch 2.13.0+cpu, numpy 2.4.6", "Made on: New CPU")
     )
     assert new == expected  # markers, fences (with their language and length) and all other text byte for byte
-    assert replace_blocks(new, fake) == new  # idempotent
+    assert replace_blocks(new, fake, "New CPU") == new  # idempotent
+
+
+def test_check_reruns_only_blocks_made_on_this_machine() -> None:
+    calls = []
+
+    def fake(command: str) -> str:
+        calls.append(command)
+        return "| a | b |\n"
+
+    old = "Old CPU (AVX2), 2 CPUs, Linux x86_64, Python 3.11.7, torch 2.13.0+cpu, numpy 2.4.6"
+    assert check_blocks(DOC, fake, old) == ["chillfl run -q: names no machine (no 'Made on:' line)"]
+    assert calls == ["chillfl compare x --seeds 0,1"]  # the unnamed block is stale without a run; the other one is rerun
+    problems = check_blocks(DOC, fake, "New CPU (AVX512), 2 CPUs, ...")
+    assert problems[1] == f"chillfl compare x --seeds 0,1: made on {old}; this machine is New CPU (AVX512), 2 CPUs, ...: not checked"
+    assert calls == ["chillfl compare x --seeds 0,1"]  # a block made elsewhere is not rerun: its bytes are promised only there
+    assert check_blocks(DOC, lambda cmd: "changed\n", old)[1] == "chillfl compare x --seeds 0,1: its output differs"
 
 
 def test_clean_output() -> None:
@@ -66,9 +88,12 @@ def test_main_writes_and_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     doc = tmp_path / "doc.md"
     doc.write_text(DOC)
     monkeypatch.setattr("chillfl.docs_outputs.run_command", lambda cmd: "fresh\n")
+    monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "This CPU (AVX512)")
     assert main([str(doc), "--check"]) == 1 and doc.read_text() == DOC  # stale, nothing written
-    assert main([str(doc)]) == 0 and doc.read_text().count("fresh\n") == 2
+    assert main([str(doc)]) == 0 and doc.read_text().count("fresh\n") == 2 and doc.read_text().count("Made on: This CPU (AVX512)\n") == 2
     assert main([str(doc), "--check"]) == 0
+    monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "Other CPU (AVX2)")
+    assert main([str(doc), "--check"]) == 1  # the same bytes, but this machine did not make them
 
 
 def test_run_command_runs_python_in_a_temporary_folder(tmp_path: Path) -> None:
@@ -78,6 +103,25 @@ def test_run_command_runs_python_in_a_temporary_folder(tmp_path: Path) -> None:
         run_command("rm -rf /")
     with pytest.raises(RuntimeError, match="exited with 3"):
         run_command("python -c 'raise SystemExit(3)'")
+
+
+MACHINE = re.compile(r".+ \([A-Z][A-Z0-9_]*\), \d+ CPUs, \S+ \S+, Python \d+\.\d+\.\d+\S*, torch \S+, numpy \S+")
+
+
+def test_this_machine_names_cpu_kernels_and_versions() -> None:
+    assert MACHINE.fullmatch(this_machine())
+
+
+@pytest.mark.parametrize("page", default_files(), ids=lambda p: p.name)
+def test_every_docs_block_is_well_formed_and_names_its_machine(page: Path) -> None:
+    """Every output marker of README.md and docs/*.md opens a block the tool can regenerate, with a "Made on:" line."""
+    text = page.read_text(encoding="utf-8")
+    blocks = find_blocks(text)
+    assert len(blocks) == text.count("<!-- output:") == text.count("<!-- /output -->")  # no marker the regex misses
+    for b in blocks:
+        assert b.machine is not None, f"{page.name}: {b.command!r} names no machine; regenerate it with python -m chillfl.docs_outputs {page.name}"
+        assert MACHINE.fullmatch(b.machine), f"{page.name}: {b.command!r}: 'Made on: {b.machine}' is not what this_machine() writes"
+        assert b.body.endswith("\n") and b.body.strip(), f"{page.name}: {b.command!r} has an empty body"
 
 
 def test_readme_demo_table_is_a_generated_block() -> None:
@@ -95,7 +139,7 @@ def test_sigterm_stops_the_running_command_and_removes_its_folder(tmp_path: Path
     marker = tmp_path / "child.pid"
     doc = tmp_path / "doc.md"
     command = f"python -c \"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(120)\""
-    doc.write_text(f"<!-- output: {command} -->\n```\nold\n```\n<!-- /output -->\n")
+    doc.write_text(f"<!-- output: {command} -->\n```\nold\n```\nMade on: {this_machine()}\n<!-- /output -->\n")  # made here, so --check reruns it
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     tool = subprocess.Popen([sys.executable, "-m", "chillfl.docs_outputs", "--check", str(doc)], env=env, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60

@@ -4,7 +4,22 @@ from __future__ import annotations
 
 import math
 
-from chillfl.catalogue import LARGE, MEASURED_CPU_MIN, SMALL_FLOPS, STEP_S, _target, entry, estimate_cpu_minutes
+from chillfl.catalogue import (
+    GPU_CLIENT_STEP_S,
+    GPU_FLOPS,
+    LARGE,
+    MEASURED_CPU_MIN,
+    SMALL_FLOPS,
+    STEP_S,
+    _gpu_minutes,
+    _minutes,
+    _significant,
+    _target,
+    entry,
+    estimate_cpu_minutes,
+    estimate_gpu_minutes,
+    format_catalogue,
+)
 from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.experiments import bundled_experiments
@@ -61,3 +76,54 @@ def test_list_is_readable(capsys) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 100
     assert any("flexchill: " in line and "table4-digits" in line for line in lines)
+
+
+def test_the_gpu_basis_is_the_h200_measurement() -> None:
+    # benchmarks/README.md "On an H200": workload 1, 1.110 s for 100 clients x 50 steps; workload 2, 0.110 s for 100 x 5.
+    assert math.isclose(GPU_CLIENT_STEP_S, 1.110 / 5000, rel_tol=0.01) and math.isclose(GPU_CLIENT_STEP_S, 0.110 / 500, rel_tol=0.01)
+    assert math.isclose(GPU_FLOPS, 43.2e6 * 250_000 / 1.110, rel_tol=0.01)  # workload 1's training FLOPs a round / its time
+
+
+def test_the_gpu_estimate_on_a_hand_worked_config(tmp_path) -> None:
+    # MLP on CIFAR-10 (50,000 train, 10,000 test): 10 clients of 5,000, 5 a round, 2 epochs, batch 100, 4 rounds.
+    path = tmp_path / "c.toml"
+    path.write_text('[dataset]\nname = "cifar10"\n[model]\nname = "mlp"\n[federation]\nnum_clients = 10\nclients_per_round = 5\nrounds = 4\n[client]\nepochs = 2\nbatch_size = 100\n')
+    config = load_config(path, {})
+    steps = 4 * 5 * 2 * 50  # 2,000 client steps
+    low = steps * GPU_CLIENT_STEP_S / 60  # a step of 5 clients costs 5/100 of one of 100
+    high = low * 100 / 5  # ... or as much as one of 100
+    from chillfl.catalogue import _forward_flops
+
+    flops = _forward_flops(config) or 0.0
+    assert (3 * 4 * 5 * 2 * 5000 + 4 * 10000) * flops / GPU_FLOPS / 60 < low  # an MLP: the steps bound it, not the FLOPs
+    got = estimate_gpu_minutes(config)
+    assert got is not None and math.isclose(got[0], low, rel_tol=1e-12) and math.isclose(got[1], high, rel_tol=1e-12)
+
+
+def test_the_gpu_estimate_is_never_below_the_flops(tmp_path) -> None:
+    # ResNet-18 on CIFAR-100, 100 clients a round: the two step readings agree and the FLOPs at 9.7 TFLOP/s exceed them.
+    path = tmp_path / "c.toml"
+    path.write_text('[dataset]\nname = "cifar100"\n[model]\nname = "resnet18"\n[federation]\nnum_clients = 100\nrounds = 2\n[client]\nepochs = 1\nbatch_size = 50\n')
+    config = load_config(path, {})
+    from chillfl.catalogue import _forward_flops
+
+    flops = _forward_flops(config) or 0.0
+    floor = (3 * 2 * 100 * 1 * 500 + 2 * 10000) * flops / GPU_FLOPS / 60
+    assert floor > 2 * 100 * 10 * GPU_CLIENT_STEP_S / 60
+    assert estimate_gpu_minutes(config) == (floor, floor)
+
+
+def test_gpu_column_for_full_size_experiments_only() -> None:
+    full = entry("pa3fed/table2-cifar10-h0.1")  # AlexNet, 10 of 50 clients a round, 250 rounds, 10 runs
+    assert full.gpu_min is not None and full.gpu_min[0] <= full.gpu_min[1]
+    assert full.gpu_min[0] > 10 and full.gpu_min[1] < full.cpu_min  # type: ignore[operator]
+    assert entry("fedchill/table2-digits").gpu_min is None
+    table = format_catalogue([full, entry("demo")])
+    assert "| GPU minutes (H200) |" in table and "0.22 ms" in table and "benchmarks/README.md" in table
+    assert table.splitlines()[3].endswith("| - |")  # the demo: a CPU-scale experiment
+
+
+def test_minutes_are_shown_to_two_significant_figures() -> None:
+    assert [_significant(v) for v in (0.123, 1.26, 12.6, 126.0, 4449.0)] == ["0.12", "1.3", "13", "130", "4,400"]
+    assert _gpu_minutes((86.4, 151.0)) == "86-150 est." and _gpu_minutes((130.2, 131.0)) == "130 est." and _gpu_minutes(None) == "-"
+    assert _minutes(1440 * 1.2, False) == "1 day est." and _minutes(1440 * 17, True) == "17 days"

@@ -9,7 +9,11 @@ how long it takes. Times are honest about where they come from:
 - **est.**: extrapolated from the config by a two-term cost model (per-step overhead plus FLOPs at a
   measured throughput) calibrated on the measured rows; expect a factor of 2 either way.
 
-No GPU time has been measured for any bundled experiment: the GPU column says so rather than guess.
+No bundled experiment has been timed on a GPU. The GPU column of the full-size experiments (those
+needing a download, meant for a GPU) is an estimate from what was measured on an NVIDIA H200
+(benchmarks/README.md, "On an H200 (2026-11-26)"): a range whose ends are the two readings of those benchmarks
+that they cannot tell apart (``estimate_gpu_minutes``). The CPU-scale experiments show "-": a CPU
+runs them in minutes.
 """
 
 from __future__ import annotations
@@ -65,6 +69,20 @@ LARGE = 1.0e7
 """Forward FLOPs a sample from which a model counts as large."""
 
 
+GPU_CLIENT_STEP_S = 0.00022
+"""Seconds of one client's local SGD step on an NVIDIA H200, executor ``auto``, fp32, chillfl at 69c7e2c
+(2026-11-26, benchmarks/README.md "On an H200"): workload 1, 1.110 s a round for 100 clients
+x 50 steps (McMahan CNN, batch 50); workload 2, 0.110 s a round for 100 clients x 5 steps (MLP, batch 10).
+Both are 0.22 ms a client step, i.e. 22 ms a vmapped step of 100 clients."""
+GPU_MEASURED_CLIENTS = 100
+"""Clients a vmapped step trained in both measurements. Whether a step of fewer clients costs less (the
+profile shows cuDNN's convolutions called once per client step) or the same (both workloads, CNN and MLP,
+take 22 ms a step: a fixed cost) was not measured, so the estimate's range spans both."""
+GPU_FLOPS = 9.7e12
+"""FLOP/s workload 1 reached on the H200: 10.8 TFLOP of training a round (43.2 MFLOP a sample x 250,000)
+in 1.110 s; the floor of the estimate for models whose FLOPs, not the steps, bound a round (ResNets)."""
+
+
 def throughput(flops: float) -> float:
     """FLOP/s of local training on one core for a model of ``flops`` forward FLOPs a sample."""
     return CPU_FLOPS if flops >= LARGE else SMALL_FLOPS
@@ -79,6 +97,22 @@ class Entry:
     data: str
     cpu_min: float | None
     measured: bool
+    gpu_min: tuple[float, float] | None = None
+    """Low and high estimate of the minutes on an H200 (full-size experiments only)."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one run of a config trains and evaluates: the counts both cost models price."""
+
+    client_steps: int
+    """Local SGD steps summed over the clients and rounds."""
+    clients_per_round: int
+    flops: float
+    """Training (forward + backward: 3 forwards a sample) and evaluation FLOPs over the run."""
+    factor: float
+    """``SOFT_LABEL_FACTOR`` for the soft-label protocol, else 1."""
+    runs: int
 
 
 def _target(stem: str) -> str:
@@ -128,8 +162,8 @@ def _model_flops(dataset: str, model_items: tuple[tuple[str, str], ...]) -> floa
     return None
 
 
-def estimate_cpu_minutes(config: RunConfig) -> float | None:
-    """The cost model: steps x overhead + training and evaluation FLOPs at ``CPU_FLOPS``, in minutes."""
+def work(config: RunConfig) -> Work | None:
+    """The config's steps and FLOPs (None: its dataset or model is not known here); clients hold equal shares."""
     spec = DATASETS.get(str(config.dataset.get("name")))
     flops = _forward_flops(config)
     if spec is None or flops is None:
@@ -140,9 +174,32 @@ def estimate_cpu_minutes(config: RunConfig) -> float | None:
     per_client = train / fed.num_clients
     steps = fed.rounds * clients * config.client.epochs * math.ceil(per_client / config.client.batch_size)
     samples = fed.rounds * clients * config.client.epochs * per_client
-    seconds = steps * STEP_S + (3 * samples + fed.rounds * test) * flops / throughput(flops)
     factor = SOFT_LABEL_FACTOR if config.distillation else 1.0
-    return factor * _runs(config) * seconds / 60
+    return Work(steps, clients, (3 * samples + fed.rounds * test) * flops, factor, _runs(config))
+
+
+def estimate_cpu_minutes(config: RunConfig) -> float | None:
+    """The cost model: steps x overhead + training and evaluation FLOPs at ``throughput``, in minutes."""
+    w = work(config)
+    flops = _forward_flops(config)
+    if w is None or flops is None:
+        return None
+    seconds = w.client_steps * STEP_S + w.flops / throughput(flops)
+    return w.factor * w.runs * seconds / 60
+
+
+def estimate_gpu_minutes(config: RunConfig) -> tuple[float, float] | None:
+    """Minutes on an H200 (executor ``auto``, fp32), low and high: the measured 0.22 ms a client step, with
+    a step of fewer than 100 clients costing proportionally less (low) or as much as one of 100 (high); never
+    less than the run's FLOPs at the rate workload 1 reached. Soft-label runs get the CPU model's factor."""
+    w = work(config)
+    if w is None:
+        return None
+    low = w.client_steps * GPU_CLIENT_STEP_S
+    high = low * max(1.0, GPU_MEASURED_CLIENTS / w.clients_per_round)
+    floor = w.flops / GPU_FLOPS
+    scale = w.factor * w.runs / 60
+    return max(low, floor) * scale, max(high, floor) * scale
 
 
 def _data(config: RunConfig) -> str:
@@ -160,14 +217,32 @@ def entry(name: str) -> Entry:
         kind = "run"
     measured = name in MEASURED_CPU_MIN
     minutes = MEASURED_CPU_MIN[name] if measured else estimate_cpu_minutes(config)
-    return Entry(name, paper, target, kind, _data(config), minutes, measured)
+    full_size = str(config.dataset.get("name")) not in EMBEDDED
+    gpu = estimate_gpu_minutes(config) if full_size else None
+    return Entry(name, paper, target, kind, _data(config), minutes, measured, gpu)
+
+
+def _significant(value: float) -> str:
+    """Two significant figures (the estimates are good to a factor of 2 or 3, not to a minute)."""
+    if value <= 0:
+        return "0"
+    rounded = round(value, 1 - math.floor(math.log10(value)))
+    return f"{rounded:,.0f}" if rounded >= 10 else f"{rounded:g}"
+
+
+def _gpu_minutes(value: tuple[float, float] | None) -> str:
+    if value is None:
+        return "-"
+    low, high = (_significant(v) for v in value)
+    return f"{low} est." if low == high else f"{low}-{high} est."
 
 
 def _minutes(value: float | None, measured: bool) -> str:
     if value is None:
         return "-"
     if value >= 1440:  # a CPU is the wrong machine for it: say so in units a reader takes in
-        shown = f"{value / 1440:,.0f} days"
+        days = round(value / 1440)
+        shown = f"{days:,} day{'s' if days != 1 else ''}"
     else:
         shown = f"{value:.1f}" if value < 10 else f"{value:,.0f}"
     return shown if measured else f"{shown} est."
@@ -180,17 +255,20 @@ def catalogue() -> list[Entry]:
 def format_catalogue(entries: list[Entry]) -> str:
     """A markdown table, one experiment a row, then what the time columns mean."""
     lines = [
-        "| experiment | paper | reruns | run or compare | data | CPU minutes (2 cores) | GPU minutes |",
+        "| experiment | paper | reruns | run or compare | data | CPU minutes (2 cores) | GPU minutes (H200) |",
         "|---|---|---|---|---|---|---|",
     ]
     for e in entries:
-        lines.append(f"| {e.name} | {e.paper} | {e.target} | {e.kind} | {e.data} | {_minutes(e.cpu_min, e.measured)} | not measured |")
+        lines.append(f"| {e.name} | {e.paper} | {e.target} | {e.kind} | {e.data} | {_minutes(e.cpu_min, e.measured)} | {_gpu_minutes(e.gpu_min)} |")
     lines += [
         "",
         "CPU minutes: measured on the 2-core Xeon development machine (executor \"sequential\", one thread), or",
         "'est.' = extrapolated from the config (steps x per-step overhead + FLOPs at the measured throughput of",
-        "one core; expect a factor of 2 either way). GPU: no bundled experiment has been timed on a GPU yet;",
-        "the full-size ones (those needing a download) are meant for one: `--device cuda`.",
+        "one core; expect a factor of 2 either way).",
+        "GPU minutes (full-size experiments, `--device cuda`): none was timed on a GPU; 'est.' = the run's client",
+        "steps x 0.22 ms, measured a client step on an H200 (executor auto, fp32; benchmarks/README.md), low end",
+        "if a step of fewer clients than the measured 100 costs proportionally less, high end if it costs as",
+        "much; at least the run's FLOPs at the 9.7 TFLOP/s measured there. '-': a CPU-scale experiment.",
         "Run one: `chillfl run NAME` (a comparison runs all its variants). Data: `chillfl data download NAME`.",
     ]
     return "\n".join(lines)

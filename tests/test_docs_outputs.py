@@ -71,12 +71,15 @@ def test_check_reruns_only_blocks_made_on_this_machine() -> None:
         return "| a | b |\n"
 
     old = "Old CPU (AVX2), 2 CPUs, Linux x86_64, Python 3.11.7, torch 2.13.0+cpu, numpy 2.4.6"
-    assert check_blocks(DOC, fake, old) == ["chillfl run -q: names no machine (no 'Made on:' line)"]
+    assert check_blocks(DOC, fake, old) == (["chillfl run -q: names no machine (no 'Made on:' line)"], [])
     assert calls == ["chillfl compare x --seeds 0,1"]  # the unnamed block is stale without a run; the other one is rerun
-    problems = check_blocks(DOC, fake, "New CPU (AVX512), 2 CPUs, ...")
-    assert problems[1] == f"chillfl compare x --seeds 0,1: made on {old}; this machine is New CPU (AVX512), 2 CPUs, ...: not checked"
+    elsewhere = f"chillfl compare x --seeds 0,1: made on {old}; this machine is New CPU (AVX512), 2 CPUs, ...: not checked"
+    problems, skipped = check_blocks(DOC, fake, "New CPU (AVX512), 2 CPUs, ...")
+    assert problems[1] == elsewhere and skipped == []
     assert calls == ["chillfl compare x --seeds 0,1"]  # a block made elsewhere is not rerun: its bytes are promised only there
-    assert check_blocks(DOC, lambda cmd: "changed\n", old)[1] == "chillfl compare x --seeds 0,1: its output differs"
+    problems, skipped = check_blocks(DOC, fake, "New CPU (AVX512), 2 CPUs, ...", other_machines="skip")
+    assert len(problems) == 1 and skipped == [elsewhere]  # listed, not failed; the unnamed block still fails
+    assert check_blocks(DOC, lambda cmd: "changed\n", old)[0][1] == "chillfl compare x --seeds 0,1: its output differs"
 
 
 def test_clean_output() -> None:
@@ -94,6 +97,7 @@ def test_main_writes_and_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert main([str(doc), "--check"]) == 0
     monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "Other CPU (AVX2)")
     assert main([str(doc), "--check"]) == 1  # the same bytes, but this machine did not make them
+    assert main([str(doc), "--check", "--other-machines", "skip"]) == 0  # ... which CI elsewhere may leave unchecked
 
 
 def test_run_command_runs_python_in_a_temporary_folder(tmp_path: Path) -> None:

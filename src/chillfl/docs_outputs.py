@@ -16,7 +16,8 @@ block's numbers are bitwise reproducible there and only there (another CPU or
 torch build rounds differently). ``--check`` therefore first compares that line
 with this machine's: a block made elsewhere is reported as "made on ..., this
 machine is ..." and fails without running its command (it cannot be verified
-here; regenerate it, or check it on its machine). On the same machine it reruns
+here; regenerate it, or check it on its machine; ``--other-machines skip``
+lists it as not checked instead, as CI does). On the same machine it reruns
 the command and fails on any byte of difference. A block without the line is
 stale.
 

@@ -127,3 +127,14 @@ def test_minutes_are_shown_to_two_significant_figures() -> None:
     assert [_significant(v) for v in (0.123, 1.26, 12.6, 126.0, 4449.0)] == ["0.12", "1.3", "13", "130", "4,400"]
     assert _gpu_minutes((86.4, 151.0)) == "86-150 est." and _gpu_minutes((130.2, 131.0)) == "130 est." and _gpu_minutes(None) == "-"
     assert _minutes(1440 * 1.2, False) == "1 day est." and _minutes(1440 * 17, True) == "17 days"
+
+
+def test_every_full_size_experiment_has_a_gpu_estimate(capsys) -> None:
+    assert main(["list", "experiments"]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and not line.startswith("| experiment")]
+    for row in rows:
+        data, gpu = row[4], row[6].rstrip(" |")
+        if data == "offline":
+            assert gpu == "-", row
+        else:
+            assert gpu.endswith(" est.") and gpu[0].isdigit(), row  # labelled an estimate, never a bare number

@@ -38,6 +38,7 @@ from chillfl.data import FederatedData
 from chillfl.engine.checkpoint import read_checkpoint, read_state, write_atomic, write_state
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import run_rounds
+from chillfl.engine.record import round_number
 from chillfl.environment import as_comment, differences, environment
 from chillfl.engine.model_file import write_model
 from chillfl.engine.protocol import ServerProtocol
@@ -338,7 +339,7 @@ def _run_rounds(
                 for record in loop:
                     watch.observe(record)
                     records.append(record)
-                    done = signals.done = record["round"]
+                    done = signals.done = round_number(record)
                     if writer:
                         writer.append(record)
                     for cb in callbacks:

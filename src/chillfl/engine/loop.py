@@ -19,13 +19,14 @@ protocol's ``state_dict()`` carries over between rounds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from chillfl.config import FederationConfig
 from chillfl.engine.executors import Executor
 from chillfl.engine.protocol import ServerProtocol
+from chillfl.engine.record import Json, RoundRecord
 from chillfl.seeds import derive_seed
 
 
@@ -84,7 +85,7 @@ def run_rounds(
     rounds: int,
     start: int = 0,
     participation: FederationConfig = FederationConfig(),
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[dict[str, Json]]:
     """Rounds ``start`` .. ``rounds - 1`` of ``protocol``; yields one metrics record (plain JSON) per round.
 
     A round with fewer than ``min_clients`` reporting clients (after retries)
@@ -95,7 +96,7 @@ def run_rounds(
         sampled = sample_clients(seed, rnd, num_clients, clients_per_round)
         avail = availability(seed, rnd, sampled, participation)
         if avail.skipped:
-            yield {"round": rnd + 1, "clients": [], "sampled": sampled, "dropped": avail.dropped, "skipped": True, "attempts": avail.attempts}
+            yield RoundRecord(rnd + 1, [], metrics={"sampled": sampled, "dropped": avail.dropped, "skipped": True, "attempts": avail.attempts}).to_json()
             continue
         tasks = protocol.configure(rnd, avail.reporting)
         for task in tasks:
@@ -103,5 +104,5 @@ def run_rounds(
         replies = executor.map(tasks)
         record = protocol.server_update(rnd, tasks, replies)
         if _varies(participation):
-            record.update({"sampled": sampled, "dropped": avail.dropped, "stragglers": {str(c): w for c, w in avail.work.items()}, "attempts": avail.attempts})
-        yield record
+            record.metrics.update({"sampled": sampled, "dropped": avail.dropped, "stragglers": {str(c): w for c, w in avail.work.items()}, "attempts": avail.attempts})
+        yield record.to_json()

@@ -191,3 +191,26 @@ def test_long_unbreakable_names_do_not_widen_the_page(tmp_path: Path) -> None:
     dom = _chromium(browser, "--virtual-time-budget=10000", f"--window-size={WIDTH},{HEIGHT}", "--dump-dom", out.resolve().as_uri(), home=tmp_path).stdout
     check = re.search(r'data-overflow="(\d+)"', dom)
     assert check is not None and check.group(1) == "0", dom[-1500:]
+
+
+def test_a_run_on_custom_data_keeps_its_reliability_diagram(tmp_path: Path) -> None:
+    """A report cannot rebuild the user's own module and data from config.toml; the run keeps the diagram's bins instead."""
+    import json
+
+    import torch
+
+    import chillfl
+    from digits_net import Net
+
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(160, 64, generator=gen), torch.randint(0, 10, (160,), generator=gen)
+    data = chillfl.TensorData(x[:120], y[:120], x[120:], y[120:], num_classes=10)
+    torch.manual_seed(0)
+    result = chillfl.run(model=Net(), data=data, config={"federation": {"num_clients": 3, "rounds": 2}, "eval": {"ece_bins": 5}},
+                         out_dir=str(tmp_path), progress=False)
+    page = render([result.folder], partitions=False)
+    assert page.count('alt="reliability') == 1
+    saved = json.loads((result.folder / "summary.json").read_text())["calibration"]
+    assert sum(saved["reliability"]["count"]) == 40 and len(saved["reliability"]["edges"]) == 6
+    last = result.records[-1]  # the last round evaluated this same final model in the same pass: bitwise the same numbers
+    assert (saved["ece"], saved["nll"], saved["brier"], saved["accuracy"]) == (last["global_ece"], last["global_nll"], last["global_brier"], last["global_acc"])

@@ -46,8 +46,10 @@ from chillfl.engine.run_folder import CHECKPOINT, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.errors import Diverged, MissingExtra, StorageError
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
+from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.progress import Progress, make_bar
 from chillfl.protocols.registry import protocol_of
+from chillfl.training.local import evaluate
 
 if TYPE_CHECKING:
     from chillfl.sinks import Sink
@@ -448,6 +450,8 @@ def _finish(
         summary["communication"] = communication_summary(records, config.eval.target_accuracy)
     model = protocol.global_state()
     model_state = {k: v.detach().clone() for k, v in model.items()} if model is not None else None
+    if model_state is not None and (calibration := final_calibration(exp, config, model_state)) is not None:
+        summary["calibration"] = calibration
     clients = {cid: dict(s) for cid, s in protocol.client_states().items()} if config.checkpoint.client_models else {}
     if writer is None:
         return RunOutput(None, records, summary, model_state, clients)
@@ -464,6 +468,25 @@ def _finish(
     if stopped is None:  # only once the folder is final: until then it is the run's way back
         (final / CHECKPOINT).unlink(missing_ok=True)
     return RunOutput(final, records, summary, model_state, clients)
+
+
+def final_calibration(exp: Experiment, config: RunConfig, state: Mapping[str, torch.Tensor]) -> dict[str, Any] | None:
+    """Calibration of the final global model on the test set, with its reliability-diagram bins (None without a test set).
+
+    Kept in ``summary.json`` so that the report draws the reliability diagram
+    from the run folder alone: rebuilding the model and the test set from
+    ``config.toml`` is impossible for a run on the user's own module or data.
+    The same evaluation as the per-round ``global_ece``: T = 1, ``eval.ece_bins`` equal-width bins.
+    """
+    x, y = exp.data.test()
+    if len(y) == 0:
+        return None
+    accumulator = CalibrationAccumulator(config.eval.ece_bins)
+    accuracy, _ = evaluate(exp.model, state, x.to(exp.device), y.to(exp.device), config.eval.batch_size, observe=accumulator)
+    bins = accumulator.reliability()
+    mean_confidence = sum(c * f for c, f in zip(bins.count, bins.confidence)) / len(y)
+    return {"n": len(y), "temperature": 1.0, "bins": config.eval.ece_bins, "binning": "width", "accuracy": accuracy, "mean_confidence": mean_confidence,
+            **accumulator.result(), "mce": bins.mce(), "reliability": dataclasses.asdict(bins)}
 
 
 def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:

@@ -37,7 +37,7 @@ from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
 from chillfl.engine.checkpoint import read_checkpoint, read_state, write_atomic, write_state
 from chillfl.engine.health import LossWatch
-from chillfl.engine.loop import run_rounds
+from chillfl.engine.loop import Redraw, run_rounds
 from chillfl.environment import as_comment, differences, environment
 from chillfl.engine.model_file import write_model
 from chillfl.engine.protocol import ServerProtocol
@@ -332,7 +332,7 @@ def _run_rounds(
         try:
             loop = run_rounds(
                 protocol, executor, seed=config.seed, num_clients=exp.data.num_clients,
-                clients_per_round=config.federation.sample_size(), rounds=rounds, start=done, participation=config.federation,
+                clients_per_round=config.federation.sample_size(), rounds=rounds, start=done, participation=config.federation, redraw=redraw_of(exp),
             )
             bar = make_bar(progress, rounds, done, label or config.name)
             watch = LossWatch(config.strict, records)
@@ -394,6 +394,11 @@ def _run_rounds(
         if executor is not None:
             executor.close()
         protocol.close()
+
+
+def redraw_of(exp: Experiment) -> Redraw | None:
+    """The round loop's per-visit read of a user Dataset's training items (``DatasetData(redraw="round")``); None for fixed inputs."""
+    return exp.data.client_redraw if exp.data.dataset.train_items is not None else None
 
 
 def check_sinks(config: RunConfig) -> None:
@@ -524,6 +529,7 @@ def rounds_for(exp: Experiment) -> Callable[[Experiment], Iterator[dict[str, Any
             for record in run_rounds(
                 protocol, executor, seed=e.config.seed, num_clients=e.data.num_clients,
                 clients_per_round=e.config.federation.sample_size(), rounds=e.config.federation.rounds, participation=e.config.federation,
+                redraw=redraw_of(e),
             ):
                 watch.observe(record)
                 yield record

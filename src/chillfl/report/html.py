@@ -217,7 +217,7 @@ def _figure(width: float, height: float) -> Any:
 
 def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> str | None:
     """One panel per metric key; one line per group (mean over seeds) with a ± 1 std band."""
-    from matplotlib.ticker import MaxNLocator
+    from chillfl.report.plots import integer_rounds
 
     present = [(k, t) for k, t in keys if any(series(r.records, k)[0] for g in groups for r in g.runs)]
     if not present:
@@ -236,7 +236,7 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> s
             ax.set_yscale("log")
             title = f"{title} (log scale)"
         ax.set(xlabel="round", title=title)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        integer_rounds(ax)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()

@@ -9,6 +9,7 @@ base_options = {mu = 0.01}, beta = 0.3}``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Literal, Mapping
 
@@ -126,10 +127,10 @@ def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
         return obj
     if not isinstance(obj, type):
         raise ConfigError(field, f"{name!r} must name an aggregator class or an AlgorithmSpec, got {type(obj).__name__}")
-    missing = [m for m in AGGREGATOR_METHODS if not callable(getattr(obj, m, None))]
+    missing = [m for m in AGGREGATOR_METHODS if not callable(inspect.getattr_static(obj, m, None))]
     if missing:
         raise ConfigError(field, f"{name!r} is not an aggregator: it lacks {', '.join(missing)} (see chillfl.aggregation.base.Aggregator)")
-    options = getattr(obj, "Options", None)
+    options = inspect.getattr_static(obj, "Options", None)  # a class attribute, looked up without running descriptors
     if options is None:
         return AlgorithmSpec(NoOptions, lambda o, ctx: (obj(), []), name)
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
@@ -176,7 +177,9 @@ def _build_moon(options: MoonOptions, ctx: BuildContext) -> Built:
 
 def _build_fedalign(options: FedAlignOptions, ctx: BuildContext) -> Built:
     """FedAvg with FedAlign's term; the model must have a final stage that runs at reduced width."""
-    stage = getattr(ctx.model, "slim_stage", None)
+    from chillfl.models.parts import SlimStaged
+
+    stage = ctx.model.slim_stage if isinstance(ctx.model, SlimStaged) else None
     if not isinstance(stage, str):
         raise ConfigError("model.name", "FedAlign needs a ResNet whose final stage runs at reduced width: resnet20, resnet32 or resnet18_fedchill")
     return FedAvg(), [FedAlignTerm(stage, options)]

@@ -49,6 +49,7 @@ from chillfl.errors import Diverged, MissingExtra, StorageError
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
 from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.progress import Progress, make_bar
+from chillfl.aggregation.registry import algorithm_spec
 from chillfl.protocols.registry import protocol_of
 from chillfl.training.local import evaluate
 
@@ -495,6 +496,14 @@ def final_calibration(exp: Experiment, config: RunConfig, state: Mapping[str, to
             **accumulator.result(), "mce": bins.mce(), "reliability": dataclasses.asdict(bins)}
 
 
+def method_figures(config: RunConfig) -> tuple[str, ...]:
+    """The figures the run's aggregation method declares (none for soft-label and prototype sharing)."""
+    name = config.algorithm.get("name")
+    if not protocol_of(config).uses_aggregator or not isinstance(name, str):
+        return ()
+    return algorithm_spec(name).figures
+
+
 def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:
     """The run's figures (report code, imported here: the engine knows nothing of plots).
 
@@ -513,7 +522,7 @@ def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> No
         from chillfl.report.communication_plots import plot_accuracy_vs_bytes
 
         plot_accuracy_vs_bytes(records, folder / "accuracy_vs_bytes.png", title=config.name)
-    if any("agg_clp" in r for r in records):
+    if "clp" in method_figures(config):
         from chillfl.report.pa3fed_plots import plot_clp
 
         plot_clp(records, folder / "clp.png", title=config.name)

@@ -65,6 +65,8 @@ class AlgorithmSpec:
     options: type
     build: Callable[[Any, BuildContext], Built]
     summary: str
+    figures: tuple[str, ...] = ()
+    """The run figures the method's round metrics feed besides the common ones (``clp``: PA3Fed's critical periods)."""
 
 
 def _fedopt(kind: ServerOptimizer) -> Callable[[Any, BuildContext], Built]:
@@ -90,7 +92,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         "variance-reduced local SGD (Liang et al. 2019)",
     ),
     "fedmut": AlgorithmSpec(FedMutOptions, lambda o, ctx: (FedMut(ctx.seed, o, ctx.param_keys()), []), "stochastic mutation (Hu et al. 2024)"),
-    "pa3fed": AlgorithmSpec(PA3FedOptions, lambda o, ctx: _build_pa3fed(o, ctx), "period-aware adaptive aggregation over a base (PA3Fed)"),
+    "pa3fed": AlgorithmSpec(PA3FedOptions, lambda o, ctx: _build_pa3fed(o, ctx), "period-aware adaptive aggregation over a base (PA3Fed)", ("clp",)),
     "moon": AlgorithmSpec(MoonOptions, lambda o, ctx: _build_moon(o, ctx), "model-contrastive FL (Li et al. 2021)"),
     "fedalign": AlgorithmSpec(FedAlignOptions, lambda o, ctx: _build_fedalign(o, ctx), "FedAvg + final-stage Lipschitz alignment (Mendieta et al. 2022)"),
     "fedgen": AlgorithmSpec(FedGenOptions, lambda o, ctx: _build_fedgen(o, ctx), "server-trained feature generator as regulariser (Zhu et al. 2021)"),
@@ -201,8 +203,6 @@ def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
     bases = [n for n in algorithm_names() if n != "pa3fed" and n not in UNWEIGHTED]
     if options.base not in bases:
         raise choice_error(f"{ctx.section}.base", options.base, bases)
-    if options.base == "fedgen":  # PA3Fed's client report (score, gradient norm) replaces the base's
-        raise ConfigError(f"{ctx.section}.base", "fedgen needs its clients' label counts, which it gets from its own client report; PA3Fed sends its own instead")
     base, terms = make_aggregator(
         options.base,
         options.base_options,

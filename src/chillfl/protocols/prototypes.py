@@ -41,6 +41,7 @@ from chillfl.aggregation.client_states import ClientParams
 from chillfl.config import RunConfig
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
+from chillfl.training.objective import Wire
 from chillfl.errors import ConfigError
 from chillfl.models.parts import NoHeadError, forward_with_features, head_name, head_of
 from chillfl.protocols.book import ServerBook
@@ -144,7 +145,7 @@ class KnowledgeClient:
             start: Mapping[str, torch.Tensor] = d.model
         else:
             start = task.state if task.state is not None else self.initial_states[arch]
-        context: dict[str, Any] = {"protos": d.protos, "proto_mask": d.mask}
+        context: dict[str, Wire] = {"protos": d.protos, "proto_mask": d.mask}
         if d.soft is not None:
             context["soft"] = d.soft
         out: LocalOutcome = yield ClientJob(cid, start, data.x, data.y, d.lr, d.temperature, context, d.seed, spec=self.specs[arch], work=task.work)

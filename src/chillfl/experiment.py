@@ -6,6 +6,7 @@ All user errors surface here, before any result folder is created.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -24,6 +25,7 @@ from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
 from chillfl.temperature import make_policy
+from chillfl.temperature.base import TemperaturePolicy
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, model_state, resolve_compute
 from chillfl.training.objective import ProximalTerm, Term, temperature_cross_entropy
@@ -86,6 +88,52 @@ def check_rebuildable(config: RunConfig, *, has_model: bool = False, has_data: b
         raise _not_from_file("dataset.name", "tensors", "data", dataset_names())
 
 
+def check_plugged(config: RunConfig, plugged: "Plugged | None") -> None:
+    """Refuse a config whose aggregator or temperature policy came from Python (``custom``) when none is given again."""
+    plugged = plugged or Plugged()
+    if plugged.aggregator is None and is_custom(config.algorithm.get("name")):
+        from chillfl.aggregation.registry import algorithm_names
+
+        raise _not_from_file("algorithm.name", "aggregator", "aggregator", algorithm_names())
+    if plugged.policy is None and is_custom(config.temperature.get("policy")):
+        from chillfl.temperature import policy_names
+
+        raise _not_from_file("temperature.policy", "temperature policy", "policy", policy_names())
+
+
+@dataclass(frozen=True)
+class Plugged:
+    """A user's own method parts passed as instances from Python (:func:`chillfl.run`), not named in the config.
+
+    ``aggregator`` replaces ``[algorithm]`` and ``terms`` are its local objective terms; ``policy``
+    replaces ``[temperature]``. Each run works on deep copies, so the caller's objects are never
+    mutated and two runs (a comparison's variants and seeds) never share state. The config records
+    them as ``name = "custom"`` with their classes (:func:`plugged_records`).
+    """
+
+    aggregator: Aggregator | None = None
+    terms: tuple[Term, ...] = ()
+    policy: TemperaturePolicy | None = None
+
+    def __bool__(self) -> bool:
+        return self.aggregator is not None or self.policy is not None or bool(self.terms)
+
+
+def _class_path(obj: object) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def plugged_records(plugged: Plugged) -> dict[str, dict[str, Any]]:
+    """The ``[algorithm]`` / ``[temperature]`` tables a run with these parts saves: not rebuildable, but say what ran."""
+    out: dict[str, dict[str, Any]] = {}
+    if plugged.aggregator is not None:
+        out["algorithm"] = {"name": CUSTOM, "class": _class_path(plugged.aggregator), "terms": [_class_path(t) for t in plugged.terms]}
+    if plugged.policy is not None:
+        out["temperature"] = {"policy": CUSTOM, "class": _class_path(plugged.policy)}
+    return out
+
+
 def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> FederatedData:
     name, options = RunConfig.component(config.dataset)
     if dataset is None:
@@ -121,10 +169,15 @@ def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_class
     return model, model_state(model)
 
 
-def build_algorithm(config: RunConfig, model: nn.Module) -> tuple[Aggregator, list[Term]]:
+def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None = None) -> tuple[Aggregator, list[Term]]:
+    """The configured aggregator and its terms, or (a copy of) the one passed from Python."""
     from chillfl.aggregation.registry import make_aggregator
 
     name, options = RunConfig.component(config.algorithm)
+    if plugged is not None and plugged.aggregator is not None:
+        if not is_custom(name):  # e.g. a comparison's variant naming a built-in: the instance would be silently dropped
+            raise ConfigError("algorithm.name", f"the run was given an aggregator from Python, which replaces [algorithm]; got {name!r} here too: vary other keys")
+        return copy.deepcopy(plugged.aggregator), list(copy.deepcopy(plugged.terms))
     built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum)
     base = (options or {}).get("base") if name == "pa3fed" else name
     check_plain_sgd(config, base if isinstance(base, str) else name)
@@ -181,12 +234,15 @@ def build_experiment(
     data: FederatedData | None = None,
     *,
     model: nn.Module | None = None,
+    plugged: Plugged | None = None,
 ) -> Experiment:
     """Everything a run needs; raises ConfigError on any bad value before anything is written.
 
     ``model``: a user's own module instead of the config's registered model (see :func:`user_initial_model`).
+    ``plugged``: a user's own aggregator, terms and temperature policy, as instances (see :class:`Plugged`).
     """
     check_rebuildable(config, has_model=model is not None, has_data=dataset is not None or data is not None)
+    check_plugged(config, plugged)
     if config.executor == "ray":  # before anything is written: the extra must be installed
         from chillfl.engine.ray_executor import import_ray
 
@@ -204,9 +260,11 @@ def build_experiment(
         model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     else:
         model, state = user_initial_model(config, model)
-    aggregator, terms = build_algorithm(config, model) if kind.uses_aggregator else (None, [])
+    if plugged and plugged.aggregator is not None and not kind.uses_aggregator:
+        raise ConfigError("aggregator", f"the {config.protocol} protocol averages no models, so it takes no aggregator")
+    aggregator, terms = build_algorithm(config, model, plugged) if kind.uses_aggregator else (None, [])
     terms = [*terms, *objective_terms(config, terms)]
-    policy = make_policy(config.temperature, data.class_counts)  # counted only if the policy reads them
+    policy = build_policy(config, data, plugged)
     losses = base_losses()
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))
@@ -232,6 +290,16 @@ def build_experiment(
     if kind.check is not None:  # its checks of the built parts, before anything is written
         kind.check(exp)
     return exp
+
+
+def build_policy(config: RunConfig, data: FederatedData, plugged: Plugged | None = None) -> TemperaturePolicy:
+    """The configured temperature policy (class counts computed only if it reads them), or a copy of the one passed from Python."""
+    if plugged is not None and plugged.policy is not None:
+        name = config.temperature.get("policy")
+        if not is_custom(name):
+            raise ConfigError("temperature.policy", f"the run was given a temperature policy from Python, which replaces [temperature]; got {name!r} here too: vary other keys")
+        return copy.deepcopy(plugged.policy)
+    return make_policy(config.temperature, data.class_counts)
 
 
 def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None:
@@ -328,9 +396,10 @@ def check_parts(config: RunConfig) -> None:
     from chillfl.models.projection import PROJECTION_OPTION
     from chillfl.models.registry import MODELS, model_names
     from chillfl.options import parse_options
-    from chillfl.temperature import POLICIES, policy_names
+    from chillfl.temperature import policy_spec
 
     check_rebuildable(config, has_model=True, has_data=True)
+    check_plugged(config, None)
     name, options = RunConfig.component(config.dataset)
     if not is_custom(name):
         if name not in DATASETS:
@@ -351,9 +420,7 @@ def check_parts(config: RunConfig) -> None:
         parse_options(MODELS[name].options, {k: v for k, v in options.items() if k != PROJECTION_OPTION}, "model")
     check_model_assignment(config, config.federation.num_clients)
     name, options = RunConfig.component(config.temperature, "policy")
-    if name not in POLICIES:
-        raise choice_error("temperature.policy", name, policy_names())
-    parse_options(POLICIES[name].options, options, "temperature")
+    parse_options(policy_spec(name).options, options, "temperature")
     losses = base_losses()
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))

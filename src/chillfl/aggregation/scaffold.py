@@ -88,6 +88,8 @@ class ScaffoldOptions:
 class LinearCorrectionTerm:
     """``sum_k <w_k, correction_k>``: adds ``correction`` to the gradient (SCAFFOLD, VRL-SGD)."""
 
+    reads: tuple[str, ...] = ("correction",)
+
     def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
         correction: Mapping[str, torch.Tensor] = context["correction"]
         parts = [(params[k] * correction[k].detach()).sum() for k in params if k in correction]

@@ -100,6 +100,7 @@ class FedAlignTerm:
     """``mu * [CE / L_lip] * L_lip`` on the final stage ``stage`` of a model with a slimmable last stage."""
 
     per_batch = True
+    reads: tuple[str, ...] = ()
 
     def __init__(self, stage: str, options: FedAlignOptions = FedAlignOptions()) -> None:
         self.stage = stage

@@ -77,6 +77,8 @@ class FedGenTerm:
     A parameter term (it reads the head's weights and the context, not the batch).
     """
 
+    reads: tuple[str, ...] = ("fedgen_z", "fedgen_y", "fedgen_weight")
+
     def __init__(self, head: str) -> None:
         self.weight_key = f"{head}.weight"
         self.bias_key = f"{head}.bias"

@@ -65,6 +65,7 @@ class MoonTerm:
 
     per_batch = True
     captures: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ("moon_global", "moon_prev", "moon_weight", "moon_tau")
 
     def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any], step: StepView) -> torch.Tensor:
         z_glob = frozen_features(step, context["moon_global"])

@@ -13,7 +13,7 @@ Gradient: d CE(z/T, y) / dz = (softmax(z/T) - onehot(y)) / T per sample
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, cast
+from typing import Any, Callable, Mapping, Protocol, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +35,15 @@ def temperature_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tempe
 
 
 class LossTerm(Protocol):
-    """An additive term of the local objective: term(params, context) -> scalar."""
+    """An additive term of the local objective: term(params, context) -> scalar.
+
+    ``params`` are the client's trainable parameters (name -> tensor, differentiated through);
+    ``context`` is what the round's downlink and the method's client half put there. ``reads``
+    names the context keys the term reads: a key missing from a client's context is one clear
+    :class:`ContextError` before its training starts, not a ``KeyError`` deep inside a step.
+    """
+
+    reads: tuple[str, ...]
 
     def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
         ...
@@ -51,6 +59,8 @@ class ProximalTerm:
     FedProx's term (Li et al., Eq. 2). ``[algorithm] name = "fedprox"`` adds it,
     and so does ``[objective] proximal_mu`` on top of any other aggregator.
     """
+
+    reads: tuple[str, ...] = ("mu", "global_params")
 
     def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
         anchor: Mapping[str, torch.Tensor] = context["global_params"]
@@ -92,6 +102,8 @@ class BatchTerm(Protocol):
 
     per_batch: bool
     captures: tuple[str, ...]
+    reads: tuple[str, ...]
+    """The context keys the term reads (as :attr:`LossTerm.reads`)."""
 
     def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any], step: StepView) -> torch.Tensor:
         ...
@@ -112,3 +124,23 @@ def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Mapping[
         assert step is not None, "a batch term needs the step's view"
         return cast(BatchTerm, term)(params, context, step)
     return cast(LossTerm, term)(params, context)
+
+
+class ContextError(ValueError):
+    """A term reads a context key that the round's context lacks: the method's downlink or client half must put it there."""
+
+
+def check_reads(terms: Sequence[Term], context: Mapping[str, Any], client_id: int) -> None:
+    """Every key the ``terms`` declare in ``reads`` is in ``context``; else one :class:`ContextError` naming the term and key.
+
+    Checked once per client training (not per step): a missing key is a bug in a method's
+    ``downlink``/``ClientHalf.prepare``, best reported before any step, by name.
+    """
+    for term in terms:
+        missing = [key for key in term.reads if key not in context]
+        if missing:
+            have = ", ".join(sorted(map(str, context))) or "nothing"
+            raise ContextError(
+                f"{type(term).__qualname__} reads context key(s) {', '.join(map(repr, missing))}, which client {client_id}'s context "
+                f"lacks (it has: {have}); the aggregator's downlink or its client half's prepare must provide them"
+            )

@@ -71,7 +71,8 @@ import numpy as np
 import torch
 
 from chillfl.errors import ConfigError, choice_error, did_you_mean
-from chillfl.options import NoOptions, parse_options, require
+from chillfl.options import NoOptions, parse_options, require, short_repr
+from chillfl.plugins import plugin_names, resolve
 
 from .comet import COMETOptions, cluster_clients, cluster_targets, per_sample_centroids
 from .era import ERAOptions, EnhancedERAOptions, enhanced_era, era, mean_soft_labels, power_sharpen, tempered_softmax
@@ -128,10 +129,10 @@ class DistillationOptions:
     state_dir: str | None = None
 
     def validate(self, section: str) -> None:
-        require(self.method in METHODS, f"{section}.method", f"unknown value {self.method!r}; allowed: {', '.join(sorted(METHODS))}")
+        spec = method_spec(self.method)
         require(self.public_size >= 0, f"{section}.public_size", f"must be >= 0, got {self.public_size}")
         require(self.subset_size >= 1, f"{section}.subset_size", f"must be >= 1, got {self.subset_size}")
-        if METHODS[self.method].collaborative:
+        if spec.collaborative:
             require(
                 self.public_size >= self.subset_size,
                 f"{section}.public_size",
@@ -150,7 +151,7 @@ class DistillationOptions:
         if self.cache_duration is not None:
             require(self.cache_duration >= 0, f"{section}.cache_duration", f"must be >= 0, got {self.cache_duration}")
             require(
-                self.cache_duration == 0 or METHODS[self.method].collaborative,
+                self.cache_duration == 0 or spec.collaborative,
                 f"{section}.cache_duration",
                 f"method {self.method!r} exchanges no soft-labels; leave it unset or 0",
             )
@@ -165,7 +166,7 @@ class DistillationSetup:
 
     @property
     def spec(self) -> "MethodSpec":
-        return METHODS[self.common.method]
+        return method_spec(self.common.method)
 
     @property
     def cache_duration(self) -> int:
@@ -186,10 +187,8 @@ def parse_distillation(table: Mapping[str, Any]) -> DistillationSetup:
     table = dict(table)
     method = table.get("method")
     if not isinstance(method, str) or not method:
-        raise ConfigError(f"{SECTION}.method", f"is required; allowed: {', '.join(sorted(METHODS))}")
-    if method not in METHODS:
-        raise choice_error(f"{SECTION}.method", method, list(METHODS))
-    spec = METHODS[method]
+        raise ConfigError(f"{SECTION}.method", f"is required; allowed: {', '.join(method_names())}")
+    spec = method_spec(method)
     shared, own = _fields(DistillationOptions), _fields(spec.options)
     for key in sorted(table):
         if key not in shared and key not in own:
@@ -767,7 +766,36 @@ METHODS: dict[str, MethodSpec] = {
 
 
 def method_names() -> list[str]:
-    return sorted(METHODS)
+    """Built-in names and the ``chillfl.plugins`` entry points that name a soft-label method."""
+    return sorted({*METHODS, *plugin_names(lambda obj: isinstance(obj, MethodSpec) or (isinstance(obj, type) and issubclass(obj, SoftLabelMethod)))})
+
+
+def user_method(obj: Any, name: str, field: str) -> MethodSpec:
+    """A user's object (import path or entry point) as a :class:`MethodSpec`, or a ConfigError on ``field``.
+
+    ``obj`` is a ``MethodSpec`` (the built-ins' form: options, class, default cache duration, whether it
+    shares soft-labels), or a :class:`SoftLabelMethod` subclass: its ``Options`` dataclass (none: no options)
+    holds its own options, parsed and validated like a built-in's, beside the shared ``[distillation]`` ones;
+    it shares soft-labels and uses no cache unless ``cache_duration`` says so.
+    """
+    if isinstance(obj, MethodSpec):
+        return obj
+    if not (isinstance(obj, type) and issubclass(obj, SoftLabelMethod)):
+        raise ConfigError(field, f"{name!r} must name a chillfl.extend.SoftLabelMethod subclass or a MethodSpec, got {short_repr(obj)}")
+    options = getattr(obj, "Options", None) or NoOptions
+    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        raise ConfigError(field, f"{name!r}: its Options must be a dataclass, got {options!r}")
+    return MethodSpec(options, obj, 0, summary=name)
+
+
+def method_spec(name: str) -> MethodSpec:
+    """The built-in method ``name``, or a user's (``"pkg.module:Class"``, a ``chillfl.plugins`` entry point)."""
+    if name in METHODS:
+        return METHODS[name]
+    found = resolve(name, f"{SECTION}.method") if isinstance(name, str) and name else None
+    if found is None:
+        raise choice_error(f"{SECTION}.method", name, method_names())
+    return user_method(found, name, f"{SECTION}.method")
 
 
 def make_method(setup: DistillationSetup, num_classes: int, seed: int) -> SoftLabelMethod:

@@ -92,6 +92,7 @@ def _run(source: str, label: str) -> dict[str, Any]:
 
 
 _SEQUENTIAL: dict[str, list[dict[str, Any]]] = {}
+_PRINTED: dict[str, list[str]] = {}
 
 
 def _reference(name: str, records: list[dict[str, Any]], executor: str) -> None:
@@ -124,10 +125,13 @@ def test_python_example_runs_feddyn_and_the_policy_by_instance(workdir: Path, ex
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_config_example_runs_the_trimmed_mean_and_the_soft_label_method(workdir: Path, executor: str, capsys: pytest.CaptureFixture[str]) -> None:
-    ns = _run(with_executor(example("config"), executor), "config")
+    _run(with_executor(example("config"), executor), "config")
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and out[0].startswith("my_methods:TrimmedMean None") and out[1].startswith("fedavg my_methods:MedianSoftLabels")
-    _reference("config", run_experiment(ns["trimmed"], write=False, progress=False).records, executor)
+    if executor == "sequential":
+        _PRINTED["config"] = out
+    elif executor == "processes" and "config" in _PRINTED:
+        assert out == _PRINTED["config"]  # the same accuracies, round by round
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
@@ -202,18 +206,18 @@ def test_feddyn_by_import_path_resumes_bitwise(workdir: Path, executor: str) -> 
 
     def config(name: str, every: int) -> Any:
         return load_config(workdir / "my_feddyn.toml", {"name": name, "out_dir": str(workdir), "executor": executor,
-                                                         "checkpoint.every": every, "federation.rounds": 4, "seed": 3})
+                                                         "checkpoint.every": every, "seed": 3})
 
     reference = run_experiment(config("ref", 0), progress=False).folder
     with pytest.raises(_Crash):
-        run_experiment(config("cut", 1), progress=False, callbacks=[_CrashIn(3)])
+        run_experiment(config("cut", 1), progress=False, callbacks=[_CrashIn(2)])
     partial = workdir / "cut.partial"
     state = read_state(partial / CHECKPOINT)
-    assert state["round"] == 2
+    assert state["round"] == 1
     protocol = state["protocol"]
     assert set(protocol["aggregator"]) == {"h"} and protocol["aggregator"]["h"]  # the server's h
     memories = [c for c in protocol["clients"].values() if any(k.startswith("feddyn.grad.") for k in c)]
-    assert len(memories) >= 3  # every client sampled so far (3 a round) keeps its gradient memory
+    assert len(memories) == 3  # the round's 3 clients keep their gradient memories
     resumed = resume_experiment(partial, progress=False).folder
     assert reference is not None and resumed is not None
     assert (resumed / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()

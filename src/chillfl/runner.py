@@ -46,7 +46,7 @@ from chillfl.engine.results import ResultWriter, summarize
 from chillfl.engine.run_folder import CHECKPOINT, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.errors import Diverged, MissingExtra, StorageError
-from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
+from chillfl.experiment import Experiment, build_experiment, build_protocol, is_custom, make_executor
 from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.progress import Progress, make_bar
 from chillfl.aggregation.registry import algorithm_spec
@@ -499,7 +499,7 @@ def final_calibration(exp: Experiment, config: RunConfig, state: Mapping[str, to
 def method_figures(config: RunConfig) -> tuple[str, ...]:
     """The figures the run's aggregation method declares (none for soft-label and prototype sharing)."""
     name = config.algorithm.get("name")
-    if not protocol_of(config).uses_aggregator or not isinstance(name, str):
+    if not protocol_of(config).uses_aggregator or not isinstance(name, str) or is_custom(name):  # custom: an instance from Python
         return ()
     return algorithm_spec(name).figures
 

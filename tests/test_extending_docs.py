@@ -165,7 +165,13 @@ def test_plugin_appears_in_chillfl_list_under_its_part(tmp_path: Path) -> None:
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
     (info / "entry_points.txt").write_text("[chillfl.plugins]\n" + "".join(f"{k} = {v}\n" for k, v in points.items()))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(SRC)])}
-    script = "from chillfl.cli import main; raise SystemExit(main(['list']))"
+    script = (
+        "from chillfl.cli import main; from chillfl.config import load_config\n"  # the names work as a config's names too
+        "base = {'dataset.name': 'digits', 'model.name': 'mlp'}\n"
+        "load_config(None, {**base, 'algorithm': {'name': 'my_feddyn', 'alpha': 0.1}, 'temperature': {'policy': 'linear_warmup', 'end': 0.5}})\n"
+        "load_config(None, {**base, 'distillation': {'method': 'median_soft_labels', 'sharpen': 2.0, 'public_size': 200, 'subset_size': 100}})\n"
+        "raise SystemExit(main(['list']))"
+    )
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     listed = {}
@@ -222,3 +228,51 @@ def test_feddyn_by_import_path_resumes_bitwise(workdir: Path, executor: str) -> 
     assert reference is not None and resumed is not None
     assert (resumed / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
     assert (resumed / MODEL).read_bytes() == (reference / MODEL).read_bytes()
+
+
+def test_the_pages_feddyn_on_hand_worked_values(workdir: Path) -> None:
+    """Algorithm 1 on one coordinate: m = 4 clients, alpha = 0.5, theta^{t-1} = 1, two clients return 3 and 5.
+
+    Server: h^t = 0 - alpha/m * ((3 - 1) + (5 - 1)) = -0.75; theta^t = (3 + 5)/2 - h^t/alpha = 4 + 1.5 = 5.5.
+    Client (theta_k = 3): grad L_k(theta_k^t) = 0 - alpha * (3 - 1) = -1.
+    Term at theta = 2 with grad -1, anchor 1: alpha/2 * (2 - 1)^2 - (2 * -1) = 0.25 + 2 = 2.25; its gradient
+    alpha * (theta - anchor) - grad = 0.5 + 1 = 1.5.
+    """
+    import torch
+
+    import my_methods
+    from chillfl.extend import ClientResult, Trained
+
+    feddyn = my_methods.FedDyn(my_methods.FedDynOptions(alpha=0.5), num_clients=4, keys=["w"])
+    theta = {"w": torch.tensor([1.0])}
+    results = [ClientResult(cid, {"w": torch.tensor([v])}, 10, 5, 0.1, 1.0, 0.0) for cid, v in ((0, 3.0), (1, 5.0))]
+    assert feddyn.aggregate(theta, results, 0)["w"].item() == 5.5 and feddyn.h["w"].item() == -0.75
+    assert feddyn.state_dict()["h"]["w"].item() == -0.75
+
+    half = feddyn.client_half()
+    start, context = half.prepare({}, theta, feddyn.downlink(0, 0, theta).context)
+    assert context["feddyn_grad"]["w"].item() == 0.0  # zero before the client's first round
+    trained = Trained(0, torch.zeros(1), torch.zeros(1), start, context, context, 0.1, 1.0, {"w": torch.tensor([3.0])}, 5)
+    state, report = half.finish(torch.nn.Linear(1, 1), {}, trained)
+    assert state == {"feddyn.grad.w": torch.tensor([-1.0])} and report == {}
+    assert half.prepare(state, theta, context)[1]["feddyn_grad"]["w"].item() == -1.0  # read back next time
+
+    w = torch.tensor([2.0], requires_grad=True)
+    value = my_methods.FedDynTerm()({"w": w}, {"feddyn_grad": {"w": torch.tensor([-1.0])}, "feddyn_alpha": 0.5, "global_params": theta})
+    value.backward()
+    assert value.item() == 2.25 and w.grad is not None and w.grad.item() == 1.5
+
+
+def test_the_pages_trimmed_mean_and_warmup_on_hand_worked_values(workdir: Path) -> None:
+    """beta = 0.2 of 5 clients cuts 1 at each end: values 1, 2, 3, 4, 100 -> mean(2, 3, 4) = 3.
+    Warm-up 1 -> 0.25 over 3 rounds: T = 1, 0.75, 0.5, 0.25, then 0.25."""
+    import torch
+
+    import my_methods
+    from chillfl.extend import ClientResult
+
+    rule = my_methods.TrimmedMean(my_methods.TrimmedMean.Options(beta=0.2))
+    results = [ClientResult(i, {"w": torch.tensor([v])}, 1, 1, 0.1, 1.0, 0.0) for i, v in enumerate((4.0, 100.0, 1.0, 3.0, 2.0))]
+    assert rule.aggregate({"w": torch.tensor([0.0])}, results, 0)["w"].item() == 3.0
+    policy = my_methods.LinearWarmup(my_methods.LinearWarmup.Options(start=1.0, end=0.25, rounds=3))
+    assert [policy.temperature(0, r) for r in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.25]

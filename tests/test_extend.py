@@ -215,3 +215,19 @@ def test_stateless_half_and_downlink_are_the_documented_defaults() -> None:
     params, context = Stateless().prepare({}, dict(start), {"a": 1.0})
     assert params == start and context == {"a": 1.0}
     assert Downlink().context == {} and FedAvg().client_half() is None
+
+
+def test_every_public_extension_type_says_what_it_is() -> None:
+    """The brief of the API: each part is a class or Protocol with a docstring; every exported name exists."""
+    import inspect
+
+    import chillfl.extend as extend
+
+    for name in extend.__all__:
+        obj = getattr(extend, name)
+        if inspect.isclass(obj):
+            assert (obj.__doc__ or "").strip(), name
+    for proto, methods in ((extend.Aggregator, ("aggregate", "downlink", "client_half", "state_dict")), (extend.ClientHalf, ("prepare", "finish")),
+                           (extend.TemperaturePolicy, ("temperature", "observe", "state_dict"))):
+        for method in methods:
+            assert (getattr(proto, method).__doc__ or "").strip(), f"{proto.__name__}.{method}"

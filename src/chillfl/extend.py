@@ -16,7 +16,8 @@ docs/architecture.md the reference of the seams they plug into):
   (in checkpoints too); the half holds options only, since it travels to worker processes;
 * **local objective terms** (:class:`LossTerm`, or :class:`BatchTerm` for terms that read the
   batch's features): each receives the trainable parameters and the client's :data:`Context`
-  and returns a scalar added to the loss; ``reads`` names the context keys it reads;
+  and returns a scalar added to the loss; ``reads`` names the context keys it reads
+  (:func:`read_table`, :func:`read_number`, :func:`read_tensor` read them typed);
 * **a temperature policy** (:class:`TemperaturePolicy`): the softmax temperature each client
   trains with, per round, updated from the clients' local accuracy;
 * **a soft-label method** (:class:`SoftLabelMethod` with its :class:`SoftLabelClientHooks`):
@@ -62,12 +63,12 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext
 from chillfl.distillation.cache import SoftLabelUplink
-from chillfl.distillation.methods import Aggregate, SoftLabelClientHooks, SoftLabelMethod, stack_uplinks
+from chillfl.distillation.methods import Aggregate, MethodSpec, SoftLabelClientHooks, SoftLabelMethod, stack_uplinks
 from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.temperature import PolicySpec
 from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
-from chillfl.training.objective import BatchTerm, ContextError, LossTerm, StepView
+from chillfl.training.objective import BatchTerm, ContextError, LossTerm, StepView, Term, read_number, read_table, read_tensor
 
 __all__ = [
     "Aggregate",
@@ -85,6 +86,7 @@ __all__ = [
     "Downlink",
     "FedAvg",
     "LossTerm",
+    "MethodSpec",
     "Params",
     "PolicySpec",
     "Report",
@@ -94,6 +96,7 @@ __all__ = [
     "Stateless",
     "StepView",
     "TemperaturePolicy",
+    "Term",
     "Trained",
     "Wire",
     "check_state_keys",
@@ -101,6 +104,9 @@ __all__ = [
     "load_params",
     "own_entries",
     "params_state",
+    "read_number",
+    "read_table",
+    "read_tensor",
     "require",
     "sample_weights",
     "stack_uplinks",

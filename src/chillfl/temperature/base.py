@@ -16,12 +16,14 @@ from chillfl.options import require
 
 
 class TemperaturePolicy(Protocol):
-    """Per-client, per-round training temperature."""
+    """Per-client, per-round training temperature (server side: it holds its state, checkpointed by ``state_dict``)."""
 
     def temperature(self, client_id: int, round: int) -> float:
+        """The T > 0 client ``client_id`` trains with in ``round`` (0-based): ``CE(logits / T, y)``."""
         ...
 
     def observe(self, client_id: int, round: int, local_accuracy: float | None) -> None:
+        """After the client trained: its model's accuracy on its own validation split (None without client splits)."""
         ...
 
     def snapshot(self) -> Mapping[int, float]:

@@ -231,3 +231,24 @@ def test_every_public_extension_type_says_what_it_is() -> None:
                            (extend.TemperaturePolicy, ("temperature", "observe", "state_dict"))):
         for method in methods:
             assert (getattr(proto, method).__doc__ or "").strip(), f"{proto.__name__}.{method}"
+
+
+def test_processes_refuses_classes_of_an_interactive_main() -> None:
+    """A class defined in ``python -c`` (or a notebook's ``__main__``) pickles here, but a spawned worker cannot import it."""
+    code = (
+        "import chillfl\n"
+        "from chillfl.extend import FedAvg\n"
+        "class Mine:\n"  # a term travels to the workers (an aggregator without a client half does not)
+        "    reads = ()\n"
+        "    def __call__(self, params, context):\n"
+        "        return sum((p ** 2).sum() for p in params.values())\n"
+        "config = {'dataset': {'name': 'digits'}, 'model': {'name': 'mlp'}, 'device': 'cpu', 'executor': 'processes'}\n"
+        "try:\n"
+        "    chillfl.run(config=config, aggregator=FedAvg(), terms=[Mine()], write=False, progress=False)\n"
+        "except chillfl.ConfigError as exc:\n"
+        "    print(exc)\n"
+    )
+    src = Path(__file__).resolve().parents[1] / "src"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(src)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("executor: 'processes' sends") and "Mine defined in an interactive __main__" in out.stdout

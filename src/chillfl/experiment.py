@@ -6,10 +6,6 @@ All user errors surface here, before any result folder is created.
 from __future__ import annotations
 
 import copy
-import inspect
-import io
-import pickle
-import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -298,35 +294,17 @@ def build_experiment(
     return exp
 
 
-class _MainFinder(pickle.Pickler):
-    """A pickler that notes the classes and functions it pickles by reference from an interactive ``__main__``."""
-
-    def __init__(self) -> None:
-        super().__init__(io.BytesIO())
-        self.found: list[str] = []
-
-    def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, type) or inspect.isfunction(obj):
-            if getattr(obj, "__module__", None) == "__main__" and not hasattr(sys.modules.get("__main__"), "__file__"):
-                self.found.append(obj.__qualname__)
-        return NotImplemented
-
-
 def check_sendable(executor: str, parts: Any) -> None:
     """What travels to worker processes (model template, objective terms, the method's client half) can be
     imported there: a user's classes must live in a module (a ``.py`` file on ``sys.path``), not in a
     notebook cell or exec'd code, which the workers cannot import. One ConfigError on ``executor`` instead
     of a worker's traceback in round 1.
     """
-    finder = _MainFinder()
-    try:
-        finder.dump(parts)
-    except Exception as exc:  # noqa: BLE001 - any pickling failure: the parts cannot travel
-        reason = f"{type(exc).__name__}: {exc}"
-    else:
-        if not finder.found:
-            return
-        reason = f"{', '.join(sorted(set(finder.found)))} defined in an interactive __main__, which worker processes cannot import"
+    from chillfl.engine.parallel import unsendable
+
+    reason = unsendable(parts)
+    if reason is None:
+        return
     raise ConfigError(
         "executor",
         f"{executor!r} sends the model, the objective terms and the method's client half to worker processes, and they cannot go ({reason}); "

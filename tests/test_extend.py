@@ -204,7 +204,9 @@ def test_policy_by_import_path_with_options_validated(user: Any, tmp_path: Path)
 
 
 def test_import_chillfl_does_not_import_torch_and_extend_does() -> None:
-    code = "import sys, chillfl; assert 'torch' not in sys.modules; import chillfl.extend; assert 'torch' in sys.modules"
+    code = ("import sys, chillfl; assert 'torch' not in sys.modules and 'extend' in dir(chillfl)\n"
+            "assert chillfl.extend.FedAvg.__name__ == 'FedAvg' and 'torch' in sys.modules\n"  # loaded on first use
+            "from chillfl import extend; assert extend is chillfl.extend")
     src = Path(__file__).resolve().parents[1] / "src"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(src)})
     assert out.returncode == 0, out.stderr

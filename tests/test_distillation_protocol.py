@@ -15,7 +15,7 @@ import torch
 from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, ServerCache, SoftLabelUplink
-from chillfl.distillation.methods import make_method, parse_distillation
+from chillfl.distillation.methods import make_method
 from chillfl.protocols.softlabels import ClientState, ClientStore, soft_target_kl
 from chillfl.runner import rounds_for, run_experiment
 from chillfl.experiment import build_data, build_experiment
@@ -23,6 +23,7 @@ from chillfl.errors import ConfigError
 from chillfl.experiments import bundled_experiments, resolve_config
 from chillfl.metrics.communication import bytes_to_reach, communication_summary
 from chillfl.report.compare import apply_variant, run_compare, variants_from_config
+from chillfl.settings.distillation import parse_distillation
 
 from float_paths import assert_records_close
 

@@ -533,8 +533,8 @@ def available() -> dict[str, list[str]]:
     """Every registered name a config may use, by part (what ``chillfl list`` prints)."""
     from chillfl.aggregation.registry import algorithm_names
     from chillfl.data import dataset_names, partitioner_names
-    from chillfl.distillation.methods import method_names
     from chillfl.models import model_names
+    from chillfl.settings.distillation import method_names
     from chillfl.temperature import policy_names
 
     return {

@@ -214,8 +214,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     from chillfl.aggregation.registry import algorithm_names
     from chillfl.data import dataset_names, partitioner_names
     from chillfl.models import model_names
-    from chillfl.distillation.methods import method_names
-    from chillfl.protocols.knowledge import METHODS as PROTOTYPE_METHODS
+    from chillfl.settings.distillation import method_names
+    from chillfl.settings.prototypes import METHODS as PROTOTYPE_METHODS
     from chillfl.temperature import policy_names
 
     for title, names in (

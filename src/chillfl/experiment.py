@@ -95,9 +95,8 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
         raise ConfigError(f"dataset.{AUGMENT_KEY}.normalize", "applies to datasets chillfl loads; normalise tensors passed from Python yourself")
     pname, poptions = RunConfig.component(config.partition)
     split = config.eval.client_split if config.eval.clients != "none" else "none"
-    public_size = int(config.distillation.get("public_size", 0)) if config.distillation else 0
-    if config.distillation.get("public_dataset"):  # the public pool comes from another dataset
-        public_size = 0
+    setup = config.distillation_setup
+    public_size = setup.common.public_size if setup is not None and not setup.common.public_dataset else 0  # else the pool comes from another dataset
     return build_federated_data(
         dataset,
         num_clients=config.federation.num_clients,

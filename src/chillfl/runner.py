@@ -467,13 +467,13 @@ def _finish(
 
 
 def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:
-    """The run's figures (report code, imported here: the engine knows nothing of plots).
+    """The run's figures (:mod:`chillfl.plots`, imported here: the engine knows nothing of plots).
 
     Without matplotlib (the ``plots`` extra) the run still completes with its
     metrics; one log line says the figures were skipped.
     """
     try:
-        from chillfl.report.plots import plot_run, plot_temperatures
+        from chillfl.plots.run import plot_run, plot_temperatures
     except MissingExtra as exc:
         log.info("%s; figures skipped", exc)
         return
@@ -481,11 +481,11 @@ def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> No
     plot_run(records, folder / "accuracy_loss.png", title=config.name)
     plot_temperatures(records, folder / "temperatures.png")
     if records and "bytes_cumulative" in records[-1] and protocol_of(config).bytes_figure:  # Fig. 7: accuracy against bytes
-        from chillfl.report.communication_plots import plot_accuracy_vs_bytes
+        from chillfl.plots.communication import plot_accuracy_vs_bytes
 
         plot_accuracy_vs_bytes(records, folder / "accuracy_vs_bytes.png", title=config.name)
     if any("agg_clp" in r for r in records):
-        from chillfl.report.pa3fed_plots import plot_clp
+        from chillfl.plots.pa3fed import plot_clp
 
         plot_clp(records, folder / "clp.png", title=config.name)
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from chillfl.errors import ConfigError
-from chillfl.report.stats import paired_difference
+from chillfl.metrics.stats import paired_difference
 
 PAPER_D, PAPER_ROUNDS = 50, 2000
 DEFAULT_CONFIG = "scarlet/dsfl-vs-scarlet-digits"

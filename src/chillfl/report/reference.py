@@ -20,8 +20,8 @@ PARTS: tuple[tuple[str, str, str, str], ...] = (
     ("model", "name", "chillfl.models.registry", "MODELS"),
     ("temperature", "policy", "chillfl.temperature", "POLICIES"),
     ("algorithm", "name", "chillfl.aggregation.registry", "ALGORITHMS"),
-    ("distillation", "method", "chillfl.distillation.methods", "METHODS"),
-    ("prototypes", "method", "chillfl.protocols.knowledge", "METHODS"),
+    ("distillation", "method", "chillfl.settings.distillation", "METHODS"),
+    ("prototypes", "method", "chillfl.settings.prototypes", "METHODS"),
 )
 
 
@@ -110,7 +110,7 @@ ENUMERATED: dict[str, Callable[[], list[str]]] = {
     "temperature.fedchill.measure": _measures,
     "algorithm.pa3fed.base": _algorithm_bases,
     "distillation.public_dataset": _names("chillfl.data", "dataset_names"),
-    "distillation.method": _names("chillfl.distillation.methods", "method_names"),
+    "distillation.method": _names("chillfl.settings.distillation", "method_names"),
 }
 """Options that are plain strings in their dataclass but take one of a registry's names ("section[.implementation].option")."""
 
@@ -226,6 +226,6 @@ def render_reference() -> str:
 
 def _distillation_shared() -> list[str]:
     """The ``[distillation]`` options every method takes, next to each method's own."""
-    from chillfl.distillation.methods import DistillationOptions
+    from chillfl.settings.distillation import DistillationOptions
 
     return ["", "### Shared options (every method)", "", _first_line(DistillationOptions), *options_table(DistillationOptions, "distillation")]

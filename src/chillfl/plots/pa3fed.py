@@ -96,11 +96,11 @@ def plot_compare_clp(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m chillfl.report.pa3fed_plots COMPARE_FOLDER``: write ``clp_curves.png`` (Fig. 4 style) into it."""
+    """``python -m chillfl.plots.pa3fed COMPARE_FOLDER``: write ``clp_curves.png`` (Fig. 4 style) into it."""
     import argparse
     import json
 
-    parser = argparse.ArgumentParser(prog="python -m chillfl.report.pa3fed_plots", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m chillfl.plots.pa3fed", description=main.__doc__)
     parser.add_argument("folder", help="a `chillfl compare` result folder")
     args = parser.parse_args(argv)
     folder = Path(args.folder)

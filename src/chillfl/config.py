@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from chillfl.errors import ConfigError, did_you_mean
+from chillfl.experiments import experiments_root
 from chillfl.options import parse_options, require, require_range, short_repr
 from chillfl.paths import check_writable_dir
 from chillfl.settings.distillation import DistillationSetup, parse_distillation
@@ -714,8 +715,6 @@ def _is_file(path: Path) -> bool:
 def _extends_target(folder: Path, base: str) -> Path | None:
     """The file ``extends = base`` names: relative to the including file's folder, else a bundled
     config or shared base (``flexchill/_base-digits.toml``, ``.toml`` optional); None if neither exists."""
-    from chillfl.experiments import experiments_root
-
     local = folder / base
     if _is_file(local):
         return local

@@ -72,6 +72,7 @@ import torch
 
 from chillfl.config import RunConfig
 from chillfl.data import load_dataset
+from chillfl.engine.ledger import IndexEncoding
 from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.paths import check_writable_dir
@@ -235,7 +236,7 @@ class SoftLabelMethod:
     uses_logits: bool = False
     """Uploads and targets are logits, distilled with an L1 loss (FedMD's reference code), not probabilities."""
 
-    def __init__(self, options: Any, num_classes: int, seed: int, index_encoding: str, universe: int) -> None:
+    def __init__(self, options: Any, num_classes: int, seed: int, index_encoding: IndexEncoding, universe: int) -> None:
         self.options = options
         self.num_classes = num_classes
         self.seed = seed
@@ -426,8 +427,6 @@ class COMET(SoftLabelMethod):
         self._num_clusters_used = 0
 
     def _rng(self, round: int) -> np.random.Generator:
-        from chillfl.seeds import derive_seed
-
         return np.random.default_rng(derive_seed(self.seed, "comet", round))
 
     def row_width(self) -> int:
@@ -488,8 +487,6 @@ class SelectiveFDClient(SoftLabelClientHooks):
 
     def fit_selector(self, cid: int, x_private: torch.Tensor, x_public: torch.Tensor) -> torch.Tensor:
         """Bool mask over P: public samples the client's KuLSIF selector finds in-distribution."""
-        from chillfl.seeds import derive_seed
-
         o = self.options
         n = len(x_private)
         if n < 2:

@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
+from chillfl.config import safe_name  # noqa: E402
 from chillfl.engine.results import series  # noqa: E402
 
 CLP_COLOR = "#9ecae1"  # light blue, as in Fig. 3
@@ -111,8 +112,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = folder / "table.json"
     if table.is_file():  # keep the compare table's row order and labels
         labels = [row["variant"] for row in json.loads(table.read_text(encoding="utf-8"))]
-        from chillfl.config import safe_name
-
         order = {safe_name(label): label for label in labels}
     curves = {}
     for run in sorted(runs, key=lambda p: list(order).index(p.name) if p.name in order else len(order)):

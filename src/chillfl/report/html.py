@@ -37,9 +37,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from chillfl.analysis.calibration import analyze, plot_reliability
 from chillfl.config import RunConfig, load_config
+from chillfl.data.show import plot_class_heatmap
 from chillfl.engine.results import read_metrics, series, to_toml
 from chillfl.errors import ConfigError
+from chillfl.experiment import build_data
 from chillfl.extras import need
 
 IGNORED_FOR_GROUPING = ("seed", "name", "out_dir", "data_dir", "device", "executor", "threads")
@@ -259,7 +262,6 @@ def reliability_figure(run: Run) -> str | None:
     """The reliability diagram of ``run``'s saved global model (None without one or for soft-label runs)."""
     if not (run.folder / "model.safetensors").is_file():
         return None
-    from chillfl.analysis.calibration import analyze, plot_reliability
 
     try:
         result = analyze([str(run.folder)], bins=run.config.eval.ece_bins)
@@ -270,9 +272,6 @@ def reliability_figure(run: Run) -> str | None:
 
 def partition_figure(run: Run) -> str | None:
     """The class x client heat map of ``run``'s partition (rebuilt from its config; None if the data is unavailable)."""
-    from chillfl.data.show import plot_class_heatmap
-    from chillfl.experiment import build_data
-
     try:
         data = build_data(run.config)
     except ConfigError:  # e.g. a dataset that is not on this machine

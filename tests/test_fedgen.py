@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from chillfl.aggregation.base import ClientResult
+from chillfl.aggregation.base import ClientResult, Trained
 from chillfl.aggregation.fedgen import FedGen, FedGenOptions, LabelCounts, label_weights
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
@@ -104,10 +104,10 @@ def test_generator_state_resumes_bitwise() -> None:
 
 
 def test_label_counts_report() -> None:
-    class Job:
-        y = torch.tensor([2, 0, 2])
-
-    assert LabelCounts(4)(torch.nn.Identity(), Job(), None)["label_counts"].tolist() == [1, 0, 2, 0]
+    y = torch.tensor([2, 0, 2])
+    trained = Trained(0, torch.zeros(3, 1), y, {}, {}, {}, 0.1, 1.0, {}, 1)
+    state, report = LabelCounts(4).finish(torch.nn.Identity(), {}, trained)
+    assert state == {} and report["label_counts"].tolist() == [1, 0, 2, 0]  # type: ignore[union-attr]
 
 
 def test_generator_shapes() -> None:

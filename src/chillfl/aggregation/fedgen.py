@@ -45,7 +45,20 @@ from typing import Any, Literal, Mapping, Sequence
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import ClientReporter, ClientResult, Downlink, FedAvg, Params, check_state_keys, load_params, params_state
+from chillfl.aggregation.base import (
+    ClientHalf,
+    ClientResult,
+    ClientState,
+    Downlink,
+    FedAvg,
+    Params,
+    Report,
+    Stateless,
+    Trained,
+    check_state_keys,
+    load_params,
+    params_state,
+)
 from chillfl.options import require
 from chillfl.training.fedgen import FeatureGenerator, diversity_loss, teacher_loss
 from chillfl.seeds import derive_seed
@@ -88,13 +101,13 @@ class FedGenOptions:
 
 
 @dataclass(frozen=True)
-class LabelCounts:
-    """The client report FedGen needs: how many samples of each label the client trained on."""
+class LabelCounts(Stateless):
+    """FedGen's client half: it reports how many samples of each label the client trained on."""
 
     num_classes: int
 
-    def __call__(self, model: nn.Module, job: Any, outcome: Any) -> dict[str, Any]:
-        return {"label_counts": torch.bincount(job.y.cpu(), minlength=self.num_classes)}
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return {}, {"label_counts": torch.bincount(trained.y.cpu(), minlength=self.num_classes)}
 
 
 def label_weights(counts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
@@ -127,7 +140,7 @@ class FedGen(FedAvg):
 
     # -- client side --------------------------------------------------------------------------------
 
-    def client_reporter(self) -> ClientReporter:
+    def client_half(self) -> ClientHalf:
         """Each client's label counts (the generator's label prior and per-label weights)."""
         return LabelCounts(self.num_classes)
 
@@ -157,7 +170,7 @@ class FedGen(FedAvg):
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
     ) -> Params:
         heads = [(r.params[f"{self.head}.weight"].detach().cpu().float(), _bias(r.params, self.head)) for r in results]
-        counts = [r.extras["label_counts"] for r in results]
+        counts = [_counts(r) for r in results]
         table, qualified = label_weights(counts)
         if qualified:
             self.prior = self._prior(counts, qualified)
@@ -235,3 +248,10 @@ class FedGen(FedAvg):
 def _bias(params: Mapping[str, torch.Tensor], head: str) -> torch.Tensor | None:
     bias = params.get(f"{head}.bias")
     return None if bias is None else bias.detach().cpu().float()
+
+
+def _counts(result: ClientResult) -> torch.Tensor:
+    counts = result.report.get("label_counts")
+    if not isinstance(counts, torch.Tensor):
+        raise ValueError(f"FedGen needs report['label_counts'] from every client (client {result.client_id})")
+    return counts

@@ -41,7 +41,7 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
-    ClientReporter,
+    ClientHalf,
     ClientResult,
     Downlink,
     Params,
@@ -87,7 +87,7 @@ class FedMut:
         keys = self.param_keys if self.param_keys is not None else list(state)
         return [k for k in keys if torch.is_floating_point(state[k])]
 
-    def client_reporter(self) -> ClientReporter | None:
+    def client_half(self) -> ClientHalf | None:
         """No per-client report: the clients' models (and what the downlink asked for) are enough."""
         return None
 

@@ -32,7 +32,7 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
-    ClientReporter,
+    ClientHalf,
     ClientResult,
     Downlink,
     Params,
@@ -112,7 +112,7 @@ class FedOpt:
     def round_metrics(self) -> Mapping[str, Any]:
         return {}
 
-    def client_reporter(self) -> ClientReporter | None:
+    def client_half(self) -> ClientHalf | None:
         """No per-client report: the clients' models (and what the downlink asked for) are enough."""
         return None
 

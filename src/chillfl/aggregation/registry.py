@@ -112,7 +112,7 @@ class NoOptions:
     """A user's aggregator class without an ``Options`` dataclass takes no options."""
 
 
-AGGREGATOR_METHODS = ("downlink", "aggregate", "round_metrics", "begin_round", "client_reporter", "state_dict", "load_state_dict")
+AGGREGATOR_METHODS = ("downlink", "aggregate", "round_metrics", "begin_round", "client_half", "state_dict", "load_state_dict")
 
 
 def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:

@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from chillfl.aggregation.base import ClientReporter, ClientResult, Downlink, Params, check_state_keys
+from chillfl.aggregation.base import ClientHalf, ClientResult, Downlink, Params, check_state_keys
 from chillfl.options import require
 
 
@@ -132,7 +132,7 @@ class _Stateless:
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         return None
 
-    def client_reporter(self) -> ClientReporter | None:
+    def client_half(self) -> ClientHalf | None:
         """No per-client report: the rule reads the clients' models only."""
         return None
 

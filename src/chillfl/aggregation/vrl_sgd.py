@@ -41,7 +41,7 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
-    ClientReporter,
+    ClientHalf,
     ClientResult,
     Downlink,
     Params,
@@ -104,7 +104,7 @@ class VRLSGD:
     def round_metrics(self) -> Mapping[str, Any]:
         return {}
 
-    def client_reporter(self) -> ClientReporter | None:
+    def client_half(self) -> ClientHalf | None:
         """No per-client report: the clients' models (and what the downlink asked for) are enough."""
         return None
 

@@ -12,6 +12,8 @@
     chillfl analyze NAME RUN_DIR...                calibration, cka, aggregation-accuracy/-entropy, grad-norms, ...
 
 User errors print one line ``chillfl: error: <field>: <problem>`` and exit 2.
+Each command imports what it runs inside its handler, so ``chillfl --help`` imports no torch
+(``tests/test_cli_startup.py``).
 """
 
 from __future__ import annotations

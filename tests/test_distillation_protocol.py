@@ -61,6 +61,36 @@ def run(method: str = "scarlet", **extra) -> list[dict]:
     return run_experiment(cfg, write=False, progress=False).records
 
 
+def test_distillation_table_is_parsed_once_per_config(monkeypatch):
+    """[distillation] is parsed when the config is validated, and only then: building and running read ``config.distillation_setup``."""
+    from chillfl.settings import distillation as settings
+
+    made: list[str] = []
+    real = settings.DistillationSetup
+
+    def counted(common, options):
+        made.append(common.method)
+        return real(common, options)
+
+    monkeypatch.setattr(settings, "DistillationSetup", counted)  # parse_distillation builds every setup through this name
+    cfg = load_config(None, tiny("scarlet", **{"federation.rounds": 1}))
+    assert made == ["scarlet"] and isinstance(cfg.distillation_setup, real)
+    exp = build_experiment(cfg)
+    records = list(rounds_for(exp)(exp))
+    assert len(records) == 1
+    assert made == ["scarlet"], f"[distillation] parsed again while building and running: {made}"
+    assert cfg.distillation_setup is cfg.distillation_setup
+
+
+def test_every_configurable_method_has_a_class_and_every_class_a_setting():
+    """The settings (what a config may name, torch-free) and the classes that run the methods list the same names."""
+    from chillfl.distillation.methods import BUILDERS
+    from chillfl.settings.distillation import METHODS
+
+    assert sorted(BUILDERS) == sorted(METHODS)
+    assert all(cls.name == name for name, cls in BUILDERS.items())
+
+
 # ---------------------------------------------------------------- formulas
 
 

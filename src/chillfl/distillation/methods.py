@@ -73,6 +73,7 @@ import torch
 from chillfl.config import RunConfig
 from chillfl.data import load_dataset
 from chillfl.engine.ledger import IndexEncoding
+from chillfl.engine.record import Json
 from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.paths import check_writable_dir
@@ -185,7 +186,7 @@ class Aggregate:
     keep: torch.Tensor
     rows: torch.Tensor
     server_rows: torch.Tensor
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Json] = field(default_factory=dict)
 
 
 class SoftLabelClientHooks:
@@ -278,7 +279,7 @@ class SoftLabelMethod:
         """What client ``cid`` must know to pick its target from the downlink rows (sent with them)."""
         return None
 
-    def round_metrics(self) -> dict[str, Any]:
+    def round_metrics(self) -> dict[str, Json]:
         return {}
 
     def state_dict(self) -> dict[str, Any]:
@@ -467,7 +468,7 @@ class COMET(SoftLabelMethod):
         """Client granularity: the block of the client's cluster (last block = the plain mean when unassigned)."""
         return self._assign.get(cid, self.options.num_clusters) if self.options.granularity == "client" else None
 
-    def round_metrics(self) -> dict[str, Any]:
+    def round_metrics(self) -> dict[str, Json]:
         return {"comet_clusters": self._num_clusters_used}
 
     def state_dict(self) -> dict[str, Any]:
@@ -531,8 +532,8 @@ class SelectiveFD(SoftLabelMethod):
         rows = mean[sample_keep]
         return Aggregate(sample_keep, rows, rows)
 
-    def round_metrics(self) -> dict[str, Any]:
-        out = {"selective_client_kept": float(np.mean(self._kept)) if self._kept else None, "selective_server_kept": self._server_kept}
+    def round_metrics(self) -> dict[str, Json]:
+        out: dict[str, Json] = {"selective_client_kept": float(np.mean(self._kept)) if self._kept else None, "selective_server_kept": self._server_kept}
         self._kept = []
         return out
 

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from chillfl.settings.prototypes import Weighting
-from chillfl.training.objective import temperature_cross_entropy
+from chillfl.training.objective import Context, read_tensor, temperature_cross_entropy
 
 
 def class_means(values: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,17 +107,17 @@ class KnowledgeLoss:
         *,
         features: torch.Tensor | None = None,
         params: Mapping[str, torch.Tensor] | None = None,
-        context: Mapping[str, Any] | None = None,
+        context: Context | None = None,
     ) -> torch.Tensor:
         if features is None or params is None or context is None:
             raise TypeError("KnowledgeLoss needs the representation, the parameters and the context (StepLoss passes them)")
         value = temperature_cross_entropy(logits, targets, temperature)
-        protos, mask = context["protos"], context["proto_mask"]
+        protos, mask = read_tensor(context, "protos"), read_tensor(context, "proto_mask")
         if self.distance_weight:
             value = value + self.distance_weight * prototype_distance(features, targets, protos, mask)
         if self.kd_weight:
             bias = params[self.head_bias] if self.head_bias is not None else None
-            value = value + self.kd_weight * hyper_knowledge_kd(params[self.head_weight], bias, protos, context["soft"], mask, self.kd_temperature)
+            value = value + self.kd_weight * hyper_knowledge_kd(params[self.head_weight], bias, protos, read_tensor(context, "soft"), mask, self.kd_temperature)
         return value
 
 

@@ -44,12 +44,12 @@ class PrototypeOptions:
     def validate(self, section: str) -> None:
         require(self.method in METHODS, f"{section}.method", f"unknown value {self.method!r}; allowed: {', '.join(sorted(METHODS))}")
         for name in ("lam", "kd_weight", "noise_std"):
-            value = getattr(self, name)
+            value = vars(self)[name]
             require(value is None or value >= 0, f"{section}.{name}", f"must be >= 0, got {value}")
         require(self.temperature > 0, f"{section}.temperature", f"must be > 0, got {self.temperature}")
         if self.method == "fedproto":
             for name in ("kd_weight", "noise_std"):
-                require(not getattr(self, name), f"{section}.{name}", "is FedHKD's; FedProto shares prototypes only")
+                require(not vars(self)[name], f"{section}.{name}", "is FedHKD's; FedProto shares prototypes only")
             require(not self.share_model, f"{section}.share_model", "FedProto never shares models; use method = 'fedhkd'")
 
     def resolved(self) -> "PrototypeSettings":

@@ -29,15 +29,23 @@ import numpy as np
 import torch
 from torch import nn
 
-from chillfl.config import RunConfig, apply_overrides, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
-from chillfl.data import ArrayDataset
+from chillfl.aggregation.registry import AGGREGATOR_METHODS, algorithm_names
+from chillfl.config import RunConfig, apply_overrides, check_compare_option, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
+from chillfl.data import ArrayDataset, dataset_names, partitioner_names
 from chillfl.data.items import REDRAWS, ItemReader, materialize
-from chillfl.errors import ConfigError
-from chillfl.options import short_repr
-from chillfl.experiment import CUSTOM, Experiment, Plugged, build_experiment, plugged_records
-from chillfl.report.compare import CompareResult as Comparison
 from chillfl.engine.view import RunView, model_with_state
+from chillfl.errors import ConfigError
+from chillfl.experiment import CUSTOM, Experiment, Plugged, build_experiment, plugged_records
+from chillfl.experiments import resolve_config
+from chillfl.models import model_names
+from chillfl.options import short_repr
+from chillfl.plugins import has_methods
+from chillfl.report.compare import CompareOptions, grid_variants, parse_grid, run_compare
+from chillfl.report.compare import CompareResult as Comparison
 from chillfl.runner import Callback, RunOutput, run_experiment
+from chillfl.settings.distillation import method_names
+from chillfl.temperature import POLICY_METHODS, policy_names
+from chillfl.tune import parse_tune
 
 ConfigLike = Union[RunConfig, Mapping[str, Any], str, Path, None]
 UserData = Union["TensorData", "DatasetData", ArrayDataset]
@@ -195,10 +203,6 @@ def compare(
     are those of :func:`run` (every variant and seed runs on its own copies of your parts).
     ``result.report("report.html")`` writes the HTML report.
     """
-    from chillfl.config import check_compare_option
-    from chillfl.report.compare import CompareOptions, grid_variants, parse_grid, run_compare
-    from chillfl.tune import parse_tune
-
     plugged = as_plugged(aggregator, terms, policy)
     cfg, dataset = _prepare(model, data, config, out_dir, overrides, plugged)
     if isinstance(grid, Mapping):
@@ -229,10 +233,6 @@ def compare(
 
 def as_plugged(aggregator: Any, terms: Sequence[Any], policy: Any) -> Plugged:
     """The user's method parts passed to :func:`run` / :func:`compare`, checked: ConfigError on ``aggregator``, ``terms[i]``, ``policy``."""
-    from chillfl.aggregation.registry import AGGREGATOR_METHODS
-    from chillfl.plugins import has_methods
-    from chillfl.temperature import POLICY_METHODS
-
     for field_name, obj, methods, what in (("aggregator", aggregator, AGGREGATOR_METHODS, "Aggregator"), ("policy", policy, POLICY_METHODS, "TemperaturePolicy")):
         if obj is not None and (isinstance(obj, type) or not has_methods(type(obj), methods)):
             lacks = [m for m in methods if not callable(getattr(obj, m, None))]
@@ -305,8 +305,6 @@ def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dic
     elif isinstance(config, RunConfig):
         data = config.to_dict()
     elif isinstance(config, (str, Path)):
-        from chillfl.experiments import resolve_config
-
         path = resolve_config(str(config))
         data = read_config_file(path)
         data.setdefault("name", path.stem)
@@ -551,12 +549,6 @@ def _as_callback(cb: Any, index: int) -> _Hook:
 
 def available() -> dict[str, list[str]]:
     """Every registered name a config may use, by part (what ``chillfl list`` prints)."""
-    from chillfl.aggregation.registry import algorithm_names
-    from chillfl.data import dataset_names, partitioner_names
-    from chillfl.distillation.methods import method_names
-    from chillfl.models import model_names
-    from chillfl.temperature import policy_names
-
     return {
         "algorithms": algorithm_names(),
         "datasets": dataset_names(),

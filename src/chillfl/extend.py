@@ -63,9 +63,10 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext
 from chillfl.distillation.cache import SoftLabelUplink
-from chillfl.distillation.methods import Aggregate, MethodSpec, SoftLabelClientHooks, SoftLabelMethod, stack_uplinks
+from chillfl.distillation.methods import Aggregate, SoftLabelClientHooks, SoftLabelMethod, stack_uplinks
 from chillfl.errors import ConfigError
 from chillfl.options import require
+from chillfl.settings.distillation import MethodSettings
 from chillfl.temperature import PolicySpec
 from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
 from chillfl.training.objective import BatchTerm, ContextError, LossTerm, StepView, Term, read_number, read_table, read_tensor
@@ -86,7 +87,7 @@ __all__ = [
     "Downlink",
     "FedAvg",
     "LossTerm",
-    "MethodSpec",
+    "MethodSettings",
     "Params",
     "PolicySpec",
     "Report",

@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import (
+    Json,
     ClientHalf,
     ClientResult,
     ClientState,
@@ -68,6 +69,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.fednova import effective_steps
 from chillfl.options import require
+from chillfl.training.objective import read_table
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,10 @@ class ScaffoldOptions:
 class LinearCorrectionTerm:
     """``sum_k <w_k, correction_k>``: adds ``correction`` to the gradient (SCAFFOLD, VRL-SGD)."""
 
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
-        correction: Mapping[str, torch.Tensor] = context["correction"]
+    reads: tuple[str, ...] = ("correction",)
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
+        correction = read_table(context, "correction")
         parts = [(params[k] * correction[k].detach()).sum() for k in params if k in correction]
         return torch.stack(parts).sum() if parts else torch.zeros(())
 
@@ -180,7 +184,7 @@ class Scaffold:
         self.control = {k: c[k] + delta_c[k] / self.num_clients for k in c}
         return out
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         norm = sum(float((v.double() ** 2).sum()) for v in self.control.values()) ** 0.5
         return {"control_norm": norm}
 

@@ -110,6 +110,8 @@ def test_a_saved_run_with_an_instance_cannot_be_rebuilt_from_its_file(user: Any,
     ({"aggregator": FedAvg}, "aggregator", "a class, not an instance"),
     ({"aggregator": object()}, "aggregator", "lacks"),
     ({"policy": 0.5}, "policy", "lacks temperature"),
+    ({"policy": type("NoHalf", (), {m: (lambda self, *a: None) for m in ("temperature", "observe", "state_dict", "load_state_dict")})()},
+     "policy", "lacks client_half"),
 ])
 def test_bad_parts_are_one_config_error(kwargs: dict[str, Any], field: str, words: str) -> None:
     with pytest.raises(ConfigError) as err:

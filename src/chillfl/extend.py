@@ -19,7 +19,9 @@ docs/architecture.md the reference of the seams they plug into):
   and returns a scalar added to the loss; ``reads`` names the context keys it reads
   (:func:`read_table`, :func:`read_number`, :func:`read_tensor` read them typed);
 * **a temperature policy** (:class:`TemperaturePolicy`): the softmax temperature each client
-  trains with, per round, updated from the clients' local accuracy;
+  trains with, per round, updated from the clients' local accuracy; where the temperature is
+  the client's own (FedChill), its client half (:class:`TemperatureHalf`) keeps it in the
+  client's state;
 * **a soft-label method** (:class:`SoftLabelMethod` with its :class:`SoftLabelClientHooks`):
   how the server combines the clients' soft-labels on the public set, and what clients upload.
 
@@ -68,7 +70,7 @@ from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.settings.distillation import MethodSettings
 from chillfl.temperature import PolicySpec
-from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
+from chillfl.temperature.base import ConstantTemperature, TemperatureHalf, TemperaturePolicy, TemperatureState
 from chillfl.training.objective import BatchTerm, ContextError, LossTerm, StepView, Term, read_number, read_table, read_tensor
 
 __all__ = [
@@ -96,7 +98,9 @@ __all__ = [
     "SoftLabelUplink",
     "Stateless",
     "StepView",
+    "TemperatureHalf",
     "TemperaturePolicy",
+    "TemperatureState",
     "Term",
     "Trained",
     "Wire",

@@ -96,7 +96,7 @@ class ClientReply(Generic[U, S]):
     local_acc: float | None = None
     local_loss: float | None = None
     temperature: float | None = None
-    """The temperature the client chose itself and trained at (FedChill's state on a Flower node); None = the downlink's."""
+    """The temperature the client trained at when its own state chose it (FedChill's client half, under every runtime); None = the downlink's."""
 
 
 ClientProgram = Generator[ClientJob | PredictJob, Any, ClientReply[Any, Any]]

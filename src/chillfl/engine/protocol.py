@@ -27,7 +27,7 @@ it produces travels back in the typed :class:`ClientReply`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Generic, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Generator, Generic, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 import torch
 
@@ -148,6 +148,35 @@ class ServerProtocol(Protocol):
 
     def close(self) -> None:
         ...
+
+
+class ClientStates(Protocol):
+    """Where a server protocol keeps its clients' own states between participations (a runtime may swap it)."""
+
+    def load(self, cid: int) -> Any:
+        ...
+
+    def save(self, cid: int, state: Any) -> None:
+        ...
+
+    def ids(self) -> list[int]:
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        ...
+
+    def load_state_dict(self, state: Any) -> None:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+@runtime_checkable
+class KeepsClientStates(Protocol):
+    """A server protocol whose clients keep state: its ``store`` holds it (Flower puts a record of nodes there instead)."""
+
+    store: ClientStates
 
 
 Trainer = Callable[[LocalSpec | None, Sequence[ClientJob]], list[LocalOutcome]]

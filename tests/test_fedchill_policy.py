@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -232,3 +233,15 @@ def test_policy_errors() -> None:
     with pytest.raises(ValueError, match="older chillfl"):
         policy.load_state_dict({"clients": {"0": {"temperature": 0.5, "history": [0.5], "counter": 0}}})
     policy.load_state_dict({})
+
+
+def test_p_g_of_the_wrong_length_exits_2_before_anything_is_written(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """len(p_g) is checked against the data's classes when the experiment is built, before the run folder exists."""
+    from chillfl.cli import main
+
+    path = tmp_path / "bad.toml"
+    path.write_text(f'out_dir = "{tmp_path / "out"}"\n[dataset]\nname = "digits"\n[temperature]\npolicy = "fedchill"\np_g = [0.5, 0.5]\n', encoding="utf-8")
+    assert main(["run", str(path), "--quiet", "federation.num_clients=4", "federation.rounds=1"]) == 2
+    err = capfd.readouterr().err
+    assert len(err.splitlines()) == 1 and "temperature.p_g" in err, err
+    assert not (tmp_path / "out").exists()

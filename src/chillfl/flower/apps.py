@@ -58,7 +58,7 @@ from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.engine.executors import SequentialExecutor
 from chillfl.engine.loop import run_rounds
 from chillfl.engine.processes import WorkerError
-from chillfl.engine.protocol import ClientReply, ClientTask
+from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
 from chillfl.engine.results import ResultWriter, summarize
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
@@ -233,12 +233,9 @@ class NodeStore:
 
 def keep_client_state_on_nodes(protocol: Any) -> None:
     """A protocol's client store -> :class:`NodeStore` (the states live on the nodes)."""
-    from chillfl.protocols.parameters import ParameterSharing
-    from chillfl.protocols.softlabels import SoftLabelProtocol
-
-    if isinstance(protocol, (SoftLabelProtocol, ParameterSharing)):  # the protocols whose clients keep state
+    if isinstance(protocol, KeepsClientStates):
         protocol.store.close()
-        protocol.store = NodeStore()  # type: ignore[assignment]
+        protocol.store = NodeStore()
 
 
 def build_server(config: RunConfig) -> tuple[Any, Any]:

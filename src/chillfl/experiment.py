@@ -6,25 +6,39 @@ All user errors surface here, before any result folder is created.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator
+from chillfl.aggregation.registry import algorithm_names, algorithm_spec, make_aggregator
 from chillfl.aggregation.robust import Krum
 from chillfl.config import RunConfig
-from chillfl.data import ArrayDataset, FederatedData, build_federated_data, load_dataset
-from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment
+from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
+from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
+from chillfl.data.datasets import DATASETS
+from chillfl.data.loaders import DATA_DIR_FIELD
+from chillfl.data.partition import PARTITIONERS, partitioner_names
+from chillfl.data.partition_file import FROM_FILE
 from chillfl.engine.executors import Executor
+from chillfl.engine.parallel import ExecutorSpec, make_parallel_executor, unsendable
 from chillfl.engine.protocol import ServerProtocol
+from chillfl.engine.ray_executor import RayExecutor, import_ray
 from chillfl.errors import ConfigError, choice_error
-from chillfl.models import build_model
+from chillfl.models import build_model, model_names
+from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous
+from chillfl.models.projection import PROJECTION_OPTION
+from chillfl.models.registry import MODELS
+from chillfl.options import parse_options
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
-from chillfl.temperature import make_policy
 from chillfl.seeds import derive_seed
+from chillfl.temperature import make_policy, policy_names, policy_spec
+from chillfl.temperature.base import TemperaturePolicy
+from chillfl.training.gradient_ablation import BASE_LOSSES
 from chillfl.training.local import LocalSpec, model_state, resolve_compute
 from chillfl.training.objective import ProximalTerm, Term, temperature_cross_entropy
 
@@ -45,13 +59,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def base_losses() -> dict[str, Any]:
-    losses: dict[str, Any] = {"standard": temperature_cross_entropy}
-    try:
-        from chillfl.training.gradient_ablation import BASE_LOSSES
-    except ImportError:
-        return losses
-    losses.update(BASE_LOSSES)
-    return losses
+    return {"standard": temperature_cross_entropy, **BASE_LOSSES}
 
 
 CUSTOM = "custom"
@@ -77,13 +85,51 @@ def _not_from_file(field: str, what: str, keyword: str, allowed: Sequence[str]) 
 def check_rebuildable(config: RunConfig, *, has_model: bool = False, has_data: bool = False) -> None:
     """Refuse a config whose model or data came from Python (``custom``) when none is given again; the model first."""
     if not has_model and is_custom(config.model.get("name")):
-        from chillfl.models import model_names
-
         raise _not_from_file("model.name", "nn.Module", "model", model_names())
     if not has_data and is_custom(config.dataset.get("name")):
-        from chillfl.data import dataset_names
-
         raise _not_from_file("dataset.name", "tensors", "data", dataset_names())
+
+
+def check_plugged(config: RunConfig, plugged: "Plugged | None") -> None:
+    """Refuse a config whose aggregator or temperature policy came from Python (``custom``) when none is given again."""
+    plugged = plugged or Plugged()
+    if plugged.aggregator is None and is_custom(config.algorithm.get("name")):
+        raise _not_from_file("algorithm.name", "aggregator", "aggregator", algorithm_names())
+    if plugged.policy is None and is_custom(config.temperature.get("policy")):
+        raise _not_from_file("temperature.policy", "temperature policy", "policy", policy_names())
+
+
+@dataclass(frozen=True)
+class Plugged:
+    """A user's own method parts passed as instances from Python (:func:`chillfl.run`), not named in the config.
+
+    ``aggregator`` replaces ``[algorithm]`` and ``terms`` are its local objective terms; ``policy``
+    replaces ``[temperature]``. Each run works on deep copies, so the caller's objects are never
+    mutated and two runs (a comparison's variants and seeds) never share state. The config records
+    them as ``name = "custom"`` with their classes (:func:`plugged_records`).
+    """
+
+    aggregator: Aggregator | None = None
+    terms: tuple[Term, ...] = ()
+    policy: TemperaturePolicy | None = None
+
+    def __bool__(self) -> bool:
+        return self.aggregator is not None or self.policy is not None or bool(self.terms)
+
+
+def _class_path(obj: object) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def plugged_records(plugged: Plugged) -> dict[str, dict[str, Any]]:
+    """The ``[algorithm]`` / ``[temperature]`` tables a run with these parts saves: not rebuildable, but say what ran."""
+    out: dict[str, dict[str, Any]] = {}
+    if plugged.aggregator is not None:
+        out["algorithm"] = {"name": CUSTOM, "class": _class_path(plugged.aggregator), "terms": [_class_path(t) for t in plugged.terms]}
+    if plugged.policy is not None:
+        out["temperature"] = {"policy": CUSTOM, "class": _class_path(plugged.policy)}
+    return out
 
 
 def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> FederatedData:
@@ -95,9 +141,8 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
         raise ConfigError(f"dataset.{AUGMENT_KEY}.normalize", "applies to datasets chillfl loads; normalise tensors passed from Python yourself")
     pname, poptions = RunConfig.component(config.partition)
     split = config.eval.client_split if config.eval.clients != "none" else "none"
-    public_size = int(config.distillation.get("public_size", 0)) if config.distillation else 0
-    if config.distillation.get("public_dataset"):  # the public pool comes from another dataset
-        public_size = 0
+    setup = config.distillation_setup
+    public_size = setup.common.public_size if setup is not None and not setup.common.public_dataset else 0  # else the pool comes from another dataset
     return build_federated_data(
         dataset,
         num_clients=config.federation.num_clients,
@@ -113,18 +158,19 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
 
 def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_classes: int) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     """The model template and its seeded initial state (the global RNG is left untouched)."""
-    from chillfl.models.assign import base_table
-
     name, options = RunConfig.component(base_table(config.model))
     check_rebuildable(config, has_data=True)
     model = build_model(name, tuple(input_shape), num_classes, options, seed=derive_seed(config.seed, "init"))
     return model, model_state(model)
 
 
-def build_algorithm(config: RunConfig, model: nn.Module) -> tuple[Aggregator, list[Term]]:
-    from chillfl.aggregation.registry import make_aggregator
-
+def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None = None) -> tuple[Aggregator, list[Term]]:
+    """The configured aggregator and its terms, or (a copy of) the one passed from Python."""
     name, options = RunConfig.component(config.algorithm)
+    if plugged is not None and plugged.aggregator is not None:
+        if not is_custom(name):  # e.g. a comparison's variant naming a built-in: the instance would be silently dropped
+            raise ConfigError("algorithm.name", f"the run was given an aggregator from Python, which replaces [algorithm]; got {name!r} here too: vary other keys")
+        return copy.deepcopy(plugged.aggregator), list(copy.deepcopy(plugged.terms))
     built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum)
     base = (options or {}).get("base") if name == "pa3fed" else name
     check_plain_sgd(config, base if isinstance(base, str) else name)
@@ -181,15 +227,16 @@ def build_experiment(
     data: FederatedData | None = None,
     *,
     model: nn.Module | None = None,
+    plugged: Plugged | None = None,
 ) -> Experiment:
     """Everything a run needs; raises ConfigError on any bad value before anything is written.
 
     ``model``: a user's own module instead of the config's registered model (see :func:`user_initial_model`).
+    ``plugged``: a user's own aggregator, terms and temperature policy, as instances (see :class:`Plugged`).
     """
     check_rebuildable(config, has_model=model is not None, has_data=dataset is not None or data is not None)
+    check_plugged(config, plugged)
     if config.executor == "ray":  # before anything is written: the extra must be installed
-        from chillfl.engine.ray_executor import import_ray
-
         import_ray(config.ray.address)  # and a local Ray's sockets must fit under TMPDIR
     device = resolve_device(config.device)
     if data is None:
@@ -204,9 +251,12 @@ def build_experiment(
         model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     else:
         model, state = user_initial_model(config, model)
-    aggregator, terms = build_algorithm(config, model) if kind.uses_aggregator else (None, [])
+    if plugged and plugged.aggregator is not None and not kind.uses_aggregator:
+        raise ConfigError("aggregator", f"the {config.protocol} protocol averages no models, so it takes no aggregator")
+    aggregator, terms = build_algorithm(config, model, plugged) if kind.uses_aggregator else (None, [])
     terms = [*terms, *objective_terms(config, terms)]
-    policy = make_policy(config.temperature, data.class_counts)  # counted only if the policy reads them
+    policy = build_policy(config, data, plugged)
+    policy.client_half(data.num_classes)  # its checks against the data (FedChill's p_g per class) before anything is written
     losses = base_losses()
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))
@@ -231,7 +281,35 @@ def build_experiment(
     exp = Experiment(config, data, model, state, aggregator, policy, spec, device)
     if kind.check is not None:  # its checks of the built parts, before anything is written
         kind.check(exp)
+    if config.executor in ("processes", "ray"):
+        check_sendable(config.executor, (model, spec, aggregator.client_half() if aggregator is not None else None))
     return exp
+
+
+def check_sendable(executor: str, parts: Any) -> None:
+    """What travels to worker processes (model template, objective terms, the method's client half) can be
+    imported there: a user's classes must live in a module (a ``.py`` file on ``sys.path``), not in a
+    notebook cell or exec'd code, which the workers cannot import. One ConfigError on ``executor`` instead
+    of a worker's traceback in round 1.
+    """
+    reason = unsendable(parts)
+    if reason is None:
+        return
+    raise ConfigError(
+        "executor",
+        f"{executor!r} sends the model, the objective terms and the method's client half to worker processes, and they cannot go ({reason}); "
+        "put your classes in a module (a .py file on sys.path), or use executor = 'sequential' or 'vectorized'",
+    )
+
+
+def build_policy(config: RunConfig, data: FederatedData, plugged: Plugged | None = None) -> TemperaturePolicy:
+    """The configured temperature policy (class counts computed only if it reads them), or a copy of the one passed from Python."""
+    if plugged is not None and plugged.policy is not None:
+        name = config.temperature.get("policy")
+        if not is_custom(name):
+            raise ConfigError("temperature.policy", f"the run was given a temperature policy from Python, which replaces [temperature]; got {name!r} here too: vary other keys")
+        return copy.deepcopy(plugged.policy)
+    return make_policy(config.temperature, data.class_counts)
 
 
 def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None:
@@ -262,11 +340,7 @@ def build_protocol(exp: Experiment) -> ServerProtocol:
 
 def make_executor(exp: Experiment, protocol: ServerProtocol) -> Executor:
     """The executor named by ``config.executor``, running ``protocol``'s client updates."""
-    from chillfl.engine.parallel import ExecutorSpec, make_parallel_executor
-
     if exp.config.executor == "ray":
-        from chillfl.engine.ray_executor import RayExecutor
-
         if exp.device.type != "cpu" and exp.config.ray.num_gpus == 0:
             raise ConfigError("ray.num_gpus", f"the run's tensors live on {exp.device.type!r}: give each Ray worker a GPU (num_gpus > 0) or run on device = 'cpu'")
         return RayExecutor(exp.model, exp.spec, protocol.client, exp.config.ray, threads=exp.config.threads, clients_per_round=exp.config.federation.sample_size())
@@ -287,8 +361,6 @@ def models_travel(config: RunConfig) -> bool:
 
 def check_model_assignment(config: RunConfig, num_clients: int) -> None:
     """``model.assign`` / ``model.groups``: well-formed, and only where models never travel."""
-    from chillfl.models.assign import plan_models, refuse_heterogeneous
-
     plan_models(config.model, num_clients)
     if models_travel(config):
         refuse_heterogeneous(config.model, protocol_of(config).travel_reason)
@@ -304,8 +376,6 @@ def check_config(config: RunConfig) -> bool:
     then each part's name and options are still checked, but nothing that
     needs the data's shapes (model sizes, partition feasibility).
     """
-    from chillfl.data.loaders import DATA_DIR_FIELD
-
     try:
         exp = build_experiment(config)
     except ConfigError as exc:
@@ -319,18 +389,8 @@ def check_config(config: RunConfig) -> bool:
 
 def check_parts(config: RunConfig) -> None:
     """Every pluggable part's name and options (no data needed): the checks each registry makes before building."""
-    from chillfl.aggregation.registry import algorithm_spec
-    from chillfl.data.augment import split_augment
-    from chillfl.data.datasets import DATASETS
-    from chillfl.data.partition import PARTITIONERS, partitioner_names
-    from chillfl.data.partition_file import FROM_FILE
-    from chillfl.models.assign import base_table
-    from chillfl.models.projection import PROJECTION_OPTION
-    from chillfl.models.registry import MODELS, model_names
-    from chillfl.options import parse_options
-    from chillfl.temperature import POLICIES, policy_names
-
     check_rebuildable(config, has_model=True, has_data=True)
+    check_plugged(config, None)
     name, options = RunConfig.component(config.dataset)
     if not is_custom(name):
         if name not in DATASETS:
@@ -351,9 +411,7 @@ def check_parts(config: RunConfig) -> None:
         parse_options(MODELS[name].options, {k: v for k, v in options.items() if k != PROJECTION_OPTION}, "model")
     check_model_assignment(config, config.federation.num_clients)
     name, options = RunConfig.component(config.temperature, "policy")
-    if name not in POLICIES:
-        raise choice_error("temperature.policy", name, policy_names())
-    parse_options(POLICIES[name].options, options, "temperature")
+    parse_options(policy_spec(name).options, options, "temperature")
     losses = base_losses()
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))

@@ -121,7 +121,8 @@ def test_every_docs_block_is_well_formed_and_names_its_machine(page: Path) -> No
     """Every output marker of README.md and docs/*.md opens a block the tool can regenerate, with a "Made on:" line."""
     text = page.read_text(encoding="utf-8")
     blocks = find_blocks(text)
-    assert len(blocks) == text.count("<!-- output:") == text.count("<!-- /output -->")  # no marker the regex misses
+    opens, closes = re.findall(r"^<!-- output:", text, re.M), re.findall(r"^<!-- /output -->$", text, re.M)
+    assert len(blocks) == len(opens) == len(closes)  # no marker line the regex misses (prose may quote a marker)
     for b in blocks:
         assert b.machine is not None, f"{page.name}: {b.command!r} names no machine; regenerate it with python -m chillfl.docs_outputs {page.name}"
         assert MACHINE.fullmatch(b.machine), f"{page.name}: {b.command!r}: 'Made on: {b.machine}' is not what this_machine() writes"

@@ -85,11 +85,14 @@ class ScaffoldOptions:
             require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
 
 
+@dataclass(frozen=True)
 class LinearCorrectionTerm:
-    """``sum_k <w_k, correction_k>``: adds ``correction`` to the gradient (SCAFFOLD, VRL-SGD)."""
+    """``sum_k <w_k, correction_k>``: adds ``correction`` to the gradient (SCAFFOLD, VRL-SGD; FedDyn's under its own ``key``)."""
+
+    key: str = "correction"
 
     def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
-        correction: Mapping[str, torch.Tensor] = context["correction"]
+        correction: Mapping[str, torch.Tensor] = context[self.key]
         parts = [(params[k] * correction[k].detach()).sum() for k in params if k in correction]
         return torch.stack(parts).sum() if parts else torch.zeros(())
 

@@ -45,18 +45,26 @@ LossFn = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
 """base loss signature: (logits, targets, temperature) -> scalar."""
 
 
+@dataclass(frozen=True)
 class ProximalTerm:
     """``mu/2 * sum_k ||w_k - w^t_k||^2`` over the trainable keys; reads ``mu`` and ``global_params``.
 
     FedProx's term (Li et al., Eq. 2). ``[algorithm] name = "fedprox"`` adds it,
     and so does ``[objective] proximal_mu`` on top of any other aggregator.
+    ``weight`` / ``anchor`` name other context keys, so that methods whose
+    objective has the same form (Ditto's lambda/2 ||v - w^t||^2, pFedMe's inner
+    problem, FedDyn's alpha/2 ||theta - theta^{t-1}||^2) add their own copy
+    beside FedProx's without sharing its keys.
     """
 
+    weight: str = "mu"
+    anchor: str = "global_params"
+
     def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
-        anchor: Mapping[str, torch.Tensor] = context["global_params"]
+        anchor: Mapping[str, torch.Tensor] = context[self.anchor]
         parts = [((params[k] - anchor[k].detach()) ** 2).sum() for k in params if k in anchor]
         total = torch.stack(parts).sum() if parts else torch.zeros(())
-        return 0.5 * context["mu"] * total
+        return 0.5 * context[self.weight] * total
 
 
 @dataclass

@@ -22,8 +22,8 @@ Choices
   round's training (the authors' code clips after every step; a per-step clip
   is not a gradient step, so it would need a second code path);
   ``adaptive = false`` keeps alpha fixed (the paper's APFL with a given alpha).
-* f_i(v_bar) is the cross-entropy at T = 1 (the run's temperature applies to
-  w's loss; APFL has none of its own). The authors' code adds 0.01 alpha to
+* f_i(v_bar) is the run's base loss at T = 1 (the run's temperature applies
+  to w's loss; APFL has none of its own). The authors' code adds 0.01 alpha to
   alpha's gradient, which the paper's algorithm does not; not done here.
 * v_i starts, at the client's first participation, from the global model it
   was sent (paper: v_i^0 = w^0). v_bar's batch-norm buffers are v_i's (its
@@ -60,7 +60,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.errors import ConfigError
 from chillfl.options import require
-from chillfl.training.local import LocalSpec
+from chillfl.training.local import BaseLoss, LocalSpec
 from chillfl.training.objective import StepView, temperature_cross_entropy
 
 
@@ -110,9 +110,14 @@ def mixed(model: nn.Module, w: Params, v: Params, alpha: torch.Tensor) -> Params
     return {k: alpha * v[k] + (1 - alpha) * w[k] if k in names else v[k] for k in v}
 
 
+@dataclass(frozen=True)
 class MixedLoss:
-    """f_i(v_bar) with v_bar = alpha v + (1 - alpha) w.detach(): a batch term of the :class:`Pair`'s step."""
+    """f_i(v_bar) with v_bar = alpha v + (1 - alpha) w.detach(): a batch term of the :class:`Pair`'s step.
 
+    f_i is the run's base loss (the one w trains with), at temperature 1.
+    """
+
+    base_loss: BaseLoss = temperature_cross_entropy
     per_batch = True
     captures: tuple[str, ...] = ()
 
@@ -122,7 +127,7 @@ class MixedLoss:
         weights = {n: alpha * params[f"v.{n}"] + (1 - alpha) * params[f"w.{n}"].detach() for n, _ in base.named_parameters()}
         buffers = {n: step.buffers[f"v.{n}"] for n, _ in base.named_buffers()}
         logits = functional_call(base, (weights, buffers), (step.x,))
-        return temperature_cross_entropy(logits.float(), step.y, 1.0)
+        return self.base_loss(logits.float(), step.y, 1.0)
 
 
 @dataclass(frozen=True)
@@ -141,7 +146,7 @@ class APFLClient:
         if spec.terms:
             raise ConfigError("algorithm.name", "APFL trains a pair of models; the run's other objective terms (e.g. objective.proximal_mu) cannot read it")
         frozen = spec.frozen if self.adaptive else spec.frozen | {"alpha"}
-        return (replace(spec, model=Pair(self.model), terms=(MixedLoss(),), frozen=frozen),)
+        return (replace(spec, model=Pair(self.model), terms=(MixedLoss(spec.base_loss),), frozen=frozen),)
 
     def train(self, local: Local) -> LocalProgram:
         own = own_entries(local.state, PREFIX)

@@ -217,11 +217,11 @@ def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
     """PA3Fed around the ``base`` entry, which keeps its own local objective terms."""
     if options.base in UNWEIGHTED:
         raise ConfigError(f"{ctx.section}.base", f"{options.base} is a robust rule that takes no client weights, and PA3Fed's coefficients are weights; use a weighted base")
-    bases = [n for n in algorithm_names() if n != "pa3fed" and n not in UNWEIGHTED]
-    if options.base not in bases:
-        raise choice_error(f"{ctx.section}.base", options.base, bases)
     if options.base in OWN_RULES:
         raise ConfigError(f"{ctx.section}.base", f"{OWN_RULES[options.base]}; use another base")
+    bases = [n for n in algorithm_names() if n != "pa3fed" and n not in UNWEIGHTED and n not in OWN_RULES]
+    if options.base not in bases:
+        raise choice_error(f"{ctx.section}.base", options.base, bases)
     if options.base == "fedgen":  # PA3Fed's client report (score, gradient norm) replaces the base's
         raise ConfigError(f"{ctx.section}.base", "fedgen needs its clients' label counts, which it gets from its own client report; PA3Fed sends its own instead")
     base, terms = make_aggregator(

@@ -319,11 +319,11 @@ def step_grads(loss: torch.Tensor, params: Params, keys: Sequence[str], captured
     A factored weight's full gradient is its dense part (tied uses, method
     terms; usually None) plus ``sum dz^T x`` over its recorded calls.
     """
-    outputs = [z for _, z in captured]
-    grads = torch.autograd.grad(loss, [*params.values(), *outputs], allow_unused=True)
+    trained = [(key, x, z) for key, (x, z) in zip(keys, captured) if key in params]  # a frozen weight (LocalSpec.frozen) takes no step
+    grads = torch.autograd.grad(loss, [*params.values(), *(z for _, _, z in trained)], allow_unused=True)
     factors: Factors = {}
-    for key, (x, _), dz in zip(keys, captured, grads[len(params) :]):
-        if dz is not None and key in params:  # None: this call's output does not reach the loss; a frozen weight takes no step
+    for (key, x, _), dz in zip(trained, grads[len(params) :]):
+        if dz is not None:  # None: this call's output does not reach the loss
             factors.setdefault(key, []).append((x, dz))
     return list(grads[: len(params)]), factors
 

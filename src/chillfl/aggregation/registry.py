@@ -124,6 +124,11 @@ OWN_RULES = {
 """Built-ins PA3Fed cannot wrap, and why."""
 
 
+def pa3fed_bases() -> list[str]:
+    """The algorithms PA3Fed may wrap: weighted averages without client trainings of their own."""
+    return [n for n in algorithm_names() if n != "pa3fed" and n not in UNWEIGHTED and n not in OWN_RULES]
+
+
 def algorithm_names() -> list[str]:
     """Built-in names and those installed distributions register under ``chillfl.plugins`` (:mod:`chillfl.plugins`)."""
     return sorted({*ALGORITHMS, *plugin_names()})
@@ -219,7 +224,7 @@ def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
         raise ConfigError(f"{ctx.section}.base", f"{options.base} is a robust rule that takes no client weights, and PA3Fed's coefficients are weights; use a weighted base")
     if options.base in OWN_RULES:
         raise ConfigError(f"{ctx.section}.base", f"{OWN_RULES[options.base]}; use another base")
-    bases = [n for n in algorithm_names() if n != "pa3fed" and n not in UNWEIGHTED and n not in OWN_RULES]
+    bases = pa3fed_bases()
     if options.base not in bases:
         raise choice_error(f"{ctx.section}.base", options.base, bases)
     if options.base == "fedgen":  # PA3Fed's client report (score, gradient norm) replaces the base's

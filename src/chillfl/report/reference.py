@@ -79,10 +79,10 @@ def _names(module: str, function: str) -> Callable[[], list[str]]:
 
 
 def _algorithm_bases() -> list[str]:
-    """What ``pa3fed.base`` accepts: every algorithm but PA3Fed itself and the unweighted (robust) rules."""
-    from chillfl.aggregation.registry import UNWEIGHTED
+    """What ``pa3fed.base`` accepts: every algorithm but PA3Fed itself, the unweighted (robust) rules and those with rules of their own."""
+    from chillfl.aggregation.registry import pa3fed_bases
 
-    return [n for n in _names("chillfl.aggregation.registry", "algorithm_names")() if n != "pa3fed" and n not in UNWEIGHTED]
+    return pa3fed_bases()
 
 
 def _measures() -> list[str]:

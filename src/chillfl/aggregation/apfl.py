@@ -110,16 +110,17 @@ def mixed(model: nn.Module, w: Params, v: Params, alpha: torch.Tensor) -> Params
     return {k: alpha * v[k] + (1 - alpha) * w[k] if k in names else v[k] for k in v}
 
 
-@dataclass(frozen=True)
 class MixedLoss:
     """f_i(v_bar) with v_bar = alpha v + (1 - alpha) w.detach(): a batch term of the :class:`Pair`'s step.
 
     f_i is the run's base loss (the one w trains with), at temperature 1.
     """
 
-    base_loss: BaseLoss = temperature_cross_entropy
     per_batch = True
     captures: tuple[str, ...] = ()
+
+    def __init__(self, base_loss: BaseLoss = temperature_cross_entropy) -> None:
+        self.base_loss = base_loss
 
     def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any], step: StepView) -> torch.Tensor:
         base = step.model.get_submodule("v")

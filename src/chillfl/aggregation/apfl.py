@@ -118,6 +118,7 @@ class MixedLoss:
 
     per_batch = True
     captures: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
 
     def __init__(self, base_loss: BaseLoss = temperature_cross_entropy) -> None:
         self.base_loss = base_loss

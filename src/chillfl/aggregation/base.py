@@ -28,18 +28,15 @@ from typing import TYPE_CHECKING, Any, Collection, Generator, Literal, Mapping, 
 import torch
 from torch import nn
 
+from chillfl.engine.record import Json
+from chillfl.training.objective import Context, Wire
+
 if TYPE_CHECKING:  # annotations only: the aggregators stay importable without the training loop
     from chillfl.training.local import LocalOutcome, LocalSpec
 
 Params = dict[str, torch.Tensor]
 """A model's state as a flat name -> tensor dict (parameters and buffers)."""
 
-
-Wire = float | torch.Tensor | dict[str, torch.Tensor]
-"""What one entry of a message between server and client may hold: a number, a tensor, or a name -> tensor table."""
-
-Context = Mapping[str, Wire]
-"""What the local objective's terms read (``mu``, ``correction``, ``moon_prev``, ...): each term names its keys in ``reads``."""
 
 Report = dict[str, Wire]
 """What a client half reports after training (PA3Fed's ``score``/``grad_norm``/``alpha``, SCAFFOLD's ``control_delta``)."""
@@ -266,7 +263,7 @@ class Aggregator(Protocol):
         """Return the next global state; ``results`` come sorted by client id."""
         ...
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         """Metrics of the last aggregation (e.g. FGN, CLP flag) for metrics.jsonl."""
         ...
 
@@ -445,7 +442,7 @@ class FedAvg:
         w = self.default_weights(results) if weights is None else weights
         return weighted_average([r.params for r in results], w)
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {}
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:

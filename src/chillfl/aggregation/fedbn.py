@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import (
+    Json,
     ClientHalf,
     ClientResult,
     ClientState,
@@ -108,7 +109,7 @@ class FedBN:
             out.update({k: global_params[k] for k in bn})
         return {k: out[k] for k in global_params}
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {}
 
     def client_half(self) -> ClientHalf:

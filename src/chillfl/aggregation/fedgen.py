@@ -46,6 +46,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import (
+    Json,
     ClientHalf,
     ClientResult,
     ClientState,
@@ -89,12 +90,12 @@ class FedGenOptions:
 
     def validate(self, section: str) -> None:
         for name in ("alpha", "weight_decay", "eta"):
-            require(getattr(self, name) >= 0, f"{section}.{name}", f"must be >= 0, got {getattr(self, name)}")
+            require(vars(self)[name] >= 0, f"{section}.{name}", f"must be >= 0, got {vars(self)[name]}")
         for name in ("alpha_decay", "lr_decay"):
-            require(0 < getattr(self, name) <= 1, f"{section}.{name}", f"must be in (0, 1], got {getattr(self, name)}")
+            require(0 < vars(self)[name] <= 1, f"{section}.{name}", f"must be in (0, 1], got {vars(self)[name]}")
         require(self.generator_lr > 0, f"{section}.generator_lr", f"must be > 0, got {self.generator_lr}")
         for name in ("samples", "noise_dim", "hidden", "generator_batch"):
-            require(1 <= getattr(self, name) <= 1 << 16, f"{section}.{name}", f"must be in [1, 65536], got {getattr(self, name)}")
+            require(1 <= vars(self)[name] <= 1 << 16, f"{section}.{name}", f"must be in [1, 65536], got {vars(self)[name]}")
         require(self.generator_batch >= 2, f"{section}.generator_batch", "must be >= 2 (batch norm needs two samples)")
         require(self.samples >= 2, f"{section}.samples", "must be >= 2 (the generator's batch norm needs two samples)")
         require(0 <= self.generator_steps <= 100000, f"{section}.generator_steps", f"must be in [0, 100000], got {self.generator_steps}")
@@ -218,7 +219,7 @@ class FedGen(FedAvg):
             denom = (v[k] / (1 - b2**self.steps)).sqrt() + ADAM_EPS
             self.params[k] = w - self.lr * m_hat / denom
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {"generator_loss": self._last_loss} if self.trained_rounds else {}
 
     def state_dict(self) -> dict[str, Any]:

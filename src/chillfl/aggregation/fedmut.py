@@ -41,6 +41,7 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
+    Json,
     ClientHalf,
     ClientResult,
     Downlink,
@@ -130,7 +131,7 @@ class FedMut:
         self.previous = {k: v.detach().clone() for k, v in global_params.items()}
         return weighted_average([r.params for r in results], w)
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {}
 
     def state_dict(self) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
+    Json,
     ClientHalf,
     ClientResult,
     Downlink,
@@ -109,7 +110,7 @@ class FedOpt:
             out[k] = (x.double() + o.server_lr * m / (v.sqrt() + o.tau)).to(x.dtype)
         return out
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {}
 
     def client_half(self) -> ClientHalf | None:

@@ -69,6 +69,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from chillfl.aggregation.base import (
+    Json,
     Aggregator,
     ClientHalf,
     ClientResult,
@@ -205,7 +206,7 @@ class WeightedAggregator(Protocol):
         """``weights`` (summing to 1) replace ``default_weights(results)`` when given."""
         ...
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         ...
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
@@ -274,7 +275,7 @@ class PA3Fed:
         self.base = _with_weights(base)
         self.options = options
         self.previous_fgn: float | None = None
-        self._metrics: dict[str, Any] = {}
+        self._metrics: dict[str, Json] = {}
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         self.base.begin_round(round, client_ids)
@@ -337,7 +338,7 @@ class PA3Fed:
         self._metrics = {**base_metrics, "fgn": fgn, "clp": clp, "adapted": adapt, "alphas": alphas, "weight_shift": shift, "scores": scores, "grad_norms": norms}
         return out
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return self._metrics
 
     def state_dict(self) -> dict[str, Any]:

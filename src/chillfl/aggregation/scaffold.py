@@ -41,7 +41,7 @@ Choices
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import (
+    Json,
     ClientHalf,
     ClientResult,
     ClientState,
@@ -68,6 +69,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.fednova import effective_steps
 from chillfl.options import require
+from chillfl.training.objective import read_table
 
 
 @dataclass(frozen=True)
@@ -85,14 +87,18 @@ class ScaffoldOptions:
             require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
 
 
-@dataclass(frozen=True)
+@dataclass(unsafe_hash=True)
 class LinearCorrectionTerm:
     """``sum_k <w_k, correction_k>``: adds ``correction`` to the gradient (SCAFFOLD, VRL-SGD; FedDyn's under its own ``key``)."""
 
     key: str = "correction"
+    reads: tuple[str, ...] = field(init=False)
 
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
-        correction: Mapping[str, torch.Tensor] = context[self.key]
+    def __post_init__(self) -> None:
+        self.reads = (self.key,)
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
+        correction = read_table(context, self.key)
         parts = [(params[k] * correction[k].detach()).sum() for k in params if k in correction]
         return torch.stack(parts).sum() if parts else torch.zeros(())
 
@@ -183,7 +189,7 @@ class Scaffold:
         self.control = {k: c[k] + delta_c[k] / self.num_clients for k in c}
         return out
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         norm = sum(float((v.double() ** 2).sum()) for v in self.control.values()) ** 0.5
         return {"control_norm": norm}
 

@@ -41,6 +41,7 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
+    Json,
     ClientHalf,
     ClientResult,
     Downlink,
@@ -101,7 +102,7 @@ class VRLSGD:
             self.deltas[r.client_id] = {k: old[k] + (out[k] - r.params[k]) / scale for k in keys}
         return out
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {}
 
     def client_half(self) -> ClientHalf | None:

@@ -44,6 +44,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
+from chillfl.engine.record import RoundRecord
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, local_evaluation, state_bytes
 from chillfl.protocols.parts import Experiment
@@ -214,7 +215,7 @@ class ParameterSharing:
 
     def server_update(
         self, round: int, tasks: Sequence[ClientTask[ParamDownlink, ClientState]], replies: Sequence[ClientReply[ParamUplink, ClientState]]
-    ) -> dict[str, Any]:
+    ) -> RoundRecord:
         results = []
         for task, reply in zip(tasks, replies):
             up = reply.uplink
@@ -227,19 +228,19 @@ class ParameterSharing:
         self.book.check_state(round, self.state)
 
         weights = np.array([r.num_samples for r in results], dtype=np.float64)
-        record: dict[str, Any] = {
-            "round": round + 1,
-            "lr": self.lr_at(round),
-            "clients": [t.client_id for t in tasks],
-            "train_loss": float(np.dot(weights, [r.train_loss for r in results]) / weights.sum()),
-            "temperature_mean": float(np.mean([r.temperature for r in results])),
-            "client_train_loss": {str(r.client_id): r.train_loss for r in results},
-        }
-        record.update(self.book.traffic(round))
-        record.update(self.book.temperatures({r.client_id: r.temperature for r in results}))
-        record.update(self.book.local(record["clients"]))
-        record.update(self.book.evaluate(round, self.state))
-        record.update({f"agg_{k}": v for k, v in self.aggregator.round_metrics().items()})
+        record = RoundRecord(
+            round=round + 1,
+            clients=[t.client_id for t in tasks],
+            lr=self.lr_at(round),
+            train_loss=float(np.dot(weights, [r.train_loss for r in results]) / weights.sum()),
+            temperature_mean=float(np.mean([r.temperature for r in results])),
+            client_train_loss={str(r.client_id): r.train_loss for r in results},
+            method=self.aggregator.round_metrics(),
+        )
+        record.metrics.update(self.book.traffic(round))
+        record.metrics.update(self.book.temperatures({r.client_id: r.temperature for r in results}))
+        record.metrics.update(self.book.local(record.clients))
+        record.metrics.update(self.book.evaluate(round, self.state))
         return record
 
     def global_state(self) -> Params:

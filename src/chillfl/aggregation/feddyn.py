@@ -60,7 +60,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
 from chillfl.options import require
-from chillfl.training.objective import ProximalTerm, Term
+from chillfl.training.objective import ProximalTerm, Term, read_number
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class FedDynClient:
         return start, out
 
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
-        alpha = float(trained.context[ALPHA])  # type: ignore[arg-type]
+        alpha = float(read_number(trained.context, ALPHA))
         g = own_entries(state, PREFIX) or {k: torch.zeros_like(trained.start[k]) for k in self.param_keys}
         new = {k: g[k] - alpha * (trained.params[k] - trained.start[k]) for k in self.param_keys}
         return with_prefix(new, PREFIX), {}

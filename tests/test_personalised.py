@@ -221,11 +221,19 @@ def test_apfl_personal_model_is_evaluated_and_alpha_is_clipped() -> None:
     close(reply.state["apfl.weight"], 2.925, 2.925)
 
 
-def test_apfl_refuses_other_objective_terms() -> None:
+def test_apfl_applies_the_runs_proximal_term_to_w_only() -> None:
+    # as the hand case above plus [objective] proximal_mu = 1 around w^t_anchor = 1:
+    # w: grad f(w) + mu (w - 1) = 1 + 1 = 2 -> w = 1.8; v and alpha as before (v_bar uses w = 2): 2.925, 0.35
     from chillfl.training.objective import ProximalTerm
 
-    with pytest.raises(ConfigError, match="APFL"):
-        APFL(linear(0.0)).client_half().objectives(LocalSpec(1, 1, terms=(ProximalTerm(),)))  # type: ignore[union-attr]
+    model = linear(0.0)
+    spec = LocalSpec(epochs=1, batch_size=8, base_loss=half_mse, terms=(ProximalTerm(),))
+    state = {"apfl.weight": torch.tensor([[3.0]]), "apfl.alpha": torch.tensor(0.5)}
+    reply = run_client(APFL(model).client_half(), model, spec, {"weight": torch.tensor([[2.0]])}, lr=0.1, state=state,
+                       context={"mu": 1.0, "global_params": {"weight": torch.tensor([[1.0]])}})
+    close(reply.uplink.params["weight"], 1.8)
+    close(reply.state["apfl.weight"], 2.925)
+    close(reply.state["apfl.alpha"], 0.35)
 
 
 # ---------------------------------------------------------------- pFedMe

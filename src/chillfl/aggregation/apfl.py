@@ -28,15 +28,15 @@ Choices
 * v_i starts, at the client's first participation, from the global model it
   was sent (paper: v_i^0 = w^0). v_bar's batch-norm buffers are v_i's (its
   training forward updates them).
-* The run's other objective terms ([objective] proximal_mu) would read w's
-  keys under the pair's names: refused.
+* The run's parameter terms (``[objective] proximal_mu``) apply to w, the
+  model the server averages (:class:`OnShared`), not to v.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Mapping, cast
 
 import torch
 from torch import nn
@@ -58,10 +58,9 @@ from chillfl.aggregation.base import (
     own_entries,
     with_prefix,
 )
-from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.training.local import BaseLoss, LocalSpec
-from chillfl.training.objective import StepView, temperature_cross_entropy
+from chillfl.training.objective import LossTerm, StepView, Term, is_batch_term, temperature_cross_entropy
 
 
 @dataclass(frozen=True)
@@ -123,13 +122,24 @@ class MixedLoss:
     def __init__(self, base_loss: BaseLoss = temperature_cross_entropy) -> None:
         self.base_loss = base_loss
 
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any], step: StepView) -> torch.Tensor:
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context, step: StepView) -> torch.Tensor:
         base = step.model.get_submodule("v")
         alpha = params["alpha"] if "alpha" in params else step.buffers["alpha"]  # fixed alpha: frozen, with the buffers
         weights = {n: alpha * params[f"v.{n}"] + (1 - alpha) * params[f"w.{n}"].detach() for n, _ in base.named_parameters()}
         buffers = {n: step.buffers[f"v.{n}"] for n, _ in base.named_buffers()}
         logits = functional_call(base, (weights, buffers), (step.x,))
         return self.base_loss(logits.float(), step.y, 1.0)
+
+
+class OnShared:
+    """A parameter term of the run's objective (``[objective] proximal_mu``) applied to w, the pair's shared model."""
+
+    def __init__(self, term: LossTerm) -> None:
+        self.term = term
+        self.reads = term.reads
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
+        return self.term({k[2:]: t for k, t in params.items() if k.startswith("w.")}, context)
 
 
 @dataclass(frozen=True)
@@ -145,10 +155,12 @@ class APFLClient:
 
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
         """0: the pair's step (w's loss + f(v_bar)); alpha frozen when not adaptive."""
-        if spec.terms:
-            raise ConfigError("algorithm.name", "APFL trains a pair of models; the run's other objective terms (e.g. objective.proximal_mu) cannot read it")
+        if any(is_batch_term(t) for t in spec.terms):
+            raise ValueError("APFL applies the run's parameter terms to w; a batch term would see the pair's forward")
         frozen = spec.frozen if self.adaptive else spec.frozen | {"alpha"}
-        return (replace(spec, model=Pair(self.model), terms=(MixedLoss(spec.base_loss),), frozen=frozen),)
+        terms: list[Term] = [OnShared(cast(LossTerm, t)) for t in spec.terms]
+        terms.append(MixedLoss(spec.base_loss))
+        return (replace(spec, model=Pair(self.model), terms=tuple(terms), frozen=frozen),)
 
     def train(self, local: Local) -> LocalProgram:
         own = own_entries(local.state, PREFIX)

@@ -347,6 +347,36 @@ def test_under_every_executor(name: str) -> None:
         assert [r["train_loss"] for r in seq] == [r["train_loss"] for r in fedavg]
 
 
+def test_ditto_local_accuracy_is_that_of_the_clients_personal_models() -> None:
+    """In a real run the record's local_acc is the mean over the round's clients of their v_k's accuracy on their own splits."""
+    from chillfl.engine.loop import run_rounds
+    from chillfl.experiment import build_experiment, build_protocol, make_executor
+    from chillfl.protocols.common import mean_or_none
+    from chillfl.protocols.parameters import ParameterSharing
+
+    cfg = config(**{"algorithm.name": "ditto", "algorithm.lam": 0.5, "model.name": "mlp", "federation.rounds": 2})
+    exp = build_experiment(cfg)
+    protocol = build_protocol(exp)
+    assert isinstance(protocol, ParameterSharing)
+    executor = make_executor(exp, protocol)
+    try:
+        records = list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=exp.data.num_clients, clients_per_round=3, rounds=2))
+    finally:
+        executor.close()
+    last = records[-1]
+    personal, shared = [], []
+    for cid in last["clients"]:
+        state = protocol.store.load(cid)
+        assert state is not None
+        v = {k[len("ditto.v."):]: t for k, t in state.items()}
+        data = protocol.evaluation.client_data(cid)
+        assert data.x_eval is not None and data.y_eval is not None
+        personal.append(evaluate(exp.model, v, data.x_eval, data.y_eval, cfg.eval.batch_size)[0])
+        shared.append(evaluate(exp.model, protocol.global_state(), data.x_eval, data.y_eval, cfg.eval.batch_size)[0])
+    assert last["local_acc"] == mean_or_none(personal)
+    assert mean_or_none(personal) != mean_or_none(shared)  # not the global model's accuracy on the same splits
+
+
 @pytest.mark.parametrize("name", ["ditto", "feddyn"])
 def test_resume_is_bitwise(name: str, tmp_path: Path) -> None:
     cfg = config(**{"algorithm.name": name, "model.name": "mlp", **E2E[name]})

@@ -24,6 +24,8 @@ Choices
   ``weighting = "samples"`` uses n_i / n. beta applies to every float entry;
   integer buffers take the clients' max.
 * w's buffers (batch-norm statistics) are theta's after each inner problem.
+* The inner steps use the run's local optimiser (the paper: plain gradient
+  steps); its state (momentum, Adam moments) starts afresh with each inner problem.
 * A straggler (``work`` < 1) runs fewer inner steps per batch, not fewer batches.
 """
 

@@ -63,7 +63,7 @@ def run_client(
 ) -> ClientReply[Any, Any]:
     """One client update through ParameterClient, its jobs trained one after another (the sequential executor's path)."""
     trainer = half if isinstance(half, Personalising) else None
-    client = ParameterClient(model, 64, half, trainer, spec, () if trainer is None else trainer.objectives(spec))
+    client = ParameterClient(model, 64, half, trainer=trainer, spec=spec, objectives=() if trainer is None else trainer.objectives(spec))
     xs = torch.ones(1, 1) if x is None else x
     data = ClientData(xs, torch.zeros(len(xs), dtype=torch.long), x_eval, y_eval)
     task = ClientTask(0, 0, ParamDownlink(start, lr, 1.0, context or {}, seed=0), data, state)

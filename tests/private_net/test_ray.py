@@ -181,6 +181,15 @@ def test_bitwise_equal_to_sequential_on_two_nodes_and_data_sent_once(cluster: st
     assert sum(s["clients"] for s in stats) == 4
 
 
+@pytest.mark.parametrize("algorithm", [{"name": "ditto"}, {"name": "fedrep", "head_epochs": 2}, {"name": "fedper"}, {"name": "apfl"},
+                                       {"name": "pfedme", "inner_steps": 2}, {"name": "feddyn"}], ids=lambda a: a["name"])
+def test_personalised_family_equals_sequential(cluster: str, algorithm: dict[str, Any]) -> None:
+    """Each personalised method's further trainings (jobs its client half asks for) and client state on Ray workers."""
+    expected, _ = _rounds(_config(executor="sequential", algorithm=algorithm))
+    records, _ = _rounds(_config(executor="ray", ray={"address": cluster}, algorithm=algorithm))
+    assert records == expected
+
+
 @dataclass
 class KillWorker:
     """Test client side: the update of client ``victim`` SIGKILLs its own worker process (only once unless ``always``)."""

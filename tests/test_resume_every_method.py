@@ -12,7 +12,10 @@ model three times through the real runner:
   leaves), ``stop`` = 1 or 2;
 * ``resume_experiment`` of that folder.
 
-Process-pool cases: see :data:`PROCESSES`.
+The process-pool cases share one pool of spawned workers (:func:`pool`): each run gets its own
+:class:`~chillfl.engine.processes.ProcessExecutor` on it, as a run builds one, but the workers (seconds
+each to start: they import torch) start once for the module. A worker keeps nothing of a run but its
+template, objective and client side, unpickled again for every executor.
 
 ``metrics.jsonl``, ``model.safetensors`` and ``client_models.safetensors``
 must be the reference's, byte for byte. ``tests/test_resume.py`` kills real
@@ -23,7 +26,7 @@ Figures are not drawn (they are not results, and matplotlib costs seconds).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import torch
@@ -32,7 +35,9 @@ from chillfl import runner
 from chillfl.aggregation.registry import algorithm_names
 from chillfl.config import load_config
 from chillfl.distillation.methods import METHODS as SOFT_LABEL_METHODS
+from chillfl.engine import parallel
 from chillfl.engine.checkpoint import read_state
+from chillfl.engine.processes import ProcessExecutor, WorkerPool
 from chillfl.protocols.knowledge import METHODS as PROTOTYPE_METHODS
 from chillfl.runner import CHECKPOINT, CLIENT_MODELS, MODEL, resume_experiment, run_experiment
 from chillfl.temperature import policy_names
@@ -86,18 +91,10 @@ def _overrides(method: str) -> dict[str, Any]:
     return {**base, **NEEDS.get(method, {})}
 
 
-PROCESSES = ("algorithm.fedavg", "algorithm.scaffold", "distillation.scarlet", "prototypes.fedproto")
-"""Under ``processes`` (spawned workers cost seconds each): one method per protocol, the clients' own state
-(SCAFFOLD's c_i, SCARLET's caches, FedProto's models) travelling to the workers; a job carries all a worker
-reads, so every other method's resume is its sequential one, which processes matches bit for bit
-(``tests/test_executors.py``, ``kd_helpers.check_every_executor``, ``test_distillation_protocol.py``)."""
+EXECUTORS = ("sequential", "vectorized", "processes")
+"""Every executor that runs in this process's tests; Ray's resume cases are in ``tests/private_net/test_ray.py``."""
 
-CASES = [
-    pytest.param(m, ex, 1 + i % 2, id=f"{m}-{ex}")
-    for i, m in enumerate(_methods())
-    for ex in ("sequential", "vectorized", "processes")
-    if ex != "processes" or m in PROCESSES
-]
+CASES = [pytest.param(m, ex, 1 + i % 2, id=f"{m}-{ex}") for i, m in enumerate(_methods()) for ex in EXECUTORS]
 
 
 class _Crash(Exception):
@@ -116,6 +113,13 @@ class _CrashIn:
         pass
 
 
+@pytest.fixture(scope="module")
+def pool() -> Iterator[WorkerPool]:
+    """Two spawned workers (as many as a tiny run's two clients a round get on two cores) for every process-pool case."""
+    with WorkerPool(workers=2) as shared:
+        yield shared
+
+
 @pytest.fixture(autouse=True)
 def _no_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner, "_plots", lambda *args: None)
@@ -124,11 +128,26 @@ def _no_figures(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_registered_method_has_a_case() -> None:
     ids = {p.values[0] for p in CASES}
     assert {f"algorithm.{n}" for n in algorithm_names()} | {f"distillation.{m}" for m in SOFT_LABEL_METHODS} | {f"prototypes.{m}" for m in PROTOTYPE_METHODS} <= ids
-    assert set(NEEDS) <= ids and set(PROCESSES) <= ids  # no stale entry
+    assert set(NEEDS) <= ids  # no stale entry
+    assert {tuple(p.values[:2]) for p in CASES} == {(m, ex) for m in ids for ex in EXECUTORS}
 
 
 @pytest.mark.parametrize(("method", "executor", "stop"), CASES)
-def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(method: str, executor: str, stop: int, tmp_path: Path) -> None:
+def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(
+    method: str, executor: str, stop: int, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rounds_on_workers: list[int] = []
+    if executor == "processes":  # every run builds its executor as usual, on the module's pool of workers
+        shared: WorkerPool = request.getfixturevalue("pool")
+        send = shared.round
+
+        def counted(items: Any, decode: Any) -> Any:
+            rounds_on_workers.append(len(items))
+            return send(items, decode)
+
+        monkeypatch.setattr(shared, "round", counted)
+        monkeypatch.setattr(parallel, "ProcessExecutor", lambda model, spec, *, workers, client: ProcessExecutor(model, spec, client=client, pool=shared))
+
     def config(name: str, every: int) -> Any:
         cfg = load_config(None, {**TINY, "name": name, "out_dir": str(tmp_path), "executor": executor, "checkpoint.every": every})
         return cfg.with_overrides(_overrides(method))
@@ -147,6 +166,8 @@ def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(method: str, execu
     for name in models:
         assert (resumed / name).read_bytes() == (reference / name).read_bytes(), name
     assert sorted(p.name for p in resumed.iterdir()) == sorted(p.name for p in reference.iterdir())
+    if executor == "processes":  # the 3 + (stop + 1) + (3 - stop) rounds trained on the workers
+        assert len(rounds_on_workers) >= 7 and all(rounds_on_workers), rounds_on_workers
 
 
 def test_a_checkpoint_gives_each_tensor_its_layout_back(tmp_path: Path) -> None:

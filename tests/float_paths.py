@@ -110,7 +110,7 @@ def lockstep(cfg: Any, rel: float = REL) -> list[dict[str, Any]]:
             reference = seq.map(copy.deepcopy(tasks))  # an executor may train a task's own state in place
             replies = vec.map(tasks)
             assert_close(reference, replies, f"round {rnd + 1}", rel)
-            records.append(protocol.server_update(rnd, tasks, replies))
+            records.append(protocol.server_update(rnd, tasks, replies).to_json())
     finally:
         vec.close()
         seq.close()

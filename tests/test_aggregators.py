@@ -20,6 +20,7 @@ from chillfl.aggregation.registry import algorithm_names, make_aggregator
 from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold
 from chillfl.aggregation.vrl_sgd import VRLSGD
 from chillfl.errors import ConfigError
+from method_round import Clients
 
 
 def t(*values: float) -> torch.Tensor:
@@ -112,26 +113,28 @@ def test_fednova_averages_buffers_and_uses_given_weights() -> None:
 
 def test_scaffold_control_variates_over_two_rounds() -> None:
     agg = Scaffold(num_clients=4)
+    clients = Clients(agg)  # c_i is each client's own state
     x = {"w": t(1.0)}
-    assert agg.downlink(0, 0, x).context["correction"]["w"].tolist() == [0.0]
+    assert clients.start(0, 0, x)[1]["correction"]["w"].tolist() == [0.0]
     # Round 0, clients 0 and 1, lr = 0.125:
     #   c_0+ = 0 - 0 + (1 - 0.5) / (2 * 0.125) = 2.0;   c_1+ = (1 - 1.25) / (4 * 0.125) = -0.5
     #   x <- 1 + 1.0 * mean(0.5 - 1, 1.25 - 1) = 1 - 0.125 = 0.875
     #   c <- 0 + (2/4) * mean(2.0, -0.5) = 0.375
-    x = agg.aggregate(x, [result(0, steps=2, lr=0.125, w=t(0.5)), result(1, steps=4, lr=0.125, w=t(1.25))], 0)
+    x = agg.aggregate(x, clients.results(0, x, [result(0, steps=2, lr=0.125, w=t(0.5)), result(1, steps=4, lr=0.125, w=t(1.25))]), 0)
     assert x["w"].item() == pytest.approx(0.875)
     assert agg.control["w"].item() == pytest.approx(0.375)
     # corrections c - c_i: client 0: 0.375 - 2 = -1.625, client 1: 0.375 + 0.5 = 0.875, new client 3: 0.375
-    assert agg.downlink(0, 1, x).context["correction"]["w"].item() == pytest.approx(-1.625)
-    assert agg.downlink(1, 1, x).context["correction"]["w"].item() == pytest.approx(0.875)
-    assert agg.downlink(3, 1, x).context["correction"]["w"].item() == pytest.approx(0.375)
+    assert clients.start(0, 1, x)[1]["correction"]["w"].item() == pytest.approx(-1.625)
+    assert clients.start(1, 1, x)[1]["correction"]["w"].item() == pytest.approx(0.875)
+    assert clients.start(3, 1, x)[1]["correction"]["w"].item() == pytest.approx(0.375)
     # Round 1, clients 0 and 2 from x = 0.875:
     #   c_0+ = 2 - 0.375 + (0.875 - 0.625) / (2 * 0.125) = 2.625;  c_2+ = 0 - 0.375 + 0 = -0.375
     #   c <- 0.375 + (1/4) * ((2.625 - 2) + (-0.375 - 0)) = 0.4375 = mean(2.625, -0.5, -0.375, 0)
-    agg.aggregate(x, [result(0, steps=2, lr=0.125, w=t(0.625)), result(2, steps=1, lr=0.125, w=t(0.875))], 1)
+    agg.aggregate(x, clients.results(1, x, [result(0, steps=2, lr=0.125, w=t(0.625)), result(2, steps=1, lr=0.125, w=t(0.875))]), 1)
     assert agg.control["w"].item() == pytest.approx(0.4375)
-    assert agg.client_controls[0]["w"].item() == pytest.approx(2.625)
-    assert agg.client_controls[2]["w"].item() == pytest.approx(-0.375)
+    assert clients.states[0]["scaffold.c.w"].item() == pytest.approx(2.625)
+    assert clients.states[2]["scaffold.c.w"].item() == pytest.approx(-0.375)
+    assert agg.state_dict() == {"control": agg.control}  # the server holds c only
 
 
 def test_linear_correction_term_adds_correction_to_gradient() -> None:
@@ -191,15 +194,17 @@ def test_batchnorm_keys_lists_bn_parameters_and_buffers() -> None:
 
 def test_fedbn_keeps_bn_per_client() -> None:
     agg = FedBN(["bn.weight"])
+    clients = Clients(agg)  # each client's BN entries are its own state
     g = {"fc.weight": t(0.0), "bn.weight": t(1.0)}
     res = [result(0, 1, **{"fc.weight": t(2.0), "bn.weight": t(10.0)}), result(1, 3, **{"fc.weight": t(6.0), "bn.weight": t(20.0)})]
-    out = agg.aggregate(g, res, 0)
+    out = agg.aggregate(g, clients.results(0, g, res), 0)
     # non-BN: 0.25 * 2 + 0.75 * 6 = 5.0; global BN (average): 0.25 * 10 + 0.75 * 20 = 17.5
     assert out["fc.weight"].item() == 5.0
     assert out["bn.weight"].item() == 17.5
-    assert agg.downlink(0, 1, out).params == {"bn.weight": t(10.0)}
-    assert agg.downlink(1, 1, out).params == {"bn.weight": t(20.0)}
-    assert agg.downlink(2, 1, out).params is None  # never trained: starts from the global model
+    assert clients.start(0, 1, out)[0] == {"fc.weight": t(5.0), "bn.weight": t(10.0)}
+    assert clients.start(1, 1, out)[0] == {"fc.weight": t(5.0), "bn.weight": t(20.0)}
+    assert clients.start(2, 1, out)[0] == out  # never trained: starts from the global model
+    assert agg.state_dict() == {}
 
     keep = FedBN(["bn.weight"], FedBNOptions(global_bn="keep"))
     assert keep.aggregate(g, res, 0)["bn.weight"].item() == 1.0

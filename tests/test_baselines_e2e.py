@@ -29,6 +29,7 @@ from chillfl.runner import rounds_for
 from chillfl.experiment import build_data, build_experiment
 from chillfl.errors import ConfigError
 from chillfl.training.local import LocalSpec, model_state, train_client
+from method_round import Clients
 
 BASE: dict[str, Any] = {
     "seed": 1,
@@ -126,19 +127,34 @@ def test_every_algorithm_with_every_temperature_policy(algorithm: str, policy: s
 
 
 def test_fedbn_keeps_each_clients_bn_layers(data: FederatedData) -> None:
+    from chillfl.engine.loop import run_rounds
+    from chillfl.experiment import build_protocol, make_executor
+
     cfg = tiny_config({"name": "fedbn"}, POLICIES["fixed-0.05"], batch_norm=True)
-    exp, records, _ = run_and_spy(cfg, data)
+    exp = build_experiment(cfg, data=data)
     agg = exp.aggregator
     assert isinstance(agg, FedBN) and agg.bn_keys
-    trained = {c for r in records for c in r["clients"]}
-    assert set(agg.local_bn) == trained
-    # each client's stored BN statistics are its own: two clients never hold identical running means
-    means = [agg.local_bn[c][k] for c in sorted(trained) for k in agg.bn_keys if k.endswith("running_mean")][:2]
-    assert not torch.equal(means[0], means[1])
-    # a returning client starts from its own BN entries, not the global ones
-    cid = sorted(trained)[0]
-    down = agg.downlink(cid, 2, {})
-    assert down.params is not None and all(torch.equal(down.params[k], agg.local_bn[cid][k]) for k in agg.bn_keys)
+    protocol = build_protocol(exp)
+    executor = make_executor(exp, protocol)
+    try:
+        records = list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=data.num_clients, clients_per_round=cfg.federation.sample_size(), rounds=cfg.federation.rounds))
+        trained = {c for r in records for c in r["clients"]}
+        store = protocol.store  # type: ignore[attr-defined]
+        assert set(store.ids()) == trained and agg.state_dict() == {}  # the clients' own, not the aggregator's
+        own = {c: {k.removeprefix("fedbn."): v for k, v in store.load(c).items()} for c in trained}
+        assert all(set(own[c]) == set(agg.bn_keys) for c in trained)
+        # each client's stored BN statistics are its own: two clients never hold identical running means
+        means = [own[c][k] for c in sorted(trained) for k in agg.bn_keys if k.endswith("running_mean")][:2]
+        assert not torch.equal(means[0], means[1])
+        # a returning client starts from its own BN entries, not the global ones
+        cid = sorted(trained)[0]
+        task = protocol.configure(cfg.federation.rounds, [cid])[0]
+        start, _ = protocol.client.half.prepare(task.state, task.downlink.start, task.downlink.context)  # type: ignore[attr-defined]
+        assert all(torch.equal(start[k], own[cid][k]) for k in agg.bn_keys)
+        assert not all(torch.equal(task.downlink.start[k], own[cid][k]) for k in agg.bn_keys)
+    finally:
+        executor.close()
+        protocol.close()
 
 
 @pytest.mark.parametrize("name", ["fednova", "scaffold", "vrl_sgd"])
@@ -172,12 +188,13 @@ def test_scaffold_option_ii_with_momentum_recovers_a_constant_gradient() -> None
     x, y = torch.tensor([[1.0, 2.0]]), torch.tensor([0])
     spec = LocalSpec(epochs=3, batch_size=1, momentum=0.5, base_loss=lambda logits, targets, t: logits.sum(), terms=(LinearCorrectionTerm(),))
     agg = Scaffold(num_clients=1, options=ScaffoldOptions(momentum=0.5))
-    context = agg.downlink(0, 0, start).context
+    clients = Clients(agg, model)
+    _, context = clients.start(0, 0, start)
     out = train_client(model, start, x, y, spec=spec, lr=0.1, temperature=1.0, context=context, generator=torch.Generator().manual_seed(0))
-    agg.aggregate(start, [ClientResult(0, out.params, 1, out.num_steps, 0.1, 1.0, out.mean_loss)], 0)
+    agg.aggregate(start, clients.results(0, start, [ClientResult(0, out.params, 1, out.num_steps, 0.1, 1.0, out.mean_loss)]), 0)
     assert out.num_steps == 3
-    torch.testing.assert_close(agg.client_controls[0]["weight"], torch.tensor([[1.0, 2.0]]))
-    torch.testing.assert_close(agg.client_controls[0]["bias"], torch.tensor([1.0]))
+    torch.testing.assert_close(clients.states[0]["scaffold.c.weight"], torch.tensor([[1.0, 2.0]]))
+    torch.testing.assert_close(clients.states[0]["scaffold.c.bias"], torch.tensor([1.0]))
 
 
 def test_vrl_sgd_with_momentum_by_hand() -> None:

@@ -97,6 +97,21 @@ def test_accumulator_matches_offline_in_batches() -> None:
     assert math.isnan(CalibrationAccumulator().result()["ece"])
 
 
+def test_accumulator_bins_by_hand() -> None:
+    # PROBS in 4 equal-width bins (see test_ece_two_bins_by_hand): (0.5, 0.75] holds samples 1 and 3 (both right,
+    # conf 0.65), (0.75, 1] samples 0 and 2 (one right, conf 0.85); the two lower bins are empty (reported as 0).
+    acc = CalibrationAccumulator(4)
+    acc(PROBS[:3].log(), LABELS[:3])  # log p: softmax gives p back
+    acc(PROBS[3:].log(), LABELS[3:])
+    rel = acc.reliability()
+    assert rel.edges == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert rel.count == [0, 0, 2, 2]
+    assert rel.accuracy == pytest.approx([0.0, 0.0, 1.0, 0.5], abs=1e-12)
+    assert rel.confidence == pytest.approx([0.0, 0.0, 0.65, 0.85], abs=1e-12)
+    assert rel.ece() == pytest.approx(acc.result()["ece"], abs=1e-12) and rel.ece() == pytest.approx(0.35, abs=1e-12)
+    assert CalibrationAccumulator(3).reliability().count == [0, 0, 0]
+
+
 def test_perfectly_confident_and_right_is_calibrated() -> None:
     logits = torch.tensor([[50.0, 0.0], [0.0, 50.0]])
     labels = torch.tensor([0, 1])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from chillfl.aggregation.base import ClientResult
+from chillfl.aggregation.base import ClientResult, Trained
 from chillfl.aggregation.fedgen import FedGen, FedGenOptions, LabelCounts, label_weights
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
@@ -104,10 +104,10 @@ def test_generator_state_resumes_bitwise() -> None:
 
 
 def test_label_counts_report() -> None:
-    class Job:
-        y = torch.tensor([2, 0, 2])
-
-    assert LabelCounts(4)(torch.nn.Identity(), Job(), None)["label_counts"].tolist() == [1, 0, 2, 0]
+    y = torch.tensor([2, 0, 2])
+    trained = Trained(0, torch.zeros(3, 1), y, {}, {}, {}, 0.1, 1.0, {}, 1)
+    state, report = LabelCounts(4).finish(torch.nn.Identity(), {}, trained)
+    assert state == {} and report["label_counts"].tolist() == [1, 0, 2, 0]  # type: ignore[union-attr]
 
 
 def test_generator_shapes() -> None:
@@ -139,12 +139,6 @@ def test_bad_options_name_the_field(bad: dict) -> None:
     assert info.value.field.startswith("algorithm.")
 
 
-def test_pa3fed_over_fedgen_is_refused() -> None:
-    with pytest.raises(ConfigError) as info:
-        build_experiment(config(**{"algorithm.name": "pa3fed", "algorithm.base": "fedgen", "model.name": "mlp"}))
-    assert info.value.field == "algorithm.base"
-
-
 @pytest.mark.parametrize("prior,expected", [("qualified", [0.5, 0.5, 0.0]), ("counts", [6 / 9, 3 / 9, 0.0])])
 def test_label_prior(prior: str, expected: list[float]) -> None:
     # counts: label 0 -> 4 + 2 = 6, label 1 -> 1 + 2 = 3 (B holds 2: qualified), label 2 -> 1 (nobody holds > 1: not qualified)
@@ -156,3 +150,13 @@ def test_label_prior(prior: str, expected: list[float]) -> None:
     gen.aggregate({"fc.weight": torch.zeros(3, 2), "fc.bias": torch.zeros(3)}, results, 0)
     torch.testing.assert_close(gen.prior, torch.tensor(expected, dtype=torch.float64))
     assert set(gen.downlink(0, 1, {"fc.weight": torch.zeros(3, 2)}).context["fedgen_y"].tolist()) <= {0, 1}
+
+
+def test_pa3fed_over_fedgen_gets_both_client_reports() -> None:
+    """PA3Fed's client half runs after FedGen's (label counts), so the pair is a valid composition (it was refused
+    while PA3Fed's report replaced its base's)."""
+    opts = {"generator_steps": 3, "hidden": 16, "noise_dim": 4}
+    cfg = config(**{"algorithm": {"name": "pa3fed", "base": "fedgen", "mode": "always", "base_options": opts}, "federation.rounds": 2, "model.name": "mlp"})
+    last = records(cfg)[-1]
+    assert "agg_generator_loss" in last and math.isfinite(last["agg_generator_loss"])  # FedGen trained on the counts
+    assert set(last["agg_alphas"]) == set(last["clients"])  # PA3Fed got every client's alpha

@@ -1,6 +1,6 @@
 """Per-client state on Flower's nodes, checked against chillfl's server-held state without starting Flower.
 
-Each node-side step (chillfl.flower.temperature, chillfl.flower.aggregators) runs on a plain
+FedChill's node-side step (chillfl.flower.temperature) runs on a plain
 ``flwr.app.RecordDict`` (what a SuperNode's ``Context.state`` is) next to the server-held
 reference object of chillfl's runtime, over several rounds with partial participation; every
 value the client trains with and every aggregate must be bit-identical, and the server stand-ins
@@ -21,14 +21,9 @@ pytest.importorskip("flwr")
 
 from flwr.app import RecordDict  # noqa: E402
 
-from chillfl.aggregation.base import ClientResult, FedAvg  # noqa: E402
-from chillfl.aggregation.fedbn import FedBN  # noqa: E402
-from chillfl.aggregation.moon import Moon, MoonOptions  # noqa: E402
-from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions  # noqa: E402
 from chillfl.config import config_from_dict  # noqa: E402
 from chillfl.engine.protocol import ClientData, ClientReply, ClientTask  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
-from chillfl.flower import aggregators as agg  # noqa: E402
 from chillfl.flower.apps import build_server, check_supported  # noqa: E402
 from chillfl.flower.temperature import NodeHeldTemperature, NodeTemperature, load_state  # noqa: E402
 from chillfl.protocols.parameters import ParamDownlink, ParamUplink  # noqa: E402
@@ -157,95 +152,43 @@ def _trained(start: dict[str, torch.Tensor], g: torch.Generator) -> dict[str, to
     return {k: v + torch.randn(v.shape, generator=g, dtype=v.dtype) for k, v in start.items()}
 
 
-def test_fedbn_entries_held_by_nodes_equal_the_server_held_ones() -> None:
-    g = torch.Generator().manual_seed(5)
-    x = {"conv.weight": torch.randn(3, 2, generator=g), "bn.weight": torch.randn(3, generator=g), "bn.running_mean": torch.randn(3, generator=g)}
-    bn = ["bn.weight", "bn.running_mean"]
-    reference, held = FedBN(bn), agg.server_side(FedBN(bn))
-    assert isinstance(held, agg.NodeHeldFedBN)
-    (step,) = agg.node_side(FedBN(bn))
-    nodes = {0: RecordDict(), 1: RecordDict()}
-    x_held = dict(x)
-    for rnd, sampled in enumerate(SAMPLED[:4]):
-        ref_results, results = [], []
-        for cid in sampled:
-            down = reference.downlink(cid, rnd, x)
-            expected = x if down.params is None else {**x, **down.params}
-            assert held.downlink(cid, rnd, x_held).params is None  # the server sends the global model only
-            task = step.prepare_task(ClientTask(cid, rnd, ParamDownlink(x_held, 0.1, 1.0), None), nodes[cid % 2], None)  # type: ignore[arg-type]
-            assert list(task.downlink.start) == list(expected) and all(torch.equal(task.downlink.start[k], expected[k]) for k in x)
-            y = _trained(expected, g)
-            step.finish_task(task, ClientReply(cid, ParamUplink(y, 10, 3, 0.5)), nodes[cid % 2], None)  # type: ignore[arg-type]
-            ref_results.append(ClientResult(cid, y, 10 + cid, 3, 0.1, 1.0, 0.5))
-            results.append(ClientResult(cid, y, 10 + cid, 3, 0.1, 1.0, 0.5))
-        x, x_held = reference.aggregate(x, ref_results, rnd), held.aggregate(x_held, results, rnd)
-        assert all(torch.equal(x[k], x_held[k]) for k in x)
-    assert len(held.local_bn) == 0 and len(reference.local_bn) == 4  # the nodes hold them
+def test_a_parameter_sharing_clients_state_round_trips_exactly_on_a_node() -> None:
+    """SCAFFOLD's c_i, FedBN's BN entries, MOON's model, PA3Fed's score: one table, stored and read back bit for bit, in order."""
+    from chillfl.flower.state import held_clients, load_client_state, save_client_state
+
+    records = RecordDict()
+    table = {
+        "scaffold.c.w": torch.randn(3, 2, dtype=torch.float32).t(),  # a transposed layout comes back as values
+        "fedbn.bn.num_batches_tracked": torch.tensor(7),
+        "pa3fed.score": torch.tensor(1 / 3, dtype=torch.float64),
+        "moon.prev.w": torch.tensor([float("inf"), -0.0, 1e-40]),
+    }
+    save_client_state(records, 5, table)
+    got = load_client_state(records, 5)
+    assert isinstance(got, dict) and list(got) == list(table) and held_clients(records) == [5]
+    for k, v in table.items():
+        assert got[k].dtype == v.dtype and got[k].shape == v.shape
+        assert got[k].contiguous().numpy().tobytes() == v.contiguous().numpy().tobytes()  # -0.0 and inf included
 
 
-def test_moon_previous_models_held_by_nodes_equal_the_server_held_ones() -> None:
-    g = torch.Generator().manual_seed(6)
-    x = {"w": torch.randn(3, 2, generator=g), "b": torch.randn(2, generator=g)}
-    reference, held = Moon(MoonOptions(mu=2.5)), agg.server_side(Moon(MoonOptions(mu=2.5)))
-    (step,) = agg.node_side(Moon(MoonOptions(mu=2.5)))
-    nodes = {0: RecordDict(), 1: RecordDict()}
-    for rnd, sampled in enumerate(SAMPLED[:4]):
-        results = []
-        for cid in sampled:
-            want = reference.downlink(cid, rnd, x).context
-            sent = held.downlink(cid, rnd, x).context
-            assert "moon_prev" not in sent  # the server has no previous model to send
-            got = step.prepare_task(ClientTask(cid, rnd, ParamDownlink(x, 0.1, 1.0, sent), None), nodes[cid % 2], None).downlink.context  # type: ignore[arg-type]
-            assert got["moon_weight"] == want["moon_weight"] and got["moon_tau"] == want["moon_tau"]
-            assert all(torch.equal(got["moon_prev"][k], want["moon_prev"][k]) for k in x)
-            y = _trained(x, g)
-            step.finish_task(ClientTask(cid, rnd, None, None), ClientReply(cid, ParamUplink(y, 10, 3, 0.5)), nodes[cid % 2], None)  # type: ignore[arg-type]
-            results.append(ClientResult(cid, y, 10, 3, 0.1, 1.0, 0.5))
-        x_ref, x_held = reference.aggregate(x, results, rnd), held.aggregate(x, results, rnd)
-        assert all(torch.equal(x_ref[k], x_held[k]) for k in x)
-        x = x_ref
-    assert len(held.previous) == 0 and len(reference.previous) == 4
-    assert reference.downlink(0, 9, x).context["moon_weight"] == 2.5  # and a client seen before trains with mu
+@pytest.mark.parametrize("algorithm", [{"name": "scaffold"}, {"name": "fedbn"}, {"name": "moon"}, {"name": "pa3fed", "base": "scaffold"}])
+def test_the_flower_server_keeps_no_client_state(algorithm: dict[str, Any], tmp_path: Path) -> None:
+    """The server's protocol is chillfl's own with its client store swapped for a record of where states are."""
+    from chillfl.flower.apps import NodeStore, OnNode
+    from chillfl.protocols.parameters import ParameterSharing
 
-
-def test_pa3fed_scores_held_by_nodes_give_the_server_held_alphas() -> None:
-    g = torch.Generator().manual_seed(7)
-    options = PA3FedOptions(mode="always", beta=0.7)
-    reference, held = PA3Fed(FedAvg(), options), agg.server_side(PA3Fed(FedAvg(), options))
-    (step,) = agg.node_side(PA3Fed(FedAvg(), options))
-    nodes = {0: RecordDict(), 1: RecordDict()}
-    x = {"w": torch.randn(4, generator=g)}
-    for rnd, sampled in enumerate(SAMPLED[:4]):
-        ref_results, results = [], []
-        for cid in sampled:
-            y = _trained(x, g)
-            report = {"score": float(torch.rand(1, generator=g)), "grad_norm": 1.0 + rnd}
-            reply = step.finish_task(ClientTask(cid, rnd, None, None), ClientReply(cid, ParamUplink(y, 10 + cid, 3, 0.5, report)), nodes[cid % 2], None)  # type: ignore[arg-type]
-            ref_results.append(ClientResult(cid, y, 10 + cid, 3, 0.1, 1.0, 0.5, report))
-            results.append(ClientResult(cid, y, 10 + cid, 3, 0.1, 1.0, 0.5, reply.uplink.report))
-        x_ref, x_held = reference.aggregate(x, ref_results, rnd), held.aggregate(x, results, rnd)
-        assert torch.equal(x_ref["w"], x_held["w"])
-        assert reference.round_metrics()["alphas"] == held.round_metrics()["alphas"]
-        x = x_ref
-    assert any(a != 1.0 for a in reference.round_metrics()["alphas"].values())  # returning clients: Eq. 10 really used
-    assert held.last_score == {} and len(reference.last_score) == 4
-
-
-def test_pa3fed_bases_keep_their_state_on_the_nodes_too() -> None:
-    """PA3Fed wraps a base: the base's client state moves as well (build_server once checked only a plain SCAFFOLD)."""
-    from chillfl.aggregation.scaffold import Scaffold, ScaffoldOptions
-    from chillfl.flower.scaffold import NodeHeldScaffold
-
-    for base, held_type, node_types in [
-        (Scaffold(4, ScaffoldOptions(momentum=0.0)), NodeHeldScaffold, [agg.NodePA3Fed]),  # c_i: chillfl.flower.scaffold's steps
-        (FedBN(["bn.weight"]), agg.NodeHeldFedBN, [agg.NodeFedBN, agg.NodePA3Fed]),
-        (Moon(), agg.NodeHeldMoon, [agg.NodeMoon, agg.NodePA3Fed]),
-        (FedAvg(), FedAvg, [agg.NodePA3Fed]),
-    ]:
-        held = agg.server_side(PA3Fed(base))
-        assert isinstance(held, agg.NodeHeldPA3Fed) and type(held.base) is held_type
-        assert [type(s) for s in agg.node_side(PA3Fed(base))] == node_types
-        assert (agg.control_receiver(held) is not None) == (held_type is NodeHeldScaffold)
+    _, protocol = build_server(_cfg(tmp_path, algorithm=algorithm))
+    try:
+        assert isinstance(protocol, ParameterSharing) and isinstance(protocol.store, NodeStore)
+        assert protocol.client.half is not None  # the method's client half ships to the nodes, unchanged
+        tasks = protocol.configure(0, [0, 1])
+        assert all(t.state is None for t in tasks)  # nothing to send: the nodes hold it
+        protocol.store.save(0, OnNode(3))
+        with pytest.raises(TypeError, match="must stay on its node"):
+            protocol.store.save(1, {"scaffold.c.w": torch.zeros(1)})
+        assert protocol.store.state_dict() == {} and protocol.store.ids() == []
+    finally:
+        protocol.close()
 
 
 def test_reply_temperature_travels_exactly() -> None:

@@ -191,3 +191,60 @@ def test_long_unbreakable_names_do_not_widen_the_page(tmp_path: Path) -> None:
     dom = _chromium(browser, "--virtual-time-budget=10000", f"--window-size={WIDTH},{HEIGHT}", "--dump-dom", out.resolve().as_uri(), home=tmp_path).stdout
     check = re.search(r'data-overflow="(\d+)"', dom)
     assert check is not None and check.group(1) == "0", dom[-1500:]
+
+
+def test_a_run_on_custom_data_keeps_its_reliability_diagram(tmp_path: Path) -> None:
+    """A report cannot rebuild the user's own module and data from config.toml; the run keeps the diagram's bins instead."""
+    import json
+
+    import torch
+
+    import chillfl
+    from digits_net import Net
+
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(160, 64, generator=gen), torch.randint(0, 10, (160,), generator=gen)
+    data = chillfl.TensorData(x[:120], y[:120], x[120:], y[120:], num_classes=10)
+    torch.manual_seed(0)
+    result = chillfl.run(model=Net(), data=data, config={"federation": {"num_clients": 3, "rounds": 2}, "eval": {"ece_bins": 5}},
+                         out_dir=str(tmp_path), progress=False)
+    page = render([result.folder], partitions=False)
+    assert page.count('alt="reliability') == 1
+    saved = json.loads((result.folder / "summary.json").read_text())["calibration"]
+    assert sum(saved["reliability"]["count"]) == 40 and len(saved["reliability"]["edges"]) == 6
+    last = result.records[-1]  # the last round evaluated this same final model in the same pass: bitwise the same numbers
+    assert (saved["ece"], saved["nll"], saved["brier"], saved["accuracy"]) == (last["global_ece"], last["global_nll"], last["global_brier"], last["global_acc"])
+
+
+def test_heat_map_titles_fit_in_the_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long run name (compare's folder names) in a heat map's title is wrapped, not cut off at the image's edges."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from chillfl.data.show import plot_class_heatmap
+
+    boxes: list[tuple[float, float, float, float, float, float]] = []
+    save = Figure.savefig
+
+    def spy(self: Figure, *args: object, **kwargs: object) -> object:
+        renderer = self.canvas.get_renderer()  # type: ignore[attr-defined]
+        for text in [ax.title for ax in self.axes if ax.get_title()] + ([self._suptitle] if self._suptitle else []):
+            box = text.get_window_extent(renderer)
+            boxes.append((box.x0, box.x1, box.y0, box.y1, self.bbox.x1, self.bbox.y1))
+        return save(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    name = "T0.05_client.lr0.2_algorithm.namefedavg_" * 2
+    for clients in (2, 4, 30):
+        plot_class_heatmap(np.ones((clients, 10), dtype=np.int64), tmp_path / "h.png", title=f"{name}: class counts per client (seed 0)")
+    assert len(boxes) == 3
+    assert all(0 <= x0 and x1 <= width and 0 <= y0 and y1 <= height for x0, x1, y0, y1, width, height in boxes), boxes
+
+
+def test_groups_on_the_same_partition_share_one_heat_map(tmp_path: Path) -> None:
+    config = tmp_path / "exp.toml"
+    config.write_text(f'name = "a"\nout_dir = "{tmp_path / "out"}"\n')
+    for extra in (["temperature.value=0.5", "temperature.policy=fixed"], ["name=b"], ["name=c", "client.lr=0.05", "--seed", "1"]):
+        assert main(["run", str(config), "-q", *TINY, *extra]) == 0
+    page = render([tmp_path / "out"], models=False)
+    assert page.count('class="fig"><p class="muted">') == page.count('alt="partition') == 2  # a and b: one partition (seed 0); c: another (seed 1)

@@ -19,6 +19,7 @@ from chillfl.models.parts import forward_with_features
 from chillfl.protocols.parameters import ParamDownlink
 from chillfl.training.local import LocalSpec, model_state, train_client
 from chillfl.training.moon import MoonTerm, moon_loss
+from method_round import Clients
 from methods_e2e import assert_executors_agree, config, records, resumed_records
 
 
@@ -84,29 +85,31 @@ def _result(cid: int, params: dict) -> ClientResult:
     return ClientResult(cid, params, 10, 1, 0.1, 1.0, 0.5)
 
 
-def test_server_keeps_each_clients_previous_model_and_sends_it_back() -> None:
+def test_each_client_keeps_its_previous_model_and_trains_against_it() -> None:
     moon = Moon(MoonOptions(mu=5.0, tau=0.5))
+    clients = Clients(moon)  # the previous models are the clients' own states
     glob = {"w": torch.zeros(2)}
-    first = moon.downlink(0, 0, glob).context
+    _, first = clients.start(0, 0, glob)
     assert first["moon_weight"] == 0.0 and first["moon_prev"] is glob  # never trained: no negative pair, no term
     trained = {"w": torch.tensor([1.0, 2.0])}
-    new = moon.aggregate(glob, [_result(0, trained), _result(1, {"w": torch.tensor([3.0, 4.0])})], 0)
+    new = moon.aggregate(glob, clients.results(0, glob, [_result(0, trained), _result(1, {"w": torch.tensor([3.0, 4.0])})]), 0)
     torch.testing.assert_close(new["w"], torch.tensor([2.0, 3.0]))  # FedAvg, equal sample counts
-    ctx = moon.downlink(0, 1, new).context
+    _, ctx = clients.start(0, 1, new)
     assert ctx["moon_weight"] == 5.0 and ctx["moon_tau"] == 0.5
     assert torch.equal(ctx["moon_prev"]["w"], trained["w"]) and ctx["moon_global"] is new
-    restored = Moon(MoonOptions(mu=5.0))
-    restored.load_state_dict(moon.state_dict())
-    assert torch.equal(restored.downlink(1, 1, new).context["moon_prev"]["w"], torch.tensor([3.0, 4.0]))
+    assert torch.equal(clients.start(1, 1, new)[1]["moon_prev"]["w"], torch.tensor([3.0, 4.0]))
+    assert moon.state_dict() == {}  # the server keeps no model of any client
     with pytest.raises(ValueError):
-        restored.load_state_dict({"control": {}})
+        moon.load_state_dict({"control": {}})
 
 
 def test_previous_model_is_not_counted_as_sent() -> None:
     glob = {"w": torch.zeros(100)}
-    down = Moon().downlink(0, 0, glob)
-    assert ParamDownlink(glob, 0.1, 1.0, down.context, local=down.local).nbytes()["control"] < 100  # two scalars, not two models
-    assert ParamDownlink(glob, 0.1, 1.0, down.context).nbytes()["control"] >= 800  # undeclared, the two models would count
+    moon = Moon()
+    down = moon.downlink(0, 0, glob)
+    _, context = Clients(moon).start(0, 0, glob)  # what the client trains with: moon_prev too
+    assert ParamDownlink(glob, 0.1, 1.0, context, local=down.local).nbytes()["control"] < 100  # two scalars, not two models
+    assert ParamDownlink(glob, 0.1, 1.0, context).nbytes()["control"] >= 800  # undeclared, the two models would count
 
 
 def test_moon_under_every_executor() -> None:

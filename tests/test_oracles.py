@@ -35,6 +35,7 @@ from chillfl.engine.vectorized import VectorizedExecutor
 from chillfl.experiment import build_data
 from chillfl.runner import run_experiment
 from chillfl.training.local import LocalSpec, batch_order, evaluate, model_state, train_client
+from method_round import Clients
 
 State = dict[str, torch.Tensor]
 
@@ -273,16 +274,17 @@ def quadratic_rounds(aggregator: Any, spec: LocalSpec) -> tuple[list[float], lis
     data = [(torch.full((2 * LOCAL_STEPS, 1), math.sqrt(a)), torch.full((2 * LOCAL_STEPS,), math.sqrt(a) * b)) for a, b in zip(CURVATURES, TARGETS)]
     state = {"weight": torch.zeros(1, 1)}
     servers, clients = [], []
+    halves = Clients(aggregator, model)  # the clients' own states (SCAFFOLD's c_i)
     for rnd in range(ROUNDS):
         results = []
         for cid, (x, y) in enumerate(data):
-            context = aggregator.downlink(cid, rnd, state).context
-            out = train_client(model, state, x, y, spec=spec, lr=LOCAL_LR, temperature=1.0, context=context, generator=torch.Generator().manual_seed(rnd))
+            start, context = halves.start(cid, rnd, state)
+            out = train_client(model, start, x, y, spec=spec, lr=LOCAL_LR, temperature=1.0, context=context, generator=torch.Generator().manual_seed(rnd))
             assert out.num_steps == LOCAL_STEPS
             results.append(ClientResult(cid, out.params, len(y), out.num_steps, LOCAL_LR, 1.0, out.mean_loss))
         servers.append(state["weight"].item())
         clients.append([r.params["weight"].item() for r in results])
-        state = aggregator.aggregate(state, results, rnd)
+        state = aggregator.aggregate(state, halves.results(rnd, state, results), rnd)
     servers.append(state["weight"].item())
     return servers, clients
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Mapping, Sequence
 
@@ -10,17 +11,41 @@ import torch
 
 from chillfl.aggregation.base import ClientResult, Downlink, FedAvg, Params
 from chillfl.aggregation.fednova import FedNova
-from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions, client_score, gradient_norm, stability_coefficient, weight_shift
+from chillfl.aggregation.pa3fed import PA3Fed, PA3FedClient, PA3FedOptions, client_score, gradient_norm, stability_coefficient, weight_shift
 from chillfl.metrics.fgn import detect_clp, federated_gradient_norm, is_clp
 
 
 def result(cid: int, n: int, w: float, score: float | None = None, grad_norm: float | None = None, lr: float = 0.1, steps: int = 1) -> ClientResult:
-    extras: dict[str, Any] = {}
+    report: dict[str, Any] = {}
     if score is not None:
-        extras["score"] = score
+        report["score"] = score
     if grad_norm is not None:
-        extras["grad_norm"] = grad_norm
-    return ClientResult(cid, {"w": torch.tensor([w])}, n, steps, lr, 1.0, 0.0, extras)
+        report["grad_norm"] = grad_norm
+    return ClientResult(cid, {"w": torch.tensor([w])}, n, steps, lr, 1.0, 0.0, report)
+
+
+class Scored:
+    """A PA3Fed server with its clients' side of Eq. 10: each client keeps its last score and reports alpha (PA3FedClient.remember)."""
+
+    def __init__(self, agg: PA3Fed) -> None:
+        self.agg, self.half, self.states = agg, PA3FedClient(agg.options), {}
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        out = []
+        for r in results:
+            if "score" in r.report:
+                self.states[r.client_id], alpha = self.half.remember(self.states.get(r.client_id, {}), float(r.report["score"]))  # type: ignore[arg-type]
+                r = dataclasses.replace(r, report={**r.report, "alpha": alpha})
+            out.append(r)
+        return self.agg.aggregate(global_params, out, round)
+
+
+_SCORED: dict[int, Scored] = {}
+
+
+def scored(agg: PA3Fed) -> Scored:
+    """The one :class:`Scored` of ``agg`` (its clients' states live as long as the test's aggregator)."""
+    return _SCORED.setdefault(id(agg), Scored(agg))
 
 
 # ---------------------------------------------------------------- Eq. 10
@@ -39,20 +64,20 @@ def test_stability_coefficient_both_readings() -> None:
 
 def test_alphas_follow_each_clients_own_history() -> None:
     agg = PA3Fed(FedAvg(), PA3FedOptions(mode="never"))
-    agg.aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=2.0)], 0)
+    scored(agg).aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=2.0)], 0)
     assert agg.round_metrics()["alphas"] == {1: 1.0}
     # round 1: client 1 was last seen with 2.0 -> |2.0 - 1.5| = 0.5 -> exp(-0.15); client 2 is new -> 1
-    agg.aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=1.5), result(2, 1, 0.0, score=9.0)], 1)
+    scored(agg).aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=1.5), result(2, 1, 0.0, score=9.0)], 1)
     assert agg.round_metrics()["alphas"] == pytest.approx({1: math.exp(-0.15), 2: 1.0})
     # round 3 (client 1 skipped round 2, sigma = 2): 1.5 -> 2.5, signed reading irrelevant here
-    agg.aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=2.5)], 3)
+    scored(agg).aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=2.5)], 3)
     assert agg.round_metrics()["alphas"] == pytest.approx({1: math.exp(-0.3)})
 
 
 def test_signed_alphas_reward_a_rising_score() -> None:
     agg = PA3Fed(FedAvg(), PA3FedOptions(mode="never", signed=True, beta=0.5))
-    agg.aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=1.0)], 0)
-    agg.aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=3.0)], 1)
+    scored(agg).aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=1.0)], 0)
+    scored(agg).aggregate({"w": torch.zeros(1)}, [result(1, 1, 0.0, score=3.0)], 1)
     # exp(-0.5 * (1.0 - 3.0)) = exp(1.0)
     assert agg.round_metrics()["alphas"][1] == pytest.approx(math.e)
 
@@ -109,13 +134,13 @@ def test_wrapper_weights_inside_and_outside_clp() -> None:
     agg = PA3Fed(FedAvg())  # beta 0.3, delta 0.01, mode clp
     g = {"w": torch.zeros(1)}
     # round 0: no FGN(t-1) -> outside CLP -> FedAvg: 0.25 * 0 + 0.75 * 1 = 0.75
-    out = agg.aggregate(g, [result(0, 1, 0.0, score=1.0, grad_norm=1.0), result(1, 3, 1.0, score=2.0, grad_norm=1.0)], 0)
+    out = scored(agg).aggregate(g, [result(0, 1, 0.0, score=1.0, grad_norm=1.0), result(1, 3, 1.0, score=2.0, grad_norm=1.0)], 0)
     assert out["w"].item() == pytest.approx(0.75)
     assert agg.round_metrics()["clp"] is False
     assert agg.round_metrics()["fgn"] == pytest.approx(0.1)  # 0.1 * 1^2
     # round 1: FGN 0.1 -> 0.4 (rise 3 > 0.01) -> CLP; alphas 1 (score 1 -> 1) and exp(-0.6) (2 -> 0)
     # weights (1 * 1, 3 * exp(-0.6)) / sum -> w = 3 e^-0.6 / (1 + 3 e^-0.6)
-    out = agg.aggregate(g, [result(0, 1, 0.0, score=1.0, grad_norm=2.0), result(1, 3, 1.0, score=0.0, grad_norm=2.0)], 1)
+    out = scored(agg).aggregate(g, [result(0, 1, 0.0, score=1.0, grad_norm=2.0), result(1, 3, 1.0, score=0.0, grad_norm=2.0)], 1)
     a = 3 * math.exp(-0.6)
     assert out["w"].item() == pytest.approx(a / (1 + a))
     m = agg.round_metrics()
@@ -124,7 +149,7 @@ def test_wrapper_weights_inside_and_outside_clp() -> None:
     # = 1/(1+a) - 0.25 with a = 3 e^-0.6 = 1.64644 -> 1 / 2.64644 - 0.25 = 0.37787 - 0.25 = 0.12787
     assert m["weight_shift"] == pytest.approx(1 / (1 + a) - 0.25) and m["weight_shift"] == pytest.approx(0.12787, abs=1e-5)
     # round 2: FGN unchanged (rise 0) -> outside CLP -> FedAvg weights again, though alpha_1 = exp(-0.3) now
-    out = agg.aggregate(g, [result(0, 1, 0.0, score=1.0, grad_norm=2.0), result(1, 3, 1.0, score=1.0, grad_norm=2.0)], 2)
+    out = scored(agg).aggregate(g, [result(0, 1, 0.0, score=1.0, grad_norm=2.0), result(1, 3, 1.0, score=1.0, grad_norm=2.0)], 2)
     assert out["w"].item() == pytest.approx(0.75)
     assert agg.round_metrics()["alphas"][1] == pytest.approx(math.exp(-0.3))
     # the shift is recorded though not applied: 1/(1 + 3 e^-0.3) - 0.25 = 1/3.2225 - 0.25 = 0.06032
@@ -147,7 +172,7 @@ def test_mode_always_and_never() -> None:
     always = PA3Fed(FedAvg(), PA3FedOptions(mode="always", beta=0.5))
     never = PA3Fed(FedAvg(), PA3FedOptions(mode="never", beta=0.5))
     for t, res in enumerate(rounds):
-        out_a, out_n = always.aggregate(g, res, t), never.aggregate(g, res, t)
+        out_a, out_n = scored(always).aggregate(g, res, t), scored(never).aggregate(g, res, t)
     # round 1: alphas (1, exp(-1)) -> w = e^-1 / (1 + e^-1) under "always"; plain mean 0.5 under "never"
     assert out_a["w"].item() == pytest.approx(math.exp(-1) / (1 + math.exp(-1)))
     assert out_n["w"].item() == pytest.approx(0.5)
@@ -157,9 +182,9 @@ def test_mode_always_and_never() -> None:
 def test_clp_mode_requires_gradient_norms_and_scores() -> None:
     agg = PA3Fed(FedAvg())
     with pytest.raises(ValueError, match="grad_norm"):
-        agg.aggregate({"w": torch.zeros(1)}, [result(0, 1, 0.0, score=1.0)], 0)
-    with pytest.raises(ValueError, match="score"):
-        agg.aggregate({"w": torch.zeros(1)}, [result(0, 1, 0.0, grad_norm=1.0)], 0)
+        scored(agg).aggregate({"w": torch.zeros(1)}, [result(0, 1, 0.0, score=1.0)], 0)
+    with pytest.raises(ValueError, match="alpha"):  # no score, so no alpha from the client
+        scored(agg).aggregate({"w": torch.zeros(1)}, [result(0, 1, 0.0, grad_norm=1.0)], 0)
 
 
 class RecordingBase:
@@ -172,7 +197,10 @@ class RecordingBase:
         return torch.full((len(results),), 1.0 / len(results), dtype=torch.float64)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        return Downlink(context={"from": "base"})
+        return Downlink(context={"from": 1.0})
+
+    def client_half(self) -> None:
+        return None
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None) -> Params:
         self.seen.append(None if weights is None else weights.tolist())
@@ -195,19 +223,19 @@ def test_wrapper_multiplies_the_base_weights_and_forwards_the_rest() -> None:
     base = RecordingBase()
     agg = PA3Fed(base, PA3FedOptions(mode="always", beta=1.0))
     g = {"w": torch.zeros(1)}
-    agg.aggregate(g, [result(0, 1, 0.0, score=0.0), result(1, 5, 0.0, score=0.0)], 0)
-    agg.aggregate(g, [result(0, 1, 0.0, score=0.0), result(1, 5, 0.0, score=math.log(3.0))], 1)
+    scored(agg).aggregate(g, [result(0, 1, 0.0, score=0.0), result(1, 5, 0.0, score=0.0)], 0)
+    scored(agg).aggregate(g, [result(0, 1, 0.0, score=0.0), result(1, 5, 0.0, score=math.log(3.0))], 1)
     # round 1: base weights (1/2, 1/2) (its own, not n_i) * alphas (1, exp(-ln 3) = 1/3) -> (3/4, 1/4)
     assert base.seen[1] == pytest.approx([0.75, 0.25])
-    assert agg.downlink(0, 2, g).context == {"from": "base"}
+    assert agg.downlink(0, 2, g).context == {"from": 1.0}
     assert agg.round_metrics()["base_metric"] == 1
 
 
 def test_wrapper_over_fednova_passes_adjusted_weights() -> None:
     agg = PA3Fed(FedNova(), PA3FedOptions(mode="always", beta=1.0))
     x = {"w": torch.zeros(1)}
-    agg.aggregate(x, [result(0, 1, -1.0, score=0.0), result(1, 1, -2.0, score=0.0, steps=4)], 0)
-    out = agg.aggregate(x, [result(0, 1, -1.0, score=0.0), result(1, 1, -2.0, score=math.log(3.0), steps=4)], 1)
+    scored(agg).aggregate(x, [result(0, 1, -1.0, score=0.0), result(1, 1, -2.0, score=0.0, steps=4)], 0)
+    out = scored(agg).aggregate(x, [result(0, 1, -1.0, score=0.0), result(1, 1, -2.0, score=math.log(3.0), steps=4)], 1)
     # p = (1/2 * 1, 1/2 * 1/3) renormalised = (3/4, 1/4); d = (1, 2/4); tau_eff = 3/4 * 1 + 1/4 * 4 = 1.75
     # x <- 0 - 1.75 * (0.75 * 1 + 0.25 * 0.5) = -1.53125
     assert out["w"].item() == pytest.approx(-1.53125)

@@ -17,7 +17,7 @@ from chillfl.aggregation.pa3fed import PA3Fed
 from chillfl.cli import main as cli_main
 from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
-from chillfl.engine.executors import ClientJob
+from chillfl.aggregation.base import Trained
 from chillfl.runner import run_experiment
 from chillfl.experiment import build_algorithm, build_data, build_experiment, build_initial_model
 from chillfl.experiments import bundled_experiments, resolve_config
@@ -69,10 +69,12 @@ def test_client_report_matches_a_plain_autograd_computation(grad_temperature: st
     assert isinstance(agg, PA3Fed)
     x, y = data.client_train(1)
     temperature = 0.5
-    job = ClientJob(1, exp.initial_state, x, y, 0.05, temperature, agg.downlink(1, 0, exp.initial_state).context, derive_seed(0, "t"))
-    outcome = train_client(exp.model, job.start, x, y, spec=exp.spec, lr=job.lr, temperature=temperature, context=job.context, generator=torch.Generator().manual_seed(job.seed))
+    context = agg.downlink(1, 0, exp.initial_state).context
+    outcome = train_client(exp.model, exp.initial_state, x, y, spec=exp.spec, lr=0.05, temperature=temperature, context=context, generator=torch.Generator().manual_seed(derive_seed(0, "t")))
     before = {k: v.clone() for k, v in outcome.params.items()}
-    report = agg.client_reporter()(exp.model, job, outcome)
+    trained = Trained(1, x, y, exp.initial_state, context, context, 0.05, temperature, outcome.params, outcome.num_steps)
+    state, report = agg.client_half().finish(exp.model, {}, trained)
+    assert report["alpha"] == 1.0 and set(state) == {"pa3fed.score"}  # first participation; the score is kept
 
     # Independent: a copy of the module holding the trained state, eval mode, ordinary backward.
     net = copy.deepcopy(exp.model)

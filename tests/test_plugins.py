@@ -57,7 +57,7 @@ class FirstClient:
     def begin_round(self, round, client_ids):
         return None
 
-    def client_reporter(self):
+    def client_half(self):
         return None
 
     def state_dict(self):

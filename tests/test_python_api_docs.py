@@ -1,5 +1,6 @@
 """The docs/python-api.md examples of issue 25 run as written (tiny data, 2 rounds): a comparison with seeds and
-tuning on your own model, a custom-metric callback, early stopping, your own Dataset with a public set."""
+tuning on your own model, a custom-metric callback, early stopping, your own Dataset with a public set, and one with a
+random transform."""
 
 from __future__ import annotations
 
@@ -63,3 +64,10 @@ def test_own_dataset_with_a_public_set(ns: dict[str, Any]) -> None:
     run("dataset-public", ns)
     scarlet = ns["scarlet"]
     assert scarlet.config.distillation["public_size"] == 200 and len(scarlet.records) == 2
+
+
+def test_random_transforms_are_reproducible(ns: dict[str, Any]) -> None:
+    run("dataset-public", ns)  # defines Digits and the raw arrays
+    run("random-transforms", ns)
+    first, second = ns["runs"]
+    assert len(first.records) == 3 and first.records == second.records

@@ -222,13 +222,13 @@ def test_scaffold_keeps_c_i_only_for_sampled_clients_of_100k() -> None:
     protocol = build_protocol(exp)
     records = list(run_rounds(protocol, make_executor(exp, protocol), seed=3, num_clients=100_000, clients_per_round=6, rounds=2))
     seen = {c for r in records for c in r["clients"]}
-    controls = exp.aggregator.client_controls  # type: ignore[attr-defined]
+    controls = protocol.store.states  # type: ignore[attr-defined]  # each c_i is its client's own state
     assert set(controls) == seen and len(seen) <= 12
     # mlp 8 -> 16 -> 4: 8*16 + 16 + 16*4 + 4 = 212 float32 per client, nothing else
     assert controls.nbytes() == len(seen) * 212 * 4
     assert all(v.device.type == "cpu" for bufs in controls._buffers.values() for v in bufs.values())
     state = protocol.state_dict()
-    assert set(state["aggregator"]["client_controls"]) == {str(c) for c in seen}
+    assert set(state["clients"]) == {str(c) for c in seen} and list(state["aggregator"]) == ["control"]
     assert len(state["ledger"]["clients"]) == len(seen)
 
 

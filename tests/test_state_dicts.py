@@ -26,6 +26,7 @@ from chillfl.aggregation.fedmut import FedMut, FedMutOptions
 from chillfl.aggregation.fednova import FedNova, FedNovaOptions
 from chillfl.aggregation.fedopt import FedOpt, FedOptOptions
 from chillfl.aggregation.fedprox import FedProx, FedProxOptions
+from chillfl.aggregation.moon import Moon, MoonOptions
 from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions
 from chillfl.aggregation.scaffold import Scaffold, ScaffoldOptions
 from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
@@ -35,6 +36,7 @@ from chillfl.engine.ledger import CommunicationLedger
 from chillfl.errors import ConfigError
 from chillfl.temperature.base import ConstantTemperature
 from chillfl.temperature.fedchill import FedChillOptions, FedChillPolicy
+from method_round import Clients
 
 # ------------------------------------------------------------------ helpers
 
@@ -126,12 +128,28 @@ def client_result(cid: int, rnd: int, start: dict[str, torch.Tensor]) -> ClientR
         lr=0.05 * (1 + cid % 2),
         temperature=1.0,
         train_loss=0.0,
-        extras={"score": score, "grad_norm": norm},
+        report={"score": score, "grad_norm": norm},
     )
 
 
-def drive(agg: Any, global_params: dict[str, torch.Tensor], rounds: range) -> tuple[dict[str, torch.Tensor], list[Any]]:
-    """The engine's calls for ``rounds``; returns the final model and every output along the way."""
+class Federation:
+    """An aggregator and its clients' own states (what the protocol checkpoints: ``aggregator`` and ``clients``)."""
+
+    def __init__(self, aggregator: Any) -> None:
+        self.aggregator = aggregator
+        self.clients = Clients(aggregator)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"aggregator": self.aggregator.state_dict(), "clients": self.clients.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.aggregator.load_state_dict(state["aggregator"])
+        self.clients.load_state_dict(state["clients"])
+
+
+def drive(fed: Any, global_params: dict[str, torch.Tensor], rounds: range) -> tuple[dict[str, torch.Tensor], list[Any]]:
+    """The engine's calls for ``rounds``, both halves; returns the final model and every output along the way."""
+    agg = fed.aggregator
     outputs: list[Any] = []
     g = dict(global_params)
     for rnd in rounds:
@@ -140,9 +158,11 @@ def drive(agg: Any, global_params: dict[str, torch.Tensor], rounds: range) -> tu
         agg.begin_round(rnd, ids)
         results = []
         for cid in ids:
-            down = agg.downlink(cid, rnd, g)
-            outputs.append(down)
-            results.append(client_result(cid, rnd, {**g, **(down.params or {})}))
+            start, context = fed.clients.start(cid, rnd, g)
+            outputs += [start, context]
+            results.append(client_result(cid, rnd, start))
+        results = fed.clients.results(rnd, g, results)
+        outputs.append([r.report for r in results])
         g = agg.aggregate(g, results, rnd)
         outputs.append(g)
         outputs.append(dict(agg.round_metrics()))
@@ -150,19 +170,20 @@ def drive(agg: Any, global_params: dict[str, torch.Tensor], rounds: range) -> tu
 
 
 AGGREGATORS: dict[str, Callable[[], Any]] = {
-    "fedavg": FedAvg,
-    "fedprox": lambda: FedProx(FedProxOptions(mu=0.1)),
-    "fednova": lambda: FedNova(FedNovaOptions(momentum=0.9), KEYS),
-    "fedadam": lambda: FedOpt("adam", FedOptOptions(server_lr=0.1), KEYS),
-    "fedyogi": lambda: FedOpt("yogi", FedOptOptions(server_lr=0.1), KEYS),
-    "fedadagrad": lambda: FedOpt("adagrad", FedOptOptions(server_lr=0.1), KEYS),
-    "scaffold": lambda: Scaffold(NUM_CLIENTS, ScaffoldOptions(momentum=0.5), KEYS),
-    "vrl_sgd": lambda: VRLSGD(VRLSGDOptions(momentum=0.5), KEYS),
-    "fedmut": lambda: FedMut(7, FedMutOptions(alpha=2.0), KEYS),
-    "fedbn": lambda: FedBN(BN_KEYS),
-    "pa3fed_fedavg": lambda: PA3Fed(FedAvg(), PA3FedOptions(mode="always", beta=0.5)),
-    "pa3fed_scaffold": lambda: PA3Fed(Scaffold(NUM_CLIENTS, ScaffoldOptions(), KEYS), PA3FedOptions(delta=0.0)),
-    "pa3fed_fedmut": lambda: PA3Fed(FedMut(7, FedMutOptions(alpha=2.0), KEYS), PA3FedOptions(mode="always")),
+    "fedavg": lambda: Federation(FedAvg()),
+    "fedprox": lambda: Federation(FedProx(FedProxOptions(mu=0.1))),
+    "fednova": lambda: Federation(FedNova(FedNovaOptions(momentum=0.9), KEYS)),
+    "fedadam": lambda: Federation(FedOpt("adam", FedOptOptions(server_lr=0.1), KEYS)),
+    "fedyogi": lambda: Federation(FedOpt("yogi", FedOptOptions(server_lr=0.1), KEYS)),
+    "fedadagrad": lambda: Federation(FedOpt("adagrad", FedOptOptions(server_lr=0.1), KEYS)),
+    "scaffold": lambda: Federation(Scaffold(NUM_CLIENTS, ScaffoldOptions(momentum=0.5), KEYS)),
+    "vrl_sgd": lambda: Federation(VRLSGD(VRLSGDOptions(momentum=0.5), KEYS)),
+    "fedmut": lambda: Federation(FedMut(7, FedMutOptions(alpha=2.0), KEYS)),
+    "fedbn": lambda: Federation(FedBN(BN_KEYS)),
+    "moon": lambda: Federation(Moon(MoonOptions(mu=1.0))),
+    "pa3fed_fedavg": lambda: Federation(PA3Fed(FedAvg(), PA3FedOptions(mode="always", beta=0.5))),
+    "pa3fed_scaffold": lambda: Federation(PA3Fed(Scaffold(NUM_CLIENTS, ScaffoldOptions(), KEYS), PA3FedOptions(delta=0.0))),
+    "pa3fed_fedmut": lambda: Federation(PA3Fed(FedMut(7, FedMutOptions(alpha=2.0), KEYS), PA3FedOptions(mode="always"))),
 }
 
 
@@ -187,31 +208,34 @@ def test_loading_a_fresh_state_is_a_no_op(name: str, tmp_path: Path) -> None:
 
 
 def test_state_layouts() -> None:
-    states = {name: make().state_dict() for name, make in AGGREGATORS.items()}
-    assert states["fedavg"] == states["fedprox"] == {}
-    assert list(states["scaffold"]) == ["control", "client_controls"]
+    states = {name: make().aggregator.state_dict() for name, make in AGGREGATORS.items()}
+    assert states["fedavg"] == states["fedprox"] == states["fedbn"] == states["moon"] == {}
+    assert list(states["scaffold"]) == ["control"]  # c_i is each client's own
     assert list(states["fedadam"]) == ["m", "v"]
-    assert list(states["pa3fed_scaffold"]) == ["base", "last_score", "previous_fgn"]
-    scaffold = AGGREGATORS["scaffold"]()
-    drive(scaffold, initial_params(), range(2))
-    assert all(isinstance(k, str) for k in scaffold.state_dict()["client_controls"])
+    assert list(states["pa3fed_scaffold"]) == ["base", "previous_fgn"]  # s_i^{t-sigma} too
+    for name, prefix in [("scaffold", "scaffold.c."), ("fedbn", "fedbn."), ("moon", "moon.prev."), ("pa3fed_scaffold", "pa3fed.score")]:
+        fed = AGGREGATORS[name]()
+        drive(fed, initial_params(), range(2))
+        clients = fed.state_dict()["clients"]
+        assert clients and all(isinstance(k, str) for k in clients)
+        assert all(any(key.startswith(prefix) for key in state) for state in clients.values()), name
 
 
 def test_fedmut_keeps_the_announced_round_across_a_checkpoint(tmp_path: Path) -> None:
     make = AGGREGATORS["fedmut"]
     original = make()
     g, _ = drive(original, initial_params(), range(2))
-    original.begin_round(2, [5, 1, 3])  # saved between the announcement and the downlinks
+    original.aggregator.begin_round(2, [5, 1, 3])  # saved between the announcement and the downlinks
     restored = restore(make, original, tmp_path)
     for cid in (1, 3, 5):
-        assert_same(restored.downlink(cid, 2, g), original.downlink(cid, 2, g), f"client {cid}")
+        assert_same(restored.aggregator.downlink(cid, 2, g), original.aggregator.downlink(cid, 2, g), f"client {cid}")
 
 
 def test_wrong_layout_is_refused() -> None:
     scaffold = AGGREGATORS["scaffold"]()
     drive(scaffold, initial_params(), range(1))
     with pytest.raises(ValueError, match="keys"):
-        FedAvg().load_state_dict(scaffold.state_dict())
+        FedAvg().load_state_dict(scaffold.aggregator.state_dict())
     with pytest.raises(ValueError, match="keys"):
         FedOpt("adam").load_state_dict({"m": {}})
 

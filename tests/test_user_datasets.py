@@ -47,9 +47,12 @@ def test_a_dataset_with_its_transform_trains_as_the_same_tensors_do(digits: tupl
     torch.manual_seed(0)
     model = Net()
     from_dataset = chillfl.run(model, chillfl.DatasetData(train, test, num_classes=10), SMALL, out_dir=tmp_path, progress=False)
-    assert train.reads == 1400 and test.reads == 397  # each item read once
+    assert train.reads == 1400 + 2 * 1400 and test.reads == 397  # read once, then each round its 4 clients' rows anew (redraw="round")
     from_tensors = chillfl.run(model, chillfl.TensorData(x[:1400] / 16.0, y[:1400], x[1400:] / 16.0, y[1400:], num_classes=10), SMALL, write=False, progress=False)
     assert from_dataset.records == from_tensors.records
+    train.reads = 0
+    once = chillfl.run(model, chillfl.DatasetData(train, test, num_classes=10, redraw="once"), SMALL, write=False, progress=False)
+    assert train.reads == 1400 and once.records == from_tensors.records  # each item read once
     assert from_dataset.config.dataset["source"] == "dataset" and from_dataset.config.dataset["train_size"] == 1400
 
 
@@ -91,3 +94,83 @@ def test_per_client_test_sets(digits: tuple[torch.Tensor, torch.Tensor]) -> None
         chillfl.run(Net(), chillfl.TensorData(x[:1400], y[:1400], x[1400:], y[1400:], client_test=[[0], [9999]]), config, write=False)
     with pytest.raises(chillfl.ConfigError, match="federation.num_clients"):
         chillfl.run(Net(), chillfl.TensorData(x[:1400], y[:1400], x[1400:], y[1400:], client_test=groups[:3]), config, write=False)
+
+
+class RandomlyShifted(Dataset):
+    """A random augmentation as torchvision and albumentations draw it: from torch's, Python's and NumPy's global RNGs."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x / 16.0, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        import random
+
+        import numpy as np
+
+        return self.x[i] + 0.1 * torch.randn(64) + 0.01 * random.random() + 0.01 * float(np.random.rand()), int(self.y[i])
+
+
+def trained_inputs(data: chillfl.DatasetData, executor: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[tuple[int, int], torch.Tensor], list[dict[str, Any]]]:
+    """What every client update received as its training inputs, by (round, client), and the run's records."""
+    from chillfl.engine.executors import SequentialExecutor
+    from chillfl.engine.vectorized import VectorizedExecutor
+
+    seen: dict[tuple[int, int], torch.Tensor] = {}
+    for cls in (SequentialExecutor, VectorizedExecutor):
+        def spy(self: Any, tasks: Any, _map: Any = cls.map) -> Any:
+            seen.update({(t.round, t.client_id): t.data.x.clone() for t in tasks})
+            return _map(self, tasks)
+
+        monkeypatch.setattr(cls, "map", spy)
+    config = {"federation": {"num_clients": 3, "clients_per_round": 2, "rounds": 4}, "client": {"batch_size": 32}, "executor": executor, "seed": seed}
+    torch.manual_seed(0)
+    result = chillfl.run(Net(), data, config, write=False, progress=False)
+    monkeypatch.undo()
+    return seen, result.records
+
+
+def test_random_transforms_are_drawn_anew_each_visit_and_bitwise_reproducible(digits: tuple[torch.Tensor, torch.Tensor], monkeypatch: pytest.MonkeyPatch) -> None:
+    x, y = digits
+    data = chillfl.DatasetData(RandomlyShifted(x[:240], y[:240]), RandomlyShifted(x[1400:1500], y[1400:1500]), num_classes=10)
+    seq, records = trained_inputs(data, "sequential", 0, monkeypatch)
+    by_client: dict[int, list[torch.Tensor]] = {}
+    for (_, cid), inputs in sorted(seq.items()):
+        by_client.setdefault(cid, []).append(inputs)
+    visited = [v for v in by_client.values() if len(v) > 1]
+    assert visited  # 4 rounds of 2 clients out of 3: some client is sampled twice
+    for visits in visited:  # a fresh draw at every visit (same rows: only the augmentation differs)
+        assert all(not torch.equal(a, b) for i, a in enumerate(visits) for b in visits[i + 1 :])
+        assert all(a.shape == visits[0].shape for a in visits)
+    again, records_again = trained_inputs(data, "sequential", 0, monkeypatch)
+    vec, records_vec = trained_inputs(data, "vectorized", 0, monkeypatch)
+    for other in (again, vec):  # the same seed: bitwise the same inputs, whatever the executor and the RNGs' states before
+        assert other.keys() == seq.keys() and all(torch.equal(other[k], seq[k]) for k in seq)
+    assert records_again == records
+    other_seed, _ = trained_inputs(data, "sequential", 1, monkeypatch)
+    assert all(not torch.equal(v, seq[k]) for k, v in other_seed.items() if k in seq)  # the draws follow the run seed
+
+
+def test_redraw_once_keeps_the_first_read_and_reading_leaves_the_users_rngs_alone(digits: tuple[torch.Tensor, torch.Tensor], monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    import numpy as np
+
+    from chillfl.data.items import materialize
+
+    x, y = digits
+    train = RandomlyShifted(x[:240], y[:240])
+    once = chillfl.DatasetData(train, RandomlyShifted(x[1400:1500], y[1400:1500]), num_classes=10, redraw="once")
+    states = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+    first = materialize(train, "data.train", "train")
+    assert torch.equal(torch.get_rng_state(), states[0]) and random.getstate() == states[1] and (np.random.get_state()[1] == states[2]).all()
+    assert torch.equal(materialize(train, "data.train", "train")[0], first[0])  # a pure function of (split, item)
+    seen, _ = trained_inputs(once, "sequential", 0, monkeypatch)
+    first_visit: dict[int, torch.Tensor] = {}
+    for (_, cid), inputs in sorted(seen.items()):
+        assert torch.equal(inputs, first_visit.setdefault(cid, inputs))  # every visit trains on the first read
+    assert len(first_visit) < len(seen)  # some client was visited twice
+    with pytest.raises(chillfl.ConfigError, match="data.redraw: must be one of 'round', 'once', got 'epoch'"):
+        chillfl.run(Net(), chillfl.DatasetData(train, train, redraw="epoch"), write=False, progress=False)

@@ -31,6 +31,7 @@ from torch import nn
 
 from chillfl.config import RunConfig, apply_overrides, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
 from chillfl.data import ArrayDataset
+from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 from chillfl.experiment import CUSTOM, Experiment, build_experiment
@@ -70,10 +71,13 @@ class TensorData:
 class DatasetData:
     """A user's own map-style ``torch.utils.data.Dataset`` s (``len`` and ``[i] -> (input, label)``), with their transforms.
 
-    Each dataset is read once, item by item, into one preallocated tensor (no second copy of a
-    large dataset); a transform runs once per sample when it is read, so a *random* augmentation
-    is drawn once, not per epoch (use ``[dataset.augment]`` for per-batch crops and flips).
-    ``public`` and ``client_test`` are those of :class:`TensorData` (``public`` may be a Dataset too).
+    Each dataset is read item by item into one preallocated tensor (no second copy of a large
+    dataset), every item under its own seeded RNGs (:mod:`chillfl.data.items`). ``redraw="round"``:
+    a client's training items are read anew every round it is sampled, so a *random* augmentation
+    is drawn afresh at each visit, from (run seed, round, client, item); ``"once"``: the first
+    read serves the whole run (for transforms that are not random; cheaper).
+    ``public`` and ``client_test`` are those of :class:`TensorData` (``public`` may be a Dataset too);
+    test and public sets are read once.
     """
 
     train: Any
@@ -82,6 +86,7 @@ class DatasetData:
     name: str = "dataset"
     public: Any = None
     client_test: Sequence[Any] | None = None
+    redraw: str = "round"
 
 
 @dataclass
@@ -291,6 +296,8 @@ def dataset_record(dataset: ArrayDataset) -> dict[str, Any]:
         record["public_size"] = dataset.public_rows
     if dataset.test_groups is not None and dataset.train_groups is None:
         record["client_test"] = True
+    if dataset.train_items is not None:
+        record["redraw"] = "round"  # a Dataset's training items read anew every round a client is sampled
     return record
 
 
@@ -321,7 +328,9 @@ def as_dataset(data: UserData, dtype: torch.dtype = torch.float32) -> ArrayDatas
 
     Errors name ``data.<field>``: shapes, lengths, label dtype and range, ``num_classes``.
     """
+    items = None
     if isinstance(data, DatasetData):
+        items = ItemReader(data.train) if data.redraw == "round" else None
         data = _from_datasets(data)
     if not isinstance(data, (TensorData, ArrayDataset)):
         raise ConfigError("data", f"must be chillfl.TensorData, chillfl.DatasetData or chillfl.data.ArrayDataset, got {type(data).__name__}")
@@ -365,13 +374,13 @@ def as_dataset(data: UserData, dtype: torch.dtype = torch.float32) -> ArrayDatas
     if data.public is not None:
         px, py = _public(data.public, xs["train"], classes, dtype)
         x_train, y_train, public_rows = torch.cat([x_train, px]), torch.cat([y_train, py]), len(px)
-    return ArrayDataset(name, x_train, y_train, xs["test"], ys["test"], classes, None, test_groups, public_rows=public_rows)
+    return ArrayDataset(name, x_train, y_train, xs["test"], ys["test"], classes, None, test_groups, public_rows=public_rows, train_items=items)
 
 
 def _public(public: Any, x_train: torch.Tensor, classes: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """A public set as (inputs, labels) tensors; labels -1 where none were given."""
     if isinstance(public, torch.utils.data.Dataset):
-        x, y = _materialize(public, "data.public")
+        x, y = materialize(public, "data.public", "public")
     elif isinstance(public, tuple) and len(public) == 2:
         x, y = _tensor(public[0], "data.public"), _tensor(public[1], "data.public")
     else:
@@ -404,49 +413,12 @@ def _client_test(groups: Sequence[Any] | None, test_size: int) -> tuple[np.ndarr
     return tuple(out)
 
 
-def _materialize(dataset: Any, field: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """A map-style Dataset's items ``(input, label)`` read once into one preallocated inputs tensor and a label tensor."""
-    try:
-        n = len(dataset)
-    except TypeError:
-        raise ConfigError(field, f"must be a map-style Dataset with __len__ (an IterableDataset has no fixed size), got {type(dataset).__name__}") from None
-    if n == 0:
-        raise ConfigError(field, "is empty")
-    x: torch.Tensor | None = None
-    y = torch.empty(n, dtype=torch.int64)
-    for i in range(n):
-        item = dataset[i]
-        if not isinstance(item, (tuple, list)) or len(item) < 2:
-            raise ConfigError(field, f"item {i} must be (input, label), got {type(item).__name__}")
-        xi, yi = item[0], item[1]
-        if not isinstance(xi, torch.Tensor):
-            if not isinstance(xi, np.ndarray):
-                raise ConfigError(field, f"item {i}'s input is a {type(xi).__name__}; make the transform return a tensor (e.g. torchvision's ToTensor())")
-            xi = torch.from_numpy(np.ascontiguousarray(xi))
-        if x is None:
-            x = torch.empty((n, *xi.shape), dtype=xi.dtype)
-        elif xi.shape != x.shape[1:]:
-            raise ConfigError(field, f"item {i}'s input has shape {tuple(xi.shape)}, item 0's {tuple(x.shape[1:])}")
-        x[i] = xi
-        y[i] = _label(yi, field, i)
-    assert x is not None
-    return x, y
-
-
-def _label(value: Any, field: str, index: int) -> int:
-    """An item's label: a Python/NumPy integer or a one-element integer tensor or array."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
-        value = value.item()
-    elif isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iu":
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ConfigError(field, f"item {index}'s label must be an integer class, got {short_repr(value)}")
-    return int(value)
-
-
 def _from_datasets(data: DatasetData) -> TensorData:
-    x_train, y_train = _materialize(data.train, "data.train")
-    x_test, y_test = _materialize(data.test, "data.test")
+    """The datasets' first read (seeded per item, :mod:`chillfl.data.items`) as tensors."""
+    if data.redraw not in REDRAWS:
+        raise ConfigError("data.redraw", f"must be one of {', '.join(map(repr, REDRAWS))}, got {short_repr(data.redraw)}")
+    x_train, y_train = materialize(data.train, "data.train", "train")
+    x_test, y_test = materialize(data.test, "data.test", "test")
     return TensorData(x_train, y_train, x_test, y_test, data.num_classes, data.name, data.public, data.client_test)
 
 

@@ -13,6 +13,11 @@ from pathlib import Path
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 
+O_DIRECTORY = os.O_DIRECTORY if hasattr(os, "O_DIRECTORY") else 0
+O_NOFOLLOW = os.O_NOFOLLOW if hasattr(os, "O_NOFOLLOW") else 0
+O_CLOEXEC = os.O_CLOEXEC if hasattr(os, "O_CLOEXEC") else 0
+"""POSIX open flags; 0 where the platform lacks one (Windows), which only gives up that protection."""
+
 
 def check_writable_dir(folder: str, field: str) -> None:
     """Refuse a ``folder`` that cannot hold chillfl's files; ``field`` names it in the error.

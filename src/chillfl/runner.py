@@ -37,7 +37,8 @@ from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
 from chillfl.engine.checkpoint import read_checkpoint, read_state, write_atomic, write_state
 from chillfl.engine.health import LossWatch
-from chillfl.engine.loop import run_rounds
+from chillfl.engine.loop import Redraw, run_rounds
+from chillfl.engine.record import round_number
 from chillfl.environment import as_comment, differences, environment
 from chillfl.engine.model_file import write_model
 from chillfl.engine.protocol import ServerProtocol
@@ -46,8 +47,11 @@ from chillfl.engine.run_folder import CHECKPOINT, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.errors import Diverged, MissingExtra, StorageError
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
+from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.progress import Progress, make_bar
+from chillfl.aggregation.registry import algorithm_spec
 from chillfl.protocols.registry import protocol_of
+from chillfl.training.local import evaluate
 
 if TYPE_CHECKING:
     from chillfl.sinks import Sink
@@ -330,7 +334,7 @@ def _run_rounds(
         try:
             loop = run_rounds(
                 protocol, executor, seed=config.seed, num_clients=exp.data.num_clients,
-                clients_per_round=config.federation.sample_size(), rounds=rounds, start=done, participation=config.federation,
+                clients_per_round=config.federation.sample_size(), rounds=rounds, start=done, participation=config.federation, redraw=redraw_of(exp),
             )
             bar = make_bar(progress, rounds, done, label or config.name)
             watch = LossWatch(config.strict, records)
@@ -338,7 +342,7 @@ def _run_rounds(
                 for record in loop:
                     watch.observe(record)
                     records.append(record)
-                    done = signals.done = record["round"]
+                    done = signals.done = round_number(record)
                     if writer:
                         writer.append(record)
                     for cb in callbacks:
@@ -392,6 +396,11 @@ def _run_rounds(
         if executor is not None:
             executor.close()
         protocol.close()
+
+
+def redraw_of(exp: Experiment) -> Redraw | None:
+    """The round loop's per-visit read of a user Dataset's training items (``DatasetData(redraw="round")``); None for fixed inputs."""
+    return exp.data.client_redraw if exp.data.dataset.train_items is not None else None
 
 
 def check_sinks(config: RunConfig) -> None:
@@ -448,6 +457,8 @@ def _finish(
         summary["communication"] = communication_summary(records, config.eval.target_accuracy)
     model = protocol.global_state()
     model_state = {k: v.detach().clone() for k, v in model.items()} if model is not None else None
+    if model_state is not None and (calibration := final_calibration(exp, config, model_state)) is not None:
+        summary["calibration"] = calibration
     clients = {cid: dict(s) for cid, s in protocol.client_states().items()} if config.checkpoint.client_models else {}
     if writer is None:
         return RunOutput(None, records, summary, model_state, clients)
@@ -464,6 +475,33 @@ def _finish(
     if stopped is None:  # only once the folder is final: until then it is the run's way back
         (final / CHECKPOINT).unlink(missing_ok=True)
     return RunOutput(final, records, summary, model_state, clients)
+
+
+def final_calibration(exp: Experiment, config: RunConfig, state: Mapping[str, torch.Tensor]) -> dict[str, Any] | None:
+    """Calibration of the final global model on the test set, with its reliability-diagram bins (None without a test set).
+
+    Kept in ``summary.json`` so that the report draws the reliability diagram
+    from the run folder alone: rebuilding the model and the test set from
+    ``config.toml`` is impossible for a run on the user's own module or data.
+    The same evaluation as the per-round ``global_ece``: T = 1, ``eval.ece_bins`` equal-width bins.
+    """
+    x, y = exp.data.test()
+    if len(y) == 0:
+        return None
+    accumulator = CalibrationAccumulator(config.eval.ece_bins)
+    accuracy, _ = evaluate(exp.model, state, x.to(exp.device), y.to(exp.device), config.eval.batch_size, observe=accumulator)
+    bins = accumulator.reliability()
+    mean_confidence = sum(c * f for c, f in zip(bins.count, bins.confidence)) / len(y)
+    return {"n": len(y), "temperature": 1.0, "bins": config.eval.ece_bins, "binning": "width", "accuracy": accuracy, "mean_confidence": mean_confidence,
+            **accumulator.result(), "mce": bins.mce(), "reliability": dataclasses.asdict(bins)}
+
+
+def method_figures(config: RunConfig) -> tuple[str, ...]:
+    """The figures the run's aggregation method declares (none for soft-label and prototype sharing)."""
+    name = config.algorithm.get("name")
+    if not protocol_of(config).uses_aggregator or not isinstance(name, str):
+        return ()
+    return algorithm_spec(name).figures
 
 
 def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:
@@ -484,7 +522,7 @@ def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> No
         from chillfl.report.communication_plots import plot_accuracy_vs_bytes
 
         plot_accuracy_vs_bytes(records, folder / "accuracy_vs_bytes.png", title=config.name)
-    if any("agg_clp" in r for r in records):
+    if "clp" in method_figures(config):
         from chillfl.report.pa3fed_plots import plot_clp
 
         plot_clp(records, folder / "clp.png", title=config.name)
@@ -501,6 +539,7 @@ def rounds_for(exp: Experiment) -> Callable[[Experiment], Iterator[dict[str, Any
             for record in run_rounds(
                 protocol, executor, seed=e.config.seed, num_clients=e.data.num_clients,
                 clients_per_round=e.config.federation.sample_size(), rounds=e.config.federation.rounds, participation=e.config.federation,
+                redraw=redraw_of(e),
             ):
                 watch.observe(record)
                 yield record

@@ -39,7 +39,7 @@ pytest.importorskip("flwr")
 from chillfl.config import config_from_dict  # noqa: E402
 from chillfl.distillation.cache import CacheSyncDelta, ClientCache  # noqa: E402
 from chillfl.protocols.softlabels import ClientState  # noqa: E402
-from chillfl.flower.apps import NodeHeld, NodeHeldStates  # noqa: E402
+from chillfl.flower.apps import NodeStore, OnNode  # noqa: E402
 from chillfl.flower.state import held_clients, load_client_state, save_client_state  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
 from chillfl.flower import run_simulation, server_app  # noqa: E402
@@ -116,7 +116,8 @@ def test_wire_refuses_unregistered_classes() -> None:
 METHODS = {
     "fedchill-scaffold-fedprox": {"temperature": {"policy": "fedchill"}, "algorithm": {"name": "scaffold"}, "objective": {"proximal_mu": 0.01}},
     "pa3fed-flexchill": {"temperature": {"policy": "fixed", "value": 0.5}, "algorithm": {"name": "pa3fed", "mode": "always"}},
-    # FedBN's own BN entries and MOON's previous models live on the nodes (chillfl.flower.aggregators)
+    "pa3fed-scaffold": {"temperature": {"policy": "fixed", "value": 0.5}, "algorithm": {"name": "pa3fed", "base": "scaffold", "mode": "always"}},
+    # SCAFFOLD's c_i, PA3Fed's scores, FedBN's own BN entries and MOON's previous models live on the nodes (chillfl.flower.state)
     "fedbn-flexchill": {"temperature": {"policy": "fixed", "value": 0.5}, "algorithm": {"name": "fedbn"}, "model": {"name": "flexchill_cnn", "batch_norm": True}},
     "moon-fedchill": {"temperature": {"policy": "fedchill"}, "algorithm": {"name": "moon", "mu": 1.0}},
 }
@@ -191,44 +192,10 @@ def test_client_state_round_trips_through_context_state() -> None:
     assert plain is not None and plain.cache is None and plain.in_distribution is None and torch.equal(plain.model["w"], torch.ones(2))
 
 
-def test_scaffold_controls_held_by_nodes_equal_the_server_held_ones() -> None:
-    """Three rounds, 3 of 4 clients each: NodeHeldScaffold + the nodes' c_i give Scaffold's corrections, models and c, bit for bit."""
-    from flwr.app import RecordDict
-
-    from chillfl.aggregation.base import ClientResult
-    from chillfl.aggregation.scaffold import Scaffold, ScaffoldOptions
-    from chillfl.flower import scaffold as node_side
-    from chillfl.protocols.parameters import ParamUplink as Up
-
-    g = torch.Generator().manual_seed(3)
-    options = ScaffoldOptions(momentum=0.5)
-    reference, held = Scaffold(4, options), node_side.NodeHeldScaffold(Scaffold(4, options))
-    nodes = {0: RecordDict(), 1: RecordDict()}  # client c's c_i on node c % 2
-    x = {"w": torch.randn(3, 2, generator=g), "b": torch.randn(2, generator=g)}
-    x_held = dict(x)
-    for rnd, sampled in enumerate([[0, 1, 2], [1, 2, 3], [0, 2, 3]]):
-        ref_results, results = [], []
-        for cid in sampled:
-            expected = reference.downlink(cid, rnd, x).context["correction"]
-            sent = ClientTask(cid, rnd, ParamDownlink(x_held, 0.1, 1.0, held.downlink(cid, rnd, x_held).context), None)  # type: ignore[arg-type]
-            task = node_side.prepare_task(sent, nodes[cid % 2])
-            assert all(torch.equal(task.downlink.context["correction"][k], expected[k]) for k in x)
-            y = {k: v - 0.1 * torch.randn(v.shape, generator=g) for k, v in x.items()}  # "training"
-            reply = ClientReply(cid, Up(y, 10, 5, 0.5, {}), None)
-            held.receive(cid, node_side.finish_task(sent, reply, nodes[cid % 2], 0.5))
-            ref_results.append(ClientResult(cid, y, 10, 5, 0.1, 1.0, 0.5))
-            results.append(ClientResult(cid, y, 10, 5, 0.1, 1.0, 0.5))
-        x, x_held = reference.aggregate(x, ref_results, rnd), held.aggregate(x_held, results, rnd)
-        assert all(torch.equal(x[k], x_held[k]) and torch.equal(reference.control[k], held.control[k]) for k in x)
-    assert held.client_controls == {} and held.deltas == {}  # the server holds no c_i
-    for cid, c_i in reference.client_controls.items():  # the nodes hold them, bit for bit
-        assert all(torch.equal(node_side.load_control(nodes[cid % 2], cid, c_i)[k], c_i[k]) for k in c_i)
-
-
 def test_server_store_keeps_no_client_state() -> None:
-    store = NodeHeldStates()
-    store.save(2, NodeHeld(7))
-    assert store.load(2) is None and store.ids() == [] and store.where == {2: NodeHeld(7)}
+    store = NodeStore()
+    store.save(2, OnNode(7))
+    assert store.load(2) is None and store.ids() == [] and store.where == {2: OnNode(7)}
     with pytest.raises(TypeError, match="must stay on its node"):
         store.save(1, ClientState({"w": torch.ones(1)}))
 

@@ -6,12 +6,16 @@ A round of the parameter-sharing protocol is::
                               result   = train(global or downlink.params, objective(ctx))
     global = aggregator.aggregate(global, results, round)                   # results sorted by client id
 
-Aggregators own their server- and per-client state (SCAFFOLD control
-variates, FedOpt moments, PA3Fed score histories) as plain attributes keyed by
-client id, so that nothing hides in module globals. That state is exposed
-through ``state_dict()`` / ``load_state_dict()`` for checkpoints: nested
-dicts with string keys (client ids as ``str``), lists, tensors and plain
-scalars, restored so that a resumed run is bitwise the one that never stopped.
+Aggregators own the *server's* state (SCAFFOLD's control c, FedOpt moments,
+PA3Fed's FGN(t-1)) as plain attributes, so that nothing hides in module
+globals, exposed through ``state_dict()`` / ``load_state_dict()`` for
+checkpoints: nested dicts with string keys, lists, tensors and plain scalars,
+restored so that a resumed run is bitwise the one that never stopped.
+
+A client's own state (SCAFFOLD's c_i, FedBN's BN entries, MOON's previous
+model, PA3Fed's previous score) is never the aggregator's: the aggregator's
+:class:`ClientHalf` reads and returns it around the client's training, and
+the runtime keeps it with the client (:class:`ClientState`).
 """
 
 from __future__ import annotations
@@ -24,8 +28,22 @@ from typing import Any, Collection, Literal, Mapping, Protocol, Sequence
 import torch
 from torch import nn
 
+from chillfl.engine.record import Json
+from chillfl.training.objective import Context, Wire
+
 Params = dict[str, torch.Tensor]
 """A model's state as a flat name -> tensor dict (parameters and buffers)."""
+
+
+Report = dict[str, Wire]
+"""What a client half reports after training (PA3Fed's ``score``/``grad_norm``/``alpha``, SCAFFOLD's ``control_delta``)."""
+
+ClientState = dict[str, torch.Tensor]
+"""A client's own tensors between its participations (SCAFFOLD's c_i, FedBN's BN entries, MOON's previous model, ...).
+
+Each method's client half owns the keys under its prefix (``scaffold.``, ``fedbn.``, ``moon.``, ``pa3fed.``), so
+halves compose (PA3Fed over SCAFFOLD) without clashing. It is plain tensors so that every runtime can keep it
+the same way: chillfl's server-side store and checkpoint, or a Flower node's ``Context.state``."""
 
 
 @dataclass
@@ -33,8 +51,8 @@ class ClientResult:
     """Uplink of one client after local training.
 
     ``params`` is the client's full state after training (parameters and
-    buffers, detached). ``extras`` carries method-specific reports, e.g.
-    ``grad_norm`` (PA3Fed FGN) or ``score`` (PA3Fed Eq. 8).
+    buffers, detached). ``report`` is what its method's client half reported,
+    e.g. ``grad_norm`` (PA3Fed FGN) or ``score`` (PA3Fed Eq. 8).
     """
 
     client_id: int
@@ -44,7 +62,7 @@ class ClientResult:
     lr: float
     temperature: float
     train_loss: float
-    extras: dict[str, Any] = field(default_factory=dict)
+    report: Report = field(default_factory=dict)
 
 
 @dataclass
@@ -61,27 +79,104 @@ class Downlink:
     """
 
     params: Params | None = None
-    context: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Wire] = field(default_factory=dict)
     local: tuple[str, ...] = ()
 
 
-class ClientReporter(Protocol):
-    """The client half of an aggregator that needs a report from each client (PA3Fed's score, FedGen's label counts).
+@dataclass(frozen=True)
+class Trained:
+    """One client's finished local training, as its method's client half sees it."""
 
-    It travels to the clients, so it carries no server state: only its options. It is called
-    after the client's local training with the model template, the client's job (its ``x``,
-    ``y``, ``temperature``) and the outcome (its ``params``: the state after training).
+    client_id: int
+    x: torch.Tensor
+    y: torch.Tensor
+    start: Params
+    """The model the client started from (after :meth:`ClientHalf.prepare`)."""
+    sent: Context
+    """The context as the server sent it (before :meth:`ClientHalf.prepare`)."""
+    context: Context
+    """The context the client trained with."""
+    lr: float
+    temperature: float
+    params: Params
+    """The state after training."""
+    num_steps: int
+
+
+class ClientHalf(Protocol):
+    """The part of a method that runs on the client, around its local training.
+
+    It travels to the clients (worker processes, Ray actors, Flower nodes), so it
+    carries options only, never server state. The client's own state between
+    participations comes in as ``state`` and goes out as the returned state: the
+    runtime keeps it (chillfl's store, a Flower node's ``Context.state``), the
+    half never does.
     """
 
-    def __call__(self, model: nn.Module, job: Any, outcome: Any) -> dict[str, Any]:
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        """The start model and the objective's context the client trains with, completed from its own ``state``."""
         ...
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        """The client's next own state (its entries only) and its report to the server; ``model`` is the template."""
+        ...
+
+
+class Stateless:
+    """A :class:`ClientHalf` base for methods that only report: ``prepare`` changes nothing, ``finish`` keeps no state."""
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        return start, dict(context)
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return {}, {}
+
+
+@dataclass(frozen=True)
+class Halves:
+    """Several client halves run in order (PA3Fed's over its base's): each sees the others' context and owns its own keys."""
+
+    parts: tuple[ClientHalf, ...]
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        out = dict(context)
+        for part in self.parts:
+            start, out = part.prepare(state, start, out)
+        return start, out
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        new_state: ClientState = {}
+        report: Report = {}
+        for part in self.parts:
+            s, r = part.finish(model, state, trained)
+            new_state.update(s)
+            report.update(r)
+        return new_state, report
+
+
+def combine(*halves: ClientHalf | None) -> ClientHalf | None:
+    """The halves that exist, as one (None when there is none)."""
+    present = tuple(h for h in halves if h is not None)
+    if not present:
+        return None
+    return present[0] if len(present) == 1 else Halves(present)
+
+
+def own_entries(state: ClientState, prefix: str) -> Params:
+    """The entries of ``state`` under ``prefix``, with the prefix taken off (empty: the client has none yet)."""
+    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+def with_prefix(params: Mapping[str, torch.Tensor], prefix: str) -> ClientState:
+    """Inverse of :func:`own_entries`."""
+    return {prefix + k: v for k, v in params.items()}
 
 
 class Aggregator(Protocol):
     """Server-side rule turning client results into the next global model."""
 
-    def client_reporter(self) -> ClientReporter | None:
-        """The client half that reports on each client's training (None: the aggregator needs no report)."""
+    def client_half(self) -> ClientHalf | None:
+        """The part that runs on each client around its training (None: the aggregator needs none)."""
         ...
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
@@ -92,7 +187,7 @@ class Aggregator(Protocol):
         """Return the next global state; ``results`` come sorted by client id."""
         ...
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         """Metrics of the last aggregation (e.g. FGN, CLP flag) for metrics.jsonl."""
         ...
 
@@ -258,7 +353,7 @@ class FedAvg:
         """m_i / m, the FedAvg coefficients (1/|S| with ``weighting = "uniform"``)."""
         return client_weights(results, self.weighting)
 
-    def client_reporter(self) -> ClientReporter | None:
+    def client_half(self) -> ClientHalf | None:
         """FedAvg reads nothing but the clients' models and sample counts."""
         return None
 
@@ -271,7 +366,7 @@ class FedAvg:
         w = self.default_weights(results) if weights is None else weights
         return weighted_average([r.params for r in results], w)
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {}
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:

@@ -4,8 +4,9 @@ Each client keeps its own BN affine parameters and running statistics
 (weight, bias, running_mean, running_var, num_batches_tracked); all other
 entries are averaged as in FedAvg, ``w <- sum_i p_i w_i`` with
 ``p_i = n_i / sum n_j`` (Li et al., Alg. 1). A returning client starts from
-the global non-BN entries plus its own BN entries, delivered through
-``downlink(cid).params``.
+the global non-BN entries plus its own BN entries: they are the client's own
+state (:class:`FedBNClient` puts them into its start model and keeps the trained
+ones), as in the paper, where BN layers never leave the client.
 
 Choices
 -------
@@ -26,17 +27,22 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import (
-    ClientReporter,
+    Json,
+    ClientHalf,
     ClientResult,
+    ClientState,
+    Context,
     Downlink,
     Params,
+    Report,
+    Trained,
+    Wire,
     check_state_keys,
-    client_params_state,
-    load_client_params,
     client_weights,
+    own_entries,
     weighted_average,
+    with_prefix,
 )
-from chillfl.aggregation.client_states import ClientParams
 
 
 @dataclass(frozen=True)
@@ -59,20 +65,36 @@ def batchnorm_keys(model: nn.Module) -> list[str]:
     return keys
 
 
+PREFIX = "fedbn."
+"""Where a client's own BN entries live in its state."""
+
+
+@dataclass(frozen=True)
+class FedBNClient:
+    """FedBN's client half: the client's own BN entries replace the global ones in its start, the trained ones are kept."""
+
+    bn_keys: frozenset[str]
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        own = own_entries(state, PREFIX)
+        return ({**start, **own} if own else start), dict(context)
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return with_prefix({k: v for k, v in trained.params.items() if k in self.bn_keys}, PREFIX), {}
+
+
 class FedBN:
-    """FedAvg over non-BN keys; every client's BN entries stay with the server-side client state."""
+    """FedAvg over non-BN keys; every client's BN entries stay with the client (:class:`FedBNClient`)."""
 
     def __init__(self, bn_keys: Collection[str], options: FedBNOptions = FedBNOptions()) -> None:
         self.bn_keys = frozenset(bn_keys)
         self.options = options
-        self.local_bn = ClientParams()  # each client's own BN entries, flat on the CPU
 
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
         return client_weights(results, self.options.weighting)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        own = self.local_bn.get(client_id)
-        return Downlink(params=dict(own) if own is not None else None)
+        return Downlink()
 
     def aggregate(
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
@@ -85,24 +107,21 @@ class FedBN:
             out.update(weighted_average([r.params for r in results], w, keys=bn))
         else:
             out.update({k: global_params[k] for k in bn})
-        for r in results:
-            self.local_bn[r.client_id] = {k: r.params[k] for k in bn}  # stored as a copy
         return {k: out[k] for k in global_params}
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {}
 
-    def client_reporter(self) -> ClientReporter | None:
-        """No per-client report: the clients' models (and what the downlink asked for) are enough."""
-        return None
+    def client_half(self) -> ClientHalf:
+        """The client keeps its own BN entries (:class:`FedBNClient`)."""
+        return FedBNClient(self.bn_keys)
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         return None
 
     def state_dict(self) -> dict[str, Any]:
-        """Every client's own BN entries: they exist nowhere else (the global model has the average)."""
-        return {"local_bn": client_params_state(self.local_bn)}
+        """Nothing: every client's BN entries are in its own state, the global model has the average."""
+        return {}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        check_state_keys(state, ("local_bn",), "FedBN")
-        self.local_bn = ClientParams.of(load_client_params(state["local_bn"]))
+        check_state_keys(state, (), "FedBN")

@@ -45,7 +45,21 @@ from typing import Any, Literal, Mapping, Sequence
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import ClientReporter, ClientResult, Downlink, FedAvg, Params, check_state_keys, load_params, params_state
+from chillfl.aggregation.base import (
+    Json,
+    ClientHalf,
+    ClientResult,
+    ClientState,
+    Downlink,
+    FedAvg,
+    Params,
+    Report,
+    Stateless,
+    Trained,
+    check_state_keys,
+    load_params,
+    params_state,
+)
 from chillfl.options import require
 from chillfl.training.fedgen import FeatureGenerator, diversity_loss, teacher_loss
 from chillfl.seeds import derive_seed
@@ -76,25 +90,25 @@ class FedGenOptions:
 
     def validate(self, section: str) -> None:
         for name in ("alpha", "weight_decay", "eta"):
-            require(getattr(self, name) >= 0, f"{section}.{name}", f"must be >= 0, got {getattr(self, name)}")
+            require(vars(self)[name] >= 0, f"{section}.{name}", f"must be >= 0, got {vars(self)[name]}")
         for name in ("alpha_decay", "lr_decay"):
-            require(0 < getattr(self, name) <= 1, f"{section}.{name}", f"must be in (0, 1], got {getattr(self, name)}")
+            require(0 < vars(self)[name] <= 1, f"{section}.{name}", f"must be in (0, 1], got {vars(self)[name]}")
         require(self.generator_lr > 0, f"{section}.generator_lr", f"must be > 0, got {self.generator_lr}")
         for name in ("samples", "noise_dim", "hidden", "generator_batch"):
-            require(1 <= getattr(self, name) <= 1 << 16, f"{section}.{name}", f"must be in [1, 65536], got {getattr(self, name)}")
+            require(1 <= vars(self)[name] <= 1 << 16, f"{section}.{name}", f"must be in [1, 65536], got {vars(self)[name]}")
         require(self.generator_batch >= 2, f"{section}.generator_batch", "must be >= 2 (batch norm needs two samples)")
         require(self.samples >= 2, f"{section}.samples", "must be >= 2 (the generator's batch norm needs two samples)")
         require(0 <= self.generator_steps <= 100000, f"{section}.generator_steps", f"must be in [0, 100000], got {self.generator_steps}")
 
 
 @dataclass(frozen=True)
-class LabelCounts:
-    """The client report FedGen needs: how many samples of each label the client trained on."""
+class LabelCounts(Stateless):
+    """FedGen's client half: it reports how many samples of each label the client trained on."""
 
     num_classes: int
 
-    def __call__(self, model: nn.Module, job: Any, outcome: Any) -> dict[str, Any]:
-        return {"label_counts": torch.bincount(job.y.cpu(), minlength=self.num_classes)}
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return {}, {"label_counts": torch.bincount(trained.y.cpu(), minlength=self.num_classes)}
 
 
 def label_weights(counts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
@@ -127,7 +141,7 @@ class FedGen(FedAvg):
 
     # -- client side --------------------------------------------------------------------------------
 
-    def client_reporter(self) -> ClientReporter:
+    def client_half(self) -> ClientHalf:
         """Each client's label counts (the generator's label prior and per-label weights)."""
         return LabelCounts(self.num_classes)
 
@@ -157,7 +171,7 @@ class FedGen(FedAvg):
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
     ) -> Params:
         heads = [(r.params[f"{self.head}.weight"].detach().cpu().float(), _bias(r.params, self.head)) for r in results]
-        counts = [r.extras["label_counts"] for r in results]
+        counts = [_counts(r) for r in results]
         table, qualified = label_weights(counts)
         if qualified:
             self.prior = self._prior(counts, qualified)
@@ -205,7 +219,7 @@ class FedGen(FedAvg):
             denom = (v[k] / (1 - b2**self.steps)).sqrt() + ADAM_EPS
             self.params[k] = w - self.lr * m_hat / denom
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {"generator_loss": self._last_loss} if self.trained_rounds else {}
 
     def state_dict(self) -> dict[str, Any]:
@@ -235,3 +249,10 @@ class FedGen(FedAvg):
 def _bias(params: Mapping[str, torch.Tensor], head: str) -> torch.Tensor | None:
     bias = params.get(f"{head}.bias")
     return None if bias is None else bias.detach().cpu().float()
+
+
+def _counts(result: ClientResult) -> torch.Tensor:
+    counts = result.report.get("label_counts")
+    if not isinstance(counts, torch.Tensor):
+        raise ValueError(f"FedGen needs report['label_counts'] from every client (client {result.client_id})")
+    return counts

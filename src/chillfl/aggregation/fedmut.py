@@ -41,7 +41,8 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
-    ClientReporter,
+    Json,
+    ClientHalf,
     ClientResult,
     Downlink,
     Params,
@@ -87,7 +88,7 @@ class FedMut:
         keys = self.param_keys if self.param_keys is not None else list(state)
         return [k for k in keys if torch.is_floating_point(state[k])]
 
-    def client_reporter(self) -> ClientReporter | None:
+    def client_half(self) -> ClientHalf | None:
         """No per-client report: the clients' models (and what the downlink asked for) are enough."""
         return None
 
@@ -130,7 +131,7 @@ class FedMut:
         self.previous = {k: v.detach().clone() for k, v in global_params.items()}
         return weighted_average([r.params for r in results], w)
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {}
 
     def state_dict(self) -> dict[str, Any]:

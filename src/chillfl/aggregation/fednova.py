@@ -34,6 +34,7 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
+    Json,
     ClientResult,
     FedAvg,
     Params,
@@ -90,7 +91,7 @@ class FedNova(FedAvg):
         self._tau_eff = tau_eff
         return out
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {"tau_eff": self._tau_eff}
 
     def state_dict(self) -> dict[str, Any]:

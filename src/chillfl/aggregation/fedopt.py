@@ -32,7 +32,8 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
-    ClientReporter,
+    Json,
+    ClientHalf,
     ClientResult,
     Downlink,
     Params,
@@ -109,10 +110,10 @@ class FedOpt:
             out[k] = (x.double() + o.server_lr * m / (v.sqrt() + o.tau)).to(x.dtype)
         return out
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {}
 
-    def client_reporter(self) -> ClientReporter | None:
+    def client_half(self) -> ClientHalf | None:
         """No per-client report: the clients' models (and what the downlink asked for) are enough."""
         return None
 

@@ -1,10 +1,11 @@
 """MOON (Li, He & Song, CVPR 2021): FedAvg aggregation + the model-contrastive local term.
 
-The server side only keeps what the term needs: every client's state after
-its last local training (its "previous local model", the paper's w_i^{t-1}),
-sent back with the global model when the client is next sampled. The
-official code keeps the same models on the server side too (``old_nets_pool``
-with ``model_buffer_size = 1``). Aggregation is FedAvg (Algorithm 1).
+Each client keeps its state after its last local training (its "previous
+local model", the paper's w_i^{t-1}) as its own state (:class:`MoonClient`),
+as in the paper's Algorithm 1, where the client holds it; the official code
+keeps the same models on the server side (``old_nets_pool`` with
+``model_buffer_size = 1``), which gives the same numbers. The server sends
+``mu``, ``tau`` and the global model. Aggregation is FedAvg (Algorithm 1).
 
 Choices
 -------
@@ -22,20 +23,10 @@ Choices
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
 
-import torch
+from torch import nn
 
-from chillfl.aggregation.base import (
-    ClientResult,
-    Downlink,
-    FedAvg,
-    Params,
-    check_state_keys,
-    client_params_state,
-    load_client_params,
-)
-from chillfl.aggregation.client_states import ClientParams
+from chillfl.aggregation.base import ClientHalf, ClientState, Context, Downlink, FedAvg, Params, Report, Trained, Wire, own_entries, with_prefix
 from chillfl.options import require
 
 
@@ -51,35 +42,37 @@ class MoonOptions:
         require(self.tau > 0, f"{section}.tau", f"must be > 0, got {self.tau}")
 
 
+PREFIX = "moon.prev."
+"""Where the client's previous local model lives in its state."""
+
+
+@dataclass(frozen=True)
+class MoonClient:
+    """MOON's client half: its previous local model as ``moon_prev`` (weight 0 before it has one); keeps the trained one."""
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        prev = own_entries(state, PREFIX)
+        out = dict(context)
+        if not prev:
+            out["moon_weight"] = 0.0
+        out["moon_prev"] = prev if prev else context["moon_global"]
+        return start, out
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return with_prefix(trained.params, PREFIX), {}
+
+
 class Moon(FedAvg):
-    """FedAvg that remembers each client's last trained state and sends it as ``moon_prev``."""
+    """FedAvg that sends MOON's term options and the global model; the previous models are the clients' own."""
 
     def __init__(self, options: MoonOptions = MoonOptions()) -> None:
+        super().__init__()
         self.options = options
-        self.previous = ClientParams()  # a copy, flat on the CPU: never a view pinning the executor's chunk
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        prev = self.previous.get(client_id)
-        weight = self.options.mu if prev is not None else 0.0
-        context: dict[str, Any] = {
-            "moon_weight": weight,
-            "moon_tau": self.options.tau,
-            "moon_global": global_params,
-            "moon_prev": prev if prev is not None else global_params,
-        }
+        context: dict[str, Wire] = {"moon_weight": self.options.mu, "moon_tau": self.options.tau, "moon_global": global_params}
         return Downlink(context=context, local=("moon_global", "moon_prev"))
 
-    def aggregate(
-        self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
-    ) -> Params:
-        for r in results:
-            self.previous[r.client_id] = r.params
-        return super().aggregate(global_params, results, round, weights)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Every client's previous local model (clients never sampled have none)."""
-        return {"previous": client_params_state(self.previous)}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        check_state_keys(state, ("previous",), "MOON")
-        self.previous = ClientParams.of(load_client_params(state["previous"]))
+    def client_half(self) -> ClientHalf:
+        """The client keeps its previous local model (:class:`MoonClient`)."""
+        return MoonClient()

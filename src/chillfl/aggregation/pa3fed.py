@@ -4,8 +4,8 @@ Per round t (PA3Fed, Algorithm 1):
 
 * client i, after local training, reports its score on its whole local
   training set (Eq. 8) ``s_i^t = E_{(x,y) in D_i}[-log softmax(f(x))_y]``
-  (:func:`client_score`, ``extras["score"]``) and its local gradient norm
-  ``||g_i||`` (:func:`gradient_norm`, ``extras["grad_norm"]``);
+  (:func:`client_score`, ``report["score"]``) and its local gradient norm
+  ``||g_i||`` (:func:`gradient_norm`, ``report["grad_norm"]``);
 * stability coefficient (Eq. 10), with ``t - sigma`` the client's previous
   participation: ``alpha_i = exp(-beta * |s_i^{t-sigma} - s_i^t|)``; 1 on a
   client's first participation;
@@ -20,10 +20,11 @@ any aggregator with ``default_weights(results)`` and
 ``aggregate(..., weights=...)`` works (every registered one has them).
 PA3Fed multiplies the base's own weights by ``alpha_i``.
 
-Each client runs :class:`PA3FedReporter` (``PA3Fed.client_reporter()``, the
-client half: options only) after its local training; it computes ``score`` and ``grad_norm`` from the trained local model
-on the client's training data, i.e. on the client side of Algorithm 1 (in a
-deployment these two floats are the only extra upload, Alg. 1 line 10).
+Each client runs :class:`PA3FedClient` (``PA3Fed.client_half()``, options
+only) after its local training; it computes ``score`` and ``grad_norm`` from
+the trained local model on the client's training data and ``alpha`` from its
+own previous score, i.e. the client side of Algorithm 1, lines 7-10 (these
+three floats are the only extra upload).
 
 Choices
 -------
@@ -67,7 +68,21 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from chillfl.aggregation.base import Aggregator, ClientReporter, ClientResult, Downlink, Params, check_state_keys
+from chillfl.aggregation.base import (
+    Json,
+    Aggregator,
+    ClientHalf,
+    ClientResult,
+    ClientState,
+    Context,
+    Downlink,
+    Params,
+    Report,
+    Trained,
+    Wire,
+    check_state_keys,
+    combine,
+)
 from chillfl.metrics.fgn import federated_gradient_norm, is_clp
 from chillfl.options import require
 from chillfl.training.local import split_state
@@ -177,6 +192,9 @@ def gradient_norm(
 class WeightedAggregator(Protocol):
     """An aggregator whose client weights can be replaced (what PA3Fed needs from its base)."""
 
+    def client_half(self) -> ClientHalf | None:
+        ...
+
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
         """The weights the aggregator uses on its own (m_i for the FedAvg family)."""
         ...
@@ -188,7 +206,7 @@ class WeightedAggregator(Protocol):
         """``weights`` (summing to 1) replace ``default_weights(results)`` when given."""
         ...
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         ...
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
@@ -207,26 +225,30 @@ def _with_weights(base: Aggregator) -> WeightedAggregator:
     raise TypeError(f"PA3Fed needs a base aggregator with default_weights(), aggregate(..., weights=...), begin_round() and state_dict(), got {type(base).__name__}")
 
 
-@dataclass(frozen=True)
-class PA3FedReporter:
-    """PA3Fed's client half: each client's ``score`` (Eq. 8) and ``grad_norm`` after its local training.
+SCORE = "pa3fed.score"
+"""Where the client's score at its previous participation, s_i^{t-sigma}, lives in its state."""
 
-    It travels to the clients with the options only; the scores' history and FGN stay on the server (:class:`PA3Fed`).
+
+@dataclass(frozen=True)
+class PA3FedClient:
+    """PA3Fed's client half (Alg. 1, lines 7-10): ``score`` (Eq. 8), ``grad_norm`` and ``alpha`` (Eq. 10) after training.
+
+    The client keeps its previous score in its own state, as in Algorithm 1, so
+    alpha_i is computed where the scores are; FGN and the period check stay on
+    the server (:class:`PA3Fed`). It travels with the options only.
     """
 
     options: PA3FedOptions
 
-    def __call__(self, model: nn.Module, job: Any, outcome: Any) -> dict[str, Any]:
-        """Client side of Alg. 1 (lines 7 and 9): ``score`` (Eq. 8) and ``grad_norm`` of the trained model.
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        return start, dict(context)
 
-        ``job`` is the engine's ``ClientJob`` (its ``x``, ``y``, ``temperature``),
-        ``outcome`` the ``LocalOutcome`` (its ``params``: the state after training).
-        """
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
         o = self.options
-        params, buffers = split_state(model, outcome.params)
+        params, buffers = split_state(model, trained.params)
         params = {k: v.detach() for k, v in params.items()}
         model.eval()  # no dropout; BN uses its running statistics, so neither value updates them
-        temperature = float(job.temperature) if o.grad_temperature == "train" else 1.0
+        temperature = float(trained.temperature) if o.grad_temperature == "train" else 1.0
 
         def forward(x: torch.Tensor) -> torch.Tensor:
             return functional_call(model, (params, buffers), (x,))
@@ -234,9 +256,16 @@ class PA3FedReporter:
         def loss_fn(p: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(functional_call(model, (dict(p), buffers), (x,)) / temperature, y)
 
-        score = client_score(forward, job.x, job.y, batch_size=o.eval_batch_size)
-        norm = gradient_norm(loss_fn, params, job.x, job.y, per_sample=o.grad_norm == "per_sample", batch_size=o.eval_batch_size)
-        return {"score": score, "grad_norm": norm}
+        score = client_score(forward, trained.x, trained.y, batch_size=o.eval_batch_size)
+        norm = gradient_norm(loss_fn, params, trained.x, trained.y, per_sample=o.grad_norm == "per_sample", batch_size=o.eval_batch_size)
+        new_state, alpha = self.remember(state, score)
+        return new_state, {"score": score, "grad_norm": norm, "alpha": alpha}
+
+    def remember(self, state: ClientState, score: float) -> tuple[ClientState, float]:
+        """Eq. 10 against the score the client kept from its previous participation; the new score replaces it."""
+        previous = float(state[SCORE]) if SCORE in state else None
+        alpha = stability_coefficient(previous, score, self.options.beta, signed=self.options.signed)
+        return {SCORE: torch.tensor(score, dtype=torch.float64)}, alpha
 
 
 class PA3Fed:
@@ -245,9 +274,8 @@ class PA3Fed:
     def __init__(self, base: Aggregator, options: PA3FedOptions = PA3FedOptions()) -> None:
         self.base = _with_weights(base)
         self.options = options
-        self.last_score: dict[int, float] = {}
         self.previous_fgn: float | None = None
-        self._metrics: dict[str, Any] = {}
+        self._metrics: dict[str, Json] = {}
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         self.base.begin_round(round, client_ids)
@@ -255,17 +283,19 @@ class PA3Fed:
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return self.base.downlink(client_id, round, global_params)
 
-    def client_reporter(self) -> ClientReporter:
-        """The client half of Alg. 1 (lines 7 and 9): a :class:`PA3FedReporter` with the options only, no server state."""
-        return PA3FedReporter(self.options)
+    def client_half(self) -> ClientHalf:
+        """The base's client half, then Alg. 1's lines 7-10 (:class:`PA3FedClient`): options only, no server state."""
+        half = combine(self.base.client_half(), PA3FedClient(self.options))
+        assert half is not None
+        return half
 
     def _fgn(self, results: Sequence[ClientResult]) -> float | None:
-        if not all("grad_norm" in r.extras for r in results):
+        if not all("grad_norm" in r.report for r in results):
             if self.options.mode == "clp":
-                raise ValueError("PA3Fed mode 'clp' needs extras['grad_norm'] from every client")
+                raise ValueError("PA3Fed mode 'clp' needs report['grad_norm'] from every client")
             return None
         return federated_gradient_norm(
-            [float(r.extras["grad_norm"]) for r in results],
+            [_number(r.report["grad_norm"], "grad_norm", r.client_id) for r in results],
             [r.num_samples for r in results],
             [r.lr for r in results],
             scale_by_lr=self.options.fgn_scale_by_lr,
@@ -275,13 +305,12 @@ class PA3Fed:
         o = self.options
         alphas: dict[int, float] = {}
         for r in results:
-            if "score" not in r.extras:
+            alpha = r.report.get("alpha")
+            if alpha is None:
                 if o.mode != "never":
-                    raise ValueError(f"PA3Fed needs extras['score'] from every client (client {r.client_id})")
+                    raise ValueError(f"PA3Fed needs report['alpha'] from every client (client {r.client_id})")
                 continue
-            score = float(r.extras["score"])
-            alphas[r.client_id] = stability_coefficient(self.last_score.get(r.client_id), score, o.beta, signed=o.signed)
-            self.last_score[r.client_id] = score
+            alphas[r.client_id] = _number(alpha, "alpha", r.client_id)
         return alphas
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
@@ -304,30 +333,31 @@ class PA3Fed:
         else:
             out = self.base.aggregate(global_params, results, round)
         base_metrics = dict(self.base.round_metrics())
-        scores = {r.client_id: float(r.extras["score"]) for r in results if "score" in r.extras}
-        norms = {r.client_id: float(r.extras["grad_norm"]) for r in results if "grad_norm" in r.extras}
+        scores = {r.client_id: _number(r.report["score"], "score", r.client_id) for r in results if "score" in r.report}
+        norms = {r.client_id: _number(r.report["grad_norm"], "grad_norm", r.client_id) for r in results if "grad_norm" in r.report}
         self._metrics = {**base_metrics, "fgn": fgn, "clp": clp, "adapted": adapt, "alphas": alphas, "weight_shift": shift, "scores": scores, "grad_norms": norms}
         return out
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return self._metrics
 
     def state_dict(self) -> dict[str, Any]:
-        """Scores s_i^{t-sigma} (by ``str(cid)``), FGN(t-1) and the base's own state under ``"base"``.
+        """FGN(t-1) and the base's own state under ``"base"`` (each s_i^{t-sigma} is in its client's state).
 
         The last round's metrics are not saved: ``aggregate`` rebuilds them
         from scratch every round.
         """
-        return {
-            "base": self.base.state_dict(),
-            "last_score": {str(cid): float(score) for cid, score in self.last_score.items()},
-            "previous_fgn": self.previous_fgn,
-        }
+        return {"base": self.base.state_dict(), "previous_fgn": self.previous_fgn}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        check_state_keys(state, ("base", "last_score", "previous_fgn"), "PA3Fed")
+        check_state_keys(state, ("base", "previous_fgn"), "PA3Fed")
         self.base.load_state_dict(state["base"])
-        self.last_score = {int(cid): float(score) for cid, score in state["last_score"].items()}
         fgn = state["previous_fgn"]
         self.previous_fgn = None if fgn is None else float(fgn)
         self._metrics = {}
+
+
+def _number(value: Wire, key: str, client_id: int) -> float:
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"PA3Fed needs report[{key!r}] to be a number (client {client_id}), got {type(value).__name__}")
+    return float(value)

@@ -9,6 +9,7 @@ base_options = {mu = 0.01}, beta = 0.3}``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Literal, Mapping
 
@@ -64,6 +65,8 @@ class AlgorithmSpec:
     options: type
     build: Callable[[Any, BuildContext], Built]
     summary: str
+    figures: tuple[str, ...] = ()
+    """The run figures the method's round metrics feed besides the common ones (``clp``: PA3Fed's critical periods)."""
 
 
 def _fedopt(kind: ServerOptimizer) -> Callable[[Any, BuildContext], Built]:
@@ -89,7 +92,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         "variance-reduced local SGD (Liang et al. 2019)",
     ),
     "fedmut": AlgorithmSpec(FedMutOptions, lambda o, ctx: (FedMut(ctx.seed, o, ctx.param_keys()), []), "stochastic mutation (Hu et al. 2024)"),
-    "pa3fed": AlgorithmSpec(PA3FedOptions, lambda o, ctx: _build_pa3fed(o, ctx), "period-aware adaptive aggregation over a base (PA3Fed)"),
+    "pa3fed": AlgorithmSpec(PA3FedOptions, lambda o, ctx: _build_pa3fed(o, ctx), "period-aware adaptive aggregation over a base (PA3Fed)", ("clp",)),
     "moon": AlgorithmSpec(MoonOptions, lambda o, ctx: _build_moon(o, ctx), "model-contrastive FL (Li et al. 2021)"),
     "fedalign": AlgorithmSpec(FedAlignOptions, lambda o, ctx: _build_fedalign(o, ctx), "FedAvg + final-stage Lipschitz alignment (Mendieta et al. 2022)"),
     "fedgen": AlgorithmSpec(FedGenOptions, lambda o, ctx: _build_fedgen(o, ctx), "server-trained feature generator as regulariser (Zhu et al. 2021)"),
@@ -112,7 +115,7 @@ class NoOptions:
     """A user's aggregator class without an ``Options`` dataclass takes no options."""
 
 
-AGGREGATOR_METHODS = ("downlink", "aggregate", "round_metrics", "begin_round", "client_reporter", "state_dict", "load_state_dict")
+AGGREGATOR_METHODS = ("downlink", "aggregate", "round_metrics", "begin_round", "client_half", "state_dict", "load_state_dict")
 
 
 def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
@@ -126,10 +129,10 @@ def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
         return obj
     if not isinstance(obj, type):
         raise ConfigError(field, f"{name!r} must name an aggregator class or an AlgorithmSpec, got {type(obj).__name__}")
-    missing = [m for m in AGGREGATOR_METHODS if not callable(getattr(obj, m, None))]
+    missing = [m for m in AGGREGATOR_METHODS if not callable(inspect.getattr_static(obj, m, None))]
     if missing:
         raise ConfigError(field, f"{name!r} is not an aggregator: it lacks {', '.join(missing)} (see chillfl.aggregation.base.Aggregator)")
-    options = getattr(obj, "Options", None)
+    options = inspect.getattr_static(obj, "Options", None)  # a class attribute, looked up without running descriptors
     if options is None:
         return AlgorithmSpec(NoOptions, lambda o, ctx: (obj(), []), name)
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
@@ -176,7 +179,9 @@ def _build_moon(options: MoonOptions, ctx: BuildContext) -> Built:
 
 def _build_fedalign(options: FedAlignOptions, ctx: BuildContext) -> Built:
     """FedAvg with FedAlign's term; the model must have a final stage that runs at reduced width."""
-    stage = getattr(ctx.model, "slim_stage", None)
+    from chillfl.models.parts import SlimStaged
+
+    stage = ctx.model.slim_stage if isinstance(ctx.model, SlimStaged) else None
     if not isinstance(stage, str):
         raise ConfigError("model.name", "FedAlign needs a ResNet whose final stage runs at reduced width: resnet20, resnet32 or resnet18_fedchill")
     return FedAvg(), [FedAlignTerm(stage, options)]
@@ -198,8 +203,6 @@ def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
     bases = [n for n in algorithm_names() if n != "pa3fed" and n not in UNWEIGHTED]
     if options.base not in bases:
         raise choice_error(f"{ctx.section}.base", options.base, bases)
-    if options.base == "fedgen":  # PA3Fed's client report (score, gradient norm) replaces the base's
-        raise ConfigError(f"{ctx.section}.base", "fedgen needs its clients' label counts, which it gets from its own client report; PA3Fed sends its own instead")
     base, terms = make_aggregator(
         options.base,
         options.base_options,

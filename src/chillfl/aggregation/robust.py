@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from chillfl.aggregation.base import ClientReporter, ClientResult, Downlink, Params, check_state_keys
+from chillfl.aggregation.base import Json, ClientHalf, ClientResult, Downlink, Params, check_state_keys
 from chillfl.options import require
 
 
@@ -132,11 +132,11 @@ class _Stateless:
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         return None
 
-    def client_reporter(self) -> ClientReporter | None:
+    def client_half(self) -> ClientHalf | None:
         """No per-client report: the rule reads the clients' models only."""
         return None
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {}
 
     def state_dict(self) -> dict[str, Any]:
@@ -179,6 +179,6 @@ class Krum(_Stateless):
         chosen = [results[i] for i in sorted(rows)]  # averaged in client-id order
         return _per_entry(chosen, lambda values: values.mean(dim=0))
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         """``selected``: the client ids whose models were averaged this round (``agg_selected`` in metrics.jsonl)."""
         return {"selected": list(self._selected)}

@@ -11,8 +11,10 @@ has gradient ``c - c_i``. After training (option II, Alg. 1 line 12)
 
     c_i+ = c_i - c + (x - y_i) / (K * eta_l)
 
-(with local momentum, ``K`` becomes the effective number of steps, see Choices) computed here on the server from the uploaded ``y_i``, ``K = num_steps`` and
-``eta_l = lr``. The server then sets (Alg. 1, lines 16-17)
+(with local momentum, ``K`` becomes the effective number of steps, see Choices) computed on the client from its trained ``y_i``, ``K = num_steps`` and
+``eta_l = lr``. c_i is the client's own: its client half (:class:`ScaffoldClient`)
+reads it from the client's state, trains with ``correction = c - c_i``, computes
+c_i+ and reports ``Delta c_i = c_i+ - c_i`` (Alg. 1, line 13). The server then sets (Alg. 1, lines 16-17)
 
     x <- x + eta_g * sum_{i in S} p_i (y_i - x)
     c <- c + (|S| / N) * (1/|S|) sum_{i in S} (c_i+ - c_i)
@@ -44,22 +46,30 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
 
+from torch import nn
+
 from chillfl.aggregation.base import (
-    ClientReporter,
+    Json,
+    ClientHalf,
     ClientResult,
+    ClientState,
+    Context,
     Downlink,
     Params,
+    Report,
+    Trained,
+    Wire,
     check_state_keys,
-    client_params_state,
-    load_client_params,
     load_params,
+    own_entries,
     params_state,
     sample_weights,
     weighted_average,
+    with_prefix,
 )
-from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.fednova import effective_steps
 from chillfl.options import require
+from chillfl.training.objective import read_table
 
 
 @dataclass(frozen=True)
@@ -80,14 +90,54 @@ class ScaffoldOptions:
 class LinearCorrectionTerm:
     """``sum_k <w_k, correction_k>``: adds ``correction`` to the gradient (SCAFFOLD, VRL-SGD)."""
 
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
-        correction: Mapping[str, torch.Tensor] = context["correction"]
+    reads: tuple[str, ...] = ("correction",)
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
+        correction = read_table(context, "correction")
         parts = [(params[k] * correction[k].detach()).sum() for k in params if k in correction]
         return torch.stack(parts).sum() if parts else torch.zeros(())
 
 
+CONTROL = "scaffold_control"
+"""The downlink context key of the server control ``c``."""
+DELTA = "control_delta"
+"""The report key of ``Delta c_i = c_i+ - c_i``."""
+PREFIX = "scaffold.c."
+"""Where c_i lives in the client's state."""
+
+
+@dataclass(frozen=True)
+class ScaffoldClient:
+    """SCAFFOLD's client half: c_i in the client's state; ``correction = c - c_i``; option II's c_i+ after training."""
+
+    momentum: float = 0.0
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        c = _table(context[CONTROL])
+        c_i = own_entries(state, PREFIX) or {k: torch.zeros_like(v) for k, v in c.items()}
+        out = {k: v for k, v in context.items() if k != CONTROL}
+        out["correction"] = {k: c[k] - c_i[k] for k in c}
+        return start, out
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        """Option II (Alg. 1, line 12): c_i+ = c_i - c + (x - y_i) / (a(K) eta_l); reports c_i+ - c_i."""
+        if trained.num_steps < 1 or trained.lr <= 0:
+            raise ValueError(f"SCAFFOLD needs num_steps >= 1 and lr > 0 (client {trained.client_id})")
+        c = _table(trained.sent[CONTROL])
+        c_i = own_entries(state, PREFIX) or {k: torch.zeros_like(v) for k, v in c.items()}
+        scale = effective_steps(trained.num_steps, self.momentum) * trained.lr
+        new_c_i = {k: c_i[k] - c[k] + (trained.start[k] - trained.params[k]) / scale for k in c}
+        return with_prefix(new_c_i, PREFIX), {DELTA: {k: new_c_i[k] - c_i[k] for k in c}}
+
+
+def _table(value: Wire) -> Params:
+    if not isinstance(value, dict):
+        raise ValueError(f"SCAFFOLD expects a name -> tensor table, got {type(value).__name__}")
+    return value
+
+
 class Scaffold:
-    """SCAFFOLD server: owns ``c`` and every client's ``c_i`` (missing = zeros)."""
+    """SCAFFOLD server: owns ``c``; each client's ``c_i`` is the client's own (:class:`ScaffoldClient`)."""
 
     def __init__(self, num_clients: int, options: ScaffoldOptions = ScaffoldOptions(), param_keys: Collection[str] | None = None) -> None:
         if num_clients < 1:
@@ -96,7 +146,6 @@ class Scaffold:
         self.options = options
         self.param_keys = None if param_keys is None else list(param_keys)
         self.control: Params = {}
-        self.client_controls = ClientParams()  # c_i of the clients sampled so far, flat on the CPU
 
     def _keys(self, state: Params) -> list[str]:
         keys = self.param_keys if self.param_keys is not None else list(state)
@@ -107,18 +156,13 @@ class Scaffold:
             self.control = {k: torch.zeros_like(state[k]) for k in self._keys(state)}
         return self.control
 
-    def _client_control(self, cid: int) -> Params:
-        return self.client_controls.get(cid) or {k: torch.zeros_like(v) for k, v in self.control.items()}
-
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
         if self.options.weighting == "samples":
             return sample_weights(results)
         return torch.full((len(results),), 1.0 / len(results), dtype=torch.float64)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        c = self._control(global_params)
-        c_i = self._client_control(client_id)
-        return Downlink(context={"correction": {k: c[k] - c_i[k] for k in c}})
+        return Downlink(context={CONTROL: self._control(global_params)})
 
     def aggregate(
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
@@ -128,14 +172,11 @@ class Scaffold:
         out = weighted_average([r.params for r in results], w)  # buffers; trainable keys overwritten below
         delta_c = {k: torch.zeros_like(v) for k, v in c.items()}
         for r in results:
-            if r.num_steps < 1 or r.lr <= 0:
-                raise ValueError(f"SCAFFOLD needs num_steps >= 1 and lr > 0 (client {r.client_id})")
-            c_i = self._client_control(r.client_id)
-            scale = effective_steps(r.num_steps, self.options.momentum or 0.0) * r.lr
-            new_c_i = {k: c_i[k] - c[k] + (global_params[k] - r.params[k]) / scale for k in c}
+            delta = r.report.get(DELTA)
+            if not isinstance(delta, dict):
+                raise ValueError(f"SCAFFOLD needs report[{DELTA!r}] from every client (client {r.client_id})")
             for k in c:
-                delta_c[k] += new_c_i[k] - c_i[k]
-            self.client_controls[r.client_id] = new_c_i
+                delta_c[k] += delta[k]
         for k in c:
             step = sum(float(wi) * (r.params[k].double() - global_params[k].double()) for wi, r in zip(w, results))
             out[k] = (global_params[k].double() + self.options.global_lr * step).to(global_params[k].dtype)
@@ -143,23 +184,22 @@ class Scaffold:
         self.control = {k: c[k] + delta_c[k] / self.num_clients for k in c}
         return out
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         norm = sum(float((v.double() ** 2).sum()) for v in self.control.values()) ** 0.5
         return {"control_norm": norm}
 
-    def client_reporter(self) -> ClientReporter | None:
-        """No per-client report: the clients' models (and what the downlink asked for) are enough."""
-        return None
+    def client_half(self) -> ClientHalf:
+        """c_i and option II's update run on the client (:class:`ScaffoldClient`, with the clients' momentum)."""
+        return ScaffoldClient(self.options.momentum or 0.0)
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         return None
 
     def state_dict(self) -> dict[str, Any]:
-        """The server control ``c`` and every client's ``c_i`` (clients never sampled have none: zeros)."""
-        return {"control": params_state(self.control), "client_controls": client_params_state(self.client_controls)}
+        """The server control ``c`` (each c_i is in its client's state)."""
+        return {"control": params_state(self.control)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        check_state_keys(state, ("control", "client_controls"), "SCAFFOLD")
+        check_state_keys(state, ("control",), "SCAFFOLD")
         # key order of c is kept: round_metrics sums its squares in that order
         self.control = load_params(state["control"])
-        self.client_controls = ClientParams.of(load_client_params(state["client_controls"]))

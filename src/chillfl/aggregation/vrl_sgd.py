@@ -41,7 +41,8 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
-    ClientReporter,
+    Json,
+    ClientHalf,
     ClientResult,
     Downlink,
     Params,
@@ -101,10 +102,10 @@ class VRLSGD:
             self.deltas[r.client_id] = {k: old[k] + (out[k] - r.params[k]) / scale for k in keys}
         return out
 
-    def round_metrics(self) -> Mapping[str, Any]:
+    def round_metrics(self) -> Mapping[str, Json]:
         return {}
 
-    def client_reporter(self) -> ClientReporter | None:
+    def client_half(self) -> ClientHalf | None:
         """No per-client report: the clients' models (and what the downlink asked for) are enough."""
         return None
 

@@ -113,7 +113,7 @@ def replay_round(run_dir: str | Path, start: Literal["final", "initial"] = "fina
             task.work = avail.work.get(task.client_id, 1.0)
         replies = executor.map(tasks)
         clients = {r.client_id: {k: v.detach().clone() for k, v in r.uplink.params.items()} for r in replies}
-        record = protocol.server_update(rnd, tasks, replies)
+        record = protocol.server_update(rnd, tasks, replies).to_json()
     finally:
         executor.close()
         protocol.close()

@@ -46,6 +46,7 @@ import torch
 
 from chillfl.data import arraycache, hf, loaders
 from chillfl.data.augment import check_shape, final_stats, rescaler, split_augment
+from chillfl.data.items import ItemReader
 from chillfl.data.loaders import RawSplit
 from chillfl.errors import ConfigError, choice_error
 from chillfl.extras import need
@@ -74,6 +75,9 @@ class ArrayDataset:
     public_rows: int = 0
     """The last ``public_rows`` train rows are a separate public set (passed from Python): never given
     to a client, they are the soft-label methods' public pool (label -1 where none was given)."""
+    train_items: ItemReader | None = None
+    """The user's training Dataset when its items are read anew each round a client is sampled
+    (``DatasetData(redraw="round")``; :mod:`chillfl.data.items`); None: ``x_train`` is what clients train on."""
 
     def __post_init__(self) -> None:
         if len(self.x_train) != len(self.y_train) or len(self.x_test) != len(self.y_test):

@@ -64,6 +64,7 @@ from chillfl.data.partition import (
     partition,
 )
 from chillfl.errors import ConfigError, choice_error
+from chillfl.seeds import derive_seed
 from chillfl.options import require
 
 CLIENT_EVAL_FIELD = "eval.client_split"
@@ -137,6 +138,23 @@ class FederatedData:
         contiguous = len(idx) and idx[-1] - idx[0] == len(idx) - 1 and (np.diff(idx) == 1).all()
         rows = slice(int(idx[0]), int(idx[-1]) + 1) if contiguous else torch.from_numpy(idx)  # a range: a view, no copy
         return self._noisy(self.dataset.x_train[rows], cid, 0), self.dataset.y_train[rows]
+
+    def client_redraw(self, cid: int, round: int) -> torch.Tensor | None:
+        """Client ``cid``'s training inputs read anew for ``round`` (0-based) from the user's Dataset, in
+        :meth:`client_train`'s row order (and with its noise); None when the inputs are fixed.
+
+        Item ``k`` of the client's rows is read under the ``k``-th seed drawn from
+        (run seed, "transform", round, client) (:mod:`chillfl.data.items`): a random
+        transform is drawn afresh at every visit, and bitwise the same in every run.
+        """
+        items = self.dataset.train_items
+        if items is None:
+            return None
+        train = self.train_indices
+        span = train.span(cid) if isinstance(train, ClientRows) else None
+        rows = np.arange(span.start, span.stop) if span is not None else np.asarray(train[cid])
+        x = items.read(rows, derive_seed(self.seed, "transform", round, cid), self.dataset.x_train)
+        return self._noisy(x.to(self.dataset.x_train.device), cid, 0)
 
     def client_eval(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Client ``cid``'s own validation/test split, taken from the test set (same noise rule)."""

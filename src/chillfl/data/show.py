@@ -7,6 +7,7 @@ client, one row per class, colour = number of training samples.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -62,12 +63,24 @@ def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") ->
     fig.colorbar(image, ax=ax, label="samples")
     ax.set_xlabel("client")
     ax.set_ylabel("class")
-    if title:
-        ax.set_title(title)
     if n_classes * n_clients <= 400:
         top = grid.max() if grid.size else 0
         for (row, col), value in np.ndenumerate(grid):
             colour = "black" if value > 0.6 * top else "white"
             ax.text(col, row, str(int(value)), ha="center", va="center", fontsize=6, color=colour)
+    if title:
+        fit_title(fig, title)
     fig.tight_layout()
     fig.savefig(str(path), dpi=120)
+
+
+def fit_title(fig: Any, title: str, fontsize: float = 10.0) -> None:
+    """``title`` over the whole figure, wrapped to its width: a long run name must not be cut off at the image's edges."""
+    import textwrap
+
+    renderer = fig.canvas.get_renderer()
+    text = fig.suptitle(title, fontsize=fontsize)
+    width = len(title)
+    while width > 8 and text.get_window_extent(renderer).width > 0.96 * fig.bbox.width:
+        width = max(8, int(width * 0.85))
+        text.set_text("\n".join(textwrap.wrap(title, width, break_long_words=True)))

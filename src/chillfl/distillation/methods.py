@@ -70,6 +70,7 @@ from typing import Any, Callable, ClassVar, Literal, Mapping, Sequence
 import numpy as np
 import torch
 
+from chillfl.engine.record import Json
 from chillfl.errors import ConfigError, choice_error, did_you_mean
 from chillfl.options import NoOptions, parse_options, require
 
@@ -310,7 +311,7 @@ class Aggregate:
     keep: torch.Tensor
     rows: torch.Tensor
     server_rows: torch.Tensor
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Json] = field(default_factory=dict)
 
 
 class SoftLabelClientHooks:
@@ -403,7 +404,7 @@ class SoftLabelMethod:
         """What client ``cid`` must know to pick its target from the downlink rows (sent with them)."""
         return None
 
-    def round_metrics(self) -> dict[str, Any]:
+    def round_metrics(self) -> dict[str, Json]:
         return {}
 
     def state_dict(self) -> dict[str, Any]:
@@ -620,7 +621,7 @@ class COMET(SoftLabelMethod):
         """Client granularity: the block of the client's cluster (last block = the plain mean when unassigned)."""
         return self._assign.get(cid, self.options.num_clusters) if self.options.granularity == "client" else None
 
-    def round_metrics(self) -> dict[str, Any]:
+    def round_metrics(self) -> dict[str, Json]:
         return {"comet_clusters": self._num_clusters_used}
 
     def state_dict(self) -> dict[str, Any]:
@@ -686,8 +687,8 @@ class SelectiveFD(SoftLabelMethod):
         rows = mean[sample_keep]
         return Aggregate(sample_keep, rows, rows)
 
-    def round_metrics(self) -> dict[str, Any]:
-        out = {"selective_client_kept": float(np.mean(self._kept)) if self._kept else None, "selective_server_kept": self._server_kept}
+    def round_metrics(self) -> dict[str, Json]:
+        out: dict[str, Json] = {"selective_client_kept": float(np.mean(self._kept)) if self._kept else None, "selective_server_kept": self._server_kept}
         self._kept = []
         return out
 

@@ -57,6 +57,7 @@ import safetensors
 import safetensors.torch
 import torch
 
+from chillfl.paths import O_CLOEXEC, O_NOFOLLOW
 from chillfl.errors import ConfigError, StorageError
 
 FORMAT_VERSION = 1
@@ -253,7 +254,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC
     try:
         tmp.unlink(missing_ok=True)  # removes a link itself, never its target
         fd = os.open(tmp, flags, 0o644)

@@ -18,15 +18,21 @@ protocol's ``state_dict()`` carries over between rounds.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
+import torch
 
 from chillfl.config import FederationConfig
 from chillfl.engine.executors import Executor
 from chillfl.engine.protocol import ServerProtocol
+from chillfl.engine.record import Json, RoundRecord
 from chillfl.seeds import derive_seed
+
+Redraw = Callable[[int, int], torch.Tensor | None]
+"""``(client id, round) -> inputs``: a client's training inputs drawn for one visit (None: as configured)."""
 
 
 def sample_clients(seed: int, round: int, num_clients: int, k: int) -> list[int]:
@@ -84,8 +90,13 @@ def run_rounds(
     rounds: int,
     start: int = 0,
     participation: FederationConfig = FederationConfig(),
-) -> Iterator[dict[str, Any]]:
+    redraw: Redraw | None = None,
+) -> Iterator[dict[str, Json]]:
     """Rounds ``start`` .. ``rounds - 1`` of ``protocol``; yields one metrics record (plain JSON) per round.
+
+    ``redraw(client, round)``: that client's training inputs for that round, replacing those the
+    protocol configured (a user Dataset's random transforms, drawn anew at every visit;
+    :meth:`chillfl.data.federated.FederatedData.client_redraw`), or None to keep them.
 
     A round with fewer than ``min_clients`` reporting clients (after retries)
     is skipped: nothing trains, the protocol's state stays, and its record says
@@ -95,13 +106,15 @@ def run_rounds(
         sampled = sample_clients(seed, rnd, num_clients, clients_per_round)
         avail = availability(seed, rnd, sampled, participation)
         if avail.skipped:
-            yield {"round": rnd + 1, "clients": [], "sampled": sampled, "dropped": avail.dropped, "skipped": True, "attempts": avail.attempts}
+            yield RoundRecord(rnd + 1, [], metrics={"sampled": sampled, "dropped": avail.dropped, "skipped": True, "attempts": avail.attempts}).to_json()
             continue
         tasks = protocol.configure(rnd, avail.reporting)
         for task in tasks:
             task.work = avail.work.get(task.client_id, 1.0)
+            if redraw is not None and (x := redraw(task.client_id, rnd)) is not None:  # a user Dataset's transforms, drawn for this visit
+                task.data = dataclasses.replace(task.data, x=x.to(task.data.x.device))
         replies = executor.map(tasks)
         record = protocol.server_update(rnd, tasks, replies)
         if _varies(participation):
-            record.update({"sampled": sampled, "dropped": avail.dropped, "stragglers": {str(c): w for c, w in avail.work.items()}, "attempts": avail.attempts})
-        yield record
+            record.metrics.update({"sampled": sampled, "dropped": avail.dropped, "stragglers": {str(c): w for c, w in avail.work.items()}, "attempts": avail.attempts})
+        yield record.to_json()

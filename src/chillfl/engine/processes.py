@@ -102,7 +102,7 @@ def map_leaves(tree: Any, fn: Callable[[Any], Any], is_leaf: Callable[[Any], boo
     if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
         out = copy.copy(tree)  # not replace(): __post_init__ checks would see slots, not tensors
         for f in dataclasses.fields(tree):
-            object.__setattr__(out, f.name, map_leaves(getattr(tree, f.name), fn, is_leaf))
+            object.__setattr__(out, f.name, map_leaves(vars(tree)[f.name], fn, is_leaf))
         return out
     return tree
 

@@ -32,7 +32,9 @@ from typing import Any, Callable, Generator, Generic, Mapping, Protocol, Sequenc
 import torch
 
 from chillfl.engine.predict import PredictJob, Prediction, Predictor, predict_each
+from chillfl.engine.record import RoundRecord
 from chillfl.training.local import LocalOutcome, LocalSpec
+from chillfl.training.objective import Context
 
 D = TypeVar("D")
 U = TypeVar("U")
@@ -54,7 +56,7 @@ class ClientJob:
     y: torch.Tensor
     lr: float
     temperature: float
-    context: Mapping[str, Any]
+    context: Context
     seed: int
     spec: LocalSpec | None = None
     work: float = 1.0
@@ -126,7 +128,8 @@ class ServerProtocol(Protocol):
     def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[Any, Any]]:
         ...
 
-    def server_update(self, round: int, tasks: Sequence[ClientTask[Any, Any]], replies: Sequence[ClientReply[Any, Any]]) -> dict[str, Any]:
+    def server_update(self, round: int, tasks: Sequence[ClientTask[Any, Any]], replies: Sequence[ClientReply[Any, Any]]) -> RoundRecord:
+        """The next server state from the round's replies (in client-id order), and the round's record."""
         ...
 
     def global_state(self) -> Mapping[str, torch.Tensor] | None:

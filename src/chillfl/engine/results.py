@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - Windows: no flock; run folders are not
     fcntl = None  # type: ignore[assignment]
 
 from chillfl.engine.checkpoint import write_atomic
+from chillfl.paths import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW
 from chillfl.errors import ConfigError, StorageError
 
 PARTIAL = ".partial"
@@ -137,7 +138,7 @@ class RunLock:
         self._fd: int | None = None
         if fcntl is None:
             return
-        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        flags = os.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC
         try:
             self._fd = os.open(folder, flags)
         except OSError as exc:
@@ -200,7 +201,7 @@ class ResultWriter:
         return self
 
     def _open_metrics(self, written: bytes, create: bool) -> None:
-        flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        flags = os.O_WRONLY | os.O_APPEND | O_NOFOLLOW | O_CLOEXEC
         flags |= (os.O_CREAT | os.O_EXCL) if create else 0
         try:
             self._metrics: int | None = os.open(self.path / "metrics.jsonl", flags, 0o644)

@@ -21,23 +21,19 @@ its sampled clients, so a node never runs two messages at once and its
 is updated by one ClientApp call at a time.
 
 Per-client state lives on the node that serves the client, in its
-``Context.state``, and the server keeps none of it:
+``Context.state``, and the server keeps none of it. A protocol's client update
+returns the client's next state in its reply, whatever the method (the
+soft-label protocol's model, SCARLET cache and selector mask; SCAFFOLD's c_i,
+FedBN's BN entries, MOON's previous model, PA3Fed's score, which the methods'
+client halves keep); the node stores it (:mod:`chillfl.flower.state`) and the
+server keeps only which node holds it (:class:`NodeStore`). The same method
+code runs here as under chillfl's runtime: nothing in this package knows a
+method.
 
-* the soft-label protocol's client state (the client's model, its SCARLET
-  cache, its selector mask): :mod:`chillfl.flower.state`; the server keeps
-  only which node holds it (:class:`NodeHeldStates`);
-* FedChill's temperature state (h_n, T, accuracy history, stagnation
-  counter): :mod:`chillfl.flower.temperature` (the server's policy is
-  :class:`~chillfl.flower.temperature.NodeHeldTemperature`);
-* SCAFFOLD's c_i (also as PA3Fed's base): :mod:`chillfl.flower.scaffold`;
-* FedBN's own batch-norm entries, MOON's previous local model, PA3Fed's
-  previous score s_i^{t-sigma}: :mod:`chillfl.flower.aggregators`.
-
-VRL-SGD (its Delta_i update needs the round's new average, which exists only
-on the server) is refused by :func:`check_supported`. Every other carried
-method keeps no client state (FedAvg, FedProx, FedNova, FedOpt, FedMut,
-FedAlign, FedGen: their state is the server's own); FLex&Chill's fixed
-temperature is configuration.
+FedChill's temperature state (h_n, T, accuracy history, stagnation counter)
+is kept the same way by :mod:`chillfl.flower.temperature`. VRL-SGD (its
+Delta_i update needs the round's new average, which exists only on the
+server) is refused by :func:`check_supported`.
 
 Where the config comes from: the factories take a :class:`RunConfig`; the
 module-level ``server`` / ``client`` apps (for ``flwr run``) read the run
@@ -51,12 +47,10 @@ import dataclasses
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from chillfl.aggregation.pa3fed import PA3Fed
-from chillfl.aggregation.scaffold import Scaffold
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.engine.executors import SequentialExecutor
 from chillfl.engine.loop import run_rounds
@@ -65,8 +59,6 @@ from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.engine.results import ResultWriter, summarize
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
-from chillfl.flower import scaffold
-from chillfl.flower.aggregators import NodeState, control_receiver, node_side, server_side
 from chillfl.flower.state import load_client_state, save_client_state
 from chillfl.flower.temperature import RUNTIME, NodeHeldTemperature, NodeTemperature, check_node_computable, fedchill_options
 from chillfl.flower.wire import decode, encode
@@ -118,10 +110,9 @@ def check_supported(config: RunConfig) -> None:
 class FlowerExecutor:
     """An executor whose workers are SuperNodes: ``map(tasks)`` sends each node its clients' tasks (no data) and waits for every reply."""
 
-    def __init__(self, grid: Any, min_nodes: int = 1, timeout: float = NODE_TIMEOUT_S, on_control: Callable[[int, Any], None] | None = None) -> None:
+    def __init__(self, grid: Any, min_nodes: int = 1, timeout: float = NODE_TIMEOUT_S) -> None:
         self.grid = grid
         self.timeout = timeout
-        self.on_control = on_control  # SCAFFOLD's c_i+ - c_i from the nodes (NodeHeldScaffold.receive)
         self.partitions = self._discover(min_nodes)
 
     def _discover(self, min_nodes: int) -> dict[int, int]:
@@ -154,8 +145,8 @@ class FlowerExecutor:
     def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
         """One message per node with its clients' tasks (no data, no state); replies in task order.
 
-        A reply whose client keeps state on its node comes back with a
-        :class:`NodeHeld` marker as its state (the state itself never leaves the node).
+        A reply whose client keeps state on its node comes back with an
+        :class:`OnNode` marker as its state (the state itself never leaves the node).
         """
         from flwr.app import Message
 
@@ -173,11 +164,7 @@ class FlowerExecutor:
             answer = decode(msg.content)
             held = set(answer["held"])
             for reply in answer["replies"]:
-                replies[reply.client_id] = dataclasses.replace(reply, state=NodeHeld(node) if reply.client_id in held else None)
-            for cid, delta in answer["controls"].items():
-                if self.on_control is None:
-                    raise WorkerError(f"SuperNode {node} sent a SCAFFOLD control for client {cid} that this server does not expect")
-                self.on_control(cid, delta)
+                replies[reply.client_id] = dataclasses.replace(reply, state=OnNode(node) if reply.client_id in held else None)
         missing = [t.client_id for t in tasks if t.client_id not in replies]
         if missing:
             raise WorkerError(f"no reply from clients {missing} within {self.timeout:g} s; the round was not aggregated")
@@ -191,14 +178,14 @@ class FlowerExecutor:
 
 
 @dataclass(frozen=True)
-class NodeHeld:
+class OnNode:
     """Where a client's state is: on SuperNode ``node`` (the server never holds the state itself)."""
 
     node: int
 
 
-class NodeHeldStates:
-    """The soft-label server's client store under Flower: it remembers which node holds each client's state, nothing more.
+class NodeStore:
+    """A protocol's client store under Flower: it remembers which node holds each client's state, nothing more.
 
     ``load`` gives None: the task goes out without state and the node adds
     the client's own. ``ids`` is empty: the server has no client model to
@@ -208,13 +195,15 @@ class NodeHeldStates:
     on_disk = False
 
     def __init__(self) -> None:
-        self.where: dict[int, NodeHeld] = {}
+        self.where: dict[int, OnNode] = {}
 
     def load(self, cid: int) -> None:
         return None
 
     def save(self, cid: int, state: Any) -> None:
-        if not isinstance(state, NodeHeld):
+        if state is None:
+            return  # the client keeps no state
+        if not isinstance(state, OnNode):
             raise TypeError(f"client {cid}'s state came back to the Flower server ({type(state).__name__}); it must stay on its node")
         self.where[cid] = state
 
@@ -233,12 +222,13 @@ class NodeHeldStates:
 
 
 def keep_client_state_on_nodes(protocol: Any) -> None:
-    """A soft-label protocol's client store -> :class:`NodeHeldStates` (the states live on the nodes)."""
+    """A protocol's client store -> :class:`NodeStore` (the states live on the nodes)."""
+    from chillfl.protocols.parameters import ParameterSharing
     from chillfl.protocols.softlabels import SoftLabelProtocol
 
-    if isinstance(protocol, SoftLabelProtocol):
+    if isinstance(protocol, (SoftLabelProtocol, ParameterSharing)):  # the protocols whose clients keep state
         protocol.store.close()
-        protocol.store = NodeHeldStates()  # type: ignore[assignment]
+        protocol.store = NodeStore()  # type: ignore[assignment]
 
 
 def build_server(config: RunConfig) -> tuple[Any, Any]:
@@ -252,8 +242,6 @@ def build_server(config: RunConfig) -> tuple[Any, Any]:
         exp = dataclasses.replace(exp, config=config, policy=NodeHeldTemperature(fedchill, exp.data.num_classes))
     protocol = build_protocol(exp)
     keep_client_state_on_nodes(protocol)
-    if hasattr(protocol, "aggregator"):  # SCAFFOLD's c_i, FedBN's BN entries, MOON's previous model, PA3Fed's score: on the nodes
-        protocol.aggregator = server_side(protocol.aggregator)
     return exp, protocol
 
 
@@ -271,7 +259,7 @@ def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[An
     """
     exp, protocol = built or build_server(config)
     try:
-        executor = FlowerExecutor(grid, min_nodes, on_control=control_receiver(getattr(protocol, "aggregator", None)))
+        executor = FlowerExecutor(grid, min_nodes)
     except BaseException:
         protocol.close()
         raise
@@ -320,14 +308,8 @@ class ClientRuntime:
             protocol = build_protocol(exp)
             self.parts["executor"] = SequentialExecutor(exp.model, exp.spec, client=protocol.client)
             self.parts["evaluation"] = getattr(protocol, "evaluation")
-            aggregator = getattr(protocol, "aggregator", None)
-            inner = aggregator.base if isinstance(aggregator, PA3Fed) else aggregator
-            self.parts["scaffold_momentum"] = (inner.options.momentum or 0.0) if isinstance(inner, Scaffold) else None
             fedchill = fedchill_options(self.config)
-            steps: list[NodeState] = node_side(aggregator)
-            if fedchill is not None:
-                steps.append(NodeTemperature(fedchill, exp.data.num_classes))
-            self.parts["steps"] = steps
+            self.parts["temperature"] = NodeTemperature(fedchill, exp.data.num_classes) if fedchill is not None else None
             protocol.close()
         return self.parts["executor"], self.parts["evaluation"]
 
@@ -340,25 +322,21 @@ class ClientRuntime:
         """
         tasks = decode(content)
         executor, evaluation = self.ready()
-        steps: list[NodeState] = self.parts["steps"]  # FedChill's T, FedBN's BN entries, MOON's previous model, PA3Fed's score
+        temperature: NodeTemperature | None = self.parts["temperature"]  # FedChill's T
         data = [evaluation.client_data(t.client_id) for t in tasks]
         full = []
         for t, d in zip(tasks, data):
-            t = dataclasses.replace(scaffold.prepare_task(t, records) if scaffold.uses_node_controls(t) else t, data=d, state=load_client_state(records, t.client_id))
-            for step in steps:
-                t = step.prepare_task(t, records, d)
-            full.append(t)
+            t = dataclasses.replace(t, data=d, state=load_client_state(records, t.client_id))
+            full.append(temperature.prepare_task(t, records, d) if temperature is not None else t)
         replies = executor.map(full)
-        held, controls = [], {}
+        held = []
         for i, (task, reply, d) in enumerate(zip(tasks, replies, data)):
-            for step in steps:
-                reply = replies[i] = step.finish_task(task, reply, records, d)
+            if temperature is not None:
+                reply = replies[i] = temperature.finish_task(task, reply, records, d)
             if reply.state is not None:
                 save_client_state(records, reply.client_id, reply.state)
                 held.append(reply.client_id)
-            if scaffold.uses_node_controls(task):
-                controls[task.client_id] = scaffold.finish_task(task, reply, records, self.parts["scaffold_momentum"])
-        return encode({"replies": [dataclasses.replace(r, state=None) for r in replies], "held": held, "controls": controls})
+        return encode({"replies": [dataclasses.replace(r, state=None) for r in replies], "held": held})
 
 
 def server_app(config: RunConfig | None = None, *, min_nodes: int = 1) -> Any:

@@ -1,19 +1,26 @@
 """A client's state between rounds, kept on its SuperNode in Flower's ``Context.state``.
 
-Under Flower the server holds no client state: a client's model, its
-SCARLET cache C_k and its selector mask (:class:`~chillfl.protocols.softlabels.ClientState`)
-stay on the node that serves the client, as on a device. Flower persists a
+Under Flower the server holds no client state: whatever a protocol's client
+update returns as the client's next state stays on the node that serves the
+client, as on a device. That is the soft-label protocol's
+:class:`~chillfl.protocols.softlabels.ClientState` (model, SCARLET cache C_k,
+selector mask) and the parameter-sharing protocol's name -> tensor table
+(:data:`~chillfl.aggregation.base.ClientState`: SCAFFOLD's c_i, FedBN's BN
+entries, MOON's previous model, PA3Fed's score), each method's part under its
+own prefix. Nothing here knows a method. Flower persists a
 node's ``Context.state`` (a :class:`flwr.app.RecordDict`) between the
 messages of a run, in the simulation engine and on a deployed SuperNode
 alike, so the state lives there as two records per client:
 
 * ``chillfl.client.<id>``: an ArrayRecord of tensors (``model.<name>``,
-  ``cache_indices``, ``cache_values``, ``in_distribution``), raw bytes;
-* ``chillfl.client.<id>.meta``: a ConfigRecord (the model's key order, the
-  cache's sync round).
+  ``cache_indices``, ``cache_values``, ``in_distribution``; or ``own.<name>``
+  for a parameter-sharing table), raw bytes;
+* ``chillfl.client.<id>.meta``: a ConfigRecord (the kind of state, the key
+  order, the cache's sync round).
 
-The round trip goes through :meth:`ClientState.to_payload` /
-:meth:`ClientState.from_payload` (the disk store's format), so it is exact.
+The soft-label round trip goes through :meth:`ClientState.to_payload` /
+:meth:`ClientState.from_payload` (the disk store's format); a table is stored
+tensor by tensor in its key order. Both are exact.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from chillfl.aggregation.base import Params
 from chillfl.protocols.softlabels import ClientState
 
 PREFIX = "chillfl.client."
@@ -33,10 +41,14 @@ def _arrays_key(cid: int) -> str:
     return f"{PREFIX}{cid}"
 
 
-def save_client_state(records: Any, cid: int, state: ClientState) -> None:
+def save_client_state(records: Any, cid: int, state: ClientState | Params) -> None:
     """Write ``state`` of client ``cid`` into ``records`` (a node's ``Context.state``), replacing the last one."""
     from flwr.app import Array, ArrayRecord, ConfigRecord
 
+    if isinstance(state, dict):  # a parameter-sharing client's table
+        records[_arrays_key(cid)] = ArrayRecord(array_dict={f"own.{k}": Array(_numpy(v)) for k, v in state.items()})
+        records[_arrays_key(cid) + ".meta"] = ConfigRecord({"kind": "table", "keys": json.dumps(list(state))})
+        return
     payload = state.to_payload()
     model: dict[str, torch.Tensor] = payload.pop("model")
     arrays = {f"model.{name}": Array(_numpy(v)) for name, v in model.items()}
@@ -47,13 +59,15 @@ def save_client_state(records: Any, cid: int, state: ClientState) -> None:
     records[_arrays_key(cid) + ".meta"] = ConfigRecord(meta)
 
 
-def load_client_state(records: Any, cid: int) -> ClientState | None:
+def load_client_state(records: Any, cid: int) -> ClientState | Params | None:
     """Client ``cid``'s state from ``records`` (None: the client has not run on this node yet)."""
     key = _arrays_key(cid)
     if key not in records.array_records:
         return None
     arrays = records.array_records[key]
     meta = records.config_records[key + ".meta"]
+    if "kind" in meta and meta["kind"] == "table":
+        return {name: _tensor(arrays[f"own.{name}"]) for name in json.loads(str(meta["keys"]))}
     payload: dict[str, Any] = {"model": {name: _tensor(arrays[f"model.{name}"]) for name in json.loads(str(meta["model_keys"]))}}
     synced = int(meta["cache_synced"])
     if synced != -2:  # -2: the client keeps no cache

@@ -138,3 +138,12 @@ class CalibrationAccumulator:
         gaps = (sums[2 * m : 3 * m] - sums[m : 2 * m]).abs().sum()  # sum_b |sum correct - sum conf| = sum_b |B_b| |acc - conf|
         values = torch.stack([gaps, sums[3 * m + 1], sums[3 * m]]).cpu().tolist()  # one host sync
         return {"ece": values[0] / self.n, "nll": values[1] / self.n, "brier": values[2] / self.n}
+
+    def reliability(self) -> Reliability:
+        """The equal-width bins of everything added: what a reliability diagram draws (one host sync)."""
+        m = self.num_bins
+        sums = torch.zeros(3 * m + 2, dtype=torch.float64) if self._sums is None else self._sums.cpu()
+        count = sums[:m]
+        safe = count.clamp(min=1)
+        edges = [b / m for b in range(m + 1)]
+        return Reliability(edges, [int(c) for c in count.tolist()], (sums[m : 2 * m] / safe).tolist(), (sums[2 * m : 3 * m] / safe).tolist())

@@ -12,10 +12,17 @@ tensor the layer sees, so it works under ``torch.func.functional_call`` and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
+
+
+@runtime_checkable
+class SlimStaged(Protocol):
+    """A model whose final stage can run at reduced width (FedAlign's slimmed stage): it names that stage."""
+
+    slim_stage: str
 
 
 class NoHeadError(ValueError):

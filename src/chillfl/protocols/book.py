@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from chillfl.engine.ledger import CommunicationLedger
+from chillfl.engine.record import Json
 from chillfl.engine.protocol import ClientReply, ClientTask, Message
 from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, record_message
 from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
@@ -52,19 +53,19 @@ class ServerBook:
 
     # ------------------------------------------------------------ the record's shared fields
 
-    def traffic(self, round: int, *, detail: bool = False) -> dict[str, Any]:
+    def traffic(self, round: int, *, detail: bool = False) -> dict[str, Json]:
         """``bytes_up``/``bytes_down``/``bytes_cumulative`` (and ``bytes_detail`` by ``direction.kind``) of the round."""
         sent = self.ledger.round_totals(round)
-        out: dict[str, Any] = {"bytes_up": sent["up"], "bytes_down": sent["down"], "bytes_cumulative": self.ledger.cumulative()["total"]}
+        out: dict[str, Json] = {"bytes_up": sent["up"], "bytes_down": sent["down"], "bytes_cumulative": self.ledger.cumulative()["total"]}
         if detail:
             out["bytes_detail"] = {key: v for key, v in sent.items() if "." in key}
         return out
 
-    def temperatures(self, used: Mapping[int, float]) -> dict[str, Any]:
+    def temperatures(self, used: Mapping[int, float]) -> dict[str, Json]:
         """The round's clients at the T they trained at, when T is per client: O(sampled), not O(registered)."""
         return {"temperatures": {str(cid): float(t) for cid, t in used.items()}} if self.per_client_temperature else {}
 
-    def local(self, sampled: Sequence[int]) -> dict[str, Any]:
+    def local(self, sampled: Sequence[int]) -> dict[str, Json]:
         """``local_acc``/``local_loss``/``local_clients`` (none when ``eval.clients = "none"``)."""
         return self.log.metrics(sampled, self.eval_clients) if self.eval_clients != "none" else {}
 
@@ -72,7 +73,7 @@ class ServerBook:
         """Whether round ``round`` (0-based) evaluates the global model."""
         return self.evaluation.due(round + 1)
 
-    def evaluate(self, round: int, state: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    def evaluate(self, round: int, state: Mapping[str, torch.Tensor]) -> dict[str, Json]:
         """The global model's metrics on the test set when the round evaluates (else nothing)."""
         return self.evaluation.metrics(state) if self.due(round) else {}
 

@@ -18,6 +18,7 @@ from chillfl.config import RunConfig
 from chillfl.data import FederatedData
 from chillfl.engine.ledger import CommunicationLedger, tensor_bytes
 from chillfl.engine.predict import PredictJob
+from chillfl.engine.record import Json
 from chillfl.engine.protocol import ClientData, ClientReply, Message
 from chillfl.errors import Diverged
 from chillfl.metrics.calibration import CalibrationAccumulator
@@ -59,7 +60,7 @@ class LocalLog:
             self.acc[reply.client_id] = reply.local_acc
             self.loss[reply.client_id] = reply.local_loss
 
-    def metrics(self, sampled: Sequence[int], which: str) -> dict[str, Any]:
+    def metrics(self, sampled: Sequence[int], which: str) -> dict[str, Json]:
         ids = list(sampled) if which == "sampled" else sorted(self.acc)
         return {
             "local_acc": mean_or_none([self.acc[c] for c in ids]),
@@ -101,12 +102,12 @@ class Evaluation:
             data.x_eval, data.y_eval = xe.to(self.device), ye.to(self.device)
         return data
 
-    def metrics(self, state: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    def metrics(self, state: Mapping[str, torch.Tensor]) -> dict[str, Json]:
         """``global_acc``/``global_loss``, calibration ``global_ece``/``global_nll``/``global_brier`` (and ``global_client_acc``) of ``state``."""
         bs = self.config.eval.batch_size
         calibration = CalibrationAccumulator(self.config.eval.ece_bins)
         acc, loss = evaluate(self.model, state, self.x_test, self.y_test, bs, observe=calibration)
-        out: dict[str, Any] = {"global_acc": acc, "global_loss": loss}
+        out: dict[str, Json] = {"global_acc": acc, "global_loss": loss}
         out.update({f"global_{k}": v for k, v in calibration.result().items()})
         if self.validation is not None:  # the server's held-out split (eval.validation): what tuning reads
             out["val_acc"], out["val_loss"] = evaluate(self.model, state, *self.validation, bs)

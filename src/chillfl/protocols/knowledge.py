@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from chillfl.errors import ConfigError
 from chillfl.options import parse_options, require
-from chillfl.training.objective import temperature_cross_entropy
+from chillfl.training.objective import Context, read_tensor, temperature_cross_entropy
 
 Weighting = Literal["count", "uniform"]
 
@@ -110,17 +110,17 @@ class KnowledgeLoss:
         *,
         features: torch.Tensor | None = None,
         params: Mapping[str, torch.Tensor] | None = None,
-        context: Mapping[str, Any] | None = None,
+        context: Context | None = None,
     ) -> torch.Tensor:
         if features is None or params is None or context is None:
             raise TypeError("KnowledgeLoss needs the representation, the parameters and the context (StepLoss passes them)")
         value = temperature_cross_entropy(logits, targets, temperature)
-        protos, mask = context["protos"], context["proto_mask"]
+        protos, mask = read_tensor(context, "protos"), read_tensor(context, "proto_mask")
         if self.distance_weight:
             value = value + self.distance_weight * prototype_distance(features, targets, protos, mask)
         if self.kd_weight:
             bias = params[self.head_bias] if self.head_bias is not None else None
-            value = value + self.kd_weight * hyper_knowledge_kd(params[self.head_weight], bias, protos, context["soft"], mask, self.kd_temperature)
+            value = value + self.kd_weight * hyper_knowledge_kd(params[self.head_weight], bias, protos, read_tensor(context, "soft"), mask, self.kd_temperature)
         return value
 
 
@@ -161,12 +161,12 @@ class PrototypeOptions:
     def validate(self, section: str) -> None:
         require(self.method in METHODS, f"{section}.method", f"unknown value {self.method!r}; allowed: {', '.join(sorted(METHODS))}")
         for name in ("lam", "kd_weight", "noise_std"):
-            value = getattr(self, name)
+            value = vars(self)[name]
             require(value is None or value >= 0, f"{section}.{name}", f"must be >= 0, got {value}")
         require(self.temperature > 0, f"{section}.temperature", f"must be > 0, got {self.temperature}")
         if self.method == "fedproto":
             for name in ("kd_weight", "noise_std"):
-                require(not getattr(self, name), f"{section}.{name}", "is FedHKD's; FedProto shares prototypes only")
+                require(not vars(self)[name], f"{section}.{name}", "is FedHKD's; FedProto shares prototypes only")
             require(not self.share_model, f"{section}.share_model", "FedProto never shares models; use method = 'fedhkd'")
 
     def resolved(self) -> "PrototypeSettings":

@@ -3,11 +3,19 @@
 One round, as the round loop runs it::
 
     configure:      aggregator.begin_round; per client: ParamDownlink(global or mutated start,
-                    lr, T from the temperature policy, objective context, seed)
-    client update:  train once (the one local step), evaluate on the client's own split,
-                    method report (PA3Fed's score and gradient norm)           -> ParamUplink
+                    lr, T from the temperature policy, objective context, seed) and the client's own state
+    client update:  the method's client half completes start and context from the client's state;
+                    train once (the one local step); the half returns the client's next state and its
+                    report (PA3Fed's score, SCAFFOLD's Delta c_i); evaluate on the client's own split
+                                                                            -> ParamUplink, next state
     server update:  temperature policy observes local accuracy; aggregate in client-id order;
                     evaluate the global model every ``eval.every`` rounds
+
+A client's own state (SCAFFOLD's c_i, FedBN's BN entries, MOON's previous
+model, PA3Fed's previous score) travels in :attr:`ClientTask.state` and comes
+back in :attr:`ClientReply.state`, as the soft-label protocol's does: chillfl's
+runtime keeps it in :class:`ParamStore` (and in checkpoints), a Flower node in
+its ``Context.state``. The aggregator never holds it.
 """
 
 from __future__ import annotations
@@ -18,8 +26,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, ClientReporter, ClientResult, Params
+from chillfl.aggregation.base import Aggregator, ClientHalf, ClientResult, ClientState, Params, Report, Trained, Wire, client_params_state, load_client_params
+from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
+from chillfl.engine.record import RoundRecord
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, local_evaluation, state_bytes
 from chillfl.protocols.parts import Experiment
@@ -34,7 +44,7 @@ class ParamDownlink:
     start: Params
     lr: float
     temperature: float
-    context: Mapping[str, Any] = field(default_factory=dict)
+    context: dict[str, Wire] = field(default_factory=dict)
     seed: int = 0
     local: tuple[str, ...] = ()
     """Context entries the client holds already (the aggregator's :attr:`Downlink.local`): they cost no bytes."""
@@ -52,7 +62,7 @@ class ParamUplink:
     num_samples: int
     num_steps: int
     train_loss: float
-    report: dict[str, Any] = field(default_factory=dict)
+    report: Report = field(default_factory=dict)
 
     def nbytes(self) -> dict[str, int]:
         return {"params": state_bytes(self.params), "control": state_bytes(self.report)}
@@ -60,19 +70,58 @@ class ParamUplink:
 
 @dataclass(frozen=True)
 class ParameterClient:
-    """The client side: pure, picklable (model template, eval batch size, optional method reporter)."""
+    """The client side: pure, picklable (model template, eval batch size, the method's client half)."""
 
     model: nn.Module
     eval_batch_size: int
-    reporter: ClientReporter | None = None
+    half: ClientHalf | None = None
 
-    def update(self, task: ClientTask[ParamDownlink, None]) -> ClientProgram:
+    def update(self, task: ClientTask[ParamDownlink, ClientState]) -> ClientProgram:
         d, data = task.downlink, task.data
-        job = ClientJob(task.client_id, d.start, data.x, data.y, d.lr, d.temperature, d.context, d.seed, work=task.work)
+        state: ClientState = task.state or {}
+        start, context = (d.start, d.context) if self.half is None else self.half.prepare(state, d.start, d.context)
+        job = ClientJob(task.client_id, start, data.x, data.y, d.lr, d.temperature, context, d.seed, work=task.work)
         out: LocalOutcome = yield job
         acc, loss = local_evaluation(self.model, out.params, data, self.eval_batch_size)
-        report = self.reporter(self.model, job, out) if self.reporter is not None else {}
-        return ClientReply(task.client_id, ParamUplink(out.params, len(data.y), out.num_steps, out.mean_loss, report), None, acc, loss)
+        new_state: ClientState | None = None
+        report: Report = {}
+        if self.half is not None:
+            trained = Trained(task.client_id, data.x, data.y, start, d.context, context, d.lr, d.temperature, out.params, out.num_steps)
+            new_state, report = self.half.finish(self.model, state, trained)
+        uplink = ParamUplink(out.params, len(data.y), out.num_steps, out.mean_loss, report)
+        return ClientReply(task.client_id, uplink, new_state or None, acc, loss)
+
+
+class ParamStore:
+    """The clients' own states under chillfl's runtime: flat on the CPU (:class:`ClientParams`), in checkpoints.
+
+    It grows with the clients that have state, never with the clients
+    registered; methods without a client half store nothing.
+    """
+
+    on_disk = False
+
+    def __init__(self) -> None:
+        self.states = ClientParams()
+
+    def load(self, cid: int) -> ClientState | None:
+        return self.states.get(cid)
+
+    def save(self, cid: int, state: ClientState | None) -> None:
+        if state:
+            self.states[cid] = state
+
+    def ids(self) -> list[int]:
+        return list(self.states)
+
+    def state_dict(self) -> dict[str, Any]:
+        return client_params_state(self.states)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.states = ClientParams.of(load_client_params(state))
+
+    def close(self) -> None:
+        self.states.clear()
 
 
 class ParameterSharing:
@@ -101,11 +150,12 @@ class ParameterSharing:
         self.eval_clients = eval_clients
         self.proximal_mu = proximal_mu
         self.book = ServerBook(policy, evaluation, eval_clients)
+        self.store: ParamStore = ParamStore()
 
-    def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[ParamDownlink, None]]:
+    def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[ParamDownlink, ClientState]]:
         self.aggregator.begin_round(round, sampled)
         lr = self.lr_at(round)
-        tasks: list[ClientTask[ParamDownlink, None]] = []
+        tasks: list[ClientTask[ParamDownlink, ClientState]] = []
         for cid in sampled:
             down = self.aggregator.downlink(cid, round, self.state)
             start = self.state if down.params is None else {**self.state, **down.params}
@@ -113,15 +163,16 @@ class ParameterSharing:
             if self.proximal_mu:  # [objective] proximal_mu: the anchor is the model the round started from (sent already)
                 context, local = {**context, "mu": self.proximal_mu, "global_params": self.state}, (*local, "global_params")
             message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round), local)
-            tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid)))
+            tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid), self.store.load(cid)))
         return tasks
 
     def server_update(
-        self, round: int, tasks: Sequence[ClientTask[ParamDownlink, None]], replies: Sequence[ClientReply[ParamUplink, None]]
-    ) -> dict[str, Any]:
+        self, round: int, tasks: Sequence[ClientTask[ParamDownlink, ClientState]], replies: Sequence[ClientReply[ParamUplink, ClientState]]
+    ) -> RoundRecord:
         results = []
         for task, reply in zip(tasks, replies):
             up = reply.uplink
+            self.store.save(task.client_id, reply.state)
             self.book.receive(round, task, reply, up.train_loss, up)
             d = task.downlink
             temperature = d.temperature if reply.temperature is None else reply.temperature  # a node-held FedChill state picks its own
@@ -130,19 +181,19 @@ class ParameterSharing:
         self.book.check_state(round, self.state)
 
         weights = np.array([r.num_samples for r in results], dtype=np.float64)
-        record: dict[str, Any] = {
-            "round": round + 1,
-            "lr": self.lr_at(round),
-            "clients": [t.client_id for t in tasks],
-            "train_loss": float(np.dot(weights, [r.train_loss for r in results]) / weights.sum()),
-            "temperature_mean": float(np.mean([r.temperature for r in results])),
-            "client_train_loss": {str(r.client_id): r.train_loss for r in results},
-        }
-        record.update(self.book.traffic(round))
-        record.update(self.book.temperatures({r.client_id: r.temperature for r in results}))
-        record.update(self.book.local(record["clients"]))
-        record.update(self.book.evaluate(round, self.state))
-        record.update({f"agg_{k}": v for k, v in self.aggregator.round_metrics().items()})
+        record = RoundRecord(
+            round=round + 1,
+            clients=[t.client_id for t in tasks],
+            lr=self.lr_at(round),
+            train_loss=float(np.dot(weights, [r.train_loss for r in results]) / weights.sum()),
+            temperature_mean=float(np.mean([r.temperature for r in results])),
+            client_train_loss={str(r.client_id): r.train_loss for r in results},
+            method=self.aggregator.round_metrics(),
+        )
+        record.metrics.update(self.book.traffic(round))
+        record.metrics.update(self.book.temperatures({r.client_id: r.temperature for r in results}))
+        record.metrics.update(self.book.local(record.clients))
+        record.metrics.update(self.book.evaluate(round, self.state))
         return record
 
     def global_state(self) -> Params:
@@ -155,22 +206,24 @@ class ParameterSharing:
         return {
             "global": dict(self.state),
             "aggregator": self.aggregator.state_dict(),
+            "clients": self.store.state_dict(),
             **self.book.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.state = {k: v.to(self.evaluation.device) for k, v in state["global"].items()}
         self.aggregator.load_state_dict(state["aggregator"])
+        self.store.load_state_dict(state["clients"])
         self.book.load_state_dict(state)
 
     def close(self) -> None:
-        return None
+        self.store.close()
 
 
 def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> ParameterSharing:
     """Parameter sharing (FedAvg family): the run's aggregator, its client reporter, ``[objective]``'s proximal term."""
     assert exp.aggregator is not None, "parameter sharing averages models: build_experiment builds its aggregator"
-    reporter = exp.aggregator.client_reporter()  # the aggregator's client half: it travels, the aggregator does not
+    half = exp.aggregator.client_half()  # the aggregator's client half: it travels, the aggregator does not
     return ParameterSharing(
         seed=exp.config.seed,
         lr_at=exp.config.lr_at,
@@ -178,7 +231,7 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
         aggregator=exp.aggregator,
         policy=exp.policy,
         evaluation=evaluation,
-        client=ParameterClient(exp.model, exp.config.eval.batch_size, reporter),
+        client=ParameterClient(exp.model, exp.config.eval.batch_size, half),
         eval_clients=exp.config.eval.clients,
         proximal_mu=exp.config.objective.proximal_mu,
     )

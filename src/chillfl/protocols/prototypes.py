@@ -40,6 +40,8 @@ from chillfl.aggregation.base import Aggregator, ClientResult, Params
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.config import RunConfig
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
+from chillfl.engine.record import Json, RoundRecord
+from chillfl.training.objective import Wire
 from chillfl.errors import ConfigError
 from chillfl.models.parts import NoHeadError, forward_with_features, head_name, head_of
 from chillfl.protocols.book import ServerBook
@@ -143,7 +145,7 @@ class KnowledgeClient:
             start: Mapping[str, torch.Tensor] = d.model
         else:
             start = task.state if task.state is not None else self.initial_states[arch]
-        context: dict[str, Any] = {"protos": d.protos, "proto_mask": d.mask}
+        context: dict[str, Wire] = {"protos": d.protos, "proto_mask": d.mask}
         if d.soft is not None:
             context["soft"] = d.soft
         out: LocalOutcome = yield ClientJob(cid, start, data.x, data.y, d.lr, d.temperature, context, d.seed, spec=self.specs[arch], work=task.work)
@@ -228,7 +230,7 @@ class PrototypeSharing:
 
     def server_update(
         self, round: int, tasks: Sequence[ClientTask[KnowledgeDownlink, Params]], replies: Sequence[ClientReply[KnowledgeUplink, Params]]
-    ) -> dict[str, Any]:
+    ) -> RoundRecord:
         results, means, counts, softs = [], [], [], []
         for task, reply in zip(tasks, replies):
             cid, up = task.client_id, reply.uplink
@@ -254,25 +256,25 @@ class PrototypeSharing:
 
         ups = [r.uplink for r in replies]
         w = np.array([u.num_samples for u in ups], dtype=np.float64)
-        record: dict[str, Any] = {
-            "round": round + 1,
-            "lr": self.lr_at(round),
-            "clients": [t.client_id for t in tasks],
-            "train_loss": float(np.dot(w, [u.train_loss for u in ups]) / max(w.sum(), 1.0)),
-            "temperature_mean": float(np.mean([t.downlink.temperature for t in tasks])),
-            "client_train_loss": {str(t.client_id): u.train_loss for t, u in zip(tasks, ups)},
-            "known_classes": int(mask.sum()),
-        }
-        record.update(self.book.traffic(round))
+        record = RoundRecord(
+            round=round + 1,
+            clients=[t.client_id for t in tasks],
+            lr=self.lr_at(round),
+            train_loss=float(np.dot(w, [u.train_loss for u in ups]) / max(w.sum(), 1.0)),
+            temperature_mean=float(np.mean([t.downlink.temperature for t in tasks])),
+            client_train_loss={str(t.client_id): u.train_loss for t, u in zip(tasks, ups)},
+            metrics={"known_classes": int(mask.sum())},
+        )
+        record.metrics.update(self.book.traffic(round))
         if self.eval_clients != "none":
-            record.update(self.book.local(record["clients"]))
-            ids = record["clients"] if self.eval_clients == "sampled" else sorted(self.proto_acc)
-            record["local_proto_acc"] = mean_or_none([self.proto_acc[c] for c in ids if c in self.proto_acc])
+            record.metrics.update(self.book.local(record.clients))
+            ids = record.clients if self.eval_clients == "sampled" else sorted(self.proto_acc)
+            record.metrics["local_proto_acc"] = mean_or_none([self.proto_acc[c] for c in ids if c in self.proto_acc])
         if self.book.due(round):  # without a global model: the mean over the clients' own models
-            record.update(self._global_metrics())
+            record.metrics.update(self._global_metrics())
         return record
 
-    def _global_metrics(self) -> dict[str, Any]:
+    def _global_metrics(self) -> dict[str, Json]:
         ev, k = self.evaluation, self.knowledge
         bs = ev.config.eval.batch_size
         if self.state is not None:

@@ -82,6 +82,7 @@ from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabel
 from chillfl.engine.ledger import index_bytes, signal_bytes
 from chillfl.engine.predict import Output, PredictJob, Prediction, outputs
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
+from chillfl.engine.record import Json, RoundRecord
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, local_evaluation_job
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
@@ -540,7 +541,7 @@ class SoftLabelProtocol:
 
     def server_update(
         self, rnd: int, tasks: Sequence[ClientTask[SoftLabelRoundDownlink, ClientState]], replies: Sequence[ClientReply[SoftLabelReport, ClientState]]
-    ) -> dict[str, Any]:
+    ) -> RoundRecord:
         cfg, t = self.config, rnd + 1
         expected = rows_digest(self.prev.rows) if self.prev is not None and self.cache is not None else None
         uplinks, train_losses, distill_losses, weights, temps = [], [], [], [], []
@@ -565,28 +566,33 @@ class SoftLabelProtocol:
             if report.distill_loss is not None:
                 distill_losses.append(report.distill_loss)
 
-        record: dict[str, Any] = {"round": t, "lr": cfg.lr_at(rnd), "clients": [task.client_id for task in tasks]}
         w = np.asarray(weights, dtype=np.float64)
-        record["train_loss"] = float(np.dot(w, train_losses) / w.sum()) if w.sum() > 0 else float(np.mean(train_losses))
-        record["temperature_mean"] = float(np.mean(temps))
+        record = RoundRecord(
+            round=t,
+            clients=[task.client_id for task in tasks],
+            lr=cfg.lr_at(rnd),
+            train_loss=float(np.dot(w, train_losses) / w.sum()) if w.sum() > 0 else float(np.mean(train_losses)),
+            temperature_mean=float(np.mean(temps)),
+        )
+        m = record.metrics
         if distill_losses:
-            record["distill_loss"] = float(np.mean(distill_losses))
+            m["distill_loss"] = float(np.mean(distill_losses))
         if self.collaborative:
             self.prev, server_metrics = self._server_round(t, uplinks)
-            record.update(server_metrics)
+            m.update(server_metrics)
             if self.cache is not None:
-                record["sync_verified"] = verified
-        record.update(self.book.traffic(rnd, detail=True))
-        record.update(self.book.temperatures({task.client_id: temp for task, temp in zip(tasks, temps)}))
-        record.update(self.book.local(record["clients"]))
+                m["sync_verified"] = verified
+        m.update(self.book.traffic(rnd, detail=True))
+        m.update(self.book.temperatures({task.client_id: temp for task, temp in zip(tasks, temps)}))
+        m.update(self.book.local(record.clients))
         if self.collaborative and self.book.due(rnd):
             metrics = self.book.evaluate(rnd, self.server_state)
-            record.update(metrics)
-            record["server_acc"], record["server_loss"] = metrics["global_acc"], metrics["global_loss"]
-        record.update(self.method.round_metrics())
+            m.update(metrics)
+            m["server_acc"], m["server_loss"] = metrics["global_acc"], metrics["global_loss"]
+        m.update(self.method.round_metrics())
         return record
 
-    def _server_round(self, t: int, uplinks: list[Any]) -> tuple[Broadcast, dict[str, Any]]:
+    def _server_round(self, t: int, uplinks: list[Any]) -> tuple[Broadcast, dict[str, Json]]:
         """Aggregate, update the cache (gamma^t), train the server model on P^t with zhat^t."""
         cfg, method, (drawn, requested) = self.config, self.method, self._draw
         if uplinks:
@@ -613,7 +619,7 @@ class SoftLabelProtocol:
             )
             self.server_state = out.params
             self.book.check_state(t - 1, self.server_state, "server model")
-        metrics: dict[str, Any] = {
+        metrics: dict[str, Json] = {
             "public_drawn": int(drawn.numel()),
             "public_requested": int(requested.numel()),
             "public_used": int(used.numel()),

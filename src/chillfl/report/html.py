@@ -217,7 +217,7 @@ def _figure(width: float, height: float) -> Any:
 
 def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> str | None:
     """One panel per metric key; one line per group (mean over seeds) with a ± 1 std band."""
-    from matplotlib.ticker import MaxNLocator
+    from chillfl.report.plots import integer_rounds
 
     present = [(k, t) for k, t in keys if any(series(r.records, k)[0] for g in groups for r in g.runs)]
     if not present:
@@ -236,7 +236,7 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> s
             ax.set_yscale("log")
             title = f"{title} (log scale)"
         ax.set(xlabel="round", title=title)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        integer_rounds(ax)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -256,14 +256,23 @@ def _explodes(groups: Sequence[Group], key: str, factor: float = 10.0) -> bool:
 
 
 def reliability_figure(run: Run) -> str | None:
-    """The reliability diagram of ``run``'s saved global model (None without one or for soft-label runs)."""
-    if not (run.folder / "model.safetensors").is_file():
-        return None
-    from chillfl.analysis.calibration import analyze, plot_reliability
+    """The reliability diagram of ``run``'s final global model (None without one).
 
-    try:
-        result = analyze([str(run.folder)], bins=run.config.eval.ece_bins)
-    except ConfigError:  # e.g. a dataset that is not on this machine
+    From the bins its ``summary.json`` keeps (``calibration``), so a run on
+    the user's own module or data gets one too; a folder written before
+    those were kept is replayed from its config and ``model.safetensors``.
+    """
+    from chillfl.analysis.calibration import analyze, plot_reliability
+    from chillfl.analysis.replay import run_label
+
+    if isinstance(saved := run.summary.get("calibration"), dict):
+        result = {"runs": {run_label(run.folder): saved}}
+    elif (run.folder / "model.safetensors").is_file():
+        try:
+            result = analyze([str(run.folder)], bins=run.config.eval.ece_bins)
+        except ConfigError:  # e.g. a dataset that is not on this machine
+            return None
+    else:
         return None
     return _via_file(lambda path: plot_reliability(result, path))
 

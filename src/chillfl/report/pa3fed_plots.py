@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
 from chillfl.engine.results import series  # noqa: E402
+from chillfl.report.plots import integer_rounds  # noqa: E402
 
 CLP_COLOR = "#9ecae1"  # light blue, as in Fig. 3
 
@@ -59,6 +60,7 @@ def plot_clp(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
         ax_fgn.set_yscale("log")
     ax_fgn.set(xlabel="round", ylabel="FGN", title="Federated gradient norm")
     for ax in (ax_acc, ax_fgn):
+        integer_rounds(ax)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     if title:
@@ -87,6 +89,7 @@ def plot_compare_clp(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: st
         if marked:
             ax.plot([m[0] for m in marked], [m[1] for m in marked], "o", ms=4, color=line.get_color())
     ax.set(xlabel="round", ylabel="global accuracy", title=title or "Accuracy (dots: adapted CLP rounds)")
+    integer_rounds(ax)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

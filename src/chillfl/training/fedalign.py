@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from chillfl.options import require
-from chillfl.training.objective import StepView
+from chillfl.training.objective import Context, StepView
 
 TINY = 1e-30
 MIN_LIPSCHITZ_LOSS = 1e-12
@@ -100,13 +100,14 @@ class FedAlignTerm:
     """``mu * [CE / L_lip] * L_lip`` on the final stage ``stage`` of a model with a slimmable last stage."""
 
     per_batch = True
+    reads: tuple[str, ...] = ()
 
     def __init__(self, stage: str, options: FedAlignOptions = FedAlignOptions()) -> None:
         self.stage = stage
         self.options = options
         self.captures: tuple[str, ...] = (stage,)
 
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any], step: StepView) -> torch.Tensor:
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context, step: StepView) -> torch.Tensor:
         full_in, full_out = step.captured[self.stage]
         full_in = full_in.detach()
         module: Any = step.model.get_submodule(self.stage)

@@ -20,11 +20,13 @@ the feature dimension.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from chillfl.training.objective import Context, read_number, read_tensor
 
 
 class FeatureGenerator(nn.Module):
@@ -77,10 +79,12 @@ class FedGenTerm:
     A parameter term (it reads the head's weights and the context, not the batch).
     """
 
+    reads: tuple[str, ...] = ("fedgen_z", "fedgen_y", "fedgen_weight")
+
     def __init__(self, head: str) -> None:
         self.weight_key = f"{head}.weight"
         self.bias_key = f"{head}.bias"
 
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
-        ce = head_cross_entropy(context["fedgen_z"], context["fedgen_y"], params[self.weight_key], params.get(self.bias_key))
-        return context["fedgen_weight"] * ce.mean()
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
+        ce = head_cross_entropy(read_tensor(context, "fedgen_z"), read_tensor(context, "fedgen_y"), params[self.weight_key], params.get(self.bias_key))
+        return read_number(context, "fedgen_weight") * ce.mean()

@@ -19,14 +19,14 @@ Context (sent by :class:`chillfl.aggregation.moon.Moon`): ``moon_weight``
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
 from chillfl.models.parts import forward_with_features
-from chillfl.training.objective import StepView
+from chillfl.training.objective import Context, StepView, read_number, read_table
 
 
 def moon_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float | torch.Tensor) -> torch.Tensor:
@@ -65,8 +65,9 @@ class MoonTerm:
 
     per_batch = True
     captures: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ("moon_weight", "moon_tau", "moon_global", "moon_prev")
 
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any], step: StepView) -> torch.Tensor:
-        z_glob = frozen_features(step, context["moon_global"])
-        z_prev = frozen_features(step, context["moon_prev"])
-        return context["moon_weight"] * moon_loss(step.features, z_glob, z_prev, context["moon_tau"])
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context, step: StepView) -> torch.Tensor:
+        z_glob = frozen_features(step, read_table(context, "moon_global"))
+        z_prev = frozen_features(step, read_table(context, "moon_prev"))
+        return read_number(context, "moon_weight") * moon_loss(step.features, z_glob, z_prev, read_number(context, "moon_tau"))

@@ -21,6 +21,37 @@ from torch import nn
 
 Params = dict[str, torch.Tensor]
 
+Wire = float | torch.Tensor | dict[str, torch.Tensor]
+"""What one entry of a message between server and client may hold: a number, a tensor, or a name -> tensor table."""
+
+Context = Mapping[str, Wire]
+"""What the local objective's terms read (``mu``, ``correction``, ``moon_prev``, ...), by name; each term
+declares the names it reads in ``reads``. Under the vectorised executor a number arrives as a 0-d tensor."""
+
+
+def read_table(context: Context, key: str) -> Mapping[str, torch.Tensor]:
+    """``context[key]`` as a name -> tensor table (a model, a control variate)."""
+    value = context[key]
+    if not isinstance(value, Mapping):
+        raise TypeError(f"context[{key!r}] must be a name -> tensor table, got {type(value).__name__}")
+    return value
+
+
+def read_number(context: Context, key: str) -> float | torch.Tensor:
+    """``context[key]`` as a number (a float, or a 0-d tensor under vmap)."""
+    value = context[key]
+    if isinstance(value, Mapping):
+        raise TypeError(f"context[{key!r}] must be a number, got a table")
+    return value
+
+
+def read_tensor(context: Context, key: str) -> torch.Tensor:
+    """``context[key]`` as a tensor."""
+    value = context[key]
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"context[{key!r}] must be a tensor, got {type(value).__name__}")
+    return value
+
 
 def temperature_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float | torch.Tensor) -> torch.Tensor:
     """Mean CE(logits / T, y); log-softmax based, stable down to T = 0.01 and below.
@@ -35,9 +66,11 @@ def temperature_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tempe
 
 
 class LossTerm(Protocol):
-    """An additive term of the local objective: term(params, context) -> scalar."""
+    """An additive term of the local objective: term(params, context) -> scalar; ``reads`` names its context keys."""
 
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
+    reads: tuple[str, ...]
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
         ...
 
 
@@ -52,11 +85,13 @@ class ProximalTerm:
     and so does ``[objective] proximal_mu`` on top of any other aggregator.
     """
 
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
-        anchor: Mapping[str, torch.Tensor] = context["global_params"]
+    reads: tuple[str, ...] = ("mu", "global_params")
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
+        anchor = read_table(context, "global_params")
         parts = [((params[k] - anchor[k].detach()) ** 2).sum() for k in params if k in anchor]
         total = torch.stack(parts).sum() if parts else torch.zeros(())
-        return 0.5 * context["mu"] * total
+        return 0.5 * read_number(context, "mu") * total
 
 
 @dataclass
@@ -92,8 +127,9 @@ class BatchTerm(Protocol):
 
     per_batch: bool
     captures: tuple[str, ...]
+    reads: tuple[str, ...]
 
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any], step: StepView) -> torch.Tensor:
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context, step: StepView) -> torch.Tensor:
         ...
 
 
@@ -106,7 +142,7 @@ Term = LossTerm | BatchTerm
 """Any additive term of the local objective."""
 
 
-def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Mapping[str, Any], step: StepView | None) -> torch.Tensor:
+def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Context, step: StepView | None) -> torch.Tensor:
     """``term``'s value: a batch term gets the step (which the caller builds only when some term needs it)."""
     if is_batch_term(term):
         assert step is not None, "a batch term needs the step's view"

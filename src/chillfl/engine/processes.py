@@ -7,10 +7,12 @@ client side are pickled once per executor into shared memory (:class:`_Setup`);
 every task refers to them, and a worker unpickles them the first time it meets
 them. So the workers (a :class:`WorkerPool`) do not belong to one run: a pool
 can serve one executor after another, and a sweep or a test of many runs
-starts its workers (seconds each: they import torch) once. Jobs and results travel as small pickles whose
-tensors live in shared memory: every distinct state dict (the round's global
-model is one object shared by all clients) is packed once per round into one
-flat shared buffer per dtype, so a worker maps it instead of receiving a
+starts its workers (seconds each: they import torch) once.
+
+Jobs and results travel as small pickles whose tensors live in shared
+memory: every distinct state dict (the round's global model is one object
+shared by all clients) is packed once per round into one flat shared buffer
+per dtype, so a worker maps it instead of receiving a
 copy. Results are collected by job index and returned in job order; a job's
 outcome depends only on the job (its own seed), never on which worker ran it.
 
@@ -46,8 +48,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import multiprocessing.util as mp_util
 import itertools
+import multiprocessing.util as mp_util
 import os
 import pickle
 import queue

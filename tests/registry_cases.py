@@ -12,8 +12,8 @@ from typing import Any, Iterator
 
 from chillfl.aggregation.registry import algorithm_names
 from chillfl.config import ClientConfig
-from chillfl.distillation.methods import method_names
-from chillfl.protocols.knowledge import METHODS as PROTOTYPE_METHODS
+from chillfl.settings.distillation import method_names
+from chillfl.settings.prototypes import METHODS as PROTOTYPE_METHODS
 from chillfl.temperature import policy_names
 
 TINY: dict[str, Any] = {

@@ -23,10 +23,10 @@ import pytest
 from chillfl import runner
 from chillfl.aggregation.registry import algorithm_names
 from chillfl.config import load_config
-from chillfl.distillation.methods import METHODS as SOFT_LABEL_METHODS
 from chillfl.engine.checkpoint import read_state
-from chillfl.protocols.knowledge import METHODS as PROTOTYPE_METHODS
 from chillfl.runner import CHECKPOINT, CLIENT_MODELS, MODEL, resume_experiment, run_experiment
+from chillfl.settings.distillation import METHODS as SOFT_LABEL_METHODS
+from chillfl.settings.prototypes import METHODS as PROTOTYPE_METHODS
 from chillfl.temperature import policy_names
 
 TINY: dict[str, Any] = {

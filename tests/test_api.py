@@ -58,7 +58,7 @@ def registries() -> dict[str, list[str]]:
     """Every registry's keys, read from the dicts themselves (not via the name functions)."""
     from chillfl.aggregation.registry import ALGORITHMS
     from chillfl.data import DATASETS, PARTITIONERS
-    from chillfl.distillation.methods import METHODS
+    from chillfl.settings.distillation import METHODS
     from chillfl.models import MODELS
     from chillfl.temperature import POLICIES
 

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from chillfl.distillation.comet import (
-    COMETOptions,
     cluster_clients,
     cluster_targets,
     comet_regularizer,
@@ -17,7 +16,6 @@ from chillfl.distillation.comet import (
     per_sample_centroids,
 )
 from chillfl.distillation.quantize import (
-    CFDOptions,
     DeltaCoder,
     compress,
     dequantize,
@@ -27,7 +25,6 @@ from chillfl.distillation.quantize import (
 )
 from chillfl.distillation.selective import (
     KuLSIF,
-    SelectiveFDOptions,
     client_keep_mask,
     client_threshold,
     l1_to_one_hot,
@@ -36,6 +33,7 @@ from chillfl.distillation.selective import (
 )
 from chillfl.errors import ConfigError
 from chillfl.options import parse_options
+from chillfl.settings.distillation import CFDOptions, COMETOptions, SelectiveFDOptions
 
 # ---- CFD ---------------------------------------------------------------------------
 

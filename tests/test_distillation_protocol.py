@@ -15,7 +15,7 @@ import torch
 from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, ServerCache, SoftLabelUplink
-from chillfl.distillation.methods import make_method, parse_distillation
+from chillfl.distillation.methods import make_method
 from chillfl.protocols.softlabels import ClientState, ClientStore, soft_target_kl
 from chillfl.runner import rounds_for, run_experiment
 from chillfl.experiment import build_data, build_experiment
@@ -23,6 +23,7 @@ from chillfl.errors import ConfigError
 from chillfl.experiments import bundled_experiments, resolve_config
 from chillfl.metrics.communication import bytes_to_reach, communication_summary
 from chillfl.report.compare import apply_variant, run_compare, variants_from_config
+from chillfl.settings.distillation import parse_distillation
 
 from float_paths import assert_records_close
 
@@ -58,6 +59,36 @@ def tiny(method: str = "scarlet", **extra) -> dict:
 def run(method: str = "scarlet", **extra) -> list[dict]:
     cfg = load_config(None, tiny(method, **extra))
     return run_experiment(cfg, write=False, progress=False).records
+
+
+def test_distillation_table_is_parsed_once_per_config(monkeypatch):
+    """[distillation] is parsed when the config is validated, and only then: building and running read ``config.distillation_setup``."""
+    from chillfl.settings import distillation as settings
+
+    made: list[str] = []
+    real = settings.DistillationSetup
+
+    def counted(common, options):
+        made.append(common.method)
+        return real(common, options)
+
+    monkeypatch.setattr(settings, "DistillationSetup", counted)  # parse_distillation builds every setup through this name
+    cfg = load_config(None, tiny("scarlet", **{"federation.rounds": 1}))
+    assert made == ["scarlet"] and isinstance(cfg.distillation_setup, real)
+    exp = build_experiment(cfg)
+    records = list(rounds_for(exp)(exp))
+    assert len(records) == 1
+    assert made == ["scarlet"], f"[distillation] parsed again while building and running: {made}"
+    assert cfg.distillation_setup is cfg.distillation_setup
+
+
+def test_every_configurable_method_has_a_class_and_every_class_a_setting():
+    """The settings (what a config may name, torch-free) and the classes that run the methods list the same names."""
+    from chillfl.distillation.methods import BUILDERS
+    from chillfl.settings.distillation import METHODS
+
+    assert sorted(BUILDERS) == sorted(METHODS)
+    assert all(cls.name == name for name, cls in BUILDERS.items())
 
 
 # ---------------------------------------------------------------- formulas

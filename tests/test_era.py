@@ -5,9 +5,10 @@ import math
 import pytest
 import torch
 
-from chillfl.distillation.era import ERAOptions, EnhancedERAOptions, enhanced_era, entropy, era, mean_soft_labels, power_sharpen
+from chillfl.distillation.era import enhanced_era, entropy, era, mean_soft_labels, power_sharpen
 from chillfl.errors import ConfigError
 from chillfl.options import parse_options
+from chillfl.settings.distillation import ERAOptions, EnhancedERAOptions
 
 # Two clients, three classes.
 Z = torch.tensor(

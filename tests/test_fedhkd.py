@@ -10,7 +10,8 @@ import torch
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
-from chillfl.protocols.knowledge import KnowledgeLoss, aggregate_means, class_means, hyper_knowledge_kd, parse_prototypes
+from chillfl.protocols.knowledge import KnowledgeLoss, aggregate_means, class_means, hyper_knowledge_kd
+from chillfl.settings.prototypes import parse_prototypes
 
 from kd_helpers import MIXED, check_every_executor, records
 

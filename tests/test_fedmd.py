@@ -8,9 +8,10 @@ import torch
 from chillfl.config import load_config
 from chillfl.distillation.cache import SoftLabelUplink
 from chillfl.distillation.fedmd import consensus
-from chillfl.distillation.methods import FedMD, FedMDOptions, parse_distillation
+from chillfl.distillation.methods import FedMD
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
+from chillfl.settings.distillation import FedMDOptions, parse_distillation
 
 from float_paths import FEDMD_REL
 from kd_helpers import MIXED, check_every_executor, records

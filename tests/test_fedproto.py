@@ -10,9 +10,10 @@ import torch
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
-from chillfl.protocols.knowledge import KnowledgeLoss, aggregate_means, class_means, nearest_prototype, parse_prototypes, prototype_distance
+from chillfl.protocols.knowledge import KnowledgeLoss, aggregate_means, class_means, nearest_prototype, prototype_distance
+from chillfl.settings.prototypes import parse_prototypes
 
-from kd_helpers import MIXED, check_every_executor, records
+from kd_helpers import BASE, MIXED, check_every_executor, records
 
 
 def test_class_means_and_counts_by_hand():
@@ -130,3 +131,22 @@ def test_checkpoint_round_trip_continues_exactly(method):
     second = build_protocol(exp)
     second.load_state_dict(decode_state(encode_state(first.state_dict())))
     assert loop(second, 2, 3) == whole[2:]
+
+
+def test_prototypes_table_is_parsed_once_per_config(monkeypatch):
+    """[prototypes] is parsed when the config is validated, and only then: building and running read ``config.prototype_settings``."""
+    from chillfl.runner import run_experiment
+    from chillfl.settings import prototypes as settings
+
+    made: list[str] = []
+    real = settings.PrototypeSettings
+
+    def counted(*args):
+        made.append(args[0])
+        return real(*args)
+
+    monkeypatch.setattr(settings, "PrototypeSettings", counted)  # parse_prototypes builds every settings object through this name
+    cfg = load_config(None, {**BASE, "prototypes.method": "fedproto", "federation.rounds": 1})
+    assert made == ["fedproto"] and isinstance(cfg.prototype_settings, real)
+    assert len(run_experiment(cfg, write=False, progress=False).records) == 1
+    assert made == ["fedproto"], f"[prototypes] parsed again while building and running: {made}"

@@ -31,9 +31,9 @@ from chillfl.aggregation.registry import algorithm_names
 from chillfl.cli import main
 from chillfl.config import MAX_NAME_BYTES, check_out_dir, load_config
 from chillfl.data import dataset_names, partitioner_names
-from chillfl.distillation.methods import method_names
 from chillfl.errors import ConfigError
 from chillfl.models import model_names
+from chillfl.settings.distillation import method_names
 from chillfl.temperature import policy_names
 
 MAX_EXAMPLES = 330

@@ -1,10 +1,18 @@
-"""The package's import graph has no cycle, and the engine stays below the layers that use it.
+"""The package's import graph has no cycle, between modules or between packages, and the engine stays below the layers that use it.
 
 Every ``import`` statement counts, wherever it is: at module level, inside a
 function (a lazy import defers a dependency, it does not remove it) or under
 ``if TYPE_CHECKING``. A cycle hidden behind lazy imports still means the two
 modules cannot be understood, tested or moved apart, and one refactor away
 from an ``ImportError: partially initialized module``.
+
+Two graphs are checked. Between modules: no module imports itself back.
+Between packages: each subpackage (``chillfl.engine``, ``chillfl.protocols``,
+...) is one node and each top-level module (``chillfl.config``,
+``chillfl.runner``) its own node; an import of any module of one node by any
+module of another is an edge. Packages form a DAG: the layers can be read,
+tested and moved bottom-up, and a module-level DAG that only holds because two
+packages take turns importing each other's modules does not pass.
 
 Resolution: ``import chillfl.a.b`` -> ``chillfl.a.b``; ``from chillfl.a import
 x`` -> ``chillfl.a.x`` when that is a module, else ``chillfl.a`` (a package's
@@ -105,14 +113,19 @@ def import_graph() -> dict[str, list[Edge]]:
 def find_cycles(graph: dict[str, list[Edge]]) -> list[list[Edge]]:
     """One cycle (its import statements, in order) per strongly connected component of more than one module.
 
-    Tarjan's algorithm, iterative; then a shortest cycle through the
-    component's first module, found by breadth-first search inside it.
+    A shortest cycle through the component's first module, found by
+    breadth-first search inside it.
     """
+    return [_cycle_through(graph, set(c), c[0]) for c in components(graph)]
+
+
+def components(graph: dict[str, list[Edge]]) -> list[list[str]]:
+    """The strongly connected components of more than one node, each sorted (Tarjan's algorithm, iterative)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     on_stack: set[str] = set()
     stack: list[str] = []
-    components: list[list[str]] = []
+    found: list[list[str]] = []
     counter = 0
     for root in sorted(graph):
         if root in index:
@@ -151,8 +164,8 @@ def find_cycles(graph: dict[str, list[Edge]]) -> list[list[Edge]]:
                     if member == node:
                         break
                 if len(component) > 1:
-                    components.append(sorted(component))
-    return [_cycle_through(graph, set(c), c[0]) for c in sorted(components)]
+                    found.append(sorted(component))
+    return sorted(found)
 
 
 def _cycle_through(graph: dict[str, list[Edge]], members: set[str], start: str) -> list[Edge]:
@@ -212,12 +225,68 @@ def test_cycle_finder_reports_the_path() -> None:
     assert find_cycles({"a": [edge("a", "b", 1)], "b": []}) == []
 
 
+def package_of(module: str) -> str:
+    """The node a module belongs to in the package graph: ``chillfl.X`` for a module of subpackage X (or X itself), else the module."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def package_graph(graph: dict[str, list[Edge]]) -> dict[str, list[Edge]]:
+    """``graph`` with each module replaced by its package (:func:`package_of`); imports inside one package are dropped."""
+    out: dict[str, list[Edge]] = {package_of(m): [] for m in graph}
+    seen: set[tuple[str, str, str, int]] = set()
+    for edges in graph.values():
+        for e in edges:
+            source, target = package_of(e.source), package_of(e.target)
+            if source != target and (source, target, e.file, e.line) not in seen:
+                seen.add((source, target, e.file, e.line))
+                out[source].append(Edge(source, target, e.file, e.line, e.text))
+    return out
+
+
+def test_package_graph_collapses_modules() -> None:
+    """a.x -> b.y and b.z -> a.w: no cycle between modules, one between packages a and b; imports inside a package vanish."""
+
+    def edge(a: str, b: str, line: int) -> Edge:
+        return Edge(a, b, f"{a}.py", line, f"import {b}")
+
+    graph = {
+        "p.a.x": [edge("p.a.x", "p.b.y", 1), edge("p.a.x", "p.a.w", 2)],
+        "p.b.y": [],
+        "p.b.z": [edge("p.b.z", "p.a.w", 3)],
+        "p.a.w": [edge("p.a.w", "p.c", 4)],
+        "p.c": [],
+    }
+    assert find_cycles(graph) == []
+    packages = package_graph(graph)
+    assert {n: [(e.source, e.target) for e in es] for n, es in packages.items()} == {"p.a": [("p.a", "p.b"), ("p.a", "p.c")], "p.b": [("p.b", "p.a")], "p.c": []}
+    (cycle,) = find_cycles(packages)
+    assert "p.a -> p.b -> p.a" in describe(cycle, packages) and "p.b.z.py:3: import p.a.w" in describe(cycle, packages)
+    real = package_graph(import_graph())
+    assert {"chillfl.engine", "chillfl.config", "chillfl.runner", "chillfl.protocols"} <= set(real)
+    assert "chillfl.engine.loop" not in real
+    assert "chillfl.engine.ray_executor" in {e.target for e in import_graph()["chillfl.experiment"]}  # a lazy import...
+    assert "chillfl.engine" in {e.target for e in real["chillfl.experiment"]}  # ...is an edge between packages too
+
+
 def test_no_import_cycles() -> None:
     graph = import_graph()
     cycles = find_cycles(graph)
     if cycles:
         pytest.fail(
             f"{len(cycles)} import cycle(s) in {PACKAGE} (every import counts, lazy ones too):\n" + "\n".join(describe(c, graph) for c in cycles),
+            pytrace=False,
+        )
+
+
+def test_packages_form_a_dag() -> None:
+    """No cycle between packages (:func:`package_graph`), lazy imports included: each line printed is one import to move."""
+    graph = package_graph(import_graph())
+    found = components(graph)
+    if found:
+        pytest.fail(
+            f"{len(found)} import cycle(s) between the packages of {PACKAGE} (every import counts, lazy ones too):\n"
+            + "\n".join(f"[{', '.join(c)}]: " + describe(_cycle_through(graph, set(c), c[0]), graph) for c in found),
             pytrace=False,
         )
 
@@ -237,9 +306,9 @@ def test_engine_does_not_import_the_layers_above_it(forbidden: str) -> None:
 
 BUILDING_BLOCKS = (
     "_torch", "_version", "aggregation", "config", "data", "distillation", "engine", "environment", "errors", "experiments", "extras", "metrics", "models", "options",
-    "paths", "plugins", "progress", "protocols", "seeds", "temperature", "training", "tune",
+    "paths", "plots", "plugins", "progress", "protocols", "seeds", "settings", "temperature", "training", "tune",
 )
-"""Packages and modules the runs are built from: they hold maths, messages, the loop and the protocols."""
+"""Packages and modules the runs are built from: they hold maths, messages, the loop and the protocols (and the figures drawn from their records)."""
 DRIVERS = ("__main__", "analysis", "analysis_cli", "catalogue", "api", "cli", "docs_outputs", "experiment", "flower", "report", "reproduce", "runner", "sinks")
 """What builds, drives, reports on or analyses runs: the building blocks never import them (any import counts, lazy ones too)."""
 

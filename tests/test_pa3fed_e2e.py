@@ -24,8 +24,8 @@ from chillfl.experiments import bundled_experiments, resolve_config
 from chillfl.metrics.stability import main as stability_main
 from chillfl.metrics.stability import stability_summary
 from chillfl.report.compare import apply_variant, variants_from_config
-from chillfl.report.pa3fed_plots import clp_spans, plot_clp
-from chillfl.report.pa3fed_plots import main as plots_main
+from chillfl.plots.pa3fed import clp_spans, plot_clp
+from chillfl.plots.pa3fed import main as plots_main
 from chillfl.seeds import derive_seed
 from chillfl.training.local import train_client
 

@@ -16,8 +16,8 @@ import pytest
 
 from chillfl.cli import main
 from chillfl.config import EXECUTORS, RunConfig
-from chillfl.distillation.methods import DistillationOptions
 from chillfl.report.reference import ENUMERATED, _registries, render_reference
+from chillfl.settings.distillation import DistillationOptions
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "reference.md"
 

@@ -14,10 +14,10 @@ def test_every_round_axis_has_integer_ticks(tmp_path: Path, monkeypatch: pytest.
     from matplotlib.figure import Figure
 
     from chillfl.config import RunConfig
-    from chillfl.report.band_plots import plot_band_curves
+    from chillfl.plots.bands import plot_band_curves
     from chillfl.report.html import Group, Run, curves_figure
-    from chillfl.report.pa3fed_plots import plot_clp, plot_compare_clp
-    from chillfl.report.plots import plot_curves, plot_run, plot_temperatures
+    from chillfl.plots.pa3fed import plot_clp, plot_compare_clp
+    from chillfl.plots.run import plot_curves, plot_run, plot_temperatures
 
     seen: list[tuple[str, list[float]]] = []
     save = Figure.savefig

@@ -16,9 +16,10 @@ from chillfl.config import load_config
 from chillfl.distillation import methods
 from chillfl.distillation.cache import SoftLabelUplink
 from chillfl.distillation.era import mean_soft_labels, power_sharpen
-from chillfl.distillation.methods import make_method, parse_distillation
+from chillfl.distillation.methods import make_method
 from chillfl.errors import ConfigError
 from chillfl.runner import run_experiment
+from chillfl.settings.distillation import parse_distillation
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -1,4 +1,4 @@
-"""Statistics over seeds (chillfl.report.stats) on hand-worked values."""
+"""Statistics over seeds (chillfl.metrics.stats) on hand-worked values."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from chillfl.report.stats import T975, paired_difference, summarize, t_quantile_975
+from chillfl.metrics.stats import T975, paired_difference, summarize, t_quantile_975
 
 
 def test_mean_std_ci_of_1_2_3_4() -> None:

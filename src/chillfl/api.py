@@ -29,15 +29,22 @@ import numpy as np
 import torch
 from torch import nn
 
-from chillfl.config import RunConfig, apply_overrides, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
-from chillfl.data import ArrayDataset
+from chillfl.aggregation.registry import algorithm_names
+from chillfl.config import RunConfig, apply_overrides, check_compare_option, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
+from chillfl.data import ArrayDataset, dataset_names, partitioner_names
 from chillfl.data.items import REDRAWS, ItemReader, materialize
-from chillfl.errors import ConfigError
-from chillfl.options import short_repr
-from chillfl.experiment import CUSTOM, Experiment, build_experiment
-from chillfl.report.compare import CompareResult as Comparison
 from chillfl.engine.view import RunView, model_with_state
+from chillfl.errors import ConfigError
+from chillfl.experiment import CUSTOM, Experiment, build_experiment
+from chillfl.experiments import resolve_config
+from chillfl.models import model_names
+from chillfl.options import short_repr
+from chillfl.report.compare import CompareOptions, grid_variants, parse_grid, run_compare
+from chillfl.report.compare import CompareResult as Comparison
 from chillfl.runner import Callback, RunOutput, run_experiment
+from chillfl.settings.distillation import method_names
+from chillfl.temperature import policy_names
+from chillfl.tune import parse_tune
 
 ConfigLike = Union[RunConfig, Mapping[str, Any], str, Path, None]
 UserData = Union["TensorData", "DatasetData", ArrayDataset]
@@ -184,10 +191,6 @@ def compare(
     variants. ``model``, ``data``, ``config`` and ``overrides`` are those of :func:`run`.
     ``result.report("report.html")`` writes the HTML report.
     """
-    from chillfl.config import check_compare_option
-    from chillfl.report.compare import CompareOptions, grid_variants, parse_grid, run_compare
-    from chillfl.tune import parse_tune
-
     cfg, dataset = _prepare(model, data, config, out_dir, overrides)
     if isinstance(grid, Mapping):
         for key, values in grid.items():
@@ -257,8 +260,6 @@ def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dic
     elif isinstance(config, RunConfig):
         data = config.to_dict()
     elif isinstance(config, (str, Path)):
-        from chillfl.experiments import resolve_config
-
         path = resolve_config(str(config))
         data = read_config_file(path)
         data.setdefault("name", path.stem)
@@ -503,12 +504,6 @@ def _as_callback(cb: Any, index: int) -> _Hook:
 
 def available() -> dict[str, list[str]]:
     """Every registered name a config may use, by part (what ``chillfl list`` prints)."""
-    from chillfl.aggregation.registry import algorithm_names
-    from chillfl.data import dataset_names, partitioner_names
-    from chillfl.distillation.methods import method_names
-    from chillfl.models import model_names
-    from chillfl.temperature import policy_names
-
     return {
         "algorithms": algorithm_names(),
         "datasets": dataset_names(),

@@ -108,7 +108,7 @@ def _model_flops(dataset: str, model_items: tuple[tuple[str, str], ...]) -> floa
     if spec is None:
         return None
     import ast
-    import torch
+    import torch  # lazy, with the models below: `chillfl list` imports no torch until a FLOP count is asked for
     from torch.utils.flop_counter import FlopCounterMode
 
     from chillfl.models import build_model

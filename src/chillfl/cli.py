@@ -12,6 +12,8 @@
     chillfl analyze NAME RUN_DIR...                calibration, cka, aggregation-accuracy/-entropy, grad-norms, ...
 
 User errors print one line ``chillfl: error: <field>: <problem>`` and exit 2.
+Each command imports what it runs inside its handler, so ``chillfl --help`` imports no torch
+(``tests/test_cli_startup.py``).
 """
 
 from __future__ import annotations
@@ -214,8 +216,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     from chillfl.aggregation.registry import algorithm_names
     from chillfl.data import dataset_names, partitioner_names
     from chillfl.models import model_names
-    from chillfl.distillation.methods import method_names
-    from chillfl.protocols.knowledge import METHODS as PROTOTYPE_METHODS
+    from chillfl.settings.distillation import method_names
+    from chillfl.settings.prototypes import METHODS as PROTOTYPE_METHODS
     from chillfl.temperature import policy_names
 
     for title, names in (

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import re
 import sys
@@ -30,9 +31,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from chillfl.errors import ConfigError, did_you_mean
+from chillfl.experiments import experiments_root
 from chillfl.options import parse_options, require, require_range, short_repr
 from chillfl.paths import check_writable_dir
+from chillfl.settings.distillation import DistillationSetup, parse_distillation
+from chillfl.settings.prototypes import PrototypeSettings, parse_prototypes
 from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer
+from chillfl.tune import parse_tune
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -428,6 +433,19 @@ class RunConfig:
             return "prototypes"
         return "parameters"
 
+    @functools.cached_property
+    def distillation_setup(self) -> DistillationSetup | None:
+        """``[distillation]`` parsed and typed (None when the table is empty): parsed once per config, read by everything after.
+
+        A cached property, not a field: ``to_dict`` and the saved config keep the table as written.
+        """
+        return parse_distillation(self.distillation) if self.distillation else None
+
+    @functools.cached_property
+    def prototype_settings(self) -> PrototypeSettings | None:
+        """``[prototypes]`` parsed, with the method's defaults filled in (None when the table is empty); parsed once per config."""
+        return parse_prototypes(self.prototypes) if self.prototypes else None
+
     def lr_at(self, round: int) -> float:
         """The clients' learning rate of round ``round`` (0-based): ``client.lr``, its decay and its schedule over rounds."""
         return self.client.lr_at(round, self.federation.rounds)
@@ -441,21 +459,13 @@ class RunConfig:
         for part, key in PART_KEYS.items():
             table = getattr(self, part)
             require(isinstance(table.get(key), str), f"{part}.{key}", "is required (a string)")
-        if self.distillation:  # typed before the engine converts any of it (e.g. int(public_size))
-            from chillfl.distillation.methods import parse_distillation
-
-            parse_distillation(self.distillation)
-        if self.prototypes:
-            from chillfl.protocols.knowledge import parse_prototypes
-
-            parse_prototypes(self.prototypes)
-            require(not self.distillation, "prototypes.method", "a run shares soft-labels ([distillation]) or prototypes ([prototypes]), not both")
+        soft_labels = self.distillation_setup  # parsed here, before the engine converts any of it (e.g. int(public_size))
+        if self.prototype_settings is not None:
+            require(soft_labels is None, "prototypes.method", "a run shares soft-labels ([distillation]) or prototypes ([prototypes]), not both")
         for key, value in self.compare.items():
             require(key in COMPARE_KEYS, f"compare.{key}", f"unknown option{did_you_mean(key, COMPARE_KEYS)}; allowed: {', '.join(COMPARE_KEYS)}")
             check_compare_option(key, value)
         if self.tune:
-            from chillfl.tune import parse_tune
-
             parse_tune(self.tune)
         for label, table in self.variants.items():
             check_variant(self, label, table)
@@ -705,8 +715,6 @@ def _is_file(path: Path) -> bool:
 def _extends_target(folder: Path, base: str) -> Path | None:
     """The file ``extends = base`` names: relative to the including file's folder, else a bundled
     config or shared base (``flexchill/_base-digits.toml``, ``.toml`` optional); None if neither exists."""
-    from chillfl.experiments import experiments_root
-
     local = folder / base
     if _is_file(local):
         return local

@@ -18,14 +18,14 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from chillfl._version import __version__
+
 COMPARED = ("chillfl", "torch", "numpy", "python", "device", "cpu_capability", "threads", "git_commit")
 """The fields whose change can change results bit for bit (``resume`` warns about these)."""
 
 
 def environment(device: torch.device) -> dict[str, Any]:
     """This process's record, on ``device``, at the current torch thread settings."""
-    from chillfl._version import __version__
-
     return {
         "chillfl": __version__,
         "torch": str(torch.__version__),

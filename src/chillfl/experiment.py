@@ -12,19 +12,31 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator
+from chillfl.aggregation.registry import algorithm_spec, make_aggregator
 from chillfl.aggregation.robust import Krum
 from chillfl.config import RunConfig
-from chillfl.data import ArrayDataset, FederatedData, build_federated_data, load_dataset
-from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment
+from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
+from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
+from chillfl.data.datasets import DATASETS
+from chillfl.data.loaders import DATA_DIR_FIELD
+from chillfl.data.partition import PARTITIONERS, partitioner_names
+from chillfl.data.partition_file import FROM_FILE
 from chillfl.engine.executors import Executor
+from chillfl.engine.parallel import ExecutorSpec, make_parallel_executor
 from chillfl.engine.protocol import ServerProtocol
+from chillfl.engine.ray_executor import RayExecutor, import_ray
 from chillfl.errors import ConfigError, choice_error
-from chillfl.models import build_model
+from chillfl.models import build_model, model_names
+from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous
+from chillfl.models.projection import PROJECTION_OPTION
+from chillfl.models.registry import MODELS
+from chillfl.options import parse_options
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
-from chillfl.temperature import make_policy
 from chillfl.seeds import derive_seed
+from chillfl.temperature import POLICIES, make_policy, policy_names
+from chillfl.training.gradient_ablation import BASE_LOSSES
 from chillfl.training.local import LocalSpec, model_state, resolve_compute
 from chillfl.training.objective import ProximalTerm, Term, temperature_cross_entropy
 
@@ -45,13 +57,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def base_losses() -> dict[str, Any]:
-    losses: dict[str, Any] = {"standard": temperature_cross_entropy}
-    try:
-        from chillfl.training.gradient_ablation import BASE_LOSSES
-    except ImportError:
-        return losses
-    losses.update(BASE_LOSSES)
-    return losses
+    return {"standard": temperature_cross_entropy, **BASE_LOSSES}
 
 
 CUSTOM = "custom"
@@ -77,12 +83,8 @@ def _not_from_file(field: str, what: str, keyword: str, allowed: Sequence[str]) 
 def check_rebuildable(config: RunConfig, *, has_model: bool = False, has_data: bool = False) -> None:
     """Refuse a config whose model or data came from Python (``custom``) when none is given again; the model first."""
     if not has_model and is_custom(config.model.get("name")):
-        from chillfl.models import model_names
-
         raise _not_from_file("model.name", "nn.Module", "model", model_names())
     if not has_data and is_custom(config.dataset.get("name")):
-        from chillfl.data import dataset_names
-
         raise _not_from_file("dataset.name", "tensors", "data", dataset_names())
 
 
@@ -95,9 +97,8 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
         raise ConfigError(f"dataset.{AUGMENT_KEY}.normalize", "applies to datasets chillfl loads; normalise tensors passed from Python yourself")
     pname, poptions = RunConfig.component(config.partition)
     split = config.eval.client_split if config.eval.clients != "none" else "none"
-    public_size = int(config.distillation.get("public_size", 0)) if config.distillation else 0
-    if config.distillation.get("public_dataset"):  # the public pool comes from another dataset
-        public_size = 0
+    setup = config.distillation_setup
+    public_size = setup.common.public_size if setup is not None and not setup.common.public_dataset else 0  # else the pool comes from another dataset
     return build_federated_data(
         dataset,
         num_clients=config.federation.num_clients,
@@ -113,8 +114,6 @@ def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> Federa
 
 def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_classes: int) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     """The model template and its seeded initial state (the global RNG is left untouched)."""
-    from chillfl.models.assign import base_table
-
     name, options = RunConfig.component(base_table(config.model))
     check_rebuildable(config, has_data=True)
     model = build_model(name, tuple(input_shape), num_classes, options, seed=derive_seed(config.seed, "init"))
@@ -122,8 +121,6 @@ def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_class
 
 
 def build_algorithm(config: RunConfig, model: nn.Module) -> tuple[Aggregator, list[Term]]:
-    from chillfl.aggregation.registry import make_aggregator
-
     name, options = RunConfig.component(config.algorithm)
     built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum)
     base = (options or {}).get("base") if name == "pa3fed" else name
@@ -188,8 +185,6 @@ def build_experiment(
     """
     check_rebuildable(config, has_model=model is not None, has_data=dataset is not None or data is not None)
     if config.executor == "ray":  # before anything is written: the extra must be installed
-        from chillfl.engine.ray_executor import import_ray
-
         import_ray(config.ray.address)  # and a local Ray's sockets must fit under TMPDIR
     device = resolve_device(config.device)
     if data is None:
@@ -262,11 +257,7 @@ def build_protocol(exp: Experiment) -> ServerProtocol:
 
 def make_executor(exp: Experiment, protocol: ServerProtocol) -> Executor:
     """The executor named by ``config.executor``, running ``protocol``'s client updates."""
-    from chillfl.engine.parallel import ExecutorSpec, make_parallel_executor
-
     if exp.config.executor == "ray":
-        from chillfl.engine.ray_executor import RayExecutor
-
         if exp.device.type != "cpu" and exp.config.ray.num_gpus == 0:
             raise ConfigError("ray.num_gpus", f"the run's tensors live on {exp.device.type!r}: give each Ray worker a GPU (num_gpus > 0) or run on device = 'cpu'")
         return RayExecutor(exp.model, exp.spec, protocol.client, exp.config.ray, threads=exp.config.threads, clients_per_round=exp.config.federation.sample_size())
@@ -287,8 +278,6 @@ def models_travel(config: RunConfig) -> bool:
 
 def check_model_assignment(config: RunConfig, num_clients: int) -> None:
     """``model.assign`` / ``model.groups``: well-formed, and only where models never travel."""
-    from chillfl.models.assign import plan_models, refuse_heterogeneous
-
     plan_models(config.model, num_clients)
     if models_travel(config):
         refuse_heterogeneous(config.model, protocol_of(config).travel_reason)
@@ -304,8 +293,6 @@ def check_config(config: RunConfig) -> bool:
     then each part's name and options are still checked, but nothing that
     needs the data's shapes (model sizes, partition feasibility).
     """
-    from chillfl.data.loaders import DATA_DIR_FIELD
-
     try:
         exp = build_experiment(config)
     except ConfigError as exc:
@@ -319,17 +306,6 @@ def check_config(config: RunConfig) -> bool:
 
 def check_parts(config: RunConfig) -> None:
     """Every pluggable part's name and options (no data needed): the checks each registry makes before building."""
-    from chillfl.aggregation.registry import algorithm_spec
-    from chillfl.data.augment import split_augment
-    from chillfl.data.datasets import DATASETS
-    from chillfl.data.partition import PARTITIONERS, partitioner_names
-    from chillfl.data.partition_file import FROM_FILE
-    from chillfl.models.assign import base_table
-    from chillfl.models.projection import PROJECTION_OPTION
-    from chillfl.models.registry import MODELS, model_names
-    from chillfl.options import parse_options
-    from chillfl.temperature import POLICIES, policy_names
-
     check_rebuildable(config, has_model=True, has_data=True)
     name, options = RunConfig.component(config.dataset)
     if not is_custom(name):

@@ -45,7 +45,7 @@ from chillfl.errors import ConfigError
 from chillfl.experiments import resolve_config
 from chillfl.progress import Progress
 from chillfl.report.compare import CompareOptions, run_compare
-from chillfl.report.stats import paired_difference
+from chillfl.metrics.stats import paired_difference
 
 PAPERS = ("flexchill", "fedchill", "pa3fed", "scarlet")
 LR_GRID = [0.01, 0.05, 0.2]

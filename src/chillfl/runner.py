@@ -33,24 +33,31 @@ import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
 import torch
 from tqdm import tqdm
 
+from chillfl.aggregation.registry import algorithm_spec
 from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
+from chillfl.data.partition_file import PARTITION_FILE, encode_partition, partition_record
 from chillfl.engine.checkpoint import read_checkpoint, read_state, write_atomic, write_state
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import Redraw, run_rounds
-from chillfl.engine.record import round_number
-from chillfl.environment import as_comment, differences, environment
 from chillfl.engine.model_file import write_model
 from chillfl.engine.protocol import ServerProtocol
+from chillfl.engine.record import round_number
 from chillfl.engine.results import ResultWriter, summarize
 from chillfl.engine.run_folder import CHECKPOINT, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
+from chillfl.environment import as_comment, differences, environment
 from chillfl.errors import Diverged, MissingExtra, StorageError
-from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
+from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, make_executor
+from chillfl.extras import need
 from chillfl.metrics.calibration import CalibrationAccumulator
+from chillfl.metrics.communication import communication_summary
+from chillfl.metrics.stability import stability_summary
+from chillfl.models.assign import summarize as architectures
+from chillfl.plots.communication import plot_accuracy_vs_bytes
 from chillfl.progress import Progress, make_bar
-from chillfl.aggregation.registry import algorithm_spec
 from chillfl.protocols.registry import protocol_of
+from chillfl.sinks import build_sinks, close_sinks
 from chillfl.training.local import evaluate
 
 if TYPE_CHECKING:
@@ -242,8 +249,6 @@ def run_experiment(
 
 def _write_partition(folder: Path, exp: Experiment, config: RunConfig) -> None:
     """``partition.json``: the clients' training indices, reusable with ``partition.from`` (:mod:`chillfl.data.partition_file`)."""
-    from chillfl.data.partition_file import PARTITION_FILE, encode_partition, partition_record
-
     data = exp.data
     write_atomic(folder / PARTITION_FILE, encode_partition(partition_record(data.dataset.name, len(data.dataset.y_train), config.partition, data.train_indices)))
 
@@ -405,17 +410,13 @@ def redraw_of(exp: Experiment) -> Redraw | None:
 
 def check_sinks(config: RunConfig) -> None:
     """A sink whose package is missing stops the run before its folder exists (one MissingExtra line)."""
-    from chillfl.extras import need
-
     for sink, what in (("tensorboard", "TensorBoard logs"), ("wandb", "W&B logs")):
         if sink in config.log.sinks:
             need(sink, sink, what)
 
 
 def _sinks(config: RunConfig, folder: Path, records: Sequence[Mapping[str, Any]]) -> list["Sink"]:
-    """The run's metric sinks (``[log] sinks``), writing under ``folder``; report-side code, imported here."""
-    from chillfl.sinks import build_sinks
-
+    """The run's metric sinks (``[log] sinks``), writing under ``folder``."""
     return build_sinks(config.log.sinks, folder, config.name, config.to_dict(), records, project=config.log.wandb_project)
 
 
@@ -423,8 +424,6 @@ def _close_sinks(sinks: list["Sink"]) -> None:
     """Close the sinks once (the list is emptied), so the error path does not close them twice."""
     done, sinks[:] = list(sinks), []
     if done:
-        from chillfl.sinks import close_sinks
-
         close_sinks(done)
 
 
@@ -441,19 +440,12 @@ def _finish(
     summary["device"] = str(exp.device)
     summary["environment"] = environment(exp.device)
     if "assign" in config.model or "groups" in config.model:  # heterogeneous clients: parameters per architecture
-        from chillfl.experiment import build_client_models
-        from chillfl.models.assign import summarize as architectures
-
         models = build_client_models(exp)
         summary["architectures"] = architectures(models.plan, models.parameter_counts())
-    from chillfl.metrics.stability import stability_summary  # PA3Fed Table 1 / Fig. 5 (None without per-client losses)
-
-    if (stability := stability_summary(records)) is not None:
+    if (stability := stability_summary(records)) is not None:  # PA3Fed Table 1 / Fig. 5 (None without per-client losses)
         summary["stability"] = stability
     has_bytes = bool(records) and "bytes_cumulative" in records[-1]
     if has_bytes:  # SCARLET Sec. IV-A: total bytes and the cost to reach the target accuracy
-        from chillfl.metrics.communication import communication_summary
-
         summary["communication"] = communication_summary(records, config.eval.target_accuracy)
     model = protocol.global_state()
     model_state = {k: v.detach().clone() for k, v in model.items()} if model is not None else None
@@ -505,13 +497,13 @@ def method_figures(config: RunConfig) -> tuple[str, ...]:
 
 
 def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:
-    """The run's figures (report code, imported here: the engine knows nothing of plots).
+    """The run's figures (:mod:`chillfl.plots`, imported here: the engine knows nothing of plots).
 
     Without matplotlib (the ``plots`` extra) the run still completes with its
     metrics; one log line says the figures were skipped.
     """
     try:
-        from chillfl.report.plots import plot_run, plot_temperatures
+        from chillfl.plots.run import plot_run, plot_temperatures
     except MissingExtra as exc:
         log.info("%s; figures skipped", exc)
         return
@@ -519,11 +511,9 @@ def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> No
     plot_run(records, folder / "accuracy_loss.png", title=config.name)
     plot_temperatures(records, folder / "temperatures.png")
     if records and "bytes_cumulative" in records[-1] and protocol_of(config).bytes_figure:  # Fig. 7: accuracy against bytes
-        from chillfl.report.communication_plots import plot_accuracy_vs_bytes
-
         plot_accuracy_vs_bytes(records, folder / "accuracy_vs_bytes.png", title=config.name)
     if "clp" in method_figures(config):
-        from chillfl.report.pa3fed_plots import plot_clp
+        from chillfl.plots.pa3fed import plot_clp
 
         plot_clp(records, folder / "clp.png", title=config.name)
 

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from chillfl.analysis.softlabels import entropy_vs_beta, entropy_vs_temperature, plot_cache_ratio, plot_entropy_vs_beta, plot_entropy_vs_temperature, simulate_cache_ratio
 from chillfl.errors import ConfigError
 from chillfl.extras import need
 
@@ -56,7 +57,6 @@ def _numbers(text: str, field: str, kind: type = float) -> list[Any]:
 
 def cmd_cache_ratio(args: argparse.Namespace) -> int:
     need("matplotlib", "analysis", "plots")  # the command's output is a figure: say so before simulating
-    from chillfl.analysis.softlabels import plot_cache_ratio, simulate_cache_ratio
 
     durations = _numbers(args.durations, "--durations", int)
     if any(d < 0 for d in durations):
@@ -109,7 +109,6 @@ def load_soft_labels(path: str) -> torch.Tensor:
 
 def cmd_soft_label_entropy(args: argparse.Namespace) -> int:
     need("matplotlib", "analysis", "plots")
-    from chillfl.analysis.softlabels import entropy_vs_beta, entropy_vs_temperature, plot_entropy_vs_beta, plot_entropy_vs_temperature
 
     temps = _numbers(args.temps, "--temps")
     betas = _numbers(args.betas, "--betas")

@@ -35,8 +35,9 @@ from torch import nn
 from torch.func import functional_call
 
 from chillfl.config import RunConfig, load_config
-from chillfl.engine.model_file import read_model
 from chillfl.engine.loop import availability, sample_clients
+from chillfl.engine.model_file import read_model
+from chillfl.engine.results import strict
 from chillfl.errors import ConfigError
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
 from chillfl.protocols.parameters import ParameterSharing
@@ -149,8 +150,6 @@ def out_folder(run_dirs: list[str], out: str | None) -> Path:
 
 
 def write_json(path: Path, data: Any) -> None:
-    from chillfl.engine.results import strict
-
     path.write_text(json.dumps(strict(data), indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
 
 

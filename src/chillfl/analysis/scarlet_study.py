@@ -47,8 +47,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from chillfl.config import load_config, parse_overrides
 from chillfl.errors import ConfigError
-from chillfl.report.stats import paired_difference
+from chillfl.experiments import resolve_config
+from chillfl.metrics.stats import paired_difference
 
 PAPER_D, PAPER_ROUNDS = 50, 2000
 DEFAULT_CONFIG = "scarlet/dsfl-vs-scarlet-digits"
@@ -118,7 +120,7 @@ class Study:
 
     def records(self, arm: Arm, seed: int, rounds: int) -> list[dict[str, Any]]:
         """The arm's run at ``seed``: ``rounds`` rounds, or the longest run already made (its prefix is the shorter run)."""
-        from chillfl.runner import run_experiment
+        from chillfl.runner import run_experiment  # lazy: torch; the study's planning and tables import none
 
         done = [r for (a, s, r) in self._runs if a == arm and s == seed and r >= rounds]
         if done:
@@ -163,15 +165,12 @@ def _numbers(text: str, field: str, kind: type) -> list[Any]:
 
 def machine(threads: int) -> str:
     """The machine, in words (the docs say which one made each block); ``threads``: the runs' intra-op threads."""
-    import torch
+    import torch  # lazy: only the docs' machine line needs it
 
     return f"{platform.machine()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {threads or 'default'} intra-op thread(s) per run"
 
 
 def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
-    from chillfl.config import load_config, parse_overrides
-    from chillfl.experiments import resolve_config
-
     seeds = _numbers(args.seeds, "--seeds", int)
     lengths = sorted(set(_numbers(args.rounds, "--rounds", int)))
     durations = _numbers(args.durations, "--durations", int)

@@ -69,7 +69,7 @@ def entropy_vs_beta(soft_labels: torch.Tensor, betas: Sequence[float]) -> np.nda
 
 def plot_cache_ratio(ratios_by_duration: Mapping[int, Sequence[float]], path: str | Path) -> Path:
     """Fig. 3: cached-sample ratio per round, one line per cache duration D."""
-    from chillfl.report.figures import Figure, save_png  # lazy: matplotlib is the `plots` extra
+    from chillfl.plots.figure import Figure, save_png  # lazy: matplotlib is the `plots` extra
 
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
@@ -83,7 +83,7 @@ def plot_cache_ratio(ratios_by_duration: Mapping[int, Sequence[float]], path: st
 
 
 def _plot_curves(xs: Sequence[float], curves: Mapping[str, np.ndarray], xlabel: str, path: str | Path, logx: bool) -> Path:
-    from chillfl.report.figures import Figure, save_png  # lazy: matplotlib is the `plots` extra
+    from chillfl.plots.figure import Figure, save_png  # lazy: matplotlib is the `plots` extra
 
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()

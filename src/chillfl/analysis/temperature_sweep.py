@@ -60,17 +60,18 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from chillfl.config import RunConfig
+from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.engine.results import claim_dir, to_toml
-from chillfl.experiment import base_losses, build_data, build_initial_model
 from chillfl.errors import ConfigError, choice_error
+from chillfl.experiment import base_losses, build_data, build_initial_model
+from chillfl.experiments import resolve_config
 from chillfl.extras import need
 from chillfl.metrics.correlation import correlation_table
 from chillfl.metrics.correlation import format_table as format_correlation
 from chillfl.options import parse_options
+from chillfl.seeds import derive_seed
 from chillfl.temperature.fedchill import FedChillOptions
 from chillfl.temperature.heterogeneity import MEASURES, heterogeneity
-from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, evaluate, train_client
 
 DEFAULT_TEMPERATURES: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)
@@ -319,9 +320,6 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
 
 def cmd_temperature_sweep(args: argparse.Namespace) -> int:
     """``chillfl analyze temperature-sweep``: run the sweep, print the A.5 table and the folder."""
-    from chillfl.config import load_config, parse_overrides
-    from chillfl.experiments import resolve_config
-
     config = load_config(resolve_config(args.config), parse_overrides(list(args.overrides)))
     for module, what in (("scipy.stats", "correlations"), ("matplotlib", "plots")):  # before the sweep trains anything
         need(module, "analysis", what)

@@ -11,7 +11,8 @@ Pure, engine-independent parts; the soft-label round protocol composes them:
 * :mod:`.analysis` -- Fig. 3 / Fig. 4 simulations and plots (imports
   matplotlib, so it is not imported here).
 
-Byte counting lives in :mod:`chillfl.engine.ledger`.
+Byte counting lives in :mod:`chillfl.engine.ledger`; the methods' options (the
+``[distillation]`` table) in :mod:`chillfl.settings.distillation`.
 """
 
 from .cache import (
@@ -27,14 +28,12 @@ from .cache import (
     SoftLabelUplink,
     is_valid,
 )
-from .comet import COMETOptions, cluster_clients, cluster_targets, comet_regularizer, comet_targets, kmeans
-from .era import ERAOptions, EnhancedERAOptions, enhanced_era, entropy, era, mean_soft_labels, power_sharpen, tempered_softmax
-from .quantize import CFDOptions, DeltaCoder, compress, dequantize, payload_bytes, quantize
-from .selective import KuLSIF, SelectiveFDOptions, client_keep_mask, client_threshold, masked_mean, server_keep_mask
+from .comet import cluster_clients, cluster_targets, comet_regularizer, comet_targets, kmeans
+from .era import enhanced_era, entropy, era, mean_soft_labels, power_sharpen, tempered_softmax
+from .quantize import DeltaCoder, compress, dequantize, payload_bytes, quantize
+from .selective import KuLSIF, client_keep_mask, client_threshold, masked_mean, server_keep_mask
 
 __all__ = [
-    "CFDOptions",
-    "COMETOptions",
     "CacheOptions",
     "CacheOutOfSyncError",
     "CacheSignal",
@@ -42,10 +41,7 @@ __all__ = [
     "CacheUpdate",
     "ClientCache",
     "DeltaCoder",
-    "ERAOptions",
-    "EnhancedERAOptions",
     "KuLSIF",
-    "SelectiveFDOptions",
     "ServerCache",
     "SoftLabelDownlink",
     "SoftLabelRequest",

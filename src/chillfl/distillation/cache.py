@@ -59,12 +59,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-import types
 from typing import Any, Literal, Mapping
 
 import numpy as np
 import torch
 
+from chillfl.engine import ledger
 from chillfl.errors import ConfigError
 from chillfl.options import require
 
@@ -107,13 +107,6 @@ class CacheOptions:
         )
 
 
-def _wire() -> types.ModuleType:
-    # Imported lazily: chillfl.engine may import chillfl.distillation, not the other way round at import time.
-    from chillfl.engine import ledger
-
-    return ledger
-
-
 def _as_index_tensor(indices: torch.Tensor | list[int]) -> torch.Tensor:
     idx = torch.as_tensor(indices, dtype=torch.long).flatten()
     if idx.numel() != torch.unique(idx).numel():
@@ -128,8 +121,8 @@ class SoftLabelRequest:
     round: int
     indices: torch.Tensor
 
-    def nbytes(self, index_encoding: str = "int32", universe: int | None = None) -> dict[str, int]:
-        return {"indices": _wire().index_bytes(self.indices.numel(), universe, index_encoding)}
+    def nbytes(self, index_encoding: ledger.IndexEncoding = "int32", universe: int | None = None) -> dict[str, int]:
+        return {"indices": ledger.index_bytes(self.indices.numel(), universe, index_encoding)}
 
 
 @dataclass(frozen=True)
@@ -153,8 +146,7 @@ class SoftLabelUplink:
                 f"soft_labels must be [len(indices), C]; got {tuple(self.soft_labels.shape)} for {self.indices.numel()} indices"
             )
 
-    def nbytes(self, index_encoding: str = "int32", universe: int | None = None) -> dict[str, int]:
-        ledger = _wire()
+    def nbytes(self, index_encoding: ledger.IndexEncoding = "int32", universe: int | None = None) -> dict[str, int]:
         out = {"soft_labels": ledger.tensor_bytes(self.soft_labels, self.bits)}
         if self.send_indices:
             out["indices"] = ledger.index_bytes(self.indices.numel(), universe, index_encoding)
@@ -175,8 +167,7 @@ class SoftLabelDownlink:
     soft_labels: torch.Tensor
     bits: int | None = None
 
-    def nbytes(self, index_encoding: str = "int32", universe: int | None = None, with_signals: bool = True) -> dict[str, int]:
-        ledger = _wire()
+    def nbytes(self, index_encoding: ledger.IndexEncoding = "int32", universe: int | None = None, with_signals: bool = True) -> dict[str, int]:
         out = {
             "indices": ledger.index_bytes(self.indices.numel(), universe, index_encoding),
             "soft_labels": ledger.tensor_bytes(self.soft_labels, self.bits),
@@ -204,11 +195,10 @@ class CacheSyncDelta:
     def num_entries(self) -> int:
         return int(self.store_indices.numel() + self.delete_indices.numel())
 
-    def nbytes(self, index_encoding: str = "int32", universe: int | None = None) -> int:
+    def nbytes(self, index_encoding: ledger.IndexEncoding = "int32", universe: int | None = None) -> int:
         """Indices of every item plus the soft-labels of stored items (all one message of kind ``"sync"``)."""
         if self.num_entries == 0:
             return 0
-        ledger = _wire()
         return ledger.index_bytes(self.num_entries, universe, index_encoding) + ledger.tensor_bytes(
             self.store_soft_labels
         )

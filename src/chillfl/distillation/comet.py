@@ -34,50 +34,16 @@ Choices and gaps
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from chillfl.errors import ConfigError
-from chillfl.options import require, require_range
 
-Granularity = Literal["client", "sample"]
-
-
-MAX_N_INIT = 1000
-"""k-means restarts per round (SCARLET's setting: a handful); the run time grows linearly with it."""
-MAX_ITER = 10_000
-"""Lloyd iterations per restart (they stop at convergence, usually within tens)."""
 _DIST_BLOCK = 1 << 22
 """Elements of the ``[points, centroids, dim]`` difference array held at once in :func:`_sq_dists`."""
-
-
-@dataclass(frozen=True)
-class COMETOptions:
-    """COMET options (defaults: SCARLET Table V, CIFAR-10)."""
-
-    num_clusters: int = 2
-    reg_weight: float = 1.0
-    granularity: Granularity = "client"
-    n_init: int = 4
-    max_iter: int = 100
-
-    def validate(self, section: str) -> None:
-        require(self.num_clusters >= 1, f"{section}.num_clusters", f"must be >= 1, got {self.num_clusters}")
-        require(self.reg_weight >= 0, f"{section}.reg_weight", f"must be >= 0, got {self.reg_weight}")
-        require(self.granularity in ("client", "sample"), f"{section}.granularity", f"unknown value {self.granularity!r}; allowed: client, sample")
-        require_range(self.n_init, 1, MAX_N_INIT, f"{section}.n_init")
-        require_range(self.max_iter, 1, MAX_ITER, f"{section}.max_iter")
-
-    def check_clients(self, clients_per_round: int, section: str) -> None:
-        """More clusters than clients per round can never be used (each cluster needs a client), only allocated."""
-        require(
-            self.num_clusters <= clients_per_round,
-            f"{section}.num_clusters",
-            f"must be in [1, clients per round = {clients_per_round}] (a cluster groups clients), got {self.num_clusters}",
-        )
 
 
 @dataclass(frozen=True)

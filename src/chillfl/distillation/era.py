@@ -30,33 +30,11 @@ Choices
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from chillfl.errors import ConfigError
-from chillfl.options import require
-
-
-@dataclass(frozen=True)
-class ERAOptions:
-    """DS-FL's ERA temperature (SCARLET Table V: 0.1 CIFAR-10, 0.01 CIFAR-100, 0.05 Tiny ImageNet)."""
-
-    temperature: float = 0.1
-
-    def validate(self, section: str) -> None:
-        require(self.temperature > 0, f"{section}.temperature", f"must be > 0, got {self.temperature}")
-
-
-@dataclass(frozen=True)
-class EnhancedERAOptions:
-    """SCARLET's sharpness beta (Sec. IV-B: 2.0 CIFAR-10 alpha=0.05, 1.0 alpha=0.3, 1.25 CIFAR-100/Tiny ImageNet)."""
-
-    beta: float = 2.0
-
-    def validate(self, section: str) -> None:
-        require(self.beta > 0, f"{section}.beta", f"must be > 0, got {self.beta}")
 
 
 def _client_weights(num_clients: int, weights: torch.Tensor | Sequence[float] | None) -> torch.Tensor:

@@ -30,30 +30,11 @@ Choices (docs/baselines.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Sequence
 
 import torch
 
-from chillfl.options import require
-
 from .era import mean_soft_labels
-
-
-@dataclass(frozen=True)
-class FedMDOptions:
-    """``transfer_epochs``: epochs of supervised training on the labelled public set before a model's first round
-    (the paper trains to convergence; 0 = no transfer phase). ``transfer_lr``: its learning rate (None: ``client.lr``).
-    ``scores``: what the class scores are: ``logits`` digested with an L1 loss (the reference code), or ``probs``
-    (softmax outputs) digested with KL, as the other soft-label methods."""
-
-    transfer_epochs: int = 20
-    transfer_lr: float | None = None
-    scores: Literal["logits", "probs"] = "logits"
-
-    def validate(self, section: str) -> None:
-        require(0 <= self.transfer_epochs <= 100_000, f"{section}.transfer_epochs", f"must be in [0, 100000], got {self.transfer_epochs}")
-        require(self.transfer_lr is None or self.transfer_lr > 0, f"{section}.transfer_lr", f"must be > 0 or unset, got {self.transfer_lr}")
 
 
 def consensus(scores: Sequence[torch.Tensor]) -> torch.Tensor:

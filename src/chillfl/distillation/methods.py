@@ -1,8 +1,9 @@
 """Soft-label methods: DS-FL, SCARLET, CFD, COMET, Selective-FD and the ``individual`` baseline.
 
 The ``[distillation]`` table chooses a method and sets the protocol's shared
-options (:class:`DistillationOptions`) plus that method's own options, all in
-one flat table::
+options (:class:`~chillfl.settings.distillation.DistillationOptions`) plus that
+method's own options, all in one flat table (typed and parsed once, with the
+config, in :mod:`chillfl.settings.distillation`)::
 
     [distillation]
     method = "scarlet"       # dsfl | scarlet | cfd | comet | selective_fd | fedmd | individual
@@ -12,7 +13,7 @@ one flat table::
     cache_duration = 50      # D (Algorithm 2); any method but individual may use the cache
 
 A method only says what differs between the papers (SCARLET Sec. IV-A,
-Appendix B, Table V); the round protocol (:mod:`.protocol`) is shared:
+Appendix B, Table V); the round protocol (:mod:`chillfl.protocols.softlabels`) is shared:
 
 ============  ======================================  =========================================
 method        uplink (client -> server)                aggregation / downlink
@@ -61,158 +62,37 @@ Choices
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Literal, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
 
+from chillfl.config import RunConfig
+from chillfl.data import load_dataset
+from chillfl.engine.ledger import IndexEncoding
 from chillfl.engine.record import Json
-from chillfl.errors import ConfigError, choice_error, did_you_mean
-from chillfl.options import NoOptions, parse_options, require
+from chillfl.errors import ConfigError
+from chillfl.options import require
+from chillfl.paths import check_writable_dir
+from chillfl.seeds import derive_seed
+from chillfl.settings.distillation import FULL_PRECISION_BITS, SECTION, COMETOptions, DistillationSetup
 
-from .comet import COMETOptions, cluster_clients, cluster_targets, per_sample_centroids
-from .era import ERAOptions, EnhancedERAOptions, enhanced_era, era, mean_soft_labels, power_sharpen, tempered_softmax
-from .quantize import FULL_PRECISION_BITS, CFDOptions, DeltaCoder, compress, payload_bytes
-from .selective import KuLSIF, SelectiveFDOptions, client_keep_mask, client_threshold, masked_mean, server_keep_mask
+from .comet import cluster_clients, cluster_targets, per_sample_centroids
+from .era import enhanced_era, era, mean_soft_labels, power_sharpen, tempered_softmax
+from .quantize import DeltaCoder, compress, payload_bytes
+from .selective import KuLSIF, client_keep_mask, client_threshold, masked_mean, server_keep_mask
 from .cache import SoftLabelUplink
-from .fedmd import FedMDOptions, consensus
-
-SECTION = "distillation"
-StoreMode = Literal["auto", "memory", "disk"]
+from .fedmd import consensus
 
 
-# ---------------------------------------------------------------- shared options
-
-
-_UPPER_BOUNDS = {
-    "public_size": 2**31 - 1, "subset_size": 2**31 - 1, "distill_batch_size": 2**31 - 1, "server_batch_size": 2**31 - 1,  # C ints in torch
-    "distill_epochs": 100_000, "server_epochs": 100_000, "cache_duration": 10**7, "max_clients_in_memory": 10**7,  # as client.epochs, rounds
-}
-
-
-@dataclass(frozen=True)
-class DistillationOptions:
-    """Options every soft-label method shares (SCARLET Sec. IV-A defaults where it gives them).
-
-    ``public_size``: |P|, the public unlabeled pool: carved from the private
-    dataset's train split (DS-FL's setting) or, with ``public_dataset``, drawn
-    from that dataset's train split (SCARLET's setting: no class overlap).
-    ``subset_size``: |P^t|, drawn per round (seeded). ``distill_*``: the
-    clients' distillation on P^{t-1} (Algorithm 1: E_dist, eta_dist; the paper
-    uses lr 0.1). ``server_*``: the server model's distillation on P^t
-    (Algorithm 1 uses E, the local epochs, and eta_d). ``cache_duration``: D
-    (None = the method's default). ``client_store``: where per-client states
-    live between rounds (``auto``: memory up to ``max_clients_in_memory``
-    clients, else files under ``state_dir`` or the system temp dir).
-    """
-
-    method: str = ""
-    public_size: int = 0
-    public_dataset: str | None = None
-    public_dataset_options: dict[str, Any] = field(default_factory=dict)
-    subset_size: int = 1000
-    distill_epochs: int = 1
-    distill_lr: float = 0.1
-    distill_batch_size: int | None = None
-    server_epochs: int | None = None
-    server_lr: float | None = None
-    server_batch_size: int | None = None
-    cache_duration: int | None = None
-    cache_on_expire: Literal["drop", "refresh"] = "drop"
-    index_encoding: Literal["int32", "packed"] = "int32"
-    client_store: StoreMode = "auto"
-    max_clients_in_memory: int = 100
-    state_dir: str | None = None
-
-    def validate(self, section: str) -> None:
-        require(self.method in METHODS, f"{section}.method", f"unknown value {self.method!r}; allowed: {', '.join(sorted(METHODS))}")
-        require(self.public_size >= 0, f"{section}.public_size", f"must be >= 0, got {self.public_size}")
-        require(self.subset_size >= 1, f"{section}.subset_size", f"must be >= 1, got {self.subset_size}")
-        # sizes and loop counts no run can use: refused, not attempted (before the comparison below, which
-        # would blame a huge subset_size on public_size)
-        for name, most in _UPPER_BOUNDS.items():
-            value = getattr(self, name)
-            require(value is None or value <= most, f"{section}.{name}", f"must be at most {most}, got {value}")
-        if METHODS[self.method].collaborative:
-            require(
-                self.public_size >= self.subset_size,
-                f"{section}.public_size",
-                f"must be >= subset_size={self.subset_size} (|P| >= |P^t|) for method {self.method!r}, got {self.public_size}",
-            )
-        for name in ("distill_epochs", "max_clients_in_memory"):
-            require(getattr(self, name) >= 1, f"{section}.{name}", f"must be >= 1, got {getattr(self, name)}")
-        for name in ("distill_batch_size", "server_epochs", "server_batch_size"):
-            value = getattr(self, name)
-            require(value is None or value >= 1, f"{section}.{name}", f"must be >= 1 or unset, got {value}")
-        require(self.distill_lr > 0, f"{section}.distill_lr", f"must be > 0, got {self.distill_lr}")
-        require(self.server_lr is None or self.server_lr > 0, f"{section}.server_lr", f"must be > 0 or unset, got {self.server_lr}")
-        if self.cache_duration is not None:
-            require(self.cache_duration >= 0, f"{section}.cache_duration", f"must be >= 0, got {self.cache_duration}")
-            require(
-                self.cache_duration == 0 or METHODS[self.method].collaborative,
-                f"{section}.cache_duration",
-                f"method {self.method!r} exchanges no soft-labels; leave it unset or 0",
-            )
-
-
-@dataclass(frozen=True)
-class DistillationSetup:
-    """The parsed ``[distillation]`` table: shared options + the method's own options."""
-
-    common: DistillationOptions
-    options: Any
-
-    @property
-    def spec(self) -> "MethodSpec":
-        return METHODS[self.common.method]
-
-    @property
-    def cache_duration(self) -> int:
-        d = self.common.cache_duration
-        return self.spec.default_cache_duration if d is None else d
-
-    @property
-    def uses_cache(self) -> bool:
-        return self.spec.collaborative and self.cache_duration > 0
-
-
-def _fields(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls) if f.init}
-
-
-def parse_distillation(table: Mapping[str, Any]) -> DistillationSetup:
-    """Split the flat ``[distillation]`` table into shared and method options; ConfigError names any bad key."""
-    table = dict(table)
-    method = table.get("method")
-    if not isinstance(method, str) or not method:
-        raise ConfigError(f"{SECTION}.method", f"is required; allowed: {', '.join(sorted(METHODS))}")
-    if method not in METHODS:
-        raise choice_error(f"{SECTION}.method", method, list(METHODS))
-    spec = METHODS[method]
-    shared, own = _fields(DistillationOptions), _fields(spec.options)
-    for key in sorted(table):
-        if key not in shared and key not in own:
-            raise ConfigError(
-                f"{SECTION}.{key}",
-                f"unknown option for method {method!r}{did_you_mean(key, shared | own)}; allowed: {', '.join(sorted(shared | own))}",
-            )
-    common = parse_options(DistillationOptions, {k: v for k, v in table.items() if k in shared}, SECTION)
-    options: Any = parse_options(spec.options, {k: v for k, v in table.items() if k in own}, SECTION)
-    setup = DistillationSetup(common, options)
-    check = getattr(options, "check_with", None)
-    if callable(check):
-        check(setup, SECTION)
-    return setup
+# ---------------------------------------------------------------- the public pool
 
 
 @functools.lru_cache(maxsize=2)
 def _load_public_dataset(name: str, options_json: str, data_dir: str) -> Any:
-    from chillfl.data import load_dataset
-
     return load_dataset(name, json.loads(options_json), data_dir=data_dir)
 
 
@@ -243,8 +123,6 @@ def public_inputs(setup: DistillationSetup, data: Any, seed: int, data_dir: str)
     )
     n = len(ds.x_train)
     require(c.public_size <= n, f"{SECTION}.public_size", f"must be <= the {n} train samples of {c.public_dataset!r}, got {c.public_size}")
-    from chillfl.seeds import derive_seed
-
     rng = np.random.default_rng(derive_seed(seed, "public-pool"))
     rows = np.sort(rng.permutation(n)[: c.public_size])
     return ds.x_train[torch.from_numpy(rows)]
@@ -259,8 +137,6 @@ def public_labels(setup: DistillationSetup, data: Any, seed: int, data_dir: str)
                 "transfer learning trains on the public set's labels, and the public set passed from Python has none: pass public=(x, y) or set it to 0")
         return y
     ds = _load_public_dataset(c.public_dataset, json.dumps(c.public_dataset_options, sort_keys=True), str(data_dir))
-    from chillfl.seeds import derive_seed
-
     rng = np.random.default_rng(derive_seed(seed, "public-pool"))
     rows = np.sort(rng.permutation(len(ds.x_train))[: c.public_size])
     y = ds.y_train[torch.from_numpy(rows)]
@@ -272,9 +148,10 @@ def public_labels(setup: DistillationSetup, data: Any, seed: int, data_dir: str)
     return y
 
 
-def check_distillation(config: Any, data: Any) -> DistillationSetup:
-    """Validate ``config.distillation`` before a run starts (called by ``build_experiment``)."""
-    setup = parse_distillation(config.distillation)
+def check_distillation(config: RunConfig, data: Any) -> DistillationSetup:
+    """Check the parsed ``[distillation]`` against the rest of the run and its data, before a run starts (called by ``build_experiment``)."""
+    setup = config.distillation_setup
+    assert setup is not None, "the soft-label protocol runs only when [distillation] names a method"
     algorithm = config.algorithm.get("name")
     require(
         algorithm == "fedavg",
@@ -285,8 +162,6 @@ def check_distillation(config: Any, data: Any) -> DistillationSetup:
     if isinstance(setup.options, COMETOptions):
         setup.options.check_clients(config.federation.sample_size(), SECTION)
     if setup.common.state_dir is not None:  # a file or read-only folder: one line now, not a traceback in round 1
-        from chillfl.paths import check_writable_dir
-
         check_writable_dir(setup.common.state_dir, f"{SECTION}.state_dir")
     if setup.spec.collaborative:
         public_inputs(setup, data, config.seed, config.data_dir)
@@ -362,7 +237,7 @@ class SoftLabelMethod:
     uses_logits: bool = False
     """Uploads and targets are logits, distilled with an L1 loss (FedMD's reference code), not probabilities."""
 
-    def __init__(self, options: Any, num_classes: int, seed: int, index_encoding: str, universe: int) -> None:
+    def __init__(self, options: Any, num_classes: int, seed: int, index_encoding: IndexEncoding, universe: int) -> None:
         self.options = options
         self.num_classes = num_classes
         self.seed = seed
@@ -474,20 +349,6 @@ class SCARLET(SoftLabelMethod):
         return super().aggregate(round, indices, uplinks)
 
 
-@dataclass(frozen=True)
-class CFDMethodOptions(CFDOptions):
-    """CFD options (SCARLET Table V: b_up = 1, b_down = 32, no delta coding)."""
-
-    def check_with(self, setup: DistillationSetup, section: str) -> None:
-        if self.delta_coding:
-            require(self.bits_up < FULL_PRECISION_BITS, f"{section}.delta_coding", "needs bits_up in 1..16 (32 bits are not quantised)")
-            require(
-                not (self.bits_up == 1 and self.one_bit == "argmax"),
-                f"{section}.delta_coding",
-                "is not available with one_bit = 'argmax' (hard labels are not codes)",
-            )
-
-
 class CFDClient(SoftLabelClientHooks):
     """CFD's client: quantises its upload to b_up bits."""
 
@@ -536,18 +397,6 @@ class CFD(SoftLabelMethod):
         return payload_bytes(rows, self.options.bits_down, self.options.one_bit)
 
 
-@dataclass(frozen=True)
-class COMETMethodOptions(COMETOptions):
-    """COMET options (SCARLET Table V: c = 2 clusters, lambda = 1.0)."""
-
-    def check_with(self, setup: DistillationSetup, section: str) -> None:
-        require(
-            not (setup.uses_cache and self.granularity == "client"),
-            f"{section}.cache_duration",
-            "COMET caches only per-sample centroids: set granularity = 'sample' or cache_duration = 0",
-        )
-
-
 class COMETClient(SoftLabelClientHooks):
     """COMET's client: its cluster's target (client granularity: the block the downlink's ``hint`` names), or per sample the centroid nearest its own prediction."""
 
@@ -579,8 +428,6 @@ class COMET(SoftLabelMethod):
         self._num_clusters_used = 0
 
     def _rng(self, round: int) -> np.random.Generator:
-        from chillfl.seeds import derive_seed
-
         return np.random.default_rng(derive_seed(self.seed, "comet", round))
 
     def row_width(self) -> int:
@@ -641,8 +488,6 @@ class SelectiveFDClient(SoftLabelClientHooks):
 
     def fit_selector(self, cid: int, x_private: torch.Tensor, x_public: torch.Tensor) -> torch.Tensor:
         """Bool mask over P: public samples the client's KuLSIF selector finds in-distribution."""
-        from chillfl.seeds import derive_seed
-
         o = self.options
         n = len(x_private)
         if n < 2:
@@ -726,53 +571,10 @@ class Individual(SoftLabelMethod):
 # ---------------------------------------------------------------- registry
 
 
-@dataclass(frozen=True)
-class MethodSpec:
-    """A registered method: its options, hook class, default cache duration, and whether it shares soft-labels."""
-
-    options: type
-    build: type[SoftLabelMethod]
-    default_cache_duration: int
-    collaborative: bool = True
-    summary: str = ""
-
-
-@dataclass(frozen=True)
-class SCARLETOptions(EnhancedERAOptions):
-    """SCARLET's own option: beta of Enhanced ERA (2.0 for CIFAR-10 alpha = 0.05, 1.0 for alpha = 0.3)."""
-
-
-@dataclass(frozen=True)
-class DSFLOptions(ERAOptions):
-    """DS-FL's own options: the ERA temperature T (SCARLET Table V: 0.1 for CIFAR-10) and the aggregation.
-
-    ``aggregation = "mean"`` replaces ERA by the plain mean (an ablation, not
-    DS-FL): it is SCARLET with beta = 1 and D = 0, bit for bit.
-    """
-
-    aggregation: Literal["era", "mean"] = "era"
-
-
-@dataclass(frozen=True)
-class SelectiveFDMethodOptions(SelectiveFDOptions):
-    """Selective-FD options (SCARLET Table V: tau_client = 0.0625, tau_server = 2.0 = off for L1)."""
-
-
-METHODS: dict[str, MethodSpec] = {
-    "dsfl": MethodSpec(DSFLOptions, DSFL, 0, summary="ERA (Eq. 2), no cache"),
-    "scarlet": MethodSpec(SCARLETOptions, SCARLET, 50, summary="Enhanced ERA (Eq. 4) + synchronized cache (Alg. 2)"),
-    "cfd": MethodSpec(CFDMethodOptions, CFD, 0, summary="quantised soft-labels, plain mean"),
-    "comet": MethodSpec(COMETMethodOptions, COMET, 0, summary="clustered distillation targets"),
-    "selective_fd": MethodSpec(SelectiveFDMethodOptions, SelectiveFD, 0, summary="client/server knowledge selectors"),
-    "fedmd": MethodSpec(FedMDOptions, FedMD, 0, summary="transfer learning on the labelled public set, consensus = mean class scores"),
-    "individual": MethodSpec(NoOptions, Individual, 0, collaborative=False, summary="no collaboration"),
-}
-
-
-def method_names() -> list[str]:
-    return sorted(METHODS)
+BUILDERS: dict[str, type[SoftLabelMethod]] = {cls.name: cls for cls in (DSFL, SCARLET, CFD, COMET, SelectiveFD, FedMD, Individual)}
+"""The class that runs each method; its settings (options, cache default) are :data:`chillfl.settings.distillation.METHODS`, under the same name."""
 
 
 def make_method(setup: DistillationSetup, num_classes: int, seed: int) -> SoftLabelMethod:
     """The hook object of the configured method."""
-    return setup.spec.build(setup.options, num_classes, seed, setup.common.index_encoding, max(setup.common.public_size, 1))
+    return BUILDERS[setup.common.method](setup.options, num_classes, seed, setup.common.index_encoding, max(setup.common.public_size, 1))

@@ -35,32 +35,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 import torch
 
 from chillfl.errors import ConfigError
-from chillfl.options import require
-
-FULL_PRECISION_BITS = 32
-OneBitMode = Literal["uniform", "argmax"]
-
-
-@dataclass(frozen=True)
-class CFDOptions:
-    """CFD options (defaults: SCARLET Table V, CIFAR-10)."""
-
-    bits_up: int = 1
-    bits_down: int = 32
-    one_bit: OneBitMode = "uniform"
-    renormalize: bool = False
-    delta_coding: bool = False
-
-    def validate(self, section: str) -> None:
-        for name in ("bits_up", "bits_down"):
-            value = getattr(self, name)
-            require(1 <= value <= 16 or value == FULL_PRECISION_BITS, f"{section}.{name}", f"must be in 1..16 or 32, got {value}")
-        require(self.one_bit in ("uniform", "argmax"), f"{section}.one_bit", f"unknown value {self.one_bit!r}; allowed: argmax, uniform")
+from chillfl.settings.distillation import FULL_PRECISION_BITS, OneBitMode
 
 
 def _levels(bits: int) -> int:

@@ -37,44 +37,13 @@ Choices and gaps
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import numpy as np
 import torch
 
 from chillfl.errors import ConfigError
-from chillfl.options import require
+from chillfl.settings.distillation import ClientThresholdMode, ServerMeasure
 
 from .era import entropy
-
-ServerMeasure = Literal["l1", "entropy"]
-ClientThresholdMode = Literal["quantile", "absolute"]
-
-
-@dataclass(frozen=True)
-class SelectiveFDOptions:
-    """Selective-FD options (defaults: SCARLET Table V, CIFAR-10)."""
-
-    tau_client: float = 0.0625
-    tau_server: float = 2.0
-    server_measure: ServerMeasure = "l1"
-    client_threshold: ClientThresholdMode = "quantile"
-    kernel_width: float = 25.0
-    kernel_lambda: float = 1e-3
-
-    def validate(self, section: str) -> None:
-        if self.client_threshold == "quantile":
-            require(0.0 <= self.tau_client <= 1.0, f"{section}.tau_client", f"must be in [0, 1] (a quantile level), got {self.tau_client}")
-        require(self.tau_server > 0, f"{section}.tau_server", f"must be > 0, got {self.tau_server}")
-        require(self.server_measure in ("l1", "entropy"), f"{section}.server_measure", f"unknown value {self.server_measure!r}; allowed: entropy, l1")
-        require(
-            self.client_threshold in ("quantile", "absolute"),
-            f"{section}.client_threshold",
-            f"unknown value {self.client_threshold!r}; allowed: absolute, quantile",
-        )
-        require(self.kernel_width > 0, f"{section}.kernel_width", f"must be > 0, got {self.kernel_width}")
-        require(self.kernel_lambda > 0, f"{section}.kernel_lambda", f"must be > 0, got {self.kernel_lambda}")
 
 
 # ---- server side ---------------------------------------------------------------

@@ -28,16 +28,13 @@ there as the target.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from chillfl.errors import ConfigError
-from chillfl.options import parse_options, require
+from chillfl.settings.prototypes import Weighting
 from chillfl.training.objective import Context, read_tensor, temperature_cross_entropy
-
-Weighting = Literal["count", "uniform"]
 
 
 def class_means(values: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,101 +125,3 @@ def nearest_prototype(features: torch.Tensor, protos: torch.Tensor, mask: torch.
     """FedProto's inference: the class of the nearest (Euclidean) prototype among the known ones."""
     dist = torch.cdist(features.to(torch.float32), protos.to(torch.float32))
     return dist.masked_fill(~mask.unsqueeze(0), float("inf")).argmin(dim=1)
-
-
-# ---------------------------------------------------------------- options
-
-SECTION = "prototypes"
-
-
-@dataclass(frozen=True)
-class PrototypeOptions:
-    """``[prototypes]``: the method and its hyperparameters (defaults: the papers' official codes).
-
-    ``lam``: weight of the representation term MSE(f(x), H_y) (FedProto's
-    lambda = 1; FedHKD's gamma = 0.05). ``kd_weight``: FedHKD's lambda on
-    the hyper-knowledge KD term (0.05; FedProto has none). ``temperature``:
-    FedHKD's tau for the soft predictions and the KD term (0.5).
-    ``noise_std``: FedHKD's Gaussian noise on each uploaded class mean
-    (official code: 2.0; 0 = off). ``share_model``: also average the models
-    (FedAvg), as FedHKD's official code does (``upload_model = True``);
-    FedProto never shares them. ``weighting``: ``count`` or ``uniform``
-    aggregation over clients (:func:`~chillfl.protocols.knowledge.aggregate_means`).
-    """
-
-    method: str = ""
-    lam: float | None = None
-    kd_weight: float | None = None
-    temperature: float = 0.5
-    noise_std: float | None = None
-    share_model: bool | None = None
-    weighting: Weighting = "count"
-
-    def validate(self, section: str) -> None:
-        require(self.method in METHODS, f"{section}.method", f"unknown value {self.method!r}; allowed: {', '.join(sorted(METHODS))}")
-        for name in ("lam", "kd_weight", "noise_std"):
-            value = vars(self)[name]
-            require(value is None or value >= 0, f"{section}.{name}", f"must be >= 0, got {value}")
-        require(self.temperature > 0, f"{section}.temperature", f"must be > 0, got {self.temperature}")
-        if self.method == "fedproto":
-            for name in ("kd_weight", "noise_std"):
-                require(not vars(self)[name], f"{section}.{name}", "is FedHKD's; FedProto shares prototypes only")
-            require(not self.share_model, f"{section}.share_model", "FedProto never shares models; use method = 'fedhkd'")
-
-    def resolved(self) -> "PrototypeSettings":
-        """The method's defaults filled in where the table leaves an option unset."""
-        d = METHODS[self.method]
-        return PrototypeSettings(
-            self.method,
-            float(d["lam"] if self.lam is None else self.lam),
-            float(d["kd_weight"] if self.kd_weight is None else self.kd_weight),
-            self.temperature,
-            float(d["noise_std"] if self.noise_std is None else self.noise_std),
-            bool(d["share_model"] if self.share_model is None else self.share_model),
-            self.weighting,
-        )
-
-
-@dataclass(frozen=True)
-class PrototypeSettings:
-    """``[prototypes]`` with every default resolved (see :class:`PrototypeOptions`)."""
-
-    method: str
-    lam: float
-    kd_weight: float
-    temperature: float
-    noise_std: float
-    share_model: bool
-    weighting: Weighting
-
-
-@dataclass(frozen=True)
-class PrototypeMethod:
-    """A registered ``[prototypes]`` method: its options (shared), its defaults, a one-line summary."""
-
-    options: type
-    defaults: Mapping[str, Any]
-    summary: str
-
-    def __getitem__(self, key: str) -> Any:
-        return self.defaults[key]
-
-
-METHODS: dict[str, PrototypeMethod] = {
-    "fedproto": PrototypeMethod(
-        PrototypeOptions, {"lam": 1.0, "kd_weight": 0.0, "noise_std": 0.0, "share_model": False},
-        "class prototypes only (lam = 1); models stay on the clients",
-    ),
-    "fedhkd": PrototypeMethod(
-        PrototypeOptions, {"lam": 0.05, "kd_weight": 0.05, "noise_std": 2.0, "share_model": True},
-        "prototypes + soft predictions (lam = kd_weight = 0.05, noise_std = 2, share_model = true)",
-    ),
-}
-
-
-def parse_prototypes(table: Mapping[str, Any]) -> PrototypeSettings:
-    """The ``[prototypes]`` table, checked, with the method's defaults filled in."""
-    if not isinstance(table.get("method"), str):
-        raise ConfigError(f"{SECTION}.method", f"is required; allowed: {', '.join(sorted(METHODS))}")
-    options: PrototypeOptions = parse_options(PrototypeOptions, dict(table), SECTION)
-    return options.resolved()

@@ -46,8 +46,9 @@ from chillfl.errors import ConfigError
 from chillfl.models.parts import NoHeadError, forward_with_features, head_name, head_of
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, local_evaluation, mean_or_none, state_bytes
-from chillfl.protocols.knowledge import KnowledgeLoss, PrototypeSettings, aggregate_means, class_means, nearest_prototype, parse_prototypes
+from chillfl.protocols.knowledge import KnowledgeLoss, aggregate_means, class_means, nearest_prototype
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
+from chillfl.settings.prototypes import PrototypeSettings
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.linear_factors import factored_linears
 from chillfl.seeds import derive_seed
@@ -328,7 +329,7 @@ class PrototypeSharing:
 def prototype_parts(exp: Experiment) -> tuple[PrototypeSettings, ClientModels, tuple[LocalSpec, ...], int]:
     """[prototypes]' options, client models and per-architecture training specs; ConfigError on any misfit."""
     cfg = exp.config
-    options = parse_prototypes(cfg.prototypes)
+    options = _settings(cfg)
     if cfg.algorithm.get("name") != "fedavg" or exp.spec.terms:
         raise ConfigError("algorithm.name", f"[prototypes] trains with its own objective and averages models with fedavg; got {cfg.algorithm.get('name')!r}")
     cm = build_client_models(exp)
@@ -353,9 +354,16 @@ def check_prototype_sharing(exp: Experiment) -> None:
     prototype_parts(exp)
 
 
+def _settings(config: RunConfig) -> PrototypeSettings:
+    """``[prototypes]`` as the config parsed it (this protocol runs only when the table is set)."""
+    settings = config.prototype_settings
+    assert settings is not None, "the prototype protocol runs only when [prototypes] is set"
+    return settings
+
+
 def share_models(config: RunConfig) -> bool:
     """Whether this run's clients send models too (``share_model``): then they must share one architecture."""
-    return parse_prototypes(config.prototypes).share_model
+    return _settings(config).share_model
 
 
 def build_prototype_sharing(exp: Experiment, evaluation: Evaluation) -> PrototypeSharing:

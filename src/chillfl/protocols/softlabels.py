@@ -77,8 +77,8 @@ from torch import nn
 
 from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, ClientCache, ServerCache, SoftLabelDownlink, SoftLabelUplink
 from chillfl.distillation.era import entropy
-from chillfl.distillation.fedmd import FedMDOptions, mean_absolute_error
-from chillfl.distillation.methods import Aggregate, DistillationSetup, SoftLabelClientHooks, SoftLabelMethod, make_method, parse_distillation, public_inputs, public_labels
+from chillfl.distillation.fedmd import mean_absolute_error
+from chillfl.distillation.methods import Aggregate, SoftLabelClientHooks, SoftLabelMethod, make_method, public_inputs, public_labels
 from chillfl.engine.ledger import index_bytes, signal_bytes
 from chillfl.engine.predict import Output, PredictJob, Prediction, outputs
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
@@ -86,6 +86,7 @@ from chillfl.engine.record import Json, RoundRecord
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, local_evaluation_job
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
+from chillfl.settings.distillation import DistillationSetup, FedMDOptions
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalOutcome, LocalSpec, train_client
@@ -682,7 +683,8 @@ def transfer_learning(model: nn.Module, state: Params, transfer: TransferPhase) 
 
 def build_soft_label_sharing(exp: Experiment, evaluation: Evaluation) -> SoftLabelProtocol:
     """Soft-label sharing (``[distillation]``): its options parsed, heterogeneous clients built, FedMD's server transfer done."""
-    setup = parse_distillation(exp.config.distillation)
+    setup = exp.config.distillation_setup
+    assert setup is not None, "the soft-label protocol runs only when [distillation] names a method"
     hetero = build_client_models(exp) if "assign" in exp.config.model or "groups" in exp.config.model else None
     protocol = SoftLabelProtocol(exp, setup, evaluation, hetero)
     if protocol.client.transfer is not None:

@@ -12,7 +12,7 @@ variants share the partition and the initial model, both drawn from that
 seed) and every tuning point; each variant keeps its best point on the
 validation split (:mod:`chillfl.tune`), and the table reports that point's
 test numbers as mean +- std, a Student-t 95 % interval, and differences to
-the baseline paired per seed (:mod:`chillfl.report.stats`).
+the baseline paired per seed (:mod:`chillfl.metrics.stats`).
 
 Controls (``--controls``): for a variant trained at T != 1, the gradient of
 CE(z / T) w.r.t. the logits is (softmax(z / T) - onehot) / T, i.e. 1/T times
@@ -41,20 +41,17 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from chillfl.config import (
-    RunConfig,
-    safe_name,
-    parse_value,
-    variant_config,
-)
+from chillfl.config import RunConfig, check_compare_option, parse_value, safe_name, variant_config
 from chillfl.data import ArrayDataset, FederatedData
+from chillfl.data.loaders import DATA_DIR_FIELD
 from chillfl.engine.results import claim_dir, rounds_to_reach, to_toml
 from chillfl.errors import ConfigError, Diverged, MissingExtra, SweepFailed, one_line
-from chillfl.data.loaders import DATA_DIR_FIELD
 from chillfl.experiment import build_data, build_experiment, build_protocol, check_parts
-from chillfl.report.caveats import step_size_caveat
-from chillfl.report.stats import paired_difference, summarize
+from chillfl.metrics.stats import paired_difference, summarize
+from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.progress import Progress, format_seconds
+from chillfl.report.caveats import step_size_caveat
+from chillfl.report.html import write_report
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, select_point
 
@@ -191,8 +188,6 @@ class CompareResult:
 
     def report(self, path: str | Path = "report.html", title: str | None = None) -> Path:
         """The comparison as one self-contained HTML page (what ``chillfl report FOLDER`` writes)."""
-        from chillfl.report.html import write_report
-
         if self.folder is None:
             raise ConfigError("write", "a comparison run with write=False has no result folder to report on")
         return write_report([self.folder], path, title)
@@ -318,8 +313,6 @@ class CompareOptions:
 
 def parse_seeds(text: str) -> list[int]:
     """``--seeds 0,1,2`` (or ``0-4``) -> [0, 1, 2]; checked like ``[compare] seeds``."""
-    from chillfl.config import check_compare_option
-
     seeds: list[int] = []
     try:
         for part in (p.strip() for p in text.split(",") if p.strip()):
@@ -677,11 +670,10 @@ def _point_saved_configs_to(folder: Path, partial: Path) -> None:
 def _compare_plots(outputs: Mapping[str, RunOutput], folder: Path, title: str) -> None:
     """The comparison's figures; without matplotlib (the ``plots`` extra) one log line says they were skipped."""
     try:
-        from chillfl.report.plots import plot_curves
+        from chillfl.plots.run import plot_curves
     except MissingExtra as exc:
         logging.getLogger(__name__).info("%s; figures skipped", exc)
         return
-    from chillfl.report.communication_plots import plot_compare_accuracy_vs_bytes
 
     plot_curves({label: out.records for label, out in outputs.items()}, folder / "curves.png", title=title)
     plot_compare_accuracy_vs_bytes({label: out.records for label, out in outputs.items()}, folder / "accuracy_vs_bytes.png", title=title)
@@ -690,11 +682,10 @@ def _compare_plots(outputs: Mapping[str, RunOutput], folder: Path, title: str) -
 def _band_plots(bands: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], first_seed: int, folder: Path, title: str) -> None:
     """Over seeds: curves with min-max bands, and accuracy vs bytes at the first seed (skipped without matplotlib)."""
     try:
-        from chillfl.report.band_plots import plot_band_curves
+        from chillfl.plots.bands import plot_band_curves
     except MissingExtra as exc:
         logging.getLogger(__name__).info("%s; figures skipped", exc)
         return
-    from chillfl.report.communication_plots import plot_compare_accuracy_vs_bytes
 
     plot_band_curves(bands, folder / "curves.png", title=title)
     first = {label: runs[0] for label, runs in bands.items() if runs}

@@ -37,9 +37,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from chillfl.analysis.calibration import analyze, plot_reliability
+from chillfl.analysis.replay import run_label
 from chillfl.config import RunConfig, load_config
+from chillfl.data.show import plot_class_heatmap
 from chillfl.engine.results import read_metrics, series, to_toml
 from chillfl.errors import ConfigError
+from chillfl.experiment import build_data
 from chillfl.extras import need
 
 IGNORED_FOR_GROUPING = ("seed", "name", "out_dir", "data_dir", "device", "executor", "threads")
@@ -217,7 +221,7 @@ def _figure(width: float, height: float) -> Any:
 
 def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> str | None:
     """One panel per metric key; one line per group (mean over seeds) with a ± 1 std band."""
-    from chillfl.report.plots import integer_rounds
+    from chillfl.plots.run import integer_rounds  # lazy: matplotlib is the `plots` extra
 
     present = [(k, t) for k, t in keys if any(series(r.records, k)[0] for g in groups for r in g.runs)]
     if not present:
@@ -262,9 +266,6 @@ def reliability_figure(run: Run) -> str | None:
     the user's own module or data gets one too; a folder written before
     those were kept is replayed from its config and ``model.safetensors``.
     """
-    from chillfl.analysis.calibration import analyze, plot_reliability
-    from chillfl.analysis.replay import run_label
-
     if isinstance(saved := run.summary.get("calibration"), dict):
         result = {"runs": {run_label(run.folder): saved}}
     elif (run.folder / "model.safetensors").is_file():
@@ -279,9 +280,6 @@ def reliability_figure(run: Run) -> str | None:
 
 def partition_figure(run: Run) -> str | None:
     """The class x client heat map of ``run``'s partition (rebuilt from its config; None if the data is unavailable)."""
-    from chillfl.data.show import plot_class_heatmap
-    from chillfl.experiment import build_data
-
     try:
         data = build_data(run.config)
     except ConfigError:  # e.g. a dataset that is not on this machine

@@ -14,14 +14,20 @@ import types
 import typing
 from typing import Any, Callable, Iterator, Mapping
 
+from chillfl.aggregation.registry import UNWEIGHTED
+from chillfl.config import EXECUTORS, RunConfig
+from chillfl.experiment import base_losses
+from chillfl.settings.distillation import DistillationOptions
+from chillfl.temperature.heterogeneity import MEASURES
+
 PARTS: tuple[tuple[str, str, str, str], ...] = (
     ("dataset", "name", "chillfl.data.datasets", "DATASETS"),
     ("partition", "name", "chillfl.data.partition", "PARTITIONERS"),
     ("model", "name", "chillfl.models.registry", "MODELS"),
     ("temperature", "policy", "chillfl.temperature", "POLICIES"),
     ("algorithm", "name", "chillfl.aggregation.registry", "ALGORITHMS"),
-    ("distillation", "method", "chillfl.distillation.methods", "METHODS"),
-    ("prototypes", "method", "chillfl.protocols.knowledge", "METHODS"),
+    ("distillation", "method", "chillfl.settings.distillation", "METHODS"),
+    ("prototypes", "method", "chillfl.settings.prototypes", "METHODS"),
 )
 
 
@@ -80,26 +86,18 @@ def _names(module: str, function: str) -> Callable[[], list[str]]:
 
 def _algorithm_bases() -> list[str]:
     """What ``pa3fed.base`` accepts: every algorithm but PA3Fed itself and the unweighted (robust) rules."""
-    from chillfl.aggregation.registry import UNWEIGHTED
-
     return [n for n in _names("chillfl.aggregation.registry", "algorithm_names")() if n != "pa3fed" and n not in UNWEIGHTED]
 
 
 def _measures() -> list[str]:
-    from chillfl.temperature.heterogeneity import MEASURES
-
     return sorted(MEASURES)
 
 
 def _losses() -> list[str]:
-    from chillfl.experiment import base_losses
-
     return sorted(base_losses())
 
 
 def _executors() -> list[str]:
-    from chillfl.config import EXECUTORS
-
     return list(EXECUTORS)
 
 
@@ -110,7 +108,7 @@ ENUMERATED: dict[str, Callable[[], list[str]]] = {
     "temperature.fedchill.measure": _measures,
     "algorithm.pa3fed.base": _algorithm_bases,
     "distillation.public_dataset": _names("chillfl.data", "dataset_names"),
-    "distillation.method": _names("chillfl.distillation.methods", "method_names"),
+    "distillation.method": _names("chillfl.settings.distillation", "method_names"),
 }
 """Options that are plain strings in their dataclass but take one of a registry's names ("section[.implementation].option")."""
 
@@ -165,8 +163,6 @@ def _row(name: str, type_name: str, default: str, allowed: str) -> str:
 
 def _run_sections() -> Iterator[tuple[str, type, str]]:
     """(heading, dataclass, field prefix) of the fixed parts of a run config."""
-    from chillfl.config import RunConfig
-
     hints = typing.get_type_hints(RunConfig)
     for f in dataclasses.fields(RunConfig):
         tp = hints[f.name]
@@ -175,8 +171,6 @@ def _run_sections() -> Iterator[tuple[str, type, str]]:
 
 
 def _top_level_rows() -> list[str]:
-    from chillfl.config import RunConfig
-
     hints = typing.get_type_hints(RunConfig)
     lines = ["", "| option | type | default | allowed |", "|---|---|---|---|"]
     for f in dataclasses.fields(RunConfig):
@@ -226,6 +220,4 @@ def render_reference() -> str:
 
 def _distillation_shared() -> list[str]:
     """The ``[distillation]`` options every method takes, next to each method's own."""
-    from chillfl.distillation.methods import DistillationOptions
-
     return ["", "### Shared options (every method)", "", _first_line(DistillationOptions), *options_table(DistillationOptions, "distillation")]

@@ -18,8 +18,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
+from chillfl.config import safe_name  # noqa: E402
 from chillfl.engine.results import series  # noqa: E402
-from chillfl.report.plots import integer_rounds  # noqa: E402
+from chillfl.plots.run import integer_rounds  # noqa: E402
 
 CLP_COLOR = "#9ecae1"  # light blue, as in Fig. 3
 
@@ -99,11 +100,11 @@ def plot_compare_clp(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m chillfl.report.pa3fed_plots COMPARE_FOLDER``: write ``clp_curves.png`` (Fig. 4 style) into it."""
+    """``python -m chillfl.plots.pa3fed COMPARE_FOLDER``: write ``clp_curves.png`` (Fig. 4 style) into it."""
     import argparse
     import json
 
-    parser = argparse.ArgumentParser(prog="python -m chillfl.report.pa3fed_plots", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m chillfl.plots.pa3fed", description=main.__doc__)
     parser.add_argument("folder", help="a `chillfl compare` result folder")
     args = parser.parse_args(argv)
     folder = Path(args.folder)
@@ -114,8 +115,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = folder / "table.json"
     if table.is_file():  # keep the compare table's row order and labels
         labels = [row["variant"] for row in json.loads(table.read_text(encoding="utf-8"))]
-        from chillfl.config import safe_name
-
         order = {safe_name(label): label for label in labels}
     curves = {}
     for run in sorted(runs, key=lambda p: list(order).index(p.name) if p.name in order else len(order)):

@@ -44,7 +44,7 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
     if peak is None:
         return None
     unit, scale = unit_for(peak)
-    from chillfl.report.figures import Figure, save_png  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
+    from chillfl.plots.figure import Figure, save_png  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
 
     fig = Figure(figsize=(11, 4))
     axes = fig.subplots(1, 2)

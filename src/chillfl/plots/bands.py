@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from chillfl.engine.results import series
-from chillfl.report.plots import finish_panels, plt
+from chillfl.plots.run import finish_panels, plt
 
 
 def band(runs: Sequence[Sequence[Mapping[str, Any]]], key: str) -> tuple[list[int], list[float], list[float], list[float]]:

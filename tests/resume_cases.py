@@ -57,6 +57,7 @@ NEEDS: dict[str, dict[str, Any]] = {
     "algorithm.pa3fed": {"algorithm": {"name": "pa3fed", "mode": "always"}},
     "algorithm.krum": {"federation.clients_per_round": 3},  # Krum needs more than 2f + 2 clients a round
     "temperature.fixed": {"temperature": {"policy": "fixed", "value": 0.5}},
+    "temperature.fedchill": {"temperature": {"policy": "fedchill", "patience": 1}},  # decays within 3 rounds
     "distillation.scarlet": {"distillation": {"method": "scarlet", **SOFT_LABELS, "cache_duration": 2}},
     "distillation.fedmd": {"distillation": {"method": "fedmd", **SOFT_LABELS, "transfer_epochs": 1}},
 }
@@ -77,7 +78,17 @@ def registered() -> set[str]:
     return {f"algorithm.{n}" for n in algorithm_names()} | {f"distillation.{m}" for m in SOFT_LABEL_METHODS} | {f"prototypes.{m}" for m in PROTOTYPE_METHODS}
 
 
+COMBINED = ("temperature.fedchill+algorithm.scaffold", "temperature.fedchill+distillation.scarlet", "temperature.fedchill+prototypes.fedproto")
+"""FedChill's per-client state in each protocol's client state (one table with SCAFFOLD's c_i, the soft-label ClientState, FedProto's).
+
+Every client trains every round and (lr 1e-12) its accuracy stays flat, so each one's T decays after
+round 3 (patience 1): the run stops after round 3 and round 4 trains at the T restored from the checkpoint."""
+STAGNANT: dict[str, Any] = {"federation.num_clients": 4, "federation.clients_per_round": 4, "federation.rounds": 4, "client.lr": 1e-12}
+
+
 def overrides(method: str) -> dict[str, Any]:
+    if "+" in method:
+        return {k: v for part in method.split("+") for k, v in overrides(part).items()} | STAGNANT
     section, name = method.split(".")
     key = {"algorithm": "name", "temperature": "policy"}.get(section, "method")
     base: dict[str, Any] = {section: {key: name, **(SOFT_LABELS if section == "distillation" else {})}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -86,22 +87,29 @@ def test_table4_rows_mean_what_the_docs_say() -> None:
     config = load_config(resolve_config("fedchill/table4-digits"))
     by_label = {v.label: apply_variant(config, v) for v in variants_from_config(config)}
     assert list(by_label) == ["FedAvg (T=1.0)", "Fixed T=0.05", "FedChill", "FedChill*", "FedChill (init+decay)"]
-    counts = build_data(config).class_counts()
+    data = build_data(config)
+    counts = data.class_counts()
     policies = {label: make_policy(cfg.temperature, counts) for label, cfg in by_label.items()}
     assert [policies["FedAvg (T=1.0)"].temperature(c, 0) for c in range(10)] == [1.0] * 10
     assert [policies["Fixed T=0.05"].temperature(c, 0) for c in range(10)] == [0.05] * 10
-    init_only, decay_only, full = policies["FedChill"], policies["FedChill*"], policies["FedChill (init+decay)"]
+    assert policies["FedAvg (T=1.0)"].client_half(10) is None and policies["Fixed T=0.05"].client_half(10) is None
+    halves = {label: policies[label].client_half(data.num_classes) for label in ("FedChill", "FedChill*", "FedChill (init+decay)")}
+    init_only, decay_only, full = halves["FedChill"], halves["FedChill*"], halves["FedChill (init+decay)"]
+    labels = [data.client_train(c)[1] for c in range(10)]
     t0 = eq7_by_hand(counts.astype(np.float64))
-    assert [init_only.temperature(c, 0) for c in range(10)] == pytest.approx(t0)
-    assert [full.temperature(c, 0) for c in range(10)] == pytest.approx(t0)
-    assert [decay_only.temperature(c, 0) for c in range(10)] == [1.0] * 10  # FedChill*: starts at T_max
+    assert [init_only.temperature({}, math.nan, labels[c]) for c in range(10)] == pytest.approx(t0)
+    assert [full.temperature({}, math.nan, labels[c]) for c in range(10)] == pytest.approx(t0)
+    assert [decay_only.temperature({}, math.nan, labels[c]) for c in range(10)] == [1.0] * 10  # FedChill*: starts at T_max
     # init only never decays, the other two do (accuracies 0.5, 0.5, 0.5: stagnation at the third, P = 2 at the fourth)
-    for policy in (init_only, decay_only, full):
+    after = {}
+    for label, half in halves.items():
+        state: dict[str, torch.Tensor] = {}
         for rnd in range(4):
-            policy.observe(0, rnd, 0.5)
-    assert init_only.temperature(0, 4) == pytest.approx(t0[0])
-    assert decay_only.temperature(0, 4) == pytest.approx(0.95)
-    assert full.temperature(0, 4) == pytest.approx(0.95 * t0[0])
+            state = half.finish(state, half.temperature(state, math.nan, labels[0]), 0.5)
+        after[label] = half.temperature(state, math.nan, labels[0])
+    assert after["FedChill"] == pytest.approx(t0[0])
+    assert after["FedChill*"] == pytest.approx(0.95)
+    assert after["FedChill (init+decay)"] == pytest.approx(0.95 * t0[0])
 
 
 def test_table4_compare_runs_in_one_command(tmp_path) -> None:
@@ -153,3 +161,37 @@ def test_every_bundled_fedchill_config_and_variant_builds() -> None:
             make_policy(cfg.temperature, data.class_counts())
             assert cfg.client.loss in base_losses()
             assert data.num_clients == cfg.federation.num_clients and min(map(len, data.train_indices)) > 0
+
+
+@pytest.mark.parametrize(
+    "protocol_table",
+    [{}, {"distillation": {"method": "dsfl", "public_size": 60, "subset_size": 20}}, {"prototypes": {"method": "fedproto"}}],
+    ids=["parameters", "softlabels", "prototypes"],
+)
+def test_fedchill_run_keeps_each_clients_temperature_with_the_client(protocol_table: dict, tmp_path) -> None:
+    """Partial participation, P = 1: the server's policy holds no client entry; each client's
+    Algorithm 1 state (T, A_n with one entry per participation, counter) is in its own client state,
+    and the temperature it trained at is what the record says."""
+    from chillfl.engine.loop import run_rounds
+    from chillfl.experiment import build_protocol, make_executor
+    from chillfl.temperature.fedchill import from_entries
+
+    overrides = {
+        "out_dir": str(tmp_path), "dataset.name": "digits", "model.name": "mlp", "federation.num_clients": 5, "federation.clients_per_round": 3,
+        "federation.rounds": 4, "client.epochs": 1, "temperature.policy": "fedchill", "temperature.patience": 1, "eval.client_split_size": 20,
+    }
+    exp = build_experiment(load_config(None, overrides).with_overrides(protocol_table))
+    protocol = build_protocol(exp)
+    fresh = dict(vars(exp.policy))
+    records = list(run_rounds(protocol, make_executor(exp, protocol), seed=0, num_clients=5, clients_per_round=3, rounds=4))
+    assert dict(vars(exp.policy)) == fresh and exp.policy.state_dict() == {}
+    seen = {c for r in records for c in r["clients"]}
+    for cid in seen:
+        state = protocol.own.get(cid) if protocol_table.get("prototypes") else protocol.store.load(cid)
+        got = from_entries(state.own if protocol_table.get("distillation") else state)
+        assert got is not None
+        participations = [r for r in records if cid in r["clients"]]
+        assert len(got.history) == len(participations) and got.history[-1] == protocol.book.log.acc[cid]  # A_n: its own local accuracies
+        if "temperatures" in participations[-1]:
+            assert got.temperature <= participations[-1]["temperatures"][str(cid)]  # T never grows
+    protocol.close()

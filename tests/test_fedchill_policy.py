@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from chillfl.errors import ConfigError
 from chillfl.options import parse_options
 from chillfl.temperature.fedchill import (
     VARIANTS,
     ClientTemperatureState,
+    FedChillHalf,
     FedChillOptions,
     FedChillPolicy,
     decay_step,
@@ -129,54 +131,93 @@ def test_options_validation(table: dict[str, object], field: str) -> None:
     assert info.value.field == field
 
 
-# ------------------------------------------------------------------ policy
+# ------------------------------------------------------------------ the client half and the server half
 
 COUNTS = np.array([[5, 5, 5], [3, 1, 0], [0, 0, 6]])
 # ratio scores (C = 3, max 4): 0, 2.5/4 = 0.625, 1 -> T0 = 1, exp(-1.25) = 0.286505, exp(-2) = 0.135335
 
 
-def test_policy_initial_temperatures() -> None:
-    policy = FedChillPolicy(FedChillOptions(), COUNTS)
-    np.testing.assert_allclose(policy.initial_heterogeneity, [0.0, 0.625, 1.0])
-    snap = policy.snapshot()
-    assert list(snap) == [0, 1, 2]
-    np.testing.assert_allclose([snap[0], snap[1], snap[2]], [1.0, 0.286505, 0.135335], atol=1e-6)
-    assert policy.temperature(1, 0) == pytest.approx(0.286505, abs=1e-6)
+def labels(row: np.ndarray) -> torch.Tensor:
+    """Training labels with exactly ``row[k]`` samples of class k (what the client counts)."""
+    return torch.cat([torch.full((int(n),), k, dtype=torch.long) for k, n in enumerate(row)])
 
 
-def test_policy_variants_of_table4() -> None:
-    decay_only = FedChillPolicy(FedChillOptions(**VARIANTS["decay_only"], t_start=0.5), COUNTS)
-    assert list(decay_only.snapshot().values()) == [0.5, 0.5, 0.5]
-    init_only = FedChillPolicy(FedChillOptions(**VARIANTS["init_only"]), COUNTS)
-    for r in range(5):
-        init_only.observe(2, r, 0.1)  # stagnating, but decay is off
-    assert init_only.temperature(2, 5) == pytest.approx(math.exp(-2))
+def run_half(half: FedChillHalf, accuracies: list[float], y: torch.Tensor = torch.zeros(1, dtype=torch.long)) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """The temperatures a client trains at over its participations, and its final state (what its runtime keeps)."""
+    state: dict[str, torch.Tensor] = {}
+    trained = []
+    for acc in accuracies:
+        t = half.temperature(state, math.nan, y)
+        trained.append(t)
+        state = half.finish(state, t, acc)
+    return trained, state
 
 
-def test_policy_state_persists_for_unsampled_clients() -> None:
-    policy = FedChillPolicy(FedChillOptions(patience=1, gamma=0.5), COUNTS)
-    # client 0 trains in rounds 0, 1, 2 with flat accuracy: at round 2 |A| = 3, .5 <= .5 -> decay 1 -> .5
-    for r in range(3):
-        policy.observe(0, r, 0.5)
-    # client 1 trains only at round 3: its own history has one entry -> unchanged
-    policy.observe(1, 3, 0.2)
-    snap = policy.snapshot()
-    np.testing.assert_allclose([snap[0], snap[1], snap[2]], [0.5, 0.286505, 0.135335], atol=1e-6)
-    assert policy.state(1).history == [0.2]
-    assert policy.state(2).history == []
+def test_half_start_temperature_from_the_clients_own_labels() -> None:
+    half = FedChillPolicy(FedChillOptions()).client_half(num_classes=3)
+    starts = [half.temperature({}, math.nan, labels(row)) for row in COUNTS]
+    np.testing.assert_allclose(starts, [1.0, 0.286505, 0.135335], atol=1e-6)
+    # a class the client lacks still counts (bincount's minlength): (3, 1, 0) scores 0.625, not the 2-class 0.5 -> exp(-1) = 0.367879
+    assert half.temperature({}, math.nan, labels(COUNTS[1])) != pytest.approx(math.exp(-1.0), abs=1e-3)
+    assert half.temperature({}, 0.7, labels(COUNTS[1])) == 0.7  # an offer from the server wins (minmax, size)
+    decay_only = FedChillPolicy(FedChillOptions(**VARIANTS["decay_only"], t_start=0.5)).client_half(3)
+    assert [decay_only.temperature({}, math.nan, labels(row)) for row in COUNTS] == [0.5, 0.5, 0.5]
 
 
-def test_policy_state_dict_roundtrip_through_json() -> None:
-    options = FedChillOptions(patience=1, gamma=0.5)
-    a = FedChillPolicy(options, COUNTS)
-    for r in range(3):
-        a.observe(0, r, 0.5)
-    b = FedChillPolicy(options, COUNTS)
-    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
-    assert b.snapshot() == a.snapshot()
-    a.observe(0, 3, 0.4)
-    b.observe(0, 3, 0.4)  # .4 <= .5 -> another decay on both: .25
-    assert b.temperature(0, 4) == a.temperature(0, 4) == pytest.approx(0.25)
+def test_half_decays_after_patience_stagnant_rounds() -> None:
+    # P = 2, gamma = 0.5 from T = 1 (init off): the states after each step are test_decay_sequence_compare_previous's
+    # (1, 1, 1, .5, .5, .5, .25, .25); the client trains at the state before the step, its start first
+    half = FedChillPolicy(FedChillOptions(init=False, patience=2, gamma=0.5)).client_half(3)
+    trained, state = run_half(half, ACC)
+    assert trained == [1.0, 1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.25]
+    assert list(state) == ["fedchill.temperature", "fedchill.history", "fedchill.counter"]
+    assert state["fedchill.temperature"].item() == 0.25 and state["fedchill.counter"].item() == 1
+    assert state["fedchill.history"].tolist() == ACC and state["fedchill.history"].dtype == torch.float64  # A_n, exact
+
+
+def test_half_stops_at_the_t_min_floor() -> None:
+    # T = .06 > 1.1 * .05: the third stagnant step sets max(.5 * .06, .05) = .05; then T <= .055 never decays,
+    # and the counter keeps counting (1, 2) as Algorithm 1 has it
+    half = FedChillPolicy(FedChillOptions(init=False, t_start=0.06, patience=1, gamma=0.5, t_min=0.05)).client_half(3)
+    trained, state = run_half(half, [0.3] * 5)
+    assert trained == [0.06, 0.06, 0.06, 0.05, 0.05]
+    assert state["fedchill.temperature"].item() == 0.05 and state["fedchill.counter"].item() == 2
+
+
+def test_half_state_is_the_clients_own_and_survives_skipped_rounds() -> None:
+    # client 1 starts at exp(-1.25) from its labels; after 3 flat participations (P = 1) it is at .5 of that,
+    # however many rounds it skips in between: its state comes back with it
+    half = FedChillPolicy(FedChillOptions(patience=1, gamma=0.5)).client_half(3)
+    trained, state = run_half(half, [0.5, 0.5, 0.5], labels(COUNTS[1]))
+    assert trained == [pytest.approx(0.286505, abs=1e-6)] * 3
+    assert half.temperature(state, 0.9, labels(COUNTS[1])) == pytest.approx(0.5 * 0.286505, abs=1e-6)  # the state wins over any offer
+    init_only = FedChillPolicy(FedChillOptions(**VARIANTS["init_only"])).client_half(3)
+    assert run_half(init_only, [0.1] * 5, labels(COUNTS[2])) == ([pytest.approx(math.exp(-2))] * 5, {})  # no decay: nothing to keep
+    kept = half.finish(state, 0.1, None)  # no accuracy: the state is kept as it is (the server stops the run)
+    assert {k: v.tolist() for k, v in kept.items()} == {k: v.tolist() for k, v in state.items()}
+    assert half.finish({}, 0.3, None) == {}
+
+
+def test_server_policy_holds_no_client_state_and_reads_counts_only_for_the_federation() -> None:
+    reads: list[int] = []
+
+    def counts() -> np.ndarray:
+        reads.append(1)
+        return COUNTS
+
+    policy = FedChillPolicy(FedChillOptions(patience=1, gamma=0.5), counts)
+    before = dict(vars(policy))
+    for r in range(4):
+        assert math.isnan(policy.temperature(1, r))  # no offer: the client computes its own start
+        policy.observe(1, r, 0.5)
+    assert vars(policy) == before and policy.state_dict() == {} and reads == []
+    # minmax over raw ratio scores (0, 2.5, 4): 0, .625, 1 -> Eq. 7 as with 'max'; the server offers it
+    fed = FedChillPolicy(FedChillOptions(normalisation="minmax"), counts)
+    assert reads == [1]
+    np.testing.assert_allclose([fed.temperature(c, 0) for c in range(3)], [1.0, 0.286505, 0.135335], atol=1e-6)
+    # without client 0, (2.5, 4) -> 0, 1: client 1 starts at T_max
+    assert FedChillPolicy(FedChillOptions(normalisation="minmax"), COUNTS[1:]).temperature(0, 0) == 1.0
+    np.testing.assert_allclose(FedChillPolicy(FedChillOptions(), COUNTS).initial_heterogeneity, [0.0, 0.625, 1.0])
 
 
 def test_policy_errors() -> None:
@@ -184,8 +225,23 @@ def test_policy_errors() -> None:
     with pytest.raises(ConfigError, match="temperature.decay"):
         policy.observe(0, 0, None)
     with pytest.raises(KeyError):
-        policy.temperature(3, 0)
+        FedChillPolicy(FedChillOptions(measure="size"), COUNTS).temperature(3, 0)
     with pytest.raises(ConfigError, match="temperature.p_g"):
         FedChillPolicy(FedChillOptions(p_g=[0.5, 0.5]), COUNTS)
-    with pytest.raises(ValueError):
-        policy.load_state_dict({"clients": []})
+    with pytest.raises(ConfigError, match="temperature.p_g"):
+        FedChillPolicy(FedChillOptions(p_g=[0.5, 0.5])).client_half(3)
+    with pytest.raises(ValueError, match="older chillfl"):
+        policy.load_state_dict({"clients": {"0": {"temperature": 0.5, "history": [0.5], "counter": 0}}})
+    policy.load_state_dict({})
+
+
+def test_p_g_of_the_wrong_length_exits_2_before_anything_is_written(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """len(p_g) is checked against the data's classes when the experiment is built, before the run folder exists."""
+    from chillfl.cli import main
+
+    path = tmp_path / "bad.toml"
+    path.write_text(f'out_dir = "{tmp_path / "out"}"\n[dataset]\nname = "digits"\n[temperature]\npolicy = "fedchill"\np_g = [0.5, 0.5]\n', encoding="utf-8")
+    assert main(["run", str(path), "--quiet", "federation.num_clients=4", "federation.rounds=1"]) == 2
+    err = capfd.readouterr().err
+    assert len(err.splitlines()) == 1 and "temperature.p_g" in err, err
+    assert not (tmp_path / "out").exists()

@@ -1,10 +1,10 @@
-"""Per-client state on Flower's nodes, checked against chillfl's server-held state without starting Flower.
+"""Per-client state on Flower's nodes, checked against chillfl's own client store without starting Flower.
 
-FedChill's node-side step (chillfl.flower.temperature) runs on a plain
-``flwr.app.RecordDict`` (what a SuperNode's ``Context.state`` is) next to the server-held
-reference object of chillfl's runtime, over several rounds with partial participation; every
-value the client trains with and every aggregate must be bit-identical, and the server stand-ins
-must hold no client entry. The simulation-level equality is in tests/private_net/test_flower.py.
+A client's state (FedChill's temperature entries included) is kept in a plain
+``flwr.app.RecordDict`` (what a SuperNode's ``Context.state`` is) next to chillfl's own
+client store, over several rounds with partial participation; every value the client trains
+with must be bit-identical, and the server must hold no client entry. The simulation-level
+equality is in tests/private_net/test_flower.py.
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ pytest.importorskip("flwr")
 from flwr.app import RecordDict  # noqa: E402
 
 from chillfl.config import config_from_dict  # noqa: E402
-from chillfl.engine.protocol import ClientData, ClientReply, ClientTask  # noqa: E402
+from chillfl.engine.protocol import ClientData, ClientReply  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
 from chillfl.flower.apps import build_server, check_supported  # noqa: E402
-from chillfl.flower.temperature import NodeHeldTemperature, NodeTemperature, load_state  # noqa: E402
-from chillfl.protocols.parameters import ParamDownlink, ParamUplink  # noqa: E402
+from chillfl.protocols.parameters import ParamUplink  # noqa: E402
 from chillfl.temperature.fedchill import FedChillOptions, FedChillPolicy  # noqa: E402
 from chillfl.temperature.heterogeneity import MEASURES, client_heterogeneity, heterogeneity  # noqa: E402
 
@@ -65,55 +64,59 @@ def test_size_measure_cannot_be_computed_by_one_client() -> None:
     assert str(info.value).startswith("temperature.measure: ")
 
 
-def _task(cid: int, rnd: int, data: ClientData, temperature: float = math.nan, **context: Any) -> ClientTask[Any, Any]:
-    return ClientTask(cid, rnd, ParamDownlink({"w": torch.zeros(2)}, 0.1, temperature, context, 7), data)
+def test_fedchill_state_on_a_node_equals_chillfls_client_store() -> None:
+    """Eq. 7 start from the client's own labels, then Algorithm 1 (patience 1): the same half, its state kept in
+    Context.state on node c % 2 or in chillfl's ParamStore, gives the same T, history and counter bit for bit."""
+    from chillfl.flower.state import load_client_state, save_client_state
+    from chillfl.protocols.parameters import ParamStore
 
-
-def test_node_fedchill_state_equals_the_server_policy() -> None:
-    """Eq. 7 start from the node's own labels, then Algorithm 1 (patience 1) in Context.state: T, history, counter bit for bit."""
     counts = np.array([[20, 1, 0, 3], [5, 5, 5, 5], [0, 0, 12, 1], [2, 9, 9, 0]])
-    options = FedChillOptions(patience=1, gamma=0.8, p_g=[0.1, 0.2, 0.3, 0.4])
-    policy = FedChillPolicy(options, counts)  # chillfl's runtime: the server holds every client's state
-    node = NodeTemperature(options, num_classes=4)
-    nodes = {0: RecordDict(), 1: RecordDict()}
+    half = FedChillPolicy(FedChillOptions(patience=1, gamma=0.8, p_g=[0.1, 0.2, 0.3, 0.4])).client_half(4)
+    nodes, store = {0: RecordDict(), 1: RecordDict()}, ParamStore()
     data = _labels(counts)
     rng = np.random.default_rng(0)
-    starts = [policy.temperature(c, 0) for c in range(4)]
+    starts = [half.temperature({}, math.nan, d.y) for d in data]
     assert len(set(starts)) == 4  # the clients really start apart (Eq. 7 from their own h_n)
-    for rnd, sampled in enumerate(SAMPLED):
+    for sampled in SAMPLED:
         for cid in sampled:
-            expected = policy.temperature(cid, rnd)
-            task = node.prepare_task(_task(cid, rnd, data[cid]), nodes[cid % 2], data[cid])
-            assert task.downlink.temperature == expected
+            on_node = load_client_state(nodes[cid % 2], cid) or {}
+            kept = store.load(cid) or {}
+            assert isinstance(on_node, dict)
+            t = half.temperature(on_node, math.nan, data[cid].y)
+            assert t == half.temperature(kept, math.nan, data[cid].y)
             acc = float(rng.choice([0.5, 0.55, 1 / 3]))  # repeats: stagnation, so T decays
-            reply = node.finish_task(task, ClientReply(cid, None, None, acc), nodes[cid % 2], data[cid])
-            assert reply.temperature == expected  # what the server records
-            policy.observe(cid, rnd, acc)
+            save_client_state(nodes[cid % 2], cid, half.finish(on_node, t, acc))
+            store.save(cid, half.finish(kept, t, acc))
     for cid in range(4):
-        assert load_state(nodes[cid % 2], cid) == policy.state(cid)  # floats, history and counter exact
-    assert any(policy.state(c).temperature < starts[c] for c in range(4))  # the decay really ran
-    assert load_state(nodes[1], 0) is None  # client 0 lives on node 0 only
+        got, want = load_client_state(nodes[cid % 2], cid), store.load(cid)
+        assert isinstance(got, dict) and want is not None and list(got) == list(want)
+        assert all(got[k].numpy().tobytes() == want[k].numpy().tobytes() for k in want)  # floats, history and counter exact
+    assert any(float(store.load(c)["fedchill.temperature"]) < starts[c] for c in range(4))  # the decay really ran
+    assert load_client_state(nodes[1], 0) is None  # client 0 lives on node 0 only
 
 
-def test_node_fedchill_without_init_or_decay() -> None:
-    counts = np.array([[3, 1], [1, 3]])
+def test_a_soft_label_clients_temperature_entries_round_trip_on_a_node() -> None:
+    from chillfl.flower.state import load_client_state, save_client_state
+    from chillfl.protocols.softlabels import ClientState
+
+    own = {"fedchill.temperature": torch.tensor(0.1 + 0.2, dtype=torch.float64), "fedchill.history": torch.tensor([1 / 3, math.nan], dtype=torch.float64),
+           "fedchill.counter": torch.tensor(2)}
+    records = RecordDict()
+    save_client_state(records, 3, ClientState({"w": torch.ones(2)}, None, None, own))
+    got = load_client_state(records, 3)
+    assert isinstance(got, ClientState) and list(got.own) == list(own)
+    assert all(got.own[k].numpy().tobytes() == v.numpy().tobytes() for k, v in own.items())
+    save_client_state(records, 4, ClientState({"w": torch.ones(2)}))
+    got = load_client_state(records, 4)
+    assert isinstance(got, ClientState) and got.own == {}
+
+
+def test_fedchill_without_init_or_decay_runs_on_a_node() -> None:
     options = FedChillOptions(init=False, t_start=0.5, decay=False, normalisation="minmax")  # h_n unused: minmax is fine
     check_supported(config_from_dict({"temperature": {"policy": "fedchill", "init": False, "t_start": 0.5, "decay": False, "normalisation": "minmax"}}))
-    node, records, data = NodeTemperature(options, 2), RecordDict(), _labels(counts)
-    reply = node.finish_task(node.prepare_task(_task(1, 0, data[1]), records, data[1]), ClientReply(1, None, None, 0.5), records, data[1])
-    assert reply.temperature == 0.5 == FedChillPolicy(options, counts).temperature(1, 0)
-    assert load_state(records, 1) is None  # no decay: nothing to keep
-
-
-def test_server_stand_in_holds_nothing_per_client() -> None:
-    held = NodeHeldTemperature(FedChillOptions(), num_classes=3)
-    assert math.isnan(held.temperature(2, 0))  # a placeholder the node overwrites
-    held.observe(2, 0, 0.5)
-    assert vars(held) == {"options": FedChillOptions()} and held.snapshot() == {} and held.state_dict() == {}
-    with pytest.raises(ConfigError, match="^temperature.decay: "):  # FedChillPolicy's error, from the server
-        held.observe(2, 0, None)
-    with pytest.raises(ConfigError, match="^temperature.p_g: "):
-        NodeHeldTemperature(FedChillOptions(p_g=[0.5, 0.5]), num_classes=3)
+    half = FedChillPolicy(options).client_half(2)
+    y = torch.tensor([0, 0, 0, 1])
+    assert half.temperature({}, math.nan, y) == 0.5 and half.finish({}, 0.5, 0.75) == {}  # no decay: nothing to keep
 
 
 def _cfg(tmp_path: Path, **parts: Any) -> Any:
@@ -144,8 +147,12 @@ def test_fedchill_server_reads_no_class_counts(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setattr(FederatedData, "class_counts", refuse)
     exp, protocol = build_server(_cfg(tmp_path, temperature={"policy": "fedchill", "patience": 1}))
-    assert isinstance(protocol.policy, NodeHeldTemperature) and exp.config.temperature == {"policy": "fedchill", "patience": 1}
-    protocol.close()
+    try:
+        assert isinstance(protocol.policy, FedChillPolicy) and protocol.policy.state_dict() == {}
+        assert protocol.client.temperature is not None  # the policy's client half ships to the nodes
+        assert all(math.isnan(t.downlink.temperature) and t.state is None for t in protocol.configure(0, [0, 1]))  # each node picks its client's T
+    finally:
+        protocol.close()
 
 
 def _trained(start: dict[str, torch.Tensor], g: torch.Generator) -> dict[str, torch.Tensor]:

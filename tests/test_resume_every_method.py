@@ -22,12 +22,13 @@ import torch
 from chillfl.engine import parallel
 from chillfl.engine.checkpoint import read_state
 from chillfl.engine.processes import ProcessExecutor, WorkerPool
-from resume_cases import NEEDS, check_resume, methods, registered
+from resume_cases import COMBINED, NEEDS, check_resume, methods, registered
 
 EXECUTORS = ("sequential", "vectorized", "processes")
 """Every executor that runs in this process; Ray's resume cases are in ``tests/private_net/test_ray.py``."""
 
 CASES = [pytest.param(m, ex, 1 + i % 2, id=f"{m}-{ex}") for i, m in enumerate(methods()) for ex in EXECUTORS]
+CASES += [pytest.param(m, ex, 3, id=f"{m}-{ex}") for m in COMBINED for ex in EXECUTORS]  # 4 rounds, cut after round 3
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +39,10 @@ def pool() -> Iterator[WorkerPool]:
 
 
 def test_every_registered_method_has_a_case() -> None:
-    ids = {p.values[0] for p in CASES}
+    ids = {p.values[0] for p in CASES} - set(COMBINED)
     assert registered() <= ids
     assert set(NEEDS) <= ids  # no stale entry
-    assert {tuple(p.values[:2]) for p in CASES} == {(m, ex) for m in ids for ex in EXECUTORS}
+    assert {tuple(p.values[:2]) for p in CASES} == {(m, ex) for m in ids | set(COMBINED) for ex in EXECUTORS}
 
 
 @pytest.mark.parametrize(("method", "executor", "stop"), CASES)
@@ -60,7 +61,7 @@ def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(
         monkeypatch.setattr(shared, "round", counted)
         monkeypatch.setattr(parallel, "ProcessExecutor", lambda model, spec, *, workers, client: ProcessExecutor(model, spec, client=client, pool=shared))
     check_resume(method, executor, stop, tmp_path, monkeypatch)
-    if executor == "processes":  # the 3 + (stop + 1) + (3 - stop) rounds trained on the workers
+    if executor == "processes":  # the 3 + (stop + 1) + (3 - stop) rounds (4 + 4 + 1: COMBINED) trained on the workers
         assert len(rounds_on_workers) >= 7 and all(rounds_on_workers), rounds_on_workers
 
 

@@ -25,6 +25,7 @@ from chillfl.engine.vectorized import _gather, _shared_pool
 from chillfl.experiment import build_experiment, build_protocol, make_executor
 from chillfl.models.assign import plan_models
 from chillfl.runner import rounds_for
+from chillfl.protocols.parameters import ParamStore
 from chillfl.temperature.fedchill import FedChillOptions, FedChillPolicy, initial_temperature
 
 POOL, PER_CLIENT, FEATURES, CLASSES = 2000, 20, 8, 4
@@ -164,37 +165,23 @@ def test_homogeneous_model_plan_does_no_per_client_work() -> None:
     assert plan_models(groups, 4).arch_of == (1, 1, 0, 0)
 
 
-# ---------------------------------------------------------------- FedChill state: O(clients seen)
+# ---------------------------------------------------------------- FedChill state: none on the server, O(clients seen) in the store
 
 COUNTS = np.array([[10, 0], [5, 5], [8, 2]])
 
 
-def test_fedchill_keeps_state_only_for_observed_clients() -> None:
+def test_fedchill_server_keeps_no_client_state_and_clients_keep_theirs() -> None:
     policy = FedChillPolicy(FedChillOptions(patience=1, gamma=0.5, normalisation="max"), COUNTS)
-    assert policy.state_dict() == {"clients": {}}  # nothing observed: a checkpoint holds no client
+    half = policy.client_half(2)
     h = policy.initial_heterogeneity
-    # unobserved clients sit at Eq. 7's start, computed from h_n on demand
-    assert policy.temperature(1, 0) == initial_temperature(float(h[1]))
+    y1 = torch.tensor([0] * 5 + [1] * 5)
+    # a client without state starts at Eq. 7 from its own h_n, the same float as the federation's row
+    assert half.temperature({}, policy.temperature(1, 0), y1) == initial_temperature(float(h[1]))
+    store = ParamStore()
+    store.save(2, half.finish({}, 0.3, 0.5))
+    store.save(0, half.finish({}, 1.0, None))  # no accuracy: nothing to keep (the server stops such a run)
     policy.observe(2, 0, 0.5)
-    assert list(policy.state_dict()["clients"]) == ["2"]
-    assert policy.state(2).history == [0.5] and policy.state(0).history == []
-
-
-def test_fedchill_reads_the_sparse_and_the_older_list_checkpoint() -> None:
-    options = FedChillOptions(patience=1, gamma=0.5)
-    a = FedChillPolicy(options, COUNTS)
-    for acc in (0.5, 0.4, 0.3):
-        a.observe(1, 0, acc)
-    sparse = json.loads(json.dumps(a.state_dict()))
-    b = FedChillPolicy(options, COUNTS)
-    b.load_state_dict(sparse)
-    assert b.snapshot() == a.snapshot()
-    older = {"clients": [{"temperature": a.temperature(c, 0), "history": a.state(c).history, "counter": a.state(c).counter} for c in range(3)]}
-    c = FedChillPolicy(options, COUNTS)
-    c.load_state_dict(older)
-    assert c.snapshot() == a.snapshot()
-    with pytest.raises(ValueError):
-        c.load_state_dict({"clients": {"7": older["clients"][0]}})
+    assert policy.state_dict() == {} and store.ids() == [2]  # a checkpoint grows with the clients that decayed, on their side
 
 
 # ---------------------------------------------------------------- per-client tables: compact, off the device, O(clients with state)

@@ -34,6 +34,7 @@ from chillfl.distillation.cache import CacheSignal, ClientCache, ServerCache
 from chillfl.engine.checkpoint import read_state, write_state
 from chillfl.engine.ledger import CommunicationLedger
 from chillfl.errors import ConfigError
+from chillfl.protocols.parameters import ParamStore
 from chillfl.temperature.base import ConstantTemperature
 from chillfl.temperature.fedchill import FedChillOptions, FedChillPolicy
 from method_round import Clients
@@ -243,29 +244,58 @@ def test_wrong_layout_is_refused() -> None:
 # ------------------------------------------------------------------ temperature policies
 
 COUNTS = np.array([[30, 0, 2, 1, 0], [5, 5, 5, 5, 5], [0, 0, 0, 9, 1], [3, 8, 0, 0, 4]])
+LABELS = [torch.cat([torch.full((int(n),), k, dtype=torch.long) for k, n in enumerate(row)]) for row in COUNTS]
 
 
-def drive_policy(policy: Any, rounds: range) -> list[Any]:
+class TemperatureRun:
+    """A temperature policy as a run holds it: the server half, and each client's own state in the runtime's client store.
+
+    FedChill's per-client state (T, A_n, counter) is the client's, so a resumed run restores it
+    from the client store's checkpoint, not from the policy's (which holds none).
+    """
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.half = policy.client_half(COUNTS.shape[1])
+        self.store = ParamStore()
+
+    def step(self, cid: int, rnd: int, acc: float) -> float:
+        state = self.store.load(cid) or {}
+        t = self.policy.temperature(cid, rnd) if self.half is None else self.half.temperature(state, self.policy.temperature(cid, rnd), LABELS[cid])
+        if self.half is not None:
+            self.store.save(cid, self.half.finish(state, t, acc))
+        self.policy.observe(cid, rnd, acc)
+        return t
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "clients": self.store.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.store.load_state_dict(state["clients"])
+
+
+def drive_policy(run: TemperatureRun, rounds: range) -> list[Any]:
     out: list[Any] = []
     for rnd in rounds:
         gen = torch.Generator().manual_seed(rnd)
         for cid in sorted(torch.randperm(len(COUNTS), generator=gen)[:2].tolist()):
-            out.append(policy.temperature(cid, rnd))
             # coarse accuracies repeat often, so stagnation counters and decays happen
             acc = math.nan if rnd == 1 else float(torch.randint(0, 4, (), generator=gen)) / 4
-            policy.observe(cid, rnd, acc)
-        out.append(dict(policy.snapshot()))
+            out.append(run.step(cid, rnd, acc))
+        out.append({cid: run.store.load(cid) for cid in sorted(run.store.ids())})
     return out
 
 
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: FedChillPolicy(FedChillOptions(patience=1, gamma=0.8), COUNTS),
-        lambda: FedChillPolicy(FedChillOptions(compare="two_back", init=False, t_max=0.7), COUNTS),
-        lambda: ConstantTemperature(0.05),
+        lambda: TemperatureRun(FedChillPolicy(FedChillOptions(patience=1, gamma=0.8), COUNTS)),
+        lambda: TemperatureRun(FedChillPolicy(FedChillOptions(compare="two_back", init=False, t_max=0.7), COUNTS)),
+        lambda: TemperatureRun(FedChillPolicy(FedChillOptions(patience=1, normalisation="minmax"), COUNTS)),  # the server offers the start
+        lambda: TemperatureRun(ConstantTemperature(0.05)),
     ],
-    ids=["fedchill", "fedchill_two_back", "constant"],
+    ids=["fedchill", "fedchill_two_back", "fedchill_minmax", "constant"],
 )
 def test_temperature_policy_resumes_bitwise(make: Callable[[], Any], tmp_path: Path) -> None:
     original = make()
@@ -276,12 +306,14 @@ def test_temperature_policy_resumes_bitwise(make: Callable[[], Any], tmp_path: P
 
 
 def test_fedchill_state_layout() -> None:
-    policy = FedChillPolicy(FedChillOptions(), COUNTS)
-    policy.observe(2, 0, 0.5)
-    state = policy.state_dict()
-    assert list(state) == ["clients"] and list(state["clients"]) == ["2"]  # only clients Algorithm 1 has changed
-    assert state["clients"]["2"] == {"temperature": policy.temperature(2, 1), "history": [0.5], "counter": 0}
-    json.dumps(state)  # plain JSON values only
+    run = TemperatureRun(FedChillPolicy(FedChillOptions(), COUNTS))
+    t = run.step(2, 0, 0.5)
+    state = run.state_dict()
+    assert state["policy"] == {}  # the server holds no client's temperature
+    assert list(state["clients"]) == ["2"]  # only clients that have run a decay step
+    entries = state["clients"]["2"]
+    assert list(entries) == ["fedchill.temperature", "fedchill.history", "fedchill.counter"]
+    assert entries["fedchill.temperature"].item() == t and entries["fedchill.history"].tolist() == [0.5] and entries["fedchill.counter"].item() == 0
 
 
 # ------------------------------------------------------------------ soft-label cache

@@ -202,6 +202,7 @@ def build_experiment(
     aggregator, terms = build_algorithm(config, model) if kind.uses_aggregator else (None, [])
     terms = [*terms, *objective_terms(config, terms)]
     policy = make_policy(config.temperature, data.class_counts)  # counted only if the policy reads them
+    policy.client_half(data.num_classes)  # its checks against the data (FedChill's p_g per class) before anything is written
     losses = base_losses()
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))

@@ -27,7 +27,7 @@ it produces travels back in the typed :class:`ClientReply`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Generic, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Generator, Generic, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 import torch
 
@@ -96,7 +96,7 @@ class ClientReply(Generic[U, S]):
     local_acc: float | None = None
     local_loss: float | None = None
     temperature: float | None = None
-    """The temperature the client chose itself and trained at (FedChill's state on a Flower node); None = the downlink's."""
+    """The temperature the client trained at when its own state chose it (FedChill's client half, under every runtime); None = the downlink's."""
 
 
 ClientProgram = Generator[ClientJob | PredictJob, Any, ClientReply[Any, Any]]
@@ -148,6 +148,35 @@ class ServerProtocol(Protocol):
 
     def close(self) -> None:
         ...
+
+
+class ClientStates(Protocol):
+    """Where a server protocol keeps its clients' own states between participations (a runtime may swap it)."""
+
+    def load(self, cid: int) -> Any:
+        ...
+
+    def save(self, cid: int, state: Any) -> None:
+        ...
+
+    def ids(self) -> list[int]:
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        ...
+
+    def load_state_dict(self, state: Any) -> None:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+@runtime_checkable
+class KeepsClientStates(Protocol):
+    """A server protocol whose clients keep state: its ``store`` holds it (Flower puts a record of nodes there instead)."""
+
+    store: ClientStates
 
 
 Trainer = Callable[[LocalSpec | None, Sequence[ClientJob]], list[LocalOutcome]]

@@ -30,10 +30,13 @@ server keeps only which node holds it (:class:`NodeStore`). The same method
 code runs here as under chillfl's runtime: nothing in this package knows a
 method.
 
-FedChill's temperature state (h_n, T, accuracy history, stagnation counter)
-is kept the same way by :mod:`chillfl.flower.temperature`. VRL-SGD (its
+FedChill's temperature state (T, accuracy history, stagnation counter) is
+part of that client state: the temperature policy's client half keeps it
+there under every runtime, and computes the client's start temperature from
+its own labels. What would need every client's label counts on the server
+(FedChill's ``minmax`` normalisation or ``size`` measure) and VRL-SGD (its
 Delta_i update needs the round's new average, which exists only on the
-server) is refused by :func:`check_supported`.
+server) are refused by :func:`check_supported`.
 
 Where the config comes from: the factories take a :class:`RunConfig`; the
 module-level ``server`` / ``client`` apps (for ``flwr run``) read the run
@@ -55,16 +58,17 @@ from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.engine.executors import SequentialExecutor
 from chillfl.engine.loop import run_rounds
 from chillfl.engine.processes import WorkerError
-from chillfl.engine.protocol import ClientReply, ClientTask
+from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
 from chillfl.engine.results import ResultWriter, summarize
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
 from chillfl.flower.state import load_client_state, save_client_state
-from chillfl.flower.temperature import RUNTIME, NodeHeldTemperature, NodeTemperature, check_node_computable, fedchill_options
 from chillfl.flower.wire import decode, encode
 from chillfl.protocols.registry import protocol_of
+from chillfl.temperature import federation_option
 
 EXTRA = "pip install 'chillfl[flower]'"
+RUNTIME = "run it with chillfl's own runtime (chillfl run; executor = \"ray\" for a cluster)"
 NODE_TIMEOUT_S = 300.0
 """How long the ServerApp waits for its SuperNodes to connect."""
 
@@ -102,9 +106,15 @@ def check_supported(config: RunConfig) -> None:
     for field_name, name in (("algorithm.name", algorithm.get("name")), ("algorithm.base", algorithm.get("base") if algorithm.get("name") == "pa3fed" else None)):
         if name == "vrl_sgd":
             raise ConfigError(field_name, f"VRL-SGD's Delta_i update needs the round's new average model, which a Flower node never sees; {RUNTIME}")
-    options = fedchill_options(config)
-    if options is not None:
-        check_node_computable(options)
+    check_node_computable(config)
+
+
+def check_node_computable(config: RunConfig) -> None:
+    """A one-line ConfigError when the temperature policy's server would read every client's label counts, which stay on the nodes."""
+    found = federation_option(config.temperature)
+    if found is not None:
+        field_name, why = found
+        raise ConfigError(field_name, f"{why}, which no Flower node sees (a node's labels stay on it); {RUNTIME}")
 
 
 class FlowerExecutor:
@@ -223,12 +233,9 @@ class NodeStore:
 
 def keep_client_state_on_nodes(protocol: Any) -> None:
     """A protocol's client store -> :class:`NodeStore` (the states live on the nodes)."""
-    from chillfl.protocols.parameters import ParameterSharing
-    from chillfl.protocols.softlabels import SoftLabelProtocol
-
-    if isinstance(protocol, (SoftLabelProtocol, ParameterSharing)):  # the protocols whose clients keep state
+    if isinstance(protocol, KeepsClientStates):
         protocol.store.close()
-        protocol.store = NodeStore()  # type: ignore[assignment]
+        protocol.store = NodeStore()
 
 
 def build_server(config: RunConfig) -> tuple[Any, Any]:
@@ -236,20 +243,10 @@ def build_server(config: RunConfig) -> tuple[Any, Any]:
     check_supported(config)
     if config.threads:  # the server evaluates the global model: the thread count fixes its float reductions
         torch.set_num_threads(config.threads)
-    fedchill = fedchill_options(config)
-    exp = build_experiment(without_policy(config))  # FedChill: the server never reads a class count
-    if fedchill is not None:
-        exp = dataclasses.replace(exp, config=config, policy=NodeHeldTemperature(fedchill, exp.data.num_classes))
+    exp = build_experiment(config)  # FedChill's server reads no class count (check_node_computable)
     protocol = build_protocol(exp)
     keep_client_state_on_nodes(protocol)
     return exp, protocol
-
-
-def without_policy(config: RunConfig) -> RunConfig:
-    """``config`` with FedChill's policy replaced by ``none``: what the server and the nodes build (the state is the nodes')."""
-    if fedchill_options(config) is None:
-        return config
-    return dataclasses.replace(config, temperature={"policy": "none"})
 
 
 def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[Any, Any] | None = None) -> RunOutputLite:
@@ -304,12 +301,10 @@ class ClientRuntime:
         if not self.parts:
             if self.config.threads:
                 torch.set_num_threads(self.config.threads)
-            exp = build_experiment(without_policy(self.config))  # the node's own FedChill state replaces the policy
+            exp = build_experiment(self.config)
             protocol = build_protocol(exp)
             self.parts["executor"] = SequentialExecutor(exp.model, exp.spec, client=protocol.client)
             self.parts["evaluation"] = getattr(protocol, "evaluation")
-            fedchill = fedchill_options(self.config)
-            self.parts["temperature"] = NodeTemperature(fedchill, exp.data.num_classes) if fedchill is not None else None
             protocol.close()
         return self.parts["executor"], self.parts["evaluation"]
 
@@ -322,17 +317,10 @@ class ClientRuntime:
         """
         tasks = decode(content)
         executor, evaluation = self.ready()
-        temperature: NodeTemperature | None = self.parts["temperature"]  # FedChill's T
-        data = [evaluation.client_data(t.client_id) for t in tasks]
-        full = []
-        for t, d in zip(tasks, data):
-            t = dataclasses.replace(t, data=d, state=load_client_state(records, t.client_id))
-            full.append(temperature.prepare_task(t, records, d) if temperature is not None else t)
+        full = [dataclasses.replace(t, data=evaluation.client_data(t.client_id), state=load_client_state(records, t.client_id)) for t in tasks]
         replies = executor.map(full)
         held = []
-        for i, (task, reply, d) in enumerate(zip(tasks, replies, data)):
-            if temperature is not None:
-                reply = replies[i] = temperature.finish_task(task, reply, records, d)
+        for reply in replies:
             if reply.state is not None:
                 save_client_state(records, reply.client_id, reply.state)
                 held.append(reply.client_id)

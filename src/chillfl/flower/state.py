@@ -4,17 +4,19 @@ Under Flower the server holds no client state: whatever a protocol's client
 update returns as the client's next state stays on the node that serves the
 client, as on a device. That is the soft-label protocol's
 :class:`~chillfl.protocols.softlabels.ClientState` (model, SCARLET cache C_k,
-selector mask) and the parameter-sharing protocol's name -> tensor table
-(:data:`~chillfl.aggregation.base.ClientState`: SCAFFOLD's c_i, FedBN's BN
-entries, MOON's previous model, PA3Fed's score), each method's part under its
-own prefix. Nothing here knows a method. Flower persists a
+selector mask, FedChill's temperature entries) and the parameter-sharing
+protocol's name -> tensor table (:data:`~chillfl.aggregation.base.ClientState`:
+SCAFFOLD's c_i, FedBN's BN entries, MOON's previous model, PA3Fed's score,
+FedChill's T, accuracy history and stagnation counter), each method's part
+under its own prefix. Nothing here knows a method. Flower persists a
 node's ``Context.state`` (a :class:`flwr.app.RecordDict`) between the
 messages of a run, in the simulation engine and on a deployed SuperNode
 alike, so the state lives there as two records per client:
 
 * ``chillfl.client.<id>``: an ArrayRecord of tensors (``model.<name>``,
-  ``cache_indices``, ``cache_values``, ``in_distribution``; or ``own.<name>``
-  for a parameter-sharing table), raw bytes;
+  ``cache_indices``, ``cache_values``, ``in_distribution``, ``own.<name>``
+  for FedChill's entries; or ``own.<name>`` for a parameter-sharing table,
+  FedChill's ``fedchill.*`` entries included), raw bytes;
 * ``chillfl.client.<id>.meta``: a ConfigRecord (the kind of state, the key
   order, the cache's sync round).
 
@@ -53,6 +55,9 @@ def save_client_state(records: Any, cid: int, state: ClientState | Params) -> No
     model: dict[str, torch.Tensor] = payload.pop("model")
     arrays = {f"model.{name}": Array(_numpy(v)) for name, v in model.items()}
     meta: dict[str, Any] = {"model_keys": json.dumps(list(model)), "cache_synced": int(payload.pop("cache_synced", -2))}
+    own: dict[str, torch.Tensor] = payload.pop("own", {})
+    arrays.update({f"own.{name}": Array(_numpy(v)) for name, v in own.items()})
+    meta["own_keys"] = json.dumps(list(own))
     for name, value in payload.items():  # cache_indices, cache_values, in_distribution
         arrays[name] = Array(_numpy(value))
     records[_arrays_key(cid)] = ArrayRecord(array_dict=arrays)
@@ -76,6 +81,9 @@ def load_client_state(records: Any, cid: int) -> ClientState | Params | None:
         payload["cache_values"] = _tensor(arrays["cache_values"])
     if "in_distribution" in arrays:
         payload["in_distribution"] = _tensor(arrays["in_distribution"])
+    own = json.loads(str(meta["own_keys"])) if "own_keys" in meta else []
+    if own:
+        payload["own"] = {name: _tensor(arrays[f"own.{name}"]) for name in own}
     return ClientState.from_payload(cid, payload)
 
 

@@ -4,18 +4,21 @@ One round, as the round loop runs it::
 
     configure:      aggregator.begin_round; per client: ParamDownlink(global or mutated start,
                     lr, T from the temperature policy, objective context, seed) and the client's own state
-    client update:  the method's client half completes start and context from the client's state;
-                    train once (the one local step); the half returns the client's next state and its
-                    report (PA3Fed's score, SCAFFOLD's Delta c_i); evaluate on the client's own split
-                                                                            -> ParamUplink, next state
+    client update:  the temperature policy's client half (FedChill) picks T from the client's state;
+                    the method's client half completes start and context from the client's state;
+                    train once (the one local step); evaluate on the client's own split; the halves
+                    return the client's next state (FedChill: Algorithm 1's decay step) and the
+                    method's report (PA3Fed's score, SCAFFOLD's Delta c_i)
+                                                                -> ParamUplink, next state, T trained at
     server update:  temperature policy observes local accuracy; aggregate in client-id order;
                     evaluate the global model every ``eval.every`` rounds
 
 A client's own state (SCAFFOLD's c_i, FedBN's BN entries, MOON's previous
-model, PA3Fed's previous score) travels in :attr:`ClientTask.state` and comes
-back in :attr:`ClientReply.state`, as the soft-label protocol's does: chillfl's
+model, PA3Fed's previous score, FedChill's T and accuracy history) travels
+in :attr:`ClientTask.state` and comes back in :attr:`ClientReply.state`, as
+the soft-label protocol's does: chillfl's
 runtime keeps it in :class:`ParamStore` (and in checkpoints), a Flower node in
-its ``Context.state``. The aggregator never holds it.
+its ``Context.state``. Neither the aggregator nor the temperature policy holds it.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from chillfl.engine.record import RoundRecord
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, local_evaluation, state_bytes
 from chillfl.protocols.parts import Experiment
-from chillfl.temperature.base import TemperaturePolicy
+from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalOutcome
 
@@ -75,21 +78,26 @@ class ParameterClient:
     model: nn.Module
     eval_batch_size: int
     half: ClientHalf | None = None
+    temperature: TemperatureHalf | None = None
+    """The temperature policy's client half (FedChill): its entries share the client's state table."""
 
     def update(self, task: ClientTask[ParamDownlink, ClientState]) -> ClientProgram:
         d, data = task.downlink, task.data
         state: ClientState = task.state or {}
+        t = d.temperature if self.temperature is None else self.temperature.temperature(state, d.temperature, data.y)
         start, context = (d.start, d.context) if self.half is None else self.half.prepare(state, d.start, d.context)
-        job = ClientJob(task.client_id, start, data.x, data.y, d.lr, d.temperature, context, d.seed, work=task.work)
+        job = ClientJob(task.client_id, start, data.x, data.y, d.lr, t, context, d.seed, work=task.work)
         out: LocalOutcome = yield job
         acc, loss = local_evaluation(self.model, out.params, data, self.eval_batch_size)
-        new_state: ClientState | None = None
+        new_state: ClientState = {}
         report: Report = {}
         if self.half is not None:
-            trained = Trained(task.client_id, data.x, data.y, start, d.context, context, d.lr, d.temperature, out.params, out.num_steps)
+            trained = Trained(task.client_id, data.x, data.y, start, d.context, context, d.lr, t, out.params, out.num_steps)
             new_state, report = self.half.finish(self.model, state, trained)
+        if self.temperature is not None:
+            new_state = {**new_state, **self.temperature.finish(state, t, acc)}
         uplink = ParamUplink(out.params, len(data.y), out.num_steps, out.mean_loss, report)
-        return ClientReply(task.client_id, uplink, new_state or None, acc, loss)
+        return ClientReply(task.client_id, uplink, new_state or None, acc, loss, None if self.temperature is None else t)
 
 
 class ParamStore:
@@ -175,7 +183,7 @@ class ParameterSharing:
             self.store.save(task.client_id, reply.state)
             self.book.receive(round, task, reply, up.train_loss, up)
             d = task.downlink
-            temperature = d.temperature if reply.temperature is None else reply.temperature  # a node-held FedChill state picks its own
+            temperature = d.temperature if reply.temperature is None else reply.temperature  # a client half (FedChill) picks its own
             results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, temperature, up.train_loss, up.report))
         self.state = self.aggregator.aggregate(self.state, results, round)
         self.book.check_state(round, self.state)
@@ -231,7 +239,7 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
         aggregator=exp.aggregator,
         policy=exp.policy,
         evaluation=evaluation,
-        client=ParameterClient(exp.model, exp.config.eval.batch_size, half),
+        client=ParameterClient(exp.model, exp.config.eval.batch_size, half, exp.policy.client_half(exp.data.num_classes)),
         eval_clients=exp.config.eval.clients,
         proximal_mu=exp.config.objective.proximal_mu,
     )

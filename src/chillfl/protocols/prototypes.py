@@ -7,7 +7,8 @@ runs it::
     configure:      per client: KnowledgeDownlink(global class means H and mask, FedHKD's
                     soft predictions Q, the global model if share_model, lr, T, seed)
     client update:  start from the global model (share_model) or the client's own;
-                    train once with CE + the method's terms (KnowledgeLoss);
+                    train once with CE + the method's terms (KnowledgeLoss), at the
+                    downlink's T or (FedChill) the client's own, kept in its state;
                     compute its class means (+ noise) and counts on its private data;
                     evaluate by the head and by the nearest prototype   -> KnowledgeUplink
     server update:  count-weighted means (knowledge.aggregate_means); FedAvg of the
@@ -49,7 +50,7 @@ from chillfl.protocols.common import Evaluation, local_evaluation, mean_or_none,
 from chillfl.protocols.knowledge import KnowledgeLoss, aggregate_means, class_means, nearest_prototype
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.settings.prototypes import PrototypeSettings
-from chillfl.temperature.base import TemperaturePolicy
+from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.training.linear_factors import factored_linears
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalOutcome, LocalSpec, evaluate, split_state
@@ -104,6 +105,14 @@ class KnowledgeUplink:
 # ---------------------------------------------------------------- client side
 
 
+@dataclass
+class KnowledgeState:
+    """A client's own state between rounds: its model (``share_model = false``) and its temperature entries (FedChill's ``fedchill.*``)."""
+
+    model: Params | None = None
+    own: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+
+
 @torch.no_grad()
 def features_and_logits(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(representation, logits) of ``state`` on ``x``, eval mode, in batches."""
@@ -137,19 +146,23 @@ class KnowledgeClient:
     options: PrototypeSettings
     run_seed: int
     eval_batch_size: int
+    temperature: TemperatureHalf | None = None
+    """The temperature policy's client half (FedChill): T from the client's own state, updated after training."""
 
-    def update(self, task: ClientTask[KnowledgeDownlink, Params]) -> ClientProgram:
+    def update(self, task: ClientTask[KnowledgeDownlink, KnowledgeState]) -> ClientProgram:
         cid, d, data = task.client_id, task.downlink, task.data
         arch = self.arch_of[cid]
         model = self.models[arch]
+        mine = task.state or KnowledgeState()
         if d.model is not None:
             start: Mapping[str, torch.Tensor] = d.model
         else:
-            start = task.state if task.state is not None else self.initial_states[arch]
+            start = mine.model if mine.model is not None else self.initial_states[arch]
         context: dict[str, Wire] = {"protos": d.protos, "proto_mask": d.mask}
         if d.soft is not None:
             context["soft"] = d.soft
-        out: LocalOutcome = yield ClientJob(cid, start, data.x, data.y, d.lr, d.temperature, context, d.seed, spec=self.specs[arch], work=task.work)
+        t = d.temperature if self.temperature is None else self.temperature.temperature(mine.own, d.temperature, data.y)
+        out: LocalOutcome = yield ClientJob(cid, start, data.x, data.y, d.lr, t, context, d.seed, spec=self.specs[arch], work=task.work)
         feats, logits = features_and_logits(model, out.params, data.x, self.eval_batch_size)
         means, counts = class_means(feats, data.y, self.num_classes)
         soft = None
@@ -167,10 +180,18 @@ class KnowledgeClient:
             p_acc = proto_accuracy(model, out.params, data.x_eval, data.y_eval, protos, d.mask | own, self.eval_batch_size)
         shared = out.params if self.options.share_model else None
         up = KnowledgeUplink(means, counts, soft, shared, len(data.y), out.num_steps, out.mean_loss, p_acc)
-        return ClientReply(cid, up, None if self.options.share_model else out.params, acc, loss)
+        entries = {} if self.temperature is None else self.temperature.finish(mine.own, t, acc)
+        state = KnowledgeState(None if self.options.share_model else out.params, entries)
+        kept = state if state.model is not None or state.own else None
+        return ClientReply(cid, up, kept, acc, loss, None if self.temperature is None else t)
 
 
 # ---------------------------------------------------------------- server side
+
+
+def trained_at(task: ClientTask[KnowledgeDownlink, KnowledgeState], reply: ClientReply[KnowledgeUplink, KnowledgeState]) -> float:
+    """The temperature the client trained at: its own (FedChill's client half) or the downlink's."""
+    return task.downlink.temperature if reply.temperature is None else reply.temperature
 
 
 @dataclass
@@ -216,21 +237,24 @@ class PrototypeSharing:
         device = evaluation.device
         self.knowledge = Knowledge(torch.zeros((c, feature_dim), device=device), torch.zeros(c, dtype=torch.bool, device=device), None if soft is None else soft.to(device))
         self.clients = ClientParams()  # models of clients that keep their own (share_model = false), flat on the CPU
+        self.own = ClientParams()  # the clients' temperature entries (FedChill), kept for them as their models are
         self.book = ServerBook(policy, evaluation, eval_clients)
         self.proto_acc: dict[int, float] = {}
 
-    def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[KnowledgeDownlink, Params]]:
+    def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[KnowledgeDownlink, KnowledgeState]]:
         if self.aggregator is not None:
             self.aggregator.begin_round(round, sampled)
         lr, k = self.lr_at(round), self.knowledge
-        tasks: list[ClientTask[KnowledgeDownlink, Params]] = []
+        tasks: list[ClientTask[KnowledgeDownlink, KnowledgeState]] = []
         for cid in sampled:
             down = KnowledgeDownlink(k.protos, k.mask, k.soft, self.state, lr, self.policy.temperature(cid, round), derive_seed(self.seed, "train", cid, round))
-            tasks.append(ClientTask(cid, round, down, self.evaluation.client_data(cid), self.clients.get(cid)))
+            model, own = self.clients.get(cid), self.own.get(cid)
+            state = KnowledgeState(model, own or {}) if model is not None or own else None
+            tasks.append(ClientTask(cid, round, down, self.evaluation.client_data(cid), state))
         return tasks
 
     def server_update(
-        self, round: int, tasks: Sequence[ClientTask[KnowledgeDownlink, Params]], replies: Sequence[ClientReply[KnowledgeUplink, Params]]
+        self, round: int, tasks: Sequence[ClientTask[KnowledgeDownlink, KnowledgeState]], replies: Sequence[ClientReply[KnowledgeUplink, KnowledgeState]]
     ) -> RoundRecord:
         results, means, counts, softs = [], [], [], []
         for task, reply in zip(tasks, replies):
@@ -238,15 +262,17 @@ class PrototypeSharing:
             self.book.receive(round, task, reply, up.train_loss, up)
             if up.proto_acc is not None:
                 self.proto_acc[cid] = up.proto_acc
-            if reply.state is not None:
-                self.clients[cid] = reply.state
+            if reply.state is not None and reply.state.model is not None:
+                self.clients[cid] = reply.state.model
+            if reply.state is not None and reply.state.own:
+                self.own[cid] = reply.state.own
             means.append(up.means)
             counts.append(up.counts)
             if up.soft is not None:
                 softs.append(up.soft)
             if up.model is not None:
                 d = task.downlink
-                results.append(ClientResult(cid, up.model, up.num_samples, up.num_steps, d.lr, d.temperature, up.train_loss, {}))
+                results.append(ClientResult(cid, up.model, up.num_samples, up.num_steps, d.lr, trained_at(task, reply), up.train_loss, {}))
         protos, mask = aggregate_means(means, counts, self.options.weighting)
         soft = aggregate_means(softs, counts, self.options.weighting)[0] if softs else None
         self.book.check_state(round, {"prototypes": protos}, "global knowledge")
@@ -262,7 +288,7 @@ class PrototypeSharing:
             clients=[t.client_id for t in tasks],
             lr=self.lr_at(round),
             train_loss=float(np.dot(w, [u.train_loss for u in ups]) / max(w.sum(), 1.0)),
-            temperature_mean=float(np.mean([t.downlink.temperature for t in tasks])),
+            temperature_mean=float(np.mean([trained_at(t, r) for t, r in zip(tasks, replies)])),
             client_train_loss={str(t.client_id): u.train_loss for t, u in zip(tasks, ups)},
             metrics={"known_classes": int(mask.sum())},
         )
@@ -302,6 +328,7 @@ class PrototypeSharing:
             "global": None if self.state is None else dict(self.state),
             "knowledge": self.knowledge.state_dict(),
             "clients": {str(c): dict(s) for c, s in self.clients.items()},
+            "own": {str(c): dict(s) for c, s in self.own.items()},
             "proto_acc": {str(c): v for c, v in self.proto_acc.items()},
             "aggregator": None if self.aggregator is None else self.aggregator.state_dict(),
             **self.book.state_dict(),
@@ -313,6 +340,7 @@ class PrototypeSharing:
         k = state["knowledge"]
         self.knowledge = Knowledge(k["protos"].to(dev), k["mask"].to(dev), None if k["soft"] is None else k["soft"].to(dev))
         self.clients = ClientParams.of({int(c): {n: v.to(dev) for n, v in s.items()} for c, s in state["clients"].items()})
+        self.own = ClientParams.of({int(c): dict(s) for c, s in state.get("own", {}).items()})  # older checkpoints: none
         self.proto_acc = {int(c): float(v) for c, v in state["proto_acc"].items()}
         if self.aggregator is not None:
             self.aggregator.load_state_dict(state["aggregator"])
@@ -370,7 +398,9 @@ def build_prototype_sharing(exp: Experiment, evaluation: Evaluation) -> Prototyp
     """FedProto / FedHKD (``[prototypes]``): one training spec per architecture, with the method's objective."""
     cfg = exp.config
     options, cm, specs, dim = prototype_parts(exp)
-    client = KnowledgeClient(cm.models, specs, cm.states, cm.plan.arch_of, exp.data.num_classes, options, cfg.seed, cfg.eval.batch_size)
+    client = KnowledgeClient(
+        cm.models, specs, cm.states, cm.plan.arch_of, exp.data.num_classes, options, cfg.seed, cfg.eval.batch_size, exp.policy.client_half(exp.data.num_classes)
+    )
     return PrototypeSharing(
         options=options,
         seed=cfg.seed,

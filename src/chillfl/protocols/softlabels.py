@@ -16,7 +16,8 @@ round t (1-based, as in Algorithm 1) is::
                   the server checks (by digest) it equals its own, row for row
         distil    KL(target || softmax(f(x))) on P^{t-1}, E_dist epochs, eta_dist   (Eq. 3)
         train     on private data, the ONE local step (train_client), at the
-                  temperature policy's T
+                  temperature policy's T (FedChill: the client's own, from its state,
+                  decayed after its local evaluation)
         upload    softmax outputs on I_req^t (method: quantised, selected, ...)
     server: aggregate (ERA Eq. 2, Enhanced ERA Eq. 4, ...), update the cache
             (gamma^t), train the server model on P^t with zhat^t, evaluate it
@@ -47,8 +48,8 @@ Choices
 * **Individual** trains the sampled clients on private data only; it has no
   server model, so ``global_acc`` is absent and every byte count is 0.
 * **Client state store**: ``client_store = "disk"`` (or ``"auto"`` above
-  ``max_clients_in_memory`` clients) keeps each client's model, cache and
-  selector mask in one ``torch.save`` file under a temporary directory
+  ``max_clients_in_memory`` clients) keeps each client's model, cache,
+  selector mask and FedChill entries in one ``torch.save`` file under a temporary directory
   (``state_dir`` or the system temp dir), removed when the run ends; only the
   round's clients are in memory. Memory and disk give bit-identical runs.
 * **Bytes.** The downlink counts its own bytes when the server builds it
@@ -87,7 +88,7 @@ from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, local_evaluation_job
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.settings.distillation import DistillationSetup, FedMDOptions
-from chillfl.temperature.base import TemperaturePolicy
+from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalOutcome, LocalSpec, train_client
 
@@ -141,15 +142,19 @@ def draw_public_subset(seed: int, round: int, num_public: int, size: int) -> tor
 
 @dataclass
 class ClientState:
-    """Everything a client keeps between rounds: its model, its cache C_k, its selector mask."""
+    """Everything a client keeps between rounds: its model, its cache C_k, its selector mask, its temperature."""
 
     model: Params
     cache: ClientCache | None = None
     in_distribution: torch.Tensor | None = None
+    own: dict[str, torch.Tensor] = field(default_factory=dict)
+    """The temperature policy's client half's entries (FedChill's ``fedchill.*``; empty: none)."""
 
     def to_payload(self) -> dict[str, Any]:
         """Plain tensors/ints only, so ``torch.load(weights_only=True)`` reads it back."""
         out: dict[str, Any] = {"model": self.model}
+        if self.own:
+            out["own"] = dict(self.own)
         if self.cache is not None:
             entries = self.cache.entries()
             keys = sorted(entries)
@@ -170,7 +175,7 @@ class ClientState:
                 cache.apply_sync(
                     CacheSyncDelta(cid, synced, payload["cache_indices"], payload["cache_values"], torch.zeros(0, dtype=torch.long))
                 )
-        return cls(payload["model"], cache, payload.get("in_distribution"))
+        return cls(payload["model"], cache, payload.get("in_distribution"), dict(payload.get("own", {})))
 
 
 class ClientStore:
@@ -318,6 +323,8 @@ class SoftLabelClient:
     """Heterogeneous clients: per-architecture templates, states and specs (None: everyone trains ``model``)."""
     transfer: TransferPhase | None = None
     """FedMD's transfer learning on the labelled public set, at a client's first participation."""
+    temperature: TemperatureHalf | None = None
+    """The temperature policy's client half (FedChill): T from the client's own state, updated after training."""
     _public_memo: dict[bytes, torch.Tensor] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def public_rows(self, indices: torch.Tensor) -> torch.Tensor:
@@ -376,13 +383,16 @@ class SoftLabelClient:
                     job = ClientJob(cid, state.model, x_prev, target, self.distill_lr, 1.0, {}, d.distill_seed, distill_spec)
                     out: LocalOutcome = yield job
                     state.model, distill_loss = out.params, out.mean_loss
-        out = yield ClientJob(cid, state.model, data.x, data.y, d.lr, d.temperature, {}, d.train_seed, spec=train_spec, work=task.work)  # a straggler stops early
+        t = d.temperature if self.temperature is None else self.temperature.temperature(state.own, d.temperature, data.y)
+        out = yield ClientJob(cid, state.model, data.x, data.y, d.lr, t, {}, d.train_seed, spec=train_spec, work=task.work)  # a straggler stops early
         state.model = out.params
         acc, loss = None, None
         evaluation = local_evaluation_job(cid, template, state.model, data, self.eval_batch_size)
         if evaluation is not None:
             measured: Prediction = yield evaluation
             acc, loss = measured.acc, measured.loss
+        if self.temperature is not None:
+            state.own = self.temperature.finish(state.own, t, acc)
         soft = None
         if self.collaborative and d.requested.numel() > 0:
             kind: Output = "logits" if self.uses_logits else "proba"
@@ -390,7 +400,7 @@ class SoftLabelClient:
             assert uploaded.values is not None
             soft = self.hooks.upload(cid, d.round, d.requested, uploaded.values.cpu(), state)  # the uplink is a message: host-side
         report = SoftLabelReport(soft, out.mean_loss, len(data.y), distill_loss, digest)
-        return ClientReply(cid, report, state, acc, loss)
+        return ClientReply(cid, report, state, acc, loss, None if self.temperature is None else t)
 
 
 # ---------------------------------------------------------------- server side
@@ -485,7 +495,7 @@ class SoftLabelProtocol:
         transfer = self._transfer(exp, setup, client_models if archs is not None else None)
         self.client = SoftLabelClient(
             exp.model, self.method.client_half(), self.method.uses_logits, self.x_public, self.server_state, self.specs.distill, c.distill_lr,
-            cfg.eval.batch_size, self.collaborative, use_cache, archs, transfer,
+            cfg.eval.batch_size, self.collaborative, use_cache, archs, transfer, exp.policy.client_half(exp.data.num_classes),
         )
 
     def _archs(self, cm: ClientModels) -> ClientArchs:
@@ -563,7 +573,7 @@ class SoftLabelProtocol:
             self.store.save(cid, reply.state)
             train_losses.append(report.train_loss)
             weights.append(report.num_samples)
-            temps.append(float(task.downlink.temperature if reply.temperature is None else reply.temperature))  # a node-held FedChill state picks its own
+            temps.append(float(task.downlink.temperature if reply.temperature is None else reply.temperature))  # a client half (FedChill) picks its own
             if report.distill_loss is not None:
                 distill_losses.append(report.distill_loss)
 

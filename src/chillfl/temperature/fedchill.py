@@ -24,10 +24,18 @@ Choices
   counter (the reset, line 15, is inside the decay branch); we keep that, so
   the counter keeps growing there (it only matters for logging). T may
   therefore stay anywhere in [T_min, 1.1 T_min].
-* Rounds are the client's own participations: the engine calls ``observe``
-  only for clients that trained, and unsampled clients keep their state.
+* Rounds are the client's own participations: only a client that trained runs
+  a decay step, and an unsampled client keeps its state.
 * ``observe(..., None)`` with ``decay = true`` is a configuration error (the
   decay needs a client validation split), rather than silently never decaying.
+* Where the state lives: with the client (:class:`FedChillHalf`), as on a
+  device. A client computes its own h_n from its own training labels (the
+  same float as its row of the federation's matrix, see
+  :func:`~chillfl.temperature.heterogeneity.client_heterogeneity`), so the
+  server reads no class count; only what needs every client's counts
+  (``normalisation = "minmax"``, ``measure = "size"``, with ``init``) is
+  computed by the server (:class:`FedChillPolicy`) and offered in the
+  downlink as the client's start temperature.
 * Defaults: T_max = 1, T_min = 0.05, s = 2 (Sec. 4.2.3, Table 10), P = 2
   ("two consecutive rounds", Sec. 4.2.3), gamma = 0.95 (the paper uses
   gamma in {0.8, 0.95}; 0.8 is the other option).
@@ -45,13 +53,15 @@ import dataclasses
 import math
 import types
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
+import torch
 
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import require, require_range
-from chillfl.temperature.heterogeneity import MEASURES, heterogeneity, reference_distribution
+from chillfl.temperature.base import TemperatureState
+from chillfl.temperature.heterogeneity import FEDERATION_MEASURES, MEASURES, client_heterogeneity, heterogeneity, reference_distribution
 
 Compare = Literal["previous", "two_back"]
 
@@ -182,89 +192,145 @@ def no_accuracy_for_decay() -> ConfigError:
     )
 
 
-class FedChillPolicy:
-    """Per-client adaptive temperatures (implements :class:`~chillfl.temperature.base.TemperaturePolicy`)."""
+def needs_federation(options: FedChillOptions) -> tuple[str, str] | None:
+    """(option, why) when a client's start temperature needs every client's label counts; None: each client computes its own."""
+    if not options.init:
+        return None  # every client starts at t_start / t_max: h_n is not used
+    if options.normalisation == "minmax":
+        return "normalisation", "'minmax' rescales h_n over every client's label counts"
+    if options.measure in FEDERATION_MEASURES:
+        return "measure", f"{options.measure!r} is normalised by the federation's largest client"
+    return None
 
-    def __init__(self, options: FedChillOptions, class_counts: np.ndarray) -> None:
+
+PREFIX = "fedchill."
+"""The key prefix of a client's FedChill entries in its own state table."""
+
+
+def to_entries(state: ClientTemperatureState) -> TemperatureState:
+    """A client's Algorithm 1 state as tensors (``fedchill.temperature``, ``.history``, ``.counter``): float64, so exact."""
+    return {
+        PREFIX + "temperature": torch.tensor(state.temperature, dtype=torch.float64),
+        PREFIX + "history": torch.tensor(state.history, dtype=torch.float64),
+        PREFIX + "counter": torch.tensor(state.counter, dtype=torch.int64),
+    }
+
+
+def from_entries(state: Mapping[str, torch.Tensor]) -> ClientTemperatureState | None:
+    """Inverse of :func:`to_entries` (None: the client has run no decay step yet)."""
+    if PREFIX + "temperature" not in state:
+        return None
+    return ClientTemperatureState(
+        temperature=float(state[PREFIX + "temperature"]),
+        history=[float(a) for a in state[PREFIX + "history"].tolist()],
+        counter=int(state[PREFIX + "counter"]),
+    )
+
+
+@dataclass(frozen=True)
+class FedChillHalf:
+    """FedChill on the client (implements :class:`~chillfl.temperature.base.TemperatureHalf`): its T and Algorithm 1 on its own state."""
+
+    options: FedChillOptions
+    num_classes: int
+
+    def start(self, offered: float, labels: torch.Tensor) -> float:
+        """T_{n,0}: the server's offer where only the federation can compute it, else Eq. 7 from the client's own label counts (or t_start)."""
+        if not math.isnan(offered):
+            return float(offered)
+        o = self.options
+        h = client_heterogeneity(np.bincount(labels.cpu().numpy(), minlength=self.num_classes), o.measure, o.p_g) if o.init else math.nan
+        return start_temperature(o, h)
+
+    def temperature(self, state: Mapping[str, torch.Tensor], offered: float, labels: torch.Tensor) -> float:
+        saved = from_entries(state)
+        return saved.temperature if saved is not None else self.start(offered, labels)
+
+    def finish(self, state: Mapping[str, torch.Tensor], temperature: float, local_accuracy: float | None) -> TemperatureState:
+        """Algorithm 1 after the client's local evaluation (nothing to keep when ``decay`` is off).
+
+        Without an accuracy the state is kept as it is: the server stops the run (:meth:`FedChillPolicy.observe`).
+        """
+        o = self.options
+        if not o.decay:
+            return {}
+        current = from_entries(state)
+        if local_accuracy is None:
+            return {} if current is None else to_entries(current)
+        if current is None:
+            current = ClientTemperatureState(temperature=temperature)  # it trained at its start temperature
+        return to_entries(decay_step(current, local_accuracy, patience=o.patience, gamma=o.gamma, t_min=o.t_min, compare=o.compare))
+
+
+ClassCounts = np.ndarray | Callable[[], np.ndarray]
+"""The [clients, classes] label-count matrix, or a function computing it (called only when needed)."""
+
+
+class FedChillPolicy:
+    """FedChill's server half (implements :class:`~chillfl.temperature.base.TemperaturePolicy`): no per-client state.
+
+    Each client's T, accuracy history A_n and stagnation counter live with the
+    client (:class:`FedChillHalf`). What the server still does:
+
+    * offers the start temperature T_{n,0} (Eq. 7) where h_n needs every
+      client's label counts (:func:`needs_federation`: ``minmax``
+      normalisation, the ``size`` measure); the counts are read only then.
+      Otherwise it offers NaN: the client computes its own h_n;
+    * stops the run when a decay step has no accuracy (:meth:`observe`);
+    * hands out the client half, after checking ``p_g`` against the classes.
+    """
+
+    def __init__(self, options: FedChillOptions, class_counts: ClassCounts | None = None) -> None:
         options.validate("temperature")
-        counts = np.asarray(class_counts, dtype=np.float64)
+        self.options = options
+        self._counts = class_counts
+        self._h: np.ndarray | None = None
+        if needs_federation(options) is not None:
+            self._h = self.initial_heterogeneity
+        elif isinstance(class_counts, np.ndarray):
+            self._matrix()  # checks its shape and len(p_g) == classes
+
+    def _matrix(self) -> np.ndarray:
+        source = self._counts
+        if source is None:
+            raise ConfigError("temperature.class_counts", "FedChill needs the federation's label counts here")
+        counts = np.asarray(source() if callable(source) else source, dtype=np.float64)
         if counts.ndim != 2:
             raise ConfigError("temperature.class_counts", f"expected a [clients, classes] matrix, got shape {counts.shape}")
-        reference_distribution(options.p_g, counts.shape[1])  # checks len(p_g) == classes
-        self.options = options
-        self._h = heterogeneity(counts, options.measure, options.p_g, options.normalisation)
-        self._states: dict[int, ClientTemperatureState] = {}  # only clients Algorithm 1 has changed: O(clients seen)
-
-    def _start(self, i: int) -> float:
-        """Client ``i``'s temperature before any observation: Eq. 7 from h_i, or ``t_start`` / ``t_max``."""
-        return start_temperature(self.options, float(self._h[i]))
+        reference_distribution(self.options.p_g, counts.shape[1])  # checks len(p_g) == classes
+        self._counts = counts
+        return counts
 
     @property
     def initial_heterogeneity(self) -> np.ndarray:
-        """h_n of every client (in [0, 1]), as used by Eq. 7."""
-        return self._h.copy()
-
-    @property
-    def num_clients(self) -> int:
-        return len(self._h)
-
-    def state(self, client_id: int) -> ClientTemperatureState:
-        i = self._index(client_id)
-        return self._states.get(i) or ClientTemperatureState(temperature=self._start(i))
-
-    def _index(self, client_id: int) -> int:
-        if not 0 <= client_id < len(self._h):
-            raise KeyError(f"client id {client_id} out of range [0, {len(self._h)})")
-        return client_id
+        """h_n of every client (in [0, 1]) over the federation's counts, as Eq. 7 uses it (reads the counts)."""
+        o = self.options
+        return heterogeneity(self._matrix(), o.measure, o.p_g, o.normalisation)
 
     def temperature(self, client_id: int, round: int) -> float:
-        return self.state(client_id).temperature
+        """The start temperature the server offers client ``client_id`` (NaN: the client computes its own)."""
+        if self._h is None:
+            return math.nan
+        if not 0 <= client_id < len(self._h):
+            raise KeyError(f"client id {client_id} out of range [0, {len(self._h)})")
+        return start_temperature(self.options, float(self._h[client_id]))
 
     def observe(self, client_id: int, round: int, local_accuracy: float | None) -> None:
-        """Algorithm 1 after the client's local training; no-op when ``decay`` is off."""
-        i = self._index(client_id)
-        if not self.options.decay:
-            return
-        if local_accuracy is None:
+        """Nothing to update (the client ran Algorithm 1); a ConfigError when the decay has no accuracy."""
+        if self.options.decay and local_accuracy is None:
             raise no_accuracy_for_decay()
-        o = self.options
-        self._states[i] = decay_step(
-            self.state(i), local_accuracy, patience=o.patience, gamma=o.gamma, t_min=o.t_min, compare=o.compare
-        )
 
-    def snapshot(self) -> Mapping[int, float]:
-        """Every registered client's temperature (O(clients): for metrics of small federations and plots)."""
-        return {cid: self.state(cid).temperature for cid in range(self.num_clients)}
+    def client_half(self, num_classes: int) -> FedChillHalf:
+        reference_distribution(self.options.p_g, num_classes)  # checks len(p_g) == classes
+        return FedChillHalf(self.options, num_classes)
 
     def state_dict(self) -> dict[str, Any]:
-        """The Algorithm 1 state (T, accuracy history A_n, stagnation counter) of every client it has changed.
-
-        ``{"clients": {str(client id): {...}}}`` in client order; every other client is
-        still at its start temperature, rebuilt with h_n from the options and counts,
-        so a checkpoint grows with the clients seen, not the clients registered.
-        Plain floats and ints only: floats survive JSON exactly (``repr``).
-        """
-        return {
-            "clients": {
-                str(cid): {"temperature": float(s.temperature), "history": [float(a) for a in s.history], "counter": int(s.counter)}
-                for cid, s in sorted(self._states.items())
-            }
-        }
+        """Nothing: the per-client states are the clients' (checkpointed with their client state)."""
+        return {}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`; also reads the older list form (one entry per registered client)."""
-        if set(state) != {"clients"}:
-            raise ValueError(f"FedChill state must have keys ['clients'], got {sorted(state)}")
-        clients = state["clients"]
-        if isinstance(clients, Mapping):
-            items = [(int(k), v) for k, v in clients.items()]
-            if any(not 0 <= cid < self.num_clients for cid, _ in items):
-                raise ValueError(f"checkpoint names clients outside [0, {self.num_clients})")
-        else:
-            if len(clients) != self.num_clients:
-                raise ValueError(f"checkpoint has {len(clients)} clients, policy has {self.num_clients}")
-            items = list(enumerate(clients))
-        self._states = {
-            cid: ClientTemperatureState(temperature=float(c["temperature"]), history=[float(a) for a in c["history"]], counter=int(c["counter"]))
-            for cid, c in items
-        }
+        if state:
+            raise ValueError(
+                "this checkpoint keeps FedChill's per-client temperatures on the server (an older chillfl); "
+                "the clients keep them now: resume it with the chillfl that wrote it"
+            )

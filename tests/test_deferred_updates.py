@@ -134,6 +134,8 @@ def test_no_deferral_when_a_term_reads_the_weight() -> None:
     def prox(params, context):  # FedProx-like: the weight is read outside its layer (a dense gradient part)
         return 0.5 * sum(((params[k] - context["anchor"][k]) ** 2).sum() for k in params)
 
+    prox.reads = ("anchor",)  # type: ignore[attr-defined]  # a term names the context keys it reads
+
     model = _wide_mlp()
     anchor = {k: v.detach() + 0.1 for k, v in model.named_parameters()}
     jobs = [j.__class__(j.client_id, j.start, j.x, j.y, j.lr, j.temperature, {"anchor": anchor}, j.seed) for j in _jobs(model, [8, 5])]

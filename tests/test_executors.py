@@ -30,6 +30,8 @@ from float_paths import assert_records_close
 class Pull:
     """Test term: sum(w * c) over the keys in context['c'] (gradient c), times context['scale']."""
 
+    reads = ("c", "scale")
+
     def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
         c = context["c"]
         return context["scale"] * sum((params[k] * c[k]).sum() for k in c)
@@ -37,6 +39,8 @@ class Pull:
 
 class Prox:
     """Test term: mu/2 ||w - anchor||^2 (FedProx's shape), anchor shared by every client."""
+
+    reads = ("anchor", "mu")
 
     def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
         anchor = context["anchor"]
@@ -248,6 +252,8 @@ def test_vectorized_falls_back_once_when_step_cannot_be_vmapped(caplog: pytest.L
 
 class Branchy:
     """Test term with Python control flow on a per-client number: fine alone, not under vmap."""
+
+    reads = ("mu",)
 
     def __call__(self, params: Mapping[str, torch.Tensor], context: Mapping[str, Any]) -> torch.Tensor:
         if context["mu"] > 0:  # a batched tensor under vmap: data-dependent control flow

@@ -79,6 +79,8 @@ def test_factored_training_with_a_term_on_the_weights_equals_dense() -> None:
     def prox(params, context):  # FedProx-like: pulls every weight towards the anchor
         return 0.5 * sum(((params[k] - context["anchor"][k]) ** 2).sum() for k in params)
 
+    prox.reads = ("anchor",)  # type: ignore[attr-defined]  # a term names the context keys it reads
+
     torch.manual_seed(0)
     model = _Uses()
     anchor = {k: torch.randn_like(v) for k, v in model.named_parameters()}

@@ -46,6 +46,8 @@ def test_loss_terms_are_added():
     def pull(params, context):  # d/dw of sum(w * c) is c
         return (params["weight"] * context["c"]).sum()
 
+    pull.reads = ("c",)  # type: ignore[attr-defined]  # a term names the context keys it reads
+
     spec = LocalSpec(epochs=1, batch_size=4, terms=(pull,))
     out = train_client(model, start, x, y, spec=spec, lr=0.5, temperature=1.0, context={"c": torch.ones(2, 2)}, generator=torch.Generator().manual_seed(0))
     # x = 0 so the CE gradient w.r.t. W is 0; one step: W = 0 - 0.5 * 1

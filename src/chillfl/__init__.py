@@ -4,7 +4,9 @@ Logit chilling (FLex&Chill), FedChill, PA3Fed and SCARLET, with the baselines
 they compare against, composed from orthogonal parts by configuration.
 
 The Python API (``chillfl.run``, ``chillfl.TensorData``, ...; see
-:mod:`chillfl.api` and docs/python-api.md) is loaded on first use, so
+:mod:`chillfl.api` and docs/python-api.md) and the extension API
+(``chillfl.extend``: your own aggregators, loss terms, temperature policies
+and soft-label methods; docs/extending.md) are loaded on first use, so
 ``import chillfl`` stays cheap: torch is imported only when an API name is.
 """
 
@@ -45,6 +47,7 @@ __all__ = [
     "RunOutput",
     "TensorData",
     "__version__",
+    "extend",
     "available",
     "compare",
     "load_config",
@@ -77,6 +80,10 @@ _freeze_import_objects()  # torch imported before chillfl (scripts, the benchmar
 
 def _submodule(where: str) -> ModuleType:
     """Plain import statements (not importlib), so the import graph test sees these dependencies."""
+    if where == "extend":
+        import chillfl.extend as extend  # not "from chillfl import extend": its hasattr would come back here
+
+        return extend
     if where == "api":
         from chillfl import api
 
@@ -100,10 +107,11 @@ def _submodule(where: str) -> ModuleType:
 
 def __getattr__(name: str) -> Any:
     """Import an API name's module on first access (PEP 562) and cache the name here."""
-    where = _API.get(name)
+    where = "extend" if name == "extend" else _API.get(name)
     if where is None:
         raise AttributeError(f"module 'chillfl' has no attribute {name!r}")
-    value = getattr(_submodule(where), name)
+    module = _submodule(where)
+    value = module if name == "extend" else getattr(module, name)
     _freeze_import_objects()  # torch and chillfl's modules, imported just now through the API
     globals()[name] = value
     return value

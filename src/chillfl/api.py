@@ -29,21 +29,22 @@ import numpy as np
 import torch
 from torch import nn
 
-from chillfl.aggregation.registry import algorithm_names
+from chillfl.aggregation.registry import AGGREGATOR_METHODS, algorithm_names
 from chillfl.config import RunConfig, apply_overrides, check_compare_option, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
 from chillfl.data import ArrayDataset, dataset_names, partitioner_names
 from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.engine.view import RunView, model_with_state
 from chillfl.errors import ConfigError
-from chillfl.experiment import CUSTOM, Experiment, build_experiment
+from chillfl.experiment import CUSTOM, Experiment, Plugged, build_experiment, plugged_records
 from chillfl.experiments import resolve_config
 from chillfl.models import model_names
 from chillfl.options import short_repr
+from chillfl.plugins import has_methods
 from chillfl.report.compare import CompareOptions, grid_variants, parse_grid, run_compare
 from chillfl.report.compare import CompareResult as Comparison
 from chillfl.runner import Callback, RunOutput, run_experiment
 from chillfl.settings.distillation import method_names
-from chillfl.temperature import policy_names
+from chillfl.temperature import POLICY_METHODS, policy_names
 from chillfl.tune import parse_tune
 
 ConfigLike = Union[RunConfig, Mapping[str, Any], str, Path, None]
@@ -126,6 +127,9 @@ def run(
     callbacks: Sequence[Callback | Callable[[dict[str, Any]], Any]] = (),
     progress: bool = True,
     write: bool = True,
+    aggregator: Any = None,
+    terms: Sequence[Any] = (),
+    policy: Any = None,
     **overrides: Any,
 ) -> Result:
     """Run one federated experiment and return the trained model.
@@ -141,14 +145,18 @@ def run(
     ``on_round(record[, run])`` and/or ``on_end(output)``, or functions called
     with each round's record (and, when they take two arguments, a
     :class:`~chillfl.engine.view.RunView`: copies of the global and client
-    models, and ``run.stop(reason)`` to end the run early, resumable). Every user error raises :class:`ConfigError` naming
+    models, and ``run.stop(reason)`` to end the run early, resumable).
+    ``aggregator`` (with its local objective ``terms``) and ``policy``: your own method's parts as
+    instances (:mod:`chillfl.extend`, docs/extending.md); they replace ``[algorithm]`` and
+    ``[temperature]``, and the run works on copies of them. Every user error raises :class:`ConfigError` naming
     the field, before anything is written.
     """
-    cfg, dataset = _prepare(model, data, config, out_dir, overrides)
+    plugged = as_plugged(aggregator, terms, policy)
+    cfg, dataset = _prepare(model, data, config, out_dir, overrides, plugged)
     hooks = [_as_callback(cb, i) for i, cb in enumerate(callbacks)]
     if write:
         check_out_dir(cfg.out_dir)
-    exp = build_experiment(cfg, dataset, model=model)
+    exp = build_experiment(cfg, dataset, model=model, plugged=plugged)
     if model is not None:
         check_model_fits(exp)
     out = run_experiment(cfg, write=write, progress=progress, experiment=exp, callbacks=hooks, hooks=[h.hook for h in hooks])
@@ -177,6 +185,9 @@ def compare(
     out_dir: str | Path | None = None,
     progress: bool = True,
     write: bool = True,
+    aggregator: Any = None,
+    terms: Sequence[Any] = (),
+    policy: Any = None,
     **overrides: Any,
 ) -> Comparison:
     """Run variants of one experiment on your own model and data, as ``chillfl compare`` does, and tabulate them.
@@ -188,10 +199,12 @@ def compare(
     ``[variants]``. ``seeds``: run every variant at each seed (mean ± std, 95 % CI, paired
     differences). ``tune``: ``{"client.lr": [...]}``, each variant at its best point on the
     validation split (needs ``eval.validation > 0``). ``controls``: step-size controls for T != 1
-    variants. ``model``, ``data``, ``config`` and ``overrides`` are those of :func:`run`.
+    variants. ``model``, ``data``, ``config``, ``aggregator``, ``terms``, ``policy`` and ``overrides``
+    are those of :func:`run` (every variant and seed runs on its own copies of your parts).
     ``result.report("report.html")`` writes the HTML report.
     """
-    cfg, dataset = _prepare(model, data, config, out_dir, overrides)
+    plugged = as_plugged(aggregator, terms, policy)
+    cfg, dataset = _prepare(model, data, config, out_dir, overrides, plugged)
     if isinstance(grid, Mapping):
         for key, values in grid.items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
@@ -213,14 +226,45 @@ def compare(
     if write:
         check_out_dir(cfg.out_dir)
     if model is not None:
-        check_model_fits(build_experiment(cfg, dataset, model=model))
+        check_model_fits(build_experiment(cfg, dataset, model=model, plugged=plugged))
     options = CompareOptions(seeds=list(seeds) if seeds is not None else None, tune={k: list(v) for k, v in tune.items()} if tune is not None else None, controls=controls, select=select)
-    return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model)
+    return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model, plugged=plugged or None)
+
+
+def as_plugged(aggregator: Any, terms: Sequence[Any], policy: Any) -> Plugged:
+    """The user's method parts passed to :func:`run` / :func:`compare`, checked: ConfigError on ``aggregator``, ``terms[i]``, ``policy``."""
+    for field_name, obj, methods, what in (("aggregator", aggregator, AGGREGATOR_METHODS, "Aggregator"), ("policy", policy, POLICY_METHODS, "TemperaturePolicy")):
+        if obj is not None and (isinstance(obj, type) or not has_methods(type(obj), methods)):
+            lacks = [m for m in methods if not callable(getattr(obj, m, None))]
+            why = "a class, not an instance: call it" if isinstance(obj, type) else f"it lacks {', '.join(lacks)}"
+            raise ConfigError(field_name, f"must be a chillfl.extend.{what} instance; {type(obj).__name__ if not isinstance(obj, type) else obj.__name__} is {why}")
+    if isinstance(terms, (str, bytes)) or not isinstance(terms, Sequence):
+        raise ConfigError("terms", f"must be a list of local objective terms, got {type(terms).__name__}")
+    for i, term in enumerate(terms):
+        reads = getattr(term, "reads", None)
+        if isinstance(term, type) or not callable(term):
+            raise ConfigError(f"terms[{i}]", f"must be a callable term instance (chillfl.extend.LossTerm), got {short_repr(term)}")
+        if not (isinstance(reads, tuple) and all(isinstance(k, str) for k in reads)):
+            raise ConfigError(f"terms[{i}]", f"{type(term).__name__} must declare reads: tuple[str, ...], the context keys it reads (() for none)")
+    if terms and aggregator is None:
+        raise ConfigError("terms", "are the local objective of an aggregator passed with them: add aggregator=... (chillfl.extend.FedAvg() for FedAvg)")
+    return Plugged(aggregator, tuple(terms), policy)
+
+
+def _record_plugged(raw: dict[str, Any], plugged: Plugged) -> None:
+    """Replace ``[algorithm]`` / ``[temperature]`` by the records of the parts passed from Python; a config that sets them too is refused."""
+    defaults = {"algorithm": ("name", "fedavg", "aggregator"), "temperature": ("policy", "none", "policy")}
+    for part, record in plugged_records(plugged).items():
+        key, default, keyword = defaults[part]
+        table = raw.get(part)
+        if table is not None and not (isinstance(table, Mapping) and dict(table) in ({}, {key: default})):
+            raise ConfigError(keyword, f"replaces [{part}], which the config sets too ({short_repr(table)}); pass one of the two")
+        raw[part] = record
 
 
 def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike, out_dir: str | Path | None,
-             overrides: Mapping[str, Any]) -> tuple[RunConfig, ArrayDataset | None]:
-    """The config :func:`run` and :func:`compare` run: overrides applied, the user's model and data recorded in it."""
+             overrides: Mapping[str, Any], plugged: Plugged = Plugged()) -> tuple[RunConfig, ArrayDataset | None]:
+    """The config :func:`run` and :func:`compare` run: overrides applied, the user's model, data and method parts recorded in it."""
     if model is not None and not isinstance(model, nn.Module):
         raise ConfigError("model", f"must be a torch.nn.Module, got {type(model).__name__}")
     if out_dir is not None:
@@ -239,6 +283,7 @@ def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike,
             set_dotted(raw, "eval.client_split", "natural")  # local accuracy on the clients' own test sets
     if model is not None:
         raw["model"] = model_record(model)
+    _record_plugged(raw, plugged)
     return config_from_dict(raw), dataset
 
 

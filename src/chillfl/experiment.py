@@ -6,13 +6,14 @@ All user errors surface here, before any result folder is created.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator
-from chillfl.aggregation.registry import algorithm_spec, make_aggregator
+from chillfl.aggregation.registry import algorithm_names, algorithm_spec, make_aggregator
 from chillfl.aggregation.robust import Krum
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
@@ -22,7 +23,7 @@ from chillfl.data.loaders import DATA_DIR_FIELD
 from chillfl.data.partition import PARTITIONERS, partitioner_names
 from chillfl.data.partition_file import FROM_FILE
 from chillfl.engine.executors import Executor
-from chillfl.engine.parallel import ExecutorSpec, make_parallel_executor
+from chillfl.engine.parallel import ExecutorSpec, make_parallel_executor, unsendable
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.ray_executor import RayExecutor, import_ray
 from chillfl.errors import ConfigError, choice_error
@@ -35,7 +36,8 @@ from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
 from chillfl.seeds import derive_seed
-from chillfl.temperature import POLICIES, make_policy, policy_names
+from chillfl.temperature import make_policy, policy_names, policy_spec
+from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.gradient_ablation import BASE_LOSSES
 from chillfl.training.local import LocalSpec, model_state, resolve_compute
 from chillfl.training.objective import ProximalTerm, Term, temperature_cross_entropy
@@ -88,6 +90,48 @@ def check_rebuildable(config: RunConfig, *, has_model: bool = False, has_data: b
         raise _not_from_file("dataset.name", "tensors", "data", dataset_names())
 
 
+def check_plugged(config: RunConfig, plugged: "Plugged | None") -> None:
+    """Refuse a config whose aggregator or temperature policy came from Python (``custom``) when none is given again."""
+    plugged = plugged or Plugged()
+    if plugged.aggregator is None and is_custom(config.algorithm.get("name")):
+        raise _not_from_file("algorithm.name", "aggregator", "aggregator", algorithm_names())
+    if plugged.policy is None and is_custom(config.temperature.get("policy")):
+        raise _not_from_file("temperature.policy", "temperature policy", "policy", policy_names())
+
+
+@dataclass(frozen=True)
+class Plugged:
+    """A user's own method parts passed as instances from Python (:func:`chillfl.run`), not named in the config.
+
+    ``aggregator`` replaces ``[algorithm]`` and ``terms`` are its local objective terms; ``policy``
+    replaces ``[temperature]``. Each run works on deep copies, so the caller's objects are never
+    mutated and two runs (a comparison's variants and seeds) never share state. The config records
+    them as ``name = "custom"`` with their classes (:func:`plugged_records`).
+    """
+
+    aggregator: Aggregator | None = None
+    terms: tuple[Term, ...] = ()
+    policy: TemperaturePolicy | None = None
+
+    def __bool__(self) -> bool:
+        return self.aggregator is not None or self.policy is not None or bool(self.terms)
+
+
+def _class_path(obj: object) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def plugged_records(plugged: Plugged) -> dict[str, dict[str, Any]]:
+    """The ``[algorithm]`` / ``[temperature]`` tables a run with these parts saves: not rebuildable, but say what ran."""
+    out: dict[str, dict[str, Any]] = {}
+    if plugged.aggregator is not None:
+        out["algorithm"] = {"name": CUSTOM, "class": _class_path(plugged.aggregator), "terms": [_class_path(t) for t in plugged.terms]}
+    if plugged.policy is not None:
+        out["temperature"] = {"policy": CUSTOM, "class": _class_path(plugged.policy)}
+    return out
+
+
 def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> FederatedData:
     name, options = RunConfig.component(config.dataset)
     if dataset is None:
@@ -120,8 +164,13 @@ def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_class
     return model, model_state(model)
 
 
-def build_algorithm(config: RunConfig, model: nn.Module) -> tuple[Aggregator, list[Term]]:
+def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None = None) -> tuple[Aggregator, list[Term]]:
+    """The configured aggregator and its terms, or (a copy of) the one passed from Python."""
     name, options = RunConfig.component(config.algorithm)
+    if plugged is not None and plugged.aggregator is not None:
+        if not is_custom(name):  # e.g. a comparison's variant naming a built-in: the instance would be silently dropped
+            raise ConfigError("algorithm.name", f"the run was given an aggregator from Python, which replaces [algorithm]; got {name!r} here too: vary other keys")
+        return copy.deepcopy(plugged.aggregator), list(copy.deepcopy(plugged.terms))
     built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum)
     base = (options or {}).get("base") if name == "pa3fed" else name
     check_plain_sgd(config, base if isinstance(base, str) else name)
@@ -178,12 +227,15 @@ def build_experiment(
     data: FederatedData | None = None,
     *,
     model: nn.Module | None = None,
+    plugged: Plugged | None = None,
 ) -> Experiment:
     """Everything a run needs; raises ConfigError on any bad value before anything is written.
 
     ``model``: a user's own module instead of the config's registered model (see :func:`user_initial_model`).
+    ``plugged``: a user's own aggregator, terms and temperature policy, as instances (see :class:`Plugged`).
     """
     check_rebuildable(config, has_model=model is not None, has_data=dataset is not None or data is not None)
+    check_plugged(config, plugged)
     if config.executor == "ray":  # before anything is written: the extra must be installed
         import_ray(config.ray.address)  # and a local Ray's sockets must fit under TMPDIR
     device = resolve_device(config.device)
@@ -199,9 +251,11 @@ def build_experiment(
         model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     else:
         model, state = user_initial_model(config, model)
-    aggregator, terms = build_algorithm(config, model) if kind.uses_aggregator else (None, [])
+    if plugged and plugged.aggregator is not None and not kind.uses_aggregator:
+        raise ConfigError("aggregator", f"the {config.protocol} protocol averages no models, so it takes no aggregator")
+    aggregator, terms = build_algorithm(config, model, plugged) if kind.uses_aggregator else (None, [])
     terms = [*terms, *objective_terms(config, terms)]
-    policy = make_policy(config.temperature, data.class_counts)  # counted only if the policy reads them
+    policy = build_policy(config, data, plugged)
     policy.client_half(data.num_classes)  # its checks against the data (FedChill's p_g per class) before anything is written
     losses = base_losses()
     if config.client.loss not in losses:
@@ -227,7 +281,35 @@ def build_experiment(
     exp = Experiment(config, data, model, state, aggregator, policy, spec, device)
     if kind.check is not None:  # its checks of the built parts, before anything is written
         kind.check(exp)
+    if config.executor in ("processes", "ray"):
+        check_sendable(config.executor, (model, spec, aggregator.client_half() if aggregator is not None else None))
     return exp
+
+
+def check_sendable(executor: str, parts: Any) -> None:
+    """What travels to worker processes (model template, objective terms, the method's client half) can be
+    imported there: a user's classes must live in a module (a ``.py`` file on ``sys.path``), not in a
+    notebook cell or exec'd code, which the workers cannot import. One ConfigError on ``executor`` instead
+    of a worker's traceback in round 1.
+    """
+    reason = unsendable(parts)
+    if reason is None:
+        return
+    raise ConfigError(
+        "executor",
+        f"{executor!r} sends the model, the objective terms and the method's client half to worker processes, and they cannot go ({reason}); "
+        "put your classes in a module (a .py file on sys.path), or use executor = 'sequential' or 'vectorized'",
+    )
+
+
+def build_policy(config: RunConfig, data: FederatedData, plugged: Plugged | None = None) -> TemperaturePolicy:
+    """The configured temperature policy (class counts computed only if it reads them), or a copy of the one passed from Python."""
+    if plugged is not None and plugged.policy is not None:
+        name = config.temperature.get("policy")
+        if not is_custom(name):
+            raise ConfigError("temperature.policy", f"the run was given a temperature policy from Python, which replaces [temperature]; got {name!r} here too: vary other keys")
+        return copy.deepcopy(plugged.policy)
+    return make_policy(config.temperature, data.class_counts)
 
 
 def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None:
@@ -308,6 +390,7 @@ def check_config(config: RunConfig) -> bool:
 def check_parts(config: RunConfig) -> None:
     """Every pluggable part's name and options (no data needed): the checks each registry makes before building."""
     check_rebuildable(config, has_model=True, has_data=True)
+    check_plugged(config, None)
     name, options = RunConfig.component(config.dataset)
     if not is_custom(name):
         if name not in DATASETS:
@@ -328,9 +411,7 @@ def check_parts(config: RunConfig) -> None:
         parse_options(MODELS[name].options, {k: v for k, v in options.items() if k != PROJECTION_OPTION}, "model")
     check_model_assignment(config, config.federation.num_clients)
     name, options = RunConfig.component(config.temperature, "policy")
-    if name not in POLICIES:
-        raise choice_error("temperature.policy", name, policy_names())
-    parse_options(POLICIES[name].options, options, "temperature")
+    parse_options(policy_spec(name).options, options, "temperature")
     losses = base_losses()
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))

@@ -9,8 +9,11 @@ A config may name a user's aggregator by import path::
 and an installed distribution may register names under the entry-point group
 ``chillfl.plugins`` (``[project.entry-points."chillfl.plugins"] mymethod =
 "mypkg.robust:GeometricMedian"``), which then show in ``chillfl list`` and are
-used as ``name = "mymethod"``. Nothing is registered in a global table: a
-name is resolved where it is read, every time.
+used as ``name = "mymethod"``. The same works for temperature policies
+(``[temperature] policy = ...``) and soft-label methods (``[distillation]
+method = ...``); ``chillfl list`` shows each entry point under the part its
+object belongs to. Nothing is registered in a global table: a name is
+resolved where it is read, every time.
 
 This module only finds and imports the named object; what it must be (an
 aggregator class, or an :class:`~chillfl.aggregation.registry.AlgorithmSpec`)
@@ -21,11 +24,14 @@ one :class:`~chillfl.errors.ConfigError` line naming the field.
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 from importlib import metadata
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from chillfl.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 GROUP = "chillfl.plugins"
 _PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
@@ -57,8 +63,30 @@ def entry_points() -> dict[str, str]:
     return {ep.name: ep.value for ep in metadata.entry_points(group=GROUP)}
 
 
-def plugin_names() -> list[str]:
-    return sorted(entry_points())
+def plugin_names(accepts: Callable[[Any], bool] | None = None) -> list[str]:
+    """Entry-point names, or those whose object ``accepts`` takes (each registry passes its own test: an
+    aggregator, a temperature policy, a soft-label method), so that ``chillfl list`` shows each under its part.
+
+    An entry point whose module cannot be imported is left out of every part, with one warning naming it.
+    """
+    names = sorted(entry_points())
+    if accepts is None:
+        return names
+    out = []
+    for name in names:
+        try:
+            obj = load_object(entry_points()[name], f"plugin {name!r}")
+        except ConfigError as exc:
+            log.warning("%s", exc)
+            continue
+        if accepts(obj):
+            out.append(name)
+    return out
+
+
+def has_methods(obj: Any, methods: Sequence[str]) -> bool:
+    """Whether ``obj`` (a class) has every one of ``methods``: how a registry recognises a user's class."""
+    return isinstance(obj, type) and all(callable(getattr(obj, m, None)) for m in methods)
 
 
 def resolve(name: str, field: str) -> Any | None:

@@ -48,7 +48,7 @@ from chillfl.engine.run_folder import CHECKPOINT, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import as_comment, differences, environment
 from chillfl.errors import Diverged, MissingExtra, StorageError
-from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, make_executor
+from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, is_custom, make_executor
 from chillfl.extras import need
 from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.metrics.communication import communication_summary
@@ -491,7 +491,7 @@ def final_calibration(exp: Experiment, config: RunConfig, state: Mapping[str, to
 def method_figures(config: RunConfig) -> tuple[str, ...]:
     """The figures the run's aggregation method declares (none for soft-label and prototype sharing)."""
     name = config.algorithm.get("name")
-    if not protocol_of(config).uses_aggregator or not isinstance(name, str):
+    if not protocol_of(config).uses_aggregator or not isinstance(name, str) or is_custom(name):  # custom: an instance from Python
         return ()
     return algorithm_spec(name).figures
 

@@ -29,7 +29,7 @@ from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, Scaffol
 from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import parse_options
-from chillfl.plugins import plugin_names, resolve
+from chillfl.plugins import has_methods, plugin_names, resolve
 from chillfl.training.fedalign import FedAlignOptions, FedAlignTerm
 from chillfl.training.objective import Term
 
@@ -107,7 +107,7 @@ UNWEIGHTED = ("median", "trimmed_mean", "krum")
 
 def algorithm_names() -> list[str]:
     """Built-in names and those installed distributions register under ``chillfl.plugins`` (:mod:`chillfl.plugins`)."""
-    return sorted({*ALGORITHMS, *plugin_names()})
+    return sorted({*ALGORITHMS, *plugin_names(lambda obj: isinstance(obj, AlgorithmSpec) or has_methods(obj, AGGREGATOR_METHODS))})
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,8 @@ from chillfl.data import load_dataset
 from chillfl.engine.ledger import IndexEncoding
 from chillfl.engine.record import Json
 from chillfl.errors import ConfigError
-from chillfl.options import require
+from chillfl.options import require, short_repr
+from chillfl.plugins import resolve
 from chillfl.paths import check_writable_dir
 from chillfl.seeds import derive_seed
 from chillfl.settings.distillation import FULL_PRECISION_BITS, SECTION, COMETOptions, DistillationSetup
@@ -575,6 +576,17 @@ BUILDERS: dict[str, type[SoftLabelMethod]] = {cls.name: cls for cls in (DSFL, SC
 """The class that runs each method; its settings (options, cache default) are :data:`chillfl.settings.distillation.METHODS`, under the same name."""
 
 
+def method_class(name: str) -> type[SoftLabelMethod]:
+    """The class that runs method ``name``: a built-in's, or a user's by import path or entry point (its settings:
+    :func:`chillfl.settings.distillation.method_settings`)."""
+    if name in BUILDERS:
+        return BUILDERS[name]
+    found = resolve(name, f"{SECTION}.method")
+    if not (isinstance(found, type) and issubclass(found, SoftLabelMethod)):
+        raise ConfigError(f"{SECTION}.method", f"{name!r} must name a chillfl.extend.SoftLabelMethod subclass, got {short_repr(found)}")
+    return found
+
+
 def make_method(setup: DistillationSetup, num_classes: int, seed: int) -> SoftLabelMethod:
     """The hook object of the configured method."""
-    return BUILDERS[setup.common.method](setup.options, num_classes, seed, setup.common.index_encoding, max(setup.common.public_size, 1))
+    return method_class(setup.common.method)(setup.options, num_classes, seed, setup.common.index_encoding, max(setup.common.public_size, 1))

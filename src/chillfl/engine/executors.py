@@ -22,6 +22,7 @@ from chillfl.engine.predict import PredictJob, Prediction, predict_each
 from chillfl.engine.protocol import ClientJob, ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import factored_linears
 from chillfl.training.local import LocalOutcome, LocalSpec, train_client
+from chillfl.training.objective import check_reads
 
 __all__ = ["ClientJob", "Executor", "SequentialExecutor", "train_job"]
 
@@ -43,6 +44,7 @@ def train_job(model: nn.Module, spec: LocalSpec, job: ClientJob) -> LocalOutcome
     A job whose spec names its own architecture (``spec.model``, heterogeneous clients) trains that one.
     """
     spec = job.spec or spec
+    check_reads(spec.terms, job.context, job.client_id)
     return train_client(
         spec.model if spec.model is not None else model,
         job.start,

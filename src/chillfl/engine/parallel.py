@@ -50,10 +50,13 @@ Choices
 from __future__ import annotations
 
 import logging
+import inspect
+import io
 import pickle
+import sys
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import Any, Callable
 
 from torch import nn
 
@@ -111,11 +114,35 @@ class ExecutorSpec:
 
 def _picklable(parts: ExecutorSpec) -> bool:
     """Whether the model template, the objective and the client side can be sent to worker processes."""
+    return unsendable((parts.model, parts.spec, parts.client)) is None
+
+
+class _MainFinder(pickle.Pickler):
+    """A pickler that notes the classes and functions it pickles by reference from an interactive ``__main__``
+    (a notebook, ``python -c``): they pickle here, yet a spawned worker cannot import them."""
+
+    def __init__(self) -> None:
+        super().__init__(io.BytesIO())
+        self.found: list[str] = []
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, type) or inspect.isfunction(obj):
+            if getattr(obj, "__module__", None) == "__main__" and not hasattr(sys.modules.get("__main__"), "__file__"):
+                self.found.append(obj.__qualname__)
+        return NotImplemented
+
+
+def unsendable(parts: Any) -> str | None:
+    """Why ``parts`` cannot reach spawned worker processes (they cannot be pickled, or name a user's class that
+    the workers cannot import), or None when they can."""
+    finder = _MainFinder()
     try:
-        pickle.dumps((parts.model, parts.spec, parts.client))
-    except Exception:  # noqa: BLE001 - any pickling failure means "keep it in-process"
-        return False
-    return True
+        finder.dump(parts)
+    except Exception as exc:  # noqa: BLE001 - any pickling failure: the parts cannot travel
+        return f"{type(exc).__name__}: {exc}"
+    if finder.found:
+        return f"{', '.join(sorted(set(finder.found)))} defined in an interactive __main__, which worker processes cannot import"
+    return None
 
 
 def make_parallel_executor(name: str, parts: ExecutorSpec) -> Executor:

@@ -149,6 +149,7 @@ from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.optim import OptState, init_state, state_slots
 from chillfl.training.schedule import planned_steps, step_lr
 from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, add_outer_, empty_in_order, factored_linears, step_rows
+from chillfl.training.objective import check_reads
 from chillfl.seeds import derive_seed
 from chillfl.training.local import (
     Factors,
@@ -460,6 +461,8 @@ class VectorizedExecutor:
             return []
         if any(j.spec is not None and j.spec != self.spec for j in jobs):
             return self.for_spec(jobs[0].spec).run(jobs)
+        for job in jobs:  # before any step, in every executor: a term's missing context key is one clear error
+            check_reads(self.spec.terms, job.context, job.client_id)
         if self.fallback_reason is None:
             try:
                 return self._run_vectorized(jobs)

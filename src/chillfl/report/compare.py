@@ -46,7 +46,7 @@ from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import DATA_DIR_FIELD
 from chillfl.engine.results import claim_dir, rounds_to_reach, to_toml
 from chillfl.errors import ConfigError, Diverged, MissingExtra, SweepFailed, one_line
-from chillfl.experiment import build_data, build_experiment, build_protocol, check_parts
+from chillfl.experiment import Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.metrics.stats import paired_difference, summarize
 from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.progress import Progress, format_seconds
@@ -525,6 +525,7 @@ def run_compare(
     variants: Sequence[Variant] | None = None,
     dataset: ArrayDataset | None = None,
     model: nn.Module | None = None,
+    plugged: Plugged | None = None,
 ) -> CompareResult:
     """Run every variant (``--grid`` product, else the config's ``[variants]``) at every seed and tuning point.
 
@@ -532,7 +533,7 @@ def run_compare(
     (:func:`format_seed_table`), each variant at its best tuning point on validation accuracy.
     ``dry_run``: build and check every run's parts, then return an empty result (nothing runs or is written).
     ``variants``: instead of ``grid`` strings (:func:`grid_variants`). ``dataset`` / ``model``: a user's own
-    data and ``nn.Module`` (:func:`chillfl.compare`), as for :func:`chillfl.run`.
+    data and ``nn.Module`` (:func:`chillfl.compare`), as for :func:`chillfl.run`; ``plugged``: its method parts.
     """
     opts = options or CompareOptions()
     from_grid = bool(grid) or variants is not None
@@ -585,7 +586,7 @@ def run_compare(
                         with _naming(other.variant.label, from_grid):
                             check_parts(other.config)
                     return CompareResult(None, [], "", complete=False)
-            exp = build_experiment(c.config, data=datasets[key], model=model)  # every part of every variant is valid before anything is written
+            exp = build_experiment(c.config, data=datasets[key], model=model, plugged=plugged)  # every part of every variant is valid before anything is written
             if dry_run:
                 build_protocol(exp)
     if dry_run:
@@ -604,7 +605,7 @@ def run_compare(
             eta = f", ETA {format_seconds((time.monotonic() - start) / i * (len(cells) - i))}" if i else ""
             log.info("run %d of %d: %s%s", i + 1, len(cells), cfg.name, eta)
         try:
-            own = build_experiment(cfg, data=datasets[_data_key(cfg)], model=model) if model is not None else None
+            own = build_experiment(cfg, data=datasets[_data_key(cfg)], model=model, plugged=plugged) if model is not None or plugged else None
             results[run_key] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=f"[{i + 1}/{len(cells)}] {cfg.name}", experiment=own)
         except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
             results[run_key], failures[run_key] = None, f"diverged at round {exc.round}"

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 from chillfl.errors import ConfigError, choice_error, did_you_mean
-from chillfl.options import NoOptions, parse_options, require, require_range
+from chillfl.options import NoOptions, parse_options, require, require_range, short_repr
+from chillfl.plugins import has_methods, plugin_names, resolve
 
 
 SECTION = "distillation"
@@ -65,7 +66,7 @@ class DistillationOptions:
     state_dir: str | None = None
 
     def validate(self, section: str) -> None:
-        require(self.method in METHODS, f"{section}.method", f"unknown value {self.method!r}; allowed: {', '.join(sorted(METHODS))}")
+        spec = method_settings(self.method)
         require(self.public_size >= 0, f"{section}.public_size", f"must be >= 0, got {self.public_size}")
         require(self.subset_size >= 1, f"{section}.subset_size", f"must be >= 1, got {self.subset_size}")
         # sizes and loop counts no run can use: refused, not attempted (before the comparison below, which
@@ -73,7 +74,7 @@ class DistillationOptions:
         for name, most in _UPPER_BOUNDS.items():
             value = getattr(self, name)
             require(value is None or value <= most, f"{section}.{name}", f"must be at most {most}, got {value}")
-        if METHODS[self.method].collaborative:
+        if spec.collaborative:
             require(
                 self.public_size >= self.subset_size,
                 f"{section}.public_size",
@@ -89,7 +90,7 @@ class DistillationOptions:
         if self.cache_duration is not None:
             require(self.cache_duration >= 0, f"{section}.cache_duration", f"must be >= 0, got {self.cache_duration}")
             require(
-                self.cache_duration == 0 or METHODS[self.method].collaborative,
+                self.cache_duration == 0 or spec.collaborative,
                 f"{section}.cache_duration",
                 f"method {self.method!r} exchanges no soft-labels; leave it unset or 0",
             )
@@ -104,7 +105,7 @@ class DistillationSetup:
 
     @property
     def spec(self) -> MethodSettings:
-        return METHODS[self.common.method]
+        return method_settings(self.common.method)
 
     @property
     def cache_duration(self) -> int:
@@ -314,8 +315,35 @@ METHODS: dict[str, MethodSettings] = {
 }
 
 
+SOFT_LABEL_METHODS = ("aggregate", "client_half", "uplink_bytes", "row_width", "round_metrics", "state_dict", "load_state_dict")
+"""What a user's soft-label method class has (a ``chillfl.extend.SoftLabelMethod`` subclass): how the settings tell it apart."""
+
+
 def method_names() -> list[str]:
-    return sorted(METHODS)
+    """Built-in names and the ``chillfl.plugins`` entry points that name a soft-label method."""
+    return sorted({*METHODS, *plugin_names(lambda obj: has_methods(obj, SOFT_LABEL_METHODS))})
+
+
+def method_settings(name: Any) -> MethodSettings:
+    """The built-in method ``name``'s settings, or a user's (``"pkg.module:Class"``, a ``chillfl.plugins`` entry point).
+
+    A user's class (a :class:`chillfl.extend.SoftLabelMethod` subclass) declares its own options in a nested
+    ``Options`` dataclass (none: no options), parsed and validated like a built-in's beside the shared
+    ``[distillation]`` options; it shares soft-labels and caches nothing unless ``cache_duration`` says so.
+    The class itself, which runs the method, is resolved the same way by :func:`chillfl.distillation.methods.make_method`.
+    """
+    if isinstance(name, str) and name in METHODS:
+        return METHODS[name]
+    field_name = f"{SECTION}.method"
+    found = resolve(name, field_name) if isinstance(name, str) and name else None
+    if found is None:
+        raise choice_error(field_name, name, method_names())
+    if not has_methods(found, SOFT_LABEL_METHODS):
+        raise ConfigError(field_name, f"{name!r} must name a chillfl.extend.SoftLabelMethod subclass, got {short_repr(found)}")
+    options = getattr(found, "Options", None) or NoOptions
+    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        raise ConfigError(field_name, f"{name!r}: its Options must be a dataclass, got {options!r}")
+    return MethodSettings(options, 0, summary=name)
 
 
 def _fields(cls: type) -> set[str]:
@@ -327,10 +355,8 @@ def parse_distillation(table: Mapping[str, Any]) -> DistillationSetup:
     table = dict(table)
     method = table.get("method")
     if not isinstance(method, str) or not method:
-        raise ConfigError(f"{SECTION}.method", f"is required; allowed: {', '.join(sorted(METHODS))}")
-    if method not in METHODS:
-        raise choice_error(f"{SECTION}.method", method, list(METHODS))
-    spec = METHODS[method]
+        raise ConfigError(f"{SECTION}.method", f"is required; allowed: {', '.join(method_names())}")
+    spec = method_settings(method)
     shared, own = _fields(DistillationOptions), _fields(spec.options)
     for key in sorted(table):
         if key not in shared and key not in own:

@@ -59,6 +59,7 @@ class TemperaturePolicy(Protocol):
         ...
 
     def observe(self, client_id: int, round: int, local_accuracy: float | None) -> None:
+        """After the client trained: its model's accuracy on its own validation split (None without client splits)."""
         ...
 
     def client_half(self, num_classes: int) -> TemperatureHalf | None:

@@ -13,7 +13,7 @@ Gradient: d CE(z/T, y) / dz = (softmax(z/T) - onehot(y)) / T per sample
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, cast
+from typing import Any, Callable, Mapping, Protocol, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -148,3 +148,23 @@ def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Context,
         assert step is not None, "a batch term needs the step's view"
         return cast(BatchTerm, term)(params, context, step)
     return cast(LossTerm, term)(params, context)
+
+
+class ContextError(ValueError):
+    """A term reads a context key that the round's context lacks: the method's downlink or client half must put it there."""
+
+
+def check_reads(terms: Sequence[Term], context: Mapping[str, Any], client_id: int) -> None:
+    """Every key the ``terms`` declare in ``reads`` is in ``context``; else one :class:`ContextError` naming the term and key.
+
+    Checked once per client training (not per step): a missing key is a bug in a method's
+    ``downlink``/``ClientHalf.prepare``, best reported before any step, by name.
+    """
+    for term in terms:
+        missing = [key for key in term.reads if key not in context]
+        if missing:
+            have = ", ".join(sorted(map(str, context))) or "nothing"
+            raise ContextError(
+                f"{type(term).__qualname__} reads context key(s) {', '.join(map(repr, missing))}, which client {client_id}'s context "
+                f"lacks (it has: {have}); the aggregator's downlink or its client half's prepare must provide them"
+            )

@@ -1,0 +1,258 @@
+"""The public extension API (``chillfl.extend``): a user's parts passed as instances to ``chillfl.run`` /
+``chillfl.compare``, their errors, and the terms' declared context keys.
+
+docs/extending.md's own blocks (FedDyn, trimmed mean, warm-up policy, median soft-labels) run in
+``tests/test_extending_docs.py``; here: what the API guarantees around them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import pytest
+import torch
+
+import chillfl
+from chillfl.errors import ConfigError
+from chillfl.extend import ContextError, Downlink, FedAvg, Stateless
+
+CONFIG: dict[str, Any] = {
+    "dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]}, "device": "cpu",
+    "federation": {"num_clients": 4, "clients_per_round": 2, "rounds": 2}, "client": {"lr": 0.05, "batch_size": 32},
+}
+
+USER_MODULE = '''
+import torch
+from chillfl.extend import Downlink, FedAvg, Stateless
+
+
+class Shrink:
+    """lam * sum ||w||^2, lam from the downlink."""
+
+    reads = ("shrink",)
+
+    def __call__(self, params, context):
+        return context["shrink"] * sum((p ** 2).sum() for p in params.values())
+
+
+class Counting(FedAvg):
+    """FedAvg that counts its rounds (server state) and sends lam."""
+
+    def __init__(self, lam=0.1):
+        super().__init__()
+        self.lam, self.rounds = lam, 0
+
+    def downlink(self, client_id, round, global_params):
+        return Downlink(context={"shrink": self.lam})
+
+    def aggregate(self, global_params, results, round):
+        self.rounds += 1
+        return super().aggregate(global_params, results, round)
+
+    def state_dict(self):
+        return {"rounds": self.rounds}
+
+    def load_state_dict(self, state):
+        self.rounds = int(state["rounds"])
+
+
+class Forgetful(Counting):
+    """Sends nothing: its term's key is missing."""
+
+    def downlink(self, client_id, round, global_params):
+        return Downlink()
+'''
+
+
+@pytest.fixture
+def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    (tmp_path / "ext_user_parts.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    import ext_user_parts
+
+    yield ext_user_parts
+    sys.modules.pop("ext_user_parts", None)
+
+
+def test_instances_run_and_are_never_mutated(user: Any) -> None:
+    agg = user.Counting(0.1)
+    first = chillfl.run(config=CONFIG, aggregator=agg, terms=[user.Shrink()], write=False, progress=False)
+    second = chillfl.run(config=CONFIG, aggregator=agg, terms=[user.Shrink()], write=False, progress=False)
+    assert agg.rounds == 0  # the run worked on a copy
+    assert [r["global_loss"] for r in first.records] == [r["global_loss"] for r in second.records]  # no state leaked between runs
+    plain = chillfl.run(config=CONFIG, aggregator=user.Counting(0.0), terms=[user.Shrink()], write=False, progress=False)
+    assert [r["train_loss"] for r in plain.records] != [r["train_loss"] for r in first.records]  # the term acted
+    assert first.config.algorithm == {"name": "custom", "class": "ext_user_parts.Counting", "terms": ["ext_user_parts.Shrink"]}
+
+
+def test_the_term_with_the_builtin_fedavg_equals_fedavg_when_it_adds_nothing(user: Any) -> None:
+    """An instance of the built-in FedAvg with no terms is the configured fedavg, bit for bit."""
+    ours = chillfl.run(config=CONFIG, aggregator=FedAvg(), write=False, progress=False)
+    builtin = chillfl.run(config=CONFIG, write=False, progress=False)
+    assert [r["global_loss"] for r in ours.records] == [r["global_loss"] for r in builtin.records]
+
+
+def test_a_saved_run_with_an_instance_cannot_be_rebuilt_from_its_file(user: Any, tmp_path: Path) -> None:
+    result = chillfl.run(config=CONFIG, aggregator=user.Counting(), terms=[user.Shrink()], out_dir=tmp_path / "out", progress=False)
+    assert result.folder is not None
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(config=result.folder / "config.toml", write=False, progress=False)
+    assert err.value.field == "algorithm.name" and "aggregator=" in err.value.message
+
+
+@pytest.mark.parametrize("kwargs,field,words", [
+    ({"terms": [object()]}, "terms[0]", "callable term"),
+    ({"terms": "abc"}, "terms", "list"),
+    ({"aggregator": FedAvg}, "aggregator", "a class, not an instance"),
+    ({"aggregator": object()}, "aggregator", "lacks"),
+    ({"policy": 0.5}, "policy", "lacks temperature"),
+    ({"policy": type("NoHalf", (), {m: (lambda self, *a: None) for m in ("temperature", "observe", "state_dict", "load_state_dict")})()},
+     "policy", "lacks client_half"),
+])
+def test_bad_parts_are_one_config_error(kwargs: dict[str, Any], field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(config=CONFIG, write=False, progress=False, **kwargs)
+    assert err.value.field == field and words in err.value.message
+
+
+def test_terms_need_their_aggregator_and_a_reads_declaration(user: Any) -> None:
+    with pytest.raises(ConfigError, match="terms: .*aggregator="):
+        chillfl.run(config=CONFIG, terms=[user.Shrink()], write=False, progress=False)
+
+    class NoReads:
+        def __call__(self, params: Any, context: Any) -> torch.Tensor:
+            return torch.zeros(())
+
+    with pytest.raises(ConfigError, match=r"terms\[0\]: NoReads must declare reads"):
+        chillfl.run(config=CONFIG, aggregator=FedAvg(), terms=[NoReads()], write=False, progress=False)
+
+
+def test_an_instance_and_a_config_table_for_the_same_part_are_refused(user: Any) -> None:
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(config={**CONFIG, "algorithm": {"name": "scaffold"}}, aggregator=FedAvg(), write=False, progress=False)
+    assert err.value.field == "aggregator" and "scaffold" in err.value.message
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(config={**CONFIG, "temperature": {"policy": "fixed", "value": 0.5}}, policy=chillfl.extend.ConstantTemperature(0.5), write=False, progress=False)
+    assert err.value.field == "policy"
+
+
+@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
+def test_a_missing_context_key_names_the_term_and_the_key(user: Any, executor: str) -> None:
+    with pytest.raises(ContextError, match=r"Shrink reads context key\(s\) 'shrink', which client \d+'s context lacks"):
+        chillfl.run(config={**CONFIG, "executor": executor}, aggregator=user.Forgetful(), terms=[user.Shrink()], write=False, progress=False)
+
+
+def test_every_builtin_term_declares_what_it_reads() -> None:
+    """Built-in terms declare ``reads`` too; the keys are those their methods' downlinks or halves provide (their own tests run them)."""
+    from chillfl.aggregation.scaffold import LinearCorrectionTerm
+    from chillfl.training.fedalign import FedAlignTerm
+    from chillfl.training.fedgen import FedGenTerm
+    from chillfl.training.moon import MoonTerm
+    from chillfl.training.objective import ProximalTerm
+
+    for term in (ProximalTerm, LinearCorrectionTerm, FedAlignTerm, FedGenTerm, MoonTerm):
+        assert isinstance(term.reads, tuple) and all(isinstance(k, str) for k in term.reads), term
+
+
+def test_compare_runs_each_variant_on_its_own_copy(user: Any, tmp_path: Path) -> None:
+    agg = user.Counting(0.1)
+    comparison = chillfl.compare(config=CONFIG, grid={"client.lr": [0.02, 0.05]}, aggregator=agg, terms=[user.Shrink()], write=False, progress=False)
+    assert [r["variant"] for r in comparison.rows] == ["client.lr=0.02", "client.lr=0.05"] and agg.rounds == 0
+    with pytest.raises(ConfigError, match="replaces \\[algorithm\\]"):
+        chillfl.compare(config=CONFIG, grid={"algorithm.name": ["fedavg", "fedprox"]}, aggregator=agg, write=False, progress=False)
+
+
+def test_processes_refuses_classes_its_workers_cannot_import(tmp_path: Path) -> None:
+    """A class defined in exec'd code (a notebook cell) cannot reach worker processes: one line on ``executor``, nothing written."""
+    namespace: dict[str, Any] = {"__name__": "a_notebook_cell"}
+    exec(USER_MODULE, namespace)
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(config={**CONFIG, "executor": "processes"}, aggregator=namespace["Counting"](), terms=[namespace["Shrink"]()],
+                    out_dir=tmp_path, progress=False)
+    assert err.value.field == "executor" and "put your classes in a module" in err.value.message
+    assert not any(tmp_path.iterdir())
+    # the same classes run in-process
+    assert chillfl.run(config=CONFIG, aggregator=namespace["Counting"](), terms=[namespace["Shrink"]()], write=False, progress=False).records
+
+
+def test_policy_by_import_path_with_options_validated(user: Any, tmp_path: Path) -> None:
+    (tmp_path / "ext_user_policy.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from chillfl.extend import ConstantTemperature, require\n"
+        "class Half(ConstantTemperature):\n"
+        "    @dataclass(frozen=True)\n"
+        "    class Options:\n"
+        "        value: float = 0.5\n"
+        "        def validate(self, section):\n"
+        "            require(self.value > 0, f'{section}.value', 'must be > 0')\n"
+        "    def __init__(self, options):\n"
+        "        super().__init__(options.value)\n"
+    )
+    try:
+        result = chillfl.run(config={**CONFIG, "temperature": {"policy": "ext_user_policy:Half", "value": 0.25}}, write=False, progress=False)
+        assert {r["temperature_mean"] for r in result.records} == {0.25}
+        for table, field in (({"policy": "ext_user_policy:Half", "value": -1.0}, "temperature.value"),
+                             ({"policy": "ext_user_policy:Half", "valeu": 1.0}, "temperature"),
+                             ({"policy": "ext_user_parts:Counting"}, "temperature.policy")):
+            with pytest.raises(ConfigError) as err:
+                chillfl.run(config={**CONFIG, "temperature": table}, write=False, progress=False)
+            assert err.value.field.startswith(field), err.value
+    finally:
+        sys.modules.pop("ext_user_policy", None)
+
+
+def test_import_chillfl_does_not_import_torch_and_extend_does() -> None:
+    code = ("import sys, chillfl; assert 'torch' not in sys.modules and 'extend' in dir(chillfl)\n"
+            "assert chillfl.extend.FedAvg.__name__ == 'FedAvg' and 'torch' in sys.modules\n"  # loaded on first use
+            "from chillfl import extend; assert extend is chillfl.extend")
+    src = Path(__file__).resolve().parents[1] / "src"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(src)})
+    assert out.returncode == 0, out.stderr
+
+
+def test_stateless_half_and_downlink_are_the_documented_defaults() -> None:
+    start: Mapping[str, torch.Tensor] = {"w": torch.ones(2)}
+    params, context = Stateless().prepare({}, dict(start), {"a": 1.0})
+    assert params == start and context == {"a": 1.0}
+    assert Downlink().context == {} and FedAvg().client_half() is None
+
+
+def test_every_public_extension_type_says_what_it_is() -> None:
+    """The brief of the API: each part is a class or Protocol with a docstring; every exported name exists."""
+    import inspect
+
+    import chillfl.extend as extend
+
+    for name in extend.__all__:
+        obj = getattr(extend, name)
+        if inspect.isclass(obj):
+            assert (obj.__doc__ or "").strip(), name
+    for proto, methods in ((extend.Aggregator, ("aggregate", "downlink", "client_half", "state_dict")), (extend.ClientHalf, ("prepare", "finish")),
+                           (extend.TemperaturePolicy, ("temperature", "observe", "state_dict"))):
+        for method in methods:
+            assert (getattr(proto, method).__doc__ or "").strip(), f"{proto.__name__}.{method}"
+
+
+def test_processes_refuses_classes_of_an_interactive_main() -> None:
+    """A class defined in ``python -c`` (or a notebook's ``__main__``) pickles here, but a spawned worker cannot import it."""
+    code = (
+        "import chillfl\n"
+        "from chillfl.extend import FedAvg\n"
+        "class Mine:\n"  # a term travels to the workers (an aggregator without a client half does not)
+        "    reads = ()\n"
+        "    def __call__(self, params, context):\n"
+        "        return sum((p ** 2).sum() for p in params.values())\n"
+        "config = {'dataset': {'name': 'digits'}, 'model': {'name': 'mlp'}, 'device': 'cpu', 'executor': 'processes'}\n"
+        "try:\n"
+        "    chillfl.run(config=config, aggregator=FedAvg(), terms=[Mine()], write=False, progress=False)\n"
+        "except chillfl.ConfigError as exc:\n"
+        "    print(exc)\n"
+    )
+    src = Path(__file__).resolve().parents[1] / "src"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(src)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("executor: 'processes' sends") and "Mine defined in an interactive __main__" in out.stdout

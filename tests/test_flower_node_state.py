@@ -178,7 +178,7 @@ def test_a_parameter_sharing_clients_state_round_trips_exactly_on_a_node() -> No
         assert got[k].contiguous().numpy().tobytes() == v.contiguous().numpy().tobytes()  # -0.0 and inf included
 
 
-@pytest.mark.parametrize("algorithm", [{"name": "scaffold"}, {"name": "fedbn"}, {"name": "moon"}, {"name": "pa3fed", "base": "scaffold"}])
+@pytest.mark.parametrize("algorithm", [{"name": "scaffold"}, {"name": "fedbn"}, {"name": "moon"}, {"name": "pa3fed", "base": "scaffold"}, {"name": "ditto"}, {"name": "feddyn"}])
 def test_the_flower_server_keeps_no_client_state(algorithm: dict[str, Any], tmp_path: Path) -> None:
     """The server's protocol is chillfl's own with its client store swapped for a record of where states are."""
     from chillfl.flower.apps import NodeStore, OnNode

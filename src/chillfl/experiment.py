@@ -327,7 +327,7 @@ def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[
     own = protocol_of(config).own_objective
     if own is not None:
         raise ConfigError(field, own)
-    if any(isinstance(t, ProximalTerm) for t in algorithm_terms):
+    if ProximalTerm() in algorithm_terms:  # FedProx's keys (Ditto's, FedDyn's own copies read other keys)
         raise ConfigError(field, f"algorithm {config.algorithm.get('name')!r} already adds the proximal term (its own mu); set one of the two")
     return [ProximalTerm()]
 

@@ -120,6 +120,9 @@ METHODS = {
     # SCAFFOLD's c_i, PA3Fed's scores, FedBN's own BN entries and MOON's previous models live on the nodes (chillfl.flower.state)
     "fedbn-flexchill": {"temperature": {"policy": "fixed", "value": 0.5}, "algorithm": {"name": "fedbn"}, "model": {"name": "flexchill_cnn", "batch_norm": True}},
     "moon-fedchill": {"temperature": {"policy": "fedchill"}, "algorithm": {"name": "moon", "mu": 1.0}},
+    # personalising client halves on the nodes: Ditto's v_k, FedRep's head (head then body jobs, frozen keys)
+    "ditto": {"algorithm": {"name": "ditto"}},
+    "fedrep": {"algorithm": {"name": "fedrep", "head_epochs": 2}},
 }
 
 

@@ -204,6 +204,15 @@ def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(cluster: str, meth
     check_resume(method, "ray", stop, tmp_path, monkeypatch, **{"ray.address": cluster})
 
 
+@pytest.mark.parametrize("algorithm", [{"name": "ditto"}, {"name": "fedrep", "head_epochs": 2}, {"name": "fedper"}, {"name": "apfl"},
+                                       {"name": "pfedme", "inner_steps": 2}, {"name": "feddyn"}], ids=lambda a: a["name"])
+def test_personalised_family_equals_sequential(cluster: str, algorithm: dict[str, Any]) -> None:
+    """Each personalised method's further trainings (jobs its client half asks for) and client state on Ray workers."""
+    expected, _ = _rounds(_config(executor="sequential", algorithm=algorithm))
+    records, _ = _rounds(_config(executor="ray", ray={"address": cluster}, algorithm=algorithm))
+    assert records == expected
+
+
 @dataclass
 class KillWorker:
     """Test client side: the update of client ``victim`` SIGKILLs its own worker process (only once unless ``always``)."""

@@ -23,13 +23,16 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Collection, Literal, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Generator, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import nn
 
 from chillfl.engine.record import Json
 from chillfl.training.objective import Context, Wire
+
+if TYPE_CHECKING:  # annotations only: the aggregators stay importable without the training loop
+    from chillfl.training.local import LocalOutcome, LocalSpec
 
 Params = dict[str, torch.Tensor]
 """A model's state as a flat name -> tensor dict (parameters and buffers)."""
@@ -119,6 +122,79 @@ class ClientHalf(Protocol):
 
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
         """The client's next own state (its entries only) and its report to the server; ``model`` is the template."""
+        ...
+
+
+@dataclass(frozen=True)
+class Local:
+    """A client's local training as a :class:`Personalising` half starts it (after :meth:`ClientHalf.prepare`)."""
+
+    client_id: int
+    x: torch.Tensor
+    y: torch.Tensor
+    start: Params
+    context: Context
+    lr: float
+    """The round's learning rate."""
+    state: ClientState
+    """The client's own state as it came in (its personal model, APFL's alpha, ...)."""
+    seed: int
+    """The client's seed this round (derive further streams from it, e.g. pFedMe's batch order)."""
+    spec: LocalSpec
+    """The run's own objective and optimiser (its batch size and epochs, e.g. for pFedMe's outer steps)."""
+
+
+@dataclass(frozen=True)
+class Train:
+    """One local training a :class:`Personalising` half asks for: a job of the one training path, batched by every executor."""
+
+    start: Params
+    context: Context
+    objective: int | None = None
+    """Index into the half's :meth:`Personalising.objectives` (None: the run's own objective and optimiser)."""
+    lr: float | None = None
+    """None: the round's learning rate."""
+    rows: torch.Tensor | None = None
+    """Indices of the client's training samples this training sees (pFedMe's one batch); None: all of them."""
+
+
+@dataclass(frozen=True)
+class Personal:
+    """What a :class:`Personalising` half's trainings end with."""
+
+    params: Params
+    """The model sent to the server (what :meth:`ClientHalf.finish` sees as ``trained.params``)."""
+    num_steps: int
+    train_loss: float
+    personal: Params | None = None
+    """The client's own model, which its local accuracy measures; None: ``params``."""
+    state: ClientState = field(default_factory=dict)
+    """The half's own entries these trainings leave (Ditto's v_i under its prefix): kept with what ``finish`` returns."""
+
+
+LocalProgram = Generator[Train, "LocalOutcome", Personal]
+"""A personalising half's local training: yields :class:`Train` requests, receives their outcomes, returns :class:`Personal`."""
+
+
+@runtime_checkable
+class Personalising(Protocol):
+    """A client half that runs its own local trainings and keeps a personal model (Ditto, FedRep, APFL, pFedMe).
+
+    Every training is a :class:`Train` request that the parameter-sharing
+    client turns into a :class:`~chillfl.engine.protocol.ClientJob` and yields,
+    so that each executor trains it as it trains any job (the vectorised one
+    batches the same request of every client). Objectives other than the
+    run's are made once per run by :meth:`objectives` from the run's spec
+    (more terms, other epochs, frozen keys, a paired model), so that the
+    executors see one spec object per objective and group by it.
+    """
+
+    def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
+        """The further objectives the trainings name by index, derived from the run's ``spec``."""
+        ...
+
+    def train(self, local: Local) -> LocalProgram:
+        """The client's trainings this round, ending with the uploaded model and its personal one."""
         ...
 
 

@@ -15,7 +15,12 @@ from typing import Any, Callable, Literal, Mapping
 
 from torch import nn
 
+from chillfl.aggregation.apfl import APFL, APFLOptions
 from chillfl.aggregation.base import Aggregator, FedAvg
+from chillfl.aggregation.ditto import Ditto, DittoOptions
+from chillfl.aggregation.feddyn import FedDyn, FedDynOptions, feddyn_terms
+from chillfl.aggregation.fedper import FedPer, FedPerOptions
+from chillfl.aggregation.fedrep import FedRep, FedRepOptions
 from chillfl.aggregation.fedbn import FedBN, FedBNOptions, batchnorm_keys
 from chillfl.aggregation.fedgen import FedGen, FedGenOptions
 from chillfl.aggregation.fedmut import FedMut, FedMutOptions
@@ -24,6 +29,7 @@ from chillfl.aggregation.fedopt import FedOpt, FedOptOptions, ServerOptimizer
 from chillfl.aggregation.fedprox import FedProx, FedProxOptions, ProximalTerm
 from chillfl.aggregation.moon import Moon, MoonOptions
 from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions
+from chillfl.aggregation.pfedme import PFedMe, PFedMeOptions
 from chillfl.aggregation.robust import Krum, KrumOptions, Median, MedianOptions, TrimmedMean, TrimmedMeanOptions
 from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, ScaffoldOptions
 from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
@@ -99,10 +105,31 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     "median": AlgorithmSpec(MedianOptions, lambda o, ctx: (Median(), []), "coordinate-wise median, byzantine-robust (Yin et al. 2018)"),
     "trimmed_mean": AlgorithmSpec(TrimmedMeanOptions, lambda o, ctx: (TrimmedMean(o), []), "coordinate-wise trimmed mean, byzantine-robust (Yin et al. 2018)"),
     "krum": AlgorithmSpec(KrumOptions, lambda o, ctx: (Krum(o), []), "(Multi-)Krum, byzantine-robust (Blanchard et al. 2017)"),
+    "ditto": AlgorithmSpec(DittoOptions, lambda o, ctx: (Ditto(o), []), "personal models regularised towards FedAvg's (Li et al. 2021)"),
+    "fedper": AlgorithmSpec(FedPerOptions, lambda o, ctx: (FedPer(ctx.model, o), []), "shared base, local head (Arivazhagan et al. 2019)"),
+    "fedrep": AlgorithmSpec(FedRepOptions, lambda o, ctx: (FedRep(ctx.model, o), []), "shared representation, local head trained first (Collins et al. 2021)"),
+    "apfl": AlgorithmSpec(APFLOptions, lambda o, ctx: (APFL(ctx.model, o), []), "adaptive mixture of a local and the global model (Deng et al. 2020)"),
+    "pfedme": AlgorithmSpec(PFedMeOptions, lambda o, ctx: (PFedMe(ctx.model, o), []), "Moreau-envelope personalisation (Dinh et al. 2020)"),
+    "feddyn": AlgorithmSpec(
+        FedDynOptions, lambda o, ctx: (FedDyn(ctx.num_clients, o, ctx.param_keys()), feddyn_terms()), "dynamic regularisation (Acar et al. 2021)"
+    ),
 }
 
 UNWEIGHTED = ("median", "trimmed_mean", "krum")
 """Rules that take no client weights (robust aggregators): PA3Fed cannot pass them its coefficients."""
+OWN_RULES = {
+    "feddyn": "FedDyn's server step is its own (a uniform mean corrected by h), not a weighted average",
+    "ditto": "Ditto's clients run their own local trainings, which PA3Fed's client half does not compose with",
+    "fedrep": "FedRep's clients run their own local trainings, which PA3Fed's client half does not compose with",
+    "apfl": "APFL's clients run their own local trainings, which PA3Fed's client half does not compose with",
+    "pfedme": "pFedMe's clients run their own local trainings, which PA3Fed's client half does not compose with",
+}
+"""Built-ins PA3Fed cannot wrap, and why."""
+
+
+def pa3fed_bases() -> list[str]:
+    """The algorithms PA3Fed may wrap: weighted averages without client trainings of their own."""
+    return [n for n in algorithm_names() if n != "pa3fed" and n not in UNWEIGHTED and n not in OWN_RULES]
 
 
 def algorithm_names() -> list[str]:
@@ -200,7 +227,9 @@ def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
     """PA3Fed around the ``base`` entry, which keeps its own local objective terms."""
     if options.base in UNWEIGHTED:
         raise ConfigError(f"{ctx.section}.base", f"{options.base} is a robust rule that takes no client weights, and PA3Fed's coefficients are weights; use a weighted base")
-    bases = [n for n in algorithm_names() if n != "pa3fed" and n not in UNWEIGHTED]
+    if options.base in OWN_RULES:
+        raise ConfigError(f"{ctx.section}.base", f"{OWN_RULES[options.base]}; use another base")
+    bases = pa3fed_bases()
     if options.base not in bases:
         raise choice_error(f"{ctx.section}.base", options.base, bases)
     base, terms = make_aggregator(

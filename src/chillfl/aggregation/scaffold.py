@@ -41,7 +41,7 @@ Choices
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
@@ -87,13 +87,18 @@ class ScaffoldOptions:
             require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
 
 
+@dataclass(unsafe_hash=True)
 class LinearCorrectionTerm:
-    """``sum_k <w_k, correction_k>``: adds ``correction`` to the gradient (SCAFFOLD, VRL-SGD)."""
+    """``sum_k <w_k, correction_k>``: adds ``correction`` to the gradient (SCAFFOLD, VRL-SGD; FedDyn's under its own ``key``)."""
 
-    reads: tuple[str, ...] = ("correction",)
+    key: str = "correction"
+    reads: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.reads = (self.key,)
 
     def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
-        correction = read_table(context, "correction")
+        correction = read_table(context, self.key)
         parts = [(params[k] * correction[k].detach()).sum() for k in params if k in correction]
         return torch.stack(parts).sum() if parts else torch.zeros(())
 

@@ -298,7 +298,11 @@ def stack(tensors: Sequence[torch.Tensor], order: Sequence[int] | None = None) -
 
 
 def _stack_states(
-    model: nn.Module, starts: Sequence[Mapping[str, torch.Tensor]], layouts: Mapping[str, tuple[int, ...]], broadcast: frozenset[str] = frozenset()
+    model: nn.Module,
+    starts: Sequence[Mapping[str, torch.Tensor]],
+    layouts: Mapping[str, tuple[int, ...]],
+    broadcast: frozenset[str] = frozenset(),
+    frozen: frozenset[str] = frozenset(),
 ) -> tuple[Params, Params, list[str]]:
     """Stacked (params as autograd leaves, buffers) of every client and the state's key order.
 
@@ -311,7 +315,7 @@ def _stack_states(
     keys = set(starts[0])
     if any(set(s) != keys for s in starts[1:]):
         raise NotVectorizable("clients' start states have different keys")
-    params, buffers = split_state(model, starts[0])
+    params, buffers = split_state(model, starts[0], frozen)  # frozen parameters (LocalSpec.frozen) are stacked as buffers
 
     def stacked(k: str) -> torch.Tensor:
         first = starts[0][k]
@@ -573,7 +577,7 @@ class VectorizedExecutor:
     def _run_chunk(
         self, replica: _Replica, jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]], resident: bool = False
     ) -> list[LocalOutcome]:
-        params, buffers, keys = _stack_states(replica.model, [j.start for j in jobs], self._layouts, self._deferred)
+        params, buffers, keys = _stack_states(replica.model, [j.start for j in jobs], self._layouts, self._deferred, self.spec.frozen)
         dtype = _float_dtype(params)
         device = jobs[0].x.device
         context = stack_contexts([j.context for j in jobs], dtype, device)
@@ -685,7 +689,7 @@ class VectorizedExecutor:
         if first is None:
             return
         job, idx = jobs[first], schedules[first][0]
-        params, buffers, _ = _stack_states(replica.model, [job.start, job.start], {})
+        params, buffers, _ = _stack_states(replica.model, [job.start, job.start], {}, frozen=self.spec.frozen)
         context = stack_contexts([job.context, job.context], _float_dtype(params), job.x.device)
         t = torch.full((2,), float(job.temperature), dtype=_float_dtype(params), device=job.x.device)
         args: tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]] = (stack([job.x[idx]] * 2), stack([job.y[idx]] * 2), t, [])

@@ -24,12 +24,27 @@ its ``Context.state``. Neither the aggregator nor the temperature policy holds i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from itertools import count
+from typing import Any, Callable, Generator, Mapping, Sequence
 
 import numpy as np
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, ClientHalf, ClientResult, ClientState, Params, Report, Trained, Wire, client_params_state, load_client_params
+from chillfl.aggregation.base import (
+    Aggregator,
+    ClientHalf,
+    ClientResult,
+    ClientState,
+    Local,
+    Params,
+    Personal,
+    Personalising,
+    Report,
+    Trained,
+    Wire,
+    client_params_state,
+    load_client_params,
+)
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import RoundRecord
@@ -38,7 +53,7 @@ from chillfl.protocols.common import Evaluation, local_evaluation, state_bytes
 from chillfl.protocols.parts import Experiment
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
-from chillfl.training.local import LocalOutcome
+from chillfl.training.local import LocalOutcome, LocalSpec
 
 @dataclass
 class ParamDownlink:
@@ -73,31 +88,63 @@ class ParamUplink:
 
 @dataclass(frozen=True)
 class ParameterClient:
-    """The client side: pure, picklable (model template, eval batch size, the method's client half)."""
+    """The client side: pure, picklable (model template, eval batch size, the method's client half).
+
+    A :class:`~chillfl.aggregation.base.Personalising` half (``trainer``) runs
+    the client's trainings itself (its ``objectives`` made once from the run's
+    spec) and names the personal model its local accuracy measures.
+    """
 
     model: nn.Module
     eval_batch_size: int
     half: ClientHalf | None = None
     temperature: TemperatureHalf | None = None
     """The temperature policy's client half (FedChill): its entries share the client's state table."""
+    trainer: Personalising | None = None
+    spec: LocalSpec | None = None
+    """The run's own objective (the executors' spec), which the trainer's objectives derive from."""
+    objectives: tuple[LocalSpec, ...] = ()
 
     def update(self, task: ClientTask[ParamDownlink, ClientState]) -> ClientProgram:
         d, data = task.downlink, task.data
         state: ClientState = task.state or {}
         t = d.temperature if self.temperature is None else self.temperature.temperature(state, d.temperature, data.y)
         start, context = (d.start, d.context) if self.half is None else self.half.prepare(state, d.start, d.context)
-        job = ClientJob(task.client_id, start, data.x, data.y, d.lr, t, context, d.seed, work=task.work)
-        out: LocalOutcome = yield job
-        acc, loss = local_evaluation(self.model, out.params, data, self.eval_batch_size)
-        new_state: ClientState = {}
+        if self.trainer is None:
+            out: LocalOutcome = yield ClientJob(task.client_id, start, data.x, data.y, d.lr, t, context, d.seed, work=task.work)
+            done = Personal(out.params, out.num_steps, out.mean_loss)
+        else:
+            assert self.spec is not None, "a personalising half needs the run's spec"
+            done = yield from self._trainings(task, t, Local(task.client_id, data.x, data.y, start, context, d.lr, state, d.seed, self.spec))
+        acc, loss = local_evaluation(self.model, done.params if done.personal is None else done.personal, data, self.eval_batch_size)
+        new_state: ClientState = dict(done.state)
         report: Report = {}
         if self.half is not None:
-            trained = Trained(task.client_id, data.x, data.y, start, d.context, context, d.lr, t, out.params, out.num_steps)
-            new_state, report = self.half.finish(self.model, state, trained)
+            trained = Trained(task.client_id, data.x, data.y, start, d.context, context, d.lr, t, done.params, done.num_steps)
+            own, report = self.half.finish(self.model, state, trained)
+            new_state.update(own)
         if self.temperature is not None:
-            new_state = {**new_state, **self.temperature.finish(state, t, acc)}
-        uplink = ParamUplink(out.params, len(data.y), out.num_steps, out.mean_loss, report)
+            new_state.update(self.temperature.finish(state, t, acc))
+        uplink = ParamUplink(done.params, len(data.y), done.num_steps, done.train_loss, report)
         return ClientReply(task.client_id, uplink, new_state or None, acc, loss, None if self.temperature is None else t)
+
+    def _trainings(self, task: ClientTask[ParamDownlink, ClientState], t: float, local: Local) -> Generator[ClientJob, LocalOutcome, Personal]:
+        """The personalising half's :class:`Train` requests as jobs: the first with the round's seed, the others with seeds derived from it."""
+        assert self.trainer is not None
+        d = task.downlink
+        program = self.trainer.train(local)
+        outcome: LocalOutcome | None = None
+        for i in count():
+            try:
+                step = next(program) if outcome is None else program.send(outcome)
+            except StopIteration as stop:
+                return stop.value
+            x, y = (local.x, local.y) if step.rows is None else (local.x[step.rows], local.y[step.rows])
+            spec = None if step.objective is None else self.objectives[step.objective]
+            seed = d.seed if i == 0 else derive_seed(d.seed, "personal", i)
+            lr = d.lr if step.lr is None else step.lr
+            outcome = yield ClientJob(task.client_id, step.start, x, y, lr, t, step.context, seed, spec, work=task.work)
+        raise AssertionError("unreachable")
 
 
 class ParamStore:
@@ -232,6 +279,8 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
     """Parameter sharing (FedAvg family): the run's aggregator, its client reporter, ``[objective]``'s proximal term."""
     assert exp.aggregator is not None, "parameter sharing averages models: build_experiment builds its aggregator"
     half = exp.aggregator.client_half()  # the aggregator's client half: it travels, the aggregator does not
+    trainer = half if isinstance(half, Personalising) else None  # it runs the client's trainings (Ditto, FedRep, APFL, pFedMe)
+    objectives = () if trainer is None else trainer.objectives(exp.spec)
     return ParameterSharing(
         seed=exp.config.seed,
         lr_at=exp.config.lr_at,
@@ -239,7 +288,10 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
         aggregator=exp.aggregator,
         policy=exp.policy,
         evaluation=evaluation,
-        client=ParameterClient(exp.model, exp.config.eval.batch_size, half, exp.policy.client_half(exp.data.num_classes)),
+        client=ParameterClient(
+            exp.model, exp.config.eval.batch_size, half, exp.policy.client_half(exp.data.num_classes),
+            trainer=trainer, spec=exp.spec if trainer else None, objectives=objectives,
+        ),
         eval_clients=exp.config.eval.clients,
         proximal_mu=exp.config.objective.proximal_mu,
     )

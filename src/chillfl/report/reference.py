@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Any, Callable, Iterator, Mapping
 
-from chillfl.aggregation.registry import UNWEIGHTED
+from chillfl.aggregation.registry import pa3fed_bases
 from chillfl.config import EXECUTORS, RunConfig
 from chillfl.experiment import base_losses
 from chillfl.settings.distillation import DistillationOptions
@@ -85,8 +85,8 @@ def _names(module: str, function: str) -> Callable[[], list[str]]:
 
 
 def _algorithm_bases() -> list[str]:
-    """What ``pa3fed.base`` accepts: every algorithm but PA3Fed itself and the unweighted (robust) rules."""
-    return [n for n in _names("chillfl.aggregation.registry", "algorithm_names")() if n != "pa3fed" and n not in UNWEIGHTED]
+    """What ``pa3fed.base`` accepts: every algorithm but PA3Fed itself, the unweighted (robust) rules and those with rules of their own."""
+    return pa3fed_bases()
 
 
 def _measures() -> list[str]:

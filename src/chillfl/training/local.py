@@ -72,9 +72,12 @@ Params = dict[str, torch.Tensor]
 BaseLoss = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
 
 
-def split_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> tuple[Params, Params]:
-    """Split a flat state dict into (trainable parameters, buffers) by the model's own naming."""
-    pnames = {n for n, _ in model.named_parameters()}
+def split_state(model: nn.Module, state: Mapping[str, torch.Tensor], frozen: frozenset[str] = frozenset()) -> tuple[Params, Params]:
+    """Split a flat state dict into (trainable parameters, buffers) by the model's own naming.
+
+    ``frozen`` parameters go with the buffers: the step reads them and never updates them (:attr:`LocalSpec.frozen`).
+    """
+    pnames = {n for n, _ in model.named_parameters()} - frozen
     params = {k: v for k, v in state.items() if k in pnames}
     buffers = {k: v for k, v in state.items() if k not in pnames}
     return params, buffers
@@ -108,6 +111,8 @@ class LocalSpec:
     """``fp32`` or ``bf16`` (the forward under bf16 autocast; see the module docstring)."""
     optim: Optimizer = SGD
     """The optimiser besides ``momentum`` / ``weight_decay``: Adam(W), Nesterov, clipping, a schedule over local steps."""
+    frozen: frozenset[str] = frozenset()
+    """Parameters held fixed (read, never updated, no optimiser state): FedRep trains its head with the body frozen, then the body."""
 
 
 def conv2d_model(model: nn.Module) -> bool:
@@ -314,10 +319,10 @@ def step_grads(loss: torch.Tensor, params: Params, keys: Sequence[str], captured
     A factored weight's full gradient is its dense part (tied uses, method
     terms; usually None) plus ``sum dz^T x`` over its recorded calls.
     """
-    outputs = [z for _, z in captured]
-    grads = torch.autograd.grad(loss, [*params.values(), *outputs], allow_unused=True)
+    trained = [(key, x, z) for key, (x, z) in zip(keys, captured) if key in params]  # a frozen weight (LocalSpec.frozen) takes no step
+    grads = torch.autograd.grad(loss, [*params.values(), *(z for _, _, z in trained)], allow_unused=True)
     factors: Factors = {}
-    for key, (x, _), dz in zip(keys, captured, grads[len(params) :]):
+    for (key, x, _), dz in zip(trained, grads[len(params) :]):
         if dz is not None:  # None: this call's output does not reach the loss
             factors.setdefault(key, []).append((x, dz))
     return list(grads[: len(params)]), factors
@@ -464,7 +469,7 @@ def train_client(
     The model object is only a stateless template: its own tensors are never
     read or written, so one instance serves every client.
     """
-    params, buffers = split_state(model, to_memory_format(start, spec.memory_format))
+    params, buffers = split_state(model, to_memory_format(start, spec.memory_format), spec.frozen)
     params = leaf_params(params)
     buffers = {k: v.detach().clone() for k, v in buffers.items()}
     opt_state = init_state(params, spec.optim, spec.momentum)

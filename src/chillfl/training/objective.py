@@ -78,20 +78,30 @@ LossFn = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
 """base loss signature: (logits, targets, temperature) -> scalar."""
 
 
+@dataclass(unsafe_hash=True)
 class ProximalTerm:
     """``mu/2 * sum_k ||w_k - w^t_k||^2`` over the trainable keys; reads ``mu`` and ``global_params``.
 
     FedProx's term (Li et al., Eq. 2). ``[algorithm] name = "fedprox"`` adds it,
     and so does ``[objective] proximal_mu`` on top of any other aggregator.
+    ``weight`` / ``anchor`` name other context keys, so that methods whose
+    objective has the same form (Ditto's lambda/2 ||v - w^t||^2, pFedMe's inner
+    problem, FedDyn's alpha/2 ||theta - theta^{t-1}||^2) add their own copy
+    beside FedProx's without sharing its keys.
     """
 
-    reads: tuple[str, ...] = ("mu", "global_params")
+    weight: str = "mu"
+    anchor: str = "global_params"
+    reads: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.reads = (self.weight, self.anchor)
 
     def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
-        anchor = read_table(context, "global_params")
+        anchor = read_table(context, self.anchor)
         parts = [((params[k] - anchor[k].detach()) ** 2).sum() for k in params if k in anchor]
         total = torch.stack(parts).sum() if parts else torch.zeros(())
-        return 0.5 * read_number(context, "mu") * total
+        return 0.5 * read_number(context, self.weight) * total
 
 
 @dataclass

@@ -1,0 +1,195 @@
+"""APFL (Deng, Kamani & Mahdavi, 2020): adaptive personalised FL, Algorithm 1 with the adaptive alpha.
+
+Client i keeps a personal model v_i and a mixing weight alpha_i; its
+personalised model is v_bar = alpha_i v_i + (1 - alpha_i) w_i. Every local
+step on a batch xi updates, from the same point,
+
+    w_i     <- w_i     - eta grad f_i(w_i; xi)
+    v_i     <- v_i     - eta grad_v f_i(v_bar; xi)      = v_i - eta alpha_i grad f_i(v_bar; xi)
+    alpha_i <- alpha_i - eta grad_alpha f_i(v_bar; xi)  = alpha_i - eta <v_i - w_i, grad f_i(v_bar; xi)>
+
+and w_i is what the server averages (FedAvg, n_i / n). The three updates are
+one gradient step of one loss over the triple (w, v, alpha), which the one
+training path runs: a :class:`Pair` template holds w and v as two copies of
+the model and alpha as a scalar parameter, its forward is w's (the base loss
+gives f_i(w)), and :class:`MixedLoss` adds f_i(v_bar) with w detached in v_bar,
+so that w's gradient is grad f_i(w) alone and v's and alpha's are the chain
+rule's above. Local accuracy measures v_bar after the round's training.
+
+Choices
+-------
+* alpha_i starts at ``alpha`` (0.5) and is clipped to [0, 1] after each
+  round's training (the authors' code clips after every step; a per-step clip
+  is not a gradient step, so it would need a second code path);
+  ``adaptive = false`` keeps alpha fixed (the paper's APFL with a given alpha).
+* f_i(v_bar) is the run's base loss at T = 1 (the run's temperature applies
+  to w's loss; APFL has none of its own). The authors' code adds 0.01 alpha to
+  alpha's gradient, which the paper's algorithm does not; not done here.
+* v_i starts, at the client's first participation, from the global model it
+  was sent (paper: v_i^0 = w^0). v_bar's batch-norm buffers are v_i's (its
+  training forward updates them).
+* The run's parameter terms (``[objective] proximal_mu``) apply to w, the
+  model the server averages (:class:`OnShared`), not to v.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from typing import Mapping, cast
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from chillfl.aggregation.base import (
+    ClientHalf,
+    ClientState,
+    Context,
+    FedAvg,
+    Local,
+    LocalProgram,
+    Params,
+    Personal,
+    Report,
+    Train,
+    Trained,
+    Wire,
+    own_entries,
+    with_prefix,
+)
+from chillfl.options import require
+from chillfl.training.local import BaseLoss, LocalSpec
+from chillfl.training.objective import LossTerm, StepView, Term, is_batch_term, temperature_cross_entropy
+
+
+@dataclass(frozen=True)
+class APFLOptions:
+    """``alpha``: alpha_i's start (0.5); ``adaptive``: learn alpha_i (Algorithm 1) or keep it fixed."""
+
+    alpha: float = 0.5
+    adaptive: bool = True
+
+    def validate(self, section: str) -> None:
+        require(0 <= self.alpha <= 1, f"{section}.alpha", f"must be in [0, 1], got {self.alpha}")
+
+
+class Pair(nn.Module):
+    """v and w, two copies of a model, and alpha as one module: the forward is w's.
+
+    v is registered first, so that the pair's last ``nn.Linear`` (its "head",
+    whose input batch terms read) is w's, which the forward runs.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.v = copy.deepcopy(model)
+        self.w = copy.deepcopy(model)
+        self.alpha = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w(x)
+
+
+def pair_state(w: Params, v: Params, alpha: torch.Tensor) -> Params:
+    """The pair's flat state from the two models' and alpha."""
+    return {**{f"v.{k}": t for k, t in v.items()}, **{f"w.{k}": t for k, t in w.items()}, "alpha": alpha}
+
+
+def split_pair(state: Mapping[str, torch.Tensor]) -> tuple[Params, Params, torch.Tensor]:
+    """Inverse of :func:`pair_state`: (w, v, alpha)."""
+    w = {k[2:]: t for k, t in state.items() if k.startswith("w.")}
+    v = {k[2:]: t for k, t in state.items() if k.startswith("v.")}
+    return w, v, state["alpha"]
+
+
+def mixed(model: nn.Module, w: Params, v: Params, alpha: torch.Tensor) -> Params:
+    """v_bar = alpha v + (1 - alpha) w on the parameters; buffers are v's."""
+    names = {n for n, _ in model.named_parameters()}
+    return {k: alpha * v[k] + (1 - alpha) * w[k] if k in names else v[k] for k in v}
+
+
+class MixedLoss:
+    """f_i(v_bar) with v_bar = alpha v + (1 - alpha) w.detach(): a batch term of the :class:`Pair`'s step.
+
+    f_i is the run's base loss (the one w trains with), at temperature 1.
+    """
+
+    per_batch = True
+    captures: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+
+    def __init__(self, base_loss: BaseLoss = temperature_cross_entropy) -> None:
+        self.base_loss = base_loss
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context, step: StepView) -> torch.Tensor:
+        base = step.model.get_submodule("v")
+        alpha = params["alpha"] if "alpha" in params else step.buffers["alpha"]  # fixed alpha: frozen, with the buffers
+        weights = {n: alpha * params[f"v.{n}"] + (1 - alpha) * params[f"w.{n}"].detach() for n, _ in base.named_parameters()}
+        buffers = {n: step.buffers[f"v.{n}"] for n, _ in base.named_buffers()}
+        logits = functional_call(base, (weights, buffers), (step.x,))
+        return self.base_loss(logits.float(), step.y, 1.0)
+
+
+class OnShared:
+    """A parameter term of the run's objective (``[objective] proximal_mu``) applied to w, the pair's shared model."""
+
+    def __init__(self, term: LossTerm) -> None:
+        self.term = term
+        self.reads = term.reads
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
+        return self.term({k[2:]: t for k, t in params.items() if k.startswith("w.")}, context)
+
+
+@dataclass(frozen=True)
+class APFLClient:
+    """APFL's client half: trains the pair (w, v, alpha) from (w^t, v_i, alpha_i); keeps v_i and alpha_i."""
+
+    model: nn.Module
+    alpha: float
+    adaptive: bool
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        return start, dict(context)
+
+    def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
+        """0: the pair's step (w's loss + f(v_bar)); alpha frozen when not adaptive."""
+        if any(is_batch_term(t) for t in spec.terms):
+            raise ValueError("APFL applies the run's parameter terms to w; a batch term would see the pair's forward")
+        frozen = spec.frozen if self.adaptive else spec.frozen | {"alpha"}
+        terms: list[Term] = [OnShared(cast(LossTerm, t)) for t in spec.terms]
+        terms.append(MixedLoss(spec.base_loss))
+        return (replace(spec, model=Pair(self.model), terms=tuple(terms), frozen=frozen),)
+
+    def train(self, local: Local) -> LocalProgram:
+        own = own_entries(local.state, PREFIX)
+        v = {k: t for k, t in own.items() if k != "alpha"} or local.start
+        alpha = own["alpha"] if own else torch.tensor(self.alpha, dtype=_float(local.start), device=local.y.device)
+        out = yield Train(pair_state(local.start, v, alpha), local.context, objective=0)
+        w, v_new, a = split_pair(out.params)
+        a = a.clamp(0.0, 1.0)
+        return Personal(w, out.num_steps, out.mean_loss, mixed(self.model, w, v_new, a), with_prefix({**v_new, "alpha": a}, PREFIX))
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return {}, {}  # v_i and alpha_i are kept by the training (Personal.state)
+
+
+PREFIX = "apfl."
+"""Where v_i (and alpha_i, as ``apfl.alpha``) live in the client's state."""
+
+
+def _float(state: Params) -> torch.dtype:
+    return next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
+
+
+class APFL(FedAvg):
+    """FedAvg on the w_i; v_i and alpha_i are the clients' own (:class:`APFLClient`)."""
+
+    def __init__(self, model: nn.Module, options: APFLOptions = APFLOptions()) -> None:
+        super().__init__()
+        self.model = model
+        self.options = options
+
+    def client_half(self) -> ClientHalf:
+        return APFLClient(self.model, self.options.alpha, self.options.adaptive)

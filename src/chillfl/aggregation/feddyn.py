@@ -1,0 +1,148 @@
+"""FedDyn (Acar et al., ICLR 2021): dynamic regularisation, Algorithm 1.
+
+Client k, sent the server model theta^{t-1}, solves
+
+    theta_k^t = argmin_theta  L_k(theta) - <grad L_k(theta_k^{t-1}), theta> + alpha/2 ||theta - theta^{t-1}||^2
+
+with the one local training path: the linear term is a
+:class:`~chillfl.aggregation.scaffold.LinearCorrectionTerm` reading
+``feddyn_linear = -g_k`` (its gradient is ``-g_k``), the quadratic one a
+:class:`~chillfl.training.objective.ProximalTerm` reading ``feddyn_alpha``
+and ``feddyn_anchor = theta^{t-1}``. ``g_k = grad L_k(theta_k^{t-1})`` is the
+client's own state (:class:`FedDynClient`, zeros before its first round), and
+after training it becomes (first-order condition of the problem above)
+
+    g_k <- g_k - alpha (theta_k^t - theta^{t-1}).
+
+The server keeps h (zeros at start) and sets, over the round's clients P_t
+and the m clients of the federation,
+
+    h^t     = h^{t-1} - alpha/m * sum_{k in P_t} (theta_k^t - theta^{t-1})
+    theta^t = 1/|P_t| sum_{k in P_t} theta_k^t - h^t / alpha.
+
+Choices
+-------
+* The local problem is solved approximately by the run's local optimiser
+  (``client.epochs`` of SGD, as the paper's experiments and the authors' code
+  do), not to optimality; g_k's update is then the paper's formula, exact
+  only at the optimum.
+* g_k and h cover trainable parameters; buffers (batch-norm statistics) are
+  averaged uniformly, integer buffers take the max.
+* The mean over P_t is uniform (Algorithm 1); the authors' code weights by
+  sample counts on unbalanced data, which ``weighting = "samples"`` selects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, Literal, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import (
+    ClientHalf,
+    ClientResult,
+    ClientState,
+    Context,
+    Downlink,
+    Params,
+    Report,
+    Trained,
+    Wire,
+    check_state_keys,
+    client_weights,
+    load_params,
+    own_entries,
+    params_state,
+    weighted_average,
+    with_prefix,
+)
+from chillfl.aggregation.scaffold import LinearCorrectionTerm
+from chillfl.options import require
+from chillfl.training.objective import ProximalTerm, Term, read_number
+
+
+@dataclass(frozen=True)
+class FedDynOptions:
+    """``alpha``: weight of the dynamic regulariser (paper: 0.1, 0.01 or 0.001); ``weighting`` of the client mean."""
+
+    alpha: float = 0.01
+    weighting: Literal["uniform", "samples"] = "uniform"
+
+    def validate(self, section: str) -> None:
+        require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
+
+
+ALPHA, ANCHOR, LINEAR = "feddyn_alpha", "feddyn_anchor", "feddyn_linear"
+"""Context keys of the two terms."""
+PREFIX = "feddyn.grad."
+"""Where g_k = grad L_k(theta_k^{t-1}) lives in the client's state."""
+
+
+def feddyn_terms() -> list[Term]:
+    """-<g_k, theta> and alpha/2 ||theta - theta^{t-1}||^2, under FedDyn's own context keys."""
+    return [LinearCorrectionTerm(LINEAR), ProximalTerm(ALPHA, ANCHOR)]
+
+
+@dataclass(frozen=True)
+class FedDynClient:
+    """FedDyn's client half: its g_k as ``feddyn_linear = -g_k``; g_k <- g_k - alpha (theta_k^t - theta^{t-1}) after training."""
+
+    param_keys: tuple[str, ...]
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        g = own_entries(state, PREFIX)
+        out = dict(context)
+        out[LINEAR] = {k: -g[k] for k in self.param_keys} if g else {k: torch.zeros_like(start[k]) for k in self.param_keys}
+        out[ANCHOR] = start  # theta^{t-1}: the model the client was sent, no bytes of its own
+        return start, out
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        alpha = float(read_number(trained.context, ALPHA))
+        g = own_entries(state, PREFIX) or {k: torch.zeros_like(trained.start[k]) for k in self.param_keys}
+        new = {k: g[k] - alpha * (trained.params[k] - trained.start[k]) for k in self.param_keys}
+        return with_prefix(new, PREFIX), {}
+
+
+class FedDyn:
+    """FedDyn server: owns h; every g_k is its client's own (:class:`FedDynClient`)."""
+
+    def __init__(self, num_clients: int, options: FedDynOptions = FedDynOptions(), param_keys: Collection[str] = ()) -> None:
+        if num_clients < 1:
+            raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+        self.num_clients = num_clients
+        self.options = options
+        self.param_keys = tuple(param_keys)
+        self.h: Params = {}
+
+    def client_half(self) -> ClientHalf:
+        return FedDynClient(self.param_keys)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return Downlink(context={ALPHA: self.options.alpha})  # theta^{t-1} is the model sent, g_k the client's own
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        alpha, keys = self.options.alpha, self.param_keys
+        if not self.h:
+            self.h = {k: torch.zeros_like(global_params[k]) for k in keys}
+        drift = {k: sum(r.params[k].double() - global_params[k].double() for r in results) for k in keys}
+        self.h = {k: (self.h[k].double() - alpha / self.num_clients * drift[k]).to(self.h[k].dtype) for k in keys}
+        out = weighted_average([r.params for r in results], client_weights(results, self.options.weighting))
+        for k in keys:
+            out[k] = (out[k].double() - self.h[k].double() / alpha).to(global_params[k].dtype)
+        return {k: out[k] for k in global_params}
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return {"h_norm": sum(float((v.double() ** 2).sum()) for v in self.h.values()) ** 0.5}
+
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The server's h (each g_k is in its client's state)."""
+        return {"h": params_state(self.h)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("h",), "FedDyn")
+        self.h = load_params(state["h"])

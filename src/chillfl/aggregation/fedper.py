@@ -1,0 +1,89 @@
+"""FedPer (Arivazhagan et al., 2019): base layers are federated, personalisation layers stay local.
+
+Each client trains its whole model (base + its own head) for the run's local
+epochs, as FedAvg does; only the base layers are averaged (FedAvg weights
+n_i / n), and the head ("personalisation layers") never leaves the client:
+its client half (:class:`KeepLocal`) puts the client's own head into its
+start model and keeps the trained one, FedBN's pattern with other keys.
+Local accuracy measures the client's model after its training, with its own
+head: the personalised model the paper evaluates.
+
+Choices
+-------
+* The head is the last ``head_layers`` modules that own parameters (default
+  1: the classifier, the paper's "FedPer with one personalisation layer";
+  it also reports 2).
+* A client's first round starts from the global model's head.
+* The global model's head (used only for the global model's evaluation and
+  as the start of first-time clients): ``global_head = "average"`` (default)
+  averages the round's clients' heads, ``"keep"`` leaves the initial head.
+  Either way the uplink carries the full model, so the traffic counts the
+  head once per client a round (the paper's client sends the base only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from torch import nn
+
+from chillfl.aggregation.base import ClientHalf, ClientState, Context, Params, Report, Trained, Wire, own_entries, with_prefix
+from chillfl.aggregation.fedbn import FedBN, FedBNOptions
+from chillfl.options import require
+
+
+@dataclass(frozen=True)
+class FedPerOptions:
+    """``head_layers``: how many of the last parameterised modules stay local; ``global_head``: ``average`` or ``keep``."""
+
+    head_layers: int = 1
+    global_head: Literal["average", "keep"] = "average"
+    weighting: Literal["samples", "uniform"] = "samples"
+
+    def validate(self, section: str) -> None:
+        require(self.head_layers >= 1, f"{section}.head_layers", f"must be >= 1, got {self.head_layers}")
+
+
+def head_keys(model: nn.Module, layers: int = 1) -> list[str]:
+    """State-dict names (parameters and buffers) of the last ``layers`` modules that own parameters."""
+    owners = [(name, m) for name, m in model.named_modules() if any(True for _ in m.parameters(recurse=False))]
+    if len(owners) <= layers:
+        raise ValueError(f"{type(model).__name__} has {len(owners)} parameterised modules; a head of {layers} leaves no shared base")
+    keys: list[str] = []
+    for name, module in owners[-layers:]:
+        base = f"{name}." if name else ""
+        keys.extend(base + n for n, _ in module.named_parameters(recurse=False))
+        keys.extend(base + n for n, b in module.named_buffers(recurse=False) if b is not None)
+    return keys
+
+
+@dataclass(frozen=True)
+class KeepLocal:
+    """A client half that keeps ``keys`` local: its own entries (under ``prefix``) replace the global ones in its start."""
+
+    keys: frozenset[str]
+    prefix: str
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        own = own_entries(state, self.prefix)
+        return ({**start, **own} if own else start), dict(context)
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return with_prefix({k: v for k, v in trained.params.items() if k in self.keys}, self.prefix), {}
+
+
+def fedper_server(model: nn.Module, options: FedPerOptions) -> tuple[list[str], FedBNOptions]:
+    """The head's keys and FedBN's options that average the rest (FedBN's rule with the head as its local keys)."""
+    return head_keys(model, options.head_layers), FedBNOptions(global_bn=options.global_head, weighting=options.weighting)
+
+
+class FedPer(FedBN):
+    """FedAvg over the base; the head is the clients' own (:class:`KeepLocal`)."""
+
+    def __init__(self, model: nn.Module, options: FedPerOptions = FedPerOptions()) -> None:
+        keys, fedbn = fedper_server(model, options)
+        super().__init__(keys, fedbn)
+
+    def client_half(self) -> ClientHalf:
+        return KeepLocal(self.bn_keys, "fedper.head.")

@@ -1,0 +1,79 @@
+"""FedRep (Collins et al., ICML 2021): a shared representation, a local head, trained one after the other.
+
+Each round, client i, sent the global body phi^t, first trains its own head
+h_i with the body frozen for ``head_epochs`` epochs, then trains the body
+with its new head frozen for the run's ``client.epochs`` (Algorithm 1: tau_h
+head updates, then tau_phi body updates). Only the body is averaged (FedAvg
+weights n_i / n); the head stays with the client (:class:`FedRepClient`, the
+same keep-local half as FedPer's). Both trainings are jobs of the one
+training path with the other part frozen (:attr:`LocalSpec.frozen`), so
+every executor trains them as it trains any job. Local accuracy measures the
+client's model after both, with its own head.
+
+Choices
+-------
+* ``head_epochs = 10`` and one body epoch are the paper's defaults (set the
+  body's with ``client.epochs``).
+* The head is the last ``head_layers`` parameterised modules (default 1, the
+  classifier) and the global head, kept only for the global model's
+  evaluation, is the clients' average (``global_head``), as for FedPer.
+* The reported ``train_loss`` and ``num_steps`` cover both trainings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from torch import nn
+
+from chillfl.aggregation.base import ClientHalf, Local, LocalProgram, Personal, Train
+from chillfl.aggregation.fedper import FedPer, FedPerOptions, KeepLocal
+from chillfl.options import require
+from chillfl.training.local import LocalSpec
+
+
+@dataclass(frozen=True)
+class FedRepOptions:
+    """``head_epochs``: epochs of head training before the body's (paper: 10); the rest as FedPer's."""
+
+    head_epochs: int = 10
+    head_layers: int = 1
+    global_head: Literal["average", "keep"] = "average"
+    weighting: Literal["samples", "uniform"] = "samples"
+
+    def validate(self, section: str) -> None:
+        require(self.head_epochs >= 1, f"{section}.head_epochs", f"must be >= 1, got {self.head_epochs}")
+        require(self.head_layers >= 1, f"{section}.head_layers", f"must be >= 1, got {self.head_layers}")
+
+
+@dataclass(frozen=True)
+class FedRepClient(KeepLocal):
+    """The client keeps its head (:class:`KeepLocal`) and trains head, then body (:class:`~chillfl.aggregation.base.Personalising`)."""
+
+    param_keys: frozenset[str]
+    head_epochs: int
+
+    def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
+        """0: the head, body frozen, ``head_epochs``; 1: the body, head frozen, the run's epochs."""
+        head = self.param_keys & self.keys
+        return replace(spec, epochs=self.head_epochs, frozen=spec.frozen | (self.param_keys - head)), replace(spec, frozen=spec.frozen | head)
+
+    def train(self, local: Local) -> LocalProgram:
+        head = yield Train(local.start, local.context, objective=0)
+        body = yield Train(head.params, local.context, objective=1)
+        steps = head.num_steps + body.num_steps
+        loss = (head.mean_loss * head.num_steps + body.mean_loss * body.num_steps) / max(steps, 1)
+        return Personal(body.params, steps, loss)
+
+
+class FedRep(FedPer):
+    """FedPer's server (the body averaged); the client trains its head, then the body (:class:`FedRepClient`)."""
+
+    def __init__(self, model: nn.Module, options: FedRepOptions = FedRepOptions()) -> None:
+        super().__init__(model, FedPerOptions(options.head_layers, options.global_head, options.weighting))
+        self.param_names = frozenset(n for n, _ in model.named_parameters())
+        self.head_epochs = options.head_epochs
+
+    def client_half(self) -> ClientHalf:
+        return FedRepClient(self.bn_keys, "fedrep.head.", self.param_names, self.head_epochs)

@@ -1,0 +1,135 @@
+"""pFedMe (Dinh, Tran & Nguyen, NeurIPS 2020): personalisation with Moreau envelopes, Algorithm 1.
+
+Client i, sent w^t, sets its local model w_{i,0} = w^t and, for each of its
+R local steps r (one per batch D of the run's ``client.epochs`` over its data):
+
+* solves the inner problem on the batch approximately, with K steps of the
+  run's local optimiser at ``personal_lr``:
+  theta_i = argmin_theta f_i(theta; D) + lambda/2 ||theta - w_{i,r}||^2
+  (one job of the one training path: the run's objective plus a
+  :class:`~chillfl.training.objective.ProximalTerm` reading ``pfedme_lambda``
+  and ``pfedme_anchor = w_{i,r}``, K epochs over the one batch);
+* moves its local model: w_{i,r+1} = w_{i,r} - eta lambda (w_{i,r} - theta_i)
+  (eta: the round's learning rate).
+
+It sends w_{i,R}; the server sets w^{t+1} = (1 - beta) w^t + beta * mean_i w_{i,R}.
+The personalised model, which local accuracy measures, is the last theta_i.
+
+Choices
+-------
+* theta starts each inner problem from the previous one's solution (from
+  w^t at the first), as the authors' code does; starting each from
+  w_{i,r} is the other reading of Algorithm 1.
+* The mean over the round's clients is uniform (Algorithm 1);
+  ``weighting = "samples"`` uses n_i / n. beta applies to every float entry;
+  integer buffers take the clients' max.
+* w's buffers (batch-norm statistics) are theta's after each inner problem.
+* The inner steps use the run's local optimiser (the paper: plain gradient
+  steps); its state (momentum, Adam moments) starts afresh with each inner problem.
+* A straggler (``work`` < 1) runs fewer inner steps per batch, not fewer batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal, Sequence
+
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import (
+    ClientHalf,
+    ClientResult,
+    ClientState,
+    Context,
+    FedAvg,
+    Local,
+    LocalProgram,
+    Params,
+    Personal,
+    Report,
+    Train,
+    Trained,
+    Wire,
+)
+from chillfl.options import require
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalSpec, batch_order
+from chillfl.training.objective import ProximalTerm
+
+
+@dataclass(frozen=True)
+class PFedMeOptions:
+    """``lam`` (lambda, paper 15), ``inner_steps`` (K, paper 5), ``personal_lr`` (the inner steps' rate), ``beta`` (server mixing, 1 = average)."""
+
+    lam: float = 15.0
+    inner_steps: int = 5
+    personal_lr: float = 0.01
+    beta: float = 1.0
+    weighting: Literal["uniform", "samples"] = "uniform"
+
+    def validate(self, section: str) -> None:
+        require(self.lam > 0, f"{section}.lam", f"must be > 0, got {self.lam}")
+        require(self.inner_steps >= 1, f"{section}.inner_steps", f"must be >= 1, got {self.inner_steps}")
+        require(self.personal_lr > 0, f"{section}.personal_lr", f"must be > 0, got {self.personal_lr}")
+        require(self.beta > 0, f"{section}.beta", f"must be > 0, got {self.beta}")
+
+
+LAMBDA, ANCHOR = "pfedme_lambda", "pfedme_anchor"
+"""Context keys of the inner problem's proximal term."""
+
+
+def outer_step(w: Params, theta: Params, lr: float, lam: float, param_keys: frozenset[str]) -> Params:
+    """w - eta lambda (w - theta) on the parameters; the buffers are theta's."""
+    return {k: w[k] - lr * lam * (w[k] - theta[k]) if k in param_keys else theta[k] for k in w}
+
+
+@dataclass(frozen=True)
+class PFedMeClient:
+    """pFedMe's client half: R outer steps, each an inner K-step job on one batch; it keeps no state between rounds."""
+
+    param_keys: frozenset[str]
+    lam: float
+    inner_steps: int
+    personal_lr: float
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        return start, dict(context)
+
+    def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
+        """0: the inner problem, K epochs over one batch (the batch size stays the run's, so one step an epoch)."""
+        return (replace(spec, epochs=self.inner_steps, terms=(*spec.terms, ProximalTerm(LAMBDA, ANCHOR))),)
+
+    def train(self, local: Local) -> LocalProgram:
+        order = batch_order(len(local.y), local.spec.batch_size, local.spec.epochs, torch.Generator().manual_seed(derive_seed(local.seed, "pfedme")))
+        w, theta = local.start, local.start
+        losses: list[float] = []
+        for rows in order:
+            inner = yield Train(theta, {**local.context, LAMBDA: self.lam, ANCHOR: w}, objective=0, lr=self.personal_lr, rows=rows.to(local.y.device))
+            theta = inner.params
+            w = outer_step(w, theta, local.lr, self.lam, self.param_keys)
+            losses.append(inner.mean_loss)
+        return Personal(w, len(order), sum(losses) / max(len(losses), 1), theta)
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return {}, {}
+
+
+class PFedMe(FedAvg):
+    """w^{t+1} = (1 - beta) w^t + beta * mean of the clients' w_{i,R}; the clients run :class:`PFedMeClient`."""
+
+    def __init__(self, model: nn.Module, options: PFedMeOptions = PFedMeOptions()) -> None:
+        super().__init__(options.weighting)
+        self.options = options
+        self.param_keys = frozenset(n for n, _ in model.named_parameters())
+
+    def client_half(self) -> ClientHalf:
+        o = self.options
+        return PFedMeClient(self.param_keys, o.lam, o.inner_steps, o.personal_lr)
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None) -> Params:
+        mean = super().aggregate(global_params, results, round, weights)
+        beta = self.options.beta
+        if beta == 1.0:
+            return mean
+        return {k: ((1 - beta) * g.double() + beta * mean[k].double()).to(g.dtype) if g.is_floating_point() else mean[k] for k, g in global_params.items()}

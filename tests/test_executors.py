@@ -18,7 +18,7 @@ from chillfl.config import load_config
 from chillfl.engine.executors import ClientJob, SequentialExecutor
 from chillfl.protocols.parameters import ParameterClient
 from chillfl.engine.parallel import ExecutorSpec, VECTORIZE_MAX_PARAMS, choose_executor, make_parallel_executor, vectorized_workers
-from chillfl.engine.processes import ProcessExecutor, WorkerError, pack_tree
+from chillfl.engine.processes import ProcessExecutor, WorkerError, WorkerPool, pack_tree
 from chillfl.runner import run_experiment
 from chillfl.engine.vectorized import NotVectorizable, VectorizedExecutor, chunk_size_for, dim_order, stack, stack_contexts
 from chillfl.errors import ConfigError
@@ -342,6 +342,30 @@ def test_process_pool_bitwise_errors_and_clean_shutdown() -> None:
     with pytest.raises(WorkerError, match="closed"):
         ex.run(jobs)
     ex.close()  # idempotent
+
+
+def test_one_pool_serves_one_executor_after_another() -> None:
+    """Executors on a given pool (two architectures, two objectives): each bitwise its sequential twin; closing
+    an executor leaves the pool up, closing the pool stops its workers."""
+    one_thread = torch.get_num_threads()
+    torch.set_num_threads(1)  # the workers' thread count: bitwise equality needs the same
+    try:
+        setups = [(_mlp(), LocalSpec(epochs=1, batch_size=8), (3, 4)), (_cnn_bn(), LocalSpec(epochs=2, batch_size=4, momentum=0.9), (1, 6, 6))]
+        expected = [SequentialExecutor(model, spec).run(_jobs(model, [9, 7, 5], shape)) for model, spec, shape in setups]
+    finally:
+        torch.set_num_threads(one_thread)
+    with WorkerPool(workers=2) as pool:
+        pids = pool.pids
+        for (model, spec, shape), want in zip(setups * 2, expected * 2):  # back and forth: each executor's own template
+            ex = ProcessExecutor(model, spec, pool=pool)
+            _assert_identical(want, ex.run(_jobs(model, [9, 7, 5], shape)))
+            ex.close()
+            with pytest.raises(WorkerError, match="closed"):
+                ex.run(_jobs(model, [9], shape))
+            assert pool.pids == pids and all(_alive(p) for p in pids)
+        with pytest.raises(ValueError, match="pool's workers"):
+            ProcessExecutor(_mlp(), LocalSpec(epochs=1, batch_size=8), pool=pool, workers=3)
+    assert not any(_alive(p) for p in pids)
 
 
 def test_process_pool_reports_a_dead_worker() -> None:

@@ -195,11 +195,11 @@ NUMBER_CASES = [
     (at("client.lr_decay"), bad_floats(0, 1, lo_open=True)),
     (at("client.momentum"), bad_floats(0, 1, hi_open=True)),
     (at("client.weight_decay"), bad_floats(0, None)),
-    (at("eval.every"), bad_ints(1, None)),
+    (at("eval.every"), bad_ints(1, 10**7)),
     (at("eval.client_split_size"), bad_ints(1, 2**31 - 1)),
     (at("eval.batch_size"), bad_ints(1, 2**31 - 1)),
     (at("eval.target_accuracy"), bad_floats(0, 1, lo_open=True)),
-    (at("checkpoint.every"), bad_ints(0, None)),
+    (at("checkpoint.every"), bad_ints(0, 10**7)),
     (at("dataset.test_fraction"), bad_floats(0, 1, lo_open=True, hi_open=True)),
     (at("dataset.split_seed"), bad_ints(0, INT64_MAX)),
     (part({"name": "synthetic"}, "seed", "dataset.seed"), bad_ints(0, INT64_MAX)),
@@ -219,6 +219,7 @@ NUMBER_CASES = [
     (part({"name": "alexnet"}, "hidden", "model.hidden"), bad_ints(1, 10**6)),
     (part({"policy": "fixed"}, "value", "temperature.value"), bad_floats(0, None, lo_open=True)),
     (part({"policy": "fedchill"}, "gamma", "temperature.gamma"), bad_floats(0, 1, lo_open=True, hi_open=True)),
+    (part({"policy": "fedchill"}, "patience", "temperature.patience"), bad_ints(1, 10**7)),
     (part({"name": "fedprox"}, "mu", "algorithm.mu"), bad_floats(0, None)),
     (part({"name": "fedadam"}, "beta1", "algorithm.beta1"), bad_floats(0, 1, hi_open=True)),
     (part({"name": "scaffold"}, "global_lr", "algorithm.global_lr"), bad_floats(0, None, lo_open=True)),
@@ -227,6 +228,7 @@ NUMBER_CASES = [
     (part({"method": "dsfl", "public_size": 100, "subset_size": 50}, "distill_lr", "distillation.distill_lr"), bad_floats(0, None, lo_open=True)),
     (part({"method": "dsfl", "public_size": 100, "subset_size": 50}, "distill_epochs", "distillation.distill_epochs"), bad_ints(1, 100_000)),
     (part({"method": "comet", "public_size": 100, "subset_size": 50}, "max_iter", "distillation.max_iter"), bad_ints(1, 10_000)),
+    (part({"method": "dsfl", "public_size": 100}, "subset_size", "distillation.subset_size"), st.integers(2**31, 2**62)),
     (part({"name": "shards", "shards_per_client": 1}, "shard_size", "partition.shard_size"), st.integers(1797 // 3, 2**62)),
     (part({"name": "pa3fed"}, "eval_batch_size", "algorithm.eval_batch_size"), bad_ints(1, 2**31 - 1)),
 ]
@@ -566,6 +568,12 @@ they take all of the machine's memory or never end, which an in-process test mus
         (COMET + "max_iter = 1000000000\n", "distillation.max_iter"),
         ('[distillation]\nmethod = "dsfl"\npublic_size = 100\nsubset_size = 50\ndistill_epochs = 1000000000\n', "distillation.distill_epochs"),
         ('out_dir = "/proc/chillfl-hostile/out"\n', "out_dir"),
+        # counts with no upper bound before: nothing big was allocated, but no run can use them either
+        ("[eval]\nevery = 1000000000000\n", "eval.every"),
+        ("[checkpoint]\nevery = 1000000000000\n", "checkpoint.every"),
+        ('[temperature]\npolicy = "fedchill"\npatience = 1000000000000\n', "temperature.patience"),
+        # a huge subset_size was blamed on public_size ("must be >= subset_size=...")
+        ('[distillation]\nmethod = "dsfl"\npublic_size = 100\nsubset_size = 1000000000000\n', "distillation.subset_size"),
     ],
 )
 def test_issue27_cases(tmp_path: Path, capfd: pytest.CaptureFixture[str], text: str, field: str) -> None:
@@ -711,3 +719,22 @@ def test_a_damaged_dataset_cache_is_one_line_and_runs_no_code(tmp_path: Path, da
         cached("toy", {}, source, tmp_path, lambda: decoded)
     assert info.value.field == "data_dir" and "delete that folder" in info.value.message and "\n" not in str(info.value)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--public-size", "1000000000000"], "--public-size"),  # was a MemoryError traceback (an 8 TB cache array)
+        (["--rounds", "1000000000000"], "--rounds"),  # was a loop of 10**12 rounds
+        (["--rounds", "100000", "--public-size", "10000000"], "--rounds"),  # each round draws from all of P: hours
+        (["--seed", "-1"], "--seed"),  # was numpy's ValueError traceback
+    ],
+)
+def test_cache_ratio_sizes_are_bounded(tmp_path: Path, capfd: pytest.CaptureFixture[str], args: list[str], field: str) -> None:
+    """``chillfl analyze cache-ratio``: a size or count no simulation can use is one line, before anything runs or is written."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "cache.png"
+    assert main(["analyze", "cache-ratio", *args, "-o", str(out)]) == 2
+    err = capfd.readouterr().err
+    assert len(err.splitlines()) == 1 and ERROR_LINE.match(err)["field"] == field, err  # type: ignore[index]
+    assert not out.exists()

@@ -213,7 +213,7 @@ class EvalConfig:
 
     def validate(self, section: str) -> None:
         require(0.0 <= self.validation < 1.0, f"{section}.validation", f"must be in [0, 1) (0 = no validation split), got {self.validation}")
-        require(self.every >= 1, f"{section}.every", f"must be >= 1, got {self.every}")
+        require_range(self.every, 1, MAX_ROUNDS, f"{section}.every")
         require_range(self.ece_bins, 1, 1000, f"{section}.ece_bins")
         require_range(self.client_split_size, 1, MAX_BATCH, f"{section}.client_split_size")
         require_range(self.batch_size, 1, MAX_BATCH, f"{section}.batch_size")
@@ -293,7 +293,7 @@ class CheckpointConfig:
     client_models: bool = False
 
     def validate(self, section: str) -> None:
-        require(self.every >= 0, f"{section}.every", f"must be >= 0 (0 = only on interrupt), got {self.every}")
+        require(0 <= self.every <= MAX_ROUNDS, f"{section}.every", f"must be in [0, {MAX_ROUNDS}] (0 = only on interrupt), got {self.every}")
 
 
 SINK_NAMES = ("csv", "tensorboard", "wandb")

@@ -1,6 +1,8 @@
 """executor = "ray": against a Ray cluster started here (a head and one worker node on this machine), and a local Ray.
 
 * bitwise identical metrics to ``sequential`` (CPU, one intra-op thread), workers on both nodes;
+* stopped and resumed, a run is bitwise the uninterrupted run (``tests/resume_cases.py``), on the
+  cluster's two nodes: one method of each protocol (:data:`RAY_RESUME`);
 * a client's data reach a worker once, not once per round (bytes counted on both sides);
 * per-worker resources are real Ray requests (an unplaceable request stops with one line);
 * a worker process killed mid-round is restarted and the round gives the same replies; when the
@@ -40,6 +42,7 @@ from chillfl.engine.protocol import ClientSide, ClientTask  # noqa: E402
 from chillfl.engine.ray_executor import RayExecutor  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
 from chillfl.experiment import build_experiment, build_protocol, make_executor  # noqa: E402
+from resume_cases import check_resume, methods  # noqa: E402
 from sessions import session_pids  # noqa: E402
 
 TINY: dict[str, Any] = {
@@ -179,6 +182,26 @@ def test_bitwise_equal_to_sequential_on_two_nodes_and_data_sent_once(cluster: st
     assert after_first > 0 and executor.sent_data_bytes == after_first
     assert sum(s["received_data_bytes"] for s in stats) == sum(s["received_data_bytes"] for s in first_stats) == after_first
     assert sum(s["clients"] for s in stats) == 4
+
+
+RAY_RESUME = ("algorithm.fedavg", "algorithm.scaffold", "distillation.scarlet", "prototypes.fedproto")
+"""Under Ray, one method of each protocol, with the clients' own state (SCAFFOLD's c_i, SCARLET's caches,
+FedProto's client models) travelling to the actors: each run starts its own actors, which import torch
+(about 20 s a case on a loaded 2-core machine), so not the whole registry. Every registered method is
+resumed under the process pool (``tests/test_resume_every_method.py``), whose workers, like the actors,
+run whole client updates and keep nothing between rounds that a task does not carry."""
+
+RESUME_CASES = [pytest.param(m, 1 + i % 2, id=m) for i, m in enumerate(RAY_RESUME)]
+
+
+def test_the_ray_resume_cases_are_registered_methods() -> None:
+    assert set(RAY_RESUME) <= set(methods())
+
+
+@pytest.mark.parametrize(("method", "stop"), RESUME_CASES)
+def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(cluster: str, method: str, stop: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run's actors (one on each node) start, serve 1 to 3 rounds and are killed; the resumed run is the reference, byte for byte."""
+    check_resume(method, "ray", stop, tmp_path, monkeypatch, **{"ray.address": cluster})
 
 
 @pytest.mark.parametrize("algorithm", [{"name": "ditto"}, {"name": "fedrep", "head_epochs": 2}, {"name": "fedper"}, {"name": "apfl"},

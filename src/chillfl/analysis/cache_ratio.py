@@ -39,6 +39,12 @@ DEFAULT_BETAS = "0.5,1,1.25,1.5,2,3,5"
 EXAMPLES = ("high", "low")
 
 
+MAX_PUBLIC = 10**8
+MAX_ROUNDS = 10**6
+MAX_WORK = 10**10
+"""Bounds of ``cache-ratio``: |P| (one int64 each), rounds, and rounds x |P| (each round draws from all of P)."""
+
+
 def _numbers(text: str, field: str, kind: type = float) -> list[Any]:
     try:
         values = [kind(v) for v in text.split(",") if v.strip()]
@@ -55,10 +61,16 @@ def cmd_cache_ratio(args: argparse.Namespace) -> int:
     durations = _numbers(args.durations, "--durations", int)
     if any(d < 0 for d in durations):
         raise ConfigError("--durations", f"must be >= 0, got {durations}")
+    if not 1 <= args.public_size <= MAX_PUBLIC:  # the cache is one int64 per public sample
+        raise ConfigError("--public-size", f"must be in [1, {MAX_PUBLIC}], got {args.public_size}")
     if not 0 < args.subset_size <= args.public_size:
         raise ConfigError("--subset-size", f"must be in 1..--public-size={args.public_size}, got {args.subset_size}")
-    if args.rounds < 1:
-        raise ConfigError("--rounds", f"must be >= 1, got {args.rounds}")
+    if not 1 <= args.rounds <= MAX_ROUNDS:
+        raise ConfigError("--rounds", f"must be in [1, {MAX_ROUNDS}], got {args.rounds}")
+    if args.rounds * args.public_size > MAX_WORK:  # each round draws from all of P: minutes beyond this
+        raise ConfigError("--rounds", f"--rounds x --public-size must be at most {MAX_WORK:.0e} (a simulation of minutes), got {args.rounds * args.public_size:.1e}")
+    if not 0 <= args.seed < 2**63:
+        raise ConfigError("--seed", f"must be in [0, 2**63), got {args.seed}")
     ratios = {d: simulate_cache_ratio(args.public_size, args.subset_size, d, args.rounds, args.seed, args.on_expire) for d in durations}
     tail = max(1, args.rounds // 4)
     print(f"cached share of P^t (|P| = {args.public_size}, |P^t| = {args.subset_size}, {args.rounds} rounds, expiry: {args.on_expire})")

@@ -1,12 +1,18 @@
 """Process executor: a pool of worker processes, tensors exchanged through shared memory.
 
 Each worker (``spawn`` start method, so it is safe with threads and on every
-OS) receives the model template and the :class:`LocalSpec` once, at start-up,
-and then runs :func:`~chillfl.training.local.train_client` on the jobs it
-pulls from a shared queue. Jobs and results travel as small pickles whose
-tensors live in shared memory: every distinct state dict (the round's global
-model is one object shared by all clients) is packed once per round into one
-flat shared buffer per dtype, so a worker maps it instead of receiving a
+OS) runs :func:`~chillfl.training.local.train_client` on the jobs it pulls
+from a shared queue. The model template, the :class:`LocalSpec` and the
+client side are pickled once per executor into shared memory (:class:`_Setup`);
+every task refers to them, and a worker unpickles them the first time it meets
+them. So the workers (a :class:`WorkerPool`) do not belong to one run: a pool
+can serve one executor after another, and a sweep or a test of many runs
+starts its workers (seconds each: they import torch) once.
+
+Jobs and results travel as small pickles whose tensors live in shared
+memory: every distinct state dict (the round's global model is one object
+shared by all clients) is packed once per round into one flat shared buffer
+per dtype, so a worker maps it instead of receiving a
 copy. Results are collected by job index and returned in job order; a job's
 outcome depends only on the job (its own seed), never on which worker ran it.
 
@@ -42,8 +48,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import multiprocessing.util as mp_util
 import os
+import pickle
 import queue
 import shutil
 import signal
@@ -156,12 +164,34 @@ class _Packer:
         return self._cache[key]
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """What an executor's tasks run with (model template, objective, client side), pickled once into shared memory.
+
+    Every task carries it (a shared-memory handle, not a copy); a worker unpickles it when its ``key``
+    is new to it, so one pool of workers can serve several executors, one after another.
+    """
+
+    key: int
+    blob: torch.Tensor  # uint8, in shared memory
+
+    @classmethod
+    def pack(cls, key: int, model: nn.Module, spec: LocalSpec, client: ClientSide | None) -> "_Setup":
+        data = pickle.dumps((model, spec, client), protocol=pickle.HIGHEST_PROTOCOL)
+        return cls(key, torch.frombuffer(bytearray(data), dtype=torch.uint8).share_memory_())
+
+    def unpack(self) -> tuple[nn.Module, LocalSpec, ClientSide | None]:
+        model, spec, client = pickle.loads(self.blob.numpy().tobytes())
+        return factored_linears(model), spec, client
+
+
 @dataclass
 class _Task:
     """One training job as sent to a worker: its start state and context packed, ``index`` = position in the round."""
 
     index: int
     job: ClientJob  # start and context are PackedTrees here
+    setup: _Setup
 
     @property
     def client_id(self) -> int:
@@ -193,10 +223,11 @@ class _UpdateTask:
     index: int
     client_id: int
     task: Any
+    setup: _Setup
     loose: PackedTree | None = None
 
     @classmethod
-    def pack(cls, index: int, task: ClientTask[Any, Any], packer: "_Packer") -> "_UpdateTask":
+    def pack(cls, index: int, task: ClientTask[Any, Any], packer: "_Packer", setup: _Setup) -> "_UpdateTask":
         packed = map_leaves(task, packer, _is_state)
         fresh: list[torch.Tensor] = []
 
@@ -209,7 +240,7 @@ class _UpdateTask:
             return _Loose(len(fresh) - 1)
 
         packed = map_leaves(packed, place, lambda x: isinstance(x, (torch.Tensor, PackedTree)))
-        return cls(index, task.client_id, packed, pack_tree(fresh) if fresh else None)
+        return cls(index, task.client_id, packed, setup, pack_tree(fresh) if fresh else None)
 
     def unpack(self) -> ClientTask[Any, Any]:
         fresh = self.loose.unpack() if self.loose is not None else []
@@ -256,14 +287,12 @@ def _watch_parent(parent: int, parent_temp: str, every: float = _WATCH_S) -> Non
     os._exit(0)  # no clean-up to wait for: the parent that would collect the results is gone
 
 
-def _worker_main(
-    model: nn.Module, spec: LocalSpec, client: ClientSide | None, threads: int, tasks: Any, results: Any, parent: int, parent_temp: str
-) -> None:
+def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_temp: str) -> None:
     """Worker loop: run each task, send back (index, packed result) or (index, error text)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     threading.Thread(target=_watch_parent, args=(parent, parent_temp), name="chillfl-parent-watch", daemon=True).start()
     torch.set_num_threads(threads)
-    model = factored_linears(model)
+    key: int | None = None
     while True:
         task: _Task | _UpdateTask | str | None = _next_task(tasks, parent)
         if task is None:
@@ -273,6 +302,10 @@ def _worker_main(
                 _remove_parent_temp(parent_temp)
             return
         try:
+            if task.setup.key != key:  # the first task of another executor: its template, objective, client side
+                key = None
+                model, spec, client = task.setup.unpack()
+                key = task.setup.key
             if isinstance(task, _UpdateTask):
                 assert client is not None
                 reply = drive([client.update(task.unpack())], lambda _spec, jobs: [train_job(model, spec, j) for j in jobs])[0]
@@ -315,24 +348,28 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-class ProcessExecutor:
-    """Runs the round's jobs on ``workers`` spawned processes; see the module docstring."""
+class WorkerPool:
+    """``workers`` spawned worker processes and their queues, with ``threads_per_worker`` intra-op threads each.
 
-    def __init__(
-        self, model: nn.Module, spec: LocalSpec, *, workers: int | None = None, threads_per_worker: int = 1, client: ClientSide | None = None
-    ) -> None:
+    A :class:`ProcessExecutor` builds its own pool and closes it with itself; a pool built here can
+    serve one executor after another (``ProcessExecutor(..., pool=pool)``), one at a time, until
+    :meth:`close`.
+    """
+
+    def __init__(self, workers: int | None = None, threads_per_worker: int = 1) -> None:
         self.workers = workers if workers is not None else default_workers()
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if threads_per_worker < 1:
             raise ValueError(f"threads_per_worker must be >= 1, got {threads_per_worker}")
+        self.threads_per_worker = threads_per_worker
         ctx = tmp.get_context("spawn")
         self._tasks = ctx.Queue()
         self._results = ctx.Queue()
         self._processes = [
             ctx.Process(
                 target=_worker_main,
-                args=(model, spec, client, threads_per_worker, self._tasks, self._results, os.getpid(), mp_util.get_temp_dir()),
+                args=(threads_per_worker, self._tasks, self._results, os.getpid(), mp_util.get_temp_dir()),
                 name=f"chillfl-worker-{i}",
                 daemon=True,
             )
@@ -342,27 +379,18 @@ class ProcessExecutor:
         for p in self._processes:
             p.start()
         self._broken: str | None = None
+        self._keys = itertools.count(1)
 
     @property
     def pids(self) -> list[int]:
         """Process ids of the workers (for monitoring and tests)."""
         return [p.pid for p in self._processes if p.pid is not None]
 
-    def run(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
-        pack = _Packer()
+    def setup(self, model: nn.Module, spec: LocalSpec, client: ClientSide | None) -> _Setup:
+        """An executor's template, objective and client side, under a key no other executor of this pool has."""
+        return _Setup.pack(next(self._keys), model, spec, client)
 
-        def outcome(payload: Any) -> LocalOutcome:
-            packed, steps, loss = payload
-            return LocalOutcome(packed.unpack(), steps, loss)
-
-        return self._round([self._task(i, job, pack) for i, job in enumerate(jobs)], outcome)
-
-    def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
-        """Every task's client update on the workers (each runs the whole update; bitwise = sequential)."""
-        pack = _Packer()
-        return self._round([_UpdateTask.pack(i, task, pack) for i, task in enumerate(tasks)], lambda payload: payload.unpack())
-
-    def _round(self, items: Sequence[Any], decode: Callable[[Any], Any]) -> list[Any]:
+    def round(self, items: Sequence[Any], decode: Callable[[Any], Any]) -> list[Any]:
         """Send ``items`` (at most 2 per worker in flight), collect the decoded results in order."""
         if self._broken:
             raise WorkerError(f"the process pool is unusable: {self._broken}")
@@ -390,17 +418,11 @@ class ProcessExecutor:
     def close(self) -> None:
         self._finalizer()
 
-    def __enter__(self) -> "ProcessExecutor":
+    def __enter__(self) -> "WorkerPool":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    @staticmethod
-    def _task(index: int, job: ClientJob, pack: _Packer) -> _Task:
-        job.x.share_memory_(), job.y.share_memory_()
-        packed: Any = dataclasses.replace  # the job travels with PackedTrees in place of its two state dicts
-        return _Task(index, packed(job, start=pack(dict(job.start)), context=pack(dict(job.context))))
 
     def _next_result(self) -> tuple[int, bool, Any]:
         while True:
@@ -413,6 +435,68 @@ class ProcessExecutor:
                     self.close()
                     raise WorkerError(self._broken) from None
 
+
+class ProcessExecutor:
+    """Runs the round's jobs on a :class:`WorkerPool`: its own of ``workers`` processes, or ``pool``; see the module docstring."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        spec: LocalSpec,
+        *,
+        workers: int | None = None,
+        threads_per_worker: int = 1,
+        client: ClientSide | None = None,
+        pool: WorkerPool | None = None,
+    ) -> None:
+        if pool is not None and (workers is not None or threads_per_worker != pool.threads_per_worker):
+            raise ValueError("an executor on a given pool has the pool's workers and threads_per_worker")
+        self._own_pool = pool is None
+        self.pool = pool if pool is not None else WorkerPool(workers, threads_per_worker)
+        self.workers = self.pool.workers
+        self._setup = self.pool.setup(model, spec, client)
+        self._closed = False
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the workers (for monitoring and tests)."""
+        return self.pool.pids
+
+    def run(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
+        pack = _Packer()
+
+        def outcome(payload: Any) -> LocalOutcome:
+            packed, steps, loss = payload
+            return LocalOutcome(packed.unpack(), steps, loss)
+
+        return self._round([self._task(i, job, pack) for i, job in enumerate(jobs)], outcome)
+
+    def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
+        """Every task's client update on the workers (each runs the whole update; bitwise = sequential)."""
+        pack = _Packer()
+        return self._round([_UpdateTask.pack(i, task, pack, self._setup) for i, task in enumerate(tasks)], lambda payload: payload.unpack())
+
+    def _round(self, items: Sequence[Any], decode: Callable[[Any], Any]) -> list[Any]:
+        if self._closed:
+            raise WorkerError("the process executor is closed")
+        return self.pool.round(items, decode)
+
+    def close(self) -> None:
+        """Stop the workers, unless the pool was given: then it stays up for the next executor."""
+        self._closed = True
+        if self._own_pool:
+            self.pool.close()
+
+    def __enter__(self) -> "ProcessExecutor":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _task(self, index: int, job: ClientJob, pack: _Packer) -> _Task:
+        job.x.share_memory_(), job.y.share_memory_()
+        packed: Any = dataclasses.replace  # the job travels with PackedTrees in place of its two state dicts
+        return _Task(index, packed(job, start=pack(dict(job.start)), context=pack(dict(job.context))), self._setup)
 
 
 def _is_state(x: Any) -> bool:

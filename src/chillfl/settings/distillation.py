@@ -69,6 +69,11 @@ class DistillationOptions:
         spec = method_settings(self.method)
         require(self.public_size >= 0, f"{section}.public_size", f"must be >= 0, got {self.public_size}")
         require(self.subset_size >= 1, f"{section}.subset_size", f"must be >= 1, got {self.subset_size}")
+        # sizes and loop counts no run can use: refused, not attempted (before the comparison below, which
+        # would blame a huge subset_size on public_size)
+        for name, most in _UPPER_BOUNDS.items():
+            value = getattr(self, name)
+            require(value is None or value <= most, f"{section}.{name}", f"must be at most {most}, got {value}")
         if spec.collaborative:
             require(
                 self.public_size >= self.subset_size,
@@ -80,9 +85,6 @@ class DistillationOptions:
         for name in ("distill_batch_size", "server_epochs", "server_batch_size"):
             value = getattr(self, name)
             require(value is None or value >= 1, f"{section}.{name}", f"must be >= 1 or unset, got {value}")
-        for name, most in _UPPER_BOUNDS.items():  # sizes and loop counts no run can use: refused, not attempted
-            value = getattr(self, name)
-            require(value is None or value <= most, f"{section}.{name}", f"must be at most {most}, got {value}")
         require(self.distill_lr > 0, f"{section}.distill_lr", f"must be > 0, got {self.distill_lr}")
         require(self.server_lr is None or self.server_lr > 0, f"{section}.server_lr", f"must be > 0 or unset, got {self.server_lr}")
         if self.cache_duration is not None:

@@ -59,7 +59,7 @@ import numpy as np
 import torch
 
 from chillfl.errors import ConfigError, choice_error
-from chillfl.options import require
+from chillfl.options import require, require_range
 from chillfl.temperature.base import TemperatureState
 from chillfl.temperature.heterogeneity import FEDERATION_MEASURES, MEASURES, client_heterogeneity, heterogeneity, reference_distribution
 
@@ -167,7 +167,7 @@ class FedChillOptions:
                 f"{section}.t_start",
                 f"must be in [t_min, t_max] = [{self.t_min}, {self.t_max}], got {self.t_start}",
             )
-        require(self.patience >= 1, f"{section}.patience", f"must be >= 1, got {self.patience}")
+        require_range(self.patience, 1, 10**7, f"{section}.patience")  # rounds without improvement: at most federation.rounds' bound
         require(0 < self.gamma < 1, f"{section}.gamma", f"must be in (0, 1), got {self.gamma}")
         require(
             self.compare in ("previous", "two_back"),

@@ -139,3 +139,23 @@ def test_runs_are_bounded_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="11000 runs"):
         run_compare(cfg, grid, progress=False, options=CompareOptions(seeds=list(range(1000))))
     assert not (tmp_path / "out").exists()
+
+
+def test_local_accuracy_columns_by_hand() -> None:
+    # base local [0.60, 0.70, 0.80]; personalised local [0.90, 0.85, 0.95] -> diffs [0.30, 0.15, 0.15]:
+    # mean 0.20, std sqrt(((0.1)^2 + 2 (0.05)^2) / 2) = sqrt(0.0075) = 0.086603, sign holds 3/3
+    base, pers = Variant("FedAvg", {}, None), Variant("Ditto", {}, None)
+
+    def out(local: float) -> RunOutput:
+        return RunOutput(None, [{"round": 1, "global_acc": 0.5}], {"final_global_acc": 0.5, "best_global_acc": 0.5, "final_val_acc": 0.5,
+                                                                  "final_global_loss": 1.0, "final_local_acc": local})
+
+    runs = {("FedAvg", s): out(a) for s, a in enumerate([0.60, 0.70, 0.80])} | {("Ditto", s): out(a) for s, a in enumerate([0.90, 0.85, 0.95])}
+    rows = build_seed_rows([base, pers], runs, [0, 1, 2], base, base, None)
+    d = rows[1]["delta_local_acc"]
+    assert d["per_seed"] == pytest.approx([0.30, 0.15, 0.15]) and d["mean"] == pytest.approx(0.20) and d["std"] == pytest.approx(0.086603, abs=1e-6)
+    assert d["sign_holds"] == 3 and rows[0]["final_local_acc"]["mean"] == pytest.approx(0.70)
+    plain = format_seed_table(rows, "FedAvg", "FedAvg", None, "final", 0.0)
+    table = format_seed_table(rows, "FedAvg", "FedAvg", None, "final", 0.0, local=True)
+    assert "local acc" not in plain and "| local acc % | local diff (paired) | local diff 95 % CI |" in table
+    assert "| 0/3 | 90.00 ± 5.00 | +20.00 ± 8.66 | [-1.51, +41.51] |" in table  # half width 4.3027 * 0.086603 / sqrt(3)

@@ -353,7 +353,7 @@ def safe_name(label: str) -> str:
     return name or "variant"
 
 
-COMPARE_KEYS = ("reference", "baseline", "seeds", "controls", "select")
+COMPARE_KEYS = ("reference", "baseline", "seeds", "controls", "select", "local")
 MAX_SEEDS = 1000
 PART_KEYS = {"dataset": "name", "partition": "name", "model": "name", "temperature": "policy", "algorithm": "name"}
 WHOLE_PARTS = (*PART_KEYS, "distillation", "prototypes")
@@ -415,7 +415,8 @@ class RunConfig:
     compare: dict[str, Any] = field(default_factory=dict)
     """``chillfl compare`` options: ``reference`` (label whose best accuracy is the target), ``baseline``,
     ``seeds`` (list: every variant runs at each), ``controls`` (step-size controls for T != 1),
-    ``select`` (``final`` | ``best``: the tuning rule on validation accuracy)."""
+    ``select`` (``final`` | ``best``: the tuning rule on validation accuracy), ``local`` (the seed table adds local
+    accuracy and its paired difference to the baseline's)."""
     tune: dict[str, Any] = field(default_factory=dict)
     """``chillfl compare``: option -> list of values; each variant runs at every point of the grid and keeps
     the point with the best validation accuracy (needs ``eval.validation`` > 0)."""
@@ -493,7 +494,7 @@ def check_compare_option(key: str, value: Any) -> None:
         require(ok, field, f"expected a non-empty list of integer seeds >= 0, got {short_repr(value)}")
         require(len(set(value)) == len(value), field, f"duplicate seeds in {short_repr(value)}")
         require(len(value) <= MAX_SEEDS, field, f"at most {MAX_SEEDS} seeds, got {len(value)}")
-    elif key == "controls":
+    elif key in ("controls", "local"):
         require(isinstance(value, bool), field, f"expected true or false, got {short_repr(value)}")
     elif key == "select":
         require(value in ("final", "best"), field, f"unknown value {short_repr(value)}; allowed: final, best")

@@ -397,6 +397,16 @@ def _stat(values: Sequence[float | None]) -> dict[str, Any] | None:
     return {"n": s.n, "mean": s.mean, "std": s.std, "ci_low": s.low, "ci_high": s.high, "per_seed": list(values)}
 
 
+def _paired(values: Sequence[float | None], base: Sequence[float | None]) -> dict[str, Any] | None:
+    """values - base, paired per seed (the seeds where both exist); None when there is no pair."""
+    pairs = [(a, b) for a, b in zip(values, base) if a is not None and b is not None]
+    if not pairs:
+        return None
+    p = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+    return {"n": p.n, "mean": p.summary.mean, "std": p.summary.std, "ci_low": p.summary.low, "ci_high": p.summary.high,
+            "per_seed": list(p.differences), "sign_holds": p.sign_holds}
+
+
 def build_seed_rows(
     variants: Sequence[Variant],
     runs: Mapping[tuple[str, int], RunOutput | None],
@@ -417,15 +427,11 @@ def build_seed_rows(
 
     targets = [summary(ref.label, s, f"best_{metric}") for s in seeds]
     base_acc = [summary(base.label, s, f"final_{metric}") for s in seeds]
+    base_local = [summary(base.label, s, "final_local_acc") for s in seeds]
     rows = []
     for v in variants:
         acc = [summary(v.label, s, f"final_{metric}") for s in seeds]
-        pairs = [(a, b) for a, b in zip(acc, base_acc) if a is not None and b is not None]
-        delta = None
-        if pairs:
-            p = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
-            delta = {"n": p.n, "mean": p.summary.mean, "std": p.summary.std, "ci_low": p.summary.low, "ci_high": p.summary.high,
-                     "per_seed": list(p.differences), "sign_holds": p.sign_holds}
+        local = [summary(v.label, s, "final_local_acc") for s in seeds]
         rounds = []
         for s, target in zip(seeds, targets):
             out = runs[(v.label, s)]
@@ -436,10 +442,11 @@ def build_seed_rows(
             "diverged_seeds": [s for s in seeds if runs[(v.label, s)] is None],
             "failed": {str(s): failed.get((v.label, s), "diverged") for s in seeds if runs[(v.label, s)] is None},
             "final_acc": _stat(acc),
-            "delta_acc": delta,
+            "delta_acc": _paired(acc, base_acc),
             "final_val_acc": _stat([summary(v.label, s, "final_val_acc") for s in seeds]),
             "final_loss": _stat([summary(v.label, s, f"final_{metric.replace('acc', 'loss')}") for s in seeds]),
-            "final_local_acc": _stat([summary(v.label, s, "final_local_acc") for s in seeds]),
+            "final_local_acc": _stat(local),
+            "delta_local_acc": _paired(local, base_local),
             "rounds_to_target": rounds,
             "target": targets,
         }
@@ -472,7 +479,11 @@ def _ci(stat: Mapping[str, Any] | None, signed: bool = False) -> str:
     return f"[{100 * stat['ci_low']:{sign}.2f}, {100 * stat['ci_high']:{sign}.2f}]"
 
 
-def format_seed_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: str, tune: Mapping[str, Sequence[Any]] | None, select: str, validation: float) -> str:
+def format_seed_table(
+    rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: str, tune: Mapping[str, Sequence[Any]] | None, select: str, validation: float,
+    local: bool = False,
+) -> str:
+    """The seed table; ``local`` adds each variant's local accuracy (its clients' own models on their own splits) and its paired diff."""
     seeds = rows[0]["seeds"] if rows else []
     lines = [
         f"seeds {', '.join(map(str, seeds))} (n = {len(seeds)}); accuracy = final global test accuracy %, mean ± std over seeds, 95 % CI (Student t)",
@@ -483,8 +494,12 @@ def format_seed_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_la
         grid = "; ".join(f"{k} in {{{', '.join(map(str, v))}}}" for k, v in tune.items())
         lines.append(f"tuned per variant on the validation split (eval.validation = {validation:g} of the test set, "
                      f"{select} val acc, mean over seeds), reported on the test set: {grid}")
+    if local:
+        lines.append(f"local acc = final mean accuracy of the round's clients, each on its own held-out split with its own model "
+                     f"(a personalised method's personal model), mean ± std over seeds; local diff = local acc - {base_label}'s, paired per seed [95 % CI]")
     with_mb = any("cumulative_mb" in r for r in rows)
-    header = ["variant", *(["tuned"] if tune else []), "val acc %", "accuracy %", "95 % CI", "diff (paired)", "diff 95 % CI", "sign holds", "loss",
+    header = ["variant", *(["tuned"] if tune else []), "val acc %", "accuracy %", "95 % CI", "diff (paired)", "diff 95 % CI", "sign holds",
+              *(["local acc %", "local diff (paired)", "local diff 95 % CI"] if local else []), "loss",
               "rounds to target (reached)", *(["cumulative MB"] if with_mb else [])]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for r in rows:
@@ -498,8 +513,11 @@ def format_seed_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_la
             cells.append(point_label(r.get("tuned") or {}) or "-")
         cells += [
             _pm(r["final_val_acc"]), _pm(r["final_acc"]), _ci(r["final_acc"]), _pm(delta, signed=True), _ci(delta, signed=True),
-            "-" if delta is None else f"{delta['sign_holds']}/{delta['n']}", _pm(r["final_loss"], 1.0, 3), rounds,
+            "-" if delta is None else f"{delta['sign_holds']}/{delta['n']}",
         ]
+        if local:
+            cells += [_pm(r["final_local_acc"]), _pm(r["delta_local_acc"], signed=True), _ci(r["delta_local_acc"], signed=True)]
+        cells += [_pm(r["final_loss"], 1.0, 3), rounds]
         if with_mb:
             cells.append(_pm(r.get("cumulative_mb"), 1.0, 3))
         lines.append("| " + " | ".join(cells) + " |")
@@ -636,7 +654,7 @@ def run_compare(
                 failed[(v.label, s)] = failures[(v.label, pick, s)]
     if multi:
         rows = build_seed_rows(variants, runs, seeds, ref, base, chosen if tuned else None, failed=failed)
-        table = format_seed_table(rows, ref.label, base.label, tune_table if tuned else None, select, config.eval.validation)
+        table = format_seed_table(rows, ref.label, base.label, tune_table if tuned else None, select, config.eval.validation, bool(config.compare.get("local", False)))
         outputs = {f"{label}, seed {s}": out for (label, s), out in runs.items() if out is not None}
     else:
         outputs = {v.label: o for v in variants if (o := runs[(v.label, seeds[0])]) is not None}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Protocol, runtime_checkable
 
 from chillfl.errors import ConfigError, choice_error, did_you_mean
 from chillfl.options import NoOptions, parse_options, require, require_range, short_repr
@@ -241,6 +241,14 @@ class FedMDOptions:
         require(self.transfer_lr is None or self.transfer_lr > 0, f"{section}.transfer_lr", f"must be > 0 or unset, got {self.transfer_lr}")
 
 
+@runtime_checkable
+class ChecksWithShared(Protocol):
+    """A method's options that check themselves against the shared ``[distillation]`` options (CFD, COMET)."""
+
+    def check_with(self, setup: DistillationSetup, section: str) -> None:
+        ...
+
+
 @dataclass(frozen=True)
 class CFDMethodOptions(CFDOptions):
     """CFD options (SCARLET Table V: b_up = 1, b_down = 32, no delta coding)."""
@@ -367,7 +375,6 @@ def parse_distillation(table: Mapping[str, Any]) -> DistillationSetup:
     common = parse_options(DistillationOptions, {k: v for k, v in table.items() if k in shared}, SECTION)
     options: Any = parse_options(spec.options, {k: v for k, v in table.items() if k in own}, SECTION)
     setup = DistillationSetup(common, options)
-    check = getattr(options, "check_with", None)
-    if callable(check):
-        check(setup, SECTION)
+    if isinstance(options, ChecksWithShared):
+        options.check_with(setup, SECTION)
     return setup

@@ -43,3 +43,23 @@ def test_relative_links_resolve(page: Path) -> None:
         if path and not (page.parent / path).exists():
             missing.append(target)
     assert not missing, f"{page.relative_to(ROOT)}: links to missing files: {missing}"
+
+
+def test_the_citation_file_agrees_with_the_package_and_the_readme() -> None:
+    """CITATION.cff (what GitHub's "Cite this repository" reads): valid CFF 1.2.0 fields, and the version and
+    licence of pyproject.toml, which the README's BibTeX entry repeats; a release that bumps one must bump all."""
+    import yaml  # PyYAML: a requirement of the test extra's Ray
+
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the tomli our pyproject requires there
+        import tomli as tomllib  # type: ignore[no-redef]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert cff["cff-version"] == "1.2.0" and cff["type"] == "software" and cff["message"] and cff["title"].startswith("chillfl")
+    assert cff["authors"] and all(a.get("name") or a.get("family-names") for a in cff["authors"])
+    assert str(cff["version"]) == project["version"] and cff["license"] == project["license"]["text"]
+    for ref in cff["references"]:  # every paper cited, each with its authors as the paper gives them
+        assert ref["title"] and ref["authors"] and all(a.get("name") or a.get("family-names") for a in ref["authors"])
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"version = {{{project['version']}}}" in readme and "CITATION.cff" in readme

@@ -2,7 +2,7 @@
 
 * bitwise identical metrics to ``sequential`` (CPU, one intra-op thread), workers on both nodes;
 * stopped and resumed, a run is bitwise the uninterrupted run (``tests/resume_cases.py``), on the
-  cluster's two nodes: one method of each protocol (:data:`RAY_RESUME`);
+  cluster's two nodes: every registered method (:data:`RESUME_CASES`), on actors shared by the cases;
 * a client's data reach a worker once, not once per round (bytes counted on both sides);
 * per-worker resources are real Ray requests (an unplaceable request stops with one line);
 * a worker process killed mid-round is restarted and the round gives the same replies; when the
@@ -39,10 +39,11 @@ from chillfl.engine.executors import SequentialExecutor  # noqa: E402
 from chillfl.engine.loop import run_rounds  # noqa: E402
 from chillfl.engine.processes import WorkerError  # noqa: E402
 from chillfl.engine.protocol import ClientSide, ClientTask  # noqa: E402
-from chillfl.engine.ray_executor import RayExecutor  # noqa: E402
+from chillfl.engine.ray_executor import RayExecutor, RayWorkers  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
+from chillfl import experiment  # noqa: E402
 from chillfl.experiment import build_experiment, build_protocol, make_executor  # noqa: E402
-from resume_cases import check_resume, methods  # noqa: E402
+from resume_cases import COMBINED, check_resume, methods, registered  # noqa: E402
 from sessions import session_pids  # noqa: E402
 
 TINY: dict[str, Any] = {
@@ -184,24 +185,61 @@ def test_bitwise_equal_to_sequential_on_two_nodes_and_data_sent_once(cluster: st
     assert sum(s["clients"] for s in stats) == 4
 
 
-RAY_RESUME = ("algorithm.fedavg", "algorithm.scaffold", "distillation.scarlet", "prototypes.fedproto")
-"""Under Ray, one method of each protocol, with the clients' own state (SCAFFOLD's c_i, SCARLET's caches,
-FedProto's client models) travelling to the actors: each run starts its own actors, which import torch
-(about 20 s a case on a loaded 2-core machine), so not the whole registry. Every registered method is
-resumed under the process pool (``tests/test_resume_every_method.py``), whose workers, like the actors,
-run whole client updates and keep nothing between rounds that a task does not carry."""
-
-RESUME_CASES = [pytest.param(m, 1 + i % 2, id=m) for i, m in enumerate(RAY_RESUME)]
+RESUME_CASES = [pytest.param(m, 1 + i % 2, id=m) for i, m in enumerate(methods())] + [pytest.param(m, 3, id=m) for m in COMBINED]
+"""Every registered method (and FedChill in each protocol's client state), as under the other executors
+(``tests/test_resume_every_method.py``), with the clients' own state (SCAFFOLD's c_i, SCARLET's caches,
+FedProto's client models, ...) travelling to the actors."""
 
 
-def test_the_ray_resume_cases_are_registered_methods() -> None:
-    assert set(RAY_RESUME) <= set(methods())
+def test_every_registered_method_has_a_ray_resume_case() -> None:
+    assert registered() <= {p.values[0] for p in RESUME_CASES}
 
 
-@pytest.mark.parametrize(("method", "stop"), RESUME_CASES)
-def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(cluster: str, method: str, stop: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each run's actors (one on each node) start, serve 1 to 3 rounds and are killed; the resumed run is the reference, byte for byte."""
-    check_resume(method, "ray", stop, tmp_path, monkeypatch, **{"ray.address": cluster})
+@pytest.fixture(scope="class")
+def workers(cluster: str) -> Iterator[RayWorkers]:
+    """An actor on each node, for the tests of one class: they hold both nodes' CPUs, so they are gone before the
+    module's other tests ask for actors of their own."""
+    with RayWorkers(RayConfig(address=cluster, workers=2)) as shared:
+        assert len({s["node"] for s in shared.stats()}) == 2  # one actor on each node
+        yield shared
+
+
+class TestSharedWorkers:
+    """Every run of every case builds its own :class:`RayExecutor`, as a run does, on one :class:`RayWorkers`: the
+    actors, which import torch (about 20 s a run on a loaded 2-core machine), start once, not three times per case."""
+
+    def test_a_second_run_on_the_actors_gets_its_own_clients_data(self, workers: RayWorkers, cluster: str) -> None:
+        """An actor keeps the data of the clients it served; a run after another, whose client 0 has other rows, must
+        not train on the first run's rows (the actor drops them when it meets the new run's parts)."""
+        first = _config(executor="ray", ray={"address": cluster}, partition={"name": "dirichlet", "alpha": 0.3})
+        second = _config(executor="ray", ray={"address": cluster}, partition={"name": "dirichlet", "alpha": 5.0})
+        runs = []
+        for config in (first, second):
+            exp = build_experiment(config)
+            protocol = build_protocol(exp)
+            runs.append(_rounds(config, RayExecutor(exp.model, exp.spec, protocol.client, config.ray, pool=workers))[0])
+        assert not workers.closed  # an executor on given workers leaves them up
+        expected, _ = _rounds(_config(executor="sequential", partition={"name": "dirichlet", "alpha": 5.0}))
+        assert runs[1] == expected and runs[0] != expected
+
+    @pytest.mark.parametrize(("method", "stop"), RESUME_CASES)
+    def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(
+        self, workers: RayWorkers, cluster: str, method: str, stop: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """Reference, crash, resume (``tests/resume_cases.py``): each run's client updates ran on the shared actors."""
+        built: list[RayExecutor] = []
+
+        def on_shared_workers(model: Any, spec: Any, client: Any, options: RayConfig, **kwargs: Any) -> RayExecutor:
+            assert options.address == cluster
+            built.append(RayExecutor(model, spec, client, options, **kwargs, pool=workers))
+            return built[-1]
+
+        monkeypatch.setattr(experiment, "RayExecutor", on_shared_workers)
+        pids = workers.pids
+        check_resume(method, "ray", stop, tmp_path, monkeypatch, **{"ray.address": cluster})
+        assert len(built) == 3  # the reference, the cut run and the resumed run
+        assert workers.pids == pids  # no actor died or was restarted
+        assert sum(s["clients"] for s in workers.stats()) > 0  # the resumed run's clients were served there
 
 
 @pytest.mark.parametrize("algorithm", [{"name": "ditto"}, {"name": "fedrep", "head_epochs": 2}, {"name": "fedper"}, {"name": "apfl"},

@@ -32,11 +32,16 @@ the restarted actor re-fetches its clients' data). When the retries are
 spent, the round raises :class:`~chillfl.engine.processes.WorkerError` with
 one line and nothing of that round is aggregated.
 
-Lifetime: a local Ray started here is shut down by :meth:`RayExecutor.close`
-(the runner calls it at the end, after an error and after SIGINT/SIGTERM), by
-a finaliser, and at interpreter exit; its processes are started fate-shared
-with this one, so they also go when it is killed. On a cluster the executor
-only kills its own actors and disconnects.
+Lifetime: the actors and the Ray connection are a :class:`RayWorkers`. An
+executor builds its own and closes it with itself; a :class:`RayWorkers` built
+apart serves one executor after another (``RayExecutor(..., pool=workers)``),
+so a sweep or a test of many runs starts its actors (seconds each: they import
+torch) once. An actor meeting a new executor's parts drops the previous one's
+executor and client data. A local Ray started here is shut down by
+:meth:`RayWorkers.close` (the runner closes the executor at the end, after an
+error and after SIGINT/SIGTERM), by a finaliser, and at interpreter exit; its
+processes are started fate-shared with this one, so they also go when it is
+killed. On a cluster the workers only kill their own actors and disconnect.
 """
 
 from __future__ import annotations
@@ -137,20 +142,25 @@ class Worker:
         if threads > 0:
             torch.set_num_threads(threads)
         self.executor: SequentialExecutor | None = None
+        self.parts: bytes | None = None  # the object id of the parts self.executor was built from
         self.data: dict[int, ClientData] = {}
         self.received_data_bytes = 0
 
     def _ready(self, parts: Any) -> SequentialExecutor:
-        """The executor, built on the first call (and again after a restart) from the parts' reference.
+        """The executor of the calling run, built from the parts' reference the first time this actor meets them.
 
         The parts come with every call, by reference, rather than as constructor
-        arguments: a restarted actor then never depends on its creation arguments.
+        arguments: a restarted actor then never depends on its creation arguments,
+        and an actor serves one run after another. Another run's parts replace the
+        executor and drop the client data cached for the previous run.
         """
-        if self.executor is None:
+        key = parts[0].binary()
+        if self.executor is None or self.parts != key:
             import ray
 
             model, spec, client = ray.get(parts[0])
             self.executor = SequentialExecutor(model, spec, client=client)
+            self.parts, self.data, self.received_data_bytes = key, {}, 0
         return self.executor
 
     def pid(self) -> int:
@@ -189,15 +199,18 @@ class Worker:
         return self._ready(parts).run(jobs)
 
 
-class RayExecutor:
-    """Runs the round's client updates on Ray actors; see the module docstring."""
+class RayWorkers:
+    """The Ray connection and ``workers`` actors, with the ``[ray]`` table's resources each; see the module docstring.
 
-    def __init__(
-        self, model: nn.Module, spec: LocalSpec, client: ClientSide, options: RayConfig, *, threads: int = 1, clients_per_round: int = 1,
-    ) -> None:
+    ``options``: the ``[ray]`` table (address, resources, how many, retries, start timeout); ``threads``:
+    the actors' intra-op threads; ``clients_per_round`` caps the actor count when ``workers = 0``.
+    """
+
+    def __init__(self, options: RayConfig, *, threads: int = 1, clients_per_round: int = 1) -> None:
         ray = import_ray()
-        self._ray = ray
+        self.ray = ray
         self.options = options
+        self.threads = threads
         self.started_local = False
         self.connected_here = not ray.is_initialized()  # then close() disconnects too
         if self.connected_here:
@@ -213,28 +226,23 @@ class RayExecutor:
                 where = "a local Ray" if address == "local" else f"the Ray cluster at {address!r}"
                 raise WorkerError(f"could not start or reach {where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
         # from here on, whatever goes wrong (a second SIGTERM included) shuts down what was started
-        self._actors: list[Any] = []
-        self._finalizer = weakref.finalize(self, _shutdown, ray, self._actors, self.connected_here)
+        self.actors: list[Any] = []
+        self._finalizer = weakref.finalize(self, _shutdown, ray, self.actors, self.connected_here)
         try:
-            self._start_actors(model, spec, client, options, threads, clients_per_round)
+            self._start_actors(clients_per_round)
         except BaseException:
             self.close()
             raise
 
-    def _start_actors(self, model: nn.Module, spec: LocalSpec, client: ClientSide, options: RayConfig, threads: int, clients_per_round: int) -> None:
-        ray = self._ray
-        self.workers = self._count(options, clients_per_round)
+    def _start_actors(self, clients_per_round: int) -> None:
+        ray, options = self.ray, self.options
+        self.workers = self._count(clients_per_round)
         actor = ray.remote(Worker).options(
             num_cpus=options.num_cpus, num_gpus=options.num_gpus, max_restarts=options.max_retries, max_task_retries=options.max_retries,
         )
-        self._parts = [ray.put((model, spec, client))]  # in a list: passed by reference, fetched once per actor
-        self._actors.extend(actor.remote(threads) for _ in range(self.workers))
-        self._data: dict[int, tuple[bytes, Any]] = {}  # client -> (fingerprint of its data, object ref)
-        self._home: dict[int, int] = {}  # client -> actor holding its data
-        self.sent_data_bytes = 0
-        self._broken: str | None = None
+        self.actors.extend(actor.remote(self.threads) for _ in range(self.workers))
         try:
-            ray.get([a.pid.remote() for a in self._actors], timeout=options.start_timeout)
+            ray.get([a.pid.remote() for a in self.actors], timeout=options.start_timeout)
         except ray.exceptions.GetTimeoutError:
             have = ray.cluster_resources() if ray.is_initialized() else {}
             raise WorkerError(
@@ -242,22 +250,73 @@ class RayExecutor:
                 f"within {options.start_timeout:g} s (cluster: {have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs)"
             ) from None
 
-    def _count(self, options: RayConfig, clients: int) -> int:
+    def _count(self, clients: int) -> int:
         """``[ray].workers``, or as many as the cluster's resources fit (at most the clients per round)."""
+        options = self.options
         if options.workers:
             return options.workers
-        have = self._ray.cluster_resources()
+        have = self.ray.cluster_resources()
         fits = [math.floor(have.get(kind, 0) / need + 1e-9) for kind, need in (("CPU", options.num_cpus), ("GPU", options.num_gpus)) if need > 0]
         return max(1, min(clients, *fits))
 
     @property
     def pids(self) -> list[int]:
         """The actors' process ids (for monitoring and tests)."""
-        return list(self._ray.get([a.pid.remote() for a in self._actors]))
+        return list(self.ray.get([a.pid.remote() for a in self.actors]))
+
+    def stats(self) -> list[dict[str, Any]]:
+        """Per actor: bytes of the current run's client data fetched so far, clients held, process id, node."""
+        return list(self.ray.get([a.stats.remote() for a in self.actors]))
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> "RayWorkers":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class RayExecutor:
+    """Runs the round's client updates on Ray actors: its own :class:`RayWorkers`, or ``pool``; see the module docstring."""
+
+    def __init__(
+        self, model: nn.Module, spec: LocalSpec, client: ClientSide, options: RayConfig, *, threads: int = 1, clients_per_round: int = 1,
+        pool: RayWorkers | None = None,
+    ) -> None:
+        if pool is not None and (pool.closed or pool.threads != threads):
+            raise ValueError("an executor on given Ray workers runs on open workers, with their threads")
+        self._own_pool = pool is None
+        self.pool = pool if pool is not None else RayWorkers(options, threads=threads, clients_per_round=clients_per_round)
+        self._ray = self.pool.ray
+        self.options = self.pool.options  # the actors' resources and retries are the pool's
+        self.workers = self.pool.workers
+        self.connected_here = self.pool.connected_here
+        self._actors = self.pool.actors
+        self._data: dict[int, tuple[bytes, Any]] = {}  # client -> (fingerprint of its data, object ref)
+        self._home: dict[int, int] = {}  # client -> actor holding its data
+        self.sent_data_bytes = 0
+        self._broken: str | None = None
+        self._closed = False
+        try:
+            self._parts = [self._ray.put((model, spec, client))]  # in a list: passed by reference, fetched once per actor
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        """The actors' process ids (for monitoring and tests)."""
+        return self.pool.pids
 
     def stats(self) -> list[dict[str, Any]]:
         """Per actor: bytes of client data fetched so far, clients held, process id."""
-        return list(self._ray.get([a.stats.remote() for a in self._actors]))
+        return self.pool.stats()
 
     def _assign(self, client_ids: Sequence[int]) -> list[int]:
         """Actor index per task: the client's own actor while it has room this round, else the least loaded one."""
@@ -333,6 +392,8 @@ class RayExecutor:
         """Every call's result, or one WorkerError once every call has settled (a lost worker's round is never used)."""
         if self._broken:
             raise WorkerError(f"the Ray executor is unusable: {self._broken}")
+        if self._closed or self.pool.closed:
+            raise WorkerError("the Ray executor is closed")
         ray = self._ray
         results: dict[int, Any] = {}
         errors: list[tuple[int, str]] = []
@@ -353,7 +414,10 @@ class RayExecutor:
         return results
 
     def close(self) -> None:
-        self._finalizer()
+        """Stop the actors (and a Ray started for them), unless the workers were given: they stay up for the next executor."""
+        self._closed = True
+        if self._own_pool:
+            self.pool.close()
 
     def __enter__(self) -> "RayExecutor":
         return self

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from chillfl.aggregation.base import Params
-from chillfl.protocols.softlabels import ClientState
+from chillfl.protocols.softlabels import ClientPayload, ClientState
 
 PREFIX = "chillfl.client."
 
@@ -52,14 +52,14 @@ def save_client_state(records: Any, cid: int, state: ClientState | Params) -> No
         records[_arrays_key(cid) + ".meta"] = ConfigRecord({"kind": "table", "keys": json.dumps(list(state))})
         return
     payload = state.to_payload()
-    model: dict[str, torch.Tensor] = payload.pop("model")
+    model, own = payload["model"], payload.get("own", {})
     arrays = {f"model.{name}": Array(_numpy(v)) for name, v in model.items()}
-    meta: dict[str, Any] = {"model_keys": json.dumps(list(model)), "cache_synced": int(payload.pop("cache_synced", -2))}
-    own: dict[str, torch.Tensor] = payload.pop("own", {})
     arrays.update({f"own.{name}": Array(_numpy(v)) for name, v in own.items()})
-    meta["own_keys"] = json.dumps(list(own))
-    for name, value in payload.items():  # cache_indices, cache_values, in_distribution
-        arrays[name] = Array(_numpy(value))
+    meta: dict[str, Any] = {"model_keys": json.dumps(list(model)), "own_keys": json.dumps(list(own)), "cache_synced": payload.get("cache_synced", -2)}
+    if "cache_indices" in payload:
+        arrays["cache_indices"], arrays["cache_values"] = Array(_numpy(payload["cache_indices"])), Array(_numpy(payload["cache_values"]))
+    if "in_distribution" in payload:
+        arrays["in_distribution"] = Array(_numpy(payload["in_distribution"]))
     records[_arrays_key(cid)] = ArrayRecord(array_dict=arrays)
     records[_arrays_key(cid) + ".meta"] = ConfigRecord(meta)
 
@@ -73,7 +73,7 @@ def load_client_state(records: Any, cid: int) -> ClientState | Params | None:
     meta = records.config_records[key + ".meta"]
     if "kind" in meta and meta["kind"] == "table":
         return {name: _tensor(arrays[f"own.{name}"]) for name in json.loads(str(meta["keys"]))}
-    payload: dict[str, Any] = {"model": {name: _tensor(arrays[f"model.{name}"]) for name in json.loads(str(meta["model_keys"]))}}
+    payload: ClientPayload = {"model": {name: _tensor(arrays[f"model.{name}"]) for name in json.loads(str(meta["model_keys"]))}}
     synced = int(meta["cache_synced"])
     if synced != -2:  # -2: the client keeps no cache
         payload["cache_synced"] = synced

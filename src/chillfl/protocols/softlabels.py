@@ -69,7 +69,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict, cast
 
 import numpy as np
 import torch
@@ -140,6 +140,25 @@ def draw_public_subset(seed: int, round: int, num_public: int, size: int) -> tor
 # ---------------------------------------------------------------- per-client state
 
 
+class _Model(TypedDict):
+    model: Params
+
+
+class ClientPayload(_Model, total=False):
+    """A :class:`ClientState` as plain tensors and ints: the disk store's, the checkpoint's and the Flower node's format.
+
+    Only ``model`` is always there; ``own`` when the temperature policy keeps entries, the three
+    ``cache_*`` keys when the client keeps a SCARLET cache (``cache_synced`` -1: never synced),
+    ``in_distribution`` when a selector masks the public set.
+    """
+
+    own: dict[str, torch.Tensor]
+    cache_indices: torch.Tensor
+    cache_values: torch.Tensor
+    cache_synced: int
+    in_distribution: torch.Tensor
+
+
 @dataclass
 class ClientState:
     """Everything a client keeps between rounds: its model, its cache C_k, its selector mask, its temperature."""
@@ -150,9 +169,9 @@ class ClientState:
     own: dict[str, torch.Tensor] = field(default_factory=dict)
     """The temperature policy's client half's entries (FedChill's ``fedchill.*``; empty: none)."""
 
-    def to_payload(self) -> dict[str, Any]:
+    def to_payload(self) -> ClientPayload:
         """Plain tensors/ints only, so ``torch.load(weights_only=True)`` reads it back."""
-        out: dict[str, Any] = {"model": self.model}
+        out: ClientPayload = {"model": self.model}
         if self.own:
             out["own"] = dict(self.own)
         if self.cache is not None:
@@ -166,7 +185,7 @@ class ClientState:
         return out
 
     @classmethod
-    def from_payload(cls, cid: int, payload: dict[str, Any]) -> "ClientState":
+    def from_payload(cls, cid: int, payload: ClientPayload) -> "ClientState":
         cache = None
         if "cache_indices" in payload:
             cache = ClientCache(cid)
@@ -226,7 +245,7 @@ class ClientStore:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for key, payload in state.items():
-            self.save(int(key), ClientState.from_payload(int(key), dict(payload)))
+            self.save(int(key), ClientState.from_payload(int(key), cast(ClientPayload, dict(payload))))  # our own checkpoint's format
 
     def close(self) -> None:
         self._states.clear()

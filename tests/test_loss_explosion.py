@@ -48,7 +48,7 @@ def test_the_watch_warns_once_and_strict_raises(caplog):
         for rnd, loss in enumerate([0.05, 0.04, 600.0, 700.0], start=1):
             watch.observe({"round": rnd, "train_loss": loss})
     assert [r.getMessage() for r in caplog.records] == [
-        "round 3: training loss 600 is 1.2e+04 times round 1's 0.05 (lower client.lr?); strict = true (--strict) stops the run here"
+        "round 3: training loss 600 is 1.2e+04 times round 1's 0.05 (lower client.lr?); the run goes on (with strict = true, or --strict, it would stop here)"
     ]
     strict = LossWatch(True, [{"round": 1, "train_loss": 0.05}])  # a resumed run: round 1 comes from its metrics
     strict.observe({"round": 2, "clients": [], "skipped": True})  # a skipped round has no loss

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.apfl import APFL, APFLOptions
-from chillfl.aggregation.base import ClientHalf, ClientResult, ClientState, Personalising
+from chillfl.aggregation.base import ClientHalf, ClientResult, ClientState, Personalising, personal_model
 from chillfl.aggregation.ditto import Ditto, DittoOptions
 from chillfl.aggregation.feddyn import ALPHA, ANCHOR, LINEAR, FedDyn, FedDynOptions, feddyn_terms
 from chillfl.aggregation.fedper import FedPer, FedPerOptions, head_keys
@@ -381,6 +381,57 @@ def test_ditto_local_accuracy_is_that_of_the_clients_personal_models() -> None:
 def test_resume_is_bitwise(name: str, tmp_path: Path) -> None:
     cfg = config(**{"algorithm.name": name, "model.name": "mlp", **E2E[name]})
     assert resumed_records(cfg, 2, tmp_path) == records(cfg)
+
+
+# ---------------------------------------------------------------- the personal models a run saves
+
+
+def test_personal_models_by_hand() -> None:
+    """What ``checkpoint.client_models`` saves, from a client's state and the final global model."""
+    # FedPer: the global body with the client's own head (the model it starts its next round from)
+    fedper = FedPer(two_layers(1.0, 2.0)).client_half()
+    out = personal_model(fedper, {"fedper.head.1.weight": torch.tensor([[1.9]])}, {"0.weight": torch.tensor([[0.5]]), "1.weight": torch.tensor([[7.0]])})
+    assert out is not None and set(out) == {"0.weight", "1.weight"}
+    close(out["0.weight"], 0.5)
+    close(out["1.weight"], 1.9)
+    # APFL: alpha v + (1 - alpha) w with the global w = 1.9, v = 2.925, alpha = 0.35 -> 0.35 * 2.925 + 0.65 * 1.9 = 2.25875
+    apfl = APFL(linear(0.0)).client_half()
+    out = personal_model(apfl, {"apfl.weight": torch.tensor([[2.925]]), "apfl.alpha": torch.tensor(0.35)}, {"weight": torch.tensor([[1.9]])})
+    assert out is not None and set(out) == {"weight"}
+    close(out["weight"], 2.25875)
+    # Ditto: v_k itself; FedChill's entries in the same table are not part of it
+    ditto = Ditto().client_half()
+    out = personal_model(ditto, {"ditto.v.weight": torch.tensor([[3.0]]), "fedchill.temperature": torch.tensor(0.5)}, {"weight": torch.tensor([[9.0]])})
+    assert out is not None and set(out) == {"weight"}
+    close(out["weight"], 3.0)
+    # pFedMe and FedDyn keep no model between rounds
+    assert personal_model(PFedMe(linear(0.0)).client_half(), {}, {"weight": torch.tensor([[1.0]])}) is None
+    assert personal_model(FedDyn(4, FedDynOptions(), ["weight"]).client_half(), {"feddyn.g.weight": torch.tensor([[1.0]])}, {"weight": torch.tensor([[1.0]])}) is None
+
+
+@pytest.mark.parametrize("name", ["ditto", "fedper", "fedrep", "apfl", "fedbn", "pfedme", "feddyn", "fedavg"])
+def test_a_run_returns_and_writes_the_personal_models(name: str, tmp_path: Path) -> None:
+    """``checkpoint.client_models``: one model per client that took part, of the model's own keys, from its state."""
+    from chillfl.engine.checkpoint import read_state
+    from chillfl.runner import CLIENT_MODELS, run_experiment
+
+    model = {"model.name": "flexchill_cnn", "model.batch_norm": True} if name == "fedbn" else {"model.name": "mlp"}
+    cfg = config(**{"algorithm.name": name, "federation.rounds": 2, "checkpoint.client_models": True, "out_dir": str(tmp_path), "name": name,
+                    **model, **E2E.get(name, {})})
+    out = run_experiment(cfg, progress=False)
+    assert out.folder is not None
+    took_part = sorted({c for r in out.records for c in r["clients"]})
+    if name in ("pfedme", "feddyn", "fedavg"):
+        assert out.client_states == {} and not (out.folder / CLIENT_MODELS).exists()
+        return
+    assert sorted(out.client_states) == took_part
+    assert out.model_state is not None
+    for cid, personal in out.client_states.items():
+        assert set(personal) == set(out.model_state)  # a whole model: load_state_dict takes it
+        assert any(not torch.equal(personal[k], out.model_state[k]) for k in personal)  # not the global model
+    saved = read_state(out.folder / CLIENT_MODELS)
+    assert set(saved) == {str(c) for c in took_part}
+    assert all(torch.equal(saved[str(c)][k], v) for c, m in out.client_states.items() for k, v in m.items())
 
 
 def test_pa3fed_refuses_a_personalised_base() -> None:

@@ -286,7 +286,8 @@ class CheckpointConfig:
 
     ``every``: write the run state every k rounds (0: only when the run is
     interrupted by SIGINT/SIGTERM). ``client_models``: also save every
-    client's own model at the end (protocols that keep per-client models).
+    client's own model at the end, where the method keeps one (soft-label and
+    prototype clients; FedBN, FedPer, FedRep, Ditto and APFL's personal models).
     """
 
     every: int = 10

@@ -174,6 +174,14 @@ class APFLClient:
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
         return {}, {}  # v_i and alpha_i are kept by the training (Personal.state)
 
+    def personal_model(self, state: ClientState, global_model: Params) -> Params:
+        """v_bar = alpha_i v_i + (1 - alpha_i) w with the current global w: the personalised model the client would use now
+        (Deng et al. evaluate v_bar with the client's own last w_i, which it does not keep between rounds)."""
+        own = own_entries(state, PREFIX)
+        device = next(iter(global_model.values())).device
+        v = {k: t.to(device) for k, t in own.items() if k != "alpha"}
+        return mixed(self.model, global_model, v, own["alpha"].to(device))
+
 
 PREFIX = "apfl."
 """Where v_i (and alpha_i, as ``apfl.alpha``) live in the client's state."""

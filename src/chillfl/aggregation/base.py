@@ -198,6 +198,27 @@ class Personalising(Protocol):
         ...
 
 
+@runtime_checkable
+class HoldsPersonalModel(Protocol):
+    """A client half whose state holds the client's own model: FedBN's, FedPer's and FedRep's local entries, Ditto's v_i, APFL's v_i and alpha_i.
+
+    ``checkpoint.client_models`` saves these models. pFedMe keeps none: its theta_i is
+    made anew from each round's global model, so it has no model between rounds.
+    """
+
+    def personal_model(self, state: ClientState, global_model: Params) -> Params:
+        """The client's model from its state, completed by the current global model where the method shares a part."""
+        ...
+
+
+def personal_model(half: ClientHalf | None, state: ClientState, global_model: Params) -> Params | None:
+    """The client's own model, from the first of ``half``'s parts that holds one (None: the method keeps none)."""
+    for part in half.parts if isinstance(half, Halves) else (half,):
+        if isinstance(part, HoldsPersonalModel):
+            return part.personal_model(state, global_model)
+    return None
+
+
 class Stateless:
     """A :class:`ClientHalf` base for methods that only report: ``prepare`` changes nothing, ``finish`` keeps no state."""
 

@@ -94,6 +94,10 @@ class DittoClient:
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
         return {}, {}  # v_k is kept by its training (Personal.state)
 
+    def personal_model(self, state: ClientState, global_model: Params) -> Params:
+        """v_k, the model the paper evaluates (it has every entry of the model: no global part)."""
+        return own_entries(state, PREFIX)
+
 
 class Ditto(FedAvg):
     """FedAvg on the global updates; every v_k is its client's own (:class:`DittoClient`)."""

@@ -5,7 +5,7 @@ Each client keeps its own BN affine parameters and running statistics
 entries are averaged as in FedAvg, ``w <- sum_i p_i w_i`` with
 ``p_i = n_i / sum n_j`` (Li et al., Alg. 1). A returning client starts from
 the global non-BN entries plus its own BN entries: they are the client's own
-state (:class:`FedBNClient` puts them into its start model and keeps the trained
+state (:class:`KeepLocal` puts them into its start model and keeps the trained
 ones), as in the paper, where BN layers never leave the client.
 
 Choices
@@ -70,21 +70,27 @@ PREFIX = "fedbn."
 
 
 @dataclass(frozen=True)
-class FedBNClient:
-    """FedBN's client half: the client's own BN entries replace the global ones in its start, the trained ones are kept."""
+class KeepLocal:
+    """A client half that keeps ``keys`` local (FedBN's BN entries, FedPer's and FedRep's head): its own entries (under ``prefix``) replace the global ones in its start; the trained ones are kept."""
 
-    bn_keys: frozenset[str]
+    keys: frozenset[str]
+    prefix: str
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
-        own = own_entries(state, PREFIX)
+        own = own_entries(state, self.prefix)
         return ({**start, **own} if own else start), dict(context)
 
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
-        return with_prefix({k: v for k, v in trained.params.items() if k in self.bn_keys}, PREFIX), {}
+        return with_prefix({k: v for k, v in trained.params.items() if k in self.keys}, self.prefix), {}
+
+    def personal_model(self, state: ClientState, global_model: Params) -> Params:
+        """The global model with the client's own entries: what it starts its next round from."""
+        own = own_entries(state, self.prefix)
+        return {k: own[k].to(v.device) if k in own else v for k, v in global_model.items()}
 
 
 class FedBN:
-    """FedAvg over non-BN keys; every client's BN entries stay with the client (:class:`FedBNClient`)."""
+    """FedAvg over non-BN keys; every client's BN entries stay with the client (:class:`KeepLocal`)."""
 
     def __init__(self, bn_keys: Collection[str], options: FedBNOptions = FedBNOptions()) -> None:
         self.bn_keys = frozenset(bn_keys)
@@ -113,8 +119,8 @@ class FedBN:
         return {}
 
     def client_half(self) -> ClientHalf:
-        """The client keeps its own BN entries (:class:`FedBNClient`)."""
-        return FedBNClient(self.bn_keys)
+        """The client keeps its own BN entries (:class:`KeepLocal`)."""
+        return KeepLocal(self.bn_keys, PREFIX)
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         return None

@@ -28,8 +28,8 @@ from typing import Literal
 
 from torch import nn
 
-from chillfl.aggregation.base import ClientHalf, ClientState, Context, Params, Report, Trained, Wire, own_entries, with_prefix
-from chillfl.aggregation.fedbn import FedBN, FedBNOptions
+from chillfl.aggregation.base import ClientHalf
+from chillfl.aggregation.fedbn import FedBN, FedBNOptions, KeepLocal
 from chillfl.options import require
 
 
@@ -56,21 +56,6 @@ def head_keys(model: nn.Module, layers: int = 1) -> list[str]:
         keys.extend(base + n for n, _ in module.named_parameters(recurse=False))
         keys.extend(base + n for n, b in module.named_buffers(recurse=False) if b is not None)
     return keys
-
-
-@dataclass(frozen=True)
-class KeepLocal:
-    """A client half that keeps ``keys`` local: its own entries (under ``prefix``) replace the global ones in its start."""
-
-    keys: frozenset[str]
-    prefix: str
-
-    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
-        own = own_entries(state, self.prefix)
-        return ({**start, **own} if own else start), dict(context)
-
-    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
-        return with_prefix({k: v for k, v in trained.params.items() if k in self.keys}, self.prefix), {}
 
 
 def fedper_server(model: nn.Module, options: FedPerOptions) -> tuple[list[str], FedBNOptions]:

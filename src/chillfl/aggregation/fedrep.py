@@ -28,7 +28,8 @@ from typing import Literal
 from torch import nn
 
 from chillfl.aggregation.base import ClientHalf, Local, LocalProgram, Personal, Train
-from chillfl.aggregation.fedper import FedPer, FedPerOptions, KeepLocal
+from chillfl.aggregation.fedbn import KeepLocal
+from chillfl.aggregation.fedper import FedPer, FedPerOptions
 from chillfl.options import require
 from chillfl.training.local import LocalSpec
 

@@ -71,4 +71,4 @@ class LossWatch:
         if self.strict:
             raise Diverged(int(record["round"]), what)
         self.warned = True
-        log.warning("round %d: %s; strict = true (--strict) stops the run here", record["round"], what)
+        log.warning("round %d: %s; the run goes on (with strict = true, or --strict, it would stop here)", record["round"], what)

@@ -100,7 +100,7 @@ def check_supported(config: RunConfig) -> None:
     kind = protocol_of(config)
     if kind.on_flower is not None:
         raise ConfigError(kind.method_table or "algorithm", kind.on_flower)
-    if kind.clients_keep_models and config.checkpoint.client_models:
+    if config.checkpoint.client_models:  # soft-label and prototype clients' models, FedBN/FedPer/FedRep/Ditto/APFL's own parts
         raise ConfigError("checkpoint.client_models", "under Flower the clients' models stay on their SuperNodes; the server cannot save them (set it to false)")
     algorithm = config.algorithm
     for field_name, name in (("algorithm.name", algorithm.get("name")), ("algorithm.base", algorithm.get("base") if algorithm.get("name") == "pa3fed" else None)):

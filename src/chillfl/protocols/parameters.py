@@ -44,6 +44,7 @@ from chillfl.aggregation.base import (
     Wire,
     client_params_state,
     load_client_params,
+    personal_model,
 )
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
@@ -255,7 +256,15 @@ class ParameterSharing:
         return self.state
 
     def client_states(self) -> Mapping[int, Params]:
-        return {}
+        """Every client's own model where the method keeps one (:class:`~chillfl.aggregation.base.HoldsPersonalModel`), else none."""
+        out: dict[int, Params] = {}
+        for cid in sorted(self.store.ids()):
+            state = self.store.load(cid)
+            model = None if state is None else personal_model(self.client.half, state, self.state)
+            if model is None:
+                return {}
+            out[cid] = model
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         return {

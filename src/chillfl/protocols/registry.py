@@ -57,8 +57,6 @@ class ProtocolKind:
     """Checks the built parts, before anything is written."""
     bytes_figure: bool = False
     """Whether a run's report plots accuracy against the bytes sent (SCARLET Fig. 7)."""
-    clients_keep_models: bool = False
-    """Whether every client keeps its own model between rounds (under Flower: on its node, out of the server's reach)."""
     on_flower: str | None = None
     """Why chillfl.flower does not carry it (None: it does)."""
 
@@ -103,7 +101,6 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         own_objective="the soft-label protocol keeps no global model to stay close to; leave it 0",
         check_data=check_distillation,
         bytes_figure=True,
-        clients_keep_models=True,
     ),
 }
 

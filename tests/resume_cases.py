@@ -24,6 +24,7 @@ from chillfl import runner
 from chillfl.aggregation.registry import algorithm_names
 from chillfl.config import load_config
 from chillfl.engine.checkpoint import read_state
+from chillfl.engine.pools import WorkerPools
 from chillfl.runner import CHECKPOINT, CLIENT_MODELS, MODEL, resume_experiment, run_experiment
 from chillfl.settings.distillation import METHODS as SOFT_LABEL_METHODS
 from chillfl.settings.prototypes import METHODS as PROTOTYPE_METHODS
@@ -111,10 +112,12 @@ class _CrashIn:
         pass
 
 
-def check_resume(method: str, executor: str, stop: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **extra: Any) -> None:
+def check_resume(method: str, executor: str, stop: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pools: WorkerPools | None = None,
+                 **extra: Any) -> None:
     """Reference, crash after round ``stop``'s checkpoint, resume: the resumed run is the reference, byte for byte.
 
-    ``extra``: more overrides for all three runs (e.g. ``[ray]`` options).
+    ``pools``: worker processes / Ray actors lent to all three runs, as a sweep lends them (None: each run
+    starts its own). ``extra``: more overrides for all three runs (e.g. ``[ray]`` options).
     """
     monkeypatch.setattr(runner, "_plots", lambda *args: None)
 
@@ -122,13 +125,13 @@ def check_resume(method: str, executor: str, stop: int, tmp_path: Path, monkeypa
         cfg = load_config(None, {**TINY, **extra, "name": name, "out_dir": str(tmp_path), "executor": executor, "checkpoint.every": every})
         return cfg.with_overrides(overrides(method))
 
-    reference = run_experiment(config("ref", 0), progress=False).folder
+    reference = run_experiment(config("ref", 0), progress=False, pools=pools).folder
     with pytest.raises(Crash):
-        run_experiment(config("cut", 1), progress=False, callbacks=[_CrashIn(stop + 1)])
+        run_experiment(config("cut", 1), progress=False, callbacks=[_CrashIn(stop + 1)], pools=pools)
     partial = tmp_path / "cut.partial"
     assert read_state(partial / CHECKPOINT)["round"] == stop
     assert len((partial / "metrics.jsonl").read_text().splitlines()) == stop + 1  # the crashed round's line is there
-    resumed = resume_experiment(partial, progress=False).folder
+    resumed = resume_experiment(partial, progress=False, pools=pools).folder
     assert reference is not None and resumed is not None
     assert (resumed / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
     models = [f for f in (MODEL, CLIENT_MODELS) if (reference / f).exists()]

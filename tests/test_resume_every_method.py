@@ -5,9 +5,9 @@ soft-label method and prototype method), each under the sequential, vectorised a
 executors here; under Ray in ``tests/private_net/test_ray.py``. ``tests/test_resume.py`` kills real
 subprocesses for four families; this module covers the whole registry.
 
-The process-pool cases share one pool of spawned workers (:func:`pool`): each run builds its own
-:class:`~chillfl.engine.processes.ProcessExecutor` on it, as a run does, but the workers (seconds each
-to start: they import torch) start once for the module. A worker keeps nothing of a run but its
+The process-pool cases' runs borrow the worker processes of one :class:`~chillfl.engine.pools.WorkerPools`
+(:func:`pools`), as a sweep's runs do: each run builds its own process executor, but the workers (seconds
+each to start: they import torch) start once for the module. A worker keeps nothing of a run but its
 template, objective and client side, unpickled again for every executor.
 """
 
@@ -19,9 +19,9 @@ from typing import Any, Iterator
 import pytest
 import torch
 
-from chillfl.engine import parallel
 from chillfl.engine.checkpoint import read_state
-from chillfl.engine.processes import ProcessExecutor, WorkerPool
+from chillfl.engine.pools import WorkerPools
+from chillfl.engine.processes import WorkerPool
 from resume_cases import COMBINED, NEEDS, check_resume, methods, registered
 
 EXECUTORS = ("sequential", "vectorized", "processes")
@@ -32,9 +32,9 @@ CASES += [pytest.param(m, ex, 3, id=f"{m}-{ex}") for m in COMBINED for ex in EXE
 
 
 @pytest.fixture(scope="module")
-def pool() -> Iterator[WorkerPool]:
-    """Two spawned workers (as many as a tiny run's two clients a round get on two cores) for every process-pool case."""
-    with WorkerPool(workers=2) as shared:
+def pools() -> Iterator[WorkerPools]:
+    """The worker processes every process-pool case's runs borrow, as a sweep's runs do (``chillfl compare``)."""
+    with WorkerPools() as shared:
         yield shared
 
 
@@ -50,19 +50,21 @@ def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(
     method: str, executor: str, stop: int, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rounds_on_workers: list[int] = []
-    if executor == "processes":  # every run builds its executor as usual, on the module's pool of workers
-        shared: WorkerPool = request.getfixturevalue("pool")
-        send = shared.round
+    lent: WorkerPools | None = None
+    if executor == "processes":  # every run builds its executor as usual, on the module's worker processes
+        lent = request.getfixturevalue("pools")
+        send = WorkerPool.round
 
-        def counted(items: Any, decode: Any) -> Any:
+        def counted(self: WorkerPool, items: Any, decode: Any) -> Any:
             rounds_on_workers.append(len(items))
-            return send(items, decode)
+            return send(self, items, decode)
 
-        monkeypatch.setattr(shared, "round", counted)
-        monkeypatch.setattr(parallel, "ProcessExecutor", lambda model, spec, *, workers, client: ProcessExecutor(model, spec, client=client, pool=shared))
-    check_resume(method, executor, stop, tmp_path, monkeypatch)
-    if executor == "processes":  # the 3 + (stop + 1) + (3 - stop) rounds (4 + 4 + 1: COMBINED) trained on the workers
+        monkeypatch.setattr(WorkerPool, "round", counted)
+    started = lent.started if lent is not None else 0
+    check_resume(method, executor, stop, tmp_path, monkeypatch, pools=lent)
+    if lent is not None:  # the 3 + (stop + 1) + (3 - stop) rounds (4 + 4 + 1: COMBINED) trained on the workers
         assert len(rounds_on_workers) >= 7 and all(rounds_on_workers), rounds_on_workers
+        assert lent.started - started <= 1  # the three runs shared one pool (a new one only for another worker count)
 
 
 def test_a_checkpoint_gives_each_tensor_its_layout_back(tmp_path: Path) -> None:

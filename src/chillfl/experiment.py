@@ -25,6 +25,7 @@ from chillfl.data.partition_file import FROM_FILE
 from chillfl.engine.executors import Executor
 from chillfl.engine.parallel import ExecutorSpec, make_parallel_executor, unsendable
 from chillfl.engine.protocol import ServerProtocol
+from chillfl.engine.pools import WorkerPools
 from chillfl.engine.ray_executor import RayExecutor, import_ray
 from chillfl.errors import ConfigError, choice_error
 from chillfl.models import build_model, model_names
@@ -338,17 +339,23 @@ def build_protocol(exp: Experiment) -> ServerProtocol:
     return protocol_of(exp.config).build(exp, evaluation)
 
 
-def make_executor(exp: Experiment, protocol: ServerProtocol) -> Executor:
-    """The executor named by ``config.executor``, running ``protocol``'s client updates."""
-    if exp.config.executor == "ray":
-        if exp.device.type != "cpu" and exp.config.ray.num_gpus == 0:
+def make_executor(exp: Experiment, protocol: ServerProtocol, pools: WorkerPools | None = None) -> Executor:
+    """The executor named by ``config.executor``, running ``protocol``'s client updates.
+
+    ``pools``: worker processes and Ray actors lent by a sweep (:mod:`chillfl.engine.pools`); None: the
+    executor starts its own and stops them when it closes.
+    """
+    config = exp.config
+    clients = config.federation.sample_size()
+    if config.executor == "ray":
+        if exp.device.type != "cpu" and config.ray.num_gpus == 0:
             raise ConfigError("ray.num_gpus", f"the run's tensors live on {exp.device.type!r}: give each Ray worker a GPU (num_gpus > 0) or run on device = 'cpu'")
-        return RayExecutor(exp.model, exp.spec, protocol.client, exp.config.ray, threads=exp.config.threads, clients_per_round=exp.config.federation.sample_size())
+        lent = pools.ray(config.ray, config.threads, clients) if pools is not None else None
+        return RayExecutor(exp.model, exp.spec, protocol.client, config.ray, threads=config.threads, clients_per_round=clients, pool=lent)
     parts = ExecutorSpec(
-        exp.model, exp.spec, protocol.client, sum(v.numel() for v in exp.initial_state.values()),
-        exp.config.federation.sample_size(), exp.config.threads, exp.device.type,
+        exp.model, exp.spec, protocol.client, sum(v.numel() for v in exp.initial_state.values()), clients, config.threads, exp.device.type, pools,
     )
-    return make_parallel_executor(exp.config.executor, parts)
+    return make_parallel_executor(config.executor, parts)
 
 
 # ---------------------------------------------------------------- heterogeneous models, prototype sharing

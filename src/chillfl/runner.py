@@ -48,6 +48,7 @@ from chillfl.engine.run_folder import CHECKPOINT, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import as_comment, differences, environment
 from chillfl.errors import Diverged, MissingExtra, StorageError
+from chillfl.engine.pools import WorkerPools
 from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, is_custom, make_executor
 from chillfl.extras import need
 from chillfl.metrics.calibration import CalibrationAccumulator
@@ -220,6 +221,7 @@ def run_experiment(
     experiment: Experiment | None = None,
     callbacks: Sequence[Callback] = (),
     hooks: Sequence[RoundHook] = (),
+    pools: WorkerPools | None = None,
 ) -> RunOutput:
     """Build and run ``config``; write its result folder unless ``write`` is False.
 
@@ -227,6 +229,7 @@ def run_experiment(
     ``experiment``: parts built already (the Python API's own model and data).
     ``hooks``: called after every round with the record and a :class:`~chillfl.engine.view.RunView`
     (read-only models; ``stop()`` ends the run after that round, checkpointed and resumable).
+    ``pools``: worker processes and Ray actors a sweep lends its runs (:mod:`chillfl.engine.pools`).
     """
     with intra_op_threads(config.threads):
         exp = experiment or build_experiment(config, data=data)
@@ -244,7 +247,7 @@ def run_experiment(
             except BaseException:
                 writer.abort()
                 raise
-        return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks, hooks=hooks)
+        return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks, hooks=hooks, pools=pools)
 
 
 def _write_partition(folder: Path, exp: Experiment, config: RunConfig) -> None:
@@ -254,7 +257,8 @@ def _write_partition(folder: Path, exp: Experiment, config: RunConfig) -> None:
 
 
 def resume_experiment(
-    folder: str | Path, *, progress: Progress = True, callbacks: Sequence[Callback] = (), hooks: Sequence[RoundHook] = (), force: bool = False
+    folder: str | Path, *, progress: Progress = True, callbacks: Sequence[Callback] = (), hooks: Sequence[RoundHook] = (), force: bool = False,
+    pools: WorkerPools | None = None,
 ) -> RunOutput:
     """Continue the interrupted run in ``folder`` (a ``NAME.partial`` result folder, or a run a hook stopped) from its checkpoint.
 
@@ -273,7 +277,8 @@ def resume_experiment(
             if changed:  # results stay valid, but the rest of the run may differ in the last bits from an uninterrupted one
                 log.warning("resuming on another setup than the checkpoint's (%s): not bitwise what an uninterrupted run gives", "; ".join(changed))
             writer = ResultWriter.reopen(point.path, point.lock, point.metrics, point.config)
-            return _run(exp, config, writer, progress=progress, label=config.name, callbacks=callbacks, hooks=hooks, resume=(point.done, state["protocol"], point.records))
+            return _run(exp, config, writer, progress=progress, label=config.name, callbacks=callbacks, hooks=hooks, resume=(point.done, state["protocol"], point.records),
+                        pools=pools)
     finally:
         if writer is None:
             point.lock.release()
@@ -302,9 +307,10 @@ def _run(
     callbacks: Sequence[Callback],
     hooks: Sequence[RoundHook] = (),
     resume: tuple[int, Mapping[str, Any], list[dict[str, Any]]] | None = None,
+    pools: WorkerPools | None = None,
 ) -> RunOutput:
     with _Signals() as signals:
-        return _run_rounds(exp, config, writer, signals, progress=progress, label=label, callbacks=callbacks, hooks=hooks, resume=resume)
+        return _run_rounds(exp, config, writer, signals, progress=progress, label=label, callbacks=callbacks, hooks=hooks, resume=resume, pools=pools)
 
 
 def _run_rounds(
@@ -318,6 +324,7 @@ def _run_rounds(
     callbacks: Sequence[Callback],
     hooks: Sequence[RoundHook],
     resume: tuple[int, Mapping[str, Any], list[dict[str, Any]]] | None,
+    pools: WorkerPools | None,
 ) -> RunOutput:
     start = time.perf_counter()
     rounds, every = config.federation.rounds, config.checkpoint.every
@@ -333,7 +340,7 @@ def _run_rounds(
         if writer is not None and config.log.sinks:
             sinks = _sinks(config, writer.path, records)
             callbacks = [*callbacks, *sinks]
-        executor = make_executor(exp, protocol)  # unarmed: a Ray cut short while it starts could leave its processes behind
+        executor = make_executor(exp, protocol, pools)  # unarmed: a Ray cut short while it starts could leave its processes behind
         signals.reinstall()
         signals.done, signals.armed = done, True
         try:

@@ -2,7 +2,7 @@
 
 * bitwise identical metrics to ``sequential`` (CPU, one intra-op thread), workers on both nodes;
 * stopped and resumed, a run is bitwise the uninterrupted run (``tests/resume_cases.py``), on the
-  cluster's two nodes: every registered method (:data:`RESUME_CASES`), on actors shared by the cases;
+  cluster's two nodes: every registered method (:data:`RESUME_CASES`), on actors a :class:`WorkerPools` lends every run;
 * a client's data reach a worker once, not once per round (bytes counted on both sides);
 * per-worker resources are real Ray requests (an unplaceable request stops with one line);
 * a worker process killed mid-round is restarted and the round gives the same replies; when the
@@ -39,9 +39,9 @@ from chillfl.engine.executors import SequentialExecutor  # noqa: E402
 from chillfl.engine.loop import run_rounds  # noqa: E402
 from chillfl.engine.processes import WorkerError  # noqa: E402
 from chillfl.engine.protocol import ClientSide, ClientTask  # noqa: E402
-from chillfl.engine.ray_executor import RayExecutor, RayWorkers  # noqa: E402
+from chillfl.engine.pools import WorkerPools  # noqa: E402
+from chillfl.engine.ray_executor import RayExecutor  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
-from chillfl import experiment  # noqa: E402
 from chillfl.experiment import build_experiment, build_protocol, make_executor  # noqa: E402
 from resume_cases import COMBINED, check_resume, methods, registered  # noqa: E402
 from sessions import session_pids  # noqa: E402
@@ -196,49 +196,40 @@ def test_every_registered_method_has_a_ray_resume_case() -> None:
 
 
 @pytest.fixture(scope="class")
-def workers(cluster: str) -> Iterator[RayWorkers]:
-    """An actor on each node, for the tests of one class: they hold both nodes' CPUs, so they are gone before the
-    module's other tests ask for actors of their own."""
-    with RayWorkers(RayConfig(address=cluster, workers=2)) as shared:
-        assert len({s["node"] for s in shared.stats()}) == 2  # one actor on each node
+def pools(cluster: str) -> Iterator[WorkerPools]:
+    """Ray actors lent to one run after another (as ``chillfl compare`` lends them), for the tests of one class: they
+    hold both nodes' CPUs, so they are gone before the module's other tests ask for actors of their own."""
+    with WorkerPools() as shared:
         yield shared
 
 
 class TestSharedWorkers:
-    """Every run of every case builds its own :class:`RayExecutor`, as a run does, on one :class:`RayWorkers`: the
-    actors, which import torch (about 20 s a run on a loaded 2-core machine), start once, not three times per case."""
+    """Every run builds its own :class:`RayExecutor`, as a run does, on the actors of one :class:`WorkerPools`: they
+    import torch (about 20 s a run on a loaded 2-core machine), so they start once, not three times per case."""
 
-    def test_a_second_run_on_the_actors_gets_its_own_clients_data(self, workers: RayWorkers, cluster: str) -> None:
+    def test_a_second_run_on_the_actors_gets_its_own_clients_data(self, pools: WorkerPools, cluster: str) -> None:
         """An actor keeps the data of the clients it served; a run after another, whose client 0 has other rows, must
         not train on the first run's rows (the actor drops them when it meets the new run's parts)."""
-        first = _config(executor="ray", ray={"address": cluster}, partition={"name": "dirichlet", "alpha": 0.3})
-        second = _config(executor="ray", ray={"address": cluster}, partition={"name": "dirichlet", "alpha": 5.0})
         runs = []
-        for config in (first, second):
+        for alpha in (0.3, 5.0):
+            config = _config(executor="ray", ray={"address": cluster}, partition={"name": "dirichlet", "alpha": alpha})
             exp = build_experiment(config)
             protocol = build_protocol(exp)
-            runs.append(_rounds(config, RayExecutor(exp.model, exp.spec, protocol.client, config.ray, pool=workers))[0])
-        assert not workers.closed  # an executor on given workers leaves them up
+            runs.append(_rounds(config, make_executor(exp, protocol, pools))[0])
+        workers = pools.ray(RayConfig(address=cluster), 1, 4)
+        assert pools.started == 1 and workers.usable and len({s["node"] for s in workers.stats()}) == 2  # one actor on each node, left up
         expected, _ = _rounds(_config(executor="sequential", partition={"name": "dirichlet", "alpha": 5.0}))
         assert runs[1] == expected and runs[0] != expected
 
     @pytest.mark.parametrize(("method", "stop"), RESUME_CASES)
     def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(
-        self, workers: RayWorkers, cluster: str, method: str, stop: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        self, pools: WorkerPools, cluster: str, method: str, stop: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     ) -> None:
-        """Reference, crash, resume (``tests/resume_cases.py``): each run's client updates ran on the shared actors."""
-        built: list[RayExecutor] = []
-
-        def on_shared_workers(model: Any, spec: Any, client: Any, options: RayConfig, **kwargs: Any) -> RayExecutor:
-            assert options.address == cluster
-            built.append(RayExecutor(model, spec, client, options, **kwargs, pool=workers))
-            return built[-1]
-
-        monkeypatch.setattr(experiment, "RayExecutor", on_shared_workers)
-        pids = workers.pids
-        check_resume(method, "ray", stop, tmp_path, monkeypatch, **{"ray.address": cluster})
-        assert len(built) == 3  # the reference, the cut run and the resumed run
-        assert workers.pids == pids  # no actor died or was restarted
+        """Reference, crash, resume (``tests/resume_cases.py``), the three runs on the shared actors."""
+        started = pools.started
+        check_resume(method, "ray", stop, tmp_path, monkeypatch, pools=pools, **{"ray.address": cluster})
+        assert pools.started == started  # no run started actors of its own
+        workers = pools.ray(RayConfig(address=cluster), 1, 2)
         assert sum(s["clients"] for s in workers.stats()) > 0  # the resumed run's clients were served there
 
 

@@ -62,6 +62,7 @@ from torch import nn
 
 from chillfl.config import EXECUTORS
 from chillfl.engine.executors import Executor, SequentialExecutor
+from chillfl.engine.pools import WorkerPools
 from chillfl.engine.processes import ProcessExecutor, default_workers
 from chillfl.engine.protocol import ClientSide
 from chillfl.engine.vectorized import VectorizedExecutor
@@ -110,6 +111,14 @@ class ExecutorSpec:
     clients_per_round: int
     threads: int
     device: str = "cpu"
+    pools: WorkerPools | None = None
+    """Worker processes lent by a sweep (:mod:`chillfl.engine.pools`); None: a process executor starts its own."""
+
+    def process_executor(self, workers: int) -> ProcessExecutor:
+        """A process-pool executor of ``workers`` single-threaded workers: the sweep's pool of that size, or its own."""
+        if self.pools is None:
+            return ProcessExecutor(self.model, self.spec, workers=workers, client=self.client)
+        return ProcessExecutor(self.model, self.spec, client=self.client, pool=self.pools.processes(workers))
 
 
 def _picklable(parts: ExecutorSpec) -> bool:
@@ -156,7 +165,7 @@ def make_parallel_executor(name: str, parts: ExecutorSpec) -> Executor:
     if name == "auto":
         name = choose_executor(parts.num_parameters, clients, workers) if on_cpu else accelerator_executor(clients)
         if name == "vectorized" and workers > 1 and on_cpu and _picklable(parts):
-            fallback = partial(ProcessExecutor, parts.model, parts.spec, workers=pool_size, client=parts.client)
+            fallback = partial(parts.process_executor, pool_size)
         log.info(
             "executor auto -> %s (%d model parameters, %d clients per round, %d cores, %d worker threads; if the model cannot be vmapped: %s)",
             name, parts.num_parameters, clients, cores, workers, "processes" if fallback else "sequential",
@@ -169,5 +178,5 @@ def make_parallel_executor(name: str, parts: ExecutorSpec) -> Executor:
     if name == "processes":
         if not on_cpu:
             raise ConfigError("executor", f"'processes' trains on the CPU; on device {parts.device!r} use 'vectorized', 'sequential' or 'auto'")
-        return ProcessExecutor(parts.model, parts.spec, workers=pool_size, client=parts.client)
+        return parts.process_executor(pool_size)
     raise choice_error("executor", name, EXECUTORS)

@@ -386,6 +386,11 @@ class WorkerPool:
         """Process ids of the workers (for monitoring and tests)."""
         return [p.pid for p in self._processes if p.pid is not None]
 
+    @property
+    def usable(self) -> bool:
+        """Open, and no worker died (a pool that lost a worker refuses every later round)."""
+        return self._broken is None and self._finalizer.alive
+
     def setup(self, model: nn.Module, spec: LocalSpec, client: ClientSide | None) -> _Setup:
         """An executor's template, objective and client side, under a key no other executor of this pool has."""
         return _Setup.pack(next(self._keys), model, spec, client)

@@ -225,6 +225,8 @@ class RayWorkers:
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = "a local Ray" if address == "local" else f"the Ray cluster at {address!r}"
                 raise WorkerError(f"could not start or reach {where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+        self.lost: str | None = None
+        """Why an actor is gone for good (set by an executor that found it dead after its retries)."""
         # from here on, whatever goes wrong (a second SIGTERM included) shuts down what was started
         self.actors: list[Any] = []
         self._finalizer = weakref.finalize(self, _shutdown, ray, self.actors, self.connected_here)
@@ -271,6 +273,11 @@ class RayWorkers:
     @property
     def closed(self) -> bool:
         return not self._finalizer.alive
+
+    @property
+    def usable(self) -> bool:
+        """Open, and no actor was lost for good (its restarts spent): such workers would fail every later run too."""
+        return not self.closed and self.lost is None
 
     def close(self) -> None:
         self._finalizer()
@@ -410,6 +417,7 @@ class RayExecutor:
                 errors.append((a, f"Ray worker {a}: a client update failed: {type(cause).__name__}: {str(cause).strip().splitlines()[-1][:300]}"))
         if errors:
             self._broken = min(errors)[1] if any("died" in e for _, e in errors) else None
+            self.pool.lost = self.pool.lost or self._broken
             raise WorkerError(min(errors)[1])
         return results
 

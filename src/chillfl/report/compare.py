@@ -44,6 +44,7 @@ else:  # pragma: no cover - Python 3.10
 from chillfl.config import RunConfig, check_compare_option, parse_value, safe_name, variant_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import DATA_DIR_FIELD
+from chillfl.engine.pools import WorkerPools
 from chillfl.engine.results import claim_dir, rounds_to_reach, to_toml
 from chillfl.errors import ConfigError, Diverged, MissingExtra, SweepFailed, one_line
 from chillfl.experiment import Plugged, build_data, build_experiment, build_protocol, check_parts
@@ -616,23 +617,25 @@ def run_compare(
     results: dict[tuple[str, int, int], RunOutput | None] = {}
     failures: dict[tuple[str, int, int], str] = {}
     start = time.monotonic()
-    for i, c in enumerate(cells):
-        cfg = c.config if partial is None else c.config.with_overrides({"out_dir": str(partial)})
-        run_key = (c.variant.label, c.point, c.seed)
-        if len(cells) > 1:
-            eta = f", ETA {format_seconds((time.monotonic() - start) / i * (len(cells) - i))}" if i else ""
-            log.info("run %d of %d: %s%s", i + 1, len(cells), cfg.name, eta)
-        try:
-            own = build_experiment(cfg, data=datasets[_data_key(cfg)], model=model, plugged=plugged) if model is not None or plugged else None
-            results[run_key] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=f"[{i + 1}/{len(cells)}] {cfg.name}", experiment=own)
-        except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
-            results[run_key], failures[run_key] = None, f"diverged at round {exc.round}"
-            log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)
-        except (ConfigError, RunInterrupted):
-            raise
-        except Exception as exc:  # noqa: BLE001 - one failed run (a lost worker, out of memory) must not lose the others
-            results[run_key], failures[run_key] = None, f"failed: {type(exc).__name__}"
-            log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, one_line(str(exc))[:200])
+    with WorkerPools() as pools:  # the runs' worker processes and Ray actors start once for the sweep (engine/pools.py)
+        for i, c in enumerate(cells):
+            cfg = c.config if partial is None else c.config.with_overrides({"out_dir": str(partial)})
+            run_key = (c.variant.label, c.point, c.seed)
+            if len(cells) > 1:
+                eta = f", ETA {format_seconds((time.monotonic() - start) / i * (len(cells) - i))}" if i else ""
+                log.info("run %d of %d: %s%s", i + 1, len(cells), cfg.name, eta)
+            try:
+                own = build_experiment(cfg, data=datasets[_data_key(cfg)], model=model, plugged=plugged) if model is not None or plugged else None
+                results[run_key] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=f"[{i + 1}/{len(cells)}] {cfg.name}", experiment=own,
+                                                   pools=pools)
+            except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
+                results[run_key], failures[run_key] = None, f"diverged at round {exc.round}"
+                log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)
+            except (ConfigError, RunInterrupted):
+                raise
+            except Exception as exc:  # noqa: BLE001 - one failed run (a lost worker, out of memory) must not lose the others
+                results[run_key], failures[run_key] = None, f"failed: {type(exc).__name__}"
+                log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, one_line(str(exc))[:200])
     if len(failures) == len(cells):
         where = partial
         if partial is not None and folder is not None and not folder.with_name(folder.name + ".failed").exists():

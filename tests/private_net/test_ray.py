@@ -369,6 +369,40 @@ def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path, signals: int) -> Non
         _stop_session(proc.pid)
 
 
+SIGTERM_AFTER_SHUTDOWN = """
+import ctypes, signal
+from chillfl.config import RayConfig
+from chillfl.engine.ray_executor import RayWorkers
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+def disposition():  # the C-level SIGTERM handler (struct sigaction's first field), not Python's cached one
+    action = ctypes.create_string_buffer(256)
+    assert libc.sigaction(signal.SIGTERM, None, action) == 0, ctypes.get_errno()
+    return int.from_bytes(action.raw[:ctypes.sizeof(ctypes.c_void_p)], "little")
+
+signal.signal(signal.SIGTERM, lambda *args: None)
+python_handler = disposition()
+workers = RayWorkers(RayConfig(workers=1))  # a local Ray
+workers.ray.shutdown()  # as chillfl's clean-up does, minus its re-assertion of the handlers
+print("kept" if disposition() == python_handler else "default" if disposition() == 0 else "other")
+"""
+
+
+@pytest.mark.parametrize("ray_handler", ["", "0"], ids=["chillfl", "with Ray's failure handler"])
+def test_ray_shutdown_leaves_sigterm_alone(ray_handler: str) -> None:
+    """The root of the double-SIGTERM exit -15: Ray's failure signal handler, which sets SIGTERM to SIG_DFL at shutdown.
+    chillfl's driver starts Ray without it; asked for explicitly ("0"), the reset is real (so the test can fail)."""
+    env = _ray_env()
+    if ray_handler:
+        env["RAY_DISABLE_FAILURE_SIGNAL_HANDLER"] = ray_handler
+    else:
+        env.pop("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", None)
+    out = subprocess.run([sys.executable, "-c", SIGTERM_AFTER_SHUTDOWN], capture_output=True, text=True, env=env, timeout=240, start_new_session=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-1] == ("default" if ray_handler else "kept"), out
+
+
 def _name(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()

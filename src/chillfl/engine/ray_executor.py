@@ -86,6 +86,10 @@ def import_ray(address: str | None = None) -> Any:
     fit its socket paths under its temp folder: with a long ``TMPDIR`` it fails
     with an ``AF_UNIX path length`` traceback, so that is one line here instead).
     """
+    # Ray's failure signal handler (stack traces on a crash) takes SIGTERM at ray.init and, at ray.shutdown, sets
+    # it back to SIG_DFL from a thread of Ray's: a SIGTERM then killed chillfl with nothing said (exit -15,
+    # tests/private_net/test_ray.py). Ray reads this when it is imported; an explicit "0" keeps Ray's handler.
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     try:
         import ray
     except ImportError:
@@ -450,11 +454,14 @@ def _shutdown(ray: Any, actors: list[Any], connected_here: bool) -> None:
 def keeping_signal_handlers(stop: Callable[[], None]) -> None:
     """Run ``stop`` (``ray.shutdown``) with this process's SIGINT/SIGTERM handlers kept in force.
 
-    Ray's shutdown resets SIGTERM to its default at the C level, while Python still
-    reports the old handler: a second SIGTERM during or after it killed chillfl with
-    nothing said (exit -15; tests/private_net/test_ray.py). From the main thread,
-    ``stop`` runs in a helper thread while the main thread re-asserts the handlers
-    every 5 ms, and once more when it is done.
+    Ray's shutdown resets SIGTERM to its default at the C level when Ray's failure
+    signal handler was installed (chillfl's driver does not install it:
+    ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER``, see :func:`import_ray`), while Python
+    still reports the old handler: a second SIGTERM during or after it killed
+    chillfl with nothing said (exit -15; tests/private_net/test_ray.py). Where it
+    is installed all the same, ``stop`` runs in a helper thread while the main
+    thread re-asserts the handlers every 5 ms, and once more when it is done; a
+    signal inside those 5 ms can still kill, hence the environment variable.
     """
     if threading.current_thread() is not threading.main_thread():
         stop()

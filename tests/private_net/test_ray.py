@@ -330,7 +330,7 @@ def test_ray_options_are_checked() -> None:
 @pytest.mark.parametrize("signals", [1, 2])
 def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path, signals: int) -> None:
     """A run that started its own local Ray: SIGTERM (or two, the second stopping it at once) -> exit 143, one
-    ``chillfl: interrupted`` line, and no Ray process of its session survives 5 s. Two used to exit 1 with no
+    ``chillfl: interrupted`` line, no Ray process of its session survives 5 s, and no Ray session folder is left. Two used to exit 1 with no
     line, and leave two Ray agents re-parented to PID 1 (issue 27)."""
     config = tmp_path / "run.toml"
     table = _config(executor="ray", federation={"rounds": 400}, out_dir=str(tmp_path / "out"), name="r", checkpoint={"every": 0}).to_dict()
@@ -341,6 +341,8 @@ def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path, signals: int) -> Non
 
     config.write_text(tomli_w.dumps(plain(table)))
     env = _ray_env()
+    ray_tmp = Path(tempfile.mkdtemp(prefix="r8t", dir="/tmp"))  # short: Ray's socket paths
+    env["RAY_TMPDIR"] = str(ray_tmp)
     proc = subprocess.Popen([sys.executable, "-m", "chillfl", "run", str(config), "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=True)
     try:
@@ -365,8 +367,10 @@ def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path, signals: int) -> Non
             time.sleep(0.1)
         left = {pid: _name(pid) for pid in session_pids(proc.pid)}
         assert not left, f"Ray processes outlived the run by 5 s: {left}"
+        assert [p.name for p in ray_tmp.iterdir()] == []  # the local Ray's sessions (logs, sockets) went with it
     finally:
         _stop_session(proc.pid)
+        subprocess.run(["rm", "-rf", str(ray_tmp)], check=False)
 
 
 SIGTERM_AFTER_SHUTDOWN = """

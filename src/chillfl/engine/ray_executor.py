@@ -51,7 +51,9 @@ import hashlib
 import logging
 import math
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import weakref
 from dataclasses import dataclass
@@ -74,8 +76,10 @@ EXTRA = "pip install 'chillfl[ray]'"
 
 AF_UNIX_PATH_MAX = 107
 """Longest socket path Linux accepts (``sun_path`` is 108 bytes with its NUL)."""
-RAY_SOCKET_SUFFIX = len("/ray/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
-"""What a local Ray appends to its temp folder for its longest socket path."""
+LOCAL_RAY_PREFIX = "ray"
+"""A local Ray's folder in the temp directory (:func:`tempfile.mkdtemp` adds 8 characters; short, for the socket paths under it): removed when it stops."""
+RAY_SOCKET_SUFFIX = len(f"/{LOCAL_RAY_PREFIX}12345678/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
+"""What a local Ray started here appends to the temp directory for its longest socket path."""
 
 
 def import_ray(address: str | None = None) -> Any:
@@ -217,23 +221,29 @@ class RayWorkers:
         self.threads = threads
         self.started_local = False
         self.connected_here = not ray.is_initialized()  # then close() disconnects too
+        temp: str | None = None
         if self.connected_here:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # never phone home
             address = options.address or os.environ.get("RAY_ADDRESS", "") or "local"
             kwargs: dict[str, Any] = {}
             if address == "local":  # never attach to a cluster someone else left on this machine
-                kwargs = {"num_cpus": default_workers(), "include_dashboard": False}
+                # its sessions (logs, sockets) in a folder of its own, removed when it stops: Ray's default, /tmp/ray,
+                # keeps every session's folder for good
+                temp = tempfile.mkdtemp(prefix=LOCAL_RAY_PREFIX, dir=os.environ.get("RAY_TMPDIR") or None)
+                kwargs = {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}
                 self.started_local = True
             try:
                 ray.init(address=address, logging_level=logging.WARNING, configure_logging=False, **kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:
+                if temp:
+                    shutil.rmtree(temp, ignore_errors=True)
                 where = "a local Ray" if address == "local" else f"the Ray cluster at {address!r}"
                 raise WorkerError(f"could not start or reach {where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
         self.lost: str | None = None
         """Why an actor is gone for good (set by an executor that found it dead after its retries)."""
         # from here on, whatever goes wrong (a second SIGTERM included) shuts down what was started
         self.actors: list[Any] = []
-        self._finalizer = weakref.finalize(self, _shutdown, ray, self.actors, self.connected_here)
+        self._finalizer = weakref.finalize(self, _shutdown, ray, self.actors, self.connected_here, temp)
         try:
             self._start_actors(clients_per_round)
         except BaseException:
@@ -438,8 +448,17 @@ class RayExecutor:
         self.close()
 
 
-def _shutdown(ray: Any, actors: list[Any], connected_here: bool) -> None:
-    """Kill our actors; disconnect if we connected, which also stops a local Ray we started (raylet, object store, workers)."""
+def _shutdown(ray: Any, actors: list[Any], connected_here: bool, temp: str | None = None) -> None:
+    """Kill our actors; disconnect if we connected, which also stops a local Ray we started (raylet, object store,
+    workers); then remove that local Ray's ``temp`` folder."""
+    try:
+        _stop(ray, actors, connected_here)
+    finally:
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def _stop(ray: Any, actors: list[Any], connected_here: bool) -> None:
     if not ray.is_initialized():
         return
     for a in actors:

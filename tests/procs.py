@@ -22,6 +22,14 @@ def live_pids(field: int, value: int) -> list[int]:
     return out
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 class InterruptAt:
     """A run callback that raises KeyboardInterrupt at round ``at``, as Ctrl-C would (before that round's checkpoint)."""
 

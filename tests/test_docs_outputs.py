@@ -9,6 +9,7 @@ import pytest
 import re
 
 from chillfl.docs_outputs import check_blocks, clean_output, default_files, find_blocks, main, replace_blocks, run_command, this_machine
+from procs import alive
 
 DOC = """# Title
 
@@ -155,16 +156,9 @@ def test_sigterm_stops_the_running_command_and_removes_its_folder(tmp_path: Path
     tool.send_signal(signal.SIGTERM)
     assert tool.wait(timeout=60) == 128 + signal.SIGTERM
     deadline = time.monotonic() + 10
-    while _alive(child):  # the command stopped with the tool (a zombie of an exited tool is reaped by init)
+    while alive(child):  # the command stopped with the tool (a zombie of an exited tool is reaped by init)
         assert time.monotonic() < deadline, f"the block's command {child} outlived the tool"
         time.sleep(0.05)
     assert not list(tmp_path.glob("chillfl-docs-*"))  # its temporary folder is gone
     assert doc.read_text().count("old") == 1  # nothing written
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False

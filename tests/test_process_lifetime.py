@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import PARENT, live_pids
+from procs import PARENT, alive, live_pids
 
 LONG_JOB = {
     "name": "long",
@@ -55,12 +55,6 @@ def start(config: Path, temp: Path) -> subprocess.Popen[str]:
 def children(pid: int) -> list[int]:
     return live_pids(PARENT, pid)
 
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def cpu_seconds(pid: int) -> float:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from chillfl.engine.checkpoint import read_state
+from procs import alive
 
 TINY = {
     "seed": 3,
@@ -153,9 +154,9 @@ def test_processes_workers_do_not_outlive_their_parent(sig: int, code: int, tmp_
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+    while time.monotonic() < deadline and any(alive(pid) for pid in children):
         time.sleep(0.1)
-    assert not [pid for pid in children if _alive(pid)]
+    assert not [pid for pid in children if alive(pid)]
     assert list(temp.iterdir()) == []
 
 
@@ -178,10 +179,3 @@ def _children(pid: int) -> list[int]:
                 out.append(int(entry.name))
     return out
 
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"

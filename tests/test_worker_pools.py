@@ -20,6 +20,7 @@ from chillfl.engine.pools import WorkerPools
 from chillfl.engine.processes import WorkerPool
 from chillfl.report import compare as compare_module
 from chillfl.runner import RunInterrupted
+from procs import alive
 
 CONFIG: dict[str, Any] = {
     "dataset": {"name": "digits"},
@@ -46,14 +47,6 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[WorkerPool]:
     return pools
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for our purposes
-        return f.read().split(")")[-1].split()[0] != "Z"
-
 
 def _compare(executor: str) -> Any:
     return chillfl.compare(config={**CONFIG, "executor": executor}, grid=["temperature=1,0.5"], seeds=[0, 1], write=False, progress=False)
@@ -62,7 +55,7 @@ def _compare(executor: str) -> Any:
 def test_a_sweeps_runs_share_one_pool_and_match_sequential(started: list[WorkerPool]) -> None:
     shared = _compare("processes")
     assert len(started) == 1  # 4 runs, one pool (it used to be one per run)
-    assert not any(_alive(pid) for pid in started[0].pids)  # stopped with the sweep
+    assert not any(alive(pid) for pid in started[0].pids)  # stopped with the sweep
     reference = _compare("sequential")
     assert len(started) == 1
     assert len(shared.outputs) == 4 and {k: o.records for k, o in shared.outputs.items()} == {k: o.records for k, o in reference.outputs.items()}  # bitwise
@@ -75,14 +68,14 @@ def test_an_interrupted_sweep_stops_its_pool(started: list[WorkerPool], monkeypa
     def second_run_interrupted(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == 2:
-            assert kwargs["pools"] is not None and started and all(_alive(pid) for pid in started[0].pids)  # the first run's pool, still up
+            assert kwargs["pools"] is not None and started and all(alive(pid) for pid in started[0].pids)  # the first run's pool, still up
             raise RunInterrupted(signal.SIGTERM, None, 0)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(compare_module, "run_experiment", second_run_interrupted)
     with pytest.raises(RunInterrupted):
         _compare("processes")
-    assert len(started) == 1 and not any(_alive(pid) for pid in started[0].pids)
+    assert len(started) == 1 and not any(alive(pid) for pid in started[0].pids)
 
 
 def test_one_pool_at_a_time_and_a_broken_one_is_replaced(started: list[WorkerPool]) -> None:
@@ -97,4 +90,4 @@ def test_one_pool_at_a_time_and_a_broken_one_is_replaced(started: list[WorkerPoo
         assert not one.usable
         fresh = pools.processes(1)
         assert fresh is not one and fresh.usable and pools.started == 3
-    assert not fresh.usable and not any(_alive(pid) for p in started for pid in p.pids)
+    assert not fresh.usable and not any(alive(pid) for p in started for pid in p.pids)

@@ -27,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -127,10 +128,16 @@ METHODS = {
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_simulation_equals_chillfl_runtime(method: str, tmp_path: Path) -> None:
+def test_simulation_equals_chillfl_runtime(method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = _config(tmp_path, **METHODS[method])
     expected = run_experiment(config, write=False, progress=False).records
-    out = run_simulation(config, num_supernodes=2)  # 2 SuperNodes: clients 0, 2 on one, 1, 3 on the other
+    ray_tmp = Path(tempfile.mkdtemp(prefix="f8t", dir="/tmp"))  # short: Ray's socket paths
+    monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
+    try:
+        out = run_simulation(config, num_supernodes=2)  # 2 SuperNodes: clients 0, 2 on one, 1, 3 on the other
+        assert [p.name for p in ray_tmp.iterdir()] == []  # the simulation's Ray sessions (logs, sockets) went with it
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert [r["round"] for r in out.records] == [1, 2]
     assert out.records == expected  # every metric, floats compared exactly
     assert Path(out.folder).name == "flower" and (Path(out.folder) / "metrics.jsonl").is_file()

@@ -110,6 +110,15 @@ def import_ray(address: str | None = None) -> Any:
     return ray
 
 
+def local_ray_folder() -> str:
+    """A new folder for a local Ray's sessions (its ``_temp_dir``), under ``RAY_TMPDIR``, else ``TMPDIR``, else /tmp.
+
+    Ray's default, /tmp/ray, keeps every session's folder (logs, sockets) for good; whoever starts a
+    local Ray in this folder removes it when that Ray has stopped.
+    """
+    return tempfile.mkdtemp(prefix=LOCAL_RAY_PREFIX, dir=os.environ.get("RAY_TMPDIR") or None)
+
+
 def _compact(x: torch.Tensor) -> torch.Tensor:
     """``x`` alone: pickling a view would send its whole storage (the whole dataset for a client's rows)."""
     if x._base is not None or x.untyped_storage().nbytes() != x.numel() * x.element_size():
@@ -229,7 +238,7 @@ class RayWorkers:
             if address == "local":  # never attach to a cluster someone else left on this machine
                 # its sessions (logs, sockets) in a folder of its own, removed when it stops: Ray's default, /tmp/ray,
                 # keeps every session's folder for good
-                temp = tempfile.mkdtemp(prefix=LOCAL_RAY_PREFIX, dir=os.environ.get("RAY_TMPDIR") or None)
+                temp = local_ray_folder()
                 kwargs = {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}
                 self.started_local = True
             try:

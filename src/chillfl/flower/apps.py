@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -380,13 +381,19 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     from flwr.simulation import run_simulation as flwr_simulation
 
     from chillfl.engine.processes import default_workers
+    from chillfl.engine.ray_executor import local_ray_folder
 
     built = build_server(config)  # a ConfigError stops the run here, before Flower and Ray start
     nodes = num_supernodes or config.federation.num_clients
     out: list[RunOutputLite | BaseException] = []
     server = server_app_capturing(config, out, min_nodes=nodes, built=built)
-    backend = {"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0}, "init_args": {"num_cpus": default_workers(), "include_dashboard": False}}
-    flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
+    temp = local_ray_folder()  # the simulation's Ray sessions, removed with it
+    init = {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}
+    backend = {"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0}, "init_args": init}
+    try:
+        flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     if not out:
         built[1].close()
         raise WorkerError("the Flower simulation ended without finishing the run (see Flower's log above)")

@@ -23,7 +23,8 @@ reports "not available" for them instead of a misleading number (``auto``
 then legitimately means sequential; the result notes ``parallel_module``).
 
 Variants: ``<executor>``, then optional ``+<precision>`` (the override ``precision =
-"bf16"`` or ``"tf32"``) and ``+channels_last`` / ``+contiguous`` (``memory_format``);
+"bf16"`` or ``"tf32"``), ``+channels_last`` / ``+contiguous`` (``memory_format``) and
+``+gemm`` / ``+grouped`` (``batched_conv``);
 a config that rejects one makes the mode "not available: <reason>".
 The spec's ``device`` becomes the config's ``device``.
 
@@ -59,10 +60,11 @@ PARALLEL_ONLY = ("vectorized", "processes")
 
 
 def overrides(w: Workload, variant: str, rounds: int, seed: int, device: str = "cpu") -> dict[str, Any]:
-    """The run's config overrides; ``variant``: the executor, then optional ``+<precision>`` / ``+<memory_format>`` parts."""
+    """The run's config overrides; ``variant``: the executor, then optional ``+<precision>`` / ``+<memory_format>`` / ``+<batched_conv>`` parts."""
     executor, *options = variant.split("+")
     formats = [o for o in options if o in ("channels_last", "contiguous")]
-    precision = next((o for o in options if o not in formats), "")
+    convs = [o for o in options if o in ("grouped", "gemm")]
+    precision = next((o for o in options if o not in formats and o not in convs), "")
     model = {"name": "mcmahan_cnn"} if w.model == "cnn" else {"name": "mlp", "hidden": [64]}
     out: dict[str, Any] = {
         "name": f"bench-w{w.key}-{executor}",
@@ -84,6 +86,8 @@ def overrides(w: Workload, variant: str, rounds: int, seed: int, device: str = "
         out["precision"] = precision
     if formats:
         out["memory_format"] = formats[0]
+    if convs:
+        out["batched_conv"] = convs[0]
     if w.public_per_round:
         out["distillation"] = {"method": "scarlet", "public_size": w.public_size, "subset_size": w.public_per_round}
     return out

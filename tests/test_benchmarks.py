@@ -1,6 +1,7 @@
 """The benchmark harness's logic (benchmarks/): workloads, FLOP counts, chillfl overrides, tables, --device.
 
-Nothing is timed and no benchmark runs here: these check what the numbers are
+No time is asserted, and the one benchmark that runs here runs tiny
+(conv_layouts.py, to check its report): these check what the numbers are
 computed from.
 """
 
@@ -139,6 +140,7 @@ def test_gpu_targets_met_missed_and_not_measured() -> None:
     assert rows["W1 chillfl[auto+bf16] s/round"] == ("0.200 s", "MISSED")  # > 0.15
     assert rows["W1 chillfl[auto+bf16] vs BlazeFL best"] == ("40.000x (blazefl[threads])", "met")
     assert rows["W1 chillfl[auto+tf32] s/round"] == ("-", "not measured")
+    assert rows["W1 chillfl[auto+gemm] s/round"] == rows["W1 chillfl[auto+bf16+gemm] s/round"] == ("-", "not measured")
     assert rows["W3 chillfl best / plain loop"] == ("0.450x (chillfl[auto])", "met")
     assert rows["W2 chillfl[auto] vs BlazeFL best"] == ("12.000x (blazefl[threads])", "met")
     assert rows["W4 chillfl[auto] vs BlazeFL best"] == ("-", "not measured")
@@ -151,3 +153,22 @@ def test_chillfl_variants_set_precision_and_memory_format() -> None:
     o = mode_chillfl.overrides(workload("1", 0.02), "auto+tf32", 2, 0, "cuda")
     assert o["precision"] == "tf32" and "memory_format" not in o
     assert "chillfl[auto+bf16+channels_last]" in [m.name for m in run.all_modes("cuda")]
+    o = mode_chillfl.overrides(workload("1", 0.02), "auto+bf16+gemm", 2, 0, "cuda")
+    assert (o["precision"], o["batched_conv"]) == ("bf16", "gemm") and "memory_format" not in o
+    assert "batched_conv" not in mode_chillfl.overrides(workload("1", 0.02), "auto", 2, 0, "cuda")
+    gpu, cpu = ([m.name for m in run.all_modes(d)] for d in ("cuda", "cpu"))
+    assert {"chillfl[auto+gemm]", "chillfl[auto+tf32+gemm]", "chillfl[auto+bf16+gemm]"} <= set(gpu) and not any("gemm" in m for m in cpu)
+
+
+def test_conv_layouts_reports_each_batched_conv(tmp_path: Path) -> None:
+    """benchmarks/conv_layouts.py on the CPU, tiny: a row per (batched_conv, precision), each run really vmapped (it asserts so)."""
+    import json
+
+    import conv_layouts
+
+    threads = torch.get_num_threads()
+    assert conv_layouts.main(["--device", "cpu", "--clients", "2", "--samples", "50", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "conv-layouts.json").read_text())
+    assert [(r["batched_conv"], r["precision"]) for r in report["rows"]] == conv_layouts.settings("cpu")
+    assert {r["batched_conv"] for r in report["rows"]} == {"grouped", "gemm"} and all(r["ms_per_step"] > 0 for r in report["rows"])
+    assert torch.get_num_threads() == threads  # its --threads 1 is restored

@@ -317,3 +317,6 @@ def test_fp32_batch_norm_mode_only_where_needed() -> None:
     assert isinstance(local.batch_norm_mode(spec("bf16"), cuda, vmapped=True), local.Fp32BatchNorm)
     for args in ((spec("bf16"), cpu, True), (spec("bf16"), cuda, False), (spec("fp32"), cuda, True)):
         assert not isinstance(local.batch_norm_mode(*args), local.Fp32BatchNorm)
+    gemm = local.LocalSpec(epochs=1, batch_size=8, precision="bf16", batched_conv="gemm")  # its NHWC outputs: the CPU refuses the mix too
+    assert isinstance(local.batch_norm_mode(gemm, cpu, vmapped=True), local.Fp32BatchNorm)
+    assert not isinstance(local.batch_norm_mode(gemm, cpu, vmapped=False), local.Fp32BatchNorm)

@@ -391,6 +391,12 @@ class RunConfig:
     run (``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32``, restored after); refused on
     other devices, which have no such mode. ``fp32`` keeps torch's defaults (on CUDA, cuDNN
     convolutions may already use TF32: torch's own default; matmuls do not)."""
+    batched_conv: Literal["grouped", "gemm"] = "grouped"
+    """How the vectorised executor's vmapped step runs the clients' 2-d convolutions: ``grouped`` (vmap's
+    one grouped convolution, the clients folded into the channels) or ``gemm`` (each client's convolution as
+    im2col + one matrix product, all clients in ONE batched GEMM: :mod:`chillfl.training.conv_gemm`), meant
+    for GPUs, where cuDNN ran the grouped form one kernel per client. ``gemm`` was slower on the CPU and
+    is not yet measured on a GPU. Same maths, other rounding; sequential training is unaffected."""
     strict: bool = False
     """An exploding training loss that stays finite (>= 1e4 x round 1's, or above 1e3: :mod:`chillfl.engine.health`)
     stops the run as a divergence (exit 3, ``NAME.failed``) instead of one warning line. ``--strict`` on the command line."""

@@ -274,6 +274,7 @@ def build_experiment(
         augment=training_augment(config, data.dataset),
         memory_format=memory_format,
         precision=precision,
+        batched_conv=config.batched_conv,
     )
     model.to(device)
     state = {k: v.to(device) for k, v in state.items()}

@@ -352,7 +352,7 @@ def client_bytes(
     per_client += sum(nbytes(v) for v in pytree.tree_leaves(dict(job.context)) if isinstance(v, torch.Tensor))
     batch = job.x[: spec.batch_size]
     if len(batch):
-        per_client += 3 * activation_bytes(model, job.start, batch) + nbytes(batch)
+        per_client += 3 * activation_bytes(model, job.start, batch, gemm_columns=spec.batched_conv == "gemm") + nbytes(batch)
     if resident:  # the chunk's concatenated data and its plan: batch rows (and 3 crop/flip draws) per sample-step, int64
         per_client += nbytes(job.x) + nbytes(job.y) + 8 * len(job.y) * spec.epochs * (4 if spec.augment is not None else 1)
         # deferred weights' row buffers (DeferredOuter): up to "out" rows of x and of dz. Counted where memory can run out;

@@ -468,6 +468,7 @@ def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod) -
         base_loss=mean_absolute_error if method.uses_logits else weighted_kl(method.distill_weight),
         memory_format=spec.memory_format,  # the run's resolved compute settings, as for private training
         precision=spec.precision,
+        batched_conv=spec.batched_conv,
     )
     server = LocalSpec(
         epochs=c.server_epochs or cfg.client.epochs,
@@ -478,6 +479,7 @@ def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod) -
         base_loss=mean_absolute_error if method.uses_logits else soft_target_kl,
         memory_format=spec.memory_format,  # the run's resolved compute settings, as for private training
         precision=spec.precision,
+        batched_conv=spec.batched_conv,
     )
     on_disk = c.client_store == "disk" or (c.client_store == "auto" and exp.data.num_clients > c.max_clients_in_memory)
     return _Specs(spec, distill, server, c.server_lr or c.distill_lr, on_disk)

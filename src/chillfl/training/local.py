@@ -59,6 +59,7 @@ from torch.overrides import TorchFunctionMode
 
 from chillfl.errors import ConfigError
 from chillfl.models.parts import forward_with_features
+from chillfl.training.conv_gemm import batched_conv_mode
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
 from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
 from chillfl.training.optim import OptState, adam_update_, clip_by_norm_, init_state, whole_grads
@@ -109,6 +110,9 @@ class LocalSpec:
     """``contiguous`` or ``channels_last`` (4-d states and batches in NHWC order; see the module docstring)."""
     precision: str = "fp32"
     """``fp32`` or ``bf16`` (the forward under bf16 autocast; see the module docstring)."""
+    batched_conv: str = "grouped"
+    """How a vmapped step runs the clients' ``conv2d``: ``grouped`` (vmap's grouped convolution) or ``gemm``
+    (im2col + one batched matrix product: :mod:`chillfl.training.conv_gemm`). One client's step is unaffected."""
     optim: Optimizer = SGD
     """The optimiser besides ``momentum`` / ``weight_decay``: Adam(W), Nesterov, clipping, a schedule over local steps."""
     frozen: frozenset[str] = frozenset()
@@ -221,8 +225,13 @@ class Fp32BatchNorm(TorchFunctionMode):
 
 
 def batch_norm_mode(spec: "LocalSpec", device: torch.device, vmapped: bool) -> Any:
-    """:class:`Fp32BatchNorm` where it is needed (bf16, vmapped, CUDA), else nothing."""
-    return Fp32BatchNorm() if spec.precision == "bf16" and vmapped and device.type == "cuda" else nullcontext()
+    """:class:`Fp32BatchNorm` where it is needed (bf16, vmapped, on CUDA or after ``batched_conv = "gemm"``), else nothing.
+
+    The CPU's batched batch norm refuses a bf16 input with fp32 statistics too when the input is laid out
+    NHWC, as ``gemm``'s convolutions return it (:func:`chillfl.training.conv_gemm.conv2d_as_gemm`).
+    """
+    needed = spec.precision == "bf16" and vmapped and (device.type == "cuda" or spec.batched_conv == "gemm")
+    return Fp32BatchNorm() if needed else nullcontext()
 
 
 def has_tied_tensors(model: nn.Module) -> bool:
@@ -269,7 +278,12 @@ class StepLoss:
         grabbed: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         features = None
         rec_cm = recording(self._layers, vmapped=self.vmapped, pending=pending) if self.factor else nullcontext(Recorder(False))
-        with rec_cm as rec, autocast_for(self.spec, x.device), batch_norm_mode(self.spec, x.device, self.vmapped):
+        with (
+            rec_cm as rec,
+            autocast_for(self.spec, x.device),
+            batch_norm_mode(self.spec, x.device, self.vmapped),
+            batched_conv_mode(self.spec.batched_conv, self.vmapped),
+        ):
             if self._batch_terms or self._uses_features:  # representation-based objectives and batch terms see the head's input too
                 features, logits = self._forward_viewed(params, buffers, x, grabbed)
             else:

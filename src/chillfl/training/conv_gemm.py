@@ -1,0 +1,108 @@
+"""The clients' convolutions as batched matrix products, for the vmapped step (``batched_conv = "gemm"``).
+
+Under ``vmap`` a per-client ``conv2d`` becomes ONE grouped convolution, the
+clients folded into the channels (:mod:`chillfl.engine.vectorized`). On an
+H200, cuDNN ran those grouped convolutions with one kernel per client and
+step (issue 26: 75,647 kernel launches in a round of 5,000 client steps;
+14.5 % of the FP32 peak; bf16 only 1.35x faster), so the round was bound by
+launches, not by FLOPs.
+
+This mode writes each client's convolution as im2col + one matrix product:
+
+    cols = unfold(x)                                   # [N, K, L], K = C_in kh kw, L = H_out W_out
+    out  = cols^T (N L, K) @ W^T (K, C_out)            # [N L, C_out] -> [N, C_out, H_out, W_out] (NHWC in memory)
+
+Under ``vmap`` the product is ONE batched GEMM over all clients of the chunk,
+whatever their number, with shapes that suit tensor cores (TF32, bf16);
+autograd gives the backward as two more batched GEMMs and one ``col2im``. The
+price is memory traffic: the columns are materialised, twice (K x L elements a
+sample: 0.24 and 0.32 MB for the McMahan CNN's two layers on 32x32 in fp32,
+against outputs of 0.10 and 0.03 MB).
+
+Not the default. On the CPU it was slower than oneDNN's grouped convolution:
+1.9-2.5x in fp32, 1.1-1.3x in bf16 (``benchmarks/conv_layouts.py --device cpu``,
+one thread, McMahan CNN, chunks of 4 and 16 clients x 100 samples; one run on
+the shared 2-core Xeon). On a GPU it has not been measured yet:
+``benchmarks/gpu-check.sh`` times ``chillfl[auto+gemm]`` beside ``chillfl[auto]``,
+and one chunk of each with ``benchmarks/conv_layouts.py``.
+Same maths as the convolution, other rounding: the tests compare it with the
+sequential executor within float tolerance.
+
+Only plain convolutions are rewritten (``groups = 1``, numeric padding, 4-d
+input); any other call (grouped or depthwise layers, ``padding = "same"``)
+runs as it was.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+
+def _pair(value: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(value, int):
+        return value, value
+    first, second = value
+    return int(first), int(second)
+
+
+def conv2d_as_gemm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+) -> torch.Tensor:
+    """``F.conv2d(x, weight, bias, stride, padding, dilation)`` with ``groups = 1``, as unfold + one matrix product.
+
+    The output is laid out NHWC in memory (a channels-last view of
+    [N, C_out, H_out, W_out]): the product's rows are (sample, position), so no
+    copy is needed to give it the convolution's shape.
+    """
+    s, p, d = _pair(stride), _pair(padding), _pair(dilation)
+    n, _, h, w = x.shape
+    out_channels, _, kh, kw = weight.shape
+    h_out = (h + 2 * p[0] - d[0] * (kh - 1) - 1) // s[0] + 1
+    w_out = (w + 2 * p[1] - d[1] * (kw - 1) - 1) // s[1] + 1
+    if torch.is_autocast_enabled(x.device.type):  # unfold in the product's dtype: half the columns' bytes under bf16
+        x = x.to(torch.get_autocast_dtype(x.device.type))
+    cols = F.unfold(x, (kh, kw), dilation=d, padding=p, stride=s)  # [N, K, L]
+    k = cols.shape[1]
+    rows = cols.transpose(1, 2).reshape(n * h_out * w_out, k)  # [N L, K]
+    out = rows @ weight.reshape(out_channels, k).t()  # [N L, C_out]
+    if bias is not None:
+        out = out + bias.to(out.dtype)
+    return out.reshape(n, h_out, w_out, out_channels).permute(0, 3, 1, 2)
+
+
+_CONV2D_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+
+
+def _plain_call(args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A ``conv2d`` call's arguments by name if :func:`conv2d_as_gemm` computes it, else None (it runs as it was)."""
+    bound = dict(zip(_CONV2D_ARGS, args)) | dict(kwargs)
+    x, padding = bound.get("input"), bound.get("padding", 0)
+    if not (isinstance(x, torch.Tensor) and x.dim() == 4 and bound.pop("groups", 1) == 1 and not isinstance(padding, str)):
+        return None
+    return bound
+
+
+class GemmConvolutions(TorchFunctionMode):
+    """Every plain ``conv2d`` of the forward (``nn.Conv2d`` calls ``F.conv2d``) as :func:`conv2d_as_gemm`."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        bound = _plain_call(args, kwargs) if func is F.conv2d else None
+        if bound is None:
+            return func(*args, **kwargs)
+        return conv2d_as_gemm(bound.pop("input"), **bound)
+
+
+def batched_conv_mode(batched_conv: str, vmapped: bool) -> Any:
+    """:class:`GemmConvolutions` for a vmapped step with ``batched_conv = "gemm"``, else nothing (one client's step keeps cuDNN/oneDNN)."""
+    return GemmConvolutions() if vmapped and batched_conv == "gemm" else nullcontext()

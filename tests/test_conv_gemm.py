@@ -1,0 +1,217 @@
+"""``batched_conv = "gemm"``: the clients' convolutions as im2col + one batched matrix product (chillfl.training.conv_gemm)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, grad, vmap
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from chillfl.cli import main
+from chillfl.config import load_config
+from chillfl.engine.executors import ClientJob, SequentialExecutor
+from chillfl.engine.footprint import activation_bytes
+from chillfl.engine.vectorized import VectorizedExecutor
+from chillfl.runner import run_experiment
+from chillfl.training.conv_gemm import GemmConvolutions, batched_conv_mode, conv2d_as_gemm
+from chillfl.training.local import LocalSpec, model_state
+
+from float_paths import REL, TRAJECTORY_REL
+
+
+def test_a_convolution_worked_out_by_hand():
+    """x = [[1,2,3],[4,5,6],[7,8,9]], w = [[1,0],[0,-1]], bias 10: out[i,j] = x[i,j] - x[i+1,j+1] + 10 = 6 everywhere."""
+    x = torch.arange(1.0, 10.0).reshape(1, 1, 3, 3)
+    w = torch.tensor([[[[1.0, 0.0], [0.0, -1.0]]]])
+    assert conv2d_as_gemm(x, w, torch.tensor([10.0])).tolist() == [[[[6.0, 6.0], [6.0, 6.0]]]]
+    # stride 2, padding 1: p = x with a ring of zeros (5x5); out[i,j] = p[2i,2j] - p[2i+1,2j+1]
+    # out[0,0] = 0 - x[0,0] = -1; out[0,1] = 0 - x[0,2] = -3; out[1,0] = 0 - x[2,0] = -7; out[1,1] = x[1,1] - x[2,2] = 5 - 9 = -4
+    assert conv2d_as_gemm(x, w, stride=2, padding=1).tolist() == [[[[-1.0, -3.0], [-7.0, -4.0]]]]
+
+
+@pytest.mark.parametrize(
+    "stride, padding, dilation, channels_last",
+    [(1, 0, 1, False), (1, 2, 1, False), (2, 1, 1, True), ((1, 2), (0, 1), (2, 1), False), (1, 1, 1, True)],
+)
+def test_equals_conv2d_values_and_gradients(stride, padding, dilation, channels_last):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 3, 9, 10, generator=g)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w, b = torch.randn(5, 3, 3, 3, generator=g), torch.randn(5, generator=g)
+    args = (x.clone().requires_grad_(), w.clone().requires_grad_(), b.clone().requires_grad_())
+    ref_args = tuple(a.detach().clone().requires_grad_() for a in args)
+    got = conv2d_as_gemm(*args, stride=stride, padding=padding, dilation=dilation)
+    ref = F.conv2d(*ref_args, stride=stride, padding=padding, dilation=dilation)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    upstream = torch.randn(ref.shape, generator=g)
+    got.backward(upstream)
+    ref.backward(upstream)
+    for a, r in zip(args, ref_args):
+        torch.testing.assert_close(a.grad, r.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_output_is_nhwc_in_memory():
+    """The product's rows are (sample, position): the output is a channels-last view, no copy made for the shape."""
+    out = conv2d_as_gemm(torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3))
+    assert out.shape == (2, 4, 4, 4) and out.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_bf16_autocast_computes_in_bf16_with_an_fp32_bias():
+    g = torch.Generator().manual_seed(1)
+    x, w, b = torch.randn(2, 3, 7, 7, generator=g), torch.randn(4, 3, 3, 3, generator=g), torch.randn(4, generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = conv2d_as_gemm(x, w, b, padding=1)
+    assert got.dtype == torch.bfloat16  # as F.conv2d under autocast: the bias did not promote it back to fp32
+    torch.testing.assert_close(got.float(), F.conv2d(x, w, b, padding=1), rtol=3e-2, atol=6e-2)  # bf16 keeps 8 bits
+
+
+class _AtenCalls(TorchDispatchMode):
+    """Counts aten ops below vmap's batching rules: what would reach the device as kernels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls[func.__name__.split(".")[0]] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 2 * 2, 5))
+
+
+def _vmapped_grads(clients: int, mode: str) -> tuple[dict[str, torch.Tensor], Counter[str]]:
+    model = _cnn()
+    g = torch.Generator().manual_seed(2)
+    params = {k: v.detach() + 0.01 * torch.randn(clients, *v.shape, generator=g) for k, v in model.named_parameters()}
+    buffers = {k: v.expand(clients, *v.shape).clone() for k, v in model.named_buffers()}
+    x, y = torch.randn(clients, 6, 3, 8, 8, generator=g), torch.randint(0, 5, (clients, 6), generator=g)
+
+    def loss(p, bufs, xb, yb):
+        with batched_conv_mode(mode, vmapped=True):
+            return F.cross_entropy(functional_call(model, (p, bufs), (xb,)), yb)
+
+    counter = _AtenCalls()
+    with counter:
+        grads = vmap(grad(loss))(params, buffers, x, y)
+    return grads, counter.calls
+
+
+def test_vmapped_gemm_step_has_no_convolution_and_a_launch_count_independent_of_the_clients():
+    grads2, calls2 = _vmapped_grads(2, "gemm")
+    _, calls7 = _vmapped_grads(7, "gemm")
+    assert "convolution" not in calls2 and "convolution_backward" not in calls2  # no cuDNN / oneDNN convolution at all
+    assert calls2["im2col"] == 2 and calls2["col2im"] == 1  # one unfold a layer; the first layer's input needs no gradient
+    assert calls2 == calls7  # the same ops for 2 clients as for 7: one batched GEMM, not one a client
+    _, grouped = _vmapped_grads(2, "grouped")
+    assert grouped["convolution"] == 2  # the default: vmap's grouped convolution, one a layer
+    ref, _ = _vmapped_grads(2, "grouped")
+    for k in ref:
+        torch.testing.assert_close(grads2[k], ref[k], rtol=1e-4, atol=1e-6)
+
+
+def test_only_plain_convolutions_are_rewritten():
+    x, w = torch.randn(1, 4, 5, 5), torch.randn(4, 2, 3, 3)
+    counter = _AtenCalls()
+    with counter, GemmConvolutions():
+        grouped = F.conv2d(x, w, groups=2)
+        same = F.conv2d(x, torch.randn(3, 4, 3, 3), padding="same")
+        plain = F.conv2d(x, torch.randn(3, 4, 3, 3))
+    assert counter.calls["convolution"] == 2 and counter.calls["im2col"] == 1  # groups=2 and padding="same" ran as they were
+    assert grouped.shape == (1, 4, 3, 3) and same.shape == (1, 3, 5, 5) and plain.shape == (1, 3, 3, 3)
+    assert isinstance(batched_conv_mode("gemm", vmapped=False), type(batched_conv_mode("grouped", vmapped=True)))  # one client: untouched
+
+
+def test_vectorized_executor_with_gemm_equals_sequential_within_rounding():
+    """The accelerator (GPU) policy on the CPU, batch norm and unequal clients (stragglers sit out)."""
+    model = _cnn()
+    spec = LocalSpec(epochs=2, batch_size=4, momentum=0.5, weight_decay=1e-3, batched_conv="gemm")
+    g = torch.Generator().manual_seed(5)
+    sizes = [9, 4, 13, 6]
+    jobs = [ClientJob(c, model_state(model), torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, 5, (n,), generator=g), 0.05, 1.0, {}, 40 + c) for c, n in enumerate(sizes)]
+    ex = VectorizedExecutor(model, spec, accelerator=True)
+    counter = _AtenCalls()
+    with counter:
+        got = ex.run(jobs)
+    assert ex.fallback_reason is None  # really vmapped
+    assert counter.calls["convolution"] == 2 and "convolution_backward" not in counter.calls  # only the chunk-size estimate's plain forward
+    ref = SequentialExecutor(model, spec).run(jobs)  # one client at a time: the convolutions themselves
+    for a, b in zip(ref, got, strict=True):
+        assert a.num_steps == b.num_steps
+        assert math.isclose(a.mean_loss, b.mean_loss, rel_tol=REL)
+        for k in a.params:
+            torch.testing.assert_close(b.params[k].float(), a.params[k].float(), rtol=REL, atol=1e-5)
+
+
+def test_the_chunk_size_estimate_counts_the_columns():
+    """Conv2d(3, 4, 3) on 2 samples of 3x5x5: output 2x4x3x3; columns K x N L = 27 x 18, twice (the transposed copy), 4 bytes."""
+    model = nn.Conv2d(3, 4, 3)
+    x = torch.randn(2, 3, 5, 5)
+    plain = activation_bytes(model, model_state(model), x)
+    assert plain == 2 * 4 * 3 * 3 * 4
+    assert activation_bytes(model, model_state(model), x, gemm_columns=True) - plain == 2 * 27 * 18 * 4
+
+
+BASE = {
+    "device": "cpu",
+    "executor": "vectorized",
+    "dataset.name": "digits",
+    "federation.num_clients": 4,
+    "federation.clients_per_round": 2,
+    "federation.rounds": 2,
+    "eval.clients": "none",
+    "model.name": "flexchill_cnn",
+    "client.batch_size": 32,
+}
+
+
+def test_a_run_with_gemm_is_deterministic_and_follows_the_grouped_run(monkeypatch):
+    import chillfl.training.conv_gemm as conv_gemm
+
+    calls = Counter()
+
+    def counted(*args, **kwargs):
+        calls[batched] += 1
+        return as_gemm(*args, **kwargs)
+
+    as_gemm = conv_gemm.conv2d_as_gemm
+    monkeypatch.setattr(conv_gemm, "conv2d_as_gemm", counted)
+    runs = []
+    for batched in ("gemm", "gemm", "grouped"):
+        runs.append(run_experiment(load_config(None, {**BASE, "batched_conv": batched}), write=False, progress=False).records)
+    assert calls["gemm"] > 0 and calls["grouped"] == 0  # the config reaches the vectorised step
+    assert json.dumps(runs[0]) == json.dumps(runs[1])  # bitwise, run to run
+    for a, b in zip(runs[2], runs[0], strict=True):  # another float path: losses within the trajectory tolerance, no accuracy
+        for key in ("global_loss", "train_loss"):
+            assert math.isclose(a[key], b[key], rel_tol=TRAJECTORY_REL)
+
+
+def test_a_bad_value_exits_2_naming_the_field(tmp_path, capsys):
+    config = tmp_path / "exp.toml"
+    config.write_text(f'out_dir = "{tmp_path / "out"}"\n')
+    assert main(["run", str(config), "-q", "federation.rounds=1", "batched_conv=im2col"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "chillfl: error: batched_conv: unknown value 'im2col'; allowed: grouped, gemm"
+
+
+def test_bf16_vmapped_gemm_step_with_batch_norm_trains():
+    """The CPU's batched batch norm refuses an NHWC bf16 input with fp32 statistics: the fp32 batch-norm mode takes it."""
+    model = _cnn()
+    spec = LocalSpec(epochs=1, batch_size=4, precision="bf16", batched_conv="gemm")
+    g = torch.Generator().manual_seed(6)
+    jobs = [ClientJob(c, model_state(model), torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 5, (8,), generator=g), 0.05, 1.0, {}, c) for c in range(3)]
+    ex = VectorizedExecutor(model, spec, accelerator=True)
+    got = ex.run(jobs)
+    assert ex.fallback_reason is None and all(math.isfinite(o.mean_loss) and o.num_steps == 2 for o in got)
+    ref = SequentialExecutor(model, spec).run(jobs)
+    for a, b in zip(ref, got, strict=True):
+        assert math.isclose(a.mean_loss, b.mean_loss, rel_tol=3e-2)  # bf16 keeps 8 bits

@@ -32,7 +32,7 @@ from chillfl.extras import need
 
 if TYPE_CHECKING:
     from chillfl.progress import ProgressMode
-    from chillfl.report.compare import CompareOptions
+    from chillfl.report.compare import CompareOptions, CompareResult
     from chillfl.runner import RunOutput
 
 DEMO = "demo"
@@ -103,8 +103,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from chillfl.report.sweep import check_resumable, is_sweep, resume_compare
     from chillfl.runner import resume_experiment
 
+    folder = Path(args.run_dir)
+    if is_sweep(folder):  # an interrupted comparison: its finished runs kept, the stopped one resumed, the rest run
+        check_resumable(folder)
+        strict = load_config(folder / "config.toml").strict
+        return _compare_result(resume_compare(folder, progress=_progress(args), force=args.force), strict)
     return _report(resume_experiment(args.run_dir, progress=_progress(args), force=args.force))
 
 
@@ -124,13 +130,16 @@ def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, prog
 
     options = _compare_options(args) if args is not None else CompareOptions()
     check_out_dir(config.out_dir)
-    result = run_compare(config, grid, reference=reference, progress=progress, options=options)
+    return _compare_result(run_compare(config, grid, reference=reference, progress=progress, options=options), config.strict)
+
+
+def _compare_result(result: "CompareResult", strict: bool) -> int:
     print(result.table)
     print(f"results: {result.folder}")
     if result.failures:
         runs = ", ".join(f"{name} ({why})" for name, why in result.failures.items())
         print(f"chillfl: {len(result.failures)} run(s) did not finish: {runs}", file=sys.stderr)
-        return DIVERGED_EXIT if config.strict else 0
+        return DIVERGED_EXIT if strict else 0
     return 0
 
 
@@ -283,8 +292,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     common(p, False)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("resume", help="continue an interrupted run (a results/NAME.partial folder) from its checkpoint")
-    p.add_argument("run_dir", help="the interrupted run's folder")
+    p = sub.add_parser("resume", help="continue an interrupted run (a results/NAME.partial folder) from its checkpoint, or an interrupted comparison")
+    p.add_argument("run_dir", help="the interrupted run's folder, or a comparison's (results/NAME-compare.partial): its finished runs are kept")
     p.add_argument("--force", action="store_true", help="resume although the checkpoint, config.toml or metrics.jsonl changed since the checkpoint was written")
     _verbosity(p)
     p.set_defaults(func=cmd_resume)
@@ -389,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"chillfl: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("chillfl: interrupted; unfinished results are left in *.partial folders", file=sys.stderr)
+        print("chillfl: interrupted; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)", file=sys.stderr)
         return 130
     except SweepFailed as exc:
         print(f"chillfl: {exc}" + (f"; partial results in {exc.folder}" if exc.folder else ""), file=sys.stderr)

@@ -258,12 +258,13 @@ def _write_partition(folder: Path, exp: Experiment, config: RunConfig) -> None:
 
 def resume_experiment(
     folder: str | Path, *, progress: Progress = True, callbacks: Sequence[Callback] = (), hooks: Sequence[RoundHook] = (), force: bool = False,
-    pools: WorkerPools | None = None,
+    pools: WorkerPools | None = None, label: str | None = None,
 ) -> RunOutput:
     """Continue the interrupted run in ``folder`` (a ``NAME.partial`` result folder, or a run a hook stopped) from its checkpoint.
 
     The folder is locked and checked first (:func:`~chillfl.engine.run_folder.open_for_resume`):
     a file changed since the checkpoint is one ConfigError naming it, unless ``force``.
+    ``label``: the progress line's name (default: the run's).
     """
     point = open_for_resume(folder, force)
     writer = None
@@ -277,7 +278,7 @@ def resume_experiment(
             if changed:  # results stay valid, but the rest of the run may differ in the last bits from an uninterrupted one
                 log.warning("resuming on another setup than the checkpoint's (%s): not bitwise what an uninterrupted run gives", "; ".join(changed))
             writer = ResultWriter.reopen(point.path, point.lock, point.metrics, point.config)
-            return _run(exp, config, writer, progress=progress, label=config.name, callbacks=callbacks, hooks=hooks, resume=(point.done, state["protocol"], point.records),
+            return _run(exp, config, writer, progress=progress, label=label or config.name, callbacks=callbacks, hooks=hooks, resume=(point.done, state["protocol"], point.records),
                         pools=pools)
     finally:
         if writer is None:

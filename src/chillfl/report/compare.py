@@ -45,7 +45,7 @@ from chillfl.config import RunConfig, check_compare_option, parse_value, safe_na
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import DATA_DIR_FIELD
 from chillfl.engine.pools import WorkerPools
-from chillfl.engine.results import claim_dir, rounds_to_reach, to_toml
+from chillfl.engine.results import PARTIAL, RunLock, claim_dir, rounds_to_reach, to_toml
 from chillfl.errors import ConfigError, Diverged, MissingExtra, SweepFailed, one_line
 from chillfl.experiment import Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.metrics.stats import paired_difference, summarize
@@ -53,6 +53,7 @@ from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.progress import Progress, format_seconds
 from chillfl.report.caveats import step_size_caveat
 from chillfl.report.html import write_report
+from chillfl.report.sweep import earlier_run, write_sweep
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, select_point
 
@@ -532,6 +533,49 @@ def format_seed_table(
     return "\n".join(lines)
 
 
+@dataclass
+class _Sweep:
+    """The comparison's runs as they finish: their outputs and failures, run or (resuming) read back or resumed."""
+
+    partial: Path | None
+    resuming: bool
+    force: bool
+    progress: Progress
+    pools: WorkerPools
+    total: int
+    start: float = field(default_factory=time.monotonic)
+    results: dict[tuple[str, int, int], RunOutput | None] = field(default_factory=dict)
+    failures: dict[tuple[str, int, int], str] = field(default_factory=dict)
+
+    def run(self, i: int, c: Cell, data: FederatedData, model: nn.Module | None, plugged: Plugged | None) -> None:
+        """The ``i``-th run; resuming, what it has already (:func:`chillfl.report.sweep.earlier_run`) first."""
+        partial = self.partial
+        cfg = c.config if partial is None else c.config.with_overrides({"out_dir": str(partial)})
+        key, label = (c.variant.label, c.point, c.seed), f"[{i + 1}/{self.total}] {cfg.name}"
+        if self.total > 1:
+            eta = f", ETA {format_seconds((time.monotonic() - self.start) / i * (self.total - i))}" if i else ""
+            log.info("run %d of %d: %s%s", i + 1, self.total, cfg.name, eta)
+        try:
+            prior = None
+            if self.resuming and partial is not None:
+                prior = earlier_run(partial, cfg.name, progress=self.progress, label=label, pools=self.pools, force=self.force)
+            if isinstance(prior, dict):  # its failure.json: it diverged before the interruption
+                self.results[key], self.failures[key] = None, f"diverged at round {prior.get('round')}"
+                return
+            if prior is None:
+                own = build_experiment(cfg, data=data, model=model, plugged=plugged) if model is not None or plugged else None
+                prior = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools)
+            self.results[key] = prior
+        except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
+            self.results[key], self.failures[key] = None, f"diverged at round {exc.round}"
+            log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)
+        except (ConfigError, RunInterrupted):
+            raise
+        except Exception as exc:  # noqa: BLE001 - one failed run (a lost worker, out of memory) must not lose the others
+            self.results[key], self.failures[key] = None, f"failed: {type(exc).__name__}"
+            log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, one_line(str(exc))[:200])
+
+
 def run_compare(
     config: RunConfig,
     grid: Sequence[str],
@@ -545,6 +589,8 @@ def run_compare(
     dataset: ArrayDataset | None = None,
     model: nn.Module | None = None,
     plugged: Plugged | None = None,
+    resume: Path | None = None,
+    force: bool = False,
 ) -> CompareResult:
     """Run every variant (``--grid`` product, else the config's ``[variants]``) at every seed and tuning point.
 
@@ -553,6 +599,8 @@ def run_compare(
     ``dry_run``: build and check every run's parts, then return an empty result (nothing runs or is written).
     ``variants``: instead of ``grid`` strings (:func:`grid_variants`). ``dataset`` / ``model``: a user's own
     data and ``nn.Module`` (:func:`chillfl.compare`), as for :func:`chillfl.run`; ``plugged``: its method parts.
+    ``resume``: the interrupted comparison's ``.partial`` folder to go on in (:func:`chillfl.report.sweep.resume_compare`;
+    ``force`` as there).
     """
     opts = options or CompareOptions()
     from_grid = bool(grid) or variants is not None
@@ -610,73 +658,71 @@ def run_compare(
                 build_protocol(exp)
     if dry_run:
         return CompareResult(None, [], "")
-    folder = partial = None
-    if write:
+    folder = partial = lock = None
+    if resume is not None:
+        partial, folder = resume, resume.with_name(resume.name.removesuffix(PARTIAL))
+    elif write:
         folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-compare")  # atomic: no race with a run beside it
         (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
-    results: dict[tuple[str, int, int], RunOutput | None] = {}
-    failures: dict[tuple[str, int, int], str] = {}
-    start = time.monotonic()
-    with WorkerPools() as pools:  # the runs' worker processes and Ray actors start once for the sweep (engine/pools.py)
-        for i, c in enumerate(cells):
-            cfg = c.config if partial is None else c.config.with_overrides({"out_dir": str(partial)})
-            run_key = (c.variant.label, c.point, c.seed)
-            if len(cells) > 1:
-                eta = f", ETA {format_seconds((time.monotonic() - start) / i * (len(cells) - i))}" if i else ""
-                log.info("run %d of %d: %s%s", i + 1, len(cells), cfg.name, eta)
-            try:
-                own = build_experiment(cfg, data=datasets[_data_key(cfg)], model=model, plugged=plugged) if model is not None or plugged else None
-                results[run_key] = run_experiment(cfg, write=write, progress=progress, data=datasets[_data_key(cfg)], label=f"[{i + 1}/{len(cells)}] {cfg.name}", experiment=own,
-                                                   pools=pools)
-            except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
-                results[run_key], failures[run_key] = None, f"diverged at round {exc.round}"
-                log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)
-            except (ConfigError, RunInterrupted):
-                raise
-            except Exception as exc:  # noqa: BLE001 - one failed run (a lost worker, out of memory) must not lose the others
-                results[run_key], failures[run_key] = None, f"failed: {type(exc).__name__}"
-                log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, one_line(str(exc))[:200])
-    if len(failures) == len(cells):
-        where = partial
-        if partial is not None and folder is not None and not folder.with_name(folder.name + ".failed").exists():
-            where = partial.rename(folder.with_name(folder.name + ".failed"))
-        raise SweepFailed(f"every run failed ({len(cells)} of {len(cells)}; the first {next(iter(failures.values()))})", where)
-    chosen: dict[str, tuple[dict[str, Any], list[float]]] = {}
-    runs: dict[tuple[str, int], RunOutput | None] = {}
-    failed: dict[tuple[str, int], str] = {}
-    for v in variants:
-        pick = 0
-        if tuned:
-            per_point = [[None if (o := results[(v.label, pi, s)]) is None else o.records for s in seeds] for pi in range(len(points))]
-            scores = point_scores(per_point, select)
-            pick = select_point(scores)
-            chosen[v.label] = (points[pick], scores)
-        for s in seeds:
-            runs[(v.label, s)] = results[(v.label, pick, s)]
-            if (v.label, pick, s) in failures:
-                failed[(v.label, s)] = failures[(v.label, pick, s)]
-    if multi:
-        rows = build_seed_rows(variants, runs, seeds, ref, base, chosen if tuned else None, failed=failed)
-        table = format_seed_table(rows, ref.label, base.label, tune_table if tuned else None, select, config.eval.validation, bool(config.compare.get("local", False)))
-        outputs = {f"{label}, seed {s}": out for (label, s), out in runs.items() if out is not None}
-    else:
-        outputs = {v.label: o for v in variants if (o := runs[(v.label, seeds[0])]) is not None}
-        rows = build_rows(variants, outputs, ref, base, failed={label: why for (label, _), why in failed.items()})
-        table = format_table(rows, ref.label, base.label)
-    caveat = step_size_caveat([apply_variant(config, v) for v in variants], tune_table, any(v.lr_scale != 1.0 for v in variants))
-    if caveat is not None:
-        table = f"{table}\n\n{caveat}"
-    if partial is not None and folder is not None:
-        (partial / "table.md").write_text(table + "\n", encoding="utf-8")
-        (partial / "table.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+        saved = CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select)  # the variants below carry the controls
+        write_sweep(partial, variants, saved, reference, resumable=dataset is None and model is None and plugged is None)
+    if partial is not None:
+        lock = RunLock(partial)  # one process at a time goes on with a comparison (the first run, or a resume of it)
+    try:
+        try:
+            with WorkerPools() as pools:  # the runs' worker processes and Ray actors start once for the sweep (engine/pools.py)
+                sweep = _Sweep(partial, resume is not None, force, progress, pools, len(cells))
+                for i, c in enumerate(cells):
+                    sweep.run(i, c, datasets[_data_key(c.config)], model, plugged)
+        except RunInterrupted as exc:  # the comparison resumes as a whole, its finished runs kept
+            if partial is not None:
+                exc.folder = partial
+            raise
+        results, failures = sweep.results, sweep.failures
+        if len(failures) == len(cells):
+            where = partial
+            if partial is not None and folder is not None and not folder.with_name(folder.name + ".failed").exists():
+                where = partial.rename(folder.with_name(folder.name + ".failed"))
+            raise SweepFailed(f"every run failed ({len(cells)} of {len(cells)}; the first {next(iter(failures.values()))})", where)
+        chosen: dict[str, tuple[dict[str, Any], list[float]]] = {}
+        runs: dict[tuple[str, int], RunOutput | None] = {}
+        failed: dict[tuple[str, int], str] = {}
+        for v in variants:
+            pick = 0
+            if tuned:
+                per_point = [[None if (o := results[(v.label, pi, s)]) is None else o.records for s in seeds] for pi in range(len(points))]
+                scores = point_scores(per_point, select)
+                pick = select_point(scores)
+                chosen[v.label] = (points[pick], scores)
+            for s in seeds:
+                runs[(v.label, s)] = results[(v.label, pick, s)]
+                if (v.label, pick, s) in failures:
+                    failed[(v.label, s)] = failures[(v.label, pick, s)]
         if multi:
-            bands = {v.label: [o.records for s in seeds if (o := runs[(v.label, s)]) is not None] for v in variants}
-            _band_plots(bands, seeds[0], partial, config.name)
+            rows = build_seed_rows(variants, runs, seeds, ref, base, chosen if tuned else None, failed=failed)
+            table = format_seed_table(rows, ref.label, base.label, tune_table if tuned else None, select, config.eval.validation, bool(config.compare.get("local", False)))
+            outputs = {f"{label}, seed {s}": out for (label, s), out in runs.items() if out is not None}
         else:
-            _compare_plots(outputs, partial, config.name)
-        partial.rename(folder)
-        _point_saved_configs_to(folder, partial)
-    return CompareResult(folder, rows, table, outputs, failures={c.config.name: failures[k] for c in cells if (k := (c.variant.label, c.point, c.seed)) in failures})
+            outputs = {v.label: o for v in variants if (o := runs[(v.label, seeds[0])]) is not None}
+            rows = build_rows(variants, outputs, ref, base, failed={label: why for (label, _), why in failed.items()})
+            table = format_table(rows, ref.label, base.label)
+        caveat = step_size_caveat([apply_variant(config, v) for v in variants], tune_table, any(v.lr_scale != 1.0 for v in variants))
+        if caveat is not None:
+            table = f"{table}\n\n{caveat}"
+        if partial is not None and folder is not None:
+            (partial / "table.md").write_text(table + "\n", encoding="utf-8")
+            (partial / "table.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+            if multi:
+                bands = {v.label: [o.records for s in seeds if (o := runs[(v.label, s)]) is not None] for v in variants}
+                _band_plots(bands, seeds[0], partial, config.name)
+            else:
+                _compare_plots(outputs, partial, config.name)
+            partial.rename(folder)
+            _point_saved_configs_to(folder, partial)
+        return CompareResult(folder, rows, table, outputs, failures={c.config.name: failures[k] for c in cells if (k := (c.variant.label, c.point, c.seed)) in failures})
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def _point_saved_configs_to(folder: Path, partial: Path) -> None:

@@ -1,0 +1,118 @@
+"""An interrupted comparison goes on where it stopped: ``chillfl resume results/NAME-compare.partial``.
+
+A comparison's folder (``NAME-compare.partial`` until its table is written)
+holds its base ``config.toml`` and ``sweep.json``: the variants as they ran
+(controls included), the seeds, the tuning grid, the selection rule and the
+reference, all a resumed sweep needs beyond the config. Each of its runs is a
+run folder of its own, in one of four states, which the resumed sweep reads:
+
+* ``RUN`` (finished): its metrics and summary are read back, not rerun;
+* ``RUN.failed``: it diverged; the sweep reports it as before (``failure.json``);
+* ``RUN.partial`` with a checkpoint: it resumes from that checkpoint
+  (:func:`chillfl.runner.resume_experiment`, bitwise as an uninterrupted run);
+* ``RUN.partial`` without one, or no folder: it runs from the start.
+
+So the resumed sweep's table equals the uninterrupted sweep's, bit for bit on
+one machine (``tests/test_sweep_resume.py``). A comparison of a user's own
+data, model or method parts (``chillfl.compare(dataset=..., model=...)``)
+cannot be rebuilt from its folder, and is not resumable.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chillfl.engine.model_file import read_model
+from chillfl.engine.results import PARTIAL, read_metrics, refuse_links, remove_tree
+from chillfl.engine.run_folder import CHECKPOINT
+from chillfl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from chillfl.engine.pools import WorkerPools
+    from chillfl.progress import Progress
+    from chillfl.report.compare import CompareOptions, CompareResult, Variant
+    from chillfl.runner import RunOutput
+
+SWEEP_FILE = "sweep.json"
+FORMAT = 1
+FIELD = "run_dir"
+
+
+def write_sweep(partial: Path, variants: list["Variant"], options: "CompareOptions", reference: str | None, resumable: bool) -> None:
+    """What :func:`read_sweep` rebuilds the sweep from (``resumable`` False: a user's own data or parts)."""
+    record = {"format": FORMAT, "resumable": resumable, "reference": reference, "options": asdict(options), "variants": [asdict(v) for v in variants]}
+    (partial / SWEEP_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def read_sweep(folder: Path) -> tuple[list["Variant"], "CompareOptions", str | None]:
+    """(variants, options, reference) of the comparison in ``folder``; ConfigError (one line) if it cannot resume."""
+    from chillfl.report.compare import CompareOptions, Variant
+
+    try:
+        record = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+        fmt, resumable = record.get("format"), record["resumable"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(FIELD, f"{folder / SWEEP_FILE} is unreadable ({type(exc).__name__}: {exc})") from None
+    if fmt != FORMAT:
+        raise ConfigError(FIELD, f"{folder / SWEEP_FILE} has format {fmt!r}; this chillfl reads {FORMAT}")
+    if not resumable:
+        raise ConfigError(FIELD, f"{folder} compared a user's own data, model or method parts, which its folder does not hold: run the comparison again")
+    try:
+        variants = [Variant(**v) for v in record["variants"]]
+        return variants, CompareOptions(**record["options"]), record["reference"]
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(FIELD, f"{folder / SWEEP_FILE} is unreadable ({type(exc).__name__}: {exc})") from None
+
+
+def is_sweep(folder: Path) -> bool:
+    """Whether ``folder`` is a comparison's folder (``chillfl resume`` then resumes the sweep, not one run)."""
+    return (folder / SWEEP_FILE).is_file()
+
+
+def check_resumable(folder: Path) -> None:
+    """One line for a comparison folder that is finished, missing or holds a link."""
+    if not folder.is_dir():
+        raise ConfigError(FIELD, f"{folder} does not exist")
+    if not folder.name.endswith(PARTIAL):
+        raise ConfigError(FIELD, f"{folder} is a finished comparison (its table is written); nothing to resume")
+    if not (folder / "config.toml").is_file():
+        raise ConfigError(FIELD, f"{folder} is not a chillfl comparison folder (no config.toml)")
+    refuse_links(folder, FIELD)
+
+
+def earlier_run(
+    partial: Path, name: str, *, progress: "Progress", label: str, pools: "WorkerPools", force: bool = False
+) -> "RunOutput | dict[str, Any] | None":
+    """What a resumed sweep's run ``name`` already has: its output (read back or resumed), its ``failure.json``, or None (run it)."""
+    from chillfl.runner import RunOutput, resume_experiment
+
+    done, failed, stopped = partial / name, partial / f"{name}.failed", partial / f"{name}{PARTIAL}"
+    if (done / "summary.json").is_file():
+        summary = json.loads((done / "summary.json").read_text(encoding="utf-8"))
+        model = read_model(done / "model.safetensors") if (done / "model.safetensors").is_file() else None
+        return RunOutput(done, read_metrics(done), summary, model)
+    if (failed / "failure.json").is_file():
+        return dict(json.loads((failed / "failure.json").read_text(encoding="utf-8")))
+    if (stopped / CHECKPOINT).is_file():
+        return resume_experiment(stopped, progress=progress, pools=pools, label=label, force=force)
+    if stopped.is_dir():  # stopped before its first checkpoint: nothing to keep
+        remove_tree(stopped)
+    return None
+
+
+def resume_compare(folder: str | Path, *, progress: "Progress" = True, force: bool = False) -> "CompareResult":
+    """Go on with the interrupted comparison in ``folder`` (its ``.partial`` folder): its table as the whole sweep's.
+
+    ``force``: resume a run whose files changed since its checkpoint (as ``chillfl resume --force``).
+    """
+    from chillfl.config import load_config
+    from chillfl.report.compare import run_compare
+
+    path = Path(folder)
+    check_resumable(path)
+    variants, options, reference = read_sweep(path)
+    config = load_config(path / "config.toml")
+    return run_compare(config, [], reference=reference, progress=progress, options=options, variants=variants, resume=path, force=force)

@@ -1,0 +1,155 @@
+"""An interrupted comparison resumes as a whole: ``chillfl resume results/NAME-compare.partial`` (chillfl.report.sweep).
+
+Finished runs are read back, the stopped one resumes from its checkpoint, the
+rest run; the table and every run's metrics equal an uninterrupted sweep's,
+byte for byte (one machine, one torch build).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chillfl.report.compare as compare
+import chillfl.report.sweep as sweep
+from chillfl.cli import main
+from chillfl.engine.results import RunLock
+
+ARGS = ["--grid", "temperature=1,0.5", "--seeds", "0,1", "-q", "federation.num_clients=4", "federation.clients_per_round=2", "federation.rounds=3",
+        "eval.clients=none", "name=sw"]
+
+
+def _compare(out: Path) -> int:
+    """A 4-run comparison (2 variants x 2 seeds, 3 rounds each) of the default config into ``out``."""
+    config = out / "sw.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("")
+    return main(["compare", str(config), *ARGS, f"out_dir={out}"])
+
+
+class _SigintAfter:
+    """A callback that sends this process SIGINT after round ``n``: the run stops there, checkpointed, as on Ctrl-C."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def on_round(self, record: Any) -> None:
+        if record["round"] == self.n:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def on_end(self, output: Any) -> None:
+        pass
+
+
+def _interrupt(monkeypatch: pytest.MonkeyPatch, run: int, after_round: int) -> dict[str, int]:
+    """Make the sweep's ``run``-th fresh run stop after ``after_round`` (once); count fresh runs and resumes."""
+    calls = {"run": 0, "resume": 0}
+    real_run = compare.run_experiment
+    armed = [True]
+
+    def run_experiment(cfg: Any, **kw: Any) -> Any:
+        calls["run"] += 1
+        if calls["run"] == run and armed[0]:
+            armed[0] = False
+            kw["callbacks"] = [_SigintAfter(after_round)]
+        return real_run(cfg, **kw)
+
+    import chillfl.runner as runner
+
+    real_resume = runner.resume_experiment
+
+    def resume_experiment(folder: Any, **kw: Any) -> Any:
+        calls["resume"] += 1
+        return real_resume(folder, **kw)
+
+    monkeypatch.setattr(compare, "run_experiment", run_experiment)
+    monkeypatch.setattr(runner, "resume_experiment", resume_experiment)
+    return calls
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    """The comparison's table and every run's metrics and summary (its wall time aside), by relative path."""
+    out = {name: (folder / name).read_bytes() for name in ("table.md", "table.json", "sweep.json")}
+    for run in sorted(p for p in folder.iterdir() if p.is_dir()):
+        out[f"{run.name}/metrics.jsonl"] = (run / "metrics.jsonl").read_bytes()
+        summary = json.loads((run / "summary.json").read_text())
+        summary.pop("wall_time_s")
+        out[f"{run.name}/summary.json"] = json.dumps(summary, sort_keys=True).encode()
+    return out
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    out = tmp_path_factory.mktemp("whole")
+    assert _compare(out) == 0
+    return _files(out / "sw-compare")
+
+
+def test_an_interrupted_comparison_resumes_to_the_uninterrupted_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                                       uninterrupted: dict[str, bytes]) -> None:
+    calls = _interrupt(monkeypatch, run=3, after_round=2)
+    assert _compare(tmp_path) == 130
+    partial = tmp_path / "sw-compare.partial"
+    err = capsys.readouterr().err
+    assert f"resume with: chillfl resume {partial}" in err, err  # the comparison's folder, not the stopped run's
+    runs = sorted(p.name for p in partial.iterdir() if p.is_dir())
+    assert len(runs) == 3 and sum(r.endswith(".partial") for r in runs) == 1  # two finished, the third stopped after round 2
+    calls.update(run=0)
+    assert main(["resume", str(partial)]) == 0
+    assert calls == {"run": 1, "resume": 1}  # two runs read back, the stopped one resumed, the last one run
+    assert not partial.exists()
+    assert _files(tmp_path / "sw-compare") == uninterrupted
+    assert "results: " + str(tmp_path / "sw-compare") in capsys.readouterr().out
+
+
+def test_a_run_stopped_before_its_first_checkpoint_runs_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uninterrupted: dict[str, bytes]) -> None:
+    _interrupt(monkeypatch, run=2, after_round=1)
+    assert _compare(tmp_path) == 130
+    partial = tmp_path / "sw-compare.partial"
+    stopped = next(p for p in partial.iterdir() if p.name.endswith(".partial"))
+    (stopped / "checkpoint.safetensors").unlink()  # as if stopped at once in round 1
+    assert main(["resume", str(partial)]) == 0
+    assert _files(tmp_path / "sw-compare") == uninterrupted
+
+
+def test_a_diverged_run_stays_diverged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    _interrupt(monkeypatch, run=2, after_round=1)
+    assert _compare(tmp_path) == 130
+    partial = tmp_path / "sw-compare.partial"
+    first = next(p for p in sorted(partial.iterdir()) if p.is_dir() and not p.name.endswith(".partial"))
+    failed = first.with_name(first.name + ".failed")
+    first.rename(failed)
+    (failed / "failure.json").write_text(json.dumps({"round": 2, "client": None, "what": "loss is nan", "last_checkpoint": None}))
+    capsys.readouterr()
+    assert main(["resume", str(partial)]) == 0
+    out, err = capsys.readouterr()
+    assert f"{first.name} (diverged at round 2)" in err and "diverged" in out
+
+
+def test_what_cannot_be_resumed_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    _interrupt(monkeypatch, run=1, after_round=1)
+    assert _compare(tmp_path) == 130
+    partial = tmp_path / "sw-compare.partial"
+    capsys.readouterr()
+    lock = RunLock(partial)  # another process goes on with it
+    try:
+        assert main(["resume", str(partial)]) == 2
+    finally:
+        lock.release()
+    assert capsys.readouterr().err.strip() == f"chillfl: error: run_dir: {partial} is in use by another chillfl process (a run or resume of it is going on)"
+    record = json.loads((partial / "sweep.json").read_text())
+    (partial / "sweep.json").write_text(json.dumps({**record, "resumable": False}))
+    assert main(["resume", str(partial)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"chillfl: error: run_dir: {partial} compared a user's own data") and len(err.splitlines()) == 1
+    (partial / "sweep.json").write_text(json.dumps(record))
+    done = tmp_path / "done-compare"
+    shutil.copytree(partial, done)
+    assert main(["resume", str(done)]) == 2
+    assert capsys.readouterr().err.strip() == f"chillfl: error: run_dir: {done} is a finished comparison (its table is written); nothing to resume"

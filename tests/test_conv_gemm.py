@@ -23,6 +23,7 @@ from chillfl.training.conv_gemm import GemmConvolutions, batched_conv_mode, conv
 from chillfl.training.local import LocalSpec, model_state
 
 from float_paths import REL, TRAJECTORY_REL
+from test_precision import BASE as PRECISION_BASE
 
 
 def test_a_convolution_worked_out_by_hand():
@@ -161,17 +162,7 @@ def test_the_chunk_size_estimate_counts_the_columns():
     assert activation_bytes(model, model_state(model), x, gemm_columns=True) - plain == 2 * 27 * 18 * 4
 
 
-BASE = {
-    "device": "cpu",
-    "executor": "vectorized",
-    "dataset.name": "digits",
-    "federation.num_clients": 4,
-    "federation.clients_per_round": 2,
-    "federation.rounds": 2,
-    "eval.clients": "none",
-    "model.name": "flexchill_cnn",
-    "client.batch_size": 32,
-}
+BASE = {**PRECISION_BASE, "executor": "vectorized"}  # digits, the FLex&Chill CNN (vmapped on the CPU), 2 rounds
 
 
 def test_a_run_with_gemm_is_deterministic_and_follows_the_grouped_run(monkeypatch):

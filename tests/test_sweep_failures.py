@@ -53,16 +53,16 @@ def test_exit_3_when_every_run_failed(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_a_run_that_crashes_is_marked_failed_and_the_rest_go_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import chillfl.report.compare as compare
+    import chillfl.report.sweep as sweep  # where the comparison's runs start
 
-    real = compare.run_experiment
+    real = sweep.run_experiment
 
     def flaky(cfg, **kwargs):  # type: ignore[no-untyped-def]
         if cfg.name.startswith("fedprox"):
             raise RuntimeError("CUDA out of memory")
         return real(cfg, **kwargs)
 
-    monkeypatch.setattr(compare, "run_experiment", flaky)
+    monkeypatch.setattr(sweep, "run_experiment", flaky)
     assert main(["compare", str(config(tmp_path)), "-q", *TINY, "--grid", "algorithm.name=fedavg,fedprox"]) == 0
     captured = capsys.readouterr()
     assert "| algorithm.name=fedprox (failed: RuntimeError) | - |" in captured.out

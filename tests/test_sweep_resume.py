@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-import chillfl.report.compare as compare
 import chillfl.report.sweep as sweep
 from chillfl.cli import main
 from chillfl.engine.results import RunLock
@@ -50,7 +49,7 @@ class _SigintAfter:
 def _interrupt(monkeypatch: pytest.MonkeyPatch, run: int, after_round: int) -> dict[str, int]:
     """Make the sweep's ``run``-th fresh run stop after ``after_round`` (once); count fresh runs and resumes."""
     calls = {"run": 0, "resume": 0}
-    real_run = compare.run_experiment
+    real_run = sweep.run_experiment
     armed = [True]
 
     def run_experiment(cfg: Any, **kw: Any) -> Any:
@@ -68,7 +67,7 @@ def _interrupt(monkeypatch: pytest.MonkeyPatch, run: int, after_round: int) -> d
         calls["resume"] += 1
         return real_resume(folder, **kw)
 
-    monkeypatch.setattr(compare, "run_experiment", run_experiment)
+    monkeypatch.setattr(sweep, "run_experiment", run_experiment)
     monkeypatch.setattr(runner, "resume_experiment", resume_experiment)
     return calls
 

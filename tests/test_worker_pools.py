@@ -18,7 +18,7 @@ import pytest
 import chillfl
 from chillfl.engine.pools import WorkerPools
 from chillfl.engine.processes import WorkerPool
-from chillfl.report import compare as compare_module
+from chillfl.report import sweep as sweep_module  # where the comparison's runs start
 from chillfl.runner import RunInterrupted
 from procs import alive
 
@@ -62,7 +62,7 @@ def test_a_sweeps_runs_share_one_pool_and_match_sequential(started: list[WorkerP
 
 
 def test_an_interrupted_sweep_stops_its_pool(started: list[WorkerPool], monkeypatch: pytest.MonkeyPatch) -> None:
-    real = compare_module.run_experiment
+    real = sweep_module.run_experiment
     calls: list[int] = []
 
     def second_run_interrupted(*args: Any, **kwargs: Any) -> Any:
@@ -72,7 +72,7 @@ def test_an_interrupted_sweep_stops_its_pool(started: list[WorkerPool], monkeypa
             raise RunInterrupted(signal.SIGTERM, None, 0)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(compare_module, "run_experiment", second_run_interrupted)
+    monkeypatch.setattr(sweep_module, "run_experiment", second_run_interrupted)
     with pytest.raises(RunInterrupted):
         _compare("processes")
     assert len(started) == 1 and not any(alive(pid) for pid in started[0].pids)

@@ -29,7 +29,6 @@ import json
 import logging
 import math
 import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,15 +45,15 @@ from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import DATA_DIR_FIELD
 from chillfl.engine.pools import WorkerPools
 from chillfl.engine.results import PARTIAL, RunLock, claim_dir, rounds_to_reach, to_toml
-from chillfl.errors import ConfigError, Diverged, MissingExtra, SweepFailed, one_line
+from chillfl.errors import ConfigError, MissingExtra, SweepFailed
 from chillfl.experiment import Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.metrics.stats import paired_difference, summarize
 from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
-from chillfl.progress import Progress, format_seconds
+from chillfl.progress import Progress
 from chillfl.report.caveats import step_size_caveat
 from chillfl.report.html import write_report
-from chillfl.report.sweep import earlier_run, write_sweep
-from chillfl.runner import RunInterrupted, RunOutput, run_experiment
+from chillfl.report.sweep import Sweep, write_sweep
+from chillfl.runner import RunInterrupted, RunOutput
 from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, select_point
 
 if TYPE_CHECKING:
@@ -533,49 +532,6 @@ def format_seed_table(
     return "\n".join(lines)
 
 
-@dataclass
-class _Sweep:
-    """The comparison's runs as they finish: their outputs and failures, run or (resuming) read back or resumed."""
-
-    partial: Path | None
-    resuming: bool
-    force: bool
-    progress: Progress
-    pools: WorkerPools
-    total: int
-    start: float = field(default_factory=time.monotonic)
-    results: dict[tuple[str, int, int], RunOutput | None] = field(default_factory=dict)
-    failures: dict[tuple[str, int, int], str] = field(default_factory=dict)
-
-    def run(self, i: int, c: Cell, data: FederatedData, model: nn.Module | None, plugged: Plugged | None) -> None:
-        """The ``i``-th run; resuming, what it has already (:func:`chillfl.report.sweep.earlier_run`) first."""
-        partial = self.partial
-        cfg = c.config if partial is None else c.config.with_overrides({"out_dir": str(partial)})
-        key, label = (c.variant.label, c.point, c.seed), f"[{i + 1}/{self.total}] {cfg.name}"
-        if self.total > 1:
-            eta = f", ETA {format_seconds((time.monotonic() - self.start) / i * (self.total - i))}" if i else ""
-            log.info("run %d of %d: %s%s", i + 1, self.total, cfg.name, eta)
-        try:
-            prior = None
-            if self.resuming and partial is not None:
-                prior = earlier_run(partial, cfg.name, progress=self.progress, label=label, pools=self.pools, force=self.force)
-            if isinstance(prior, dict):  # its failure.json: it diverged before the interruption
-                self.results[key], self.failures[key] = None, f"diverged at round {prior.get('round')}"
-                return
-            if prior is None:
-                own = build_experiment(cfg, data=data, model=model, plugged=plugged) if model is not None or plugged else None
-                prior = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools)
-            self.results[key] = prior
-        except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
-            self.results[key], self.failures[key] = None, f"diverged at round {exc.round}"
-            log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)
-        except (ConfigError, RunInterrupted):
-            raise
-        except Exception as exc:  # noqa: BLE001 - one failed run (a lost worker, out of memory) must not lose the others
-            self.results[key], self.failures[key] = None, f"failed: {type(exc).__name__}"
-            log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, one_line(str(exc))[:200])
-
-
 def run_compare(
     config: RunConfig,
     grid: Sequence[str],
@@ -671,7 +627,7 @@ def run_compare(
     try:
         try:
             with WorkerPools() as pools:  # the runs' worker processes and Ray actors start once for the sweep (engine/pools.py)
-                sweep = _Sweep(partial, resume is not None, force, progress, pools, len(cells))
+                sweep = Sweep(partial, resume is not None, force, progress, pools, len(cells))
                 for i, c in enumerate(cells):
                     sweep.run(i, c, datasets[_data_key(c.config)], model, plugged)
         except RunInterrupted as exc:  # the comparison resumes as a whole, its finished runs kept

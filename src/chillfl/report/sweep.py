@@ -21,20 +21,29 @@ cannot be rebuilt from its folder, and is not resumable.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+import logging
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chillfl.engine.model_file import read_model
+from chillfl.engine.pools import WorkerPools
 from chillfl.engine.results import PARTIAL, read_metrics, refuse_links, remove_tree
 from chillfl.engine.run_folder import CHECKPOINT
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, Diverged, one_line
+from chillfl.experiment import build_experiment
+from chillfl.progress import Progress, format_seconds
+from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 
 if TYPE_CHECKING:
-    from chillfl.engine.pools import WorkerPools
-    from chillfl.progress import Progress
-    from chillfl.report.compare import CompareOptions, CompareResult, Variant
-    from chillfl.runner import RunOutput
+    from torch import nn
+
+    from chillfl.data import FederatedData
+    from chillfl.experiment import Plugged
+    from chillfl.report.compare import Cell, CompareOptions, CompareResult, Variant
+
+log = logging.getLogger("chillfl.report.compare")
 
 SWEEP_FILE = "sweep.json"
 FORMAT = 1
@@ -84,10 +93,10 @@ def check_resumable(folder: Path) -> None:
 
 
 def earlier_run(
-    partial: Path, name: str, *, progress: "Progress", label: str, pools: "WorkerPools", force: bool = False
-) -> "RunOutput | dict[str, Any] | None":
+    partial: Path, name: str, *, progress: Progress, label: str, pools: WorkerPools, force: bool = False
+) -> RunOutput | dict[str, Any] | None:
     """What a resumed sweep's run ``name`` already has: its output (read back or resumed), its ``failure.json``, or None (run it)."""
-    from chillfl.runner import RunOutput, resume_experiment
+    from chillfl.runner import resume_experiment  # looked up at call time (tests count resumes)
 
     done, failed, stopped = partial / name, partial / f"{name}.failed", partial / f"{name}{PARTIAL}"
     if (done / "summary.json").is_file():
@@ -103,7 +112,50 @@ def earlier_run(
     return None
 
 
-def resume_compare(folder: str | Path, *, progress: "Progress" = True, force: bool = False) -> "CompareResult":
+@dataclass
+class Sweep:
+    """The comparison's runs as they finish: their outputs and failures, run or (resuming) read back or resumed."""
+
+    partial: Path | None
+    resuming: bool
+    force: bool
+    progress: Progress
+    pools: WorkerPools
+    total: int
+    start: float = field(default_factory=time.monotonic)
+    results: dict[tuple[str, int, int], RunOutput | None] = field(default_factory=dict)
+    failures: dict[tuple[str, int, int], str] = field(default_factory=dict)
+
+    def run(self, i: int, c: "Cell", data: "FederatedData", model: "nn.Module | None", plugged: "Plugged | None") -> None:
+        """The ``i``-th run; resuming, what it has already (:func:`chillfl.report.sweep.earlier_run`) first."""
+        partial = self.partial
+        cfg = c.config if partial is None else c.config.with_overrides({"out_dir": str(partial)})
+        key, label = (c.variant.label, c.point, c.seed), f"[{i + 1}/{self.total}] {cfg.name}"
+        if self.total > 1:
+            eta = f", ETA {format_seconds((time.monotonic() - self.start) / i * (self.total - i))}" if i else ""
+            log.info("run %d of %d: %s%s", i + 1, self.total, cfg.name, eta)
+        try:
+            prior = None
+            if self.resuming and partial is not None:
+                prior = earlier_run(partial, cfg.name, progress=self.progress, label=label, pools=self.pools, force=self.force)
+            if isinstance(prior, dict):  # its failure.json: it diverged before the interruption
+                self.results[key], self.failures[key] = None, f"diverged at round {prior.get('round')}"
+                return
+            if prior is None:
+                own = build_experiment(cfg, data=data, model=model, plugged=plugged) if model is not None or plugged else None
+                prior = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools)
+            self.results[key] = prior
+        except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
+            self.results[key], self.failures[key] = None, f"diverged at round {exc.round}"
+            log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)
+        except (ConfigError, RunInterrupted):
+            raise
+        except Exception as exc:  # noqa: BLE001 - one failed run (a lost worker, out of memory) must not lose the others
+            self.results[key], self.failures[key] = None, f"failed: {type(exc).__name__}"
+            log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, one_line(str(exc))[:200])
+
+
+def resume_compare(folder: str | Path, *, progress: Progress = True, force: bool = False) -> "CompareResult":
     """Go on with the interrupted comparison in ``folder`` (its ``.partial`` folder): its table as the whole sweep's.
 
     ``force``: resume a run whose files changed since its checkpoint (as ``chillfl resume --force``).

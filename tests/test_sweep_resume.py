@@ -104,7 +104,9 @@ def test_an_interrupted_comparison_resumes_to_the_uninterrupted_tables(tmp_path:
     assert calls == {"run": 1, "resume": 1}  # two runs read back, the stopped one resumed, the last one run
     assert not partial.exists()
     assert _files(tmp_path / "sw-compare") == uninterrupted
-    assert "results: " + str(tmp_path / "sw-compare") in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "results: " + str(tmp_path / "sw-compare") in out
+    assert err.count("(finished before: read back)") == 2 and "run 4 of 4" in err
 
 
 def test_a_run_stopped_before_its_first_checkpoint_runs_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uninterrupted: dict[str, bytes]) -> None:

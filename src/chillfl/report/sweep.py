@@ -34,6 +34,7 @@ from chillfl.engine.run_folder import CHECKPOINT
 from chillfl.errors import ConfigError, Diverged, one_line
 from chillfl.experiment import build_experiment
 from chillfl.progress import Progress, format_seconds
+from chillfl import runner
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 
 if TYPE_CHECKING:
@@ -92,22 +93,24 @@ def check_resumable(folder: Path) -> None:
     refuse_links(folder, FIELD)
 
 
-def earlier_run(
-    partial: Path, name: str, *, progress: Progress, label: str, pools: WorkerPools, force: bool = False
-) -> RunOutput | dict[str, Any] | None:
-    """What a resumed sweep's run ``name`` already has: its output (read back or resumed), its ``failure.json``, or None (run it)."""
-    from chillfl.runner import resume_experiment  # looked up at call time (tests count resumes)
-
-    done, failed, stopped = partial / name, partial / f"{name}.failed", partial / f"{name}{PARTIAL}"
+def finished_run(partial: Path, name: str) -> RunOutput | dict[str, Any] | None:
+    """A resumed sweep's run ``name`` as it ended before: its output read back, its ``failure.json``, or None."""
+    done, failed = partial / name, partial / f"{name}.failed"
     if (done / "summary.json").is_file():
         summary = json.loads((done / "summary.json").read_text(encoding="utf-8"))
         model = read_model(done / "model.safetensors") if (done / "model.safetensors").is_file() else None
         return RunOutput(done, read_metrics(done), summary, model)
     if (failed / "failure.json").is_file():
         return dict(json.loads((failed / "failure.json").read_text(encoding="utf-8")))
+    return None
+
+
+def stopped_run(partial: Path, name: str) -> Path | None:
+    """The run ``name``'s folder if it stopped with a checkpoint (to resume); one stopped before its first is removed."""
+    stopped = partial / f"{name}{PARTIAL}"
     if (stopped / CHECKPOINT).is_file():
-        return resume_experiment(stopped, progress=progress, pools=pools, label=label, force=force)
-    if stopped.is_dir():  # stopped before its first checkpoint: nothing to keep
+        return stopped
+    if stopped.is_dir():  # nothing to keep: it runs again from the start
         remove_tree(stopped)
     return None
 
@@ -122,29 +125,35 @@ class Sweep:
     progress: Progress
     pools: WorkerPools
     total: int
-    start: float = field(default_factory=time.monotonic)
+    ran: int = 0
+    """Runs run or resumed by this process (not read back): the ETA's basis."""
+    busy_s: float = 0.0
     results: dict[tuple[str, int, int], RunOutput | None] = field(default_factory=dict)
     failures: dict[tuple[str, int, int], str] = field(default_factory=dict)
 
     def run(self, i: int, c: "Cell", data: "FederatedData", model: "nn.Module | None", plugged: "Plugged | None") -> None:
-        """The ``i``-th run; resuming, what it has already (:func:`chillfl.report.sweep.earlier_run`) first."""
+        """The ``i``-th run; resuming, what it has already (:func:`finished_run`, :func:`stopped_run`) first."""
         partial = self.partial
         cfg = c.config if partial is None else c.config.with_overrides({"out_dir": str(partial)})
         key, label = (c.variant.label, c.point, c.seed), f"[{i + 1}/{self.total}] {cfg.name}"
+        before = finished_run(partial, cfg.name) if self.resuming and partial is not None else None
         if self.total > 1:
-            eta = f", ETA {format_seconds((time.monotonic() - self.start) / i * (self.total - i))}" if i else ""
-            log.info("run %d of %d: %s%s", i + 1, self.total, cfg.name, eta)
+            eta = f", ETA {format_seconds(self.busy_s / self.ran * (self.total - i))}" if self.ran else ""  # from the runs that ran here
+            log.info("run %d of %d: %s%s", i + 1, self.total, cfg.name, " (finished before: read back)" if before is not None else eta)
+        if isinstance(before, dict):  # its failure.json: it diverged before the interruption
+            self.results[key], self.failures[key] = None, f"diverged at round {before.get('round')}"
+            return
+        if before is not None:
+            self.results[key] = before
+            return
+        start = time.monotonic()
         try:
-            prior = None
-            if self.resuming and partial is not None:
-                prior = earlier_run(partial, cfg.name, progress=self.progress, label=label, pools=self.pools, force=self.force)
-            if isinstance(prior, dict):  # its failure.json: it diverged before the interruption
-                self.results[key], self.failures[key] = None, f"diverged at round {prior.get('round')}"
-                return
-            if prior is None:
+            stopped = stopped_run(partial, cfg.name) if self.resuming and partial is not None else None
+            if stopped is not None:
+                self.results[key] = runner.resume_experiment(stopped, progress=self.progress, pools=self.pools, label=label, force=self.force)
+            else:
                 own = build_experiment(cfg, data=data, model=model, plugged=plugged) if model is not None or plugged else None
-                prior = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools)
-            self.results[key] = prior
+                self.results[key] = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools)
         except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
             self.results[key], self.failures[key] = None, f"diverged at round {exc.round}"
             log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)
@@ -153,6 +162,9 @@ class Sweep:
         except Exception as exc:  # noqa: BLE001 - one failed run (a lost worker, out of memory) must not lose the others
             self.results[key], self.failures[key] = None, f"failed: {type(exc).__name__}"
             log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, one_line(str(exc))[:200])
+        finally:
+            self.ran += 1
+            self.busy_s += time.monotonic() - start
 
 
 def resume_compare(folder: str | Path, *, progress: Progress = True, force: bool = False) -> "CompareResult":

@@ -24,12 +24,12 @@ ARGS = ["--grid", "temperature=1,0.5", "--seeds", "0,1", "-q", "federation.num_c
         "eval.clients=none", "name=sw"]
 
 
-def _compare(out: Path) -> int:
+def _compare(out: Path, *extra: str) -> int:
     """A 4-run comparison (2 variants x 2 seeds, 3 rounds each) of the default config into ``out``."""
     config = out / "sw.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text("")
-    return main(["compare", str(config), *ARGS, f"out_dir={out}"])
+    return main(["compare", str(config), *ARGS, f"out_dir={out}", *extra])
 
 
 class _SigintAfter:
@@ -107,6 +107,16 @@ def test_an_interrupted_comparison_resumes_to_the_uninterrupted_tables(tmp_path:
     out, err = capsys.readouterr()
     assert "results: " + str(tmp_path / "sw-compare") in out
     assert err.count("(finished before: read back)") == 2 and "run 4 of 4" in err
+
+
+def test_a_sweep_on_worker_processes_resumes_to_the_sequential_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       uninterrupted: dict[str, bytes]) -> None:
+    """The resumed run and the rest borrow the sweep's one process pool; processes are bitwise sequential."""
+    _interrupt(monkeypatch, run=2, after_round=2)
+    assert _compare(tmp_path, "executor=processes") == 130
+    assert main(["resume", str(tmp_path / "sw-compare.partial")]) == 0
+    got = _files(tmp_path / "sw-compare")
+    assert {k: v for k, v in got.items() if not k.endswith("summary.json")} == {k: v for k, v in uninterrupted.items() if not k.endswith("summary.json")}
 
 
 def test_a_run_stopped_before_its_first_checkpoint_runs_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uninterrupted: dict[str, bytes]) -> None:

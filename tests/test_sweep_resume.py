@@ -164,3 +164,27 @@ def test_what_cannot_be_resumed_is_one_line(tmp_path: Path, monkeypatch: pytest.
     shutil.copytree(partial, done)
     assert main(["resume", str(done)]) == 2
     assert capsys.readouterr().err.strip() == f"chillfl: error: run_dir: {done} is a finished comparison (its table is written); nothing to resume"
+
+
+def test_read_back_runs_keep_their_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``resume_compare`` returns each read-back run's global and personal models, as the uninterrupted sweep's outputs."""
+    import torch
+
+    from chillfl.config import load_config
+    from chillfl.report.compare import CompareOptions, run_compare
+
+    config = load_config(None, {"federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 2, "eval.clients": "none",
+                                "algorithm.name": "ditto", "model.name": "mlp", "checkpoint.client_models": True, "name": "dt", "out_dir": str(tmp_path / "a")})
+    grid, options = ["temperature=1,0.5"], CompareOptions(seeds=[0])
+    whole = run_compare(config, grid, progress=False, options=options)
+    _interrupt(monkeypatch, run=2, after_round=1)
+    with pytest.raises(Exception, match="interrupted by SIGINT"):
+        run_compare(config.with_overrides({"out_dir": str(tmp_path / "b")}), grid, progress=False, options=options)
+    resumed = sweep.resume_compare(tmp_path / "b" / "dt-compare.partial", progress=False)
+    assert resumed.table == whole.table and list(resumed.outputs) == list(whole.outputs)
+    for label, out in whole.outputs.items():
+        got = resumed.outputs[label]
+        assert got.records == out.records and out.model_state is not None and got.model_state is not None
+        assert all(torch.equal(got.model_state[k], v) for k, v in out.model_state.items())
+        assert sorted(got.client_states) == sorted(out.client_states) != []
+        assert all(torch.equal(got.client_states[c][k], v) for c, m in out.client_states.items() for k, v in m.items())

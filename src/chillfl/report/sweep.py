@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chillfl.engine.checkpoint import read_state
 from chillfl.engine.model_file import read_model
 from chillfl.engine.pools import WorkerPools
 from chillfl.engine.results import PARTIAL, read_metrics, refuse_links, remove_tree
@@ -35,7 +36,7 @@ from chillfl.errors import ConfigError, Diverged, one_line
 from chillfl.experiment import build_experiment
 from chillfl.progress import Progress, format_seconds
 from chillfl import runner
-from chillfl.runner import RunInterrupted, RunOutput, run_experiment
+from chillfl.runner import CLIENT_MODELS, MODEL, RunInterrupted, RunOutput, run_experiment
 
 if TYPE_CHECKING:
     from torch import nn
@@ -98,8 +99,9 @@ def finished_run(partial: Path, name: str) -> RunOutput | dict[str, Any] | None:
     done, failed = partial / name, partial / f"{name}.failed"
     if (done / "summary.json").is_file():
         summary = json.loads((done / "summary.json").read_text(encoding="utf-8"))
-        model = read_model(done / "model.safetensors") if (done / "model.safetensors").is_file() else None
-        return RunOutput(done, read_metrics(done), summary, model)
+        model = read_model(done / MODEL) if (done / MODEL).is_file() else None
+        clients = {int(c): dict(m) for c, m in read_state(done / CLIENT_MODELS).items()} if (done / CLIENT_MODELS).is_file() else {}
+        return RunOutput(done, read_metrics(done), summary, model, clients)
     if (failed / "failure.json").is_file():
         return dict(json.loads((failed / "failure.json").read_text(encoding="utf-8")))
     return None

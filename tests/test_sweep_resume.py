@@ -171,7 +171,7 @@ def test_read_back_runs_keep_their_models(tmp_path: Path, monkeypatch: pytest.Mo
     import torch
 
     from chillfl.config import load_config
-    from chillfl.report.compare import CompareOptions, run_compare
+    from chillfl.report.compare import CompareOptions, resume_compare, run_compare
 
     config = load_config(None, {"federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 2, "eval.clients": "none",
                                 "algorithm.name": "ditto", "model.name": "mlp", "checkpoint.client_models": True, "name": "dt", "out_dir": str(tmp_path / "a")})
@@ -180,7 +180,7 @@ def test_read_back_runs_keep_their_models(tmp_path: Path, monkeypatch: pytest.Mo
     _interrupt(monkeypatch, run=2, after_round=1)
     with pytest.raises(Exception, match="interrupted by SIGINT"):
         run_compare(config.with_overrides({"out_dir": str(tmp_path / "b")}), grid, progress=False, options=options)
-    resumed = sweep.resume_compare(tmp_path / "b" / "dt-compare.partial", progress=False)
+    resumed = resume_compare(tmp_path / "b" / "dt-compare.partial", progress=False)
     assert resumed.table == whole.table and list(resumed.outputs) == list(whole.outputs)
     for label, out in whole.outputs.items():
         got = resumed.outputs[label]

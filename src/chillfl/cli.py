@@ -103,7 +103,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from chillfl.report.sweep import check_resumable, is_sweep, resume_compare
+    from chillfl.report.compare import resume_compare
+    from chillfl.report.sweep import check_resumable, is_sweep
     from chillfl.runner import resume_experiment
 
     folder = Path(args.run_dir)

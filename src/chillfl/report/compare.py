@@ -31,7 +31,7 @@ import math
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from chillfl.config import RunConfig, check_compare_option, parse_value, safe_name, variant_config
+from chillfl.config import RunConfig, check_compare_option, load_config, parse_value, safe_name, variant_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import DATA_DIR_FIELD
 from chillfl.engine.pools import WorkerPools
@@ -52,7 +52,7 @@ from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.progress import Progress
 from chillfl.report.caveats import step_size_caveat
 from chillfl.report.html import write_report
-from chillfl.report.sweep import Sweep, write_sweep
+from chillfl.report.sweep import Sweep, check_resumable, read_sweep, write_sweep
 from chillfl.runner import RunInterrupted, RunOutput
 from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, select_point
 
@@ -555,8 +555,7 @@ def run_compare(
     ``dry_run``: build and check every run's parts, then return an empty result (nothing runs or is written).
     ``variants``: instead of ``grid`` strings (:func:`grid_variants`). ``dataset`` / ``model``: a user's own
     data and ``nn.Module`` (:func:`chillfl.compare`), as for :func:`chillfl.run`; ``plugged``: its method parts.
-    ``resume``: the interrupted comparison's ``.partial`` folder to go on in (:func:`chillfl.report.sweep.resume_compare`;
-    ``force`` as there).
+    ``resume``: the interrupted comparison's ``.partial`` folder to go on in (:func:`resume_compare`; ``force`` as there).
     """
     opts = options or CompareOptions()
     from_grid = bool(grid) or variants is not None
@@ -621,7 +620,7 @@ def run_compare(
         folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-compare")  # atomic: no race with a run beside it
         (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
         saved = CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select)  # the variants below carry the controls
-        write_sweep(partial, variants, saved, reference, resumable=dataset is None and model is None and plugged is None)
+        write_sweep(partial, [asdict(v) for v in variants], asdict(saved), reference, resumable=dataset is None and model is None and plugged is None)
     if partial is not None:
         lock = RunLock(partial)  # one process at a time goes on with a comparison (the first run, or a resume of it)
     try:
@@ -629,7 +628,7 @@ def run_compare(
             with WorkerPools() as pools:  # the runs' worker processes and Ray actors start once for the sweep (engine/pools.py)
                 sweep = Sweep(partial, resume is not None, force, progress, pools, len(cells))
                 for i, c in enumerate(cells):
-                    sweep.run(i, c, datasets[_data_key(c.config)], model, plugged)
+                    sweep.run(i, c.config, (c.variant.label, c.point, c.seed), datasets[_data_key(c.config)], model, plugged)
         except RunInterrupted as exc:  # the comparison resumes as a whole, its finished runs kept
             if partial is not None:
                 exc.folder = partial
@@ -679,6 +678,22 @@ def run_compare(
     finally:
         if lock is not None:
             lock.release()
+
+
+def resume_compare(folder: str | Path, *, progress: Progress = True, force: bool = False) -> CompareResult:
+    """Go on with the interrupted comparison in ``folder`` (its ``.partial`` folder; :mod:`chillfl.report.sweep`): the whole sweep's table.
+
+    ``force``: resume a run whose files changed since its checkpoint (as ``chillfl resume --force``).
+    """
+    path = Path(folder)
+    check_resumable(path)
+    variants, options, reference = read_sweep(path)
+    try:
+        parsed = [Variant(**v) for v in variants]
+        opts = CompareOptions(**options)
+    except TypeError as exc:
+        raise ConfigError("run_dir", f"{path / 'sweep.json'} is unreadable (TypeError: {exc})") from None
+    return run_compare(load_config(path / "config.toml"), [], reference=reference, progress=progress, options=opts, variants=parsed, resume=path, force=force)
 
 
 def _point_saved_configs_to(folder: Path, partial: Path) -> None:

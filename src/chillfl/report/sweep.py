@@ -16,6 +16,9 @@ So the resumed sweep's table equals the uninterrupted sweep's, bit for bit on
 one machine (``tests/test_sweep_resume.py``). A comparison of a user's own
 data, model or method parts (``chillfl.compare(dataset=..., model=...)``)
 cannot be rebuilt from its folder, and is not resumable.
+
+This module also holds the comparison's run loop (:class:`Sweep`); imports flow one way:
+:mod:`chillfl.report.compare` (variants, tables, ``resume_compare``) uses it, never the reverse.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,9 +44,9 @@ from chillfl.runner import CLIENT_MODELS, MODEL, RunInterrupted, RunOutput, run_
 if TYPE_CHECKING:
     from torch import nn
 
+    from chillfl.config import RunConfig
     from chillfl.data import FederatedData
     from chillfl.experiment import Plugged
-    from chillfl.report.compare import Cell, CompareOptions, CompareResult, Variant
 
 log = logging.getLogger("chillfl.report.compare")
 
@@ -52,30 +55,25 @@ FORMAT = 1
 FIELD = "run_dir"
 
 
-def write_sweep(partial: Path, variants: list["Variant"], options: "CompareOptions", reference: str | None, resumable: bool) -> None:
-    """What :func:`read_sweep` rebuilds the sweep from (``resumable`` False: a user's own data or parts)."""
-    record = {"format": FORMAT, "resumable": resumable, "reference": reference, "options": asdict(options), "variants": [asdict(v) for v in variants]}
+def write_sweep(partial: Path, variants: list[dict[str, Any]], options: dict[str, Any], reference: str | None, resumable: bool) -> None:
+    """What :func:`read_sweep` gives back: the variants and options as data (``resumable`` False: a user's own data or parts)."""
+    record = {"format": FORMAT, "resumable": resumable, "reference": reference, "options": options, "variants": variants}
     (partial / SWEEP_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def read_sweep(folder: Path) -> tuple[list["Variant"], "CompareOptions", str | None]:
-    """(variants, options, reference) of the comparison in ``folder``; ConfigError (one line) if it cannot resume."""
-    from chillfl.report.compare import CompareOptions, Variant
-
+def read_sweep(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
+    """(variants, options, reference) of the comparison in ``folder``, as written; ConfigError (one line) if it cannot resume."""
     try:
         record = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
         fmt, resumable = record.get("format"), record["resumable"]
+        variants, options, reference = list(record["variants"]), dict(record["options"]), record["reference"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(FIELD, f"{folder / SWEEP_FILE} is unreadable ({type(exc).__name__}: {exc})") from None
     if fmt != FORMAT:
         raise ConfigError(FIELD, f"{folder / SWEEP_FILE} has format {fmt!r}; this chillfl reads {FORMAT}")
     if not resumable:
         raise ConfigError(FIELD, f"{folder} compared a user's own data, model or method parts, which its folder does not hold: run the comparison again")
-    try:
-        variants = [Variant(**v) for v in record["variants"]]
-        return variants, CompareOptions(**record["options"]), record["reference"]
-    except (KeyError, TypeError) as exc:
-        raise ConfigError(FIELD, f"{folder / SWEEP_FILE} is unreadable ({type(exc).__name__}: {exc})") from None
+    return variants, options, reference
 
 
 def is_sweep(folder: Path) -> bool:
@@ -133,11 +131,11 @@ class Sweep:
     results: dict[tuple[str, int, int], RunOutput | None] = field(default_factory=dict)
     failures: dict[tuple[str, int, int], str] = field(default_factory=dict)
 
-    def run(self, i: int, c: "Cell", data: "FederatedData", model: "nn.Module | None", plugged: "Plugged | None") -> None:
-        """The ``i``-th run; resuming, what it has already (:func:`finished_run`, :func:`stopped_run`) first."""
+    def run(self, i: int, config: "RunConfig", key: tuple[str, int, int], data: "FederatedData", model: "nn.Module | None", plugged: "Plugged | None") -> None:
+        """The ``i``-th run (``key``: variant, tuning point, seed); resuming, what it has already (:func:`finished_run`, :func:`stopped_run`) first."""
         partial = self.partial
-        cfg = c.config if partial is None else c.config.with_overrides({"out_dir": str(partial)})
-        key, label = (c.variant.label, c.point, c.seed), f"[{i + 1}/{self.total}] {cfg.name}"
+        cfg = config if partial is None else config.with_overrides({"out_dir": str(partial)})
+        label = f"[{i + 1}/{self.total}] {cfg.name}"
         before = finished_run(partial, cfg.name) if self.resuming and partial is not None else None
         if self.total > 1:
             eta = f", ETA {format_seconds(self.busy_s / self.ran * (self.total - i))}" if self.ran else ""  # from the runs that ran here
@@ -167,18 +165,3 @@ class Sweep:
         finally:
             self.ran += 1
             self.busy_s += time.monotonic() - start
-
-
-def resume_compare(folder: str | Path, *, progress: Progress = True, force: bool = False) -> "CompareResult":
-    """Go on with the interrupted comparison in ``folder`` (its ``.partial`` folder): its table as the whole sweep's.
-
-    ``force``: resume a run whose files changed since its checkpoint (as ``chillfl resume --force``).
-    """
-    from chillfl.config import load_config
-    from chillfl.report.compare import run_compare
-
-    path = Path(folder)
-    check_resumable(path)
-    variants, options, reference = read_sweep(path)
-    config = load_config(path / "config.toml")
-    return run_compare(config, [], reference=reference, progress=progress, options=options, variants=variants, resume=path, force=force)

@@ -74,7 +74,7 @@ def _interrupt(monkeypatch: pytest.MonkeyPatch, run: int, after_round: int) -> d
 
 def _files(folder: Path) -> dict[str, bytes]:
     """The comparison's table and every run's metrics and summary (its wall time aside), by relative path."""
-    out = {name: (folder / name).read_bytes() for name in ("table.md", "table.json", "sweep.json")}
+    out = {name: (folder / name).read_bytes() for name in ("table.md", "table.json")}
     for run in sorted(p for p in folder.iterdir() if p.is_dir()):
         out[f"{run.name}/metrics.jsonl"] = (run / "metrics.jsonl").read_bytes()
         summary = json.loads((run / "summary.json").read_text())
@@ -160,6 +160,11 @@ def test_what_cannot_be_resumed_is_one_line(tmp_path: Path, monkeypatch: pytest.
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"chillfl: error: run_dir: {partial} compared a user's own data") and len(err.splitlines()) == 1
     (partial / "sweep.json").write_text(json.dumps(record))
+    config = partial / "config.toml"
+    config.write_text(config.read_text().replace("rounds = 3", "rounds = 4"))  # every run's config would change under the read-back runs
+    assert main(["resume", str(partial)]) == 2
+    assert capsys.readouterr().err.strip() == (f"chillfl: error: config.toml: {config} changed since the comparison started; "
+                                               "`chillfl resume --force` resumes with it as it is now")
     done = tmp_path / "done-compare"
     shutil.copytree(partial, done)
     assert main(["resume", str(done)]) == 2

@@ -687,7 +687,7 @@ def resume_compare(folder: str | Path, *, progress: Progress = True, force: bool
     """
     path = Path(folder)
     check_resumable(path)
-    variants, options, reference = read_sweep(path)
+    variants, options, reference = read_sweep(path, force)
     try:
         parsed = [Variant(**v) for v in variants]
         opts = CompareOptions(**options)

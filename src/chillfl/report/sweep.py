@@ -23,6 +23,7 @@ This module also holds the comparison's run loop (:class:`Sweep`); imports flow 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -56,23 +57,31 @@ FIELD = "run_dir"
 
 
 def write_sweep(partial: Path, variants: list[dict[str, Any]], options: dict[str, Any], reference: str | None, resumable: bool) -> None:
-    """What :func:`read_sweep` gives back: the variants and options as data (``resumable`` False: a user's own data or parts)."""
-    record = {"format": FORMAT, "resumable": resumable, "reference": reference, "options": options, "variants": variants}
+    """What :func:`read_sweep` gives back: the variants and options as data (``resumable`` False: a user's own data or parts),
+    and the SHA-256 of the comparison's ``config.toml`` (written before), which a resume checks."""
+    config_sha256 = hashlib.sha256((partial / "config.toml").read_bytes()).hexdigest()
+    record = {"format": FORMAT, "resumable": resumable, "reference": reference, "options": options, "variants": variants, "config_sha256": config_sha256}
     (partial / SWEEP_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def read_sweep(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
-    """(variants, options, reference) of the comparison in ``folder``, as written; ConfigError (one line) if it cannot resume."""
+def read_sweep(folder: Path, force: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
+    """(variants, options, reference) of the comparison in ``folder``, as written; ConfigError (one line) if it cannot resume.
+
+    An edited ``config.toml`` would recompute every run's config while the finished runs were read back as they ran:
+    refused, unless ``force``."""
     try:
         record = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
         fmt, resumable = record.get("format"), record["resumable"]
         variants, options, reference = list(record["variants"]), dict(record["options"]), record["reference"]
+        config = (folder / "config.toml").read_bytes()
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(FIELD, f"{folder / SWEEP_FILE} is unreadable ({type(exc).__name__}: {exc})") from None
     if fmt != FORMAT:
         raise ConfigError(FIELD, f"{folder / SWEEP_FILE} has format {fmt!r}; this chillfl reads {FORMAT}")
     if not resumable:
         raise ConfigError(FIELD, f"{folder} compared a user's own data, model or method parts, which its folder does not hold: run the comparison again")
+    if record.get("config_sha256") != hashlib.sha256(config).hexdigest() and not force:
+        raise ConfigError("config.toml", f"{folder / 'config.toml'} changed since the comparison started; `chillfl resume --force` resumes with it as it is now")
     return variants, options, reference
 
 

@@ -19,7 +19,7 @@ from chillfl.engine.executors import ClientJob, SequentialExecutor
 from chillfl.engine.footprint import activation_bytes
 from chillfl.engine.vectorized import VectorizedExecutor
 from chillfl.runner import run_experiment
-from chillfl.training.conv_gemm import GemmConvolutions, batched_conv_mode, conv2d_as_gemm
+from chillfl.training.conv_gemm import GemmConvolutions, batched_conv_mode, conv1d_as_gemm, conv2d_as_gemm
 from chillfl.training.local import LocalSpec, model_state
 
 from float_paths import REL, TRAJECTORY_REL
@@ -165,21 +165,14 @@ def test_the_chunk_size_estimate_counts_the_columns():
 BASE = {**PRECISION_BASE, "executor": "vectorized"}  # digits, the FLex&Chill CNN (vmapped on the CPU), 2 rounds
 
 
-def test_a_run_with_gemm_is_deterministic_and_follows_the_grouped_run(monkeypatch):
-    import chillfl.training.conv_gemm as conv_gemm
-
-    calls = Counter()
-
-    def counted(*args, **kwargs):
-        calls[batched] += 1
-        return as_gemm(*args, **kwargs)
-
-    as_gemm = conv_gemm.conv2d_as_gemm
-    monkeypatch.setattr(conv_gemm, "conv2d_as_gemm", counted)
-    runs = []
+def test_a_run_with_gemm_is_deterministic_and_follows_the_grouped_run():
+    runs, unfolds = [], []
     for batched in ("gemm", "gemm", "grouped"):
-        runs.append(run_experiment(load_config(None, {**BASE, "batched_conv": batched}), write=False, progress=False).records)
-    assert calls["gemm"] > 0 and calls["grouped"] == 0  # the config reaches the vectorised step
+        counter = _AtenCalls()
+        with counter:
+            runs.append(run_experiment(load_config(None, {**BASE, "batched_conv": batched}), write=False, progress=False).records)
+        unfolds.append(counter.calls["im2col"])
+    assert unfolds[0] > 0 and unfolds[2] == 0  # the config reaches the vectorised step
     assert json.dumps(runs[0]) == json.dumps(runs[1])  # bitwise, run to run
     for a, b in zip(runs[2], runs[0], strict=True):  # another float path: losses within the trajectory tolerance, no accuracy
         for key in ("global_loss", "train_loss"):
@@ -206,3 +199,38 @@ def test_bf16_vmapped_gemm_step_with_batch_norm_trains():
     ref = SequentialExecutor(model, spec).run(jobs)
     for a, b in zip(ref, got, strict=True):
         assert math.isclose(a.mean_loss, b.mean_loss, rel_tol=3e-2)  # bf16 keeps 8 bits
+
+
+@pytest.mark.parametrize("stride, padding, dilation", [(1, 3, 1), (2, 1, 1), (1, 2, 2)])
+def test_conv1d_equals_conv1d_values_and_gradients(stride, padding, dilation):
+    """``conv1d`` (the 1-d CNN of UCI HAR) as a 2-d convolution of height 1."""
+    g = torch.Generator().manual_seed(3)
+    x, w, b = torch.randn(3, 4, 20, generator=g, requires_grad=True), torch.randn(6, 4, 7, generator=g, requires_grad=True), torch.randn(6, generator=g)
+    got = conv1d_as_gemm(x, w, b, stride=stride, padding=padding, dilation=dilation)
+    ref = F.conv1d(x, w, b, stride=stride, padding=padding, dilation=dilation)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    gx, gw = torch.autograd.grad(got.square().sum(), (x, w))
+    rx, rw = torch.autograd.grad(ref.square().sum(), (x, w))
+    torch.testing.assert_close(gx, rx, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(gw, rw, rtol=1e-5, atol=1e-4)
+
+
+def test_a_vmapped_conv1d_model_runs_no_convolution_and_trains_as_sequential():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv1d(2, 4, 5, padding=2), nn.BatchNorm1d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 12, 3))
+    spec = LocalSpec(epochs=2, batch_size=4, momentum=0.5, batched_conv="gemm")
+    g = torch.Generator().manual_seed(8)
+    jobs = [ClientJob(c, model_state(model), torch.randn(n, 2, 12, generator=g), torch.randint(0, 3, (n,), generator=g), 0.05, 1.0, {}, c) for c, n in enumerate([9, 6, 11])]
+    ex = VectorizedExecutor(model, spec, accelerator=True)
+    counter = _AtenCalls()
+    with counter:
+        got = ex.run(jobs)
+    assert ex.fallback_reason is None and counter.calls["convolution"] == 1 and "convolution_backward" not in counter.calls  # the estimate's forward only
+    ref = SequentialExecutor(model, spec).run(jobs)
+    for a, b in zip(ref, got, strict=True):
+        assert math.isclose(a.mean_loss, b.mean_loss, rel_tol=REL)
+        for k in a.params:
+            torch.testing.assert_close(b.params[k].float(), a.params[k].float(), rtol=REL, atol=1e-5)
+    conv = nn.Conv1d(2, 4, 5, padding=2)  # the chunk estimate counts its columns: K = 2 x 5, N L = 3 x 12, twice, 4 bytes
+    x = torch.randn(3, 2, 12)
+    assert activation_bytes(conv, model_state(conv), x, gemm_columns=True) - activation_bytes(conv, model_state(conv), x) == 2 * 10 * 36 * 4

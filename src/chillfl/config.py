@@ -392,7 +392,7 @@ class RunConfig:
     other devices, which have no such mode. ``fp32`` keeps torch's defaults (on CUDA, cuDNN
     convolutions may already use TF32: torch's own default; matmuls do not)."""
     batched_conv: Literal["grouped", "gemm"] = "grouped"
-    """How the vectorised executor's vmapped step runs the clients' 2-d convolutions: ``grouped`` (vmap's
+    """How the vectorised executor's vmapped step runs the clients' convolutions (Conv2d, Conv1d): ``grouped`` (vmap's
     one grouped convolution, the clients folded into the channels) or ``gemm`` (each client's convolution as
     im2col + one matrix product, all clients in ONE batched GEMM: :mod:`chillfl.training.conv_gemm`), meant
     for GPUs, where cuDNN ran the grouped form one kernel per client. ``gemm`` was slower on the CPU and

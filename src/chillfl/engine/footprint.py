@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import torch
@@ -19,7 +20,7 @@ def nbytes(t: torch.Tensor) -> int:
 def activation_bytes(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, gemm_columns: bool = False) -> int:
     """Bytes of every module output of one forward pass on ``x`` (eval mode, template untouched).
 
-    ``gemm_columns``: plus what ``batched_conv = "gemm"`` materialises for each plain ``Conv2d``
+    ``gemm_columns``: plus what ``batched_conv = "gemm"`` materialises for each plain ``Conv2d`` / ``Conv1d``
     (:mod:`chillfl.training.conv_gemm`): its unfolded columns and their transposed copy, 2 x N x K x L elements,
     often several times the layer's output (K = C_in kh kw against C_out).
     """
@@ -28,9 +29,9 @@ def activation_bytes(model: nn.Module, state: Mapping[str, torch.Tensor], x: tor
     def hook(module: nn.Module, _inputs: Any, output: Any) -> None:
         nonlocal total
         total += sum(nbytes(t) for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor))
-        if gemm_columns and isinstance(module, nn.Conv2d) and module.groups == 1 and not isinstance(module.padding, str):
-            kh, kw = module.kernel_size
-            total += 2 * module.in_channels * kh * kw * (output.numel() // module.out_channels) * output.element_size()
+        if gemm_columns and isinstance(module, (nn.Conv1d, nn.Conv2d)) and module.groups == 1 and not isinstance(module.padding, str):
+            k = module.in_channels * math.prod(module.kernel_size)
+            total += 2 * k * (output.numel() // module.out_channels) * output.element_size()
 
     handles = [m.register_forward_hook(hook) for m in model.modules()]
     was_training = model.training

@@ -28,8 +28,9 @@ and one chunk of each with ``benchmarks/conv_layouts.py``.
 Same maths as the convolution, other rounding: the tests compare it with the
 sequential executor within float tolerance.
 
-Only plain convolutions are rewritten (``groups = 1``, numeric padding, 4-d
-input); any other call (grouped or depthwise layers, ``padding = "same"``)
+Only plain convolutions are rewritten: ``conv2d`` (4-d input) and ``conv1d``
+(3-d input, as a 2-d convolution of height 1), ``groups = 1``, numeric
+padding; any other call (grouped or depthwise layers, ``padding = "same"``)
 runs as it was.
 """
 
@@ -80,27 +81,44 @@ def conv2d_as_gemm(
     return out.reshape(n, h_out, w_out, out_channels).permute(0, 3, 1, 2)
 
 
-_CONV2D_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+def conv1d_as_gemm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+) -> torch.Tensor:
+    """``F.conv1d`` with ``groups = 1``: a 2-d convolution of height 1, through :func:`conv2d_as_gemm`."""
+    one = lambda v: int(v if isinstance(v, int) else v[0])  # noqa: E731 - conv1d's arguments are an int or a 1-tuple
+    out = conv2d_as_gemm(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, one(stride)), (0, one(padding)), (1, one(dilation)))
+    return out.squeeze(2)
 
 
-def _plain_call(args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A ``conv2d`` call's arguments by name if :func:`conv2d_as_gemm` computes it, else None (it runs as it was)."""
-    bound = dict(zip(_CONV2D_ARGS, args)) | dict(kwargs)
+_CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+_AS_GEMM = {F.conv2d: (conv2d_as_gemm, 4), F.conv1d: (conv1d_as_gemm, 3)}
+"""The functional convolution -> (its GEMM form, the input's dimensions it handles: a batched input; unbatched ones run as they were)."""
+
+
+def _plain_call(args: tuple, kwargs: Mapping[str, Any], dims: int) -> dict[str, Any] | None:
+    """A convolution call's arguments by name if its GEMM form computes it, else None (it runs as it was)."""
+    bound = dict(zip(_CONV_ARGS, args)) | dict(kwargs)
     x, padding = bound.get("input"), bound.get("padding", 0)
-    if not (isinstance(x, torch.Tensor) and x.dim() == 4 and bound.pop("groups", 1) == 1 and not isinstance(padding, str)):
+    if not (isinstance(x, torch.Tensor) and x.dim() == dims and bound.pop("groups", 1) == 1 and not isinstance(padding, str)):
         return None
     return bound
 
 
 class GemmConvolutions(TorchFunctionMode):
-    """Every plain ``conv2d`` of the forward (``nn.Conv2d`` calls ``F.conv2d``) as :func:`conv2d_as_gemm`."""
+    """Every plain ``conv2d`` and ``conv1d`` of the forward (``nn.Conv2d`` / ``nn.Conv1d`` call them) in its GEMM form."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        bound = _plain_call(args, kwargs) if func is F.conv2d else None
-        if bound is None:
+        form = _AS_GEMM.get(func)
+        bound = _plain_call(args, kwargs, form[1]) if form is not None else None
+        if form is None or bound is None:
             return func(*args, **kwargs)
-        return conv2d_as_gemm(bound.pop("input"), **bound)
+        return form[0](bound.pop("input"), **bound)
 
 
 def batched_conv_mode(batched_conv: str, vmapped: bool) -> Any:

@@ -4,6 +4,7 @@
 * stopped and resumed, a run is bitwise the uninterrupted run (``tests/resume_cases.py``), on the
   cluster's two nodes: every registered method (:data:`RESUME_CASES`), on actors a :class:`WorkerPools` lends every run;
 * a client's data reach a worker once, not once per round (bytes counted on both sides);
+* a comparison stopped by SIGINT on the cluster resumes (``chillfl resume``) to the sequential sweep's tables;
 * per-worker resources are real Ray requests (an unplaceable request stops with one line);
 * a worker process killed mid-round is restarted and the round gives the same replies; when the
   retries are spent the round raises one line and nothing is aggregated;
@@ -424,3 +425,19 @@ def test_without_ray_one_line_names_the_extra(tmp_path: Path, monkeypatch: pytes
     err = [line for line in capsys.readouterr().err.strip().splitlines() if line.strip()]
     assert code == 2 and err == ["chillfl: error: executor: 'ray' needs the Ray package, which is not installed here: pip install 'chillfl[ray]'"]
     assert not (tmp_path / "out").exists()
+
+
+def test_an_interrupted_sweep_on_the_cluster_resumes_to_the_sequential_tables(cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``chillfl compare`` on the cluster, stopped by SIGINT in its second run, then ``chillfl resume`` on a fresh connection:
+    the table and every run's metrics are the sequential sweep's, byte for byte (tests/test_sweep_resume.py)."""
+    from test_sweep_resume import _compare, _files, _interrupt
+
+    from chillfl.cli import main
+
+    assert _compare(tmp_path / "seq") == 0
+    _interrupt(monkeypatch, run=2, after_round=2)
+    assert _compare(tmp_path / "ray", "executor=ray", f"ray.address={cluster}") == 130
+    assert main(["resume", str(tmp_path / "ray" / "sw-compare.partial")]) == 0
+    expected, got = _files(tmp_path / "seq" / "sw-compare"), _files(tmp_path / "ray" / "sw-compare")
+    assert all('executor = "ray"' in p.read_text() for p in (tmp_path / "ray" / "sw-compare").glob("*/config.toml"))  # the runs ran on Ray
+    assert {k: v for k, v in got.items() if not k.endswith("summary.json")} == {k: v for k, v in expected.items() if not k.endswith("summary.json")}

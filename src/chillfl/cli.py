@@ -104,14 +104,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from chillfl.report.compare import resume_compare
-    from chillfl.report.sweep import check_resumable, is_sweep
+    from chillfl.report.sweep import is_sweep
     from chillfl.runner import resume_experiment
 
-    folder = Path(args.run_dir)
-    if is_sweep(folder):  # an interrupted comparison: its finished runs kept, the stopped one resumed, the rest run
-        check_resumable(folder)
-        strict = load_config(folder / "config.toml").strict
-        return _compare_result(resume_compare(folder, progress=_progress(args), force=args.force), strict)
+    if is_sweep(Path(args.run_dir)):  # an interrupted comparison: its finished runs kept, the stopped one resumed, the rest run
+        result = resume_compare(args.run_dir, progress=_progress(args), force=args.force)
+        strict = result.folder is not None and load_config(result.folder / "config.toml").strict  # the comparison's own setting
+        return _compare_result(result, strict)
     return _report(resume_experiment(args.run_dir, progress=_progress(args), force=args.force))
 
 

@@ -31,7 +31,7 @@ import math
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +52,7 @@ from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.progress import Progress
 from chillfl.report.caveats import step_size_caveat
 from chillfl.report.html import write_report
-from chillfl.report.sweep import Sweep, check_resumable, read_sweep, write_sweep
+from chillfl.report.sweep import CompareOptions, Sweep, Variant, check_resumable, read_sweep, write_sweep
 from chillfl.runner import RunInterrupted, RunOutput
 from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, select_point
 
@@ -66,17 +66,6 @@ MAX_VARIANTS = 1000
 """A grid's product is built and validated in memory before anything runs: bound it."""
 MAX_RUNS = 10_000
 """Variants x tuning points x seeds: every run's config is built and validated up front."""
-
-
-@dataclass
-class Variant:
-    label: str
-    overrides: dict[str, Any]
-    temperature: float | None = None
-    lr_scale: float = 1.0
-    """Multiplies ``client.lr`` after the variant and its tuning point are applied (the 1/T control)."""
-    short: str | None = None
-    """A grid variant's folder name from its values (``fedavg-lr0.01``); None: the label made a name."""
 
 
 NAME_KEYS = ("name", "policy", "method")
@@ -300,16 +289,6 @@ def _naming(label: str, from_grid: bool) -> Iterator[None]:
         if exc.field.startswith(f"variants.{label}."):
             raise
         raise ConfigError(f"variants.{label}.{exc.field}", exc.message) from None
-
-
-@dataclass
-class CompareOptions:
-    """What ``compare`` runs beyond the variants; None fields fall back to the config's ``[compare]``/``[tune]``."""
-
-    seeds: list[int] | None = None
-    tune: dict[str, list[Any]] | None = None
-    controls: bool | None = None
-    select: str | None = None
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -620,7 +599,7 @@ def run_compare(
         folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-compare")  # atomic: no race with a run beside it
         (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
         saved = CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select)  # the variants below carry the controls
-        write_sweep(partial, [asdict(v) for v in variants], asdict(saved), reference, resumable=dataset is None and model is None and plugged is None)
+        write_sweep(partial, variants, saved, reference, resumable=dataset is None and model is None and plugged is None)
     if partial is not None:
         lock = RunLock(partial)  # one process at a time goes on with a comparison (the first run, or a resume of it)
     try:
@@ -688,12 +667,7 @@ def resume_compare(folder: str | Path, *, progress: Progress = True, force: bool
     path = Path(folder)
     check_resumable(path)
     variants, options, reference = read_sweep(path, force)
-    try:
-        parsed = [Variant(**v) for v in variants]
-        opts = CompareOptions(**options)
-    except TypeError as exc:
-        raise ConfigError("run_dir", f"{path / 'sweep.json'} is unreadable (TypeError: {exc})") from None
-    return run_compare(load_config(path / "config.toml"), [], reference=reference, progress=progress, options=opts, variants=parsed, resume=path, force=force)
+    return run_compare(load_config(path / "config.toml"), [], reference=reference, progress=progress, options=options, variants=variants, resume=path, force=force)
 
 
 def _point_saved_configs_to(folder: Path, partial: Path) -> None:

@@ -17,8 +17,9 @@ one machine (``tests/test_sweep_resume.py``). A comparison of a user's own
 data, model or method parts (``chillfl.compare(dataset=..., model=...)``)
 cannot be rebuilt from its folder, and is not resumable.
 
-This module also holds the comparison's run loop (:class:`Sweep`); imports flow one way:
-:mod:`chillfl.report.compare` (variants, tables, ``resume_compare``) uses it, never the reverse.
+This module also holds what a comparison runs (:class:`Variant`, :class:`CompareOptions`) and its run
+loop (:class:`Sweep`); imports flow one way: :mod:`chillfl.report.compare` (grids, tables,
+``resume_compare``) uses it, never the reverse.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,23 +57,45 @@ FORMAT = 1
 FIELD = "run_dir"
 
 
-def write_sweep(partial: Path, variants: list[dict[str, Any]], options: dict[str, Any], reference: str | None, resumable: bool) -> None:
-    """What :func:`read_sweep` gives back: the variants and options as data (``resumable`` False: a user's own data or parts),
-    and the SHA-256 of the comparison's ``config.toml`` (written before), which a resume checks."""
+@dataclass
+class Variant:
+    label: str
+    overrides: dict[str, Any]
+    temperature: float | None = None
+    lr_scale: float = 1.0
+    """Multiplies ``client.lr`` after the variant and its tuning point are applied (the 1/T control)."""
+    short: str | None = None
+    """A grid variant's folder name from its values (``fedavg-lr0.01``); None: the label made a name."""
+
+
+@dataclass
+class CompareOptions:
+    """What ``compare`` runs beyond the variants; None fields fall back to the config's ``[compare]``/``[tune]``."""
+
+    seeds: list[int] | None = None
+    tune: dict[str, list[Any]] | None = None
+    controls: bool | None = None
+    select: str | None = None
+
+
+def write_sweep(partial: Path, variants: list[Variant], options: CompareOptions, reference: str | None, resumable: bool) -> None:
+    """What :func:`read_sweep` gives back (``resumable`` False: a user's own data or parts), and the SHA-256 of the
+    comparison's ``config.toml`` (written before), which a resume checks."""
     config_sha256 = hashlib.sha256((partial / "config.toml").read_bytes()).hexdigest()
-    record = {"format": FORMAT, "resumable": resumable, "reference": reference, "options": options, "variants": variants, "config_sha256": config_sha256}
+    record = {"format": FORMAT, "resumable": resumable, "reference": reference, "options": asdict(options),
+              "variants": [asdict(v) for v in variants], "config_sha256": config_sha256}
     (partial / SWEEP_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def read_sweep(folder: Path, force: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
-    """(variants, options, reference) of the comparison in ``folder``, as written; ConfigError (one line) if it cannot resume.
+def read_sweep(folder: Path, force: bool = False) -> tuple[list[Variant], CompareOptions, str | None]:
+    """(variants, options, reference) of the comparison in ``folder``; ConfigError (one line) if it cannot resume.
 
     An edited ``config.toml`` would recompute every run's config while the finished runs were read back as they ran:
     refused, unless ``force``."""
     try:
         record = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
-        fmt, resumable = record.get("format"), record["resumable"]
-        variants, options, reference = list(record["variants"]), dict(record["options"]), record["reference"]
+        fmt, resumable, reference = record.get("format"), record["resumable"], record["reference"]
+        variants, options = [Variant(**v) for v in record["variants"]], CompareOptions(**record["options"])
         config = (folder / "config.toml").read_bytes()
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(FIELD, f"{folder / SWEEP_FILE} is unreadable ({type(exc).__name__}: {exc})") from None
@@ -101,8 +124,15 @@ def check_resumable(folder: Path) -> None:
     refuse_links(folder, FIELD)
 
 
-def finished_run(partial: Path, name: str) -> RunOutput | dict[str, Any] | None:
-    """A resumed sweep's run ``name`` as it ended before: its output read back, its ``failure.json``, or None."""
+@dataclass(frozen=True)
+class DivergedBefore:
+    """A run that diverged before the interruption (its ``failure.json``): it stays diverged."""
+
+    round: int | None
+
+
+def finished_run(partial: Path, name: str) -> RunOutput | DivergedBefore | None:
+    """A resumed sweep's run ``name`` as it ended before: its output read back, its divergence, or None."""
     done, failed = partial / name, partial / f"{name}.failed"
     if (done / "summary.json").is_file():
         summary = json.loads((done / "summary.json").read_text(encoding="utf-8"))
@@ -110,7 +140,7 @@ def finished_run(partial: Path, name: str) -> RunOutput | dict[str, Any] | None:
         clients = {int(c): dict(m) for c, m in read_state(done / CLIENT_MODELS).items()} if (done / CLIENT_MODELS).is_file() else {}
         return RunOutput(done, read_metrics(done), summary, model, clients)
     if (failed / "failure.json").is_file():
-        return dict(json.loads((failed / "failure.json").read_text(encoding="utf-8")))
+        return DivergedBefore(json.loads((failed / "failure.json").read_text(encoding="utf-8")).get("round"))
     return None
 
 
@@ -149,8 +179,8 @@ class Sweep:
         if self.total > 1:
             eta = f", ETA {format_seconds(self.busy_s / self.ran * (self.total - i))}" if self.ran else ""  # from the runs that ran here
             log.info("run %d of %d: %s%s", i + 1, self.total, cfg.name, " (finished before: read back)" if before is not None else eta)
-        if isinstance(before, dict):  # its failure.json: it diverged before the interruption
-            self.results[key], self.failures[key] = None, f"diverged at round {before.get('round')}"
+        if isinstance(before, DivergedBefore):
+            self.results[key], self.failures[key] = None, f"diverged at round {before.round}"
             return
         if before is not None:
             self.results[key] = before

@@ -37,7 +37,7 @@ runs as it was.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -95,18 +95,30 @@ def conv1d_as_gemm(
     return out.squeeze(2)
 
 
-_CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+class _ConvCall(NamedTuple):
+    """A functional convolution's arguments by name (``groups`` checked to be 1 and dropped)."""
+
+    input: torch.Tensor
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+    stride: int | Sequence[int] = 1
+    padding: int | Sequence[int] = 0
+    dilation: int | Sequence[int] = 1
+
+
 _AS_GEMM = {F.conv2d: (conv2d_as_gemm, 4), F.conv1d: (conv1d_as_gemm, 3)}
 """The functional convolution -> (its GEMM form, the input's dimensions it handles: a batched input; unbatched ones run as they were)."""
 
 
-def _plain_call(args: tuple, kwargs: Mapping[str, Any], dims: int) -> dict[str, Any] | None:
-    """A convolution call's arguments by name if its GEMM form computes it, else None (it runs as it was)."""
-    bound = dict(zip(_CONV_ARGS, args)) | dict(kwargs)
-    x, padding = bound.get("input"), bound.get("padding", 0)
-    if not (isinstance(x, torch.Tensor) and x.dim() == dims and bound.pop("groups", 1) == 1 and not isinstance(padding, str)):
+def _plain_call(args: tuple, kwargs: Mapping[str, Any], dims: int) -> _ConvCall | None:
+    """A convolution call's arguments if its GEMM form computes it, else None (it runs as it was)."""
+    bound = dict(zip((*_ConvCall._fields, "groups"), args)) | dict(kwargs)
+    if bound.pop("groups", 1) != 1:
         return None
-    return bound
+    call = _ConvCall(**bound)
+    if not (isinstance(call.input, torch.Tensor) and call.input.dim() == dims and not isinstance(call.padding, str)):
+        return None
+    return call
 
 
 class GemmConvolutions(TorchFunctionMode):
@@ -115,10 +127,10 @@ class GemmConvolutions(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         form = _AS_GEMM.get(func)
-        bound = _plain_call(args, kwargs, form[1]) if form is not None else None
-        if form is None or bound is None:
+        call = _plain_call(args, kwargs, form[1]) if form is not None else None
+        if form is None or call is None:
             return func(*args, **kwargs)
-        return form[0](bound.pop("input"), **bound)
+        return form[0](*call)
 
 
 def batched_conv_mode(batched_conv: str, vmapped: bool) -> Any:

@@ -111,7 +111,7 @@ class LocalSpec:
     precision: str = "fp32"
     """``fp32`` or ``bf16`` (the forward under bf16 autocast; see the module docstring)."""
     batched_conv: str = "grouped"
-    """How a vmapped step runs the clients' ``conv2d``: ``grouped`` (vmap's grouped convolution) or ``gemm``
+    """How a vmapped step runs the clients' ``conv2d`` / ``conv1d``: ``grouped`` (vmap's grouped convolution) or ``gemm``
     (im2col + one batched matrix product: :mod:`chillfl.training.conv_gemm`). One client's step is unaffected."""
     optim: Optimizer = SGD
     """The optimiser besides ``momentum`` / ``weight_decay``: Adam(W), Nesterov, clipping, a schedule over local steps."""

@@ -274,21 +274,30 @@ def test_vectorized_conv_model_with_dropout_still_falls_back_instead_of_racing_t
     vec.close()
 
 
-def test_soft_label_phases_use_the_runs_compute_settings() -> None:
-    """Distillation on the public set and the server model's training are trained like private data.
+@pytest.mark.parametrize("method", ["scarlet", "fedmd"])
+def test_soft_label_phases_use_the_runs_compute_settings(method: str) -> None:
+    """Distillation on the public set, the server model's training and FedMD's transfer learning are trained like private data.
 
-    Before, SCARLET's distill/server specs were built without these fields, so
-    those phases silently ran contiguous fp32 whatever the config said.
+    Before, SCARLET's distill/server specs were built without these fields, and
+    later FedMD's transfer spec too, so those phases silently ran contiguous
+    fp32 whatever the config said.
     """
     from chillfl.experiment import build_experiment, build_protocol
 
     precision = "bf16" if BF16 else "fp32"
-    over = {**BASE, "memory_format": "channels_last", "precision": precision,
-            "distillation.method": "scarlet", "distillation.public_size": 60, "distillation.subset_size": 20}
+    over = {**BASE, "memory_format": "channels_last", "precision": precision, "batched_conv": "gemm",
+            "distillation.method": method, "distillation.public_size": 60, "distillation.subset_size": 20}
+    if method == "fedmd":
+        over["distillation.transfer_epochs"] = 1
     protocol = build_protocol(build_experiment(load_config(None, over)))
     specs = protocol.specs  # type: ignore[attr-defined]
-    for spec in (specs.client, specs.distill, specs.server):
-        assert (spec.memory_format, spec.precision) == ("channels_last", precision)
+    transfer = protocol.client.transfer  # type: ignore[attr-defined]
+    phases = [specs.client, specs.distill, specs.server] + (list(transfer.specs) if method == "fedmd" else [])
+    assert method != "fedmd" or transfer is not None
+    for spec in phases:
+        assert (spec.memory_format, spec.precision, spec.batched_conv) == ("channels_last", precision, "gemm")
+    for spec in phases[1:]:  # a phase keeps the run's optimiser but none of the private objective's terms
+        assert (spec.momentum, spec.optim, tuple(spec.terms), spec.augment) == (0.5, specs.client.optim, (), None)
 
 
 def test_fp32_batch_norm_mode_runs_bf16_batch_norm_in_fp32_under_vmap() -> None:

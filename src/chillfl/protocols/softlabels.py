@@ -459,27 +459,13 @@ class _Specs:
 
 def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod) -> _Specs:
     cfg, spec, c = exp.config, exp.spec, setup.common
-    distill = LocalSpec(
-        epochs=c.distill_epochs,
-        batch_size=c.distill_batch_size or cfg.client.batch_size,
-        momentum=spec.momentum,
-        weight_decay=spec.weight_decay,
-        optim=spec.optim,
-        base_loss=mean_absolute_error if method.uses_logits else weighted_kl(method.distill_weight),
-        memory_format=spec.memory_format,  # the run's resolved compute settings, as for private training
-        precision=spec.precision,
-        batched_conv=spec.batched_conv,
+    distill = spec.phase(
+        c.distill_epochs, c.distill_batch_size or cfg.client.batch_size,
+        mean_absolute_error if method.uses_logits else weighted_kl(method.distill_weight),
     )
-    server = LocalSpec(
-        epochs=c.server_epochs or cfg.client.epochs,
-        batch_size=c.server_batch_size or c.distill_batch_size or cfg.client.batch_size,
-        momentum=spec.momentum,
-        weight_decay=spec.weight_decay,
-        optim=spec.optim,
-        base_loss=mean_absolute_error if method.uses_logits else soft_target_kl,
-        memory_format=spec.memory_format,  # the run's resolved compute settings, as for private training
-        precision=spec.precision,
-        batched_conv=spec.batched_conv,
+    server = spec.phase(
+        c.server_epochs or cfg.client.epochs, c.server_batch_size or c.distill_batch_size or cfg.client.batch_size,
+        mean_absolute_error if method.uses_logits else soft_target_kl,
     )
     on_disk = c.client_store == "disk" or (c.client_store == "auto" and exp.data.num_clients > c.max_clients_in_memory)
     return _Specs(spec, distill, server, c.server_lr or c.distill_lr, on_disk)
@@ -535,7 +521,7 @@ class SoftLabelProtocol:
         epochs = options.transfer_epochs
         cfg = exp.config
         y = public_labels(setup, exp.data, cfg.seed, cfg.data_dir).to(self.x_public.device)
-        base = LocalSpec(epochs=epochs, batch_size=cfg.client.batch_size, momentum=exp.spec.momentum, weight_decay=exp.spec.weight_decay, optim=exp.spec.optim)
+        base = exp.spec.phase(epochs, cfg.client.batch_size)
         specs = [base] + ([dataclasses.replace(base, model=m) for m in cm.models[1:]] if cm is not None else [])
         lr = options.transfer_lr or cfg.client.lr
         return TransferPhase(self.x_public, y, tuple(specs), lr, cfg.seed)

@@ -118,6 +118,18 @@ class LocalSpec:
     frozen: frozenset[str] = frozenset()
     """Parameters held fixed (read, never updated, no optimiser state): FedRep trains its head with the body frozen, then the body."""
 
+    def phase(self, epochs: int, batch_size: int, base_loss: BaseLoss = temperature_cross_entropy) -> LocalSpec:
+        """The spec of a training phase besides private training (distillation, a server model, FedMD's transfer learning).
+
+        It keeps the run's optimiser and resolved compute settings (memory format,
+        precision, batched convolutions), so ``precision = "bf16"`` holds in every
+        phase; it drops the private objective's terms, augmentation and frozen parts.
+        """
+        return LocalSpec(
+            epochs=epochs, batch_size=batch_size, momentum=self.momentum, weight_decay=self.weight_decay, base_loss=base_loss,
+            memory_format=self.memory_format, precision=self.precision, batched_conv=self.batched_conv, optim=self.optim,
+        )
+
 
 def conv2d_model(model: nn.Module) -> bool:
     """Whether the model has a 2-d convolution (the layers channels-last speeds up)."""

@@ -4,7 +4,7 @@
     chillfl resume RUN_DIR                         continue an interrupted run from its checkpoint
     chillfl compare CONFIG --grid key=v1,v2 ...   variants on the same partition and seed
         [--seeds 0,1,2] [--tune client.lr=0.01,0.1] [--controls]   over seeds, tuned on validation, with step-size controls
-    chillfl reproduce PAPER [--seeds 0,1,2]        a paper's headline claims at CPU scale: claim vs measured, verdict
+    chillfl reproduce PAPER [--seeds 0,1,2] [--resume]  a paper's headline claims at CPU scale: claim vs measured, verdict
     chillfl data show CONFIG                       the partition: sizes, class counts, heat map
     chillfl data download NAME... [--data-dir D]   fetch, check and unpack real datasets
     chillfl list                                   registered datasets, models, methods, experiments
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 import textwrap
 from pathlib import Path
@@ -152,11 +153,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from chillfl.report.compare import parse_seeds
     from chillfl.reproduce import format_outcomes, reproduce
+    from chillfl.runner import RunInterrupted
 
     seeds = parse_seeds(args.seeds)
     if args.out_dir is not None:
         check_out_dir(args.out_dir)
-    outcomes = reproduce(args.paper, seeds, out_dir=args.out_dir, progress=_progress(args))
+    try:
+        outcomes = reproduce(args.paper, seeds, out_dir=args.out_dir, progress=_progress(args), resume=args.resume)
+    except RunInterrupted as exc:  # the claims finished so far are read back, the stopped one resumes
+        out = f" --out {shlex.quote(args.out_dir)}" if args.out_dir is not None else ""
+        exc.resume_command = f"chillfl reproduce {args.paper} --seeds {','.join(map(str, seeds))}{out} --resume"
+        raise
     print(format_outcomes(outcomes))
     return 0
 
@@ -312,6 +319,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.add_argument("paper", choices=("flexchill", "fedchill", "pa3fed", "scarlet"))
     p.add_argument("--seeds", default="0,1,2", help="seeds (default 0,1,2)")
     p.add_argument("--out", dest="out_dir", help="parent folder of the comparisons' result folders (default: each config's out_dir)")
+    p.add_argument("--resume", action="store_true",
+                   help="read back the claims whose comparison this code finished before (same config, seeds, --out), resume an interrupted one, run the rest")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_reproduce)
 
@@ -421,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         if exc.folder is not None:
             kept = f"the checkpoint of round {exc.checkpoint} is kept; " if exc.at_once else ""
-            print(f"chillfl: {exc}; {kept}resume with: chillfl resume {exc.folder}", file=sys.stderr)
+            print(f"chillfl: {exc}; {kept}resume with: {exc.resume_command or f'chillfl resume {exc.folder}'}", file=sys.stderr)
         else:
             print(f"chillfl: {exc}; no checkpoint had been written yet, so there is nothing to resume", file=sys.stderr)
         return exc.exit_code

@@ -8,6 +8,7 @@ checkpoint's record with the resuming machine's and warns in one line.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import subprocess
@@ -71,6 +72,21 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return head + ("+dirty" if dirty else "") if head else None
+
+
+@lru_cache(maxsize=1)
+def code_sha256() -> str:
+    """SHA-256 of chillfl's own source (every ``.py`` of the package, by relative path and bytes).
+
+    The version string stays 0.1.0 across changes, and an installed package has no
+    git commit: this names the code that made a result, so a finished comparison is
+    reused (``chillfl reproduce --resume``) only by the code that made it.
+    """
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def as_comment(env: Mapping[str, Any]) -> str:

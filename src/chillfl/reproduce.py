@@ -44,7 +44,8 @@ from chillfl.config import RunConfig, load_config
 from chillfl.errors import ConfigError
 from chillfl.experiments import resolve_config
 from chillfl.progress import Progress
-from chillfl.report.compare import CompareOptions, run_compare
+from chillfl.engine.results import PARTIAL
+from chillfl.report.compare import CompareOptions, find_compare, read_compare, resume_compare, run_compare
 from chillfl.metrics.stats import paired_difference
 
 PAPERS = ("flexchill", "fedchill", "pa3fed", "scarlet")
@@ -157,12 +158,23 @@ def _key(claim: Claim) -> str:
 
 def run_claim(
     claim: Claim, seeds: Sequence[int], *, out_dir: str | None = None, progress: Progress = False, write: bool = True,
-    cache: dict[str, list[dict[str, Any]]] | None = None,
+    cache: dict[str, list[dict[str, Any]]] | None = None, resume: bool = False,
 ) -> Outcome:
+    """The claim's outcome from its comparison: run, or with ``resume`` read back (finished) or resumed (interrupted)."""
     cache = {} if cache is None else cache
     if _key(claim) not in cache:
         config = claim_config(claim, seeds, out_dir)
-        cache[_key(claim)] = run_compare(config, list(claim.grid), progress=progress, write=write, options=CompareOptions(seeds=list(seeds))).rows
+        options = CompareOptions(seeds=list(seeds))
+        found = find_compare(config, claim.grid, options) if resume and write else None
+        if found is not None and not found.name.endswith(PARTIAL):
+            print(f"chillfl reproduce: read back {found} (finished before, same config and code)", file=sys.stderr)
+            result = read_compare(found)
+        elif found is not None:
+            print(f"chillfl reproduce: resuming {found}", file=sys.stderr)
+            result = resume_compare(found, progress=progress)
+        else:
+            result = run_compare(config, list(claim.grid), progress=progress, write=write, options=options)
+        cache[_key(claim)] = result.rows
     rows = {r["variant"]: r for r in cache[_key(claim)]}
     if claim.variant not in rows or claim.baseline not in rows:
         raise ConfigError("reproduce", f"{claim.config}: variants {claim.variant!r} / {claim.baseline!r} not in {', '.join(rows)}")
@@ -212,12 +224,15 @@ def format_outcomes(outcomes: Sequence[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def reproduce(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, progress: Progress = False) -> list[Outcome]:
+def reproduce(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, progress: Progress = False, resume: bool = False) -> list[Outcome]:
+    """Every claim of ``paper``. ``resume``: a claim whose comparison this code finished before (same config, seeds
+    and grid under the same ``out_dir``) is read back, an interrupted one resumes, the rest run; the verdicts equal an
+    uninterrupted run's."""
     if paper not in PAPERS:
         raise ConfigError("paper", f"unknown paper {paper!r}; allowed: {', '.join(PAPERS)}")
     outcomes: list[Outcome] = []
     cache: dict[str, list[dict[str, Any]]] = {}
     for claim in (c for c in CLAIMS if c.paper == paper):
         print(f"chillfl reproduce: {claim.text} ...", file=sys.stderr)
-        outcomes.append(run_claim(claim, seeds, out_dir=out_dir, progress=progress, cache=cache))
+        outcomes.append(run_claim(claim, seeds, out_dir=out_dir, progress=progress, cache=cache, resume=resume))
     return outcomes

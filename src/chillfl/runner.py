@@ -103,6 +103,8 @@ class RunInterrupted(Exception):
         super().__init__(f"interrupted by a second {name} during round {round + 1}" if at_once else f"interrupted by {name} after round {round}")
         self.signum, self.folder, self.round, self.at_once = signum, folder, round, at_once
         self.checkpoint: int | None = None if at_once else round
+        self.resume_command: str | None = None
+        """How to go on, where it is more than ``chillfl resume FOLDER`` (``chillfl reproduce PAPER --resume``)."""
 
     @property
     def exit_code(self) -> int:

@@ -52,7 +52,7 @@ from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.progress import Progress
 from chillfl.report.caveats import step_size_caveat
 from chillfl.report.html import write_report
-from chillfl.report.sweep import CompareOptions, Sweep, Variant, check_resumable, read_sweep, write_sweep
+from chillfl.report.sweep import FIELD, CompareOptions, Sweep, Variant, check_resumable, find_sweep, read_sweep, sweep_record, write_sweep
 from chillfl.runner import RunInterrupted, RunOutput
 from chillfl.tune import SELECT_RULES, parse_tune, point_label, point_scores, select_point
 
@@ -511,6 +511,53 @@ def format_seed_table(
     return "\n".join(lines)
 
 
+def plan_sweep(
+    config: RunConfig, grid: Sequence[str], options: CompareOptions | None = None, variants: Sequence[Variant] | None = None,
+) -> tuple[list[Variant], CompareOptions]:
+    """The comparison's variants (``grid``, else ``variants``, else the config's; controls added) and its options with
+    every default filled in (seeds, tuning table, selection rule): what ``sweep.json`` records. Every variant is
+    checked here, before anything runs; errors name the variant."""
+    opts = options or CompareOptions()
+    from_grid = bool(grid) or variants is not None
+    if variants is None:
+        variants = parse_grid(grid) if grid else variants_from_config(config)
+    planned = list(variants)
+    if not planned:
+        raise ConfigError("--grid", "give at least one key=v1,v2,... or define [variants.LABEL] tables in the config")
+    seeds = opts.seeds if opts.seeds is not None else list(config.compare.get("seeds", [config.seed]))
+    tune_table = opts.tune if opts.tune is not None else dict(config.tune)
+    tuned = len(parse_tune(tune_table)) > 1 or bool(tune_table)
+    select = opts.select or config.compare.get("select", "final")
+    if select not in SELECT_RULES:
+        raise ConfigError("--select", f"unknown rule {select!r}; allowed: {', '.join(SELECT_RULES)}")
+    if tuned and config.eval.validation <= 0:
+        raise ConfigError("eval.validation", "tuning selects on the server validation split; set eval.validation > 0 (e.g. eval.validation=0.1)")
+    for v in planned:  # validates every variant before running any; errors name the variant
+        with _naming(v.label, from_grid):
+            apply_variant(config, v)
+    if opts.controls if opts.controls is not None else config.compare.get("controls", False):
+        planned = with_controls(config, planned)
+    return planned, CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select)  # the variants carry the controls
+
+
+def find_compare(config: RunConfig, grid: Sequence[str], options: CompareOptions | None = None, reference: str | None = None) -> Path | None:
+    """The folder of this very comparison under ``config.out_dir``, made before by this code: finished (its table
+    written) or else interrupted (``.partial``); None when there is none (:func:`chillfl.report.sweep.find_sweep`)."""
+    variants, saved = plan_sweep(config, grid, options)
+    record = sweep_record(to_toml(config.to_dict()).encode(), variants, saved, reference, resumable=True)
+    return find_sweep(Path(config.out_dir), f"{config.name}-compare", record)
+
+
+def read_compare(folder: Path) -> CompareResult:
+    """A finished comparison's table as it was written (rows from ``table.json``); its runs are not read."""
+    try:
+        rows = json.loads((folder / "table.json").read_text(encoding="utf-8"))
+        table = (folder / "table.md").read_text(encoding="utf-8").removesuffix("\n")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(FIELD, f"{folder} has no readable table ({type(exc).__name__}: {exc})") from None
+    return CompareResult(folder, rows, table)
+
+
 def run_compare(
     config: RunConfig,
     grid: Sequence[str],
@@ -536,28 +583,12 @@ def run_compare(
     data and ``nn.Module`` (:func:`chillfl.compare`), as for :func:`chillfl.run`; ``plugged``: its method parts.
     ``resume``: the interrupted comparison's ``.partial`` folder to go on in (:func:`resume_compare`; ``force`` as there).
     """
-    opts = options or CompareOptions()
     from_grid = bool(grid) or variants is not None
-    if variants is None:
-        variants = parse_grid(grid) if grid else variants_from_config(config)
-    variants = list(variants)
-    if not variants:
-        raise ConfigError("--grid", "give at least one key=v1,v2,... or define [variants.LABEL] tables in the config")
-    seeds = opts.seeds if opts.seeds is not None else list(config.compare.get("seeds", [config.seed]))
-    tune_table = opts.tune if opts.tune is not None else dict(config.tune)
+    variants, saved = plan_sweep(config, grid, options, variants)
+    seeds, tune_table, select = saved.seeds or [], saved.tune or {}, saved.select or "final"
     points = parse_tune(tune_table)
-    select = opts.select or config.compare.get("select", "final")
-    if select not in SELECT_RULES:
-        raise ConfigError("--select", f"unknown rule {select!r}; allowed: {', '.join(SELECT_RULES)}")
     tuned = len(points) > 1 or bool(tune_table)
-    if tuned and config.eval.validation <= 0:
-        raise ConfigError("eval.validation", "tuning selects on the server validation split; set eval.validation > 0 (e.g. eval.validation=0.1)")
     multi = tuned or len(seeds) > 1
-    for v in variants:  # validates every variant before running any; errors name the variant
-        with _naming(v.label, from_grid):
-            apply_variant(config, v)
-    if opts.controls if opts.controls is not None else config.compare.get("controls", False):
-        variants = with_controls(config, variants)
     total = len(variants) * len(points) * len(seeds)
     if total > MAX_RUNS:
         raise ConfigError("compare.seeds", f"{len(variants)} variants x {len(points)} tuning points x {len(seeds)} seeds = {total} runs; at most {MAX_RUNS}")
@@ -597,9 +628,9 @@ def run_compare(
         partial, folder = resume, resume.with_name(resume.name.removesuffix(PARTIAL))
     elif write:
         folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-compare")  # atomic: no race with a run beside it
-        (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
-        saved = CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select)  # the variants below carry the controls
-        write_sweep(partial, variants, saved, reference, resumable=dataset is None and model is None and plugged is None)
+        toml = to_toml(config.to_dict())
+        (partial / "config.toml").write_text(toml, encoding="utf-8")
+        write_sweep(partial, sweep_record(toml.encode(), variants, saved, reference, resumable=dataset is None and model is None and plugged is None))
     if partial is not None:
         lock = RunLock(partial)  # one process at a time goes on with a comparison (the first run, or a resume of it)
     try:

@@ -29,14 +29,18 @@ import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
+from glob import escape as glob_escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+import torch
 
 from chillfl.engine.checkpoint import read_state
 from chillfl.engine.model_file import read_model
 from chillfl.engine.pools import WorkerPools
 from chillfl.engine.results import PARTIAL, read_metrics, refuse_links, remove_tree
 from chillfl.engine.run_folder import CHECKPOINT
+from chillfl.environment import code_sha256
 from chillfl.errors import ConfigError, Diverged, one_line
 from chillfl.experiment import build_experiment
 from chillfl.progress import Progress, format_seconds
@@ -78,13 +82,61 @@ class CompareOptions:
     select: str | None = None
 
 
-def write_sweep(partial: Path, variants: list[Variant], options: CompareOptions, reference: str | None, resumable: bool) -> None:
-    """What :func:`read_sweep` gives back (``resumable`` False: a user's own data or parts), and the SHA-256 of the
-    comparison's ``config.toml`` (written before), which a resume checks."""
-    config_sha256 = hashlib.sha256((partial / "config.toml").read_bytes()).hexdigest()
-    record = {"format": FORMAT, "resumable": resumable, "reference": reference, "options": asdict(options),
-              "variants": [asdict(v) for v in variants], "config_sha256": config_sha256}
+class MadeWith(TypedDict):
+    code_sha256: str
+    torch: str
+
+
+class SweepRecord(TypedDict):
+    """``sweep.json``, as written (variants and options in their JSON form)."""
+
+    format: int
+    resumable: bool
+    reference: str | None
+    options: dict[str, Any]
+    variants: list[dict[str, Any]]
+    config_sha256: str
+    made_with: MadeWith
+
+
+def sweep_record(config_toml: bytes, variants: list[Variant], options: CompareOptions, reference: str | None, resumable: bool) -> SweepRecord:
+    """What ``sweep.json`` holds: what :func:`read_sweep` gives back (``resumable`` False: a user's own data or parts), the
+    SHA-256 of the comparison's ``config.toml``, which a resume checks, and the code and torch that ran it, which
+    :func:`find_sweep` checks before a finished comparison is reused."""
+    return {"format": FORMAT, "resumable": resumable, "reference": reference, "options": asdict(options),
+            "variants": [asdict(v) for v in variants], "config_sha256": hashlib.sha256(config_toml).hexdigest(),
+            "made_with": {"code_sha256": code_sha256(), "torch": str(torch.__version__)}}
+
+
+def write_sweep(partial: Path, record: SweepRecord) -> None:
+    """``sweep.json`` in the comparison's ``.partial`` folder (beside its ``config.toml``)."""
     (partial / SWEEP_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def find_sweep(parent: Path, name: str, record: SweepRecord) -> Path | None:
+    """The comparison folder under ``parent`` that the sweep ``record`` would make again, finished or (else) interrupted.
+
+    Candidates are ``NAME``, ``NAME-2``, ... as :func:`~chillfl.engine.results.claim_dir` names them, with or
+    without ``.partial``; one matches when its ``sweep.json`` equals ``record``: same config, variants, seeds,
+    tuning, reference, code and torch. Anything else (another config, an older chillfl) is never reused.
+    """
+    wanted = json.loads(json.dumps(record, sort_keys=True))  # as it reads back (tuples as lists)
+    found: Path | None = None
+    for folder in sorted(parent.glob(f"{glob_escape(name)}*"), key=lambda p: p.name):
+        base = folder.name.removesuffix(PARTIAL)
+        if not (base == name or (base.startswith(f"{name}-") and base[len(name) + 1:].isdigit())) or folder.is_symlink():
+            continue
+        try:
+            saved = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if saved != wanted:
+            continue
+        if not folder.name.endswith(PARTIAL) and (folder / "table.json").is_file():
+            return folder  # a finished one first: nothing to run
+        if folder.name.endswith(PARTIAL) and found is None:
+            found = folder
+    return found
 
 
 def read_sweep(folder: Path, force: bool = False) -> tuple[list[Variant], CompareOptions, str | None]:

@@ -1,0 +1,91 @@
+"""``chillfl reproduce PAPER --resume``: an interrupted reproduction goes on where it stopped.
+
+Claims whose comparison this code finished before are read back from their
+``table.json``, the stopped comparison resumes (``chillfl.report.sweep``), the
+rest run; the printed verdicts equal an uninterrupted run's, byte for byte (one
+machine, one torch build). A comparison is reused only when its ``sweep.json``
+says it is this very one: same config, seeds, grid, code and torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import chillfl.report.sweep as sweep
+import chillfl.reproduce as reproduce
+from chillfl.cli import main
+from chillfl.report.compare import CompareOptions, find_compare
+from chillfl.reproduce import Claim, claim_config
+from test_sweep_resume import _interrupt
+
+SMALL = {"federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 3, "eval.clients": "none"}
+CLAIMS = (
+    Claim("flexchill", "T = 0.05 beats T = 1 (small)", "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), overrides={**SMALL, "client.lr": 0.01}),
+    Claim("flexchill", "the same at lr 0.05 (small)", "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), overrides={**SMALL, "client.lr": 0.05}),
+)
+"""Two claims of two comparisons each of 2 variants x 2 seeds (8 runs of 3 rounds)."""
+
+
+@pytest.fixture(autouse=True)
+def _small_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reproduce, "CLAIMS", CLAIMS)
+
+
+def _reproduce(out: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
+    code = main(["reproduce", "flexchill", "--seeds", "0,1", "--out", str(out), "-q", *extra])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _folders(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir())
+
+
+def test_an_interrupted_reproduction_resumes_to_the_uninterrupted_verdicts(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    code, expected, _ = _reproduce(tmp_path / "whole", capsys)
+    assert code == 0 and expected.count("| flexchill |") == 2
+
+    out = tmp_path / "stopped"
+    calls = _interrupt(monkeypatch, run=6, after_round=2)  # the second claim's second run
+    code, _, err = _reproduce(out, capsys)
+    assert code == 130 and calls == {"run": 6, "resume": 0}
+    assert f"resume with: chillfl reproduce flexchill --seeds 0,1 --out {out} --resume" in err
+    assert _folders(out) == ["demo-compare", "demo-compare-2.partial"]
+
+    calls["run"] = 0
+    code, resumed, err = _reproduce(out, capsys, "--resume")
+    assert code == 0 and resumed == expected
+    assert f"read back {out / 'demo-compare'} (finished before" in err and f"resuming {out / 'demo-compare-2.partial'}" in err
+    assert calls == {"run": 2, "resume": 1}  # claim 1 read back; claim 2: its first run read back, the second resumed, two more run
+    assert _folders(out) == ["demo-compare", "demo-compare-2"]
+
+    calls["run"] = 0
+    code, again, _ = _reproduce(out, capsys, "--resume")  # both finished: nothing runs
+    assert code == 0 and again == expected and calls["run"] == 0 and _folders(out) == ["demo-compare", "demo-compare-2"]
+
+
+def test_only_the_same_comparison_made_by_the_same_code_is_reused(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "r"
+    assert _reproduce(out, capsys)[0] == 0
+    config, options = claim_config(CLAIMS[0], [0, 1], str(out)), CompareOptions(seeds=[0, 1])
+    assert find_compare(config, CLAIMS[0].grid, options) == out / "demo-compare"
+    assert find_compare(claim_config(CLAIMS[1], [0, 1], str(out)), CLAIMS[1].grid, options) == out / "demo-compare-2"
+    assert find_compare(config, CLAIMS[0].grid, CompareOptions(seeds=[0])) is None  # other seeds
+    assert find_compare(config, ("temperature=1,0.25",), options) is None  # another grid
+    assert find_compare(config.with_overrides({"federation.rounds": 4}), CLAIMS[0].grid, options) is None  # another config
+    monkeypatch.setattr(sweep, "code_sha256", lambda: "0" * 64)  # chillfl's code changed since
+    assert find_compare(config, CLAIMS[0].grid, options) is None
+
+    calls = _interrupt(monkeypatch, run=99, after_round=1)  # never fires: counts the runs
+    code, _, err = _reproduce(out, capsys, "--resume")
+    assert code == 0 and calls["run"] == 8 and "read back" not in err  # nothing reused: every run again, in new folders
+    assert _folders(out) == ["demo-compare", "demo-compare-2", "demo-compare-3", "demo-compare-4"]
+
+
+def test_without_resume_every_claim_runs_again(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "r"
+    assert _reproduce(out, capsys)[0] == 0
+    calls = _interrupt(monkeypatch, run=99, after_round=1)
+    assert _reproduce(out, capsys)[0] == 0 and calls["run"] == 8

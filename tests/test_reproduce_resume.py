@@ -40,17 +40,20 @@ def _reproduce(out: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tu
 
 
 def _folders(out: Path) -> list[str]:
-    return sorted(p.name for p in out.iterdir())
+    return sorted(p.name for p in out.iterdir() if p.is_dir())
 
 
 def test_an_interrupted_reproduction_resumes_to_the_uninterrupted_verdicts(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    code, expected, _ = _reproduce(tmp_path / "whole", capsys)
+    code, expected, err = _reproduce(tmp_path / "whole", capsys)
     assert code == 0 and expected.count("| flexchill |") == 2
+    verdicts = tmp_path / "whole" / "reproduce-flexchill.md"  # the table and each claim's evidence folder
+    assert f"in {verdicts}" in err and expected in verdicts.read_text()
+    assert f"- {CLAIMS[1].text}: `{tmp_path / 'whole' / 'demo-compare-2'}`" in verdicts.read_text()
 
     out = tmp_path / "stopped"
     calls = _interrupt(monkeypatch, run=6, after_round=2)  # the second claim's second run
     code, _, err = _reproduce(out, capsys)
-    assert code == 130 and calls == {"run": 6, "resume": 0}
+    assert code == 130 and calls == {"run": 6, "resume": 0} and not (out / "reproduce-flexchill.md").exists()
     assert f"resume with: chillfl reproduce flexchill --seeds 0,1 --out {out} --resume" in err
     assert _folders(out) == ["demo-compare", "demo-compare-2.partial"]
 
@@ -60,6 +63,7 @@ def test_an_interrupted_reproduction_resumes_to_the_uninterrupted_verdicts(tmp_p
     assert f"read back {out / 'demo-compare'} (finished before" in err and f"resuming {out / 'demo-compare-2.partial'}" in err
     assert calls == {"run": 2, "resume": 1}  # claim 1 read back; claim 2: its first run read back, the second resumed, two more run
     assert _folders(out) == ["demo-compare", "demo-compare-2"]
+    assert (out / "reproduce-flexchill.md").read_text() == verdicts.read_text().replace(str(tmp_path / "whole"), str(out))
 
     calls["run"] = 0
     code, again, _ = _reproduce(out, capsys, "--resume")  # both finished: nothing runs

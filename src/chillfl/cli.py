@@ -152,7 +152,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from chillfl.report.compare import parse_seeds
-    from chillfl.reproduce import format_outcomes, reproduce
+    from chillfl.reproduce import format_outcomes, reproduce, write_verdicts
     from chillfl.runner import RunInterrupted
 
     seeds = parse_seeds(args.seeds)
@@ -165,6 +165,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         exc.resume_command = f"chillfl reproduce {args.paper} --seeds {','.join(map(str, seeds))}{out} --resume"
         raise
     print(format_outcomes(outcomes))
+    written = write_verdicts(args.paper, outcomes)
+    if written is not None:
+        print(f"chillfl reproduce: verdicts and their evidence folders in {written}", file=sys.stderr)
     return 0
 
 

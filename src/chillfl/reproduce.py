@@ -35,9 +35,11 @@ sensitivity row (same runs: one comparison serves every SCARLET row).
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from chillfl.config import RunConfig, load_config
@@ -45,7 +47,7 @@ from chillfl.errors import ConfigError
 from chillfl.experiments import resolve_config
 from chillfl.progress import Progress
 from chillfl.engine.results import PARTIAL
-from chillfl.report.compare import CompareOptions, find_compare, read_compare, resume_compare, run_compare
+from chillfl.report.compare import CompareOptions, CompareResult, find_compare, read_compare, resume_compare, run_compare
 from chillfl.metrics.stats import paired_difference
 
 PAPERS = ("flexchill", "fedchill", "pa3fed", "scarlet")
@@ -111,6 +113,8 @@ class Outcome:
     verdict: str
     bytes_ratio: float | None = None
     """Mean bytes(variant) / bytes(baseline) over seeds, where both count bytes."""
+    folder: Path | None = None
+    """The comparison's result folder (its runs, table and figures): the evidence behind the verdict."""
 
 
 def claim_config(claim: Claim, seeds: Sequence[int], out_dir: str | None) -> RunConfig:
@@ -158,7 +162,7 @@ def _key(claim: Claim) -> str:
 
 def run_claim(
     claim: Claim, seeds: Sequence[int], *, out_dir: str | None = None, progress: Progress = False, write: bool = True,
-    cache: dict[str, list[dict[str, Any]]] | None = None, resume: bool = False,
+    cache: dict[str, CompareResult] | None = None, resume: bool = False,
 ) -> Outcome:
     """The claim's outcome from its comparison: run, or with ``resume`` read back (finished) or resumed (interrupted)."""
     cache = {} if cache is None else cache
@@ -174,8 +178,9 @@ def run_claim(
             result = resume_compare(found, progress=progress)
         else:
             result = run_compare(config, list(claim.grid), progress=progress, write=write, options=options)
-        cache[_key(claim)] = result.rows
-    rows = {r["variant"]: r for r in cache[_key(claim)]}
+        cache[_key(claim)] = result
+    compared = cache[_key(claim)]
+    rows = {r["variant"]: r for r in compared.rows}
     if claim.variant not in rows or claim.baseline not in rows:
         raise ConfigError("reproduce", f"{claim.config}: variants {claim.variant!r} / {claim.baseline!r} not in {', '.join(rows)}")
     row, base = rows[claim.variant], rows[claim.baseline]
@@ -192,9 +197,9 @@ def run_claim(
     else:
         delta = row["delta_acc"]
         if delta is None:
-            return Outcome(claim, list(seeds), "diverged", "does not at this scale", ratio)
+            return Outcome(claim, list(seeds), "diverged", "does not at this scale", ratio, compared.folder)
         measured, verdict = accuracy_verdict(delta["per_seed"])
-    return Outcome(claim, list(seeds), measured + tuned, verdict, ratio)
+    return Outcome(claim, list(seeds), measured + tuned, verdict, ratio, compared.folder)
 
 
 def _point(row: Mapping[str, Any]) -> str:
@@ -231,8 +236,24 @@ def reproduce(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, p
     if paper not in PAPERS:
         raise ConfigError("paper", f"unknown paper {paper!r}; allowed: {', '.join(PAPERS)}")
     outcomes: list[Outcome] = []
-    cache: dict[str, list[dict[str, Any]]] = {}
+    cache: dict[str, CompareResult] = {}
     for claim in (c for c in CLAIMS if c.paper == paper):
         print(f"chillfl reproduce: {claim.text} ...", file=sys.stderr)
         outcomes.append(run_claim(claim, seeds, out_dir=out_dir, progress=progress, cache=cache, resume=resume))
     return outcomes
+
+
+def write_verdicts(paper: str, outcomes: Sequence[Outcome]) -> Path | None:
+    """``reproduce-PAPER.md`` beside the claims' comparison folders: the verdict table and, per claim, the folder
+    that holds its evidence (None when nothing was written). Written whole or not at all (a rename)."""
+    folders = [o.folder for o in outcomes if o.folder is not None]
+    if not folders:
+        return None
+    seeds = ",".join(map(str, outcomes[0].seeds))
+    lines = [f"# chillfl reproduce {paper} --seeds {seeds}", "", format_outcomes(outcomes), "", "Evidence (each claim's comparison folder):", ""]
+    lines += [f"- {o.claim.text}: `{o.folder}`" for o in outcomes if o.folder is not None]
+    path = folders[0].parent / f"reproduce-{paper}.md"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path

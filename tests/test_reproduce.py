@@ -59,3 +59,50 @@ def test_scarlet_runs_the_scaled_setting_and_a_d_sweep_in_one_comparison() -> No
     head, sens = text.split("Sensitivity")
     assert "D=1 vs DS-FL" in head and "cache outlives" not in head
     assert "| 0.250 | **opposite** |" in sens
+
+
+def test_verdict_figure_rows_are_the_claims_per_seed_values_with_their_interval(tmp_path) -> None:
+    """reproduce-PAPER.md/.png: hand-worked rows, both panels drawn, every claim's folder named."""
+    pytest.importorskip("matplotlib")
+    from pathlib import Path
+
+    from chillfl.reproduce import Outcome, verdict_points, write_verdicts
+
+    scarlet = [c for c in CLAIMS if c.paper == "scarlet"]
+    nbytes = next(c for c in scarlet if c.metric == "bytes")
+    acc = next(c for c in scarlet if c.metric == "accuracy" and c.section == "headline")
+    folder = Path(tmp_path) / "dsfl-vs-scarlet-compare"
+    outcomes = [
+        Outcome(nbytes, [0, 1], "m", "reproduces", 0.35, folder, (0.3, 0.4)),
+        Outcome(acc, [0, 1], "m", "does not at this scale", 0.35, folder, (2.0, 4.0)),
+        Outcome(acc, [0, 1], "diverged", "does not at this scale", None, folder),  # nothing to draw
+    ]
+    b, a = verdict_points(outcomes)
+    assert (b.metric, b.per_seed, b.bound, b.interval) == ("bytes", (0.3, 0.4), 0.5, None) and b.mean == pytest.approx(0.35)
+    # d = [2, 4]: mean 3, std sqrt(2), half width t(0.975, 1) * sqrt(2) / sqrt(2) = 12.7062
+    assert (a.metric, a.mean) == ("accuracy", 3.0) and a.interval == pytest.approx((3.0 - 12.7062, 3.0 + 12.7062), abs=1e-4)
+
+    path = write_verdicts("scarlet", outcomes)
+    assert path == Path(tmp_path) / "reproduce-scarlet.md"
+    text = path.read_text()
+    assert "![verdicts](reproduce-scarlet.png)" in text and f"- {acc.text}: `{folder}`" in text and "| scarlet |" in text
+    from matplotlib.image import imread
+
+    image = imread(path.with_suffix(".png"))
+    assert image.shape[1] > image.shape[0] > 100  # one wide figure, two panels side by side
+    assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["reproduce-scarlet.md", "reproduce-scarlet.png"]  # no temp file left
+
+
+def test_verdicts_without_matplotlib_still_write_the_table(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    import chillfl.reproduce as reproduce
+    from chillfl.errors import MissingExtra
+
+    def missing(*_a: object, **_k: object) -> None:
+        raise MissingExtra("matplotlib", "plots", "plots")
+
+    monkeypatch.setattr(reproduce, "plot_verdicts", missing)
+    claim = CLAIMS[0]
+    path = reproduce.write_verdicts("flexchill", [reproduce.Outcome(claim, [0], "m", "reproduces", None, Path(tmp_path) / "demo-compare", (1.0,))])
+    assert path is not None and "![verdicts]" not in path.read_text() and not path.with_suffix(".png").exists()

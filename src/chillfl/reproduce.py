@@ -35,6 +35,7 @@ sensitivity row (same runs: one comparison serves every SCARLET row).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -43,12 +44,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from chillfl.config import RunConfig, load_config
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, MissingExtra
 from chillfl.experiments import resolve_config
 from chillfl.progress import Progress
 from chillfl.engine.results import PARTIAL
 from chillfl.report.compare import CompareOptions, CompareResult, find_compare, read_compare, resume_compare, run_compare
 from chillfl.metrics.stats import paired_difference
+from chillfl.plots.verdicts import VerdictPoint, plot_verdicts
 
 PAPERS = ("flexchill", "fedchill", "pa3fed", "scarlet")
 LR_GRID = [0.01, 0.05, 0.2]
@@ -115,6 +117,8 @@ class Outcome:
     """Mean bytes(variant) / bytes(baseline) over seeds, where both count bytes."""
     folder: Path | None = None
     """The comparison's result folder (its runs, table and figures): the evidence behind the verdict."""
+    per_seed: tuple[float, ...] = ()
+    """Accuracy claims: variant - baseline in points per seed; bytes claims: the ratio per seed (the figure's dots)."""
 
 
 def claim_config(claim: Claim, seeds: Sequence[int], out_dir: str | None) -> RunConfig:
@@ -194,12 +198,13 @@ def run_claim(
         if not ratios:
             raise ConfigError("reproduce", f"{claim.config}: no byte counts in the records")
         measured, verdict = bytes_verdict(ratios, claim.bound)
+        return Outcome(claim, list(seeds), measured + tuned, verdict, ratio, compared.folder, tuple(ratios))
     else:
         delta = row["delta_acc"]
         if delta is None:
             return Outcome(claim, list(seeds), "diverged", "does not at this scale", ratio, compared.folder)
         measured, verdict = accuracy_verdict(delta["per_seed"])
-    return Outcome(claim, list(seeds), measured + tuned, verdict, ratio, compared.folder)
+    return Outcome(claim, list(seeds), measured + tuned, verdict, ratio, compared.folder, tuple(100 * d for d in delta["per_seed"]))
 
 
 def _point(row: Mapping[str, Any]) -> str:
@@ -243,16 +248,43 @@ def reproduce(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, p
     return outcomes
 
 
+def verdict_points(outcomes: Sequence[Outcome]) -> list[VerdictPoint]:
+    """The figure's rows: each claim's per-seed values with the mean and (accuracy, n > 1) the 95 % interval."""
+    points = []
+    for o in outcomes:
+        if not o.per_seed:  # diverged: nothing to draw
+            continue
+        c = o.claim
+        label = f"{c.paper}: {c.text}" if c.section == "headline" else f"{c.paper} (sensitivity): {c.text}"
+        if c.metric == "bytes":
+            points.append(VerdictPoint(label, "bytes", o.per_seed, sum(o.per_seed) / len(o.per_seed), None, o.verdict, c.bound))
+            continue
+        s = paired_difference(o.per_seed, [0.0] * len(o.per_seed)).summary
+        interval = (s.low, s.high) if s.low is not None and s.high is not None else None
+        points.append(VerdictPoint(label, "accuracy", o.per_seed, s.mean, interval, o.verdict))
+    return points
+
+
 def write_verdicts(paper: str, outcomes: Sequence[Outcome]) -> Path | None:
-    """``reproduce-PAPER.md`` beside the claims' comparison folders: the verdict table and, per claim, the folder
-    that holds its evidence (None when nothing was written). Written whole or not at all (a rename)."""
+    """``reproduce-PAPER.md`` beside the claims' comparison folders: the verdict table, its figure
+    (``reproduce-PAPER.png``, with the ``plots`` extra) and, per claim, the folder that holds its evidence.
+    None when nothing was written. Each file is written whole or not at all (a rename)."""
     folders = [o.folder for o in outcomes if o.folder is not None]
     if not folders:
         return None
     seeds = ",".join(map(str, outcomes[0].seeds))
-    lines = [f"# chillfl reproduce {paper} --seeds {seeds}", "", format_outcomes(outcomes), "", "Evidence (each claim's comparison folder):", ""]
-    lines += [f"- {o.claim.text}: `{o.folder}`" for o in outcomes if o.folder is not None]
     path = folders[0].parent / f"reproduce-{paper}.md"
+    figure = path.with_suffix(".png")
+    lines = [f"# chillfl reproduce {paper} --seeds {seeds}", "", format_outcomes(outcomes), ""]
+    try:
+        tmp = figure.with_name(f".{figure.stem}.tmp.png")
+        plot_verdicts(verdict_points(outcomes), tmp, title=f"chillfl reproduce {paper}, seeds {seeds}")
+        os.replace(tmp, figure)
+        lines += [f"![verdicts]({figure.name})", ""]
+    except MissingExtra as exc:
+        logging.getLogger(__name__).info("%s; figure skipped", exc)
+    lines += ["Evidence (each claim's comparison folder):", ""]
+    lines += [f"- {o.claim.text}: `{o.folder}`" for o in outcomes if o.folder is not None]
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     os.replace(tmp, path)

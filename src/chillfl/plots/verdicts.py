@@ -1,0 +1,68 @@
+"""``reproduce-PAPER.png``: each claim's paired difference over seeds against 0, or its bytes ratio against the paper's bound.
+
+A reader judges a verdict faster from a forest plot than from a row of
+``+1.28 ± 2.82 [95 % CI -5.7, +8.3]``: every seed's value is a dot, the mean a
+marker coloured by the verdict, the 95 % interval a bar, and the line the
+verdict is read against (0 points; the paper's byte bound) is drawn.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+
+COLOURS = {"reproduces": "tab:green", "opposite": "tab:red"}
+"""Verdict -> marker colour; any other verdict ("does not at this scale") is grey."""
+
+
+@dataclass(frozen=True)
+class VerdictPoint:
+    """One claim as plotted: its values per seed, their mean and 95 % interval (accuracy), the verdict."""
+
+    label: str
+    metric: Literal["accuracy", "bytes"]
+    per_seed: tuple[float, ...]
+    """Accuracy: variant - baseline in points, per seed. Bytes: bytes(variant) / bytes(baseline), per seed."""
+    mean: float
+    interval: tuple[float, float] | None
+    verdict: str
+    bound: float | None = None
+    """Bytes claims: the paper's bound on the ratio."""
+
+
+def plot_verdicts(points: Sequence[VerdictPoint], path: str | Path, title: str = "") -> None:
+    """One panel per metric present (accuracy difference; bytes ratio), one row per claim, top to bottom."""
+    from chillfl.plots.run import plt  # lazy: MissingExtra without the plots extra, while VerdictPoint stays importable
+
+    panels = [m for m in ("accuracy", "bytes") if any(p.metric == m for p in points)]
+    rows = max(sum(p.metric == m for p in points) for m in panels)
+    widths = [2.0 if m == "accuracy" else 1.0 for m in panels]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 + 3.5 * sum(widths), 1.2 + 0.75 * rows), squeeze=False, gridspec_kw={"width_ratios": widths})
+    for ax, metric in zip(axes[0], panels):
+        mine = [p for p in points if p.metric == metric]
+        for y, p in enumerate(reversed(mine)):
+            ax.scatter(p.per_seed, [y] * len(p.per_seed), s=14, color="0.55", zorder=2, label="one seed" if y == 0 else None)
+            colour = COLOURS.get(p.verdict, "0.35")
+            if p.interval is not None:
+                ax.errorbar([p.mean], [y], xerr=[[p.mean - p.interval[0]], [p.interval[1] - p.mean]], fmt="none", ecolor=colour, capsize=4, zorder=3)
+            ax.scatter([p.mean], [y], s=60, marker="D", color=colour, zorder=4)
+            ax.annotate(p.verdict, (p.mean, y), xytext=(0, 7), textcoords="offset points", ha="center", fontsize=7, color=colour)
+        ax.set_yticks(range(len(mine)), [textwrap.fill(p.label, 48) for p in reversed(mine)], fontsize=7)
+        ax.set_ylim(-0.7, len(mine) - 0.3)
+        if metric == "accuracy":
+            ax.axvline(0.0, color="black", lw=1)
+            ax.set(xlabel="variant - baseline, accuracy points (diamond: mean; bar: 95 % CI)", title="Accuracy claims, paired over seeds")
+        else:
+            for bound in sorted({p.bound for p in mine if p.bound is not None}):
+                ax.axvline(bound, color="tab:green", ls="--", lw=1, label=f"paper's bound {bound:g}")
+            ax.axvline(1.0, color="black", lw=1)
+            ax.set(xlabel="bytes(variant) / bytes(baseline) (diamond: mean)", title="Communication claims")
+        ax.grid(alpha=0.3, axis="x")
+        ax.legend(fontsize=7, loc="best")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

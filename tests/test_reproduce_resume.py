@@ -93,3 +93,23 @@ def test_without_resume_every_claim_runs_again(tmp_path: Path, capsys: pytest.Ca
     assert _reproduce(out, capsys)[0] == 0
     calls = _interrupt(monkeypatch, run=99, after_round=1)
     assert _reproduce(out, capsys)[0] == 0 and calls["run"] == 8
+
+
+def test_ctrl_c_between_runs_names_the_resume_command(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt outside a run's rounds (here: as the second claim's first run starts) says how to go on."""
+    real = sweep.run_experiment
+    starts = [0]
+
+    def run_experiment(cfg: object, **kw: object) -> object:
+        starts[0] += 1
+        if starts[0] == 5:
+            raise KeyboardInterrupt
+        return real(cfg, **kw)
+
+    monkeypatch.setattr(sweep, "run_experiment", run_experiment)
+    out = tmp_path / "r"
+    code, _, err = _reproduce(out, capsys)
+    assert code == 130 and err.strip().endswith(f"chillfl: interrupted; resume with: chillfl reproduce flexchill --seeds 0,1 --out {out} --resume")
+    monkeypatch.setattr(sweep, "run_experiment", real)
+    code, _, err = _reproduce(out, capsys, "--resume")
+    assert code == 0 and f"read back {out / 'demo-compare'}" in err

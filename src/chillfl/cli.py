@@ -158,12 +158,16 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     if args.out_dir is not None:
         check_out_dir(args.out_dir)
+    out = f" --out {shlex.quote(args.out_dir)}" if args.out_dir is not None else ""
+    again = f"chillfl reproduce {args.paper} --seeds {','.join(map(str, seeds))}{out} --resume"  # finished claims read back, the stopped one resumed
     try:
         outcomes = reproduce(args.paper, seeds, out_dir=args.out_dir, progress=_progress(args), resume=args.resume)
-    except RunInterrupted as exc:  # the claims finished so far are read back, the stopped one resumes
-        out = f" --out {shlex.quote(args.out_dir)}" if args.out_dir is not None else ""
-        exc.resume_command = f"chillfl reproduce {args.paper} --seeds {','.join(map(str, seeds))}{out} --resume"
+    except RunInterrupted as exc:
+        exc.resume_command = again
         raise
+    except KeyboardInterrupt:  # between two runs: nothing was stopped half-way
+        print(f"chillfl: interrupted; resume with: {again}", file=sys.stderr)
+        return 130
     print(format_outcomes(outcomes))
     written = write_verdicts(args.paper, outcomes)
     if written is not None:

@@ -48,7 +48,8 @@ def plot_verdicts(points: Sequence[VerdictPoint], path: str | Path, title: str =
             if p.interval is not None:
                 ax.errorbar([p.mean], [y], xerr=[[p.mean - p.interval[0]], [p.interval[1] - p.mean]], fmt="none", ecolor=colour, capsize=4, zorder=3)
             ax.scatter([p.mean], [y], s=60, marker="D", color=colour, zorder=4)
-            ax.annotate(p.verdict, (p.mean, y), xytext=(0, 7), textcoords="offset points", ha="center", fontsize=7, color=colour)
+            ax.annotate(p.verdict, (p.mean, y), xytext=(0, 7), textcoords="offset points", ha="center", fontsize=7, color=colour,
+                        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85}, zorder=5)
         ax.set_yticks(range(len(mine)), [textwrap.fill(p.label, 48) for p in reversed(mine)], fontsize=7)
         ax.set_ylim(-0.7, len(mine) - 0.3)
         if metric == "accuracy":

@@ -113,3 +113,29 @@ def test_ctrl_c_between_runs_names_the_resume_command(tmp_path: Path, capsys: py
     monkeypatch.setattr(sweep, "run_experiment", real)
     code, _, err = _reproduce(out, capsys, "--resume")
     assert code == 0 and f"read back {out / 'demo-compare'}" in err
+
+
+def test_dry_run_checks_and_prints_the_plan_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "r"
+    code, plan, _ = _reproduce(out, capsys, "--dry-run")
+    assert code == 0 and not out.exists()  # nothing written
+    assert plan.startswith("chillfl reproduce flexchill --seeds 0,1: 2 comparison(s), 8 run(s) to do, about ")
+    rows = [line for line in plan.splitlines() if line.startswith("| demo |")]
+    assert [r.split(" | ")[3:6] for r in rows] == [["1", "2", "4"], ["1", "2", "4"]] and all(r.endswith("| run |") for r in rows)
+
+    calls = _interrupt(monkeypatch, run=6, after_round=2)
+    assert _reproduce(out, capsys)[0] == 130 and calls["run"] == 6  # the plan's 8 runs: 6 started, then stopped
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    code, plan, _ = _reproduce(out, capsys, "--dry-run", "--resume")
+    assert code == 0 and sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+    rows = [line for line in plan.splitlines() if line.startswith("| demo |")]
+    assert rows[0].endswith(f"| read back {out / 'demo-compare'} |") and rows[1].endswith(f"| resume {out / 'demo-compare-2.partial'} |")
+    assert "2 comparison(s), 4 run(s) to do" in plan  # the comparison read back costs nothing
+
+
+def test_dry_run_of_a_bad_config_exits_2_with_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = Claim("flexchill", "bad", "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), overrides={**SMALL, "client.lr": -1.0})
+    monkeypatch.setattr(reproduce, "CLAIMS", (bad,))
+    code = main(["reproduce", "flexchill", "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("chillfl: error: client.lr")

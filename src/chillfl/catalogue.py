@@ -178,14 +178,17 @@ def work(config: RunConfig) -> Work | None:
     return Work(steps, clients, (3 * samples + fed.rounds * test) * flops, factor, _runs(config))
 
 
-def estimate_cpu_minutes(config: RunConfig) -> float | None:
-    """The cost model: steps x overhead + training and evaluation FLOPs at ``throughput``, in minutes."""
+def estimate_cpu_minutes(config: RunConfig, runs: int | None = None) -> float | None:
+    """The cost model: steps x overhead + training and evaluation FLOPs at ``throughput``, in minutes.
+
+    ``runs``: how many runs of the config (a comparison's variants x tuning points x seeds); None: counted
+    from its ``[variants]``, ``[compare] seeds`` and ``[tune]``."""
     w = work(config)
     flops = _forward_flops(config)
     if w is None or flops is None:
         return None
     seconds = w.client_steps * STEP_S + w.flops / throughput(flops)
-    return w.factor * w.runs * seconds / 60
+    return w.factor * (w.runs if runs is None else runs) * seconds / 60
 
 
 def estimate_gpu_minutes(config: RunConfig) -> tuple[float, float] | None:

@@ -158,6 +158,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     if args.out_dir is not None:
         check_out_dir(args.out_dir)
+    if args.dry_run:
+        from chillfl.reproduce import format_plan, plan
+
+        print(format_plan(args.paper, seeds, plan(args.paper, seeds, out_dir=args.out_dir, resume=args.resume)))
+        return 0
     out = f" --out {shlex.quote(args.out_dir)}" if args.out_dir is not None else ""
     again = f"chillfl reproduce {args.paper} --seeds {','.join(map(str, seeds))}{out} --resume"  # finished claims read back, the stopped one resumed
     try:
@@ -328,6 +333,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--out", dest="out_dir", help="parent folder of the comparisons' result folders (default: each config's out_dir)")
     p.add_argument("--resume", action="store_true",
                    help="read back the claims whose comparison this code finished before (same config, seeds, --out), resume an interrupted one, run the rest")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check every claim's comparison and print what would run: variants, runs, estimated CPU minutes, and (with --resume) what is read back or resumed; nothing runs or is written")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_reproduce)
 

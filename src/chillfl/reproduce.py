@@ -48,7 +48,9 @@ from chillfl.errors import ConfigError, MissingExtra
 from chillfl.experiments import resolve_config
 from chillfl.progress import Progress
 from chillfl.engine.results import PARTIAL
-from chillfl.report.compare import CompareOptions, CompareResult, find_compare, read_compare, resume_compare, run_compare
+from chillfl.catalogue import estimate_cpu_minutes
+from chillfl.report.compare import CompareOptions, CompareResult, find_compare, plan_sweep, read_compare, resume_compare, run_compare
+from chillfl.tune import parse_tune
 from chillfl.metrics.stats import paired_difference
 from chillfl.plots.verdicts import VerdictPoint, plot_verdicts
 
@@ -232,6 +234,73 @@ def format_outcomes(outcomes: Sequence[Outcome]) -> str:
             ratio = "-" if o.bytes_ratio is None else f"{o.bytes_ratio:.3f}"
             lines.append(f"| {o.claim.paper} | {o.claim.text} | {_setting(o)} | {o.measured} | {ratio} | **{o.verdict}** |")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One comparison ``reproduce`` would run (``--dry-run``): the claims it serves, its size, what ``--resume`` does."""
+
+    claims: tuple[Claim, ...]
+    config: RunConfig
+    variants: tuple[str, ...]
+    points: int
+    """Tuning points per variant (1: no tuning)."""
+    runs: int
+    cpu_minutes: float | None
+    """The catalogue's cost model (``chillfl list experiments``), one core; None where it cannot price the config."""
+    action: str
+    """``run``, or with ``resume``: ``read back FOLDER`` / ``resume FOLDER``."""
+    complete: bool = True
+    """False when the dataset's files are absent: names and options were checked, not shapes."""
+
+
+def plan(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, resume: bool = False) -> list[Planned]:
+    """What ``reproduce`` would do, checked as it would check it (every variant, tuning point and seed built),
+    with nothing run or written: one entry per comparison."""
+    if paper not in PAPERS:
+        raise ConfigError("paper", f"unknown paper {paper!r}; allowed: {', '.join(PAPERS)}")
+    groups: dict[str, list[Claim]] = {}
+    for claim in (c for c in CLAIMS if c.paper == paper):
+        groups.setdefault(_key(claim), []).append(claim)
+    planned = []
+    for claims in groups.values():
+        first = claims[0]
+        config = claim_config(first, seeds, out_dir)
+        options = CompareOptions(seeds=list(seeds))
+        variants, saved = plan_sweep(config, first.grid, options)
+        complete = run_compare(config, list(first.grid), progress=False, options=options, dry_run=True).complete
+        points = len(parse_tune(saved.tune or {}))
+        runs = len(variants) * points * len(seeds)
+        found = find_compare(config, first.grid, options) if resume else None
+        action = "run" if found is None else f"resume {found}" if found.name.endswith(PARTIAL) else f"read back {found}"
+        planned.append(Planned(tuple(claims), config, tuple(v.label for v in variants), points, runs, estimate_cpu_minutes(config, runs), action, complete))
+    return planned
+
+
+def format_plan(paper: str, seeds: Sequence[int], planned: Sequence[Planned]) -> str:
+    """The ``--dry-run`` table: per comparison its claims, variants, runs, estimated minutes and (``--resume``) action."""
+    to_run = [p for p in planned if not p.action.startswith("read back")]
+    known = [p.cpu_minutes for p in to_run if p.cpu_minutes is not None]
+    total = f"about {_minutes(sum(known))} of one CPU core" + ("" if len(known) == len(to_run) else " (some comparisons not priced)")
+    lines = [
+        f"chillfl reproduce {paper} --seeds {','.join(map(str, seeds))}: {len(planned)} comparison(s), "
+        f"{sum(p.runs for p in to_run)} run(s) to do, {total} (the estimate of `chillfl list experiments`)",
+        "",
+        "| comparison | claims | variants | tuning points | seeds | runs | CPU (est.) | action |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for p in planned:
+        claims = "; ".join(c.text for c in p.claims)
+        minutes = "-" if p.cpu_minutes is None else _minutes(p.cpu_minutes)
+        lines.append(f"| {p.claims[0].config} | {claims} | {', '.join(p.variants)} | {p.points} | {len(seeds)} | {p.runs} | {minutes} | {p.action} |")
+    absent = sorted({str(p.config.dataset.get("name")) for p in planned if not p.complete})
+    if absent:
+        lines += ["", f"dataset files not found ({', '.join(absent)}): names and options checked, not the shapes that need the data"]
+    return "\n".join(lines)
+
+
+def _minutes(value: float) -> str:
+    return f"{value:.1f} min" if value < 10 else f"{value:.0f} min"
 
 
 def reproduce(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, progress: Progress = False, resume: bool = False) -> list[Outcome]:

@@ -247,7 +247,7 @@ class Planned:
     """Tuning points per variant (1: no tuning)."""
     runs: int
     cpu_minutes: float | None
-    """The catalogue's cost model (``chillfl list experiments``), one core; None where it cannot price the config."""
+    """CPU minutes by the catalogue's cost model (``chillfl list experiments``); None where it cannot price the config."""
     action: str
     """``run``, or with ``resume``: ``read back FOLDER`` / ``resume FOLDER``."""
     complete: bool = True
@@ -281,10 +281,10 @@ def format_plan(paper: str, seeds: Sequence[int], planned: Sequence[Planned]) ->
     """The ``--dry-run`` table: per comparison its claims, variants, runs, estimated minutes and (``--resume``) action."""
     to_run = [p for p in planned if not p.action.startswith("read back")]
     known = [p.cpu_minutes for p in to_run if p.cpu_minutes is not None]
-    total = f"about {_minutes(sum(known))} of one CPU core" + ("" if len(known) == len(to_run) else " (some comparisons not priced)")
+    total = f"about {_minutes(sum(known))} of CPU time" + ("" if len(known) == len(to_run) else " (some comparisons not priced)")
     lines = [
         f"chillfl reproduce {paper} --seeds {','.join(map(str, seeds))}: {len(planned)} comparison(s), "
-        f"{sum(p.runs for p in to_run)} run(s) to do, {total} (the estimate of `chillfl list experiments`)",
+        f"{sum(p.runs for p in to_run)} run(s) to do, {total} (the cost model of `chillfl list experiments`: a factor of 2 either way)",
         "",
         "| comparison | claims | variants | tuning points | seeds | runs | CPU (est.) | action |",
         "|---|---|---|---|---|---|---|---|",

@@ -20,6 +20,7 @@ import torch
 from chillfl.config import load_config
 from chillfl.runner import run_experiment
 from chillfl.training.local import bf16_supported
+from model_cases import model_cases, train_both_ways
 from registry_cases import registry_cases
 
 NOT_RUN = "no CUDA GPU on this machine: the CUDA suite was NOT run"
@@ -247,3 +248,14 @@ def test_every_method(config: dict[str, Any], executor: str, precision: str, str
     if precision == "fp32":
         again = run_experiment(load_config(None, over), write=False, progress=False).records
         assert again == out.records
+
+
+# ---------------------------------------------------------------- every registered model (generated from the registry)
+
+
+@needs_cuda
+@pytest.mark.parametrize("name,shape", model_cases())
+def test_every_model_trains_on_cuda_with_deterministic_algorithms(name: str, shape: tuple[int, ...], deterministic_cuda: None, strict_vectorized: None) -> None:
+    """CUDA refuses ops without a deterministic kernel here (FedChill's CNN1/CNN3 and the SVHN CNN did, in
+    AdaptiveAvgPool2d(2)'s backward, before models/pooling.py); tests/test_deterministic_alerts.py is the CPU twin."""
+    train_both_ways(name, shape, torch.device("cuda"))

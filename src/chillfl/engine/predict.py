@@ -327,7 +327,9 @@ class BatchedPredictor:
                 xb = x_all[lo : lo + step] if shared else x_all[:, lo : lo + step]
                 z = batched(*stacked, xb)  # [C, b, classes]
                 yb = y_all[:, lo : lo + step]
-                loss += F.cross_entropy(z.transpose(1, 2), yb, reduction="none").sum(dim=1)  # float32 batch sums, added in float64
+                # -log p(y) by log-softmax + gather (float32 batch sums, added in float64): F.cross_entropy of [C, classes, b]
+                # is nll_loss2d, which CUDA refuses under deterministic algorithms (tests/test_deterministic_alerts.py)
+                loss -= F.log_softmax(z, dim=-1).gather(-1, yb.unsqueeze(-1)).squeeze(-1).sum(dim=1)
                 correct += (z.argmax(-1) == yb).sum(dim=1)
             return [Prediction(acc=int(c) / n, loss=float(s) / n) for c, s in zip(correct.tolist(), loss.tolist())]
         parts = []

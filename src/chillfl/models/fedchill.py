@@ -46,6 +46,7 @@ from chillfl.models.common import (
     require_image,
     require_min_size,
 )
+from chillfl.models.pooling import AveragePool2d
 
 Layer = int | str  # int = conv3x3 to that many channels; "M" maxpool 2; "A<k>" adaptive avgpool k
 
@@ -86,7 +87,7 @@ class ConvBNNet(nn.Module):
             elif item == "M":
                 layers.append(nn.MaxPool2d(2))
             else:
-                layers.append(nn.AdaptiveAvgPool2d(int(item[1:])))
+                layers.append(AveragePool2d(int(item[1:])))  # AdaptiveAvgPool2d, deterministic on CUDA (models/pooling.py)
         self.features = nn.Sequential(*layers)
         width = flat_features(self.features, input_shape)
         fc: list[nn.Module] = []

@@ -40,3 +40,37 @@ def test_the_saved_config_records_the_device_that_ran(tmp_path) -> None:
     out = run_experiment(load_config(None, over), progress=False)
     assert out.folder is not None
     assert f'device = "{resolve_device("auto")}"' in (out.folder / "config.toml").read_text()
+
+
+def test_the_protocol_is_built_and_the_run_finished_under_the_runs_device_settings(monkeypatch) -> None:
+    """FedMD trains its server model while the protocol is built; on CUDA that must already run with deterministic
+    algorithms and after CUBLAS_WORKSPACE_CONFIG is set (cuBLAS reads it once, at its first call), as the rounds do."""
+    import contextlib
+
+    import chillfl.runner as runner
+    from chillfl.config import load_config
+
+    active: list[bool] = [False]
+    seen: dict[str, bool] = {}
+
+    @contextlib.contextmanager
+    def settings(config, device):
+        active[0] = True
+        try:
+            yield
+        finally:
+            active[0] = False
+
+    def spy(name, real):
+        def wrapped(*args, **kwargs):
+            seen[name] = active[0]
+            return real(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(runner, "device_settings", settings)
+    monkeypatch.setattr(runner, "build_protocol", spy("build_protocol", runner.build_protocol))
+    monkeypatch.setattr(runner, "_finish", spy("finish", runner._finish))
+    over = {"dataset.name": "digits", "model.name": "mlp", "federation.num_clients": 3, "federation.rounds": 1, "eval.clients": "none",
+            "distillation.method": "fedmd", "distillation.public_size": 60, "distillation.subset_size": 20, "distillation.transfer_epochs": 1}
+    runner.run_experiment(load_config(None, over), write=False, progress=False)
+    assert seen == {"build_protocol": True, "finish": True} and not active[0]

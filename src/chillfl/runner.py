@@ -312,7 +312,9 @@ def _run(
     resume: tuple[int, Mapping[str, Any], list[dict[str, Any]]] | None = None,
     pools: WorkerPools | None = None,
 ) -> RunOutput:
-    with _Signals() as signals:
+    # device_settings from the protocol's build on (FedMD trains its server model there): every cuBLAS call of the run
+    # comes after CUBLAS_WORKSPACE_CONFIG is set and runs under deterministic algorithms, not only the rounds'
+    with _Signals() as signals, device_settings(config, exp.device):
         return _run_rounds(exp, config, writer, signals, progress=progress, label=label, callbacks=callbacks, hooks=hooks, resume=resume, pools=pools)
 
 
@@ -353,7 +355,7 @@ def _run_rounds(
             )
             bar = make_bar(progress, rounds, done, label or config.name)
             watch = LossWatch(config.strict, records)
-            with device_settings(config, exp.device), bar:
+            with bar:
                 for record in loop:
                     watch.observe(record)
                     records.append(record)

@@ -83,6 +83,8 @@ def _is_run_device(device: Any) -> bool | None:
         return home(device) != HOST
     if isinstance(device, (str, torch.device)):
         d = torch.device(device)
+        if d.type == "meta":  # shapes only (the model memory check): neither the host nor the run's device
+            return None
         return d.type == "cpu" and d.index == 0 if d.type == "cpu" else True
     return None
 
@@ -126,7 +128,9 @@ class StandInDevice(TorchFunctionMode):
         if owner is _DEVICE and name == "__get__":
             where = home(args[0])
             real = func(*args, **kwargs)
-            return torch.device("cpu") if where == HOST or real.type != "cpu" else STAND_IN  # no home: silence, never a false alarm
+            if real.type != "cpu":  # meta tensors (shape-only model builds) keep their device
+                return real
+            return torch.device("cpu") if where == HOST else STAND_IN  # no home: silence, never a false alarm
         generator = kwargs.get("generator")
         if isinstance(generator, torch.Generator) and generator.device.type == "cpu":
             on_run = _is_run_device(kwargs.get("device")) or any(home(t) == RUN for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor))
@@ -201,13 +205,26 @@ def _keeps_home(wrap: Any) -> Any:
     return wrapped
 
 
+def _parameter_new(new: Any) -> Any:
+    """``nn.Parameter(data)`` wraps ``data`` in C (``_make_subclass``), unseen by the mode: the parameter keeps ``data``'s home."""
+
+    def made(cls: Any, data: Any = None, requires_grad: bool = True) -> Any:
+        out = new(cls, data, requires_grad)
+        if isinstance(data, torch.Tensor):
+            _set_home(out, home(data))
+        return out
+
+    return made
+
+
 @contextlib.contextmanager
 def stand_in_device(strict: bool = True) -> Iterator[StandInDevice]:
-    """The mode, plus what it cannot see: ``torch.from_numpy`` makes host tensors, functorch's wrappers keep their tensor's home."""
+    """The mode, plus what it cannot see: ``torch.from_numpy`` makes host tensors, functorch's wrappers and
+    ``nn.Parameter`` keep their tensor's home."""
     import torch._functorch.eager_transforms as eager
     import torch._functorch.vmap as vmap
 
-    patches = [(torch, "from_numpy", _host_made(torch.from_numpy))]
+    patches = [(torch, "from_numpy", _host_made(torch.from_numpy)), (torch.nn.Parameter, "__new__", _parameter_new(torch.nn.Parameter.__new__))]
     patches += [(vmap, name, _keeps_home(getattr(vmap, name))) for name in ("_add_batch_dim", "_remove_batch_dim")]
     patches += [(eager, name, _keeps_home(getattr(eager, name))) for name in ("_wrap_for_grad", "_unwrap_for_grad")]
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]

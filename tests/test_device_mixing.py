@@ -22,6 +22,7 @@ from chillfl.config import load_config
 from chillfl.runner import run_experiment
 from device_mixing import HOST, RUN, STAND_IN, DeviceMixing, home, stand_in_device
 from registry_cases import registry_cases
+import resume_cases
 
 # ---------------------------------------------------------------- the checker
 
@@ -126,3 +127,27 @@ def test_the_vectorized_step_loop_reads_nothing_back_from_the_device() -> None:
         ex._train_steps = watched  # type: ignore[method-assign]
         ex.run(jobs)
     assert counted and all(not syncs for syncs in counted), counted
+
+
+# ---------------------------------------------------------------- resumed on the device
+
+
+@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
+@pytest.mark.parametrize("method", [pytest.param(m, id=m) for m in resume_cases.methods()])
+def test_every_method_resumes_with_its_tensors_on_the_run_device(method: str, executor: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stopped after round 1 and resumed on the stand-in device: the checkpoint's tensors come back to where the
+    run uses them (a GPU resume would fail on any that came back to the host, or on the device where numpy reads them)."""
+    from chillfl import runner
+    from chillfl.engine import vectorized
+
+    monkeypatch.setattr(vectorized.VectorizedExecutor, "resident", lambda self, device: True)
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    over = {**resume_cases.TINY, "name": "cut", "out_dir": str(tmp_path), "executor": executor, "checkpoint.every": 1, "federation.rounds": 2}
+    cfg = load_config(None, over).with_overrides(resume_cases.overrides(method))
+    with mock.patch.object(experiment, "resolve_device", lambda name: STAND_IN), stand_in_device():
+        with pytest.raises(resume_cases.Crash):
+            run_experiment(cfg, progress=False, callbacks=[resume_cases._CrashIn(2)])
+        saved = tmp_path / "cut.partial" / "config.toml"  # it names the stand-in, "cpu:0", which a config may not: back to "cpu"
+        saved.write_text(saved.read_text().replace('device = "cpu:0"', 'device = "cpu"'))
+        out = runner.resume_experiment(tmp_path / "cut.partial", progress=False, force=True)  # force: the config was edited
+    assert [r["round"] for r in out.records] == [1, 2]

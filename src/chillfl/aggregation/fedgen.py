@@ -237,11 +237,13 @@ class FedGen(FedAvg):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, ("generator", "m", "v", "steps", "lr", "prior", "trained_rounds", "last_loss"), "FedGen")
-        self.params = load_params(state["generator"])
-        self.moments = {"m": load_params(state["m"]), "v": load_params(state["v"])}
+        # the generator trains on the host (its samples go down as messages): a checkpoint read onto the run's device
+        # comes back here, or a GPU resume would draw with a host generator on the device
+        self.params = {k: v.cpu() for k, v in load_params(state["generator"]).items()}
+        self.moments = {m: {k: v.cpu() for k, v in load_params(state[m]).items()} for m in ("m", "v")}
         self.steps = int(state["steps"])
         self.lr = float(state["lr"])
-        self.prior = state["prior"].to(torch.float64)
+        self.prior = state["prior"].to("cpu", torch.float64)
         self.trained_rounds = int(state["trained_rounds"])
         self._last_loss = float(state["last_loss"])
 

@@ -225,7 +225,10 @@ def _rows_state(values: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]
 
 
 def _load_rows(state: Any, n: int) -> list[torch.Tensor]:
-    """Inverse of :func:`_rows_state`; each row gets its own storage, as the cache's clones had."""
+    """Inverse of :func:`_rows_state`; each row gets its own storage, as the cache's clones had, on the host.
+
+    The caches live on the host, as the soft-labels they hold travel (messages); a checkpoint read
+    onto the run's device must not bring them to it (a GPU resume mixed devices in the next rebuild)."""
     if isinstance(state, torch.Tensor) and state.dim() >= 1:
         rows = list(state.unbind(0))
     elif isinstance(state, list) and all(isinstance(r, torch.Tensor) for r in state):
@@ -234,7 +237,7 @@ def _load_rows(state: Any, n: int) -> list[torch.Tensor]:
         raise ValueError(f"cache state: soft-label rows must be a stacked tensor or a list of tensors, got {type(state).__name__}")
     if len(rows) != n:
         raise ValueError(f"cache state holds {len(rows)} soft-label rows for {n} indices")
-    return [r.clone() for r in rows]
+    return [r.to("cpu", copy=True) for r in rows]
 
 
 def _int_list(state: Any, name: str) -> list[int]:

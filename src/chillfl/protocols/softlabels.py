@@ -444,8 +444,8 @@ class Broadcast:
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> "Broadcast":
         """Back on the host, where a downlink lives (it is a message), whatever device the checkpoint was read onto."""
-        d = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in state["down"].items()}
-        down = SoftLabelDownlink(round=int(d["round"]), indices=d["indices"], signals=d["signals"], soft_labels=d["soft_labels"], bits=d["bits"])
+        d = state["down"]
+        down = SoftLabelDownlink(round=int(d["round"]), indices=d["indices"].cpu(), signals=d["signals"].cpu(), soft_labels=d["soft_labels"].cpu(), bits=d["bits"])
         return cls(int(state["round"]), state["indices"].cpu(), down, state["rows"].cpu())
 
 

@@ -139,3 +139,25 @@ def test_dry_run_of_a_bad_config_exits_2_with_one_line(capsys: pytest.CaptureFix
     code = main(["reproduce", "flexchill", "--dry-run"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("chillfl: error: client.lr")
+
+
+def test_the_python_api_reproduces_and_resumes_as_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import chillfl
+    from chillfl.errors import ConfigError
+    from chillfl.reproduce import format_outcomes
+
+    code, printed, _ = _reproduce(tmp_path / "cli", capsys)
+    out = tmp_path / "api"
+    outcomes = chillfl.reproduce_paper("flexchill", seeds=[0, 1], out_dir=out, progress=False)
+    assert code == 0 and format_outcomes(outcomes) + "\n" == printed  # the CLI prints exactly this table
+    assert [o.folder for o in outcomes] == [out / "demo-compare", out / "demo-compare-2"] and (out / "reproduce-flexchill.md").is_file()
+    assert all(o.verdict in ("reproduces", "opposite", "does not at this scale") and len(o.per_seed) == 2 for o in outcomes)
+    calls = _interrupt(monkeypatch, run=99, after_round=1)
+    again = chillfl.reproduce_paper("flexchill", seeds=[0, 1], out_dir=out, progress=False, resume=True)
+    assert calls["run"] == 0 and format_outcomes(again) == format_outcomes(outcomes)  # both read back
+    with pytest.raises(ConfigError) as err:
+        chillfl.reproduce_paper("flexchill", seeds=[], out_dir=out)
+    assert err.value.field == "seeds"
+    with pytest.raises(ConfigError) as err:
+        chillfl.reproduce_paper("nopaper")
+    assert err.value.field == "paper"

@@ -21,6 +21,7 @@ from chillfl._version import __version__
 _API = {
     "run": "api",
     "compare": "api",
+    "reproduce_paper": "api",
     "Comparison": "api",
     "Result": "api",
     "TensorData": "api",
@@ -52,11 +53,12 @@ __all__ = [
     "compare",
     "load_config",
     "make_config",
+    "reproduce_paper",
     "run",
 ]
 
 if TYPE_CHECKING:
-    from chillfl.api import Comparison, DatasetData, Result, TensorData, available, compare, make_config, run
+    from chillfl.api import Comparison, DatasetData, Result, TensorData, available, compare, make_config, reproduce_paper, run
     from chillfl.config import RunConfig, load_config
     from chillfl.data import ArrayDataset
     from chillfl.errors import ConfigError

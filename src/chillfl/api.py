@@ -42,6 +42,8 @@ from chillfl.options import short_repr
 from chillfl.plugins import has_methods
 from chillfl.report.compare import CompareOptions, grid_variants, parse_grid, run_compare
 from chillfl.report.compare import CompareResult as Comparison
+from chillfl.reproduce import Outcome, write_verdicts
+from chillfl.reproduce import reproduce as reproduce_claims
 from chillfl.runner import Callback, RunOutput, run_experiment
 from chillfl.settings.distillation import method_names
 from chillfl.temperature import POLICY_METHODS, policy_names
@@ -229,6 +231,27 @@ def compare(
         check_model_fits(build_experiment(cfg, dataset, model=model, plugged=plugged))
     options = CompareOptions(seeds=list(seeds) if seeds is not None else None, tune={k: list(v) for k, v in tune.items()} if tune is not None else None, controls=controls, select=select)
     return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model, plugged=plugged or None)
+
+
+def reproduce_paper(paper: str, seeds: Sequence[int] = (0, 1, 2), *, out_dir: str | Path | None = None, resume: bool = False, progress: bool = True) -> list[Outcome]:
+    """A paper's headline claims at CPU scale, each with its verdict, as ``chillfl reproduce PAPER`` does.
+
+    (Not ``chillfl.reproduce``: that name is the module :mod:`chillfl.reproduce`, which holds the claims.)
+
+    Each :class:`~chillfl.reproduce.Outcome` has the claim, ``measured`` (the paired difference over seeds, or the
+    bytes ratio), ``verdict`` and ``folder`` (its comparison's runs, table and figures). ``reproduce-PAPER.md`` and
+    its figure are written beside those folders. ``resume``: read back the claims this code finished before and
+    resume an interrupted one (as ``--resume``; a ``KeyboardInterrupt`` leaves that state behind).
+    """
+    try:
+        check_compare_option("seeds", list(seeds))
+    except ConfigError as exc:
+        raise ConfigError("seeds", exc.message) from None
+    if out_dir is not None:
+        check_out_dir(str(out_dir))
+    outcomes = reproduce_claims(paper, list(seeds), out_dir=None if out_dir is None else str(out_dir), progress=progress, resume=resume)
+    write_verdicts(paper, outcomes)
+    return outcomes
 
 
 def as_plugged(aggregator: Any, terms: Sequence[Any], policy: Any) -> Plugged:

@@ -219,10 +219,7 @@ def compare(
     else:
         variants = None
     if seeds is not None:
-        try:
-            check_compare_option("seeds", list(seeds))
-        except ConfigError as exc:
-            raise ConfigError("seeds", exc.message) from None
+        _check_seeds(seeds)
     if tune is not None:
         parse_tune(dict(tune), "tune")
     if write:
@@ -243,15 +240,20 @@ def reproduce_paper(paper: str, seeds: Sequence[int] = (0, 1, 2), *, out_dir: st
     its figure are written beside those folders. ``resume``: read back the claims this code finished before and
     resume an interrupted one (as ``--resume``; a ``KeyboardInterrupt`` leaves that state behind).
     """
-    try:
-        check_compare_option("seeds", list(seeds))
-    except ConfigError as exc:
-        raise ConfigError("seeds", exc.message) from None
+    _check_seeds(seeds)
     if out_dir is not None:
         check_out_dir(str(out_dir))
     outcomes = reproduce_claims(paper, list(seeds), out_dir=None if out_dir is None else str(out_dir), progress=progress, resume=resume)
     write_verdicts(paper, outcomes)
     return outcomes
+
+
+def _check_seeds(seeds: Sequence[int]) -> None:
+    """``[compare] seeds``' rules, the error naming the Python argument ``seeds``."""
+    try:
+        check_compare_option("seeds", list(seeds))
+    except ConfigError as exc:
+        raise ConfigError("seeds", exc.message) from None
 
 
 def as_plugged(aggregator: Any, terms: Sequence[Any], policy: Any) -> Plugged:

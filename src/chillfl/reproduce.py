@@ -236,6 +236,13 @@ def format_outcomes(outcomes: Sequence[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def claims_of(paper: str) -> list[Claim]:
+    """``paper``'s claims, in order; a ConfigError naming ``paper`` for an unknown one."""
+    if paper not in PAPERS:
+        raise ConfigError("paper", f"unknown paper {paper!r}; allowed: {', '.join(PAPERS)}")
+    return [c for c in CLAIMS if c.paper == paper]
+
+
 @dataclass(frozen=True)
 class Planned:
     """One comparison ``reproduce`` would run (``--dry-run``): the claims it serves, its size, what ``--resume`` does."""
@@ -257,10 +264,8 @@ class Planned:
 def plan(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, resume: bool = False) -> list[Planned]:
     """What ``reproduce`` would do, checked as it would check it (every variant, tuning point and seed built),
     with nothing run or written: one entry per comparison."""
-    if paper not in PAPERS:
-        raise ConfigError("paper", f"unknown paper {paper!r}; allowed: {', '.join(PAPERS)}")
     groups: dict[str, list[Claim]] = {}
-    for claim in (c for c in CLAIMS if c.paper == paper):
+    for claim in claims_of(paper):
         groups.setdefault(_key(claim), []).append(claim)
     planned = []
     for claims in groups.values():
@@ -307,11 +312,9 @@ def reproduce(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, p
     """Every claim of ``paper``. ``resume``: a claim whose comparison this code finished before (same config, seeds
     and grid under the same ``out_dir``) is read back, an interrupted one resumes, the rest run; the verdicts equal an
     uninterrupted run's."""
-    if paper not in PAPERS:
-        raise ConfigError("paper", f"unknown paper {paper!r}; allowed: {', '.join(PAPERS)}")
     outcomes: list[Outcome] = []
     cache: dict[str, CompareResult] = {}
-    for claim in (c for c in CLAIMS if c.paper == paper):
+    for claim in claims_of(paper):
         print(f"chillfl reproduce: {claim.text} ...", file=sys.stderr)
         outcomes.append(run_claim(claim, seeds, out_dir=out_dir, progress=progress, cache=cache, resume=resume))
     return outcomes

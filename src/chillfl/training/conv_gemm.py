@@ -81,14 +81,8 @@ def conv2d_as_gemm(
     return out.reshape(n, h_out, w_out, out_channels).permute(0, 3, 1, 2)
 
 
-def conv1d_as_gemm(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: int | Sequence[int] = 1,
-    padding: int | Sequence[int] = 0,
-    dilation: int | Sequence[int] = 1,
-) -> torch.Tensor:
+def conv1d_as_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: int | Sequence[int] = 1,
+                   padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1) -> torch.Tensor:
     """``F.conv1d`` with ``groups = 1``: a 2-d convolution of height 1, through :func:`conv2d_as_gemm`."""
     one = lambda v: int(v if isinstance(v, int) else v[0])  # noqa: E731 - conv1d's arguments are an int or a 1-tuple
     out = conv2d_as_gemm(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, one(stride)), (0, one(padding)), (1, one(dilation)))

@@ -106,3 +106,15 @@ def test_verdicts_without_matplotlib_still_write_the_table(tmp_path, monkeypatch
     claim = CLAIMS[0]
     path = reproduce.write_verdicts("flexchill", [reproduce.Outcome(claim, [0], "m", "reproduces", None, Path(tmp_path) / "demo-compare", (1.0,))])
     assert path is not None and "![verdicts]" not in path.read_text() and not path.with_suffix(".png").exists()
+
+
+def test_verdicts_when_every_claim_diverged_are_a_table_without_a_figure(tmp_path) -> None:
+    """Nothing to draw must not fail the last step of a long reproduction (it raised ValueError from max() before)."""
+    from pathlib import Path
+
+    from chillfl.reproduce import Outcome, write_verdicts
+
+    diverged = [Outcome(c, [0, 1], "diverged", "does not at this scale", None, Path(tmp_path) / "demo-compare") for c in CLAIMS[:2]]
+    path = write_verdicts("flexchill", diverged)
+    assert path is not None and "| diverged |" in path.read_text() and "![verdicts]" not in path.read_text()
+    assert not path.with_suffix(".png").exists()

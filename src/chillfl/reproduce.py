@@ -348,11 +348,13 @@ def write_verdicts(paper: str, outcomes: Sequence[Outcome]) -> Path | None:
     path = folders[0].parent / f"reproduce-{paper}.md"
     figure = path.with_suffix(".png")
     lines = [f"# chillfl reproduce {paper} --seeds {seeds}", "", format_outcomes(outcomes), ""]
+    points = verdict_points(outcomes)
     try:
-        tmp = figure.with_name(f".{figure.stem}.tmp.png")
-        plot_verdicts(verdict_points(outcomes), tmp, title=f"chillfl reproduce {paper}, seeds {seeds}")
-        os.replace(tmp, figure)
-        lines += [f"![verdicts]({figure.name})", ""]
+        if points:  # every claim diverged: a table without a figure
+            tmp = figure.with_name(f".{figure.stem}.tmp.png")
+            plot_verdicts(points, tmp, title=f"chillfl reproduce {paper}, seeds {seeds}")
+            os.replace(tmp, figure)
+            lines += [f"![verdicts]({figure.name})", ""]
     except MissingExtra as exc:
         logging.getLogger(__name__).info("%s; figure skipped", exc)
     lines += ["Evidence (each claim's comparison folder):", ""]

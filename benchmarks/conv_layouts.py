@@ -37,8 +37,8 @@ def settings(device: str) -> list[tuple[str, str]]:
 
 
 def measure(device: str, clients: int, samples: int, conv: str, precision: str, repeats: int) -> dict[str, Any]:
-    from chillfl.engine.executors import ClientJob
-    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.executors.sequential import ClientJob
+    from chillfl.executors.vectorized import VectorizedExecutor
     from chillfl.models.registry import build_model
     from chillfl.training.local import LocalSpec, model_state
 

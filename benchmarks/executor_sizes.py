@@ -9,9 +9,9 @@ import time
 import torch
 from torch import nn
 torch.set_num_threads(1)
-from chillfl.engine.executors import ClientJob, SequentialExecutor
-from chillfl.engine.vectorized import VectorizedExecutor
-from chillfl.engine.processes import ProcessExecutor
+from chillfl.executors.sequential import ClientJob, SequentialExecutor
+from chillfl.executors.vectorized import VectorizedExecutor
+from chillfl.executors.processes import ProcessExecutor
 from chillfl.training.local import LocalSpec, model_state
 
 def cnn(c, hw, w):

@@ -17,7 +17,7 @@ CIFAR-shaped and synthetic. Two ways of driving a run:
   ``run_experiment(cfg, write=False, progress=False, data=...)`` call of one
   round; the runner measures from launching this process to its return.
 
-``vectorized`` and ``processes`` need ``chillfl.engine.parallel``; when that
+``vectorized`` and ``processes`` need ``chillfl.executors.parallel``; when that
 module is missing chillfl silently falls back to sequential, so this worker
 reports "not available" for them instead of a misleading number (``auto``
 then legitimately means sequential; the result notes ``parallel_module``).
@@ -126,9 +126,9 @@ def main() -> int:
 
         import importlib.util
 
-        has_parallel = importlib.util.find_spec("chillfl.engine.parallel") is not None
+        has_parallel = importlib.util.find_spec("chillfl.executors.parallel") is not None
         if executor in PARALLEL_ONLY:
-            import chillfl.engine.parallel  # noqa: F401  (without it chillfl would silently run sequentially)
+            import chillfl.executors.parallel  # noqa: F401  (without it chillfl would silently run sequentially)
         clock.note(parallel_module=has_parallel)
     except Exception as exc:  # noqa: BLE001 - any import failure makes the mode unavailable
         clock.note(error=f"not available: {type(exc).__name__}: {exc}")

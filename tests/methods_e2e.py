@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from chillfl.config import RunConfig, load_config
-from chillfl.engine.checkpoint import read_state, write_state
+from chillfl.storage.checkpoint import read_state, write_state
 from chillfl.engine.loop import run_rounds
 from chillfl.experiment import build_experiment, build_protocol, make_executor
 from chillfl.runner import run_experiment

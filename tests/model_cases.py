@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from chillfl.engine.executors import ClientJob
-from chillfl.engine.vectorized import VectorizedExecutor
+from chillfl.executors.sequential import ClientJob
+from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.models import build_model, model_names
 from chillfl.training.local import LocalSpec, model_state, train_client
 

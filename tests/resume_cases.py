@@ -23,8 +23,8 @@ import pytest
 from chillfl import runner
 from chillfl.aggregation.registry import algorithm_names
 from chillfl.config import load_config
-from chillfl.engine.checkpoint import read_state
-from chillfl.engine.pools import WorkerPools
+from chillfl.storage.checkpoint import read_state
+from chillfl.executors.pools import WorkerPools
 from chillfl.runner import CHECKPOINT, CLIENT_MODELS, MODEL, resume_experiment, run_experiment
 from chillfl.settings.distillation import METHODS as SOFT_LABEL_METHODS
 from chillfl.settings.prototypes import METHODS as PROTOTYPE_METHODS

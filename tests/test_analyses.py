@@ -15,7 +15,7 @@ from chillfl.analysis.cka import REPRESENTATION, default_layers, layer_features
 from chillfl.analysis.grad_norms import input_gradient_norms
 from chillfl.analysis.replay import accuracy, entropy, predict, replay_round
 from chillfl.cli import main
-from chillfl.engine.results import read_metrics
+from chillfl.storage.results import read_metrics
 from chillfl.models.parts import forward_with_features
 
 TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=2", "federation.clients_per_round=2", "model.name=mlp", "eval.client_split_size=20"]

@@ -12,9 +12,9 @@ from torch import nn
 from chillfl.api import run
 from chillfl.data import load_dataset
 from chillfl.data.augment import Augment, AugmentOptions, crop_flip, parse_augment
-from chillfl.engine.executors import ClientJob, SequentialExecutor
-from chillfl.engine.processes import ProcessExecutor
-from chillfl.engine.vectorized import VectorizedExecutor
+from chillfl.executors.sequential import ClientJob, SequentialExecutor
+from chillfl.executors.processes import ProcessExecutor
+from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.errors import ConfigError
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, model_state, step_batch

@@ -98,8 +98,8 @@ def test_a_stopped_run_resumes_in_place_holding_its_lock_and_checked_against_its
     """The merge of issues 25 and 27: a complete (stopped) folder goes through the same lock and checksums as a .partial."""
     import hashlib
 
-    from chillfl.engine.checkpoint import read_checkpoint
-    from chillfl.engine.results import RunLock
+    from chillfl.storage.checkpoint import read_checkpoint
+    from chillfl.storage.results import RunLock
     from chillfl.errors import ConfigError
     from chillfl.runner import resume_experiment
 

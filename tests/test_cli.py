@@ -187,6 +187,6 @@ def test_default_logging_prints_only_our_own_lines(tmp_path, capsys):
     config = _write(tmp_path, f'name = "quiet"\nout_dir = "{tmp_path / "out"}"\n')
     assert main(["run", str(config), *TINY]) == 0
     logging.getLogger("matplotlib.font_manager").info("generated new fontManager")  # what a first matplotlib import says
-    logging.getLogger("chillfl.engine.parallel").info("our line")
+    logging.getLogger("chillfl.executors.parallel").info("our line")
     err = capsys.readouterr().err
     assert "fontManager" not in err and "chillfl: our line" in err

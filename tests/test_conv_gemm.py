@@ -15,9 +15,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from chillfl.cli import main
 from chillfl.config import load_config
-from chillfl.engine.executors import ClientJob, SequentialExecutor
+from chillfl.executors.sequential import ClientJob, SequentialExecutor
 from chillfl.engine.footprint import activation_bytes
-from chillfl.engine.vectorized import VectorizedExecutor
+from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.runner import run_experiment
 from chillfl.training.conv_gemm import GemmConvolutions, batched_conv_mode, conv1d_as_gemm, conv2d_as_gemm
 from chillfl.training.local import LocalSpec, model_state

@@ -102,7 +102,7 @@ def _bn_jobs(device: str) -> tuple[torch.nn.Module, list]:
     """A conv + batch-norm model and clients of unequal sizes (one straggler), data on ``device``."""
     from torch import nn
 
-    from chillfl.engine.executors import ClientJob
+    from chillfl.executors.sequential import ClientJob
     from chillfl.training.local import model_state
 
     torch.manual_seed(0)
@@ -134,8 +134,8 @@ CONVS = pytest.mark.parametrize("conv", ["grouped", "gemm"])  # batched_conv: vm
 @CONVS
 def test_cuda_vectorized_equals_sequential_with_batchnorm(deterministic_cuda: None, conv: str) -> None:
     from chillfl.data.augment import Augment
-    from chillfl.engine.executors import SequentialExecutor
-    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.executors.sequential import SequentialExecutor
+    from chillfl.executors.vectorized import VectorizedExecutor
     from chillfl.training.local import LocalSpec
 
     model, jobs = _bn_jobs("cuda")
@@ -155,7 +155,7 @@ def test_cuda_vectorized_equals_sequential_with_batchnorm(deterministic_cuda: No
 @needs_cuda
 @CONVS
 def test_cuda_vectorized_is_bitwise_reproducible(deterministic_cuda: None, conv: str) -> None:
-    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.executors.vectorized import VectorizedExecutor
     from chillfl.training.local import LocalSpec
 
     model, jobs = _bn_jobs("cuda")
@@ -169,7 +169,7 @@ def test_cuda_vectorized_is_bitwise_reproducible(deterministic_cuda: None, conv:
 @CONVS
 def test_cuda_vectorized_step_loop_never_syncs(monkeypatch: pytest.MonkeyPatch, deterministic_cuda: None, conv: str) -> None:
     """torch's sync debug mode raises on any host<->device synchronisation inside the chunks' step loops."""
-    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.executors.vectorized import VectorizedExecutor
     from chillfl.training.local import LocalSpec
 
     model, jobs = _bn_jobs("cuda")
@@ -196,7 +196,7 @@ def test_cuda_vectorized_step_loop_never_syncs(monkeypatch: pytest.MonkeyPatch, 
 
 @needs_cuda
 def test_cuda_chunks_are_sized_from_free_device_memory() -> None:
-    from chillfl.engine.vectorized import free_device_memory
+    from chillfl.executors.vectorized import free_device_memory
 
     free, total = torch.cuda.mem_get_info(0)
     assert 0 < free_device_memory(torch.device("cuda", 0)) <= total
@@ -225,7 +225,7 @@ def strict_vectorized(monkeypatch: pytest.MonkeyPatch) -> None:
     ``CHILLFL_STRICT_VECTORIZED=1`` (set again here, whatever the environment) makes a fallback raise.
     On the CPU stand-in the executor takes the accelerator policy (resident, vmapped chunks), the GPU's path.
     """
-    from chillfl.engine import vectorized
+    from chillfl.executors import vectorized
 
     monkeypatch.setenv("CHILLFL_STRICT_VECTORIZED", "1")
     if SUITE_DEVICE == "cpu":

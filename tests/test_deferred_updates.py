@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from chillfl.engine import vectorized
-from chillfl.engine.executors import ClientJob, SequentialExecutor
-from chillfl.engine.vectorized import VectorizedExecutor
+from chillfl.executors import vectorized
+from chillfl.executors.sequential import ClientJob, SequentialExecutor
+from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, factored_layers, factored_linears, recording
 from chillfl.training.local import LocalSpec, model_state
 
@@ -149,7 +149,7 @@ def test_no_deferral_when_a_term_reads_the_weight() -> None:
 
 
 def test_resident_chunk_estimate_counts_the_deferred_row_buffers() -> None:
-    from chillfl.engine.vectorized import client_bytes
+    from chillfl.executors.vectorized import client_bytes
 
     model = _wide_mlp()
     job = _jobs(model, [8])[0]

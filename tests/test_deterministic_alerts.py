@@ -98,7 +98,7 @@ def test_the_pool_module_keeps_state_dicts_unchanged() -> None:
 
 
 def _run(over: dict[str, Any], executor: str, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    from chillfl.engine import vectorized
+    from chillfl.executors import vectorized
 
     monkeypatch.setattr(vectorized.VectorizedExecutor, "resident", lambda self, device: True)  # the GPU's path (one thread: the mode sees it)
     cfg = load_config(None, {**over, "executor": executor, "device": "cpu", "deterministic": True})

@@ -75,7 +75,7 @@ CASES = [pytest.param(over, id=case) for case, over in registry_cases()]
 
 
 def run_on_stand_in(over: dict[str, Any], executor: str, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    from chillfl.engine import vectorized
+    from chillfl.executors import vectorized
 
     monkeypatch.setattr(vectorized.VectorizedExecutor, "resident", lambda self, device: True)  # the GPU's path
     cfg = load_config(None, {**over, "executor": executor, "device": "cpu"})
@@ -103,8 +103,8 @@ def test_the_vectorized_step_loop_reads_nothing_back_from_the_device() -> None:
     """No host sync in the resident step loop (the CPU twin of test_cuda's sync-debug-mode test): no .item(), float(t), .cpu()."""
     from torch import nn
 
-    from chillfl.engine.executors import ClientJob
-    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.executors.sequential import ClientJob
+    from chillfl.executors.vectorized import VectorizedExecutor
     from chillfl.training.local import LocalSpec, model_state
 
     torch.manual_seed(0)
@@ -138,7 +138,7 @@ def test_every_method_resumes_with_its_tensors_on_the_run_device(method: str, ex
     """A run stopped after round 1 and resumed on the stand-in device: the checkpoint's tensors come back to where the
     run uses them (a GPU resume would fail on any that came back to the host, or on the device where numpy reads them)."""
     from chillfl import runner
-    from chillfl.engine import vectorized
+    from chillfl.executors import vectorized
 
     monkeypatch.setattr(vectorized.VectorizedExecutor, "resident", lambda self, device: True)
     monkeypatch.setattr(runner, "_plots", lambda *args: None)

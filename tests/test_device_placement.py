@@ -31,9 +31,9 @@ def test_strict_fallbacks_turn_a_vmap_failure_into_an_error(monkeypatch: pytest.
     import torch
     from torch import nn
 
-    from chillfl.engine.executors import ClientJob
+    from chillfl.executors.sequential import ClientJob
     from chillfl.engine.predict import FallbackRefused
-    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.executors.vectorized import VectorizedExecutor
     from chillfl.training.local import LocalSpec, model_state
 
     monkeypatch.setenv("CHILLFL_STRICT_VECTORIZED", "1")

@@ -380,7 +380,7 @@ def test_vectorized_executor_matches_sequential_for_soft_labels(method, extra):
 
 def test_vectorized_executor_batches_the_distillation_jobs(batch_sizes):
     """The distillation and private-training stages of a round's clients each train as one vmapped batch."""
-    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.executors.vectorized import VectorizedExecutor
 
     calls = batch_sizes(VectorizedExecutor, "_run_vectorized")
     over = {**tiny("scarlet"), "model.name": "mlp", "federation.rounds": 2, "executor": "vectorized"}

@@ -40,7 +40,7 @@ def test_the_checks_name_what_turned_non_finite() -> None:
 
 
 def test_result_files_are_strict_json(tmp_path: Path) -> None:
-    from chillfl.engine.results import ResultWriter
+    from chillfl.storage.results import ResultWriter
 
     writer = ResultWriter(tmp_path, "r")
     writer.append({"round": 1, "x": float("nan"), "nested": {"y": float("-inf")}, "ok": 0.5})

@@ -15,12 +15,12 @@ import torch
 from torch import nn
 
 from chillfl.config import load_config
-from chillfl.engine.executors import ClientJob, SequentialExecutor
+from chillfl.executors.sequential import ClientJob, SequentialExecutor
 from chillfl.protocols.parameters import ParameterClient
-from chillfl.engine.parallel import ExecutorSpec, VECTORIZE_MAX_PARAMS, choose_executor, make_parallel_executor, vectorized_workers
-from chillfl.engine.processes import ProcessExecutor, WorkerError, WorkerPool, pack_tree
+from chillfl.executors.parallel import ExecutorSpec, VECTORIZE_MAX_PARAMS, choose_executor, make_parallel_executor, vectorized_workers
+from chillfl.executors.processes import ProcessExecutor, WorkerError, WorkerPool, pack_tree
 from chillfl.runner import run_experiment
-from chillfl.engine.vectorized import NotVectorizable, VectorizedExecutor, chunk_size_for, dim_order, stack, stack_contexts
+from chillfl.executors.vectorized import NotVectorizable, VectorizedExecutor, chunk_size_for, dim_order, stack, stack_contexts
 from chillfl.errors import ConfigError
 from chillfl.training.local import LocalOutcome, LocalSpec, model_state
 
@@ -241,7 +241,7 @@ def test_vectorized_falls_back_once_when_step_cannot_be_vmapped(caplog: pytest.L
     spec = LocalSpec(epochs=1, batch_size=8)
     jobs = _jobs(model, [9, 7, 12], (3, 4))
     ex = VectorizedExecutor(model, spec)
-    with caplog.at_level(logging.WARNING, logger="chillfl.engine.vectorized"):
+    with caplog.at_level(logging.WARNING, logger="chillfl.executors.vectorized"):
         first, second = ex.run(jobs), ex.run(jobs)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "falling back to the sequential executor" in warnings[0].getMessage()
@@ -269,7 +269,7 @@ def test_vectorized_falls_back_when_only_differing_contexts_break_vmap(workers: 
     spec = LocalSpec(epochs=1, batch_size=8, terms=(Branchy(),))
     jobs = _jobs(model, [9, 7, 12, 8], (3, 4), [{"mu": 0.01 * c} for c in range(4)])
     ex = VectorizedExecutor(model, spec, chunk_size=2, workers=workers)
-    with caplog.at_level(logging.WARNING, logger="chillfl.engine.vectorized"):
+    with caplog.at_level(logging.WARNING, logger="chillfl.executors.vectorized"):
         got = ex.run(jobs)
     ex.close()
     assert ex.fallback_reason is not None and "cannot be vmapped" in ex.fallback_reason
@@ -283,7 +283,7 @@ def test_auto_falls_back_to_the_process_pool_when_the_model_cannot_be_vmapped(ca
     spec = LocalSpec(epochs=1, batch_size=8)
     jobs = _jobs(model, [9, 7, 12], (3, 4))
     ex = VectorizedExecutor(model, spec, workers=2, fallback=partial(ProcessExecutor, model, spec, workers=2))
-    with caplog.at_level(logging.WARNING, logger="chillfl.engine.vectorized"):
+    with caplog.at_level(logging.WARNING, logger="chillfl.executors.vectorized"):
         got = ex.run(jobs)
     try:
         assert isinstance(ex._fallback, ProcessExecutor)
@@ -400,10 +400,10 @@ def test_make_parallel_executor_names_and_auto_log(caplog: pytest.LogCaptureFixt
     exp = _experiment("auto", _mlp())
     assert isinstance(make_parallel_executor("sequential", exp), SequentialExecutor)
     assert isinstance(make_parallel_executor("vectorized", exp), VectorizedExecutor)
-    with caplog.at_level(logging.INFO, logger="chillfl.engine.parallel"):
+    with caplog.at_level(logging.INFO, logger="chillfl.executors.parallel"):
         chosen = make_parallel_executor("auto", exp)
     assert isinstance(chosen, VectorizedExecutor)  # 149 parameters, 4 clients per round
-    lines = [r.getMessage() for r in caplog.records if r.name == "chillfl.engine.parallel"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "chillfl.executors.parallel"]
     assert len(lines) == 1 and "vectorized" in lines[0]
     cores = len(os.sched_getaffinity(0))
     assert chosen.workers == cores  # threads = 1 (the default): one chunk thread per core

@@ -25,7 +25,7 @@ import pytest
 from chillfl import runner
 from chillfl.cli import main
 from chillfl.config import load_config
-from chillfl.engine.checkpoint import read_state
+from chillfl.storage.checkpoint import read_state
 from chillfl.runner import CHECKPOINT, MODEL, resume_experiment, run_experiment
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"

@@ -112,8 +112,8 @@ def test_mismatched_representation_widths_are_refused_in_one_line():
 @pytest.mark.parametrize("method", [{"method": "fedproto"}, {"method": "fedhkd"}])
 def test_checkpoint_round_trip_continues_exactly(method):
     """state_dict -> the checkpoint codec -> load_state_dict into a fresh protocol: the remaining rounds are identical."""
-    from chillfl.engine.checkpoint import decode_state, encode_state
-    from chillfl.engine.executors import SequentialExecutor
+    from chillfl.storage.checkpoint import decode_state, encode_state
+    from chillfl.executors.sequential import SequentialExecutor
     from chillfl.engine.loop import run_rounds
     from chillfl.experiment import build_protocol
 

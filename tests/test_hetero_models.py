@@ -100,7 +100,7 @@ def test_records_stay_per_client_and_the_summary_counts_parameters_per_architect
 
 def test_vectorized_executor_batches_each_architecture_together(monkeypatch):
     """One vmapped batch per architecture and stage: the spec names the architecture, drive() groups by spec."""
-    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.executors.vectorized import VectorizedExecutor
 
     calls: list[tuple[str, int]] = []
     original = VectorizedExecutor._run_vectorized

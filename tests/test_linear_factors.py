@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from chillfl.engine.executors import ClientJob, SequentialExecutor
-from chillfl.engine.vectorized import VectorizedExecutor
+from chillfl.executors.sequential import ClientJob, SequentialExecutor
+from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.models.registry import build_model, model_names
 from chillfl.training.linear_factors import FactoredLinear, add_outer_, factored_layers, factored_linears, recording
 from chillfl.training.local import LocalSpec, StepLoss, model_state, split_state, step_grads, train_client
@@ -143,7 +143,7 @@ def test_vectorized_turns_factoring_off_when_a_layer_cannot_be_factored(caplog: 
     jobs = [ClientJob(c, start, torch.randn(8, 12), torch.randint(0, 4, (8,)), 0.1, 1.0, {}, c) for c in range(3)]
     spec = LocalSpec(epochs=1, batch_size=4)
     ex = VectorizedExecutor(model, spec)
-    with caplog.at_level(logging.INFO, logger="chillfl.engine.vectorized"):
+    with caplog.at_level(logging.INFO, logger="chillfl.executors.vectorized"):
         got = ex.run(jobs)
     assert not ex._factor and ex.fallback_reason is None  # still vectorised, with dense gradients
     assert "using dense gradients" in caplog.text

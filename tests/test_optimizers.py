@@ -12,8 +12,8 @@ from torch import nn
 
 from chillfl.cli import main
 from chillfl.config import load_config
-from chillfl.engine.executors import ClientJob, SequentialExecutor
-from chillfl.engine.vectorized import VectorizedExecutor
+from chillfl.executors.sequential import ClientJob, SequentialExecutor
+from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.runner import run_experiment

@@ -30,8 +30,8 @@ from torch import nn
 from chillfl.aggregation.base import ClientResult, FedAvg
 from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold
 from chillfl.config import load_config
-from chillfl.engine.executors import ClientJob, SequentialExecutor
-from chillfl.engine.vectorized import VectorizedExecutor
+from chillfl.executors.sequential import ClientJob, SequentialExecutor
+from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.experiment import build_data
 from chillfl.runner import run_experiment
 from chillfl.training.local import LocalSpec, batch_order, evaluate, model_state, train_client

@@ -21,12 +21,12 @@ from chillfl.aggregation.feddyn import ALPHA, ANCHOR, LINEAR, FedDyn, FedDynOpti
 from chillfl.aggregation.fedper import FedPer, FedPerOptions, head_keys
 from chillfl.aggregation.fedrep import FedRep, FedRepOptions
 from chillfl.aggregation.pfedme import PFedMe, PFedMeOptions
-from chillfl.engine.executors import train_job
+from chillfl.executors.sequential import train_job
 from chillfl.engine.protocol import ClientData, ClientReply, ClientTask, drive
 from chillfl.errors import ConfigError
-from chillfl.engine.executors import SequentialExecutor
+from chillfl.executors.sequential import SequentialExecutor
 from chillfl.engine.protocol import ClientJob
-from chillfl.engine.vectorized import VectorizedExecutor
+from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.models import build_model
 from chillfl.models.parts import head_name
 from chillfl.training.schedule import Optimizer
@@ -412,7 +412,7 @@ def test_personal_models_by_hand() -> None:
 @pytest.mark.parametrize("name", ["ditto", "fedper", "fedrep", "apfl", "fedbn", "pfedme", "feddyn", "fedavg"])
 def test_a_run_returns_and_writes_the_personal_models(name: str, tmp_path: Path) -> None:
     """``checkpoint.client_models``: one model per client that took part, of the model's own keys, from its state."""
-    from chillfl.engine.checkpoint import read_state
+    from chillfl.storage.checkpoint import read_state
     from chillfl.runner import CLIENT_MODELS, run_experiment
 
     model = {"model.name": "flexchill_cnn", "model.batch_norm": True} if name == "fedbn" else {"model.name": "mlp"}

@@ -12,8 +12,8 @@ from torch import nn
 import chillfl.training.local as local
 from chillfl.cli import main
 from chillfl.config import load_config
-from chillfl.engine.executors import ClientJob, SequentialExecutor
-from chillfl.engine.vectorized import VectorizedExecutor
+from chillfl.executors.sequential import ClientJob, SequentialExecutor
+from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.errors import ConfigError
 from chillfl.runner import run_experiment
 from chillfl.training.local import LocalSpec, evaluate, model_state, resolve_compute, to_memory_format, train_client
@@ -162,7 +162,7 @@ def _big_conv_jobs() -> tuple[nn.Module, list[ClientJob]]:
 @pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=needs_bf16)])
 def test_vectorized_trains_big_conv_models_per_client_with_sequential_bits(precision):
     """Large convolutions on the CPU: each client unvmapped on the executor's threads, so sequential's very bits."""
-    from chillfl.engine.vectorized import PER_CLIENT_MIN_CONV_OUTPUTS, conv_outputs_per_sample, per_client_steps
+    from chillfl.executors.vectorized import PER_CLIENT_MIN_CONV_OUTPUTS, conv_outputs_per_sample, per_client_steps
 
     model, jobs = _big_conv_jobs()
     assert conv_outputs_per_sample(model, jobs[0].x) == 8192 == PER_CLIENT_MIN_CONV_OUTPUTS

@@ -149,7 +149,7 @@ def test_a_second_signal_still_ends_in_one_true_line(tmp_path: Path, second: int
             time.sleep(0.1)
         assert not [p for p in pids if alive(p)]
         assert list(temp.iterdir()) == []
-        from chillfl.engine.checkpoint import read_state
+        from chillfl.storage.checkpoint import read_state
 
         kept = read_state(partial / "checkpoint.safetensors")["round"]
         if match[1]:  # stopped at once: during the round after the kept checkpoint's or later

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from chillfl.engine.checkpoint import read_state
+from chillfl.storage.checkpoint import read_state
 from procs import alive
 
 TINY = {
@@ -140,7 +140,7 @@ def test_processes_workers_do_not_outlive_their_parent(sig: int, code: int, tmp_
     parent's, shared by its workers: their resource-sharer sockets
     ``listener-*``). A terminated parent removes it at exit; a SIGKILLed one
     cannot, so the workers remove it when they find their parent gone
-    (``engine/processes.py``). Either way nothing is left once the workers are.
+    (``executors/processes.py``). Either way nothing is left once the workers are.
     """
     config = write_config(tmp_path, "pool", "fedavg-fedchill", executor="processes", federation={"rounds": 40})
     temp = tmp_path / "tmp"  # the run's temporary folders (multiprocessing's pymp-*) go here

@@ -5,7 +5,7 @@ soft-label method and prototype method), each under the sequential, vectorised a
 executors here; under Ray in ``tests/private_net/test_ray.py``. ``tests/test_resume.py`` kills real
 subprocesses for four families; this module covers the whole registry.
 
-The process-pool cases' runs borrow the worker processes of one :class:`~chillfl.engine.pools.WorkerPools`
+The process-pool cases' runs borrow the worker processes of one :class:`~chillfl.executors.pools.WorkerPools`
 (:func:`pools`), as a sweep's runs do: each run builds its own process executor, but the workers (seconds
 each to start: they import torch) start once for the module. A worker keeps nothing of a run but its
 template, objective and client side, unpickled again for every executor.
@@ -19,9 +19,9 @@ from typing import Any, Iterator
 import pytest
 import torch
 
-from chillfl.engine.checkpoint import read_state
-from chillfl.engine.pools import WorkerPools
-from chillfl.engine.processes import WorkerPool
+from chillfl.storage.checkpoint import read_state
+from chillfl.executors.pools import WorkerPools
+from chillfl.executors.processes import WorkerPool
 from resume_cases import COMBINED, NEEDS, check_resume, methods, registered
 
 EXECUTORS = ("sequential", "vectorized", "processes")
@@ -71,7 +71,7 @@ def test_a_checkpoint_gives_each_tensor_its_layout_back(tmp_path: Path) -> None:
     """FedProto keeps the vectorised executor's client weights, which come back transposed; the same values in
     another layout evaluate to other last bits (a matmul adds up in another order), so a resumed run needs the
     layout back: FedProto under ``vectorized`` differed in ``global_loss`` after a resume (issue 27)."""
-    from chillfl.engine.checkpoint import write_state
+    from chillfl.storage.checkpoint import write_state
 
     w = torch.randn(5, 3).t()  # dense, not contiguous: strides (1, 3)
     permuted = torch.randn(2, 3, 4).permute(2, 0, 1)

@@ -22,8 +22,8 @@ import pytest
 
 from chillfl.cli import main
 from chillfl.config import load_config
-from chillfl.engine.checkpoint import read_state, write_atomic
-from chillfl.engine.results import ResultWriter
+from chillfl.storage.checkpoint import read_state, write_atomic
+from chillfl.storage.results import ResultWriter
 from chillfl.runner import run_experiment
 from procs import InterruptAt
 

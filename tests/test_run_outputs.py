@@ -16,7 +16,7 @@ from torch import nn
 
 import chillfl
 from chillfl.analysis.replay import load_model_state
-from chillfl.engine.checkpoint import read_state, write_state
+from chillfl.storage.checkpoint import read_state, write_state
 from chillfl.environment import COMPARED, differences, environment
 
 

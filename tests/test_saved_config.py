@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from chillfl.config import config_from_dict, load_config
-from chillfl.engine.results import to_toml
+from chillfl.storage.results import to_toml
 from chillfl.experiments import bundled_experiments, resolve_config
 
 if sys.version_info >= (3, 11):

@@ -21,7 +21,7 @@ from chillfl.data.client_rows import ClientRows
 from chillfl.data.datasets import ArrayDataset
 from chillfl.data.federated import FederatedData
 from chillfl.engine.loop import run_rounds
-from chillfl.engine.vectorized import _gather, _shared_pool
+from chillfl.executors.vectorized import _gather, _shared_pool
 from chillfl.experiment import build_experiment, build_protocol, make_executor
 from chillfl.models.assign import plan_models
 from chillfl.runner import rounds_for

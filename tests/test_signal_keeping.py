@@ -11,7 +11,7 @@ import pytest
 CHILD = textwrap.dedent(
     """
     import ctypes, os, signal, sys, threading, time
-    from chillfl.engine.ray_executor import keeping_signal_handlers
+    from chillfl.executors.ray_executor import keeping_signal_handlers
 
     hits = []
     signal.signal(signal.SIGTERM, lambda *a: hits.append(1))

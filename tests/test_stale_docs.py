@@ -20,7 +20,7 @@ MISSING = re.compile(r"\bno ([\w-]+) (loader|option)\b[^.]{0,40}?\byet\b", re.IG
 
 
 def written_model_files() -> set[str]:
-    from chillfl.engine.run_folder import CHECKPOINT
+    from chillfl.storage.run_folder import CHECKPOINT
     from chillfl.runner import CLIENT_MODELS, MODEL
 
     return {Path(CHECKPOINT).name, MODEL, CLIENT_MODELS}

@@ -1,7 +1,7 @@
 """Checkpoint/resume: every stateful server-side part saves and restores bitwise.
 
 Each part is driven a few rounds, saved with ``state_dict``, written and read
-back through :mod:`chillfl.engine.checkpoint`, loaded into a fresh object with
+back through :mod:`chillfl.storage.checkpoint`, loaded into a fresh object with
 the same constructor arguments, and then the original and the restored object
 are driven through the same further calls: every output must be identical
 bit for bit (a resumed run is the run that never stopped).
@@ -31,7 +31,7 @@ from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions
 from chillfl.aggregation.scaffold import Scaffold, ScaffoldOptions
 from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
 from chillfl.distillation.cache import CacheSignal, ClientCache, ServerCache
-from chillfl.engine.checkpoint import read_state, write_state
+from chillfl.storage.checkpoint import read_state, write_state
 from chillfl.engine.ledger import CommunicationLedger
 from chillfl.errors import ConfigError
 from chillfl.protocols.parameters import ParamStore
@@ -512,7 +512,7 @@ def test_corrupt_or_missing_checkpoint_is_a_config_error(tmp_path: Path) -> None
 def test_a_checkpoint_file_has_the_same_bytes_every_time_it_is_written() -> None:
     """Resume is checked byte for byte: safetensors orders several metadata entries at random (a hash map), so the
     skeleton, the run metadata and the checksum must travel as one entry."""
-    from chillfl.engine.checkpoint import encode_state
+    from chillfl.storage.checkpoint import encode_state
 
     tree = {"w": torch.arange(6.0).reshape(2, 3).t(), "round": 3, "nested": {"x": torch.ones(2), "lr": 0.1}}
     run = {"config_sha256": "ab" * 32, "metrics_bytes": 120, "metrics_sha256": "cd" * 32}

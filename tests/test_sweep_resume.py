@@ -18,7 +18,7 @@ import pytest
 
 import chillfl.report.sweep as sweep
 from chillfl.cli import main
-from chillfl.engine.results import RunLock
+from chillfl.storage.results import RunLock
 
 ARGS = ["--grid", "temperature=1,0.5", "--seeds", "0,1", "-q", "federation.num_clients=4", "federation.clients_per_round=2", "federation.rounds=3",
         "eval.clients=none", "name=sw"]

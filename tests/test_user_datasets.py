@@ -115,8 +115,8 @@ class RandomlyShifted(Dataset):
 
 def trained_inputs(data: chillfl.DatasetData, executor: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[tuple[int, int], torch.Tensor], list[dict[str, Any]]]:
     """What every client update received as its training inputs, by (round, client), and the run's records."""
-    from chillfl.engine.executors import SequentialExecutor
-    from chillfl.engine.vectorized import VectorizedExecutor
+    from chillfl.executors.sequential import SequentialExecutor
+    from chillfl.executors.vectorized import VectorizedExecutor
 
     seen: dict[tuple[int, int], torch.Tensor] = {}
     for cls in (SequentialExecutor, VectorizedExecutor):

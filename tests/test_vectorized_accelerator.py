@@ -16,10 +16,10 @@ import torch
 from torch import nn
 
 from chillfl.data.augment import Augment
-from chillfl.engine.executors import ClientJob, SequentialExecutor
-from chillfl.engine.parallel import ExecutorSpec, accelerator_executor, make_parallel_executor
+from chillfl.executors.sequential import ClientJob, SequentialExecutor
+from chillfl.executors.parallel import ExecutorSpec, accelerator_executor, make_parallel_executor
 from chillfl.engine.protocol import ClientSide
-from chillfl.engine.vectorized import (
+from chillfl.executors.vectorized import (
     ACCELERATOR_MEMORY_FRACTION,
     VectorizedExecutor,
     accelerator_chunk_size,
@@ -215,7 +215,7 @@ SCARLET = {"distillation": {"method": "scarlet", "public_size": 120, "subset_siz
 def test_whole_runs_under_the_accelerator_policy_match_sequential(monkeypatch: pytest.MonkeyPatch, extra: dict[str, Any]) -> None:
     """Both protocols, every stage (distillation, training) through resident chunks of 2 clients, as on a GPU."""
     from chillfl.config import load_config
-    from chillfl.engine import vectorized
+    from chillfl.executors import vectorized
     from chillfl.runner import run_experiment
 
     def run(executor: str) -> list[dict[str, Any]]:

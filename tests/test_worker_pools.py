@@ -1,4 +1,4 @@
-"""A sweep lends its runs one set of worker processes (:mod:`chillfl.engine.pools`): started once, results unchanged, gone at the end.
+"""A sweep lends its runs one set of worker processes (:mod:`chillfl.executors.pools`): started once, results unchanged, gone at the end.
 
 ``chillfl compare`` with ``executor = "processes"`` used to start a pool of spawned workers (each
 importing torch) for every run and stop it at the run's end. Here its runs share one pool, each
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 import chillfl
-from chillfl.engine.pools import WorkerPools
-from chillfl.engine.processes import WorkerPool
+from chillfl.executors.pools import WorkerPools
+from chillfl.executors.processes import WorkerPool
 from chillfl.report import sweep as sweep_module  # where the comparison's runs start
 from chillfl.runner import RunInterrupted
 from procs import alive

@@ -60,7 +60,7 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     A mistake a run would hit exits 2 here. For ``compare``, every variant, tuning point and
     seed is checked. Without the dataset's files only names and options are checked (one note).
     """
-    from chillfl.engine.results import to_toml
+    from chillfl.storage.results import to_toml
     from chillfl.runner import check_sinks
 
     if writes:  # what a run checks before it writes anything
@@ -434,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"chillfl: diverged: {exc}" + (f"; partial results in {folder}" if folder else ""), file=sys.stderr)
         return DIVERGED_EXIT
     except Exception as exc:
-        from chillfl.engine.processes import WorkerError
+        from chillfl.executors.processes import WorkerError
         from chillfl.runner import RunInterrupted
 
         if isinstance(exc, WorkerError):  # a lost worker (processes, ray): the round was not aggregated

@@ -22,11 +22,10 @@ from chillfl.data.datasets import DATASETS
 from chillfl.data.loaders import DATA_DIR_FIELD
 from chillfl.data.partition import PARTITIONERS, partitioner_names
 from chillfl.data.partition_file import FROM_FILE
-from chillfl.engine.executors import Executor
-from chillfl.engine.parallel import ExecutorSpec, make_parallel_executor, unsendable
-from chillfl.engine.protocol import ServerProtocol
-from chillfl.engine.pools import WorkerPools
-from chillfl.engine.ray_executor import RayExecutor, import_ray
+from chillfl.executors.parallel import ExecutorSpec, make_parallel_executor, unsendable
+from chillfl.engine.protocol import Executor, ServerProtocol
+from chillfl.executors.pools import WorkerPools
+from chillfl.executors.ray_executor import RayExecutor, import_ray
 from chillfl.errors import ConfigError, choice_error
 from chillfl.models import build_model, model_names
 from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous
@@ -343,7 +342,7 @@ def build_protocol(exp: Experiment) -> ServerProtocol:
 def make_executor(exp: Experiment, protocol: ServerProtocol, pools: WorkerPools | None = None) -> Executor:
     """The executor named by ``config.executor``, running ``protocol``'s client updates.
 
-    ``pools``: worker processes and Ray actors lent by a sweep (:mod:`chillfl.engine.pools`); None: the
+    ``pools``: worker processes and Ray actors lent by a sweep (:mod:`chillfl.executors.pools`); None: the
     executor starts its own and stops them when it closes.
     """
     config = exp.config

@@ -47,7 +47,7 @@ from chillfl.config import RunConfig, load_config
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.experiments import resolve_config
 from chillfl.progress import Progress
-from chillfl.engine.results import PARTIAL
+from chillfl.storage.results import PARTIAL
 from chillfl.catalogue import estimate_cpu_minutes
 from chillfl.report.compare import CompareOptions, CompareResult, find_compare, plan_sweep, read_compare, resume_compare, run_compare
 from chillfl.tune import parse_tune

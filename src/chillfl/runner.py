@@ -6,7 +6,7 @@ record: the metrics writer, the progress bar, checkpoints, and at the end the
 summary, the saved models and the plots.
 
 Checkpoints (``checkpoint.safetensors`` in the run folder, written atomically
-by :mod:`chillfl.engine.checkpoint`; no code runs when it is read) hold the
+by :mod:`chillfl.storage.checkpoint`; no code runs when it is read) hold the
 protocol's whole ``state_dict()`` after a completed round. Every random
 stream derives from (seed, purpose, round, client), so the round counter is
 the only RNG position a run has. SIGINT and SIGTERM stop the run at the end
@@ -37,18 +37,18 @@ from chillfl.aggregation.registry import algorithm_spec
 from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
 from chillfl.data.partition_file import PARTITION_FILE, encode_partition, partition_record
-from chillfl.engine.checkpoint import read_checkpoint, read_state, write_atomic, write_state
+from chillfl.storage.checkpoint import read_checkpoint, read_state, write_atomic, write_state
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import Redraw, run_rounds
-from chillfl.engine.model_file import write_model
+from chillfl.storage.model_file import write_model
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.record import round_number
-from chillfl.engine.results import ResultWriter, summarize
-from chillfl.engine.run_folder import CHECKPOINT, open_for_resume, run_metadata
+from chillfl.storage.results import ResultWriter, summarize
+from chillfl.storage.run_folder import CHECKPOINT, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import as_comment, differences, environment
 from chillfl.errors import Diverged, MissingExtra, StorageError
-from chillfl.engine.pools import WorkerPools
+from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, is_custom, make_executor
 from chillfl.extras import need
 from chillfl.metrics.calibration import CalibrationAccumulator
@@ -231,7 +231,7 @@ def run_experiment(
     ``experiment``: parts built already (the Python API's own model and data).
     ``hooks``: called after every round with the record and a :class:`~chillfl.engine.view.RunView`
     (read-only models; ``stop()`` ends the run after that round, checkpointed and resumable).
-    ``pools``: worker processes and Ray actors a sweep lends its runs (:mod:`chillfl.engine.pools`).
+    ``pools``: worker processes and Ray actors a sweep lends its runs (:mod:`chillfl.executors.pools`).
     """
     with intra_op_threads(config.threads):
         exp = experiment or build_experiment(config, data=data)
@@ -264,7 +264,7 @@ def resume_experiment(
 ) -> RunOutput:
     """Continue the interrupted run in ``folder`` (a ``NAME.partial`` result folder, or a run a hook stopped) from its checkpoint.
 
-    The folder is locked and checked first (:func:`~chillfl.engine.run_folder.open_for_resume`):
+    The folder is locked and checked first (:func:`~chillfl.storage.run_folder.open_for_resume`):
     a file changed since the checkpoint is one ConfigError naming it, unless ``force``.
     ``label``: the progress line's name (default: the run's).
     """

@@ -36,12 +36,12 @@ ray = pytest.importorskip("ray")
 from ray._private.authentication_test_utils import reset_auth_token_state  # noqa: E402
 
 from chillfl.config import RayConfig, config_from_dict  # noqa: E402
-from chillfl.engine.executors import SequentialExecutor  # noqa: E402
+from chillfl.executors.sequential import SequentialExecutor  # noqa: E402
 from chillfl.engine.loop import run_rounds  # noqa: E402
-from chillfl.engine.processes import WorkerError  # noqa: E402
+from chillfl.executors.processes import WorkerError  # noqa: E402
 from chillfl.engine.protocol import ClientSide, ClientTask  # noqa: E402
-from chillfl.engine.pools import WorkerPools  # noqa: E402
-from chillfl.engine.ray_executor import RayExecutor  # noqa: E402
+from chillfl.executors.pools import WorkerPools  # noqa: E402
+from chillfl.executors.ray_executor import RayExecutor  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
 from chillfl.experiment import build_experiment, build_protocol, make_executor  # noqa: E402
 from resume_cases import COMBINED, check_resume, methods, registered  # noqa: E402
@@ -377,7 +377,7 @@ def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path, signals: int) -> Non
 SIGTERM_AFTER_SHUTDOWN = """
 import ctypes, signal
 from chillfl.config import RayConfig
-from chillfl.engine.ray_executor import RayWorkers
+from chillfl.executors.ray_executor import RayWorkers
 
 libc = ctypes.CDLL(None, use_errno=True)
 

@@ -36,8 +36,8 @@ from torch.func import functional_call
 
 from chillfl.config import RunConfig, load_config
 from chillfl.engine.loop import availability, sample_clients
-from chillfl.engine.model_file import read_model
-from chillfl.engine.results import strict
+from chillfl.storage.model_file import read_model
+from chillfl.storage.results import strict
 from chillfl.errors import ConfigError
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
 from chillfl.protocols.parameters import ParameterSharing

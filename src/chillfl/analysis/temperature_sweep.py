@@ -61,7 +61,7 @@ import torch
 from tqdm import tqdm
 
 from chillfl.config import RunConfig, load_config, parse_overrides
-from chillfl.engine.results import claim_dir, to_toml
+from chillfl.storage.results import claim_dir, to_toml
 from chillfl.errors import ConfigError, choice_error
 from chillfl.experiment import base_losses, build_data, build_initial_model
 from chillfl.experiments import resolve_config

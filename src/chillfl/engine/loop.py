@@ -26,8 +26,7 @@ import numpy as np
 import torch
 
 from chillfl.config import FederationConfig
-from chillfl.engine.executors import Executor
-from chillfl.engine.protocol import ServerProtocol
+from chillfl.engine.protocol import Executor, ServerProtocol
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.seeds import derive_seed
 

@@ -118,6 +118,19 @@ class Message(Protocol):
         ...
 
 
+class Executor(Protocol):
+    """Who runs a round's client updates (:mod:`chillfl.executors`): the loop calls ``map``; ``run`` trains jobs only."""
+
+    def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
+        ...
+
+    def run(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
 class ServerProtocol(Protocol):
     """The server half: builds each round's tasks and turns the replies into the next state and metrics."""
 

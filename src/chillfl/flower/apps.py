@@ -56,11 +56,11 @@ from typing import Any, Sequence
 import torch
 
 from chillfl.config import RunConfig, load_config, parse_overrides
-from chillfl.engine.executors import SequentialExecutor
+from chillfl.executors.sequential import SequentialExecutor
 from chillfl.engine.loop import run_rounds
-from chillfl.engine.processes import WorkerError
+from chillfl.executors.processes import WorkerError
 from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
-from chillfl.engine.results import ResultWriter, summarize
+from chillfl.storage.results import ResultWriter, summarize
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
 from chillfl.flower.state import load_client_state, save_client_state
@@ -380,8 +380,8 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     import_flwr()
     from flwr.simulation import run_simulation as flwr_simulation
 
-    from chillfl.engine.processes import default_workers
-    from chillfl.engine.ray_executor import local_ray_folder
+    from chillfl.executors.processes import default_workers
+    from chillfl.executors.ray_executor import local_ray_folder
 
     built = build_server(config)  # a ConfigError stops the run here, before Flower and Ray start
     nodes = num_supernodes or config.federation.num_clients

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from chillfl.engine.results import series
+from chillfl.storage.results import series
 from chillfl.plots.run import finish_panels, plt
 
 

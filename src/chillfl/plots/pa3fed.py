@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
 from chillfl.config import safe_name  # noqa: E402
-from chillfl.engine.results import series  # noqa: E402
+from chillfl.storage.results import series  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
 
 CLP_COLOR = "#9ecae1"  # light blue, as in Fig. 3

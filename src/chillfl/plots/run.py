@@ -12,7 +12,7 @@ matplotlib = need("matplotlib", "plots", "plots")  # one MissingExtra line inste
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from chillfl.engine.results import series  # noqa: E402
+from chillfl.storage.results import series  # noqa: E402
 
 
 def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> None:

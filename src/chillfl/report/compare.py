@@ -43,8 +43,8 @@ else:  # pragma: no cover - Python 3.10
 from chillfl.config import RunConfig, check_compare_option, load_config, parse_value, safe_name, variant_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import DATA_DIR_FIELD
-from chillfl.engine.pools import WorkerPools
-from chillfl.engine.results import PARTIAL, RunLock, claim_dir, rounds_to_reach, to_toml
+from chillfl.executors.pools import WorkerPools
+from chillfl.storage.results import PARTIAL, RunLock, claim_dir, rounds_to_reach, to_toml
 from chillfl.errors import ConfigError, MissingExtra, SweepFailed
 from chillfl.experiment import Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.metrics.stats import paired_difference, summarize
@@ -635,7 +635,7 @@ def run_compare(
         lock = RunLock(partial)  # one process at a time goes on with a comparison (the first run, or a resume of it)
     try:
         try:
-            with WorkerPools() as pools:  # the runs' worker processes and Ray actors start once for the sweep (engine/pools.py)
+            with WorkerPools() as pools:  # the runs' worker processes and Ray actors start once for the sweep (executors/pools.py)
                 sweep = Sweep(partial, resume is not None, force, progress, pools, len(cells))
                 for i, c in enumerate(cells):
                     sweep.run(i, c.config, (c.variant.label, c.point, c.seed), datasets[_data_key(c.config)], model, plugged)

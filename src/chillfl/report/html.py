@@ -41,7 +41,7 @@ from chillfl.analysis.calibration import analyze, plot_reliability
 from chillfl.analysis.replay import run_label
 from chillfl.config import RunConfig, load_config
 from chillfl.data.show import plot_class_heatmap
-from chillfl.engine.results import read_metrics, series, to_toml
+from chillfl.storage.results import read_metrics, series, to_toml
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_data
 from chillfl.extras import need

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
-from chillfl.engine.checkpoint import read_state
-from chillfl.engine.model_file import read_model
-from chillfl.engine.pools import WorkerPools
-from chillfl.engine.results import PARTIAL, read_metrics, refuse_links, remove_tree
-from chillfl.engine.run_folder import CHECKPOINT
+from chillfl.storage.checkpoint import read_state
+from chillfl.storage.model_file import read_model
+from chillfl.executors.pools import WorkerPools
+from chillfl.storage.results import PARTIAL, read_metrics, refuse_links, remove_tree
+from chillfl.storage.run_folder import CHECKPOINT
 from chillfl.environment import code_sha256
 from chillfl.errors import ConfigError, Diverged, one_line
 from chillfl.experiment import build_experiment
@@ -116,7 +116,7 @@ def write_sweep(partial: Path, record: SweepRecord) -> None:
 def find_sweep(parent: Path, name: str, record: SweepRecord) -> Path | None:
     """The comparison folder under ``parent`` that the sweep ``record`` would make again, finished or (else) interrupted.
 
-    Candidates are ``NAME``, ``NAME-2``, ... as :func:`~chillfl.engine.results.claim_dir` names them, with or
+    Candidates are ``NAME``, ``NAME-2``, ... as :func:`~chillfl.storage.results.claim_dir` names them, with or
     without ``.partial``; one matches when its ``sweep.json`` equals ``record``: same config, variants, seeds,
     tuning, reference, code and torch. Anything else (another config, an older chillfl) is never reused.
     """

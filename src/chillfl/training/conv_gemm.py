@@ -1,7 +1,7 @@
 """The clients' convolutions as batched matrix products, for the vmapped step (``batched_conv = "gemm"``).
 
 Under ``vmap`` a per-client ``conv2d`` becomes ONE grouped convolution, the
-clients folded into the channels (:mod:`chillfl.engine.vectorized`). On an
+clients folded into the channels (:mod:`chillfl.executors.vectorized`). On an
 H200, cuDNN ran those grouped convolutions with one kernel per client and
 step (issue 26: 75,647 kernel launches in a round of 5,000 client steps;
 14.5 % of the FP32 peak; bf16 only 1.35x faster), so the round was bound by

@@ -183,7 +183,7 @@ def resolve_compute(
     whose convolutions output at least :data:`LARGE_CONV_OUTPUTS` elements for
     one ``sample`` input (e.g. the McMahan CNN on 32x32 images), where
     oneDNN's NHWC convolutions are faster (measured in the module docstring
-    and :mod:`chillfl.engine.parallel`); contiguous otherwise: MLPs and 1-d
+    and :mod:`chillfl.executors.parallel`); contiguous otherwise: MLPs and 1-d
     CNNs have no 4-d tensors, small convolutions (8x8 digits) gain little and
     stay bitwise what they were before the option existed, and on GPUs the
     gain is for reduced-precision tensor cores, where cuDNN picks its own

@@ -1,4 +1,6 @@
-"""Executors: who runs the round's client updates.
+"""The sequential executor: the reference every other executor matches.
+
+Executors: who runs the round's client updates (the :class:`~chillfl.engine.protocol.Executor` seam).
 
 Every executor offers the same two calls:
 
@@ -13,29 +15,18 @@ ran it or in which order jobs finished.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 from chillfl.engine.predict import PredictJob, Prediction, predict_each
-from chillfl.engine.protocol import ClientJob, ClientReply, ClientSide, ClientTask, drive
+from chillfl.engine.protocol import ClientJob, ClientReply, ClientSide, ClientTask, Executor, drive
 from chillfl.training.linear_factors import factored_linears
 from chillfl.training.local import LocalOutcome, LocalSpec, train_client
 from chillfl.training.objective import check_reads
 
 __all__ = ["ClientJob", "Executor", "SequentialExecutor", "train_job"]
-
-
-class Executor(Protocol):
-    def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
-        ...
-
-    def run(self, jobs: Sequence[ClientJob]) -> list[LocalOutcome]:
-        ...
-
-    def close(self) -> None:
-        ...
 
 
 def train_job(model: nn.Module, spec: LocalSpec, job: ClientJob) -> LocalOutcome:

@@ -18,7 +18,7 @@ gradient with the same values ``torch.autograd`` would give it alone.
 
 Each client's batch order is exactly the sequential executor's
 (``batch_order(len(y), batch_size, epochs, Generator().manual_seed(seed))``),
-so the result equals :class:`~chillfl.engine.executors.SequentialExecutor`
+so the result equals :class:`~chillfl.executors.sequential.SequentialExecutor`
 up to float rounding (batched kernels may sum in a different order).
 
 Unequal schedules: at global step ``s`` client ``i`` runs its own ``s``-th
@@ -80,7 +80,7 @@ Choices
 * Convolutional models on the CPU whose convolutions output at least
   :data:`PER_CLIENT_MIN_CONV_OUTPUTS` elements a sample (:func:`per_client_steps`)
   are not vmapped: every chunk is one client, trained by the sequential
-  executor's own step (:func:`~chillfl.engine.executors.train_job`), on the
+  executor's own step (:func:`~chillfl.executors.sequential.train_job`), on the
   ``workers`` threads, so the result is bitwise the sequential one (the
   probe still runs first: a step that cannot be vmapped, e.g. with dropout,
   whose draws from torch's global generator threads would race for, falls
@@ -97,7 +97,7 @@ Choices
 * ``workers`` threads train chunks concurrently (each with its own model
   template); a chunk's result does not depend on the thread, so runs stay
   bitwise reproducible. The config's executor factory uses ``cores // threads``
-  workers (:func:`chillfl.engine.parallel.vectorized_workers`).
+  workers (:func:`chillfl.executors.parallel.vectorized_workers`).
 
 On an accelerator (a GPU)
 -------------------------
@@ -143,7 +143,7 @@ from torch.func import vmap
 
 from chillfl.data.augment import crop_flip
 from chillfl.engine.footprint import activation_bytes, nbytes
-from chillfl.engine.executors import ClientJob, Executor, SequentialExecutor, train_job
+from chillfl.executors.sequential import ClientJob, Executor, SequentialExecutor, train_job
 from chillfl.engine.predict import BatchedPredictor, refuse_fallback
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.optim import OptState, init_state, state_slots

@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 from chillfl.config import RayConfig
-from chillfl.engine.processes import WorkerPool
-from chillfl.engine.ray_executor import RayWorkers
+from chillfl.executors.processes import WorkerPool
+from chillfl.executors.ray_executor import RayWorkers
 
 
 class WorkerPools:

@@ -1,8 +1,8 @@
 """Ray executor: the round's client updates run as calls on Ray actors, on a cluster or on a local Ray.
 
-Like the process pool (:mod:`chillfl.engine.processes`), a worker runs whole
+Like the process pool (:mod:`chillfl.executors.processes`), a worker runs whole
 client updates (the protocol's client side, :func:`~chillfl.engine.protocol.drive`
-over :func:`~chillfl.engine.executors.train_job`), so every method runs
+over :func:`~chillfl.executors.sequential.train_job`), so every method runs
 unchanged. A worker is a Ray actor created with the ``[ray]`` table's
 ``num_cpus`` / ``num_gpus``: real Ray resource requests, so Ray places workers
 only where those resources are free (a run whose workers cannot be placed
@@ -29,7 +29,7 @@ Failures: actors are created with ``max_restarts = max_task_retries =
 [ray].max_retries``. A worker process that dies is restarted by Ray and its
 call retried (client updates are pure, so a retry gives the same replies;
 the restarted actor re-fetches its clients' data). When the retries are
-spent, the round raises :class:`~chillfl.engine.processes.WorkerError` with
+spent, the round raises :class:`~chillfl.executors.processes.WorkerError` with
 one line and nothing of that round is aggregated.
 
 Lifetime: the actors and the Ray connection are a :class:`RayWorkers`. An
@@ -63,8 +63,8 @@ import torch
 from torch import nn
 
 from chillfl.config import RayConfig
-from chillfl.engine.executors import SequentialExecutor
-from chillfl.engine.processes import WorkerError, _is_state, default_workers, map_leaves
+from chillfl.executors.sequential import SequentialExecutor
+from chillfl.executors.processes import WorkerError, _is_state, default_workers, map_leaves
 from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientSide, ClientTask
 from chillfl.errors import ConfigError
 from chillfl.training.local import LocalOutcome, LocalSpec

@@ -66,7 +66,7 @@ import torch
 import torch.multiprocessing as tmp
 from torch import nn
 
-from chillfl.engine.executors import ClientJob, train_job
+from chillfl.executors.sequential import ClientJob, train_job
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import factored_linears
 from chillfl.training.local import LocalOutcome, LocalSpec

@@ -1,8 +1,8 @@
 """Executor choice: the config's ``executor`` name -> a ready :class:`Executor`.
 
 ``sequential`` is the reference; ``vectorized`` trains a round's clients as one
-vmapped step (:mod:`chillfl.engine.vectorized`); ``processes`` uses a pool of
-worker processes (:mod:`chillfl.engine.processes`). All three give the same
+vmapped step (:mod:`chillfl.executors.vectorized`); ``processes`` uses a pool of
+worker processes (:mod:`chillfl.executors.processes`). All three give the same
 result for the same seed (vectorized: up to float rounding; processes:
 bitwise, at equal intra-op thread counts).
 
@@ -17,7 +17,7 @@ cache while the per-call overheads that vmap amortises matter less.
 
 Models with large convolutions on the CPU (workload 1's McMahan CNN): the
 vectorised executor trains them one client per chunk, unvmapped, on its worker
-threads (:func:`chillfl.engine.vectorized.per_client_steps`), so ``auto`` still picks
+threads (:func:`chillfl.executors.vectorized.per_client_steps`), so ``auto`` still picks
 it on 2 worker threads: the cores in use without the process pool's copies
 and memory, and the sequential executor's bits. The config's ``memory_format``
 (``auto``: channels-last here) and ``precision`` act inside every executor's
@@ -61,11 +61,11 @@ from typing import Any, Callable
 from torch import nn
 
 from chillfl.config import EXECUTORS
-from chillfl.engine.executors import Executor, SequentialExecutor
-from chillfl.engine.pools import WorkerPools
-from chillfl.engine.processes import ProcessExecutor, default_workers
+from chillfl.executors.sequential import Executor, SequentialExecutor
+from chillfl.executors.pools import WorkerPools
+from chillfl.executors.processes import ProcessExecutor, default_workers
 from chillfl.engine.protocol import ClientSide
-from chillfl.engine.vectorized import VectorizedExecutor
+from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.errors import ConfigError, choice_error
 from chillfl.training.local import LocalSpec
 
@@ -112,7 +112,7 @@ class ExecutorSpec:
     threads: int
     device: str = "cpu"
     pools: WorkerPools | None = None
-    """Worker processes lent by a sweep (:mod:`chillfl.engine.pools`); None: a process executor starts its own."""
+    """Worker processes lent by a sweep (:mod:`chillfl.executors.pools`); None: a process executor starts its own."""
 
     def process_executor(self, workers: int) -> ProcessExecutor:
         """A process-pool executor of ``workers`` single-threaded workers: the sweep's pool of that size, or its own."""

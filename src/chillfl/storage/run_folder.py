@@ -2,7 +2,7 @@
 
 In order: the folder exists and is not finished (a run a hook stopped early,
 ``summary.json`` with ``stopped``, is complete yet resumable in place); no other process holds it
-(:class:`~chillfl.engine.results.RunLock`); it holds no links; it has a
+(:class:`~chillfl.storage.results.RunLock`); it holds no links; it has a
 config and a checkpoint; the checkpoint matches its own checksum, and the
 config and the metrics up to the checkpoint's round are the ones the
 checkpoint was written with (the SHA-256 and length it recorded). An edit
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from chillfl.engine.checkpoint import read_checkpoint
-from chillfl.engine.results import PARTIAL, RunLock, refuse_links, strict
+from chillfl.storage.checkpoint import read_checkpoint
+from chillfl.storage.results import PARTIAL, RunLock, refuse_links, strict
 from chillfl.errors import ConfigError
 
 if sys.version_info >= (3, 11):

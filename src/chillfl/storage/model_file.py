@@ -4,7 +4,7 @@ Written so that any safetensors reader loads it without chillfl::
 
     model.load_state_dict(safetensors.torch.load_file("results/run/model.safetensors"), strict=True)
 
-(checkpoints, which hold whole state trees, keep :mod:`chillfl.engine.checkpoint`'s
+(checkpoints, which hold whole state trees, keep :mod:`chillfl.storage.checkpoint`'s
 format). Files from older chillfl versions stored the model as such a tree
 (tensors named ``"0"``, ``"1"``, ...); :func:`read_model` reads both.
 """
@@ -18,7 +18,7 @@ import safetensors
 import safetensors.torch
 import torch
 
-from chillfl.engine.checkpoint import METADATA_KEY, _header_metadata, decode_state, write_atomic
+from chillfl.storage.checkpoint import METADATA_KEY, _header_metadata, decode_state, write_atomic
 from chillfl.errors import ConfigError, one_line
 
 

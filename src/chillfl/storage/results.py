@@ -13,7 +13,7 @@ A run folder is a transaction:
   ``flock`` on the folder itself (no lock file; it follows the folder's
   renames and is released when the process ends, however it ends);
 * nothing is written through a link: files are replaced atomically
-  (:func:`~chillfl.engine.checkpoint.write_atomic`), ``metrics.jsonl`` is
+  (:func:`~chillfl.storage.checkpoint.write_atomic`), ``metrics.jsonl`` is
   opened with ``O_NOFOLLOW``, and :func:`refuse_links` refuses a folder to
   resume that holds any;
 * it keeps ``config.toml``'s bytes and the SHA-256 and byte length of the
@@ -39,7 +39,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no flock; run folders are not locked there
     fcntl = None  # type: ignore[assignment]
 
-from chillfl.engine.checkpoint import write_atomic
+from chillfl.storage.checkpoint import write_atomic
 from chillfl.paths import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW
 from chillfl.errors import ConfigError, StorageError
 

@@ -1,0 +1,1 @@
+"""chillfl.storage: run folders on disk: checkpoints, result folders, the trained model file, and what ``chillfl resume`` checks."""

@@ -9,6 +9,9 @@ how long it takes. Times are honest about where they come from:
 - **est.**: extrapolated from the config by a two-term cost model (per-step overhead plus FLOPs at a
   measured throughput) calibrated on the measured rows; expect a factor of 2 either way.
 
+Which paper each folder reruns and which experiments were measured are data, not code
+(``experiments/_catalogue.toml``).
+
 No bundled experiment has been timed on a GPU. The GPU column of the full-size experiments (those
 needing a download, meant for a GPU) is an estimate from what was measured on an NVIDIA H200
 (benchmarks/README.md, "On an H200 (2026-11-26)"): a range whose ends are the two readings of those benchmarks
@@ -24,9 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chillfl.config import RunConfig, load_config
-from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
+from chillfl.experiments import DEMO_GRID, bundled_experiments, catalogue_notes, resolve_config
 
-PAPERS = {"flexchill": "FLex&Chill", "fedchill": "FedChill", "pa3fed": "PA3Fed", "scarlet": "SCARLET"}
 EMBEDDED = ("digits", "mnist1d", "synthetic")
 
 # (training samples, test samples, input shape, classes) of the datasets the bundled configs use.
@@ -41,18 +43,8 @@ DATASETS: dict[str, tuple[int, int, tuple[int, ...], int]] = {
     "femnist": (36000, 4000, (1, 28, 28), 62),
 }
 
-MEASURED_CPU_MIN: dict[str, float] = {
-    "demo": 1.6,  # 95 s of CPU time, 2026-11-26 (README)
-    # CPU minutes of the whole experiment, executor "sequential", threads 1, on the 2-core Xeon
-    # development machine (sources: docs/fedchill.md, docs/scarlet.md, the README's demo).
-    "fedchill/table2-digits": 1.8,
-    "fedchill/table3-digits": 1.5,
-    "fedchill/table4-digits": 1.8,
-    "fedchill/table5-digits": 1.1,
-    "fedchill/table7-digits": 5.8,
-    "fedchill/table10-digits": 1.9,
-    "scarlet/dsfl-vs-scarlet-digits": 3.0,
-}
+PAPERS, MEASURED_CPU_MIN = catalogue_notes()
+"""Folder -> paper name, and experiment -> measured CPU minutes: data, in ``experiments/_catalogue.toml``."""
 
 SOFT_LABEL_FACTOR = 3.5
 """Soft-label protocols add distillation on the public set each round: measured 3.4x the model's estimate

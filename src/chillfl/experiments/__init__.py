@@ -6,11 +6,24 @@ bases that configs ``extends``: not experiments, so neither listed nor found by 
 
 from __future__ import annotations
 
+import sys
 from importlib import resources
 from pathlib import Path
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
 DEMO_GRID = ["temperature=1,0.25,0.05"]
 """The demo's temperatures: ``chillfl run`` with no config compares demo.toml at these."""
+
+
+def catalogue_notes() -> tuple[dict[str, str], dict[str, float]]:
+    """``_catalogue.toml``: folder -> the paper it reruns, and experiment -> its measured CPU minutes."""
+    with (experiments_root() / "_catalogue.toml").open("rb") as f:
+        notes = tomllib.load(f)
+    return dict(notes["papers"]), {k: float(v) for k, v in notes["measured_cpu_minutes"].items()}
 
 
 def experiments_root() -> Path:

@@ -1,0 +1,34 @@
+"""What a method declares about itself, so that core code asks a question instead of naming the method.
+
+Every family's spec (aggregators, soft-label methods, prototype methods, temperature policies)
+carries one :class:`Capabilities`. The run builder, the Flower apps and wrappers such as PA3Fed
+read these fields; none of them tests a method's name or class. A plugin declares the same
+fields, so the rules a built-in follows are written down for it too. The defaults are the
+safe side: a method that declares nothing runs under chillfl's own runtime with any client
+optimiser, takes no client weights and holds no personal model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """A method's declared abilities and limits (each ``str`` field: None = no limit, else the one-line reason)."""
+
+    plain_sgd: str | None = None
+    """Why the method's server maths assumes plain (heavy-ball) SGD steps at one lr a round, e.g.
+    "SCAFFOLD's option II control variate (x - y_i) / (K lr)". Set, a run refuses another client
+    optimiser, Nesterov momentum or a per-step lr schedule, with this reason in the line."""
+    on_flower: str | None = None
+    """Why ``chillfl.flower`` cannot run the method (None: it can)."""
+    takes_weights: bool = False
+    """Its ``aggregate()`` accepts per-client ``weights=`` (a weighted average), so a wrapper that
+    reweights clients (PA3Fed) may use it as its base."""
+    not_a_base: str | None = None
+    """Why a wrapper that reweights clients and brings its own client half cannot wrap it even though
+    it takes weights (its clients run their own local training; its server step is its own)."""
+    personal_model: bool = False
+    """Each client keeps a model of its own (``checkpoint.client_models`` saves them; the method
+    implements :class:`~chillfl.aggregation.base.HoldsPersonalModel` or its family's equivalent)."""

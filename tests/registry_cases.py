@@ -13,7 +13,7 @@ from typing import Any, Iterator
 from chillfl.aggregation.registry import algorithm_names
 from chillfl.config import ClientConfig
 from chillfl.settings.distillation import method_names
-from chillfl.settings.prototypes import METHODS as PROTOTYPE_METHODS
+from chillfl.settings.prototypes import method_names as prototype_method_names
 from chillfl.temperature import policy_names
 
 TINY: dict[str, Any] = {
@@ -39,7 +39,7 @@ def registry_cases() -> Iterator[tuple[str, dict[str, Any]]]:
     """(id, overrides) of every registered algorithm, soft-label method, prototype method and temperature policy."""
     cases: list[tuple[str, dict[str, Any]]] = [(f"algorithm-{n}", {"algorithm.name": n}) for n in algorithm_names()]
     cases += [(f"distillation-{n}", {"distillation.method": n, **PUBLIC}) for n in method_names()]
-    cases += [(f"prototypes-{n}", {"prototypes.method": n}) for n in sorted(PROTOTYPE_METHODS)]
+    cases += [(f"prototypes-{n}", {"prototypes.method": n}) for n in prototype_method_names()]
     cases += [(f"temperature-{n}", {"temperature.policy": n}) for n in policy_names()]
     optimizers = typing.get_args(typing.get_type_hints(ClientConfig)["optimizer"])  # the config's own list: a new optimiser is covered
     cases += [(f"client-optimizer-{n}", {"client.optimizer": n}) for n in optimizers if n != "sgd"]  # sgd: every other case

@@ -21,6 +21,7 @@ from torch import nn
 import chillfl
 from chillfl.cli import main
 from chillfl.errors import ConfigError
+from chillfl.resolve import algorithm_table, model_table, partition_table, temperature_table
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
 
@@ -115,7 +116,8 @@ def test_doc_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyP
     config = chillfl.load_config(tmp_path / result.folder / "config.toml")
     assert config.model == {"name": "custom", "class": "torch.nn.modules.container.Sequential", "parameters": 64 * 32 + 32 + 32 * 10 + 10}
     assert config.dataset == {"name": "custom", "source": "tensors", "num_classes": 10, "input_shape": [64], "train_size": 1400, "test_size": 397}
-    assert config.algorithm == {"name": "scaffold"} and config.temperature == {"policy": "fixed", "value": 0.25}
+    written = {k: v for k, v in algorithm_table({"name": "scaffold"}).items() if v is not None}  # every option, resolved; None has no TOML form
+    assert config.algorithm == written and config.temperature == temperature_table({"policy": "fixed", "value": 0.25})
     assert result.config.model == config.model
 
     exec(compile(csv_example, str(DOC), "exec"), ns)  # the callback example, after the first
@@ -172,7 +174,7 @@ def test_any_algorithm_trains_the_users_model(algorithm: dict[str, Any], data: c
     assert same(weights(result.model), {k: v for k, v in result.state.items()})
     assert [r["round"] for r in result.records] == [1, 2] and result.folder is None
     assert result.summary["final_global_acc"] > 0.2
-    assert result.config.algorithm == algorithm and result.config.model["class"] == f"{__name__}.TinyMLP"
+    assert result.config.algorithm == algorithm_table(algorithm) and result.config.model["class"] == f"{__name__}.TinyMLP"
 
 
 def test_soft_label_method_returns_the_server_model(digits: tuple[torch.Tensor, torch.Tensor]) -> None:
@@ -224,7 +226,7 @@ def test_registered_model_on_user_data_and_overrides(data: chillfl.TensorData) -
         seed=3,
         **{"client.lr": 0.1, "partition.name": "iid"},
     )
-    assert result.config.model == {"name": "mlp"} and result.config.dataset["name"] == "custom"
+    assert result.config.model == model_table({"name": "mlp"}) and result.config.dataset["name"] == "custom"
     assert result.config.seed == 3 and result.config.client.lr == 0.1
     assert result.config.partition == {"name": "iid"}  # a new partitioner drops the old one's alpha
     from chillfl.models.mlp import MLP
@@ -239,7 +241,7 @@ def test_config_forms_and_overrides(tmp_path: Path) -> None:
     from_file = chillfl.make_config(path, {"partition.name": "iid", "client.epochs": 2})
     assert from_file.name == "exp" and from_file.partition == {"name": "iid"} and (from_file.client.lr, from_file.client.epochs) == (0.2, 2)
     seeded = chillfl.make_config({}, {"partition.alpha": 0.1})  # no [partition]: the default partitioner, new alpha
-    assert seeded.partition == {"name": "dirichlet", "alpha": 0.1}
+    assert seeded.partition == partition_table({"name": "dirichlet", "alpha": 0.1})
     assert chillfl.make_config(seeded, {"seed": 4}).seed == 4
     assert chillfl.make_config("demo").name == "demo"  # a bundled experiment, as on the command line
     with pytest.raises(ConfigError) as exc:

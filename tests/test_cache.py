@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from chillfl.distillation.cache import (
+from chillfl.protocols.softlabels import (
     CacheOptions,
     CacheOutOfSyncError,
     CacheSignal,

@@ -12,7 +12,8 @@ else:  # pragma: no cover - Python 3.10
 from chillfl.config import load_config
 from chillfl.experiments import resolve_config
 from chillfl.report.caveats import step_size_caveat
-from chillfl.report.compare import apply_variant, run_compare, variants_from_config
+from chillfl.sweeps.plan import apply_variant, variants_from_config
+from chillfl.sweeps.run import run_compare
 
 TINY = {"dataset.name": "digits", "federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 2, "eval.client_split_size": 10}
 

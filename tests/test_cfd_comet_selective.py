@@ -33,7 +33,9 @@ from chillfl.distillation.selective import (
 )
 from chillfl.errors import ConfigError
 from chillfl.options import parse_options
-from chillfl.settings.distillation import CFDOptions, COMETOptions, SelectiveFDOptions
+from chillfl.distillation.methods.cfd import CFDOptions
+from chillfl.distillation.methods.comet import COMETOptions
+from chillfl.distillation.methods.selective_fd import SelectiveFDOptions
 
 # ---- CFD ---------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import chillfl
 from chillfl.cli import main
 from chillfl.config import load_config, variant_config
 from chillfl.errors import ConfigError
-from chillfl.report.compare import parse_grid
+from chillfl.sweeps.plan import parse_grid
 
 DIRICHLET = '[partition]\nname = "dirichlet"\nalpha = 0.3\n'
 

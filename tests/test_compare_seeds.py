@@ -10,17 +10,9 @@ import pytest
 from chillfl.cli import main
 from chillfl.config import config_from_dict
 from chillfl.errors import ConfigError
-from chillfl.report.compare import (
-    CompareOptions,
-    Variant,
-    build_seed_rows,
-    cell_config,
-    format_seed_table,
-    parse_grid,
-    parse_seeds,
-    run_compare,
-    with_controls,
-)
+from chillfl.report.compare import build_seed_rows, format_seed_table
+from chillfl.sweeps.plan import CompareOptions, Variant, cell_config, parse_grid, parse_seeds, with_controls
+from chillfl.sweeps.run import run_compare
 from chillfl.runner import RunOutput
 
 

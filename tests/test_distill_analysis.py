@@ -14,7 +14,7 @@ from chillfl.analysis.softlabels import (
     plot_entropy_vs_temperature,
     simulate_cache_ratio,
 )
-from chillfl.distillation.cache import CacheSignal, ServerCache
+from chillfl.protocols.softlabels import CacheSignal, ServerCache
 
 
 def test_cache_ratio_by_hand_when_every_sample_is_drawn() -> None:

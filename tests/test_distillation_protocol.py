@@ -14,15 +14,16 @@ import torch
 
 from chillfl.cli import main
 from chillfl.config import load_config
-from chillfl.distillation.cache import CacheOutOfSyncError, CacheSyncDelta, ServerCache, SoftLabelUplink
-from chillfl.distillation.methods import make_method
+from chillfl.protocols.softlabels import CacheOutOfSyncError, CacheSyncDelta, ServerCache, SoftLabelUplink
+from chillfl.protocols.softlabels import NoState, make_client_half, make_method
 from chillfl.protocols.softlabels import ClientState, ClientStore, soft_target_kl
 from chillfl.runner import rounds_for, run_experiment
 from chillfl.experiment import build_data, build_experiment
 from chillfl.errors import ConfigError
 from chillfl.experiments import bundled_experiments, resolve_config
 from chillfl.metrics.communication import bytes_to_reach, communication_summary
-from chillfl.report.compare import apply_variant, run_compare, variants_from_config
+from chillfl.sweeps.plan import apply_variant, variants_from_config
+from chillfl.sweeps.run import run_compare
 from chillfl.settings.distillation import parse_distillation
 
 from float_paths import assert_records_close
@@ -82,13 +83,17 @@ def test_distillation_table_is_parsed_once_per_config(monkeypatch):
     assert cfg.distillation_setup is cfg.distillation_setup
 
 
-def test_every_configurable_method_has_a_class_and_every_class_a_setting():
-    """The settings (what a config may name, torch-free) and the classes that run the methods list the same names."""
-    from chillfl.distillation.methods import BUILDERS
-    from chillfl.settings.distillation import METHODS
+def test_every_built_in_method_is_registered_once_by_its_modules_spec():
+    """A built-in's name is its module's; the module's SPEC (loaded like a plugin's) names the same method."""
+    import importlib
 
-    assert sorted(BUILDERS) == sorted(METHODS)
-    assert all(cls.name == name for name, cls in BUILDERS.items())
+    from chillfl.protocols.softlabels import SoftLabelSpec
+    from chillfl.settings.distillation import built_in_names, method_names, method_settings
+
+    assert set(built_in_names()) <= set(method_names()) and "scarlet" in built_in_names()
+    for name in built_in_names():
+        spec = importlib.import_module(f"chillfl.distillation.methods.{name}").SPEC
+        assert isinstance(spec, SoftLabelSpec) and spec.name == name and method_settings(name) is spec
 
 
 # ---------------------------------------------------------------- formulas
@@ -119,6 +124,11 @@ def method_for(name: str, **options):
     return make_method(setup, 2, 0)
 
 
+def client_for(name: str, **options):
+    setup = parse_distillation({"method": name, "public_size": 10, "subset_size": 2, **options})
+    return make_client_half(setup, 2, 0)
+
+
 def test_aggregation_rules_on_hand_values():
     # two clients, one public sample: z1 = [0.8, 0.2], z2 = [0.4, 0.6] -> zbar = [0.6, 0.4]
     ups = uplinks([[[0.8, 0.2]], [[0.4, 0.6]]])
@@ -133,17 +143,17 @@ def test_aggregation_rules_on_hand_values():
     assert method_for("scarlet", beta=1.0).aggregate(1, idx, ups).rows[0].tolist() == pytest.approx([0.6, 0.4], abs=1e-6)
     # CFD, 1 bit per element (code = floor(x + 1/2)): z1 -> [1, 0], z2 -> [0, 1]; mean [0.5, 0.5]; b_down = 32
     cfd = method_for("cfd")
-    sent = [cfd.client_half().upload(k, 1, idx, u.soft_labels, None) for k, u in enumerate(ups)]
+    sent = [client_for("cfd").upload(k, 1, idx, u.soft_labels, NoState()) for k, u in enumerate(ups)]
     assert sent[0].soft_labels.tolist() == [[1.0, 0.0]] and sent[1].soft_labels.tolist() == [[0.0, 1.0]]
     assert cfd.uplink_bytes(sent[0]) == {"soft_labels": 1}  # 1 sample x 2 classes x 1 bit -> ceil(2 / 8) = 1 byte
     assert cfd.aggregate(1, idx, sent).rows[0].tolist() == [0.5, 0.5]
     # CFD with 2-bit delta coding (L = 3): [0.8, 0.2] -> codes [floor(2.9), floor(1.1)] = [2, 1], both changed
     # from the all-zero start: bitmap ceil(2/8) = 1 byte + 2 codes x 2 bits = 1 byte; resent unchanged: 1 + 0
-    delta = method_for("cfd", bits_up=2, delta_coding=True)
-    first = delta.client_half().upload(0, 1, idx, ups[0].soft_labels, None)
+    delta, delta_client = method_for("cfd", bits_up=2, delta_coding=True), client_for("cfd", bits_up=2, delta_coding=True)
+    first = delta_client.upload(0, 1, idx, ups[0].soft_labels, NoState())
     assert first.soft_labels.tolist()[0] == pytest.approx([2 / 3, 1 / 3], abs=1e-6)
     assert delta.uplink_bytes(first) == {"soft_labels": 2}
-    assert delta.uplink_bytes(delta.client_half().upload(0, 2, idx, ups[0].soft_labels, None)) == {"soft_labels": 1}
+    assert delta.uplink_bytes(delta_client.upload(0, 2, idx, ups[0].soft_labels, NoState())) == {"soft_labels": 1}
 
 
 def test_selective_fd_masked_mean_and_server_selector():
@@ -281,11 +291,15 @@ def test_separate_public_dataset():
 
 
 def test_client_state_round_trip():
-    state = ClientState({"w": torch.arange(3.0)}, None, torch.tensor([True, False]))
+    from chillfl.distillation.methods.selective_fd import SelectorState
+
+    state = ClientState({"w": torch.arange(3.0)}, None, SelectorState(torch.tensor([True, False])))
     store = ClientStore(on_disk=True)
     store.save(2, state)
     back = store.load(2)
-    assert torch.equal(back.model["w"], state.model["w"]) and back.in_distribution.tolist() == [True, False]
+    assert torch.equal(back.model["w"], state.model["w"]) and back.method is not None
+    typed = client_for("selective_fd").resume(2, back.method, torch.zeros(0), torch.zeros(0))  # made typed again, not refitted
+    assert isinstance(typed, SelectorState) and typed.in_distribution.tolist() == [True, False]
     assert store.load(3) is None
     root = store.root
     store.close()

@@ -8,7 +8,8 @@ import torch
 from chillfl.distillation.era import enhanced_era, entropy, era, mean_soft_labels, power_sharpen
 from chillfl.errors import ConfigError
 from chillfl.options import parse_options
-from chillfl.settings.distillation import ERAOptions, EnhancedERAOptions
+from chillfl.distillation.methods.dsfl import ERAOptions
+from chillfl.distillation.methods.scarlet import EnhancedERAOptions
 
 # Two clients, three classes.
 Z = torch.tensor(

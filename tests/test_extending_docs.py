@@ -31,7 +31,7 @@ from chillfl.runner import CHECKPOINT, MODEL, resume_experiment, run_experiment
 DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 SRC = Path(__file__).resolve().parents[1] / "src"
 EXECUTORS = ("sequential", "vectorized", "processes")
-FENCE = re.compile(r"(?:<!-- (file|example): ([\w.-]+) -->\n)?```(\w+)\n(.*?)^```", flags=re.S | re.M)
+FENCE = re.compile(r"(?:<!-- (file|example|output): ([\w.-]+) -->\n)?```(\w+)\n(.*?)^```", flags=re.S | re.M)
 
 
 def blocks() -> list[tuple[str | None, str | None, str, str]]:
@@ -54,6 +54,13 @@ def example(name: str) -> str:
     return found[0]
 
 
+def output(name: str) -> str:
+    """The page's ``<!-- output: NAME -->`` block: what example NAME prints (a real run's output, pasted)."""
+    found = [source for kind, n, _, source in blocks() if kind == "output" and n == name]
+    assert len(found) == 1, f"no output {name!r} in {DOC}"
+    return found[0]
+
+
 def texts() -> list[str]:
     return [source for kind, _, lang, source in blocks() if kind is None and lang == "text"]
 
@@ -67,8 +74,9 @@ def with_executor(source: str, executor: str) -> str:
 def test_every_block_is_run_by_a_test() -> None:
     kinds = [(k, n, lang) for k, n, lang, _ in blocks()]
     assert all(k is not None or lang == "text" for k, _, lang in kinds), "an unmarked code block: mark it and run it here"
-    assert {n for k, n, _ in kinds if k == "file"} == {"my_methods.py", "my_feddyn.toml", "pyproject.toml"}
-    assert {n for k, n, _ in kinds if k == "example"} == {"python", "cli", "config"}
+    assert {n for k, n, _ in kinds if k == "file"} == {"my_methods.py", "my_feddyn.toml", "my_prototypes.toml", "pyproject.toml"}
+    assert {n for k, n, _ in kinds if k == "example"} == {"python", "cli", "config", "softlabels", "prototypes"}
+    assert {n for k, n, _ in kinds if k == "output"} == {"prototypes"}
     assert len(texts()) == 2  # the error line and `chillfl list`, each checked below
 
 
@@ -127,7 +135,7 @@ def test_python_example_runs_feddyn_and_the_policy_by_instance(workdir: Path, ex
 def test_config_example_runs_the_trimmed_mean_and_the_soft_label_method(workdir: Path, executor: str, capsys: pytest.CaptureFixture[str]) -> None:
     _run(with_executor(example("config"), executor), "config")
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2 and out[0].startswith("my_methods:TrimmedMean None") and out[1].startswith("fedavg my_methods:MedianSoftLabels")
+    assert len(out) == 2 and out[0].startswith("my_methods:TrimmedMean None") and out[1].startswith("fedavg my_methods:MEDIAN")
     if executor == "sequential":
         _PRINTED["config"] = out
     elif executor == "processes" and "config" in _PRINTED:
@@ -170,6 +178,7 @@ def test_plugin_appears_in_chillfl_list_under_its_part(tmp_path: Path) -> None:
         "base = {'dataset.name': 'digits', 'model.name': 'mlp'}\n"
         "load_config(None, {**base, 'algorithm': {'name': 'my_feddyn', 'alpha': 0.1}, 'temperature': {'policy': 'linear_warmup', 'end': 0.5}})\n"
         "load_config(None, {**base, 'distillation': {'method': 'median_soft_labels', 'sharpen': 2.0, 'public_size': 200, 'subset_size': 100}})\n"
+        "load_config(None, {**base, 'prototypes': {'method': 'confident_prototypes', 'lam': 0.5}})\n"
         "raise SystemExit(main(['list']))"
     )
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -179,11 +188,12 @@ def test_plugin_appears_in_chillfl_list_under_its_part(tmp_path: Path) -> None:
         title, _, names = line.partition(": ")
         listed[title] = names.split(", ")
     documented = [line for line in texts()[1].splitlines() if ": " in line]
-    assert len(documented) == 3
+    assert len(documented) == 4
     for line in documented:
         title, _, names = line.partition(": ")
         assert {n for n in names.split(", ") if n != "..."} <= set(listed[title]), title
     assert "my_feddyn" in listed["algorithms"] and "linear_warmup" not in listed["algorithms"]
+    assert "confident_prototypes" in listed["prototype methods"] and "confident_prototypes" not in listed["distillation methods"]
     # the plugin's names are not known here, where the distribution is not on the path: nothing was registered
     from chillfl.aggregation.registry import algorithm_names
 
@@ -276,3 +286,75 @@ def test_the_pages_trimmed_mean_and_warmup_on_hand_worked_values(workdir: Path) 
     assert rule.aggregate({"w": torch.tensor([0.0])}, results, 0)["w"].item() == 3.0
     policy = my_methods.LinearWarmup(my_methods.LinearWarmup.Options(start=1.0, end=0.25, rounds=3))
     assert [policy.temperature(0, r) for r in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.25]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_softlabels_example_keeps_a_typed_client_state_through_the_disk_store(workdir: Path, executor: str, capsys: pytest.CaptureFixture[str]) -> None:
+    ns = _run(with_executor(example("softlabels"), executor), "softlabels")  # the block asserts memory == disk itself
+    accuracy = ns["accuracy"]
+    assert len(accuracy["disk"]) == 3 and accuracy["memory"] == accuracy["disk"]
+    assert capsys.readouterr().out.startswith("smoothed uploads: ")
+    if executor == "sequential":
+        _PRINTED["softlabels"] = accuracy["disk"]
+    elif executor == "processes" and "softlabels" in _PRINTED:
+        assert accuracy["disk"] == _PRINTED["softlabels"]  # the state travels with each task and comes back, bit for bit
+
+
+def test_the_pages_soft_label_methods_on_hand_worked_values(workdir: Path) -> None:
+    """Median of 0.2, 0.4, 0.9 (class 0) = 0.4, class 1: 0.6 -> [0.4, 0.6]. The smoothed client, decay 0.5:
+    first upload p = [0.8, 0.2] as is; then p = [0.2, 0.8] -> 0.5 * [0.8, 0.2] + 0.5 * [0.2, 0.8] = [0.5, 0.5];
+    a sample requested for the first time is uploaded as predicted; the state survives to_tensors/restore."""
+    import torch
+
+    import my_methods
+    from chillfl.extend import SoftLabelUplink
+
+    idx = torch.tensor([0])
+    ups = [SoftLabelUplink(k, 1, idx, torch.tensor([[p, 1 - p]])) for k, p in enumerate((0.2, 0.9, 0.4))]
+    median = my_methods.MEDIAN.build(my_methods.MedianOptions(), 2, 0, "int32", 10)
+    assert median.aggregate(1, idx, ups).rows.tolist() == [[pytest.approx(0.4), pytest.approx(0.6)]]
+
+    client = my_methods.SMOOTHED.client_half(my_methods.SmoothedOptions(decay=0.5), 2, 0)
+    state = client.new_state(0, torch.zeros(5, 3), torch.zeros(4, 3))
+    first = client.upload(0, 1, torch.tensor([1]), torch.tensor([[0.8, 0.2]]), state)
+    assert first.soft_labels.tolist() == [[pytest.approx(0.8), pytest.approx(0.2)]]
+    back = client.restore(state.to_tensors())
+    second = client.upload(0, 2, torch.tensor([1, 3]), torch.tensor([[0.2, 0.8], [0.3, 0.7]]), back)
+    assert second.soft_labels.tolist() == [[pytest.approx(0.5), pytest.approx(0.5)], [pytest.approx(0.3), pytest.approx(0.7)]]
+    assert back.seen.tolist() == [False, True, False, True]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_prototypes_example_prints_the_documented_output(workdir: Path, executor: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The plugin runs from a dict and from the page's TOML file by import path, the same records (the block asserts it);
+    its printed accuracies are the page's output: bitwise under sequential and processes, within a sample under vectorized."""
+    ns = _run(with_executor(example("prototypes"), executor), "prototypes")
+    printed, documented = capsys.readouterr().out.splitlines(), output("prototypes").splitlines()
+    assert len(ns["runs"]) == 2 and len(printed) == len(documented) == 2
+    if executor != "vectorized":
+        assert printed == documented
+    else:
+        for got, want in zip(printed, documented):
+            head, _, values = got.partition("[")
+            assert head == want.partition("[")[0]
+            assert [float(v) for v in values.rstrip("]").split(",")] == pytest.approx([float(v) for v in want.partition("[")[2].rstrip("]").split(",")], abs=0.02)
+    confident = ns["runs"]["my_methods:CONFIDENT"]
+    assert confident.config.prototypes == {"method": "my_methods:CONFIDENT", "lam": 0.5}
+
+
+def test_the_pages_confident_prototypes_on_hand_worked_values(workdir: Path) -> None:
+    """Two clients, one class, d = 1. A: 2 samples, mean 1, logits giving the true class p = 0.5 each; B: 1 sample,
+    mean 4, p = 1 (a huge logit). Count weights: (2 * 1 + 1 * 4) / 3 = 2; count x confidence: (1 * 1 + 1 * 4) / 2 = 2.5."""
+    import torch
+
+    import my_methods
+    from chillfl.extend import Head, PrototypeLoss
+
+    hooks = my_methods.CONFIDENT.build(my_methods.ConfidentOptions(lam=0.5), num_classes=2, seed=0)
+    a = hooks.release(0, 0, torch.tensor([[0.0], [2.0]]), torch.zeros(2, 2), torch.tensor([0, 0]))
+    b = hooks.release(1, 0, torch.tensor([[4.0]]), torch.tensor([[100.0, 0.0]]), torch.tensor([0]))
+    assert a.extra["confidence"].tolist() == [[0.5], [0.0]] and b.extra["confidence"].tolist() == [[1.0], [0.0]]
+    assert a.width() == 2  # the mean's one float and the confidence: what the uplink's bytes count
+    knowledge = hooks.combine([a, b])
+    assert knowledge.protos.tolist() == [[2.5], [0.0]] and knowledge.mask.tolist() == [True, False] and knowledge.extra == {}
+    assert hooks.loss(Head("fc.weight", "fc.bias")) == PrototypeLoss(0.5)

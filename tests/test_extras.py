@@ -72,7 +72,7 @@ def test_core_imports_and_runs_a_tiny_experiment_without_extras(tmp_path: Path) 
         f"""
         import logging, sys
         logging.basicConfig(level=logging.INFO, format="LOG %(name)s %(message)s")
-        import chillfl, chillfl.api, chillfl.cli, chillfl.config, chillfl.runner, chillfl.experiment, chillfl.report.compare
+        import chillfl, chillfl.api, chillfl.cli, chillfl.config, chillfl.runner, chillfl.experiment, chillfl.report.compare, chillfl.sweeps.run
         from chillfl.config import load_config
         from chillfl.runner import run_experiment
         config = load_config("tiny.toml", {{"out_dir": {str(tmp_path / "results")!r}}})

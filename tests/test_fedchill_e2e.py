@@ -14,7 +14,8 @@ from chillfl.data import ArrayDataset
 from chillfl.runner import run_experiment
 from chillfl.experiment import base_losses, build_algorithm, build_data, build_experiment, build_initial_model
 from chillfl.experiments import bundled_experiments, resolve_config
-from chillfl.report.compare import apply_variant, run_compare, variants_from_config
+from chillfl.sweeps.plan import apply_variant, variants_from_config
+from chillfl.sweeps.run import run_compare
 from chillfl.temperature import make_policy
 
 T_MIN, GAMMA = 0.05, 0.5

@@ -10,7 +10,8 @@ import torch
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
-from chillfl.protocols.knowledge import KnowledgeLoss, aggregate_means, class_means, hyper_knowledge_kd
+from chillfl.prototypes.maths import aggregate_means, class_means
+from chillfl.prototypes.methods.fedhkd import HyperKnowledgeLoss, hyper_knowledge_kd
 from chillfl.settings.prototypes import parse_prototypes
 
 from kd_helpers import MIXED, check_every_executor, records
@@ -59,7 +60,7 @@ def test_kd_term_by_hand():
 def test_fedhkd_loss_is_ce_plus_lam_kd_plus_gamma_distance():
     # logits 0 -> CE = ln 2; distance term: features [1,0] vs prototype [0,0] for the one class-0 sample: 1 / 2 = 0.5
     # KD term with identity head as in test_kd_term_by_hand (class 0 only): ln 2
-    loss = KnowledgeLoss(distance_weight=0.05, kd_weight=0.1, kd_temperature=0.5, head_weight="w", head_bias=None)
+    loss = HyperKnowledgeLoss(distance_weight=0.05, kd_weight=0.1, kd_temperature=0.5, head_weight="w", head_bias=None)
     ctx = {"protos": torch.tensor([[0.0, 0.0], [0.0, 0.5 * math.log(3)]]), "proto_mask": torch.tensor([True, False]), "soft": torch.tensor([[1.0, 0.0], [0.5, 0.5]])}
     value = loss(torch.zeros(1, 2), torch.tensor([0]), 1.0, features=torch.tensor([[1.0, 0.0]]), params={"w": torch.eye(2)}, context=ctx)
     assert value.item() == pytest.approx(math.log(2) + 0.05 * 0.5 + 0.1 * math.log(2), rel=1e-6)
@@ -67,7 +68,8 @@ def test_fedhkd_loss_is_ce_plus_lam_kd_plus_gamma_distance():
 
 def test_defaults_as_the_official_code():
     o = parse_prototypes({"method": "fedhkd"})
-    assert (o.lam, o.kd_weight, o.temperature, o.noise_std, o.share_model) == (0.05, 0.05, 0.5, 2.0, True)
+    assert (o.options.lam, o.options.kd_weight, o.options.temperature, o.options.noise_std, o.options.share_model) == (0.05, 0.05, 0.5, 2.0, True)
+    assert o.share_model
 
 
 def test_fedhkd_every_executor_shares_models_and_noise_is_seeded():

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from chillfl.config import load_config
-from chillfl.distillation.cache import SoftLabelUplink
+from chillfl.protocols.softlabels import SoftLabelUplink
 from chillfl.distillation.fedmd import consensus
-from chillfl.distillation.methods import FedMD
+from chillfl.distillation.methods.fedmd import FedMD, FedMDOptions
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
-from chillfl.settings.distillation import FedMDOptions, parse_distillation
+from chillfl.settings.distillation import parse_distillation
 
 from float_paths import FEDMD_REL
 from kd_helpers import MIXED, check_every_executor, records
@@ -49,7 +49,7 @@ def test_transfer_learning_trains_every_model_on_the_labelled_public_set():
     cfg = load_config(None, {"dataset.name": "digits", "federation.num_clients": 4, "federation.clients_per_round": 2, "model.name": "mlp", "client.lr": 0.1})
     exp = build_experiment(cfg.with_overrides({"distillation": {**FEDMD, "transfer_epochs": 10}}))
     protocol = build_protocol(exp)
-    transfer = protocol.client.transfer
+    transfer = protocol.client.pretraining
     assert transfer is not None and transfer.specs[0].epochs == 10 and transfer.lr == 0.1
     # the labels are the public rows' own training labels
     assert torch.equal(transfer.y, exp.data.dataset.y_train[torch.from_numpy(exp.data.public_indices)])
@@ -57,7 +57,7 @@ def test_transfer_learning_trains_every_model_on_the_labelled_public_set():
     assert any(not torch.equal(protocol.server_state[k], exp.initial_state[k]) for k in exp.initial_state)
     assert protocol.evaluation.metrics(protocol.server_state)["global_acc"] > 0.3
     none = build_protocol(build_experiment(cfg.with_overrides({"distillation": {**FEDMD, "transfer_epochs": 0}})))
-    assert none.client.transfer is None
+    assert none.client.pretraining is None
 
 
 def test_fedmd_every_executor():
@@ -86,7 +86,7 @@ def test_digest_loss_on_logits_is_the_mean_absolute_error_by_hand():
 
 @pytest.mark.parametrize("scores", ["logits", "probs"])
 def test_class_scores_are_logits_by_default_or_probabilities(scores, monkeypatch):
-    from chillfl.distillation import methods
+    from chillfl.distillation.methods import fedmd as methods
 
     seen: list[torch.Tensor] = []
     original = methods.FedMD.aggregate

@@ -10,7 +10,7 @@ import torch
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
-from chillfl.protocols.knowledge import KnowledgeLoss, aggregate_means, class_means, nearest_prototype, prototype_distance
+from chillfl.prototypes.maths import PrototypeLoss, aggregate_means, class_means, nearest_prototype, prototype_distance
 from chillfl.settings.prototypes import parse_prototypes
 
 from kd_helpers import BASE, MIXED, check_every_executor, records
@@ -50,7 +50,7 @@ def test_distance_term_by_hand():
 
 def test_fedproto_loss_is_ce_plus_lambda_distance_and_its_gradient_reaches_the_features():
     # logits [0,0] -> CE = ln 2 for either label; distance as above (0.25) with lambda = 2 -> ln 2 + 0.5
-    loss = KnowledgeLoss(distance_weight=2.0)
+    loss = PrototypeLoss(distance_weight=2.0)
     features = torch.tensor([[1.0, 0.0], [0.0, 2.0]], requires_grad=True)
     ctx = {"protos": torch.tensor([[0.0, 0.0], [9.0, 9.0]]), "proto_mask": torch.tensor([True, False])}
     value = loss(torch.zeros(2, 2), torch.tensor([0, 1]), 1.0, features=features, params={}, context=ctx)
@@ -69,7 +69,8 @@ def test_nearest_prototype_skips_unknown_classes():
 
 def test_defaults_as_the_official_code_and_refusals():
     o = parse_prototypes({"method": "fedproto"})
-    assert (o.lam, o.kd_weight, o.noise_std, o.share_model, o.weighting) == (1.0, 0.0, 0.0, False, "count")
+    assert (o.options.lam, o.options.weighting, o.share_model) == (1.0, "count", False)
+    assert vars(o.options).keys() == {"lam", "weighting"}  # FedHKD's options are FedHKD's: refused below
     for bad, field in [({"share_model": True}, "prototypes.share_model"), ({"kd_weight": 0.1}, "prototypes.kd_weight"), ({"lam": -1.0}, "prototypes.lam")]:
         with pytest.raises(ConfigError) as err:
             parse_prototypes({"method": "fedproto", **bad})

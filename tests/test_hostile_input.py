@@ -513,7 +513,7 @@ def test_impossible_min_size_fails_fast() -> None:
 
 
 def test_grid_size_is_bounded() -> None:
-    from chillfl.report.compare import parse_grid
+    from chillfl.sweeps.plan import parse_grid
 
     with pytest.raises(ConfigError) as info:
         parse_grid(["client.lr=" + ",".join(str(i) for i in range(1, 1001)), "seed=1,2"])

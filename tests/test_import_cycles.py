@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "chillfl"
 
 ENGINE = "chillfl.engine"
-ABOVE_ENGINE = ("chillfl.executors", "chillfl.storage", "chillfl.report", "chillfl.distillation", "chillfl.runner", "chillfl.experiment", "chillfl.cli")
+ABOVE_ENGINE = ("chillfl.executors", "chillfl.storage", "chillfl.report", "chillfl.sweeps", "chillfl.distillation", "chillfl.prototypes", "chillfl.runner", "chillfl.experiment", "chillfl.cli")
 """The engine runs rounds; these build, report on or drive it, so it must not import them."""
 
 
@@ -206,7 +207,7 @@ def test_graph_sees_every_kind_of_import() -> None:
     graph = import_graph()
     targets = {name: {e.target for e in edges} for name, edges in graph.items()}
     assert "chillfl.data.loaders" in targets["chillfl.data.datasets"]  # from chillfl.data import loaders
-    assert "chillfl.distillation.comet" in targets["chillfl.distillation.methods"]  # from .comet import ...
+    assert "chillfl.distillation.comet" in targets["chillfl.distillation.methods.comet"]  # from chillfl.distillation.comet import ...
     assert "chillfl.executors.ray_executor" in targets["chillfl.experiment"]  # inside build_experiment
     assert "chillfl.errors" in targets["chillfl.config"]
     assert len(graph) > 50
@@ -306,10 +307,10 @@ def test_engine_does_not_import_the_layers_above_it(forbidden: str) -> None:
 
 BUILDING_BLOCKS = (
     "_torch", "_version", "aggregation", "config", "data", "distillation", "engine", "environment", "errors", "experiments", "extras", "metrics", "models", "options",
-    "paths", "plots", "plugins", "progress", "protocols", "seeds", "settings", "temperature", "training", "tune", "extend",
+    "paths", "plots", "plugins", "progress", "protocols", "prototypes", "seeds", "settings", "temperature", "training", "tune", "extend",
 )
 """Packages and modules the runs are built from: they hold maths, messages, the loop and the protocols (and the figures drawn from their records)."""
-DRIVERS = ("__main__", "analysis", "analysis_cli", "catalogue", "api", "cli", "docs_outputs", "experiment", "flower", "report", "reproduce", "runner", "sinks")
+DRIVERS = ("__main__", "analysis", "analysis_cli", "catalogue", "api", "cli", "docs_outputs", "experiment", "flower", "report", "reproduce", "runner", "sinks", "sweeps")
 """What builds, drives, reports on or analyses runs: the building blocks never import them (any import counts, lazy ones too)."""
 
 
@@ -325,3 +326,37 @@ def test_building_blocks_do_not_import_the_layers_that_drive_them() -> None:
     assert set(BUILDING_BLOCKS) <= tops, f"no such module: {sorted(set(BUILDING_BLOCKS) - tops)}"  # a module listed in neither is not checked
     bad = [e for name, edges in graph.items() if _top(name) in BUILDING_BLOCKS for e in edges if _top(e.target) in DRIVERS]
     assert not bad, "building blocks importing the layers above them:\n" + "\n".join(f"    {e.where()}" for e in bad)
+
+
+REPORT = "chillfl.report"
+RUNS = ("chillfl.sweeps", "chillfl.executors")
+"""What plans and runs sweeps, and what runs clients: the report renders what they ran and imports neither (one direction:
+:mod:`chillfl.sweeps` renders its tables with :mod:`chillfl.report`)."""
+
+
+def imports_into(graph: dict[str, list[Edge]], package: str, forbidden: Sequence[str]) -> list[Edge]:
+    """The imports, at any depth, by a module of ``package`` of a module of one of the ``forbidden`` packages."""
+    return [
+        e
+        for name, edges in graph.items()
+        if name == package or name.startswith(package + ".")
+        for e in edges
+        if any(e.target == f or e.target.startswith(f + ".") for f in forbidden)
+    ]
+
+
+def test_imports_into_finds_a_lazy_import() -> None:
+    """On a made-up graph: a function-level import of a forbidden package's module is found; a lookalike name is not."""
+    lazy, lookalike = Edge("p.report.a", "p.sweeps.run", "a.py", 9, "from p.sweeps.run import x"), Edge("p.report.b", "p.sweepsx", "b.py", 1, "import p.sweepsx")
+    graph = {"p.report.a": [lazy], "p.report.b": [lookalike], "p.sweeps.run": [Edge("p.sweeps.run", "p.report.a", "run.py", 1, "import p.report.a")]}
+    assert imports_into(graph, "p.report", ("p.sweeps",)) == [lazy]
+    assert imports_into(graph, "p.sweeps", ("p.report",)) == graph["p.sweeps.run"]
+
+
+def test_the_report_only_reports() -> None:
+    """``chillfl.report`` imports nothing that plans or runs sweeps; the sweeps render with it."""
+    graph = import_graph()
+    assert {"chillfl.sweeps.plan", "chillfl.sweeps.run"} <= set(graph)
+    assert "chillfl.report.compare" in {e.target for e in graph["chillfl.sweeps.run"]}  # the direction the layers go
+    bad = imports_into(graph, REPORT, RUNS)
+    assert not bad, f"{REPORT} must not import {' or '.join(RUNS)}:\n" + "\n".join(f"    {e.where()}" for e in bad)

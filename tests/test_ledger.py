@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from chillfl.distillation.cache import SoftLabelRequest, SoftLabelUplink
+from chillfl.protocols.softlabels import SoftLabelRequest, SoftLabelUplink
 from chillfl.engine.ledger import (
     CommunicationLedger,
     LedgerOptions,

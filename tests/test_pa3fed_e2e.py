@@ -23,7 +23,7 @@ from chillfl.experiment import build_algorithm, build_data, build_experiment, bu
 from chillfl.experiments import bundled_experiments, resolve_config
 from chillfl.metrics.stability import main as stability_main
 from chillfl.metrics.stability import stability_summary
-from chillfl.report.compare import apply_variant, variants_from_config
+from chillfl.sweeps.plan import apply_variant, variants_from_config
 from chillfl.plots.pa3fed import clp_spans, plot_clp
 from chillfl.plots.pa3fed import main as plots_main
 from chillfl.seeds import derive_seed

@@ -1,7 +1,7 @@
 """``chillfl reproduce PAPER --resume``: an interrupted reproduction goes on where it stopped.
 
 Claims whose comparison this code finished before are read back from their
-``table.json``, the stopped comparison resumes (``chillfl.report.sweep``), the
+``table.json``, the stopped comparison resumes (``chillfl.sweeps``), the
 rest run; the printed verdicts equal an uninterrupted run's, byte for byte (one
 machine, one torch build). A comparison is reused only when its ``sweep.json``
 says it is this very one: same config, seeds, grid, code and torch.
@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-import chillfl.report.sweep as sweep
 import chillfl.reproduce as reproduce
+import chillfl.sweeps.record as record  # where sweep.json is made
+import chillfl.sweeps.run as sweep  # where the comparison's runs start
 from chillfl.cli import main
-from chillfl.report.compare import CompareOptions, find_compare
+from chillfl.sweeps.plan import CompareOptions
+from chillfl.sweeps.record import find_compare
 from chillfl.reproduce import Claim, claim_config
 from test_sweep_resume import _interrupt
 
@@ -79,7 +81,7 @@ def test_only_the_same_comparison_made_by_the_same_code_is_reused(tmp_path: Path
     assert find_compare(config, CLAIMS[0].grid, CompareOptions(seeds=[0])) is None  # other seeds
     assert find_compare(config, ("temperature=1,0.25",), options) is None  # another grid
     assert find_compare(config.with_overrides({"federation.rounds": 4}), CLAIMS[0].grid, options) is None  # another config
-    monkeypatch.setattr(sweep, "code_sha256", lambda: "0" * 64)  # chillfl's code changed since
+    monkeypatch.setattr(record, "code_sha256", lambda: "0" * 64)  # chillfl's code changed since
     assert find_compare(config, CLAIMS[0].grid, options) is None
 
     calls = _interrupt(monkeypatch, run=99, after_round=1)  # never fires: counts the runs

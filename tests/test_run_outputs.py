@@ -18,6 +18,7 @@ import chillfl
 from chillfl.analysis.replay import load_model_state
 from chillfl.storage.checkpoint import read_state, write_state
 from chillfl.environment import COMPARED, differences, environment
+from chillfl.resolve import partition_table
 
 
 class Net(nn.Module):
@@ -121,7 +122,7 @@ def test_the_partition_is_saved_and_reloads_with_partition_from(tmp_path: Path, 
     first = run(tmp_path, digits, **{"partition.alpha": 0.2})
     assert first.folder is not None
     saved = json.loads((first.folder / "partition.json").read_text())
-    assert len(saved["clients"]) == 4 and saved["partition"] == {"name": "dirichlet", "alpha": 0.2}
+    assert len(saved["clients"]) == 4 and saved["partition"] == partition_table({"name": "dirichlet", "alpha": 0.2})
     assert sorted(i for c in saved["clients"] for i in c) == list(range(1400))  # every training sample, once
     path = str(first.folder / "partition.json")
     # another seed would draw another split: from the file, the clients are the same ones

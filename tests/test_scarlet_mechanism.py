@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from chillfl.config import load_config
-from chillfl.distillation import methods
-from chillfl.distillation.cache import SoftLabelUplink
+from chillfl.distillation.methods.dsfl import DSFL
+from chillfl.distillation.methods.scarlet import SCARLET
+from chillfl.protocols.softlabels import SoftLabelUplink
 from chillfl.distillation.era import mean_soft_labels, power_sharpen
-from chillfl.distillation.methods import make_method
+from chillfl.protocols.softlabels import SoftLabelMethod, make_method
 from chillfl.errors import ConfigError
 from chillfl.runner import run_experiment
 from chillfl.settings.distillation import parse_distillation
@@ -43,7 +44,7 @@ def random_uplinks(seed: int, k: int = 5, n: int = 30, c: int = 10) -> tuple[tor
     return idx, [SoftLabelUplink(client_id=j, round=1, indices=idx, soft_labels=probs[j]) for j in range(k)]
 
 
-def method(name: str, **options) -> methods.SoftLabelMethod:
+def method(name: str, **options) -> SoftLabelMethod:
     return make_method(parse_distillation({"method": name, "public_size": 30, "subset_size": 30, **options}), 10, 0)
 
 
@@ -68,12 +69,12 @@ def test_dsfl_aggregation_option_is_checked():
 
 def test_scarlet_d0_beta1_server_targets_equal_dsfl_mean_bit_for_bit(monkeypatch):
     targets: dict[str, list[torch.Tensor]] = {"dsfl": [], "scarlet": []}
-    for cls in (methods.DSFL, methods.SCARLET):
+    for key, cls in (("dsfl", DSFL), ("scarlet", SCARLET)):
         original = cls.aggregate
 
-        def spy(self, round, indices, uplinks, _original=original):
+        def spy(self, round, indices, uplinks, _original=original, _key=key):
             out = _original(self, round, indices, uplinks)
-            targets[self.name].append(out.server_rows.clone())
+            targets[_key].append(out.server_rows.clone())
             return out
 
         monkeypatch.setattr(cls, "aggregate", spy)
@@ -88,7 +89,7 @@ def test_scarlet_d0_beta1_server_targets_equal_dsfl_mean_bit_for_bit(monkeypatch
 
 
 def test_cached_age_on_hand_values():
-    from chillfl.distillation.cache import ServerCache
+    from chillfl.protocols.softlabels import ServerCache
 
     cache = ServerCache(duration=3)
     row = lambda n: torch.full((n, 2), 0.5)  # noqa: E731

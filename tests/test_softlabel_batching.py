@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from chillfl.config import load_config
-from chillfl.distillation.cache import CacheSignal, ClientCache, CacheSyncDelta, SoftLabelDownlink
+from chillfl.protocols.softlabels import CacheSignal, ClientCache, CacheSyncDelta, SoftLabelDownlink
 from chillfl.engine.loop import run_rounds
 from chillfl.engine.predict import BatchedPredictor, PredictJob, Prediction, outputs, predict_each
 from chillfl.engine.protocol import ClientJob, ClientReply, drive
@@ -301,8 +301,8 @@ def test_public_rows_are_gathered_once_per_index_set():
 def test_stack_uplinks_places_rows_by_index():
     # requested I = [8, 2, 5]; client 0 sends all three in order; client 1 only [5, 8] (Selective-FD keeps a subset)
     # -> stack[1] = [row of 8, zeros, row of 5], keep[1] = [T, F, T]; a client sending index 3 was never asked: error
-    from chillfl.distillation.cache import SoftLabelUplink
-    from chillfl.distillation.methods import stack_uplinks
+    from chillfl.protocols.softlabels import SoftLabelUplink
+    from chillfl.protocols.softlabels import stack_uplinks
 
     idx = torch.tensor([8, 2, 5])
     all3 = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])

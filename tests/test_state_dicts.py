@@ -30,7 +30,7 @@ from chillfl.aggregation.moon import Moon, MoonOptions
 from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions
 from chillfl.aggregation.scaffold import Scaffold, ScaffoldOptions
 from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
-from chillfl.distillation.cache import CacheSignal, ClientCache, ServerCache
+from chillfl.protocols.softlabels import CacheSignal, ClientCache, ServerCache
 from chillfl.storage.checkpoint import read_state, write_state
 from chillfl.engine.ledger import CommunicationLedger
 from chillfl.errors import ConfigError

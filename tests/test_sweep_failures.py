@@ -53,7 +53,7 @@ def test_exit_3_when_every_run_failed(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_a_run_that_crashes_is_marked_failed_and_the_rest_go_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import chillfl.report.sweep as sweep  # where the comparison's runs start
+    import chillfl.sweeps.run as sweep  # where the comparison's runs start
 
     real = sweep.run_experiment
 

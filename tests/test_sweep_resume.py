@@ -1,4 +1,4 @@
-"""An interrupted comparison resumes as a whole: ``chillfl resume results/NAME-compare.partial`` (chillfl.report.sweep).
+"""An interrupted comparison resumes as a whole: ``chillfl resume results/NAME-compare.partial`` (chillfl.sweeps).
 
 Finished runs are read back, the stopped one resumes from its checkpoint, the
 rest run; the table and every run's metrics equal an uninterrupted sweep's,
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-import chillfl.report.sweep as sweep
+import chillfl.sweeps.run as sweep  # where the comparison's runs start
 from chillfl.cli import main
 from chillfl.storage.results import RunLock
 
@@ -176,7 +176,8 @@ def test_read_back_runs_keep_their_models(tmp_path: Path, monkeypatch: pytest.Mo
     import torch
 
     from chillfl.config import load_config
-    from chillfl.report.compare import CompareOptions, resume_compare, run_compare
+    from chillfl.sweeps.plan import CompareOptions
+    from chillfl.sweeps.run import resume_compare, run_compare
 
     config = load_config(None, {"federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 2, "eval.clients": "none",
                                 "algorithm.name": "ditto", "model.name": "mlp", "checkpoint.client_models": True, "name": "dt", "out_dir": str(tmp_path / "a")})

@@ -16,7 +16,8 @@ from chillfl.config import RunConfig, config_from_dict
 from chillfl.data import build_federated_data, load_dataset
 from chillfl.data.federated import validation_split
 from chillfl.errors import ConfigError
-from chillfl.report.compare import CompareOptions, run_compare
+from chillfl.sweeps.plan import CompareOptions
+from chillfl.sweeps.run import run_compare
 from chillfl.tune import parse_tune, point_scores, select_point, validation_score
 
 

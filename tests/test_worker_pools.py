@@ -18,7 +18,7 @@ import pytest
 import chillfl
 from chillfl.executors.pools import WorkerPools
 from chillfl.executors.processes import WorkerPool
-from chillfl.report import sweep as sweep_module  # where the comparison's runs start
+from chillfl.sweeps import run as sweep_module  # where the comparison's runs start
 from chillfl.runner import RunInterrupted
 from procs import alive
 

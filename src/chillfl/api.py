@@ -40,9 +40,11 @@ from chillfl.experiments import resolve_config
 from chillfl.models import model_names
 from chillfl.options import short_repr
 from chillfl.plugins import has_methods
-from chillfl.report.compare import CompareOptions, grid_variants, parse_grid, run_compare
 from chillfl.report.compare import CompareResult as Comparison
+from chillfl.sweeps.plan import CompareOptions, grid_variants, parse_grid
+from chillfl.sweeps.run import run_compare
 from chillfl.reproduce import Outcome, write_verdicts
+from chillfl.resolve import is_default_table, resolved
 from chillfl.reproduce import reproduce as reproduce_claims
 from chillfl.runner import Callback, RunOutput, run_experiment
 from chillfl.settings.distillation import method_names
@@ -194,7 +196,7 @@ def compare(
 ) -> Comparison:
     """Run variants of one experiment on your own model and data, as ``chillfl compare`` does, and tabulate them.
 
-    The same code path as the command line (:func:`chillfl.report.compare.run_compare`): the same
+    The same code path as the command line (:func:`chillfl.sweeps.run.run_compare`): the same
     tables (``result.rows`` as data, ``result.table`` / ``str(result)`` as text) and the same result
     folder. ``grid``: ``{"client.lr": [0.01, 0.1], "temperature": [1, 0.25]}`` (the cartesian
     product; or ``["client.lr=0.01,0.1"]`` as on the command line); without it, the config's
@@ -282,7 +284,7 @@ def _record_plugged(raw: dict[str, Any], plugged: Plugged) -> None:
     for part, record in plugged_records(plugged).items():
         key, default, keyword = defaults[part]
         table = raw.get(part)
-        if table is not None and not (isinstance(table, Mapping) and dict(table) in ({}, {key: default})):
+        if table is not None and not (isinstance(table, Mapping) and is_default_table(part, table, default)):
             raise ConfigError(keyword, f"replaces [{part}], which the config sets too ({short_repr(table)}); pass one of the two")
         raw[part] = record
 
@@ -301,7 +303,7 @@ def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike,
         augment = {"augment": table["augment"]} if isinstance(table, Mapping) and "augment" in table else {}
         raw["dataset"] = {**dataset_record(dataset), **augment}
         distill = raw.get("distillation")
-        if dataset.public_rows and isinstance(distill, dict) and distill.get("method") and "public_size" not in distill:
+        if dataset.public_rows and isinstance(distill, dict) and distill.get("method") and not distill.get("public_size"):  # unset or 0 (a resolved table)
             distill["public_size"] = dataset.public_rows  # the public set passed with the data
         evaluation = raw.get("eval")
         if dataset.test_groups is not None and dataset.train_groups is None and not (isinstance(evaluation, Mapping) and "client_split" in evaluation):
@@ -309,7 +311,7 @@ def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike,
     if model is not None:
         raw["model"] = model_record(model)
     _record_plugged(raw, plugged)
-    return config_from_dict(raw), dataset
+    return resolved(config_from_dict(raw)), dataset
 
 
 def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None = None) -> RunConfig:
@@ -318,8 +320,13 @@ def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None =
     Overrides follow the command line's rules (:func:`chillfl.config.apply_overrides`):
     key by key into a part's table, except that naming another implementation
     (``"partition.name": "iid"``) starts that part afresh.
+
+    Every part's options are validated as the run parses them (an unknown key is a
+    ConfigError naming it, e.g. ``algorithm.muu``, with the allowed keys) and the result
+    is resolved (:func:`chillfl.resolve.resolved`): its dict and TOML forms list every
+    option of every part with its default, as the result folder's ``config.toml`` does.
     """
-    return config_from_dict(_config_data(config, overrides))
+    return resolved(config_from_dict(_config_data(config, overrides)))
 
 
 def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dict[str, Any]:

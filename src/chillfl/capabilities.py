@@ -32,3 +32,20 @@ class Capabilities:
     personal_model: bool = False
     """Each client keeps a model of its own (``checkpoint.client_models`` saves them; the method
     implements :class:`~chillfl.aggregation.base.HoldsPersonalModel` or its family's equivalent)."""
+    limited_by: str | None = None
+    """The option of the method's own table whose value sets the limits above (FedChill's
+    ``normalisation = "minmax"`` keeps it off Flower), so a refusal names that option rather than
+    the method; None: the method itself."""
+
+    def wrapping(self, base: Capabilities) -> Capabilities:
+        """A wrapper's effective capabilities over ``base``: it runs the base's server maths and client half, so the
+        base's limits (plain SGD, Flower) and its personal model are the wrapper's too; whether the wrapper can itself
+        be wrapped (``takes_weights``, ``not_a_base``) stays its own."""
+        return Capabilities(
+            plain_sgd=self.plain_sgd or base.plain_sgd,
+            on_flower=self.on_flower or base.on_flower,
+            takes_weights=self.takes_weights,
+            not_a_base=self.not_a_base,
+            personal_model=self.personal_model or base.personal_model,
+            limited_by=self.limited_by if (self.plain_sgd or self.on_flower) else None,
+        )

@@ -166,7 +166,7 @@ def work(config: RunConfig) -> Work | None:
     per_client = train / fed.num_clients
     steps = fed.rounds * clients * config.client.epochs * math.ceil(per_client / config.client.batch_size)
     samples = fed.rounds * clients * config.client.epochs * per_client
-    factor = SOFT_LABEL_FACTOR if config.distillation else 1.0
+    factor = SOFT_LABEL_FACTOR if config.protocol == "softlabels" else 1.0
     return Work(steps, clients, (3 * samples + fed.rounds * test) * flops, factor, _runs(config))
 
 

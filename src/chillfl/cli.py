@@ -33,7 +33,8 @@ from chillfl.extras import need
 
 if TYPE_CHECKING:
     from chillfl.progress import ProgressMode
-    from chillfl.report.compare import CompareOptions, CompareResult
+    from chillfl.report.compare import CompareResult
+    from chillfl.sweeps.plan import CompareOptions
     from chillfl.runner import RunOutput
 
 DEMO = "demo"
@@ -42,7 +43,9 @@ DEMO = "demo"
 def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
     path = resolve_config(config) if config is not None else None
     flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir", "strict") if args is not None and getattr(args, key, None) is not None}
-    return load_config(path, {**flags, **parse_overrides(list(overrides))})
+    from chillfl.resolve import resolved  # imports the registries (and torch): not for --help
+
+    return resolved(load_config(path, {**flags, **parse_overrides(list(overrides))}))
 
 
 def _report(out: "RunOutput") -> int:
@@ -60,6 +63,7 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     A mistake a run would hit exits 2 here. For ``compare``, every variant, tuning point and
     seed is checked. Without the dataset's files only names and options are checked (one note).
     """
+    from chillfl.resolve import unset_options
     from chillfl.storage.results import to_toml
     from chillfl.runner import check_sinks
 
@@ -67,7 +71,7 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
         check_out_dir(config.out_dir)
         check_sinks(config)
     if args is not None and (args.command == "compare" or config.variants):  # `run` on a config with variants compares too
-        from chillfl.report.compare import run_compare
+        from chillfl.sweeps.run import run_compare
 
         options = _compare_options(args)
         complete = run_compare(config, grid, reference=getattr(args, "reference", None), progress=False, options=options, dry_run=True).complete
@@ -79,6 +83,9 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
         print(f"chillfl: the files of dataset {config.dataset.get('name')!r} are not in {config.data_dir}: "
               "names and options checked, not the shapes that need the data", file=sys.stderr)
     print(to_toml(config.to_dict()), end="")
+    unset = unset_options(config)
+    if unset:  # TOML has no null: what the file leaves out is derived at run time
+        print(textwrap.fill("# unset (derived at run time; TOML has no null): " + ", ".join(unset), width=100, subsequent_indent="#   "))
     return 0
 
 
@@ -104,8 +111,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from chillfl.report.compare import resume_compare
-    from chillfl.report.sweep import is_sweep
+    from chillfl.sweeps.record import is_sweep
+    from chillfl.sweeps.run import resume_compare
     from chillfl.runner import resume_experiment
 
     if is_sweep(Path(args.run_dir)):  # an interrupted comparison: its finished runs kept, the stopped one resumed, the rest run
@@ -116,7 +123,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _compare_options(args: argparse.Namespace) -> "CompareOptions":
-    from chillfl.report.compare import CompareOptions, parse_seeds, parse_tune_items
+    from chillfl.sweeps.plan import CompareOptions, parse_seeds, parse_tune_items
 
     return CompareOptions(
         seeds=parse_seeds(args.seeds) if getattr(args, "seeds", None) else None,
@@ -127,7 +134,8 @@ def _compare_options(args: argparse.Namespace) -> "CompareOptions":
 
 
 def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, progress: "ProgressMode", args: argparse.Namespace | None = None) -> int:
-    from chillfl.report.compare import CompareOptions, run_compare
+    from chillfl.sweeps.plan import CompareOptions
+    from chillfl.sweeps.run import run_compare
 
     options = _compare_options(args) if args is not None else CompareOptions()
     check_out_dir(config.out_dir)
@@ -151,7 +159,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from chillfl.report.compare import parse_seeds
+    from chillfl.sweeps.plan import parse_seeds
     from chillfl.reproduce import format_outcomes, reproduce, write_verdicts
     from chillfl.runner import RunInterrupted
 
@@ -236,16 +244,16 @@ def cmd_list(args: argparse.Namespace) -> int:
 
         print(format_catalogue(catalogue()))
         return 0
-    if args.options:
+    if args.options is not None:
         from chillfl.report.reference import render_reference
 
-        print(render_reference(), end="")
+        print(render_reference(args.options), end="")
         return 0
     from chillfl.aggregation.registry import algorithm_names
     from chillfl.data import dataset_names, partitioner_names
     from chillfl.models import model_names
     from chillfl.settings.distillation import method_names
-    from chillfl.settings.prototypes import METHODS as PROTOTYPE_METHODS
+    from chillfl.settings.prototypes import method_names as prototype_method_names
     from chillfl.temperature import policy_names
 
     for title, names in (
@@ -255,7 +263,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         ("temperature policies", policy_names()),
         ("algorithms", algorithm_names()),
         ("distillation methods", method_names()),
-        ("prototype methods", sorted(PROTOTYPE_METHODS)),
+        ("prototype methods", prototype_method_names()),
     ):
         print(textwrap.fill(f"{title}: {', '.join(names)}", width=100, subsequent_indent="    "))
     print("experiments (`chillfl list experiments`: paper, data, minutes):")
@@ -363,7 +371,9 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="registered datasets, models, methods and bundled experiments")
     p.add_argument("what", nargs="?", choices=("experiments",), help="experiments: a table of the bundled experiments (paper, run or compare, data, expected minutes)")
-    p.add_argument("--options", action="store_true", help="print every part's options with types and defaults (markdown)")
+    p.add_argument("--options", nargs="*", metavar="PLUGIN",
+                   help="print every part's options with types and defaults (markdown), the chillfl.plugins entry points' included; "
+                        "PLUGIN: also a plugin's 'pkg.module:Name' on sys.path")
     p.set_defaults(func=cmd_list)
 
     try:

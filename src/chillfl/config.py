@@ -2,7 +2,10 @@
 
 Precedence: command-line overrides > config file > defaults below. The
 resolved config is written into every result folder, so a run can always be
-repeated from its own output.
+repeated from its own output. A config read here keeps each part's table as
+written; :func:`chillfl.resolve.resolved` (above the registries, so not
+imported here) fills in every option's default, as the command line and
+:func:`chillfl.make_config` do.
 
 Pluggable parts (dataset, partition, model, temperature, algorithm) are
 tables with a ``name`` (``policy`` for temperature) plus that part's own
@@ -34,8 +37,8 @@ from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiments import experiments_root
 from chillfl.options import parse_options, require, require_range, short_repr
 from chillfl.paths import check_writable_dir
-from chillfl.settings.distillation import DistillationSetup, parse_distillation
-from chillfl.settings.prototypes import PrototypeSettings, parse_prototypes
+from chillfl.settings.distillation import DistillationOptions, DistillationSetup, parse_distillation
+from chillfl.settings.prototypes import PrototypeOptions, PrototypeSettings, parse_prototypes
 from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer
 from chillfl.tune import parse_tune
 
@@ -272,12 +275,25 @@ class ObjectiveConfig:
     model (Li et al., Eq. 2) on top of any parameter-sharing aggregator, e.g.
     SCAFFOLD + a proximal term. 0 = off. Refused with ``algorithm = "fedprox"``
     (which has its own ``mu``) and with the soft-label protocol (no global model).
+
+    ``terms``: more terms, each a registered name (``"proximal"``), an import path
+    (``"pkg.mod:Term"``) or a ``chillfl.plugins`` entry point, or a table
+    ``{name = "...", <its options>}`` (:mod:`chillfl.training.terms`). Added after the
+    method's own terms, to any method that accepts terms (parameter sharing); refused by a
+    protocol with its own objective.
     """
 
     proximal_mu: float = 0.0
+    terms: tuple[str | dict[str, Any], ...] = ()
 
     def validate(self, section: str) -> None:
         require(0 <= self.proximal_mu <= 1e6, f"{section}.proximal_mu", f"must be in [0, 1e6] (0 = off), got {self.proximal_mu}")
+        for entry in self.terms:
+            if isinstance(entry, dict):
+                name = entry.get("name")
+                require(isinstance(name, str) and bool(name), f"{section}.terms", f"a term's table needs a name (a registered term or \"pkg.mod:Term\"), got {sorted(entry)}")
+            else:
+                require(bool(entry), f"{section}.terms", "a term's name must not be empty")
 
 
 @dataclass(frozen=True)
@@ -761,7 +777,9 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
     means the default partitioner with alpha 0.1. An override that picks
     another implementation (``partition.name=iid`` on a Dirichlet base)
     starts that part from an empty table instead: the old table's options
-    belong to the old name.
+    belong to the old name. In ``[distillation]`` and ``[prototypes]``, another
+    ``method`` keeps the options every method shares and drops the old method's own
+    (a resolved table holds the old method's defaults, which are not the new one's).
     """
     defaults: RunConfig | None = None
     for part, key in PART_KEYS.items():
@@ -776,8 +794,21 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
         fallback = "file" if part == "partition" and "partition.from" in overrides else table.get(key)  # from a file: not the old split
         picked = overrides.get(f"{part}.{key}", fallback)
         data[part] = copy.deepcopy(dict(table)) if picked == table.get(key) else {}
+    for part, shared in METHOD_TABLES.items():
+        table = data.get(part)
+        key = f"{part}.method"
+        if key in overrides and isinstance(table, Mapping) and overrides[key] != table.get("method"):
+            data[part] = {k: copy.deepcopy(v) for k, v in table.items() if k in _fields(shared)}  # the old method's own options belong to it
     for key, value in overrides.items():
         set_dotted(data, key, value)
+
+
+def _fields(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
+
+
+METHOD_TABLES: dict[str, type] = {"distillation": DistillationOptions, "prototypes": PrototypeOptions}
+"""Parts chosen by ``method`` whose table mixes options every method shares (this dataclass) with the method's own."""
 
 
 def _name_from_path(path: Path) -> str:

@@ -6,15 +6,15 @@ All user errors surface here, before any result folder is created.
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator
-from chillfl.aggregation.registry import algorithm_names, algorithm_spec, make_aggregator
-from chillfl.aggregation.robust import Krum
+from chillfl.aggregation.base import Aggregator, holds_personal_model
+from chillfl.aggregation.registry import algorithm_names, check_algorithm, make_aggregator
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
@@ -36,11 +36,14 @@ from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
 from chillfl.seeds import derive_seed
-from chillfl.temperature import make_policy, policy_names, policy_spec
+from chillfl.temperature import check_policy, make_policy, policy_names
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.gradient_ablation import BASE_LOSSES
 from chillfl.training.local import LocalSpec, model_state, resolve_compute
-from chillfl.training.objective import ProximalTerm, Term, temperature_cross_entropy
+from chillfl.training.objective import Term, temperature_cross_entropy
+from chillfl.training.terms import configured_terms
+
+log = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -165,47 +168,39 @@ def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_class
 
 
 def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None = None) -> tuple[Aggregator, list[Term]]:
-    """The configured aggregator and its terms, or (a copy of) the one passed from Python."""
+    """The configured aggregator and its terms, or (a copy of) the one passed from Python.
+
+    A named algorithm is checked against the run by what its spec declares (:func:`check_algorithm`:
+    its plain-SGD limit, its own ``check``, a wrapper's base's), never by its name.
+    """
     name, options = RunConfig.component(config.algorithm)
     if plugged is not None and plugged.aggregator is not None:
         if not is_custom(name):  # e.g. a comparison's variant naming a built-in: the instance would be silently dropped
             raise ConfigError("algorithm.name", f"the run was given an aggregator from Python, which replaces [algorithm]; got {name!r} here too: vary other keys")
-        return copy.deepcopy(plugged.aggregator), list(copy.deepcopy(plugged.terms))
-    built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum)
-    base = (options or {}).get("base") if name == "pa3fed" else name
-    check_plain_sgd(config, base if isinstance(base, str) else name)
-    if isinstance(built[0], Krum):
-        check_krum(built[0], config.federation.sample_size())
+        built = copy.deepcopy(plugged.aggregator), list(copy.deepcopy(plugged.terms))
+    else:
+        built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum)
+        check_algorithm(name, options, config)
+    warn_no_client_models(config, built[0])
     return built
 
 
-def check_krum(krum: Krum, clients: int) -> None:
-    """Krum's ``f`` and ``m`` against the clients a round samples: n > 2f + 2 (Blanchard et al.), m <= n - f."""
-    if clients <= 2 * krum.f + 2:
-        raise ConfigError("algorithm.f", f"Krum needs clients per round > 2f + 2; {clients} clients per round tolerate f <= {max((clients - 3) // 2, 0)}, got {krum.f}")
-    if krum.m > clients - krum.f:
-        raise ConfigError("algorithm.m", f"Multi-Krum averages at most clients per round - f = {clients - krum.f} models, got {krum.m}")
+def warn_no_client_models(config: RunConfig, aggregator: Aggregator) -> None:
+    """One warning line when ``checkpoint.client_models`` asks for the clients' models of a run that keeps none.
 
-
-PLAIN_SGD = {
-    "scaffold": "SCAFFOLD's option II control variate (x - y_i) / (K lr)",
-    "fednova": "FedNova's normalised update (x - y_i) / (a_i lr)",
-    "vrl_sgd": "VRL-SGD's Delta_i = (x - y_i) / (k lr)",
-}
-"""Algorithms whose server maths divides a client's displacement by its SGD steps times one lr."""
-
-
-def check_plain_sgd(config: RunConfig, algorithm: str) -> None:
-    """A ConfigError when ``algorithm`` assumes plain (heavy-ball) SGD steps at one lr per round and the client optimiser differs."""
-    if algorithm not in PLAIN_SGD:
+    Under the protocol whose method is ``[algorithm]``, the clients' models are the ones the aggregator's
+    client half keeps (:class:`~chillfl.aggregation.base.HoldsPersonalModel`); a method whose clients train
+    the global model each round keeps none, and nothing would be saved. Not an error: the global model is
+    still saved, and one config may run several methods (a sweep, a comparison).
+    """
+    if not config.checkpoint.client_models or protocol_of(config).method_table is not None:
         return
-    c, why = config.client, PLAIN_SGD[algorithm]
-    if c.optimizer != "sgd":
-        raise ConfigError("client.optimizer", f"{why} assumes SGD steps, so {algorithm} needs optimizer = 'sgd', got {c.optimizer!r}")
-    if c.nesterov:
-        raise ConfigError("client.nesterov", f"{why} counts heavy-ball momentum steps, so {algorithm} needs nesterov = false")
-    if c.lr_schedule != "constant" and c.lr_schedule_over == "steps":
-        raise ConfigError("client.lr_schedule_over", f"{why} assumes one lr for a round's steps, so {algorithm} needs lr_schedule_over = 'rounds'")
+    if holds_personal_model(aggregator.client_half()):
+        return
+    log.warning(
+        "checkpoint.client_models: %s keeps no model per client (its clients train the global model each round), so no %s is saved",
+        config.algorithm.get("name"), "client_models.safetensors",
+    )
 
 
 def user_initial_model(config: RunConfig, model: nn.Module) -> tuple[nn.Module, dict[str, torch.Tensor]]:
@@ -310,6 +305,7 @@ def build_policy(config: RunConfig, data: FederatedData, plugged: Plugged | None
         if not is_custom(name):
             raise ConfigError("temperature.policy", f"the run was given a temperature policy from Python, which replaces [temperature]; got {name!r} here too: vary other keys")
         return copy.deepcopy(plugged.policy)
+    check_policy(config)  # its options, then its own checks against the run (PolicySpec.check)
     return make_policy(config.temperature, data.class_counts)
 
 
@@ -321,16 +317,21 @@ def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None
 
 
 def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[Term]:
-    """The ``[objective]`` terms, checked against the protocol and the algorithm's own terms."""
-    if config.objective.proximal_mu == 0:
+    """The ``[objective]`` terms (``proximal_mu``, then ``terms``), checked against the protocol and the algorithm's own terms."""
+    configured = configured_terms(config.objective)
+    if not configured:
         return []
-    field = "objective.proximal_mu"
     own = protocol_of(config).own_objective
     if own is not None:
-        raise ConfigError(field, own)
-    if ProximalTerm() in algorithm_terms:  # FedProx's keys (Ditto's, FedDyn's own copies read other keys)
-        raise ConfigError(field, f"algorithm {config.algorithm.get('name')!r} already adds the proximal term (its own mu); set one of the two")
-    return [ProximalTerm()]
+        field = configured[0].field
+        raise ConfigError(field, own if field.endswith("proximal_mu") else f"{own.split(';')[0]}; leave it empty")
+    out = []
+    for entry in configured:
+        term = entry.build()
+        if term in algorithm_terms:  # FedProx's keys (Ditto's, FedDyn's own copies read other keys)
+            raise ConfigError(entry.field, f"algorithm {config.algorithm.get('name')!r} already adds {entry.spec.summary} (its own options); set one of the two")
+        out.append(term)
+    return out
 
 
 def build_protocol(exp: Experiment) -> ServerProtocol:
@@ -410,15 +411,15 @@ def check_parts(config: RunConfig) -> None:
             raise choice_error("partition.name", name, partitioner_names())
         parse_options(PARTITIONERS[name].options, options, "partition")
     name, options = RunConfig.component(config.algorithm)
-    parse_options(algorithm_spec(name).options, options, "algorithm")
+    check_algorithm(name, options, config)  # its options, then its declared limits against the run
     name, options = RunConfig.component(base_table(config.model))
     if not is_custom(name):
         if name not in MODELS:
             raise choice_error("model.name", name, model_names())
         parse_options(MODELS[name].options, {k: v for k, v in options.items() if k != PROJECTION_OPTION}, "model")
     check_model_assignment(config, config.federation.num_clients)
-    name, options = RunConfig.component(config.temperature, "policy")
-    parse_options(policy_spec(name).options, options, "temperature")
+    check_policy(config)  # its options, then its own checks against the run
+    objective_terms(config, ())  # the [objective] terms' names and options, and whether the protocol takes them
     losses = base_losses()
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))

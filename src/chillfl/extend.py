@@ -6,31 +6,46 @@ docs/architecture.md the reference of the seams they plug into):
 * **an aggregator** (server rule, :class:`Aggregator`): it receives the global state and the
   round's :class:`ClientResult` s (sorted by client id) and returns the next global state; it
   may send each client extra :class:`Downlink` context, and owns the server's state between
-  rounds (``state_dict`` / ``load_state_dict``, for bitwise resume). Subclass :class:`FedAvg`
-  to inherit the no-op parts;
+  rounds (``state_dict`` / ``load_state_dict``, for bitwise resume). Subclass
+  :class:`AggregatorBase` for the do-nothing parts (:class:`FedAvg` when the rule is FedAvg's
+  weighted mean), and declare what core code may ask in ``capabilities = Capabilities(...)``
+  (takes per-client weights, plain SGD only, runs on Flower, holds a personal model);
 * **its client half** (:class:`ClientHalf`, optional, from ``Aggregator.client_half()``): it
   runs on the client around local training: ``prepare`` receives the client's own state
   (:data:`ClientState`, name -> tensor), the start model and the sent context, and returns the
   model and context to train with; ``finish`` receives the :class:`Trained` outcome and returns
   the client's next state and its :data:`Report` to the server. The runtime keeps the state
-  (in checkpoints too); the half holds options only, since it travels to worker processes;
+  (in checkpoints too); the half holds options only, since it travels to worker processes.
+  A half that keeps the client's own model implements :class:`HoldsPersonalModel`
+  (``checkpoint.client_models`` saves it); one that runs the client's trainings itself
+  (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests;
 * **local objective terms** (:class:`LossTerm`, or :class:`BatchTerm` for terms that read the
   batch's features): each receives the trainable parameters and the client's :data:`Context`
   and returns a scalar added to the loss; ``reads`` names the context keys it reads
-  (:func:`read_table`, :func:`read_number`, :func:`read_tensor` read them typed);
+  (:func:`read_table`, :func:`read_number`, :func:`read_tensor` read them typed); a
+  :class:`TermSpec` (:func:`register_term`) makes one a name for ``[objective] terms``;
 * **a temperature policy** (:class:`TemperaturePolicy`): the softmax temperature each client
   trains with, per round, updated from the clients' local accuracy; where the temperature is
   the client's own (FedChill), its client half (:class:`TemperatureHalf`) keeps it in the
-  client's state;
-* **a soft-label method** (:class:`SoftLabelMethod` with its :class:`SoftLabelClientHooks`):
-  how the server combines the clients' soft-labels on the public set, and what clients upload.
+  client's state; a :class:`PolicySpec` (:func:`register_policy`) declares its
+  :class:`Capabilities` from its options;
+* **a soft-label method** (a :class:`SoftLabelSpec`: its options, its server half
+  :class:`SoftLabelMethod` and its client half :class:`SoftLabelClientHalf`, stateless by default
+  (:class:`SoftLabelClientHooks`) or with a typed :class:`MethodState`): how the server combines
+  the clients' soft-labels on the public set, what clients upload and what each keeps;
+* **a prototype method** (a :class:`PrototypeSpec`: its options and its :class:`PrototypeHooks`):
+  what a client releases about its classes after training (:class:`ClassRows`: class means,
+  counts and the method's own per-class rows), how the server combines them into the global
+  :class:`Knowledge`, and the clients' loss (a :class:`PrototypeLoss`, told the model's
+  :class:`Head`).
 
 Use them either way, with no global state touched:
 
 * from Python, as instances: ``chillfl.run(config, aggregator=MyRule(), terms=[MyTerm()],
   policy=MyPolicy())`` (and ``chillfl.compare``); each run works on deep copies;
 * from a config or the command line, by import path: ``[algorithm] name = "mypkg.rules:MyRule"``,
-  ``[temperature] policy = "mypkg.warmup:Warmup"``, ``[distillation] method = "mypkg.sl:Sharpen"``,
+  ``[temperature] policy = "mypkg.warmup:Warmup"``, ``[distillation] method = "mypkg.sl:SPEC"``,
+  ``[prototypes] method = "mypkg.protos:SPEC"``,
   with the class's ``Options`` dataclass parsed and validated like a built-in's options
   (or an :class:`AlgorithmSpec` / :class:`PolicySpec` when the builder needs more, e.g. the
   number of clients, or adds terms); or by a name that an installed distribution registers
@@ -43,15 +58,22 @@ from __future__ import annotations
 
 from chillfl.aggregation.base import (
     Aggregator,
+    AggregatorBase,
     ClientHalf,
     ClientResult,
     ClientState,
     Context,
     Downlink,
     FedAvg,
+    HoldsPersonalModel,
+    Local,
+    LocalProgram,
     Params,
+    Personal,
+    Personalising,
     Report,
     Stateless,
+    Train,
     Trained,
     Wire,
     check_state_keys,
@@ -64,21 +86,42 @@ from chillfl.aggregation.base import (
     with_prefix,
 )
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext
-from chillfl.distillation.cache import SoftLabelUplink
-from chillfl.distillation.methods import Aggregate, SoftLabelClientHooks, SoftLabelMethod, stack_uplinks
+from chillfl.aggregation.scaffold import LinearCorrectionTerm
+from chillfl.capabilities import Capabilities
+from chillfl.protocols.softlabels.messages import SoftLabelUplink
+from chillfl.protocols.softlabels.method import (
+    Aggregate,
+    MethodState,
+    NoState,
+    Pretraining,
+    SoftLabelClientHalf,
+    SoftLabelClientHooks,
+    SoftLabelMethod,
+    SoftLabelSpec,
+    stack_uplinks,
+)
 from chillfl.errors import ConfigError
 from chillfl.options import require
+from chillfl.prototypes.maths import PrototypeLoss, Weighting, aggregate_means, class_means, nearest_prototype, prototype_distance
+from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, average_rows
 from chillfl.settings.distillation import MethodSettings
-from chillfl.temperature import PolicySpec
+from chillfl.plots.registry import FigureSpec, register_figure
+from chillfl.temperature import ClassCounts, PolicySpec, register_policy
 from chillfl.temperature.base import ConstantTemperature, TemperatureHalf, TemperaturePolicy, TemperatureState
-from chillfl.training.objective import BatchTerm, ContextError, LossTerm, StepView, Term, read_number, read_table, read_tensor
+from chillfl.training.local import LocalSpec
+from chillfl.training.objective import BatchTerm, ContextError, LossTerm, ProximalTerm, StepView, Term, read_number, read_table, read_tensor
+from chillfl.training.terms import TermSpec, register_term
 
 __all__ = [
     "Aggregate",
     "Aggregator",
+    "AggregatorBase",
     "AlgorithmSpec",
     "BatchTerm",
     "BuildContext",
+    "Capabilities",
+    "ClassCounts",
+    "ClassRows",
     "ClientHalf",
     "ClientResult",
     "ClientState",
@@ -88,13 +131,32 @@ __all__ = [
     "ContextError",
     "Downlink",
     "FedAvg",
+    "FigureSpec",
+    "Head",
+    "HoldsPersonalModel",
+    "Knowledge",
+    "LinearCorrectionTerm",
+    "Local",
+    "LocalProgram",
+    "LocalSpec",
     "LossTerm",
     "MethodSettings",
+    "MethodState",
+    "NoState",
     "Params",
+    "Personal",
+    "Personalising",
     "PolicySpec",
+    "Pretraining",
+    "PrototypeHooks",
+    "PrototypeLoss",
+    "PrototypeSpec",
+    "ProximalTerm",
     "Report",
+    "SoftLabelClientHalf",
     "SoftLabelClientHooks",
     "SoftLabelMethod",
+    "SoftLabelSpec",
     "SoftLabelUplink",
     "Stateless",
     "StepView",
@@ -102,16 +164,27 @@ __all__ = [
     "TemperaturePolicy",
     "TemperatureState",
     "Term",
+    "TermSpec",
+    "Train",
     "Trained",
+    "Weighting",
     "Wire",
+    "aggregate_means",
+    "average_rows",
     "check_state_keys",
+    "class_means",
     "combine",
     "load_params",
+    "nearest_prototype",
     "own_entries",
     "params_state",
+    "prototype_distance",
     "read_number",
     "read_table",
     "read_tensor",
+    "register_figure",
+    "register_policy",
+    "register_term",
     "require",
     "sample_weights",
     "stack_uplinks",

@@ -1,6 +1,6 @@
 """``chillfl reproduce PAPER``: each headline claim of a paper at CPU scale, over seeds, with a verdict.
 
-Every claim is one comparison (:func:`chillfl.report.compare.run_compare`) of
+Every claim is one comparison (:func:`chillfl.sweeps.run.run_compare`) of
 a bundled CPU-scale config: the paper's method against the baseline it
 claims to beat, at every seed, with the baseline's learning rate tuned on the
 validation split where the claim is about accuracy and a step size could
@@ -49,7 +49,10 @@ from chillfl.experiments import resolve_config
 from chillfl.progress import Progress
 from chillfl.storage.results import PARTIAL
 from chillfl.catalogue import estimate_cpu_minutes
-from chillfl.report.compare import CompareOptions, CompareResult, find_compare, plan_sweep, read_compare, resume_compare, run_compare
+from chillfl.report.compare import CompareResult
+from chillfl.sweeps.plan import CompareOptions, plan_sweep
+from chillfl.sweeps.record import find_compare, read_compare
+from chillfl.sweeps.run import resume_compare, run_compare
 from chillfl.tune import parse_tune
 from chillfl.metrics.stats import paired_difference
 from chillfl.plots.verdicts import VerdictPoint, plot_verdicts

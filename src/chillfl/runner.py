@@ -37,6 +37,7 @@ from chillfl.aggregation.registry import algorithm_spec
 from chillfl.config import RunConfig, load_config
 from chillfl.data import FederatedData
 from chillfl.data.partition_file import PARTITION_FILE, encode_partition, partition_record
+from chillfl.resolve import resolved
 from chillfl.storage.checkpoint import read_checkpoint, read_state, write_atomic, write_state
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import Redraw, run_rounds
@@ -55,7 +56,6 @@ from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.metrics.communication import communication_summary
 from chillfl.metrics.stability import stability_summary
 from chillfl.models.assign import summarize as architectures
-from chillfl.plots.communication import plot_accuracy_vs_bytes
 from chillfl.progress import Progress, make_bar
 from chillfl.protocols.registry import protocol_of
 from chillfl.sinks import build_sinks, close_sinks
@@ -233,6 +233,8 @@ def run_experiment(
     (read-only models; ``stop()`` ends the run after that round, checkpointed and resumable).
     ``pools``: worker processes and Ray actors a sweep lends its runs (:mod:`chillfl.executors.pools`).
     """
+    if experiment is None:  # the saved config.toml lists every default, however the config was made
+        config = resolved(config)
     with intra_op_threads(config.threads):
         exp = experiment or build_experiment(config, data=data)
         config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
@@ -454,10 +456,10 @@ def _finish(
     if "assign" in config.model or "groups" in config.model:  # heterogeneous clients: parameters per architecture
         models = build_client_models(exp)
         summary["architectures"] = architectures(models.plan, models.parameter_counts())
-    if (stability := stability_summary(records)) is not None:  # PA3Fed Table 1 / Fig. 5 (None without per-client losses)
+    if (stability := stability_summary(records)) is not None:  # the spread of the clients' losses (None without per-client losses)
         summary["stability"] = stability
     has_bytes = bool(records) and "bytes_cumulative" in records[-1]
-    if has_bytes:  # SCARLET Sec. IV-A: total bytes and the cost to reach the target accuracy
+    if has_bytes:  # total bytes and the cost to reach the target accuracy
         summary["communication"] = communication_summary(records, config.eval.target_accuracy)
     model = protocol.global_state()
     model_state = {k: v.detach().clone() for k, v in model.items()} if model is not None else None
@@ -501,33 +503,41 @@ def final_calibration(exp: Experiment, config: RunConfig, state: Mapping[str, to
 
 
 def method_figures(config: RunConfig) -> tuple[str, ...]:
-    """The figures the run's aggregation method declares (none for soft-label and prototype sharing)."""
+    """The figures the run's aggregation method declares in its spec's ``figures`` (none for soft-label and prototype sharing)."""
     name = config.algorithm.get("name")
     if not protocol_of(config).uses_aggregator or not isinstance(name, str) or is_custom(name):  # custom: an instance from Python
         return ()
     return algorithm_spec(name).figures
 
 
+def run_figures(records: Sequence[Mapping[str, Any]], config: RunConfig) -> tuple[str, ...]:
+    """The names of the run's figures: the common ones, the protocol's bytes figure where the records carry bytes, the method's."""
+    from chillfl.plots.registry import COMMON
+
+    has_bytes = bool(records) and "bytes_cumulative" in records[-1] and protocol_of(config).bytes_figure  # Fig. 7: accuracy against bytes
+    return (*COMMON, *(("accuracy_vs_bytes",) if has_bytes else ()), *method_figures(config))
+
+
 def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:
-    """The run's figures (:mod:`chillfl.plots`, imported here: the engine knows nothing of plots).
+    """The run's figures, each looked up by name in :mod:`chillfl.plots.registry` (imported here: the engine knows nothing of plots).
 
     Without matplotlib (the ``plots`` extra) the run still completes with its
-    metrics; one log line says the figures were skipped.
+    metrics; one log line says the figures were skipped. A declared figure that no module
+    registered is skipped with a warning: the run's metrics are already written.
     """
+    from chillfl.plots.registry import registered_figures
+
     try:
-        from chillfl.plots.run import plot_run, plot_temperatures
+        figures = registered_figures()
     except MissingExtra as exc:
         log.info("%s; figures skipped", exc)
         return
-
-    plot_run(records, folder / "accuracy_loss.png", title=config.name)
-    plot_temperatures(records, folder / "temperatures.png")
-    if records and "bytes_cumulative" in records[-1] and protocol_of(config).bytes_figure:  # Fig. 7: accuracy against bytes
-        plot_accuracy_vs_bytes(records, folder / "accuracy_vs_bytes.png", title=config.name)
-    if "clp" in method_figures(config):
-        from chillfl.plots.pa3fed import plot_clp
-
-        plot_clp(records, folder / "clp.png", title=config.name)
+    for name in run_figures(records, config):
+        spec = figures.get(name)
+        if spec is None:
+            log.warning("figure %r is declared but no module registers it (chillfl.plots.registry.register_figure); skipped", name)
+            continue
+        spec.draw(records, folder / spec.file, config.name)
 
 
 def rounds_for(exp: Experiment) -> Callable[[Experiment], Iterator[dict[str, Any]]]:

@@ -38,8 +38,7 @@ import torch
 pytest.importorskip("flwr")
 
 from chillfl.config import config_from_dict  # noqa: E402
-from chillfl.distillation.cache import CacheSyncDelta, ClientCache  # noqa: E402
-from chillfl.protocols.softlabels import ClientState  # noqa: E402
+from chillfl.protocols.softlabels import CacheSyncDelta, ClientCache, ClientState, StoredState  # noqa: E402
 from chillfl.flower.apps import NodeStore, OnNode  # noqa: E402
 from chillfl.flower.state import held_clients, load_client_state, save_client_state  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
@@ -88,8 +87,7 @@ def test_wire_round_trip_is_exact() -> None:
 
 
 def test_wire_round_trips_soft_label_messages() -> None:
-    from chillfl.distillation.cache import SoftLabelDownlink, SoftLabelUplink
-    from chillfl.protocols.softlabels import SoftLabelReport, SoftLabelRoundDownlink
+    from chillfl.protocols.softlabels.messages import SoftLabelDownlink, SoftLabelReport, SoftLabelRoundDownlink, SoftLabelUplink
 
     g = torch.Generator().manual_seed(2)
     prev = SoftLabelDownlink(2, torch.tensor([4, 0, 9]), torch.tensor([1, 2, 0], dtype=torch.uint8), torch.rand(2, 3, generator=g), 8)
@@ -188,18 +186,18 @@ def test_client_state_round_trips_through_context_state() -> None:
     cache.apply_sync(CacheSyncDelta(3, 2, torch.tensor([5, 1]), torch.rand(2, 4, generator=g), torch.zeros(0, dtype=torch.long)))
     model = {"fc.weight": torch.randn(4, 3, generator=g), "fc.bias": torch.randn(4, generator=g, dtype=torch.float64), "steps": torch.tensor(9)}
     records = RecordDict()
-    save_client_state(records, 3, ClientState(model, cache, torch.tensor([True, False, True])))
-    save_client_state(records, 10, ClientState({"w": torch.ones(2)}))  # no cache, no mask
+    save_client_state(records, 3, ClientState(model, cache, StoredState({"in_distribution": torch.tensor([True, False, True])})))
+    save_client_state(records, 10, ClientState({"w": torch.ones(2)}))  # no cache, no method state
     assert held_clients(records) == [3, 10] and load_client_state(records, 4) is None
     back = load_client_state(records, 3)
-    assert back is not None and back.cache is not None and back.in_distribution is not None
+    assert back is not None and back.cache is not None and back.method is not None
     assert list(back.model) == list(model)  # key order kept
     assert all(back.model[k].dtype == v.dtype and torch.equal(back.model[k], v) for k, v in model.items())
     assert back.cache.synced_round == 2 and sorted(back.cache.entries()) == [1, 5]
     assert all(torch.equal(back.cache.entries()[i], cache.entries()[i]) for i in (1, 5))
-    assert back.in_distribution.tolist() == [True, False, True]
+    assert back.method.to_tensors()["in_distribution"].tolist() == [True, False, True]
     plain = load_client_state(records, 10)
-    assert plain is not None and plain.cache is None and plain.in_distribution is None and torch.equal(plain.model["w"], torch.ones(2))
+    assert plain is not None and plain.cache is None and plain.method is None and torch.equal(plain.model["w"], torch.ones(2))
 
 
 def test_server_store_keeps_no_client_state() -> None:

@@ -61,6 +61,8 @@ from chillfl.aggregation.base import (
 from chillfl.options import require
 from chillfl.training.local import BaseLoss, LocalSpec
 from chillfl.training.objective import LossTerm, StepView, Term, is_batch_term, temperature_cross_entropy
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
 
 
 @dataclass(frozen=True)
@@ -201,3 +203,14 @@ class APFL(FedAvg):
 
     def client_half(self) -> ClientHalf:
         return APFLClient(self.model, self.options.alpha, self.options.adaptive)
+
+
+SPEC = register_algorithm(
+    "apfl",
+    AlgorithmSpec(
+        APFLOptions,
+        lambda o, ctx: (APFL(ctx.model, o), []),
+        "adaptive mixture of a local and the global model (Deng et al. 2020)",
+        capabilities=Capabilities(takes_weights=True, not_a_base="APFL's clients run their own local trainings, which PA3Fed's client half does not compose with", personal_model=True),
+    ),
+)

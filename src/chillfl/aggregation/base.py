@@ -211,6 +211,11 @@ class HoldsPersonalModel(Protocol):
         ...
 
 
+def holds_personal_model(half: ClientHalf | None) -> bool:
+    """Whether one of ``half``'s parts keeps the client's own model (what ``checkpoint.client_models`` saves)."""
+    return any(isinstance(part, HoldsPersonalModel) for part in (half.parts if isinstance(half, Halves) else (half,)))
+
+
 def personal_model(half: ClientHalf | None, state: ClientState, global_model: Params) -> Params | None:
     """The client's own model, from the first of ``half``'s parts that holds one (None: the method keeps none)."""
     for part in half.parts if isinstance(half, Halves) else (half,):
@@ -433,12 +438,49 @@ def _flat_views(acc: torch.Tensor, tensors: Sequence[torch.Tensor]) -> tuple[tor
         return None
 
 
-class FedAvg:
+class AggregatorBase:
+    """The :class:`Aggregator` contract's do-nothing parts, so that a rule writes only what it does.
+
+    No client half, no downlink extras, no round metrics, no announcement of the
+    round, no state between rounds (``load_state_dict`` refuses a non-empty state,
+    so a checkpoint of another rule is not half-loaded). A subclass writes
+    ``aggregate`` and overrides the rest where it has something to say. It
+    declares no capabilities: those are the spec's, or a plugin class's own
+    ``capabilities`` attribute (:mod:`chillfl.capabilities`).
+    """
+
+    def client_half(self) -> ClientHalf | None:
+        """No per-client part: the rule reads the clients' models and sample counts only."""
+        return None
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return Downlink()
+
+    def round_metrics(self) -> Mapping[str, Json]:
+        return {}
+
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        """No announcement needed."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing is carried between rounds."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, (), type(self).__name__)
+
+
+class FedAvg(AggregatorBase):
     """FedAvg (McMahan et al., 2017): w <- sum_i (m_i / m) w_i over sampled clients.
 
     ``weights`` (summing to 1) replace m_i / m when given: the hook through
     which PA3Fed passes its m_i * alpha_i coefficients. ``weighting =
     "uniform"`` averages with 1/|S| instead (the FLex&Chill authors' code).
+
+    Methods whose server rule is this weighted mean (FedProx, MOON, Ditto, APFL,
+    pFedMe, FedGen) subclass it for ``aggregate`` and ``default_weights``; a
+    subclass does not inherit FedAvg's registered capabilities (they are its spec's).
     """
 
     weighting: Weighting = "samples"
@@ -450,29 +492,8 @@ class FedAvg:
         """m_i / m, the FedAvg coefficients (1/|S| with ``weighting = "uniform"``)."""
         return client_weights(results, self.weighting)
 
-    def client_half(self) -> ClientHalf | None:
-        """FedAvg reads nothing but the clients' models and sample counts."""
-        return None
-
-    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        return Downlink()
-
     def aggregate(
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
     ) -> Params:
         w = self.default_weights(results) if weights is None else weights
         return weighted_average([r.params for r in results], w)
-
-    def round_metrics(self) -> Mapping[str, Json]:
-        return {}
-
-    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
-        """FedAvg needs no announcement."""
-        return None
-
-    def state_dict(self) -> dict[str, Any]:
-        """FedAvg (and FedProx, whose ``mu`` is configuration) keeps nothing between rounds."""
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        check_state_keys(state, (), type(self).__name__)

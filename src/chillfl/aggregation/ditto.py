@@ -49,6 +49,8 @@ from chillfl.aggregation.base import (
 from chillfl.options import require
 from chillfl.training.local import LocalSpec
 from chillfl.training.objective import ProximalTerm
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
 
 
 @dataclass(frozen=True)
@@ -108,3 +110,14 @@ class Ditto(FedAvg):
 
     def client_half(self) -> ClientHalf:
         return DittoClient(self.options.lam, self.options.personal_epochs)
+
+
+SPEC = register_algorithm(
+    "ditto",
+    AlgorithmSpec(
+        DittoOptions,
+        lambda o, ctx: (Ditto(o), []),
+        "personal models regularised towards FedAvg's (Li et al. 2021)",
+        capabilities=Capabilities(takes_weights=True, not_a_base="Ditto's clients run their own local trainings, which PA3Fed's client half does not compose with", personal_model=True),
+    ),
+)

@@ -27,12 +27,11 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import (
-    Json,
+    AggregatorBase,
     ClientHalf,
     ClientResult,
     ClientState,
     Context,
-    Downlink,
     Params,
     Report,
     Trained,
@@ -43,6 +42,8 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class KeepLocal:
         return {k: own[k].to(v.device) if k in own else v for k, v in global_model.items()}
 
 
-class FedBN:
+class FedBN(AggregatorBase):
     """FedAvg over non-BN keys; every client's BN entries stay with the client (:class:`KeepLocal`)."""
 
     def __init__(self, bn_keys: Collection[str], options: FedBNOptions = FedBNOptions()) -> None:
@@ -98,9 +99,6 @@ class FedBN:
 
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
         return client_weights(results, self.options.weighting)
-
-    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        return Downlink()
 
     def aggregate(
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
@@ -115,15 +113,9 @@ class FedBN:
             out.update({k: global_params[k] for k in bn})
         return {k: out[k] for k in global_params}
 
-    def round_metrics(self) -> Mapping[str, Json]:
-        return {}
-
     def client_half(self) -> ClientHalf:
         """The client keeps its own BN entries (:class:`KeepLocal`)."""
         return KeepLocal(self.bn_keys, PREFIX)
-
-    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
-        return None
 
     def state_dict(self) -> dict[str, Any]:
         """Nothing: every client's BN entries are in its own state, the global model has the average."""
@@ -131,3 +123,14 @@ class FedBN:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, (), "FedBN")
+
+
+SPEC = register_algorithm(
+    "fedbn",
+    AlgorithmSpec(
+        FedBNOptions,
+        lambda o, ctx: (FedBN(batchnorm_keys(ctx.model), o), []),
+        "local batch norm (Li et al. 2021)",
+        capabilities=Capabilities(takes_weights=True, personal_model=True),
+    ),
+)

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import (
+    AggregatorBase,
     ClientHalf,
     ClientResult,
     ClientState,
@@ -61,6 +62,8 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
 from chillfl.options import require
 from chillfl.training.objective import ProximalTerm, Term, read_number
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class FedDynClient:
         return with_prefix(new, PREFIX), {}
 
 
-class FedDyn:
+class FedDyn(AggregatorBase):
     """FedDyn server: owns h; every g_k is its client's own (:class:`FedDynClient`)."""
 
     def __init__(self, num_clients: int, options: FedDynOptions = FedDynOptions(), param_keys: Collection[str] = ()) -> None:
@@ -136,9 +139,6 @@ class FedDyn:
     def round_metrics(self) -> Mapping[str, Any]:
         return {"h_norm": sum(float((v.double() ** 2).sum()) for v in self.h.values()) ** 0.5}
 
-    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
-        return None
-
     def state_dict(self) -> dict[str, Any]:
         """The server's h (each g_k is in its client's state)."""
         return {"h": params_state(self.h)}
@@ -146,3 +146,14 @@ class FedDyn:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, ("h",), "FedDyn")
         self.h = load_params(state["h"])
+
+
+SPEC = register_algorithm(
+    "feddyn",
+    AlgorithmSpec(
+        FedDynOptions,
+        lambda o, ctx: (FedDyn(ctx.num_clients, o, ctx.param_keys()), feddyn_terms()),
+        "dynamic regularisation (Acar et al. 2021)",
+        capabilities=Capabilities(not_a_base="FedDyn's server step is its own (a uniform mean corrected by h), not a weighted average"),
+    ),
+)

@@ -63,6 +63,8 @@ from chillfl.aggregation.base import (
 from chillfl.options import require
 from chillfl.training.fedgen import FeatureGenerator, diversity_loss, teacher_loss
 from chillfl.seeds import derive_seed
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
+from chillfl.capabilities import Capabilities
 
 MIN_SAMPLES_PER_LABEL = 1
 ADAM_BETAS = (0.9, 0.999)
@@ -258,3 +260,18 @@ def _counts(result: ClientResult) -> torch.Tensor:
     if not isinstance(counts, torch.Tensor):
         raise ValueError(f"FedGen needs report['label_counts'] from every client (client {result.client_id})")
     return counts
+
+
+def _build(options: FedGenOptions, ctx: BuildContext) -> Built:
+    from chillfl.training.fedgen import FedGenTerm
+
+    head = require_head(ctx, "FedGen")
+    module = ctx.model.get_submodule(head)
+    assert isinstance(module, nn.Linear)
+    return FedGen(options, head, module.out_features, module.in_features, ctx.seed), [FedGenTerm(head)]
+
+
+SPEC = register_algorithm(
+    "fedgen",
+    AlgorithmSpec(FedGenOptions, _build, "server-trained feature generator as regulariser (Zhu et al. 2021)", capabilities=Capabilities(takes_weights=True)),
+)

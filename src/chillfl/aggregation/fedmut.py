@@ -41,8 +41,7 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
-    Json,
-    ClientHalf,
+    AggregatorBase,
     ClientResult,
     Downlink,
     Params,
@@ -54,6 +53,8 @@ from chillfl.aggregation.base import (
 )
 from chillfl.options import require
 from chillfl.seeds import derive_seed
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def balanced_signs(num_clients: int, generator: torch.Generator) -> torch.Tensor
     return signs[torch.randperm(num_clients, generator=generator)]
 
 
-class FedMut:
+class FedMut(AggregatorBase):
     """FedAvg aggregation plus per-client mutated start models."""
 
     def __init__(self, seed: int, options: FedMutOptions = FedMutOptions(), param_keys: Collection[str] | None = None) -> None:
@@ -87,10 +88,6 @@ class FedMut:
     def _keys(self, state: Params) -> list[str]:
         keys = self.param_keys if self.param_keys is not None else list(state)
         return [k for k in keys if torch.is_floating_point(state[k])]
-
-    def client_half(self) -> ClientHalf | None:
-        """No per-client report: the clients' models (and what the downlink asked for) are enough."""
-        return None
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         """Announce the round's clients so that their mutation signs can be balanced."""
@@ -131,9 +128,6 @@ class FedMut:
         self.previous = {k: v.detach().clone() for k, v in global_params.items()}
         return weighted_average([r.params for r in results], w)
 
-    def round_metrics(self) -> Mapping[str, Json]:
-        return {}
-
     def state_dict(self) -> dict[str, Any]:
         """w_g^{t-1} (None before the first aggregation) and the last announced round's clients.
 
@@ -154,3 +148,14 @@ class FedMut:
         check_state_keys(announced, ("round", "client_ids"), "FedMut round_ids")
         rnd = announced["round"]
         self._round_ids = (None if rnd is None else int(rnd), [int(c) for c in announced["client_ids"]])
+
+
+SPEC = register_algorithm(
+    "fedmut",
+    AlgorithmSpec(
+        FedMutOptions,
+        lambda o, ctx: (FedMut(ctx.seed, o, ctx.param_keys()), []),
+        "stochastic mutation (Hu et al. 2024)",
+        capabilities=Capabilities(takes_weights=True),
+    ),
+)

@@ -34,14 +34,17 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
-    Json,
+    AggregatorBase,
     ClientResult,
-    FedAvg,
+    Json,
     Params,
     check_state_keys,
+    sample_weights,
     weighted_average,
 )
 from chillfl.options import require
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, with_client_momentum
+from chillfl.capabilities import Capabilities
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ def effective_steps(num_steps: int, momentum: float = 0.0) -> float:
     return (num_steps - rho * (1 - rho**num_steps) / (1 - rho)) / (1 - rho)
 
 
-class FedNova(FedAvg):
+class FedNova(AggregatorBase):
     """FedNova server (stateless between rounds)."""
 
     def __init__(self, options: FedNovaOptions = FedNovaOptions(), param_keys: Collection[str] | None = None) -> None:
@@ -71,6 +74,10 @@ class FedNova(FedAvg):
         self.momentum = options.momentum or 0.0
         self.param_keys = None if param_keys is None else list(param_keys)
         self._tau_eff = float("nan")
+
+    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
+        """p_i = m_i / m, the clients' sample shares (PA3Fed multiplies them by its alpha_i)."""
+        return sample_weights(results)
 
     def aggregate(
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
@@ -101,3 +108,18 @@ class FedNova(FedAvg):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, ("tau_eff",), "FedNova")
         self._tau_eff = float(state["tau_eff"])
+
+
+def _build(options: FedNovaOptions, ctx: BuildContext) -> Built:
+    return FedNova(with_client_momentum(options, ctx, "FedNova's a_i"), ctx.param_keys()), []
+
+
+SPEC = register_algorithm(
+    "fednova",
+    AlgorithmSpec(
+        FedNovaOptions,
+        _build,
+        "normalised averaging (Wang et al. 2020)",
+        capabilities=Capabilities(plain_sgd="FedNova's normalised update (x - y_i) / (a_i lr)", takes_weights=True),
+    ),
+)

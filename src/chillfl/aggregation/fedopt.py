@@ -27,15 +27,13 @@ Choices
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Collection, Literal, Mapping, Sequence
+from typing import Any, Callable, Collection, Literal, Mapping, Sequence
 
 import torch
 
 from chillfl.aggregation.base import (
-    Json,
-    ClientHalf,
+    AggregatorBase,
     ClientResult,
-    Downlink,
     Params,
     check_state_keys,
     load_params,
@@ -44,6 +42,8 @@ from chillfl.aggregation.base import (
     weighted_average,
 )
 from chillfl.options import require
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
+from chillfl.capabilities import Capabilities
 
 ServerOptimizer = Literal["adam", "yogi", "adagrad"]
 
@@ -64,7 +64,7 @@ class FedOptOptions:
         require(self.tau > 0, f"{section}.tau", f"must be > 0, got {self.tau}")
 
 
-class FedOpt:
+class FedOpt(AggregatorBase):
     """Adaptive server optimiser over the pseudo-gradient; keeps ``m`` and ``v`` per key."""
 
     def __init__(self, optimizer: ServerOptimizer, options: FedOptOptions = FedOptOptions(), param_keys: Collection[str] | None = None) -> None:
@@ -78,9 +78,6 @@ class FedOpt:
 
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
         return sample_weights(results)
-
-    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        return Downlink()
 
     def _second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         b2 = self.options.beta2
@@ -110,16 +107,6 @@ class FedOpt:
             out[k] = (x.double() + o.server_lr * m / (v.sqrt() + o.tau)).to(x.dtype)
         return out
 
-    def round_metrics(self) -> Mapping[str, Json]:
-        return {}
-
-    def client_half(self) -> ClientHalf | None:
-        """No per-client report: the clients' models (and what the downlink asked for) are enough."""
-        return None
-
-    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
-        return None
-
     def state_dict(self) -> dict[str, Any]:
         """The server moments ``m`` and ``v`` (float64, one per optimised key; empty before the first round)."""
         return {"m": params_state(self.m), "v": params_state(self.v)}
@@ -128,3 +115,14 @@ class FedOpt:
         check_state_keys(state, ("m", "v"), f"FedOpt({self.optimizer})")
         self.m = load_params(state["m"])
         self.v = load_params(state["v"])
+
+
+def _fedopt(kind: ServerOptimizer) -> Callable[[Any, BuildContext], Built]:
+    return lambda o, ctx: (FedOpt(kind, o, ctx.param_keys()), [])
+
+
+ADAM = register_algorithm("fedadam", AlgorithmSpec(FedOptOptions, _fedopt("adam"), "server Adam (Reddi et al. 2021)", capabilities=Capabilities(takes_weights=True)))
+YOGI = register_algorithm("fedyogi", AlgorithmSpec(FedOptOptions, _fedopt("yogi"), "server Yogi (Reddi et al. 2021)", capabilities=Capabilities(takes_weights=True)))
+ADAGRAD = register_algorithm(
+    "fedadagrad", AlgorithmSpec(FedOptOptions, _fedopt("adagrad"), "server Adagrad (Reddi et al. 2021)", capabilities=Capabilities(takes_weights=True))
+)

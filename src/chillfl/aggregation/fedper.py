@@ -31,6 +31,8 @@ from torch import nn
 from chillfl.aggregation.base import ClientHalf
 from chillfl.aggregation.fedbn import FedBN, FedBNOptions, KeepLocal
 from chillfl.options import require
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
 
 
 @dataclass(frozen=True)
@@ -72,3 +74,14 @@ class FedPer(FedBN):
 
     def client_half(self) -> ClientHalf:
         return KeepLocal(self.bn_keys, "fedper.head.")
+
+
+SPEC = register_algorithm(
+    "fedper",
+    AlgorithmSpec(
+        FedPerOptions,
+        lambda o, ctx: (FedPer(ctx.model, o), []),
+        "shared base, local head (Arivazhagan et al. 2019)",
+        capabilities=Capabilities(takes_weights=True, personal_model=True),
+    ),
+)

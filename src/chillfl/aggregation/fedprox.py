@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from chillfl.aggregation.base import Downlink, FedAvg, Params
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
 from chillfl.options import require
 from chillfl.training.objective import ProximalTerm
 
@@ -56,3 +58,9 @@ class FedProx(FedAvg):
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return Downlink(context={"mu": self.mu, "global_params": global_params}, local=("global_params",))
+
+
+SPEC = register_algorithm(
+    "fedprox",
+    AlgorithmSpec(FedProxOptions, lambda o, ctx: (FedProx(o), [ProximalTerm()]), "FedAvg + proximal term (Li et al. 2020)", capabilities=Capabilities(takes_weights=True)),
+)

@@ -32,6 +32,8 @@ from chillfl.aggregation.fedbn import KeepLocal
 from chillfl.aggregation.fedper import FedPer, FedPerOptions
 from chillfl.options import require
 from chillfl.training.local import LocalSpec
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
 
 
 @dataclass(frozen=True)
@@ -78,3 +80,14 @@ class FedRep(FedPer):
 
     def client_half(self) -> ClientHalf:
         return FedRepClient(self.bn_keys, "fedrep.head.", self.param_names, self.head_epochs)
+
+
+SPEC = register_algorithm(
+    "fedrep",
+    AlgorithmSpec(
+        FedRepOptions,
+        lambda o, ctx: (FedRep(ctx.model, o), []),
+        "shared representation, local head trained first (Collins et al. 2021)",
+        capabilities=Capabilities(takes_weights=True, not_a_base="FedRep's clients run their own local trainings, which PA3Fed's client half does not compose with", personal_model=True),
+    ),
+)

@@ -28,6 +28,8 @@ from torch import nn
 
 from chillfl.aggregation.base import ClientHalf, ClientState, Context, Downlink, FedAvg, Params, Report, Trained, Wire, own_entries, with_prefix
 from chillfl.options import require
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
+from chillfl.capabilities import Capabilities
 
 
 @dataclass(frozen=True)
@@ -76,3 +78,13 @@ class Moon(FedAvg):
     def client_half(self) -> ClientHalf:
         """The client keeps its previous local model (:class:`MoonClient`)."""
         return MoonClient()
+
+
+def _build(options: MoonOptions, ctx: BuildContext) -> Built:
+    from chillfl.training.moon import MoonTerm
+
+    require_head(ctx, "MOON")
+    return Moon(options), [MoonTerm()]
+
+
+SPEC = register_algorithm("moon", AlgorithmSpec(MoonOptions, _build, "model-contrastive FL (Li et al. 2021)", capabilities=Capabilities(takes_weights=True)))

@@ -17,8 +17,12 @@ Per round t (PA3Fed, Algorithm 1):
 The base decides how weights enter (FedAvg/FedProx/FedMut/VRL-SGD average
 models, FedNova weights normalised updates, SCAFFOLD/FedOpt weight updates):
 any aggregator with ``default_weights(results)`` and
-``aggregate(..., weights=...)`` works (every registered one has them).
-PA3Fed multiplies the base's own weights by ``alpha_i``.
+``aggregate(..., weights=...)`` works, and a registered base must say so by
+declaring ``takes_weights`` (and no ``not_a_base``) in its capabilities
+(:func:`base_spec`; a plugin that declares nothing is refused with one line).
+PA3Fed multiplies the base's own weights by ``alpha_i``. Its effective
+capabilities are its base's: the base's plain-SGD limit, Flower refusal and
+personal model hold for the wrapped method too.
 
 Each client runs :class:`PA3FedClient` (``PA3Fed.client_half()``, options
 only) after its local training; it computes ``score`` and ``grad_norm`` from
@@ -61,7 +65,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -83,9 +87,16 @@ from chillfl.aggregation.base import (
     check_state_keys,
     combine,
 )
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, algorithm_names, algorithm_spec, check_algorithm, make_aggregator, register_algorithm, weighted_bases
+from chillfl.capabilities import Capabilities
+from chillfl.errors import ConfigError, choice_error
 from chillfl.metrics.fgn import federated_gradient_norm, is_clp
 from chillfl.options import require
+from chillfl.plugins import is_import_path
 from chillfl.training.local import split_state
+
+if TYPE_CHECKING:  # annotations only
+    from chillfl.config import RunConfig
 
 PA3Mode = Literal["clp", "always", "never"]
 
@@ -361,3 +372,63 @@ def _number(value: Wire, key: str, client_id: int) -> float:
     if not isinstance(value, (int, float)):
         raise ValueError(f"PA3Fed needs report[{key!r}] to be a number (client {client_id}), got {type(value).__name__}")
     return float(value)
+
+
+def base_spec(options: PA3FedOptions, section: str = "algorithm") -> AlgorithmSpec:
+    """The spec of the algorithm PA3Fed wraps, or a ConfigError on ``<section>.base`` when it cannot be a base.
+
+    Read from the base's declared capabilities, whatever its name: it must take per-client weights
+    (PA3Fed's coefficients are weights) and must not declare ``not_a_base`` (clients with trainings of
+    their own, a server step of its own). A plugin that declares nothing is refused here, not in round 1.
+    """
+    field = f"{section}.base"
+    if options.base not in algorithm_names() and not is_import_path(options.base):
+        raise choice_error(field, options.base, weighted_bases())
+    spec = algorithm_spec(options.base, section, field)
+    caps = spec.capabilities
+    allowed = ", ".join(weighted_bases())
+    if caps.not_a_base is not None:
+        raise ConfigError(field, f"{caps.not_a_base}; use another base, allowed: {allowed}")
+    if not caps.takes_weights:
+        raise ConfigError(
+            field,
+            f"{options.base} declares no takes_weights (its aggregate() takes no per-client weights), and PA3Fed's coefficients are weights; "
+            f"allowed: {allowed} (a rule of yours whose aggregate(..., weights=None) and default_weights() take them declares "
+            "capabilities = Capabilities(takes_weights=True))",
+        )
+    return spec
+
+
+def _build(options: PA3FedOptions, ctx: BuildContext) -> Built:
+    """PA3Fed around the ``base`` entry, which keeps its own local objective terms."""
+    base_spec(options, ctx.section)
+    base, terms = make_aggregator(
+        options.base,
+        options.base_options,
+        num_clients=ctx.num_clients,
+        model=ctx.model,
+        seed=ctx.seed,
+        section=f"{ctx.section}.base_options",
+        client_momentum=ctx.client_momentum,
+    )
+    return PA3Fed(base, options), terms
+
+
+def _check(options: PA3FedOptions, config: RunConfig, section: str) -> None:
+    """The base's refusal, then the base's own checks (its plain-SGD limit, its ``check``): PA3Fed runs its maths."""
+    base_spec(options, section)
+    check_algorithm(options.base, options.base_options, config, f"{section}.base_options")
+
+
+SPEC = register_algorithm(
+    "pa3fed",
+    AlgorithmSpec(
+        PA3FedOptions,
+        _build,
+        "period-aware adaptive aggregation over a base (PA3Fed)",
+        figures=("clp",),
+        capabilities=Capabilities(),
+        check=_check,
+        wraps="base",
+    ),
+)

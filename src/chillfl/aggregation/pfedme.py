@@ -56,6 +56,8 @@ from chillfl.options import require
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, batch_order
 from chillfl.training.objective import ProximalTerm
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
 
 
 @dataclass(frozen=True)
@@ -133,3 +135,14 @@ class PFedMe(FedAvg):
         if beta == 1.0:
             return mean
         return {k: ((1 - beta) * g.double() + beta * mean[k].double()).to(g.dtype) if g.is_floating_point() else mean[k] for k, g in global_params.items()}
+
+
+SPEC = register_algorithm(
+    "pfedme",
+    AlgorithmSpec(
+        PFedMeOptions,
+        lambda o, ctx: (PFedMe(ctx.model, o), []),
+        "Moreau-envelope personalisation (Dinh et al. 2020)",
+        capabilities=Capabilities(takes_weights=True, not_a_base="pFedMe's clients run their own local trainings, which PA3Fed's client half does not compose with"),
+    ),
+)

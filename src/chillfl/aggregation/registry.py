@@ -1,52 +1,42 @@
 """Algorithms by name: ``[algorithm] name = "..."`` -> (aggregator, local objective terms).
 
-Every entry parses its own option table with :func:`chillfl.options.parse_options`,
-so a typo in ``algorithm.mu`` fails at start-up with the allowed keys.
-``pa3fed`` wraps another entry: ``{name = "pa3fed", base = "fedprox",
-base_options = {mu = 0.01}, beta = 0.3}``.
+This module is the mechanism, not the catalogue. Each built-in's :class:`AlgorithmSpec`
+lives in the method's own module and is named there with :func:`register_algorithm`
+(``fedprox.py`` registers ``fedprox``); the modules of this package are imported on the
+first lookup, so a new built-in needs no edit here. A user's aggregator comes in by import
+path (``name = "pkg.mod:Rule"``) or a ``chillfl.plugins`` entry point, as an aggregator
+class or an ``AlgorithmSpec``, and is turned into the same spec (:func:`user_algorithm`);
+from then on nothing tells it from a built-in.
+
+Every spec parses its own option table with :func:`chillfl.options.parse_options`, so a typo
+in ``algorithm.mu`` fails at start-up with the allowed keys, and declares its
+:class:`~chillfl.capabilities.Capabilities`, which the run builder and the Flower apps read
+instead of names. A wrapper (PA3Fed) names the algorithm it wraps in one option
+(:attr:`AlgorithmSpec.wraps`): ``{name = "pa3fed", base = "fedprox", base_options = {mu = 0.01}}``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
+import pkgutil
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from torch import nn
 
-from chillfl.aggregation.apfl import APFL, APFLOptions
-from chillfl.aggregation.base import Aggregator, FedAvg
-from chillfl.aggregation.ditto import Ditto, DittoOptions
-from chillfl.aggregation.feddyn import FedDyn, FedDynOptions, feddyn_terms
-from chillfl.aggregation.fedper import FedPer, FedPerOptions
-from chillfl.aggregation.fedrep import FedRep, FedRepOptions
-from chillfl.aggregation.fedbn import FedBN, FedBNOptions, batchnorm_keys
-from chillfl.aggregation.fedgen import FedGen, FedGenOptions
-from chillfl.aggregation.fedmut import FedMut, FedMutOptions
-from chillfl.aggregation.fednova import FedNova, FedNovaOptions
-from chillfl.aggregation.fedopt import FedOpt, FedOptOptions, ServerOptimizer
-from chillfl.aggregation.fedprox import FedProx, FedProxOptions, ProximalTerm
-from chillfl.aggregation.moon import Moon, MoonOptions
-from chillfl.aggregation.pa3fed import PA3Fed, PA3FedOptions
-from chillfl.aggregation.pfedme import PFedMe, PFedMeOptions
-from chillfl.aggregation.robust import Krum, KrumOptions, Median, MedianOptions, TrimmedMean, TrimmedMeanOptions
-from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, ScaffoldOptions
-from chillfl.aggregation.vrl_sgd import VRLSGD, VRLSGDOptions
+from chillfl.aggregation.base import Aggregator, holds_personal_model
+from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import parse_options
 from chillfl.plugins import has_methods, plugin_names, resolve
-from chillfl.training.fedalign import FedAlignOptions, FedAlignTerm
 from chillfl.training.objective import Term
 
+if TYPE_CHECKING:  # annotations only
+    from chillfl.config import RunConfig
+
 Built = tuple[Aggregator, list[Term]]
-
-
-@dataclass(frozen=True)
-class FedAvgOptions:
-    """``weighting``: ``samples`` (m_i / m, McMahan et al.) or ``uniform`` (1/|S|, the FLex&Chill authors' code)."""
-
-    weighting: Literal["samples", "uniform"] = "samples"
 
 
 @dataclass(frozen=True)
@@ -64,77 +54,94 @@ class BuildContext:
         return [name for name, _ in self.model.named_parameters()]
 
 
+Check = Callable[[Any, "RunConfig", str], None]
+"""``check(options, config, section)``: a ConfigError on a misfit of the parsed options with the run
+(Krum's f against the clients a round samples); ``section`` is the table the options came from."""
+
+
+def _no_check(options: Any, config: RunConfig, section: str) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class AlgorithmSpec:
-    """An algorithm's option dataclass and how to build it."""
+    """An algorithm's option dataclass, how to build it, and what it declares about itself."""
 
     options: type
     build: Callable[[Any, BuildContext], Built]
     summary: str
     figures: tuple[str, ...] = ()
     """The run figures the method's round metrics feed besides the common ones (``clp``: PA3Fed's critical periods)."""
+    capabilities: Capabilities = Capabilities()
+    """What the run builder, the Flower apps and wrappers may ask (see :mod:`chillfl.capabilities`)."""
+    check: Check = _no_check
+    """Its checks against the whole run config, before anything is built or written (also on ``--dry-run``)."""
+    wraps: str | None = None
+    """The option naming the algorithm this one wraps (PA3Fed: ``base``), whose options are the table
+    ``<wraps>_options``; None: it wraps none. Generic code (the Flower apps, the resolved config) follows it."""
 
 
-def _fedopt(kind: ServerOptimizer) -> Callable[[Any, BuildContext], Built]:
-    return lambda o, ctx: (FedOpt(kind, o, ctx.param_keys()), [])
+_REGISTERED: dict[str, AlgorithmSpec] = {}
+_LOADED = False
 
 
-ALGORITHMS: dict[str, AlgorithmSpec] = {
-    "fedavg": AlgorithmSpec(FedAvgOptions, lambda o, ctx: (FedAvg(o.weighting), []), "FedAvg (McMahan et al. 2017)"),
-    "fedprox": AlgorithmSpec(FedProxOptions, lambda o, ctx: (FedProx(o), [ProximalTerm()]), "FedAvg + proximal term (Li et al. 2020)"),
-    "scaffold": AlgorithmSpec(
-        ScaffoldOptions,
-        lambda o, ctx: (Scaffold(ctx.num_clients, with_client_momentum(o, ctx, "SCAFFOLD's c_i"), ctx.param_keys()), [LinearCorrectionTerm()]),
-        "control variates, option II (Karimireddy et al. 2020)",
-    ),
-    "fednova": AlgorithmSpec(FedNovaOptions, lambda o, ctx: _build_fednova(o, ctx), "normalised averaging (Wang et al. 2020)"),
-    "fedadam": AlgorithmSpec(FedOptOptions, _fedopt("adam"), "server Adam (Reddi et al. 2021)"),
-    "fedyogi": AlgorithmSpec(FedOptOptions, _fedopt("yogi"), "server Yogi (Reddi et al. 2021)"),
-    "fedadagrad": AlgorithmSpec(FedOptOptions, _fedopt("adagrad"), "server Adagrad (Reddi et al. 2021)"),
-    "fedbn": AlgorithmSpec(FedBNOptions, lambda o, ctx: (FedBN(batchnorm_keys(ctx.model), o), []), "local batch norm (Li et al. 2021)"),
-    "vrl_sgd": AlgorithmSpec(
-        VRLSGDOptions,
-        lambda o, ctx: (VRLSGD(with_client_momentum(o, ctx, "VRL-SGD's Delta_i"), ctx.param_keys()), [LinearCorrectionTerm()]),
-        "variance-reduced local SGD (Liang et al. 2019)",
-    ),
-    "fedmut": AlgorithmSpec(FedMutOptions, lambda o, ctx: (FedMut(ctx.seed, o, ctx.param_keys()), []), "stochastic mutation (Hu et al. 2024)"),
-    "pa3fed": AlgorithmSpec(PA3FedOptions, lambda o, ctx: _build_pa3fed(o, ctx), "period-aware adaptive aggregation over a base (PA3Fed)", ("clp",)),
-    "moon": AlgorithmSpec(MoonOptions, lambda o, ctx: _build_moon(o, ctx), "model-contrastive FL (Li et al. 2021)"),
-    "fedalign": AlgorithmSpec(FedAlignOptions, lambda o, ctx: _build_fedalign(o, ctx), "FedAvg + final-stage Lipschitz alignment (Mendieta et al. 2022)"),
-    "fedgen": AlgorithmSpec(FedGenOptions, lambda o, ctx: _build_fedgen(o, ctx), "server-trained feature generator as regulariser (Zhu et al. 2021)"),
-    "median": AlgorithmSpec(MedianOptions, lambda o, ctx: (Median(), []), "coordinate-wise median, byzantine-robust (Yin et al. 2018)"),
-    "trimmed_mean": AlgorithmSpec(TrimmedMeanOptions, lambda o, ctx: (TrimmedMean(o), []), "coordinate-wise trimmed mean, byzantine-robust (Yin et al. 2018)"),
-    "krum": AlgorithmSpec(KrumOptions, lambda o, ctx: (Krum(o), []), "(Multi-)Krum, byzantine-robust (Blanchard et al. 2017)"),
-    "ditto": AlgorithmSpec(DittoOptions, lambda o, ctx: (Ditto(o), []), "personal models regularised towards FedAvg's (Li et al. 2021)"),
-    "fedper": AlgorithmSpec(FedPerOptions, lambda o, ctx: (FedPer(ctx.model, o), []), "shared base, local head (Arivazhagan et al. 2019)"),
-    "fedrep": AlgorithmSpec(FedRepOptions, lambda o, ctx: (FedRep(ctx.model, o), []), "shared representation, local head trained first (Collins et al. 2021)"),
-    "apfl": AlgorithmSpec(APFLOptions, lambda o, ctx: (APFL(ctx.model, o), []), "adaptive mixture of a local and the global model (Deng et al. 2020)"),
-    "pfedme": AlgorithmSpec(PFedMeOptions, lambda o, ctx: (PFedMe(ctx.model, o), []), "Moreau-envelope personalisation (Dinh et al. 2020)"),
-    "feddyn": AlgorithmSpec(
-        FedDynOptions, lambda o, ctx: (FedDyn(ctx.num_clients, o, ctx.param_keys()), feddyn_terms()), "dynamic regularisation (Acar et al. 2021)"
-    ),
-}
+def register_algorithm(name: str, spec: AlgorithmSpec) -> AlgorithmSpec:
+    """Name ``spec`` ``name`` in the registry: how each built-in module registers its spec, next to its code.
 
-UNWEIGHTED = ("median", "trimmed_mean", "krum")
-"""Rules that take no client weights (robust aggregators): PA3Fed cannot pass them its coefficients."""
-OWN_RULES = {
-    "feddyn": "FedDyn's server step is its own (a uniform mean corrected by h), not a weighted average",
-    "ditto": "Ditto's clients run their own local trainings, which PA3Fed's client half does not compose with",
-    "fedrep": "FedRep's clients run their own local trainings, which PA3Fed's client half does not compose with",
-    "apfl": "APFL's clients run their own local trainings, which PA3Fed's client half does not compose with",
-    "pfedme": "pFedMe's clients run their own local trainings, which PA3Fed's client half does not compose with",
-}
-"""Built-ins PA3Fed cannot wrap, and why."""
+    Returns ``spec`` so that a module may keep it (``SPEC = register_algorithm("fedprox", AlgorithmSpec(...))``).
+    A name registered twice is a programming error (two methods would answer to it).
+    """
+    if name in _REGISTERED and _REGISTERED[name] is not spec:
+        raise ValueError(f"algorithm {name!r} is registered twice")
+    _REGISTERED[name] = spec
+    return spec
 
 
-def pa3fed_bases() -> list[str]:
-    """The algorithms PA3Fed may wrap: weighted averages without client trainings of their own."""
-    return [n for n in algorithm_names() if n != "pa3fed" and n not in UNWEIGHTED and n not in OWN_RULES]
+def _load_builtins() -> None:
+    """Import every module of this package once, so that each built-in has registered its spec."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True  # first: a module imported here that looks a name up must not start the walk again
+    package = importlib.import_module("chillfl.aggregation")
+    try:
+        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+            importlib.import_module(f"chillfl.aggregation.{module}")
+    except BaseException:
+        _LOADED = False  # a broken module fails every lookup, not only the first
+        raise
+
+
+def registered_algorithms() -> dict[str, AlgorithmSpec]:
+    """The built-ins' specs by name (a copy: the registry is changed through :func:`register_algorithm` only)."""
+    _load_builtins()
+    return dict(sorted(_REGISTERED.items()))
+
+
+def __getattr__(name: str) -> Any:
+    """``ALGORITHMS``: the built-ins' specs by name (read by the generated configuration reference)."""
+    if name == "ALGORITHMS":
+        return registered_algorithms()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def algorithm_names() -> list[str]:
     """Built-in names and those installed distributions register under ``chillfl.plugins`` (:mod:`chillfl.plugins`)."""
-    return sorted({*ALGORITHMS, *plugin_names(lambda obj: isinstance(obj, AlgorithmSpec) or has_methods(obj, AGGREGATOR_METHODS))})
+    return sorted({*registered_algorithms(), *plugin_names(lambda obj: isinstance(obj, AlgorithmSpec) or has_methods(obj, AGGREGATOR_METHODS))})
+
+
+def weighted_bases() -> list[str]:
+    """The algorithms a wrapper that reweights clients may wrap: they declare ``takes_weights`` and no ``not_a_base``."""
+    out = []
+    for name in algorithm_names():
+        caps = algorithm_spec(name).capabilities
+        if caps.takes_weights and caps.not_a_base is None:
+            out.append(name)
+    return out
+
+
+pa3fed_bases = weighted_bases
+"""The name ``chillfl.report.reference`` reads (kept until it reads :func:`weighted_bases`)."""
 
 
 @dataclass(frozen=True)
@@ -145,12 +152,29 @@ class NoOptions:
 AGGREGATOR_METHODS = ("downlink", "aggregate", "round_metrics", "begin_round", "client_half", "state_dict", "load_state_dict")
 
 
+def declared_capabilities(cls: type, name: str, field: str) -> Capabilities:
+    """A user's aggregator class's own ``capabilities`` attribute (none: it declares nothing).
+
+    Only the class's own attribute counts, not one it inherits: a subclass of ``FedAvg`` or of
+    another plugin's rule may change ``aggregate`` or its client half, so what the parent
+    promised is not promised for it. A subclass that keeps them says so:
+    ``capabilities = Parent.capabilities``.
+    """
+    declared = vars(cls).get("capabilities")
+    if declared is None:
+        return Capabilities()
+    if not isinstance(declared, Capabilities):
+        raise ConfigError(field, f"{name!r}: its capabilities must be a chillfl.extend.Capabilities, got {type(declared).__name__}")
+    return declared
+
+
 def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
     """A user's object (import path or entry point) as an :class:`AlgorithmSpec`, or a ConfigError on ``field``.
 
-    ``obj`` is an ``AlgorithmSpec`` (options, builder and summary: the built-ins' form), or an aggregator
-    class: ``cls(options)`` when it declares an ``Options`` dataclass (its options are then parsed and
-    validated like a built-in's), ``cls()`` otherwise; it adds no local objective terms.
+    ``obj`` is an ``AlgorithmSpec`` (options, builder, summary and capabilities: the built-ins' form), or an
+    aggregator class: ``cls(options)`` when it declares an ``Options`` dataclass (its options are then parsed
+    and validated like a built-in's), ``cls()`` otherwise; it adds no local objective terms, and declares its
+    capabilities in its own class attribute ``capabilities`` (:func:`declared_capabilities`).
     """
     if isinstance(obj, AlgorithmSpec):
         return obj
@@ -158,13 +182,14 @@ def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
         raise ConfigError(field, f"{name!r} must name an aggregator class or an AlgorithmSpec, got {type(obj).__name__}")
     missing = [m for m in AGGREGATOR_METHODS if not callable(inspect.getattr_static(obj, m, None))]
     if missing:
-        raise ConfigError(field, f"{name!r} is not an aggregator: it lacks {', '.join(missing)} (see chillfl.aggregation.base.Aggregator)")
+        raise ConfigError(field, f"{name!r} is not an aggregator: it lacks {', '.join(missing)} (see chillfl.extend.AggregatorBase)")
+    capabilities = declared_capabilities(obj, name, field)
     options = inspect.getattr_static(obj, "Options", None)  # a class attribute, looked up without running descriptors
     if options is None:
-        return AlgorithmSpec(NoOptions, lambda o, ctx: (obj(), []), name)
+        return AlgorithmSpec(NoOptions, lambda o, ctx: (obj(), []), name, capabilities=capabilities)
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
         raise ConfigError(field, f"{name!r}: its Options must be a dataclass, got {options!r}")
-    return AlgorithmSpec(options, lambda o, ctx: (obj(o), []), name)
+    return AlgorithmSpec(options, lambda o, ctx: (obj(o), []), name, capabilities=capabilities)
 
 
 def with_client_momentum(options: Any, ctx: BuildContext, why: str) -> Any:
@@ -183,11 +208,7 @@ def with_client_momentum(options: Any, ctx: BuildContext, why: str) -> Any:
     return options if options.momentum is not None else replace(options, momentum=rho or 0.0)
 
 
-def _build_fednova(options: FedNovaOptions, ctx: BuildContext) -> Built:
-    return FedNova(with_client_momentum(options, ctx, "FedNova's a_i"), ctx.param_keys()), []
-
-
-def _require_head(ctx: BuildContext, method: str) -> str:
+def require_head(ctx: BuildContext, method: str) -> str:
     """The model's classifier head name; a model without one is a ConfigError on ``model.name``."""
     from chillfl.models.parts import NoHeadError, head_name
 
@@ -197,61 +218,19 @@ def _require_head(ctx: BuildContext, method: str) -> str:
         raise ConfigError("model.name", f"{method} works on the representation before the classifier head, and {exc}") from None
 
 
-def _build_moon(options: MoonOptions, ctx: BuildContext) -> Built:
-    from chillfl.training.moon import MoonTerm
+def algorithm_spec(name: str, section: str = "algorithm", field: str | None = None) -> AlgorithmSpec:
+    """The registered (or a user's: ``"pkg.module:Name"``, a ``chillfl.plugins`` entry point) algorithm ``name``.
 
-    _require_head(ctx, "MOON")
-    return Moon(options), [MoonTerm()]
-
-
-def _build_fedalign(options: FedAlignOptions, ctx: BuildContext) -> Built:
-    """FedAvg with FedAlign's term; the model must have a final stage that runs at reduced width."""
-    from chillfl.models.parts import SlimStaged
-
-    stage = ctx.model.slim_stage if isinstance(ctx.model, SlimStaged) else None
-    if not isinstance(stage, str):
-        raise ConfigError("model.name", "FedAlign needs a ResNet whose final stage runs at reduced width: resnet20, resnet32 or resnet18_fedchill")
-    return FedAvg(), [FedAlignTerm(stage, options)]
-
-
-def _build_fedgen(options: FedGenOptions, ctx: BuildContext) -> Built:
-    from chillfl.training.fedgen import FedGenTerm
-
-    head = _require_head(ctx, "FedGen")
-    module = ctx.model.get_submodule(head)
-    assert isinstance(module, nn.Linear)
-    return FedGen(options, head, module.out_features, module.in_features, ctx.seed), [FedGenTerm(head)]
-
-
-def _build_pa3fed(options: PA3FedOptions, ctx: BuildContext) -> Built:
-    """PA3Fed around the ``base`` entry, which keeps its own local objective terms."""
-    if options.base in UNWEIGHTED:
-        raise ConfigError(f"{ctx.section}.base", f"{options.base} is a robust rule that takes no client weights, and PA3Fed's coefficients are weights; use a weighted base")
-    if options.base in OWN_RULES:
-        raise ConfigError(f"{ctx.section}.base", f"{OWN_RULES[options.base]}; use another base")
-    bases = pa3fed_bases()
-    if options.base not in bases:
-        raise choice_error(f"{ctx.section}.base", options.base, bases)
-    base, terms = make_aggregator(
-        options.base,
-        options.base_options,
-        num_clients=ctx.num_clients,
-        model=ctx.model,
-        seed=ctx.seed,
-        section=f"{ctx.section}.base_options",
-        client_momentum=ctx.client_momentum,
-    )
-    return PA3Fed(base, options), terms
-
-
-def algorithm_spec(name: str, section: str = "algorithm") -> AlgorithmSpec:
-    """The registered (or a user's: ``"pkg.module:Name"``, a ``chillfl.plugins`` entry point) algorithm ``name``."""
-    if name in ALGORITHMS:
-        return ALGORITHMS[name]
-    found = resolve(name, f"{section}.name")
+    ``field`` names the key that chose it in errors (default ``<section>.name``; a wrapper's base: ``algorithm.base``).
+    """
+    field = field or f"{section}.name"
+    builtins = registered_algorithms()
+    if name in builtins:
+        return builtins[name]
+    found = resolve(name, field)
     if found is None:
-        raise choice_error(f"{section}.name", name, algorithm_names())
-    return user_algorithm(found, name, f"{section}.name")
+        raise choice_error(field, name, algorithm_names())
+    return user_algorithm(found, name, field)
 
 
 def make_aggregator(
@@ -267,8 +246,87 @@ def make_aggregator(
     """Build algorithm ``name`` from its option table; unknown names and options raise ConfigError.
 
     ``client_momentum`` is the run's ``client.momentum`` (FedNova needs it); None skips that check.
+    What the built aggregator's client half keeps must agree with its declared ``personal_model``.
     """
     spec = algorithm_spec(name, section)
     parsed: Any = parse_options(spec.options, options, section)
     ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum)
-    return spec.build(parsed, ctx)
+    built = spec.build(parsed, ctx)
+    declared = effective_capabilities(spec, parsed, section).personal_model
+    holds = holds_personal_model(built[0].client_half())
+    if declared != holds:
+        said = "declares personal_model = True, but its client half implements no" if declared else "declares no personal_model, but its client half implements"
+        raise ConfigError(f"{section}.name", f"{name!r} {said} HoldsPersonalModel (chillfl.extend); make the two agree")
+    return built
+
+
+@dataclass(frozen=True)
+class Wrapped:
+    """The algorithm a wrapper's options name (:attr:`AlgorithmSpec.wraps`): PA3Fed's ``base`` and ``base_options``."""
+
+    field: str
+    """The option that names it (``algorithm.base``)."""
+    section: str
+    """The table of its options (``algorithm.base_options``)."""
+    name: str
+    options: Mapping[str, Any]
+
+
+def wrapped(spec: AlgorithmSpec, options: Any, section: str = "algorithm") -> Wrapped | None:
+    """The algorithm ``spec`` wraps with its parsed ``options``; None when it wraps none."""
+    if spec.wraps is None:
+        return None
+    key = spec.wraps
+    return Wrapped(f"{section}.{key}", f"{section}.{key}_options", str(getattr(options, key)), getattr(options, f"{key}_options"))
+
+
+def effective_capabilities(spec: AlgorithmSpec, options: Any, section: str = "algorithm") -> Capabilities:
+    """What ``spec`` declares, completed by what the algorithm it wraps declares (a wrapper runs its base's maths and client half)."""
+    inner = wrapped(spec, options, section)
+    if inner is None:
+        return spec.capabilities
+    base = algorithm_spec(inner.name, section, inner.field)
+    base_options: Any = parse_options(base.options, inner.options, inner.section)
+    return spec.capabilities.wrapping(effective_capabilities(base, base_options, inner.section))
+
+
+def algorithm_parts(table: Mapping[str, Any], section: str = "algorithm", field: str | None = None) -> list[tuple[str, str, AlgorithmSpec]]:
+    """(name field, name, spec) of the algorithm ``table`` names and of every one it wraps, outermost first.
+
+    How generic code (the Flower apps) asks each part of a wrapped method, naming the field that chose it
+    (``algorithm.name``, then ``algorithm.base``).
+    """
+    field = field or f"{section}.name"
+    name = str(table.get("name"))
+    spec = algorithm_spec(name, section, field)
+    options: Any = parse_options(spec.options, {k: v for k, v in table.items() if k != "name"}, section)
+    inner = wrapped(spec, options, section)
+    if inner is None:
+        return [(field, name, spec)]
+    return [(field, name, spec), *algorithm_parts({**inner.options, "name": inner.name}, inner.section, inner.field)]
+
+
+def check_algorithm(name: str, options: Mapping[str, Any] | None, config: RunConfig, section: str = "algorithm") -> None:
+    """Algorithm ``name``'s declared limits against the run: its plain-SGD requirement, then its own ``check``.
+
+    A wrapper's ``check`` runs its base's (PA3Fed's module does), so a wrapped method's limits hold too.
+    """
+    spec = algorithm_spec(name, section)
+    parsed: Any = parse_options(spec.options, options, section)
+    check_plain_sgd(spec.capabilities, config, name)
+    spec.check(parsed, config, section)
+
+
+def check_plain_sgd(capabilities: Capabilities, config: RunConfig, method: str) -> None:
+    """A ConfigError when the method declares ``plain_sgd`` (its server maths assumes heavy-ball SGD steps at one lr a round)
+    and the client optimiser differs."""
+    why = capabilities.plain_sgd
+    if why is None:
+        return
+    c = config.client
+    if c.optimizer != "sgd":
+        raise ConfigError("client.optimizer", f"{why} assumes SGD steps, so {method} needs optimizer = 'sgd', got {c.optimizer!r}")
+    if c.nesterov:
+        raise ConfigError("client.nesterov", f"{why} counts heavy-ball momentum steps, so {method} needs nesterov = false")
+    if c.lr_schedule != "constant" and c.lr_schedule_over == "steps":
+        raise ConfigError("client.lr_schedule_over", f"{why} assumes one lr for a round's steps, so {method} needs lr_schedule_over = 'rounds'")

@@ -39,12 +39,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
-from chillfl.aggregation.base import Json, ClientHalf, ClientResult, Downlink, Params, check_state_keys
+from chillfl.aggregation.base import AggregatorBase, ClientResult, Json, Params
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
+from chillfl.errors import ConfigError
 from chillfl.options import require
+
+if TYPE_CHECKING:  # annotations only
+    from chillfl.config import RunConfig
 
 
 def _stacked(results: Sequence[ClientResult], key: str) -> torch.Tensor:
@@ -123,38 +129,14 @@ class KrumOptions:
         require(1 <= self.m <= 1_000_000, f"{section}.m", f"must be in [1, 1000000], got {self.m}")
 
 
-class _Stateless:
-    """The aggregator contract's parts a robust rule needs nothing for: no downlink extras, no state."""
-
-    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        return Downlink()
-
-    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
-        return None
-
-    def client_half(self) -> ClientHalf | None:
-        """No per-client report: the rule reads the clients' models only."""
-        return None
-
-    def round_metrics(self) -> Mapping[str, Json]:
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        """Nothing is carried between rounds."""
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        check_state_keys(state, (), type(self).__name__)
-
-
-class Median(_Stateless):
+class Median(AggregatorBase):
     """Coordinate-wise median of the client models (Yin et al. 2018)."""
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         return _per_entry(results, coordinate_median)
 
 
-class TrimmedMean(_Stateless):
+class TrimmedMean(AggregatorBase):
     """Coordinate-wise beta-trimmed mean of the client models (Yin et al. 2018)."""
 
     def __init__(self, options: TrimmedMeanOptions = TrimmedMeanOptions()) -> None:
@@ -164,7 +146,7 @@ class TrimmedMean(_Stateless):
         return _per_entry(results, lambda values: trimmed_mean(values, self.beta))
 
 
-class Krum(_Stateless):
+class Krum(AggregatorBase):
     """Krum / Multi-Krum (Blanchard et al. 2017; El Mhamdi et al. 2018): the mean of the m lowest-scored client models."""
 
     def __init__(self, options: KrumOptions = KrumOptions()) -> None:
@@ -182,3 +164,28 @@ class Krum(_Stateless):
     def round_metrics(self) -> Mapping[str, Json]:
         """``selected``: the client ids whose models were averaged this round (``agg_selected`` in metrics.jsonl)."""
         return {"selected": list(self._selected)}
+
+
+def check_krum(options: KrumOptions, config: RunConfig, section: str) -> None:
+    """Krum's ``f`` and ``m`` against the clients a round samples: n > 2f + 2 (Blanchard et al.), m <= n - f."""
+    clients = config.federation.sample_size()
+    if clients <= 2 * options.f + 2:
+        raise ConfigError(f"{section}.f", f"Krum needs clients per round > 2f + 2; {clients} clients per round tolerate f <= {max((clients - 3) // 2, 0)}, got {options.f}")
+    if options.m > clients - options.f:
+        raise ConfigError(f"{section}.m", f"Multi-Krum averages at most clients per round - f = {clients - options.f} models, got {options.m}")
+
+
+ROBUST = Capabilities()
+"""A robust rule's ``aggregate`` takes no client weights (its point is to ignore how much any client claims to weigh)."""
+
+MEDIAN = register_algorithm(
+    "median", AlgorithmSpec(MedianOptions, lambda o, ctx: (Median(), []), "coordinate-wise median, byzantine-robust (Yin et al. 2018)", capabilities=ROBUST)
+)
+TRIMMED_MEAN = register_algorithm(
+    "trimmed_mean",
+    AlgorithmSpec(TrimmedMeanOptions, lambda o, ctx: (TrimmedMean(o), []), "coordinate-wise trimmed mean, byzantine-robust (Yin et al. 2018)", capabilities=ROBUST),
+)
+KRUM = register_algorithm(
+    "krum",
+    AlgorithmSpec(KrumOptions, lambda o, ctx: (Krum(o), []), "(Multi-)Krum, byzantine-robust (Blanchard et al. 2017)", capabilities=ROBUST, check=check_krum),
+)

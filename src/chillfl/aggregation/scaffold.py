@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import (
+    AggregatorBase,
     Json,
     ClientHalf,
     ClientResult,
@@ -70,6 +71,8 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.fednova import effective_steps
 from chillfl.options import require
 from chillfl.training.objective import read_table
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_client_momentum
+from chillfl.capabilities import Capabilities
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,7 @@ def _table(value: Wire) -> Params:
     return value
 
 
-class Scaffold:
+class Scaffold(AggregatorBase):
     """SCAFFOLD server: owns ``c``; each client's ``c_i`` is the client's own (:class:`ScaffoldClient`)."""
 
     def __init__(self, num_clients: int, options: ScaffoldOptions = ScaffoldOptions(), param_keys: Collection[str] | None = None) -> None:
@@ -197,9 +200,6 @@ class Scaffold:
         """c_i and option II's update run on the client (:class:`ScaffoldClient`, with the clients' momentum)."""
         return ScaffoldClient(self.options.momentum or 0.0)
 
-    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
-        return None
-
     def state_dict(self) -> dict[str, Any]:
         """The server control ``c`` (each c_i is in its client's state)."""
         return {"control": params_state(self.control)}
@@ -208,3 +208,14 @@ class Scaffold:
         check_state_keys(state, ("control",), "SCAFFOLD")
         # key order of c is kept: round_metrics sums its squares in that order
         self.control = load_params(state["control"])
+
+
+SPEC = register_algorithm(
+    "scaffold",
+    AlgorithmSpec(
+        ScaffoldOptions,
+        lambda o, ctx: (Scaffold(ctx.num_clients, with_client_momentum(o, ctx, "SCAFFOLD's c_i"), ctx.param_keys()), [LinearCorrectionTerm()]),
+        "control variates, option II (Karimireddy et al. 2020)",
+        capabilities=Capabilities(plain_sgd="SCAFFOLD's option II control variate (x - y_i) / (K lr)", takes_weights=True),
+    ),
+)

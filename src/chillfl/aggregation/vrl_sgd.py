@@ -41,8 +41,7 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import (
-    Json,
-    ClientHalf,
+    AggregatorBase,
     ClientResult,
     Downlink,
     Params,
@@ -55,6 +54,9 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.fednova import effective_steps
 from chillfl.options import require
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_client_momentum
+from chillfl.capabilities import Capabilities
+from chillfl.aggregation.scaffold import LinearCorrectionTerm
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class VRLSGDOptions:
             require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
 
 
-class VRLSGD:
+class VRLSGD(AggregatorBase):
     """Server side of VRL-SGD: averages models and keeps every client's ``Delta_i``."""
 
     def __init__(self, options: VRLSGDOptions = VRLSGDOptions(), param_keys: Collection[str] | None = None) -> None:
@@ -102,16 +104,6 @@ class VRLSGD:
             self.deltas[r.client_id] = {k: old[k] + (out[k] - r.params[k]) / scale for k in keys}
         return out
 
-    def round_metrics(self) -> Mapping[str, Json]:
-        return {}
-
-    def client_half(self) -> ClientHalf | None:
-        """No per-client report: the clients' models (and what the downlink asked for) are enough."""
-        return None
-
-    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
-        return None
-
     def state_dict(self) -> dict[str, Any]:
         """Every client's ``Delta_i`` (clients never sampled have none: zeros)."""
         return {"deltas": client_params_state(self.deltas)}
@@ -119,3 +111,18 @@ class VRLSGD:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, ("deltas",), "VRL-SGD")
         self.deltas = ClientParams.of(load_client_params(state["deltas"]))
+
+
+SPEC = register_algorithm(
+    "vrl_sgd",
+    AlgorithmSpec(
+        VRLSGDOptions,
+        lambda o, ctx: (VRLSGD(with_client_momentum(o, ctx, "VRL-SGD's Delta_i"), ctx.param_keys()), [LinearCorrectionTerm()]),
+        "variance-reduced local SGD (Liang et al. 2019)",
+        capabilities=Capabilities(
+            plain_sgd="VRL-SGD's Delta_i = (x - y_i) / (k lr)",
+            on_flower="VRL-SGD's Delta_i update needs the round's new average model, which a Flower node never sees",
+            takes_weights=True,
+        ),
+    ),
+)

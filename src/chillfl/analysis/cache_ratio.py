@@ -3,7 +3,7 @@
 * ``cache-ratio`` simulates, for each cache duration D, the share of the
   round's public subset P^t served from the cache (Fig. 3: |P| = 10,000,
   |P^t| = 1,000). It uses the same validity rule and expiry policy as the
-  protocol's :class:`~chillfl.distillation.cache.ServerCache`, so it is the
+  protocol's :class:`~chillfl.protocols.softlabels.cache.ServerCache`, so it is the
   "simple simulation" Sec. IV-C suggests for choosing D. Prints the mean ratio
   over all rounds and over the last quarter (the steady state), writes a PNG.
 * ``soft-label-entropy`` takes a set of soft-labels -- a ``.pt`` / ``.npy``

@@ -3,7 +3,7 @@
 * :func:`simulate_cache_ratio` -- Fig. 3: each round a uniform random subset
   P^t of the public set is drawn (10 % in the paper); the ratio is the share of
   P^t served from the cache, i.e. signalled CACHED under the same validity rule
-  and expiry policy as :class:`~chillfl.distillation.cache.ServerCache`
+  and expiry policy as :class:`~chillfl.protocols.softlabels.cache.ServerCache`
   (``tests/test_distill_analysis.py`` checks that they agree). The paper
   suggests choosing D with exactly this kind of simulation (Sec. IV-C).
 * :func:`entropy_vs_temperature` / :func:`entropy_vs_beta` -- Fig. 4 (c)/(d):
@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import torch
-from chillfl.distillation.cache import OnExpire, is_valid
+from chillfl.protocols.softlabels.cache import OnExpire, is_valid
 from chillfl.distillation.era import entropy, mean_soft_labels, power_sharpen, tempered_softmax
 
 

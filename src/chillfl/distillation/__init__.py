@@ -1,51 +1,29 @@
-"""Distillation-based FL building blocks (DS-FL, SCARLET, CFD, COMET, Selective-FD).
+"""Soft-label methods (DS-FL, SCARLET, CFD, COMET, Selective-FD, FedMD): their maths and their specs.
 
-Pure, engine-independent parts; the soft-label round protocol composes them:
+:mod:`.methods` holds one module per method (its options, its two halves, its ``SPEC``); the
+maths they use is engine-independent:
 
 * :mod:`.era` -- ERA (DS-FL, SCARLET Eq. 2) and Enhanced ERA (Eq. 4), entropy;
-* :mod:`.cache` -- SCARLET's synchronized soft-label cache (Algorithm 2) and
-  the typed messages (request, uplink, downlink, catch-up delta);
+* :mod:`.fedmd` -- FedMD's consensus and digest loss;
 * :mod:`.quantize` -- CFD quantisation and delta coding;
 * :mod:`.selective` -- Selective-FD client/server selectors;
 * :mod:`.comet` -- COMET clustering, cluster targets and regulariser;
 * :mod:`.analysis` -- Fig. 3 / Fig. 4 simulations and plots (imports
   matplotlib, so it is not imported here).
 
-Byte counting lives in :mod:`chillfl.engine.ledger`; the methods' options (the
-``[distillation]`` table) in :mod:`chillfl.settings.distillation`.
+The protocol they plug into, with its messages and the synchronized cache (Algorithm 2), is
+:mod:`chillfl.protocols.softlabels`; the shared ``[distillation]`` options are
+:mod:`chillfl.settings.distillation`.
 """
 
-from .cache import (
-    CacheOptions,
-    CacheOutOfSyncError,
-    CacheSignal,
-    CacheSyncDelta,
-    CacheUpdate,
-    ClientCache,
-    ServerCache,
-    SoftLabelDownlink,
-    SoftLabelRequest,
-    SoftLabelUplink,
-    is_valid,
-)
 from .comet import cluster_clients, cluster_targets, comet_regularizer, comet_targets, kmeans
 from .era import enhanced_era, entropy, era, mean_soft_labels, power_sharpen, tempered_softmax
 from .quantize import DeltaCoder, compress, dequantize, payload_bytes, quantize
 from .selective import KuLSIF, client_keep_mask, client_threshold, masked_mean, server_keep_mask
 
 __all__ = [
-    "CacheOptions",
-    "CacheOutOfSyncError",
-    "CacheSignal",
-    "CacheSyncDelta",
-    "CacheUpdate",
-    "ClientCache",
     "DeltaCoder",
     "KuLSIF",
-    "ServerCache",
-    "SoftLabelDownlink",
-    "SoftLabelRequest",
-    "SoftLabelUplink",
     "client_keep_mask",
     "client_threshold",
     "cluster_clients",
@@ -57,7 +35,6 @@ __all__ = [
     "enhanced_era",
     "entropy",
     "era",
-    "is_valid",
     "kmeans",
     "masked_mean",
     "mean_soft_labels",

@@ -35,30 +35,10 @@ from typing import Sequence
 import torch
 
 from chillfl.errors import ConfigError
+from chillfl.protocols.softlabels.labels import entropy, mean_soft_labels
 
-
-def _client_weights(num_clients: int, weights: torch.Tensor | Sequence[float] | None) -> torch.Tensor:
-    """Normalised float64 client weights (uniform when ``weights`` is None)."""
-    if weights is None:
-        return torch.full((num_clients,), 1.0 / num_clients, dtype=torch.float64)
-    w = torch.as_tensor(weights, dtype=torch.float64).flatten()
-    if w.numel() != num_clients:
-        raise ValueError(f"expected {num_clients} client weights, got {w.numel()}")
-    if bool((w < 0).any()) or float(w.sum()) <= 0.0:
-        raise ValueError(f"client weights must be >= 0 with a positive sum, got {w.tolist()}")
-    return w / w.sum()
-
-
-def mean_soft_labels(soft_labels: torch.Tensor, weights: torch.Tensor | Sequence[float] | None = None) -> torch.Tensor:
-    """zbar = sum_k w_k z_k over clients: ``[K, n, C] -> [n, C]`` (w_k = 1/K by default).
-
-    Accumulated in float64 and cast back to the input dtype.
-    """
-    if soft_labels.dim() != 3:
-        raise ValueError(f"soft_labels must be [K, n, C], got shape {tuple(soft_labels.shape)}")
-    w = _client_weights(soft_labels.shape[0], weights)
-    mean = torch.einsum("k,knc->nc", w, soft_labels.to(torch.float64))
-    return mean.to(soft_labels.dtype)
+__all__ = ["enhanced_era", "entropy", "era", "mean_soft_labels", "power_sharpen", "tempered_softmax"]
+"""``entropy`` and ``mean_soft_labels`` are the protocol's, shared by every method; named here too, where ERA is."""
 
 
 def tempered_softmax(probs: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -92,10 +72,3 @@ def era(soft_labels: torch.Tensor, temperature: float, weights: torch.Tensor | S
 def enhanced_era(soft_labels: torch.Tensor, beta: float, weights: torch.Tensor | Sequence[float] | None = None) -> torch.Tensor:
     """SCARLET's Enhanced ERA (Eq. 4): zbar**beta renormalised, ``[K, n, C] -> [n, C]``; beta = 1 is the plain mean."""
     return power_sharpen(mean_soft_labels(soft_labels, weights), beta)
-
-
-def entropy(probs: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy in nats over the last axis, with 0 * log 0 = 0: ``[..., C] -> [...]``."""
-    p = probs.to(torch.float64)
-    out_dtype = probs.dtype if probs.is_floating_point() else torch.float64
-    return (-torch.special.xlogy(p, p).sum(dim=-1)).to(out_dtype)

@@ -1,6 +1,6 @@
 """FedMD (Li & Wang, 2019): transfer learning, then rounds of communicate / aggregate / digest / revisit.
 
-FedMD's Algorithm 1 maps onto the soft-label round protocol (:mod:`.protocol`)
+FedMD's Algorithm 1 maps onto the soft-label round protocol (:mod:`chillfl.protocols.softlabels`)
 as follows::
 
     transfer learning   each model trains on the labelled public set D0 (``transfer_epochs``),
@@ -34,7 +34,7 @@ from typing import Sequence
 
 import torch
 
-from .era import mean_soft_labels
+from chillfl.protocols.softlabels.labels import mean_soft_labels
 
 
 def consensus(scores: Sequence[torch.Tensor]) -> torch.Tensor:

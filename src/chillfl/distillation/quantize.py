@@ -35,12 +35,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import torch
 
 from chillfl.errors import ConfigError
-from chillfl.settings.distillation import FULL_PRECISION_BITS, OneBitMode
+
+FULL_PRECISION_BITS = 32
+"""Bits that mean "not quantised": the soft-labels travel as float32."""
+OneBitMode = Literal["uniform", "argmax"]
 
 
 def _levels(bits: int) -> int:

@@ -37,13 +37,18 @@ Choices and gaps
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import torch
 
 from chillfl.errors import ConfigError
-from chillfl.settings.distillation import ClientThresholdMode, ServerMeasure
+from chillfl.protocols.softlabels.labels import entropy, masked_mean
 
-from .era import entropy
+__all__ = ["KuLSIF", "ambiguity", "client_keep_mask", "client_threshold", "gaussian_kernel", "l1_to_one_hot", "masked_mean", "server_keep_mask"]
+
+ServerMeasure = Literal["l1", "entropy"]
+ClientThresholdMode = Literal["quantile", "absolute"]
 
 
 # ---- server side ---------------------------------------------------------------
@@ -88,20 +93,6 @@ def client_threshold(private_scores: torch.Tensor | np.ndarray, tau_client: floa
 def client_keep_mask(public_scores: torch.Tensor, threshold: float) -> torch.Tensor:
     """Client-side selector: keep public samples whose in-distribution score is >= threshold."""
     return public_scores >= threshold
-
-
-def masked_mean(soft_labels: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Average ``[K, n, C]`` over the clients that kept each sample (``keep``: bool ``[K, n]``).
-
-    Returns ``(mean [n, C], counts [n])``; rows with count 0 are zero and must be dropped.
-    """
-    if keep.shape != soft_labels.shape[:2]:
-        raise ValueError(f"keep must be [K, n] = {tuple(soft_labels.shape[:2])}, got {tuple(keep.shape)}")
-    w = keep.to(torch.float64)
-    counts = w.sum(dim=0)
-    total = torch.einsum("kn,knc->nc", w, soft_labels.to(torch.float64))
-    mean = total / counts.clamp_min(1.0).unsqueeze(-1)
-    return mean.to(soft_labels.dtype), counts.to(torch.int64)
 
 
 # ---- KuLSIF density-ratio scores -----------------------------------------------

@@ -34,9 +34,10 @@ FedChill's temperature state (T, accuracy history, stagnation counter) is
 part of that client state: the temperature policy's client half keeps it
 there under every runtime, and computes the client's start temperature from
 its own labels. What would need every client's label counts on the server
-(FedChill's ``minmax`` normalisation or ``size`` measure) and VRL-SGD (its
-Delta_i update needs the round's new average, which exists only on the
-server) are refused by :func:`check_supported`.
+(FedChill's ``minmax`` normalisation or ``size`` measure) and an algorithm
+that declares ``on_flower`` (VRL-SGD: its Delta_i update needs the round's new
+average, which exists only on the server), or wraps one that does, are refused
+by :func:`check_supported`.
 
 Where the config comes from: the factories take a :class:`RunConfig`; the
 module-level ``server`` / ``client`` apps (for ``flwr run``) read the run
@@ -55,6 +56,7 @@ from typing import Any, Sequence
 
 import torch
 
+from chillfl.aggregation.registry import algorithm_parts
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.executors.sequential import SequentialExecutor
 from chillfl.engine.loop import run_rounds
@@ -66,7 +68,7 @@ from chillfl.experiment import build_experiment, build_protocol
 from chillfl.flower.state import load_client_state, save_client_state
 from chillfl.flower.wire import decode, encode
 from chillfl.protocols.registry import protocol_of
-from chillfl.temperature import federation_option
+from chillfl.temperature import policy_capabilities
 
 EXTRA = "pip install 'chillfl[flower]'"
 RUNTIME = "run it with chillfl's own runtime (chillfl run; executor = \"ray\" for a cluster)"
@@ -89,7 +91,7 @@ def config_from_run_config(run_config: Any) -> RunConfig:
 
     name = str(run_config.get("config", "")) if run_config else ""
     if not name:
-        raise ConfigError("flower.config", "the Flower run config must name a chillfl config: config = \"fedchill/table2-digits\" (or a TOML path)")
+        raise ConfigError("flower.config", "the Flower run config must name a chillfl config: config = \"flexchill/table4-digits\" (or a TOML path)")
     overrides = parse_overrides(shlex.split(str(run_config.get("overrides", ""))))
     return load_config(resolve_config(name), overrides)
 
@@ -103,19 +105,20 @@ def check_supported(config: RunConfig) -> None:
         raise ConfigError(kind.method_table or "algorithm", kind.on_flower)
     if config.checkpoint.client_models:  # soft-label and prototype clients' models, FedBN/FedPer/FedRep/Ditto/APFL's own parts
         raise ConfigError("checkpoint.client_models", "under Flower the clients' models stay on their SuperNodes; the server cannot save them (set it to false)")
-    algorithm = config.algorithm
-    for field_name, name in (("algorithm.name", algorithm.get("name")), ("algorithm.base", algorithm.get("base") if algorithm.get("name") == "pa3fed" else None)):
-        if name == "vrl_sgd":
-            raise ConfigError(field_name, f"VRL-SGD's Delta_i update needs the round's new average model, which a Flower node never sees; {RUNTIME}")
+    if kind.uses_aggregator:  # the algorithm and every one it wraps, by what each declares (``on_flower``)
+        for field_name, _, spec in algorithm_parts(config.algorithm):
+            if spec.capabilities.on_flower is not None:
+                raise ConfigError(field_name, f"{spec.capabilities.on_flower}; {RUNTIME}")
     check_node_computable(config)
 
 
 def check_node_computable(config: RunConfig) -> None:
-    """A one-line ConfigError when the temperature policy's server would read every client's label counts, which stay on the nodes."""
-    found = federation_option(config.temperature)
-    if found is not None:
-        field_name, why = found
-        raise ConfigError(field_name, f"{why}, which no Flower node sees (a node's labels stay on it); {RUNTIME}")
+    """A one-line ConfigError when the temperature policy declares, for its options, that it cannot run on Flower
+    (a server that reads every client's label counts, which stay on the nodes)."""
+    caps = policy_capabilities(config.temperature)
+    if caps.on_flower is not None:
+        field_name = "temperature." + (caps.limited_by or "policy")
+        raise ConfigError(field_name, f"{caps.on_flower}, which no Flower node sees (a node's labels stay on it); {RUNTIME}")
 
 
 class FlowerExecutor:

@@ -4,7 +4,7 @@ Under Flower the server holds no client state: whatever a protocol's client
 update returns as the client's next state stays on the node that serves the
 client, as on a device. That is the soft-label protocol's
 :class:`~chillfl.protocols.softlabels.ClientState` (model, SCARLET cache C_k,
-selector mask, FedChill's temperature entries) and the parameter-sharing
+the method's own state, FedChill's temperature entries) and the parameter-sharing
 protocol's name -> tensor table (:data:`~chillfl.aggregation.base.ClientState`:
 SCAFFOLD's c_i, FedBN's BN entries, MOON's previous model, PA3Fed's score,
 FedChill's T, accuracy history and stagnation counter), each method's part
@@ -14,7 +14,7 @@ messages of a run, in the simulation engine and on a deployed SuperNode
 alike, so the state lives there as two records per client:
 
 * ``chillfl.client.<id>``: an ArrayRecord of tensors (``model.<name>``,
-  ``cache_indices``, ``cache_values``, ``in_distribution``, ``own.<name>``
+  ``cache_indices``, ``cache_values``, ``method.<name>``, ``own.<name>``
   for FedChill's entries; or ``own.<name>`` for a parameter-sharing table,
   FedChill's ``fedchill.*`` entries included), raw bytes;
 * ``chillfl.client.<id>.meta``: a ConfigRecord (the kind of state, the key
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from chillfl.aggregation.base import Params
-from chillfl.protocols.softlabels import ClientPayload, ClientState
+from chillfl.protocols.softlabels.state import ClientPayload, ClientState
 
 PREFIX = "chillfl.client."
 
@@ -58,8 +58,9 @@ def save_client_state(records: Any, cid: int, state: ClientState | Params) -> No
     meta: dict[str, Any] = {"model_keys": json.dumps(list(model)), "own_keys": json.dumps(list(own)), "cache_synced": payload.get("cache_synced", -2)}
     if "cache_indices" in payload:
         arrays["cache_indices"], arrays["cache_values"] = Array(_numpy(payload["cache_indices"])), Array(_numpy(payload["cache_values"]))
-    if "in_distribution" in payload:
-        arrays["in_distribution"] = Array(_numpy(payload["in_distribution"]))
+    if "method" in payload:  # the method's own state, as named tensors
+        arrays.update({f"method.{name}": Array(_numpy(v)) for name, v in payload["method"].items()})
+        meta["method_keys"] = json.dumps(list(payload["method"]))
     records[_arrays_key(cid)] = ArrayRecord(array_dict=arrays)
     records[_arrays_key(cid) + ".meta"] = ConfigRecord(meta)
 
@@ -79,8 +80,8 @@ def load_client_state(records: Any, cid: int) -> ClientState | Params | None:
         payload["cache_synced"] = synced
         payload["cache_indices"] = _tensor(arrays["cache_indices"])
         payload["cache_values"] = _tensor(arrays["cache_values"])
-    if "in_distribution" in arrays:
-        payload["in_distribution"] = _tensor(arrays["in_distribution"])
+    if "method_keys" in meta:
+        payload["method"] = {name: _tensor(arrays[f"method.{name}"]) for name in json.loads(str(meta["method_keys"]))}
     own = json.loads(str(meta["own_keys"])) if "own_keys" in meta else []
     if own:
         payload["own"] = {name: _tensor(arrays[f"own.{name}"]) for name in own}

@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from chillfl.distillation.cache import CacheSyncDelta, SoftLabelDownlink, SoftLabelUplink
-from chillfl.protocols.softlabels import SoftLabelReport, SoftLabelRoundDownlink
+from chillfl.protocols.softlabels.messages import CacheSyncDelta, SoftLabelDownlink, SoftLabelReport, SoftLabelRoundDownlink, SoftLabelUplink
 from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.protocols.parameters import ParamDownlink, ParamUplink
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from chillfl.metrics.communication import accuracy_vs_bytes
+from chillfl.plots.registry import FigureSpec, register_figure
 
 UNITS: tuple[tuple[str, float], ...] = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
 PANELS: tuple[tuple[str, str], ...] = (("global_acc", "server model, global test set"), ("local_acc", "client models, own test splits"))
@@ -68,3 +69,7 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
 def plot_accuracy_vs_bytes(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> Path | None:
     """One run's server and client accuracy against cumulative bytes (None when the records carry no bytes)."""
     return plot_compare_accuracy_vs_bytes({title or "run": records}, path, title)
+
+
+BYTES = register_figure("accuracy_vs_bytes", FigureSpec("accuracy_vs_bytes.png", plot_accuracy_vs_bytes, "accuracy against cumulative bytes (SCARLET Fig. 7)"))
+"""Drawn when the protocol declares ``bytes_figure`` and the records carry bytes."""

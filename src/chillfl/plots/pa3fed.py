@@ -20,6 +20,7 @@ from matplotlib.axes import Axes  # noqa: E402
 
 from chillfl.config import safe_name  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
+from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
 
 CLP_COLOR = "#9ecae1"  # light blue, as in Fig. 3
@@ -97,6 +98,9 @@ def plot_compare_clp(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: st
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+register_figure("clp", FigureSpec("clp.png", plot_clp, "accuracy and FGN(t) with the critical learning periods shaded (PA3Fed Fig. 3)"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,6 +12,7 @@ matplotlib = need("matplotlib", "plots", "plots")  # one MissingExtra line inste
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
 
 
@@ -106,3 +107,7 @@ def finish_panels(fig: Any, axes: Sequence[Any], path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+register_figure("accuracy_loss", FigureSpec("accuracy_loss.png", plot_run, "accuracy and loss over rounds"))
+register_figure("temperatures", FigureSpec("temperatures.png", lambda records, path, title: plot_temperatures(records, path), "each client's temperature over rounds"))

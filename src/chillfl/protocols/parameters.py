@@ -55,6 +55,7 @@ from chillfl.protocols.parts import Experiment
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalOutcome, LocalSpec
+from chillfl.training.terms import objective_context
 
 @dataclass
 class ParamDownlink:
@@ -194,7 +195,8 @@ class ParameterSharing:
         evaluation: Evaluation,
         client: ParameterClient,
         eval_clients: str,
-        proximal_mu: float = 0.0,
+        objective_context: Mapping[str, float] | None = None,
+        anchors: tuple[str, ...] = (),
     ) -> None:
         self.seed = seed
         self.lr_at = lr_at
@@ -204,7 +206,10 @@ class ParameterSharing:
         self.evaluation = evaluation
         self.client = client
         self.eval_clients = eval_clients
-        self.proximal_mu = proximal_mu
+        self.objective_context = dict(objective_context or {})
+        """``[objective]``'s terms' numbers (``proximal_mu`` as ``mu``), added to every client's context."""
+        self.anchors = anchors
+        """The context keys under which ``[objective]``'s terms read the round's start model (``global_params``)."""
         self.book = ServerBook(policy, evaluation, eval_clients)
         self.store: ParamStore = ParamStore()
 
@@ -216,8 +221,9 @@ class ParameterSharing:
             down = self.aggregator.downlink(cid, round, self.state)
             start = self.state if down.params is None else {**self.state, **down.params}
             context, local = down.context, down.local
-            if self.proximal_mu:  # [objective] proximal_mu: the anchor is the model the round started from (sent already)
-                context, local = {**context, "mu": self.proximal_mu, "global_params": self.state}, (*local, "global_params")
+            if self.objective_context or self.anchors:  # [objective] terms: the anchor is the model the round started from (sent already)
+                context = {**context, **self.objective_context, **{key: self.state for key in self.anchors}}
+                local = (*local, *self.anchors)
             message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round), local)
             tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid), self.store.load(cid)))
         return tasks
@@ -290,6 +296,7 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
     half = exp.aggregator.client_half()  # the aggregator's client half: it travels, the aggregator does not
     trainer = half if isinstance(half, Personalising) else None  # it runs the client's trainings (Ditto, FedRep, APFL, pFedMe)
     objectives = () if trainer is None else trainer.objectives(exp.spec)
+    numbers, anchors = objective_context(exp.config.objective)  # what [objective]'s terms read from the run
     return ParameterSharing(
         seed=exp.config.seed,
         lr_at=exp.config.lr_at,
@@ -302,5 +309,6 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
             trainer=trainer, spec=exp.spec if trainer else None, objectives=objectives,
         ),
         eval_clients=exp.config.eval.clients,
-        proximal_mu=exp.config.objective.proximal_mu,
+        objective_context=numbers,
+        anchors=anchors,
     )

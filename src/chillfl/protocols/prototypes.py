@@ -1,21 +1,22 @@
-"""The prototype-sharing protocol: FedProto and FedHKD (``[prototypes]``).
+"""The prototype-sharing protocol (``[prototypes]``): FedProto, FedHKD and any :class:`~chillfl.prototypes.spec.PrototypeSpec`.
 
 Clients share per-class knowledge about their representations instead of (or,
-for FedHKD's default, besides) their models. One round, as the round loop
-runs it::
+when the method's ``shares_model`` says so, besides) their models. One round,
+as the round loop runs it::
 
-    configure:      per client: KnowledgeDownlink(global class means H and mask, FedHKD's
-                    soft predictions Q, the global model if share_model, lr, T, seed)
-    client update:  start from the global model (share_model) or the client's own;
-                    train once with CE + the method's terms (KnowledgeLoss), at the
+    configure:      per client: KnowledgeDownlink(global class means and mask, the method's
+                    global rows, the global model if models are shared, lr, T, seed)
+    client update:  start from the global model (shared) or the client's own;
+                    train once with the method's loss (hooks.loss), at the
                     downlink's T or (FedChill) the client's own, kept in its state;
-                    compute its class means (+ noise) and counts on its private data;
+                    release its class rows on its private data (hooks.release);
                     evaluate by the head and by the nearest prototype   -> KnowledgeUplink
-    server update:  count-weighted means (knowledge.aggregate_means); FedAvg of the
-                    models when share_model; evaluate
+    server update:  the global knowledge (hooks.combine); the aggregator's average of the
+                    models when they are shared; evaluate
 
-The maths is in :mod:`chillfl.protocols.knowledge`; the options and choices
-in docs/baselines.md.
+The method is found by :func:`chillfl.settings.prototypes.method_spec`; this
+module calls only its hooks. The shared maths is :mod:`chillfl.prototypes.maths`;
+the built-ins' options and choices are in docs/baselines.md.
 
 Metrics: ``local_acc`` is each client's model by its head on its own split;
 ``local_proto_acc`` the same model by the nearest prototype (global means where
@@ -44,12 +45,14 @@ from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, Clien
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.training.objective import Wire
 from chillfl.errors import ConfigError
+from chillfl.options import short_repr
 from chillfl.models.parts import NoHeadError, forward_with_features, head_name, head_of
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, local_evaluation, mean_or_none, state_bytes
-from chillfl.protocols.knowledge import KnowledgeLoss, aggregate_means, class_means, nearest_prototype
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
-from chillfl.settings.prototypes import PrototypeSettings
+from chillfl.prototypes.maths import nearest_prototype
+from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec
+from chillfl.settings.prototypes import SECTION, PrototypeSettings
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.training.linear_factors import factored_linears
 from chillfl.seeds import derive_seed
@@ -60,20 +63,18 @@ from chillfl.training.local import LocalOutcome, LocalSpec, evaluate, split_stat
 
 @dataclass
 class KnowledgeDownlink:
-    """Server -> client: the global class means and mask (and soft predictions), the model if shared, lr, T, seed."""
+    """Server -> client: the global knowledge (class means, mask, the method's rows), the model if shared, lr, T, seed."""
 
-    protos: torch.Tensor
-    mask: torch.Tensor
-    soft: torch.Tensor | None
+    knowledge: Knowledge
     model: Params | None
     lr: float
     temperature: float
     seed: int
 
     def nbytes(self) -> dict[str, int]:
-        known = int(self.mask.sum())
-        width = self.protos.shape[1] + (self.soft.shape[1] if self.soft is not None else 0)
-        out = {"knowledge": known * (width * self.protos.element_size() + 4)}  # rows of the known classes + their class ids
+        k = self.knowledge
+        known = int(k.mask.sum())
+        out = {"knowledge": known * (k.width() * k.protos.element_size() + 4)}  # rows of the known classes + their class ids
         if self.model is not None:
             out["params"] = state_bytes(self.model)
         return out
@@ -81,11 +82,9 @@ class KnowledgeDownlink:
 
 @dataclass
 class KnowledgeUplink:
-    """Client -> server: per-class means and counts (and soft predictions), the model if shared, the round's numbers."""
+    """Client -> server: the client's class rows (means, counts, the method's rows), the model if shared, the round's numbers."""
 
-    means: torch.Tensor
-    counts: torch.Tensor
-    soft: torch.Tensor | None
+    rows: ClassRows
     model: Params | None
     num_samples: int
     num_steps: int
@@ -94,9 +93,9 @@ class KnowledgeUplink:
     """A simulation metric (accuracy by nearest prototype on the client's split), not on the wire."""
 
     def nbytes(self) -> dict[str, int]:
-        known = int((self.counts > 0).sum())
-        width = self.means.shape[1] + (self.soft.shape[1] if self.soft is not None else 0)
-        out = {"knowledge": known * (width * self.means.element_size() + 8)}  # rows + class id + count
+        r = self.rows
+        known = int((r.counts > 0).sum())
+        out = {"knowledge": known * (r.width() * r.means.element_size() + 8)}  # rows + class id + count
         if self.model is not None:
             out["params"] = state_bytes(self.model)
         return out
@@ -127,7 +126,7 @@ def features_and_logits(model: nn.Module, state: Mapping[str, torch.Tensor], x: 
 
 
 def proto_accuracy(model: nn.Module, state: Params, x: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, mask: torch.Tensor, batch_size: int) -> float:
-    """Accuracy of FedProto's nearest-prototype rule on (x, y); NaN when there are no samples or no prototypes."""
+    """Accuracy of the nearest-prototype rule on (x, y); NaN when there are no samples or no prototypes."""
     if len(y) == 0 or not bool(mask.any()):
         return float("nan")
     feats, _ = features_and_logits(model, state, x, batch_size)
@@ -143,8 +142,9 @@ class KnowledgeClient:
     initial_states: tuple[Params, ...]
     arch_of: tuple[int, ...]
     num_classes: int
-    options: PrototypeSettings
-    run_seed: int
+    hooks: PrototypeHooks[Any]
+    """The method's hooks (options only: they travel with this object)."""
+    share_model: bool
     eval_batch_size: int
     temperature: TemperatureHalf | None = None
     """The temperature policy's client half (FedChill): T from the client's own state, updated after training."""
@@ -158,30 +158,21 @@ class KnowledgeClient:
             start: Mapping[str, torch.Tensor] = d.model
         else:
             start = mine.model if mine.model is not None else self.initial_states[arch]
-        context: dict[str, Wire] = {"protos": d.protos, "proto_mask": d.mask}
-        if d.soft is not None:
-            context["soft"] = d.soft
+        context: dict[str, Wire] = d.knowledge.context()
         t = d.temperature if self.temperature is None else self.temperature.temperature(mine.own, d.temperature, data.y)
         out: LocalOutcome = yield ClientJob(cid, start, data.x, data.y, d.lr, t, context, d.seed, spec=self.specs[arch], work=task.work)
         feats, logits = features_and_logits(model, out.params, data.x, self.eval_batch_size)
-        means, counts = class_means(feats, data.y, self.num_classes)
-        soft = None
-        if self.options.method == "fedhkd":
-            soft, _ = class_means(torch.softmax(logits / self.options.temperature, dim=-1), data.y, self.num_classes)
-        if self.options.noise_std > 0:  # FedHKD's Gaussian mechanism on the released representations
-            gen = torch.Generator().manual_seed(derive_seed(self.run_seed, "hkd-noise", cid, task.round))
-            noise = torch.randn(means.shape, generator=gen, dtype=means.dtype).to(means.device)
-            means = means + self.options.noise_std * noise * (counts > 0).unsqueeze(1).to(means.dtype)
+        rows = self.hooks.release(cid, task.round, feats, logits, data.y)
         acc, loss = local_evaluation(model, out.params, data, self.eval_batch_size)
         p_acc = None
         if data.x_eval is not None and data.y_eval is not None:
-            own = counts > 0
-            protos = torch.where(d.mask.unsqueeze(1), d.protos.to(means.dtype), means)
-            p_acc = proto_accuracy(model, out.params, data.x_eval, data.y_eval, protos, d.mask | own, self.eval_batch_size)
-        shared = out.params if self.options.share_model else None
-        up = KnowledgeUplink(means, counts, soft, shared, len(data.y), out.num_steps, out.mean_loss, p_acc)
+            own, known = rows.counts > 0, d.knowledge.mask
+            protos = torch.where(known.unsqueeze(1), d.knowledge.protos.to(rows.means.dtype), rows.means)
+            p_acc = proto_accuracy(model, out.params, data.x_eval, data.y_eval, protos, known | own, self.eval_batch_size)
+        shared = out.params if self.share_model else None
+        up = KnowledgeUplink(rows, shared, len(data.y), out.num_steps, out.mean_loss, p_acc)
         entries = {} if self.temperature is None else self.temperature.finish(mine.own, t, acc)
-        state = KnowledgeState(None if self.options.share_model else out.params, entries)
+        state = KnowledgeState(None if self.share_model else out.params, entries)
         kept = state if state.model is not None or state.own else None
         return ClientReply(cid, up, kept, acc, loss, None if self.temperature is None else t)
 
@@ -194,25 +185,13 @@ def trained_at(task: ClientTask[KnowledgeDownlink, KnowledgeState], reply: Clien
     return task.downlink.temperature if reply.temperature is None else reply.temperature
 
 
-@dataclass
-class Knowledge:
-    """The server's global knowledge: class means ``[C, d]``, the known-class mask, FedHKD's soft predictions ``[C, C]``."""
-
-    protos: torch.Tensor
-    mask: torch.Tensor
-    soft: torch.Tensor | None = None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"protos": self.protos, "mask": self.mask, "soft": self.soft}
-
-
 class PrototypeSharing:
-    """The server side: global knowledge, the global model (FedHKD), every client's own model (FedProto)."""
+    """The server side: global knowledge, the global model (when models are shared), every client's own model (when not)."""
 
     def __init__(
         self,
         *,
-        options: PrototypeSettings,
+        hooks: PrototypeHooks[Any],
         seed: int,
         lr_at: Callable[[int], float],
         client: KnowledgeClient,
@@ -223,7 +202,7 @@ class PrototypeSharing:
         eval_clients: str,
         feature_dim: int,
     ) -> None:
-        self.options = options
+        self.hooks = hooks
         self.seed = seed
         self.lr_at = lr_at
         self.client = client
@@ -233,9 +212,9 @@ class PrototypeSharing:
         self.evaluation = evaluation
         self.eval_clients = eval_clients
         c = client.num_classes
-        soft = torch.zeros((c, c)) if options.method == "fedhkd" else None
         device = evaluation.device
-        self.knowledge = Knowledge(torch.zeros((c, feature_dim), device=device), torch.zeros(c, dtype=torch.bool, device=device), None if soft is None else soft.to(device))
+        extra = {name: rows.to(device) for name, rows in hooks.initial().items()}  # every class unknown yet
+        self.knowledge = Knowledge(torch.zeros((c, feature_dim), device=device), torch.zeros(c, dtype=torch.bool, device=device), extra)
         self.clients = ClientParams()  # models of clients that keep their own (share_model = false), flat on the CPU
         self.own = ClientParams()  # the clients' temperature entries (FedChill), kept for them as their models are
         self.book = ServerBook(policy, evaluation, eval_clients)
@@ -247,7 +226,7 @@ class PrototypeSharing:
         lr, k = self.lr_at(round), self.knowledge
         tasks: list[ClientTask[KnowledgeDownlink, KnowledgeState]] = []
         for cid in sampled:
-            down = KnowledgeDownlink(k.protos, k.mask, k.soft, self.state, lr, self.policy.temperature(cid, round), derive_seed(self.seed, "train", cid, round))
+            down = KnowledgeDownlink(k, self.state, lr, self.policy.temperature(cid, round), derive_seed(self.seed, "train", cid, round))
             model, own = self.clients.get(cid), self.own.get(cid)
             state = KnowledgeState(model, own or {}) if model is not None or own else None
             tasks.append(ClientTask(cid, round, down, self.evaluation.client_data(cid), state))
@@ -256,7 +235,7 @@ class PrototypeSharing:
     def server_update(
         self, round: int, tasks: Sequence[ClientTask[KnowledgeDownlink, KnowledgeState]], replies: Sequence[ClientReply[KnowledgeUplink, KnowledgeState]]
     ) -> RoundRecord:
-        results, means, counts, softs = [], [], [], []
+        results, releases = [], []
         for task, reply in zip(tasks, replies):
             cid, up = task.client_id, reply.uplink
             self.book.receive(round, task, reply, up.train_loss, up)
@@ -266,17 +245,13 @@ class PrototypeSharing:
                 self.clients[cid] = reply.state.model
             if reply.state is not None and reply.state.own:
                 self.own[cid] = reply.state.own
-            means.append(up.means)
-            counts.append(up.counts)
-            if up.soft is not None:
-                softs.append(up.soft)
+            releases.append(up.rows)
             if up.model is not None:
                 d = task.downlink
                 results.append(ClientResult(cid, up.model, up.num_samples, up.num_steps, d.lr, trained_at(task, reply), up.train_loss, {}))
-        protos, mask = aggregate_means(means, counts, self.options.weighting)
-        soft = aggregate_means(softs, counts, self.options.weighting)[0] if softs else None
-        self.book.check_state(round, {"prototypes": protos}, "global knowledge")
-        self.knowledge = Knowledge(protos, mask, soft)
+        knowledge = self.hooks.combine(releases)
+        self.book.check_state(round, {"prototypes": knowledge.protos}, "global knowledge")
+        self.knowledge = knowledge
         if self.aggregator is not None and self.state is not None:
             self.state = self.aggregator.aggregate(self.state, results, round)
             self.book.check_state(round, self.state)
@@ -290,7 +265,7 @@ class PrototypeSharing:
             train_loss=float(np.dot(w, [u.train_loss for u in ups]) / max(w.sum(), 1.0)),
             temperature_mean=float(np.mean([trained_at(t, r) for t, r in zip(tasks, replies)])),
             client_train_loss={str(t.client_id): u.train_loss for t, u in zip(tasks, ups)},
-            metrics={"known_classes": int(mask.sum())},
+            metrics={"known_classes": int(knowledge.mask.sum())},
         )
         record.metrics.update(self.book.traffic(round))
         if self.eval_clients != "none":
@@ -337,8 +312,7 @@ class PrototypeSharing:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         dev = self.evaluation.device
         self.state = None if state["global"] is None else {k: v.to(dev) for k, v in state["global"].items()}
-        k = state["knowledge"]
-        self.knowledge = Knowledge(k["protos"].to(dev), k["mask"].to(dev), None if k["soft"] is None else k["soft"].to(dev))
+        self.knowledge = Knowledge.from_state(state["knowledge"]).to(dev)
         self.clients = ClientParams.of({int(c): {n: v.to(dev) for n, v in s.items()} for c, s in state["clients"].items()})
         self.own = ClientParams.of({int(c): dict(s) for c, s in state.get("own", {}).items()})  # older checkpoints: none
         self.proto_acc = {int(c): float(v) for c, v in state["proto_acc"].items()}
@@ -354,12 +328,41 @@ class PrototypeSharing:
 # ---------------------------------------------------------------- building it from the run's parts
 
 
-def prototype_parts(exp: Experiment) -> tuple[PrototypeSettings, ClientModels, tuple[LocalSpec, ...], int]:
-    """[prototypes]' options, client models and per-architecture training specs; ConfigError on any misfit."""
+@dataclass(frozen=True)
+class PrototypeParts:
+    """What the protocol is built from: the method's hooks, the client models, one training spec per architecture."""
+
+    hooks: PrototypeHooks[Any]
+    share_model: bool
+    models: ClientModels
+    specs: tuple[LocalSpec, ...]
+    feature_dim: int
+
+
+def spec_of(settings: PrototypeSettings) -> PrototypeSpec[Any]:
+    """The spec of the method ``settings`` names (looked up by the settings, which cannot import this module)."""
+    spec = settings.spec
+    if not isinstance(spec, PrototypeSpec):
+        raise ConfigError(f"{SECTION}.method", f"{settings.method!r} must name a chillfl.extend.PrototypeSpec, got {short_repr(spec)}")
+    return spec
+
+
+def default_algorithm() -> str:
+    """The ``[algorithm]`` a config gets when it names none: the one this protocol averages shared models with."""
+    return str(RunConfig().algorithm["name"])
+
+
+def prototype_parts(exp: Experiment) -> PrototypeParts:
+    """The method's hooks, client models and per-architecture training specs; ConfigError on any misfit."""
     cfg = exp.config
-    options = _settings(cfg)
-    if cfg.algorithm.get("name") != "fedavg" or exp.spec.terms:
-        raise ConfigError("algorithm.name", f"[prototypes] trains with its own objective and averages models with fedavg; got {cfg.algorithm.get('name')!r}")
+    settings = _settings(cfg)
+    spec = spec_of(settings)
+    algorithm, default = cfg.algorithm.get("name"), default_algorithm()
+    if algorithm != default or exp.spec.terms:
+        raise ConfigError("algorithm.name", f"[prototypes] trains with its method's own objective and averages models with {default}; got {algorithm!r}")
+    if spec.check is not None:
+        spec.check(settings.options, cfg)
+    hooks = spec.build(settings.options, exp.data.num_classes, cfg.seed)
     cm = build_client_models(exp)
     specs, dims = [], []
     for i, model in enumerate(cm.models):
@@ -369,16 +372,16 @@ def prototype_parts(exp: Experiment) -> tuple[PrototypeSettings, ClientModels, t
         except NoHeadError as exc:
             raise ConfigError("model.name" if i == 0 else str(cm.plan.field), f"{exc}: [prototypes] needs a representation") from None
         bias = f"{head}.bias" if head_of(model).bias is not None else None
-        loss = KnowledgeLoss(options.lam, options.kd_weight, options.temperature, f"{head}.weight", bias)
+        loss = hooks.loss(Head(f"{head}.weight", bias))
         specs.append(dataclasses.replace(exp.spec, base_loss=loss, terms=(), model=factored_linears(model)))
     if len(set(dims)) > 1:
         labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))
         raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the last nn.Linear's input) for all architectures, got {labels}")
-    return options, cm, tuple(specs), dims[0]
+    return PrototypeParts(hooks, bool(spec.shares_model(settings.options)), cm, tuple(specs), dims[0])
 
 
 def check_prototype_sharing(exp: Experiment) -> None:
-    """Its per-architecture checks, before anything is written."""
+    """Its per-architecture checks and the method's own ``check``, before anything is written."""
     prototype_parts(exp)
 
 
@@ -390,26 +393,28 @@ def _settings(config: RunConfig) -> PrototypeSettings:
 
 
 def share_models(config: RunConfig) -> bool:
-    """Whether this run's clients send models too (``share_model``): then they must share one architecture."""
+    """Whether this run's clients send models too (the method's ``shares_model``): then they must share one architecture."""
     return _settings(config).share_model
 
 
 def build_prototype_sharing(exp: Experiment, evaluation: Evaluation) -> PrototypeSharing:
-    """FedProto / FedHKD (``[prototypes]``): one training spec per architecture, with the method's objective."""
+    """The method ``[prototypes]`` names, on this protocol: one training spec per architecture, with the method's objective."""
     cfg = exp.config
-    options, cm, specs, dim = prototype_parts(exp)
+    parts = prototype_parts(exp)
+    cm = parts.models
     client = KnowledgeClient(
-        cm.models, specs, cm.states, cm.plan.arch_of, exp.data.num_classes, options, cfg.seed, cfg.eval.batch_size, exp.policy.client_half(exp.data.num_classes)
+        cm.models, parts.specs, cm.states, cm.plan.arch_of, exp.data.num_classes, parts.hooks, parts.share_model, cfg.eval.batch_size,
+        exp.policy.client_half(exp.data.num_classes),
     )
     return PrototypeSharing(
-        options=options,
+        hooks=parts.hooks,
         seed=cfg.seed,
         lr_at=cfg.lr_at,
         client=client,
-        global_state=exp.initial_state if options.share_model else None,
-        aggregator=exp.aggregator if options.share_model else None,
+        global_state=exp.initial_state if parts.share_model else None,
+        aggregator=exp.aggregator if parts.share_model else None,
         policy=exp.policy,
         evaluation=evaluation,
         eval_clients=cfg.eval.clients,
-        feature_dim=dim,
+        feature_dim=parts.feature_dim,
     )

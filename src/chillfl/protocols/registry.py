@@ -14,13 +14,12 @@ from typing import Callable
 
 from chillfl.config import RunConfig
 from chillfl.data import FederatedData
-from chillfl.distillation.methods import check_distillation
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parameters import build_parameter_sharing
 from chillfl.protocols.parts import Experiment
 from chillfl.protocols.prototypes import build_prototype_sharing, check_prototype_sharing, share_models
-from chillfl.protocols.softlabels import build_soft_label_sharing
+from chillfl.protocols.softlabels.build import build_soft_label_sharing, check_distillation
 
 
 def _always(config: RunConfig) -> bool:
@@ -87,7 +86,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         travel_reason="[prototypes] share_model = true averages models",
         own_objective="the prototype-sharing protocol ([prototypes]) trains with its own objective; leave it 0",
         check=check_prototype_sharing,
-        on_flower="chillfl.flower carries parameter sharing and soft-label sharing; run FedProto / FedHKD with chillfl's own runtime",
+        on_flower="chillfl.flower carries parameter sharing and soft-label sharing; run a [prototypes] method with chillfl's own runtime",
     ),
     "softlabels": ProtocolKind(
         name="softlabels",

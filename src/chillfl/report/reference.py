@@ -12,36 +12,57 @@ import dataclasses
 import importlib
 import types
 import typing
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from chillfl.aggregation.registry import pa3fed_bases
 from chillfl.config import EXECUTORS, RunConfig
+from chillfl.errors import ConfigError
 from chillfl.experiment import base_losses
 from chillfl.settings.distillation import DistillationOptions
 from chillfl.temperature.heterogeneity import MEASURES
 
-PARTS: tuple[tuple[str, str, str, str], ...] = (
-    ("dataset", "name", "chillfl.data.datasets", "DATASETS"),
-    ("partition", "name", "chillfl.data.partition", "PARTITIONERS"),
-    ("model", "name", "chillfl.models.registry", "MODELS"),
-    ("temperature", "policy", "chillfl.temperature", "POLICIES"),
-    ("algorithm", "name", "chillfl.aggregation.registry", "ALGORITHMS"),
-    ("distillation", "method", "chillfl.settings.distillation", "METHODS"),
-    ("prototypes", "method", "chillfl.settings.prototypes", "METHODS"),
+PARTS: tuple[tuple[str, str, str, str, str], ...] = (
+    ("dataset", "name", "chillfl.data.datasets", "DATASETS", ""),
+    ("partition", "name", "chillfl.data.partition", "PARTITIONERS", ""),
+    ("model", "name", "chillfl.models.registry", "MODELS", ""),
+    ("temperature", "policy", "chillfl.temperature", "policy_names", "policy_spec"),
+    ("algorithm", "name", "chillfl.aggregation.registry", "algorithm_names", "algorithm_spec"),
+    ("distillation", "method", "chillfl.settings.distillation", "method_names", "method_settings"),
+    ("prototypes", "method", "chillfl.settings.prototypes", "method_names", "method_spec"),
 )
+"""Each part's module and either its registry (a mapping) or its names function and lookup; a family with a
+names function lists the ``chillfl.plugins`` entry points that belong to it too, so plugin options are shown."""
 
 
 SUBTABLES: tuple[tuple[str, str, str], ...] = (("dataset.augment", "chillfl.data.augment", "AugmentOptions"),)
 """Option tables nested in a part's table, whatever its name (rendered after the parts)."""
 
 
-def _registries() -> Iterator[tuple[str, str, Mapping[str, Any]]]:
-    for section, key, module, attr in PARTS:
+def _registries(plugins: Sequence[str] = ()) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """(section, name key, name -> spec) of every part whose module imports, with ``plugins`` (import paths) under their parts."""
+    claimed: dict[str, str] = {}
+    for section, key, module, names, lookup in PARTS:
         try:
-            registry = getattr(importlib.import_module(module), attr)
+            found = importlib.import_module(module)
+            listed = getattr(found, names)
+            spec_of = getattr(found, lookup) if lookup else None
         except (ModuleNotFoundError, AttributeError):
             continue
+        if spec_of is None:
+            yield section, key, listed
+            continue
+        registry = {name: spec_of(name) for name in listed()}
+        for path in plugins:
+            try:
+                registry[path] = spec_of(path)
+            except ConfigError as exc:
+                claimed.setdefault(path, exc.message)
+                continue
+            claimed[path] = ""
         yield section, key, registry
+    for path, why in claimed.items():
+        if why:
+            raise ConfigError("list.options", f"{path!r} is no algorithm, temperature policy, soft-label or prototype method ({why})")
 
 
 def _default(field: dataclasses.Field) -> str:
@@ -182,8 +203,12 @@ def _top_level_rows() -> list[str]:
     return lines
 
 
-def render_reference() -> str:
-    """Markdown: the run's own sections, then every part's registered names and each one's options."""
+def render_reference(plugins: Sequence[str] = ()) -> str:
+    """Markdown: the run's own sections, then every part's registered names and each one's options.
+
+    Plugins registered under the ``chillfl.plugins`` entry points are listed under their parts, and so is
+    each import path in ``plugins`` (``"pkg.module:Name"``: a plugin on ``sys.path`` without an entry point).
+    """
     lines = [
         "# Configuration reference (generated)",
         "",
@@ -202,7 +227,7 @@ def render_reference() -> str:
         "",
         "Each part is a TOML table: its name key selects the implementation and the other keys are that implementation's options.",
     ]
-    for section, key, registry in _registries():
+    for section, key, registry in _registries(plugins):
         names = sorted(registry)
         lines += ["", f"## [{section}] {key} = ...", "", f"`{key}`: one of " + ", ".join(f"`{n}`" for n in names) + "."]
         if section == "distillation":

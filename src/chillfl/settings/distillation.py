@@ -1,23 +1,29 @@
 """The ``[distillation]`` table (the soft-label methods), typed: parsed once, by the config, below everything that uses it.
 
 One flat table chooses a method and sets the options every method shares
-(:class:`DistillationOptions`) plus that method's own (:data:`METHODS`); see
-:mod:`chillfl.distillation.methods` for the methods themselves and the choices
-made where the papers differ. :func:`parse_distillation` splits and checks it;
-the config keeps the result (:attr:`chillfl.config.RunConfig.distillation_setup`),
-and the protocol, the methods and the experiment builder read it from there.
-Nothing here imports torch: ``chillfl --help`` and config validation stay light.
+(:class:`DistillationOptions`) plus that method's own, declared by the method's spec
+(:class:`chillfl.protocols.softlabels.SoftLabelSpec`, ``SPEC`` in the method's module).
+:func:`parse_distillation` splits and checks it; the config keeps the result
+(:attr:`chillfl.config.RunConfig.distillation_setup`), and the protocol reads it from there.
+
+A method is found one way, built-in or not: by an import path ``"pkg.module:SPEC"``
+(:func:`chillfl.plugins.resolve`; an entry point of the ``chillfl.plugins`` group names one
+too). A built-in's name is the name of its module under ``chillfl/distillation/methods/``,
+whose ``SPEC`` is its one registration. Listing names imports nothing; parsing a method's
+options imports its module (and torch), as a plugin's would.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Mapping, Protocol, runtime_checkable
 
 from chillfl.errors import ConfigError, choice_error, did_you_mean
-from chillfl.options import NoOptions, parse_options, require, require_range, short_repr
-from chillfl.plugins import has_methods, plugin_names, resolve
+from chillfl.options import parse_options, require, short_repr
+from chillfl.plugins import load_object, plugin_names, resolve
 
 
 SECTION = "distillation"
@@ -105,6 +111,7 @@ class DistillationSetup:
 
     @property
     def spec(self) -> MethodSettings:
+        """The method's spec (a :class:`chillfl.protocols.softlabels.SoftLabelSpec`)."""
         return method_settings(self.common.method)
 
     @property
@@ -117,241 +124,89 @@ class DistillationSetup:
         return self.spec.collaborative and self.cache_duration > 0
 
 
-# ---------------------------------------------------------------- each method's own options
-
-
-@dataclass(frozen=True)
-class ERAOptions:
-    """DS-FL's ERA temperature (SCARLET Table V: 0.1 CIFAR-10, 0.01 CIFAR-100, 0.05 Tiny ImageNet)."""
-
-    temperature: float = 0.1
-
-    def validate(self, section: str) -> None:
-        require(self.temperature > 0, f"{section}.temperature", f"must be > 0, got {self.temperature}")
-
-
-@dataclass(frozen=True)
-class EnhancedERAOptions:
-    """SCARLET's sharpness beta (Sec. IV-B: 2.0 CIFAR-10 alpha=0.05, 1.0 alpha=0.3, 1.25 CIFAR-100/Tiny ImageNet)."""
-
-    beta: float = 2.0
-
-    def validate(self, section: str) -> None:
-        require(self.beta > 0, f"{section}.beta", f"must be > 0, got {self.beta}")
-
-
-Granularity = Literal["client", "sample"]
-
-
-MAX_N_INIT = 1000
-"""k-means restarts per round (SCARLET's setting: a handful); the run time grows linearly with it."""
-MAX_ITER = 10_000
-"""Lloyd iterations per restart (they stop at convergence, usually within tens)."""
-
-
-@dataclass(frozen=True)
-class COMETOptions:
-    """COMET options (defaults: SCARLET Table V, CIFAR-10)."""
-
-    num_clusters: int = 2
-    reg_weight: float = 1.0
-    granularity: Granularity = "client"
-    n_init: int = 4
-    max_iter: int = 100
-
-    def validate(self, section: str) -> None:
-        require(self.num_clusters >= 1, f"{section}.num_clusters", f"must be >= 1, got {self.num_clusters}")
-        require(self.reg_weight >= 0, f"{section}.reg_weight", f"must be >= 0, got {self.reg_weight}")
-        require(self.granularity in ("client", "sample"), f"{section}.granularity", f"unknown value {self.granularity!r}; allowed: client, sample")
-        require_range(self.n_init, 1, MAX_N_INIT, f"{section}.n_init")
-        require_range(self.max_iter, 1, MAX_ITER, f"{section}.max_iter")
-
-    def check_clients(self, clients_per_round: int, section: str) -> None:
-        """More clusters than clients per round can never be used (each cluster needs a client), only allocated."""
-        require(
-            self.num_clusters <= clients_per_round,
-            f"{section}.num_clusters",
-            f"must be in [1, clients per round = {clients_per_round}] (a cluster groups clients), got {self.num_clusters}",
-        )
-
-
-FULL_PRECISION_BITS = 32
-OneBitMode = Literal["uniform", "argmax"]
-
-
-@dataclass(frozen=True)
-class CFDOptions:
-    """CFD options (defaults: SCARLET Table V, CIFAR-10)."""
-
-    bits_up: int = 1
-    bits_down: int = 32
-    one_bit: OneBitMode = "uniform"
-    renormalize: bool = False
-    delta_coding: bool = False
-
-    def validate(self, section: str) -> None:
-        for name in ("bits_up", "bits_down"):
-            value = getattr(self, name)
-            require(1 <= value <= 16 or value == FULL_PRECISION_BITS, f"{section}.{name}", f"must be in 1..16 or 32, got {value}")
-        require(self.one_bit in ("uniform", "argmax"), f"{section}.one_bit", f"unknown value {self.one_bit!r}; allowed: argmax, uniform")
-
-
-ServerMeasure = Literal["l1", "entropy"]
-ClientThresholdMode = Literal["quantile", "absolute"]
-
-
-@dataclass(frozen=True)
-class SelectiveFDOptions:
-    """Selective-FD options (defaults: SCARLET Table V, CIFAR-10)."""
-
-    tau_client: float = 0.0625
-    tau_server: float = 2.0
-    server_measure: ServerMeasure = "l1"
-    client_threshold: ClientThresholdMode = "quantile"
-    kernel_width: float = 25.0
-    kernel_lambda: float = 1e-3
-
-    def validate(self, section: str) -> None:
-        if self.client_threshold == "quantile":
-            require(0.0 <= self.tau_client <= 1.0, f"{section}.tau_client", f"must be in [0, 1] (a quantile level), got {self.tau_client}")
-        require(self.tau_server > 0, f"{section}.tau_server", f"must be > 0, got {self.tau_server}")
-        require(self.server_measure in ("l1", "entropy"), f"{section}.server_measure", f"unknown value {self.server_measure!r}; allowed: entropy, l1")
-        require(
-            self.client_threshold in ("quantile", "absolute"),
-            f"{section}.client_threshold",
-            f"unknown value {self.client_threshold!r}; allowed: absolute, quantile",
-        )
-        require(self.kernel_width > 0, f"{section}.kernel_width", f"must be > 0, got {self.kernel_width}")
-        require(self.kernel_lambda > 0, f"{section}.kernel_lambda", f"must be > 0, got {self.kernel_lambda}")
-
-
-@dataclass(frozen=True)
-class FedMDOptions:
-    """``transfer_epochs``: epochs of supervised training on the labelled public set before a model's first round
-    (the paper trains to convergence; 0 = no transfer phase). ``transfer_lr``: its learning rate (None: ``client.lr``).
-    ``scores``: what the class scores are: ``logits`` digested with an L1 loss (the reference code), or ``probs``
-    (softmax outputs) digested with KL, as the other soft-label methods."""
-
-    transfer_epochs: int = 20
-    transfer_lr: float | None = None
-    scores: Literal["logits", "probs"] = "logits"
-
-    def validate(self, section: str) -> None:
-        require(0 <= self.transfer_epochs <= 100_000, f"{section}.transfer_epochs", f"must be in [0, 100000], got {self.transfer_epochs}")
-        require(self.transfer_lr is None or self.transfer_lr > 0, f"{section}.transfer_lr", f"must be > 0 or unset, got {self.transfer_lr}")
-
-
 @runtime_checkable
 class ChecksWithShared(Protocol):
-    """A method's options that check themselves against the shared ``[distillation]`` options (CFD, COMET)."""
+    """A method's options that check themselves against the shared ``[distillation]`` options."""
 
     def check_with(self, setup: DistillationSetup, section: str) -> None:
         ...
 
 
-@dataclass(frozen=True)
-class CFDMethodOptions(CFDOptions):
-    """CFD options (SCARLET Table V: b_up = 1, b_down = 32, no delta coding)."""
-
-    def check_with(self, setup: DistillationSetup, section: str) -> None:
-        if self.delta_coding:
-            require(self.bits_up < FULL_PRECISION_BITS, f"{section}.delta_coding", "needs bits_up in 1..16 (32 bits are not quantised)")
-            require(
-                not (self.bits_up == 1 and self.one_bit == "argmax"),
-                f"{section}.delta_coding",
-                "is not available with one_bit = 'argmax' (hard labels are not codes)",
-            )
+# ---------------------------------------------------------------- finding a method
 
 
-@dataclass(frozen=True)
-class COMETMethodOptions(COMETOptions):
-    """COMET options (SCARLET Table V: c = 2 clusters, lambda = 1.0)."""
+@runtime_checkable
+class MethodSettings(Protocol):
+    """What the config reads of a method's spec (:class:`chillfl.protocols.softlabels.SoftLabelSpec` has it all)."""
 
-    def check_with(self, setup: DistillationSetup, section: str) -> None:
-        require(
-            not (setup.uses_cache and self.granularity == "client"),
-            f"{section}.cache_duration",
-            "COMET caches only per-sample centroids: set granularity = 'sample' or cache_duration = 0",
-        )
+    @property
+    def options(self) -> type:
+        """Its own options, a dataclass."""
+        ...
 
+    @property
+    def default_cache_duration(self) -> int:
+        """D when ``cache_duration`` is unset."""
+        ...
 
-@dataclass(frozen=True)
-class SCARLETOptions(EnhancedERAOptions):
-    """SCARLET's own option: beta of Enhanced ERA (2.0 for CIFAR-10 alpha = 0.05, 1.0 for alpha = 0.3)."""
+    @property
+    def collaborative(self) -> bool:
+        """Whether clients share soft-labels at all."""
+        ...
 
-
-@dataclass(frozen=True)
-class DSFLOptions(ERAOptions):
-    """DS-FL's own options: the ERA temperature T (SCARLET Table V: 0.1 for CIFAR-10) and the aggregation.
-
-    ``aggregation = "mean"`` replaces ERA by the plain mean (an ablation, not
-    DS-FL): it is SCARLET with beta = 1 and D = 0, bit for bit.
-    """
-
-    aggregation: Literal["era", "mean"] = "era"
+    @property
+    def summary(self) -> str:
+        ...
 
 
-@dataclass(frozen=True)
-class SelectiveFDMethodOptions(SelectiveFDOptions):
-    """Selective-FD options (SCARLET Table V: tau_client = 0.0625, tau_server = 2.0 = off for L1)."""
+SPEC_FIELDS = ("options", "server", "client", "default_cache_duration", "collaborative", "summary")
+"""What a soft-label method's spec has: how the settings tell one apart without importing the protocol."""
+
+BUILT_IN = "chillfl.distillation.methods"
+"""The package whose modules are the built-in methods, each registered by its ``SPEC``."""
 
 
-# ---------------------------------------------------------------- registry
+def _is_spec(obj: Any) -> bool:
+    return not isinstance(obj, type) and all(hasattr(obj, name) for name in SPEC_FIELDS)
 
 
-@dataclass(frozen=True)
-class MethodSettings:
-    """A registered method's settings: its options, default cache duration, whether it shares soft-labels, a summary.
-
-    Its behaviour (the class that runs it) is :data:`chillfl.distillation.methods.BUILDERS`, under the same name.
-    """
-
-    options: type
-    default_cache_duration: int
-    collaborative: bool = True
-    summary: str = ""
-
-
-METHODS: dict[str, MethodSettings] = {
-    "dsfl": MethodSettings(DSFLOptions, 0, summary="ERA (Eq. 2), no cache"),
-    "scarlet": MethodSettings(SCARLETOptions, 50, summary="Enhanced ERA (Eq. 4) + synchronized cache (Alg. 2)"),
-    "cfd": MethodSettings(CFDMethodOptions, 0, summary="quantised soft-labels, plain mean"),
-    "comet": MethodSettings(COMETMethodOptions, 0, summary="clustered distillation targets"),
-    "selective_fd": MethodSettings(SelectiveFDMethodOptions, 0, summary="client/server knowledge selectors"),
-    "fedmd": MethodSettings(FedMDOptions, 0, summary="transfer learning on the labelled public set, consensus = mean class scores"),
-    "individual": MethodSettings(NoOptions, 0, collaborative=False, summary="no collaboration"),
-}
-
-
-SOFT_LABEL_METHODS = ("aggregate", "client_half", "uplink_bytes", "row_width", "round_metrics", "state_dict", "load_state_dict")
-"""What a user's soft-label method class has (a ``chillfl.extend.SoftLabelMethod`` subclass): how the settings tell it apart."""
+@functools.lru_cache(maxsize=1)
+def built_in_names() -> tuple[str, ...]:
+    """The built-in methods: one module each under ``chillfl/distillation/methods/`` (listed, not imported)."""
+    folder = Path(__file__).resolve().parents[1].joinpath(*BUILT_IN.split(".")[1:])
+    return tuple(sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")))
 
 
 def method_names() -> list[str]:
-    """Built-in names and the ``chillfl.plugins`` entry points that name a soft-label method."""
-    return sorted({*METHODS, *plugin_names(lambda obj: has_methods(obj, SOFT_LABEL_METHODS))})
+    """Built-in names and the ``chillfl.plugins`` entry points that name a soft-label method's spec."""
+    return sorted({*built_in_names(), *plugin_names(_is_spec)})
 
 
 def method_settings(name: Any) -> MethodSettings:
-    """The built-in method ``name``'s settings, or a user's (``"pkg.module:Class"``, a ``chillfl.plugins`` entry point).
+    """The spec of method ``name``: a built-in's (its module's ``SPEC``), or a user's by import path or entry point.
 
-    A user's class (a :class:`chillfl.extend.SoftLabelMethod` subclass) declares its own options in a nested
-    ``Options`` dataclass (none: no options), parsed and validated like a built-in's beside the shared
-    ``[distillation]`` options; it shares soft-labels and caches nothing unless ``cache_duration`` says so.
-    The class itself, which runs the method, is resolved the same way by :func:`chillfl.distillation.methods.make_method`.
+    Both are loaded by the same :func:`chillfl.plugins.load_object`; a user's spec is checked the same way.
     """
-    if isinstance(name, str) and name in METHODS:
-        return METHODS[name]
     field_name = f"{SECTION}.method"
-    found = resolve(name, field_name) if isinstance(name, str) and name else None
-    if found is None:
-        raise choice_error(field_name, name, method_names())
-    if not has_methods(found, SOFT_LABEL_METHODS):
-        raise ConfigError(field_name, f"{name!r} must name a chillfl.extend.SoftLabelMethod subclass, got {short_repr(found)}")
-    options = getattr(found, "Options", None) or NoOptions
+    if isinstance(name, str) and name in built_in_names():
+        found = load_object(f"{BUILT_IN}.{name}:SPEC", field_name)
+    else:
+        found = resolve(name, field_name) if isinstance(name, str) and name else None
+        if found is None:
+            raise choice_error(field_name, name, method_names())
+    if not _is_spec(found):
+        raise ConfigError(field_name, f"{name!r} must name a chillfl.extend.SoftLabelSpec, got {short_repr(found)}")
+    options = found.options
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
-        raise ConfigError(field_name, f"{name!r}: its Options must be a dataclass, got {options!r}")
-    return MethodSettings(options, 0, summary=name)
+        raise ConfigError(field_name, f"{name!r}: its options must be a dataclass, got {options!r}")
+    return found  # type: ignore[no-any-return]
+
+
+def __getattr__(name: str) -> Any:
+    """``METHODS``: every built-in's spec by name (imports each method's module, so only on demand)."""
+    if name == "METHODS":
+        return {n: method_settings(n) for n in built_in_names()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _fields(cls: type) -> set[str]:

@@ -1,111 +1,142 @@
-"""The ``[prototypes]`` table (FedProto, FedHKD), typed: parsed once, by the config, below everything that uses it.
+"""The ``[prototypes]`` table and the registry of prototype methods, typed: parsed once, by the config.
 
-The maths these settings drive lives in :mod:`chillfl.protocols.knowledge`, the
-protocol in :mod:`chillfl.protocols.prototypes`; both read
+One flat table names a method and sets its options::
+
+    [prototypes]
+    method = "fedhkd"          # or "mypkg.protos:SPEC"
+    noise_std = 0.5            # the method's own options, validated like a built-in's
+
+A method is one :class:`chillfl.prototypes.spec.PrototypeSpec` (``SPEC`` in the method's
+module), found one way, built-in or not: a built-in's name is the name of its module under
+``chillfl/prototypes/methods/``; a user's is an import path ``"pkg.module:SPEC"`` or a
+``chillfl.plugins`` entry point (:func:`chillfl.plugins.resolve`). Both are loaded by
+:func:`chillfl.plugins.load_object` and checked the same way. Listing names imports nothing;
+parsing a method's options imports its module (and torch), as a plugin's would. The protocol
+(:mod:`chillfl.protocols.prototypes`) reads the result from
 :attr:`chillfl.config.RunConfig.prototype_settings`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from pathlib import Path
+from typing import Any, Mapping, Protocol, runtime_checkable
 
-from chillfl.errors import ConfigError
-from chillfl.options import parse_options, require
-
-Weighting = Literal["count", "uniform"]
+from chillfl.errors import ConfigError, choice_error, did_you_mean
+from chillfl.options import parse_options, short_repr
+from chillfl.plugins import load_object, plugin_names, resolve
 
 SECTION = "prototypes"
+
+BUILT_IN = "chillfl.prototypes.methods"
+"""The package whose modules are the built-in methods, each registered by its ``SPEC``."""
+
+SPEC_FIELDS = ("options", "hooks", "shares_model", "summary")
+"""What a prototype method's spec has: how the registry tells one apart without importing the protocol."""
 
 
 @dataclass(frozen=True)
 class PrototypeOptions:
-    """``[prototypes]``: the method and its hyperparameters (defaults: the papers' official codes).
-
-    ``lam``: weight of the representation term MSE(f(x), H_y) (FedProto's
-    lambda = 1; FedHKD's gamma = 0.05). ``kd_weight``: FedHKD's lambda on
-    the hyper-knowledge KD term (0.05; FedProto has none). ``temperature``:
-    FedHKD's tau for the soft predictions and the KD term (0.5).
-    ``noise_std``: FedHKD's Gaussian noise on each uploaded class mean
-    (official code: 2.0; 0 = off). ``share_model``: also average the models
-    (FedAvg), as FedHKD's official code does (``upload_model = True``);
-    FedProto never shares them. ``weighting``: ``count`` or ``uniform``
-    aggregation over clients (:func:`~chillfl.protocols.knowledge.aggregate_means`).
-    """
+    """The options every prototype method shares: only ``method`` (a built-in's name, an import path or an entry point)."""
 
     method: str = ""
-    lam: float | None = None
-    kd_weight: float | None = None
-    temperature: float = 0.5
-    noise_std: float | None = None
-    share_model: bool | None = None
-    weighting: Weighting = "count"
 
-    def validate(self, section: str) -> None:
-        require(self.method in METHODS, f"{section}.method", f"unknown value {self.method!r}; allowed: {', '.join(sorted(METHODS))}")
-        for name in ("lam", "kd_weight", "noise_std"):
-            value = vars(self)[name]
-            require(value is None or value >= 0, f"{section}.{name}", f"must be >= 0, got {value}")
-        require(self.temperature > 0, f"{section}.temperature", f"must be > 0, got {self.temperature}")
-        if self.method == "fedproto":
-            for name in ("kd_weight", "noise_std"):
-                require(not vars(self)[name], f"{section}.{name}", "is FedHKD's; FedProto shares prototypes only")
-            require(not self.share_model, f"{section}.share_model", "FedProto never shares models; use method = 'fedhkd'")
 
-    def resolved(self) -> "PrototypeSettings":
-        """The method's defaults filled in where the table leaves an option unset."""
-        d = METHODS[self.method]
-        return PrototypeSettings(
-            self.method,
-            float(d["lam"] if self.lam is None else self.lam),
-            float(d["kd_weight"] if self.kd_weight is None else self.kd_weight),
-            self.temperature,
-            float(d["noise_std"] if self.noise_std is None else self.noise_std),
-            bool(d["share_model"] if self.share_model is None else self.share_model),
-            self.weighting,
-        )
+@runtime_checkable
+class PrototypeMethodSettings(Protocol):
+    """What the config reads of a method's spec (:class:`chillfl.prototypes.spec.PrototypeSpec` has it all)."""
+
+    @property
+    def options(self) -> type:
+        """Its own options, a dataclass."""
+        ...
+
+    @property
+    def summary(self) -> str:
+        ...
+
+    def shares_model(self, options: Any) -> bool:
+        """Whether clients also send their models with these options."""
+        ...
 
 
 @dataclass(frozen=True)
 class PrototypeSettings:
-    """``[prototypes]`` with every default resolved (see :class:`PrototypeOptions`)."""
+    """The parsed ``[prototypes]`` table: the method's name and its own options (every default filled in)."""
 
     method: str
-    lam: float
-    kd_weight: float
-    temperature: float
-    noise_std: float
-    share_model: bool
-    weighting: Weighting
+    options: Any
+
+    @property
+    def spec(self) -> PrototypeMethodSettings:
+        """The method's spec (a :class:`chillfl.prototypes.spec.PrototypeSpec`)."""
+        return method_spec(self.method)
+
+    @property
+    def share_model(self) -> bool:
+        """Whether the clients also send their models (the spec's ``shares_model`` of these options)."""
+        return bool(self.spec.shares_model(self.options))
 
 
-@dataclass(frozen=True)
-class PrototypeMethod:
-    """A registered ``[prototypes]`` method: its options (shared), its defaults, a one-line summary."""
-
-    options: type
-    defaults: Mapping[str, Any]
-    summary: str
-
-    def __getitem__(self, key: str) -> Any:
-        return self.defaults[key]
+def _is_spec(obj: Any) -> bool:
+    return not isinstance(obj, type) and all(hasattr(obj, name) for name in SPEC_FIELDS)
 
 
-METHODS: dict[str, PrototypeMethod] = {
-    "fedproto": PrototypeMethod(
-        PrototypeOptions, {"lam": 1.0, "kd_weight": 0.0, "noise_std": 0.0, "share_model": False},
-        "class prototypes only (lam = 1); models stay on the clients",
-    ),
-    "fedhkd": PrototypeMethod(
-        PrototypeOptions, {"lam": 0.05, "kd_weight": 0.05, "noise_std": 2.0, "share_model": True},
-        "prototypes + soft predictions (lam = kd_weight = 0.05, noise_std = 2, share_model = true)",
-    ),
-}
+@functools.lru_cache(maxsize=1)
+def built_in_names() -> tuple[str, ...]:
+    """The built-in methods: one module each under ``chillfl/prototypes/methods/`` (listed, not imported)."""
+    folder = Path(__file__).resolve().parents[1].joinpath(*BUILT_IN.split(".")[1:])
+    return tuple(sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")))
+
+
+def method_names() -> list[str]:
+    """Built-in names and the ``chillfl.plugins`` entry points that name a prototype method's spec."""
+    return sorted({*built_in_names(), *plugin_names(_is_spec)})
+
+
+def method_spec(name: Any) -> PrototypeMethodSettings:
+    """The spec of method ``name``: a built-in's (its module's ``SPEC``), or a user's by import path or entry point."""
+    field_name = f"{SECTION}.method"
+    if isinstance(name, str) and name in built_in_names():
+        found = load_object(f"{BUILT_IN}.{name}:SPEC", field_name)
+    else:
+        found = resolve(name, field_name) if isinstance(name, str) and name else None
+        if found is None:
+            raise choice_error(field_name, name, method_names())
+    if not _is_spec(found):
+        raise ConfigError(field_name, f"{name!r} must name a chillfl.extend.PrototypeSpec, got {short_repr(found)}")
+    options = found.options
+    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        raise ConfigError(field_name, f"{name!r}: its options must be a dataclass, got {options!r}")
+    return found  # type: ignore[no-any-return]
+
+
+def __getattr__(name: str) -> Any:
+    """``METHODS``: every built-in's spec by name (imports each method's module, so only on demand)."""
+    if name == "METHODS":
+        return {n: method_spec(n) for n in built_in_names()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if f.init}
 
 
 def parse_prototypes(table: Mapping[str, Any]) -> PrototypeSettings:
-    """The ``[prototypes]`` table, checked, with the method's defaults filled in."""
-    if not isinstance(table.get("method"), str):
-        raise ConfigError(f"{SECTION}.method", f"is required; allowed: {', '.join(sorted(METHODS))}")
-    options: PrototypeOptions = parse_options(PrototypeOptions, dict(table), SECTION)
-    return options.resolved()
+    """The ``[prototypes]`` table, checked, with the method's defaults filled in; a ConfigError names any bad key."""
+    table = dict(table)
+    method = table.get("method")
+    if not isinstance(method, str) or not method:
+        raise ConfigError(f"{SECTION}.method", f"is required; allowed: {', '.join(method_names())}")
+    spec = method_spec(method)
+    shared, own = _fields(PrototypeOptions), _fields(spec.options)
+    for key in sorted(table):
+        if key not in shared and key not in own:
+            raise ConfigError(
+                f"{SECTION}.{key}",
+                f"unknown option for method {method!r}{did_you_mean(key, shared | own)}; allowed: {', '.join(sorted(shared | own))}",
+            )
+    options: Any = parse_options(spec.options, {k: v for k, v in table.items() if k in own}, SECTION)
+    return PrototypeSettings(method, options)

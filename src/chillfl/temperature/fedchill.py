@@ -53,14 +53,16 @@ import dataclasses
 import math
 import types
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal, Mapping
 
 import numpy as np
 import torch
 
+from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import require, require_range
 from chillfl.temperature.base import TemperatureState
+from chillfl.temperature.registry import ClassCounts, PolicySpec, register_policy
 from chillfl.temperature.heterogeneity import FEDERATION_MEASURES, MEASURES, client_heterogeneity, heterogeneity, reference_distribution
 
 Compare = Literal["previous", "two_back"]
@@ -262,10 +264,6 @@ class FedChillHalf:
         return to_entries(decay_step(current, local_accuracy, patience=o.patience, gamma=o.gamma, t_min=o.t_min, compare=o.compare))
 
 
-ClassCounts = np.ndarray | Callable[[], np.ndarray]
-"""The [clients, classes] label-count matrix, or a function computing it (called only when needed)."""
-
-
 class FedChillPolicy:
     """FedChill's server half (implements :class:`~chillfl.temperature.base.TemperaturePolicy`): no per-client state.
 
@@ -334,3 +332,18 @@ class FedChillPolicy:
                 "this checkpoint keeps FedChill's per-client temperatures on the server (an older chillfl); "
                 "the clients keep them now: resume it with the chillfl that wrote it"
             )
+
+
+def capabilities(options: FedChillOptions) -> Capabilities:
+    """Off Flower when the server must read every client's label counts (:func:`needs_federation`): they stay on the nodes."""
+    found = needs_federation(options)
+    if found is None:
+        return Capabilities()
+    option, why = found
+    return Capabilities(on_flower=why, limited_by=option)
+
+
+SPEC = register_policy(
+    "fedchill",
+    PolicySpec(FedChillOptions, FedChillPolicy, "per-client T from label heterogeneity, decayed on stagnation (FedChill)", capabilities),
+)

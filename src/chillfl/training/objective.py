@@ -1,7 +1,8 @@
 """Local training objectives.
 
 The base loss is logit chilling's temperature cross-entropy (FLex&Chill,
-Algorithm 1: z = f(x) / T, loss = CE(z, y)). Methods add *terms*: functions
+Algorithm 1: z = f(x) / T, loss = CE(z, y)). Methods add *terms*
+(:mod:`chillfl.training.terms`: what a term is, and terms by name): functions
 of the flat parameter dict and the client's context (FedProx's proximal term,
 SCAFFOLD's and VRL-SGD's linear corrections), so that one training step serves
 every method and stays vmappable over clients.
@@ -13,44 +14,51 @@ Gradient: d CE(z/T, y) / dz = (softmax(z/T) - onehot(y)) / T per sample
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence, cast
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-Params = dict[str, torch.Tensor]
+from chillfl.options import require
+from chillfl.training.terms import (
+    BatchTerm,
+    Context,
+    ContextError,
+    LossTerm,
+    Params,
+    StepView,
+    Term,
+    TermSpec,
+    Wire,
+    apply_term,
+    check_reads,
+    is_batch_term,
+    read_number,
+    read_table,
+    read_tensor,
+    register_term,
+)
 
-Wire = float | torch.Tensor | dict[str, torch.Tensor]
-"""What one entry of a message between server and client may hold: a number, a tensor, or a name -> tensor table."""
-
-Context = Mapping[str, Wire]
-"""What the local objective's terms read (``mu``, ``correction``, ``moon_prev``, ...), by name; each term
-declares the names it reads in ``reads``. Under the vectorised executor a number arrives as a 0-d tensor."""
-
-
-def read_table(context: Context, key: str) -> Mapping[str, torch.Tensor]:
-    """``context[key]`` as a name -> tensor table (a model, a control variate)."""
-    value = context[key]
-    if not isinstance(value, Mapping):
-        raise TypeError(f"context[{key!r}] must be a name -> tensor table, got {type(value).__name__}")
-    return value
-
-
-def read_number(context: Context, key: str) -> float | torch.Tensor:
-    """``context[key]`` as a number (a float, or a 0-d tensor under vmap)."""
-    value = context[key]
-    if isinstance(value, Mapping):
-        raise TypeError(f"context[{key!r}] must be a number, got a table")
-    return value
-
-
-def read_tensor(context: Context, key: str) -> torch.Tensor:
-    """``context[key]`` as a tensor."""
-    value = context[key]
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"context[{key!r}] must be a tensor, got {type(value).__name__}")
-    return value
+__all__ = [  # the term types live in chillfl.training.terms; re-exported where methods have imported them from
+    "BatchTerm",
+    "Context",
+    "ContextError",
+    "LossFn",
+    "LossTerm",
+    "Params",
+    "ProximalOptions",
+    "ProximalTerm",
+    "StepView",
+    "Term",
+    "Wire",
+    "apply_term",
+    "check_reads",
+    "is_batch_term",
+    "read_number",
+    "read_table",
+    "read_tensor",
+    "temperature_cross_entropy",
+]
 
 
 def temperature_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float | torch.Tensor) -> torch.Tensor:
@@ -63,15 +71,6 @@ def temperature_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tempe
     """
     log_probs = F.log_softmax(logits / temperature, dim=-1)
     return -log_probs.gather(-1, targets.unsqueeze(-1)).mean()
-
-
-class LossTerm(Protocol):
-    """An additive term of the local objective: term(params, context) -> scalar; ``reads`` names its context keys."""
-
-    reads: tuple[str, ...]
-
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
-        ...
 
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
@@ -104,77 +103,21 @@ class ProximalTerm:
         return 0.5 * read_number(context, self.weight) * total
 
 
-@dataclass
-class StepView:
-    """What a batch term sees of one training step (see :class:`BatchTerm`).
+@dataclass(frozen=True)
+class ProximalOptions:
+    """Options of the ``proximal`` term added from ``[objective] terms`` (``proximal_mu = x`` is ``{name = "proximal", mu = x}``)."""
 
-    ``features`` is the model's representation (the input of its last
-    ``nn.Linear``, :mod:`chillfl.models.parts`) and ``logits`` its output, both
-    of the training forward, so a term's gradient flows through them;
-    ``captured`` maps each module a term asked for (``BatchTerm.captures``) to
-    its (input, output) in that forward. ``model`` is the step's template
-    (run it with ``torch.func.functional_call``); ``buffers`` the client's.
-    """
+    mu: float = 0.01
 
-    model: nn.Module
-    x: torch.Tensor
-    y: torch.Tensor
-    features: torch.Tensor
-    logits: torch.Tensor
-    base_loss: torch.Tensor
-    buffers: Mapping[str, torch.Tensor]
-    captured: Mapping[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    def validate(self, section: str) -> None:
+        require(0 <= self.mu <= 1e6, f"{section}.mu", f"must be in [0, 1e6], got {self.mu}")
 
 
-class BatchTerm(Protocol):
-    """A term that reads the step's batch and forward: term(params, context, step) -> scalar.
-
-    MOON, FedAlign and FedGen regularise representations, not parameters, so
-    they need the batch. :class:`~chillfl.training.local.StepLoss` tells the
-    two kinds apart by ``per_batch`` (True here); ``captures`` names modules
-    whose (input, output) the training forward records for the term.
-    """
-
-    per_batch: bool
-    captures: tuple[str, ...]
-    reads: tuple[str, ...]
-
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Context, step: StepView) -> torch.Tensor:
-        ...
-
-
-def is_batch_term(term: object) -> bool:
-    """Whether ``term`` is a :class:`BatchTerm` (reads the batch) rather than a :class:`LossTerm`."""
-    return bool(getattr(term, "per_batch", False))
-
-
-Term = LossTerm | BatchTerm
-"""Any additive term of the local objective."""
-
-
-def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Context, step: StepView | None) -> torch.Tensor:
-    """``term``'s value: a batch term gets the step (which the caller builds only when some term needs it)."""
-    if is_batch_term(term):
-        assert step is not None, "a batch term needs the step's view"
-        return cast(BatchTerm, term)(params, context, step)
-    return cast(LossTerm, term)(params, context)
-
-
-class ContextError(ValueError):
-    """A term reads a context key that the round's context lacks: the method's downlink or client half must put it there."""
-
-
-def check_reads(terms: Sequence[Term], context: Mapping[str, Any], client_id: int) -> None:
-    """Every key the ``terms`` declare in ``reads`` is in ``context``; else one :class:`ContextError` naming the term and key.
-
-    Checked once per client training (not per step): a missing key is a bug in a method's
-    ``downlink``/``ClientHalf.prepare``, best reported before any step, by name.
-    """
-    for term in terms:
-        missing = [key for key in term.reads if key not in context]
-        if missing:
-            have = ", ".join(sorted(map(str, context))) or "nothing"
-            raise ContextError(
-                f"{type(term).__qualname__} reads context key(s) {', '.join(map(repr, missing))}, which client {client_id}'s context "
-                f"lacks (it has: {have}); the aggregator's downlink or its client half's prepare must provide them"
-            )
+PROXIMAL = register_term(
+    "proximal",
+    TermSpec(
+        ProximalOptions, lambda o: ProximalTerm(), "the proximal term mu/2 ||w - w^t||^2 (FedProx)",
+        sends=lambda o: {"mu": o.mu}, anchor="global_params",
+    ),
+)
+"""FedProx's term on top of any parameter-sharing aggregator: it reads ``mu`` and the round's start model as ``global_params``."""

@@ -1,4 +1,4 @@
-"""The maths of FedProto and FedHKD: per-class means, their aggregation, and the local objective's terms.
+"""The maths every prototype method shares: per-class means, their aggregation, the distance term, inference.
 
 Pure functions of tensors, written without data-dependent shapes (masks
 multiply, never index) so that the vectorised executor can ``vmap`` the loss.
@@ -11,30 +11,25 @@ FedProto (Tan et al., AAAI 2022, Eqs. 5-8; official code ``yuetan031/fedproto``)
     Cbar^(j) = sum_k n_k,j C_k^(j) / sum_k n_k,j                          (server, count-weighted)
     L_k      = CE(F_k(x), y) + lambda * MSE(f_k(x), Cbar^(y))             (client; lambda = 1)
 
-FedHKD (Chen et al., ICLR 2023, Eqs. 4-7; official code ``CityChan/Federated-Hyper-Knowledge-Distillation``)::
-
-    hyper-knowledge of client k, class j:  (hbar_k,j + N(0, sigma^2 I),  qbar_k,j = mean softmax(F_k(x) / tau))
-    server: count-weighted means H_j, Q_j
-    L_k = CE(F_k(x), y)
-        + lam   * mean_j KL(Q_j || softmax(head_k(H_j) / tau))            (lam = 0.05, tau = 0.5)
-        + gamma * MSE(f_k(x), H_y)                                         (gamma = 0.05)
-
 ``MSE`` is ``torch.nn.MSELoss``'s mean over samples and dimensions; a sample
 whose class has no global mean yet contributes zero (and still counts in the
-denominator), as in both official codes, which put the sample's own feature
-there as the target.
+denominator), as in FedProto's and FedHKD's official codes, which put the
+sample's own feature there as the target. A method's own terms (FedHKD's
+hyper-knowledge KD) live in its module, :mod:`chillfl.prototypes.methods`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from chillfl.settings.prototypes import Weighting
 from chillfl.training.objective import Context, read_tensor, temperature_cross_entropy
+
+Weighting = Literal["count", "uniform"]
+"""How the server averages a class's rows over clients: by sample count, or uniformly over the clients holding it."""
 
 
 def class_means(values: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,35 +64,25 @@ def prototype_distance(features: torch.Tensor, y: torch.Tensor, protos: torch.Te
     return (diff * diff).sum() / features.numel()
 
 
-def hyper_knowledge_kd(
-    weight: torch.Tensor, bias: torch.Tensor | None, protos: torch.Tensor, soft: torch.Tensor, mask: torch.Tensor, tau: float
-) -> torch.Tensor:
-    """mean over known classes j of KL(Q_j || softmax(head(H_j) / tau)), the local head applied to the global means."""
-    logits = protos.to(weight.dtype) @ weight.T
-    if bias is not None:
-        logits = logits + bias
-    log_q = F.log_softmax(logits / tau, dim=-1)
-    target = soft.to(weight.dtype)
-    per_class = (torch.xlogy(target, target) - target * log_q).sum(-1)  # [C]
-    known = mask.to(weight.dtype)
-    return (per_class * known).sum() / known.sum().clamp(min=1.0)
+def nearest_prototype(features: torch.Tensor, protos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The inference by prototypes: the class of the nearest (Euclidean) prototype among the known ones."""
+    dist = torch.cdist(features.to(torch.float32), protos.to(torch.float32))
+    return dist.masked_fill(~mask.unsqueeze(0), float("inf")).argmin(dim=1)
 
 
 @dataclass(frozen=True)
-class KnowledgeLoss:
-    """The local objective of FedProto (``kd_weight = 0``) and FedHKD: a base loss that also sees the representation.
+class PrototypeLoss:
+    """CE + ``distance_weight`` * MSE(f(x), P_y): FedProto's local objective, the base of every prototype method's.
 
-    It reads the round's global knowledge from the job's context: ``protos``
-    ``[C, d]``, ``proto_mask`` ``[C]`` and (FedHKD) ``soft`` ``[C, C]``; the
-    head's parameters by name (``head_weight``, ``head_bias``).
+    A base loss that also sees the representation (``uses_features``): it reads the
+    round's global prototypes from the job's context, ``protos`` ``[C, d]`` and
+    ``proto_mask`` ``[C]``. A method adds its own terms by subclassing and
+    overriding :meth:`extra` (called with the value so far, so the float
+    operations stay in one order).
     """
 
     uses_features: ClassVar[bool] = True
-    distance_weight: float
-    kd_weight: float = 0.0
-    kd_temperature: float = 1.0
-    head_weight: str = ""
-    head_bias: str | None = None
+    distance_weight: float = 1.0
 
     def __call__(
         self,
@@ -110,18 +95,13 @@ class KnowledgeLoss:
         context: Context | None = None,
     ) -> torch.Tensor:
         if features is None or params is None or context is None:
-            raise TypeError("KnowledgeLoss needs the representation, the parameters and the context (StepLoss passes them)")
+            raise TypeError(f"{type(self).__name__} needs the representation, the parameters and the context (StepLoss passes them)")
         value = temperature_cross_entropy(logits, targets, temperature)
         protos, mask = read_tensor(context, "protos"), read_tensor(context, "proto_mask")
         if self.distance_weight:
             value = value + self.distance_weight * prototype_distance(features, targets, protos, mask)
-        if self.kd_weight:
-            bias = params[self.head_bias] if self.head_bias is not None else None
-            value = value + self.kd_weight * hyper_knowledge_kd(params[self.head_weight], bias, protos, read_tensor(context, "soft"), mask, self.kd_temperature)
+        return self.extra(value, params, context, protos, mask)
+
+    def extra(self, value: torch.Tensor, params: Mapping[str, torch.Tensor], context: Context, protos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The loss with the method's own terms added (none here)."""
         return value
-
-
-def nearest_prototype(features: torch.Tensor, protos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """FedProto's inference: the class of the nearest (Euclidean) prototype among the known ones."""
-    dist = torch.cdist(features.to(torch.float32), protos.to(torch.float32))
-    return dist.masked_fill(~mask.unsqueeze(0), float("inf")).argmin(dim=1)

@@ -1,4 +1,6 @@
-"""SCARLET's synchronized soft-label cache (Algorithm 2) and the soft-label messages.
+"""The synchronized soft-label cache (SCARLET Algorithm 2): the server's and each client's copy.
+
+Its messages (the downlink's signals, the catch-up delta) are in :mod:`.messages`.
 
 One round ``t`` of the soft-label protocol, as the engine drives it::
 
@@ -33,7 +35,7 @@ Choices
   rule used for both. (The authors' code tests ``t_c + D > t`` for the request
   and ``t - t_c <= D`` for the signal, an off-by-one we do not copy.)
   Entry stored at t_c: CACHED at t_c + 1 ... t_c + D, expired at t_c + D + 1.
-* **D = 0 is DS-FL.** Every drawn index is requested every round (an entry is
+* **D = 0 is no cache.** Every drawn index is requested every round (an entry is
   only valid in the round it was stored), so the soft-label traffic is that of
   the baseline; the signals are the only extra bytes and an engine may skip
   them when ``duration == 0`` (:attr:`ServerCache.caching`).
@@ -57,26 +59,18 @@ Choices
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 import numpy as np
 import torch
 
-from chillfl.engine import ledger
 from chillfl.errors import ConfigError
 from chillfl.options import require
 
+from .messages import CacheSignal, CacheSyncDelta, SoftLabelDownlink
+
 OnExpire = Literal["drop", "refresh"]
-
-
-class CacheSignal(enum.IntEnum):
-    """gamma^t entries (Algorithm 2); three values -> 2 bits on the wire."""
-
-    NEWLY_CACHED = 0
-    CACHED = 1
-    EXPIRED = 2
 
 
 class CacheOutOfSyncError(RuntimeError):
@@ -93,7 +87,7 @@ def is_valid(stored_round: int | np.ndarray, round: int, duration: int) -> bool 
 
 @dataclass(frozen=True)
 class CacheOptions:
-    """SCARLET cache options: ``duration`` = D (Sec. IV: 50 in the main runs, 25 for CFD/COMET/Selective-FD)."""
+    """Cache options: ``duration`` = D (SCARLET Sec. IV: 50 in the main runs, 25 when plugged into other methods)."""
 
     duration: int = 50
     on_expire: OnExpire = "drop"
@@ -112,96 +106,6 @@ def _as_index_tensor(indices: torch.Tensor | list[int]) -> torch.Tensor:
     if idx.numel() != torch.unique(idx).numel():
         raise ValueError("public indices of one round must be distinct")
     return idx
-
-
-@dataclass(frozen=True)
-class SoftLabelRequest:
-    """Server -> clients at the start of round t: I_req^t, the public indices to predict on."""
-
-    round: int
-    indices: torch.Tensor
-
-    def nbytes(self, index_encoding: ledger.IndexEncoding = "int32", universe: int | None = None) -> dict[str, int]:
-        return {"indices": ledger.index_bytes(self.indices.numel(), universe, index_encoding)}
-
-
-@dataclass(frozen=True)
-class SoftLabelUplink:
-    """Client -> server: soft-labels ``[n, C]`` on public ``indices`` (``bits``: quantised width, None = dtype).
-
-    The indices are implied by the request unless a selector (Selective-FD)
-    dropped some, so they are counted only when ``send_indices`` is true.
-    """
-
-    client_id: int
-    round: int
-    indices: torch.Tensor
-    soft_labels: torch.Tensor
-    bits: int | None = None
-    send_indices: bool = False
-
-    def __post_init__(self) -> None:
-        if self.soft_labels.dim() != 2 or self.soft_labels.shape[0] != self.indices.numel():
-            raise ValueError(
-                f"soft_labels must be [len(indices), C]; got {tuple(self.soft_labels.shape)} for {self.indices.numel()} indices"
-            )
-
-    def nbytes(self, index_encoding: ledger.IndexEncoding = "int32", universe: int | None = None) -> dict[str, int]:
-        out = {"soft_labels": ledger.tensor_bytes(self.soft_labels, self.bits)}
-        if self.send_indices:
-            out["indices"] = ledger.index_bytes(self.indices.numel(), universe, index_encoding)
-        return out
-
-
-@dataclass(frozen=True)
-class SoftLabelDownlink:
-    """Server -> clients after round t: gamma^t, zhat_req^t and I^t (Algorithm 1, sent at round t + 1).
-
-    ``soft_labels`` holds only the fresh rows (signals NEWLY_CACHED / EXPIRED),
-    in the order they occur in ``indices``.
-    """
-
-    round: int
-    indices: torch.Tensor
-    signals: torch.Tensor
-    soft_labels: torch.Tensor
-    bits: int | None = None
-
-    def nbytes(self, index_encoding: ledger.IndexEncoding = "int32", universe: int | None = None, with_signals: bool = True) -> dict[str, int]:
-        out = {
-            "indices": ledger.index_bytes(self.indices.numel(), universe, index_encoding),
-            "soft_labels": ledger.tensor_bytes(self.soft_labels, self.bits),
-        }
-        if with_signals:
-            out["cache_signals"] = ledger.signal_bytes(self.signals.numel())
-        return out
-
-
-@dataclass(frozen=True)
-class CacheSyncDelta:
-    """Catch-up for a client that missed rounds: entries to store and indices to delete.
-
-    Applying it brings the client's cache to the server's state at the end of
-    round ``through_round``, ready for the downlink of ``through_round + 1``.
-    """
-
-    client_id: int
-    through_round: int
-    store_indices: torch.Tensor
-    store_soft_labels: torch.Tensor
-    delete_indices: torch.Tensor
-
-    @property
-    def num_entries(self) -> int:
-        return int(self.store_indices.numel() + self.delete_indices.numel())
-
-    def nbytes(self, index_encoding: ledger.IndexEncoding = "int32", universe: int | None = None) -> int:
-        """Indices of every item plus the soft-labels of stored items (all one message of kind ``"sync"``)."""
-        if self.num_entries == 0:
-            return 0
-        return ledger.index_bytes(self.num_entries, universe, index_encoding) + ledger.tensor_bytes(
-            self.store_soft_labels
-        )
 
 
 @dataclass(frozen=True)
@@ -283,7 +187,7 @@ class ServerCache:
 
     @property
     def caching(self) -> bool:
-        """False when D = 0: nothing is ever served from the cache (DS-FL traffic)."""
+        """False when D = 0: nothing is ever served from the cache (the traffic of a method without the cache)."""
         return self.duration > 0
 
     def __len__(self) -> int:

@@ -1,0 +1,28 @@
+"""FedAlign's registry entry: FedAvg plus the final-stage Lipschitz alignment term (:mod:`chillfl.training.fedalign`)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from chillfl.aggregation.base import FedAvg
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
+from chillfl.capabilities import Capabilities
+from chillfl.errors import ConfigError
+from chillfl.training.fedalign import FedAlignOptions, FedAlignTerm
+
+
+def _build(options: FedAlignOptions, ctx: BuildContext) -> Built:
+    """FedAvg with FedAlign's term; the model must have a final stage that runs at reduced width."""
+    from chillfl.models.parts import SlimStaged
+
+    model: nn.Module = ctx.model
+    stage = model.slim_stage if isinstance(model, SlimStaged) else None
+    if not isinstance(stage, str):
+        raise ConfigError("model.name", "FedAlign needs a ResNet whose final stage runs at reduced width: resnet20, resnet32 or resnet18_fedchill")
+    return FedAvg(), [FedAlignTerm(stage, options)]
+
+
+SPEC = register_algorithm(
+    "fedalign",
+    AlgorithmSpec(FedAlignOptions, _build, "FedAvg + final-stage Lipschitz alignment (Mendieta et al. 2022)", capabilities=Capabilities(takes_weights=True)),
+)

@@ -1,0 +1,93 @@
+"""CFD (Sattler et al. 2022): uplink quantised to b_up bits, downlink to b_down bits, plain mean (see :mod:`chillfl.distillation.quantize`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from chillfl.distillation.quantize import FULL_PRECISION_BITS, DeltaCoder, OneBitMode, compress, payload_bytes
+from chillfl.options import require
+from chillfl.protocols.softlabels.messages import SoftLabelUplink
+from chillfl.protocols.softlabels.method import SoftLabelClientHooks, SoftLabelMethod, SoftLabelSpec, NoState
+from chillfl.settings.distillation import DistillationSetup
+
+
+@dataclass(frozen=True)
+class CFDOptions:
+    """CFD options (defaults: SCARLET Table V, CIFAR-10)."""
+
+    bits_up: int = 1
+    bits_down: int = 32
+    one_bit: OneBitMode = "uniform"
+    renormalize: bool = False
+    delta_coding: bool = False
+
+    def validate(self, section: str) -> None:
+        for name in ("bits_up", "bits_down"):
+            value = getattr(self, name)
+            require(1 <= value <= 16 or value == FULL_PRECISION_BITS, f"{section}.{name}", f"must be in 1..16 or 32, got {value}")
+        require(self.one_bit in ("uniform", "argmax"), f"{section}.one_bit", f"unknown value {self.one_bit!r}; allowed: argmax, uniform")
+
+
+@dataclass(frozen=True)
+class CFDMethodOptions(CFDOptions):
+    """CFD options (SCARLET Table V: b_up = 1, b_down = 32, no delta coding)."""
+
+    def check_with(self, setup: DistillationSetup, section: str) -> None:
+        if self.delta_coding:
+            require(self.bits_up < FULL_PRECISION_BITS, f"{section}.delta_coding", "needs bits_up in 1..16 (32 bits are not quantised)")
+            require(
+                not (self.bits_up == 1 and self.one_bit == "argmax"),
+                f"{section}.delta_coding",
+                "is not available with one_bit = 'argmax' (hard labels are not codes)",
+            )
+
+
+class CFDClient(SoftLabelClientHooks[CFDMethodOptions]):
+    """CFD's client: quantises its upload to b_up bits."""
+
+    def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: NoState) -> SoftLabelUplink:
+        o = self.options
+        values = compress(probs, o.bits_up, o.one_bit, o.renormalize)
+        bits = None if o.bits_up >= FULL_PRECISION_BITS else o.bits_up
+        return SoftLabelUplink(client_id=cid, round=round, indices=indices, soft_labels=values, bits=bits)
+
+
+class CFD(SoftLabelMethod[CFDMethodOptions]):
+    """CFD's server half: plain mean quantised to b_down bits; with delta coding, each client's decoder prices its uplink."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._coders: dict[int, DeltaCoder] = {}
+
+    def uplink_bytes(self, uplink: SoftLabelUplink) -> dict[str, int]:
+        o = self.options
+        if o.delta_coding:
+            coder = self._coders.setdefault(uplink.client_id, DeltaCoder(o.bits_up, self.num_classes))
+            return {"soft_labels": coder.encode(uplink.indices, uplink.soft_labels).nbytes()}
+        return {"soft_labels": payload_bytes(uplink.soft_labels, o.bits_up, o.one_bit)}
+
+    def combine(self, mean: torch.Tensor) -> torch.Tensor:
+        o = self.options
+        return compress(mean, o.bits_down, o.one_bit, o.renormalize)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Each client's last uplink codes as the server's delta decoder holds them."""
+        return {str(cid): coder.state_dict() for cid, coder in self._coders.items()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._coders = {}
+        for cid, coder_state in state.items():
+            coder = DeltaCoder(self.options.bits_up, self.num_classes)
+            coder.load_state_dict(coder_state)
+            self._coders[int(cid)] = coder
+
+    def downlink_soft_bytes(self, rows: torch.Tensor) -> int:
+        if rows.numel() == 0:
+            return 0
+        return payload_bytes(rows, self.options.bits_down, self.options.one_bit)
+
+
+SPEC = SoftLabelSpec("cfd", CFDMethodOptions, CFD, CFDClient, summary="quantised soft-labels, plain mean")

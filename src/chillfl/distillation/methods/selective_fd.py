@@ -1,0 +1,130 @@
+"""Selective-FD (Shao et al. 2024): a client-side KuLSIF selector (kept in the client's own typed state) and a server-side ambiguity selector.
+
+Selectors: :mod:`chillfl.distillation.selective`; choices: :mod:`chillfl.distillation.methods`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from chillfl.distillation.selective import ClientThresholdMode, KuLSIF, ServerMeasure, client_keep_mask, client_threshold, server_keep_mask
+from chillfl.engine.record import Json
+from chillfl.options import require
+from chillfl.protocols.softlabels.labels import masked_mean
+from chillfl.protocols.softlabels.messages import SoftLabelUplink
+from chillfl.protocols.softlabels.method import Aggregate, SoftLabelClientHalf, SoftLabelMethod, SoftLabelSpec, stack_uplinks
+from chillfl.seeds import derive_seed
+
+
+@dataclass(frozen=True)
+class SelectiveFDOptions:
+    """Selective-FD options (defaults: SCARLET Table V, CIFAR-10)."""
+
+    tau_client: float = 0.0625
+    tau_server: float = 2.0
+    server_measure: ServerMeasure = "l1"
+    client_threshold: ClientThresholdMode = "quantile"
+    kernel_width: float = 25.0
+    kernel_lambda: float = 1e-3
+
+    def validate(self, section: str) -> None:
+        if self.client_threshold == "quantile":
+            require(0.0 <= self.tau_client <= 1.0, f"{section}.tau_client", f"must be in [0, 1] (a quantile level), got {self.tau_client}")
+        require(self.tau_server > 0, f"{section}.tau_server", f"must be > 0, got {self.tau_server}")
+        require(self.server_measure in ("l1", "entropy"), f"{section}.server_measure", f"unknown value {self.server_measure!r}; allowed: entropy, l1")
+        require(
+            self.client_threshold in ("quantile", "absolute"),
+            f"{section}.client_threshold",
+            f"unknown value {self.client_threshold!r}; allowed: absolute, quantile",
+        )
+        require(self.kernel_width > 0, f"{section}.kernel_width", f"must be > 0, got {self.kernel_width}")
+        require(self.kernel_lambda > 0, f"{section}.kernel_lambda", f"must be > 0, got {self.kernel_lambda}")
+
+
+@dataclass(frozen=True)
+class SelectiveFDMethodOptions(SelectiveFDOptions):
+    """Selective-FD options (SCARLET Table V: tau_client = 0.0625, tau_server = 2.0 = off for L1)."""
+
+
+@dataclass(frozen=True)
+class SelectorState:
+    """What a Selective-FD client keeps: the public samples its selector, fitted once, finds in-distribution."""
+
+    in_distribution: torch.Tensor
+    """Bool ``[|P|]``, on the host (it selects uplink rows)."""
+
+    def to_tensors(self) -> dict[str, torch.Tensor]:
+        return {"in_distribution": self.in_distribution}
+
+
+class SelectiveFDClient(SoftLabelClientHalf[SelectiveFDMethodOptions, SelectorState]):
+    """Selective-FD's client: fits its KuLSIF selector at its first round, uploads the public samples it finds in-distribution."""
+
+    def new_state(self, cid: int, x_private: torch.Tensor, x_public: torch.Tensor) -> SelectorState:
+        return SelectorState(self.fit_selector(cid, x_private, x_public))
+
+    def restore(self, tensors: Mapping[str, torch.Tensor]) -> SelectorState:
+        return SelectorState(tensors["in_distribution"])
+
+    def fit_selector(self, cid: int, x_private: torch.Tensor, x_public: torch.Tensor) -> torch.Tensor:
+        """Bool mask over P: public samples the client's KuLSIF selector finds in-distribution."""
+        o = self.options
+        n = len(x_private)
+        if n < 2:
+            return torch.ones(len(x_public), dtype=torch.bool)
+        gen = torch.Generator().manual_seed(derive_seed(self.seed, "kulsif", cid))
+        flat = x_private.reshape(n, -1).to(torch.float64)
+        perm = torch.randperm(n, generator=gen)
+        n_held = max(1, n // 10)
+        fit, held = flat[perm[n_held:]], flat[perm[:n_held]]
+        lo, hi = float(flat.min()), float(flat.max())
+        noise = lo + (hi - lo) * torch.rand((len(fit), flat.shape[1]), generator=gen, dtype=torch.float64)  # the host's stream: the same draw on every device
+        kulsif = KuLSIF(fit, noise.to(flat.device), o.kernel_width, o.kernel_lambda)
+        threshold = client_threshold(kulsif.ratio(held), o.tau_client, o.client_threshold)
+        return client_keep_mask(kulsif.ratio(x_public.reshape(len(x_public), -1)), threshold).cpu()  # selects host-side uplink rows
+
+    def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: SelectorState) -> SoftLabelUplink:
+        keep = state.in_distribution[indices] if indices.numel() else torch.zeros(0, dtype=torch.bool)
+        return SoftLabelUplink(client_id=cid, round=round, indices=indices[keep], soft_labels=probs[keep], send_indices=True)
+
+
+class SelectiveFD(SoftLabelMethod[SelectiveFDMethodOptions]):
+    """Selective-FD's server half: the masked mean over the clients that kept a sample, then the ambiguity selector."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._kept: list[float] = []
+        self._server_kept = 1.0
+
+    def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
+        n = int(indices.numel())  # the fraction each client kept (float32, as the mean of its bool mask)
+        self._kept = [float(torch.tensor(float(len(up.indices))) / n) if n else 1.0 for up in uplinks]
+        stack, keep = stack_uplinks(indices, uplinks, self.num_classes)
+        mean, counts = masked_mean(stack, keep)
+        sample_keep = counts > 0
+        if bool(sample_keep.any()):
+            ok = server_keep_mask(mean[sample_keep], self.options.tau_server, self.options.server_measure)
+            sample_keep[sample_keep.clone()] = ok
+        self._server_kept = float(sample_keep.float().mean()) if len(indices) else 1.0
+        rows = mean[sample_keep]
+        return Aggregate(sample_keep, rows, rows)
+
+    def round_metrics(self) -> dict[str, Json]:
+        out: dict[str, Json] = {"selective_client_kept": float(np.mean(self._kept)) if self._kept else None, "selective_server_kept": self._server_kept}
+        self._kept = []
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"server_kept": self._server_kept}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._server_kept = float(state["server_kept"])
+
+
+SPEC = SoftLabelSpec(
+    "selective_fd", SelectiveFDMethodOptions, SelectiveFD, SelectiveFDClient, summary="client/server knowledge selectors",
+)

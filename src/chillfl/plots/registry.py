@@ -1,0 +1,58 @@
+"""Run figures by name: a spec's ``figures`` names them, each plot module registers its own next to its code.
+
+The runner draws the common figures and those the run's method and protocol declare
+(:attr:`~chillfl.aggregation.registry.AlgorithmSpec.figures`), looking each name up here; it
+imports no plot function and names no method. A plugin registers its figure the same way
+(:func:`register_figure` at its module's import) and names it in its spec's ``figures``.
+This module imports no matplotlib; :func:`registered_figures` imports the plot modules, so it
+raises :class:`~chillfl.errors.MissingExtra` without the ``plots`` extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+Records = Sequence[Mapping[str, Any]]
+
+Draw = Callable[[Records, Path, str], object]
+"""``draw(records, path, title)``: write the figure at ``path`` from the run's round records (it may
+write nothing when the records lack its metrics); the return value is ignored."""
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """One run figure: the file it writes in the run folder and how to draw it."""
+
+    file: str
+    draw: Draw
+    summary: str
+
+
+_REGISTERED: dict[str, FigureSpec] = {}
+_LOADED = False
+
+COMMON = ("accuracy_loss", "temperatures")
+"""The figures every run draws, before the ones its protocol and method declare."""
+
+
+def register_figure(name: str, spec: FigureSpec) -> FigureSpec:
+    """Name ``spec`` ``name`` (each plot module, next to its plot function); a name registered twice is an error."""
+    if name in _REGISTERED and _REGISTERED[name] is not spec:
+        raise ValueError(f"figure {name!r} is registered twice")
+    _REGISTERED[name] = spec
+    return spec
+
+
+def registered_figures() -> dict[str, FigureSpec]:
+    """Every registered figure by name, after importing the plot modules (MissingExtra without matplotlib)."""
+    global _LOADED
+    if not _LOADED:
+        package = importlib.import_module("chillfl.plots")
+        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+            importlib.import_module(f"chillfl.plots.{module}")
+        _LOADED = True
+    return dict(_REGISTERED)

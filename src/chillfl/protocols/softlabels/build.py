@@ -1,0 +1,83 @@
+"""Building the soft-label protocol from a run's parts, and checking ``[distillation]`` against the run first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from chillfl.config import RunConfig
+from chillfl.paths import check_writable_dir
+from chillfl.options import require
+from chillfl.protocols.common import Evaluation
+from chillfl.protocols.parts import Experiment, build_client_models
+from chillfl.seeds import derive_seed
+from chillfl.settings.distillation import SECTION, DistillationSetup
+from chillfl.training.local import train_client
+
+from .client import PublicPretraining
+from .method import SoftLabelClientHalf, SoftLabelMethod, spec_of
+from .public import public_inputs, public_labels
+from .server import SoftLabelProtocol
+
+Params = dict[str, torch.Tensor]
+
+
+def default_algorithm() -> str:
+    """The ``[algorithm]`` a config gets when it names none: the only one this protocol accepts, as it builds no aggregator."""
+    return str(RunConfig().algorithm["name"])
+
+
+def check_distillation(config: RunConfig, data: Any) -> DistillationSetup:
+    """Check the parsed ``[distillation]`` against the rest of the run and its data, before a run starts (called by ``build_experiment``)."""
+    setup = config.distillation_setup
+    assert setup is not None, "the soft-label protocol runs only when [distillation] names a method"
+    spec = spec_of(setup)
+    algorithm, default = config.algorithm.get("name"), default_algorithm()
+    require(
+        algorithm == default,
+        "algorithm.name",
+        f"the soft-label protocol trains clients with the base loss only (no aggregator, no objective terms); "
+        f"use {default!r} (the default), got {algorithm!r}",
+    )
+    if spec.check is not None:
+        spec.check(setup.options, config)
+    if setup.common.state_dir is not None:  # a file or read-only folder: one line now, not a traceback in round 1
+        check_writable_dir(setup.common.state_dir, f"{SECTION}.state_dir")
+    if spec.collaborative:
+        public_inputs(setup, data, config.seed, config.data_dir)
+    asked = spec.pretraining(setup.options)
+    if asked is not None and asked.epochs:
+        public_labels(setup, data, config.seed, config.data_dir, asked.field)
+    return setup
+
+
+def pretrain_server(model: Any, state: Params, pretraining: PublicPretraining) -> Params:
+    """The server model's pretraining on the labelled public set, once, before round 1."""
+    gen = torch.Generator().manual_seed(derive_seed(pretraining.seed, "transfer", "server"))
+    out = train_client(
+        model, state, pretraining.x, pretraining.y, spec=pretraining.specs[0], lr=pretraining.lr, temperature=1.0, context={}, generator=gen,
+    )
+    return out.params
+
+
+def build_soft_label_sharing(exp: Experiment, evaluation: Evaluation) -> SoftLabelProtocol:
+    """Soft-label sharing (``[distillation]``): its method's spec, heterogeneous clients built, the server's pretraining done."""
+    setup = exp.config.distillation_setup
+    assert setup is not None, "the soft-label protocol runs only when [distillation] names a method"
+    hetero = build_client_models(exp) if "assign" in exp.config.model or "groups" in exp.config.model else None
+    protocol = SoftLabelProtocol(exp, setup, evaluation, hetero, spec_of(setup))
+    if protocol.client.pretraining is not None:
+        protocol.server_state = pretrain_server(protocol.model, protocol.server_state, protocol.client.pretraining)
+    return protocol
+
+
+def make_method(setup: DistillationSetup, num_classes: int, seed: int) -> SoftLabelMethod[Any]:
+    """The server half of the method ``setup`` names, for a run with ``num_classes`` classes."""
+    c = setup.common
+    return spec_of(setup).build(setup.options, num_classes, seed, c.index_encoding, max(c.public_size, 1))
+
+
+def make_client_half(setup: DistillationSetup, num_classes: int, seed: int) -> SoftLabelClientHalf[Any, Any]:
+    """The client half of the method ``setup`` names (what every client runs)."""
+    return spec_of(setup).client_half(setup.options, num_classes, seed)

@@ -1,0 +1,82 @@
+"""The public pool P: its inputs (every client predicts on them), its labels (public-set pretraining) and each round's draw."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import numpy as np
+import torch
+
+from chillfl.data import load_dataset
+from chillfl.errors import ConfigError
+from chillfl.options import require
+from chillfl.seeds import derive_seed
+from chillfl.settings.distillation import SECTION, DistillationSetup
+
+
+@functools.lru_cache(maxsize=2)
+def _load_public_dataset(name: str, options_json: str, data_dir: str) -> Any:
+    return load_dataset(name, json.loads(options_json), data_dir=data_dir)
+
+
+def public_inputs(setup: DistillationSetup, data: Any, seed: int, data_dir: str) -> torch.Tensor:
+    """The public pool P as inputs ``[|P|, ...]`` (row i = public index i); its labels are never used.
+
+    Same dataset: ``FederatedData.public()`` (carved before partitioning).
+    Separate dataset: a seeded uniform subset of ``public_size`` rows of its
+    train split, which must have the private data's input shape.
+    """
+    c = setup.common
+    field_name = f"{SECTION}.public_dataset"
+    if c.public_dataset is None:
+        x = data.public()
+        require(len(x) == c.public_size, f"{SECTION}.public_size", f"the public pool has {len(x)} samples, expected {c.public_size}")
+        return x
+    try:
+        ds = _load_public_dataset(c.public_dataset, json.dumps(c.public_dataset_options, sort_keys=True), str(data_dir))
+    except ConfigError as exc:
+        if exc.field.startswith("dataset"):
+            raise ConfigError(field_name if exc.field == "dataset.name" else f"{SECTION}.public_dataset_options", exc.message) from None
+        raise
+    shape = tuple(data.dataset.input_shape)
+    require(
+        tuple(ds.input_shape) == shape,
+        field_name,
+        f"{c.public_dataset!r} has input shape {tuple(ds.input_shape)}, the private data {shape}; they must match",
+    )
+    n = len(ds.x_train)
+    require(c.public_size <= n, f"{SECTION}.public_size", f"must be <= the {n} train samples of {c.public_dataset!r}, got {c.public_size}")
+    rng = np.random.default_rng(derive_seed(seed, "public-pool"))
+    rows = np.sort(rng.permutation(n)[: c.public_size])
+    return ds.x_train[torch.from_numpy(rows)]
+
+
+def public_labels(setup: DistillationSetup, data: Any, seed: int, data_dir: str, option: str) -> torch.Tensor:
+    """The labels of the public pool, row for row with :func:`public_inputs` (public-set pretraining uses them).
+
+    ``option``: the method's option that asked for them (``[distillation]``), named when they are unusable.
+    """
+    c = setup.common
+    if c.public_dataset is None:
+        y = data.dataset.y_train[torch.from_numpy(data.public_indices)]
+        require(len(y) == 0 or int(y.min()) >= 0, f"{SECTION}.{option}",
+                "transfer learning trains on the public set's labels, and the public set passed from Python has none: pass public=(x, y) or set it to 0")
+        return y
+    ds = _load_public_dataset(c.public_dataset, json.dumps(c.public_dataset_options, sort_keys=True), str(data_dir))
+    rng = np.random.default_rng(derive_seed(seed, "public-pool"))
+    rows = np.sort(rng.permutation(len(ds.x_train))[: c.public_size])
+    y = ds.y_train[torch.from_numpy(rows)]
+    require(
+        len(y) == 0 or int(y.max()) < data.num_classes,
+        f"{SECTION}.{option}",
+        f"transfer learning trains on {c.public_dataset!r}'s labels, which exceed the private data's {data.num_classes} classes; set it to 0",
+    )
+    return y
+
+
+def draw_public_subset(seed: int, round: int, num_public: int, size: int) -> torch.Tensor:
+    """I^t: ``size`` distinct public indices, sorted, from a stream of (seed, round) only."""
+    rng = np.random.default_rng(derive_seed(seed, "public-subset", round))
+    return torch.from_numpy(np.sort(rng.choice(num_public, size=size, replace=False)).astype(np.int64))

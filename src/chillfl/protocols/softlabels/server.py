@@ -1,0 +1,296 @@
+"""The server side of the soft-label protocol: public draws, the cache (gamma^t), aggregation, the server model, client states."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from chillfl.engine.ledger import index_bytes, signal_bytes
+from chillfl.engine.protocol import ClientReply, ClientTask
+from chillfl.engine.record import Json, RoundRecord
+from chillfl.protocols.book import ServerBook
+from chillfl.protocols.common import Evaluation
+from chillfl.protocols.parts import ClientModels, Experiment
+from chillfl.seeds import derive_seed
+from chillfl.settings.distillation import DistillationSetup
+from chillfl.temperature.base import TemperaturePolicy
+from chillfl.training.local import LocalSpec, train_client
+
+from .cache import CacheOutOfSyncError, ServerCache
+from .client import ClientArchs, PublicPretraining, SoftLabelClient, rows_digest
+from .labels import entropy
+from .messages import SoftLabelDownlink, SoftLabelReport, SoftLabelRoundDownlink
+from .method import Aggregate, Pretraining, SoftLabelMethod, SoftLabelSpec, spec_of
+from .public import draw_public_subset, public_inputs, public_labels
+from .state import ClientState
+from .store import ClientStore
+
+Params = dict[str, torch.Tensor]
+
+
+@dataclass
+class Broadcast:
+    """Round t's downlink, kept by the server until the next round's clients receive it."""
+
+    round: int
+    indices: torch.Tensor  # I^t actually used (cached + kept fresh), in draw order
+    downlink: SoftLabelDownlink  # gamma^t, fresh rows, I^t
+    rows: torch.Tensor  # zhat^t as every client must rebuild it, [n, D]
+
+    def state_dict(self) -> dict[str, Any]:
+        d = self.downlink
+        return {
+            "round": self.round, "indices": self.indices, "rows": self.rows,
+            "down": {"round": d.round, "indices": d.indices, "signals": d.signals, "soft_labels": d.soft_labels, "bits": d.bits},
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> "Broadcast":
+        """Back on the host, where a downlink lives (it is a message), whatever device the checkpoint was read onto."""
+        d = state["down"]
+        down = SoftLabelDownlink(round=int(d["round"]), indices=d["indices"].cpu(), signals=d["signals"].cpu(), soft_labels=d["soft_labels"].cpu(), bits=d["bits"])
+        return cls(int(state["round"]), state["indices"].cpu(), down, state["rows"].cpu())
+
+
+@dataclass
+class _Specs:
+    client: LocalSpec
+    distill: LocalSpec
+    server: LocalSpec
+    server_lr: float
+    on_disk: bool
+
+
+def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod[Any]) -> _Specs:
+    cfg, spec, c = exp.config, exp.spec, setup.common
+    distill = spec.phase(c.distill_epochs, c.distill_batch_size or cfg.client.batch_size, method.distill_loss())
+    server = spec.phase(
+        c.server_epochs or cfg.client.epochs, c.server_batch_size or c.distill_batch_size or cfg.client.batch_size, method.server_loss(),
+    )
+    on_disk = c.client_store == "disk" or (c.client_store == "auto" and exp.data.num_clients > c.max_clients_in_memory)
+    return _Specs(spec, distill, server, c.server_lr or c.distill_lr, on_disk)
+
+
+class SoftLabelProtocol:
+    """The server side: public draws, the cache (gamma^t), aggregation, the server model, client states."""
+
+    def __init__(
+        self, exp: Experiment, setup: DistillationSetup, evaluation: Evaluation, client_models: ClientModels | None = None,
+        spec: SoftLabelSpec[Any] | None = None,
+    ) -> None:
+        """``setup``: the parsed ``[distillation]`` table (parsed once, with the config); ``spec``: its method's
+        (None: looked up from ``setup``).
+
+        ``client_models``: heterogeneous clients, None: every client trains ``exp.model``.
+        """
+        spec = spec if spec is not None else spec_of(setup)
+        cfg = exp.config
+        self.config, self.setup, self.model = cfg, setup, exp.model
+        self.policy: TemperaturePolicy = exp.policy
+        self.evaluation = evaluation
+        device = evaluation.device
+        c = setup.common
+        self.collaborative = spec.collaborative
+        self.x_public = public_inputs(setup, exp.data, cfg.seed, cfg.data_dir).to(device) if self.collaborative else torch.zeros((0,))
+        self.method = spec.build(setup.options, exp.data.num_classes, cfg.seed, c.index_encoding, max(c.public_size, 1))
+        self.specs = _specs(exp, setup, self.method)
+        self.universe = max(len(self.x_public), 1)
+        self.book = ServerBook(exp.policy, evaluation, cfg.eval.clients)
+        self.store = ClientStore(self.specs.on_disk, c.state_dir)
+        self.server_state: Params = {n: v.clone() for n, v in exp.initial_state.items()}
+        use_cache = setup.uses_cache
+        self.cache = ServerCache(setup.cache_duration, c.cache_on_expire) if use_cache else None
+        self.twin = ServerCache(setup.cache_duration, c.cache_on_expire) if use_cache and self.method.separate_server_rows else None
+        self.prev: Broadcast | None = None
+        self._draw: tuple[torch.Tensor, torch.Tensor] = (torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+        archs = self._archs(client_models) if client_models is not None and client_models.plan.heterogeneous else None
+        pretraining = self._pretraining(exp, setup, spec.pretraining(setup.options), client_models if archs is not None else None)
+        self.client = SoftLabelClient(
+            exp.model, spec.client_half(setup.options, exp.data.num_classes, cfg.seed), self.method.uses_logits, self.x_public, self.server_state, self.specs.distill, c.distill_lr,
+            cfg.eval.batch_size, self.collaborative, use_cache, archs, pretraining, exp.policy.client_half(exp.data.num_classes),
+        )
+
+    def _archs(self, cm: ClientModels) -> ClientArchs:
+        """Per-architecture specs: architecture 0 keeps the run's own (the executor's template), the others name their model."""
+        train: list[LocalSpec | None] = [None]
+        distill = [self.specs.distill]
+        for model in cm.models[1:]:
+            train.append(dataclasses.replace(self.specs.client, model=model))
+            distill.append(dataclasses.replace(self.specs.distill, model=model))
+        return ClientArchs(cm.models, cm.states, tuple(train), tuple(distill), cm.plan.arch_of)
+
+    def _pretraining(self, exp: Experiment, setup: DistillationSetup, asked: Pretraining | None, cm: ClientModels | None) -> PublicPretraining | None:
+        """The method's pretraining on the labelled public set (None: it asks for none, or there is no public set)."""
+        if asked is None or not asked.epochs or not self.collaborative:
+            return None
+        cfg = exp.config
+        y = public_labels(setup, exp.data, cfg.seed, cfg.data_dir, asked.field).to(self.x_public.device)
+        base = exp.spec.phase(asked.epochs, cfg.client.batch_size)
+        specs = [base] + ([dataclasses.replace(base, model=m) for m in cm.models[1:]] if cm is not None else [])
+        lr = asked.lr or cfg.client.lr
+        return PublicPretraining(self.x_public, y, tuple(specs), lr, cfg.seed)
+
+    # ------------------------------------------------------------ one round
+
+    def configure(self, rnd: int, sampled: Sequence[int]) -> list[ClientTask[SoftLabelRoundDownlink, ClientState]]:
+        cfg, t, enc = self.config, rnd + 1, self.setup.common.index_encoding
+        requested = torch.zeros(0, dtype=torch.long)
+        if self.collaborative:
+            drawn = draw_public_subset(cfg.seed, rnd, len(self.x_public), self.setup.common.subset_size)
+            requested = self.cache.request(t, drawn) if self.cache is not None else drawn
+            self._draw = (drawn, requested)
+        lr = cfg.lr_at(rnd)
+        tasks = []
+        for cid in sampled:
+            sizes: dict[str, int] = {}
+            down = SoftLabelRoundDownlink(
+                t, requested, lr, self.policy.temperature(cid, rnd),
+                derive_seed(cfg.seed, "train", cid, rnd), derive_seed(cfg.seed, "distill", cid, rnd), sizes=sizes,
+            )
+            if self.collaborative:
+                sizes["indices"] = index_bytes(requested.numel(), self.universe, enc)
+                if self.prev is not None:
+                    prev = self.prev.downlink
+                    down.previous, down.previous_indices, down.hint = prev, self.prev.indices, self.method.target_hint(cid)
+                    sizes["indices"] += index_bytes(prev.indices.numel(), self.universe, enc)
+                    sizes["soft_labels"] = self.method.downlink_soft_bytes(prev.soft_labels)
+                    if self.cache is not None:
+                        down.sync = self.cache.sync(cid, self.prev.round)
+                        sizes["sync"] = down.sync.nbytes(enc, self.universe)
+                        sizes["cache_signals"] = signal_bytes(prev.signals.numel())
+            tasks.append(ClientTask(cid, rnd, down, self.evaluation.client_data(cid), self.store.load(cid)))
+        return tasks
+
+    def server_update(
+        self, rnd: int, tasks: Sequence[ClientTask[SoftLabelRoundDownlink, ClientState]], replies: Sequence[ClientReply[SoftLabelReport, ClientState]]
+    ) -> RoundRecord:
+        cfg, t = self.config, rnd + 1
+        expected = rows_digest(self.prev.rows) if self.prev is not None and self.cache is not None else None
+        uplinks, train_losses, distill_losses, weights, temps = [], [], [], [], []
+        verified = 0
+        for task, reply in zip(tasks, replies):
+            cid, report = task.client_id, reply.uplink
+            self.book.receive(rnd, task, reply, report.train_loss, None)  # the method prices the uplink (below)
+            self.book.check_loss(rnd, cid, "distillation loss", report.distill_loss)
+            if expected is not None:
+                if report.rebuilt_digest != expected:
+                    raise CacheOutOfSyncError(f"client {cid}: rebuilt soft-labels of round {t - 1} differ from the server's")
+                verified += 1
+            if report.soft is not None:
+                for kind, nbytes in self.method.uplink_bytes(report.soft).items():
+                    self.book.ledger.record(rnd, "up", kind, nbytes, cid)
+                uplinks.append(report.soft)
+            assert reply.state is not None
+            self.store.save(cid, reply.state)
+            train_losses.append(report.train_loss)
+            weights.append(report.num_samples)
+            temps.append(float(task.downlink.temperature if reply.temperature is None else reply.temperature))  # a temperature client half picks its own
+            if report.distill_loss is not None:
+                distill_losses.append(report.distill_loss)
+
+        w = np.asarray(weights, dtype=np.float64)
+        record = RoundRecord(
+            round=t,
+            clients=[task.client_id for task in tasks],
+            lr=cfg.lr_at(rnd),
+            train_loss=float(np.dot(w, train_losses) / w.sum()) if w.sum() > 0 else float(np.mean(train_losses)),
+            temperature_mean=float(np.mean(temps)),
+        )
+        m = record.metrics
+        if distill_losses:
+            m["distill_loss"] = float(np.mean(distill_losses))
+        if self.collaborative:
+            self.prev, server_metrics = self._server_round(t, uplinks)
+            m.update(server_metrics)
+            if self.cache is not None:
+                m["sync_verified"] = verified
+        m.update(self.book.traffic(rnd, detail=True))
+        m.update(self.book.temperatures({task.client_id: temp for task, temp in zip(tasks, temps)}))
+        m.update(self.book.local(record.clients))
+        if self.collaborative and self.book.due(rnd):
+            metrics = self.book.evaluate(rnd, self.server_state)
+            m.update(metrics)
+            m["server_acc"], m["server_loss"] = metrics["global_acc"], metrics["global_loss"]
+        m.update(self.method.round_metrics())
+        return record
+
+    def _server_round(self, t: int, uplinks: list[Any]) -> tuple[Broadcast, dict[str, Json]]:
+        """Aggregate, update the cache (gamma^t), train the server model on P^t with zhat^t."""
+        cfg, method, (drawn, requested) = self.config, self.method, self._draw
+        if uplinks:
+            agg = method.aggregate(t, requested, uplinks)
+        else:  # nothing requested (all of P^t validly cached)
+            empty = torch.zeros(0, dtype=torch.bool)
+            agg = Aggregate(empty, torch.zeros((0, method.row_width())), torch.zeros((0, self.evaluation.data.num_classes)))
+        kept = set(requested[agg.keep].tolist()) if requested.numel() else set()
+        fresh_all = set(requested.tolist())
+        used = torch.tensor([i for i in drawn.tolist() if i not in fresh_all or i in kept], dtype=torch.long)
+        if self.cache is not None:
+            upd = self.cache.update(t, used, agg.rows.to(torch.float32))
+            rows_full, downlink, cached_age = upd.soft_labels, upd.downlink, upd.cached_age
+            targets = self.twin.update(t, used, agg.server_rows.to(torch.float32)).soft_labels if self.twin is not None else rows_full
+        else:
+            rows_full = agg.rows.to(torch.float32)
+            downlink = SoftLabelDownlink(round=t, indices=used, signals=torch.zeros(0, dtype=torch.uint8), soft_labels=rows_full)
+            targets = agg.server_rows.to(torch.float32)
+        if used.numel() > 0:
+            gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "server", t))
+            out = train_client(
+                self.model, self.server_state, self.x_public[used], targets.to(self.x_public.device),
+                spec=self.specs.server, lr=self.specs.server_lr, temperature=1.0, context={}, generator=gen,
+            )
+            self.server_state = out.params
+            self.book.check_state(t - 1, self.server_state, "server model")
+        metrics: dict[str, Json] = {
+            "public_drawn": int(drawn.numel()),
+            "public_requested": int(requested.numel()),
+            "public_used": int(used.numel()),
+            "soft_label_entropy": float(entropy(targets).mean()) if targets.numel() and not method.uses_logits else None,
+        }
+        if self.cache is not None:
+            metrics["cache_hit_ratio"] = 1.0 - requested.numel() / max(drawn.numel(), 1)
+            metrics["cache_size"] = len(self.cache)
+            metrics["cache_age_mean"] = cached_age
+        metrics.update({f"agg_{key}": v for key, v in agg.metrics.items()})
+        return Broadcast(t, used, downlink, rows_full), metrics
+
+    # ------------------------------------------------------------ outputs and state
+
+    def global_state(self) -> Params | None:
+        return self.server_state if self.collaborative else None
+
+    def client_states(self) -> dict[int, Params]:
+        out = {}
+        for cid in self.store.ids():
+            state = self.store.load(cid)
+            if state is not None:
+                out[cid] = state.model
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "server": dict(self.server_state),
+            "prev": None if self.prev is None else self.prev.state_dict(),
+            "cache": None if self.cache is None else self.cache.state_dict(),
+            "twin": None if self.twin is None else self.twin.state_dict(),
+            "method": self.method.state_dict(),
+            **self.book.state_dict(),
+            "clients": self.store.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.server_state = dict(state["server"])
+        self.prev = None if state["prev"] is None else Broadcast.from_state(state["prev"])
+        for part, key in ((self.cache, "cache"), (self.twin, "twin")):
+            if part is not None:
+                part.load_state_dict(state[key])
+        self.method.load_state_dict(state["method"])
+        self.book.load_state_dict(state)
+        self.store.load_state_dict(state["clients"])
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,124 @@
+"""FedHKD (Chen et al., ICLR 2023): hyper-knowledge, i.e. class means with noise and per-class soft predictions.
+
+Official code ``CityChan/Federated-Hyper-Knowledge-Distillation``::
+
+    hyper-knowledge of client k, class j:  (hbar_k,j + N(0, sigma^2 I),  qbar_k,j = mean softmax(F_k(x) / tau))
+    server: count-weighted means H_j, Q_j
+    L_k = CE(F_k(x), y)
+        + lam   * mean_j KL(Q_j || softmax(head_k(H_j) / tau))            (lam = 0.05, tau = 0.5)
+        + gamma * MSE(f_k(x), H_y)                                         (gamma = 0.05)
+
+The models are averaged too by default (``share_model``, the official ``upload_model = True``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from chillfl.capabilities import Capabilities
+from chillfl.options import require
+from chillfl.prototypes.maths import PrototypeLoss, class_means
+from chillfl.prototypes.methods.fedproto import ON_FLOWER, FedProtoOptions
+from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, average_rows
+from chillfl.seeds import derive_seed
+from chillfl.training.local import BaseLoss
+from chillfl.training.objective import Context, read_tensor
+
+SOFT = "soft"
+"""The name of FedHKD's per-class rows (Q, ``[C, C]``): in the uplink, the downlink, the loss's context, checkpoints."""
+
+
+@dataclass(frozen=True)
+class FedHKDOptions(FedProtoOptions):
+    """FedHKD's options (defaults: the official code).
+
+    ``lam``: gamma, the weight of MSE(f(x), H_y) (0.05). ``kd_weight``: lambda on the
+    hyper-knowledge KD term (0.05). ``temperature``: tau for the soft predictions and the KD term
+    (0.5). ``noise_std``: sigma of the Gaussian noise on each uploaded class mean (2.0; 0 = off).
+    ``share_model``: also average the models with ``[algorithm]`` (the official ``upload_model``).
+    """
+
+    lam: float = 0.05
+    kd_weight: float = 0.05
+    temperature: float = 0.5
+    noise_std: float = 2.0
+    share_model: bool = True
+
+    def validate(self, section: str) -> None:
+        for name in ("lam", "kd_weight", "noise_std"):
+            value = vars(self)[name]
+            require(value >= 0, f"{section}.{name}", f"must be >= 0, got {value}")
+        require(self.temperature > 0, f"{section}.temperature", f"must be > 0, got {self.temperature}")
+
+
+def hyper_knowledge_kd(
+    weight: torch.Tensor, bias: torch.Tensor | None, protos: torch.Tensor, soft: torch.Tensor, mask: torch.Tensor, tau: float
+) -> torch.Tensor:
+    """mean over known classes j of KL(Q_j || softmax(head(H_j) / tau)), the local head applied to the global means."""
+    logits = protos.to(weight.dtype) @ weight.T
+    if bias is not None:
+        logits = logits + bias
+    log_q = F.log_softmax(logits / tau, dim=-1)
+    target = soft.to(weight.dtype)
+    per_class = (torch.xlogy(target, target) - target * log_q).sum(-1)  # [C]
+    known = mask.to(weight.dtype)
+    return (per_class * known).sum() / known.sum().clamp(min=1.0)
+
+
+@dataclass(frozen=True)
+class HyperKnowledgeLoss(PrototypeLoss):
+    """FedHKD's local objective: :class:`~chillfl.prototypes.maths.PrototypeLoss` + ``kd_weight`` * the KD term,
+    the head's parameters read by name (``head_weight``, ``head_bias``), Q from the context's ``soft``."""
+
+    kd_weight: float = 0.0
+    kd_temperature: float = 1.0
+    head_weight: str = ""
+    head_bias: str | None = None
+
+    def extra(self, value: torch.Tensor, params: Mapping[str, torch.Tensor], context: Context, protos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.kd_weight:
+            bias = params[self.head_bias] if self.head_bias is not None else None
+            value = value + self.kd_weight * hyper_knowledge_kd(params[self.head_weight], bias, protos, read_tensor(context, SOFT), mask, self.kd_temperature)
+        return value
+
+
+class FedHKD(PrototypeHooks[FedHKDOptions]):
+    """Noisy class means and per-class soft predictions up; their count-weighted means down; the KD term in the loss."""
+
+    def release(self, cid: int, round: int, features: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> ClassRows:
+        o = self.options
+        means, counts = class_means(features, y, self.num_classes)
+        soft, _ = class_means(torch.softmax(logits / o.temperature, dim=-1), y, self.num_classes)
+        if o.noise_std > 0:  # the Gaussian mechanism on the released representations
+            gen = torch.Generator().manual_seed(derive_seed(self.seed, "hkd-noise", cid, round))
+            noise = torch.randn(means.shape, generator=gen, dtype=means.dtype).to(means.device)
+            means = means + o.noise_std * noise * (counts > 0).unsqueeze(1).to(means.dtype)
+        return ClassRows(means, counts, {SOFT: soft})
+
+    def loss(self, head: Head) -> BaseLoss:
+        o = self.options
+        return HyperKnowledgeLoss(o.lam, o.kd_weight, o.temperature, head.weight, head.bias)
+
+    def initial(self) -> dict[str, torch.Tensor]:
+        return {SOFT: torch.zeros((self.num_classes, self.num_classes))}
+
+    def combine(self, releases: Sequence[ClassRows]) -> Knowledge:
+        return average_rows(releases, self.options.weighting)
+
+
+def _shares_model(options: FedHKDOptions) -> bool:
+    return options.share_model
+
+
+SPEC = PrototypeSpec(
+    "fedhkd",
+    FedHKDOptions,
+    FedHKD,
+    summary="prototypes + soft predictions (lam = kd_weight = 0.05, noise_std = 2, share_model = true)",
+    shares_model=_shares_model,
+    capabilities=Capabilities(on_flower=ON_FLOWER),
+)

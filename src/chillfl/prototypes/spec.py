@@ -1,0 +1,175 @@
+"""The seam between the prototype-sharing protocol and a method: a typed spec with client and server hooks.
+
+A prototype method is one :class:`PrototypeSpec`, ``SPEC`` in the method's own module: its
+options dataclass, its hooks (:class:`PrototypeHooks`), whether its clients also send their
+models, its capabilities and an optional ``check``. The protocol
+(:mod:`chillfl.protocols.prototypes`) trains, evaluates and keeps the books; it calls only
+these hooks and never tests which method runs:
+
+* client: :meth:`PrototypeHooks.release` turns the client's representations and logits on its
+  private split into the :class:`ClassRows` it uploads (class means and counts, plus the
+  method's own per-class rows, e.g. FedHKD's soft predictions); :meth:`PrototypeHooks.loss` is
+  its local objective (a :class:`~chillfl.prototypes.maths.PrototypeLoss`, which reads the
+  round's :class:`Knowledge` from the job's context);
+* server: :meth:`PrototypeHooks.combine` turns the round's uploads into the global
+  :class:`Knowledge` sent down next round; :meth:`PrototypeHooks.initial` is the method's
+  rows before any client reported.
+
+Wire messages: a method has none of its own. Its per-class rows travel, by name, inside the
+protocol's ``KnowledgeUplink`` / ``KnowledgeDownlink`` (counted as rows of the known classes),
+reach the loss as context entries of the same name, and are saved in checkpoints under it.
+The hooks hold the options only (no server state): they travel to worker processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
+
+import torch
+
+from chillfl.capabilities import Capabilities
+from chillfl.config import RunConfig
+from chillfl.training.local import BaseLoss
+from chillfl.training.objective import Wire
+
+from .maths import PrototypeLoss, Weighting, aggregate_means, class_means
+
+Opt = TypeVar("Opt")
+
+RESERVED = frozenset({"protos", "proto_mask", "mask"})
+"""Names a method's own per-class rows cannot take: the prototypes' own context and checkpoint entries."""
+
+
+@dataclass(frozen=True)
+class Head:
+    """The parameter names of the model's head (its last ``nn.Linear``), for terms that apply it to the prototypes."""
+
+    weight: str
+    bias: str | None = None
+
+
+@dataclass(frozen=True)
+class ClassRows:
+    """What one client releases about its classes: means ``[C, d]``, counts ``[C]`` (int64), the method's own rows.
+
+    ``extra``: per-class rows ``[C, w]`` by name (FedHKD: ``soft``, the mean softmax per class),
+    averaged by the server like the means unless the method combines them its own way.
+    """
+
+    means: torch.Tensor
+    counts: torch.Tensor
+    extra: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        clash = RESERVED & set(self.extra)
+        if clash:
+            raise ValueError(f"a method's per-class rows cannot be named {sorted(clash)}: the protocol's own entries")
+
+    def width(self) -> int:
+        """Floats per class row on the wire: the mean's and every extra row's."""
+        return int(self.means.shape[1]) + sum(int(t.shape[1]) for t in self.extra.values())
+
+
+@dataclass
+class Knowledge:
+    """The server's global knowledge: prototypes ``[C, d]``, the known-class mask ``[C]``, the method's global rows by name."""
+
+    protos: torch.Tensor
+    mask: torch.Tensor
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def width(self) -> int:
+        """Floats per class row on the wire."""
+        return int(self.protos.shape[1]) + sum(int(t.shape[1]) for t in self.extra.values())
+
+    def context(self) -> dict[str, Wire]:
+        """What the local objective reads: ``protos``, ``proto_mask`` and the method's rows under their names."""
+        return {"protos": self.protos, "proto_mask": self.mask, **self.extra}
+
+    def to(self, device: torch.device | str) -> Knowledge:
+        return Knowledge(self.protos.to(device), self.mask.to(device), {k: v.to(device) for k, v in self.extra.items()})
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"protos": self.protos, "mask": self.mask, **self.extra}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, torch.Tensor | None]) -> Knowledge:
+        """The inverse of :meth:`state_dict` (an entry saved as None, by older checkpoints, is no row)."""
+        protos, mask = state["protos"], state["mask"]
+        assert protos is not None and mask is not None
+        return cls(protos, mask, {k: v for k, v in state.items() if k not in RESERVED and v is not None})
+
+
+def average_rows(releases: Sequence[ClassRows], weighting: Weighting = "count") -> Knowledge:
+    """Each class's mean and each of the method's rows averaged over the clients that hold the class
+    (:func:`~chillfl.prototypes.maths.aggregate_means`, with every client's counts)."""
+    counts = [r.counts for r in releases]
+    protos, mask = aggregate_means([r.means for r in releases], counts, weighting)
+    extra = {name: aggregate_means([r.extra[name] for r in releases], counts, weighting)[0] for name in releases[0].extra}
+    return Knowledge(protos, mask, extra)
+
+
+class PrototypeHooks(Generic[Opt]):
+    """A prototype method's client and server hooks; the defaults are plain prototype sharing (FedProto with lambda = 1).
+
+    Built once per run from the options (:meth:`PrototypeSpec.build`); it holds no server state,
+    so one object serves the server and travels to every client.
+    """
+
+    def __init__(self, options: Opt, num_classes: int, seed: int) -> None:
+        self.options = options
+        self.num_classes = num_classes
+        self.seed = seed
+        """The run's seed: derive a client's randomness from it (:func:`chillfl.seeds.derive_seed`), never from a global generator."""
+
+    # ---- client
+
+    def release(self, cid: int, round: int, features: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> ClassRows:
+        """What client ``cid`` uploads after training, from its trained model's representations ``[n, d]`` and logits
+        ``[n, C]`` on its private split (labels ``y``); default: its class means and counts."""
+        means, counts = class_means(features, y, self.num_classes)
+        return ClassRows(means, counts)
+
+    def loss(self, head: Head) -> BaseLoss:
+        """The clients' local objective (one per architecture: ``head`` names its last layer's parameters)."""
+        return PrototypeLoss(1.0)
+
+    # ---- server
+
+    def initial(self) -> dict[str, torch.Tensor]:
+        """The method's global rows before any client reported (every class unknown); default: none."""
+        return {}
+
+    def combine(self, releases: Sequence[ClassRows]) -> Knowledge:
+        """The round's global knowledge from the sampled clients' uploads (in client order); default: count-weighted means."""
+        return average_rows(releases)
+
+
+def _keeps_models(options: Any) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class PrototypeSpec(Generic[Opt]):
+    """One prototype method: everything the protocol, the config and ``chillfl list`` may ask of it.
+
+    ``options``: its options (a dataclass with an optional ``validate(section)``), parsed from
+    ``[prototypes]`` beside ``method``. ``hooks``: the class of its hooks. ``shares_model``:
+    whether, with these options, clients also upload their models, which the server averages
+    with ``[algorithm]`` (then every client trains one architecture); otherwise each client keeps
+    its own. ``check``: its options against the rest of the run, before anything is built (a
+    :class:`~chillfl.errors.ConfigError` naming the field).
+    """
+
+    name: str
+    options: type[Opt]
+    hooks: type[PrototypeHooks[Opt]] = PrototypeHooks
+    summary: str = ""
+    shares_model: Callable[[Opt], bool] = _keeps_models
+    capabilities: Capabilities = Capabilities()
+    check: Callable[[Opt, RunConfig], None] | None = None
+
+    def build(self, options: Opt, num_classes: int, seed: int) -> PrototypeHooks[Opt]:
+        """The hooks for one run."""
+        return self.hooks(options, num_classes, seed)

@@ -1,0 +1,173 @@
+"""The resolved config: every pluggable part's table with all of its options, defaults filled in.
+
+A config file names a part (``[temperature] policy = "fedchill"``) and sets the
+options it cares about; :func:`resolved` asks each part's own options dataclass,
+through its family's public lookup, for the rest. What it returns is what
+``--dry-run`` prints, what :func:`chillfl.make_config` returns and what a result
+folder's ``config.toml`` records, so a run says which defaults it ran with.
+
+Resolving never changes a run: every table is the dataclass the run parses, written
+back field by field, so parsing the resolved table gives the very same options. An
+option whose default is ``None`` ("unset": derived at run time, e.g. FedNova's
+``momentum`` from ``client.momentum``) stays ``None`` here; TOML has no null, so the
+written file omits it and rereading it leaves it unset again (docs/configuration.md).
+
+One small function per family reads its table (:func:`dataset_table`,
+:func:`partition_table`, :func:`model_table`, :func:`temperature_table`,
+:func:`algorithm_table`, :func:`distillation_table`, :func:`prototypes_table`):
+a family that moves its lookup changes one line here. Tables that a file cannot
+rebuild (``custom`` parts passed from Python, a partition read from a file,
+per-client architectures) are kept as written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from chillfl.aggregation.registry import algorithm_spec, wrapped
+from chillfl.config import RunConfig
+from chillfl.data.augment import AUGMENT_KEY, split_augment
+from chillfl.data.datasets import DATASETS, dataset_names
+from chillfl.data.partition import PARTITIONERS, partitioner_names
+from chillfl.data.partition_file import FROM_FILE
+from chillfl.errors import choice_error
+from chillfl.experiment import is_custom
+from chillfl.models.assign import HETERO_KEYS
+from chillfl.models.projection import PROJECTION_OPTION
+from chillfl.models.registry import MODELS, model_names
+from chillfl.options import parse_options
+from chillfl.settings.distillation import DistillationSetup
+from chillfl.settings.prototypes import PrototypeSettings
+from chillfl.temperature import policy_spec
+
+
+def option_table(options: Any) -> dict[str, Any]:
+    """An options dataclass instance as its TOML table: every field a config may set, in declaration order."""
+    return {f.name: _plain(getattr(options, f.name)) for f in dataclasses.fields(options) if f.init}
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return option_table(value)
+    return value
+
+
+def dataset_table(table: Mapping[str, Any]) -> dict[str, Any]:
+    """``[dataset]`` with the dataset's options and its ``[dataset.augment]`` sub-table complete."""
+    name, options = RunConfig.component(table)
+    if is_custom(name):
+        return dict(table)
+    if name not in DATASETS:
+        raise choice_error("dataset.name", name, dataset_names())
+    rest, augment = split_augment(options)
+    return {"name": name, **option_table(parse_options(DATASETS[name].options, rest, "dataset")), AUGMENT_KEY: option_table(augment)}
+
+
+def partition_table(table: Mapping[str, Any]) -> dict[str, Any]:
+    """``[partition]`` with the partitioner's options complete (a partition read from a file: as written)."""
+    name, options = RunConfig.component(table)
+    if name == FROM_FILE:
+        return dict(table)
+    if name not in PARTITIONERS:
+        raise choice_error("partition.name", name, partitioner_names())
+    return {"name": name, **option_table(parse_options(PARTITIONERS[name].options, options, "partition"))}
+
+
+def model_table(table: Mapping[str, Any]) -> dict[str, Any]:
+    """``[model]`` with the architecture's options complete.
+
+    Per-client architectures (``assign`` / ``groups``) stay as written: clients share one
+    template when their tables are equal as written, which filling in one table would change.
+    """
+    name, options = RunConfig.component(table)
+    if is_custom(name) or any(key in table for key in HETERO_KEYS):
+        return dict(table)
+    if name not in MODELS:
+        raise choice_error("model.name", name, model_names())
+    own = {k: v for k, v in options.items() if k != PROJECTION_OPTION}
+    extra = {PROJECTION_OPTION: options[PROJECTION_OPTION]} if PROJECTION_OPTION in options else {}
+    return {"name": name, **option_table(parse_options(MODELS[name].options, own, "model")), **extra}
+
+
+def temperature_table(table: Mapping[str, Any]) -> dict[str, Any]:
+    """``[temperature]`` with the policy's options complete (a built-in's or a plugin's)."""
+    name, options = RunConfig.component(table, "policy")
+    if is_custom(name):
+        return dict(table)
+    return {"policy": name, **option_table(parse_options(policy_spec(name).options, options, "temperature"))}
+
+
+def algorithm_table(table: Mapping[str, Any], section: str = "algorithm", field: str | None = None) -> dict[str, Any]:
+    """``[algorithm]`` with the method's options complete; a wrapper's wrapped method's table too, recursively.
+
+    A spec that wraps another (:attr:`AlgorithmSpec.wraps`, e.g. ``"base"``) names it in that option and
+    takes its options in ``<wraps>_options``: that table is resolved against the wrapped method's own spec.
+    """
+    name, options = RunConfig.component(table)
+    if is_custom(name):
+        return dict(table)
+    spec = algorithm_spec(name, section, field)
+    parsed: Any = parse_options(spec.options, options, section)
+    out = {"name": name, **option_table(parsed)}
+    inner = wrapped(spec, parsed, section)
+    if inner is not None:
+        full = algorithm_table({**inner.options, "name": inner.name}, inner.section, inner.field)
+        out[inner.section.rpartition(".")[2]] = {k: v for k, v in full.items() if k != "name"}
+    return out
+
+
+def distillation_table(setup: DistillationSetup | None) -> dict[str, Any]:
+    """``[distillation]``: the options every soft-label method shares, then the method's own (empty: no soft labels)."""
+    if setup is None:
+        return {}
+    return {**option_table(setup.common), **option_table(setup.options)}
+
+
+def prototypes_table(settings: PrototypeSettings | None) -> dict[str, Any]:
+    """``[prototypes]``: the method, then its own options (empty: no prototype sharing)."""
+    if settings is None:
+        return {}
+    return {"method": settings.method, **option_table(settings.options)}
+
+
+def resolved(config: RunConfig) -> RunConfig:
+    """``config`` with every part's table complete (see the module docstring); a ConfigError names any bad option.
+
+    Idempotent, and the run of the result is bitwise the run of ``config``.
+    """
+    return dataclasses.replace(
+        config,
+        dataset=dataset_table(config.dataset),
+        partition=partition_table(config.partition),
+        model=model_table(config.model),
+        temperature=temperature_table(config.temperature),
+        algorithm=algorithm_table(config.algorithm),
+        distillation=distillation_table(config.distillation_setup),
+        prototypes=prototypes_table(config.prototype_settings),
+    )
+
+
+def unset_options(config: RunConfig) -> list[str]:
+    """The options of ``config``'s parts left unset (``None``: derived at run time), as ``section.option``: what the TOML form omits."""
+    return sorted(_unset(config.to_dict(), ()))
+
+
+def _unset(node: Any, keys: tuple[str, ...]) -> Iterator[str]:
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if key in ("variants", "compare", "tune") and not keys:
+                continue
+            yield from _unset(value, (*keys, str(key)))
+    elif node is None:
+        yield ".".join(keys)
+
+
+def is_default_table(part: str, table: Mapping[str, Any], name: str) -> bool:
+    """Whether ``table`` is part ``part`` naming ``name`` with nothing but its defaults (as written or resolved)."""
+    key = "policy" if part == "temperature" else "name"
+    if not table or dict(table) == {key: name}:
+        return True
+    resolve = {"algorithm": algorithm_table, "temperature": temperature_table}[part]
+    return dict(table) == resolve({key: name})

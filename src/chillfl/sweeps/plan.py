@@ -1,0 +1,372 @@
+"""What a comparison runs: variants x tuning points x seeds, every run's config built and checked before any runs.
+
+Variants come from a ``--grid`` (``key=v1,v2,...``, the cartesian product), from
+``chillfl.compare(grid=...)`` or from the config's ``[variants.LABEL]`` tables.
+Every variant runs at every seed (at a seed all variants share the partition and
+the initial model, both drawn from that seed) and at every point of the
+``[tune]`` grid; :mod:`chillfl.sweeps.run` then keeps each variant's best point
+on the validation split (:mod:`chillfl.tune`).
+
+Controls (``--controls``): for a variant trained at T != 1, the gradient of
+CE(z / T) w.r.t. the logits is (softmax(z / T) - onehot) / T, i.e. 1/T times
+larger than at T = 1 in scale. A gain of T < 1 may therefore be a larger step
+size. Each such variant gets three controls: T = 1 at lr x 1/T (the same step
+scale), and the magnitude-only (T = 1 softmax, gradient x 1/T) and
+direction-only (T softmax, gradient x T) ablations at the same T.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from chillfl.config import RunConfig, check_compare_option, parse_value, safe_name, variant_config
+from chillfl.errors import ConfigError, MissingExtra
+from chillfl.tune import SELECT_RULES, Point, parse_tune, point_label
+
+TEMPERATURE_SHORTHAND = "temperature"
+MAX_VARIANTS = 1000
+"""A grid's product is built and validated in memory before anything runs: bound it."""
+MAX_RUNS = 10_000
+"""Variants x tuning points x seeds: every run's config is built and validated up front."""
+
+NAME_KEYS = ("name", "policy", "method")
+"""Options whose value alone names a variant in a folder name (``algorithm.name=fedavg`` -> ``fedavg``)."""
+
+
+@dataclass
+class Variant:
+    label: str
+    overrides: dict[str, Any]
+    temperature: float | None = None
+    lr_scale: float = 1.0
+    """Multiplies ``client.lr`` after the variant and its tuning point are applied (the 1/T control)."""
+    short: str | None = None
+    """A grid variant's folder name from its values (``fedavg-lr0.01``); None: the label made a name."""
+
+
+@dataclass
+class CompareOptions:
+    """What ``compare`` runs beyond the variants; None fields fall back to the config's ``[compare]``/``[tune]``."""
+
+    seeds: list[int] | None = None
+    tune: dict[str, list[Any]] | None = None
+    controls: bool | None = None
+    select: str | None = None
+
+
+def short_setting(key: str, value: Any) -> str:
+    """``client.lr``, 0.01 -> ``lr0.01``; ``algorithm.name``, fedavg -> ``fedavg``; ``temperature``, 0.5 -> ``T0.5``."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    if key == TEMPERATURE_SHORTHAND:
+        return f"T{text}"
+    leaf = key.rsplit(".", 1)[-1]
+    return text if leaf in NAME_KEYS else f"{leaf}{text}"
+
+
+def run_name(variant: Variant, point: Mapping[str, Any], seed: int | None, long: bool = False) -> str:
+    """A run's folder name in a comparison: ``fedavg-lr0.01-s0`` (``long``: the full label, for when short names collide)."""
+    if long:
+        return safe_name(", ".join(x for x in (variant.label, point_label(point), "" if seed is None else f"seed{seed}") if x))
+    parts = [variant.short or safe_name(variant.label), *(short_setting(k, v) for k, v in point.items())]
+    if seed is not None:
+        parts.append(f"s{seed}")
+    return safe_name("-".join(parts))
+
+
+def parse_grid(items: Sequence[str]) -> list[Variant]:
+    """``key=v1,v2,...`` items -> the cartesian product of variants (:func:`grid_variants`)."""
+    axes: list[tuple[str, list[Any]]] = []
+    for item in items:
+        key, sep, values = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not values.strip():
+            raise ConfigError("--grid", f"expected key=v1,v2,... got {item!r}")
+        axes.append((key, [parse_value(v.strip(), "--grid") for v in values.split(",") if v.strip()]))
+    return grid_variants(axes)
+
+
+def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[Variant]:
+    """The cartesian product of ``(key, values)`` axes as variants (``chillfl.compare(grid=...)`` passes typed values).
+
+    ``temperature=...`` is shorthand for ``temperature.policy="fixed"`` with
+    ``temperature.value`` set (T = 1 is the plain softmax).
+    """
+    size = math.prod(len(values) for _, values in axes)
+    if size > MAX_VARIANTS:
+        raise ConfigError("--grid", f"{' x '.join(str(len(v)) for _, v in axes)} = {size} variants; at most {MAX_VARIANTS}")
+    variants = []
+    for combo in itertools.product(*([(key, value) for value in values] for key, values in axes)):
+        overrides: dict[str, Any] = {}
+        labels, temp = [], None
+        for key, value in combo:
+            if key == TEMPERATURE_SHORTHAND:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                    raise ConfigError("--grid temperature", f"values must be numbers > 0, got {value!r}")
+                overrides["temperature"] = {"policy": "fixed", "value": float(value)}
+                labels.append(f"T={value:g}")
+                temp = float(value)
+            else:
+                overrides[key] = value
+                labels.append(f"{key}={value}")
+        short = "-".join(short_setting(key, value) for key, value in combo)
+        variants.append(Variant(", ".join(labels), overrides, temp, short=short))
+    if len({v.label for v in variants}) != len(variants):
+        raise ConfigError("--grid", "duplicate values")
+    return variants
+
+
+def variants_from_config(config: RunConfig) -> list[Variant]:
+    """The ``[variants.LABEL]`` tables of a config: each a set of overrides (nested tables replace whole parts)."""
+    out = []
+    if len(config.variants) > MAX_VARIANTS:
+        raise ConfigError("variants", f"{len(config.variants)} variants; at most {MAX_VARIANTS}")
+    for label, table in config.variants.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"variants.{label}", "must be a table of overrides")
+        temp = table.get("temperature", {})
+        value = temp.get("value") if isinstance(temp, dict) and temp.get("policy") == "fixed" else (1.0 if isinstance(temp, dict) and temp.get("policy") == "none" else None)
+        out.append(Variant(str(label), dict(table), value))
+    return out
+
+
+def apply_variant(config: RunConfig, variant: Variant) -> RunConfig:
+    """The config of one variant; a nested table for a pluggable part replaces that part whole."""
+    return variant_config(config, variant.label, variant.overrides)
+
+
+def data_key(config: RunConfig) -> str:
+    """What decides the federated data: variants with the same key share one partition."""
+    parts = [
+        config.dataset, config.partition, config.seed, config.federation.num_clients, config.eval.client_split,
+        config.eval.client_split_size, config.eval.clients, config.distillation.get("public_size", 0), config.data_dir,
+        config.eval.validation,
+    ]
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+@contextmanager
+def naming(label: str, from_grid: bool) -> Iterator[None]:
+    """Name the variant a ConfigError comes from: ``variants.x.client.lr``, or "(grid variant x)" after a grid's message."""
+    try:
+        yield
+    except MissingExtra:  # a missing package, not a bad value of the variant: its one line as it is
+        raise
+    except ConfigError as exc:
+        if from_grid:
+            raise ConfigError(exc.field, f"{exc.message} (grid variant {label})") from None
+        if exc.field.startswith(f"variants.{label}."):
+            raise
+        raise ConfigError(f"variants.{label}.{exc.field}", exc.message) from None
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds 0,1,2`` (or ``0-4``) -> [0, 1, 2]; checked like ``[compare] seeds``."""
+    seeds: list[int] = []
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            lo, dash, hi = part.partition("-")
+            seeds.extend(range(int(lo), int(hi) + 1) if dash and lo else [int(part)])
+    except ValueError:
+        raise ConfigError("--seeds", f"expected integers like 0,1,2 or 0-4, got {text!r}") from None
+    try:
+        check_compare_option("seeds", seeds)
+    except ConfigError as exc:
+        raise ConfigError("--seeds", exc.message) from None
+    return seeds
+
+
+def parse_tune_items(items: Sequence[str]) -> dict[str, list[Any]]:
+    """``--tune client.lr=0.01,0.1`` items -> a ``[tune]`` table."""
+    out: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not values.strip():
+            raise ConfigError("--tune", f"expected key=v1,v2,... got {item!r}")
+        out[key] = [parse_value(v.strip(), "--tune") for v in values.split(",") if v.strip()]
+    parse_tune(out, "--tune")
+    return out
+
+
+def with_controls(config: RunConfig, variants: Sequence[Variant]) -> list[Variant]:
+    """``variants`` plus, for each one trained at a fixed T != 1 with the standard loss, its step-size controls.
+
+    (1) T = 1 at lr x 1/T: the same gradient scale without the sharper softmax;
+    (2) magnitude only (T = 1 softmax, gradient x 1/T) and (3) direction only
+    (softmax at T, gradient x T) at the same T (FedChill Table 5's ablations).
+    """
+    out = list(variants)
+    labels = {v.label for v in variants}
+    for v in variants:
+        t = v.temperature
+        if t is None or t == 1.0 or apply_variant(config, v).client.loss != "standard":
+            continue
+        rest = {k: val for k, val in v.overrides.items() if k != "temperature"}
+        name = v.short or safe_name(v.label)
+        for control in (
+            Variant(f"T=1, lr x {1 / t:g} (control of {v.label})", {**rest, "temperature": {"policy": "none"}}, None, v.lr_scale / t, f"{name}-T1-lrx{1 / t:g}"),
+            Variant(f"{v.label} magnitude only", {**v.overrides, "client.loss": "magnitude_only"}, None, v.lr_scale, f"{name}-magnitude"),
+            Variant(f"{v.label} direction only", {**v.overrides, "client.loss": "direction_only"}, None, v.lr_scale, f"{name}-direction"),
+        ):
+            if control.label not in labels:
+                out.append(control)
+                labels.add(control.label)
+    return out
+
+
+def choose_reference(
+    variants: Sequence[Variant], reference: str | None, baseline: str | None = None, reference_field: str = "--reference"
+) -> tuple[Variant, Variant]:
+    """(target-setting reference, baseline) variants; ``reference_field`` names where ``reference`` came from."""
+    by_label = {v.label: v for v in variants}
+    if baseline is not None and baseline not in by_label:
+        raise ConfigError("compare.baseline", f"unknown variant {baseline!r}; allowed: {', '.join(by_label)}")
+    temps = [v for v in variants if v.temperature is not None]
+    if reference is not None:
+        if reference not in by_label:
+            raise ConfigError(reference_field, f"unknown variant {reference!r}; allowed: {', '.join(by_label)}")
+        ref = by_label[reference]
+    elif temps:
+        ref = max(temps, key=lambda v: v.temperature or 0.0)
+    else:
+        ref = variants[0]
+    base = by_label[baseline] if baseline else next((v for v in temps if v.temperature == 1.0), variants[0])
+    return ref, base
+
+
+@dataclass
+class Cell:
+    """One run of a comparison: a variant at a tuning point and a seed."""
+
+    variant: Variant
+    point: int
+    seed: int
+    config: RunConfig
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """(variant label, tuning point, seed): the run's key in a sweep's results."""
+        return (self.variant.label, self.point, self.seed)
+
+
+def cell_config(config: RunConfig, variant: Variant, point: Mapping[str, Any], seed: int, suffix: bool, long: bool = False) -> RunConfig:
+    """The variant's config at a tuning point and seed, named by :func:`run_name` (with the point and seed when ``suffix``)."""
+    cfg = apply_variant(config, variant)
+    name = run_name(variant, point, seed, long) if suffix else run_name(variant, {}, None, long)
+    try:
+        cfg = cfg.with_overrides({**point, "seed": seed, "name": name})
+    except ConfigError as exc:
+        raise ConfigError(exc.field if exc.field.startswith("tune") else f"tune.{exc.field}", exc.message) from None
+    if variant.lr_scale != 1.0:
+        cfg = cfg.with_overrides({"client.lr": cfg.client.lr * variant.lr_scale})
+    return cfg
+
+
+def plan_sweep(
+    config: RunConfig, grid: Sequence[str], options: CompareOptions | None = None, variants: Sequence[Variant] | None = None,
+) -> tuple[list[Variant], CompareOptions]:
+    """The comparison's variants (``grid``, else ``variants``, else the config's; controls added) and its options with
+    every default filled in (seeds, tuning table, selection rule): what ``sweep.json`` records. Every variant is
+    checked here, before anything runs; errors name the variant."""
+    opts = options or CompareOptions()
+    from_grid = bool(grid) or variants is not None
+    if variants is None:
+        variants = parse_grid(grid) if grid else variants_from_config(config)
+    planned = list(variants)
+    if not planned:
+        raise ConfigError("--grid", "give at least one key=v1,v2,... or define [variants.LABEL] tables in the config")
+    seeds = opts.seeds if opts.seeds is not None else list(config.compare.get("seeds", [config.seed]))
+    tune_table = opts.tune if opts.tune is not None else dict(config.tune)
+    tuned = len(parse_tune(tune_table)) > 1 or bool(tune_table)
+    select = opts.select or config.compare.get("select", "final")
+    if select not in SELECT_RULES:
+        raise ConfigError("--select", f"unknown rule {select!r}; allowed: {', '.join(SELECT_RULES)}")
+    if tuned and config.eval.validation <= 0:
+        raise ConfigError("eval.validation", "tuning selects on the server validation split; set eval.validation > 0 (e.g. eval.validation=0.1)")
+    for v in planned:  # validates every variant before running any; errors name the variant
+        with naming(v.label, from_grid):
+            apply_variant(config, v)
+    if opts.controls if opts.controls is not None else config.compare.get("controls", False):
+        planned = with_controls(config, planned)
+    return planned, CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select)  # the variants carry the controls
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A comparison planned and checked: its variants, options (every default filled in), runs and reference."""
+
+    variants: list[Variant]
+    options: CompareOptions
+    """As ``sweep.json`` records them (:func:`plan_sweep`)."""
+    points: list[Point]
+    """The tuning grid's points in order (``[{}]`` without tuning)."""
+    cells: list[Cell]
+    """Every run, variant by variant, then point by point, then seed by seed: the order they run in."""
+    reference: Variant
+    """Its best accuracy is the target the other variants' rounds are counted to."""
+    baseline: Variant
+    """Differences and speed-ups are relative to it."""
+    from_grid: bool
+    """The variants came from a grid (their errors say "grid variant"), not from ``[variants]``."""
+
+    @property
+    def seeds(self) -> list[int]:
+        return self.options.seeds or []
+
+    @property
+    def tune_table(self) -> dict[str, list[Any]]:
+        return self.options.tune or {}
+
+    @property
+    def select(self) -> str:
+        return self.options.select or "final"
+
+    @property
+    def tuned(self) -> bool:
+        """Each variant keeps its best tuning point on validation."""
+        return len(self.points) > 1 or bool(self.tune_table)
+
+    @property
+    def multi(self) -> bool:
+        """The table over seeds (mean, CI, paired differences), not FLex&Chill's Table 4."""
+        return self.tuned or len(self.seeds) > 1
+
+
+def plan_cells(config: RunConfig, variants: Sequence[Variant], points: Sequence[Point], seeds: Sequence[int], suffix: bool, from_grid: bool) -> list[Cell]:
+    """Every run's config; short folder names (``fedavg-lr0.01-s0``), or the full labels if two short ones collide."""
+    cells: list[Cell] = []
+    for long in (False, True):
+        cells = []
+        for v in variants:
+            with naming(v.label, from_grid):
+                for pi, point in enumerate(points):
+                    for seed in seeds:
+                        cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, suffix, long)))
+        if len({c.config.name for c in cells}) == len(cells):
+            break
+    return cells
+
+
+def plan_runs(
+    config: RunConfig, grid: Sequence[str], options: CompareOptions | None = None, variants: Sequence[Variant] | None = None,
+    reference: str | None = None,
+) -> Plan:
+    """The whole comparison (:func:`plan_sweep`), bounded to :data:`MAX_RUNS`, with every run's config and the reference."""
+    from_grid = bool(grid) or variants is not None
+    planned, saved = plan_sweep(config, grid, options, variants)
+    seeds, tune_table = saved.seeds or [], saved.tune or {}
+    points = parse_tune(tune_table)
+    multi = len(points) > 1 or bool(tune_table) or len(seeds) > 1
+    total = len(planned) * len(points) * len(seeds)
+    if total > MAX_RUNS:
+        raise ConfigError("compare.seeds", f"{len(planned)} variants x {len(points)} tuning points x {len(seeds)} seeds = {total} runs; at most {MAX_RUNS}")
+    cells = plan_cells(config, planned, points, seeds, multi, from_grid)
+    field = "--reference" if reference else "compare.reference"
+    ref, base = choose_reference(planned, reference or config.compare.get("reference"), config.compare.get("baseline"), field)
+    return Plan(planned, saved, points, cells, ref, base, from_grid)

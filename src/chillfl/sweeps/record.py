@@ -1,0 +1,149 @@
+"""``sweep.json``: a comparison's plan as its folder records it, and matching a folder to a plan.
+
+A comparison's folder (``NAME-compare.partial`` until its table is written)
+holds its base ``config.toml`` and ``sweep.json``: the variants as they ran
+(controls included), the seeds, the tuning grid, the selection rule and the
+reference, all a resumed sweep needs beyond the config (``chillfl resume
+results/NAME-compare.partial``; :mod:`chillfl.sweeps.resume`). A comparison of a
+user's own data, model or method parts (``chillfl.compare(dataset=...,
+model=...)``) cannot be rebuilt from its folder, and is not resumable.
+
+The record also names the code and torch that made it: ``chillfl reproduce
+--resume`` reuses a finished comparison (:func:`find_compare`,
+:func:`read_compare`) only when the same code would make it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from glob import escape as glob_escape
+from pathlib import Path
+from typing import Any, TypedDict
+
+import torch
+
+from chillfl.config import RunConfig
+from chillfl.environment import code_sha256
+from chillfl.errors import ConfigError
+from chillfl.report.compare import CompareResult
+from chillfl.storage.results import PARTIAL, refuse_links, to_toml
+from chillfl.sweeps.plan import CompareOptions, Variant, plan_sweep
+
+SWEEP_FILE = "sweep.json"
+FORMAT = 1
+FIELD = "run_dir"
+
+
+class MadeWith(TypedDict):
+    code_sha256: str
+    torch: str
+
+
+class SweepRecord(TypedDict):
+    """``sweep.json``, as written (variants and options in their JSON form)."""
+
+    format: int
+    resumable: bool
+    reference: str | None
+    options: dict[str, Any]
+    variants: list[dict[str, Any]]
+    config_sha256: str
+    made_with: MadeWith
+
+
+def sweep_record(config_toml: bytes, variants: list[Variant], options: CompareOptions, reference: str | None, resumable: bool) -> SweepRecord:
+    """What ``sweep.json`` holds: what :func:`read_sweep` gives back (``resumable`` False: a user's own data or parts), the
+    SHA-256 of the comparison's ``config.toml``, which a resume checks, and the code and torch that ran it, which
+    :func:`find_sweep` checks before a finished comparison is reused."""
+    return {"format": FORMAT, "resumable": resumable, "reference": reference, "options": asdict(options),
+            "variants": [asdict(v) for v in variants], "config_sha256": hashlib.sha256(config_toml).hexdigest(),
+            "made_with": {"code_sha256": code_sha256(), "torch": str(torch.__version__)}}
+
+
+def write_sweep(partial: Path, record: SweepRecord) -> None:
+    """``sweep.json`` in the comparison's ``.partial`` folder (beside its ``config.toml``)."""
+    (partial / SWEEP_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def find_sweep(parent: Path, name: str, record: SweepRecord) -> Path | None:
+    """The comparison folder under ``parent`` that the sweep ``record`` would make again, finished or (else) interrupted.
+
+    Candidates are ``NAME``, ``NAME-2``, ... as :func:`~chillfl.storage.results.claim_dir` names them, with or
+    without ``.partial``; one matches when its ``sweep.json`` equals ``record``: same config, variants, seeds,
+    tuning, reference, code and torch. Anything else (another config, an older chillfl) is never reused.
+    """
+    wanted = json.loads(json.dumps(record, sort_keys=True))  # as it reads back (tuples as lists)
+    found: Path | None = None
+    for folder in sorted(parent.glob(f"{glob_escape(name)}*"), key=lambda p: p.name):
+        base = folder.name.removesuffix(PARTIAL)
+        if not (base == name or (base.startswith(f"{name}-") and base[len(name) + 1:].isdigit())) or folder.is_symlink():
+            continue
+        try:
+            saved = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if saved != wanted:
+            continue
+        if not folder.name.endswith(PARTIAL) and (folder / "table.json").is_file():
+            return folder  # a finished one first: nothing to run
+        if folder.name.endswith(PARTIAL) and found is None:
+            found = folder
+    return found
+
+
+def read_sweep(folder: Path, force: bool = False) -> tuple[list[Variant], CompareOptions, str | None]:
+    """(variants, options, reference) of the comparison in ``folder``; ConfigError (one line) if it cannot resume.
+
+    An edited ``config.toml`` would recompute every run's config while the finished runs were read back as they ran:
+    refused, unless ``force``."""
+    try:
+        record = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+        fmt, resumable, reference = record.get("format"), record["resumable"], record["reference"]
+        variants, options = [Variant(**v) for v in record["variants"]], CompareOptions(**record["options"])
+        config = (folder / "config.toml").read_bytes()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(FIELD, f"{folder / SWEEP_FILE} is unreadable ({type(exc).__name__}: {exc})") from None
+    if fmt != FORMAT:
+        raise ConfigError(FIELD, f"{folder / SWEEP_FILE} has format {fmt!r}; this chillfl reads {FORMAT}")
+    if not resumable:
+        raise ConfigError(FIELD, f"{folder} compared a user's own data, model or method parts, which its folder does not hold: run the comparison again")
+    if record.get("config_sha256") != hashlib.sha256(config).hexdigest() and not force:
+        raise ConfigError("config.toml", f"{folder / 'config.toml'} changed since the comparison started; `chillfl resume --force` resumes with it as it is now")
+    return variants, options, reference
+
+
+def is_sweep(folder: Path) -> bool:
+    """Whether ``folder`` is a comparison's folder (``chillfl resume`` then resumes the sweep, not one run)."""
+    return (folder / SWEEP_FILE).is_file()
+
+
+def check_resumable(folder: Path) -> None:
+    """One line for a comparison folder that is finished, missing or holds a link."""
+    if not folder.is_dir():
+        raise ConfigError(FIELD, f"{folder} does not exist")
+    if not folder.name.endswith(PARTIAL):
+        raise ConfigError(FIELD, f"{folder} is a finished comparison (its table is written); nothing to resume")
+    if not (folder / "config.toml").is_file():
+        raise ConfigError(FIELD, f"{folder} is not a chillfl comparison folder (no config.toml)")
+    refuse_links(folder, FIELD)
+
+
+def find_compare(config: RunConfig, grid: Sequence[str], options: CompareOptions | None = None, reference: str | None = None) -> Path | None:
+    """The folder of this very comparison under ``config.out_dir``, made before by this code: finished (its table
+    written) or else interrupted (``.partial``); None when there is none (:func:`find_sweep`)."""
+    variants, saved = plan_sweep(config, grid, options)
+    record = sweep_record(to_toml(config.to_dict()).encode(), variants, saved, reference, resumable=True)
+    return find_sweep(Path(config.out_dir), f"{config.name}-compare", record)
+
+
+def read_compare(folder: Path) -> CompareResult:
+    """A finished comparison's table as it was written (rows from ``table.json``); its runs are not read."""
+    try:
+        rows = json.loads((folder / "table.json").read_text(encoding="utf-8"))
+        table = (folder / "table.md").read_text(encoding="utf-8").removesuffix("\n")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(FIELD, f"{folder} has no readable table ({type(exc).__name__}: {exc})") from None
+    return CompareResult(folder, rows, table)

@@ -1,0 +1,56 @@
+"""What an interrupted comparison left of each run: ``chillfl resume results/NAME-compare.partial`` goes on from there.
+
+Each run of a comparison is a run folder of its own, in one of four states,
+which the resumed sweep (:class:`chillfl.sweeps.run.Sweep`) reads:
+
+* ``RUN`` (finished): its metrics and summary are read back, not rerun;
+* ``RUN.failed``: it diverged; the sweep reports it as before (``failure.json``);
+* ``RUN.partial`` with a checkpoint: it resumes from that checkpoint
+  (:func:`chillfl.runner.resume_experiment`, bitwise as an uninterrupted run);
+* ``RUN.partial`` without one, or no folder: it runs from the start.
+
+So the resumed sweep's table equals the uninterrupted sweep's, bit for bit on
+one machine (``tests/test_sweep_resume.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from chillfl.runner import CLIENT_MODELS, MODEL, RunOutput
+from chillfl.storage.checkpoint import read_state
+from chillfl.storage.model_file import read_model
+from chillfl.storage.results import PARTIAL, read_metrics, remove_tree
+from chillfl.storage.run_folder import CHECKPOINT
+
+
+@dataclass(frozen=True)
+class DivergedBefore:
+    """A run that diverged before the interruption (its ``failure.json``): it stays diverged."""
+
+    round: int | None
+
+
+def finished_run(partial: Path, name: str) -> RunOutput | DivergedBefore | None:
+    """A resumed sweep's run ``name`` as it ended before: its output read back, its divergence, or None."""
+    done, failed = partial / name, partial / f"{name}.failed"
+    if (done / "summary.json").is_file():
+        summary = json.loads((done / "summary.json").read_text(encoding="utf-8"))
+        model = read_model(done / MODEL) if (done / MODEL).is_file() else None
+        clients = {int(c): dict(m) for c, m in read_state(done / CLIENT_MODELS).items()} if (done / CLIENT_MODELS).is_file() else {}
+        return RunOutput(done, read_metrics(done), summary, model, clients)
+    if (failed / "failure.json").is_file():
+        return DivergedBefore(json.loads((failed / "failure.json").read_text(encoding="utf-8")).get("round"))
+    return None
+
+
+def stopped_run(partial: Path, name: str) -> Path | None:
+    """The run ``name``'s folder if it stopped with a checkpoint (to resume); one stopped before its first is removed."""
+    stopped = partial / f"{name}{PARTIAL}"
+    if (stopped / CHECKPOINT).is_file():
+        return stopped
+    if stopped.is_dir():  # nothing to keep: it runs again from the start
+        remove_tree(stopped)
+    return None

@@ -1,0 +1,324 @@
+"""Running a planned comparison: every run in turn, its failures, its resume, each variant's tuned point and the tables.
+
+:func:`run_compare` is what ``chillfl compare``, ``chillfl.compare`` and each claim of ``chillfl reproduce``
+run, in named steps (:func:`check_runs` ... :func:`write_tables`); :func:`resume_compare` goes on with an
+interrupted one (``chillfl resume results/NAME-compare.partial``). The runs share one set of worker pools
+(:class:`~chillfl.executors.pools.WorkerPools`); a run that diverges or crashes is recorded and the sweep goes
+on (:class:`Sweep`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from chillfl import runner
+from chillfl.config import RunConfig, load_config
+from chillfl.data import ArrayDataset, FederatedData
+from chillfl.data.loaders import DATA_DIR_FIELD
+from chillfl.errors import ConfigError, Diverged, SweepFailed, one_line
+from chillfl.executors.pools import WorkerPools
+from chillfl.experiment import Plugged, build_data, build_experiment, build_protocol, check_parts
+from chillfl.progress import Progress, format_seconds
+from chillfl.report.caveats import step_size_caveat
+from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
+from chillfl.runner import RunInterrupted, RunOutput, run_experiment
+from chillfl.storage.results import PARTIAL, RunLock, claim_dir, to_toml
+from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, naming, plan_runs
+from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, write_sweep
+from chillfl.sweeps.resume import DivergedBefore, finished_run, stopped_run
+from chillfl.tune import Point, point_scores, select_point
+
+if TYPE_CHECKING:
+    from torch import nn
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Sweep:
+    """The comparison's runs as they finish: their outputs and failures, run or (resuming) read back or resumed."""
+
+    partial: Path | None
+    resuming: bool
+    force: bool
+    progress: Progress
+    pools: WorkerPools
+    total: int
+    ran: int = 0
+    """Runs run or resumed by this process (not read back): the ETA's basis."""
+    busy_s: float = 0.0
+    results: dict[tuple[str, int, int], RunOutput | None] = field(default_factory=dict)
+    failures: dict[tuple[str, int, int], str] = field(default_factory=dict)
+
+    def run(self, i: int, config: RunConfig, key: tuple[str, int, int], data: FederatedData, model: nn.Module | None, plugged: Plugged | None) -> None:
+        """The ``i``-th run (``key``: variant, tuning point, seed); resuming, what it has already (:func:`finished_run`, :func:`stopped_run`) first."""
+        partial = self.partial
+        cfg = config if partial is None else config.with_overrides({"out_dir": str(partial)})
+        label = f"[{i + 1}/{self.total}] {cfg.name}"
+        before = finished_run(partial, cfg.name) if self.resuming and partial is not None else None
+        if self.total > 1:
+            eta = f", ETA {format_seconds(self.busy_s / self.ran * (self.total - i))}" if self.ran else ""  # from the runs that ran here
+            log.info("run %d of %d: %s%s", i + 1, self.total, cfg.name, " (finished before: read back)" if before is not None else eta)
+        if isinstance(before, DivergedBefore):
+            self.results[key], self.failures[key] = None, f"diverged at round {before.round}"
+            return
+        if before is not None:
+            self.results[key] = before
+            return
+        start = time.monotonic()
+        try:
+            stopped = stopped_run(partial, cfg.name) if self.resuming and partial is not None else None
+            if stopped is not None:
+                self.results[key] = runner.resume_experiment(stopped, progress=self.progress, pools=self.pools, label=label, force=self.force)
+            else:
+                own = build_experiment(cfg, data=data, model=model, plugged=plugged) if model is not None or plugged else None
+                self.results[key] = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools)
+        except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
+            self.results[key], self.failures[key] = None, f"diverged at round {exc.round}"
+            log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)
+        except (ConfigError, RunInterrupted):
+            raise
+        except Exception as exc:  # noqa: BLE001 - one failed run (a lost worker, out of memory) must not lose the others
+            self.results[key], self.failures[key] = None, f"failed: {type(exc).__name__}"
+            log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, one_line(str(exc))[:200])
+        finally:
+            self.ran += 1
+            self.busy_s += time.monotonic() - start
+
+
+def check_runs(
+    plan: Plan, dataset: ArrayDataset | None, model: nn.Module | None, plugged: Plugged | None, dry_run: bool,
+) -> dict[str, FederatedData] | None:
+    """Every run's data and parts, built before anything is written (``dry_run``: its protocol too); the
+    federated data by :func:`~chillfl.sweeps.plan.data_key`, shared by the runs with the same partition.
+
+    None: a dry run without the dataset's files, where only each run's names and options could be checked."""
+    datasets: dict[str, FederatedData] = {}
+    for c in plan.cells:
+        with naming(c.variant.label, plan.from_grid):
+            key = data_key(c.config)
+            if key not in datasets:
+                try:
+                    datasets[key] = build_data(c.config, dataset)
+                except ConfigError as exc:
+                    if not (dry_run and exc.field == DATA_DIR_FIELD):
+                        raise
+                    for other in plan.cells:  # no data here: each run's names and options
+                        with naming(other.variant.label, plan.from_grid):
+                            check_parts(other.config)
+                    return None
+            exp = build_experiment(c.config, data=datasets[key], model=model, plugged=plugged)  # every part of every variant is valid before anything is written
+            if dry_run:
+                build_protocol(exp)
+    return datasets
+
+
+@dataclass(frozen=True)
+class SweepFolder:
+    """Where a comparison writes: ``partial`` while it runs, renamed ``folder`` once its table is written (None: nothing is written)."""
+
+    folder: Path | None
+    partial: Path | None
+
+
+def open_folder(config: RunConfig, plan: Plan, reference: str | None, resume: Path | None, write: bool, resumable: bool) -> SweepFolder:
+    """The interrupted comparison's folders (``resume``), or new ones with its ``config.toml`` and ``sweep.json``."""
+    if resume is not None:
+        return SweepFolder(resume.with_name(resume.name.removesuffix(PARTIAL)), resume)
+    if not write:
+        return SweepFolder(None, None)
+    folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-compare")  # atomic: no race with a run beside it
+    toml = to_toml(config.to_dict())
+    (partial / "config.toml").write_text(toml, encoding="utf-8")
+    write_sweep(partial, sweep_record(toml.encode(), plan.variants, plan.options, reference, resumable=resumable))
+    return SweepFolder(folder, partial)
+
+
+def run_points(
+    plan: Plan, where: SweepFolder, resuming: bool, force: bool, progress: Progress, datasets: Mapping[str, FederatedData],
+    model: nn.Module | None, plugged: Plugged | None,
+) -> Sweep:
+    """Every run in turn, on worker processes and Ray actors started once for the sweep (executors/pools.py).
+
+    Interrupted (Ctrl-C, a signal), the comparison resumes as a whole, its finished runs kept: the
+    :class:`~chillfl.runner.RunInterrupted` names its ``.partial`` folder."""
+    try:
+        with WorkerPools() as pools:
+            sweep = Sweep(where.partial, resuming, force, progress, pools, len(plan.cells))
+            for i, c in enumerate(plan.cells):
+                sweep.run(i, c.config, c.key, datasets[data_key(c.config)], model, plugged)
+    except RunInterrupted as exc:
+        if where.partial is not None:
+            exc.folder = where.partial
+        raise
+    return sweep
+
+
+def refuse_all_failed(plan: Plan, sweep: Sweep, where: SweepFolder) -> None:
+    """:class:`~chillfl.errors.SweepFailed` when no run finished; its folder then becomes ``NAME-compare.failed``."""
+    failures = sweep.failures
+    if len(failures) == len(plan.cells):
+        failed_at = where.partial
+        if where.partial is not None and where.folder is not None and not where.folder.with_name(where.folder.name + ".failed").exists():
+            failed_at = where.partial.rename(where.folder.with_name(where.folder.name + ".failed"))
+        raise SweepFailed(f"every run failed ({len(plan.cells)} of {len(plan.cells)}; the first {next(iter(failures.values()))})", failed_at)
+
+
+@dataclass(frozen=True)
+class Picked:
+    """Each variant at its chosen tuning point (the only one without tuning)."""
+
+    runs: dict[tuple[str, int], RunOutput | None]
+    """(variant label, seed) -> its run (None: it failed)."""
+    failed: dict[tuple[str, int], str]
+    """(variant label, seed) -> how its run failed."""
+    chosen: dict[str, tuple[Point, list[float]]]
+    """Tuned: variant label -> (its point, the validation score of every point)."""
+
+
+def pick_tuned(plan: Plan, sweep: Sweep) -> Picked:
+    """Each variant's point with the best validation score, mean over seeds (:mod:`chillfl.tune`); never the test set."""
+    results, failures = sweep.results, sweep.failures
+    chosen: dict[str, tuple[Point, list[float]]] = {}
+    runs: dict[tuple[str, int], RunOutput | None] = {}
+    failed: dict[tuple[str, int], str] = {}
+    for v in plan.variants:
+        pick = 0
+        if plan.tuned:
+            per_point = [[None if (o := results[(v.label, pi, s)]) is None else o.records for s in plan.seeds] for pi in range(len(plan.points))]
+            scores = point_scores(per_point, plan.select)
+            pick = select_point(scores)
+            chosen[v.label] = (plan.points[pick], scores)
+        for s in plan.seeds:
+            runs[(v.label, s)] = results[(v.label, pick, s)]
+            if (v.label, pick, s) in failures:
+                failed[(v.label, s)] = failures[(v.label, pick, s)]
+    return Picked(runs, failed, chosen)
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The comparison's rows (``table.json``), its text table (``table.md``) and the runs they were made from."""
+
+    rows: list[dict[str, Any]]
+    table: str
+    outputs: dict[str, RunOutput]
+
+
+def tabulate(config: RunConfig, plan: Plan, picked: Picked) -> Tables:
+    """FLex&Chill's Table 4 for one seed and no tuning, else the table over seeds; the step-size caveat below either."""
+    ref, base, seeds = plan.reference, plan.baseline, plan.seeds
+    if plan.multi:
+        rows = build_seed_rows(plan.variants, picked.runs, seeds, ref, base, picked.chosen if plan.tuned else None, failed=picked.failed)
+        table = format_seed_table(rows, ref.label, base.label, plan.tune_table if plan.tuned else None, plan.select, config.eval.validation,
+                                  bool(config.compare.get("local", False)))
+        outputs = {f"{label}, seed {s}": out for (label, s), out in picked.runs.items() if out is not None}
+    else:
+        outputs = {v.label: o for v in plan.variants if (o := picked.runs[(v.label, seeds[0])]) is not None}
+        rows = build_rows(plan.variants, outputs, ref, base, failed={label: why for (label, _), why in picked.failed.items()})
+        table = format_table(rows, ref.label, base.label)
+    caveat = step_size_caveat([apply_variant(config, v) for v in plan.variants], plan.tune_table, any(v.lr_scale != 1.0 for v in plan.variants))
+    if caveat is not None:
+        table = f"{table}\n\n{caveat}"
+    return Tables(rows, table, outputs)
+
+
+def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, where: SweepFolder) -> None:
+    """``table.md``, ``table.json`` and the figures in the ``.partial`` folder, then its rename to the finished folder."""
+    partial, folder = where.partial, where.folder
+    if partial is None or folder is None:
+        return
+    (partial / "table.md").write_text(tables.table + "\n", encoding="utf-8")
+    (partial / "table.json").write_text(json.dumps(tables.rows, indent=2) + "\n", encoding="utf-8")
+    if plan.multi:
+        bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
+        write_band_figures(bands, plan.seeds[0], partial, config.name)
+    else:
+        write_compare_figures(tables.outputs, partial, config.name)
+    partial.rename(folder)
+    point_saved_configs_to(folder, partial)
+
+
+def run_compare(
+    config: RunConfig,
+    grid: Sequence[str],
+    *,
+    reference: str | None = None,
+    progress: Progress = True,
+    write: bool = True,
+    options: CompareOptions | None = None,
+    dry_run: bool = False,
+    variants: Sequence[Variant] | None = None,
+    dataset: ArrayDataset | None = None,
+    model: nn.Module | None = None,
+    plugged: Plugged | None = None,
+    resume: Path | None = None,
+    force: bool = False,
+) -> CompareResult:
+    """Run every variant (``--grid`` product, else the config's ``[variants]``) at every seed and tuning point.
+
+    One seed and no tuning: the FLex&Chill Table 4 table. Otherwise the table over seeds
+    (:func:`~chillfl.report.compare.format_seed_table`), each variant at its best tuning point on validation accuracy.
+    ``dry_run``: build and check every run's parts, then return an empty result (nothing runs or is written).
+    ``variants``: instead of ``grid`` strings (:func:`~chillfl.sweeps.plan.grid_variants`). ``dataset`` / ``model``: a user's own
+    data and ``nn.Module`` (:func:`chillfl.compare`), as for :func:`chillfl.run`; ``plugged``: its method parts.
+    ``resume``: the interrupted comparison's ``.partial`` folder to go on in (:func:`resume_compare`; ``force`` as there).
+
+    The steps: plan and bound the runs (:func:`~chillfl.sweeps.plan.plan_runs`), build every run's parts
+    (:func:`check_runs`), claim the folder (:func:`open_folder`), run each point (:func:`run_points`), refuse a sweep
+    where every run failed (:func:`refuse_all_failed`), pick each variant's tuned point on validation
+    (:func:`pick_tuned`), tabulate (:func:`tabulate`) and write the tables (:func:`write_tables`).
+    """
+    plan = plan_runs(config, grid, options, variants, reference)
+    datasets = check_runs(plan, dataset, model, plugged, dry_run)
+    if datasets is None:
+        return CompareResult(None, [], "", complete=False)
+    if dry_run:
+        return CompareResult(None, [], "")
+    where = open_folder(config, plan, reference, resume, write, resumable=dataset is None and model is None and plugged is None)
+    lock = RunLock(where.partial) if where.partial is not None else None  # one process at a time goes on with a comparison (the first run, or a resume of it)
+    try:
+        sweep = run_points(plan, where, resume is not None, force, progress, datasets, model, plugged)
+        refuse_all_failed(plan, sweep, where)
+        picked = pick_tuned(plan, sweep)
+        tables = tabulate(config, plan, picked)
+        write_tables(config, plan, picked, tables, where)
+        failures = {c.config.name: sweep.failures[c.key] for c in plan.cells if c.key in sweep.failures}
+        return CompareResult(where.folder, tables.rows, tables.table, tables.outputs, failures=failures)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def resume_compare(folder: str | Path, *, progress: Progress = True, force: bool = False) -> CompareResult:
+    """Go on with the interrupted comparison in ``folder`` (its ``.partial`` folder; :mod:`chillfl.sweeps.resume`): the whole sweep's table.
+
+    ``force``: resume a run whose files changed since its checkpoint (as ``chillfl resume --force``).
+    """
+    path = Path(folder)
+    check_resumable(path)
+    variants, options, reference = read_sweep(path, force)
+    return run_compare(load_config(path / "config.toml"), [], reference=reference, progress=progress, options=options, variants=variants, resume=path, force=force)
+
+
+def point_saved_configs_to(folder: Path, partial: Path) -> None:
+    """Each sub-run's saved config names the finished folder as its ``out_dir`` (not the renamed ``.partial``),
+    so ``chillfl run FOLDER/RUN/config.toml`` reruns it beside its siblings instead of recreating ``.partial``."""
+    for path in folder.glob("*/config.toml"):
+        saved = tomllib.loads(path.read_text(encoding="utf-8"))
+        if saved.get("out_dir") == str(partial):
+            saved["out_dir"] = str(folder)
+            path.write_text(to_toml(saved), encoding="utf-8")
+

@@ -1,0 +1,160 @@
+"""Temperature policies by name: ``[temperature] policy = "..."`` -> a :class:`PolicySpec`.
+
+The mechanism, not the catalogue: each built-in's spec lives next to its code and is named there
+with :func:`register_policy` (``base.py``: ``none`` and ``fixed``; ``fedchill.py``: ``fedchill``);
+the modules of this package are imported on the first lookup. A user's policy comes in by import
+path or a ``chillfl.plugins`` entry point, as a policy class or a ``PolicySpec``, and becomes the
+same spec (:func:`user_policy`); a plugin may also call :func:`register_policy` itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import numpy as np
+
+from chillfl.capabilities import Capabilities
+from chillfl.errors import ConfigError, choice_error
+from chillfl.options import NoOptions, parse_options
+from chillfl.plugins import has_methods, plugin_names, resolve
+from chillfl.temperature.policy import TemperaturePolicy
+
+if TYPE_CHECKING:  # annotations only
+    from chillfl.config import RunConfig
+
+ClassCounts = np.ndarray | Callable[[], np.ndarray]
+"""The [clients, classes] label-count matrix, or a function computing it (called only by a policy that must read it)."""
+
+Check = Callable[[Any, "RunConfig", str], None]
+"""``check(options, config, section)``: a ConfigError on a misfit of the parsed options with the whole run."""
+
+
+def _no_check(options: Any, config: RunConfig, section: str) -> None:
+    return None
+
+
+def _no_limits(options: Any) -> Capabilities:
+    return Capabilities()
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy's option dataclass, how to build it from (options, class counts), one line about it, and what it declares."""
+
+    options: type
+    build: Callable[[Any, ClassCounts], TemperaturePolicy]
+    """``counts`` may be a function computing them (a pass over every client's labels): a policy calls it only if it must."""
+    summary: str
+    capabilities: Callable[[Any], Capabilities] = _no_limits
+    """What core code may ask, from the parsed options (FedChill's ``on_flower`` depends on its
+    ``normalisation`` and ``measure``: a server that reads every client's label counts cannot run on Flower)."""
+    check: Check = _no_check
+    """Its checks against the whole run config, before anything is built (also on ``--dry-run``)."""
+
+
+_REGISTERED: dict[str, PolicySpec] = {}
+_LOADED = False
+
+
+def register_policy(name: str, spec: PolicySpec) -> PolicySpec:
+    """Name ``spec`` ``name``: how each built-in registers its spec next to its code, and a plugin may too.
+
+    Returns ``spec`` (``SPEC = register_policy("fixed", PolicySpec(...))``); a name registered twice is an error.
+    """
+    if name in _REGISTERED and _REGISTERED[name] is not spec:
+        raise ValueError(f"temperature policy {name!r} is registered twice")
+    _REGISTERED[name] = spec
+    return spec
+
+
+def _load_builtins() -> None:
+    """Import every module of :mod:`chillfl.temperature` once, so that each built-in has registered its spec."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    package = importlib.import_module("chillfl.temperature")
+    try:
+        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+            importlib.import_module(f"chillfl.temperature.{module}")
+    except BaseException:
+        _LOADED = False
+        raise
+
+
+def registered_policies() -> dict[str, PolicySpec]:
+    """The registered specs by name (a copy: the registry changes through :func:`register_policy` only)."""
+    _load_builtins()
+    return dict(sorted(_REGISTERED.items()))
+
+
+POLICY_METHODS = ("temperature", "observe", "client_half", "state_dict", "load_state_dict")
+"""What a user's policy class has (:class:`~chillfl.temperature.base.TemperaturePolicy`): how a registry recognises one."""
+
+
+def policy_names() -> list[str]:
+    """Registered names and the ``chillfl.plugins`` entry points that name a policy."""
+    return sorted({*registered_policies(), *plugin_names(lambda obj: isinstance(obj, PolicySpec) or has_methods(obj, POLICY_METHODS))})
+
+
+def user_policy(obj: Any, name: str, field: str) -> PolicySpec:
+    """A user's object (import path or entry point) as a :class:`PolicySpec`, or a ConfigError on ``field``.
+
+    ``obj`` is a ``PolicySpec`` (the built-ins' form), or a policy class: ``cls(options)`` when it
+    declares an ``Options`` dataclass (parsed and validated like a built-in's), ``cls()`` otherwise.
+    """
+    if isinstance(obj, PolicySpec):
+        return obj
+    if not isinstance(obj, type):
+        raise ConfigError(field, f"{name!r} must name a temperature policy class or a PolicySpec, got {type(obj).__name__}")
+    if not has_methods(obj, POLICY_METHODS):
+        missing = [m for m in POLICY_METHODS if not callable(getattr(obj, m, None))]
+        raise ConfigError(field, f"{name!r} is not a temperature policy: it lacks {', '.join(missing)} (see chillfl.extend.TemperaturePolicy)")
+    options = getattr(obj, "Options", None)
+    if options is None:
+        return PolicySpec(NoOptions, lambda o, counts: obj(), name)
+    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        raise ConfigError(field, f"{name!r}: its Options must be a dataclass, got {options!r}")
+    return PolicySpec(options, lambda o, counts: obj(o), name)
+
+
+def policy_spec(name: Any, section: str = "temperature") -> PolicySpec:
+    """The registered policy ``name``, or a user's (``"pkg.module:Name"``, a ``chillfl.plugins`` entry point)."""
+    registered = registered_policies()
+    if isinstance(name, str) and name in registered:
+        return registered[name]
+    found = resolve(name, f"{section}.policy") if isinstance(name, str) and name else None
+    if found is None:
+        raise choice_error(f"{section}.policy", name, policy_names())
+    return user_policy(found, name, f"{section}.policy")
+
+
+def parse_policy(table: Mapping[str, Any], section: str = "temperature") -> tuple[PolicySpec, Any]:
+    """The spec ``table['policy']`` names and the rest of the table parsed as its options."""
+    spec = policy_spec(table.get("policy"), section)
+    return spec, parse_options(spec.options, {k: v for k, v in table.items() if k != "policy"}, section)
+
+
+def make_policy(table: Mapping[str, Any], class_counts: ClassCounts, section: str = "temperature") -> TemperaturePolicy:
+    """Build the policy named by ``table['policy']`` with the rest of the table as its options.
+
+    ``class_counts``: the [clients, classes] matrix, or a function computing it, called only by a policy that must read it.
+    """
+    spec, options = parse_policy(table, section)
+    return spec.build(options, class_counts)
+
+
+def policy_capabilities(table: Mapping[str, Any], section: str = "temperature") -> Capabilities:
+    """What the configured policy declares for its options (e.g. whether it runs on Flower)."""
+    spec, options = parse_policy(table, section)
+    return spec.capabilities(options)
+
+
+def check_policy(config: RunConfig, section: str = "temperature") -> None:
+    """Parse ``config``'s policy table and run the spec's own ``check`` against the whole run."""
+    spec, options = parse_policy(config.temperature, section)
+    spec.check(options, config, section)

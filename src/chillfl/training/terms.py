@@ -1,0 +1,297 @@
+"""Loss terms: what a term of the local objective is (:class:`LossTerm`, :class:`BatchTerm`), and terms by name.
+
+``[objective] terms = ["proximal", "pkg.mod:Term", ...]`` adds named terms to any method that accepts terms.
+
+The mechanism, not the catalogue: a built-in term's :class:`TermSpec` is registered next to its
+code with :func:`register_term` (:mod:`chillfl.training.objective`: ``proximal``); a plugin
+registers its own the same way, or is named by import path or ``chillfl.plugins`` entry point, as
+a ``TermSpec`` or a term class (``cls(options)`` when it declares an ``Options`` dataclass,
+``cls()`` otherwise). An entry of ``terms`` is a name, or a table ``{name = "...", <options>}``.
+
+A term reads what it needs from the client's context (``reads``); a term added from the config
+gets there only what its spec declares it reads from the run: numbers from its options
+(:attr:`TermSpec.sends`) and the round's start model (:attr:`TermSpec.anchor`), which the
+parameter-sharing protocol adds to every client's context. ``[objective] proximal_mu = x`` is the
+``proximal`` term with ``mu = x``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence, cast
+
+import torch
+from torch import nn
+
+from chillfl.errors import ConfigError, choice_error
+from chillfl.options import NoOptions, parse_options
+from chillfl.plugins import has_methods, plugin_names, resolve
+
+Params = dict[str, torch.Tensor]
+
+Wire = float | torch.Tensor | dict[str, torch.Tensor]
+"""What one entry of a message between server and client may hold: a number, a tensor, or a name -> tensor table."""
+
+Context = Mapping[str, Wire]
+"""What the local objective's terms read (``mu``, ``correction``, ``moon_prev``, ...), by name; each term
+declares the names it reads in ``reads``. Under the vectorised executor a number arrives as a 0-d tensor."""
+
+
+def read_table(context: Context, key: str) -> Mapping[str, torch.Tensor]:
+    """``context[key]`` as a name -> tensor table (a model, a control variate)."""
+    value = context[key]
+    if not isinstance(value, Mapping):
+        raise TypeError(f"context[{key!r}] must be a name -> tensor table, got {type(value).__name__}")
+    return value
+
+
+def read_number(context: Context, key: str) -> float | torch.Tensor:
+    """``context[key]`` as a number (a float, or a 0-d tensor under vmap)."""
+    value = context[key]
+    if isinstance(value, Mapping):
+        raise TypeError(f"context[{key!r}] must be a number, got a table")
+    return value
+
+
+def read_tensor(context: Context, key: str) -> torch.Tensor:
+    """``context[key]`` as a tensor."""
+    value = context[key]
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"context[{key!r}] must be a tensor, got {type(value).__name__}")
+    return value
+
+
+
+
+class LossTerm(Protocol):
+    """An additive term of the local objective: term(params, context) -> scalar; ``reads`` names its context keys."""
+
+    reads: tuple[str, ...]
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
+        ...
+
+
+
+
+@dataclass
+class StepView:
+    """What a batch term sees of one training step (see :class:`BatchTerm`).
+
+    ``features`` is the model's representation (the input of its last
+    ``nn.Linear``, :mod:`chillfl.models.parts`) and ``logits`` its output, both
+    of the training forward, so a term's gradient flows through them;
+    ``captured`` maps each module a term asked for (``BatchTerm.captures``) to
+    its (input, output) in that forward. ``model`` is the step's template
+    (run it with ``torch.func.functional_call``); ``buffers`` the client's.
+    """
+
+    model: nn.Module
+    """The step's template module (parameters come as ``params``: run it with ``torch.func.functional_call``)."""
+    x: torch.Tensor
+    """The batch's inputs, ``[batch, ...]``."""
+    y: torch.Tensor
+    """The batch's integer labels, ``[batch]``."""
+    features: torch.Tensor
+    """The representation, ``[batch, d]`` float: the input of the model's last ``nn.Linear`` in this forward."""
+    logits: torch.Tensor
+    """The model's output, ``[batch, num_classes]``, of the same forward (not divided by the temperature)."""
+    base_loss: torch.Tensor
+    """The scalar base loss of the step (temperature cross-entropy, or the method's own)."""
+    buffers: Mapping[str, torch.Tensor]
+    """The client's buffers (BatchNorm statistics), by name."""
+    captured: Mapping[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    """(input, output) of each module named in the terms' ``captures``, in this forward."""
+
+
+class BatchTerm(Protocol):
+    """A term that reads the step's batch and forward: term(params, context, step) -> scalar.
+
+    MOON, FedAlign and FedGen regularise representations, not parameters, so
+    they need the batch. :class:`~chillfl.training.local.StepLoss` tells the
+    two kinds apart by ``per_batch`` (True here); ``captures`` names modules
+    whose (input, output) the training forward records for the term.
+    """
+
+    per_batch: bool
+    captures: tuple[str, ...]
+    reads: tuple[str, ...]
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context, step: StepView) -> torch.Tensor:
+        ...
+
+
+def is_batch_term(term: object) -> bool:
+    """Whether ``term`` is a :class:`BatchTerm` (reads the batch) rather than a :class:`LossTerm`."""
+    return bool(getattr(term, "per_batch", False))
+
+
+Term = LossTerm | BatchTerm
+"""Any additive term of the local objective."""
+
+
+def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Context, step: StepView | None) -> torch.Tensor:
+    """``term``'s value: a batch term gets the step (which the caller builds only when some term needs it)."""
+    if is_batch_term(term):
+        assert step is not None, "a batch term needs the step's view"
+        return cast(BatchTerm, term)(params, context, step)
+    return cast(LossTerm, term)(params, context)
+
+
+class ContextError(ValueError):
+    """A term reads a context key that the round's context lacks: the method's downlink or client half must put it there."""
+
+
+def check_reads(terms: Sequence[Term], context: Mapping[str, Any], client_id: int) -> None:
+    """Every key the ``terms`` declare in ``reads`` is in ``context``; else one :class:`ContextError` naming the term and key.
+
+    Checked once per client training (not per step): a missing key is a bug in a method's
+    ``downlink``/``ClientHalf.prepare``, best reported before any step, by name.
+    """
+    for term in terms:
+        missing = [key for key in term.reads if key not in context]
+        if missing:
+            have = ", ".join(sorted(map(str, context))) or "nothing"
+            raise ContextError(
+                f"{type(term).__qualname__} reads context key(s) {', '.join(map(repr, missing))}, which client {client_id}'s context "
+                f"lacks (it has: {have}); the aggregator's downlink or its client half's prepare must provide them"
+            )
+
+
+# ----------------------------------------------------------------------------- terms by name
+
+
+def _sends_nothing(options: Any) -> Mapping[str, float]:
+    return {}
+
+
+@dataclass(frozen=True)
+class TermSpec:
+    """A loss term's option dataclass, how to build it, one line about it, and what it reads from the run."""
+
+    options: type
+    build: Callable[[Any], Term]
+    summary: str
+    sends: Callable[[Any], Mapping[str, float]] = _sends_nothing
+    """Numbers the term reads from each client's context, from its options (the proximal term's ``mu``)."""
+    anchor: str | None = None
+    """The context key under which the term reads the round's start model (``global_params``); None: it reads none."""
+
+
+_REGISTERED: dict[str, TermSpec] = {}
+_BUILTIN_MODULES = ("chillfl.training.objective",)
+"""The modules that register built-in terms (imported on the first lookup)."""
+
+TERM_METHODS = ("__call__",)
+
+
+def register_term(name: str, spec: TermSpec) -> TermSpec:
+    """Name ``spec`` ``name`` (each built-in next to its code; a plugin the same way); a name registered twice is an error."""
+    if name in _REGISTERED and _REGISTERED[name] is not spec:
+        raise ValueError(f"loss term {name!r} is registered twice")
+    _REGISTERED[name] = spec
+    return spec
+
+
+def registered_terms() -> dict[str, TermSpec]:
+    """The registered specs by name (a copy)."""
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
+    return dict(sorted(_REGISTERED.items()))
+
+
+def _is_term_class(obj: Any) -> bool:
+    return has_methods(obj, TERM_METHODS) and isinstance(getattr(obj, "reads", None), tuple)
+
+
+def term_names() -> list[str]:
+    """Registered names and the ``chillfl.plugins`` entry points that name a term."""
+    return sorted({*registered_terms(), *plugin_names(lambda obj: isinstance(obj, TermSpec) or _is_term_class(obj))})
+
+
+def user_term(obj: Any, name: str, field: str) -> TermSpec:
+    """A user's object (import path or entry point) as a :class:`TermSpec`, or a ConfigError on ``field``."""
+    if isinstance(obj, TermSpec):
+        return obj
+    if not _is_term_class(obj):
+        raise ConfigError(field, f"{name!r} is not a loss term: give a TermSpec, or a class with a ``reads`` tuple and __call__ (see chillfl.extend.LossTerm, BatchTerm)")
+    options = getattr(obj, "Options", None)
+    if options is None:
+        return TermSpec(NoOptions, lambda o: obj(), name)
+    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        raise ConfigError(field, f"{name!r}: its Options must be a dataclass, got {options!r}")
+    return TermSpec(options, lambda o: obj(o), name)
+
+
+def term_spec(name: Any, field: str) -> TermSpec:
+    """The registered term ``name``, or a user's (``"pkg.module:Name"``, a ``chillfl.plugins`` entry point)."""
+    registered = registered_terms()
+    if isinstance(name, str) and name in registered:
+        return registered[name]
+    found = resolve(name, field) if isinstance(name, str) and name else None
+    if found is None:
+        raise choice_error(field, name, term_names())
+    return user_term(found, name, field)
+
+
+@dataclass(frozen=True)
+class ObjectiveTerm:
+    """One term the config adds: its parsed spec and options, and the config field it came from (for errors)."""
+
+    spec: TermSpec
+    options: Any
+    field: str
+
+    def build(self) -> Term:
+        return self.spec.build(self.options)
+
+
+class ObjectiveTable(Protocol):
+    """What this module reads of ``[objective]`` (:class:`chillfl.config.ObjectiveConfig`, which imports this package)."""
+
+    @property
+    def proximal_mu(self) -> float: ...
+
+    @property
+    def terms(self) -> Sequence[str | Mapping[str, Any]]: ...
+
+
+def configured_terms(objective: ObjectiveTable, section: str = "objective") -> list[ObjectiveTerm]:
+    """``[objective]``'s terms in order (``proximal_mu`` first, then ``terms``), parsed; a ConfigError names the field."""
+    out: list[ObjectiveTerm] = []
+    if objective.proximal_mu != 0:
+        field = f"{section}.proximal_mu"
+        proximal = term_spec("proximal", field)
+        out.append(ObjectiveTerm(proximal, parse_options(proximal.options, {"mu": objective.proximal_mu}, field), field))
+    for entry in objective.terms:
+        field = f"{section}.terms"
+        name, table = (entry, {}) if isinstance(entry, str) else (entry.get("name"), {k: v for k, v in entry.items() if k != "name"})
+        spec = term_spec(name, field)
+        out.append(ObjectiveTerm(spec, parse_options(spec.options, table, field), field))
+    check_context(out)
+    return out
+
+
+def check_context(terms: list[ObjectiveTerm]) -> None:
+    """Two terms that send the same context key would read each other's value: refused, naming the later one's field."""
+    seen: dict[str, str] = {}
+    for term in terms:
+        keys = [*term.spec.sends(term.options), *([term.spec.anchor] if term.spec.anchor else [])]
+        for key in keys:
+            if key in seen and not (term.spec.anchor == key and seen[key] == "anchor"):
+                raise ConfigError(term.field, f"{term.spec.summary!r} sends context key {key!r}, which another [objective] term sends too; set one of the two")
+            seen[key] = "anchor" if key == term.spec.anchor else "number"
+
+
+def objective_context(objective: ObjectiveTable) -> tuple[dict[str, float], tuple[str, ...]]:
+    """What the parameter-sharing protocol adds to every client's context for ``[objective]``'s terms:
+    their numbers (by key) and the keys under which they read the round's start model."""
+    numbers: dict[str, float] = {}
+    anchors: list[str] = []
+    for term in configured_terms(objective):
+        numbers.update(term.spec.sends(term.options))
+        if term.spec.anchor is not None and term.spec.anchor not in anchors:
+            anchors.append(term.spec.anchor)
+    return numbers, tuple(anchors)

@@ -1,0 +1,53 @@
+"""Run figures are declared: the runner draws the common ones and those a method's spec names, looked up by name
+in :mod:`chillfl.plots.registry`, where each plot module registers its own."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from chillfl import runner
+from chillfl.aggregation.registry import algorithm_spec
+from chillfl.config import load_config
+from chillfl.plots.registry import COMMON, registered_figures
+from chillfl.runner import run_experiment
+
+BASE = {
+    "dataset.name": "digits",
+    "model.name": "mlp",
+    "federation.num_clients": 4,
+    "federation.rounds": 3,
+    "client.batch_size": 32,
+    "client.lr": 0.1,
+    "eval.client_split_size": 20,
+}
+
+
+def _pngs(tmp_path: Path, **over: object) -> set[str]:
+    out = run_experiment(load_config(None, {**BASE, "out_dir": str(tmp_path), **over}), progress=False)
+    assert out.folder is not None
+    return {p.name for p in out.folder.glob("*.png")}
+
+
+def test_a_pa3fed_run_writes_its_declared_clp_figure_and_a_fedavg_run_does_not(tmp_path: Path) -> None:
+    assert "clp" in algorithm_spec("pa3fed").figures and not algorithm_spec("fedavg").figures
+    pa3fed = _pngs(tmp_path / "a", **{"algorithm.name": "pa3fed"})
+    fedavg = _pngs(tmp_path / "b")
+    assert "clp.png" in pa3fed and "accuracy_loss.png" in pa3fed
+    assert "clp.png" not in fedavg and "accuracy_loss.png" in fedavg
+
+
+def test_every_figure_a_spec_or_the_runner_names_is_registered() -> None:
+    figures = registered_figures()
+    assert {*COMMON, "accuracy_vs_bytes", "clp"} <= set(figures)
+    assert figures["clp"].file == "clp.png"
+
+
+def test_a_declared_figure_nobody_registers_is_skipped_with_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(runner, "method_figures", lambda config: ("nowhere",))
+    with caplog.at_level(logging.WARNING, logger=runner.log.name):
+        pngs = _pngs(tmp_path)
+    assert "accuracy_loss.png" in pngs
+    assert any("'nowhere'" in r.getMessage() for r in caplog.records)

@@ -330,3 +330,4 @@ def test_available_lists_every_registry() -> None:
     names = chillfl.available()
     assert {"fedavg", "scaffold", "pa3fed"} <= set(names["algorithms"]) and "scarlet" in names["distillation_methods"]
     assert names["models"] == registries()["models"]
+    assert {"fedproto", "fedhkd"} <= set(names["prototype_methods"]) and "proximal" in names["loss_terms"]

@@ -31,7 +31,7 @@ from chillfl.runner import CHECKPOINT, MODEL, resume_experiment, run_experiment
 DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 SRC = Path(__file__).resolve().parents[1] / "src"
 EXECUTORS = ("sequential", "vectorized", "processes")
-FENCE = re.compile(r"(?:<!-- (file|example|output): ([\w.-]+) -->\n)?```(\w+)\n(.*?)^```", flags=re.S | re.M)
+FENCE = re.compile(r"(?:<!-- (file|example|prints): ([\w.-]+) -->\n)?```(\w+)\n(.*?)^```", flags=re.S | re.M)
 
 
 def blocks() -> list[tuple[str | None, str | None, str, str]]:
@@ -55,8 +55,8 @@ def example(name: str) -> str:
 
 
 def output(name: str) -> str:
-    """The page's ``<!-- output: NAME -->`` block: what example NAME prints (a real run's output, pasted)."""
-    found = [source for kind, n, _, source in blocks() if kind == "output" and n == name]
+    """The page's ``<!-- prints: NAME -->`` block: what example NAME prints (a real run's output, pasted)."""
+    found = [source for kind, n, _, source in blocks() if kind == "prints" and n == name]
     assert len(found) == 1, f"no output {name!r} in {DOC}"
     return found[0]
 
@@ -76,7 +76,7 @@ def test_every_block_is_run_by_a_test() -> None:
     assert all(k is not None or lang == "text" for k, _, lang in kinds), "an unmarked code block: mark it and run it here"
     assert {n for k, n, _ in kinds if k == "file"} == {"my_methods.py", "my_feddyn.toml", "my_prototypes.toml", "pyproject.toml"}
     assert {n for k, n, _ in kinds if k == "example"} == {"python", "cli", "config", "softlabels", "prototypes"}
-    assert {n for k, n, _ in kinds if k == "output"} == {"prototypes"}
+    assert {n for k, n, _ in kinds if k == "prints"} == {"prototypes"}
     assert len(texts()) == 2  # the error line and `chillfl list`, each checked below
 
 

@@ -135,7 +135,12 @@ def test_checkpoint_round_trip_continues_exactly(method):
 
 
 def test_prototypes_table_is_parsed_once_per_config(monkeypatch):
-    """[prototypes] is parsed when the config is validated, and only then: building and running read ``config.prototype_settings``."""
+    """[prototypes] is parsed when the config is validated, and only then: building and running read ``config.prototype_settings``.
+
+    The config is resolved first, as the CLI and the Python API make it. A run resolves what it gets, and a
+    complete config comes back as the same object, so building and running parse nothing.
+    """
+    from chillfl.resolve import resolved
     from chillfl.runner import run_experiment
     from chillfl.settings import prototypes as settings
 
@@ -147,7 +152,10 @@ def test_prototypes_table_is_parsed_once_per_config(monkeypatch):
         return real(*args)
 
     monkeypatch.setattr(settings, "PrototypeSettings", counted)  # parse_prototypes builds every settings object through this name
-    cfg = load_config(None, {**BASE, "prototypes.method": "fedproto", "federation.rounds": 1})
-    assert made == ["fedproto"] and isinstance(cfg.prototype_settings, real)
+    cfg = resolved(load_config(None, {**BASE, "prototypes.method": "fedproto", "federation.rounds": 1}))
+    made.clear()
+    assert resolved(cfg) is cfg
+    made.clear()
+    assert isinstance(cfg.prototype_settings, real)
     assert len(run_experiment(cfg, write=False, progress=False).records) == 1
-    assert made == ["fedproto"], f"[prototypes] parsed again while building and running: {made}"
+    assert made == [], f"[prototypes] parsed again while building and running: {made}"

@@ -276,7 +276,7 @@ def test_vectorized_conv_model_with_dropout_still_falls_back_instead_of_racing_t
 
 @pytest.mark.parametrize("method", ["scarlet", "fedmd"])
 def test_soft_label_phases_use_the_runs_compute_settings(method: str) -> None:
-    """Distillation on the public set, the server model's training and FedMD's transfer learning are trained like private data.
+    """Distillation on the public set, the server model's training and FedMD's transfer learning (its declared pretraining) are trained like private data.
 
     Before, SCARLET's distill/server specs were built without these fields, and
     later FedMD's transfer spec too, so those phases silently ran contiguous
@@ -291,7 +291,7 @@ def test_soft_label_phases_use_the_runs_compute_settings(method: str) -> None:
         over["distillation.transfer_epochs"] = 1
     protocol = build_protocol(build_experiment(load_config(None, over)))
     specs = protocol.specs  # type: ignore[attr-defined]
-    transfer = protocol.client.transfer  # type: ignore[attr-defined]
+    transfer = protocol.client.pretraining  # type: ignore[attr-defined]
     phases = [specs.client, specs.distill, specs.server] + (list(transfer.specs) if method == "fedmd" else [])
     assert method != "fedmd" or transfer is not None
     for spec in phases:

@@ -48,7 +48,9 @@ from chillfl.resolve import is_default_table, resolved
 from chillfl.reproduce import reproduce as reproduce_claims
 from chillfl.runner import Callback, RunOutput, run_experiment
 from chillfl.settings.distillation import method_names
+from chillfl.settings.prototypes import method_names as prototype_method_names
 from chillfl.temperature import POLICY_METHODS, policy_names
+from chillfl.training.terms import term_names
 from chillfl.tune import parse_tune
 
 ConfigLike = Union[RunConfig, Mapping[str, Any], str, Path, None]
@@ -587,6 +589,8 @@ def available() -> dict[str, list[str]]:
         "distillation_methods": method_names(),
         "models": model_names(),
         "partitioners": partitioner_names(),
+        "prototype_methods": prototype_method_names(),
         "temperature_policies": policy_names(),
+        "loss_terms": term_names(),
     }
 

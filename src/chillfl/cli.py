@@ -255,6 +255,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from chillfl.settings.distillation import method_names
     from chillfl.settings.prototypes import method_names as prototype_method_names
     from chillfl.temperature import policy_names
+    from chillfl.training.terms import term_names
 
     for title, names in (
         ("datasets", dataset_names()),
@@ -264,6 +265,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         ("algorithms", algorithm_names()),
         ("distillation methods", method_names()),
         ("prototype methods", prototype_method_names()),
+        ("loss terms", term_names()),
     ):
         print(textwrap.fill(f"{title}: {', '.join(names)}", width=100, subsequent_indent="    "))
     print("experiments (`chillfl list experiments`: paper, data, minutes):")

@@ -23,13 +23,19 @@ one :class:`~chillfl.errors.ConfigError` line naming the field.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import logging
+import pkgutil
 import re
+from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, choice_error
+from chillfl.options import short_repr
 
 log = logging.getLogger(__name__)
 
@@ -95,3 +101,95 @@ def resolve(name: str, field: str) -> Any | None:
         return load_object(name, field)
     path = entry_points().get(name)
     return None if path is None else load_object(path, field)
+
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Specs named next to their code: each built-in module calls :meth:`register` at import.
+
+    ``modules``: what registers the built-ins, imported on the first lookup: a package (every module
+    of it, so a new built-in module needs no list edited) or single modules. A name registered twice
+    is a programming error: two methods would answer to it.
+    """
+
+    def __init__(self, what: str, *, package: str | None = None, modules: Sequence[str] = ()) -> None:
+        self.what = what
+        self.package = package
+        self.modules = tuple(modules)
+        self._specs: dict[str, T] = {}
+        self._loaded = False
+
+    def register(self, name: str, spec: T) -> T:
+        """Name ``spec`` ``name``; returns ``spec`` (``SPEC = register_x("name", XSpec(...))``)."""
+        if name in self._specs and self._specs[name] is not spec:
+            raise ValueError(f"{self.what} {name!r} is registered twice")
+        self._specs[name] = spec
+        return spec
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True  # first: a module imported here that looks a name up must not start the walk again
+        try:
+            modules = list(self.modules)
+            if self.package is not None:
+                package = importlib.import_module(self.package)
+                modules += [f"{self.package}.{m.name}" for m in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name)]
+            for module in modules:
+                importlib.import_module(module)
+        except BaseException:
+            self._loaded = False  # a broken module fails every lookup, not only the first
+            raise
+
+    def specs(self) -> dict[str, T]:
+        """Every registered spec by name, sorted (a copy: the registry changes through :meth:`register` only)."""
+        self._load()
+        return dict(sorted(self._specs.items()))
+
+
+@functools.lru_cache(maxsize=None)
+def package_modules(package: str) -> tuple[str, ...]:
+    """The modules of a ``chillfl`` subpackage, by file name (listed, not imported: listing stays light)."""
+    folder = Path(__file__).resolve().parent.joinpath(*package.split(".")[1:])
+    return tuple(sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")))
+
+
+@dataclass(frozen=True)
+class SpecFamily:
+    """A family whose built-ins are the modules of one package, each exporting its spec as ``SPEC``.
+
+    A built-in ``name`` is the import path ``{package}.{name}:SPEC``, and a plugin names its spec by
+    import path or entry point: both are loaded by :func:`load_object` and checked the same way, so a
+    built-in comes in exactly as a plugin does.
+    """
+
+    package: str
+    field: str
+    """The config key that names a method, e.g. ``distillation.method``."""
+    kind: str
+    """What a spec of the family is called in messages, e.g. ``chillfl.extend.SoftLabelSpec``."""
+    is_spec: Callable[[Any], bool]
+
+    def built_in_names(self) -> tuple[str, ...]:
+        return package_modules(self.package)
+
+    def names(self) -> list[str]:
+        """Built-in names and the ``chillfl.plugins`` entry points that name a spec of this family."""
+        return sorted({*self.built_in_names(), *plugin_names(self.is_spec)})
+
+    def spec(self, name: object) -> Any:
+        """The spec ``name`` names; a ConfigError on :attr:`field` when there is none or it is no spec of this family."""
+        if isinstance(name, str) and name in self.built_in_names():
+            found = load_object(f"{self.package}.{name}:SPEC", self.field)
+        else:
+            found = resolve(name, self.field) if isinstance(name, str) and name else None
+            if found is None:
+                raise choice_error(self.field, name, self.names())
+        if not self.is_spec(found):
+            raise ConfigError(self.field, f"{name!r} must name a {self.kind}, got {short_repr(found)}")
+        options = found.options
+        if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+            raise ConfigError(self.field, f"{name!r}: its options must be a dataclass, got {options!r}")
+        return found

@@ -135,9 +135,10 @@ def prototypes_table(settings: PrototypeSettings | None) -> dict[str, Any]:
 def resolved(config: RunConfig) -> RunConfig:
     """``config`` with every part's table complete (see the module docstring); a ConfigError names any bad option.
 
-    Idempotent, and the run of the result is bitwise the run of ``config``.
+    Idempotent, and the run of the result is bitwise the run of ``config``. A config that is complete
+    already comes back as the same object: nothing is parsed again (runs and sweeps resolve what they get).
     """
-    return dataclasses.replace(
+    out = dataclasses.replace(
         config,
         dataset=dataset_table(config.dataset),
         partition=partition_table(config.partition),
@@ -147,6 +148,7 @@ def resolved(config: RunConfig) -> RunConfig:
         distillation=distillation_table(config.distillation_setup),
         prototypes=prototypes_table(config.prototype_settings),
     )
+    return config if out == config else out
 
 
 def unset_options(config: RunConfig) -> list[str]:

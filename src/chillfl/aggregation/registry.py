@@ -18,9 +18,7 @@ instead of names. A wrapper (PA3Fed) names the algorithm it wraps in one option
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-import pkgutil
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -30,7 +28,7 @@ from chillfl.aggregation.base import Aggregator, holds_personal_model
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import parse_options
-from chillfl.plugins import has_methods, plugin_names, resolve
+from chillfl.plugins import Registry, has_methods, plugin_names, resolve
 from chillfl.training.objective import Term
 
 if TYPE_CHECKING:  # annotations only
@@ -81,8 +79,8 @@ class AlgorithmSpec:
     ``<wraps>_options``; None: it wraps none. Generic code (the Flower apps, the resolved config) follows it."""
 
 
-_REGISTERED: dict[str, AlgorithmSpec] = {}
-_LOADED = False
+_REGISTRY: Registry[AlgorithmSpec] = Registry("algorithm", package="chillfl.aggregation")
+"""The built-ins, each registered by its own module; every module of this package is imported on the first lookup."""
 
 
 def register_algorithm(name: str, spec: AlgorithmSpec) -> AlgorithmSpec:
@@ -91,31 +89,12 @@ def register_algorithm(name: str, spec: AlgorithmSpec) -> AlgorithmSpec:
     Returns ``spec`` so that a module may keep it (``SPEC = register_algorithm("fedprox", AlgorithmSpec(...))``).
     A name registered twice is a programming error (two methods would answer to it).
     """
-    if name in _REGISTERED and _REGISTERED[name] is not spec:
-        raise ValueError(f"algorithm {name!r} is registered twice")
-    _REGISTERED[name] = spec
-    return spec
-
-
-def _load_builtins() -> None:
-    """Import every module of this package once, so that each built-in has registered its spec."""
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True  # first: a module imported here that looks a name up must not start the walk again
-    package = importlib.import_module("chillfl.aggregation")
-    try:
-        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-            importlib.import_module(f"chillfl.aggregation.{module}")
-    except BaseException:
-        _LOADED = False  # a broken module fails every lookup, not only the first
-        raise
+    return _REGISTRY.register(name, spec)
 
 
 def registered_algorithms() -> dict[str, AlgorithmSpec]:
     """The built-ins' specs by name (a copy: the registry is changed through :func:`register_algorithm` only)."""
-    _load_builtins()
-    return dict(sorted(_REGISTERED.items()))
+    return _REGISTRY.specs()
 
 
 def __getattr__(name: str) -> Any:
@@ -140,8 +119,6 @@ def weighted_bases() -> list[str]:
     return out
 
 
-pa3fed_bases = weighted_bases
-"""The name ``chillfl.report.reference`` reads (kept until it reads :func:`weighted_bases`)."""
 
 
 @dataclass(frozen=True)

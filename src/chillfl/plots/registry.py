@@ -10,11 +10,11 @@ raises :class:`~chillfl.errors.MissingExtra` without the ``plots`` extra.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
+
+from chillfl.plugins import Registry
 
 Records = Sequence[Mapping[str, Any]]
 
@@ -32,8 +32,8 @@ class FigureSpec:
     summary: str
 
 
-_REGISTERED: dict[str, FigureSpec] = {}
-_LOADED = False
+_REGISTRY: Registry[FigureSpec] = Registry("figure", package="chillfl.plots")
+"""Every plot module registers its figures next to its plot function; all are imported on the first lookup."""
 
 COMMON = ("accuracy_loss", "temperatures")
 """The figures every run draws, before the ones its protocol and method declare."""
@@ -41,18 +41,9 @@ COMMON = ("accuracy_loss", "temperatures")
 
 def register_figure(name: str, spec: FigureSpec) -> FigureSpec:
     """Name ``spec`` ``name`` (each plot module, next to its plot function); a name registered twice is an error."""
-    if name in _REGISTERED and _REGISTERED[name] is not spec:
-        raise ValueError(f"figure {name!r} is registered twice")
-    _REGISTERED[name] = spec
-    return spec
+    return _REGISTRY.register(name, spec)
 
 
 def registered_figures() -> dict[str, FigureSpec]:
     """Every registered figure by name, after importing the plot modules (MissingExtra without matplotlib)."""
-    global _LOADED
-    if not _LOADED:
-        package = importlib.import_module("chillfl.plots")
-        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-            importlib.import_module(f"chillfl.plots.{module}")
-        _LOADED = True
-    return dict(_REGISTERED)
+    return _REGISTRY.specs()

@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from chillfl.aggregation.registry import pa3fed_bases
+from chillfl.aggregation.registry import weighted_bases
 from chillfl.config import EXECUTORS, RunConfig
 from chillfl.errors import ConfigError
 from chillfl.experiment import base_losses
@@ -107,7 +107,7 @@ def _names(module: str, function: str) -> Callable[[], list[str]]:
 
 def _algorithm_bases() -> list[str]:
     """What ``pa3fed.base`` accepts: every algorithm but PA3Fed itself, the unweighted (robust) rules and those with rules of their own."""
-    return pa3fed_bases()
+    return weighted_bases()
 
 
 def _measures() -> list[str]:

@@ -19,14 +19,12 @@ parsing a method's options imports its module (and torch), as a plugin's would. 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
 
-from chillfl.errors import ConfigError, choice_error, did_you_mean
-from chillfl.options import parse_options, short_repr
-from chillfl.plugins import load_object, plugin_names, resolve
+from chillfl.errors import ConfigError, did_you_mean
+from chillfl.options import parse_options
+from chillfl.plugins import SpecFamily
 
 SECTION = "prototypes"
 
@@ -84,33 +82,23 @@ def _is_spec(obj: Any) -> bool:
     return not isinstance(obj, type) and all(hasattr(obj, name) for name in SPEC_FIELDS)
 
 
-@functools.lru_cache(maxsize=1)
+FAMILY = SpecFamily(BUILT_IN, f"{SECTION}.method", "chillfl.extend.PrototypeSpec", _is_spec)
+"""Built-ins (one module each under ``BUILT_IN``) and plugins, found the same way (:class:`~chillfl.plugins.SpecFamily`)."""
+
+
 def built_in_names() -> tuple[str, ...]:
-    """The built-in methods: one module each under ``chillfl/prototypes/methods/`` (listed, not imported)."""
-    folder = Path(__file__).resolve().parents[1].joinpath(*BUILT_IN.split(".")[1:])
-    return tuple(sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")))
+    """The built-in methods: one module each under ``BUILT_IN`` (listed, not imported)."""
+    return FAMILY.built_in_names()
 
 
 def method_names() -> list[str]:
-    """Built-in names and the ``chillfl.plugins`` entry points that name a prototype method's spec."""
-    return sorted({*built_in_names(), *plugin_names(_is_spec)})
+    """Built-in names and the ``chillfl.plugins`` entry points that name a spec of this family."""
+    return FAMILY.names()
 
 
 def method_spec(name: Any) -> PrototypeMethodSettings:
     """The spec of method ``name``: a built-in's (its module's ``SPEC``), or a user's by import path or entry point."""
-    field_name = f"{SECTION}.method"
-    if isinstance(name, str) and name in built_in_names():
-        found = load_object(f"{BUILT_IN}.{name}:SPEC", field_name)
-    else:
-        found = resolve(name, field_name) if isinstance(name, str) and name else None
-        if found is None:
-            raise choice_error(field_name, name, method_names())
-    if not _is_spec(found):
-        raise ConfigError(field_name, f"{name!r} must name a chillfl.extend.PrototypeSpec, got {short_repr(found)}")
-    options = found.options
-    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
-        raise ConfigError(field_name, f"{name!r}: its options must be a dataclass, got {options!r}")
-    return found  # type: ignore[no-any-return]
+    return FAMILY.spec(name)  # type: ignore[no-any-return]
 
 
 def __getattr__(name: str) -> Any:

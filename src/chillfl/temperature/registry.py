@@ -10,8 +10,6 @@ same spec (:func:`user_policy`); a plugin may also call :func:`register_policy` 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -20,7 +18,7 @@ import numpy as np
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import NoOptions, parse_options
-from chillfl.plugins import has_methods, plugin_names, resolve
+from chillfl.plugins import Registry, has_methods, plugin_names, resolve
 from chillfl.temperature.policy import TemperaturePolicy
 
 if TYPE_CHECKING:  # annotations only
@@ -56,8 +54,8 @@ class PolicySpec:
     """Its checks against the whole run config, before anything is built (also on ``--dry-run``)."""
 
 
-_REGISTERED: dict[str, PolicySpec] = {}
-_LOADED = False
+_REGISTRY: Registry[PolicySpec] = Registry("temperature policy", package="chillfl.temperature")
+"""The built-ins, each registered by its own module; every module of :mod:`chillfl.temperature` is imported on the first lookup."""
 
 
 def register_policy(name: str, spec: PolicySpec) -> PolicySpec:
@@ -65,31 +63,12 @@ def register_policy(name: str, spec: PolicySpec) -> PolicySpec:
 
     Returns ``spec`` (``SPEC = register_policy("fixed", PolicySpec(...))``); a name registered twice is an error.
     """
-    if name in _REGISTERED and _REGISTERED[name] is not spec:
-        raise ValueError(f"temperature policy {name!r} is registered twice")
-    _REGISTERED[name] = spec
-    return spec
-
-
-def _load_builtins() -> None:
-    """Import every module of :mod:`chillfl.temperature` once, so that each built-in has registered its spec."""
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    package = importlib.import_module("chillfl.temperature")
-    try:
-        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-            importlib.import_module(f"chillfl.temperature.{module}")
-    except BaseException:
-        _LOADED = False
-        raise
+    return _REGISTRY.register(name, spec)
 
 
 def registered_policies() -> dict[str, PolicySpec]:
     """The registered specs by name (a copy: the registry changes through :func:`register_policy` only)."""
-    _load_builtins()
-    return dict(sorted(_REGISTERED.items()))
+    return _REGISTRY.specs()
 
 
 POLICY_METHODS = ("temperature", "observe", "client_half", "state_dict", "load_state_dict")

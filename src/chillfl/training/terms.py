@@ -18,7 +18,6 @@ parameter-sharing protocol adds to every client's context. ``[objective] proxima
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence, cast
 
@@ -27,7 +26,7 @@ from torch import nn
 
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import NoOptions, parse_options
-from chillfl.plugins import has_methods, plugin_names, resolve
+from chillfl.plugins import Registry, has_methods, plugin_names, resolve
 
 Params = dict[str, torch.Tensor]
 
@@ -180,26 +179,20 @@ class TermSpec:
     """The context key under which the term reads the round's start model (``global_params``); None: it reads none."""
 
 
-_REGISTERED: dict[str, TermSpec] = {}
-_BUILTIN_MODULES = ("chillfl.training.objective",)
-"""The modules that register built-in terms (imported on the first lookup)."""
+_REGISTRY: Registry[TermSpec] = Registry("loss term", modules=("chillfl.training.objective",))
+"""The built-in terms, registered by the modules named here (imported on the first lookup)."""
 
 TERM_METHODS = ("__call__",)
 
 
 def register_term(name: str, spec: TermSpec) -> TermSpec:
     """Name ``spec`` ``name`` (each built-in next to its code; a plugin the same way); a name registered twice is an error."""
-    if name in _REGISTERED and _REGISTERED[name] is not spec:
-        raise ValueError(f"loss term {name!r} is registered twice")
-    _REGISTERED[name] = spec
-    return spec
+    return _REGISTRY.register(name, spec)
 
 
 def registered_terms() -> dict[str, TermSpec]:
     """The registered specs by name (a copy)."""
-    for module in _BUILTIN_MODULES:
-        importlib.import_module(module)
-    return dict(sorted(_REGISTERED.items()))
+    return _REGISTRY.specs()
 
 
 def _is_term_class(obj: Any) -> bool:

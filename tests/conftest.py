@@ -6,7 +6,9 @@ executor's bitwise comparison with the sequential one meaningful.
 """
 
 import os
-from typing import Any, Callable
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 import torch
@@ -56,3 +58,23 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def user_module(tmp_path: Path) -> Iterator[Callable[[str, str], None]]:
+    """``user_module(name, source)``: a user's module, written to a folder put on ``sys.path`` as a plugin
+    author's would be; the folder and the imported module are gone again after the test."""
+    names: list[str] = []
+
+    def write(name: str, source: str) -> None:
+        (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
+        names.append(name)
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield write
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in names:
+            sys.modules.pop(name, None)
+

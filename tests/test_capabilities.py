@@ -422,3 +422,25 @@ def test_no_built_in_inherits_fedavg_but_for_its_weighted_mean() -> None:
     from chillfl.aggregation.fednova import FedNova
 
     assert not issubclass(FedNova, FedAvg) and issubclass(FedNova, AggregatorBase)
+
+
+SOFT_LABEL_PLUGIN = '''
+import dataclasses
+
+from chillfl.capabilities import Capabilities
+from chillfl.distillation.methods.dsfl import SPEC as DSFL
+
+SPEC = dataclasses.replace(DSFL, name="needs_a_server_view", capabilities=Capabilities(on_flower="its server reads every client's raw logits"))
+'''
+
+
+def test_a_soft_label_methods_declared_on_flower_is_what_the_flower_apps_refuse(user_module) -> None:
+    """The Flower apps ask the named method's capabilities, whatever its family: a plugin's reason, on its field."""
+    from chillfl.flower.apps import check_supported
+
+    user_module("needs_a_server_view", SOFT_LABEL_PLUGIN)
+    base = {"dataset.name": "digits", "distillation.public_size": 120, "distillation.subset_size": 40}
+    check_supported(load_config(None, {**base, "distillation.method": "dsfl"}))  # the built-in declares nothing: carried
+    with pytest.raises(ConfigError) as err:
+        check_supported(load_config(None, {**base, "distillation.method": "needs_a_server_view:SPEC"}))
+    assert err.value.field == "distillation.method" and "its server reads every client's raw logits" in str(err.value)

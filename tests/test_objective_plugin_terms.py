@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Callable
 
 import pytest
 import torch
@@ -49,14 +48,9 @@ class L2:
 
 
 @pytest.fixture
-def plugin(tmp_path: Path) -> Iterator[str]:
-    (tmp_path / "ext_term_plugin.py").write_text(PLUGIN)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        yield "ext_term_plugin:L2"
-    finally:
-        sys.path.remove(str(tmp_path))
-        sys.modules.pop("ext_term_plugin", None)
+def plugin(user_module: Callable[[str, str], None]) -> str:
+    user_module("ext_term_plugin", PLUGIN)
+    return "ext_term_plugin:L2"
 
 
 def test_a_plugin_term_from_the_config_is_added_to_fedavg_and_changes_the_loss_as_hand_computed(plugin: str) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import Iterator
+from typing import Callable
 
 import pytest
 
@@ -45,14 +43,9 @@ SPEC = PolicySpec(
 
 
 @pytest.fixture
-def plugin(tmp_path: Path) -> Iterator[str]:
-    (tmp_path / "ext_policy_spec.py").write_text(PLUGIN)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        yield "ext_policy_spec:SPEC"
-    finally:
-        sys.path.remove(str(tmp_path))
-        sys.modules.pop("ext_policy_spec", None)
+def plugin(user_module: Callable[[str, str], None]) -> str:
+    user_module("ext_policy_spec", PLUGIN)
+    return "ext_policy_spec:SPEC"
 
 
 def test_the_built_ins_are_registered_specs_in_their_own_modules() -> None:

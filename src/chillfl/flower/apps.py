@@ -105,6 +105,10 @@ def check_supported(config: RunConfig) -> None:
         raise ConfigError(kind.method_table or "algorithm", kind.on_flower)
     if config.checkpoint.client_models:  # soft-label and prototype clients' models, FedBN/FedPer/FedRep/Ditto/APFL's own parts
         raise ConfigError("checkpoint.client_models", "under Flower the clients' models stay on their SuperNodes; the server cannot save them (set it to false)")
+    if kind.method_capabilities is not None:  # the soft-label or prototype method, by what it declares
+        why = kind.method_capabilities(config).on_flower
+        if why is not None:
+            raise ConfigError(f"{kind.method_table}.method", f"{why}; {RUNTIME}")
     if kind.uses_aggregator:  # the algorithm and every one it wraps, by what each declares (``on_flower``)
         for field_name, _, spec in algorithm_parts(config.algorithm):
             if spec.capabilities.on_flower is not None:

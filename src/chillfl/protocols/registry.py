@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from chillfl.capabilities import Capabilities
+from chillfl.settings.distillation import DistillationSetup
+from chillfl.settings.prototypes import PrototypeSettings
 from chillfl.config import RunConfig
 from chillfl.data import FederatedData
 from chillfl.engine.protocol import ServerProtocol
@@ -28,6 +31,18 @@ def _always(config: RunConfig) -> bool:
 
 def _never(config: RunConfig) -> bool:
     return False
+
+
+def _prototype_settings(config: RunConfig) -> PrototypeSettings:
+    settings = config.prototype_settings
+    assert settings is not None, "the prototype protocol runs only when [prototypes] is set"
+    return settings
+
+
+def _distillation_setup(config: RunConfig) -> DistillationSetup:
+    setup = config.distillation_setup
+    assert setup is not None, "the soft-label protocol runs only when [distillation] names a method"
+    return setup
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,8 @@ class ProtocolKind:
     """Whether a run's report plots accuracy against the bytes sent (SCARLET Fig. 7)."""
     on_flower: str | None = None
     """Why chillfl.flower does not carry it (None: it does)."""
+    method_capabilities: Callable[[RunConfig], Capabilities] | None = None
+    """What the method its table names declares (None: ``[algorithm]``'s, read through the aggregation registry)."""
 
     def method(self, config: RunConfig) -> str:
         """The method the config names for it (``[distillation] method``, ``[prototypes] method`` or ``[algorithm] name``)."""
@@ -81,6 +98,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         build=build_prototype_sharing,
         method_table="prototypes",
         method_of=lambda config: str(config.prototypes.get("method")),
+        method_capabilities=lambda config: _prototype_settings(config).spec.capabilities,
         uses_aggregator=True,
         models_travel=share_models,
         travel_reason="[prototypes] share_model = true averages models",
@@ -94,6 +112,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         build=build_soft_label_sharing,
         method_table="distillation",
         method_of=lambda config: str(config.distillation.get("method")),
+        method_capabilities=lambda config: _distillation_setup(config).spec.capabilities,
         uses_aggregator=False,
         models_travel=_never,
         travel_reason="",

@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Protocol, runtime_checkable
 
+from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.options import parse_options, require
 from chillfl.plugins import SpecFamily
@@ -140,6 +141,11 @@ class MethodSettings(Protocol):
     @property
     def options(self) -> type:
         """Its own options, a dataclass."""
+        ...
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the method declares (read where a runtime asks, e.g. the Flower apps' ``on_flower``)."""
         ...
 
     @property

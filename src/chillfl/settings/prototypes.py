@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, runtime_checkable
 
+from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.options import parse_options
 from chillfl.plugins import SpecFamily
@@ -49,6 +50,11 @@ class PrototypeMethodSettings(Protocol):
     @property
     def options(self) -> type:
         """Its own options, a dataclass."""
+        ...
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the method declares (read where a runtime asks, e.g. the Flower apps' ``on_flower``)."""
         ...
 
     @property

@@ -12,26 +12,47 @@ import dataclasses
 import importlib
 import types
 import typing
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from chillfl.aggregation.registry import weighted_bases
+from chillfl.aggregation.registry import algorithm_names, algorithm_spec, weighted_bases
 from chillfl.config import EXECUTORS, RunConfig
 from chillfl.errors import ConfigError
 from chillfl.experiment import base_losses
-from chillfl.settings.distillation import DistillationOptions
+from chillfl.data.datasets import DATASETS
+from chillfl.data.partition import PARTITIONERS
+from chillfl.models.registry import MODELS
+from chillfl.settings.distillation import DistillationOptions, method_settings
+from chillfl.settings.distillation import method_names as soft_label_method_names
+from chillfl.settings.prototypes import method_names as prototype_method_names
+from chillfl.settings.prototypes import method_spec
+from chillfl.temperature import policy_names, policy_spec
 from chillfl.temperature.heterogeneity import MEASURES
 
-PARTS: tuple[tuple[str, str, str, str, str], ...] = (
-    ("dataset", "name", "chillfl.data.datasets", "DATASETS", ""),
-    ("partition", "name", "chillfl.data.partition", "PARTITIONERS", ""),
-    ("model", "name", "chillfl.models.registry", "MODELS", ""),
-    ("temperature", "policy", "chillfl.temperature", "policy_names", "policy_spec"),
-    ("algorithm", "name", "chillfl.aggregation.registry", "algorithm_names", "algorithm_spec"),
-    ("distillation", "method", "chillfl.settings.distillation", "method_names", "method_settings"),
-    ("prototypes", "method", "chillfl.settings.prototypes", "method_names", "method_spec"),
+@dataclass(frozen=True)
+class Part:
+    """One pluggable part of a config: its table, the key that names it, its names and how to look one up."""
+
+    section: str
+    key: str
+    names: Callable[[], Iterable[str]]
+    spec_of: Callable[[str], Any]
+    """A name's spec or options entry (a ConfigError for what it cannot find: how a plugin path is claimed)."""
+    plugins: bool = False
+    """Whether a user's import path may name one (then ``list --options PATH`` shows it under this part)."""
+
+
+PARTS: tuple[Part, ...] = (
+    Part("dataset", "name", lambda: DATASETS, DATASETS.__getitem__),
+    Part("partition", "name", lambda: PARTITIONERS, PARTITIONERS.__getitem__),
+    Part("model", "name", lambda: MODELS, MODELS.__getitem__),
+    Part("temperature", "policy", policy_names, policy_spec, plugins=True),
+    Part("algorithm", "name", algorithm_names, algorithm_spec, plugins=True),
+    Part("distillation", "method", soft_label_method_names, method_settings, plugins=True),
+    Part("prototypes", "method", prototype_method_names, method_spec, plugins=True),
 )
-"""Each part's module and either its registry (a mapping) or its names function and lookup; a family with a
-names function lists the ``chillfl.plugins`` entry points that belong to it too, so plugin options are shown."""
+"""Every part, by its registry's public names function and lookup; those that take plugins list the
+``chillfl.plugins`` entry points that belong to them too, so plugin options are shown."""
 
 
 SUBTABLES: tuple[tuple[str, str, str], ...] = (("dataset.augment", "chillfl.data.augment", "AugmentOptions"),)
@@ -39,27 +60,21 @@ SUBTABLES: tuple[tuple[str, str, str], ...] = (("dataset.augment", "chillfl.data
 
 
 def _registries(plugins: Sequence[str] = ()) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
-    """(section, name key, name -> spec) of every part whose module imports, with ``plugins`` (import paths) under their parts."""
+    """(section, name key, name -> spec) of every part, with ``plugins`` (import paths) under the parts that claim them."""
     claimed: dict[str, str] = {}
-    for section, key, module, names, lookup in PARTS:
-        try:
-            found = importlib.import_module(module)
-            listed = getattr(found, names)
-            spec_of = getattr(found, lookup) if lookup else None
-        except (ModuleNotFoundError, AttributeError):
+    for part in PARTS:
+        registry = {name: part.spec_of(name) for name in part.names()}
+        if not part.plugins:
+            yield part.section, part.key, registry
             continue
-        if spec_of is None:
-            yield section, key, listed
-            continue
-        registry = {name: spec_of(name) for name in listed()}
         for path in plugins:
             try:
-                registry[path] = spec_of(path)
+                registry[path] = part.spec_of(path)
             except ConfigError as exc:
                 claimed.setdefault(path, exc.message)
                 continue
             claimed[path] = ""
-        yield section, key, registry
+        yield part.section, part.key, registry
     for path, why in claimed.items():
         if why:
             raise ConfigError("list.options", f"{path!r} is no algorithm, temperature policy, soft-label or prototype method ({why})")
@@ -106,7 +121,7 @@ def _names(module: str, function: str) -> Callable[[], list[str]]:
 
 
 def _algorithm_bases() -> list[str]:
-    """What ``pa3fed.base`` accepts: every algorithm but PA3Fed itself, the unweighted (robust) rules and those with rules of their own."""
+    """What ``pa3fed.base`` accepts: the algorithms that declare ``takes_weights`` and no ``not_a_base``."""
     return weighted_bases()
 
 

@@ -327,17 +327,18 @@ def test_the_pages_soft_label_methods_on_hand_worked_values(workdir: Path) -> No
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_prototypes_example_prints_the_documented_output(workdir: Path, executor: str, capsys: pytest.CaptureFixture[str]) -> None:
     """The plugin runs from a dict and from the page's TOML file by import path, the same records (the block asserts it);
-    its printed accuracies are the page's output: bitwise under sequential and processes, within a sample under vectorized."""
+    its printed accuracies are the page's output within one evaluation sample (abs 0.02), under every executor.
+
+    The page's numbers were made on one CPU; another (AVX2 or AVX-512, with or without bf16) or the vectorised
+    executor's batched kernels round differently and may flip one prediction, so no executor is held to the page's
+    digits. That the dict and the TOML file give the same records, on this machine, the block asserts itself."""
     ns = _run(with_executor(example("prototypes"), executor), "prototypes")
     printed, documented = capsys.readouterr().out.splitlines(), output("prototypes").splitlines()
     assert len(ns["runs"]) == 2 and len(printed) == len(documented) == 2
-    if executor != "vectorized":
-        assert printed == documented
-    else:
-        for got, want in zip(printed, documented):
-            head, _, values = got.partition("[")
-            assert head == want.partition("[")[0]
-            assert [float(v) for v in values.rstrip("]").split(",")] == pytest.approx([float(v) for v in want.partition("[")[2].rstrip("]").split(",")], abs=0.02)
+    for got, want in zip(printed, documented):
+        head, _, values = got.partition("[")
+        assert head == want.partition("[")[0]
+        assert [float(v) for v in values.rstrip("]").split(",")] == pytest.approx([float(v) for v in want.partition("[")[2].rstrip("]").split(",")], abs=0.02)
     confident = ns["runs"]["my_methods:CONFIDENT"]
     assert confident.config.prototypes == {"method": "my_methods:CONFIDENT", "lam": 0.5}
 

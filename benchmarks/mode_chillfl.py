@@ -16,6 +16,13 @@ CIFAR-shaped and synthetic. Two ways of driving a run:
 * ``api = "run_experiment"`` (start-up timing): one
   ``run_experiment(cfg, write=False, progress=False, data=...)`` call of one
   round; the runner measures from launching this process to its return.
+* ``api = "ops"`` (op count, issue 39): as ``loop``, for 2 rounds; round 2 runs
+  under ``op_count.OpCounter`` (every aten op dispatched in this process, the
+  vectorised executor's worker threads included); on CUDA round 3 runs under
+  ``torch.profiler`` for its kernel launches (``cudaLaunchKernel`` and kin). Ops per client step = round 2's
+  ops / the round's client SGD steps (``Workload.steps_per_round``; on workload
+  3 the distillation and predictions add ops but no steps to it). The
+  ``processes`` executor trains in worker processes: not counted.
 
 ``vectorized`` and ``processes`` need ``chillfl.executors.parallel``; when that
 module is missing chillfl silently falls back to sequential, so this worker
@@ -113,10 +120,40 @@ def federated_data(w: Workload, arrays: dict[str, np.ndarray], seed: int) -> Any
     )
 
 
+def count_round_ops(rounds: Any, client_steps: int, device: str) -> dict[str, Any]:
+    """Round 1 uncounted (the probe, lazy set-up), round 2 counted: aten ops (and CUDA kernel launches) per client step."""
+    from op_count import HOST_READ, OpCounter, counting_threads, count_cuda_launches
+
+    counter = OpCounter()
+    with counting_threads(counter), counter:  # the executor's pool starts inside: its threads count too
+        next(rounds)
+        before, views_before = counter.snapshot()
+        next(rounds)
+        after, views_after = counter.snapshot()
+    ops = sum(after.values()) - sum(before.values())
+    out: dict[str, Any] = {
+        "ops_per_round": ops,
+        "compute_ops_per_round": ops - (views_after - views_before),
+        "host_reads_per_round": after[HOST_READ] - before[HOST_READ],
+        "client_steps_per_round": client_steps,
+        "ops_per_client_step": ops / client_steps,
+        "top_ops": (after - before).most_common(12),
+    }
+    if device == "cuda":
+        launches = count_cuda_launches(lambda: next(rounds))  # round 3, not under the op counter
+        out.update(cuda_launches_per_round=launches.launches, cuda_launches_per_client_step=launches.launches / client_steps,
+                   cuda_launch_calls=launches.by_name)
+    return out
+
+
 def main() -> int:
     w, spec, clock = read_spec(sys.argv)
     variant, api = spec["variant"], spec.get("api", "loop")
     executor = variant.partition("+")[0]
+    if api == "ops" and executor == "processes":
+        clock.note(error="not counted: the processes executor trains in worker processes")
+        clock.save()
+        return 3
     try:
         import chillfl
         from chillfl.config import load_config
@@ -145,7 +182,14 @@ def main() -> int:
             clock.save()
             return 3
         clock.note(chillfl_version=getattr(chillfl, "__version__", "?"))
-        if api == "run_experiment":
+        if api == "ops":
+            with intra_op_threads(cfg.threads):
+                exp = build_experiment(cfg, data=data)
+                with device_settings(cfg, exp.device):
+                    clock.start()
+                    clock.note(**count_round_ops(rounds_for(exp)(exp), w.steps_per_round, spec["device"]))
+                    clock.round_done()
+        elif api == "run_experiment":
             clock.start()
             out = run_experiment(cfg, write=False, progress=False, data=data)
             clock.round_done()

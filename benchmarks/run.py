@@ -27,6 +27,15 @@ to ``benchmarks/results/<timestamp>.json`` and a table is printed.
 
 ``--device cuda`` runs every mode on the GPU (chillfl's ``device``, BlazeFL's
 ``device``, Flower's Ray actors with GPU fractions); without a GPU it exits 2.
+
+Op counts (issue 39; ``--no-ops`` skips them): every chillfl mode runs once
+more in a process of its own (``mode_chillfl.py``'s ``api = "ops"``) that
+counts the aten ops dispatched in its second round (``op_count.py``) over the
+round's client SGD steps, and on CUDA the kernel launches of its third round.
+Start-up (workloads 2 and 4): ``python -c "import torch"`` is timed from
+launch to the import's end (stamped inside) right before each start-up run, and each chillfl mode's
+start-up is also reported minus it: the median over the repeats of (run -
+the bare import just before it), which cancels load that changes slowly.
 """
 
 from __future__ import annotations
@@ -326,29 +335,75 @@ def run_workload(w: Workload, modes: list[Mode], peers: dict[str, dict[str, Any]
             print(f" {statistics.median(round_times(m.clock)):.3f} s/round, {m.peak_mb:.0f} MB")
     for mode in modes:
         results[mode.name] = {"status": dead[mode.name]} if mode.name in dead else {"status": "ok", **summarize(runs[mode.name])}
+    if not args.no_ops:  # aten ops (and CUDA launches) per client step, once per chillfl mode, in its own process
+        for mode in modes:
+            if mode.script != "mode_chillfl.py" or mode.name in dead:
+                continue
+            m = launch(Mode(mode.name, mode.script, mode.variant, None, "ops"), 3 if args.device == "cuda" else 2, 0)
+            results[mode.name]["ops"] = op_counts(m)
+            print(f"  ops per client step, {mode.name}: {_ops_text(results[mode.name]['ops'])}")
     add_ratios(results)
     flops = round_flops(w)
     add_flop_rates(results, flops, args.peak_gflops, {"tf32": args.peak_gflops_tf32, "bf16": args.peak_gflops_bf16})
 
     startup: dict[str, Any] = {}
+    bare: list[float] = []
     if w.key in ("2", "4"):  # chillfl.run_experiment, 1 round, from process launch to its return
         for mode in modes:
             if not mode.script == "mode_chillfl.py" or mode.name in dead:
                 continue
             cold = Mode(mode.name, mode.script, mode.variant, None, "run_experiment")
-            times = []
+            times, pairs = [], []
             for rep in range(args.repeats):
+                bare.append(time_import_torch(env, args.timeout))  # right before each run: the same load as the run
                 m = launch(cold, 1, rep)
                 why = failure(m)
                 if why:
                     startup[mode.name] = {"status": why}
                     break
                 times.append(m.clock["round_end"][0] - m.t_launch)
+                pairs.append(times[-1] - bare[-1])
             else:
-                startup[mode.name] = {"status": "ok", "min_s": min(times), "median_s": statistics.median(times), "runs": times}
+                startup[mode.name] = {"status": "ok", "min_s": min(times), "median_s": statistics.median(times), "runs": times,
+                                      "median_minus_import_torch_s": statistics.median(pairs), "minus_import_torch_runs": pairs}
             print(f"  start-up to end of round 1, {mode.name}: {startup[mode.name]}")
+        if bare:
+            print(f"  python -c 'import torch': median {statistics.median(bare):.2f} s over {len(bare)}")
     return {"workload": w.to_dict(), "rounds_per_run": args.rounds_for[w.key], "flops_per_round": flops, "modes": results,
-            "chillfl_startup_run_experiment": startup}
+            "chillfl_startup_run_experiment": startup,
+            "import_torch_s": {"median_s": statistics.median(bare), "min_s": min(bare), "runs": bare} if bare else None}
+
+
+def time_import_torch(env: dict[str, str], timeout: float) -> float:
+    """Seconds from launching ``python -c "import torch"`` to the import's end, stamped inside the process as chillfl's
+    round end is (the interpreter's exit, which tears torch down, is not counted on either side)."""
+    t = time.time()
+    out = subprocess.run([sys.executable, "-c", "import torch, time; print(time.time())"], env=env, cwd=HERE.parent, timeout=timeout,
+                         check=True, capture_output=True, text=True)
+    return float(out.stdout.split()[-1]) - t
+
+
+def op_counts(m: Measured) -> dict[str, Any]:
+    """The ops entry of a mode (``mode_chillfl.py``'s ``api = "ops"``), or why it has none."""
+    why = failure(m)
+    if why:
+        return {"status": why.replace("not available", "not counted", 1)}
+    keys = ("ops_per_round", "compute_ops_per_round", "host_reads_per_round", "client_steps_per_round", "ops_per_client_step", "top_ops",
+            "cuda_launches_per_round", "cuda_launches_per_client_step", "cuda_launch_calls")
+    out = {"status": "ok", **{k: m.clock[k] for k in keys if k in m.clock}}
+    if "cuda_launches_per_round" not in out:
+        out["cuda_launches"] = "not run (CPU)"
+    return out
+
+
+def _ops_text(ops: dict[str, Any] | None) -> str:
+    """'94.0 (+12 launches)' or the reason there is none."""
+    if not ops:
+        return ""
+    if ops["status"] != "ok":
+        return ops["status"]
+    text = f"{ops['ops_per_client_step']:.1f}"
+    return text + (f" ({ops['cuda_launches_per_client_step']:.1f} launches)" if "cuda_launches_per_client_step" in ops else "")
 
 
 def fmt_table(report: dict[str, Any]) -> str:
@@ -359,16 +414,19 @@ def fmt_table(report: dict[str, Any]) -> str:
                      f"{w['clients_per_round']} per round, {w['epochs']} epoch(s), batch {w['batch_size']} "
                      f"({w['steps_per_round']} SGD steps/round), {entry['rounds_per_run']} rounds per run")
         lines.append(f"{entry.get('flops_per_round', 0) / 1e9:.2f} GFLOP per round (torch.utils.flop_counter)")
-        lines.append(f"{'mode':<24}{'s/round min':>12}{'median':>9}{'x bound':>9}{'peak MB':>9}{'x bound':>9}{'1st round end s':>17}{'GFLOP/s':>9}{'% peak':>8}  of")
+        lines.append(f"{'mode':<24}{'s/round min':>12}{'median':>9}{'x bound':>9}{'peak MB':>9}{'x bound':>9}{'1st round end s':>17}{'GFLOP/s':>9}{'% peak':>8}  of    ops/client step")
         for name, r in entry["modes"].items():
             if r["status"] != "ok":
                 lines.append(f"{name:<24}{r['status']}")
                 continue
             lines.append(f"{name:<24}{r['s_per_round_min']:>12.3f}{r['s_per_round_median']:>9.3f}{r.get('time_ratio_median', float('nan')):>9.2f}"
                          f"{r['peak_mb']:>9.0f}{r.get('memory_ratio', float('nan')):>9.2f}{r['first_round_end_s_median']:>17.2f}"
-                         f"{r.get('gflops_median', float('nan')):>9.2f}{_percent(r.get('peak_fraction_median')):>8}  {r.get('peak_precision', '')}")
+                         f"{r.get('gflops_median', float('nan')):>9.2f}{_percent(r.get('peak_fraction_median')):>8}  {r.get('peak_precision', ''):<5} {_ops_text(r.get('ops'))}")
+        bare = entry.get("import_torch_s")
         for name, s in entry["chillfl_startup_run_experiment"].items():
             text = f"min {s['min_s']:.2f} s, median {s['median_s']:.2f} s" if s["status"] == "ok" else s["status"]
+            if "median_minus_import_torch_s" in s:
+                text += f"; minus the bare import torch (median {bare['median_s']:.2f} s), paired median: {s['median_minus_import_torch_s']:.2f} s"
             lines.append(f"  {name}: launch -> run_experiment (1 round) returned: {text}")
     return "\n".join(lines)
 
@@ -379,16 +437,24 @@ def _percent(fraction: float | None) -> str:
 
 def markdown_table(report: dict[str, Any]) -> str:
     """The README's results table for one report."""
-    rows = ["| workload | mode | s/round min | s/round median | x bound | peak MB | x bound | launch -> end of round 1 (s) | GFLOP/s | % of peak |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| workload | mode | s/round min | s/round median | x bound | peak MB | x bound | launch -> end of round 1 (s) | GFLOP/s | % of peak | aten ops / client step |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, entry in report["workloads"].items():
         for name, r in entry["modes"].items():
             if r["status"] != "ok":
-                rows.append(f"| {key} | {name} | {r['status']} | | | | | | | |")
+                rows.append(f"| {key} | {name} | {r['status']} | | | | | | | | |")
                 continue
             rows.append(f"| {key} | {name} | {r['s_per_round_min']:.3f} | {r['s_per_round_median']:.3f} | {r.get('time_ratio_median', float('nan')):.2f} "
                         f"| {r['peak_mb']:.0f} | {r.get('memory_ratio', float('nan')):.2f} | {r['first_round_end_s_median']:.1f} "
-                        f"| {r.get('gflops_median', float('nan')):.2f} | {_percent(r.get('peak_fraction_median'))} |")
+                        f"| {r.get('gflops_median', float('nan')):.2f} | {_percent(r.get('peak_fraction_median'))} | {_ops_text(r.get('ops'))} |")
+    starts = [(key, name, s, entry.get("import_torch_s")) for key, entry in report["workloads"].items()
+              for name, s in entry.get("chillfl_startup_run_experiment", {}).items() if s.get("status") == "ok"]
+    if starts:
+        rows += ["", "| workload | mode | launch -> end of round 1, median (s) | bare `import torch`, median (s) | difference, paired median (s) |",
+                 "|---|---|---|---|---|"]
+        for key, name, s, bare in starts:
+            rows.append(f"| {key} | {name} | {s['median_s']:.2f} | {bare['median_s']:.2f} | {s['median_minus_import_torch_s']:.2f} |" if bare else
+                        f"| {key} | {name} | {s['median_s']:.2f} | | |")
     return "\n".join(rows)
 
 
@@ -402,6 +468,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--modes", default="", help="comma-separated substrings of mode names to run (default: all)")
     p.add_argument("--no-peers", action="store_true", help="skip BlazeFL and Flower")
     p.add_argument("--no-install", action="store_true", help="use the peer venv as it is, install nothing")
+    p.add_argument("--no-ops", action="store_true", help="skip counting each chillfl mode's aten ops per client step (one more process per mode)")
     p.add_argument("--timeout", type=float, default=900, help="seconds before a single run is killed")
     p.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS for every worker (default: unset, torch's own default)")
     p.add_argument("--seed", type=int, default=0)

@@ -15,7 +15,7 @@ from chillfl.models import build_model, model_names
 from chillfl.training.local import LocalSpec, model_state, train_client
 
 CIFAR, MNIST = (3, 32, 32), (1, 28, 28)
-INPUTS: dict[str, list[tuple[int, ...]]] = {"femnist_dnn": [MNIST], "har_cnn1d": [(9, 128)], "fedchill_cnn1": [CIFAR, MNIST]}
+INPUTS: dict[str, list[tuple[int, ...]]] = {"femnist_dnn": [MNIST], "har_cnn1d": [(9, 128)], "fedchill_cnn1": [CIFAR, MNIST], "char_lstm": [(80,)]}
 """Each model's input shapes (default: CIFAR-shaped); MNIST for FedChill's CNN1 too, where its 7 x 7 -> 2 x 2 pooling bins overlap."""
 LIGHT: dict[str, dict[str, Any]] = {"alexnet": {"hidden": 32}}
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from pathlib import Path
 
 from chillfl.catalogue import (
     GPU_CLIENT_STEP_S,
@@ -138,3 +140,47 @@ def test_every_full_size_experiment_has_a_gpu_estimate(capsys) -> None:
             assert gpu == "-", row
         else:
             assert gpu.endswith(" est.") and gpu[0].isdigit(), row  # labelled an estimate, never a bare number
+
+
+def test_the_stored_flop_counts_are_the_models_counts() -> None:
+    """``_catalogue.toml``'s ``[forward_flops]`` (what the listing reads instead of building 18 models) is every bundled
+    model counted afresh, no more, no less; when a model or config changes a count, paste the printed table."""
+    from chillfl.catalogue import counted_flops, flops_table, stored_flops
+
+    counted = counted_flops()
+    assert stored_flops() == counted, "update src/chillfl/experiments/_catalogue.toml:\n" + flops_table(counted)
+
+
+def test_a_model_no_bundled_experiment_uses_is_counted(tmp_path) -> None:
+    from chillfl.catalogue import _forward_flops, stored_flops
+
+    path = tmp_path / "c.toml"
+    # mlp on digits, hidden [7]: 64*7 + 7*10 = 518 multiply-adds = 1036 FLOPs (the counter counts 2 a multiply-add; biases are free).
+    path.write_text('[dataset]\nname = "digits"\n[model]\nname = "mlp"\nhidden = [7]\n')
+    config = load_config(path, {})
+    assert not any(key.startswith("digits:hidden=[7]") for key in stored_flops())
+    assert _forward_flops(config) == 1036.0
+
+
+def test_the_stored_listing_is_the_computed_one() -> None:
+    """``experiments/_listing.toml`` (what ``chillfl list experiments`` reads instead of validating 568 variants) holds
+    every bundled experiment's row as computed now, with its config's fingerprint; when one changes, paste the printed file."""
+    from chillfl.catalogue import catalogue, listing_file, stored_rows
+
+    computed = catalogue(computed=True)
+    stored = stored_rows()
+    assert {e.name: e for e in computed} == {name: row for name, (_, row) in stored.items()}, (
+        "update src/chillfl/experiments/_listing.toml:\n" + listing_file(computed))
+    assert listing_file(computed) == (Path(__file__).parents[1] / "src/chillfl/experiments/_listing.toml").read_text()
+
+
+def test_a_changed_config_is_listed_from_its_config_not_its_stored_row(monkeypatch) -> None:
+    import chillfl.catalogue as catalogue
+
+    name = "fedchill/table2-digits"
+    fingerprint, row = catalogue.stored_rows()[name]
+    stale = dataclasses.replace(row, kind="compare (1 runs)")
+    monkeypatch.setattr(catalogue, "stored_rows", lambda: {name: (fingerprint, stale)})
+    assert catalogue.entry(name) == stale  # the fingerprint holds: the stored row is read
+    monkeypatch.setattr(catalogue, "stored_rows", lambda: {name: ("0" * 16, stale)})
+    assert catalogue.entry(name) == row  # the config changed (another fingerprint): computed afresh

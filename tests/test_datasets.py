@@ -39,7 +39,8 @@ def test_stratified_split_by_hand() -> None:
 
 
 def test_registry_and_unknown_name() -> None:
-    expected = ["digits", "mnist1d", "synthetic", "cifar10", "cifar100", "svhn", "mnist", "fashion_mnist", "uci_har", "emnist", "femnist", "tiny_imagenet", "caltech256", "hf"]
+    expected = ["digits", "mnist1d", "synthetic", "cifar10", "cifar100", "svhn", "mnist", "fashion_mnist", "uci_har", "emnist", "femnist", "tiny_imagenet", "caltech256", "hf",
+                "flwr_femnist", "flwr_shakespeare"]
     assert dataset_names() == sorted(expected)
     with pytest.raises(ConfigError) as info:
         load_dataset("cifar11")

@@ -106,6 +106,7 @@ def _run(over: dict[str, Any], executor: str, monkeypatch: pytest.MonkeyPatch) -
         return run_experiment(cfg, write=False, progress=False).records
 
 
+@pytest.mark.slow  # every method x 2 executors: minutes; `pytest -m "not slow"` leaves it out
 @pytest.mark.parametrize("executor", ["sequential", "vectorized"])
 @pytest.mark.parametrize("over", [pytest.param(over, id=case) for case, over in registry_cases()])
 def test_every_method_runs_under_cuda_deterministic_algorithms(over: dict[str, Any], executor: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,6 +127,7 @@ def test_the_run_check_fails_on_the_pooling_as_it_was(executor: str, monkeypatch
 # ---------------------------------------------------------------- every registered model
 
 
+@pytest.mark.slow  # every registered model, ResNets and a ViT included
 @pytest.mark.parametrize("name,shape", model_cases())
 def test_every_model_trains_under_cuda_deterministic_algorithms(name: str, shape: tuple[int, ...]) -> None:
     with DeterministicAlerts():

@@ -84,6 +84,7 @@ def run_on_stand_in(over: dict[str, Any], executor: str, monkeypatch: pytest.Mon
     return out.records
 
 
+@pytest.mark.slow  # every method x 2 executors: minutes; `pytest -m "not slow"` leaves it out
 @pytest.mark.parametrize("executor", ["sequential", "vectorized"])
 @pytest.mark.parametrize("over", CASES)
 def test_every_method_keeps_its_tensors_on_the_run_device(over: dict[str, Any], executor: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,6 +133,7 @@ def test_the_vectorized_step_loop_reads_nothing_back_from_the_device() -> None:
 # ---------------------------------------------------------------- resumed on the device
 
 
+@pytest.mark.slow  # every method x 2 executors, stopped and resumed: minutes
 @pytest.mark.parametrize("executor", ["sequential", "vectorized"])
 @pytest.mark.parametrize("method", [pytest.param(m, id=m) for m in resume_cases.methods()])
 def test_every_method_resumes_with_its_tensors_on_the_run_device(method: str, executor: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -372,6 +372,7 @@ def _numbers(records: list[dict]) -> list[tuple[str, int, float]]:
     return out
 
 
+@pytest.mark.slow  # a worker pool per method; the vectorized equivalence below stays in the fast loop
 @pytest.mark.parametrize(("method", "extra"), [("scarlet", {"cache_duration": 2}), ("dsfl", {}), ("comet", {}), ("selective_fd", {}), ("cfd", {"delta_coding": True, "bits_up": 2})])
 def test_processes_executor_is_bitwise_sequential_for_soft_labels(method, extra):
     over = {**tiny(method, **extra), "federation.clients_per_round": 3, "federation.rounds": 3}

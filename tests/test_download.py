@@ -338,7 +338,7 @@ def test_mirror_replaces_urls_and_manifest_replaces_checksums(tmp_path: Path) ->
 
 def test_femnist_without_mirror_explains_leaf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(MIRROR_ENV, raising=False)
-    with pytest.raises(DownloadError, match="preprocess.sh -s niid --sf 1.0 -k 0 -t sample"):
+    with pytest.raises(DownloadError, match="hf download flwrlabs/femnist --repo-type dataset"):
         download_dataset("femnist", tmp_path / "data")
     with pytest.raises(DownloadError, match="unknown dataset 'imagenet'; downloadable: caltech256"):
         download_dataset("imagenet", tmp_path / "data")

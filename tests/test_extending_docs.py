@@ -28,6 +28,8 @@ from chillfl.config import load_config
 from chillfl.storage.checkpoint import read_state
 from chillfl.runner import CHECKPOINT, MODEL, resume_experiment, run_experiment
 
+pytestmark = pytest.mark.slow  # the extending page's examples under every executor; `pytest -m "not slow"` leaves it out
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 SRC = Path(__file__).resolve().parents[1] / "src"
 EXECUTORS = ("sequential", "vectorized", "processes")

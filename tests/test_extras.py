@@ -1,7 +1,7 @@
 """The core runs without the optional packages; a missing extra is one line naming it.
 
 Each check runs in a fresh interpreter whose imports of the optional packages
-(matplotlib, scipy, scikit-learn, mnist1d, tensorboard, wandb) fail as if they
+(matplotlib, scipy, scikit-learn, mnist1d, tensorboard, wandb, mlflow) fail as if they
 were not installed: ``sys.modules[name] = None`` makes ``import name`` (and
 ``import name.sub``) raise ``ModuleNotFoundError``, exactly as a missing
 package does.
@@ -20,7 +20,7 @@ import pytest
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.extras import need
 
-OPTIONAL = ("matplotlib", "scipy", "sklearn", "mnist1d", "tensorboard", "wandb")
+OPTIONAL = ("matplotlib", "scipy", "sklearn", "mnist1d", "tensorboard", "wandb", "mlflow")
 
 BLOCK = f"""
 import sys

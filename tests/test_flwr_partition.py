@@ -47,7 +47,7 @@ def test_iid_and_shard_partitioners_and_seed_from_the_run():
     "opts, field, text",
     [
         ({"partitioner": "Dirichlet"}, "partition.partitioner", "DirichletPartitioner"),
-        ({"partitioner": "NaturalIdPartitioner"}, "partition.partitioner", "allowed"),
+        ({"partitioner": "NaturalIdPartitioner"}, "partition.partitioner", "natural clients"),
         ({"partitioner": "DirichletPartitioner", "options": {"alpha": 0.5, "beta": 1}}, "partition.options.beta", "min_partition_size"),
         ({"partitioner": "DirichletPartitioner", "options": {}}, "partition.options.alpha", "required"),
         ({"partitioner": "DirichletPartitioner", "options": {"alpha": 0.5, "num_partitions": 3}}, "partition.options.num_partitions", "num_clients"),

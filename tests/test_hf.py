@@ -107,7 +107,7 @@ def test_cli_data_show_on_an_hf_dataset(rgb_dir: Path, tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("hf: 3 clients, 3 classes, train sizes min/mean/max 4/4.0/4, public pool 0, test set 6")
     assert " total     12     6   4   4   4" in proc.stdout  # 12 train images, 4 of each ClassLabel class
-    assert (tmp_path / "hf-demo-partition.png").is_file()
+    assert (tmp_path / "out" / "data-show" / "hf-demo-partition.png").is_file()  # under out_dir, not the current folder
 
 
 def test_relative_path_under_data_dir_and_a_run_with_augmentation(rgb_dir: Path):

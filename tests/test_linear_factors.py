@@ -154,7 +154,7 @@ def test_vectorized_turns_factoring_off_when_a_layer_cannot_be_factored(caplog: 
 
 @pytest.mark.parametrize("name", model_names())
 def test_every_registered_model_trains_the_same_factored(name: str) -> None:
-    shape = {"har_cnn1d": (9, 128), "femnist_dnn": (1, 28, 28)}.get(name, (3, 32, 32))
+    shape = {"har_cnn1d": (9, 128), "femnist_dnn": (1, 28, 28), "char_lstm": (80,)}.get(name, (3, 32, 32))
     model = build_model(name, shape, 10)
     torch.manual_seed(0)
     start, x, y = model_state(model), torch.randn(6, *shape), torch.randint(0, 10, (6,))

@@ -36,7 +36,7 @@ def test_meta_build_of_every_model_imports_no_lazy_torch_internals() -> None:
         import sys
         import torch
         from chillfl.models.registry import MODELS, build_model, meta_size, model_names
-        shapes = {"har_cnn1d": (9, 128), "femnist_dnn": (1, 28, 28), "mlp": (64,)}
+        shapes = {"har_cnn1d": (9, 128), "femnist_dnn": (1, 28, 28), "mlp": (64,), "char_lstm": (80,)}
         for name in model_names():
             shape = shapes.get(name, (3, 32, 32))
             counted = meta_size(name, shape, 10, MODELS[name].options())

@@ -215,6 +215,7 @@ def _demo(optimizer: str, executor: str, over: str) -> list[dict[str, Any]]:
     return run_experiment(load_config(DEMO, overrides), write=False, progress=False).records
 
 
+@pytest.mark.slow  # the demo's data under every executor, twice: minutes; `pytest -m "not slow"` leaves it out
 @pytest.mark.parametrize("optimizer,over", [("adam", "steps"), ("adamw", "rounds")])
 def test_demo_trains_with_adam_and_adamw_under_every_executor(optimizer: str, over: str) -> None:
     """The demo's digits setup with Adam / AdamW and a cosine schedule: processes is bitwise sequential; vectorized agrees

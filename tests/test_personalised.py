@@ -336,6 +336,7 @@ E2E: dict[str, dict[str, Any]] = {
 }
 
 
+@pytest.mark.slow  # every personalised method under every executor
 @pytest.mark.parametrize("name", sorted(E2E))
 def test_under_every_executor(name: str) -> None:
     cfg = config(**{"algorithm.name": name, "federation.rounds": 2, "model.name": "mlp", **E2E[name]})

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the Ray and Flower suites in a private network: about 10 minutes; `pytest -m "not slow"` leaves it out
+
 HERE = Path(__file__).parent
 
 

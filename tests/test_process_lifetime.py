@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from procs import PARENT, alive, live_pids
 
+pytestmark = pytest.mark.slow  # signals and kill -9 of long subprocess jobs; `pytest -m "not slow"` leaves it out
+
 LONG_JOB = {
     "name": "long",
     "seed": 1,

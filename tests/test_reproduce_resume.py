@@ -22,6 +22,8 @@ from chillfl.sweeps.record import find_compare
 from chillfl.reproduce import Claim, claim_config
 from test_sweep_resume import _interrupt
 
+pytestmark = pytest.mark.slow  # whole reproductions, interrupted and resumed; `pytest -m "not slow"` leaves it out
+
 SMALL = {"federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 3, "eval.clients": "none"}
 CLAIMS = (
     Claim("flexchill", "T = 0.05 beats T = 1 (small)", "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), overrides={**SMALL, "client.lr": 0.01}),

@@ -21,6 +21,8 @@ import pytest
 from chillfl.storage.checkpoint import read_state
 from procs import alive
 
+pytestmark = pytest.mark.slow  # CLI runs killed and resumed in subprocesses; `pytest -m "not slow"` leaves it out
+
 TINY = {
     "seed": 3,
     "threads": 1,
@@ -122,6 +124,7 @@ def test_signal_writes_a_checkpoint_and_says_how_to_resume(sig: int, code: int, 
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines[-1].startswith("chillfl: interrupted by ") and lines[-1].endswith(f"resume with: chillfl resume {partial}")
     assert "Traceback" not in err
+    assert f"chillfl: {signal.Signals(sig).name}: stopping after this round" in err and "stopping" not in out  # the notice is not output
     done = read_state(partial / "checkpoint.safetensors")["round"]
     assert len((partial / "metrics.jsonl").read_text().splitlines()) == done >= 2
 

@@ -24,6 +24,8 @@ from chillfl.executors.pools import WorkerPools
 from chillfl.executors.processes import WorkerPool
 from resume_cases import COMBINED, NEEDS, check_resume, methods, registered
 
+pytestmark = pytest.mark.slow  # every method x executor stopped and resumed: minutes; `pytest -m "not slow"` leaves it out
+
 EXECUTORS = ("sequential", "vectorized", "processes")
 """Every executor that runs in this process; Ray's resume cases are in ``tests/private_net/test_ray.py``."""
 

@@ -146,15 +146,16 @@ def test_csv_tensorboard_and_wandb_sinks_write_what_metrics_jsonl_holds(tmp_path
 
 def test_sinks_are_refused_with_one_line_in_the_config() -> None:
     with pytest.raises(ConfigError) as info:
-        load_config(None, {"log.sinks": ["csv", "mlflow"]})
-    assert str(info.value) == "log.sinks: unknown value 'mlflow'; allowed: csv, tensorboard, wandb"
+        load_config(None, {"log.sinks": ["csv", "neptune"]})
+    assert str(info.value) == "log.sinks: unknown value 'neptune'; allowed: csv, tensorboard, wandb, mlflow"
     with pytest.raises(ConfigError, match=r"^log.sinks: lists 'csv' twice$"):
         load_config(None, {"log.sinks": ["csv", "csv"]})
     with pytest.raises(ConfigError, match=r"^log.sinks: expected a list, got 'csv'$"):
         load_config(None, {"log.sinks": "csv"})
 
 
-@pytest.mark.parametrize(("sink", "line"), [("tensorboard", 'TensorBoard logs need tensorboard: pip install "chillfl[tensorboard]"'), ("wandb", 'W&B logs need wandb: pip install "chillfl[wandb]"')])
+@pytest.mark.parametrize(("sink", "line"), [("tensorboard", 'TensorBoard logs need tensorboard: pip install "chillfl[tensorboard]"'), ("wandb", 'W&B logs need wandb: pip install "chillfl[wandb]"'),
+                                          ("mlflow", 'MLflow logs need mlflow: pip install "chillfl[mlflow]"')])
 def test_a_missing_sink_package_stops_the_run_before_its_folder_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sink: str, line: str) -> None:
     monkeypatch.setitem(sys.modules, sink, None)  # import of a None entry raises ModuleNotFoundError, as if not installed
     config = load_config(None, {**TINY, "out_dir": str(tmp_path / "results"), "log.sinks": ["csv", sink]})

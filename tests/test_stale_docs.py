@@ -50,7 +50,7 @@ def stale_claims(text: str) -> list[str]:
 def test_the_checks_catch_the_sentences_issue_25_found() -> None:
     assert stale_claims("- **FEMNIST**: there is no LEAF loader yet; `flexchill/table4-mnist-dnn` runs") == ["no LEAF loader yet"]
     assert stale_claims("- **Devices**: runs are on the CPU; there is no device option yet.") == ["no device option yet"]
-    assert stale_claims("there is no Shakespeare loader yet; there is no warp option yet") == []  # neither exists: not stale
+    assert stale_claims("there is no Sent140 loader yet; there is no warp option yet") == []  # neither exists: not stale
     assert wrong_file_names('"""When the run state is saved into the run folder (``checkpoint.pt``)."""') == ["checkpoint.pt"]
     assert wrong_file_names("``checkpoint.safetensors`` and ``model.safetensors``") == []
 

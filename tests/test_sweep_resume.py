@@ -20,6 +20,8 @@ import chillfl.sweeps.run as sweep  # where the comparison's runs start
 from chillfl.cli import main
 from chillfl.storage.results import RunLock
 
+pytestmark = pytest.mark.slow  # comparisons interrupted and resumed; `pytest -m "not slow"` leaves it out
+
 ARGS = ["--grid", "temperature=1,0.5", "--seeds", "0,1", "-q", "federation.num_clients=4", "federation.clients_per_round=2", "federation.rounds=3",
         "eval.clients=none", "name=sw"]
 

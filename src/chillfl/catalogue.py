@@ -26,8 +26,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from chillfl.config import RunConfig, load_config
-from chillfl.experiments import DEMO_GRID, bundled_experiments, catalogue_notes, resolve_config
+import hashlib
+import json
+
+from chillfl.config import RunConfig, load_config, read_config_file, read_toml
+from chillfl.experiments import DEMO_GRID, bundled_experiments, catalogue_notes, experiments_root, resolve_config
 
 EMBEDDED = ("digits", "mnist1d", "synthetic")
 
@@ -124,8 +127,51 @@ def _runs(config: RunConfig) -> int:
 
 
 def _forward_flops(config: RunConfig) -> float | None:
-    """FLOPs of one sample's forward pass through the config's model (None: the model cannot be built here)."""
-    return _model_flops(str(config.dataset.get("name")), tuple(sorted((k, repr(v)) for k, v in config.model.items())))
+    """FLOPs of one sample's forward pass through the config's model (None: the model cannot be built here):
+    the stored count for a bundled experiment's model, else counted."""
+    dataset, items = str(config.dataset.get("name")), _model_items(config)
+    stored = stored_flops().get(flops_key(dataset, items))
+    return stored if stored is not None else _model_flops(dataset, items)
+
+
+def _model_items(config: RunConfig) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, repr(v)) for k, v in config.model.items()))
+
+
+def flops_key(dataset: str, model_items: tuple[tuple[str, str], ...]) -> str:
+    """The ``[forward_flops]`` key of a dataset and model: ``cifar10:name='resnet18'`` (options sorted, values as ``repr``)."""
+    return f"{dataset}:" + ", ".join(f"{k}={v}" for k, v in model_items)
+
+
+@functools.cache
+def stored_flops() -> dict[str, float]:
+    """``experiments/_catalogue.toml``'s ``[forward_flops]``: the counts of the bundled experiments' models.
+
+    Stored, not counted, so that listing the experiments or planning ``reproduce --dry-run`` builds no model
+    and imports no torch for it (counting builds 18 models, ResNets and a ViT, and pulls in torch's compiler:
+    most of the 5-15 s the listing took). ``tests/test_catalogue.py`` recounts every bundled model and fails,
+    printing the table to paste (:func:`flops_table`), when a model or a config changes a count."""
+    notes = read_toml(experiments_root() / "_catalogue.toml")
+    return {str(k): float(v) for k, v in notes.get("forward_flops", {}).items()}
+
+
+def counted_flops() -> dict[str, float]:
+    """Every bundled experiment's model counted afresh (what ``[forward_flops]`` must hold)."""
+    out: dict[str, float] = {}
+    for name in bundled_experiments():
+        config = load_config(resolve_config(name), {})
+        dataset, items = str(config.dataset.get("name")), _model_items(config)
+        flops = _model_flops(dataset, items)
+        if flops is not None:
+            out[flops_key(dataset, items)] = flops
+    return out
+
+
+def flops_table(counts: dict[str, float]) -> str:
+    """``counts`` as the ``[forward_flops]`` table of ``_catalogue.toml`` (whole numbers: the counter counts them)."""
+    import tomli_w
+
+    return tomli_w.dumps({"forward_flops": {k: int(counts[k]) for k in sorted(counts)}})
 
 
 @functools.cache
@@ -202,7 +248,63 @@ def _data(config: RunConfig) -> str:
     return "offline" if name in EMBEDDED else f"data download {name}"
 
 
+LISTING = "_listing.toml"
+"""The listing's rows of the bundled experiments as they were computed, each with its config's fingerprint (derived data)."""
+
+
+def fingerprint(name: str) -> str:
+    """A digest of experiment ``name``'s config with its ``extends`` chain resolved: a stored row is its own only while this holds."""
+    raw = read_config_file(resolve_config(name))
+    return hashlib.sha256(json.dumps(raw, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def stored_rows() -> dict[str, tuple[str, Entry]]:
+    """``experiments/_listing.toml``: experiment -> (its config's fingerprint, its row).
+
+    Stored, not computed, so that ``chillfl list experiments`` answers in well under 2 s: computing a row
+    validates every variant of the experiment (568 in all), which loads each method's settings and so
+    torch. A row whose config no longer has its fingerprint is computed afresh. ``tests/test_catalogue.py``
+    recomputes every row and fails, printing the file to paste (:func:`listing_file`), when one changes
+    (a config, the cost model's constants or ``_catalogue.toml``'s notes)."""
+    path = experiments_root() / LISTING
+    if not path.is_file():
+        return {}
+    out: dict[str, tuple[str, Entry]] = {}
+    for name, row in read_toml(path).items():
+        gpu = row.get("gpu_min")
+        out[str(name)] = (str(row["config"]), Entry(str(name), str(row["paper"]), str(row["target"]), str(row["kind"]), str(row["data"]),
+                                                  float(row["cpu_min"]) if "cpu_min" in row else None, bool(row["measured"]),
+                                                  (float(gpu[0]), float(gpu[1])) if gpu else None))
+    return out
+
+
+def listing_file(entries: list[Entry]) -> str:
+    """``entries`` as ``experiments/_listing.toml``."""
+    import tomli_w
+
+    table: dict[str, dict[str, object]] = {}
+    for e in entries:
+        row: dict[str, object] = {"config": fingerprint(e.name), "paper": e.paper, "target": e.target, "kind": e.kind, "data": e.data, "measured": e.measured}
+        if e.cpu_min is not None:
+            row["cpu_min"] = e.cpu_min
+        if e.gpu_min is not None:
+            row["gpu_min"] = list(e.gpu_min)
+        table[e.name] = row
+    head = "# Derived data: the rows of `chillfl list experiments` (chillfl/catalogue.py, stored_rows); tests/test_catalogue.py\n"
+    return head + "# recomputes them and prints this file when one changes. Do not edit by hand.\n" + tomli_w.dumps(table)
+
+
 def entry(name: str) -> Entry:
+    """Experiment ``name``'s row: stored while its config is unchanged, else computed (:func:`computed_entry`)."""
+    stored = stored_rows().get(name)
+    if stored is not None and stored[0] == fingerprint(name):
+        return stored[1]
+    return computed_entry(name)
+
+
+def computed_entry(name: str) -> Entry:
+    """Experiment ``name``'s row, from its validated config and the cost models."""
     config = load_config(resolve_config(name), {})
     paper = PAPERS.get(Path(name).parts[0], "-") if "/" in name else "-"
     target = _target(Path(name).name) if "/" in name else "demo"
@@ -243,8 +345,9 @@ def _minutes(value: float | None, measured: bool) -> str:
     return shown if measured else f"{shown} est."
 
 
-def catalogue() -> list[Entry]:
-    return [entry(name) for name in bundled_experiments()]
+def catalogue(computed: bool = False) -> list[Entry]:
+    """Every bundled experiment's row (``computed``: none from the stored listing)."""
+    return [(computed_entry if computed else entry)(name) for name in bundled_experiments()]
 
 
 def format_catalogue(entries: list[Entry]) -> str:

@@ -26,10 +26,13 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from chillfl._version import __version__
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
-from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, StorageError, SweepFailed
+from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, StorageError, SweepFailed, did_you_mean
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
+from chillfl.options import short_repr
+from chillfl.tune import SELECT_RULES
 
 if TYPE_CHECKING:
     from chillfl.progress import ProgressMode
@@ -40,8 +43,22 @@ if TYPE_CHECKING:
 DEMO = "demo"
 
 
+def _config_path(config: str) -> Path:
+    """The config file ``config`` names; a name that is neither a file nor a bundled experiment is one line,
+    with the closest bundled name for a typo (``flexchill/table4-digit`` -> ``flexchill/table4-digits``)."""
+    path = resolve_config(config)
+    try:
+        found = path.is_file()
+    except (OSError, ValueError):  # too long, NUL: the same one line
+        found = False
+    if not found:
+        hint = did_you_mean(config.removesuffix(".toml"), bundled_experiments())
+        raise ConfigError("config", f"file not found: {short_repr(config)}{hint}; `chillfl list experiments` lists the bundled experiments")
+    return path
+
+
 def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
-    path = resolve_config(config) if config is not None else None
+    path = _config_path(config) if config is not None else None
     flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir", "strict") if args is not None and getattr(args, key, None) is not None}
     from chillfl.resolve import resolved  # imports the registries (and torch): not for --help
 
@@ -145,9 +162,14 @@ def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, prog
 def _compare_result(result: "CompareResult", strict: bool) -> int:
     print(result.table)
     print(f"results: {result.folder}")
-    if result.failures:
+    if result.failures:  # partly failed: exit 0 (3 with --strict), one line naming them; nothing compared: exit 3
         runs = ", ".join(f"{name} ({why})" for name, why in result.failures.items())
-        print(f"chillfl: {len(result.failures)} run(s) did not finish: {runs}", file=sys.stderr)
+        of = f" of {result.runs}" if result.runs else ""
+        print(f"chillfl: {len(result.failures)}{of} run(s) did not finish: {runs}", file=sys.stderr)
+        nothing = result.no_comparison()
+        if nothing is not None:
+            print(f"chillfl: every comparison failed: {nothing}", file=sys.stderr)
+            return DIVERGED_EXIT
         return DIVERGED_EXIT if strict else 0
     return 0
 
@@ -188,6 +210,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def data_show_path(config: RunConfig) -> Path:
+    """``data show``'s default heat map: ``<out_dir>/data-show/<name>-partition.png`` (``results/`` by default), beside the runs."""
+    return Path(config.out_dir) / "data-show" / f"{config.name}-partition.png"
+
+
 def cmd_data_show(args: argparse.Namespace) -> int:
     from chillfl.data.show import describe, plot_class_heatmap
     from chillfl.experiment import build_data
@@ -196,7 +223,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(config, writes=False)
     need("matplotlib", "plots", "heat maps")  # before any work: the heat map is this command's output
-    out = Path(args.output or f"{config.name}-partition.png")
+    out = Path(args.output) if args.output else data_show_path(config)  # default under out_dir, never the current folder
     check_out_dir(str(out.parent), "output")
     if out.is_dir():
         raise ConfigError("output", f"{out} is a folder; give a PNG file path")
@@ -301,6 +328,7 @@ def _progress(args: argparse.Namespace) -> "ProgressMode":
 def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     """The whole command line; ``analyses=False`` leaves out the analysis subcommands' own parsers (they import torch)."""
     parser = argparse.ArgumentParser(prog="chillfl", description="Federated learning on non-IID data: logit chilling, FedChill, PA3Fed, SCARLET.")
+    parser.add_argument("--version", action="version", version=f"chillfl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, config_required: bool) -> None:
@@ -333,7 +361,9 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--reference", help="variant label whose best accuracy is the target (default: highest temperature)")
     p.add_argument("--seeds", metavar="S1,S2", help="run every variant at each seed, e.g. 0,1,2 or 0-4 ([compare] seeds); tables report mean ± std, 95 %% CI and paired differences")
     p.add_argument("--tune", action="append", default=[], metavar="KEY=V1,V2", help="tune an option per variant on the validation split (the [tune] table; needs eval.validation > 0); repeatable")
-    p.add_argument("--select", choices=("final", "best"), help="tuning rule: final-round or best-round validation accuracy ([compare] select; default final)")
+    p.add_argument("--select", choices=SELECT_RULES,
+                   help="tuning rule: final-round or best-round validation accuracy, global (final, best) or the clients' local one "
+                        "(local_final, local_best) ([compare] select; default final)")
     p.add_argument("--controls", action="store_true", help="add step-size controls for every T != 1 variant: T = 1 at lr x 1/T, magnitude-only, direction-only ([compare] controls)")
     p.set_defaults(func=cmd_compare)
 
@@ -352,7 +382,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     dsub = p.add_subparsers(dest="data_command", required=True)
     ds = dsub.add_parser("show", help="per-client sizes and class counts, and a heat map PNG")
     common(ds, True)
-    ds.add_argument("-o", "--output", help="heat map PNG path (default: <name>-partition.png)")
+    ds.add_argument("-o", "--output", help="heat map PNG path (default: <out_dir>/data-show/<name>-partition.png, e.g. results/data-show/demo-partition.png)")
     ds.set_defaults(func=cmd_data_show)
     dd = dsub.add_parser("download", help="fetch a real dataset (checked, resumable) into the folder its loader reads")
     dd.add_argument("names", nargs="*", metavar="NAME", help="dataset names, e.g. cifar10 (see docs/datasets.md); fetched in turn; none: list them and what data_dir holds")
@@ -366,7 +396,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="one self-contained HTML page (tables, curves with seed bands, calibration, partitions) of result folders")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders, or folders of run folders (e.g. a compare folder)")
     p.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default: report.html)")
-    p.add_argument("--title", help="page title")
+    p.add_argument("--title", help="page title (default: the folders' names and the run count, e.g. 'chillfl report: demo-compare, 27 runs'; the groups follow the heading)")
     p.add_argument("--no-models", action="store_true", help="skip the reliability diagrams (they rebuild the test set and read model.safetensors)")
     p.add_argument("--no-partitions", action="store_true", help="skip the partition heat maps (they rebuild the partition)")
     p.set_defaults(func=cmd_report)

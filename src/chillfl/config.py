@@ -39,6 +39,8 @@ from chillfl.options import parse_options, require, require_range, short_repr
 from chillfl.paths import check_writable_dir
 from chillfl.settings.distillation import DistillationOptions, DistillationSetup, parse_distillation
 from chillfl.settings.prototypes import PrototypeOptions, PrototypeSettings, parse_prototypes
+from chillfl.settings.privacy import PrivacyConfig
+from chillfl.settings.attack import AttackConfig
 from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer
 from chillfl.tune import parse_tune
 
@@ -313,26 +315,38 @@ class CheckpointConfig:
         require(0 <= self.every <= MAX_ROUNDS, f"{section}.every", f"must be in [0, {MAX_ROUNDS}] (0 = only on interrupt), got {self.every}")
 
 
-SINK_NAMES = ("csv", "tensorboard", "wandb")
+SINK_NAMES = ("csv", "tensorboard", "wandb", "mlflow")
 
 
 @dataclass(frozen=True)
 class LogConfig:
-    """Metric sinks besides ``metrics.jsonl`` (:mod:`chillfl.sinks`), each writing under the run folder.
+    """Metric sinks besides ``metrics.jsonl`` (:mod:`chillfl.sinks`): files under the run folder, or a tracking service.
 
     ``sinks``: any of ``csv`` (``metrics.csv``), ``tensorboard`` (``tensorboard/``,
-    the ``tensorboard`` extra), ``wandb`` (an offline W&B run in ``wandb/``, the
-    ``wandb`` extra). ``wandb_project``: the W&B project name.
+    the ``tensorboard`` extra), ``wandb`` (a W&B run, files in ``wandb/``, the
+    ``wandb`` extra), ``mlflow`` (an MLflow run, the ``mlflow`` extra).
+    ``wandb_project``: the W&B project name. ``wandb_mode``: ``auto`` (online
+    when W&B has an API key, ``wandb login``, or as ``WANDB_MODE`` says; else
+    offline, said in one line), ``online`` or ``offline`` (nothing leaves the
+    machine; ``wandb sync`` uploads it later). ``mlflow_tracking_uri``: where
+    the MLflow run goes (``""``: MLflow's own choice, ``$MLFLOW_TRACKING_URI`` or
+    its local default); ``mlflow_experiment``: its experiment name.
     """
 
-    sinks: tuple[Literal["csv", "tensorboard", "wandb"], ...] = ()
+    sinks: tuple[Literal["csv", "tensorboard", "wandb", "mlflow"], ...] = ()
     wandb_project: str = "chillfl"
+    wandb_mode: Literal["auto", "online", "offline"] = "auto"
+    mlflow_tracking_uri: str = ""
+    mlflow_experiment: str = "chillfl"
 
     def validate(self, section: str) -> None:
         seen = [s for i, s in enumerate(self.sinks) if s in self.sinks[:i]]
         require(not seen, f"{section}.sinks", f"lists {seen[0]!r} twice" if seen else "")
         ok = bool(self.wandb_project) and self.wandb_project.isprintable() and "/" not in self.wandb_project
         require(ok, f"{section}.wandb_project", f"must be a printable name without '/', got {short_repr(self.wandb_project)}")
+        require(self.mlflow_tracking_uri.isprintable(), f"{section}.mlflow_tracking_uri", f"must be printable, got {short_repr(self.mlflow_tracking_uri)}")
+        ok = bool(self.mlflow_experiment) and self.mlflow_experiment.isprintable()
+        require(ok, f"{section}.mlflow_experiment", f"must be a printable name, got {short_repr(self.mlflow_experiment)}")
 
 
 def is_device_name(name: str) -> bool:
@@ -421,6 +435,10 @@ class RunConfig:
     log: LogConfig = field(default_factory=LogConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    """Differential privacy (:mod:`chillfl.privacy`, docs/privacy.md); ``mechanism = "none"``: off."""
+    attack: AttackConfig = field(default_factory=AttackConfig)
+    """Adversarial clients (:mod:`chillfl.attacks`, docs/attacks.md); ``kind = "none"``: off."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     """Options of ``executor = "ray"`` (ignored by the other executors)."""
@@ -520,7 +538,8 @@ def check_compare_option(key: str, value: Any) -> None:
     elif key in ("controls", "local"):
         require(isinstance(value, bool), field, f"expected true or false, got {short_repr(value)}")
     elif key == "select":
-        require(value in ("final", "best"), field, f"unknown value {short_repr(value)}; allowed: final, best")
+        rules = ("final", "best", "local_final", "local_best")  # chillfl.tune.SELECT_RULES
+        require(value in rules, field, f"unknown value {short_repr(value)}; allowed: {', '.join(rules)}")
     else:
         require(isinstance(value, str), field, f"expected a variant label (a string), got {short_repr(value)}")
 
@@ -595,8 +614,7 @@ def variant_config(base: RunConfig, label: str, overrides: Mapping[str, Any]) ->
     for key in ("name", "variants", "compare", "tune"):
         if key in overrides:
             raise ConfigError(key, "cannot be set inside a variant (a variant's name is its label)")
-    data = base.to_dict()
-    data["variants"], data["compare"], data["tune"] = {}, {}, {}
+    data = dataclasses.replace(base, variants={}, compare={}, tune={}).to_dict()  # not every variant copied into each
     merge_overrides(data, overrides)
     data["name"] = safe_name(label)
     return config_from_dict(data)

@@ -15,6 +15,8 @@ from torch import nn
 
 from chillfl.aggregation.base import Aggregator, holds_personal_model
 from chillfl.aggregation.registry import algorithm_names, check_algorithm, make_aggregator
+from chillfl.privacy.build import private_aggregator, private_steps, with_privacy
+from chillfl.attacks.build import attacked_aggregator, check_attack, poisoned_data, with_attack
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
@@ -236,6 +238,7 @@ def build_experiment(
     device = resolve_device(config.device)
     if data is None:
         data = build_data(config, dataset)
+    data = poisoned_data(config, data)  # [attack] label_flip / backdoor: the attackers' training rows
     if config.federation.sample_size() > data.num_clients:
         raise ConfigError("federation.clients_per_round", f"must be <= num_clients={data.num_clients}")
     kind = protocol_of(config)
@@ -249,6 +252,9 @@ def build_experiment(
     if plugged and plugged.aggregator is not None and not kind.uses_aggregator:
         raise ConfigError("aggregator", f"the {config.protocol} protocol averages no models, so it takes no aggregator")
     aggregator, terms = build_algorithm(config, model, plugged) if kind.uses_aggregator else (None, [])
+    if aggregator is not None:  # [privacy] dp-fedavg / local: clipped (noised) updates around the aggregator's mean
+        aggregator = private_aggregator(config, data, aggregator)
+        aggregator = attacked_aggregator(config, data, aggregator)  # [attack]: the attackers' uploads, before aggregation (and clipping)
     terms = [*terms, *objective_terms(config, terms)]
     policy = build_policy(config, data, plugged)
     policy.client_half(data.num_classes)  # its checks against the data (FedChill's p_g per class) before anything is written
@@ -269,6 +275,7 @@ def build_experiment(
         memory_format=memory_format,
         precision=precision,
         batched_conv=config.batched_conv,
+        private=private_steps(config, data, model, aggregator),  # [privacy] dp-sgd
     )
     model.to(device)
     state = {k: v.to(device) for k, v in state.items()}
@@ -337,7 +344,7 @@ def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[
 def build_protocol(exp: Experiment) -> ServerProtocol:
     """The protocol the config names (:attr:`RunConfig.protocol`), built by its registry entry."""
     evaluation = Evaluation(exp.config, exp.data, exp.model, exp.device)
-    return protocol_of(exp.config).build(exp, evaluation)
+    return with_attack(exp, with_privacy(exp, protocol_of(exp.config).build(exp, evaluation)))  # [privacy]: every round's epsilon; [attack]: its attackers, ASR
 
 
 def make_executor(exp: Experiment, protocol: ServerProtocol, pools: WorkerPools | None = None) -> Executor:
@@ -420,6 +427,7 @@ def check_parts(config: RunConfig) -> None:
     check_model_assignment(config, config.federation.num_clients)
     check_policy(config)  # its options, then its own checks against the run
     objective_terms(config, ())  # the [objective] terms' names and options, and whether the protocol takes them
+    check_attack(config)  # [attack]: whether the protocol has what the attack rewrites
     losses = base_losses()
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))

@@ -14,8 +14,10 @@ datasets       scikit-learn, scipy, mnist1d                ``digits``, ``mnist1d
 images         pillow                                      ``tiny_imagenet``, ``caltech256`` (JPEGs)
 tensorboard    tensorboard                                 ``[log] sinks = ["tensorboard"]``
 wandb          wandb                                       ``[log] sinks = ["wandb"]``
+mlflow         mlflow-skinny (or mlflow)                   ``[log] sinks = ["mlflow"]``
 hf             datasets, pillow                            ``dataset.name = "hf"``
 flwr-datasets  flwr-datasets (and datasets)                ``partition.name = "flwr"``
+privacy        opacus                                      ``[privacy]`` (its accountant)
 =============  ==========================================  ================================
 """
 
@@ -27,7 +29,7 @@ from types import ModuleType
 from chillfl.errors import MissingExtra
 
 PACKAGES = {"PIL": "pillow", "matplotlib": "matplotlib", "scipy": "scipy", "sklearn": "scikit-learn", "mnist1d": "mnist1d", "tensorboard": "tensorboard", "wandb": "wandb",
-            "datasets": "datasets", "flwr_datasets": "flwr-datasets"}
+            "datasets": "datasets", "flwr_datasets": "flwr-datasets", "opacus": "opacus"}
 """Top-level import name -> the package name pip knows."""
 
 

@@ -10,11 +10,12 @@ start-up instead of silently using a default.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, TypeVar
 
 from chillfl.errors import ConfigError, did_you_mean
@@ -113,10 +114,17 @@ def join_field(section: str, key: str) -> str:
     return f"{section}.{key}" if section else key
 
 
+@functools.lru_cache(maxsize=1024)
+def _hints(cls: Hashable) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)`` once a class: evaluating the annotations was half of loading a config
+    (``chillfl list experiments`` loads every bundled one, with its variants). Read-only to callers."""
+    return typing.get_type_hints(cls)
+
+
 def parse_options(cls: type[T], table: Mapping[str, Any] | None, section: str) -> T:
     """Build dataclass ``cls`` from ``table``; unknown keys and bad types raise ConfigError."""
     table = dict(table or {})
-    hints = typing.get_type_hints(cls)
+    hints = _hints(typing.cast(Hashable, cls))  # a class is hashable; mypy cannot tell for type[T]
     names = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     unknown = sorted(set(table) - names)
     if unknown:

@@ -10,6 +10,13 @@ explain it. The verdict reads the paired per-seed difference:
   difference lies above 0; **opposite** when it lies below 0; otherwise
   **does not at this scale** (no difference distinguishable from 0 over
   these seeds; the paper's size is printed next to it);
+* an accuracy effect more than :data:`EXCESS` times the paper's (``paper_points``) is not
+  read as reproducing it: its verdict is **likely a step-size artefact** (the baseline's step
+  size may be mistuned: a shared lr with T < 1 takes 1/T times larger steps), whatever its interval;
+* a claim that names a rounds part (``paper_speedup``: "up to 6x fewer rounds") has it judged on
+  its own, from the rounds each run needs to reach the target (the baseline's best accuracy at the
+  same seed): **reproduces** when the variant gets there in fewer rounds at every seed, **opposite**
+  when in more at every seed, otherwise **does not at this scale**;
 * communication claims (a byte ratio): **reproduces** when the mean ratio
   variant/baseline is at most the paper's bound in every seed, **opposite**
   when it is above 1, otherwise **does not at this scale**.
@@ -17,6 +24,10 @@ explain it. The verdict reads the paired per-seed difference:
 These are CPU-scale stand-ins (digits / MNIST-1D, small models, few rounds):
 a verdict says what this scale shows, not whether the paper is right at its
 own scale. The bundled full-size configs are named in each config's header.
+
+Without ``--out`` the comparisons are written under a folder named after the paper,
+``<out_dir>/PAPER/`` (``results/flexchill/demo-compare``, ``results/flexchill/reproduce-flexchill.md``),
+not beside the user's own runs.
 
 A claim may add variants to its config (``add_variants``: a copy of one
 variant with some ``[distillation]`` options changed) and may belong to the
@@ -81,7 +92,17 @@ class Claim:
     add_variants: tuple[tuple[str, str, tuple[tuple[str, Any], ...]], ...] = ()
     """(label, copied variant, ``[distillation]`` changes): variants added to the config's own."""
     section: Literal["headline", "sensitivity"] = "headline"
+    paper_points: float | None = None
+    """Accuracy claims: the paper's effect in points (its headline number); a measured mean above
+    :data:`EXCESS` times it is flagged as a likely step-size artefact instead of "reproduces"."""
+    paper_speedup: float | None = None
+    """The paper's rounds-to-target speed-up (variant over baseline) where the claim names one: its rounds part, judged too."""
 
+
+EXCESS = 3.0
+"""A measured accuracy effect beyond this many times the paper's is not "reproduces": at CPU scale a gain
+of 18x the paper's is far likelier a mistuned baseline step size than the paper's effect."""
+ARTEFACT = "likely a step-size artefact"
 
 SCARLET_CONFIG = "scarlet/dsfl-vs-scarlet-digits"
 SCARLET_ROUNDS = {"federation.rounds": 20}
@@ -90,14 +111,15 @@ SCARLET_SWEEP = tuple((f"SCARLET D={d}", "SCARLET", (("cache_duration", d),)) fo
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("flexchill", "logit chilling (T = 0.05) beats T = 1 at one shared lr (Table 4: +3.37 points on CIFAR-10, up to 6x fewer rounds)",
-          "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), overrides={"client.lr": 0.01}),
+          "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), overrides={"client.lr": 0.01}, paper_points=3.37, paper_speedup=6.0),
     Claim("flexchill", "the gain of T < 1 holds when each T has its own lr (tuned on validation; not in the paper)",
           "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), tune={"client.lr": LR_GRID}),
     Claim("fedchill", "FedChill beats FedAvg (abstract: up to +8.35 points global accuracy), each at its own tuned lr",
           "fedchill/table1-digits", "FedChill", "FedAvg", keep=("FedAvg", "FedChill"),
-          overrides={"federation.rounds": 15, "eval.validation": 0.2}, tune={"client.lr": [0.01, 0.03, 0.1, 0.3]}),
+          overrides={"federation.rounds": 15, "eval.validation": 0.2}, tune={"client.lr": [0.01, 0.03, 0.1, 0.3]}, paper_points=8.35),
     Claim("pa3fed", "PA3Fed beats FedAvg at h = 0.1 (Sec. I: up to +15 % under high non-IID)",
-          "pa3fed/table2-h0.1", "FedAvg PA3Fed", "FedAvg Normal", keep=("FedAvg Normal", "FedAvg PA3Fed"), overrides={"federation.rounds": 15}),
+          "pa3fed/table2-h0.1", "FedAvg PA3Fed", "FedAvg Normal", keep=("FedAvg Normal", "FedAvg PA3Fed"), overrides={"federation.rounds": 15},
+          paper_points=15.0),
     Claim("scarlet", "SCARLET sends at most half of DS-FL's bytes (abstract: up to 50 % less communication)",
           SCARLET_CONFIG, "SCARLET D=1", "DS-FL", metric="bytes", bound=0.5, overrides=SCARLET_ROUNDS, add_variants=SCARLET_SWEEP),
     Claim("scarlet", "SCARLET's server accuracy is at least DS-FL's (Fig. 7)",
@@ -124,6 +146,8 @@ class Outcome:
     """The comparison's result folder (its runs, table and figures): the evidence behind the verdict."""
     per_seed: tuple[float, ...] = ()
     """Accuracy claims: variant - baseline in points per seed; bytes claims: the ratio per seed (the figure's dots)."""
+    rounds_verdict: str | None = None
+    """The claim's rounds part (``Claim.paper_speedup``), judged on its own; None when the claim names none."""
 
 
 def claim_config(claim: Claim, seeds: Sequence[int], out_dir: str | None) -> RunConfig:
@@ -134,6 +158,8 @@ def claim_config(claim: Claim, seeds: Sequence[int], out_dir: str | None) -> Run
     if out_dir is not None:
         overrides["out_dir"] = out_dir
     config = load_config(resolve_config(claim.config), overrides)
+    if out_dir is None:  # the config's out_dir, in a folder named after the paper: results/flexchill/demo-compare
+        config = config.with_overrides({"out_dir": str(Path(config.out_dir) / claim.paper)})
     variants = {k: v for k, v in config.variants.items() if not claim.keep or k in claim.keep}
     for label, source, changes in claim.add_variants:
         table = dict(config.variants[source])
@@ -143,8 +169,11 @@ def claim_config(claim: Claim, seeds: Sequence[int], out_dir: str | None) -> Run
     return dataclasses.replace(config, variants=variants, compare=compare, tune=dict(claim.tune))
 
 
-def accuracy_verdict(diffs: Sequence[float]) -> tuple[str, str]:
-    """(measured, verdict) of paired accuracy differences (fractions), one per seed."""
+def accuracy_verdict(diffs: Sequence[float], paper_points: float | None = None, tuned: bool = False) -> tuple[str, str]:
+    """(measured, verdict) of paired accuracy differences (fractions), one per seed.
+
+    ``paper_points``: the paper's effect; a mean above :data:`EXCESS` times it is :data:`ARTEFACT`, not "reproduces"
+    (``tuned``: each side's lr was tuned, so the note points at the grid rather than at a shared lr)."""
     p = paired_difference(diffs, [0.0] * len(diffs))
     s = p.summary
     measured = f"{100 * s.mean:+.2f}"
@@ -154,7 +183,51 @@ def accuracy_verdict(diffs: Sequence[float]) -> tuple[str, str]:
     else:
         measured += " points (one seed: no interval)"
         verdict = "reproduces" if s.mean > 0 else "opposite" if s.mean < 0 else "does not at this scale"
+    if paper_points is not None and paper_points > 0 and 100 * s.mean > EXCESS * paper_points:
+        why = "check whether its tuned lr sits at the grid's edge" if tuned else "both share one lr, and T < 1 steps 1/T times larger"
+        measured += (f"; {100 * s.mean / paper_points:.1f}x the paper's {paper_points:+.2f}: the baseline's step size may be mistuned ({why})")
+        verdict = ARTEFACT
     return measured, verdict
+
+
+def rounds_verdict(variant: Sequence[int | None], baseline: Sequence[int | None], paper_speedup: float) -> tuple[str, str]:
+    """(measured, verdict) of the rounds part: each seed's rounds to the target, variant's and baseline's (None: never reached).
+
+    Per seed the speed-up is rounds(baseline) / rounds(variant): > 1 faster, < 1 slower; reached against never is
+    faster (or slower), never against never says nothing. **reproduces** when faster at every seed, **opposite**
+    when slower at every seed, otherwise **does not at this scale**."""
+    cells, faster, slower = [], 0, 0
+    for v, b in zip(variant, baseline):
+        if v is not None and b is not None:
+            speedup = b / v
+            cells.append(f"{speedup:.2f}x")
+            faster, slower = faster + (speedup > 1), slower + (speedup < 1)
+        elif v is not None:
+            cells.append("baseline never")
+            faster += 1
+        elif b is not None:
+            cells.append("variant never")
+            slower += 1
+        else:
+            cells.append("neither")
+    n = len(cells)
+    verdict = "reproduces" if n and faster == n else "opposite" if n and slower == n else "does not at this scale"
+    measured = f"rounds to target: speed-up {', '.join(cells) or '-'} per seed (paper: up to {paper_speedup:g}x)"
+    return measured, verdict
+
+
+def _per_seed(cell: Any) -> list[Any]:
+    """A row's numbers per seed: over seeds a statistic's ``per_seed``; one seed, untuned (Table 4's row) the number itself."""
+    return list(cell["per_seed"]) if isinstance(cell, Mapping) else [cell]
+
+
+def _rounds_of(row: Mapping[str, Any]) -> list[int | None]:
+    """A row's rounds to the target per seed (one-seed rows hold one number), None where the run failed or never reached it."""
+    rounds = row.get("rounds_to_target")
+    if not isinstance(rounds, list):  # one seed, untuned (Table 4's row): a failed run has no row numbers at all
+        return [None if row.get("failed") else rounds]
+    failed = {str(s) for s in row.get("diverged_seeds") or []}
+    return [None if str(s) in failed else r for s, r in zip(row.get("seeds") or [], rounds)]
 
 
 def bytes_verdict(ratios: Sequence[float], bound: float) -> tuple[str, str]:
@@ -197,7 +270,7 @@ def run_claim(
     if claim.tune:
         tuned = f" (tuned: {claim.variant} {_point(row)}, {claim.baseline} {_point(base)})"
     a, b = row.get("cumulative_mb"), base.get("cumulative_mb")
-    ratios = [x / y for x, y in zip(a["per_seed"], b["per_seed"]) if x is not None and y] if a and b else []
+    ratios = [x / y for x, y in zip(_per_seed(a), _per_seed(b)) if x is not None and y] if a and b else []
     ratio = sum(ratios) / len(ratios) if ratios else None
     if claim.metric == "bytes":
         if not ratios:
@@ -208,8 +281,13 @@ def run_claim(
         delta = row["delta_acc"]
         if delta is None:
             return Outcome(claim, list(seeds), "diverged", "does not at this scale", ratio, compared.folder)
-        measured, verdict = accuracy_verdict(delta["per_seed"])
-    return Outcome(claim, list(seeds), measured + tuned, verdict, ratio, compared.folder, tuple(100 * d for d in delta["per_seed"]))
+        per_seed = _per_seed(delta)
+        measured, verdict = accuracy_verdict(per_seed, claim.paper_points, bool(claim.tune))
+    rounds = None
+    if claim.paper_speedup is not None:
+        said, rounds = rounds_verdict(_rounds_of(row), _rounds_of(base), claim.paper_speedup)
+        measured += f"; {said}"
+    return Outcome(claim, list(seeds), measured + tuned, verdict, ratio, compared.folder, tuple(100 * d for d in per_seed), rounds)
 
 
 def _point(row: Mapping[str, Any]) -> str:
@@ -224,18 +302,25 @@ def _setting(o: Outcome) -> str:
     return setting
 
 
+def _verdict(o: Outcome) -> str:
+    """The verdict cell: the accuracy (or bytes) verdict, and the rounds part's where the claim names one."""
+    if o.rounds_verdict is None:
+        return f"**{o.verdict}**"
+    return f"accuracy: **{o.verdict}**; rounds: **{o.rounds_verdict}**"
+
+
 def format_outcomes(outcomes: Sequence[Outcome]) -> str:
     """The headline table; then, if any claim is in the sensitivity section, its rows with the bytes ratio."""
     lines = ["| paper | claim | CPU-scale setting | measured: variant - baseline, paired over seeds | verdict |", "|---|---|---|---|---|"]
     for o in (o for o in outcomes if o.claim.section == "headline"):
-        lines.append(f"| {o.claim.paper} | {o.claim.text} | {_setting(o)} | {o.measured} | **{o.verdict}** |")
+        lines.append(f"| {o.claim.paper} | {o.claim.text} | {_setting(o)} | {o.measured} | {_verdict(o)} |")
     sensitivity = [o for o in outcomes if o.claim.section == "sensitivity"]
     if sensitivity:
         lines += ["", "Sensitivity (accuracy claim; variant - baseline, paired over seeds):", "",
                   "| paper | setting | CPU-scale setting | server accuracy: variant - baseline | bytes ratio | verdict |", "|---|---|---|---|---|---|"]
         for o in sensitivity:
             ratio = "-" if o.bytes_ratio is None else f"{o.bytes_ratio:.3f}"
-            lines.append(f"| {o.claim.paper} | {o.claim.text} | {_setting(o)} | {o.measured} | {ratio} | **{o.verdict}** |")
+            lines.append(f"| {o.claim.paper} | {o.claim.text} | {_setting(o)} | {o.measured} | {ratio} | {_verdict(o)} |")
     return "\n".join(lines)
 
 
@@ -301,6 +386,8 @@ def format_plan(paper: str, seeds: Sequence[int], planned: Sequence[Planned]) ->
         claims = "; ".join(c.text for c in p.claims)
         minutes = "-" if p.cpu_minutes is None else _minutes(p.cpu_minutes)
         lines.append(f"| {p.claims[0].config} | {claims} | {', '.join(p.variants)} | {p.points} | {len(seeds)} | {p.runs} | {minutes} | {p.action} |")
+    where = sorted({p.config.out_dir for p in planned})
+    lines += ["", f"result folders under: {', '.join(where)}"]
     absent = sorted({str(p.config.dataset.get("name")) for p in planned if not p.complete})
     if absent:
         lines += ["", f"dataset files not found ({', '.join(absent)}): names and options checked, not the shapes that need the data"]

@@ -206,7 +206,7 @@ class _Signals:
                 raise RunInterrupted(signum, None, self.done, at_once=True)
             return
         self.received = signum
-        tqdm.write(f"chillfl: {signal.Signals(signum).name}: stopping after this round (a second one stops at once)")
+        tqdm.write(f"chillfl: {signal.Signals(signum).name}: stopping after this round (a second one stops at once)", file=sys.stderr)  # a notice, not output
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():
@@ -424,14 +424,16 @@ def redraw_of(exp: Experiment) -> Redraw | None:
 
 def check_sinks(config: RunConfig) -> None:
     """A sink whose package is missing stops the run before its folder exists (one MissingExtra line)."""
-    for sink, what in (("tensorboard", "TensorBoard logs"), ("wandb", "W&B logs")):
+    for sink, what in (("tensorboard", "TensorBoard logs"), ("wandb", "W&B logs"), ("mlflow", "MLflow logs")):
         if sink in config.log.sinks:
             need(sink, sink, what)
 
 
 def _sinks(config: RunConfig, folder: Path, records: Sequence[Mapping[str, Any]]) -> list["Sink"]:
     """The run's metric sinks (``[log] sinks``), writing under ``folder``."""
-    return build_sinks(config.log.sinks, folder, config.name, config.to_dict(), records, project=config.log.wandb_project)
+    spec = config.log
+    return build_sinks(spec.sinks, folder, config.name, config.to_dict(), records, project=spec.wandb_project,
+                       wandb_mode=spec.wandb_mode, mlflow_tracking_uri=spec.mlflow_tracking_uri, mlflow_experiment=spec.mlflow_experiment)
 
 
 def _close_sinks(sinks: list["Sink"]) -> None:

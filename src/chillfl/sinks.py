@@ -1,17 +1,26 @@
-"""Metric sinks: every round's scalars into CSV, TensorBoard or Weights & Biases (offline).
+"""Metric sinks: every round's scalars into CSV, TensorBoard, Weights & Biases or MLflow.
 
 Sinks are run callbacks (:class:`chillfl.runner.Callback`) plus ``close()``:
 the engine knows nothing of them. ``[log] sinks = ["csv", "tensorboard",
-"wandb"]`` makes the runner add them to a written run; from Python, pass them
-as ``callbacks`` (or set ``log.sinks``). Each writes under the run folder:
+"wandb", "mlflow"]`` makes the runner add them to a written run; from Python, pass them
+as ``callbacks`` (or set ``log.sinks``). The file sinks write under the run folder:
 
 ============  =========================  ====================================
 sink          where                      what
 ============  =========================  ====================================
 csv           ``metrics.csv``             one row per round, ``round`` first
 tensorboard   ``tensorboard/``            one scalar per key, step = round
-wandb         ``wandb/offline-run-*/``    W&B offline run (``wandb sync`` uploads it)
+wandb         ``wandb/*run-*/``           a W&B run: online when logged in, else offline (``wandb sync`` uploads it)
+mlflow        the tracking store          an MLflow run: params, metrics, the run folder's small files
 ============  =========================  ====================================
+
+W&B's mode (``[log] wandb_mode``): ``auto`` leaves it to W&B (online with an API key, as
+``WANDB_MODE`` or ``wandb offline`` say otherwise) and logs offline, saying so in one line, when
+W&B has no API key, so that a run never stops at a login prompt; ``online`` and ``offline`` force it.
+MLflow goes where ``[log] mlflow_tracking_uri`` says, else where MLflow itself would
+(``$MLFLOW_TRACKING_URI``, else its local default); its params are the resolved config flattened
+(``client.lr``), its metrics every scalar at step = round, its artefacts the run folder's files
+of up to ``ARTIFACT_MAX_BYTES`` (config, metrics, summary, a small model; no checkpoint, no sub-folder).
 
 (W&B's own service also writes a debug log into its cache folder,
 ``~/.cache/wandb/logs`` or ``$WANDB_CACHE_DIR``; the run's data stays in the run folder.)
@@ -28,7 +37,9 @@ Choices
   shortest round-trip ``repr`` of the float.
 * A resumed run: the CSV sink starts from the records up to the checkpoint;
   TensorBoard purges the steps after it (``purge_step``); W&B starts a new
-  offline run in the same folder.
+  run in the same folder; MLflow a new run, tagged ``chillfl.resumed_at`` with the round.
+* MLflow's run is ended (FINISHED; KILLED or FAILED when an exception is on its way out) when the
+  sinks close, before the folder is renamed; its artefacts are logged at ``on_end``, from the final folder.
 * Sinks are closed before the run folder is renamed from ``NAME.partial``, so
   nothing is written into a folder that no longer exists.
 """
@@ -36,17 +47,33 @@ Choices
 from __future__ import annotations
 
 import csv
+import json
+import logging
 import math
+import netrc
+import os
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
+from urllib.parse import urlparse
 
 from chillfl.extras import need
 
-SinkName = Literal["csv", "tensorboard", "wandb"]
-SINKS: tuple[SinkName, ...] = ("csv", "tensorboard", "wandb")
+SinkName = Literal["csv", "tensorboard", "wandb", "mlflow"]
+SINKS: tuple[SinkName, ...] = ("csv", "tensorboard", "wandb", "mlflow")
+WandbMode = Literal["auto", "online", "offline"]
 CSV_FILE = "metrics.csv"
 TENSORBOARD_DIR = "tensorboard"
+ARTIFACT_MAX_BYTES = 16 * 2**20
+"""The largest run-folder file the MLflow sink uploads (a CPU-scale model fits; a ResNet's does not)."""
+MLFLOW_PARAM_MAX = 6000
+"""MLflow's longest param value (characters); a longer one is cut, ending in ``...``."""
+NOT_ARTIFACTS = ("checkpoint.safetensors",)
+"""Run-folder files the MLflow sink leaves out: the resume state (gone once the run has finished)."""
+
+log = logging.getLogger(__name__)
 
 
 class Sink(Protocol):
@@ -135,14 +162,47 @@ class TensorBoardSink:
         self.writer.close()
 
 
-class WandbSink:
-    """A Weights & Biases run in offline mode under ``folder/wandb`` (needs the ``wandb`` extra; nothing leaves the machine)."""
+def wandb_logged_in(env: Mapping[str, str]) -> bool:
+    """Whether W&B has credentials here without asking anyone: ``WANDB_API_KEY``, an identity token file, or
+    the netrc entry ``wandb login`` writes for the host (``WANDB_BASE_URL``'s, default api.wandb.ai)."""
+    if env.get("WANDB_API_KEY") or env.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlparse(env.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    path = env.get("NETRC") or str(Path("~/.netrc").expanduser())
+    try:
+        auth = netrc.netrc(path).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return bool(auth and auth[2])
 
-    def __init__(self, folder: str | Path, name: str, config: Mapping[str, Any], project: str = "chillfl") -> None:
+
+def wandb_mode(setting: WandbMode, env: Mapping[str, str], logged_in: bool) -> str | None:
+    """The ``mode`` to give ``wandb.init`` for ``setting``. ``auto``: ``WANDB_MODE`` when set (passed on explicitly:
+    W&B reads its environment once a process, so a later run would not see a change); else None, W&B's own default
+    (online, or what ``wandb offline`` saved), with an API key; else ``offline``: W&B would otherwise prompt for a key,
+    or fail, in the middle of a run."""
+    if setting != "auto":
+        return setting
+    if env.get("WANDB_MODE"):
+        return env["WANDB_MODE"]
+    return None if logged_in else "offline"
+
+
+class WandbSink:
+    """A Weights & Biases run, its files under ``folder/wandb`` (needs the ``wandb`` extra); ``mode``: see :func:`wandb_mode`."""
+
+    def __init__(self, folder: str | Path, name: str, config: Mapping[str, Any], project: str = "chillfl", mode: WandbMode = "auto") -> None:
         wandb = need("wandb", "wandb", "W&B logs")
-        settings = wandb.Settings(mode="offline", console="off", silent=True, save_code=False, x_disable_stats=True, x_disable_meta=True)
+        chosen = wandb_mode(mode, os.environ, mode == "auto" and wandb_logged_in(os.environ))
+        if chosen == "offline" and mode == "auto":
+            log.info("W&B has no API key (`wandb login`): logging offline into %s; `wandb sync` uploads it", Path(folder) / "wandb")
+        mode_setting = {} if chosen is None else {"mode": chosen}  # no mode: W&B's own (its env, settings file, login)
+        settings = wandb.Settings(**mode_setting, console="off", silent=True, save_code=False, x_disable_stats=True, x_disable_meta=True)
         self.run: Any = wandb.init(dir=str(folder), project=project, name=name, config=dict(config), settings=settings, reinit="create_new")
         self._closed = False
+        url = getattr(self.run, "url", None)
+        if url:  # online: where to watch it
+            log.info("W&B run: %s", url)
 
     def on_round(self, record: Mapping[str, Any]) -> None:
         self.run.log(scalars(record), step=int(record["round"]))
@@ -156,7 +216,74 @@ class WandbSink:
             self.run.finish()
 
 
-def build_sinks(names: Sequence[str], folder: Path, name: str, config: Mapping[str, Any], records: Sequence[Mapping[str, Any]] = (), project: str = "chillfl") -> list[Sink]:
+def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """A nested config as MLflow params: ``{"client": {"lr": 0.1}}`` -> ``{"client.lr": "0.1"}``; strings as they are,
+    everything else as JSON (``true``, ``null``, ``[1, 2]``); an empty table gives nothing; values cut at ``MLFLOW_PARAM_MAX``."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        field = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flat_params(value, field + "."))
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+        out[field] = text if len(text) <= MLFLOW_PARAM_MAX else text[: MLFLOW_PARAM_MAX - 3] + "..."
+    return out
+
+
+class MlflowSink:
+    """An MLflow run (needs the ``mlflow`` extra): the config as params, every round's scalars at step = round,
+    and at the end the run folder's small files as artefacts. ``tracking_uri``: ``""`` is MLflow's own choice."""
+
+    def __init__(self, folder: str | Path, name: str, config: Mapping[str, Any], experiment: str = "chillfl", tracking_uri: str = "", start: int = 0) -> None:
+        need("mlflow", "mlflow", "MLflow logs")
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        self.client: Any = MlflowClient(tracking_uri=tracking_uri or None)
+        found = self.client.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
+        tags = {"chillfl.folder": str(Path(folder).resolve())} | ({"chillfl.resumed_at": str(start)} if start else {})
+        self.run_id: str = self.client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+        self._closed = False
+        try:
+            params = [Param(k, v) for k, v in flat_params(config).items()]
+            for i in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
+                self.client.log_batch(self.run_id, params=params[i : i + 100])
+        except BaseException:
+            self.close()
+            raise
+        log.info("MLflow run %s (experiment %r) in %s", self.run_id, experiment, self.client.tracking_uri)
+
+    def on_round(self, record: Mapping[str, Any]) -> None:
+        from mlflow.entities import Metric
+
+        step, stamp = int(record["round"]), int(time.time() * 1000)
+        metrics = [Metric(k, v, stamp, step) for k, v in scalars(record).items()]
+        for i in range(0, len(metrics), 1000):  # MLflow takes at most 1000 metrics a batch
+            self.client.log_batch(self.run_id, metrics=metrics[i : i + 1000])
+
+    def on_end(self, output: Any) -> None:
+        """The finished run's folder (renamed from ``.partial`` by now): its files up to ``ARTIFACT_MAX_BYTES``."""
+        folder = getattr(output, "folder", None)
+        if folder is None:
+            return
+        for path in sorted(Path(folder).iterdir()):
+            if path.is_file() and path.name not in NOT_ARTIFACTS and path.stat().st_size <= ARTIFACT_MAX_BYTES:
+                self.client.log_artifact(self.run_id, str(path))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        exc = sys.exc_info()[1]  # closed while an exception propagates: the run did not finish
+        interrupted = isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "RunInterrupted"
+        self.client.set_terminated(self.run_id, status="FINISHED" if exc is None else "KILLED" if interrupted else "FAILED")
+
+
+def build_sinks(
+    names: Sequence[str], folder: Path, name: str, config: Mapping[str, Any], records: Sequence[Mapping[str, Any]] = (), project: str = "chillfl",
+    *, wandb_mode: WandbMode = "auto", mlflow_tracking_uri: str = "", mlflow_experiment: str = "chillfl",
+) -> list[Sink]:
     """The sinks ``names`` of a run writing into ``folder``; ``records``: the rounds already done (resume)."""
     start = int(records[-1]["round"]) if records else 0
     sinks: list[Sink] = []
@@ -167,7 +294,9 @@ def build_sinks(names: Sequence[str], folder: Path, name: str, config: Mapping[s
             elif sink == "tensorboard":
                 sinks.append(TensorBoardSink(folder / TENSORBOARD_DIR, start))
             elif sink == "wandb":
-                sinks.append(WandbSink(folder, name, config, project))
+                sinks.append(WandbSink(folder, name, config, project, wandb_mode))
+            elif sink == "mlflow":
+                sinks.append(MlflowSink(folder, name, config, mlflow_experiment, mlflow_tracking_uri, start))
             else:  # validated in the config already
                 raise ValueError(f"unknown sink {sink!r}")
     except BaseException:

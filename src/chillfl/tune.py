@@ -11,7 +11,14 @@ place selection looks at a run's records, and it reads ``val_acc`` alone.
 Rule (``[compare] select``):
 
 * ``"final"`` (default): the validation accuracy of the last evaluated round;
-* ``"best"``: the best validation accuracy over evaluated rounds.
+* ``"best"``: the best validation accuracy over evaluated rounds;
+* ``"local_final"`` / ``"local_best"``: the same on the **local** validation
+  accuracy ``local_val_acc`` instead of ``val_acc``: the mean over the round's
+  clients of each client's own model (a personalised method's personal model)
+  on the client's own validation split, which comes out of the same held-out
+  validation rows (:mod:`chillfl.data.federated`), never from a test split.
+  For personalised methods, whose goal is the clients' own accuracy, the
+  global rule favours the global model.
 
 The score of a point is the mean over seeds; a point that diverged at any
 seed scores -inf (it is never chosen while another point finished at every
@@ -29,8 +36,10 @@ from typing import Any
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 
-SELECT_RULES = ("final", "best")
+SELECT_RULES = ("final", "best", "local_final", "local_best")
 VALIDATION_KEY = "val_acc"
+LOCAL_VALIDATION_KEY = "local_val_acc"
+LOCAL_PREFIX = "local_"
 MAX_POINTS = 1000
 
 Point = dict[str, Any]
@@ -61,19 +70,42 @@ def point_label(point: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in point.items())
 
 
+def is_local(rule: str) -> bool:
+    """Whether ``rule`` selects on the clients' local validation accuracy (``local_val_acc``)."""
+    return rule.startswith(LOCAL_PREFIX)
+
+
+def rule_key(rule: str) -> str:
+    """The one record key ``rule`` reads: ``val_acc`` (global rules) or ``local_val_acc`` (``local_*`` rules)."""
+    if rule not in SELECT_RULES:
+        raise ConfigError("compare.select", f"unknown rule {rule!r}; allowed: {', '.join(SELECT_RULES)}")
+    return LOCAL_VALIDATION_KEY if is_local(rule) else VALIDATION_KEY
+
+
+def describe_rule(rule: str) -> str:
+    """How the comparison table names ``rule``: which accuracy, which model, which round."""
+    when = "best round" if rule.endswith("best") else "final round"
+    if is_local(rule):
+        return f"local validation accuracy ({LOCAL_VALIDATION_KEY}: each client's own model on its own validation split), {when}"
+    return f"global validation accuracy ({VALIDATION_KEY}: the server's model on the server's validation split), {when}"
+
+
 def validation_score(records: Sequence[Mapping[str, Any]] | None, rule: str) -> float:
-    """A run's validation accuracy under ``rule``; reads ``val_acc`` only. None (diverged) -> -inf."""
+    """A run's validation accuracy under ``rule``; reads ``val_acc`` (or, for ``local_*`` rules, ``local_val_acc``) only.
+    None (diverged) -> -inf."""
+    key = rule_key(rule)
     if records is None:
         return -math.inf
-    values = [float(r[VALIDATION_KEY]) for r in records if r.get(VALIDATION_KEY) is not None]
+    values = [float(r[key]) for r in records if r.get(key) is not None]
     if not values:
+        if key == LOCAL_VALIDATION_KEY:
+            raise ConfigError("compare.select", f"rule {rule!r} selects on {key}, which this run did not record: it needs eval.validation > 0, "
+                                                "eval.clients other than 'none', and a parameter-sharing method (the clients measure it)")
         raise ConfigError("eval.validation", "tuning selects on the validation accuracy; set eval.validation > 0 (e.g. 0.1)")
     finite = [v for v in values if math.isfinite(v)]
-    if rule == "final":
+    if rule.endswith("final"):
         return values[-1] if math.isfinite(values[-1]) else -math.inf
-    if rule == "best":
-        return max(finite) if finite else -math.inf
-    raise ConfigError("compare.select", f"unknown rule {rule!r}; allowed: {', '.join(SELECT_RULES)}")
+    return max(finite) if finite else -math.inf
 
 
 def point_scores(runs: Sequence[Sequence[Sequence[Mapping[str, Any]] | None]], rule: str) -> list[float]:

@@ -170,6 +170,8 @@ class Personal:
     """The client's own model, which its local accuracy measures; None: ``params``."""
     state: ClientState = field(default_factory=dict)
     """The half's own entries these trainings leave (Ditto's v_i under its prefix): kept with what ``finish`` returns."""
+    report: Report = field(default_factory=dict)
+    """What these trainings report to the server besides ``finish``'s report (FedFomo's weights of the models it was sent)."""
 
 
 LocalProgram = Generator[Train, "LocalOutcome", Personal]
@@ -469,6 +471,37 @@ class AggregatorBase:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, (), type(self).__name__)
+
+
+class AroundAggregator:
+    """An aggregator around another (privacy's clipped updates, an attack's forged uploads): each part is the base's.
+
+    A subclass overrides what it changes (``aggregate``, and ``round_metrics`` / ``state_dict`` where it keeps
+    something of its own); the client half, downlink and announcement of the round stay the base's."""
+
+    def __init__(self, base: Aggregator) -> None:
+        self.base = base
+
+    def client_half(self) -> ClientHalf | None:
+        return self.base.client_half()
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return self.base.downlink(client_id, round, global_params)
+
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
+        self.base.begin_round(round, client_ids)
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        return self.base.aggregate(global_params, results, round)
+
+    def round_metrics(self) -> Mapping[str, Json]:
+        return self.base.round_metrics()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.base.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.base.load_state_dict(state)
 
 
 class FedAvg(AggregatorBase):

@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from chillfl.data import arraycache, hf, loaders
+from chillfl.data import arraycache, hf, leaf_hub, loaders
 from chillfl.data.augment import check_shape, final_stats, rescaler, split_augment
 from chillfl.data.items import ItemReader
 from chillfl.data.loaders import RawSplit
@@ -358,6 +358,15 @@ def build_femnist(opts: loaders.FemnistOptions, data_dir: Path) -> ArrayDataset:
     return _mapped("femnist", arraycache.cached("femnist", opts, root, data_dir, decode))
 
 
+def _grouped(name: str, reader: Callable[[Path, Any], arraycache.Mapped]) -> Callable[[Any, Path], ArrayDataset]:
+    """A reader of arrays with natural client blocks (train_bounds / test_bounds) as a dataset builder."""
+
+    def build(opts: Any, data_dir: Path) -> ArrayDataset:
+        return _mapped(name, reader(data_dir, opts))
+
+    return build
+
+
 DATASETS: dict[str, DatasetEntry] = {
     "digits": DatasetEntry(DigitsOptions, build_digits),
     "mnist1d": DatasetEntry(Mnist1dOptions, build_mnist1d),
@@ -373,6 +382,8 @@ DATASETS: dict[str, DatasetEntry] = {
     "tiny_imagenet": DatasetEntry(loaders.TinyImagenetOptions, build_tiny_imagenet),
     "caltech256": DatasetEntry(loaders.Caltech256Options, build_caltech256),
     "hf": DatasetEntry(hf.HFOptions, _real("hf", hf.load_hf)),  # a local Hugging Face dataset (chillfl.data.hf)
+    "flwr_femnist": DatasetEntry(leaf_hub.FemnistHubOptions, _grouped("flwr_femnist", leaf_hub.load_femnist)),  # chillfl.data.leaf_hub
+    "flwr_shakespeare": DatasetEntry(leaf_hub.ShakespeareOptions, _grouped("flwr_shakespeare", leaf_hub.load_shakespeare)),
 }
 
 

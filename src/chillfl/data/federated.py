@@ -37,6 +37,15 @@ Choices
   the clients' splits (proportional, natural, partition) come from the rest too: validation
   samples are never part of any test metric, and test samples never part of
   the validation metric (``val_acc``), which ``compare``'s tuning reads.
+* Local validation splits (with the server validation split and client splits):
+  client i's own validation rows, on which its own model is scored as
+  ``local_val_acc`` (what ``compare``'s ``local_*`` tuning rules read). With
+  ``natural`` / ``partition`` splits they are the client's own test rows that
+  fell into the server validation split (rows its ``local_acc`` already leaves
+  out); with ``proportional`` splits they are drawn from the validation split
+  as the eval split is drawn from the rest (same size and class mix, own
+  stream (seed, "local validation"), so the eval splits do not change). Either
+  way they are validation rows only: never part of a test metric.
 * Feature noise (``feature_noise`` partitioner): x + sigma_i * N(0, 1) on the
   normalised inputs, regenerated on each call from a seed derived from
   (seed, client id, split), so it is fixed per client and costs no memory.
@@ -73,7 +82,7 @@ PUBLIC_SIZE_FIELD = "distillation.public_size"
 VALIDATION_FIELD = "eval.validation"
 CLIENT_EVAL_MODES = ("none", "proportional", "natural", "partition")
 
-_PUBLIC, _PARTITION, _EVAL, _NOISE, _VALIDATION = range(5)  # spawn keys of the per-purpose RNG streams
+_PUBLIC, _PARTITION, _EVAL, _NOISE, _VALIDATION, _LOCAL_VALIDATION = range(6)  # spawn keys of the per-purpose RNG streams
 
 
 def _rng(seed: int, purpose: int) -> np.random.Generator:
@@ -107,6 +116,8 @@ class FederatedData:
     class_proportions: np.ndarray | None = None
     validation_indices: np.ndarray | None = None
     """Indices into the test set held out for server-side validation (None: no validation split)."""
+    client_validation_indices: Sequence[np.ndarray] | None = None
+    """Per client, its own validation rows of the test set, all inside ``validation_indices`` (None: none)."""
 
     def _test_rows(self) -> np.ndarray | None:
         """Test-set indices the test metrics use (None: all of them)."""
@@ -161,6 +172,13 @@ class FederatedData:
         idx = torch.from_numpy(self.eval_indices[cid])
         return self._noisy(self.dataset.x_test[idx], cid, 1), self.dataset.y_test[idx]
 
+    def client_validation(self, cid: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Client ``cid``'s own validation split (same noise rule as its eval split); None without local validation."""
+        if self.client_validation_indices is None:
+            return None
+        idx = torch.from_numpy(self.client_validation_indices[cid])
+        return self._noisy(self.dataset.x_test[idx], cid, 1), self.dataset.y_test[idx]
+
     def test(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The global (server) test set, clean, without the validation split."""
         rows = self._test_rows()
@@ -205,10 +223,15 @@ def validation_split(num_test: int, fraction: float, seed: int) -> np.ndarray | 
 
 
 def _proportional_eval(
-    counts: np.ndarray, test_labels: np.ndarray, size: int, num_classes: int, rng: np.random.Generator, exclude: np.ndarray | None = None
+    counts: np.ndarray, test_labels: np.ndarray, size: int, num_classes: int, rng: np.random.Generator, exclude: np.ndarray | None = None,
+    only: np.ndarray | None = None,
 ) -> list[np.ndarray]:
-    """Per client, test indices whose class mix follows ``counts[i]`` (rows: weights per class), never from ``exclude``."""
+    """Per client, test indices whose class mix follows ``counts[i]`` (rows: weights per class), never from ``exclude``
+    (and only from ``only`` when given)."""
     allowed = np.ones(len(test_labels), dtype=bool)
+    if only is not None:
+        allowed[:] = False
+        allowed[only] = True
     if exclude is not None:
         allowed[exclude] = False
     pools = [np.flatnonzero((test_labels == c) & allowed) for c in range(num_classes)]
@@ -275,6 +298,7 @@ def build_federated_data(
         train = [rest[ix] for ix in part.client_indices]
 
     evals: Sequence[np.ndarray]
+    local_val: list[np.ndarray] | None = None
     if client_eval == "none":
         evals = ClientRows.empty(num_clients)
     elif client_eval == "natural":
@@ -287,12 +311,14 @@ def build_federated_data(
             )
         evals = natural_groups(test_groups, num_clients, "client_split 'natural'")
         if held_out is not None:
+            local_val = [np.intersect1d(e, held_out).astype(np.int64) for e in evals]
             evals = [np.setdiff1d(e, held_out).astype(np.int64) for e in evals]
     elif client_eval == "partition":
         if part.client_test_indices is None:
             raise ConfigError(CLIENT_EVAL_FIELD, f"'partition' needs a partitioner that splits the test set (flexchill_dirichlet, scarlet_dirichlet); {partitioner!r} does not")
         evals = part.client_test_indices
         if held_out is not None:  # the validation split stays out of every test metric
+            local_val = [np.intersect1d(e, held_out).astype(np.int64) for e in evals]
             evals = [np.setdiff1d(e, held_out).astype(np.int64) for e in evals]
     else:
         y = dataset.y_train.numpy()
@@ -300,5 +326,7 @@ def build_federated_data(
         if eval_proportions == "drawn" and part.class_proportions is not None:
             weights = np.where(weights.sum(axis=1, keepdims=True) > 0, part.class_proportions, 0.0)
         evals = _proportional_eval(weights, dataset.y_test.numpy(), client_eval_size, dataset.num_classes, _rng(seed, _EVAL), held_out)
+        if held_out is not None:
+            local_val = _proportional_eval(weights, dataset.y_test.numpy(), client_eval_size, dataset.num_classes, _rng(seed, _LOCAL_VALIDATION), only=held_out)
 
-    return FederatedData(dataset, train, evals, part.client_noise, public, seed, part.class_proportions, held_out)
+    return FederatedData(dataset, train, evals, part.client_noise, public, seed, part.class_proportions, held_out, local_val)

@@ -23,15 +23,22 @@ Choices
   an unknown or missing option is a one-line ConfigError naming
   ``partition.options.<key>`` and the allowed keys; values are checked by the
   partitioner itself, and its error becomes a ConfigError on ``partition.options``.
-* Row partitioners only: the vertical (column) partitioners, the natural-id
-  ones (which need an id column chillfl's datasets do not have; use
-  ``partition.name = "natural"``) and ``IdToSizeFncPartitioner`` (a Python
+* ``NaturalIdPartitioner`` and ``GroupedNaturalIdPartitioner`` partition by
+  the dataset's own client ids (``flwr_femnist``'s writers,
+  ``flwr_shakespeare``'s speakers, ``synthetic``'s clients): chillfl supplies
+  ``partition_by`` as a column holding each train row's natural client number
+  (the datasets number clients in sorted id order, the order the partitioner
+  uses), so ``NaturalIdPartitioner`` gives exactly ``partition.name =
+  "natural"``'s clients. A dataset without natural clients is refused, and so
+  is a ``partition_by`` option (it is always the natural id).
+* The vertical (column) partitioners and ``IdToSizeFncPartitioner`` (a Python
   callable, not a config value) are refused.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +48,11 @@ from chillfl.errors import ConfigError, choice_error
 from chillfl.extras import need
 from chillfl.options import require, short_repr
 
-EXCLUDED = ("Partitioner", "IdToSizeFncPartitioner", "NaturalIdPartitioner", "GroupedNaturalIdPartitioner", "VerticalEvenPartitioner", "VerticalSizePartitioner")
+EXCLUDED = ("Partitioner", "IdToSizeFncPartitioner", "VerticalEvenPartitioner", "VerticalSizePartitioner")
 SUPPLIED = ("num_partitions", "partition_by")
+BY_NATURAL_ID = ("NaturalIdPartitioner", "GroupedNaturalIdPartitioner")
+"""Partitioners that split by a client id column: chillfl gives them the dataset's natural client numbers."""
+NATURAL_ID = "natural_id"
 
 
 @dataclass(frozen=True)
@@ -79,12 +89,15 @@ def build_partitioner(opts: FlwrOptions, k: int, rng: np.random.Generator, secti
             raise ConfigError(f"{section}.options.{key}", f"unknown option of {opts.partitioner}; allowed: {', '.join(n for n in params if n not in SUPPLIED)}")
     if "num_partitions" in kwargs:
         raise ConfigError(f"{section}.options.num_partitions", "is federation.num_clients; leave it out")
+    by_id = opts.partitioner in BY_NATURAL_ID
+    if by_id and "partition_by" in kwargs:
+        raise ConfigError(f"{section}.options.partition_by", f"{opts.partitioner} splits by the dataset's natural client id; leave it out")
     if kwargs.get("partition_by", "label") != "label":
         raise ConfigError(f"{section}.options.partition_by", f"chillfl partitions by the class label; got {short_repr(kwargs['partition_by'])}")
     if "num_partitions" in params:
         kwargs["num_partitions"] = k
     if "partition_by" in params:
-        kwargs["partition_by"] = "label"
+        kwargs["partition_by"] = NATURAL_ID if by_id else "label"
     if "seed" in params and "seed" not in kwargs:
         kwargs["seed"] = int(rng.integers(2**31))
     missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in kwargs]
@@ -96,12 +109,29 @@ def build_partitioner(opts: FlwrOptions, k: int, rng: np.random.Generator, secti
         raise ConfigError(f"{section}.options", f"{opts.partitioner}: {exc}") from None
 
 
-def flwr_split(labels: np.ndarray, k: int, rng: np.random.Generator, opts: FlwrOptions, section: str) -> list[np.ndarray]:
-    """Client i's train positions: ``load_partition(i)`` of the partitioner over the labels."""
+def natural_ids(groups: Sequence[Any] | None, n: int, partitioner: str, section: str) -> np.ndarray:
+    """Each train row's natural client number (its group's position) for the natural-id partitioners."""
+    if groups is None:
+        raise ConfigError(f"{section}.partitioner", f"{partitioner} needs a dataset with natural clients (flwr_femnist, flwr_shakespeare, synthetic); this one has none")
+    ids = np.full(n, -1, dtype=np.int64)
+    for g, rows in enumerate(groups):
+        ids[np.asarray(rows, dtype=np.int64)] = g
+    if (ids < 0).any():
+        raise ConfigError(f"{section}.partitioner", f"{partitioner}: {int((ids < 0).sum())} train rows belong to no natural client")
+    return ids
+
+
+def flwr_split(
+    labels: np.ndarray, k: int, rng: np.random.Generator, opts: FlwrOptions, section: str, groups: Sequence[Any] | None = None
+) -> list[np.ndarray]:
+    """Client i's train positions: ``load_partition(i)`` of the partitioner over the labels (and natural ids)."""
     partitioner = build_partitioner(opts, k, rng, section)
     import datasets
 
-    partitioner.dataset = datasets.Dataset.from_dict({"label": labels.astype(np.int64), "_index": np.arange(len(labels), dtype=np.int64)})
+    columns = {"label": labels.astype(np.int64), "_index": np.arange(len(labels), dtype=np.int64)}
+    if opts.partitioner in BY_NATURAL_ID:
+        columns[NATURAL_ID] = natural_ids(groups, len(labels), opts.partitioner, section)
+    partitioner.dataset = datasets.Dataset.from_dict(columns)
     try:
         count = partitioner.num_partitions
         if count != k:

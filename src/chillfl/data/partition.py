@@ -583,7 +583,7 @@ def _scarlet_dirichlet(
 
 
 def _flwr(labels: np.ndarray, k: int, rng: np.random.Generator, opts: FlwrOptions, section: str, dataset: ArrayDataset | None) -> Partition:
-    return Partition(flwr_split(labels, k, rng, opts, section))
+    return Partition(flwr_split(labels, k, rng, opts, section, None if dataset is None else dataset.train_groups))
 
 
 # ---------------------------------------------------------------- registry

@@ -153,10 +153,11 @@ MANUAL: dict[str, ManualSource] = {
         "femnist",
         "femnist",
         "https://leaf.cmu.edu/",
-        "FEMNIST has no ready-made download: LEAF builds it from NIST SD19. Run, in a clone of "
-        "https://github.com/TalwalkarLab/leaf: `cd data/femnist && ./preprocess.sh -s niid --sf 1.0 -k 0 -t sample`, "
-        "then copy data/femnist/data/all_data (or its train/ and test/ folders) to DATA_DIR/femnist/. "
-        "Or set CHILLFL_DATA_MIRROR to a mirror that serves femnist/all_data.zip with a --checksums manifest.",
+        "FEMNIST needs no build step: use dataset.name = 'flwr_femnist', which reads the Flower Datasets parquet files; "
+        "fetch them once with `hf download flwrlabs/femnist --repo-type dataset --local-dir DATA_DIR/flwrlabs/femnist` "
+        "(or run online with pip install 'chillfl[hf]': they load from the hub). 'femnist' reads LEAF's JSON "
+        "(DATA_DIR/femnist/all_data/ or train/ and test/) if you already have it, or from CHILLFL_DATA_MIRROR "
+        "serving femnist/all_data.zip with a --checksums manifest.",
     ),
 }
 

@@ -71,6 +71,9 @@ class ClientData:
     y: torch.Tensor
     x_eval: torch.Tensor | None = None
     y_eval: torch.Tensor | None = None
+    x_val: torch.Tensor | None = None
+    y_val: torch.Tensor | None = None
+    """Its own validation split (``local_val_acc``, what the ``local_*`` tuning rules read); None: not measured."""
 
 
 @dataclass
@@ -97,6 +100,8 @@ class ClientReply(Generic[U, S]):
     local_loss: float | None = None
     temperature: float | None = None
     """The temperature the client trained at when its own state chose it (FedChill's client half, under every runtime); None = the downlink's."""
+    local_val_acc: float | None = None
+    """Its own model's accuracy on its own validation split (:attr:`ClientData.x_val`); None: not measured."""
 
 
 ClientProgram = Generator[ClientJob | PredictJob, Any, ClientReply[Any, Any]]
@@ -243,3 +248,59 @@ def drive(programs: Sequence[ClientProgram], train: Trainer, predict: Predictor 
             for m, out in zip(members, results):
                 _advance(m, out)
     return [r.reply for r in runs if r.reply is not None]
+
+
+class AroundProtocol:
+    """A server protocol around another (the privacy accountant, the attacks' records): each part is the inner one's.
+
+    A subclass overrides the parts it changes (``server_update``, ``state_dict``, ...) and names its own
+    attributes in ``OWN``; every other attribute read or set is the inner protocol's (its ``evaluation``,
+    which the Flower client app reads; ``store``, which Flower swaps; ``state``, which replay sets).
+    """
+
+    OWN: frozenset[str] = frozenset()
+    """The subclass's own attributes (``inner`` and ``_client`` are always its own)."""
+
+    def __init__(self, protocol: ServerProtocol, client: ClientSide | None = None) -> None:
+        self.inner = protocol
+        self._client = protocol.client if client is None else client
+        """The client side the executors run: the inner protocol's, or one that changes what the clients upload."""
+
+    def _own(self, name: str) -> bool:
+        return name in ("inner", "_client") or name in type(self).OWN
+
+    def __getattr__(self, name: str) -> Any:
+        if self._own(name):  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self._own(name):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.inner, name, value)
+
+    @property
+    def client(self) -> ClientSide:
+        return self._client
+
+    def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[Any, Any]]:
+        return self.inner.configure(round, sampled)
+
+    def server_update(self, round: int, tasks: Sequence[ClientTask[Any, Any]], replies: Sequence[ClientReply[Any, Any]]) -> RoundRecord:
+        return self.inner.server_update(round, tasks, replies)
+
+    def global_state(self) -> Mapping[str, torch.Tensor] | None:
+        return self.inner.global_state()
+
+    def client_states(self) -> Mapping[int, Mapping[str, torch.Tensor]]:
+        return self.inner.client_states()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+
+    def close(self) -> None:
+        self.inner.close()

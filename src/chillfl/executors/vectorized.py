@@ -499,8 +499,8 @@ class VectorizedExecutor:
         resident = self.resident(jobs[0].x.device)
         workers = 1 if resident else self.workers
         if self._per_client is None:
-            self._per_client = not resident and per_client_steps(self.model, next((j.x for j in jobs if len(j.x)), jobs[0].x))
-        if self._per_client:  # one client per chunk, trained unvmapped (CPU only): see module Choices
+            self._per_client = self.spec.private is not None or (not resident and per_client_steps(self.model, next((j.x for j in jobs if len(j.x)), jobs[0].x)))
+        if self._per_client:  # one client per chunk, trained unvmapped (CPU only; DP-SGD's per-sample vmap everywhere): see module Choices
             chunks = [[i] for i in range(len(jobs))]
 
             def work(replica: _Replica, chunk: list[int]) -> list[LocalOutcome]:
@@ -628,7 +628,7 @@ class VectorizedExecutor:
             rate = lr.at(batch.step, rows, batch.members)
             losses = self._step(losses_of, p, b, m, batch.x, batch.y, _rows(temperature, rows), rate, context.select(rows), later, batch.step)
             if rows is None:
-                totals += losses
+                totals += losses  # float32 losses into float64 sums: each converted exactly, then added in float64
             else:
                 totals[rows] += losses
                 for target, values in ((params, p), (buffers, b), *((opt_state[slot], m[slot]) for slot in opt_state)):  # buffers: batch norm updated them in place
@@ -651,7 +651,7 @@ class VectorizedExecutor:
         deferred: DeferredOuter | None = None,
         step: int = 0,
     ) -> torch.Tensor:
-        """One SGD step of every client stacked in ``params``; returns their losses (float64, detached).
+        """One SGD step of every client stacked in ``params``; returns their losses (detached, in the loss's dtype).
 
         A failure becomes NotVectorizable here too, not only in the probe: a
         client-dependent number in Python control flow, e.g., only shows once
@@ -667,7 +667,7 @@ class VectorizedExecutor:
                 for xin, dz in factors.pop(key, []):
                     deferred.add(key, xin, dz, -lr)
         optimizer_step_(params, grads, opt_state, lr, self.spec, factors, step=step, stacked=True)
-        return losses.detach().to(torch.float64)
+        return losses.detach()  # the caller's float64 ``+=`` converts it exactly: no separate conversion op a step
 
     def _probe(self, replica: _Replica, jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]]) -> None:
         """Check that the step vmaps, learn each parameter's gradient layout, check factored gradients; nothing is kept.
@@ -843,9 +843,10 @@ class _ResidentBatches:
             starts.append(starts[-1] + len(j.y))
         host: list[torch.Tensor] = []
         self._layout: list[tuple[int, int, bool, int, list[int]]] = []  # (members, batch size, all clients?, step, member list) per step
+        offsets = torch.tensor(starts, dtype=torch.int64).unsqueeze(1)
         for s, members in _step_groups(schedules):
-            index = torch.stack([schedules[i][s] + starts[i] for i in members])
             everyone = len(members) == len(jobs)
+            index = torch.stack([schedules[i][s] for i in members]).add_(offsets if everyone else offsets[members])  # not one add per client
             host.append(index)
             if not everyone:
                 host.append(torch.tensor(members, dtype=torch.int64))

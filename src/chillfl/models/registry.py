@@ -23,7 +23,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from chillfl.errors import ConfigError, choice_error
-from chillfl.models import alexnet, cnn, cnn1d, fedchill, mlp, resnet, resnet_cifar, vit
+from chillfl.models import alexnet, char_lstm, cnn, cnn1d, fedchill, mlp, resnet, resnet_cifar, vit
 from chillfl.models.projection import PROJECTION_OPTION, with_projection_head
 from chillfl.options import blame, parse_options, require_memory, total_memory_bytes
 
@@ -53,6 +53,7 @@ MODELS: dict[str, ModelSpec] = {
     "resnet20": ModelSpec(resnet_cifar.CifarResNetOptions, resnet_cifar.build_resnet20),
     "resnet32": ModelSpec(resnet_cifar.CifarResNetOptions, resnet_cifar.build_resnet32),
     "resnet18_fedchill": ModelSpec(resnet_cifar.FedChillResNet18Options, resnet_cifar.build_resnet18_fedchill),
+    "char_lstm": ModelSpec(char_lstm.CharLSTMOptions, char_lstm.build_char_lstm),  # LEAF Shakespeare (models/char_lstm.py)
 }
 
 

@@ -54,26 +54,37 @@ class LocalLog:
 
     acc: dict[int, float] = field(default_factory=dict)
     loss: dict[int, float] = field(default_factory=dict)
+    val: dict[int, float] = field(default_factory=dict)
+    """Local validation accuracy (``local_val_acc``), when the clients measure it."""
 
     def observe(self, reply: ClientReply[Any, Any]) -> None:
         if reply.local_acc is not None and reply.local_loss is not None:
             self.acc[reply.client_id] = reply.local_acc
             self.loss[reply.client_id] = reply.local_loss
+        if reply.local_val_acc is not None:
+            self.val[reply.client_id] = reply.local_val_acc
 
     def metrics(self, sampled: Sequence[int], which: str) -> dict[str, Json]:
         ids = list(sampled) if which == "sampled" else sorted(self.acc)
-        return {
+        out: dict[str, Json] = {
             "local_acc": mean_or_none([self.acc[c] for c in ids]),
             "local_loss": mean_or_none([self.loss[c] for c in ids]),
             "local_clients": len(ids),
         }
+        if self.val:  # the same clients' own models on their own validation splits
+            out["local_val_acc"] = mean_or_none([self.val[c] for c in ids if c in self.val])
+        return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"acc": {str(k): v for k, v in self.acc.items()}, "loss": {str(k): v for k, v in self.loss.items()}}
+        out = {"acc": {str(k): v for k, v in self.acc.items()}, "loss": {str(k): v for k, v in self.loss.items()}}
+        if self.val:
+            out["val"] = {str(k): v for k, v in self.val.items()}
+        return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.acc = {int(k): float(v) for k, v in state["acc"].items()}
         self.loss = {int(k): float(v) for k, v in state["loss"].items()}
+        self.val = {int(k): float(v) for k, v in state.get("val", {}).items()}
 
 
 class Evaluation:
@@ -100,6 +111,9 @@ class Evaluation:
         if self.config.eval.clients != "none":
             xe, ye = self.data.client_eval(cid)
             data.x_eval, data.y_eval = xe.to(self.device), ye.to(self.device)
+            own = self.data.client_validation(cid)
+            if own is not None:
+                data.x_val, data.y_val = own[0].to(self.device), own[1].to(self.device)
         return data
 
     def metrics(self, state: Mapping[str, torch.Tensor]) -> dict[str, Json]:
@@ -125,6 +139,18 @@ def local_evaluation(model: nn.Module, state: Mapping[str, torch.Tensor], data: 
     if data.x_eval is None or data.y_eval is None:
         return None, None
     return evaluate(model, state, data.x_eval, data.y_eval, batch_size)
+
+
+def local_validation(model: nn.Module, state: Mapping[str, torch.Tensor], data: ClientData, batch_size: int) -> float | None:
+    """Accuracy of a client's own model on its own validation split (``local_val_acc``); None when not measured.
+
+    An empty split (a client none of whose own rows fell into the validation split) scores NaN, which
+    :func:`mean_or_none` leaves out of the mean."""
+    if data.x_val is None or data.y_val is None:
+        return None
+    if len(data.y_val) == 0:
+        return math.nan
+    return evaluate(model, state, data.x_val, data.y_val, batch_size)[0]
 
 
 def local_evaluation_job(client_id: int, model: nn.Module, state: Mapping[str, torch.Tensor], data: ClientData, batch_size: int) -> PredictJob | None:

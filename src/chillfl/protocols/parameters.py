@@ -50,7 +50,7 @@ from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import RoundRecord
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, local_evaluation, state_bytes
+from chillfl.protocols.common import Evaluation, local_evaluation, local_validation, state_bytes
 from chillfl.protocols.parts import Experiment
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
@@ -120,15 +120,18 @@ class ParameterClient:
             done = yield from self._trainings(task, t, Local(task.client_id, data.x, data.y, start, context, d.lr, state, d.seed, self.spec))
         acc, loss = local_evaluation(self.model, done.params if done.personal is None else done.personal, data, self.eval_batch_size)
         new_state: ClientState = dict(done.state)
-        report: Report = {}
+        report: Report = dict(done.report)
         if self.half is not None:
             trained = Trained(task.client_id, data.x, data.y, start, d.context, context, d.lr, t, done.params, done.num_steps)
-            own, report = self.half.finish(self.model, state, trained)
+            own, said = self.half.finish(self.model, state, trained)
             new_state.update(own)
+            report.update(said)
         if self.temperature is not None:
             new_state.update(self.temperature.finish(state, t, acc))
         uplink = ParamUplink(done.params, len(data.y), done.num_steps, done.train_loss, report)
-        return ClientReply(task.client_id, uplink, new_state or None, acc, loss, None if self.temperature is None else t)
+        personal = done.params if done.personal is None else done.personal
+        return ClientReply(task.client_id, uplink, new_state or None, acc, loss, None if self.temperature is None else t,
+                           local_val_acc=local_validation(self.model, personal, data, self.eval_batch_size))
 
     def _trainings(self, task: ClientTask[ParamDownlink, ClientState], t: float, local: Local) -> Generator[ClientJob, LocalOutcome, Personal]:
         """The personalising half's :class:`Train` requests as jobs: the first with the round's seed, the others with seeds derived from it."""

@@ -29,7 +29,7 @@ from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.report.html import write_report
 from chillfl.runner import RunOutput
 from chillfl.storage.results import rounds_to_reach
-from chillfl.tune import parse_tune, point_label
+from chillfl.tune import describe_rule, is_local, parse_tune, point_label
 
 
 class Labelled(Protocol):
@@ -49,9 +49,28 @@ class CompareResult:
     """False after a ``dry_run`` without the dataset's files: only names and options were checked."""
     failures: dict[str, str] = field(default_factory=dict)
     """Run name -> how it failed (``diverged at round 3``), for the runs that did not finish; the sweep went on."""
+    runs: int = 0
+    """How many runs the comparison ran (every variant, tuning point and seed): the denominator of ``failures``."""
 
     def __str__(self) -> str:
         return self.table
+
+    def no_comparison(self) -> str | None:
+        """Why nothing was compared, or None: with two variants or more, a comparison needs the baseline and one
+        other variant finished at a common seed (a ``delta_acc`` on two rows: the baseline's own is 0). A sweep
+        whose baseline diverged everywhere compares nothing even when another variant finished (``chillfl``
+        exits 3, as when every run failed)."""
+        if not self.rows:
+            return None
+        paired = [r["variant"] for r in self.rows if r.get("delta_acc") is not None]
+        if len(self.rows) == 1:
+            return None if self.rows[0].get("final_acc") is not None else f"its one variant {self.rows[0]['variant']} failed"
+        if len(paired) >= 2:
+            return None
+        if paired:  # the baseline's own row (a difference of 0 to itself): every other variant failed where it finished
+            return f"only the baseline {paired[0]} finished; the {len(self.rows) - 1} other variants failed at every seed it finished"
+        finished = [r["variant"] for r in self.rows if r.get("final_acc") is not None]
+        return "the baseline failed at every seed, so no variant has a difference to it" + (f" (finished: {', '.join(finished)})" if finished else "")
 
     def report(self, path: str | Path = "report.html", title: str | None = None) -> Path:
         """The comparison as one self-contained HTML page (what ``chillfl report FOLDER`` writes)."""
@@ -99,6 +118,8 @@ def build_rows(
             rows[-1]["cumulative_mb"] = records[-1]["bytes_cumulative"] / 1e6
             reached = [r["bytes_cumulative"] for r in records if rounds is not None and r["round"] == rounds]
             rows[-1]["mb_to_target"] = reached[0] / 1e6 if reached else None
+        if records and records[-1].get("epsilon") is not None:  # [privacy]: the budget the run spent
+            rows[-1]["epsilon"] = records[-1]["epsilon"]
     return rows
 
 
@@ -113,6 +134,9 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
     with_mb = any("cumulative_mb" in r for r in rows)
     if with_mb:
         header.append("cumulative MB (to target)")
+    with_eps = any("epsilon" in r for r in rows)
+    if with_eps:
+        header.append("epsilon")
     lines = [
         f"target = best global accuracy of {ref_label}: {pct(target)}%; differences and speed-ups relative to {base_label}",
         "| " + " | ".join(header) + " |",
@@ -129,6 +153,8 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
             mb = "-" if r.get("cumulative_mb") is None else f"{r['cumulative_mb']:.3f}"
             to_target = "" if r.get("mb_to_target") is None else f" ({r['mb_to_target']:.3f})"
             line += f" {mb}{to_target} |"
+        if with_eps:
+            line += " - |" if r.get("epsilon") is None else f" {r['epsilon']:.3g} |"
         lines.append(line)
     return "\n".join(lines)
 
@@ -188,6 +214,7 @@ def build_seed_rows(
             "final_acc": _stat(acc),
             "delta_acc": _paired(acc, base_acc),
             "final_val_acc": _stat([summary(v.label, s, "final_val_acc") for s in seeds]),
+            "final_local_val_acc": _stat([summary(v.label, s, "final_local_val_acc") for s in seeds]),
             "final_loss": _stat([summary(v.label, s, f"final_{metric.replace('acc', 'loss')}") for s in seeds]),
             "final_local_acc": _stat(local),
             "delta_local_acc": _paired(local, base_local),
@@ -198,6 +225,10 @@ def build_seed_rows(
               else o.records[-1]["bytes_cumulative"] / 1e6 for s in seeds]
         if any(x is not None for x in mb):  # communication (SCARLET Sec. IV-A)
             row["cumulative_mb"] = _stat(mb)
+        eps = [None if (o := runs[(v.label, s)]) is None or not o.records or o.records[-1].get("epsilon") is None
+               else o.records[-1]["epsilon"] for s in seeds]
+        if any(x is not None for x in eps):  # [privacy]: the budget each seed's run spent
+            row["epsilon"] = _stat(eps)
         if chosen is not None:
             point, scores = chosen[v.label]
             row["tuned"] = dict(point)
@@ -223,6 +254,21 @@ def _ci(stat: Mapping[str, Any] | None, signed: bool = False) -> str:
     return f"[{100 * stat['ci_low']:{sign}.2f}, {100 * stat['ci_high']:{sign}.2f}]"
 
 
+MIN_SEEDS = 3
+"""Below this many seeds the table's intervals say nothing (one seed: none; two: Student t with 1 degree of freedom)."""
+
+
+def few_seeds_warning(n: int) -> str:
+    """The seed table's one-line warning under :data:`MIN_SEEDS` seeds.
+
+    Two seeds: the 95 % interval is mean +- t(0.975, 1 df) * std / sqrt(2) = mean +- 12.706 / 1.4142 * std
+    = mean +- 8.98 std, wider than any effect it could show (``--seeds 0,1`` printed [-25.97, 136.84])."""
+    if n == 1:
+        return f"warning: 1 seed: no intervals and no spread; run {MIN_SEEDS} seeds or more (e.g. --seeds 0-4) to read an interval"
+    return (f"warning: {n} seeds: the 95 % intervals are uninformative (Student t with 1 degree of freedom: mean ± 8.98 std); "
+            f"run {MIN_SEEDS} seeds or more (e.g. --seeds 0-4)")
+
+
 def format_seed_table(
     rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: str, tune: Mapping[str, Sequence[Any]] | None, select: str, validation: float,
     local: bool = False,
@@ -234,7 +280,14 @@ def format_seed_table(
         f"diff = accuracy - {base_label}'s, paired per seed, mean ± std [95 % CI]; sign holds = seeds where the diff has the mean's sign; "
         f"target = best accuracy of {ref_label} at the same seed",
     ]
-    if tune:
+    if seeds and len(seeds) < MIN_SEEDS:
+        lines.append(few_seeds_warning(len(seeds)))
+    local_rule = is_local(select)
+    if tune and local_rule:  # selection on the clients' own validation splits: the header names the rule
+        grid = "; ".join(f"{k} in {{{', '.join(map(str, v))}}}" for k, v in tune.items())
+        lines.append(f"tuned per variant on the clients' local validation splits (select = {select}: {describe_rule(select)}; "
+                     f"drawn from eval.validation = {validation:g} of the test set; mean over seeds), reported on the test set: {grid}")
+    elif tune:
         grid = "; ".join(f"{k} in {{{', '.join(map(str, v))}}}" for k, v in tune.items())
         lines.append(f"tuned per variant on the validation split (eval.validation = {validation:g} of the test set, "
                      f"{select} val acc, mean over seeds), reported on the test set: {grid}")
@@ -242,9 +295,11 @@ def format_seed_table(
         lines.append(f"local acc = final mean accuracy of the round's clients, each on its own held-out split with its own model "
                      f"(a personalised method's personal model), mean ± std over seeds; local diff = local acc - {base_label}'s, paired per seed [95 % CI]")
     with_mb = any("cumulative_mb" in r for r in rows)
-    header = ["variant", *(["tuned"] if tune else []), "val acc %", "accuracy %", "95 % CI", "diff (paired)", "diff 95 % CI", "sign holds",
+    with_eps = any("epsilon" in r for r in rows)
+    header = ["variant", *([f"tuned ({select})"] if tune and local_rule else ["tuned"] if tune else []),
+              "local val acc %" if local_rule else "val acc %", "accuracy %", "95 % CI", "diff (paired)", "diff 95 % CI", "sign holds",
               *(["local acc %", "local diff (paired)", "local diff 95 % CI"] if local else []), "loss",
-              "rounds to target (reached)", *(["cumulative MB"] if with_mb else [])]
+              "rounds to target (reached)", *(["cumulative MB"] if with_mb else []), *(["epsilon"] if with_eps else [])]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for r in rows:
         delta = r["delta_acc"]
@@ -256,7 +311,7 @@ def format_seed_table(
         if tune:
             cells.append(point_label(r.get("tuned") or {}) or "-")
         cells += [
-            _pm(r["final_val_acc"]), _pm(r["final_acc"]), _ci(r["final_acc"]), _pm(delta, signed=True), _ci(delta, signed=True),
+            _pm(r.get("final_local_val_acc") if local_rule else r["final_val_acc"]), _pm(r["final_acc"]), _ci(r["final_acc"]), _pm(delta, signed=True), _ci(delta, signed=True),
             "-" if delta is None else f"{delta['sign_holds']}/{delta['n']}",
         ]
         if local:
@@ -264,10 +319,14 @@ def format_seed_table(
         cells += [_pm(r["final_loss"], 1.0, 3), rounds]
         if with_mb:
             cells.append(_pm(r.get("cumulative_mb"), 1.0, 3))
+        if with_eps:
+            cells.append(_pm(r.get("epsilon"), 1.0, 3))
         lines.append("| " + " | ".join(cells) + " |")
     if tune:
         points = parse_tune(tune)
-        lines += ["", f"validation accuracy % at every tuning point ({select} round, mean over seeds; diverged = at one seed or more)",
+        what = "local validation accuracy" if local_rule else "validation accuracy"
+        when = "best" if select.endswith("best") else "final"
+        lines += ["", f"{what} % at every tuning point ({when} round, mean over seeds; diverged = at one seed or more)",
                   "| variant | " + " | ".join(point_label(p) for p in points) + " |", "|---|" + "|".join("---" for _ in points) + "|"]
         for r in rows:
             scores = ["diverged" if x is None else f"{100 * x:.2f}" for x in r["validation_scores"]]

@@ -5,7 +5,7 @@ URIs, no script or font from the network. It shows
 
 * the runs' configurations (one row per group, the whole TOML folded away),
 * final and best metrics (mean ± sample std over the seeds of a group),
-* accuracy and loss curves, with a shaded band of ± 1 std across seeds,
+* accuracy and loss curves, with a shaded band of ± 1 std across seeds (the band of a comparison's ``curves.png``),
 * calibration: ECE / NLL / Brier over rounds, and a reliability diagram of
   each group's first saved model (``model.safetensors``),
 * the partition's class x client heat map of each group's first run.
@@ -45,6 +45,7 @@ from chillfl.storage.results import read_metrics, series, to_toml
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_data
 from chillfl.extras import need
+from chillfl.metrics.spread import SPREAD, seed_band
 
 IGNORED_FOR_GROUPING = ("seed", "name", "out_dir", "data_dir", "device", "executor", "threads")
 TABLE_METRICS = (
@@ -56,6 +57,7 @@ TABLE_METRICS = (
     ("final_global_nll", "final NLL", False),
     ("final_global_brier", "final Brier", False),
     ("rounds_to_target", "rounds to target", False),
+    ("final_epsilon", "epsilon", False),
 )
 
 
@@ -175,12 +177,9 @@ def mean_std(values: Sequence[float | None]) -> tuple[float, float, int]:
 
 
 def band(records_per_seed: Sequence[Sequence[dict[str, Any]]], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rounds, mean, std) of ``key`` over seeds, at the rounds every seed measured."""
-    per = [dict(zip(*series(recs, key))) for recs in records_per_seed]
-    common = sorted(set.intersection(*(set(p) for p in per))) if per else []
-    vals = np.array([[p[r] for r in common] for p in per], dtype=float).reshape(len(per), len(common))
-    std = vals.std(axis=0, ddof=1) if len(per) > 1 else np.zeros(len(common))
-    return np.array(common), vals.mean(axis=0) if len(per) else np.zeros(0), std
+    """(rounds, mean, std) of ``key`` over seeds, at the rounds every seed measured (:func:`chillfl.metrics.spread.seed_band`)."""
+    rounds, mean, std = seed_band(records_per_seed, key)  # the same band as a comparison's curves.png
+    return np.array(rounds, dtype=int), np.array(mean, dtype=float), np.array(std, dtype=float)
 
 
 def _fmt(key: str, mean: float, std: float, n: int, pct: bool) -> str:
@@ -220,7 +219,7 @@ def _figure(width: float, height: float) -> Any:
 
 
 def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> str | None:
-    """One panel per metric key; one line per group (mean over seeds) with a ± 1 std band."""
+    """One panel per metric key; one line per group (mean over seeds) with a ± 1 std band (:data:`~chillfl.metrics.spread.SPREAD`)."""
     from chillfl.plots.run import integer_rounds  # lazy: matplotlib is the `plots` extra
 
     present = [(k, t) for k, t in keys if any(series(r.records, k)[0] for g in groups for r in g.runs)]
@@ -239,7 +238,7 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> s
         if "loss" in key and _explodes(groups, key):  # one run's loss far above the rest: log scale keeps the others readable
             ax.set_yscale("log")
             title = f"{title} (log scale)"
-        ax.set(xlabel="round", title=title)
+        ax.set(xlabel="round", title=f"{title}\n(mean over seeds, {SPREAD})")
         integer_rounds(ax)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -335,7 +334,8 @@ def _metrics_columns(groups: Sequence[Group]) -> tuple[tuple[str, str, bool], ..
     """The results table's columns: rounds to target only where a run set ``eval.target_accuracy``
     (a comparison's own target, the reference's best accuracy per seed, is in its comparison table)."""
     has_target = any("target_accuracy" in r.summary for g in groups for r in g.runs)
-    return tuple(c for c in TABLE_METRICS if has_target or c[0] != "rounds_to_target")
+    private = any("final_epsilon" in r.summary for g in groups for r in g.runs)  # [privacy]: epsilon only where a run spent one
+    return tuple(c for c in TABLE_METRICS if (has_target or c[0] != "rounds_to_target") and (private or c[0] != "final_epsilon"))
 
 
 def _metrics_row(g: Group, columns: Sequence[tuple[str, str, bool]] = TABLE_METRICS) -> str:
@@ -403,17 +403,35 @@ def _comparison_section(folder: Path) -> list[str]:
     return parts
 
 
+TITLE_MAX = 80
+"""The default title's length bound: a tab or heading, not the list of groups (that follows the heading)."""
+
+
+def default_title(run_dirs: Sequence[str | Path], runs: int) -> str:
+    """``chillfl report: demo-compare, 9 runs``: the folders' names (how many, past two) and the run count, at most
+    :data:`TITLE_MAX` characters; the groups are listed below the heading, not in it."""
+    names = [Path(p).resolve().name or str(p) for p in run_dirs]
+    folders = ", ".join(names) if len(names) <= 2 else f"{names[0]} and {len(names) - 1} more folders"
+    tail = f", {runs} run{'s' if runs != 1 else ''}"
+    head = "chillfl report: "
+    room = TITLE_MAX - len(head) - len(tail)
+    if len(folders) > room:
+        folders = folders[: room - 1] + "…"
+    return head + folders + tail
+
+
 def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: bool = True, partitions: bool = True) -> str:
     """The report page as a string (see module docstring)."""
     need("matplotlib", "plots", "the report's figures")
     runs = [load_run(p) for p in find_runs(run_dirs)]
     groups = group_runs(runs)
-    title = title or ("chillfl report: " + ", ".join(g.label for g in groups))
+    title = title or default_title(run_dirs, len(runs))
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{_e(title)}</title>", f"<style>{CSS}</style>",
         "</head><body>", f"<h1>{_e(title)}</h1>",
         f'<p class="muted">{len(runs)} run(s) in {len(groups)} group(s); runs equal but for the seed form a group '
-        "(numbers: mean ± sample std over its seeds; bands: ± 1 std).</p>",
+        f"(numbers: mean ± sample std over its seeds; curves: mean over seeds, {SPREAD}).</p>",
+        f'<p id="groups">groups: {_e(", ".join(g.label for g in groups))}</p>',
         "<h2>Configurations</h2>", "<table id=\"configs\"><tr>" + "".join(f'<th class="l">{h}</th>' for h in (
             "group", "dataset", "partition", "model", "algorithm", "temperature", "distillation", "rounds", "clients / per round", "client", "seeds")) + "</tr>",
         *(_config_row(g) for g in groups), "</table>",

@@ -294,7 +294,8 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None)
     """Final and best values of the accuracy/loss metrics, with the round of each best."""
     out: dict[str, Any] = {"rounds": records[-1]["round"] if records else 0}
     for key, better in (("global_acc", max), ("local_acc", max), ("global_client_acc", max), ("global_loss", min), ("local_loss", min), ("train_loss", min),
-                        ("global_ece", min), ("global_nll", min), ("global_brier", min), ("val_acc", max), ("val_loss", min)):
+                        ("global_ece", min), ("global_nll", min), ("global_brier", min), ("val_acc", max), ("val_loss", min),
+                        ("local_val_acc", max)):
         rounds, values = series(records, key)
         finite = [(r, v) for r, v in zip(rounds, values) if math.isfinite(v)]
         if not finite:
@@ -303,6 +304,9 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None)
         out[f"final_{key}"] = values[-1]
         out[f"best_{key}"] = best
         out[f"best_{key}_round"] = best_round
+    spent = [r["epsilon"] for r in records if r.get("epsilon") is not None]  # [privacy]: the budget spent by the end
+    if spent:
+        out["final_epsilon"] = spent[-1]
     if target is not None:
         out["target_accuracy"] = target
         out["rounds_to_target"] = rounds_to_reach(records, "global_acc", target)

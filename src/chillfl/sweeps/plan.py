@@ -27,7 +27,7 @@ from typing import Any
 
 from chillfl.config import RunConfig, check_compare_option, parse_value, safe_name, variant_config
 from chillfl.errors import ConfigError, MissingExtra
-from chillfl.tune import SELECT_RULES, Point, parse_tune, point_label
+from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune, point_label
 
 TEMPERATURE_SHORTHAND = "temperature"
 MAX_VARIANTS = 1000
@@ -289,6 +289,8 @@ def plan_sweep(
         raise ConfigError("--select", f"unknown rule {select!r}; allowed: {', '.join(SELECT_RULES)}")
     if tuned and config.eval.validation <= 0:
         raise ConfigError("eval.validation", "tuning selects on the server validation split; set eval.validation > 0 (e.g. eval.validation=0.1)")
+    if tuned and is_local(select) and config.eval.clients == "none":
+        raise ConfigError("eval.clients", f"select = {select!r} scores the clients' own models on their own validation splits; set eval.clients = 'sampled' or 'all'")
     for v in planned:  # validates every variant before running any; errors name the variant
         with naming(v.label, from_grid):
             apply_variant(config, v)

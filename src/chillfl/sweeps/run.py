@@ -296,7 +296,7 @@ def run_compare(
         tables = tabulate(config, plan, picked)
         write_tables(config, plan, picked, tables, where)
         failures = {c.config.name: sweep.failures[c.key] for c in plan.cells if c.key in sweep.failures}
-        return CompareResult(where.folder, tables.rows, tables.table, tables.outputs, failures=failures)
+        return CompareResult(where.folder, tables.rows, tables.table, tables.outputs, failures=failures, runs=len(plan.cells))
     finally:
         if lock is not None:
             lock.release()

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 import torch
 from torch import nn
@@ -91,6 +91,16 @@ def model_state(model: nn.Module) -> Params:
     return out
 
 
+class PrivateGradients(Protocol):
+    """A step's gradient computed from per-sample gradients (implemented by :class:`chillfl.privacy.dpsgd.PerSampleClipping`)."""
+
+    def gradients(
+        self, loss_fn: Callable[..., tuple[torch.Tensor, Any]], params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor,
+        temperature: Any, context: Mapping[str, Any], seed: int, step: int,
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        ...
+
+
 @dataclass(frozen=True)
 class LocalSpec:
     """What is the same for every client of a run: the optimiser settings and the objective."""
@@ -117,6 +127,9 @@ class LocalSpec:
     """The optimiser besides ``momentum`` / ``weight_decay``: Adam(W), Nesterov, clipping, a schedule over local steps."""
     frozen: frozenset[str] = frozenset()
     """Parameters held fixed (read, never updated, no optimiser state): FedRep trains its head with the body frozen, then the body."""
+    private: PrivateGradients | None = None
+    """DP-SGD (``[privacy] mechanism = "dp-sgd"``, :mod:`chillfl.privacy.dpsgd`): each step's gradient from clipped, noised
+    per-sample gradients. None: the plain step. Training phases besides private training (:meth:`phase`) drop it."""
 
     def phase(self, epochs: int, batch_size: int, base_loss: BaseLoss = temperature_cross_entropy) -> LocalSpec:
         """The spec of a training phase besides private training (distillation, a server model, FedMD's transfer learning).
@@ -374,7 +387,18 @@ def sgd_update_(
     ``dz^T x`` terms with one fused matmul each (:func:`add_outer_`).
     ``lr`` is a number, or a tensor that broadcasts against every parameter
     (the vectorised executor's per-client learning rates, shape ``[C]``).
+
+    With a number ``lr`` (and no tensor registered twice) the weights' dense
+    updates are one ``torch._foreach_add_(ws, gs, alpha=-lr)`` after the loop,
+    then the factored ones: each weight sees the same ops in the same order as
+    one ``w.sub_(g, alpha=lr)`` each (``sub`` is ``add`` with ``-alpha`` in
+    ATen's kernels), so the bits are the same, with one op dispatched (on a GPU
+    one fused launch) instead of one per tensor.
     """
+    later = not isinstance(lr, torch.Tensor) and len({id(w) for w in params.values()}) == len(params)
+    later_w: list[torch.Tensor] = []
+    later_g: list[torch.Tensor] = []
+    later_outer: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     for (k, w), g in zip(params.items(), grads):
         outer = factors.get(k, []) if factors else []
         if spec.weight_decay:
@@ -389,6 +413,12 @@ def sgd_update_(
                 g = buf * spec.momentum if g is None else g.add(buf, alpha=spec.momentum)
             else:
                 g, outer = buf, []
+        if later:  # the update after the loop (docstring); every g and factor is already final here
+            if g is not None:
+                later_w.append(w)
+                later_g.append(g)
+            later_outer += [(w, x, dz) for x, dz in outer]
+            continue
         if g is not None:
             if isinstance(lr, torch.Tensor):
                 w.sub_(g * lr.view(-1, *([1] * (w.dim() - 1))))
@@ -396,6 +426,10 @@ def sgd_update_(
                 w.sub_(g, alpha=lr)
         for x, dz in outer:
             add_outer_(w, x, dz, -lr)
+    if later_w:
+        torch._foreach_add_(later_w, later_g, alpha=-float(lr))  # ``later``: lr is a number here
+    for w, x, dz in later_outer:
+        add_outer_(w, x, dz, -lr)
 
 
 @torch.no_grad()
@@ -500,6 +534,7 @@ def train_client(
     buffers = {k: v.detach().clone() for k, v in buffers.items()}
     opt_state = init_state(params, spec.optim, spec.momentum)
     loss_fn = StepLoss(model, spec)
+    per_sample = StepLoss(model, spec, factor=False) if spec.private is not None else loss_fn
     total = torch.zeros((), dtype=torch.float64, device=x.device)  # a tensor: no host sync inside the step
     steps = 0
     model.train()
@@ -511,8 +546,12 @@ def train_client(
         torch.manual_seed(derive_seed(generator.initial_seed(), "dropout"))
         for step, idx in enumerate(order):
             xb = step_batch(spec, x[idx][None], [generator.initial_seed()], step)[0]
-            loss, captured = loss_fn(params, buffers, xb, y[idx], temperature, context)
-            grads, factors = step_grads(loss, params, loss_fn.keys, captured)
+            if spec.private is None:
+                loss, captured = loss_fn(params, buffers, xb, y[idx], temperature, context)
+                grads, factors = step_grads(loss, params, loss_fn.keys, captured)
+            else:  # DP-SGD: clipped, noised per-sample gradients (unfactored loss)
+                loss, grads = spec.private.gradients(per_sample, params, buffers, xb, y[idx], temperature, context, generator.initial_seed(), step)
+                factors = None
             optimizer_step_(params, grads, opt_state, step_lr(spec.optim, lr, step, planned), spec, factors, step=step)
             total += loss.detach()  # float32 -> float64 exactly, then a float64 sum: the bits of a Python float sum
             steps += 1

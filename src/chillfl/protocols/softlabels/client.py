@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -53,6 +53,13 @@ class PublicPretraining:
     seed: int
 
 
+class RowRelease(Protocol):
+    """What a client releases of its soft-label rows (``[privacy]``: each row clipped and noised, :mod:`chillfl.privacy.softlabels`)."""
+
+    def release(self, rows: torch.Tensor, client_id: int, round: int) -> torch.Tensor:
+        ...
+
+
 @dataclass(frozen=True)
 class SoftLabelClient:
     """The client update of Algorithm 1 (pure: its state comes with the task and goes back in the reply)."""
@@ -74,6 +81,8 @@ class SoftLabelClient:
     """The method's pretraining on the labelled public set, at a client's first participation."""
     temperature: TemperatureHalf | None = None
     """The temperature policy's client half (a per-client T): T from the client's own state, updated after training."""
+    privacy: RowRelease | None = None
+    """``[privacy]``: the rows go through it before the method's upload hook (None: released as predicted)."""
     _public_memo: dict[bytes, torch.Tensor] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def public_rows(self, indices: torch.Tensor) -> torch.Tensor:
@@ -147,6 +156,7 @@ class SoftLabelClient:
             kind: Output = "logits" if self.uses_logits else "proba"
             uploaded: Prediction = yield PredictJob(cid, template, state.model, self.public_rows(d.requested), kind, batch_size=self.eval_batch_size)
             assert uploaded.values is not None
-            soft = self.hooks.upload(cid, d.round, d.requested, uploaded.values.cpu(), mine)  # the uplink is a message: host-side
+            values = uploaded.values.cpu() if self.privacy is None else self.privacy.release(uploaded.values.cpu(), cid, d.round)
+            soft = self.hooks.upload(cid, d.round, d.requested, values, mine)  # the uplink is a message: host-side
         report = SoftLabelReport(soft, out.mean_loss, len(data.y), distill_loss, digest)
         return ClientReply(cid, report, state, acc, loss, None if self.temperature is None else t)

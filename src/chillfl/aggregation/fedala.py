@@ -1,0 +1,212 @@
+"""FedALA (Zhang, Hua, Wang, Song, Xue, Ma & Guan, AAAI 2023): adaptive local aggregation.
+
+Client i keeps its local model theta_i (the one it trained last round) and,
+for the higher layers (the last ``layer_idx`` parameter tensors), element-wise
+weights W_i in [0, 1]. Sent the global model theta, it first initialises its
+model by ALA (Eq. 4-6)::
+
+    lower layers:   theta_hat = theta
+    higher layers:  theta_hat = theta_i + (theta - theta_i) * W_i
+    W_i <- clip(W_i - eta * grad_theta_hat L(theta_hat; batch) * (theta - theta_i), 0, 1)   per batch
+
+over the batches of a random ``rand_percent`` % of its training data
+(contiguous, unshuffled, as the authors' ``ALA.py``), re-blending theta_hat
+after every step; then it trains theta_hat with the run's local training,
+keeps it (its personal model, which local accuracy measures) with W_i, and
+uploads it. The server is FedAvg (n_i / n).
+
+The weight learning is a run of :class:`~chillfl.aggregation.base.Train`
+requests of the one training path: each is one plain SGD step (lr = eta, no
+momentum, no weight decay, the lower layers frozen) of the run's base loss on
+one batch from theta_hat, so that theta_hat - theta_hat' = eta * grad, and
+W_i moves by -(theta_hat - theta_hat') * (theta - theta_i).
+
+Choices (against the authors' ``ALA.py`` / PFLlib ``clientala.py``)
+-------------------------------------------------------------------
+* ``layer_idx`` counts parameter tensors from the end (PFLlib's meaning,
+  default 2: the classifier's weight and bias).
+* ALA is skipped at a client's first participation (it has no local model
+  yet: the reference skips it while theta_i equals theta); W_i starts at ones
+  at its first ALA. That first ALA trains W_i until the last ``num_pre_loss``
+  (10) epochs' losses have a standard deviation below ``threshold`` (0.1), the
+  loss of an epoch being its last batch's; later ones run one epoch. The first
+  ALA stops after ``max_init_epochs`` (100) epochs in any case: the reference
+  has no bound.
+* The random slice is drawn from a generator seeded by the client's round seed.
+* Buffers (batch-norm statistics) of theta_hat are theta_i's, as the reference
+  keeps its local model's buffers.
+* The gradient is read off an SGD step, so it carries that step's float
+  rounding (ulp(theta_hat) / eta at most); the run's temperature applies to the
+  loss, its objective's extra terms do not (ALA uses the plain loss); the
+  run's other training settings (augmentation, precision, per-sample
+  privacy where set) apply to these steps as to any training on the data.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from typing import Generator, Sequence
+
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import (
+    ClientHalf,
+    ClientState,
+    Context,
+    FedAvg,
+    Local,
+    LocalProgram,
+    Params,
+    Personal,
+    Report,
+    Train,
+    Trained,
+    Wire,
+    own_entries,
+    with_prefix,
+)
+from chillfl.options import require
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalOutcome, LocalSpec
+from chillfl.training.schedule import SGD
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
+
+
+@dataclass(frozen=True)
+class FedALAOptions:
+    """Reference defaults: ``eta`` 1.0, ``rand_percent`` 80, ``layer_idx`` 2, ``threshold`` 0.1, ``num_pre_loss`` 10."""
+
+    eta: float = 1.0
+    rand_percent: int = 80
+    layer_idx: int = 2
+    threshold: float = 0.1
+    num_pre_loss: int = 10
+    max_init_epochs: int = 100
+
+    def validate(self, section: str) -> None:
+        require(self.eta > 0, f"{section}.eta", f"must be > 0, got {self.eta}")
+        require(0 < self.rand_percent <= 100, f"{section}.rand_percent", f"must be in (0, 100], got {self.rand_percent}")
+        require(self.layer_idx >= 1, f"{section}.layer_idx", f"must be >= 1, got {self.layer_idx}")
+        require(self.threshold >= 0, f"{section}.threshold", f"must be >= 0, got {self.threshold}")
+        require(self.num_pre_loss >= 1, f"{section}.num_pre_loss", f"must be >= 1, got {self.num_pre_loss}")
+        require(self.max_init_epochs >= 1, f"{section}.max_init_epochs", f"must be >= 1, got {self.max_init_epochs}")
+
+
+MODEL, WEIGHT = "fedala.model.", "fedala.weight."
+"""Where theta_i and W_i live in the client's state."""
+
+
+def higher_keys(model: nn.Module, layer_idx: int) -> list[str]:
+    """The last ``layer_idx`` parameter tensors' names (the layers ALA blends); refused if that leaves no lower layer."""
+    names = [n for n, _ in model.named_parameters()]
+    if layer_idx >= len(names):
+        raise ValueError(f"{type(model).__name__} has {len(names)} parameter tensors; layer_idx = {layer_idx} leaves no lower layer")
+    return names[-layer_idx:]
+
+
+def blend(local: Params, global_: Params, weights: Params, higher: Sequence[str], param_keys: frozenset[str]) -> Params:
+    """theta_hat: the global lower layers, theta_i + (theta - theta_i) * W on the higher ones, theta_i's buffers."""
+    out = {k: (global_[k] if k in param_keys else local[k]) for k in local}
+    for k in higher:
+        out[k] = local[k] + (global_[k] - local[k]) * weights[k]
+    return out
+
+
+def weight_step(weights: Params, before: Params, after: Params, local: Params, global_: Params) -> Params:
+    """W <- clip(W - (theta_hat - theta_hat') * (theta - theta_i), 0, 1), theta_hat - theta_hat' = eta * grad (one SGD step)."""
+    return {k: (w - (before[k] - after[k]) * (global_[k] - local[k])).clamp(0.0, 1.0) for k, w in weights.items()}
+
+
+def converged(losses: Sequence[float], num_pre_loss: int, threshold: float) -> bool:
+    """The reference's stop: more than ``num_pre_loss`` losses, the last ``num_pre_loss`` with std < threshold (population std, numpy's)."""
+    return len(losses) > num_pre_loss and statistics.pstdev(losses[-num_pre_loss:]) < threshold
+
+
+def sample_batches(n: int, rand_percent: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """The batches of a random contiguous slice of ``rand_percent`` % of the n samples, in order (the last one may be short)."""
+    size = max(1, int(rand_percent / 100 * n))
+    lo = int(torch.randint(0, n - size + 1, (1,), generator=generator))
+    rows = torch.arange(lo, lo + size)
+    return list(rows.split(batch_size))
+
+
+@dataclass(frozen=True)
+class FedALAClient:
+    """FedALA's client half: ALA from (theta, theta_i, W_i), then the run's training; keeps theta_i and W_i."""
+
+    higher: tuple[str, ...]
+    param_keys: frozenset[str]
+    options: FedALAOptions
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        return start, dict(context)
+
+    def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
+        """0: one plain SGD step of the base loss on one batch, only the higher layers trainable (the weight learning)."""
+        frozen = frozenset(self.param_keys - set(self.higher))
+        return (replace(spec, epochs=1, momentum=0.0, weight_decay=0.0, optim=SGD, terms=(), frozen=frozen),)
+
+    def train(self, local: Local) -> LocalProgram:
+        theta_i = own_entries(local.state, MODEL)
+        start = local.start
+        weights = own_entries(local.state, WEIGHT)
+        if theta_i:
+            start, weights = yield from self.ala(local, theta_i, weights)
+        out = yield Train(start, local.context)
+        state = {**with_prefix(out.params, MODEL), **with_prefix(weights, WEIGHT)}
+        return Personal(out.params, out.num_steps, out.mean_loss, state=state)
+
+    def ala(self, local: Local, theta_i: Params, weights: Params) -> Generator[Train, LocalOutcome, tuple[Params, Params]]:
+        """The adaptive local aggregation: theta_hat and the learnt W_i."""
+        o, g = self.options, local.start
+        theta_i = {k: v.to(g[k].device) for k, v in theta_i.items()}
+        first = not weights
+        weights = {k: torch.ones_like(g[k]) for k in self.higher} if first else {k: v.to(g[k].device) for k, v in weights.items()}
+        batches = sample_batches(len(local.y), o.rand_percent, local.spec.batch_size, torch.Generator().manual_seed(derive_seed(local.seed, "fedala")))
+        theta_hat = blend(theta_i, g, weights, self.higher, self.param_keys)
+        losses: list[float] = []
+        for _ in range(o.max_init_epochs if first else 1):
+            loss = 0.0
+            for rows in batches:
+                out = yield Train(theta_hat, local.context, objective=0, lr=o.eta, rows=rows.to(local.y.device))
+                weights = weight_step(weights, theta_hat, out.params, theta_i, g)
+                theta_hat = blend(theta_i, g, weights, self.higher, self.param_keys)
+                loss = out.mean_loss
+            losses.append(loss)
+            if converged(losses, o.num_pre_loss, o.threshold):
+                break
+        return theta_hat, weights
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return {}, {}  # theta_i and W_i are kept by the training (Personal.state)
+
+    def personal_model(self, state: ClientState, global_model: Params) -> Params:
+        """theta_i, the client's model after its last training (every entry: no global part)."""
+        return own_entries(state, MODEL)
+
+
+class FedALA(FedAvg):
+    """FedAvg on the clients' models; ALA runs on the clients (:class:`FedALAClient`)."""
+
+    def __init__(self, model: nn.Module, options: FedALAOptions = FedALAOptions()) -> None:
+        super().__init__()
+        self.options = options
+        self.higher = tuple(higher_keys(model, options.layer_idx))
+        self.param_keys = frozenset(n for n, _ in model.named_parameters())
+
+    def client_half(self) -> ClientHalf:
+        return FedALAClient(self.higher, self.param_keys, self.options)
+
+
+SPEC = register_algorithm(
+    "fedala",
+    AlgorithmSpec(
+        FedALAOptions,
+        lambda o, ctx: (FedALA(ctx.model, o), []),
+        "adaptive local aggregation of the global model into the local one (Zhang et al. 2023)",
+        capabilities=Capabilities(takes_weights=True, not_a_base="FedALA's clients run their own local trainings, which PA3Fed's client half does not compose with", personal_model=True),
+    ),
+)

@@ -1,0 +1,125 @@
+"""FedBABU (Oh, Kim & Yun, ICLR 2022): federate the body with the head frozen at its random start, then fine-tune.
+
+During federated training every client trains the body only: the head (the
+last ``head_layers`` parameterised modules, default 1: the classifier) stays
+at the global model's initial, seeded random values, frozen
+(:attr:`LocalSpec.frozen`), and the server averages the body (n_i / n) and
+keeps the head. Personalisation is fine-tuning: local accuracy measures the
+global model the client was sent, fine-tuned for ``finetune_epochs`` on its
+own training data (the paper fine-tunes the whole model). Both trainings are
+jobs of the one training path.
+
+Choices
+-------
+* ``finetune = "full"`` (default: the paper's best, and PFLlib's
+  ``fine_tune(['base', 'head'])``), ``"head"`` or ``"body"``.
+* ``finetune_epochs = 5`` (the paper's evaluation fine-tunes a few epochs;
+  0 measures the client's trained model, head still at its start),
+  ``finetune_lr`` unset = the round's learning rate, the run's local optimiser.
+* The fine-tuned model is made anew every round from the global model, so it
+  is not kept between rounds (no ``checkpoint.client_models``); it does not
+  reach the server.
+* The server keeps the head from the global model rather than averaging the
+  clients' (identical) copies, so it stays bitwise at its start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from torch import nn
+
+from chillfl.aggregation.base import (
+    ClientHalf,
+    ClientState,
+    Context,
+    Local,
+    LocalProgram,
+    Params,
+    Personal,
+    Report,
+    Train,
+    Trained,
+    Wire,
+)
+from chillfl.aggregation.fedbn import FedBN, FedBNOptions
+from chillfl.aggregation.fedper import head_keys
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
+from chillfl.options import require
+from chillfl.training.local import LocalSpec
+
+
+@dataclass(frozen=True)
+class FedBABUOptions:
+    """``head_layers`` (the frozen head), ``finetune_epochs``, ``finetune`` (full/head/body), ``finetune_lr`` (unset: the round's)."""
+
+    head_layers: int = 1
+    finetune_epochs: int = 5
+    finetune: Literal["full", "head", "body"] = "full"
+    finetune_lr: float | None = None
+    weighting: Literal["samples", "uniform"] = "samples"
+
+    def validate(self, section: str) -> None:
+        require(self.head_layers >= 1, f"{section}.head_layers", f"must be >= 1, got {self.head_layers}")
+        require(self.finetune_epochs >= 0, f"{section}.finetune_epochs", f"must be >= 0, got {self.finetune_epochs}")
+        if self.finetune_lr is not None:
+            require(self.finetune_lr > 0, f"{section}.finetune_lr", f"must be > 0, got {self.finetune_lr}")
+
+
+@dataclass(frozen=True)
+class FedBABUClient:
+    """FedBABU's client half: the body trained with the head frozen (uploaded), then the fine-tuned global model (measured)."""
+
+    head: frozenset[str]
+    """The head's parameter names."""
+    body: frozenset[str]
+    """Every other parameter name."""
+    finetune_epochs: int
+    finetune: str
+    finetune_lr: float | None
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        return start, dict(context)
+
+    def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
+        """0: the run's training with the head frozen; 1: fine-tuning, ``finetune_epochs``, the part ``finetune`` names."""
+        still = {"full": frozenset(), "head": self.body, "body": self.head}[self.finetune]
+        return replace(spec, frozen=spec.frozen | self.head), replace(spec, epochs=max(self.finetune_epochs, 1), frozen=spec.frozen | still)
+
+    def train(self, local: Local) -> LocalProgram:
+        body = yield Train(local.start, local.context, objective=0)
+        if not self.finetune_epochs:
+            return Personal(body.params, body.num_steps, body.mean_loss)
+        tuned = yield Train(local.start, local.context, objective=1, lr=self.finetune_lr)
+        return Personal(body.params, body.num_steps, body.mean_loss, tuned.params)
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return {}, {}
+
+
+class FedBABU(FedBN):
+    """FedAvg over the body; the head stays the global model's (FedBN's rule with the head as its kept keys)."""
+
+    def __init__(self, model: nn.Module, options: FedBABUOptions = FedBABUOptions()) -> None:
+        keys = head_keys(model, options.head_layers)
+        super().__init__(keys, FedBNOptions(global_bn="keep", weighting=options.weighting))
+        params = frozenset(n for n, _ in model.named_parameters())
+        self.head, self.body = params & set(keys), params - set(keys)
+        self.babu = options  # FedBN's own options are ``self.options``
+
+    def client_half(self) -> ClientHalf:
+        o = self.babu
+        return FedBABUClient(self.head, self.body, o.finetune_epochs, o.finetune, o.finetune_lr)
+
+
+SPEC = register_algorithm(
+    "fedbabu",
+    AlgorithmSpec(
+        FedBABUOptions,
+        lambda o, ctx: (FedBABU(ctx.model, o), []),
+        "body federated with a frozen random head, then fine-tuned (Oh et al. 2022)",
+        capabilities=Capabilities(takes_weights=True, not_a_base="FedBABU's clients run their own local trainings, which PA3Fed's client half does not compose with"),
+    ),
+)

@@ -1,0 +1,236 @@
+"""FedFomo (Zhang, Sapra, Fidler, Yeung & Alvarez, ICLR 2021): first-order model optimisation for personalisation.
+
+The server keeps every client's latest model and an affinity matrix P
+(clients x clients). Client i, sampled, receives the M models theta_n of the
+clients it rates highest (its row of P), and before training weights each by
+how much it lowers the loss on the client's validation split, per unit of
+distance from its own model theta_i (Eq. 6)::
+
+    w_n = (L_i(theta_i) - L_i(theta_n)) / (||theta_n - theta_i|| + 1e-5)
+    theta_i <- sum_n max(w_n, 0) theta_n / sum_n max(w_n, 0)     (kept as is when no w_n > 0)
+
+then trains theta_i with the run's local training on the rest of its data,
+keeps it (its personal model, which local accuracy measures) and uploads it
+with the raw w_n; the server stores theta_i and adds w_n to P[i, n].
+
+Choices
+-------
+* The validation split is the last ``val_ratio`` (0.2) of the client's
+  training samples, as PFLlib's ``clientfomo.py`` (``val_ratio = 0.2``); the
+  local training sees the rest. A client with fewer than two samples trains
+  on all of them and keeps its model (no weights).
+* L_i is the mean cross-entropy per validation sample, in eval mode
+  (:func:`chillfl.training.local.evaluate`); PFLlib averages per-batch means.
+* The M models are those of the clients with the highest P[i, n] among the
+  clients the server holds a model of, i itself excluded (its weight would be
+  0); ties go to the lower client id, so the choice is deterministic. PFLlib
+  ranks all clients (itself included) with ``torch.topk`` and initialises
+  unseen clients' models to the global one; the paper's epsilon-greedy
+  exploration is not done (PFLlib does not either).
+* The distance and the combination cover the trainable parameters; buffers
+  (batch-norm statistics) stay the client's own.
+* A client's model before its first participation is the global model it is
+  sent. The global model, used for the global evaluation and first-time
+  clients, is the FedAvg (n_i / n) of the round's uploads; FedFomo has none.
+* The downlink carries the M models besides the global model (counted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, Literal, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import (
+    AggregatorBase,
+    ClientHalf,
+    ClientResult,
+    ClientState,
+    Context,
+    Downlink,
+    Local,
+    LocalProgram,
+    Params,
+    Personal,
+    Report,
+    Train,
+    Trained,
+    Wire,
+    check_state_keys,
+    client_params_state,
+    client_weights,
+    load_client_params,
+    own_entries,
+    weighted_average,
+    with_prefix,
+)
+from chillfl.options import require
+from chillfl.training.local import LocalSpec, evaluate
+from chillfl.aggregation.client_states import ClientParams
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
+
+
+@dataclass(frozen=True)
+class FedFomoOptions:
+    """``m``: models a client downloads (PFLlib ``-M 5``); ``val_ratio``: its validation share of its training data (0.2)."""
+
+    m: int = 5
+    val_ratio: float = 0.2
+    weighting: Literal["samples", "uniform"] = "samples"
+
+    def validate(self, section: str) -> None:
+        require(self.m >= 1, f"{section}.m", f"must be >= 1, got {self.m}")
+        require(0 < self.val_ratio < 1, f"{section}.val_ratio", f"must be in (0, 1), got {self.val_ratio}")
+
+
+IDS, MODEL, WEIGHTS = "fedfomo_ids", "fedfomo_model_", "fedfomo_weights"
+"""Context keys of the models sent (ids, then one table per model) and the report of their weights."""
+PREFIX = "fedfomo.theta."
+"""Where theta_i lives in the client's state."""
+EPS = 1e-5
+"""Added to the distance (PFLlib's ``clientfomo.py``), so that a model equal to the client's gets weight 0."""
+
+
+def distance(a: Params, b: Params, keys: Collection[str]) -> float:
+    """||a - b|| over ``keys`` (float64)."""
+    return sum(float(((a[k].double() - b[k].double()) ** 2).sum()) for k in keys) ** 0.5
+
+
+def fomo_weights(own_loss: float, losses: Sequence[float], distances: Sequence[float]) -> list[float]:
+    """w_n = (L(theta_i) - L(theta_n)) / (||theta_n - theta_i|| + 1e-5): Eq. 6, before the clip at 0."""
+    return [(own_loss - loss) / (d + EPS) for loss, d in zip(losses, distances)]
+
+
+def combine_models(own: Params, models: Sequence[Params], weights: Sequence[float], keys: Collection[str]) -> Params:
+    """sum_n max(w_n, 0) theta_n / sum_n max(w_n, 0) on ``keys``; ``own`` unchanged when no weight is positive."""
+    clipped = [max(w, 0.0) for w in weights]
+    total = sum(clipped)
+    if total <= 0:
+        return own
+    mixed = weighted_average(models, torch.tensor([c / total for c in clipped], dtype=torch.float64), list(keys))
+    return {**own, **mixed}
+
+
+def validation_rows(n: int, val_ratio: float) -> int:
+    """How many of the client's last samples are its validation split (0 when fewer than two samples: no split)."""
+    n_val = int(val_ratio * n)
+    return n_val if 0 < n_val < n else 0
+
+
+@dataclass(frozen=True)
+class FedFomoClient:
+    """FedFomo's client half: weights the models it was sent on its validation split, trains on the rest, keeps theta_i."""
+
+    model: nn.Module
+    param_keys: frozenset[str]
+    val_ratio: float
+    eval_batch_size: int = 1024
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        return start, dict(context)
+
+    def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
+        return ()
+
+    def train(self, local: Local) -> LocalProgram:
+        own = own_entries(local.state, PREFIX) or local.start
+        ids, models = received(local.context)
+        context = {k: v for k, v in local.context.items() if k != IDS and not k.startswith(MODEL)}
+        n = len(local.y)
+        n_val = validation_rows(n, self.val_ratio)
+        raw: list[float] = []
+        start = own
+        if n_val and models:
+            xv, yv = local.x[n - n_val :], local.y[n - n_val :]
+            own_loss = evaluate(self.model, own, xv, yv, self.eval_batch_size)[1]
+            losses = [evaluate(self.model, m, xv, yv, self.eval_batch_size)[1] for m in models]
+            raw = fomo_weights(own_loss, losses, [distance(m, own, self.param_keys) for m in models])
+            start = combine_models(own, models, raw, sorted(self.param_keys))
+        rows = torch.arange(n - n_val, device=local.y.device) if n_val else None
+        out = yield Train(start, context, rows=rows)
+        report: Report = {IDS: ids, WEIGHTS: torch.tensor(raw, dtype=torch.float64)} if raw else {}
+        return Personal(out.params, out.num_steps, out.mean_loss, state=with_prefix(out.params, PREFIX), report=report)
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return {}, {}  # theta_i is kept, and the weights reported, by the training (Personal)
+
+    def personal_model(self, state: ClientState, global_model: Params) -> Params:
+        """theta_i, the client's own model (every entry: no global part)."""
+        return own_entries(state, PREFIX)
+
+
+def received(context: Context) -> tuple[torch.Tensor, list[Params]]:
+    """The ids and models the server sent (empty when it holds none yet)."""
+    ids = context.get(IDS)
+    if not isinstance(ids, torch.Tensor):
+        return torch.zeros(0, dtype=torch.int64), []
+    models = []
+    for i in range(len(ids)):
+        table = context[f"{MODEL}{i}"]
+        assert isinstance(table, dict), "FedFomo's models travel as name -> tensor tables"
+        models.append(table)
+    return ids, models
+
+
+def ranked(row: torch.Tensor, candidates: Sequence[int], m: int) -> list[int]:
+    """The ``m`` candidates of highest affinity in ``row``, ties to the lower id."""
+    return sorted(candidates, key=lambda j: (-float(row[j]), j))[:m]
+
+
+class FedFomo(AggregatorBase):
+    """Keeps every client's latest model and the affinities P; sends each client its M best-rated models."""
+
+    def __init__(self, num_clients: int, param_keys: Collection[str], options: FedFomoOptions = FedFomoOptions(), model: nn.Module | None = None, eval_batch_size: int = 1024) -> None:
+        self.num_clients = num_clients
+        self.param_keys = frozenset(param_keys)
+        self.options = options
+        self.model = model if model is not None else nn.Identity()
+        self.eval_batch_size = eval_batch_size
+        self.models = ClientParams()
+        self.affinity = torch.zeros(num_clients, num_clients, dtype=torch.float64)
+
+    def client_half(self) -> ClientHalf:
+        return FedFomoClient(self.model, self.param_keys, self.options.val_ratio, self.eval_batch_size)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        chosen = ranked(self.affinity[client_id], [j for j in sorted(self.models) if j != client_id], self.options.m)
+        if not chosen:
+            return Downlink()
+        context: dict[str, Wire] = {IDS: torch.tensor(chosen, dtype=torch.int64)}
+        device = next(iter(global_params.values())).device  # a checkpoint may have brought them back on another
+        context.update({f"{MODEL}{i}": {k: v.to(device) for k, v in self.models[j].items()} for i, j in enumerate(chosen)})
+        return Downlink(context=context)
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        for r in results:
+            self.models[r.client_id] = r.params  # a copy, flat on the CPU until it is read
+            ids, w = r.report.get(IDS), r.report.get(WEIGHTS)
+            if isinstance(ids, torch.Tensor) and isinstance(w, torch.Tensor):
+                self.affinity[r.client_id].index_add_(0, ids.cpu(), w.cpu().double())
+        return weighted_average([r.params for r in results], client_weights(results, self.options.weighting))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every client's latest model and the affinity matrix P."""
+        return {"models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}), "affinity": self.affinity}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("models", "affinity"), "FedFomo")
+        self.models = ClientParams.of(load_client_params(state["models"]))
+        affinity = state["affinity"]
+        if not isinstance(affinity, torch.Tensor) or affinity.shape != self.affinity.shape:
+            raise ValueError(f"FedFomo affinity must be a {tuple(self.affinity.shape)} tensor")
+        self.affinity = affinity.to("cpu", torch.float64).clone()  # server bookkeeping, on the host whatever device the checkpoint was loaded to
+
+
+SPEC = register_algorithm(
+    "fedfomo",
+    AlgorithmSpec(
+        FedFomoOptions,
+        lambda o, ctx: (FedFomo(ctx.num_clients, ctx.param_keys(), o, ctx.model), []),
+        "clients combine the models that help their validation loss (Zhang et al. 2021)",
+        capabilities=Capabilities(not_a_base="FedFomo's clients run their own model combination and training, which PA3Fed's client half does not compose with", personal_model=True),
+    ),
+)

@@ -1,0 +1,293 @@
+"""FedPAC (Xu, Tong & Huang, ICLR 2023): feature alignment and classifier collaboration.
+
+The model is a feature extractor (body) f and a linear classifier (head) g,
+the head being the last parameterised module (:func:`~chillfl.aggregation.fedper.head_keys`)
+and the representation its input (:mod:`chillfl.models.parts`). Client i,
+sent the global body and its own personalised head:
+
+1. computes, with the received body, its feature statistics (Sec. 4.2; the
+   authors' ``statistics_extraction``): with p_k = n_k / n, mu_k the mean
+   feature of class k and F_k its features,
+   ``h_i[k] = p_k mu_k`` and
+   ``V_i = (sum_k p_k tr(F_k^T F_k) / n_k - p_k^2 ||mu_k||^2) / n``;
+2. trains its head for ``head_epochs`` (1) with the body frozen;
+3. trains its body for the run's epochs with the head frozen, on the run's
+   objective plus the alignment term ``lam * MSE(f(x), c_y)`` to the global
+   prototypes c (Eq. 5; a class without a prototype contributes 0);
+4. uploads its model, its class means of the trained body's features (and
+   counts), V_i and h_i.
+
+The server averages the models (n_i / n; the global head so made only serves
+the global evaluation), sets c_k to the mean of the class-k means over the
+clients that hold class k (the authors' ``proto_aggregation``), and gives
+each client i of the round the head ``sum_j alpha_ij g_j`` over the round's
+trained heads, with (Eq. 9)::
+
+    alpha_i = argmin_{alpha in simplex} alpha^T (diag(V) + D_i) alpha,
+    D_i[j, l] = sum_k <h_i[k] - h_j[k], h_i[k] - h_l[k]>
+
+which the server sends the client the next time it is sampled.
+
+Choices
+-------
+* **The QP is solved by projected gradient descent** on the simplex
+  (``qp_steps`` iterations, step 1 / (2 lambda_max), from the uniform
+  weights), not by an interior-point solver (the authors use cvxpy): the
+  problem is convex (diag(V) >= 0 plus a Gram matrix), so this converges to
+  the same minimiser, to ~1e-9 with the default 2000 steps on a round's few
+  clients. As the authors' code, weights <= 1e-3 are set to 0; here the rest
+  are then renormalised to sum to 1 (the authors' code leaves the sum short).
+* The statistics are computed in eval mode, with the body received this
+  round (before training), as the authors' code does; they travel with the
+  upload and the server uses them in that round's aggregation.
+* Local accuracy measures the client's model at the end of its training
+  (its trained body and head); the combined head is what it starts from next
+  time. A client's first round starts from the global head. The server keeps
+  the combined heads (its state), so the client keeps nothing; no model per
+  client is saved by ``checkpoint.client_models``.
+* The alignment term is the mean squared error over samples and feature
+  dimensions (``nn.MSELoss``), ``lam`` = 1 by default (the authors' lambda).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Mapping, Sequence
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from chillfl.aggregation.base import (
+    AggregatorBase,
+    ClientHalf,
+    ClientResult,
+    ClientState,
+    Context,
+    Downlink,
+    Local,
+    LocalProgram,
+    Params,
+    Personal,
+    Report,
+    Train,
+    Trained,
+    Wire,
+    check_state_keys,
+    client_params_state,
+    client_weights,
+    load_client_params,
+    weighted_average,
+)
+from chillfl.aggregation.fedper import head_keys
+from chillfl.models.parts import forward_with_features, head_of
+from chillfl.options import require
+from chillfl.prototypes.maths import aggregate_means, class_means, prototype_distance
+from chillfl.training.local import LocalSpec, split_state
+from chillfl.training.objective import StepView, read_number, read_tensor
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
+
+
+@dataclass(frozen=True)
+class FedPACOptions:
+    """``lam``: weight of the feature alignment (1); ``head_epochs``: the head's epochs before the body's (1); ``qp_steps``."""
+
+    lam: float = 1.0
+    head_epochs: int = 1
+    qp_steps: int = 2000
+    weighting: Literal["samples", "uniform"] = "samples"
+
+    def validate(self, section: str) -> None:
+        require(self.lam >= 0, f"{section}.lam", f"must be >= 0, got {self.lam}")
+        require(self.head_epochs >= 1, f"{section}.head_epochs", f"must be >= 1, got {self.head_epochs}")
+        require(self.qp_steps >= 1, f"{section}.qp_steps", f"must be >= 1, got {self.qp_steps}")
+
+
+LAM, PROTOS, MASK = "fedpac_lam", "fedpac_protos", "fedpac_mask"
+"""Context keys of the alignment term."""
+MEANS, COUNTS, VAR, STATS = "fedpac_means", "fedpac_counts", "fedpac_v", "fedpac_h"
+"""Report keys: the class means and counts of the trained features, V_i and h_i."""
+SMALL = 1e-3
+"""Collaboration weights at or below this are dropped (the authors' ``eps``)."""
+
+
+class AlignTerm:
+    """``lam * MSE(f(x), c_y)``: FedPAC's feature alignment, a batch term on the step's representation."""
+
+    per_batch = True
+    captures: tuple[str, ...] = ()
+    reads: tuple[str, ...] = (LAM, PROTOS, MASK)
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context, step: StepView) -> torch.Tensor:
+        return read_number(context, LAM) * prototype_distance(step.features, step.y, read_tensor(context, PROTOS), read_tensor(context, MASK))
+
+
+@torch.no_grad()
+def features(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+    """The representation of ``x`` under ``state``, in eval mode, ``[n, d]`` float32."""
+    model.eval()
+    params, buffers = split_state(model, state)
+    parts = []
+    for i in range(0, len(x), batch_size):
+        rep, _ = forward_with_features(model, x[i : i + batch_size], call=lambda b: functional_call(model, (params, buffers), (b,)))
+        parts.append(rep.float())
+    return torch.cat(parts)
+
+
+def statistics(feats: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(V_i, h_i): ``sum_k p_k tr(F_k^T F_k) / n_k - p_k^2 ||mu_k||^2``, over n; and ``h_i[k] = p_k mu_k`` (float64)."""
+    f = feats.double()
+    means, counts = class_means(f, y, num_classes)
+    n = len(y)
+    p = counts.double() / n
+    onehot = nn.functional.one_hot(y, num_classes).double()  # [n, C]
+    second = (onehot.T @ (f * f).sum(1)) / counts.clamp(min=1).double()  # tr(F_k^T F_k) / n_k
+    v = (p * second - p * p * (means * means).sum(1)).sum() / n
+    return v, p.unsqueeze(1) * means
+
+
+def distance_matrix(own: torch.Tensor, stats: Sequence[torch.Tensor]) -> torch.Tensor:
+    """D[j, l] = sum_k <h_i[k] - h_j[k], h_i[k] - h_l[k]>: the Gram matrix of the flattened differences."""
+    diffs = torch.stack([(own - h).flatten() for h in stats]).double()
+    return diffs @ diffs.T
+
+
+def project_simplex(v: torch.Tensor) -> torch.Tensor:
+    """The Euclidean projection of ``v`` onto {a >= 0, sum a = 1} (sort-based; Duchi et al., 2008)."""
+    u = torch.sort(v, descending=True).values
+    css = torch.stack(list(itertools.accumulate(u.unbind())))  # the running sums, left to right (``cumsum`` has no deterministic CUDA kernel)
+    ks = torch.arange(1, len(v) + 1, dtype=v.dtype)
+    rho = int(torch.nonzero(u - (css - 1) / ks > 0).max()) + 1
+    theta = (css[rho - 1] - 1) / rho
+    return (v - theta).clamp(min=0)
+
+
+def solve_qp(p: torch.Tensor, steps: int) -> torch.Tensor:
+    """argmin a^T P a on the simplex, by projected gradient (step 1 / (2 lambda_max)); weights <= 1e-3 dropped, renormalised.
+
+    Solved on the host in float64 whatever the run's device: the problem is a few clients wide."""
+    device = p.device
+    p = p.detach().to("cpu", torch.float64)
+    n = p.shape[0]
+    a = torch.full((n,), 1.0 / n, dtype=torch.float64)
+    top = float(torch.linalg.eigvalsh(p).max())
+    if top > 0:
+        step = 1.0 / (2 * top)
+        for _ in range(steps):
+            a = project_simplex(a - step * 2 * (p @ a))
+    a = torch.where(a > SMALL, a, torch.zeros_like(a))
+    return (a / a.sum()).to(device)
+
+
+@dataclass(frozen=True)
+class FedPACClient:
+    """FedPAC's client half: its statistics, the head then the aligned body, its class means; keeps nothing."""
+
+    model: nn.Module
+    head: frozenset[str]
+    body: frozenset[str]
+    num_classes: int
+    head_epochs: int
+    eval_batch_size: int = 1024
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        return start, dict(context)
+
+    def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
+        """0: the head, body frozen, ``head_epochs``; 1: the body, head frozen, with the alignment term."""
+        return (
+            replace(spec, epochs=self.head_epochs, frozen=spec.frozen | self.body),
+            replace(spec, frozen=spec.frozen | self.head, terms=(*spec.terms, AlignTerm())),
+        )
+
+    def train(self, local: Local) -> LocalProgram:
+        received = features(self.model, local.start, local.x, self.eval_batch_size)
+        v, h = statistics(received, local.y, self.num_classes)
+        context = {k: val for k, val in local.context.items() if k not in (PROTOS, MASK)}
+        head = yield Train(local.start, context, objective=0)
+        protos, mask = local.context.get(PROTOS), local.context.get(MASK)
+        if not isinstance(protos, torch.Tensor) or not isinstance(mask, torch.Tensor):  # no global prototypes yet: the term is 0
+            protos = torch.zeros(self.num_classes, received.shape[1], device=received.device)
+            mask = torch.zeros(self.num_classes, dtype=torch.bool, device=received.device)
+        body = yield Train(head.params, {**context, PROTOS: protos, MASK: mask}, objective=1)
+        means, counts = class_means(features(self.model, body.params, local.x, self.eval_batch_size), local.y, self.num_classes)
+        report: Report = {MEANS: means, COUNTS: counts.double(), VAR: v, STATS: h}
+        return Personal(body.params, head.num_steps + body.num_steps, body.mean_loss, report=report)
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return {}, {}
+
+
+class FedPAC(AggregatorBase):
+    """FedAvg of the models, the global prototypes, and each round client's combined head (kept until it is sampled again)."""
+
+    def __init__(self, model: nn.Module, options: FedPACOptions = FedPACOptions(), eval_batch_size: int = 1024) -> None:
+        self.model = model
+        self.options = options
+        self.eval_batch_size = eval_batch_size
+        self.head = tuple(head_keys(model, 1))
+        self.num_classes = head_of(model).out_features
+        self.protos: torch.Tensor | None = None
+        self.mask: torch.Tensor | None = None
+        self.heads: dict[int, Params] = {}
+        """client id -> its combined head, sent with its next downlink."""
+
+    def client_half(self) -> ClientHalf:
+        body = frozenset(n for n, _ in self.model.named_parameters()) - set(self.head)
+        return FedPACClient(self.model, frozenset(self.head), body, self.num_classes, self.options.head_epochs, self.eval_batch_size)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        device = next(iter(global_params.values())).device  # a checkpoint may have brought the state back on another
+        context: dict[str, Wire] = {LAM: self.options.lam}
+        if self.protos is not None and self.mask is not None:
+            context.update({PROTOS: self.protos.to(device), MASK: self.mask.to(device)})
+        head = self.heads.get(client_id)
+        return Downlink(params=None if head is None else {k: v.to(device) for k, v in head.items()}, context=context)
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        means = [_tensor(r, MEANS) for r in results]
+        counts = [_tensor(r, COUNTS) for r in results]
+        protos, mask = aggregate_means(means, counts, "uniform")
+        self.protos, self.mask = protos.to(means[0].dtype), mask
+        v = torch.stack([_tensor(r, VAR).double().cpu() for r in results])
+        hs = [_tensor(r, STATS).double().cpu() for r in results]
+        heads = [{k: r.params[k] for k in self.head} for r in results]
+        for r, h in zip(results, hs):
+            alpha = solve_qp(torch.diag(v) + distance_matrix(h, hs), self.options.qp_steps)
+            self.heads[r.client_id] = weighted_average(heads, alpha)
+        return weighted_average([r.params for r in results], client_weights(results, self.options.weighting))
+
+    def round_metrics(self) -> Mapping[str, Any]:
+        return {} if self.mask is None else {"prototype_classes": int(self.mask.sum())}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The global prototypes and every client's pending combined head."""
+        protos = {} if self.protos is None or self.mask is None else {"protos": self.protos, "mask": self.mask}
+        return {"protos": protos, "heads": client_params_state({cid: self.heads[cid] for cid in sorted(self.heads)})}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("protos", "heads"), "FedPAC")
+        protos = state["protos"]
+        self.protos, self.mask = (protos["protos"], protos["mask"]) if protos else (None, None)
+        self.heads = load_client_params(state["heads"])
+
+
+def _tensor(result: ClientResult, key: str) -> torch.Tensor:
+    value = result.report.get(key)
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"FedPAC: client {result.client_id}'s report lacks {key!r}")
+    return value
+
+
+SPEC = register_algorithm(
+    "fedpac",
+    AlgorithmSpec(
+        FedPACOptions,
+        lambda o, ctx: (FedPAC(ctx.model, o), []),
+        "feature alignment to global prototypes and classifier collaboration (Xu et al. 2023)",
+        capabilities=Capabilities(not_a_base="FedPAC's clients run their own local trainings and its server combines heads per client"),
+    ),
+)

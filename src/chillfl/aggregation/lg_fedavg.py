@@ -1,0 +1,78 @@
+"""LG-FedAvg (Liang et al., 2020): local representations, global head: the opposite split from FedPer.
+
+Each client trains its whole model for the run's local epochs, as FedAvg
+does; only the global layers (the last ``global_layers`` parameterised
+modules, default 1: the classifier) are averaged (n_i / n), and the local
+representation (every other entry, buffers included) never leaves the client:
+its client half (:class:`~chillfl.aggregation.fedbn.KeepLocal`) puts the
+client's own representation into its start model and keeps the trained one,
+FedBN's pattern with the complement of FedPer's keys. Local accuracy measures
+the client's model after its training (own representation, the round's global
+head trained locally): the model the paper evaluates on the client's data.
+
+Choices
+-------
+* ``global_layers = 1``: the authors' code's ``num_layers_keep`` default (the
+  last layer is global).
+* A client's first round starts from the global model's representation (the
+  paper first trains by FedAvg; the same initial model is its analogue).
+* The global model's representation (used only for the global model's
+  evaluation and as the start of first-time clients): ``global_body =
+  "average"`` (default) averages the round's clients', ``"keep"`` leaves the
+  initial one. The uplink carries the full model, so the traffic counts the
+  representation too (the paper's client sends the global layers only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from torch import nn
+
+from chillfl.aggregation.base import ClientHalf
+from chillfl.aggregation.fedbn import FedBN, FedBNOptions, KeepLocal
+from chillfl.aggregation.fedper import head_keys
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
+from chillfl.options import require
+
+
+@dataclass(frozen=True)
+class LGFedAvgOptions:
+    """``global_layers``: how many of the last parameterised modules are averaged; ``global_body``: ``average`` or ``keep``."""
+
+    global_layers: int = 1
+    global_body: Literal["average", "keep"] = "average"
+    weighting: Literal["samples", "uniform"] = "samples"
+
+    def validate(self, section: str) -> None:
+        require(self.global_layers >= 1, f"{section}.global_layers", f"must be >= 1, got {self.global_layers}")
+
+
+def representation_keys(model: nn.Module, global_layers: int = 1) -> list[str]:
+    """State names (parameters and buffers) of everything but the last ``global_layers`` parameterised modules."""
+    head = set(head_keys(model, global_layers))
+    names = [n for n, _ in model.named_parameters()] + [n for n, b in model.named_buffers() if b is not None]
+    return [n for n in names if n not in head]
+
+
+class LGFedAvg(FedBN):
+    """FedAvg over the global layers; the representation is the clients' own (:class:`KeepLocal`)."""
+
+    def __init__(self, model: nn.Module, options: LGFedAvgOptions = LGFedAvgOptions()) -> None:
+        super().__init__(representation_keys(model, options.global_layers), FedBNOptions(global_bn=options.global_body, weighting=options.weighting))
+
+    def client_half(self) -> ClientHalf:
+        return KeepLocal(self.bn_keys, "lg_fedavg.local.")
+
+
+SPEC = register_algorithm(
+    "lg_fedavg",
+    AlgorithmSpec(
+        LGFedAvgOptions,
+        lambda o, ctx: (LGFedAvg(ctx.model, o), []),
+        "local representation, global head (Liang et al. 2020)",
+        capabilities=Capabilities(takes_weights=True, personal_model=True),
+    ),
+)

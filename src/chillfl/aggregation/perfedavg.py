@@ -1,0 +1,176 @@
+"""Per-FedAvg (Fallah, Mokhtari & Ozdaglar, NeurIPS 2020): FedAvg on the MAML objective F_i(w) = f_i(w - alpha grad f_i(w)).
+
+Client i, sent w^t, runs R local steps; step r draws fresh batches D, D', D''
+of its training data (the run's batch size) and, from w,
+
+* w' = w - alpha grad f_i(w; D)                            (the inner step)
+* FO (first order): w <- w - beta grad f_i(w'; D')
+* HF (Hessian-free): w <- w - beta (g - alpha d), with g = grad f_i(w'; D') and
+  d = [grad f_i(w + delta g; D'') - grad f_i(w - delta g; D'')] / (2 delta),
+  the finite-difference Hessian-vector product H_i(w; D'') g.
+
+The server averages the w_i (FedAvg, n_i / n). The personalised model, which
+local accuracy measures, is the global model the client was sent adapted by
+``adapt_steps`` steps ``w^t - alpha grad f_i(w^t; D)`` on its own training
+batches (the paper's evaluation; PFLlib's ``train_one_step``).
+
+Every step above is a job of the one training path (a :class:`Train` request
+of one batch, as pFedMe's inner problems): an inner step is one SGD step at
+alpha; grad f_i(u; D) is read off one SGD step at lr 1, ``u - step(u)``; the
+FO outer step is ``w + (w'' - w')`` with w'' one SGD step at beta from w'.
+
+Choices
+-------
+* ``variant = "fo"`` (default, as FL-bench's ``perfedavg.version`` and
+  PFLlib's client); ``"hf"`` as FL-bench's, delta = ``delta`` (1e-3).
+* alpha defaults to the round's learning rate (both references use the local
+  optimiser's lr as alpha), beta to 1e-3 (FL-bench's default).
+* A client's batches come from its batch order over ``client.epochs`` (one
+  batch a request); a step takes 2 (FO) or 3 (HF) consecutive batches, so a
+  round has R = max(1, batches // 2 or 3) steps, wrapping round to the first
+  batches when a client has fewer (FL-bench: len(loader) // (2 or 3) per epoch).
+* The steps are plain gradient steps whatever the run's local optimiser
+  (momentum, Nesterov, Adam, clipping, lr schedule do not apply; weight decay
+  does, as part of f_i). A straggler (``work`` < 1) still runs all R steps.
+* Batch-norm statistics after a step are those of the D and D' forwards (the
+  parameters are reset to w before the outer step, the buffers are not:
+  PFLlib); the HF probes' statistics are dropped. ``train_loss`` is the mean of
+  f_i(w; D) over the steps.
+* The mean is n_i / n (``weighting = "uniform"``: FL-bench's weight 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import (
+    ClientHalf,
+    ClientState,
+    Context,
+    FedAvg,
+    Local,
+    LocalProgram,
+    Params,
+    Personal,
+    Report,
+    Train,
+    Trained,
+    Wire,
+)
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
+from chillfl.options import require
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalSpec, batch_order
+from chillfl.training.schedule import SGD
+
+
+@dataclass(frozen=True)
+class PerFedAvgOptions:
+    """``variant`` (fo/hf), ``alpha`` (inner step, unset = the round's lr), ``beta`` (outer step), ``delta`` (HF), ``adapt_steps``."""
+
+    variant: Literal["fo", "hf"] = "fo"
+    alpha: float | None = None
+    beta: float = 1e-3
+    delta: float = 1e-3
+    adapt_steps: int = 1
+    """Steps of w^t - alpha grad f_i(w^t) that make the personalised model local accuracy measures."""
+    weighting: Literal["samples", "uniform"] = "samples"
+
+    def validate(self, section: str) -> None:
+        if self.alpha is not None:
+            require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
+        require(self.beta > 0, f"{section}.beta", f"must be > 0, got {self.beta}")
+        require(self.delta > 0, f"{section}.delta", f"must be > 0, got {self.delta}")
+        require(self.adapt_steps >= 0, f"{section}.adapt_steps", f"must be >= 0, got {self.adapt_steps}")
+
+
+def plus(a: Params, b: Params, scale: float, keys: frozenset[str]) -> Params:
+    """a + scale * b on ``keys``; a's other entries as they are."""
+    return {k: a[k] + scale * b[k] if k in keys else a[k] for k in a}
+
+
+def diff(a: Params, b: Params, keys: frozenset[str]) -> Params:
+    """a - b on ``keys``."""
+    return {k: a[k] - b[k] for k in a if k in keys}
+
+
+@dataclass(frozen=True)
+class PerFedAvgClient:
+    """Per-FedAvg's client half: R meta steps, each 2 (FO) or 4 (HF) one-batch jobs; then the personalised adaptation."""
+
+    param_keys: frozenset[str]
+    variant: str
+    alpha: float | None
+    beta: float
+    delta: float
+    adapt_steps: int
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        return start, dict(context)
+
+    def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
+        """0: one plain SGD step on the request's batch (its rows are one batch of the run's size)."""
+        return (replace(spec, epochs=1, momentum=0.0, optim=SGD),)
+
+    def train(self, local: Local) -> LocalProgram:
+        alpha = local.lr if self.alpha is None else self.alpha
+        keys = self.param_keys - local.spec.frozen
+        hf = self.variant == "hf"
+        per_step = 3 if hf else 2
+        device = local.y.device
+        order = batch_order(len(local.y), local.spec.batch_size, local.spec.epochs, torch.Generator().manual_seed(derive_seed(local.seed, "perfedavg")))
+        steps = max(1, len(order) // per_step)
+        w = local.start
+        losses: list[float] = []
+        for r in range(steps):
+            d1, d2, d3 = (order[(per_step * r + j) % len(order)].to(device) for j in range(3))
+            inner = yield Train(w, local.context, objective=0, lr=alpha, rows=d1)
+            outer = yield Train(inner.params, local.context, objective=0, lr=self.beta, rows=d2)
+            losses.append(inner.mean_loss)
+            moved = diff(outer.params, inner.params, keys)  # -beta g, g = grad f(w'; D')
+            if hf:
+                g = {k: v / -self.beta for k, v in moved.items()}
+                up = yield Train(plus(w, g, self.delta, keys), local.context, objective=0, lr=1.0, rows=d3)
+                down = yield Train(plus(w, g, -self.delta, keys), local.context, objective=0, lr=1.0, rows=d3)
+                # grad(w + delta g) - grad(w - delta g) = 2 delta g - (up - down)
+                fd = {k: 2 * self.delta * g[k] - (up.params[k] - down.params[k]) for k in keys}
+                moved = {k: moved[k] + self.beta * alpha / (2 * self.delta) * fd[k] for k in keys}
+            w = {k: w[k] + moved[k] if k in keys else outer.params[k] for k in w}
+        personal = local.start
+        if self.adapt_steps:
+            adapt = batch_order(len(local.y), local.spec.batch_size, self.adapt_steps, torch.Generator().manual_seed(derive_seed(local.seed, "perfedavg-adapt")))
+            for rows in adapt[: self.adapt_steps]:
+                personal = (yield Train(personal, local.context, objective=0, lr=alpha, rows=rows.to(device))).params
+        return Personal(w, steps, sum(losses) / len(losses), personal)
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return {}, {}
+
+
+class PerFedAvg(FedAvg):
+    """FedAvg on the clients' meta-trained w_i (:class:`PerFedAvgClient`)."""
+
+    def __init__(self, model: nn.Module, options: PerFedAvgOptions = PerFedAvgOptions()) -> None:
+        super().__init__(options.weighting)
+        self.options = options
+        self.param_keys = frozenset(n for n, _ in model.named_parameters())
+
+    def client_half(self) -> ClientHalf:
+        o = self.options
+        return PerFedAvgClient(self.param_keys, o.variant, o.alpha, o.beta, o.delta, o.adapt_steps)
+
+
+SPEC = register_algorithm(
+    "perfedavg",
+    AlgorithmSpec(
+        PerFedAvgOptions,
+        lambda o, ctx: (PerFedAvg(ctx.model, o), []),
+        "FedAvg on the MAML objective, personalised by one local step (Fallah et al. 2020)",
+        capabilities=Capabilities(takes_weights=True, not_a_base="Per-FedAvg's clients run their own local trainings, which PA3Fed's client half does not compose with"),
+    ),
+)

@@ -1,0 +1,139 @@
+"""q-FFL / q-FedAvg (Li, Sanjabi, Beirami & Smith, ICLR 2020): fair aggregation that weighs clients by their loss.
+
+Round t, sampled clients S, each trained from w^t to w_k by the run's local
+training; F_k is client k's loss of the model it *received*, w^t, on its own
+training data (Algorithm 3; the authors' ``fair_flearn`` computes it before
+``solve_inner``). With L = 1/lr (the paper's code: ``1.0 / learning_rate``)::
+
+    Delta_k = L (w^t - w_k)
+    h_k     = q F_k^{q-1} ||Delta_k||^2 + L F_k^q
+    w^{t+1} = w^t - sum_k F_k^q Delta_k / sum_k h_k
+
+q = 0 is FedAvg with a plain mean over S and server step 1 (the sum of
+Delta_k / L over |S| clients divided by |S|); a larger q moves the model towards
+the clients it serves worst.
+
+Choices
+-------
+* F_k is measured by the client half (:class:`QfflClient`) after training,
+  on the model it was sent (``trained.start``), with the run's template in
+  eval mode (mean cross-entropy at T = 1, :func:`~chillfl.training.local.evaluate`),
+  and reported as ``qffl_loss``: it needs no extra round trip.
+* ``F_k^q`` is computed as ``(F_k + 1e-10)^q`` as in the authors' code, so
+  a zero loss with q < 1 stays finite.
+* ``q = 1.0`` by default (the paper tunes q per data set in {0.001, ..., 15};
+  its code's default 0 is FedAvg). ``lipschitz`` unset: L = 1/lr of the
+  round, the paper's estimate; set it to fix L.
+* ``||Delta_k||^2`` and the step cover the trainable parameters (the paper's
+  model variables); buffers (batch-norm statistics) take the sample-weighted
+  average, integer buffers the max. Sums in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Collection, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import AggregatorBase, ClientHalf, ClientResult, ClientState, Params, Report, Stateless, Trained, sample_weights, weighted_average
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
+from chillfl.engine.record import Json
+from chillfl.options import require
+from chillfl.training.local import evaluate
+
+LOSS = "qffl_loss"
+"""The report key of F_k, the client's loss of the model it was sent."""
+TINY = 1e-10
+"""Added to F_k before the power, as the authors' code does."""
+
+
+@dataclass(frozen=True)
+class QfflOptions:
+    """``q``: fairness exponent (0 = FedAvg); ``lipschitz``: L (unset: 1 / the round's lr, the paper's estimate)."""
+
+    q: float = 1.0
+    lipschitz: float | None = None
+    eval_batch_size: int = 1024
+
+    def validate(self, section: str) -> None:
+        require(self.q >= 0, f"{section}.q", f"must be >= 0, got {self.q}")
+        if self.lipschitz is not None:
+            require(self.lipschitz > 0, f"{section}.lipschitz", f"must be > 0, got {self.lipschitz}")
+        require(self.eval_batch_size >= 1, f"{section}.eval_batch_size", f"must be >= 1, got {self.eval_batch_size}")
+
+
+@dataclass(frozen=True)
+class QfflClient(Stateless):
+    """Reports F_k: the client's mean loss of the model it was sent, on its training data."""
+
+    eval_batch_size: int = 1024
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        _, loss = evaluate(model, trained.start, trained.x, trained.y, self.eval_batch_size)
+        return {}, {LOSS: loss}
+
+
+def reported(result: ClientResult, key: str) -> float:
+    """The number client ``result`` reported under ``key``; a ValueError naming it otherwise."""
+    value = result.report.get(key)
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value)
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"q-FFL needs report[{key!r}] to be a number from every client (client {result.client_id}), got {type(value).__name__}")
+    return float(value)
+
+
+def qffl_step(
+    global_params: Mapping[str, torch.Tensor], models: Sequence[Mapping[str, torch.Tensor]], losses: Sequence[float], lipschitz: Sequence[float], q: float, keys: Sequence[str]
+) -> tuple[Params, float]:
+    """w^t - sum_k F_k^q Delta_k / sum_k h_k on ``keys`` (float64), and sum_k h_k."""
+    deltas = [{k: L * (global_params[k].double() - m[k].double()) for k in keys} for m, L in zip(models, lipschitz)]
+    total = {k: torch.zeros_like(global_params[k], dtype=torch.float64) for k in keys}
+    h_sum = 0.0
+    for delta, loss, L in zip(deltas, losses, lipschitz):
+        f = loss + TINY
+        norm2 = float(sum(float((d * d).sum()) for d in delta.values()))
+        h_sum += q * f ** (q - 1) * norm2 + L * f**q
+        for k in keys:
+            total[k].add_(delta[k], alpha=f**q)
+    return {k: (global_params[k].double() - total[k] / h_sum).to(global_params[k].dtype) for k in keys}, h_sum
+
+
+class Qffl(AggregatorBase):
+    """q-FedAvg's server step from the uploaded models and the reported losses F_k."""
+
+    def __init__(self, options: QfflOptions = QfflOptions(), param_keys: Collection[str] | None = None) -> None:
+        self.options = options
+        self.param_keys = None if param_keys is None else list(param_keys)
+        self._metrics: dict[str, Json] = {}
+
+    def client_half(self) -> ClientHalf:
+        return QfflClient(self.options.eval_batch_size)
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        out = weighted_average([r.params for r in results], sample_weights(results))  # the buffers' values
+        keys = [k for k in (self.param_keys if self.param_keys is not None else list(global_params)) if torch.is_floating_point(global_params[k])]
+        losses = [reported(r, LOSS) for r in results]
+        lipschitz = [self.options.lipschitz if self.options.lipschitz is not None else 1.0 / r.lr for r in results]
+        step, h_sum = qffl_step(global_params, [r.params for r in results], losses, lipschitz, self.options.q, keys)
+        out.update(step)
+        self._metrics = {"qffl_mean_loss": sum(losses) / len(losses), "qffl_max_loss": max(losses), "qffl_h": h_sum}
+        return out
+
+    def round_metrics(self) -> Mapping[str, Json]:
+        """The reported losses' mean and max (what q trades off) and sum_k h_k, the step's denominator."""
+        return dict(self._metrics)
+
+
+SPEC = register_algorithm(
+    "qffl",
+    AlgorithmSpec(
+        QfflOptions,
+        lambda o, ctx: (Qffl(o, ctx.param_keys()), []),
+        "q-FFL / q-FedAvg, loss-weighted fair aggregation (Li et al. 2020)",
+        capabilities=Capabilities(),
+    ),
+)

@@ -1,0 +1,100 @@
+"""Attacks on an attacker's training data: ``label_flip`` and ``backdoor``, applied once to the run's data.
+
+The attackers' rows of the training set are rewritten before any client is built, so every protocol
+(parameters, soft-labels, prototypes) and every executor trains the attackers on the same poisoned rows,
+and a resumed run rebuilds them bit for bit (a pure function of the seed: nothing to checkpoint).
+
+* ``label_flip``: every training label y of an attacker becomes ``map[y]``, by default ``C - 1 - y``
+  (Tolpegin et al. 2020's flip of the whole label space).
+* ``backdoor`` (pixel-pattern trigger, Gu et al. 2017 / Bagdasaryan et al. 2020): a share
+  ``poison_fraction`` of each attacker's rows, drawn from (seed, "attack", "poison", client), get a
+  ``trigger_size`` x ``trigger_size`` square of the training set's largest input value in the
+  bottom-right corner (every channel) and the label ``target``. The other rows stay clean, so the
+  attacker's model keeps its main-task accuracy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from chillfl.data import FederatedData
+from chillfl.errors import ConfigError
+from chillfl.seeds import derive_seed
+from chillfl.settings.attack import AttackConfig
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """The backdoor's pattern: a ``size`` x ``size`` square of ``value`` in the last two (spatial) dims' bottom-right corner."""
+
+    size: int
+    value: float
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (a batch: N x ... x H x W) with the trigger stamped on every row, as a new tensor."""
+        out = x.clone()
+        out[..., -self.size :, -self.size :] = self.value
+        return out
+
+
+def flip_map(attack: AttackConfig, num_classes: int) -> list[int]:
+    """``label_flip``'s map, entry c the label class c becomes: ``label_map`` or ``C - 1 - c``."""
+    if not attack.label_map:
+        return [num_classes - 1 - c for c in range(num_classes)]
+    if len(attack.label_map) != num_classes or max(attack.label_map) >= num_classes:
+        raise ConfigError("attack.label_map", f"needs one label in [0, {num_classes}) per class ({num_classes} entries), got {list(attack.label_map)}")
+    return list(attack.label_map)
+
+
+def flip_labels(y: torch.Tensor, mapping: Sequence[int]) -> torch.Tensor:
+    """Each label y replaced by ``mapping[y]``."""
+    return torch.tensor(list(mapping), dtype=y.dtype, device=y.device)[y]
+
+
+def poison_rows(n: int, fraction: float, seed: int, client: int) -> np.ndarray:
+    """Which of a client's ``n`` rows carry the trigger: ``round(fraction * n)`` of them (at least one), from the client's own stream."""
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    count = max(1, round(fraction * n))
+    rng = np.random.default_rng(derive_seed(seed, "attack", "poison", client))
+    return np.sort(rng.choice(n, size=count, replace=False))
+
+
+def trigger_of(attack: AttackConfig, data: FederatedData) -> Trigger:
+    """The backdoor's trigger for this data set; ConfigError naming ``attack.kind`` where inputs are no images."""
+    shape = data.dataset.input_shape
+    if len(shape) < 2 or min(shape[-2:]) < attack.trigger_size:
+        raise ConfigError("attack.kind", f"'backdoor' stamps a {attack.trigger_size}x{attack.trigger_size} pixel square, and inputs of shape {list(shape)} are no images that large")
+    if data.dataset.train_items is not None:
+        raise ConfigError("attack.kind", "'backdoor' stamps the stored training inputs, and this dataset reads its items anew each round (redraw)")
+    if attack.target >= data.num_classes:
+        raise ConfigError("attack.target", f"must be a class in [0, {data.num_classes}), got {attack.target}")
+    return Trigger(attack.trigger_size, float(data.dataset.x_train.max()))
+
+
+def poisoned(data: FederatedData, attack: AttackConfig, ids: frozenset[int], seed: int) -> FederatedData:
+    """``data`` with the attackers' training rows poisoned (``label_flip``, ``backdoor``); as it is for any other kind."""
+    if attack.kind not in ("label_flip", "backdoor") or not ids:
+        return data
+    ds = data.dataset
+    y = ds.y_train.clone()
+    x = ds.x_train
+    if attack.kind == "label_flip":
+        mapping = flip_map(attack, data.num_classes)
+        for cid in sorted(ids):
+            rows = torch.from_numpy(np.asarray(data.train_indices[cid], dtype=np.int64))
+            y[rows] = flip_labels(ds.y_train[rows], mapping)
+    else:
+        trigger = trigger_of(attack, data)
+        x = x.clone()
+        for cid in sorted(ids):
+            own = np.asarray(data.train_indices[cid], dtype=np.int64)
+            rows = torch.from_numpy(own[poison_rows(len(own), attack.poison_fraction, seed, cid)])
+            x[rows] = trigger.apply(x[rows])
+            y[rows] = attack.target
+    return dataclasses.replace(data, dataset=dataclasses.replace(ds, x_train=x, y_train=y))

@@ -1,0 +1,62 @@
+"""The round's attackers and the backdoor's success in every record, around any server protocol.
+
+A wrapper, as :class:`chillfl.privacy.protocol.Accounted` is, so no protocol changes: after the inner
+protocol's ``server_update`` it adds
+
+* ``attackers``: the ids of the round's clients that attack (sorted; empty when none was sampled);
+* ``attack_success_rate`` (``backdoor``, where the protocol has a global model): the share of the
+  global test set's inputs whose true label is not ``target``, stamped with the trigger, that the
+  new global model classifies as ``target`` (Bagdasaryan et al. 2020's backdoor accuracy).
+
+It keeps no state: its checkpoint is the inner protocol's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientSide, ClientTask, ServerProtocol
+from chillfl.engine.record import RoundRecord
+from chillfl.training.local import evaluate
+
+Forge = Callable[[int, Sequence[ClientReply[Any, Any]]], Sequence[ClientReply[Any, Any]]]
+"""(round, replies) -> the replies the server receives, the attackers' rewritten."""
+
+class Attacked(AroundProtocol):
+    """``protocol`` with the round's attackers (and, for a backdoor, the attack's success) in every record."""
+
+    OWN = frozenset({"ids", "probe", "model", "eval_batch_size", "forge"})
+
+    def __init__(
+        self,
+        protocol: ServerProtocol,
+        ids: frozenset[int],
+        model: nn.Module,
+        probe: tuple[torch.Tensor, torch.Tensor] | None,
+        eval_batch_size: int = 1024,
+        client: ClientSide | None = None,
+        forge: Forge | None = None,
+    ) -> None:
+        super().__init__(protocol, client)  # client: one whose attackers forge their uploads (soft-label rows)
+        self.forge = forge
+        """Rewrites the attackers' replies where the server receives them, before the inner server update (prototypes); None: none."""
+        self.ids = ids
+        self.model = model
+        self.probe = probe
+        """Triggered test inputs whose label is not the target, and the target as their label (None: no backdoor)."""
+        self.eval_batch_size = eval_batch_size
+
+    def server_update(self, round: int, tasks: Sequence[ClientTask[Any, Any]], replies: Sequence[ClientReply[Any, Any]]) -> RoundRecord:
+        if self.forge is not None:
+            replies = self.forge(round, replies)
+        record = self.inner.server_update(round, tasks, replies)
+        record.metrics["attackers"] = [t.client_id for t in tasks if t.client_id in self.ids]
+        if self.probe is not None:
+            state = self.inner.global_state()
+            if state is not None:
+                x, y = self.probe
+                record.metrics["attack_success_rate"] = evaluate(self.model, state, x, y, self.eval_batch_size)[0]
+        return record

@@ -1,0 +1,48 @@
+"""``gaussian`` under prototype sharing: an attacker's class prototypes arrive noised.
+
+Attacker i's uploaded class means ``P_c`` (for each class c it holds, count > 0) become
+``P_c + N(0, sigma^2 I)``, drawn on the CPU from (seed, "attack", "prototypes", round, client); its
+counts, its method's own rows (FedHKD's ``soft``) and any shared model are sent as trained. Applied to
+the replies where the server receives them, before the protocol's server update: the same arithmetic
+the attacker would do on its side, and the same bytes (the ledger counts them as received).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from chillfl.engine.protocol import ClientReply
+from chillfl.protocols.prototypes import KnowledgeUplink
+from chillfl.seeds import derive_seed
+
+
+def noisy_means(means: torch.Tensor, counts: torch.Tensor, sigma: float, seed: int) -> torch.Tensor:
+    """``means`` with ``N(0, sigma^2)`` added to the rows of the classes held (count > 0); the others as they are."""
+    gen = torch.Generator().manual_seed(seed)
+    noise = torch.randn(means.shape, generator=gen, dtype=means.dtype).to(means.device)
+    held = (counts > 0).to(means.device)[:, None]
+    return torch.where(held, means + sigma * noise, means)
+
+
+@dataclass(frozen=True)
+class ForgedPrototypes:
+    """The attackers' replies with noised class means (:func:`noisy_means`); other replies untouched."""
+
+    ids: frozenset[int]
+    sigma: float
+    seed: int
+
+    def __call__(self, round: int, replies: Sequence[ClientReply[Any, Any]]) -> list[ClientReply[Any, Any]]:
+        out = []
+        for reply in replies:
+            up = reply.uplink
+            if reply.client_id in self.ids and isinstance(up, KnowledgeUplink):
+                seed = derive_seed(self.seed, "attack", "prototypes", round, reply.client_id)
+                rows = dataclasses.replace(up.rows, means=noisy_means(up.rows.means, up.rows.counts, self.sigma, seed))
+                reply = dataclasses.replace(reply, uplink=dataclasses.replace(up, rows=rows))
+            out.append(reply)
+        return out

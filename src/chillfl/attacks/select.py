@@ -1,0 +1,25 @@
+"""Which clients attack: ``[attack] clients`` as named, else ``round(fraction * num_clients)`` drawn once from the run's seed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from chillfl.errors import ConfigError
+from chillfl.seeds import derive_seed
+from chillfl.settings.attack import AttackConfig
+
+
+def attackers(attack: AttackConfig, num_clients: int, seed: int) -> frozenset[int]:
+    """The attacking clients' ids: a pure function of (``[attack]``, num_clients, seed); ConfigError naming the field when none or a bad id."""
+    if not attack.enabled:
+        return frozenset()
+    if attack.clients:
+        bad = [c for c in attack.clients if c >= num_clients]
+        if bad:
+            raise ConfigError("attack.clients", f"client ids are < num_clients = {num_clients}, got {bad}")
+        return frozenset(attack.clients)
+    count = round(attack.fraction * num_clients)
+    if count < 1:
+        raise ConfigError("attack.fraction", f"{attack.fraction} of {num_clients} clients rounds to no attacker; raise it or name attack.clients")
+    rng = np.random.default_rng(derive_seed(seed, "attack", "clients"))
+    return frozenset(int(c) for c in rng.choice(num_clients, size=count, replace=False))

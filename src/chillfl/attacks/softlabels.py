@@ -1,0 +1,53 @@
+"""``gaussian`` under the soft-label protocol: an attacker uploads noised soft-label rows.
+
+An attacker's rows r (probabilities, or logits for a method that shares logits) become
+``r + N(0, sigma^2)`` per entry, drawn from (seed, "attack", "rows", round, client); probability rows
+are then projected back onto the simplex the cheap way (negatives set to 0, each row renormalised
+to sum 1; a row left all zero becomes uniform), so the server's method receives rows of the shape
+and kind it expects. It runs on the client, through the protocol's row-release seam
+(:attr:`SoftLabelClient.privacy`), before any ``[privacy]`` release an honest client would apply:
+an attacker does not privatise what it forges. Other clients' rows go to that release unchanged.
+
+``label_flip`` and ``backdoor`` need nothing here: the attacker's model, trained on its poisoned rows
+(:mod:`chillfl.attacks.poison`), predicts the flipped classes (or the target on triggered inputs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from chillfl.protocols.softlabels.client import RowRelease
+from chillfl.seeds import derive_seed
+
+
+def noisy_rows(rows: torch.Tensor, sigma: float, seed: int, logits: bool) -> torch.Tensor:
+    """``rows + N(0, sigma^2)``; probability rows projected back (clamped at 0, renormalised, all-zero rows uniform)."""
+    gen = torch.Generator().manual_seed(seed)
+    noised = rows + sigma * torch.randn(rows.shape, generator=gen, dtype=rows.dtype)
+    return noised if logits else to_simplex(noised)
+
+
+def to_simplex(rows: torch.Tensor) -> torch.Tensor:
+    """Each row with its negatives set to 0 and renormalised to sum 1 (a row left all zero: uniform)."""
+    clamped = rows.clamp_min(0)
+    total = clamped.sum(-1, keepdim=True)
+    uniform = torch.full_like(clamped, 1.0 / rows.shape[-1])
+    return torch.where(total > 0, clamped / total.clamp_min(torch.finfo(rows.dtype).tiny), uniform)
+
+
+@dataclass(frozen=True)
+class ForgedRows:
+    """An attacker's rows noised (:func:`noisy_rows`); everyone else's through ``then`` (``[privacy]``'s release, or as predicted)."""
+
+    ids: frozenset[int]
+    sigma: float
+    seed: int
+    logits: bool
+    then: RowRelease | None = None
+
+    def release(self, rows: torch.Tensor, client_id: int, round: int) -> torch.Tensor:
+        if client_id in self.ids:
+            return noisy_rows(rows, self.sigma, derive_seed(self.seed, "attack", "rows", round, client_id), self.logits)
+        return rows if self.then is None else self.then.release(rows, client_id, round)

@@ -1,0 +1,323 @@
+"""``flwr_femnist`` and ``flwr_shakespeare``: LEAF's two natural-client benchmarks in the Flower Datasets layout.
+
+::
+
+    [dataset]
+    name = "flwr_femnist"          # or "flwr_shakespeare"
+    path = "flwrlabs/femnist"      # default; a folder under data_dir, a local folder/file, or (online) the hub
+    train_fraction = 0.9           # each client's own train/test split
+    # min_samples = 0; max_clients = 0; sample_fraction = 1.0; split_seed = 0
+
+    [partition]
+    name = "natural"               # one client per writer / speaker (or "flwr" + NaturalIdPartitioner)
+    [eval]
+    client_split = "natural"       # each client's own test part
+
+Files (the hub datasets ``flwrlabs/femnist`` and ``flwrlabs/shakespeare``, one
+``train`` split each):
+
+* FEMNIST: parquet, columns ``image`` (a ``datasets.Image``: a struct of PNG
+  ``bytes`` and ``path``, 28x28 grayscale), ``writer_id`` (str), ``hsf_id``
+  (int, unused), ``character`` (ClassLabel, 62 classes: digits, A-Z, a-z in
+  LEAF's order).
+* Shakespeare: ``character_id`` (str: one speaker of one play), ``x`` (80
+  characters), ``y`` (the next character). The hub stores it as
+  ``shakespeare.csv`` (its parquet conversion as ``*.parquet``); both read.
+
+Where they come from: ``path`` is a folder or file (absolute, or relative to
+``data_dir`` when it exists there, else to the working directory) holding the
+``*.parquet`` (or ``*.csv``) files, read with pyarrow in sorted path order. A
+``path`` found nowhere that reads as a hub name (``owner/name``) is loaded with
+``datasets.load_dataset(path, split="train")`` (extra ``hf``), unless the hub
+is offline (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``) or unreachable:
+then one ConfigError line says how to fetch the files into ``data_dir``.
+
+Choices
+-------
+* Clients are the natural ids (``writer_id`` / ``character_id``) in sorted
+  order -- the order ``flwr_datasets``' ``NaturalIdPartitioner`` numbers them --
+  so ``partition.name = "natural"`` and the ``flwr`` NaturalIdPartitioner give
+  the same clients. A client's rows keep their file order.
+* Client selection follows LEAF's options (``chillfl.data.loaders.select_writers``,
+  shared with ``femnist``): ``sample_fraction`` (``--sf``), ``min_samples``
+  (``-k``), then ``max_clients`` (the first N kept); clients with fewer than 2
+  samples are dropped (they cannot have a train and a test sample).
+* Each client's train part is ``max(1, floor(train_fraction * n))`` of its n
+  samples (LEAF's ``split_data.py`` with ``-t sample``). FEMNIST draws them at
+  random (``SeedSequence(split_seed, spawn_key=(client position,))``, as
+  ``femnist``); Shakespeare takes the *first* ones in file order and tests on
+  the rest, because its samples overlap in time (the dataset card warns that a
+  random split leaks test text into training).
+* FEMNIST images are decoded with Pillow as grayscale ("L"), scaled to [0, 1]
+  and standardised with the train set's mean and std; from local files the
+  result is cached memory-mapped under ``data_dir/.chillfl-cache`` like
+  ``femnist`` (:mod:`chillfl.data.arraycache`), from the hub it is kept in memory.
+* Shakespeare characters become indices into LEAF's 80-letter alphabet
+  (:data:`LEAF_LETTERS`), stored as float32 ``[N, 80]`` (exact integers) for the
+  ``char_lstm`` model; labels are the next character's index (80 classes).
+  A character outside the alphabet maps to index 0 (as the common PyTorch
+  ports of LEAF do; LEAF's own ``str.find`` gives -1), and the count of such
+  characters is logged.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from chillfl.data import arraycache
+from chillfl.data.loaders import FemnistOptions, select_writers
+from chillfl.errors import ConfigError
+from chillfl.extras import need
+from chillfl.options import require
+
+SECTION = "dataset"
+LEAF_LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
+"""LEAF's Shakespeare alphabet (``ALL_LETTERS`` of its ``language_utils.py``): 80 characters."""
+FEMNIST_CLASSES = 62
+HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+TEXT_COLUMNS = ("character_id", "x", "y", "writer_id")
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LeafHubOptions:
+    """Where the files are, and LEAF's client sampling and per-client train/test split."""
+
+    path: str = ""
+    train_fraction: float = 0.9
+    sample_fraction: float = 1.0
+    min_samples: int = 0
+    max_clients: int = 0
+    split_seed: int = 0
+
+    def validate(self, section: str) -> None:
+        require(bool(self.path), f"{section}.path", "is required: a folder of the dataset's parquet files, or its hub name")
+        require(0 < self.train_fraction < 1, f"{section}.train_fraction", f"must be in (0, 1), got {self.train_fraction}")
+        require(0 < self.sample_fraction <= 1, f"{section}.sample_fraction", f"must be in (0, 1], got {self.sample_fraction}")
+        require(0 <= self.min_samples < 2**31, f"{section}.min_samples", f"must be in [0, 2**31), got {self.min_samples}")
+        require(0 <= self.max_clients < 2**31, f"{section}.max_clients", f"must be >= 0 (0: all), got {self.max_clients}")
+        require(0 <= self.split_seed < 2**63, f"{section}.split_seed", f"must be in [0, 2**63), got {self.split_seed}")
+
+
+@dataclass(frozen=True)
+class FemnistHubOptions(LeafHubOptions):
+    """``flwr_femnist``: ``path`` defaults to the hub's ``flwrlabs/femnist``."""
+
+    path: str = "flwrlabs/femnist"
+
+
+@dataclass(frozen=True)
+class ShakespeareOptions(LeafHubOptions):
+    """``flwr_shakespeare``: ``path`` defaults to the hub's ``flwrlabs/shakespeare``."""
+
+    path: str = "flwrlabs/shakespeare"
+
+
+# ---------------------------------------------------------------- reading the table
+
+
+def fetch_hint(name: str, data_dir: Path) -> str:
+    """How to put hub dataset ``name`` where ``path = name`` finds it offline."""
+    return (
+        f"fetch it once with `hf download {name} --repo-type dataset --local-dir {data_dir / name}` "
+        f"(huggingface_hub's CLI), or run online with pip install 'chillfl[hf]'"
+    )
+
+
+def _offline() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in OFFLINE_VARS)
+
+
+def local_source(path: str, data_dir: Path) -> Path | None:
+    """The local file or folder ``path`` names (under ``data_dir`` first), or None."""
+    p = Path(path).expanduser()
+    for candidate in ([p] if p.is_absolute() else [data_dir / p, p]):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    files = sorted(root.rglob("*.parquet")) or sorted(root.rglob("*.csv"))
+    return [f for f in files if not any(part.startswith(".") for part in f.relative_to(root).parts)]
+
+
+def read_table(path: str, data_dir: Path) -> tuple[Any, Path | None]:
+    """(pyarrow Table of every row, the local source or None when it came from the hub)."""
+    pa = need("pyarrow", "hf", "reading the LEAF parquet files")
+    root = local_source(path, data_dir)
+    if root is not None:
+        files = _files(root)
+        if not files:
+            raise ConfigError(f"{SECTION}.path", f"no .parquet or .csv files under {root}")
+        try:
+            tables = [_read_one(f) for f in files]
+            return pa.concat_tables(tables, promote_options="default"), root
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise ConfigError(f"{SECTION}.path", f"cannot read the files under {root}: {' '.join(str(exc).split())[:200]}") from None
+    if not HUB_NAME.match(path):
+        raise ConfigError(f"{SECTION}.path", f"{path!r} not found (looked in {data_dir} and the working directory)")
+    if _offline():
+        raise ConfigError(f"{SECTION}.path", f"{path!r} is not under {data_dir} and the hub is offline; {fetch_hint(path, data_dir)}")
+    datasets = need("datasets", "hf", f"loading {path} from the Hugging Face hub")
+    try:
+        ds = datasets.load_dataset(path, split="train")
+    except Exception as exc:  # noqa: BLE001 - no network, no such dataset, ...: the user's setup, one line
+        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise ConfigError(f"{SECTION}.path", f"cannot load {path!r} from the hub ({reason}); {fetch_hint(path, data_dir)}") from None
+    table = ds.data.table if hasattr(ds.data, "table") else ds.data
+    return table, None
+
+
+def _read_one(f: Path) -> Any:
+    if f.suffix == ".csv":
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        text = {c: pa.string() for c in TEXT_COLUMNS}  # never inferred as numbers (a "y" of digits only is still text)
+        return pcsv.read_csv(f, parse_options=pcsv.ParseOptions(newlines_in_values=True), convert_options=pcsv.ConvertOptions(strings_can_be_null=False, column_types=text))
+    import pyarrow.parquet as pq
+
+    return pq.read_table(f)
+
+
+def _column(table: Any, name: str) -> Any:
+    if name not in table.column_names:
+        raise ConfigError(f"{SECTION}.path", f"no column {name!r} in the files; columns: {', '.join(table.column_names)}")
+    return table.column(name).combine_chunks()
+
+
+# ---------------------------------------------------------------- clients and their splits
+
+
+def client_rows(ids: np.ndarray, opts: LeafHubOptions) -> list[np.ndarray]:
+    """Row positions of every kept client (sorted natural ids; rows in file order), after LEAF's sampling."""
+    names, inverse = np.unique(ids, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    counts = np.bincount(inverse, minlength=len(names))
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    rows = [order[starts[g] : starts[g + 1]] for g in range(len(names))]
+    leaf = FemnistOptions(opts.sample_fraction, opts.min_samples, opts.train_fraction, 0, opts.split_seed)
+    kept = [g for g in select_writers([int(c) for c in counts], leaf) if counts[g] >= 2]
+    if opts.max_clients:
+        kept = kept[: opts.max_clients]
+    if not kept:
+        raise ConfigError(f"{SECTION}.min_samples", "no client is left after sampling (each needs at least 2 samples)")
+    return [rows[g] for g in kept]
+
+
+def split_client(rows: np.ndarray, position: int, opts: LeafHubOptions, temporal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, test rows) of one client: max(1, floor(tf * n)) train, random or the first ones."""
+    n = len(rows)
+    n_train = max(1, int(np.floor(opts.train_fraction * n)))
+    if temporal:
+        return rows[:n_train], rows[n_train:]
+    perm = np.random.default_rng(np.random.SeedSequence(opts.split_seed, spawn_key=(position,))).permutation(n)
+    return rows[np.sort(perm[:n_train])], rows[np.sort(perm[n_train:])]
+
+
+def _bounds(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+
+
+def _splits(ids: np.ndarray, opts: LeafHubOptions, temporal: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(train rows, test rows, train bounds, test bounds): clients as contiguous blocks."""
+    parts = [split_client(r, i, opts, temporal) for i, r in enumerate(client_rows(ids, opts))]
+    trains, tests = [p[0] for p in parts], [p[1] for p in parts]
+    return np.concatenate(trains), np.concatenate(tests), _bounds(trains), _bounds(tests)
+
+
+# ---------------------------------------------------------------- FEMNIST
+
+
+def decode_png_column(column: Any) -> np.ndarray:
+    """``[N, 1, H, W]`` uint8 from a ``datasets.Image`` column (struct of PNG bytes) or a column of bytes."""
+    Image = need("PIL.Image", "images", "decoding FEMNIST's PNG images")
+    values = column.field("bytes") if hasattr(column.type, "get_field_index") and column.type.get_field_index("bytes") >= 0 else column
+    images = []
+    for i, blob in enumerate(values.to_pylist()):
+        if blob is None:
+            raise ConfigError(f"{SECTION}.path", f"FEMNIST row {i} has no image bytes")
+        try:
+            images.append(np.asarray(Image.open(io.BytesIO(blob)).convert("L"), dtype=np.uint8))
+        except Exception as exc:  # noqa: BLE001 - a corrupt PNG is the file's fault: one line
+            raise ConfigError(f"{SECTION}.path", f"FEMNIST row {i}: cannot decode the image ({exc})") from None
+    shapes = {a.shape for a in images}
+    if len(shapes) > 1:
+        raise ConfigError(f"{SECTION}.path", f"FEMNIST images of different sizes: {sorted(shapes)[:3]}")
+    return np.stack(images)[:, None] if images else np.zeros((0, 1, 28, 28), np.uint8)
+
+
+def _femnist_decoded(table: Any, opts: LeafHubOptions) -> arraycache.Decoded:
+    ids = np.asarray(_column(table, "writer_id").to_pylist(), dtype=object).astype(str)
+    labels = np.asarray(_column(table, "character").to_numpy(zero_copy_only=False), dtype=np.int64)
+    if len(labels) and (labels.min() < 0 or labels.max() >= FEMNIST_CLASSES):
+        raise ConfigError(f"{SECTION}.path", f"FEMNIST labels outside 0..{FEMNIST_CLASSES - 1} in column 'character'")
+    train, test, b_train, b_test = _splits(ids, opts, temporal=False)
+    rows = np.concatenate([train, test])
+    x = decode_png_column(_column(table, "image").take(rows))
+    return arraycache.Decoded(x[: len(train)], labels[train], x[len(train) :], labels[test], FEMNIST_CLASSES, b_train, b_test)
+
+
+def load_femnist(data_dir: Path, opts: LeafHubOptions) -> arraycache.Mapped:
+    """FEMNIST by writer: standardised images, writers as contiguous row blocks (``train_bounds``/``test_bounds``)."""
+    root = local_source(opts.path, data_dir)
+    if root is not None:  # decoded once, then memory-mapped from data_dir/.chillfl-cache
+        return arraycache.cached("flwr_femnist", opts, root, data_dir, lambda: _femnist_decoded(read_table(opts.path, data_dir)[0], opts))
+    table, _ = read_table(opts.path, data_dir)
+    d = _femnist_decoded(table, opts)
+    mean, std = arraycache.channel_stats(d.x_train)
+    xs = []
+    for x in (d.x_train, d.x_test):
+        out = np.empty(x.shape, dtype=np.float32)
+        arraycache.standardise_into(x, mean, std, out)
+        xs.append(torch.from_numpy(out))
+    return arraycache.Mapped(xs[0], torch.from_numpy(d.y_train), xs[1], torch.from_numpy(d.y_test), FEMNIST_CLASSES, d.train_bounds, d.test_bounds)
+
+
+# ---------------------------------------------------------------- Shakespeare
+
+
+def encode_text(texts: list[str]) -> tuple[np.ndarray, int]:
+    """``[N, L]`` indices into :data:`LEAF_LETTERS` (every text of one length L), and how many characters were outside it."""
+    lengths = {len(t) for t in texts}
+    if len(lengths) > 1:
+        raise ConfigError(f"{SECTION}.path", f"Shakespeare inputs 'x' of different lengths {sorted(lengths)[:4]}; LEAF's are all 80 characters")
+    width = lengths.pop() if lengths else 80
+    lut = {c: i for i, c in enumerate(LEAF_LETTERS)}
+    flat = np.fromiter((lut.get(c, -1) for t in texts for c in t), dtype=np.int64, count=width * len(texts))
+    unknown = int((flat < 0).sum())
+    return np.maximum(flat, 0).reshape(len(texts), width), unknown
+
+
+def load_shakespeare(data_dir: Path, opts: LeafHubOptions) -> arraycache.Mapped:
+    """Shakespeare by speaker: ``[N, 80]`` character indices (float32), next-character labels, speakers as row blocks."""
+    table, _ = read_table(opts.path, data_dir)
+    ids = np.asarray(_column(table, "character_id").to_pylist(), dtype=object).astype(str)
+    xs = [str(v) for v in _column(table, "x").to_pylist()]
+    ys = [str(v) for v in _column(table, "y").to_pylist()]
+    if any(len(y) != 1 for y in ys):
+        raise ConfigError(f"{SECTION}.path", "Shakespeare labels 'y' must be single characters")
+    x, unknown_x = encode_text(xs)
+    y, unknown_y = encode_text(ys)
+    if unknown_x or unknown_y:
+        log.warning("%d characters of Shakespeare are outside LEAF's 80-letter alphabet; they read as index 0 (%r)", unknown_x + unknown_y, LEAF_LETTERS[0])
+    train, test, b_train, b_test = _splits(ids, opts, temporal=True)
+
+    def rows(r: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.from_numpy(x[r].astype(np.float32)), torch.from_numpy(y[r, 0].astype(np.int64))
+
+    (x_tr, y_tr), (x_te, y_te) = rows(train), rows(test)
+    return arraycache.Mapped(x_tr, y_tr, x_te, y_te, len(LEAF_LETTERS), b_train, b_test)

@@ -1,0 +1,109 @@
+"""``char_lstm``: the next-character LSTM of LEAF's and FedProx's Shakespeare benchmark.
+
+Embedding (8) -> stacked LSTM (2 layers of 256) -> linear read-out of the last
+time step, over the vocabulary. Inputs are ``[B, L]`` character indices stored
+as floats (``flwr_shakespeare`` gives ``L = 80`` indices in ``0..79``).
+
+Choices
+-------
+* Reference sizes (LEAF ``models/shakespeare/stacked_lstm.py``, FedProx's
+  copy): ``embed_dim = 8``, ``hidden = 256``, ``layers = 2``; options change
+  them (the tests use a small hidden size).
+* The LSTM is written out (gates ``i, f, g, o`` as in ``nn.LSTM``, one matmul
+  of the inputs for all steps, then a loop over the fixed sequence length)
+  instead of calling ``nn.LSTM``: every chillfl model must run under
+  ``torch.func.functional_call`` and ``vmap`` (the vectorised executor), which
+  the fused cuDNN/oneDNN kernels do not support. Initialisation is
+  ``nn.LSTM``'s (uniform in +-1/sqrt(hidden) for every weight and bias); LEAF's
+  TensorFlow cells use Glorot weights and a forget bias of 1, which is not
+  reproduced.
+* Indices arrive as floats so that every input path (precision casts, device
+  moves, stacking with other datasets' tensors) treats them like any input;
+  they are exact integers below 2**24 in float32 (and below 256 in bf16).
+  Values outside ``0..vocab-1`` are clamped: the loader never produces them,
+  and an out-of-range index would be a device-side assert on CUDA.
+* ``vocab = 0`` (default) means the dataset's class count: Shakespeare
+  predicts a character of the same 80-letter alphabet it reads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from chillfl.errors import ConfigError
+from chillfl.models.common import MAX_LAYERS, MAX_WIDTH, Shape
+from chillfl.options import require
+
+
+@dataclass(frozen=True)
+class CharLSTMOptions:
+    """LEAF/FedProx sizes: ``embed_dim`` 8, ``hidden`` 256, ``layers`` 2; ``vocab`` 0 = the class count."""
+
+    embed_dim: int = 8
+    hidden: int = 256
+    layers: int = 2
+    vocab: int = 0
+
+    def validate(self, section: str) -> None:
+        require(1 <= self.embed_dim <= MAX_WIDTH, f"{section}.embed_dim", f"must be in [1, {MAX_WIDTH}], got {self.embed_dim}")
+        require(1 <= self.hidden <= MAX_WIDTH, f"{section}.hidden", f"must be in [1, {MAX_WIDTH}], got {self.hidden}")
+        require(1 <= self.layers <= MAX_LAYERS, f"{section}.layers", f"must be in [1, {MAX_LAYERS}], got {self.layers}")
+        require(0 <= self.vocab <= MAX_WIDTH, f"{section}.vocab", f"must be in [0, {MAX_WIDTH}] (0: the class count), got {self.vocab}")
+
+
+class LSTMLayer(nn.Module):
+    """One LSTM layer: ``ih`` maps the inputs of all steps at once, ``hh`` the previous hidden state."""
+
+    def __init__(self, in_features: int, hidden: int) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.ih = nn.Linear(in_features, 4 * hidden)
+        self.hh = nn.Linear(hidden, 4 * hidden)
+        bound = 1.0 / math.sqrt(hidden)
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, L, in] -> [B, L, hidden], from zero initial states."""
+        b, steps, _ = x.shape
+        gates_x = self.ih(x.reshape(b * steps, -1)).reshape(b, steps, 4 * self.hidden)
+        h = x.new_zeros(b, self.hidden)
+        c = x.new_zeros(b, self.hidden)
+        outs = []
+        for t in range(steps):
+            i, f, g, o = (gates_x[:, t] + self.hh(h)).chunk(4, dim=1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            outs.append(h)
+        return torch.stack(outs, dim=1)
+
+
+class CharLSTM(nn.Module):
+    """Embedding -> stacked LSTM -> linear read-out of the last step."""
+
+    def __init__(self, vocab: int, embed_dim: int, hidden: int, layers: int, num_classes: int) -> None:
+        super().__init__()
+        self.vocab = vocab
+        # N(0, 1) as nn.Embedding's own init, drawn by a direct Tensor.normal_: the meta-device sizing
+        # (registry._ShapesOnly) can skip it, whereas nn.init.normal_ would import torch._dynamo there
+        self.embed = nn.Embedding(vocab, embed_dim, _weight=torch.empty(vocab, embed_dim).normal_())
+        self.lstm = nn.ModuleList([LSTMLayer(embed_dim if k == 0 else hidden, hidden) for k in range(layers)])
+        self.head = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.embed(x.flatten(1).long().clamp(0, self.vocab - 1))
+        for layer in self.lstm:
+            z = layer(z)
+        return self.head(z[:, -1])
+
+
+def build_char_lstm(input_shape: Shape, num_classes: int, options: CharLSTMOptions, section: str) -> CharLSTM:
+    """LEAF's Shakespeare LSTM for ``(L,)`` index sequences."""
+    if len(input_shape) != 1 or input_shape[0] < 1:
+        raise ConfigError(f"{section}.name", f"char_lstm needs (L,) character-index sequences (e.g. flwr_shakespeare), dataset gives {tuple(input_shape)}")
+    vocab = options.vocab or num_classes
+    return CharLSTM(vocab, options.embed_dim, options.hidden, options.layers, num_classes)

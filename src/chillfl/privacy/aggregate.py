@@ -1,0 +1,133 @@
+"""``dp-fedavg`` and ``local``: each client's update clipped (and, ``local``, noised by the client), around a weighted-average aggregator.
+
+DP-FedAvg (McMahan et al. 2018, Algorithm 1 with uniform client weights): with the round's global
+model w and client i's trained model w_i, the update u_i = w_i - w over every float entry is clipped
+to L2 norm C, the server adds z ~ N(0, (sigma C)^2 I) to their sum and divides by the **fixed**
+denominator m = ``clients_per_round`` (the expected number of clients, q N), not by the number that
+reported: the sum's sensitivity to one client is C, so the noised mean is (sigma, q)-subsampled
+Gaussian whatever the dropout. ``local``: client i adds its own z_i ~ N(0, (sigma C)^2 I) to its
+clipped update and the server takes the plain mean over the n clients that reported.
+
+The wrapper runs the base's own server rule (FedAvg, FedProx, FedAdam, ...: any base that declares
+``takes_weights``, i.e. a weighted mean of the clients' models) on models rebuilt from the privatised
+updates: with weights 1/n each and ``w + (clip(u_i) + z/n) n/m`` as client i's model, the base's mean
+is ``w + (sum_i clip(u_i) + z) / m`` exactly (up to float rounding). A server optimiser (FedAdam) then
+acts on that noised mean: post-processing, no privacy cost.
+
+Clipping and noise are computed where the server receives the models, in the driver: in a simulation
+that is the same arithmetic as on the client (``local``'s noise comes from the client's own stream,
+derived from (seed, round, client)); the uploaded bytes are the model's either way.
+
+Adaptive clipping (Andrew et al. 2021, Algorithm 1 with the geometric update), ``dp-fedavg`` only: with
+the round's clip norm C_t, each client's bit b_i = 1[||u_i|| <= C_t]; the server's noised fraction
+b = (sum_i (b_i - 1/2) + N(0, sigma_b^2)) / m + 1/2 (centred bits: sensitivity 1/2) moves C_{t+1} = C_t exp(-eta (b - gamma)) toward the gamma-quantile
+of the update norms. The count takes part of the budget: the updates' noise multiplier becomes
+sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2), so that the two releases together are the configured
+sigma's Gaussian mechanism (their Section 3) and the accountant is unchanged. C_t is server state,
+saved in checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Protocol, Sequence
+
+import torch
+
+from chillfl.aggregation.base import AroundAggregator, ClientHalf, ClientResult, Downlink, Params, check_state_keys
+from chillfl.engine.record import Json
+from chillfl.privacy.clipping import clip_update, float_keys, gaussian_like
+from chillfl.seeds import derive_seed
+
+
+class WeightedMean(Protocol):
+    """What the wrapper needs of its base: an aggregator whose ``aggregate`` takes per-client ``weights`` (``takes_weights``)."""
+
+    def client_half(self) -> ClientHalf | None: ...
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink: ...
+
+    def begin_round(self, round: int, client_ids: Sequence[int]) -> None: ...
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None) -> Params: ...
+
+    def round_metrics(self) -> Mapping[str, Json]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class AdaptiveClip:
+    """Andrew et al.'s geometric clip-norm update: target quantile gamma, rate eta, count noise std sigma_b."""
+
+    quantile: float
+    lr: float
+    count_noise: float
+
+    def update_noise(self, sigma: float) -> float:
+        """sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2): the updates' share of the budget."""
+        return float((sigma**-2 - (2 * self.count_noise) ** -2) ** -0.5)
+
+
+class PrivateAggregation(AroundAggregator):
+    """Clip each client's update to C, add Gaussian noise (server: one draw on the sum; ``local``: one per client), then the base's mean."""
+
+    base: WeightedMean
+
+    def __init__(
+        self, base: WeightedMean, *, local: bool, clip_norm: float, noise_multiplier: float, expected: int, seed: int, adaptive: AdaptiveClip | None = None
+    ) -> None:
+        super().__init__(base)
+        self.local = local
+        self.clip_norm = clip_norm
+        self.adaptive = adaptive
+        self.noise_multiplier = noise_multiplier
+        self.expected = expected
+        self.seed = seed
+        self._metrics: dict[str, Json] = {}
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        keys = [k for k in float_keys(global_params) if all(k in r.params for r in results)]
+        clip = self.clip_norm  # this round's C (adaptive: C_t)
+        sigma = self.noise_multiplier if self.adaptive is None else self.adaptive.update_noise(self.noise_multiplier)
+        std = sigma * clip
+        n = len(results)
+        denominator = n if self.local else self.expected
+        server_noise = None if self.local else gaussian_like({k: global_params[k] for k in keys}, std, derive_seed(self.seed, "privacy", "server", round))
+        private: list[ClientResult] = []
+        clipped = 0
+        for r in results:
+            update, norm = clip_update({k: r.params[k] - global_params[k] for k in keys}, clip)
+            clipped += norm > clip
+            if self.local:
+                noise = gaussian_like(update, std, derive_seed(self.seed, "privacy", "client", round, r.client_id))
+                share = {k: update[k] + noise[k] for k in keys}
+            else:
+                assert server_noise is not None
+                share = {k: update[k] + server_noise[k] / n for k in keys}
+            model = {**r.params, **{k: global_params[k] + share[k] * (n / denominator) for k in keys}}
+            private.append(replace(r, params=model))
+        self._metrics = {"clipped": clipped / max(n, 1)}
+        if self.adaptive is not None:
+            gen = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", "count", round))
+            centred = (n - clipped) - n / 2  # sum_i (b_i - 1/2): sensitivity 1/2 per client, hence the 2 sigma_b below
+            below = (centred + float(torch.randn((), generator=gen, dtype=torch.float64)) * self.adaptive.count_noise) / self.expected + 0.5
+            self.clip_norm = clip * math.exp(-self.adaptive.lr * (below - self.adaptive.quantile))
+            self._metrics["clip_norm"] = clip
+        weights = torch.full((n,), 1.0 / n, dtype=torch.float64)
+        return self.base.aggregate(global_params, private, round, weights=weights)
+
+    def round_metrics(self) -> Mapping[str, Json]:
+        return {**self.base.round_metrics(), **self._metrics}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"base": self.base.state_dict(), "clip_norm": self.clip_norm}  # adaptive clipping's C_t (a Python float: repr round-trips)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("base", "clip_norm"), "PrivateAggregation")
+        self.base.load_state_dict(state["base"])
+        self.clip_norm = float(state["clip_norm"])
+

@@ -1,0 +1,258 @@
+"""``[attack]``: what each attacker sends, on tiny tensors worked out by hand; who attacks; the refusals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from chillfl.aggregation.base import ClientResult
+from chillfl.aggregation.fedavg import FedAvg
+from chillfl.attacks import updates
+from chillfl.attacks.aggregate import AttackedAggregation, malicious
+from chillfl.attacks.build import check_attack
+from chillfl.attacks.poison import Trigger, flip_labels, flip_map, poison_rows, poisoned
+from chillfl.attacks.select import attackers
+from chillfl.attacks.softlabels import ForgedRows, to_simplex
+from chillfl.attacks.prototypes import ForgedPrototypes, noisy_means
+from chillfl.config import load_config
+from chillfl.data import ArrayDataset, FederatedData
+from chillfl.errors import ConfigError
+from chillfl.seeds import derive_seed
+from chillfl.settings.attack import AttackConfig
+
+
+def t(*values: float) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+W = {"w": t(1.0, 2.0), "count": torch.tensor(7)}
+"""The round's global model: one float entry and an integer buffer (which no attack rewrites)."""
+
+
+def result(cid: int, *values: float, samples: int = 1) -> ClientResult:
+    return ClientResult(cid, {"w": t(*values), "count": torch.tensor(8)}, samples, 1, 0.1, 1.0, 0.0)
+
+
+# ---------------------------------------------------------------- what the attacker sends
+
+
+def test_sign_flip_sends_the_negated_update() -> None:
+    # w = [1, 2], w_i = [2, 0]: u = w_i - w = [1, -2]
+    # factor 1: w - u = [1 - 1, 2 + 2] = [0, 4]; factor 2: w - 2u = [1 - 2, 2 + 4] = [-1, 6]
+    honest = {"w": t(2.0, 0.0), "count": torch.tensor(8)}
+    assert torch.equal(updates.sign_flip(W, honest, 1.0)["w"], t(0.0, 4.0))
+    assert torch.equal(updates.sign_flip(W, honest, 2.0)["w"], t(-1.0, 6.0))
+    assert int(updates.sign_flip(W, honest, 1.0)["count"]) == 8  # integer buffers travel as trained
+
+
+def test_scaling_sends_the_boosted_update() -> None:
+    # u = [1, -2]; factor 3: w + 3u = [1 + 3, 2 - 6] = [4, -4]
+    honest = {"w": t(2.0, 0.0), "count": torch.tensor(8)}
+    assert torch.equal(updates.scaling(W, honest, 3.0)["w"], t(4.0, -4.0))
+
+
+def test_scaling_default_factor_is_clients_over_attackers() -> None:
+    # n = 4 clients, m = 1 attacker (client 2): gamma = 4 / 1 = 4; its u = [2, 0] - [1, 2] = [1, -2]
+    # sends w + 4u = [1 + 4, 2 - 8] = [5, -6]; the honest clients' models are untouched
+    results = [result(0, 1.0, 1.0), result(1, 1.0, 3.0), result(2, 2.0, 0.0), result(3, 5.0, 5.0)]
+    out = malicious(AttackConfig(kind="scaling"), W, results, frozenset({2}), 0, 0)
+    assert torch.equal(out[2].params["w"], t(5.0, -6.0))
+    assert [r.params is s.params for r, s in zip(out, results)] == [True, True, False, True]
+    # two attackers (2 and 3): gamma = 4 / 2 = 2; client 3's u = [4, 3] -> w + 2u = [9, 8]
+    out = malicious(AttackConfig(kind="scaling"), W, results, frozenset({2, 3}), 0, 0)
+    assert torch.equal(out[2].params["w"], t(3.0, -2.0)) and torch.equal(out[3].params["w"], t(9.0, 8.0))
+
+
+def test_gaussian_sends_noise_around_the_global_model() -> None:
+    # the honest update is thrown away: w + sigma * z, z ~ N(0, 1) from (seed, "attack", "gaussian", round, client)
+    out = malicious(AttackConfig(kind="gaussian", sigma=0.5), W, [result(3, 100.0, 100.0)], frozenset({3}), 4, 9)
+    z = torch.randn((2,), generator=torch.Generator().manual_seed(derive_seed(9, "attack", "gaussian", 4, 3)))
+    assert torch.equal(out[0].params["w"], W["w"] + 0.5 * z)
+    again = malicious(AttackConfig(kind="gaussian", sigma=0.5), W, [result(3, 0.0, 0.0)], frozenset({3}), 4, 9)
+    assert torch.equal(again[0].params["w"], out[0].params["w"])  # same seed, round, client: same noise
+    other = malicious(AttackConfig(kind="gaussian", sigma=0.5), W, [result(3, 0.0, 0.0)], frozenset({3}), 5, 9)
+    assert not torch.equal(other[0].params["w"], out[0].params["w"])  # a new draw each round
+
+
+def test_z_max_of_baruch_et_al() -> None:
+    # n = 10, m = 2: s = floor(10/2 + 1) - 2 = 4, z = Phi^-1((10 - 4) / 10) = Phi^-1(0.6) = 0.2533471
+    assert updates.z_max(10, 2) == pytest.approx(0.2533471, abs=1e-6)
+    # n = 4, m = 1: s = floor(3) - 1 = 2, Phi^-1(2 / 4) = 0
+    assert updates.z_max(4, 1) == pytest.approx(0.0, abs=1e-12)
+    # n = 50, m = 12 (the paper's setting, about 24 %): s = 26 - 12 = 14, Phi^-1(36 / 50) = Phi^-1(0.72) = 0.5828415
+    assert updates.z_max(50, 12) == pytest.approx(0.5828415, abs=1e-6)
+
+
+def test_lie_sends_mean_minus_z_std_of_the_benign_models() -> None:
+    # benign models [1, 3] and [3, 7]: mean [2, 5], population std [1, 2]
+    # z = 0.5: [2 - 0.5, 5 - 1] = [1.5, 4]; both attackers send it, whatever they trained
+    results = [result(0, 1.0, 3.0), result(1, 3.0, 7.0), result(2, 50.0, 50.0), result(3, -9.0, 0.0)]
+    out = malicious(AttackConfig(kind="lie", z=0.5), W, results, frozenset({2, 3}), 0, 0)
+    assert torch.equal(out[2].params["w"], t(1.5, 4.0)) and torch.equal(out[3].params["w"], t(1.5, 4.0))
+    assert out[0].params is results[0].params and out[1].params is results[1].params
+    # z = 0 in the config: z_max(4, 2) = Phi^-1((4 - 1) / 4) (s = floor(3) - 2 = 1) = Phi^-1(0.75) = 0.6744898
+    out = malicious(AttackConfig(kind="lie"), W, results, frozenset({2, 3}), 0, 0)
+    expected = t(2.0, 5.0) - 0.6744898 * t(1.0, 2.0)
+    assert torch.allclose(out[2].params["w"], expected, atol=1e-6)
+
+
+def test_no_attacker_in_the_round_changes_nothing() -> None:
+    results = [result(0, 1.0, 3.0), result(1, 3.0, 7.0)]
+    for kind in ("sign_flip", "scaling", "gaussian", "lie"):
+        out = malicious(AttackConfig(kind=kind), W, results, frozenset({5}), 0, 0)  # type: ignore[arg-type]
+        assert all(a.params is b.params for a, b in zip(out, results))
+
+
+def test_attacked_fedavg_averages_what_the_attacker_sent() -> None:
+    # clients 0 (honest, [3, 4]) and 1 (sign_flip: trained [2, 0], sends [0, 4]), one sample each:
+    # FedAvg's mean = ([3, 4] + [0, 4]) / 2 = [1.5, 4]
+    agg = AttackedAggregation(FedAvg(), AttackConfig(kind="sign_flip"), frozenset({1}), 0)
+    new = agg.aggregate(W, [result(0, 3.0, 4.0), result(1, 2.0, 0.0)], 0)
+    assert torch.allclose(new["w"], t(1.5, 4.0))
+    assert agg.state_dict() == FedAvg().state_dict()  # no state of its own: its checkpoint is the base's
+
+
+# ---------------------------------------------------------------- the attackers' data
+
+
+def test_label_flip() -> None:
+    # C = 3: c -> C - 1 - c, [0, 1, 2, 2] -> [2, 1, 0, 0]
+    mapping = flip_map(AttackConfig(kind="label_flip"), 3)
+    assert mapping == [2, 1, 0]
+    assert flip_labels(torch.tensor([0, 1, 2, 2]), mapping).tolist() == [2, 1, 0, 0]
+    assert flip_map(AttackConfig(kind="label_flip", label_map=(1, 0, 2)), 3) == [1, 0, 2]
+    with pytest.raises(ConfigError) as err:
+        flip_map(AttackConfig(kind="label_flip", label_map=(1, 0)), 3)
+    assert err.value.field == "attack.label_map"
+
+
+def test_trigger_stamps_the_bottom_right_square() -> None:
+    x = torch.zeros((2, 1, 4, 4))
+    out = Trigger(2, 9.0).apply(x)
+    assert out[:, :, 2:, 2:].eq(9.0).all() and out.sum() == 2 * 4 * 9.0  # 4 pixels of 9 per image, nothing else
+    assert x.sum() == 0  # a new tensor
+
+
+def _toy_data() -> FederatedData:
+    # 8 training rows, labels 0..3 twice; client 0 holds rows 0-3, client 1 rows 4-7
+    ds = ArrayDataset("toy", torch.zeros((8, 1, 3, 3)), torch.tensor([0, 1, 2, 3, 0, 1, 2, 3]), torch.zeros((4, 1, 3, 3)), torch.tensor([0, 1, 2, 3]), 4)
+    return FederatedData(ds, [np.arange(0, 4), np.arange(4, 8)], [np.zeros(0, np.int64)] * 2, None, np.zeros(0, np.int64))
+
+
+def test_poisoned_data_touches_only_the_attackers_rows() -> None:
+    data = _toy_data()
+    flipped = poisoned(data, AttackConfig(kind="label_flip"), frozenset({1}), 0)
+    assert flipped.dataset.y_train.tolist() == [0, 1, 2, 3, 3, 2, 1, 0]  # client 1: c -> 3 - c
+    assert data.dataset.y_train.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]  # the original is never mutated
+    back = poisoned(data, AttackConfig(kind="backdoor", target=2, poison_fraction=0.5, trigger_size=1), frozenset({0}), 0)
+    rows = poison_rows(4, 0.5, 0, 0)  # round(0.5 * 4) = 2 of client 0's 4 rows
+    assert len(rows) == 2
+    assert back.dataset.y_train[torch.from_numpy(rows)].tolist() == [2, 2]
+    stamped = back.dataset.x_train[:, 0, 2, 2]  # the 1x1 trigger's pixel; the value: the training inputs' largest, 0 here
+    assert torch.equal(stamped, torch.zeros(8)) and torch.equal(back.dataset.y_train[4:], data.dataset.y_train[4:])
+
+
+# ---------------------------------------------------------------- who attacks
+
+
+def test_attackers_are_drawn_from_the_seed() -> None:
+    a = attackers(AttackConfig(kind="scaling", fraction=0.2), 10, 3)
+    assert len(a) == 2 and a == attackers(AttackConfig(kind="scaling", fraction=0.2), 10, 3)  # round(0.2 * 10) = 2
+    assert {frozenset(attackers(AttackConfig(kind="scaling"), 10, s)) for s in range(6)} != {a}  # the seed picks them
+    assert attackers(AttackConfig(kind="scaling", clients=(4, 7)), 10, 3) == {4, 7}
+    assert attackers(AttackConfig(), 10, 3) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("attack", "field"),
+    [
+        (AttackConfig(kind="scaling", fraction=0.01), "attack.fraction"),  # round(0.01 * 10) = 0 attackers
+        (AttackConfig(kind="scaling", clients=(3, 10)), "attack.clients"),
+    ],
+)
+def test_bad_attackers_are_refused(attack: AttackConfig, field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        attackers(attack, 10, 0)
+    assert err.value.field == field
+
+
+# ---------------------------------------------------------------- the config and the refusals
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"attack.kind": "poison"}, "attack.kind"),
+        ({"attack.fraction": 1.0}, "attack.fraction"),
+        ({"attack.sigma": 0.0}, "attack.sigma"),
+        ({"attack.factor": -1.0}, "attack.factor"),
+        ({"attack.clients": [1, 1]}, "attack.clients"),
+        ({"attack.poison_fraction": 0.0}, "attack.poison_fraction"),
+        ({"attack.unknown": 1}, "attack.unknown"),
+    ],
+)
+def test_bad_options_name_the_field(overrides: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert err.value.field == field
+
+
+SOFT = {"distillation": {"method": "dsfl", "public_size": 60, "subset_size": 20}}
+PROTO = {"prototypes": {"method": "fedproto"}}
+
+
+@pytest.mark.parametrize(
+    ("kind", "protocol"),
+    [(k, protocol) for k in ("sign_flip", "scaling", "lie") for protocol in (SOFT, PROTO)],
+)
+def test_update_attacks_are_refused_where_no_update_travels(kind: str, protocol: dict[str, Any]) -> None:
+    config = load_config(None, {"attack.kind": kind}).with_overrides(protocol)
+    with pytest.raises(ConfigError) as err:
+        check_attack(config)
+    assert err.value.field == "attack.kind" and kind in err.value.message
+
+
+@pytest.mark.parametrize("kind", ["label_flip", "backdoor"])
+@pytest.mark.parametrize("protocol", [SOFT, PROTO, {}])
+def test_data_attacks_apply_under_every_protocol(kind: str, protocol: dict[str, Any]) -> None:
+    check_attack(load_config(None, {"attack.kind": kind}).with_overrides(protocol))
+
+
+def test_gaussian_soft_labels_stay_probabilities() -> None:
+    # [-0.2, 0.6, 0.6]: the negative entry -> 0, then / 1.2 -> [0, 0.5, 0.5]; [-1, -1]: nothing left -> uniform [0.5, 0.5]
+    assert torch.allclose(to_simplex(t(-0.2, 0.6, 0.6)[None]), t(0.0, 0.5, 0.5)[None])
+    assert torch.equal(to_simplex(t(-1.0, -1.0)[None]), t(0.5, 0.5)[None])
+    rows = t(0.25, 0.75)[None]
+    z = torch.randn((1, 2), generator=torch.Generator().manual_seed(derive_seed(3, "attack", "rows", 1, 4)))
+    forged = ForgedRows(frozenset({4}), 0.1, 3, logits=False)
+    assert torch.equal(forged.release(rows, 4, 1), to_simplex(rows + 0.1 * z))  # attacker 4, round 1
+    assert forged.release(rows, 5, 1) is rows  # an honest client's rows, as predicted
+    assert torch.equal(ForgedRows(frozenset({4}), 0.1, 3, logits=True).release(rows, 4, 1), rows + 0.1 * z)  # logits: not projected
+
+
+def test_gaussian_prototypes_noise_the_held_classes_only() -> None:
+    # counts [2, 0]: class 0's row gets sigma * z, class 1's (not held, all zero) stays 0
+    means, counts = torch.ones((2, 3)), torch.tensor([2, 0])
+    means[1] = 0.0
+    z = torch.randn((2, 3), generator=torch.Generator().manual_seed(11))
+    out = noisy_means(means, counts, 0.5, 11)
+    assert torch.equal(out[0], 1.0 + 0.5 * z[0]) and torch.equal(out[1], torch.zeros(3))
+
+
+def test_forged_prototypes_rewrite_only_the_attackers_replies() -> None:
+    from chillfl.engine.protocol import ClientReply
+    from chillfl.protocols.prototypes import KnowledgeUplink
+    from chillfl.prototypes.spec import ClassRows
+
+    def reply(cid: int) -> ClientReply[KnowledgeUplink, None]:
+        return ClientReply(cid, KnowledgeUplink(ClassRows(torch.ones((2, 3)), torch.tensor([1, 1])), None, 2, 1, 0.0))
+
+    honest, attacker = reply(0), reply(1)
+    out = ForgedPrototypes(frozenset({1}), 0.5, 3)(4, [honest, attacker])
+    assert out[0] is honest
+    z = torch.randn((2, 3), generator=torch.Generator().manual_seed(derive_seed(3, "attack", "prototypes", 4, 1)))
+    assert torch.equal(out[1].uplink.rows.means, 1.0 + 0.5 * z)
+    assert torch.equal(attacker.uplink.rows.means, torch.ones((2, 3)))  # the received reply is not mutated

@@ -1,0 +1,29 @@
+"""``chillfl data show`` writes its heat map under ``results/`` (``<out_dir>/data-show/``), never into the current folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chillfl.cli import main
+
+pytest.importorskip("matplotlib")
+
+TINY = ["federation.num_clients=4", "federation.clients_per_round=2"]
+
+
+def test_data_show_writes_under_results_not_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "show", "demo", *TINY]) == 0
+    assert f"heat map: {Path('results', 'data-show', 'demo-partition.png')}" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["results"]  # nothing else in the current folder
+    assert (tmp_path / "results" / "data-show" / "demo-partition.png").is_file()
+
+
+def test_data_show_follows_out_and_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "show", "demo", *TINY, "--out", "elsewhere"]) == 0
+    assert (tmp_path / "elsewhere" / "data-show" / "demo-partition.png").is_file()
+    assert main(["data", "show", "demo", *TINY, "-o", "mine.png"]) == 0  # an explicit path is taken as given
+    assert (tmp_path / "mine.png").is_file()

@@ -1,0 +1,120 @@
+"""Every docs page's python blocks run as a reader meets them: top to bottom, one namespace per page.
+
+The pages' own tests run their examples by name; a block that uses a name only a later block defines would pass
+them and fail a reader. Here each page runs in a fresh interpreter (``tests/docs_pages.py``) in a scratch folder.
+A block that cannot run here is marked ``<!-- not run: REASON -->`` on the page and listed in ``NOT_RUN`` below;
+nothing is skipped silently. The signatures the pages show (``chillfl.run(model=None, ...)``) are checked
+against the functions themselves.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from docs_pages import blocks, not_run, runs
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+RUNNER = Path(__file__).resolve().parent / "docs_pages.py"
+
+# Every python block marked not run, (page, reason): a new one is added here on purpose, never by accident.
+NOT_RUN = {
+    ("python-api.md", "a long run: the paper's claims at three seeds, about 5 minutes of one core (tests/test_reproduce_resume.py runs reproduce_paper on small claims)"),
+    ("flower.md", "reads your own my-fedchill.toml and starts Flower's simulation engine on Ray (tests/private_net/test_flower.py runs run_simulation, in a private network namespace)"),
+    ("flower.md", "the block above's config, under Flower's simulation engine on Ray (chillfl.flower.run_simulation calls it so, and tests/private_net/test_flower.py runs that)"),
+    ("flower.md", "Flower's simulation engine on Ray (tests/private_net/test_flower.py runs this SCARLET simulation, in a private network namespace)"),
+}
+SLOW: set[str] = set()  # pages whose in-order run takes over a minute (none yet; the slowest, python-api.md, ~20 s)
+
+
+def _text(page: Path) -> str:
+    return page.read_text(encoding="utf-8")
+
+
+def _with_blocks_to_run() -> list[Any]:
+    return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name in SLOW else []) for p in PAGES if any(runs(b) for b in blocks(_text(p)))]
+
+
+@pytest.mark.parametrize("page", _with_blocks_to_run())
+def test_the_page_runs_top_to_bottom(page: Path, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(RUNNER), str(page)], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{page.name}, run in page order:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    ran = sum(runs(b) for b in blocks(_text(page)))
+    assert done.stdout.count(f"{page.name}:") == ran + len(not_run(_text(page)))  # every block was met
+
+
+def test_the_blocks_not_run_are_marked_with_a_reason_and_listed() -> None:
+    marked = {(p.name, reason) for p in PAGES for _, reason in not_run(_text(p))}
+    assert marked == NOT_RUN
+    for page in PAGES:
+        text = _text(page)
+        markers = len(re.findall(r"^<!-- not run:", text, flags=re.M))  # a marker is a line of its own
+        assert markers == len(not_run(text)), f"{page.name}: a not-run marker that is not right before a fence"
+        assert all(b.language == "python" for b in blocks(text) if b.kind == "not run"), f"{page.name}: only python blocks are run or not run"
+
+
+def test_every_fence_is_closed() -> None:
+    """A stray fence (install.md had one under its title) turns the rest of the page into one code block, on GitHub too."""
+    for page in PAGES:
+        fences = re.findall(r"^```", _text(page), flags=re.M)
+        assert len(fences) % 2 == 0, f"{page.name}: {len(fences)} fences, one is not closed"
+
+
+def test_the_page_order_is_what_a_reader_meets() -> None:
+    """python-api.md's random-transforms example subclasses the Digits of the public-set example: that one comes first."""
+    text = _text(ROOT / "docs" / "python-api.md")
+    assert text.index("<!-- example: dataset-public -->") < text.index("<!-- example: random-transforms -->")
+
+
+SHOWN = re.compile(r"`chillfl\.([\w.]+)\(([^`]*=None[^`]*)\)`")
+
+
+def _shown(obj: Any) -> str:
+    """``inspect.signature(obj)`` as the pages write it: no annotations, strings in double quotes."""
+    parts: list[str] = []
+    star = False
+    for p in inspect.signature(obj).parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            star = True
+            parts.append(f"*{p.name}")
+            continue
+        if p.kind is p.KEYWORD_ONLY and not star:
+            star = True
+            parts.append("*")
+        if p.kind is p.VAR_KEYWORD:
+            parts.append(f"**{p.name}")
+        elif p.default is p.empty:
+            parts.append(p.name)
+        else:
+            parts.append(f"{p.name}={json.dumps(p.default) if isinstance(p.default, str) else repr(p.default)}")
+    return ", ".join(parts)
+
+
+def _resolve(dotted: str) -> Any:
+    module, _, name = f"chillfl.{dotted}".rpartition(".")
+    while True:
+        try:
+            obj: Any = importlib.import_module(module)
+            break
+        except ModuleNotFoundError:
+            module, _, outer = module.rpartition(".")
+            name = f"{outer}.{name}"
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def test_the_signatures_shown_are_the_real_ones() -> None:
+    shown = [(page.name, m.group(1), m.group(2)) for page in PAGES for m in SHOWN.finditer(_text(page))]
+    assert {name for _, name, _ in shown} >= {"run", "compare", "reproduce_paper", "TensorData", "DatasetData"}
+    for page, name, arguments in shown:
+        assert arguments == _shown(_resolve(name)), f"{page}: chillfl.{name}({arguments}) is not the signature"

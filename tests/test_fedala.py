@@ -1,0 +1,137 @@
+"""FedALA: the blend, the weight step and the stop rule on hand-worked values, ALA through the real client update, and a run.
+
+The client-update case uses x -> b (a x) (two one-weight layers: ``0.weight`` = a is the lower layer, ``1.weight`` = b
+the higher one) and the loss f = 1/2 (z - 1)^2 (``half_mse``), so each gradient is a line of arithmetic.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from chillfl.aggregation.fedala import (
+    FedALA,
+    FedALAOptions,
+    blend,
+    converged,
+    higher_keys,
+    sample_batches,
+    weight_step,
+)
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
+from chillfl.training.local import LocalSpec, evaluate
+from methods_e2e import assert_executors_agree, config
+from test_personalised import half_mse, run_client
+
+
+def two_layers() -> nn.Module:
+    return nn.Sequential(nn.Linear(1, 1, bias=False), nn.Linear(1, 1, bias=False))
+
+
+def t(*values: float) -> torch.Tensor:
+    return torch.tensor(values)
+
+
+def test_blend_takes_global_lower_layers_and_weights_the_higher_ones() -> None:
+    # local (a, b) = (1, [1, 2]), global (5, [3, 6]), W = [0.5, 1]:
+    # a = 5 (global); b = [1 + (3 - 1) 0.5, 2 + (6 - 2) 1] = [2, 6]; the buffer stays the local model's
+    local = {"a": t(1.0), "b": t(1.0, 2.0), "buf": t(7.0)}
+    glob = {"a": t(5.0), "b": t(3.0, 6.0), "buf": t(9.0)}
+    out = blend(local, glob, {"b": t(0.5, 1.0)}, ["b"], frozenset({"a", "b"}))
+    torch.testing.assert_close(out["a"], t(5.0))
+    torch.testing.assert_close(out["b"], t(2.0, 6.0))
+    torch.testing.assert_close(out["buf"], t(7.0))
+
+
+def test_weight_step_is_clipped_gradient_times_the_difference() -> None:
+    # eta grad = before - after = [0.1, -0.2]; theta - theta_i = [3 - 1, 6 - 2] = [2, 4]
+    # W = [1 - 0.1 * 2, 1 + 0.2 * 4] = [0.8, 1.8] -> clipped to [0.8, 1]
+    out = weight_step({"b": t(1.0, 1.0)}, {"b": t(3.0, 6.0)}, {"b": t(2.9, 6.2)}, {"b": t(1.0, 2.0)}, {"b": t(3.0, 6.0)})
+    torch.testing.assert_close(out["b"], t(0.8, 1.0))
+
+
+def test_stop_rule_needs_more_than_num_pre_loss_losses_of_small_spread() -> None:
+    assert not converged([1.0] * 10, 10, 0.1)  # 10 losses: not more than num_pre_loss
+    assert converged([5.0] + [1.0] * 10, 10, 0.1)  # the last 10 have std 0
+    # last 3 of [0, 0, 0.3, 0.6]: [0, 0.3, 0.6], mean 0.3, population std sqrt((0.09 + 0 + 0.09) / 3) = 0.2449 >= 0.1
+    assert not converged([0.0, 0.0, 0.3, 0.6], 3, 0.1)
+
+
+def test_sample_batches_is_a_contiguous_slice_in_order() -> None:
+    # 80 % of 10 samples = 8 rows from some start lo in [0, 2], in batches of 3: 3 + 3 + 2
+    batches = sample_batches(10, 80, 3, torch.Generator().manual_seed(0))
+    rows = torch.cat(batches)
+    assert [len(b) for b in batches] == [3, 3, 2]
+    assert torch.equal(rows, torch.arange(int(rows[0]), int(rows[0]) + 8)) and 0 <= int(rows[0]) <= 2
+
+
+def test_higher_keys_are_the_last_parameter_tensors() -> None:
+    assert higher_keys(two_layers(), 1) == ["1.weight"]
+    with pytest.raises(ValueError, match="leaves no lower layer"):
+        higher_keys(two_layers(), 2)
+
+
+def test_first_participation_skips_ala_and_starts_from_the_global_model() -> None:
+    # no local model: start at the global (a, b) = (2, 3); z = 6, dz = 5; grad a = 5 b = 15, grad b = 5 a = 10
+    # lr 0.1: a = 2 - 1.5 = 0.5, b = 3 - 1 = 2; no W yet
+    model = two_layers()
+    half = FedALA(model, FedALAOptions(layer_idx=1)).client_half()
+    reply = run_client(half, model, LocalSpec(epochs=1, batch_size=8, base_loss=half_mse), {"0.weight": t(2.0).view(1, 1), "1.weight": t(3.0).view(1, 1)}, lr=0.1)
+    torch.testing.assert_close(reply.uplink.params["0.weight"].flatten(), t(0.5))
+    torch.testing.assert_close(reply.uplink.params["1.weight"].flatten(), t(2.0))
+    assert reply.state is not None and set(reply.state) == {"fedala.model.0.weight", "fedala.model.1.weight"}
+
+
+def test_ala_learns_the_weight_then_trains_from_the_blend() -> None:
+    # theta_i = (a, b) = (1, 1), global (2, 3), W starts at 1 (first ALA), eta 0.01, one epoch of one batch (x = 1):
+    # theta_hat = (2, 1 + (3 - 1) 1) = (2, 3); z = 6, dz = 5, grad b = dz a = 10
+    # W = 1 - 0.01 * 10 * (3 - 1) = 0.8; theta_hat = (2, 1 + 2 * 0.8) = (2, 2.6)
+    # the run's step from (2, 2.6), lr 0.1: z = 5.2, dz = 4.2; grad a = 4.2 * 2.6 = 10.92, grad b = 4.2 * 2 = 8.4
+    # -> a = 2 - 1.092 = 0.908, b = 2.6 - 0.84 = 1.76 (uploaded and kept)
+    model = two_layers()
+    half = FedALA(model, FedALAOptions(layer_idx=1, eta=0.01, rand_percent=100, max_init_epochs=1)).client_half()
+    state = {"fedala.model.0.weight": t(1.0).view(1, 1), "fedala.model.1.weight": t(1.0).view(1, 1)}
+    reply = run_client(half, model, LocalSpec(epochs=1, batch_size=8, base_loss=half_mse), {"0.weight": t(2.0).view(1, 1), "1.weight": t(3.0).view(1, 1)},
+                       lr=0.1, state=state, x_eval=torch.ones(1, 1), y_eval=torch.zeros(1, dtype=torch.long))
+    assert reply.state is not None
+    torch.testing.assert_close(reply.state["fedala.weight.1.weight"].flatten(), t(0.8))
+    torch.testing.assert_close(reply.uplink.params["0.weight"].flatten(), t(0.908))
+    torch.testing.assert_close(reply.uplink.params["1.weight"].flatten(), t(1.76))
+    torch.testing.assert_close(reply.state["fedala.model.1.weight"].flatten(), t(1.76))
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ConfigError, match="algorithm.rand_percent"):
+        build_experiment(config(**{"algorithm.name": "fedala", "algorithm.rand_percent": 0}))
+    with pytest.raises(ConfigError, match="algorithm.eta"):
+        build_experiment(config(**{"algorithm.name": "fedala", "algorithm.eta": -1.0}))
+
+
+def test_run_agrees_across_executors_and_local_accuracy_is_the_local_models() -> None:
+    from chillfl.engine.loop import run_rounds
+    from chillfl.experiment import build_protocol, make_executor
+    from chillfl.protocols.common import mean_or_none
+    from chillfl.protocols.parameters import ParameterSharing
+
+    cfg = config(**{"algorithm.name": "fedala", "model.name": "mlp"})
+    seq = assert_executors_agree(cfg)
+    assert all(r["local_acc"] is not None for r in seq)
+    exp = build_experiment(cfg)
+    protocol = build_protocol(exp)
+    assert isinstance(protocol, ParameterSharing)
+    executor = make_executor(exp, protocol)
+    try:
+        records = list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=exp.data.num_clients, clients_per_round=3, rounds=3))
+    finally:
+        executor.close()
+    accs = []
+    for cid in records[-1]["clients"]:
+        state = protocol.store.load(cid)
+        assert state is not None and any(k.startswith("fedala.weight.") for k in state) == (cid in records[0]["clients"] or cid in records[1]["clients"])
+        own = {k[len("fedala.model."):]: v for k, v in state.items() if k.startswith("fedala.model.")}
+        data = protocol.evaluation.client_data(cid)
+        assert data.x_eval is not None and data.y_eval is not None
+        accs.append(evaluate(exp.model, own, data.x_eval, data.y_eval, cfg.eval.batch_size)[0])
+    assert records[-1]["local_acc"] == mean_or_none(accs)

@@ -1,0 +1,206 @@
+"""FedAMP and FedFomo: their formulas on hand-worked values, their server state, and a run of each.
+
+Both keep every client's latest model on the server; FedAMP sends each client its cloud model u_i, FedFomo the M models
+its client rates highest, which the client weights on its validation split.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import ClientResult
+from chillfl.aggregation.fedamp import CLOUD, WEIGHT, FedAMP, FedAMPOptions, attention, cloud_model
+from chillfl.aggregation.fedfomo import (
+    IDS,
+    MODEL,
+    WEIGHTS,
+    FedFomo,
+    FedFomoOptions,
+    combine_models,
+    fomo_weights,
+    ranked,
+    validation_rows,
+)
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
+from chillfl.training.local import LocalSpec, evaluate
+from methods_e2e import assert_executors_agree, config, records, resumed_records
+from test_personalised import run_client
+
+
+def t(*values: float) -> torch.Tensor:
+    return torch.tensor(values)
+
+
+def result(cid: int, w: float, n: int = 10, **report: torch.Tensor) -> ClientResult:
+    return ClientResult(cid, {"w": t(w)}, n, 1, 0.1, 1.0, 0.0, dict(report))
+
+
+# ---------------------------------------------------------------- FedAMP
+
+
+def test_fedamp_attention_and_cloud_model_by_hand() -> None:
+    # w_i = 0, w_1 = 1, w_2 = 2; alpha_k = 1, sigma = 1: xi_i1 = e^-1 = 0.3678794, xi_i2 = e^-4 = 0.0183156
+    # xi_ii = 1 - 0.3861951 = 0.6138049; u_i = 0.6138049 * 0 + 0.3678794 * 1 + 0.0183156 * 2 = 0.4045106
+    coefs, own = attention({"w": t(0.0)}, [{"w": t(1.0)}, {"w": t(2.0)}], ["w"], 1.0, 1.0)
+    assert coefs == pytest.approx([math.exp(-1), math.exp(-4)]) and own == pytest.approx(1 - math.exp(-1) - math.exp(-4))
+    torch.testing.assert_close(cloud_model({"w": t(0.0)}, [{"w": t(1.0)}, {"w": t(2.0)}], ["w"], 1.0, 1.0)["w"], t(0.4045106))
+    # alpha_k = 0.5, sigma = 2: xi = 0.5 e^(-d/2) / 2 -> 0.25 e^-0.5 = 0.1516327, 0.25 e^-2 = 0.0338338
+    # u_i (w_i = 0) = 0.1516327 + 2 * 0.0338338 = 0.2193003
+    torch.testing.assert_close(cloud_model({"w": t(0.0)}, [{"w": t(1.0)}, {"w": t(2.0)}], ["w"], 0.5, 2.0)["w"], t(0.2193003))
+
+
+def test_fedamp_server_sends_each_client_its_cloud_model_and_the_proximal_weight() -> None:
+    amp = FedAMP(["w"], FedAMPOptions(alpha_k=1.0, lam=2.0, sigma=1.0))
+    glob = {"w": t(0.0)}
+    # before any upload: u_i = w_i = the global model; lambda / alpha_k = 2
+    down = amp.downlink(0, 0, glob)
+    assert down.context[WEIGHT] == 2.0
+    torch.testing.assert_close(down.context[CLOUD]["w"], t(0.0))  # type: ignore[index]
+    # uploads w_0 = 0 (10 samples), w_1 = 1 (30 samples): global = FedAvg = 0.75
+    out = amp.aggregate(glob, [result(0, 0.0, 10), result(1, 1.0, 30)], 0)
+    torch.testing.assert_close(out["w"], t(0.75))
+    # client 0: u_0 = (1 - e^-1) 0 + e^-1 1 = 0.3678794; client 2 (no model yet: w_2 = the global 0.75):
+    # distances to 0 and 1: 0.5625 and 0.0625 -> xi = e^-0.5625 = 0.5697828, e^-0.0625 = 0.9394131; xi_22 = 1 - 1.5091959 = -0.5091959
+    # u_2 = -0.5091959 * 0.75 + 0.5697828 * 0 + 0.9394131 * 1 = 0.5575162
+    torch.testing.assert_close(amp.downlink(0, 1, out).context[CLOUD]["w"], t(0.3678794))  # type: ignore[index]
+    torch.testing.assert_close(amp.downlink(2, 1, out).context[CLOUD]["w"], t(0.5575162))  # type: ignore[index]
+    # the state round-trips
+    again = FedAMP(["w"], FedAMPOptions(alpha_k=1.0, lam=2.0, sigma=1.0))
+    again.load_state_dict(amp.state_dict())
+    torch.testing.assert_close(again.downlink(2, 1, out).context[CLOUD]["w"], t(0.5575162))  # type: ignore[index]
+
+
+def test_fedamp_client_trains_its_own_model_towards_its_cloud_model() -> None:
+    # Linear(1, 1) without bias, own w = 2 (from its state), global 5 (not used), u = 1, lambda / alpha_k = 1, x = 1,
+    # loss 1/2 (w x - 1)^2 + 1/2 * 1 * (w - u)^2: grad = (2 - 1) + (2 - 1) = 2; lr 0.1 -> w = 1.8 (uploaded and kept)
+    from chillfl.aggregation.fedamp import fedamp_terms
+    from test_personalised import half_mse
+
+    model = nn.Linear(1, 1, bias=False)
+    spec = LocalSpec(epochs=1, batch_size=8, base_loss=half_mse, terms=tuple(fedamp_terms()))
+    half = FedAMP(["weight"]).client_half()
+    reply = run_client(half, model, spec, {"weight": t(5.0).view(1, 1)}, lr=0.1, state={"fedamp.w.weight": t(2.0).view(1, 1)},
+                       context={WEIGHT: 1.0, CLOUD: {"weight": t(1.0).view(1, 1)}})
+    torch.testing.assert_close(reply.uplink.params["weight"].flatten(), t(1.8))
+    assert reply.state is not None
+    torch.testing.assert_close(reply.state["fedamp.w.weight"].flatten(), t(1.8))
+
+
+# ---------------------------------------------------------------- FedFomo
+
+
+def test_fedfomo_weights_by_hand() -> None:
+    # L_i = 2; model a: loss 1 at distance 2 -> (2 - 1) / 2.00001 = 0.4999975; model b: loss 3 at distance 1 -> -1 / 1.00001 = -0.99999
+    assert fomo_weights(2.0, [1.0, 3.0], [2.0, 1.0]) == pytest.approx([1 / 2.00001, -1 / 1.00001], rel=1e-12)
+
+
+def test_fedfomo_combination_clips_and_normalises() -> None:
+    own = {"w": t(9.0), "buf": t(7.0)}
+    a, b = {"w": t(1.0), "buf": t(0.0)}, {"w": t(5.0), "buf": t(0.0)}
+    # weights (1, 3) -> 0.25 * 1 + 0.75 * 5 = 4; the buffer stays the client's own
+    out = combine_models(own, [a, b], [1.0, 3.0], ["w"])
+    torch.testing.assert_close(out["w"], t(4.0))
+    torch.testing.assert_close(out["buf"], t(7.0))
+    # weights (-1, 2): the negative one is clipped -> b alone
+    torch.testing.assert_close(combine_models(own, [a, b], [-1.0, 2.0], ["w"])["w"], t(5.0))
+    # no positive weight: the client keeps its own model
+    assert combine_models(own, [a, b], [-1.0, 0.0], ["w"]) is own
+
+
+def test_fedfomo_ranking_and_validation_split() -> None:
+    row = t(0.0, 0.5, 0.5, -1.0, 2.0)
+    assert ranked(row, [1, 2, 3, 4], 2) == [4, 1]  # 2.0 first, then the 0.5 tie to the lower id
+    assert ranked(row, [1, 2, 3], 5) == [1, 2, 3]
+    assert validation_rows(10, 0.2) == 2 and validation_rows(4, 0.2) == 0 and validation_rows(1, 0.5) == 0
+
+
+def test_fedfomo_server_sends_the_best_rated_models_and_adds_the_reported_weights() -> None:
+    fomo = FedFomo(4, ["w"], FedFomoOptions(m=2))
+    glob = {"w": t(0.0)}
+    assert fomo.downlink(0, 0, glob).context == {}  # no model held yet
+    fomo.aggregate(glob, [result(0, 0.0), result(1, 1.0), result(2, 2.0), result(3, 3.0)], 0)
+    # no affinity yet: the two lowest other ids
+    down = fomo.downlink(0, 1, glob)
+    assert down.context[IDS].tolist() == [1, 2]  # type: ignore[union-attr]
+    torch.testing.assert_close(down.context[f"{MODEL}1"]["w"], t(2.0))  # type: ignore[index]
+    # client 0 reports w = (-0.5, 0.25) for (1, 2), then (0.5) for 3: P[0] = (0, -0.5, 0.25, 0) + (0, 0, 0, 0.5)
+    fomo.aggregate(glob, [result(0, 0.0, **{IDS: torch.tensor([1, 2]), WEIGHTS: t(-0.5, 0.25).double()})], 1)
+    fomo.aggregate(glob, [result(0, 0.0, **{IDS: torch.tensor([3]), WEIGHTS: t(0.5).double()})], 2)
+    torch.testing.assert_close(fomo.affinity[0], t(0.0, -0.5, 0.25, 0.5).double())
+    assert fomo.downlink(0, 3, glob).context[IDS].tolist() == [3, 2]  # type: ignore[union-attr]
+    again = FedFomo(4, ["w"], FedFomoOptions(m=2))
+    again.load_state_dict(fomo.state_dict())
+    assert torch.equal(again.affinity, fomo.affinity) and again.downlink(0, 3, glob).context[IDS].tolist() == [3, 2]  # type: ignore[union-attr]
+
+
+def test_fedfomo_client_weights_on_its_validation_split_and_trains_on_the_rest() -> None:
+    # Linear(1, 2) without bias, 5 samples x = 1 (labels 0): validation = the last int(0.2 * 5) = 1 sample, training the other 4.
+    # own W = (0, 0): CE = ln 2 = 0.6931472. Model a = (2, 0): CE = ln(1 + e^-2) = 0.1269280, distance 2;
+    # model b = (0, 2): CE = ln(1 + e^2) = 2.1269280, distance 2.
+    # w_a = (0.6931472 - 0.1269280) / 2.00001 = 0.2831082 > 0, w_b < 0 -> start from a alone = (2, 0).
+    # One step (batch 8 >= 4 rows) of mean CE at (2, 0): p = softmax(2, 0) = (0.8807971, 0.1192029),
+    # grad W = (p - onehot(0)) x = (-0.1192029, 0.1192029); lr 1 -> (2.1192029, -0.1192029)
+    model = nn.Linear(1, 2, bias=False)
+    half = FedFomo(3, ["weight"], model=model).client_half()
+    context = {IDS: torch.tensor([1, 2]), f"{MODEL}0": {"weight": torch.tensor([[2.0], [0.0]])}, f"{MODEL}1": {"weight": torch.tensor([[0.0], [2.0]])}}
+    reply = run_client(half, model, LocalSpec(epochs=1, batch_size=8), {"weight": torch.zeros(2, 1)}, lr=1.0,
+                       state={"fedfomo.theta.weight": torch.zeros(2, 1)}, context=context, x=torch.ones(5, 1))
+    torch.testing.assert_close(reply.uplink.params["weight"].flatten(), t(2.1192029, -0.1192029))
+    assert reply.uplink.num_steps == 1
+    assert reply.uplink.report[IDS].tolist() == [1, 2]  # type: ignore[union-attr]
+    weights = reply.uplink.report[WEIGHTS]
+    assert isinstance(weights, torch.Tensor)
+    assert weights.tolist() == pytest.approx([(math.log(2) - math.log(1 + math.exp(-2))) / 2.00001, (math.log(2) - math.log(1 + math.exp(2))) / 2.00001], rel=1e-6)
+    assert reply.state is not None
+    torch.testing.assert_close(reply.state["fedfomo.theta.weight"], reply.uplink.params["weight"])
+
+
+# ---------------------------------------------------------------- both: options, runs, resume
+
+
+@pytest.mark.parametrize(("name", "field", "value"), [("fedamp", "sigma", 0.0), ("fedamp", "alpha_k", -1.0), ("fedfomo", "m", 0), ("fedfomo", "val_ratio", 1.0)])
+def test_options_are_checked(name: str, field: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=f"algorithm.{field}"):
+        build_experiment(config(**{"algorithm.name": name, f"algorithm.{field}": value}))
+
+
+@pytest.mark.parametrize(("name", "prefix"), [("fedamp", "fedamp.w."), ("fedfomo", "fedfomo.theta.")])
+def test_runs_agree_across_executors_and_local_accuracy_is_the_clients_own_models(name: str, prefix: str) -> None:
+    from chillfl.engine.loop import run_rounds
+    from chillfl.experiment import build_protocol, make_executor
+    from chillfl.protocols.common import mean_or_none
+    from chillfl.protocols.parameters import ParameterSharing
+
+    cfg = config(**{"algorithm.name": name, "model.name": "mlp"})
+    seq = assert_executors_agree(cfg)
+    fedavg = records(cfg.with_overrides({"algorithm": {"name": "fedavg"}}))
+    assert seq[-1]["local_loss"] != fedavg[-1]["local_loss"]
+    exp = build_experiment(cfg)
+    protocol = build_protocol(exp)
+    assert isinstance(protocol, ParameterSharing)
+    executor = make_executor(exp, protocol)
+    try:
+        last = list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=exp.data.num_clients, clients_per_round=3, rounds=3))[-1]
+    finally:
+        executor.close()
+    accs = []
+    for cid in last["clients"]:
+        state = protocol.store.load(cid)
+        assert state is not None
+        own = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        data = protocol.evaluation.client_data(cid)
+        assert data.x_eval is not None and data.y_eval is not None
+        accs.append(evaluate(exp.model, own, data.x_eval, data.y_eval, cfg.eval.batch_size)[0])
+    assert last["local_acc"] == mean_or_none(accs)
+
+
+@pytest.mark.parametrize("name", ["fedamp", "fedfomo"])
+def test_resume_is_bitwise(name: str, tmp_path: Path) -> None:
+    cfg = config(**{"algorithm.name": name, "model.name": "mlp"})
+    assert resumed_records(cfg, 1, tmp_path) == records(cfg)

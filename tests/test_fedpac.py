@@ -1,0 +1,121 @@
+"""FedPAC: the feature statistics, the collaboration QP, the alignment term and the server's heads by hand; a run of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import ClientResult
+from chillfl.aggregation.fedpac import (
+    COUNTS,
+    LAM,
+    MASK,
+    MEANS,
+    PROTOS,
+    STATS,
+    VAR,
+    AlignTerm,
+    FedPAC,
+    FedPACOptions,
+    distance_matrix,
+    project_simplex,
+    solve_qp,
+    statistics,
+)
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
+from chillfl.training.terms import StepView
+from methods_e2e import assert_executors_agree, config, records, resumed_records
+
+
+def t(*values: float) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def test_statistics_by_hand() -> None:
+    # features (1, 0), (3, 0) of class 0 and (0, 2) of class 1; n = 3, p = (2/3, 1/3), mu_0 = (2, 0), mu_1 = (0, 2)
+    # tr(F_0^T F_0) / n_0 = (1 + 9) / 2 = 5, tr(F_1^T F_1) / n_1 = 4
+    # V = (2/3 * 5 + 1/3 * 4 - 4/9 * 4 - 1/9 * 4) / 3 = (42/9 - 20/9) / 3 = 22/27; h = (p_k mu_k) = ((4/3, 0), (0, 2/3))
+    v, h = statistics(torch.tensor([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0]]), torch.tensor([0, 0, 1]), 2)
+    assert float(v) == pytest.approx(22 / 27)
+    torch.testing.assert_close(h, torch.tensor([[4 / 3, 0.0], [0.0, 2 / 3]], dtype=torch.float64))
+
+
+def test_distance_matrix_is_the_gram_matrix_of_the_differences() -> None:
+    # h_i = (1, 0); h_0 = h_i, h_1 = (0, 1): differences (0, 0) and (1, -1) -> D = [[0, 0], [0, 2]]
+    own = torch.tensor([[1.0, 0.0]])
+    d = distance_matrix(own, [own, torch.tensor([[0.0, 1.0]])])
+    torch.testing.assert_close(d, torch.tensor([[0.0, 0.0], [0.0, 2.0]], dtype=torch.float64))
+
+
+def test_simplex_projection_by_hand() -> None:
+    # v = (0.5, 0.2, -0.3): u - (cumsum - 1) / k = (1, 0.35, -0.1) -> rho = 2, theta = (0.7 - 1) / 2 = -0.15 -> (0.65, 0.35, 0)
+    torch.testing.assert_close(project_simplex(t(0.5, 0.2, -0.3)), t(0.65, 0.35, 0.0))
+    torch.testing.assert_close(project_simplex(t(0.25, 0.75)), t(0.25, 0.75))  # already on the simplex
+
+
+def test_qp_by_hand() -> None:
+    # min a_1^2 + 3 a_2^2 on a_1 + a_2 = 1: a_1 = 3 / 4, a_2 = 1 / 4
+    torch.testing.assert_close(solve_qp(torch.diag(t(1.0, 3.0)), 2000), t(0.75, 0.25))
+    # a weight below 1e-3 is dropped and the rest renormalised: min a_1^2 + 10000 a_2^2 -> a_2 = 1/10001 < 1e-3 -> (1, 0)
+    torch.testing.assert_close(solve_qp(torch.diag(t(1.0, 10000.0)), 2000), t(1.0, 0.0))
+
+
+def test_alignment_term_by_hand() -> None:
+    # features (1, 2) of class 0, (3, 4) of class 1; prototypes c_0 = (0, 0), class 1 has none (masked):
+    # MSE = ((1 - 0)^2 + (2 - 0)^2 + 0 + 0) / 4 = 1.25; lam = 2 -> 2.5
+    feats = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    step = StepView(nn.Identity(), feats, torch.tensor([0, 1]), feats, feats, torch.zeros(()), {})
+    context = {LAM: 2.0, PROTOS: torch.tensor([[0.0, 0.0], [1.0, 1.0]]), MASK: torch.tensor([True, False])}
+    assert float(AlignTerm()({}, context, step)) == pytest.approx(2.5)
+
+
+def report(v: float, h: list[list[float]], means: list[list[float]], counts: list[float]) -> dict[str, torch.Tensor]:
+    return {VAR: torch.tensor(v, dtype=torch.float64), STATS: torch.tensor(h, dtype=torch.float64), MEANS: torch.tensor(means, dtype=torch.float32), COUNTS: torch.tensor(counts, dtype=torch.float64)}
+
+
+def test_server_combines_heads_and_prototypes_by_hand() -> None:
+    # A two-layer model: body 0.weight / 0.bias, head 1.weight / 1.bias.
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    pac = FedPAC(model, FedPACOptions(lam=0.5))
+    glob = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
+
+    def params(head: float) -> dict[str, torch.Tensor]:
+        return {**glob, "1.weight": torch.full((2, 2), head), "1.bias": torch.full((2,), head)}
+
+    # V = (0.5, 0.5); h_0 = ((1, 0), (0, 0)), h_1 = ((0, 1), (0, 0)).
+    # Client 0: D = [[0, 0], [0, 2]], P = diag(0.5, 2.5) -> alpha = (2.5, 0.5) / 3 = (5/6, 1/6); head = 5/6 * 0 + 1/6 * 6 = 1
+    # Client 1: symmetric -> alpha = (1/6, 5/6); head = 5/6 * 6 = 5
+    # Prototypes: class 0 held by both -> mean of (1, 1) and (3, 3) = (2, 2); class 1 by client 1 only -> (4, 4)
+    r0 = ClientResult(0, params(0.0), 10, 1, 0.1, 1.0, 0.0, report(0.5, [[1, 0], [0, 0]], [[1, 1], [0, 0]], [5, 0]))
+    r1 = ClientResult(1, params(6.0), 30, 1, 0.1, 1.0, 0.0, report(0.5, [[0, 1], [0, 0]], [[3, 3], [4, 4]], [5, 7]))
+    out = pac.aggregate(glob, [r0, r1], 0)
+    torch.testing.assert_close(out["1.bias"], torch.full((2,), 4.5))  # the global head: FedAvg (10 * 0 + 30 * 6) / 40
+    torch.testing.assert_close(pac.heads[0]["1.weight"], torch.full((2, 2), 1.0))
+    torch.testing.assert_close(pac.heads[1]["1.bias"], torch.full((2,), 5.0))
+    down = pac.downlink(1, 1, out)
+    assert down.params is not None and set(down.params) == {"1.weight", "1.bias"}
+    assert down.context[LAM] == 0.5
+    torch.testing.assert_close(down.context[PROTOS], torch.tensor([[2.0, 2.0], [4.0, 4.0]]))
+    assert down.context[MASK].tolist() == [True, True]  # type: ignore[union-attr]
+    assert pac.downlink(2, 1, out).params is None  # never sampled: the global head
+    again = FedPAC(model, FedPACOptions(lam=0.5))
+    again.load_state_dict(pac.state_dict())
+    torch.testing.assert_close(again.downlink(1, 1, out).params, down.params)
+
+
+@pytest.mark.parametrize(("field", "value"), [("lam", -1.0), ("head_epochs", 0), ("qp_steps", 0)])
+def test_options_are_checked(field: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=f"algorithm.{field}"):
+        build_experiment(config(**{"algorithm.name": "fedpac", f"algorithm.{field}": value}))
+
+
+def test_run_agrees_across_executors_and_resumes_bitwise(tmp_path: Path) -> None:
+    cfg = config(**{"algorithm.name": "fedpac", "model.name": "mlp"})
+    seq = assert_executors_agree(cfg)
+    assert all(r["local_acc"] is not None for r in seq)
+    assert seq[-1]["local_loss"] != records(cfg.with_overrides({"algorithm": {"name": "fedavg"}}))[-1]["local_loss"]
+    assert resumed_records(cfg, 1, tmp_path) == seq

@@ -1,0 +1,103 @@
+"""FedRoD: the balanced-softmax generic step, the detached personal head, and the model local accuracy measures.
+
+Model x -> G (a x) + P (a x): a one-weight body ``0.weight`` = a and a 2-class bias-free head ``1.weight`` = G,
+with the personal head P of the same shape. Three samples, x = 1, labels (0, 0, 1): class counts n = (2, 1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import personal_model
+from chillfl.aggregation.fedrod import NO_SAMPLE, FedRoD, FedRoDOptions, log_prior
+from chillfl.training.local import LocalSpec, evaluate
+from test_perfedavg import client_reply, close
+
+SPEC = LocalSpec(epochs=1, batch_size=8)
+
+
+def body_and_head(a: float, g: tuple[float, float]) -> nn.Module:
+    model = nn.Sequential(nn.Linear(1, 1, bias=False), nn.Linear(1, 2, bias=False))
+    with torch.no_grad():
+        model[0].weight.fill_(a)
+        model[1].weight.copy_(torch.tensor(g).view(2, 1))
+    return model
+
+
+def data() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.ones(3, 1), torch.tensor([0, 0, 1])
+
+
+def start(a: float, g: tuple[float, float]) -> dict[str, torch.Tensor]:
+    return {"0.weight": torch.tensor([[a]]), "1.weight": torch.tensor(g).view(2, 1)}
+
+
+def test_balanced_generic_step_and_detached_personal_step_by_hand() -> None:
+    # a = 1, G = (1, 0), P = (0, 0), lr 0.6; one step on the 3 samples (z = a = 1).
+    # BSM: logits G z + log n = (1 + ln 2, 0): softmax (2e / (2e + 1), 1 / (2e + 1)) = (0.844638, 0.155362);
+    #   dL/dlogits, batch mean: ((2 (0.844638 - 1) + 0.844638) / 3, -same) = (0.177971, -0.177971)
+    #   G <- G - 0.6 (0.177971, -0.177971) z = (0.893217, 0.106783); a <- 1 - 0.6 (0.177971 * 1 + (-0.177971) * 0) = 0.893217
+    # P: logits G z (detached) + P z = (1, 0): softmax (e / (e + 1), 1 / (e + 1)) = (0.731059, 0.268941);
+    #   dL/dlogits mean: ((2 (0.731059 - 1) + 0.731059) / 3, -same) = (0.0643919, -0.0643919)
+    #   P <- -0.6 (0.0643919, -0.0643919) = (-0.0386351, 0.0386351); none of it reaches a or G (z and G(z) detached)
+    # personal model: head G + P = (0.854582, 0.145418)
+    model = body_and_head(1.0, (1.0, 0.0))
+    x, y = data()
+    half = FedRoD(model).client_half()
+    reply = client_reply(half, model, SPEC, start(1.0, (1.0, 0.0)), lr=0.6, x=x, y=y, x_eval=x, y_eval=y,
+                         state={"fedrod.p.weight": torch.zeros(2, 1)})
+    close(reply.uplink.params["0.weight"], 0.893217, atol=1e-5)
+    close(reply.uplink.params["1.weight"], 0.893217, 0.106783, atol=1e-5)
+    assert set(reply.state) == {"fedrod.p.weight"}
+    close(reply.state["fedrod.p.weight"], -0.0386351, 0.0386351, atol=1e-6)
+    # local accuracy is body + G + P's: the model with head G + P
+    personal = start(0.893217, (0.854582, 0.145418))
+    acc, loss = evaluate(model, personal, x, y)
+    assert reply.local_acc == acc and reply.local_loss == pytest.approx(loss, rel=1e-4)
+    saved = personal_model(half, reply.state, reply.uplink.params)
+    assert saved is not None
+    close(saved["1.weight"], 0.854582, 0.145418, atol=1e-5)
+
+
+def test_plain_generic_loss_and_first_participation() -> None:
+    # balanced = false: G's loss is CE(G z): the (1, 0) softmax above, gradient (0.0643919, -0.0643919)
+    #   -> G = (1 - 0.0386351, 0.0386351); a <- 1 - 0.6 * 0.0643919 = 0.961365
+    model = body_and_head(1.0, (1.0, 0.0))
+    x, y = data()
+    reply = client_reply(FedRoD(model, FedRoDOptions(balanced=False)).client_half(), model, SPEC, start(1.0, (1.0, 0.0)), lr=0.6,
+                         x=x, y=y, x_eval=x, y_eval=y, state={"fedrod.p.weight": torch.zeros(2, 1)})
+    close(reply.uplink.params["1.weight"], 0.961365, 0.0386351, atol=1e-5)
+    close(reply.uplink.params["0.weight"], 0.961365, atol=1e-5)
+    # no P yet: it starts as the global generic head it was sent (lr 0: nothing moves, P = G = (1, 0))
+    first = client_reply(FedRoD(model).client_half(), model, SPEC, start(1.0, (1.0, 0.0)), lr=0.0, x=x, y=y, x_eval=x, y_eval=y)
+    close(first.state["fedrod.p.weight"], 1.0, 0.0)
+
+
+def test_log_prior_counts_the_classes() -> None:
+    # labels (0, 0, 1) of 3 classes: log n = (ln 2, ln 1, log 0 -> NO_SAMPLE)
+    close(log_prior(torch.tensor([0, 0, 1]), 3, torch.float32), math.log(2), 0.0, NO_SAMPLE)
+
+
+def test_fedrod_server_is_fedavg_on_body_and_generic_head() -> None:
+    from chillfl.aggregation.base import ClientResult
+
+    model = body_and_head(1.0, (1.0, 0.0))
+    glob = start(0.0, (0.0, 0.0))
+    a = {k: torch.full_like(v, 1.0) for k, v in glob.items()}
+    b = {k: torch.full_like(v, 3.0) for k, v in glob.items()}
+    out = FedRoD(model).aggregate(glob, [ClientResult(0, a, 10, 1, 0.1, 1.0, 0.0), ClientResult(1, b, 30, 1, 0.1, 1.0, 0.0)], 0)
+    assert all(torch.all(out[k] == 2.5) for k in glob)  # (10 * 1 + 30 * 3) / 40
+
+
+def test_under_every_executor() -> None:
+    """sequential == processes bitwise, vectorized within rounding; local accuracy is body + G + P's, not FedAvg's clients'."""
+    from methods_e2e import assert_executors_agree, config, records
+
+    cfg = config(**{"algorithm.name": "fedrod", "federation.rounds": 2, "model.name": "mlp"})
+    seq = assert_executors_agree(cfg)
+    assert all(r["local_acc"] is not None for r in seq)
+    assert seq[-1]["local_loss"] != records(cfg.with_overrides({"algorithm": {"name": "fedavg"}}))[-1]["local_loss"]

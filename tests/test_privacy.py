@@ -1,0 +1,338 @@
+"""[privacy]: clipping, noise scale, DP-FedAvg / local aggregation worked by hand, the accountant against an
+independent computation, bad budgets refused, a digits run's growing epsilon, reporting, resume bitwise."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from chillfl.aggregation.base import ClientResult, FedAvg
+from chillfl.config import load_config
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
+from chillfl.privacy.accounting import Ledger, add_steps, epsilon_of
+from chillfl.privacy.aggregate import PrivateAggregation
+from chillfl.privacy.clipping import clip_update, gaussian_like
+from chillfl.report.compare import format_table
+from chillfl.runner import run_experiment
+from chillfl.seeds import derive_seed
+
+sys.path.insert(0, str(Path(__file__).parent))
+from resume_cases import check_resume  # noqa: E402
+
+pytest.importorskip("opacus")
+
+TINY: dict[str, Any] = {
+    "seed": 3,
+    "device": "cpu",
+    "threads": 1,
+    "dataset.name": "digits",
+    "model.name": "mlp",
+    "model.hidden": [16],
+    "federation.num_clients": 4,
+    "federation.clients_per_round": 4,
+    "federation.rounds": 3,
+    "client.epochs": 1,
+    "client.batch_size": 32,
+    "client.lr": 0.05,
+    "eval.client_split_size": 20,
+    "privacy.mechanism": "dp-fedavg",
+    "privacy.clip_norm": 1.0,
+    "privacy.noise_multiplier": 1.5,
+    "privacy.delta": 1e-3,
+}
+
+
+def config(**over: Any) -> Any:
+    return load_config(None, {**TINY, **over})
+
+
+# ---------------------------------------------------------------- clipping and noise
+
+
+def test_clip_update_by_hand() -> None:
+    # u = ([3], [4]) over two entries: ||u|| = sqrt(9 + 16) = 5; C = 1 -> u * 1/5 = (0.6, 0.8)
+    clipped, norm = clip_update({"a": torch.tensor([3.0]), "b": torch.tensor([4.0])}, 1.0)
+    assert norm == 5.0
+    assert clipped["a"].item() == pytest.approx(0.6) and clipped["b"].item() == pytest.approx(0.8)
+    # C = 10 > 5: unchanged
+    same, _ = clip_update({"a": torch.tensor([3.0]), "b": torch.tensor([4.0])}, 10.0)
+    assert same["a"].item() == 3.0 and same["b"].item() == 4.0
+
+
+def test_noise_scale_and_seed() -> None:
+    like = {"w": torch.zeros(200_000)}
+    a, b = gaussian_like(like, 0.3, 7), gaussian_like(like, 0.3, 7)
+    assert torch.equal(a["w"], b["w"])  # same seed, same noise
+    assert not torch.equal(a["w"], gaussian_like(like, 0.3, 8)["w"])
+    # std of 200000 draws of N(0, 0.3^2): 0.3 within 1 % (the sample std's relative s.e. is 1/sqrt(2n) = 0.16 %)
+    assert a["w"].std().item() == pytest.approx(0.3, rel=0.01)
+    assert abs(a["w"].mean().item()) < 0.01
+
+
+def _results(*models: list[float]) -> list[ClientResult]:
+    return [ClientResult(i, {"w": torch.tensor(m, dtype=torch.float64)}, 10 * (i + 1), 1, 0.1, 1.0, 0.0) for i, m in enumerate(models)]
+
+
+def test_dp_fedavg_aggregate_by_hand() -> None:
+    # global w = (0, 0); client updates (3, 4) (norm 5) and (0, 0.5) (norm 0.5); C = 1:
+    # clipped (0.6, 0.8) and (0, 0.5); sum (0.6, 1.3); fixed denominator m = 4 (clients_per_round):
+    # w' = ((0.6, 1.3) + z) / 4, z ~ N(0, (sigma C)^2) from the round's server stream; the sample counts play no part.
+    glob = {"w": torch.zeros(2, dtype=torch.float64)}
+    agg = PrivateAggregation(FedAvg(), local=False, clip_norm=1.0, noise_multiplier=2.0, expected=4, seed=11)
+    out = agg.aggregate(glob, _results([3.0, 4.0], [0.0, 0.5]), round=5)
+    z = gaussian_like(glob, 2.0 * 1.0, derive_seed(11, "privacy", "server", 5))["w"]
+    expected = (torch.tensor([0.6, 1.3], dtype=torch.float64) + z) / 4
+    assert torch.allclose(out["w"], expected, atol=1e-12)
+    assert agg.round_metrics()["clipped"] == 0.5  # one of two clients was clipped
+
+
+def test_local_aggregate_by_hand() -> None:
+    # local: each client noises its own clipped update with its own stream; the server averages over the n = 2 reporting
+    glob = {"w": torch.zeros(2, dtype=torch.float64)}
+    agg = PrivateAggregation(FedAvg(), local=True, clip_norm=1.0, noise_multiplier=0.5, expected=4, seed=11)
+    out = agg.aggregate(glob, _results([3.0, 4.0], [0.0, 0.5]), round=2)
+    z0 = gaussian_like(glob, 0.5, derive_seed(11, "privacy", "client", 2, 0))["w"]
+    z1 = gaussian_like(glob, 0.5, derive_seed(11, "privacy", "client", 2, 1))["w"]
+    expected = (torch.tensor([0.6, 0.8], dtype=torch.float64) + z0 + torch.tensor([0.0, 0.5], dtype=torch.float64) + z1) / 2
+    assert torch.allclose(out["w"], expected, atol=1e-12)
+
+
+# ---------------------------------------------------------------- the accountant
+
+
+ALPHAS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
+
+
+def gaussian_epsilon(sigma: float, steps: int, delta: float) -> float:
+    """Independent of Opacus's code: the Gaussian mechanism (q = 1) has RDP alpha / (2 sigma^2) at order alpha
+    (Mironov 2017, Prop. 7); T steps compose to T alpha / (2 sigma^2); to (eps, delta) by Balle et al. 2020, Thm 21:
+    eps = rdp - (log delta + log alpha) / (alpha - 1) + log((alpha - 1) / alpha), minimised over the same orders."""
+    return min(steps * a / (2 * sigma**2) - (math.log(delta) + math.log(a)) / (a - 1) + math.log((a - 1) / a) for a in ALPHAS)
+
+
+def test_accountant_matches_independent_gaussian() -> None:
+    # sigma = 1.5, 3 steps, delta 1e-3: the order minimising the bound lies inside the grid
+    assert epsilon_of(((1.5, 1.0, 3),), 1e-3) == pytest.approx(gaussian_epsilon(1.5, 3, 1e-3), rel=1e-9)
+    assert epsilon_of((), 1e-3) == 0.0
+
+
+def test_prv_accountant() -> None:
+    # Opacus's PRV accountant on the same history: a valid, tighter epsilon for the Gaussian mechanism over 3 steps
+    rdp, prv = epsilon_of(((1.5, 1.0, 3),), 1e-3, "rdp"), epsilon_of(((1.5, 1.0, 3),), 1e-3, "prv")
+    assert 0 < prv < rdp
+
+
+def test_ledger_history_and_state() -> None:
+    h = add_steps(add_steps((), 1.0, 0.5, 2), 1.0, 0.5, 3)  # merged: same (sigma, q)
+    assert h == ((1.0, 0.5, 5),)
+    assert add_steps(h, 2.0, 0.5, 1) == ((1.0, 0.5, 5), (2.0, 0.5, 1))
+    ledger = Ledger(1e-3)
+    ledger.spend("client 0", 1.5, 1.0, 2)
+    ledger.spend("client 1", 1.5, 1.0, 3)
+    assert ledger.epsilon() == ledger.epsilon("client 1") > ledger.epsilon("client 0")  # the worst-off client
+    again = Ledger(1e-3)
+    again.load_state_dict(ledger.state_dict())
+    assert again.histories == ledger.histories
+
+
+# ---------------------------------------------------------------- bad input, refused up front
+
+
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [
+        ({"privacy.clip_norm": 0.0}, "privacy.clip_norm"),
+        ({"privacy.noise_multiplier": 0.0}, "privacy.noise_multiplier"),
+        ({"privacy.delta": 1.0}, "privacy.delta"),
+        ({"privacy.target_epsilon": -1.0}, "privacy.target_epsilon"),
+    ],
+)
+def test_bad_values_refused(over: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config(**over)
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [
+        ({"privacy.delta": 0.3}, "privacy.delta"),  # >= 1/num_clients = 0.25: the unit is a client
+        ({"privacy.target_epsilon": 1e-4}, "privacy.target_epsilon"),  # unreachable over 3 rounds at any sigma Opacus tries
+        ({"algorithm.name": "krum", "federation.num_clients": 8, "federation.clients_per_round": 8, "privacy.delta": 1e-3}, "privacy.mechanism"),  # no weighted mean
+        ({"prototypes": {"method": "fedproto"}}, "privacy.mechanism"),  # prototype protocol not covered
+    ],
+)
+def test_impossible_budgets_refused(over: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config(**over))
+    assert err.value.field == field
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def test_digits_dp_fedavg_epsilon_grows_and_matches() -> None:
+    records = run_experiment(config(), write=False, progress=False).records
+    eps = [r["epsilon"] for r in records]
+    assert all(math.isfinite(e) for e in eps)
+    assert eps[0] < eps[1] < eps[2]
+    # every client every round: q = 4/4 = 1, so round t's epsilon is the plain Gaussian mechanism's over t steps
+    for t, e in enumerate(eps, 1):
+        assert e == pytest.approx(gaussian_epsilon(1.5, t, 1e-3), rel=1e-9)
+    again = run_experiment(config(), write=False, progress=False).records
+    assert again == records  # same seed, same noise
+
+
+def test_subsampled_epsilon_below_full_participation() -> None:
+    # q = 2/4: privacy amplification by subsampling: a smaller epsilon than q = 1 at the same sigma and rounds
+    sub = run_experiment(config(**{"federation.clients_per_round": 2}), write=False, progress=False).records
+    full = gaussian_epsilon(1.5, 3, 1e-3)
+    assert 0 < sub[-1]["epsilon"] < full
+
+
+def test_local_epsilon_per_client() -> None:
+    records = run_experiment(config(**{"privacy.mechanism": "local"}), write=False, progress=False).records
+    # every client reports every round, q = 1 each: the worst client's epsilon is the Gaussian mechanism's over t rounds
+    assert [r["epsilon"] for r in records] == pytest.approx([gaussian_epsilon(1.5, t, 1e-3) for t in (1, 2, 3)], rel=1e-9)
+
+
+def test_target_epsilon_spends_the_budget() -> None:
+    records = run_experiment(config(**{"privacy.target_epsilon": 8.0}), write=False, progress=False).records
+    # Opacus's search stops within epsilon_tolerance = 0.01 below the target
+    assert 8.0 - 0.011 <= records[-1]["epsilon"] <= 8.0
+
+
+def test_compare_table_has_epsilon_column() -> None:
+    row = {"variant": "dp", "final_acc": 0.5, "delta_acc": 0.0, "best_acc": 0.5, "final_loss": 1.0, "final_local_acc": None,
+           "rounds_to_target": 1, "speedup": None, "target": 0.5, "epsilon": 3.25}
+    table = format_table([row, {**row, "variant": "plain", "epsilon": None}], "dp", "dp")
+    assert "| epsilon |" in table.splitlines()[1]
+    assert table.splitlines()[3].endswith(" 3.25 |") and table.splitlines()[4].endswith(" - |")
+
+
+@pytest.mark.parametrize("mechanism", ["dp-fedavg", "local"])
+def test_resume_bitwise(mechanism: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the noise streams are pure functions of (seed, round, client); the ledger is in the checkpoint
+    check_resume("algorithm.fedavg", "sequential", 1, tmp_path, monkeypatch,
+                 **{"privacy.mechanism": mechanism, "privacy.delta": 1e-3, "privacy.noise_multiplier": 1.2})
+
+
+def test_no_privacy_writes_no_epsilon() -> None:
+    records = run_experiment(config(**{"privacy.mechanism": "none"}), write=False, progress=False).records
+    assert all("epsilon" not in r for r in records)
+    assert np.isfinite(records[-1]["train_loss"])
+
+
+# ---------------------------------------------------------------- soft-label rows (local)
+
+
+def test_row_clipping_by_hand() -> None:
+    from chillfl.privacy.softlabels import RowNoise
+
+    # logits (3, 4): L2 norm 5, C = 1 -> (0.6, 0.8); (0.3, 0.4): norm 0.5, kept. sigma = 0: no noise.
+    l2 = RowNoise(1.0, 0.0, "l2", 0, probabilities=False).release(torch.tensor([[3.0, 4.0], [0.3, 0.4]]), 0, 0)
+    assert torch.allclose(l2, torch.tensor([[0.6, 0.8], [0.3, 0.4]]))
+    # L1: (3, 1) has L1 norm 4, C = 1 -> (0.75, 0.25)
+    l1 = RowNoise(1.0, 0.0, "l1", 0, probabilities=False).release(torch.tensor([[3.0, 1.0]]), 0, 0)
+    assert torch.allclose(l1, torch.tensor([[0.75, 0.25]]))
+    # noise: N(0, (sigma C)^2) from the (seed, round, client) stream; probability rows go back to the simplex
+    rows = torch.full((500, 10), 0.1)
+    noisy = RowNoise(1.0, 0.5, "l2", 3, probabilities=False).release(rows, 2, 7)
+    assert (noisy - rows).std().item() == pytest.approx(0.5, rel=0.05)  # 5000 draws: s.e. of the std 1 %
+    simplex = RowNoise(1.0, 0.5, "l2", 3).release(rows, 2, 7)
+    assert (simplex >= 0).all() and torch.allclose(simplex.sum(1), torch.ones(500))
+    assert torch.equal(simplex, RowNoise(1.0, 0.5, "l2", 3).release(rows, 2, 7))  # same seed, same noise
+
+
+SOFT = {"distillation": {"method": "dsfl", "public_size": 60, "subset_size": 20}, "privacy.mechanism": "local", "privacy.noise_multiplier": 2.0}
+
+
+def test_soft_label_epsilons() -> None:
+    records = run_experiment(config(**SOFT), write=False, progress=False).records
+    # every client uploads every round (4 of 4), 20 requested rows each: per row one Gaussian release a round,
+    # the whole upload 20 a round; q = 1 throughout
+    assert [r["epsilon"] for r in records] == pytest.approx([gaussian_epsilon(2.0, t, 1e-3) for t in (1, 2, 3)], rel=1e-9)
+    assert [r["epsilon_upload"] for r in records] == pytest.approx([gaussian_epsilon(2.0, 20 * t, 1e-3) for t in (1, 2, 3)], rel=1e-9)
+    plain = run_experiment(config(**{**SOFT, "privacy.mechanism": "none"}), write=False, progress=False).records
+    assert plain[-1]["train_loss"] != records[-1]["train_loss"]  # the noised rows changed what was distilled
+
+
+def test_soft_labels_refuse_server_mechanisms() -> None:
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config(**{**SOFT, "privacy.mechanism": "dp-fedavg"}))
+    assert err.value.field == "privacy.mechanism"
+
+
+def test_soft_label_resume_bitwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    check_resume("distillation.scarlet", "sequential", 1, tmp_path, monkeypatch,
+                 **{"privacy.mechanism": "local", "privacy.noise_multiplier": 2.0, "privacy.delta": 1e-3})
+
+
+def test_seed_table_has_epsilon_column() -> None:
+    from types import SimpleNamespace
+
+    from chillfl.report.compare import build_seed_rows, format_seed_table
+
+    def run(acc: float, eps: float | None) -> Any:
+        record = {"round": 1, "global_acc": acc, **({} if eps is None else {"epsilon": eps})}
+        return SimpleNamespace(records=[record], summary={"final_global_acc": acc, "best_global_acc": acc})
+
+    dp, plain = SimpleNamespace(label="dp"), SimpleNamespace(label="plain")
+    runs = {("dp", 0): run(0.5, 2.0), ("dp", 1): run(0.6, 4.0), ("plain", 0): run(0.7, None), ("plain", 1): run(0.8, None)}
+    rows = build_seed_rows([dp, plain], runs, [0, 1], plain, plain, None)
+    assert rows[0]["epsilon"]["mean"] == 3.0 and "epsilon" not in rows[1]  # (2 + 4) / 2
+    lines = format_seed_table(rows, "plain", "plain", None, "final", 0.0).splitlines()
+    header = next(line for line in lines if line.startswith("| variant"))
+    assert header.endswith("| epsilon |")
+
+
+# ---------------------------------------------------------------- adaptive clipping (Andrew et al. 2021)
+
+
+def test_adaptive_clip_by_hand() -> None:
+    from chillfl.privacy.aggregate import AdaptiveClip
+
+    # sigma = 1, sigma_b = 1: the updates' noise multiplier (1^-2 - (2*1)^-2)^(-1/2) = (3/4)^(-1/2) = 1.1547...
+    rule = AdaptiveClip(quantile=0.5, lr=0.2, count_noise=1.0)
+    assert rule.update_noise(1.0) == pytest.approx(2 / math.sqrt(3))
+    glob = {"w": torch.zeros(2, dtype=torch.float64)}
+    agg = PrivateAggregation(FedAvg(), local=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=11, adaptive=rule)
+    out = agg.aggregate(glob, _results([3.0, 4.0], [0.0, 0.5]), round=0)
+    # C_0 = 1: norms 5 (clipped, b = 0) and 0.5 (b = 1); centred bits sum (0 - 1/2) + (1 - 1/2) = 0;
+    # noised fraction (0 + e) / m + 1/2, m = 2, e ~ N(0, 1) from the round's count stream; C_1 = C_0 exp(-0.2 (fraction - 0.5)) = exp(-0.2 e / 2)
+    e = torch.randn((), generator=torch.Generator().manual_seed(derive_seed(11, "privacy", "count", 0)), dtype=torch.float64).item()
+    assert agg.clip_norm == pytest.approx(math.exp(-0.2 * e / 2), rel=1e-12)
+    z = gaussian_like(glob, 2 / math.sqrt(3), derive_seed(11, "privacy", "server", 0))["w"]
+    assert torch.allclose(out["w"], (torch.tensor([0.6, 1.3], dtype=torch.float64) + z) / 2, atol=1e-12)
+    assert agg.round_metrics()["clip_norm"] == 1.0
+    state = agg.state_dict()
+    again = PrivateAggregation(FedAvg(), local=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=11, adaptive=rule)
+    again.load_state_dict(state)
+    assert again.clip_norm == agg.clip_norm
+
+
+ADAPTIVE = {"privacy.target_quantile": 0.5, "privacy.clip_lr": 0.5, "privacy.clip_norm": 0.1}
+
+
+def test_adaptive_clip_moves_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    records = run_experiment(config(**ADAPTIVE), write=False, progress=False).records
+    norms = [r["agg_clip_norm"] for r in records]
+    assert norms[0] == 0.1 and norms[1] != norms[0]
+    assert [r["epsilon"] for r in records] == pytest.approx([gaussian_epsilon(1.5, t, 1e-3) for t in (1, 2, 3)], rel=1e-9)  # same budget
+    check_resume("algorithm.fedavg", "sequential", 1, tmp_path, monkeypatch, **{"privacy.mechanism": "dp-fedavg", "privacy.delta": 1e-3, **ADAPTIVE})
+
+
+def test_adaptive_clip_refusals() -> None:
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config(**{**ADAPTIVE, "privacy.mechanism": "local"}))
+    assert err.value.field == "privacy.target_quantile"
+    with pytest.raises(ConfigError) as err:  # sigma_b = 0.5 <= sigma / 2 = 0.75
+        build_experiment(config(**{**ADAPTIVE, "privacy.count_noise": 0.5}))
+    assert err.value.field == "privacy.count_noise"

@@ -1,0 +1,193 @@
+"""Server-side rules FedAvgM, q-FFL and FedExP: each update on hand-worked values, state round trips, and end to end.
+
+Models are one or two scalars (``w``) so that every step is a line of arithmetic in the comments.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import ClientResult, Trained
+from chillfl.aggregation.fedavgm import FedAvgM, FedAvgMOptions
+from chillfl.aggregation.fedexp import FedExP, FedExPOptions
+from chillfl.aggregation.qffl import LOSS, Qffl, QfflClient, QfflOptions
+from chillfl.errors import ConfigError
+from chillfl.aggregation.registry import make_aggregator
+from methods_e2e import assert_executors_agree, config, records, resumed_records
+
+
+def result(cid: int, w: list[float], n: int = 1, lr: float = 0.1, **report: float) -> ClientResult:
+    return ClientResult(cid, {"w": torch.tensor(w)}, n, 1, lr, 1.0, 0.0, dict(report))
+
+
+def close(actual: torch.Tensor, *expected: float) -> None:
+    torch.testing.assert_close(actual.flatten(), torch.tensor(expected, dtype=actual.dtype))
+
+
+# ---------------------------------------------------------------- FedAvgM
+
+
+def test_fedavgm_momentum_by_hand() -> None:
+    agg = FedAvgM(FedAvgMOptions(beta=0.9, server_lr=1.0), ["w"])
+    # round 0: w = 1; clients 0.0 (n=1) and 0.5 (n=3): avg = 0.25*0 + 0.75*0.5 = 0.375
+    # Delta = 1 - 0.375 = 0.625; v = 0.625; w = 1 - 0.625 = 0.375
+    w1 = agg.aggregate({"w": torch.tensor([1.0])}, [result(0, [0.0], 1), result(1, [0.5], 3)], 0)
+    close(w1["w"], 0.375)
+    # round 1: both clients at 0.25: Delta = 0.375 - 0.25 = 0.125; v = 0.9*0.625 + 0.125 = 0.6875; w = 0.375 - 0.6875 = -0.3125
+    state = agg.state_dict()
+    w2 = agg.aggregate(w1, [result(0, [0.25], 1), result(1, [0.25], 3)], 1)
+    close(w2["w"], -0.3125)
+    resumed = FedAvgM(FedAvgMOptions(beta=0.9, server_lr=1.0), ["w"])
+    resumed.load_state_dict(state)
+    assert torch.equal(resumed.aggregate(w1, [result(0, [0.25], 1), result(1, [0.25], 3)], 1)["w"], w2["w"])
+
+
+def test_fedavgm_server_lr_scales_and_zero_momentum_is_fedavg() -> None:
+    # server_lr = 0.5: w = 1 - 0.5 * 0.625 = 0.6875
+    agg = FedAvgM(FedAvgMOptions(beta=0.9, server_lr=0.5), ["w"])
+    close(agg.aggregate({"w": torch.tensor([1.0])}, [result(0, [0.0], 1), result(1, [0.5], 3)], 0)["w"], 0.6875)
+    plain = FedAvgM(FedAvgMOptions(beta=0.0, server_lr=1.0), ["w"])
+    w = {"w": torch.tensor([1.0])}
+    for rnd in range(2):  # beta = 0, lr = 1: w <- w - (w - avg) = avg, every round
+        w = plain.aggregate(w, [result(0, [0.0], 1), result(1, [0.5], 3)], rnd)
+        close(w["w"], 0.375)
+
+
+def test_fedavgm_buffers_are_averaged_and_weights_are_taken() -> None:
+    agg = FedAvgM(FedAvgMOptions(), ["w"])
+    g = {"w": torch.tensor([1.0]), "bn.mean": torch.tensor([0.0]), "bn.n": torch.tensor(3)}
+    a = ClientResult(0, {"w": torch.tensor([0.0]), "bn.mean": torch.tensor([2.0]), "bn.n": torch.tensor(5)}, 1, 1, 0.1, 1.0, 0.0)
+    b = ClientResult(1, {"w": torch.tensor([1.0]), "bn.mean": torch.tensor([4.0]), "bn.n": torch.tensor(4)}, 1, 1, 0.1, 1.0, 0.0)
+    out = agg.aggregate(g, [a, b], 0, weights=torch.tensor([0.25, 0.75], dtype=torch.float64))
+    # avg w = 0.75; Delta = 0.25; w = 1 - 0.25 = 0.75; bn.mean = 0.25*2 + 0.75*4 = 3.5; bn.n = max(5, 4)
+    close(out["w"], 0.75)
+    close(out["bn.mean"], 3.5)
+    assert int(out["bn.n"]) == 5
+
+
+# ---------------------------------------------------------------- q-FFL
+
+
+def qffl_case(q: float) -> torch.Tensor:
+    # w^t = [1, 0], lr = 0.1 -> L = 10; client A: w_A = [0.9, 0], F_A = 2; client B: w_B = [1, 0.2], F_B = 0.5
+    # Delta_A = 10 ([1,0] - [0.9,0]) = [1, 0], ||.||^2 = 1; Delta_B = 10 ([1,0] - [1,0.2]) = [0, -2], ||.||^2 = 4
+    agg = Qffl(QfflOptions(q=q), ["w"])
+    out = agg.aggregate({"w": torch.tensor([1.0, 0.0])}, [result(0, [0.9, 0.0], **{LOSS: 2.0}), result(1, [1.0, 0.2], **{LOSS: 0.5})], 0)
+    return out["w"]
+
+
+def test_qffl_step_by_hand_q1() -> None:
+    # q = 1: h_A = 1 * 1 + 10 * 2 = 21; h_B = 1 * 4 + 10 * 0.5 = 9; sum h = 30
+    # sum F^q Delta = 2 [1, 0] + 0.5 [0, -2] = [2, -1]; w = [1, 0] - [2, -1] / 30 = [1 - 1/15, 1/30]
+    torch.testing.assert_close(qffl_case(1.0), torch.tensor([1 - 1 / 15, 1 / 30]), rtol=1e-6, atol=1e-7)
+
+
+def test_qffl_step_by_hand_q2() -> None:
+    # q = 2: F^2 = 4 and 0.25; h_A = 2 * 2 * 1 + 10 * 4 = 44; h_B = 2 * 0.5 * 4 + 10 * 0.25 = 6.5; sum h = 50.5
+    # sum F^2 Delta = 4 [1, 0] + 0.25 [0, -2] = [4, -0.5]; w = [1 - 4/50.5, 0.5/50.5]
+    torch.testing.assert_close(qffl_case(2.0), torch.tensor([1 - 4 / 50.5, 0.5 / 50.5]), rtol=1e-6, atol=1e-7)
+
+
+def test_qffl_with_q0_is_the_plain_mean() -> None:
+    # q = 0: h = 10 each, sum 20; sum Delta = [1, -2]; w = [1 - 0.05, 0.1] = mean([0.9, 0], [1, 0.2])
+    torch.testing.assert_close(qffl_case(0.0), torch.tensor([0.95, 0.1]), rtol=1e-6, atol=1e-7)
+
+
+def test_qffl_fixed_lipschitz() -> None:
+    # L = 20 instead of 1/lr = 10, q = 1: Delta_A = [2, 0] (|.|^2 4), Delta_B = [0, -4] (16)
+    # h_A = 4 + 20 * 2 = 44; h_B = 16 + 20 * 0.5 = 26; sum 70; sum F Delta = [4, -2]; w = [1 - 4/70, 2/70]
+    agg = Qffl(QfflOptions(q=1.0, lipschitz=20.0), ["w"])
+    out = agg.aggregate({"w": torch.tensor([1.0, 0.0])}, [result(0, [0.9, 0.0], **{LOSS: 2.0}), result(1, [1.0, 0.2], **{LOSS: 0.5})], 0)
+    torch.testing.assert_close(out["w"], torch.tensor([1 - 4 / 70, 2 / 70]), rtol=1e-6, atol=1e-7)
+
+
+def test_qffl_client_reports_the_loss_of_the_model_it_received() -> None:
+    # Linear(2, 2) with zero weights: both logits 0, so the cross-entropy is ln 2 on every sample
+    model = nn.Linear(2, 2)
+    received = {"weight": torch.zeros(2, 2), "bias": torch.zeros(2)}
+    trained = {"weight": torch.eye(2) * 5, "bias": torch.zeros(2)}  # the trained model would score another loss
+    x, y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), torch.tensor([0, 1, 1])
+    done = Trained(0, x, y, received, {}, {}, 0.1, 1.0, trained, 1)
+    state, report = QfflClient().finish(model, {}, done)
+    assert state == {}
+    assert report[LOSS] == pytest.approx(math.log(2), rel=1e-6)
+
+
+# ---------------------------------------------------------------- FedExP
+
+
+def test_fedexp_extrapolates_by_hand() -> None:
+    # w^t = [0, 0]; Delta_1 = [1, 0], Delta_2 = [0, 1], Delta_3 = [-1, 0] (M = 3; sample counts do not matter)
+    # mean = [0, 1/3], ||mean||^2 = 1/9; sum ||Delta_i||^2 = 3
+    # eta = max(1, 3 / (2 * 3 * (1/9 + 1e-3))) = 0.5 / 0.112111... = 4.45986...; w = -eta [0, 1/3]
+    agg = FedExP(FedExPOptions(), ["w"])
+    out = agg.aggregate({"w": torch.tensor([0.0, 0.0])}, [result(0, [-1.0, 0.0], 5), result(1, [0.0, -1.0], 1), result(2, [1.0, 0.0], 2)], 0)
+    eta = 3 / (2 * 3 * (1 / 9 + 1e-3))
+    assert agg.round_metrics()["fedexp_eta"] == pytest.approx(eta, rel=1e-12)
+    torch.testing.assert_close(out["w"], torch.tensor([0.0, -eta / 3]), rtol=1e-6, atol=1e-7)
+
+
+def test_fedexp_step_is_never_below_fedavgs() -> None:
+    # Delta_1 = [1, 0], Delta_2 = [0, 1]: mean [0.5, 0.5], ||.||^2 = 0.5; sum 2; 2 / (4 * 0.501) = 0.998 < 1 -> eta = 1 (FedAvg)
+    agg = FedExP(FedExPOptions(), ["w"])
+    out = agg.aggregate({"w": torch.tensor([0.0, 0.0])}, [result(0, [-1.0, 0.0]), result(1, [0.0, -1.0])], 0)
+    assert agg.round_metrics()["fedexp_eta"] == 1.0
+    close(out["w"], -0.5, -0.5)
+
+
+def test_fedexp_average_of_the_last_two_iterates() -> None:
+    agg = FedExP(FedExPOptions(average_last_two=True), ["w"])
+    g0 = {"w": torch.tensor([0.0, 0.0])}
+    assert agg.downlink(0, 0, g0).params is None  # round 0: the clients start from the global model
+    # eta = 1 (as above): w^1 = [-0.5, -0.5]; the global model is (w^1 + w^0) / 2 = [-0.25, -0.25]
+    g1 = agg.aggregate(g0, [result(0, [-1.0, 0.0]), result(1, [0.0, -1.0])], 0)
+    close(g1["w"], -0.25, -0.25)
+    sent = agg.downlink(0, 1, g1).params
+    assert sent is not None
+    close(sent["w"], -0.5, -0.5)  # the clients train from w^1, not from the average
+    state = agg.state_dict()
+    # round 1 from w^1: Deltas [1, 0] and [0, 1] again: w^2 = [-1, -1]; global (w^2 + w^1) / 2 = [-0.75, -0.75]
+    trained = [result(0, [-1.5, -0.5]), result(1, [-0.5, -1.5])]
+    g2 = agg.aggregate(g1, trained, 1)
+    close(g2["w"], -0.75, -0.75)
+    resumed = FedExP(FedExPOptions(average_last_two=True), ["w"])
+    resumed.load_state_dict(state)
+    assert torch.equal(resumed.aggregate(g1, trained, 1)["w"], g2["w"])
+
+
+# ---------------------------------------------------------------- options, end to end
+
+
+@pytest.mark.parametrize(
+    "name, options, field",
+    [
+        ("fedavgm", {"beta": 1.0}, "algorithm.beta"),
+        ("fedavgm", {"server_lr": 0.0}, "algorithm.server_lr"),
+        ("qffl", {"q": -1.0}, "algorithm.q"),
+        ("qffl", {"lipschitz": 0.0}, "algorithm.lipschitz"),
+        ("fedexp", {"eps": 0.0}, "algorithm.eps"),
+    ],
+)
+def test_bad_options_name_the_field(name: str, options: dict[str, float], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        make_aggregator(name, options, num_clients=2, model=nn.Linear(1, 1), seed=0)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("name", ["fedavgm", "qffl", "fedexp"])
+def test_differs_from_fedavg_and_agrees_across_executors(name: str) -> None:
+    extra = {"algorithm.average_last_two": True} if name == "fedexp" else {}
+    cfg = config(**{"algorithm.name": name, "federation.rounds": 2, "model.name": "mlp", **extra})
+    seq = assert_executors_agree(cfg)
+    fedavg = records(cfg.with_overrides({"algorithm": {"name": "fedavg"}}))
+    assert seq[-1]["global_loss"] != fedavg[-1]["global_loss"]
+
+
+def test_fedexp_average_resumes_bitwise(tmp_path: Path) -> None:
+    cfg = config(**{"algorithm.name": "fedexp", "algorithm.average_last_two": True, "model.name": "mlp"})
+    assert resumed_records(cfg, 2, tmp_path) == records(cfg)

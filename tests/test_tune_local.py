@@ -1,0 +1,157 @@
+"""Tuning on the clients' local validation accuracy (``select = "local_final" | "local_best"``): the splits, the rule, the table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from chillfl.data import build_federated_data, load_dataset
+from chillfl.data.datasets import ArrayDataset
+from chillfl.data.federated import validation_split
+from chillfl.engine.protocol import ClientReply
+from chillfl.errors import ConfigError
+from chillfl.protocols.common import LocalLog
+from chillfl.tune import describe_rule, point_scores, rule_key, select_point, validation_score
+
+
+class OnlyKey(Mapping[str, Any]):
+    """A metrics record that fails the test if anything but ``key`` is read from it."""
+
+    def __init__(self, key: str, record: dict[str, Any]) -> None:
+        self.key, self.record = key, record
+
+    def __getitem__(self, key: str) -> Any:
+        assert key == self.key, f"selection read {key!r}"
+        return self.record[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        assert key == self.key, f"selection read {key!r}"
+        return self.record.get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        raise AssertionError("selection iterated a record")
+
+    def __len__(self) -> int:
+        return len(self.record)
+
+
+def _records(key: str, glob: list[float], local: list[float]) -> list[OnlyKey]:
+    return [OnlyKey(key, {"round": i + 1, "val_acc": g, "local_val_acc": v, "global_acc": 0.5, "local_acc": 0.5}) for i, (g, v) in enumerate(zip(glob, local))]
+
+
+def test_local_rules_read_local_validation_only_and_can_choose_otherwise() -> None:
+    # point 0: global val 0.9 -> 0.8, local val 0.4 -> 0.5; point 1: global 0.6 -> 0.7, local 0.9 -> 0.6
+    # final: global 0.8 vs 0.7 -> point 0; local_final: 0.5 vs 0.6 -> point 1;
+    # best: global 0.9 vs 0.7 -> point 0; local_best: 0.5 vs 0.9 -> point 1
+    glob = [[_records("val_acc", [0.9, 0.8], [0.4, 0.5])], [_records("val_acc", [0.6, 0.7], [0.9, 0.6])]]
+    local = [[_records("local_val_acc", [0.9, 0.8], [0.4, 0.5])], [_records("local_val_acc", [0.6, 0.7], [0.9, 0.6])]]
+    assert select_point(point_scores(glob, "final")) == 0 and select_point(point_scores(glob, "best")) == 0
+    assert validation_score(local[0][0], "local_final") == 0.5 and validation_score(local[1][0], "local_final") == 0.6
+    assert validation_score(local[0][0], "local_best") == 0.5 and validation_score(local[1][0], "local_best") == 0.9
+    assert select_point(point_scores(local, "local_final")) == 1 and select_point(point_scores(local, "local_best")) == 1
+    # mean over seeds: point 0 at seeds (0.5, 0.7) -> 0.6, point 1 at (0.6, 0.4) -> 0.5: point 0
+    two = [[_records("local_val_acc", [0], [0.5]), _records("local_val_acc", [0], [0.7])],
+           [_records("local_val_acc", [0], [0.6]), _records("local_val_acc", [0], [0.4])]]
+    scores = point_scores(two, "local_final")
+    assert scores == [pytest.approx(0.6), pytest.approx(0.5)] and select_point(scores) == 0
+
+
+def test_rule_names_keys_and_errors() -> None:
+    assert rule_key("final") == "val_acc" and rule_key("local_best") == "local_val_acc"
+    assert "local_val_acc" in describe_rule("local_final") and "final round" in describe_rule("local_final")
+    assert "server's model" in describe_rule("best") and "best round" in describe_rule("best")
+    with pytest.raises(ConfigError) as err:
+        validation_score([{"round": 1, "val_acc": 0.5}], "local_final")  # a run that never measured local validation
+    assert err.value.field == "compare.select" and "eval.validation > 0" in err.value.message
+    with pytest.raises(ConfigError, match="allowed: final, best, local_final, local_best"):
+        validation_score([{"val_acc": 0.5}], "local")
+    from chillfl.config import config_from_dict
+
+    assert config_from_dict({"compare": {"select": "local_best"}}).compare["select"] == "local_best"
+    with pytest.raises(ConfigError, match="compare.select"):
+        config_from_dict({"compare": {"select": "local"}})
+
+
+def test_local_log_averages_the_clients_local_validation() -> None:
+    log = LocalLog()
+    # client 0: local 0.5, local val 0.25; client 1: local 1.0, local val NaN (an empty validation split);
+    # client 2: local 0.75, local val 0.75. Sampled {0, 1}: local_val_acc = 0.25 (NaN left out);
+    # all: (0.25 + 0.75) / 2 = 0.5; local_acc over all = (0.5 + 1.0 + 0.75) / 3 = 0.75
+    for cid, acc, val in ((0, 0.5, 0.25), (1, 1.0, math.nan), (2, 0.75, 0.75)):
+        log.observe(ClientReply(cid, None, None, acc, 0.1, None, local_val_acc=val))
+    assert log.metrics([0, 1], "sampled")["local_val_acc"] == 0.25
+    every = log.metrics([0], "all")
+    assert every["local_val_acc"] == 0.5 and every["local_acc"] == pytest.approx(0.75)
+    again = LocalLog()
+    again.load_state_dict(log.state_dict())
+    assert again.metrics([0, 2], "sampled") == log.metrics([0, 2], "sampled")
+    older = LocalLog()
+    older.load_state_dict({"acc": {"0": 0.5}, "loss": {"0": 0.1}})  # a checkpoint from before local validation
+    assert "local_val_acc" not in older.metrics([0], "sampled")
+
+
+def test_natural_splits_give_each_client_its_own_validation_rows() -> None:
+    # 12 test rows, clients {0..5} and {6..11}; the server validation split holds round(0.25 * 12) = 3 rows
+    x = torch.arange(24, dtype=torch.float32).reshape(12, 2)
+    y = torch.tensor([0, 1] * 6)
+    groups = (np.arange(0, 6), np.arange(6, 12))
+    ds = ArrayDataset("toy", x, y, x.clone(), y.clone(), 2, groups, groups)
+    fed = build_federated_data(ds, num_clients=2, partitioner="natural", partition_options={}, seed=4, client_eval="natural", validation=0.25)
+    held = validation_split(12, 0.25, seed=4)
+    assert held is not None and fed.client_validation_indices is not None
+    for cid, g in enumerate(groups):
+        assert fed.client_validation_indices[cid].tolist() == sorted(set(g) & set(held))  # its own rows that are validation rows
+        assert fed.eval_indices[cid].tolist() == sorted(set(g) - set(held))  # local_acc's rows: unchanged, disjoint
+    assert sum(len(v) for v in fed.client_validation_indices) == 3
+    xv, yv = fed.client_validation(0)  # type: ignore[misc]
+    assert torch.equal(yv, y[torch.from_numpy(fed.client_validation_indices[0])])
+    plain = build_federated_data(ds, num_clients=2, partitioner="natural", partition_options={}, seed=4, client_eval="natural")
+    assert plain.client_validation_indices is None and plain.client_validation(0) is None
+
+
+def test_proportional_local_validation_comes_from_the_validation_rows_only() -> None:
+    ds = load_dataset("digits", {})
+    kw: dict[str, Any] = {"num_clients": 4, "partitioner": "dirichlet", "partition_options": {"alpha": 0.5}, "seed": 1, "client_eval_size": 20}
+    fed = build_federated_data(ds, validation=0.2, **kw)
+    held = set(fed.validation_indices.tolist())  # type: ignore[union-attr]
+    assert fed.client_validation_indices is not None
+    for cid in range(4):
+        own = set(fed.client_validation_indices[cid].tolist())
+        assert own and own <= held and not own & set(fed.eval_indices[cid].tolist())
+        train_classes = set(ds.y_train[torch.from_numpy(fed.train_indices[cid])].tolist())
+        assert set(ds.y_test[torch.from_numpy(fed.client_validation_indices[cid])].tolist()) <= train_classes  # the client's class mix
+    # the eval splits (local_acc) are the ones drawn before local validation existed: their own stream is untouched
+    from chillfl.data.federated import _EVAL, _proportional_eval, _rng
+
+    y = ds.y_train.numpy()
+    weights = np.stack([np.bincount(y[ix], minlength=10) for ix in fed.train_indices]).astype(np.float64)
+    before = _proportional_eval(weights, ds.y_test.numpy(), 20, 10, _rng(1, _EVAL), fed.validation_indices)
+    assert all(np.array_equal(a, b) for a, b in zip(before, fed.eval_indices))
+
+
+TINY = {"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "federation": {"num_clients": 4, "rounds": 2},
+        "eval": {"client_split_size": 20, "validation": 0.2}}
+
+
+def test_runs_record_local_validation_and_a_local_tuned_table_names_its_rule() -> None:
+    import chillfl
+
+    out = chillfl.run(config={**TINY, "algorithm": {"name": "ditto"}}, write=False, progress=False)
+    last = out.records[-1]
+    assert 0.0 <= last["local_val_acc"] <= 1.0 and "final_local_val_acc" in out.summary
+    result = chillfl.compare(config=TINY, grid={"algorithm.name": ["fedavg", "ditto"]}, seeds=[0], tune={"client.lr": [0.01, 0.3]},
+                             select="local_final", write=False, progress=False)
+    assert "tuned per variant on the clients' local validation splits (select = local_final: local validation accuracy (local_val_acc" in result.table
+    assert "| variant | tuned (local_final) | local val acc % |" in result.table
+    for row in result.rows:  # the chosen point is the one with the higher final local_val_acc
+        scores = row["validation_scores"]
+        assert row["tuned"]["client.lr"] == [0.01, 0.3][select_point([-math.inf if s is None else s for s in scores])]
+    with pytest.raises(ConfigError) as err:
+        chillfl.compare(config={**TINY, "eval": {**TINY["eval"], "clients": "none"}}, grid={"algorithm.name": ["fedavg"]}, seeds=[0],
+                        tune={"client.lr": [0.01, 0.3]}, select="local_final", write=False, progress=False)
+    assert err.value.field == "eval.clients"

@@ -78,3 +78,14 @@ def user_module(tmp_path: Path) -> Iterator[Callable[[str, str], None]]:
         for name in names:
             sys.modules.pop(name, None)
 
+
+
+SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests ``slow_tests.txt`` lists ``slow`` (the measured slow ones of otherwise fast modules)."""
+    listed = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and not line.startswith("#")}
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)

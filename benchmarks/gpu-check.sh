@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU check of issue 26 in one script: environment, the CUDA suite, a profile of workload 1's round,
+# The GPU check of issues 26 and 39 in one script: environment, the CUDA suite, a profile of workload 1's round,
 # one chunk of workload 1's clients with batched_conv = "grouped" and "gemm" (conv_layouts.py), the
-# benchmark (workloads 3, 1, 2, 4, BlazeFL in the same run; workload 1 also with "gemm"), workload 2's
+# benchmark (workloads 3, 1, 2, 4, BlazeFL in the same run; workload 1 also with "gemm" and CUDA graphs, and its
+# round profiled with CUDA graphs), workload 2's
 # start-up phase by phase, profiles of workload 2's round and of workload 1's with "gemm", and the issue's
 # targets, met or missed.
 #
@@ -155,8 +156,8 @@ if [ "$SMOKE" = 1 ]; then
     LAYOUTS=(--device cpu --clients 2 --samples 50 --repeats 1)
 else
     BENCH+=(--no-install)
-    W1=(--workload 1 --rounds 2 --modes "chillfl[auto],chillfl[auto+tf32],chillfl[auto+bf16],chillfl[auto+gemm],chillfl[auto+bf16+gemm],blazefl[threads]" --timeout 35)
-    W2=(--workload 2 --rounds 3 --modes "chillfl[auto],blazefl[serial],blazefl[threads]" --timeout 20)
+    W1=(--workload 1 --rounds 2 --modes "chillfl[auto],chillfl[auto+graphs],chillfl[auto+tf32],chillfl[auto+bf16],chillfl[auto+bf16+graphs],chillfl[auto+gemm],chillfl[auto+gemm+graphs],chillfl[auto+bf16+gemm],chillfl[auto+bf16+gemm+graphs],blazefl[threads]" --timeout 35)
+    W2=(--workload 2 --rounds 3 --modes "chillfl[auto],chillfl[auto+graphs],blazefl[serial],blazefl[threads]" --timeout 20)
     W3=(--workload 3 --rounds 3 --modes "chillfl[auto],chillfl[auto+bf16]" --timeout 25)
     W4=(--workload 4 --rounds 3 --modes "chillfl[auto],blazefl[serial],blazefl[threads]" --timeout 20)
     PROFILE=(--workload 1 --scale 1.0 --device cuda)
@@ -173,7 +174,9 @@ step cuda-suite $((120 * SLOW)) cuda_suite
 step bench-w3 $((70 * SLOW)) "${BENCH[@]}" "${W3[@]}" --out "$OUT/bench-w3.json"
 step profile-w1 $((60 * SLOW)) "$PY" benchmarks/profile_round.py "${PROFILE[@]}" --out "$OUT"
 step conv-layouts $((45 * SLOW)) "$PY" benchmarks/conv_layouts.py "${LAYOUTS[@]}" --out "$OUT"
-step bench-w1 $((170 * SLOW)) "${BENCH[@]}" "${W1[@]}" --out "$OUT/bench-w1.json"
+step bench-w1 $((240 * SLOW)) "${BENCH[@]}" "${W1[@]}" --out "$OUT/bench-w1.json"
+# cuda_graphs: one graph launch a replayed step instead of its ~1,500 kernels (chillfl.executors.step_graphs)
+step profile-w1-graphs $((45 * SLOW)) "$PY" benchmarks/profile_round.py "${PROFILE[@]}" --variant auto+graphs --out "$OUT"
 step bench-w2 $((70 * SLOW)) "${BENCH[@]}" "${W2[@]}" --out "$OUT/bench-w2.json"
 step bench-w4 $((70 * SLOW)) "${BENCH[@]}" "${W4[@]}" --out "$OUT/bench-w4.json"
 # shellcheck disable=SC2046

@@ -10,7 +10,8 @@ writes ``OUTDIR/profile-w<key>-<variant>.txt`` (and ``.json``):
   memcpy/memset durations; kernels on several streams could overlap, chillfl
   uses one), so ``busy / wall`` says how far the round is from launch- or
   host-bound;
-* kernel launches per round (device kernel events) and host-device copies;
+* kernel launches per round (device kernel events), host launch calls (a
+  CUDA graph replay, ``cuda_graphs``, counting as one) and host-device copies;
 * the top kernels by total device time (e.g. grouped convolutions that vmap
   makes of the clients' convolutions), and the top host-side ops.
 
@@ -61,6 +62,7 @@ def summarize(prof: Any, rounds: int, wall: list[float], top: int) -> dict[str, 
     copies = sum(e.count for e in kernels if "memcpy" in e.key.lower())
     host = [e for e in events if not on_device(e)]
     launch_calls = sum(e.count for e in host if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx"))
+    graph_launches = sum(e.count for e in host if e.key in ("cudaGraphLaunch", "cuGraphLaunch"))
     syncs = sum(e.count for e in host if "Synchronize" in e.key)
     mean_wall = sum(wall) / len(wall)
     return {
@@ -70,6 +72,8 @@ def summarize(prof: Any, rounds: int, wall: list[float], top: int) -> dict[str, 
         "device_busy_fraction": (busy_us / 1e6 / rounds) / mean_wall if mean_wall else None,
         "kernel_launches_per_round": launches / rounds,
         "host_launch_calls_per_round": launch_calls / rounds,
+        "graph_launches_per_round": graph_launches / rounds,
+        "launches_per_round": (launch_calls + graph_launches) / rounds,  # a CUDA graph replay counts as one (issue 39's measure)
         "memcpy_per_round": copies / rounds,
         "synchronize_calls_per_round": syncs / rounds,
         "top_kernels": [
@@ -91,7 +95,8 @@ def report_text(key: str, variant: str, flops: float, s: dict[str, Any]) -> str:
         f"device busy s/round: {s['device_busy_s_per_round']:.3f} = {100 * (s['device_busy_fraction'] or 0):.1f} % of wall",
         f"round FLOPs {flops / 1e9:.1f} GFLOP -> {flops / wall / 1e12:.2f} TFLOP/s at wall, "
         f"{(flops / s['device_busy_s_per_round'] / 1e12) if s['device_busy_s_per_round'] else float('nan'):.2f} TFLOP/s over busy time",
-        f"kernel launches/round: {s['kernel_launches_per_round']:.0f} (host launch calls {s['host_launch_calls_per_round']:.0f}), "
+        f"kernel launches/round: {s['kernel_launches_per_round']:.0f} (host launch calls {s['host_launch_calls_per_round']:.0f}, "
+        f"graph launches {s['graph_launches_per_round']:.0f}: {s['launches_per_round']:.0f} launches a replay counting as one), "
         f"memcpy/round: {s['memcpy_per_round']:.0f}, synchronize calls/round: {s['synchronize_calls_per_round']:.0f}",
         "",
         f"{'top kernels (device ms/round)':<110}{'ms':>10}{'calls':>9}",

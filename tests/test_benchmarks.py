@@ -158,6 +158,9 @@ def test_chillfl_variants_set_precision_and_memory_format() -> None:
     assert (o["executor"], o["precision"], o["memory_format"]) == ("auto", "bf16", "channels_last")
     o = mode_chillfl.overrides(workload("1", 0.02), "auto+tf32", 2, 0, "cuda")
     assert o["precision"] == "tf32" and "memory_format" not in o
+    o = mode_chillfl.overrides(workload("1", 0.02), "auto+bf16+gemm+graphs", 2, 0, "cuda")
+    assert (o["precision"], o["batched_conv"], o["cuda_graphs"]) == ("bf16", "gemm", True)
+    assert "cuda_graphs" not in mode_chillfl.overrides(workload("1", 0.02), "auto", 2, 0, "cuda")
     assert "chillfl[auto+bf16+channels_last]" in [m.name for m in run.all_modes("cuda")]
     o = mode_chillfl.overrides(workload("1", 0.02), "auto+bf16+gemm", 2, 0, "cuda")
     assert (o["precision"], o["batched_conv"]) == ("bf16", "gemm") and "memory_format" not in o

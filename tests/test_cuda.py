@@ -194,6 +194,74 @@ def test_cuda_vectorized_step_loop_never_syncs(monkeypatch: pytest.MonkeyPatch, 
         assert all(torch.equal(a.params[k], b.params[k]) for k in a.params)
 
 
+def _even_jobs(device: str) -> tuple[torch.nn.Module, list]:
+    """:func:`_bn_jobs`'s model with 6 clients of 40 rows: at batch 8 every step is every client's (recorded and replayed)."""
+    from chillfl.executors.sequential import ClientJob
+
+    model, jobs = _bn_jobs(device)
+    g = torch.Generator().manual_seed(11)
+    return model, [
+        ClientJob(c, jobs[0].start, torch.randn(40, 1, 6, 6, generator=g).to(device), torch.randint(0, 5, (40,), generator=g).to(device), 0.05, 1.0, {}, 900 + c)
+        for c in range(6)
+    ]
+
+
+@needs_cuda
+@CONVS
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cuda_graph_replays_equal_eager_steps_bitwise(deterministic_cuda: None, conv: str, precision: str) -> None:
+    """``cuda_graphs``: the recorded step's kernels replayed give the same bits as the steps run eagerly, batch norm included."""
+    from chillfl.executors.step_graphs import CudaGraphRecorder
+    from chillfl.executors.vectorized import VectorizedExecutor
+    from chillfl.training.local import LocalSpec
+
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bf16: the bf16 case was NOT run")
+    model, jobs = _even_jobs("cuda")
+    replays: list[int] = []
+
+    class Counting(CudaGraphRecorder):
+        def capture(self, run):
+            replay = super().capture(run)
+            return lambda: (replays.append(1), replay())
+
+    eager = VectorizedExecutor(model, LocalSpec(epochs=2, batch_size=8, momentum=0.9, batched_conv=conv, precision=precision)).run(jobs)
+    spec = LocalSpec(epochs=2, batch_size=8, momentum=0.9, batched_conv=conv, precision=precision, cuda_graphs=True)
+    ex = VectorizedExecutor(model, spec, step_recorder=Counting)
+    graphed = ex.run(jobs)
+    assert ex.fallback_reason is None and ex.graphed(jobs[0].x.device)
+    assert len(replays) == 10 - 2  # 10 steps of every client: 2 warm-up, then the captured one replayed and 7 more
+    for a, b in zip(eager, graphed, strict=True):
+        assert a.mean_loss == b.mean_loss
+        assert all(torch.equal(a.params[k], b.params[k]) for k in a.params), [k for k in a.params if not torch.equal(a.params[k], b.params[k])]
+
+
+@needs_cuda
+def test_cuda_graphs_cut_the_kernel_launches_of_a_chunk(deterministic_cuda: None) -> None:
+    """One ``cudaGraphLaunch`` a replayed step instead of the step's kernels one by one (a count, not a time)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from chillfl.executors.vectorized import VectorizedExecutor
+    from chillfl.training.local import LocalSpec
+
+    model, jobs = _even_jobs("cuda")
+    launches = {}
+    for graphs in (False, True):
+        ex = VectorizedExecutor(model, LocalSpec(epochs=4, batch_size=8, cuda_graphs=graphs))
+        ex.run(jobs)  # the probe and chunk sizing
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            ex.run(jobs)
+            torch.cuda.synchronize()
+        launches[graphs] = sum(e.count for e in prof.key_averages() if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaGraphLaunch"))
+    # 20 steps: eagerly ~20 x (the step's kernels); recorded: 2 warm-up steps' kernels + 18 graph launches + each step's gather
+    assert launches[True] * 3 < launches[False], launches
+
+
+@needs_cuda
+def test_cuda_graphs_run_gives_the_same_records_as_without(deterministic_cuda: None) -> None:
+    assert _run(device="cuda", executor="vectorized", cuda_graphs=True) == _run(device="cuda", executor="vectorized", cuda_graphs=False)
+
+
 @needs_cuda
 def test_cuda_chunks_are_sized_from_free_device_memory() -> None:
     from chillfl.executors.vectorized import free_device_memory

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from chillfl.config import load_config
-from chillfl.runner import run_experiment
-from chillfl.sinks import ARTIFACT_MAX_BYTES, MLFLOW_PARAM_MAX, NOT_ARTIFACTS, flat_params, scalars, wandb_logged_in, wandb_mode
+from chillfl.runner import RunOutput, run_experiment
+from chillfl.sinks import ARTIFACT_MAX_BYTES, MLFLOW_PARAM_MAX, NOT_ARTIFACTS, MlflowSink, flat_params, scalars, wandb_logged_in, wandb_mode
 from procs import InterruptAt
 from test_sinks import TINY
 
@@ -75,6 +75,16 @@ def test_an_mlflow_run_holds_the_config_every_round_and_the_folder(tmp_path: Pat
     assert names == files and {"config.toml", "metrics.jsonl", "summary.json"} <= set(names)
     stored = Path(client.download_artifacts(run.info.run_id, "metrics.jsonl", str(tmp_path / "down")))
     assert stored.read_bytes() == (out.folder / "metrics.jsonl").read_bytes()
+
+
+def test_on_end_of_a_run_not_written_logs_no_artefact(tmp_path: Path, file_store: str) -> None:
+    """``on_end`` reads the output's ``folder`` (a :class:`RunOutput` is the sink's ``Finished``): None logs nothing."""
+    from mlflow.tracking import MlflowClient
+
+    sink = MlflowSink(tmp_path, "unwritten", {"seed": 0}, experiment="none", tracking_uri=file_store)
+    sink.on_end(RunOutput(None, [], {}))
+    sink.close()
+    assert MlflowClient(tracking_uri=file_store).list_artifacts(sink.run_id) == []
 
 
 def test_an_interrupted_run_is_killed_not_finished(tmp_path: Path, file_store: str) -> None:

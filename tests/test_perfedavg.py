@@ -21,7 +21,7 @@ from chillfl.executors.sequential import train_job
 from chillfl.options import parse_options
 from chillfl.protocols.parameters import ParamDownlink, ParameterClient
 from chillfl.seeds import derive_seed
-from chillfl.training.local import LocalSpec, evaluate
+from chillfl.training.local import LocalSpec, batch_order, evaluate
 
 
 def half_mse(logits: torch.Tensor, y: torch.Tensor, temperature: Any) -> torch.Tensor:
@@ -137,6 +137,102 @@ def test_local_accuracy_measures_the_adapted_global_model() -> None:
     assert reply.local_loss == pytest.approx(loss, rel=1e-5)
     assert evaluate(model, reply.uplink.params, x, y)[0] == 0.0
     assert reply.state is None  # nothing kept between rounds
+
+
+def test_first_order_step_uses_two_different_batches_by_hand() -> None:
+    # Rows x = (1, 2, 1, 2), batch 2, one epoch: two batches, so R = 2 // 2 = 1 FO step with D, D' those two batches.
+    # f(theta; x) = 1/2 (theta x - 1)^2, grad = x (theta x - 1), each averaged over the batch; w = 2, alpha = 0.1,
+    # beta = 0.1. train_loss = f(w; D) tells which rows D holds (the client's batch order at seed 0 is rows {0, 2}
+    # then {1, 3}: the first case):
+    # D = {1, 1}, D' = {2, 2}: f = 1/2 (2 - 1)^2 = 0.5; grad 1 -> w' = 1.9; grad f(1.9; 2) = 2 (3.8 - 1) = 5.6 -> w = 2 - 0.56 = 1.44
+    # D = {2, 2}, D' = {1, 1}: f = 1/2 (4 - 1)^2 = 4.5; grad 6 -> w' = 1.4; grad f(1.4; 1) = 0.4 -> w = 2 - 0.04 = 1.96
+    # D = D' = {1, 2}: f = (0.5 + 4.5) / 2 = 2.5; grad (1 + 6) / 2 = 3.5 -> w' = 1.65; grad (0.65 + 2 * 2.3) / 2 = 2.625 -> w = 1.7375
+    # In the first case: the outer step taken from w' gives 1.34, D' = D gives 1.91, a flipped sign 2.56.
+    model = linear(0.0)
+    x, y = torch.tensor([[1.0], [2.0], [1.0], [2.0]]), torch.zeros(4, dtype=torch.long)
+    spec = LocalSpec(epochs=1, batch_size=2, base_loss=half_mse)
+    out = program(PerFedAvg(model, PerFedAvgOptions(beta=0.1)).client_half(), model, spec, {"weight": torch.tensor([[2.0]])}, lr=0.1, x=x, y=y)  # type: ignore[arg-type]
+    assert out.num_steps == 1
+    expected = {0.5: 1.44, 4.5: 1.96, 2.5: 1.7375}[round(out.train_loss, 4)]
+    close(out.params["weight"], expected, atol=1e-5)
+
+
+def test_first_order_climbs_where_alpha_times_curvature_exceeds_one_by_hand() -> None:
+    # Why FO diverges at alpha = lr = 0.1 on the digits CNN (docs/personalised.md): one sample x = 2, so
+    # f(theta) = 1/2 (2 theta - 1)^2 has curvature lambda = 4 and minimum 0.5; alpha = 0.5 (alpha lambda = 2 > 1), beta = 0.1.
+    # w = 2: grad 2 (4 - 1) = 6 -> w' = 2 - 3 = -1 (past the minimum); g = grad f(-1) = 2 (-2 - 1) = -6.
+    # FO: w = 2 - 0.1 (-6) = 2.6: the distance to 0.5 grows 1.5 -> 2.1, factor 1 - beta lambda (1 - alpha lambda) = 1.4.
+    # HF: H g = 4 (-6) = -24 (exact on a quadratic); w = 2 - 0.1 (-6 - 0.5 (-24)) = 2 - 0.6 = 1.4: factor 1 - beta lambda (1 - alpha lambda)^2 = 0.6.
+    model = linear(0.0)
+    x, y = torch.tensor([[2.0]]), torch.zeros(1, dtype=torch.long)
+    start = {"weight": torch.tensor([[2.0]])}
+    fo = program(PerFedAvg(model, PerFedAvgOptions(alpha=0.5, beta=0.1)).client_half(), model, SPEC, start, lr=0.1, x=x, y=y)  # type: ignore[arg-type]
+    hf = program(PerFedAvg(model, PerFedAvgOptions(variant="hf", alpha=0.5, beta=0.1, delta=0.01)).client_half(), model, SPEC, start, lr=0.1, x=x, y=y)  # type: ignore[arg-type]
+    close(fo.params["weight"], 2.6, atol=1e-5)
+    close(hf.params["weight"], 1.4, atol=1e-4)
+
+
+def two_layer(x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The reference's forward: Linear(3, 4) then Linear(4, 3), written out (nn.Sequential's names)."""
+    return (x @ p["0.weight"].T + p["0.bias"]) @ p["1.weight"].T + p["1.bias"]
+
+
+def reference_grad(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, wd: float) -> dict[str, torch.Tensor]:
+    """grad of mean CE + wd/2 |p|^2 (weight decay as part of f_i), by autograd."""
+    q = {k: v.detach().clone().requires_grad_() for k, v in p.items()}
+    loss = nn.functional.cross_entropy(two_layer(x, q), y) + 0.5 * wd * sum((v * v).sum() for v in q.values())
+    return dict(zip(q, torch.autograd.grad(loss, list(q.values()))))
+
+
+def reference_perfedavg(w: dict[str, torch.Tensor], batches: list[tuple[torch.Tensor, torch.Tensor]], *, hf: bool,
+                        alpha: float, beta: float, delta: float, wd: float) -> dict[str, torch.Tensor]:
+    """Fallah et al.'s Algorithm 1 on one client, written from the paper, in float64: each local step takes fresh D, D' (, D'')
+    and sets w <- w - beta (I - alpha H(w; D'')) grad f(w - alpha grad f(w; D); D'), H g by the finite difference (HF),
+    or w <- w - beta grad f(w - alpha grad f(w; D); D') (FO)."""
+    per = 3 if hf else 2
+    for r in range(len(batches) // per):
+        (x1, y1), (x2, y2) = batches[per * r], batches[per * r + 1]
+        g_in = reference_grad(w, x1, y1, wd)
+        g = reference_grad({k: w[k] - alpha * g_in[k] for k in w}, x2, y2, wd)
+        if hf:
+            x3, y3 = batches[per * r + 2]
+            up = reference_grad({k: w[k] + delta * g[k] for k in w}, x3, y3, wd)
+            down = reference_grad({k: w[k] - delta * g[k] for k in w}, x3, y3, wd)
+            g = {k: g[k] - alpha * (up[k] - down[k]) / (2 * delta) for k in w}
+        w = {k: w[k] - beta * g[k] for k in w}
+    return w
+
+
+@pytest.mark.parametrize(("variant", "wd"), [("fo", 0.0), ("hf", 0.0), ("fo", 0.05), ("hf", 0.05)])
+def test_client_update_matches_an_independent_reference(variant: str, wd: float) -> None:
+    """The real client's uplink and personal model against :func:`reference_perfedavg` on the same batches.
+
+    24 hand-made rows, batch 4, one epoch: six batches of the client's batch order, so FO makes 3 steps, HF 2
+    (each step's batches distinct, w carried from step to step). A two-layer linear model under cross-entropy has
+    a Hessian that varies with w, so probing at w' instead of w, or on the wrong batch, shows.
+    """
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 3))
+    i = torch.arange(24.0)
+    x = torch.stack([(i % 5 - 2) / 2, (i * 7 % 11 - 5) / 5, torch.cos(i)], dim=1)
+    y = (i * 5 % 3).long()
+    start = {k: (0.5 * torch.sin(torch.arange(v.numel()) * 1.3 + n)).view_as(v) for n, (k, v) in enumerate(model.named_parameters())}
+    alpha, beta, delta = 0.3, 0.2, 1e-3
+    spec = LocalSpec(epochs=1, batch_size=4, weight_decay=wd)
+    half = PerFedAvg(model, PerFedAvgOptions(variant=variant, beta=beta, delta=delta)).client_half()  # type: ignore[arg-type]
+    reply = client_reply(half, model, spec, start, lr=alpha, x=x, y=y, x_eval=x, y_eval=y)  # alpha = the round's lr
+    # The client's batch order (the documented one: its seed-0 order over client.epochs) and the adaptation batch.
+    order = batch_order(24, 4, 1, torch.Generator().manual_seed(derive_seed(0, "perfedavg")))
+    assert len(order) == 6 and reply.uplink.num_steps == (2 if variant == "hf" else 3)
+    x64 = x.double()
+    want = reference_perfedavg({k: v.double() for k, v in start.items()}, [(x64[b], y[b]) for b in order],
+                               hf=variant == "hf", alpha=alpha, beta=beta, delta=delta, wd=wd)
+    for k, v in want.items():
+        torch.testing.assert_close(reply.uplink.params[k].double(), v, atol=2e-5, rtol=1e-4)  # the server gets w, not w'
+    adapt = batch_order(24, 4, 1, torch.Generator().manual_seed(derive_seed(0, "perfedavg-adapt")))[0]
+    g = reference_grad({k: v.double() for k, v in start.items()}, x64[adapt], y[adapt], wd)
+    personal = {k: (start[k].double() - alpha * g[k]).float() for k in start}  # w^t - alpha grad f(w^t; D)
+    _, loss = evaluate(model, personal, x, y)
+    assert reply.local_loss == pytest.approx(loss, rel=1e-4)
 
 
 @pytest.mark.parametrize(("key", "value"), [("beta", 0.0), ("alpha", -1.0), ("delta", 0.0), ("adapt_steps", -1), ("variant", "so")])

@@ -427,6 +427,12 @@ class RunConfig:
     im2col + one matrix product, all clients in ONE batched GEMM: :mod:`chillfl.training.conv_gemm`), meant
     for GPUs, where cuDNN ran the grouped form one kernel per client. ``gemm`` was slower on the CPU and
     is not yet measured on a GPU. Same maths, other rounding; sequential training is unaffected."""
+    cuda_graphs: bool = False
+    """On a CUDA device, the vectorised executor records each chunk's step of all its clients once per batch shape as a
+    CUDA graph and replays it: one launch a step instead of about 1,500 (:mod:`chillfl.executors.step_graphs`). It
+    applies to plain SGD (momentum, weight decay, clipping) at a constant local rate; other steps, other executors and
+    other devices run as without it. A replay runs the recorded step's very kernels, so it is meant to give the same bits
+    as without it on the same GPU (the CUDA suite compares them); not yet measured for speed: off by default."""
     strict: bool = False
     """An exploding training loss that stays finite (>= 1e4 x round 1's, or above 1e3: :mod:`chillfl.engine.health`)
     stops the run as a divergence (exit 3, ``NAME.failed``) instead of one warning line. ``--strict`` on the command line."""

@@ -275,6 +275,7 @@ def build_experiment(
         memory_format=memory_format,
         precision=precision,
         batched_conv=config.batched_conv,
+        cuda_graphs=config.cuda_graphs,
         private=private_steps(config, data, model, aggregator),  # [privacy] dp-sgd
     )
     model.to(device)

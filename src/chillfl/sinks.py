@@ -76,12 +76,23 @@ NOT_ARTIFACTS = ("checkpoint.safetensors",)
 log = logging.getLogger(__name__)
 
 
+class Finished(Protocol):
+    """What a sink reads of a finished run: :class:`chillfl.runner.RunOutput` is one. A protocol, not that class:
+    the runner imports this module, and an import back, even under ``TYPE_CHECKING``, would be a cycle
+    (``tests/test_import_cycles.py`` counts every import)."""
+
+    @property
+    def folder(self) -> Path | None:
+        """The run's folder, renamed from ``.partial`` before ``on_end`` runs; None when the run was not written."""
+        ...
+
+
 class Sink(Protocol):
     """A run callback (``on_round``, ``on_end``) that holds files open until ``close()``."""
 
     def on_round(self, record: Mapping[str, Any]) -> None: ...
 
-    def on_end(self, output: Any) -> None: ...
+    def on_end(self, output: Finished) -> None: ...
 
     def close(self) -> None: ...
 
@@ -124,7 +135,7 @@ class CsvSink:
             with self.path.open("a", newline="", encoding="utf-8") as f:
                 self._write_row(csv.writer(f), *self.rows[-1])
 
-    def on_end(self, output: Any) -> None:
+    def on_end(self, output: Finished) -> None:
         pass
 
     def close(self) -> None:
@@ -155,7 +166,7 @@ class TensorBoardSink:
         for key, value in scalars(record).items():
             self.writer.add_scalar(key, value, global_step=step)
 
-    def on_end(self, output: Any) -> None:
+    def on_end(self, output: Finished) -> None:
         pass
 
     def close(self) -> None:
@@ -207,7 +218,7 @@ class WandbSink:
     def on_round(self, record: Mapping[str, Any]) -> None:
         self.run.log(scalars(record), step=int(record["round"]))
 
-    def on_end(self, output: Any) -> None:
+    def on_end(self, output: Finished) -> None:
         pass
 
     def close(self) -> None:
@@ -262,12 +273,11 @@ class MlflowSink:
         for i in range(0, len(metrics), 1000):  # MLflow takes at most 1000 metrics a batch
             self.client.log_batch(self.run_id, metrics=metrics[i : i + 1000])
 
-    def on_end(self, output: Any) -> None:
+    def on_end(self, output: Finished) -> None:
         """The finished run's folder (renamed from ``.partial`` by now): its files up to ``ARTIFACT_MAX_BYTES``."""
-        folder = getattr(output, "folder", None)
-        if folder is None:
+        if output.folder is None:
             return
-        for path in sorted(Path(folder).iterdir()):
+        for path in sorted(output.folder.iterdir()):
             if path.is_file() and path.name not in NOT_ARTIFACTS and path.stat().st_size <= ARTIFACT_MAX_BYTES:
                 self.client.log_artifact(self.run_id, str(path))
 

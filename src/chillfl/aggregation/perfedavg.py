@@ -24,7 +24,12 @@ Choices
 * ``variant = "fo"`` (default, as FL-bench's ``perfedavg.version`` and
   PFLlib's client); ``"hf"`` as FL-bench's, delta = ``delta`` (1e-3).
 * alpha defaults to the round's learning rate (both references use the local
-  optimiser's lr as alpha), beta to 1e-3 (FL-bench's default).
+  optimiser's lr as alpha), beta to 1e-3 (FL-bench's default). FO needs alpha
+  below 1 / the loss's sharpness: along a Hessian direction of curvature
+  lambda its step scales the distance to the minimum by
+  1 - beta lambda (1 - alpha lambda), above 1 once alpha lambda > 1 (HF's
+  factor has (1 - alpha lambda)^2). SGD at lr 0.1 takes a small CNN's
+  sharpness past 10, so FO at alpha = lr = 0.1 climbs (docs/personalised.md).
 * A client's batches come from its batch order over ``client.epochs`` (one
   batch a request); a step takes 2 (FO) or 3 (HF) consecutive batches, so a
   round has R = max(1, batches // 2 or 3) steps, wrapping round to the first

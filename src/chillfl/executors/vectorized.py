@@ -121,10 +121,16 @@ any device, which is how the CPU tests exercise the GPU path), a chunk runs
   that a few MB more or less free memory between two runs does not change the
   chunking, which could change float rounding), taken once per batch shape;
 * one worker thread: a GPU runs one stream of large kernels, and threads would
-  only contend for it. CUDA graphs and ``torch.compile`` are not used: the
-  grouped-by-size steps change shape within a round (short last batches,
-  stragglers), and compiled kernels are not guaranteed to round like eager
-  ones, which the equality and determinism tests rely on.
+  only contend for it;
+* with ``cuda_graphs = true`` (:mod:`chillfl.executors.step_graphs`) the
+  chunk's steps of every client are recorded once per batch shape as a CUDA
+  graph and replayed, one launch a step instead of about 1,500. Only steps
+  whose other inputs do not change within the chunk are recorded: plain SGD
+  (momentum, Nesterov, weight decay, clipping) at a constant local rate;
+  steps of only some clients (short last batches, stragglers) stay eager,
+  and large linear weights' deferred updates (whose buffers grow) are not
+  used. ``torch.compile`` is not used: compiled kernels are not guaranteed
+  to round like eager ones, which the equality and determinism tests rely on.
 """
 
 from __future__ import annotations
@@ -134,7 +140,7 @@ import os
 import queue
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 import torch.utils._pytree as pytree
@@ -144,6 +150,7 @@ from torch.func import vmap
 from chillfl.data.augment import crop_flip
 from chillfl.engine.footprint import activation_bytes, nbytes
 from chillfl.executors.sequential import ClientJob, Executor, SequentialExecutor, train_job
+from chillfl.executors.step_graphs import CudaGraphRecorder, Recorder, StepGraphs
 from chillfl.engine.predict import BatchedPredictor, refuse_fallback
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.optim import OptState, init_state, state_slots
@@ -412,6 +419,7 @@ class VectorizedExecutor:
         client: ClientSide | None = None,
         accelerator: bool | None = None,
         free_memory: Callable[[torch.device], int] = free_device_memory,
+        step_recorder: Callable[[torch.device], Recorder] | None = None,
     ) -> None:
         if chunk_size is not None and chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -426,6 +434,9 @@ class VectorizedExecutor:
         self.accelerator = accelerator
         """The accelerator policy (resident chunks, memory-sized): None = when the data are not on the CPU."""
         self.free_memory = free_memory
+        self.step_recorder = step_recorder
+        """How ``cuda_graphs`` records steps on a device: None = CUDA graphs on CUDA devices, no recording elsewhere
+        (tests pass :class:`~chillfl.executors.step_graphs.TapeRecorder` to replay recorded steps on the CPU)."""
         self.fallback_reason: str | None = None
         self._specs: dict[int, VectorizedExecutor] = {}  # executors for the other objectives client updates yield
         self._verified = False
@@ -434,6 +445,7 @@ class VectorizedExecutor:
         self._deferred: frozenset[str] = frozenset()  # factored weights whose updates DeferredOuter batches (set by the probe)
         self._layouts: dict[str, tuple[int, ...]] = {}
         self._chunk_sizes: dict[tuple[int, ...], int] = {}
+        self._graph_warmups: dict[Hashable, int] = {}  # ``cuda_graphs``: warm-up steps per step shape, once a run (:class:`StepGraphs`)
         self._make_fallback = fallback or (lambda: SequentialExecutor(model, spec))
         self._fallback: Executor | None = None
         self._replicas: queue.SimpleQueue[_Replica] = queue.SimpleQueue()
@@ -457,6 +469,7 @@ class VectorizedExecutor:
             self._specs[id(spec)] = VectorizedExecutor(
                 model, spec, chunk_size=self.chunk_size, memory_budget=self.memory_budget, workers=self.workers,
                 fallback=lambda: SequentialExecutor(model, spec), accelerator=self.accelerator, free_memory=self.free_memory,
+                step_recorder=self.step_recorder,
             )
         return self._specs[id(spec)]
 
@@ -545,6 +558,29 @@ class VectorizedExecutor:
         """Whether chunks on ``device`` run under the accelerator policy (see the module's last section)."""
         return device.type != "cpu" if self.accelerator is None else self.accelerator
 
+    def graphed(self, device: torch.device) -> bool:
+        """Whether this executor's steps of every client of a chunk on ``device`` are recorded and replayed (``cuda_graphs``).
+
+        Only a resident chunk (the accelerator policy) whose step reads nothing
+        that changes from step to step besides its batch: plain SGD at a
+        constant local rate (Adam's bias correction and a schedule's rate are
+        numbers of the step), on a CUDA device or with an injected recorder.
+        """
+        spec = self.spec
+        return (
+            spec.cuda_graphs
+            and self.resident(device)
+            and spec.optim.name == "sgd"
+            and spec.optim.step_schedule.name == "constant"
+            and (device.type == "cuda" or self.step_recorder is not None)
+        )
+
+    def _step_graphs(self, device: torch.device) -> StepGraphs | None:
+        if not self.graphed(device):
+            return None
+        recorder = self.step_recorder(device) if self.step_recorder is not None else CudaGraphRecorder(device)
+        return StepGraphs(recorder, seen=self._graph_warmups)
+
     def _balanced_chunks(self, order: list[int], size: int, workers: int | None = None) -> list[list[int]]:
         """At most ``size`` clients per chunk, a multiple of ``workers`` chunks, sizes within one of each other.
 
@@ -589,7 +625,8 @@ class VectorizedExecutor:
         steps: Iterable[_Batch] = _ResidentBatches(jobs, schedules, self.spec) if resident else _host_batches(jobs, schedules, self.spec)
         replica.model.train()
         deferred = DeferredOuter(params, self._deferred, self._layouts) if self._deferred else None
-        totals = self._train_steps(losses_of, steps, params, buffers, opt_state, temperature, lr, context, len(jobs), deferred)
+        graphs = self._step_graphs(device)
+        totals = self._train_steps(losses_of, steps, params, buffers, opt_state, temperature, lr, context, len(jobs), deferred, graphs)
         sums = totals.tolist()  # the chunk's one read of device values on the host
         return [self._outcome(c, keys, params, buffers, len(schedules[c]), sums[c]) for c in range(len(jobs))]
 
@@ -605,19 +642,31 @@ class VectorizedExecutor:
         context: StackedContext,
         clients: int,
         deferred: DeferredOuter | None = None,
+        graphs: StepGraphs | None = None,
     ) -> torch.Tensor:
         """Every vmapped step of one chunk, in place on the stacked state; the clients' summed losses (float64).
 
         ``deferred``: large factored weights' updates, batched (:class:`DeferredOuter`); written
         into ``params`` before a step of only some clients and at the end.
+        ``graphs``: the steps of every client are replayed from recorded graphs
+        (:class:`~chillfl.executors.step_graphs.StepGraphs`; never with ``deferred``).
 
         Nothing here reads a device value on the host (no ``.item()``, no
         data-dependent branch): on a GPU the host only queues kernels, and the
         sums stay on the device until the caller reads them once.
         """
         totals = torch.zeros(clients, dtype=torch.float64, device=temperature.device)
+        every = context.select(None)
         for batch in steps:
             rows = batch.rows
+            if graphs is not None and rows is None:
+                rate = lr.at(batch.step, None, ())  # constant within the chunk (:meth:`graphed`): the graph keeps it
+
+                def step(xy: Sequence[torch.Tensor], rate: float | torch.Tensor = rate, s: int = batch.step) -> None:
+                    totals.add_(self._step(losses_of, params, buffers, opt_state, xy[0], xy[1], temperature, rate, every, None, s))
+
+                graphs((batch.x, batch.y), step)
+                continue
             if rows is None:
                 p, b, m = params, buffers, opt_state
             else:
@@ -707,6 +756,7 @@ class VectorizedExecutor:
             mismatch, factors = [str(exc)], {}
         self._factored = frozenset() if mismatch else frozenset(factors)
         plain_sgd = not self.spec.momentum and not self.spec.weight_decay and not self.spec.optim.dense and self.spec.precision in ("fp32", "tf32")
+        plain_sgd = plain_sgd and not self.graphed(job.x.device)  # deferred updates grow buffers: a recorded step cannot replay them
         dense_part = set() if mismatch else {k for k, g in zip(params, grads) if g is not None}
         self._deferred = frozenset(
             k

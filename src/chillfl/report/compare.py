@@ -10,6 +10,11 @@ Over several seeds or a tuning grid, each variant's row is its chosen point's
 test numbers as mean +- std, a Student-t 95 % interval, and differences to
 the baseline paired per seed (:mod:`chillfl.metrics.stats`).
 
+Both tables add ``epsilon`` where a variant spent a privacy budget (``[privacy]``)
+and ``attack success %`` where one recorded a backdoor's ``attack_success_rate``
+(``[attack]``): the final round's value, over seeds mean ± std (lower is better
+for the defender).
+
 What a comparison runs and how is :mod:`chillfl.sweeps`; this module only
 renders what it ran, and imports nothing of it.
 """
@@ -30,6 +35,20 @@ from chillfl.report.html import write_report
 from chillfl.runner import RunOutput
 from chillfl.storage.results import rounds_to_reach
 from chillfl.tune import describe_rule, is_local, parse_tune, point_label
+
+
+REFERENCE_RULE = "--reference or compare.reference, else the variant with the highest set temperature, else the first"
+"""How :func:`chillfl.sweeps.plan.choose_reference` picks the reference; the tables recite it, as they do not know
+whether the user named the reference or the rule chose it."""
+
+
+def target_of(ref_label: str, base_label: str) -> str:
+    """Which run's best accuracy is the target, and why: the baseline's label alone, or the reference and the rule that
+    made it one. Without the why, ``target = best accuracy of T=0.5`` read as if the user had chosen a run other
+    than the baseline (the rule picks the highest *set* temperature: T = 0.5 over a baseline with none)."""
+    if ref_label == base_label:
+        return ref_label  # the baseline: the line says so already ("relative to" it)
+    return f"{ref_label} (the reference, not the baseline {base_label}: {REFERENCE_RULE})"
 
 
 class Labelled(Protocol):
@@ -120,6 +139,8 @@ def build_rows(
             rows[-1]["mb_to_target"] = reached[0] / 1e6 if reached else None
         if records and records[-1].get("epsilon") is not None:  # [privacy]: the budget the run spent
             rows[-1]["epsilon"] = records[-1]["epsilon"]
+        if records and records[-1].get("attack_success_rate") is not None:  # [attack] backdoor: its success at the end
+            rows[-1]["attack_success_rate"] = records[-1]["attack_success_rate"]
     return rows
 
 
@@ -137,8 +158,11 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
     with_eps = any("epsilon" in r for r in rows)
     if with_eps:
         header.append("epsilon")
+    with_asr = any("attack_success_rate" in r for r in rows)
+    if with_asr:
+        header.append("attack success %")
     lines = [
-        f"target = best global accuracy of {ref_label}: {pct(target)}%; differences and speed-ups relative to {base_label}",
+        f"target = best global accuracy of {target_of(ref_label, base_label)}: {pct(target)}%; differences and speed-ups relative to {base_label}",
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
     ]
@@ -155,6 +179,8 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
             line += f" {mb}{to_target} |"
         if with_eps:
             line += " - |" if r.get("epsilon") is None else f" {r['epsilon']:.3g} |"
+        if with_asr:
+            line += f" {pct(r.get('attack_success_rate'))} |"
         lines.append(line)
     return "\n".join(lines)
 
@@ -195,6 +221,12 @@ def build_seed_rows(
         value = out.summary.get(key) if out is not None else None
         return None if value is None or not math.isfinite(value) else float(value)
 
+    def final_record(label: str, seed: int, key: str) -> float | None:
+        """``key`` in the final round's record (None: a failed run, or not recorded that round)."""
+        out = runs[(label, seed)]
+        value = out.records[-1].get(key) if out is not None and out.records else None
+        return None if value is None or not math.isfinite(value) else float(value)
+
     targets = [summary(ref.label, s, f"best_{metric}") for s in seeds]
     base_acc = [summary(base.label, s, f"final_{metric}") for s in seeds]
     base_local = [summary(base.label, s, "final_local_acc") for s in seeds]
@@ -229,6 +261,9 @@ def build_seed_rows(
                else o.records[-1]["epsilon"] for s in seeds]
         if any(x is not None for x in eps):  # [privacy]: the budget each seed's run spent
             row["epsilon"] = _stat(eps)
+        asr = [final_record(v.label, s, "attack_success_rate") for s in seeds]
+        if any(x is not None for x in asr):  # [attack] backdoor: its success against each seed's final global model
+            row["attack_success_rate"] = _stat(asr)
         if chosen is not None:
             point, scores = chosen[v.label]
             row["tuned"] = dict(point)
@@ -278,7 +313,7 @@ def format_seed_table(
     lines = [
         f"seeds {', '.join(map(str, seeds))} (n = {len(seeds)}); accuracy = final global test accuracy %, mean ± std over seeds, 95 % CI (Student t)",
         f"diff = accuracy - {base_label}'s, paired per seed, mean ± std [95 % CI]; sign holds = seeds where the diff has the mean's sign; "
-        f"target = best accuracy of {ref_label} at the same seed",
+        f"target = best accuracy of {target_of(ref_label, base_label)} at the same seed",
     ]
     if seeds and len(seeds) < MIN_SEEDS:
         lines.append(few_seeds_warning(len(seeds)))
@@ -296,10 +331,15 @@ def format_seed_table(
                      f"(a personalised method's personal model), mean ± std over seeds; local diff = local acc - {base_label}'s, paired per seed [95 % CI]")
     with_mb = any("cumulative_mb" in r for r in rows)
     with_eps = any("epsilon" in r for r in rows)
+    with_asr = any("attack_success_rate" in r for r in rows)
+    if with_asr:
+        lines.append("attack success = the backdoor's success rate at the final round (triggered test inputs of other labels classified "
+                     "as its target), mean ± std over seeds; lower is better for the defender")
     header = ["variant", *([f"tuned ({select})"] if tune and local_rule else ["tuned"] if tune else []),
               "local val acc %" if local_rule else "val acc %", "accuracy %", "95 % CI", "diff (paired)", "diff 95 % CI", "sign holds",
               *(["local acc %", "local diff (paired)", "local diff 95 % CI"] if local else []), "loss",
-              "rounds to target (reached)", *(["cumulative MB"] if with_mb else []), *(["epsilon"] if with_eps else [])]
+              "rounds to target (reached)", *(["cumulative MB"] if with_mb else []), *(["epsilon"] if with_eps else []),
+              *(["attack success %"] if with_asr else [])]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for r in rows:
         delta = r["delta_acc"]
@@ -321,6 +361,8 @@ def format_seed_table(
             cells.append(_pm(r.get("cumulative_mb"), 1.0, 3))
         if with_eps:
             cells.append(_pm(r.get("epsilon"), 1.0, 3))
+        if with_asr:
+            cells.append(_pm(r.get("attack_success_rate")))
         lines.append("| " + " | ".join(cells) + " |")
     if tune:
         points = parse_tune(tune)

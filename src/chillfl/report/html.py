@@ -4,7 +4,8 @@ The page needs nothing but itself: CSS inline, figures as base64 PNG data
 URIs, no script or font from the network. It shows
 
 * the runs' configurations (one row per group, the whole TOML folded away),
-* final and best metrics (mean ± sample std over the seeds of a group),
+* final and best metrics (mean ± sample std over the seeds of a group; epsilon and a backdoor's
+  attack success where a run recorded them),
 * accuracy and loss curves, with a shaded band of ± 1 std across seeds (the band of a comparison's ``curves.png``),
 * calibration: ECE / NLL / Brier over rounds, and a reliability diagram of
   each group's first saved model (``model.safetensors``),
@@ -58,7 +59,10 @@ TABLE_METRICS = (
     ("final_global_brier", "final Brier", False),
     ("rounds_to_target", "rounds to target", False),
     ("final_epsilon", "epsilon", False),
+    ("final_attack_success_rate", "attack success", True),
 )
+FROM_RECORDS = {"final_attack_success_rate": "attack_success_rate"}
+"""Table columns read from the final round's record, as a comparison's table reads them: ``summary.json`` does not keep them."""
 
 
 @dataclass
@@ -330,18 +334,27 @@ def _config_row(g: Group) -> str:
     return "<tr>" + "".join(f'<td class="l">{_e(x)}</td>' for x in cells) + "</tr>"
 
 
+def _value(run: Run, key: str) -> Any:
+    """A results-table column's value for one run: from its summary, or its final record (:data:`FROM_RECORDS`)."""
+    if key in FROM_RECORDS:
+        return run.records[-1].get(FROM_RECORDS[key]) if run.records else None
+    return run.summary.get(key)
+
+
 def _metrics_columns(groups: Sequence[Group]) -> tuple[tuple[str, str, bool], ...]:
     """The results table's columns: rounds to target only where a run set ``eval.target_accuracy``
     (a comparison's own target, the reference's best accuracy per seed, is in its comparison table)."""
     has_target = any("target_accuracy" in r.summary for g in groups for r in g.runs)
     private = any("final_epsilon" in r.summary for g in groups for r in g.runs)  # [privacy]: epsilon only where a run spent one
-    return tuple(c for c in TABLE_METRICS if (has_target or c[0] != "rounds_to_target") and (private or c[0] != "final_epsilon"))
+    attacked = any(_value(r, "final_attack_success_rate") is not None for g in groups for r in g.runs)  # [attack]: a backdoor's success
+    return tuple(c for c in TABLE_METRICS if (has_target or c[0] != "rounds_to_target") and (private or c[0] != "final_epsilon")
+                 and (attacked or c[0] != "final_attack_success_rate"))
 
 
 def _metrics_row(g: Group, columns: Sequence[tuple[str, str, bool]] = TABLE_METRICS) -> str:
     cells = [f'<td class="l">{_e(g.label)}</td>', f"<td>{len(g.runs)}</td>"]
     for key, _, pct in columns:
-        values = [r.summary.get(key) for r in g.runs]
+        values = [_value(r, key) for r in g.runs]
         text = _fmt(key, *mean_std(values), pct)
         if key == "rounds_to_target" and any("target_accuracy" in r.summary for r in g.runs):
             reached = sum(v is not None for v in values)

@@ -123,6 +123,9 @@ class LocalSpec:
     batched_conv: str = "grouped"
     """How a vmapped step runs the clients' ``conv2d`` / ``conv1d``: ``grouped`` (vmap's grouped convolution) or ``gemm``
     (im2col + one batched matrix product: :mod:`chillfl.training.conv_gemm`). One client's step is unaffected."""
+    cuda_graphs: bool = False
+    """The vectorised executor records a chunk's steps on a CUDA device as CUDA graphs and replays them
+    (:mod:`chillfl.executors.step_graphs`); elsewhere, and for steps it cannot replay, steps run as they are."""
     optim: Optimizer = SGD
     """The optimiser besides ``momentum`` / ``weight_decay``: Adam(W), Nesterov, clipping, a schedule over local steps."""
     frozen: frozenset[str] = frozenset()
@@ -141,6 +144,7 @@ class LocalSpec:
         return LocalSpec(
             epochs=epochs, batch_size=batch_size, momentum=self.momentum, weight_decay=self.weight_decay, base_loss=base_loss,
             memory_format=self.memory_format, precision=self.precision, batched_conv=self.batched_conv, optim=self.optim,
+            cuda_graphs=self.cuda_graphs,
         )
 
 
@@ -227,8 +231,8 @@ def batch_layout(spec: LocalSpec, x: torch.Tensor) -> torch.Tensor:
 
 def autocast_for(spec: LocalSpec, device: torch.device) -> Any:
     """The context the training forward runs in: bf16 autocast on ``device`` or nothing."""
-    if spec.precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if spec.precision == "bf16":  # a recorded step must not keep autocast's cast weights from one step to the next
+        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=not spec.cuda_graphs)
     return nullcontext()
 
 

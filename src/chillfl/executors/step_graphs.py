@@ -203,10 +203,9 @@ class StepGraphs:
                 log.warning("step graphs: the step could not be captured (%s); this chunk's steps run eagerly", self.failed)
                 step(inputs)
                 return
-            self._graphs[key] = (replay, static)
+            recorded = self._graphs[key] = (replay, static)
             if self.recorder.runs_while_recording:  # this step is done
                 return
-            recorded = self._graphs[key]
         replay, static = recorded
         for buffer, value in zip(static, inputs):
             buffer.copy_(value)

@@ -156,10 +156,11 @@ if [ "$SMOKE" = 1 ]; then
     LAYOUTS=(--device cpu --clients 2 --samples 50 --repeats 1)
 else
     BENCH+=(--no-install)
-    W1=(--workload 1 --rounds 2 --modes "chillfl[auto],chillfl[auto+graphs],chillfl[auto+tf32],chillfl[auto+bf16],chillfl[auto+bf16+graphs],chillfl[auto+gemm],chillfl[auto+gemm+graphs],chillfl[auto+bf16+gemm],chillfl[auto+bf16+gemm+graphs],blazefl[threads]" --timeout 35)
+    # the fp32 target is fp32/tf32: W1 also with tf32 tensor cores, graphed; each graphed mode beside its eager twin where one is kept
+    W1=(--workload 1 --rounds 2 --modes "chillfl[auto],chillfl[auto+graphs],chillfl[auto+tf32+graphs],chillfl[auto+bf16],chillfl[auto+bf16+graphs],chillfl[auto+gemm+graphs],chillfl[auto+tf32+gemm+graphs],chillfl[auto+bf16+gemm+graphs],blazefl[threads]" --timeout 35)
     W2=(--workload 2 --rounds 3 --modes "chillfl[auto],chillfl[auto+graphs],blazefl[serial],blazefl[threads]" --timeout 20)
     W3=(--workload 3 --rounds 3 --modes "chillfl[auto],chillfl[auto+bf16]" --timeout 25)
-    W4=(--workload 4 --rounds 3 --modes "chillfl[auto],blazefl[serial],blazefl[threads]" --timeout 20)
+    W4=(--workload 4 --rounds 3 --modes "chillfl[auto],chillfl[auto+graphs],blazefl[serial],blazefl[threads]" --timeout 20)
     PROFILE=(--workload 1 --scale 1.0 --device cuda)
     LAYOUTS=(--device cuda --clients 50 --samples 500)
 fi

@@ -62,11 +62,11 @@ from workloads import WORKLOADS, Workload, data_dir, round_flops, workload, writ
 
 CHILLFL_EXECUTORS = (
     "auto", "sequential", "vectorized", "processes", "auto+tf32", "auto+bf16", "auto+bf16+channels_last", "auto+gemm", "auto+tf32+gemm", "auto+bf16+gemm",
-    "auto+graphs", "auto+bf16+graphs", "auto+gemm+graphs", "auto+bf16+gemm+graphs",
+    "auto+graphs", "auto+tf32+graphs", "auto+bf16+graphs", "auto+gemm+graphs", "auto+tf32+gemm+graphs", "auto+bf16+gemm+graphs",
 )
 CUDA_ONLY = ("processes",)  # chillfl trains ``processes`` on the CPU: refused on a GPU
 CPU_REFUSED = ("auto+tf32", "auto+bf16+channels_last", "auto+gemm", "auto+tf32+gemm", "auto+bf16+gemm",
-               "auto+graphs", "auto+bf16+graphs", "auto+gemm+graphs", "auto+bf16+gemm+graphs")
+               "auto+graphs", "auto+tf32+graphs", "auto+bf16+graphs", "auto+gemm+graphs", "auto+tf32+gemm+graphs", "auto+bf16+gemm+graphs")
 """TF32 is a GPU mode; the CPU's ``auto`` already picks channels-last, and trains large convolutions one client at a
 time (``batched_conv`` changes only vmapped steps; it was slower on the CPU: chillfl.training.conv_gemm); ``cuda_graphs``
 records steps on CUDA devices only (chillfl.executors.step_graphs)."""

@@ -351,3 +351,35 @@ def test_weighted_average_in_blocks_and_threads_is_bitwise_the_client_by_client_
         for w, s in zip(weights.tolist(), states):
             acc.add_(s[key], alpha=w)
         assert torch.equal(out[key], acc.to(torch.float32))
+
+
+def test_weighted_average_off_the_cpu_adds_whole_tensors_one_launch_per_client_and_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks are a CPU cache trick: on an accelerator each block would be a kernel launch (issue 39).
+
+    ``meta`` tensors stand in for a device that is not the CPU (no data, the same dispatch): the add
+    count is one per client and key there, and per block and client on the CPU.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from chillfl.aggregation import base
+
+    monkeypatch.setattr(base, "average_threads", lambda: 1)  # a dispatch mode sees its own thread only
+
+    class Adds(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.count += func.__name__.startswith("add_")
+            return func(*args, **(kwargs or {}))
+
+    def adds(device: str) -> int:
+        states = [{"w": torch.zeros(3 * base.AVERAGE_BLOCK, device=device), "b": torch.zeros(5, device=device)} for _ in range(4)]
+        counter = Adds()
+        with counter:
+            base._accumulate(torch.zeros(3 * base.AVERAGE_BLOCK, dtype=torch.float64, device=device), [s["w"] for s in states], [0.25] * 4)
+        return counter.count
+
+    assert adds("meta") == 4  # one per client
+    assert adds("cpu") == 12  # 3 blocks x 4 clients

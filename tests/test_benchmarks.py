@@ -135,9 +135,12 @@ def test_gpu_targets_met_missed_and_not_measured() -> None:
     def ok(t: float) -> dict:
         return {"status": "ok", "s_per_round_median": t}
 
+    graphed = {**ok(0.28), "ops": {"cuda_launches_per_round": 8000}}
     workloads = {
-        "1": {"modes": {"chillfl[auto]": ok(0.25), "chillfl[auto+bf16]": ok(0.2), "blazefl[threads]": ok(8.0), "blazefl[serial]": ok(9.0)}},
-        "2": {"modes": {"chillfl[auto]": ok(0.05), "blazefl[threads]": ok(0.6)}, "chillfl_startup_run_experiment": {"chillfl[auto]": {"status": "ok", "median_s": 2.6}}},
+        "1": {"modes": {"chillfl[auto]": ok(0.25), "chillfl[auto+bf16]": ok(0.2), "chillfl[auto+graphs]": graphed, "chillfl[auto+gemm]": ok(0.5),
+                        "blazefl[threads]": ok(8.0), "blazefl[serial]": ok(9.0)}},
+        "2": {"modes": {"chillfl[auto]": ok(0.05), "chillfl[auto+graphs]": ok(0.1), "blazefl[threads]": ok(0.6)},
+              "chillfl_startup_run_experiment": {"chillfl[auto]": {"status": "ok", "median_s": 2.6, "median_minus_import_torch_s": 0.9}}},
         "3": {"modes": {"compute_bound": ok(2.0), "chillfl[auto]": ok(0.9), "chillfl[auto+bf16]": ok(1.2)}},
     }
     rows = {target: (measured, verdict) for target, measured, _, verdict in gpu_targets.targets(workloads)}
@@ -145,12 +148,15 @@ def test_gpu_targets_met_missed_and_not_measured() -> None:
     assert rows["W1 chillfl[auto] vs BlazeFL best"] == ("32.000x (blazefl[threads])", "met")  # 8.0 / 0.25
     assert rows["W1 chillfl[auto+bf16] s/round"] == ("0.200 s", "MISSED")  # > 0.15
     assert rows["W1 chillfl[auto+bf16] vs BlazeFL best"] == ("40.000x (blazefl[threads])", "met")
-    assert rows["W1 chillfl[auto+tf32] s/round"] == ("-", "not measured")
-    assert rows["W1 chillfl[auto+gemm] s/round"] == rows["W1 chillfl[auto+bf16+gemm] s/round"] == ("-", "not measured")
+    assert rows["W1 chillfl[auto+gemm] s/round"] == ("0.500 s", "MISSED")  # a mode measured beyond the headline: listed too
+    assert rows["W1 chillfl[auto+tf32+graphs] s/round"] == ("-", "not measured")  # a headline mode not run
+    assert rows["W1 chillfl[auto+graphs] launches/round"] == ("8,000", "MISSED")  # > 7,565: a tenth of the 75,647 before
+    assert "W1 chillfl[auto] launches/round" not in rows  # not counted: no row
     assert rows["W3 chillfl best / plain loop"] == ("0.450x (chillfl[auto])", "met")
     assert rows["W2 chillfl[auto] vs BlazeFL best"] == ("12.000x (blazefl[threads])", "met")
+    assert rows["W2 chillfl[auto+graphs] vs BlazeFL best"] == ("6.000x (blazefl[threads])", "MISSED")
     assert rows["W4 chillfl[auto] vs BlazeFL best"] == ("-", "not measured")
-    assert rows["W2 launch -> end of round 1"] == ("2.600 s", "MISSED")
+    assert rows["W2 launch -> end of round 1 - import torch"] == ("0.900 s (raw 2.60 s)", "met")
 
 
 def test_chillfl_variants_set_precision_and_memory_format() -> None:

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from chillfl.executors.sequential import ClientJob
-from chillfl.executors.step_graphs import StepGraphs, TapeRecorder
+from chillfl.executors.step_graphs import GraphSlots, StepGraphs, TapeRecorder, tree_key
 from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.training.local import LocalOutcome, LocalSpec, model_state
 from chillfl.training.schedule import LrSchedule, Optimizer
@@ -45,6 +45,19 @@ def test_a_shape_warms_up_once_per_run_not_once_per_chunk() -> None:
             graphs((torch.tensor(1.0),), lambda xs: total.add_(xs[0]))
     # chunk 1: 2 warm-up steps, 1 recorded; chunk 2: recorded at once, 2 replays
     assert (recorder.captures, recorder.replays, float(total)) == (2, 2, 6.0)
+
+
+def test_a_shapes_last_step_in_a_chunk_is_not_captured() -> None:
+    """A capture pays off only through replays: with no later step of its shape (``again=False``) the step runs eagerly."""
+    recorder = TapeRecorder()
+    total = torch.zeros(())
+    for _chunk in range(3):  # chunks of one step (Per-FedAvg's meta-steps): never captured
+        StepGraphs(recorder, warmup=0)((torch.tensor(1.0),), lambda xs: total.add_(xs[0]), again=False)
+    assert (recorder.captures, float(total)) == (0, 3.0)
+    graphs = StepGraphs(recorder, warmup=0)
+    for again in (True, True, False):  # a chunk of three: captured at its first, replayed at the other two
+        graphs((torch.tensor(1.0),), lambda xs: total.add_(xs[0]), again=again)
+    assert (recorder.captures, recorder.replays, float(total)) == (1, 2, 6.0)
 
 
 def test_a_replay_repeats_the_recorded_ops_on_the_recorded_tensors() -> None:
@@ -178,3 +191,39 @@ def test_whole_runs_with_recorded_steps_equal_runs_without_bitwise(monkeypatch: 
     with_graphs = run(True)
     assert recorder.replays > 0
     assert with_graphs == without
+    assert recorder.captures == 1  # once a run: round 2's chunk replays round 1's graph on its own values (GraphSlots)
+
+
+def test_a_slot_key_is_the_structure_the_layouts_and_the_plain_values_by_their_bits() -> None:
+    t = torch.zeros(2, 3)
+    assert tree_key((t, 0.5, "x")) == tree_key((torch.ones(2, 3), 0.5, "x"))  # values of tensors are not baked in
+    assert tree_key((t, 0.5)) != tree_key((t, 0.25))  # numbers are
+    assert tree_key((t, 0.0)) != tree_key((t, -0.0))  # to the bit
+    assert tree_key((t, 0.5)) != tree_key((t.t(), 0.5))  # strides
+    assert tree_key((t, 0.5)) != tree_key(([t], 0.5))  # structure
+    assert tree_key((t, object())) is None  # an object a replay could neither refresh nor compare
+    assert tree_key((torch.zeros(3).expand(2, 3),)) is None  # a broadcast view cannot be copied into
+
+
+def test_a_slot_is_reused_by_the_next_chunk_of_its_structure_with_the_new_values_and_owns_its_tensors() -> None:
+    slots = GraphSlots(keep=2)
+    graphs = StepGraphs(TapeRecorder())
+    first = (torch.tensor([1.0, 2.0]), 0.5)
+    a = slots.take(first, graphs)
+    assert a is not None and a.graphs is graphs
+    assert torch.equal(a.tree[0], first[0]) and a.tree[0] is not first[0]  # a copy: the caller's tensor (the global model?) is never written
+    a.tree[0].add_(100.0)
+    assert first[0].tolist() == [1.0, 2.0]
+    slots.give(a)
+    b = slots.take((torch.tensor([3.0, 4.0]), 0.5), StepGraphs(TapeRecorder()))
+    assert b is a and b.tree[0].tolist() == [3.0, 4.0]  # the same slot and graphs, holding the new values
+    assert slots.take((torch.tensor([3.0, 4.0]), 0.5), graphs) is not a  # held by a chunk: another gets its own
+    slots.give(b)
+    other = slots.take((torch.tensor([1.0, 2.0]), 0.25), graphs)  # another local rate: another slot
+    assert other is not None and other is not a
+    slots.give(other)
+    third = slots.take((torch.zeros(3), 0.5), graphs)
+    assert third is not None
+    slots.give(third)  # three structures, keep=2: the least recently used (the first) is dropped with its graphs
+    assert slots.take((torch.tensor([5.0, 6.0]), 0.5), graphs) is not a
+    assert slots.take((torch.tensor([1.0]), object()), graphs) is None

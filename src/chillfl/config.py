@@ -429,7 +429,8 @@ class RunConfig:
     is not yet measured on a GPU. Same maths, other rounding; sequential training is unaffected."""
     cuda_graphs: bool = False
     """On a CUDA device, the vectorised executor records each chunk's step of all its clients once per batch shape as a
-    CUDA graph and replays it: one launch a step instead of about 1,500 (:mod:`chillfl.executors.step_graphs`). It
+    CUDA graph and replays it: one launch a step instead of about 1,500 (:mod:`chillfl.executors.step_graphs`); later
+    chunks (rounds) of the same structure replay the same graphs on their own values. It
     applies to plain SGD (momentum, weight decay, clipping) at a constant local rate; other steps, other executors and
     other devices run as without it. A replay runs the recorded step's very kernels, so it is meant to give the same bits
     as without it on the same GPU (the CUDA suite compares them); not yet measured for speed: off by default."""

@@ -16,6 +16,15 @@ How (:class:`StepGraphs`), per step *shape* (the inputs' shapes and dtypes):
    then replayed once, which is that step;
 3. every later step copies its inputs into the static buffers and replays.
 
+A shape's last step in a chunk is not captured (``again=False``): a capture
+costs more than an eager step and pays off only through replays.
+
+Recorded once a run (:class:`GraphSlots`): a chunk trains on a *slot*'s
+tensors -- stacked state, optimiser state, temperatures, loss sums, context --
+kept for the next chunk of the same structure, whose values are copied in;
+that chunk (usually the next round's) replays the graphs recorded there
+instead of recording its own.
+
 A replay runs the very kernels the eager step queued, with the same launch
 parameters, on the same tensors (the chunk's stacked parameters, buffers,
 optimiser state and loss sums, updated in place), so it computes the same
@@ -39,6 +48,8 @@ is replayed wrongly on the CPU as it would be on a GPU, and the tests see it.
 from __future__ import annotations
 
 import logging
+import threading
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Protocol, Sequence
 
 import torch
@@ -182,8 +193,14 @@ class StepGraphs:
     def key(inputs: Sequence[torch.Tensor]) -> Hashable:
         return tuple((tuple(t.shape), t.stride(), t.dtype, t.device) for t in inputs)
 
-    def __call__(self, inputs: Sequence[torch.Tensor], step: Step) -> None:
-        """Run ``step(inputs)``: eagerly, or by a graph of this shape (capturing it first if its warm-up is over)."""
+    def __call__(self, inputs: Sequence[torch.Tensor], step: Step, again: bool = True) -> None:
+        """Run ``step(inputs)``: eagerly, or by a graph of this shape (capturing it first if its warm-up is over).
+
+        ``again``: whether the chunk has a later step of this shape. A shape's
+        last step is not captured: a capture costs more than an eager step, and
+        is worth it only if a replay follows (a chunk of one step a shape, e.g.
+        Per-FedAvg's meta-steps, would otherwise capture every step).
+        """
         if self.failed is not None:
             step(inputs)
             return
@@ -194,6 +211,9 @@ class StepGraphs:
             if seen < self.warmup:
                 self._seen[key] = seen + 1
                 self.recorder.warmup(lambda: step(inputs))
+                return
+            if not again:
+                step(inputs)
                 return
             static = [t.clone() for t in inputs]
             try:
@@ -210,3 +230,85 @@ class StepGraphs:
         for buffer, value in zip(static, inputs):
             buffer.copy_(value)
         replay()
+
+
+PLAIN = (bool, int, float, str, type(None))
+"""Leaves a recorded step may bake in by value (numbers, flags, names); any other object refuses :func:`tree_key`."""
+
+
+def tree_key(tree: Any) -> Hashable | None:
+    """What recorded steps bake in of ``tree``: its structure, each tensor's layout, each plain value (floats by their bits).
+
+    None when a leaf is neither a dense tensor nor a plain value (an object a
+    replay could neither refresh nor compare), or a tensor is a broadcast view
+    (stride 0: it cannot be copied into).
+    """
+    leaves, spec = pytree.tree_flatten(tree)
+    out: list[Hashable] = []
+    for v in leaves:
+        if isinstance(v, torch.Tensor):
+            if v.numel() > 1 and 0 in v.stride():
+                return None
+            out.append((tuple(v.shape), v.stride(), v.dtype, v.device, v.requires_grad))
+        elif isinstance(v, PLAIN):
+            out.append((type(v), v.hex() if isinstance(v, float) else v))
+        else:
+            return None
+    return spec, tuple(out)
+
+
+def _owned(tree: Any) -> Any:
+    """A copy of ``tree`` whose tensors are the slot's own (the caller's may be a protocol's, e.g. the global model)."""
+    return pytree.tree_map(lambda v: v.detach().clone().requires_grad_(v.requires_grad) if isinstance(v, torch.Tensor) else v, tree)
+
+
+@dataclass
+class Slot:
+    """One structure's persistent tensors (``tree``) and the steps recorded on them."""
+
+    key: Hashable
+    tree: Any
+    graphs: StepGraphs
+
+
+class GraphSlots:
+    """A run's recorded steps, replayed by every later chunk of the same structure, not recorded again each round.
+
+    A recorded step reads fixed memory: the chunk's stacked state, optimiser
+    state, temperatures and context. A chunk takes (:meth:`take`) the slot of its
+    structure (:func:`tree_key` of those tensors) and its values are copied in,
+    so the steps recorded by an earlier chunk (an earlier round) replay on
+    them; a chunk of a new structure gets a new slot, copies of its tensors.
+    The results a chunk returns must not be views of the slot (the next chunk
+    overwrites it): the caller copies them out. ``keep`` slots at most (the
+    least recently used goes, with its graphs and their memory). A chunk holds
+    its slot alone (another thread's chunk of the same structure gets its own).
+    """
+
+    def __init__(self, keep: int = 2) -> None:
+        self.keep = keep
+        self._free: dict[Hashable, Slot] = {}
+        self._lock = threading.Lock()
+
+    def take(self, tree: Any, graphs: StepGraphs) -> Slot | None:
+        """The slot for ``tree``'s structure, holding ``tree``'s values (a new one records with ``graphs``); None if ``tree`` has an object no slot can hold."""
+        key = tree_key(tree)
+        if key is None:
+            return None
+        with self._lock:
+            slot = self._free.pop(key, None)
+        if slot is None:
+            return Slot(key, _owned(tree), graphs)
+        with torch.no_grad():
+            for mine, value in zip(pytree.tree_leaves(slot.tree), pytree.tree_leaves(tree)):
+                if isinstance(mine, torch.Tensor):
+                    mine.copy_(value)
+        return slot
+
+    def give(self, slot: Slot) -> None:
+        """``slot`` back, for the next chunk of its structure."""
+        with self._lock:
+            self._free.pop(slot.key, None)
+            self._free[slot.key] = slot  # the most recently used last
+            while len(self._free) > self.keep:
+                del self._free[next(iter(self._free))]

@@ -124,7 +124,10 @@ any device, which is how the CPU tests exercise the GPU path), a chunk runs
   only contend for it;
 * with ``cuda_graphs = true`` (:mod:`chillfl.executors.step_graphs`) the
   chunk's steps of every client are recorded once per batch shape as a CUDA
-  graph and replayed, one launch a step instead of about 1,500. Only steps
+  graph and replayed, one launch a step instead of about 1,500; the tensors
+  the step reads live in a slot kept for the next chunk of the same
+  structure (:class:`~chillfl.executors.step_graphs.GraphSlots`), so a run
+  records once, not once a round. Only steps
   whose other inputs do not change within the chunk are recorded: plain SGD
   (momentum, Nesterov, weight decay, clipping) at a constant local rate;
   steps of only some clients (short last batches, stragglers) stay eager,
@@ -135,6 +138,7 @@ any device, which is how the CPU tests exercise the GPU path), a chunk runs
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import queue
@@ -150,7 +154,7 @@ from torch.func import vmap
 from chillfl.data.augment import crop_flip
 from chillfl.engine.footprint import activation_bytes, nbytes
 from chillfl.executors.sequential import ClientJob, Executor, SequentialExecutor, train_job
-from chillfl.executors.step_graphs import CudaGraphRecorder, Recorder, StepGraphs
+from chillfl.executors.step_graphs import CudaGraphRecorder, GraphSlots, Recorder, StepGraphs
 from chillfl.engine.predict import BatchedPredictor, refuse_fallback
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.optim import OptState, init_state, state_slots
@@ -360,6 +364,8 @@ def client_bytes(
     batch = job.x[: spec.batch_size]
     if len(batch):
         per_client += 3 * activation_bytes(model, job.start, batch, gemm_columns=spec.batched_conv == "gemm") + nbytes(batch)
+    if resident and spec.cuda_graphs:  # recorded steps (GraphSlots): the results are a copy out of the slot
+        per_client += sum(nbytes(v) for v in job.start.values())
     if resident:  # the chunk's concatenated data and its plan: batch rows (and 3 crop/flip draws) per sample-step, int64
         per_client += nbytes(job.x) + nbytes(job.y) + 8 * len(job.y) * spec.epochs * (4 if spec.augment is not None else 1)
         # deferred weights' row buffers (DeferredOuter): up to "out" rows of x and of dz. Counted where memory can run out;
@@ -446,6 +452,8 @@ class VectorizedExecutor:
         self._layouts: dict[str, tuple[int, ...]] = {}
         self._chunk_sizes: dict[tuple[int, ...], int] = {}
         self._graph_warmups: dict[Hashable, int] = {}  # ``cuda_graphs``: warm-up steps per step shape, once a run (:class:`StepGraphs`)
+        self._recorders: dict[torch.device, Recorder] = {}
+        self._graph_slots = GraphSlots()  # ``cuda_graphs``: recorded steps and the tensors they read, kept from round to round
         self._make_fallback = fallback or (lambda: SequentialExecutor(model, spec))
         self._fallback: Executor | None = None
         self._replicas: queue.SimpleQueue[_Replica] = queue.SimpleQueue()
@@ -576,10 +584,12 @@ class VectorizedExecutor:
         )
 
     def _step_graphs(self, device: torch.device) -> StepGraphs | None:
+        """A chunk's own :class:`StepGraphs` (the recorder of ``device``, one memory pool a run); None when not :meth:`graphed`."""
         if not self.graphed(device):
             return None
-        recorder = self.step_recorder(device) if self.step_recorder is not None else CudaGraphRecorder(device)
-        return StepGraphs(recorder, seen=self._graph_warmups)
+        if device not in self._recorders:
+            self._recorders[device] = self.step_recorder(device) if self.step_recorder is not None else CudaGraphRecorder(device)
+        return StepGraphs(self._recorders[device], seen=self._graph_warmups)
 
     def _balanced_chunks(self, order: list[int], size: int, workers: int | None = None) -> list[list[int]]:
         """At most ``size`` clients per chunk, a multiple of ``workers`` chunks, sizes within one of each other.
@@ -625,9 +635,19 @@ class VectorizedExecutor:
         steps: Iterable[_Batch] = _ResidentBatches(jobs, schedules, self.spec) if resident else _host_batches(jobs, schedules, self.spec)
         replica.model.train()
         deferred = DeferredOuter(params, self._deferred, self._layouts) if self._deferred else None
+        totals = torch.zeros(len(jobs), dtype=torch.float64, device=device)
         graphs = self._step_graphs(device)
-        totals = self._train_steps(losses_of, steps, params, buffers, opt_state, temperature, lr, context, len(jobs), deferred, graphs)
+        slot = self._graph_slots.take(_slot_tree(params, buffers, opt_state, temperature, context, lr, totals), graphs) if graphs is not None else None
+        if slot is not None:  # a slot's recorded steps read its tensors: the chunk trains on them, holding its values
+            params, buffers, opt_state, temperature, shared, batched, lr.constant, totals = slot.tree
+            context = StackedContext(context.spec, shared, batched)
+            losses_of = _Vmapped(replica.loss_fn, context)
+            graphs = slot.graphs
+        totals = self._train_steps(losses_of, steps, params, buffers, opt_state, temperature, lr, context, totals, deferred, graphs)
         sums = totals.tolist()  # the chunk's one read of device values on the host
+        if slot is not None:  # the next chunk of this structure overwrites the slot: the results are copies
+            params, buffers = {k: v.detach().clone() for k, v in params.items()}, {k: v.clone() for k, v in buffers.items()}
+            self._graph_slots.give(slot)
         return [self._outcome(c, keys, params, buffers, len(schedules[c]), sums[c]) for c in range(len(jobs))]
 
     def _train_steps(
@@ -640,11 +660,11 @@ class VectorizedExecutor:
         temperature: torch.Tensor,
         lr: "_LearningRates",
         context: StackedContext,
-        clients: int,
+        totals: torch.Tensor,
         deferred: DeferredOuter | None = None,
         graphs: StepGraphs | None = None,
     ) -> torch.Tensor:
-        """Every vmapped step of one chunk, in place on the stacked state; the clients' summed losses (float64).
+        """Every vmapped step of one chunk, in place on the stacked state; ``totals``: the clients' summed losses (float64, zeros in).
 
         ``deferred``: large factored weights' updates, batched (:class:`DeferredOuter`); written
         into ``params`` before a step of only some clients and at the end.
@@ -655,8 +675,8 @@ class VectorizedExecutor:
         data-dependent branch): on a GPU the host only queues kernels, and the
         sums stay on the device until the caller reads them once.
         """
-        totals = torch.zeros(clients, dtype=torch.float64, device=temperature.device)
         every = context.select(None)
+        left = steps.everyone_steps() if isinstance(steps, _ResidentBatches) else None  # to know a shape's last step
         for batch in steps:
             rows = batch.rows
             if graphs is not None and rows is None:
@@ -665,7 +685,9 @@ class VectorizedExecutor:
                 def step(xy: Sequence[torch.Tensor], rate: float | torch.Tensor = rate, s: int = batch.step) -> None:
                     totals.add_(self._step(losses_of, params, buffers, opt_state, xy[0], xy[1], temperature, rate, every, None, s))
 
-                graphs((batch.x, batch.y), step)
+                if left is not None:
+                    left[batch.x.shape[1]] -= 1
+                graphs((batch.x, batch.y), step, again=left is None or left[batch.x.shape[1]] > 0)
                 continue
             if rows is None:
                 p, b, m = params, buffers, opt_state
@@ -774,6 +796,14 @@ class VectorizedExecutor:
     def _outcome(c: int, keys: list[str], params: Params, buffers: Params, steps: int, total: float) -> LocalOutcome:
         state = {k: (params[k] if k in params else buffers[k])[c].detach() for k in keys}
         return LocalOutcome(state, steps, total / max(steps, 1))
+
+
+def _slot_tree(
+    params: Params, buffers: Params, opt_state: OptState, temperature: torch.Tensor, context: StackedContext, lr: "_LearningRates", totals: torch.Tensor
+) -> tuple[Any, ...]:
+    """What a chunk's recorded steps read besides the batch, as :class:`GraphSlots` holds it (the order ``_run_chunk`` unpacks)."""
+    shared = [None if pos in context.batched else v for pos, v in enumerate(context.shared)]  # a batched position's value is the stack's
+    return params, buffers, opt_state, temperature, shared, context.batched, lr.constant, totals
 
 
 class _Vmapped:
@@ -909,6 +939,10 @@ class _ResidentBatches:
             flat = flat.pin_memory()  # a truly asynchronous copy
         self._host = flat  # kept alive until the copy has certainly finished
         self._parts = list(torch.split(flat.to(device, non_blocking=True), [t.numel() for t in host]))
+
+    def everyone_steps(self) -> collections.Counter[int]:
+        """The steps of every client of the chunk, by batch size (what :class:`StepGraphs` may replay)."""
+        return collections.Counter(b for _, b, everyone, _, _ in self._layout if everyone)
 
     def __iter__(self) -> Iterator[_Batch]:
         parts = iter(self._parts)

@@ -452,7 +452,6 @@ class VectorizedExecutor:
         self._layouts: dict[str, tuple[int, ...]] = {}
         self._chunk_sizes: dict[tuple[int, ...], int] = {}
         self._graph_warmups: dict[Hashable, int] = {}  # ``cuda_graphs``: warm-up steps per step shape, once a run (:class:`StepGraphs`)
-        self._recorders: dict[torch.device, Recorder] = {}
         self._graph_slots = GraphSlots()  # ``cuda_graphs``: recorded steps and the tensors they read, kept from round to round
         self._make_fallback = fallback or (lambda: SequentialExecutor(model, spec))
         self._fallback: Executor | None = None
@@ -584,12 +583,17 @@ class VectorizedExecutor:
         )
 
     def _step_graphs(self, device: torch.device) -> StepGraphs | None:
-        """A chunk's own :class:`StepGraphs` (the recorder of ``device``, one memory pool a run); None when not :meth:`graphed`."""
+        """New :class:`StepGraphs` with a recorder of their own; None when not :meth:`graphed`.
+
+        A recorder of their own: a CUDA recorder's graphs share its memory pool,
+        and torch refuses a capture into a pool whose graphs have all been freed
+        (as a dropped chunk's or slot's are), so a pool lives and dies with the
+        graphs recorded into it.
+        """
         if not self.graphed(device):
             return None
-        if device not in self._recorders:
-            self._recorders[device] = self.step_recorder(device) if self.step_recorder is not None else CudaGraphRecorder(device)
-        return StepGraphs(self._recorders[device], seen=self._graph_warmups)
+        recorder = self.step_recorder(device) if self.step_recorder is not None else CudaGraphRecorder(device)
+        return StepGraphs(recorder, seen=self._graph_warmups)
 
     def _balanced_chunks(self, order: list[int], size: int, workers: int | None = None) -> list[list[int]]:
         """At most ``size`` clients per chunk, a multiple of ``workers`` chunks, sizes within one of each other.

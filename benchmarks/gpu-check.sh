@@ -155,8 +155,10 @@ if [ "$SMOKE" = 1 ]; then
     LAYOUTS=(--device cpu --clients 2 --samples 50 --repeats 1)
 else
     BENCH+=(--no-install)
-    # the fp32 target is fp32/tf32: W1 also with tf32 tensor cores, graphed; each graphed mode beside its eager twin where one is kept
-    W1=(--workload 1 --rounds 2 --modes "chillfl[auto],chillfl[auto+graphs],chillfl[auto+tf32+graphs],chillfl[auto+bf16],chillfl[auto+bf16+graphs],chillfl[auto+gemm+graphs],chillfl[auto+tf32+gemm+graphs],chillfl[auto+bf16+gemm+graphs],blazefl[threads]" --timeout 35)
+    # Modes run in the order listed (run.py), most telling first, so that a step that runs out of time (its JSON
+    # keeps what was measured) loses the least: graphed fp32 and bf16, BlazeFL, then the rest. The fp32 target is
+    # fp32/tf32: W1 also with tf32 tensor cores, graphed; `auto` and `auto+bf16` are the eager twins.
+    W1=(--workload 1 --rounds 2 --modes "chillfl[auto+graphs],chillfl[auto+bf16+graphs],blazefl[threads],chillfl[auto+tf32+graphs],chillfl[auto],chillfl[auto+bf16],chillfl[auto+gemm+graphs],chillfl[auto+bf16+gemm+graphs],chillfl[auto+tf32+gemm+graphs]" --timeout 35)
     W2=(--workload 2 --rounds 3 --modes "chillfl[auto],chillfl[auto+graphs],blazefl[serial],blazefl[threads]" --timeout 20)
     W3=(--workload 3 --rounds 3 --modes "chillfl[auto],chillfl[auto+bf16]" --timeout 25)
     W4=(--workload 4 --rounds 3 --modes "chillfl[auto],chillfl[auto+graphs],blazefl[serial],blazefl[threads]" --timeout 20)

@@ -151,17 +151,23 @@ def measure(cmd: list[str], env: dict[str, str], clock_path: Path, log_path: Pat
         t_launch = time.time()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=HERE.parent)
     peak, status, usage = 0, None, None
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        table = _proc_table()
-        peak = max(peak, sum(table[p][2] for p in _tree(proc.pid, table) if p in table))
-        if time.time() - t_launch > timeout:
-            os.killpg(proc.pid, signal.SIGKILL)
-            _, status, usage = os.wait4(proc.pid, 0)
-            break
-        time.sleep(POLL_S)
+    try:
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            table = _proc_table()
+            peak = max(peak, sum(table[p][2] for p in _tree(proc.pid, table) if p in table))
+            if time.time() - t_launch > timeout:
+                os.killpg(proc.pid, signal.SIGKILL)
+                _, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(POLL_S)
+    except BaseException:  # run.py itself is stopped (Stopped, Ctrl-C): the measured process goes with it
+        os.killpg(proc.pid, signal.SIGKILL)
+        os.wait4(proc.pid, 0)
+        _stop_leftovers(proc.pid)
+        raise
     wall = time.time() - t_launch
     proc.returncode = os.waitstatus_to_exitcode(status)
     _stop_leftovers(proc.pid)
@@ -299,7 +305,10 @@ def machine() -> dict[str, Any]:
 # ---------------------------------------------------------------- the benchmark
 
 
-def run_workload(w: Workload, modes: list[Mode], peers: dict[str, dict[str, Any]], args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run_workload(
+    w: Workload, modes: list[Mode], peers: dict[str, dict[str, Any]], args: argparse.Namespace, work: Path, sink: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The workload's report entry, filled into ``sink`` as it goes (what a stopped run has measured stays there)."""
     modes = [m for m in modes if w.peers or not m.peer]  # the peers have no soft-label protocol (workload 3)
     folder = data_dir(args.data_dir, w.num_samples, args.seed)
     write_data(folder, w.num_samples, args.seed)
@@ -323,6 +332,8 @@ def run_workload(w: Workload, modes: list[Mode], peers: dict[str, dict[str, Any]
         log = work / f"log-{w.key}-{mode.name}-{mode.api}-{rep}.txt"
         return measure([python, str(HERE / mode.script), str(spec_path)], env, Path(spec["clock"]), log, args.timeout)
 
+    entry = sink if sink is not None else {}
+    entry.update(workload=w.to_dict(), rounds_per_run=args.rounds_for[w.key], modes=results)  # filled as modes finish (a stopped run keeps them)
     for rep in range(args.repeats):
         for mode in modes:
             if mode.name in dead:
@@ -332,12 +343,15 @@ def run_workload(w: Workload, modes: list[Mode], peers: dict[str, dict[str, Any]
             why = failure(m)
             if why:
                 dead[mode.name] = why
+                results[mode.name] = {"status": why}
                 print(f" {why}")
                 continue
             runs[mode.name].append(m)
+            results[mode.name] = {"status": "ok", **summarize(runs[mode.name])}
             print(f" {statistics.median(round_times(m.clock)):.3f} s/round, {m.peak_mb:.0f} MB")
     for mode in modes:
-        results[mode.name] = {"status": dead[mode.name]} if mode.name in dead else {"status": "ok", **summarize(runs[mode.name])}
+        if mode.name not in results:  # never launched: its peer is missing
+            results[mode.name] = {"status": dead[mode.name]} if mode.name in dead else {"status": "ok", **summarize(runs[mode.name])}
     if not args.no_ops:  # aten ops (and CUDA launches) per client step, once per chillfl mode, in its own process
         for mode in modes:
             if mode.script != "mode_chillfl.py" or mode.name in dead:
@@ -372,9 +386,9 @@ def run_workload(w: Workload, modes: list[Mode], peers: dict[str, dict[str, Any]
             print(f"  start-up to end of round 1, {mode.name}: {startup[mode.name]}")
         if bare:
             print(f"  python -c 'import torch': median {statistics.median(bare):.2f} s over {len(bare)}")
-    return {"workload": w.to_dict(), "rounds_per_run": args.rounds_for[w.key], "flops_per_round": flops, "modes": results,
-            "chillfl_startup_run_experiment": startup,
-            "import_torch_s": {"median_s": statistics.median(bare), "min_s": min(bare), "runs": bare} if bare else None}
+    entry.update(flops_per_round=flops, chillfl_startup_run_experiment=startup,
+                 import_torch_s={"median_s": statistics.median(bare), "min_s": min(bare), "runs": bare} if bare else None)
+    return entry
 
 
 def time_import_torch(env: dict[str, str], timeout: float) -> float:
@@ -412,6 +426,8 @@ def _ops_text(ops: dict[str, Any] | None) -> str:
 def fmt_table(report: dict[str, Any]) -> str:
     lines = []
     for entry in report["workloads"].values():
+        if "workload" not in entry:  # stopped before its first mode
+            continue
         w = entry["workload"]
         lines.append(f"\nworkload {w['key']}: {w['title']}: {w['num_clients']} clients x {w['samples_per_client']} samples, "
                      f"{w['clients_per_round']} per round, {w['epochs']} epoch(s), batch {w['batch_size']} "
@@ -426,7 +442,7 @@ def fmt_table(report: dict[str, Any]) -> str:
                          f"{r['peak_mb']:>9.0f}{r.get('memory_ratio', float('nan')):>9.2f}{r['first_round_end_s_median']:>17.2f}"
                          f"{r.get('gflops_median', float('nan')):>9.2f}{_percent(r.get('peak_fraction_median')):>8}  {r.get('peak_precision', ''):<5} {_ops_text(r.get('ops'))}")
         bare = entry.get("import_torch_s")
-        for name, s in entry["chillfl_startup_run_experiment"].items():
+        for name, s in entry.get("chillfl_startup_run_experiment", {}).items():
             text = f"min {s['min_s']:.2f} s, median {s['median_s']:.2f} s" if s["status"] == "ok" else s["status"]
             if "median_minus_import_torch_s" in s:
                 text += f"; minus the bare import torch (median {bare['median_s']:.2f} s), paired median: {s['median_minus_import_torch_s']:.2f} s"
@@ -443,7 +459,7 @@ def markdown_table(report: dict[str, Any]) -> str:
     rows = ["| workload | mode | s/round min | s/round median | x bound | peak MB | x bound | launch -> end of round 1 (s) | GFLOP/s | % of peak | aten ops / client step |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, entry in report["workloads"].items():
-        for name, r in entry["modes"].items():
+        for name, r in entry.get("modes", {}).items():
             if r["status"] != "ok":
                 rows.append(f"| {key} | {name} | {r['status']} | | | | | | | | |")
                 continue
@@ -468,7 +484,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3, help="rounds per process; round 1 is a warm-up and not counted when > 1")
     p.add_argument("--scale", type=float, default=1.0, help="workload 1 only: fraction of its 100 clients (each keeps 500 samples)")
     p.add_argument("--quick", action="store_true", help="--scale 0.02 and 2 rounds on workload 1 (10-15 min on 2 idle cores)")
-    p.add_argument("--modes", default="", help="comma-separated substrings of mode names to run (default: all)")
+    p.add_argument("--modes", default="", help="comma-separated substrings of mode names to run, in that order (default: all)")
     p.add_argument("--no-peers", action="store_true", help="skip BlazeFL and Flower")
     p.add_argument("--no-install", action="store_true", help="use the peer venv as it is, install nothing")
     p.add_argument("--no-ops", action="store_true", help="skip counting each chillfl mode's aten ops per client step (one more process per mode)")
@@ -503,6 +519,22 @@ def peers_without_cuda(peers: dict[str, dict[str, Any]]) -> None:
                 entry.update(ok=False, detail="its venv's torch sees no CUDA GPU (install a CUDA build of torch into benchmarks/.venv-peers)")
 
 
+def select_modes(modes: list[Mode], names: str) -> list[Mode]:
+    """The modes whose names contain one of the comma-separated ``names``, in the order named (the compute bound always,
+    first): what matters most is measured before a timeout (gpu-check.sh)."""
+    wanted = [s.strip() for s in names.split(",") if s.strip()]
+    chosen = [m for m in modes if m.name == "compute_bound" or any(s in m.name for s in wanted)]
+    return sorted(chosen, key=lambda m: -1 if m.name == "compute_bound" else next(i for i, s in enumerate(wanted) if s in m.name))
+
+
+class Stopped(Exception):
+    """SIGTERM arrived: stop measuring, write what was measured."""
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    raise Stopped
+
+
 def cuda_missing() -> str | None:
     """Why ``--device cuda`` cannot run here (None: torch sees a GPU)."""
     try:
@@ -523,8 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     modes = [m for m in all_modes(args.device) if not (args.no_peers and m.peer)]
     if args.modes:
-        wanted = [s.strip() for s in args.modes.split(",") if s.strip()]
-        modes = [m for m in modes if m.name == "compute_bound" or any(s in m.name for s in wanted)]
+        modes = select_modes(modes, args.modes)
     peers: dict[str, dict[str, Any]] = {}
     if any(m.peer for m in modes):
         print("peer environment (benchmarks/.venv-peers) ...", flush=True)
@@ -549,11 +580,19 @@ def main(argv: list[str] | None = None) -> int:
         "workloads": {},
     }
     keys = list(WORKLOADS) if args.workload == "all" else [args.workload]
-    with tempfile.TemporaryDirectory(prefix="chillfl-bench-") as tmp:
-        for key in keys:
-            w = workload(key, args.scale)
-            print(f"workload {key}: {w.title}", flush=True)
-            report["workloads"][key] = run_workload(w, modes, peers, args, Path(tmp))
+    previous = signal.signal(signal.SIGTERM, _stopped)  # `timeout` (gpu-check.sh) ends us with SIGTERM: keep what was measured
+    try:
+        with tempfile.TemporaryDirectory(prefix="chillfl-bench-") as tmp:
+            for key in keys:
+                w = workload(key, args.scale)
+                print(f"workload {key}: {w.title}", flush=True)
+                report["workloads"][key] = {}
+                run_workload(w, modes, peers, args, Path(tmp), sink=report["workloads"][key])
+    except Stopped:
+        report["stopped"] = f"stopped by SIGTERM after {time.time() - started:.0f} s: the modes not listed were not measured"
+        print(f"run.py: {report['stopped']}", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     report["load_average_end"] = os.getloadavg()
     report["total_s"] = round(time.time() - started, 1)
     out.write_text(json.dumps(report, indent=2))

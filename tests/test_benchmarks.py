@@ -86,6 +86,8 @@ def test_modes_per_device_and_workload() -> None:
     assert "chillfl[processes]" not in [m.name for m in run.all_modes("cuda")]  # chillfl refuses it on a GPU
     args = run.parse_args(["--device", "cuda", "--peak-gflops", "67000", "--workload", "4"])
     assert (args.device, args.peak_gflops, args.rounds_for["4"]) == ("cuda", 67000.0, 3)
+    chosen = [m.name for m in run.select_modes(run.all_modes("cuda"), "chillfl[auto+graphs], blazefl[threads],chillfl[auto]")]
+    assert chosen == ["compute_bound", "chillfl[auto+graphs]", "blazefl[threads]", "chillfl[auto]"]  # as named, the bound first
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message for a machine without a GPU")
@@ -187,3 +189,39 @@ def test_conv_layouts_reports_each_batched_conv(tmp_path: Path) -> None:
     assert [(r["batched_conv"], r["precision"]) for r in report["rows"]] == conv_layouts.settings("cpu")
     assert {r["batched_conv"] for r in report["rows"]} == {"grouped", "gemm"} and all(r["ms_per_step"] > 0 for r in report["rows"])
     assert torch.get_num_threads() == threads  # its --threads 1 is restored
+
+
+@pytest.mark.slow  # two processes of workload 1 at scale 0.02: seconds
+def test_a_run_stopped_by_sigterm_keeps_what_it_measured_and_leaves_no_process(tmp_path: Path) -> None:
+    """gpu-check.sh ends a step with `timeout` (SIGTERM): run.py writes the modes measured so far and kills the one running."""
+    import json
+    import os
+    import signal
+    import subprocess
+
+    out = tmp_path / "report.json"
+    cmd = [sys.executable, str(Path(run.__file__)), "--workload", "1", "--scale", "0.02", "--rounds", "1", "--repeats", "1", "--no-peers",
+           "--no-ops", "--modes", "chillfl[sequential]", "--timeout", "300", "--data-dir", str(tmp_path / "data"), "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the compute bound's line ends when it is measured; chillfl's starts right after
+        if "compute_bound ..." in line and "s/round" in line:
+            break
+    else:
+        pytest.fail(f"run.py ended before measuring the compute bound (exit {proc.wait()})")
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, rest
+    report = json.loads(out.read_text())
+    assert "stopped by SIGTERM" in report["stopped"]
+    modes = report["workloads"]["1"]["modes"]
+    assert modes["compute_bound"]["status"] == "ok" and modes["compute_bound"]["s_per_round_median"] > 0
+    assert "chillfl[sequential]" not in modes  # it was running: not measured, and not reported as if it were
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if str(tmp_path) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                left.append(pid)
+        except OSError:
+            continue
+    assert not left, f"processes left running: {left}"

@@ -97,9 +97,11 @@ def main(argv: list[str]) -> int:
         workloads.update(report.get("workloads", {}))
         machine = report.get("machine", machine)
     print(f"issue 39 targets on {machine.get('gpu', 'no GPU named')} (torch {machine.get('torch', '?')})")
-    print(f"{'target':<40}{'measured':>28}{'threshold':>14}  verdict")
-    for target, measured, limit, verdict in targets(workloads):
-        print(f"{target:<40}{measured:>28}{limit:>14}  {verdict}")
+    rows = targets(workloads)
+    width = max(len(r[0]) for r in rows) + 2
+    print(f"{'target':<{width}}{'measured':>28}{'threshold':>14}  verdict")
+    for target, measured, limit, verdict in rows:
+        print(f"{target:<{width}}{measured:>28}{limit:>14}  {verdict}")
     return 0
 
 

@@ -49,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,6 +147,8 @@ class Measured:
 
 def measure(cmd: list[str], env: dict[str, str], clock_path: Path, log_path: Path, timeout: float) -> Measured:
     """Run ``cmd`` in a new session; poll its process tree's RSS; reap it with wait4 for its max RSS."""
+    if STOP.is_set():
+        raise Stopped
     clock_path.unlink(missing_ok=True)
     with log_path.open("w") as log:
         t_launch = time.time()
@@ -153,6 +156,8 @@ def measure(cmd: list[str], env: dict[str, str], clock_path: Path, log_path: Pat
     peak, status, usage = 0, None, None
     try:
         while True:
+            if STOP.is_set():  # SIGTERM (even one that came while the process was starting): it goes, then we stop
+                raise Stopped
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
@@ -531,8 +536,14 @@ class Stopped(Exception):
     """SIGTERM arrived: stop measuring, write what was measured."""
 
 
+STOP = threading.Event()
+"""Set by SIGTERM. The handler only sets it: :func:`measure` checks it before starting a process and while polling
+one, so that no measured process is ever left running (an exception raised by the handler itself could land between
+``Popen`` returning and the code that kills it on the way out)."""
+
+
 def _stopped(signum: int, frame: Any) -> None:
-    raise Stopped
+    STOP.set()
 
 
 def cuda_missing() -> str | None:
@@ -584,6 +595,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="chillfl-bench-") as tmp:
             for key in keys:
+                if STOP.is_set():
+                    raise Stopped
                 w = workload(key, args.scale)
                 print(f"workload {key}: {w.title}", flush=True)
                 report["workloads"][key] = {}

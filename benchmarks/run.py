@@ -355,8 +355,7 @@ def run_workload(
             results[mode.name] = {"status": "ok", **summarize(runs[mode.name])}
             print(f" {statistics.median(round_times(m.clock)):.3f} s/round, {m.peak_mb:.0f} MB")
     for mode in modes:
-        if mode.name not in results:  # never launched: its peer is missing
-            results[mode.name] = {"status": dead[mode.name]} if mode.name in dead else {"status": "ok", **summarize(runs[mode.name])}
+        results.setdefault(mode.name, {"status": dead[mode.name]})  # never launched: its peer is missing
     if not args.no_ops:  # aten ops (and CUDA launches) per client step, once per chillfl mode, in its own process
         for mode in modes:
             if mode.script != "mode_chillfl.py" or mode.name in dead:

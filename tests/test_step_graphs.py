@@ -209,21 +209,21 @@ def test_a_slot_is_reused_by_the_next_chunk_of_its_structure_with_the_new_values
     slots = GraphSlots(keep=2)
     graphs = StepGraphs(TapeRecorder())
     first = (torch.tensor([1.0, 2.0]), 0.5)
-    a = slots.take(first, graphs)
+    a = slots.take(first, lambda: graphs)
     assert a is not None and a.graphs is graphs
     assert torch.equal(a.tree[0], first[0]) and a.tree[0] is not first[0]  # a copy: the caller's tensor (the global model?) is never written
     a.tree[0].add_(100.0)
     assert first[0].tolist() == [1.0, 2.0]
     slots.give(a)
-    b = slots.take((torch.tensor([3.0, 4.0]), 0.5), StepGraphs(TapeRecorder()))
+    b = slots.take((torch.tensor([3.0, 4.0]), 0.5), lambda: StepGraphs(TapeRecorder()))
     assert b is a and b.tree[0].tolist() == [3.0, 4.0]  # the same slot and graphs, holding the new values
-    assert slots.take((torch.tensor([3.0, 4.0]), 0.5), graphs) is not a  # held by a chunk: another gets its own
+    assert slots.take((torch.tensor([3.0, 4.0]), 0.5), lambda: graphs) is not a  # held by a chunk: another gets its own
     slots.give(b)
-    other = slots.take((torch.tensor([1.0, 2.0]), 0.25), graphs)  # another local rate: another slot
+    other = slots.take((torch.tensor([1.0, 2.0]), 0.25), lambda: graphs)  # another local rate: another slot
     assert other is not None and other is not a
     slots.give(other)
-    third = slots.take((torch.zeros(3), 0.5), graphs)
+    third = slots.take((torch.zeros(3), 0.5), lambda: graphs)
     assert third is not None
     slots.give(third)  # three structures, keep=2: the least recently used (the first) is dropped with its graphs
-    assert slots.take((torch.tensor([5.0, 6.0]), 0.5), graphs) is not a
-    assert slots.take((torch.tensor([1.0]), object()), graphs) is None
+    assert slots.take((torch.tensor([5.0, 6.0]), 0.5), lambda: graphs) is not a
+    assert slots.take((torch.tensor([1.0]), object()), lambda: graphs) is None

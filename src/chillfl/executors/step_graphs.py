@@ -191,7 +191,7 @@ class StepGraphs:
 
     @staticmethod
     def key(inputs: Sequence[torch.Tensor]) -> Hashable:
-        return tuple((tuple(t.shape), t.stride(), t.dtype, t.device) for t in inputs)
+        return tuple(_layout(t) for t in inputs)
 
     def __call__(self, inputs: Sequence[torch.Tensor], step: Step, again: bool = True) -> None:
         """Run ``step(inputs)``: eagerly, or by a graph of this shape (capturing it first if its warm-up is over).
@@ -232,6 +232,11 @@ class StepGraphs:
         replay()
 
 
+def _layout(t: torch.Tensor) -> tuple[Hashable, ...]:
+    """What a recorded op bakes in of a tensor besides its address: shape, strides, dtype, device."""
+    return tuple(t.shape), t.stride(), t.dtype, t.device
+
+
 PLAIN = (bool, int, float, str, type(None))
 """Leaves a recorded step may bake in by value (numbers, flags, names); any other object refuses :func:`tree_key`."""
 
@@ -249,7 +254,7 @@ def tree_key(tree: Any) -> Hashable | None:
         if isinstance(v, torch.Tensor):
             if v.numel() > 1 and 0 in v.stride():
                 return None
-            out.append((tuple(v.shape), v.stride(), v.dtype, v.device, v.requires_grad))
+            out.append((*_layout(v), v.requires_grad))
         elif isinstance(v, PLAIN):
             out.append((type(v), v.hex() if isinstance(v, float) else v))
         else:
@@ -290,15 +295,16 @@ class GraphSlots:
         self._free: dict[Hashable, Slot] = {}
         self._lock = threading.Lock()
 
-    def take(self, tree: Any, graphs: StepGraphs) -> Slot | None:
-        """The slot for ``tree``'s structure, holding ``tree``'s values (a new one records with ``graphs``); None if ``tree`` has an object no slot can hold."""
+    def take(self, tree: Any, new_graphs: Callable[[], StepGraphs]) -> Slot | None:
+        """The slot for ``tree``'s structure, holding ``tree``'s values (a new one records with ``new_graphs()``, made only then:
+        a CUDA recorder holds a stream); None if ``tree`` has an object no slot can hold."""
         key = tree_key(tree)
         if key is None:
             return None
         with self._lock:
             slot = self._free.pop(key, None)
         if slot is None:
-            return Slot(key, _owned(tree), graphs)
+            return Slot(key, _owned(tree), new_graphs())
         with torch.no_grad():
             for mine, value in zip(pytree.tree_leaves(slot.tree), pytree.tree_leaves(tree)):
                 if isinstance(mine, torch.Tensor):

@@ -587,16 +587,14 @@ class VectorizedExecutor:
             and (device.type == "cuda" or self.step_recorder is not None)
         )
 
-    def _step_graphs(self, device: torch.device) -> StepGraphs | None:
-        """New :class:`StepGraphs` with a recorder of their own; None when not :meth:`graphed`.
+    def _step_graphs(self, device: torch.device) -> StepGraphs:
+        """New :class:`StepGraphs` with a recorder of their own (for a :meth:`graphed` device).
 
         A recorder of their own: a CUDA recorder's graphs share its memory pool,
         and torch refuses a capture into a pool whose graphs have all been freed
         (as a dropped chunk's or slot's are), so a pool lives and dies with the
         graphs recorded into it.
         """
-        if not self.graphed(device):
-            return None
         recorder = self.step_recorder(device) if self.step_recorder is not None else CudaGraphRecorder(device)
         return StepGraphs(recorder, seen=self._graph_warmups)
 
@@ -645,13 +643,14 @@ class VectorizedExecutor:
         replica.model.train()
         deferred = DeferredOuter(params, self._deferred, self._layouts) if self._deferred else None
         totals = torch.zeros(len(jobs), dtype=torch.float64, device=device)
-        graphs = self._step_graphs(device)
-        slot = self._graph_slots.take(_slot_tree(params, buffers, opt_state, temperature, context, lr, totals), graphs) if graphs is not None else None
+        slot, graphs = None, None
+        if self.graphed(device):
+            slot = self._graph_slots.take(_slot_tree(params, buffers, opt_state, temperature, context, lr, totals), lambda: self._step_graphs(device))
+            graphs = slot.graphs if slot is not None else self._step_graphs(device)
         if slot is not None:  # a slot's recorded steps read its tensors: the chunk trains on them, holding its values
             params, buffers, opt_state, temperature, shared, batched, lr.constant, totals = slot.tree
             context = StackedContext(context.spec, shared, batched)
             losses_of = _Vmapped(replica.loss_fn, context)
-            graphs = slot.graphs
         totals = self._train_steps(losses_of, steps, params, buffers, opt_state, temperature, lr, context, totals, deferred, graphs)
         sums = totals.tolist()  # the chunk's one read of device values on the host
         if slot is not None:  # the next chunk of this structure overwrites the slot: the results are copies
@@ -685,7 +684,7 @@ class VectorizedExecutor:
         sums stay on the device until the caller reads them once.
         """
         every = context.select(None)
-        left = steps.everyone_steps() if isinstance(steps, _ResidentBatches) else None  # to know a shape's last step
+        left = steps.everyone_steps() if graphs is not None and isinstance(steps, _ResidentBatches) else None  # to know a shape's last step
         for batch in steps:
             rows = batch.rows
             if graphs is not None and rows is None:

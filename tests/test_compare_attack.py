@@ -9,8 +9,9 @@ import pytest
 
 from chillfl.config import RunConfig
 from chillfl.report.compare import build_rows, build_seed_rows, format_seed_table, format_table
-from chillfl.report.html import Group, Run, _comparison_section, _metrics_columns, _metrics_row
+from chillfl.report.html import Group, Run, _comparison_section, _metrics_columns, _metrics_row, _value
 from chillfl.runner import RunOutput
+from chillfl.storage.results import summarize
 from chillfl.sweeps.plan import Variant, choose_reference
 
 CLEAN, BACKDOOR = Variant("FedAvg, clean", {}), Variant("FedAvg, backdoor", {})
@@ -114,3 +115,14 @@ def test_the_target_line_says_why_a_run_other_than_the_baseline_sets_it() -> Non
     runs = {(v.label, s): _out(0.8, None) for v in (plain, chilled) for s in (0, 1, 2)}
     seed_table = format_seed_table(build_seed_rows([plain, chilled], runs, [0, 1, 2], ref, base, None), ref.label, base.label, None, "final", 0.0)
     assert seed_table.splitlines()[1].endswith(f"; target = best accuracy of {why} at the same seed")
+
+
+def test_the_summary_keeps_the_final_attack_success() -> None:
+    # the last record's success (0.25), not round 1's 0.9 nor the best; a clean run's summary has no such key
+    assert summarize(_out(0.8, [0.9, 0.25]).records)["final_attack_success_rate"] == 0.25
+    assert "final_attack_success_rate" not in summarize(_out(0.9, None).records)
+    # the HTML results table reads the summary first: a summary's value wins over the final record's
+    run = Run(Path("s0"), RunConfig(seed=0), _out(0.8, [0.9, 0.25]).records, {"final_attack_success_rate": 0.5})
+    assert _value(run, "final_attack_success_rate") == 0.5
+    older = Run(Path("s1"), RunConfig(seed=1), _out(0.8, [0.9, 0.25]).records, {})  # written before summaries kept it
+    assert _value(older, "final_attack_success_rate") == 0.25

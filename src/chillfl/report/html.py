@@ -62,7 +62,8 @@ TABLE_METRICS = (
     ("final_attack_success_rate", "attack success", True),
 )
 FROM_RECORDS = {"final_attack_success_rate": "attack_success_rate"}
-"""Table columns read from the final round's record, as a comparison's table reads them: ``summary.json`` does not keep them."""
+"""Table columns also read from the final round's record, as a comparison's table reads them: ``summary.json``
+files written before :func:`~chillfl.storage.results.summarize` kept them lack them."""
 
 
 @dataclass
@@ -336,9 +337,9 @@ def _config_row(g: Group) -> str:
 
 def _value(run: Run, key: str) -> Any:
     """A results-table column's value for one run: from its summary, or its final record (:data:`FROM_RECORDS`)."""
-    if key in FROM_RECORDS:
-        return run.records[-1].get(FROM_RECORDS[key]) if run.records else None
-    return run.summary.get(key)
+    if key in run.summary or key not in FROM_RECORDS:
+        return run.summary.get(key)
+    return run.records[-1].get(FROM_RECORDS[key]) if run.records else None  # a summary written before it had the key
 
 
 def _metrics_columns(groups: Sequence[Group]) -> tuple[tuple[str, str, bool], ...]:

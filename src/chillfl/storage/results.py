@@ -291,7 +291,8 @@ def rounds_to_reach(records: Sequence[Mapping[str, Any]], key: str, target: floa
 
 
 def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None) -> dict[str, Any]:
-    """Final and best values of the accuracy/loss metrics, with the round of each best."""
+    """Final and best values of the accuracy/loss metrics, with the round of each best; the final privacy budget
+    spent (``final_epsilon``) and backdoor success (``final_attack_success_rate``) where the records have them."""
     out: dict[str, Any] = {"rounds": records[-1]["round"] if records else 0}
     for key, better in (("global_acc", max), ("local_acc", max), ("global_client_acc", max), ("global_loss", min), ("local_loss", min), ("train_loss", min),
                         ("global_ece", min), ("global_nll", min), ("global_brier", min), ("val_acc", max), ("val_loss", min),
@@ -307,6 +308,9 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None)
     spent = [r["epsilon"] for r in records if r.get("epsilon") is not None]  # [privacy]: the budget spent by the end
     if spent:
         out["final_epsilon"] = spent[-1]
+    success = [r["attack_success_rate"] for r in records if r.get("attack_success_rate") is not None]  # [attack] backdoor
+    if success:
+        out["final_attack_success_rate"] = success[-1]
     if target is not None:
         out["target_accuracy"] = target
         out["rounds_to_target"] = rounds_to_reach(records, "global_acc", target)

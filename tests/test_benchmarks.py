@@ -225,3 +225,21 @@ def test_a_run_stopped_by_sigterm_keeps_what_it_measured_and_leaves_no_process(t
         except OSError:
             continue
     assert not left, f"processes left running: {left}"
+
+
+def test_host_time_runs_the_accelerator_path_records_once_and_undoes_its_patches() -> None:
+    """benchmarks/host_time.py (issue 39): workload 2's round with 4 features, resident chunks, steps replayed by the tape
+    recorder; its steps are recorded once in the run (the slots) and replayed, and the executor is left as it was."""
+    import host_time
+    from chillfl.executors.vectorized import VectorizedExecutor
+
+    resident, init = VectorizedExecutor.resident, VectorizedExecutor.__init__
+    out = host_time.measure("2", rounds=1, graphs=True, profile=3)
+    assert VectorizedExecutor.resident is resident and VectorizedExecutor.__init__ is init
+    # 3 rounds of 100 clients x 50 samples at batch 10: 5 full-batch steps of every client a round (one shape);
+    # warm-up 2 steps, one capture, and each later step but the capture itself a replay: 15 - 2 - 1 = 12
+    assert out["captures"] == 1 and out["replays"] == 12
+    assert len(out["per_round_s"]) == 1 and out["median_s"] > 0
+    assert len(out["top_functions"]) == 3 and all("(" in r["function"] for r in out["top_functions"])
+    with pytest.raises(ValueError, match="not a plain MLP workload"):
+        host_time.experiment("1", 1, False)

@@ -44,21 +44,10 @@ import chillfl._torch  # noqa: E402,F401  (chillfl before torch, as `chillfl run
 import numpy as np  # noqa: E402
 
 from mode_chillfl import federated_data, overrides  # noqa: E402
-from workloads import NUM_CLASSES, TEST_SIZE, workload  # noqa: E402
+from workloads import make_arrays, workload  # noqa: E402
 
 FEATURES = (1, 2, 2)
 """The stand-in for a 3x32x32 image: 4 features, so the MLP's arithmetic costs next to nothing."""
-
-
-def tiny_arrays(num_samples: int, seed: int) -> dict[str, np.ndarray]:
-    """Seeded random data shaped as the workload's, with :data:`FEATURES` per sample."""
-    rng = np.random.default_rng(seed)
-    return {
-        "x": rng.standard_normal((num_samples, *FEATURES), dtype=np.float32),
-        "y": rng.integers(0, NUM_CLASSES, size=num_samples, dtype=np.int64),
-        "x_test": rng.standard_normal((TEST_SIZE, *FEATURES), dtype=np.float32),
-        "y_test": rng.integers(0, NUM_CLASSES, size=TEST_SIZE, dtype=np.int64),
-    }
 
 
 @contextlib.contextmanager
@@ -89,7 +78,7 @@ def experiment(key: str, rounds: int, graphs: bool, seed: int = 0) -> Any:
     w = workload(key)
     if w.model != "mlp" or w.public_size:
         raise ValueError(f"workload {key} is not a plain MLP workload; choose 2 or 4")
-    data = federated_data(w, tiny_arrays(w.num_samples, seed), seed)
+    data = federated_data(w, make_arrays(w.num_samples, seed, FEATURES), seed)
     cfg = load_config(None, overrides(w, "vectorized" + ("+graphs" if graphs else ""), rounds, seed, "cpu"))
     return build_experiment(cfg, data=data)
 

@@ -128,19 +128,23 @@ def data_dir(directory: Path, num_samples: int, seed: int) -> Path:
     return directory / f"data-n{num_samples}-s{seed}"
 
 
+def make_arrays(num_samples: int, seed: int, shape: tuple[int, ...] = IMAGE_SHAPE) -> dict[str, np.ndarray]:
+    """Seeded synthetic data: ``num_samples`` train and :data:`TEST_SIZE` test inputs of ``shape`` with labels."""
+    rng = np.random.default_rng(seed)
+    return {
+        "x": rng.standard_normal((num_samples, *shape), dtype=np.float32),
+        "y": rng.integers(0, NUM_CLASSES, size=num_samples, dtype=np.int64),
+        "x_test": rng.standard_normal((TEST_SIZE, *shape), dtype=np.float32),
+        "y_test": rng.integers(0, NUM_CLASSES, size=TEST_SIZE, dtype=np.int64),
+    }
+
+
 def write_data(folder: Path, num_samples: int, seed: int) -> None:
     """Seeded synthetic CIFAR-shaped data as x/y/x_test/y_test ``.npy`` files (skipped if present)."""
     if (folder / "done").exists():
         return
     folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    arrays = {
-        "x": rng.standard_normal((num_samples, *IMAGE_SHAPE), dtype=np.float32),
-        "y": rng.integers(0, NUM_CLASSES, size=num_samples, dtype=np.int64),
-        "x_test": rng.standard_normal((TEST_SIZE, *IMAGE_SHAPE), dtype=np.float32),
-        "y_test": rng.integers(0, NUM_CLASSES, size=TEST_SIZE, dtype=np.int64),
-    }
-    for name, array in arrays.items():
+    for name, array in make_arrays(num_samples, seed).items():
         np.save(folder / f"{name}.npy", array)
     (folder / "done").write_text("ok")
 

@@ -66,3 +66,41 @@ def test_bundled_experiments_load():
     assert "demo" in names
     for name in names:
         load_config(resolve_config(name))
+
+
+@pytest.mark.parametrize(
+    "text, field, named",
+    [
+        ("[privacy]\nnoise_multiplier = 1.1\nclip_norm = 0.5\n", "privacy.mechanism", "privacy.clip_norm, privacy.noise_multiplier would change nothing"),
+        ("[attack]\nfraction = 0.3\n", "attack.kind", "attack.fraction would change nothing"),
+        # an option written only in a variant, with no switch anywhere: every run would ignore it too
+        ('[variants.a]\n[variants.b]\nprivacy = { target_epsilon = 8.0 }\n', "privacy.mechanism", "privacy.target_epsilon"),
+        ('[variants.a]\n"attack.factor" = 5.0\n', "attack.kind", "attack.factor"),
+        ('[tune]\n"privacy.clip_norm" = [0.5, 1.0]\n', "privacy.mechanism", "privacy.clip_norm"),
+    ],
+)
+def test_options_of_a_table_no_run_switches_on_are_refused(tmp_path, text, field, named):
+    """[privacy] and [attack] are off unless mechanism / kind say otherwise: options without the switch would be dropped silently."""
+    path = tmp_path / "exp.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert err.value.field == field and named in str(err.value) and "is off by default" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[privacy]\nmechanism = "dp-fedavg"\nnoise_multiplier = 1.1\n',
+        '[privacy]\nmechanism = "none"\nnoise_multiplier = 1.1\n',  # "none" written: a choice, not an omission
+        # shared options in the base, the switch per variant (the bundled attacks/aggregators-digits pattern)
+        '[attack]\nfraction = 0.3\n[variants.clean]\n[variants.flip]\nattack = { kind = "label_flip" }\n',
+        '[privacy]\nclip_norm = 0.5\n[variants.a]\n"privacy.mechanism" = "dp-sgd"\n',
+        '[privacy]\nclip_norm = 0.5\n[tune]\n"privacy.mechanism" = ["none", "dp-fedavg"]\n',
+    ],
+)
+def test_options_with_their_switch_set_somewhere_load(tmp_path, text):
+    path = tmp_path / "exp.toml"
+    path.write_text(text)
+    config = load_config(path)
+    assert config.with_overrides({}).privacy == config.privacy  # the resolved dict names every switch: it loads again

@@ -27,6 +27,7 @@ import functools
 import math
 import re
 import sys
+import typing
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -557,7 +558,43 @@ def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
     part = data.get("partition")
     if isinstance(part, Mapping) and "from" in part and "name" not in part:  # partition.from = "partition.json" alone
         data = {**data, "partition": {"name": "file", **part}}
-    return parse_options(RunConfig, data, "")
+    config = parse_options(RunConfig, data, "")
+    check_switches(data)  # after the options' own checks: a bad value or an unknown key is named first
+    return config
+
+
+SWITCHED: dict[str, type] = {"privacy": PrivacyConfig, "attack": AttackConfig}
+"""Tables that are off unless their ``SWITCH`` option says otherwise (``[privacy] mechanism``, ``[attack] kind``)."""
+
+
+def check_switches(data: Mapping[str, Any]) -> None:
+    """Refuse a switched table's options when no run of the config sets its switch.
+
+    Why: ``[privacy]`` and ``[attack]`` are off by default, so ``noise_multiplier = 1.1``
+    written without ``mechanism`` would train with no noise and report no epsilon, and
+    ``fraction = 0.2`` without ``kind`` would attack nobody, both silently. The switch set
+    anywhere (the table itself, a variant, the tune grid), even to ``"none"``, is a choice:
+    options shared in the base table, with the switch set per variant, stay allowed. A
+    resolved config (a result folder's) writes every switch.
+    """
+    variants = data.get("variants")
+    tables = [data] + [v for v in variants.values() if isinstance(v, Mapping)] if isinstance(variants, Mapping) else [data]
+    tune = data.get("tune")
+    for section, cls in SWITCHED.items():
+        switch: str = getattr(cls, "SWITCH")
+        written: set[str] = set()
+        for table in tables:
+            own = table.get(section)
+            written.update(own if isinstance(own, Mapping) else ())
+            written.update(key.split(".", 1)[1] for key in table if isinstance(key, str) and key.startswith(f"{section}."))
+        if isinstance(tune, Mapping):
+            written.update(key.split(".", 1)[1] for key in tune if isinstance(key, str) and key.startswith(f"{section}."))
+        if written and switch not in written:
+            allowed = ", ".join(repr(v) for v in typing.get_args(typing.get_type_hints(cls)[switch]))
+            raise ConfigError(
+                f"{section}.{switch}",
+                f"is not set, so {', '.join(f'{section}.{k}' for k in sorted(written))} would change nothing ([{section}] is off by default): set it to one of {allowed}",
+            )
 
 
 def check_depth(data: Mapping[str, Any], limit: int = MAX_DEPTH) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from chillfl.options import require
 
@@ -45,6 +45,9 @@ class AttackConfig:
     target: int = 0
     poison_fraction: float = 0.5
     trigger_size: int = 2
+
+    SWITCH: ClassVar[str] = "kind"
+    """The option that turns the table on: options written while no run of a config sets it are refused (``chillfl.config.check_switches``)."""
 
     @property
     def enabled(self) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from chillfl.options import require
 
@@ -39,6 +39,9 @@ class PrivacyConfig:
     target_quantile: float = 0.0
     clip_lr: float = 0.2
     count_noise: float = 0.0
+
+    SWITCH: ClassVar[str] = "mechanism"
+    """The option that turns the table on: options written while no run of a config sets it are refused (``chillfl.config.check_switches``)."""
 
     @property
     def enabled(self) -> bool:

@@ -155,6 +155,21 @@ def test_run_of_a_config_with_variants_runs_the_comparison(tmp_path, capsys):
     assert (tmp_path / "out" / "v-compare" / "table.md").is_file()
 
 
+def test_run_of_a_config_with_seeds_and_no_variants_runs_it_over_the_seeds(tmp_path, capsys):
+    """[compare] seeds without [variants]: one method over the seeds (a comparison of one), not one run that drops them."""
+    config = _write(tmp_path, f'name = "s"\nout_dir = "{tmp_path / "out"}"\n[compare]\nseeds = [0, 1, 2]\n')
+    assert main(["run", str(config), "-q", *TINY]) == 0
+    captured = capsys.readouterr()
+    said = [line for line in captured.err.splitlines() if "comparison of one variant" in line]
+    assert len(said) == 1 and "[compare] seeds" in said[0] and "chillfl compare" in said[0]
+    table = json.loads((tmp_path / "out" / "s-compare" / "table.json").read_text())
+    runs = sorted(p.name for p in (tmp_path / "out" / "s-compare").iterdir() if p.is_dir())
+    assert runs == ["s-s0", "s-s1", "s-s2"]
+    header = next(line for line in captured.out.splitlines() if line.startswith("| variant |"))
+    assert "accuracy %" in header and "95 % CI" in header and "diff" not in header and "sign holds" not in header  # nothing to pair with
+    assert "| s |" in captured.out and table
+
+
 def test_data_show_into_a_missing_folder_is_one_line(tmp_path, capsys):
     config = _write(tmp_path, 'name = "d"\n')
     blocker = tmp_path / "f"

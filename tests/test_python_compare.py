@@ -65,3 +65,15 @@ def test_bad_arguments_name_their_field(tmp_path: Path, kwargs: dict, field: str
         chillfl.compare(config=TINY, out_dir=tmp_path, progress=False, **kwargs)
     assert info.value.field.startswith(field)
     assert not any(tmp_path.iterdir())
+
+
+def test_seeds_alone_compare_the_method_with_itself_over_them_and_nothing_at_all_is_refused(tmp_path: Path) -> None:
+    """No grid and no [variants]: seeds (or a tuning grid) run the config as a comparison of one; neither is one line."""
+    one = chillfl.compare(config={**TINY, "name": "alone"}, seeds=[0, 1], write=False, progress=False)
+    assert [r["variant"] for r in one.rows] == ["alone"] and one.rows[0]["final_acc"]["n"] == 2
+    single = [chillfl.run(config={**TINY, "name": "alone"}, seed=s, write=False, progress=False).records[-1]["global_acc"] for s in (0, 1)]
+    assert one.rows[0]["final_acc"]["per_seed"] == single  # the very runs `run` makes at each seed
+    with pytest.raises(chillfl.ConfigError) as info:
+        chillfl.compare(config=TINY, out_dir=tmp_path, progress=False)
+    assert info.value.field == "--grid" and "seeds" in str(info.value)
+    assert not any(tmp_path.iterdir())

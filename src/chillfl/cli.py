@@ -87,7 +87,9 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     if writes:  # what a run checks before it writes anything
         check_out_dir(config.out_dir)
         check_sinks(config)
-    if args is not None and (args.command == "compare" or config.variants):  # `run` on a config with variants compares too
+    from chillfl.sweeps.plan import repeats
+
+    if args is not None and (args.command == "compare" or config.variants or repeats(config)):  # `run` on a config with variants compares too
         from chillfl.sweeps.run import run_compare
 
         options = _compare_options(args)
@@ -118,10 +120,15 @@ def cmd_run(args: argparse.Namespace) -> int:
               "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
         return _compare(config, DEMO_GRID, None, _progress(args))
     from chillfl.runner import run_experiment
+    from chillfl.sweeps.plan import repeats
 
     config = _load(args.config, args.overrides, args)
     if config.variants:  # a comparison: run it as `compare` would, saying so in one line
         print(f"chillfl: {config.name} defines {len(config.variants)} variants: running the comparison (`chillfl compare {args.config}`)", file=sys.stderr)
+        return _compare(config, [], None, _progress(args), args)
+    if repeats(config):  # seeds or a tuning grid, no variants: the method alone, over them
+        asked = " and ".join(what for what, given in (("[compare] seeds", "seeds" in config.compare), ("a [tune] grid", bool(config.tune))) if given)
+        print(f"chillfl: {config.name} sets {asked}: running it as a comparison of one variant (`chillfl compare {args.config}`)", file=sys.stderr)
         return _compare(config, [], None, _progress(args), args)
     check_out_dir(config.out_dir)
     return _report(run_experiment(config, progress=_progress(args)))

@@ -310,10 +310,12 @@ def format_seed_table(
 ) -> str:
     """The seed table; ``local`` adds each variant's local accuracy (its clients' own models on their own splits) and its paired diff."""
     seeds = rows[0]["seeds"] if rows else []
+    paired = len(rows) > 1  # one variant (a method over seeds): no difference to show
+    target = f"target = best accuracy of {target_of(ref_label, base_label)} at the same seed"
     lines = [
         f"seeds {', '.join(map(str, seeds))} (n = {len(seeds)}); accuracy = final global test accuracy %, mean ± std over seeds, 95 % CI (Student t)",
-        f"diff = accuracy - {base_label}'s, paired per seed, mean ± std [95 % CI]; sign holds = seeds where the diff has the mean's sign; "
-        f"target = best accuracy of {target_of(ref_label, base_label)} at the same seed",
+        f"diff = accuracy - {base_label}'s, paired per seed, mean ± std [95 % CI]; sign holds = seeds where the diff has the mean's sign; {target}"
+        if paired else target,
     ]
     if seeds and len(seeds) < MIN_SEEDS:
         lines.append(few_seeds_warning(len(seeds)))
@@ -327,8 +329,9 @@ def format_seed_table(
         lines.append(f"tuned per variant on the validation split (eval.validation = {validation:g} of the test set, "
                      f"{select} val acc, mean over seeds), reported on the test set: {grid}")
     if local:
-        lines.append(f"local acc = final mean accuracy of the round's clients, each on its own held-out split with its own model "
-                     f"(a personalised method's personal model), mean ± std over seeds; local diff = local acc - {base_label}'s, paired per seed [95 % CI]")
+        lines.append("local acc = final mean accuracy of the round's clients, each on its own held-out split with its own model "
+                     "(a personalised method's personal model), mean ± std over seeds"
+                     + (f"; local diff = local acc - {base_label}'s, paired per seed [95 % CI]" if paired else ""))
     with_mb = any("cumulative_mb" in r for r in rows)
     with_eps = any("epsilon" in r for r in rows)
     with_asr = any("attack_success_rate" in r for r in rows)
@@ -336,8 +339,8 @@ def format_seed_table(
         lines.append("attack success = the backdoor's success rate at the final round (triggered test inputs of other labels classified "
                      "as its target), mean ± std over seeds; lower is better for the defender")
     header = ["variant", *([f"tuned ({select})"] if tune and local_rule else ["tuned"] if tune else []),
-              "local val acc %" if local_rule else "val acc %", "accuracy %", "95 % CI", "diff (paired)", "diff 95 % CI", "sign holds",
-              *(["local acc %", "local diff (paired)", "local diff 95 % CI"] if local else []), "loss",
+              "local val acc %" if local_rule else "val acc %", "accuracy %", "95 % CI", *(["diff (paired)", "diff 95 % CI", "sign holds"] if paired else []),
+              *(["local acc %", *(["local diff (paired)", "local diff 95 % CI"] if paired else [])] if local else []), "loss",
               "rounds to target (reached)", *(["cumulative MB"] if with_mb else []), *(["epsilon"] if with_eps else []),
               *(["attack success %"] if with_asr else [])]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -350,12 +353,13 @@ def format_seed_table(
         cells = [name]
         if tune:
             cells.append(point_label(r.get("tuned") or {}) or "-")
-        cells += [
-            _pm(r.get("final_local_val_acc") if local_rule else r["final_val_acc"]), _pm(r["final_acc"]), _ci(r["final_acc"]), _pm(delta, signed=True), _ci(delta, signed=True),
-            "-" if delta is None else f"{delta['sign_holds']}/{delta['n']}",
-        ]
+        cells += [_pm(r.get("final_local_val_acc") if local_rule else r["final_val_acc"]), _pm(r["final_acc"]), _ci(r["final_acc"])]
+        if paired:
+            cells += [_pm(delta, signed=True), _ci(delta, signed=True), "-" if delta is None else f"{delta['sign_holds']}/{delta['n']}"]
         if local:
-            cells += [_pm(r["final_local_acc"]), _pm(r["delta_local_acc"], signed=True), _ci(r["delta_local_acc"], signed=True)]
+            cells.append(_pm(r["final_local_acc"]))
+            if paired:
+                cells += [_pm(r["delta_local_acc"], signed=True), _ci(r["delta_local_acc"], signed=True)]
         cells += [_pm(r["final_loss"], 1.0, 3), rounds]
         if with_mb:
             cells.append(_pm(r.get("cumulative_mb"), 1.0, 3))

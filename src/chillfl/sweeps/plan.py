@@ -130,9 +130,28 @@ def variants_from_config(config: RunConfig) -> list[Variant]:
         if not isinstance(table, dict):
             raise ConfigError(f"variants.{label}", "must be a table of overrides")
         temp = table.get("temperature", {})
-        value = temp.get("value") if isinstance(temp, dict) and temp.get("policy") == "fixed" else (1.0 if isinstance(temp, dict) and temp.get("policy") == "none" else None)
-        out.append(Variant(str(label), dict(table), value))
+        out.append(Variant(str(label), dict(table), fixed_temperature(temp) if isinstance(temp, dict) else None))
     return out
+
+
+def fixed_temperature(table: Mapping[str, Any]) -> float | None:
+    """The one temperature a ``[temperature]`` table trains at (``none``: 1), None for a policy that sets it per client or round."""
+    return table.get("value") if table.get("policy") == "fixed" else (1.0 if table.get("policy") == "none" else None)
+
+
+def repeats(config: RunConfig) -> bool:
+    """Whether a config with no ``[variants]`` still asks for several runs: ``[compare] seeds`` or a ``[tune]`` grid.
+
+    ``chillfl run`` runs such a config as a comparison of one variant (mean ± std and CI over
+    the seeds, the lr tuned on the validation split), not as one run at ``seed`` that would
+    drop both tables silently.
+    """
+    return not config.variants and ("seeds" in config.compare or bool(config.tune))
+
+
+def own_variant(config: RunConfig) -> Variant:
+    """The config itself as the one variant of a comparison, labelled with its name."""
+    return Variant(config.name, {}, fixed_temperature(config.temperature))
 
 
 def apply_variant(config: RunConfig, variant: Variant) -> RunConfig:
@@ -279,8 +298,10 @@ def plan_sweep(
     if variants is None:
         variants = parse_grid(grid) if grid else variants_from_config(config)
     planned = list(variants)
+    if not planned and (opts.seeds is not None or opts.tune or repeats(config)):
+        planned = [own_variant(config)]  # one method over seeds and tuning points: a comparison of one
     if not planned:
-        raise ConfigError("--grid", "give at least one key=v1,v2,... or define [variants.LABEL] tables in the config")
+        raise ConfigError("--grid", "give at least one key=v1,v2,..., define [variants.LABEL] tables in the config, or give seeds (--seeds) or a tuning grid")
     seeds = opts.seeds if opts.seeds is not None else list(config.compare.get("seeds", [config.seed]))
     tune_table = opts.tune if opts.tune is not None else dict(config.tune)
     tuned = len(parse_tune(tune_table)) > 1 or bool(tune_table)

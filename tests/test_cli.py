@@ -147,7 +147,7 @@ def test_out_dir_that_cannot_hold_results_is_refused_before_anything_runs(tmp_pa
 
 def test_run_of_a_config_with_variants_runs_the_comparison(tmp_path, capsys):
     config = _write(tmp_path, f'name = "v"\nout_dir = "{tmp_path / "out"}"\n[variants."a"]\nseed = 1\n[variants."b"]\nclient = {{ lr = 0.05 }}\n')
-    assert main(["run", str(config), "-q", *TINY]) == 0
+    assert main(["run", str(config), *TINY]) == 0
     captured = capsys.readouterr()
     said = [line for line in captured.err.splitlines() if "variants" in line]
     assert len(said) == 1 and "running the comparison" in said[0] and "chillfl compare" in said[0]
@@ -158,7 +158,7 @@ def test_run_of_a_config_with_variants_runs_the_comparison(tmp_path, capsys):
 def test_run_of_a_config_with_seeds_and_no_variants_runs_it_over_the_seeds(tmp_path, capsys):
     """[compare] seeds without [variants]: one method over the seeds (a comparison of one), not one run that drops them."""
     config = _write(tmp_path, f'name = "s"\nout_dir = "{tmp_path / "out"}"\n[compare]\nseeds = [0, 1, 2]\n')
-    assert main(["run", str(config), "-q", *TINY]) == 0
+    assert main(["run", str(config), *TINY]) == 0
     captured = capsys.readouterr()
     said = [line for line in captured.err.splitlines() if "comparison of one variant" in line]
     assert len(said) == 1 and "[compare] seeds" in said[0] and "chillfl compare" in said[0]
@@ -168,6 +168,9 @@ def test_run_of_a_config_with_seeds_and_no_variants_runs_it_over_the_seeds(tmp_p
     header = next(line for line in captured.out.splitlines() if line.startswith("| variant |"))
     assert "accuracy %" in header and "95 % CI" in header and "diff" not in header and "sign holds" not in header  # nothing to pair with
     assert "| s |" in captured.out and table
+    # a mistake is the config's own field, not a variant's the user never wrote
+    assert main(["run", str(config), "-q", *TINY, "precision=tf32"]) == 2
+    assert capsys.readouterr().err.strip().startswith("chillfl: error: precision: ")
 
 
 def test_data_show_into_a_missing_folder_is_one_line(tmp_path, capsys):

@@ -123,12 +123,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from chillfl.sweeps.plan import repeats
 
     config = _load(args.config, args.overrides, args)
-    if config.variants:  # a comparison: run it as `compare` would, saying so in one line
-        print(f"chillfl: {config.name} defines {len(config.variants)} variants: running the comparison (`chillfl compare {args.config}`)", file=sys.stderr)
-        return _compare(config, [], None, _progress(args), args)
-    if repeats(config):  # seeds or a tuning grid, no variants: the method alone, over them
-        asked = " and ".join(what for what, given in (("[compare] seeds", "seeds" in config.compare), ("a [tune] grid", bool(config.tune))) if given)
-        print(f"chillfl: {config.name} sets {asked}: running it as a comparison of one variant (`chillfl compare {args.config}`)", file=sys.stderr)
+    if config.variants or repeats(config):  # a comparison: run it as `compare` would, saying so in one info line (none under -q)
+        if config.variants:
+            why = f"defines {len(config.variants)} variants: running the comparison"
+        else:  # seeds or a tuning grid, no variants: the method alone, over them
+            asked = " and ".join(what for what, given in (("[compare] seeds", "seeds" in config.compare), ("a [tune] grid", bool(config.tune))) if given)
+            why = f"sets {asked}: running it as a comparison of one variant"
+        if not args.quiet:
+            print(f"chillfl: {config.name} {why} (`chillfl compare {args.config}`)", file=sys.stderr)
         return _compare(config, [], None, _progress(args), args)
     check_out_dir(config.out_dir)
     return _report(run_experiment(config, progress=_progress(args)))

@@ -170,13 +170,19 @@ def data_key(config: RunConfig) -> str:
 
 
 @contextmanager
-def naming(label: str, from_grid: bool) -> Iterator[None]:
-    """Name the variant a ConfigError comes from: ``variants.x.client.lr``, or "(grid variant x)" after a grid's message."""
+def naming(variant: Variant, from_grid: bool) -> Iterator[None]:
+    """Name the variant a ConfigError comes from: ``variants.x.client.lr``, or "(grid variant x)" after a grid's message.
+
+    A variant that overrides nothing (the config itself, :func:`own_variant`) adds no name: the error is the config's.
+    """
+    label = variant.label
     try:
         yield
     except MissingExtra:  # a missing package, not a bad value of the variant: its one line as it is
         raise
     except ConfigError as exc:
+        if not variant.overrides:
+            raise
         if from_grid:
             raise ConfigError(exc.field, f"{exc.message} (grid variant {label})") from None
         if exc.field.startswith(f"variants.{label}."):
@@ -313,7 +319,7 @@ def plan_sweep(
     if tuned and is_local(select) and config.eval.clients == "none":
         raise ConfigError("eval.clients", f"select = {select!r} scores the clients' own models on their own validation splits; set eval.clients = 'sampled' or 'all'")
     for v in planned:  # validates every variant before running any; errors name the variant
-        with naming(v.label, from_grid):
+        with naming(v, from_grid):
             apply_variant(config, v)
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):
         planned = with_controls(config, planned)
@@ -367,7 +373,7 @@ def plan_cells(config: RunConfig, variants: Sequence[Variant], points: Sequence[
     for long in (False, True):
         cells = []
         for v in variants:
-            with naming(v.label, from_grid):
+            with naming(v, from_grid):
                 for pi, point in enumerate(points):
                     for seed in seeds:
                         cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, suffix, long)))

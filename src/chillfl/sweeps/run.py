@@ -107,7 +107,7 @@ def check_runs(
     None: a dry run without the dataset's files, where only each run's names and options could be checked."""
     datasets: dict[str, FederatedData] = {}
     for c in plan.cells:
-        with naming(c.variant.label, plan.from_grid):
+        with naming(c.variant, plan.from_grid):
             key = data_key(c.config)
             if key not in datasets:
                 try:
@@ -116,7 +116,7 @@ def check_runs(
                     if not (dry_run and exc.field == DATA_DIR_FIELD):
                         raise
                     for other in plan.cells:  # no data here: each run's names and options
-                        with naming(other.variant.label, plan.from_grid):
+                        with naming(other.variant, plan.from_grid):
                             check_parts(other.config)
                     return None
             exp = build_experiment(c.config, data=datasets[key], model=model, plugged=plugged)  # every part of every variant is valid before anything is written

@@ -161,7 +161,7 @@ def test_run_of_a_config_with_seeds_and_no_variants_runs_it_over_the_seeds(tmp_p
     assert main(["run", str(config), *TINY]) == 0
     captured = capsys.readouterr()
     said = [line for line in captured.err.splitlines() if "comparison of one variant" in line]
-    assert len(said) == 1 and "[compare] seeds" in said[0] and "chillfl compare" in said[0]
+    assert len(said) == 1 and "a [compare] table" in said[0] and "chillfl compare" in said[0]
     table = json.loads((tmp_path / "out" / "s-compare" / "table.json").read_text())
     runs = sorted(p.name for p in (tmp_path / "out" / "s-compare").iterdir() if p.is_dir())
     assert runs == ["s-s0", "s-s1", "s-s2"]

@@ -127,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if config.variants:
             why = f"defines {len(config.variants)} variants: running the comparison"
         else:  # seeds or a tuning grid, no variants: the method alone, over them
-            asked = " and ".join(what for what, given in (("[compare] seeds", "seeds" in config.compare), ("a [tune] grid", bool(config.tune))) if given)
+            asked = " and ".join(what for what, given in (("a [compare] table", bool(config.compare)), ("a [tune] grid", bool(config.tune))) if given)
             why = f"sets {asked}: running it as a comparison of one variant"
         if not args.quiet:
             print(f"chillfl: {config.name} {why} (`chillfl compare {args.config}`)", file=sys.stderr)

@@ -140,13 +140,13 @@ def fixed_temperature(table: Mapping[str, Any]) -> float | None:
 
 
 def repeats(config: RunConfig) -> bool:
-    """Whether a config with no ``[variants]`` still asks for several runs: ``[compare] seeds`` or a ``[tune]`` grid.
+    """Whether a config with no ``[variants]`` is still a comparison's: it has a ``[compare]`` table (seeds, controls, ...) or a ``[tune]`` grid.
 
     ``chillfl run`` runs such a config as a comparison of one variant (mean ± std and CI over
-    the seeds, the lr tuned on the validation split), not as one run at ``seed`` that would
-    drop both tables silently.
+    the seeds, the lr tuned on the validation split, controls added), not as one run at
+    ``seed`` that would drop both tables silently.
     """
-    return not config.variants and ("seeds" in config.compare or bool(config.tune))
+    return not config.variants and bool(config.compare or config.tune)
 
 
 def own_variant(config: RunConfig) -> Variant:

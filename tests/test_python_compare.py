@@ -77,3 +77,14 @@ def test_seeds_alone_compare_the_method_with_itself_over_them_and_nothing_at_all
         chillfl.compare(config=TINY, out_dir=tmp_path, progress=False)
     assert info.value.field == "--grid" and "seeds" in str(info.value)
     assert not any(tmp_path.iterdir())
+
+
+def test_run_of_a_comparisons_config_says_it_makes_one_run(caplog: pytest.LogCaptureFixture) -> None:
+    """chillfl.run is one run: a config's [compare] / [tune] / [variants] are named as unused, once; a plain config says nothing."""
+    with caplog.at_level("WARNING", logger="chillfl.api"):
+        chillfl.run(config={**TINY, "federation": {"num_clients": 4, "rounds": 1}, "tune": {"client.lr": [0.1, 0.2]}}, write=False, progress=False)
+        said = [r.getMessage() for r in caplog.records if r.name == "chillfl.api"]
+        assert len(said) == 1 and "not used by one run (at seed 0)" in said[0] and "chillfl.compare" in said[0]
+        caplog.clear()
+        chillfl.run(config={**TINY, "federation": {"num_clients": 4, "rounds": 1}}, write=False, progress=False)
+        assert not [r for r in caplog.records if r.name == "chillfl.api"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, Union
@@ -41,7 +42,7 @@ from chillfl.models import model_names
 from chillfl.options import short_repr
 from chillfl.plugins import has_methods
 from chillfl.report.compare import CompareResult as Comparison
-from chillfl.sweeps.plan import CompareOptions, grid_variants, parse_grid
+from chillfl.sweeps.plan import CompareOptions, grid_variants, parse_grid, repeats
 from chillfl.sweeps.run import run_compare
 from chillfl.reproduce import Outcome, write_verdicts
 from chillfl.resolve import is_default_table, resolved
@@ -52,6 +53,8 @@ from chillfl.settings.prototypes import method_names as prototype_method_names
 from chillfl.temperature import POLICY_METHODS, policy_names
 from chillfl.training.terms import term_names
 from chillfl.tune import parse_tune
+
+log = logging.getLogger(__name__)
 
 ConfigLike = Union[RunConfig, Mapping[str, Any], str, Path, None]
 UserData = Union["TensorData", "DatasetData", ArrayDataset]
@@ -159,6 +162,9 @@ def run(
     """
     plugged = as_plugged(aggregator, terms, policy)
     cfg, dataset = _prepare(model, data, config, out_dir, overrides, plugged)
+    if cfg.variants or repeats(cfg):  # the command line compares such a config; here the caller asked for one run
+        log.warning("chillfl.run: the config's [variants] / [compare] / [tune] tables are a comparison's and are not used by one run "
+                    "(at seed %d): chillfl.compare(config=...) runs them", cfg.seed)
     hooks = [_as_callback(cb, i) for i, cb in enumerate(callbacks)]
     if write:
         check_out_dir(cfg.out_dir)

@@ -115,7 +115,7 @@ def test_wire_refuses_unregistered_classes() -> None:
 METHODS = {
     "fedchill-scaffold-fedprox": {"temperature": {"policy": "fedchill"}, "algorithm": {"name": "scaffold"}, "objective": {"proximal_mu": 0.01}},
     "pa3fed-flexchill": {"temperature": {"policy": "fixed", "value": 0.5}, "algorithm": {"name": "pa3fed", "mode": "always"}},
-    "pa3fed-scaffold": {"temperature": {"policy": "fixed", "value": 0.5}, "algorithm": {"name": "pa3fed", "base": "scaffold", "mode": "always"}},
+    # PA3Fed over SCAFFOLD on the nodes: test_fedchill_decay_on_the_nodes_equals_chillfl_runtime (5 rounds, FedChill's T too)
     # SCAFFOLD's c_i, PA3Fed's scores, FedBN's own BN entries and MOON's previous models live on the nodes (chillfl.flower.state)
     "fedbn-flexchill": {"temperature": {"policy": "fixed", "value": 0.5}, "algorithm": {"name": "fedbn"}, "model": {"name": "flexchill_cnn", "batch_norm": True}},
     "moon-fedchill": {"temperature": {"policy": "fedchill"}, "algorithm": {"name": "moon", "mu": 1.0}},

@@ -563,7 +563,7 @@ def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
     return config
 
 
-SWITCHED: dict[str, type] = {"privacy": PrivacyConfig, "attack": AttackConfig}
+SWITCHED: dict[str, type[PrivacyConfig] | type[AttackConfig]] = {"privacy": PrivacyConfig, "attack": AttackConfig}
 """Tables that are off unless their ``SWITCH`` option says otherwise (``[privacy] mechanism``, ``[attack] kind``)."""
 
 
@@ -581,7 +581,7 @@ def check_switches(data: Mapping[str, Any]) -> None:
     tables = [data] + [v for v in variants.values() if isinstance(v, Mapping)] if isinstance(variants, Mapping) else [data]
     tune = data.get("tune")
     for section, cls in SWITCHED.items():
-        switch: str = getattr(cls, "SWITCH")
+        switch = cls.SWITCH
         written: set[str] = set()
         for table in tables:
             own = table.get(section)

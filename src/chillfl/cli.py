@@ -87,9 +87,7 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     if writes:  # what a run checks before it writes anything
         check_out_dir(config.out_dir)
         check_sinks(config)
-    from chillfl.sweeps.plan import repeats
-
-    if args is not None and (args.command == "compare" or config.variants or repeats(config)):  # `run` on a config with variants compares too
+    if args is not None and (args.command == "compare" or _compares(config, args)):  # `run` on a config with variants compares too
         from chillfl.sweeps.run import run_compare
 
         options = _compare_options(args)
@@ -120,20 +118,26 @@ def cmd_run(args: argparse.Namespace) -> int:
               "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
         return _compare(config, DEMO_GRID, None, _progress(args))
     from chillfl.runner import run_experiment
-    from chillfl.sweeps.plan import repeats
 
     config = _load(args.config, args.overrides, args)
-    if config.variants or repeats(config):  # a comparison: run it as `compare` would, saying so in one info line (none under -q)
+    if _compares(config, args):  # a comparison: run it as `compare` would, saying so in one info line (none under -q)
         if config.variants:
             why = f"defines {len(config.variants)} variants: running the comparison"
         else:  # seeds or a tuning grid, no variants: the method alone, over them
             asked = " and ".join(what for what, given in (("a [compare] table", bool(config.compare)), ("a [tune] grid", bool(config.tune))) if given)
             why = f"sets {asked}: running it as a comparison of one variant"
-        if not args.quiet:
-            print(f"chillfl: {config.name} {why} (`chillfl compare {args.config}`)", file=sys.stderr)
-        return _compare(config, [], None, _progress(args), args)
+        said = None if args.quiet else f"chillfl: {config.name} {why} (`chillfl compare {args.config}`)"
+        return _compare(config, [], None, _progress(args), args, said)
     check_out_dir(config.out_dir)
     return _report(run_experiment(config, progress=_progress(args)))
+
+
+def _compares(config: RunConfig, args: argparse.Namespace) -> bool:
+    """Whether ``chillfl run`` runs ``config`` as a comparison: it has variants, or a ``[compare]`` table or ``[tune]``
+    grid (:func:`~chillfl.sweeps.plan.repeats`) and ``--seed`` asks for no one seed (``--seed N``: one run at N)."""
+    from chillfl.sweeps.plan import repeats
+
+    return bool(config.variants) or (repeats(config) and getattr(args, "seed", None) is None)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -159,13 +163,17 @@ def _compare_options(args: argparse.Namespace) -> "CompareOptions":
     )
 
 
-def _compare(config: RunConfig, grid: Sequence[str], reference: str | None, progress: "ProgressMode", args: argparse.Namespace | None = None) -> int:
+def _compare(
+    config: RunConfig, grid: Sequence[str], reference: str | None, progress: "ProgressMode", args: argparse.Namespace | None = None, said: str | None = None,
+) -> int:
+    """Run the comparison; ``said``: an info line printed once every run is checked (a config error stays one line)."""
     from chillfl.sweeps.plan import CompareOptions
     from chillfl.sweeps.run import run_compare
 
     options = _compare_options(args) if args is not None else CompareOptions()
     check_out_dir(config.out_dir)
-    return _compare_result(run_compare(config, grid, reference=reference, progress=progress, options=options), config.strict)
+    announce = None if said is None else (lambda: print(said, file=sys.stderr))
+    return _compare_result(run_compare(config, grid, reference=reference, progress=progress, options=options, on_checked=announce), config.strict)
 
 
 def _compare_result(result: "CompareResult", strict: bool) -> int:

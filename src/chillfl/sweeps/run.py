@@ -13,7 +13,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -266,6 +266,7 @@ def run_compare(
     plugged: Plugged | None = None,
     resume: Path | None = None,
     force: bool = False,
+    on_checked: Callable[[], None] | None = None,
 ) -> CompareResult:
     """Run every variant (``--grid`` product, else the config's ``[variants]``) at every seed and tuning point.
 
@@ -275,6 +276,8 @@ def run_compare(
     ``variants``: instead of ``grid`` strings (:func:`~chillfl.sweeps.plan.grid_variants`). ``dataset`` / ``model``: a user's own
     data and ``nn.Module`` (:func:`chillfl.compare`), as for :func:`chillfl.run`; ``plugged``: its method parts.
     ``resume``: the interrupted comparison's ``.partial`` folder to go on in (:func:`resume_compare`; ``force`` as there).
+    ``on_checked``: called once every run's parts are built and checked, before anything is written (the command
+    line's info line: a config error stays its one line).
 
     The steps: plan and bound the runs (:func:`~chillfl.sweeps.plan.plan_runs`), build every run's parts
     (:func:`check_runs`), claim the folder (:func:`open_folder`), run each point (:func:`run_points`), refuse a sweep
@@ -287,6 +290,8 @@ def run_compare(
         return CompareResult(None, [], "", complete=False)
     if dry_run:
         return CompareResult(None, [], "")
+    if on_checked is not None:
+        on_checked()
     where = open_folder(config, plan, reference, resume, write, resumable=dataset is None and model is None and plugged is None)
     lock = RunLock(where.partial) if where.partial is not None else None  # one process at a time goes on with a comparison (the first run, or a resume of it)
     try:

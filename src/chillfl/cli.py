@@ -137,7 +137,7 @@ def _compares(config: RunConfig, args: argparse.Namespace) -> bool:
     grid (:func:`~chillfl.sweeps.plan.repeats`) and ``--seed`` asks for no one seed (``--seed N``: one run at N)."""
     from chillfl.sweeps.plan import repeats
 
-    return bool(config.variants) or (repeats(config) and getattr(args, "seed", None) is None)
+    return bool(config.variants) or (repeats(config) and args.seed is None)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -53,6 +55,9 @@ def test_run_with_a_switched_partitioner_is_accepted(tmp_path: Path, capsys: pyt
         (["run", "{base}", "partition.alpah=0.3"], "partition.alpah: unknown option (did you mean 'alpha'?)"),
         (["run", "{base}", "model.name=mlp", "model.hiden=[8]"], "model.hiden: unknown option (did you mean 'hidden'?)"),
         (["run", "{base}", "temperature.policy=fixd"], "temperature.policy: unknown value 'fixd' (did you mean 'fixed'?)"),
+        # An option of another entry of the family: which ones take it, and the key that chooses them.
+        (["run", "{base}", "temperature.value=0.5"], "temperature.value: unknown option; temperature.policy = 'none' takes no options; 'value' is an option of "),
+        (["run", "{base}", "algorithm.mu=0.01"], "algorithm.mu: unknown option; allowed: weighting; 'mu' is an option of "),
         (["run", "{base}", "federaton.rounds=3"], "federaton: unknown key or section (did you mean 'federation'?)"),
         (["compare", "{base}", "--grid", "algorithm.name=fedavg,fedavgg"], "algorithm.name: unknown value 'fedavgg' (did you mean 'fedavg'?)"),
     ],
@@ -72,6 +77,37 @@ def test_dry_run_without_the_data_still_checks_names_and_options(tmp_path: Path,
     assert main(["run", str(base), "--dry-run", "algorithm.name=fedavgg"]) == 2
     assert main(["run", str(base), "--dry-run", "model.depth=3"]) == 2
     assert "model.depth: unknown option" in capsys.readouterr().err
+
+
+def test_an_unknown_option_names_the_siblings_that_take_it() -> None:
+    from chillfl.options import Chosen, parse_options
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        mu: float = 0.0
+
+    @dataclasses.dataclass(frozen=True)
+    class Muted:
+        mu: float = 0.0
+        gamma: float = 1.0
+
+    @dataclasses.dataclass(frozen=True)
+    class Empty:
+        pass
+
+    family = {name: SimpleNamespace(options=cls) for name, cls in (("plain", Plain), ("muted", Muted), ("empty", Empty))}
+    with pytest.raises(ConfigError) as err:
+        parse_options(Empty, {"gamma": 2.0}, "algorithm", Chosen("algorithm.name", "empty", lambda: family))
+    assert str(err.value) == "algorithm.gamma: unknown option; algorithm.name = 'empty' takes no options; 'gamma' is an option of muted (set algorithm.name)"
+    with pytest.raises(ConfigError) as err:
+        parse_options(Plain, {"gama": 2.0}, "algorithm", Chosen("algorithm.name", "plain", lambda: family))
+    assert str(err.value) == "algorithm.gama: unknown option; allowed: mu"  # nobody takes it: no owners' clause
+    with pytest.raises(ConfigError) as err:
+        parse_options(Empty, {"mu": 1.0}, "algorithm", Chosen("algorithm.name", "empty", lambda: family))
+    assert str(err.value).endswith("'mu' is an option of muted, plain (set algorithm.name)")
+    with pytest.raises(ConfigError) as err:  # without a family: as before, and "(none)" no longer reads like a value
+        parse_options(Empty, {"mu": 1.0}, "x")
+    assert str(err.value) == "x.mu: unknown option; the table takes no options"
 
 
 def test_no_suggestion_for_a_name_unlike_any() -> None:

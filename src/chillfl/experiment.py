@@ -20,9 +20,9 @@ from chillfl.attacks.build import attacked_aggregator, check_attack, poisoned_da
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
-from chillfl.data.datasets import DATASETS
+from chillfl.data.datasets import DATASETS, dataset_options
 from chillfl.data.loaders import DATA_DIR_FIELD
-from chillfl.data.partition import PARTITIONERS, partitioner_names
+from chillfl.data.partition import PARTITIONERS, partitioner_names, partitioner_options
 from chillfl.data.partition_file import FROM_FILE
 from chillfl.executors.parallel import ExecutorSpec, make_parallel_executor, unsendable
 from chillfl.engine.protocol import Executor, ServerProtocol
@@ -32,8 +32,7 @@ from chillfl.errors import ConfigError, choice_error
 from chillfl.models import build_model, model_names
 from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous
 from chillfl.models.projection import PROJECTION_OPTION
-from chillfl.models.registry import MODELS
-from chillfl.options import parse_options
+from chillfl.models.registry import MODELS, model_options
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
@@ -412,19 +411,19 @@ def check_parts(config: RunConfig) -> None:
         if name not in DATASETS:
             raise choice_error("dataset.name", name, list(DATASETS))
         options, _ = split_augment(options)
-        parse_options(DATASETS[name].options, options, "dataset")
+        dataset_options(name, options)
     name, options = RunConfig.component(config.partition)
     if name != FROM_FILE:  # a partition file is read with the data
         if name not in PARTITIONERS:
             raise choice_error("partition.name", name, partitioner_names())
-        parse_options(PARTITIONERS[name].options, options, "partition")
+        partitioner_options(name, options)
     name, options = RunConfig.component(config.algorithm)
     check_algorithm(name, options, config)  # its options, then its declared limits against the run
     name, options = RunConfig.component(base_table(config.model))
     if not is_custom(name):
         if name not in MODELS:
             raise choice_error("model.name", name, model_names())
-        parse_options(MODELS[name].options, {k: v for k, v in options.items() if k != PROJECTION_OPTION}, "model")
+        model_options(name, {k: v for k, v in options.items() if k != PROJECTION_OPTION})
     check_model_assignment(config, config.federation.num_clients)
     check_policy(config)  # its options, then its own checks against the run
     objective_terms(config, ())  # the [objective] terms' names and options, and whether the protocol takes them

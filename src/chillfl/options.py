@@ -16,7 +16,7 @@ import os
 import types
 import typing
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from chillfl.errors import ConfigError, did_you_mean
 
@@ -121,17 +121,55 @@ def _hints(cls: Hashable) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def parse_options(cls: type[T], table: Mapping[str, Any] | None, section: str) -> T:
-    """Build dataclass ``cls`` from ``table``; unknown keys and bad types raise ConfigError."""
+class HasOptions(Protocol):
+    """A registry entry (a dataset's, model's, policy's, algorithm's ...): what it parses its table into."""
+
+    @property
+    def options(self) -> type: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Chosen:
+    """Which entry of a family an options table belongs to, so that an option of a sibling is named as theirs.
+
+    ``temperature.value`` under ``policy = "none"`` is a typo of nothing: what helps is "``value`` is an
+    option of fedchill, fixed". ``family`` is read only when an option is unknown.
+    """
+
+    field: str
+    """The key that chose the entry (``temperature.policy``, ``algorithm.name``)."""
+    name: str
+    family: Callable[[], Mapping[str, HasOptions]]
+
+
+def _option_names(cls: Any) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if f.init}
+
+
+def unknown_option(section: str, key: str, names: set[str], chosen: Chosen | None = None) -> ConfigError:
+    """The error for option ``key`` that ``section``'s dataclass (fields ``names``) does not take."""
+    what = "option" if section else "key or section"
+    allowed = f"allowed: {', '.join(sorted(names))}" if names else "the table takes no options"
+    if chosen is None:
+        return ConfigError(join_field(section, key), f"unknown {what}{did_you_mean(key, names)}; {allowed}")
+    message = f"unknown option{did_you_mean(key, names)}; " + (allowed if names else f"{chosen.field} = {chosen.name!r} takes no options")
+    owners = sorted(n for n, entry in chosen.family().items() if dataclasses.is_dataclass(entry.options) and key in _option_names(entry.options))
+    if owners:
+        message += f"; {key!r} is an option of {', '.join(owners)} (set {chosen.field})"
+    return ConfigError(join_field(section, key), message)
+
+
+def parse_options(cls: type[T], table: Mapping[str, Any] | None, section: str, chosen: Chosen | None = None) -> T:
+    """Build dataclass ``cls`` from ``table``; unknown keys and bad types raise ConfigError.
+
+    ``chosen``: the registry entry ``cls`` belongs to, so an unknown option that a sibling takes says so.
+    """
     table = dict(table or {})
     hints = _hints(typing.cast(Hashable, cls))  # a class is hashable; mypy cannot tell for type[T]
-    names = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    names = _option_names(cls)
     unknown = sorted(set(table) - names)
     if unknown:
-        raise ConfigError(
-            join_field(section, unknown[0]),
-            f"unknown {'option' if section else 'key or section'}{did_you_mean(unknown[0], names)}; allowed: {', '.join(sorted(names)) or '(none)'}",
-        )
+        raise unknown_option(section, unknown[0], names, chosen)
     kwargs = {k: coerce(v, hints[k], join_field(section, k)) for k, v in table.items()}
     obj = cls(**kwargs)
     check = getattr(obj, "validate", None)

@@ -26,21 +26,20 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from chillfl.aggregation.registry import algorithm_spec, wrapped
+from chillfl.aggregation.registry import algorithm_options, algorithm_spec, wrapped
 from chillfl.config import RunConfig
 from chillfl.data.augment import AUGMENT_KEY, split_augment
-from chillfl.data.datasets import DATASETS, dataset_names
-from chillfl.data.partition import PARTITIONERS, partitioner_names
+from chillfl.data.datasets import DATASETS, dataset_names, dataset_options
+from chillfl.data.partition import PARTITIONERS, partitioner_names, partitioner_options
 from chillfl.data.partition_file import FROM_FILE
 from chillfl.errors import choice_error
 from chillfl.experiment import is_custom
 from chillfl.models.assign import HETERO_KEYS
 from chillfl.models.projection import PROJECTION_OPTION
-from chillfl.models.registry import MODELS, model_names
-from chillfl.options import parse_options
+from chillfl.models.registry import MODELS, model_names, model_options
 from chillfl.settings.distillation import DistillationSetup
 from chillfl.settings.prototypes import PrototypeSettings
-from chillfl.temperature import policy_spec
+from chillfl.temperature import policy_options, policy_spec
 
 
 def option_table(options: Any) -> dict[str, Any]:
@@ -62,7 +61,7 @@ def dataset_table(table: Mapping[str, Any]) -> dict[str, Any]:
     if name not in DATASETS:
         raise choice_error("dataset.name", name, dataset_names())
     rest, augment = split_augment(options)
-    return {"name": name, **option_table(parse_options(DATASETS[name].options, rest, "dataset")), AUGMENT_KEY: option_table(augment)}
+    return {"name": name, **option_table(dataset_options(name, rest)), AUGMENT_KEY: option_table(augment)}
 
 
 def partition_table(table: Mapping[str, Any]) -> dict[str, Any]:
@@ -72,7 +71,7 @@ def partition_table(table: Mapping[str, Any]) -> dict[str, Any]:
         return dict(table)
     if name not in PARTITIONERS:
         raise choice_error("partition.name", name, partitioner_names())
-    return {"name": name, **option_table(parse_options(PARTITIONERS[name].options, options, "partition"))}
+    return {"name": name, **option_table(partitioner_options(name, options))}
 
 
 def model_table(table: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,7 +87,7 @@ def model_table(table: Mapping[str, Any]) -> dict[str, Any]:
         raise choice_error("model.name", name, model_names())
     own = {k: v for k, v in options.items() if k != PROJECTION_OPTION}
     extra = {PROJECTION_OPTION: options[PROJECTION_OPTION]} if PROJECTION_OPTION in options else {}
-    return {"name": name, **option_table(parse_options(MODELS[name].options, own, "model")), **extra}
+    return {"name": name, **option_table(model_options(name, own)), **extra}
 
 
 def temperature_table(table: Mapping[str, Any]) -> dict[str, Any]:
@@ -96,7 +95,7 @@ def temperature_table(table: Mapping[str, Any]) -> dict[str, Any]:
     name, options = RunConfig.component(table, "policy")
     if is_custom(name):
         return dict(table)
-    return {"policy": name, **option_table(parse_options(policy_spec(name).options, options, "temperature"))}
+    return {"policy": name, **option_table(policy_options(policy_spec(name), name, options))}
 
 
 def algorithm_table(table: Mapping[str, Any], section: str = "algorithm", field: str | None = None) -> dict[str, Any]:
@@ -109,7 +108,7 @@ def algorithm_table(table: Mapping[str, Any], section: str = "algorithm", field:
     if is_custom(name):
         return dict(table)
     spec = algorithm_spec(name, section, field)
-    parsed: Any = parse_options(spec.options, options, section)
+    parsed: Any = algorithm_options(spec, name, options, section, field)
     out = {"name": name, **option_table(parsed)}
     inner = wrapped(spec, parsed, section)
     if inner is not None:

@@ -27,7 +27,7 @@ from torch import nn
 from chillfl.aggregation.base import Aggregator, holds_personal_model
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, choice_error
-from chillfl.options import parse_options
+from chillfl.options import Chosen, parse_options
 from chillfl.plugins import Registry, has_methods, plugin_names, resolve
 from chillfl.training.objective import Term
 
@@ -210,6 +210,11 @@ def algorithm_spec(name: str, section: str = "algorithm", field: str | None = No
     return user_algorithm(found, name, field)
 
 
+def algorithm_options(spec: AlgorithmSpec, name: str, options: Mapping[str, Any] | None, section: str = "algorithm", field: str | None = None) -> Any:
+    """Algorithm ``spec``'s (named ``name`` by ``field``, default ``<section>.name``) options parsed from ``options``."""
+    return parse_options(spec.options, options, section, Chosen(field or f"{section}.name", name, registered_algorithms))
+
+
 def make_aggregator(
     name: str,
     options: Mapping[str, Any] | None,
@@ -226,7 +231,7 @@ def make_aggregator(
     What the built aggregator's client half keeps must agree with its declared ``personal_model``.
     """
     spec = algorithm_spec(name, section)
-    parsed: Any = parse_options(spec.options, options, section)
+    parsed: Any = algorithm_options(spec, name, options, section)
     ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum)
     built = spec.build(parsed, ctx)
     declared = effective_capabilities(spec, parsed, section).personal_model
@@ -263,7 +268,7 @@ def effective_capabilities(spec: AlgorithmSpec, options: Any, section: str = "al
     if inner is None:
         return spec.capabilities
     base = algorithm_spec(inner.name, section, inner.field)
-    base_options: Any = parse_options(base.options, inner.options, inner.section)
+    base_options: Any = algorithm_options(base, inner.name, inner.options, inner.section, inner.field)
     return spec.capabilities.wrapping(effective_capabilities(base, base_options, inner.section))
 
 
@@ -276,7 +281,7 @@ def algorithm_parts(table: Mapping[str, Any], section: str = "algorithm", field:
     field = field or f"{section}.name"
     name = str(table.get("name"))
     spec = algorithm_spec(name, section, field)
-    options: Any = parse_options(spec.options, {k: v for k, v in table.items() if k != "name"}, section)
+    options: Any = algorithm_options(spec, name, {k: v for k, v in table.items() if k != "name"}, section, field)
     inner = wrapped(spec, options, section)
     if inner is None:
         return [(field, name, spec)]
@@ -289,7 +294,7 @@ def check_algorithm(name: str, options: Mapping[str, Any] | None, config: RunCon
     A wrapper's ``check`` runs its base's (PA3Fed's module does), so a wrapped method's limits hold too.
     """
     spec = algorithm_spec(name, section)
-    parsed: Any = parse_options(spec.options, options, section)
+    parsed: Any = algorithm_options(spec, name, options, section)
     check_plain_sgd(spec.capabilities, config, name)
     spec.check(parsed, config, section)
 

@@ -50,7 +50,7 @@ from chillfl.data.items import ItemReader
 from chillfl.data.loaders import RawSplit
 from chillfl.errors import ConfigError, choice_error
 from chillfl.extras import need
-from chillfl.options import blame, parse_options, require, require_memory, require_range
+from chillfl.options import Chosen, blame, parse_options, require, require_memory, require_range
 
 MAX_SEED = 2**63 - 1
 MAX_NUMPY_LEGACY_SEED = 2**32 - 1
@@ -387,6 +387,11 @@ DATASETS: dict[str, DatasetEntry] = {
 }
 
 
+def dataset_options(name: str, options: Mapping[str, Any] | None, section: str = "dataset") -> Any:
+    """Registered dataset ``name``'s options parsed from ``options`` (its table without ``name`` and ``augment``)."""
+    return parse_options(DATASETS[name].options, options, section, Chosen(f"{section}.name", name, lambda: DATASETS))
+
+
 def dataset_names() -> list[str]:
     return sorted(DATASETS)
 
@@ -403,7 +408,7 @@ def load_dataset(
         raise choice_error(f"{section}.name", name, dataset_names())
     entry = DATASETS[name]
     options, augment = split_augment(options)  # [dataset.augment]: normalisation here, crop/flip per training batch
-    opts: Any = parse_options(entry.options, options, section)
+    opts: Any = dataset_options(name, options, section)
     dataset = entry.build(opts, Path(data_dir))
     check_shape(augment, dataset.input_shape, name)
     scale = rescaler(augment, dataset.channel_mean, dataset.channel_std, dataset.input_shape[0] if dataset.input_shape else 1, name)

@@ -77,7 +77,7 @@ import numpy as np
 
 from chillfl.data.flwr_partition import FlwrOptions, flwr_split
 from chillfl.errors import ConfigError, choice_error
-from chillfl.options import parse_options, require
+from chillfl.options import Chosen, parse_options, require
 
 if TYPE_CHECKING:
     from chillfl.data.datasets import ArrayDataset
@@ -612,6 +612,11 @@ def partitioner_names() -> list[str]:
     return sorted(PARTITIONERS)
 
 
+def partitioner_options(name: str, options: Mapping[str, Any] | None, section: str = "partition") -> Any:
+    """Registered partitioner ``name``'s options parsed from ``options`` (its table without ``name``)."""
+    return parse_options(PARTITIONERS[name].options, options, section, Chosen(f"{section}.name", name, lambda: PARTITIONERS))
+
+
 def _num_classes(labels: np.ndarray, dataset: ArrayDataset | None) -> int:
     top = int(labels.max()) + 1 if len(labels) else 0
     return max(top, dataset.num_classes) if dataset is not None else top
@@ -634,7 +639,7 @@ def partition(
     if name not in PARTITIONERS:
         raise choice_error(f"{section}.name", name, partitioner_names())
     entry = PARTITIONERS[name]
-    opts: Any = parse_options(entry.options, options, section)
+    opts: Any = partitioner_options(name, options, section)
     labels = np.asarray(labels)
     if labels.ndim != 1 or (len(labels) and labels.min() < 0):
         raise ValueError("labels must be a 1-D array of class ids >= 0")

@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 from chillfl.errors import ConfigError, choice_error
 from chillfl.models import alexnet, char_lstm, cnn, cnn1d, fedchill, mlp, resnet, resnet_cifar, vit
 from chillfl.models.projection import PROJECTION_OPTION, with_projection_head
-from chillfl.options import blame, parse_options, require_memory, total_memory_bytes
+from chillfl.options import Chosen, blame, parse_options, require_memory, total_memory_bytes
 
 Builder = Callable[[tuple[int, ...], int, Any, str], nn.Module]
 
@@ -62,6 +62,11 @@ def model_names() -> list[str]:
     return sorted(MODELS)
 
 
+def model_options(name: str, options: Mapping[str, Any] | None, section: str = "model") -> Any:
+    """Registered model ``name``'s options parsed from ``options`` (its table without ``name`` and the projection)."""
+    return parse_options(MODELS[name].options, options, section, Chosen(f"{section}.name", name, lambda: MODELS))
+
+
 def build_model(
     name: str,
     input_shape: tuple[int, ...],
@@ -85,7 +90,7 @@ def build_model(
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
     table = {k: v for k, v in (options or {}).items() if k not in ("name", PROJECTION_OPTION)}
     projection = (options or {}).get(PROJECTION_OPTION, 0)
-    parsed: Any = parse_options(spec.options, table, section)
+    parsed: Any = model_options(name, table, section)
     shape = tuple(int(s) for s in input_shape)
     check_model_memory(name, shape, num_classes, parsed, section)
     if seed is None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, choice_error
-from chillfl.options import NoOptions, parse_options
+from chillfl.options import Chosen, NoOptions, parse_options
 from chillfl.plugins import Registry, has_methods, plugin_names, resolve
 from chillfl.temperature.policy import TemperaturePolicy
 
@@ -112,10 +112,15 @@ def policy_spec(name: Any, section: str = "temperature") -> PolicySpec:
     return user_policy(found, name, f"{section}.policy")
 
 
+def policy_options(spec: PolicySpec, name: str, options: Mapping[str, Any] | None, section: str = "temperature") -> Any:
+    """Policy ``spec``'s (named ``name``) options parsed from ``options`` (its table without ``policy``)."""
+    return parse_options(spec.options, options, section, Chosen(f"{section}.policy", name, registered_policies))
+
+
 def parse_policy(table: Mapping[str, Any], section: str = "temperature") -> tuple[PolicySpec, Any]:
     """The spec ``table['policy']`` names and the rest of the table parsed as its options."""
     spec = policy_spec(table.get("policy"), section)
-    return spec, parse_options(spec.options, {k: v for k, v in table.items() if k != "policy"}, section)
+    return spec, policy_options(spec, str(table.get("policy")), {k: v for k, v in table.items() if k != "policy"}, section)
 
 
 def make_policy(table: Mapping[str, Any], class_counts: ClassCounts, section: str = "temperature") -> TemperaturePolicy:

@@ -61,6 +61,18 @@ def one_thread():
 
 
 @pytest.fixture
+def short_temp() -> Iterator[Path]:
+    """An empty folder with a short path, for a subprocess's TMPDIR: under a long one (pytest's own, in an xdist
+    worker) multiprocessing's sockets move to /tmp, and a test of what is left in its TMPDIR would check nothing."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="cf-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
 def user_module(tmp_path: Path) -> Iterator[Callable[[str, str], None]]:
     """``user_module(name, source)``: a user's module, written to a folder put on ``sys.path`` as a plugin
     author's would be; the folder and the imported module are gone again after the test."""

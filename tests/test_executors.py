@@ -18,7 +18,7 @@ from chillfl.config import load_config
 from chillfl.executors.sequential import ClientJob, SequentialExecutor
 from chillfl.protocols.parameters import ParameterClient
 from chillfl.executors.parallel import ExecutorSpec, VECTORIZE_MAX_PARAMS, choose_executor, make_parallel_executor, vectorized_workers
-from chillfl.executors.processes import ProcessExecutor, WorkerError, WorkerPool, pack_tree
+from chillfl.executors.processes import ProcessExecutor, WorkerError, WorkerPool, _Results, pack_tree
 from chillfl.runner import run_experiment
 from chillfl.executors.vectorized import NotVectorizable, VectorizedExecutor, chunk_size_for, dim_order, stack, stack_contexts
 from chillfl.errors import ConfigError
@@ -381,6 +381,24 @@ def test_process_pool_reports_a_dead_worker() -> None:
     finally:
         ex.close()
     assert not _alive(ex.pids[0])
+
+
+def test_process_pool_reports_a_task_its_queue_cannot_send() -> None:
+    """A queue pickles what it sends in a thread of its own, where an error was only printed: the round waited
+    forever for the task (so it did under a TMPDIR too long for the sockets that pass tensors)."""
+    with WorkerPool(workers=1) as pool:
+        with pytest.raises(WorkerError, match=r"could not send a task to the workers: \w*Error: .*lambda"):
+            pool.round([lambda: None], decode=lambda reply: reply)
+        assert not pool.usable
+
+
+def test_a_result_a_worker_cannot_send_comes_back_as_its_jobs_error() -> None:
+    results = _Results(ctx=multiprocessing.get_context("spawn"))
+    try:
+        results._on_queue_feeder_error(OSError("AF_UNIX path too long"), (3, True, object()))
+        assert results.get(timeout=10) == (3, False, "could not send the result to the parent: OSError: AF_UNIX path too long")
+    finally:
+        results.close()
 
 
 def test_choose_executor() -> None:

@@ -1,6 +1,7 @@
 """Processes never outlive their run (issue 27): workers of a SIGKILLed ``processes`` run are gone within
 2 s even in the middle of a long job; a second SIGTERM or SIGINT still ends in one true line, with no worker
-and no ``pymp-*`` folder left; a long TMPDIR for a local Ray is one line, not an AF_UNIX traceback.
+and no ``pymp-*`` folder left; a long TMPDIR for a local Ray is one line, not an AF_UNIX traceback, and a ``processes`` run
+under one finishes (its sockets go to /tmp) instead of waiting forever.
 
 Each test starts ``chillfl run`` in a subprocess with its own TMPDIR and kills whatever it started in a
 ``finally`` (by process id), so a failing test leaves nothing behind either.
@@ -87,15 +88,15 @@ def kill_all(pids: list[int]) -> None:
             pass
 
 
-def test_workers_are_gone_within_2_s_of_a_parent_kill_9_in_a_long_job(tmp_path: Path) -> None:
+def test_workers_are_gone_within_2_s_of_a_parent_kill_9_in_a_long_job(tmp_path: Path, short_temp: Path) -> None:
     """Workers used to finish their current job first (they checked the queue only between jobs): 47-50 s."""
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+    temp = short_temp
     proc = start(write_config(tmp_path), temp)
     started: list[int] = []
     try:
         started = workers_busy(proc)
         everyone = children(proc.pid)
+        assert [p.name[:5] for p in temp.iterdir()] == ["pymp-"]  # the parent's folder, for its workers to remove
         proc.kill()
         killed = time.monotonic()
         proc.wait(timeout=30)
@@ -114,12 +115,11 @@ def test_workers_are_gone_within_2_s_of_a_parent_kill_9_in_a_long_job(tmp_path: 
 
 
 @pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT])
-def test_a_second_signal_still_ends_in_one_true_line(tmp_path: Path, second: int) -> None:
+def test_a_second_signal_still_ends_in_one_true_line(tmp_path: Path, second: int, short_temp: Path) -> None:
     """SIGTERM, then ``second`` in the middle of the same round: exit 143/130, one line with the true round
     and the checkpoint kept, no worker left, no ``pymp-*`` folder. It said "after round -1 ...
     checkpoint.every = 0" (a checkpoint existed), and a signal during clean-up killed it with no line."""
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+    temp = short_temp
     config = write_config(tmp_path, client={**LONG_JOB["client"], "epochs": 40}, federation={**LONG_JOB["federation"], "rounds": 50})  # type: ignore[dict-item]
     proc = start(config, temp)
     partial = tmp_path / "out" / "long.partial"
@@ -130,6 +130,7 @@ def test_a_second_signal_still_ends_in_one_true_line(tmp_path: Path, second: int
             assert proc.poll() is None and time.monotonic() < end, proc.communicate() if proc.poll() is not None else "no checkpoint in 180 s"
             time.sleep(0.05)
         pids = children(proc.pid)
+        assert [p.name[:5] for p in temp.iterdir()] == ["pymp-"]  # what the clean-up must remove
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         proc.send_signal(second)
@@ -160,6 +161,25 @@ def test_a_second_signal_still_ends_in_one_true_line(tmp_path: Path, second: int
             assert int(match[3]) == kept
     finally:
         kill_all([proc.pid, *pids])
+
+
+def test_a_long_tmpdir_for_a_processes_run_moves_its_sockets(tmp_path: Path, short_temp: Path) -> None:
+    """Tensors pass between processes as file descriptors over a socket in multiprocessing's temp folder: under a
+    TMPDIR over about 75 characters its path passed AF_UNIX's 107 bytes, a queue's feeder thread printed the
+    error, and the run waited forever. Now the sockets go to /tmp, with one warning."""
+    long = short_temp / ("t" * 90)
+    long.mkdir()
+    config = write_config(tmp_path, client={**LONG_JOB["client"], "epochs": 1}, federation={**LONG_JOB["federation"], "rounds": 2})  # type: ignore[dict-item]
+    proc = start(config, long)
+    try:
+        _, err = proc.communicate(timeout=180)
+    finally:
+        kill_all([proc.pid])
+    assert proc.returncode == 0, err
+    assert f"TMPDIR ({len(str(long))} characters) is too long for the sockets that pass tensors to worker processes: they are made in /tmp" in err
+    assert "Traceback" not in err and "AF_UNIX" not in err, err
+    assert len((tmp_path / "out" / "long" / "metrics.jsonl").read_text().splitlines()) == 2
+    assert list(long.iterdir()) == []
 
 
 def test_a_long_tmpdir_for_a_local_ray_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:

@@ -83,7 +83,8 @@ def wait_for_round(metrics: Path, round: int, proc: subprocess.Popen, timeout: f
         if proc.poll() is not None:
             raise AssertionError(f"the run ended early: {proc.communicate()}")
         time.sleep(0.05)
-    raise AssertionError(f"no round {round} within {timeout} s")
+    proc.kill()  # a hung run must not outlive its test
+    raise AssertionError(f"no round {round} within {timeout} s: {proc.communicate()}")
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -136,7 +137,7 @@ def test_signal_writes_a_checkpoint_and_says_how_to_resume(sig: int, code: int, 
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)])
-def test_processes_workers_do_not_outlive_their_parent(sig: int, code: int, tmp_path: Path) -> None:
+def test_processes_workers_do_not_outlive_their_parent(sig: int, code: int, tmp_path: Path, short_temp: Path) -> None:
     """SIGTERM (checkpoint, exit 143) or SIGKILL of a ``processes`` run: no worker survives its parent by 5 s, and the temp dir is empty.
 
     The run's temporary folders are multiprocessing's ``pymp-*`` folder (the
@@ -146,8 +147,7 @@ def test_processes_workers_do_not_outlive_their_parent(sig: int, code: int, tmp_
     (``executors/processes.py``). Either way nothing is left once the workers are.
     """
     config = write_config(tmp_path, "pool", "fedavg-fedchill", executor="processes", federation={"rounds": 40})
-    temp = tmp_path / "tmp"  # the run's temporary folders (multiprocessing's pymp-*) go here
-    temp.mkdir()
+    temp = short_temp  # the run's temporary folders (multiprocessing's pymp-*) go here
     proc = chillfl("run", str(config), "-q", tmpdir=temp)
     wait_for_round(tmp_path / "out" / "pool.partial" / "metrics.jsonl", 1, proc)
     children = _children(proc.pid)

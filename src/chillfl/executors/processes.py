@@ -42,6 +42,14 @@ Choices
 * A failing job raises :class:`WorkerError` in the parent (with the worker's
   traceback) after the round's other jobs have been drained, so the pool stays
   usable; a worker that dies breaks the pool, which is then shut down.
+* A queue pickles what it sends in a thread of its own, where an error is only
+  printed: a task that cannot be sent breaks the pool with a
+  :class:`WorkerError` naming why, and a result that cannot be sent comes back
+  as its job's error, so a round never waits for an item that never left.
+* Tensors travel as file descriptors passed over an ``AF_UNIX`` socket in
+  multiprocessing's temp folder, and a socket path has at most 107 bytes: under
+  a ``TMPDIR`` longer than about 75 characters the sockets go to a short system
+  folder (``/tmp``), with one warning (:func:`short_socket_folder`).
 """
 
 from __future__ import annotations
@@ -49,12 +57,16 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import logging
+import multiprocessing.queues as mp_queues
 import multiprocessing.util as mp_util
 import os
 import pickle
 import queue
 import shutil
 import signal
+import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -74,6 +86,62 @@ from chillfl.training.local import LocalOutcome, LocalSpec
 _POLL_S = 0.5
 _JOIN_S = 5.0
 _WATCH_S = 0.2
+AF_UNIX_PATH_MAX = 103 if sys.platform == "darwin" else 107
+"""Longest socket path the OS accepts (``sockaddr_un.sun_path`` is 108 bytes on Linux, 104 on macOS, with its NUL)."""
+_SOCKET_TAIL = len("/pymp-abcdefgh/listener-abcdefgh")
+"""What multiprocessing adds to its temp folder's parent for its resource-sharer socket."""
+SHORT_FOLDERS = ("/tmp", "/var/tmp", "/usr/tmp")
+
+log = logging.getLogger(__name__)
+
+
+def _fits(folder: str) -> bool:
+    return len(os.fsencode(folder)) + _SOCKET_TAIL <= AF_UNIX_PATH_MAX
+
+
+def short_socket_folder(warn: bool = True) -> str:
+    """This process's multiprocessing temp folder (``pymp-*``), made in a short folder if ``TMPDIR`` is too long for a socket.
+
+    A tensor sent to or from a worker is a file descriptor passed over a socket in that folder; a path too long
+    to bind fails in a queue's feeder thread. Call it before anything else asks for the folder: once made, it stays.
+    """
+    base = tempfile.gettempdir()
+    if _fits(base):
+        return mp_util.get_temp_dir()
+    short = next((f for f in SHORT_FOLDERS if _fits(f) and os.path.isdir(f) and os.access(f, os.W_OK | os.X_OK)), None)
+    if short is None:
+        raise WorkerError(
+            f"TMPDIR {base!r} ({len(base)} characters) is too long for the sockets that pass tensors to worker processes, "
+            f"and none of {', '.join(SHORT_FOLDERS)} is writable: set TMPDIR to a folder of at most 75 characters"
+        )
+    saved = tempfile.tempdir
+    tempfile.tempdir = short  # get_temp_dir() makes its folder under tempfile's choice, once
+    try:
+        folder = mp_util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
+    if not _fits(os.path.dirname(folder)):
+        raise WorkerError(f"multiprocessing's temp folder {folder!r} was made before the worker pool, under a TMPDIR too long for its sockets: set TMPDIR to a folder of at most 75 characters")
+    if warn:
+        log.warning("TMPDIR (%d characters) is too long for the sockets that pass tensors to worker processes: they are made in %s", len(base), short)
+    return folder
+
+
+class _Tasks(mp_queues.Queue):  # type: ignore[type-arg]
+    """The parent's task queue: remembers a task its feeder thread could not send, for the round to raise."""
+
+    unsent: str | None = None
+
+    def _on_queue_feeder_error(self, e: BaseException, obj: object) -> None:
+        self.unsent = f"{type(e).__name__}: {e}"
+
+
+class _Results(mp_queues.Queue):  # type: ignore[type-arg]
+    """A worker's result queue: a result its feeder thread cannot send is replaced by its job's error."""
+
+    def _on_queue_feeder_error(self, e: BaseException, obj: object) -> None:
+        index = obj[0] if isinstance(obj, tuple) and obj else -1
+        self.put((index, False, f"could not send the result to the parent: {type(e).__name__}: {e}"))
 
 
 class WorkerError(RuntimeError):
@@ -290,6 +358,8 @@ def _watch_parent(parent: int, parent_temp: str, every: float = _WATCH_S) -> Non
 def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_temp: str) -> None:
     """Worker loop: run each task, send back (index, packed result) or (index, error text)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+    if not _fits(tempfile.gettempdir()):
+        short_socket_folder(warn=False)  # its results' tensors pass through a socket of its own (the parent warned)
     threading.Thread(target=_watch_parent, args=(parent, parent_temp), name="chillfl-parent-watch", daemon=True).start()
     torch.set_num_threads(threads)
     key: int | None = None
@@ -364,12 +434,13 @@ class WorkerPool:
             raise ValueError(f"threads_per_worker must be >= 1, got {threads_per_worker}")
         self.threads_per_worker = threads_per_worker
         ctx = tmp.get_context("spawn")
-        self._tasks = ctx.Queue()
-        self._results = ctx.Queue()
+        temp = short_socket_folder()
+        self._tasks = _Tasks(ctx=ctx)
+        self._results = _Results(ctx=ctx)
         self._processes = [
             ctx.Process(
                 target=_worker_main,
-                args=(threads_per_worker, self._tasks, self._results, os.getpid(), mp_util.get_temp_dir()),
+                args=(threads_per_worker, self._tasks, self._results, os.getpid(), temp),
                 name=f"chillfl-worker-{i}",
                 daemon=True,
             )
@@ -437,6 +508,9 @@ class WorkerPool:
                 dead = [p for p in self._processes if not p.is_alive()]
                 if dead:
                     self._broken = f"worker {dead[0].name} died with exit code {dead[0].exitcode}"
+                elif self._tasks.unsent is not None:
+                    self._broken = f"could not send a task to the workers: {self._tasks.unsent}"
+                if self._broken:
                     self.close()
                     raise WorkerError(self._broken) from None
 

@@ -64,7 +64,7 @@ from torch import nn
 
 from chillfl.config import RayConfig
 from chillfl.executors.sequential import SequentialExecutor
-from chillfl.executors.processes import WorkerError, _is_state, default_workers, map_leaves
+from chillfl.executors.processes import AF_UNIX_PATH_MAX, WorkerError, _is_state, default_workers, map_leaves
 from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientSide, ClientTask
 from chillfl.errors import ConfigError
 from chillfl.training.local import LocalOutcome, LocalSpec
@@ -74,8 +74,6 @@ log = logging.getLogger(__name__)
 EXTRA = "pip install 'chillfl[ray]'"
 
 
-AF_UNIX_PATH_MAX = 107
-"""Longest socket path Linux accepts (``sun_path`` is 108 bytes with its NUL)."""
 LOCAL_RAY_PREFIX = "ray"
 """A local Ray's folder in the temp directory (:func:`tempfile.mkdtemp` adds 8 characters; short, for the socket paths under it): removed when it stops."""
 RAY_SOCKET_SUFFIX = len(f"/{LOCAL_RAY_PREFIX}12345678/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")

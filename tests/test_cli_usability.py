@@ -180,3 +180,11 @@ def test_progress_mode_follows_the_stream() -> None:
 
     assert (mode_for(False, Terminal()), mode_for(False, io.StringIO()), mode_for(True, Terminal())) == ("bar", "lines", "off")
     assert (format_seconds(5), format_seconds(75), format_seconds(4000)) == ("5s", "1m15s", "1h06m")
+
+
+def test_a_missing_config_is_the_one_argument_named(capsys: pytest.CaptureFixture[str]) -> None:
+    """The overrides are optional: argparse named them as required too ("required: config, overrides")."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["compare"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "chillfl compare: error: the following arguments are required: config"

@@ -353,7 +353,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
             p.add_argument("config", help="TOML config file or bundled experiment name")
         else:
             p.add_argument("config", nargs="?", help="TOML config file or bundled experiment name (default: the demo)")
-        p.add_argument("overrides", nargs="*", help="section.option=value overrides, e.g. client.lr=0.05")
+        p.add_argument("overrides", nargs="*", default=[], help="section.option=value overrides, e.g. client.lr=0.05")
         _verbosity(p)
         p.add_argument("--device", help="cpu | cuda | cuda:N | mps | auto (the config's `device`)")
         p.add_argument("--seed", type=int, help="the run seed (the config's `seed`)")

@@ -95,9 +95,15 @@ def user_module(tmp_path: Path) -> Iterator[Callable[[str, str], None]]:
 SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
 
 
+FIRST = ("tests/test_private_net.py::test_ray_and_flower_suites_pass_in_a_private_network",)
+"""Tests of minutes (the Ray and Flower suites: 6 of a 2-core machine), started first: under ``-n auto`` (pytest-xdist)
+the other workers share the rest meanwhile, instead of one worker running them alone at the end."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests ``slow_tests.txt`` lists ``slow`` (the measured slow ones of otherwise fast modules)."""
+    """Mark the tests ``slow_tests.txt`` lists ``slow`` (the measured slow ones of otherwise fast modules); the longest first."""
     listed = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and not line.startswith("#")}
     for item in items:
         if item.nodeid in listed:
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.nodeid not in FIRST)  # stable: otherwise in collection order

@@ -90,13 +90,15 @@ AF_UNIX_PATH_MAX = 103 if sys.platform == "darwin" else 107
 """Longest socket path the OS accepts (``sockaddr_un.sun_path`` is 108 bytes on Linux, 104 on macOS, with its NUL)."""
 _SOCKET_TAIL = len("/pymp-abcdefgh/listener-abcdefgh")
 """What multiprocessing adds to its temp folder's parent for its resource-sharer socket."""
+TMPDIR_MAX = AF_UNIX_PATH_MAX - _SOCKET_TAIL
+"""The longest temp folder (bytes) whose sockets fit: 75 on Linux."""
 SHORT_FOLDERS = ("/tmp", "/var/tmp", "/usr/tmp")
 
 log = logging.getLogger(__name__)
 
 
 def _fits(folder: str) -> bool:
-    return len(os.fsencode(folder)) + _SOCKET_TAIL <= AF_UNIX_PATH_MAX
+    return len(os.fsencode(folder)) <= TMPDIR_MAX
 
 
 def short_socket_folder(warn: bool = True) -> str:
@@ -112,7 +114,7 @@ def short_socket_folder(warn: bool = True) -> str:
     if short is None:
         raise WorkerError(
             f"TMPDIR {base!r} ({len(base)} characters) is too long for the sockets that pass tensors to worker processes, "
-            f"and none of {', '.join(SHORT_FOLDERS)} is writable: set TMPDIR to a folder of at most 75 characters"
+            f"and none of {', '.join(SHORT_FOLDERS)} is writable: set TMPDIR to a folder of at most {TMPDIR_MAX} bytes"
         )
     saved = tempfile.tempdir
     tempfile.tempdir = short  # get_temp_dir() makes its folder under tempfile's choice, once
@@ -121,7 +123,7 @@ def short_socket_folder(warn: bool = True) -> str:
     finally:
         tempfile.tempdir = saved
     if not _fits(os.path.dirname(folder)):
-        raise WorkerError(f"multiprocessing's temp folder {folder!r} was made before the worker pool, under a TMPDIR too long for its sockets: set TMPDIR to a folder of at most 75 characters")
+        raise WorkerError(f"multiprocessing's temp folder {folder!r} was made before the worker pool, under a TMPDIR too long for its sockets: set TMPDIR to a folder of at most {TMPDIR_MAX} bytes")
     if warn:
         log.warning("TMPDIR (%d characters) is too long for the sockets that pass tensors to worker processes: they are made in %s", len(base), short)
     return folder

@@ -89,9 +89,10 @@ def test_server_combines_heads_and_prototypes_by_hand() -> None:
     # V = (0.5, 0.5); h_0 = ((1, 0), (0, 0)), h_1 = ((0, 1), (0, 0)).
     # Client 0: D = [[0, 0], [0, 2]], P = diag(0.5, 2.5) -> alpha = (2.5, 0.5) / 3 = (5/6, 1/6); head = 5/6 * 0 + 1/6 * 6 = 1
     # Client 1: symmetric -> alpha = (1/6, 5/6); head = 5/6 * 6 = 5
-    # Prototypes: class 0 held by both -> mean of (1, 1) and (3, 3) = (2, 2); class 1 by client 1 only -> (4, 4)
-    r0 = ClientResult(0, params(0.0), 10, 1, 0.1, 1.0, 0.0, report(0.5, [[1, 0], [0, 0]], [[1, 1], [0, 0]], [5, 0]))
-    r1 = ClientResult(1, params(6.0), 30, 1, 0.1, 1.0, 0.0, report(0.5, [[0, 1], [0, 0]], [[3, 3], [4, 4]], [5, 7]))
+    # Prototypes weighted by the clients' class counts (the authors' protos_aggregation): class 0 held by both,
+    # 1 sample at (1, 1) and 9 at (3, 3) -> (1 + 27) / 10 = (2.8, 2.8); class 1 by client 1 only -> (4, 4)
+    r0 = ClientResult(0, params(0.0), 10, 1, 0.1, 1.0, 0.0, report(0.5, [[1, 0], [0, 0]], [[1, 1], [0, 0]], [1, 0]))
+    r1 = ClientResult(1, params(6.0), 30, 1, 0.1, 1.0, 0.0, report(0.5, [[0, 1], [0, 0]], [[3, 3], [4, 4]], [9, 7]))
     out = pac.aggregate(glob, [r0, r1], 0)
     torch.testing.assert_close(out["1.bias"], torch.full((2,), 4.5))  # the global head: FedAvg (10 * 0 + 30 * 6) / 40
     torch.testing.assert_close(pac.heads[0]["1.weight"], torch.full((2, 2), 1.0))
@@ -99,8 +100,11 @@ def test_server_combines_heads_and_prototypes_by_hand() -> None:
     down = pac.downlink(1, 1, out)
     assert down.params is not None and set(down.params) == {"1.weight", "1.bias"}
     assert down.context[LAM] == 0.5
-    torch.testing.assert_close(down.context[PROTOS], torch.tensor([[2.0, 2.0], [4.0, 4.0]]))
+    torch.testing.assert_close(down.context[PROTOS], torch.tensor([[2.8, 2.8], [4.0, 4.0]]))
     assert down.context[MASK].tolist() == [True, True]  # type: ignore[union-attr]
+    uniform = FedPAC(model, FedPACOptions(lam=0.5, protos="uniform"))  # PFLlib's: the plain mean over the holders of class 0
+    uniform.aggregate(glob, [r0, r1], 0)
+    torch.testing.assert_close(uniform.downlink(1, 1, out).context[PROTOS], torch.tensor([[2.0, 2.0], [4.0, 4.0]]))
     assert pac.downlink(2, 1, out).params is None  # never sampled: the global head
     again = FedPAC(model, FedPACOptions(lam=0.5))
     again.load_state_dict(pac.state_dict())

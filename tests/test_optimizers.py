@@ -59,6 +59,17 @@ def test_adamw_decays_the_weight_before_the_adam_step_and_adam_adds_l2_to_the_gr
     assert _step("adam", p, g, 1, weight_decay=0.1)["w"].item() == pytest.approx(2 - 0.1 * 0.7 / (0.7 + 1e-8), rel=1e-14)
 
 
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw"])
+def test_weight_decay_skips_the_specs_no_decay_parameters(name: str) -> None:
+    # w = 2, a = 2, both with gradient 0 and weight decay 0.1 at lr 0.1; a is in no_decay, so nothing moves it
+    spec = LocalSpec(epochs=1, batch_size=1, weight_decay=0.1, optim=Optimizer(name), no_decay=frozenset({"a"}))
+    p = {"w": torch.tensor([2.0], dtype=torch.float64), "a": torch.tensor([2.0], dtype=torch.float64)}
+    optimizer_step_(p, [torch.zeros(1, dtype=torch.float64)] * 2, init_state(p, spec.optim, 0.0), 0.1, spec, step=0)
+    assert p["a"].item() == 2.0
+    # w decays: SGD 2 - 0.1 * 0.2 = 1.98; AdamW 2 (1 - 0.01) = 1.98; Adam's first step of g = 0.2: 2 - 0.1 * 0.2 / (0.2 + 1e-8)
+    assert p["w"].item() == pytest.approx(2 - 0.1 * 0.2 / (0.2 + 1e-8) if name == "adam" else 1.98, rel=1e-14)
+
+
 def test_sgd_nesterov_two_steps_by_hand() -> None:
     # g = 1 both steps, momentum 0.5, lr 0.1: b1 = 1, step g + 0.5 b1 = 1.5; b2 = 1.5, step 1 + 0.75 = 1.75
     out = _step("sgd", {"w": torch.tensor([0.0], dtype=torch.float64)}, [torch.tensor([1.0], dtype=torch.float64)], 2, momentum=0.5, nesterov=True)

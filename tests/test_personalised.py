@@ -207,6 +207,19 @@ def test_apfl_step_and_alpha_update_by_hand() -> None:
     assert set(reply.uplink.params) == {"weight"}
 
 
+def test_apfl_weight_decay_decays_w_and_v_never_alpha() -> None:
+    # the hand case above with client.weight_decay = 0.1 (added to each weight's gradient):
+    # w: 1 + 0.1 * 2 = 1.2 -> w = 1.88; v: 0.75 + 0.1 * 3 = 1.05 -> v = 2.895
+    # alpha: Algorithm 1's step alone, 0.5 - 0.1 * 1.5 = 0.35 (decayed, it was 0.345)
+    model = linear(0.0)
+    state = {"apfl.weight": torch.tensor([[3.0]]), "apfl.alpha": torch.tensor(0.5)}
+    spec = LocalSpec(epochs=1, batch_size=8, base_loss=half_mse, weight_decay=0.1)
+    reply = run_client(APFL(model).client_half(), model, spec, {"weight": torch.tensor([[2.0]])}, lr=0.1, state=state)
+    close(reply.uplink.params["weight"], 1.88)
+    close(reply.state["apfl.weight"], 2.895)
+    close(reply.state["apfl.alpha"], 0.35)
+
+
 def test_apfl_personal_model_is_evaluated_and_alpha_is_clipped() -> None:
     # lr 1: alpha = 0.5 - 1.5 = -1 -> clipped to 0; v = 3 - 0.75 = 2.25; w = 2 - 1 = 1; personal = w = 1
     model = linear(0.0, 0.0)

@@ -25,6 +25,8 @@ Choices
 * f_i(v_bar) is the run's base loss at T = 1 (the run's temperature applies
   to w's loss; APFL has none of its own). The authors' code adds 0.01 alpha to
   alpha's gradient, which the paper's algorithm does not; not done here.
+* ``client.weight_decay`` decays w and v as the run's optimiser does, never
+  alpha: a mixing coefficient, whose Algorithm 1 step has no decay term.
 * v_i starts, at the client's first participation, from the global model it
   was sent (paper: v_i^0 = w^0). v_bar's batch-norm buffers are v_i's (its
   training forward updates them).
@@ -162,7 +164,7 @@ class APFLClient:
         frozen = spec.frozen if self.adaptive else spec.frozen | {"alpha"}
         terms: list[Term] = [OnShared(cast(LossTerm, t)) for t in spec.terms]
         terms.append(MixedLoss(spec.base_loss))
-        return (replace(spec, model=Pair(self.model), terms=tuple(terms), frozen=frozen),)
+        return (replace(spec, model=Pair(self.model), terms=tuple(terms), frozen=frozen, no_decay=spec.no_decay | {"alpha"}),)
 
     def train(self, local: Local) -> LocalProgram:
         own = own_entries(local.state, PREFIX)

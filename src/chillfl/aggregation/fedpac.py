@@ -35,8 +35,8 @@ Choices
   weights), not by an interior-point solver (the authors use cvxpy): the
   problem is convex (diag(V) >= 0 plus a Gram matrix), so this converges to
   the same minimiser, to ~1e-9 with the default 2000 steps on a round's few
-  clients. As the authors' code, weights <= 1e-3 are set to 0; here the rest
-  are then renormalised to sum to 1 (the authors' code leaves the sum short).
+  clients. As the authors' code, weights <= 1e-3 are set to 0 and the rest
+  are renormalised to sum to 1 (their ``agg_classifier_weighted_p`` divides by the weights' sum).
 * The statistics are computed in eval mode, with the body received this
   round (before training), as the authors' code does; they travel with the
   upload and the server uses them in that round's aggregation.
@@ -93,12 +93,15 @@ from chillfl.capabilities import Capabilities
 
 @dataclass(frozen=True)
 class FedPACOptions:
-    """``lam``: weight of the feature alignment (1); ``head_epochs``: the head's epochs before the body's (1); ``qp_steps``."""
+    """``lam``: weight of the feature alignment (1); ``head_epochs``: the head's epochs before the body's (1); ``qp_steps``;
+    ``protos``: the global prototype c_k weighted by the clients' class-k counts (``count``, the authors' code) or
+    the plain mean over the clients holding class k (``uniform``, PFLlib's FedPAC)."""
 
     lam: float = 1.0
     head_epochs: int = 1
     qp_steps: int = 2000
     weighting: Literal["samples", "uniform"] = "samples"
+    protos: Literal["count", "uniform"] = "count"
 
     def validate(self, section: str) -> None:
         require(self.lam >= 0, f"{section}.lam", f"must be >= 0, got {self.lam}")
@@ -250,7 +253,7 @@ class FedPAC(AggregatorBase):
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         means = [_tensor(r, MEANS) for r in results]
         counts = [_tensor(r, COUNTS) for r in results]
-        protos, mask = aggregate_means(means, counts, "uniform")
+        protos, mask = aggregate_means(means, counts, self.options.protos)
         self.protos, self.mask = protos.to(means[0].dtype), mask
         v = torch.stack([_tensor(r, VAR).double().cpu() for r in results])
         hs = [_tensor(r, STATS).double().cpu() for r in results]
@@ -288,6 +291,9 @@ SPEC = register_algorithm(
         FedPACOptions,
         lambda o, ctx: (FedPAC(ctx.model, o), []),
         "feature alignment to global prototypes and classifier collaboration (Xu et al. 2023)",
-        capabilities=Capabilities(not_a_base="FedPAC's clients run their own local trainings and its server combines heads per client"),
+        capabilities=Capabilities(
+            not_a_base="FedPAC's clients run their own local trainings and its server combines heads per client",
+            reports="each client's class means and counts of its features and its statistics V_i and h_i",
+        ),
     ),
 )

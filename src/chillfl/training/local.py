@@ -130,6 +130,9 @@ class LocalSpec:
     """The optimiser besides ``momentum`` / ``weight_decay``: Adam(W), Nesterov, clipping, a schedule over local steps."""
     frozen: frozenset[str] = frozenset()
     """Parameters held fixed (read, never updated, no optimiser state): FedRep trains its head with the body frozen, then the body."""
+    no_decay: frozenset[str] = frozenset()
+    """Parameters that ``weight_decay`` leaves alone: coefficients, not weights (APFL's mixing weight alpha, whose
+    Algorithm 1 step has no decay term)."""
     private: PrivateGradients | None = None
     """DP-SGD (``[privacy] mechanism = "dp-sgd"``, :mod:`chillfl.privacy.dpsgd`): each step's gradient from clipped, noised
     per-sample gradients. None: the plain step. Training phases besides private training (:meth:`phase`) drop it."""
@@ -405,7 +408,7 @@ def sgd_update_(
     later_outer: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     for (k, w), g in zip(params.items(), grads):
         outer = factors.get(k, []) if factors else []
-        if spec.weight_decay:
+        if spec.weight_decay and k not in spec.no_decay:
             g = spec.weight_decay * w if g is None else g + spec.weight_decay * w
         if spec.momentum:
             buf = momenta[k].mul_(spec.momentum)
@@ -465,7 +468,7 @@ def optimizer_step_(
     if opt.name == "sgd":
         sgd_update_(params, list(whole), state.get("momentum", {}), lr, spec)
     else:
-        adam_update_(params, whole, state, lr, spec.weight_decay, opt, step + 1)
+        adam_update_(params, whole, state, lr, spec.weight_decay, opt, step + 1, spec.no_decay)
 
 
 def step_batch(spec: LocalSpec, x: torch.Tensor, seeds: Sequence[int], step: int) -> torch.Tensor:

@@ -98,18 +98,19 @@ def _per_client(value: float | torch.Tensor, like: torch.Tensor) -> float | torc
 
 @torch.no_grad()
 def adam_update_(
-    params: Params, grads: Sequence[torch.Tensor], state: OptState, lr: float | torch.Tensor, weight_decay: float, optimizer: Optimizer, step: int
+    params: Params, grads: Sequence[torch.Tensor], state: OptState, lr: float | torch.Tensor, weight_decay: float, optimizer: Optimizer, step: int,
+    no_decay: frozenset[str] = frozenset(),
 ) -> None:
     """One Adam / AdamW step ``step`` (1-based), in place on ``params`` and ``state`` (``torch.optim``'s single-tensor ops).
 
-    ``lr`` a number, or a per-client tensor [C] for stacked parameters.
+    ``lr`` a number, or a per-client tensor [C] for stacked parameters; ``no_decay``: keys weight decay skips.
     """
     b1, b2 = optimizer.betas
     bias1 = 1 - b1**step
     bias2_sqrt = (1 - b2**step) ** 0.5
     for (k, w), g in zip(params.items(), grads):
         rate = _per_client(lr, w)
-        if weight_decay:
+        if weight_decay and k not in no_decay:
             if optimizer.name == "adamw":
                 w.mul_(1 - rate * weight_decay)
             else:

@@ -199,8 +199,87 @@ def test_subsampled_epsilon_below_full_participation() -> None:
 
 def test_local_epsilon_per_client() -> None:
     records = run_experiment(config(**{"privacy.mechanism": "local"}), write=False, progress=False).records
-    # every client reports every round, q = 1 each: the worst client's epsilon is the Gaussian mechanism's over t rounds
-    assert [r["epsilon"] for r in records] == pytest.approx([gaussian_epsilon(1.5, t, 1e-3) for t in (1, 2, 3)], rel=1e-9)
+    # every client reports every round, q = 1 each: the worst client's epsilon is the Gaussian mechanism's over t rounds;
+    # local DP's neighbours are any two clipped updates (sensitivity 2C), so sigma = 1.5 is charged as 0.75
+    assert [r["epsilon"] for r in records] == pytest.approx([gaussian_epsilon(0.75, t, 1e-3) for t in (1, 2, 3)], rel=1e-9)
+    removed = run_experiment(config(**{"privacy.mechanism": "local", "privacy.adjacency": "add_remove"}), write=False, progress=False).records
+    assert [r["epsilon"] for r in removed] == pytest.approx([gaussian_epsilon(1.5, t, 1e-3) for t in (1, 2, 3)], rel=1e-9)
+    assert [r["global_acc"] for r in removed] == [r["global_acc"] for r in records]  # the same noise: only its accounting differs
+
+
+def test_local_target_epsilon_doubles_the_noise_for_replace_one() -> None:
+    # the same target spends the same epsilon under both relations; replace-one needs twice the noise for it
+    target = {"privacy.mechanism": "local", "privacy.target_epsilon": 8.0}
+    from chillfl.privacy.build import plan_privacy
+
+    replace, removed = (plan_privacy(c, build_experiment(c).data) for c in (config(**target), config(**target, **{"privacy.adjacency": "add_remove"})))
+    assert replace is not None and removed is not None
+    assert replace.noise_multiplier == 2 * removed.noise_multiplier and replace.accounted_sigma == removed.noise_multiplier
+
+
+def test_replace_adjacency_is_refused_for_subsampled_mechanisms() -> None:
+    for mechanism in ("dp-fedavg", "dp-sgd"):
+        with pytest.raises(ConfigError) as err:
+            config(**{"privacy.mechanism": mechanism, "privacy.adjacency": "replace"})
+        assert err.value.field == "privacy.adjacency"
+
+
+# Independent references (dp-accounting 0.6.0's RdpAccountant over the same orders, and Opacus's own RDP
+# accountant, agreed to 1e-4 on these): the Poisson-subsampled Gaussian, composed and converted to (eps, delta).
+@pytest.mark.parametrize(
+    ("sigma", "q", "steps", "delta", "epsilon"),
+    [(1.1, 0.01, 10000, 1e-5, 5.6320), (1.0, 0.01, 1000, 1e-5, 2.10137), (2.0, 1.0, 50, 1e-5, 22.0199)],
+)
+def test_subsampled_accountant_against_reference_values(sigma: float, q: float, steps: int, delta: float, epsilon: float) -> None:
+    assert epsilon_of(((sigma, q, steps),), delta) == pytest.approx(epsilon, rel=1e-4)
+
+
+def test_dp_fedavg_charges_one_step_a_round_at_the_client_rate() -> None:
+    # 2 of 4 clients a round: q = 0.5, one step each round (not one per client, not q = 1)
+    records = run_experiment(config(**{"federation.clients_per_round": 2}), write=False, progress=False).records
+    assert [r["epsilon"] for r in records] == pytest.approx([epsilon_of(((1.5, 0.5, t),), 1e-3) for t in (1, 2, 3)], rel=1e-12)
+
+
+def test_dp_sgd_charges_each_local_step_at_the_batch_rate() -> None:
+    # dp-sgd: client k spends every local step at q_k = b / n_k; 4 of 4 clients a round, 2 epochs of batches of 16
+    from chillfl.training.schedule import planned_steps
+
+    cfg = config(**{"privacy.mechanism": "dp-sgd", "client.batch_size": 16, "client.epochs": 2})
+    sizes = [len(rows) for rows in build_experiment(cfg).data.train_indices]
+    records = run_experiment(cfg, write=False, progress=False).records
+    for t, record in enumerate(records, 1):
+        worst = max(epsilon_of(((1.5, 16 / n, t * planned_steps(n, 16, 2)),), 1e-3) for n in sizes)
+        assert record["epsilon"] == pytest.approx(worst, rel=1e-12)
+    assert all(16 / n < 1 for n in sizes)  # the check above is one of subsampling
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "mechanism", "sends"),
+    [("fedgen", "dp-fedavg", "label counts"), ("fedgen", "local", "label counts"), ("fedgen", "dp-sgd", "label counts"),
+     ("qffl", "dp-sgd", "loss F_k"), ("pa3fed", "dp-sgd", "score and gradient norm")],
+)
+def test_methods_whose_clients_send_more_than_their_model_are_refused(algorithm: str, mechanism: str, sends: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config(**{"algorithm.name": algorithm, "privacy.mechanism": mechanism, "temperature.policy": "none"}))
+    assert err.value.field == "privacy.mechanism" and sends in err.value.message and "without noise" in err.value.message
+
+
+def test_a_plugins_declared_reports_are_refused_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "reports_plugin.py").write_text(
+        "from chillfl.aggregation.base import FedAvg\n"
+        "from chillfl.capabilities import Capabilities\n\n\n"
+        "class HistogramAvg(FedAvg):\n"
+        "    capabilities = Capabilities(takes_weights=True, reports=\"each client's class histogram\")\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        for mechanism in ("dp-fedavg", "local"):
+            with pytest.raises(ConfigError) as err:
+                build_experiment(config(**{"algorithm.name": "reports_plugin:HistogramAvg", "privacy.mechanism": mechanism}))
+            assert err.value.field == "privacy.mechanism" and "outside epsilon, each client's class histogram" in err.value.message
+    finally:
+        sys.modules.pop("reports_plugin", None)
 
 
 def test_target_epsilon_spends_the_budget() -> None:
@@ -258,8 +337,9 @@ def test_soft_label_epsilons() -> None:
     records = run_experiment(config(**SOFT), write=False, progress=False).records
     # every client uploads every round (4 of 4), 20 requested rows each: per row one Gaussian release a round,
     # the whole upload 20 a round; q = 1 throughout
-    assert [r["epsilon"] for r in records] == pytest.approx([gaussian_epsilon(2.0, t, 1e-3) for t in (1, 2, 3)], rel=1e-9)
-    assert [r["epsilon_upload"] for r in records] == pytest.approx([gaussian_epsilon(2.0, 20 * t, 1e-3) for t in (1, 2, 3)], rel=1e-9)
+    # the whole upload 20 a round; q = 1 throughout; replace-one rows (sensitivity 2C): sigma = 2 is charged as 1
+    assert [r["epsilon"] for r in records] == pytest.approx([gaussian_epsilon(1.0, t, 1e-3) for t in (1, 2, 3)], rel=1e-9)
+    assert [r["epsilon_upload"] for r in records] == pytest.approx([gaussian_epsilon(1.0, 20 * t, 1e-3) for t in (1, 2, 3)], rel=1e-9)
     plain = run_experiment(config(**{**SOFT, "privacy.mechanism": "none"}), write=False, progress=False).records
     assert plain[-1]["train_loss"] != records[-1]["train_loss"]  # the noised rows changed what was distilled
 

@@ -32,6 +32,10 @@ class Capabilities:
     personal_model: bool = False
     """Each client keeps a model of its own (``checkpoint.client_models`` saves them; the method
     implements :class:`~chillfl.aggregation.base.HoldsPersonalModel` or its family's equivalent)."""
+    reports: str | None = None
+    """What the method's clients send besides their model, computed from their data without noise (FedGen's
+    label counts, q-FFL's loss), e.g. "each client's label counts". No ``[privacy]`` mechanism noises it or
+    counts it in epsilon, so a private run refuses the method with this in the line."""
     limited_by: str | None = None
     """The option of the method's own table whose value sets the limits above (FedChill's
     ``normalisation = "minmax"`` keeps it off Flower), so a refusal names that option rather than
@@ -39,7 +43,7 @@ class Capabilities:
 
     def wrapping(self, base: Capabilities) -> Capabilities:
         """A wrapper's effective capabilities over ``base``: it runs the base's server maths and client half, so the
-        base's limits (plain SGD, Flower) and its personal model are the wrapper's too; whether the wrapper can itself
+        base's limits (plain SGD, Flower), its personal model and its reports are the wrapper's too; whether the wrapper can itself
         be wrapped (``takes_weights``, ``not_a_base``) stays its own."""
         return Capabilities(
             plain_sgd=self.plain_sgd or base.plain_sgd,
@@ -47,5 +51,6 @@ class Capabilities:
             takes_weights=self.takes_weights,
             not_a_base=self.not_a_base,
             personal_model=self.personal_model or base.personal_model,
+            reports=self.reports or base.reports,
             limited_by=self.limited_by if (self.plain_sgd or self.on_flower) else None,
         )

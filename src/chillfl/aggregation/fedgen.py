@@ -273,5 +273,10 @@ def _build(options: FedGenOptions, ctx: BuildContext) -> Built:
 
 SPEC = register_algorithm(
     "fedgen",
-    AlgorithmSpec(FedGenOptions, _build, "server-trained feature generator as regulariser (Zhu et al. 2021)", capabilities=Capabilities(takes_weights=True)),
+    AlgorithmSpec(
+        FedGenOptions,
+        _build,
+        "server-trained feature generator as regulariser (Zhu et al. 2021)",
+        capabilities=Capabilities(takes_weights=True, reports="each client's label counts, from which the server builds the generator's prior"),
+    ),
 )

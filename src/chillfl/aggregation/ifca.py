@@ -219,6 +219,6 @@ SPEC = register_algorithm(
         IfcaOptions,
         lambda o, ctx: (Ifca(ctx.model, ctx.seed, o), []),
         "k cluster models, each client trains the best-fitting one (Ghosh et al. 2020)",
-        capabilities=Capabilities(),
+        capabilities=Capabilities(reports="each client's choice of cluster, the lowest loss on its training data"),
     ),
 )

@@ -427,7 +427,7 @@ SPEC = register_algorithm(
         _build,
         "period-aware adaptive aggregation over a base (PA3Fed)",
         figures=("clp",),
-        capabilities=Capabilities(),
+        capabilities=Capabilities(reports="each client's score and gradient norm on its training data, which set the weights and the critical periods"),
         check=_check,
         wraps="base",
     ),

@@ -134,6 +134,6 @@ SPEC = register_algorithm(
         QfflOptions,
         lambda o, ctx: (Qffl(o, ctx.param_keys()), []),
         "q-FFL / q-FedAvg, loss-weighted fair aggregation (Li et al. 2020)",
-        capabilities=Capabilities(),
+        capabilities=Capabilities(reports="each client's loss F_k on its training data, which sets its weight"),
     ),
 )

@@ -5,7 +5,8 @@ The attackers' rows of the training set are rewritten before any client is built
 and a resumed run rebuilds them bit for bit (a pure function of the seed: nothing to checkpoint).
 
 * ``label_flip``: every training label y of an attacker becomes ``map[y]``, by default ``C - 1 - y``
-  (Tolpegin et al. 2020's flip of the whole label space).
+  (the whole label space, as Fang et al. 2020; Tolpegin et al. 2020 flip one source class to one target:
+  a ``label_map`` that moves one label).
 * ``backdoor`` (pixel-pattern trigger, Gu et al. 2017 / Bagdasaryan et al. 2020): a share
   ``poison_fraction`` of each attacker's rows, drawn from (seed, "attack", "poison", client), get a
   ``trigger_size`` x ``trigger_size`` square of the training set's largest input value in the

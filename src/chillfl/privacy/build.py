@@ -61,9 +61,9 @@ def _plan(p: PrivacyConfig, protocol: str, num_clients: int, per_round: int, rou
             raise ConfigError(f"{SECTION}.delta", f"must be < 1/n = {1 / largest:.3g} (n: the largest client's {largest} samples, the privacy unit is a sample), got {p.delta}")
         budgets = sorted({(min(1.0, batch_size / n), rounds * planned_steps(n, batch_size, epochs)) for n in sizes if n})
     sigma = p.noise_multiplier
-    if p.target_epsilon > 0:
+    if p.target_epsilon > 0:  # the accountant's sigma is per unit of sensitivity: the noise added is that many times larger
         try:
-            sigma = max(noise_for(p.target_epsilon, p.delta, q, steps, p.accountant) for q, steps in budgets)
+            sigma = p.sensitivity * max(noise_for(p.target_epsilon, p.delta, q, steps, p.accountant) for q, steps in budgets)
         except ValueError as exc:
             raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {rounds} rounds ({exc})") from None
     count_noise = 0.0
@@ -74,18 +74,32 @@ def _plan(p: PrivacyConfig, protocol: str, num_clients: int, per_round: int, rou
         if 2 * count_noise <= sigma:  # the update's share of the budget: sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2) needs 2 sigma_b > sigma
             raise ConfigError(f"{SECTION}.count_noise", f"must be > noise_multiplier / 2 = {sigma / 2:.4g} (the count's noise takes part of the budget), got {count_noise}")
     return PrivacyPlan(p.mechanism, p.clip_norm, sigma, p.delta, p.accountant, per_round / num_clients, per_round, batch_size, epochs, protocol, p.row_norm,
-                       p.target_quantile, p.clip_lr, count_noise)
+                       p.target_quantile, p.clip_lr, count_noise, p.sensitivity)
 
 
 def _capabilities(config: RunConfig, aggregator: Aggregator) -> Capabilities:
-    """What the configured algorithm declares (a class passed from Python: its own ``capabilities`` attribute)."""
-    from chillfl.aggregation.registry import algorithm_spec
+    """What the configured algorithm declares, with what the algorithm it wraps declares (a class passed from
+    Python: its own ``capabilities`` attribute)."""
+    from chillfl.aggregation.registry import algorithm_options, algorithm_spec, effective_capabilities
 
+    name = str(config.algorithm.get("name"))
     try:
-        return algorithm_spec(str(config.algorithm.get("name")), "algorithm").capabilities
+        spec = algorithm_spec(name, "algorithm")
     except ConfigError:
         declared = vars(type(aggregator)).get("capabilities")
         return declared if isinstance(declared, Capabilities) else Capabilities()
+    options = algorithm_options(spec, name, {k: v for k, v in config.algorithm.items() if k != "name"}, "algorithm", "algorithm.name")
+    return effective_capabilities(spec, options)
+
+
+def _refuse_reports(plan: PrivacyPlan, name: object, capabilities: Capabilities) -> None:
+    """A method whose clients send more than their model (``reports``): that part is released without noise."""
+    if capabilities.reports:
+        raise ConfigError(
+            FIELD,
+            f"{plan.mechanism!r} noises what the clients' models reveal, but algorithm {name!r} also sends, without noise and "
+            f"outside epsilon, {capabilities.reports}; use an algorithm whose clients send only their model",
+        )
 
 
 def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggregator) -> Aggregator:
@@ -99,6 +113,7 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
         return aggregator
     name = config.algorithm.get("name")
     capabilities = _capabilities(config, aggregator)
+    _refuse_reports(plan, name, capabilities)
     if not capabilities.takes_weights or capabilities.plain_sgd:
         why = capabilities.plain_sgd or "its aggregate() takes no client weights (declare takes_weights)"
         raise ConfigError(FIELD, f"{plan.mechanism!r} adds noise to a weighted mean of the clients' clipped updates, which algorithm {name!r} is not ({why})")
@@ -115,6 +130,8 @@ def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggr
     plan = plan_privacy(config, data)
     if plan is None or plan.mechanism != "dp-sgd":
         return None
+    if aggregator is not None:
+        _refuse_reports(plan, config.algorithm.get("name"), _capabilities(config, aggregator))
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         raise ConfigError(FIELD, f"'dp-sgd' clips per-sample gradients, and model {config.model.get('name')!r} has batch norm (a sample's gradient depends on its batch); use a model without it")
     from chillfl.aggregation.base import Personalising
@@ -132,10 +149,6 @@ def with_privacy(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
     from chillfl.privacy.protocol import Accounted
 
     return Accounted(protocol, plan, _client_sizes(exp.data), exp.config.seed)
-
-
-def describe(plan: PrivacyPlan) -> str:
-    return f"{plan.mechanism}: C = {plan.clip_norm}, sigma = {plan.noise_multiplier:.4g}, delta = {plan.delta}"
 
 
 __all__: Sequence[str] = ("PrivacyPlan", "plan_privacy", "private_aggregator", "private_steps", "with_privacy")

@@ -27,3 +27,11 @@ class PrivacyPlan:
     clip_lr: float = 0.2
     count_noise: float = 0.0
     """The std sigma_b of the noise on the clipped-clients count (resolved: never 0 when adaptive)."""
+    sensitivity: float = 1.0
+    """The release's L2 sensitivity in units of C: 2 for ``local`` under replace-one adjacency (any two clipped
+    values of a client), 1 for add/remove. The accountant charges a Gaussian of ``accounted_sigma``."""
+
+    @property
+    def accounted_sigma(self) -> float:
+        """The noise multiplier per unit of sensitivity: what the accountant's Gaussian steps are charged at."""
+        return self.noise_multiplier / self.sensitivity

@@ -5,7 +5,8 @@ privacy on the ledger, per mechanism:
 
 * ``dp-fedavg``: one subsampled Gaussian step for the whole population at q = clients_per_round /
   num_clients (fixed-size sampling, accounted as Poisson at that rate: docs/privacy.md);
-* ``local``: one Gaussian step (q = 1) for each client that reported, on its own history;
+* ``local``: one Gaussian step (q = 1) for each client that reported, on its own history, at sigma / 2 under
+  replace-one adjacency (the default for ``local``: any two clipped updates differ by up to 2C);
 * ``dp-sgd``: each client that trained spends its local steps at q_k = batch_size / n_k;
 * ``local`` under the soft-label protocol: the clients' uploads go through
   :class:`~chillfl.privacy.softlabels.RowNoise` (this wrapper hands the protocol's client side the row
@@ -75,20 +76,20 @@ class Accounted(AroundProtocol):
         """One round's privacy cost on the ledger (see the module docstring)."""
         p = self.plan
         if p.mechanism == "dp-fedavg":
-            self.ledger.spend("clients", p.noise_multiplier, p.client_rate)
+            self.ledger.spend("clients", p.accounted_sigma, p.client_rate)
             return
         for task in tasks:
             unit = f"client {task.client_id}"
             if self.rows:  # each row it released: one Gaussian release per round (the worst row: released every round it uploaded)
                 released = int(task.downlink.requested.numel()) if isinstance(task.downlink, SoftLabelRoundDownlink) else 0
                 if released:
-                    self.ledger.spend(unit, p.noise_multiplier, 1.0)
-                    self.uploads.spend(unit, p.noise_multiplier, 1.0, released)
+                    self.ledger.spend(unit, p.accounted_sigma, 1.0)
+                    self.uploads.spend(unit, p.accounted_sigma, 1.0, released)
             elif p.mechanism == "local":
-                self.ledger.spend(unit, p.noise_multiplier, 1.0)
+                self.ledger.spend(unit, p.accounted_sigma, 1.0)
             else:
                 n = self.sizes[task.client_id]
-                self.ledger.spend(unit, p.noise_multiplier, min(1.0, p.batch_size / n), completed(n, p.batch_size, p.epochs, task.work))
+                self.ledger.spend(unit, p.accounted_sigma, min(1.0, p.batch_size / n), completed(n, p.batch_size, p.epochs, task.work))
 
     def state_dict(self) -> dict[str, Any]:
         return {**self.inner.state_dict(), KEY: {"units": self.ledger.state_dict(), "uploads": self.uploads.state_dict()}}

@@ -24,6 +24,9 @@ class PrivacyConfig:
     ``delta``: the delta at which every round's ``epsilon`` is reported. ``accountant``: Opacus's
     ``rdp`` (Renyi DP, Mironov 2017) or ``prv`` (privacy random variables, Gopi et al. 2021).
     ``row_norm``: under the soft-label protocol (``local`` only), the norm each uploaded row is clipped in.
+    ``adjacency``: the neighbouring inputs epsilon is for. ``replace``: any two clipped values of a client
+    (local DP's definition; sensitivity 2C); ``add_remove``: a value against none (sensitivity C), the only
+    relation Opacus's subsampled accountants bound; ``auto``: ``replace`` for ``local``, else ``add_remove``.
     ``target_quantile`` > 0 (``dp-fedavg``): adaptive clipping (Andrew et al. 2021): C moves geometrically,
     at rate ``clip_lr``, toward that quantile of the clients' update norms, from a count noised with std
     ``count_noise`` (0: max(clients_per_round / 20, noise_multiplier)); ``clip_norm`` is its start.
@@ -36,6 +39,7 @@ class PrivacyConfig:
     delta: float = 1e-5
     accountant: Literal["rdp", "prv"] = "rdp"
     row_norm: Literal["l2", "l1"] = "l2"
+    adjacency: Literal["auto", "replace", "add_remove"] = "auto"
     target_quantile: float = 0.0
     clip_lr: float = 0.2
     count_noise: float = 0.0
@@ -46,6 +50,12 @@ class PrivacyConfig:
     @property
     def enabled(self) -> bool:
         return self.mechanism != "none"
+
+    @property
+    def sensitivity(self) -> float:
+        """The clipped release's L2 sensitivity in units of C under :attr:`adjacency`: 2 (any two values in a ball of radius C) or 1."""
+        replace = self.adjacency == "replace" or (self.adjacency == "auto" and self.mechanism == "local")
+        return 2.0 if replace else 1.0
 
     def validate(self, section: str) -> None:
         if not self.enabled:
@@ -61,3 +71,8 @@ class PrivacyConfig:
         require(math.isfinite(self.clip_lr) and self.clip_lr > 0, f"{section}.clip_lr", f"must be > 0, got {self.clip_lr}")
         require(math.isfinite(self.count_noise) and self.count_noise >= 0, f"{section}.count_noise", f"must be >= 0 (0: the default), got {self.count_noise}")
         require(math.isfinite(self.target_epsilon) and self.target_epsilon >= 0, f"{section}.target_epsilon", f"must be >= 0 (0: use noise_multiplier), got {self.target_epsilon}")
+        require(
+            self.adjacency != "replace" or self.mechanism == "local",
+            f"{section}.adjacency",
+            f"'replace' is accounted for 'local' only (q = 1, sensitivity 2C); {self.mechanism!r} is subsampled, and Opacus's accountants bound add/remove neighbours: use 'auto' or 'add_remove'",
+        )

@@ -237,8 +237,10 @@ def test_every_public_extension_type_says_what_it_is() -> None:
             assert (getattr(proto, method).__doc__ or "").strip(), f"{proto.__name__}.{method}"
 
 
-def test_processes_refuses_classes_of_an_interactive_main() -> None:
-    """A class defined in ``python -c`` (or a notebook's ``__main__``) pickles here, but a spawned worker cannot import it."""
+@pytest.mark.parametrize("how", ["-c", "stdin"])
+def test_processes_refuses_classes_of_an_interactive_main(how: str) -> None:
+    """A class defined in ``python -c``, ``python - < script.py`` (or a notebook's ``__main__``) pickles here, but a
+    spawned worker cannot import it: one ConfigError, not a FileNotFoundError for '<stdin>' in every worker."""
     code = (
         "import chillfl\n"
         "from chillfl.extend import FedAvg\n"
@@ -253,6 +255,22 @@ def test_processes_refuses_classes_of_an_interactive_main() -> None:
         "    print(exc)\n"
     )
     src = Path(__file__).resolve().parents[1] / "src"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(src)})
+    args, stdin = ([sys.executable, "-c", code], None) if how == "-c" else ([sys.executable, "-"], code)
+    out = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(src)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("executor: 'processes' sends") and "Mine defined in an interactive __main__" in out.stdout
+
+
+def test_a_processes_run_from_a_script_on_stdin_starts_its_workers() -> None:
+    """``python - < script.py``: spawn used to rerun ``__main__.__file__`` = '<stdin>' in every worker, which died on
+    FileNotFoundError; the workers now start as for ``python -c``."""
+    code = (
+        "import chillfl\n"
+        "config = {'dataset': {'name': 'digits'}, 'model': {'name': 'mlp', 'hidden': [8]}, 'device': 'cpu', 'executor': 'processes',\n"
+        "          'federation': {'num_clients': 4, 'clients_per_round': 2, 'rounds': 1}}\n"
+        "result = chillfl.run(config=config, write=False, progress=False)\n"
+        "print('rounds', len(result.records))\n"
+    )
+    src = Path(__file__).resolve().parents[1] / "src"
+    out = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(src)})
+    assert out.returncode == 0 and out.stdout.strip() == "rounds 1", out.stderr[-2000:]

@@ -53,7 +53,6 @@ import logging
 import inspect
 import io
 import pickle
-import sys
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
@@ -63,7 +62,7 @@ from torch import nn
 from chillfl.config import EXECUTORS
 from chillfl.executors.sequential import Executor, SequentialExecutor
 from chillfl.executors.pools import WorkerPools
-from chillfl.executors.processes import ProcessExecutor, default_workers
+from chillfl.executors.processes import ProcessExecutor, default_workers, main_importable
 from chillfl.engine.protocol import ClientSide
 from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.errors import ConfigError, choice_error
@@ -128,7 +127,7 @@ def _picklable(parts: ExecutorSpec) -> bool:
 
 class _MainFinder(pickle.Pickler):
     """A pickler that notes the classes and functions it pickles by reference from an interactive ``__main__``
-    (a notebook, ``python -c``): they pickle here, yet a spawned worker cannot import them."""
+    (a notebook, ``python -c``, ``python - < script.py``): they pickle here, yet a spawned worker cannot import them."""
 
     def __init__(self) -> None:
         super().__init__(io.BytesIO())
@@ -136,7 +135,7 @@ class _MainFinder(pickle.Pickler):
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, type) or inspect.isfunction(obj):
-            if getattr(obj, "__module__", None) == "__main__" and not hasattr(sys.modules.get("__main__"), "__file__"):
+            if getattr(obj, "__module__", None) == "__main__" and not main_importable():
                 self.found.append(obj.__qualname__)
         return NotImplemented
 

@@ -57,6 +57,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import contextlib
 import logging
 import multiprocessing.queues as mp_queues
 import multiprocessing.util as mp_util
@@ -72,7 +73,7 @@ import time
 import traceback
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.multiprocessing as tmp
@@ -99,6 +100,35 @@ log = logging.getLogger(__name__)
 
 def _fits(folder: str) -> bool:
     return len(os.fsencode(folder)) <= TMPDIR_MAX
+
+
+def main_importable() -> bool:
+    """Whether a spawned worker can import this process's ``__main__``: a script file it can run again.
+
+    A notebook or ``python -c`` has no ``__main__.__file__``; ``python - < script.py`` has ``"<stdin>"``,
+    which a worker would try to open (``FileNotFoundError`` in every worker).
+    """
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return isinstance(path, str) and os.path.isfile(path)
+
+
+@contextlib.contextmanager
+def _unimportable_main_hidden() -> Iterator[None]:
+    """While workers start: a ``__main__`` whose file does not exist (``<stdin>``) is left out, as an interactive one is.
+
+    Spawn re-runs ``__main__.__file__`` in every worker unless it is absent; the workers need nothing of it
+    (whatever the parent sends them by reference from such a ``__main__`` is refused first: ``unsendable``).
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or main_importable():
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 def short_socket_folder(warn: bool = True) -> str:
@@ -449,8 +479,9 @@ class WorkerPool:
             for i in range(self.workers)
         ]
         self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._tasks, self._results)
-        for p in self._processes:
-            p.start()
+        with _unimportable_main_hidden():
+            for p in self._processes:
+                p.start()
         self._broken: str | None = None
         self._keys = itertools.count(1)
 

@@ -64,6 +64,39 @@ class Forgetful(Counting):
 
     def downlink(self, client_id, round, global_params):
         return Downlink()
+
+
+class DropsKey(FedAvg):
+    """Returns the mean without the model's first entry: a model that no longer loads."""
+
+    def aggregate(self, global_params, results, round):
+        mean = super().aggregate(global_params, results, round)
+        return {k: v for k, v in list(mean.items())[1:]}
+
+
+class Reshapes(FedAvg):
+    """Returns one entry flattened."""
+
+    def aggregate(self, global_params, results, round):
+        mean = dict(super().aggregate(global_params, results, round))
+        first = next(iter(mean))
+        mean[first] = mean[first].flatten()
+        return mean
+
+
+class NoHooks:
+    """A personalising half with objectives and train, without prepare and finish."""
+
+    def objectives(self, spec):
+        return ()
+
+    def train(self, local):
+        return None
+
+
+class HooklessHalf(FedAvg):
+    def client_half(self):
+        return NoHooks()
 '''
 
 
@@ -144,6 +177,41 @@ def test_an_instance_and_a_config_table_for_the_same_part_are_refused(user: Any)
 def test_a_missing_context_key_names_the_term_and_the_key(user: Any, executor: str) -> None:
     with pytest.raises(ContextError, match=r"Shrink reads context key\(s\) 'shrink', which client \d+'s context lacks"):
         chillfl.run(config={**CONFIG, "executor": executor}, aggregator=user.Forgetful(), terms=[user.Shrink()], write=False, progress=False)
+
+
+def test_a_missing_context_key_is_one_config_error_and_leaves_no_folder(user: Any, tmp_path: Path) -> None:
+    """Found by a plugin author: a 40-line traceback, exit 1 and an unresumable NAME.partial per attempt."""
+    code = (
+        "import sys, chillfl, ext_user_parts as u\n"
+        "from chillfl.cli import main\n"
+        f"config = {CONFIG!r}\n"
+        "try:\n"
+        "    chillfl.run(config=config, aggregator=u.Forgetful(), terms=[u.Shrink()], out_dir='out', progress=False)\n"
+        "except chillfl.ConfigError as exc:\n"
+        "    print(exc.field)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={"PYTHONPATH": f"{Path(__file__).resolve().parents[1] / 'src'}:{tmp_path}"})
+    assert out.returncode == 0 and out.stdout.strip() == "context", out.stderr[-2000:]
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []  # no NAME.partial left behind
+
+
+@pytest.mark.parametrize(("rule", "words"), [("DropsKey", "lacks 'head.weight'"), ("Reshapes", "returned 'head.weight' as (640,) torch.float32, the model's is (10, 64) torch.float32")])
+def test_an_aggregate_that_changes_the_models_entries_is_refused(user: Any, tmp_path: Path, rule: str, words: str) -> None:
+    """It was accepted silently: the run went on and model.safetensors lacked the layer."""
+    config = {**CONFIG, "model": {"name": "mlp", "hidden": []}}  # one Linear(64, 10): entries head.weight, head.bias
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(config=config, aggregator=getattr(user, rule)(), out_dir=tmp_path / "out", progress=False)
+    assert err.value.field == "algorithm.name" and err.value.message.startswith(f"{rule}.aggregate() ")
+    assert words in err.value.message
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_client_half_without_its_hooks_is_refused_when_the_run_is_built(user: Any) -> None:
+    """It failed at the first client with AttributeError: 'NoHooks' object has no attribute 'prepare'."""
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(config=CONFIG, aggregator=user.HooklessHalf(), write=False, progress=False)
+    assert err.value.field == "aggregator" and "client half NoHooks lacks prepare, finish" in err.value.message
 
 
 def test_every_builtin_term_declares_what_it_reads() -> None:

@@ -182,8 +182,25 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
     else:
         built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum)
         check_algorithm(name, options, config)
+    check_client_half(built[0], "aggregator" if plugged is not None and plugged.aggregator is not None else "algorithm.name")
     warn_no_client_models(config, built[0])
     return built
+
+
+def check_client_half(aggregator: Aggregator, field: str) -> None:
+    """The aggregator's client half has the hooks every client calls (``prepare``, ``finish``; a personalising half
+    both of ``objectives`` and ``train``), checked when the run is built rather than at the first client."""
+    half = aggregator.client_half()
+    if half is None:
+        return
+    needed = ("prepare", "finish", *(("objectives", "train") if hasattr(half, "train") or hasattr(half, "objectives") else ()))
+    lacks = [m for m in needed if not callable(getattr(half, m, None))]
+    if lacks:
+        raise ConfigError(
+            field,
+            f"{type(aggregator).__name__}'s client half {type(half).__name__} lacks {', '.join(lacks)}: a ClientHalf needs prepare and finish "
+            "(subclass chillfl.extend.Stateless for both, keeping nothing), a Personalising one also objectives and train",
+        )
 
 
 def warn_no_client_models(config: RunConfig, aggregator: Aggregator) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 import sys
 import signal
 import threading
@@ -48,7 +49,7 @@ from chillfl.storage.results import ResultWriter, summarize
 from chillfl.storage.run_folder import CHECKPOINT, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import as_comment, differences, environment
-from chillfl.errors import Diverged, MissingExtra, StorageError
+from chillfl.errors import ConfigError, Diverged, MissingExtra, StorageError
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, is_custom, make_executor
 from chillfl.extras import need
@@ -251,7 +252,25 @@ def run_experiment(
             except BaseException:
                 writer.abort()
                 raise
-        return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks, hooks=hooks, pools=pools)
+        try:
+            return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks, hooks=hooks, pools=pools)
+        except ConfigError:
+            if writer is not None:
+                _discard_unstarted(writer)
+            raise
+
+
+def _discard_unstarted(writer: ResultWriter) -> None:
+    """Remove the run folder of a run stopped by a misfit (a ConfigError) before it wrote a round or a checkpoint.
+
+    Such a misfit shows only once the run starts (a method's term reads a context key nobody sends, an
+    aggregator returns a model of another shape): the folder then holds only the config and the partition,
+    and nothing in it can be resumed. A folder with a round or a checkpoint in it stays as it is.
+    """
+    writer.abort()
+    metrics = writer.path / "metrics.jsonl"
+    if not (writer.path / CHECKPOINT).exists() and (not metrics.exists() or metrics.stat().st_size == 0):
+        shutil.rmtree(writer.path, ignore_errors=True)
 
 
 def _write_partition(folder: Path, exp: Experiment, config: RunConfig) -> None:

@@ -20,7 +20,7 @@ from chillfl.engine.ledger import CommunicationLedger, tensor_bytes
 from chillfl.engine.predict import PredictJob
 from chillfl.engine.record import Json
 from chillfl.engine.protocol import ClientData, ClientReply, Message
-from chillfl.errors import Diverged
+from chillfl.errors import ConfigError, Diverged
 from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.training.local import evaluate
 
@@ -164,6 +164,24 @@ def check_finite_loss(round: int, client_id: int, name: str, value: float | None
     """Stop the run at the first non-finite training loss (``client.lr`` too high, usually)."""
     if value is not None and not math.isfinite(value):
         raise Diverged(round + 1, f"{name} is {value} (lower client.lr?)", client_id)
+
+
+def check_aggregated(before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor], aggregator: object) -> None:
+    """The aggregator's new global model has the old one's entries, shapes and dtypes; else one ConfigError on ``algorithm.name``.
+
+    Why: a rule that drops, adds or reshapes an entry (a plugin's slip) would otherwise train on, and save as
+    ``model.safetensors``, a model that no longer loads into the architecture, with no error at all.
+    """
+    if after.keys() == before.keys() and all(after[k].shape == v.shape and after[k].dtype == v.dtype for k, v in before.items()):
+        return
+    rule = f"{type(aggregator).__name__}.aggregate()"
+    missing, extra = [k for k in before if k not in after], [k for k in after if k not in before]
+    if missing or extra:
+        said = "; ".join(part for part in (f"lacks {', '.join(map(repr, missing[:3]))}" if missing else "", f"adds {', '.join(map(repr, extra[:3]))}" if extra else "") if part)
+        raise ConfigError("algorithm.name", f"{rule} returned a global model whose entries differ from the model's: it {said}; return every entry of global_params")
+    key = next(k for k, v in before.items() if after[k].shape != v.shape or after[k].dtype != v.dtype)
+    got, want = after[key], before[key]
+    raise ConfigError("algorithm.name", f"{rule} returned {key!r} as {tuple(got.shape)} {got.dtype}, the model's is {tuple(want.shape)} {want.dtype}")
 
 
 def check_finite_state(round: int, state: Mapping[str, torch.Tensor], what: str = "global model") -> None:

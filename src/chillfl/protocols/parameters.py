@@ -50,7 +50,7 @@ from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import RoundRecord
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, local_evaluation, local_validation, state_bytes
+from chillfl.protocols.common import Evaluation, check_aggregated, local_evaluation, local_validation, state_bytes
 from chillfl.protocols.parts import Experiment
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
@@ -242,7 +242,8 @@ class ParameterSharing:
             d = task.downlink
             temperature = d.temperature if reply.temperature is None else reply.temperature  # a client half (FedChill) picks its own
             results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, temperature, up.train_loss, up.report))
-        self.state = self.aggregator.aggregate(self.state, results, round)
+        before, self.state = self.state, self.aggregator.aggregate(self.state, results, round)
+        check_aggregated(before, self.state, self.aggregator)
         self.book.check_state(round, self.state)
 
         weights = np.array([r.num_samples for r in results], dtype=np.float64)

@@ -48,7 +48,7 @@ from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 from chillfl.models.parts import NoHeadError, forward_with_features, head_name, head_of
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, local_evaluation, mean_or_none, state_bytes
+from chillfl.protocols.common import Evaluation, check_aggregated, local_evaluation, mean_or_none, state_bytes
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.prototypes.maths import nearest_prototype
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec
@@ -253,7 +253,8 @@ class PrototypeSharing:
         self.book.check_state(round, {"prototypes": knowledge.protos}, "global knowledge")
         self.knowledge = knowledge
         if self.aggregator is not None and self.state is not None:
-            self.state = self.aggregator.aggregate(self.state, results, round)
+            before, self.state = self.state, self.aggregator.aggregate(self.state, results, round)
+            check_aggregated(before, self.state, self.aggregator)
             self.book.check_state(round, self.state)
 
         ups = [r.uplink for r in replies]

@@ -139,8 +139,15 @@ def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Context,
     return cast(LossTerm, term)(params, context)
 
 
-class ContextError(ValueError):
-    """A term reads a context key that the round's context lacks: the method's downlink or client half must put it there."""
+class ContextError(ConfigError):
+    """A term reads a context key that the round's context lacks: the method's downlink or client half must put it there.
+
+    A :class:`ConfigError` (field ``context``): a method or term of the run's config that does not fit, found when
+    the first client trains; the CLI prints one line and exits 2, like any other misfit.
+    """
+
+    def __init__(self, message: str, field: str = "context") -> None:
+        super().__init__(field, message)
 
 
 def check_reads(terms: Sequence[Term], context: Mapping[str, Any], client_id: int) -> None:
@@ -155,7 +162,8 @@ def check_reads(terms: Sequence[Term], context: Mapping[str, Any], client_id: in
             have = ", ".join(sorted(map(str, context))) or "nothing"
             raise ContextError(
                 f"{type(term).__qualname__} reads context key(s) {', '.join(map(repr, missing))}, which client {client_id}'s context "
-                f"lacks (it has: {have}); the aggregator's downlink or its client half's prepare must provide them"
+                f"lacks (it has: {have}); the aggregator's downlink, its client half's prepare or, for a term of [objective] terms, "
+                "its TermSpec's sends must provide them"
             )
 
 

@@ -118,3 +118,18 @@ def test_the_signatures_shown_are_the_real_ones() -> None:
     assert {name for _, name, _ in shown} >= {"run", "compare", "reproduce_paper", "TensorData", "DatasetData"}
     for page, name, arguments in shown:
         assert arguments == _shown(_resolve(name)), f"{page}: chillfl.{name}({arguments}) is not the signature"
+
+
+def test_the_configuration_pages_options_block_names_every_top_level_option() -> None:
+    """configuration.md's TOML block is where the README sends a reader for every option: a new section or
+    top-level key must appear there (it lacked [privacy], [attack], [ray] and strict, and 15 algorithm names)."""
+    import dataclasses
+
+    from chillfl.aggregation.registry import registered_algorithms
+    from chillfl.config import RunConfig, tomllib
+
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    block = page.split("```toml", 1)[1].split("```", 1)[0]
+    assert set(tomllib.loads(block)) == {f.name for f in dataclasses.fields(RunConfig)}
+    algorithm = block.split("[algorithm]", 1)[1].split("\n[", 1)[0]
+    assert [name for name in registered_algorithms() if not re.search(rf"\b{name}\b", algorithm)] == []

@@ -178,7 +178,7 @@ def test_pa3fed_refuses_rules_of_their_own_with_their_declared_reason(base: str)
     assert reason
     with pytest.raises(ConfigError) as err:
         check(**{"algorithm.name": "pa3fed", "algorithm.base": base})
-    assert err.value.field == "algorithm.base" and err.value.message.startswith(reason)
+    assert err.value.field == "algorithm.base" and err.value.message.startswith(f"{base} cannot be PA3Fed's base: {reason}")
 
 
 def test_pa3fed_cannot_wrap_itself() -> None:

@@ -60,13 +60,17 @@ def test_run_with_a_switched_partitioner_is_accepted(tmp_path: Path, capsys: pyt
         (["run", "{base}", "algorithm.mu=0.01"], "algorithm.mu: unknown option; allowed: weighting; 'mu' is an option of "),
         (["run", "{base}", "federaton.rounds=3"], "federaton: unknown key or section (did you mean 'federation'?)"),
         (["compare", "{base}", "--grid", "algorithm.name=fedavg,fedavgg"], "algorithm.name: unknown value 'fedavgg' (did you mean 'fedavg'?)"),
+        (["run", "{base}", "model.name=[1,2]"], "model.name: must be a string (a registered name), got list [1, 2]"),  # was "is required (a string)"
+        (["run", "{folder}"], "config: '{folder}' is a folder, not a config file"),  # was "file not found"
     ],
 )
 def test_dry_run_exits_2_on_what_a_run_would_refuse(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
     base = write(tmp_path, f'out_dir = "{tmp_path / "out"}"\n' + DIRICHLET)
-    assert main([a.format(base=base) for a in argv] + ["--dry-run", "dataset.name=digits"]) == 2
+    folder = tmp_path / "a-folder.toml"
+    folder.mkdir()
+    assert main([a.format(base=base, folder=folder) for a in argv] + ["--dry-run", "dataset.name=digits"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith(f"chillfl: error: {line}")
+    assert len(err.splitlines()) == 1 and err.startswith(f"chillfl: error: {line.format(folder=folder)}")
     assert not (tmp_path / "out").exists()
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from chillfl._version import __version__
-from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
+from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides
 from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, StorageError, SweepFailed, did_you_mean
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
@@ -51,6 +51,8 @@ def _config_path(config: str) -> Path:
         found = path.is_file()
     except (OSError, ValueError):  # too long, NUL: the same one line
         found = False
+    if not found and is_folder(path):
+        raise ConfigError("config", f"{short_repr(config)} is a folder, not a config file")
     if not found:
         hint = did_you_mean(config.removesuffix(".toml"), bundled_experiments())
         raise ConfigError("config", f"file not found: {short_repr(config)}{hint}; `chillfl list experiments` lists the bundled experiments")
@@ -99,10 +101,10 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     if not complete:
         print(f"chillfl: the files of dataset {config.dataset.get('name')!r} are not in {config.data_dir}: "
               "names and options checked, not the shapes that need the data", file=sys.stderr)
-    print(to_toml(config.to_dict()), end="")
     unset = unset_options(config)
-    if unset:  # TOML has no null: what the file leaves out is derived at run time
+    if unset:  # TOML has no null: what the file leaves out is derived at run time (first: a comment after the last table reads as its own)
         print(textwrap.fill("# unset (derived at run time; TOML has no null): " + ", ".join(unset), width=100, subsequent_indent="#   "))
+    print(to_toml(config.to_dict()), end="")
     return 0
 
 

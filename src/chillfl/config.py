@@ -508,7 +508,8 @@ class RunConfig:
         check_name(self.name)
         for part, key in PART_KEYS.items():
             table = getattr(self, part)
-            require(isinstance(table.get(key), str), f"{part}.{key}", "is required (a string)")
+            value = table.get(key)
+            require(isinstance(value, str), f"{part}.{key}", "is required (a string)" if value is None else f"must be a string (a registered name), got {type(value).__name__} {short_repr(value)}")
         soft_labels = self.distillation_setup  # parsed here, before the engine converts any of it (e.g. int(public_size))
         if self.prototype_settings is not None:
             require(soft_labels is None, "prototypes.method", "a run shares soft-labels ([distillation]) or prototypes ([prototypes]), not both")
@@ -718,6 +719,14 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def is_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder (a path too long or with a NUL is none)."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
     """The TOML file at ``path``; every way it can be unreadable is a ConfigError on field ``config``."""
     p = Path(path)
@@ -726,7 +735,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     except (OSError, ValueError):  # ENAMETOOLONG, NUL in the path
         is_file = False
     if not is_file:
-        raise ConfigError("config", f"file not found: {short_repr(str(p))}")
+        raise ConfigError("config", f"{short_repr(str(p))} is a folder, not a config file" if is_folder(p) else f"file not found: {short_repr(str(p))}")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:

@@ -388,7 +388,7 @@ def base_spec(options: PA3FedOptions, section: str = "algorithm") -> AlgorithmSp
     caps = spec.capabilities
     allowed = ", ".join(weighted_bases())
     if caps.not_a_base is not None:
-        raise ConfigError(field, f"{caps.not_a_base}; use another base, allowed: {allowed}")
+        raise ConfigError(field, f"{options.base} cannot be PA3Fed's base: {caps.not_a_base}; use another base, allowed: {allowed}")
     if not caps.takes_weights:
         raise ConfigError(
             field,

@@ -336,12 +336,19 @@ SOFT = {"distillation": {"method": "dsfl", "public_size": 60, "subset_size": 20}
 def test_soft_label_epsilons() -> None:
     records = run_experiment(config(**SOFT), write=False, progress=False).records
     # every client uploads every round (4 of 4), 20 requested rows each: per row one Gaussian release a round,
-    # the whole upload 20 a round; q = 1 throughout
     # the whole upload 20 a round; q = 1 throughout; replace-one rows (sensitivity 2C): sigma = 2 is charged as 1
     assert [r["epsilon"] for r in records] == pytest.approx([gaussian_epsilon(1.0, t, 1e-3) for t in (1, 2, 3)], rel=1e-9)
     assert [r["epsilon_upload"] for r in records] == pytest.approx([gaussian_epsilon(1.0, 20 * t, 1e-3) for t in (1, 2, 3)], rel=1e-9)
     plain = run_experiment(config(**{**SOFT, "privacy.mechanism": "none"}), write=False, progress=False).records
     assert plain[-1]["train_loss"] != records[-1]["train_loss"]  # the noised rows changed what was distilled
+
+
+def test_a_soft_label_method_that_selects_its_rows_from_its_data_is_refused() -> None:
+    # Selective-FD's clients choose which public samples to label by a density estimate of their own data: un-noised
+    selective = {**SOFT, "distillation": {"method": "selective_fd", "public_size": 60, "subset_size": 20}}
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config(**selective))
+    assert err.value.field == "privacy.mechanism" and "which public samples each client labels" in err.value.message
 
 
 def test_soft_labels_refuse_server_mechanisms() -> None:

@@ -38,6 +38,14 @@ def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
     """The ``[privacy]`` plan of this run (None: off), or a ConfigError for a budget that is impossible here."""
     if not config.privacy.enabled:
         return None
+    setup = config.distillation_setup
+    if setup is not None and config.privacy.mechanism == "local":  # the soft-label method's own reports (Selective-FD's selection)
+        from chillfl.protocols.softlabels.method import spec_of
+
+        reports = spec_of(setup).capabilities.reports
+        if reports:
+            raise ConfigError(FIELD, f"'local' noises the clients' soft-label rows, but {setup.common.method!r} also sends, without noise and outside epsilon, "
+                                     f"{reports}; use a method whose clients send only their rows")
     fed = config.federation
     return _plan(config.privacy, config.protocol, data.num_clients, fed.sample_size(), fed.rounds, config.client.batch_size, config.client.epochs, _client_sizes(data))
 

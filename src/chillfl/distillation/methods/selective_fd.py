@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from chillfl.capabilities import Capabilities
 from chillfl.distillation.selective import ClientThresholdMode, KuLSIF, ServerMeasure, client_keep_mask, client_threshold, server_keep_mask
 from chillfl.engine.record import Json
 from chillfl.options import require
@@ -127,4 +128,5 @@ class SelectiveFD(SoftLabelMethod[SelectiveFDMethodOptions]):
 
 SPEC = SoftLabelSpec(
     "selective_fd", SelectiveFDMethodOptions, SelectiveFD, SelectiveFDClient, summary="client/server knowledge selectors",
+    capabilities=Capabilities(reports="which public samples each client labels, chosen by a density-ratio estimate fitted on its own data"),
 )

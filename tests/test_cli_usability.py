@@ -14,6 +14,7 @@ import chillfl
 from chillfl.cli import main
 from chillfl.config import load_config, variant_config
 from chillfl.errors import ConfigError
+from chillfl.options import short_repr
 from chillfl.sweeps.plan import parse_grid
 
 DIRICHLET = '[partition]\nname = "dirichlet"\nalpha = 0.3\n'
@@ -61,7 +62,7 @@ def test_run_with_a_switched_partitioner_is_accepted(tmp_path: Path, capsys: pyt
         (["run", "{base}", "federaton.rounds=3"], "federaton: unknown key or section (did you mean 'federation'?)"),
         (["compare", "{base}", "--grid", "algorithm.name=fedavg,fedavgg"], "algorithm.name: unknown value 'fedavgg' (did you mean 'fedavg'?)"),
         (["run", "{base}", "model.name=[1,2]"], "model.name: must be a string (a registered name), got list [1, 2]"),  # was "is required (a string)"
-        (["run", "{folder}"], "config: '{folder}' is a folder, not a config file"),  # was "file not found"
+        (["run", "{folder}"], "config: {shown} is a folder, not a config file"),  # was "file not found"
     ],
 )
 def test_dry_run_exits_2_on_what_a_run_would_refuse(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
@@ -70,7 +71,7 @@ def test_dry_run_exits_2_on_what_a_run_would_refuse(tmp_path: Path, capsys: pyte
     folder.mkdir()
     assert main([a.format(base=base, folder=folder) for a in argv] + ["--dry-run", "dataset.name=digits"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith(f"chillfl: error: {line.format(folder=folder)}")
+    assert len(err.splitlines()) == 1 and err.startswith(f"chillfl: error: {line.format(shown=short_repr(str(folder)))}")
     assert not (tmp_path / "out").exists()
 
 

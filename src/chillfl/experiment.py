@@ -36,6 +36,7 @@ from chillfl.models.registry import MODELS, model_options
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
+from chillfl.plugins import has_methods
 from chillfl.seeds import derive_seed
 from chillfl.temperature import check_policy, make_policy, policy_names
 from chillfl.temperature.base import TemperaturePolicy
@@ -194,7 +195,7 @@ def check_client_half(aggregator: Aggregator, field: str) -> None:
     if half is None:
         return
     needed = ("prepare", "finish", *(("objectives", "train") if hasattr(half, "train") or hasattr(half, "objectives") else ()))
-    lacks = [m for m in needed if not callable(getattr(half, m, None))]
+    lacks = [m for m in needed if not has_methods(type(half), (m,))]
     if lacks:
         raise ConfigError(
             field,

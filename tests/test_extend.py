@@ -137,6 +137,37 @@ def test_a_saved_run_with_an_instance_cannot_be_rebuilt_from_its_file(user: Any,
     assert err.value.field == "algorithm.name" and "aggregator=" in err.value.message
 
 
+def test_a_run_with_instances_resumes_from_python_bitwise(user: Any, tmp_path: Path) -> None:
+    """Such a run checkpoints like any other, but ``chillfl resume`` cannot rebuild it from its file: chillfl.resume can."""
+    from torch import nn
+
+    config = {**CONFIG, "federation": {**CONFIG["federation"], "rounds": 3}, "checkpoint": {"every": 1}}
+
+    def net() -> nn.Module:
+        torch.manual_seed(7)
+        return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+
+    whole = chillfl.run(net(), config=config, aggregator=user.Counting(0.1), terms=[user.Shrink()], out_dir=tmp_path / "whole", progress=False)
+
+    def stop_after_1(record: dict[str, Any], run: Any) -> None:
+        if record["round"] == 1:
+            run.stop("test")
+
+    cut = chillfl.run(net(), config=config, aggregator=user.Counting(0.1), terms=[user.Shrink()], out_dir=tmp_path / "cut", progress=False,
+                      callbacks=[stop_after_1])
+    assert cut.folder is not None and len(cut.records) == 1
+    with pytest.raises(ConfigError) as err:  # a file cannot rebuild the model, the method: the CLI's resume says where to go
+        chillfl.resume(cut.folder, aggregator=user.Counting(0.1), terms=[user.Shrink()], progress=False)
+    assert err.value.field == "model.name" and "chillfl.resume(FOLDER, model=...)" in err.value.message
+    with pytest.raises(ConfigError) as err:  # another class than the one the run was made with
+        chillfl.resume(cut.folder, net(), aggregator=user.Forgetful(0.1), terms=[user.Shrink()], progress=False)
+    assert err.value.field == "aggregator" and "ext_user_parts.Counting" in err.value.message
+    done = chillfl.resume(cut.folder, net(), aggregator=user.Counting(0.1), terms=[user.Shrink()], progress=False)
+    assert done.records == whole.records  # rounds 2 and 3 as the uninterrupted run, bit for bit
+    assert all(torch.equal(done.state[k], whole.state[k]) for k in whole.state)  # type: ignore[index]
+    assert done.model is not None and done.config.algorithm["class"] == "ext_user_parts.Counting"
+
+
 @pytest.mark.parametrize("kwargs,field,words", [
     ({"terms": [object()]}, "terms[0]", "callable term"),
     ({"terms": "abc"}, "terms", "list"),

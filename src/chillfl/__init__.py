@@ -20,6 +20,7 @@ from chillfl._version import __version__
 
 _API = {
     "run": "api",
+    "resume": "api",
     "compare": "api",
     "reproduce_paper": "api",
     "Comparison": "api",
@@ -54,11 +55,12 @@ __all__ = [
     "load_config",
     "make_config",
     "reproduce_paper",
+    "resume",
     "run",
 ]
 
 if TYPE_CHECKING:
-    from chillfl.api import Comparison, DatasetData, Result, TensorData, available, compare, make_config, reproduce_paper, run
+    from chillfl.api import Comparison, DatasetData, Result, TensorData, available, compare, make_config, reproduce_paper, resume, run
     from chillfl.config import RunConfig, load_config
     from chillfl.data import ArrayDataset
     from chillfl.errors import ConfigError

@@ -36,7 +36,7 @@ from chillfl.data import ArrayDataset, dataset_names, partitioner_names
 from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.engine.view import RunView, model_with_state
 from chillfl.errors import ConfigError
-from chillfl.experiment import CUSTOM, Experiment, Plugged, build_experiment, plugged_records
+from chillfl.experiment import CUSTOM, Experiment, Plugged, build_experiment, is_custom, plugged_records
 from chillfl.experiments import resolve_config
 from chillfl.models import model_names
 from chillfl.options import short_repr
@@ -181,6 +181,72 @@ def run(
         state=out.model_state,
         client_states=out.client_states,
     )
+
+
+def resume(
+    folder: str | Path,
+    model: nn.Module | None = None,
+    data: UserData | None = None,
+    *,
+    aggregator: Any = None,
+    terms: Sequence[Any] = (),
+    policy: Any = None,
+    callbacks: Sequence[Callback | Callable[[dict[str, Any]], Any]] = (),
+    progress: bool = True,
+    force: bool = False,
+) -> Result:
+    """Continue an interrupted :func:`run` in ``folder`` (its ``NAME.partial``, or a run a callback stopped) from its checkpoint.
+
+    ``chillfl resume FOLDER`` rebuilds a run from its ``config.toml``; a run on your own ``model``, ``data``,
+    ``aggregator`` (with its ``terms``) or ``policy`` needs them again, since a file cannot hold them: pass
+    the same ones, built the same way (the config records their classes and sizes, which must match; their
+    options are yours to repeat). The rounds after the checkpoint are run again, bit for bit as the
+    uninterrupted run on the same machine. ``force``: resume although a file changed since the checkpoint.
+    """
+    from chillfl.runner import resume_experiment
+
+    plugged = as_plugged(aggregator, terms, policy)
+    dataset = as_dataset(data, _input_dtype(model)) if data is not None else None
+    if model is not None and not isinstance(model, nn.Module):
+        raise ConfigError("model", f"must be a torch.nn.Module, got {type(model).__name__}")
+
+    built: list[Experiment] = []
+
+    def build(config: RunConfig) -> Experiment:
+        _check_same_parts(config, model, dataset, plugged)
+        exp = build_experiment(config, dataset, model=model, plugged=plugged)
+        if model is not None:
+            check_model_fits(exp)
+        built.append(exp)
+        return exp
+
+    hooks = [_as_callback(cb, i) for i, cb in enumerate(callbacks)]
+    out = resume_experiment(folder, progress=progress, callbacks=hooks, hooks=[h.hook for h in hooks], force=force, build=build)
+    exp = built[0]
+    return Result(
+        model=_trained_copy(model if model is not None else exp.model, out.model_state),
+        summary=out.summary,
+        records=out.records,
+        folder=out.folder,
+        config=dataclasses.replace(exp.config, device=str(exp.device)),
+        state=out.model_state,
+        client_states=out.client_states,
+    )
+
+
+def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: ArrayDataset | None, plugged: Plugged) -> None:
+    """The parts passed to :func:`resume` are of the classes and sizes the saved config records (one ConfigError naming the keyword)."""
+    given = {**plugged_records(plugged), **({"model": model_record(model)} if model is not None else {}),
+             **({"dataset": dataset_record(dataset)} if dataset is not None else {})}
+    keywords = {"algorithm": "aggregator", "temperature": "policy", "model": "model", "dataset": "data"}
+    saved = {"algorithm": config.algorithm, "temperature": config.temperature, "model": config.model, "dataset": config.dataset}
+    for part, record in given.items():
+        if not is_custom(saved[part].get("name" if part != "temperature" else "policy")):
+            raise ConfigError(keywords[part], f"the run in this folder did not take one from Python: its [{part}] is {short_repr(dict(saved[part]))}")
+        differ = sorted(k for k, v in record.items() if saved[part].get(k) != v)
+        if differ:
+            said = ", ".join(f"{k} {short_repr(saved[part].get(k))}, got {short_repr(record[k])}" for k in differ)
+            raise ConfigError(keywords[part], f"is not what the run was made with: its saved [{part}] has {said}")
 
 
 def compare(

@@ -82,7 +82,7 @@ def _not_from_file(field: str, what: str, keyword: str, allowed: Sequence[str]) 
     return ConfigError(
         field,
         f"{CUSTOM!r} records a run on the user's own {what}, passed from Python with chillfl.run({keyword}=...); "
-        f"a config file cannot rebuild it: rerun it from Python with the same {keyword}, "
+        f"a config file cannot rebuild it: rerun it from Python with the same {keyword} (resume it with chillfl.resume(FOLDER, {keyword}=...)), "
         f"or replace the [{part}] table with a registered one: {', '.join(sorted(allowed))}",
     )
 

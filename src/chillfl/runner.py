@@ -281,13 +281,14 @@ def _write_partition(folder: Path, exp: Experiment, config: RunConfig) -> None:
 
 def resume_experiment(
     folder: str | Path, *, progress: Progress = True, callbacks: Sequence[Callback] = (), hooks: Sequence[RoundHook] = (), force: bool = False,
-    pools: WorkerPools | None = None, label: str | None = None,
+    pools: WorkerPools | None = None, label: str | None = None, build: Callable[[RunConfig], Experiment] | None = None,
 ) -> RunOutput:
     """Continue the interrupted run in ``folder`` (a ``NAME.partial`` result folder, or a run a hook stopped) from its checkpoint.
 
     The folder is locked and checked first (:func:`~chillfl.storage.run_folder.open_for_resume`):
     a file changed since the checkpoint is one ConfigError naming it, unless ``force``.
-    ``label``: the progress line's name (default: the run's).
+    ``label``: the progress line's name (default: the run's). ``build``: the run's parts from its saved
+    config (default :func:`build_experiment`; :func:`chillfl.resume` adds the user's model, data and method parts).
     """
     point = open_for_resume(folder, force)
     writer = None
@@ -295,7 +296,7 @@ def resume_experiment(
         config = load_config(point.path / "config.toml")
         check_sinks(config)
         with intra_op_threads(config.threads):
-            exp = build_experiment(config)
+            exp = (build or build_experiment)(config)
             state, _ = read_checkpoint(point.path / CHECKPOINT, exp.device, verify=not force)
             changed = differences(state.get("environment") or {}, environment(exp.device))
             if changed:  # results stay valid, but the rest of the run may differ in the last bits from an uninterrupted one

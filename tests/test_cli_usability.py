@@ -192,4 +192,17 @@ def test_a_missing_config_is_the_one_argument_named(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit) as exit_:
         main(["compare"])
     assert exit_.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == "chillfl compare: error: the following arguments are required: config"
+    assert capsys.readouterr().err.strip() == "chillfl compare: error: the following arguments are required: config; `chillfl compare --help` shows the usage"
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["reproduce", "nopaper"], "chillfl reproduce: error: argument paper: invalid choice: 'nopaper' (choose from 'flexchill', 'fedchill', 'pa3fed', 'scarlet')"),
+    (["bogus"], "chillfl: error: argument command: invalid choice: 'bogus'"),
+    (["run", "--bogus"], "chillfl: error: unrecognized arguments: --bogus"),
+])
+def test_a_command_line_argparse_refuses_is_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    """argparse printed its usage block (3 lines and more) before the error; --help still shows it."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(line) and err.rstrip().endswith("--help` shows the usage")

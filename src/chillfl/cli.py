@@ -24,11 +24,11 @@ import shlex
 import sys
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from chillfl._version import __version__
 from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides
-from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, StorageError, SweepFailed, did_you_mean
+from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, StorageError, SweepFailed, did_you_mean, one_line
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
 from chillfl.options import short_repr
@@ -344,9 +344,17 @@ def _progress(args: argparse.Namespace) -> "ProgressMode":
     return mode_for(bool(args.quiet) and not getattr(args, "verbose", 0))
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with its errors on one line (exit 2), like every other chillfl error: the usage it prints
+    before the message is a wrapped block of several lines; ``--help`` still prints it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)}; `{self.prog} --help` shows the usage\n")
+
+
 def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     """The whole command line; ``analyses=False`` leaves out the analysis subcommands' own parsers (they import torch)."""
-    parser = argparse.ArgumentParser(prog="chillfl", description="Federated learning on non-IID data: logit chilling, FedChill, PA3Fed, SCARLET.")
+    parser = _Parser(prog="chillfl", description="Federated learning on non-IID data: logit chilling, FedChill, PA3Fed, SCARLET.")
     parser.add_argument("--version", action="version", version=f"chillfl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -354,7 +354,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     """The whole command line; ``analyses=False`` leaves out the analysis subcommands' own parsers (they import torch)."""
-    parser = _Parser(prog="chillfl", description="Federated learning on non-IID data: logit chilling, FedChill, PA3Fed, SCARLET.")
+    parser: argparse.ArgumentParser = _Parser(prog="chillfl", description="Federated learning on non-IID data: logit chilling, FedChill, PA3Fed, SCARLET.")
     parser.add_argument("--version", action="version", version=f"chillfl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -25,6 +25,8 @@ CONFIG: dict[str, Any] = {
 }
 
 USER_MODULE = '''
+from dataclasses import dataclass
+
 import torch
 from chillfl.extend import Downlink, FedAvg, Stateless
 
@@ -64,6 +66,20 @@ class Forgetful(Counting):
 
     def downlink(self, client_id, round, global_params):
         return Downlink()
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    scale: float = 1.0
+    tags: tuple = ("x",)
+
+
+class Scaled(FedAvg):
+    """FedAvg with an options dataclass, as chillfl's own methods keep theirs: recorded in the saved config."""
+
+    def __init__(self, options=ScaleOptions()):
+        super().__init__()
+        self.options = options
 
 
 class DropsKey(FedAvg):
@@ -166,6 +182,25 @@ def test_a_run_with_instances_resumes_from_python_bitwise(user: Any, tmp_path: P
     assert done.records == whole.records  # rounds 2 and 3 as the uninterrupted run, bit for bit
     assert all(torch.equal(done.state[k], whole.state[k]) for k in whole.state)  # type: ignore[index]
     assert done.model is not None and done.config.algorithm["class"] == "ext_user_parts.Counting"
+
+
+def test_an_instances_options_dataclass_is_recorded_and_checked_on_resume(user: Any, tmp_path: Path) -> None:
+    """The saved config said only the class: `beta = 0.3` was recorded nowhere, and a resume could not tell."""
+    from chillfl.config import load_config
+
+    def stop_after_1(record: dict[str, Any], run: Any) -> None:
+        if record["round"] == 1:
+            run.stop("test")
+
+    cut = chillfl.run(config=CONFIG, aggregator=user.Scaled(user.ScaleOptions(scale=0.5)), out_dir=tmp_path / "out", progress=False, callbacks=[stop_after_1])
+    assert cut.folder is not None
+    assert cut.config.algorithm["options"] == {"scale": 0.5, "tags": ["x"]}
+    assert load_config(cut.folder / "config.toml").algorithm["options"] == {"scale": 0.5, "tags": ["x"]}
+    with pytest.raises(ConfigError) as err:
+        chillfl.resume(cut.folder, aggregator=user.Scaled(user.ScaleOptions(scale=0.7)), progress=False)
+    assert err.value.field == "aggregator" and "options" in err.value.message and "0.7" in err.value.message
+    done = chillfl.resume(cut.folder, aggregator=user.Scaled(user.ScaleOptions(scale=0.5)), progress=False)
+    assert len(done.records) == 2
 
 
 @pytest.mark.parametrize("kwargs,field,words", [

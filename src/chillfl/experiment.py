@@ -5,6 +5,7 @@ All user errors surface here, before any result folder is created.
 
 from __future__ import annotations
 
+import dataclasses
 import copy
 import logging
 from dataclasses import dataclass
@@ -128,13 +129,36 @@ def _class_path(obj: object) -> str:
 
 
 def plugged_records(plugged: Plugged) -> dict[str, dict[str, Any]]:
-    """The ``[algorithm]`` / ``[temperature]`` tables a run with these parts saves: not rebuildable, but say what ran."""
+    """The ``[algorithm]`` / ``[temperature]`` tables a run with these parts saves: not rebuildable, but say what ran
+    (with each instance's ``options`` dataclass, when it keeps one: :func:`options_record`)."""
     out: dict[str, dict[str, Any]] = {}
     if plugged.aggregator is not None:
-        out["algorithm"] = {"name": CUSTOM, "class": _class_path(plugged.aggregator), "terms": [_class_path(t) for t in plugged.terms]}
+        out["algorithm"] = {"name": CUSTOM, "class": _class_path(plugged.aggregator), "terms": [_class_path(t) for t in plugged.terms],
+                            **options_record(plugged.aggregator)}
     if plugged.policy is not None:
-        out["temperature"] = {"policy": CUSTOM, "class": _class_path(plugged.policy)}
+        out["temperature"] = {"policy": CUSTOM, "class": _class_path(plugged.policy), **options_record(plugged.policy)}
     return out
+
+
+RECORDABLE = (bool, int, float, str)
+"""Option values a saved config writes as they are (TOML has no null; a list of them too)."""
+
+
+def options_record(obj: object) -> dict[str, Any]:
+    """``{"options": {...}}`` of an instance's ``options`` attribute when it is a dataclass of numbers, flags, names and
+    lists of them (the pattern of chillfl's own methods and of docs/extending.md); ``{}`` otherwise: nothing recorded.
+
+    Why: a run on an instance records its class; without its options (``beta = 0.3``) the saved config would not
+    say what ran, and :func:`chillfl.resume` could not tell another instance of the same class from it.
+    """
+    options = vars(obj).get("options") if hasattr(obj, "__dict__") else None
+    if options is None or isinstance(options, type) or not dataclasses.is_dataclass(options):
+        return {}
+    values = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    plain = {k: list(v) if isinstance(v, (tuple, list)) else v for k, v in values.items()}
+    if not all(isinstance(v, RECORDABLE) or (isinstance(v, list) and all(isinstance(x, RECORDABLE) for x in v)) for v in plain.values()):
+        return {}
+    return {"options": plain}
 
 
 def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> FederatedData:

@@ -55,6 +55,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -240,7 +241,9 @@ class RayWorkers:
                 kwargs = {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}
                 self.started_local = True
             try:
-                ray.init(address=address, logging_level=logging.WARNING, configure_logging=False, **kwargs)
+                with warnings.catch_warnings():  # Ray's tip about a future default for num_gpus = 0 actors: two lines on every run, nothing to do
+                    warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
+                    ray.init(address=address, logging_level=logging.WARNING, configure_logging=False, **kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 if temp:
                     shutil.rmtree(temp, ignore_errors=True)

@@ -25,7 +25,7 @@ CONFIG: dict[str, Any] = {
 }
 
 USER_MODULE = '''
-from dataclasses import dataclass
+from dataclasses import make_dataclass
 
 import torch
 from chillfl.extend import Downlink, FedAvg, Stateless
@@ -68,10 +68,9 @@ class Forgetful(Counting):
         return Downlink()
 
 
-@dataclass(frozen=True)
-class ScaleOptions:
-    scale: float = 1.0
-    tags: tuple = ("x",)
+# made, not declared: this module is also exec'd under the test file's `from __future__ import annotations`,
+# where a declared dataclass would look its string annotations up in a module that is not imported
+ScaleOptions = make_dataclass("ScaleOptions", [("scale", float, 1.0), ("tags", tuple, ("x",))], frozen=True)
 
 
 class Scaled(FedAvg):

@@ -206,9 +206,8 @@ def resume(
     from chillfl.runner import resume_experiment
 
     plugged = as_plugged(aggregator, terms, policy)
+    _check_model(model)
     dataset = as_dataset(data, _input_dtype(model)) if data is not None else None
-    if model is not None and not isinstance(model, nn.Module):
-        raise ConfigError("model", f"must be a torch.nn.Module, got {type(model).__name__}")
 
     built: list[Experiment] = []
 
@@ -363,11 +362,15 @@ def _record_plugged(raw: dict[str, Any], plugged: Plugged) -> None:
         raw[part] = record
 
 
+def _check_model(model: object) -> None:
+    if model is not None and not isinstance(model, nn.Module):
+        raise ConfigError("model", f"must be a torch.nn.Module, got {type(model).__name__}")
+
+
 def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike, out_dir: str | Path | None,
              overrides: Mapping[str, Any], plugged: Plugged = Plugged()) -> tuple[RunConfig, ArrayDataset | None]:
     """The config :func:`run` and :func:`compare` run: overrides applied, the user's model, data and method parts recorded in it."""
-    if model is not None and not isinstance(model, nn.Module):
-        raise ConfigError("model", f"must be a torch.nn.Module, got {type(model).__name__}")
+    _check_model(model)
     if out_dir is not None:
         overrides = {**overrides, "out_dir": str(out_dir)}
     raw = _config_data(config, overrides)

@@ -152,10 +152,9 @@ def options_record(obj: object) -> dict[str, Any]:
     say what ran, and :func:`chillfl.resume` could not tell another instance of the same class from it.
     """
     options = vars(obj).get("options") if hasattr(obj, "__dict__") else None
-    if options is None or isinstance(options, type) or not dataclasses.is_dataclass(options):
+    if options is None or not dataclasses.is_dataclass(options) or isinstance(options, type):
         return {}
-    values = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
-    plain = {k: list(v) if isinstance(v, (tuple, list)) else v for k, v in values.items()}
+    plain = {k: list(v) if isinstance(v, (tuple, list)) else v for k, v in dataclasses.asdict(options).items()}
     if not all(isinstance(v, RECORDABLE) or (isinstance(v, list) and all(isinstance(x, RECORDABLE) for x in v)) for v in plain.values()):
         return {}
     return {"options": plain}

@@ -102,14 +102,17 @@ def _fits(folder: str) -> bool:
     return len(os.fsencode(folder)) <= TMPDIR_MAX
 
 
-def main_importable() -> bool:
-    """Whether a spawned worker can import this process's ``__main__``: a script file it can run again.
-
-    A notebook or ``python -c`` has no ``__main__.__file__``; ``python - < script.py`` has ``"<stdin>"``,
-    which a worker would try to open (``FileNotFoundError`` in every worker).
-    """
+def _main_file() -> str | None:
+    """``__main__.__file__``: absent for a notebook or ``python -c``, ``"<stdin>"`` for ``python - < script.py``."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
-    return isinstance(path, str) and os.path.isfile(path)
+    return path if isinstance(path, str) else None
+
+
+def main_importable() -> bool:
+    """Whether a spawned worker can import this process's ``__main__``: a script file it can run again
+    (a worker given ``"<stdin>"`` would try to open it: ``FileNotFoundError`` in every worker)."""
+    path = _main_file()
+    return path is not None and os.path.isfile(path)
 
 
 @contextlib.contextmanager
@@ -119,9 +122,8 @@ def _unimportable_main_hidden() -> Iterator[None]:
     Spawn re-runs ``__main__.__file__`` in every worker unless it is absent; the workers need nothing of it
     (whatever the parent sends them by reference from such a ``__main__`` is refused first: ``unsendable``).
     """
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if main is None or path is None or main_importable():
+    main, path = sys.modules.get("__main__"), _main_file()
+    if main is None or path is None or os.path.isfile(path):
         yield
         return
     del main.__file__

@@ -42,10 +42,7 @@ def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
     if setup is not None and config.privacy.mechanism == "local":  # the soft-label method's own reports (Selective-FD's selection)
         from chillfl.protocols.softlabels.method import spec_of
 
-        reports = spec_of(setup).capabilities.reports
-        if reports:
-            raise ConfigError(FIELD, f"'local' noises the clients' soft-label rows, but {setup.common.method!r} also sends, without noise and outside epsilon, "
-                                     f"{reports}; use a method whose clients send only their rows")
+        _refuse_reports("local", "the clients' soft-label rows", repr(setup.common.method), spec_of(setup).capabilities, "a method whose clients send only their rows")
     fed = config.federation
     return _plan(config.privacy, config.protocol, data.num_clients, fed.sample_size(), fed.rounds, config.client.batch_size, config.client.epochs, _client_sizes(data))
 
@@ -100,14 +97,16 @@ def _capabilities(config: RunConfig, aggregator: Aggregator) -> Capabilities:
     return effective_capabilities(spec, options)
 
 
-def _refuse_reports(plan: PrivacyPlan, name: object, capabilities: Capabilities) -> None:
-    """A method whose clients send more than their model (``reports``): that part is released without noise."""
+def _refuse_reports(
+    mechanism: str, noised: str, method: str, capabilities: Capabilities, instead: str = "an algorithm whose clients send only their model"
+) -> None:
+    """A method whose clients send more than what ``mechanism`` noises (``reports``): that part is released without noise."""
     if capabilities.reports:
-        raise ConfigError(
-            FIELD,
-            f"{plan.mechanism!r} noises what the clients' models reveal, but algorithm {name!r} also sends, without noise and "
-            f"outside epsilon, {capabilities.reports}; use an algorithm whose clients send only their model",
-        )
+        raise ConfigError(FIELD, f"{mechanism!r} noises {noised}, but {method} also sends, without noise and outside epsilon, {capabilities.reports}; use {instead}")
+
+
+MODELS = "what the clients' models reveal"
+"""What ``dp-fedavg``, ``local`` and ``dp-sgd`` noise under the parameter protocol."""
 
 
 def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggregator) -> Aggregator:
@@ -121,7 +120,7 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
         return aggregator
     name = config.algorithm.get("name")
     capabilities = _capabilities(config, aggregator)
-    _refuse_reports(plan, name, capabilities)
+    _refuse_reports(plan.mechanism, MODELS, f"algorithm {name!r}", capabilities)
     if not capabilities.takes_weights or capabilities.plain_sgd:
         why = capabilities.plain_sgd or "its aggregate() takes no client weights (declare takes_weights)"
         raise ConfigError(FIELD, f"{plan.mechanism!r} adds noise to a weighted mean of the clients' clipped updates, which algorithm {name!r} is not ({why})")
@@ -139,7 +138,7 @@ def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggr
     if plan is None or plan.mechanism != "dp-sgd":
         return None
     if aggregator is not None:
-        _refuse_reports(plan, config.algorithm.get("name"), _capabilities(config, aggregator))
+        _refuse_reports(plan.mechanism, MODELS, f"algorithm {config.algorithm.get('name')!r}", _capabilities(config, aggregator))
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         raise ConfigError(FIELD, f"'dp-sgd' clips per-sample gradients, and model {config.model.get('name')!r} has batch norm (a sample's gradient depends on its batch); use a model without it")
     from chillfl.aggregation.base import Personalising

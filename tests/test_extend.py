@@ -238,18 +238,22 @@ def test_an_instance_and_a_config_table_for_the_same_part_are_refused(user: Any)
     assert err.value.field == "policy"
 
 
-@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
+@pytest.mark.parametrize("executor", ["sequential", "vectorized", "processes", "ray"])
 def test_a_missing_context_key_names_the_term_and_the_key(user: Any, executor: str) -> None:
-    with pytest.raises(ContextError, match=r"Shrink reads context key\(s\) 'shrink', which client \d+'s context lacks"):
+    """Under ``processes`` and ``ray`` a worker finds it and the run raises the same ConfigError (it was a WorkerError: exit 1)."""
+    with pytest.raises(ContextError, match=r"^context: Shrink reads context key\(s\) 'shrink', which client \d+'s context lacks") as err:
         chillfl.run(config={**CONFIG, "executor": executor}, aggregator=user.Forgetful(), terms=[user.Shrink()], write=False, progress=False)
+    assert err.value.field == "context"
 
 
-def test_a_missing_context_key_is_one_config_error_and_leaves_no_folder(user: Any, tmp_path: Path) -> None:
-    """Found by a plugin author: a 40-line traceback, exit 1 and an unresumable NAME.partial per attempt."""
+@pytest.mark.parametrize("executor", ["sequential", "processes"])
+def test_a_missing_context_key_is_one_config_error_and_leaves_no_folder(user: Any, tmp_path: Path, executor: str) -> None:
+    """Found by a plugin author: a 40-line traceback, exit 1 and an unresumable NAME.partial per attempt (under
+    ``processes`` too, where the worker finds it)."""
     code = (
         "import sys, chillfl, ext_user_parts as u\n"
         "from chillfl.cli import main\n"
-        f"config = {CONFIG!r}\n"
+        f"config = {{**{CONFIG!r}, 'executor': {executor!r}}}\n"
         "try:\n"
         "    chillfl.run(config=config, aggregator=u.Forgetful(), terms=[u.Shrink()], out_dir='out', progress=False)\n"
         "except chillfl.ConfigError as exc:\n"

@@ -738,3 +738,16 @@ def test_cache_ratio_sizes_are_bounded(tmp_path: Path, capfd: pytest.CaptureFixt
     err = capfd.readouterr().err
     assert len(err.splitlines()) == 1 and ERROR_LINE.match(err)["field"] == field, err  # type: ignore[index]
     assert not out.exists()
+
+
+def test_a_config_error_survives_pickling_whatever_its_subclass_takes() -> None:
+    """A worker process or Ray actor sends a client's ConfigError back by pickle; ContextError and MissingExtra take
+    other arguments than (field, message), and pickling by ``args`` failed to rebuild them (TypeError in the parent)."""
+    import pickle
+
+    from chillfl.errors import MissingExtra
+    from chillfl.training.terms import ContextError
+
+    for error in (ConfigError("a.b", "bad\nvalue"), ContextError("T reads 'x'"), MissingExtra("plots", "matplotlib", "plots")):
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and (back.field, back.message, str(back)) == (error.field, error.message, str(error))

@@ -40,6 +40,19 @@ class ConfigError(ValueError):
         self.message = message
         super().__init__(f"{one_line(field)}: {one_line(message)}")
 
+    def __reduce__(self) -> tuple[object, tuple[type[ConfigError], dict[str, object]]]:
+        """Pickled by its attributes, whatever a subclass's ``__init__`` takes: a worker process or a Ray actor sends it
+        back to the run as the same one-line error (same class, field and message)."""
+        return (_rebuilt, (type(self), dict(self.__dict__)))
+
+
+def _rebuilt(cls: type[ConfigError], state: dict[str, object]) -> ConfigError:
+    """The unpickled error: :class:`ConfigError`'s own set-up from the saved field and message, then the rest of its attributes."""
+    error = cls.__new__(cls)
+    ConfigError.__init__(error, str(state["field"]), str(state["message"]))
+    error.__dict__.update(state)
+    return error
+
 
 def did_you_mean(value: object, allowed: Iterable[object]) -> str:
     """``" (did you mean 'alpha'?)"`` for the closest allowed name to a typo, else ``""`` (difflib's ratio >= 0.6)."""

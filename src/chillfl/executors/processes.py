@@ -41,7 +41,10 @@ Choices
   when its job ends.
 * A failing job raises :class:`WorkerError` in the parent (with the worker's
   traceback) after the round's other jobs have been drained, so the pool stays
-  usable; a worker that dies breaks the pool, which is then shut down.
+  usable; a worker that dies breaks the pool, which is then shut down. A
+  :class:`~chillfl.errors.ConfigError` (bad input only a client can see, such as
+  a context key a loss term reads and the client lacks) is raised as itself, so
+  the command line still ends with one line and exit 2.
 * A queue pickles what it sends in a thread of its own, where an error is only
   printed: a task that cannot be sent breaks the pool with a
   :class:`WorkerError` naming why, and a result that cannot be sent comes back
@@ -79,6 +82,7 @@ import torch
 import torch.multiprocessing as tmp
 from torch import nn
 
+from chillfl.errors import ConfigError
 from chillfl.executors.sequential import ClientJob, train_job
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import factored_linears
@@ -417,6 +421,8 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
                 continue
             out = train_job(model, spec, task.unpack())
             results.put((task.index, True, (pack_tree(out.params), out.num_steps, out.mean_loss)))
+        except ConfigError as exc:  # bad input found in the client (a context key a term reads): the parent raises it as it is
+            results.put((task.index, False, exc))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises
             text = f"client {task.client_id}: {type(exc).__name__}: {exc}\n--- worker traceback ---\n{traceback.format_exc()}"
             results.put((task.index, False, text))
@@ -510,7 +516,7 @@ class WorkerPool:
         next_item = 0
         in_flight = 0
         done: dict[int, Any] = {}
-        errors: list[tuple[int, str]] = []
+        errors: list[tuple[int, str | ConfigError]] = []
         while next_item < len(items) or in_flight:
             while next_item < len(items) and in_flight < 2 * self.workers:
                 self._tasks.put(items[next_item])
@@ -523,7 +529,10 @@ class WorkerPool:
             else:
                 errors.append((index, payload))
         if errors:
-            raise WorkerError(min(errors)[1])
+            first = min(errors, key=lambda e: e[0])[1]  # the lowest job's: the one a sequential run would have raised
+            if isinstance(first, ConfigError):
+                raise first
+            raise WorkerError(first)
         return [done[i] for i in range(len(items))]
 
     def close(self) -> None:

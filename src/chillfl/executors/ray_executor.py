@@ -427,7 +427,7 @@ class RayExecutor:
             raise WorkerError("the Ray executor is closed")
         ray = self._ray
         results: dict[int, Any] = {}
-        errors: list[tuple[int, str]] = []
+        errors: list[tuple[int, str | ConfigError]] = []
         for a, ref in calls.items():
             try:
                 results[a] = ray.get(ref)
@@ -437,12 +437,19 @@ class RayExecutor:
                 errors.append((a, f"Ray worker {a} (clients {clients}) died and was restarted {self.options.max_retries} time(s) without finishing its share; "
                                   f"the round was not aggregated ({type(exc).__name__}: {cause[:200]})"))
             except ray.exceptions.RayTaskError as exc:
+                if isinstance(exc.cause, ConfigError):  # bad input only a client sees (a context key): one line and exit 2, as in a serial run
+                    errors.append((a, exc.cause))
+                    continue
                 cause = exc.as_instanceof_cause() if hasattr(exc, "as_instanceof_cause") else exc
                 errors.append((a, f"Ray worker {a}: a client update failed: {type(cause).__name__}: {str(cause).strip().splitlines()[-1][:300]}"))
         if errors:
-            self._broken = min(errors)[1] if any("died" in e for _, e in errors) else None
+            first = min(errors, key=lambda e: e[0])[1]
+            died = any(isinstance(e, str) and "died" in e for _, e in errors)
+            self._broken = str(first) if died else None
             self.pool.lost = self.pool.lost or self._broken
-            raise WorkerError(min(errors)[1])
+            if isinstance(first, ConfigError) and not died:
+                raise first
+            raise WorkerError(str(first))
         return results
 
     def close(self) -> None:

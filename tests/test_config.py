@@ -2,7 +2,7 @@
 
 import pytest
 
-from chillfl.config import load_config, parse_overrides, parse_value
+from chillfl.config import RunConfig, load_config, parse_overrides, parse_value
 from chillfl.errors import ConfigError
 from chillfl.experiments import bundled_experiments, resolve_config
 
@@ -104,3 +104,23 @@ def test_options_with_their_switch_set_somewhere_load(tmp_path, text):
     path.write_text(text)
     config = load_config(path)
     assert config.with_overrides({}).privacy == config.privacy  # the resolved dict names every switch: it loads again
+
+
+def test_a_python_runconfig_with_options_of_a_switched_off_table_is_refused_too():
+    """``RunConfig(privacy=PrivacyConfig(noise_multiplier=1.1))`` trained with no noise and reported no epsilon: its dict
+    writes every field, the switch ``"none"`` too, which passed for a choice. A RunConfig cannot tell a written "none"
+    from the default, so its switched-off tables are read as a file that leaves the switch out."""
+    import chillfl
+    from chillfl.settings.attack import AttackConfig
+    from chillfl.settings.privacy import PrivacyConfig
+
+    with pytest.raises(ConfigError) as err:
+        chillfl.make_config(RunConfig(privacy=PrivacyConfig(noise_multiplier=1.1)))
+    assert err.value.field == "privacy.mechanism" and "privacy.noise_multiplier would change nothing" in err.value.message
+    with pytest.raises(ConfigError) as err:
+        chillfl.make_config(RunConfig(attack=AttackConfig(fraction=0.3)))
+    assert err.value.field == "attack.kind" and "attack.fraction" in err.value.message
+    on = chillfl.make_config(RunConfig(privacy=PrivacyConfig(mechanism="dp-fedavg", noise_multiplier=1.1)))
+    assert (on.privacy.mechanism, on.privacy.noise_multiplier) == ("dp-fedavg", 1.1)
+    resolved = chillfl.make_config("demo")  # every switch written, every option at its default: loads again, unchanged
+    assert chillfl.make_config(resolved) == resolved

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.registry import AGGREGATOR_METHODS, algorithm_names
-from chillfl.config import RunConfig, apply_overrides, check_compare_option, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
+from chillfl.config import SWITCHED, RunConfig, apply_overrides, check_compare_option, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
 from chillfl.data import ArrayDataset, dataset_names, partitioner_names
 from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.engine.view import RunView, model_with_state
@@ -412,7 +412,7 @@ def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dic
     if config is None:
         data: dict[str, Any] = {}
     elif isinstance(config, RunConfig):
-        data = config.to_dict()
+        data = _as_written(config)
     elif isinstance(config, (str, Path)):
         path = resolve_config(str(config))
         data = read_config_file(path)
@@ -424,6 +424,22 @@ def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dic
     check_depth(data)  # before deepcopy, which recurses
     data = copy.deepcopy(data)
     apply_overrides(data, overrides)
+    return data
+
+
+def _as_written(config: RunConfig) -> dict[str, Any]:
+    """``config``'s dict as a TOML file would say it: a switched-off table (``[privacy]``, ``[attack]``) keeps only the
+    options that differ from their defaults, without its switch.
+
+    Why: ``to_dict`` writes every field, the switch too, and a switch written (even ``"none"``) is a choice to
+    :func:`~chillfl.config.check_switches`, so ``RunConfig(privacy=PrivacyConfig(noise_multiplier=1.1))`` trained
+    with no noise and reported no epsilon. Now it is refused as the same table in a file is.
+    """
+    data = config.to_dict()
+    for section, cls in SWITCHED.items():
+        table, default = data.get(section), dataclasses.asdict(cls())
+        if isinstance(table, dict) and table.get(cls.SWITCH) == default[cls.SWITCH]:
+            data[section] = {k: v for k, v in table.items() if k != cls.SWITCH and v != default.get(k)}
     return data
 
 

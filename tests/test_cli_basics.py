@@ -54,3 +54,16 @@ def test_a_name_like_no_experiment_gets_no_guess(capsys: pytest.CaptureFixture[s
     assert main(["run", "zzzz/qqqq"]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == ["chillfl: error: config: file not found: 'zzzz/qqqq'; `chillfl list experiments` lists the bundled experiments"]
+
+
+def test_an_empty_config_file_says_it_runs_the_defaults(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty file (a wrong path written to, a save that failed) ran 30 rounds of the defaults without a word."""
+    empty, comment, one = tmp_path / "empty.toml", tmp_path / "comment.toml", tmp_path / "one.toml"
+    empty.write_text("")
+    comment.write_text("# nothing yet\n")
+    one.write_text("seed = 3\n")
+    for path in (empty, comment):
+        assert main(["run", str(path), "--dry-run"]) == 0
+        assert capsys.readouterr().err.splitlines()[0] == f"chillfl: note: {path} sets nothing; running every default (--dry-run lists them)"
+    assert main(["run", str(one), "--dry-run"]) == 0
+    assert "sets nothing" not in capsys.readouterr().err

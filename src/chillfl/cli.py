@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from chillfl._version import __version__
-from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides
+from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file
 from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, StorageError, SweepFailed, did_you_mean, one_line
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
@@ -61,6 +61,8 @@ def _config_path(config: str) -> Path:
 
 def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
     path = _config_path(config) if config is not None else None
+    if path is not None and not read_config_file(path):  # a file that sets nothing is more often a mistake than a choice
+        print(f"chillfl: note: {config} sets nothing; running every default (--dry-run lists them)", file=sys.stderr)
     flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir", "strict") if args is not None and getattr(args, key, None) is not None}
     from chillfl.resolve import resolved  # imports the registries (and torch): not for --help
 

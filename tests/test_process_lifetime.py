@@ -197,3 +197,18 @@ def test_a_long_tmpdir_for_a_local_ray_is_one_line(tmp_path: Path, monkeypatch: 
     err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("chillfl: error: TMPDIR: is ") and "AF_UNIX" in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+def test_rays_future_tip_is_silenced_where_chillfl_starts_ray() -> None:
+    """The Ray executor and Flower's simulation (chillfl.flower.run_simulation) start Ray inside ``without_ray_tip``:
+    Ray's two-line FutureWarning about num_gpus = 0 actors printed on every run. Other warnings still show."""
+    import warnings
+
+    from chillfl.executors.ray_executor import without_ray_tip
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with without_ray_tip():
+            warnings.warn("Tip: In future versions of Ray, Ray will no longer override accelerator visible devices", FutureWarning)
+            warnings.warn("something else", FutureWarning)
+    assert [str(w.message) for w in seen] == ["something else"]

@@ -47,6 +47,7 @@ killed. On a cluster the workers only kill their own actors and disconnect.
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import hashlib
 import logging
 import math
@@ -58,7 +59,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -215,6 +216,15 @@ class Worker:
         return self._ready(parts).run(jobs)
 
 
+@contextlib.contextmanager
+def without_ray_tip() -> Iterator[None]:
+    """Ray's tip about a future default for ``num_gpus = 0`` actors silenced: two lines on every run, and nothing to do
+    about them (Flower's simulation, :func:`chillfl.flower.run_simulation`, starts Ray in the same way)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
+        yield
+
+
 class RayWorkers:
     """The Ray connection and ``workers`` actors, with the ``[ray]`` table's resources each; see the module docstring.
 
@@ -241,8 +251,7 @@ class RayWorkers:
                 kwargs = {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}
                 self.started_local = True
             try:
-                with warnings.catch_warnings():  # Ray's tip about a future default for num_gpus = 0 actors: two lines on every run, nothing to do
-                    warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
+                with without_ray_tip():
                     ray.init(address=address, logging_level=logging.WARNING, configure_logging=False, **kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 if temp:

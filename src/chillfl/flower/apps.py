@@ -388,7 +388,7 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     from flwr.simulation import run_simulation as flwr_simulation
 
     from chillfl.executors.processes import default_workers
-    from chillfl.executors.ray_executor import local_ray_folder
+    from chillfl.executors.ray_executor import local_ray_folder, without_ray_tip
 
     built = build_server(config)  # a ConfigError stops the run here, before Flower and Ray start
     nodes = num_supernodes or config.federation.num_clients
@@ -398,7 +398,8 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     init = {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}
     backend = {"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0}, "init_args": init}
     try:
-        flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
+        with without_ray_tip():
+            flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
     finally:
         shutil.rmtree(temp, ignore_errors=True)
     if not out:

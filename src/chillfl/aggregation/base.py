@@ -277,7 +277,11 @@ def with_prefix(params: Mapping[str, torch.Tensor], prefix: str) -> ClientState:
 
 
 class Aggregator(Protocol):
-    """Server-side rule turning client results into the next global model."""
+    """Server-side rule turning client results into the next global model.
+
+    One that computes only part of it from the uploads (FedPer's base, not its head) says which part
+    with :class:`AggregatesPart`, which :class:`AggregatorBase` implements as every entry.
+    """
 
     def client_half(self) -> ClientHalf | None:
         """The part that runs on each client around its training (None: the aggregator needs none)."""
@@ -306,6 +310,30 @@ class Aggregator(Protocol):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` into an aggregator built with the same arguments."""
         ...
+
+
+@runtime_checkable
+class AggregatesPart(Protocol):
+    """An aggregator that says which entries of the clients' uploads its next global model is computed from.
+
+    A wrapper that changes the uploads before the server rule sees them (``[privacy]``'s DP-FedAvg, which
+    clips and noises client i's update w_i - w) must act on exactly these: an entry the rule leaves out
+    (FedPer's head, FedBN's BN entries under ``keep``) only inflates the clipped norm, and noise on it is thrown
+    away. Every other entry of the next global model is ``global_params``' as it was, whatever the clients sent.
+    :class:`AggregatorBase` declares every entry; an aggregator that implements :class:`Aggregator` by hand and
+    declares nothing is read as every entry too (:func:`aggregated_keys`).
+    """
+
+    def aggregated_keys(self, global_params: Params) -> tuple[str, ...]:
+        """The names in ``global_params`` whose next value ``aggregate`` computes from the clients' uploads, in its order."""
+        ...
+
+
+def aggregated_keys(aggregator: object, global_params: Params) -> tuple[str, ...]:
+    """What ``aggregator`` declares (:class:`AggregatesPart`), or every entry of ``global_params`` when it declares nothing."""
+    if isinstance(aggregator, AggregatesPart):
+        return aggregator.aggregated_keys(global_params)
+    return tuple(global_params)
 
 
 def check_state_keys(state: Mapping[str, Any], keys: Collection[str], owner: str) -> None:
@@ -450,7 +478,8 @@ class AggregatorBase:
 
     No client half, no downlink extras, no round metrics, no announcement of the
     round, no state between rounds (``load_state_dict`` refuses a non-empty state,
-    so a checkpoint of another rule is not half-loaded). A subclass writes
+    so a checkpoint of another rule is not half-loaded), and every entry of the
+    uploads aggregated (:class:`AggregatesPart`). A subclass writes
     ``aggregate`` and overrides the rest where it has something to say. It
     declares no capabilities: those are the spec's, or a plugin class's own
     ``capabilities`` attribute (:mod:`chillfl.capabilities`).
@@ -470,6 +499,10 @@ class AggregatorBase:
         """No announcement needed."""
         return None
 
+    def aggregated_keys(self, global_params: Params) -> tuple[str, ...]:
+        """Every entry: the rule computes the whole next global model from the uploads (:class:`AggregatesPart`)."""
+        return tuple(global_params)
+
     def state_dict(self) -> dict[str, Any]:
         """Nothing is carried between rounds."""
         return {}
@@ -482,7 +515,7 @@ class AroundAggregator:
     """An aggregator around another (privacy's clipped updates, an attack's forged uploads): each part is the base's.
 
     A subclass overrides what it changes (``aggregate``, and ``round_metrics`` / ``state_dict`` where it keeps
-    something of its own); the client half, downlink and announcement of the round stay the base's."""
+    something of its own); the client half, downlink, announcement of the round and aggregated keys stay the base's."""
 
     def __init__(self, base: Aggregator) -> None:
         self.base = base
@@ -495,6 +528,10 @@ class AroundAggregator:
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         self.base.begin_round(round, client_ids)
+
+    def aggregated_keys(self, global_params: Params) -> tuple[str, ...]:
+        """The base's: the wrapper changes the uploads, not which entries the base reads."""
+        return aggregated_keys(self.base, global_params)
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         return self.base.aggregate(global_params, results, round)

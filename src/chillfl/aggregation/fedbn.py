@@ -104,14 +104,19 @@ class FedBN(AggregatorBase):
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
     ) -> Params:
         w = self.default_weights(results) if weights is None else weights
-        shared = [k for k in global_params if k not in self.bn_keys]
-        bn = [k for k in global_params if k in self.bn_keys]
-        out = weighted_average([r.params for r in results], w, keys=shared)
-        if self.options.global_bn == "average" and bn:
-            out.update(weighted_average([r.params for r in results], w, keys=bn))
-        else:
-            out.update({k: global_params[k] for k in bn})
-        return {k: out[k] for k in global_params}
+        out = weighted_average([r.params for r in results], w, keys=self.aggregated_keys(global_params))
+        return {k: out[k] if k in out else global_params[k] for k in global_params}
+
+    def aggregated_keys(self, global_params: Params) -> tuple[str, ...]:
+        """The entries :meth:`aggregate` averages: all but the local ones, which it averages too under ``global_bn = "average"``.
+
+        Under ``average`` the global model's local entries (what first-time clients start from and the global
+        model's evaluation reads) are the clients' average, so a private run must clip and noise them with the rest;
+        under ``keep`` they are the global model's own and the clients' are never read.
+        """
+        if self.options.global_bn == "average":
+            return tuple(global_params)
+        return tuple(k for k in global_params if k not in self.bn_keys)
 
     def client_half(self) -> ClientHalf:
         """The client keeps its own BN entries (:class:`KeepLocal`)."""

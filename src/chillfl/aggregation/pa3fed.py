@@ -84,6 +84,7 @@ from chillfl.aggregation.base import (
     Report,
     Trained,
     Wire,
+    aggregated_keys,
     check_state_keys,
     combine,
 )
@@ -290,6 +291,10 @@ class PA3Fed:
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         self.base.begin_round(round, client_ids)
+
+    def aggregated_keys(self, global_params: Params) -> tuple[str, ...]:
+        """The base's: PA3Fed changes the weights of its mean, not which entries it averages."""
+        return aggregated_keys(self.base, global_params)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return self.base.downlink(client_id, round, global_params)

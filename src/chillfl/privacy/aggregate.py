@@ -1,8 +1,9 @@
 """``dp-fedavg`` and ``local``: each client's update clipped (and, ``local``, noised by the client), around a weighted-average aggregator.
 
 DP-FedAvg (McMahan et al. 2018, Algorithm 1 with uniform client weights): with the round's global
-model w and client i's trained model w_i, the update u_i = w_i - w over every float entry is clipped
-to L2 norm C, the server adds z ~ N(0, (sigma C)^2 I) to their sum and divides by the **fixed**
+model w and client i's trained model w_i, the update u_i = w_i - w over every float entry that the
+base aggregates (its :func:`~chillfl.aggregation.base.aggregated_keys`: all of them but, e.g., FedPer's
+head under ``global_head = "keep"``) is clipped to L2 norm C, the server adds z ~ N(0, (sigma C)^2 I) to their sum and divides by the **fixed**
 denominator m = ``clients_per_round`` (the expected number of clients, q N), not by the number that
 reported: the sum's sensitivity to one client is C, so the noised mean is (sigma, q)-subsampled
 Gaussian whatever the dropout. ``local``: client i adds its own z_i ~ N(0, (sigma C)^2 I) to its
@@ -12,7 +13,10 @@ The wrapper runs the base's own server rule (FedAvg, FedProx, FedAdam, ...: any 
 ``takes_weights``, i.e. a weighted mean of the clients' models) on models rebuilt from the privatised
 updates: with weights 1/n each and ``w + (clip(u_i) + z/n) n/m`` as client i's model, the base's mean
 is ``w + (sum_i clip(u_i) + z) / m`` exactly (up to float rounding). A server optimiser (FedAdam) then
-acts on that noised mean: post-processing, no privacy cost.
+acts on that noised mean: post-processing, no privacy cost. The entries the base does not aggregate reach
+it as the client sent them: it does not read them into the global model, so they take no part in the
+sensitivity, and leaving them out of the clip keeps the client's personal part from shrinking its shared
+update (and no noise is drawn for them).
 
 Clipping and noise are computed where the server receives the models, in the driver: in a simulation
 that is the same arithmetic as on the client (``local``'s noise comes from the client's own stream,
@@ -35,7 +39,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import torch
 
-from chillfl.aggregation.base import AroundAggregator, ClientHalf, ClientResult, Downlink, Params, check_state_keys
+from chillfl.aggregation.base import AroundAggregator, ClientHalf, ClientResult, Downlink, Params, aggregated_keys, check_state_keys
 from chillfl.engine.record import Json
 from chillfl.privacy.clipping import clip_update, float_keys, gaussian_like
 from chillfl.seeds import derive_seed
@@ -73,7 +77,10 @@ class AdaptiveClip:
 
 
 class PrivateAggregation(AroundAggregator):
-    """Clip each client's update to C, add Gaussian noise (server: one draw on the sum; ``local``: one per client), then the base's mean."""
+    """Clip each client's update to C, add Gaussian noise (server: one draw on the sum; ``local``: one per client), then the base's mean.
+
+    Update, clip and noise cover the entries the base aggregates (:func:`~chillfl.aggregation.base.aggregated_keys`);
+    the rest of each model goes to the base as the client sent it."""
 
     base: WeightedMean
 
@@ -90,7 +97,8 @@ class PrivateAggregation(AroundAggregator):
         self._metrics: dict[str, Json] = {}
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
-        keys = [k for k in float_keys(global_params) if all(k in r.params for r in results)]
+        read = set(aggregated_keys(self.base, global_params))  # what the base averages: the sum whose sensitivity is C
+        keys = [k for k in float_keys(global_params) if k in read and all(k in r.params for r in results)]
         clip = self.clip_norm  # this round's C (adaptive: C_t)
         sigma = self.noise_multiplier if self.adaptive is None else self.adaptive.update_noise(self.noise_multiplier)
         std = sigma * clip

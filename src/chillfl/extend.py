@@ -9,7 +9,9 @@ docs/architecture.md the reference of the seams they plug into):
   rounds (``state_dict`` / ``load_state_dict``, for bitwise resume). Subclass
   :class:`AggregatorBase` for the do-nothing parts (:class:`FedAvg` when the rule is FedAvg's
   weighted mean), and declare what core code may ask in ``capabilities = Capabilities(...)``
-  (takes per-client weights, plain SGD only, runs on Flower, holds a personal model);
+  (takes per-client weights, plain SGD only, runs on Flower, holds a personal model); a rule
+  that computes only part of the global model from the uploads (FedPer's base, not its head)
+  says which part in ``aggregated_keys`` (:class:`AggregatesPart`), which ``[privacy]`` clips;
 * **its client half** (:class:`ClientHalf`, optional, from ``Aggregator.client_half()``): it
   runs on the client around local training: ``prepare`` receives the client's own state
   (:data:`ClientState`, name -> tensor), the start model and the sent context, and returns the
@@ -59,6 +61,7 @@ from __future__ import annotations
 from chillfl.aggregation.base import (
     Aggregator,
     AggregatorBase,
+    AggregatesPart,
     ClientHalf,
     ClientResult,
     ClientState,
@@ -76,6 +79,7 @@ from chillfl.aggregation.base import (
     Train,
     Trained,
     Wire,
+    aggregated_keys,
     check_state_keys,
     combine,
     load_params,
@@ -116,6 +120,7 @@ __all__ = [
     "Aggregate",
     "Aggregator",
     "AggregatorBase",
+    "AggregatesPart",
     "AlgorithmSpec",
     "BatchTerm",
     "BuildContext",
@@ -170,6 +175,7 @@ __all__ = [
     "Weighting",
     "Wire",
     "aggregate_means",
+    "aggregated_keys",
     "average_rows",
     "check_state_keys",
     "class_means",

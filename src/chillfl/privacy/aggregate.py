@@ -3,11 +3,12 @@
 DP-FedAvg (McMahan et al. 2018, Algorithm 1 with uniform client weights): with the round's global
 model w and client i's trained model w_i, the update u_i = w_i - w over every float entry that the
 base aggregates (its :func:`~chillfl.aggregation.base.aggregated_keys`: all of them but, e.g., FedPer's
-head under ``global_head = "keep"``) is clipped to L2 norm C, the server adds z ~ N(0, (sigma C)^2 I) to their sum and divides by the **fixed**
-denominator m = ``clients_per_round`` (the expected number of clients, q N), not by the number that
-reported: the sum's sensitivity to one client is C, so the noised mean is (sigma, q)-subsampled
-Gaussian whatever the dropout. ``local``: client i adds its own z_i ~ N(0, (sigma C)^2 I) to its
-clipped update and the server takes the plain mean over the n clients that reported.
+head under ``global_head = "keep"``) is clipped to L2 norm C, the server adds z ~ N(0, (sigma C)^2 I)
+to their sum and divides by the **fixed** denominator m = ``clients_per_round`` (the expected number
+of clients, q N), not by the number that reported: the sum's sensitivity to one client is C, so the
+noised mean is (sigma, q)-subsampled Gaussian whatever the dropout. ``local``: client i adds its own
+z_i ~ N(0, (sigma C)^2 I) to its clipped update and the server takes the plain mean over the n clients
+that reported.
 
 The wrapper runs the base's own server rule (FedAvg, FedProx, FedAdam, ...: any base that declares
 ``takes_weights``, i.e. a weighted mean of the clients' models) on models rebuilt from the privatised

@@ -21,7 +21,13 @@ from chillfl.config import load_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.errors import ConfigError
 from chillfl.seeds import derive_seed
+from chillfl.attacks.kinds import gaussian
 from chillfl.settings.attack import AttackConfig
+
+
+def attack(kind: str = "none", **options: Any) -> AttackConfig:
+    """``[attack]`` as a config with this table parses it (the kind's other options at their defaults)."""
+    return AttackConfig.from_table({"kind": kind, **options}, "attack")
 
 
 def t(*values: float) -> torch.Tensor:
@@ -58,22 +64,22 @@ def test_scaling_default_factor_is_clients_over_attackers() -> None:
     # n = 4 clients, m = 1 attacker (client 2): gamma = 4 / 1 = 4; its u = [2, 0] - [1, 2] = [1, -2]
     # sends w + 4u = [1 + 4, 2 - 8] = [5, -6]; the honest clients' models are untouched
     results = [result(0, 1.0, 1.0), result(1, 1.0, 3.0), result(2, 2.0, 0.0), result(3, 5.0, 5.0)]
-    out = malicious(AttackConfig(kind="scaling"), W, results, frozenset({2}), 0, 0)
+    out = malicious(attack("scaling"), W, results, frozenset({2}), 0, 0)
     assert torch.equal(out[2].params["w"], t(5.0, -6.0))
     assert [r.params is s.params for r, s in zip(out, results)] == [True, True, False, True]
     # two attackers (2 and 3): gamma = 4 / 2 = 2; client 3's u = [4, 3] -> w + 2u = [9, 8]
-    out = malicious(AttackConfig(kind="scaling"), W, results, frozenset({2, 3}), 0, 0)
+    out = malicious(attack("scaling"), W, results, frozenset({2, 3}), 0, 0)
     assert torch.equal(out[2].params["w"], t(3.0, -2.0)) and torch.equal(out[3].params["w"], t(9.0, 8.0))
 
 
 def test_gaussian_sends_noise_around_the_global_model() -> None:
     # the honest update is thrown away: w + sigma * z, z ~ N(0, 1) from (seed, "attack", "gaussian", round, client)
-    out = malicious(AttackConfig(kind="gaussian", sigma=0.5), W, [result(3, 100.0, 100.0)], frozenset({3}), 4, 9)
+    out = malicious(attack("gaussian", sigma=0.5), W, [result(3, 100.0, 100.0)], frozenset({3}), 4, 9)
     z = torch.randn((2,), generator=torch.Generator().manual_seed(derive_seed(9, "attack", "gaussian", 4, 3)))
     assert torch.equal(out[0].params["w"], W["w"] + 0.5 * z)
-    again = malicious(AttackConfig(kind="gaussian", sigma=0.5), W, [result(3, 0.0, 0.0)], frozenset({3}), 4, 9)
+    again = malicious(attack("gaussian", sigma=0.5), W, [result(3, 0.0, 0.0)], frozenset({3}), 4, 9)
     assert torch.equal(again[0].params["w"], out[0].params["w"])  # same seed, round, client: same noise
-    other = malicious(AttackConfig(kind="gaussian", sigma=0.5), W, [result(3, 0.0, 0.0)], frozenset({3}), 5, 9)
+    other = malicious(attack("gaussian", sigma=0.5), W, [result(3, 0.0, 0.0)], frozenset({3}), 5, 9)
     assert not torch.equal(other[0].params["w"], out[0].params["w"])  # a new draw each round
 
 
@@ -90,11 +96,11 @@ def test_lie_sends_mean_minus_z_std_of_the_benign_models() -> None:
     # benign models [1, 3] and [3, 7]: mean [2, 5], population std [1, 2]
     # z = 0.5: [2 - 0.5, 5 - 1] = [1.5, 4]; both attackers send it, whatever they trained
     results = [result(0, 1.0, 3.0), result(1, 3.0, 7.0), result(2, 50.0, 50.0), result(3, -9.0, 0.0)]
-    out = malicious(AttackConfig(kind="lie", z=0.5), W, results, frozenset({2, 3}), 0, 0)
+    out = malicious(attack("lie", z=0.5), W, results, frozenset({2, 3}), 0, 0)
     assert torch.equal(out[2].params["w"], t(1.5, 4.0)) and torch.equal(out[3].params["w"], t(1.5, 4.0))
     assert out[0].params is results[0].params and out[1].params is results[1].params
     # z = 0 in the config: z_max(4, 2) = Phi^-1((4 - 1) / 4) (s = floor(3) - 2 = 1) = Phi^-1(0.75) = 0.6744898
-    out = malicious(AttackConfig(kind="lie"), W, results, frozenset({2, 3}), 0, 0)
+    out = malicious(attack("lie"), W, results, frozenset({2, 3}), 0, 0)
     expected = t(2.0, 5.0) - 0.6744898 * t(1.0, 2.0)
     assert torch.allclose(out[2].params["w"], expected, atol=1e-6)
 
@@ -102,14 +108,14 @@ def test_lie_sends_mean_minus_z_std_of_the_benign_models() -> None:
 def test_no_attacker_in_the_round_changes_nothing() -> None:
     results = [result(0, 1.0, 3.0), result(1, 3.0, 7.0)]
     for kind in ("sign_flip", "scaling", "gaussian", "lie"):
-        out = malicious(AttackConfig(kind=kind), W, results, frozenset({5}), 0, 0)  # type: ignore[arg-type]
+        out = malicious(attack(kind), W, results, frozenset({5}), 0, 0)
         assert all(a.params is b.params for a, b in zip(out, results))
 
 
 def test_attacked_fedavg_averages_what_the_attacker_sent() -> None:
     # clients 0 (honest, [3, 4]) and 1 (sign_flip: trained [2, 0], sends [0, 4]), one sample each:
     # FedAvg's mean = ([3, 4] + [0, 4]) / 2 = [1.5, 4]
-    agg = AttackedAggregation(FedAvg(), AttackConfig(kind="sign_flip"), frozenset({1}), 0)
+    agg = AttackedAggregation(FedAvg(), attack("sign_flip"), frozenset({1}), 0)
     new = agg.aggregate(W, [result(0, 3.0, 4.0), result(1, 2.0, 0.0)], 0)
     assert torch.allclose(new["w"], t(1.5, 4.0))
     assert agg.state_dict() == FedAvg().state_dict()  # no state of its own: its checkpoint is the base's
@@ -120,12 +126,12 @@ def test_attacked_fedavg_averages_what_the_attacker_sent() -> None:
 
 def test_label_flip() -> None:
     # C = 3: c -> C - 1 - c, [0, 1, 2, 2] -> [2, 1, 0, 0]
-    mapping = flip_map(AttackConfig(kind="label_flip"), 3)
+    mapping = flip_map((), 3)
     assert mapping == [2, 1, 0]
     assert flip_labels(torch.tensor([0, 1, 2, 2]), mapping).tolist() == [2, 1, 0, 0]
-    assert flip_map(AttackConfig(kind="label_flip", label_map=(1, 0, 2)), 3) == [1, 0, 2]
+    assert flip_map((1, 0, 2), 3) == [1, 0, 2]
     with pytest.raises(ConfigError) as err:
-        flip_map(AttackConfig(kind="label_flip", label_map=(1, 0)), 3)
+        flip_map((1, 0), 3)
     assert err.value.field == "attack.label_map"
 
 
@@ -144,10 +150,10 @@ def _toy_data() -> FederatedData:
 
 def test_poisoned_data_touches_only_the_attackers_rows() -> None:
     data = _toy_data()
-    flipped = poisoned(data, AttackConfig(kind="label_flip"), frozenset({1}), 0)
+    flipped = poisoned(data, attack("label_flip"), frozenset({1}), 0)
     assert flipped.dataset.y_train.tolist() == [0, 1, 2, 3, 3, 2, 1, 0]  # client 1: c -> 3 - c
     assert data.dataset.y_train.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]  # the original is never mutated
-    back = poisoned(data, AttackConfig(kind="backdoor", target=2, poison_fraction=0.5, trigger_size=1), frozenset({0}), 0)
+    back = poisoned(data, attack("backdoor", target=2, poison_fraction=0.5, trigger_size=1), frozenset({0}), 0)
     rows = poison_rows(4, 0.5, 0, 0)  # round(0.5 * 4) = 2 of client 0's 4 rows
     assert len(rows) == 2
     assert back.dataset.y_train[torch.from_numpy(rows)].tolist() == [2, 2]
@@ -159,23 +165,23 @@ def test_poisoned_data_touches_only_the_attackers_rows() -> None:
 
 
 def test_attackers_are_drawn_from_the_seed() -> None:
-    a = attackers(AttackConfig(kind="scaling", fraction=0.2), 10, 3)
-    assert len(a) == 2 and a == attackers(AttackConfig(kind="scaling", fraction=0.2), 10, 3)  # round(0.2 * 10) = 2
-    assert {frozenset(attackers(AttackConfig(kind="scaling"), 10, s)) for s in range(6)} != {a}  # the seed picks them
-    assert attackers(AttackConfig(kind="scaling", clients=(4, 7)), 10, 3) == {4, 7}
-    assert attackers(AttackConfig(), 10, 3) == frozenset()
+    a = attackers(attack("scaling", fraction=0.2), 10, 3)
+    assert len(a) == 2 and a == attackers(attack("scaling", fraction=0.2), 10, 3)  # round(0.2 * 10) = 2
+    assert {frozenset(attackers(attack("scaling"), 10, s)) for s in range(6)} != {a}  # the seed picks them
+    assert attackers(attack("scaling", clients=(4, 7)), 10, 3) == {4, 7}
+    assert attackers(attack(), 10, 3) == frozenset()
 
 
 @pytest.mark.parametrize(
-    ("attack", "field"),
+    ("table", "field"),
     [
-        (AttackConfig(kind="scaling", fraction=0.01), "attack.fraction"),  # round(0.01 * 10) = 0 attackers
-        (AttackConfig(kind="scaling", clients=(3, 10)), "attack.clients"),
+        (attack("scaling", fraction=0.01), "attack.fraction"),  # round(0.01 * 10) = 0 attackers
+        (attack("scaling", clients=(3, 10)), "attack.clients"),
     ],
 )
-def test_bad_attackers_are_refused(attack: AttackConfig, field: str) -> None:
+def test_bad_attackers_are_refused(table: AttackConfig, field: str) -> None:
     with pytest.raises(ConfigError) as err:
-        attackers(attack, 10, 0)
+        attackers(table, 10, 0)
     assert err.value.field == field
 
 
@@ -227,10 +233,10 @@ def test_gaussian_soft_labels_stay_probabilities() -> None:
     assert torch.equal(to_simplex(t(-1.0, -1.0)[None]), t(0.5, 0.5)[None])
     rows = t(0.25, 0.75)[None]
     z = torch.randn((1, 2), generator=torch.Generator().manual_seed(derive_seed(3, "attack", "rows", 1, 4)))
-    forged = ForgedRows(frozenset({4}), 0.1, 3, logits=False)
+    forged = ForgedRows(frozenset({4}), gaussian.forge_rows, gaussian.GaussianOptions(0.1), 3, logits=False)
     assert torch.equal(forged.release(rows, 4, 1), to_simplex(rows + 0.1 * z))  # attacker 4, round 1
     assert forged.release(rows, 5, 1) is rows  # an honest client's rows, as predicted
-    assert torch.equal(ForgedRows(frozenset({4}), 0.1, 3, logits=True).release(rows, 4, 1), rows + 0.1 * z)  # logits: not projected
+    assert torch.equal(ForgedRows(frozenset({4}), gaussian.forge_rows, gaussian.GaussianOptions(0.1), 3, logits=True).release(rows, 4, 1), rows + 0.1 * z)  # logits: not projected
 
 
 def test_gaussian_prototypes_noise_the_held_classes_only() -> None:
@@ -251,7 +257,7 @@ def test_forged_prototypes_rewrite_only_the_attackers_replies() -> None:
         return ClientReply(cid, KnowledgeUplink(ClassRows(torch.ones((2, 3)), torch.tensor([1, 1])), None, 2, 1, 0.0))
 
     honest, attacker = reply(0), reply(1)
-    out = ForgedPrototypes(frozenset({1}), 0.5, 3)(4, [honest, attacker])
+    out = ForgedPrototypes(frozenset({1}), gaussian.forge_prototypes, gaussian.GaussianOptions(0.5), 3)(4, [honest, attacker])
     assert out[0] is honest
     z = torch.randn((2, 3), generator=torch.Generator().manual_seed(derive_seed(3, "attack", "prototypes", 4, 1)))
     assert torch.equal(out[1].uplink.rows.means, 1.0 + 0.5 * z)

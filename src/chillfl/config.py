@@ -29,19 +29,19 @@ import re
 import sys
 import typing
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiments import experiments_root
-from chillfl.options import parse_options, require, require_range, short_repr
+from chillfl.options import OwnTable, parse_options, require, require_range, short_repr
 from chillfl.paths import check_writable_dir
 from chillfl.settings.distillation import DistillationOptions, DistillationSetup, parse_distillation
 from chillfl.settings.prototypes import PrototypeOptions, PrototypeSettings, parse_prototypes
 from chillfl.settings.privacy import PrivacyConfig
-from chillfl.settings.attack import AttackConfig
+from chillfl.settings.attack import AttackConfig, AttackOptions
 from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer
 from chillfl.tune import parse_tune
 
@@ -518,11 +518,11 @@ class RunConfig:
             check_compare_option(key, value)
         if self.tune:
             parse_tune(self.tune)
-        for label, table in self.variants.items():
-            check_variant(self, label, table)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["attack"] = self.attack.table()  # one flat table, as written: the kind's options beside the shared ones
+        return data
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> RunConfig:
         data = self.to_dict()
@@ -561,10 +561,23 @@ def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
         data = {**data, "partition": {"name": "file", **part}}
     config = parse_options(RunConfig, data, "")
     check_switches(data)  # after the options' own checks: a bad value or an unknown key is named first
+    for label, table in config.variants.items():  # after the switches: an option no run turns on is named as such, not as one variant's
+        check_variant(config, label, table)
     return config
 
 
-SWITCHED: dict[str, type[PrivacyConfig] | type[AttackConfig]] = {"privacy": PrivacyConfig, "attack": AttackConfig}
+class Switched(typing.Protocol):
+    """A table that is off unless one option of it says otherwise."""
+
+    SWITCH: typing.ClassVar[str]
+
+    @classmethod
+    def switch_values(cls) -> Sequence[str]:
+        """What the switch may be set to."""
+        ...
+
+
+SWITCHED: dict[str, type[Switched]] = {"privacy": PrivacyConfig, "attack": AttackConfig}
 """Tables that are off unless their ``SWITCH`` option says otherwise (``[privacy] mechanism``, ``[attack] kind``)."""
 
 
@@ -591,7 +604,7 @@ def check_switches(data: Mapping[str, Any]) -> None:
         if isinstance(tune, Mapping):
             written.update(key.split(".", 1)[1] for key in tune if isinstance(key, str) and key.startswith(f"{section}."))
         if written and switch not in written:
-            allowed = ", ".join(repr(v) for v in typing.get_args(typing.get_type_hints(cls)[switch]))
+            allowed = ", ".join(repr(v) for v in cls.switch_values())
             raise ConfigError(
                 f"{section}.{switch}",
                 f"is not set, so {', '.join(f'{section}.{k}' for k in sorted(written))} would change nothing ([{section}] is off by default): set it to one of {allowed}",
@@ -686,6 +699,8 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
         child = node.get(part)
         if child is None:
             child = node[part] = {}
+        elif isinstance(child, OwnTable):
+            child = node[part] = child.table()
         elif dataclasses.is_dataclass(child) and not isinstance(child, type):
             child = node[part] = dataclasses.asdict(child)
         elif not isinstance(child, dict):
@@ -850,7 +865,8 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
     starts that part from an empty table instead: the old table's options
     belong to the old name. In ``[distillation]`` and ``[prototypes]``, another
     ``method`` keeps the options every method shares and drops the old method's own
-    (a resolved table holds the old method's defaults, which are not the new one's).
+    (a resolved table holds the old method's defaults, which are not the new one's);
+    in ``[attack]``, another ``kind`` does the same.
     """
     defaults: RunConfig | None = None
     for part, key in PART_KEYS.items():
@@ -865,10 +881,10 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
         fallback = "file" if part == "partition" and "partition.from" in overrides else table.get(key)  # from a file: not the old split
         picked = overrides.get(f"{part}.{key}", fallback)
         data[part] = copy.deepcopy(dict(table)) if picked == table.get(key) else {}
-    for part, shared in METHOD_TABLES.items():
+    for part, (name_key, shared) in METHOD_TABLES.items():
         table = data.get(part)
-        key = f"{part}.method"
-        if key in overrides and isinstance(table, Mapping) and overrides[key] != table.get("method"):
+        key = f"{part}.{name_key}"
+        if key in overrides and isinstance(table, Mapping) and overrides[key] != table.get(name_key):
             data[part] = {k: copy.deepcopy(v) for k, v in table.items() if k in _fields(shared)}  # the old method's own options belong to it
     for key, value in overrides.items():
         set_dotted(data, key, value)
@@ -878,8 +894,12 @@ def _fields(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
 
 
-METHOD_TABLES: dict[str, type] = {"distillation": DistillationOptions, "prototypes": PrototypeOptions}
-"""Parts chosen by ``method`` whose table mixes options every method shares (this dataclass) with the method's own."""
+METHOD_TABLES: dict[str, tuple[str, type]] = {
+    "distillation": ("method", DistillationOptions),
+    "prototypes": ("method", PrototypeOptions),
+    "attack": ("kind", AttackOptions),
+}
+"""Parts chosen by one key (``method``, ``kind``) whose table mixes options every choice shares (this dataclass) with the chosen one's own."""
 
 
 def _name_from_path(path: Path) -> str:

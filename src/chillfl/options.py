@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 from chillfl.errors import ConfigError, did_you_mean
 
 T = TypeVar("T")
+Table = TypeVar("Table", bound="OwnTable")
 
 _NUMERIC = (int, float)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -30,6 +31,24 @@ GIB = 2**30
 
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
+
+
+class OwnTable:
+    """A config table that parses itself, because which keys it takes depends on a choice made inside it.
+
+    ``[attack]`` is one flat table: ``kind`` picks the attack, and the keys beside it are the shared
+    options plus that kind's own, so no single dataclass's fields can describe it. :func:`coerce` hands
+    such a table to :meth:`from_table`, and the config writes it back with :meth:`table` (flat, as read).
+    """
+
+    @classmethod
+    def from_table(cls: type[Table], table: Mapping[str, Any], section: str) -> Table:
+        """The table parsed and checked; one ConfigError naming ``section.key`` for any mistake."""
+        raise NotImplementedError
+
+    def table(self) -> dict[str, Any]:
+        """The flat TOML table that :meth:`from_table` reads back into an equal object (every default written)."""
+        raise NotImplementedError
 
 
 def coerce(value: Any, tp: Any, field: str) -> Any:
@@ -94,6 +113,10 @@ def coerce(value: Any, tp: Any, field: str) -> Any:
         if "\0" in value:  # paths and names with NUL raise deep inside the OS layer
             raise ConfigError(field, f"must not contain NUL characters, got {short_repr(value)}")
         return value
+    if isinstance(tp, type) and issubclass(tp, OwnTable):
+        if not isinstance(value, Mapping):
+            raise ConfigError(field, f"expected a table, got {short_repr(value)}")
+        return tp.from_table(value, field)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(field, f"expected a table, got {short_repr(value)}")

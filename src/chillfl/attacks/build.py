@@ -1,16 +1,19 @@
 """What the run builder calls for ``[attack]``: the checks, the poisoned data, the attacked aggregator, the recording protocol.
 
-Every check runs before anything is written; each mistake is one ConfigError naming the field.
+Every check runs before anything is written; each mistake is one ConfigError naming the field. Nothing
+here knows an attack by name: it asks the kind's spec (:class:`chillfl.attacks.spec.AttackSpec`) which
+hooks it has, and where it runs follows from them.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from chillfl.attacks.poison import poisoned, trigger_of
+from chillfl.attacks.poison import poisoned
 from chillfl.attacks.select import attackers
+from chillfl.attacks.spec import PARAMETERS, PROTOTYPES, SOFTLABELS, UPLOADS, AttackSpec, spec_of
 from chillfl.errors import ConfigError
-from chillfl.settings.attack import DATA_KINDS, UPDATE_KINDS
+from chillfl.settings.attack import AttackConfig, kind_names
 
 if TYPE_CHECKING:
     from chillfl.aggregation.base import Aggregator
@@ -21,22 +24,29 @@ if TYPE_CHECKING:
 
 FIELD = "attack.kind"
 
-WHY_NOT: dict[str, str] = {
-    "softlabels": "its clients upload soft-labels on public inputs, not model updates",
-    "prototypes": "its clients upload class prototypes, not model updates",
-}
-"""Why a protocol refuses the attacks on model updates (``sign_flip``, ``scaling``, ``lie``; its own ``gaussian`` noises what it uploads)."""
+
+def kinds_under(protocol: str) -> list[str]:
+    """The listed kinds (built-ins and entry points) that act under ``protocol`` (imports each one's module: for a refusal only)."""
+    return [name for name in kind_names() if spec_of(AttackConfig(name)).runs_under(protocol)]
+
+
+def refusal(spec: AttackSpec[object], protocol: str) -> str:
+    """Why ``spec`` cannot run under ``protocol``, from its hooks: what it rewrites, what the protocol sends, what runs there instead."""
+    what = " or ".join(spec.rewrites().values())
+    why = UPLOADS.get(protocol, "it shares none of them")
+    return f"{spec.name!r} rewrites {what}, and the {protocol} protocol has none ({why}); attacks that run under {protocol}: {', '.join(kinds_under(protocol))}"
 
 
 def check_attack(config: RunConfig) -> None:
-    """Refuse an attack that makes no sense under the run's protocol (one line naming ``attack.kind``)."""
-    kind = config.attack.kind
-    if kind == "gaussian" and config.protocol in ("softlabels", "prototypes"):
-        return  # the attackers' soft-label rows (chillfl.attacks.softlabels) or prototypes (chillfl.attacks.prototypes) are noised
-    if kind in UPDATE_KINDS and config.protocol != "parameters":
-        why = WHY_NOT.get(config.protocol, "it shares no model updates")
-        allowed = ", ".join((*DATA_KINDS, "gaussian"))
-        raise ConfigError(FIELD, f"{kind!r} rewrites a model update, and the {config.protocol} protocol has none ({why}); it takes {allowed}")
+    """Refuse an attack that makes no sense in this run (one line naming the field): one with no hook for the run's
+    protocol, or one its own ``check`` refuses."""
+    if not config.attack.enabled:
+        return
+    spec = spec_of(config.attack)
+    if not spec.runs_under(config.protocol):
+        raise ConfigError(FIELD, refusal(spec, config.protocol))
+    if spec.check is not None:
+        spec.check(config.attack.options, config)
 
 
 def attacker_ids(config: RunConfig, num_clients: int) -> frozenset[int]:
@@ -45,7 +55,7 @@ def attacker_ids(config: RunConfig, num_clients: int) -> frozenset[int]:
 
 
 def poisoned_data(config: RunConfig, data: FederatedData) -> FederatedData:
-    """``data`` with the attackers' training rows poisoned (``label_flip``, ``backdoor``), after the checks; else as it is."""
+    """``data`` with the attackers' training rows poisoned (the kind's ``poison`` hook), after the checks; else as it is."""
     if not config.attack.enabled:
         return data
     check_attack(config)
@@ -53,9 +63,9 @@ def poisoned_data(config: RunConfig, data: FederatedData) -> FederatedData:
 
 
 def attacked_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggregator) -> Aggregator:
-    """The aggregator wrapped so the attackers' uploads are rewritten before it aggregates (update attacks under parameter sharing only:
-    prototype sharing's model aggregator, where models travel too, gets the honest models and its ``gaussian`` noises the prototypes)."""
-    if config.attack.kind not in UPDATE_KINDS or config.protocol != "parameters":
+    """The aggregator wrapped so the attackers' uploads are rewritten before it aggregates (a ``forge_models`` hook under
+    parameter sharing only: prototype sharing's model aggregator, where models travel too, gets the honest models)."""
+    if not config.attack.enabled or spec_of(config.attack).forge_models is None or config.protocol != PARAMETERS:
         return aggregator
     from chillfl.attacks.aggregate import AttackedAggregation
 
@@ -63,30 +73,28 @@ def attacked_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggr
 
 
 def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
-    """The protocol, recording the round's attackers (and a backdoor's success) when ``[attack]`` is on."""
+    """The protocol, recording the round's attackers (and the attack's success, where it has a probe) when ``[attack]`` is on;
+    with the attackers' soft-label rows or prototypes forged where the kind has that hook and the run shares them."""
     attack = exp.config.attack
     if not attack.enabled:
         return protocol
     from chillfl.attacks.protocol import Attacked
 
-    probe = None
-    if attack.kind == "backdoor":
-        x, y = exp.data.test()
-        keep = y != attack.target
-        probe = trigger_of(attack, exp.data).apply(x[keep]), y[keep].clone().fill_(attack.target)
+    spec = spec_of(attack)
+    probe = None if spec.probe is None else spec.probe(attack.options, exp.data)
     ids = attacker_ids(exp.config, exp.data.num_clients)
     client = protocol.client
-    if attack.kind == "gaussian" and exp.config.protocol == "softlabels":
+    if spec.forge_rows is not None and exp.config.protocol == SOFTLABELS:
         import dataclasses
 
         from chillfl.attacks.softlabels import ForgedRows
         from chillfl.protocols.softlabels.client import SoftLabelClient
 
         assert isinstance(client, SoftLabelClient), "the soft-label protocol's client side"
-        client = dataclasses.replace(client, privacy=ForgedRows(ids, attack.sigma, exp.config.seed, client.uses_logits, client.privacy))
+        client = dataclasses.replace(client, privacy=ForgedRows(ids, spec.forge_rows, attack.options, exp.config.seed, client.uses_logits, client.privacy))
     forge = None
-    if attack.kind == "gaussian" and exp.config.protocol == "prototypes":
+    if spec.forge_prototypes is not None and exp.config.protocol == PROTOTYPES:
         from chillfl.attacks.prototypes import ForgedPrototypes
 
-        forge = ForgedPrototypes(ids, attack.sigma, exp.config.seed)
+        forge = ForgedPrototypes(ids, spec.forge_prototypes, attack.options, exp.config.seed)
     return Attacked(protocol, ids, exp.model, probe, exp.config.eval.batch_size, client, forge)

@@ -1,4 +1,4 @@
-"""Attacks on an attacker's training data: ``label_flip`` and ``backdoor``, applied once to the run's data.
+"""The maths of attacks on an attacker's training data (``label_flip``, ``backdoor``), applied once to the run's data.
 
 The attackers' rows of the training set are rewritten before any client is built, so every protocol
 (parameters, soft-labels, prototypes) and every executor trains the attackers on the same poisoned rows,
@@ -26,6 +26,7 @@ import torch
 from chillfl.data import FederatedData
 from chillfl.errors import ConfigError
 from chillfl.seeds import derive_seed
+from chillfl.attacks.spec import spec_of
 from chillfl.settings.attack import AttackConfig
 
 
@@ -43,13 +44,13 @@ class Trigger:
         return out
 
 
-def flip_map(attack: AttackConfig, num_classes: int) -> list[int]:
-    """``label_flip``'s map, entry c the label class c becomes: ``label_map`` or ``C - 1 - c``."""
-    if not attack.label_map:
+def flip_map(label_map: Sequence[int], num_classes: int) -> list[int]:
+    """``label_flip``'s map, entry c the label class c becomes: ``label_map`` or (empty) ``C - 1 - c``."""
+    if not label_map:
         return [num_classes - 1 - c for c in range(num_classes)]
-    if len(attack.label_map) != num_classes or max(attack.label_map) >= num_classes:
-        raise ConfigError("attack.label_map", f"needs one label in [0, {num_classes}) per class ({num_classes} entries), got {list(attack.label_map)}")
-    return list(attack.label_map)
+    if len(label_map) != num_classes or max(label_map) >= num_classes:
+        raise ConfigError("attack.label_map", f"needs one label in [0, {num_classes}) per class ({num_classes} entries), got {list(label_map)}")
+    return list(label_map)
 
 
 def flip_labels(y: torch.Tensor, mapping: Sequence[int]) -> torch.Tensor:
@@ -66,36 +67,44 @@ def poison_rows(n: int, fraction: float, seed: int, client: int) -> np.ndarray:
     return np.sort(rng.choice(n, size=count, replace=False))
 
 
-def trigger_of(attack: AttackConfig, data: FederatedData) -> Trigger:
+def trigger_of(size: int, target: int, data: FederatedData) -> Trigger:
     """The backdoor's trigger for this data set; ConfigError naming ``attack.kind`` where inputs are no images."""
     shape = data.dataset.input_shape
-    if len(shape) < 2 or min(shape[-2:]) < attack.trigger_size:
-        raise ConfigError("attack.kind", f"'backdoor' stamps a {attack.trigger_size}x{attack.trigger_size} pixel square, and inputs of shape {list(shape)} are no images that large")
+    if len(shape) < 2 or min(shape[-2:]) < size:
+        raise ConfigError("attack.kind", f"'backdoor' stamps a {size}x{size} pixel square, and inputs of shape {list(shape)} are no images that large")
     if data.dataset.train_items is not None:
         raise ConfigError("attack.kind", "'backdoor' stamps the stored training inputs, and this dataset reads its items anew each round (redraw)")
-    if attack.target >= data.num_classes:
-        raise ConfigError("attack.target", f"must be a class in [0, {data.num_classes}), got {attack.target}")
-    return Trigger(attack.trigger_size, float(data.dataset.x_train.max()))
+    if target >= data.num_classes:
+        raise ConfigError("attack.target", f"must be a class in [0, {data.num_classes}), got {target}")
+    return Trigger(size, float(data.dataset.x_train.max()))
+
+
+def relabelled(data: FederatedData, ids: frozenset[int], mapping: Sequence[int]) -> FederatedData:
+    """``data`` with each attacker's training label y replaced by ``mapping[y]`` (``label_flip``)."""
+    ds = data.dataset
+    y = ds.y_train.clone()
+    for cid in sorted(ids):
+        rows = torch.from_numpy(np.asarray(data.train_indices[cid], dtype=np.int64))
+        y[rows] = flip_labels(ds.y_train[rows], mapping)
+    return dataclasses.replace(data, dataset=dataclasses.replace(ds, x_train=ds.x_train, y_train=y))
+
+
+def stamped(data: FederatedData, ids: frozenset[int], trigger: Trigger, target: int, fraction: float, seed: int) -> FederatedData:
+    """``data`` with a share ``fraction`` of each attacker's training rows (:func:`poison_rows`) triggered and labelled ``target`` (``backdoor``)."""
+    ds = data.dataset
+    y = ds.y_train.clone()
+    x = ds.x_train.clone()
+    for cid in sorted(ids):
+        own = np.asarray(data.train_indices[cid], dtype=np.int64)
+        rows = torch.from_numpy(own[poison_rows(len(own), fraction, seed, cid)])
+        x[rows] = trigger.apply(x[rows])
+        y[rows] = target
+    return dataclasses.replace(data, dataset=dataclasses.replace(ds, x_train=x, y_train=y))
 
 
 def poisoned(data: FederatedData, attack: AttackConfig, ids: frozenset[int], seed: int) -> FederatedData:
-    """``data`` with the attackers' training rows poisoned (``label_flip``, ``backdoor``); as it is for any other kind."""
-    if attack.kind not in ("label_flip", "backdoor") or not ids:
+    """``data`` with the attackers' training rows rewritten by the kind's ``poison`` hook; as it is for a kind without one (or no attacker)."""
+    if not attack.enabled or not ids:
         return data
-    ds = data.dataset
-    y = ds.y_train.clone()
-    x = ds.x_train
-    if attack.kind == "label_flip":
-        mapping = flip_map(attack, data.num_classes)
-        for cid in sorted(ids):
-            rows = torch.from_numpy(np.asarray(data.train_indices[cid], dtype=np.int64))
-            y[rows] = flip_labels(ds.y_train[rows], mapping)
-    else:
-        trigger = trigger_of(attack, data)
-        x = x.clone()
-        for cid in sorted(ids):
-            own = np.asarray(data.train_indices[cid], dtype=np.int64)
-            rows = torch.from_numpy(own[poison_rows(len(own), attack.poison_fraction, seed, cid)])
-            x[rows] = trigger.apply(x[rows])
-            y[rows] = attack.target
-    return dataclasses.replace(data, dataset=dataclasses.replace(ds, x_train=x, y_train=y))
+    poison = spec_of(attack).poison
+    return data if poison is None else poison(attack.options, data, ids, seed)

@@ -1,12 +1,13 @@
-"""The round's attackers and the backdoor's success in every record, around any server protocol.
+"""The round's attackers and the attack's success in every record, around any server protocol.
 
 A wrapper, as :class:`chillfl.privacy.protocol.Accounted` is, so no protocol changes: after the inner
 protocol's ``server_update`` it adds
 
 * ``attackers``: the ids of the round's clients that attack (sorted; empty when none was sampled);
-* ``attack_success_rate`` (``backdoor``, where the protocol has a global model): the share of the
-  global test set's inputs whose true label is not ``target``, stamped with the trigger, that the
-  new global model classifies as ``target`` (Bagdasaryan et al. 2020's backdoor accuracy).
+* ``attack_success_rate`` (a kind with a ``probe`` hook, where the protocol has a global model): the new
+  global model's accuracy on the probe's inputs and labels; ``backdoor``'s are the global test set's
+  inputs whose true label is not ``target``, stamped with the trigger and labelled ``target``
+  (Bagdasaryan et al. 2020's backdoor accuracy).
 
 It keeps no state: its checkpoint is the inner protocol's.
 """
@@ -26,7 +27,7 @@ Forge = Callable[[int, Sequence[ClientReply[Any, Any]]], Sequence[ClientReply[An
 """(round, replies) -> the replies the server receives, the attackers' rewritten."""
 
 class Attacked(AroundProtocol):
-    """``protocol`` with the round's attackers (and, for a backdoor, the attack's success) in every record."""
+    """``protocol`` with the round's attackers (and, where the attack has a probe, its success) in every record."""
 
     OWN = frozenset({"ids", "probe", "model", "eval_batch_size", "forge"})
 
@@ -46,7 +47,7 @@ class Attacked(AroundProtocol):
         self.ids = ids
         self.model = model
         self.probe = probe
-        """Triggered test inputs whose label is not the target, and the target as their label (None: no backdoor)."""
+        """The attack's probe: inputs and the labels its success is measured against (None: the attack has none)."""
         self.eval_batch_size = eval_batch_size
 
     def server_update(self, round: int, tasks: Sequence[ClientTask[Any, Any]], replies: Sequence[ClientReply[Any, Any]]) -> RoundRecord:

@@ -1,7 +1,8 @@
-"""``gaussian`` under prototype sharing: an attacker's class prototypes arrive noised.
+"""Attacks under prototype sharing: an attacker's class prototypes arrive forged (and ``gaussian``'s maths).
 
-Attacker i's uploaded class means ``P_c`` (for each class c it holds, count > 0) become
-``P_c + N(0, sigma^2 I)``, drawn on the CPU from (seed, "attack", "prototypes", round, client); its
+:class:`ForgedPrototypes` runs the kind's :attr:`~chillfl.attacks.spec.AttackSpec.forge_prototypes`
+hook on the replies where the server receives them. ``gaussian``: attacker i's uploaded class means
+``P_c`` (for each class c it holds, count > 0) become ``P_c + N(0, sigma^2 I)``, drawn on the CPU from (seed, "attack", "prototypes", round, client); its
 counts, its method's own rows (FedHKD's ``soft``) and any shared model are sent as trained. Applied to
 the replies where the server receives them, before the protocol's server update: the same arithmetic
 the attacker would do on its side, and the same bytes (the ledger counts them as received).
@@ -11,13 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
+from chillfl.attacks.spec import PrototypeUpload
 from chillfl.engine.protocol import ClientReply
 from chillfl.protocols.prototypes import KnowledgeUplink
-from chillfl.seeds import derive_seed
+from chillfl.prototypes.spec import ClassRows
+
+PrototypeForge = Callable[[Any, PrototypeUpload], ClassRows]
+"""A kind's ``forge_prototypes`` hook: (its options, one attacker's upload) -> the class rows it sends."""
 
 
 def noisy_means(means: torch.Tensor, counts: torch.Tensor, sigma: float, seed: int) -> torch.Tensor:
@@ -30,10 +35,11 @@ def noisy_means(means: torch.Tensor, counts: torch.Tensor, sigma: float, seed: i
 
 @dataclass(frozen=True)
 class ForgedPrototypes:
-    """The attackers' replies with noised class means (:func:`noisy_means`); other replies untouched."""
+    """The attackers' replies with their class rows through ``forge`` (the kind's hook, with its ``options``); other replies untouched."""
 
     ids: frozenset[int]
-    sigma: float
+    forge: PrototypeForge
+    options: Any
     seed: int
 
     def __call__(self, round: int, replies: Sequence[ClientReply[Any, Any]]) -> list[ClientReply[Any, Any]]:
@@ -41,8 +47,7 @@ class ForgedPrototypes:
         for reply in replies:
             up = reply.uplink
             if reply.client_id in self.ids and isinstance(up, KnowledgeUplink):
-                seed = derive_seed(self.seed, "attack", "prototypes", round, reply.client_id)
-                rows = dataclasses.replace(up.rows, means=noisy_means(up.rows.means, up.rows.counts, self.sigma, seed))
+                rows = self.forge(self.options, PrototypeUpload(up.rows, reply.client_id, round, self.seed))
                 reply = dataclasses.replace(reply, uplink=dataclasses.replace(up, rows=rows))
             out.append(reply)
         return out

@@ -1,6 +1,7 @@
-"""``gaussian`` under the soft-label protocol: an attacker uploads noised soft-label rows.
+"""Attacks under the soft-label protocol: an attacker uploads forged soft-label rows (and ``gaussian``'s maths).
 
-An attacker's rows r (probabilities, or logits for a method that shares logits) become
+:class:`ForgedRows` runs the kind's :attr:`~chillfl.attacks.spec.AttackSpec.forge_rows` hook on the
+client, for the attackers only. ``gaussian``: an attacker's rows r (probabilities, or logits for a method that shares logits) become
 ``r + N(0, sigma^2)`` per entry, drawn from (seed, "attack", "rows", round, client); probability rows
 are then projected back onto the simplex the cheap way (negatives set to 0, each row renormalised
 to sum 1; a row left all zero becomes uniform), so the server's method receives rows of the shape
@@ -8,18 +9,22 @@ and kind it expects. It runs on the client, through the protocol's row-release s
 (:attr:`SoftLabelClient.privacy`), before any ``[privacy]`` release an honest client would apply:
 an attacker does not privatise what it forges. Other clients' rows go to that release unchanged.
 
-``label_flip`` and ``backdoor`` need nothing here: the attacker's model, trained on its poisoned rows
+Data poisoning (``label_flip``, ``backdoor``) needs nothing here: the attacker's model, trained on its poisoned rows
 (:mod:`chillfl.attacks.poison`), predicts the flipped classes (or the target on triggered inputs).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
+from chillfl.attacks.spec import RowsUpload
 from chillfl.protocols.softlabels.client import RowRelease
-from chillfl.seeds import derive_seed
+
+RowForge = Callable[[Any, RowsUpload], torch.Tensor]
+"""A kind's ``forge_rows`` hook: (its options, one attacker's upload) -> the rows it sends."""
 
 
 def noisy_rows(rows: torch.Tensor, sigma: float, seed: int, logits: bool) -> torch.Tensor:
@@ -39,15 +44,17 @@ def to_simplex(rows: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class ForgedRows:
-    """An attacker's rows noised (:func:`noisy_rows`); everyone else's through ``then`` (``[privacy]``'s release, or as predicted)."""
+    """An attacker's rows through ``forge`` (the kind's hook, with its ``options``); everyone else's through ``then``
+    (``[privacy]``'s release, or as predicted). Holds options only: it travels to worker processes."""
 
     ids: frozenset[int]
-    sigma: float
+    forge: RowForge
+    options: Any
     seed: int
     logits: bool
     then: RowRelease | None = None
 
     def release(self, rows: torch.Tensor, client_id: int, round: int) -> torch.Tensor:
         if client_id in self.ids:
-            return noisy_rows(rows, self.sigma, derive_seed(self.seed, "attack", "rows", round, client_id), self.logits)
+            return self.forge(self.options, RowsUpload(rows, client_id, round, self.seed, self.logits))
         return rows if self.then is None else self.then.release(rows, client_id, round)

@@ -1,66 +1,158 @@
-"""The ``[attack]`` table: which clients are adversarial and what they do (docs/attacks.md).
+"""The ``[attack]`` table and the family of attacks, typed: parsed once, by the config (docs/attacks.md).
 
-Typed and checked here, below the config; the attacks themselves live in :mod:`chillfl.attacks`.
+One flat table turns the attack on and sets its options::
+
+    [attack]
+    kind = "gaussian"          # or "mypkg.attacks:SPEC"; "none" (the default): off
+    fraction = 0.2             # the options every attack shares: fraction, clients
+    sigma = 0.5                # the kind's own options, validated like a built-in's
+
+An attack is one :class:`chillfl.attacks.spec.AttackSpec` (``SPEC`` in the attack's module),
+found one way, built-in or not: a built-in's name is the name of its module under
+``chillfl/attacks/kinds/``; a user's is an import path ``"pkg.module:SPEC"`` or a
+``chillfl.plugins`` entry point (:class:`chillfl.plugins.SpecFamily`). Listing names imports
+nothing; parsing a kind's options imports its module, as a plugin's would. The attacks
+themselves run in :mod:`chillfl.attacks`, which reads the spec's hooks.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import ClassVar, Literal
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
 
-from chillfl.options import require
+from chillfl.errors import ConfigError
+from chillfl.options import Chosen, NoOptions, OwnTable, parse_options, require, unknown_option
+from chillfl.plugins import SpecFamily
 
-KINDS = ("none", "label_flip", "sign_flip", "scaling", "gaussian", "lie", "backdoor")
-DATA_KINDS = ("label_flip", "backdoor")
-"""Attacks on the attacker's training data: they apply under every protocol."""
-UPDATE_KINDS = ("sign_flip", "scaling", "gaussian", "lie")
-"""Attacks on what the attacker uploads in place of its honest model."""
+SECTION = "attack"
+
+OFF = "none"
+"""The kind that turns ``[attack]`` off (the default)."""
+
+BUILT_IN = "chillfl.attacks.kinds"
+"""The package whose modules are the built-in attacks, each registered by its ``SPEC``."""
+
+SPEC_FIELDS = ("name", "options", "summary", "poison", "forge_models", "forge_rows", "forge_prototypes", "probe", "check")
+"""What an attack's spec has: how the family tells one apart without importing the attacks' runtime."""
 
 
 @dataclass(frozen=True)
-class AttackConfig:
-    """Adversarial clients (docs/attacks.md).
+class AttackOptions:
+    """The options every attack shares.
 
-    ``kind``: ``none`` (off), ``label_flip``, ``sign_flip``, ``scaling``, ``gaussian``, ``lie`` or ``backdoor``.
+    ``kind``: the attack (``none``: off), a built-in's name, an import path or an entry point.
     ``fraction``: the share of all clients that attack, ``round(fraction * num_clients)`` of them drawn
     once from the run's seed; ``clients``: explicit attacker ids instead (then ``fraction`` is ignored).
-    ``factor``: ``sign_flip`` sends ``w - factor (w_i - w)`` (0: 1); ``scaling`` sends ``w + factor (w_i - w)``
-    (0: n / m, the round's clients over its attackers, Bagdasaryan et al.'s gamma = n / eta at eta = 1).
-    ``sigma``: ``gaussian`` sends ``w + N(0, sigma^2 I)`` (soft-labels: noised rows; prototypes: noised class means). ``z``: ``lie`` sends ``mean - z std`` of the
-    round's benign models per coordinate (0: Baruch et al.'s z_max from the round's n and m).
-    ``label_map``: ``label_flip``'s map, entry c the label class c becomes (empty: ``C - 1 - c``).
-    ``target``, ``poison_fraction``, ``trigger_size``: ``backdoor``'s target class, the share of the
-    attacker's training rows that carry the trigger (relabelled ``target``), and the side of the trigger's
-    square of maximum-intensity pixels in the bottom-right corner.
     """
 
-    kind: Literal["none", "label_flip", "sign_flip", "scaling", "gaussian", "lie", "backdoor"] = "none"
+    kind: str = OFF
     fraction: float = 0.2
     clients: tuple[int, ...] = ()
-    factor: float = 0.0
-    sigma: float = 1.0
-    z: float = 0.0
-    label_map: tuple[int, ...] = ()
-    target: int = 0
-    poison_fraction: float = 0.5
-    trigger_size: int = 2
-
-    SWITCH: ClassVar[str] = "kind"
-    """The option that turns the table on: options written while no run of a config sets it are refused (``chillfl.config.check_switches``)."""
-
-    @property
-    def enabled(self) -> bool:
-        return self.kind != "none"
 
     def validate(self, section: str) -> None:
         require(0.0 <= self.fraction < 1.0, f"{section}.fraction", f"must be in [0, 1), got {self.fraction}")
         require(all(c >= 0 for c in self.clients), f"{section}.clients", f"client ids are >= 0, got {list(self.clients)}")
         require(len(set(self.clients)) == len(self.clients), f"{section}.clients", f"lists a client twice: {list(self.clients)}")
-        require(math.isfinite(self.factor) and self.factor >= 0, f"{section}.factor", f"must be >= 0 (0: the kind's default), got {self.factor}")
-        require(math.isfinite(self.sigma) and self.sigma > 0, f"{section}.sigma", f"must be > 0, got {self.sigma}")
-        require(math.isfinite(self.z) and self.z >= 0, f"{section}.z", f"must be >= 0 (0: z_max from n and m), got {self.z}")
-        require(all(c >= 0 for c in self.label_map), f"{section}.label_map", f"labels are >= 0, got {list(self.label_map)}")
-        require(self.target >= 0, f"{section}.target", f"must be a class >= 0, got {self.target}")
-        require(0.0 < self.poison_fraction <= 1.0, f"{section}.poison_fraction", f"must be in (0, 1], got {self.poison_fraction}")
-        require(1 <= self.trigger_size <= 64, f"{section}.trigger_size", f"must be in [1, 64] pixels, got {self.trigger_size}")
+
+
+@runtime_checkable
+class AttackKind(Protocol):
+    """What the config reads of an attack's spec (:class:`chillfl.attacks.spec.AttackSpec` has it all)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def options(self) -> type:
+        """Its own options, a dataclass."""
+        ...
+
+    @property
+    def summary(self) -> str: ...
+
+
+def _is_spec(obj: Any) -> bool:
+    return not isinstance(obj, type) and all(hasattr(obj, name) for name in SPEC_FIELDS)
+
+
+FAMILY = SpecFamily(BUILT_IN, f"{SECTION}.kind", "chillfl.extend.AttackSpec", _is_spec)
+"""Built-ins (one module each under ``BUILT_IN``) and plugins, found the same way."""
+
+
+def kind_names() -> list[str]:
+    """Built-in kinds and the ``chillfl.plugins`` entry points that name an attack (listed, not imported: no torch)."""
+    return FAMILY.names()
+
+
+def attack_spec(name: Any) -> AttackKind:
+    """The spec of kind ``name``: a built-in's (its module's ``SPEC``), or a user's by import path or entry point."""
+    return FAMILY.spec(name)  # type: ignore[no-any-return]
+
+
+def _kinds() -> dict[str, AttackKind]:
+    """Every listed kind's spec (imports each one's module: only to name the owner of a misplaced option)."""
+    return {name: attack_spec(name) for name in kind_names()}
+
+
+def _fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if f.init}
+
+
+@dataclass(frozen=True)
+class AttackConfig(OwnTable):
+    """Adversarial clients (docs/attacks.md): the shared options (:class:`AttackOptions`) and the kind's own, parsed.
+
+    ``options``: the kind's options dataclass, every default filled in (:class:`~chillfl.options.NoOptions` when off).
+    """
+
+    kind: str = OFF
+    fraction: float = 0.2
+    clients: tuple[int, ...] = ()
+    options: Any = field(default_factory=NoOptions)
+
+    SWITCH: ClassVar[str] = "kind"
+    """The option that turns the table on: options written while no run of a config sets it are refused (``chillfl.config.check_switches``)."""
+
+    @classmethod
+    def switch_values(cls) -> list[str]:
+        """What :attr:`SWITCH` may be set to (for the refusal's message)."""
+        return [OFF, *kind_names()]
+
+    @property
+    def enabled(self) -> bool:
+        return self.kind != OFF
+
+    @property
+    def spec(self) -> AttackKind:
+        """The kind's spec (a :class:`chillfl.attacks.spec.AttackSpec`); only when :attr:`enabled`."""
+        return attack_spec(self.kind)
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any], section: str = SECTION) -> AttackConfig:
+        """``[attack]`` checked, with the kind's defaults filled in; a ConfigError names any bad key
+        (an option of another kind: which kind it belongs to)."""
+        shared_names = _fields(AttackOptions)
+        shared = parse_options(AttackOptions, {k: v for k, v in table.items() if k in shared_names}, section)
+        own_cls: type = NoOptions
+        if shared.kind != OFF:
+            own_cls = attack_spec(shared.kind).options
+            clash = sorted(shared_names & _fields(own_cls))
+            require(not clash, f"{section}.kind", f"{shared.kind!r}: its options cannot be named {', '.join(clash)} (every attack's shared options)")
+        own_names = _fields(own_cls)
+        for key in sorted(k for k in table if k not in shared_names | own_names):
+            raise unknown_option(section, key, shared_names | own_names, Chosen(f"{section}.kind", shared.kind, _kinds))
+        options = parse_options(own_cls, {k: v for k, v in table.items() if k in own_names}, section)
+        return cls(shared.kind, shared.fraction, shared.clients, options)
+
+    def table(self) -> dict[str, Any]:
+        """The flat table: the shared options, then the kind's own (every default written)."""
+        own = {k: v for k, v in dataclasses.asdict(self.options).items() if k in _fields(type(self.options))}
+        return {"kind": self.kind, "fraction": self.fraction, "clients": self.clients, **own}
+
+
+def parse_attack(table: Mapping[str, Any]) -> AttackConfig:
+    """``[attack]`` as a config reads it (see :meth:`AttackConfig.from_table`)."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(SECTION, "expected a table")
+    return AttackConfig.from_table(table, SECTION)

@@ -47,6 +47,11 @@ class PrivacyConfig:
     SWITCH: ClassVar[str] = "mechanism"
     """The option that turns the table on: options written while no run of a config sets it are refused (``chillfl.config.check_switches``)."""
 
+    @classmethod
+    def switch_values(cls) -> tuple[str, ...]:
+        """What :attr:`SWITCH` may be set to (for the refusal's message)."""
+        return MECHANISMS
+
     @property
     def enabled(self) -> bool:
         return self.mechanism != "none"

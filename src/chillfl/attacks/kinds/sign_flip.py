@@ -1,0 +1,32 @@
+"""``sign_flip``: an attacker sends ``w - factor * (w_i - w)``, its update negated (and scaled): :func:`chillfl.attacks.updates.sign_flip`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from chillfl.attacks.spec import AttackSpec, ModelRound
+from chillfl.options import require
+
+if TYPE_CHECKING:
+    from chillfl.aggregation.base import Params
+
+
+@dataclass(frozen=True)
+class SignFlipOptions:
+    """``factor``: the attacker sends ``w - factor (w_i - w)`` (0: 1, the negated update)."""
+
+    factor: float = 0.0
+
+    def validate(self, section: str) -> None:
+        require(math.isfinite(self.factor) and self.factor >= 0, f"{section}.factor", f"must be >= 0 (0: the kind's default), got {self.factor}")
+
+
+def forge_models(options: SignFlipOptions, round: ModelRound) -> dict[int, Params]:
+    from chillfl.attacks import updates
+
+    return {r.client_id: updates.sign_flip(round.global_params, r.params, options.factor or 1.0) for r in round.bad}
+
+
+SPEC = AttackSpec("sign_flip", SignFlipOptions, summary="the attackers send their updates negated (times factor)", forge_models=forge_models)

@@ -1,0 +1,159 @@
+"""The seam between the runtime and an attack: a typed spec whose hooks say what the attackers rewrite.
+
+An attack is one :class:`AttackSpec`, ``SPEC`` in the attack's own module (a built-in's module under
+``chillfl/attacks/kinds/``, or a user's named by import path or entry point, found the same way:
+:mod:`chillfl.settings.attack`). Core code calls only these hooks and never tests which attack runs;
+each hook is one of the places where an attacker can act:
+
+* :attr:`AttackSpec.poison`: the attackers' training data, rewritten once before any client is built
+  (so it holds under every protocol and executor);
+* :attr:`AttackSpec.forge_models`: under parameter sharing, what the attackers upload instead of their
+  honest models, given the whole round (:class:`ModelRound`), in the driver before aggregation;
+* :attr:`AttackSpec.forge_rows`: under soft-label sharing, an attacker's soft-label rows on the client,
+  before they leave it (:class:`RowsUpload`);
+* :attr:`AttackSpec.forge_prototypes`: under prototype sharing, an attacker's class prototypes where the
+  server receives them (:class:`PrototypeUpload`);
+* :attr:`AttackSpec.probe`: a labelled set on which the global model's accuracy is the attack's success
+  (``attack_success_rate`` in every record);
+* :attr:`AttackSpec.check`: the options against the rest of the run, before anything is built.
+
+Which protocols an attack runs under follows from its hooks (:meth:`AttackSpec.runs_under`): data
+poisoning runs under all of them; a forging hook under its own protocol. Hooks hold no state: a
+random draw comes from the run's ``seed`` through :func:`chillfl.seeds.derive_seed`, so every
+executor and a resumed run draw the same. This module imports no torch (its types only for checking).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Sequence, TypeVar
+
+from chillfl.errors import ConfigError
+from chillfl.options import short_repr
+from chillfl.settings.attack import AttackConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from chillfl.aggregation.base import ClientResult, Params
+    from chillfl.config import RunConfig
+    from chillfl.data import FederatedData
+    from chillfl.prototypes.spec import ClassRows
+
+Opt = TypeVar("Opt")
+
+PARAMETERS, SOFTLABELS, PROTOTYPES = "parameters", "softlabels", "prototypes"
+"""The protocols a forging hook belongs to (:attr:`chillfl.config.RunConfig.protocol`)."""
+
+UPLOADS = {
+    PARAMETERS: "its clients upload their models",
+    SOFTLABELS: "its clients upload soft-labels on public inputs",
+    PROTOTYPES: "its clients upload class prototypes",
+}
+"""What each protocol's clients send: why an attack that rewrites something else finds nothing there."""
+
+
+@dataclass(frozen=True)
+class ModelRound:
+    """One round under parameter sharing, as :attr:`AttackSpec.forge_models` sees it (the attackers collude and see every upload)."""
+
+    global_params: Params
+    """The round's global model w (what every client started from)."""
+    results: Sequence[ClientResult]
+    """Every upload of the round, honest ones included, in client order."""
+    attackers: frozenset[int]
+    """The run's attackers (some may not be in this round)."""
+    round: int
+    seed: int
+    """The run's seed: derive a draw from it (:func:`chillfl.seeds.derive_seed`) with the round and the client."""
+
+    @property
+    def bad(self) -> list[ClientResult]:
+        """The round's attackers' honest results, in client order (never empty when the hook is called)."""
+        return [r for r in self.results if r.client_id in self.attackers]
+
+    @property
+    def benign(self) -> list[ClientResult]:
+        """The round's honest clients' results, in client order."""
+        return [r for r in self.results if r.client_id not in self.attackers]
+
+
+@dataclass(frozen=True)
+class RowsUpload:
+    """One attacker's soft-label rows of one round on the client, as :attr:`AttackSpec.forge_rows` sees them."""
+
+    rows: torch.Tensor
+    """Probabilities, one row per public input (logits where :attr:`logits`)."""
+    client_id: int
+    round: int
+    seed: int
+    logits: bool
+    """Whether the method shares logits instead of probabilities (then the rows need not sum to 1)."""
+
+
+@dataclass(frozen=True)
+class PrototypeUpload:
+    """One attacker's class prototypes of one round where the server receives them, as :attr:`AttackSpec.forge_prototypes` sees them."""
+
+    rows: ClassRows
+    client_id: int
+    round: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class AttackSpec(Generic[Opt]):
+    """One attack: everything the runtime, the config and ``chillfl list`` may ask of it.
+
+    ``options``: its own options (a frozen dataclass with an optional ``validate(section)``), parsed from
+    ``[attack]`` beside the options every attack shares (``kind``, ``fraction``, ``clients``). Each hook
+    receives the parsed options first; leave out the ones the attack does not use (at least one is needed):
+
+    * ``poison(options, data, attackers, seed)``: the run's :class:`~chillfl.data.FederatedData` with the
+      attackers' training rows rewritten (a new object; never mutate ``data``);
+    * ``forge_models(options, round)``: attacker id -> the model it sends (every entry of its honest
+      model's state), for the round's attackers (``round.bad``); an id left out sends its honest model;
+    * ``forge_rows(options, upload)``: the soft-label rows the attacker sends instead of ``upload.rows``;
+    * ``forge_prototypes(options, upload)``: the :class:`~chillfl.prototypes.spec.ClassRows` it sends;
+    * ``probe(options, data)``: inputs and labels on which the global model's accuracy is recorded as
+      ``attack_success_rate`` each round (e.g. triggered inputs labelled with the backdoor's target);
+    * ``check(options, config)``: refuse a run these options make no sense in (a
+      :class:`~chillfl.errors.ConfigError` naming the field).
+    """
+
+    name: str
+    options: type[Opt]
+    summary: str = ""
+    poison: Callable[[Opt, FederatedData, frozenset[int], int], FederatedData] | None = None
+    forge_models: Callable[[Opt, ModelRound], Mapping[int, Params]] | None = None
+    forge_rows: Callable[[Opt, RowsUpload], torch.Tensor] | None = None
+    forge_prototypes: Callable[[Opt, PrototypeUpload], ClassRows] | None = None
+    probe: Callable[[Opt, FederatedData], tuple[torch.Tensor, torch.Tensor]] | None = None
+    check: Callable[[Opt, RunConfig], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.poison is None and not self.rewrites():
+            raise ValueError(f"attack {self.name!r} has no hook: give it poison, forge_models, forge_rows or forge_prototypes")
+
+    def rewrites(self) -> dict[str, str]:
+        """Protocol -> what the attack rewrites there, one entry per forging hook it has."""
+        out = {}
+        if self.forge_models is not None:
+            out[PARAMETERS] = "a model update"
+        if self.forge_rows is not None:
+            out[SOFTLABELS] = "soft-label rows"
+        if self.forge_prototypes is not None:
+            out[PROTOTYPES] = "class prototypes"
+        return out
+
+    def runs_under(self, protocol: str) -> bool:
+        """Whether the attack acts under ``protocol``: data poisoning acts under every one, a forging hook under its own."""
+        return self.poison is not None or protocol in self.rewrites()
+
+
+def spec_of(attack: AttackConfig) -> AttackSpec[Any]:
+    """The spec of ``[attack]``'s kind (which must be on); a ConfigError on ``attack.kind`` when it names no :class:`AttackSpec`."""
+    spec = attack.spec
+    if not isinstance(spec, AttackSpec):
+        raise ConfigError("attack.kind", f"{attack.kind!r} must name a chillfl.extend.AttackSpec, got {short_repr(spec)}")
+    return spec

@@ -300,6 +300,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from chillfl.aggregation.registry import algorithm_names
     from chillfl.data import dataset_names, partitioner_names
     from chillfl.models import model_names
+    from chillfl.settings.attack import kind_names
     from chillfl.settings.distillation import method_names
     from chillfl.settings.prototypes import method_names as prototype_method_names
     from chillfl.temperature import policy_names
@@ -314,6 +315,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         ("distillation methods", method_names()),
         ("prototype methods", prototype_method_names()),
         ("loss terms", term_names()),
+        ("attacks", kind_names()),
     ):
         print(textwrap.fill(f"{title}: {', '.join(names)}", width=100, subsequent_indent="    "))
     print("experiments (`chillfl list experiments`: paper, data, minutes):")

@@ -39,7 +39,12 @@ docs/architecture.md the reference of the seams they plug into):
   what a client releases about its classes after training (:class:`ClassRows`: class means,
   counts and the method's own per-class rows), how the server combines them into the global
   :class:`Knowledge`, and the clients' loss (a :class:`PrototypeLoss`, told the model's
-  :class:`Head`).
+  :class:`Head`);
+* **an attack** (an :class:`AttackSpec`: its options and its hooks): what the attacking clients do,
+  by rewriting their training data before the run (under every protocol) or forging what they
+  upload (the run's data is a :class:`FederatedData`): their models, given the whole round (:class:`ModelRound`), their soft-label rows
+  (:class:`RowsUpload`) or their class prototypes (:class:`PrototypeUpload`); optionally a probe
+  whose accuracy under the global model is recorded as the attack's success.
 
 Use them either way, with no global state touched:
 
@@ -47,7 +52,7 @@ Use them either way, with no global state touched:
   policy=MyPolicy())`` (and ``chillfl.compare``); each run works on deep copies;
 * from a config or the command line, by import path: ``[algorithm] name = "mypkg.rules:MyRule"``,
   ``[temperature] policy = "mypkg.warmup:Warmup"``, ``[distillation] method = "mypkg.sl:SPEC"``,
-  ``[prototypes] method = "mypkg.protos:SPEC"``,
+  ``[prototypes] method = "mypkg.protos:SPEC"``, ``[attack] kind = "mypkg.attacks:SPEC"``,
   with the class's ``Options`` dataclass parsed and validated like a built-in's options
   (or an :class:`AlgorithmSpec` / :class:`PolicySpec` when the builder needs more, e.g. the
   number of clients, or adds terms); or by a name that an installed distribution registers
@@ -90,8 +95,10 @@ from chillfl.aggregation.base import (
     with_prefix,
 )
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext
+from chillfl.attacks.spec import AttackSpec, ModelRound, PrototypeUpload, RowsUpload
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
 from chillfl.capabilities import Capabilities
+from chillfl.data import FederatedData
 from chillfl.protocols.softlabels.messages import SoftLabelUplink
 from chillfl.protocols.softlabels.method import (
     Aggregate,
@@ -122,6 +129,7 @@ __all__ = [
     "AggregatorBase",
     "AggregatesPart",
     "AlgorithmSpec",
+    "AttackSpec",
     "BatchTerm",
     "BuildContext",
     "Capabilities",
@@ -136,6 +144,7 @@ __all__ = [
     "ContextError",
     "Downlink",
     "FedAvg",
+    "FederatedData",
     "FigureSpec",
     "Head",
     "HoldsPersonalModel",
@@ -147,6 +156,7 @@ __all__ = [
     "LossTerm",
     "MethodSettings",
     "MethodState",
+    "ModelRound",
     "NoState",
     "Params",
     "Personal",
@@ -156,8 +166,10 @@ __all__ = [
     "PrototypeHooks",
     "PrototypeLoss",
     "PrototypeSpec",
+    "PrototypeUpload",
     "ProximalTerm",
     "Report",
+    "RowsUpload",
     "SoftLabelClientHalf",
     "SoftLabelClientHooks",
     "SoftLabelMethod",

@@ -22,6 +22,8 @@ from chillfl.experiment import base_losses
 from chillfl.data.datasets import DATASETS
 from chillfl.data.partition import PARTITIONERS
 from chillfl.models.registry import MODELS
+from chillfl.options import OwnTable
+from chillfl.settings.attack import AttackOptions, attack_spec, kind_names
 from chillfl.settings.distillation import DistillationOptions, method_settings
 from chillfl.settings.distillation import method_names as soft_label_method_names
 from chillfl.settings.prototypes import method_names as prototype_method_names
@@ -50,6 +52,7 @@ PARTS: tuple[Part, ...] = (
     Part("algorithm", "name", algorithm_names, algorithm_spec, plugins=True),
     Part("distillation", "method", soft_label_method_names, method_settings, plugins=True),
     Part("prototypes", "method", prototype_method_names, method_spec, plugins=True),
+    Part("attack", "kind", kind_names, attack_spec, plugins=True),
 )
 """Every part, by its registry's public names function and lookup; those that take plugins list the
 ``chillfl.plugins`` entry points that belong to them too, so plugin options are shown."""
@@ -77,7 +80,7 @@ def _registries(plugins: Sequence[str] = ()) -> Iterator[tuple[str, str, Mapping
         yield part.section, part.key, registry
     for path, why in claimed.items():
         if why:
-            raise ConfigError("list.options", f"{path!r} is no algorithm, temperature policy, soft-label or prototype method ({why})")
+            raise ConfigError("list.options", f"{path!r} is no algorithm, temperature policy, soft-label or prototype method, or attack ({why})")
 
 
 def _default(field: dataclasses.Field) -> str:
@@ -202,7 +205,7 @@ def _run_sections() -> Iterator[tuple[str, type, str]]:
     hints = typing.get_type_hints(RunConfig)
     for f in dataclasses.fields(RunConfig):
         tp = hints[f.name]
-        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp) and not issubclass(tp, OwnTable):  # a table that parses itself is a part (PARTS)
             yield f"[{f.name}]", tp, f.name
 
 
@@ -245,8 +248,8 @@ def render_reference(plugins: Sequence[str] = ()) -> str:
     for section, key, registry in _registries(plugins):
         names = sorted(registry)
         lines += ["", f"## [{section}] {key} = ...", "", f"`{key}`: one of " + ", ".join(f"`{n}`" for n in names) + "."]
-        if section == "distillation":
-            lines += _distillation_shared()
+        if section in SHARED:
+            lines += _shared(section, SHARED[section])
         for name in names:
             spec = registry[name]
             summary = getattr(spec, "summary", "") or _first_line(spec.options)
@@ -258,6 +261,11 @@ def render_reference(plugins: Sequence[str] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _distillation_shared() -> list[str]:
-    """The ``[distillation]`` options every method takes, next to each method's own."""
-    return ["", "### Shared options (every method)", "", _first_line(DistillationOptions), *options_table(DistillationOptions, "distillation")]
+SHARED: dict[str, tuple[type, str]] = {"distillation": (DistillationOptions, "method"), "attack": (AttackOptions, "kind")}
+"""Parts whose table holds options every implementation shares (this dataclass; what one is called) beside the chosen one's own."""
+
+
+def _shared(section: str, shared: tuple[type, str]) -> list[str]:
+    """The options every implementation of ``section`` takes, next to each one's own."""
+    options, noun = shared
+    return ["", f"### Shared options (every {noun})", "", _first_line(options), *options_table(options, section)]

@@ -1,0 +1,267 @@
+"""``[attack]`` is a spec family: a user's attack, named by import path, comes in exactly as a built-in does.
+
+A user's module (written to a folder on ``sys.path``, as a plugin author's would be) defines an attack
+with its own option; it runs end to end under the serial and the processes executors and does what it
+says; its mistakes are one ConfigError each, naming the field; where it runs follows from its hooks, and
+the refusal says so. Core code names no attack.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chillfl import plugins, runner
+from chillfl.attacks.build import check_attack
+from chillfl.attacks.spec import AttackSpec
+from chillfl.cli import main
+from chillfl.config import load_config
+from chillfl.errors import ConfigError
+from chillfl.report.reference import render_reference
+from chillfl.resolve import resolved
+from chillfl.runner import run_experiment
+from chillfl.settings.attack import FAMILY, AttackConfig, kind_names
+
+USER_ATTACK = '''
+"""Attackers that send only a share ``keep`` of their update: w + keep * (w_i - w) (0: the global model back)."""
+
+from dataclasses import dataclass
+
+from chillfl.extend import AttackSpec, ConfigError, require
+
+
+@dataclass(frozen=True)
+class ShrinkOptions:
+    keep: float = 0.0
+
+    def validate(self, section):
+        require(0.0 <= self.keep <= 1.0, f"{section}.keep", f"must be in [0, 1], got {self.keep}")
+
+
+def forge_models(options, round):
+    w = round.global_params
+    return {
+        r.client_id: {k: w[k] + options.keep * (v - w[k]) if v.is_floating_point() else v for k, v in r.params.items()}
+        for r in round.bad
+    }
+
+
+def check(options, config):
+    if config.federation.rounds < 2:
+        raise ConfigError("federation.rounds", "a shrunk update shows from the second round on; run at least 2")
+
+
+SPEC = AttackSpec("shrink", ShrinkOptions, summary="the attackers send a share keep of their update", forge_models=forge_models, check=check)
+
+NOT_A_SPEC = ShrinkOptions()
+'''
+
+SHRINK = "my_attack:SPEC"
+
+BASE: dict[str, Any] = {
+    "seed": 0,
+    "threads": 1,
+    "device": "cpu",
+    "dataset.name": "digits",
+    "partition.name": "iid",
+    "model.name": "mlp",
+    "model.hidden": [16],
+    "federation.num_clients": 4,
+    "federation.clients_per_round": 4,
+    "federation.rounds": 2,
+    "client.epochs": 1,
+    "client.batch_size": 32,
+    "client.lr": 0.1,
+    "eval.clients": "none",
+    "checkpoint.every": 0,
+    "algorithm.name": "median",  # the median of equal models is that model, bit for bit
+}
+ALL = {"attack.kind": SHRINK, "attack.clients": [0, 1, 2, 3], "attack.keep": 0.0}
+"""Every client attacks and sends the global model back: the model never moves."""
+
+
+@pytest.fixture(autouse=True)
+def user_attack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "user"
+    folder.mkdir()
+    (folder / "my_attack.py").write_text(USER_ATTACK, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, "my_attack", raising=False)
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    return folder
+
+
+def records(tmp_path: Path, name: str, **overrides: Any) -> list[dict[str, Any]]:
+    config = load_config(None, {**BASE, "out_dir": str(tmp_path), "name": name, **overrides})
+    folder = run_experiment(config, progress=False).folder
+    assert folder is not None
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+# ---------------------------------------------------------------- a user's attack, end to end
+
+
+def test_a_user_attack_runs_and_does_what_it_says_under_both_executors(tmp_path: Path) -> None:
+    clean = records(tmp_path, "clean")
+    seq = records(tmp_path, "seq", **ALL)
+    procs = records(tmp_path, "procs", **ALL, executor="processes")
+    assert clean[0]["global_loss"] != clean[1]["global_loss"]  # without the attack the model moves
+    assert [r["attackers"] for r in seq] == [[0, 1, 2, 3]] * 2
+    # every upload is the global model itself: the model of round 2 is round 1's, so is its evaluation
+    assert seq[0]["global_loss"] == seq[1]["global_loss"] and seq[0]["global_acc"] == seq[1]["global_acc"]
+    assert procs == seq  # forged in the driver: the executor changes nothing
+
+
+def test_the_resolved_config_records_the_kinds_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = resolved(load_config(None, {**BASE, "attack.kind": SHRINK}))
+    assert config.attack.options.keep == 0.0
+    assert config.to_dict()["attack"] == {"kind": SHRINK, "fraction": 0.2, "clients": (), "keep": 0.0}
+    assert load_config(None, {"attack": config.to_dict()["attack"]}).attack == config.attack  # read back: equal
+    assert main(["run", "src/chillfl/experiments/demo.toml", f"out_dir={tmp_path}", "attack.kind=scaling", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert '[attack]\nkind = "scaling"\nfraction = 0.2\nclients = []\nfactor = 0.0\n' in out  # scaling's own default, filled in
+
+
+def test_another_kind_drops_the_old_kinds_options() -> None:
+    """A variant or override that picks another kind starts from the shared options: a resolved table holds the old kind's defaults."""
+    base = load_config(None, {"attack.kind": "gaussian", "attack.sigma": 0.5, "attack.fraction": 0.3})
+    lie = base.with_overrides({"attack.kind": "lie"})
+    assert lie.attack.kind == "lie" and lie.attack.fraction == 0.3 and lie.attack.options.z == 0.0
+    assert base.with_overrides({"attack.sigma": 2.0}).attack.options.sigma == 2.0
+
+
+# ---------------------------------------------------------------- its mistakes
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "words"),
+    [
+        ({"attack.kep": 0.5}, "attack.kep", "did you mean 'keep'?"),  # its unknown option
+        ({"attack.keep": 2.0}, "attack.keep", "must be in [0, 1]"),  # its own validate
+        ({"attack.sigma": 0.5}, "attack.sigma", "'sigma' is an option of gaussian (set attack.kind)"),  # a sibling's option
+        ({"attack.kind": "my_attack:NOT_A_SPEC"}, "attack.kind", "must name a chillfl.extend.AttackSpec"),
+        ({"attack.kind": "my_attack:Missing"}, "attack.kind", "no attribute"),
+    ],
+)
+def test_mistakes_are_one_config_error_naming_the_field(overrides: dict[str, Any], field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {**BASE, "attack.kind": SHRINK, **overrides})
+    assert err.value.field == field and words in err.value.message
+
+
+def test_a_built_in_kind_refuses_a_siblings_option_naming_its_owners() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"attack.kind": "gaussian", "attack.factor": 2.0})
+    assert err.value.field == "attack.factor" and "'factor' is an option of scaling, sign_flip (set attack.kind)" in err.value.message
+
+
+def test_its_run_check_refuses_before_anything_is_written(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    config = load_config(None, {**BASE, **ALL, "out_dir": str(out), "federation.rounds": 1})
+    with pytest.raises(ConfigError) as err:
+        run_experiment(config, progress=False)
+    assert err.value.field == "federation.rounds"
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------- where an attack runs follows from its hooks
+
+
+def test_a_kind_with_no_hook_for_the_protocol_is_refused_with_the_derived_message() -> None:
+    config = load_config(None, {**BASE, "attack.kind": SHRINK}).with_overrides({"prototypes": {"method": "fedproto"}})
+    with pytest.raises(ConfigError) as err:
+        check_attack(config)
+    assert err.value.field == "attack.kind"
+    assert err.value.message == (
+        "'shrink' rewrites a model update, and the prototypes protocol has none (its clients upload class prototypes); "
+        "attacks that run under prototypes: backdoor, gaussian, label_flip"
+    )
+
+
+def test_the_built_ins_run_where_their_hooks_say() -> None:
+    runs = {name: [p for p in ("parameters", "softlabels", "prototypes") if FAMILY.spec(name).runs_under(p)] for name in FAMILY.built_in_names()}
+    assert runs == {
+        "backdoor": ["parameters", "softlabels", "prototypes"],
+        "gaussian": ["parameters", "softlabels", "prototypes"],
+        "label_flip": ["parameters", "softlabels", "prototypes"],
+        "lie": ["parameters"],
+        "scaling": ["parameters"],
+        "sign_flip": ["parameters"],
+    }
+    soft = load_config(None, {"attack.kind": "sign_flip"}).with_overrides({"distillation": {"method": "dsfl", "public_size": 60, "subset_size": 20}})
+    with pytest.raises(ConfigError) as err:
+        check_attack(soft)
+    assert err.value.message == (
+        "'sign_flip' rewrites a model update, and the softlabels protocol has none (its clients upload soft-labels on public inputs); "
+        "attacks that run under softlabels: backdoor, gaussian, label_flip"
+    )
+
+
+def test_a_spec_with_no_hook_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="has no hook"):
+        AttackSpec("idle", AttackConfig)
+
+
+# ---------------------------------------------------------------- listed like every family
+
+
+def test_an_entry_point_attack_is_listed_and_runs_by_its_name(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(plugins, "entry_points", lambda: {"shrink": SHRINK})
+    assert "shrink" in kind_names()
+    assert load_config(None, {"attack.kind": "shrink", "attack.keep": 0.5}).attack.options.keep == 0.5
+    assert main(["list"]) == 0
+    assert "attacks: backdoor, gaussian, label_flip, lie, scaling, shrink, sign_flip" in capsys.readouterr().out
+
+
+def test_the_reference_documents_each_kinds_options_and_a_plugins() -> None:
+    text = render_reference([SHRINK])
+    part = text[text.index("## [attack] kind = ...") :]
+    assert "### Shared options (every kind)" in part and "| `fraction` | `float` | `0.2` |" in part
+    assert "### `gaussian`" in part and "| `sigma` | `float` | `1.0` |" in part
+    assert f"### `{SHRINK}` — the attackers send a share keep of their update" in part and "| `keep` | `float` | `0.0` |" in part
+
+
+# ---------------------------------------------------------------- core code names no attack
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "chillfl"
+CORE = ["attacks/build.py", "attacks/aggregate.py", "attacks/protocol.py", "attacks/spec.py", "attacks/select.py", "config.py", "settings/attack.py"]
+
+
+def _code_strings(path: Path) -> list[str]:
+    """Every string literal and identifier of the file but its docstrings."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+    }
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            out.append(node.value)
+        elif isinstance(node, ast.Name):
+            out.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.append(node.attr)
+    return out
+
+
+def _spells(text: str, kind: str) -> bool:
+    """Whether ``text``'s words (``snake_case`` and ``CamelCase`` split) contain ``kind``'s as a run."""
+    words = [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", text).lower()) if w]
+    own = kind.split("_")
+    return any(words[i : i + len(own)] == own for i in range(len(words)))
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_code_names_no_attack(module: str) -> None:
+    kinds = set(FAMILY.built_in_names())
+    found = sorted({kind for text in _code_strings(SRC / module) for kind in kinds if _spells(text, kind)})
+    assert found == [], f"{module} names {found}: ask the kind's spec instead"

@@ -136,6 +136,19 @@ def test_another_kind_drops_the_old_kinds_options() -> None:
     assert base.with_overrides({"attack.sigma": 2.0}).attack.options.sigma == 2.0
 
 
+def test_an_off_table_holds_options_for_the_kind_a_variant_switches_on() -> None:
+    """While off, the table may hold the options of the kinds its variants turn on (checked as their owners check them)."""
+    base = load_config(None, {"attack.sigma": 0.5, "variants": {"clean": {}, "noise": {"attack": {"kind": "gaussian"}}}})
+    assert not base.attack.enabled and base.to_dict()["attack"]["sigma"] == 0.5  # kept in the resolved table
+    assert base.with_overrides({"attack.kind": "gaussian"}).attack.options.sigma == 0.5  # switched on: it takes it
+    with pytest.raises(ConfigError) as err:
+        base.with_overrides({"attack.kind": "lie"})  # a kind that does not take it says whose it is
+    assert err.value.field == "attack.sigma" and "'sigma' is an option of gaussian" in err.value.message
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"attack.kind": "none", "attack.sigma": -1.0})
+    assert err.value.field == "attack.sigma" and "must be > 0" in err.value.message
+
+
 # ---------------------------------------------------------------- its mistakes
 
 

@@ -41,6 +41,7 @@ from chillfl.paths import check_writable_dir
 from chillfl.settings.distillation import DistillationOptions, DistillationSetup, parse_distillation
 from chillfl.settings.prototypes import PrototypeOptions, PrototypeSettings, parse_prototypes
 from chillfl.settings.privacy import PrivacyConfig
+from chillfl.settings.attack import OFF as ATTACK_OFF
 from chillfl.settings.attack import AttackConfig, AttackOptions
 from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer
 from chillfl.tune import parse_tune
@@ -518,6 +519,8 @@ class RunConfig:
             check_compare_option(key, value)
         if self.tune:
             parse_tune(self.tune)
+        for label, table in self.variants.items():
+            check_variant(self, label, table)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -561,8 +564,6 @@ def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
         data = {**data, "partition": {"name": "file", **part}}
     config = parse_options(RunConfig, data, "")
     check_switches(data)  # after the options' own checks: a bad value or an unknown key is named first
-    for label, table in config.variants.items():  # after the switches: an option no run turns on is named as such, not as one variant's
-        check_variant(config, label, table)
     return config
 
 
@@ -866,7 +867,8 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
     belong to the old name. In ``[distillation]`` and ``[prototypes]``, another
     ``method`` keeps the options every method shares and drops the old method's own
     (a resolved table holds the old method's defaults, which are not the new one's);
-    in ``[attack]``, another ``kind`` does the same.
+    in ``[attack]``, another ``kind`` does the same (switched on from ``"none"``, it keeps the
+    options the table held for it).
     """
     defaults: RunConfig | None = None
     for part, key in PART_KEYS.items():
@@ -881,10 +883,10 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
         fallback = "file" if part == "partition" and "partition.from" in overrides else table.get(key)  # from a file: not the old split
         picked = overrides.get(f"{part}.{key}", fallback)
         data[part] = copy.deepcopy(dict(table)) if picked == table.get(key) else {}
-    for part, (name_key, shared) in METHOD_TABLES.items():
+    for part, (name_key, shared, off) in METHOD_TABLES.items():
         table = data.get(part)
         key = f"{part}.{name_key}"
-        if key in overrides and isinstance(table, Mapping) and overrides[key] != table.get(name_key):
+        if key in overrides and isinstance(table, Mapping) and overrides[key] != table.get(name_key) and (off is None or table.get(name_key, off) != off):
             data[part] = {k: copy.deepcopy(v) for k, v in table.items() if k in _fields(shared)}  # the old method's own options belong to it
     for key, value in overrides.items():
         set_dotted(data, key, value)
@@ -894,12 +896,13 @@ def _fields(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
 
 
-METHOD_TABLES: dict[str, tuple[str, type]] = {
-    "distillation": ("method", DistillationOptions),
-    "prototypes": ("method", PrototypeOptions),
-    "attack": ("kind", AttackOptions),
+METHOD_TABLES: dict[str, tuple[str, type, str | None]] = {
+    "distillation": ("method", DistillationOptions, None),
+    "prototypes": ("method", PrototypeOptions, None),
+    "attack": ("kind", AttackOptions, ATTACK_OFF),
 }
-"""Parts chosen by one key (``method``, ``kind``) whose table mixes options every choice shares (this dataclass) with the chosen one's own."""
+"""Parts chosen by one key (``method``, ``kind``) whose table mixes options every choice shares (this dataclass) with the
+chosen one's own; the value that turns the part off, if it has one (an off table holds options for the choice to come)."""
 
 
 def _name_from_path(path: Path) -> str:

@@ -99,17 +99,40 @@ def _fields(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls) if f.init}
 
 
+def _held(table: Mapping[str, Any], keys: list[str], section: str) -> tuple[tuple[str, Any], ...]:
+    """Options written while ``[attack]`` is off, each checked as the kinds that own it check it (one of them must take
+    the value): a base table may hold them for the variants that switch a kind on (``chillfl.config.check_switches``)."""
+    kinds = _kinds()
+    held = []
+    for key in keys:
+        owners = [spec.options for spec in kinds.values() if key in _fields(spec.options)]
+        if not owners:
+            raise unknown_option(section, key, _fields(AttackOptions), Chosen(f"{section}.kind", OFF, _kinds))
+        errors = []
+        for options in owners:
+            try:
+                held.append((key, getattr(parse_options(options, {key: table[key]}, section), key)))
+                break
+            except ConfigError as exc:
+                errors.append(exc)
+        else:
+            raise errors[0]
+    return tuple(held)
+
+
 @dataclass(frozen=True)
 class AttackConfig(OwnTable):
     """Adversarial clients (docs/attacks.md): the shared options (:class:`AttackOptions`) and the kind's own, parsed.
 
     ``options``: the kind's options dataclass, every default filled in (:class:`~chillfl.options.NoOptions` when off).
+    ``held``: while off, other kinds' options the table holds for the variants that switch one on (checked, unused).
     """
 
     kind: str = OFF
     fraction: float = 0.2
     clients: tuple[int, ...] = ()
     options: Any = field(default_factory=NoOptions)
+    held: tuple[tuple[str, Any], ...] = ()
 
     SWITCH: ClassVar[str] = "kind"
     """The option that turns the table on: options written while no run of a config sets it are refused (``chillfl.config.check_switches``)."""
@@ -134,21 +157,22 @@ class AttackConfig(OwnTable):
         (an option of another kind: which kind it belongs to)."""
         shared_names = _fields(AttackOptions)
         shared = parse_options(AttackOptions, {k: v for k, v in table.items() if k in shared_names}, section)
-        own_cls: type = NoOptions
-        if shared.kind != OFF:
-            own_cls = attack_spec(shared.kind).options
-            clash = sorted(shared_names & _fields(own_cls))
-            require(not clash, f"{section}.kind", f"{shared.kind!r}: its options cannot be named {', '.join(clash)} (every attack's shared options)")
+        rest = sorted(k for k in table if k not in shared_names)
+        if shared.kind == OFF:
+            return cls(shared.kind, shared.fraction, shared.clients, NoOptions(), _held(table, rest, section))
+        own_cls = attack_spec(shared.kind).options
         own_names = _fields(own_cls)
-        for key in sorted(k for k in table if k not in shared_names | own_names):
+        clash = sorted(shared_names & own_names)
+        require(not clash, f"{section}.kind", f"{shared.kind!r}: its options cannot be named {', '.join(clash)} (every attack's shared options)")
+        for key in (k for k in rest if k not in own_names):
             raise unknown_option(section, key, shared_names | own_names, Chosen(f"{section}.kind", shared.kind, _kinds))
-        options = parse_options(own_cls, {k: v for k, v in table.items() if k in own_names}, section)
+        options: Any = parse_options(own_cls, {k: table[k] for k in rest}, section)
         return cls(shared.kind, shared.fraction, shared.clients, options)
 
     def table(self) -> dict[str, Any]:
-        """The flat table: the shared options, then the kind's own (every default written)."""
+        """The flat table: the shared options, then the kind's own (every default written), or while off the options held."""
         own = {k: v for k, v in dataclasses.asdict(self.options).items() if k in _fields(type(self.options))}
-        return {"kind": self.kind, "fraction": self.fraction, "clients": self.clients, **own}
+        return {"kind": self.kind, "fraction": self.fraction, "clients": self.clients, **own, **dict(self.held)}
 
 
 def parse_attack(table: Mapping[str, Any]) -> AttackConfig:

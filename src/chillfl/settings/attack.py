@@ -21,8 +21,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, choice_error
 from chillfl.options import Chosen, NoOptions, OwnTable, parse_options, require, unknown_option
+from chillfl import plugins
 from chillfl.plugins import SpecFamily
 
 SECTION = "attack"
@@ -86,7 +87,10 @@ def kind_names() -> list[str]:
 
 
 def attack_spec(name: Any) -> AttackKind:
-    """The spec of kind ``name``: a built-in's (its module's ``SPEC``), or a user's by import path or entry point."""
+    """The spec of kind ``name``: a built-in's (its module's ``SPEC``), or a user's by import path or entry point
+    (a name that is none of them: a ConfigError listing every kind, ``none`` too)."""
+    if isinstance(name, str) and name not in FAMILY.built_in_names() and not plugins.is_import_path(name) and name not in plugins.entry_points():
+        raise choice_error(FAMILY.field, name, [OFF, *kind_names()])
     return FAMILY.spec(name)  # type: ignore[no-any-return]
 
 

@@ -435,11 +435,11 @@ def _as_written(config: RunConfig) -> dict[str, Any]:
     :func:`~chillfl.config.check_switches`, so ``RunConfig(privacy=PrivacyConfig(noise_multiplier=1.1))`` trained
     with no noise and reported no epsilon. Now it is refused as the same table in a file is.
     """
-    data = config.to_dict()
+    data, defaults = config.to_dict(), RunConfig().to_dict()
     for section, cls in SWITCHED.items():
-        table, default = data.get(section), dataclasses.asdict(cls())
+        table, default = data.get(section), defaults[section]
         if isinstance(table, dict) and table.get(cls.SWITCH) == default[cls.SWITCH]:
-            data[section] = {k: v for k, v in table.items() if k != cls.SWITCH and v != default.get(k)}
+            data[section] = {k: v for k, v in table.items() if k != cls.SWITCH and (k not in default or v != default[k])}
     return data
 
 

@@ -39,8 +39,9 @@ def _no_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner, "_plots", lambda *args: None)
 
 
-def records(tmp_path: Path, name: str, **overrides: Any) -> list[dict[str, Any]]:
-    config = load_config(None, {**DIGITS, "out_dir": str(tmp_path), "name": name, **overrides})
+def records(tmp_path: Path, name: str, base: dict[str, Any] = DIGITS, **overrides: Any) -> list[dict[str, Any]]:
+    """The metrics of one run of ``base`` with ``overrides`` (tests/test_attack_spec.py runs its own base through it)."""
+    config = load_config(None, {**base, "out_dir": str(tmp_path), "name": name, **overrides})
     folder = run_experiment(config, progress=False).folder
     assert folder is not None
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]

@@ -9,7 +9,6 @@ the refusal says so. Core code names no attack.
 from __future__ import annotations
 
 import ast
-import json
 import re
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from chillfl.report.reference import render_reference
 from chillfl.resolve import resolved
 from chillfl.runner import run_experiment
 from chillfl.settings.attack import FAMILY, AttackConfig, kind_names
+from test_attack_runs import records as run_records
 
 USER_ATTACK = '''
 """Attackers that send only a share ``keep`` of their update: w + keep * (w_i - w) (0: the global model back)."""
@@ -98,10 +98,7 @@ def user_attack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def records(tmp_path: Path, name: str, **overrides: Any) -> list[dict[str, Any]]:
-    config = load_config(None, {**BASE, "out_dir": str(tmp_path), "name": name, **overrides})
-    folder = run_experiment(config, progress=False).folder
-    assert folder is not None
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return run_records(tmp_path, name, BASE, **overrides)
 
 
 # ---------------------------------------------------------------- a user's attack, end to end

@@ -26,6 +26,7 @@ from chillfl.report.reference import render_reference
 from chillfl.resolve import resolved
 from chillfl.runner import run_experiment
 from chillfl.settings.attack import FAMILY, AttackConfig, kind_names
+from test_attack_runs import DIGITS
 from test_attack_runs import records as run_records
 
 USER_ATTACK = '''
@@ -65,21 +66,12 @@ NOT_A_SPEC = ShrinkOptions()
 SHRINK = "my_attack:SPEC"
 
 BASE: dict[str, Any] = {
-    "seed": 0,
-    "threads": 1,
-    "device": "cpu",
-    "dataset.name": "digits",
-    "partition.name": "iid",
-    "model.name": "mlp",
+    **DIGITS,
     "model.hidden": [16],
     "federation.num_clients": 4,
     "federation.clients_per_round": 4,
     "federation.rounds": 2,
-    "client.epochs": 1,
     "client.batch_size": 32,
-    "client.lr": 0.1,
-    "eval.clients": "none",
-    "checkpoint.every": 0,
     "algorithm.name": "median",  # the median of equal models is that model, bit for bit
 }
 ALL = {"attack.kind": SHRINK, "attack.clients": [0, 1, 2, 3], "attack.keep": 0.0}

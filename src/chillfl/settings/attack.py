@@ -57,6 +57,13 @@ class AttackOptions:
         require(len(set(self.clients)) == len(self.clients), f"{section}.clients", f"lists a client twice: {list(self.clients)}")
 
 
+FLAT_BEFORE = frozenset({"factor", "sigma", "z", "label_map", "target", "poison_fraction", "trigger_size"})
+"""Every kind's options of the one flat ``[attack]`` dataclass before each kind had its own (chillfl up to 0b430e1): a
+result folder of then writes all of them, whatever the kind. A table that holds every one of them is read as such a
+folder's, so ``chillfl report``, ``resume`` and ``compare --resume`` still read it: the options of the other kinds,
+which that version ignored, are dropped. A table written by hand names only some, and another kind's is refused."""
+
+
 @runtime_checkable
 class AttackKind(Protocol):
     """What the config reads of an attack's spec (:class:`chillfl.attacks.spec.AttackSpec` has it all)."""
@@ -162,6 +169,8 @@ class AttackConfig(OwnTable):
         shared_names = _fields(AttackOptions)
         shared = parse_options(AttackOptions, {k: v for k, v in table.items() if k in shared_names}, section)
         rest = sorted(k for k in table if k not in shared_names)
+        if shared.kind != OFF and FLAT_BEFORE <= set(table):  # an older result folder: the other kinds' options changed nothing then
+            rest = [k for k in rest if k not in FLAT_BEFORE or k in _fields(attack_spec(shared.kind).options)]
         if shared.kind == OFF:
             return cls(shared.kind, shared.fraction, shared.clients, NoOptions(), _held(table, rest, section))
         own_cls = attack_spec(shared.kind).options

@@ -11,7 +11,7 @@ from chillfl.cli import main
 from chillfl.config import config_from_dict
 from chillfl.errors import ConfigError
 from chillfl.report.compare import build_seed_rows, format_seed_table
-from chillfl.sweeps.plan import CompareOptions, Variant, cell_config, parse_grid, parse_seeds, with_controls
+from chillfl.sweeps.plan import CompareOptions, Variant, cell_config, parse_grid, parse_seeds, plan_runs, with_controls
 from chillfl.sweeps.run import run_compare
 from chillfl.runner import RunOutput
 
@@ -46,6 +46,21 @@ def test_controls_of_a_chilled_variant() -> None:
     # a tuned lr is scaled too: the control of lr = 0.05 at T = 0.05 runs at lr = 1.0
     tuned = cell_config(base, variants[2], {"client.lr": 0.05}, seed=1, suffix=True)
     assert tuned.client.lr == pytest.approx(1.0) and tuned.name == "T0.05-T1-lrx20-lr0.05-s1"
+
+
+def test_a_variant_chilled_by_its_base_config_or_a_dotted_key_gets_its_controls_too() -> None:
+    """Controls were given only to variants whose own ``temperature`` table set T: a grid over the lr of a config at
+    T = 0.25, or a variant writing ``"temperature.value"``, compared a chilled method with no step-size control."""
+    chilled = config_from_dict({"client": {"lr": 0.01}, "temperature": {"policy": "fixed", "value": 0.25}, "compare": {"controls": True}})
+    planned = plan_runs(chilled, ["client.lr=0.01,0.1"]).variants
+    assert [v.label for v in planned][:3] == ["client.lr=0.01", "client.lr=0.1", "T=1, lr x 4 (control of client.lr=0.01)"]
+    assert [v.temperature for v in planned[:2]] == [0.25, 0.25] and len(planned) == 8  # 2 variants + 3 controls each
+    dotted = config_from_dict({"compare": {"controls": True}, "variants": {
+        "plain": {}, "chilled": {"temperature.policy": "fixed", "temperature.value": 0.5}}})
+    plan = plan_runs(dotted, [])
+    assert [(v.label, v.temperature) for v in plan.variants[:2]] == [("plain", 1.0), ("chilled", 0.5)]
+    assert "T=1, lr x 2 (control of chilled)" in [v.label for v in plan.variants]
+    assert (plan.reference.label, plan.baseline.label) == ("plain", "plain")  # the warmest (T = 1) sets the target
 
 
 def _out(final: float, best: float, val: float, curve: list[float]) -> RunOutput:

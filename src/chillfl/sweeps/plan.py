@@ -17,6 +17,7 @@ direction-only (T softmax, gradient x T) ablations at the same T.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -318,9 +319,14 @@ def plan_sweep(
         raise ConfigError("eval.validation", "tuning selects on the server validation split; set eval.validation > 0 (e.g. eval.validation=0.1)")
     if tuned and is_local(select) and config.eval.clients == "none":
         raise ConfigError("eval.clients", f"select = {select!r} scores the clients' own models on their own validation splits; set eval.clients = 'sampled' or 'all'")
+    checked = []
     for v in planned:  # validates every variant before running any; errors name the variant
         with naming(v, from_grid):
-            apply_variant(config, v)
+            own = apply_variant(config, v)
+        # the temperature it trains at, also where it comes from the base config or a dotted key: a chilled variant gets
+        # its step-size controls and the reference sees it, whatever table set its T
+        checked.append(dataclasses.replace(v, temperature=fixed_temperature(own.temperature)))
+    planned = checked
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):
         planned = with_controls(config, planned)
     return planned, CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select)  # the variants carry the controls

@@ -669,14 +669,35 @@ def merge_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
 
 
 def variant_config(base: RunConfig, label: str, overrides: Mapping[str, Any]) -> RunConfig:
-    """The config of one variant of ``base``: its overrides applied, named after its label."""
-    for key in ("name", "variants", "compare", "tune"):
+    """The config of one variant of ``base``: its overrides applied, named after its label.
+
+    A ``tune`` table in the variant is its own tuning grid (:func:`own_tune`), checked here and not applied.
+    """
+    for key in ("name", "variants", "compare"):
         if key in overrides:
             raise ConfigError(key, "cannot be set inside a variant (a variant's name is its label)")
+    own_tune(base.tune, overrides.get("tune"))
     data = dataclasses.replace(base, variants={}, compare={}, tune={}).to_dict()  # not every variant copied into each
-    merge_overrides(data, overrides)
+    merge_overrides(data, {k: v for k, v in overrides.items() if k != "tune"})
     data["name"] = safe_name(label)
     return config_from_dict(data)
+
+
+def own_tune(shared: Mapping[str, Any], table: Any) -> dict[str, list[Any]]:
+    """A variant's own tuning grid (``[variants.LABEL.tune]``), added to the shared ``[tune]`` grid for that variant alone.
+
+    Why: a shared grid can only hold options every variant has (``client.lr``); a method's own hyperparameter
+    (FedProx's ``mu``, FedBABU's ``finetune_lr``) is tuned on validation only through its own grid. It adds keys:
+    one the shared grid already tunes is refused, so every variant is scored on the same shared points.
+    """
+    if table is None:
+        return {}
+    if not isinstance(table, Mapping):
+        raise ConfigError("tune", f"expected a table of option = [values], got {short_repr(table)}")
+    parse_tune(table)
+    for key in table:
+        require(key not in shared, f"tune.{key}", "is tuned by the shared [tune] grid already; a variant's own grid adds other options")
+    return {str(k): list(v) for k, v in table.items()}
 
 
 def check_variant(base: RunConfig, label: str, table: Any) -> None:

@@ -306,9 +306,13 @@ def few_seeds_warning(n: int) -> str:
 
 def format_seed_table(
     rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: str, tune: Mapping[str, Sequence[Any]] | None, select: str, validation: float,
-    local: bool = False,
+    local: bool = False, own: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
 ) -> str:
-    """The seed table; ``local`` adds each variant's local accuracy (its clients' own models on their own splits) and its paired diff."""
+    """The seed table; ``local`` adds each variant's local accuracy (its clients' own models on their own splits) and its paired diff.
+
+    ``tune``: the shared grid (None: no tuning); ``own``: variant label -> its own grid, crossed with the shared one for it alone.
+    """
+    own = own or {}
     seeds = rows[0]["seeds"] if rows else []
     paired = len(rows) > 1  # one variant (a method over seeds): no difference to show
     target = f"target = best accuracy of {target_of(ref_label, base_label)} at the same seed"
@@ -320,12 +324,12 @@ def format_seed_table(
     if seeds and len(seeds) < MIN_SEEDS:
         lines.append(few_seeds_warning(len(seeds)))
     local_rule = is_local(select)
-    if tune and local_rule:  # selection on the clients' own validation splits: the header names the rule
-        grid = "; ".join(f"{k} in {{{', '.join(map(str, v))}}}" for k, v in tune.items())
+    grid = "; ".join([f"{k} in {{{', '.join(map(str, v))}}}" for k, v in (tune or {}).items()]
+                     + [f"{label} also {k} in {{{', '.join(map(str, v))}}}" for label, table in own.items() for k, v in table.items()])
+    if tune is not None and local_rule:  # selection on the clients' own validation splits: the header names the rule
         lines.append(f"tuned per variant on the clients' local validation splits (select = {select}: {describe_rule(select)}; "
                      f"drawn from eval.validation = {validation:g} of the test set; mean over seeds), reported on the test set: {grid}")
-    elif tune:
-        grid = "; ".join(f"{k} in {{{', '.join(map(str, v))}}}" for k, v in tune.items())
+    elif tune is not None:
         lines.append(f"tuned per variant on the validation split (eval.validation = {validation:g} of the test set, "
                      f"{select} val acc, mean over seeds), reported on the test set: {grid}")
     if local:
@@ -338,7 +342,7 @@ def format_seed_table(
     if with_asr:
         lines.append("attack success = the backdoor's success rate at the final round (triggered test inputs of other labels classified "
                      "as its target), mean ± std over seeds; lower is better for the defender")
-    header = ["variant", *([f"tuned ({select})"] if tune and local_rule else ["tuned"] if tune else []),
+    header = ["variant", *([f"tuned ({select})"] if tune is not None and local_rule else ["tuned"] if tune is not None else []),
               "local val acc %" if local_rule else "val acc %", "accuracy %", "95 % CI", *(["diff (paired)", "diff 95 % CI", "sign holds"] if paired else []),
               *(["local acc %", *(["local diff (paired)", "local diff 95 % CI"] if paired else [])] if local else []), "loss",
               "rounds to target (reached)", *(["cumulative MB"] if with_mb else []), *(["epsilon"] if with_eps else []),
@@ -351,7 +355,7 @@ def format_seed_table(
         failed = r.get("failed") or {str(s): "diverged" for s in r["diverged_seeds"]}
         name = r["variant"] + (" (" + "; ".join(f"seed {s}: {why}" for s, why in failed.items()) + ")" if failed else "")
         cells = [name]
-        if tune:
+        if tune is not None:
             cells.append(point_label(r.get("tuned") or {}) or "-")
         cells += [_pm(r.get("final_local_val_acc") if local_rule else r["final_val_acc"]), _pm(r["final_acc"]), _ci(r["final_acc"])]
         if paired:
@@ -368,15 +372,18 @@ def format_seed_table(
         if with_asr:
             cells.append(_pm(r.get("attack_success_rate")))
         lines.append("| " + " | ".join(cells) + " |")
-    if tune:
+    if tune is not None:
         points = parse_tune(tune)
         what = "local validation accuracy" if local_rule else "validation accuracy"
         when = "best" if select.endswith("best") else "final"
         lines += ["", f"{what} % at every tuning point ({when} round, mean over seeds; diverged = at one seed or more)",
-                  "| variant | " + " | ".join(point_label(p) for p in points) + " |", "|---|" + "|".join("---" for _ in points) + "|"]
+                  "| variant | " + " | ".join(point_label(p) or "no shared grid" for p in points) + " |", "|---|" + "|".join("---" for _ in points) + "|"]
         for r in rows:
             scores = ["diverged" if x is None else f"{100 * x:.2f}" for x in r["validation_scores"]]
-            lines.append(f"| {r['variant']} | " + " | ".join(scores) + " |")
+            extra = parse_tune(own[r["variant"]]) if r["variant"] in own else [{}]  # its own points vary fastest: one line each
+            for i, point in enumerate(extra):
+                label = r["variant"] + (f", {point_label(point)}" if point else "")
+                lines.append(f"| {label} | " + " | ".join(scores[i :: len(extra)]) + " |")
     return "\n".join(lines)
 
 

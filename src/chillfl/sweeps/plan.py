@@ -23,10 +23,10 @@ import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from chillfl.config import RunConfig, check_compare_option, parse_value, safe_name, variant_config
+from chillfl.config import RunConfig, check_compare_option, own_tune, parse_value, safe_name, variant_config
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune, point_label
 
@@ -49,6 +49,8 @@ class Variant:
     """Multiplies ``client.lr`` after the variant and its tuning point are applied (the 1/T control)."""
     short: str | None = None
     """A grid variant's folder name from its values (``fedavg-lr0.01``); None: the label made a name."""
+    tune: dict[str, list[Any]] = field(default_factory=dict)
+    """Its own tuning grid (``[variants.LABEL.tune]``), crossed with the shared one for this variant alone."""
 
 
 @dataclass
@@ -131,7 +133,12 @@ def variants_from_config(config: RunConfig) -> list[Variant]:
         if not isinstance(table, dict):
             raise ConfigError(f"variants.{label}", "must be a table of overrides")
         temp = table.get("temperature", {})
-        out.append(Variant(str(label), dict(table), fixed_temperature(temp) if isinstance(temp, dict) else None))
+        overrides = {k: v for k, v in table.items() if k != "tune"}
+        try:
+            tune = own_tune(config.tune, table.get("tune"))
+        except ConfigError as exc:
+            raise ConfigError(f"variants.{label}.{exc.field}", exc.message) from None
+        out.append(Variant(str(label), overrides, fixed_temperature(temp) if isinstance(temp, dict) else None, tune=tune))
     return out
 
 
@@ -182,7 +189,7 @@ def naming(variant: Variant, from_grid: bool) -> Iterator[None]:
     except MissingExtra:  # a missing package, not a bad value of the variant: its one line as it is
         raise
     except ConfigError as exc:
-        if not variant.overrides:
+        if not variant.overrides and not variant.tune:
             raise
         if from_grid:
             raise ConfigError(exc.field, f"{exc.message} (grid variant {label})") from None
@@ -236,9 +243,9 @@ def with_controls(config: RunConfig, variants: Sequence[Variant]) -> list[Varian
         rest = {k: val for k, val in v.overrides.items() if k != "temperature"}
         name = v.short or safe_name(v.label)
         for control in (
-            Variant(f"T=1, lr x {1 / t:g} (control of {v.label})", {**rest, "temperature": {"policy": "none"}}, None, v.lr_scale / t, f"{name}-T1-lrx{1 / t:g}"),
-            Variant(f"{v.label} magnitude only", {**v.overrides, "client.loss": "magnitude_only"}, None, v.lr_scale, f"{name}-magnitude"),
-            Variant(f"{v.label} direction only", {**v.overrides, "client.loss": "direction_only"}, None, v.lr_scale, f"{name}-direction"),
+            Variant(f"T=1, lr x {1 / t:g} (control of {v.label})", {**rest, "temperature": {"policy": "none"}}, None, v.lr_scale / t, f"{name}-T1-lrx{1 / t:g}", v.tune),
+            Variant(f"{v.label} magnitude only", {**v.overrides, "client.loss": "magnitude_only"}, None, v.lr_scale, f"{name}-magnitude", v.tune),
+            Variant(f"{v.label} direction only", {**v.overrides, "client.loss": "direction_only"}, None, v.lr_scale, f"{name}-direction", v.tune),
         ):
             if control.label not in labels:
                 out.append(control)
@@ -365,7 +372,11 @@ class Plan:
     @property
     def tuned(self) -> bool:
         """Each variant keeps its best tuning point on validation."""
-        return len(self.points) > 1 or bool(self.tune_table)
+        return len(self.points) > 1 or bool(self.tune_table) or any(v.tune for v in self.variants)
+
+    def points_of(self, variant: Variant) -> list[Point]:
+        """The variant's tuning points: the shared grid's, crossed with its own grid (its keys vary fastest)."""
+        return variant_points(self.tune_table, variant)
 
     @property
     def multi(self) -> bool:
@@ -373,14 +384,19 @@ class Plan:
         return self.tuned or len(self.seeds) > 1
 
 
-def plan_cells(config: RunConfig, variants: Sequence[Variant], points: Sequence[Point], seeds: Sequence[int], suffix: bool, from_grid: bool) -> list[Cell]:
+def variant_points(shared: Mapping[str, Any], variant: Variant) -> list[Point]:
+    """The shared grid's points crossed with ``variant``'s own (its keys last: they vary fastest)."""
+    return parse_tune({**shared, **variant.tune})
+
+
+def plan_cells(config: RunConfig, variants: Sequence[Variant], shared: Mapping[str, Any], seeds: Sequence[int], suffix: bool, from_grid: bool) -> list[Cell]:
     """Every run's config; short folder names (``fedavg-lr0.01-s0``), or the full labels if two short ones collide."""
     cells: list[Cell] = []
     for long in (False, True):
         cells = []
         for v in variants:
             with naming(v, from_grid):
-                for pi, point in enumerate(points):
+                for pi, point in enumerate(variant_points(shared, v)):
                     for seed in seeds:
                         cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, suffix, long)))
         if len({c.config.name for c in cells}) == len(cells):
@@ -397,11 +413,18 @@ def plan_runs(
     planned, saved = plan_sweep(config, grid, options, variants)
     seeds, tune_table = saved.seeds or [], saved.tune or {}
     points = parse_tune(tune_table)
-    multi = len(points) > 1 or bool(tune_table) or len(seeds) > 1
-    total = len(planned) * len(points) * len(seeds)
+    for v in planned:  # a --tune grid replaces the config's: the variants' own grids must still add other keys
+        both = sorted(set(v.tune) & set(tune_table))
+        if both:
+            raise ConfigError(f"variants.{v.label}.tune.{both[0]}", "is tuned by the shared grid (--tune) already; a variant's own grid adds other options")
+    multi = len(points) > 1 or bool(tune_table) or len(seeds) > 1 or any(v.tune for v in planned)
+    per_variant = sum(len(variant_points(tune_table, v)) for v in planned)
+    total = per_variant * len(seeds)
     if total > MAX_RUNS:
-        raise ConfigError("compare.seeds", f"{len(planned)} variants x {len(points)} tuning points x {len(seeds)} seeds = {total} runs; at most {MAX_RUNS}")
-    cells = plan_cells(config, planned, points, seeds, multi, from_grid)
+        runs = (f"{len(planned)} variants x {len(points)} tuning points" if per_variant == len(planned) * len(points)
+                else f"{per_variant} (variant, tuning point) pairs")
+        raise ConfigError("compare.seeds", f"{runs} x {len(seeds)} seeds = {total} runs; at most {MAX_RUNS}")
+    cells = plan_cells(config, planned, tune_table, seeds, multi, from_grid)
     field = "--reference" if reference else "compare.reference"
     ref, base = choose_reference(planned, reference or config.compare.get("reference"), config.compare.get("baseline"), field)
     return Plan(planned, saved, points, cells, ref, base, from_grid)

@@ -197,10 +197,11 @@ def pick_tuned(plan: Plan, sweep: Sweep) -> Picked:
     for v in plan.variants:
         pick = 0
         if plan.tuned:
-            per_point = [[None if (o := results[(v.label, pi, s)]) is None else o.records for s in plan.seeds] for pi in range(len(plan.points))]
+            points = plan.points_of(v)
+            per_point = [[None if (o := results[(v.label, pi, s)]) is None else o.records for s in plan.seeds] for pi in range(len(points))]
             scores = point_scores(per_point, plan.select)
             pick = select_point(scores)
-            chosen[v.label] = (plan.points[pick], scores)
+            chosen[v.label] = (points[pick], scores)
         for s in plan.seeds:
             runs[(v.label, s)] = results[(v.label, pick, s)]
             if (v.label, pick, s) in failures:
@@ -223,7 +224,7 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked) -> Tables:
     if plan.multi:
         rows = build_seed_rows(plan.variants, picked.runs, seeds, ref, base, picked.chosen if plan.tuned else None, failed=picked.failed)
         table = format_seed_table(rows, ref.label, base.label, plan.tune_table if plan.tuned else None, plan.select, config.eval.validation,
-                                  bool(config.compare.get("local", False)))
+                                  bool(config.compare.get("local", False)), {v.label: v.tune for v in plan.variants if v.tune})
         outputs = {f"{label}, seed {s}": out for (label, s), out in picked.runs.items() if out is not None}
     else:
         outputs = {v.label: o for v in plan.variants if (o := picked.runs[(v.label, seeds[0])]) is not None}

@@ -1,0 +1,80 @@
+"""A variant's own tuning grid (``[variants.LABEL.tune]``): a method's own hyperparameter tuned on validation for it alone.
+
+A shared ``[tune]`` grid can only hold options every variant has; FedProx's ``mu`` or FedBABU's ``finetune_lr`` were
+left at their defaults while FedAvg's lr was tuned, which is not a fair comparison.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chillfl.config import config_from_dict
+from chillfl.errors import ConfigError
+from chillfl.sweeps.plan import plan_runs
+from chillfl.sweeps.record import read_sweep
+from chillfl.sweeps.run import run_compare
+
+
+def _config(tmp_path: Path, **variants: Any) -> dict[str, Any]:
+    return {
+        "name": "own", "out_dir": str(tmp_path / "out"), "dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]},
+        "federation": {"num_clients": 4, "rounds": 2}, "eval": {"client_split_size": 20, "validation": 0.2},
+        "tune": {"client.lr": [0.05, 0.2]},
+        "variants": variants or {"FedAvg": {}, "FedProx": {"algorithm": {"name": "fedprox"}, "tune": {"algorithm.mu": [0.001, 0.1]}}},
+    }
+
+
+def test_a_variants_own_grid_is_crossed_with_the_shared_one_for_it_alone(tmp_path: Path) -> None:
+    plan = plan_runs(config_from_dict(_config(tmp_path)), [])
+    fedavg, fedprox = plan.variants
+    assert plan.points_of(fedavg) == [{"client.lr": 0.05}, {"client.lr": 0.2}]
+    assert plan.points_of(fedprox) == [{"client.lr": 0.05, "algorithm.mu": 0.001}, {"client.lr": 0.05, "algorithm.mu": 0.1},
+                                       {"client.lr": 0.2, "algorithm.mu": 0.001}, {"client.lr": 0.2, "algorithm.mu": 0.1}]
+    assert [c.key for c in plan.cells] == [("FedAvg", 0, 0), ("FedAvg", 1, 0)] + [("FedProx", i, 0) for i in range(4)]
+    assert [(c.config.client.lr, c.config.algorithm.get("mu")) for c in plan.cells[2:]] == [(0.05, 0.001), (0.05, 0.1), (0.2, 0.001), (0.2, 0.1)]
+    assert "tune" not in fedprox.overrides and plan.tuned
+
+
+@pytest.mark.parametrize(("variant", "field", "words"), [
+    ({"algorithm": {"name": "fedprox"}, "tune": {"client.lr": [0.1]}}, "variants.P.tune.client.lr", "tuned by the shared [tune] grid already"),
+    ({"algorithm": {"name": "fedprox"}, "tune": {"algorithm.mu": []}}, "variants.P.tune.algorithm.mu", "non-empty list"),
+    ({"algorithm": {"name": "fedprox"}, "tune": [1]}, "variants.P.tune", "expected a table"),
+    ({"tune": {"algorithm.mu": [0.1]}}, "variants.P.algorithm.mu", "unknown option"),  # FedAvg has no mu: refused before any run
+])
+def test_a_bad_own_grid_is_one_line_naming_the_variant(tmp_path: Path, variant: dict[str, Any], field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        run_compare(config_from_dict(_config(tmp_path, P=variant)), [], progress=False)
+    assert err.value.field == field and words in err.value.message, err.value
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_own_grid_is_tuned_on_validation_reported_and_recorded(tmp_path: Path) -> None:
+    result = run_compare(config_from_dict(_config(tmp_path)), [], progress=False)
+    fedavg, fedprox = result.rows
+    assert set(fedavg["tuned"]) == {"client.lr"} and set(fedprox["tuned"]) == {"client.lr", "algorithm.mu"}
+    scores = fedprox["validation_scores"]
+    assert len(scores) == 4 and len(fedavg["validation_scores"]) == 2
+    points = [(0.05, 0.001), (0.05, 0.1), (0.2, 0.001), (0.2, 0.1)]
+    assert (fedprox["tuned"]["client.lr"], fedprox["tuned"]["algorithm.mu"]) == points[scores.index(max(scores))]  # the best on validation
+    table = result.table.splitlines()
+    assert any(line.startswith("tuned per variant") and line.endswith("client.lr in {0.05, 0.2}; FedProx also algorithm.mu in {0.001, 0.1}") for line in table)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table[table.index("| variant | client.lr=0.05 | client.lr=0.2 |"):]}
+    assert rows["FedProx, algorithm.mu=0.001"].endswith(f"| {100 * scores[0]:.2f} | {100 * scores[2]:.2f} |")
+    assert rows["FedProx, algorithm.mu=0.1"].endswith(f"| {100 * scores[1]:.2f} | {100 * scores[3]:.2f} |")
+    folder = tmp_path / "out" / "own-compare"
+    assert json.loads((folder / "sweep.json").read_text())["variants"][1]["tune"] == {"algorithm.mu": [0.001, 0.1]}
+    variants, _, _ = read_sweep(folder)  # what `chillfl resume` rebuilds the comparison from
+    assert variants[1].tune == {"algorithm.mu": [0.001, 0.1]} and variants[0].tune == {}
+
+
+def test_a_command_line_grid_that_tunes_a_variants_own_key_is_refused(tmp_path: Path) -> None:
+    """``--tune`` replaces the config's shared grid: a key it shares with a variant's own grid would be tuned twice."""
+    from chillfl.sweeps.plan import CompareOptions
+
+    with pytest.raises(ConfigError) as err:
+        plan_runs(config_from_dict(_config(tmp_path)), [], options=CompareOptions(tune={"algorithm.mu": [0.01]}))
+    assert err.value.field == "variants.FedProx.tune.algorithm.mu" and "(--tune)" in err.value.message

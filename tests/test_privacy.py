@@ -85,7 +85,7 @@ def test_dp_fedavg_aggregate_by_hand() -> None:
     # clipped (0.6, 0.8) and (0, 0.5); sum (0.6, 1.3); fixed denominator m = 4 (clients_per_round):
     # w' = ((0.6, 1.3) + z) / 4, z ~ N(0, (sigma C)^2) from the round's server stream; the sample counts play no part.
     glob = {"w": torch.zeros(2, dtype=torch.float64)}
-    agg = PrivateAggregation(FedAvg(), local=False, clip_norm=1.0, noise_multiplier=2.0, expected=4, seed=11)
+    agg = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=2.0, expected=4, seed=11)
     out = agg.aggregate(glob, _results([3.0, 4.0], [0.0, 0.5]), round=5)
     z = gaussian_like(glob, 2.0 * 1.0, derive_seed(11, "privacy", "server", 5))["w"]
     expected = (torch.tensor([0.6, 1.3], dtype=torch.float64) + z) / 4
@@ -96,7 +96,7 @@ def test_dp_fedavg_aggregate_by_hand() -> None:
 def test_local_aggregate_by_hand() -> None:
     # local: each client noises its own clipped update with its own stream; the server averages over the n = 2 reporting
     glob = {"w": torch.zeros(2, dtype=torch.float64)}
-    agg = PrivateAggregation(FedAvg(), local=True, clip_norm=1.0, noise_multiplier=0.5, expected=4, seed=11)
+    agg = PrivateAggregation(FedAvg(), client_noise=True, clip_norm=1.0, noise_multiplier=0.5, expected=4, seed=11)
     out = agg.aggregate(glob, _results([3.0, 4.0], [0.0, 0.5]), round=2)
     z0 = gaussian_like(glob, 0.5, derive_seed(11, "privacy", "client", 2, 0))["w"]
     z1 = gaussian_like(glob, 0.5, derive_seed(11, "privacy", "client", 2, 1))["w"]
@@ -390,7 +390,7 @@ def test_adaptive_clip_by_hand() -> None:
     rule = AdaptiveClip(quantile=0.5, lr=0.2, count_noise=1.0)
     assert rule.update_noise(1.0) == pytest.approx(2 / math.sqrt(3))
     glob = {"w": torch.zeros(2, dtype=torch.float64)}
-    agg = PrivateAggregation(FedAvg(), local=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=11, adaptive=rule)
+    agg = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=11, adaptive=rule)
     out = agg.aggregate(glob, _results([3.0, 4.0], [0.0, 0.5]), round=0)
     # C_0 = 1: norms 5 (clipped, b = 0) and 0.5 (b = 1); centred bits sum (0 - 1/2) + (1 - 1/2) = 0;
     # noised fraction (0 + e) / m + 1/2, m = 2, e ~ N(0, 1) from the round's count stream; C_1 = C_0 exp(-0.2 (fraction - 0.5)) = exp(-0.2 e / 2)
@@ -400,7 +400,7 @@ def test_adaptive_clip_by_hand() -> None:
     assert torch.allclose(out["w"], (torch.tensor([0.6, 1.3], dtype=torch.float64) + z) / 2, atol=1e-12)
     assert agg.round_metrics()["clip_norm"] == 1.0
     state = agg.state_dict()
-    again = PrivateAggregation(FedAvg(), local=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=11, adaptive=rule)
+    again = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=11, adaptive=rule)
     again.load_state_dict(state)
     assert again.clip_norm == agg.clip_norm
 

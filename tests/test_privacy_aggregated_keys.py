@@ -45,7 +45,7 @@ def head_personal() -> FedBN:
 def test_the_personal_head_is_left_out_of_the_clip_by_hand(local: bool) -> None:
     # sigma = 0 (the wrapper's own arithmetic; the config refuses it): no noise, so the result is exact.
     # body-only clip: 1.0 and 0.5; m = n = 2: w' = (1.0 + 0.5) / 2 = 0.75 (clipping both entries gave (0.8 + 0.447) / 2 = 0.624)
-    agg = PrivateAggregation(head_personal(), local=local, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11)
+    agg = PrivateAggregation(head_personal(), client_noise=local, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11)
     out = agg.aggregate(GLOBAL, two_clients(), round=0)
     assert out["body.w"].item() == 0.75
     assert out["head.w"].item() == 0.0  # global_bn = "keep": the global model's own
@@ -72,7 +72,7 @@ class Seen(FedAvg):
 
 def test_a_plugins_declaration_is_what_is_clipped_and_the_rest_passes_as_sent() -> None:
     base = Seen()
-    agg = PrivateAggregation(base, local=False, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11)
+    agg = PrivateAggregation(base, client_noise=False, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11)
     out = agg.aggregate(GLOBAL, two_clients(), round=0)
     assert out["body.w"].item() == 0.75
     assert [p["body.w"].item() for p in base.seen] == [1.0, 0.5]  # w + clip(u_i) (n / m = 1)
@@ -107,7 +107,7 @@ class ByHand:
 def test_a_rule_that_declares_nothing_is_clipped_over_every_entry() -> None:
     assert aggregated_keys(ByHand(), GLOBAL) == ("body.w", "head.w")
     assert AggregatorBase().aggregated_keys(GLOBAL) == ("body.w", "head.w")
-    agg = PrivateAggregation(ByHand(), local=False, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11)
+    agg = PrivateAggregation(ByHand(), client_noise=False, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11)
     out = agg.aggregate(GLOBAL, two_clients(), round=0)
     # both entries clipped together: body (4/5 + 0.5/sqrt(1.25)) / 2, head (3/5 + 1/sqrt(1.25)) / 2
     assert out["body.w"].item() == pytest.approx((0.8 + 0.5 / math.sqrt(1.25)) / 2, rel=1e-12)
@@ -120,14 +120,14 @@ def test_averaged_personal_entries_stay_clipped() -> None:
     clients' average, sent to first-time clients and evaluated, so leaving them out of the clip would release them unnoised."""
     fedbn = FedBN(["head.w"], FedBNOptions(global_bn="average"))
     assert fedbn.aggregated_keys(GLOBAL) == ("body.w", "head.w")
-    out = PrivateAggregation(fedbn, local=False, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11).aggregate(GLOBAL, two_clients(), round=0)
+    out = PrivateAggregation(fedbn, client_noise=False, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11).aggregate(GLOBAL, two_clients(), round=0)
     assert out["head.w"].item() == pytest.approx((0.6 + 1.0 / math.sqrt(1.25)) / 2, rel=1e-12)
 
 
 def test_wrappers_forward_their_bases_declaration() -> None:
     from chillfl.aggregation.pa3fed import PA3Fed
 
-    private = PrivateAggregation(head_personal(), local=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=11)
+    private = PrivateAggregation(head_personal(), client_noise=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=11)
     assert aggregated_keys(private, GLOBAL) == ("body.w",)
     assert aggregated_keys(PA3Fed(head_personal()), GLOBAL) == ("body.w",)
 
@@ -150,7 +150,7 @@ def test_adaptive_clipping_counts_the_aggregated_part() -> None:
     # the bits b_i = 1[||u_i|| <= C] on the body alone: client 0 is over (b = 0), client 1 is not (b = 1): centred sum 0
     # (with the heads both were over: -1). C_1 = exp(-eta ((0 + e sigma_b) / m + 1/2 - gamma)), e from the round's count stream
     rule = AdaptiveClip(quantile=0.5, lr=0.2, count_noise=1.0)
-    agg = PrivateAggregation(head_personal(), local=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=11, adaptive=rule)
+    agg = PrivateAggregation(head_personal(), client_noise=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=11, adaptive=rule)
     agg.aggregate(GLOBAL, two_clients(), round=0)
     e = torch.randn((), generator=torch.Generator().manual_seed(derive_seed(11, "privacy", "count", 0)), dtype=torch.float64).item()
     assert agg.clip_norm == pytest.approx(math.exp(-0.2 * (e / 2 + 0.5 - 0.5)), rel=1e-12)

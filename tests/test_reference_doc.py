@@ -17,7 +17,9 @@ import pytest
 from chillfl.cli import main
 from chillfl.config import EXECUTORS, RunConfig
 from chillfl.report.reference import ENUMERATED, _registries, render_reference
+from chillfl.options import OwnTable
 from chillfl.settings.distillation import DistillationOptions
+from chillfl.settings.privacy import PrivacyOptions
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "reference.md"
 
@@ -31,8 +33,10 @@ def test_committed_reference_is_the_generators_output(capsys: pytest.CaptureFixt
 def _sections() -> list[tuple[str, str, type]]:
     """(heading that starts its part of the document, field prefix, options dataclass) for every table of options."""
     hints = typing.get_type_hints(RunConfig)
-    out = [(f"## [{f.name}]", f.name, hints[f.name]) for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])]
+    own = [f.name for f in dataclasses.fields(RunConfig) if isinstance(hints[f.name], type) and issubclass(hints[f.name], OwnTable)]
+    out = [(f"## [{f.name}]", f.name, hints[f.name]) for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name]) and f.name not in own]
     out.append(("### Shared options (every method)", "distillation", DistillationOptions))
+    out.append(("### Shared options (every mechanism)", "privacy", PrivacyOptions))  # a table that parses itself is a part: its shared options
     for section, _key, registry in _registries():
         out += [(f"### `{name}`", f"{section}.{name}", spec.options) for name, spec in sorted(registry.items())]
     return out

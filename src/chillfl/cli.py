@@ -302,6 +302,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from chillfl.models import model_names
     from chillfl.settings.attack import kind_names
     from chillfl.settings.distillation import method_names
+    from chillfl.settings.privacy import mechanism_names
     from chillfl.settings.prototypes import method_names as prototype_method_names
     from chillfl.temperature import policy_names
     from chillfl.training.terms import term_names
@@ -316,6 +317,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         ("prototype methods", prototype_method_names()),
         ("loss terms", term_names()),
         ("attacks", kind_names()),
+        ("privacy mechanisms", mechanism_names()),
     ):
         print(textwrap.fill(f"{title}: {', '.join(names)}", width=100, subsequent_indent="    "))
     print("experiments (`chillfl list experiments`: paper, data, minutes):")

@@ -40,7 +40,8 @@ from chillfl.options import OwnTable, parse_options, require, require_range, sho
 from chillfl.paths import check_writable_dir
 from chillfl.settings.distillation import DistillationOptions, DistillationSetup, parse_distillation
 from chillfl.settings.prototypes import PrototypeOptions, PrototypeSettings, parse_prototypes
-from chillfl.settings.privacy import PrivacyConfig
+from chillfl.settings.privacy import OFF as PRIVACY_OFF
+from chillfl.settings.privacy import PrivacyConfig, PrivacyOptions
 from chillfl.settings.attack import OFF as ATTACK_OFF
 from chillfl.settings.attack import AttackConfig, AttackOptions
 from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer
@@ -524,7 +525,10 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        data["attack"] = self.attack.table()  # one flat table, as written: the kind's options beside the shared ones
+        for f in dataclasses.fields(self):  # [attack], [privacy]: one flat table each, as written: the choice's options beside the shared ones
+            value = getattr(self, f.name)
+            if isinstance(value, OwnTable):
+                data[f.name] = value.table()
         return data
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> RunConfig:
@@ -921,6 +925,7 @@ METHOD_TABLES: dict[str, tuple[str, type, str | None]] = {
     "distillation": ("method", DistillationOptions, None),
     "prototypes": ("method", PrototypeOptions, None),
     "attack": ("kind", AttackOptions, ATTACK_OFF),
+    "privacy": ("mechanism", PrivacyOptions, PRIVACY_OFF),
 }
 """Parts chosen by one key (``method``, ``kind``) whose table mixes options every choice shares (this dataclass) with the
 chosen one's own; the value that turns the part off, if it has one (an off table holds options for the choice to come)."""

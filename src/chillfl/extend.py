@@ -44,7 +44,13 @@ docs/architecture.md the reference of the seams they plug into):
   by rewriting their training data before the run (under every protocol) or forging what they
   upload (the run's data is a :class:`FederatedData`): their models, given the whole round (:class:`ModelRound`), their soft-label rows
   (:class:`RowsUpload`) or their class prototypes (:class:`PrototypeUpload`); optionally a probe
-  whose accuracy under the global model is recorded as the attack's success.
+  whose accuracy under the global model is recorded as the attack's success;
+* **a privacy mechanism** (a :class:`MechanismSpec`: its options, what it accounts and its hooks): what
+  each round costs which privacy unit (:class:`Accounting` before the run, :class:`Charge` s per round
+  given the :class:`Participant` s, over the run's :class:`RunSizes`), and where it acts with the decided
+  :class:`Noise`: around the weighted-mean aggregator (a :class:`WeightedMean`; :class:`PrivateAggregation`
+  is the built-ins' clip-and-noise), in the local step (:class:`PrivateGradients`) or on a client's
+  soft-label rows (:class:`RowRelease`).
 
 Use them either way, with no global state touched:
 
@@ -52,7 +58,7 @@ Use them either way, with no global state touched:
   policy=MyPolicy())`` (and ``chillfl.compare``); each run works on deep copies;
 * from a config or the command line, by import path: ``[algorithm] name = "mypkg.rules:MyRule"``,
   ``[temperature] policy = "mypkg.warmup:Warmup"``, ``[distillation] method = "mypkg.sl:SPEC"``,
-  ``[prototypes] method = "mypkg.protos:SPEC"``, ``[attack] kind = "mypkg.attacks:SPEC"``,
+  ``[prototypes] method = "mypkg.protos:SPEC"``, ``[attack] kind = "mypkg.attacks:SPEC"``, ``[privacy] mechanism = "mypkg.dp:SPEC"``,
   with the class's ``Options`` dataclass parsed and validated like a built-in's options
   (or an :class:`AlgorithmSpec` / :class:`PolicySpec` when the builder needs more, e.g. the
   number of clients, or adds terms); or by a name that an installed distribution registers
@@ -113,17 +119,22 @@ from chillfl.protocols.softlabels.method import (
 )
 from chillfl.errors import ConfigError
 from chillfl.options import require
+from chillfl.privacy.aggregate import AdaptiveClip, PrivateAggregation, WeightedMean
+from chillfl.privacy.spec import Accounting, Charge, MechanismSpec, Noise, Participant, RunSizes
+from chillfl.protocols.softlabels.client import RowRelease
 from chillfl.prototypes.maths import PrototypeLoss, Weighting, aggregate_means, class_means, nearest_prototype, prototype_distance
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, average_rows
 from chillfl.settings.distillation import MethodSettings
 from chillfl.plots.registry import FigureSpec, register_figure
 from chillfl.temperature import ClassCounts, PolicySpec, register_policy
 from chillfl.temperature.base import ConstantTemperature, TemperatureHalf, TemperaturePolicy, TemperatureState
-from chillfl.training.local import LocalSpec
+from chillfl.training.local import LocalSpec, PrivateGradients
 from chillfl.training.objective import BatchTerm, ContextError, LossTerm, ProximalTerm, StepView, Term, read_number, read_table, read_tensor
 from chillfl.training.terms import TermSpec, register_term
 
 __all__ = [
+    "Accounting",
+    "AdaptiveClip",
     "Aggregate",
     "Aggregator",
     "AggregatorBase",
@@ -133,6 +144,7 @@ __all__ = [
     "BatchTerm",
     "BuildContext",
     "Capabilities",
+    "Charge",
     "ClassCounts",
     "ClassRows",
     "ClientHalf",
@@ -154,22 +166,29 @@ __all__ = [
     "LocalProgram",
     "LocalSpec",
     "LossTerm",
+    "MechanismSpec",
     "MethodSettings",
     "MethodState",
     "ModelRound",
     "NoState",
+    "Noise",
     "Params",
+    "Participant",
     "Personal",
     "Personalising",
     "PolicySpec",
     "Pretraining",
+    "PrivateAggregation",
+    "PrivateGradients",
     "PrototypeHooks",
     "PrototypeLoss",
     "PrototypeSpec",
     "PrototypeUpload",
     "ProximalTerm",
     "Report",
+    "RowRelease",
     "RowsUpload",
+    "RunSizes",
     "SoftLabelClientHalf",
     "SoftLabelClientHooks",
     "SoftLabelMethod",
@@ -184,6 +203,7 @@ __all__ = [
     "TermSpec",
     "Train",
     "Trained",
+    "WeightedMean",
     "Weighting",
     "Wire",
     "aggregate_means",

@@ -171,9 +171,17 @@ class SpecFamily:
     kind: str
     """What a spec of the family is called in messages, e.g. ``chillfl.extend.SoftLabelSpec``."""
     is_spec: Callable[[Any], bool]
+    dashed: bool = False
+    """Whether a built-in's public name writes its module's ``_`` as ``-`` (``dp_fedavg.py`` is ``dp-fedavg``): a
+    module name cannot hold a hyphen, and a name users already write must not change."""
 
     def built_in_names(self) -> tuple[str, ...]:
-        return package_modules(self.package)
+        modules = package_modules(self.package)
+        return tuple(m.replace("_", "-") for m in modules) if self.dashed else modules
+
+    def _module(self, name: str) -> str:
+        """The module of built-in ``name``."""
+        return name.replace("-", "_") if self.dashed else name
 
     def names(self) -> list[str]:
         """Built-in names and the ``chillfl.plugins`` entry points that name a spec of this family."""
@@ -182,7 +190,7 @@ class SpecFamily:
     def spec(self, name: object) -> Any:
         """The spec ``name`` names; a ConfigError on :attr:`field` when there is none or it is no spec of this family."""
         if isinstance(name, str) and name in self.built_in_names():
-            found = load_object(f"{self.package}.{name}:SPEC", self.field)
+            found = load_object(f"{self.package}.{self._module(name)}:SPEC", self.field)
         else:
             found = resolve(name, self.field) if isinstance(name, str) and name else None
             if found is None:

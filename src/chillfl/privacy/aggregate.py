@@ -78,7 +78,7 @@ class AdaptiveClip:
 
 
 class PrivateAggregation(AroundAggregator):
-    """Clip each client's update to C, add Gaussian noise (server: one draw on the sum; ``local``: one per client), then the base's mean.
+    """Clip each client's update to C, add Gaussian noise (server: one draw on the sum; ``client_noise``: one per client), then the base's mean.
 
     Update, clip and noise cover the entries the base aggregates (:func:`~chillfl.aggregation.base.aggregated_keys`);
     the rest of each model goes to the base as the client sent it."""
@@ -86,10 +86,10 @@ class PrivateAggregation(AroundAggregator):
     base: WeightedMean
 
     def __init__(
-        self, base: WeightedMean, *, local: bool, clip_norm: float, noise_multiplier: float, expected: int, seed: int, adaptive: AdaptiveClip | None = None
+        self, base: WeightedMean, *, client_noise: bool, clip_norm: float, noise_multiplier: float, expected: int, seed: int, adaptive: AdaptiveClip | None = None
     ) -> None:
         super().__init__(base)
-        self.local = local
+        self.client_noise = client_noise
         self.clip_norm = clip_norm
         self.adaptive = adaptive
         self.noise_multiplier = noise_multiplier
@@ -104,14 +104,14 @@ class PrivateAggregation(AroundAggregator):
         sigma = self.noise_multiplier if self.adaptive is None else self.adaptive.update_noise(self.noise_multiplier)
         std = sigma * clip
         n = len(results)
-        denominator = n if self.local else self.expected
-        server_noise = None if self.local else gaussian_like({k: global_params[k] for k in keys}, std, derive_seed(self.seed, "privacy", "server", round))
+        denominator = n if self.client_noise else self.expected
+        server_noise = None if self.client_noise else gaussian_like({k: global_params[k] for k in keys}, std, derive_seed(self.seed, "privacy", "server", round))
         private: list[ClientResult] = []
         clipped = 0
         for r in results:
             update, norm = clip_update({k: r.params[k] - global_params[k] for k in keys}, clip)
             clipped += norm > clip
-            if self.local:
+            if self.client_noise:
                 noise = gaussian_like(update, std, derive_seed(self.seed, "privacy", "client", round, r.client_id))
                 share = {k: update[k] + noise[k] for k in keys}
             else:

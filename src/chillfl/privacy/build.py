@@ -1,6 +1,8 @@
-"""What the run builder calls for ``[privacy]``: the plan (noise, sampling rates, checks), the wrapped aggregator, the DP-SGD step, the accounted protocol.
+"""What the run builder calls for ``[privacy]``: the plan (noise, sampling rates, checks), the wrapped aggregator, the private local step, the accounted protocol.
 
-Every check runs before anything is written; each mistake is one ConfigError naming the field.
+Every check runs before anything is written; each mistake is one ConfigError naming the field. Nothing here
+knows a mechanism by name: it asks the mechanism's spec (:class:`chillfl.privacy.spec.MechanismSpec`) what it
+accounts and which hooks it has, and where it runs follows from them.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
 from chillfl.extras import need
 from chillfl.privacy.accounting import noise_for
-from chillfl.privacy.dpsgd import PerSampleClipping
 from chillfl.privacy.plan import PrivacyPlan
-from chillfl.settings.privacy import PrivacyConfig
-from chillfl.training.schedule import planned_steps
+from chillfl.privacy.spec import PARAMETERS, RELEASES, MechanismSpec, Noise, RunSizes
+from chillfl.settings.privacy import PrivacyConfig, mechanism_names, mechanism_spec
 
 if TYPE_CHECKING:
     from chillfl.aggregation.base import Aggregator
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from chillfl.data import FederatedData
     from chillfl.engine.protocol import ServerProtocol
     from chillfl.protocols.parts import Experiment
+    from chillfl.training.local import PrivateGradients
 
 SECTION = "privacy"
 FIELD = f"{SECTION}.mechanism"
@@ -34,52 +36,55 @@ def _client_sizes(data: FederatedData) -> tuple[int, ...]:
     return tuple(len(data.train_indices[c]) for c in range(data.num_clients))
 
 
+def _mechanisms_under(protocol: str) -> list[str]:
+    """The listed mechanisms (built-ins and entry points) that act under ``protocol`` (imports each one's module: for a refusal only)."""
+    return [name for name in mechanism_names() if mechanism_spec(name).runs_under(protocol)]
+
+
+def refusal(spec: MechanismSpec[Any], protocol: str) -> str:
+    """Why ``spec`` cannot run under ``protocol``, from its hooks: what it noises, what the protocol sends, what runs there instead."""
+    what = " or ".join(spec.covers().values())
+    why = RELEASES.get(protocol, "it shares none of them")
+    return f"{spec.name!r} noises {what}, and the {protocol} protocol has none ({why}); mechanisms that run under {protocol}: {', '.join(_mechanisms_under(protocol)) or 'none yet'}"
+
+
 def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
     """The ``[privacy]`` plan of this run (None: off), or a ConfigError for a budget that is impossible here."""
-    if not config.privacy.enabled:
+    p = config.privacy
+    if not p.enabled:
         return None
+    spec = p.spec
+    if not spec.runs_under(config.protocol):
+        raise ConfigError(FIELD, refusal(spec, config.protocol))
     setup = config.distillation_setup
-    if setup is not None and config.privacy.mechanism == "local":  # the soft-label method's own reports (Selective-FD's selection)
+    if setup is not None:  # the soft-label method's own reports (Selective-FD's selection)
         from chillfl.protocols.softlabels.method import spec_of
 
-        _refuse_reports("local", "the clients' soft-label rows", repr(setup.common.method), spec_of(setup).capabilities, "a method whose clients send only their rows")
+        _refuse_reports(p.mechanism, "the clients' soft-label rows", repr(setup.common.method), spec_of(setup).capabilities, "a method whose clients send only their rows")
+    if spec.check is not None:
+        spec.check(p.options, config)
     fed = config.federation
-    return _plan(config.privacy, config.protocol, data.num_clients, fed.sample_size(), fed.rounds, config.client.batch_size, config.client.epochs, _client_sizes(data))
+    sizes = RunSizes(data.num_clients, fed.sample_size(), fed.rounds, config.client.batch_size, config.client.epochs, _client_sizes(data))
+    return _plan(p, config.protocol, sizes, config.seed)
 
 
 @functools.lru_cache(maxsize=16)
-def _plan(p: PrivacyConfig, protocol: str, num_clients: int, per_round: int, rounds: int, batch_size: int, epochs: int, sizes: tuple[int, ...]) -> PrivacyPlan:
+def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> PrivacyPlan:
     need("opacus.accountants", "privacy", "[privacy]")  # up front: a missing extra is one line before anything is written
-    if protocol == "softlabels" and p.mechanism != "local":
-        raise ConfigError(FIELD, f"the soft-label protocol shares no model updates: its clients noise their uploaded rows with 'local', not {p.mechanism!r}")
-    if protocol not in ("parameters", "softlabels"):
-        raise ConfigError(FIELD, f"{p.mechanism!r} privatises model updates or local training; the {protocol} protocol is not covered yet")
-    if p.mechanism in ("dp-fedavg",):
-        if p.delta >= 1 / num_clients:
-            raise ConfigError(f"{SECTION}.delta", f"must be < 1/num_clients = {1 / num_clients:.3g} (the privacy unit is a client), got {p.delta}")
-        budgets = [(per_round / num_clients, rounds)]
-    elif p.mechanism == "local":
-        budgets = [(1.0, rounds)]  # a client's own noised update (soft-labels: each row) each round it takes part: no amplification
-    else:  # dp-sgd: client k's steps over every round (worst case: it takes part in all of them), q_k = b / n_k
-        largest = max(sizes)
-        if p.delta >= 1 / largest:
-            raise ConfigError(f"{SECTION}.delta", f"must be < 1/n = {1 / largest:.3g} (n: the largest client's {largest} samples, the privacy unit is a sample), got {p.delta}")
-        budgets = sorted({(min(1.0, batch_size / n), rounds * planned_steps(n, batch_size, epochs)) for n in sizes if n})
+    spec = p.spec
+    accounting = spec.accounts(p.options, sizes)
+    if p.delta >= accounting.delta_below:
+        raise ConfigError(f"{SECTION}.delta", f"must be < {accounting.delta_why}, got {p.delta}")
+    sensitivity = p.sensitivity
     sigma = p.noise_multiplier
     if p.target_epsilon > 0:  # the accountant's sigma is per unit of sensitivity: the noise added is that many times larger
         try:
-            sigma = p.sensitivity * max(noise_for(p.target_epsilon, p.delta, q, steps, p.accountant) for q, steps in budgets)
+            sigma = sensitivity * max(noise_for(p.target_epsilon, p.delta, q, steps, p.accountant) for q, steps in accounting.steps)
         except ValueError as exc:
-            raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {rounds} rounds ({exc})") from None
-    count_noise = 0.0
-    if p.target_quantile > 0:
-        if p.mechanism != "dp-fedavg":
-            raise ConfigError(f"{SECTION}.target_quantile", f"adaptive clipping (Andrew et al. 2021) is dp-fedavg's; leave it 0 with {p.mechanism!r}")
-        count_noise = p.count_noise or max(per_round / 20, sigma)
-        if 2 * count_noise <= sigma:  # the update's share of the budget: sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2) needs 2 sigma_b > sigma
-            raise ConfigError(f"{SECTION}.count_noise", f"must be > noise_multiplier / 2 = {sigma / 2:.4g} (the count's noise takes part of the budget), got {count_noise}")
-    return PrivacyPlan(p.mechanism, p.clip_norm, sigma, p.delta, p.accountant, per_round / num_clients, per_round, batch_size, epochs, protocol, p.row_norm,
-                       p.target_quantile, p.clip_lr, count_noise, p.sensitivity)
+            raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {sizes.rounds} rounds ({exc})") from None
+    noise = Noise(p.clip_norm, sigma, sizes, seed)
+    options = p.options if spec.settle is None else spec.settle(p.options, noise)
+    return PrivacyPlan(p.mechanism, spec, options, noise, p.delta, p.accountant, protocol, sensitivity)
 
 
 def _capabilities(config: RunConfig, aggregator: Aggregator) -> Capabilities:
@@ -106,17 +111,17 @@ def _refuse_reports(
 
 
 MODELS = "what the clients' models reveal"
-"""What ``dp-fedavg``, ``local`` and ``dp-sgd`` noise under the parameter protocol."""
+"""What a mechanism acting on the clients' updates or local steps noises under the parameter protocol."""
 
 
 def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggregator) -> Aggregator:
-    """``dp-fedavg`` / ``local``: the aggregator wrapped in :class:`~chillfl.privacy.aggregate.PrivateAggregation`; else as it is.
+    """The aggregator wrapped by the mechanism's ``aggregator`` hook, where it has one; else as it is.
 
     The base must be a weighted mean (``takes_weights``) whose server maths reads nothing but the models
     (no ``plain_sgd`` normalisation by step counts, no control variates): anything else is refused.
     """
     plan = plan_privacy(config, data)
-    if plan is None or plan.mechanism not in ("dp-fedavg", "local"):
+    if plan is None or plan.spec.aggregator is None or config.protocol != PARAMETERS:
         return aggregator
     name = config.algorithm.get("name")
     capabilities = _capabilities(config, aggregator)
@@ -124,28 +129,25 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
     if not capabilities.takes_weights or capabilities.plain_sgd:
         why = capabilities.plain_sgd or "its aggregate() takes no client weights (declare takes_weights)"
         raise ConfigError(FIELD, f"{plan.mechanism!r} adds noise to a weighted mean of the clients' clipped updates, which algorithm {name!r} is not ({why})")
-    from chillfl.privacy.aggregate import AdaptiveClip, PrivateAggregation
-
-    base: Any = aggregator
-    adaptive = AdaptiveClip(plan.target_quantile, plan.clip_lr, plan.count_noise) if plan.target_quantile > 0 else None
-    return PrivateAggregation(base, local=plan.mechanism == "local", clip_norm=plan.clip_norm, noise_multiplier=plan.noise_multiplier, expected=plan.expected,
-                              seed=config.seed, adaptive=adaptive)
+    base: Any = aggregator  # a weighted mean, as its capabilities declare
+    return plan.spec.aggregator(plan.options, plan.noise, base)
 
 
-def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggregator: Aggregator | None) -> PerSampleClipping | None:
-    """``dp-sgd``: the per-sample clipping step for the run's spec (None otherwise); refuses batch norm and personalising methods."""
+def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggregator: Aggregator | None) -> PrivateGradients | None:
+    """The mechanism's per-sample step (its ``step`` hook; None without one); refuses batch norm and personalising methods."""
     plan = plan_privacy(config, data)
-    if plan is None or plan.mechanism != "dp-sgd":
+    if plan is None or plan.spec.step is None or config.protocol != PARAMETERS:
         return None
     if aggregator is not None:
         _refuse_reports(plan.mechanism, MODELS, f"algorithm {config.algorithm.get('name')!r}", _capabilities(config, aggregator))
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        raise ConfigError(FIELD, f"'dp-sgd' clips per-sample gradients, and model {config.model.get('name')!r} has batch norm (a sample's gradient depends on its batch); use a model without it")
+        model_name = config.model.get("name")
+        raise ConfigError(FIELD, f"{plan.mechanism!r} clips per-sample gradients, and model {model_name!r} has batch norm (a sample's gradient depends on its batch); use a model without it")
     from chillfl.aggregation.base import Personalising
 
     if aggregator is not None and isinstance(aggregator.client_half(), Personalising):
-        raise ConfigError(FIELD, f"'dp-sgd' accounts one training a round per client, and algorithm {config.algorithm.get('name')!r} runs several")
-    return PerSampleClipping(plan.clip_norm, plan.noise_multiplier)
+        raise ConfigError(FIELD, f"{plan.mechanism!r} accounts one training a round per client, and algorithm {config.algorithm.get('name')!r} runs several")
+    return plan.spec.step(plan.options, plan.noise)
 
 
 def with_privacy(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
@@ -155,7 +157,7 @@ def with_privacy(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
         return protocol
     from chillfl.privacy.protocol import Accounted
 
-    return Accounted(protocol, plan, _client_sizes(exp.data), exp.config.seed)
+    return Accounted(protocol, plan)
 
 
 __all__: Sequence[str] = ("PrivacyPlan", "plan_privacy", "private_aggregator", "private_steps", "with_privacy")

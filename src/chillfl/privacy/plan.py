@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from chillfl.privacy.spec import MechanismSpec, Noise
 
 
 @dataclass(frozen=True)
@@ -10,26 +13,25 @@ class PrivacyPlan:
     """The run's mechanism with its noise decided (``target_epsilon`` resolved) and what the accountant needs."""
 
     mechanism: str
-    clip_norm: float
-    noise_multiplier: float
+    """The name the config gave it (messages)."""
+    spec: MechanismSpec[Any]
+    options: Any
+    """The mechanism's own options, settled (:attr:`MechanismSpec.settle`)."""
+    noise: Noise
     delta: float
     accountant: str
-    client_rate: float
-    """dp-fedavg: q = clients_per_round / num_clients (fixed-size sampling accounted as Poisson at that rate)."""
-    expected: int
-    """dp-fedavg's fixed denominator: clients_per_round."""
-    batch_size: int
-    epochs: int
     protocol: str = "parameters"
-    row_norm: str = "l2"
-    target_quantile: float = 0.0
-    """> 0: adaptive clipping toward this quantile of the update norms (dp-fedavg)."""
-    clip_lr: float = 0.2
-    count_noise: float = 0.0
-    """The std sigma_b of the noise on the clipped-clients count (resolved: never 0 when adaptive)."""
     sensitivity: float = 1.0
-    """The release's L2 sensitivity in units of C: 2 for ``local`` under replace-one adjacency (any two clipped
-    values of a client), 1 for add/remove. The accountant charges a Gaussian of ``accounted_sigma``."""
+    """The release's L2 sensitivity in units of C: 2 under replace-one adjacency (any two clipped values of a
+    client), 1 for add/remove. The accountant charges a Gaussian of ``accounted_sigma``."""
+
+    @property
+    def clip_norm(self) -> float:
+        return self.noise.clip_norm
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.noise.noise_multiplier
 
     @property
     def accounted_sigma(self) -> float:

@@ -1,20 +1,18 @@
 """The accountant around any server protocol: every round's ``epsilon`` in its record, the ledger in its checkpoint.
 
 A wrapper, so no protocol changes: after the inner protocol's ``server_update`` it spends the round's
-privacy on the ledger, per mechanism:
+privacy on the ledger, as the mechanism's spec says:
 
-* ``dp-fedavg``: one subsampled Gaussian step for the whole population at q = clients_per_round /
-  num_clients (fixed-size sampling, accounted as Poisson at that rate: docs/privacy.md);
-* ``local``: one Gaussian step (q = 1) for each client that reported, on its own history, at sigma / 2 under
-  replace-one adjacency (the default for ``local``: any two clipped updates differ by up to 2C);
-* ``dp-sgd``: each client that trained spends its local steps at q_k = batch_size / n_k;
-* ``local`` under the soft-label protocol: the clients' uploads go through
-  :class:`~chillfl.privacy.softlabels.RowNoise` (this wrapper hands the protocol's client side the row
-  mechanism); per client, ``epsilon`` composes one Gaussian release per round it uploaded (the bound
-  for any single row, released at most once a round), and ``epsilon_upload`` composes every row it
-  released (what its whole upload reveals about its data).
+* under parameter sharing, its ``charges`` hook: which privacy units spend how many Gaussian steps at
+  which sampling rate, given the clients that took part (the population once a round, each client that
+  reported, each client's completed local steps, ...);
+* under the soft-label protocol, the clients' uploads go through the mechanism's ``rows`` hook (this
+  wrapper hands the protocol's client side the row release); per client, ``epsilon`` composes one Gaussian
+  release (q = 1) per round it uploaded (the bound for any single row, released at most once a round), and
+  ``epsilon_upload`` composes every row it released (what its whole upload reveals about its data).
 
-The reported ``epsilon`` (at ``delta``) is the largest over the privacy units: the worst-off client.
+Every step is charged at the plan's noise multiplier per unit of sensitivity (``accounted_sigma``). The
+reported ``epsilon`` (at ``delta``) is the largest over the privacy units: the worst-off client.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientTask, Ser
 from chillfl.engine.record import RoundRecord
 from chillfl.privacy.accounting import Ledger, finite
 from chillfl.privacy.plan import PrivacyPlan
-from chillfl.privacy.softlabels import RowNoise
+from chillfl.privacy.spec import SOFTLABELS, Participant
 from chillfl.protocols.softlabels.client import SoftLabelClient
 from chillfl.protocols.softlabels.messages import SoftLabelRoundDownlink
 from chillfl.training.schedule import planned_steps
@@ -45,24 +43,24 @@ def completed(num_samples: int, batch_size: int, epochs: int, work: float) -> in
 class Accounted(AroundProtocol):
     """``protocol`` with an accountant: same rounds, same state, plus ``epsilon`` in every record and the ledger in checkpoints."""
 
-    OWN = frozenset({"plan", "sizes", "ledger", "uploads"})
+    OWN = frozenset({"plan", "ledger", "uploads"})
 
-    def __init__(self, protocol: ServerProtocol, plan: PrivacyPlan, sizes: Sequence[int], seed: int = 0) -> None:
+    def __init__(self, protocol: ServerProtocol, plan: PrivacyPlan) -> None:
         super().__init__(protocol)
         self.plan = plan
-        self.sizes = tuple(sizes)
         self.ledger = Ledger(plan.delta, plan.accountant)
         self.uploads = Ledger(plan.delta, plan.accountant)
         """Soft-label rows: each client's whole uploads (every row it released, composed): ``epsilon_upload``."""
-        if self.rows:  # the soft-label client releases its rows through the row mechanism
+        if self.rows:  # the soft-label client releases its rows through the mechanism's row release
             inner = protocol.client
-            assert isinstance(inner, SoftLabelClient), "the soft-label protocol's client side"
-            self._client = dataclasses.replace(inner, privacy=RowNoise(plan.clip_norm, plan.noise_multiplier, plan.row_norm, seed, not inner.uses_logits))
+            rows = plan.spec.rows
+            assert isinstance(inner, SoftLabelClient) and rows is not None, "the soft-label protocol's client side, a mechanism that releases rows"
+            self._client = dataclasses.replace(inner, privacy=rows(plan.options, plan.noise, not inner.uses_logits))
 
     @property
     def rows(self) -> bool:
-        """Whether the clients' soft-label rows are what is released (``local`` under the soft-label protocol)."""
-        return self.plan.protocol == "softlabels"
+        """Whether the clients' soft-label rows are what is released (the mechanism's ``rows`` hook, under the soft-label protocol)."""
+        return self.plan.protocol == SOFTLABELS
 
     def server_update(self, round: int, tasks: Sequence[ClientTask[Any, Any]], replies: Sequence[ClientReply[Any, Any]]) -> RoundRecord:
         record = self.inner.server_update(round, tasks, replies)
@@ -75,21 +73,18 @@ class Accounted(AroundProtocol):
     def spend(self, tasks: Sequence[ClientTask[Any, Any]]) -> None:
         """One round's privacy cost on the ledger (see the module docstring)."""
         p = self.plan
-        if p.mechanism == "dp-fedavg":
-            self.ledger.spend("clients", p.accounted_sigma, p.client_rate)
+        if not self.rows:
+            charges = p.spec.charges
+            assert charges is not None, "a mechanism acting on the clients' models declares its charges"
+            for c in charges(p.options, p.noise.sizes, [Participant(t.client_id, t.work) for t in tasks]):
+                self.ledger.spend(c.unit, p.accounted_sigma, c.rate, c.steps)
             return
-        for task in tasks:
-            unit = f"client {task.client_id}"
-            if self.rows:  # each row it released: one Gaussian release per round (the worst row: released every round it uploaded)
-                released = int(task.downlink.requested.numel()) if isinstance(task.downlink, SoftLabelRoundDownlink) else 0
-                if released:
-                    self.ledger.spend(unit, p.accounted_sigma, 1.0)
-                    self.uploads.spend(unit, p.accounted_sigma, 1.0, released)
-            elif p.mechanism == "local":
+        for task in tasks:  # each row it released: one Gaussian release per round (the worst row: released every round it uploaded)
+            released = int(task.downlink.requested.numel()) if isinstance(task.downlink, SoftLabelRoundDownlink) else 0
+            if released:
+                unit = f"client {task.client_id}"
                 self.ledger.spend(unit, p.accounted_sigma, 1.0)
-            else:
-                n = self.sizes[task.client_id]
-                self.ledger.spend(unit, p.accounted_sigma, min(1.0, p.batch_size / n), completed(n, p.batch_size, p.epochs, task.work))
+                self.uploads.spend(unit, p.accounted_sigma, 1.0, released)
 
     def state_dict(self) -> dict[str, Any]:
         return {**self.inner.state_dict(), KEY: {"units": self.ledger.state_dict(), "uploads": self.uploads.state_dict()}}

@@ -26,6 +26,7 @@ from chillfl.options import OwnTable
 from chillfl.settings.attack import AttackOptions, attack_spec, kind_names
 from chillfl.settings.distillation import DistillationOptions, method_settings
 from chillfl.settings.distillation import method_names as soft_label_method_names
+from chillfl.settings.privacy import PrivacyOptions, mechanism_names, mechanism_spec
 from chillfl.settings.prototypes import method_names as prototype_method_names
 from chillfl.settings.prototypes import method_spec
 from chillfl.temperature import policy_names, policy_spec
@@ -53,6 +54,7 @@ PARTS: tuple[Part, ...] = (
     Part("distillation", "method", soft_label_method_names, method_settings, plugins=True),
     Part("prototypes", "method", prototype_method_names, method_spec, plugins=True),
     Part("attack", "kind", kind_names, attack_spec, plugins=True),
+    Part("privacy", "mechanism", mechanism_names, mechanism_spec, plugins=True),
 )
 """Every part, by its registry's public names function and lookup; those that take plugins list the
 ``chillfl.plugins`` entry points that belong to them too, so plugin options are shown."""
@@ -80,7 +82,7 @@ def _registries(plugins: Sequence[str] = ()) -> Iterator[tuple[str, str, Mapping
         yield part.section, part.key, registry
     for path, why in claimed.items():
         if why:
-            raise ConfigError("list.options", f"{path!r} is no algorithm, temperature policy, soft-label or prototype method, or attack ({why})")
+            raise ConfigError("list.options", f"{path!r} is no algorithm, temperature policy, soft-label or prototype method, attack, or privacy mechanism ({why})")
 
 
 def _default(field: dataclasses.Field) -> str:
@@ -261,7 +263,11 @@ def render_reference(plugins: Sequence[str] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-SHARED: dict[str, tuple[type, str]] = {"distillation": (DistillationOptions, "method"), "attack": (AttackOptions, "kind")}
+SHARED: dict[str, tuple[type, str]] = {
+    "distillation": (DistillationOptions, "method"),
+    "attack": (AttackOptions, "kind"),
+    "privacy": (PrivacyOptions, "mechanism"),
+}
 """Parts whose table holds options every implementation shares (this dataclass; what one is called) beside the chosen one's own."""
 
 

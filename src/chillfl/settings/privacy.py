@@ -1,69 +1,65 @@
-"""The ``[privacy]`` table: which differential-privacy mechanism a run applies, and its budget (docs/privacy.md).
+"""The ``[privacy]`` table and the family of mechanisms, typed: parsed once, by the config (docs/privacy.md).
 
-Typed and checked here, below the config; the mechanisms themselves live in :mod:`chillfl.privacy`.
+One flat table turns a mechanism on and sets its budget::
+
+    [privacy]
+    mechanism = "dp-fedavg"    # or "mypkg.dp:SPEC"; "none" (the default): off
+    clip_norm = 1.0            # the options every mechanism shares (PrivacyOptions)
+    target_quantile = 0.5      # the mechanism's own options, validated like a built-in's
+
+A mechanism is one :class:`chillfl.privacy.spec.MechanismSpec` (``SPEC`` in its module), found one way,
+built-in or not: a built-in's name is the name of its module under ``chillfl/privacy/mechanisms/`` with
+``_`` written ``-``; a user's is an import path ``"pkg.module:SPEC"`` or a ``chillfl.plugins`` entry point
+(:class:`chillfl.plugins.SpecFamily`). Listing names imports nothing; parsing a mechanism's options imports
+its module, as a plugin's would. The mechanisms themselves run in :mod:`chillfl.privacy`, which reads the hooks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
-from typing import ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Mapping
 
-from chillfl.options import require
+from chillfl import plugins
+from chillfl.errors import ConfigError, choice_error
+from chillfl.options import Chosen, NoOptions, OwnTable, parse_options, require, unknown_option
+from chillfl.plugins import SpecFamily
+from chillfl.privacy.spec import MechanismSpec
 
-MECHANISMS = ("none", "dp-fedavg", "dp-sgd", "local")
+SECTION = "privacy"
+
+OFF = "none"
+"""The mechanism that turns ``[privacy]`` off (the default)."""
+
+BUILT_IN = "chillfl.privacy.mechanisms"
+"""The package whose modules are the built-in mechanisms, each registered by its ``SPEC``."""
 
 
 @dataclass(frozen=True)
-class PrivacyConfig:
-    """Differential privacy (docs/privacy.md): ``dp-fedavg`` (client-level, server noise), ``dp-sgd`` (sample-level), ``local``.
+class PrivacyOptions:
+    """The options every mechanism shares.
 
-    ``clip_norm``: the L2 bound C on each client's update (``dp-fedavg``, ``local``) or each sample's
-    gradient (``dp-sgd``). ``noise_multiplier``: sigma, the Gaussian noise's standard deviation in units
-    of C; unless ``target_epsilon`` > 0 picks it for the planned rounds before the run starts.
-    ``delta``: the delta at which every round's ``epsilon`` is reported. ``accountant``: Opacus's
-    ``rdp`` (Renyi DP, Mironov 2017) or ``prv`` (privacy random variables, Gopi et al. 2021).
-    ``row_norm``: under the soft-label protocol (``local`` only), the norm each uploaded row is clipped in.
+    ``mechanism``: the mechanism (``none``: off), a built-in's name, an import path or an entry point.
+    ``clip_norm``: C, the L2 bound on what the mechanism clips. ``noise_multiplier``: sigma, the Gaussian
+    noise's standard deviation in units of C; unless ``target_epsilon`` > 0 picks it for the planned rounds
+    before the run starts. ``delta``: the delta at which every round's ``epsilon`` is reported.
+    ``accountant``: Opacus's ``rdp`` (Renyi DP, Mironov 2017) or ``prv`` (Gopi et al. 2021).
     ``adjacency``: the neighbouring inputs epsilon is for. ``replace``: any two clipped values of a client
-    (local DP's definition; sensitivity 2C); ``add_remove``: a value against none (sensitivity C), the only
-    relation Opacus's subsampled accountants bound; ``auto``: ``replace`` for ``local``, else ``add_remove``.
-    ``target_quantile`` > 0 (``dp-fedavg``): adaptive clipping (Andrew et al. 2021): C moves geometrically,
-    at rate ``clip_lr``, toward that quantile of the clients' update norms, from a count noised with std
-    ``count_noise`` (0: max(clients_per_round / 20, noise_multiplier)); ``clip_norm`` is its start.
+    (sensitivity 2C); ``add_remove``: a value against none (sensitivity C), the only relation Opacus's
+    subsampled accountants bound; ``auto``: the mechanism's own (its spec's ``adjacency``).
     """
 
-    mechanism: Literal["none", "dp-fedavg", "dp-sgd", "local"] = "none"
+    mechanism: str = OFF
     clip_norm: float = 1.0
     noise_multiplier: float = 1.0
     target_epsilon: float = 0.0
     delta: float = 1e-5
     accountant: Literal["rdp", "prv"] = "rdp"
-    row_norm: Literal["l2", "l1"] = "l2"
     adjacency: Literal["auto", "replace", "add_remove"] = "auto"
-    target_quantile: float = 0.0
-    clip_lr: float = 0.2
-    count_noise: float = 0.0
-
-    SWITCH: ClassVar[str] = "mechanism"
-    """The option that turns the table on: options written while no run of a config sets it are refused (``chillfl.config.check_switches``)."""
-
-    @classmethod
-    def switch_values(cls) -> tuple[str, ...]:
-        """What :attr:`SWITCH` may be set to (for the refusal's message)."""
-        return MECHANISMS
-
-    @property
-    def enabled(self) -> bool:
-        return self.mechanism != "none"
-
-    @property
-    def sensitivity(self) -> float:
-        """The clipped release's L2 sensitivity in units of C under :attr:`adjacency`: 2 (any two values in a ball of radius C) or 1."""
-        replace = self.adjacency == "replace" or (self.adjacency == "auto" and self.mechanism == "local")
-        return 2.0 if replace else 1.0
 
     def validate(self, section: str) -> None:
-        if not self.enabled:
+        if self.mechanism == OFF:
             return
         require(math.isfinite(self.clip_norm) and self.clip_norm > 0, f"{section}.clip_norm", f"must be > 0 (the L2 bound on what is clipped), got {self.clip_norm}")
         require(0 < self.delta < 1, f"{section}.delta", f"must be in (0, 1), got {self.delta}")
@@ -72,12 +68,125 @@ class PrivacyConfig:
             f"{section}.noise_multiplier",
             f"must be > 0 (sigma = 0 adds no noise: epsilon would be infinite), got {self.noise_multiplier}; or set target_epsilon",
         )
-        require(0 <= self.target_quantile < 1, f"{section}.target_quantile", f"must be in [0, 1) (0: fixed clipping), got {self.target_quantile}")
-        require(math.isfinite(self.clip_lr) and self.clip_lr > 0, f"{section}.clip_lr", f"must be > 0, got {self.clip_lr}")
-        require(math.isfinite(self.count_noise) and self.count_noise >= 0, f"{section}.count_noise", f"must be >= 0 (0: the default), got {self.count_noise}")
         require(math.isfinite(self.target_epsilon) and self.target_epsilon >= 0, f"{section}.target_epsilon", f"must be >= 0 (0: use noise_multiplier), got {self.target_epsilon}")
+
+
+FAMILY = SpecFamily(BUILT_IN, f"{SECTION}.mechanism", "chillfl.extend.MechanismSpec", lambda obj: isinstance(obj, MechanismSpec), dashed=True)
+"""Built-ins (one module each under ``BUILT_IN``) and plugins, found the same way."""
+
+
+def mechanism_names() -> list[str]:
+    """Built-in mechanisms and the ``chillfl.plugins`` entry points that name one (listed, not imported: no torch)."""
+    return FAMILY.names()
+
+
+def mechanism_spec(name: Any) -> MechanismSpec[Any]:
+    """The spec of mechanism ``name``: a built-in's (its module's ``SPEC``), or a user's by import path or entry point
+    (a name that is none of them: a ConfigError listing every mechanism, ``none`` too)."""
+    if isinstance(name, str) and name not in FAMILY.built_in_names() and not plugins.is_import_path(name) and name not in plugins.entry_points():
+        raise choice_error(FAMILY.field, name, [OFF, *mechanism_names()])
+    spec: MechanismSpec[Any] = FAMILY.spec(name)
+    return spec
+
+
+def _mechanisms() -> dict[str, MechanismSpec[Any]]:
+    """Every listed mechanism's spec (imports each one's module: only to name the owner of a misplaced option)."""
+    return {name: mechanism_spec(name) for name in mechanism_names()}
+
+
+def _fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if f.init}
+
+
+def _held(table: Mapping[str, Any], keys: list[str], section: str) -> tuple[tuple[str, Any], ...]:
+    """Options written while ``[privacy]`` is off, each checked as the mechanisms that own it check it (one of them must
+    take the value): a base table may hold them for the variants that switch one on (``chillfl.config.check_switches``)."""
+    specs = _mechanisms()
+    held = []
+    for key in keys:
+        owners = [spec.options for spec in specs.values() if key in _fields(spec.options)]
+        if not owners:
+            raise unknown_option(section, key, _fields(PrivacyOptions), Chosen(f"{section}.mechanism", OFF, _mechanisms))
+        errors = []
+        for options in owners:
+            try:
+                held.append((key, getattr(parse_options(options, {key: table[key]}, section), key)))
+                break
+            except ConfigError as exc:
+                errors.append(exc)
+        else:
+            raise errors[0]
+    return tuple(held)
+
+
+@dataclass(frozen=True)
+class PrivacyConfig(OwnTable):
+    """Differential privacy (docs/privacy.md): the shared options (:class:`PrivacyOptions`) and the mechanism's own, parsed.
+
+    ``options``: the mechanism's options dataclass, every default filled in (:class:`~chillfl.options.NoOptions` when off).
+    ``held``: while off, mechanisms' options the table holds for the variants that switch one on (checked, unused).
+    """
+
+    mechanism: str = OFF
+    clip_norm: float = 1.0
+    noise_multiplier: float = 1.0
+    target_epsilon: float = 0.0
+    delta: float = 1e-5
+    accountant: Literal["rdp", "prv"] = "rdp"
+    adjacency: Literal["auto", "replace", "add_remove"] = "auto"
+    options: Any = field(default_factory=NoOptions)
+    held: tuple[tuple[str, Any], ...] = ()
+
+    SWITCH: ClassVar[str] = "mechanism"
+    """The option that turns the table on: options written while no run of a config sets it are refused (``chillfl.config.check_switches``)."""
+
+    @classmethod
+    def switch_values(cls) -> list[str]:
+        """What :attr:`SWITCH` may be set to (for the refusal's message)."""
+        return [OFF, *mechanism_names()]
+
+    @property
+    def enabled(self) -> bool:
+        return self.mechanism != OFF
+
+    @property
+    def spec(self) -> MechanismSpec[Any]:
+        """The mechanism's spec; only when :attr:`enabled`."""
+        return mechanism_spec(self.mechanism)
+
+    @property
+    def sensitivity(self) -> float:
+        """The clipped release's L2 sensitivity in units of C under :attr:`adjacency`: 2 (any two values in a ball of radius C) or 1."""
+        relation = self.spec.adjacency if self.adjacency == "auto" else self.adjacency
+        return 2.0 if relation == "replace" else 1.0
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any], section: str = SECTION) -> PrivacyConfig:
+        """``[privacy]`` checked, with the mechanism's defaults filled in; a ConfigError names any bad key
+        (an option of another mechanism: which mechanism it belongs to)."""
+        shared_names = _fields(PrivacyOptions)
+        shared = parse_options(PrivacyOptions, {k: v for k, v in table.items() if k in shared_names}, section)
+        values = {k: getattr(shared, k) for k in shared_names}
+        rest = sorted(k for k in table if k not in shared_names)
+        if shared.mechanism == OFF:
+            return cls(**values, options=NoOptions(), held=_held(table, rest, section))
+        spec = mechanism_spec(shared.mechanism)
+        own_names = _fields(spec.options)
+        clash = sorted(shared_names & own_names)
+        require(not clash, f"{section}.mechanism", f"{shared.mechanism!r}: its options cannot be named {', '.join(clash)} (every mechanism's shared options)")
+        for key in (k for k in table if k not in shared_names | own_names):  # the first as written: the one the reader wrote first
+            raise unknown_option(section, key, shared_names | own_names, Chosen(f"{section}.mechanism", shared.mechanism, _mechanisms))
+        options: Any = parse_options(spec.options, {k: table[k] for k in rest}, section)
         require(
-            self.adjacency != "replace" or self.mechanism == "local",
+            shared.adjacency != "replace" or not spec.subsampled,
             f"{section}.adjacency",
-            f"'replace' is accounted for 'local' only (q = 1, sensitivity 2C); {self.mechanism!r} is subsampled, and Opacus's accountants bound add/remove neighbours: use 'auto' or 'add_remove'",
+            f"'replace' is accounted for releases that sampling does not amplify (q = 1, sensitivity 2C); {shared.mechanism!r} is subsampled, "
+            "and Opacus's accountants bound add/remove neighbours: use 'auto' or 'add_remove'",
         )
+        return cls(**values, options=options)
+
+    def table(self) -> dict[str, Any]:
+        """The flat table: the shared options, then the mechanism's own (every default written), or while off the options held."""
+        own = {k: v for k, v in dataclasses.asdict(self.options).items() if k in _fields(type(self.options))}
+        shared = {k: getattr(self, k) for k in (f.name for f in dataclasses.fields(PrivacyOptions))}
+        return {**shared, **own, **dict(self.held)}

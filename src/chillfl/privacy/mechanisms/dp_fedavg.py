@@ -1,0 +1,79 @@
+"""``dp-fedavg``: client-level DP (McMahan et al. 2018): each update clipped, one Gaussian draw on their sum by the server.
+
+The privacy unit is a client: one subsampled Gaussian step a round for the whole population at
+q = clients_per_round / num_clients (fixed-size sampling accounted as Poisson at that rate), so ``delta`` must
+be below 1/num_clients. The maths is :class:`chillfl.privacy.aggregate.PrivateAggregation` with server noise
+and the fixed denominator m = clients_per_round. Its own options turn on adaptive clipping (Andrew et al.
+2021): :class:`chillfl.privacy.aggregate.AdaptiveClip`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from chillfl.errors import ConfigError
+from chillfl.options import require
+from chillfl.privacy.spec import Accounting, Charge, MechanismSpec, Noise, Participant, RunSizes
+
+if TYPE_CHECKING:
+    from chillfl.aggregation.base import Aggregator
+    from chillfl.privacy.aggregate import WeightedMean
+
+
+@dataclass(frozen=True)
+class DpFedAvgOptions:
+    """``target_quantile`` > 0: adaptive clipping (Andrew et al. 2021): C moves geometrically, at rate ``clip_lr``,
+    toward that quantile of the clients' update norms, from a count noised with std ``count_noise``
+    (0: max(clients_per_round / 20, noise_multiplier)); ``clip_norm`` is its start."""
+
+    target_quantile: float = 0.0
+    clip_lr: float = 0.2
+    count_noise: float = 0.0
+
+    def validate(self, section: str) -> None:
+        require(0 <= self.target_quantile < 1, f"{section}.target_quantile", f"must be in [0, 1) (0: fixed clipping), got {self.target_quantile}")
+        require(math.isfinite(self.clip_lr) and self.clip_lr > 0, f"{section}.clip_lr", f"must be > 0, got {self.clip_lr}")
+        require(math.isfinite(self.count_noise) and self.count_noise >= 0, f"{section}.count_noise", f"must be >= 0 (0: the default), got {self.count_noise}")
+
+
+def accounts(options: DpFedAvgOptions, sizes: RunSizes) -> Accounting:
+    n = sizes.num_clients
+    return Accounting(((sizes.per_round / n, sizes.rounds),), 1 / n, f"1/num_clients = {1 / n:.3g} (the privacy unit is a client)")
+
+
+def charges(options: DpFedAvgOptions, sizes: RunSizes, participants: Sequence[Participant]) -> list[Charge]:
+    """One step a round for the population, whoever reported (the fixed denominator keeps the sensitivity C)."""
+    return [Charge("clients", sizes.per_round / sizes.num_clients)]
+
+
+def settle(options: DpFedAvgOptions, noise: Noise) -> DpFedAvgOptions:
+    """Adaptive clipping's count noise once sigma is known: the default, and the budget it leaves the updates."""
+    if options.target_quantile <= 0:
+        return dataclasses.replace(options, count_noise=0.0)
+    sigma = noise.noise_multiplier
+    count_noise = options.count_noise or max(noise.sizes.per_round / 20, sigma)
+    if 2 * count_noise <= sigma:  # the update's share of the budget: sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2) needs 2 sigma_b > sigma
+        raise ConfigError("privacy.count_noise", f"must be > noise_multiplier / 2 = {sigma / 2:.4g} (the count's noise takes part of the budget), got {count_noise}")
+    return dataclasses.replace(options, count_noise=count_noise)
+
+
+def aggregator(options: DpFedAvgOptions, noise: Noise, base: WeightedMean) -> Aggregator:
+    from chillfl.privacy.aggregate import AdaptiveClip, PrivateAggregation
+
+    adaptive = AdaptiveClip(options.target_quantile, options.clip_lr, options.count_noise) if options.target_quantile > 0 else None
+    return PrivateAggregation(base, client_noise=False, clip_norm=noise.clip_norm, noise_multiplier=noise.noise_multiplier, expected=noise.sizes.per_round,
+                              seed=noise.seed, adaptive=adaptive)
+
+
+SPEC = MechanismSpec(
+    "dp-fedavg",
+    DpFedAvgOptions,
+    accounts,
+    summary="client-level DP: updates clipped to C, one N(0, (sigma C)^2) draw on their sum by the server (optionally adaptive C)",
+    charges=charges,
+    aggregator=aggregator,
+    settle=settle,
+)

@@ -1,0 +1,168 @@
+"""The seam between the runtime and a privacy mechanism: a typed spec whose hooks say what it noises and what that costs.
+
+A mechanism is one :class:`MechanismSpec`, ``SPEC`` in the mechanism's own module (a built-in's module under
+``chillfl/privacy/mechanisms/``, or a user's named by import path or entry point, found the same way:
+:mod:`chillfl.settings.privacy`). Core code calls only these hooks and declarations and never tests which
+mechanism runs. What a mechanism says:
+
+* what it accounts: :attr:`MechanismSpec.accounts` (before the run: each kind of privacy unit's sampling
+  rate and compositions, for ``target_epsilon``, and the bound on ``delta``) and :attr:`MechanismSpec.charges`
+  (each round: which units spend what); :attr:`MechanismSpec.adjacency` (what ``adjacency = "auto"`` means for
+  it) and :attr:`MechanismSpec.subsampled` (whether sampling amplifies its releases);
+* where it acts, one hook per seam: :attr:`MechanismSpec.aggregator` (parameter sharing: the clients'
+  updates, around the run's weighted-mean aggregator), :attr:`MechanismSpec.step` (parameter sharing: each
+  local step's gradient from per-sample gradients), :attr:`MechanismSpec.rows` (soft-label sharing: each
+  row a client uploads, on the client);
+* :attr:`MechanismSpec.settle`: its options once the noise is decided (e.g. a default that depends on sigma);
+* :attr:`MechanismSpec.check`: its options against the rest of the run, before anything is built.
+
+Which protocols a mechanism covers follows from its hooks (:meth:`MechanismSpec.runs_under`). Hooks hold no
+state: a random draw comes from the run's seed through :func:`chillfl.seeds.derive_seed`, so every executor
+and a resumed run draw the same. This module imports no torch (its types only for checking).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Generic, Literal, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    from chillfl.aggregation.base import Aggregator
+    from chillfl.config import RunConfig
+    from chillfl.privacy.aggregate import WeightedMean
+    from chillfl.protocols.softlabels.client import RowRelease
+    from chillfl.training.local import PrivateGradients
+
+Opt = TypeVar("Opt")
+
+PARAMETERS, SOFTLABELS = "parameters", "softlabels"
+"""The protocols a hook acts under (:attr:`chillfl.config.RunConfig.protocol`)."""
+
+RELEASES = {
+    PARAMETERS: "its clients upload their models",
+    SOFTLABELS: "its clients upload soft-labels on public inputs",
+    "prototypes": "its clients upload class prototypes",
+}
+"""What each protocol's clients send: why a mechanism that noises something else finds nothing there."""
+
+
+@dataclass(frozen=True)
+class RunSizes:
+    """The run's sizes a budget depends on."""
+
+    num_clients: int
+    per_round: int
+    """Clients sampled a round (``clients_per_round``)."""
+    rounds: int
+    batch_size: int
+    epochs: int
+    client_sizes: tuple[int, ...]
+    """Each client's number of training samples, by client id."""
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """What a mechanism's releases cost over the planned run, known before it starts.
+
+    ``steps``: (sampling rate q, compositions) of each kind of privacy unit in the worst case;
+    ``target_epsilon`` picks the sigma that the most expensive of them needs. ``delta_below``: ``delta`` must be
+    smaller (1 / the number of records in a unit), ``delta_why`` says so in the refusal (e.g.
+    ``"1/num_clients = 0.25 (the privacy unit is a client)"``).
+    """
+
+    steps: tuple[tuple[float, int], ...]
+    delta_below: float = 1.0
+    delta_why: str = "1"
+
+
+@dataclass(frozen=True)
+class Participant:
+    """One client's part in a round, as :attr:`MechanismSpec.charges` sees it."""
+
+    client_id: int
+    work: float
+    """The share of its planned local work it completed (1.0: all of it)."""
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One round's cost to one privacy unit: ``steps`` Gaussian releases at sampling rate ``rate``
+    (the accountant charges each at the plan's noise multiplier per unit of sensitivity)."""
+
+    unit: str
+    rate: float
+    steps: int = 1
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The run's noise once decided (``target_epsilon`` resolved): what a mechanism's acting hooks work with."""
+
+    clip_norm: float
+    """C: the L2 bound on what is clipped."""
+    noise_multiplier: float
+    """sigma: the noise's standard deviation in units of C."""
+    sizes: RunSizes
+    seed: int
+    """The run's seed: derive a stream from it (:func:`chillfl.seeds.derive_seed`) with the round and the client."""
+
+
+@dataclass(frozen=True)
+class MechanismSpec(Generic[Opt]):
+    """One differential-privacy mechanism: everything the runtime, the config and ``chillfl list`` may ask of it.
+
+    ``options``: its own options (a frozen dataclass with an optional ``validate(section)``), parsed from
+    ``[privacy]`` beside the options every mechanism shares (``clip_norm``, ``noise_multiplier``,
+    ``target_epsilon``, ``delta``, ``accountant``, ``adjacency``). Each hook receives the parsed options first:
+
+    * ``accounts(options, sizes)``: the :class:`Accounting` of the planned run (required);
+    * ``charges(options, sizes, participants)``: one round's :class:`Charge` s, given who took part
+      (required with ``aggregator`` or ``step``: soft-label rows are charged per row released, by the runtime);
+    * ``aggregator(options, noise, base)``: the aggregator that privatises the clients' updates around ``base``
+      (a weighted mean: the runtime refuses any other);
+    * ``step(options, noise)``: the local step's gradient from per-sample gradients
+      (:class:`~chillfl.training.local.PrivateGradients`);
+    * ``rows(options, noise, probabilities)``: what a client releases of its soft-label rows
+      (:class:`~chillfl.protocols.softlabels.client.RowRelease`; ``probabilities``: the method uploads
+      probabilities, not logits);
+    * ``settle(options, noise)``: the options completed once sigma is known (a ConfigError for an impossible one);
+    * ``check(options, config)``: refuse a run these options make no sense in (a ConfigError naming the field).
+
+    ``adjacency``: the neighbouring inputs ``adjacency = "auto"`` means for it (``replace``: any two clipped
+    values, sensitivity 2C; ``add_remove``: a value against none, C). ``subsampled``: whether sampling
+    amplifies its releases; then only ``add_remove`` is accounted (Opacus's subsampled bounds).
+    """
+
+    name: str
+    options: type[Opt]
+    accounts: Callable[[Opt, RunSizes], Accounting]
+    summary: str = ""
+    charges: Callable[[Opt, RunSizes, Sequence[Participant]], Sequence[Charge]] | None = None
+    aggregator: Callable[[Opt, Noise, WeightedMean], Aggregator] | None = None
+    step: Callable[[Opt, Noise], PrivateGradients] | None = None
+    rows: Callable[[Opt, Noise, bool], RowRelease] | None = None
+    settle: Callable[[Opt, Noise], Opt] | None = None
+    check: Callable[[Opt, RunConfig], None] | None = None
+    adjacency: Literal["add_remove", "replace"] = "add_remove"
+    subsampled: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.covers():
+            raise ValueError(f"privacy mechanism {self.name!r} has no hook: give it aggregator, step or rows")
+        if (self.aggregator is not None or self.step is not None) and self.charges is None:
+            raise ValueError(f"privacy mechanism {self.name!r} acts on the clients' models: give it charges (what each round costs)")
+        if self.adjacency == "replace" and self.subsampled:
+            raise ValueError(f"privacy mechanism {self.name!r}: 'replace' adjacency is accounted for releases sampling does not amplify (subsampled=False)")
+
+    def covers(self) -> dict[str, str]:
+        """Protocol -> what the mechanism noises there, one entry per protocol its hooks act under."""
+        out = {}
+        if self.aggregator is not None or self.step is not None:
+            out[PARAMETERS] = " and ".join(w for w, hook in (("model updates", self.aggregator), ("per-sample gradients", self.step)) if hook is not None)
+        if self.rows is not None:
+            out[SOFTLABELS] = "soft-label rows"
+        return out
+
+    def runs_under(self, protocol: str) -> bool:
+        """Whether the mechanism acts under ``protocol`` (a hook of that protocol)."""
+        return protocol in self.covers()

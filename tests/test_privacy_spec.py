@@ -60,8 +60,8 @@ def aggregator(options, noise, base):
 
 
 def check(options, config):
-    if config.federation.clients_per_round < options.min_clients:
-        raise ConfigError("privacy.min_clients", f"a round averages {config.federation.clients_per_round} noised updates, fewer than {options.min_clients}")
+    if config.federation.sample_size() < options.min_clients:
+        raise ConfigError("privacy.min_clients", f"a round averages {config.federation.sample_size()} noised updates, fewer than {options.min_clients}")
 
 
 SPEC = MechanismSpec("client_clip", ClientClipOptions, accounts, summary="each client clips and noises its own update",

@@ -65,6 +65,10 @@ def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
         spec.check(p.options, config)
     fed = config.federation
     sizes = RunSizes(data.num_clients, fed.sample_size(), fed.rounds, config.client.batch_size, config.client.epochs, _client_sizes(data))
+    try:
+        hash(p)
+    except TypeError:  # a user's options with a list or dict field: planned each time (the accountant's search is the cost)
+        return _plan.__wrapped__(p, config.protocol, sizes, config.seed)
     return _plan(p, config.protocol, sizes, config.seed)
 
 

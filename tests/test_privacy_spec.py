@@ -300,3 +300,21 @@ def test_the_check_sees_a_name_in_code() -> None:
     tree = ast.parse(old)
     texts = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)] + [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)]
     assert {name for name in FAMILY.built_in_names() if any(_spells(t, name) for t in texts)} == {"dp-fedavg", "dp-sgd", "local"}
+
+
+@pytest.mark.parametrize(("mechanism", "own"), [("dp-fedavg", {"target_quantile", "clip_lr", "count_noise"}), ("local", {"row_norm"}), ("dp-sgd", set())])
+def test_an_older_result_folders_flat_privacy_table_still_loads(tmp_path: Path, mechanism: str, own: set[str]) -> None:
+    """A result folder written before each mechanism had its own options lists all eleven: its config.toml must still
+    load for report and resume, the other mechanisms' options dropped as that version ignored them."""
+    older = tmp_path / "config.toml"
+    older.write_text(
+        f'[privacy]\nmechanism = "{mechanism}"\nclip_norm = 0.5\nnoise_multiplier = 1.1\ntarget_epsilon = 0.0\ndelta = 1e-05\n'
+        'accountant = "rdp"\nrow_norm = "l2"\nadjacency = "auto"\ntarget_quantile = 0.0\nclip_lr = 0.2\ncount_noise = 0.0\n'
+    )
+    privacy = load_config(older).privacy
+    assert (privacy.mechanism, privacy.clip_norm, privacy.noise_multiplier) == (mechanism, 0.5, 1.1)
+    written = set(resolved(load_config(older)).to_dict()["privacy"])
+    assert written == {"mechanism", "clip_norm", "noise_multiplier", "target_epsilon", "delta", "accountant", "adjacency"} | own
+    with pytest.raises(ConfigError) as err:  # written by hand, another mechanism's option is still refused
+        load_config(None, {"privacy": {"mechanism": "dp-sgd", "row_norm": "l1"}})
+    assert err.value.field == "privacy.row_norm" and "'row_norm' is an option of local" in err.value.message

@@ -17,14 +17,14 @@ themselves run in :mod:`chillfl.attacks`, which reads the spec's hooks.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
 
-from chillfl.errors import ConfigError, choice_error
-from chillfl.options import Chosen, NoOptions, OwnTable, parse_options, require, unknown_option
 from chillfl import plugins
+from chillfl.errors import ConfigError, choice_error
+from chillfl.options import NoOptions, OwnTable, require
 from chillfl.plugins import SpecFamily
+from chillfl.settings.chosen import Choice
 
 SECTION = "attack"
 
@@ -106,29 +106,8 @@ def _kinds() -> dict[str, AttackKind]:
     return {name: attack_spec(name) for name in kind_names()}
 
 
-def _fields(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls) if f.init}
-
-
-def _held(table: Mapping[str, Any], keys: list[str], section: str) -> tuple[tuple[str, Any], ...]:
-    """Options written while ``[attack]`` is off, each checked as the kinds that own it check it (one of them must take
-    the value): a base table may hold them for the variants that switch a kind on (``chillfl.config.check_switches``)."""
-    kinds = _kinds()
-    held = []
-    for key in keys:
-        owners = [spec.options for spec in kinds.values() if key in _fields(spec.options)]
-        if not owners:
-            raise unknown_option(section, key, _fields(AttackOptions), Chosen(f"{section}.kind", OFF, _kinds))
-        errors = []
-        for options in owners:
-            try:
-                held.append((key, getattr(parse_options(options, {key: table[key]}, section), key)))
-                break
-            except ConfigError as exc:
-                errors.append(exc)
-        else:
-            raise errors[0]
-    return tuple(held)
+CHOICE = Choice(SECTION, "kind", OFF, AttackOptions, _kinds, "attack", FLAT_BEFORE)
+"""How ``[attack]`` is read and written (:class:`~chillfl.settings.chosen.Choice`, shared with ``[privacy]``)."""
 
 
 @dataclass(frozen=True)
@@ -166,26 +145,15 @@ class AttackConfig(OwnTable):
     def from_table(cls, table: Mapping[str, Any], section: str = SECTION) -> AttackConfig:
         """``[attack]`` checked, with the kind's defaults filled in; a ConfigError names any bad key
         (an option of another kind: which kind it belongs to)."""
-        shared_names = _fields(AttackOptions)
-        shared = parse_options(AttackOptions, {k: v for k, v in table.items() if k in shared_names}, section)
-        rest = sorted(k for k in table if k not in shared_names)
-        if shared.kind != OFF and FLAT_BEFORE <= set(table):  # an older result folder: the other kinds' options changed nothing then
-            rest = [k for k in rest if k not in FLAT_BEFORE or k in _fields(attack_spec(shared.kind).options)]
+        shared = CHOICE.parse_shared(table)
         if shared.kind == OFF:
-            return cls(shared.kind, shared.fraction, shared.clients, NoOptions(), _held(table, rest, section))
-        own_cls = attack_spec(shared.kind).options
-        own_names = _fields(own_cls)
-        clash = sorted(shared_names & own_names)
-        require(not clash, f"{section}.kind", f"{shared.kind!r}: its options cannot be named {', '.join(clash)} (every attack's shared options)")
-        for key in (k for k in rest if k not in own_names):
-            raise unknown_option(section, key, shared_names | own_names, Chosen(f"{section}.kind", shared.kind, _kinds))
-        options: Any = parse_options(own_cls, {k: table[k] for k in rest}, section)
-        return cls(shared.kind, shared.fraction, shared.clients, options)
+            return cls(shared.kind, shared.fraction, shared.clients, NoOptions(), CHOICE.held(table, CHOICE.rest(table, None)))
+        own = attack_spec(shared.kind).options
+        return cls(shared.kind, shared.fraction, shared.clients, CHOICE.own(table, CHOICE.rest(table, own), shared.kind, own))
 
     def table(self) -> dict[str, Any]:
         """The flat table: the shared options, then the kind's own (every default written), or while off the options held."""
-        own = {k: v for k, v in dataclasses.asdict(self.options).items() if k in _fields(type(self.options))}
-        return {"kind": self.kind, "fraction": self.fraction, "clients": self.clients, **own, **dict(self.held)}
+        return CHOICE.write(self, self.options, self.held)
 
 
 def parse_attack(table: Mapping[str, Any]) -> AttackConfig:

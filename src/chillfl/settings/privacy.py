@@ -16,16 +16,16 @@ its module, as a plugin's would. The mechanisms themselves run in :mod:`chillfl.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Mapping
 
 from chillfl import plugins
-from chillfl.errors import ConfigError, choice_error
-from chillfl.options import Chosen, NoOptions, OwnTable, parse_options, require, unknown_option
+from chillfl.errors import choice_error
+from chillfl.options import NoOptions, OwnTable, require
 from chillfl.plugins import SpecFamily
 from chillfl.privacy.spec import MechanismSpec
+from chillfl.settings.chosen import Choice, option_names
 
 SECTION = "privacy"
 
@@ -94,29 +94,13 @@ def _mechanisms() -> dict[str, MechanismSpec[Any]]:
     return {name: mechanism_spec(name) for name in mechanism_names()}
 
 
-def _fields(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls) if f.init}
+FLAT_BEFORE = frozenset({"row_norm", "target_quantile", "clip_lr", "count_noise"})
+"""Every mechanism's own options of the one flat ``[privacy]`` dataclass before each mechanism had its own (chillfl up to
+0b430e1): a result folder of then writes all of them, whatever the mechanism, and still loads for report and resume
+(the other mechanisms' options, which that version ignored, are dropped)."""
 
-
-def _held(table: Mapping[str, Any], keys: list[str], section: str) -> tuple[tuple[str, Any], ...]:
-    """Options written while ``[privacy]`` is off, each checked as the mechanisms that own it check it (one of them must
-    take the value): a base table may hold them for the variants that switch one on (``chillfl.config.check_switches``)."""
-    specs = _mechanisms()
-    held = []
-    for key in keys:
-        owners = [spec.options for spec in specs.values() if key in _fields(spec.options)]
-        if not owners:
-            raise unknown_option(section, key, _fields(PrivacyOptions), Chosen(f"{section}.mechanism", OFF, _mechanisms))
-        errors = []
-        for options in owners:
-            try:
-                held.append((key, getattr(parse_options(options, {key: table[key]}, section), key)))
-                break
-            except ConfigError as exc:
-                errors.append(exc)
-        else:
-            raise errors[0]
-    return tuple(held)
+CHOICE = Choice(SECTION, "mechanism", OFF, PrivacyOptions, _mechanisms, "mechanism", FLAT_BEFORE)
+"""How ``[privacy]`` is read and written (:class:`~chillfl.settings.chosen.Choice`, shared with ``[attack]``)."""
 
 
 @dataclass(frozen=True)
@@ -164,19 +148,12 @@ class PrivacyConfig(OwnTable):
     def from_table(cls, table: Mapping[str, Any], section: str = SECTION) -> PrivacyConfig:
         """``[privacy]`` checked, with the mechanism's defaults filled in; a ConfigError names any bad key
         (an option of another mechanism: which mechanism it belongs to)."""
-        shared_names = _fields(PrivacyOptions)
-        shared = parse_options(PrivacyOptions, {k: v for k, v in table.items() if k in shared_names}, section)
-        values = {k: getattr(shared, k) for k in shared_names}
-        rest = sorted(k for k in table if k not in shared_names)
+        shared = CHOICE.parse_shared(table)
+        values = {k: getattr(shared, k) for k in option_names(PrivacyOptions)}
         if shared.mechanism == OFF:
-            return cls(**values, options=NoOptions(), held=_held(table, rest, section))
+            return cls(**values, options=NoOptions(), held=CHOICE.held(table, CHOICE.rest(table, None)))
         spec = mechanism_spec(shared.mechanism)
-        own_names = _fields(spec.options)
-        clash = sorted(shared_names & own_names)
-        require(not clash, f"{section}.mechanism", f"{shared.mechanism!r}: its options cannot be named {', '.join(clash)} (every mechanism's shared options)")
-        for key in (k for k in table if k not in shared_names | own_names):  # the first as written: the one the reader wrote first
-            raise unknown_option(section, key, shared_names | own_names, Chosen(f"{section}.mechanism", shared.mechanism, _mechanisms))
-        options: Any = parse_options(spec.options, {k: table[k] for k in rest}, section)
+        options = CHOICE.own(table, CHOICE.rest(table, spec.options), shared.mechanism, spec.options)
         require(
             shared.adjacency != "replace" or not spec.subsampled,
             f"{section}.adjacency",
@@ -187,6 +164,4 @@ class PrivacyConfig(OwnTable):
 
     def table(self) -> dict[str, Any]:
         """The flat table: the shared options, then the mechanism's own (every default written), or while off the options held."""
-        own = {k: v for k, v in dataclasses.asdict(self.options).items() if k in _fields(type(self.options))}
-        shared = {k: getattr(self, k) for k in (f.name for f in dataclasses.fields(PrivacyOptions))}
-        return {**shared, **own, **dict(self.held)}
+        return CHOICE.write(self, self.options, self.held)

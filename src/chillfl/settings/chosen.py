@@ -1,0 +1,88 @@
+"""Flat tables whose keys depend on a choice made inside them: ``[attack] kind``, ``[privacy] mechanism``.
+
+Such a table holds the options every choice shares, the key that makes the choice (its "switch", off by
+default) and the chosen spec's own options, side by side. One :class:`Choice` parses and writes both tables
+the same way, so a rule (an option of another choice names its owner; options written while off are kept for
+the variants that switch a choice on; an older result folder's flat table still loads) lives in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from chillfl.errors import ConfigError
+from chillfl.options import Chosen, HasOptions, parse_options, require, unknown_option
+
+
+def option_names(cls: type) -> set[str]:
+    """The options a dataclass takes (its init fields)."""
+    return {f.name for f in dataclasses.fields(cls) if f.init}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How one such table is read and written.
+
+    ``shared``: the dataclass of the options every choice shares, the switch among them. ``specs``: every listed
+    spec by name (imports their modules: called only to name the owner of a misplaced option). ``flat_before``:
+    every choice's own options of the one flat dataclass the table was before each choice had its own; a result
+    folder of then writes all of them, and a table that holds every one of them is read as such a folder's.
+    """
+
+    section: str
+    switch: str
+    off: str
+    shared: type
+    specs: Callable[[], Mapping[str, HasOptions]]
+    what: str
+    """What a choice is called in messages: ``attack``, ``mechanism``."""
+    flat_before: frozenset[str] = frozenset()
+
+    def parse_shared(self, table: Mapping[str, Any]) -> Any:
+        """The shared options (the switch among them), parsed and checked."""
+        names = option_names(self.shared)
+        return parse_options(self.shared, {k: v for k, v in table.items() if k in names}, self.section)
+
+    def rest(self, table: Mapping[str, Any], own: type | None) -> list[str]:
+        """The table's keys beyond the shared options, as written; an older result folder's other choices' options left out
+        (that version ignored them)."""
+        keys = [k for k in table if k not in option_names(self.shared)]
+        if own is not None and self.flat_before and self.flat_before <= set(table):
+            keys = [k for k in keys if k not in self.flat_before or k in option_names(own)]
+        return keys
+
+    def held(self, table: Mapping[str, Any], keys: list[str]) -> tuple[tuple[str, Any], ...]:
+        """Options written while the table is off, each checked as the choices that own it check it (one of them must
+        take the value): a base table may hold them for the variants that switch one on (``chillfl.config.check_switches``)."""
+        specs = self.specs()
+        held = []
+        for key in keys:
+            owners = [spec.options for spec in specs.values() if key in option_names(spec.options)]
+            if not owners:
+                raise unknown_option(self.section, key, option_names(self.shared), Chosen(f"{self.section}.{self.switch}", self.off, self.specs))
+            errors = []
+            for options in owners:
+                try:
+                    held.append((key, getattr(parse_options(options, {key: table[key]}, self.section), key)))
+                    break
+                except ConfigError as exc:
+                    errors.append(exc)
+            else:
+                raise errors[0]
+        return tuple(held)
+
+    def own(self, table: Mapping[str, Any], keys: list[str], chosen: str, own: type) -> Any:
+        """The chosen spec's options from ``keys``, parsed and checked; an option of another choice names its owner."""
+        shared_names, own_names = option_names(self.shared), option_names(own)
+        clash = sorted(shared_names & own_names)
+        require(not clash, f"{self.section}.{self.switch}", f"{chosen!r}: its options cannot be named {', '.join(clash)} (every {self.what}'s shared options)")
+        for key in (k for k in keys if k not in own_names):  # the first as written: the one the reader wrote first
+            raise unknown_option(self.section, key, shared_names | own_names, Chosen(f"{self.section}.{self.switch}", chosen, self.specs))
+        return parse_options(own, {k: table[k] for k in keys}, self.section)
+
+    def write(self, shared: Any, options: Any, held: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+        """The flat table: the shared options, then the chosen spec's own (every default written), or while off the options held."""
+        own = {k: v for k, v in dataclasses.asdict(options).items() if k in option_names(type(options))}
+        return {**{k: getattr(shared, k) for k in (f.name for f in dataclasses.fields(self.shared))}, **own, **dict(held)}

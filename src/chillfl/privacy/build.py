@@ -17,8 +17,8 @@ from chillfl.errors import ConfigError
 from chillfl.extras import need
 from chillfl.privacy.accounting import noise_for
 from chillfl.privacy.plan import PrivacyPlan
-from chillfl.privacy.spec import PARAMETERS, RELEASES, MechanismSpec, Noise, RunSizes
-from chillfl.settings.privacy import PrivacyConfig, mechanism_names, mechanism_spec
+from chillfl.privacy.spec import PARAMETERS, RELEASES, MechanismSpec, Noise, RunSizes, mechanism, spec_of
+from chillfl.settings.privacy import PrivacyConfig, mechanism_names
 
 if TYPE_CHECKING:
     from chillfl.aggregation.base import Aggregator
@@ -38,7 +38,7 @@ def _client_sizes(data: FederatedData) -> tuple[int, ...]:
 
 def _mechanisms_under(protocol: str) -> list[str]:
     """The listed mechanisms (built-ins and entry points) that act under ``protocol`` (imports each one's module: for a refusal only)."""
-    return [name for name in mechanism_names() if mechanism_spec(name).runs_under(protocol)]
+    return [name for name in mechanism_names() if mechanism(name).runs_under(protocol)]
 
 
 def refusal(spec: MechanismSpec[Any], protocol: str) -> str:
@@ -53,14 +53,14 @@ def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
     p = config.privacy
     if not p.enabled:
         return None
-    spec = p.spec
+    spec = spec_of(p)
     if not spec.runs_under(config.protocol):
         raise ConfigError(FIELD, refusal(spec, config.protocol))
     setup = config.distillation_setup
     if setup is not None:  # the soft-label method's own reports (Selective-FD's selection)
-        from chillfl.protocols.softlabels.method import spec_of
+        from chillfl.protocols.softlabels.method import spec_of as method_spec
 
-        _refuse_reports(p.mechanism, "the clients' soft-label rows", repr(setup.common.method), spec_of(setup).capabilities, "a method whose clients send only their rows")
+        _refuse_reports(p.mechanism, "the clients' soft-label rows", repr(setup.common.method), method_spec(setup).capabilities, "a method whose clients send only their rows")
     if spec.check is not None:
         spec.check(p.options, config)
     fed = config.federation
@@ -75,7 +75,7 @@ def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
 @functools.lru_cache(maxsize=16)
 def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> PrivacyPlan:
     need("opacus.accountants", "privacy", "[privacy]")  # up front: a missing extra is one line before anything is written
-    spec = p.spec
+    spec = spec_of(p)
     accounting = spec.accounts(p.options, sizes)
     if p.delta >= accounting.delta_below:
         raise ConfigError(f"{SECTION}.delta", f"must be < {accounting.delta_why}, got {p.delta}")

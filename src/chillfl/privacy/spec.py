@@ -24,7 +24,11 @@ and a resumed run draw the same. This module imports no torch (its types only fo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Generic, Literal, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, Sequence, TypeVar
+
+from chillfl.errors import ConfigError
+from chillfl.options import short_repr
+from chillfl.settings.privacy import PrivacyConfig, mechanism_spec
 
 if TYPE_CHECKING:
     from chillfl.aggregation.base import Aggregator
@@ -166,3 +170,17 @@ class MechanismSpec(Generic[Opt]):
     def runs_under(self, protocol: str) -> bool:
         """Whether the mechanism acts under ``protocol`` (a hook of that protocol)."""
         return protocol in self.covers()
+
+
+def spec_of(privacy: PrivacyConfig) -> MechanismSpec[Any]:
+    """The spec of ``[privacy]``'s mechanism (which must be on); a ConfigError on ``privacy.mechanism`` when it names no
+    :class:`MechanismSpec` (the config tells specs apart by their fields only: it sits below this module)."""
+    return mechanism(privacy.mechanism)
+
+
+def mechanism(name: str) -> MechanismSpec[Any]:
+    """The :class:`MechanismSpec` mechanism ``name`` names (:func:`chillfl.settings.privacy.mechanism_spec`, type-checked)."""
+    spec = mechanism_spec(name)
+    if not isinstance(spec, MechanismSpec):
+        raise ConfigError("privacy.mechanism", f"{name!r} must name a chillfl.extend.MechanismSpec, got {short_repr(spec)}")
+    return spec

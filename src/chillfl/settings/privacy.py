@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping, Protocol, runtime_checkable
 
 from chillfl import plugins
 from chillfl.errors import choice_error
 from chillfl.options import NoOptions, OwnTable, require
 from chillfl.plugins import SpecFamily
-from chillfl.privacy.spec import MechanismSpec
 from chillfl.settings.chosen import Choice, option_names
 
 SECTION = "privacy"
@@ -71,7 +70,42 @@ class PrivacyOptions:
         require(math.isfinite(self.target_epsilon) and self.target_epsilon >= 0, f"{section}.target_epsilon", f"must be >= 0 (0: use noise_multiplier), got {self.target_epsilon}")
 
 
-FAMILY = SpecFamily(BUILT_IN, f"{SECTION}.mechanism", "chillfl.extend.MechanismSpec", lambda obj: isinstance(obj, MechanismSpec), dashed=True)
+SPEC_FIELDS = ("name", "options", "summary", "accounts", "charges", "aggregator", "step", "rows", "settle", "check", "adjacency", "subsampled")
+"""What a mechanism's spec has: how the family tells one apart without importing the mechanisms' runtime (the
+config sits below it); :func:`chillfl.privacy.spec.spec_of` checks the type where the runtime reads the hooks."""
+
+
+@runtime_checkable
+class MechanismKind(Protocol):
+    """What the config reads of a mechanism's spec (:class:`chillfl.privacy.spec.MechanismSpec` has it all)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def options(self) -> type:
+        """Its own options, a dataclass."""
+        ...
+
+    @property
+    def summary(self) -> str: ...
+
+    @property
+    def adjacency(self) -> str:
+        """What ``adjacency = "auto"`` means for it: ``add_remove`` or ``replace``."""
+        ...
+
+    @property
+    def subsampled(self) -> bool:
+        """Whether sampling amplifies its releases (then ``replace`` is refused)."""
+        ...
+
+
+def _is_spec(obj: Any) -> bool:
+    return not isinstance(obj, type) and all(hasattr(obj, name) for name in SPEC_FIELDS)
+
+
+FAMILY = SpecFamily(BUILT_IN, f"{SECTION}.mechanism", "chillfl.extend.MechanismSpec", _is_spec, dashed=True)
 """Built-ins (one module each under ``BUILT_IN``) and plugins, found the same way."""
 
 
@@ -80,16 +114,16 @@ def mechanism_names() -> list[str]:
     return FAMILY.names()
 
 
-def mechanism_spec(name: Any) -> MechanismSpec[Any]:
+def mechanism_spec(name: Any) -> MechanismKind:
     """The spec of mechanism ``name``: a built-in's (its module's ``SPEC``), or a user's by import path or entry point
     (a name that is none of them: a ConfigError listing every mechanism, ``none`` too)."""
     if isinstance(name, str) and name not in FAMILY.built_in_names() and not plugins.is_import_path(name) and name not in plugins.entry_points():
         raise choice_error(FAMILY.field, name, [OFF, *mechanism_names()])
-    spec: MechanismSpec[Any] = FAMILY.spec(name)
+    spec: MechanismKind = FAMILY.spec(name)
     return spec
 
 
-def _mechanisms() -> dict[str, MechanismSpec[Any]]:
+def _mechanisms() -> dict[str, MechanismKind]:
     """Every listed mechanism's spec (imports each one's module: only to name the owner of a misplaced option)."""
     return {name: mechanism_spec(name) for name in mechanism_names()}
 
@@ -134,8 +168,8 @@ class PrivacyConfig(OwnTable):
         return self.mechanism != OFF
 
     @property
-    def spec(self) -> MechanismSpec[Any]:
-        """The mechanism's spec; only when :attr:`enabled`."""
+    def spec(self) -> MechanismKind:
+        """The mechanism's spec (a :class:`chillfl.privacy.spec.MechanismSpec`); only when :attr:`enabled`."""
         return mechanism_spec(self.mechanism)
 
     @property

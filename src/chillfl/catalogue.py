@@ -122,7 +122,8 @@ def _target(stem: str) -> str:
 def _runs(config: RunConfig) -> int:
     seeds = config.compare.get("seeds") or [config.seed]
     tuned = math.prod(len(v) for v in config.tune.values()) if config.tune else 1
-    variants = len(config.variants) or (math.prod(len(g.split("=", 1)[1].split(",")) for g in DEMO_GRID) if config.name == "demo" else 1)
+    own = [math.prod(len(v) for v in table.get("tune", {}).values()) for table in config.variants.values() if isinstance(table, dict)]  # own grids
+    variants = sum(own) or (math.prod(len(g.split("=", 1)[1].split(",")) for g in DEMO_GRID) if config.name == "demo" else 1)
     return variants * len(seeds) * tuned
 
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chillfl import plugins, runner
+from chillfl import plugins
 from chillfl.attacks.build import check_attack
 from chillfl.attacks.spec import AttackSpec
 from chillfl.cli import main
@@ -28,6 +27,7 @@ from chillfl.runner import run_experiment
 from chillfl.settings.attack import FAMILY, AttackConfig, kind_names
 from test_attack_runs import DIGITS
 from test_attack_runs import records as run_records
+from user_modules import install
 
 USER_ATTACK = '''
 """Attackers that send only a share ``keep`` of their update: w + keep * (w_i - w) (0: the global model back)."""
@@ -80,13 +80,7 @@ ALL = {"attack.kind": SHRINK, "attack.clients": [0, 1, 2, 3], "attack.keep": 0.0
 
 @pytest.fixture(autouse=True)
 def user_attack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "user"
-    folder.mkdir()
-    (folder / "my_attack.py").write_text(USER_ATTACK, encoding="utf-8")
-    monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.delitem(sys.modules, "my_attack", raising=False)
-    monkeypatch.setattr(runner, "_plots", lambda *args: None)
-    return folder
+    return install(tmp_path, monkeypatch, "my_attack", USER_ATTACK)
 
 
 def records(tmp_path: Path, name: str, **overrides: Any) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from chillfl.report.reference import render_reference
 from chillfl.resolve import resolved
 from chillfl.settings.privacy import FAMILY, mechanism_names
 from test_attack_runs import records as run_records
+from user_modules import install
 
 pytest.importorskip("opacus")
 
@@ -97,13 +98,7 @@ SOFT = {"distillation": {"method": "dsfl", "public_size": 60, "subset_size": 20}
 
 @pytest.fixture(autouse=True)
 def user_mechanism(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "user"
-    folder.mkdir()
-    (folder / "my_mechanism.py").write_text(USER_MECHANISM, encoding="utf-8")
-    monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.delitem(sys.modules, "my_mechanism", raising=False)
-    monkeypatch.setattr(runner, "_plots", lambda *args: None)
-    return folder
+    return install(tmp_path, monkeypatch, "my_mechanism", USER_MECHANISM)
 
 
 def records(tmp_path: Path, name: str, **overrides: Any) -> list[dict[str, Any]]:

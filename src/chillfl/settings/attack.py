@@ -18,13 +18,13 @@ themselves run in :mod:`chillfl.attacks`, which reads the spec's hooks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
+from typing import Any, ClassVar, Mapping
 
 from chillfl import plugins
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import NoOptions, OwnTable, require
 from chillfl.plugins import SpecFamily
-from chillfl.settings.chosen import Choice
+from chillfl.settings.chosen import Choice, NamedSpec
 
 SECTION = "attack"
 
@@ -64,20 +64,8 @@ folder's, so ``chillfl report``, ``resume`` and ``compare --resume`` still read 
 which that version ignored, are dropped. A table written by hand names only some, and another kind's is refused."""
 
 
-@runtime_checkable
-class AttackKind(Protocol):
-    """What the config reads of an attack's spec (:class:`chillfl.attacks.spec.AttackSpec` has it all)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def options(self) -> type:
-        """Its own options, a dataclass."""
-        ...
-
-    @property
-    def summary(self) -> str: ...
+AttackKind = NamedSpec
+"""What the config reads of an attack's spec (:class:`chillfl.attacks.spec.AttackSpec` has it all)."""
 
 
 def _is_spec(obj: Any) -> bool:
@@ -111,16 +99,13 @@ CHOICE = Choice(SECTION, "kind", OFF, AttackOptions, _kinds, "attack", FLAT_BEFO
 
 
 @dataclass(frozen=True)
-class AttackConfig(OwnTable):
+class AttackConfig(AttackOptions, OwnTable):
     """Adversarial clients (docs/attacks.md): the shared options (:class:`AttackOptions`) and the kind's own, parsed.
 
     ``options``: the kind's options dataclass, every default filled in (:class:`~chillfl.options.NoOptions` when off).
     ``held``: while off, other kinds' options the table holds for the variants that switch one on (checked, unused).
     """
 
-    kind: str = OFF
-    fraction: float = 0.2
-    clients: tuple[int, ...] = ()
     options: Any = field(default_factory=NoOptions)
     held: tuple[tuple[str, Any], ...] = ()
 

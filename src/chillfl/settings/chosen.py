@@ -10,10 +10,26 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from chillfl.errors import ConfigError
 from chillfl.options import Chosen, HasOptions, parse_options, require, unknown_option
+
+
+@runtime_checkable
+class NamedSpec(Protocol):
+    """What the config reads of any such spec (an attack's, a mechanism's): its name, options and one-line summary."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def options(self) -> type:
+        """Its own options, a dataclass."""
+        ...
+
+    @property
+    def summary(self) -> str: ...
 
 
 def option_names(cls: type) -> set[str]:

@@ -24,7 +24,7 @@ from chillfl import plugins
 from chillfl.errors import choice_error
 from chillfl.options import NoOptions, OwnTable, require
 from chillfl.plugins import SpecFamily
-from chillfl.settings.chosen import Choice, option_names
+from chillfl.settings.chosen import Choice, NamedSpec, option_names
 
 SECTION = "privacy"
 
@@ -76,19 +76,8 @@ config sits below it); :func:`chillfl.privacy.spec.spec_of` checks the type wher
 
 
 @runtime_checkable
-class MechanismKind(Protocol):
+class MechanismKind(NamedSpec, Protocol):
     """What the config reads of a mechanism's spec (:class:`chillfl.privacy.spec.MechanismSpec` has it all)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def options(self) -> type:
-        """Its own options, a dataclass."""
-        ...
-
-    @property
-    def summary(self) -> str: ...
 
     @property
     def adjacency(self) -> str:
@@ -138,20 +127,13 @@ CHOICE = Choice(SECTION, "mechanism", OFF, PrivacyOptions, _mechanisms, "mechani
 
 
 @dataclass(frozen=True)
-class PrivacyConfig(OwnTable):
+class PrivacyConfig(PrivacyOptions, OwnTable):
     """Differential privacy (docs/privacy.md): the shared options (:class:`PrivacyOptions`) and the mechanism's own, parsed.
 
     ``options``: the mechanism's options dataclass, every default filled in (:class:`~chillfl.options.NoOptions` when off).
     ``held``: while off, mechanisms' options the table holds for the variants that switch one on (checked, unused).
     """
 
-    mechanism: str = OFF
-    clip_norm: float = 1.0
-    noise_multiplier: float = 1.0
-    target_epsilon: float = 0.0
-    delta: float = 1e-5
-    accountant: Literal["rdp", "prv"] = "rdp"
-    adjacency: Literal["auto", "replace", "add_remove"] = "auto"
     options: Any = field(default_factory=NoOptions)
     held: tuple[tuple[str, Any], ...] = ()
 

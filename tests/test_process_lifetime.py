@@ -139,14 +139,17 @@ def test_a_second_signal_still_ends_in_one_true_line(tmp_path: Path, second: int
             proc.send_signal(signal.SIGTERM)  # a third, during clean-up: ignored, the clean-up completes
         _, err = proc.communicate(timeout=120)
         last = err.strip().splitlines()[-1]
+        # Both signals can be pending at once, while the main thread waits in C code for longer than the 0.3 s between
+        # them: CPython then runs the handlers in signal-number order (SIGINT before SIGTERM), so the "second" one the
+        # run names is either of the two; the exit status is that one's.
         match = re.fullmatch(
-            rf"chillfl: interrupted by (?:a second {signal.Signals(second).name} during round (\d+); the checkpoint of round (\d+) is kept; "
-            rf"|SIGTERM after round (\d+); )resume with: chillfl resume {re.escape(str(partial))}",
+            rf"chillfl: interrupted by (?:a second ({signal.Signals(second).name}|SIGTERM) during round (\d+); the checkpoint of round (\d+) is kept; "
+            rf"|SIGTERM after round (\d+); |{signal.Signals(second).name} after round (\d+); )resume with: chillfl resume {re.escape(str(partial))}",
             last,
         )
         assert match, last
         assert "Traceback" not in err, err
-        assert proc.returncode == (128 + second if match[1] else 128 + signal.SIGTERM), err
+        assert proc.returncode == (128 + signal.Signals[match[1]] if match[1] else 128 + (signal.SIGTERM if match[4] else second)), err
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(alive(p) for p in pids):
             time.sleep(0.1)
@@ -156,9 +159,9 @@ def test_a_second_signal_still_ends_in_one_true_line(tmp_path: Path, second: int
 
         kept = read_state(partial / "checkpoint.safetensors")["round"]
         if match[1]:  # stopped at once: during the round after the kept checkpoint's or later
-            assert int(match[2]) == kept and int(match[1]) > kept
+            assert int(match[3]) == kept and int(match[2]) > kept
         else:
-            assert int(match[3]) == kept
+            assert int(match[4] or match[5]) == kept
     finally:
         kill_all([proc.pid, *pids])
 

@@ -132,9 +132,9 @@ class AttackConfig(AttackOptions, OwnTable):
         (an option of another kind: which kind it belongs to)."""
         shared = CHOICE.parse_shared(table)
         if shared.kind == OFF:
-            return cls(shared.kind, shared.fraction, shared.clients, NoOptions(), CHOICE.held(table, CHOICE.rest(table, None)))
+            return cls(**CHOICE.shared_values(shared), options=NoOptions(), held=CHOICE.held(table, CHOICE.rest(table, None)))
         own = attack_spec(shared.kind).options
-        return cls(shared.kind, shared.fraction, shared.clients, CHOICE.own(table, CHOICE.rest(table, own), shared.kind, own))
+        return cls(**CHOICE.shared_values(shared), options=CHOICE.own(table, CHOICE.rest(table, own), shared.kind, own))
 
     def table(self) -> dict[str, Any]:
         """The flat table: the shared options, then the kind's own (every default written), or while off the options held."""

@@ -98,7 +98,11 @@ class Choice:
             raise unknown_option(self.section, key, shared_names | own_names, Chosen(f"{self.section}.{self.switch}", chosen, self.specs))
         return parse_options(own, {k: table[k] for k in keys}, self.section)
 
+    def shared_values(self, obj: Any) -> dict[str, Any]:
+        """The shared options of ``obj`` (the shared dataclass, or the config class that extends it), by name, in order."""
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(self.shared)}
+
     def write(self, shared: Any, options: Any, held: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
         """The flat table: the shared options, then the chosen spec's own (every default written), or while off the options held."""
         own = {k: v for k, v in dataclasses.asdict(options).items() if k in option_names(type(options))}
-        return {**{k: getattr(shared, k) for k in (f.name for f in dataclasses.fields(self.shared))}, **own, **dict(held)}
+        return {**self.shared_values(shared), **own, **dict(held)}

@@ -24,7 +24,7 @@ from chillfl import plugins
 from chillfl.errors import choice_error
 from chillfl.options import NoOptions, OwnTable, require
 from chillfl.plugins import SpecFamily
-from chillfl.settings.chosen import Choice, NamedSpec, option_names
+from chillfl.settings.chosen import Choice, NamedSpec
 
 SECTION = "privacy"
 
@@ -165,7 +165,7 @@ class PrivacyConfig(PrivacyOptions, OwnTable):
         """``[privacy]`` checked, with the mechanism's defaults filled in; a ConfigError names any bad key
         (an option of another mechanism: which mechanism it belongs to)."""
         shared = CHOICE.parse_shared(table)
-        values = {k: getattr(shared, k) for k in option_names(PrivacyOptions)}
+        values = CHOICE.shared_values(shared)
         if shared.mechanism == OFF:
             return cls(**values, options=NoOptions(), held=CHOICE.held(table, CHOICE.rest(table, None)))
         spec = mechanism_spec(shared.mechanism)

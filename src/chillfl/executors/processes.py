@@ -446,8 +446,23 @@ def _shutdown(processes: list[Any], tasks: Any, results: Any) -> None:
             p.kill()
             p.join()
     for q in (tasks, results):
-        q.cancel_join_thread()
+        q.cancel_join_thread()  # the interpreter's exit never waits on a feeder stuck on a full pipe
         q.close()
+        _await_feeder(q, _JOIN_S)
+
+
+def _await_feeder(q: mp_queues.Queue[Any], wait: float) -> None:
+    """Wait up to ``wait`` s for the feeder thread of closed ``q`` (if it started) to end.
+
+    The feeder holds two of the queue's named semaphores, and one that ends after the queue object is gone releases
+    them itself (unlink, then tell multiprocessing's resource tracker). An interpreter that exits meanwhile stops it
+    half-way, and the tracker then printed a leak warning after the run's last line (seen after a second SIGTERM, the
+    fastest exit). The workers are gone by now, so the feeder has at most their unread tasks and the stop sentinels
+    left to write; a pipe too full for them (workers killed with many tasks unread) is given up on after ``wait``.
+    """
+    feeder: threading.Thread | None = q._thread  # type: ignore[attr-defined]  # None until the first put
+    if feeder is not None:
+        feeder.join(wait)
 
 
 def default_workers() -> int:

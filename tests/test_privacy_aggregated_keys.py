@@ -70,13 +70,16 @@ class Seen(FedAvg):
         return {**out, "head.w": global_params["head.w"]}
 
 
-def test_a_plugins_declaration_is_what_is_clipped_and_the_rest_passes_as_sent() -> None:
+@pytest.mark.parametrize("local", [False, True])
+def test_a_plugins_declaration_is_what_is_clipped_and_the_rest_passes_as_sent_to_a_trusted_server_only(local: bool) -> None:
     base = Seen()
-    agg = PrivateAggregation(base, client_noise=False, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11)
+    agg = PrivateAggregation(base, client_noise=local, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11)
     out = agg.aggregate(GLOBAL, two_clients(), round=0)
     assert out["body.w"].item() == 0.75
     assert [p["body.w"].item() for p in base.seen] == [1.0, 0.5]  # w + clip(u_i) (n / m = 1)
-    assert [p["head.w"].item() for p in base.seen] == [3.0, 1.0]  # as the clients sent them: neither clipped nor noised
+    # dp-fedavg: as the clients sent them, neither clipped nor noised; local (an untrusted server): the client keeps
+    # them, and the server sees only its own global values (it once got the clients' raw heads)
+    assert [p["head.w"].item() for p in base.seen] == ([0.0, 0.0] if local else [3.0, 1.0])
 
 
 class ByHand:

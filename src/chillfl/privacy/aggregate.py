@@ -14,10 +14,12 @@ The wrapper runs the base's own server rule (FedAvg, FedProx, FedAdam, ...: any 
 ``takes_weights``, i.e. a weighted mean of the clients' models) on models rebuilt from the privatised
 updates: with weights 1/n each and ``w + (clip(u_i) + z/n) n/m`` as client i's model, the base's mean
 is ``w + (sum_i clip(u_i) + z) / m`` exactly (up to float rounding). A server optimiser (FedAdam) then
-acts on that noised mean: post-processing, no privacy cost. The entries the base does not aggregate reach
-it as the client sent them: it does not read them into the global model, so they take no part in the
-sensitivity, and leaving them out of the clip keeps the client's personal part from shrinking its shared
-update (and no noise is drawn for them).
+acts on that noised mean: post-processing, no privacy cost. The entries the base does not aggregate take
+no part in the sensitivity: it does not read them into the global model, and leaving them out of the clip
+keeps the client's personal part from shrinking its shared update (no noise is drawn for them). Under
+``dp-fedavg`` (a trusted server) they reach the base as the client sent them; under ``local`` (an untrusted
+server) the client keeps them, and the base gets the global model's own values in their place, so that
+nothing the server holds comes from a client unprivatised.
 
 Clipping and noise are computed where the server receives the models, in the driver: in a simulation
 that is the same arithmetic as on the client (``local``'s noise comes from the client's own stream,
@@ -81,7 +83,8 @@ class PrivateAggregation(AroundAggregator):
     """Clip each client's update to C, add Gaussian noise (server: one draw on the sum; ``client_noise``: one per client), then the base's mean.
 
     Update, clip and noise cover the entries the base aggregates (:func:`~chillfl.aggregation.base.aggregated_keys`);
-    the rest of each model goes to the base as the client sent it."""
+    the rest of each model goes to the base as the client sent it (server noise) or as the global model's (``client_noise``:
+    the client keeps it)."""
 
     base: WeightedMean
 
@@ -117,7 +120,10 @@ class PrivateAggregation(AroundAggregator):
             else:
                 assert server_noise is not None
                 share = {k: update[k] + server_noise[k] / n for k in keys}
-            model = {**r.params, **{k: global_params[k] + share[k] * (n / denominator) for k in keys}}
+            # local: an untrusted server gets no entry of its own that was not privatised; what it does not aggregate,
+            # the client keeps (the global model's value stands in for it)
+            sent = {**r.params, **{k: global_params[k] for k in r.params if k in global_params and k not in read}} if self.client_noise else r.params
+            model = {**sent, **{k: global_params[k] + share[k] * (n / denominator) for k in keys}}
             private.append(replace(r, params=model))
         self._metrics = {"clipped": clipped / max(n, 1)}
         if self.adaptive is not None:

@@ -78,3 +78,30 @@ def test_a_command_line_grid_that_tunes_a_variants_own_key_is_refused(tmp_path: 
     with pytest.raises(ConfigError) as err:
         plan_runs(config_from_dict(_config(tmp_path)), [], options=CompareOptions(tune={"algorithm.mu": [0.01]}))
     assert err.value.field == "variants.FedProx.tune.algorithm.mu" and "(--tune)" in err.value.message
+
+
+def test_grids_written_with_toml_dotted_keys_unquoted_are_the_quoted_ones(tmp_path: Path) -> None:
+    """TOML reads ``client.lr = [...]`` unquoted as a nested table: ``[tune]`` refused it ("tune.client: expected a non-empty
+    list"), and a variant's ``tune.algorithm.mu = [...]`` the same way, unless the key was quoted."""
+    from chillfl.config import load_config
+
+    head = f'name = "own"\nout_dir = "{tmp_path / "out"}"\n[dataset]\nname = "digits"\n[federation]\nnum_clients = 4\nrounds = 2\n[eval]\nvalidation = 0.2\n'
+    quoted = head + '[tune]\n"client.lr" = [0.05, 0.2]\n[variants.FedAvg]\n[variants.FedProx]\nalgorithm = { name = "fedprox" }\n[variants.FedProx.tune]\n"algorithm.mu" = [0.001, 0.1]\n'
+    unquoted = head + '[tune]\nclient.lr = [0.05, 0.2]\n[variants.FedAvg]\n[variants.FedProx]\nalgorithm.name = "fedprox"\ntune.algorithm.mu = [0.001, 0.1]\n'
+    plans = []
+    for i, text in enumerate((quoted, unquoted)):
+        path = tmp_path / f"c{i}.toml"
+        path.write_text(text)
+        plan = plan_runs(load_config(path), [])
+        plans.append([plan.points_of(v) for v in plan.variants])
+    assert plans[0] == plans[1] and len(plans[1][1]) == 4 and plans[1][1][0] == {"client.lr": 0.05, "algorithm.mu": 0.001}
+
+
+@pytest.mark.parametrize(("tables", "field"), [
+    ({"tune": {"client.lr": [0.1], "client": {"lr": [0.2]}}}, "tune.client.lr"),
+    ({"variants": {"P": {"algorithm": {"name": "fedprox"}, "tune": {"algorithm.mu": [0.1]}, "tune.algorithm.mu": [0.2]}}}, "variants.P.tune.algorithm.mu"),
+])
+def test_a_grid_key_written_twice_is_refused(tmp_path: Path, tables: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({**_config(tmp_path), **tables})
+    assert err.value.field == field and "given twice" in err.value.message

@@ -45,7 +45,7 @@ from chillfl.settings.privacy import PrivacyConfig, PrivacyOptions
 from chillfl.settings.attack import OFF as ATTACK_OFF
 from chillfl.settings.attack import AttackConfig, AttackOptions
 from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer
-from chillfl.tune import parse_tune
+from chillfl.tune import dotted_grid, parse_tune
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -563,6 +563,7 @@ def check_compare_option(key: str, value: Any) -> None:
 def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
     """Validate a plain nested dict (as read from TOML) into a RunConfig."""
     check_depth(data)
+    data = with_dotted_grids(data)
     part = data.get("partition")
     if isinstance(part, Mapping) and "from" in part and "name" not in part:  # partition.from = "partition.json" alone
         data = {**data, "partition": {"name": "file", **part}}
@@ -685,6 +686,31 @@ def variant_config(base: RunConfig, label: str, overrides: Mapping[str, Any]) ->
     merge_overrides(data, {k: v for k, v in overrides.items() if k != "tune"})
     data["name"] = safe_name(label)
     return config_from_dict(data)
+
+
+def with_dotted_grids(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``data`` with its ``[tune]`` grid and every variant's own one keyed by dotted paths (:func:`chillfl.tune.dotted_grid`).
+
+    A variant's ``"tune.algorithm.mu" = [...]`` (a dotted override key, as ``"client.lr" = 0.1`` is) joins its
+    own grid too: applied as an override, it nested into a ``tune`` table the grid refused.
+    """
+    out = dict(data)
+    if isinstance(data.get("tune"), Mapping):
+        out["tune"] = dotted_grid(data["tune"].items())
+    variants = data.get("variants")
+    if isinstance(variants, Mapping):
+        out["variants"] = {label: _own_grid(table, f"variants.{label}.tune") if isinstance(table, Mapping) else table for label, table in variants.items()}
+    return out
+
+
+def _own_grid(table: Mapping[str, Any], field: str) -> Mapping[str, Any]:
+    """A variant's table with its ``tune`` table and its ``"tune.x.y"`` keys as one dotted grid under ``tune``."""
+    own = table.get("tune", {})
+    loose = [(key[len("tune."):], value) for key, value in table.items() if isinstance(key, str) and key.startswith("tune.")]
+    if not isinstance(own, Mapping) or not (own or loose):
+        return table  # no grid, or a malformed one that own_tune names
+    rest = {key: value for key, value in table.items() if not (key == "tune" or isinstance(key, str) and key.startswith("tune."))}
+    return {**rest, "tune": dotted_grid([*own.items(), *loose], field)}
 
 
 def own_tune(shared: Mapping[str, Any], table: Any) -> dict[str, list[Any]]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from chillfl.errors import ConfigError
@@ -43,6 +43,26 @@ LOCAL_PREFIX = "local_"
 MAX_POINTS = 1000
 
 Point = dict[str, Any]
+
+
+def dotted_grid(items: Iterable[tuple[str, Any]], field: str = "tune") -> dict[str, Any]:
+    """``client = {lr = [...]}`` -> ``{"client.lr": [...]}``: a grid's ``items()`` as TOML reads ``client.lr = [...]`` unquoted.
+
+    Why: TOML turns an unquoted dotted key into nested tables, so ``[tune]`` with ``client.lr = [0.05, 0.2]``
+    was refused ("tune.client: expected a non-empty list") unless the key was quoted. A grid's values are
+    lists, never tables, so a nested table can only be such a path. A key written twice is refused.
+    """
+    out: dict[str, Any] = {}
+    stack = list(items)[::-1]
+    while stack:  # iterative, in the order written
+        key, value = stack.pop()
+        if isinstance(value, Mapping) and value:
+            stack.extend((f"{key}.{k}", v) for k, v in list(value.items())[::-1])
+        elif key in out:
+            raise ConfigError(f"{field}.{key}", "is given twice (as a dotted key and in a table)")
+        else:
+            out[key] = value
+    return out
 
 
 def parse_tune(table: Mapping[str, Any], field: str = "tune") -> list[Point]:

@@ -105,3 +105,17 @@ def test_a_grid_key_written_twice_is_refused(tmp_path: Path, tables: dict[str, A
     with pytest.raises(ConfigError) as err:
         config_from_dict({**_config(tmp_path), **tables})
     assert err.value.field == field and "given twice" in err.value.message
+
+
+@pytest.mark.parametrize(("tables", "field"), [
+    ({"tune": {"temperature.value": [0.5, 0.25]}, "variants": {"A": {"temperature": {"policy": "fixed", "value": 0.5}}}}, "tune.temperature.value"),
+    ({"variants": {"A": {"temperature": {"policy": "fixed", "value": 0.5}, "tune": {"temperature.value": [0.5, 0.25]}}, "B": {}}}, "variants.A.tune.temperature.value"),
+])
+def test_controls_of_a_variant_whose_temperature_is_tuned_are_refused(tmp_path: Path, tables: dict[str, Any], field: str) -> None:
+    """The lr control's x 1/T is the variant's table T: at the point T = 0.25 of a T = 0.5 variant it ran at lr x 2, not x 4."""
+    config = {**_config(tmp_path), "compare": {"controls": True}, **tables}
+    with pytest.raises(ConfigError) as err:
+        plan_runs(config_from_dict(config), [])
+    assert err.value.field == field and "step-size controls" in err.value.message
+    config["compare"] = {}
+    assert plan_runs(config_from_dict(config), []).variants  # without controls, tuning T is allowed

@@ -227,12 +227,13 @@ def parse_tune_items(items: Sequence[str]) -> dict[str, list[Any]]:
     return out
 
 
-def with_controls(config: RunConfig, variants: Sequence[Variant]) -> list[Variant]:
+def with_controls(config: RunConfig, variants: Sequence[Variant], shared: Mapping[str, Any] | None = None) -> list[Variant]:
     """``variants`` plus, for each one trained at a fixed T != 1 with the standard loss, its step-size controls.
 
     (1) T = 1 at lr x 1/T: the same gradient scale without the sharper softmax;
     (2) magnitude only (T = 1 softmax, gradient x 1/T) and (3) direction only
     (softmax at T, gradient x T) at the same T (FedChill Table 5's ablations).
+    ``shared``: the shared tuning grid; one that tunes such a variant's temperature is refused (below).
     """
     out = list(variants)
     labels = {v.label for v in variants}
@@ -240,6 +241,7 @@ def with_controls(config: RunConfig, variants: Sequence[Variant]) -> list[Varian
         t = v.temperature
         if t is None or t == 1.0 or apply_variant(config, v).client.loss != "standard":
             continue
+        _refuse_tuned_temperature(v, shared or {})
         rest = {k: val for k, val in v.overrides.items() if k != "temperature"}
         name = v.short or safe_name(v.label)
         for control in (
@@ -251,6 +253,19 @@ def with_controls(config: RunConfig, variants: Sequence[Variant]) -> list[Varian
                 out.append(control)
                 labels.add(control.label)
     return out
+
+
+def _refuse_tuned_temperature(variant: Variant, shared: Mapping[str, Any]) -> None:
+    """A grid that tunes a chilled variant's temperature cannot have its controls: the lr control's x 1/T is the table's T.
+
+    Why: at a point with another T (``temperature.value = 0.25`` for a variant of T = 0.5) the control ran
+    at lr x 2, not x 4, and compared the chilled run with a control of another step size, silently.
+    """
+    for key in (*shared, *variant.tune):
+        if key == TEMPERATURE_SHORTHAND or key.startswith(f"{TEMPERATURE_SHORTHAND}."):
+            field = f"variants.{variant.label}.tune.{key}" if key in variant.tune else f"tune.{key}"
+            raise ConfigError(field, f"tunes the temperature of {variant.label!r}, whose step-size controls (compare.controls) scale the lr by its "
+                                     f"own T = {variant.temperature:g}: give each T its own variant (e.g. --grid temperature=0.5,0.25), or no controls")
 
 
 def choose_reference(
@@ -335,7 +350,7 @@ def plan_sweep(
         checked.append(dataclasses.replace(v, temperature=fixed_temperature(own.temperature)))
     planned = checked
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):
-        planned = with_controls(config, planned)
+        planned = with_controls(config, planned, tune_table)
     return planned, CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select)  # the variants carry the controls
 
 

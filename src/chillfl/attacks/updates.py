@@ -13,14 +13,25 @@ on every floating-point entry (integer buffers, e.g. batch norm's counter, trave
   ``mu - z * s``, mu and s the per-coordinate mean and (population) standard deviation of the round's
   *benign* models; by default z = z_max, ``Phi^-1((n - s') / n)`` with ``s' = floor(n/2 + 1) - m``
   (n: the round's clients, m: its attackers). The attackers collude and see the benign models, the
-  paper's threat model; with no benign client in the round they use their own honest models.
+  paper's threat model; with no benign client in the round they use their own honest models;
+* ``ipm`` (inner product manipulation, Xie et al. 2019): every attacker sends ``w - epsilon * mean_j d_j``,
+  d_j = w_j - w the round's benign updates;
+* ``agnostic`` (Shejwalkar & Houmansadr 2021, the AGR-agnostic attacks, Algorithm 1): every attacker sends
+  ``w + mu + gamma * p``, mu the benign updates' mean, p a perturbation (:data:`PERTURBATIONS`) and gamma
+  the largest value :func:`gamma_search` finds for which a condition holds (:func:`min_max_holds`,
+  :func:`min_sum_holds`), the conditions read through a :class:`Spread` of the benign updates.
+
+The update attacks of several models (``ipm``, ``agnostic``) work in float64 over the float entries and
+cast back to each entry's dtype: a mean and a distance over k models in float32 would round differently
+from one executor's summation order to another's.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Mapping, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
 import torch
 
@@ -66,3 +77,127 @@ def lie(benign: Sequence[Params], template: Params, z: float) -> dict[str, torch
         stack = torch.stack([b[k] for b in benign])
         out[k] = stack.mean(0) - z * stack.std(0, correction=0)
     return out
+
+
+def _updates(global_params: Params, models: Sequence[Params], key: str) -> torch.Tensor:
+    """The updates ``w_j - w`` of entry ``key``, stacked in float64: shape (k, *entry)."""
+    ref = global_params[key].double()
+    return torch.stack([m[key].double() - ref for m in models])
+
+
+def ipm(global_params: Params, benign: Sequence[Params], template: Params, epsilon: float) -> dict[str, torch.Tensor]:
+    """``w - epsilon * mean_j (w_j - w)`` over the ``benign`` models (Xie et al.'s inner product manipulation);
+    ``template``'s other entries kept."""
+    out = dict(template)
+    for k in float_keys(global_params):
+        ref = global_params[k]
+        out[k] = (ref.double() - epsilon * _updates(global_params, benign, k).mean(0)).to(ref.dtype)
+    return out
+
+
+Perturbation = Literal["std", "unit", "sign"]
+PERTURBATIONS: tuple[Perturbation, ...] = ("std", "unit", "sign")
+"""Shejwalkar & Houmansadr's perturbations p of the mean benign update mu: ``std``: -(per-coordinate sample std of
+the benign updates); ``unit``: -mu / ||mu|| (0 where mu = 0); ``sign``: -sign(mu)."""
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The benign updates d_1..d_k as the AGR-agnostic conditions read them, in float64.
+
+    Since d_m(gamma) - d_i = (mu - d_i) + gamma p, every distance the conditions need is
+    ``to_mean[i] + 2 gamma along[i] + gamma^2 p_norm_sq``: testing a gamma costs O(k), not a pass over the model.
+    """
+
+    to_mean: torch.Tensor
+    """(k,): ||mu - d_i||^2."""
+    along: torch.Tensor
+    """(k,): <mu - d_i, p>."""
+    p_norm_sq: float
+    """||p||^2."""
+    pairwise: torch.Tensor
+    """(k, k): ||d_i - d_j||^2."""
+
+    def distances_sq(self, gamma: float) -> torch.Tensor:
+        """(k,): ||d_m(gamma) - d_i||^2 for every benign i."""
+        return self.to_mean + 2.0 * gamma * self.along + gamma * gamma * self.p_norm_sq
+
+
+def min_max_holds(spread: Spread, gamma: float) -> bool:
+    """Min-Max's condition: max_i ||d_m - d_i|| <= max_{i,j} ||d_i - d_j|| (compared squared: the same order)."""
+    return bool(spread.distances_sq(gamma).max() <= spread.pairwise.max())
+
+
+def min_sum_holds(spread: Spread, gamma: float) -> bool:
+    """Min-Sum's condition: sum_i ||d_m - d_i||^2 <= max_i sum_j ||d_i - d_j||^2."""
+    return bool(spread.distances_sq(gamma).sum() <= spread.pairwise.sum(1).max())
+
+
+def gamma_search(holds: Callable[[float], bool], gamma_init: float, tol: float) -> float:
+    """Shejwalkar & Houmansadr's Algorithm 1: the largest gamma found for which ``holds`` (0 when none is).
+
+    gamma = gamma_init, step = gamma_init / 2, gamma_succ = 0; while |gamma_succ - gamma| > tol: where ``holds(gamma)``,
+    gamma_succ = gamma and gamma += step, else gamma -= step; then step /= 2. The moves sum to less than gamma_init, so
+    the result stays below 2 gamma_init. The loop also ends when step underflows to 0 (a tol below gamma's float
+    resolution would otherwise never be met).
+    """
+    gamma, step, succ = gamma_init, gamma_init / 2, 0.0
+    while abs(succ - gamma) > tol and step > 0:
+        if holds(gamma):
+            succ = gamma
+            gamma += step
+        else:
+            gamma -= step
+        step /= 2
+    return succ
+
+
+def agnostic_direction(global_params: Params, benign: Sequence[Params], perturbation: Perturbation) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], Spread]:
+    """mu and p (float64, per float entry) of the ``benign`` models' updates, and their :class:`Spread`.
+
+    ``std`` takes the sample standard deviation (divided by k - 1, torch's default, as the authors' released code
+    computes it): it needs k >= 2 benign models.
+    """
+    keys = float_keys(global_params)
+    stacks = {k: _updates(global_params, benign, k) for k in keys}
+    mu = {k: s.mean(0) for k, s in stacks.items()}
+    if perturbation == "std":
+        p = {k: -s.std(0, correction=1) for k, s in stacks.items()}
+    elif perturbation == "unit":
+        norm = math.sqrt(sum(float(m.square().sum()) for m in mu.values()))
+        p = {k: -m / norm if norm > 0 else torch.zeros_like(m) for k, m in mu.items()}
+    else:
+        p = {k: -torch.sign(m) for k, m in mu.items()}
+    n = len(benign)
+    to_mean = torch.zeros(n, dtype=torch.float64)
+    along = torch.zeros(n, dtype=torch.float64)
+    pairwise = torch.zeros((n, n), dtype=torch.float64)
+    p_norm_sq = 0.0
+    for k, s in stacks.items():  # on the entries' device; only the (k,) and (k, k) sums come to the CPU
+        flat = s.reshape(n, -1)
+        off = mu[k].reshape(1, -1) - flat
+        to_mean += off.square().sum(1).cpu()
+        along += (off @ p[k].reshape(-1)).cpu()
+        pairwise += torch.cdist(flat, flat, compute_mode="donot_use_mm_for_euclid_dist").square().cpu()
+        p_norm_sq += float(p[k].square().sum())
+    return mu, p, Spread(to_mean, along, p_norm_sq, pairwise)
+
+
+def agnostic(
+    global_params: Params,
+    benign: Sequence[Params],
+    template: Params,
+    perturbation: Perturbation,
+    condition: Callable[[Spread, float], bool],
+    gamma_init: float,
+    tol: float,
+) -> tuple[dict[str, torch.Tensor], float]:
+    """``w + mu + gamma * p`` at the gamma :func:`gamma_search` finds for ``condition`` (``template``'s other entries
+    kept), and that gamma."""
+    mu, p, spread = agnostic_direction(global_params, benign, perturbation)
+    gamma = gamma_search(lambda g: condition(spread, g), gamma_init, tol)
+    out = dict(template)
+    for k in mu:
+        ref = global_params[k]
+        out[k] = (ref.double() + mu[k] + gamma * p[k]).to(ref.dtype)
+    return out, gamma

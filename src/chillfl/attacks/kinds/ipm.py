@@ -1,0 +1,53 @@
+"""``ipm`` (inner product manipulation; Xie, Koyejo & Gupta, UAI 2019, "Fall of Empires"): every attacker sends
+``w - epsilon * mean_j d_j``.
+
+d_j = w_j - w: the round's *benign* updates (w the round's global model). The forged update is the benign mean
+reversed and scaled by epsilon, so that the aggregate's inner product with the true mean goes negative
+(:func:`chillfl.attacks.updates.ipm`). Choices where the paper leaves room:
+
+* epsilon defaults to 0.1, the paper's setting against the median and Krum (and that of later work): a small
+  reversed update that sits among the benign ones. The paper's other setting, a large epsilon such as 100, overwhelms
+  averaging-like rules instead; set ``epsilon`` for it.
+* The paper's attackers send the reversed mean of the *gradients*; here the client uploads a model after local
+  training, so the update is the model difference, the quantity an aggregator here sees.
+* The attackers collude and see the benign updates, the paper's omniscient threat model (as ``lie``); with no benign
+  client in the round they use the mean of their own honest updates.
+* Every attacker sends the same model (the paper's identical Byzantine vectors); each keeps its own integer buffers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from chillfl.attacks.spec import AttackSpec, ModelRound
+from chillfl.options import require
+
+if TYPE_CHECKING:
+    from chillfl.aggregation.base import Params
+
+
+@dataclass(frozen=True)
+class IpmOptions:
+    """``epsilon``: the attackers send ``w - epsilon * mean`` of the benign updates (0.1: against median/Krum; 100: the paper's large setting)."""
+
+    epsilon: float = 0.1
+
+    def validate(self, section: str) -> None:
+        require(math.isfinite(self.epsilon) and self.epsilon > 0, f"{section}.epsilon", f"must be > 0, got {self.epsilon}")
+
+
+def forge_models(options: IpmOptions, round: ModelRound) -> dict[int, Params]:
+    from chillfl.attacks import updates
+
+    bad = round.bad
+    benign = [r.params for r in round.benign] or [r.params for r in bad]
+    sent = updates.ipm(round.global_params, benign, bad[0].params, options.epsilon)
+    keys = updates.float_keys(round.global_params)
+    return {r.client_id: {**r.params, **{k: sent[k] for k in keys}} for r in bad}
+
+
+SPEC = AttackSpec(
+    "ipm", IpmOptions, summary="the attackers all send w - epsilon * the benign updates' mean (inner product manipulation)", forge_models=forge_models
+)

@@ -1,0 +1,39 @@
+"""``min_sum`` (Shejwalkar & Houmansadr, NDSS 2021, "Manipulating the Byzantine", the AGR-agnostic Min-Sum attack):
+every attacker sends ``w + mu + gamma * p``, gamma as large as keeps the forged update's summed squared distance to
+the benign updates within any benign update's.
+
+On the round's benign updates d_i = w_i - w: mu = mean_i d_i, p the perturbation (``perturbation``), and gamma
+the largest value Algorithm 1 finds (:func:`chillfl.attacks.updates.gamma_search`) such that
+
+    sum_i ||d_m - d_i||^2 <= max_i sum_j ||d_i - d_j||^2,    d_m = mu + gamma p
+
+(:func:`chillfl.attacks.updates.min_sum_holds`; the right side is the paper's, a max over i). Every other choice is
+``min_max``'s (:mod:`chillfl.attacks.kinds.min_max`): the sample std, the paper's search from ``gamma_init`` = 10
+to ``tol`` = 1e-5, model differences as updates, colluding attackers who see the benign updates and, with fewer than
+2 of them, use every honest update of the round (their own included), or send their honest models when the round has
+one client.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from chillfl.attacks.kinds._agnostic import AgnosticOptions, forge
+from chillfl.attacks.spec import AttackSpec, ModelRound
+
+if TYPE_CHECKING:
+    from chillfl.aggregation.base import Params
+
+
+def forge_models(options: AgnosticOptions, round: ModelRound) -> dict[int, Params]:
+    from chillfl.attacks.updates import min_sum_holds
+
+    return forge(options, round, min_sum_holds)
+
+
+SPEC = AttackSpec(
+    "min_sum",
+    AgnosticOptions,
+    summary="the attackers all send mu + gamma p, its summed squared distance to the benign updates within any benign one's (Min-Sum)",
+    forge_models=forge_models,
+)

@@ -185,8 +185,11 @@ def test_the_built_ins_run_where_their_hooks_say() -> None:
     assert runs == {
         "backdoor": ["parameters", "softlabels", "prototypes"],
         "gaussian": ["parameters", "softlabels", "prototypes"],
+        "ipm": ["parameters"],
         "label_flip": ["parameters", "softlabels", "prototypes"],
         "lie": ["parameters"],
+        "min_max": ["parameters"],
+        "min_sum": ["parameters"],
         "scaling": ["parameters"],
         "sign_flip": ["parameters"],
     }
@@ -212,7 +215,7 @@ def test_an_entry_point_attack_is_listed_and_runs_by_its_name(monkeypatch: pytes
     assert "shrink" in kind_names()
     assert load_config(None, {"attack.kind": "shrink", "attack.keep": 0.5}).attack.options.keep == 0.5
     assert main(["list"]) == 0
-    assert "attacks: backdoor, gaussian, label_flip, lie, scaling, shrink, sign_flip" in capsys.readouterr().out
+    assert "attacks: backdoor, gaussian, ipm, label_flip, lie, min_max, min_sum, scaling, shrink, sign_flip" in capsys.readouterr().out
 
 
 def test_the_reference_documents_each_kinds_options_and_a_plugins() -> None:

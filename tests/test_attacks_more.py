@@ -130,7 +130,7 @@ def test_gamma_search_of_algorithm_1() -> None:
     assert 3.3 - TOL <= updates.gamma_search(lambda g: g <= 3.3, 10.0, TOL) <= 3.3
     assert updates.gamma_search(lambda g: False, 10.0, TOL) == 0.0
     assert 20.0 - 2 * TOL <= updates.gamma_search(lambda g: True, 10.0, TOL) < 20.0
-    assert updates.gamma_search(lambda g: g <= 3.3, 10.0, 1e-300) == pytest.approx(3.3, abs=1e-12)  # a tol below float resolution still ends
+    assert updates.gamma_search(lambda g: g <= 1 / 3, 10.0, 1e-300) == pytest.approx(1 / 3, abs=1e-12)  # a tol below float resolution still ends
 
 
 def _direct(benign: list[torch.Tensor], sent: torch.Tensor) -> tuple[bool, bool]:

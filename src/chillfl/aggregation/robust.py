@@ -84,16 +84,54 @@ def trimmed_mean(values: torch.Tensor, beta: float) -> torch.Tensor:
     return values.sort(dim=0).values[b : n - b].mean(dim=0)
 
 
-def krum_scores(flat: torch.Tensor, f: int) -> torch.Tensor:
-    """Krum's score of every row of ``flat`` [n, d]: summed squared distances to its ``n - f - 2`` nearest other rows."""
-    n = flat.shape[0]
-    if n == 1:
-        return torch.zeros(1, dtype=flat.dtype)
-    k = min(max(n - f - 2, 1), n - 1)
+def float_keys(params: Params) -> list[str]:
+    """The floating-point entries of a state, in its order: what the distance-based rules flatten."""
+    return [k for k, v in params.items() if torch.is_floating_point(v)]
+
+
+def flat_models(results: Sequence[ClientResult], keys: Sequence[str]) -> torch.Tensor:
+    """The clients' ``keys`` entries as one float64 row each: [n, d]."""
+    return torch.stack([torch.cat([r.params[k].double().reshape(-1) for k in keys]) for r in results])
+
+
+def unflatten(vector: torch.Tensor, keys: Sequence[str], like: Params) -> Params:
+    """Inverse of one row of :func:`flat_models`: ``keys``' entries shaped and typed as in ``like``."""
+    out: Params = {}
+    offset = 0
+    for key in keys:
+        ref = like[key]
+        out[key] = vector[offset : offset + ref.numel()].reshape(ref.shape).to(ref.dtype)
+        offset += ref.numel()
+    return out
+
+
+def integer_max(results: Sequence[ClientResult]) -> Params:
+    """Integer entries (BN's ``num_batches_tracked``): the max over ``results``, as FedAvg."""
+    return {k: torch.stack([r.params[k] for r in results]).max(dim=0).values for k, v in results[0].params.items() if not torch.is_floating_point(v)}
+
+
+def squared_distances(flat: torch.Tensor) -> torch.Tensor:
+    """Squared L2 distances between the rows of ``flat`` [n, d], with ``inf`` on the diagonal (a model is not its own neighbour)."""
     sq = (flat * flat).sum(dim=1)
     dist = (sq[:, None] + sq[None, :] - 2 * flat @ flat.T).clamp_min(0)
-    dist.fill_diagonal_(math.inf)  # a model is not its own neighbour
+    dist.fill_diagonal_(math.inf)
+    return dist
+
+
+def scores_from_distances(dist: torch.Tensor, f: int) -> torch.Tensor:
+    """Krum's scores from :func:`squared_distances` of the rows scored (a sub-matrix scores a subset: Bulyan)."""
+    n = dist.shape[0]
+    if n == 1:
+        return torch.zeros(1, dtype=dist.dtype, device=dist.device)
+    k = min(max(n - f - 2, 1), n - 1)
     return dist.sort(dim=1).values[:, :k].sum(dim=1)
+
+
+def krum_scores(flat: torch.Tensor, f: int) -> torch.Tensor:
+    """Krum's score of every row of ``flat`` [n, d]: summed squared distances to its ``n - f - 2`` nearest other rows."""
+    if flat.shape[0] == 1:
+        return torch.zeros(1, dtype=flat.dtype, device=flat.device)
+    return scores_from_distances(squared_distances(flat), f)
 
 
 def krum_select(flat: torch.Tensor, f: int, m: int) -> list[int]:
@@ -154,8 +192,7 @@ class Krum(AggregatorBase):
         self._selected: list[int] = []
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
-        keys = [k for k, v in results[0].params.items() if torch.is_floating_point(v)]
-        flat = torch.stack([torch.cat([r.params[k].double().reshape(-1) for k in keys]) for r in results])
+        flat = flat_models(results, float_keys(results[0].params))
         rows = krum_select(flat, self.f, self.m)
         self._selected = sorted(results[i].client_id for i in rows)
         chosen = [results[i] for i in sorted(rows)]  # averaged in client-id order

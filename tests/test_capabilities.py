@@ -46,7 +46,9 @@ BUILT_INS = [
 """The names the one-table registry had before each spec moved into its method's module."""
 PERSONALISED_BREADTH = ["cfl", "fedala", "fedamp", "fedavgm", "fedbabu", "fedexp", "fedfomo", "fedpac", "fedrod", "ifca", "lg_fedavg", "perfedavg", "qffl"]
 """The methods issue #38 added, each in its own module through the public spec (no core file names them)."""
-ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH)
+ROBUST_MORE = ["bulyan", "centered_clip", "geomed"]
+"""Byzantine-robust rules added next to median, trimmed mean and Krum, each in its own module."""
+ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE)
 
 
 def config(**overrides: Any) -> RunConfig:
@@ -165,7 +167,7 @@ def test_krums_check_runs_when_the_run_is_built() -> None:
 # ---------------------------------------------------------------- PA3Fed's bases
 
 
-@pytest.mark.parametrize("base", ["median", "trimmed_mean", "krum"])
+@pytest.mark.parametrize("base", ["median", "trimmed_mean", "krum", "bulyan", "geomed", "centered_clip"])
 def test_pa3fed_refuses_rules_that_take_no_weights(base: str) -> None:
     with pytest.raises(ConfigError) as err:
         check(**{"algorithm.name": "pa3fed", "algorithm.base": base})

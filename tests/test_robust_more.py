@@ -24,19 +24,11 @@ from chillfl.runner import run_experiment
 
 sys.path.insert(0, str(Path(__file__).parent))
 from resume_cases import check_resume  # noqa: E402
+from test_robust_aggregators import _results  # noqa: E402  (client i uploads values[i] as entry w, float32, and reports 10 (i + 1) samples)
 
 NEW = ("bulyan", "geomed", "centered_clip")
 
 
-def _results(values: list[list[float]], ints: list[int] | None = None) -> list[ClientResult]:
-    """Client i uploads ``values[i]`` as entry ``w`` (float32) and reports 10 (i + 1) samples."""
-    out = []
-    for cid, v in enumerate(values):
-        params = {"w": torch.tensor(v, dtype=torch.float32)}
-        if ints is not None:
-            params["n"] = torch.tensor(ints[cid])
-        out.append(ClientResult(cid, params, num_samples=10 * (cid + 1), num_steps=1, lr=0.1, temperature=1.0, train_loss=0.0))
-    return out
 
 
 def _zeros(dim: int) -> dict[str, torch.Tensor]:

@@ -293,6 +293,8 @@ class StepLoss:
         self._tie_weights = has_tied_tensors(model)
         self._layers = factored_layers(model)
         self._uses_features = bool(getattr(spec.base_loss, "uses_features", False))
+        # a base loss that reads the client's context but not the representation (a logit adjustment by the client's label counts)
+        self._uses_context = bool(getattr(spec.base_loss, "uses_context", False))
         self._batch_terms = any(is_batch_term(t) for t in spec.terms)
         self._captures = tuple(dict.fromkeys(name for t in spec.terms for name in getattr(t, "captures", ())))
 
@@ -327,6 +329,8 @@ class StepLoss:
         self.keys = [key for key, _, _ in rec.calls]
         if self._uses_features:  # FedProto, FedHKD
             value = self.spec.base_loss(logits, y, temperature, features=features, params=params, context=context)  # type: ignore[call-arg]
+        elif self._uses_context:
+            value = self.spec.base_loss(logits, y, temperature, context=context)  # type: ignore[call-arg]
         else:
             value = self.spec.base_loss(logits, y, temperature)
         step = None if not self._batch_terms or features is None else StepView(self.model, x, y, features, logits, value, buffers, grabbed)

@@ -1,0 +1,101 @@
+"""FedLC (Zhang, Li, Li, Xu, Wu, Ding & Wu, ICML 2022): FedAvg whose clients train on calibrated logits.
+
+"Federated Learning with Label Distribution Skew via Logits Calibration". Each
+client subtracts from every logit a class-wise margin that grows as the class
+gets rarer on the client::
+
+    z'_c = z_c - tau * n_c^(-1/4);   loss CE(z', y)
+
+n_c the client's training count of class c. Aggregation is FedAvg's (n_i / n,
+or ``weighting = "uniform"``).
+
+Choices
+-------
+* ``tau`` defaults to 1.0, the value FL-bench and fluke use; not checked
+  against the paper's text.
+* A class the client has no sample of has n_c^(-1/4) = inf. ``absent = "mask"``
+  (default) gives it the margin tau * 1e9, a large finite offset (FedRoD's
+  ``NO_SAMPLE``): its softmax probability is 0 and its logit gets no gradient
+  when tau > 0, which is what FL-bench's and fluke's ``tau * 0 ** -0.25 = inf``
+  does, without infinities (and without NaN at tau = 0). ``absent = "one"``
+  counts it as n_c = 1 instead: the largest finite margin, tau.
+* The softmax runs over every class (y's in the denominator too), as those
+  implementations do.
+* With logit chilling's temperature T the loss is the run's base loss at T on the
+  calibrated logits: CE((z - tau n^(-1/4)) / T, y), so the margin is divided by T
+  too (FedRoD instead adds its log prior after the division). At T = 1 it is the
+  paper's loss; tau = 0 is FedAvg.
+* The calibration is in the local loss only: the uploaded and the global model
+  evaluate plain logits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from chillfl.aggregation.base import ClientHalf, FedAvg
+from chillfl.aggregation.logit_adjust import CountsClient, logit_width
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
+from chillfl.capabilities import Capabilities
+from chillfl.options import require
+
+COUNTS = "fedlc_label_counts"
+"""Context key of the client's per-class training counts n_c."""
+NO_SAMPLE = 1e9
+"""n_c^(-1/4) for a class without samples under ``absent = "mask"`` (0^(-1/4) = inf, kept finite)."""
+
+
+@dataclass(frozen=True)
+class FedLCOptions:
+    """``tau``: the calibration strength (>= 0; 0: FedAvg). ``absent``: a class without samples is ``mask``ed or counted as ``one`` sample."""
+
+    tau: float = 1.0
+    absent: Literal["mask", "one"] = "mask"
+    weighting: Literal["samples", "uniform"] = "samples"
+    """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|)."""
+
+    def validate(self, section: str) -> None:
+        require(math.isfinite(self.tau) and self.tau >= 0.0, f"{section}.tau", f"must be a finite number >= 0, got {self.tau}")
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """z'_c = z_c - tau * n_c^(-1/4); a class with n_c = 0 gets n^(-1/4) = ``NO_SAMPLE`` (``mask``) or 1 (``one``)."""
+
+    tau: float
+    absent: str = "mask"
+
+    def __call__(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        missing = NO_SAMPLE if self.absent == "mask" else 1.0  # an option, not data: no branch under vmap
+        quarter = torch.where(counts > 0, counts.clamp_min(1.0).pow(-0.25), torch.full_like(counts, missing))
+        return logits - self.tau * quarter
+
+
+class FedLC(FedAvg):
+    """FedAvg's server rule; each client trains under :class:`Calibrated` logits (:class:`~chillfl.aggregation.logit_adjust.CountsClient`)."""
+
+    def __init__(self, num_classes: int, options: FedLCOptions = FedLCOptions()) -> None:
+        super().__init__(options.weighting)
+        self.client = CountsClient(Calibrated(options.tau, options.absent), COUNTS, num_classes)
+
+    def client_half(self) -> ClientHalf:
+        return self.client
+
+
+def build(options: FedLCOptions, ctx: BuildContext) -> Built:
+    return FedLC(logit_width(ctx.model, "FedLC"), options), []
+
+
+SPEC = register_algorithm(
+    "fedlc",
+    AlgorithmSpec(
+        FedLCOptions,
+        build,
+        "FedAvg + logits calibrated by tau * n_c^(-1/4) (Zhang et al. 2022)",
+        capabilities=Capabilities(takes_weights=True, not_a_base="FedLC's clients run their own local training (the calibrated loss), which PA3Fed's client half does not compose with"),
+    ),
+)

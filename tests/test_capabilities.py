@@ -48,7 +48,9 @@ PERSONALISED_BREADTH = ["cfl", "fedala", "fedamp", "fedavgm", "fedbabu", "fedexp
 """The methods issue #38 added, each in its own module through the public spec (no core file names them)."""
 ROBUST_MORE = ["bulyan", "centered_clip", "geomed"]
 """Byzantine-robust rules added next to median, trimmed mean and Krum, each in its own module."""
-ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE)
+LABEL_SKEW = ["fedlc", "fedrs"]
+"""FedAvg with a local loss adjusted by the client's label counts, each in its own module."""
+ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE + LABEL_SKEW)
 
 
 def config(**overrides: Any) -> RunConfig:

@@ -102,9 +102,10 @@ class CountsClient:
 
 def logit_width(model: nn.Module, method: str) -> int:
     """The number of classes the counts cover: the out_features of the model's classifier head (ConfigError on ``model.name`` without one)."""
-    from chillfl.aggregation.registry import BuildContext, require_head
+    from chillfl.errors import ConfigError
+    from chillfl.models.parts import NoHeadError, head_of
 
-    head = require_head(BuildContext(num_clients=1, model=model, seed=0), method)
-    layer = model.get_submodule(head)
-    assert isinstance(layer, nn.Linear)
-    return layer.out_features
+    try:
+        return head_of(model).out_features
+    except NoHeadError as exc:
+        raise ConfigError("model.name", f"{method} counts the client's labels over the classifier head's outputs, and {exc}") from None

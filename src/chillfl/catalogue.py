@@ -120,11 +120,14 @@ def _target(stem: str) -> str:
 
 
 def _runs(config: RunConfig) -> int:
-    seeds = config.compare.get("seeds") or [config.seed]
-    tuned = math.prod(len(v) for v in config.tune.values()) if config.tune else 1
-    own = [math.prod(len(v) for v in table.get("tune", {}).values()) for table in config.variants.values() if isinstance(table, dict)]  # own grids
-    variants = sum(own) or (math.prod(len(g.split("=", 1)[1].split(",")) for g in DEMO_GRID) if config.name == "demo" else 1)
-    return variants * len(seeds) * tuned
+    """The runs ``chillfl compare`` plans for ``config``: its variants, own grids, step-size controls, tuning points and
+    seeds (the planner's own count: counted here by hand it left out the controls); 1 for a single run."""
+    from chillfl.sweeps.plan import plan_runs
+
+    grid = list(DEMO_GRID) if config.name == "demo" else []
+    if not (grid or config.variants or config.tune or len(config.compare.get("seeds") or []) > 1):
+        return 1
+    return len(plan_runs(config, grid).cells)
 
 
 def _forward_flops(config: RunConfig) -> float | None:

@@ -23,10 +23,10 @@ from typing import Mapping
 
 import torch
 import torch.nn.functional as F
-from torch.func import functional_call
 
 from chillfl.models.parts import forward_with_features
 from chillfl.training.objective import Context, StepView, read_number, read_table
+from chillfl.training.terms import frozen_forward
 
 
 def moon_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float | torch.Tensor) -> torch.Tensor:
@@ -46,17 +46,7 @@ def frozen_features(step: StepView, state: Mapping[str, torch.Tensor]) -> torch.
     Eval mode as the official code runs the global and previous models
     (batch norm uses the model's own running statistics, no dropout).
     """
-    model = step.model
-    names = {n for n, _ in model.named_parameters()}
-    params = {k: v.detach() for k, v in state.items() if k in names}
-    buffers = {k: v.detach() for k, v in state.items() if k not in names}
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            features, _ = forward_with_features(model, step.x, call=lambda xb: functional_call(model, (params, buffers), (xb,)))
-    finally:
-        model.train(was_training)
+    features, _ = frozen_forward(step, state, lambda call: forward_with_features(step.model, step.x, call=call))
     return features.detach()
 
 

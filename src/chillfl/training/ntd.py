@@ -46,10 +46,9 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import torch
-from torch.func import functional_call
 
 from chillfl.options import require
-from chillfl.training.terms import Context, StepView, TermSpec, read_number, read_table, register_term
+from chillfl.training.terms import Context, StepView, TermSpec, frozen_forward, read_number, read_table, register_term
 
 ANCHOR = "global_params"
 """The context key of the round's start model (shared with the ``proximal`` term: the same model)."""
@@ -85,17 +84,7 @@ def ntd_loss(
 
 def teacher_logits(step: StepView, state: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """The logits of the model with ``state`` (parameters and buffers) on the step's batch: eval mode, no gradient."""
-    model = step.model
-    names = {n for n, _ in model.named_parameters()}
-    params = {k: v.detach() for k, v in state.items() if k in names}
-    buffers = {k: v.detach() for k, v in state.items() if k not in names}
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            logits = functional_call(model, (params, buffers), (step.x,))
-    finally:
-        model.train(was_training)
+    logits = frozen_forward(step, state, lambda call: call(step.x))
     return logits.detach().float()
 
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence, cast
+from typing import Any, Callable, Mapping, Protocol, Sequence, TypeVar, cast
 
 import torch
 from torch import nn
+from torch.func import functional_call
 
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import NoOptions, parse_options
@@ -104,6 +105,28 @@ class StepView:
     """The client's buffers (BatchNorm statistics), by name."""
     captured: Mapping[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     """(input, output) of each module named in the terms' ``captures``, in this forward."""
+
+
+R = TypeVar("R")
+
+
+def frozen_forward(step: StepView, state: Mapping[str, torch.Tensor], run: Callable[[Callable[[torch.Tensor], torch.Tensor]], R]) -> R:
+    """``run(call)``, ``call(x)`` being the step's model with ``state`` (parameters and buffers), in eval mode, without gradient.
+
+    A frozen teacher's forward for a batch term (MOON's global and previous models, FedNTD's start model): batch
+    norm uses the state's own running statistics and updates nothing, dropout is off, the template's mode is restored.
+    """
+    model = step.model
+    names = {n for n, _ in model.named_parameters()}
+    params = {k: v.detach() for k, v in state.items() if k in names}
+    buffers = {k: v.detach() for k, v in state.items() if k not in names}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return run(lambda x: functional_call(model, (params, buffers), (x,)))
+    finally:
+        model.train(was_training)
 
 
 class BatchTerm(Protocol):

@@ -16,3 +16,14 @@ def test_reference_lists_every_registered_part():
     for heading in ("## [dataset]", "## [partition]", "## [model]", "## [temperature]", "## [algorithm]"):
         assert heading in text
     assert "### `fedchill`" in text and "| `value` | `float` | `0.05` |" in text
+
+
+def test_reference_lists_every_loss_term_with_its_options():
+    """The ``[objective] terms`` entries were missing: FedNTD's ``beta``/``tau`` and proximal's ``mu`` were documented nowhere generated."""
+    from chillfl.training.terms import registered_terms
+
+    text = render_reference()
+    terms = text[text.index("## [objective] terms = [...]"):]
+    for name in registered_terms():
+        assert f"### `{name}`" in terms
+    assert "| `tau_squared` | `bool` | `true` |" in terms and "| `mu` | `float` | `0.01` |" in terms

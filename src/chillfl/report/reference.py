@@ -260,7 +260,18 @@ def render_reference(plugins: Sequence[str] = ()) -> str:
     for section, module, attr in SUBTABLES:
         options = getattr(importlib.import_module(module), attr)
         lines += ["", f"## [{section}]", "", _first_line(options), *options_table(options, section)]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _term_sections()) + "\n"
+
+
+def _term_sections() -> list[str]:
+    """The registered loss terms of ``[objective] terms`` and each one's options (an entry is a name, or a table
+    ``{name = "...", <options>}``): they were missing here, so a term's options (FedNTD's ``beta``, ``tau``) were nowhere."""
+    from chillfl.training.terms import registered_terms
+
+    lines = ["", "## [objective] terms = [...]", "", "Each entry: a term's name, or `{name = \"...\", <its options>}`; `proximal_mu = x` is `{name = \"proximal\", mu = x}`."]
+    for name, spec in sorted(registered_terms().items()):
+        lines += ["", f"### `{name}`" + (f" — {spec.summary}" if spec.summary else ""), *options_table(spec.options, f"objective.terms.{name}")]
+    return lines
 
 
 SHARED: dict[str, tuple[type, str]] = {

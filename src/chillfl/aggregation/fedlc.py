@@ -37,8 +37,7 @@ from typing import Literal
 
 import torch
 
-from chillfl.aggregation.base import ClientHalf, FedAvg
-from chillfl.aggregation.logit_adjust import CountsClient, logit_width
+from chillfl.aggregation.logit_adjust import AdjustedFedAvg, logit_width
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.options import require
@@ -75,19 +74,8 @@ class Calibrated:
         return logits - self.tau * quarter
 
 
-class FedLC(FedAvg):
-    """FedAvg's server rule; each client trains under :class:`Calibrated` logits (:class:`~chillfl.aggregation.logit_adjust.CountsClient`)."""
-
-    def __init__(self, num_classes: int, options: FedLCOptions = FedLCOptions()) -> None:
-        super().__init__(options.weighting)
-        self.client = CountsClient(Calibrated(options.tau, options.absent), COUNTS, num_classes)
-
-    def client_half(self) -> ClientHalf:
-        return self.client
-
-
 def build(options: FedLCOptions, ctx: BuildContext) -> Built:
-    return FedLC(logit_width(ctx.model, "FedLC"), options), []
+    return AdjustedFedAvg(Calibrated(options.tau, options.absent), COUNTS, logit_width(ctx.model, "FedLC"), options.weighting), []
 
 
 SPEC = register_algorithm(

@@ -33,8 +33,7 @@ from typing import Literal
 
 import torch
 
-from chillfl.aggregation.base import ClientHalf, FedAvg
-from chillfl.aggregation.logit_adjust import CountsClient, logit_width
+from chillfl.aggregation.logit_adjust import AdjustedFedAvg, logit_width
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.options import require
@@ -65,19 +64,8 @@ class Restricted:
         return torch.where(counts > 0, logits, self.alpha * logits)
 
 
-class FedRS(FedAvg):
-    """FedAvg's server rule; each client trains under :class:`Restricted` logits (:class:`~chillfl.aggregation.logit_adjust.CountsClient`)."""
-
-    def __init__(self, num_classes: int, options: FedRSOptions = FedRSOptions()) -> None:
-        super().__init__(options.weighting)
-        self.client = CountsClient(Restricted(options.alpha), COUNTS, num_classes)
-
-    def client_half(self) -> ClientHalf:
-        return self.client
-
-
 def build(options: FedRSOptions, ctx: BuildContext) -> Built:
-    return FedRS(logit_width(ctx.model, "FedRS"), options), []
+    return AdjustedFedAvg(Restricted(options.alpha), COUNTS, logit_width(ctx.model, "FedRS"), options.weighting), []
 
 
 SPEC = register_algorithm(

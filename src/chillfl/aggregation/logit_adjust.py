@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import ClientState, Context, Local, LocalProgram, Params, Personal, Report, Train, Trained, Wire
+from chillfl.aggregation.base import ClientHalf, ClientState, Context, FedAvg, Local, LocalProgram, Params, Personal, Report, Train, Trained, Weighting, Wire
 from chillfl.training.local import BaseLoss, LocalSpec
 from chillfl.training.objective import read_tensor
 
@@ -98,6 +98,17 @@ class CountsClient:
 
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
         return {}, {}
+
+
+class AdjustedFedAvg(FedAvg):
+    """FedAvg's server rule; each client trains under ``adjust``ed logits (:class:`CountsClient`): FedRS's and FedLC's aggregator."""
+
+    def __init__(self, adjust: Adjust, key: str, num_classes: int, weighting: Weighting = "samples") -> None:
+        super().__init__(weighting)
+        self.client = CountsClient(adjust, key, num_classes)
+
+    def client_half(self) -> ClientHalf:
+        return self.client
 
 
 def logit_width(model: nn.Module, method: str) -> int:

@@ -423,3 +423,73 @@ def test_adaptive_clip_refusals() -> None:
     with pytest.raises(ConfigError) as err:  # sigma_b = 0.5 <= sigma / 2 = 0.75
         build_experiment(config(**{**ADAPTIVE, "privacy.count_noise": 0.5}))
     assert err.value.field == "privacy.count_noise"
+
+
+# ---------------------------------------------------------------- dp-sgd asks private_steps, not a class
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "why"),
+    [("fedrs", "label counts"), ("fedlc", "label counts"), ("ditto", "personal model v_k"), ("fedrep", "head and then its body"),
+     ("fedbabu", "fine-tunes"), ("pfedme", "inner_steps"), ("perfedavg", "two (HF: four) gradients")],
+)
+def test_dp_sgd_refuses_a_method_with_its_declared_private_steps_reason(algorithm: str, why: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config(**{"algorithm.name": algorithm, "privacy.mechanism": "dp-sgd"}))
+    assert err.value.field == "privacy.mechanism"
+    assert f"does not bound what algorithm {algorithm!r} uploads: " in err.value.message and why in err.value.message
+
+
+def test_every_built_in_whose_clients_train_on_their_own_declares_private_steps() -> None:
+    # the fallback for an undeclared Personalising half is for plugins; a built-in names its own reason
+    from chillfl.aggregation.base import Personalising
+    from chillfl.aggregation.registry import algorithm_spec, registered_algorithms
+
+    trainers, other_models = [], []
+    for name in sorted(registered_algorithms()):
+        try:
+            exp = build_experiment(config(**{"algorithm.name": name, "privacy.mechanism": "none", "temperature.policy": "none"}))
+        except ConfigError as err:  # a method for other models (FedAlign: a slimmable ResNet): named below, not skipped silently
+            assert err.field == "model.name", (name, err)
+            other_models.append(name)
+            continue
+        if isinstance(exp.aggregator.client_half(), Personalising):
+            trainers.append(name)
+            assert algorithm_spec(name).capabilities.private_steps, name
+    assert {"ditto", "fedrep", "fedrs", "fedlc", "pfedme"} <= set(trainers)  # the walk saw them
+    assert other_models == ["fedalign"]  # FedAvg's client half with a term, no trainings of its own
+
+
+def test_a_plugins_own_trainings_are_refused_whether_declared_or_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "trainings_plugin.py").write_text(
+        "from chillfl.extend import Capabilities, FedAvg, Local, LocalProgram, LocalSpec, Personal, Train\n\n\n"
+        "class TwiceClient:  # trains twice a round: a Personalising client half, by its methods\n"
+        "    def prepare(self, model, state, context):\n"
+        "        return None\n\n"
+        "    def finish(self, model, state, trained):\n"
+        "        return {}, {}\n\n"
+        "    def objectives(self, spec: LocalSpec):\n"
+        "        return ()\n\n"
+        "    def train(self, local: Local) -> LocalProgram:\n"
+        "        first = yield Train(local.start, local.context)\n"
+        "        out = yield Train(first.params, local.context)\n"
+        "        return Personal(out.params, out.num_steps, out.mean_loss)\n\n\n"
+        "class Twice(FedAvg):\n"
+        "    capabilities = Capabilities(takes_weights=True)\n\n"
+        "    def client_half(self):\n"
+        "        return TwiceClient()\n\n\n"
+        "class Reweighed(FedAvg):\n"
+        "    capabilities = Capabilities(takes_weights=True, private_steps=\"each client reweighs its samples by its own label counts\")\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ConfigError) as err:
+            build_experiment(config(**{"algorithm.name": "trainings_plugin:Twice", "privacy.mechanism": "dp-sgd"}))
+        assert err.value.field == "privacy.mechanism" and "its clients run their own trainings" in err.value.message
+        with pytest.raises(ConfigError) as err:
+            build_experiment(config(**{"algorithm.name": "trainings_plugin:Reweighed", "privacy.mechanism": "dp-sgd"}))
+        assert err.value.message.endswith("uploads: each client reweighs its samples by its own label counts")
+        build_experiment(config(**{"algorithm.name": "trainings_plugin:Reweighed", "privacy.mechanism": "dp-fedavg"}))  # only per-sample steps ask
+    finally:
+        sys.modules.pop("trainings_plugin", None)

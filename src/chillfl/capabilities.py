@@ -36,6 +36,13 @@ class Capabilities:
     """What the method's clients send besides their model, computed from their data without noise (FedGen's
     label counts, q-FFL's loss), e.g. "each client's label counts". No ``[privacy]`` mechanism noises it or
     counts it in epsilon, so a private run refuses the method with this in the line."""
+    private_steps: str | None = None
+    """Why clipping and noising the local steps (``dp-sgd``'s per-sample step) does not bound what the method's clients
+    upload: its clients read their data outside the round's one training (FedRep's head trained first, FedLC's
+    loss built from the client's label counts), or the accountant, which counts one training a round, would miss
+    some of their trainings (Ditto's personal model). Set, a private run with such a mechanism refuses the method
+    with this in the line. A client half that runs its own trainings
+    (:class:`~chillfl.aggregation.base.Personalising`) is refused even if it declares nothing."""
     limited_by: str | None = None
     """The option of the method's own table whose value sets the limits above (FedChill's
     ``normalisation = "minmax"`` keeps it off Flower), so a refusal names that option rather than
@@ -43,7 +50,7 @@ class Capabilities:
 
     def wrapping(self, base: Capabilities) -> Capabilities:
         """A wrapper's effective capabilities over ``base``: it runs the base's server maths and client half, so the
-        base's limits (plain SGD, Flower), its personal model and its reports are the wrapper's too; whether the wrapper can itself
+        base's limits (plain SGD, Flower), its personal model, its reports and its private-step limit are the wrapper's too; whether the wrapper can itself
         be wrapped (``takes_weights``, ``not_a_base``) stays its own."""
         return Capabilities(
             plain_sgd=self.plain_sgd or base.plain_sgd,
@@ -52,5 +59,6 @@ class Capabilities:
             not_a_base=self.not_a_base,
             personal_model=self.personal_model or base.personal_model,
             reports=self.reports or base.reports,
+            private_steps=self.private_steps or base.private_steps,
             limited_by=self.limited_by if (self.plain_sgd or self.on_flower) else None,
         )

@@ -213,6 +213,11 @@ SPEC = register_algorithm(
         APFLOptions,
         lambda o, ctx: (APFL(ctx.model, o), []),
         "adaptive mixture of a local and the global model (Deng et al. 2020)",
-        capabilities=Capabilities(takes_weights=True, not_a_base="APFL's clients run their own local trainings, which PA3Fed's client half does not compose with", personal_model=True),
+        capabilities=Capabilities(
+            private_steps="not audited: its one training also moves the client's kept v_i and alpha_i, whose per-sample gradients would be clipped together with w_i's",
+            takes_weights=True,
+            not_a_base="APFL's clients run their own local trainings, which PA3Fed's client half does not compose with",
+            personal_model=True,
+        ),
     ),
 )

@@ -118,6 +118,11 @@ SPEC = register_algorithm(
         DittoOptions,
         lambda o, ctx: (Ditto(o), []),
         "personal models regularised towards FedAvg's (Li et al. 2021)",
-        capabilities=Capabilities(takes_weights=True, not_a_base="Ditto's clients run their own local trainings, which PA3Fed's client half does not compose with", personal_model=True),
+        capabilities=Capabilities(
+            private_steps="each client also trains its personal model v_k, a second training a round that the accountant does not count",
+            takes_weights=True,
+            not_a_base="Ditto's clients run their own local trainings, which PA3Fed's client half does not compose with",
+            personal_model=True,
+        ),
     ),
 )

@@ -207,6 +207,11 @@ SPEC = register_algorithm(
         FedALAOptions,
         lambda o, ctx: (FedALA(ctx.model, o), []),
         "adaptive local aggregation of the global model into the local one (Zhang et al. 2023)",
-        capabilities=Capabilities(takes_weights=True, not_a_base="FedALA's clients run their own local trainings, which PA3Fed's client half does not compose with", personal_model=True),
+        capabilities=Capabilities(
+            private_steps="each client learns its ALA weights W_i on its data without noise, and the upload starts from the model they blend",
+            takes_weights=True,
+            not_a_base="FedALA's clients run their own local trainings, which PA3Fed's client half does not compose with",
+            personal_model=True,
+        ),
     ),
 )

@@ -120,6 +120,10 @@ SPEC = register_algorithm(
         FedBABUOptions,
         lambda o, ctx: (FedBABU(ctx.model, o), []),
         "body federated with a frozen random head, then fine-tuned (Oh et al. 2022)",
-        capabilities=Capabilities(takes_weights=True, not_a_base="FedBABU's clients run their own local trainings, which PA3Fed's client half does not compose with"),
+        capabilities=Capabilities(
+            private_steps="each client also fine-tunes the global model on its data for local_acc, a training that the accountant does not count",
+            takes_weights=True,
+            not_a_base="FedBABU's clients run their own local trainings, which PA3Fed's client half does not compose with",
+        ),
     ),
 )

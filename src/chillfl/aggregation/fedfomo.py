@@ -231,7 +231,11 @@ SPEC = register_algorithm(
         FedFomoOptions,
         lambda o, ctx: (FedFomo(ctx.num_clients, ctx.param_keys(), o, ctx.model), []),
         "clients combine the models that help their validation loss (Zhang et al. 2021)",
-        capabilities=Capabilities(not_a_base="FedFomo's clients run their own model combination and training, which PA3Fed's client half does not compose with", personal_model=True,
-                                  reports="each client's weights of the models it was sent, from their losses on its own data"),
+        capabilities=Capabilities(
+            private_steps="each client weighs the models it receives by their loss on its validation rows, without noise, and the upload starts from their combination",
+            not_a_base="FedFomo's clients run their own model combination and training, which PA3Fed's client half does not compose with",
+            personal_model=True,
+            reports="each client's weights of the models it was sent, from their losses on its own data",
+        ),
     ),
 )

@@ -84,6 +84,10 @@ SPEC = register_algorithm(
         FedLCOptions,
         build,
         "FedAvg + logits calibrated by tau * n_c^(-1/4) (Zhang et al. 2022)",
-        capabilities=Capabilities(takes_weights=True, not_a_base="FedLC's clients run their own local training (the calibrated loss), which PA3Fed's client half does not compose with"),
+        capabilities=Capabilities(
+            private_steps="its loss reads the client's label counts, so one sample changes every sample's gradient, which per-sample clipping does not bound",
+            takes_weights=True,
+            not_a_base="FedLC's clients run their own local training (the calibrated loss), which PA3Fed's client half does not compose with",
+        ),
     ),
 )

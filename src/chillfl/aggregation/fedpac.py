@@ -292,6 +292,7 @@ SPEC = register_algorithm(
         lambda o, ctx: (FedPAC(ctx.model, o), []),
         "feature alignment to global prototypes and classifier collaboration (Xu et al. 2023)",
         capabilities=Capabilities(
+            private_steps="each client trains its head and then its body, two trainings a round, and computes the statistics it reports from its data",
             not_a_base="FedPAC's clients run their own local trainings and its server combines heads per client",
             reports="each client's class means and counts of its features and its statistics V_i and h_i",
         ),

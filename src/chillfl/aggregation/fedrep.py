@@ -88,6 +88,11 @@ SPEC = register_algorithm(
         FedRepOptions,
         lambda o, ctx: (FedRep(ctx.model, o), []),
         "shared representation, local head trained first (Collins et al. 2021)",
-        capabilities=Capabilities(takes_weights=True, not_a_base="FedRep's clients run their own local trainings, which PA3Fed's client half does not compose with", personal_model=True),
+        capabilities=Capabilities(
+            private_steps="each client trains its head and then its body from that head, two trainings a round",
+            takes_weights=True,
+            not_a_base="FedRep's clients run their own local trainings, which PA3Fed's client half does not compose with",
+            personal_model=True,
+        ),
     ),
 )

@@ -113,12 +113,12 @@ def split_rod(state: Mapping[str, torch.Tensor]) -> tuple[Params, Params]:
 
 def head_of_state(model: Params, head: str) -> Params:
     """G's entries of a model state, by their names in the head module (``weight``, ``bias``)."""
-    return {k[len(head) + 1:]: t for k, t in model.items() if k.startswith(head + ".")}
+    return {k[len(head) + 1 :]: t for k, t in model.items() if k.startswith(head + ".")}
 
 
 def combined(model: Params, personal: Params, head: str) -> Params:
     """The model with head G + P (weight W_G + W_P, bias b_G + b_P): logits G(z) + P(z)."""
-    return {k: t + personal[k[len(head) + 1:]].to(t.device) if k.startswith(head + ".") and k[len(head) + 1:] in personal else t for k, t in model.items()}
+    return {k: t + personal[k[len(head) + 1 :]].to(t.device) if k.startswith(head + ".") and k[len(head) + 1 :] in personal else t for k, t in model.items()}
 
 
 class RoDLoss:
@@ -219,6 +219,11 @@ SPEC = register_algorithm(
         FedRoDOptions,
         lambda o, ctx: (FedRoD(ctx.model, o), []),
         "generic head by balanced softmax, personal head on top (Chen & Chao 2022)",
-        capabilities=Capabilities(takes_weights=True, not_a_base="FedRoD's clients run their own local trainings, which PA3Fed's client half does not compose with", personal_model=True),
+        capabilities=Capabilities(
+            private_steps="the generic head's balanced softmax reads the client's label counts (one sample changes every sample's gradient, which per-sample clipping does not bound), and the personal head P is trained on top",
+            takes_weights=True,
+            not_a_base="FedRoD's clients run their own local trainings, which PA3Fed's client half does not compose with",
+            personal_model=True,
+        ),
     ),
 )

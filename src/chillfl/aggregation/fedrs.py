@@ -74,6 +74,10 @@ SPEC = register_algorithm(
         FedRSOptions,
         build,
         "FedAvg + restricted softmax: missing classes' logits scaled by alpha (Li & Zhan 2021)",
-        capabilities=Capabilities(takes_weights=True, not_a_base="FedRS's clients run their own local training (the restricted loss), which PA3Fed's client half does not compose with"),
+        capabilities=Capabilities(
+            private_steps="its loss reads the client's label counts, so one sample changes every sample's gradient, which per-sample clipping does not bound",
+            takes_weights=True,
+            not_a_base="FedRS's clients run their own local training (the restricted loss), which PA3Fed's client half does not compose with",
+        ),
     ),
 )

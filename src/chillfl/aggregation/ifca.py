@@ -176,9 +176,7 @@ class Ifca(AggregatorBase):
 
     def _ensure(self, global_params: Params) -> None:
         if not self.models:
-            self.models = [dict(global_params)] + [
-                fresh_model(self.template, derive_seed(self.seed, "ifca", j), global_params) for j in range(1, self.options.clusters)
-            ]
+            self.models = [dict(global_params)] + [fresh_model(self.template, derive_seed(self.seed, "ifca", j), global_params) for j in range(1, self.options.clusters)]
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         self._ensure(global_params)
@@ -219,6 +217,8 @@ SPEC = register_algorithm(
         IfcaOptions,
         lambda o, ctx: (Ifca(ctx.model, ctx.seed, o), []),
         "k cluster models, each client trains the best-fitting one (Ghosh et al. 2020)",
-        capabilities=Capabilities(reports="each client's choice of cluster, the lowest loss on its training data"),
+        capabilities=Capabilities(
+            private_steps="each client chooses its cluster by every cluster model's loss on its data, without noise", reports="each client's choice of cluster, the lowest loss on its training data"
+        ),
     ),
 )

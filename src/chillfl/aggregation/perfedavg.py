@@ -176,6 +176,10 @@ SPEC = register_algorithm(
         PerFedAvgOptions,
         lambda o, ctx: (PerFedAvg(ctx.model, o), []),
         "FedAvg on the MAML objective, personalised by one local step (Fallah et al. 2020)",
-        capabilities=Capabilities(takes_weights=True, not_a_base="Per-FedAvg's clients run their own local trainings, which PA3Fed's client half does not compose with"),
+        capabilities=Capabilities(
+            private_steps="each of its steps takes two (HF: four) gradients on different batches, which the accountant counts as one step",
+            takes_weights=True,
+            not_a_base="Per-FedAvg's clients run their own local trainings, which PA3Fed's client half does not compose with",
+        ),
     ),
 )

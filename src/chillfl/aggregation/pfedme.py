@@ -143,6 +143,10 @@ SPEC = register_algorithm(
         PFedMeOptions,
         lambda o, ctx: (PFedMe(ctx.model, o), []),
         "Moreau-envelope personalisation (Dinh et al. 2020)",
-        capabilities=Capabilities(takes_weights=True, not_a_base="pFedMe's clients run their own local trainings, which PA3Fed's client half does not compose with"),
+        capabilities=Capabilities(
+            private_steps="each batch is used for inner_steps steps of theta_i before w_i moves, gradients that the accountant counts as one step",
+            takes_weights=True,
+            not_a_base="pFedMe's clients run their own local trainings, which PA3Fed's client half does not compose with",
+        ),
     ),
 )

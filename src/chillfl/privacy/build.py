@@ -106,9 +106,7 @@ def _capabilities(config: RunConfig, aggregator: Aggregator) -> Capabilities:
     return effective_capabilities(spec, options)
 
 
-def _refuse_reports(
-    mechanism: str, noised: str, method: str, capabilities: Capabilities, instead: str = "an algorithm whose clients send only their model"
-) -> None:
+def _refuse_reports(mechanism: str, noised: str, method: str, capabilities: Capabilities, instead: str = "an algorithm whose clients send only their model") -> None:
     """A method whose clients send more than what ``mechanism`` noises (``reports``): that part is released without noise."""
     if capabilities.reports:
         raise ConfigError(FIELD, f"{mechanism!r} noises {noised}, but {method} also sends, without noise and outside epsilon, {capabilities.reports}; use {instead}")
@@ -138,20 +136,32 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
 
 
 def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggregator: Aggregator | None) -> PrivateGradients | None:
-    """The mechanism's per-sample step (its ``step`` hook; None without one); refuses batch norm and personalising methods."""
+    """The mechanism's per-sample step (its ``step`` hook; None without one); refuses batch norm, and methods whose uploads one
+    accounted training does not bound (their declared ``private_steps``, or a client half that runs its own trainings)."""
     plan = plan_privacy(config, data)
     if plan is None or plan.spec.step is None or config.protocol != PARAMETERS:
         return None
     if aggregator is not None:
-        _refuse_reports(plan.mechanism, MODELS, f"algorithm {config.algorithm.get('name')!r}", _capabilities(config, aggregator))
+        name = config.algorithm.get("name")
+        capabilities = _capabilities(config, aggregator)
+        _refuse_reports(plan.mechanism, MODELS, f"algorithm {name!r}", capabilities)
+        why = capabilities.private_steps or _undeclared_trainings(aggregator)
+        if why:
+            raise ConfigError(FIELD, f"{plan.mechanism!r} clips and noises the steps of one training a client a round, which does not bound what algorithm {name!r} uploads: {why}")
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         model_name = config.model.get("name")
         raise ConfigError(FIELD, f"{plan.mechanism!r} clips per-sample gradients, and model {model_name!r} has batch norm (a sample's gradient depends on its batch); use a model without it")
+    return plan.spec.step(plan.options, plan.noise)
+
+
+def _undeclared_trainings(aggregator: Aggregator) -> str | None:
+    """The safe side for a method that declares no ``private_steps``: a client half running its own trainings may run
+    several a round, or read its data between them, and the accountant counts one."""
     from chillfl.aggregation.base import Personalising
 
-    if aggregator is not None and isinstance(aggregator.client_half(), Personalising):
-        raise ConfigError(FIELD, f"{plan.mechanism!r} accounts one training a round per client, and algorithm {config.algorithm.get('name')!r} runs several")
-    return plan.spec.step(plan.options, plan.noise)
+    if isinstance(aggregator.client_half(), Personalising):
+        return "its clients run their own trainings (a Personalising client half), which the accountant cannot count"
+    return None
 
 
 def with_privacy(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from chillfl.progress import ProgressMode
     from chillfl.report.compare import CompareResult
     from chillfl.sweeps.plan import CompareOptions
-    from chillfl.runner import RunOutput
+    from chillfl.runner import RunInterrupted, RunOutput
 
 DEMO = "demo"
 
@@ -487,6 +488,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     level = int(getattr(args, "verbose", 0) or 0) - int(getattr(args, "quiet", 0) or 0)
     _log_to_stderr({-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}.get(max(-2, min(1, level)), logging.ERROR))
+    with _CommandSignals():
+        return _dispatch(args)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside a run's own handling (start-up, between a comparison's runs): handled as Ctrl-C is, exit 143."""
+
+    signum = signal.SIGTERM
+
+
+class _CommandSignals:
+    """SIGINT/SIGTERM while a command runs and no run holds them: the first raises (KeyboardInterrupt, or
+    :class:`Terminated`), later ones are ignored, so that the exception's one line is always said.
+
+    A run installs its own handlers (stop after the round, or at once) and gives these back when it ends,
+    also when it ends interrupted: a further signal then lands here while that exception unwinds, and is
+    either ignored or raised with the run's exception as its context (:func:`_dispatch` says the run's line).
+    Without this, SIGTERM's default killed the process in that window with nothing said (exit -15).
+    """
+
+    def __init__(self) -> None:
+        self.raised = False
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> _CommandSignals:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():  # chillfl.cli.main called from a thread: Python refuses handlers
+            self.previous = {sig: signal.signal(sig, self.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def handle(self, signum: int, frame: object) -> None:
+        if self.raised:
+            return
+        self.raised = True
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the command; every way it can end that is not a bug is one line on stderr and an exit status."""
     try:
         return int(args.func(args) or 0)
     except MissingExtra as exc:  # an optional package is missing: one line naming the extra
@@ -495,9 +540,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"chillfl: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        runner = sys.modules.get("chillfl.runner")  # no run without it: a Ctrl-C at start-up imports nothing more
+        if runner is not None and isinstance(exc.__context__, runner.RunInterrupted):  # a late signal while the run's interruption unwound
+            return _interrupted(exc.__context__)
         print("chillfl: interrupted; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)", file=sys.stderr)
-        return 130
+        return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
     except SweepFailed as exc:
         print(f"chillfl: {exc}" + (f"; partial results in {exc.folder}" if exc.folder else ""), file=sys.stderr)
         return DIVERGED_EXIT
@@ -517,12 +565,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         if not isinstance(exc, RunInterrupted):
             raise
-        if exc.folder is not None:
-            kept = f"the checkpoint of round {exc.checkpoint} is kept; " if exc.at_once else ""
-            print(f"chillfl: {exc}; {kept}resume with: {exc.resume_command or f'chillfl resume {exc.folder}'}", file=sys.stderr)
-        else:
-            print(f"chillfl: {exc}; no checkpoint had been written yet, so there is nothing to resume", file=sys.stderr)
-        return exc.exit_code
+        return _interrupted(exc)
+
+
+def _interrupted(exc: RunInterrupted) -> int:
+    """The interrupted run's one line: the round it stopped at and how to resume."""
+    if exc.folder is not None:
+        kept = f"the checkpoint of round {exc.checkpoint} is kept; " if exc.at_once else ""
+        print(f"chillfl: {exc}; {kept}resume with: {exc.resume_command or f'chillfl resume {exc.folder}'}", file=sys.stderr)
+    else:
+        print(f"chillfl: {exc}; no checkpoint had been written yet, so there is nothing to resume", file=sys.stderr)
+    return exc.exit_code
 
 
 if __name__ == "__main__":

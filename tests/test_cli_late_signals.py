@@ -1,0 +1,97 @@
+"""A SIGTERM that reaches ``chillfl`` where no run holds the signals still ends in one true line, never a silent kill.
+
+Two windows, each forced deterministically in a child process by wrapping the code at its edge:
+
+* after an interrupted run gave its handlers back, while its ``RunInterrupted`` unwinds to the CLI's line;
+* before any run started (building the experiment).
+
+Before the CLI held the signals itself, SIGTERM's default killed the process in both: exit -15, nothing said.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+CONFIG = """\
+name = "late"
+seed = 1
+threads = 1
+device = "cpu"
+out_dir = "{out}"
+[dataset]
+name = "digits"
+[model]
+name = "mlp"
+hidden = [8]
+[federation]
+num_clients = 4
+clients_per_round = 2
+rounds = 4
+[client]
+epochs = 1
+batch_size = 32
+lr = 0.05
+[eval]
+client_split_size = 20
+[checkpoint]
+every = 1
+"""
+
+CHILD = textwrap.dedent(
+    """
+    import signal, sys
+    import chillfl.experiment, chillfl.runner
+    from chillfl.cli import main
+
+    window, config = sys.argv[1], sys.argv[2]
+    if window == "after_run":
+        enter, exit_ = chillfl.runner._Signals.__enter__, chillfl.runner._Signals.__exit__
+
+        def entered(self):
+            out = enter(self)
+            signal.raise_signal(signal.SIGTERM)  # the first signal: stop after round 1
+            return out
+
+        def exited(self, *exc):
+            exit_(self, *exc)  # the run's handlers are given back ...
+            signal.raise_signal(signal.SIGTERM)  # ... and a second SIGTERM lands while RunInterrupted unwinds
+            signal.raise_signal(signal.SIGTERM)
+
+        chillfl.runner._Signals.__enter__, chillfl.runner._Signals.__exit__ = entered, exited
+    else:
+        build = chillfl.experiment.build_experiment
+
+        def building(*args, **kwargs):
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
+            return build(*args, **kwargs)
+
+        chillfl.experiment.build_experiment = chillfl.runner.build_experiment = building
+    sys.exit(main(["run", config, "-q"]))
+    """
+)
+
+
+def _run(tmp_path: Path, window: str) -> tuple[int, list[str]]:
+    config = tmp_path / "late.toml"
+    config.write_text(CONFIG.format(out=(tmp_path / "out").as_posix()))
+    proc = subprocess.run([sys.executable, "-c", CHILD, window, str(config)], capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, proc.stderr.strip().splitlines()
+
+
+def test_a_sigterm_while_an_interrupted_run_unwinds_still_says_the_runs_line(tmp_path: Path) -> None:
+    code, lines = _run(tmp_path, "after_run")
+    assert code == 128 + signal.SIGTERM, lines
+    assert lines[-1] == f"chillfl: interrupted by SIGTERM after round 1; resume with: chillfl resume {tmp_path / 'out' / 'late.partial'}", lines
+    assert (tmp_path / "out" / "late.partial" / "checkpoint.safetensors").exists()
+
+
+def test_a_sigterm_before_the_run_starts_is_one_line_and_exit_143(tmp_path: Path) -> None:
+    code, lines = _run(tmp_path, "before_run")
+    assert code == 128 + signal.SIGTERM, lines
+    assert lines == ["chillfl: interrupted; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)"]

@@ -17,6 +17,7 @@ from chillfl.aggregation.base import ClientResult
 from chillfl.attacks import updates
 from chillfl.attacks.aggregate import malicious
 from chillfl.attacks.kinds._agnostic import AgnosticOptions
+from chillfl.attacks.kinds.min_sum import MinSumOptions
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
 from chillfl.runner import run_experiment
@@ -70,10 +71,10 @@ ONE_D = {"w": t(1.0), "count": torch.tensor(7)}
 """A 1-D global model w = 1."""
 
 
-def one_d(kind: str, perturbation: str) -> torch.Tensor:
+def one_d(kind: str, perturbation: str, **options: Any) -> torch.Tensor:
     """What the attacker (client 3) sends when the benign models are 1, 1, 4: updates d = 0, 0, 3."""
     results = [ClientResult(i, {"w": t(v), "count": torch.tensor(8)}, 1, 1, 0.1, 1.0, 0.0) for i, v in enumerate((1.0, 1.0, 4.0, -20.0))]
-    out = malicious(attack(kind, perturbation=perturbation), ONE_D, results, frozenset({3}), 0, 0)
+    out = malicious(attack(kind, perturbation=perturbation, **options), ONE_D, results, frozenset({3}), 0, 0)
     assert all(out[i].params is results[i].params for i in range(3))
     return out[3].params["w"]
 
@@ -90,6 +91,16 @@ def one_d(kind: str, perturbation: str) -> torch.Tensor:
 @pytest.mark.parametrize("perturbation", ["sign", "std"])
 def test_one_d_by_hand(kind: str, sent: float, perturbation: str) -> None:
     assert one_d(kind, perturbation).item() == pytest.approx(sent, abs=4 * TOL * math.sqrt(3))
+
+
+# Min-Sum with bound = "min" (the authors' code): the right side is min(9, 9, 18) = 9.
+#   sign: 6 + 3 g^2 <= 9 -> g = 1, sends 1 + 1 - 1 = 1;  std: 6 + 9 g^2 <= 9 -> g = 1 / sqrt(3), g p = -1, sends 1.
+@pytest.mark.parametrize(("perturbation", "gamma"), [("sign", 1.0), ("std", 1 / math.sqrt(3))])
+def test_min_sum_with_the_authors_min_bound_by_hand(perturbation: updates.Perturbation, gamma: float) -> None:
+    assert one_d("min_sum", perturbation, bound="min").item() == pytest.approx(1.0, abs=4 * TOL * math.sqrt(3))
+    benign = [{"w": t(v)} for v in (1.0, 1.0, 4.0)]
+    _, found = updates.agnostic({"w": t(1.0)}, benign, {"w": t(1.0)}, perturbation, lambda sp, g: updates.min_sum_holds(sp, g, "min"), 10.0, TOL)
+    assert gamma - 2 * TOL <= found <= gamma
 
 
 @pytest.mark.parametrize(
@@ -119,6 +130,9 @@ def test_unit_perturbation_in_two_d_by_hand() -> None:
     assert 10 / 3 - 2 * TOL <= gamma <= 10 / 3 and torch.allclose(sent["w"], t(0.0, 0.0), atol=4 * TOL)
     sent, gamma = updates.agnostic(zero, benign, zero, "unit", updates.min_sum_holds, 10.0, TOL)
     assert 20 / 3 - 2 * TOL <= gamma <= 20 / 3 and torch.allclose(sent["w"], t(-2.0, -8 / 3), atol=4 * TOL)
+    # min-sum, bound = "min": 600/9 + 3 g^2 <= 100 (the first two's sums) -> g = 10/3, d_m = 0: sends [0, 0]
+    sent, gamma = updates.agnostic(zero, benign, zero, "unit", lambda sp, g: updates.min_sum_holds(sp, g, "min"), 10.0, TOL)
+    assert 10 / 3 - 2 * TOL <= gamma <= 10 / 3 and torch.allclose(sent["w"], t(0.0, 0.0), atol=4 * TOL)
 
 
 # ---------------------------------------------------------------- the search finds the boundary
@@ -159,7 +173,9 @@ def test_the_condition_holds_at_gamma_and_fails_just_above(perturbation: updates
 
 def test_perturbation_options_match_the_maths() -> None:
     assert typing.get_args(typing.get_type_hints(AgnosticOptions)["perturbation"]) == updates.PERTURBATIONS
-    assert attack("min_max").options == attack("min_sum").options == AgnosticOptions("std", 10.0, 1e-5)
+    assert attack("min_max").options == AgnosticOptions("std", 10.0, 1e-5)
+    assert attack("min_sum").options == MinSumOptions("std", 10.0, 1e-5, "max")  # the paper's bound by default
+    assert typing.get_args(typing.get_type_hints(MinSumOptions)["bound"]) == typing.get_args(updates.Bound)
 
 
 def test_float32_entries_come_back_float32() -> None:
@@ -205,6 +221,7 @@ def test_no_attacker_in_the_round_changes_nothing(kind: str) -> None:
         ("min_max", "gamma_init", 0.0),
         ("min_sum", "tol", -1e-5),
         ("min_sum", "perturbation", 3),
+        ("min_sum", "bound", "mean"),
     ],
 )
 def test_bad_options_are_one_line_naming_the_field(kind: str, option: str, value: Any) -> None:

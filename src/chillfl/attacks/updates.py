@@ -128,9 +128,15 @@ def min_max_holds(spread: Spread, gamma: float) -> bool:
     return bool(spread.distances_sq(gamma).max() <= spread.pairwise.max())
 
 
-def min_sum_holds(spread: Spread, gamma: float) -> bool:
-    """Min-Sum's condition: sum_i ||d_m - d_i||^2 <= max_i sum_j ||d_i - d_j||^2."""
-    return bool(spread.distances_sq(gamma).sum() <= spread.pairwise.sum(1).max())
+Bound = Literal["max", "min"]
+"""Min-Sum's bound over the benign updates' summed squared distances: ``max`` (the paper's condition) or ``min`` (the
+authors' released code, ``min_score = torch.min(scores)``: a tighter bound, a smaller gamma)."""
+
+
+def min_sum_holds(spread: Spread, gamma: float, bound: Bound = "max") -> bool:
+    """Min-Sum's condition: sum_i ||d_m - d_i||^2 <= max_i sum_j ||d_i - d_j||^2 (``bound = "min"``: min_i)."""
+    sums = spread.pairwise.sum(1)
+    return bool(spread.distances_sq(gamma).sum() <= (sums.max() if bound == "max" else sums.min()))
 
 
 def gamma_search(holds: Callable[[float], bool], gamma_init: float, tol: float) -> float:

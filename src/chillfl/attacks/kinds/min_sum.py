@@ -7,7 +7,9 @@ the largest value Algorithm 1 finds (:func:`chillfl.attacks.updates.gamma_search
 
     sum_i ||d_m - d_i||^2 <= max_i sum_j ||d_i - d_j||^2,    d_m = mu + gamma p
 
-(:func:`chillfl.attacks.updates.min_sum_holds`; the right side is the paper's, a max over i). Every other choice is
+(:func:`chillfl.attacks.updates.min_sum_holds`; the right side is the paper's, a max over i, by default). The authors'
+released code bounds by the *min* over i instead (``min_score = torch.min(scores)``), a tighter bound that forges a
+smaller gamma: ``bound = "min"``. Every other choice is
 ``min_max``'s (:mod:`chillfl.attacks.kinds.min_max`): the sample std, the paper's search from ``gamma_init`` = 10
 to ``tol`` = 1e-5, model differences as updates, colluding attackers who see the benign updates and, with fewer than
 2 of them, use every honest update of the round (their own included), or send their honest models when the round has
@@ -16,7 +18,8 @@ one client.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from chillfl.attacks.kinds._agnostic import AgnosticOptions, forge
 from chillfl.attacks.spec import AttackSpec, ModelRound
@@ -25,15 +28,25 @@ if TYPE_CHECKING:
     from chillfl.aggregation.base import Params
 
 
-def forge_models(options: AgnosticOptions, round: ModelRound) -> dict[int, Params]:
-    from chillfl.attacks.updates import min_sum_holds
+@dataclass(frozen=True)
+class MinSumOptions(AgnosticOptions):
+    """``bound``: the right side's max over the benign updates (the paper's condition) or min (the authors' code)."""
 
-    return forge(options, round, min_sum_holds)
+    bound: Literal["max", "min"] = "max"
+
+
+def forge_models(options: MinSumOptions, round: ModelRound) -> dict[int, Params]:
+    from chillfl.attacks.updates import Spread, min_sum_holds
+
+    def holds(spread: Spread, gamma: float) -> bool:
+        return min_sum_holds(spread, gamma, options.bound)
+
+    return forge(options, round, holds)
 
 
 SPEC = AttackSpec(
     "min_sum",
-    AgnosticOptions,
+    MinSumOptions,
     summary="the attackers all send mu + gamma p, its summed squared distance to the benign updates within any benign one's (Min-Sum)",
     forge_models=forge_models,
 )

@@ -10,8 +10,10 @@ One round, as the round loop runs it::
                     return the client's next state (FedChill: Algorithm 1's decay step) and the
                     method's report (PA3Fed's score, SCAFFOLD's Delta c_i)
                                                                 -> ParamUplink, next state, T trained at
-    server update:  temperature policy observes local accuracy; aggregate in client-id order;
-                    evaluate the global model every ``eval.every`` rounds
+    server update:  ledger both messages (the uplink priced as sent: the entries the aggregator
+                    reads, its ``aggregated_keys``, and the report); temperature policy observes
+                    local accuracy; aggregate in client-id order; evaluate the global model every
+                    ``eval.every`` rounds
 
 A client's own state (SCAFFOLD's c_i, FedBN's BN entries, MOON's previous
 model, PA3Fed's previous score, FedChill's T and accuracy history) travels
@@ -23,9 +25,9 @@ its ``Context.state``. Neither the aggregator nor the temperature policy holds i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import count
-from typing import Any, Callable, Generator, Mapping, Sequence
+from typing import Any, Callable, Collection, Generator, Mapping, Sequence
 
 import numpy as np
 from torch import nn
@@ -42,6 +44,7 @@ from chillfl.aggregation.base import (
     Report,
     Trained,
     Wire,
+    aggregated_keys,
     client_params_state,
     load_client_params,
     personal_model,
@@ -86,6 +89,18 @@ class ParamUplink:
 
     def nbytes(self) -> dict[str, int]:
         return {"params": state_bytes(self.params), "control": state_bytes(self.report)}
+
+    def as_sent(self, unread: Collection[str]) -> ParamUplink:
+        """This uplink as a client sends it to a server that never reads the model entries ``unread``: without them.
+
+        ``unread`` are the global model's entries that the aggregator does not compute from the uploads
+        (outside its :func:`~chillfl.aggregation.base.aggregated_keys`: FedPer's head under ``global_head = "keep"``,
+        FedBN's BN entries under ``keep``, FedBABU's frozen head). The client keeps them, so they cost no bytes;
+        the report (SCAFFOLD's control variate, PA3Fed's score) and every other entry are priced as they are.
+        """
+        if not unread:
+            return self
+        return replace(self, params={k: v for k, v in self.params.items() if k not in unread})
 
 
 @dataclass(frozen=True)
@@ -234,11 +249,13 @@ class ParameterSharing:
     def server_update(
         self, round: int, tasks: Sequence[ClientTask[ParamDownlink, ClientState]], replies: Sequence[ClientReply[ParamUplink, ClientState]]
     ) -> RoundRecord:
+        read = set(aggregated_keys(self.aggregator, self.state))
+        unread = frozenset(k for k in self.state if k not in read)  # entries the server never reads: the uplink does not price them
         results = []
         for task, reply in zip(tasks, replies):
             up = reply.uplink
             self.store.save(task.client_id, reply.state)
-            self.book.receive(round, task, reply, up.train_loss, up)
+            self.book.receive(round, task, reply, up.train_loss, up.as_sent(unread))
             d = task.downlink
             temperature = d.temperature if reply.temperature is None else reply.temperature  # a client half (FedChill) picks its own
             results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, temperature, up.train_loss, up.report))

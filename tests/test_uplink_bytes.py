@@ -1,0 +1,120 @@
+"""``bytes_up`` of the parameter protocol prices what the server reads of each upload (``aggregated_keys``), not the whole model.
+
+A method that aggregates only part of the model (FedPer's base with ``global_head = "keep"``, FedBN's
+non-BN entries under ``keep``, FedBABU's body) leaves the other entries with the client: the server never
+reads them, so a real client does not send them and they cost no uplink bytes. The numbers below are
+worked by hand for :class:`Tiny`'s entries (float32: 4 bytes each; BN's ``num_batches_tracked``: one int64):
+
+* ``body``  Linear(4, 3): weight 4 x 3 + bias 3           = 15 floats = 60 bytes
+* ``bn``    BatchNorm1d(3): weight, bias, running mean, var = 12 floats = 48 bytes, + 8 (num_batches_tracked) = 56
+* ``head``  Linear(3, 2): weight 3 x 2 + bias 2           =  8 floats = 32 bytes
+
+The whole model is 60 + 56 + 32 = 148 bytes; the downlink sends it whole to every client (a first-time client
+starts from every entry of it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pytest
+import torch
+from torch import nn
+
+import chillfl
+from chillfl.aggregation.base import ClientResult, FedAvg, Params
+
+WHOLE = 60 + 56 + 32
+BODY = 60 + 56  # FedPer's / FedBABU's uplink: all but the head
+NO_BN = 60 + 32  # FedBN keep's uplink: all but the BN entries
+CLIENTS = 3
+ROUNDS = 2
+
+
+class Tiny(nn.Module):
+    """Linear -> BatchNorm -> ReLU -> Linear: a body, BN entries and a head, small enough to count by hand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(4, 3)
+        self.bn = nn.BatchNorm1d(3)
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.bn(self.body(x))))
+
+
+@pytest.fixture(scope="module")
+def data() -> chillfl.TensorData:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(150, 4, generator=gen)
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    return chillfl.TensorData(x[:120], y[:120], x[120:], y[120:], num_classes=2, name="uplink-bytes")
+
+
+def traffic(algorithm: dict[str, Any] | None, data: chillfl.TensorData, aggregator: Any = None) -> list[tuple[int, int, int]]:
+    """(bytes_up, bytes_down, bytes_cumulative) of every round of a tiny run of ``algorithm`` (or a plugin ``aggregator``)."""
+    config = {
+        "seed": 1, "device": "cpu", "threads": 1, "executor": "sequential",
+        "federation": {"num_clients": CLIENTS, "clients_per_round": CLIENTS, "rounds": ROUNDS},
+        "client": {"lr": 0.05, "batch_size": 16, "epochs": 1}, "eval": {"client_split_size": 5},
+        **({"algorithm": algorithm} if algorithm is not None else {}),
+    }
+    torch.manual_seed(0)
+    out = chillfl.run(model=Tiny(), data=data, config=config, write=False, progress=False, aggregator=aggregator)
+    return [(r["bytes_up"], r["bytes_down"], r["bytes_cumulative"]) for r in out.records]
+
+
+def expected(up: int, down: int = WHOLE) -> list[tuple[int, int, int]]:
+    """Every client of every round sends ``up`` bytes and is sent ``down``; the cumulative sum of both."""
+    return [(CLIENTS * up, CLIENTS * down, t * CLIENTS * (up + down)) for t in range(1, ROUNDS + 1)]
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "up"),
+    [
+        ({"name": "fedavg"}, WHOLE),
+        ({"name": "fedper", "global_head": "keep"}, BODY),
+        ({"name": "fedrep", "global_head": "keep", "head_epochs": 1}, BODY),
+        ({"name": "lg_fedavg", "global_body": "keep"}, 32),  # the head only: the representation (body and BN) stays
+        ({"name": "fedbn", "global_bn": "keep"}, NO_BN),
+        ({"name": "fedbabu", "finetune_epochs": 0}, BODY),
+        # PA3Fed's report (score, grad_norm, alpha) is three Python floats: free, as before
+        ({"name": "pa3fed", "base": "fedper", "base_options": {"global_head": "keep"}}, BODY),
+    ],
+    ids=["fedavg-whole", "fedper-keep-body", "fedrep-keep-body", "lg_fedavg-keep-head", "fedbn-keep-no-bn", "fedbabu-no-head", "pa3fed-over-fedper-keep"],
+)
+def test_the_uplink_prices_the_entries_the_server_reads(algorithm: dict[str, Any], up: int, data: chillfl.TensorData) -> None:
+    assert traffic(algorithm, data) == expected(up)
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "fedper"}, {"name": "fedbn"}], ids=["fedper-average", "fedbn-average"])
+def test_personal_entries_the_server_averages_are_priced(algorithm: dict[str, Any], data: chillfl.TensorData) -> None:
+    """Under ``average`` (the default) the server reads the clients' heads / BN entries into the global model: they are sent."""
+    assert traffic(algorithm, data) == expected(WHOLE)
+
+
+def test_a_report_is_still_priced_beside_the_read_entries(data: chillfl.TensorData) -> None:
+    """SCAFFOLD reads every entry and sends its control variates both ways: c down, Delta c_i up, one float per parameter.
+
+    Tiny's parameters (BN's running statistics and count are buffers, without a control variate):
+    15 + 6 + 8 = 29 floats = 116 bytes each way, beside the whole model.
+    """
+    control = (15 + 6 + 8) * 4
+    assert traffic({"name": "scaffold"}, data) == expected(WHOLE + control, WHOLE + control)
+
+
+class BodyOnly(FedAvg):
+    """A plugin's rule, no relative of FedBN: it averages ``body.*`` and keeps every other entry, and says so."""
+
+    def aggregated_keys(self, global_params: Params) -> tuple[str, ...]:
+        return tuple(k for k in global_params if k.startswith("body."))
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None) -> Params:
+        out = super().aggregate(global_params, results, round, weights)
+        return {k: out[k] if k.startswith("body.") else global_params[k] for k in global_params}
+
+
+def test_the_uplink_asks_the_aggregator_not_the_method(data: chillfl.TensorData) -> None:
+    """Whatever declares :class:`~chillfl.aggregation.base.AggregatesPart` is priced by it: the body only, 60 bytes."""
+    assert traffic(None, data, aggregator=BodyOnly()) == expected(60)

@@ -17,8 +17,9 @@ Choices
 * The global model's head (used only for the global model's evaluation and
   as the start of first-time clients): ``global_head = "average"`` (default)
   averages the round's clients' heads, ``"keep"`` leaves the initial head.
-  Either way the uplink carries the full model, so the traffic counts the
-  head once per client a round (the paper's client sends the base only).
+  The uplink is priced by what the server reads (:meth:`FedBN.aggregated_keys`):
+  under ``"average"`` the whole model, heads included; under ``"keep"`` the
+  base only, as the paper's client sends it.
 """
 
 from __future__ import annotations

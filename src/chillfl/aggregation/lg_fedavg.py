@@ -19,8 +19,9 @@ Choices
 * The global model's representation (used only for the global model's
   evaluation and as the start of first-time clients): ``global_body =
   "average"`` (default) averages the round's clients', ``"keep"`` leaves the
-  initial one. The uplink carries the full model, so the traffic counts the
-  representation too (the paper's client sends the global layers only).
+  initial one. The uplink is priced by what the server reads: under
+  ``"average"`` the whole model; under ``"keep"`` the global layers only, as
+  the paper's client sends them.
 """
 
 from __future__ import annotations

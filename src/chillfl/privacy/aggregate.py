@@ -23,7 +23,7 @@ nothing the server holds comes from a client unprivatised.
 
 Clipping and noise are computed where the server receives the models, in the driver: in a simulation
 that is the same arithmetic as on the client (``local``'s noise comes from the client's own stream,
-derived from (seed, round, client)); the uploaded bytes are the model's either way.
+derived from (seed, round, client)); the uploaded bytes are the same either way (the entries the base aggregates).
 
 Adaptive clipping (Andrew et al. 2021, Algorithm 1 with the geometric update), ``dp-fedavg`` only: with
 the round's clip norm C_t, each client's bit b_i = 1[||u_i|| <= C_t]; the server's noised fraction

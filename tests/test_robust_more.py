@@ -112,9 +112,7 @@ def test_geomed_one_weiszfeld_step_by_hand() -> None:
     assert 1.0 < v1 < 11 / 3  # from the mean toward the median (1), away from the outlier (10)
     # objective at v1: (1/3)(1089 + 640 + 3401) / 449 = 1710/449 = 3.808 < 38/9 = 4.222 at the mean
     assert one.round_metrics()["objective"] == pytest.approx(1710 / 449, rel=1e-6)
-    mean = GeoMed(GeoMedOptions(iterations=0, weighting="uniform"))
-    assert mean.aggregate(_zeros(1), results, 0)["w"].item() == pytest.approx(11 / 3)
-    assert mean.round_metrics()["objective"] == pytest.approx(38 / 9)
+    assert one.round_metrics()["steps"] == 1  # the cap: the objective fell by 44/405 of itself, far above ftol = 1e-6
     # more steps: closer to the geometric median of 0, 1, 10, which is 1
     v3 = GeoMed(GeoMedOptions(iterations=3, weighting="uniform")).aggregate(_zeros(1), results, 0)["w"].item()
     assert 1.0 < v3 < v1
@@ -123,14 +121,47 @@ def test_geomed_one_weiszfeld_step_by_hand() -> None:
 def test_geomed_weights_by_samples_by_default() -> None:
     # points 10, 0, 3, 1 with samples 10, 20, 30, 40 -> alpha = 0.1, 0.2, 0.3, 0.4 (weighted median: 1)
     results = _results([[10.0], [0.0], [3.0], [1.0]])
-    # iterations 0: the weighted mean 0.1 * 10 + 0 + 0.3 * 3 + 0.4 * 1 = 2.3
-    assert GeoMed(GeoMedOptions(iterations=0)).aggregate(_zeros(1), results, 0)["w"].item() == pytest.approx(2.3)
+    # the start: the weighted mean 0.1 * 10 + 0 + 0.3 * 3 + 0.4 * 1 = 2.3
     # one step: distances 7.7, 2.3, 0.7, 1.3; beta = 0.1/7.7, 0.2/2.3, 0.3/0.7, 0.4/1.3 = 1/77, 2/23, 3/7, 4/13
     # v1 = (10/77 + 0 + 9/7 + 4/13) / (1/77 + 2/23 + 3/7 + 4/13) = 2.0608: from 2.3 toward 1
     expected = (10 / 77 + 9 / 7 + 4 / 13) / (1 / 77 + 2 / 23 + 3 / 7 + 4 / 13)
     assert GeoMed(GeoMedOptions(iterations=1)).aggregate(_zeros(1), results, 0)["w"].item() == pytest.approx(expected, rel=1e-6)
-    # uniform alpha: the mean 14/4 = 3.5 to start, not 2.3
-    assert GeoMed(GeoMedOptions(iterations=0, weighting="uniform")).aggregate(_zeros(1), results, 0)["w"].item() == pytest.approx(3.5)
+    # uniform alpha: the mean 14/4 = 3.5 to start, not 2.3; distances 6.5, 3.5, 0.5, 2.5, beta = (1/4) / distance:
+    # v1 = (10/6.5 + 0 + 3/0.5 + 1/2.5) / (1/6.5 + 1/3.5 + 1/0.5 + 1/2.5) = 2.8385
+    uniform = (10 / 6.5 + 3 / 0.5 + 1 / 2.5) / (1 / 6.5 + 1 / 3.5 + 1 / 0.5 + 1 / 2.5)
+    assert GeoMed(GeoMedOptions(iterations=1, weighting="uniform")).aggregate(_zeros(1), results, 0)["w"].item() == pytest.approx(uniform, rel=1e-6)
+
+
+def test_geomed_stops_on_the_objectives_relative_change_by_hand() -> None:
+    # points 0, 1, 10, uniform alpha = 1/3. For v in [1, 10] the objective is f(v) = (v + (v - 1) + (10 - v)) / 3 = (v + 9) / 3,
+    # so the relative change of step l is (v_{l-1} - v_l) / (v_l + 9). The iterates (exact fractions, test above):
+    #   v0 = 11/3, v1 = 1089/449 (beta = 1/11, 1/8, 1/19), v2 = (1/640 + 10/3401) / (1/1089 + 1/640 + 1/3401)
+    #   = 10673289/6577289 = 1.62275 (distances at v1: 1089/449, 640/449, 3401/449), v3 = 1.19565
+    # step 1: (11/3 - 1089/449) / (1089/449 + 9) = (1672/1347) / (5130/449) = 44/405 = 0.1086
+    # step 2: (1089/449 - 1.62275) / 10.62275 = 0.0756;  step 3: (1.62275 - 1.19565) / 10.19565 = 0.0419
+    results = _results([[0.0], [1.0], [10.0]])
+    v2 = 10673289 / 6577289
+    for ftol, steps in [(0.2, 1), (0.1, 2), (0.05, 3), (0.0, 5)]:  # 0.1086 >= 0.1 runs on; 0.0756 < 0.1 stops; ftol = 0: the cap
+        agg = GeoMed(GeoMedOptions(iterations=5, ftol=ftol, weighting="uniform"))
+        out = agg.aggregate(_zeros(1), results, 0)["w"]
+        fixed = GeoMed(GeoMedOptions(iterations=steps, ftol=0.0, weighting="uniform")).aggregate(_zeros(1), results, 0)["w"]
+        assert torch.equal(out, fixed) and agg.round_metrics()["steps"] == steps  # stopped after `steps`, at that step's estimate
+        assert agg.round_metrics()["objective"] == pytest.approx((out.item() + 9) / 3, rel=1e-6)
+    agg = GeoMed(GeoMedOptions(iterations=5, ftol=0.1, weighting="uniform"))
+    assert agg.aggregate(_zeros(1), results, 0)["w"].item() == pytest.approx(v2, rel=1e-6)
+    # the change is relative: the same points scaled by 1000 stop after the same 2 steps, at 1000 v2
+    assert agg.aggregate(_zeros(1), _results([[0.0], [1000.0], [10000.0]]), 0)["w"].item() == pytest.approx(1000 * v2, rel=1e-6)
+    assert agg.round_metrics()["steps"] == 2
+    # the cap wins over ftol: at most `iterations` steps
+    capped = GeoMed(GeoMedOptions(iterations=1, ftol=0.05, weighting="uniform"))
+    assert capped.aggregate(_zeros(1), results, 0)["w"].item() == pytest.approx(1089 / 449, rel=1e-6) and capped.round_metrics()["steps"] == 1
+
+
+def test_geomed_stops_at_once_when_every_model_is_the_same_point() -> None:
+    # f = 0 after the first step: no further step can move v (a relative change of 0 / 0 would never stop)
+    agg = GeoMed()
+    assert agg.aggregate(_zeros(2), _results([[1.5, -2.0]] * 3), 0)["w"].tolist() == [1.5, -2.0]
+    assert agg.round_metrics() == {"objective": 0.0, "steps": 1}
 
 
 def test_geomed_distances_span_every_float_entry_and_integers_take_the_max() -> None:
@@ -213,9 +244,9 @@ OUTLIER = [[1.0], [2.0], [3.0], [4.0], [5.0], [6.0], [1e6]]
     "make",
     [
         pytest.param(lambda: Bulyan(BulyanOptions(f=1)), id="bulyan"),
-        # RFA starts at the weighted mean (250003) and each step divides a far outlier's pull by a few:
-        # 3 steps end near 1.2e4, 12 reach the honest range (test_geomed_default_three_steps_...)
-        pytest.param(lambda: GeoMed(GeoMedOptions(iterations=12)), id="geomed"),
+        # RFA starts at the weighted mean (250003) and each step divides a far outlier's pull by a few; the default
+        # stopping rule runs 13 steps, to 5.7 (test_geomed_default_stops_in_the_honest_range_...)
+        pytest.param(lambda: GeoMed(), id="geomed"),
         pytest.param(lambda: CenteredClip(), id="centered_clip"),  # tau = 10: (21 + 10) / 7 = 4.43
     ],
 )
@@ -235,16 +266,22 @@ def test_centered_clip_and_bulyan_values_on_the_outlier_by_hand() -> None:
     assert 6 not in agg.round_metrics()["selected"]  # type: ignore[operator]
 
 
-def test_geomed_default_three_steps_only_shrink_a_far_outliers_pull() -> None:
-    """Documented limit: RFA starts at the weighted mean (the outlier reports 70 of 280 samples: 250003) and each
-    smoothed Weiszfeld step divides a far outlier's pull by a few, so the default 3 steps end near 1.2e4, not in the
-    honest range; the objective metric shows it, and 12 steps reach 5.7."""
+def test_geomed_default_stops_in_the_honest_range_where_a_few_fixed_steps_do_not() -> None:
+    """RFA starts at the weighted mean (the outlier reports 70 of 280 samples: 250003) and each smoothed Weiszfeld step
+    divides a far outlier's pull by a few. The objective, about 0.25e6, is dominated by the outlier's distance, so its
+    relative change stays above ftol = 1e-6 until v nears the honest clients: step 12 changes it by 1.04e-6 (v = 5.74),
+    step 13 by 1.7e-8 (v = 5.68), where the default stops. A fixed 3 steps (chillfl's former default) end near 1.2e4,
+    RFA's code's cap of 4 near 4.1e3."""
     default = GeoMed()
     v = default.aggregate(_zeros(1), _results(OUTLIER), 0)["w"].item()
-    assert 6.0 < v < 250003 / 10
-    more = GeoMed(GeoMedOptions(iterations=12))
-    assert 1.0 <= more.aggregate(_zeros(1), _results(OUTLIER), 0)["w"].item() <= 6.0
-    assert default.round_metrics()["objective"] > more.round_metrics()["objective"]
+    assert 1.0 <= v <= 6.0 and v == pytest.approx(5.6835, abs=1e-3)
+    assert default.round_metrics()["steps"] == 13
+    three = GeoMed(GeoMedOptions(iterations=3, ftol=0.0))
+    assert three.aggregate(_zeros(1), _results(OUTLIER), 0)["w"].item() == pytest.approx(12199.4, rel=1e-5)
+    four = GeoMed(GeoMedOptions(iterations=4))
+    assert four.aggregate(_zeros(1), _results(OUTLIER), 0)["w"].item() == pytest.approx(4102.7, rel=1e-5)
+    assert four.round_metrics()["steps"] == 4  # the cap stopped it, not ftol
+    assert three.round_metrics()["objective"] > four.round_metrics()["objective"] > default.round_metrics()["objective"]
 
 
 # ---------------------------------------------------------------- registry and config errors
@@ -277,6 +314,10 @@ def test_bulyan_at_exactly_4f_plus_3_clients_builds() -> None:
     [
         ("bulyan", {"f": -1}, "algorithm.f"),
         ("geomed", {"iterations": -1}, "algorithm.iterations"),
+        ("geomed", {"iterations": 0}, "algorithm.iterations"),
+        ("geomed", {"ftol": -1e-9}, "algorithm.ftol"),
+        ("geomed", {"ftol": float("inf")}, "algorithm.ftol"),
+        ("geomed", {"ftol": float("nan")}, "algorithm.ftol"),
         ("geomed", {"nu": 0.0}, "algorithm.nu"),
         ("geomed", {"weighting": "median"}, "algorithm.weighting"),
         ("centered_clip", {"tau": 0.0}, "algorithm.tau"),
@@ -289,6 +330,17 @@ def test_bad_option_values_name_their_field(name: str, options: dict[str, Any], 
     with pytest.raises(ConfigError) as err:
         make_aggregator(name, options, num_clients=10, model=torch.nn.Linear(2, 2), seed=0)
     assert err.value.field == field
+
+
+@pytest.mark.parametrize(("options", "line"), [
+    ({"ftol": -0.5}, "algorithm.ftol: must be >= 0 and finite (0: always run `iterations` steps), got -0.5"),
+    ({"iterations": 0}, "algorithm.iterations: must be in [1, 10000] (the most Weiszfeld steps a round runs; the weighted mean is fedavg), got 0"),
+])
+def test_geomeds_bad_cap_or_tolerance_is_one_line_from_the_config(options: dict[str, Any], line: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_experiment(_config(algorithm={"name": "geomed", **options}))
+    assert str(err.value) == line
+    build_experiment(_config(algorithm={"name": "geomed", "iterations": 1, "ftol": 0}))  # the edges are allowed (ftol = 0: a fixed count)
 
 
 # ---------------------------------------------------------------- end to end
@@ -311,7 +363,7 @@ def test_end_to_end(algorithm: dict[str, Any]) -> None:
     if algorithm["name"] == "bulyan":  # theta = 7 - 2 = 5 selected a round
         assert all(len(r["agg_selected"]) == 5 and set(r["agg_selected"]) <= set(r["clients"]) for r in records)
     if algorithm["name"] == "geomed":
-        assert all(math.isfinite(r["agg_objective"]) and r["agg_objective"] > 0 for r in records)
+        assert all(math.isfinite(r["agg_objective"]) and r["agg_objective"] > 0 and 1 <= r["agg_steps"] <= 100 for r in records)
 
 
 def test_centered_clip_run_resumes_bitwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,9 @@ equality is in tests/private_net/test_flower.py.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -178,24 +180,105 @@ def test_a_parameter_sharing_clients_state_round_trips_exactly_on_a_node() -> No
         assert got[k].contiguous().numpy().tobytes() == v.contiguous().numpy().tobytes()  # -0.0 and inf included
 
 
-@pytest.mark.parametrize("algorithm", [{"name": "scaffold"}, {"name": "fedbn"}, {"name": "moon"}, {"name": "pa3fed", "base": "scaffold"}, {"name": "ditto"}, {"name": "feddyn"}])
-def test_the_flower_server_keeps_no_client_state(algorithm: dict[str, Any], tmp_path: Path) -> None:
-    """The server's protocol is chillfl's own with its client store swapped for a record of where states are."""
+def _algorithm_cases() -> list[tuple[str, dict[str, Any]]]:
+    """(id, config overrides) of every registered algorithm, PA3Fed over every base it may wrap, and every registered
+    loss term of ``[objective] terms`` (over FedAvg), on ``registry_cases``' tiny run (with the settings a method
+    needs there): generated from the registries, so a new method is covered without editing this test."""
+    from chillfl.aggregation.registry import weighted_bases
+    from chillfl.training.terms import term_names
+    from registry_cases import registry_cases
+
+    tiny = dict(registry_cases())
+    cases = [(case, over) for case, over in tiny.items() if case.startswith("algorithm-")]
+    cases += [(f"algorithm-pa3fed-base-{b}", {**tiny[f"algorithm-{b}"], "algorithm.name": "pa3fed", "algorithm.base": b}) for b in weighted_bases()]
+    cases += [(f"objective-terms-{t}", {**tiny["algorithm-fedavg"], "objective.terms": [t]}) for t in term_names()]
+    return cases
+
+
+def _refused_by(over: dict[str, Any]) -> tuple[str, str] | None:
+    """The field and reason of the first part of the case's algorithm (itself, the base it wraps) that declares ``on_flower``."""
+    from chillfl.aggregation.registry import algorithm_parts
+
+    table = {k.removeprefix("algorithm."): v for k, v in over.items() if k.startswith("algorithm.")}
+    for field_name, _, spec in algorithm_parts(table):
+        if spec.capabilities.on_flower is not None:
+            return field_name, spec.capabilities.on_flower
+    return None
+
+
+CASES = _algorithm_cases()
+ON_FLOWER = [pytest.param(over, id=case) for case, over in CASES if _refused_by(over) is None]
+REFUSED = [pytest.param(over, id=case) for case, over in CASES if _refused_by(over) is not None]
+# No exclusion list: every case either runs below or is refused by what its method declares (``on_flower``), which
+# test_what_a_method_declares_it_cannot_do_on_flower_is_refused checks.
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """A message tree equal to another exactly: tensors by dtype, shape and bytes, floats by their bits, containers in order."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and (a.dtype, a.shape) == (b.dtype, b.shape) and torch.equal(_bytes(a), _bytes(b))
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        return type(a) is type(b) and all(_same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return isinstance(b, float) and struct.pack("<d", a) == struct.pack("<d", b)
+    return type(a) is type(b) and bool(a == b)
+
+
+def _built(over: dict[str, Any], tmp_path: Path) -> Any:
+    from chillfl.config import load_config
+
+    return build_server(load_config(None, {**over, "out_dir": str(tmp_path)}))
+
+
+@pytest.mark.parametrize("over", ON_FLOWER)
+def test_the_flower_server_keeps_no_client_state(over: dict[str, Any], tmp_path: Path) -> None:
+    """The server's protocol is chillfl's own with its client store swapped for a record of where states are; its
+    client tasks go out without data or state and through the wire unchanged."""
     from chillfl.flower.apps import NodeStore, OnNode
+    from chillfl.flower.wire import decode, encode
     from chillfl.protocols.parameters import ParameterSharing
 
-    _, protocol = build_server(_cfg(tmp_path, algorithm=algorithm))
+    _, protocol = _built(over, tmp_path)
     try:
         assert isinstance(protocol, ParameterSharing) and isinstance(protocol.store, NodeStore)
-        assert protocol.client.half is not None  # the method's client half ships to the nodes, unchanged
-        tasks = protocol.configure(0, [0, 1])
+        tasks = protocol.configure(0, [0, 1, 2])
         assert all(t.state is None for t in tasks)  # nothing to send: the nodes hold it
+        light = [dataclasses.replace(t, data=None) for t in tasks]  # what FlowerExecutor.map sends
+        assert _same(decode(encode(light)), light)  # the method's downlink travels the wire, exactly (its types registered)
         protocol.store.save(0, OnNode(3))
         with pytest.raises(TypeError, match="must stay on its node"):
             protocol.store.save(1, {"scaffold.c.w": torch.zeros(1)})
         assert protocol.store.state_dict() == {} and protocol.store.ids() == []
     finally:
         protocol.close()
+
+
+@pytest.mark.parametrize("over", REFUSED)
+def test_what_a_method_declares_it_cannot_do_on_flower_is_refused(over: dict[str, Any], tmp_path: Path) -> None:
+    refusal = _refused_by(over)
+    assert refusal is not None
+    field_name, reason = refusal
+    with pytest.raises(ConfigError) as info:
+        _built(over, tmp_path)
+    assert str(info.value).startswith(f"{field_name}: {reason}") and "\n" not in str(info.value)
+
+
+def test_every_registered_algorithm_and_loss_term_is_a_flower_case() -> None:
+    from chillfl.aggregation.registry import algorithm_names
+    from chillfl.training.terms import term_names
+
+    ids = {case for case, _ in CASES}
+    assert {f"algorithm-{n}" for n in algorithm_names()} <= ids and {f"objective-terms-{t}" for t in term_names()} <= ids
+    assert {"algorithm-fedrs", "algorithm-fedlc", "algorithm-bulyan", "algorithm-geomed", "algorithm-centered_clip", "objective-terms-ntd"} <= ids
+    assert "algorithm-vrl_sgd" in {p.id for p in REFUSED}  # VRL-SGD declares on_flower
 
 
 def test_reply_temperature_travels_exactly() -> None:

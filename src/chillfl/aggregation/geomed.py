@@ -31,7 +31,7 @@ Choices
   weight) the rule stops at step 13 near 5.7, inside the honest range, where
   3 fixed steps ended near 1.2e4 (tests/test_robust_more.py). RFA's code caps at
   4 steps (``--weiszfeld-maxiter``; its experiments run 2), which stops that
-  case near 4.1e3; ``iterations = 4`` restores it. ``ftol = 0`` never stops
+  case near 4.1e3; ``iterations = 4`` is that setting. ``ftol = 0`` never stops
   early (only once every model is the same point, f = 0): a fixed count of
   ``iterations`` steps, as chillfl ran before (``iterations = 3, ftol = 0``).
   A round's cost is one pass over the n models a step, so the number of steps

@@ -940,7 +940,33 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
         if key in overrides and isinstance(table, Mapping) and overrides[key] != table.get(name_key) and (off is None or table.get(name_key, off) != off):
             data[part] = {k: copy.deepcopy(v) for k, v in table.items() if k in _fields(shared)}  # the old method's own options belong to it
     for key, value in overrides.items():
-        set_dotted(data, key, value)
+        if not key.startswith(TERM_KEY):
+            set_dotted(data, key, value)
+    for key, value in overrides.items():  # after the others: a term's option sets the term of the run's terms, as overridden
+        if key.startswith(TERM_KEY):
+            set_term_option(data, key, value)
+
+
+TERM_KEY = "objective.terms."
+"""``objective.terms.<term name>.<option>``: an override or grid key that sets one option of a term of ``[objective] terms``."""
+
+
+def set_term_option(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``objective.terms.<name>.<option> = value`` on the term of that name (:func:`chillfl.training.terms.with_term_option`).
+
+    Why: ``terms`` is a list, so :func:`set_dotted` refused the key ("'terms' is a value, not a table") and a term's
+    options (FedNTD's beta, tau) could not be tuned on validation as every other option is.
+    """
+    from chillfl.training.terms import with_term_option  # the term registry imports torch: only when such a key is given
+
+    objective = data.get("objective")
+    if objective is None:
+        objective = data["objective"] = {}
+    elif dataclasses.is_dataclass(objective) and not isinstance(objective, type):
+        objective = data["objective"] = dataclasses.asdict(objective)
+    elif not isinstance(objective, dict):
+        raise ConfigError(key, "'objective' is a value, not a table")
+    objective["terms"] = with_term_option(objective, key, value)
 
 
 def _fields(cls: type) -> frozenset[str]:

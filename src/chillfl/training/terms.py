@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from chillfl.errors import ConfigError, choice_error
+from chillfl.errors import ConfigError, choice_error, did_you_mean
 from chillfl.options import NoOptions, parse_options
 from chillfl.plugins import Registry, has_methods, plugin_names, resolve
 
@@ -297,6 +297,53 @@ def configured_terms(objective: ObjectiveTable, section: str = "objective") -> l
         out.append(ObjectiveTerm(spec, parse_options(spec.options, table, field), field))
     check_context(out)
     return out
+
+
+def entry_name(entry: Any) -> Any:
+    """The name an entry of ``terms`` gives its term: the entry itself, or its table's ``name`` (None: neither)."""
+    return entry if isinstance(entry, str) else entry.get("name") if isinstance(entry, Mapping) else None
+
+
+def with_term_option(objective: Mapping[str, Any], key: str, value: Any, section: str = "objective") -> list[Any]:
+    """``objective``'s ``terms`` with ``key`` = ``objective.terms.<name>.<option>`` set to ``value`` on the term named ``name``.
+
+    Why: a tuning grid (and an override) addresses a config field by its dotted path, and ``terms`` is a list,
+    so ``objective.terms.ntd.beta`` could not be a grid key: FedNTD's beta was left at its default while every
+    other hyperparameter was tuned on validation. A term is found by the name its entry gives it (``"ntd"``,
+    ``{name = "ntd", ...}``, an import path: its option is the part after the key's last dot), never by its
+    place in the list, which differs from variant to variant. The option is checked as the term's options
+    are (:func:`parse_options`, with the entry's other options), so a bad value fails here, naming ``key``.
+    """
+    prefix = f"{section}.terms."
+    name, _, option = key[len(prefix):].rpartition(".")
+    terms = list(objective.get("terms") or ())
+    names = [entry_name(e) for e in terms]
+    listed = ", ".join(map(str, names)) or "none"
+    if not key.startswith(prefix) or not name or not option:
+        raise ConfigError(key, f"a term's option is set as {prefix}<term name>.<option>, e.g. {prefix}ntd.beta")
+    if option == "name":
+        raise ConfigError(key, f"a term's name is not one of its options; a variant that runs another term sets {section}.terms whole")
+    if name.isdigit():
+        at = int(name) if len(name) < 10 else len(names)
+        named = names[at] if at < len(names) and isinstance(names[at], str) else "<term name>"
+        raise ConfigError(key, f"a term is addressed by its name, not its place in the list: give {prefix}{named}.{option} (the terms: {listed})")
+    where = [i for i, n in enumerate(names) if n == name]
+    if not where:
+        hint = f"; [{section}] proximal_mu is the proximal term's mu: give {section}.proximal_mu" if name == "proximal" and objective.get("proximal_mu") else ""
+        raise ConfigError(key, f"no term {name!r} in this run's {section}.terms{did_you_mean(name, [n for n in names if isinstance(n, str)])} "
+                               f"(it has: {listed}){hint}; tune a term's option in the own grid of the variants that have the term "
+                               "([variants.LABEL] tune)")
+    if len(where) > 1:
+        raise ConfigError(key, f"ambiguous: {section}.terms lists {name!r} {len(where)} times (entries {', '.join(map(str, where))}); "
+                               "a key by name sets one term: give each its own variant")
+    i = where[0]
+    spec = term_spec(name, f"{section}.terms")
+    entry = terms[i]
+    table = {k: v for k, v in entry.items() if k != "name"} if isinstance(entry, Mapping) else {}
+    table[option] = value
+    parse_options(spec.options, table, f"{prefix}{name}")  # an unknown option lists the term's; a refused value names key
+    terms[i] = {"name": name, **table}
+    return terms
 
 
 def check_context(terms: list[ObjectiveTerm]) -> None:

@@ -68,6 +68,25 @@ def test_a_variants_own_grid_over_a_terms_option_and_toml_dotted_keys(tmp_path: 
     assert all(terms == () for (label, _, _), _, terms in plans[0] if label == "FedAvg")  # the variant's own grid: for it alone
 
 
+def test_a_variants_unquoted_dotted_override_of_a_terms_option(tmp_path: Path) -> None:
+    """``objective.terms.ntd.beta = 3.0`` in a variant (TOML nests it: {objective: {terms: {ntd: {beta: 3.0}}}}) sets that
+    term's option, as the quoted key does; it was refused as "expected a list" (a table in place of the terms)."""
+    head = (f'name = "tg"\nout_dir = "{tmp_path / "out"}"\n[dataset]\nname = "digits"\n[federation]\nnum_clients = 4\nrounds = 2\n'
+            '[objective]\nterms = [{ name = "ntd", tau = 2.0 }]\n[variants.A]\n')
+    cells = []
+    for i, line in enumerate(["objective.terms.ntd.beta = 3.0\n", '"objective.terms.ntd.beta" = 3.0\n']):
+        path = tmp_path / f"v{i}.toml"
+        path.write_text(head + line)
+        (cell,) = plan_runs(load_config(path), []).cells
+        cells.append(cell.config.objective.terms)
+    assert cells[0] == cells[1] == ({"name": "ntd", "tau": 2.0, "beta": 3.0},)
+    path = tmp_path / "bad.toml"
+    path.write_text(head + "objective.terms.ntd = 3.0\n")
+    with pytest.raises(ConfigError) as err:
+        plan_runs(load_config(path), [])
+    assert "objective.terms.<term name>.<option>" in err.value.message
+
+
 @pytest.mark.parametrize(("tables", "field", "words"), [
     # a shared grid over a term that a variant does not run: which terms it has, and where such a grid belongs
     ({"tune": {BETA: [0.3]}, "variants": {"FedAvg": {"client.momentum": 0.0}, "FedNTD": {"objective.terms": ["ntd"]}}},

@@ -670,6 +670,10 @@ def merge_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
             dotted.update({f"{key}.{sub}": subval for sub, subval in value.items()})
         else:
             dotted[key] = value
+    terms = dotted.get(TERM_KEY[:-1])
+    if isinstance(terms, dict):  # TOML's unquoted objective.terms.ntd.beta = 3.0: a term's option by name, not a new list
+        del dotted[TERM_KEY[:-1]]
+        dotted.update({f"{TERM_KEY}{name}.{option}": v for name, options in terms.items() for option, v in (options.items() if isinstance(options, dict) else [("", options)])})
     apply_overrides(data, dotted)
 
 

@@ -6,8 +6,10 @@ at the global model's initial, seeded random values, frozen
 (:attr:`LocalSpec.frozen`), and the server averages the body (n_i / n) and
 keeps the head. Personalisation is fine-tuning: local accuracy measures the
 global model the client was sent, fine-tuned for ``finetune_epochs`` on its
-own training data (the paper fine-tunes the whole model). Both trainings are
-jobs of the one training path.
+own training data (the paper fine-tunes the whole model). The client half is
+FedAvg-FT's (:class:`~chillfl.aggregation.fedavg_ft.FineTuning`) with the head
+frozen during the uploaded training: FedBABU is FedAvg-FT with a frozen head.
+Both trainings are jobs of the one training path.
 
 Choices
 -------
@@ -25,30 +27,18 @@ Choices
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from torch import nn
 
-from chillfl.aggregation.base import (
-    ClientHalf,
-    ClientState,
-    Context,
-    Local,
-    LocalProgram,
-    Params,
-    Personal,
-    Report,
-    Train,
-    Trained,
-    Wire,
-)
+from chillfl.aggregation.base import ClientHalf
+from chillfl.aggregation.fedavg_ft import FineTuning
 from chillfl.aggregation.fedbn import FedBN, FedBNOptions
 from chillfl.aggregation.fedper import head_keys
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.options import require
-from chillfl.training.local import LocalSpec
 
 
 @dataclass(frozen=True)
@@ -68,37 +58,6 @@ class FedBABUOptions:
             require(self.finetune_lr > 0, f"{section}.finetune_lr", f"must be > 0, got {self.finetune_lr}")
 
 
-@dataclass(frozen=True)
-class FedBABUClient:
-    """FedBABU's client half: the body trained with the head frozen (uploaded), then the fine-tuned global model (measured)."""
-
-    head: frozenset[str]
-    """The head's parameter names."""
-    body: frozenset[str]
-    """Every other parameter name."""
-    finetune_epochs: int
-    finetune: str
-    finetune_lr: float | None
-
-    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
-        return start, dict(context)
-
-    def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
-        """0: the run's training with the head frozen; 1: fine-tuning, ``finetune_epochs``, the part ``finetune`` names."""
-        still = {"full": frozenset(), "head": self.body, "body": self.head}[self.finetune]
-        return replace(spec, frozen=spec.frozen | self.head), replace(spec, epochs=max(self.finetune_epochs, 1), frozen=spec.frozen | still)
-
-    def train(self, local: Local) -> LocalProgram:
-        body = yield Train(local.start, local.context, objective=0)
-        if not self.finetune_epochs:
-            return Personal(body.params, body.num_steps, body.mean_loss)
-        tuned = yield Train(local.start, local.context, objective=1, lr=self.finetune_lr)
-        return Personal(body.params, body.num_steps, body.mean_loss, tuned.params)
-
-    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
-        return {}, {}
-
-
 class FedBABU(FedBN):
     """FedAvg over the body; the head stays the global model's (FedBN's rule with the head as its kept keys)."""
 
@@ -110,8 +69,10 @@ class FedBABU(FedBN):
         self.babu = options  # FedBN's own options are ``self.options``
 
     def client_half(self) -> ClientHalf:
+        """FedAvg-FT's client half with the head frozen during the uploaded training; fine-tuning keeps what ``finetune`` leaves out."""
         o = self.babu
-        return FedBABUClient(self.head, self.body, o.finetune_epochs, o.finetune, o.finetune_lr)
+        still = {"full": frozenset(), "head": self.body, "body": self.head}[o.finetune]
+        return FineTuning(o.finetune_epochs, o.finetune_lr, train_frozen=self.head, tune_frozen=still, untuned="trained")
 
 
 SPEC = register_algorithm(

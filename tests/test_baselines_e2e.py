@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from chillfl.aggregation.base import ClientResult
+from chillfl.aggregation.base import ClientResult, aggregated_keys
 from chillfl.aggregation.fedbn import FedBN
 from chillfl.aggregation.fedmut import FedMut, FedMutOptions
 from chillfl.aggregation.fednova import FedNova
@@ -70,15 +70,18 @@ def data() -> FederatedData:
     return build_data(tiny_config({"name": "fedavg"}, POLICIES["none"]))
 
 
-def run_and_spy(cfg: RunConfig, data: FederatedData) -> tuple[Any, list[dict[str, Any]], list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]]:
-    """Run ``cfg``; return the experiment, its records and every (before, after) pair of global states."""
+Spied = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], list[dict[str, torch.Tensor]]]
+
+
+def run_and_spy(cfg: RunConfig, data: FederatedData) -> tuple[Any, list[dict[str, Any]], list[Spied]]:
+    """Run ``cfg``; return the experiment, its records and every round's global states before and after, with the clients' uploads."""
     exp = build_experiment(cfg, data=data)
-    pairs: list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = []
+    pairs: list[Spied] = []
     aggregate = exp.aggregator.aggregate
 
     def spy(global_params: dict[str, torch.Tensor], results: Any, rnd: int) -> dict[str, torch.Tensor]:
         out = aggregate(global_params, results, rnd)
-        pairs.append(({k: v.clone() for k, v in global_params.items()}, out))
+        pairs.append(({k: v.clone() for k, v in global_params.items()}, out, [r.params for r in results]))
         return out
 
     exp.aggregator.aggregate = spy  # type: ignore[method-assign]
@@ -113,12 +116,16 @@ def test_every_algorithm_with_every_temperature_policy(algorithm: str, policy: s
     frozen_by_bn = bias_before_batchnorm(exp.model)
     assert bool(frozen_by_bn) == batch_norm
     trainable = [n for n, _ in exp.model.named_parameters() if n not in frozen_by_bn]
-    if algorithm == "fedbabu":  # its head stays at its random start by design (Oh et al. 2022)
-        trainable = [n for n in trainable if n not in exp.aggregator.head]  # type: ignore[attr-defined]
-    for before, after in pairs:
+    for before, after, uploads in pairs:
         assert set(after) == set(before)
+        # what the server computes from the uploads moves; the rest stays bitwise (FedBABU's head at its random start,
+        # Oh et al. 2022; Local-only's whole global model, which reads nothing)
+        read = set(aggregated_keys(exp.aggregator, before))
         moved = [k for k in trainable if not torch.equal(before[k], after[k])]
-        assert moved == trainable, f"{algorithm}/{policy}: unchanged {sorted(set(trainable) - set(moved))}"
+        assert moved == [k for k in trainable if k in read], f"{algorithm}/{policy}: unchanged {sorted(read & set(trainable) - set(moved))}"
+        for up in uploads:  # every client trained what the server reads (all of it when it reads nothing)
+            still = [k for k in trainable if (k in read or not read) and torch.equal(up[k].to(before[k].device), before[k])]
+            assert still == [], f"{algorithm}/{policy}: a client did not train {still}"
         assert all(torch.isfinite(v).all() for v in after.values() if v.is_floating_point())
     for r in records:
         assert math.isfinite(r["train_loss"]) and math.isfinite(r["global_loss"])

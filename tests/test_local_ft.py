@@ -1,0 +1,265 @@
+"""The two sanity baselines of personalised FL: Local-only (``local``) and FedAvg-FT (``fedavg_ft``).
+
+Local-only: each client's model is its own training, round after round, from the initial model (replayed job by
+job on the sequential training path); the global model stays bitwise the initial one; no model byte goes up; the
+clients' models are what ``checkpoint.client_models`` writes. FedAvg-FT: FedAvg's run bit for bit but for the
+local accuracy, which is the sent global model's, fine-tuned (recomputed directly), or not fine-tuned at
+``finetune_epochs = 0``. Both: executors agree, resume is bitwise, misfits are one-line ConfigErrors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import torch
+
+from chillfl.aggregation.base import own_entries
+from chillfl.aggregation.fedavg_ft import FedAvgFTOptions, FineTuning
+from chillfl.aggregation.fedbabu import FedBABU, FedBABUOptions
+from chillfl.aggregation.local_only import PREFIX, LocalOnlyOptions
+from chillfl.aggregation.registry import check_algorithm
+from chillfl.config import RunConfig
+from chillfl.engine.loop import run_rounds
+from chillfl.engine.protocol import ClientJob
+from chillfl.errors import ConfigError
+from chillfl.executors.sequential import SequentialExecutor
+from chillfl.experiment import build_experiment, build_protocol, make_executor
+from chillfl.models import build_model
+from chillfl.models.parts import head_name
+from chillfl.options import parse_options
+from chillfl.protocols.common import mean_or_none
+from chillfl.protocols.parameters import ParameterSharing
+from chillfl.runner import CLIENT_MODELS, run_experiment
+from chillfl.seeds import derive_seed
+from chillfl.storage.checkpoint import read_state
+from chillfl.training.local import evaluate
+from methods_e2e import assert_executors_agree, config, records, resumed_records
+
+BASE: dict[str, Any] = {"model.name": "mlp", "temperature.policy": "none"}
+"""methods_e2e's tiny run (4 clients, 3 a round, 3 rounds), on the MLP at T = 1."""
+
+
+def cfg_of(algorithm: dict[str, Any], **over: Any) -> RunConfig:
+    return config(**BASE, **over).with_overrides({"algorithm": algorithm})
+
+
+def clone(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def rounds_with_states(cfg: RunConfig) -> tuple[Any, ParameterSharing, list[dict[str, Any]], list[dict[str, torch.Tensor]]]:
+    """Run ``cfg`` round by round: the experiment, its protocol, the records and the global model each round started from."""
+    exp = build_experiment(cfg)
+    protocol = build_protocol(exp)
+    assert isinstance(protocol, ParameterSharing)
+    executor = make_executor(exp, protocol)
+    starts = [clone(protocol.global_state())]
+    out = []
+    try:
+        for record in run_rounds(protocol, executor, seed=cfg.seed, num_clients=exp.data.num_clients,
+                                 clients_per_round=cfg.federation.sample_size(), rounds=cfg.federation.rounds):
+            out.append(record)
+            starts.append(clone(protocol.global_state()))
+    finally:
+        executor.close()
+    return exp, protocol, out, starts
+
+
+def trained(exp: Any, job: ClientJob) -> dict[str, torch.Tensor]:
+    """One job on the sequential training path (the reference every executor matches)."""
+    return SequentialExecutor(exp.model, exp.spec).run([job])[0].params
+
+
+# ---------------------------------------------------------------- Local-only
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunConfig, Any]]:
+    folder = tmp_path_factory.mktemp("local")
+    cfg = cfg_of({"name": "local"}, **{"checkpoint.client_models": True, "out_dir": str(folder), "name": "local"})
+    yield cfg, run_experiment(cfg, progress=False)
+
+
+def test_a_local_clients_model_is_its_own_trainings_from_the_initial_model(local_run: tuple[RunConfig, Any]) -> None:
+    """Replayed on the sequential path: from the initial model, each of its rounds' training with that round's seed and lr."""
+    cfg, out = local_run
+    exp = build_experiment(cfg)
+    protocol = build_protocol(exp)
+    assert isinstance(protocol, ParameterSharing)
+    assert set(out.client_states) == {c for r in out.records for c in r["clients"]}
+    twice = 0
+    for cid, model in out.client_states.items():
+        rows = protocol.evaluation.client_data(cid)  # its training rows, as the round sends them
+        own = exp.initial_state
+        rounds = [r["round"] - 1 for r in out.records if cid in r["clients"]]
+        twice += len(rounds) >= 2
+        for rnd in rounds:
+            own = trained(exp, ClientJob(cid, own, rows.x, rows.y, cfg.lr_at(rnd), 1.0, {}, derive_seed(cfg.seed, "train", cid, rnd)))
+        assert set(model) == set(exp.initial_state)
+        assert all(torch.equal(model[k], own[k].to(model[k].device)) for k in model), cid
+    assert twice  # a client trained its own model twice or more
+
+
+def test_local_keeps_the_global_model_and_uploads_no_model_bytes(local_run: tuple[RunConfig, Any]) -> None:
+    cfg, out = local_run
+    initial = build_experiment(cfg).initial_state
+    assert out.model_state is not None
+    assert all(torch.equal(out.model_state[k], initial[k]) for k in initial)  # bitwise the initial model
+    assert [r["bytes_up"] for r in out.records] == [0] * len(out.records)  # the server reads nothing
+    assert all(r["bytes_down"] > 0 for r in out.records)  # the runtime still sends the (initial) global model
+    assert len({r["global_acc"] for r in out.records}) == 1  # the initial model's, every round
+    fedavg = records(cfg_of({"name": "fedavg"}))
+    assert all(r["bytes_up"] > 0 for r in fedavg)
+    assert [r["local_acc"] for r in out.records] != [r["local_acc"] for r in fedavg]
+
+
+def test_local_writes_each_clients_model(local_run: tuple[RunConfig, Any]) -> None:
+    cfg, out = local_run
+    assert out.folder is not None
+    saved = read_state(out.folder / CLIENT_MODELS)
+    assert set(saved) == {str(c) for c in out.client_states}
+    for cid, model in out.client_states.items():
+        assert all(torch.equal(saved[str(cid)][k], v) for k, v in model.items())
+        assert any(not torch.equal(v, out.model_state[k]) for k, v in model.items())  # its own, not the global model
+
+
+def test_local_keeps_the_whole_model_in_the_clients_state() -> None:
+    model = build_model("mlp", (6,), 3, {"hidden": [5]}, seed=0)
+    from chillfl.aggregation.local_only import LocalOnly
+
+    rule = LocalOnly(model)
+    glob = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    assert rule.aggregated_keys(glob) == ()
+    half = rule.client_half()
+    mine = {k: torch.full_like(v, 7.0) for k, v in glob.items()}
+    start, _ = half.prepare({PREFIX + k: v for k, v in mine.items()}, glob, {})
+    assert all(torch.equal(start[k], mine[k]) for k in glob)  # a returning client starts from its own model
+    first, _ = half.prepare({}, glob, {})
+    assert all(torch.equal(first[k], glob[k]) for k in glob)  # a first-time one from the global model
+    assert parse_options(LocalOnlyOptions, None, "algorithm") == LocalOnlyOptions()
+
+
+# ---------------------------------------------------------------- FedAvg-FT
+
+
+def without_local(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if not k.startswith("local_")} for r in rows]
+
+
+def test_fedavg_ft_is_fedavg_but_for_the_local_accuracy_of_the_fine_tuned_global_model() -> None:
+    """Global records bitwise FedAvg's; local_acc is the sent w^t fine-tuned (epochs, lr of its own) on the client's data."""
+    ft = {"name": "fedavg_ft", "finetune_epochs": 2, "finetune_lr": 0.02}
+    exp, protocol, got, starts = rounds_with_states(cfg_of(ft))
+    _, _, fedavg, fedavg_starts = rounds_with_states(cfg_of({"name": "fedavg"}))
+    assert without_local(got) == without_local(fedavg)
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(starts, fedavg_starts) for k in a)
+    assert [r["local_acc"] for r in got] != [r["local_acc"] for r in fedavg]
+    cfg = exp.config
+    tune = replace(exp.spec, epochs=2)
+    for rnd, record in enumerate(got):
+        accs, losses = [], []
+        for cid in record["clients"]:
+            rows = protocol.evaluation.client_data(cid)
+            seed = derive_seed(derive_seed(cfg.seed, "train", cid, rnd), "personal", 1)  # the client's second job this round
+            tuned = trained(exp, ClientJob(cid, starts[rnd], rows.x, rows.y, 0.02, 1.0, {}, seed, tune))
+            acc, loss = evaluate(exp.model, tuned, rows.x_eval, rows.y_eval, cfg.eval.batch_size)
+            accs.append(acc)
+            losses.append(loss)
+        assert (record["local_acc"], record["local_loss"]) == (mean_or_none(accs), mean_or_none(losses)), rnd
+
+
+def test_fedavg_ft_with_no_fine_tuning_measures_the_global_model_as_sent() -> None:
+    exp, protocol, got, starts = rounds_with_states(cfg_of({"name": "fedavg_ft", "finetune_epochs": 0}))
+    assert without_local(got) == without_local(records(cfg_of({"name": "fedavg"})))
+    for rnd, record in enumerate(got):
+        accs = []
+        for cid in record["clients"]:
+            rows = protocol.evaluation.client_data(cid)
+            accs.append(evaluate(exp.model, starts[rnd], rows.x_eval, rows.y_eval, exp.config.eval.batch_size)[0])
+        assert record["local_acc"] == mean_or_none(accs), rnd
+
+
+def test_fedavg_ft_keeps_nothing_and_fedbabu_is_it_with_a_frozen_head() -> None:
+    model = build_model("mlp", (6,), 3, {"hidden": [5]}, seed=0)
+    cfg = cfg_of({"name": "fedavg_ft"})
+    half = build_experiment(cfg).aggregator.client_half()
+    assert half == FineTuning(5, None)  # the default: FedBABU's 5 epochs, at the round's lr
+    babu = FedBABU(model, FedBABUOptions(finetune="head")).client_half()
+    head = frozenset(k for k in model.state_dict() if k.startswith(head_name(model) + "."))
+    assert babu == FineTuning(5, None, train_frozen=head, tune_frozen=frozenset(model.state_dict()) - head, untuned="trained")
+
+
+@pytest.mark.parametrize(("options", "field"), [
+    ({"finetune_epochs": -1}, "finetune_epochs"), ({"finetune_lr": 0.0}, "finetune_lr"), ({"finetune_lr": -0.1}, "finetune_lr"),
+    ({"weighting": "equal"}, "weighting"), ({"finetune_epoch": 1}, "finetune_epoch"),
+])
+def test_fedavg_ft_bad_options_are_one_line_naming_the_field(options: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_experiment(cfg_of({"name": "fedavg_ft", **options}))
+    assert err.value.field == f"algorithm.{field}" and "\n" not in str(err.value)
+    assert parse_options(FedAvgFTOptions, {"finetune_epochs": 0, "finetune_lr": 0.5}, "algorithm") == FedAvgFTOptions(0, 0.5)
+
+
+def test_local_takes_no_options() -> None:
+    with pytest.raises(ConfigError) as err:
+        build_experiment(cfg_of({"name": "local", "lam": 1.0}))
+    assert err.value.field == "algorithm.lam" and "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------- misfits
+
+
+def test_pa3fed_wraps_neither() -> None:
+    cfg = cfg_of({"name": "pa3fed", "base": "local"})
+    with pytest.raises(ConfigError) as err:
+        check_algorithm("pa3fed", {"base": "local"}, cfg)
+    assert err.value.field == "algorithm.base" and err.value.message.startswith("local declares no takes_weights")
+    with pytest.raises(ConfigError) as err:
+        check_algorithm("pa3fed", {"base": "fedavg_ft"}, cfg)
+    assert err.value.field == "algorithm.base" and "FedAvg-FT's clients run their own local trainings" in err.value.message
+
+
+def test_privacy_refuses_what_does_not_fit() -> None:
+    pytest.importorskip("opacus")
+    private = {"privacy.clip_norm": 1.0, "privacy.noise_multiplier": 1.5, "privacy.delta": 1e-3}
+    with pytest.raises(ConfigError) as err:  # its clients fine-tune outside the accounted training
+        build_experiment(cfg_of({"name": "fedavg_ft"}, **private, **{"privacy.mechanism": "dp-sgd"}))
+    assert err.value.field == "privacy.mechanism" and "fine-tunes the global model" in err.value.message
+    with pytest.raises(ConfigError) as err:  # nothing to average, so nothing to clip and noise
+        build_experiment(cfg_of({"name": "local"}, **private, **{"privacy.mechanism": "dp-fedavg"}))
+    assert err.value.field == "privacy.mechanism" and "takes no client weights" in err.value.message
+
+
+# ---------------------------------------------------------------- executors and resume
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "local"}, {"name": "fedavg_ft", "finetune_epochs": 1}], ids=["local", "fedavg_ft"])
+def test_under_every_executor(algorithm: dict[str, Any]) -> None:
+    """sequential == processes bitwise, vectorized within the repo's rounding tolerance."""
+    seq = assert_executors_agree(cfg_of(algorithm, **{"federation.rounds": 2}))
+    assert all(r["local_acc"] is not None for r in seq)
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "local"}, {"name": "fedavg_ft", "finetune_epochs": 1}], ids=["local", "fedavg_ft"])
+def test_resume_is_bitwise(algorithm: dict[str, Any], tmp_path: Path) -> None:
+    cfg = cfg_of(algorithm)
+    assert resumed_records(cfg, 2, tmp_path) == records(cfg)
+
+
+def test_local_resumes_each_clients_own_model(tmp_path: Path) -> None:
+    """The client's model is checkpointed state: after a resume it trains on from it, not from the initial model."""
+    cfg = cfg_of({"name": "local"}, **{"federation.rounds": 4, "federation.clients_per_round": 4})
+    exp = build_experiment(cfg)
+    protocol = build_protocol(exp)
+    assert isinstance(protocol, ParameterSharing)
+    executor = make_executor(exp, protocol)
+    try:
+        list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=4, clients_per_round=4, rounds=2))
+    finally:
+        executor.close()
+    state = protocol.store.load(0)
+    assert state is not None and set(own_entries(state, PREFIX)) == set(exp.initial_state)
+    assert resumed_records(cfg, 2, tmp_path) == records(cfg)

@@ -236,6 +236,7 @@ def test_privacy_refuses_what_does_not_fit() -> None:
 # ---------------------------------------------------------------- executors and resume
 
 
+@pytest.mark.slow  # the process pool's start: seconds
 @pytest.mark.parametrize("algorithm", [{"name": "local"}, {"name": "fedavg_ft", "finetune_epochs": 1}], ids=["local", "fedavg_ft"])
 def test_under_every_executor(algorithm: dict[str, Any]) -> None:
     """sequential == processes bitwise, vectorized within the repo's rounding tolerance."""

@@ -50,7 +50,7 @@ ROBUST_MORE = ["bulyan", "centered_clip", "geomed"]
 """Byzantine-robust rules added next to median, trimmed mean and Krum, each in its own module."""
 LABEL_SKEW = ["fedlc", "fedrs"]
 """FedAvg with a local loss adjusted by the client's label counts, each in its own module."""
-SANITY = ["fedavg_ft", "local"]
+SANITY = ["fedavg_ft", "local_only"]
 """The two sanity baselines of personalised FL: FedAvg fine-tuned, and each client on its own."""
 ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE + LABEL_SKEW + SANITY)
 
@@ -376,7 +376,7 @@ def test_every_built_ins_personal_model_declaration_agrees_with_its_class(name: 
     agg, _ = make_aggregator(name, None, num_clients=4, model=model_for(name), seed=0)
     spec = algorithm_spec(name)
     assert effective_capabilities(spec, parse_options(spec.options, None, "algorithm")).personal_model == holds_personal_model(agg.client_half())
-    assert spec.capabilities.personal_model == (name in {"apfl", "ditto", "fedala", "fedamp", "fedbn", "fedfomo", "fedper", "fedrep", "fedrod", "lg_fedavg", "local"})
+    assert spec.capabilities.personal_model == (name in {"apfl", "ditto", "fedala", "fedamp", "fedbn", "fedfomo", "fedper", "fedrep", "fedrod", "lg_fedavg", "local_only"})
 
 
 def test_a_wrapper_holds_its_bases_personal_model() -> None:

@@ -79,7 +79,7 @@ def trained(exp: Any, job: ClientJob) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunConfig, Any]]:
     folder = tmp_path_factory.mktemp("local")
-    cfg = cfg_of({"name": "local"}, **{"checkpoint.client_models": True, "out_dir": str(folder), "name": "local"})
+    cfg = cfg_of({"name": "local_only"}, **{"checkpoint.client_models": True, "out_dir": str(folder), "name": "local"})
     yield cfg, run_experiment(cfg, progress=False)
 
 
@@ -205,7 +205,7 @@ def test_fedavg_ft_bad_options_are_one_line_naming_the_field(options: dict[str, 
 
 def test_local_takes_no_options() -> None:
     with pytest.raises(ConfigError) as err:
-        build_experiment(cfg_of({"name": "local", "lam": 1.0}))
+        build_experiment(cfg_of({"name": "local_only", "lam": 1.0}))
     assert err.value.field == "algorithm.lam" and "\n" not in str(err.value)
 
 
@@ -213,10 +213,10 @@ def test_local_takes_no_options() -> None:
 
 
 def test_pa3fed_wraps_neither() -> None:
-    cfg = cfg_of({"name": "pa3fed", "base": "local"})
+    cfg = cfg_of({"name": "pa3fed", "base": "local_only"})
     with pytest.raises(ConfigError) as err:
-        check_algorithm("pa3fed", {"base": "local"}, cfg)
-    assert err.value.field == "algorithm.base" and err.value.message.startswith("local declares no takes_weights")
+        check_algorithm("pa3fed", {"base": "local_only"}, cfg)
+    assert err.value.field == "algorithm.base" and err.value.message.startswith("local_only declares no takes_weights")
     with pytest.raises(ConfigError) as err:
         check_algorithm("pa3fed", {"base": "fedavg_ft"}, cfg)
     assert err.value.field == "algorithm.base" and "FedAvg-FT's clients run their own local trainings" in err.value.message
@@ -229,7 +229,7 @@ def test_privacy_refuses_what_does_not_fit() -> None:
         build_experiment(cfg_of({"name": "fedavg_ft"}, **private, **{"privacy.mechanism": "dp-sgd"}))
     assert err.value.field == "privacy.mechanism" and "fine-tunes the global model" in err.value.message
     with pytest.raises(ConfigError) as err:  # nothing to average, so nothing to clip and noise
-        build_experiment(cfg_of({"name": "local"}, **private, **{"privacy.mechanism": "dp-fedavg"}))
+        build_experiment(cfg_of({"name": "local_only"}, **private, **{"privacy.mechanism": "dp-fedavg"}))
     assert err.value.field == "privacy.mechanism" and "takes no client weights" in err.value.message
 
 
@@ -237,14 +237,14 @@ def test_privacy_refuses_what_does_not_fit() -> None:
 
 
 @pytest.mark.slow  # the process pool's start: seconds
-@pytest.mark.parametrize("algorithm", [{"name": "local"}, {"name": "fedavg_ft", "finetune_epochs": 1}], ids=["local", "fedavg_ft"])
+@pytest.mark.parametrize("algorithm", [{"name": "local_only"}, {"name": "fedavg_ft", "finetune_epochs": 1}], ids=["local_only", "fedavg_ft"])
 def test_under_every_executor(algorithm: dict[str, Any]) -> None:
     """sequential == processes bitwise, vectorized within the repo's rounding tolerance."""
     seq = assert_executors_agree(cfg_of(algorithm, **{"federation.rounds": 2}))
     assert all(r["local_acc"] is not None for r in seq)
 
 
-@pytest.mark.parametrize("algorithm", [{"name": "local"}, {"name": "fedavg_ft", "finetune_epochs": 1}], ids=["local", "fedavg_ft"])
+@pytest.mark.parametrize("algorithm", [{"name": "local_only"}, {"name": "fedavg_ft", "finetune_epochs": 1}], ids=["local_only", "fedavg_ft"])
 def test_resume_is_bitwise(algorithm: dict[str, Any], tmp_path: Path) -> None:
     cfg = cfg_of(algorithm)
     assert resumed_records(cfg, 2, tmp_path) == records(cfg)
@@ -252,7 +252,7 @@ def test_resume_is_bitwise(algorithm: dict[str, Any], tmp_path: Path) -> None:
 
 def test_local_resumes_each_clients_own_model(tmp_path: Path) -> None:
     """The client's model is checkpointed state: after a resume it trains on from it, not from the initial model."""
-    cfg = cfg_of({"name": "local"}, **{"federation.rounds": 4, "federation.clients_per_round": 4})
+    cfg = cfg_of({"name": "local_only"}, **{"federation.rounds": 4, "federation.clients_per_round": 4})
     exp = build_experiment(cfg)
     protocol = build_protocol(exp)
     assert isinstance(protocol, ParameterSharing)

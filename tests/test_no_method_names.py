@@ -28,12 +28,6 @@ GENERIC = {"none", "fixed", "median", "individual", "moon", "comet"}
 """Registered names that are also plain words ("the median", "individual", a "fixed" T, ``eval.clients = "none"``):
 checked as identifiers only where one stands alone as a whole name (a class ``Median``), never in a string."""
 
-OWN_WORD = {"local": "localonly"}
-"""Registered names that core code uses as a word of its own, as a whole identifier and a whole string alike (the module
-``chillfl.training.local``, a personalising half's ``Local``, ``Downlink.local``, the record's ``"local"`` entries): no
-spelling of the bare word tells the method from those, so the check looks for the method's own spelling, that of its
-classes (``LocalOnly``, ``LocalOnlyOptions``), instead."""
-
 
 def method_names() -> set[str]:
     """Every registered method of every family, normalised (lower case, no separators)."""
@@ -43,8 +37,7 @@ def method_names() -> set[str]:
     for _, overrides in registry_cases():
         for key in ("algorithm.name", "distillation.method", "prototypes.method", "temperature.policy"):
             if key in overrides:
-                name = normalise(str(overrides[key]))
-                names.add(OWN_WORD.get(name, name))
+                names.add(normalise(str(overrides[key])))
     return names
 
 
@@ -148,20 +141,3 @@ def test_the_check_finds_what_it_should(tmp_path: Path) -> None:
     found = list(findings(sample, {"krum", "vrlsgd", "fedmd", "fedhkd", "median"}))
     lines = sorted({int(f.removeprefix(str(sample)).split(":")[1]) for f in found})
     assert lines == [2, 3, 4, 5, 6, 7], found
-
-
-def test_a_name_that_is_a_word_of_core_code_is_looked_for_as_its_classes_spell_it(tmp_path: Path) -> None:
-    """``local`` (Local-only): the word is core code's own, the method's classes are not."""
-    assert "localonly" in method_names() and "local" not in method_names()
-    sample = tmp_path / "sample.py"
-    sample.write_text(
-        "from chillfl.aggregation.local_only import LocalOnly\n"
-        "if isinstance(x, LocalOnlyOptions): pass\n"
-        "from chillfl.training.local import LocalSpec\n"
-        "context, local = down.context, down.local\n"
-        "row = {'local': 1}\n",
-        encoding="utf-8",
-    )
-    found = list(findings(sample, method_names()))
-    lines = sorted({int(f.removeprefix(str(sample)).split(":")[1]) for f in found})
-    assert lines == [1, 2], found

@@ -70,7 +70,7 @@ class LocalOnly(AggregatorBase):
 
 
 SPEC = register_algorithm(
-    "local",
+    "local_only",
     AlgorithmSpec(
         LocalOnlyOptions,
         lambda o, ctx: (LocalOnly(ctx.model), []),

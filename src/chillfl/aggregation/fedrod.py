@@ -63,7 +63,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.models.parts import head_name
-from chillfl.training.local import BaseLoss, LocalSpec
+from chillfl.training.local import BaseLoss, LocalSpec, reads_features
 from chillfl.training.objective import LossTerm, Term, is_batch_term, read_tensor, temperature_cross_entropy
 
 
@@ -179,7 +179,7 @@ class FedRoDClient:
 
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
         """0: the :class:`RoD` template's step under :class:`RoDLoss`; the run's parameter terms on body + G."""
-        if any(is_batch_term(t) for t in spec.terms) or getattr(spec.base_loss, "uses_features", False):
+        if any(is_batch_term(t) for t in spec.terms) or reads_features(spec.base_loss):
             raise ValueError("FedRoD's loss reads the representation itself; a batch term or a representation-based loss does not compose with it")
         terms: list[Term] = [OnModel(cast(LossTerm, t)) for t in spec.terms]
         frozen = frozenset(f"model.{k}" for k in spec.frozen)

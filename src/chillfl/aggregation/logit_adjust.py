@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import ClientHalf, ClientState, Context, FedAvg, Local, LocalProgram, Params, Personal, Report, Train, Trained, Weighting, Wire
-from chillfl.training.local import BaseLoss, LocalSpec
+from chillfl.training.local import BaseLoss, LocalSpec, reads_features
 from chillfl.training.objective import read_tensor
 
 Adjust = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -54,7 +54,7 @@ class AdjustedLoss:
         self.base_loss = base_loss
         self.adjust = adjust
         self.key = key
-        self.uses_features = bool(getattr(base_loss, "uses_features", False))
+        self.uses_features = reads_features(base_loss)
 
     def __call__(
         self,

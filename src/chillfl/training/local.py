@@ -73,6 +73,18 @@ Params = dict[str, torch.Tensor]
 BaseLoss = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
 
 
+def reads_features(loss: BaseLoss) -> bool:
+    """Whether a base loss declares ``uses_features``: it is also called with the head's input, the parameters and the
+    context (FedProto, FedHKD, FedRoD). A plain loss function declares nothing, so the flag is read with a default."""
+    return bool(getattr(loss, "uses_features", False))
+
+
+def reads_context(loss: BaseLoss) -> bool:
+    """Whether a base loss declares ``uses_context``: it is also called with the client's context, without the extra
+    forward that the representation costs (FedRS's and FedLC's adjustment by the client's label counts)."""
+    return bool(getattr(loss, "uses_context", False))
+
+
 def split_state(model: nn.Module, state: Mapping[str, torch.Tensor], frozen: frozenset[str] = frozenset()) -> tuple[Params, Params]:
     """Split a flat state dict into (trainable parameters, buffers) by the model's own naming.
 
@@ -292,9 +304,8 @@ class StepLoss:
         self.keys: list[str] = []
         self._tie_weights = has_tied_tensors(model)
         self._layers = factored_layers(model)
-        self._uses_features = bool(getattr(spec.base_loss, "uses_features", False))
-        # a base loss that reads the client's context but not the representation (a logit adjustment by the client's label counts)
-        self._uses_context = bool(getattr(spec.base_loss, "uses_context", False))
+        self._uses_features = reads_features(spec.base_loss)
+        self._uses_context = reads_context(spec.base_loss)
         self._batch_terms = any(is_batch_term(t) for t in spec.terms)
         self._captures = tuple(dict.fromkeys(name for t in spec.terms for name in getattr(t, "captures", ())))
 

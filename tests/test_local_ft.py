@@ -103,13 +103,19 @@ def test_a_local_clients_model_is_its_own_trainings_from_the_initial_model(local
     assert twice  # a client trained its own model twice or more
 
 
-def test_local_keeps_the_global_model_and_uploads_no_model_bytes(local_run: tuple[RunConfig, Any]) -> None:
+def test_local_keeps_the_global_model_uploads_nothing_and_is_sent_it_once(local_run: tuple[RunConfig, Any]) -> None:
     cfg, out = local_run
     initial = build_experiment(cfg).initial_state
     assert out.model_state is not None
     assert all(torch.equal(out.model_state[k], initial[k]) for k in initial)  # bitwise the initial model
     assert [r["bytes_up"] for r in out.records] == [0] * len(out.records)  # the server reads nothing
-    assert all(r["bytes_down"] > 0 for r in out.records)  # the runtime still sends the (initial) global model
+    whole = sum(v.numel() * v.element_size() for v in initial.values())
+    seen: set[int] = set()
+    for r in out.records:  # a client is sent the initial model once, at its first round: nothing changes after it
+        first = [c for c in r["clients"] if c not in seen]
+        assert r["bytes_down"] == whole * len(first), r["round"]
+        seen.update(r["clients"])
+    assert any(r["bytes_down"] == 0 for r in out.records[1:])  # a round of returning clients only sends nothing
     assert len({r["global_acc"] for r in out.records}) == 1  # the initial model's, every round
     fedavg = records(cfg_of({"name": "fedavg"}))
     assert all(r["bytes_up"] > 0 for r in fedavg)

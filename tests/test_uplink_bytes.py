@@ -1,4 +1,4 @@
-"""``bytes_up`` of the parameter protocol prices what the server reads of each upload (``aggregated_keys``), not the whole model.
+"""The parameter protocol prices what the server reads of each upload (``aggregated_keys``), and sends a returning client only what changed.
 
 A method that aggregates only part of the model (FedPer's base with ``global_head = "keep"``, FedBN's
 non-BN entries under ``keep``, FedBABU's body) leaves the other entries with the client: the server never
@@ -9,8 +9,11 @@ worked by hand for :class:`Tiny`'s entries (float32: 4 bytes each; BN's ``num_ba
 * ``bn``    BatchNorm1d(3): weight, bias, running mean, var = 12 floats = 48 bytes, + 8 (num_batches_tracked) = 56
 * ``head``  Linear(3, 2): weight 3 x 2 + bias 2           =  8 floats = 32 bytes
 
-The whole model is 60 + 56 + 32 = 148 bytes; the downlink sends it whole to every client (a first-time client
-starts from every entry of it).
+The whole model is 60 + 56 + 32 = 148 bytes. The downlink sends it whole to a client's first round (it starts from
+every entry of it); from its second round on, a client holds the entries the server never computes from the
+uploads (they have not changed since it received them), so it is sent the read entries only: the same as the
+uplink's model bytes. Every client takes part in every round here, so round 1 sends 148 bytes a client and
+round 2 the read entries.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 from torch import nn
 
 import chillfl
-from chillfl.aggregation.base import ClientResult, FedAvg, Params
+from chillfl.aggregation.base import ClientResult, Downlink, FedAvg, Params
 
 WHOLE = 60 + 56 + 32
 BODY = 60 + 56  # FedPer's / FedBABU's uplink: all but the head
@@ -65,9 +68,15 @@ def traffic(algorithm: dict[str, Any] | None, data: chillfl.TensorData, aggregat
     return [(r["bytes_up"], r["bytes_down"], r["bytes_cumulative"]) for r in out.records]
 
 
-def expected(up: int, down: int = WHOLE) -> list[tuple[int, int, int]]:
-    """Every client of every round sends ``up`` bytes and is sent ``down``; the cumulative sum of both."""
-    return [(CLIENTS * up, CLIENTS * down, t * CLIENTS * (up + down)) for t in range(1, ROUNDS + 1)]
+def expected(up: int, later: int | None = None, extra: int = 0) -> list[tuple[int, int, int]]:
+    """Every client of every round sends ``up`` bytes; it is sent the whole model in round 1 and ``later`` bytes
+    of it after (unset: ``up``, the read entries), plus ``extra`` bytes of context each round; the cumulative sum."""
+    downs = [WHOLE + extra] + [(up if later is None else later) + extra] * (ROUNDS - 1)
+    out, total = [], 0
+    for down in downs:
+        total += CLIENTS * (up + down)
+        out.append((CLIENTS * up, CLIENTS * down, total))
+    return out
 
 
 @pytest.mark.parametrize(
@@ -81,10 +90,11 @@ def expected(up: int, down: int = WHOLE) -> list[tuple[int, int, int]]:
         ({"name": "fedbabu", "finetune_epochs": 0}, BODY),
         # PA3Fed's report (score, grad_norm, alpha) is three Python floats: free, as before
         ({"name": "pa3fed", "base": "fedper", "base_options": {"global_head": "keep"}}, BODY),
+        ({"name": "local_only"}, 0),  # the server reads nothing: after its first round a client is sent nothing either
     ],
-    ids=["fedavg-whole", "fedper-keep-body", "fedrep-keep-body", "lg_fedavg-keep-head", "fedbn-keep-no-bn", "fedbabu-no-head", "pa3fed-over-fedper-keep"],
+    ids=["fedavg-whole", "fedper-keep-body", "fedrep-keep-body", "lg_fedavg-keep-head", "fedbn-keep-no-bn", "fedbabu-no-head", "pa3fed-over-fedper-keep", "local_only-nothing"],
 )
-def test_the_uplink_prices_the_entries_the_server_reads(algorithm: dict[str, Any], up: int, data: chillfl.TensorData) -> None:
+def test_both_directions_price_the_entries_the_server_reads(algorithm: dict[str, Any], up: int, data: chillfl.TensorData) -> None:
     assert traffic(algorithm, data) == expected(up)
 
 
@@ -101,7 +111,7 @@ def test_a_report_is_still_priced_beside_the_read_entries(data: chillfl.TensorDa
     15 + 6 + 8 = 29 floats = 116 bytes each way, beside the whole model.
     """
     control = (15 + 6 + 8) * 4
-    assert traffic({"name": "scaffold"}, data) == expected(WHOLE + control, WHOLE + control)
+    assert traffic({"name": "scaffold"}, data) == expected(WHOLE + control, WHOLE, extra=control)
 
 
 class BodyOnly(FedAvg):
@@ -118,3 +128,28 @@ class BodyOnly(FedAvg):
 def test_the_uplink_asks_the_aggregator_not_the_method(data: chillfl.TensorData) -> None:
     """Whatever declares :class:`~chillfl.aggregation.base.AggregatesPart` is priced by it: the body only, 60 bytes."""
     assert traffic(None, data, aggregator=BodyOnly()) == expected(60)
+
+
+class BodyOnlyZeroingTheHead(BodyOnly):
+    """Averages ``body.*`` as :class:`BodyOnly`, but sets the head to zeros in round 1 without reading an upload."""
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None) -> Params:
+        out = super().aggregate(global_params, results, round, weights)
+        return {k: torch.zeros_like(v) if k.startswith("head.") else v for k, v in out.items()}
+
+
+def test_an_unread_entry_the_server_changed_is_sent_again(data: chillfl.TensorData) -> None:
+    """The head is outside ``aggregated_keys`` but the rule moved it: round 2 sends it (60 + 32 = 92), the BN entries not."""
+    assert traffic(None, data, aggregator=BodyOnlyZeroingTheHead()) == expected(60, later=60 + 32)
+
+
+class BodyOnlyWithOwnBias(BodyOnly):
+    """:class:`BodyOnly` that starts every client from a head bias of its own (``Downlink.params``)."""
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return Downlink(params={"head.bias": torch.full_like(global_params["head.bias"], float(client_id))})
+
+
+def test_a_start_entry_sent_to_one_client_is_priced(data: chillfl.TensorData) -> None:
+    """An entry the aggregator sends a client on its own (``Downlink.params``) is priced though unread: 60 + 8 = 68."""
+    assert traffic(None, data, aggregator=BodyOnlyWithOwnBias()) == expected(60, later=60 + 8)

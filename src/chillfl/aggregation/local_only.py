@@ -25,9 +25,9 @@ Choices
   as in every run. A wrapper that reweights the clients' models (PA3Fed) has
   nothing to reweight: the rule takes no weights, so it is refused, and so
   are the ``[privacy]`` mechanisms that noise a weighted mean of the uploads.
-* The downlink is still priced as the runtime sends it (the initial global
-  model every round, which a returning client ignores): compare Local-only's
-  traffic by ``bytes_up``.
+* The downlink prices the initial global model at a client's first round
+  only: no entry changes after it, so a returning client is sent nothing
+  (:meth:`~chillfl.protocols.parameters.ParameterSharing.held`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ One round, as the round loop runs it::
                     method's report (PA3Fed's score, SCAFFOLD's Delta c_i)
                                                                 -> ParamUplink, next state, T trained at
     server update:  ledger both messages (the uplink priced as sent: the entries the aggregator
-                    reads, its ``aggregated_keys``, and the report); temperature policy observes
+                    reads, its ``aggregated_keys``, and the report; the downlink without the entries
+                    a returning client holds, :meth:`ParameterSharing.held`); temperature policy observes
                     local accuracy; aggregate in client-id order; evaluate the global model every
                     ``eval.every`` rounds
 
@@ -30,6 +31,7 @@ from itertools import count
 from typing import Any, Callable, Collection, Generator, Mapping, Sequence
 
 import numpy as np
+import torch
 from torch import nn
 
 from chillfl.aggregation.base import (
@@ -71,10 +73,13 @@ class ParamDownlink:
     seed: int = 0
     local: tuple[str, ...] = ()
     """Context entries the client holds already (the aggregator's :attr:`Downlink.local`): they cost no bytes."""
+    held: tuple[str, ...] = ()
+    """Entries of ``start`` the client holds already (:meth:`ParameterSharing.held`): they cost no bytes."""
 
     def nbytes(self) -> dict[str, int]:
         control = {k: v for k, v in self.context.items() if k not in self.local}
-        return {"params": state_bytes(self.start), "control": state_bytes(control)}
+        sent = {k: v for k, v in self.start.items() if k not in self.held} if self.held else self.start
+        return {"params": state_bytes(sent), "control": state_bytes(control)}
 
 
 @dataclass
@@ -230,6 +235,10 @@ class ParameterSharing:
         """The context keys under which ``[objective]``'s terms read the round's start model (``global_params``)."""
         self.book = ServerBook(policy, evaluation, eval_clients)
         self.store: ParamStore = ParamStore()
+        self.seen: set[int] = set()
+        """The clients sent a model before: they hold every entry the server has not changed since."""
+        self.moved: set[str] = set()
+        """Entries outside the aggregator's ``aggregated_keys`` that an ``aggregate`` changed all the same: always sent."""
 
     def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[ParamDownlink, ClientState]]:
         self.aggregator.begin_round(round, sampled)
@@ -242,9 +251,26 @@ class ParameterSharing:
             if self.objective_context or self.anchors:  # [objective] terms: the anchor is the model the round started from (sent already)
                 context = {**context, **self.objective_context, **{key: self.state for key in self.anchors}}
                 local = (*local, *self.anchors)
-            message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round), local)
+            held = self.held(cid, down.params)
+            message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round), local, held)
             tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid), self.store.load(cid)))
+        self.seen.update(sampled)
         return tasks
+
+    def held(self, client_id: int, params: Params | None) -> tuple[str, ...]:
+        """The start's entries that ``client_id`` holds already, so its downlink does not price them.
+
+        Why: an entry outside the aggregator's ``aggregated_keys`` (FedBABU's frozen head, FedPer's head under
+        ``global_head = "keep"``, every entry of Local-only) keeps the value it had when the client first received
+        it, so after its first round a client is sent only what the server computes from the uploads. A client's
+        first downlink is priced whole, and so is every entry an ``aggregate`` has changed (:attr:`moved`) or that
+        the aggregator sends this client on its own (``Downlink.params``).
+        """
+        if client_id not in self.seen:
+            return ()
+        read = set(aggregated_keys(self.aggregator, self.state))
+        own = params or {}
+        return tuple(k for k in self.state if k not in read and k not in self.moved and k not in own)
 
     def server_update(
         self, round: int, tasks: Sequence[ClientTask[ParamDownlink, ClientState]], replies: Sequence[ClientReply[ParamUplink, ClientState]]
@@ -261,6 +287,7 @@ class ParameterSharing:
             results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, temperature, up.train_loss, up.report))
         before, self.state = self.state, self.aggregator.aggregate(self.state, results, round)
         check_aggregated(before, self.state, self.aggregator)
+        self.moved.update(k for k in unread if k not in self.moved and not torch.equal(before[k], self.state[k]))
         self.book.check_state(round, self.state)
 
         weights = np.array([r.num_samples for r in results], dtype=np.float64)
@@ -298,6 +325,8 @@ class ParameterSharing:
             "global": dict(self.state),
             "aggregator": self.aggregator.state_dict(),
             "clients": self.store.state_dict(),
+            "seen": sorted(self.seen),
+            "moved": sorted(self.moved),
             **self.book.state_dict(),
         }
 
@@ -305,6 +334,8 @@ class ParameterSharing:
         self.state = {k: v.to(self.evaluation.device) for k, v in state["global"].items()}
         self.aggregator.load_state_dict(state["aggregator"])
         self.store.load_state_dict(state["clients"])
+        self.seen = {int(c) for c in state.get("seen", ())}  # a checkpoint before 2026-11-29 has none: first downlinks priced whole again
+        self.moved = {str(k) for k in state.get("moved", ())}
         self.book.load_state_dict(state)
 
     def close(self) -> None:

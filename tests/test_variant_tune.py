@@ -52,6 +52,26 @@ def test_a_bad_own_grid_is_one_line_naming_the_variant(tmp_path: Path, variant: 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_shared_grid_key_that_fails_for_a_variant_overriding_nothing_names_that_variant(tmp_path: Path) -> None:
+    """``[variants.Plain]`` overrides nothing, but it is a declared variant: the shared key's error names it."""
+    config = _config(tmp_path, Plain={}, FT={"algorithm": {"name": "fedavg_ft"}})
+    config["tune"] = {"algorithm.finetune_lr": [0.1, 0.3]}  # an option of FedAvg-FT's, not of Plain's FedAvg
+    with pytest.raises(ConfigError) as err:
+        run_compare(config_from_dict(config), [], progress=False)
+    assert err.value.field == "variants.Plain.algorithm.finetune_lr" and "unknown option" in err.value.message, err.value
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_config_itself_as_its_one_variant_keeps_the_configs_field(tmp_path: Path) -> None:
+    """No ``[variants]``: the config is the comparison's one variant, and its error is the config's own field."""
+    config = _config(tmp_path)
+    del config["variants"]
+    config["tune"] = {"algorithm.mu": [0.1, 0.3]}
+    with pytest.raises(ConfigError) as err:
+        run_compare(config_from_dict(config), [], progress=False)
+    assert err.value.field == "algorithm.mu" and "unknown option" in err.value.message, err.value
+
+
 def test_the_own_grid_is_tuned_on_validation_reported_and_recorded(tmp_path: Path) -> None:
     result = run_compare(config_from_dict(_config(tmp_path)), [], progress=False)
     fedavg, fedprox = result.rows

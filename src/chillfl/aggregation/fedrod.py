@@ -220,7 +220,10 @@ SPEC = register_algorithm(
         lambda o, ctx: (FedRoD(ctx.model, o), []),
         "generic head by balanced softmax, personal head on top (Chen & Chao 2022)",
         capabilities=Capabilities(
-            private_steps="the generic head's balanced softmax reads the client's label counts: one sample changes every sample's gradient, which per-sample clipping does not bound",
+            private_steps=(
+                "the generic head's balanced softmax (balanced = true, the default) reads the client's label counts: one sample changes every"
+                " sample's gradient, which per-sample clipping does not bound; balanced = false is refused too, not audited"
+            ),
             takes_weights=True,
             not_a_base="FedRoD's clients run their own local trainings, which PA3Fed's client half does not compose with",
             personal_model=True,

@@ -51,6 +51,8 @@ class Variant:
     """A grid variant's folder name from its values (``fedavg-lr0.01``); None: the label made a name."""
     tune: dict[str, list[Any]] = field(default_factory=dict)
     """Its own tuning grid (``[variants.LABEL.tune]``), crossed with the shared one for this variant alone."""
+    own: bool = False
+    """The config itself as the one variant (:func:`own_variant`), not a variant the config or a grid declares."""
 
 
 @dataclass
@@ -159,7 +161,7 @@ def repeats(config: RunConfig) -> bool:
 
 def own_variant(config: RunConfig) -> Variant:
     """The config itself as the one variant of a comparison, labelled with its name."""
-    return Variant(config.name, {}, fixed_temperature(config.temperature))
+    return Variant(config.name, {}, fixed_temperature(config.temperature), own=True)
 
 
 def apply_variant(config: RunConfig, variant: Variant) -> RunConfig:
@@ -181,7 +183,9 @@ def data_key(config: RunConfig) -> str:
 def naming(variant: Variant, from_grid: bool) -> Iterator[None]:
     """Name the variant a ConfigError comes from: ``variants.x.client.lr``, or "(grid variant x)" after a grid's message.
 
-    A variant that overrides nothing (the config itself, :func:`own_variant`) adds no name: the error is the config's.
+    Every variant of a grid or a ``[variants]`` table is named, also one that overrides nothing (where a shared
+    ``[tune]`` key fails for it). The config itself as the one variant (:func:`own_variant`) adds no name: the
+    error is the config's.
     """
     label = variant.label
     try:
@@ -189,7 +193,7 @@ def naming(variant: Variant, from_grid: bool) -> Iterator[None]:
     except MissingExtra:  # a missing package, not a bad value of the variant: its one line as it is
         raise
     except ConfigError as exc:
-        if not variant.overrides and not variant.tune:
+        if variant.own:
             raise
         if from_grid:
             raise ConfigError(exc.field, f"{exc.message} (grid variant {label})") from None

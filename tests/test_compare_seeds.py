@@ -125,6 +125,8 @@ def test_cli_compare_over_seeds_writes_table_and_bands(tmp_path: Path, capsys: p
     rows = json.loads((folder / "table.json").read_text())
     assert [r["seeds"] for r in rows] == [[0, 1], [0, 1]] and len(rows[1]["delta_acc"]["per_seed"]) == 2
     assert (folder / "curves.png").stat().st_size > 0
+    assert (folder / "differences.png").stat().st_size > 0  # T=0.5's paired difference from T=1
+    assert not (folder / "local_curves.png").exists()  # [compare] local is not set
     assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["T0.5-s0", "T0.5-s1", "T1-s0", "T1-s1"]
 
 

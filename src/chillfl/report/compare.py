@@ -399,15 +399,24 @@ def write_compare_figures(outputs: Mapping[str, RunOutput], folder: Path, title:
     plot_compare_accuracy_vs_bytes({label: out.records for label, out in outputs.items()}, folder / "accuracy_vs_bytes.png", title=title)
 
 
-def write_band_figures(bands: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], first_seed: int, folder: Path, title: str) -> None:
-    """Over seeds: curves with min-max bands, and accuracy vs bytes at the first seed (skipped without matplotlib)."""
+def write_band_figures(
+    bands: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], first_seed: int, folder: Path, title: str,
+    rows: Sequence[Mapping[str, Any]] = (), baseline: str = "", local: bool = False,
+) -> None:
+    """Over seeds: curves with ± 1 std bands (``local_curves.png`` too with ``local``), the paired differences from
+    ``baseline`` in ``rows`` (``differences.png``), and accuracy vs bytes at the first seed (skipped without matplotlib)."""
     try:
         from chillfl.plots.bands import plot_band_curves
+        from chillfl.plots.differences import plot_differences
     except MissingExtra as exc:
         logging.getLogger(__name__).info("%s; figures skipped", exc)
         return
 
     plot_band_curves(bands, folder / "curves.png", title=title)
+    if local:
+        plot_band_curves(bands, folder / "local_curves.png", key="local_acc", title=f"{title}, local models")
+    if rows:
+        plot_differences(rows, baseline, folder / "differences.png", title=title, local=local)
     first = {label: runs[0] for label, runs in bands.items() if runs}
     plot_compare_accuracy_vs_bytes(first, folder / "accuracy_vs_bytes.png", title=f"{title} (seed {first_seed})")
 

@@ -245,7 +245,7 @@ def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, 
     (partial / "table.json").write_text(json.dumps(tables.rows, indent=2) + "\n", encoding="utf-8")
     if plan.multi:
         bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
-        write_band_figures(bands, plan.seeds[0], partial, config.name)
+        write_band_figures(bands, plan.seeds[0], partial, config.name, tables.rows, plan.baseline.label, bool(config.compare.get("local", False)))
     else:
         write_compare_figures(tables.outputs, partial, config.name)
     partial.rename(folder)

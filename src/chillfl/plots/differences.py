@@ -1,0 +1,87 @@
+"""``differences.png``: each variant's paired difference from the baseline over seeds, as a forest plot.
+
+A comparison over seeds prints a row of ``-0.58 ± 2.47 [-6.72, +5.56]`` per variant; with twenty
+variants a reader judges them faster from a picture: per variant, each seed's difference is a dot, the
+mean a marker, its 95 % interval a bar, against the line at 0 (no difference). The marker is green when
+the whole interval lies above 0, red when below, grey when it crosses 0. A comparison with
+``[compare] local = true`` (personalised methods) draws a second panel of the local-accuracy differences,
+the number such a comparison is about.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+PANELS = {"delta_acc": "global accuracy", "delta_local_acc": "local accuracy"}
+"""``table.json``'s paired-difference fields that get a panel, and what they differ in."""
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One variant's paired difference from the baseline, in accuracy points (x 100 of ``table.json``'s fractions)."""
+
+    label: str
+    per_seed: tuple[float, ...]
+    mean: float
+    interval: tuple[float, float] | None
+    """The 95 % interval; None with one seed (no interval)."""
+    side: Literal["above", "below", "crosses"]
+
+
+def differences(rows: Sequence[Mapping[str, Any]], baseline: str, key: str) -> list[Difference]:
+    """The ``key`` difference (``delta_acc``/``delta_local_acc``) of every row but the baseline's, in the rows' order.
+
+    A row without it (every seed of the variant failed, or no local accuracy was measured) is left out.
+    """
+    out = []
+    for row in rows:
+        stat = row.get(key)
+        if row["variant"] == baseline or not stat:
+            continue
+        seeds = tuple(100.0 * v for v in stat["per_seed"] if v is not None)
+        low, high = stat.get("ci_low"), stat.get("ci_high")
+        interval = (100.0 * low, 100.0 * high) if low is not None and high is not None and stat.get("n", 0) > 1 else None
+        side: Literal["above", "below", "crosses"] = "crosses"
+        if interval is not None and interval[0] > 0:
+            side = "above"
+        elif interval is not None and interval[1] < 0:
+            side = "below"
+        out.append(Difference(str(row["variant"]), seeds, 100.0 * stat["mean"], interval, side))
+    return out
+
+
+COLOURS = {"above": "tab:green", "below": "tab:red", "crosses": "tab:grey"}
+
+
+def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str | Path, title: str = "", local: bool = False) -> bool:
+    """Write the forest plot at ``path``; one panel per difference present (global; local with ``local``).
+
+    Returns False (nothing written) when no variant has a difference to draw (a comparison of the baseline alone).
+    """
+    from chillfl.plots.run import plt  # lazy: MissingExtra without the plots extra
+
+    keys = [k for k in PANELS if (local or k != "delta_local_acc")]
+    panels = [(k, found) for k in keys if (found := differences(rows, baseline, k))]
+    if not panels:
+        return False
+    height = max(len(d) for _, d in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 1.0 + 0.42 * height), squeeze=False)
+    for ax, (key, diffs) in zip(axes[0], panels):
+        for i, one in enumerate(diffs):
+            y = len(diffs) - 1 - i  # first row at the top, as in the table
+            colour = COLOURS[one.side]
+            if one.interval is not None:
+                ax.plot(one.interval, (y, y), color=colour, lw=2.5, alpha=0.6)
+            ax.scatter(one.per_seed, [y] * len(one.per_seed), s=12, color="black", alpha=0.5, zorder=3)
+            ax.scatter([one.mean], [y], s=60, marker="D", color=colour, zorder=4)
+        ax.axvline(0.0, color="black", lw=1)
+        ax.set_yticks(range(len(diffs)), [one.label for one in reversed(diffs)], fontsize=8)
+        ax.set(xlabel=f"{PANELS[key]} - {baseline}'s, points (paired per seed)", title=PANELS[key].capitalize())
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle((f"{title}: " if title else "") + "difference from the baseline (dots: seeds; bar: 95 % CI)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

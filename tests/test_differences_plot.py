@@ -1,0 +1,56 @@
+"""``differences.png``: the points of the forest plot are the table's paired differences, in points, on the right side of 0.
+
+Rows are ``table.json``'s (fractions); the plot draws them x 100. Worked by hand:
+
+* A: per seed +0.01, +0.03 -> +1, +3 points; mean +2; CI [+0.5, +3.5] points lies above 0: green.
+* B: per seed -0.02, -0.04 -> mean -3; CI [-0.05, -0.01] -> [-5, -1]: below 0.
+* C: CI [-0.01, +0.02] crosses 0; D has one seed: no interval, so it "crosses" (nothing is claimed).
+* E failed at every seed: no ``delta_acc``, no point.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chillfl.plots.differences import Difference, differences
+
+
+def _stat(per_seed: list[float], mean: float, low: float | None, high: float | None) -> dict[str, Any]:
+    return {"n": len(per_seed), "mean": mean, "std": 0.0, "ci_low": low, "ci_high": high, "per_seed": per_seed}
+
+
+ROWS: list[dict[str, Any]] = [
+    {"variant": "FedAvg", "delta_acc": _stat([0.0, 0.0], 0.0, 0.0, 0.0), "delta_local_acc": _stat([0.0, 0.0], 0.0, 0.0, 0.0)},
+    {"variant": "A", "delta_acc": _stat([0.01, 0.03], 0.02, 0.005, 0.035), "delta_local_acc": _stat([-0.01, -0.03], -0.02, -0.035, -0.005)},
+    {"variant": "B", "delta_acc": _stat([-0.02, -0.04], -0.03, -0.05, -0.01), "delta_local_acc": None},
+    {"variant": "C", "delta_acc": _stat([0.0, 0.01], 0.005, -0.01, 0.02)},
+    {"variant": "D", "delta_acc": _stat([0.04], 0.04, None, None)},
+    {"variant": "E", "delta_acc": None},
+]
+
+
+def test_global_differences_are_the_rows_in_points_without_the_baseline() -> None:
+    got = differences(ROWS, "FedAvg", "delta_acc")
+    assert [d.label for d in got] == ["A", "B", "C", "D"]
+    a, b, c, d = got
+    assert a == Difference("A", pytest.approx((1.0, 3.0)), pytest.approx(2.0), pytest.approx((0.5, 3.5)), "above")
+    assert (b.mean, b.side) == (pytest.approx(-3.0), "below") and b.interval == pytest.approx((-5.0, -1.0))
+    assert c.side == "crosses" and c.interval == pytest.approx((-1.0, 2.0))
+    assert d.interval is None and d.side == "crosses" and d.per_seed == pytest.approx((4.0,))
+
+
+def test_local_differences_leave_out_variants_without_one() -> None:
+    got = differences(ROWS, "FedAvg", "delta_local_acc")
+    assert [(d.label, d.side) for d in got] == [("A", "below")]
+
+
+def test_the_figure_is_written_only_when_there_is_a_difference(tmp_path: Path) -> None:
+    from chillfl.plots.differences import plot_differences  # matplotlib: the test extra installs it
+
+    assert plot_differences(ROWS, "FedAvg", tmp_path / "d.png", title="t", local=True)
+    assert (tmp_path / "d.png").stat().st_size > 0
+    assert not plot_differences(ROWS[:1], "FedAvg", tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()

@@ -8,7 +8,7 @@ import pytest
 
 import re
 
-from chillfl.docs_outputs import check_blocks, clean_output, default_files, find_blocks, main, replace_blocks, run_command, this_machine
+from chillfl.docs_outputs import check_blocks, clean_output, default_files, find_blocks, main, replace_blocks, run_command, split_keep, this_machine
 from procs import alive
 
 DOC = """# Title
@@ -91,7 +91,7 @@ def test_clean_output() -> None:
 def test_main_writes_and_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     doc = tmp_path / "doc.md"
     doc.write_text(DOC)
-    monkeypatch.setattr("chillfl.docs_outputs.run_command", lambda cmd: "fresh\n")
+    monkeypatch.setattr("chillfl.docs_outputs.run_command", lambda cmd, figures_to=None: "fresh\n")
     monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "This CPU (AVX512)")
     assert main([str(doc), "--check"]) == 1 and doc.read_text() == DOC  # stale, nothing written
     assert main([str(doc)]) == 0 and doc.read_text().count("fresh\n") == 2 and doc.read_text().count("Made on: This CPU (AVX512)\n") == 2
@@ -108,6 +108,23 @@ def test_run_command_runs_python_in_a_temporary_folder(tmp_path: Path) -> None:
         run_command("rm -rf /")
     with pytest.raises(RuntimeError, match="exited with 3"):
         run_command("python -c 'raise SystemExit(3)'")
+
+
+DRAWS = "python -c \"import os; os.makedirs('results/r-compare'); open('results/r-compare/d.png', 'wb').write(b'PNG'); print('table')\""
+
+
+def test_a_block_keeps_the_figure_its_command_draws(tmp_path: Path) -> None:
+    """``; keep: PATTERN as DEST``: the one match is copied beside the markdown file, only when not checking."""
+    assert split_keep(f"{DRAWS} ; keep: results/*/d.png as img/d.png, a.png as b.png") == (DRAWS, [("results/*/d.png", "img/d.png"), ("a.png", "b.png")])
+    assert split_keep("chillfl run -q") == ("chillfl run -q", [])
+    assert run_command(f"{DRAWS} ; keep: results/*/d.png as img/d.png", figures_to=tmp_path) == "table\n"
+    assert (tmp_path / "img" / "d.png").read_bytes() == b"PNG"
+    assert run_command(f"{DRAWS} ; keep: results/*/d.png as img/e.png") == "table\n"  # --check: nothing copied
+    assert not (tmp_path / "img" / "e.png").exists()
+    with pytest.raises(RuntimeError, match="matched 0 files"):
+        run_command(f"{DRAWS} ; keep: results/*/none.png as img/n.png", figures_to=tmp_path)
+    with pytest.raises(ValueError, match="PATTERN as DESTINATION"):
+        split_keep("chillfl run ; keep: results/x.png")
 
 
 MACHINE = re.compile(r".+ \([A-Z][A-Z0-9_]*\), \d+ CPUs, \S+ \S+, Python \d+\.\d+\.\d+\S*, torch \S+, numpy \S+")

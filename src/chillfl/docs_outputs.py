@@ -28,6 +28,13 @@ are dropped. Nothing outside the markers changes. ``--check`` reruns the
 commands and exits 1 if any block would change, writing nothing; ``--list``
 prints the blocks' commands without running them.
 
+A block may also keep figures its command draws: ``<!-- output: COMMAND ; keep:
+results/*/differences.png as img/x.png -->`` copies the one file that matches the
+pattern (relative to the command's folder) to ``img/x.png`` beside the markdown
+file, for the page to show (``![...](img/x.png)``). Several are separated by
+commas. A figure's bytes depend on matplotlib and its fonts, not only on the
+run, so ``--check`` neither copies nor compares them; they are remade with the block.
+
 Default files: the README and docs/*.md of the repository this module sits in.
 """
 
@@ -36,6 +43,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -126,8 +134,29 @@ def check_blocks(text: str, run: Runner, machine: str, *, other_machines: str = 
     return problems, skipped
 
 
-def run_command(command: str) -> str:
-    """Run a ``chillfl ...`` (or ``python ...``) command line in a temporary folder; its standard output."""
+KEEP = " ; keep: "
+"""Separates a block's command from the figures it keeps."""
+
+
+def split_keep(command: str) -> tuple[str, list[tuple[str, str]]]:
+    """``(command, [(pattern, destination), ...])`` of a block's opening text (see the module docstring)."""
+    command, sep, kept = command.partition(KEEP)
+    keep: list[tuple[str, str]] = []
+    for item in (k.strip() for k in kept.split(",") if k.strip()) if sep else ():
+        pattern, as_, dest = item.partition(" as ")
+        if not as_ or not pattern.strip() or not dest.strip():
+            raise ValueError(f"keep {item!r}: write PATTERN as DESTINATION")
+        keep.append((pattern.strip(), dest.strip()))
+    return command.strip(), keep
+
+
+def run_command(command: str, figures_to: Path | None = None) -> str:
+    """Run a ``chillfl ...`` (or ``python ...``) command line in a temporary folder; its standard output.
+
+    With ``figures_to`` (a markdown file's folder) the figures the block keeps are copied there; without it
+    (``--check``) the keep clause is parsed and nothing is copied.
+    """
+    command, keep = split_keep(command)
     argv = shlex.split(command)
     if not argv:
         raise ValueError("empty command")
@@ -149,8 +178,16 @@ def run_command(command: str) -> str:
                 proc.kill()
                 proc.wait()
             raise
-    if proc.returncode != 0:
-        raise RuntimeError(f"{command!r} exited with {proc.returncode}:\n{err[-2000:]}")
+        if proc.returncode != 0:
+            raise RuntimeError(f"{command!r} exited with {proc.returncode}:\n{err[-2000:]}")
+        if figures_to is not None:
+            for pattern, dest in keep:
+                found = sorted(Path(tmp).glob(pattern))
+                if len(found) != 1:
+                    raise RuntimeError(f"{command!r}: keep {pattern!r} matched {len(found)} files, not one")
+                target = figures_to / dest
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(found[0], target)
     return out
 
 
@@ -199,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def run(cmd: str, path: Path = path) -> str:
             print(f"{path}: {cmd}", file=sys.stderr)
-            return run_command(cmd)
+            return run_command(cmd) if args.check else run_command(cmd, figures_to=path.parent)
 
         if args.check:
             problems, skipped = check_blocks(text, run, machine, other_machines=args.other_machines)

@@ -5,14 +5,15 @@ when the method's ``shares_model`` says so, besides) their models. One round,
 as the round loop runs it::
 
     configure:      per client: KnowledgeDownlink(global class means and mask, the method's
-                    global rows, the global model if models are shared, lr, T, seed)
-    client update:  start from the global model (shared) or the client's own;
+                    global rows and parameters, the global model if models are shared, lr, T, seed)
+    client update:  start from the global model (shared) or the client's own, as the
+                    method puts the knowledge into it (hooks.start: FedGH's global head);
                     train once with the method's loss (hooks.loss), at the
                     downlink's T or (FedChill) the client's own, kept in its state;
                     release its class rows on its private data (hooks.release);
                     evaluate by the head and by the nearest prototype   -> KnowledgeUplink
-    server update:  the global knowledge (hooks.combine); the aggregator's average of the
-                    models when they are shared; evaluate
+    server update:  the global knowledge (hooks.update, by default hooks.combine); the
+                    aggregator's average of the models when they are shared; evaluate
 
 The method is found by :func:`chillfl.settings.prototypes.method_spec`; this
 module calls only its hooks. The shared maths is :mod:`chillfl.prototypes.maths`;
@@ -23,8 +24,9 @@ Metrics: ``local_acc`` is each client's model by its head on its own split;
 the class has one, else the client's own mean). ``global_acc``: the global
 model on the test set when models are shared; otherwise the mean over the
 clients seen so far of their own models on the test set (FedChill's "client
-generalisation to the global test set"), with ``global_proto_acc`` likewise by
-nearest prototype.
+generalisation to the global test set"), each model as the method would start the
+client's next round from it (hooks.start: unchanged for FedProto and FedHKD), with
+``global_proto_acc`` likewise by nearest prototype.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 from chillfl.models.parts import NoHeadError, forward_with_features, head_name, head_of
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, check_aggregated, local_evaluation, mean_or_none, state_bytes
+from chillfl.protocols.common import Evaluation, check_aggregated, local_evaluation, local_validation, mean_or_none, state_bytes
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.prototypes.maths import nearest_prototype
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec
@@ -74,7 +76,7 @@ class KnowledgeDownlink:
     def nbytes(self) -> dict[str, int]:
         k = self.knowledge
         known = int(k.mask.sum())
-        out = {"knowledge": known * (k.width() * k.protos.element_size() + 4)}  # rows of the known classes + their class ids
+        out = {"knowledge": known * (k.width() * k.protos.element_size() + 4) + state_bytes(k.params)}  # rows of the known classes + their class ids; params whole
         if self.model is not None:
             out["params"] = state_bytes(self.model)
         return out
@@ -125,7 +127,7 @@ def features_and_logits(model: nn.Module, state: Mapping[str, torch.Tensor], x: 
     return torch.cat(feats), torch.cat(logits)
 
 
-def proto_accuracy(model: nn.Module, state: Params, x: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, mask: torch.Tensor, batch_size: int) -> float:
+def proto_accuracy(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, mask: torch.Tensor, batch_size: int) -> float:
     """Accuracy of the nearest-prototype rule on (x, y); NaN when there are no samples or no prototypes."""
     if len(y) == 0 or not bool(mask.any()):
         return float("nan")
@@ -148,6 +150,8 @@ class KnowledgeClient:
     eval_batch_size: int
     temperature: TemperatureHalf | None = None
     """The temperature policy's client half (FedChill): T from the client's own state, updated after training."""
+    heads: tuple[Head, ...] = ()
+    """Per architecture, the names of its last layer's parameters (for ``hooks.start``)."""
 
     def update(self, task: ClientTask[KnowledgeDownlink, KnowledgeState]) -> ClientProgram:
         cid, d, data = task.client_id, task.downlink, task.data
@@ -158,6 +162,7 @@ class KnowledgeClient:
             start: Mapping[str, torch.Tensor] = d.model
         else:
             start = mine.model if mine.model is not None else self.initial_states[arch]
+        start = self.hooks.start(start, d.knowledge, self.heads[arch])
         context: dict[str, Wire] = d.knowledge.context()
         t = d.temperature if self.temperature is None else self.temperature.temperature(mine.own, d.temperature, data.y)
         out: LocalOutcome = yield ClientJob(cid, start, data.x, data.y, d.lr, t, context, d.seed, spec=self.specs[arch], work=task.work)
@@ -174,7 +179,8 @@ class KnowledgeClient:
         entries = {} if self.temperature is None else self.temperature.finish(mine.own, t, acc)
         state = KnowledgeState(None if self.share_model else out.params, entries)
         kept = state if state.model is not None or state.own else None
-        return ClientReply(cid, up, kept, acc, loss, None if self.temperature is None else t)
+        return ClientReply(cid, up, kept, acc, loss, None if self.temperature is None else t,
+                           local_val_acc=local_validation(model, out.params, data, self.eval_batch_size))
 
 
 # ---------------------------------------------------------------- server side
@@ -196,6 +202,7 @@ class PrototypeSharing:
         lr_at: Callable[[int], float],
         client: KnowledgeClient,
         global_state: Params | None,
+        initial_head: Params,
         aggregator: Aggregator | None,
         policy: TemperaturePolicy,
         evaluation: Evaluation,
@@ -214,7 +221,8 @@ class PrototypeSharing:
         c = client.num_classes
         device = evaluation.device
         extra = {name: rows.to(device) for name, rows in hooks.initial().items()}  # every class unknown yet
-        self.knowledge = Knowledge(torch.zeros((c, feature_dim), device=device), torch.zeros(c, dtype=torch.bool, device=device), extra)
+        params = {name: t.to(device) for name, t in hooks.initial_params(initial_head).items()}
+        self.knowledge = Knowledge(torch.zeros((c, feature_dim), device=device), torch.zeros(c, dtype=torch.bool, device=device), extra, params)
         self.clients = ClientParams()  # models of clients that keep their own (share_model = false), flat on the CPU
         self.own = ClientParams()  # the clients' temperature entries (FedChill), kept for them as their models are
         self.book = ServerBook(policy, evaluation, eval_clients)
@@ -249,8 +257,8 @@ class PrototypeSharing:
             if up.model is not None:
                 d = task.downlink
                 results.append(ClientResult(cid, up.model, up.num_samples, up.num_steps, d.lr, trained_at(task, reply), up.train_loss, {}))
-        knowledge = self.hooks.combine(releases)
-        self.book.check_state(round, {"prototypes": knowledge.protos}, "global knowledge")
+        knowledge = self.hooks.update(self.knowledge, releases, round)
+        self.book.check_state(round, {"prototypes": knowledge.protos, **knowledge.params}, "global knowledge")
         self.knowledge = knowledge
         if self.aggregator is not None and self.state is not None:
             before, self.state = self.state, self.aggregator.aggregate(self.state, results, round)
@@ -285,8 +293,10 @@ class PrototypeSharing:
             out["global_proto_acc"] = proto_accuracy(ev.model, self.state, ev.x_test, ev.y_test, k.protos, k.mask, bs)
             return out
         accs, losses, paccs = [], [], []
-        for cid, state in sorted(self.clients.items()):
-            model = self.client.models[self.client.arch_of[cid]]
+        for cid, own in sorted(self.clients.items()):
+            arch = self.client.arch_of[cid]
+            model = self.client.models[arch]
+            state = self.hooks.start(own, k, self.client.heads[arch])  # the model its next round would start from
             acc, loss = evaluate(model, state, ev.x_test, ev.y_test, bs)
             accs.append(acc)
             losses.append(loss)
@@ -338,6 +348,8 @@ class PrototypeParts:
     models: ClientModels
     specs: tuple[LocalSpec, ...]
     feature_dim: int
+    heads: tuple[Head, ...]
+    """Per architecture, the names of its last layer's parameters."""
 
 
 def spec_of(settings: PrototypeSettings) -> PrototypeSpec[Any]:
@@ -365,7 +377,7 @@ def prototype_parts(exp: Experiment) -> PrototypeParts:
         spec.check(settings.options, cfg)
     hooks = spec.build(settings.options, exp.data.num_classes, cfg.seed)
     cm = build_client_models(exp)
-    specs, dims = [], []
+    specs, dims, heads = [], [], []
     for i, model in enumerate(cm.models):
         try:
             head = head_name(model)
@@ -373,12 +385,13 @@ def prototype_parts(exp: Experiment) -> PrototypeParts:
         except NoHeadError as exc:
             raise ConfigError("model.name" if i == 0 else str(cm.plan.field), f"{exc}: [prototypes] needs a representation") from None
         bias = f"{head}.bias" if head_of(model).bias is not None else None
-        loss = hooks.loss(Head(f"{head}.weight", bias))
+        heads.append(Head(f"{head}.weight", bias))
+        loss = hooks.loss(heads[-1])
         specs.append(dataclasses.replace(exp.spec, base_loss=loss, terms=(), model=factored_linears(model)))
     if len(set(dims)) > 1:
         labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))
         raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the last nn.Linear's input) for all architectures, got {labels}")
-    return PrototypeParts(hooks, bool(spec.shares_model(settings.options)), cm, tuple(specs), dims[0])
+    return PrototypeParts(hooks, bool(spec.shares_model(settings.options)), cm, tuple(specs), dims[0], tuple(heads))
 
 
 def check_prototype_sharing(exp: Experiment) -> None:
@@ -405,14 +418,17 @@ def build_prototype_sharing(exp: Experiment, evaluation: Evaluation) -> Prototyp
     cm = parts.models
     client = KnowledgeClient(
         cm.models, parts.specs, cm.states, cm.plan.arch_of, exp.data.num_classes, parts.hooks, parts.share_model, cfg.eval.batch_size,
-        exp.policy.client_half(exp.data.num_classes),
+        exp.policy.client_half(exp.data.num_classes), parts.heads,
     )
+    first = parts.heads[0]  # the default architecture's: where a method's own head parameters start
+    initial_head = {"weight": cm.states[0][first.weight], **({"bias": cm.states[0][first.bias]} if first.bias is not None else {})}
     return PrototypeSharing(
         hooks=parts.hooks,
         seed=cfg.seed,
         lr_at=cfg.lr_at,
         client=client,
         global_state=exp.initial_state if parts.share_model else None,
+        initial_head=initial_head,
         aggregator=exp.aggregator if parts.share_model else None,
         policy=exp.policy,
         evaluation=evaluation,

@@ -15,6 +15,14 @@ these hooks and never tests which method runs:
   :class:`Knowledge` sent down next round; :meth:`PrototypeHooks.initial` is the method's
   rows before any client reported.
 
+A method whose server keeps *parameters* it trains itself and sends whole (a global head
+trained on the uploaded class means, FedGH's) uses three more hooks, all no-ops by default:
+:meth:`PrototypeHooks.initial_params` (their start, from the default architecture's initial
+head), :meth:`PrototypeHooks.update` (the server step, which also sees the previous
+knowledge and the round) and :meth:`PrototypeHooks.start` (what a client's model starts
+the round from, given the knowledge it received; the global evaluation measures each
+client's model through it too). They travel in :attr:`Knowledge.params`, counted whole.
+
 Wire messages: a method has none of its own. Its per-class rows travel, by name, inside the
 protocol's ``KnowledgeUplink`` / ``KnowledgeDownlink`` (counted as rows of the known classes),
 reach the loss as context entries of the same name, and are saved in checkpoints under it.
@@ -23,7 +31,7 @@ The hooks hold the options only (no server state): they travel to worker process
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 import torch
@@ -37,8 +45,10 @@ from .maths import PrototypeLoss, Weighting, aggregate_means, class_means
 
 Opt = TypeVar("Opt")
 
-RESERVED = frozenset({"protos", "proto_mask", "mask"})
+RESERVED = frozenset({"protos", "proto_mask", "mask", "params"})
 """Names a method's own per-class rows cannot take: the prototypes' own context and checkpoint entries."""
+
+Params = Mapping[str, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -73,11 +83,17 @@ class ClassRows:
 
 @dataclass
 class Knowledge:
-    """The server's global knowledge: prototypes ``[C, d]``, the known-class mask ``[C]``, the method's global rows by name."""
+    """The server's global knowledge: prototypes ``[C, d]``, the known-class mask ``[C]``, the method's global rows by name.
+
+    ``params``: tensors the server trains itself and sends whole, by name (FedGH's global head,
+    ``weight`` and ``bias``); none for a method that only averages rows. Not in the loss's context:
+    :meth:`PrototypeHooks.start` puts them into the client's model.
+    """
 
     protos: torch.Tensor
     mask: torch.Tensor
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
+    params: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def width(self) -> int:
         """Floats per class row on the wire."""
@@ -88,17 +104,21 @@ class Knowledge:
         return {"protos": self.protos, "proto_mask": self.mask, **self.extra}
 
     def to(self, device: torch.device | str) -> Knowledge:
-        return Knowledge(self.protos.to(device), self.mask.to(device), {k: v.to(device) for k, v in self.extra.items()})
+        return Knowledge(
+            self.protos.to(device), self.mask.to(device), {k: v.to(device) for k, v in self.extra.items()}, {k: v.to(device) for k, v in self.params.items()}
+        )
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"protos": self.protos, "mask": self.mask, **self.extra}
+    def state_dict(self) -> dict[str, Any]:
+        """Rows by name; ``params`` as one table, only when there are some (so that other methods' checkpoints are unchanged)."""
+        return {"protos": self.protos, "mask": self.mask, **self.extra, **({"params": dict(self.params)} if self.params else {})}
 
     @classmethod
-    def from_state(cls, state: Mapping[str, torch.Tensor | None]) -> Knowledge:
+    def from_state(cls, state: Mapping[str, Any]) -> Knowledge:
         """The inverse of :meth:`state_dict` (an entry saved as None, by older checkpoints, is no row)."""
         protos, mask = state["protos"], state["mask"]
         assert protos is not None and mask is not None
-        return cls(protos, mask, {k: v for k, v in state.items() if k not in RESERVED and v is not None})
+        extra = {k: v for k, v in state.items() if k not in RESERVED and v is not None}
+        return cls(protos, mask, extra, dict(state.get("params") or {}))
 
 
 def average_rows(releases: Sequence[ClassRows], weighting: Weighting = "count") -> Knowledge:
@@ -144,6 +164,29 @@ class PrototypeHooks(Generic[Opt]):
     def combine(self, releases: Sequence[ClassRows]) -> Knowledge:
         """The round's global knowledge from the sampled clients' uploads (in client order); default: count-weighted means."""
         return average_rows(releases)
+
+    # ---- parameters the server trains and sends whole (FedGH's global head): no-ops by default
+
+    def initial_params(self, head: Params) -> dict[str, torch.Tensor]:
+        """The server's own parameters before round 1, from the default architecture's initial head
+        (``weight`` ``[C, d]`` and, when it has one, ``bias`` ``[C]``); default: none."""
+        return {}
+
+    def update(self, previous: Knowledge, releases: Sequence[ClassRows], round: int) -> Knowledge:
+        """The server step of round ``round`` (0-based): the next global knowledge from the previous one and the uploads.
+
+        Default: :meth:`combine` (a method whose server keeps nothing between rounds), any
+        :attr:`Knowledge.params` carried over unchanged. A method that trains its ``params``
+        on the uploads overrides this (randomness: from ``self.seed`` and ``round``).
+        """
+        out = self.combine(releases)
+        return out if out.params or not previous.params else replace(out, params=dict(previous.params))
+
+    def start(self, params: Params, knowledge: Knowledge, head: Head) -> Params:
+        """The model a client starts its training from: its own (or the shared) model ``params`` and the knowledge it
+        received (``head`` names its architecture's last layer). Default: ``params`` unchanged. The global evaluation
+        measures each client's kept model through it too (the model it would start its next round from)."""
+        return params
 
 
 def _keeps_models(options: Any) -> bool:

@@ -1,0 +1,307 @@
+"""FedCAC (Wu, Liu, Niu, Zhu & Tang, ICCV 2023): cautiously aggressive collaboration on critical parameters.
+
+Client i trains from the model it was sent, theta_i^b, to theta_i. Each
+parameter's sensitivity to the client's data is its value times its change in
+the round's training (a first-order estimate of the loss change were it
+zeroed, the gradient replaced by the local update)::
+
+    s_i = |theta_i ⊙ (theta_i - theta_i^b)|
+
+and the top ``tau`` share of each parameter tensor (each "layer") by s_i is
+the client's critical parameters, mask M_i (1 = critical). For two clients
+the overlap of their critical locations is::
+
+    O_ij = 1 - ||M_i - M_j||_1 / (2 ||M_i||_1)
+
+and, t rounds done, client i's collaborators are the clients j != i with
+O_ij >= eps_t, a threshold shared by all clients that rises from the mean
+overlap to the largest one over ``beta`` rounds::
+
+    eps_t = mean_{i != j} O_ij + (t / beta) (max_{i != j} O_ij - mean_{i != j} O_ij)
+
+so collaboration on critical parameters is broad early (while the masks are
+still settling) and cautious later: past t = beta only clients with the
+largest overlap collaborate. The server sends client i its customised model::
+
+    c_i     = (theta_i + sum_{j in C_i} theta_j) / (1 + |C_i|)        (C_i: i's collaborators)
+    start_i = M_i ⊙ c_i + (1 - M_i) ⊙ theta_g                         (theta_g: the global model)
+
+its critical parameters averaged with its collaborators', the others the
+global model's. Client i trains from start_i; local accuracy measures its
+trained theta_i, which it keeps (its personal model) and uploads.
+
+The equations follow the authors' code in the FLing framework, which the paper
+names as its implementation (``fedcac_client.py``, ``fedcac_group.py``), and
+PFLlib's port (``clientcac.py``, ``servercac.py``).
+
+Choices
+-------
+* The server computes M_i itself, from theta_i (the upload) and the start it
+  sent, which it rebuilds from what it held when it sent it (the same
+  function of the same tensors as the client's: the authors' client computes
+  it and uploads it). So the mask costs no uplink, and under ``dp-sgd`` it is
+  post-processing of the private upload: the clients send only their model,
+  and their one training a round is all they read their data for.
+* A "layer" is one parameter tensor (a weight or a bias, as the authors
+  iterate ``named_parameters``); buffers (batch-norm statistics) are never
+  critical and stay the client's own: its start takes its own buffers from
+  the model it kept (the authors' customisation sets the parameters only).
+* Ties at the tau-th largest sensitivity are all critical (``s >= threshold``,
+  as the authors), so a mask may hold more than the tau share. A tensor too
+  small for one (``int(tau * n) = 0``) has none. When the tau-th largest is
+  <= 1e-10, the threshold is the smallest sensitivity above 1e-20 (and with
+  none, every parameter of the tensor is critical): the authors' code.
+* O_ij divides by client i's own count, so it is not symmetric when the masks'
+  sizes differ (ties); a client with no critical parameter has O_ij = 0.
+* The paper samples every client every round. Here the server keeps each
+  client's latest model and mask; the overlaps, their mean and maximum are
+  over the clients it holds, and a client it holds none of yet is sent the
+  global model (every client starts from it in the paper). Under full
+  participation this is the authors' algorithm exactly.
+* t counts the rounds done when the model is sent (the authors' counter:
+  their threshold after their round e, 0-based, uses (e + 1) / beta and
+  serves round e + 1). PFLlib's port uses (t + 1) / beta, a round later.
+* c_i is the plain mean of the models (the authors' ``torch.div`` by the
+  group's size), summed in float64 and cast back. The global model theta_g is
+  the FedAvg (n_i / n) of the round's uploads (the authors' ``fed_avg``), or
+  their plain mean with ``weighting = "uniform"``.
+* Defaults ``tau = 0.5``, ``beta = 100``: the authors' CIFAR-10 setting (300
+  rounds); for CIFAR-100 they use ``tau = 0.4``, ``beta = 170``. beta is in
+  rounds: scale it with the run's length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, Literal, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from chillfl.aggregation.base import (
+    AggregatorBase,
+    ClientHalf,
+    ClientResult,
+    ClientState,
+    Context,
+    Downlink,
+    Params,
+    Report,
+    Trained,
+    Wire,
+    check_state_keys,
+    client_params_state,
+    client_weights,
+    load_client_params,
+    own_entries,
+    weighted_average,
+    with_prefix,
+)
+from chillfl.aggregation.client_states import ClientParams
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.capabilities import Capabilities
+from chillfl.engine.record import Json
+from chillfl.options import require
+
+
+@dataclass(frozen=True)
+class FedCACOptions:
+    """``tau``: the critical share of each layer; ``beta``: rounds over which the threshold climbs to the largest overlap (the authors' CIFAR-10 0.5 and 100)."""
+
+    tau: float = 0.5
+    beta: int = 100
+    weighting: Literal["samples", "uniform"] = "samples"
+
+    def validate(self, section: str) -> None:
+        require(0 < self.tau <= 1, f"{section}.tau", f"must be in (0, 1], got {self.tau}")
+        require(self.beta >= 1, f"{section}.beta", f"must be >= 1, got {self.beta}")
+
+
+PREFIX = "fedcac.theta."
+"""Where theta_i (the client's trained model) lives in the client's state."""
+ZERO = 1e-10
+"""A tau-th largest sensitivity at or below this is taken as zero (the authors' code) ..."""
+TINY = 1e-20
+"""... and the threshold becomes the smallest sensitivity above this one."""
+
+
+def sensitivity(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """s = |theta ⊙ (theta - theta^b)| element-wise, in the parameters' dtype (the authors' ``|g * v|``)."""
+    return ((after - before) * after).abs()
+
+
+def critical_mask(before: torch.Tensor, after: torch.Tensor, tau: float) -> torch.Tensor:
+    """M (bool, ``after``'s shape): s >= the ``int(tau * n)``-th largest s of the tensor; see the module's Choices for ties and zeros."""
+    s = sensitivity(before, after)
+    flat = s.reshape(-1)
+    k = int(tau * flat.numel())
+    if k == 0:
+        return torch.zeros_like(s, dtype=torch.bool)
+    thresh = torch.topk(flat, k).values[-1]
+    if float(thresh) <= ZERO:
+        nonzero = flat[flat > TINY]
+        if nonzero.numel():
+            thresh = nonzero.min()
+    return s >= thresh
+
+
+def critical_masks(before: Params, after: Params, keys: Sequence[str], tau: float) -> Params:
+    """M_i for every parameter tensor in ``keys``."""
+    return {k: critical_mask(before[k], after[k], tau) for k in keys}
+
+
+def overlap_rates(shared: torch.Tensor) -> torch.Tensor:
+    """O_ij = 1 - (n_i + n_j - 2 c_ij) / (2 n_i) from c_ij = |M_i and M_j| (n_i = c_ii on the diagonal); O_ij = 0 when n_i = 0.
+
+    ``||M_i - M_j||_1 = n_i + n_j - 2 c_ij`` for 0/1 masks: the authors' formula, from integer counts (float64).
+    """
+    c = shared.to(torch.float64)
+    n = torch.diagonal(c)
+    diff = n[:, None] + n[None, :] - 2 * c
+    rates = 1 - diff / (2 * n[:, None])
+    return torch.where(n[:, None] > 0, rates, torch.zeros_like(rates))
+
+
+def threshold(rates: torch.Tensor, rounds_done: int, beta: int) -> float:
+    """eps_t = mean + (t / beta) (max - mean) of the off-diagonal overlaps (at least two clients)."""
+    h = rates.shape[0]
+    off = rates[~torch.eye(h, dtype=torch.bool)]
+    mean, top = float(off.sum()) / (h * (h - 1)), float(off.max())
+    return mean + rounds_done / beta * (top - mean)
+
+
+def customised(models: Sequence[Params], keys: Sequence[str]) -> Params:
+    """c_i: the plain mean of ``models`` (i's first, then its collaborators') on ``keys``, summed in float64."""
+    out: Params = {}
+    for k in keys:
+        acc = models[0][k].double()
+        for m in models[1:]:
+            acc = acc + m[k].double()
+        out[k] = (acc / len(models)).to(models[0][k].dtype)
+    return out
+
+
+def blend(mask: Params, custom: Params, global_params: Params) -> Params:
+    """start_i = M_i ⊙ c_i + (1 - M_i) ⊙ theta_g, on the masked keys."""
+    return {k: torch.where(m, custom[k], global_params[k]) for k, m in mask.items()}
+
+
+@dataclass(frozen=True)
+class FedCACClient:
+    """FedCAC's client half: trains from the start it is sent (with its own buffers); keeps the trained model."""
+
+    param_keys: frozenset[str]
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        buffers = {k: v for k, v in own_entries(state, PREFIX).items() if k not in self.param_keys}
+        return ({**start, **buffers} if buffers else start), dict(context)
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return with_prefix(trained.params, PREFIX), {}
+
+    def personal_model(self, state: ClientState, global_model: Params) -> Params:
+        """theta_i, the client's model after its last training (every entry: no global part)."""
+        return own_entries(state, PREFIX)
+
+
+class FedCAC(AggregatorBase):
+    """Keeps every client's latest model, mask and mask overlaps; sends client i its customised start; the global model is FedAvg's."""
+
+    def __init__(self, num_clients: int, param_keys: Collection[str], options: FedCACOptions = FedCACOptions()) -> None:
+        self.num_clients = num_clients
+        self.param_keys = tuple(param_keys)
+        self.options = options
+        self.models = ClientParams()
+        """client id -> its latest upload's parameters (theta_j)."""
+        self.masks = ClientParams()
+        """client id -> its latest critical mask M_j (bool)."""
+        self.shared = torch.zeros(num_clients, num_clients, dtype=torch.int64)
+        """c_ij = |M_i and M_j| for the clients held (c_ii = n_i): the overlaps' integer counts."""
+        self._metrics: dict[str, Json] = {}
+
+    def client_half(self) -> ClientHalf:
+        return FedCACClient(frozenset(self.param_keys))
+
+    def collaborators(self, client_id: int, rounds_done: int) -> tuple[list[int], float | None]:
+        """C_i among the clients held, and eps_t (None: fewer than two clients held)."""
+        held = sorted(self.masks)
+        if len(held) < 2:
+            return [], None
+        rates = overlap_rates(self.shared[held][:, held])
+        eps = threshold(rates, rounds_done, self.options.beta)
+        row = rates[held.index(client_id)]
+        return [j for idx, j in enumerate(held) if j != client_id and float(row[idx]) >= eps], eps
+
+    def start(self, client_id: int, rounds_done: int, global_params: Params) -> tuple[Params, list[int], float | None]:
+        """start_i for a client held (its parameters only), C_i and eps_t."""
+        group, eps = self.collaborators(client_id, rounds_done)
+        custom = customised([_on(self.models[j], global_params) for j in (client_id, *group)], self.param_keys)
+        return blend(_on(self.masks[client_id], global_params), custom, global_params), group, eps
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        if client_id not in self.masks:
+            return Downlink()  # no model of it yet: the global model
+        return Downlink(params=self.start(client_id, round, global_params)[0])
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        sizes: list[int] = []
+        eps: float | None = None
+        masks = []
+        for r in results:  # each start rebuilt from the state it was sent from, before any of it changes
+            sent = global_params
+            if r.client_id in self.masks:
+                sent, group, eps = self.start(r.client_id, round, global_params)
+                sizes.append(len(group))
+            masks.append(critical_masks(sent, r.params, self.param_keys, self.options.tau))
+        for r, mask in zip(results, masks):
+            self.models[r.client_id] = {k: r.params[k] for k in self.param_keys}  # a copy, flat on the CPU until read
+            self.masks[r.client_id] = mask
+        self._count_shared([r.client_id for r in results])
+        self._metrics = {} if eps is None else {"collaborators": sum(sizes) / len(sizes), "threshold": eps}
+        return weighted_average([r.params for r in results], client_weights(results, self.options.weighting))
+
+    def _count_shared(self, updated: Sequence[int]) -> None:
+        """c_ij for every updated client i against every client held (both ways)."""
+        held = sorted(self.masks)
+        flat = {j: torch.cat([m.reshape(-1) for m in self.masks[j].values()]).cpu() for j in held}
+        for i in updated:
+            for j in held:
+                self.shared[i, j] = self.shared[j, i] = int((flat[i] & flat[j]).sum())
+
+    def round_metrics(self) -> Mapping[str, Json]:
+        """The mean |C_i| of the round's clients that had a mask, and the threshold eps_t they were sent with."""
+        return dict(self._metrics)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every client's latest parameters and mask, and the masks' shared counts."""
+        return {
+            "models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}),
+            "masks": client_params_state({cid: self.masks[cid] for cid in sorted(self.masks)}),
+            "shared": self.shared,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("models", "masks", "shared"), "FedCAC")
+        shared = state["shared"]
+        if not isinstance(shared, torch.Tensor) or shared.shape != self.shared.shape:
+            raise ValueError(f"FedCAC shared counts must be a {tuple(self.shared.shape)} tensor")
+        self.models = ClientParams.of(load_client_params(state["models"]))
+        self.masks = ClientParams.of(load_client_params(state["masks"]))
+        self.shared = shared.to("cpu", torch.int64).clone()  # server bookkeeping, on the host
+
+
+def _on(params: Params, like: Params) -> Params:
+    """``params`` on the device of the run's model (a checkpoint may have brought them back on another)."""
+    device = next(iter(like.values())).device
+    return {k: v.to(device) for k, v in params.items()}
+
+
+SPEC = register_algorithm(
+    "fedcac",
+    AlgorithmSpec(
+        FedCACOptions,
+        lambda o, ctx: (FedCAC(ctx.num_clients, ctx.param_keys(), o), []),
+        "critical parameters averaged with the clients whose critical locations overlap (Wu et al. 2023)",
+        capabilities=Capabilities(not_a_base="FedCAC's server sends each client its own customised model; its global model is only their non-critical part", personal_model=True),
+    ),
+)

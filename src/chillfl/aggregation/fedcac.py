@@ -2,8 +2,8 @@
 
 Client i trains from the model it was sent, theta_i^b, to theta_i. Each
 parameter's sensitivity to the client's data is its value times its change in
-the round's training (a first-order estimate of the loss change were it
-zeroed, the gradient replaced by the local update)::
+the round's training (a first-order importance |g ⊙ theta| with the local
+update standing in for the gradient g)::
 
     s_i = |theta_i ⊙ (theta_i - theta_i^b)|
 
@@ -30,9 +30,10 @@ its critical parameters averaged with its collaborators', the others the
 global model's. Client i trains from start_i; local accuracy measures its
 trained theta_i, which it keeps (its personal model) and uploads.
 
-The equations follow the authors' code in the FLing framework, which the paper
-names as its implementation (``fedcac_client.py``, ``fedcac_group.py``), and
-PFLlib's port (``clientcac.py``, ``servercac.py``).
+The equations are those of the authors' code in the FLing framework, which the
+paper names as its implementation (``fedcac_client.py``, ``fedcac_group.py``),
+and of PFLlib's port (``clientcac.py``, ``servercac.py``); the two agree but for
+the round counter (below).
 
 Choices
 -------

@@ -52,7 +52,9 @@ LABEL_SKEW = ["fedlc", "fedrs"]
 """FedAvg with a local loss adjusted by the client's label counts, each in its own module."""
 SANITY = ["fedavg_ft", "local_only"]
 """The two sanity baselines of personalised FL: FedAvg fine-tuned, and each client on its own."""
-ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE + LABEL_SKEW + SANITY)
+CLUSTERED = ["pacfl"]
+"""Clustered FL beside IFCA and CFL, each in its own module."""
+ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE + LABEL_SKEW + SANITY + CLUSTERED)
 
 
 def config(**overrides: Any) -> RunConfig:

@@ -256,7 +256,10 @@ CHOICE_CASES = [
 
 bad_names = st.one_of(
     not_strings,
-    st.sampled_from(["", ".", "..", "a/b", "/abs", "a\\b", "a\x00b", "a\nb", "tab\there", "\x1b[31mred", "bidi\u202eevil", "x" * (MAX_NAME_BYTES + 1), "é" * 128, "   ", "\u3000", "-rf", ".hidden", "-"]),
+    st.sampled_from([
+        "", ".", "..", "a/b", "/abs", "a\\b", "a\x00b", "a\nb", "tab\there", "\x1b[31mred", "bidi\u202eevil",
+        "x" * (MAX_NAME_BYTES + 1), "é" * 128, "   ", "\u3000", "-rf", ".hidden", "-",
+    ]),
     st.text(min_size=1, max_size=8).map(lambda s: s + "/" + s),
     st.text(min_size=1, max_size=8).map(lambda s: s + "\x00"),
     st.integers(MAX_NAME_BYTES + 1, 2000).map(lambda n: "n" * n),

@@ -229,7 +229,8 @@ def run_with_state(over: dict, executor: str) -> tuple[list[dict], dict]:
     protocol = build_protocol(exp)
     ex = make_executor(exp, protocol)
     try:
-        records = list(run_rounds(protocol, ex, seed=exp.config.seed, num_clients=exp.data.num_clients, clients_per_round=exp.config.federation.sample_size(), rounds=exp.config.federation.rounds, participation=exp.config.federation))
+        fed = exp.config.federation
+        records = list(run_rounds(protocol, ex, seed=exp.config.seed, num_clients=exp.data.num_clients, clients_per_round=fed.sample_size(), rounds=fed.rounds, participation=fed))
         return records, protocol.state_dict()
     finally:
         ex.close()

@@ -54,3 +54,12 @@ def test_the_figure_is_written_only_when_there_is_a_difference(tmp_path: Path) -
     assert (tmp_path / "d.png").stat().st_size > 0
     assert not plot_differences(ROWS[:1], "FedAvg", tmp_path / "none.png")
     assert not (tmp_path / "none.png").exists()
+
+
+def test_a_panel_goes_symmetric_log_when_its_values_span_more_than_20_points() -> None:
+    """ROWS' global panel spans -5 (B's interval) to +4 (D): linear. A -60 outlier makes it span 64: symmetric log."""
+    from chillfl.plots.differences import far_reaching
+
+    assert not far_reaching(differences(ROWS, "FedAvg", "delta_acc"))
+    outlier = {"variant": "Per-FedAvg", "delta_acc": _stat([-0.6, -0.6], -0.6, -0.61, -0.59)}
+    assert far_reaching(differences([*ROWS, outlier], "FedAvg", "delta_acc"))

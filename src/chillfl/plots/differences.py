@@ -53,6 +53,17 @@ def differences(rows: Sequence[Mapping[str, Any]], baseline: str, key: str) -> l
 
 
 COLOURS = {"above": "tab:green", "below": "tab:red", "crosses": "tab:grey"}
+LINEAR_WITHIN = 2.0
+"""Points within which a panel's axis stays linear when its values span more than :data:`SPAN` (symmetric log beyond)."""
+SPAN = 20.0
+TICKS = (-100, -50, -20, -10, -5, -2, -1, 0, 1, 2, 5, 10, 20, 50, 100)
+"""The symmetric log axis's ticks, as plain numbers (points)."""
+
+
+def far_reaching(diffs: Sequence[Difference]) -> bool:
+    """Whether a panel needs a symmetric log axis: a -60 outlier would squeeze every +-1 difference into its zero line."""
+    values = [v for d in diffs for v in (*d.per_seed, d.mean, *(d.interval or ()))]
+    return max(values) - min(values) > SPAN
 
 
 def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str | Path, title: str = "", local: bool = False) -> bool:
@@ -67,8 +78,16 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
     if not panels:
         return False
     height = max(len(d) for _, d in panels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 1.0 + 0.42 * height), squeeze=False)
-    for ax, (key, diffs) in zip(axes[0], panels):
+    same_rows = len({tuple(one.label for one in d) for _, d in panels}) == 1  # the labels once, on the left
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 1.2 + 0.42 * height), squeeze=False, sharey=same_rows)
+    for i_panel, (ax, (key, diffs)) in enumerate(zip(axes[0], panels)):
+        scale = ""
+        if far_reaching(diffs):  # before drawing, so that the view fits the data on this scale
+            ax.set_xscale("symlog", linthresh=LINEAR_WITHIN)
+            values = [v for d in diffs for v in (*d.per_seed, d.mean, *(d.interval or ()))]
+            ax.set_xticks([t for t in TICKS if min(values) - 1 <= t <= max(values) + 1], minor=False)
+            ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")
+            scale = f"; log beyond ±{LINEAR_WITHIN:g}"
         for i, one in enumerate(diffs):
             y = len(diffs) - 1 - i  # first row at the top, as in the table
             colour = COLOURS[one.side]
@@ -77,8 +96,10 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
             ax.scatter(one.per_seed, [y] * len(one.per_seed), s=12, color="black", alpha=0.5, zorder=3)
             ax.scatter([one.mean], [y], s=60, marker="D", color=colour, zorder=4)
         ax.axvline(0.0, color="black", lw=1)
-        ax.set_yticks(range(len(diffs)), [one.label for one in reversed(diffs)], fontsize=8)
-        ax.set(xlabel=f"{PANELS[key]} - {baseline}'s, points (paired per seed)", title=PANELS[key].capitalize())
+        if i_panel == 0 or not same_rows:
+            ax.set_yticks(range(len(diffs)), [one.label for one in reversed(diffs)], fontsize=8)
+        ax.margins(x=0.05)
+        ax.set(xlabel=f"minus {baseline}'s, points{scale}", title=PANELS[key].capitalize())
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle((f"{title}: " if title else "") + "difference from the baseline (dots: seeds; bar: 95 % CI)", fontsize=10)
     fig.tight_layout()

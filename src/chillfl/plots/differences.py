@@ -60,9 +60,14 @@ TICKS = (-100, -50, -20, -10, -5, -2, -1, 0, 1, 2, 5, 10, 20, 50, 100)
 """The symmetric log axis's ticks, as plain numbers (points)."""
 
 
+def drawn_values(diffs: Sequence[Difference]) -> list[float]:
+    """Every number a panel draws: the seeds, the means and the interval ends."""
+    return [v for d in diffs for v in (*d.per_seed, d.mean, *(d.interval or ()))]
+
+
 def far_reaching(diffs: Sequence[Difference]) -> bool:
     """Whether a panel needs a symmetric log axis: a -60 outlier would squeeze every +-1 difference into its zero line."""
-    values = [v for d in diffs for v in (*d.per_seed, d.mean, *(d.interval or ()))]
+    values = drawn_values(diffs)
     return max(values) - min(values) > SPAN
 
 
@@ -84,7 +89,7 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
         scale = ""
         if far_reaching(diffs):  # before drawing, so that the view fits the data on this scale
             ax.set_xscale("symlog", linthresh=LINEAR_WITHIN)
-            values = [v for d in diffs for v in (*d.per_seed, d.mean, *(d.interval or ()))]
+            values = drawn_values(diffs)
             ax.set_xticks([t for t in TICKS if min(values) - 1 <= t <= max(values) + 1], minor=False)
             ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")
             scale = f"; log beyond ±{LINEAR_WITHIN:g}"

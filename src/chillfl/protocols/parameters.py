@@ -244,6 +244,7 @@ class ParameterSharing:
         self.aggregator.begin_round(round, sampled)
         lr = self.lr_at(round)
         tasks: list[ClientTask[ParamDownlink, ClientState]] = []
+        unchanged = self.unchanged()
         for cid in sampled:
             down = self.aggregator.downlink(cid, round, self.state)
             start = self.state if down.params is None else {**self.state, **down.params}
@@ -251,13 +252,18 @@ class ParameterSharing:
             if self.objective_context or self.anchors:  # [objective] terms: the anchor is the model the round started from (sent already)
                 context = {**context, **self.objective_context, **{key: self.state for key in self.anchors}}
                 local = (*local, *self.anchors)
-            held = self.held(cid, down.params)
+            held = self.held(cid, unchanged, down.params)
             message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round), local, held)
             tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid), self.store.load(cid)))
         self.seen.update(sampled)
         return tasks
 
-    def held(self, client_id: int, params: Params | None) -> tuple[str, ...]:
+    def unchanged(self) -> tuple[str, ...]:
+        """The entries the server has not changed since the run began: outside ``aggregated_keys``, never :attr:`moved`."""
+        read = set(aggregated_keys(self.aggregator, self.state))
+        return tuple(k for k in self.state if k not in read and k not in self.moved)
+
+    def held(self, client_id: int, unchanged: tuple[str, ...], params: Params | None) -> tuple[str, ...]:
         """The start's entries that ``client_id`` holds already, so its downlink does not price them.
 
         Why: an entry outside the aggregator's ``aggregated_keys`` (FedBABU's frozen head, FedPer's head under
@@ -268,9 +274,7 @@ class ParameterSharing:
         """
         if client_id not in self.seen:
             return ()
-        read = set(aggregated_keys(self.aggregator, self.state))
-        own = params or {}
-        return tuple(k for k in self.state if k not in read and k not in self.moved and k not in own)
+        return tuple(k for k in unchanged if k not in (params or {}))
 
     def server_update(
         self, round: int, tasks: Sequence[ClientTask[ParamDownlink, ClientState]], replies: Sequence[ClientReply[ParamUplink, ClientState]]

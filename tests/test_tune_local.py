@@ -155,3 +155,27 @@ def test_runs_record_local_validation_and_a_local_tuned_table_names_its_rule() -
         chillfl.compare(config={**TINY, "eval": {**TINY["eval"], "clients": "none"}}, grid={"algorithm.name": ["fedavg"]}, seeds=[0],
                         tune={"client.lr": [0.01, 0.3]}, select="local_final", write=False, progress=False)
     assert err.value.field == "eval.clients"
+
+
+@pytest.mark.parametrize("protocol", [{"distillation": {"method": "dsfl", "public_size": 60, "subset_size": 20}},
+                                      {"prototypes": {"method": "fedproto"}}])
+def test_soft_label_and_prototype_clients_measure_their_own_validation_split(protocol: dict[str, Any]) -> None:
+    """local_val_acc is each sampled client's own model on its own validation rows, averaged (so select = local_* tunes these families too)."""
+    from chillfl.config import config_from_dict
+    from chillfl.experiment import build_experiment
+    from chillfl.runner import run_experiment
+    from chillfl.training.local import evaluate
+
+    cfg = config_from_dict({**TINY, "model": {"name": "mlp", "hidden": [16]}, "federation": {"num_clients": 4, "rounds": 2}, **protocol})
+    exp = build_experiment(cfg)
+    models: dict[int, dict[str, torch.Tensor]] = {}
+    out = run_experiment(cfg, write=False, progress=False, experiment=exp,
+                         hooks=[lambda record, view: models.update(view.client_states())])
+    last = out.records[-1]
+    scores = []
+    for cid in range(4):  # every client is sampled every round (clients_per_round defaults to all)
+        own = exp.data.client_validation(cid)
+        assert own is not None and len(own[1]) > 0
+        scores.append(evaluate(exp.model, models[cid], own[0], own[1], 1024)[0])
+    assert last["local_val_acc"] == pytest.approx(sum(scores) / 4, abs=1e-12)
+    assert 0.0 < last["local_val_acc"] <= 1.0

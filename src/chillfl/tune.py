@@ -120,7 +120,7 @@ def validation_score(records: Sequence[Mapping[str, Any]] | None, rule: str) -> 
     if not values:
         if key == LOCAL_VALIDATION_KEY:
             raise ConfigError("compare.select", f"rule {rule!r} selects on {key}, which this run did not record: it needs eval.validation > 0, "
-                                                "eval.clients other than 'none', and a parameter-sharing method (the clients measure it)")
+                                                "and eval.clients other than 'none' (the clients of every built-in protocol measure it)")
         raise ConfigError("eval.validation", "tuning selects on the validation accuracy; set eval.validation > 0 (e.g. 0.1)")
     finite = [v for v in values if math.isfinite(v)]
     if rule.endswith("final"):

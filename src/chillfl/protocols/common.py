@@ -153,6 +153,17 @@ def local_validation(model: nn.Module, state: Mapping[str, torch.Tensor], data: 
     return evaluate(model, state, data.x_val, data.y_val, batch_size)[0]
 
 
+def local_validation_job(client_id: int, model: nn.Module, state: Mapping[str, torch.Tensor], data: ClientData, batch_size: int) -> PredictJob | float | None:
+    """:func:`local_validation` as a job a client update yields (executors batch it).
+
+    None: not measured; NaN: an empty split (left out of the mean, as :func:`local_validation` scores it)."""
+    if data.x_val is None or data.y_val is None:
+        return None
+    if len(data.y_val) == 0:
+        return math.nan
+    return PredictJob(client_id, model, state, data.x_val, "evaluate", data.y_val, batch_size)
+
+
 def local_evaluation_job(client_id: int, model: nn.Module, state: Mapping[str, torch.Tensor], data: ClientData, batch_size: int) -> PredictJob | None:
     """:func:`local_evaluation` as a job a client update yields (executors batch it); None when not measured."""
     if data.x_eval is None or data.y_eval is None:

@@ -19,7 +19,8 @@ The method is found by :func:`chillfl.settings.prototypes.method_spec`; this
 module calls only its hooks. The shared maths is :mod:`chillfl.prototypes.maths`;
 the built-ins' options and choices are in docs/baselines.md.
 
-Metrics: ``local_acc`` is each client's model by its head on its own split;
+Metrics: ``local_acc`` is each client's model by its head on its own split
+(``local_val_acc`` on its own validation split, with ``eval.validation > 0``);
 ``local_proto_acc`` the same model by the nearest prototype (global means where
 the class has one, else the client's own mean). ``global_acc``: the global
 model on the test set when models are shared; otherwise the mean over the

@@ -26,6 +26,8 @@ Metrics per round: ``global_acc``/``global_loss`` (alias ``server_acc``/
 ``server_loss``) are the SERVER model on the global test set; ``local_acc`` is
 each client's own model after its private training, on its own split (drawn
 from the test set with its class proportions, SCARLET Fig. 6), averaged;
+``local_val_acc`` the same model on the client's own validation split (with
+``eval.validation > 0``: what ``compare``'s ``local_*`` tuning rules read);
 ``bytes_up``/``bytes_down``/``bytes_cumulative`` count every message in both
 directions (the one-time public-set download excluded, SCARLET Sec. IV-A);
 ``bytes_detail`` splits the round's bytes by ``direction.kind``.

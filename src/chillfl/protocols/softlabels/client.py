@@ -11,7 +11,7 @@ from torch import nn
 
 from chillfl.engine.predict import Output, PredictJob, Prediction
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
-from chillfl.protocols.common import local_evaluation_job
+from chillfl.protocols.common import local_evaluation_job, local_validation_job
 from chillfl.seeds import derive_seed
 from chillfl.temperature.base import TemperatureHalf
 from chillfl.training.local import LocalOutcome, LocalSpec
@@ -149,6 +149,13 @@ class SoftLabelClient:
         if evaluation is not None:
             measured: Prediction = yield evaluation
             acc, loss = measured.acc, measured.loss
+        val_acc: float | None = None
+        validation = local_validation_job(cid, template, state.model, data, self.eval_batch_size)
+        if isinstance(validation, PredictJob):  # its own validation split: what the local_* tuning rules read
+            validated: Prediction = yield validation
+            val_acc = validated.acc
+        else:
+            val_acc = validation
         if self.temperature is not None:
             state.own = self.temperature.finish(state.own, t, acc)
         soft = None
@@ -159,4 +166,4 @@ class SoftLabelClient:
             values = uploaded.values.cpu() if self.privacy is None else self.privacy.release(uploaded.values.cpu(), cid, d.round)
             soft = self.hooks.upload(cid, d.round, d.requested, values, mine)  # the uplink is a message: host-side
         report = SoftLabelReport(soft, out.mean_loss, len(data.y), distill_loss, digest)
-        return ClientReply(cid, report, state, acc, loss, None if self.temperature is None else t)
+        return ClientReply(cid, report, state, acc, loss, None if self.temperature is None else t, local_val_acc=val_acc)

@@ -34,7 +34,7 @@ from chillfl.protocols.common import mean_or_none
 from chillfl.protocols.parameters import ParameterSharing
 from chillfl.runner import CLIENT_MODELS, run_experiment
 from chillfl.seeds import derive_seed
-from chillfl.storage.checkpoint import read_state
+from chillfl.storage.model_file import read_client_models
 from chillfl.training.local import evaluate
 from methods_e2e import assert_executors_agree, config, records, resumed_records
 
@@ -125,10 +125,10 @@ def test_local_keeps_the_global_model_uploads_nothing_and_is_sent_it_once(local_
 def test_local_writes_each_clients_model(local_run: tuple[RunConfig, Any]) -> None:
     cfg, out = local_run
     assert out.folder is not None
-    saved = read_state(out.folder / CLIENT_MODELS)
-    assert set(saved) == {str(c) for c in out.client_states}
+    saved = read_client_models(out.folder / CLIENT_MODELS)
+    assert set(saved) == set(out.client_states)
     for cid, model in out.client_states.items():
-        assert all(torch.equal(saved[str(cid)][k], v) for k, v in model.items())
+        assert set(saved[cid]) == set(model) and all(torch.equal(saved[cid][k], v) for k, v in model.items())
         assert any(not torch.equal(v, out.model_state[k]) for k, v in model.items())  # its own, not the global model
 
 

@@ -426,7 +426,7 @@ def test_personal_models_by_hand() -> None:
 @pytest.mark.parametrize("name", ["ditto", "fedper", "fedrep", "apfl", "fedbn", "pfedme", "feddyn", "fedavg"])
 def test_a_run_returns_and_writes_the_personal_models(name: str, tmp_path: Path) -> None:
     """``checkpoint.client_models``: one model per client that took part, of the model's own keys, from its state."""
-    from chillfl.storage.checkpoint import read_state
+    from chillfl.storage.model_file import read_client_models
     from chillfl.runner import CLIENT_MODELS, run_experiment
 
     model = {"model.name": "flexchill_cnn", "model.batch_norm": True} if name == "fedbn" else {"model.name": "mlp"}
@@ -443,9 +443,9 @@ def test_a_run_returns_and_writes_the_personal_models(name: str, tmp_path: Path)
     for cid, personal in out.client_states.items():
         assert set(personal) == set(out.model_state)  # a whole model: load_state_dict takes it
         assert any(not torch.equal(personal[k], out.model_state[k]) for k in personal)  # not the global model
-    saved = read_state(out.folder / CLIENT_MODELS)
-    assert set(saved) == {str(c) for c in took_part}
-    assert all(torch.equal(saved[str(c)][k], v) for c, m in out.client_states.items() for k, v in m.items())
+    saved = read_client_models(out.folder / CLIENT_MODELS)
+    assert set(saved) == set(took_part)
+    assert all(torch.equal(saved[c][k], v) for c, m in out.client_states.items() for k, v in m.items())
 
 
 def test_pa3fed_refuses_a_personalised_base() -> None:

@@ -16,7 +16,9 @@ from torch import nn
 
 import chillfl
 from chillfl.analysis.replay import load_model_state
+from chillfl.errors import ConfigError
 from chillfl.storage.checkpoint import read_state, write_state
+from chillfl.storage.model_file import read_client_models, write_client_models
 from chillfl.environment import COMPARED, differences, environment
 from chillfl.resolve import partition_table
 
@@ -64,6 +66,23 @@ def test_files_of_the_older_layout_are_still_read(tmp_path: Path) -> None:
     write_state(tmp_path / "model.safetensors", state)  # the state-tree layout of earlier versions
     loaded = load_model_state(tmp_path)
     assert set(loaded) == set(state) and all(torch.equal(loaded[k], v) for k, v in state.items())
+
+
+def test_client_models_are_plain_tensors_named_by_client_and_parameter(tmp_path: Path) -> None:
+    clients = {10: {"fc.weight": torch.randn(2, 3), "fc.bias": torch.zeros(2)}, 2: {"fc.weight": torch.ones(2, 3), "fc.bias": torch.ones(2)}}
+    write_client_models(tmp_path / "client_models.safetensors", clients)
+    plain = safetensors.torch.load_file(str(tmp_path / "client_models.safetensors"))  # any reader: no chillfl needed
+    assert set(plain) == {"2/fc.weight", "2/fc.bias", "10/fc.weight", "10/fc.bias"}
+    assert torch.equal(plain["10/fc.weight"], clients[10]["fc.weight"])
+    back = read_client_models(tmp_path / "client_models.safetensors")
+    assert set(back) == {2, 10} and all(torch.equal(back[c][k], v) for c, m in clients.items() for k, v in m.items())
+    write_state(tmp_path / "older.safetensors", {str(c): m for c, m in clients.items()})  # the state-tree layout of earlier versions
+    older = read_client_models(tmp_path / "older.safetensors")
+    assert set(older) == {2, 10} and all(torch.equal(older[c][k], v) for c, m in clients.items() for k, v in m.items())
+    safetensors.torch.save_file({"fc.weight": torch.ones(1)}, str(tmp_path / "model.safetensors"))  # a global model, not per client
+    with pytest.raises(ConfigError, match="'fc.weight' is not named '<client id>/<name>'") as err:
+        read_client_models(tmp_path / "model.safetensors")
+    assert err.value.field == "checkpoint.client_models"
 
 
 def test_summary_and_saved_config_record_the_environment(tmp_path: Path, digits: chillfl.TensorData) -> None:

@@ -42,7 +42,7 @@ from chillfl.resolve import resolved
 from chillfl.storage.checkpoint import read_checkpoint, read_state, write_atomic, write_state
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import Redraw, run_rounds
-from chillfl.storage.model_file import write_model
+from chillfl.storage.model_file import write_client_models, write_model
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.record import round_number
 from chillfl.storage.results import ResultWriter, summarize
@@ -494,7 +494,7 @@ def _finish(
     if model_state is not None:
         write_model(writer.path / MODEL, model_state)  # plain named tensors: safetensors + load_state_dict load it
     if clients:
-        write_state(writer.path / CLIENT_MODELS, {str(c): s for c, s in clients.items()})
+        write_client_models(writer.path / CLIENT_MODELS, clients)  # plain named tensors "<client id>/<name>"
     try:
         _plots(records, writer.path, config)
     except OSError as exc:  # disk full while saving a figure

@@ -7,12 +7,17 @@ Written so that any safetensors reader loads it without chillfl::
 (checkpoints, which hold whole state trees, keep :mod:`chillfl.storage.checkpoint`'s
 format). Files from older chillfl versions stored the model as such a tree
 (tensors named ``"0"``, ``"1"``, ...); :func:`read_model` reads both.
+
+``client_models.safetensors`` (``checkpoint.client_models``) is the same kind
+of file with every client's own model, its tensors named ``"<client id>/<name>"``
+(``"3/fc1.weight"``), so any safetensors reader lists them;
+:func:`read_client_models` splits them back per client.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import safetensors
 import safetensors.torch
@@ -28,13 +33,36 @@ def write_model(path: Path, state: Mapping[str, torch.Tensor]) -> None:
     write_atomic(Path(path), safetensors.torch.save(tensors, metadata={"format": "pt"}))
 
 
+def write_client_models(path: Path, clients: Mapping[int, Mapping[str, torch.Tensor]]) -> None:
+    """Every client's own model in one plain safetensors file, tensors named ``"<client id>/<name>"``, written atomically."""
+    write_model(path, {f"{cid}/{name}": t for cid, state in sorted(clients.items()) for name, t in state.items()})
+
+
+def read_client_models(path: Path, device: str | torch.device = "cpu") -> dict[int, dict[str, torch.Tensor]]:
+    """Client id -> its model, from a ``client_models.safetensors`` (this format or the older state-tree one)."""
+    out: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in _read_tensors(Path(path), device, "checkpoint.client_models").items():
+        if isinstance(value, Mapping):  # an older file: the tree {"client id": {name: tensor}}
+            out[int(key)] = dict(value)
+            continue
+        cid, sep, name = key.partition("/")
+        if not sep or not cid.isdigit():
+            raise ConfigError("checkpoint.client_models", f"{path}: tensor {key!r} is not named '<client id>/<name>'")
+        out.setdefault(int(cid), {})[name] = value
+    return out
+
+
 def read_model(path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """The name -> tensor dict of a ``model.safetensors`` (this format or the older state-tree one)."""
-    path = Path(path)
+    return _read_tensors(Path(path), device, "model")
+
+
+def _read_tensors(path: Path, device: str | torch.device, field: str) -> dict[str, Any]:
+    """A plain safetensors file's name -> tensor dict, or an older file's state tree; unreadable files: ConfigError on ``field``."""
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise ConfigError("model", f"cannot read {path}: {one_line(str(exc.strerror or exc))}") from exc
+        raise ConfigError(field, f"cannot read {path}: {one_line(str(exc.strerror or exc))}") from exc
     try:
         try:
             legacy = METADATA_KEY in _header_metadata(data)
@@ -42,7 +70,7 @@ def read_model(path: Path, device: str | torch.device = "cpu") -> dict[str, torc
             legacy = False
         tensors = dict(decode_state(data)) if legacy else safetensors.torch.load(data)
     except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, safetensors.SafetensorError) as exc:
-        raise ConfigError("model", f"{path} is not a valid safetensors model file: {one_line(str(exc))}") from exc
+        raise ConfigError(field, f"{path} is not a valid safetensors model file: {one_line(str(exc))}") from exc
     if str(torch.device(device)) != "cpu":
-        tensors = {k: v.to(device) for k, v in tensors.items()}
+        tensors = {k: v.to(device) if isinstance(v, torch.Tensor) else {n: t.to(device) for n, t in v.items()} for k, v in tensors.items()}
     return tensors

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chillfl.runner import CLIENT_MODELS, MODEL, RunOutput
-from chillfl.storage.checkpoint import read_state
-from chillfl.storage.model_file import read_model
+from chillfl.storage.model_file import read_client_models, read_model
 from chillfl.storage.results import PARTIAL, read_metrics, remove_tree
 from chillfl.storage.run_folder import CHECKPOINT
 
@@ -39,7 +38,7 @@ def finished_run(partial: Path, name: str) -> RunOutput | DivergedBefore | None:
     if (done / "summary.json").is_file():
         summary = json.loads((done / "summary.json").read_text(encoding="utf-8"))
         model = read_model(done / MODEL) if (done / MODEL).is_file() else None
-        clients = {int(c): dict(m) for c, m in read_state(done / CLIENT_MODELS).items()} if (done / CLIENT_MODELS).is_file() else {}
+        clients = read_client_models(done / CLIENT_MODELS) if (done / CLIENT_MODELS).is_file() else {}
         return RunOutput(done, read_metrics(done), summary, model, clients)
     if (failed / "failure.json").is_file():
         return DivergedBefore(json.loads((failed / "failure.json").read_text(encoding="utf-8")).get("round"))

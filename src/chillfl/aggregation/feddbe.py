@@ -57,7 +57,7 @@ Choices
   published FMNIST command (``-mo 1 -klw 50``; their code's defaults are 0.1 and 0):
   with beta = 1 the MR reads each batch's own mean.
 * ``distance = "mse"`` (default) is the authors' R; ``"norm"`` is the
-  Euclidean distance ||\\bar z_i - \\bar z^g||_2 of the paper's notation.
+  Euclidean distance ||\\bar z_i - \\bar z^g||_2 (MR read as a norm rather than a mean square).
 * The PRBM starts at 0 at a client's first DBE round and trains under the
   run's local optimiser at the round's learning rate (the authors: a separate
   plain SGD at the same rate), without weight decay (theirs has none).

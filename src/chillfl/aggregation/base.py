@@ -79,11 +79,15 @@ class Downlink:
     ``local``: the context entries the client holds already, so they cost no
     bytes on the wire: the model it was sent (FedProx's and MOON's anchor) and
     its own previous model (MOON's, on the client in the paper).
+    ``held``: entries of the start model the client holds already and its
+    client half puts in place of the sent ones (a head it keeps), so they
+    cost no bytes on the wire either.
     """
 
     params: Params | None = None
     context: dict[str, Wire] = field(default_factory=dict)
     local: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

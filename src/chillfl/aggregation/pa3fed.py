@@ -415,6 +415,7 @@ def _build(options: PA3FedOptions, ctx: BuildContext) -> Built:
         seed=ctx.seed,
         section=f"{ctx.section}.base_options",
         client_momentum=ctx.client_momentum,
+        rounds=ctx.rounds,
     )
     return PA3Fed(base, options), terms
 

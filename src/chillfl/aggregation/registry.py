@@ -47,6 +47,8 @@ class BuildContext:
     section: str = "algorithm"
     client_momentum: float | None = None
     """``client.momentum`` of the run (None: unknown, e.g. built outside a config)."""
+    rounds: int | None = None
+    """``federation.rounds`` of the run, for options given as a share of it (None: unknown, built outside a config)."""
 
     def param_keys(self) -> list[str]:
         return [name for name, _ in self.model.named_parameters()]
@@ -224,15 +226,17 @@ def make_aggregator(
     seed: int,
     section: str = "algorithm",
     client_momentum: float | None = None,
+    rounds: int | None = None,
 ) -> Built:
     """Build algorithm ``name`` from its option table; unknown names and options raise ConfigError.
 
     ``client_momentum`` is the run's ``client.momentum`` (FedNova needs it); None skips that check.
+    ``rounds`` is the run's ``federation.rounds`` (:attr:`BuildContext.rounds`); None: unknown.
     What the built aggregator's client half keeps must agree with its declared ``personal_model``.
     """
     spec = algorithm_spec(name, section)
     parsed: Any = algorithm_options(spec, name, options, section)
-    ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum)
+    ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum, rounds=rounds)
     built = spec.build(parsed, ctx)
     declared = effective_capabilities(spec, parsed, section).personal_model
     holds = holds_personal_model(built[0].client_half())

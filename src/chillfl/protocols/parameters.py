@@ -252,7 +252,7 @@ class ParameterSharing:
             if self.objective_context or self.anchors:  # [objective] terms: the anchor is the model the round started from (sent already)
                 context = {**context, **self.objective_context, **{key: self.state for key in self.anchors}}
                 local = (*local, *self.anchors)
-            held = self.held(cid, unchanged, down.params)
+            held = (*self.held(cid, unchanged, down.params), *(k for k in down.held if k in start))  # and what the aggregator says it holds
             message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round), local, held)
             tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid), self.store.load(cid)))
         self.seen.update(sampled)
@@ -270,7 +270,8 @@ class ParameterSharing:
         ``global_head = "keep"``, every entry of Local-only) keeps the value it had when the client first received
         it, so after its first round a client is sent only what the server computes from the uploads. A client's
         first downlink is priced whole, and so is every entry an ``aggregate`` has changed (:attr:`moved`) or that
-        the aggregator sends this client on its own (``Downlink.params``).
+        the aggregator sends this client on its own (``Downlink.params``). The aggregator's ``Downlink.held``
+        (entries its client half replaces with the client's own) are added to these in :meth:`configure`.
         """
         if client_id not in self.seen:
             return ()

@@ -22,7 +22,8 @@ the built-ins' options and choices are in docs/baselines.md.
 Metrics: ``local_acc`` is each client's model by its head on its own split
 (``local_val_acc`` on its own validation split, with ``eval.validation > 0``);
 ``local_proto_acc`` the same model by the nearest prototype (global means where
-the class has one, else the client's own mean). ``global_acc``: the global
+the class has one, else the client's own mean), in the space the prototypes live
+in (``hooks.space``: the representation, or the logits). ``global_acc``: the global
 model on the test set when models are shared; otherwise the mean over the
 clients seen so far of their own models on the test set (FedChill's "client
 generalisation to the global test set"), each model as the method would start the
@@ -128,12 +129,16 @@ def features_and_logits(model: nn.Module, state: Mapping[str, torch.Tensor], x: 
     return torch.cat(feats), torch.cat(logits)
 
 
-def proto_accuracy(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, mask: torch.Tensor, batch_size: int) -> float:
-    """Accuracy of the nearest-prototype rule on (x, y); NaN when there are no samples or no prototypes."""
+def proto_accuracy(
+    model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, mask: torch.Tensor, batch_size: int,
+    represent: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> float:
+    """Accuracy of the nearest-prototype rule on (x, y), in the space ``represent`` picks of (representation, logits)
+    (the method's :meth:`~chillfl.prototypes.spec.PrototypeHooks.represent`); NaN when there are no samples or no prototypes."""
     if len(y) == 0 or not bool(mask.any()):
         return float("nan")
-    feats, _ = features_and_logits(model, state, x, batch_size)
-    return float((nearest_prototype(feats, protos, mask) == y).to(torch.float64).mean())
+    feats, logits = features_and_logits(model, state, x, batch_size)
+    return float((nearest_prototype(represent(feats, logits), protos, mask) == y).to(torch.float64).mean())
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,7 @@ class KnowledgeClient:
         if data.x_eval is not None and data.y_eval is not None:
             own, known = rows.counts > 0, d.knowledge.mask
             protos = torch.where(known.unsqueeze(1), d.knowledge.protos.to(rows.means.dtype), rows.means)
-            p_acc = proto_accuracy(model, out.params, data.x_eval, data.y_eval, protos, known | own, self.eval_batch_size)
+            p_acc = proto_accuracy(model, out.params, data.x_eval, data.y_eval, protos, known | own, self.eval_batch_size, self.hooks.represent)
         shared = out.params if self.share_model else None
         up = KnowledgeUplink(rows, shared, len(data.y), out.num_steps, out.mean_loss, p_acc)
         entries = {} if self.temperature is None else self.temperature.finish(mine.own, t, acc)
@@ -208,7 +213,7 @@ class PrototypeSharing:
         policy: TemperaturePolicy,
         evaluation: Evaluation,
         eval_clients: str,
-        feature_dim: int,
+        proto_dim: int,
     ) -> None:
         self.hooks = hooks
         self.seed = seed
@@ -223,7 +228,7 @@ class PrototypeSharing:
         device = evaluation.device
         extra = {name: rows.to(device) for name, rows in hooks.initial().items()}  # every class unknown yet
         params = {name: t.to(device) for name, t in hooks.initial_params(initial_head).items()}
-        self.knowledge = Knowledge(torch.zeros((c, feature_dim), device=device), torch.zeros(c, dtype=torch.bool, device=device), extra, params)
+        self.knowledge = Knowledge(torch.zeros((c, proto_dim), device=device), torch.zeros(c, dtype=torch.bool, device=device), extra, params)
         self.clients = ClientParams()  # models of clients that keep their own (share_model = false), flat on the CPU
         self.own = ClientParams()  # the clients' temperature entries (FedChill), kept for them as their models are
         self.book = ServerBook(policy, evaluation, eval_clients)
@@ -291,7 +296,7 @@ class PrototypeSharing:
         bs = ev.config.eval.batch_size
         if self.state is not None:
             out = ev.metrics(self.state)
-            out["global_proto_acc"] = proto_accuracy(ev.model, self.state, ev.x_test, ev.y_test, k.protos, k.mask, bs)
+            out["global_proto_acc"] = proto_accuracy(ev.model, self.state, ev.x_test, ev.y_test, k.protos, k.mask, bs, self.hooks.represent)
             return out
         accs, losses, paccs = [], [], []
         for cid, own in sorted(self.clients.items()):
@@ -301,7 +306,7 @@ class PrototypeSharing:
             acc, loss = evaluate(model, state, ev.x_test, ev.y_test, bs)
             accs.append(acc)
             losses.append(loss)
-            paccs.append(proto_accuracy(model, state, ev.x_test, ev.y_test, k.protos, k.mask, bs))
+            paccs.append(proto_accuracy(model, state, ev.x_test, ev.y_test, k.protos, k.mask, bs, self.hooks.represent))
         return {"global_acc": mean_or_none(accs), "global_loss": mean_or_none(losses), "global_proto_acc": mean_or_none(paccs)}
 
     def global_state(self) -> Params | None:
@@ -348,7 +353,8 @@ class PrototypeParts:
     share_model: bool
     models: ClientModels
     specs: tuple[LocalSpec, ...]
-    feature_dim: int
+    proto_dim: int
+    """The prototypes' width: the representation's (``hooks.space = "features"``) or the number of classes (``"logits"``)."""
     heads: tuple[Head, ...]
     """Per architecture, the names of its last layer's parameters."""
 
@@ -389,10 +395,11 @@ def prototype_parts(exp: Experiment) -> PrototypeParts:
         heads.append(Head(f"{head}.weight", bias))
         loss = hooks.loss(heads[-1])
         specs.append(dataclasses.replace(exp.spec, base_loss=loss, terms=(), model=factored_linears(model)))
-    if len(set(dims)) > 1:
+    if hooks.space == "features" and len(set(dims)) > 1:  # prototypes among the logits have C entries whatever the body
         labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))
         raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the last nn.Linear's input) for all architectures, got {labels}")
-    return PrototypeParts(hooks, bool(spec.shares_model(settings.options)), cm, tuple(specs), dims[0], tuple(heads))
+    proto_dim = dims[0] if hooks.space == "features" else exp.data.num_classes
+    return PrototypeParts(hooks, bool(spec.shares_model(settings.options)), cm, tuple(specs), proto_dim, tuple(heads))
 
 
 def check_prototype_sharing(exp: Experiment) -> None:
@@ -434,5 +441,5 @@ def build_prototype_sharing(exp: Experiment, evaluation: Evaluation) -> Prototyp
         policy=exp.policy,
         evaluation=evaluation,
         eval_clients=cfg.eval.clients,
-        feature_dim=parts.feature_dim,
+        proto_dim=parts.proto_dim,
     )

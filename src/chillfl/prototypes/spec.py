@@ -15,6 +15,13 @@ these hooks and never tests which method runs:
   :class:`Knowledge` sent down next round; :meth:`PrototypeHooks.initial` is the method's
   rows before any client reported.
 
+What the prototypes are class means of is the hooks' :attr:`PrototypeHooks.space`: the model's
+representation (``"features"``, the input of its last ``nn.Linear``: FedProto, FedHKD, FedGH) or
+its logits (``"logits"``: FedDistill's per-class average logits). The protocol reads it where it
+measures or sizes the prototypes itself (the nearest-prototype metrics, their width before any
+client reported, one representation width across architectures); the default
+:meth:`PrototypeHooks.release` takes its class means of it.
+
 A method whose server keeps *parameters* it trains itself and sends whole (a global head
 trained on the uploaded class means, FedGH's) uses three more hooks, all no-ops by default:
 :meth:`PrototypeHooks.initial_params` (their start, from the default architecture's initial
@@ -32,7 +39,7 @@ The hooks hold the options only (no server state): they travel to worker process
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Literal, Mapping, Sequence, TypeVar
 
 import torch
 
@@ -49,6 +56,9 @@ RESERVED = frozenset({"protos", "proto_mask", "mask", "params"})
 """Names a method's own per-class rows cannot take: the prototypes' own context and checkpoint entries."""
 
 Params = Mapping[str, torch.Tensor]
+
+Space = Literal["features", "logits"]
+"""What a method's prototypes are class means of: the model's representation (the input of its last ``nn.Linear``) or its logits."""
 
 
 @dataclass(frozen=True)
@@ -137,18 +147,28 @@ class PrototypeHooks(Generic[Opt]):
     so one object serves the server and travels to every client.
     """
 
+    space: ClassVar[Space] = "features"
+    """What the prototypes (:attr:`Knowledge.protos`, :attr:`ClassRows.means`) are class means of: the representation
+    (``[n, d]``, the default) or the logits (``[n, C]``). The protocol's nearest-prototype metrics measure that
+    space, the prototypes start ``[C, d]`` or ``[C, C]``, and only ``"features"`` needs one representation width
+    across architectures."""
+
     def __init__(self, options: Opt, num_classes: int, seed: int) -> None:
         self.options = options
         self.num_classes = num_classes
         self.seed = seed
         """The run's seed: derive a client's randomness from it (:func:`chillfl.seeds.derive_seed`), never from a global generator."""
 
+    def represent(self, features: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """Of a model's representations and logits, the ones the prototypes live among (:attr:`space`)."""
+        return features if self.space == "features" else logits
+
     # ---- client
 
     def release(self, cid: int, round: int, features: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> ClassRows:
         """What client ``cid`` uploads after training, from its trained model's representations ``[n, d]`` and logits
-        ``[n, C]`` on its private split (labels ``y``); default: its class means and counts."""
-        means, counts = class_means(features, y, self.num_classes)
+        ``[n, C]`` on its private split (labels ``y``); default: the class means (of :attr:`space`) and counts."""
+        means, counts = class_means(self.represent(features, logits), y, self.num_classes)
         return ClassRows(means, counts)
 
     def loss(self, head: Head) -> BaseLoss:

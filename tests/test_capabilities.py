@@ -54,7 +54,9 @@ SANITY = ["fedavg_ft", "local_only"]
 """The two sanity baselines of personalised FL: FedAvg fine-tuned, and each client on its own."""
 CLUSTERED = ["pacfl"]
 """Clustered FL beside IFCA and CFL, each in its own module."""
-ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE + LABEL_SKEW + SANITY + CLUSTERED)
+HYPERNETWORKS = ["pfedhn"]
+"""A server-side hypernetwork that generates each client's model, in its own module."""
+ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE + LABEL_SKEW + SANITY + CLUSTERED + HYPERNETWORKS)
 
 
 def config(**overrides: Any) -> RunConfig:

@@ -1,0 +1,357 @@
+"""pFedHN (Shamsian, Navon, Fetaya & Chechik, ICML 2021): a server-side hypernetwork generates each client's model.
+
+The server holds a hypernetwork h(v; phi): a learned embedding v_i per client
+(a row of the table E, part of the server's parameters) and an MLP phi whose
+output is the client model's parameters. A sampled client i is sent::
+
+    theta_i = h(v_i; phi)
+
+trains it with the run's local training (k steps) to theta~_i and uploads it;
+the server forms the update the client made and moves phi and v_i by the
+chain rule (Algorithm 1)::
+
+    delta_i = theta_i - theta~_i                                  (``sign = "descent"``)
+    phi    <- phi - alpha (d theta_i / d phi)^T delta_i
+    v_i    <- v_i - alpha (d theta_i / d v_i)^T delta_i
+
+delta_i stands in for the local loss's gradient at theta_i, so the step
+descends sum_i L_i(h(v_i; phi)) through the hypernetwork. With
+pFedHN-PC (``variant = "pc"``) h generates every parameter but the classifier
+head's; each client keeps its own head, trains it with the body, and never
+sends it.
+
+The hypernetwork (the authors' ``CNNHyper``, one output layer per parameter
+tensor instead of one per named layer of their LeNet)::
+
+    f = W_L(... ReLU(W_1 ReLU(W_0 v + b_0) + b_1) ...) + b_L     (hidden_layers + 1 linear layers, ``hidden`` wide)
+    theta[k] = reshape(U_k f + c_k, shape of tensor k)
+
+Choices
+-------
+* The sign: Algorithm 1 prints delta_i = theta~_i - theta_i with the step
+  phi <- phi - alpha grad_phi theta_i^T delta_i, which read literally moves
+  theta_i away from what the client learnt; the authors' code
+  (``experiments/pfedhn/trainer.py``) and FL-bench use theta_i - theta~_i with
+  a descent step. ``sign = "descent"`` (default) is the code's;
+  ``"as_printed"`` is the printed formula, for the record.
+* The server step: the paper's is plain SGD at rate alpha. The authors' code
+  (whose numbers the paper reports) uses ``torch.optim.SGD`` with momentum
+  0.9 and weight decay 1e-3 over the MLP and the embedding table (decay and
+  momentum then move every row of E, not only v_i), and clips the gradient's
+  norm at 50 over all of them first; those are the defaults here:
+  ``server_lr = 0.01``, ``embedding_lr`` (None: ``server_lr``),
+  ``momentum = 0.9``, ``weight_decay = 1e-3``, ``clip_norm = 50`` (0: no
+  clip). ``momentum = 0, weight_decay = 0, clip_norm = 0`` is Algorithm 1's
+  plain step. The clip scales by C / ||g|| (torch adds 1e-6 to the norm).
+* Several clients a round: Algorithm 1 samples one client a step. Here each
+  of a round's clients was sent h(v_i; phi_t) from the same phi_t, and the
+  server takes one step per client, in client-id order, with
+  g_i = J_i(phi_t)^T delta_i (``server_steps = "each"``, default: as
+  FL-bench, which trains a round's clients one after the other; with one
+  client a round it is Algorithm 1 exactly). The Jacobian is the one at
+  phi_t, which made what client i trained from; decay and momentum act on
+  the current parameters. ``"mean"``: one step on the plain mean of the g_i.
+* Sizes: ``embed_dim = 0`` is the authors' int(1 + n / 4) for n clients;
+  ``hidden = 100``, ``hidden_layers = 3`` (their trainer's defaults). The
+  output layers hold hidden x (model parameters) weights: 2.9 M for
+  flexchill_cnn, on the host.
+* Initialisation: nn.Linear's and nn.Embedding's default distributions
+  (weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)); embeddings N(0, 1)),
+  drawn from a generator seeded with (run seed, "pfedhn-init"), so a run is
+  reproducible without touching torch's global stream. The hypernetwork
+  lives on the host in the model's dtype; its output goes to the run's device.
+* Buffers (batch-norm statistics) are not generated: they are the global
+  model's, the FedAvg (n_i / n) of the round's uploads; under pFedHN-PC the
+  head's are the client's own with the head.
+* The global model (global accuracy, ``model.safetensors``, the start of
+  every entry h does not generate) is h at the mean embedding,
+  h(mean_j v_j; phi), over every client's row of E (the paper defines none;
+  its new clients learn an embedding of their own). Under pFedHN-PC its head
+  is the model's initial one (no head leaves a client): read local accuracy.
+* Local accuracy measures each client's theta~_i: the model it was sent,
+  after the round's training (and, under PC, its own head). The authors
+  evaluate h(v_i; phi) untrained. A client keeps nothing between rounds but,
+  under PC, its head; its model is regenerated each round, so pFedHN writes
+  no ``client_models`` (the hypernetwork in the checkpoint generates them).
+* Bytes: the downlink is the client's generated theta_i, whole, every round
+  (``Downlink.params``); the uplink is theta~_i (the server reads all of it;
+  under PC the body only: the head stays on the client). The hypernetwork
+  never travels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Collection, Literal, Mapping, Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from chillfl.aggregation.base import (
+    AggregatorBase,
+    ClientHalf,
+    ClientResult,
+    ClientState,
+    Context,
+    Downlink,
+    Params,
+    Report,
+    Trained,
+    Wire,
+    check_state_keys,
+    client_weights,
+    load_params,
+    own_entries,
+    params_state,
+    weighted_average,
+    with_prefix,
+)
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
+from chillfl.capabilities import Capabilities
+from chillfl.engine.record import Json
+from chillfl.options import require
+from chillfl.seeds import derive_seed
+
+
+@dataclass(frozen=True)
+class PFedHNOptions:
+    """Hypernetwork: ``embed_dim`` (0: int(1 + n/4)), ``hidden``, ``hidden_layers``; server SGD: ``server_lr``, ``embedding_lr``,
+    ``momentum``, ``weight_decay``, ``clip_norm``; ``sign``, ``server_steps``; ``variant``: full or pc (the client keeps its head)."""
+
+    variant: Literal["full", "pc"] = "full"
+    embed_dim: int = 0
+    hidden: int = 100
+    hidden_layers: int = 3
+    server_lr: float = 0.01
+    embedding_lr: float | None = None
+    momentum: float = 0.9
+    weight_decay: float = 1e-3
+    clip_norm: float = 50.0
+    sign: Literal["descent", "as_printed"] = "descent"
+    server_steps: Literal["each", "mean"] = "each"
+
+    def validate(self, section: str) -> None:
+        require(0 <= self.embed_dim <= 4096, f"{section}.embed_dim", f"must be in [0, 4096] (0: int(1 + clients / 4)), got {self.embed_dim}")
+        require(1 <= self.hidden <= 4096, f"{section}.hidden", f"must be in [1, 4096], got {self.hidden}")
+        require(0 <= self.hidden_layers <= 16, f"{section}.hidden_layers", f"must be in [0, 16], got {self.hidden_layers}")
+        require(self.server_lr > 0, f"{section}.server_lr", f"must be > 0, got {self.server_lr}")
+        if self.embedding_lr is not None:
+            require(self.embedding_lr >= 0, f"{section}.embedding_lr", f"must be >= 0, got {self.embedding_lr}")
+        require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
+        require(self.weight_decay >= 0, f"{section}.weight_decay", f"must be >= 0, got {self.weight_decay}")
+        require(self.clip_norm >= 0, f"{section}.clip_norm", f"must be >= 0 (0: no clip), got {self.clip_norm}")
+
+
+EMBEDDINGS = "embeddings"
+"""The hypernetwork's entry holding every client's v_i (one row a client)."""
+HEAD = "pfedhn.head."
+"""Where a pFedHN-PC client keeps its own head in its state."""
+
+
+def embedding_size(options: PFedHNOptions, num_clients: int) -> int:
+    """``embed_dim``, or the authors' int(1 + n / 4) when it is 0."""
+    return options.embed_dim or int(1 + num_clients / 4)
+
+
+def init_hypernetwork(
+    shapes: Mapping[str, torch.Size], num_clients: int, embed_dim: int, hidden: int, hidden_layers: int, seed: int, dtype: torch.dtype = torch.float32
+) -> Params:
+    """E ~ N(0, 1) and every linear layer's weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)): the torch defaults, from ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    out: Params = {EMBEDDINGS: torch.randn(num_clients, embed_dim, generator=gen, dtype=dtype)}
+
+    def linear(name: str, fan_in: int, fan_out: int) -> None:
+        bound = 1 / math.sqrt(fan_in)
+        out[f"{name}.weight"] = (torch.rand(fan_out, fan_in, generator=gen, dtype=dtype) * 2 - 1) * bound
+        out[f"{name}.bias"] = (torch.rand(fan_out, generator=gen, dtype=dtype) * 2 - 1) * bound
+
+    widths = [embed_dim] + [hidden] * (hidden_layers + 1)
+    for j in range(hidden_layers + 1):
+        linear(f"mlp.{j}", widths[j], widths[j + 1])
+    for key, shape in shapes.items():
+        linear(f"out.{key}", hidden, shape.numel())
+    return out
+
+
+def generate(hyper: Mapping[str, torch.Tensor], v: torch.Tensor, shapes: Mapping[str, torch.Size]) -> Params:
+    """theta = h(v; phi): the MLP (ReLU between its linear layers, none after the last), then one linear output per tensor."""
+    f = v
+    j = 0
+    while f"mlp.{j}.weight" in hyper:
+        if j:
+            f = F.relu(f)
+        f = F.linear(f, hyper[f"mlp.{j}.weight"], hyper[f"mlp.{j}.bias"])
+        j += 1
+    return {k: F.linear(f, hyper[f"out.{k}.weight"], hyper[f"out.{k}.bias"]).reshape(shape) for k, shape in shapes.items()}
+
+
+def chain_rule_gradient(
+    hyper: Mapping[str, torch.Tensor], client: int, shapes: Mapping[str, torch.Size], trained: Mapping[str, torch.Tensor], sign: str = "descent"
+) -> Params:
+    """(d theta_i / d (phi, E))^T delta_i, delta_i = theta_i - theta~_i (``as_printed``: theta~_i - theta_i), theta_i = h(E[client]; phi)."""
+    leaves = {k: v.detach().requires_grad_(True) for k, v in hyper.items()}
+    with torch.enable_grad():
+        theta = generate(leaves, leaves[EMBEDDINGS][client], shapes)
+        after = {k: trained[k].to(device=theta[k].device, dtype=theta[k].dtype) for k in shapes}
+        delta = [theta[k].detach() - after[k] if sign == "descent" else after[k] - theta[k].detach() for k in shapes]
+        grads = torch.autograd.grad([theta[k] for k in shapes], list(leaves.values()), grad_outputs=delta)
+    return dict(zip(leaves, grads))
+
+
+def total_norm(grads: Mapping[str, torch.Tensor]) -> float:
+    """||g|| over every tensor (the norm of the tensors' norms, as ``clip_grad_norm_``)."""
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads.values()])))
+
+
+def clipped(grads: Params, clip_norm: float) -> Params:
+    """g * C / ||g|| when ||g|| > C > 0; else g as it is."""
+    norm = total_norm(grads)
+    if clip_norm <= 0 or norm <= clip_norm:
+        return grads
+    scale = clip_norm / norm
+    return {k: g * scale for k, g in grads.items()}
+
+
+def mean_gradient(grads: Sequence[Mapping[str, torch.Tensor]]) -> Params:
+    """(1/|S|) sum_i g_i, summed in client order."""
+    out: Params = {}
+    for k in grads[0]:
+        acc = grads[0][k]
+        for g in grads[1:]:
+            acc = acc + g[k]
+        out[k] = acc / len(grads)
+    return out
+
+
+@dataclass(frozen=True)
+class KeepHead:
+    """pFedHN-PC's client half: its own head (the initial one before its first round) completes the body it is sent; it keeps the trained head."""
+
+    keys: frozenset[str]
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        own = own_entries(state, HEAD)
+        return ({**start, **own} if own else start), dict(context)
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return with_prefix({k: v for k, v in trained.params.items() if k in self.keys}, HEAD), {}
+
+
+class PFedHN(AggregatorBase):
+    """Holds the hypernetwork (MLP and embeddings) and its SGD momentum; sends each client h(v_i; phi); steps by the chain rule."""
+
+    def __init__(
+        self,
+        options: PFedHNOptions,
+        num_clients: int,
+        shapes: Mapping[str, torch.Size],
+        seed: int,
+        dtype: torch.dtype = torch.float32,
+        head: Collection[str] = (),
+    ) -> None:
+        self.options = options
+        self.num_clients = num_clients
+        self.shapes = dict(shapes)
+        """The generated tensors' names and shapes, in the model's order."""
+        self.head = frozenset(head)
+        """pFedHN-PC: the head's entries, which the clients keep."""
+        self.hyper = init_hypernetwork(self.shapes, num_clients, embedding_size(options, num_clients), options.hidden, options.hidden_layers, seed, dtype)
+        """phi and E, on the host."""
+        self.velocity: Params = {}
+        """SGD momentum buffers (empty before the first step, or with ``momentum = 0``)."""
+        self._metrics: dict[str, Json] = {}
+
+    def client_half(self) -> ClientHalf | None:
+        return KeepHead(self.head) if self.head else None
+
+    def theta(self, client_id: int) -> Params:
+        """h(v_i; phi) as the server holds it now."""
+        with torch.no_grad():
+            return generate(self.hyper, self.hyper[EMBEDDINGS][client_id], self.shapes)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return Downlink(params=_like(self.theta(client_id), global_params))
+
+    def aggregated_keys(self, global_params: Params) -> tuple[str, ...]:
+        """Every entry but pFedHN-PC's head, which the clients keep and never send."""
+        return tuple(k for k in global_params if k not in self.head)
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        o = self.options
+        if not results:  # no client reported: nothing to step on
+            self._metrics = {}
+            return dict(global_params)
+        sent = dict(self.hyper)  # phi_t: every theta_i of the round was generated from it
+        grads = [chain_rule_gradient(sent, r.client_id, self.shapes, r.params, o.sign) for r in results]
+        norms = [total_norm(g) for g in grads]
+        if o.server_steps == "each":
+            for g in grads:
+                self.step(clipped(g, o.clip_norm))
+        else:
+            self.step(clipped(mean_gradient(grads), o.clip_norm))
+        self._metrics = {"hn_grad_norm": sum(norms) / len(norms)}
+        out = dict(global_params)
+        rest = [k for k in global_params if k not in self.shapes and k not in self.head]  # buffers: FedAvg's
+        if rest:
+            out.update(weighted_average([r.params for r in results], client_weights(results), rest))
+        with torch.no_grad():
+            out.update(_like(generate(self.hyper, self.hyper[EMBEDDINGS].mean(dim=0), self.shapes), global_params))
+        return out
+
+    def step(self, grads: Mapping[str, torch.Tensor]) -> None:
+        """One ``torch.optim.SGD`` step (no dampening, no Nesterov): d = g + wd p; b = mu b + d (b = d first); p <- p - lr b."""
+        o = self.options
+        for k, p in self.hyper.items():
+            d = grads[k] + o.weight_decay * p if o.weight_decay else grads[k]
+            if o.momentum:
+                d = o.momentum * self.velocity[k] + d if k in self.velocity else d
+                self.velocity[k] = d
+            lr = o.server_lr if k != EMBEDDINGS or o.embedding_lr is None else o.embedding_lr
+            self.hyper[k] = p - lr * d
+
+    def round_metrics(self) -> Mapping[str, Json]:
+        """The mean norm of the round's chain-rule gradients, before clipping."""
+        return dict(self._metrics)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The hypernetwork (phi and E) and its momentum buffers."""
+        return {"hyper": params_state(self.hyper), "velocity": params_state(self.velocity)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("hyper", "velocity"), "pFedHN")
+        hyper = load_params(state["hyper"])
+        if set(hyper) != set(self.hyper) or any(hyper[k].shape != v.shape for k, v in self.hyper.items()):
+            raise ValueError("pFedHN hypernetwork state does not match this run's hypernetwork (model, embed_dim, hidden, hidden_layers or clients differ)")
+        # server bookkeeping on the host, whatever device the checkpoint was read onto
+        self.hyper = {k: v.to("cpu", self.hyper[k].dtype) for k, v in hyper.items()}
+        self.velocity = {k: v.to("cpu", self.hyper[k].dtype) for k, v in load_params(state["velocity"]).items()}
+
+
+def _like(params: Mapping[str, torch.Tensor], like: Mapping[str, torch.Tensor]) -> Params:
+    """``params`` on the devices and in the dtypes of the run's model."""
+    return {k: v.to(device=like[k].device, dtype=like[k].dtype) for k, v in params.items()}
+
+
+def _build(options: PFedHNOptions, ctx: BuildContext) -> Built:
+    head: tuple[str, ...] = ()
+    if options.variant == "pc":
+        name = require_head(ctx, "pFedHN-PC")
+        module = ctx.model.get_submodule(name)
+        head = tuple(f"{name}.{n}" for n, _ in (*module.named_parameters(), *module.named_buffers()))
+    params = dict(ctx.model.named_parameters())
+    shapes = {k: p.shape for k, p in params.items() if k not in head}
+    dtype = next(iter(params.values())).dtype
+    return PFedHN(options, ctx.num_clients, shapes, derive_seed(ctx.seed, "pfedhn-init"), dtype, head), []
+
+
+SPEC = register_algorithm(
+    "pfedhn",
+    AlgorithmSpec(
+        PFedHNOptions,
+        _build,
+        "a server hypernetwork generates each client's model from its embedding (Shamsian et al. 2021)",
+        capabilities=Capabilities(not_a_base="pFedHN's server steps a hypernetwork and sends each client its own generated model; it averages no models"),
+    ),
+)

@@ -20,8 +20,8 @@ pFedHN-PC (``variant = "pc"``) h generates every parameter but the classifier
 head's; each client keeps its own head, trains it with the body, and never
 sends it.
 
-The hypernetwork (the authors' ``CNNHyper``, one output layer per parameter
-tensor instead of one per named layer of their LeNet)::
+The hypernetwork (the authors' ``CNNHyper`` for any model: one linear output
+per parameter tensor, as theirs has for each tensor of their LeNet)::
 
     f = W_L(... ReLU(W_1 ReLU(W_0 v + b_0) + b_1) ...) + b_L     (hidden_layers + 1 linear layers, ``hidden`` wide)
     theta[k] = reshape(U_k f + c_k, shape of tensor k)

@@ -98,10 +98,15 @@ def test_both_directions_price_the_entries_the_server_reads(algorithm: dict[str,
     assert traffic(algorithm, data) == expected(up)
 
 
-@pytest.mark.parametrize("algorithm", [{"name": "fedper"}, {"name": "fedbn"}], ids=["fedper-average", "fedbn-average"])
-def test_personal_entries_the_server_averages_are_priced(algorithm: dict[str, Any], data: chillfl.TensorData) -> None:
-    """Under ``average`` (the default) the server reads the clients' heads / BN entries into the global model: they are sent."""
-    assert traffic(algorithm, data) == expected(WHOLE)
+@pytest.mark.parametrize(("algorithm", "later"), [({"name": "fedper"}, BODY), ({"name": "fedbn"}, NO_BN),
+                                                  ({"name": "fedrep", "head_epochs": 1}, BODY), ({"name": "lg_fedavg"}, 32)],
+                         ids=["fedper-average", "fedbn-average", "fedrep-average", "lg_fedavg-average"])
+def test_personal_entries_the_server_averages_are_uploaded_but_not_sent_back(algorithm: dict[str, Any], later: int, data: chillfl.TensorData) -> None:
+    """Under ``average`` (the default) the server reads the clients' heads / BN entries into the global model: they are
+    uploaded (the whole model). A returning client puts its own in place of the global ones (``KeepsEntries``), so
+    from its second round it is sent the rest only: FedPer's and FedRep's body (116 bytes), FedBN's non-BN entries (92),
+    LG-FedAvg's head (32)."""
+    assert traffic(algorithm, data) == expected(WHOLE, later)
 
 
 def test_a_report_is_still_priced_beside_the_read_entries(data: chillfl.TensorData) -> None:
@@ -153,3 +158,21 @@ class BodyOnlyWithOwnBias(BodyOnly):
 def test_a_start_entry_sent_to_one_client_is_priced(data: chillfl.TensorData) -> None:
     """An entry the aggregator sends a client on its own (``Downlink.params``) is priced though unread: 60 + 8 = 68."""
     assert traffic(None, data, aggregator=BodyOnlyWithOwnBias()) == expected(60, later=60 + 8)
+
+
+def test_a_client_is_sent_its_kept_entries_until_its_first_reply(data: chillfl.TensorData) -> None:
+    """FedPer, 2 of 3 clients a round: a client's downlink is whole until it has finished a round, the body after."""
+    config = {
+        "seed": 3, "device": "cpu", "threads": 1, "executor": "sequential", "algorithm": {"name": "fedper"},
+        "federation": {"num_clients": CLIENTS, "clients_per_round": 2, "rounds": 4},
+        "client": {"lr": 0.05, "batch_size": 16, "epochs": 1}, "eval": {"client_split_size": 5},
+    }
+    torch.manual_seed(0)
+    out = chillfl.run(model=Tiny(), data=data, config=config, write=False, progress=False)
+    finished: set[int] = set()
+    for r in out.records:
+        sampled = r["clients"]
+        assert r["bytes_down"] == sum(BODY if c in finished else WHOLE for c in sampled)
+        assert r["bytes_up"] == WHOLE * len(sampled)
+        finished |= set(sampled)
+    assert len(finished) == CLIENTS and any(r["bytes_down"] == WHOLE + BODY for r in out.records)  # a newcomer beside a returning client

@@ -19,7 +19,9 @@ docs/architecture.md the reference of the seams they plug into):
   the client's next state and its :data:`Report` to the server. The runtime keeps the state
   (in checkpoints too); the half holds options only, since it travels to worker processes.
   A half that keeps the client's own model implements :class:`HoldsPersonalModel`
-  (``checkpoint.client_models`` saves it); one that runs the client's trainings itself
+  (``checkpoint.client_models`` saves it), and one that puts the client's own values of some
+  entries in place of the sent ones implements :class:`KeepsEntries` (a returning client's
+  downlink does not carry them); one that runs the client's trainings itself
   (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests;
 * **local objective terms** (:class:`LossTerm`, or :class:`BatchTerm` for terms that read the
   batch's features): each receives the trainable parameters and the client's :data:`Context`
@@ -80,6 +82,7 @@ from chillfl.aggregation.base import (
     Downlink,
     FedAvg,
     HoldsPersonalModel,
+    KeepsEntries,
     Local,
     LocalProgram,
     Params,
@@ -160,6 +163,7 @@ __all__ = [
     "FigureSpec",
     "Head",
     "HoldsPersonalModel",
+    "KeepsEntries",
     "Knowledge",
     "LinearCorrectionTerm",
     "Local",

@@ -217,6 +217,29 @@ class HoldsPersonalModel(Protocol):
         ...
 
 
+@runtime_checkable
+class KeepsEntries(Protocol):
+    """A client half that, once it has finished a round, puts its own values of some entries in place of the sent ones.
+
+    FedBN's BN entries, FedPer's and FedRep's head, LG-FedAvg's representation (:class:`~chillfl.aggregation.fedbn.KeepLocal`):
+    a returning client never reads the server's values of them, so its downlink does not carry them
+    (the parameter-sharing protocol prices them at no bytes, as :class:`Downlink`'s ``held``).
+    """
+
+    def kept_entries(self) -> frozenset[str]:
+        """The entries this half replaces with the client's own after the client's first finished round."""
+        ...
+
+
+def kept_entries(half: ClientHalf | None) -> frozenset[str]:
+    """What ``half``'s parts keep for a returning client (:class:`KeepsEntries`); empty when none declares any."""
+    kept: frozenset[str] = frozenset()
+    for part in half.parts if isinstance(half, Halves) else (half,):
+        if isinstance(part, KeepsEntries):
+            kept |= part.kept_entries()
+    return kept
+
+
 def holds_personal_model(half: ClientHalf | None) -> bool:
     """Whether one of ``half``'s parts keeps the client's own model (what ``checkpoint.client_models`` saves)."""
     return any(isinstance(part, HoldsPersonalModel) for part in (half.parts if isinstance(half, Halves) else (half,)))

@@ -84,6 +84,10 @@ class KeepLocal:
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
         return with_prefix({k: v for k, v in trained.params.items() if k in self.keys}, self.prefix), {}
 
+    def kept_entries(self) -> frozenset[str]:
+        """``keys``: after its first round the client's own values replace the sent ones (:class:`~chillfl.aggregation.base.KeepsEntries`)."""
+        return self.keys
+
     def personal_model(self, state: ClientState, global_model: Params) -> Params:
         """The global model with the client's own entries: what it starts its next round from."""
         own = own_entries(state, self.prefix)

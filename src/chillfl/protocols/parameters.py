@@ -47,6 +47,7 @@ from chillfl.aggregation.base import (
     Trained,
     Wire,
     aggregated_keys,
+    kept_entries,
     client_params_state,
     load_client_params,
     personal_model,
@@ -239,6 +240,9 @@ class ParameterSharing:
         """The clients sent a model before: they hold every entry the server has not changed since."""
         self.moved: set[str] = set()
         """Entries outside the aggregator's ``aggregated_keys`` that an ``aggregate`` changed all the same: always sent."""
+        self.finished: set[int] = set()
+        """The clients whose reply came back: they hold their own values of the entries their half keeps (:func:`kept_entries`)."""
+        self.kept = kept_entries(client.half)
 
     def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[ParamDownlink, ClientState]]:
         self.aggregator.begin_round(round, sampled)
@@ -253,6 +257,8 @@ class ParameterSharing:
                 context = {**context, **self.objective_context, **{key: self.state for key in self.anchors}}
                 local = (*local, *self.anchors)
             held = (*self.held(cid, unchanged, down.params), *(k for k in down.held if k in start))  # and what the aggregator says it holds
+            if cid in self.finished and self.kept:  # and what its half puts its own values in place of
+                held = (*held, *(k for k in start if k in self.kept and k not in held))
             message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round), local, held)
             tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid), self.store.load(cid)))
         self.seen.update(sampled)
@@ -286,6 +292,7 @@ class ParameterSharing:
         for task, reply in zip(tasks, replies):
             up = reply.uplink
             self.store.save(task.client_id, reply.state)
+            self.finished.add(task.client_id)
             self.book.receive(round, task, reply, up.train_loss, up.as_sent(unread))
             d = task.downlink
             temperature = d.temperature if reply.temperature is None else reply.temperature  # a client half (FedChill) picks its own
@@ -332,6 +339,7 @@ class ParameterSharing:
             "clients": self.store.state_dict(),
             "seen": sorted(self.seen),
             "moved": sorted(self.moved),
+            "finished": sorted(self.finished),
             **self.book.state_dict(),
         }
 
@@ -341,6 +349,7 @@ class ParameterSharing:
         self.store.load_state_dict(state["clients"])
         self.seen = {int(c) for c in state.get("seen", ())}  # a checkpoint before 2026-11-29 has none: first downlinks priced whole again
         self.moved = {str(k) for k in state.get("moved", ())}
+        self.finished = {int(c) for c in state.get("finished", ())}  # an older checkpoint: kept entries priced until each client replies again
         self.book.load_state_dict(state)
 
     def close(self) -> None:

@@ -84,3 +84,17 @@ def resumed_records(cfg: RunConfig, stop: int, tmp_path: Path) -> list[dict[str,
     protocol2 = build_protocol(exp2)
     protocol2.load_state_dict(state["protocol"])
     return first + rounds(protocol2, exp2, stop, fed.rounds)
+
+
+def cli_option_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], algorithm: str, override: str) -> tuple[int, list[str], bool]:
+    """``chillfl run`` of a tiny digits config of ``algorithm`` with ``override`` on the command line:
+    (exit code, stderr's lines, whether a result folder was written)."""
+    from chillfl.cli import main
+
+    run = tmp_path / "run.toml"
+    run.write_text(
+        f'out_dir = "{tmp_path / "results"}"\ndevice = "cpu"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\n[algorithm]\nname = "{algorithm}"\n',
+        encoding="utf-8",
+    )
+    code = main(["run", str(run), override])
+    return code, capsys.readouterr().err.strip().splitlines(), (tmp_path / "results").exists()

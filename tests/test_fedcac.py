@@ -7,7 +7,6 @@ others from the global model. Every expected number below is worked out in the c
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +25,10 @@ from chillfl.aggregation.fedcac import (
     sensitivity,
     threshold,
 )
-from chillfl.cli import main
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.training.local import evaluate
-from methods_e2e import assert_executors_agree, config, records, resumed_records
+from methods_e2e import assert_executors_agree, cli_option_error, config, records, resumed_records
 
 
 def t(*values: float) -> torch.Tensor:
@@ -189,21 +187,7 @@ def test_options_are_checked(field: str, value: Any) -> None:
 
 
 def test_a_bad_option_on_the_command_line_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = tmp_path / "run.toml"
-    run.write_text(textwrap.dedent(f'''
-        out_dir = "{tmp_path / 'results'}"
-        device = "cpu"
-        [dataset]
-        name = "digits"
-        [model]
-        name = "mlp"
-        [algorithm]
-        name = "fedcac"
-        '''), encoding="utf-8")
-    code = main(["run", str(run), "algorithm.tau=1.5"])
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and lines == ["chillfl: error: algorithm.tau: must be in (0, 1], got 1.5"]
-    assert not (tmp_path / "results").exists()
+    assert cli_option_error(tmp_path, capsys, "fedcac", "algorithm.tau=1.5") == (2, ["chillfl: error: algorithm.tau: must be in (0, 1], got 1.5"], False)
 
 
 def test_privacy_dp_sgd_bounds_the_upload_and_the_weighted_mechanisms_refuse() -> None:

@@ -7,7 +7,6 @@ weight W = (1, 0) and bias b = (0, 0), so the logits are (W_0 (z + p) + b_0, W_1
 from __future__ import annotations
 
 import math
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -32,13 +31,12 @@ from chillfl.aggregation.feddbe import (
     mr_distance,
     with_bias_memory,
 )
-from chillfl.cli import main
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.training.local import LocalSpec, evaluate
 from chillfl.training.terms import StepView
 from float_paths import REL
-from methods_e2e import assert_executors_agree, config, records, resumed_records
+from methods_e2e import assert_executors_agree, cli_option_error, config, records, resumed_records
 from test_personalised import run_client
 
 SPEC = LocalSpec(epochs=1, batch_size=8)
@@ -261,21 +259,7 @@ def test_run_agrees_across_executors_and_resumes_bitwise(tmp_path: Path) -> None
 def test_a_bad_option_on_the_command_line_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: str, message: str
 ) -> None:
-    run = tmp_path / "run.toml"
-    run.write_text(textwrap.dedent(f'''
-        out_dir = "{tmp_path / 'results'}"
-        device = "cpu"
-        [dataset]
-        name = "digits"
-        [model]
-        name = "mlp"
-        [algorithm]
-        name = "feddbe"
-        '''), encoding="utf-8")
-    code = main(["run", str(run), f"algorithm.{field}={value}"])
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and lines == [f"chillfl: error: algorithm.{field}: {message}"]
-    assert not (tmp_path / "results").exists()
+    assert cli_option_error(tmp_path, capsys, "feddbe", f"algorithm.{field}={value}") == (2, [f"chillfl: error: algorithm.{field}: {message}"], False)
 
 
 @pytest.mark.parametrize("field", ["distance", "consensus", "warmup"])

@@ -11,7 +11,6 @@ Every expected number below is worked out in the comment beside it.
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,9 @@ from chillfl.aggregation.pfedhn import (
     generate,
     init_hypernetwork,
 )
-from chillfl.cli import main
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
-from methods_e2e import assert_executors_agree, config, records, resumed_records
+from methods_e2e import assert_executors_agree, cli_option_error, config, records, resumed_records
 
 SHAPES = {"w": torch.Size([3])}
 PLAIN = {"hidden": 1, "hidden_layers": 0, "embed_dim": 2, "momentum": 0.0, "weight_decay": 0.0, "clip_norm": 0.0, "server_lr": 0.5, "embedding_lr": 0.25}
@@ -248,21 +246,7 @@ def test_options_are_checked(field: str, value: Any) -> None:
 
 
 def test_a_bad_option_on_the_command_line_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = tmp_path / "run.toml"
-    run.write_text(textwrap.dedent(f'''
-        out_dir = "{tmp_path / 'results'}"
-        device = "cpu"
-        [dataset]
-        name = "digits"
-        [model]
-        name = "mlp"
-        [algorithm]
-        name = "pfedhn"
-        '''), encoding="utf-8")
-    code = main(["run", str(run), "algorithm.momentum=1.5"])
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and lines == ["chillfl: error: algorithm.momentum: must be in [0, 1), got 1.5"]
-    assert not (tmp_path / "results").exists()
+    assert cli_option_error(tmp_path, capsys, "pfedhn", "algorithm.momentum=1.5") == (2, ["chillfl: error: algorithm.momentum: must be in [0, 1), got 1.5"], False)
 
 
 def test_privacy_dp_sgd_bounds_the_upload_and_the_weighted_mechanisms_refuse() -> None:

@@ -9,7 +9,6 @@ cosine of their classifiers' rows and sends client i the average of the clients'
 from __future__ import annotations
 
 import math
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,10 @@ from chillfl.aggregation.pfedsim import (
     warmup_rounds,
     weights,
 )
-from chillfl.cli import main
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.training.local import evaluate
-from methods_e2e import assert_executors_agree, config, records, resumed_records
+from methods_e2e import assert_executors_agree, cli_option_error, config, records, resumed_records
 
 SQRT2 = math.sqrt(2)
 LOG_SELF = 9.210340371976182
@@ -192,21 +190,7 @@ def test_options_are_checked(field: str, value: Any) -> None:
 
 
 def test_a_bad_option_on_the_command_line_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = tmp_path / "run.toml"
-    run.write_text(textwrap.dedent(f'''
-        out_dir = "{tmp_path / 'results'}"
-        device = "cpu"
-        [dataset]
-        name = "digits"
-        [model]
-        name = "mlp"
-        [algorithm]
-        name = "pfedsim"
-        '''), encoding="utf-8")
-    code = main(["run", str(run), "algorithm.self_similarity=1.5"])
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and lines == ["chillfl: error: algorithm.self_similarity: must be in (0, 1), got 1.5"]
-    assert not (tmp_path / "results").exists()
+    assert cli_option_error(tmp_path, capsys, "pfedsim", "algorithm.self_similarity=1.5") == (2, ["chillfl: error: algorithm.self_similarity: must be in (0, 1), got 1.5"], False)
 
 
 def test_privacy_dp_sgd_bounds_the_upload_and_the_weighted_mechanisms_refuse() -> None:

@@ -417,6 +417,14 @@ def client_weights(results: Sequence[ClientResult], weighting: Weighting = "samp
     return sample_weights(results)
 
 
+def report_tensor(result: ClientResult, key: str, method: str) -> torch.Tensor:
+    """``result.report[key]`` as the tensor the method's client half sent; a ValueError naming ``method`` otherwise."""
+    value = result.report.get(key)
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"{method}: client {result.client_id}'s report lacks {key!r}")
+    return value
+
+
 def weighted_average(states: Sequence[Mapping[str, torch.Tensor]], weights: torch.Tensor, keys: Sequence[str] | None = None) -> Params:
     """sum_i w_i * state_i for every key; integer buffers (e.g. BN's num_batches_tracked) take the max.
 

@@ -92,6 +92,7 @@ from chillfl.aggregation.base import (
     Wire,
     check_state_keys,
     own_entries,
+    report_tensor,
     sample_weights,
     with_prefix,
 )
@@ -284,7 +285,7 @@ class FedDBE(FedAvg):
     ) -> Params:
         first = self.consensus is None
         if first or self.options.consensus == "every_round":
-            self.consensus = consensus_mean([_mean(r) for r in results], sample_weights(results))
+            self.consensus = consensus_mean([report_tensor(r, MEAN, "FedDBE") for r in results], sample_weights(results))
         if first and self.options.warmup == "discard":
             return dict(global_params)
         return super().aggregate(global_params, results, round, weights)
@@ -306,13 +307,6 @@ def consensus_mean(means: Sequence[torch.Tensor], weights: torch.Tensor) -> torc
     for m, w in zip(means, weights.tolist()):
         total += w * m.double()
     return total.to(means[0].dtype)
-
-
-def _mean(result: ClientResult) -> torch.Tensor:
-    value = result.report.get(MEAN)
-    if not isinstance(value, torch.Tensor):
-        raise ValueError(f"FedDBE: client {result.client_id}'s report lacks {MEAN!r}")
-    return value
 
 
 SPEC = register_algorithm(

@@ -79,6 +79,7 @@ from chillfl.aggregation.base import (
     client_params_state,
     client_weights,
     load_client_params,
+    report_tensor,
     weighted_average,
 )
 from chillfl.aggregation.fedper import head_keys
@@ -251,12 +252,12 @@ class FedPAC(AggregatorBase):
         return Downlink(params=None if head is None else {k: v.to(device) for k, v in head.items()}, context=context)
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
-        means = [_tensor(r, MEANS) for r in results]
-        counts = [_tensor(r, COUNTS) for r in results]
+        means = [report_tensor(r, MEANS, "FedPAC") for r in results]
+        counts = [report_tensor(r, COUNTS, "FedPAC") for r in results]
         protos, mask = aggregate_means(means, counts, self.options.protos)
         self.protos, self.mask = protos.to(means[0].dtype), mask
-        v = torch.stack([_tensor(r, VAR).double().cpu() for r in results])
-        hs = [_tensor(r, STATS).double().cpu() for r in results]
+        v = torch.stack([report_tensor(r, VAR, "FedPAC").double().cpu() for r in results])
+        hs = [report_tensor(r, STATS, "FedPAC").double().cpu() for r in results]
         heads = [{k: r.params[k] for k in self.head} for r in results]
         for r, h in zip(results, hs):
             alpha = solve_qp(torch.diag(v) + distance_matrix(h, hs), self.options.qp_steps)
@@ -276,13 +277,6 @@ class FedPAC(AggregatorBase):
         protos = state["protos"]
         self.protos, self.mask = (protos["protos"], protos["mask"]) if protos else (None, None)
         self.heads = load_client_params(state["heads"])
-
-
-def _tensor(result: ClientResult, key: str) -> torch.Tensor:
-    value = result.report.get(key)
-    if not isinstance(value, torch.Tensor):
-        raise ValueError(f"FedPAC: client {result.client_id}'s report lacks {key!r}")
-    return value
 
 
 SPEC = register_algorithm(

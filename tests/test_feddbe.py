@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from chillfl.aggregation.base import ClientResult, personal_model
+from chillfl.aggregation.base import ClientResult, personal_model, weighted_average
 from chillfl.aggregation.feddbe import (
     BIAS,
     CONSENSUS,
@@ -26,7 +26,6 @@ from chillfl.aggregation.feddbe import (
     FedDBEOptions,
     MeanRegularisation,
     RunningMean,
-    consensus_mean,
     folded,
     mr_distance,
     with_bias_memory,
@@ -196,7 +195,7 @@ def test_the_server_consensus_by_hand() -> None:
     discard = FedDBE(model, FedDBEOptions(warmup="discard"))
     assert discard.aggregate(glob, [result(0, 10, 1.0, (1.0, 2.0))], 0) == glob
     close(discard.downlink(0, 1, glob).context[CONSENSUS], 1.0, 2.0)  # type: ignore[arg-type]
-    assert consensus_mean([t(1.0), t(3.0)], torch.tensor([0.5, 0.5])).tolist() == [2.0]
+    assert weighted_average([{"z": t(1.0)}, {"z": t(3.0)}], torch.tensor([0.5, 0.5]))["z"].tolist() == [2.0]
 
 
 def test_a_run_replays_the_consensus_and_the_average_of_its_uploads(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,6 +27,7 @@ from chillfl.aggregation.pfedhn import (
     PFedHNOptions,
     clipped,
     generate,
+    hypernetwork_size,
     init_hypernetwork,
 )
 from chillfl.errors import ConfigError
@@ -195,6 +196,20 @@ def test_the_initialisation_is_torchs_default_and_seeded() -> None:
         "out.w.weight": (20, 6), "out.w.bias": (20,)}
     # nn.Linear's bound 1/sqrt(fan_in): 1/sqrt(2) for the first layer, 1/sqrt(6) for the others
     assert float(a["mlp.0.weight"].abs().max()) <= 2**-0.5 and float(a["out.w.weight"].abs().max()) <= 6**-0.5
+    # E 3*2 = 6, mlp.0 6*2 + 6 = 18, mlp.1 6*6 + 6 = 42, out.w 20*6 + 20 = 140: 206
+    assert hypernetwork_size({"w": torch.Size([4, 5])}, 3, 2, 6, 1) == 206 == sum(v.numel() for v in a.values())
+
+
+def test_a_hypernetwork_over_max_params_is_one_config_error_before_it_is_built() -> None:
+    # the test config's model has 28,586 parameters and 4 clients (embed_dim int(1 + 4/4) = 2); at hidden = 100, 3 hidden layers:
+    # E 4*2 = 8, mlp 2*100 + 100 + 3 * (100*100 + 100) = 30,600, outputs 101 * 28,586 = 2,887,186: 2,917,794
+    cfg = config(**{"algorithm.name": "pfedhn", "algorithm.max_params": 2_917_793})
+    assert sum(p.numel() for p in build_experiment(config(**{"algorithm.name": "fedavg"})).model.parameters()) == 28_586
+    with pytest.raises(ConfigError) as err:
+        build_experiment(cfg)
+    assert err.value.field == "algorithm.max_params" and "\n" not in str(err.value)
+    assert "would hold 2,917,794 parameters" in err.value.message and "28,586 generated entries" in err.value.message
+    assert isinstance(build_experiment(config(**{"algorithm.name": "pfedhn", "algorithm.max_params": 2_917_794})).aggregator, PFedHN)
 
 
 # ---------------------------------------------------------------- pFedHN-PC: the client keeps its head
@@ -237,7 +252,8 @@ def test_pc_generates_the_body_only_and_prices_no_head() -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [("embed_dim", -1), ("hidden", 0), ("hidden_layers", 17), ("server_lr", 0.0), ("embedding_lr", -0.1), ("momentum", 1.0),
-     ("weight_decay", -1e-3), ("clip_norm", -1.0), ("sign", "ascent"), ("server_steps", "all"), ("variant", "head")],
+     ("weight_decay", -1e-3), ("clip_norm", -1.0), ("sign", "ascent"), ("server_steps", "all"), ("variant", "head"),
+     ("max_params", 0)],
 )
 def test_options_are_checked(field: str, value: Any) -> None:
     with pytest.raises(ConfigError) as err:

@@ -460,6 +460,16 @@ def test_every_built_in_whose_clients_train_on_their_own_declares_private_steps(
     assert other_models == ["fedalign"]  # FedAvg's client half with a term, no trainings of its own
 
 
+def test_every_built_in_prototype_method_declares_private_steps() -> None:
+    # class means of raw representations are computed outside training: no prototype method's upload is bounded by dp-sgd,
+    # and each says why (the protocol is refused as a whole today; the declaration is what a per-method rule would read)
+    from chillfl.settings.prototypes import built_in_names, method_spec
+
+    assert {"fedproto", "fedhkd", "fedgh", "feddistill"} <= set(built_in_names())
+    for name in built_in_names():
+        assert method_spec(name).capabilities.private_steps, name
+
+
 def test_a_plugins_own_trainings_are_refused_whether_declared_or_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "trainings_plugin.py").write_text(
         "from chillfl.extend import Capabilities, FedAvg, Local, LocalProgram, LocalSpec, Personal, Train\n\n\n"

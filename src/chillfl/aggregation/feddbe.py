@@ -94,6 +94,7 @@ from chillfl.aggregation.base import (
     own_entries,
     report_tensor,
     sample_weights,
+    weighted_average,
     with_prefix,
 )
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
@@ -285,7 +286,8 @@ class FedDBE(FedAvg):
     ) -> Params:
         first = self.consensus is None
         if first or self.options.consensus == "every_round":
-            self.consensus = consensus_mean([report_tensor(r, MEAN, "FedDBE") for r in results], sample_weights(results))
+            means = [{MEAN: report_tensor(r, MEAN, "FedDBE")} for r in results]
+            self.consensus = weighted_average(means, sample_weights(results))[MEAN]
         if first and self.options.warmup == "discard":
             return dict(global_params)
         return super().aggregate(global_params, results, round, weights)
@@ -299,14 +301,6 @@ class FedDBE(FedAvg):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, ("consensus",), "FedDBE")
         self.consensus = state["consensus"].get("mean")
-
-
-def consensus_mean(means: Sequence[torch.Tensor], weights: torch.Tensor) -> torch.Tensor:
-    """\\bar z^g = sum_i w_i \\bar z_i, accumulated in float64 in the clients' order, returned in the means' dtype."""
-    total = torch.zeros_like(means[0], dtype=torch.float64)
-    for m, w in zip(means, weights.tolist()):
-        total += w * m.double()
-    return total.to(means[0].dtype)
 
 
 SPEC = register_algorithm(

@@ -111,6 +111,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
 from chillfl.capabilities import Capabilities
 from chillfl.engine.record import Json
+from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.seeds import derive_seed
 
@@ -118,7 +119,10 @@ from chillfl.seeds import derive_seed
 @dataclass(frozen=True)
 class PFedHNOptions:
     """Hypernetwork: ``embed_dim`` (0: int(1 + n/4)), ``hidden``, ``hidden_layers``; server SGD: ``server_lr``, ``embedding_lr``,
-    ``momentum``, ``weight_decay``, ``clip_norm``; ``sign``, ``server_steps``; ``variant``: full or pc (the client keeps its head)."""
+    ``momentum``, ``weight_decay``, ``clip_norm``; ``sign``, ``server_steps``; ``variant``: full or pc (the client keeps its head).
+    ``max_params``: the most parameters the hypernetwork may hold (its output layers alone hold ``hidden`` x the model's
+    generated entries: 2.9 M for the digits CNN, 1.1 billion for ResNet-18, which with momentum and gradients would not fit
+    a laptop); a larger one is a config error before anything is built."""
 
     variant: Literal["full", "pc"] = "full"
     embed_dim: int = 0
@@ -131,6 +135,7 @@ class PFedHNOptions:
     clip_norm: float = 50.0
     sign: Literal["descent", "as_printed"] = "descent"
     server_steps: Literal["each", "mean"] = "each"
+    max_params: int = 100_000_000
 
     def validate(self, section: str) -> None:
         require(0 <= self.embed_dim <= 4096, f"{section}.embed_dim", f"must be in [0, 4096] (0: int(1 + clients / 4)), got {self.embed_dim}")
@@ -142,6 +147,7 @@ class PFedHNOptions:
         require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
         require(self.weight_decay >= 0, f"{section}.weight_decay", f"must be >= 0, got {self.weight_decay}")
         require(self.clip_norm >= 0, f"{section}.clip_norm", f"must be >= 0 (0: no clip), got {self.clip_norm}")
+        require(self.max_params >= 1, f"{section}.max_params", f"must be >= 1, got {self.max_params}")
 
 
 EMBEDDINGS = "embeddings"
@@ -153,6 +159,14 @@ HEAD = "pfedhn.head."
 def embedding_size(options: PFedHNOptions, num_clients: int) -> int:
     """``embed_dim``, or the authors' int(1 + n / 4) when it is 0."""
     return options.embed_dim or int(1 + num_clients / 4)
+
+
+def hypernetwork_size(shapes: Mapping[str, torch.Size], num_clients: int, embed_dim: int, hidden: int, hidden_layers: int) -> int:
+    """How many numbers :func:`init_hypernetwork` makes: the embeddings, the MLP's layers and one output layer per generated tensor."""
+    widths = [embed_dim] + [hidden] * (hidden_layers + 1)
+    mlp = sum(widths[j] * widths[j + 1] + widths[j + 1] for j in range(hidden_layers + 1))
+    outputs = sum((hidden + 1) * shape.numel() for shape in shapes.values())
+    return num_clients * embed_dim + mlp + outputs
 
 
 def init_hypernetwork(
@@ -342,6 +356,14 @@ def _build(options: PFedHNOptions, ctx: BuildContext) -> Built:
         head = tuple(f"{name}.{n}" for n, _ in (*module.named_parameters(), *module.named_buffers()))
     params = dict(ctx.model.named_parameters())
     shapes = {k: p.shape for k, p in params.items() if k not in head}
+    size = hypernetwork_size(shapes, ctx.num_clients, embedding_size(options, ctx.num_clients), options.hidden, options.hidden_layers)
+    if size > options.max_params:
+        generated = sum(s.numel() for s in shapes.values())
+        raise ConfigError(
+            f"{ctx.section}.max_params",
+            f"pFedHN's hypernetwork would hold {size:,} parameters (hidden = {options.hidden} x the model's {generated:,} generated"
+            f" entries, and more), over max_params = {options.max_params:,}: use a smaller model or hidden, or raise max_params",
+        )
     dtype = next(iter(params.values())).dtype
     return PFedHN(options, ctx.num_clients, shapes, derive_seed(ctx.seed, "pfedhn-init"), dtype, head), []
 

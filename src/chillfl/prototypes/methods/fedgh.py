@@ -50,7 +50,7 @@ from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.prototypes.maths import PrototypeLoss
-from chillfl.prototypes.methods.fedproto import ON_FLOWER
+from chillfl.prototypes.methods.fedproto import ON_FLOWER, RAW_MEANS
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, Params, PrototypeHooks, PrototypeSpec
 from chillfl.seeds import derive_seed
 from chillfl.training.local import BaseLoss
@@ -138,6 +138,6 @@ SPEC = PrototypeSpec(
     capabilities=Capabilities(
         on_flower=ON_FLOWER,
         personal_model=True,
-        private_steps="each client uploads the class means of its raw representations, computed outside its training: per-sample clipping of the steps bounds none of them",
+        private_steps=RAW_MEANS,
     ),
 )

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from chillfl.capabilities import Capabilities
 from chillfl.options import require
 from chillfl.prototypes.maths import PrototypeLoss, class_means
-from chillfl.prototypes.methods.fedproto import ON_FLOWER, FedProtoOptions
+from chillfl.prototypes.methods.fedproto import ON_FLOWER, RAW_MEANS, FedProtoOptions
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, average_rows
 from chillfl.seeds import derive_seed
 from chillfl.training.local import BaseLoss
@@ -120,5 +120,5 @@ SPEC = PrototypeSpec(
     FedHKD,
     summary="prototypes + soft predictions (lam = kd_weight = 0.05, noise_std = 2, share_model = true)",
     shares_model=_shares_model,
-    capabilities=Capabilities(on_flower=ON_FLOWER),
+    capabilities=Capabilities(on_flower=ON_FLOWER, private_steps=RAW_MEANS + " (nor the per-class soft predictions)"),
 )

@@ -40,11 +40,16 @@ class FedProto(PrototypeHooks[FedProtoOptions]):
 
 
 ON_FLOWER = "chillfl.flower carries no prototype sharing; run it with chillfl's own runtime"
+RAW_MEANS = (
+    "each client uploads the class means of its raw representations, computed outside its training: per-sample clipping of the"
+    " steps bounds none of them"
+)
+"""Why per-sample clipping (``dp-sgd``) bounds no prototype method's upload (their ``private_steps``)."""
 
 SPEC = PrototypeSpec(
     "fedproto",
     FedProtoOptions,
     FedProto,
     summary="class prototypes only (lam = 1); models stay on the clients",
-    capabilities=Capabilities(on_flower=ON_FLOWER, personal_model=True),
+    capabilities=Capabilities(on_flower=ON_FLOWER, personal_model=True, private_steps=RAW_MEANS),
 )

@@ -3,7 +3,8 @@
 # 4, 3, BlazeFL in the same run; workload 1 also with tf32, bf16, "gemm" and CUDA graphs) and the issue's
 # targets, met or missed; then the diagnostics: profiles of workload 1's round (with CUDA graphs, eager), one
 # chunk of workload 1's clients with batched_conv = "grouped" and "gemm" (conv_layouts.py), workload 2's
-# start-up phase by phase, profiles of workload 2's round and of workload 1's with "gemm".
+# start-up phase by phase, profiles of workload 2's round and of workload 1's with "gemm", and the vmapped step
+# eager against torch.compile (compile_step.py).
 #
 #   bash benchmarks/gpu-check.sh OUTDIR [--setup|--no-setup] [--smoke] [--budget SECONDS]
 #
@@ -153,6 +154,7 @@ if [ "$SMOKE" = 1 ]; then
     W4=(--workload 4 --rounds 1 --modes "chillfl[auto]" --timeout 200)
     PROFILE=(--workload 1 --scale 0.02 --device cpu)
     LAYOUTS=(--device cpu --clients 2 --samples 50 --repeats 1)
+    COMPILE=(--device cpu --clients 2 --steps 4)
 else
     BENCH+=(--no-install)
     # Modes run in the order listed (run.py), most telling first, so that a step that runs out of time (its JSON
@@ -164,6 +166,7 @@ else
     W4=(--workload 4 --rounds 3 --modes "chillfl[auto],chillfl[auto+graphs],blazefl[serial],blazefl[threads]" --timeout 20)
     PROFILE=(--workload 1 --scale 1.0 --device cuda)
     LAYOUTS=(--device cuda --clients 50 --samples 500)
+    COMPILE=(--device cuda --clients 50 --steps 30)
 fi
 
 export ROOT OUT PY SMOKE
@@ -190,4 +193,6 @@ step startup-w2 $((40 * SLOW)) "$PY" benchmarks/profile_startup.py --workload 2 
 step profile-w2 $((40 * SLOW)) "$PY" benchmarks/profile_round.py --workload 2 --rounds 2 --device "$DEVICE" --out "$OUT"
 # batched_conv = "gemm": does one batched GEMM a layer take the round off cuDNN's per-client grouped kernels? (chillfl.training.conv_gemm)
 step profile-w1-gemm $((45 * SLOW)) "$PY" benchmarks/profile_round.py "${PROFILE[@]}" --variant auto+gemm --out "$OUT"
+# torch.compile of the vmapped step (not an option yet: it rounds differently): what would it gain over eager?
+step compile-step $((90 * SLOW)) "$PY" benchmarks/compile_step.py "${COMPILE[@]}" --out "$OUT"
 echo "total $(( $(date +%s) - START )) s" | tee -a "$SUMMARY"

@@ -243,3 +243,27 @@ def test_host_time_runs_the_accelerator_path_records_once_and_undoes_its_patches
     assert len(out["top_functions"]) == 3 and all("(" in r["function"] for r in out["top_functions"])
     with pytest.raises(ValueError, match="not a plain MLP workload"):
         host_time.experiment("1", 1, False)
+
+
+def test_compile_steps_eager_twin_is_each_clients_own_sgd_step() -> None:
+    # benchmarks/compile_step.py times torch.compile against this step: it must be the executor's maths, i.e. each
+    # client's own SGD step w - lr * grad on its own batch (here on the MLP, checked client by client against autograd)
+    from compile_step import vmapped_sgd_step
+    from float_paths import ABS, REL
+
+    from chillfl.models.registry import build_model
+
+    model = build_model("mlp", (3, 32, 32), 10, seed=0)
+    g = torch.Generator().manual_seed(1)
+    params = {k: torch.stack([v.detach() + 0.01 * c for c in range(2)]) for k, v in model.named_parameters()}
+    x, y = torch.randn(2, 4, 3, 32, 32, generator=g), torch.randint(0, 10, (2, 4), generator=g)
+    expected = {}
+    for c in range(2):
+        mine = {k: v[c].clone().requires_grad_(True) for k, v in params.items()}
+        loss = torch.nn.functional.cross_entropy(torch.func.functional_call(model, mine, (x[c],)), y[c])
+        grads = torch.autograd.grad(loss, list(mine.values()))
+        expected[c] = {k: (v - 0.5 * gr).detach() for (k, v), gr in zip(mine.items(), grads)}
+    vmapped_sgd_step(model, 0.5)(params, x, y)
+    for c in range(2):
+        for k in params:
+            torch.testing.assert_close(params[k][c], expected[c][k], rtol=REL, atol=ABS)  # vmapped against per-client kernels

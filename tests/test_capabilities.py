@@ -52,8 +52,8 @@ LABEL_SKEW = ["fedlc", "fedrs"]
 """FedAvg with a local loss adjusted by the client's label counts, each in its own module."""
 SANITY = ["fedavg_ft", "local_only"]
 """The two sanity baselines of personalised FL: FedAvg fine-tuned, and each client on its own."""
-CLUSTERED = ["pacfl"]
-"""Clustered FL beside IFCA and CFL, each in its own module."""
+CLUSTERED = ["fesem", "pacfl"]
+"""Clustered FL beside IFCA and CFL (PACFL, FeSEM), each in its own module."""
 HYPERNETWORKS = ["pfedhn"]
 """A server-side hypernetwork that generates each client's model, in its own module."""
 ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE + LABEL_SKEW + SANITY + CLUSTERED + HYPERNETWORKS)

@@ -416,6 +416,7 @@ def _build(options: PA3FedOptions, ctx: BuildContext) -> Built:
         section=f"{ctx.section}.base_options",
         client_momentum=ctx.client_momentum,
         rounds=ctx.rounds,
+        clients_per_round=ctx.clients_per_round,
     )
     return PA3Fed(base, options), terms
 

@@ -49,6 +49,9 @@ class BuildContext:
     """``client.momentum`` of the run (None: unknown, e.g. built outside a config)."""
     rounds: int | None = None
     """``federation.rounds`` of the run, for options given as a share of it (None: unknown, built outside a config)."""
+    clients_per_round: int | None = None
+    """Clients the run samples a round (``federation.sample_size()``), so that with ``num_clients`` and ``rounds`` a
+    method knows how often a client takes part on average (None: unknown, built outside a config)."""
 
     def param_keys(self) -> list[str]:
         return [name for name, _ in self.model.named_parameters()]
@@ -227,16 +230,19 @@ def make_aggregator(
     section: str = "algorithm",
     client_momentum: float | None = None,
     rounds: int | None = None,
+    clients_per_round: int | None = None,
 ) -> Built:
     """Build algorithm ``name`` from its option table; unknown names and options raise ConfigError.
 
     ``client_momentum`` is the run's ``client.momentum`` (FedNova needs it); None skips that check.
-    ``rounds`` is the run's ``federation.rounds`` (:attr:`BuildContext.rounds`); None: unknown.
+    ``rounds`` is the run's ``federation.rounds`` (:attr:`BuildContext.rounds`) and ``clients_per_round`` the clients it
+    samples a round (:attr:`BuildContext.clients_per_round`); None: unknown.
     What the built aggregator's client half keeps must agree with its declared ``personal_model``.
     """
     spec = algorithm_spec(name, section)
     parsed: Any = algorithm_options(spec, name, options, section)
-    ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum, rounds=rounds)
+    ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum, rounds=rounds,
+                       clients_per_round=clients_per_round)
     built = spec.build(parsed, ctx)
     declared = effective_capabilities(spec, parsed, section).personal_model
     holds = holds_personal_model(built[0].client_half())

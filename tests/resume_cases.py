@@ -59,6 +59,8 @@ NEEDS: dict[str, dict[str, Any]] = {
     "algorithm.krum": {"federation.clients_per_round": 3},  # Krum needs more than 2f + 2 clients a round
     "algorithm.bulyan": {"algorithm": {"name": "bulyan", "f": 1}, "federation.clients_per_round": 7},  # n >= 4f + 3, f = 1: the rule, not the mean
     "algorithm.centered_clip": {"algorithm": {"name": "centered_clip", "tau": 0.3}},  # below the updates' norms (0.3-0.8): v is state that matters
+    "algorithm.dnc": {"algorithm": {"name": "dnc", "f": 1, "subsample": 100}},  # drops 1 of 2 a round, from 100 of 1,210 coordinates drawn a round
+    "algorithm.norm_bound": {"algorithm": {"name": "norm_bound", "max_norm": 0.3, "sigma": 0.001}},  # M below some updates; the seeded noise drawn
     "temperature.fixed": {"temperature": {"policy": "fixed", "value": 0.5}},
     "temperature.fedchill": {"temperature": {"policy": "fedchill", "patience": 1}},  # decays within 3 rounds
     "distillation.scarlet": {"distillation": {"method": "scarlet", **SOFT_LABELS, "cache_duration": 2}},

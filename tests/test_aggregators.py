@@ -289,7 +289,8 @@ def test_registry_builds_every_algorithm() -> None:
 
             agg, terms = make_aggregator(name, None, num_clients=3, model=build_model("resnet20", (3, 8, 8), 2), seed=0)
             continue
-        agg, terms = make_aggregator(name, None, num_clients=3, model=model, seed=0)
+        needs = {"max_norm": 1.0} if name == "norm_bound" else None  # M has no default (tests/test_norm_bound.py)
+        agg, terms = make_aggregator(name, needs, num_clients=3, model=model, seed=0)
         assert callable(agg.aggregate) and isinstance(terms, list)
     agg, terms = make_aggregator("fedprox", {"mu": 0.2}, num_clients=3, model=model, seed=0)
     assert isinstance(agg, FedProx) and agg.mu == 0.2 and isinstance(terms[0], ProximalTerm)
@@ -305,7 +306,7 @@ def test_registry_pa3fed_wraps_base_and_keeps_its_terms() -> None:
 
 def test_registry_errors_name_field_and_allowed_values() -> None:
     model = TinyBN()
-    with pytest.raises(ConfigError, match=r"algorithm\.name.*allowed: apfl, bulyan, centered_clip, cfl, ditto, fedadagrad, fedadam"):
+    with pytest.raises(ConfigError, match=r"algorithm\.name.*allowed: apfl, bulyan, centered_clip, cfl, ditto, dnc, fedadagrad, fedadam"):
         make_aggregator("fedsgd", None, num_clients=3, model=model, seed=0)
     with pytest.raises(ConfigError, match=r"algorithm\.mu.*>= 0"):
         make_aggregator("fedprox", {"mu": -1.0}, num_clients=3, model=model, seed=0)

@@ -103,6 +103,8 @@ def bias_before_batchnorm(model: torch.nn.Module) -> set[str]:
 def algorithm_table(name: str) -> dict[str, Any]:
     if name == "fedrep":  # the paper's 10 head epochs at T = 0.05 and lr 0.05 blow the tiny CNN's head up (loss ~4e3), killing its ReLUs
         return {"name": "fedrep", "head_epochs": 1}
+    if name == "norm_bound":  # M has no default: the bound is in the units of the run's updates
+        return {"name": "norm_bound", "max_norm": 0.5}
     return {"name": "pa3fed", "base": "fedprox"} if name == "pa3fed" else {"name": name}
 
 

@@ -46,7 +46,7 @@ BUILT_INS = [
 """The names the one-table registry had before each spec moved into its method's module."""
 PERSONALISED_BREADTH = ["cfl", "fedala", "fedamp", "fedavgm", "fedbabu", "fedcac", "feddbe", "fedexp", "fedfomo", "fedpac", "fedphp", "fedrod", "ifca", "lg_fedavg", "perfedavg", "pfedsim", "qffl"]
 """The methods issue #38 added, each in its own module through the public spec (no core file names them)."""
-ROBUST_MORE = ["bulyan", "centered_clip", "geomed"]
+ROBUST_MORE = ["bulyan", "centered_clip", "dnc", "geomed", "norm_bound"]
 """Byzantine-robust rules added next to median, trimmed mean and Krum, each in its own module."""
 LABEL_SKEW = ["fedlc", "fedrs"]
 """FedAvg with a local loss adjusted by the client's label counts, each in its own module."""

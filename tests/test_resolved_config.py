@@ -127,11 +127,15 @@ def test_every_registered_parts_resolved_defaults_parse_to_the_unset_options() -
     assert checked >= len(PARTITIONERS) + len(MODELS) + len(policy_names())
     for name in algorithm_names():
         spec = algorithm_spec(name)
+        try:
+            bare = parse_options(spec.options, {}, "algorithm")
+        except ConfigError:  # a required option (as a Hugging Face dataset's path): no run at the defaults to resolve
+            continue
         table = {k: v for k, v in algorithm_table({"name": name}).items() if k != "name"}
         if spec.wraps:  # the wrapped method's defaults written out: the same wrapped options once parsed
-            assert parse_options(spec.options, table, "algorithm") == dataclasses.replace(parse_options(spec.options, {}, "algorithm"), **{f"{spec.wraps}_options": table[f"{spec.wraps}_options"]})
+            assert parse_options(spec.options, table, "algorithm") == dataclasses.replace(bare, **{f"{spec.wraps}_options": table[f"{spec.wraps}_options"]})
         else:
-            assert parse_options(spec.options, table, "algorithm") == parse_options(spec.options, {}, "algorithm")
+            assert parse_options(spec.options, table, "algorithm") == bare
     for name in method_names():
         setup = chillfl.make_config(overrides={"distillation.method": name, "distillation.public_size": 100, "distillation.subset_size": 20}).distillation_setup
         bare = config_from_dict({"distillation": {"method": name, "public_size": 100, "subset_size": 20}}).distillation_setup

@@ -376,10 +376,13 @@ def model_for(name: str) -> nn.Module:
 
 @pytest.mark.parametrize("name", ALL_BUILT_INS)
 def test_every_built_ins_personal_model_declaration_agrees_with_its_class(name: str) -> None:
-    """make_aggregator checks it; built here on a model each method accepts."""
-    agg, _ = make_aggregator(name, None, num_clients=4, model=model_for(name), seed=0)
+    """make_aggregator checks it; built here on a model each method accepts (with the options it cannot run without)."""
+    from registry_cases import NEEDS
+
+    required = {k.removeprefix("algorithm."): v for k, v in NEEDS.get(f"algorithm-{name}", {}).items() if k.startswith("algorithm.")} or None
+    agg, _ = make_aggregator(name, required, num_clients=4, model=model_for(name), seed=0)
     spec = algorithm_spec(name)
-    assert effective_capabilities(spec, parse_options(spec.options, None, "algorithm")).personal_model == holds_personal_model(agg.client_half())
+    assert effective_capabilities(spec, parse_options(spec.options, required, "algorithm")).personal_model == holds_personal_model(agg.client_half())
     holders = {"apfl", "ditto", "fedala", "fedamp", "fedbn", "fedcac", "feddbe", "fedfomo", "fedper", "fedphp", "fedrep", "fedrod", "lg_fedavg", "local_only", "pfedsim"}
     assert spec.capabilities.personal_model == (name in holders)
 

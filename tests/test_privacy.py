@@ -444,11 +444,13 @@ def test_every_built_in_whose_clients_train_on_their_own_declares_private_steps(
     # the fallback for an undeclared Personalising half is for plugins; a built-in names its own reason
     from chillfl.aggregation.base import Personalising
     from chillfl.aggregation.registry import algorithm_spec, registered_algorithms
+    from registry_cases import NEEDS
 
     trainers, other_models = [], []
     for name in sorted(registered_algorithms()):
+        required = {k: v for k, v in NEEDS.get(f"algorithm-{name}", {}).items() if k.startswith("algorithm.")}  # an option without a default (norm_bound's M)
         try:
-            exp = build_experiment(config(**{"algorithm.name": name, "privacy.mechanism": "none", "temperature.policy": "none"}))
+            exp = build_experiment(config(**{"algorithm.name": name, "privacy.mechanism": "none", "temperature.policy": "none", **required}))
         except ConfigError as err:  # a method for other models (FedAlign: a slimmable ResNet): named below, not skipped silently
             assert err.field == "model.name", (name, err)
             other_models.append(name)

@@ -44,7 +44,7 @@ BUILT_INS = [
     "fedprox", "fedrep", "fedyogi", "krum", "median", "moon", "pa3fed", "pfedme", "scaffold", "trimmed_mean", "vrl_sgd",
 ]
 """The names the one-table registry had before each spec moved into its method's module."""
-PERSONALISED_BREADTH = ["cfl", "fedala", "fedamp", "fedavgm", "fedbabu", "fedcac", "feddbe", "fedexp", "fedfomo", "fedpac", "fedphp", "fedrod", "ifca", "lg_fedavg", "perfedavg", "pfedsim", "qffl"]
+PERSONALISED_BREADTH = ["cfl", "fedala", "fedamp", "fedavgm", "fedbabu", "fedcac", "feddbe", "fedexp", "fedfomo", "fml", "fedpac", "fedphp", "fedrod", "ifca", "lg_fedavg", "perfedavg", "pfedsim", "qffl"]
 """The methods issue #38 added, each in its own module through the public spec (no core file names them)."""
 ROBUST_MORE = ["bulyan", "centered_clip", "dnc", "geomed", "norm_bound"]
 """Byzantine-robust rules added next to median, trimmed mean and Krum, each in its own module."""
@@ -383,7 +383,7 @@ def test_every_built_ins_personal_model_declaration_agrees_with_its_class(name: 
     agg, _ = make_aggregator(name, required, num_clients=4, model=model_for(name), seed=0)
     spec = algorithm_spec(name)
     assert effective_capabilities(spec, parse_options(spec.options, required, "algorithm")).personal_model == holds_personal_model(agg.client_half())
-    holders = {"apfl", "ditto", "fedala", "fedamp", "fedbn", "fedcac", "feddbe", "fedfomo", "fedper", "fedphp", "fedrep", "fedrod", "lg_fedavg", "local_only", "pfedsim"}
+    holders = {"apfl", "ditto", "fedala", "fedamp", "fedbn", "fedcac", "feddbe", "fedfomo", "fedper", "fedphp", "fedrep", "fedrod", "fml", "lg_fedavg", "local_only", "pfedsim"}
     assert spec.capabilities.personal_model == (name in holders)
 
 

@@ -4,7 +4,6 @@ executor and a bitwise resume."""
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,10 @@ from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
-from chillfl.runner import run_experiment
 from chillfl.seeds import derive_seed
 
 sys.path.insert(0, str(Path(__file__).parent))
+from methods_e2e import assert_executors_agree, config  # noqa: E402
 from resume_cases import check_resume  # noqa: E402
 from test_robust_aggregators import _results  # noqa: E402  (client i uploads values[i] as entry w, float32, and reports 10 (i + 1) samples)
 
@@ -136,25 +135,11 @@ def test_dp_fedavg_refuses_it_as_a_base() -> None:
 # ---------------------------------------------------------------- end to end
 
 
-def _run(executor: str) -> list[dict[str, Any]]:
-    overrides = {
-        "executor": executor, "seed": 1, "dataset.name": "digits", "model.name": "mlp", "federation.num_clients": 6,
-        "federation.clients_per_round": 5, "federation.rounds": 2, "client.batch_size": 32, "client.lr": 0.05,
-        "eval.client_split_size": 20, "algorithm": {"name": "norm_bound", "max_norm": 0.3, "sigma": 0.001},
-    }
-    return run_experiment(load_config(None, overrides), write=False, progress=False).records
-
-
-@pytest.mark.slow  # three runs, one of them in worker processes: about 10 s
+@pytest.mark.slow  # three runs, one of them in worker processes
 def test_end_to_end_under_every_executor() -> None:
-    seq = _run("sequential")
-    assert [r["round"] for r in seq] == [1, 2] and seq[-1]["global_acc"] > 0.2
+    seq = assert_executors_agree(config(**{"model.name": "mlp", "algorithm": {"name": "norm_bound", "max_norm": 0.3, "sigma": 0.001}}))
+    assert [r["round"] for r in seq] == [1, 2, 3] and seq[-1]["global_acc"] > 0.2
     assert all(0.0 <= r["agg_clipped"] <= 1.0 for r in seq) and any(r["agg_clipped"] > 0 for r in seq)  # M = 0.3 clips some
-    assert _run("processes") == seq
-    vec = _run("vectorized")
-    assert vec[-1]["train_loss"] == pytest.approx(seq[-1]["train_loss"], rel=1e-4)
-    assert vec[-1]["global_acc"] == pytest.approx(seq[-1]["global_acc"], abs=0.01)
-    assert all(math.isfinite(r["global_acc"]) for r in vec)
 
 
 def test_run_resumes_bitwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -176,7 +176,7 @@ def test_a_kind_with_no_hook_for_the_protocol_is_refused_with_the_derived_messag
     assert err.value.field == "attack.kind"
     assert err.value.message == (
         "'shrink' rewrites a model update, and the prototypes protocol has none (its clients upload class prototypes); "
-        "attacks that run under prototypes: backdoor, gaussian, label_flip"
+        "attacks that run under prototypes: backdoor, dba, gaussian, label_flip"
     )
 
 
@@ -184,6 +184,7 @@ def test_the_built_ins_run_where_their_hooks_say() -> None:
     runs = {name: [p for p in ("parameters", "softlabels", "prototypes") if FAMILY.spec(name).runs_under(p)] for name in FAMILY.built_in_names()}
     assert runs == {
         "backdoor": ["parameters", "softlabels", "prototypes"],
+        "dba": ["parameters", "softlabels", "prototypes"],
         "gaussian": ["parameters", "softlabels", "prototypes"],
         "ipm": ["parameters"],
         "label_flip": ["parameters", "softlabels", "prototypes"],
@@ -198,7 +199,7 @@ def test_the_built_ins_run_where_their_hooks_say() -> None:
         check_attack(soft)
     assert err.value.message == (
         "'sign_flip' rewrites a model update, and the softlabels protocol has none (its clients upload soft-labels on public inputs); "
-        "attacks that run under softlabels: backdoor, gaussian, label_flip"
+        "attacks that run under softlabels: backdoor, dba, gaussian, label_flip"
     )
 
 
@@ -215,7 +216,7 @@ def test_an_entry_point_attack_is_listed_and_runs_by_its_name(monkeypatch: pytes
     assert "shrink" in kind_names()
     assert load_config(None, {"attack.kind": "shrink", "attack.keep": 0.5}).attack.options.keep == 0.5
     assert main(["list"]) == 0
-    assert "attacks: backdoor, gaussian, ipm, label_flip, lie, min_max, min_sum, scaling, shrink, sign_flip" in capsys.readouterr().out
+    assert "attacks: backdoor, dba, gaussian, ipm, label_flip, lie, min_max, min_sum, scaling, shrink, sign_flip" in capsys.readouterr().out
 
 
 def test_the_reference_documents_each_kinds_options_and_a_plugins() -> None:

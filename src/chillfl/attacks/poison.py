@@ -12,6 +12,8 @@ and a resumed run rebuilds them bit for bit (a pure function of the seed: nothin
   ``trigger_size`` x ``trigger_size`` square of the training set's largest input value in the
   bottom-right corner (every channel) and the label ``target``. The other rows stay clean, so the
   attacker's model keeps its main-task accuracy.
+* ``dba`` (Xie et al. 2020) stamps each attacker's rows the same way with a :class:`Pattern`: its own part
+  of a global trigger that only the probe shows whole.
 """
 
 from __future__ import annotations
@@ -44,6 +46,22 @@ class Trigger:
         return out
 
 
+@dataclass(frozen=True)
+class Pattern:
+    """A trigger made of single pixels: ``value`` at each (row, column) of ``cells``, counted from the top-left of the last two (spatial) dims."""
+
+    cells: tuple[tuple[int, int], ...]
+    value: float
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (a batch: N x ... x H x W) with every cell set to ``value`` on every row and channel, as a new tensor."""
+        out = x.clone()
+        rows = torch.tensor([r for r, _ in self.cells], dtype=torch.long, device=x.device)
+        cols = torch.tensor([c for _, c in self.cells], dtype=torch.long, device=x.device)
+        out[..., rows, cols] = self.value
+        return out
+
+
 def flip_map(label_map: Sequence[int], num_classes: int) -> list[int]:
     """``label_flip``'s map, entry c the label class c becomes: ``label_map`` or (empty) ``C - 1 - c``."""
     if not label_map:
@@ -67,16 +85,30 @@ def poison_rows(n: int, fraction: float, seed: int, client: int) -> np.ndarray:
     return np.sort(rng.choice(n, size=count, replace=False))
 
 
-def trigger_of(size: int, target: int, data: FederatedData) -> Trigger:
-    """The backdoor's trigger for this data set; ConfigError naming ``attack.kind`` where inputs are no images."""
+def trigger_value(kind: str, what: str, height: int, width: int, target: int, data: FederatedData) -> float:
+    """The value a pixel trigger stamps (the training inputs' largest), once the data can take a ``height`` x ``width``
+    trigger; a ConfigError naming ``attack.kind`` (``what`` the kind stamps) where inputs are no images that large or
+    are read anew each round, naming ``attack.target`` where ``target`` is no class."""
     shape = data.dataset.input_shape
-    if len(shape) < 2 or min(shape[-2:]) < size:
-        raise ConfigError("attack.kind", f"'backdoor' stamps a {size}x{size} pixel square, and inputs of shape {list(shape)} are no images that large")
+    if len(shape) < 2 or shape[-2] < height or shape[-1] < width:
+        raise ConfigError("attack.kind", f"'{kind}' stamps {what}, and inputs of shape {list(shape)} are no images that large")
     if data.dataset.train_items is not None:
-        raise ConfigError("attack.kind", "'backdoor' stamps the stored training inputs, and this dataset reads its items anew each round (redraw)")
+        raise ConfigError("attack.kind", f"'{kind}' stamps the stored training inputs, and this dataset reads its items anew each round (redraw)")
     if target >= data.num_classes:
         raise ConfigError("attack.target", f"must be a class in [0, {data.num_classes}), got {target}")
-    return Trigger(size, float(data.dataset.x_train.max()))
+    return float(data.dataset.x_train.max())
+
+
+def trigger_of(size: int, target: int, data: FederatedData) -> Trigger:
+    """The backdoor's trigger for this data set; ConfigError naming ``attack.kind`` where inputs are no images."""
+    return Trigger(size, trigger_value("backdoor", f"a {size}x{size} pixel square", size, size, target, data))
+
+
+def triggered_test(data: FederatedData, trigger: Trigger | Pattern, target: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A pixel backdoor's probe: the test inputs whose label is not ``target``, triggered, labelled ``target``."""
+    x, y = data.test()
+    keep = y != target
+    return trigger.apply(x[keep]), y[keep].clone().fill_(target)
 
 
 def relabelled(data: FederatedData, ids: frozenset[int], mapping: Sequence[int]) -> FederatedData:
@@ -89,7 +121,7 @@ def relabelled(data: FederatedData, ids: frozenset[int], mapping: Sequence[int])
     return dataclasses.replace(data, dataset=dataclasses.replace(ds, x_train=ds.x_train, y_train=y))
 
 
-def stamped(data: FederatedData, ids: frozenset[int], trigger: Trigger, target: int, fraction: float, seed: int) -> FederatedData:
+def stamped(data: FederatedData, ids: frozenset[int], trigger: Trigger | Pattern, target: int, fraction: float, seed: int) -> FederatedData:
     """``data`` with a share ``fraction`` of each attacker's training rows (:func:`poison_rows`) triggered and labelled ``target`` (``backdoor``)."""
     ds = data.dataset
     y = ds.y_train.clone()

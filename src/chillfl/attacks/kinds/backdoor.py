@@ -46,11 +46,9 @@ def poison(options: BackdoorOptions, data: FederatedData, attackers: frozenset[i
 
 def probe(options: BackdoorOptions, data: FederatedData) -> tuple[torch.Tensor, torch.Tensor]:
     """Triggered test inputs whose label is not the target, labelled with the target."""
-    from chillfl.attacks.poison import trigger_of
+    from chillfl.attacks.poison import trigger_of, triggered_test
 
-    x, y = data.test()
-    keep = y != options.target
-    return trigger_of(options.trigger_size, options.target, data).apply(x[keep]), y[keep].clone().fill_(options.target)
+    return triggered_test(data, trigger_of(options.trigger_size, options.target, data), options.target)
 
 
 SPEC = AttackSpec(

@@ -1,0 +1,148 @@
+"""``dba``: the distributed backdoor attack (Xie, Huang, Chen & Li, "DBA: Distributed Backdoor Attacks against
+Federated Learning", ICLR 2020): data poisoning whose trigger no single attacker ever plants whole.
+
+A global pixel trigger ``T`` is split into ``K = parts`` disjoint local triggers, ``T = T_0 ∪ ... ∪ T_{K-1}``.
+With the attackers sorted by id, attacker j (0-based) poisons with local trigger ``T_{j mod K}`` only (in the
+paper, one attacker per part): a share ``poison_fraction`` of its rows become ``(R(x, T_{j mod K}), target)``,
+``R(x, T)`` setting each pixel of ``T`` to the training inputs' largest value on every channel, and trains on them
+and on its clean rows as an honest client would. The attack's success is measured with the *global* trigger: the
+probe is the test inputs whose label is not ``target``, ``R(x, T)`` labelled ``target``, so
+``attack_success_rate`` = the share of them the global model puts in ``target`` (the paper's attack success rate).
+
+Layout: part k is a one-pixel-high bar of ``bar_length`` pixels in row ``(k // 2) (1 + gap)``, columns from
+``(k mod 2) (bar_length + gap)``, counted from the image's top-left: two bars a row, ``gap`` pixels apart both ways.
+With the defaults (4 parts, bars of 2, gap 1) on 8x8 digits the global trigger is::
+
+    # # . # # . . .      row 0: T_0 = (0,0),(0,1)   T_1 = (0,3),(0,4)
+    . . . . . . . .
+    # # . # # . . .      row 2: T_2 = (2,0),(2,1)   T_3 = (2,3),(2,4)
+
+Choices
+-------
+* Layout: the authors' MNIST setting (``utils/mnist_params.yaml`` of AI-secure/DBA) is 4 one-pixel-high bars of
+  4 pixels in the top-left of a 28x28 image, two a row, 2 pixels apart both ways (rows 0 and 3, columns 0-3 and
+  6-9). Scaled to 8x8 (a factor of 3.5) that is bars of ~1 pixel 0.6 apart; the defaults round it up to bars of
+  2 (a bar of 1 is a single pixel, no longer a bar) and a gap of 1, keeping the 2x2 grid of bars and the corner.
+  ``bar_length``, ``gap`` and ``parts`` set it; more than 4 parts add rows of two bars below.
+* ``parts = 4``, the paper's default. The paper has one attacker per part; here attacker j takes part j mod K,
+  so more attackers than parts share parts, and fewer attackers than parts are refused (``attack.parts``): a
+  part nobody plants would be in the probe's trigger and in no training row.
+* ``poison_fraction = 0.5`` (as ``backdoor``): the authors' code relabels 20 of each batch of 64 (0.31), redrawn
+  every batch; here a fixed share of each attacker's rows, drawn once from (seed, "attack", "poison", client), the
+  backdoor's stream, so ``dba`` and ``backdoor`` poison the same rows and differ only in the trigger.
+* ``target = 0`` (the authors' MNIST target is 2; any class: an option). The probe leaves out the test inputs
+  of class ``target``, as the authors' ``poison_test_dataset``.
+* The trigger value is the largest training input value (the authors set the pixel to 1, their inputs' largest,
+  as MNIST is not normalised there), as ``backdoor``.
+* Not modelled: the paper's attackers also train their poisoned rows with their own lr and epochs and scale
+  their update (model replacement, factor 100 in the single-shot setting) in chosen rounds only. Here they train
+  as honest clients, in every round they are sampled (the multi-shot setting without scaling); one ``kind`` runs
+  at a time (docs/attacks.md, "Not yet").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from chillfl.attacks.spec import AttackSpec
+from chillfl.options import require
+
+if TYPE_CHECKING:
+    import torch
+
+    from chillfl.attacks.poison import Pattern
+    from chillfl.data import FederatedData
+
+Cells = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class DbaOptions:
+    """``target``: the class triggered inputs are labelled with. ``poison_fraction``: the share of an attacker's rows
+    that carry its local trigger. ``parts``: K, the number of local triggers. ``bar_length``: each local trigger's
+    length in pixels (a one-pixel-high bar). ``gap``: pixels between neighbouring bars, across and down."""
+
+    target: int = 0
+    poison_fraction: float = 0.5
+    parts: int = 4
+    bar_length: int = 2
+    gap: int = 1
+
+    def validate(self, section: str) -> None:
+        require(self.target >= 0, f"{section}.target", f"must be a class >= 0, got {self.target}")
+        require(0.0 < self.poison_fraction <= 1.0, f"{section}.poison_fraction", f"must be in (0, 1], got {self.poison_fraction}")
+        require(1 <= self.parts <= 64, f"{section}.parts", f"must be in [1, 64] local triggers, got {self.parts}")
+        require(1 <= self.bar_length <= 64, f"{section}.bar_length", f"must be in [1, 64] pixels, got {self.bar_length}")
+        require(0 <= self.gap <= 64, f"{section}.gap", f"must be in [0, 64] pixels, got {self.gap}")
+
+
+def local_cells(options: DbaOptions, part: int) -> Cells:
+    """The (row, column) pixels of local trigger ``part``: a bar in row (part // 2)(1 + gap), two bars a row."""
+    row = (part // 2) * (1 + options.gap)
+    first = (part % 2) * (options.bar_length + options.gap)
+    return tuple((row, first + i) for i in range(options.bar_length))
+
+
+def global_cells(options: DbaOptions) -> Cells:
+    """Every local trigger's pixels together: the trigger the probe stamps."""
+    return tuple(cell for part in range(options.parts) for cell in local_cells(options, part))
+
+
+def extent(options: DbaOptions) -> tuple[int, int]:
+    """(height, width) of the global trigger's bounding box from the top-left."""
+    cells = global_cells(options)
+    return 1 + max(r for r, _ in cells), 1 + max(c for _, c in cells)
+
+
+def _value(options: DbaOptions, data: FederatedData) -> float:
+    from chillfl.attacks.poison import trigger_value
+
+    height, width = extent(options)
+    what = f"{options.parts} bars of {options.bar_length} pixels in a {height}x{width} corner"
+    return trigger_value("dba", what, height, width, options.target, data)
+
+
+def global_pattern(options: DbaOptions, data: FederatedData) -> Pattern:
+    """The global trigger (every part) with this data set's trigger value."""
+    from chillfl.attacks.poison import Pattern
+
+    return Pattern(global_cells(options), _value(options, data))
+
+
+def parts_of(options: DbaOptions, attackers: frozenset[int]) -> list[frozenset[int]]:
+    """Entry k: the attackers that plant local trigger k (the j-th attacker by id plants part j mod K); a ConfigError
+    on ``attack.parts`` when a part would have none."""
+    from chillfl.errors import ConfigError
+
+    order = sorted(attackers)
+    if len(order) < options.parts:
+        raise ConfigError("attack.parts", f"splits the trigger into {options.parts} local triggers, and the run has {len(order)} attackers: set it to at most {len(order)}, so every part is planted")
+    return [frozenset(order[k :: options.parts]) for k in range(options.parts)]
+
+
+def poison(options: DbaOptions, data: FederatedData, attackers: frozenset[int], seed: int) -> FederatedData:
+    """Each attacker's share of rows stamped with its own local trigger and labelled ``target``."""
+    from chillfl.attacks.poison import Pattern, stamped
+
+    value = _value(options, data)  # the data's refusals first: they hold whatever the attackers
+    out = data
+    for part, ids in enumerate(parts_of(options, attackers)):
+        out = stamped(out, ids, Pattern(local_cells(options, part), value), options.target, options.poison_fraction, seed)
+    return out
+
+
+def probe(options: DbaOptions, data: FederatedData) -> tuple[torch.Tensor, torch.Tensor]:
+    """Test inputs whose label is not the target, with the *global* trigger, labelled with the target."""
+    from chillfl.attacks.poison import triggered_test
+
+    return triggered_test(data, global_pattern(options, data), options.target)
+
+
+SPEC = AttackSpec(
+    "dba",
+    DbaOptions,
+    summary="distributed backdoor: each attacker plants one part of a pixel trigger; success measured with the whole",
+    poison=poison,
+    probe=probe,
+)

@@ -139,7 +139,7 @@ def test_its_success_is_the_global_models_accuracy_on_the_global_trigger(tmp_pat
     x[:, :, 0, [0, 1, 3, 4]] = exp.data.dataset.x_train.max()  # the 2-part global trigger: bars (0,0-1) and (0,3-4)
     with torch.no_grad():
         hit = (model(x).argmax(1) == 0).double().mean().item()
-    assert lines[-1]["attack_success_rate"] == pytest.approx(hit, abs=1.0 / len(x))  # within one input's argmax tie
+    assert lines[-1]["attack_success_rate"] == hit  # the same inputs through the same model: the same logits
 
 
 @pytest.mark.parametrize(

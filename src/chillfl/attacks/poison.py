@@ -122,7 +122,7 @@ def relabelled(data: FederatedData, ids: frozenset[int], mapping: Sequence[int])
 
 
 def stamped(data: FederatedData, ids: frozenset[int], trigger: Trigger | Pattern, target: int, fraction: float, seed: int) -> FederatedData:
-    """``data`` with a share ``fraction`` of each attacker's training rows (:func:`poison_rows`) triggered and labelled ``target`` (``backdoor``)."""
+    """``data`` with a share ``fraction`` of each attacker's training rows (:func:`poison_rows`) triggered and labelled ``target`` (``backdoor``, ``dba``)."""
     ds = data.dataset
     y = ds.y_train.clone()
     x = ds.x_train.clone()

@@ -11,7 +11,7 @@ import torch
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
-from chillfl.privacy.clipping import gaussian_like
+from chillfl.clipping import gaussian_like
 from chillfl.privacy.dpsgd import PerSampleClipping
 from chillfl.runner import run_experiment
 from chillfl.seeds import derive_seed

@@ -18,7 +18,7 @@ from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.privacy.accounting import Ledger, add_steps, epsilon_of
 from chillfl.privacy.aggregate import PrivateAggregation
-from chillfl.privacy.clipping import clip_update, gaussian_like
+from chillfl.clipping import clip_update, gaussian_like
 from chillfl.report.compare import format_table
 from chillfl.runner import run_experiment
 from chillfl.seeds import derive_seed

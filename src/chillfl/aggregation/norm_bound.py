@@ -26,7 +26,7 @@ Choices
   and divides by the expected client count (``GaussianAverageQuery``), i.e. std sigma / m on the mean: set
   chillfl's ``sigma`` to that quotient to match it. ``sigma = 0`` (the default) adds nothing and draws nothing.
 * The noise is drawn in float64 on the CPU from a ``torch.Generator`` seeded by
-  ``derive_seed(seed, "norm_bound", round)`` (:func:`chillfl.privacy.clipping.gaussian_like`): the same under
+  ``derive_seed(seed, "norm_bound", round)`` (:func:`chillfl.clipping.gaussian_like`): the same under
   every executor and after a resume (no generator state in the checkpoint).
 * ``max_norm`` has no default: it is in the units of one round's update, which grow with the local learning
   rate and steps. Choose it from the honest updates' norms (a training statistic, e.g. their median in clean
@@ -47,7 +47,7 @@ from chillfl.aggregation.base import AggregatorBase, ClientResult, Json, Params,
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.aggregation.robust import ROBUST, float_keys, integer_max
 from chillfl.options import require
-from chillfl.privacy.clipping import clip_factor, gaussian_like, l2_norm
+from chillfl.clipping import clip_factor, gaussian_like, l2_norm
 from chillfl.seeds import derive_seed
 
 

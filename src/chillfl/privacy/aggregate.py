@@ -44,7 +44,7 @@ import torch
 
 from chillfl.aggregation.base import AroundAggregator, ClientHalf, ClientResult, Downlink, Params, aggregated_keys, check_state_keys
 from chillfl.engine.record import Json
-from chillfl.privacy.clipping import clip_update, float_keys, gaussian_like
+from chillfl.clipping import clip_update, float_keys, gaussian_like
 from chillfl.seeds import derive_seed
 
 

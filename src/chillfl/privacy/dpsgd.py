@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch.func import grad, vmap
 
-from chillfl.privacy.clipping import clip_factor, gaussian_like
+from chillfl.clipping import clip_factor, gaussian_like
 from chillfl.seeds import derive_seed
 
 Params = dict[str, torch.Tensor]

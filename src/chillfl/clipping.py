@@ -1,4 +1,6 @@
-"""Clipping to an L2 bound and the seeded Gaussian noise every mechanism adds.
+"""Clipping to an L2 bound and the seeded Gaussian noise every privacy mechanism adds (and norm bounding, a robust rule).
+
+A module of its own below both :mod:`chillfl.privacy` and :mod:`chillfl.aggregation`: plain tensor maths that each uses.
 
 Noise is drawn from a ``torch.Generator`` seeded by :func:`chillfl.seeds.derive_seed` from (run seed,
 purpose, round, client, ...), never the global RNG: the same seed gives the same noise under every

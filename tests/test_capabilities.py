@@ -44,7 +44,10 @@ BUILT_INS = [
     "fedprox", "fedrep", "fedyogi", "krum", "median", "moon", "pa3fed", "pfedme", "scaffold", "trimmed_mean", "vrl_sgd",
 ]
 """The names the one-table registry had before each spec moved into its method's module."""
-PERSONALISED_BREADTH = ["cfl", "fedala", "fedamp", "fedavgm", "fedbabu", "fedcac", "feddbe", "fedexp", "fedfomo", "fml", "fedpac", "fedphp", "fedrod", "ifca", "lg_fedavg", "perfedavg", "pfedsim", "qffl"]
+PERSONALISED_BREADTH = [
+    "cfl", "fedala", "fedamp", "fedavgm", "fedbabu", "fedcac", "feddbe", "fedexp", "fedfomo", "fml", "fedpac", "fedphp", "fedrod", "ifca",
+    "lg_fedavg", "perfedavg", "pfedsim", "qffl",
+]
 """The methods issue #38 added, each in its own module through the public spec (no core file names them)."""
 ROBUST_MORE = ["bulyan", "centered_clip", "dnc", "geomed", "norm_bound"]
 """Byzantine-robust rules added next to median, trimmed mean and Krum, each in its own module."""

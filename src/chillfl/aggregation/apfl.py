@@ -50,6 +50,7 @@ from chillfl.aggregation.base import (
     Context,
     FedAvg,
     Local,
+    OnPart,
     LocalProgram,
     Params,
     Personal,
@@ -135,15 +136,11 @@ class MixedLoss:
         return self.base_loss(logits.float(), step.y, 1.0)
 
 
-class OnShared:
-    """A parameter term of the run's objective (``[objective] proximal_mu``) applied to w, the pair's shared model."""
+class OnShared(OnPart):
+    """A parameter term of the run's objective applied to w, the pair's shared model."""
 
     def __init__(self, term: LossTerm) -> None:
-        self.term = term
-        self.reads = term.reads
-
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
-        return self.term({k[2:]: t for k, t in params.items() if k.startswith("w.")}, context)
+        super().__init__(term, "w.")
 
 
 @dataclass(frozen=True)

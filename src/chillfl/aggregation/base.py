@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from chillfl.engine.record import Json
-from chillfl.training.objective import Context, Wire
+from chillfl.training.objective import Context, LossTerm, Wire
 
 if TYPE_CHECKING:  # annotations only: the aggregators stay importable without the training loop
     from chillfl.training.local import LocalOutcome, LocalSpec
@@ -296,6 +296,19 @@ def combine(*halves: ClientHalf | None) -> ClientHalf | None:
 def own_entries(state: ClientState, prefix: str) -> Params:
     """The entries of ``state`` under ``prefix``, with the prefix taken off (empty: the client has none yet)."""
     return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+class OnPart:
+    """A parameter term of the run's objective (``[objective] proximal_mu``) applied to one part of a composite model: the
+    entries under ``prefix``, prefix taken off (APFL's shared w, FML's meme), so the term sees the model it was written for."""
+
+    def __init__(self, term: LossTerm, prefix: str) -> None:
+        self.term = term
+        self.prefix = prefix
+        self.reads = term.reads
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
+        return self.term(own_entries(dict(params), self.prefix), context)
 
 
 def with_prefix(params: Mapping[str, torch.Tensor], prefix: str) -> ClientState:

@@ -82,6 +82,7 @@ from chillfl.aggregation.base import (
     Context,
     FedAvg,
     Local,
+    OnPart,
     LocalProgram,
     Params,
     Personal,
@@ -184,15 +185,11 @@ class MutualLoss:
         return l_local + l_meme
 
 
-class OnMeme:
-    """A parameter term of the run's objective (``[objective] proximal_mu``) applied to the meme model, the one averaged."""
+class OnMeme(OnPart):
+    """A parameter term of the run's objective applied to the meme model, the one averaged."""
 
     def __init__(self, term: LossTerm) -> None:
-        self.term = term
-        self.reads = term.reads
-
-    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
-        return self.term(own_entries(dict(params), MEME), context)
+        super().__init__(term, MEME)
 
 
 @dataclass(frozen=True)

@@ -64,10 +64,12 @@ from workloads import WORKLOADS, Workload, data_dir, round_flops, workload, writ
 CHILLFL_EXECUTORS = (
     "auto", "sequential", "vectorized", "processes", "auto+tf32", "auto+bf16", "auto+bf16+channels_last", "auto+gemm", "auto+tf32+gemm", "auto+bf16+gemm",
     "auto+graphs", "auto+tf32+graphs", "auto+bf16+graphs", "auto+gemm+graphs", "auto+tf32+gemm+graphs", "auto+bf16+gemm+graphs",
+    "auto+compile", "auto+graphs+compile", "auto+bf16+graphs+compile",
 )
 CUDA_ONLY = ("processes",)  # chillfl trains ``processes`` on the CPU: refused on a GPU
 CPU_REFUSED = ("auto+tf32", "auto+bf16+channels_last", "auto+gemm", "auto+tf32+gemm", "auto+bf16+gemm",
-               "auto+graphs", "auto+tf32+graphs", "auto+bf16+graphs", "auto+gemm+graphs", "auto+tf32+gemm+graphs", "auto+bf16+gemm+graphs")
+               "auto+graphs", "auto+tf32+graphs", "auto+bf16+graphs", "auto+gemm+graphs", "auto+tf32+gemm+graphs", "auto+bf16+gemm+graphs",
+               "auto+graphs+compile", "auto+bf16+graphs+compile")
 """TF32 is a GPU mode; the CPU's ``auto`` already picks channels-last, and trains large convolutions one client at a
 time (``batched_conv`` changes only vmapped steps; it was slower on the CPU: chillfl.training.conv_gemm); ``cuda_graphs``
 records steps on CUDA devices only (chillfl.executors.step_graphs)."""
@@ -355,7 +357,8 @@ def run_workload(
             results[mode.name] = {"status": "ok", **summarize(runs[mode.name])}
             print(f" {statistics.median(round_times(m.clock)):.3f} s/round, {m.peak_mb:.0f} MB")
     for mode in modes:
-        results.setdefault(mode.name, {"status": dead[mode.name]})  # never launched: its peer is missing
+        if mode.name not in results:  # never launched: its peer is missing (not setdefault: its default is evaluated for every mode)
+            results[mode.name] = {"status": dead[mode.name]}
     if not args.no_ops:  # aten ops (and CUDA launches) per client step, once per chillfl mode, in its own process
         for mode in modes:
             if mode.script != "mode_chillfl.py" or mode.name in dead:

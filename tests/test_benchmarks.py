@@ -267,3 +267,18 @@ def test_compile_steps_eager_twin_is_each_clients_own_sgd_step() -> None:
     for c in range(2):
         for k in params:
             torch.testing.assert_close(params[k][c], expected[c][k], rtol=REL, atol=ABS)  # vmapped against per-client kernels
+
+
+def test_a_workload_measured_to_the_end_reports_measured_and_never_launched_modes(tmp_path: Path) -> None:
+    """run_workload's last pass gives each mode never launched (its peer missing) its reason, and keeps the measured ones.
+
+    That pass once took ``dead[name]`` as setdefault's default, which is evaluated for every mode, so any
+    measured mode ended the workload with a KeyError before its ops were counted or the next workload ran.
+    """
+    args = run.parse_args(["--workload", "1", "--scale", "0.02", "--rounds", "1", "--repeats", "1", "--no-ops", "--data-dir", str(tmp_path / "data")])
+    modes = run.select_modes(run.all_modes("cpu"), "blazefl[serial]")  # the compute bound runs too
+    peers = {"blazefl": {"ok": False, "detail": "(not installed here)"}}
+    entry = run.run_workload(workload("1", 0.02), modes, peers, args, tmp_path)
+    statuses = {name: result["status"] for name, result in entry["modes"].items()}
+    assert statuses == {"compute_bound": "ok", "blazefl[serial]": "not available: blazefl (not installed here)"}
+    assert entry["modes"]["compute_bound"]["s_per_round_median"] > 0

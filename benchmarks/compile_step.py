@@ -13,10 +13,11 @@ compile time (the first compiled call), the largest difference of any weight
 and whether the two are bitwise equal. Nothing here is imported by the package;
 no test asserts a time.
 
-Why it is a measurement and not an option yet: a compiled step's fused kernels
-round differently from the eager ones (the executors' equality and bitwise
-resume rest on one set of kernels), and on a GPU the launch overhead it would
-remove is what ``cuda_graphs = true`` already removes (docs/gpu.md).
+This is the bare step; the option ``compile = true`` (chillfl.executors.compiled)
+compiles the executor's own step, and ``benchmarks/run.py``'s ``+compile`` modes
+time it in whole rounds. On the CPU the bare step gains and the executor's
+round loses (docs/gpu.md says why); on a GPU the launch overhead it would
+remove is what ``cuda_graphs = true`` already removes, and the two combine.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ then legitimately means sequential; the result notes ``parallel_module``).
 
 Variants: ``<executor>``, then optional ``+<precision>`` (the override ``precision =
 "bf16"`` or ``"tf32"``), ``+channels_last`` / ``+contiguous`` (``memory_format``) and
-``+gemm`` / ``+grouped`` (``batched_conv``) and ``+graphs`` (``cuda_graphs = true``);
+``+gemm`` / ``+grouped`` (``batched_conv``), ``+graphs`` (``cuda_graphs = true``) and ``+compile`` (``compile = true``);
 a config that rejects one makes the mode "not available: <reason>".
 The spec's ``device`` becomes the config's ``device``.
 
@@ -67,12 +67,12 @@ PARALLEL_ONLY = ("vectorized", "processes")
 
 
 def overrides(w: Workload, variant: str, rounds: int, seed: int, device: str = "cpu") -> dict[str, Any]:
-    """The run's config overrides; ``variant``: the executor, then optional ``+<precision>`` / ``+<memory_format>`` / ``+<batched_conv>`` / ``+graphs`` parts."""
+    """The run's config overrides; ``variant``: the executor, then optional ``+<precision>`` / ``+<memory_format>`` / ``+<batched_conv>`` / ``+graphs`` / ``+compile`` parts."""
     executor, *options = variant.split("+")
     formats = [o for o in options if o in ("channels_last", "contiguous")]
     convs = [o for o in options if o in ("grouped", "gemm")]
-    graphs = "graphs" in options
-    precision = next((o for o in options if o not in formats and o not in convs and o != "graphs"), "")
+    switches = {o for o in options if o in ("graphs", "compile")}
+    precision = next((o for o in options if o not in formats and o not in convs and o not in switches), "")
     model = {"name": "mcmahan_cnn"} if w.model == "cnn" else {"name": "mlp", "hidden": [64]}
     out: dict[str, Any] = {
         "name": f"bench-w{w.key}-{executor}",
@@ -96,8 +96,10 @@ def overrides(w: Workload, variant: str, rounds: int, seed: int, device: str = "
         out["memory_format"] = formats[0]
     if convs:
         out["batched_conv"] = convs[0]
-    if graphs:
+    if "graphs" in switches:
         out["cuda_graphs"] = True
+    if "compile" in switches:
+        out["compile"] = True
     if w.public_per_round:
         out["distillation"] = {"method": "scarlet", "public_size": w.public_size, "subset_size": w.public_per_round}
     return out

@@ -263,6 +263,17 @@ def test_cuda_graphs_run_gives_the_same_records_as_without(deterministic_cuda: N
 
 
 @needs_cuda
+def test_compiled_steps_on_the_gpu_repeat_bitwise_train_as_eager_ones_and_replay_as_graphs(deterministic_cuda: None) -> None:
+    """``compile = true`` on CUDA (Triton kernels): reproducible, within rounding of eager, and recorded as CUDA graphs unchanged."""
+    from float_paths import assert_records_close
+
+    compiled = _run(device="cuda", executor="vectorized", compile=True)
+    assert compiled == _run(device="cuda", executor="vectorized", compile=True)
+    assert_records_close(_run(device="cuda", executor="vectorized"), compiled)
+    assert _run(device="cuda", executor="vectorized", compile=True, cuda_graphs=True) == compiled
+
+
+@needs_cuda
 def test_cuda_chunks_are_sized_from_free_device_memory() -> None:
     from chillfl.executors.vectorized import free_device_memory
 

@@ -25,6 +25,7 @@ from chillfl.data.datasets import DATASETS, dataset_options
 from chillfl.data.loaders import DATA_DIR_FIELD
 from chillfl.data.partition import PARTITIONERS, partitioner_names, partitioner_options
 from chillfl.data.partition_file import FROM_FILE
+from chillfl.executors.compiled import check_toolchain
 from chillfl.executors.parallel import ExecutorSpec, make_parallel_executor, unsendable
 from chillfl.engine.protocol import Executor, ServerProtocol
 from chillfl.executors.pools import WorkerPools
@@ -304,6 +305,8 @@ def build_experiment(
         raise choice_error("client.loss", config.client.loss, list(losses))
     sample = torch.zeros((1, *data.dataset.input_shape))  # the conv sizes decide "auto"
     memory_format, precision = resolve_compute(config.memory_format, config.precision, model, device, sample)
+    if config.compile:
+        check_toolchain(device)
     spec = LocalSpec(
         epochs=config.client.epochs,
         batch_size=config.client.batch_size,
@@ -317,6 +320,7 @@ def build_experiment(
         precision=precision,
         batched_conv=config.batched_conv,
         cuda_graphs=config.cuda_graphs,
+        compiled=config.compile,
         private=private_steps(config, data, model, aggregator),  # [privacy] dp-sgd
     )
     model.to(device)

@@ -132,8 +132,12 @@ any device, which is how the CPU tests exercise the GPU path), a chunk runs
   (momentum, Nesterov, weight decay, clipping) at a constant local rate;
   steps of only some clients (short last batches, stragglers) stay eager,
   and large linear weights' deferred updates (whose buffers grow) are not
-  used. ``torch.compile`` is not used: compiled kernels are not guaranteed
-  to round like eager ones, which the equality and determinism tests rely on.
+  used;
+* with ``compile = true`` (:mod:`chillfl.executors.compiled`, any device) the
+  forward and backward of the steps of every client go through
+  ``torch.compile``, one graph per shape; other steps stay eager, and linear
+  layers are not factored. Compiled kernels round differently from eager
+  ones: such a run repeats bitwise but does not equal the other executors.
 """
 
 from __future__ import annotations
@@ -153,6 +157,7 @@ from torch.func import vmap
 
 from chillfl.data.augment import crop_flip
 from chillfl.engine.footprint import activation_bytes, nbytes
+from chillfl.executors.compiled import CompileFailed, CompiledSteps
 from chillfl.executors.sequential import ClientJob, Executor, SequentialExecutor, train_job
 from chillfl.executors.step_graphs import CudaGraphRecorder, GraphSlots, Recorder, StepGraphs
 from chillfl.engine.predict import BatchedPredictor, refuse_fallback
@@ -458,6 +463,7 @@ class VectorizedExecutor:
         self._chunk_sizes: dict[tuple[int, ...], int] = {}
         self._graph_warmups: dict[Hashable, int] = {}  # ``cuda_graphs``: warm-up steps per step shape, once a run (:class:`StepGraphs`)
         self._graph_slots = GraphSlots()  # ``cuda_graphs``: recorded steps and the tensors they read, kept from round to round
+        self._compiled = CompiledSteps() if spec.compiled else None  # ``compile``: this executor's compiled graphs, one per step shape
         self._make_fallback = fallback or (lambda: SequentialExecutor(model, spec))
         self._fallback: Executor | None = None
         self._replicas: queue.SimpleQueue[_Replica] = queue.SimpleQueue()
@@ -691,7 +697,7 @@ class VectorizedExecutor:
                 rate = lr.at(batch.step, None, ())  # constant within the chunk (:meth:`graphed`): the graph keeps it
 
                 def step(xy: Sequence[torch.Tensor], rate: float | torch.Tensor = rate, s: int = batch.step) -> None:
-                    totals.add_(self._step(losses_of, params, buffers, opt_state, xy[0], xy[1], temperature, rate, every, None, s))
+                    totals.add_(self._step(losses_of, params, buffers, opt_state, xy[0], xy[1], temperature, rate, every, None, s, self._compiled))
 
                 if left is not None:
                     left[batch.x.shape[1]] -= 1
@@ -705,7 +711,8 @@ class VectorizedExecutor:
                 p, b, m = leaf_params(_rows_of(params, rows)), _rows_of(buffers, rows), {slot: _rows_of(s, rows) for slot, s in opt_state.items()}
             later = deferred if rows is None else None
             rate = lr.at(batch.step, rows, batch.members)
-            losses = self._step(losses_of, p, b, m, batch.x, batch.y, _rows(temperature, rows), rate, context.select(rows), later, batch.step)
+            compiled = self._compiled if rows is None else None  # steps of only some clients stay eager: their shapes vary (chillfl.executors.compiled)
+            losses = self._step(losses_of, p, b, m, batch.x, batch.y, _rows(temperature, rows), rate, context.select(rows), later, batch.step, compiled)
             if rows is None:
                 totals += losses  # float32 losses into float64 sums: each converted exactly, then added in float64
             else:
@@ -729,14 +736,17 @@ class VectorizedExecutor:
         leaves: list[torch.Tensor],
         deferred: DeferredOuter | None = None,
         step: int = 0,
+        compiled: CompiledSteps | None = None,
     ) -> torch.Tensor:
         """One SGD step of every client stacked in ``params``; returns their losses (detached, in the loss's dtype).
+
+        ``compiled``: the forward and backward through it (``compile = true``; :mod:`chillfl.executors.compiled`).
 
         A failure becomes NotVectorizable here too, not only in the probe: a
         client-dependent number in Python control flow, e.g., only shows once
         the chunk's contexts differ. The round is then rerun by the fallback.
         """
-        losses, grads, factors = losses_of.grads(params, buffers, x, y, t, leaves, deferred.pending() if deferred is not None else {})
+        losses, grads, factors = losses_of.grads(params, buffers, x, y, t, leaves, deferred.pending() if deferred is not None else {}, compiled)
         if deferred is not None:
             for i, key in enumerate(params):
                 if key not in deferred.rows:
@@ -777,6 +787,9 @@ class VectorizedExecutor:
         replica.loss_fn.factor = False
         _, dense, _ = losses_of.grads(params, buffers, *args)  # batch-norm statistics touched here are discarded
         self._layouts = {k: dim_order(g) for (k, w), g in zip(params.items(), dense) if g is not None and dim_order(g) != dim_order(w)}
+        if self.spec.compiled:  # a compiled forward is one autograd node: the gradient at a linear layer's output is not reachable
+            self._factored, self._deferred, self._verified = frozenset(), frozenset(), True
+            return
         replica.loss_fn.factor = True
         try:
             _, grads, factors = losses_of.grads(params, buffers, *args)
@@ -835,8 +848,13 @@ class _Vmapped:
         t: torch.Tensor,
         leaves: list[torch.Tensor],
         pending: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+        compiled: CompiledSteps | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor | None], Factors]:
         """The clients' losses and the gradient of their sum; any failure becomes NotVectorizable.
+
+        ``compiled``: the vmapped loss runs through it (:class:`~chillfl.executors.compiled.CompiledSteps`), whose
+        failures are :class:`~chillfl.executors.compiled.CompileFailed`, not NotVectorizable: the probe ran
+        the same step eagerly, so what fails here is the compiler, and falling back would hide it.
 
         The gradient of the *sum* w.r.t. client i's parameters is client i's own
         gradient: no client's loss depends on another's parameters.
@@ -854,12 +872,15 @@ class _Vmapped:
             return (value, *(tensor for pair in captured for tensor in pair))
 
         deferred = [tensor for k in dkeys for tensor in (pending or {})[k]]
+        args = (*params.values(), *buffers.values(), x, y, t, *leaves, *deferred)
         try:
             with torch.enable_grad():
-                losses, *flat_captured = vmap(flat_loss)(*params.values(), *buffers.values(), x, y, t, *leaves, *deferred)
+                losses, *flat_captured = compiled(flat_loss, args) if compiled is not None else vmap(flat_loss)(*args)
                 captured = list(zip(flat_captured[::2], flat_captured[1::2]))
                 grads, factors = step_grads(losses.sum(), params, self.loss_fn.keys, captured)
                 return losses, grads, factors
+        except CompileFailed:
+            raise
         except Exception as exc:  # noqa: BLE001 - an op without a batching rule, dropout, client-dependent control flow, ...
             raise NotVectorizable(f"the training step cannot be vmapped ({type(exc).__name__}: {exc})") from exc
 

@@ -138,6 +138,9 @@ class LocalSpec:
     cuda_graphs: bool = False
     """The vectorised executor records a chunk's steps on a CUDA device as CUDA graphs and replays them
     (:mod:`chillfl.executors.step_graphs`); elsewhere, and for steps it cannot replay, steps run as they are."""
+    compiled: bool = False
+    """The vectorised executor runs a chunk's all-client step's forward and backward through ``torch.compile``
+    (:mod:`chillfl.executors.compiled`); other steps and other executors run as they are."""
     optim: Optimizer = SGD
     """The optimiser besides ``momentum`` / ``weight_decay``: Adam(W), Nesterov, clipping, a schedule over local steps."""
     frozen: frozenset[str] = frozenset()
@@ -159,7 +162,7 @@ class LocalSpec:
         return LocalSpec(
             epochs=epochs, batch_size=batch_size, momentum=self.momentum, weight_decay=self.weight_decay, base_loss=base_loss,
             memory_format=self.memory_format, precision=self.precision, batched_conv=self.batched_conv, optim=self.optim,
-            cuda_graphs=self.cuda_graphs,
+            cuda_graphs=self.cuda_graphs, compiled=self.compiled,
         )
 
 

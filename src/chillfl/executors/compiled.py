@@ -1,0 +1,111 @@
+"""``compile = true``: the vectorised executor's all-client step through ``torch.compile`` (issue 39).
+
+What is compiled is the vmapped loss of a chunk's step of *every* client
+(forward and, through AOTAutograd, backward); the update stays the eager
+optimiser step. Steps of only some clients (a short last batch, a client
+whose data ran out) stay eager, as they do under ``cuda_graphs``: their
+number of clients and batch sizes differ from step to step, and each new
+shape would be compiled again.
+
+Choices
+-------
+* **Static shapes** (``dynamic=False``): one compiled graph per input shape,
+  chosen by the shape alone. With dynamic shapes, the kernels a shape runs
+  would depend on which shapes came first (torch marks a dimension dynamic
+  when it first changes, and inductor tunes on the sizes it saw), so a
+  resumed run, which sees its shapes in another order, could round
+  differently. Static graphs keep resume bitwise.
+* **A limit, then an error**: torch falls back to eager, silently, once one
+  function has been compiled ``recompile_limit`` (8) times, which would
+  again make a step's kernels depend on the order of shapes. Here the limit
+  is :data:`COMPILE_LIMIT` and passing it is :class:`CompileFailed`.
+* **Not bitwise equal to eager**: inductor fuses and reorders float
+  arithmetic, so a compiled run is reproducible (same config and seed, the
+  same bits, on one machine, torch build and thread count) but not equal to
+  the eager run or to the other executors (benchmarks/compile_step.py
+  measures both).
+* **A failure is the compiler's**: the executor's probe ran the step
+  eagerly first, so a failing compiled step is retried eagerly; if that
+  works, the error is :class:`CompileFailed` (the run stops, naming
+  ``compile``), never a silent fallback that would report eager speed as
+  compiled.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Callable, Sequence
+
+import torch
+from torch.func import vmap
+
+from chillfl.errors import ConfigError
+
+COMPILE_LIMIT = 64
+"""Compiled step graphs one run's executor may hold (torch's ``recompile_limit`` for its step): see the module's Choices."""
+
+
+class CompileFailed(ConfigError):
+    """``torch.compile`` could not compile or run a step that runs eagerly: the run stops with one line naming
+    ``compile`` (exit 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("compile", f"{message}; set compile = false to train without it")
+
+
+def _vmap_call(fn: Callable[..., tuple[torch.Tensor, ...]], *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return vmap(fn)(*args)
+
+
+class CompiledSteps:
+    """One executor's compiled step: ``steps(fn, args)`` is ``vmap(fn)(*args)`` compiled (inductor, static shapes).
+
+    torch keeps compiled graphs, and counts them against its limit, per code
+    object. Each instance compiles its own copy of the wrapper's code, so its
+    graphs and :data:`COMPILE_LIMIT` are the executor's (a run's), not the
+    process's: a sweep of many methods in one process would otherwise fill one
+    shared cache, and its graphs would live as long as the process. Within an
+    instance, ``fn`` may be a new closure each call: torch checks its code and
+    its closure's values with guards, so a step is compiled once per shape.
+    """
+
+    def __init__(self) -> None:
+        own = types.FunctionType(_vmap_call.__code__.replace(), _vmap_call.__globals__, _vmap_call.__name__)
+        self._compiled = torch.compile(own, dynamic=False)
+
+    def __call__(self, fn: Callable[..., tuple[torch.Tensor, ...]], args: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """The compiled call; a compiler failure is :class:`CompileFailed`. The limit is raised (and made an error)
+        only around the call: torch's config is process-wide."""
+        try:
+            with torch._dynamo.config.patch(recompile_limit=COMPILE_LIMIT, fail_on_recompile_limit_hit=True):
+                return self._compiled(fn, *args)
+        except Exception as exc:  # noqa: BLE001 - dynamo, inductor or the C++/Triton toolchain; told apart from the step's own errors below
+            vmap(fn)(*args)  # the step's own error (not the compiler's) propagates from here, as it does without compile
+            raise CompileFailed(f"torch.compile failed on a step that runs eagerly ({type(exc).__name__}: {_headline(exc)})") from exc
+
+
+def _headline(exc: BaseException) -> str:
+    """The error's first line, with the next one when it only introduces it (torch's "backend='inductor' raised:")."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+
+
+def check_toolchain(device: torch.device) -> None:
+    """Refuse ``compile = true`` before anything is written where torch.compile cannot build kernels: inductor
+    writes C++ for the CPU (a compiler on the PATH or in ``CXX``) and Triton kernels for a GPU."""
+    if device.type == "cpu":
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        try:
+            get_cpp_compiler()
+        except Exception as exc:  # noqa: BLE001 - torch raises its own error types for a missing or unusable compiler
+            raise ConfigError("compile", f"torch.compile needs a C++ compiler on the CPU, and none was found ({type(exc).__name__}); install g++ or set CXX") from exc
+    elif device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            raise ConfigError("compile", "torch.compile needs Triton on a GPU, which is not installed; install torch's triton package")
+    else:
+        raise ConfigError("compile", f"torch.compile of the step is supported on cpu and cuda devices, not {device.type!r}")

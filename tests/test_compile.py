@@ -1,0 +1,194 @@
+"""``compile = true``: the vectorised executor's all-client step through torch.compile (chillfl.executors.compiled).
+
+A compiled step rounds differently from the eager one (inductor fuses and
+reorders float arithmetic), so compiled runs are compared with eager ones
+within float rounding, and with each other (and across a resume, and across
+two fresh processes with empty compile caches) bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+from torch import nn
+from torch.func import vmap
+
+import chillfl.executors.compiled as compiled
+from chillfl.config import load_config
+from chillfl.errors import ConfigError
+from chillfl.executors.compiled import CompiledSteps, CompileFailed, check_toolchain
+from chillfl.executors.sequential import ClientJob
+from chillfl.executors.vectorized import VectorizedExecutor
+from chillfl.training.local import LocalOutcome, LocalSpec, model_state
+from float_paths import REL, TRAJECTORY_REL, assert_close, assert_records_close
+from methods_e2e import records
+from resume_cases import TINY, check_resume
+
+SIZES = [40, 40, 40, 40, 24, 20]  # batches of 8: clients 4 and 5 run out first, client 5 ends each epoch on 4 rows
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 16), nn.ReLU(), nn.Linear(16, 5))
+
+
+def _jobs(model: nn.Module) -> list[ClientJob]:
+    start = model_state(model)
+    g = torch.Generator().manual_seed(3)
+    jobs = []
+    for c, n in enumerate(SIZES):
+        x, y = torch.randn(n, 1, 6, 6, generator=g), torch.randint(0, 5, (n,), generator=g)
+        jobs.append(ClientJob(c, start, x, y, 0.05, 1.0 / (1 + c), {}, 100 + c))
+    return jobs
+
+
+def _train(compile_: bool, accelerator: bool = False) -> tuple[list[LocalOutcome], VectorizedExecutor]:
+    model = _model()
+    spec = LocalSpec(epochs=2, batch_size=8, momentum=0.9, compiled=compile_)
+    ex = VectorizedExecutor(model, spec, chunk_size=len(SIZES), accelerator=accelerator, free_memory=lambda _d: 1 << 40)
+    out = ex.run(_jobs(model))
+    assert ex.fallback_reason is None
+    return out, ex
+
+
+@pytest.mark.parametrize("accelerator", [False, True], ids=["cpu-policy", "accelerator-policy"])
+def test_only_the_steps_of_every_client_at_full_batch_are_compiled(monkeypatch: pytest.MonkeyPatch, accelerator: bool) -> None:
+    """Steps of only some clients (short batches, clients whose data ran out) stay eager: their shapes vary."""
+    shapes: list[tuple[int, ...]] = []
+
+    def eager_twin(_self: CompiledSteps, fn: Callable[..., Any], args: Any) -> Any:
+        shapes.append(tuple(args[len(_model().state_dict())].shape[:2]))  # x follows the parameters and buffers
+        return vmap(fn)(*args)
+
+    monkeypatch.setattr(CompiledSteps, "__call__", eager_twin)
+    out, ex = _train(True, accelerator)
+    # 5 batches an epoch for clients 0-3, 3 (8, 8, 8) for client 4, 3 (8, 8, 4) for client 5: every client has a
+    # full batch at the first two steps of each of the two epochs; the rest are steps of some clients or a short batch
+    assert shapes == [(6, 8)] * 4
+    assert [o.num_steps for o in out] == [10, 10, 10, 10, 6, 6]
+    assert not ex._factored and not ex._deferred  # a compiled forward hides a linear layer's output gradient from autograd
+
+
+def test_compiled_steps_train_as_eager_ones_within_rounding() -> None:
+    """Batch norm (its running statistics updated inside the compiled step), momentum, short batches."""
+    eager, _ = _train(False)
+    twice = [_train(True)[0] for _ in range(2)]
+    for a, b in zip(eager, twice[0], strict=True):
+        assert a.num_steps == b.num_steps
+        assert_close(a.params, b.params, "params", rel=REL)
+        assert b.mean_loss == pytest.approx(a.mean_loss, rel=REL)
+    for a, b in zip(*twice, strict=True):  # compiled again (torch's cache): the same bits
+        assert a.mean_loss == b.mean_loss and all(torch.equal(a.params[k], b.params[k]) for k in a.params)
+
+
+def test_a_compiled_run_is_close_to_the_eager_run_and_resumes_bitwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    over = {**TINY, "executor": "vectorized", "federation.clients_per_round": 4, "client.batch_size": 16}
+    eager = load_config(None, over)
+    records_ = [records(eager), records(eager.with_overrides({"compile": True}))]
+    assert_records_close(*records_, rel=TRAJECTORY_REL)
+    check_resume("algorithm.fedavg", "vectorized", 1, tmp_path, monkeypatch, compile=True)
+
+
+@pytest.mark.slow
+def test_two_fresh_processes_compile_the_same_bits_and_leave_no_process(tmp_path: Path) -> None:
+    """Empty compile caches in each process (inductor compiles from scratch), the CLI's run: the same metrics, byte for byte.
+
+    Inductor compiles in worker processes of its own; nothing of the run's session is left once it ends.
+    """
+    config = tmp_path / "run.toml"
+    config.write_text('[dataset]\nname = "digits"\n[model]\nname = "mlp"\nhidden = [16]\n[federation]\nnum_clients = 6\nclients_per_round = 3\nrounds = 2\n'
+                      '[client]\nbatch_size = 16\n[partition]\nname = "iid"\n')
+    folders = []
+    for i in range(2):
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor-{i}"), "TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}
+        cmd = [sys.executable, "-m", "chillfl", "run", str(config), "-q", f"name=run{i}", f"out_dir={tmp_path}", "executor=vectorized", "compile=true"]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+        assert not _session_members(proc.pid), "a process of the run outlived it"
+        folders.append(tmp_path / f"run{i}")
+    assert (folders[0] / "metrics.jsonl").read_bytes() == (folders[1] / "metrics.jsonl").read_bytes()
+    assert "compile = true" in (folders[0] / "config.toml").read_text()
+
+
+def _session_members(sid: int) -> list[int]:
+    """Live processes whose session id is ``sid`` (field 6 of /proc/PID/stat)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.append(int(pid))
+    return found
+
+
+def test_compile_needs_the_vectorised_executor() -> None:
+    for executor in ("sequential", "processes", "ray"):
+        with pytest.raises(ConfigError) as err:
+            load_config(None, {"compile": True, "executor": executor})
+        assert err.value.field == "compile" and "'vectorized' or 'auto'" in err.value.message
+    assert load_config(None, {"compile": True, "executor": "auto"}).compile
+
+
+def test_the_cli_refuses_compile_on_another_executor_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from chillfl.cli import main
+
+    config = tmp_path / "run.toml"
+    config.write_text('[dataset]\nname = "digits"\n[model]\nname = "mlp"\n')
+    assert main(["run", str(config), "-q", f"out_dir={tmp_path / 'out'}", "compile=true", "executor=sequential"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("chillfl: error: compile: ") and "\n" not in err
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_a_missing_toolchain_is_a_config_error_naming_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch._inductor.config as inductor
+    import torch.utils._triton as triton
+
+    with inductor.patch({"cpp.cxx": ("/nonexistent/c++-for-this-test",)}), pytest.raises(ConfigError, match="C\\+\\+ compiler") as err:
+        check_toolchain(torch.device("cpu"))
+    assert err.value.field == "compile"
+    monkeypatch.setattr(triton, "has_triton", lambda: False)
+    with pytest.raises(ConfigError, match="Triton"):
+        check_toolchain(torch.device("cuda"))
+    with pytest.raises(ConfigError, match="'mps'"):
+        check_toolchain(torch.device("mps"))
+
+
+def test_a_compiler_failure_stops_the_step_and_the_steps_own_error_stays_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never a silent eager fallback that would report eager speed as compiled; an error of the step itself propagates
+    as it does without compile (the executor then falls back as it always does for a step that cannot be vmapped)."""
+
+    def broken_compiler(_fn: Callable[..., Any], *_args: Any) -> Any:
+        raise RuntimeError("backend='inductor' raised:\nCppCompileError: C++ compile failed\n\nmore lines")
+
+    steps = CompiledSteps()
+    monkeypatch.setattr(steps, "_compiled", broken_compiler)
+    x = torch.ones(2, 3)
+    with pytest.raises(CompileFailed) as err:
+        steps(lambda a: (a.sum(),), (x,))
+    assert err.value.field == "compile" and "raised: CppCompileError: C++ compile failed" in err.value.message and "more lines" not in err.value.message
+
+    def not_vmappable(a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        raise ValueError("client-dependent control flow")
+
+    with pytest.raises(ValueError, match="client-dependent"):
+        steps(not_vmappable, (x,))
+
+
+def test_more_step_shapes_than_the_limit_is_an_error_not_a_silent_eager_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past torch's recompile limit a function runs eagerly, silently: its kernels would depend on the order of shapes."""
+    monkeypatch.setattr(compiled, "COMPILE_LIMIT", 1)
+    steps = CompiledSteps()
+    assert steps(lambda a: (a.sum(),), (torch.ones(2, 5),))[0].tolist() == [5.0, 5.0]
+    with pytest.raises(CompileFailed, match="recompile_limit"):
+        steps(lambda a: (a.sum(),), (torch.ones(3, 5),))
+    assert CompiledSteps()(lambda a: (a.sum(),), (torch.ones(3, 5),))[0].tolist() == [5.0] * 3  # the limit is each executor's own

@@ -75,7 +75,8 @@ class CompiledSteps:
 
     def __call__(self, fn: Callable[..., tuple[torch.Tensor, ...]], args: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """The compiled call; a compiler failure is :class:`CompileFailed`. The limit is raised (and made an error)
-        only around the call: torch's config is process-wide."""
+        only around the call, so other compiled code keeps torch's; the patch is the calling thread's (torch keeps
+        config patches per thread), so the executor's worker threads do not undo each other's."""
         try:
             with torch._dynamo.config.patch(recompile_limit=COMPILE_LIMIT, fail_on_recompile_limit_hit=True):
                 return self._compiled(fn, *args)

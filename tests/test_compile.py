@@ -211,3 +211,18 @@ def test_more_step_shapes_than_the_limit_is_an_error_not_a_silent_eager_step(mon
     with pytest.raises(CompileFailed, match="recompile_limit"):
         steps(lambda a: (a.sum(),), (torch.ones(3, 5),))
     assert CompiledSteps()(lambda a: (a.sum(),), (torch.ones(3, 5),))[0].tolist() == [5.0] * 3  # the limit is each executor's own
+
+
+def test_a_run_that_trains_client_by_client_says_its_steps_are_not_compiled(caplog: pytest.LogCaptureFixture) -> None:
+    """The CPU trains large convolutions one client at a time, unvmapped: ``compile`` then has nothing to compile, and says so."""
+    import logging
+
+    model = nn.Sequential(nn.Conv2d(3, 32, 5, padding=2), nn.ReLU(), nn.Flatten(), nn.Linear(32 * 16 * 16, 5))  # 8,192 conv outputs a sample
+    g = torch.Generator().manual_seed(0)
+    jobs = [ClientJob(c, model_state(model), torch.randn(8, 3, 16, 16, generator=g), torch.randint(0, 5, (8,), generator=g), 0.05, 1.0, {}, c) for c in range(2)]
+    ex = VectorizedExecutor(model, LocalSpec(epochs=1, batch_size=8, compiled=True))
+    with caplog.at_level(logging.WARNING, logger="chillfl.executors.vectorized"):
+        ex.run(jobs)
+        ex.run(jobs)
+    said = [r.message for r in caplog.records if r.message.startswith("compile:")]
+    assert said == ["compile: this run trains client by client (large convolutions on the CPU), whose steps are not compiled"]

@@ -531,6 +531,9 @@ class VectorizedExecutor:
         workers = 1 if resident else self.workers
         if self._per_client is None:
             self._per_client = self.spec.private is not None or (not resident and per_client_steps(self.model, next((j.x for j in jobs if len(j.x)), jobs[0].x)))
+            if self._per_client and self.spec.compiled:  # asked for, and not given: said once
+                log.warning("compile: this run trains client by client (%s), whose steps are not compiled",
+                            "DP-SGD's per-sample step" if self.spec.private is not None else "large convolutions on the CPU")
         if self._per_client:  # one client per chunk, trained unvmapped (CPU only; DP-SGD's per-sample vmap everywhere): see module Choices
             chunks = [[i] for i in range(len(jobs))]
 

@@ -30,6 +30,8 @@ from float_paths import REL, TRAJECTORY_REL, assert_close, assert_records_close
 from methods_e2e import records
 from resume_cases import TINY, check_resume, overrides
 
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch's own, raised as inductor loads
+
 SIZES = [40, 40, 40, 40, 24, 20]  # batches of 8: clients 4 and 5 run out first, client 5 ends each epoch on 4 rows
 
 

@@ -24,11 +24,17 @@ Choices
   same bits, on one machine, torch build and thread count) but not equal to
   the eager run or to the other executors (benchmarks/compile_step.py
   measures both).
-* **A failure is the compiler's**: the executor's probe ran the step
-  eagerly first, so a failing compiled step is retried eagerly; if that
-  works, the error is :class:`CompileFailed` (the run stops, naming
-  ``compile``), never a silent fallback that would report eager speed as
-  compiled.
+* **A failure is the compiler's**: a compiled step whose forward or
+  backward fails is retried eagerly; if that works, the error is
+  :class:`CompileFailed` (the run stops, naming ``compile``), never a
+  silent fallback that would report eager speed as compiled. (The step's own
+  error, e.g. one that cannot be vmapped, falls back as it does eagerly.)
+* **The on-disk cache**: inductor keeps compiled kernels in
+  ``TORCHINDUCTOR_CACHE_DIR`` (default ``/tmp/torchinductor_$USER``). With
+  torch 2.13 its keys do not cover ``ATEN_CPU_CAPABILITY``: kernels built
+  under one value and loaded under another crashed ("tuple args required",
+  "double free or corruption"). Runs under different values need cache
+  folders of their own (the tests use one per value).
 """
 
 from __future__ import annotations
@@ -74,15 +80,16 @@ class CompiledSteps:
         self._compiled = torch.compile(own, dynamic=False)
 
     def __call__(self, fn: Callable[..., tuple[torch.Tensor, ...]], args: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """The compiled call; a compiler failure is :class:`CompileFailed`. The limit is raised (and made an error)
-        only around the call, so other compiled code keeps torch's; the patch is the calling thread's (torch keeps
-        config patches per thread), so the executor's worker threads do not undo each other's."""
-        try:
-            with torch._dynamo.config.patch(recompile_limit=COMPILE_LIMIT, fail_on_recompile_limit_hit=True):
-                return self._compiled(fn, *args)
-        except Exception as exc:  # noqa: BLE001 - dynamo, inductor or the C++/Triton toolchain; told apart from the step's own errors below
-            vmap(fn)(*args)  # the step's own error (not the compiler's) propagates from here, as it does without compile
-            raise CompileFailed(f"torch.compile failed on a step that runs eagerly ({type(exc).__name__}: {_headline(exc)})") from exc
+        """The compiled call (its backward runs when the caller differentiates its outputs). The limit is raised (and
+        made an error) only around the call, so other compiled code keeps torch's; the patch is the calling thread's
+        (torch keeps config patches per thread), so the executor's worker threads do not undo each other's."""
+        with torch._dynamo.config.patch(recompile_limit=COMPILE_LIMIT, fail_on_recompile_limit_hit=True):
+            return self._compiled(fn, *args)
+
+
+def compile_failure(exc: BaseException) -> CompileFailed:
+    """The error of a compiled step (forward or backward) that runs eagerly: the compiler's, said in one line."""
+    return CompileFailed(f"torch.compile failed on a step that runs eagerly ({type(exc).__name__}: {_headline(exc)})")
 
 
 def _headline(exc: BaseException) -> str:

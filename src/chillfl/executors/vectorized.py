@@ -157,7 +157,7 @@ from torch.func import vmap
 
 from chillfl.data.augment import crop_flip
 from chillfl.engine.footprint import activation_bytes, nbytes
-from chillfl.executors.compiled import CompileFailed, CompiledSteps
+from chillfl.executors.compiled import CompiledSteps, compile_failure
 from chillfl.executors.sequential import ClientJob, Executor, SequentialExecutor, train_job
 from chillfl.executors.step_graphs import CudaGraphRecorder, GraphSlots, Recorder, StepGraphs
 from chillfl.engine.predict import BatchedPredictor, refuse_fallback
@@ -855,9 +855,9 @@ class _Vmapped:
     ) -> tuple[torch.Tensor, list[torch.Tensor | None], Factors]:
         """The clients' losses and the gradient of their sum; any failure becomes NotVectorizable.
 
-        ``compiled``: the vmapped loss runs through it (:class:`~chillfl.executors.compiled.CompiledSteps`), whose
-        failures are :class:`~chillfl.executors.compiled.CompileFailed`, not NotVectorizable: the probe ran
-        the same step eagerly, so what fails here is the compiler, and falling back would hide it.
+        ``compiled``: the vmapped loss runs through it (:class:`~chillfl.executors.compiled.CompiledSteps`). A failure
+        of its forward or of its compiled backward is :class:`~chillfl.executors.compiled.CompileFailed` when the same
+        step runs eagerly (tried once), not NotVectorizable: falling back would hide the compiler's failure.
 
         The gradient of the *sum* w.r.t. client i's parameters is client i's own
         gradient: no client's loss depends on another's parameters.
@@ -882,9 +882,10 @@ class _Vmapped:
                 captured = list(zip(flat_captured[::2], flat_captured[1::2]))
                 grads, factors = step_grads(losses.sum(), params, self.loss_fn.keys, captured)
                 return losses, grads, factors
-        except CompileFailed:
-            raise
         except Exception as exc:  # noqa: BLE001 - an op without a batching rule, dropout, client-dependent control flow, ...
+            if compiled is not None:  # the compiled forward or backward failed: the compiler's fault if the step runs eagerly
+                self.grads(params, buffers, x, y, t, leaves, pending)  # the step's own error propagates from here (NotVectorizable)
+                raise compile_failure(exc) from exc
             raise NotVectorizable(f"the training step cannot be vmapped ({type(exc).__name__}: {exc})") from exc
 
 

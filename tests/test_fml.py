@@ -15,10 +15,14 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from chillfl.aggregation.base import ClientResult, personal_model
-from chillfl.aggregation.fml import FML, PREFIX, FMLOptions, Mutual, MutualLoss, OnMeme, kl_divergence, mutual_state, split_mutual
+from chillfl.aggregation.base import ClientHalf, ClientResult, ClientState, Local, first_state, own_entries, personal_model
+from chillfl.aggregation.fml import FML, PREFIX, FMLClient, FMLOptions, Mutual, MutualLoss, OnMeme, kl_divergence, mutual_state, split_mutual
+from chillfl.engine.protocol import ClientData, ClientJob, ClientTask
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
+from chillfl.models.registry import build_model
+from chillfl.protocols.parameters import ParamDownlink, ParameterClient
+from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, evaluate
 from chillfl.training.objective import ProximalTerm, temperature_cross_entropy
 from float_paths import ABS, REL
@@ -229,6 +233,7 @@ def test_run_agrees_across_executors_and_resumes_bitwise(tmp_path: Path) -> None
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("alpha", "-1.0", "must be in [0, 1], got -1.0"),
     ("beta", "2.0", "must be in [0, 1], got 2.0"),
+    ("local_init", "random", "unknown value 'random'; allowed: meme, independent"),
 ])
 def test_a_bad_option_on_the_command_line_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: str, message: str
@@ -236,10 +241,116 @@ def test_a_bad_option_on_the_command_line_is_one_line_and_exit_2(
     assert cli_option_error(tmp_path, capsys, "fml", f"algorithm.{field}={value}") == (2, [f"chillfl: error: algorithm.{field}: {message}"], False)
 
 
-@pytest.mark.parametrize("field", ["kl_reduction", "weighting"])
+@pytest.mark.parametrize("field", ["kl_reduction", "weighting", "local_init"])
 def test_choices_are_checked(field: str) -> None:
     with pytest.raises(ConfigError, match=f"algorithm.{field}"):
         build_experiment(config(**{"algorithm.name": "fml", f"algorithm.{field}": "other"}))
+
+
+# ---------------------------------------------------------------- local_init = "independent"
+
+INDEPENDENT = FMLOptions(alpha=0.25, beta=0.75, local_init="independent")
+
+
+def seeded_linear(seed: int, client_id: int) -> torch.Tensor:
+    """The documented draw, recomputed: a new bias-free Linear(1, 2) built under torch's seed derive_seed(seed, "fml-local", id)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "fml-local", client_id))
+        return nn.Linear(1, 2, bias=False).weight.detach().clone()
+
+
+def first_job(half: ClientHalf, model: nn.Module, client_id: int, start: dict[str, torch.Tensor]) -> ClientJob:
+    """The first training a client with no state yet asks for, through the parameter-sharing client (the runtime's path)."""
+    assert isinstance(half, FMLClient)
+    client = ParameterClient(model, 64, half, trainer=half, spec=SPEC, objectives=half.objectives(SPEC))
+    task: ClientTask[ParamDownlink, ClientState] = ClientTask(client_id, 0, ParamDownlink(start, 0.1, 1.0, {}, seed=0), ClientData(X, Y), None)
+    job = next(client.update(task))
+    assert isinstance(job, ClientJob)
+    return job
+
+
+def test_an_independent_local_model_is_the_clients_own_seeded_draw() -> None:
+    model = linear(0.0, 0.0)
+    half = FML(model, INDEPENDENT, seed=11).client_half()
+    meme = {"weight": w(LN3, 0.0)}
+    rng = torch.get_rng_state()
+    starts = {cid: split_mutual(first_job(half, model, cid, meme).start) for cid in (0, 1)}
+    assert torch.equal(torch.get_rng_state(), rng)  # torch's global generator untouched
+    for cid, (sent, local) in starts.items():
+        assert torch.equal(sent["weight"], meme["weight"])  # the meme is the model sent
+        assert torch.equal(local["weight"], seeded_linear(11, cid))  # the local model is the client's own draw
+        assert not torch.equal(local["weight"], meme["weight"])
+    assert not torch.equal(starts[0][1]["weight"], starts[1][1]["weight"])  # two clients, two draws
+    again = split_mutual(first_job(FML(linear(5.0, 5.0), INDEPENDENT, seed=11).client_half(), model, 1, meme).start)[1]
+    assert torch.equal(again["weight"], starts[1][1]["weight"])  # a pure function of (seed, client): not of the template's values
+    other = split_mutual(first_job(FML(model, INDEPENDENT, seed=12).client_half(), model, 1, meme).start)[1]
+    assert not torch.equal(other["weight"], starts[1][1]["weight"])  # nor the same in another run's seed
+    # "meme" (the default) starts no state: its first training pairs the meme with a copy of it
+    plain = FML(model, FMLOptions(alpha=0.25, beta=0.75), seed=11).client_half()
+    assert first_state(plain, 0, meme) == {}
+    assert torch.equal(split_mutual(first_job(plain, model, 0, meme).start)[1]["weight"], meme["weight"])
+
+
+def test_an_independent_local_model_is_the_personal_model_before_the_first_round_and_what_trains() -> None:
+    # W_l = the draw d = (d0, d1), W_m = (ln 3, 0), x = 1, y = 0, alpha = 0.25, beta = 0.75, lr 0.1, detached targets:
+    #   dz_l = 0.25 (p_l - e_0) + 0.75 (p_l - p_m), p_l = softmax(d); the kept local model is d - 0.1 dz_l
+    #   dz_m = 0.75 (p_m - e_0) + 0.25 (p_m - p_l), p_m = (3/4, 1/4);   the uploaded meme is (ln 3, 0) - 0.1 dz_m
+    model = linear(0.0, 0.0)
+    half = FML(model, INDEPENDENT, seed=11).client_half()
+    glob = {"weight": w(LN3, 0.0)}
+    draw = seeded_linear(11, 0)
+    state = first_state(half, 0, glob)
+    assert set(state) == {f"{PREFIX}weight"}
+    before = personal_model(half, state, glob)  # before its first round: the model it will train, not the global one
+    assert before is not None and torch.equal(before["weight"], draw)
+    reply = run_client(half, model, SPEC, glob, lr=0.1, x=X)  # no state yet: the runtime starts it with the draw
+    assert reply.state is not None
+    d = draw.flatten().double()
+    p_l, p_m, e_0 = torch.softmax(d, 0), torch.tensor([0.75, 0.25], dtype=torch.float64), torch.tensor([1.0, 0.0], dtype=torch.float64)
+    dz_l = 0.25 * (p_l - e_0) + 0.75 * (p_l - p_m)
+    dz_m = 0.75 * (p_m - e_0) + 0.25 * (p_m - p_l)
+    close(reply.state[f"{PREFIX}weight"], *(d - 0.1 * dz_l).tolist())
+    close(reply.uplink.params["weight"], *(torch.tensor([LN3, 0.0], dtype=torch.float64) - 0.1 * dz_m).tolist())
+
+
+def independent_run_starts(cfg: Any, monkeypatch: pytest.MonkeyPatch) -> dict[int, dict[str, torch.Tensor]]:
+    """Each client's local model as its first training received it, in a sequential run of ``cfg``."""
+    starts: dict[int, dict[str, torch.Tensor]] = {}
+    plain = FMLClient.train
+
+    def spy(self: FMLClient, local: Local):  # type: ignore[no-untyped-def]
+        starts.setdefault(local.client_id, own_entries(local.state, PREFIX))
+        return plain(self, local)
+
+    monkeypatch.setattr(FMLClient, "train", spy)
+    records(cfg)
+    return starts
+
+
+def test_in_a_run_each_clients_first_local_model_is_the_documented_draw(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's own architecture (an MLP), redrawn per client: equal to a model built by the model registry from
+    derive_seed(run seed, "fml-local", client id), unlike the meme and the other clients', the same in a second run."""
+    cfg = config(**{"algorithm.name": "fml", "algorithm.local_init": "independent", "model.name": "mlp", "federation.rounds": 2})
+    exp = build_experiment(cfg)
+    first = independent_run_starts(cfg, monkeypatch)
+    assert len(first) >= 3
+    for cid, local in first.items():
+        built = build_model("mlp", exp.data.dataset.input_shape, exp.data.num_classes, seed=derive_seed(cfg.seed, "fml-local", cid)).state_dict()
+        assert set(local) == set(built) == set(exp.initial_state)
+        assert all(torch.equal(local[k], built[k]) for k in built)
+        assert not any(torch.equal(local[k], exp.initial_state[k]) for k in built if k.endswith("weight"))
+    a, b = sorted(first)[:2]
+    assert not torch.equal(first[a]["head.weight"], first[b]["head.weight"])
+    second = independent_run_starts(cfg, monkeypatch)
+    assert set(second) == set(first) and all(torch.equal(second[c][k], first[c][k]) for c in first for k in first[c])
+
+
+@pytest.mark.slow  # three runs, one of them in a process pool, and a resumed one
+def test_an_independent_start_agrees_across_executors_and_resumes_bitwise(tmp_path: Path) -> None:
+    cfg = config(**{"algorithm.name": "fml", "model.name": "mlp", "algorithm.local_init": "independent"})
+    seq = assert_executors_agree(cfg)
+    assert seq != records(cfg.with_overrides({"algorithm": {"name": "fml", "local_init": "meme"}}))  # the start shows in the records
+    assert resumed_records(cfg, 1, tmp_path) == seq  # client 3, first sampled in round 3 (after the checkpoint), draws the same model
 
 
 def test_math_of_the_docstring_numbers() -> None:

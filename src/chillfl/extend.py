@@ -21,7 +21,8 @@ docs/architecture.md the reference of the seams they plug into):
   A half that keeps the client's own model implements :class:`HoldsPersonalModel`
   (``checkpoint.client_models`` saves it), and one that puts the client's own values of some
   entries in place of the sent ones implements :class:`KeepsEntries` (a returning client's
-  downlink does not carry them); one that runs the client's trainings itself
+  downlink does not carry them), and one whose client holds state before its first participation
+  (FML's independently initialised local model) implements :class:`StartsOwnState`; one that runs the client's trainings itself
   (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests;
 * **local objective terms** (:class:`LossTerm`, or :class:`BatchTerm` for terms that read the
   batch's features): each receives the trainable parameters and the client's :data:`Context`
@@ -89,6 +90,7 @@ from chillfl.aggregation.base import (
     Personal,
     Personalising,
     Report,
+    StartsOwnState,
     Stateless,
     Train,
     Trained,
@@ -198,6 +200,7 @@ __all__ = [
     "SoftLabelMethod",
     "SoftLabelSpec",
     "SoftLabelUplink",
+    "StartsOwnState",
     "Stateless",
     "StepView",
     "TemperatureHalf",

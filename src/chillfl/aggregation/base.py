@@ -218,6 +218,33 @@ class HoldsPersonalModel(Protocol):
 
 
 @runtime_checkable
+class StartsOwnState(Protocol):
+    """A client half whose client holds its own state before its first participation (FML's local model, initialised
+    independently of the global one as its authors do, rather than copied from the model the client is first sent).
+
+    The parameter-sharing client asks it for the state of a client that has none yet, in place of the empty state, so
+    the first training starts from it and :meth:`HoldsPersonalModel.personal_model` of it is the model that would be
+    trained. It must be a pure function of the client's id and what the half carries (the run's seed), never of a
+    global generator, so that every executor, process and resumed run see the same state.
+    """
+
+    def first_state(self, client_id: int, start: Params) -> ClientState:
+        """The client's own entries before its first participation (empty: none); ``start`` is the model it is first sent
+        (its entries' devices and dtypes)."""
+        ...
+
+
+def first_state(half: ClientHalf | None, client_id: int, start: Params) -> ClientState:
+    """The own state a client of ``half`` holds before its first participation: its parts' :class:`StartsOwnState`
+    entries (empty when none starts any)."""
+    state: ClientState = {}
+    for part in half.parts if isinstance(half, Halves) else (half,):
+        if isinstance(part, StartsOwnState):
+            state.update(part.first_state(client_id, start))
+    return state
+
+
+@runtime_checkable
 class KeepsEntries(Protocol):
     """A client half that, once it has finished a round, puts its own values of some entries in place of the sent ones.
 

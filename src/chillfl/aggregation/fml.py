@@ -46,10 +46,24 @@ and PFLlib's ``clientFML``:
 * **Temperature**: the cross-entropies are the run's base loss at the run's
   temperature (logit chilling's T; 1 unless set); the KL terms are at T = 1
   (the paper and the authors' code have none).
-* **The local model's start**: at the client's first participation, a copy of
-  the meme model it was sent. The authors initialise each local model
-  independently (its own architecture, at random); PFLlib from the initial
-  global model. Its architecture is the meme model's: the paper allows a
+* **The local model's start** (``local_init``): ``meme`` (default): at the
+  client's first participation, a copy of the meme model it was sent (PFLlib
+  copies the initial global model: the same for a client first sampled in the
+  first round). ``independent`` (the authors', whose local models are
+  initialised independently at random): a fresh initialisation of the run's
+  architecture, every module's ``reset_parameters`` under torch's seed
+  ``derive_seed(seed, "fml-local", client_id)`` (the run's seed) in a forked
+  generator (:func:`~chillfl.aggregation.ifca.fresh_model`, as IFCA's extra
+  cluster models): the same for a client under every executor and across a
+  resume, different between clients and from the meme. Where a model's
+  constructor re-initialises layers by hand (the CIFAR ResNet's kaiming-normal
+  convolutions, the character LSTM's uniform gates) they get the layers'
+  default scheme instead, and a parameter no ``reset_parameters`` covers (the
+  ViT's class and position tokens) keeps the run's initial value, the first
+  meme's. The client's state holds this model from the start
+  (:class:`~chillfl.aggregation.base.StartsOwnState`), so
+  :meth:`FMLClient.personal_model` of a client that has not trained yet is the
+  model it would train. Its architecture is the meme model's: the paper allows a
   client's own architecture, which this implementation does not support (local
   accuracy evaluates personal models with the run's one template).
 * **Optimiser**: both models step under the run's optimiser at the round's
@@ -93,9 +107,11 @@ from chillfl.aggregation.base import (
     own_entries,
     with_prefix,
 )
+from chillfl.aggregation.ifca import fresh_model
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.options import require
+from chillfl.seeds import derive_seed
 from chillfl.training.local import BaseLoss, LocalSpec, reads_context, reads_features
 from chillfl.training.objective import LossTerm, Term, is_batch_term
 
@@ -104,13 +120,16 @@ from chillfl.training.objective import LossTerm, Term, is_batch_term
 class FMLOptions:
     """``alpha``/``beta``: the CE weights of the local/meme losses (KL: 1 - them); ``beta`` unset = ``alpha``;
     ``detach``: the KL targets taken as constants (DML) or not (PFLlib); ``kl_reduction``: ``batchmean`` or ``mean``;
-    ``weighting``: of the memes' average, n_i / n (``samples``) or 1 / |S| (``uniform``, the authors' code)."""
+    ``weighting``: of the memes' average, n_i / n (``samples``) or 1 / |S| (``uniform``, the authors' code);
+    ``local_init``: the local model's start, a copy of the meme it is first sent (``meme``) or a seeded random one
+    (``independent``, the authors')."""
 
     alpha: float = 0.5
     beta: float | None = None
     detach: bool = True
     kl_reduction: Literal["batchmean", "mean"] = "batchmean"
     weighting: Literal["samples", "uniform"] = "samples"
+    local_init: Literal["meme", "independent"] = "meme"
 
     def validate(self, section: str) -> None:
         require(0 <= self.alpha <= 1, f"{section}.alpha", f"must be in [0, 1], got {self.alpha}")
@@ -198,6 +217,15 @@ class FMLClient:
 
     model: nn.Module
     options: FMLOptions
+    seed: int = 0
+    """The run's seed: ``local_init = "independent"`` draws each client's local model from it and the client's id."""
+
+    def first_state(self, client_id: int, start: Params) -> ClientState:
+        """``independent``: the client's local model before its first participation (:func:`local_seed`); ``meme``: none
+        (its first training copies the meme it is sent)."""
+        if self.options.local_init == "meme":
+            return {}
+        return with_prefix(fresh_model(self.model, local_seed(self.seed, client_id), start), PREFIX)
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         return start, dict(context)
@@ -223,27 +251,34 @@ class FMLClient:
         return {}, {}  # the local model is kept by the training (Personal.state)
 
     def personal_model(self, state: ClientState, global_model: Params) -> Params:
-        """The client's local model (the global model before its first round)."""
+        """The client's local model: before its first round, the global model (``meme``), or its independent start
+        when ``state`` is the client's :meth:`first_state` (the runtime's, ``independent``)."""
         return own_entries(state, PREFIX) or dict(global_model)
 
 
 class FML(FedAvg):
     """FedAvg on the meme models; every local model is its client's own (:class:`FMLClient`)."""
 
-    def __init__(self, model: nn.Module, options: FMLOptions = FMLOptions()) -> None:
+    def __init__(self, model: nn.Module, options: FMLOptions = FMLOptions(), seed: int = 0) -> None:
         super().__init__(options.weighting)
         self.model = model
         self.options = options
+        self.seed = seed
 
     def client_half(self) -> ClientHalf:
-        return FMLClient(self.model, self.options)
+        return FMLClient(self.model, self.options, self.seed)
+
+
+def local_seed(seed: int, client_id: int) -> int:
+    """The seed of client ``client_id``'s independent local model in a run of seed ``seed``."""
+    return derive_seed(seed, "fml-local", client_id)
 
 
 SPEC = register_algorithm(
     "fml",
     AlgorithmSpec(
         FMLOptions,
-        lambda o, ctx: (FML(ctx.model, o), []),
+        lambda o, ctx: (FML(ctx.model, o, ctx.seed), []),
         "federated mutual learning: a kept local model and the shared meme model distilled into each other (Shen et al. 2020)",
         capabilities=Capabilities(
             private_steps=(

@@ -49,6 +49,7 @@ from chillfl.aggregation.base import (
     aggregated_keys,
     kept_entries,
     client_params_state,
+    first_state,
     load_client_params,
     personal_model,
 )
@@ -130,7 +131,7 @@ class ParameterClient:
 
     def update(self, task: ClientTask[ParamDownlink, ClientState]) -> ClientProgram:
         d, data = task.downlink, task.data
-        state: ClientState = task.state or {}
+        state: ClientState = task.state or first_state(self.half, task.client_id, d.start)  # {} unless the half starts one
         t = d.temperature if self.temperature is None else self.temperature.temperature(state, d.temperature, data.y)
         start, context = (d.start, d.context) if self.half is None else self.half.prepare(state, d.start, d.context)
         if self.trainer is None:

@@ -251,3 +251,17 @@ def test_a_run_that_trains_client_by_client_says_its_steps_are_not_compiled(capl
         ex.run(jobs)
     said = [r.message for r in caplog.records if r.message.startswith("compile:")]
     assert said == ["compile: this run trains client by client (large convolutions on the CPU), whose steps are not compiled"]
+
+
+def test_auto_choosing_another_executor_says_its_steps_are_not_compiled(caplog: pytest.LogCaptureFixture) -> None:
+    """``executor = "auto"`` trains one client a round sequentially: nothing is compiled, and the run says so."""
+    import logging
+
+    from chillfl.runner import run_experiment
+
+    cfg = load_config(None, {**TINY, "executor": "auto", "compile": True, "federation.clients_per_round": 1, "federation.rounds": 1})
+    with caplog.at_level(logging.WARNING, logger="chillfl.executors.parallel"):
+        run_experiment(cfg, write=False, progress=False)
+    assert [r.message for r in caplog.records if r.message.startswith("compile:")] == [
+        "compile: executor auto chose 'sequential' for this run, whose steps are not compiled; executor = \"vectorized\" compiles them"
+    ]

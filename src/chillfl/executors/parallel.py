@@ -169,6 +169,8 @@ def make_parallel_executor(name: str, parts: ExecutorSpec) -> Executor:
             "executor auto -> %s (%d model parameters, %d clients per round, %d cores, %d worker threads; if the model cannot be vmapped: %s)",
             name, parts.num_parameters, clients, cores, workers, "processes" if fallback else "sequential",
         )
+        if name != "vectorized" and parts.spec.compiled:  # asked for, and not given: said once
+            log.warning("compile: executor auto chose %r for this run, whose steps are not compiled; executor = \"vectorized\" compiles them", name)
     if name == "sequential":
         return SequentialExecutor(parts.model, parts.spec, client=parts.client)
     if name == "vectorized":

@@ -34,14 +34,18 @@ pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is dep
 
 
 @pytest.fixture(autouse=True, scope="module")
-def inductor_cache_per_isa(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def inductor_cache_per_isa() -> Iterator[None]:
     """Compiled kernels cached per ``ATEN_CPU_CAPABILITY``: torch 2.13's cache keys miss it, and kernels built under
-    another value crashed (CI reruns these tests on AVX2 kernels; chillfl.executors.compiled's Choices)."""
-    isa = os.environ.get("ATEN_CPU_CAPABILITY", "native")
-    folder = tmp_path_factory.getbasetemp().parent / f"chillfl-inductor-{isa}"
+    another value crashed (CI reruns these tests on AVX2 kernels; chillfl.executors.compiled's Choices). Without it
+    set, torch's own folder, which a later session finds warm."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    isa = os.environ.get("ATEN_CPU_CAPABILITY")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(folder))
+        if isa:
+            mp.setenv("TORCHINDUCTOR_CACHE_DIR", f"{os.environ.get('TORCHINDUCTOR_CACHE_DIR') or default_cache_dir()}-{isa}")
         yield
+
 
 SIZES = [40, 40, 40, 40, 24, 20]  # batches of 8: clients 4 and 5 run out first, client 5 ends each epoch on 4 rows
 

@@ -92,6 +92,37 @@ def test_only_the_steps_of_every_client_at_full_batch_are_compiled(monkeypatch: 
     assert not ex._factored and not ex._deferred  # a compiled forward hides a linear layer's output gradient from autograd
 
 
+def test_a_short_last_batch_stays_eager_even_when_every_client_of_the_chunk_has_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of one client: every step is a step of the whole chunk, but a short batch's size varies between clients
+    and seeds, and each size would be compiled."""
+    shapes: list[tuple[int, ...]] = []
+
+    def eager_twin(_self: CompiledSteps, fn: Callable[..., Any], args: Any) -> Any:
+        shapes.append(tuple(args[len(_model().state_dict())].shape[:2]))
+        return vmap(fn)(*args)
+
+    monkeypatch.setattr(CompiledSteps, "__call__", eager_twin)
+    model = _model()
+    ex = VectorizedExecutor(model, LocalSpec(epochs=2, batch_size=8, compiled=True), chunk_size=1)
+    out = ex.run(_jobs(model))
+    assert [o.num_steps for o in out] == [10, 10, 10, 10, 6, 6]
+    # 2 x 5 full batches for clients 0-3 and 2 x 3 for client 4; client 5's 2 x (8, 8, 4): its two short ones stay eager
+    assert shapes == [(1, 8)] * (4 * 10 + 6 + 4)
+
+
+def test_runs_of_one_step_structure_share_compiled_graphs_and_other_structures_never_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiled, "_BY_STRUCTURE", {})
+    monkeypatch.setattr(compiled, "REUSES", 3)
+    spec = LocalSpec(epochs=1, batch_size=8, compiled=True)
+    takes = [VectorizedExecutor(_model(), spec)._compiled for _ in range(4)]
+    assert takes[0] is takes[1] is takes[2] and takes[3] is not takes[0]  # the fourth run gets a fresh one (REUSES)
+    wider = nn.Sequential(nn.Flatten(), nn.Linear(36, 5))
+    assert VectorizedExecutor(wider, spec)._compiled is not takes[3]  # another architecture: its own
+    bf16 = LocalSpec(epochs=1, batch_size=8, compiled=True, precision="bf16")
+    assert VectorizedExecutor(_model(), bf16)._compiled is not takes[3]  # other compute settings: their own
+    assert VectorizedExecutor(_model(), LocalSpec(epochs=1, batch_size=8))._compiled is None
+
+
 def test_compiled_steps_train_as_eager_ones_within_rounding() -> None:
     """Batch norm (its running statistics updated inside the compiled step), momentum, short batches."""
     eager, _ = _train(False)

@@ -157,7 +157,7 @@ from torch.func import vmap
 
 from chillfl.data.augment import crop_flip
 from chillfl.engine.footprint import activation_bytes, nbytes
-from chillfl.executors.compiled import CompiledSteps, compile_failure
+from chillfl.executors.compiled import CompiledSteps, compile_failure, compiled_steps
 from chillfl.executors.sequential import ClientJob, Executor, SequentialExecutor, train_job
 from chillfl.executors.step_graphs import CudaGraphRecorder, GraphSlots, Recorder, StepGraphs
 from chillfl.engine.predict import BatchedPredictor, refuse_fallback
@@ -349,6 +349,20 @@ def _stack_states(
     return stacked_p, stacked_b, [*params, *buffers]  # the sequential executor's key order
 
 
+def step_structure(model: nn.Module, spec: LocalSpec) -> Hashable:
+    """What a compiled step's graphs depend on besides its inputs' shapes (:func:`~chillfl.executors.compiled.compiled_steps`):
+    the architecture, its parameters' shapes, the loss and its terms, by type; the compute settings."""
+    template = spec.model if spec.model is not None else model
+    shapes = tuple((k, tuple(v.shape), v.dtype) for k, v in template.state_dict().items())
+    loss = (_qualname(spec.base_loss), tuple(_qualname(t) for t in spec.terms))
+    return type(template).__qualname__, shapes, loss, spec.precision, spec.memory_format, spec.batched_conv, spec.frozen
+
+
+def _qualname(obj: object) -> str:
+    kind = obj if callable(obj) and hasattr(obj, "__qualname__") else type(obj)
+    return f"{getattr(kind, '__module__', '')}.{getattr(kind, '__qualname__', repr(kind))}"
+
+
 def _float_dtype(state: Mapping[str, torch.Tensor]) -> torch.dtype:
     return next((v.dtype for v in state.values() if v.is_floating_point()), torch.get_default_dtype())
 
@@ -463,7 +477,7 @@ class VectorizedExecutor:
         self._chunk_sizes: dict[tuple[int, ...], int] = {}
         self._graph_warmups: dict[Hashable, int] = {}  # ``cuda_graphs``: warm-up steps per step shape, once a run (:class:`StepGraphs`)
         self._graph_slots = GraphSlots()  # ``cuda_graphs``: recorded steps and the tensors they read, kept from round to round
-        self._compiled = CompiledSteps() if spec.compiled else None  # ``compile``: this executor's compiled graphs, one per step shape
+        self._compiled = compiled_steps(step_structure(model, spec)) if spec.compiled else None  # ``compile``: graphs per step shape
         self._make_fallback = fallback or (lambda: SequentialExecutor(model, spec))
         self._fallback: Executor | None = None
         self._replicas: queue.SimpleQueue[_Replica] = queue.SimpleQueue()
@@ -700,7 +714,7 @@ class VectorizedExecutor:
                 rate = lr.at(batch.step, None, ())  # constant within the chunk (:meth:`graphed`): the graph keeps it
 
                 def step(xy: Sequence[torch.Tensor], rate: float | torch.Tensor = rate, s: int = batch.step) -> None:
-                    totals.add_(self._step(losses_of, params, buffers, opt_state, xy[0], xy[1], temperature, rate, every, None, s, self._compiled))
+                    totals.add_(self._step(losses_of, params, buffers, opt_state, xy[0], xy[1], temperature, rate, every, None, s, self._compiled_for(xy[0])))
 
                 if left is not None:
                     left[batch.x.shape[1]] -= 1
@@ -714,7 +728,7 @@ class VectorizedExecutor:
                 p, b, m = leaf_params(_rows_of(params, rows)), _rows_of(buffers, rows), {slot: _rows_of(s, rows) for slot, s in opt_state.items()}
             later = deferred if rows is None else None
             rate = lr.at(batch.step, rows, batch.members)
-            compiled = self._compiled if rows is None else None  # steps of only some clients stay eager: their shapes vary (chillfl.executors.compiled)
+            compiled = self._compiled_for(batch.x) if rows is None else None  # steps of only some clients stay eager (chillfl.executors.compiled)
             losses = self._step(losses_of, p, b, m, batch.x, batch.y, _rows(temperature, rows), rate, context.select(rows), later, batch.step, compiled)
             if rows is None:
                 totals += losses  # float32 losses into float64 sums: each converted exactly, then added in float64
@@ -725,6 +739,11 @@ class VectorizedExecutor:
         if deferred is not None:
             deferred.flush()
         return totals
+
+    def _compiled_for(self, x: torch.Tensor) -> CompiledSteps | None:
+        """``compile``'s step for a step of every client of a chunk on ``x`` ([clients, batch, ...]): only at the full batch
+        size (a short last batch's size varies from client to client and seed to seed: each would be compiled)."""
+        return self._compiled if x.shape[1] == self.spec.batch_size else None
 
     def _step(
         self,

@@ -105,6 +105,16 @@ def test_lie_sends_mean_minus_z_std_of_the_benign_models() -> None:
     assert torch.allclose(out[2].params["w"], expected, atol=1e-6)
 
 
+def test_lie_works_in_float64_and_sends_each_entrys_dtype() -> None:
+    """float32 sums 2^24 + 1 + 1 to 2^24 (the 1s are below its spacing there): a mean of 5592405.5 after rounding, where
+    the exact mean 16777218 / 3 = 5592406 is a float32 number. In float64 the attack sends the exact one."""
+    from chillfl.attacks import updates
+
+    benign = [{"w": torch.tensor([2.0**24])}, {"w": torch.tensor([1.0])}, {"w": torch.tensor([1.0])}]
+    sent = updates.lie(benign, {"w": torch.zeros(1)}, 0.0)["w"]
+    assert sent.dtype == torch.float32 and sent.item() == 5592406.0
+
+
 def test_no_attacker_in_the_round_changes_nothing() -> None:
     results = [result(0, 1.0, 3.0), result(1, 3.0, 7.0)]
     for kind in ("sign_flip", "scaling", "gaussian", "lie"):

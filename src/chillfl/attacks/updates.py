@@ -21,7 +21,7 @@ on every floating-point entry (integer buffers, e.g. batch norm's counter, trave
   the largest value :func:`gamma_search` finds for which a condition holds (:func:`min_max_holds`,
   :func:`min_sum_holds`), the conditions read through a :class:`Spread` of the benign updates.
 
-The update attacks of several models (``ipm``, ``agnostic``) work in float64 over the float entries and
+The update attacks of several models (``lie``, ``ipm``, ``agnostic``) work in float64 over the float entries and
 cast back to each entry's dtype: a mean and a distance over k models in float32 would round differently
 from one executor's summation order to another's.
 """
@@ -74,8 +74,8 @@ def lie(benign: Sequence[Params], template: Params, z: float) -> dict[str, torch
     """``mean - z * std`` per coordinate over the ``benign`` models (population std); ``template``'s other entries kept."""
     out = dict(template)
     for k in float_keys(template):
-        stack = torch.stack([b[k] for b in benign])
-        out[k] = stack.mean(0) - z * stack.std(0, correction=0)
+        stack = torch.stack([b[k].double() for b in benign])
+        out[k] = (stack.mean(0) - z * stack.std(0, correction=0)).to(template[k].dtype)
     return out
 
 

@@ -438,12 +438,13 @@ class RunConfig:
     other devices run as without it. A replay runs the recorded step's very kernels, so it is meant to give the same bits
     as without it on the same GPU (the CUDA suite compares them); not yet measured for speed: off by default."""
     compile: bool = False
-    """The vectorised executor (``vectorized``, or ``auto`` when it vectorises) runs the forward and backward of a chunk's step
-    of all its clients through ``torch.compile`` (inductor, one graph per shape: :mod:`chillfl.executors.compiled`). A compiled
-    run is reproducible (same config and seed, same bits on one machine, torch build and thread count; resume included)
-    but not bitwise equal to the eager run or to the other executors, and each new step shape pays a compile of seconds.
-    Steps of only some clients, the CPU's client-by-client path for large convolutions, and evaluation stay eager.
-    Needs a C++ compiler on the CPU and Triton on a GPU; off by default (docs/gpu.md has the measurements)."""
+    """The vectorised executor (``vectorized``, or ``auto`` when it vectorises) runs the forward and backward of a chunk's
+    full-batch step of all its clients through ``torch.compile`` (inductor, one graph per shape: :mod:`chillfl.executors.compiled`).
+    A compiled run is reproducible (same config and seed, same bits on one machine, torch build and thread count; resume
+    included) but not bitwise equal to the eager run or to the other executors; each new step shape pays a compile of
+    seconds, shared by a sweep's runs of one method and model. Steps of only some clients, short last batches, the CPU's
+    client-by-client path for large convolutions, and evaluation stay eager. Needs a C++ compiler on the CPU and Triton on
+    a GPU; off by default: on the CPU it was slower (docs/gpu.md has the measurements)."""
     strict: bool = False
     """An exploding training loss that stays finite (>= 1e4 x round 1's, or above 1e3: :mod:`chillfl.engine.health`)
     stops the run as a divergence (exit 3, ``NAME.failed``) instead of one warning line. ``--strict`` on the command line."""

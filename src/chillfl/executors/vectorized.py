@@ -146,6 +146,7 @@ import collections
 import logging
 import os
 import queue
+import types
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -349,7 +350,7 @@ def _stack_states(
     return stacked_p, stacked_b, [*params, *buffers]  # the sequential executor's key order
 
 
-def step_structure(model: nn.Module, spec: LocalSpec) -> Hashable:
+def _step_structure(model: nn.Module, spec: LocalSpec) -> Hashable:
     """What a compiled step's graphs depend on besides its inputs' shapes (:func:`~chillfl.executors.compiled.compiled_steps`):
     the architecture, its parameters' shapes, the loss and its terms, by type; the compute settings."""
     template = spec.model if spec.model is not None else model
@@ -359,8 +360,9 @@ def step_structure(model: nn.Module, spec: LocalSpec) -> Hashable:
 
 
 def _qualname(obj: object) -> str:
-    kind = obj if callable(obj) and hasattr(obj, "__qualname__") else type(obj)
-    return f"{getattr(kind, '__module__', '')}.{getattr(kind, '__qualname__', repr(kind))}"
+    """A function's or a class's name; any other object (a loss or term instance) by its class."""
+    kind: type | types.FunctionType = obj if isinstance(obj, (type, types.FunctionType)) else type(obj)
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _float_dtype(state: Mapping[str, torch.Tensor]) -> torch.dtype:
@@ -477,7 +479,7 @@ class VectorizedExecutor:
         self._chunk_sizes: dict[tuple[int, ...], int] = {}
         self._graph_warmups: dict[Hashable, int] = {}  # ``cuda_graphs``: warm-up steps per step shape, once a run (:class:`StepGraphs`)
         self._graph_slots = GraphSlots()  # ``cuda_graphs``: recorded steps and the tensors they read, kept from round to round
-        self._compiled = compiled_steps(step_structure(model, spec)) if spec.compiled else None  # ``compile``: graphs per step shape
+        self._compiled = compiled_steps(_step_structure(model, spec)) if spec.compiled else None  # ``compile``: graphs per step shape
         self._make_fallback = fallback or (lambda: SequentialExecutor(model, spec))
         self._fallback: Executor | None = None
         self._replicas: queue.SimpleQueue[_Replica] = queue.SimpleQueue()

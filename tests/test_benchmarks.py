@@ -269,6 +269,26 @@ def test_compile_steps_eager_twin_is_each_clients_own_sgd_step() -> None:
             torch.testing.assert_close(params[k][c], expected[c][k], rtol=REL, atol=ABS)  # vmapped against per-client kernels
 
 
+def test_compile_steps_per_client_twin_is_one_plain_sgd_step_in_place() -> None:
+    # compile_step.py --per-client times one client's unvmapped step: w - lr * grad of the cross-entropy, in place
+    from compile_step import per_client_sgd_step
+
+    from chillfl.models.registry import build_model
+
+    model = build_model("mlp", (3, 32, 32), 10, seed=0)
+    g = torch.Generator().manual_seed(2)
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    x, y = torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 10, (4,), generator=g)
+    mine = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    loss = torch.nn.functional.cross_entropy(torch.func.functional_call(model, mine, (x,)), y)
+    grads = dict(zip(mine, torch.autograd.grad(loss, list(mine.values()))))
+    tensors = {k: id(v) for k, v in params.items()}
+    per_client_sgd_step(model, 0.5)(params, x, y)
+    assert {k: id(v) for k, v in params.items()} == tensors  # updated in place
+    for k in params:
+        assert torch.equal(params[k].detach(), (mine[k] - 0.5 * grads[k]).detach())  # 0.5 * g is exact, so one rounding either way
+
+
 def test_a_workload_measured_to_the_end_reports_measured_and_never_launched_modes(tmp_path: Path) -> None:
     """run_workload's last pass gives each mode never launched (its peer missing) its reason, and keeps the measured ones.
 

@@ -133,3 +133,23 @@ def test_the_configuration_pages_options_block_names_every_top_level_option() ->
     assert set(tomllib.loads(block)) == {f.name for f in dataclasses.fields(RunConfig)}
     algorithm = block.split("[algorithm]", 1)[1].split("\n[", 1)[0]
     assert [name for name in registered_algorithms() if not re.search(rf"\b{name}\b", algorithm)] == []
+
+
+def test_the_configuration_pages_options_block_names_every_registered_part() -> None:
+    """Each part's table in configuration.md's block lists the names it takes: it lacked FedDistill under
+    [prototypes] and the ipm, min_max, min_sum and dba attacks, all of which `chillfl list` names."""
+    from chillfl.data import dataset_names, partitioner_names
+    from chillfl.settings.attack import kind_names
+    from chillfl.settings.distillation import method_names
+    from chillfl.settings.privacy import mechanism_names
+    from chillfl.settings.prototypes import method_names as prototype_method_names
+    from chillfl.temperature import policy_names
+    from chillfl.training.terms import term_names
+
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    block = page.split("```toml", 1)[1].split("```", 1)[0]
+    parts = {"[dataset]": dataset_names(), "[partition]": partitioner_names(), "[temperature]": policy_names(), "[objective]": term_names(),
+             "[distillation]": method_names(), "[prototypes]": prototype_method_names(), "[attack]": kind_names(), "[privacy]": mechanism_names()}
+    for header, names in parts.items():
+        table = block.split(f"\n{header}", 1)[1].split("\n[", 1)[0]
+        assert [name for name in names if not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", table)] == [], header

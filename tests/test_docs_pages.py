@@ -153,3 +153,52 @@ def test_the_configuration_pages_options_block_names_every_registered_part() -> 
     for header, names in parts.items():
         table = block.split(f"\n{header}", 1)[1].split("\n[", 1)[0]
         assert [name for name in names if not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", table)] == [], header
+
+
+# The TOML blocks that `chillfl run FILE --dry-run` refuses as they stand, (page, field named) -> why: a fragment of a
+# larger config, or one that names the reader's own files or module. Any other refusal is a block a reader cannot use.
+TOML_REFUSED = {
+    ("baselines.md", "model.groups"): "a [model] fragment: per-client architectures need a soft-label or prototype protocol, as the page says",
+    ("comparisons.md", "eval.validation"): "a [tune] fragment: tuning needs the validation split of the page's earlier block",
+    ("configuration.md", "eval.validation"): "every key at its default, and the optional [tune] beside eval.validation's default 0",
+    ("data.md", "dataset.path"): "the reader's own Hugging Face folder, and flwr_femnist's files (HF_HUB_OFFLINE: no hub here)",
+    ("data.md", "partition.from"): "the partition.json of the reader's earlier run",
+    ("python-api.md", "model.name"): "a saved config of a run on the reader's own nn.Module: refused on purpose, as the page says",
+    ("python-api.md", "algorithm.name"): "the reader's own module my_rules",
+}
+
+
+def _config_blocks() -> list[Any]:
+    """Every TOML block of the pages that is a chillfl config (not a pyproject.toml, not Flower's own config)."""
+    from chillfl.config import RunConfig, tomllib
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(RunConfig)} | {"extends"}
+    found = []
+    for page in PAGES:
+        for block in blocks(_text(page)):
+            if block.language == "toml" and block.kind != "file" and set(tomllib.loads(block.source)) & fields:
+                found.append(pytest.param(page, block.source, id=f"{page.name}:{block.line}"))
+    return found
+
+
+@pytest.mark.parametrize(("page", "source"), _config_blocks())
+def test_each_toml_block_passes_the_dry_run(page: Path, source: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TOML block a reader copies into a file passes ``chillfl run FILE --dry-run``, or is refused for a reason listed above."""
+    from chillfl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # flwr_femnist would try the hub
+    (tmp_path / "snippet.toml").write_text(source, encoding="utf-8")
+    rc = main(["run", "snippet.toml", "--dry-run", "-q"])
+    err = capsys.readouterr().err
+    if rc == 0:
+        return
+    found = re.match(r"chillfl: error: ([\w.]+):", err)
+    assert rc == 2 and found is not None and (page.name, found.group(1)) in TOML_REFUSED, f"{page.name}: {err}"
+
+
+def test_every_listed_toml_refusal_is_still_met() -> None:
+    """An entry of TOML_REFUSED whose page no longer has such a block would hide the next one."""
+    pages_with_blocks = {p.values[0].name for p in _config_blocks()}
+    assert {page for page, _ in TOML_REFUSED} <= pages_with_blocks

@@ -202,3 +202,48 @@ def test_every_listed_toml_refusal_is_still_met() -> None:
     """An entry of TOML_REFUSED whose page no longer has such a block would hide the next one."""
     pages_with_blocks = {p.values[0].name for p in _config_blocks()}
     assert {page for page, _ in TOML_REFUSED} <= pages_with_blocks
+
+
+# Commands of the pages on a bundled experiment that `--dry-run` refuses on purpose: (command, field named).
+COMMAND_REFUSED = {("chillfl run demo temperature.value=0.5", "temperature.value")}  # configuration.md: the error it shows
+
+
+def _bundled_commands() -> list[Any]:
+    """The pages' `chillfl run|compare NAME ...` lines (shell blocks and inline code) on a bundled experiment with
+    overrides or flags: the name alone is checked by the bundled configs' own tests, not what the page adds to it
+    (ray.md's `variants={}` left `[compare] baseline` naming a variant it removed)."""
+    import shlex
+
+    from chillfl.experiments import bundled_experiments
+
+    names = set(bundled_experiments()) | {"demo"}
+    lines: list[tuple[str, str]] = []
+    for page in PAGES:
+        text = _text(page)
+        for block in blocks(text):
+            if block.language in ("bash", "sh"):
+                lines += [(page.name, line.split("#", 1)[0]) for line in block.source.replace("\\\n", " ").splitlines()]
+        lines += [(page.name, " ".join(m.group(1).split())) for m in re.finditer(r"`(chillfl (?:run|compare) [^`]+)`", text)]
+    found = {}
+    for page, line in lines:
+        argv = shlex.split(line) if re.match(r"\s*chillfl (run|compare) ", line) else []
+        if len(argv) > 3 and argv[2] in names and "cuda" not in line and "..." not in line:
+            found[" ".join(argv)] = page
+    return [pytest.param(command, id=f"{page}: {command}") for command, page in found.items()]
+
+
+@pytest.mark.parametrize("command", _bundled_commands())
+def test_each_command_on_a_bundled_experiment_passes_the_dry_run(command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from chillfl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    rc = main([*command.split()[1:], "--dry-run", "-q"])
+    err = capsys.readouterr().err
+    found = re.match(r"chillfl: error: ([\w.]+):", err)
+    assert rc == 0 or (rc == 2 and found is not None and (command, found.group(1)) in COMMAND_REFUSED), f"{command}: {err}"
+
+
+def test_the_commands_checked_include_ray_md_and_the_listed_refusal() -> None:
+    commands = {p.values[0] for p in _bundled_commands()}
+    assert any(c.startswith("chillfl run fedchill/table2-digits variants={}") for c in commands)
+    assert {c for c, _ in COMMAND_REFUSED} <= commands

@@ -114,3 +114,14 @@ def test_cells_with_a_pipe_are_escaped() -> None:
     for line in text.splitlines():
         if line.startswith("| `"):
             assert line.replace("\\|", "").count("|") == 5, line  # four cells
+
+
+def test_the_options_every_model_takes_are_shown() -> None:
+    """``[model] projection_dim`` (MOON's head, any model) was nowhere in the reference, which configuration.md
+    calls the list of every option: methods.md and moon-fedalign-fedgen.md send readers to it."""
+    from chillfl.models.projection import PROJECTION_OPTION
+
+    text = render_reference()
+    model = text[text.index("## [model] name = ...") : text.index("## [temperature]")]
+    assert "### Shared options (every model)" in model
+    assert f"| `{PROJECTION_OPTION}` | `int` | `0` |" in _block(model, "### Shared options (every model)")

@@ -16,12 +16,25 @@ and are averaged like the rest of the model. 0 (the default) leaves the model as
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import nn
 
 from chillfl.errors import ConfigError
 from chillfl.models.parts import NoHeadError, head_name
 
 PROJECTION_OPTION = "projection_dim"
+
+
+@dataclass(frozen=True)
+class EveryModelOptions:
+    """Taken by any model beside its own options: ``projection_dim`` > 0 adds MOON's projection head (0: none); per-client architectures (``assign``, ``[[model.groups]]``): docs/baselines.md.
+
+    Read by :func:`chillfl.models.registry.build_model` from the raw table; this class is what
+    ``chillfl list --options`` shows, so the reference names the option every model takes.
+    """
+
+    projection_dim: int = 0
 
 
 def with_projection_head(model: nn.Module, projection_dim: object, field: str) -> nn.Module:

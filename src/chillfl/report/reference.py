@@ -21,6 +21,7 @@ from chillfl.errors import ConfigError
 from chillfl.experiment import base_losses
 from chillfl.data.datasets import DATASETS
 from chillfl.data.partition import PARTITIONERS
+from chillfl.models.projection import EveryModelOptions
 from chillfl.models.registry import MODELS
 from chillfl.options import OwnTable
 from chillfl.settings.attack import AttackOptions, attack_spec, kind_names
@@ -275,6 +276,7 @@ def _term_sections() -> list[str]:
 
 
 SHARED: dict[str, tuple[type, str]] = {
+    "model": (EveryModelOptions, "model"),
     "distillation": (DistillationOptions, "method"),
     "attack": (AttackOptions, "kind"),
     "privacy": (PrivacyOptions, "mechanism"),

@@ -247,3 +247,12 @@ def test_the_commands_checked_include_ray_md_and_the_listed_refusal() -> None:
     commands = {p.values[0] for p in _bundled_commands()}
     assert any(c.startswith("chillfl run fedchill/table2-digits variants={}") for c in commands)
     assert {c for c, _ in COMMAND_REFUSED} <= commands
+
+
+def test_install_pages_extras_table_names_every_extra() -> None:
+    """install.md's table is where a reader looks an extra up: it lacked `privacy` (inside its `all`), `dev` and `docs`."""
+    from chillfl.config import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    table = re.findall(r"^\| `([\w-]+)` \|", _text(ROOT / "docs" / "install.md"), flags=re.M)
+    assert sorted(table) == sorted(extras)

@@ -256,3 +256,9 @@ def test_install_pages_extras_table_names_every_extra() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
     table = re.findall(r"^\| `([\w-]+)` \|", _text(ROOT / "docs" / "install.md"), flags=re.M)
     assert sorted(table) == sorted(extras)
+
+
+def test_the_index_lists_every_page() -> None:
+    """The README calls docs/index.md the list of every page: reproducibility.md and api.md were missing."""
+    listed = set(re.findall(r"\]\(([\w-]+\.md)\)", _text(ROOT / "docs" / "index.md")))
+    assert sorted(p.name for p in (ROOT / "docs").glob("*.md") if p.name != "index.md" and p.name not in listed) == []

@@ -1,6 +1,7 @@
 """The command line: error paths (one line, exit 2, nothing written) and an end-to-end run."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,33 @@ def test_error_from_the_installed_command_has_no_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_a_closed_stdout_ends_the_command_quietly_as_a_filter_does():
+    # `chillfl list experiments | head -1`: the reader is gone (here before the child starts), so the listing's write
+    # fails; this was a BrokenPipeError traceback and exit 1, and is now nothing said and 128 + SIGPIPE
+    from chillfl.cli import BROKEN_PIPE_EXIT
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "chillfl", "list", "experiments"], stdout=write, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (BROKEN_PIPE_EXIT, "")
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_not_hidden(monkeypatch):
+    # the quiet exit is for stdout's reader only: another pipe's error (a worker's, say) still surfaces
+    import argparse
+
+    from chillfl.cli import _dispatch
+
+    def fails(args):
+        raise BrokenPipeError("some other pipe")
+
+    with pytest.raises(BrokenPipeError, match="some other pipe"):
+        _dispatch(argparse.Namespace(func=fails))
 
 
 def test_run_writes_a_complete_result_folder(tmp_path, capsys):

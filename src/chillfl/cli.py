@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -546,6 +547,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _interrupted(exc.__context__)
         print("chillfl: interrupted; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)", file=sys.stderr)
         return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+    except BrokenPipeError:
+        if not _stdout_closed():  # another pipe's: a bug to see
+            raise
+        return BROKEN_PIPE_EXIT
     except SweepFailed as exc:
         print(f"chillfl: {exc}" + (f"; partial results in {exc.folder}" if exc.folder else ""), file=sys.stderr)
         return DIVERGED_EXIT
@@ -566,6 +571,32 @@ def _dispatch(args: argparse.Namespace) -> int:
         if not isinstance(exc, RunInterrupted):
             raise
         return _interrupted(exc)
+
+
+BROKEN_PIPE_EXIT = 141
+"""Exit status when stdout's reader went away (``chillfl list | head -1``): 128 + SIGPIPE, what a shell reports for a
+filter that signal stopped. Nothing is said: the reader asked for no more. A run writes its results before it prints
+its table, so they are complete."""
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader went away (its write end polls as an error). If so, stdout is pointed at
+    /dev/null, so that Python's flush at exit of anything still buffered raises nothing more (it would print a
+    traceback of its own). A failed write does not keep its bytes buffered, so trying a flush would not tell."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # a replaced stdout (captured): not the pipe that broke
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    if not any(events & select.POLLERR for _, events in poller.poll(0)):
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return True
 
 
 def _interrupted(exc: RunInterrupted) -> int:

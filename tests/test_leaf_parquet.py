@@ -227,6 +227,57 @@ def test_hub_name_offline_is_one_line_with_the_fetch_command(tmp_path: Path, mon
         load_dataset("flwr_femnist", {"path": "./no/such/folder"}, data_dir=tmp_path)
 
 
+def _no_offline_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chillfl.data import leaf_hub
+
+    for var in (*leaf_hub.OFFLINE_VARS, *leaf_hub.PROXY_VARS, "HF_ENDPOINT"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_a_hub_whose_name_does_not_resolve_is_one_line_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # no network and no offline flag: huggingface_hub retried 5 times over ~25 s, a log line each, before failing
+    import socket
+
+    from chillfl.data import leaf_hub
+
+    _no_offline_flags(monkeypatch)
+    looked_up = []
+
+    def no_dns(host: str, port: int, *args: object) -> list[object]:
+        looked_up.append((host, port))
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    def no_hub_client(*args: object) -> None:
+        raise AssertionError("the hub was tried")
+
+    monkeypatch.setattr(leaf_hub.socket, "getaddrinfo", no_dns)
+    monkeypatch.setattr(leaf_hub, "need", lambda module, *args: no_hub_client() if module == "datasets" else __import__(module))
+    with pytest.raises(ConfigError) as err:
+        load_dataset("flwr_femnist", {}, data_dir=tmp_path)
+    assert err.value.field == "dataset.path" and "\n" not in err.value.message
+    assert "the hub cannot be reached (huggingface.co does not resolve" in err.value.message and "hf download flwrlabs/femnist" in err.value.message
+    assert looked_up == [("huggingface.co", 443)]
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.example.org/")  # huggingface_hub's own variable: its host is the one looked up
+    assert leaf_hub.unreachable_hub() == "hub.example.org does not resolve: [Errno -2] Name or service not known"
+
+
+def test_the_hub_check_is_skipped_behind_a_proxy_and_passes_a_name_that_resolves(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from chillfl.data import leaf_hub
+
+    _no_offline_flags(monkeypatch)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # an address: resolved locally, no network
+    assert leaf_hub.unreachable_hub() is None
+
+    def no_dns(*args: object) -> list[object]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(leaf_hub.socket, "getaddrinfo", no_dns)
+    monkeypatch.setenv("https_proxy", "http://proxy.internal:3128")  # the proxy may resolve what the local resolver cannot
+    assert leaf_hub.unreachable_hub() is None
+
+
 # ---------------------------------------------------------------- the model
 
 

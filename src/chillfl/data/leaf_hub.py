@@ -31,6 +31,8 @@ Where they come from: ``path`` is a folder or file (absolute, or relative to
 ``datasets.load_dataset(path, split="train")`` (extra ``hf``), unless the hub
 is offline (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``) or unreachable:
 then one ConfigError line says how to fetch the files into ``data_dir``.
+A hub whose host name does not resolve (no network) is told at once, not
+after huggingface_hub's five retries (about 25 s and a log line each).
 
 Choices
 -------
@@ -66,9 +68,11 @@ import io
 import logging
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import torch
@@ -85,6 +89,9 @@ LEAF_LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghi
 FEMNIST_CLASSES = 62
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+DEFAULT_ENDPOINT = "https://huggingface.co"
+"""The hub huggingface_hub talks to unless ``HF_ENDPOINT`` names another."""
 TEXT_COLUMNS = ("character_id", "x", "y", "writer_id")
 log = logging.getLogger(__name__)
 
@@ -138,6 +145,25 @@ def _offline() -> bool:
     return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in OFFLINE_VARS)
 
 
+def unreachable_hub() -> str | None:
+    """Why the hub cannot be reached at all (its host name does not resolve), or None when it may be.
+
+    Without network, huggingface_hub retries a request five times over about 25 s, logging a line each time,
+    before it gives up; a name that does not resolve fails here at once. Behind a proxy the local resolver may
+    not know names the proxy does, so nothing is checked there.
+    """
+    if any(os.environ.get(v) for v in PROXY_VARS):
+        return None
+    host = urlsplit(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).hostname
+    if not host:
+        return None
+    try:
+        socket.getaddrinfo(host, 443)
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"{host} does not resolve: {exc}"
+    return None
+
+
 def local_source(path: str, data_dir: Path) -> Path | None:
     """The local file or folder ``path`` names (under ``data_dir`` first), or None."""
     p = Path(path).expanduser()
@@ -171,6 +197,9 @@ def read_table(path: str, data_dir: Path) -> tuple[Any, Path | None]:
         raise ConfigError(f"{SECTION}.path", f"{path!r} not found (looked in {data_dir} and the working directory)")
     if _offline():
         raise ConfigError(f"{SECTION}.path", f"{path!r} is not under {data_dir} and the hub is offline; {fetch_hint(path, data_dir)}")
+    unreachable = unreachable_hub()
+    if unreachable is not None:
+        raise ConfigError(f"{SECTION}.path", f"{path!r} is not under {data_dir} and the hub cannot be reached ({unreachable}); {fetch_hint(path, data_dir)}")
     datasets = need("datasets", "hf", f"loading {path} from the Hugging Face hub")
     try:
         ds = datasets.load_dataset(path, split="train")

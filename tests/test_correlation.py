@@ -42,6 +42,17 @@ def test_p_value_by_hand() -> None:
 def test_constant_measure_gives_nan() -> None:
     (row,) = correlation_table({"size": np.full(4, 50.0)}, np.array([0.1, 0.2, 0.3, 0.5]))
     assert math.isnan(row["r"]) and math.isnan(row["p"])
+    assert row["undefined"] == "size is 50 for every client"
+
+
+def test_the_printed_table_says_why_r_is_nan() -> None:
+    # a two-temperature sweep often gives every client the same best T: the table printed nan with no word on why
+    rows = correlation_table({"ratio": np.array([0.1, 0.5, 0.9]), "size": np.array([10.0, 20.0, 30.0])}, np.full(3, 0.05))
+    assert all(math.isnan(r["r"]) for r in rows)
+    lines = format_table(rows).splitlines()
+    assert lines[-1] == "nan: no r, every client's value is 0.05: nothing to correlate with" and len(lines) == 4  # header, 2 rows, one note
+    both = correlation_table({"size": np.full(3, 7.0), "ratio": np.array([0.1, 0.5, 0.9])}, np.array([0.1, 1.0, 0.5]))
+    assert format_table(both).splitlines()[-1] == "nan: no r, size is 7 for every client" and "undefined" not in both[1]
 
 
 def test_shape_errors() -> None:

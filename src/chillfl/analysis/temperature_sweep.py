@@ -68,6 +68,7 @@ from chillfl.experiments import resolve_config
 from chillfl.extras import need
 from chillfl.metrics.correlation import correlation_table
 from chillfl.metrics.correlation import format_table as format_correlation
+from chillfl.metrics.correlation import undefined_notes
 from chillfl.options import parse_options
 from chillfl.seeds import derive_seed
 from chillfl.temperature.fedchill import FedChillOptions
@@ -104,6 +105,7 @@ class SweepResult:
             lines += [f"## Client characteristic vs {title} (Pearson)", "", "| measure | r | p | n |", "|---|---|---|---|"]
             for row in self.correlation[target]:
                 lines.append(f"| {row['measure']} | {_fmt(row['r'])} | {_fmt(row['p'])} | {row['n']} |")
+            lines += ["", *(f"nan: no r, {why}." for why in undefined_notes(self.correlation[target]))]
             lines.append("")
         return "\n".join(lines)
 

@@ -11,7 +11,9 @@ measures come from :func:`chillfl.temperature.heterogeneity.heterogeneity`
 Choices
 -------
 * A constant predictor (or constant temperatures) has no defined r: the row
-  gets r = p = NaN instead of scipy's warning.
+  gets r = p = NaN instead of scipy's warning, and ``undefined`` says which
+  (every client's best T the same happens with a short grid); the printed
+  table says it under the rows.
 * Rows keep the order of ``measures`` (deterministic; sort for display if needed).
 """
 
@@ -35,19 +37,28 @@ def correlation_table(measures: Mapping[str, np.ndarray], best_temperature: np.n
         x = np.asarray(values, dtype=np.float64)
         if x.shape != t.shape:
             raise ValueError(f"measure {name!r} has shape {x.shape}, best_temperature has {t.shape}")
-        if np.ptp(x) == 0 or np.ptp(t) == 0:
-            r, p = math.nan, math.nan
+        row: dict[str, Any] = {"measure": name, "n": int(t.size)}
+        if np.ptp(t) == 0:
+            row.update(r=math.nan, p=math.nan, undefined=f"every client's value is {t[0]:g}: nothing to correlate with")
+        elif np.ptp(x) == 0:
+            row.update(r=math.nan, p=math.nan, undefined=f"{name} is {x[0]:g} for every client")
         else:
             result = need("scipy.stats", "analysis", "correlations").pearsonr(x, t)
-            r, p = float(result.statistic), float(result.pvalue)
-        rows.append({"measure": name, "r": r, "p": p, "n": int(t.size)})
+            row.update(r=float(result.statistic), p=float(result.pvalue))
+        rows.append(row)
     return rows
 
 
+def undefined_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Why some rows have no r (``nan``), each reason once, in row order."""
+    return list(dict.fromkeys(row["undefined"] for row in rows if "undefined" in row))
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """Plain-text table: measure, r, p, n (r and p to 3 decimals)."""
+    """Plain-text table: measure, r, p, n (r and p to 3 decimals), then why any r is nan."""
     width = max([len("measure")] + [len(str(row["measure"])) for row in rows])
     lines = [f"{'measure':<{width}}  {'r':>7}  {'p':>6}  {'n':>4}"]
     for row in rows:
         lines.append(f"{row['measure']:<{width}}  {row['r']:>7.3f}  {row['p']:>6.3f}  {row['n']:>4d}")
+    lines += [f"nan: no r, {why}" for why in undefined_notes(rows)]
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shlex
 import signal
 import sys
@@ -55,10 +56,25 @@ def _config_path(config: str) -> Path:
         found = False
     if not found and is_folder(path):
         raise ConfigError("config", f"{short_repr(config)} is a folder, not a config file")
+    if not found and _is_override(config):
+        raise ConfigError("config", f"{short_repr(config)} is an override (section.option=value): give the config file or bundled experiment first")
     if not found:
         hint = did_you_mean(config.removesuffix(".toml"), bundled_experiments())
         raise ConfigError("config", f"file not found: {short_repr(config)}{hint}; `chillfl list experiments` lists the bundled experiments")
     return path
+
+
+_OVERRIDE = re.compile(r"[A-Za-z_][\w.]*=")
+
+
+def _is_override(text: str) -> bool:
+    """Whether a config argument reads as an override (``client.lr=0.1``) and names no file."""
+    if not _OVERRIDE.match(text):
+        return False
+    try:
+        return not resolve_config(text).is_file()
+    except (OSError, ValueError):
+        return True
 
 
 def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
@@ -113,6 +129,8 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.config is not None and _is_override(args.config):  # `chillfl run client.lr=0.1`: the demo, as the usage says
+        args.config, args.overrides = None, [args.config, *args.overrides]
     if args.dry_run:
         return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args), args=args)
     if args.config is None or args.config == DEMO:

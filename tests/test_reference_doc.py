@@ -125,3 +125,10 @@ def test_the_options_every_model_takes_are_shown() -> None:
     model = text[text.index("## [model] name = ...") : text.index("## [temperature]")]
     assert "### Shared options (every model)" in model
     assert f"| `{PROJECTION_OPTION}` | `int` | `0` |" in _block(model, "### Shared options (every model)")
+
+
+def test_a_partition_read_from_a_file_is_shown() -> None:
+    """``[partition] from`` (docs/data.md, configuration.md) was missing from the list of every option."""
+    text = render_reference()
+    partition = text[text.index("## [partition] name = ...") :].split("\n### ", 1)[0]
+    assert '`from = "results/RUN/partition.json"` alone' in partition

@@ -21,6 +21,7 @@ from chillfl.errors import ConfigError
 from chillfl.experiment import base_losses
 from chillfl.data.datasets import DATASETS
 from chillfl.data.partition import PARTITIONERS
+from chillfl.data.partition_file import FROM_KEY, PARTITION_FILE
 from chillfl.models.projection import EveryModelOptions
 from chillfl.models.registry import MODELS
 from chillfl.options import OwnTable
@@ -251,6 +252,8 @@ def render_reference(plugins: Sequence[str] = ()) -> str:
     for section, key, registry in _registries(plugins):
         names = sorted(registry)
         lines += ["", f"## [{section}] {key} = ...", "", f"`{key}`: one of " + ", ".join(f"`{n}`" for n in names) + "."]
+        if section in INSTEAD_OF_A_NAME:
+            lines += ["", INSTEAD_OF_A_NAME[section]]
         if section in SHARED:
             lines += _shared(section, SHARED[section])
         for name in names:
@@ -282,6 +285,13 @@ SHARED: dict[str, tuple[type, str]] = {
     "privacy": (PrivacyOptions, "mechanism"),
 }
 """Parts whose table holds options every implementation shares (this dataclass; what one is called) beside the chosen one's own."""
+
+
+INSTEAD_OF_A_NAME = {
+    "partition": f"Or `{FROM_KEY} = \"results/RUN/{PARTITION_FILE}\"` alone, without `name`: every client's rows as a finished run wrote"
+    f" them, read back and checked against this run (docs/data.md).",
+}
+"""Parts whose table may, instead of naming an implementation, hold one other key (the partition a run wrote)."""
 
 
 def _shared(section: str, shared: tuple[type, str]) -> list[str]:

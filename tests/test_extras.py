@@ -10,6 +10,7 @@ package does.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -153,3 +154,14 @@ def test_need_does_not_hide_a_broken_installed_package(tmp_path: Path, monkeypat
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ModuleNotFoundError):
         need("chillfl_broken_pkg", "plots", "plots")
+
+
+def test_need_leaves_the_root_logger_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # opacus (the privacy extra) calls logging.basicConfig on import: its root handler printed every chillfl log line
+    # of a private run twice, the second time as "MM/DD/YYYY HH:MM:SS:INFO:...".
+    (tmp_path / "chillfl_configures_logging.py").write_text("import logging\nlogging.basicConfig()\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])  # as in the CLI: no root handler (pytest's own would make basicConfig a no-op)
+    need("chillfl_configures_logging", "privacy", "[privacy]")
+    assert root.handlers == []

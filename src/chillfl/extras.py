@@ -24,6 +24,7 @@ privacy        opacus                                      ``[privacy]`` (its ac
 from __future__ import annotations
 
 import importlib
+import logging
 from types import ModuleType
 
 from chillfl.errors import MissingExtra
@@ -34,7 +35,13 @@ PACKAGES = {"PIL": "pillow", "matplotlib": "matplotlib", "scipy": "scipy", "skle
 
 
 def need(module: str, extra: str, what: str) -> ModuleType:
-    """``import module``, or :class:`MissingExtra` (``what`` need ``package``: pip install "chillfl[extra]")."""
+    """``import module``, or :class:`MissingExtra` (``what`` need ``package``: pip install "chillfl[extra]").
+
+    A handler that the import puts on the root logger is taken off again: opacus calls ``logging.basicConfig``
+    when imported, which would print every ``chillfl`` log line of a private run a second time, in its format.
+    """
+    root = logging.getLogger()
+    before = list(root.handlers)
     try:
         return importlib.import_module(module)
     except ImportError as exc:
@@ -42,6 +49,9 @@ def need(module: str, extra: str, what: str) -> ModuleType:
         if exc.name is not None and exc.name.split(".")[0] != top:
             raise  # the package is there but one of *its* imports failed: a real error, not a missing extra
         raise MissingExtra(what, PACKAGES.get(top, top), extra) from None
+    finally:
+        for handler in [h for h in root.handlers if h not in before]:
+            root.removeHandler(handler)
 
 
 def have(module: str) -> bool:

@@ -31,7 +31,8 @@ TINY: dict[str, Any] = {
 PUBLIC = {"distillation.public_size": 120, "distillation.subset_size": 40}
 NEEDS: dict[str, dict[str, Any]] = {
     "algorithm-fedalign": {"model.name": "resnet20", "federation.num_clients": 3, "federation.clients_per_round": 2},  # a reduced-width final stage
-    "algorithm-norm_bound": {"algorithm.max_norm": 0.5},  # M has no default: the updates' scale is the run's
+    "algorithm-norm_bound": {"algorithm.max_norm": 0.5},
+    "algorithm-fedbn": {"model.name": "flexchill_cnn", "model.batch_norm": True},  # batch-norm layers to keep local  # M has no default: the updates' scale is the run's
 }
 """Settings a method cannot run without (its ConfigError says so); every other case runs ``TINY`` as is."""
 

@@ -374,6 +374,8 @@ def model_for(name: str) -> nn.Module:
 
     if name == "fedalign":
         return build_model("resnet20", (3, 8, 8), 10, {}, seed=0)
+    if name == "fedbn":
+        return build_model("flexchill_cnn", (1, 8, 8), 10, {"batch_norm": True}, seed=0)
     return build_model("mlp", (64,), 10, {}, seed=0)
 
 

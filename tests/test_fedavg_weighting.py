@@ -20,7 +20,8 @@ MODEL = nn.Linear(1, 1, bias=False)
 
 
 def _aggregate(name: str, options: dict) -> float:
-    agg, _ = make_aggregator(name, options, num_clients=2, model=MODEL, seed=0)
+    model = nn.Sequential(MODEL, nn.BatchNorm1d(1)) if name == "fedbn" else MODEL  # FedBN refuses a model without batch norm
+    agg, _ = make_aggregator(name, options, num_clients=2, model=model, seed=0)
     return float(agg.aggregate({"w": torch.tensor([0.0])}, RESULTS, 1)["w"])
 
 

@@ -459,7 +459,7 @@ def test_every_built_in_whose_clients_train_on_their_own_declares_private_steps(
             trainers.append(name)
             assert algorithm_spec(name).capabilities.private_steps, name
     assert {"ditto", "fedrep", "fedrs", "fedlc", "pfedme"} <= set(trainers)  # the walk saw them
-    assert other_models == ["fedalign"]  # FedAvg's client half with a term, no trainings of its own
+    assert other_models == ["fedalign", "fedbn"]  # FedAvg's client half with a term; FedBN's KeepLocal: no trainings of their own
 
 
 def test_every_built_in_prototype_method_declares_private_steps() -> None:

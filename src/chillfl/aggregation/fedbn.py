@@ -42,8 +42,9 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
 from chillfl.capabilities import Capabilities
+from chillfl.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -134,11 +135,23 @@ class FedBN(AggregatorBase):
         check_state_keys(state, (), "FedBN")
 
 
+def _build(options: FedBNOptions, ctx: BuildContext) -> Built:
+    """FedBN over the model's batch-norm entries; a model without batch norm is refused, since FedBN would silently be FedAvg."""
+    keys = batchnorm_keys(ctx.model)
+    if not keys:
+        raise ConfigError(
+            "model.name",
+            "FedBN keeps each client's batch-norm layers local, and this model has none, so it would run as plain FedAvg: "
+            "choose a model with batch norm (flexchill_cnn: model.batch_norm = true)",
+        )
+    return FedBN(keys, options), []
+
+
 SPEC = register_algorithm(
     "fedbn",
     AlgorithmSpec(
         FedBNOptions,
-        lambda o, ctx: (FedBN(batchnorm_keys(ctx.model), o), []),
+        _build,
         "local batch norm (Li et al. 2021)",
         capabilities=Capabilities(takes_weights=True, personal_model=True),
     ),

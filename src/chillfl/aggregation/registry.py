@@ -282,6 +282,20 @@ def effective_capabilities(spec: AlgorithmSpec, options: Any, section: str = "al
     return spec.capabilities.wrapping(effective_capabilities(base, base_options, inner.section))
 
 
+def refuse_unused_options(table: Mapping[str, Any], name: str, why: str) -> None:
+    """ConfigError on an option of ``[algorithm]`` (algorithm ``name``) set off its default where ``why`` no aggregator runs.
+
+    Such an option would be recorded in the result folder and ignored. Options equal to their defaults pass: a resolved
+    ``config.toml`` writes every one of them.
+    """
+    cls = algorithm_spec(name).options
+    written, defaults = parse_options(cls, {k: v for k, v in table.items() if k != "name"}, "algorithm"), cls()
+    for f in dataclasses.fields(defaults):
+        value, default = getattr(written, f.name), getattr(defaults, f.name)
+        if value != default:
+            raise ConfigError(f"algorithm.{f.name}", f"{why}, so this option of {name!r} would be ignored; leave it at its default {default!r}, got {value!r}")
+
+
 def algorithm_parts(table: Mapping[str, Any], section: str = "algorithm", field: str | None = None) -> list[tuple[str, str, AlgorithmSpec]]:
     """(name field, name, spec) of the algorithm ``table`` names and of every one it wraps, outermost first.
 

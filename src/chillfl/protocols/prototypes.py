@@ -44,6 +44,7 @@ from torch.func import functional_call
 
 from chillfl.aggregation.base import Aggregator, ClientResult, Params
 from chillfl.aggregation.client_states import ClientParams
+from chillfl.aggregation.registry import refuse_unused_options
 from chillfl.config import RunConfig
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
@@ -380,6 +381,9 @@ def prototype_parts(exp: Experiment) -> PrototypeParts:
     algorithm, default = cfg.algorithm.get("name"), default_algorithm()
     if algorithm != default or exp.spec.terms:
         raise ConfigError("algorithm.name", f"[prototypes] trains with its method's own objective and averages models with {default}; got {algorithm!r}")
+    shares = bool(spec.shares_model(settings.options))
+    if not shares:
+        refuse_unused_options(cfg.algorithm, default, f"[prototypes] method {settings.method!r} shares no models")
     if spec.check is not None:
         spec.check(settings.options, cfg)
     hooks = spec.build(settings.options, exp.data.num_classes, cfg.seed)
@@ -399,7 +403,7 @@ def prototype_parts(exp: Experiment) -> PrototypeParts:
         labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))
         raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the last nn.Linear's input) for all architectures, got {labels}")
     proto_dim = dims[0] if hooks.space == "features" else exp.data.num_classes
-    return PrototypeParts(hooks, bool(spec.shares_model(settings.options)), cm, tuple(specs), proto_dim, tuple(heads))
+    return PrototypeParts(hooks, shares, cm, tuple(specs), proto_dim, tuple(heads))
 
 
 def check_prototype_sharing(exp: Experiment) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from chillfl.aggregation.registry import refuse_unused_options
 from chillfl.config import RunConfig
 from chillfl.paths import check_writable_dir
 from chillfl.options import require
@@ -40,6 +41,7 @@ def check_distillation(config: RunConfig, data: Any) -> DistillationSetup:
         f"the soft-label protocol trains clients with the base loss only (no aggregator, no objective terms); "
         f"use {default!r} (the default), got {algorithm!r}",
     )
+    refuse_unused_options(config.algorithm, default, "the soft-label protocol builds no aggregator")
     if spec.check is not None:
         spec.check(setup.options, config)
     if setup.common.state_dir is not None:  # a file or read-only folder: one line now, not a traceback in round 1

@@ -283,13 +283,14 @@ def effective_capabilities(spec: AlgorithmSpec, options: Any, section: str = "al
 
 
 def refuse_unused_options(table: Mapping[str, Any], name: str, why: str) -> None:
-    """ConfigError on an option of ``[algorithm]`` (algorithm ``name``) set off its default where ``why`` no aggregator runs.
+    """ConfigError on an ``[algorithm]`` option (of algorithm ``name``) set off its default where no aggregator reads it (``why``).
 
     Such an option would be recorded in the result folder and ignored. Options equal to their defaults pass: a resolved
     ``config.toml`` writes every one of them.
     """
-    cls = algorithm_spec(name).options
-    written, defaults = parse_options(cls, {k: v for k, v in table.items() if k != "name"}, "algorithm"), cls()
+    cls: type = algorithm_spec(name).options
+    written: Any = parse_options(cls, {k: v for k, v in table.items() if k != "name"}, "algorithm")
+    defaults: Any = cls()
     for f in dataclasses.fields(defaults):
         value, default = getattr(written, f.name), getattr(defaults, f.name)
         if value != default:

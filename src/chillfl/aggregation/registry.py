@@ -289,12 +289,12 @@ def refuse_unused_options(table: Mapping[str, Any], name: str, why: str) -> None
     ``config.toml`` writes every one of them.
     """
     cls: type = algorithm_spec(name).options
-    written: Any = parse_options(cls, {k: v for k, v in table.items() if k != "name"}, "algorithm")
-    defaults: Any = cls()
-    for f in dataclasses.fields(defaults):
-        value, default = getattr(written, f.name), getattr(defaults, f.name)
+    written = dataclasses.asdict(parse_options(cls, {k: v for k, v in table.items() if k != "name"}, "algorithm"))
+    defaults = dataclasses.asdict(cls())
+    for key, default in defaults.items():
+        value = written[key]
         if value != default:
-            raise ConfigError(f"algorithm.{f.name}", f"{why}, so this option of {name!r} would be ignored; leave it at its default {default!r}, got {value!r}")
+            raise ConfigError(f"algorithm.{key}", f"{why}, so this option of {name!r} would be ignored; leave it at its default {default!r}, got {value!r}")
 
 
 def algorithm_parts(table: Mapping[str, Any], section: str = "algorithm", field: str | None = None) -> list[tuple[str, str, AlgorithmSpec]]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chillfl.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -62,3 +64,14 @@ class Capabilities:
             private_steps=self.private_steps or base.private_steps,
             limited_by=self.limited_by if (self.plain_sgd or self.on_flower) else None,
         )
+
+
+def declared(value: object, name: str, field: str) -> Capabilities:
+    """``value``, what a plugin ``name`` declares, when it is a :class:`Capabilities`; else a ConfigError on ``field``.
+
+    A spec is a plain dataclass, so nothing stops a plugin from passing a string or a dict there; read as
+    it is, it would end the run later with an AttributeError (first where a check asks one of its fields).
+    """
+    if not isinstance(value, Capabilities):
+        raise ConfigError(field, f"{name!r}: its capabilities must be a chillfl.extend.Capabilities, got {type(value).__name__}")
+    return value

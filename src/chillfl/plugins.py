@@ -34,6 +34,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
+from chillfl.capabilities import declared
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import short_repr
 
@@ -197,6 +198,8 @@ class SpecFamily:
                 raise choice_error(self.field, name, self.names())
         if not self.is_spec(found):
             raise ConfigError(self.field, f"{name!r} must name a {self.kind}, got {short_repr(found)}")
+        if hasattr(found, "capabilities"):  # the families whose spec declares them (soft-label, prototype methods)
+            declared(found.capabilities, str(name), self.field)
         options = found.options
         if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
             raise ConfigError(self.field, f"{name!r}: its options must be a dataclass, got {options!r}")

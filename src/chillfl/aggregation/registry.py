@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator, holds_personal_model
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import Chosen, parse_options
 from chillfl.plugins import Registry, has_methods, plugin_names, resolve
@@ -142,12 +142,8 @@ def declared_capabilities(cls: type, name: str, field: str) -> Capabilities:
     promised is not promised for it. A subclass that keeps them says so:
     ``capabilities = Parent.capabilities``.
     """
-    declared = vars(cls).get("capabilities")
-    if declared is None:
-        return Capabilities()
-    if not isinstance(declared, Capabilities):
-        raise ConfigError(field, f"{name!r}: its capabilities must be a chillfl.extend.Capabilities, got {type(declared).__name__}")
-    return declared
+    own = vars(cls).get("capabilities")
+    return Capabilities() if own is None else declared(own, name, field)
 
 
 def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
@@ -159,6 +155,7 @@ def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
     capabilities in its own class attribute ``capabilities`` (:func:`declared_capabilities`).
     """
     if isinstance(obj, AlgorithmSpec):
+        declared(obj.capabilities, name, field)
         return obj
     if not isinstance(obj, type):
         raise ConfigError(field, f"{name!r} must name an aggregator class or an AlgorithmSpec, got {type(obj).__name__}")
@@ -244,10 +241,12 @@ def make_aggregator(
     ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum, rounds=rounds,
                        clients_per_round=clients_per_round)
     built = spec.build(parsed, ctx)
-    declared = effective_capabilities(spec, parsed, section).personal_model
+    if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (list, tuple))):  # a plugin's builder: its mistake is one line, not a TypeError
+        raise ConfigError(f"{section}.name", f"{name!r}: its AlgorithmSpec's build must return (aggregator, [loss terms]), got {type(built).__name__}")
+    personal = effective_capabilities(spec, parsed, section).personal_model
     holds = holds_personal_model(built[0].client_half())
-    if declared != holds:
-        said = "declares personal_model = True, but its client half implements no" if declared else "declares no personal_model, but its client half implements"
+    if personal != holds:
+        said = "declares personal_model = True, but its client half implements no" if personal else "declares no personal_model, but its client half implements"
         raise ConfigError(f"{section}.name", f"{name!r} {said} HoldsPersonalModel (chillfl.extend); make the two agree")
     return built
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import Chosen, NoOptions, parse_options
 from chillfl.plugins import Registry, has_methods, plugin_names, resolve
@@ -87,6 +87,9 @@ def user_policy(obj: Any, name: str, field: str) -> PolicySpec:
     declares an ``Options`` dataclass (parsed and validated like a built-in's), ``cls()`` otherwise.
     """
     if isinstance(obj, PolicySpec):
+        if not callable(obj.capabilities):
+            raise ConfigError(field, f"{name!r}: its PolicySpec's capabilities must be a function of its options returning a chillfl.extend.Capabilities, "
+                                     f"got {type(obj.capabilities).__name__}")
         return obj
     if not isinstance(obj, type):
         raise ConfigError(field, f"{name!r} must name a temperature policy class or a PolicySpec, got {type(obj).__name__}")
@@ -129,13 +132,17 @@ def make_policy(table: Mapping[str, Any], class_counts: ClassCounts, section: st
     ``class_counts``: the [clients, classes] matrix, or a function computing it, called only by a policy that must read it.
     """
     spec, options = parse_policy(table, section)
-    return spec.build(options, class_counts)
+    policy = spec.build(options, class_counts)
+    if not has_methods(type(policy), POLICY_METHODS):  # a plugin's builder: its mistake is one line, not an AttributeError mid-run
+        raise ConfigError(f"{section}.policy", f"{table.get('policy')!r}: its PolicySpec's build must return a temperature policy "
+                                               f"(see chillfl.extend.TemperaturePolicy), got {type(policy).__name__}")
+    return policy
 
 
 def policy_capabilities(table: Mapping[str, Any], section: str = "temperature") -> Capabilities:
     """What the configured policy declares for its options (e.g. whether it runs on Flower)."""
     spec, options = parse_policy(table, section)
-    return spec.capabilities(options)
+    return declared(spec.capabilities(options), str(table.get("policy")), f"{section}.policy")
 
 
 def check_policy(config: RunConfig, section: str = "temperature") -> None:

@@ -1,0 +1,109 @@
+"""Malformed plugins (found by the qaplugins helper): a spec whose capabilities or builder is the wrong kind of
+object is one ConfigError naming the field that chose it, before anything is built or written, never an
+AttributeError or TypeError from deep inside the run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chillfl.cli import main
+from chillfl.config import load_config
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
+
+MODULE = '''
+from dataclasses import dataclass
+
+from chillfl.extend import (AggregatorBase, AlgorithmSpec, Capabilities, FedAvg, PolicySpec, PrototypeHooks, PrototypeSpec,
+                            SoftLabelMethod, SoftLabelSpec)
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    pass
+
+
+class Rule(FedAvg):
+    def __init__(self):
+        super().__init__("uniform")
+
+
+class Policy:
+    def temperature(self, client_id, round):
+        return 1.0
+
+    def observe(self, client_id, round, local_accuracy):
+        return None
+
+    def client_half(self, num_classes):
+        return None
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        return None
+
+
+class StrCaps(AggregatorBase):
+    capabilities = "takes_weights"
+
+    def aggregate(self, global_params, results, round):
+        return dict(global_params)
+
+
+ALGO_CAPS = AlgorithmSpec(NoOptions, lambda o, ctx: (Rule(), []), "caps a string", capabilities="takes_weights")
+ALGO_BUILD = AlgorithmSpec(NoOptions, lambda o, ctx: Rule(), "build returns the aggregator alone")
+POLICY_CAPS = PolicySpec(NoOptions, lambda o, counts: Policy(), "caps not a function", capabilities=Capabilities())
+POLICY_CAPS_RESULT = PolicySpec(NoOptions, lambda o, counts: Policy(), "caps returns a string", capabilities=lambda o: "none")
+POLICY_BUILD = PolicySpec(NoOptions, lambda o, counts: 1.0, "build returns a number")
+SOFT_CAPS = SoftLabelSpec("soft_caps", NoOptions, SoftLabelMethod, summary="caps a dict", capabilities={"reports": "x"})
+PROTO_CAPS = PrototypeSpec("proto_caps", NoOptions, PrototypeHooks, summary="caps a string", capabilities="none")
+'''
+
+BASE: dict[str, Any] = {"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "device": "cpu",
+                        "federation": {"num_clients": 4, "clients_per_round": 2, "rounds": 1}, "client": {"batch_size": 32}}
+
+
+@pytest.fixture()
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "qa_bad_plugins.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("qa_bad_plugins", None)
+
+
+@pytest.mark.parametrize("table,field,words", [
+    ({"algorithm": {"name": "qa_bad_plugins:ALGO_CAPS"}}, "algorithm.name", "capabilities must be a chillfl.extend.Capabilities, got str"),
+    ({"algorithm": {"name": "qa_bad_plugins:StrCaps"}}, "algorithm.name", "capabilities must be a chillfl.extend.Capabilities, got str"),
+    ({"algorithm": {"name": "qa_bad_plugins:ALGO_BUILD"}}, "algorithm.name", "build must return (aggregator, [loss terms]), got Rule"),
+    ({"temperature": {"policy": "qa_bad_plugins:POLICY_CAPS"}}, "temperature.policy", "capabilities must be a function of its options"),
+    ({"temperature": {"policy": "qa_bad_plugins:POLICY_BUILD"}}, "temperature.policy", "build must return a temperature policy"),
+    ({"distillation": {"method": "qa_bad_plugins:SOFT_CAPS", "public_size": 200, "subset_size": 100}}, "distillation.method",
+     "capabilities must be a chillfl.extend.Capabilities, got dict"),
+    ({"prototypes": {"method": "qa_bad_plugins:PROTO_CAPS"}}, "prototypes.method", "capabilities must be a chillfl.extend.Capabilities, got str"),
+])
+def test_a_malformed_spec_is_one_config_error_on_its_field(plugin: Path, table: dict[str, Any], field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_experiment(load_config(None, {**BASE, **table}))
+    assert err.value.field == field and words in str(err.value)
+
+
+def test_a_policy_whose_capabilities_return_no_capabilities_is_refused_where_they_are_asked(plugin: Path) -> None:
+    from chillfl.temperature import policy_capabilities
+
+    with pytest.raises(ConfigError) as err:
+        policy_capabilities({"policy": "qa_bad_plugins:POLICY_CAPS_RESULT"})
+    assert err.value.field == "temperature.policy" and "got str" in str(err.value)
+
+
+def test_cli_malformed_spec_is_one_line_exit_2_nothing_written(plugin: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = plugin / "out"
+    code = main(["run", "src/chillfl/experiments/demo.toml", "algorithm.name=qa_bad_plugins:ALGO_BUILD", "federation.rounds=1", f"out_dir={out}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("chillfl: error: algorithm.name:")
+    assert not out.exists() or not any(out.iterdir())

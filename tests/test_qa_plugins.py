@@ -107,3 +107,45 @@ def test_cli_malformed_spec_is_one_line_exit_2_nothing_written(plugin: Path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("chillfl: error: algorithm.name:")
     assert not out.exists() or not any(out.iterdir())
+
+
+TERM_MODULE = '''
+from dataclasses import dataclass
+
+
+class Decay:
+    """weight * ||theta||^2"""
+
+    @dataclass(frozen=True)
+    class Options:
+        weight: float = 0.01
+
+    reads = ()
+
+    def __init__(self, options):
+        self.weight = options.weight
+
+    def __call__(self, params, context):
+        return self.weight * sum((p ** 2).sum() for p in params.values())
+'''
+
+
+def test_list_options_documents_a_plugin_loss_term_like_a_built_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`chillfl list` shows an entry-point term under "loss terms"; `list --options` used to leave its options out, and
+    refused a term's import path ("is no algorithm, ..."), though the built-in terms' options are there."""
+    import chillfl.plugins
+
+    (tmp_path / "qa_terms.py").write_text(TERM_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(chillfl.plugins, "entry_points", lambda: {"qa_decay": "qa_terms:Decay"})
+    try:
+        assert main(["list", "--options", "qa_terms:Decay"]) == 0
+        out = capsys.readouterr().out
+        terms = out[out.index("## [objective] terms"):]
+        for name in ("qa_decay", "qa_terms:Decay", "proximal"):
+            assert f"### `{name}`" in terms
+        assert "| `weight` | `float` | `0.01` |" in terms
+        assert main(["list", "--options", "proximal"]) == 0  # a built-in term's name too
+    finally:
+        sys.modules.pop("qa_terms", None)

@@ -66,9 +66,10 @@ SUBTABLES: tuple[tuple[str, str, str], ...] = (("dataset.augment", "chillfl.data
 """Option tables nested in a part's table, whatever its name (rendered after the parts)."""
 
 
-def _registries(plugins: Sequence[str] = ()) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
-    """(section, name key, name -> spec) of every part, with ``plugins`` (import paths) under the parts that claim them."""
-    claimed: dict[str, str] = {}
+def _registries(plugins: Sequence[str] = (), terms: Mapping[str, Any] = {}) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """(section, name key, name -> spec) of every part, with ``plugins`` (import paths) under the parts that claim them;
+    a path in ``terms`` (the loss terms, shown under ``[objective] terms``) is claimed already."""
+    claimed: dict[str, str] = {path: "" for path in plugins if path in terms}
     for part in PARTS:
         registry = {name: part.spec_of(name) for name in part.names()}
         if not part.plugins:
@@ -84,7 +85,8 @@ def _registries(plugins: Sequence[str] = ()) -> Iterator[tuple[str, str, Mapping
         yield part.section, part.key, registry
     for path, why in claimed.items():
         if why:
-            raise ConfigError("list.options", f"{path!r} is no algorithm, temperature policy, soft-label or prototype method, attack, or privacy mechanism ({why})")
+            raise ConfigError("list.options", f"{path!r} is no algorithm, temperature policy, soft-label or prototype method, attack, privacy mechanism "
+                                              f"or loss term ({why})")
 
 
 def _default(field: dataclasses.Field) -> str:
@@ -249,7 +251,8 @@ def render_reference(plugins: Sequence[str] = ()) -> str:
         "",
         "Each part is a TOML table: its name key selects the implementation and the other keys are that implementation's options.",
     ]
-    for section, key, registry in _registries(plugins):
+    terms = _terms(plugins)
+    for section, key, registry in _registries(plugins, terms):
         names = sorted(registry)
         lines += ["", f"## [{section}] {key} = ...", "", f"`{key}`: one of " + ", ".join(f"`{n}`" for n in names) + "."]
         if section in INSTEAD_OF_A_NAME:
@@ -264,16 +267,28 @@ def render_reference(plugins: Sequence[str] = ()) -> str:
     for section, module, attr in SUBTABLES:
         options = getattr(importlib.import_module(module), attr)
         lines += ["", f"## [{section}]", "", _first_line(options), *options_table(options, section)]
-    return "\n".join(lines + _term_sections()) + "\n"
+    return "\n".join(lines + _term_sections(terms)) + "\n"
 
 
-def _term_sections() -> list[str]:
-    """The registered loss terms of ``[objective] terms`` and each one's options (an entry is a name, or a table
+def _terms(plugins: Sequence[str] = ()) -> dict[str, Any]:
+    """Every loss term by name (registered, and the ``chillfl.plugins`` entry points that name one, as ``chillfl list``
+    shows them), with each import path of ``plugins`` that names a term: a term is a plugin like any other part."""
+    from chillfl.training.terms import term_names, term_spec
+
+    registry = {name: term_spec(name, "objective.terms") for name in term_names()}
+    for path in plugins:
+        try:
+            registry[path] = term_spec(path, "objective.terms")
+        except ConfigError:
+            continue
+    return registry
+
+
+def _term_sections(terms: Mapping[str, Any]) -> list[str]:
+    """The loss terms of ``[objective] terms`` and each one's options (an entry is a name, or a table
     ``{name = "...", <options>}``): they were missing here, so a term's options (FedNTD's ``beta``, ``tau``) were nowhere."""
-    from chillfl.training.terms import registered_terms
-
     lines = ["", "## [objective] terms = [...]", "", "Each entry: a term's name, or `{name = \"...\", <its options>}`; `proximal_mu = x` is `{name = \"proximal\", mu = x}`."]
-    for name, spec in sorted(registered_terms().items()):
+    for name, spec in sorted(terms.items()):
         lines += ["", f"### `{name}`" + (f" — {spec.summary}" if spec.summary else ""), *options_table(spec.options, f"objective.terms.{name}")]
     return lines
 

@@ -149,3 +149,74 @@ def test_list_options_documents_a_plugin_loss_term_like_a_built_in(tmp_path: Pat
         assert main(["list", "--options", "proximal"]) == 0  # a built-in term's name too
     finally:
         sys.modules.pop("qa_terms", None)
+
+
+CTOR_MODULE = '''
+from dataclasses import dataclass
+
+from chillfl.extend import AggregatorBase
+
+
+class TermWantsOptions:
+    """No Options dataclass, so chillfl builds it as TermWantsOptions(); its __init__ wants one argument."""
+
+    reads = ()
+
+    def __init__(self, options):
+        self.options = options
+
+    def __call__(self, params, context):
+        return 0.0
+
+
+class RuleTakesNothing(AggregatorBase):
+    """An Options dataclass, so chillfl builds it as RuleTakesNothing(options); its __init__ takes none."""
+
+    @dataclass(frozen=True)
+    class Options:
+        x: int = 1
+
+    def __init__(self):
+        pass
+
+    def aggregate(self, global_params, results, round):
+        return dict(global_params)
+
+
+class PolicyWantsTwo:
+    def __init__(self, a, b):
+        pass
+
+    def temperature(self, client_id, round):
+        return 1.0
+
+    def observe(self, client_id, round, local_accuracy):
+        return None
+
+    def client_half(self, num_classes):
+        return None
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        return None
+'''
+
+
+@pytest.mark.parametrize("table,field,words", [
+    ({"objective": {"terms": ["qa_ctor:TermWantsOptions"]}}, "objective.terms", "built as TermWantsOptions(), as it declares no Options"),
+    ({"algorithm": {"name": "qa_ctor:RuleTakesNothing"}}, "algorithm.name", "built as RuleTakesNothing(options), as it declares an Options"),
+    ({"temperature": {"policy": "qa_ctor:PolicyWantsTwo"}}, "temperature.policy", "built as PolicyWantsTwo()"),
+])
+def test_a_plugin_class_whose_init_does_not_take_what_it_is_built_with_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                                        table: dict[str, Any], field: str, words: str) -> None:
+    """It was a TypeError traceback (exit 1) once the run was being built."""
+    (tmp_path / "qa_ctor.py").write_text(CTOR_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ConfigError) as err:
+            build_experiment(load_config(None, {**BASE, **table}))
+        assert err.value.field == field and words in str(err.value) and "__init__ does not take" in str(err.value)
+    finally:
+        sys.modules.pop("qa_ctor", None)

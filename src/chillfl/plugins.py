@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import inspect
 import logging
 import pkgutil
 import re
@@ -94,6 +95,20 @@ def plugin_names(accepts: Callable[[Any], bool] | None = None) -> list[str]:
 def has_methods(obj: Any, methods: Sequence[str]) -> bool:
     """Whether ``obj`` (a class) has every one of ``methods``: how a registry recognises a user's class."""
     return isinstance(obj, type) and all(callable(getattr(obj, m, None)) for m in methods)
+
+
+def check_constructor(cls: type, with_options: bool, name: str, field: str) -> None:
+    """A ConfigError on ``field`` when a user's class cannot be built the documented way: ``cls(options)`` when it declares
+    an ``Options`` dataclass, ``cls()`` otherwise. Found when the config is read, not as a TypeError once the run is built."""
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):  # no signature to read (a builtin type): building it will tell
+        return
+    try:
+        signature.bind(*((None,) if with_options else ()))
+    except TypeError as exc:
+        how = f"{cls.__name__}(options), as it declares an Options dataclass" if with_options else f"{cls.__name__}(), as it declares no Options dataclass"
+        raise ConfigError(field, f"{name!r} is built as {how}, which its __init__ does not take ({exc})") from None
 
 
 def resolve(name: str, field: str) -> Any | None:

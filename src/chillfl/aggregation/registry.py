@@ -28,7 +28,7 @@ from chillfl.aggregation.base import Aggregator, holds_personal_model
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import Chosen, parse_options
-from chillfl.plugins import Registry, has_methods, plugin_names, resolve
+from chillfl.plugins import Registry, check_constructor, has_methods, plugin_names, resolve
 from chillfl.training.objective import Term
 
 if TYPE_CHECKING:  # annotations only
@@ -165,9 +165,11 @@ def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
     capabilities = declared_capabilities(obj, name, field)
     options = inspect.getattr_static(obj, "Options", None)  # a class attribute, looked up without running descriptors
     if options is None:
+        check_constructor(obj, False, name, field)
         return AlgorithmSpec(NoOptions, lambda o, ctx: (obj(), []), name, capabilities=capabilities)
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
         raise ConfigError(field, f"{name!r}: its Options must be a dataclass, got {options!r}")
+    check_constructor(obj, True, name, field)
     return AlgorithmSpec(options, lambda o, ctx: (obj(o), []), name, capabilities=capabilities)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import Chosen, NoOptions, parse_options
-from chillfl.plugins import Registry, has_methods, plugin_names, resolve
+from chillfl.plugins import Registry, check_constructor, has_methods, plugin_names, resolve
 from chillfl.temperature.policy import TemperaturePolicy
 
 if TYPE_CHECKING:  # annotations only
@@ -98,9 +98,11 @@ def user_policy(obj: Any, name: str, field: str) -> PolicySpec:
         raise ConfigError(field, f"{name!r} is not a temperature policy: it lacks {', '.join(missing)} (see chillfl.extend.TemperaturePolicy)")
     options = getattr(obj, "Options", None)
     if options is None:
+        check_constructor(obj, False, name, field)
         return PolicySpec(NoOptions, lambda o, counts: obj(), name)
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
         raise ConfigError(field, f"{name!r}: its Options must be a dataclass, got {options!r}")
+    check_constructor(obj, True, name, field)
     return PolicySpec(options, lambda o, counts: obj(o), name)
 
 

@@ -28,7 +28,7 @@ from torch.func import functional_call
 
 from chillfl.errors import ConfigError, choice_error, did_you_mean
 from chillfl.options import NoOptions, parse_options
-from chillfl.plugins import Registry, has_methods, plugin_names, resolve
+from chillfl.plugins import Registry, check_constructor, has_methods, plugin_names, resolve
 
 Params = dict[str, torch.Tensor]
 
@@ -244,9 +244,11 @@ def user_term(obj: Any, name: str, field: str) -> TermSpec:
         raise ConfigError(field, f"{name!r} is not a loss term: give a TermSpec, or a class with a ``reads`` tuple and __call__ (see chillfl.extend.LossTerm, BatchTerm)")
     options = getattr(obj, "Options", None)
     if options is None:
+        check_constructor(obj, False, name, field)
         return TermSpec(NoOptions, lambda o: obj(), name)
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
         raise ConfigError(field, f"{name!r}: its Options must be a dataclass, got {options!r}")
+    check_constructor(obj, True, name, field)
     return TermSpec(options, lambda o: obj(o), name)
 
 

@@ -220,3 +220,53 @@ def test_a_plugin_class_whose_init_does_not_take_what_it_is_built_with_is_a_conf
         assert err.value.field == field and words in str(err.value) and "__init__ does not take" in str(err.value)
     finally:
         sys.modules.pop("qa_ctor", None)
+
+
+ATTACK_MODULE = '''
+from dataclasses import dataclass
+
+from chillfl.extend import AttackSpec
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    pass
+
+
+def drop_first_entry(options, round):
+    return {r.client_id: dict(list(r.params.items())[1:]) for r in round.bad}
+
+
+def three_columns(options, upload):
+    return upload.rows[:, :3]
+
+
+def not_rows(options, upload):
+    return "rows"
+
+
+DROPS = AttackSpec("drops", NoOptions, forge_models=drop_first_entry)
+NARROW = AttackSpec("narrow", NoOptions, forge_rows=three_columns)
+STRING = AttackSpec("string", NoOptions, forge_prototypes=not_rows)
+'''
+
+
+@pytest.mark.parametrize("table,words", [
+    ({"attack": {"kind": "qa_attacks:DROPS", "clients": [0]}}, "forge_models returned for client 0 no 'hidden.0.weight'"),
+    ({"attack": {"kind": "qa_attacks:NARROW", "clients": [0]}, "distillation": {"method": "dsfl", "public_size": 200, "subset_size": 100}},
+     "forge_rows returned for client 0 'rows' as (100, 3)"),
+    ({"attack": {"kind": "qa_attacks:STRING", "clients": [0]}, "prototypes": {"method": "fedproto"}}, "forge_prototypes returned for client 0 a str, not a ClassRows"),
+])
+def test_a_forging_hook_that_returns_the_wrong_shape_is_one_error_on_attack_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                                table: dict[str, Any], words: str) -> None:
+    """Was a RuntimeError / AttributeError traceback, or (a dropped entry) an error blaming algorithm.name."""
+    from chillfl.runner import run_experiment
+
+    (tmp_path / "qa_attacks.py").write_text(ATTACK_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ConfigError) as err:
+            run_experiment(load_config(None, {**BASE, **table}), write=False, progress=False)
+        assert err.value.field == "attack.kind" and words in str(err.value)
+    finally:
+        sys.modules.pop("qa_attacks", None)

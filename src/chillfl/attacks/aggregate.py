@@ -18,7 +18,7 @@ import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 from chillfl.aggregation.base import Aggregator, AroundAggregator, ClientResult, Params
-from chillfl.attacks.spec import ModelRound, spec_of
+from chillfl.attacks.spec import ModelRound, as_mapping as _as_mapping, check_forged, spec_of
 from chillfl.settings.attack import AttackConfig
 
 ModelForge = Callable[[Any, ModelRound], Mapping[int, Params]]
@@ -31,6 +31,9 @@ def forged(forge: ModelForge | None, options: Any, global_params: Params, result
     if forge is None or not any(r.client_id in ids for r in results):
         return list(results)
     sent = forge(options, ModelRound(global_params, results, ids, round, seed))
+    for r in results:
+        if r.client_id in ids and r.client_id in sent:
+            check_forged("forge_models", r.client_id, _as_mapping(sent[r.client_id], "forge_models", r.client_id), r.params)
     return [dataclasses.replace(r, params=sent[r.client_id]) if r.client_id in ids and r.client_id in sent else r for r in results]
 
 

@@ -16,8 +16,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from chillfl.attacks.spec import PrototypeUpload
+from chillfl.attacks.spec import PrototypeUpload, check_forged
 from chillfl.engine.protocol import ClientReply
+from chillfl.errors import ConfigError
 from chillfl.protocols.prototypes import KnowledgeUplink
 from chillfl.prototypes.spec import ClassRows
 
@@ -48,6 +49,10 @@ class ForgedPrototypes:
             up = reply.uplink
             if reply.client_id in self.ids and isinstance(up, KnowledgeUplink):
                 rows = self.forge(self.options, PrototypeUpload(up.rows, reply.client_id, round, self.seed))
+                if not isinstance(rows, ClassRows):
+                    raise ConfigError("attack.kind", f"the attack's forge_prototypes returned for client {reply.client_id} a {type(rows).__name__}, not a ClassRows")
+                check_forged("forge_prototypes", reply.client_id, {"means": rows.means, "counts": rows.counts, **rows.extra},
+                             {"means": up.rows.means, "counts": up.rows.counts, **up.rows.extra})
                 reply = dataclasses.replace(reply, uplink=dataclasses.replace(up, rows=rows))
             out.append(reply)
         return out

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from chillfl.attacks.spec import RowsUpload
+from chillfl.attacks.spec import RowsUpload, as_tensor as _as_tensor, check_forged
 from chillfl.protocols.softlabels.client import RowRelease
 
 RowForge = Callable[[Any, RowsUpload], torch.Tensor]
@@ -56,5 +56,7 @@ class ForgedRows:
 
     def release(self, rows: torch.Tensor, client_id: int, round: int) -> torch.Tensor:
         if client_id in self.ids:
-            return self.forge(self.options, RowsUpload(rows, client_id, round, self.seed, self.logits))
+            sent = self.forge(self.options, RowsUpload(rows, client_id, round, self.seed, self.logits))
+            check_forged("forge_rows", client_id, {"rows": _as_tensor(sent, "forge_rows", client_id)}, {"rows": rows})
+            return sent
         return rows if self.then is None else self.then.release(rows, client_id, round)

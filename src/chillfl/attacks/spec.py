@@ -157,3 +157,38 @@ def spec_of(attack: AttackConfig) -> AttackSpec[Any]:
     if not isinstance(spec, AttackSpec):
         raise ConfigError("attack.kind", f"{attack.kind!r} must name a chillfl.extend.AttackSpec, got {short_repr(spec)}")
     return spec
+
+
+def check_forged(hook: str, client_id: int, sent: Mapping[str, Any], honest: Mapping[str, Any]) -> None:
+    """What a forging hook returned for one attacker has the honest upload's entries, shapes and dtypes; else one
+    ConfigError on ``attack.kind``.
+
+    Why: the hook is a plugin's code, and an entry it drops or reshapes would otherwise surface as a RuntimeError or
+    AttributeError deep in aggregation (or as the aggregator's own error, naming ``algorithm.name``, which is not at fault).
+    """
+    for key, want in honest.items():
+        got = sent.get(key)
+        if got is None:
+            raise ConfigError("attack.kind", f"the attack's {hook} returned for client {client_id} no {key!r}; return every entry of the honest upload")
+        if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+            raise ConfigError("attack.kind", f"the attack's {hook} returned for client {client_id} {key!r} as {tuple(got.shape)} {got.dtype}, "
+                                             f"the honest upload's is {tuple(want.shape)} {want.dtype}")
+    extra = [k for k in sent if k not in honest]
+    if extra:
+        raise ConfigError("attack.kind", f"the attack's {hook} returned for client {client_id} entries the honest upload has not: {', '.join(map(repr, extra[:3]))}")
+
+
+def as_mapping(sent: object, hook: str, client_id: int) -> Mapping[str, Any]:
+    """``sent`` when it is a mapping of entries (a forged model); else a ConfigError on ``attack.kind``."""
+    if not isinstance(sent, Mapping):
+        raise ConfigError("attack.kind", f"the attack's {hook} returned for client {client_id} a {type(sent).__name__}, not a model (a name -> tensor mapping)")
+    return sent
+
+
+def as_tensor(sent: object, hook: str, client_id: int) -> Any:
+    """``sent`` when it is a tensor (forged rows); else a ConfigError on ``attack.kind``."""
+    import torch
+
+    if not isinstance(sent, torch.Tensor):
+        raise ConfigError("attack.kind", f"the attack's {hook} returned for client {client_id} a {type(sent).__name__}, not a tensor of rows")
+    return sent

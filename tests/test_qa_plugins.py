@@ -270,3 +270,56 @@ def test_a_forging_hook_that_returns_the_wrong_shape_is_one_error_on_attack_kind
         assert err.value.field == "attack.kind" and words in str(err.value)
     finally:
         sys.modules.pop("qa_attacks", None)
+
+
+POLICY_MODULE = '''
+class Negative:
+    """A policy slip: T = -1 trains on flipped logits (it ran to the end, silently)."""
+
+    def temperature(self, client_id, round):
+        return -1.0
+
+    def observe(self, client_id, round, local_accuracy):
+        return None
+
+    def client_half(self, num_classes):
+        return None
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        return None
+
+
+class NanHalf:
+    def temperature(self, state, offered, labels):
+        return float("nan")
+
+    def finish(self, state, temperature, local_accuracy):
+        return {}
+
+
+class NanOnTheClient(Negative):
+    def temperature(self, client_id, round):
+        return 1.0
+
+    def client_half(self, num_classes):
+        return NanHalf()
+'''
+
+
+@pytest.mark.parametrize("policy,words", [("Negative", "temperature -1.0"), ("NanOnTheClient", "temperature nan")])
+@pytest.mark.parametrize("protocol", [{}, {"prototypes": {"method": "fedproto"}}, {"distillation": {"method": "dsfl", "public_size": 200, "subset_size": 100}}])
+def test_a_policy_temperature_that_is_not_positive_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, words: str,
+                                                               protocol: dict[str, Any]) -> None:
+    from chillfl.runner import run_experiment
+
+    (tmp_path / "qa_policies.py").write_text(POLICY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ConfigError) as err:
+            run_experiment(load_config(None, {**BASE, **protocol, "temperature": {"policy": f"qa_policies:{policy}"}}), write=False, progress=False)
+        assert err.value.field == "temperature.policy" and words in str(err.value)
+    finally:
+        sys.modules.pop("qa_policies", None)

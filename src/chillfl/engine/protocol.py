@@ -26,11 +26,13 @@ it produces travels back in the typed :class:`ClientReply`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Generic, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 import torch
 
+from chillfl.errors import ConfigError
 from chillfl.engine.predict import PredictJob, Prediction, Predictor, predict_each
 from chillfl.engine.record import RoundRecord
 from chillfl.training.local import LocalOutcome, LocalSpec
@@ -61,6 +63,13 @@ class ClientJob:
     spec: LocalSpec | None = None
     work: float = 1.0
     """Share of the local steps this client completes (a straggler: < 1; at least one step)."""
+
+    def __post_init__(self) -> None:
+        # T comes from the temperature policy, a plugin's code too (its server half or its client half): a T <= 0
+        # would train on flipped logits and a nan one diverge, with nothing saying why; every policy's T passes here.
+        t = float(self.temperature)
+        if not (math.isfinite(t) and t > 0):
+            raise ConfigError("temperature.policy", f"the policy gave client {self.client_id} the temperature {t}; a temperature must be a finite number > 0")
 
 
 @dataclass

@@ -323,3 +323,67 @@ def test_a_policy_temperature_that_is_not_positive_is_refused(tmp_path: Path, mo
         assert err.value.field == "temperature.policy" and words in str(err.value)
     finally:
         sys.modules.pop("qa_policies", None)
+
+
+HOOKS_MODULE = '''
+from dataclasses import dataclass
+
+from chillfl.extend import Accounting, AttackSpec, Charge, MechanismSpec, PrivateAggregation
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    pass
+
+
+def accounts(options, sizes):
+    return Accounting(((1.0, sizes.rounds),))
+
+
+def charges(options, sizes, participants):
+    return [Charge(f"client {p.client_id}", 1.0) for p in participants]
+
+
+def aggregator(options, noise, base):
+    return PrivateAggregation(base, client_noise=True, clip_norm=noise.clip_norm, noise_multiplier=noise.noise_multiplier,
+                              expected=noise.sizes.per_round, seed=noise.seed)
+
+
+def mechanism(**hooks):
+    return MechanismSpec("m", NoOptions, **{"accounts": accounts, "charges": charges, "aggregator": aggregator, **hooks}, adjacency="replace",
+                         subsampled=False)
+
+
+ACCOUNTS_A_NUMBER = mechanism(accounts=lambda o, sizes: 1.0)
+CHARGES_A_NUMBER = mechanism(charges=lambda o, sizes, participants: 3)
+AGGREGATOR_NONE = mechanism(aggregator=lambda o, noise, base: None)
+CHARGES_A_GENERATOR = mechanism(charges=lambda o, sizes, participants: (Charge(f"client {p.client_id}", 1.0) for p in participants))
+POISON_NONE = AttackSpec("p", NoOptions, poison=lambda o, data, ids, seed: None)
+PROBE_UNEVEN = AttackSpec("q", NoOptions, poison=lambda o, data, ids, seed: data, probe=lambda o, data: (data.dataset.x_test[:5], data.dataset.y_test[:4]))
+'''
+
+PRIVACY = {"clip_norm": 1.0, "noise_multiplier": 1.0, "delta": 1e-3}
+
+
+@pytest.mark.parametrize("table,field,words", [
+    ({"privacy": {"mechanism": "qa_hooks:ACCOUNTS_A_NUMBER", **PRIVACY}}, "privacy.mechanism", "accounts hook must return a chillfl.extend.Accounting, got float"),
+    ({"privacy": {"mechanism": "qa_hooks:CHARGES_A_NUMBER", **PRIVACY}}, "privacy.mechanism", "charges hook must return chillfl.extend.Charge s, got 3"),
+    ({"privacy": {"mechanism": "qa_hooks:AGGREGATOR_NONE", **PRIVACY}}, "privacy.mechanism", "aggregator hook must return an aggregator"),
+    ({"attack": {"kind": "qa_hooks:POISON_NONE", "clients": [0]}}, "attack.kind", "poison hook must return the run's FederatedData (4 clients) rewritten, got NoneType"),
+    ({"attack": {"kind": "qa_hooks:PROBE_UNEVEN", "clients": [0]}}, "attack.kind", "probe must return (inputs, labels), two tensors of one length, got 5 inputs and 4 labels"),
+])
+def test_a_hook_that_returns_the_wrong_thing_is_one_error_on_its_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                        table: dict[str, Any], field: str, words: str) -> None:
+    """Each was an AttributeError / TypeError / AssertionError / ValueError traceback."""
+    from chillfl.runner import run_experiment
+
+    (tmp_path / "qa_hooks.py").write_text(HOOKS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ConfigError) as err:
+            run_experiment(load_config(None, {**BASE, **table}), write=False, progress=False)
+        assert err.value.field == field and words in str(err.value)
+        generator = run_experiment(load_config(None, {**BASE, "privacy": {"mechanism": "qa_hooks:CHARGES_A_GENERATOR", **PRIVACY}}), write=False, progress=False)
+        assert generator.records[-1]["epsilon"] > 0  # any iterable of Charges is fine
+    finally:
+        sys.modules.pop("qa_hooks", None)

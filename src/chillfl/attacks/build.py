@@ -7,7 +7,7 @@ hooks it has, and where it runs follows from them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from chillfl.attacks.poison import poisoned
 from chillfl.attacks.select import attackers
@@ -81,7 +81,7 @@ def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
     from chillfl.attacks.protocol import Attacked
 
     spec = spec_of(attack)
-    probe = None if spec.probe is None else spec.probe(attack.options, exp.data)
+    probe = None if spec.probe is None else checked_probe(spec.probe(attack.options, exp.data))
     ids = attacker_ids(exp.config, exp.data.num_clients)
     client = protocol.client
     if spec.forge_rows is not None and exp.config.protocol == SOFTLABELS:
@@ -98,3 +98,15 @@ def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
 
         forge = ForgedPrototypes(ids, spec.forge_prototypes, attack.options, exp.config.seed)
     return Attacked(protocol, ids, exp.model, probe, exp.config.eval.batch_size, client, forge)
+
+
+def checked_probe(probe: object) -> tuple[Any, Any]:
+    """A kind's probe when it is (inputs, labels) of one length; else one ConfigError on ``attack.kind`` (a plugin's
+    slip would otherwise be a shape error from the first evaluation)."""
+    import torch
+
+    if not (isinstance(probe, tuple) and len(probe) == 2 and all(isinstance(t, torch.Tensor) for t in probe) and len(probe[0]) == len(probe[1])):
+        got = f"{len(probe[0])} inputs and {len(probe[1])} labels" if isinstance(probe, tuple) and len(probe) == 2 and all(hasattr(t, "__len__") for t in probe) \
+            else type(probe).__name__
+        raise ConfigError(FIELD, f"the attack's probe must return (inputs, labels), two tensors of one length, got {got}")
+    return probe

@@ -139,4 +139,10 @@ def poisoned(data: FederatedData, attack: AttackConfig, ids: frozenset[int], see
     if not attack.enabled or not ids:
         return data
     poison = spec_of(attack).poison
-    return data if poison is None else poison(attack.options, data, ids, seed)
+    if poison is None:
+        return data
+    out = poison(attack.options, data, ids, seed)
+    if not isinstance(out, FederatedData) or out.num_clients != data.num_clients:  # a plugin's hook: one line, not an AttributeError later
+        got = f"{out.num_clients} clients' data" if isinstance(out, FederatedData) else type(out).__name__
+        raise ConfigError("attack.kind", f"the attack's poison hook must return the run's FederatedData ({data.num_clients} clients) rewritten, got {got}")
+    return out

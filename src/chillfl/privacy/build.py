@@ -17,7 +17,7 @@ from chillfl.errors import ConfigError
 from chillfl.extras import need
 from chillfl.privacy.accounting import noise_for
 from chillfl.privacy.plan import PrivacyPlan
-from chillfl.privacy.spec import PARAMETERS, RELEASES, MechanismSpec, Noise, RunSizes, mechanism, spec_of
+from chillfl.privacy.spec import PARAMETERS, RELEASES, Accounting, MechanismSpec, Noise, RunSizes, mechanism, spec_of
 from chillfl.settings.privacy import PrivacyConfig, mechanism_names
 
 if TYPE_CHECKING:
@@ -77,6 +77,8 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
     need("opacus.accountants", "privacy", "[privacy]")  # up front: a missing extra is one line before anything is written
     spec = spec_of(p)
     accounting = spec.accounts(p.options, sizes)
+    if not isinstance(accounting, Accounting):  # a plugin's hook: its slip is one line here, not an AttributeError
+        raise ConfigError(FIELD, f"{p.mechanism!r}: its accounts hook must return a chillfl.extend.Accounting, got {type(accounting).__name__}")
     if p.delta >= accounting.delta_below:
         raise ConfigError(f"{SECTION}.delta", f"must be < {accounting.delta_why}, got {p.delta}")
     sensitivity = p.sensitivity
@@ -132,7 +134,11 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
         why = capabilities.plain_sgd or "its aggregate() takes no client weights (declare takes_weights)"
         raise ConfigError(FIELD, f"{plan.mechanism!r} adds noise to a weighted mean of the clients' clipped updates, which algorithm {name!r} is not ({why})")
     base: Any = aggregator  # a weighted mean, as its capabilities declare
-    return plan.spec.aggregator(plan.options, plan.noise, base)
+    private = plan.spec.aggregator(plan.options, plan.noise, base)
+    if not callable(getattr(private, "aggregate", None)):  # a plugin's hook: one line, not an error inside the round loop
+        raise ConfigError(FIELD, f"{plan.mechanism!r}: its aggregator hook must return an aggregator (chillfl.extend.PrivateAggregation wraps the one it is given), "
+                                 f"got {type(private).__name__}")
+    return private
 
 
 def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggregator: Aggregator | None) -> PrivateGradients | None:

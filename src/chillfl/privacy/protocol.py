@@ -18,14 +18,16 @@ reported ``epsilon`` (at ``delta``) is the largest over the privacy units: the w
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 
 from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientTask, ServerProtocol
 from chillfl.engine.record import RoundRecord
+from chillfl.errors import ConfigError
+from chillfl.options import short_repr
 from chillfl.privacy.accounting import Ledger, finite
 from chillfl.privacy.plan import PrivacyPlan
-from chillfl.privacy.spec import SOFTLABELS, Participant
+from chillfl.privacy.spec import SOFTLABELS, Charge, Participant
 from chillfl.protocols.softlabels.client import SoftLabelClient
 from chillfl.protocols.softlabels.messages import SoftLabelRoundDownlink
 from chillfl.training.schedule import planned_steps
@@ -76,7 +78,11 @@ class Accounted(AroundProtocol):
         if not self.rows:
             charges = p.spec.charges
             assert charges is not None, "a mechanism acting on the clients' models declares its charges"
-            for c in charges(p.options, p.noise.sizes, [Participant(t.client_id, t.work) for t in tasks]):
+            returned = charges(p.options, p.noise.sizes, [Participant(t.client_id, t.work) for t in tasks])
+            charged = list(returned) if isinstance(returned, Iterable) else None
+            if charged is None or not all(isinstance(c, Charge) for c in charged):  # a plugin's hook: one line, not a TypeError mid-round
+                raise ConfigError("privacy.mechanism", f"{p.mechanism!r}: its charges hook must return chillfl.extend.Charge s, got {short_repr(returned)}")
+            for c in charged:
                 self.ledger.spend(c.unit, p.accounted_sigma, c.rate, c.steps)
             return
         for task in tasks:  # each row it released: one Gaussian release per round (the worst row: released every round it uploaded)

@@ -387,3 +387,52 @@ def test_a_hook_that_returns_the_wrong_thing_is_one_error_on_its_field(tmp_path:
         assert generator.records[-1]["epsilon"] > 0  # any iterable of Charges is fine
     finally:
         sys.modules.pop("qa_hooks", None)
+
+
+SERVER_MODULE = '''
+from dataclasses import dataclass
+
+import torch
+
+from chillfl.extend import Aggregate, PrototypeHooks, PrototypeSpec, SoftLabelMethod, SoftLabelSpec
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    pass
+
+
+class ThreeClasses(SoftLabelMethod[NoOptions]):
+    def aggregate(self, round, indices, uplinks):
+        rows = torch.full((len(indices), 3), 1 / 3)
+        return Aggregate(torch.ones(len(indices), dtype=torch.bool), rows, rows)
+
+
+class Words(PrototypeHooks[NoOptions]):
+    def combine(self, releases):
+        return "prototypes"
+
+
+SOFT = SoftLabelSpec("three", NoOptions, ThreeClasses)
+PROTOS = PrototypeSpec("words", NoOptions, Words)
+'''
+
+
+@pytest.mark.parametrize("table,field,words", [
+    ({"distillation": {"method": "qa_server:SOFT", "public_size": 200, "subset_size": 100}}, "distillation.method",
+     "aggregate() returned rows as (100, 3); it must be [100, 10]"),
+    ({"prototypes": {"method": "qa_server:PROTOS"}}, "prototypes.method", "combine/update returned a str, not a chillfl.extend.Knowledge"),
+])
+def test_a_server_half_that_returns_the_wrong_shape_is_one_error_on_its_method(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                               table: dict[str, Any], field: str, words: str) -> None:
+    """Were a RuntimeError (size mismatch in the cache) and an AttributeError traceback."""
+    from chillfl.runner import run_experiment
+
+    (tmp_path / "qa_server.py").write_text(SERVER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ConfigError) as err:
+            run_experiment(load_config(None, {**BASE, **table}), write=False, progress=False)
+        assert err.value.field == field and words in str(err.value)
+    finally:
+        sys.modules.pop("qa_server", None)

@@ -56,7 +56,7 @@ from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, check_aggregated, local_evaluation, local_validation, mean_or_none, state_bytes
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.prototypes.maths import nearest_prototype
-from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec
+from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, check_knowledge
 from chillfl.settings.prototypes import SECTION, PrototypeSettings
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.training.linear_factors import factored_linears
@@ -264,7 +264,7 @@ class PrototypeSharing:
             if up.model is not None:
                 d = task.downlink
                 results.append(ClientResult(cid, up.model, up.num_samples, up.num_steps, d.lr, trained_at(task, reply), up.train_loss, {}))
-        knowledge = self.hooks.update(self.knowledge, releases, round)
+        knowledge = check_knowledge(self.hooks.update(self.knowledge, releases, round), self.knowledge)
         self.book.check_state(round, {"prototypes": knowledge.protos, **knowledge.params}, "global knowledge")
         self.knowledge = knowledge
         if self.aggregator is not None and self.state is not None:

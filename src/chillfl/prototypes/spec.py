@@ -199,7 +199,7 @@ class PrototypeHooks(Generic[Opt]):
         :attr:`Knowledge.params` carried over unchanged. A method that trains its ``params``
         on the uploads overrides this (randomness: from ``self.seed`` and ``round``).
         """
-        out = self.combine(releases)
+        out = check_knowledge(self.combine(releases), previous)
         return out if out.params or not previous.params else replace(out, params=dict(previous.params))
 
     def start(self, params: Params, knowledge: Knowledge, head: Head) -> Params:
@@ -236,3 +236,17 @@ class PrototypeSpec(Generic[Opt]):
     def build(self, options: Opt, num_classes: int, seed: int) -> PrototypeHooks[Opt]:
         """The hooks for one run."""
         return self.hooks(options, num_classes, seed)
+
+
+def check_knowledge(new: object, old: Knowledge) -> Knowledge:
+    """The server step's :class:`Knowledge` when its prototypes and mask keep the previous round's shapes; else one
+    ConfigError on ``prototypes.method`` (a plugin's ``combine`` / ``update`` slip, which would otherwise be an
+    AttributeError or a shape error in the clients' loss)."""
+    from chillfl.errors import ConfigError
+
+    if not isinstance(new, Knowledge):
+        raise ConfigError("prototypes.method", f"the method's combine/update returned a {type(new).__name__}, not a chillfl.extend.Knowledge")
+    for name, got, want in (("protos", new.protos, old.protos), ("mask", new.mask, old.mask)):
+        if tuple(got.shape) != tuple(want.shape):
+            raise ConfigError("prototypes.method", f"the method's combine/update returned {name} as {tuple(got.shape)}, the knowledge's is {tuple(want.shape)}")
+    return new

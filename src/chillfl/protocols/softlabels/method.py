@@ -144,6 +144,23 @@ class Aggregate:
     metrics: dict[str, Json] = field(default_factory=dict)
 
 
+def check_aggregate(agg: object, requested: int, width: int, num_classes: int) -> Aggregate:
+    """A method's :class:`Aggregate` of one round when its shapes fit the ``requested`` indices (``keep`` a bool
+    ``[requested]``, ``rows`` ``[kept, width]``, ``server_rows`` ``[kept, num_classes]``); else one ConfigError on
+    ``distillation.method``: a plugin's slip would otherwise be a RuntimeError from the cache or the server's training."""
+    if not isinstance(agg, Aggregate):
+        raise ConfigError(f"{SECTION}.method", f"the method's aggregate() returned a {type(agg).__name__}, not a chillfl.extend.Aggregate")
+    if agg.keep.dtype != torch.bool or tuple(agg.keep.shape) != (requested,):
+        raise ConfigError(f"{SECTION}.method", f"the method's aggregate() returned keep as {tuple(agg.keep.shape)} {agg.keep.dtype}; "
+                                               f"it must be a bool [{requested}], one flag per requested index")
+    kept = int(agg.keep.sum())
+    for name, got, want in (("rows", agg.rows, (kept, width)), ("server_rows", agg.server_rows, (kept, num_classes))):
+        if tuple(got.shape) != want:
+            raise ConfigError(f"{SECTION}.method", f"the method's aggregate() returned {name} as {tuple(got.shape)}; it must be {list(want)} "
+                                                   f"(the {kept} kept indices x {'its row width' if name == 'rows' else 'the classes'})")
+    return agg
+
+
 @dataclass(frozen=True)
 class Pretraining:
     """Supervised training on the labelled public set before a model's first round (every client's and the server's).

@@ -24,7 +24,7 @@ from .cache import CacheOutOfSyncError, ServerCache
 from .client import ClientArchs, PublicPretraining, SoftLabelClient, rows_digest
 from .labels import entropy
 from .messages import SoftLabelDownlink, SoftLabelReport, SoftLabelRoundDownlink
-from .method import Aggregate, Pretraining, SoftLabelMethod, SoftLabelSpec, spec_of
+from .method import Aggregate, Pretraining, SoftLabelMethod, SoftLabelSpec, check_aggregate, spec_of
 from .public import draw_public_subset, public_inputs, public_labels
 from .state import ClientState
 from .store import ClientStore
@@ -222,7 +222,7 @@ class SoftLabelProtocol:
         """Aggregate, update the cache (gamma^t), train the server model on P^t with zhat^t."""
         cfg, method, (drawn, requested) = self.config, self.method, self._draw
         if uplinks:
-            agg = method.aggregate(t, requested, uplinks)
+            agg = check_aggregate(method.aggregate(t, requested, uplinks), len(requested), method.row_width(), self.evaluation.data.num_classes)
         else:  # nothing requested (all of P^t validly cached)
             empty = torch.zeros(0, dtype=torch.bool)
             agg = Aggregate(empty, torch.zeros((0, method.row_width())), torch.zeros((0, self.evaluation.data.num_classes)))

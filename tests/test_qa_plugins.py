@@ -436,3 +436,21 @@ def test_a_server_half_that_returns_the_wrong_shape_is_one_error_on_its_method(t
         assert err.value.field == field and words in str(err.value)
     finally:
         sys.modules.pop("qa_server", None)
+
+
+def test_a_broken_entry_point_is_warned_about_once_not_once_per_part(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """plugin_names promises "one warning naming it"; `chillfl list` asks every part, and printed it seven times."""
+    import logging
+
+    import chillfl.plugins
+    from chillfl.aggregation.registry import algorithm_names
+    from chillfl.temperature import policy_names
+    from chillfl.training.terms import term_names
+
+    monkeypatch.setattr(chillfl.plugins, "entry_points", lambda: {"qa_gone": "qa_no_such_module_xyz:Rule"})
+    monkeypatch.setattr(chillfl.plugins, "_WARNED", set(), raising=False)  # warned already in this process: warn again here
+    with caplog.at_level(logging.WARNING, logger="chillfl.plugins"):
+        for names in (algorithm_names, policy_names, term_names):
+            assert "qa_gone" not in names()
+    warned = [r for r in caplog.records if "qa_gone" in r.getMessage()]
+    assert len(warned) == 1 and "cannot import module 'qa_no_such_module_xyz'" in warned[0].getMessage()

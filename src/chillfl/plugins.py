@@ -71,6 +71,10 @@ def entry_points() -> dict[str, str]:
     return {ep.name: ep.value for ep in metadata.entry_points(group=GROUP)}
 
 
+_WARNED: set[str] = set()
+"""The broken entry points already warned about in this process (their messages)."""
+
+
 def plugin_names(accepts: Callable[[Any], bool] | None = None) -> list[str]:
     """Entry-point names, or those whose object ``accepts`` takes (each registry passes its own test: an
     aggregator, a temperature policy, a soft-label method), so that ``chillfl list`` shows each under its part.
@@ -85,7 +89,9 @@ def plugin_names(accepts: Callable[[Any], bool] | None = None) -> list[str]:
         try:
             obj = load_object(entry_points()[name], f"plugin {name!r}")
         except ConfigError as exc:
-            log.warning("%s", exc)
+            if str(exc) not in _WARNED:  # each part asks (chillfl list asks seven): one warning per broken entry point, not one per part
+                _WARNED.add(str(exc))
+                log.warning("%s", exc)
             continue
         if accepts(obj):
             out.append(name)

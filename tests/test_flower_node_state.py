@@ -288,3 +288,26 @@ def test_reply_temperature_travels_exactly() -> None:
     got = decode(encode(ClientReply(2, up, None, 0.75, None, 0.1 + 0.2)))
     assert got.temperature == 0.1 + 0.2 and got.uplink.report["alpha"] == 1 / 3
     assert decode(encode(ClientReply(2, up))).temperature is None  # chillfl's runtime: the downlink's
+
+
+def test_a_plugin_policy_off_flower_is_refused_with_its_own_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A policy's on_flower is its whole reason; the refusal used to append FedChill's own (", which no Flower node sees
+    (a node's labels stay on it)") to every policy's text (found by the qaplugins helper)."""
+    import sys
+
+    (tmp_path / "qa_flower_policy.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from chillfl.extend import Capabilities, ConstantTemperature, PolicySpec\n\n\n"
+        "@dataclass(frozen=True)\nclass Options:\n    pass\n\n\n"
+        "SPEC = PolicySpec(Options, lambda o, counts: ConstantTemperature(1.0), 'x',\n"
+        "                  capabilities=lambda o: Capabilities(on_flower='its server keeps a clock the nodes lack'))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ConfigError) as info:
+            check_supported(_cfg(tmp_path, temperature={"policy": "qa_flower_policy:SPEC"}))
+        assert str(info.value).startswith("temperature.policy: its server keeps a clock the nodes lack; run it with chillfl's own runtime")
+    finally:
+        sys.modules.pop("qa_flower_policy", None)
+    with pytest.raises(ConfigError) as info:
+        check_supported(_cfg(tmp_path, temperature={"policy": "fedchill", "normalisation": "minmax"}))
+    assert "label counts, which no Flower node sees (a node's labels stay on it); run it" in str(info.value)

@@ -122,7 +122,7 @@ def check_node_computable(config: RunConfig) -> None:
     caps = policy_capabilities(config.temperature)
     if caps.on_flower is not None:
         field_name = "temperature." + (caps.limited_by or "policy")
-        raise ConfigError(field_name, f"{caps.on_flower}, which no Flower node sees (a node's labels stay on it); {RUNTIME}")
+        raise ConfigError(field_name, f"{caps.on_flower}; {RUNTIME}")
 
 
 class FlowerExecutor:

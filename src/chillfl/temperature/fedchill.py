@@ -340,7 +340,7 @@ def capabilities(options: FedChillOptions) -> Capabilities:
     if found is None:
         return Capabilities()
     option, why = found
-    return Capabilities(on_flower=why, limited_by=option)
+    return Capabilities(on_flower=f"{why}, which no Flower node sees (a node's labels stay on it)", limited_by=option)
 
 
 SPEC = register_policy(

@@ -311,3 +311,22 @@ def test_a_plugin_policy_off_flower_is_refused_with_its_own_reason(tmp_path: Pat
     with pytest.raises(ConfigError) as info:
         check_supported(_cfg(tmp_path, temperature={"policy": "fedchill", "normalisation": "minmax"}))
     assert "label counts, which no Flower node sees (a node's labels stay on it); run it" in str(info.value)
+
+
+def test_a_policy_class_declares_its_capabilities_in_its_own_attribute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As an aggregator class does; a policy class's `capabilities` was ignored, so one that said on_flower ran on Flower
+    (found by the qaplugins helper)."""
+    import sys
+
+    (tmp_path / "qa_flower_class.py").write_text(
+        "from chillfl.extend import Capabilities, ConstantTemperature\n\n\n"
+        "class OffFlower(ConstantTemperature):\n"
+        "    capabilities = Capabilities(on_flower='its T follows the server clock')\n\n"
+        "    def __init__(self):\n        super().__init__(1.0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ConfigError) as info:
+            check_supported(_cfg(tmp_path, temperature={"policy": "qa_flower_class:OffFlower"}))
+        assert str(info.value).startswith("temperature.policy: its T follows the server clock")
+    finally:
+        sys.modules.pop("qa_flower_class", None)

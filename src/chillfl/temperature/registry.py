@@ -84,7 +84,9 @@ def user_policy(obj: Any, name: str, field: str) -> PolicySpec:
     """A user's object (import path or entry point) as a :class:`PolicySpec`, or a ConfigError on ``field``.
 
     ``obj`` is a ``PolicySpec`` (the built-ins' form), or a policy class: ``cls(options)`` when it
-    declares an ``Options`` dataclass (parsed and validated like a built-in's), ``cls()`` otherwise.
+    declares an ``Options`` dataclass (parsed and validated like a built-in's), ``cls()`` otherwise; a class
+    declares its capabilities in its own ``capabilities`` attribute, as an aggregator class does (it was
+    silently ignored: a class that said ``on_flower`` still ran on Flower).
     """
     if isinstance(obj, PolicySpec):
         if not callable(obj.capabilities):
@@ -96,14 +98,16 @@ def user_policy(obj: Any, name: str, field: str) -> PolicySpec:
     if not has_methods(obj, POLICY_METHODS):
         missing = [m for m in POLICY_METHODS if not callable(getattr(obj, m, None))]
         raise ConfigError(field, f"{name!r} is not a temperature policy: it lacks {', '.join(missing)} (see chillfl.extend.TemperaturePolicy)")
+    own = vars(obj).get("capabilities")
+    capabilities = Capabilities() if own is None else declared(own, name, field)
     options = getattr(obj, "Options", None)
     if options is None:
         check_constructor(obj, False, name, field)
-        return PolicySpec(NoOptions, lambda o, counts: obj(), name)
+        return PolicySpec(NoOptions, lambda o, counts: obj(), name, capabilities=lambda o: capabilities)
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
         raise ConfigError(field, f"{name!r}: its Options must be a dataclass, got {options!r}")
     check_constructor(obj, True, name, field)
-    return PolicySpec(options, lambda o, counts: obj(o), name)
+    return PolicySpec(options, lambda o, counts: obj(o), name, capabilities=lambda o: capabilities)
 
 
 def policy_spec(name: Any, section: str = "temperature") -> PolicySpec:

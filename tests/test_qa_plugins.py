@@ -454,3 +454,20 @@ def test_a_broken_entry_point_is_warned_about_once_not_once_per_part(monkeypatch
             assert "qa_gone" not in names()
     warned = [r for r in caplog.records if "qa_gone" in r.getMessage()]
     assert len(warned) == 1 and "cannot import module 'qa_no_such_module_xyz'" in warned[0].getMessage()
+
+
+def test_an_option_without_a_default_left_unset_is_one_error_on_it() -> None:
+    """A plugin's Options may have a field without a default; unset, it was a TypeError from the dataclass's constructor."""
+    import dataclasses
+
+    from chillfl.options import parse_options
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        needed: float
+        other: int = 1
+
+    with pytest.raises(ConfigError) as err:
+        parse_options(Options, {"other": 2}, "algorithm")
+    assert err.value.field == "algorithm.needed" and "required option" in str(err.value)
+    assert parse_options(Options, {"needed": 0.5}, "algorithm") == Options(0.5, 1)

@@ -194,6 +194,10 @@ def parse_options(cls: type[T], table: Mapping[str, Any] | None, section: str, c
     if unknown:
         raise unknown_option(section, unknown[0], names, chosen)
     kwargs = {k: coerce(v, hints[k], join_field(section, k)) for k, v in table.items()}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.init and f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            # an option without a default (a plugin's Options may have one): unset, it was a TypeError from the constructor
+            raise ConfigError(join_field(section, f.name), "required option: it has no default, so the table must set it")
     obj = cls(**kwargs)
     check = getattr(obj, "validate", None)
     if callable(check):

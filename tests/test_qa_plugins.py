@@ -471,3 +471,15 @@ def test_an_option_without_a_default_left_unset_is_one_error_on_it() -> None:
         parse_options(Options, {"other": 2}, "algorithm")
     assert err.value.field == "algorithm.needed" and "required option" in str(err.value)
     assert parse_options(Options, {"needed": 0.5}, "algorithm") == Options(0.5, 1)
+
+
+def test_an_instance_that_is_no_aggregator_or_policy_is_named_in_a_sentence() -> None:
+    """The line read "...Aggregator instance; object is it lacks downlink, ..."."""
+    from chillfl.api import as_plugged
+
+    with pytest.raises(ConfigError) as err:
+        as_plugged(object(), [], None)
+    assert err.value.field == "aggregator" and "Aggregator instance; object lacks downlink, aggregate" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        as_plugged(None, [], dict)
+    assert err.value.field == "policy" and "TemperaturePolicy instance; dict is a class, not an instance: call it" in str(err.value)

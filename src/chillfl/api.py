@@ -336,8 +336,8 @@ def as_plugged(aggregator: Any, terms: Sequence[Any], policy: Any) -> Plugged:
     for field_name, obj, methods, what in (("aggregator", aggregator, AGGREGATOR_METHODS, "Aggregator"), ("policy", policy, POLICY_METHODS, "TemperaturePolicy")):
         if obj is not None and (isinstance(obj, type) or not has_methods(type(obj), methods)):
             lacks = [m for m in methods if not callable(getattr(obj, m, None))]
-            why = "a class, not an instance: call it" if isinstance(obj, type) else f"it lacks {', '.join(lacks)}"
-            raise ConfigError(field_name, f"must be a chillfl.extend.{what} instance; {type(obj).__name__ if not isinstance(obj, type) else obj.__name__} is {why}")
+            why = f"{obj.__name__} is a class, not an instance: call it" if isinstance(obj, type) else f"{type(obj).__name__} lacks {', '.join(lacks)}"
+            raise ConfigError(field_name, f"must be a chillfl.extend.{what} instance; {why}")
     if isinstance(terms, (str, bytes)) or not isinstance(terms, Sequence):
         raise ConfigError("terms", f"must be a list of local objective terms, got {type(terms).__name__}")
     for i, term in enumerate(terms):

@@ -15,6 +15,7 @@ from torch import nn
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
 from chillfl.extras import need
+from chillfl.plugins import has_methods
 from chillfl.privacy.accounting import noise_for
 from chillfl.privacy.plan import PrivacyPlan
 from chillfl.privacy.spec import PARAMETERS, RELEASES, Accounting, MechanismSpec, Noise, RunSizes, mechanism, spec_of
@@ -135,7 +136,7 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
         raise ConfigError(FIELD, f"{plan.mechanism!r} adds noise to a weighted mean of the clients' clipped updates, which algorithm {name!r} is not ({why})")
     base: Any = aggregator  # a weighted mean, as its capabilities declare
     private = plan.spec.aggregator(plan.options, plan.noise, base)
-    if not callable(getattr(private, "aggregate", None)):  # a plugin's hook: one line, not an error inside the round loop
+    if not has_methods(type(private), ("aggregate",)):  # a plugin's hook: one line, not an error inside the round loop
         raise ConfigError(FIELD, f"{plan.mechanism!r}: its aggregator hook must return an aggregator (chillfl.extend.PrivateAggregation wraps the one it is given), "
                                  f"got {type(private).__name__}")
     return private

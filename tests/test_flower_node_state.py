@@ -22,6 +22,7 @@ import torch
 pytest.importorskip("flwr")
 
 from flwr.app import RecordDict  # noqa: E402
+from plugin_modules import plugin_module  # noqa: E402
 
 from chillfl.config import config_from_dict  # noqa: E402
 from chillfl.engine.protocol import ClientData, ClientReply  # noqa: E402
@@ -293,21 +294,16 @@ def test_reply_temperature_travels_exactly() -> None:
 def test_a_plugin_policy_off_flower_is_refused_with_its_own_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A policy's on_flower is its whole reason; the refusal used to append FedChill's own (", which no Flower node sees
     (a node's labels stay on it)") to every policy's text (found by the qaplugins helper)."""
-    import sys
-
-    (tmp_path / "qa_flower_policy.py").write_text(
+    source = (
         "from dataclasses import dataclass\n"
         "from chillfl.extend import Capabilities, ConstantTemperature, PolicySpec\n\n\n"
         "@dataclass(frozen=True)\nclass Options:\n    pass\n\n\n"
         "SPEC = PolicySpec(Options, lambda o, counts: ConstantTemperature(1.0), 'x',\n"
         "                  capabilities=lambda o: Capabilities(on_flower='its server keeps a clock the nodes lack'))\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with plugin_module(tmp_path, monkeypatch, "qa_flower_policy", source):
         with pytest.raises(ConfigError) as info:
             check_supported(_cfg(tmp_path, temperature={"policy": "qa_flower_policy:SPEC"}))
         assert str(info.value).startswith("temperature.policy: its server keeps a clock the nodes lack; run it with chillfl's own runtime")
-    finally:
-        sys.modules.pop("qa_flower_policy", None)
     with pytest.raises(ConfigError) as info:
         check_supported(_cfg(tmp_path, temperature={"policy": "fedchill", "normalisation": "minmax"}))
     assert "label counts, which no Flower node sees (a node's labels stay on it); run it" in str(info.value)
@@ -316,17 +312,11 @@ def test_a_plugin_policy_off_flower_is_refused_with_its_own_reason(tmp_path: Pat
 def test_a_policy_class_declares_its_capabilities_in_its_own_attribute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """As an aggregator class does; a policy class's `capabilities` was ignored, so one that said on_flower ran on Flower
     (found by the qaplugins helper)."""
-    import sys
-
-    (tmp_path / "qa_flower_class.py").write_text(
+    source = (
         "from chillfl.extend import Capabilities, ConstantTemperature\n\n\n"
         "class OffFlower(ConstantTemperature):\n"
         "    capabilities = Capabilities(on_flower='its T follows the server clock')\n\n"
         "    def __init__(self):\n        super().__init__(1.0)\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
-        with pytest.raises(ConfigError) as info:
-            check_supported(_cfg(tmp_path, temperature={"policy": "qa_flower_class:OffFlower"}))
-        assert str(info.value).startswith("temperature.policy: its T follows the server clock")
-    finally:
-        sys.modules.pop("qa_flower_class", None)
+    with plugin_module(tmp_path, monkeypatch, "qa_flower_class", source), pytest.raises(ConfigError) as info:
+        check_supported(_cfg(tmp_path, temperature={"policy": "qa_flower_class:OffFlower"}))
+    assert str(info.value).startswith("temperature.policy: its T follows the server clock")

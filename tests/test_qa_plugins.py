@@ -4,11 +4,12 @@ AttributeError or TypeError from deep inside the run."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
+
+from plugin_modules import plugin_module
 
 from chillfl.cli import main
 from chillfl.config import load_config
@@ -18,8 +19,8 @@ from chillfl.experiment import build_experiment
 MODULE = '''
 from dataclasses import dataclass
 
-from chillfl.extend import (AggregatorBase, AlgorithmSpec, Capabilities, FedAvg, PolicySpec, PrototypeHooks, PrototypeSpec,
-                            SoftLabelMethod, SoftLabelSpec)
+from chillfl.extend import (AggregatorBase, AlgorithmSpec, Capabilities, ConstantTemperature, FedAvg, PolicySpec, PrototypeHooks,
+                            PrototypeSpec, SoftLabelMethod, SoftLabelSpec)
 
 
 @dataclass(frozen=True)
@@ -32,21 +33,8 @@ class Rule(FedAvg):
         super().__init__("uniform")
 
 
-class Policy:
-    def temperature(self, client_id, round):
-        return 1.0
-
-    def observe(self, client_id, round, local_accuracy):
-        return None
-
-    def client_half(self, num_classes):
-        return None
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, state):
-        return None
+class Policy(ConstantTemperature):  # T = 1
+    pass
 
 
 class StrCaps(AggregatorBase):
@@ -70,11 +58,9 @@ BASE: dict[str, Any] = {"dataset": {"name": "digits"}, "model": {"name": "mlp"},
 
 
 @pytest.fixture()
-def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "qa_bad_plugins.py").write_text(MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    sys.modules.pop("qa_bad_plugins", None)
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    with plugin_module(tmp_path, monkeypatch, "qa_bad_plugins", MODULE):
+        yield tmp_path
 
 
 @pytest.mark.parametrize("table,field,words", [
@@ -136,10 +122,8 @@ def test_list_options_documents_a_plugin_loss_term_like_a_built_in(tmp_path: Pat
     refused a term's import path ("is no algorithm, ..."), though the built-in terms' options are there."""
     import chillfl.plugins
 
-    (tmp_path / "qa_terms.py").write_text(TERM_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(chillfl.plugins, "entry_points", lambda: {"qa_decay": "qa_terms:Decay"})
-    try:
+    with plugin_module(tmp_path, monkeypatch, "qa_terms", TERM_MODULE):
         assert main(["list", "--options", "qa_terms:Decay"]) == 0
         out = capsys.readouterr().out
         terms = out[out.index("## [objective] terms"):]
@@ -147,14 +131,12 @@ def test_list_options_documents_a_plugin_loss_term_like_a_built_in(tmp_path: Pat
             assert f"### `{name}`" in terms
         assert "| `weight` | `float` | `0.01` |" in terms
         assert main(["list", "--options", "proximal"]) == 0  # a built-in term's name too
-    finally:
-        sys.modules.pop("qa_terms", None)
 
 
 CTOR_MODULE = '''
 from dataclasses import dataclass
 
-from chillfl.extend import AggregatorBase
+from chillfl.extend import AggregatorBase, ConstantTemperature
 
 
 class TermWantsOptions:
@@ -183,24 +165,9 @@ class RuleTakesNothing(AggregatorBase):
         return dict(global_params)
 
 
-class PolicyWantsTwo:
+class PolicyWantsTwo(ConstantTemperature):
     def __init__(self, a, b):
-        pass
-
-    def temperature(self, client_id, round):
-        return 1.0
-
-    def observe(self, client_id, round, local_accuracy):
-        return None
-
-    def client_half(self, num_classes):
-        return None
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, state):
-        return None
+        super().__init__(1.0)
 '''
 
 
@@ -212,14 +179,10 @@ class PolicyWantsTwo:
 def test_a_plugin_class_whose_init_does_not_take_what_it_is_built_with_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                                         table: dict[str, Any], field: str, words: str) -> None:
     """It was a TypeError traceback (exit 1) once the run was being built."""
-    (tmp_path / "qa_ctor.py").write_text(CTOR_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with plugin_module(tmp_path, monkeypatch, "qa_ctor", CTOR_MODULE):
         with pytest.raises(ConfigError) as err:
             build_experiment(load_config(None, {**BASE, **table}))
         assert err.value.field == field and words in str(err.value) and "__init__ does not take" in str(err.value)
-    finally:
-        sys.modules.pop("qa_ctor", None)
 
 
 ATTACK_MODULE = '''
@@ -262,14 +225,10 @@ def test_a_forging_hook_that_returns_the_wrong_shape_is_one_error_on_attack_kind
     """Was a RuntimeError / AttributeError traceback, or (a dropped entry) an error blaming algorithm.name."""
     from chillfl.runner import run_experiment
 
-    (tmp_path / "qa_attacks.py").write_text(ATTACK_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with plugin_module(tmp_path, monkeypatch, "qa_attacks", ATTACK_MODULE):
         with pytest.raises(ConfigError) as err:
             run_experiment(load_config(None, {**BASE, **table}), write=False, progress=False)
         assert err.value.field == "attack.kind" and words in str(err.value)
-    finally:
-        sys.modules.pop("qa_attacks", None)
 
 
 POLICY_MODULE = '''
@@ -315,14 +274,10 @@ def test_a_policy_temperature_that_is_not_positive_is_refused(tmp_path: Path, mo
                                                                protocol: dict[str, Any]) -> None:
     from chillfl.runner import run_experiment
 
-    (tmp_path / "qa_policies.py").write_text(POLICY_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with plugin_module(tmp_path, monkeypatch, "qa_policies", POLICY_MODULE):
         with pytest.raises(ConfigError) as err:
             run_experiment(load_config(None, {**BASE, **protocol, "temperature": {"policy": f"qa_policies:{policy}"}}), write=False, progress=False)
         assert err.value.field == "temperature.policy" and words in str(err.value)
-    finally:
-        sys.modules.pop("qa_policies", None)
 
 
 HOOKS_MODULE = '''
@@ -377,16 +332,12 @@ def test_a_hook_that_returns_the_wrong_thing_is_one_error_on_its_field(tmp_path:
     """Each was an AttributeError / TypeError / AssertionError / ValueError traceback."""
     from chillfl.runner import run_experiment
 
-    (tmp_path / "qa_hooks.py").write_text(HOOKS_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with plugin_module(tmp_path, monkeypatch, "qa_hooks", HOOKS_MODULE):
         with pytest.raises(ConfigError) as err:
             run_experiment(load_config(None, {**BASE, **table}), write=False, progress=False)
         assert err.value.field == field and words in str(err.value)
         generator = run_experiment(load_config(None, {**BASE, "privacy": {"mechanism": "qa_hooks:CHARGES_A_GENERATOR", **PRIVACY}}), write=False, progress=False)
         assert generator.records[-1]["epsilon"] > 0  # any iterable of Charges is fine
-    finally:
-        sys.modules.pop("qa_hooks", None)
 
 
 SERVER_MODULE = '''
@@ -428,14 +379,10 @@ def test_a_server_half_that_returns_the_wrong_shape_is_one_error_on_its_method(t
     """Were a RuntimeError (size mismatch in the cache) and an AttributeError traceback."""
     from chillfl.runner import run_experiment
 
-    (tmp_path / "qa_server.py").write_text(SERVER_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with plugin_module(tmp_path, monkeypatch, "qa_server", SERVER_MODULE):
         with pytest.raises(ConfigError) as err:
             run_experiment(load_config(None, {**BASE, **table}), write=False, progress=False)
         assert err.value.field == field and words in str(err.value)
-    finally:
-        sys.modules.pop("qa_server", None)
 
 
 def test_a_broken_entry_point_is_warned_about_once_not_once_per_part(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:

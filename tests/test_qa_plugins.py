@@ -57,6 +57,16 @@ BASE: dict[str, Any] = {"dataset": {"name": "digits"}, "model": {"name": "mlp"},
                         "federation": {"num_clients": 4, "clients_per_round": 2, "rounds": 1}, "client": {"batch_size": 32}}
 
 
+def refused(*, run: bool, table: dict[str, Any]) -> pytest.ExceptionInfo[ConfigError]:
+    """The ConfigError that reading ``table`` and building (``run=False``) or running it raises; anything else fails the test."""
+    from chillfl.runner import run_experiment
+
+    with pytest.raises(ConfigError) as err:
+        config = load_config(None, table)
+        run_experiment(config, write=False, progress=False) if run else build_experiment(config)
+    return err
+
+
 @pytest.fixture()
 def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     with plugin_module(tmp_path, monkeypatch, "qa_bad_plugins", MODULE):
@@ -74,8 +84,7 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     ({"prototypes": {"method": "qa_bad_plugins:PROTO_CAPS"}}, "prototypes.method", "capabilities must be a chillfl.extend.Capabilities, got str"),
 ])
 def test_a_malformed_spec_is_one_config_error_on_its_field(plugin: Path, table: dict[str, Any], field: str, words: str) -> None:
-    with pytest.raises(ConfigError) as err:
-        build_experiment(load_config(None, {**BASE, **table}))
+    err = refused(run=False, table={**BASE, **table})
     assert err.value.field == field and words in str(err.value)
 
 
@@ -180,8 +189,7 @@ def test_a_plugin_class_whose_init_does_not_take_what_it_is_built_with_is_a_conf
                                                                                         table: dict[str, Any], field: str, words: str) -> None:
     """It was a TypeError traceback (exit 1) once the run was being built."""
     with plugin_module(tmp_path, monkeypatch, "qa_ctor", CTOR_MODULE):
-        with pytest.raises(ConfigError) as err:
-            build_experiment(load_config(None, {**BASE, **table}))
+        err = refused(run=False, table={**BASE, **table})
         assert err.value.field == field and words in str(err.value) and "__init__ does not take" in str(err.value)
 
 
@@ -223,11 +231,9 @@ STRING = AttackSpec("string", NoOptions, forge_prototypes=not_rows)
 def test_a_forging_hook_that_returns_the_wrong_shape_is_one_error_on_attack_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                                 table: dict[str, Any], words: str) -> None:
     """Was a RuntimeError / AttributeError traceback, or (a dropped entry) an error blaming algorithm.name."""
-    from chillfl.runner import run_experiment
 
     with plugin_module(tmp_path, monkeypatch, "qa_attacks", ATTACK_MODULE):
-        with pytest.raises(ConfigError) as err:
-            run_experiment(load_config(None, {**BASE, **table}), write=False, progress=False)
+        err = refused(run=True, table={**BASE, **table})
         assert err.value.field == "attack.kind" and words in str(err.value)
 
 
@@ -272,11 +278,9 @@ class NanOnTheClient(Negative):
 @pytest.mark.parametrize("protocol", [{}, {"prototypes": {"method": "fedproto"}}, {"distillation": {"method": "dsfl", "public_size": 200, "subset_size": 100}}])
 def test_a_policy_temperature_that_is_not_positive_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, words: str,
                                                                protocol: dict[str, Any]) -> None:
-    from chillfl.runner import run_experiment
 
     with plugin_module(tmp_path, monkeypatch, "qa_policies", POLICY_MODULE):
-        with pytest.raises(ConfigError) as err:
-            run_experiment(load_config(None, {**BASE, **protocol, "temperature": {"policy": f"qa_policies:{policy}"}}), write=False, progress=False)
+        err = refused(run=True, table={**BASE, **protocol, "temperature": {"policy": f"qa_policies:{policy}"}})
         assert err.value.field == "temperature.policy" and words in str(err.value)
 
 
@@ -333,8 +337,7 @@ def test_a_hook_that_returns_the_wrong_thing_is_one_error_on_its_field(tmp_path:
     from chillfl.runner import run_experiment
 
     with plugin_module(tmp_path, monkeypatch, "qa_hooks", HOOKS_MODULE):
-        with pytest.raises(ConfigError) as err:
-            run_experiment(load_config(None, {**BASE, **table}), write=False, progress=False)
+        err = refused(run=True, table={**BASE, **table})
         assert err.value.field == field and words in str(err.value)
         generator = run_experiment(load_config(None, {**BASE, "privacy": {"mechanism": "qa_hooks:CHARGES_A_GENERATOR", **PRIVACY}}), write=False, progress=False)
         assert generator.records[-1]["epsilon"] > 0  # any iterable of Charges is fine
@@ -377,11 +380,9 @@ PROTOS = PrototypeSpec("words", NoOptions, Words)
 def test_a_server_half_that_returns_the_wrong_shape_is_one_error_on_its_method(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                                table: dict[str, Any], field: str, words: str) -> None:
     """Were a RuntimeError (size mismatch in the cache) and an AttributeError traceback."""
-    from chillfl.runner import run_experiment
 
     with plugin_module(tmp_path, monkeypatch, "qa_server", SERVER_MODULE):
-        with pytest.raises(ConfigError) as err:
-            run_experiment(load_config(None, {**BASE, **table}), write=False, progress=False)
+        err = refused(run=True, table={**BASE, **table})
         assert err.value.field == field and words in str(err.value)
 
 

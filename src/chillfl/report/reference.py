@@ -13,7 +13,7 @@ import importlib
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 from chillfl.aggregation.registry import algorithm_names, algorithm_spec, weighted_bases
 from chillfl.config import EXECUTORS, RunConfig
@@ -33,6 +33,10 @@ from chillfl.settings.prototypes import method_names as prototype_method_names
 from chillfl.settings.prototypes import method_spec
 from chillfl.temperature import policy_names, policy_spec
 from chillfl.temperature.heterogeneity import MEASURES
+
+if TYPE_CHECKING:  # annotations only (the terms module is imported where the terms are listed)
+    from chillfl.training.terms import TermSpec
+
 
 @dataclass(frozen=True)
 class Part:
@@ -66,9 +70,9 @@ SUBTABLES: tuple[tuple[str, str, str], ...] = (("dataset.augment", "chillfl.data
 """Option tables nested in a part's table, whatever its name (rendered after the parts)."""
 
 
-def _registries(plugins: Sequence[str] = (), terms: Mapping[str, Any] = {}) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+def _registries(plugins: Sequence[str] = (), terms: Collection[str] = ()) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
     """(section, name key, name -> spec) of every part, with ``plugins`` (import paths) under the parts that claim them;
-    a path in ``terms`` (the loss terms, shown under ``[objective] terms``) is claimed already."""
+    a path among ``terms`` (the loss terms' names, shown under ``[objective] terms``) is claimed already."""
     claimed: dict[str, str] = {path: "" for path in plugins if path in terms}
     for part in PARTS:
         registry = {name: part.spec_of(name) for name in part.names()}
@@ -270,7 +274,7 @@ def render_reference(plugins: Sequence[str] = ()) -> str:
     return "\n".join(lines + _term_sections(terms)) + "\n"
 
 
-def _terms(plugins: Sequence[str] = ()) -> dict[str, Any]:
+def _terms(plugins: Sequence[str] = ()) -> dict[str, TermSpec]:
     """Every loss term by name (registered, and the ``chillfl.plugins`` entry points that name one, as ``chillfl list``
     shows them), with each import path of ``plugins`` that names a term: a term is a plugin like any other part."""
     from chillfl.training.terms import term_names, term_spec
@@ -284,7 +288,7 @@ def _terms(plugins: Sequence[str] = ()) -> dict[str, Any]:
     return registry
 
 
-def _term_sections(terms: Mapping[str, Any]) -> list[str]:
+def _term_sections(terms: Mapping[str, TermSpec]) -> list[str]:
     """The loss terms of ``[objective] terms`` and each one's options (an entry is a name, or a table
     ``{name = "...", <options>}``): they were missing here, so a term's options (FedNTD's ``beta``, ``tau``) were nowhere."""
     lines = ["", "## [objective] terms = [...]", "", "Each entry: a term's name, or `{name = \"...\", <its options>}`; `proximal_mu = x` is `{name = \"proximal\", mu = x}`."]

@@ -112,6 +112,24 @@ class NoHooks:
 class HooklessHalf(FedAvg):
     def client_half(self):
         return NoHooks()
+
+
+class Vector:
+    """Forgot the sum: returns the first parameter's square, not a scalar."""
+
+    reads = ()
+
+    def __call__(self, params, context):
+        return next(iter(params.values())) ** 2
+
+
+class Nothing:
+    """Forgot the return."""
+
+    reads = ()
+
+    def __call__(self, params, context):
+        (next(iter(params.values())) ** 2).sum()
 '''
 
 
@@ -263,6 +281,31 @@ def test_a_missing_context_key_is_one_config_error_and_leaves_no_folder(user: An
                          env={"PYTHONPATH": f"{Path(__file__).resolve().parents[1] / 'src'}:{tmp_path}"})
     assert out.returncode == 0 and out.stdout.strip() == "context", out.stderr[-2000:]
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []  # no NAME.partial left behind
+
+
+@pytest.mark.parametrize("executor", ["sequential", "vectorized", "processes"])
+@pytest.mark.parametrize(("term", "words"), [("Vector", "returned a tensor of shape (16, 64)"), ("Nothing", "returned NoneType")])
+def test_a_term_that_returns_no_scalar_is_one_config_error_under_every_executor(user: Any, executor: str, term: str, words: str) -> None:
+    """It was a traceback from autograd ("grad can be implicitly created only for scalar outputs") in every run of a
+    comparison, and under ``vectorized`` a fallback to the sequential executor first, as if vmap were at fault."""
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(config={**CONFIG, "executor": executor}, aggregator=FedAvg(), terms=[getattr(user, term)()], write=False, progress=False)
+    assert err.value.field == "terms" and err.value.message.startswith(f"{term} {words}; a loss term returns a scalar"), err.value
+
+
+def test_a_config_error_in_a_comparisons_first_run_leaves_no_folder(user: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """``[objective] terms`` naming such a term: exit 2, one line, and no ``NAME-compare.partial`` (it held only the sweep's record)."""
+    from chillfl.cli import main
+
+    (tmp_path / "c.toml").write_text(
+        'name = "c"\ndevice = "cpu"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\nhidden = [16]\n'
+        '[federation]\nnum_clients = 4\nclients_per_round = 2\nrounds = 1\n[objective]\nterms = ["ext_user_parts:Vector"]\n'
+        '[variants.a]\nclient = {lr = 0.05}\n[variants.b]\nclient = {lr = 0.1}\n'
+    )
+    assert main(["run", str(tmp_path / "c.toml"), "--out", str(tmp_path / "out"), "-q"]) == 2
+    err = capfd.readouterr().err
+    assert err.splitlines() == ["chillfl: error: terms: Vector returned a tensor of shape (16, 64); a loss term returns a scalar (a 0-d tensor)"], err
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 @pytest.mark.parametrize(("rule", "words"), [("DropsKey", "lacks 'head.weight'"), ("Reshapes", "returned 'head.weight' as (640,) torch.float32, the model's is (10, 64) torch.float32")])

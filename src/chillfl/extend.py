@@ -135,7 +135,7 @@ from chillfl.temperature import ClassCounts, PolicySpec, register_policy
 from chillfl.temperature.base import ConstantTemperature, TemperatureHalf, TemperaturePolicy, TemperatureState
 from chillfl.training.local import LocalSpec, PrivateGradients
 from chillfl.training.objective import BatchTerm, ContextError, LossTerm, ProximalTerm, StepView, Term, read_number, read_table, read_tensor
-from chillfl.training.terms import TermSpec, register_term
+from chillfl.training.terms import TermError, TermSpec, register_term
 
 __all__ = [
     "Accounting",
@@ -207,6 +207,7 @@ __all__ = [
     "TemperaturePolicy",
     "TemperatureState",
     "Term",
+    "TermError",
     "TermSpec",
     "Train",
     "Trained",

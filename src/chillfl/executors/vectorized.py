@@ -157,6 +157,7 @@ from torch import nn
 from torch.func import vmap
 
 from chillfl.data.augment import crop_flip
+from chillfl.errors import ConfigError
 from chillfl.engine.footprint import activation_bytes, nbytes
 from chillfl.executors.compiled import CompiledSteps, compile_failure, compiled_steps
 from chillfl.executors.sequential import ClientJob, Executor, SequentialExecutor, train_job
@@ -903,6 +904,8 @@ class _Vmapped:
                 captured = list(zip(flat_captured[::2], flat_captured[1::2]))
                 grads, factors = step_grads(losses.sum(), params, self.loss_fn.keys, captured)
                 return losses, grads, factors
+        except ConfigError:  # a term that does not fit (TermError) is the config's fault, not vmap's: no fallback
+            raise
         except Exception as exc:  # noqa: BLE001 - an op without a batching rule, dropout, client-dependent control flow, ...
             if compiled is not None:  # the compiled forward or backward failed: the compiler's fault if the step runs eagerly
                 self.grads(params, buffers, x, y, t, leaves, pending)  # the step's own error propagates from here (NotVectorizable)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -153,7 +154,9 @@ def run_points(
     """Every run in turn, on worker processes and Ray actors started once for the sweep (executors/pools.py).
 
     Interrupted (Ctrl-C, a signal), the comparison resumes as a whole, its finished runs kept: the
-    :class:`~chillfl.runner.RunInterrupted` names its ``.partial`` folder."""
+    :class:`~chillfl.runner.RunInterrupted` names its ``.partial`` folder. A ConfigError found by the first run
+    (a plugin's term that returns a vector, found at its first step) leaves no folder: nothing was run to resume."""
+    sweep: Sweep | None = None
     try:
         with WorkerPools() as pools:
             sweep = Sweep(where.partial, resuming, force, progress, pools, len(plan.cells))
@@ -162,6 +165,10 @@ def run_points(
     except RunInterrupted as exc:
         if where.partial is not None:
             exc.folder = where.partial
+        raise
+    except ConfigError:
+        if where.partial is not None and not resuming and (sweep is None or not sweep.results):
+            shutil.rmtree(where.partial, ignore_errors=True)
         raise
     return sweep
 

@@ -156,11 +156,22 @@ Term = LossTerm | BatchTerm
 
 
 def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Context, step: StepView | None) -> torch.Tensor:
-    """``term``'s value: a batch term gets the step (which the caller builds only when some term needs it)."""
+    """``term``'s value: a batch term gets the step (which the caller builds only when some term needs it).
+
+    A value that is not a scalar is one :class:`TermError` naming the term: added to the loss it broadcast (a
+    vector term made the loss a vector) and failed far away, in autograd or a shape check, as a traceback.
+    """
     if is_batch_term(term):
         assert step is not None, "a batch term needs the step's view"
-        return cast(BatchTerm, term)(params, context, step)
-    return cast(LossTerm, term)(params, context)
+        value = cast(BatchTerm, term)(params, context, step)
+    else:
+        value = cast(LossTerm, term)(params, context)
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0:
+            raise TermError(f"{type(term).__qualname__} returned a tensor of shape {tuple(value.shape)}; a loss term returns a scalar (a 0-d tensor)")
+    elif not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise TermError(f"{type(term).__qualname__} returned {type(value).__name__}; a loss term returns a scalar (a 0-d tensor)")
+    return value
 
 
 class ContextError(ConfigError):
@@ -171,6 +182,17 @@ class ContextError(ConfigError):
     """
 
     def __init__(self, message: str, field: str = "context") -> None:
+        super().__init__(field, message)
+
+
+class TermError(ConfigError):
+    """A term's value is not a scalar: a bug in the term (a plugin's, or one of a method's).
+
+    A :class:`ConfigError` (field ``terms``) found at the first training step, like :class:`ContextError`: the
+    CLI prints one line and exits 2, instead of a traceback from autograd in every run of a comparison.
+    """
+
+    def __init__(self, message: str, field: str = "terms") -> None:
         super().__init__(field, message)
 
 

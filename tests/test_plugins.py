@@ -112,6 +112,26 @@ def test_cli_names_a_bad_import_path_in_one_line(capsys: pytest.CaptureFixture[s
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("layout", ["module", "package"])
+def test_a_module_in_the_working_directory_off_the_import_path_is_named_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+    """The ``chillfl`` script's ``sys.path`` lacks the working directory (``python -m chillfl``'s has it): a plugin
+    beside the config failed with a bare ModuleNotFoundError, the file plainly there."""
+    if layout == "module":
+        (tmp_path / "here_rules_xyz.py").write_text(USER_MODULE)
+    else:
+        (tmp_path / "here_rules_xyz").mkdir()
+        (tmp_path / "here_rules_xyz" / "__init__.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    with pytest.raises(ConfigError) as err:
+        build_experiment(load_config(None, {**BASE, "algorithm": {"name": "here_rules_xyz:FirstClient"}}))
+    assert err.value.message.endswith("'here_rules_xyz' is in the working directory, which is not on the import path: "
+                                      "run PYTHONPATH=. chillfl ..., or python -m chillfl ..."), err.value
+    with pytest.raises(ConfigError) as err:  # elsewhere: no hint
+        build_experiment(load_config(None, {**BASE, "algorithm": {"name": "no_such_module_xyz:Rule"}}))
+    assert err.value.message.endswith("(ModuleNotFoundError: No module named 'no_such_module_xyz')"), err.value
+
+
 def test_entry_point_plugin_appears_in_list_and_runs(tmp_path: Path) -> None:
     """A tiny distribution on PYTHONPATH (its .dist-info with an entry_points.txt), in a subprocess: nothing installed."""
     (tmp_path / "my_fl_rules.py").write_text(USER_MODULE)

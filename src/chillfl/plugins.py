@@ -58,12 +58,27 @@ def load_object(path: str, field: str) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - the user's module: any error while importing it is a bad config value
-        raise ConfigError(field, f"cannot import module {module_name!r} of {path!r} ({type(exc).__name__}: {exc})") from None
+        raise ConfigError(field, f"cannot import module {module_name!r} of {path!r} ({type(exc).__name__}: {exc}){_in_this_folder(module_name, exc)}") from None
     for part in attribute.split("."):
         if not hasattr(obj, part):
             raise ConfigError(field, f"module {module_name!r} has no attribute {attribute!r}")
         obj = getattr(obj, part)
     return obj
+
+
+def _in_this_folder(module_name: str, exc: Exception) -> str:
+    """A hint when the missing module is a file or package in the working directory, which is not on the import path.
+
+    The ``chillfl`` script starts with its own folder on ``sys.path``, not the working directory (``python -m
+    chillfl`` puts it there): a plugin beside the config imports under one and not the other. Not added to the
+    path here: a stray ``torch.py`` in a results folder would then shadow torch.
+    """
+    top = module_name.split(".")[0]
+    missing = isinstance(exc, ModuleNotFoundError) and exc.name == top
+    here = Path.cwd()
+    if not missing or not ((here / f"{top}.py").is_file() or (here / top / "__init__.py").is_file()):
+        return ""
+    return f"; {top!r} is in the working directory, which is not on the import path: run PYTHONPATH=. chillfl ..., or python -m chillfl ..."
 
 
 def entry_points() -> dict[str, str]:

@@ -59,6 +59,15 @@ def test_run_with_a_switched_partitioner_is_accepted(tmp_path: Path, capsys: pyt
         # An option of another entry of the family: which ones take it, and the key that chooses them.
         (["run", "{base}", "temperature.value=0.5"], "temperature.value: unknown option; temperature.policy = 'none' takes no options; 'value' is an option of "),
         (["run", "{base}", "algorithm.mu=0.01"], "algorithm.mu: unknown option; allowed: weighting; 'mu' is an option of "),
+        # A wrapper's: where the wrapped method's option goes (it named only algorithm.name, which would drop the wrapper).
+        (["run", "{base}", "algorithm.name=pa3fed", "algorithm.base=fedprox", "algorithm.mu=0.01"],
+         "algorithm.mu: unknown option; allowed: base, base_options, beta, delta, eval_batch_size, fgn_scale_by_lr, first_round_clp, grad_norm, "
+         "grad_temperature, mode, signed; 'mu' is an option of fedalign, fedphp, fedprox, moon (set algorithm.name, or, for the method it wraps, "
+         "algorithm.base_options.mu)"),
+        # A term the wrapped method adds: the wrapped one's options are named (it said "its own options": PA3Fed's, which have no mu).
+        (["run", "{base}", "algorithm.name=pa3fed", "algorithm.base=fedprox", "objective.proximal_mu=0.1"],
+         "objective.proximal_mu: algorithm 'pa3fed' already adds the proximal term mu/2 ||w - w^t||^2 (FedProx) (its own options, or those of "
+         "'fedprox', algorithm.base_options); set one of the two"),
         (["run", "{base}", "federaton.rounds=3"], "federaton: unknown key or section (did you mean 'federation'?)"),
         (["compare", "{base}", "--grid", "algorithm.name=fedavg,fedavgg"], "algorithm.name: unknown value 'fedavgg' (did you mean 'fedavg'?)"),
         (["run", "{base}", "model.name=[1,2]"], "model.name: must be a string (a registered name), got list [1, 2]"),  # was "is required (a string)"

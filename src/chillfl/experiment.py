@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator, holds_personal_model
-from chillfl.aggregation.registry import algorithm_names, check_algorithm, make_aggregator
+from chillfl.aggregation.registry import Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, make_aggregator, wrapped
 from chillfl.privacy.build import private_aggregator, private_steps, with_privacy
 from chillfl.attacks.build import attacked_aggregator, check_attack, poisoned_data, with_attack
 from chillfl.config import RunConfig
@@ -369,6 +369,15 @@ def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None
     return Augment.from_options(opts, dataset.channel_mean, dataset.channel_std)  # constant padding: raw black
 
 
+def wrapped_table(config: RunConfig) -> Wrapped | None:
+    """The method ``[algorithm]``'s method wraps (:attr:`AlgorithmSpec.wraps`), with its options; None: it wraps none (or is a user's instance)."""
+    name, options = RunConfig.component(config.algorithm)
+    if is_custom(name):
+        return None
+    spec = algorithm_spec(name)
+    return wrapped(spec, algorithm_options(spec, name, options))
+
+
 def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[Term]:
     """The ``[objective]`` terms (``proximal_mu``, then ``terms``), checked against the protocol and the algorithm's own terms."""
     configured = configured_terms(config.objective)
@@ -382,7 +391,9 @@ def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[
     for entry in configured:
         term = entry.build()
         if term in algorithm_terms:  # FedProx's keys (Ditto's, FedDyn's own copies read other keys)
-            raise ConfigError(entry.field, f"algorithm {config.algorithm.get('name')!r} already adds {entry.spec.summary} (its own options); set one of the two")
+            inner = wrapped_table(config)  # a method over another (PA3Fed over FedProx): the term may be the wrapped one's
+            whose = " (its own options)" if inner is None else f" (its own options, or those of {inner.name!r}, {inner.section})"
+            raise ConfigError(entry.field, f"algorithm {config.algorithm.get('name')!r} already adds {entry.spec.summary}{whose}; set one of the two")
         out.append(term)
     return out
 

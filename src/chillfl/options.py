@@ -163,6 +163,8 @@ class Chosen:
     """The key that chose the entry (``temperature.policy``, ``algorithm.name``)."""
     name: str
     family: Callable[[], Mapping[str, HasOptions]]
+    wrapped_options: str | None = None
+    """The option holding the options of the entry this one wraps (PA3Fed's ``base_options``); None: it wraps none."""
 
 
 def _option_names(cls: Any) -> set[str]:
@@ -178,7 +180,8 @@ def unknown_option(section: str, key: str, names: set[str], chosen: Chosen | Non
     message = f"unknown option{did_you_mean(key, names)}; " + (allowed if names else f"{chosen.field} = {chosen.name!r} takes no options")
     owners = sorted(n for n, entry in chosen.family().items() if dataclasses.is_dataclass(entry.options) and key in _option_names(entry.options))
     if owners:
-        message += f"; {key!r} is an option of {', '.join(owners)} (set {chosen.field})"
+        message += f"; {key!r} is an option of {', '.join(owners)} (set {chosen.field}"
+        message += f", or, for the method it wraps, {join_field(section, chosen.wrapped_options)}.{key})" if chosen.wrapped_options else ")"
     return ConfigError(join_field(section, key), message)
 
 

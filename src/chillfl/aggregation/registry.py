@@ -216,7 +216,8 @@ def algorithm_spec(name: str, section: str = "algorithm", field: str | None = No
 
 def algorithm_options(spec: AlgorithmSpec, name: str, options: Mapping[str, Any] | None, section: str = "algorithm", field: str | None = None) -> Any:
     """Algorithm ``spec``'s (named ``name`` by ``field``, default ``<section>.name``) options parsed from ``options``."""
-    return parse_options(spec.options, options, section, Chosen(field or f"{section}.name", name, registered_algorithms))
+    inner = None if spec.wraps is None else f"{spec.wraps}_options"
+    return parse_options(spec.options, options, section, Chosen(field or f"{section}.name", name, registered_algorithms, inner))
 
 
 def make_aggregator(

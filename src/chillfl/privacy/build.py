@@ -132,7 +132,7 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
     capabilities = _capabilities(config, aggregator)
     _refuse_reports(plan.mechanism, MODELS, f"algorithm {name!r}", capabilities)
     if not capabilities.takes_weights or capabilities.plain_sgd:
-        why = capabilities.plain_sgd or "its aggregate() takes no client weights (declare takes_weights)"
+        why = capabilities.plain_sgd or "its aggregate() takes no client weights; a plugin's that does declares takes_weights"
         raise ConfigError(FIELD, f"{plan.mechanism!r} adds noise to a weighted mean of the clients' clipped updates, which algorithm {name!r} is not ({why})")
     base: Any = aggregator  # a weighted mean, as its capabilities declare
     private = plan.spec.aggregator(plan.options, plan.noise, base)

@@ -104,6 +104,64 @@ def test_cli_malformed_spec_is_one_line_exit_2_nothing_written(plugin: Path, cap
     assert not out.exists() or not any(out.iterdir())
 
 
+ARITY_MODULE = '''
+from dataclasses import dataclass
+
+from chillfl.extend import (AlgorithmSpec, AttackSpec, ConstantTemperature, FedAvg, MechanismSpec, PolicySpec, PrototypeHooks, PrototypeSpec,
+                            SoftLabelMethod, SoftLabelSpec, TermSpec)
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    pass
+
+
+def three(options, config, section):
+    pass
+
+
+def two(options, config):
+    pass
+
+
+ALGO = AlgorithmSpec(NoOptions, lambda o, ctx: (FedAvg(), []), "two-argument check", check=two)
+POLICY = PolicySpec(NoOptions, lambda o, counts: ConstantTemperature(1.0), "two-argument check", check=two)
+ATTACK = AttackSpec("a", NoOptions, forge_models=lambda o, r: {}, check=three)
+PROTO = PrototypeSpec("p", NoOptions, PrototypeHooks, check=three)
+SOFT = SoftLabelSpec("s", NoOptions, SoftLabelMethod, check=three)
+MECH = MechanismSpec("m", NoOptions, accounts=lambda options: None, rows=lambda o, n, p: None)
+TERM = TermSpec(NoOptions, lambda: None, "build without its options")
+'''
+
+
+@pytest.mark.parametrize("table,field,words", [
+    ({"algorithm": {"name": "qa_arity:ALGO"}}, "algorithm.name", "'qa_arity:ALGO': its spec's check is called as check(options, config, section), which two(options, config) does not take"),
+    ({"temperature": {"policy": "qa_arity:POLICY"}}, "temperature.policy", "its spec's check is called as check(options, config, section), which two(options, config)"),
+    ({"attack": {"kind": "qa_arity:ATTACK", "fraction": 0.5}}, "attack.kind", "its spec's check is called as check(options, config), which three(options, config, section)"),
+    ({"prototypes": {"method": "qa_arity:PROTO"}}, "prototypes.method", "its spec's check is called as check(options, config), which three("),
+    ({"distillation": {"method": "qa_arity:SOFT", "public_size": 200, "subset_size": 100}}, "distillation.method", "its spec's check is called as check(options, config), "),
+    ({"privacy": {"mechanism": "qa_arity:MECH"}}, "privacy.mechanism", "its spec's accounts is called as accounts(options, sizes), which <lambda>(options) does not take"),
+    ({"objective": {"terms": ["qa_arity:TERM"]}}, "objective.terms", "its spec's build is called as build(options), which <lambda>() does not take"),
+])
+def test_a_hook_that_cannot_take_its_call_is_one_config_error_on_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: dict[str, Any],
+                                                                          field: str, words: str) -> None:
+    """The families' ``check`` hooks take (options, config, section) or (options, config): the other one was a TypeError
+    traceback from the run's first call (found for an attack's check; every hook of every spec is checked the same way)."""
+    with plugin_module(tmp_path, monkeypatch, "qa_arity", ARITY_MODULE):
+        err = refused(run=False, table={**BASE, **table})
+    assert err.value.field == field and words in str(err.value), err.value
+
+
+def test_a_registered_spec_with_a_misfit_hook_is_refused_when_registered() -> None:
+    """A plugin module that registers its spec by name: checked there (named by import path it is checked when read)."""
+    from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+    from chillfl.options import NoOptions
+
+    with pytest.raises(ConfigError) as err:
+        register_algorithm("qa_misfit", AlgorithmSpec(NoOptions, lambda options: None, "build without its context"))  # type: ignore[arg-type,misc]
+    assert err.value.field == "algorithm.name" and "its spec's build is called as build(options, context)" in err.value.message
+
+
 TERM_MODULE = '''
 from dataclasses import dataclass
 

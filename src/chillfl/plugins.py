@@ -132,6 +132,34 @@ def check_constructor(cls: type, with_options: bool, name: str, field: str) -> N
         raise ConfigError(field, f"{name!r} is built as {how}, which its __init__ does not take ({exc})") from None
 
 
+Hook = tuple[str, object, tuple[str, ...]]
+"""One hook of a spec: (its field, the hook or None when absent, the parameters the runtime calls it with)."""
+
+
+def check_hooks(name: object, hooks: Sequence[Hook], field: str) -> None:
+    """A ConfigError on ``field`` when a hook of spec ``name`` cannot take the parameters the runtime calls it with.
+
+    Why: the families' hooks differ (an algorithm's ``check(options, config, section)``, an attack's ``check(options,
+    config)``); a hook written for the other was a TypeError traceback once the first run called it. Checked where a
+    spec is read (a plugin's and a built-in's alike), before anything is built or written.
+    """
+    for hook_field, hook, parameters in hooks:
+        if hook is None:
+            continue
+        call = f"{hook_field}({', '.join(parameters)})"
+        if not callable(hook):
+            raise ConfigError(field, f"{name!r}: its spec's {hook_field} must be a function called as {call}, got {short_repr(hook)}")
+        try:
+            signature = inspect.signature(hook)
+        except (TypeError, ValueError):  # no signature to read (a builtin): calling it will tell
+            continue
+        try:
+            signature.bind(*parameters)
+        except TypeError:
+            shown = getattr(hook, "__qualname__", type(hook).__name__)
+            raise ConfigError(field, f"{name!r}: its spec's {hook_field} is called as {call}, which {shown}{signature} does not take") from None
+
+
 def resolve(name: str, field: str) -> Any | None:
     """The object ``name`` refers to: an import path, or an entry point's target; None when it is neither."""
     if is_import_path(name):
@@ -236,6 +264,7 @@ class SpecFamily:
             raise ConfigError(self.field, f"{name!r} must name a {self.kind}, got {short_repr(found)}")
         if hasattr(found, "capabilities"):  # the families whose spec declares them (soft-label, prototype methods)
             declared(found.capabilities, str(name), self.field)
+        check_hooks(name, found.calls(), self.field)
         options = found.options
         if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
             raise ConfigError(self.field, f"{name!r}: its options must be a dataclass, got {options!r}")

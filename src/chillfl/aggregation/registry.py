@@ -28,7 +28,7 @@ from chillfl.aggregation.base import Aggregator, holds_personal_model
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import Chosen, parse_options
-from chillfl.plugins import Registry, check_constructor, has_methods, plugin_names, resolve
+from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve
 from chillfl.training.objective import Term
 
 if TYPE_CHECKING:  # annotations only
@@ -83,6 +83,10 @@ class AlgorithmSpec:
     """The option naming the algorithm this one wraps (PA3Fed: ``base``), whose options are the table
     ``<wraps>_options``; None: it wraps none. Generic code (the Flower apps, the resolved config) follows it."""
 
+    def calls(self) -> list[Hook]:
+        """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
+        return [("build", self.build, ("options", "context")), ("check", self.check, ("options", "config", "section"))]
+
 
 _REGISTRY: Registry[AlgorithmSpec] = Registry("algorithm", package="chillfl.aggregation")
 """The built-ins, each registered by its own module; every module of this package is imported on the first lookup."""
@@ -94,6 +98,7 @@ def register_algorithm(name: str, spec: AlgorithmSpec) -> AlgorithmSpec:
     Returns ``spec`` so that a module may keep it (``SPEC = register_algorithm("fedprox", AlgorithmSpec(...))``).
     A name registered twice is a programming error (two methods would answer to it).
     """
+    check_hooks(name, spec.calls(), "algorithm.name")  # registered by a plugin module: its hooks checked as a spec named by import path
     return _REGISTRY.register(name, spec)
 
 
@@ -156,6 +161,7 @@ def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
     """
     if isinstance(obj, AlgorithmSpec):
         declared(obj.capabilities, name, field)
+        check_hooks(name, obj.calls(), field)
         return obj
     if not isinstance(obj, type):
         raise ConfigError(field, f"{name!r} must name an aggregator class or an AlgorithmSpec, got {type(obj).__name__}")

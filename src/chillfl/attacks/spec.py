@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Sequence, Typ
 
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
+from chillfl.plugins import Hook
 from chillfl.settings.attack import AttackConfig
 
 if TYPE_CHECKING:
@@ -130,6 +131,14 @@ class AttackSpec(Generic[Opt]):
     forge_prototypes: Callable[[Opt, PrototypeUpload], ClassRows] | None = None
     probe: Callable[[Opt, FederatedData], tuple[torch.Tensor, torch.Tensor]] | None = None
     check: Callable[[Opt, RunConfig], None] | None = None
+
+    def calls(self) -> list[Hook]:
+        """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
+        return [
+            ("poison", self.poison, ("options", "data", "attackers", "seed")), ("forge_models", self.forge_models, ("options", "round")),
+            ("forge_rows", self.forge_rows, ("options", "upload")), ("forge_prototypes", self.forge_prototypes, ("options", "upload")),
+            ("probe", self.probe, ("options", "data")), ("check", self.check, ("options", "config")),
+        ]
 
     def __post_init__(self) -> None:
         if self.poison is None and not self.rewrites():

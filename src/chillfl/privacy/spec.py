@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, Sequence, Typ
 
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
+from chillfl.plugins import Hook
 from chillfl.settings.privacy import PrivacyConfig, mechanism_spec
 
 if TYPE_CHECKING:
@@ -149,6 +150,15 @@ class MechanismSpec(Generic[Opt]):
     check: Callable[[Opt, RunConfig], None] | None = None
     adjacency: Literal["add_remove", "replace"] = "add_remove"
     subsampled: bool = True
+
+    def calls(self) -> list[Hook]:
+        """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
+        return [
+            ("accounts", self.accounts, ("options", "sizes")), ("charges", self.charges, ("options", "sizes", "participants")),
+            ("aggregator", self.aggregator, ("options", "noise", "base")), ("step", self.step, ("options", "noise")),
+            ("rows", self.rows, ("options", "noise", "probabilities")), ("settle", self.settle, ("options", "noise")),
+            ("check", self.check, ("options", "config")),
+        ]
 
     def __post_init__(self) -> None:
         if not self.covers():

@@ -45,6 +45,7 @@ import torch
 
 from chillfl.capabilities import Capabilities
 from chillfl.config import RunConfig
+from chillfl.plugins import Hook
 from chillfl.training.local import BaseLoss
 from chillfl.training.objective import Wire
 
@@ -232,6 +233,10 @@ class PrototypeSpec(Generic[Opt]):
     shares_model: Callable[[Opt], bool] = _keeps_models
     capabilities: Capabilities = Capabilities()
     check: Callable[[Opt, RunConfig], None] | None = None
+
+    def calls(self) -> list[Hook]:
+        """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
+        return [("shares_model", self.shares_model, ("options",)), ("check", self.check, ("options", "config"))]
 
     def build(self, options: Opt, num_classes: int, seed: int) -> PrototypeHooks[Opt]:
         """The hooks for one run."""

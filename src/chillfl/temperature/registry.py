@@ -18,7 +18,7 @@ import numpy as np
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import Chosen, NoOptions, parse_options
-from chillfl.plugins import Registry, check_constructor, has_methods, plugin_names, resolve
+from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve
 from chillfl.temperature.policy import TemperaturePolicy
 
 if TYPE_CHECKING:  # annotations only
@@ -53,6 +53,12 @@ class PolicySpec:
     check: Check = _no_check
     """Its checks against the whole run config, before anything is built (also on ``--dry-run``)."""
 
+    def calls(self) -> list[Hook]:
+        """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
+        return [
+            ("build", self.build, ("options", "counts")), ("capabilities", self.capabilities, ("options",)), ("check", self.check, ("options", "config", "section")),
+        ]
+
 
 _REGISTRY: Registry[PolicySpec] = Registry("temperature policy", package="chillfl.temperature")
 """The built-ins, each registered by its own module; every module of :mod:`chillfl.temperature` is imported on the first lookup."""
@@ -63,6 +69,7 @@ def register_policy(name: str, spec: PolicySpec) -> PolicySpec:
 
     Returns ``spec`` (``SPEC = register_policy("fixed", PolicySpec(...))``); a name registered twice is an error.
     """
+    check_hooks(name, spec.calls(), "temperature.policy")  # registered by a plugin module: its hooks checked as a spec named by import path
     return _REGISTRY.register(name, spec)
 
 
@@ -92,6 +99,7 @@ def user_policy(obj: Any, name: str, field: str) -> PolicySpec:
         if not callable(obj.capabilities):
             raise ConfigError(field, f"{name!r}: its PolicySpec's capabilities must be a function of its options returning a chillfl.extend.Capabilities, "
                                      f"got {type(obj.capabilities).__name__}")
+        check_hooks(name, obj.calls(), field)
         return obj
     if not isinstance(obj, type):
         raise ConfigError(field, f"{name!r} must name a temperature policy class or a PolicySpec, got {type(obj).__name__}")

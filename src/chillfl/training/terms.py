@@ -28,7 +28,7 @@ from torch.func import functional_call
 
 from chillfl.errors import ConfigError, choice_error, did_you_mean
 from chillfl.options import NoOptions, parse_options
-from chillfl.plugins import Registry, check_constructor, has_methods, plugin_names, resolve
+from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve
 
 Params = dict[str, torch.Tensor]
 
@@ -232,6 +232,10 @@ class TermSpec:
     anchor: str | None = None
     """The context key under which the term reads the round's start model (``global_params``); None: it reads none."""
 
+    def calls(self) -> list[Hook]:
+        """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
+        return [("build", self.build, ("options",)), ("sends", self.sends, ("options",))]
+
 
 _REGISTRY: Registry[TermSpec] = Registry("loss term", modules=("chillfl.training.objective", "chillfl.training.ntd"))
 """The built-in terms, registered by the modules named here (imported on the first lookup)."""
@@ -241,6 +245,7 @@ TERM_METHODS = ("__call__",)
 
 def register_term(name: str, spec: TermSpec) -> TermSpec:
     """Name ``spec`` ``name`` (each built-in next to its code; a plugin the same way); a name registered twice is an error."""
+    check_hooks(name, spec.calls(), "objective.terms")  # registered by a plugin module: its hooks checked as a spec named by import path
     return _REGISTRY.register(name, spec)
 
 
@@ -261,6 +266,7 @@ def term_names() -> list[str]:
 def user_term(obj: Any, name: str, field: str) -> TermSpec:
     """A user's object (import path or entry point) as a :class:`TermSpec`, or a ConfigError on ``field``."""
     if isinstance(obj, TermSpec):
+        check_hooks(name, obj.calls(), field)
         return obj
     if not _is_term_class(obj):
         raise ConfigError(field, f"{name!r} is not a loss term: give a TermSpec, or a class with a ``reads`` tuple and __call__ (see chillfl.extend.LossTerm, BatchTerm)")

@@ -26,6 +26,7 @@ from chillfl.engine.ledger import IndexEncoding
 from chillfl.engine.record import Json
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
+from chillfl.plugins import Hook
 from chillfl.settings.distillation import SECTION, DistillationSetup
 
 from .labels import masked_mean, mean_soft_labels, soft_target_kl, weighted_kl
@@ -307,6 +308,10 @@ class SoftLabelSpec(Generic[Opt]):
     pretraining: Callable[[Opt], Pretraining | None] = _no_pretraining
     check: Callable[[Opt, RunConfig], None] | None = None
     figures: tuple[str, ...] = ()
+
+    def calls(self) -> list[Hook]:
+        """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
+        return [("pretraining", self.pretraining, ("options",)), ("check", self.check, ("options", "config"))]
 
     def build(self, options: Opt, num_classes: int, seed: int, index_encoding: IndexEncoding, universe: int) -> SoftLabelMethod[Opt]:
         """The server half for one run."""

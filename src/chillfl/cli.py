@@ -39,6 +39,7 @@ from chillfl.tune import SELECT_RULES
 
 if TYPE_CHECKING:
     from chillfl.progress import ProgressMode
+    from chillfl.sweeps.shard import Shard
     from chillfl.report.compare import CompareResult
     from chillfl.sweeps.plan import CompareOptions
     from chillfl.runner import RunInterrupted, RunOutput
@@ -132,6 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.config is not None and _is_override(args.config):  # `chillfl run client.lr=0.1`: the demo, as the usage says
         args.config, args.overrides = None, [args.config, *args.overrides]
     if args.dry_run:
+        _shard(args)
         return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args), args=args)
     if args.config is None or args.config == DEMO:
         config = _load(DEMO, args.overrides, args)
@@ -140,7 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
               "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05,\n"
               "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
-        return _compare(config, DEMO_GRID, None, _progress(args))
+        return _compare(config, DEMO_GRID, None, _progress(args), args)
     from chillfl.runner import run_experiment
 
     config = _load(args.config, args.overrides, args)
@@ -152,6 +154,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             why = f"sets {asked}: running it as a comparison of one variant"
         said = None if args.quiet else f"chillfl: {config.name} {why} (`chillfl compare {args.config}`)"
         return _compare(config, [], None, _progress(args), args, said)
+    if args.shard is not None:
+        _shard(args)  # a malformed K/N is named first
+        raise ConfigError("shard", f"{config.name} is one run: --shard splits a comparison's runs (its variants, seeds, tuning grid) over several processes")
     check_out_dir(config.out_dir)
     return _report(run_experiment(config, progress=_progress(args)))
 
@@ -195,14 +200,35 @@ def _compare(
     from chillfl.sweeps.run import run_compare
 
     options = _compare_options(args) if args is not None else CompareOptions()
+    shard = _shard(args)
     check_out_dir(config.out_dir)
     announce = None if said is None else (lambda: print(said, file=sys.stderr))
-    return _compare_result(run_compare(config, grid, reference=reference, progress=progress, options=options, on_checked=announce), config.strict)
+    result = run_compare(config, grid, reference=reference, progress=progress, options=options, on_checked=announce, shard=shard)
+    return _compare_result(result, config.strict, shard)
 
 
-def _compare_result(result: "CompareResult", strict: bool) -> int:
+def _shard(args: argparse.Namespace | None) -> "Shard | None":
+    """``--shard K/N``, parsed (a ConfigError on ``shard``); None without it."""
+    from chillfl.sweeps.shard import Shard
+
+    text = getattr(args, "shard", None)
+    return None if text is None else Shard.parse(text)
+
+
+def _compare_result(result: "CompareResult", strict: bool, shard: "Shard | None" = None) -> int:
+    if result.pending:  # a shard whose comparison other shards have not finished: no table yet
+        print(f"chillfl: shard {shard}: its {result.runs} run(s) ended; {result.pending} run(s) of the comparison are not finished yet (other shards). "
+              f"The last shard to end writes the table; if a shard failed, `chillfl resume {result.folder}` runs what is missing once the others ended",
+              file=sys.stderr)
+        print(f"results: {result.folder}")
+        return _failed_runs(result, strict)
     print(result.table)
     print(f"results: {result.folder}")
+    return _failed_runs(result, strict)
+
+
+def _failed_runs(result: "CompareResult", strict: bool) -> int:
+    """Exit code for the runs that did not finish: 0 (3 with ``strict``), one line naming them; 3 when nothing was compared."""
     if result.failures:  # partly failed: exit 0 (3 with --strict), one line naming them; nothing compared: exit 3
         runs = ", ".join(f"{name} ({why})" for name, why in result.failures.items())
         of = f" of {result.runs}" if result.runs else ""
@@ -217,6 +243,7 @@ def _compare_result(result: "CompareResult", strict: bool) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.dry_run:
+        _shard(args)
         return _dry_run(_load(args.config, args.overrides, args), args.grid, args)
     return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, _progress(args), args)
 
@@ -397,6 +424,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
         p.add_argument("--data-dir", dest="data_dir", help="where datasets live (the config's `data_dir`)")
         p.add_argument("--dry-run", action="store_true", help="print the resolved config as TOML and exit (nothing is run or written)")
         p.add_argument("--strict", action="store_true", default=None, help="warnings are errors (the config's `strict`): an exploding loss stops the run (exit 3); compare exits 3 if any run failed")
+        p.add_argument("--shard", metavar="K/N", help="run the K-th of N shares of a comparison's runs into its shared folder OUT/NAME-compare.partial "
+                                                      "(one per job of a cluster's array job); the last shard to end writes the table")
 
     p = sub.add_parser("run", help="run one experiment")
     common(p, False)

@@ -70,6 +70,9 @@ class CompareResult:
     """Run name -> how it failed (``diverged at round 3``), for the runs that did not finish; the sweep went on."""
     runs: int = 0
     """How many runs the comparison ran (every variant, tuning point and seed): the denominator of ``failures``."""
+    pending: int = 0
+    """A shard's result (``--shard K/N``): how many of the comparison's runs are not finished yet, in other shards; while
+    any is, no table is written (``folder`` is the shared ``.partial`` folder)."""
 
     def __str__(self) -> str:
         return self.table

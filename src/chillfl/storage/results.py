@@ -131,10 +131,18 @@ def _rename_free(path: Path, final: Path, name: str) -> Path:
                 raise StorageError(f"cannot rename {path} to {final}: {exc.strerror or exc}") from exc
 
 
-class RunLock:
-    """An exclusive ``flock`` on a run folder (its own descriptor: no lock file, follows renames, released at exit)."""
+class FolderInUse(ConfigError):
+    """Another chillfl process holds the folder's lock (a run, a resume of it, or a shard of a comparison)."""
 
-    def __init__(self, folder: Path, field: str = "run_dir") -> None:
+
+class RunLock:
+    """An exclusive ``flock`` on a run folder (its own descriptor: no lock file, follows renames, released at exit).
+
+    ``shared``: a shared lock instead, which the shards of one comparison hold together (``--shard K/N``) and
+    which keeps out an exclusive one (a resume of the whole comparison) while any shard runs.
+    """
+
+    def __init__(self, folder: Path, field: str = "run_dir", shared: bool = False) -> None:
         self._fd: int | None = None
         if fcntl is None:
             return
@@ -144,11 +152,11 @@ class RunLock:
         except OSError as exc:
             raise ConfigError(field, f"cannot open {folder}: {exc.strerror or exc}") from None
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError:
             os.close(self._fd)
             self._fd = None
-            raise ConfigError(field, f"{folder} is in use by another chillfl process (a run or resume of it is going on)") from None
+            raise FolderInUse(field, f"{folder} is in use by another chillfl process (a run or resume of it is going on)") from None
 
     def release(self) -> None:
         if self._fd is not None:

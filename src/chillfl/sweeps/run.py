@@ -35,10 +35,11 @@ from chillfl.progress import Progress, format_seconds
 from chillfl.report.caveats import step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
-from chillfl.storage.results import PARTIAL, RunLock, claim_dir, to_toml
+from chillfl.storage.results import PARTIAL, FolderInUse, RunLock, claim_dir, to_toml
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, write_sweep
 from chillfl.sweeps.resume import DivergedBefore, finished_run, stopped_run
+from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, is_finished, join_folder
 from chillfl.tune import Point, point_scores, select_point
 
 if TYPE_CHECKING:
@@ -149,9 +150,9 @@ def open_folder(config: RunConfig, plan: Plan, reference: str | None, resume: Pa
 
 def run_points(
     plan: Plan, where: SweepFolder, resuming: bool, force: bool, progress: Progress, datasets: Mapping[str, FederatedData],
-    model: nn.Module | None, plugged: Plugged | None,
+    model: nn.Module | None, plugged: Plugged | None, only: Shard | None = None,
 ) -> Sweep:
-    """Every run in turn, on worker processes and Ray actors started once for the sweep (executors/pools.py).
+    """Every run in turn (``only``: a shard's), on worker processes and Ray actors started once for the sweep (executors/pools.py).
 
     Interrupted (Ctrl-C, a signal), the comparison resumes as a whole, its finished runs kept: the
     :class:`~chillfl.runner.RunInterrupted` names its ``.partial`` folder. A ConfigError found by the first run
@@ -161,7 +162,8 @@ def run_points(
         with WorkerPools() as pools:
             sweep = Sweep(where.partial, resuming, force, progress, pools, len(plan.cells))
             for i, c in enumerate(plan.cells):
-                sweep.run(i, c.config, c.key, datasets[data_key(c.config)], model, plugged)
+                if only is None or only.takes(i):
+                    sweep.run(i, c.config, c.key, datasets[data_key(c.config)], model, plugged)
     except RunInterrupted as exc:
         if where.partial is not None:
             exc.folder = where.partial
@@ -275,6 +277,7 @@ def run_compare(
     resume: Path | None = None,
     force: bool = False,
     on_checked: Callable[[], None] | None = None,
+    shard: Shard | None = None,
 ) -> CompareResult:
     """Run every variant (``--grid`` product, else the config's ``[variants]``) at every seed and tuning point.
 
@@ -285,7 +288,8 @@ def run_compare(
     data and ``nn.Module`` (:func:`chillfl.compare`), as for :func:`chillfl.run`; ``plugged``: its method parts.
     ``resume``: the interrupted comparison's ``.partial`` folder to go on in (:func:`resume_compare`; ``force`` as there).
     ``on_checked``: called once every run's parts are built and checked, before anything is written (the command
-    line's info line: a config error stays its one line).
+    line's info line: a config error stays its one line). ``shard``: run only this share of the runs, in the
+    comparison's shared folder (:mod:`chillfl.sweeps.shard`, :func:`run_shard`).
 
     The steps: plan and bound the runs (:func:`~chillfl.sweeps.plan.plan_runs`), build every run's parts
     (:func:`check_runs`), claim the folder (:func:`open_folder`), run each point (:func:`run_points`), refuse a sweep
@@ -300,6 +304,11 @@ def run_compare(
         return CompareResult(None, [], "")
     if on_checked is not None:
         on_checked()
+    if shard is not None:
+        if not write or resume is not None or dataset is not None or model is not None or plugged is not None:
+            raise ConfigError(SHARD_FIELD, "a shard writes its runs into the comparison's shared folder, which another process must be able to rebuild "
+                                           "them from: not with write=False, a resume, or a user's own data, model or method parts")
+        return run_shard(config, plan, reference, shard, datasets, progress, force)
     where = open_folder(config, plan, reference, resume, write, resumable=dataset is None and model is None and plugged is None)
     lock = RunLock(where.partial) if where.partial is not None else None  # one process at a time goes on with a comparison (the first run, or a resume of it)
     try:
@@ -313,6 +322,38 @@ def run_compare(
     finally:
         if lock is not None:
             lock.release()
+
+
+def run_shard(
+    config: RunConfig, plan: Plan, reference: str | None, shard: Shard, datasets: Mapping[str, FederatedData], progress: Progress, force: bool,
+) -> CompareResult:
+    """This shard's runs in the comparison's shared folder (:mod:`chillfl.sweeps.shard`), and the table if they were the last ones.
+
+    Its finished runs are read back and its stopped one resumed, so a shard restarted after a crash goes on. The
+    result has ``pending`` > 0 while other shards' runs are unfinished: then no table is written yet.
+    """
+    toml = to_toml(config.to_dict())
+    record = sweep_record(toml.encode(), plan.variants, plan.options, reference, resumable=True)
+    folder, partial = join_folder(Path(config.out_dir), f"{config.name}-compare", toml, record, shard)
+    lock = RunLock(partial, shared=True)  # with the other shards'; keeps a resume of the whole comparison out while this runs
+    try:
+        sweep = run_points(plan, SweepFolder(folder, partial), True, force, progress, datasets, None, None, only=shard)
+    finally:
+        lock.release()
+    failures = {c.config.name: sweep.failures[c.key] for c in plan.cells if c.key in sweep.failures}
+    mine = sum(1 for i in range(len(plan.cells)) if shard.takes(i))
+    left = sum(1 for c in plan.cells if not is_finished(partial, c.config.name))
+    if left == 0:  # the last shard to end: the table, as `chillfl resume` would write it
+        try:
+            return resume_compare(partial, progress=progress, force=force)
+        except FolderInUse:
+            log.info("shard %s: another shard that ended too is writing the table", shard)
+        except ConfigError:
+            if partial.exists():
+                raise
+            log.info("shard %s: another shard wrote the table", shard)  # it renamed the folder between the two checks
+        return CompareResult(folder, [], "", failures=failures, runs=mine)
+    return CompareResult(partial, [], "", failures=failures, runs=mine, pending=left)
 
 
 def resume_compare(folder: str | Path, *, progress: Progress = True, force: bool = False) -> CompareResult:

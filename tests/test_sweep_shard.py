@@ -1,0 +1,144 @@
+"""A comparison's runs split over processes (``--shard K/N``, chillfl.sweeps.shard): one shared folder, the last shard
+writes the table, and the table is the one a single process writes, byte for byte (one machine, one torch build)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import chillfl.sweeps.run as sweep
+from chillfl.cli import main
+from chillfl.errors import ConfigError
+from chillfl.storage.results import RunLock
+from chillfl.sweeps.shard import Shard
+
+CONFIG = '''name = "sh"
+device = "cpu"
+[dataset]
+name = "digits"
+[model]
+name = "mlp"
+hidden = [8]
+[federation]
+num_clients = 4
+clients_per_round = 2
+rounds = 2
+[eval]
+clients = "none"
+[compare]
+seeds = [0, 1]
+[variants.a]
+client = {lr = 0.05}
+[variants.b]
+client = {lr = 0.1}
+'''
+
+
+def _config(tmp_path: Path, text: str = CONFIG) -> str:
+    path = tmp_path / "sh.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def _run(config: str, out: Path, *extra: str) -> int:
+    return main(["run", config, "-q", "--out", str(out), *extra])
+
+
+@pytest.mark.slow
+def test_shards_write_the_table_one_process_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Shard 1 ends first and leaves the folder ``.partial`` (its runs 0 and 2); shard 2, the last, writes the table."""
+    config = _config(tmp_path)
+    assert _run(config, tmp_path / "one") == 0
+    capsys.readouterr()
+    assert _run(config, tmp_path / "sh", "--shard", "1/2") == 0
+    out, err = capsys.readouterr()
+    partial = tmp_path / "sh" / "sh-compare.partial"
+    assert out == f"results: {partial}\n"
+    assert "chillfl: shard 1/2: its 2 run(s) ended; 2 run(s) of the comparison are not finished yet (other shards)." in err
+    assert sorted(p.name for p in partial.iterdir()) == ["a-s0", "b-s0", "config.toml", "sweep.json"]  # runs 0 and 2 of a-s0, a-s1, b-s0, b-s1
+    assert _run(config, tmp_path / "sh", "--shard", "2/2") == 0
+    out = capsys.readouterr().out
+    assert out.endswith(f"results: {tmp_path / 'sh' / 'sh-compare'}\n") and not partial.exists()
+    for name in ("table.md", "table.json"):
+        assert (tmp_path / "sh" / "sh-compare" / name).read_bytes() == (tmp_path / "one" / "sh-compare" / name).read_bytes()
+    for run in ("a-s0", "a-s1", "b-s0", "b-s1"):
+        assert (tmp_path / "sh" / "sh-compare" / run / "metrics.jsonl").read_bytes() == (tmp_path / "one" / "sh-compare" / run / "metrics.jsonl").read_bytes()
+
+
+def test_a_restarted_shard_reads_its_finished_runs_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _config(tmp_path)
+    assert _run(config, tmp_path, "--shard", "2/2") == 0
+    ran: list[str] = []
+    real = sweep.run_experiment
+    monkeypatch.setattr(sweep, "run_experiment", lambda cfg, **kw: ran.append(cfg.name) or real(cfg, **kw))
+    assert _run(config, tmp_path, "--shard", "2/2") == 0
+    assert ran == []  # a-s1 and b-s1 were read back
+    assert _run(config, tmp_path, "--shard", "1/2") == 0
+    assert ran == ["a-s0", "b-s0"] and (tmp_path / "sh-compare" / "table.md").is_file()
+
+
+def test_a_shard_of_another_comparison_is_refused_and_joins_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = _config(tmp_path)
+    assert _run(config, tmp_path, "--shard", "1/2") == 0
+    before = sorted(p.name for p in (tmp_path / "sh-compare.partial").iterdir())
+    capsys.readouterr()
+    assert _run(config, tmp_path, "--shard", "2/2", "federation.rounds=3") == 2  # another config under the same name
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"chillfl: error: shard: {tmp_path / 'sh-compare.partial'} holds another comparison (its sweep.json differs")
+    assert sorted(p.name for p in (tmp_path / "sh-compare.partial").iterdir()) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # the joining shard's own folder is gone
+
+
+def test_a_resume_of_the_whole_comparison_waits_for_running_shards(tmp_path: Path) -> None:
+    """A shard holds a shared lock on the folder while it runs: `chillfl resume` (an exclusive one) is refused meanwhile."""
+    from chillfl.sweeps.run import resume_compare
+
+    config = _config(tmp_path)
+    assert _run(config, tmp_path, "--shard", "1/2") == 0
+    partial = tmp_path / "sh-compare.partial"
+    other = RunLock(partial, shared=True)  # shard 2, running
+    try:
+        assert RunLock(partial, shared=True).release() is None  # shards run together
+        with pytest.raises(ConfigError, match="is in use by another chillfl process"):
+            resume_compare(partial, progress=False)
+    finally:
+        other.release()
+    assert resume_compare(partial, progress=False).folder == tmp_path / "sh-compare"  # then it runs what is missing
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--shard", "0/2"], "shard: K/N needs 1 <= K <= N, got 0/2"),
+    (["--shard", "3/2"], "shard: K/N needs 1 <= K <= N, got 3/2"),
+    (["--shard", "1 of 2"], "shard: give K/N (this process runs the K-th of N shares, 1 <= K <= N), got '1 of 2'"),
+    (["--shard", "1/2", "variants={}", "compare={}"], "shard: sh is one run: --shard splits a comparison's runs"),
+])
+def test_a_bad_shard_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    assert _run(_config(tmp_path), tmp_path / "out", *argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"chillfl: error: {line}"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_shards_are_every_run_once() -> None:
+    shards = [Shard.parse(f"{k}/3") for k in (1, 2, 3)]
+    assert [[i for i in range(7) if s.takes(i)] for s in shards] == [[0, 3, 6], [1, 4], [2, 5]]
+    assert Shard.parse(" 2 / 3 ") == Shard(2, 3) and str(Shard(2, 3)) == "2/3"
+
+
+@pytest.mark.slow
+def test_shards_started_at_once_share_one_folder(tmp_path: Path) -> None:
+    """Two processes at once (an array job): one makes the folder, the other joins it; one of them writes the table."""
+    config = _config(tmp_path)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src}
+    procs = [subprocess.Popen([sys.executable, "-m", "chillfl", "run", config, "-q", "--out", str(tmp_path / "out"), "--shard", f"{k}/2"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for k in (1, 2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["sh-compare"]
+    assert sorted(p.name for p in (tmp_path / "out" / "sh-compare").iterdir() if p.is_dir()) == ["a-s0", "a-s1", "b-s0", "b-s1"]
+    assert (tmp_path / "out" / "sh-compare" / "table.md").is_file()

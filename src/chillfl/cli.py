@@ -181,6 +181,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _report(resume_experiment(args.run_dir, progress=_progress(args), force=args.force))
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from chillfl.status import status_table
+
+    print(status_table(args.run_dir))
+    return 0
+
+
 def _compare_options(args: argparse.Namespace) -> "CompareOptions":
     from chillfl.sweeps.plan import CompareOptions, parse_seeds, parse_tune_items
 
@@ -436,6 +443,10 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="resume although the checkpoint, config.toml or metrics.jsonl changed since the checkpoint was written")
     _verbosity(p)
     p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("status", help="where a run or a comparison stands (each run: finished, diverged, running, stopped, not started), from its folder")
+    p.add_argument("run_dir", help="a run's folder, or a comparison's (results/NAME-compare.partial, or its shards' shared folder)")
+    p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("compare", help="run variants on the same partition and seed and tabulate")
     common(p, True)

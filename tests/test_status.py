@@ -1,0 +1,63 @@
+"""``chillfl status FOLDER`` (chillfl.status): each run of a comparison in plan order, its state read from the folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from chillfl.cli import main
+from chillfl.storage.results import RunLock
+from chillfl.storage.run_folder import CHECKPOINT
+
+from test_sweep_shard import CONFIG
+
+
+def test_a_sharded_comparison_shows_every_run_in_plan_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Shard 1 of 2 ran a-s0 and b-s0; the other runs are set up by hand in each remaining state."""
+    (tmp_path / "sh.toml").write_text(CONFIG)
+    assert main(["run", str(tmp_path / "sh.toml"), "-q", "--out", str(tmp_path), "--shard", "1/2"]) == 0
+    partial = tmp_path / "sh-compare.partial"
+    finished = json.loads((partial / "a-s0" / "summary.json").read_text())["final_global_acc"]
+    shutil.copytree(partial / "b-s0", partial / "a-s1.partial")  # a-s1: stopped with a checkpoint after its 2 rounds' lines
+    (partial / "a-s1.partial" / CHECKPOINT).write_bytes(b"")
+    (partial / "b-s0" / "summary.json").unlink()
+    (partial / "b-s0").rename(partial / "b-s0.partial")  # b-s0: running (locked below), 2 rounds written
+    (partial / "b-s1.failed").mkdir()
+    (partial / "b-s1.failed" / "failure.json").write_text(json.dumps({"round": 1}))
+    lock = RunLock(partial / "b-s0.partial")
+    try:
+        capsys.readouterr()
+        assert main(["status", str(partial)]) == 0
+        out = capsys.readouterr().out.splitlines()
+    finally:
+        lock.release()
+    assert out == [
+        f"{partial}: comparison, 4 runs: 1 finished, 1 stopped, 1 running, 1 diverged",
+        "| run | state | rounds | accuracy % |",
+        "|---|---|---|---|",
+        f"| a-s0 | finished | 2/2 | {100 * finished:.2f} |",
+        "| a-s1 | stopped (resumes from its checkpoint) | 2/2 | - |",
+        "| b-s0 | running | 2/2 | - |",
+        "| b-s1 | diverged (at round 1) | 0/2 | - |",
+    ]
+    (partial / "a-s1.partial" / CHECKPOINT).unlink()
+    shutil.rmtree(partial / "b-s0.partial")
+    assert main(["status", str(partial)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{partial}: comparison, 4 runs: 1 finished, 1 stopped, 1 not started, 1 diverged"
+    assert out[4:6] == ["| a-s1 | stopped (before its first checkpoint: runs again) | 2/2 | - |", "| b-s0 | not started | - | - |"]
+    assert main(["status", str(partial / "a-s0")]) == 0
+    assert capsys.readouterr().out.splitlines()[::3] == [f"{partial / 'a-s0'}: one run", f"| a-s0 | finished | 2/2 | {100 * finished:.2f} |"]
+
+
+@pytest.mark.parametrize(("what", "words"), [("missing", "is not a folder"), ("empty", "is not a chillfl result folder (no config.toml)")])
+def test_a_folder_that_is_no_result_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str, words: str) -> None:
+    folder = tmp_path / what
+    if what == "empty":
+        folder.mkdir()
+    assert main(["status", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"chillfl: error: run_dir: {folder} {words}" + ("" if what == "empty" else " (give a run's or a comparison's result folder)")]

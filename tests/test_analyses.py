@@ -157,3 +157,16 @@ def test_cli_bad_input_is_one_line(run_dir: Path, tmp_path: Path, capsys: pytest
         err = capsys.readouterr().err
         assert err.startswith(f"chillfl: error: {field}:") and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "x").exists()
+
+
+def test_a_run_without_a_global_model_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It said "(soft-label runs and unfinished runs save none)" for a prototype run, while soft-label runs save one."""
+    (tmp_path / "proto.toml").write_text(f'out_dir = "{tmp_path}"\n[prototypes]\nmethod = "fedproto"\n')
+    assert main(["run", str(tmp_path / "proto.toml"), "-q", *TINY]) == 0
+    (tmp_path / "cut.partial").mkdir()
+    (tmp_path / "cut.partial" / "config.toml").write_text((tmp_path / "proto" / "config.toml").read_text())
+    for run, why in (("proto", "a prototype-sharing (fedproto) run has no global model: each client keeps its own"),
+                     ("cut.partial", "the run is not finished: its model is written when it ends")):
+        assert main(["analyze", "calibration", str(tmp_path / run), "-o", str(tmp_path / "x")]) == 2
+        assert capsys.readouterr().err.strip() == f"chillfl: error: run_dir: {tmp_path / run} has no model.safetensors ({why})"
+    assert not (tmp_path / "x").exists()

@@ -59,9 +59,16 @@ def load_run(run_dir: str | Path, field: str = "run_dir") -> RunConfig:
 
 def load_model_state(run_dir: str | Path, device: torch.device | str = "cpu", field: str = "run_dir") -> Params:
     """The run's saved global model (``model.safetensors``)."""
-    path = Path(run_dir) / MODEL
+    run = Path(run_dir)
+    path = run / MODEL
     if not path.is_file():
-        raise ConfigError(field, f"{Path(run_dir)} has no {MODEL} (soft-label runs and unfinished runs save none)")
+        if (run / "summary.json").is_file():  # finished: a protocol without a global model (it said "soft-label runs", which have one)
+            config = load_run(run, field)
+            kind = protocol_of(config)
+            why = f"a {kind.title} ({kind.method(config)}) run has no global model: each client keeps its own"
+        else:
+            why = "the run is not finished: its model is written when it ends"
+        raise ConfigError(field, f"{run} has no {MODEL} ({why})")
     return read_model(path, device)
 
 

@@ -139,3 +139,15 @@ def test_controls_of_a_variant_whose_temperature_is_tuned_are_refused(tmp_path: 
     assert err.value.field == field and "step-size controls" in err.value.message
     config["compare"] = {}
     assert plan_runs(config_from_dict(config), []).variants  # without controls, tuning T is allowed
+
+
+def test_an_own_grid_without_a_validation_split_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """No shared ``[tune]``, only a variant's own grid, and ``eval.validation = 0``: refused at once (it ran every run, then
+    failed on selection and left ``own-compare.partial`` behind)."""
+    config = _config(tmp_path)
+    del config["tune"]
+    config["eval"]["validation"] = 0.0
+    with pytest.raises(ConfigError) as err:
+        plan_runs(config_from_dict(config), [])
+    assert err.value.field == "eval.validation"
+    assert not (tmp_path / "out").exists()

@@ -337,7 +337,8 @@ def plan_sweep(
         raise ConfigError("--grid", "give at least one key=v1,v2,..., define [variants.LABEL] tables in the config, or give seeds (--seeds) or a tuning grid")
     seeds = opts.seeds if opts.seeds is not None else list(config.compare.get("seeds", [config.seed]))
     tune_table = opts.tune if opts.tune is not None else dict(config.tune)
-    tuned = len(parse_tune(tune_table)) > 1 or bool(tune_table)
+    # a variant's own grid tunes too: without a validation split it is refused here, not after every run ran
+    tuned = len(parse_tune(tune_table)) > 1 or bool(tune_table) or any(v.tune for v in planned)
     select = opts.select or config.compare.get("select", "final")
     if select not in SELECT_RULES:
         raise ConfigError("--select", f"unknown rule {select!r}; allowed: {', '.join(SELECT_RULES)}")

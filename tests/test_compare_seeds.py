@@ -168,3 +168,21 @@ def test_local_accuracy_columns_by_hand() -> None:
     table = format_seed_table(rows, "FedAvg", "FedAvg", None, "final", 0.0, local=True)
     assert "local acc" not in plain and "| local acc % | local diff (paired) | local diff 95 % CI |" in table
     assert "| 0/3 | 90.00 ± 5.00 | +20.00 ± 8.66 | [-1.51, +41.51] |" in table  # half width 4.3027 * 0.086603 / sqrt(3)
+
+
+@pytest.mark.parametrize(("select", "column"), [("final", "60.00 ± 14.14"), ("best", "90.00 ± 14.14"),
+                                                ("local_final", "40.00 ± 14.14"), ("local_best", "70.00 ± 14.14")])
+def test_the_val_acc_column_is_the_number_the_rule_selected_on(select: str, column: str) -> None:
+    """With ``select = "best"`` the column showed the final round's validation accuracy (60 %), while the point was chosen on,
+    and the table of every point shows, the best round's (90 %). Final val [0.5, 0.7], best [0.8, 1.0] (sample std 0.1414); local 0.2 lower."""
+    variant = Variant("FedAvg", {}, None)
+
+    def out(val: float, best: float) -> RunOutput:
+        return RunOutput(None, [{"round": 1, "global_acc": 0.5}], {"final_global_acc": 0.5, "best_global_acc": 0.5, "final_global_loss": 1.0,
+                                                                  "final_val_acc": val, "best_val_acc": best,
+                                                                  "final_local_val_acc": val - 0.2, "best_local_val_acc": best - 0.2})
+
+    runs = {("FedAvg", 0): out(0.5, 0.8), ("FedAvg", 1): out(0.7, 1.0)}
+    rows = build_seed_rows([variant], runs, [0, 1], variant, variant, {"FedAvg": ({"client.lr": 0.1}, [0.9])})
+    table = format_seed_table(rows, "FedAvg", "FedAvg", {"client.lr": [0.1]}, select, 0.2)
+    assert f"| FedAvg | client.lr=0.1 | {column} | 50.00 ± 0.00 |" in table, table

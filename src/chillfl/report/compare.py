@@ -250,6 +250,8 @@ def build_seed_rows(
             "delta_acc": _paired(acc, base_acc),
             "final_val_acc": _stat([summary(v.label, s, "final_val_acc") for s in seeds]),
             "final_local_val_acc": _stat([summary(v.label, s, "final_local_val_acc") for s in seeds]),
+            "best_val_acc": _stat([summary(v.label, s, "best_val_acc") for s in seeds]),
+            "best_local_val_acc": _stat([summary(v.label, s, "best_local_val_acc") for s in seeds]),
             "final_loss": _stat([summary(v.label, s, f"final_{metric.replace('acc', 'loss')}") for s in seeds]),
             "final_local_acc": _stat(local),
             "delta_local_acc": _paired(local, base_local),
@@ -351,6 +353,8 @@ def format_seed_table(
               "rounds to target (reached)", *(["cumulative MB"] if with_mb else []), *(["epsilon"] if with_eps else []),
               *(["attack success %"] if with_asr else [])]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    # the validation number the rule selected on (a "best" rule's best round, not the final one the table of every point disowns)
+    val_key = f"{'best' if select.endswith('best') else 'final'}_{'local_' if local_rule else ''}val_acc"
     for r in rows:
         delta = r["delta_acc"]
         reached = [x for x in r["rounds_to_target"] if x is not None]
@@ -360,7 +364,7 @@ def format_seed_table(
         cells = [name]
         if tune is not None:
             cells.append(point_label(r.get("tuned") or {}) or "-")
-        cells += [_pm(r.get("final_local_val_acc") if local_rule else r["final_val_acc"]), _pm(r["final_acc"]), _ci(r["final_acc"])]
+        cells += [_pm(r.get(val_key)), _pm(r["final_acc"]), _ci(r["final_acc"])]
         if paired:
             cells += [_pm(delta, signed=True), _ci(delta, signed=True), "-" if delta is None else f"{delta['sign_holds']}/{delta['n']}"]
         if local:

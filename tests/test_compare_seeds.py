@@ -186,3 +186,15 @@ def test_the_val_acc_column_is_the_number_the_rule_selected_on(select: str, colu
     rows = build_seed_rows([variant], runs, [0, 1], variant, variant, {"FedAvg": ({"client.lr": 0.1}, [0.9])})
     table = format_seed_table(rows, "FedAvg", "FedAvg", {"client.lr": [0.1]}, select, 0.2)
     assert f"| FedAvg | client.lr=0.1 | {column} | 50.00 ± 0.00 |" in table, table
+
+
+def test_a_variant_that_sets_its_own_seed_is_refused(tmp_path: Path) -> None:
+    """``--grid seed=1,2`` or ``[variants.B] seed = 7`` was dropped for the comparison's seed: two identical runs printed as a
+    comparison of seeds, or a variant read as on other data while paired with the baseline at the same seed."""
+    with pytest.raises(ConfigError) as err:
+        plan_runs(config_from_dict({"out_dir": str(tmp_path / "out")}), ["seed=1,2"])
+    assert err.value.field == "seed" and "comparison's seeds" in err.value.message and "(grid variant seed=1)" in err.value.message
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"out_dir": str(tmp_path / "out"), "variants": {"A": {}, "B": {"seed": 7}}})
+    assert err.value.field == "variants.B.seed" and "--seeds" in err.value.message
+    assert not (tmp_path / "out").exists()

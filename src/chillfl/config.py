@@ -694,6 +694,10 @@ def variant_config(base: RunConfig, label: str, overrides: Mapping[str, Any]) ->
     for key in ("name", "variants", "compare"):
         if key in overrides:
             raise ConfigError(key, "cannot be set inside a variant (a variant's name is its label)")
+    # every variant runs at the comparison's seeds (cell_config sets them): a variant's own seed was dropped silently,
+    # and its row read as a run on other data and another initial model while it was the baseline's seed
+    require("seed" not in overrides, "seed", "cannot be set inside a variant: every variant runs at the comparison's seeds "
+                                             "([compare] seeds or --seeds), which pair its runs with the others'")
     own_tune(base.tune, overrides.get("tune"))
     data = dataclasses.replace(base, variants={}, compare={}, tune={}).to_dict()  # not every variant copied into each
     merge_overrides(data, {k: v for k, v in overrides.items() if k != "tune"})

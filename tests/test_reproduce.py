@@ -15,7 +15,9 @@ def test_accuracy_verdicts() -> None:
     # d = [0.05, -0.02, 0.10]: interval [-10.64, +19.31] points contains 0
     assert accuracy_verdict([0.05, -0.02, 0.10])[1] == "does not at this scale"
     assert accuracy_verdict([-0.02, -0.03, -0.04])[1] == "opposite"
-    assert accuracy_verdict([0.01])[1] == "reproduces"  # one seed: the sign only
+    # one seed: no interval, so no verdict (it read "reproduces" from the sign alone, against the documented interval rule)
+    assert accuracy_verdict([0.01]) == ("+1.00 points (one seed: no interval, so no verdict beyond this)", "does not at this scale")
+    assert accuracy_verdict([-0.01])[1] == "does not at this scale"
 
 
 def test_bytes_verdicts() -> None:

@@ -40,10 +40,11 @@ def test_an_effect_near_the_papers_reproduces() -> None:
 
 
 def test_the_excess_bound_on_either_side() -> None:
-    # paper 5 points -> bound 3 x 5 = 15 points: one seed at 14 reproduces (its sign), at 16 is flagged.
-    assert accuracy_verdict([0.14], paper_points=5.0)[1] == "reproduces"
+    # paper 5 points -> bound 3 x 5 = 15 points: one seed at 14 has no interval (no verdict), at 16 is flagged.
+    assert accuracy_verdict([0.14], paper_points=5.0)[1] == "does not at this scale"
     assert accuracy_verdict([0.16], paper_points=5.0)[1] == ARTEFACT
-    assert accuracy_verdict([0.16])[1] == "reproduces"  # no paper number: nothing to compare with
+    assert accuracy_verdict([0.16])[1] == "does not at this scale"  # no paper number: nothing to compare with
+    assert accuracy_verdict([0.13, 0.14, 0.15], paper_points=5.0)[1] == "reproduces"  # 3 seeds within the bound: the interval decides
     assert accuracy_verdict([-0.60, -0.62, -0.58], paper_points=3.37)[1] == "opposite"  # a large loss is no artefact of a gain
 
 
@@ -85,8 +86,8 @@ def test_a_one_seed_untuned_claim_reads_table_4_rows() -> None:
     """One seed, no tuning: the comparison's rows are Table 4's (numbers, not per-seed statistics)."""
     rows = [{"variant": "T=1", "delta_acc": 0.0, "rounds_to_target": 8}, {"variant": "T=0.05", "delta_acc": 0.02, "rounds_to_target": 16}]
     o = _outcome(CLAIMS[0], rows, [0])
-    # +2.00 points at one seed: its sign -> reproduces (0.6x the paper's); 8 / 16 = 0.50x: slower -> opposite
-    assert (o.verdict, o.rounds_verdict) == ("reproduces", "opposite") and o.per_seed == (2.0,)
+    # +2.00 points at one seed: no interval -> no verdict (0.6x the paper's); 8 / 16 = 0.50x: slower -> opposite
+    assert (o.verdict, o.rounds_verdict) == ("does not at this scale", "opposite") and o.per_seed == (2.0,)
     assert "speed-up 0.50x per seed" in o.measured
 
 

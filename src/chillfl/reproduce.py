@@ -9,7 +9,8 @@ explain it. The verdict reads the paired per-seed difference:
 * accuracy claims: **reproduces** when the 95 % interval of the paired
   difference lies above 0; **opposite** when it lies below 0; otherwise
   **does not at this scale** (no difference distinguishable from 0 over
-  these seeds; the paper's size is printed next to it);
+  these seeds; the paper's size is printed next to it), also at one seed,
+  which has no interval (a sign alone is not a reproduction);
 * an accuracy effect more than :data:`EXCESS` times the paper's (``paper_points``) is not
   read as reproducing it: its verdict is **likely a step-size artefact** (the baseline's step
   size may be mistuned: a shared lr with T < 1 takes 1/T times larger steps), whatever its interval;
@@ -180,9 +181,9 @@ def accuracy_verdict(diffs: Sequence[float], paper_points: float | None = None, 
     if s.std is not None and s.low is not None and s.high is not None:
         measured += f" ± {100 * s.std:.2f} points [95 % CI {100 * s.low:+.2f}, {100 * s.high:+.2f}], sign holds {p.sign_holds}/{p.n}"
         verdict = "reproduces" if s.low > 0 else "opposite" if s.high < 0 else "does not at this scale"
-    else:
-        measured += " points (one seed: no interval)"
-        verdict = "reproduces" if s.mean > 0 else "opposite" if s.mean < 0 else "does not at this scale"
+    else:  # one seed (or one left where the others failed): no interval, so no difference distinguishable from 0
+        measured += " points (one seed: no interval, so no verdict beyond this)"
+        verdict = "does not at this scale"
     if paper_points is not None and paper_points > 0 and 100 * s.mean > EXCESS * paper_points:
         why = "check whether its tuned lr sits at the grid's edge" if tuned else "both share one lr, and T < 1 steps 1/T times larger"
         measured += (f"; {100 * s.mean / paper_points:.1f}x the paper's {paper_points:+.2f}: the baseline's step size may be mistuned ({why})")

@@ -5,7 +5,8 @@
   one line ``chillfl: every comparison failed: ...`` (``chillfl run flexchill/table4-digits client.lr=50``
   used to exit 0 with T = 4 alone finishing, at chance accuracy);
 * some runs failed, a difference to the baseline exists -> exit 0 and one line ``N of M run(s) did not finish``;
-* fewer than 3 seeds -> the seed table carries a one-line warning that its intervals are uninformative.
+* fewer than 3 seeds -> the seed table carries a one-line warning that its intervals are uninformative;
+* one seed and no tuning (FLex&Chill's Table 4) -> one stderr line says the table has no spread and no interval.
 
 The runs are tiny (digits, an MLP, 4 clients, 2 rounds); "diverged" is a client lr of 1e12 (a NaN loss in round 1).
 """
@@ -83,6 +84,15 @@ def test_a_partly_failed_comparison_exits_0_and_says_how_many_runs_failed(tmp_pa
     assert code == 0
     assert "chillfl: 1 of 3 run(s) did not finish: other (diverged at round 1)" in lines
     assert not any("every comparison failed" in line for line in lines)
+
+
+def test_a_one_seed_comparison_says_on_stderr_that_its_table_has_no_interval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """FLex&Chill's Table 4 (one seed, no tuning) printed differences with nothing saying they could be the seed's."""
+    code, lines = _compare(tmp_path, capsys, 0.05, 0.2)
+    assert code == 0 and len(lines) == 1 and lines[0].startswith("chillfl: one seed (0): this table has no spread and no interval")
+    from chillfl.sweeps.run import one_seed_warning
+
+    assert lines[0] == f"chillfl: {one_seed_warning(0)}" and "--seeds 0,1,2" in lines[0]
 
 
 def _row(variant: str, delta: Any, final: Any = 0.5) -> dict[str, Any]:

@@ -245,6 +245,14 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked) -> Tables:
     return Tables(rows, table, outputs)
 
 
+def one_seed_warning(seed: int) -> str:
+    """The line a one-seed comparison of several variants prints on stderr: its table (FLex&Chill's Table 4) has no
+    spread and no interval, so a difference in it may be the seed's. On stderr, not in the table: the docs' one-seed
+    blocks stay as made."""
+    return (f"one seed ({seed}): this table has no spread and no interval, so its differences may be seed noise; "
+            "run --seeds 0,1,2 (or [compare] seeds) for paired differences with 95 % intervals")
+
+
 def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, where: SweepFolder) -> None:
     """``table.md``, ``table.json`` and the figures in the ``.partial`` folder, then its rename to the finished folder."""
     partial, folder = where.partial, where.folder
@@ -316,6 +324,8 @@ def run_compare(
         refuse_all_failed(plan, sweep, where)
         picked = pick_tuned(plan, sweep)
         tables = tabulate(config, plan, picked)
+        if not plan.multi and len(plan.variants) > 1:
+            log.warning(one_seed_warning(plan.seeds[0]))
         write_tables(config, plan, picked, tables, where)
         failures = {c.config.name: sweep.failures[c.key] for c in plan.cells if c.key in sweep.failures}
         return CompareResult(where.folder, tables.rows, tables.table, tables.outputs, failures=failures, runs=len(plan.cells))

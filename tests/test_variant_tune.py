@@ -151,3 +151,20 @@ def test_an_own_grid_without_a_validation_split_is_refused_before_anything_runs(
         plan_runs(config_from_dict(config), [])
     assert err.value.field == "eval.validation"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("variant", "select", "field"), [
+    ({"eval": {"validation": 0.0}}, "final", "variants.B.eval.validation"),
+    ({"eval": {"clients": "none"}}, "local_final", "variants.B.eval.clients"),
+])
+def test_a_variant_without_what_the_rule_selects_on_is_refused_before_anything_runs(
+    tmp_path: Path, variant: dict[str, Any], select: str, field: str,
+) -> None:
+    """The base config has a validation split; one variant turns it (or its clients' splits) off: that variant's runs record no
+    ``val_acc`` (``local_val_acc``), and selection failed after every run ran, leaving ``own-compare.partial``."""
+    config = _config(tmp_path, A={}, B=variant)
+    config["compare"] = {"select": select}
+    with pytest.raises(ConfigError) as err:
+        plan_runs(config_from_dict(config), [])
+    assert err.value.field == field, err.value
+    assert not (tmp_path / "out").exists()

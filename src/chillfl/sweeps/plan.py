@@ -342,14 +342,14 @@ def plan_sweep(
     select = opts.select or config.compare.get("select", "final")
     if select not in SELECT_RULES:
         raise ConfigError("--select", f"unknown rule {select!r}; allowed: {', '.join(SELECT_RULES)}")
-    if tuned and config.eval.validation <= 0:
-        raise ConfigError("eval.validation", "tuning selects on the server validation split; set eval.validation > 0 (e.g. eval.validation=0.1)")
-    if tuned and is_local(select) and config.eval.clients == "none":
-        raise ConfigError("eval.clients", f"select = {select!r} scores the clients' own models on their own validation splits; set eval.clients = 'sampled' or 'all'")
+    if tuned:
+        check_selectable(config, select)
     checked = []
     for v in planned:  # validates every variant before running any; errors name the variant
         with naming(v, from_grid):
             own = apply_variant(config, v)
+            if tuned:  # a variant's own eval.validation = 0 (or eval.clients = "none") failed selection after every run ran
+                check_selectable(own, select)
         # the temperature it trains at, also where it comes from the base config or a dotted key: a chilled variant gets
         # its step-size controls and the reference sees it, whatever table set its T
         checked.append(dataclasses.replace(v, temperature=fixed_temperature(own.temperature)))
@@ -357,6 +357,15 @@ def plan_sweep(
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):
         planned = with_controls(config, planned, tune_table)
     return planned, CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select)  # the variants carry the controls
+
+
+def check_selectable(config: RunConfig, select: str) -> None:
+    """Refuse a tuned run whose records will not have what ``select`` reads: ``val_acc`` needs a validation split,
+    ``local_val_acc`` the clients' splits too."""
+    if config.eval.validation <= 0:
+        raise ConfigError("eval.validation", "tuning selects on the server validation split; set eval.validation > 0 (e.g. eval.validation=0.1)")
+    if is_local(select) and config.eval.clients == "none":
+        raise ConfigError("eval.clients", f"select = {select!r} scores the clients' own models on their own validation splits; set eval.clients = 'sampled' or 'all'")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The step-size caveat printed with comparisons of temperatures at one shared lr; saved sub-run configs."""
+"""The step-size caveat printed with comparisons of temperatures at one shared lr; the test-set caveat; saved sub-run configs."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ else:  # pragma: no cover - Python 3.10
 
 from chillfl.config import load_config
 from chillfl.experiments import resolve_config
-from chillfl.report.caveats import step_size_caveat
-from chillfl.sweeps.plan import apply_variant, variants_from_config
+from chillfl.report.caveats import step_size_caveat, other_test_rows_caveat
+from chillfl.sweeps.plan import apply_variant, parse_grid, variants_from_config
 from chillfl.sweeps.run import run_compare
 
 TINY = {"dataset.name": "digits", "federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 2, "eval.client_split_size": 10}
@@ -53,3 +53,16 @@ def test_compare_prints_the_caveat_and_saved_configs_name_the_final_folder(tmp_p
     assert len(saved) == 2
     for p in saved:
         assert tomllib.loads(p.read_text())["out_dir"] == str(result.folder)
+
+
+def test_variants_scored_on_other_test_rows_carry_the_test_set_caveat(tmp_path) -> None:
+    """``--grid eval.validation=0,0.5`` scored one variant on the whole test set and the other on its other half, and printed
+    their difference "paired per seed" with nothing saying the samples differ."""
+    base = load_config(resolve_config("demo"), {"out_dir": str(tmp_path / "out"), **TINY})
+    configs = [apply_variant(base, v) for v in parse_grid(["eval.validation=0,0.5"])]
+    caveat = other_test_rows_caveat(configs)
+    assert caveat is not None and caveat.startswith("test-set caveat: the variants differ in eval.validation,") and "same samples" in caveat
+    both = [apply_variant(base, v) for v in parse_grid(["dataset.name=digits,mnist1d", "eval.validation=0.1,0.2"])]
+    assert "differ in dataset and eval.validation," in (other_test_rows_caveat(both) or "")
+    assert other_test_rows_caveat(_variant_configs("flexchill/table4-digits")) is None  # temperatures: one test set
+    assert other_test_rows_caveat([apply_variant(base, v) for v in parse_grid(["partition.alpha=0.1,1.0"])]) is None  # the partition moves no test row

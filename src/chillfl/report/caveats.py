@@ -1,5 +1,9 @@
 """Warnings printed with a comparison's table where the table alone would mislead.
 
+The test-set caveat: variants that differ in the dataset, its folder or ``eval.validation`` are scored on other
+test rows (``eval.validation`` moves rows from the test set into the validation split), so a difference
+"paired per seed" no longer compares them on the same samples.
+
 The step-size caveat: the gradient of CE(z / T) is 1/T times that of CE(z) in scale (FLex&Chill
 Eq. 2; ``tests/test_objective.py``), so temperatures compared at one shared learning rate differ in
 step size as well as in temperature. At a small shared lr a low T "wins" the way a larger lr would
@@ -8,6 +12,7 @@ step size as well as in temperature. At a small shared lr a low T "wins" the way
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping, Sequence
 
 from chillfl.config import RunConfig
@@ -37,3 +42,17 @@ def step_size_caveat(configs: Sequence[RunConfig], tune: Mapping[str, Sequence[A
         "Controlled: rerun with --controls (adds T = 1 at lr x 1/T and magnitude-/direction-only ablations); "
         f"tuned: --seeds 0,1,2 eval.validation=0.2 --tune client.lr={lr:g},{5 * lr:g},{20 * lr:g} (docs/comparisons.md)."
     )
+
+
+TEST_SET_FIELDS = ("dataset", "data_dir", "eval.validation")
+"""What decides a run's global test rows besides the seed."""
+
+
+def other_test_rows_caveat(configs: Sequence[RunConfig]) -> str | None:
+    """One line when the variants are not scored on one test set (:data:`TEST_SET_FIELDS` differ); None otherwise."""
+    keys = [(json.dumps(c.dataset, sort_keys=True, default=str), c.data_dir, c.eval.validation) for c in configs]
+    differ = [name for i, name in enumerate(TEST_SET_FIELDS) if len({k[i] for k in keys}) > 1]
+    if not differ:
+        return None
+    return (f"test-set caveat: the variants differ in {' and '.join(differ)}, so each is scored on other test rows: "
+            "their accuracy differences, paired per seed, do not compare them on the same samples.")

@@ -32,7 +32,7 @@ from chillfl.errors import ConfigError, Diverged, SweepFailed, one_line
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.progress import Progress, format_seconds
-from chillfl.report.caveats import step_size_caveat
+from chillfl.report.caveats import step_size_caveat, other_test_rows_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.storage.results import PARTIAL, FolderInUse, RunLock, claim_dir, to_toml
@@ -239,9 +239,10 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked) -> Tables:
         outputs = {v.label: o for v in plan.variants if (o := picked.runs[(v.label, seeds[0])]) is not None}
         rows = build_rows(plan.variants, outputs, ref, base, failed={label: why for (label, _), why in picked.failed.items()})
         table = format_table(rows, ref.label, base.label)
-    caveat = step_size_caveat([apply_variant(config, v) for v in plan.variants], plan.tune_table, any(v.lr_scale != 1.0 for v in plan.variants))
-    if caveat is not None:
-        table = f"{table}\n\n{caveat}"
+    configs = [apply_variant(config, v) for v in plan.variants]
+    for caveat in (step_size_caveat(configs, plan.tune_table, any(v.lr_scale != 1.0 for v in plan.variants)), other_test_rows_caveat(configs)):
+        if caveat is not None:
+            table = f"{table}\n\n{caveat}"
     return Tables(rows, table, outputs)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from chillfl.plots.differences import Difference, differences
+from chillfl.plots.differences import Difference, caption, differences
 
 
 def _stat(per_seed: list[float], mean: float, low: float | None, high: float | None) -> dict[str, Any]:
@@ -63,3 +63,11 @@ def test_a_panel_goes_symmetric_log_when_its_values_span_more_than_20_points() -
     assert not far_reaching(differences(ROWS, "FedAvg", "delta_acc"))
     outlier = {"variant": "Per-FedAvg", "delta_acc": _stat([-0.6, -0.6], -0.6, -0.61, -0.59)}
     assert far_reaching(differences([*ROWS, outlier], "FedAvg", "delta_acc"))
+
+
+def test_the_caption_says_how_many_seeds_and_whether_there_is_an_interval() -> None:
+    """At one seed the figure said "bar: 95 % CI" with no bar drawn and the seed's dot under the mean's diamond."""
+    got = differences(ROWS, "FedAvg", "delta_acc")  # A, B, C at 2 seeds, D at 1
+    assert caption(got) == "dots: 1-2 seeds; bar: 95 % CI"
+    assert caption(got[:3]) == "dots: 2 seeds; bar: 95 % CI"
+    assert caption(got[3:]) == "dots: 1 seed; no 95 % CI from one seed"

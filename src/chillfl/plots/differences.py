@@ -71,6 +71,17 @@ def far_reaching(diffs: Sequence[Difference]) -> bool:
     return max(values) - min(values) > SPAN
 
 
+def caption(diffs: Sequence[Difference]) -> str:
+    """What the marks are, with how many seeds: "(dots: seeds; bar: 95 % CI)" read the same at 1 seed, where no
+    bar is drawn (one seed has no interval) and the one dot hides under its mean."""
+    counts = sorted({len(d.per_seed) for d in diffs})
+    seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    dots = f"dots: {seeds} seed{'' if counts == [1] else 's'}"
+    if all(d.interval is None for d in diffs):
+        return f"{dots}; no 95 % CI from one seed"
+    return f"{dots}; bar: 95 % CI"
+
+
 def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str | Path, title: str = "", local: bool = False) -> bool:
     """Write the forest plot at ``path``; one panel per difference present (global; local with ``local``).
 
@@ -106,7 +117,7 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
         ax.margins(x=0.05)
         ax.set(xlabel=f"minus {baseline}'s, points{scale}", title=PANELS[key].capitalize())
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle((f"{title}: " if title else "") + "difference from the baseline (dots: seeds; bar: 95 % CI)", fontsize=10)
+    fig.suptitle((f"{title}: " if title else "") + f"difference from the baseline ({caption([d for _, found in panels for d in found])})", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

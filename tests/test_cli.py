@@ -188,7 +188,7 @@ def test_out_dir_that_cannot_hold_results_is_refused_before_anything_runs(tmp_pa
 
 
 def test_run_of_a_config_with_variants_runs_the_comparison(tmp_path, capsys):
-    config = _write(tmp_path, f'name = "v"\nout_dir = "{tmp_path / "out"}"\n[variants."a"]\nseed = 1\n[variants."b"]\nclient = {{ lr = 0.05 }}\n')
+    config = _write(tmp_path, f'name = "v"\nout_dir = "{tmp_path / "out"}"\n[variants."a"]\nclient = {{ lr = 0.1 }}\n[variants."b"]\nclient = {{ lr = 0.05 }}\n')
     assert main(["run", str(config), *TINY]) == 0
     captured = capsys.readouterr()
     said = [line for line in captured.err.splitlines() if "variants" in line]

@@ -198,3 +198,15 @@ def test_a_variant_that_sets_its_own_seed_is_refused(tmp_path: Path) -> None:
         config_from_dict({"out_dir": str(tmp_path / "out"), "variants": {"A": {}, "B": {"seed": 7}}})
     assert err.value.field == "variants.B.seed" and "--seeds" in err.value.message
     assert not (tmp_path / "out").exists()
+
+
+def test_a_variant_whose_every_tuning_point_failed_says_none_was_chosen() -> None:
+    """Every point diverged at a seed or more (scores -inf): the table named the grid's first point as "tuned", as if chosen."""
+    base, broken = Variant("FedAvg", {}, None), Variant("Broken", {}, None)
+    runs = {("FedAvg", 0): _out(0.8, 0.8, 0.7, [0.8]), ("Broken", 0): None}
+    chosen = {"FedAvg": ({"client.lr": 0.1}, [0.5, 0.7]), "Broken": ({"client.lr": 0.05}, [float("-inf"), float("-inf")])}
+    rows = build_seed_rows([base, broken], runs, [0], base, base, chosen)
+    assert rows[1]["tuned"] == {"client.lr": 0.05} and rows[1]["validation_scores"] == [None, None]  # the numbers' point, in table.json
+    table = format_seed_table(rows, "FedAvg", "FedAvg", {"client.lr": [0.05, 0.1]}, "final", 0.2)
+    assert "| Broken (seed 0: diverged) | none chosen (every point failed at a seed); client.lr=0.05 shown | - |" in table
+    assert "| FedAvg | client.lr=0.1 |" in table and "| Broken | diverged | diverged |" in table

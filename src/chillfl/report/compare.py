@@ -363,7 +363,11 @@ def format_seed_table(
         name = r["variant"] + (" (" + "; ".join(f"seed {s}: {why}" for s, why in failed.items()) + ")" if failed else "")
         cells = [name]
         if tune is not None:
-            cells.append(point_label(r.get("tuned") or {}) or "-")
+            picked = point_label(r.get("tuned") or {}) or "-"
+            if r.get("validation_scores") and all(x is None for x in r["validation_scores"]):
+                # no point finished at every seed, so none was chosen: the row's numbers are the grid's first point's
+                picked = f"none chosen (every point failed at a seed); {picked} shown"
+            cells.append(picked)
         cells += [_pm(r.get(val_key)), _pm(r["final_acc"]), _ci(r["final_acc"])]
         if paired:
             cells += [_pm(delta, signed=True), _ci(delta, signed=True), "-" if delta is None else f"{delta['sign_holds']}/{delta['n']}"]

@@ -128,6 +128,16 @@ def test_parse_tune() -> None:
         config_from_dict({"tune": {"client.lr": "fast"}})
 
 
+@pytest.mark.parametrize("key", ["eval.validation", "eval.client_split_size", "eval.client_split", "dataset.name", "data_dir"])
+def test_a_grid_over_the_evaluation_is_refused(key: str) -> None:
+    """``--tune eval.validation=0.1,0.5`` ran: each point scored on its own validation rows (selection picked the split) and
+    reported on other test rows than the other points'."""
+    with pytest.raises(ConfigError) as err:
+        parse_tune({"client.lr": [0.1], key: ["a", "b"]})
+    assert err.value.field == f"tune.{key}" and "evaluated" in err.value.message
+    assert len(parse_tune({"dataset.augment.flip": [True, False]})) == 2  # a training-time option of the dataset stays tunable
+
+
 # --- end to end: poisoned test labels change test numbers, never the selection --------------
 
 TINY = {

@@ -41,6 +41,9 @@ VALIDATION_KEY = "val_acc"
 LOCAL_VALIDATION_KEY = "local_val_acc"
 LOCAL_PREFIX = "local_"
 MAX_POINTS = 1000
+EVALUATION_PREFIX = "eval."
+EVALUATION_DATA = ("dataset.name", "data_dir")
+"""With ``eval.*``: what decides the validation and test rows a point is scored on; never a tuning option."""
 
 Point = dict[str, Any]
 
@@ -79,6 +82,10 @@ def parse_tune(table: Mapping[str, Any], field: str = "tune") -> list[Point]:
             raise ConfigError(where, "duplicate values")
         if key in ("name", "seed", "variants", "compare", "tune") or not all(key.split(".")):
             raise ConfigError(where, "not a tunable option (give section.option, e.g. client.lr)")
+        if key.startswith(EVALUATION_PREFIX) or key in EVALUATION_DATA:
+            # a point with its own validation fraction, splits or dataset is scored on other rows: selection would pick
+            # the evaluation, and its test numbers would come from other test rows than the other points'
+            raise ConfigError(where, "sets how (or on which rows) runs are evaluated, which tuning cannot choose; tune the method's options")
         axes.append([(key, v) for v in values])
     size = math.prod(len(a) for a in axes)
     if size > MAX_POINTS:

@@ -32,7 +32,7 @@ from chillfl.errors import ConfigError, Diverged, SweepFailed, one_line
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.progress import Progress, format_seconds
-from chillfl.report.caveats import step_size_caveat, other_test_rows_caveat
+from chillfl.report.caveats import other_test_rows_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.storage.results import PARTIAL, FolderInUse, RunLock, claim_dir, to_toml

@@ -210,3 +210,18 @@ def test_a_variant_whose_every_tuning_point_failed_says_none_was_chosen() -> Non
     table = format_seed_table(rows, "FedAvg", "FedAvg", {"client.lr": [0.05, 0.1]}, "final", 0.2)
     assert "| Broken (seed 0: diverged) | none chosen (every point failed at a seed); client.lr=0.05 shown | - |" in table
     assert "| FedAvg | client.lr=0.1 |" in table and "| Broken | diverged | diverged |" in table
+
+
+def test_rounds_to_target_count_only_seeds_that_had_a_target() -> None:
+    """The reference (here the baseline T=1) failed at seed 1, so seed 1 has no target: T=0.1 reached it at seeds 0 and 2
+    (rounds 1 and 2) and read "1.5 (2/3)", as if it had missed it at seed 1. A failed variant's row shows no count."""
+    base, chill, broken = Variant("T=1", {}, 1.0), Variant("T=0.1", {}, 0.1), Variant("T=0.01", {}, 0.01)
+    runs = {("T=1", 0): _out(0.8, 0.8, 0.7, [0.5, 0.8]), ("T=1", 1): None, ("T=1", 2): _out(0.7, 0.7, 0.7, [0.6, 0.7]),
+            ("T=0.1", 0): _out(0.85, 0.85, 0.8, [0.85, 0.85]), ("T=0.1", 1): _out(0.9, 0.9, 0.8, [0.9, 0.9]),
+            ("T=0.1", 2): _out(0.8, 0.8, 0.8, [0.6, 0.8])}
+    runs |= {("T=0.01", s): None for s in range(3)}
+    rows = build_seed_rows([base, chill, broken], runs, [0, 1, 2], base, base, None)
+    assert rows[1]["target"] == [0.8, None, 0.7] and rows[1]["rounds_to_target"] == [1, None, 2]
+    table = format_seed_table(rows, "T=1", "T=1", None, "final", 0.0)
+    assert "| 1.5 (2/2) |" in table and "| 2.0 (2/2) |" in table  # T=0.1, and T=1 itself at its two finished seeds
+    assert table.splitlines()[-1].endswith("| - |")  # T=0.01 failed at every seed: no count, not "never"

@@ -358,7 +358,11 @@ def format_seed_table(
     for r in rows:
         delta = r["delta_acc"]
         reached = [x for x in r["rounds_to_target"] if x is not None]
-        rounds = "never" if not reached else f"{sum(reached) / len(reached):.1f} ({len(reached)}/{len(seeds)})"
+        # out of the seeds with a target that the variant finished: a seed whose reference failed has no target to reach
+        # (it counted as "never reached"), and a seed where the variant failed is named in its row
+        failed_seeds = {str(s) for s in r.get("diverged_seeds") or []}
+        could = sum(1 for s, t in zip(seeds, r.get("target") or []) if t is not None and str(s) not in failed_seeds)
+        rounds = "-" if not could else "never" if not reached else f"{sum(reached) / len(reached):.1f} ({len(reached)}/{could})"
         failed = r.get("failed") or {str(s): "diverged" for s in r["diverged_seeds"]}
         name = r["variant"] + (" (" + "; ".join(f"seed {s}: {why}" for s, why in failed.items()) + ")" if failed else "")
         cells = [name]

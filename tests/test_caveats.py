@@ -66,3 +66,12 @@ def test_variants_scored_on_other_test_rows_carry_the_test_set_caveat(tmp_path) 
     assert "differ in dataset and eval.validation," in (other_test_rows_caveat(both) or "")
     assert other_test_rows_caveat(_variant_configs("flexchill/table4-digits")) is None  # temperatures: one test set
     assert other_test_rows_caveat([apply_variant(base, v) for v in parse_grid(["partition.alpha=0.1,1.0"])]) is None  # the partition moves no test row
+
+
+def test_no_caveat_when_every_variant_tunes_its_lr_in_its_own_grid(tmp_path) -> None:
+    """Each variant's own grid tunes client.lr (no shared grid): the caveat said every variant trained at the one shared lr."""
+    path = tmp_path / "t.toml"
+    path.write_text('name = "t"\n[eval]\nvalidation = 0.2\n[variants."T=1"]\ntemperature = { policy = "none" }\ntune = { "client.lr" = [0.05, 0.2] }\n'
+                    '[variants."T=0.5"]\ntemperature = { policy = "fixed", value = 0.5 }\ntune = { "client.lr" = [0.05, 0.2] }\n')
+    result = run_compare(load_config(path, {"out_dir": str(tmp_path / "out"), **TINY}), [], progress=False, write=False)
+    assert "| T=0.5 | client.lr=" in result.table and "step-size caveat" not in result.table

@@ -240,7 +240,8 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked) -> Tables:
         rows = build_rows(plan.variants, outputs, ref, base, failed={label: why for (label, _), why in picked.failed.items()})
         table = format_table(rows, ref.label, base.label)
     configs = [apply_variant(config, v) for v in plan.variants]
-    for caveat in (step_size_caveat(configs, plan.tune_table, any(v.lr_scale != 1.0 for v in plan.variants)), other_test_rows_caveat(configs)):
+    tuned = {**plan.tune_table, **{key: values for v in plan.variants for key, values in v.tune.items()}}  # own grids tune too (an lr in each)
+    for caveat in (step_size_caveat(configs, tuned, any(v.lr_scale != 1.0 for v in plan.variants)), other_test_rows_caveat(configs)):
         if caveat is not None:
             table = f"{table}\n\n{caveat}"
     return Tables(rows, table, outputs)

@@ -164,15 +164,17 @@ def test_every_bundled_fedchill_config_and_variant_builds() -> None:
             assert data.num_clients == cfg.federation.num_clients and min(map(len, data.train_indices)) > 0
 
 
+@pytest.mark.parametrize("validation", [0.0, 0.5], ids=["eval-split", "validation-split"])
 @pytest.mark.parametrize(
     "protocol_table",
     [{}, {"distillation": {"method": "dsfl", "public_size": 60, "subset_size": 20}}, {"prototypes": {"method": "fedproto"}}],
     ids=["parameters", "softlabels", "prototypes"],
 )
-def test_fedchill_run_keeps_each_clients_temperature_with_the_client(protocol_table: dict, tmp_path) -> None:
+def test_fedchill_run_keeps_each_clients_temperature_with_the_client(protocol_table: dict, validation: float, tmp_path) -> None:
     """Partial participation, P = 1: the server's policy holds no client entry; each client's
     Algorithm 1 state (T, A_n with one entry per participation, counter) is in its own client state,
-    and the temperature it trained at is what the record says."""
+    and the temperature it trained at is what the record says. A_n holds the client's validation accuracy when the
+    run has validation splits: its evaluation split comes from the test rows (it was read there, a test-set leak)."""
     from chillfl.engine.loop import run_rounds
     from chillfl.experiment import build_protocol, make_executor
     from chillfl.temperature.fedchill import from_entries
@@ -180,6 +182,7 @@ def test_fedchill_run_keeps_each_clients_temperature_with_the_client(protocol_ta
     overrides = {
         "out_dir": str(tmp_path), "dataset.name": "digits", "model.name": "mlp", "federation.num_clients": 5, "federation.clients_per_round": 3,
         "federation.rounds": 4, "client.epochs": 1, "temperature.policy": "fedchill", "temperature.patience": 1, "eval.client_split_size": 20,
+        "eval.validation": validation,
     }
     exp = build_experiment(load_config(None, overrides).with_overrides(protocol_table))
     protocol = build_protocol(exp)
@@ -192,7 +195,9 @@ def test_fedchill_run_keeps_each_clients_temperature_with_the_client(protocol_ta
         got = from_entries(state.own if protocol_table.get("distillation") else state)
         assert got is not None
         participations = [r for r in records if cid in r["clients"]]
-        assert len(got.history) == len(participations) and got.history[-1] == protocol.book.log.acc[cid]  # A_n: its own local accuracies
+        read = protocol.book.log.val if validation else protocol.book.log.acc
+        assert not validation or set(protocol.book.log.val) == seen  # every client scored on its own validation split
+        assert len(got.history) == len(participations) and got.history[-1] == read[cid]  # A_n: its own local (validation) accuracies
         if "temperatures" in participations[-1]:
             assert got.temperature <= participations[-1]["temperatures"][str(cid)]  # T never grows
     protocol.close()

@@ -245,3 +245,15 @@ def test_p_g_of_the_wrong_length_exits_2_before_anything_is_written(tmp_path: Pa
     err = capfd.readouterr().err
     assert len(err.splitlines()) == 1 and "temperature.p_g" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_policy_reads_validation_accuracy_where_the_run_has_it() -> None:
+    """FedChill's stagnation test reads the client's validation split when there is one (its evaluation split is test rows)."""
+    import math
+
+    from chillfl.protocols.common import policy_accuracy
+
+    assert policy_accuracy(0.75, None) == 0.75  # no validation splits: the evaluation split
+    assert policy_accuracy(0.75, 0.5) == 0.5  # a validation split: it, never the test rows
+    assert policy_accuracy(0.75, math.nan) is None  # an empty validation split measures nothing: the state is kept
+    assert policy_accuracy(None, None) is None

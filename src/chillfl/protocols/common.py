@@ -153,6 +153,18 @@ def local_validation(model: nn.Module, state: Mapping[str, torch.Tensor], data: 
     return evaluate(model, state, data.x_val, data.y_val, batch_size)[0]
 
 
+def policy_accuracy(acc: float | None, val_acc: float | None) -> float | None:
+    """The accuracy a temperature policy's client half reads after training (FedChill's stagnation test).
+
+    The client's own validation split when the run has them (``eval.validation`` > 0), else its evaluation split.
+    Why: the evaluation split is drawn from the test rows the run's accuracy is reported on, so a decay read from it
+    would steer training by test data. An empty validation split (NaN) measures nothing: None, and the state is kept.
+    """
+    if val_acc is None:
+        return acc
+    return None if math.isnan(val_acc) else val_acc
+
+
 def local_validation_job(client_id: int, model: nn.Module, state: Mapping[str, torch.Tensor], data: ClientData, batch_size: int) -> PredictJob | float | None:
     """:func:`local_validation` as a job a client update yields (executors batch it).
 

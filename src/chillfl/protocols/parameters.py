@@ -57,7 +57,7 @@ from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import RoundRecord
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, check_aggregated, local_evaluation, local_validation, state_bytes
+from chillfl.protocols.common import Evaluation, check_aggregated, local_evaluation, local_validation, policy_accuracy, state_bytes
 from chillfl.protocols.parts import Experiment
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
@@ -148,12 +148,12 @@ class ParameterClient:
             own, said = self.half.finish(self.model, state, trained)
             new_state.update(own)
             report.update(said)
-        if self.temperature is not None:
-            new_state.update(self.temperature.finish(state, t, acc))
-        uplink = ParamUplink(done.params, len(data.y), done.num_steps, done.train_loss, report)
         personal = done.params if done.personal is None else done.personal
-        return ClientReply(task.client_id, uplink, new_state or None, acc, loss, None if self.temperature is None else t,
-                           local_val_acc=local_validation(self.model, personal, data, self.eval_batch_size))
+        val_acc = local_validation(self.model, personal, data, self.eval_batch_size)
+        if self.temperature is not None:
+            new_state.update(self.temperature.finish(state, t, policy_accuracy(acc, val_acc)))
+        uplink = ParamUplink(done.params, len(data.y), done.num_steps, done.train_loss, report)
+        return ClientReply(task.client_id, uplink, new_state or None, acc, loss, None if self.temperature is None else t, local_val_acc=val_acc)
 
     def _trainings(self, task: ClientTask[ParamDownlink, ClientState], t: float, local: Local) -> Generator[ClientJob, LocalOutcome, Personal]:
         """The personalising half's :class:`Train` requests as jobs: the first with the round's seed, the others with seeds derived from it."""

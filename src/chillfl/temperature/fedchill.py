@@ -28,6 +28,12 @@ Choices
   a decay step, and an unsampled client keeps its state.
 * ``observe(..., None)`` with ``decay = true`` is a configuration error (the
   decay needs a client validation split), rather than silently never decaying.
+* Which split a_k is measured on: the client's local validation split when the
+  run has them (``eval.validation`` > 0; ``local_val_acc``), else its
+  evaluation split (:func:`chillfl.protocols.common.policy_accuracy`). The
+  evaluation split is drawn from the test rows the run's accuracy is reported
+  on, so with a validation split the decay never reads test data; a client
+  whose validation split is empty keeps its state that round.
 * Where the state lives: with the client (:class:`FedChillHalf`), as on a
   device. A client computes its own h_n from its own training labels (the
   same float as its row of the federation's matrix, see

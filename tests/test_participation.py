@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -119,3 +120,34 @@ def test_bad_values_name_the_field(key: str, value: object) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(None, {**BASE, f"federation.{key}": value})
     assert info.value.field == f"federation.{key}"
+
+
+def test_a_client_without_training_rows_reports_nothing_and_the_draws_stay() -> None:
+    """Clients 3 and 7 hold no training rows: never configured, listed as ``no_data``, not counted towards min_clients;
+    everyone else's dropout and straggler draws are those of the same round without them."""
+    rules = FederationConfig(num_clients=10, dropout=0.3, stragglers=0.5, min_clients=2)
+    plain, empty = availability(3, 2, list(range(10)), rules), availability(3, 2, list(range(10)), rules, frozenset({3, 7}))
+    assert empty.no_data == [3, 7] and plain.no_data == []
+    assert empty.reporting == [c for c in plain.reporting if c not in (3, 7)]
+    assert empty.dropped == [c for c in plain.dropped if c not in (3, 7)] and empty.work == {c: w for c, w in plain.work.items() if c not in (3, 7)}
+    alone = availability(3, 2, [3, 7], FederationConfig(num_clients=10), frozenset({3, 7}))
+    assert alone.skipped and alone.no_data == [3, 7] and alone.dropped == []
+
+
+@pytest.mark.parametrize("table", [{"algorithm": {"name": "scaffold"}}, {"algorithm": {"name": "fednova"}}, {"algorithm": {"name": "qffl"}},
+                                   {"prototypes": {"method": "fedproto"}}, {"algorithm": {"name": "fedavg", "weighting": "uniform"}}],
+                         ids=lambda t: str(next(iter(next(iter(t.values())).values()))))
+def test_methods_run_beside_a_client_without_training_rows(tmp_path: Path, table: dict[str, Any]) -> None:
+    """It was a traceback (SCAFFOLD, FedNova, FedProto divide by its steps or rows), a NaN (q-FFL), or its untrained model in
+    a uniform mean, when a round sampled a client a Dirichlet draw (small alpha) or a partition file left empty."""
+    import json
+
+    first = run_experiment(load_config(None, {**BASE, "out_dir": str(tmp_path), "name": "first", "federation.rounds": 1}), progress=False)
+    saved = json.loads((first.folder / "partition.json").read_text())
+    saved["clients"][1] = saved["clients"][1] + saved["clients"][0]  # client 0's rows go to client 1
+    saved["clients"][0] = []
+    (tmp_path / "p.json").write_text(json.dumps(saved))
+    config = load_config(None, {**BASE, "partition.from": str(tmp_path / "p.json"), "federation.clients_per_round": 6}).with_overrides(table)
+    records = run_experiment(config, write=False, progress=False).records
+    assert all(r["no_data"] == [0] and 0 not in r["clients"] and len(r["clients"]) == 5 for r in records)
+    assert all(math.isfinite(r["global_loss"]) for r in records)

@@ -374,6 +374,7 @@ def _run_rounds(
             loop = run_rounds(
                 protocol, executor, seed=config.seed, num_clients=exp.data.num_clients,
                 clients_per_round=config.federation.sample_size(), rounds=rounds, start=done, participation=config.federation, redraw=redraw_of(exp),
+                empty=exp.data.without_training_rows(),
             )
             bar = make_bar(progress, rounds, done, label or config.name)
             watch = LossWatch(config.strict, records)
@@ -573,7 +574,7 @@ def rounds_for(exp: Experiment) -> Callable[[Experiment], Iterator[dict[str, Any
             for record in run_rounds(
                 protocol, executor, seed=e.config.seed, num_clients=e.data.num_clients,
                 clients_per_round=e.config.federation.sample_size(), rounds=e.config.federation.rounds, participation=e.config.federation,
-                redraw=redraw_of(e),
+                redraw=redraw_of(e), empty=e.data.without_training_rows(),
             ):
                 watch.observe(record)
                 yield record

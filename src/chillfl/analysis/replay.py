@@ -113,7 +113,7 @@ def replay_round(run_dir: str | Path, start: Literal["final", "initial"] = "fina
     executor = make_executor(exp, protocol)
     try:
         sampled = sample_clients(config.seed, rnd, exp.data.num_clients, config.federation.sample_size())
-        avail = availability(config.seed, rnd, sampled, config.federation)
+        avail = availability(config.seed, rnd, sampled, config.federation, exp.data.without_training_rows())
         if avail.skipped:
             raise ConfigError("federation.min_clients", f"round {rnd + 1} of this run has too few reporting clients to replay")
         tasks = protocol.configure(rnd, avail.reporting)

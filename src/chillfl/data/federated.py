@@ -129,6 +129,13 @@ class FederatedData:
     def num_clients(self) -> int:
         return len(self.train_indices)
 
+    def without_training_rows(self) -> frozenset[int]:
+        """The clients the partition gave no training rows (a Dirichlet draw with a small alpha, ``min_size = 0``, a
+        file): they cannot train, so the round loop never configures them (:func:`chillfl.engine.loop.availability`)."""
+        train = self.train_indices
+        sizes = train.lengths() if isinstance(train, ClientRows) else np.fromiter((len(t) for t in train), dtype=np.int64, count=len(train))
+        return frozenset(int(c) for c in np.flatnonzero(sizes == 0))
+
     @property
     def num_classes(self) -> int:
         return self.dataset.num_classes

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Collection, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -59,24 +59,33 @@ class Availability:
     dropped: list[int] = field(default_factory=list)
     work: dict[int, float] = field(default_factory=dict)  # stragglers only; everyone else does all its work
     attempts: int = 1
+    no_data: list[int] = field(default_factory=list)
+    """Sampled clients without training rows: not configured, as if they had dropped out (never counted as reporting)."""
 
     @property
     def skipped(self) -> bool:
         return not self.reporting
 
 
-def availability(seed: int, round: int, sampled: Sequence[int], rules: FederationConfig) -> Availability:
-    """Seeded dropout and straggler draws (``[federation]`` options), one stream per (round, attempt), in client-id order."""
+def availability(seed: int, round: int, sampled: Sequence[int], rules: FederationConfig, empty: Collection[int] = frozenset()) -> Availability:
+    """Seeded dropout and straggler draws (``[federation]`` options), one stream per (round, attempt), in client-id order.
+
+    ``empty``: the clients without training rows (:meth:`~chillfl.data.FederatedData.without_training_rows`). A sampled
+    one reports nothing, as a dropped client does (``no_data`` in the record), and does not count towards
+    ``min_clients``: configured, it crashed the methods that divide by its steps or rows (SCAFFOLD, FedNova,
+    q-FFL, ...) or averaged its untrained model in. The draws are the same with or without it.
+    """
+    no_data = [c for c in sampled if c in empty]
     for attempt in range(1 + (MAX_RETRIES if rules.on_too_few == "retry" else 0)):
         rng = np.random.default_rng(derive_seed(seed, "availability", round, attempt))
         drop = rng.random(len(sampled)) < rules.dropout
         slow = rng.random(len(sampled)) < rules.stragglers
         share = rng.uniform(0.0, 1.0, len(sampled)) if rules.straggler_work == "uniform" else np.full(len(sampled), rules.straggler_fraction)
-        reporting = [c for c, d in zip(sampled, drop) if not d]
+        reporting = [c for c, d in zip(sampled, drop) if not d and c not in empty]
         if len(reporting) >= rules.min_clients:
-            work = {c: float(w) for c, d, s, w in zip(sampled, drop, slow, share) if s and not d}
-            return Availability(reporting, [c for c, d in zip(sampled, drop) if d], work, attempt + 1)
-    return Availability([], list(sampled), {}, attempt + 1)
+            work = {c: float(w) for c, d, s, w in zip(sampled, drop, slow, share) if s and not d and c not in empty}
+            return Availability(reporting, [c for c, d in zip(sampled, drop) if d and c not in empty], work, attempt + 1, no_data)
+    return Availability([], [c for c in sampled if c not in empty], {}, attempt + 1, no_data)
 
 
 def run_rounds(
@@ -90,6 +99,7 @@ def run_rounds(
     start: int = 0,
     participation: FederationConfig = FederationConfig(),
     redraw: Redraw | None = None,
+    empty: Collection[int] = frozenset(),
 ) -> Iterator[dict[str, Json]]:
     """Rounds ``start`` .. ``rounds - 1`` of ``protocol``; yields one metrics record (plain JSON) per round.
 
@@ -99,13 +109,15 @@ def run_rounds(
 
     A round with fewer than ``min_clients`` reporting clients (after retries)
     is skipped: nothing trains, the protocol's state stays, and its record says
-    ``skipped``.
+    ``skipped``. ``empty``: clients without training rows, never configured
+    (:func:`availability`; the record lists the round's as ``no_data``).
     """
     for rnd in range(start, rounds):
         sampled = sample_clients(seed, rnd, num_clients, clients_per_round)
-        avail = availability(seed, rnd, sampled, participation)
+        avail = availability(seed, rnd, sampled, participation, empty)
         if avail.skipped:
-            yield RoundRecord(rnd + 1, [], metrics={"sampled": sampled, "dropped": avail.dropped, "skipped": True, "attempts": avail.attempts}).to_json()
+            skipped: dict[str, Json] = {"sampled": sampled, "dropped": avail.dropped, "skipped": True, "attempts": avail.attempts}
+            yield RoundRecord(rnd + 1, [], metrics={**skipped, **({"no_data": avail.no_data} if avail.no_data else {})}).to_json()
             continue
         tasks = protocol.configure(rnd, avail.reporting)
         for task in tasks:
@@ -116,4 +128,6 @@ def run_rounds(
         record = protocol.server_update(rnd, tasks, replies)
         if _varies(participation):
             record.metrics.update({"sampled": sampled, "dropped": avail.dropped, "stragglers": {str(c): w for c, w in avail.work.items()}, "attempts": avail.attempts})
+        if avail.no_data:
+            record.metrics.update({"sampled": sampled, "no_data": avail.no_data})
         yield record.to_json()

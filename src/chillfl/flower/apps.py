@@ -274,7 +274,7 @@ def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[An
     try:
         for record in run_rounds(
             protocol, executor, seed=config.seed, num_clients=exp.data.num_clients, clients_per_round=config.federation.sample_size(),
-            rounds=config.federation.rounds, participation=config.federation,
+            rounds=config.federation.rounds, participation=config.federation, empty=exp.data.without_training_rows(),
         ):
             records.append(record)
             writer.append(record)

@@ -101,6 +101,9 @@ def test_proportional_eval_by_hand() -> None:
     # no training data -> empty split.
     (split,) = _proportional_eval(np.array([[0, 0, 0]]), test_labels, 8, 3, gen)
     assert split.size == 0
+    # training classes the test set lacks (class 3 here) -> an empty split, not a crash (a real test set may miss a class).
+    (split,) = _proportional_eval(np.array([[0, 0, 0, 4]]), test_labels, 8, 4, gen)
+    assert split.size == 0 and split.dtype == np.int64
 
 
 def test_proportional_eval_matches_train_proportions() -> None:

@@ -250,7 +250,7 @@ def _proportional_eval(
             continue
         take = allocate_counts(size, row, available, spill=False)
         parts = [rng.choice(pools[c], size=int(take[c]), replace=False) for c in range(num_classes) if take[c] > 0]
-        out.append(np.sort(np.concatenate(parts)).astype(np.int64))
+        out.append(np.sort(np.concatenate(parts)).astype(np.int64) if parts else np.zeros(0, dtype=np.int64))  # the test set lacks all its classes
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -127,3 +128,41 @@ def test_relative_path_under_data_dir_and_a_run_with_augmentation(rgb_dir: Path)
     a = run(config=config, write=False, progress=False).records[-1]
     b = run(config=config, write=False, progress=False).records[-1]
     assert a == b and 0.0 <= a["global_acc"] <= 1.0
+
+
+def test_bad_rows_and_splits_are_one_line_errors_naming_the_field(tmp_path: Path):
+    """Unlabelled (-1) rows, missing images, NaN or ragged features, mixed label kinds, empty splits: a ConfigError
+    on the right field, never a traceback, a NaN loss or a 'data_dir' error."""
+    def save(name: str, train: "datasets.Dataset", test: "datasets.Dataset") -> str:
+        datasets.DatasetDict({"train": train, "test": test}).save_to_disk(str(tmp_path / name))
+        return str(tmp_path / name)
+
+    def parquet(name: str, train: "datasets.Dataset", test_table: Any) -> str:  # an empty split: save_to_disk cannot write one
+        import pyarrow.parquet as pq
+
+        (tmp_path / name).mkdir()
+        train.to_parquet(str(tmp_path / name / "train.parquet"))
+        pq.write_table(test_table, str(tmp_path / name / "test.parquet"))
+        return str(tmp_path / name)
+
+    def table(**columns: list) -> "datasets.Dataset":
+        return datasets.Dataset.from_dict(columns)
+
+    features = datasets.Features({"img": datasets.Image(), "label": datasets.ClassLabel(names=["cat", "dog", "eel"])})
+    no_image = datasets.Dataset.from_dict({"img": [Image.fromarray(_pixels(0, 3)), None], "label": [0, 1]}, features=features)
+    ok = table(f=[1.0, 2.0, 3.0], label=[0, 1, 0])
+    cases = [
+        ({"path": save("unlabelled", _image_split(6, 3), _image_split(3, 3).cast_column("label", datasets.Value("int64")).map(lambda r: {"label": -1}))},
+         "dataset.label_column", "label -1"),
+        ({"path": save("none", no_image, no_image)}, "dataset.image_column", "row 1"),
+        ({"path": save("nan", table(f=[1.0, float("nan"), 3.0], label=[0, 1, 0]), ok), "feature_columns": ["f"]}, "dataset.feature_columns", "NaN"),
+        ({"path": save("ragged", table(f=[[1.0, 2.0], [3.0], [4.0, 5.0]], label=[0, 1, 0]), ok), "feature_columns": ["f"]}, "dataset.feature_columns", "lengths"),
+        ({"path": save("mixed", ok, table(f=[1.0, 2.0], label=["a", "b"])), "feature_columns": ["f"]}, "dataset.label_column", "test split"),
+        ({"path": parquet("empty", ok, ok.data.table.slice(0, 0)), "feature_columns": ["f"]}, "dataset.test_split", "no rows"),
+        ({"path": save("tiny", table(f=[1.0, 2.0], label=[0, 1]), ok), "feature_columns": ["f"], "test_split": "none", "test_fraction": 0.1},
+         "dataset.test_fraction", "empty"),
+    ]
+    for options, field, words in cases:
+        with pytest.raises(ConfigError) as err:
+            load_dataset("hf", options)
+        assert err.value.field == field and words in err.value.message, (options, err.value)

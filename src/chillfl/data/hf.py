@@ -142,6 +142,9 @@ def _column(dataset: Any, name: str, field: str) -> None:
 def _images(dataset: Any, column: str) -> np.ndarray:
     """[N, C, H, W] uint8 (decoded images) or the column's numbers as an array."""
     values = dataset[column]
+    missing = next((i for i, v in enumerate(values) if v is None), None)
+    if missing is not None:
+        raise ConfigError(f"{SECTION}.image_column", f"row {missing} of column {column!r} has no image (None); drop such rows first")
     pil = len(values) > 0 and hasattr(values[0], "convert")
     if pil:  # decoded PIL images: [H, W] (L) or [H, W, 3] (RGB)
         mode = "L" if values[0].mode == "L" else "RGB"
@@ -165,10 +168,16 @@ def _features(dataset: Any, columns: list[str]) -> np.ndarray:
     cols = []
     for c in columns:
         _column(dataset, c, f"{SECTION}.feature_columns")
-        a = np.asarray(dataset[c])
+        try:
+            a = np.asarray(dataset[c])
+        except ValueError:  # ragged lists: numpy cannot make one array of them
+            raise ConfigError(f"{SECTION}.feature_columns", f"column {c!r} has rows of different lengths") from None
         if a.dtype.kind not in "biuf":
             raise ConfigError(f"{SECTION}.feature_columns", f"column {c!r} is not numeric (dtype {a.dtype})")
-        cols.append(a.reshape(len(a), -1).astype(np.float32))
+        a = a.reshape(len(a), -1).astype(np.float32)
+        if not np.isfinite(a).all():  # NaN would only show later as a diverged training loss
+            raise ConfigError(f"{SECTION}.feature_columns", f"column {c!r} holds NaN or infinite values; fill or drop them first")
+        cols.append(a)
     return np.concatenate(cols, axis=1)
 
 
@@ -176,6 +185,8 @@ def _labels(train: Any, test: Any | None, column: str) -> tuple[np.ndarray, np.n
     feature = train.features.get(column)
     y_tr = np.asarray(train[column])
     y_te = np.asarray(test[column]) if test is not None else None
+    if y_te is not None and len(y_tr) and len(y_te) and (y_tr.dtype.kind in "US") != (y_te.dtype.kind in "US"):
+        raise ConfigError(f"{SECTION}.label_column", f"column {column!r} holds {y_tr.dtype} labels in the train split but {y_te.dtype} in the test split")
     if getattr(feature, "names", None) is not None:
         return y_tr.astype(np.int64), None if y_te is None else y_te.astype(np.int64), len(feature.names)
     if y_tr.dtype.kind in "iu":
@@ -220,10 +231,17 @@ def load_hf(data_dir: Path, opts: HFOptions) -> RawSplit:
         def inputs(d: Any) -> np.ndarray:
             return _images(d, column)
 
+    for part, name in ((train, opts.train_split), (test, opts.test_split)):
+        if part is not None and len(part) == 0:
+            raise ConfigError(f"{SECTION}.{'train' if part is train else 'test'}_split", f"split {name!r} under {opts.path} has no rows")
     y_train, y_test, num_classes = _labels(train, test, opts.label_column)
+    for y, name in ((y_train, opts.train_split), (y_test, opts.test_split)):
+        if y is not None and len(y) and y.min() < 0:  # ClassLabel's -1: an unlabelled row (e.g. a hidden test split)
+            raise ConfigError(f"{SECTION}.label_column", f"split {name!r} has label {int(y.min())} (unlabelled rows); use a labelled split")
     x_train = inputs(train)
     if test is None:
         tr, te = _hold_out(y_train, float(opts.test_fraction or 0), opts.split_seed)
+        require(len(te) > 0 and len(tr) > 0, f"{SECTION}.test_fraction", f"{opts.test_fraction} of the {len(y_train)} train rows leaves an empty train or test split")
         return RawSplit(x_train[tr], y_train[tr], x_train[te], y_train[te], num_classes)
     x_test = inputs(test)
     if x_test.shape[1:] != x_train.shape[1:]:

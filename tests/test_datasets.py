@@ -272,3 +272,47 @@ def test_corrupt_files(tmp_path: Path) -> None:
     (tmp_path / "train_32x32.mat").write_bytes(b"garbage" * 10)
     with pytest.raises(ConfigError, match="corrupt"):
         load_dataset("svhn", data_dir=tmp_path)
+
+
+def _write_har(root: Path, train_labels: list[int], test_labels: list[int], value: float = 0.0) -> None:
+    for split, labels in (("train", train_labels), ("test", test_labels)):
+        signals = root / split / "Inertial Signals"
+        signals.mkdir(parents=True, exist_ok=True)
+        for signal in HAR_SIGNALS:
+            np.savetxt(signals / f"{signal}_{split}.txt", np.full((len(labels), 128), value), fmt="%.6e")
+        np.savetxt(root / split / f"y_{split}.txt", np.array(labels, dtype=np.int64), fmt="%d")
+
+
+@pytest.mark.filterwarnings("error")  # one error line, no numpy warning printed before it
+def test_wrong_values_empty_splits_and_mismatched_shapes_are_refused(tmp_path: Path) -> None:
+    """Files in the right format with wrong contents: a data_dir error, not a silently wrapped pixel or label,
+    a NaN loss, a traceback in the first evaluation, or numpy's 'no data' warning."""
+    def refused(name: str, data_dir: Path, words: str) -> None:
+        with pytest.raises(ConfigError, match=words) as info:
+            load_dataset(name, data_dir=data_dir)
+        assert info.value.field == "data_dir"
+
+    cifar = tmp_path / "cifar" / "cifar-100-python"
+    cifar.mkdir(parents=True)
+    _pickle(cifar / "train", {b"data": np.full((2, 3072), 300.0), b"fine_labels": [0, 1]})  # float pixels past 255
+    _pickle(cifar / "test", {b"data": _images(2, 0), b"fine_labels": [0, 1]})
+    refused("cifar100", cifar.parent, r"pixels must be in \[0, 255\]")
+
+    svhn = tmp_path / "svhn"
+    svhn.mkdir()
+    for split, labels in (("train", [1.5, 2.0]), ("test", [3.0, 4.0])):
+        savemat(svhn / f"{split}_32x32.mat", {"X": np.zeros((32, 32, 3, 2), np.uint8), "y": np.array(labels)[:, None]})
+    refused("svhn", svhn, "labels must be integers")  # whole numbers stored as doubles are fine; 1.5 is not a label
+
+    mnist = tmp_path / "mnist"
+    _write_mnist(mnist, compress=False)
+    _idx(mnist / "t10k-images-idx3-ubyte", np.zeros((2, 8, 8)), compress=False)
+    refused("mnist", tmp_path, r"train inputs are \[1, 28, 28\] but test inputs \[1, 8, 8\]")
+    _idx(mnist / "t10k-images-idx3-ubyte", np.zeros((0, 28, 28)), compress=False)
+    _idx(mnist / "t10k-labels-idx1-ubyte", np.zeros(0), compress=False)
+    refused("mnist", tmp_path, "test split is empty")
+
+    _write_har(tmp_path / "har" / "UCI HAR Dataset", [1, 2], [1, 2], value=float("nan"))
+    refused("uci_har", tmp_path / "har", "NaN")
+    (tmp_path / "har" / "UCI HAR Dataset" / "test" / "y_test.txt").write_text("")
+    refused("uci_har", tmp_path / "har", "0 labels")

@@ -111,9 +111,15 @@ def standardise_with_stats(x_train: np.ndarray, x_test: np.ndarray) -> tuple[tor
 
 
 def _from_raw(name: str, raw: RawSplit) -> ArrayDataset:
-    for y, part in ((raw.y_train, "train"), (raw.y_test, "test")):
-        if len(y) and (y.min() < 0 or y.max() >= raw.num_classes):
+    for x, y, part in ((raw.x_train, raw.y_train, "train"), (raw.x_test, raw.y_test, "test")):
+        if len(y) == 0:  # nothing to train on or to score: an empty file, not a dataset
+            raise ConfigError(loaders.DATA_DIR_FIELD, f"{name} {part} split is empty: corrupt files?")
+        if y.min() < 0 or y.max() >= raw.num_classes:
             raise ConfigError(loaders.DATA_DIR_FIELD, f"{name} {part} labels outside 0..{raw.num_classes - 1}: corrupt files?")
+        if x.dtype.kind == "f" and not np.isfinite(x).all():  # would show only as a NaN training loss
+            raise ConfigError(loaders.DATA_DIR_FIELD, f"{name} {part} inputs hold NaN or infinite values: corrupt files?")
+    if raw.x_train.shape[1:] != raw.x_test.shape[1:]:  # else a shape error in the first evaluation
+        raise ConfigError(loaders.DATA_DIR_FIELD, f"{name} train inputs are {list(raw.x_train.shape[1:])} but test inputs {list(raw.x_test.shape[1:])}: corrupt files?")
     scale = np.float32(255.0 if raw.x_train.dtype == np.uint8 else 1.0)
     x_train, x_test, mean, std = standardise_with_stats(raw.x_train.astype(np.float32) / scale, raw.x_test.astype(np.float32) / scale)
     return ArrayDataset(

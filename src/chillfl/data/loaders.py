@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gzip
 import pickle
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -72,6 +73,21 @@ def _need(path: Path, what: str, url: str, key: str = "", data_dir: Path | None 
 
 def _corrupt(path: Path, why: object) -> ConfigError:
     return ConfigError(DATA_DIR_FIELD, f"cannot read {path}: corrupt or wrong format ({why})")
+
+
+def _integers(values: Any, what: str, low: int | None = None, high: int | None = None) -> np.ndarray:
+    """``values`` as an integer array, refused (ValueError) unless they are integers within [low, high].
+
+    A plain ``astype`` would wrap 300 or -5 into a pixel and truncate 1.5 into a label: a wrong dataset, silently.
+    """
+    a = np.asarray(values)
+    if a.size and a.dtype.kind == "f" and np.array_equal(a, np.round(a)):
+        a = a.astype(np.int64)  # whole numbers stored as floats (MATLAB's double)
+    if a.size and a.dtype.kind not in "iu":
+        raise ValueError(f"{what} must be integers, got dtype {a.dtype}")
+    if a.size and ((low is not None and a.min() < low) or (high is not None and a.max() > high)):
+        raise ValueError(f"{what} must be in [{low}, {high}], got {a.min()}..{a.max()}")
+    return a
 
 
 # ---------------------------------------------------------------- CIFAR
@@ -138,8 +154,8 @@ def _read_pickle(path: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
         raw, raw_labels = batch[b"data"], batch[label_key]
         if isinstance(raw, np.ndarray) and raw.dtype.hasobject:
             raise TypeError("object arrays are not part of the format")
-        data = np.asarray(raw, dtype=np.uint8)
-        labels = np.asarray(raw_labels, dtype=np.int64)
+        data = _integers(raw, "pixels", 0, 255).astype(np.uint8)
+        labels = _integers(raw_labels, "labels").astype(np.int64)
         images = data.reshape(len(data), 3, 32, 32)
     except (pickle.UnpicklingError, EOFError, KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError, MemoryError) as exc:
         raise _corrupt(path, exc) from exc
@@ -188,8 +204,8 @@ def _read_svhn(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
     try:
         mat: dict[str, Any] = loadmat(str(path))
-        x = np.asarray(mat["X"], dtype=np.uint8)  # 32 x 32 x 3 x N
-        y = np.asarray(mat["y"], dtype=np.int64).reshape(-1)
+        x = _integers(mat["X"], "pixels", 0, 255).astype(np.uint8)  # 32 x 32 x 3 x N
+        y = _integers(mat["y"], "labels").astype(np.int64).reshape(-1)
         if x.ndim != 4 or x.shape[:3] != (32, 32, 3) or x.shape[3] != len(y):
             raise ValueError(f"X has shape {x.shape}, y has {len(y)} labels")
     except (KeyError, ValueError, TypeError, IndexError, OSError, MatReadError) as exc:
@@ -224,7 +240,7 @@ def read_idx(path: Path) -> np.ndarray:
         dims = np.frombuffer(raw, dtype=">i4", count=ndim, offset=4)
         body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
         if body.size != int(np.prod(dims)):
-            raise ValueError(f"header says {tuple(dims)} but {body.size} bytes follow")
+            raise ValueError(f"header says {tuple(int(d) for d in dims)} but {body.size} bytes follow")
     except (OSError, EOFError, ValueError, gzip.BadGzipFile) as exc:
         raise _corrupt(path, exc) from exc
     return body.reshape(tuple(int(d) for d in dims))
@@ -261,18 +277,16 @@ HAR_SIGNALS = tuple(f"{kind}_{axis}" for kind in ("body_acc", "body_gyro", "tota
 
 
 def _read_har(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
-    channels = []
-    for signal in HAR_SIGNALS:
-        path = _need(root / split / "Inertial Signals" / f"{signal}_{split}.txt", "UCI HAR", HAR_URL)
+    def read(path: Path, dtype: type, ndmin: int) -> np.ndarray:
         try:
-            channels.append(np.loadtxt(path, dtype=np.float32, ndmin=2))
+            with warnings.catch_warnings():  # an empty file: refused below in one line, without numpy's warning first
+                warnings.filterwarnings("ignore", "loadtxt: input contained no data", UserWarning)
+                return np.loadtxt(path, dtype=dtype, ndmin=ndmin)
         except ValueError as exc:
             raise _corrupt(path, exc) from exc
-    label_path = _need(root / split / f"y_{split}.txt", "UCI HAR", HAR_URL)
-    try:
-        y = np.loadtxt(label_path, dtype=np.int64, ndmin=1)
-    except ValueError as exc:
-        raise _corrupt(label_path, exc) from exc
+
+    channels = [read(_need(root / split / "Inertial Signals" / f"{s}_{split}.txt", "UCI HAR", HAR_URL), np.float32, 2) for s in HAR_SIGNALS]
+    y = read(_need(root / split / f"y_{split}.txt", "UCI HAR", HAR_URL), np.int64, 1)
     shapes = {c.shape for c in channels}
     if len(shapes) != 1 or channels[0].shape != (len(y), 128) or y.min() < 1 or y.max() > 6:
         raise _corrupt(root / split, f"signals {sorted(shapes)} with {len(y)} labels in 1..6 expected N x 128")

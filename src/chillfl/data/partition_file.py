@@ -66,10 +66,12 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
     for i, ix in enumerate(clients):
         if not isinstance(ix, list) or not all(isinstance(j, int) and not isinstance(j, bool) for j in ix):
             raise ConfigError(FIELD, f"client {i} in {short_repr(path)} is not a list of integer indices")
+        if ix and (min(ix) < 0 or max(ix) >= train_size):  # checked on Python ints: 2**70 does not fit an int64
+            raise ConfigError(FIELD, f"indices in {short_repr(path)} must be in [0, {train_size - 1}]")
         out.append(np.sort(np.asarray(ix, dtype=np.int64)))
     flat = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-    if len(flat) and (flat.min() < 0 or flat.max() >= train_size):
-        raise ConfigError(FIELD, f"indices in {short_repr(path)} must be in [0, {train_size - 1}]")
+    if not len(flat):
+        raise ConfigError(FIELD, f"{short_repr(path)} gives no client any training sample")
     if len(np.unique(flat)) != len(flat):
         raise ConfigError(FIELD, f"{short_repr(path)} gives some training sample to two clients (or twice to one)")
     if len(public) and np.isin(flat, public).any():

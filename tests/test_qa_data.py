@@ -1,0 +1,30 @@
+"""QA of the data area: partition files, partitioner edge cases and statistics, by hand on small cases."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chillfl.data.partition_file import read_partition
+from chillfl.errors import ConfigError
+
+
+def _read(tmp_path: Path, clients: object, train_size: int = 10) -> list[np.ndarray]:
+    path = tmp_path / "partition.json"
+    path.write_text(json.dumps({"format": "chillfl-partition", "version": 1, "train_size": train_size, "clients": clients}))
+    return read_partition({"from": str(path)}, train_size, 2, np.zeros(0, dtype=np.int64))
+
+
+def test_partition_file_indices_are_checked_before_numpy_sees_them(tmp_path: Path) -> None:
+    assert [ix.tolist() for ix in _read(tmp_path, [[3, 1], [0]])] == [[1, 3], [0]]
+    for clients, words in (
+        ([[0, 2**70], [1]], r"must be in \[0, 9\]"),  # an index past int64: was numpy's OverflowError traceback
+        ([[0, -(2**70)], [1]], r"must be in \[0, 9\]"),
+        ([[], []], "no client any training sample"),  # every client empty: was a NaN global model (exit 3)
+    ):
+        with pytest.raises(ConfigError, match=words) as info:
+            _read(tmp_path, clients)
+        assert info.value.field == "partition.from"

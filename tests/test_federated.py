@@ -162,7 +162,9 @@ def test_describe_and_heatmap(tmp_path: Path) -> None:
     fd = build(partitioner="feature_noise", partition_options=None, public_size=12)
     text = describe(fd)
     lines = text.splitlines()
-    assert "6 clients" in lines[0] and "public pool 12" in lines[0]
+    assert "6 clients" in lines[0] and "public pool 12" in lines[0] and lines[0].endswith("test set 400")
+    # a validation split leaves the test metrics 300 of the 400 test samples: the summary says so
+    assert describe(build(validation=0.25)).splitlines()[0].endswith("test set 300, validation 100")
     assert lines[1].split()[:4] == ["client", "train", "eval", "sigma"]
     total = lines[-1].split()
     assert total[0] == "total" and int(total[1]) == 588 and int(total[2]) == 600

@@ -36,10 +36,13 @@ def describe(fd: FederatedData) -> str:
         return "  ".join(cell.rjust(w) for cell, w in zip(cells, widths))
 
     sizes = counts.sum(axis=1)
+    held_out = fd.validation_indices
+    n_val = 0 if held_out is None else len(held_out)
     summary = (
         f"{fd.dataset.name}: {fd.num_clients} clients, {fd.num_classes} classes, "
         f"train sizes min/mean/max {sizes.min()}/{sizes.mean():.1f}/{sizes.max()}, "
-        f"public pool {len(fd.public_indices)}, test set {len(fd.dataset.y_test)}"
+        f"public pool {len(fd.public_indices)}, test set {len(fd.dataset.y_test) - n_val}"  # what the test metrics score
+        + (f", validation {n_val}" if held_out is not None else "")
     )
     return "\n".join([summary, line(header), *(line(r) for r in rows)])
 

@@ -99,6 +99,25 @@ def test_femnist_writers_sorted_as_natural_clients(tmp_path: Path) -> None:
     assert abs(float(ds.x_train.mean())) < 1e-4 and abs(float(ds.x_train.std()) - 1.0) < 1e-2
 
 
+def test_null_ids_and_labels_that_are_not_class_ids_are_one_line(tmp_path: Path) -> None:
+    """A null writer/speaker id was silently a client named "None"; string or null labels were a traceback (or a cast warning)."""
+    png = _png(np.zeros((28, 28), dtype=np.uint8))
+    image = pa.StructArray.from_arrays([pa.array([png] * 4, pa.binary()), pa.array([None] * 4, pa.string())], names=["bytes", "path"])
+    cases = {
+        "writer": (pa.table({"image": image, "writer_id": ["a", None, "a", "b"], "hsf_id": [0] * 4, "character": [0, 1, 2, 3]}), "no 'writer_id'"),
+        "strings": (pa.table({"image": image, "writer_id": ["a", "b"] * 2, "hsf_id": [0] * 4, "character": ["0", "1", "2", "3"]}), "class ids"),
+        "nulls": (pa.table({"image": image, "writer_id": ["a", "b"] * 2, "hsf_id": [0] * 4, "character": pa.array([0, None, 2, 3], pa.int64())}), "class ids"),
+        "speaker": (pa.table({"character_id": ["A", None, "A", "B"], "x": ["a" * 80] * 4, "y": ["b"] * 4}), "no 'character_id'"),
+    }
+    for name, (table, words) in cases.items():
+        (tmp_path / name).mkdir()
+        pq.write_table(table, tmp_path / name / "train.parquet")
+        dataset = "flwr_shakespeare" if name == "speaker" else "flwr_femnist"
+        with pytest.raises(ConfigError, match=words) as err:
+            load_dataset(dataset, {"path": str(tmp_path / name)}, data_dir=tmp_path / "data")
+        assert err.value.field == "dataset.path"
+
+
 def test_femnist_default_path_under_data_dir_and_the_cache(femnist_dir: Path) -> None:
     data_dir = femnist_dir.parents[1]
     a = load_dataset("flwr_femnist", {}, data_dir=data_dir)  # path "flwrlabs/femnist" found under data_dir

@@ -289,9 +289,22 @@ def decode_png_column(column: Any) -> np.ndarray:
     return np.stack(images)[:, None] if images else np.zeros((0, 1, 28, 28), np.uint8)
 
 
+def _ids(table: Any, name: str) -> np.ndarray:
+    """The natural client id of every row as a string; a row without one (null) would silently become client "None"."""
+    column = _column(table, name)
+    if column.null_count:
+        raise ConfigError(f"{SECTION}.path", f"{column.null_count} rows have no {name!r} (null); every row needs its client's id")
+    return np.asarray(column.to_pylist(), dtype=object).astype(str)
+
+
 def _femnist_decoded(table: Any, opts: LeafHubOptions) -> arraycache.Decoded:
-    ids = np.asarray(_column(table, "writer_id").to_pylist(), dtype=object).astype(str)
-    labels = np.asarray(_column(table, "character").to_numpy(zero_copy_only=False), dtype=np.int64)
+    import pyarrow as pa
+
+    ids = _ids(table, "writer_id")
+    character = _column(table, "character")
+    if character.null_count or not pa.types.is_integer(character.type):  # strings or nulls: no class ids to cast
+        raise ConfigError(f"{SECTION}.path", f"FEMNIST's column 'character' must hold class ids 0..{FEMNIST_CLASSES - 1} in every row, got {character.type} with {character.null_count} nulls")
+    labels = np.asarray(character.to_numpy(zero_copy_only=False), dtype=np.int64)
     if len(labels) and (labels.min() < 0 or labels.max() >= FEMNIST_CLASSES):
         raise ConfigError(f"{SECTION}.path", f"FEMNIST labels outside 0..{FEMNIST_CLASSES - 1} in column 'character'")
     train, test, b_train, b_test = _splits(ids, opts, temporal=False)
@@ -334,7 +347,7 @@ def encode_text(texts: list[str]) -> tuple[np.ndarray, int]:
 def load_shakespeare(data_dir: Path, opts: LeafHubOptions) -> arraycache.Mapped:
     """Shakespeare by speaker: ``[N, 80]`` character indices (float32), next-character labels, speakers as row blocks."""
     table, _ = read_table(opts.path, data_dir)
-    ids = np.asarray(_column(table, "character_id").to_pylist(), dtype=object).astype(str)
+    ids = _ids(table, "character_id")
     xs = [str(v) for v in _column(table, "x").to_pylist()]
     ys = [str(v) for v in _column(table, "y").to_pylist()]
     if any(len(y) != 1 for y in ys):

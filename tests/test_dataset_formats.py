@@ -160,6 +160,25 @@ def test_tiny_imagenet_annotation_escaping_the_folder_is_refused(tmp_path: Path)
         load_dataset("tiny_imagenet", data_dir=tmp_path)
 
 
+def test_bad_lists_and_empty_splits_of_the_mapped_datasets_are_one_line(tmp_path: Path) -> None:
+    """Non-UTF-8 or duplicated wnids, an empty val split, a Caltech split leaving no test image, a LEAF train/ without
+    test/: one error line, not a UnicodeDecodeError, a class loaded twice, or a run whose every metric is null."""
+    def refused(name: str, members: dict[str, bytes], words: str, field: str = "data_dir", options: dict | None = None) -> None:
+        root = tmp_path / f"case{len(list(tmp_path.iterdir()))}"
+        _write(members, root)
+        with pytest.raises(ConfigError, match=words) as info:
+            load_dataset(name, options, data_dir=root)
+        assert info.value.field == field
+
+    for wnids, words in ((b"\xff\xfe", "wnids.txt.*codec"), (b"n01\nn02\nn01\n", "3 wnids, 2 distinct"), (b"\n", "0 wnids")):
+        refused("tiny_imagenet", {**tiny_imagenet_members(), "tiny-imagenet-200/wnids.txt": wnids}, words)
+    refused("tiny_imagenet", {**tiny_imagenet_members(), "tiny-imagenet-200/val/val_annotations.txt": b"\xff"}, "val_annotations.txt.*codec")
+    refused("tiny_imagenet", {**tiny_imagenet_members(), "tiny-imagenet-200/val/val_annotations.txt": b""}, "test split is empty")
+    refused("caltech256", caltech_members(per_class=1), "empty train or test split", "dataset.test_fraction", {"size": 8})
+    only_train = {"femnist/train/a.json": leaf_json({"w1": [0, 1, 2], "w2": [3, 4]}), "femnist/test/a.json": leaf_json({"w1": []})}
+    refused("femnist", only_train, "test split is empty")  # a writer without samples ([]) reads; no test sample is left
+
+
 def test_caltech256_classes_crop_resize_and_split(tmp_path: Path) -> None:
     _write(caltech_members(), tmp_path)
     ds = load_dataset("caltech256", {"size": 16}, data_dir=tmp_path)

@@ -320,6 +320,9 @@ def _mapped(name: str, m: arraycache.Mapped) -> ArrayDataset:
     def groups(bounds: np.ndarray | None) -> tuple[np.ndarray, ...] | None:
         return None if bounds is None else tuple(np.arange(bounds[g], bounds[g + 1], dtype=np.int64) for g in range(len(bounds) - 1))
 
+    for y, part in ((m.y_train, "train"), (m.y_test, "test")):
+        if len(y) == 0:  # else every metric of the run is null, silently
+            raise ConfigError(loaders.DATA_DIR_FIELD, f"{name} {part} split is empty: missing or corrupt files?")
     return ArrayDataset(name, m.x_train, m.y_train, m.x_test, m.y_test, m.num_classes, groups(m.train_bounds), groups(m.test_bounds))
 
 
@@ -339,6 +342,7 @@ def build_caltech256(opts: loaders.Caltech256Options, data_dir: Path) -> ArrayDa
     def decode() -> arraycache.Decoded:
         x, y, num_classes = loaders.load_caltech256_images(data_dir, opts)
         train, test = stratified_split(y, opts.test_fraction, np.random.default_rng(opts.split_seed))
+        require(len(train) > 0 and len(test) > 0, "dataset.test_fraction", f"{opts.test_fraction} of each class's images leaves an empty train or test split of the {len(y)} images")
         return arraycache.Decoded(x[train], y[train], x[test], y[test], num_classes)
 
     return _mapped("caltech256", arraycache.cached("caltech256", opts, root, data_dir, decode))

@@ -394,7 +394,10 @@ def load_tiny_imagenet(data_dir: Path, opts: TinyImagenetOptions) -> RawSplit:
     Classes are the sorted wnids of ``wnids.txt``; the unlabelled ``test`` folder is not used.
     """
     root = tiny_imagenet_root(data_dir)
-    wnids = sorted(w.strip() for w in (root / "wnids.txt").read_text(encoding="utf-8").split() if w.strip())
+    listed = [w.strip() for w in _text(root / "wnids.txt").split() if w.strip()]
+    wnids = sorted(set(listed))
+    if not wnids or len(wnids) != len(listed):  # a class listed twice would load its images twice, under two labels
+        raise _corrupt(root / "wnids.txt", f"{len(listed)} wnids, {len(wnids)} distinct; expected one wnid per line, each once")
     index = {w: i for i, w in enumerate(wnids)}
     train_paths: list[Path] = []
     train_labels: list[int] = []
@@ -407,7 +410,7 @@ def load_tiny_imagenet(data_dir: Path, opts: TinyImagenetOptions) -> RawSplit:
     annotations = _need(root / "val" / "val_annotations.txt", "Tiny-ImageNet", TINY_URL)
     test_paths: list[Path] = []
     test_labels: list[int] = []
-    for number, line in enumerate(annotations.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(_text(annotations).splitlines(), 1):
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -418,6 +421,14 @@ def load_tiny_imagenet(data_dir: Path, opts: TinyImagenetOptions) -> RawSplit:
     x_train = _decode_all(train_paths, opts.size, crop=False)
     x_test = _decode_all(test_paths, opts.size, crop=False)
     return RawSplit(x_train, np.array(train_labels, dtype=np.int64), x_test, np.array(test_labels, dtype=np.int64), len(wnids))
+
+
+def _text(path: Path) -> str:
+    """A text file of the dataset (UTF-8); bytes that are not text are the file's fault: one line naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise _corrupt(path, exc) from None
 
 
 def _inside_name(name: str) -> bool:
@@ -529,6 +540,8 @@ def read_leaf_json(folder: Path) -> Writers:
             for user, n in zip(users, counts):
                 x = np.asarray(data[user]["x"], dtype=np.float32)
                 y = np.asarray(data[user]["y"], dtype=np.int64)
+                if n == 0:  # a writer without samples: json's [] has no row width
+                    x = x.reshape(0, 784)
                 if x.shape != (n, 784) or y.shape != (n,) or (n and (y.min() < 0 or y.max() >= FEMNIST_CLASSES)):
                     raise ValueError(f"writer {user}: x {x.shape}, y {y.shape} (expected {n} x 784 and labels 0..61)")
                 if not np.isfinite(x).all():

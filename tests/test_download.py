@@ -375,6 +375,19 @@ def test_cli_download_error_is_one_line_exit_2(tmp_path: Path, monkeypatch: pyte
     assert rc == 2 and len(err.splitlines()) == 1 and err.startswith("chillfl: error: download mnist: checksum mismatch")
 
 
+def test_archive_that_passes_its_checksum_but_is_not_one_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A mirror's manifest can vouch for any bytes: tarfile's error lists every compression it tried, a line each."""
+    files = {"cifar-10-python.tar.gz": b"not an archive at all"}
+    (tmp_path / "sums").write_text(manifest("cifar10", files))
+    state = ServerState()
+    publish(state, "cifar10", files)
+    with serve(state) as base:
+        monkeypatch.setenv(MIRROR_ENV, base)
+        rc = main(["data", "download", "cifar10", "--data-dir", str(tmp_path / "d"), "--checksums", str(tmp_path / "sums"), "-q"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "is not a readable tar archive" in err and err.endswith("and rerun")
+
+
 def test_cli_without_names_lists_what_data_dir_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _get("mnist", GENERATORS["mnist"](), tmp_path)
     (tmp_path / "data" / "svhn").mkdir()

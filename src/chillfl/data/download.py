@@ -251,6 +251,11 @@ def _inside(name: str) -> bool:
     return bool(name) and not p.is_absolute() and ".." not in p.parts and not (p.parts and p.parts[0].endswith(":"))
 
 
+def _one_line(exc: BaseException) -> str:
+    """``exc`` on one line: tarfile lists each compression it tried on a line of its own."""
+    return " ".join(str(exc).split())
+
+
 def unpack_tar(archive: Path, dest: Path) -> None:
     """Extract a (possibly compressed) tar into ``dest``, refusing members that escape it, links and devices."""
     try:
@@ -261,7 +266,7 @@ def unpack_tar(archive: Path, dest: Path) -> None:
                     raise DownloadError(f"refusing {archive.name}: member {m.name!r} is {'a link or device' if _inside(m.name) else 'outside the target folder'}")
             tar.extractall(dest, members=members, filter="data")
     except (tarfile.TarError, EOFError) as exc:
-        raise DownloadError(f"{archive.name} is not a readable tar archive ({exc})") from exc
+        raise DownloadError(f"{archive.name} is not a readable tar archive ({_one_line(exc)}); delete {archive} and rerun") from exc
 
 
 def unpack_zip(archive: Path, dest: Path) -> None:
@@ -279,7 +284,7 @@ def unpack_zip(archive: Path, dest: Path) -> None:
                     raise DownloadError(f"refusing {archive.name}: member {info.filename!r} is outside the target folder")
                 z.extract(info, dest)
     except (zipfile.BadZipFile, EOFError) as exc:
-        raise DownloadError(f"{archive.name} is not a readable zip archive ({exc})") from exc
+        raise DownloadError(f"{archive.name} is not a readable zip archive ({_one_line(exc)}); delete {archive} and rerun") from exc
 
 
 def _unpack(path: Path, file: RemoteFile, dest: Path) -> None:

@@ -43,6 +43,16 @@ def test_iid_and_shard_partitioners_and_seed_from_the_run():
     assert any(not np.array_equal(u, v) for u, v in zip(a.client_indices, c.client_indices))
 
 
+def test_a_partitioner_without_a_seed_sees_shuffled_rows():
+    """IidPartitioner cuts contiguous ranges: on label-sorted rows it gave each client one class, for every seed."""
+    labels = np.repeat(np.arange(4), 50)
+    parts = [partition("flwr", labels, 4, np.random.default_rng(seed), {"partitioner": "IidPartitioner"}) for seed in (1, 1, 2)]
+    counts = [np.bincount(labels[ix], minlength=4) for ix in parts[0].client_indices]
+    assert parts[0].sizes.tolist() == [50] * 4 and all((c > 0).sum() >= 3 for c in counts)  # IID: every client sees (nearly) every class
+    assert all(np.array_equal(u, v) for u, v in zip(parts[0].client_indices, parts[1].client_indices))  # seeded by the run
+    assert any(not np.array_equal(u, v) for u, v in zip(parts[0].client_indices, parts[2].client_indices))
+
+
 @pytest.mark.parametrize(
     "opts, field, text",
     [

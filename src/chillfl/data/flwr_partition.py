@@ -33,6 +33,12 @@ Choices
   is a ``partition_by`` option (it is always the natural id).
 * The vertical (column) partitioners and ``IdToSizeFncPartitioner`` (a Python
   callable, not a config value) are refused.
+* A partitioner without a ``seed`` parameter (``IidPartitioner``,
+  ``SizePartitioner``, ``LinearPartitioner``...) cuts contiguous row ranges:
+  it sees the rows in an order drawn from chillfl's partition stream, as
+  ``FederatedDataset`` (``shuffle=True``) shuffles before partitioning; on a
+  label-sorted train set it would otherwise give each client one class, the
+  same for every seed. Partitioners with a ``seed`` see the dataset's order.
 """
 
 from __future__ import annotations
@@ -128,9 +134,15 @@ def flwr_split(
     partitioner = build_partitioner(opts, k, rng, section)
     import datasets
 
-    columns = {"label": labels.astype(np.int64), "_index": np.arange(len(labels), dtype=np.int64)}
+    order = np.arange(len(labels), dtype=np.int64)
+    if "seed" not in inspect.signature(type(partitioner)).parameters:
+        # it draws nothing itself (IidPartitioner, SizePartitioner...: contiguous row ranges), so on a label-sorted
+        # train set (Tiny-ImageNet, Caltech-256) "IID" would be one class a client, whatever the seed; flwr's
+        # FederatedDataset shuffles before partitioning, and so does this, from chillfl's partition stream
+        order = rng.permutation(len(labels)).astype(np.int64)
+    columns = {"label": labels.astype(np.int64)[order], "_index": order}
     if opts.partitioner in BY_NATURAL_ID:
-        columns[NATURAL_ID] = natural_ids(groups, len(labels), opts.partitioner, section)
+        columns[NATURAL_ID] = natural_ids(groups, len(labels), opts.partitioner, section)[order]
     partitioner.dataset = datasets.Dataset.from_dict(columns)
     try:
         count = partitioner.num_partitions

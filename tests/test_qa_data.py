@@ -28,3 +28,29 @@ def test_partition_file_indices_are_checked_before_numpy_sees_them(tmp_path: Pat
         with pytest.raises(ConfigError, match=words) as info:
             _read(tmp_path, clients)
         assert info.value.field == "partition.from"
+
+
+def test_an_array_datasets_natural_groups_are_checked_like_client_test() -> None:
+    """An ArrayDataset passed to chillfl.run: a test group past the test set was an IndexError mid-run, a negative
+    index silently another row, float indices silently truncated."""
+    import chillfl
+    import torch
+
+    from chillfl.api import as_dataset
+    from chillfl.data.datasets import ArrayDataset
+
+    x, y = torch.zeros(8, 3), torch.arange(8) % 2
+    train = (np.arange(0, 4), np.arange(4, 8))
+
+    def groups(train_groups: tuple, test_groups: tuple) -> ArrayDataset:
+        return as_dataset(ArrayDataset("u", x, y, x[:6], y[:6], 2, train_groups, test_groups))
+
+    assert [g.tolist() for g in groups(train, (np.arange(3), np.arange(3, 6))).test_groups or ()] == [[0, 1, 2], [3, 4, 5]]
+    for train_groups, test_groups, field in (
+        (train, (np.arange(3), np.arange(3, 7)), "data.test_groups"),
+        (train, (np.arange(3), np.array([-1, 4])), "data.test_groups"),
+        ((np.arange(0, 4.0), np.arange(4, 8)), (np.arange(3), np.arange(3, 6)), "data.train_groups"),
+    ):
+        with pytest.raises(chillfl.ConfigError) as info:
+            groups(train_groups, test_groups)
+        assert info.value.field == field and "client " in info.value.message

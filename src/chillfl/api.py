@@ -538,8 +538,10 @@ def as_dataset(data: UserData, dtype: torch.dtype = torch.float32) -> ArrayDatas
         if low < 0 or high >= classes:
             raise ConfigError(f"data.y_{split}", f"labels must be in 0..{classes - 1} (num_classes = {classes}), found {low}..{high}")
     name = data.name if isinstance(data.name, str) else str(data.name)
-    if isinstance(data, ArrayDataset):
-        return ArrayDataset(name, xs["train"], ys["train"], xs["test"], ys["test"], classes, data.train_groups, data.test_groups)
+    if isinstance(data, ArrayDataset):  # its natural groups index the rows: a stray one is an IndexError mid-run, a negative one another row
+        train_groups = _client_test(data.train_groups, len(ys["train"]), "data.train_groups", "train")
+        test_groups = _client_test(data.test_groups, len(ys["test"]), "data.test_groups")
+        return ArrayDataset(name, xs["train"], ys["train"], xs["test"], ys["test"], classes, train_groups, test_groups)
     test_groups = _client_test(data.client_test, len(ys["test"]))
     x_train, y_train, public_rows = xs["train"], ys["train"], 0
     if data.public is not None:
@@ -569,17 +571,17 @@ def _public(public: Any, x_train: torch.Tensor, classes: int, dtype: torch.dtype
     return x, y.to(torch.int64)
 
 
-def _client_test(groups: Sequence[Any] | None, test_size: int) -> tuple[np.ndarray, ...] | None:
-    """Per-client test sets as index arrays into the test set, checked."""
+def _client_test(groups: Sequence[Any] | None, test_size: int, field: str = "data.client_test", split: str = "test") -> tuple[np.ndarray, ...] | None:
+    """Per-client index arrays into the ``split`` set (test, or train for an ArrayDataset's ``train_groups``), checked."""
     if groups is None:
         return None
     if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or not groups:
-        raise ConfigError("data.client_test", "must be a list with one list of test-set indices per client")
+        raise ConfigError(field, f"must be a list with one list of {split}-set indices per client")
     out = []
     for i, ix in enumerate(groups):
         arr = np.asarray(ix.cpu() if isinstance(ix, torch.Tensor) else ix)
         if arr.ndim != 1 or (arr.size and (arr.dtype.kind not in "iu" or int(arr.min()) < 0 or int(arr.max()) >= test_size)):
-            raise ConfigError("data.client_test", f"client {i}: expected indices into the test set (0..{test_size - 1})")
+            raise ConfigError(field, f"client {i}: expected indices into the {split} set (0..{test_size - 1})")
         out.append(arr.astype(np.int64))
     return tuple(out)
 

@@ -54,3 +54,20 @@ def test_an_array_datasets_natural_groups_are_checked_like_client_test() -> None
         with pytest.raises(chillfl.ConfigError) as info:
             groups(train_groups, test_groups)
         assert info.value.field == field and "client " in info.value.message
+
+
+def test_one_sample_batches_a_model_cannot_train_on_are_refused_before_the_run(tmp_path: Path) -> None:
+    """fedchill_cnn1's BatchNorm1d cannot normalise one sample: batch_size 1, or a client holding one sample (which
+    quantity_skew's default min_size = 1 gives), was a ValueError traceback in round 1."""
+    from chillfl.config import config_from_dict
+    from chillfl.experiment import build_experiment
+
+    base = {"dataset": {"name": "digits"}, "model": {"name": "fedchill_cnn1"}, "federation": {"num_clients": 3, "clients_per_round": 3, "rounds": 1}}
+    with pytest.raises(ConfigError, match="is 1, and .* cannot train on a batch of one sample") as info:
+        build_experiment(config_from_dict({**base, "partition": {"name": "iid"}, "client": {"batch_size": 1}}))
+    assert info.value.field == "client.batch_size"
+    path = tmp_path / "partition.json"  # digits' 1438 training samples: two clients of one
+    path.write_text(json.dumps({"format": "chillfl-partition", "clients": [list(range(1436)), [1436], [1437]]}))
+    with pytest.raises(ConfigError, match=r"gives 2 client\(s\) a single training sample \(client 1\)") as info:
+        build_experiment(config_from_dict({**base, "partition": {"from": str(path)}}))
+    assert info.value.field == "partition"

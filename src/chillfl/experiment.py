@@ -291,6 +291,7 @@ def build_experiment(
         model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     else:
         model, state = user_initial_model(config, model)
+    check_one_sample_batches(config, data, model)
     if plugged and plugged.aggregator is not None and not kind.uses_aggregator:
         raise ConfigError("aggregator", f"the {config.protocol} protocol averages no models, so it takes no aggregator")
     aggregator, terms = build_algorithm(config, model, plugged) if kind.uses_aggregator else (None, [])
@@ -333,6 +334,29 @@ def build_experiment(
     if config.executor in ("processes", "ray"):
         check_sendable(config.executor, (model, spec, aggregator.client_half() if aggregator is not None else None))
     return exp
+
+
+def check_one_sample_batches(config: RunConfig, data: FederatedData, model: nn.Module) -> None:
+    """Refuse one-sample training batches the model cannot train on, before anything is written.
+
+    A client trains on one sample at a time when ``client.batch_size = 1`` or when it holds a single sample
+    (a trailing one-sample batch is merged into the one before, so only those). Batch norm over features
+    cannot normalise one value per channel: torch raises in the first round, a traceback mid-run. A
+    train-mode forward of one sample through a copy of the model asks it, whatever the model.
+    """
+    sizes = data.class_counts().sum(axis=1)
+    single = [int(i) for i in (sizes == 1).nonzero()[0]]
+    if config.client.batch_size != 1 and not single:
+        return
+    probe = copy.deepcopy(model).train()
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            probe(data.dataset.x_train[:1])
+    except Exception as exc:  # noqa: BLE001 - any failure on one sample is what a run would meet mid-round
+        why = f"{type(model).__qualname__} cannot train on a batch of one sample ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})"
+        if config.client.batch_size == 1:
+            raise ConfigError("client.batch_size", f"is 1, and {why}") from None
+        raise ConfigError("partition", f"gives {len(single)} client(s) a single training sample (client {single[0]}), and {why}; raise partition.min_size or split otherwise") from None
 
 
 def check_sendable(executor: str, parts: Any) -> None:

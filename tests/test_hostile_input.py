@@ -697,7 +697,7 @@ class _Touch:
         return (Path.touch, (Path(self.path),))
 
 
-@pytest.mark.parametrize("damage", ["object", "dtype", "torn"])
+@pytest.mark.parametrize("damage", ["object", "dtype", "torn", "short", "label", "bounds"])
 def test_a_damaged_dataset_cache_is_one_line_and_runs_no_code(tmp_path: Path, damage: str) -> None:
     """An object-dtype ``.npy`` planted in a dataset cache gave a ValueError traceback (and must never be unpickled)."""
     import numpy as np
@@ -716,6 +716,12 @@ def test_a_damaged_dataset_cache_is_one_line_and_runs_no_code(tmp_path: Path, da
         np.save(target, np.array([_Touch(str(marker))], dtype=object), allow_pickle=True)
     elif damage == "dtype":
         np.save(target, np.zeros(6, dtype=np.float16))
+    elif damage == "short":  # well-formed arrays that do not fit together were a ValueError traceback, or a crash mid-run
+        np.save(target, np.zeros(5, dtype=np.int64))
+    elif damage == "label":
+        np.save(target, np.array([0, 1, 0, 7, 0, 1], dtype=np.int64))
+    elif damage == "bounds":
+        np.save(folder / "train_bounds.npy", np.array([0, 4, 9], dtype=np.int64))
     else:
         target.write_bytes(target.read_bytes()[:40])
     with pytest.raises(ConfigError) as info:

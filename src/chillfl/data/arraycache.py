@@ -161,7 +161,13 @@ def _load(folder: Path) -> Mapped:
             xs = [torch.from_numpy(_array(folder / f"x_{split}.npy", np.float32, mmap=True)) for split in ("train", "test")]
         ys = [torch.from_numpy(_array(folder / f"y_{split}.npy", np.int64)) for split in ("train", "test")]
         bounds = [_array(p, np.int64) if (p := folder / f"{split}_bounds.npy").is_file() else None for split in ("train", "test")]
-        return Mapped(xs[0], ys[0], xs[1], ys[1], int(meta["num_classes"]), bounds[0], bounds[1])
+        classes = int(meta["num_classes"])
+        for split, x, y, b in zip(("train", "test"), xs, ys, bounds):  # a file replaced by hand, or from another build
+            if len(x) != len(y) or (len(y) and (int(y.min()) < 0 or int(y.max()) >= classes)):
+                raise ValueError(f"{split}: {len(x)} inputs, {len(y)} labels, which must be in 0..{classes - 1}")
+            if b is not None and (b.ndim != 1 or len(b) < 1 or b[0] != 0 or b[-1] != len(y) or (np.diff(b) < 0).any()):
+                raise ValueError(f"{split}_bounds.npy does not cut the {len(y)} rows into client blocks")
+        return Mapped(xs[0], ys[0], xs[1], ys[1], classes, bounds[0], bounds[1])
     except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
         reason = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise ConfigError("data_dir", f"the cached arrays in {folder} are unreadable ({reason}); delete that folder to rebuild them") from None

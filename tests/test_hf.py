@@ -158,6 +158,7 @@ def test_bad_rows_and_splits_are_one_line_errors_naming_the_field(tmp_path: Path
         ({"path": save("nan", table(f=[1.0, float("nan"), 3.0], label=[0, 1, 0]), ok), "feature_columns": ["f"]}, "dataset.feature_columns", "NaN"),
         ({"path": save("ragged", table(f=[[1.0, 2.0], [3.0], [4.0, 5.0]], label=[0, 1, 0]), ok), "feature_columns": ["f"]}, "dataset.feature_columns", "lengths"),
         ({"path": save("mixed", ok, table(f=[1.0, 2.0], label=["a", "b"])), "feature_columns": ["f"]}, "dataset.label_column", "test split"),
+        ({"path": save("one", table(f=[1.0, 2.0], label=["a", "a"]), table(f=[3.0], label=["a"])), "feature_columns": ["f"]}, "dataset.label_column", "1 class"),
         ({"path": parquet("empty", ok, ok.data.table.slice(0, 0)), "feature_columns": ["f"]}, "dataset.test_split", "no rows"),
         ({"path": save("tiny", table(f=[1.0, 2.0], label=[0, 1]), ok), "feature_columns": ["f"], "test_split": "none", "test_fraction": 0.1},
          "dataset.test_fraction", "empty"),

@@ -235,6 +235,7 @@ def load_hf(data_dir: Path, opts: HFOptions) -> RawSplit:
         if part is not None and len(part) == 0:
             raise ConfigError(f"{SECTION}.{'train' if part is train else 'test'}_split", f"split {name!r} under {opts.path} has no rows")
     y_train, y_test, num_classes = _labels(train, test, opts.label_column)
+    require(num_classes >= 2, f"{SECTION}.label_column", f"column {opts.label_column!r} holds {num_classes} class; classification needs at least 2 (as chillfl.run's data.num_classes)")
     for y, name in ((y_train, opts.train_split), (y_test, opts.test_split)):
         if y is not None and len(y) and y.min() < 0:  # ClassLabel's -1: an unlabelled row (e.g. a hidden test split)
             raise ConfigError(f"{SECTION}.label_column", f"split {name!r} has label {int(y.min())} (unlabelled rows); use a labelled split")

@@ -277,7 +277,7 @@ HAR_SIGNALS = tuple(f"{kind}_{axis}" for kind in ("body_acc", "body_gyro", "tota
 
 
 def _read_har(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
-    def read(path: Path, dtype: type, ndmin: int) -> np.ndarray:
+    def read(path: Path, dtype: type, ndmin: Literal[1, 2]) -> np.ndarray:
         try:
             with warnings.catch_warnings():  # an empty file: refused below in one line, without numpy's warning first
                 warnings.filterwarnings("ignore", "loadtxt: input contained no data", UserWarning)

@@ -38,7 +38,8 @@ Choices
   it sees the rows in an order drawn from chillfl's partition stream, as
   ``FederatedDataset`` (``shuffle=True``) shuffles before partitioning; on a
   label-sorted train set it would otherwise give each client one class, the
-  same for every seed. Partitioners with a ``seed`` see the dataset's order.
+  same for every seed. Partitioners with a ``seed``, and the natural-id ones
+  (which split by id, not by position), see the dataset's order.
 """
 
 from __future__ import annotations
@@ -135,14 +136,14 @@ def flwr_split(
     import datasets
 
     order = np.arange(len(labels), dtype=np.int64)
-    if "seed" not in inspect.signature(type(partitioner)).parameters:
+    if "seed" not in inspect.signature(type(partitioner)).parameters and opts.partitioner not in BY_NATURAL_ID:
         # it draws nothing itself (IidPartitioner, SizePartitioner...: contiguous row ranges), so on a label-sorted
         # train set (Tiny-ImageNet, Caltech-256) "IID" would be one class a client, whatever the seed; flwr's
         # FederatedDataset shuffles before partitioning, and so does this, from chillfl's partition stream
         order = rng.permutation(len(labels)).astype(np.int64)
     columns = {"label": labels.astype(np.int64)[order], "_index": order}
     if opts.partitioner in BY_NATURAL_ID:
-        columns[NATURAL_ID] = natural_ids(groups, len(labels), opts.partitioner, section)[order]
+        columns[NATURAL_ID] = natural_ids(groups, len(labels), opts.partitioner, section)
     partitioner.dataset = datasets.Dataset.from_dict(columns)
     try:
         count = partitioner.num_partitions

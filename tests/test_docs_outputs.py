@@ -110,6 +110,18 @@ def test_run_command_runs_python_in_a_temporary_folder(tmp_path: Path) -> None:
         run_command("python -c 'raise SystemExit(3)'")
 
 
+def test_steps_run_in_one_folder_and_the_block_shows_the_last() -> None:
+    """``A && B``: the Table 1 block reads a comparison the step before wrote (it was a plain block the tool could not rerun)."""
+    write = "python -c \"open('made.txt', 'w').write('42'); print('first')\""
+    read = "python -c \"print(open('made.txt').read())\""
+    assert run_command(f"{write} && {read}") == "42\n"
+    with pytest.raises(RuntimeError, match="exited with 3"):
+        run_command(f"python -c 'raise SystemExit(3)' && {read}")
+    for bad in ("&& python -c 1", "python -c 1 &&", "python -c 1 && rm -rf /"):
+        with pytest.raises(ValueError):
+            run_command(bad)
+
+
 DRAWS = "python -c \"import os; os.makedirs('results/r-compare'); open('results/r-compare/d.png', 'wb').write(b'PNG'); print('table')\""
 
 

@@ -28,7 +28,9 @@ are dropped. Nothing outside the markers changes. ``--check`` reruns the
 commands and exits 1 if any block would change, writing nothing; ``--list``
 prints the blocks' commands without running them.
 
-A block may also keep figures its command draws: ``<!-- output: COMMAND ; keep:
+A command may have steps, ``A && B``: they run in turn in the same folder (a
+metric that reads the comparison the step before wrote), and the block shows the
+last step's output. A block may also keep figures its command draws: ``<!-- output: COMMAND ; keep:
 results/*/differences.png as img/x.png -->`` copies the one file that matches the
 pattern (relative to the command's folder) to ``img/x.png`` beside the markdown
 file, for the page to show (``![...](img/x.png)``). Several are separated by
@@ -157,29 +159,10 @@ def run_command(command: str, figures_to: Path | None = None) -> str:
     (``--check``) the keep clause is parsed and nothing is copied.
     """
     command, keep = split_keep(command)
-    argv = shlex.split(command)
-    if not argv:
-        raise ValueError("empty command")
-    if argv[0] == "chillfl":
-        argv = [sys.executable, "-m", "chillfl", *argv[1:]]
-    elif argv[0] in ("python", "python3"):
-        argv = [sys.executable, *argv[1:]]
-    else:
-        raise ValueError(f"only chillfl and python commands are run, got {argv[0]!r}")
+    steps = _steps(shlex.split(command))
     with tempfile.TemporaryDirectory(prefix="chillfl-docs-") as tmp:
-        proc = subprocess.Popen(argv, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            out, err = proc.communicate()
-        except BaseException:  # interrupted (SIGTERM, Ctrl-C): stop the command the way its own run stops, then clean up
-            proc.terminate()
-            try:
-                proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            raise
-        if proc.returncode != 0:
-            raise RuntimeError(f"{command!r} exited with {proc.returncode}:\n{err[-2000:]}")
+        for argv in steps:  # in one folder: a step reads what the one before wrote; the block shows the last one's output
+            out = _run_step(argv, tmp, command)
         if figures_to is not None:
             for pattern, dest in keep:
                 found = sorted(Path(tmp).glob(pattern))
@@ -188,6 +171,45 @@ def run_command(command: str, figures_to: Path | None = None) -> str:
                 target = figures_to / dest
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(found[0], target)
+    return out
+
+
+def _steps(words: list[str]) -> list[list[str]]:
+    """The command's steps (``A && B``: B after A, in A's folder), each as the argv this interpreter runs."""
+    steps: list[list[str]] = [[]]
+    for word in words:
+        if word == "&&":
+            steps.append([])
+        else:
+            steps[-1].append(word)
+    out = []
+    for argv in steps:
+        if not argv:
+            raise ValueError("empty command")
+        if argv[0] == "chillfl":
+            out.append([sys.executable, "-m", "chillfl", *argv[1:]])
+        elif argv[0] in ("python", "python3"):
+            out.append([sys.executable, *argv[1:]])
+        else:
+            raise ValueError(f"only chillfl and python commands are run, got {argv[0]!r}")
+    return out
+
+
+def _run_step(argv: list[str], folder: str, command: str) -> str:
+    """One step's standard output; a RuntimeError with its stderr's tail when it fails."""
+    proc = subprocess.Popen(argv, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate()
+    except BaseException:  # interrupted (SIGTERM, Ctrl-C): stop the command the way its own run stops, then clean up
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise RuntimeError(f"{command!r} exited with {proc.returncode}:\n{err[-2000:]}")
     return out
 
 

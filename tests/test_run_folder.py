@@ -22,7 +22,7 @@ import pytest
 
 from chillfl.cli import main
 from chillfl.config import load_config
-from chillfl.storage.checkpoint import read_state, write_atomic
+from chillfl.storage.checkpoint import read_checkpoint, read_state, write_atomic, write_state
 from chillfl.storage.results import ResultWriter
 from chillfl.runner import run_experiment
 from procs import InterruptAt
@@ -226,6 +226,70 @@ def test_a_changed_checkpoint_byte_is_named(tmp_path: Path, capfd: pytest.Captur
     field, line = one_error(capfd)
     assert field == "checkpoint" and "does not match its checksum" in line
     assert main(["resume", str(partial), "-q", "--force"]) == 0
+
+
+# ---------------------------------------------------------------- a checkpoint that does not fit its run
+
+
+def _rewrite_checkpoint(partial: Path, change: Any) -> None:
+    """Change the checkpoint's state tree and write it back with its checksums valid: intact as a file, wrong as a state."""
+    ckpt = partial / "checkpoint.safetensors"
+    tree, run = read_checkpoint(ckpt)
+    change(tree)
+    write_state(ckpt, tree, run)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda t: t.pop("round"), id="no-round"),
+        pytest.param(lambda t: t.__setitem__("round", "two"), id="round-a-string"),
+        pytest.param(lambda t: t.__setitem__("round", -1), id="round-negative"),
+        pytest.param(lambda t: t.__setitem__("round", 2.5), id="round-a-float"),
+        pytest.param(lambda t: t.pop("protocol"), id="no-protocol"),
+        pytest.param(lambda t: t["protocol"].clear(), id="protocol-empty"),
+    ],
+)
+def test_a_checkpoint_of_no_run_state_is_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str], change: Any) -> None:
+    """Loading runs no code, and a checkpoint that is no run's state is refused in one line, not a traceback."""
+    partial = interrupted(tmp_path)
+    _rewrite_checkpoint(partial, change)
+    for force in ([], ["--force"]):
+        assert main(["resume", str(partial), "-q", *force]) == 2
+        field, _ = one_error(capfd)
+        assert field == "checkpoint"
+    assert partial.is_dir() and not (tmp_path / "out" / "tx").exists()
+
+
+def test_a_checkpoint_past_the_last_round_is_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Resumed at a round past ``federation.rounds`` (edited down, resumed with --force), the run ran no round and
+    looked finished with fewer rounds than its config says."""
+    partial = interrupted(tmp_path)
+    config = partial / "config.toml"
+    config.write_text(config.read_text().replace(f"rounds = {ROUNDS}", "rounds = 2"))
+    assert main(["resume", str(partial), "-q", "--force"]) == 2
+    field, line = one_error(capfd)
+    assert field == "federation.rounds" and "round 3" in line
+    assert partial.is_dir() and not (tmp_path / "out" / "tx").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "to"),
+    [(('name = "fedavg"', 'name = "scaffold"'), "SCAFFOLD's state"), (("hidden = [\n    16,\n]", "hidden = [\n    8,\n]"), "another model")],
+    ids=["method", "model"],
+)
+def test_a_forced_resume_into_another_run_is_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str], edit: tuple[str, str], to: str) -> None:
+    """``--force`` after the config was edited to another method or model width: the checkpoint's state does not
+    fit the run config.toml now builds. It was a traceback (SCAFFOLD) or, silently, a finished run of the old
+    width under a config.toml of the new one."""
+    partial = interrupted(tmp_path)
+    config = partial / "config.toml"
+    assert edit[0] in config.read_text()
+    config.write_text(config.read_text().replace(*edit))
+    assert main(["resume", str(partial), "-q", "--force"]) == 2
+    field, line = one_error(capfd)
+    assert field == "checkpoint" and "config.toml" in line, to
+    assert partial.is_dir() and not (tmp_path / "out" / "tx").exists()
 
 
 # ---------------------------------------------------------------- torn or missing metrics

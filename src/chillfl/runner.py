@@ -294,6 +294,8 @@ def resume_experiment(
     writer = None
     try:
         config = load_config(point.path / "config.toml")
+        if point.done > config.federation.rounds:  # an edited config resumed with --force: no round would run, yet the folder would look finished
+            raise ConfigError("federation.rounds", f"{point.path / CHECKPOINT} is of round {point.done}, past federation.rounds = {config.federation.rounds} in config.toml")
         check_sinks(config)
         with intra_op_threads(config.threads):
             exp = (build or build_experiment)(config)
@@ -320,6 +322,28 @@ def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int
     if writer is not None:
         run = run_metadata(writer.config_bytes, writer.metrics_bytes, writer.metrics_sha256)
         write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict(), "environment": environment(device)}, run)
+
+
+def _restore(protocol: ServerProtocol, state: Mapping[str, Any], exp: Experiment, writer: ResultWriter | None) -> None:
+    """Load a checkpoint's protocol state into the run config.toml builds now.
+
+    After an edit resumed with ``--force`` (another method, another model width) the state does not fit: the
+    method's own ``load_state_dict`` fails as it may (KeyError, ValueError, ...), or, worse, takes the old model's
+    tensors and the run goes on training a model of another shape than its config.toml says. Either is one
+    ConfigError on ``checkpoint`` here.
+    """
+    where = f"{writer.path / CHECKPOINT}" if writer is not None else "the checkpoint"
+    try:
+        protocol.load_state_dict(state)
+    except ConfigError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
+        raise ConfigError("checkpoint", f"{where} does not fit the run of config.toml: {type(exc).__name__}: {exc}") from exc
+    model = protocol.global_state()
+    for key, initial in exp.initial_state.items():
+        loaded = model.get(key) if model is not None else None
+        if loaded is not None and loaded.shape != initial.shape:
+            raise ConfigError("checkpoint", f"{where} does not fit the run of config.toml: its model's {key} has shape {tuple(loaded.shape)}, config.toml's {tuple(initial.shape)}")
 
 
 def _run(
@@ -363,7 +387,7 @@ def _run_rounds(
     try:
         if resume is not None:
             done, state, records = resume
-            protocol.load_state_dict(state)
+            _restore(protocol, state, exp, writer)
         if writer is not None and config.log.sinks:
             sinks = _sinks(config, writer.path, records)
             callbacks = [*callbacks, *sinks]

@@ -67,7 +67,7 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
         if not (path / CHECKPOINT).is_file():
             raise ConfigError(FIELD, f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint; start it again")
         state, run = read_checkpoint(path / CHECKPOINT, verify=not force)
-        done = int(state["round"])
+        done = _round_of(state, path / CHECKPOINT)
         config = (path / "config.toml").read_bytes()
         if run.get("config_sha256") not in (None, hashlib.sha256(config).hexdigest()) and not force:
             changes = _config_changes(run.get("config_toml", ""), config)
@@ -77,6 +77,15 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
     except BaseException:
         lock.release()
         raise
+
+
+def _round_of(state: Mapping[str, Any], file: Path) -> int:
+    """The round a checkpoint's state was taken after; a checksum proves a file intact, not that it holds a run's state
+    (one written by hand, or one read unverified with ``force``), so its shape is checked here, not met as a KeyError later."""
+    done = state.get("round")
+    if type(done) is not int or done < 0 or not isinstance(state.get("protocol"), Mapping):
+        raise ConfigError("checkpoint", f"{file} is not a valid chillfl checkpoint: it holds no run state (a round number and a protocol state)")
+    return done
 
 
 def _stopped(folder: Path) -> bool:

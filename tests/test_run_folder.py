@@ -292,6 +292,23 @@ def test_a_forced_resume_into_another_run_is_one_line(tmp_path: Path, capfd: pyt
     assert partial.is_dir() and not (tmp_path / "out" / "tx").exists()
 
 
+@pytest.mark.parametrize("locked", ["folder", "parent"])
+def test_a_run_folder_that_cannot_be_written_is_refused_before_it_runs(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, locked: str
+) -> None:
+    """A ``.partial`` copied from a colleague's read-only results: the resume ran every round and failed only at the
+    rename, exit 1, saying "free space". ``os.access`` stands in for the permissions (tests run as root)."""
+    partial = interrupted(tmp_path)
+    before = {p.name: p.read_bytes() for p in partial.iterdir()}
+    target = partial if locked == "folder" else partial.parent
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == target else real_access(path, mode))
+    assert main(["resume", str(partial), "-q"]) == 2
+    field, line = one_error(capfd)
+    assert field == "run_dir" and str(target) in line
+    assert {p.name: p.read_bytes() for p in partial.iterdir()} == before
+
+
 # ---------------------------------------------------------------- torn or missing metrics
 
 

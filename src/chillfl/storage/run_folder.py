@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from chillfl.paths import check_writable_dir
 from chillfl.storage.checkpoint import read_checkpoint
 from chillfl.storage.results import PARTIAL, RunLock, refuse_links, strict
 from chillfl.errors import ConfigError
@@ -62,6 +63,9 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
     lock = RunLock(path)
     try:
         refuse_links(path)
+        # it is written into, and a .partial renamed in its parent at the end: a read-only one failed only then, every round run
+        for folder in (path, path.parent) if path.name.endswith(PARTIAL) else (path,):
+            check_writable_dir(str(folder), FIELD)
         if not (path / "config.toml").is_file():
             raise ConfigError(FIELD, f"{path} is not a chillfl run folder (no config.toml)")
         if not (path / CHECKPOINT).is_file():

@@ -196,3 +196,22 @@ def test_read_back_runs_keep_their_models(tmp_path: Path, monkeypatch: pytest.Mo
         assert all(torch.equal(got.model_state[k], v) for k, v in out.model_state.items())
         assert sorted(got.client_states) == sorted(out.client_states) != []
         assert all(torch.equal(got.client_states[c][k], v) for c, m in out.client_states.items() for k, v in m.items())
+
+
+@pytest.mark.parametrize("locked", ["folder", "parent"])
+def test_a_comparison_folder_that_cannot_be_written_is_refused_before_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], locked: str
+) -> None:
+    """Read-only (``os.access`` stands in: tests run as root), the resume ran the remaining runs and failed at the
+    end, renaming the folder; it is refused in one line before anything runs, as a run folder is."""
+    _interrupt(monkeypatch, run=1, after_round=1)
+    assert _compare(tmp_path) == 130
+    partial = tmp_path / "sw-compare.partial"
+    before = sorted(p.name for p in partial.rglob("*"))
+    target = partial if locked == "folder" else tmp_path
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == target else real_access(path, mode))
+    capsys.readouterr()
+    assert main(["resume", str(partial), "-q"]) == 2
+    assert capsys.readouterr().err.strip() == f"chillfl: error: run_dir: {target} is not writable by this user"
+    assert sorted(p.name for p in partial.rglob("*")) == before

@@ -28,6 +28,7 @@ import torch
 from chillfl.config import RunConfig
 from chillfl.environment import code_sha256
 from chillfl.errors import ConfigError
+from chillfl.paths import check_writable_dir
 from chillfl.report.compare import CompareResult
 from chillfl.storage.results import PARTIAL, refuse_links, to_toml
 from chillfl.sweeps.plan import CompareOptions, Variant, plan_sweep
@@ -129,6 +130,8 @@ def check_resumable(folder: Path) -> None:
     if not (folder / "config.toml").is_file():
         raise ConfigError(FIELD, f"{folder} is not a chillfl comparison folder (no config.toml)")
     refuse_links(folder, FIELD)
+    for where in (folder, folder.parent):  # its runs write into it, and it is renamed in its parent at the end
+        check_writable_dir(str(where), FIELD)
 
 
 def find_compare(config: RunConfig, grid: Sequence[str], options: CompareOptions | None = None, reference: str | None = None) -> Path | None:

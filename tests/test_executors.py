@@ -383,6 +383,24 @@ def test_process_pool_reports_a_dead_worker() -> None:
     assert not _alive(ex.pids[0])
 
 
+def test_a_sigterm_to_the_whole_process_group_leaves_the_workers_to_the_parent() -> None:
+    """A cluster's scheduler stops a job with SIGTERM to every process of it (Slurm's scancel, systemd): the
+    workers died of it, and the round the parent was to finish and checkpoint failed as "worker failed" (exit 1).
+    They ignore it, as Ctrl-C's SIGINT: the parent stops after the round and closes them."""
+    model = _mlp()
+    spec = LocalSpec(epochs=1, batch_size=8)
+    ex = ProcessExecutor(model, spec, workers=1)
+    try:
+        jobs = _jobs(model, [9, 7], (3, 4))
+        assert len(ex.run(jobs)) == 2
+        os.kill(ex.pids[0], signal.SIGTERM)
+        assert len(ex.run(jobs)) == 2
+        assert _alive(ex.pids[0])
+    finally:
+        ex.close()
+    assert not _alive(ex.pids[0])
+
+
 def test_process_pool_reports_a_task_its_queue_cannot_send() -> None:
     """A queue pickles what it sends in a thread of its own, where an error was only printed: the round waited
     forever for the task (so it did under a TMPDIR too long for the sockets that pass tensors)."""

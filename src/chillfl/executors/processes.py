@@ -395,7 +395,10 @@ def _watch_parent(parent: int, parent_temp: str, every: float = _WATCH_S) -> Non
 
 def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_temp: str) -> None:
     """Worker loop: run each task, send back (index, packed result) or (index, error text)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+    # Ctrl-C reaches the whole process group, and a scheduler's SIGTERM every process of the job (Slurm's scancel,
+    # systemd): the parent decides (it stops after the round, checkpointed, and closes the workers)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     if not _fits(tempfile.gettempdir()):
         short_socket_folder(warn=False)  # its results' tensors pass through a socket of its own (the parent warned)
     threading.Thread(target=_watch_parent, args=(parent, parent_temp), name="chillfl-parent-watch", daemon=True).start()
@@ -429,7 +432,7 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
 
 
 def _shutdown(processes: list[Any], tasks: Any, results: Any) -> None:
-    """Stop every worker (sentinel, then terminate / kill if needed) and release the queues."""
+    """Stop every worker (sentinel, then kill if needed) and release the queues."""
     processes = [p for p in processes if p.pid is not None]  # started ones only
     for p in processes:
         if p.is_alive():
@@ -439,10 +442,7 @@ def _shutdown(processes: list[Any], tasks: Any, results: Any) -> None:
                 break
     for p in processes:
         p.join(_JOIN_S)
-        if p.is_alive():
-            p.terminate()
-            p.join(_JOIN_S)
-        if p.is_alive():
+        if p.is_alive():  # still in a job: a worker ignores SIGTERM (see _worker_main), so SIGKILL, which its default was too
             p.kill()
             p.join()
     for q in (tasks, results):

@@ -309,6 +309,15 @@ def test_a_run_folder_that_cannot_be_written_is_refused_before_it_runs(
     assert {p.name: p.read_bytes() for p in partial.iterdir()} == before
 
 
+def test_resume_dot_from_inside_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reference: str) -> None:
+    """``cd results/tx.partial && chillfl resume .``: ``Path(".")`` has no name, and the ``.partial`` check raised
+    a ValueError traceback."""
+    partial = interrupted(tmp_path)
+    monkeypatch.chdir(partial)
+    assert main(["resume", ".", "-q"]) == 0
+    assert (tmp_path / "out" / "tx" / "metrics.jsonl").read_text() == reference
+
+
 # ---------------------------------------------------------------- torn or missing metrics
 
 

@@ -215,3 +215,13 @@ def test_a_comparison_folder_that_cannot_be_written_is_refused_before_it_runs(
     assert main(["resume", str(partial), "-q"]) == 2
     assert capsys.readouterr().err.strip() == f"chillfl: error: run_dir: {target} is not writable by this user"
     assert sorted(p.name for p in partial.rglob("*")) == before
+
+
+def test_resume_dot_from_inside_the_comparison_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uninterrupted: dict[str, bytes]) -> None:
+    """``cd results/sw-compare.partial && chillfl resume .``: was refused as "a finished comparison" (``Path(".")``
+    has no ``.partial`` in its name)."""
+    _interrupt(monkeypatch, run=2, after_round=1)
+    assert _compare(tmp_path) == 130
+    monkeypatch.chdir(tmp_path / "sw-compare.partial")
+    assert main(["resume", ".", "-q"]) == 0
+    assert _files(tmp_path / "sw-compare") == uninterrupted

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,9 +57,16 @@ def run_metadata(config: bytes, metrics_bytes: int, metrics_sha256: str) -> dict
     }
 
 
+def folder_named(folder: str | Path) -> Path:
+    """``folder`` as a path with its own name: ``.`` (``chillfl resume .`` from inside it) or ``..`` made absolute,
+    since whether it is a ``.partial`` and what it is renamed to are read from its name. Links are not followed."""
+    path = Path(folder)
+    return Path(os.path.abspath(path)) if path.name in ("", "..") else path
+
+
 def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
     """Lock and check ``folder`` for resuming; ConfigError (one line) for anything unfit. Release ``lock`` when done."""
-    path = Path(folder)
+    path = folder_named(folder)
     _refuse_finished(path)
     lock = RunLock(path)
     try:

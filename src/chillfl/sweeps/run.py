@@ -36,6 +36,7 @@ from chillfl.report.caveats import other_test_rows_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.storage.results import PARTIAL, FolderInUse, RunLock, claim_dir, to_toml
+from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, write_sweep
 from chillfl.sweeps.resume import DivergedBefore, finished_run, stopped_run
@@ -373,7 +374,7 @@ def resume_compare(folder: str | Path, *, progress: Progress = True, force: bool
 
     ``force``: resume a run whose files changed since its checkpoint (as ``chillfl resume --force``).
     """
-    path = Path(folder)
+    path = folder_named(folder)
     check_resumable(path)
     variants, options, reference = read_sweep(path, force)
     return run_compare(load_config(path / "config.toml"), [], reference=reference, progress=progress, options=options, variants=variants, resume=path, force=force)

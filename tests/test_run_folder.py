@@ -318,6 +318,21 @@ def test_resume_dot_from_inside_the_folder(tmp_path: Path, monkeypatch: pytest.M
     assert (tmp_path / "out" / "tx" / "metrics.jsonl").read_text() == reference
 
 
+@pytest.mark.parametrize("damage", ["garbage", "missing"])
+def test_a_damaged_partition_file_is_written_again(tmp_path: Path, damage: str) -> None:
+    """``partition.json`` (reused with ``partition.from``) is not covered by the checkpoint's checksums: a resumed
+    run finished with it garbled or missing. It follows from config.toml, so the resume writes it again."""
+    partial = interrupted(tmp_path)
+    partition = partial / "partition.json"
+    written = partition.read_bytes()
+    if damage == "missing":
+        partition.unlink()
+    else:
+        partition.write_bytes(written[: len(written) // 2])
+    assert main(["resume", str(partial), "-q"]) == 0
+    assert (tmp_path / "out" / "tx" / "partition.json").read_bytes() == written
+
+
 # ---------------------------------------------------------------- torn or missing metrics
 
 

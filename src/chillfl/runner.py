@@ -388,6 +388,8 @@ def _run_rounds(
         if resume is not None:
             done, state, records = resume
             _restore(protocol, state, exp, writer)
+            if writer is not None:  # no checksum of the checkpoint covers it, and it follows from config.toml: a damaged one is made whole
+                _write_partition(writer.path, exp, config)
         if writer is not None and config.log.sinks:
             sinks = _sinks(config, writer.path, records)
             callbacks = [*callbacks, *sinks]

@@ -192,6 +192,23 @@ def test_a_dangling_link_at_the_final_name(tmp_path: Path, capfd: pytest.Capture
     assert not (tmp_path / "nowhere").exists()
 
 
+@pytest.mark.parametrize("where", ["write_config", "_write_partition"])
+def test_a_run_interrupted_before_its_first_round_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Ctrl-C right after ``chillfl run`` started (the folder just made): the ``.partial`` left held no checkpoint,
+    even no config.toml, so it could not be resumed, and the same command run again wrote ``tx-2``."""
+    import chillfl.runner as runner
+    from chillfl.storage.results import ResultWriter
+
+    def interrupt(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(*((ResultWriter, where) if where == "write_config" else (runner, where)), interrupt)
+    config = load_config(write_config(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, progress=False)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 # ---------------------------------------------------------------- edits since the checkpoint
 
 

@@ -249,6 +249,9 @@ def run_experiment(
             except StorageError as exc:
                 writer.abort()  # releases the folder's lock
                 raise StorageError(f"{exc}; no checkpoint was written yet; partial results in {writer.path}") from exc
+            except KeyboardInterrupt:  # Ctrl-C as it starts: nothing to resume, and the folder would push a rerun to NAME-2
+                _discard_unstarted(writer)
+                raise
             except BaseException:
                 writer.abort()
                 raise

@@ -117,6 +117,21 @@ def test_a_broken_pipe_that_is_not_stdout_is_not_hidden(monkeypatch):
         _dispatch(argparse.Namespace(func=fails))
 
 
+@pytest.mark.parametrize(("command", "says_resume"), [("analyze", False), ("report", False), ("list", False), ("run", True), ("compare", True)])
+def test_an_interruption_names_resume_only_where_a_command_leaves_partial_folders(command, says_resume, capsys):
+    # Ctrl-C during `chillfl analyze` said "unfinished results are left in *.partial folders (`chillfl resume FOLDER` ...)"
+    import argparse
+
+    from chillfl.cli import _dispatch
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    assert _dispatch(argparse.Namespace(func=interrupted, command=command)) == 130
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("chillfl: interrupted") and ("chillfl resume" in err) == says_resume, err
+
+
 def test_run_writes_a_complete_result_folder(tmp_path, capsys):
     config = _write(tmp_path, f'name = "e2e"\nout_dir = "{tmp_path / "out"}"\n[temperature]\npolicy = "fixed"\nvalue = 0.1\n')
     assert main(["run", str(config), "-q", *TINY]) == 0

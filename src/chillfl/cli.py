@@ -603,7 +603,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         runner = sys.modules.get("chillfl.runner")  # no run without it: a Ctrl-C at start-up imports nothing more
         if runner is not None and isinstance(exc.__context__, runner.RunInterrupted):  # a late signal while the run's interruption unwound
             return _interrupted(exc.__context__)
-        print("chillfl: interrupted; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)", file=sys.stderr)
+        leaves = getattr(args, "command", None) in PARTIAL_FOLDERS  # an analysis, a report, a listing: nothing to resume
+        print("chillfl: interrupted" + ("; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)" if leaves else ""),
+              file=sys.stderr)
         return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
     except BrokenPipeError:
         if not _stdout_closed():  # another pipe's: a bug to see
@@ -630,6 +632,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise
         return _interrupted(exc)
 
+
+PARTIAL_FOLDERS = frozenset({"run", "compare", "resume", "reproduce"})
+"""The commands whose interruption can leave ``.partial`` run or comparison folders for ``chillfl resume``."""
 
 BROKEN_PIPE_EXIT = 141
 """Exit status when stdout's reader went away (``chillfl list | head -1``): 128 + SIGPIPE, what a shell reports for a

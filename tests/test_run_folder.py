@@ -335,6 +335,19 @@ def test_resume_dot_from_inside_the_folder(tmp_path: Path, monkeypatch: pytest.M
     assert (tmp_path / "out" / "tx" / "metrics.jsonl").read_text() == reference
 
 
+def test_a_forced_resume_with_fewer_clients_is_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """``federation.num_clients`` edited down, resumed with --force: FedProto's checkpoint holds the models of
+    clients the run no longer has, and its first evaluation failed with an IndexError traceback."""
+    partial = interrupted(tmp_path, prototypes={"method": "fedproto"})
+    config = partial / "config.toml"
+    assert "num_clients = 4" in config.read_text()
+    config.write_text(config.read_text().replace("num_clients = 4", "num_clients = 2"))
+    assert main(["resume", str(partial), "-q", "--force"]) == 2
+    field, line = one_error(capfd)
+    assert field == "checkpoint" and "client 3" in line and "num_clients = 2" in line
+    assert partial.is_dir() and not (tmp_path / "out" / "tx").exists()
+
+
 @pytest.mark.parametrize("damage", ["garbage", "missing"])
 def test_a_damaged_partition_file_is_written_again(tmp_path: Path, damage: str) -> None:
     """``partition.json`` (reused with ``partition.from``) is not covered by the checkpoint's checksums: a resumed

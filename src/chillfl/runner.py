@@ -333,7 +333,7 @@ def _restore(protocol: ServerProtocol, state: Mapping[str, Any], exp: Experiment
     After an edit resumed with ``--force`` (another method, another model width) the state does not fit: the
     method's own ``load_state_dict`` fails as it may (KeyError, ValueError, ...), or, worse, takes the old model's
     tensors and the run goes on training a model of another shape than its config.toml says. Either is one
-    ConfigError on ``checkpoint`` here.
+    ConfigError on ``checkpoint`` here; so are the states of clients past ``federation.num_clients``.
     """
     where = f"{writer.path / CHECKPOINT}" if writer is not None else "the checkpoint"
     try:
@@ -342,6 +342,10 @@ def _restore(protocol: ServerProtocol, state: Mapping[str, Any], exp: Experiment
         raise
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
         raise ConfigError("checkpoint", f"{where} does not fit the run of config.toml: {type(exc).__name__}: {exc}") from exc
+    clients = exp.data.num_clients
+    beyond = [cid for cid in protocol.client_states() if not 0 <= cid < clients]
+    if beyond:  # federation.num_clients edited down: the clients' own models index their architectures, data, ...
+        raise ConfigError("checkpoint", f"{where} does not fit the run of config.toml: it holds the state of client {max(beyond)}, but federation.num_clients = {clients}")
     model = protocol.global_state()
     for key, initial in exp.initial_state.items():
         loaded = model.get(key) if model is not None else None

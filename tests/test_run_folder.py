@@ -401,8 +401,8 @@ def test_resuming_a_finished_run_says_it_is_finished(tmp_path: Path, capfd: pyte
 # ---------------------------------------------------------------- a full disk
 
 
-def _fail_writes(monkeypatch: pytest.MonkeyPatch, suffix: str, after: int) -> None:
-    """``os.write`` to a file whose name ends with ``suffix`` fails with ENOSPC after ``after`` such writes."""
+def _fail_writes(monkeypatch: pytest.MonkeyPatch, suffix: str, after: int, code: int = errno.ENOSPC) -> None:
+    """``os.write`` to a file whose name ends with ``suffix`` fails with ``code`` (ENOSPC) after ``after`` such writes."""
     real_write = os.write
     seen = [0]
 
@@ -416,7 +416,7 @@ def _fail_writes(monkeypatch: pytest.MonkeyPatch, suffix: str, after: int) -> No
             if seen[0] > after:
                 if suffix == ".tmp" and len(data) > 8:
                     real_write(fd, bytes(data[:8]))  # a partly written temp file, as a full disk leaves it
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                raise OSError(code, os.strerror(code))
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", write)
@@ -442,6 +442,18 @@ def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(
     assert f"the checkpoint of round {kept} is kept" in lines[0]
     assert main(["resume", str(partial), "-q"]) == 0, capfd.readouterr().err
     assert (tmp_path / "out" / "tx" / "metrics.jsonl").read_text() == reference
+
+
+def test_a_write_that_fails_for_another_reason_does_not_say_free_space(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """The folder's file system turned read-only mid-run (an NFS remount): the line said "free space, then chillfl
+    resume", whatever the error was."""
+    config = write_config(tmp_path)
+    with pytest.MonkeyPatch.context() as patch:
+        _fail_writes(patch, "metrics.jsonl", 3, errno.EROFS)
+        assert main(["run", str(config), "-q"]) == 1
+    (line,) = capfd.readouterr().err.strip().splitlines()
+    assert os.strerror(errno.EROFS) in line and "free space" not in line, line
+    assert line.endswith(f"the checkpoint of round 3 is kept: chillfl resume {tmp_path / 'out' / 'tx.partial'}"), line
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ once, keeping the last periodic checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 import shutil
@@ -447,7 +448,9 @@ def _run_rounds(
         if writer:
             writer.abort()
             kept = _checkpoint_round(writer)
-            tail = f"the checkpoint of round {kept} is kept: free space, then chillfl resume {writer.path}" if kept else f"no checkpoint was written yet; partial results in {writer.path}"
+            full = isinstance(exc.__cause__, OSError) and exc.__cause__.errno in (errno.ENOSPC, errno.EDQUOT)  # else (a read-only file system) no space to free
+            then = "free space, then " if full else ""
+            tail = f"the checkpoint of round {kept} is kept: {then}chillfl resume {writer.path}" if kept else f"no checkpoint was written yet; partial results in {writer.path}"
             raise StorageError(f"{exc}; {tail}") from exc
         raise
     except Diverged as exc:

@@ -163,6 +163,9 @@ def test_compare_prints_and_saves_the_table(tmp_path, capsys):
     assert [r["variant"] for r in rows] == ["T=4", "T=1", "T=0.1"]
     base = next(r for r in rows if r["variant"] == "T=1")
     assert base["delta_acc"] == 0.0
+    for run in ("T4", "T1", "T0.1"):  # pointed at the finished folder, keeping the line of what the run ran with
+        text = (folder / run / "config.toml").read_text()
+        assert text.startswith("# ran with: chillfl ") and f'out_dir = "{folder}"' in text, text[:300]
 
 
 def test_bad_grid_is_a_user_error(tmp_path, capsys):

@@ -9,6 +9,7 @@ on (:class:`Sweep`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import shutil
@@ -35,6 +36,7 @@ from chillfl.progress import Progress, format_seconds
 from chillfl.report.caveats import other_test_rows_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
+from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.results import PARTIAL, FolderInUse, RunLock, claim_dir, to_toml
 from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, naming, plan_runs
@@ -382,10 +384,15 @@ def resume_compare(folder: str | Path, *, progress: Progress = True, force: bool
 
 def point_saved_configs_to(folder: Path, partial: Path) -> None:
     """Each sub-run's saved config names the finished folder as its ``out_dir`` (not the renamed ``.partial``),
-    so ``chillfl run FOLDER/RUN/config.toml`` reruns it beside its siblings instead of recreating ``.partial``."""
+    so ``chillfl run FOLDER/RUN/config.toml`` reruns it beside its siblings instead of recreating ``.partial``.
+    Its comment lines on top (what the run ran with) are kept, and the file is replaced atomically: the folder is
+    final by now, and a kill half-way through wrote a torn config.toml into it."""
     for path in folder.glob("*/config.toml"):
-        saved = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        saved = tomllib.loads(text)
         if saved.get("out_dir") == str(partial):
             saved["out_dir"] = str(folder)
-            path.write_text(to_toml(saved), encoding="utf-8")
+            lines = text.splitlines(keepends=True)
+            header = "".join(itertools.takewhile(lambda line: line.startswith("#"), lines))
+            write_atomic(path, (header + to_toml(saved)).encode("utf-8"))
 

@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from chillfl.errors import ConfigError, one_line
 from chillfl.runner import CLIENT_MODELS, MODEL, RunOutput
 from chillfl.storage.model_file import read_client_models, read_model
 from chillfl.storage.results import PARTIAL, read_metrics, remove_tree
-from chillfl.storage.run_folder import CHECKPOINT
+from chillfl.storage.run_folder import CHECKPOINT, FIELD
 
 
 @dataclass(frozen=True)
@@ -33,16 +35,35 @@ class DivergedBefore:
 
 
 def finished_run(partial: Path, name: str) -> RunOutput | DivergedBefore | None:
-    """A resumed sweep's run ``name`` as it ended before: its output read back, its divergence, or None."""
+    """A resumed sweep's run ``name`` as it ended before: its output read back, its divergence, or None.
+
+    A garbled ``summary.json``, ``metrics.jsonl`` or ``failure.json`` is one ConfigError naming it (it was a traceback)."""
     done, failed = partial / name, partial / f"{name}.failed"
     if (done / "summary.json").is_file():
-        summary = json.loads((done / "summary.json").read_text(encoding="utf-8"))
+        summary = _json_object(done / "summary.json")
         model = read_model(done / MODEL) if (done / MODEL).is_file() else None
         clients = read_client_models(done / CLIENT_MODELS) if (done / CLIENT_MODELS).is_file() else {}
-        return RunOutput(done, read_metrics(done), summary, model, clients)
+        try:
+            records = read_metrics(done)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(FIELD, f"{done / 'metrics.jsonl'} is unreadable ({type(exc).__name__}: {one_line(str(exc))}); remove {done} and it runs again") from None
+        if not all(isinstance(r, dict) for r in records):
+            raise ConfigError(FIELD, f"{done / 'metrics.jsonl'} holds a line that is not a round's record; remove {done} and it runs again")
+        return RunOutput(done, records, summary, model, clients)
     if (failed / "failure.json").is_file():
-        return DivergedBefore(json.loads((failed / "failure.json").read_text(encoding="utf-8")).get("round"))
+        return DivergedBefore(_json_object(failed / "failure.json").get("round"))
     return None
+
+
+def _json_object(file: Path) -> dict[str, Any]:
+    """The JSON object in ``file`` (a run's own), or one ConfigError naming it."""
+    try:
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(FIELD, f"{file} is unreadable ({type(exc).__name__}: {one_line(str(exc))}); remove {file.parent} and it runs again") from None
+    if not isinstance(value, dict):
+        raise ConfigError(FIELD, f"{file} holds no JSON object; remove {file.parent} and it runs again")
+    return value
 
 
 def stopped_run(partial: Path, name: str) -> Path | None:

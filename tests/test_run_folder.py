@@ -265,6 +265,7 @@ def _rewrite_checkpoint(partial: Path, change: Any) -> None:
         pytest.param(lambda t: t.__setitem__("round", 2.5), id="round-a-float"),
         pytest.param(lambda t: t.pop("protocol"), id="no-protocol"),
         pytest.param(lambda t: t["protocol"].clear(), id="protocol-empty"),
+        pytest.param(lambda t: t.__setitem__("environment", 5), id="environment-a-number"),
     ],
 )
 def test_a_checkpoint_of_no_run_state_is_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str], change: Any) -> None:

@@ -95,8 +95,8 @@ def _round_of(state: Mapping[str, Any], file: Path) -> int:
     """The round a checkpoint's state was taken after; a checksum proves a file intact, not that it holds a run's state
     (one written by hand, or one read unverified with ``force``), so its shape is checked here, not met as a KeyError later."""
     done = state.get("round")
-    if type(done) is not int or done < 0 or not isinstance(state.get("protocol"), Mapping):
-        raise ConfigError("checkpoint", f"{file} is not a valid chillfl checkpoint: it holds no run state (a round number and a protocol state)")
+    if type(done) is not int or done < 0 or not isinstance(state.get("protocol"), Mapping) or not isinstance(state.get("environment") or {}, Mapping):
+        raise ConfigError("checkpoint", f"{file} is not a valid chillfl checkpoint: it holds no run state (a round number, a protocol state, the setup it ran on)")
     return done
 
 

@@ -399,6 +399,19 @@ def test_resuming_a_finished_run_says_it_is_finished(tmp_path: Path, capfd: pyte
         assert field == "run_dir" and "finished" in line and "first checkpoint" not in line
 
 
+def test_a_diverged_run_resumes_only_when_forced_and_then_ends_under_its_own_name(tmp_path: Path, capfd: pytest.CaptureFixture[str], reference: str) -> None:
+    """It resumed as it was (to diverge again, bit for bit) and, finished, stayed ``tx.failed`` beside its summary.json."""
+    failed = interrupted(tmp_path).rename(tmp_path / "out" / "tx.failed")  # as if round 4 had diverged after the checkpoint of round 3
+    (failed / "failure.json").write_text(json.dumps({"round": 4, "reason": "training loss is nan"}))
+    assert main(["resume", str(failed), "-q"]) == 2
+    field, line = one_error(capfd)
+    assert field == "run_dir" and "diverged (failure.json): resumed as it is it diverges again" in line
+    assert main(["resume", str(failed), "-q", "--force"]) == 0  # after an edit of its config.toml, say; here none: it runs as before
+    done = tmp_path / "out" / "tx"
+    assert not failed.exists() and not (done / "failure.json").exists() and (done / "summary.json").is_file()
+    assert (done / "metrics.jsonl").read_text() == reference
+
+
 # ---------------------------------------------------------------- a full disk
 
 

@@ -44,6 +44,9 @@ from chillfl.paths import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW
 from chillfl.errors import ConfigError, StorageError
 
 PARTIAL = ".partial"
+FAILED = ".failed"
+"""The suffix of a run that diverged (its folder holds :data:`FAILURE`)."""
+FAILURE = "failure.json"
 
 
 def _without_none(value: Any) -> Any:
@@ -192,7 +195,9 @@ class ResultWriter:
         """
         self = cls.__new__(cls)
         self.path = Path(path)
-        self._name = self.path.name.removesuffix(PARTIAL)
+        self._name = self.path.name.removesuffix(PARTIAL).removesuffix(FAILED)  # a diverged run resumed with --force ends as NAME
+        if self.path.name.endswith(FAILED):
+            (self.path / FAILURE).unlink(missing_ok=True)  # the last attempt's divergence; this one writes its own if it diverges
         final = self.path.with_name(self._name)
         if final == self.path:  # a completed folder of a run a callback stopped early: it continues in place
             self.final = final
@@ -266,8 +271,8 @@ class ResultWriter:
         """Mark the run failed: ``failure.json`` with the reason, the folder renamed ``NAME.failed``."""
         self._close()
         try:
-            self.write_json("failure.json", reason)
-            failed = _rename_free(self.path, self.final.with_name(self.final.name + ".failed"), self.final.name + ".failed")
+            self.write_json(FAILURE, reason)
+            failed = _rename_free(self.path, self.final.with_name(self.final.name + FAILED), self.final.name + FAILED)
         finally:
             self._lock.release()
         self.path = failed

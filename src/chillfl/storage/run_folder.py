@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from chillfl.paths import check_writable_dir
 from chillfl.storage.checkpoint import read_checkpoint
-from chillfl.storage.results import PARTIAL, RunLock, refuse_links, strict
+from chillfl.storage.results import FAILURE, PARTIAL, RunLock, refuse_links, strict
 from chillfl.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -68,6 +68,7 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
     """Lock and check ``folder`` for resuming; ConfigError (one line) for anything unfit. Release ``lock`` when done."""
     path = folder_named(folder)
     _refuse_finished(path)
+    _refuse_diverged(path, force)
     lock = RunLock(path)
     try:
         refuse_links(path)
@@ -122,6 +123,14 @@ def _refuse_finished(path: Path) -> None:
         raise ConfigError(FIELD, f"{path} does not exist")
     if path.is_symlink():
         raise ConfigError(FIELD, f"{path} is a symbolic link; resume the run folder itself")
+
+
+def _refuse_diverged(path: Path, force: bool) -> None:
+    """A diverged run (``NAME.failed``) resumed as it is diverges again, bit for bit: refused unless ``force`` (after an
+    edit of its config.toml, e.g. a lower lr), and then it ends as ``NAME`` (it finished in place, still ``.failed``)."""
+    if (path / FAILURE).is_file() and not force:
+        raise ConfigError(FIELD, f"{path} diverged ({FAILURE}): resumed as it is it diverges again; lower client.lr in its config.toml "
+                                 "and `chillfl resume --force`, or run it again")
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -363,14 +363,19 @@ def test_cli_download_via_environment_mirror(tmp_path: Path, monkeypatch: pytest
     assert ds.y_train.tolist() == [4, 4, 8] and torch.isfinite(ds.x_train).all()
 
 
-def test_cli_download_error_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    files = GENERATORS["mnist"]()
-    (tmp_path / "sums").write_text(manifest("mnist", {k: v + b"!" for k, v in files.items()}))  # wrong checksums
+def _download_from_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, files: dict[str, bytes], sums: dict[str, bytes]) -> int:
+    """``chillfl data download NAME`` from a loopback mirror serving ``files``, checked against a manifest of ``sums``."""
+    (tmp_path / "sums").write_text(manifest(name, sums))
     state = ServerState()
-    publish(state, "mnist", files)
+    publish(state, name, files)
     with serve(state) as base:
         monkeypatch.setenv(MIRROR_ENV, base)
-        rc = main(["data", "download", "mnist", "--data-dir", str(tmp_path / "d"), "--checksums", str(tmp_path / "sums"), "-q"])
+        return main(["data", "download", name, "--data-dir", str(tmp_path / "d"), "--checksums", str(tmp_path / "sums"), "-q"])
+
+
+def test_cli_download_error_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    files = GENERATORS["mnist"]()
+    rc = _download_from_mirror(tmp_path, monkeypatch, "mnist", files, {k: v + b"!" for k, v in files.items()})  # wrong checksums
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and err.startswith("chillfl: error: download mnist: checksum mismatch")
 
@@ -378,12 +383,7 @@ def test_cli_download_error_is_one_line_exit_2(tmp_path: Path, monkeypatch: pyte
 def test_archive_that_passes_its_checksum_but_is_not_one_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A mirror's manifest can vouch for any bytes: tarfile's error lists every compression it tried, a line each."""
     files = {"cifar-10-python.tar.gz": b"not an archive at all"}
-    (tmp_path / "sums").write_text(manifest("cifar10", files))
-    state = ServerState()
-    publish(state, "cifar10", files)
-    with serve(state) as base:
-        monkeypatch.setenv(MIRROR_ENV, base)
-        rc = main(["data", "download", "cifar10", "--data-dir", str(tmp_path / "d"), "--checksums", str(tmp_path / "sums"), "-q"])
+    rc = _download_from_mirror(tmp_path, monkeypatch, "cifar10", files, files)
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "is not a readable tar archive" in err and err.endswith("and rerun")
 

@@ -7,8 +7,9 @@ import math
 import multiprocessing
 import os
 import signal
+from contextlib import contextmanager
 from functools import partial
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import pytest
 import torch
@@ -368,18 +369,24 @@ def test_one_pool_serves_one_executor_after_another() -> None:
     assert not any(_alive(p) for p in pids)
 
 
-def test_process_pool_reports_a_dead_worker() -> None:
+@contextmanager
+def _one_worker() -> Iterator[tuple[ProcessExecutor, list[ClientJob]]]:
+    """A one-worker pool that has run two jobs, and the jobs; closed afterwards."""
     model = _mlp()
-    spec = LocalSpec(epochs=1, batch_size=8)
-    ex = ProcessExecutor(model, spec, workers=1)
+    ex = ProcessExecutor(model, LocalSpec(epochs=1, batch_size=8), workers=1)
     try:
         jobs = _jobs(model, [9, 7], (3, 4))
         assert len(ex.run(jobs)) == 2
+        yield ex, jobs
+    finally:
+        ex.close()
+
+
+def test_process_pool_reports_a_dead_worker() -> None:
+    with _one_worker() as (ex, jobs):
         os.kill(ex.pids[0], signal.SIGKILL)
         with pytest.raises(WorkerError, match="died"):
             ex.run(jobs)
-    finally:
-        ex.close()
     assert not _alive(ex.pids[0])
 
 
@@ -387,17 +394,10 @@ def test_a_sigterm_to_the_whole_process_group_leaves_the_workers_to_the_parent()
     """A cluster's scheduler stops a job with SIGTERM to every process of it (Slurm's scancel, systemd): the
     workers died of it, and the round the parent was to finish and checkpoint failed as "worker failed" (exit 1).
     They ignore it, as Ctrl-C's SIGINT: the parent stops after the round and closes them."""
-    model = _mlp()
-    spec = LocalSpec(epochs=1, batch_size=8)
-    ex = ProcessExecutor(model, spec, workers=1)
-    try:
-        jobs = _jobs(model, [9, 7], (3, 4))
-        assert len(ex.run(jobs)) == 2
+    with _one_worker() as (ex, jobs):
         os.kill(ex.pids[0], signal.SIGTERM)
         assert len(ex.run(jobs)) == 2
         assert _alive(ex.pids[0])
-    finally:
-        ex.close()
     assert not _alive(ex.pids[0])
 
 

@@ -365,6 +365,8 @@ def _record_plugged(raw: dict[str, Any], plugged: Plugged) -> None:
 def _check_model(model: object) -> None:
     if model is not None and not isinstance(model, nn.Module):
         raise ConfigError("model", f"must be a torch.nn.Module, got {type(model).__name__}")
+    if model is not None and any(t.is_meta for t in (*model.parameters(), *model.buffers())):  # no values to start from: torch's NotImplementedError when moved
+        raise ConfigError("model", f"{type(model).__qualname__} has tensors on the meta device (no values): materialise it first (model.to_empty(device='cpu') and initialise it)")
 
 
 def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike, out_dir: str | Path | None,

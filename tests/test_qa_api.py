@@ -5,7 +5,6 @@ Tiny: 64 random inputs, a linear model, nothing trained unless a test says so.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,3 +34,27 @@ def refused(**kwargs: Any) -> ConfigError:
 def test_a_model_on_the_meta_device_is_refused() -> None:
     exc = refused(model=nn.Linear(6, 3, device="meta"))
     assert exc.field == "model" and "meta device" in exc.message
+
+
+class Items(Dataset):
+    """A map-style Dataset whose item ``bad`` fails to read, as a corrupt file or a broken transform does."""
+
+    def __init__(self, data: TensorDataset, bad: int = -1) -> None:
+        self.data, self.bad = data, bad
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if i == self.bad:
+            raise OSError("image file is truncated")
+        return self.data[i]
+
+
+def test_a_dataloader_or_an_item_that_fails_to_read_is_refused_naming_the_split() -> None:
+    d = tensors()
+    train, test = TensorDataset(d.x_train, d.y_train), TensorDataset(d.x_test, d.y_test)
+    exc = refused(data=chillfl.DatasetData(DataLoader(train, batch_size=8), test))
+    assert exc.field == "data.train" and "pass its .dataset" in exc.message
+    exc = refused(data=chillfl.DatasetData(train, Items(test, bad=5)))
+    assert exc.field == "data.test" and exc.message == "reading item 5 failed: OSError: image file is truncated"

@@ -36,8 +36,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, one_line
 from chillfl.options import short_repr
 from chillfl.seeds import derive_seed
 
@@ -86,7 +87,10 @@ def read_items(dataset: Any, field: str, rows: Sequence[int] | np.ndarray, seeds
         for k in range(n):
             i = int(rows[k])
             _seed_all(int(seeds[k]))
-            item = dataset[i]
+            try:
+                item = dataset[i]
+            except Exception as exc:  # noqa: BLE001 - the user's __getitem__ / transform: a bad item, named, before anything is written
+                raise ConfigError(field, f"reading item {i} failed: {type(exc).__name__}: {one_line(str(exc))}") from None
             if not isinstance(item, (tuple, list)) or len(item) < 2:
                 raise ConfigError(field, f"item {i} must be (input, label), got {type(item).__name__}")
             xi, yi = item[0], item[1]
@@ -112,6 +116,9 @@ def materialize(dataset: Any, field: str, split: str) -> tuple[torch.Tensor, tor
         n = len(dataset)
     except TypeError:
         raise ConfigError(field, f"must be a map-style Dataset with __len__ (an IterableDataset has no fixed size), got {type(dataset).__name__}") from None
+    if isinstance(dataset, DataLoader) or not callable(getattr(dataset, "__getitem__", None)):  # a DataLoader has a len (its batches) but no items
+        hint = ": pass its .dataset" if isinstance(dataset, DataLoader) else ""
+        raise ConfigError(field, f"must be a map-style Dataset (ds[i] -> (input, label)), got {type(dataset).__name__}{hint}")
     if n == 0:
         raise ConfigError(field, "is empty")
     return read_items(dataset, field, range(n), item_seeds(first_read_seed(split), n))

@@ -58,3 +58,9 @@ def test_a_dataloader_or_an_item_that_fails_to_read_is_refused_naming_the_split(
     assert exc.field == "data.train" and "pass its .dataset" in exc.message
     exc = refused(data=chillfl.DatasetData(train, Items(test, bad=5)))
     assert exc.field == "data.test" and exc.message == "reading item 5 failed: OSError: image file is truncated"
+
+
+def test_nested_client_test_indices_are_refused_naming_the_client() -> None:
+    d = tensors()
+    exc = refused(data=chillfl.TensorData(d.x_train, d.y_train, d.x_test, d.y_test, client_test=[[0, [1, 2]], [3]]))
+    assert exc.field == "data.client_test" and exc.message.startswith("client 0:")

@@ -581,7 +581,10 @@ def _client_test(groups: Sequence[Any] | None, test_size: int, field: str = "dat
         raise ConfigError(field, f"must be a list with one list of {split}-set indices per client")
     out = []
     for i, ix in enumerate(groups):
-        arr = np.asarray(ix.cpu() if isinstance(ix, torch.Tensor) else ix)
+        try:
+            arr = np.asarray(ix.cpu() if isinstance(ix, torch.Tensor) else ix)
+        except (TypeError, ValueError):  # ragged or nested lists: NumPy cannot make one array of them
+            arr = np.empty((0, 0))
         if arr.ndim != 1 or (arr.size and (arr.dtype.kind not in "iu" or int(arr.min()) < 0 or int(arr.max()) >= test_size)):
             raise ConfigError(field, f"client {i}: expected indices into the {split} set (0..{test_size - 1})")
         out.append(arr.astype(np.int64))

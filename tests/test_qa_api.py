@@ -64,3 +64,12 @@ def test_nested_client_test_indices_are_refused_naming_the_client() -> None:
     d = tensors()
     exc = refused(data=chillfl.TensorData(d.x_train, d.y_train, d.x_test, d.y_test, client_test=[[0, [1, 2]], [3]]))
     assert exc.field == "data.client_test" and exc.message.startswith("client 0:")
+
+
+def test_one_callback_passed_without_a_list_is_refused() -> None:
+    def on_round(record: dict[str, Any]) -> None:
+        pass
+
+    for bare in (on_round, 5):
+        exc = refused(callbacks=bare)
+        assert exc.field == "callbacks" and "callbacks=[...]" in exc.message

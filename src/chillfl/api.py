@@ -23,7 +23,7 @@ import inspect
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
 import numpy as np
@@ -165,7 +165,7 @@ def run(
     if cfg.variants or repeats(cfg):  # the command line compares such a config; here the caller asked for one run
         log.warning("chillfl.run: the config's [variants] / [compare] / [tune] tables are a comparison's and are not used by one run "
                     "(at seed %d): chillfl.compare(config=...) runs them", cfg.seed)
-    hooks = [_as_callback(cb, i) for i, cb in enumerate(callbacks)]
+    hooks = _as_callbacks(callbacks)
     if write:
         check_out_dir(cfg.out_dir)
     exp = build_experiment(cfg, dataset, model=model, plugged=plugged)
@@ -219,7 +219,7 @@ def resume(
         built.append(exp)
         return exp
 
-    hooks = [_as_callback(cb, i) for i, cb in enumerate(callbacks)]
+    hooks = _as_callbacks(callbacks)
     out = resume_experiment(folder, progress=progress, callbacks=hooks, hooks=[h.hook for h in hooks], force=force, build=build)
     exp = built[0]
     return Result(
@@ -667,6 +667,13 @@ def _takes_view(fn: Callable[..., Any], field: str) -> bool:
     if not positional:
         raise ConfigError(field, "on_round must take the round's record (and optionally the run view): on_round(record[, run])")
     return False
+
+
+def _as_callbacks(callbacks: Any) -> list[_Hook]:
+    """``callbacks`` as hooks; one callback passed bare (``callbacks=fn``, a notebook's slip) is refused, not iterated."""
+    if isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Iterable) or any(hasattr(callbacks, m) for m in ("on_round", "on_end")):
+        raise ConfigError("callbacks", f"must be a list of callbacks (callbacks=[...]), got {type(callbacks).__name__}")
+    return [_as_callback(cb, i) for i, cb in enumerate(callbacks)]
 
 
 def _as_callback(cb: Any, index: int) -> _Hook:

@@ -58,6 +58,10 @@ def test_own_model_with_seeds_tuning_and_a_report(tmp_path: Path) -> None:
         ({"seeds": [0, "1"]}, "seeds"),
         ({"tune": {"client.lr": []}}, "tune"),
         ({"grid": {"algorithm.name": ["fedavg", "fedavgg"]}}, "algorithm.name"),
+        ({"grid": ["client.lr"]}, "grid"),  # the command line's checks, named by the Python keyword, not the flag (--grid)
+        ({}, "grid"),
+        ({"grid": {"client.lr": [0.05, 0.1]}, "select": "last"}, "select"),
+        ({"grid": {"client.lr": [0.05, 0.1]}, "reference": "client.lr=1"}, "reference"),
     ],
 )
 def test_bad_arguments_name_their_field(tmp_path: Path, kwargs: dict, field: str) -> None:

@@ -21,9 +21,10 @@ import copy
 import dataclasses
 import inspect
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Union
 
 import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
 import numpy as np
@@ -290,7 +291,8 @@ def compare(
     elif grid is not None:
         if isinstance(grid, str):
             raise ConfigError("grid", "expected a dict {key: [values]} or a list of 'key=v1,v2' strings, got a string")
-        variants = parse_grid(list(grid))
+        with _keyword_fields():
+            variants = parse_grid(list(grid))
     else:
         variants = None
     if seeds is not None:
@@ -302,7 +304,22 @@ def compare(
     if model is not None:
         check_model_fits(build_experiment(cfg, dataset, model=model, plugged=plugged))
     options = CompareOptions(seeds=list(seeds) if seeds is not None else None, tune={k: list(v) for k, v in tune.items()} if tune is not None else None, controls=controls, select=select)
-    return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model, plugged=plugged or None)
+    with _keyword_fields():
+        return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model, plugged=plugged or None)
+
+
+_FLAGS = {"--grid": "grid", "--seeds": "seeds", "--tune": "tune", "--select": "select", "--reference": "reference", "--controls": "controls"}
+
+
+@contextmanager
+def _keyword_fields() -> Iterator[None]:
+    """The comparison's checks, shared with the command line, name its flags (``--grid``); from Python the error names the keyword (``grid``)."""
+    try:
+        yield
+    except ConfigError as exc:
+        if exc.field not in _FLAGS:
+            raise
+        raise ConfigError(_FLAGS[exc.field], exc.message) from None
 
 
 def reproduce_paper(paper: str, seeds: Sequence[int] = (0, 1, 2), *, out_dir: str | Path | None = None, resume: bool = False, progress: bool = True) -> list[Outcome]:

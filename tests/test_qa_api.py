@@ -73,3 +73,10 @@ def test_one_callback_passed_without_a_list_is_refused() -> None:
     for bare in (on_round, 5):
         exc = refused(callbacks=bare)
         assert exc.field == "callbacks" and "callbacks=[...]" in exc.message
+
+
+def test_a_grid_over_the_dataset_of_a_comparison_on_own_data_is_refused() -> None:
+    """The variant would record ``[dataset] name = "digits"`` while training on the tensors passed (as ``model.name`` is refused)."""
+    with pytest.raises(ConfigError) as exc:
+        chillfl.compare(model=nn.Linear(6, 3), data=tensors(), config=SMALL, grid={"dataset.name": ["digits"]}, write=False, progress=False)
+    assert exc.value.field == "dataset.name" and "'custom'" in exc.value.message

@@ -31,7 +31,7 @@ from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import DATA_DIR_FIELD
 from chillfl.errors import ConfigError, Diverged, SweepFailed, one_line
 from chillfl.executors.pools import WorkerPools
-from chillfl.experiment import Plugged, build_data, build_experiment, build_protocol, check_parts
+from chillfl.experiment import CUSTOM, Plugged, build_data, build_experiment, build_protocol, check_parts, is_custom
 from chillfl.progress import Progress, format_seconds
 from chillfl.report.caveats import other_test_rows_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
@@ -113,6 +113,8 @@ def check_runs(
     datasets: dict[str, FederatedData] = {}
     for c in plan.cells:
         with naming(c.variant, plan.from_grid):
+            if dataset is not None and not is_custom(c.config.dataset.get("name")):  # a variant's registered dataset would be recorded, the user's data trained on
+                raise ConfigError("dataset.name", f"a run on the user's own data must record dataset.name = {CUSTOM!r}, got {c.config.dataset.get('name')!r}")
             key = data_key(c.config)
             if key not in datasets:
                 try:

@@ -79,7 +79,7 @@ def test_seeds_alone_compare_the_method_with_itself_over_them_and_nothing_at_all
     assert one.rows[0]["final_acc"]["per_seed"] == single  # the very runs `run` makes at each seed
     with pytest.raises(chillfl.ConfigError) as info:
         chillfl.compare(config=TINY, out_dir=tmp_path, progress=False)
-    assert info.value.field == "--grid" and "seeds" in str(info.value)
+    assert info.value.field == "grid" and "seeds" in str(info.value)  # the keyword, not the flag --grid
     assert not any(tmp_path.iterdir())
 
 

@@ -80,3 +80,16 @@ def test_a_grid_over_the_dataset_of_a_comparison_on_own_data_is_refused() -> Non
     with pytest.raises(ConfigError) as exc:
         chillfl.compare(model=nn.Linear(6, 3), data=tensors(), config=SMALL, grid={"dataset.name": ["digits"]}, write=False, progress=False)
     assert exc.value.field == "dataset.name" and "'custom'" in exc.value.message
+
+
+@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
+def test_layers_frozen_with_requires_grad_false_are_not_trained(executor: str) -> None:
+    """A researcher's frozen backbone (``requires_grad_(False)``) keeps its weights; the rest trains."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    model[0].requires_grad_(False)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    result = chillfl.run(model=model, data=tensors(), config={**SMALL, "executor": executor, "client": {"lr": 0.1}}, write=False, progress=False)
+    assert result.state is not None
+    assert torch.equal(result.state["0.weight"], start["0.weight"]) and torch.equal(result.state["0.bias"], start["0.bias"])
+    assert not torch.equal(result.state["2.weight"], start["2.weight"])

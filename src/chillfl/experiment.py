@@ -323,6 +323,7 @@ def build_experiment(
         cuda_graphs=config.cuda_graphs,
         compiled=config.compile,
         private=private_steps(config, data, model, aggregator),  # [privacy] dp-sgd
+        frozen=frozenset(n for n, p in model.named_parameters() if not p.requires_grad),  # a user's frozen layers (requires_grad=False) stay as given
     )
     model.to(device)
     state = {k: v.to(device) for k, v in state.items()}

@@ -93,3 +93,11 @@ def test_layers_frozen_with_requires_grad_false_are_not_trained(executor: str) -
     assert result.state is not None
     assert torch.equal(result.state["0.weight"], start["0.weight"]) and torch.equal(result.state["0.bias"], start["0.bias"])
     assert not torch.equal(result.state["2.weight"], start["2.weight"])
+
+
+def test_a_table_valued_override_merges_key_by_key() -> None:
+    base = {"federation": {"num_clients": 2, "rounds": 3}, "partition": {"name": "dirichlet", "alpha": 0.1}}
+    merged = chillfl.make_config(base, {"federation": {"rounds": 1}, "partition": {"name": "iid"}})
+    assert (merged.federation.num_clients, merged.federation.rounds) == (2, 1)
+    assert merged.partition["name"] == "iid" and "alpha" not in merged.partition  # another implementation starts afresh, as a dotted key does
+    assert merged == chillfl.make_config(base, {"federation.rounds": 1, "partition.name": "iid"})

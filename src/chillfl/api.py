@@ -427,7 +427,7 @@ def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None =
 
 def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     """:func:`make_config`'s dict before validation (the API adds its records of the user's parts to it)."""
-    overrides = dict(overrides or {})
+    overrides = _dotted(overrides or {})
     if config is None:
         data: dict[str, Any] = {}
     elif isinstance(config, RunConfig):
@@ -444,6 +444,18 @@ def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dic
     data = copy.deepcopy(data)
     apply_overrides(data, overrides)
     return data
+
+
+def _dotted(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A table-valued override (``federation={"rounds": 1}``) as its dotted keys, so it merges key by key as the docs say;
+    set whole, it replaced the config's table and dropped its other options (``num_clients``) silently."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and value:
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    return out
 
 
 def _as_written(config: RunConfig) -> dict[str, Any]:

@@ -451,7 +451,7 @@ def _dotted(overrides: Mapping[str, Any]) -> dict[str, Any]:
     set whole, it replaced the config's table and dropped its other options (``num_clients``) silently."""
     out: dict[str, Any] = {}
     for key, value in overrides.items():
-        if isinstance(value, Mapping) and value:
+        if isinstance(value, Mapping) and value and "." not in str(key):  # a part's table; a dotted key's table (algorithm.base_options) is set whole
             out.update({f"{key}.{k}": v for k, v in value.items()})
         else:
             out[key] = value

@@ -5,6 +5,7 @@ Tiny: 64 random inputs, a linear model, nothing trained unless a test says so.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -101,3 +102,29 @@ def test_a_table_valued_override_merges_key_by_key() -> None:
     assert (merged.federation.num_clients, merged.federation.rounds) == (2, 1)
     assert merged.partition["name"] == "iid" and "alpha" not in merged.partition  # another implementation starts afresh, as a dotted key does
     assert merged == chillfl.make_config(base, {"federation.rounds": 1, "partition.name": "iid"})
+
+
+class Detached(nn.Module):
+    """Logits cut off from the weights: a ``.detach()`` left in the forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x).detach()
+
+
+class EvalOnly(Detached):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            raise RuntimeError("call .eval() first")
+        return self.linear(x)
+
+
+def test_a_model_that_cannot_train_is_refused_before_the_folder_exists(tmp_path: Path) -> None:
+    exc = refused(model=Detached(), write=True, out_dir=tmp_path / "out")
+    assert exc.field == "model" and "do not depend on its trainable parameters" in exc.message
+    exc = refused(model=EvalOnly(), write=True, out_dir=tmp_path / "out")
+    assert exc.field == "model" and exc.message.endswith("fails in training mode on a batch of inputs of shape (2, 6): RuntimeError: call .eval() first")
+    assert not (tmp_path / "out").exists()

@@ -630,7 +630,8 @@ def _from_datasets(data: DatasetData) -> TensorData:
 
 
 def check_model_fits(exp: Experiment) -> None:
-    """One forward pass of two training inputs through (a copy of) the model: it must give ``[2, num_classes]`` logits.
+    """One forward pass of two training inputs through (a copy of) the model: it must give ``[2, num_classes]`` logits,
+    in eval mode, and in training mode logits that depend on its trainable parameters.
 
     Catches a mismatched model before the result folder exists, where a
     failure in round 1 would leave a half-written run behind.
@@ -651,6 +652,14 @@ def check_model_fits(exp: Experiment) -> None:
         raise ConfigError("model", f"must return logits of shape [batch, num_classes] = [{len(x)}, {classes}], got {shape}")
     if out.shape[1] != classes:
         raise ConfigError("data.num_classes", f"is {classes}, but the model outputs {out.shape[1]} logits per sample")
+    model.train()  # as the clients run it: a forward that fails only in training, or logits cut off from the weights, failed in round 1
+    try:
+        with torch.enable_grad(), torch.random.fork_rng(devices=[]):  # enable_grad: whatever the caller's grad mode, as training runs
+            out = model(x)
+    except Exception as exc:  # noqa: BLE001 - the user's forward, as above
+        raise ConfigError("model", f"{type(model).__qualname__} fails in training mode on a batch of inputs of shape {tuple(x.shape)}: {type(exc).__name__}: {exc}") from None
+    if not (isinstance(out, torch.Tensor) and out.requires_grad):
+        raise ConfigError("model", f"{type(model).__qualname__}'s logits in training mode do not depend on its trainable parameters (detached, or under torch.no_grad()): nothing can train")
 
 
 def _trained_copy(template: nn.Module, state: Mapping[str, torch.Tensor] | None) -> nn.Module | None:

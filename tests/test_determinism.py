@@ -44,3 +44,11 @@ def test_client_sampling_is_seeded_sorted_and_without_replacement():
     assert picks != sample_clients(7, 4, 100, 10)
     # the stream of round 3 does not depend on the number of registered clients' other rounds
     assert sample_clients(7, 3, 5, 5) == [0, 1, 2, 3, 4]
+
+
+def test_processes_at_two_threads_is_the_sequential_run_at_two_threads():
+    """The docs promise one float path at one ``threads`` count whatever the executor: the process pool's workers ran
+    one intra-op thread each whatever ``threads`` said, so at ``threads = 2`` it was bitwise the one-thread run."""
+    over = {"model.name": "mlp", "model.hidden": [256, 256], "client.batch_size": 64}  # matmuls wide enough for 2 threads to split
+    two = _records(threads=2, **over)
+    assert _records(threads=2, executor="processes", **over) == two

@@ -114,10 +114,15 @@ class ExecutorSpec:
     """Worker processes lent by a sweep (:mod:`chillfl.executors.pools`); None: a process executor starts its own."""
 
     def process_executor(self, workers: int) -> ProcessExecutor:
-        """A process-pool executor of ``workers`` single-threaded workers: the sweep's pool of that size, or its own."""
+        """A process-pool executor of ``workers`` workers with the run's intra-op threads each: the sweep's pool of that size, or its own.
+
+        A worker trains at the run's ``threads`` (1 for ``threads = 0``, torch's default, no fixed count), the float path
+        of the sequential executor at that count: with one thread a worker, ``threads = 2`` was bitwise another run.
+        """
+        threads = max(1, self.threads)
         if self.pools is None:
-            return ProcessExecutor(self.model, self.spec, workers=workers, client=self.client)
-        return ProcessExecutor(self.model, self.spec, client=self.client, pool=self.pools.processes(workers))
+            return ProcessExecutor(self.model, self.spec, workers=workers, client=self.client, threads_per_worker=threads)
+        return ProcessExecutor(self.model, self.spec, client=self.client, pool=self.pools.processes(workers, threads))
 
 
 def _picklable(parts: ExecutorSpec) -> bool:
@@ -158,7 +163,7 @@ def make_parallel_executor(name: str, parts: ExecutorSpec) -> Executor:
     clients = parts.clients_per_round
     cores = default_workers()
     workers = vectorized_workers(parts.threads, cores)
-    pool_size = max(1, min(cores, clients))  # no idle worker processes
+    pool_size = max(1, min(cores // max(1, parts.threads), clients))  # no idle worker processes, no more threads than cores
     on_cpu = parts.device == "cpu"
     fallback: Callable[[], Executor] | None = None
     if name == "auto":

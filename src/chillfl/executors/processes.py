@@ -16,8 +16,8 @@ per dtype, so a worker maps it instead of receiving a
 copy. Results are collected by job index and returned in job order; a job's
 outcome depends only on the job (its own seed), never on which worker ran it.
 
-Determinism: a worker runs with ``threads_per_worker`` intra-op threads (1 by
-default). Results are bitwise identical to the sequential executor run in a
+Determinism: a worker runs with ``threads_per_worker`` intra-op threads (a run's
+``threads``; 1 by default). Results are bitwise identical to the sequential executor run in a
 process with the same number of intra-op threads (``torch.set_num_threads``);
 with a different thread count, reductions may sum in a different order and
 results agree only up to float rounding.

@@ -71,6 +71,13 @@ def test_bad_arguments_name_their_field(tmp_path: Path, kwargs: dict, field: str
     assert not any(tmp_path.iterdir())
 
 
+def test_seeds_given_as_a_string_say_so() -> None:
+    """'0,1' is a sequence of characters: the message read "got ['0', ',', '1']" (found by the qaapi helper)."""
+    with pytest.raises(chillfl.ConfigError) as info:
+        chillfl.compare(config=TINY, seeds="0,1", write=False, progress=False)  # type: ignore[arg-type]
+    assert str(info.value) == "seeds: expected a list of integer seeds, e.g. [0, 1, 2], got the string '0,1'"
+
+
 def test_seeds_alone_compare_the_method_with_itself_over_them_and_nothing_at_all_is_refused(tmp_path: Path) -> None:
     """No grid and no [variants]: seeds (or a tuning grid) run the config as a comparison of one; neither is one line."""
     one = chillfl.compare(config={**TINY, "name": "alone"}, seeds=[0, 1], write=False, progress=False)

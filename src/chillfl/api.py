@@ -342,6 +342,8 @@ def reproduce_paper(paper: str, seeds: Sequence[int] = (0, 1, 2), *, out_dir: st
 
 def _check_seeds(seeds: Sequence[int]) -> None:
     """``[compare] seeds``' rules, the error naming the Python argument ``seeds``."""
+    if isinstance(seeds, (str, bytes)):  # a string is a sequence too: '0,1' read as ['0', ',', '1']
+        raise ConfigError("seeds", f"expected a list of integer seeds, e.g. [0, 1, 2], got the string {seeds!r}")
     try:
         check_compare_option("seeds", list(seeds))
     except ConfigError as exc:

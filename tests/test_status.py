@@ -61,3 +61,17 @@ def test_a_folder_that_is_no_result_is_one_line(tmp_path: Path, capsys: pytest.C
     assert main(["status", str(folder)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"chillfl: error: run_dir: {folder} {words}" + ("" if what == "empty" else " (give a run's or a comparison's result folder)")]
+
+
+def test_a_diverged_run_folder_is_told_diverged_not_a_later_run_of_its_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl status NAME.failed`` was read as a run named ``NAME.failed`` (stopped early), and a finished
+    ``NAME`` beside it (a rerun at a lower lr) must not stand in for the diverged folder."""
+    failed = tmp_path / "x.failed"
+    failed.mkdir()
+    (failed / "config.toml").write_text(CONFIG.replace('name = "sh"', 'name = "x"').split("[compare]")[0])
+    (failed / "failure.json").write_text(json.dumps({"round": 1}))
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "summary.json").write_text(json.dumps({"final_global_acc": 0.5, "rounds": 2}))
+    capsys.readouterr()
+    assert main(["status", str(failed)]) == 0
+    assert capsys.readouterr().out.splitlines()[::3] == [f"{failed}: one run", "| x | diverged (at round 1) | 0/2 | - |"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chillfl.errors import ConfigError
-from chillfl.storage.results import PARTIAL, FolderInUse, RunLock
+from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
 from chillfl.storage.run_folder import CHECKPOINT
 
 FIELD = "run_dir"
@@ -59,29 +59,39 @@ def _locked(folder: Path) -> bool:
 
 def run_state(parent: Path, name: str, planned: int | None = None) -> RunState:
     """Run ``name``'s state from what ``parent`` holds of it (``NAME``, ``NAME.failed``, ``NAME.partial`` or nothing)."""
-    done, failed, partial = parent / name, parent / f"{name}.failed", parent / f"{name}{PARTIAL}"
+    done, failed, partial = parent / name, parent / f"{name}{FAILED}", parent / f"{name}{PARTIAL}"
     if (done / "summary.json").is_file():
+        return folder_state(done, name, planned)
+    for folder in (failed, partial, done):
+        if folder.is_dir() and (folder is not failed or (failed / "failure.json").is_file()):
+            return folder_state(folder, name, planned)
+    return RunState(name, "not started", "", None, planned)
+
+
+def folder_state(folder: Path, name: str, planned: int | None = None) -> RunState:
+    """The state of the one folder ``folder`` of run ``name``, told by its suffix (``.failed``, ``.partial``, none):
+    ``chillfl status NAME.failed`` describes that folder, not a later run of the same name beside it."""
+    if folder.name.endswith(FAILED):
         try:
-            summary = json.loads((done / "summary.json").read_text(encoding="utf-8"))
+            at = json.loads((folder / "failure.json").read_text(encoding="utf-8")).get("round")
+        except (OSError, ValueError, AttributeError):
+            at = None
+        return RunState(name, "diverged", f"at round {at}" if at is not None else "", _rounds_written(folder), planned)
+    if folder.name.endswith(PARTIAL):
+        rounds = _rounds_written(folder)
+        if _locked(folder):
+            return RunState(name, "running", "", rounds, planned)
+        how = "resumes from its checkpoint" if (folder / CHECKPOINT).is_file() else "before its first checkpoint: runs again"
+        return RunState(name, "stopped", how, rounds, planned)
+    if (folder / "summary.json").is_file():
+        try:
+            summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             summary = {}
         accuracy = summary.get("final_global_acc")
         return RunState(name, "finished", "", summary.get("rounds"), planned, accuracy if isinstance(accuracy, (int, float)) else None)
-    if (failed / "failure.json").is_file():
-        try:
-            at = json.loads((failed / "failure.json").read_text(encoding="utf-8")).get("round")
-        except (OSError, ValueError, AttributeError):
-            at = None
-        return RunState(name, "diverged", f"at round {at}" if at is not None else "", _rounds_written(failed), planned)
-    if partial.is_dir():
-        rounds = _rounds_written(partial)
-        if _locked(partial):
-            return RunState(name, "running", "", rounds, planned)
-        how = "resumes from its checkpoint" if (partial / CHECKPOINT).is_file() else "before its first checkpoint: runs again"
-        return RunState(name, "stopped", how, rounds, planned)
-    if done.is_dir():  # a finished folder without its summary: a run stopped early by a callback
-        return RunState(name, "stopped", "early, by a callback", _rounds_written(done), planned)
-    return RunState(name, "not started", "", None, planned)
+    # a finished folder without its summary: a run stopped early by a callback
+    return RunState(name, "stopped", "early, by a callback", _rounds_written(folder), planned)
 
 
 def comparison_states(folder: Path) -> list[RunState]:
@@ -110,7 +120,7 @@ def status_table(path: str | Path) -> str:
         what = "comparison (table written)" if not folder.name.endswith(PARTIAL) else "comparison"
         head = f"{folder}: {what}, {len(states)} runs: " + ", ".join(f"{n} {state}" for state, n in counts.items())
     elif (folder / "config.toml").is_file():
-        name = folder.name.removesuffix(PARTIAL)
+        name = folder.name.removesuffix(PARTIAL).removesuffix(FAILED)
         planned = None
         try:
             from chillfl.config import load_config
@@ -118,7 +128,7 @@ def status_table(path: str | Path) -> str:
             planned = load_config(folder / "config.toml").federation.rounds
         except ConfigError:
             pass
-        states = [run_state(folder.parent, name, planned)]
+        states = [folder_state(folder, name, planned)]
         head = f"{folder}: one run"
     else:
         raise ConfigError(FIELD, f"{folder} is not a chillfl result folder (no config.toml)")

@@ -40,6 +40,18 @@ def test_replay_from_the_initial_model_is_round_one_of_the_run(run_dir: Path) ->
     assert replay.record["global_ece"] == first["global_ece"]
 
 
+@pytest.mark.parametrize("wrap", ["privacy.mechanism=dp-fedavg", "attack.kind=scaling"])
+def test_replay_runs_through_privacy_and_attack_wrappers(tmp_path: Path, wrap: str) -> None:
+    """A run with [privacy] or [attack] has its protocol wrapped: the replay was an AssertionError (exit 1);
+    it is round 1 of the run, wrapper included."""
+    config = tmp_path / "exp.toml"
+    config.write_text(f'name = "w"\nout_dir = "{tmp_path / "out"}"\n')
+    assert main(["run", str(config), "-q", *TINY, "federation.rounds=1", wrap]) == 0
+    replay = replay_round(tmp_path / "out" / "w", "initial")
+    first = read_metrics(tmp_path / "out" / "w")[0]
+    assert replay.record["global_acc"] == first["global_acc"] and replay.record["global_loss"] == first["global_loss"]
+
+
 def test_replay_from_the_final_model_starts_from_model_safetensors(run_dir: Path) -> None:
     import safetensors.torch
 

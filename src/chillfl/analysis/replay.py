@@ -38,6 +38,7 @@ from chillfl.config import RunConfig, load_config
 from chillfl.engine.loop import availability, sample_clients
 from chillfl.storage.model_file import read_model
 from chillfl.storage.results import strict
+from chillfl.engine.protocol import AroundProtocol
 from chillfl.errors import ConfigError
 from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
 from chillfl.protocols.parameters import ParameterSharing
@@ -104,12 +105,15 @@ def replay_round(run_dir: str | Path, start: Literal["final", "initial"] = "fina
     if kind.name != "parameters":
         raise ConfigError("run_dir", f"{run_dir} is a {kind.title} ({kind.method(config)}) run; this analysis replays parameter-sharing runs only")
     protocol = build_protocol(exp)
-    assert isinstance(protocol, ParameterSharing)
+    sharing = protocol
+    while isinstance(sharing, AroundProtocol):  # [privacy] / [attack] wrap it: the round runs through them, as in the run
+        sharing = sharing.inner
+    assert isinstance(sharing, ParameterSharing)
     rnd = 0
     if start == "final":
-        protocol.state = load_model_state(run_dir, exp.device)
+        sharing.state = load_model_state(run_dir, exp.device)
         rnd = config.federation.rounds
-    first = {k: v.clone() for k, v in protocol.state.items()}
+    first = {k: v.clone() for k, v in sharing.state.items()}
     executor = make_executor(exp, protocol)
     try:
         sampled = sample_clients(config.seed, rnd, exp.data.num_clients, config.federation.sample_size())
@@ -125,7 +129,7 @@ def replay_round(run_dir: str | Path, start: Literal["final", "initial"] = "fina
     finally:
         executor.close()
         protocol.close()
-    return Replay(exp, rnd + 1, first, clients, dict(protocol.state), record)
+    return Replay(exp, rnd + 1, first, clients, dict(sharing.state), record)
 
 
 @torch.no_grad()

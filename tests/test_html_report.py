@@ -248,3 +248,19 @@ def test_groups_on_the_same_partition_share_one_heat_map(tmp_path: Path) -> None
         assert main(["run", str(config), "-q", *TINY, *extra]) == 0
     page = render([tmp_path / "out"], models=False)
     assert page.count('class="fig"><p class="muted">') == page.count('alt="partition') == 2  # a and b: one partition (seed 0); c: another (seed 1)
+
+
+def test_a_named_stopped_or_diverged_run_says_so_in_the_results_table(runs: Path, tmp_path: Path) -> None:
+    """A ``.partial`` or ``.failed`` folder named on the command line has curves but no summary: its row was all
+    dashes, with nothing saying it stopped at round 2 of 3 (or diverged) rather than measured nothing."""
+    partial, failed = tmp_path / "warm.partial", tmp_path / "warm.failed"
+    for folder in (partial, failed):
+        shutil.copytree(runs / "warm", folder)
+        (folder / "summary.json").unlink()
+        lines = (folder / "metrics.jsonl").read_text().splitlines(keepends=True)
+        (folder / "metrics.jsonl").write_text("".join(lines[:2]))
+    (failed / "failure.json").write_text('{"round": 3}')
+    for folder, state in ((partial, "stopped (before its first checkpoint: runs again), 2/3 rounds"), (failed, "diverged (at round 3), 2/3 rounds")):
+        page = render([folder], models=False, partitions=False)
+        results = page.split("<h2>Results</h2>")[1].split("</table>")[0]
+        assert f"warm (warm: {state})" in results

@@ -352,8 +352,21 @@ def _metrics_columns(groups: Sequence[Group]) -> tuple[tuple[str, str, bool], ..
                  and (attacked or c[0] != "final_attack_success_rate"))
 
 
+def _unfinished_note(g: Group) -> str:
+    """`` (div: diverged (at round 1), 0/2 rounds)`` for a group's runs without a summary (a named ``.partial`` or
+    ``.failed`` folder): their curves are drawn, but the table has no final numbers of them, and should say why."""
+    from chillfl.status import folder_state
+
+    notes = []
+    for r in g.runs:
+        if not r.summary:
+            name, state, rounds, _ = folder_state(r.folder, r.config.name, r.config.federation.rounds).cells()
+            notes.append(f"{name}: {state}, {rounds} rounds")
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 def _metrics_row(g: Group, columns: Sequence[tuple[str, str, bool]] = TABLE_METRICS) -> str:
-    cells = [f'<td class="l">{_e(g.label)}</td>', f"<td>{len(g.runs)}</td>"]
+    cells = [f'<td class="l">{_e(g.label + _unfinished_note(g))}</td>', f"<td>{len(g.runs)}</td>"]
     for key, _, pct in columns:
         values = [_value(r, key) for r in g.runs]
         text = _fmt(key, *mean_std(values), pct)

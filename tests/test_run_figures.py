@@ -51,3 +51,19 @@ def test_a_declared_figure_nobody_registers_is_skipped_with_a_warning(tmp_path: 
         pngs = _pngs(tmp_path)
     assert "accuracy_loss.png" in pngs
     assert any("'nowhere'" in r.getMessage() for r in caplog.records)
+
+
+def test_a_one_round_curve_is_drawn_and_its_round_ticked() -> None:
+    """A 1-round run's curves were lines of one point (nothing drawn) over ticks 0.945 ... 1.05."""
+    from chillfl.plots.figure import Figure
+    from chillfl.plots.run import integer_rounds
+
+    ax = Figure().add_subplot()
+    (one,) = ax.plot([1], [0.15])
+    (two,) = ax.plot([1, 2], [0.1, 0.2])
+    integer_rounds(ax)
+    assert one.get_marker() == "o" and two.get_marker() in ("None", None, "")
+    ax2 = Figure().add_subplot()
+    ax2.plot([1], [0.15])
+    integer_rounds(ax2)
+    assert list(ax2.get_xticks()) == [1]

@@ -76,10 +76,16 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
 
 
 def integer_rounds(ax: Any) -> None:
-    """Rounds are whole numbers: no 2.5 ticks on short runs."""
-    from matplotlib.ticker import MaxNLocator
+    """Rounds are whole numbers: no 2.5 ticks on short runs. A line of one round (a 1-round run) gets a marker,
+    since a line of one point draws nothing, and an axis spanning one round its one whole tick, not 0.945 ... 1.05."""
+    from matplotlib.ticker import FixedLocator, MaxNLocator
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for line in ax.get_lines():
+        if len(line.get_xdata()) == 1 and line.get_marker() in ("None", None, ""):
+            line.set_marker("o")
+    lo, hi = ax.get_xlim()
+    whole = list(range(math.ceil(lo), math.floor(hi) + 1))
+    ax.xaxis.set_major_locator(FixedLocator(whole) if 0 < len(whole) <= 1 else MaxNLocator(integer=True))
 
 
 def log_scale_if_exploding(ax: Any, factor: float = 10.0) -> None:

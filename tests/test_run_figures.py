@@ -67,3 +67,15 @@ def test_a_one_round_curve_is_drawn_and_its_round_ticked() -> None:
     ax2.plot([1], [0.15])
     integer_rounds(ax2)
     assert list(ax2.get_xticks()) == [1]
+
+
+def test_a_one_round_accuracy_vs_bytes_point_is_drawn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """accuracy_vs_bytes.png of a 1-round run was two empty panels (lines of one point)."""
+    from chillfl.plots import figure
+    from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
+
+    drawn: list[object] = []
+    monkeypatch.setattr(figure, "save_png", lambda fig, path, dpi=100: drawn.append(fig))
+    plot_compare_accuracy_vs_bytes({"one": [{"round": 1, "bytes_cumulative": 1000, "global_acc": 0.5, "local_acc": 0.6}]}, tmp_path / "b.png")
+    (fig,) = drawn
+    assert [line.get_marker() for ax in fig.axes for line in ax.get_lines()] == ["o", "o"]  # type: ignore[attr-defined]

@@ -45,7 +45,7 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
     if peak is None:
         return None
     unit, scale = unit_for(peak)
-    from chillfl.plots.figure import Figure, save_png  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
+    from chillfl.plots.figure import Figure, mark_lone_points, save_png  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
 
     fig = Figure(figsize=(11, 4))
     axes = fig.subplots(1, 2)
@@ -57,6 +57,7 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
             elif xs:
                 ax.plot([x / scale for x in xs], ys, label=label)
         ax.set(xlabel=f"cumulative communication ({unit})", ylabel="accuracy", title=what)
+        mark_lone_points(ax)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from chillfl.extras import need
 
@@ -10,7 +11,7 @@ need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an Impo
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-__all__ = ["Figure", "save_png"]
+__all__ = ["Figure", "mark_lone_points", "save_png"]
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
@@ -20,3 +21,10 @@ def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
     FigureCanvasAgg(fig)
     fig.savefig(out, format="png", dpi=dpi)
     return out
+
+
+def mark_lone_points(ax: Any) -> None:
+    """A marker on every line of one point (a 1-round run): a line through one point draws nothing."""
+    for line in ax.get_lines():
+        if len(line.get_xdata()) == 1 and line.get_marker() in ("None", None, ""):
+            line.set_marker("o")

@@ -12,6 +12,7 @@ matplotlib = need("matplotlib", "plots", "plots")  # one MissingExtra line inste
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from chillfl.plots.figure import mark_lone_points  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
 
@@ -80,9 +81,7 @@ def integer_rounds(ax: Any) -> None:
     since a line of one point draws nothing, and an axis spanning one round its one whole tick, not 0.945 ... 1.05."""
     from matplotlib.ticker import FixedLocator, MaxNLocator
 
-    for line in ax.get_lines():
-        if len(line.get_xdata()) == 1 and line.get_marker() in ("None", None, ""):
-            line.set_marker("o")
+    mark_lone_points(ax)
     lo, hi = ax.get_xlim()
     whole = list(range(math.ceil(lo), math.floor(hi) + 1))
     ax.xaxis.set_major_locator(FixedLocator(whole) if 0 < len(whole) <= 1 else MaxNLocator(integer=True))

@@ -151,3 +151,30 @@ def test_the_readme_names_every_file_a_comparison_writes(tmp_path: Path, capsys:
     assert {"table.md", "table.json", "curves.png", "accuracy_vs_bytes.png", "metrics.jsonl"} <= written
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     assert [name for name in sorted(written) if f"`{name}`" not in readme] == []
+
+
+def _legends(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[list[str]]:
+    """Each panel's legend texts of the next figures ``module`` finishes (finish_panels wrapped)."""
+    seen: list[list[str]] = []
+    original = module.finish_panels
+
+    def capture(fig: Any, axes: Any, path: Any) -> None:
+        original(fig, axes, path)
+        seen.extend([t.get_text() for t in ax.get_legend().get_texts()] for ax in axes)
+
+    monkeypatch.setattr(module, "finish_panels", capture)
+    return seen
+
+
+def test_a_variant_that_diverged_at_every_seed_is_named_in_the_curves_legend(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """curves.png dropped a variant with no finished run without a word; its legend now names it."""
+    import chillfl.plots.bands as bands
+    import chillfl.plots.run as run
+
+    seen = _legends(monkeypatch, run)
+    assert _compare(tmp_path, capsys, 0.05, 1e12)[0] == DIVERGED_EXIT  # one seed: plot_curves
+    assert seen == [["base", "other: no finished run"]] * 2
+    records = [{"round": 1, "global_acc": 0.5, "global_loss": 1.0}]
+    seen = _legends(monkeypatch, bands)
+    bands.plot_band_curves({"base": [records, records], "other": []}, tmp_path / "c.png")
+    assert seen == [["base (n=2)", "other: no finished run"]] * 2

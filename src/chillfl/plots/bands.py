@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from chillfl.metrics.spread import SPREAD, seed_band
-from chillfl.plots.run import finish_panels, plt
+from chillfl.plots.run import finish_panels, no_finished_run, plt
 
 
 def plot_band_curves(curves: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], path: str | Path, key: str = "global_acc", title: str = "") -> None:
@@ -15,6 +15,7 @@ def plot_band_curves(curves: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
     loss_key = key.replace("acc", "loss")
     for label, runs in curves.items():
         if not runs:
+            no_finished_run(label, (ax_acc, ax_loss))
             continue
         for ax, k in ((ax_acc, key), (ax_loss, loss_key)):
             rounds, mean, std = seed_band(runs, k)

@@ -67,6 +67,9 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
     fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
     loss_key = key.replace("acc", "loss")
     for label, records in curves.items():
+        if not records:
+            no_finished_run(label, (ax_acc, ax_loss))
+            continue
         rounds, values = series(records, key)
         ax_acc.plot(rounds, values, label=label)
         rounds, values = series(records, loss_key)
@@ -74,6 +77,13 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
     ax_acc.set(xlabel="round", ylabel=key, title=title or "Accuracy")
     ax_loss.set(xlabel="round", ylabel=loss_key, title="Loss")
     finish_panels(fig, (ax_acc, ax_loss), path)
+
+
+def no_finished_run(label: str, axes: Sequence[Any]) -> None:
+    """A legend entry without a line for a variant none of whose runs finished (diverged at every seed): its
+    curve is missing for a reason the figure says, not silently."""
+    for ax in axes:
+        ax.plot([], [], " ", label=f"{label}: no finished run")
 
 
 def integer_rounds(ax: Any) -> None:

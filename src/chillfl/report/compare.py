@@ -402,15 +402,16 @@ def format_seed_table(
     return "\n".join(lines)
 
 
-def write_compare_figures(outputs: Mapping[str, RunOutput], folder: Path, title: str) -> None:
-    """The comparison's figures; without matplotlib (the ``plots`` extra) one log line says they were skipped."""
+def write_compare_figures(outputs: Mapping[str, RunOutput], folder: Path, title: str, unfinished: Sequence[str] = ()) -> None:
+    """The comparison's figures (``unfinished``: variants whose run did not finish, named in the curves' legend);
+    without matplotlib (the ``plots`` extra) one log line says they were skipped."""
     try:
         from chillfl.plots.run import plot_curves
     except MissingExtra as exc:
         logging.getLogger(__name__).info("%s; figures skipped", exc)
         return
 
-    plot_curves({label: out.records for label, out in outputs.items()}, folder / "curves.png", title=title)
+    plot_curves({**{label: out.records for label, out in outputs.items()}, **{label: [] for label in unfinished}}, folder / "curves.png", title=title)
     plot_compare_accuracy_vs_bytes({label: out.records for label, out in outputs.items()}, folder / "accuracy_vs_bytes.png", title=title)
 
 

@@ -271,7 +271,7 @@ def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, 
         bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
         write_band_figures(bands, plan.seeds[0], partial, config.name, tables.rows, plan.baseline.label, bool(config.compare.get("local", False)))
     else:
-        write_compare_figures(tables.outputs, partial, config.name)
+        write_compare_figures(tables.outputs, partial, config.name, [v.label for v in plan.variants if v.label not in tables.outputs])
     partial.rename(folder)
     point_saved_configs_to(folder, partial)
 

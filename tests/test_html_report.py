@@ -264,3 +264,16 @@ def test_a_named_stopped_or_diverged_run_says_so_in_the_results_table(runs: Path
         page = render([folder], models=False, partitions=False)
         results = page.split("<h2>Results</h2>")[1].split("</table>")[0]
         assert f"warm (warm: {state})" in results
+
+
+def test_a_heat_map_of_many_clients_stays_readable(tmp_path: Path) -> None:
+    """200 clients drew an 8640 x 540 px strip (0.35 in a client), which the page shrinks to a few pixels' height."""
+    import struct
+
+    import numpy as np
+
+    from chillfl.data.show import plot_class_heatmap
+
+    plot_class_heatmap(np.ones((200, 10), dtype=np.int64), tmp_path / "h.png", title="many")
+    width, height = struct.unpack(">II", (tmp_path / "h.png").read_bytes()[16:24])
+    assert width <= 2000 and width / height <= 4, (width, height)

@@ -47,10 +47,14 @@ def describe(fd: FederatedData) -> str:
     return "\n".join([summary, line(header), *(line(r) for r in rows)])
 
 
+HEATMAP_MAX_WIDTH = 16.0
+"""The heat map's widest figure, in inches (1920 px at its 120 dpi)."""
+
+
 def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") -> None:
     """Save a class x client heat map of ``counts`` ([clients, classes]) as a PNG.
 
-    Counts are written into the cells when the grid has at most 400 cells.
+    Counts are written into the cells when the grid has at most 400 cells and the figure is not at its widest.
     """
     need("matplotlib", "plots", "heat maps")  # lazy: matplotlib is the `plots` extra
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -59,14 +63,16 @@ def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") ->
     counts = np.asarray(counts)
     grid = counts.T  # rows: classes, columns: clients
     n_classes, n_clients = grid.shape
-    fig = Figure(figsize=(max(4.0, 0.35 * n_clients + 2), max(3.0, 0.3 * n_classes + 1.5)))
+    # at most HEATMAP_MAX_WIDTH inches wide: 0.35 in a client made 200 clients an 8640 x 540 px strip (a page shows it
+    # a few pixels high); past ~40 clients the cells only narrow, and the counts are not written in them anyway
+    fig = Figure(figsize=(min(HEATMAP_MAX_WIDTH, max(4.0, 0.35 * n_clients + 2)), max(3.0, 0.3 * n_classes + 1.5)))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     image = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest", origin="lower")
     fig.colorbar(image, ax=ax, label="samples")
     ax.set_xlabel("client")
     ax.set_ylabel("class")
-    if n_classes * n_clients <= 400:
+    if n_classes * n_clients <= 400 and 0.35 * n_clients + 2 <= HEATMAP_MAX_WIDTH:  # each cell wide enough for its count
         top = grid.max() if grid.size else 0
         for (row, col), value in np.ndenumerate(grid):
             colour = "black" if value > 0.6 * top else "white"

@@ -277,3 +277,17 @@ def test_a_heat_map_of_many_clients_stays_readable(tmp_path: Path) -> None:
     plot_class_heatmap(np.ones((200, 10), dtype=np.int64), tmp_path / "h.png", title="many")
     width, height = struct.unpack(">II", (tmp_path / "h.png").read_bytes()[16:24])
     assert width <= 2000 and width / height <= 4, (width, height)
+
+
+def test_a_folder_of_runs_names_the_folders_it_leaves_out(runs: Path, tmp_path: Path) -> None:
+    """``chillfl report results`` took the finished runs and dropped a comparison folder and unfinished runs
+    beside them without a word; the page now names them (as the one way to include them: name them)."""
+    folder = tmp_path / "results"
+    shutil.copytree(runs, folder)
+    shutil.copytree(runs / "warm", folder / "late.partial")
+    (folder / "x-compare").mkdir()
+    (folder / "x-compare" / "sweep.json").write_text("{}")
+    page = render([folder], models=False, partitions=False)
+    skipped = re.search(r'<p class="muted" id="skipped">([^<]*)</p>', page)
+    assert skipped is not None and skipped.group(1).endswith(f"{folder / 'late.partial'}, {folder / 'x-compare'}")
+    assert 'id="skipped"' not in render([runs], models=False, partitions=False)

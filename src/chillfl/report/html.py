@@ -106,6 +106,19 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
     return found
 
 
+def skipped_folders(paths: Sequence[str | Path]) -> list[Path]:
+    """Sub-folders of a named folder of runs that :func:`find_runs` leaves out: unfinished runs (``.partial``,
+    ``.failed``) and comparison folders (``NAME-compare``): the page lists them, so none is dropped silently."""
+    from chillfl.sweeps.record import is_sweep
+
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if not _is_run(p) and p.is_dir():
+            listed = (p / "table.md").is_file()  # a finished comparison's section lists its diverged runs itself
+            out += sorted(s for s in p.iterdir() if s.is_dir() and (is_sweep(s) or (_is_run(s) and _unfinished(s) and not (listed and ".failed" in s.name))))
+    return out
+
+
 def load_run(folder: Path) -> Run:
     summary_path = folder / "summary.json"
     try:
@@ -459,6 +472,8 @@ def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: 
         f'<p class="muted">{len(runs)} run(s) in {len(groups)} group(s); runs equal but for the seed form a group '
         f"(numbers: mean ± sample std over its seeds; curves: mean over seeds, {SPREAD}).</p>",
         f'<p id="groups">groups: {_e(", ".join(g.label for g in groups))}</p>',
+        *([f'<p class="muted" id="skipped">not included (name a comparison folder or an unfinished run to include it): '
+           f'{_e(", ".join(str(s) for s in skipped))}</p>'] if (skipped := skipped_folders(run_dirs)) else []),
         "<h2>Configurations</h2>", "<table id=\"configs\"><tr>" + "".join(f'<th class="l">{h}</th>' for h in (
             "group", "dataset", "partition", "model", "algorithm", "temperature", "distillation", "rounds", "clients / per round", "client", "seeds")) + "</tr>",
         *(_config_row(g) for g in groups), "</table>",

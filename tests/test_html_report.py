@@ -69,6 +69,15 @@ def test_report_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFi
     assert not (tmp_path / "r.html").exists()
 
 
+
+def test_an_unwritable_output_is_one_line(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """-o under a file was a FileNotFoundError/NotADirectoryError traceback, exit 1."""
+    (tmp_path / "f").write_text("")
+    assert main(["report", str(runs), "--no-models", "--no-partitions", "-o", str(tmp_path / "f" / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("chillfl: error: --output:"), err
+
+
 def _browser() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
         if path := shutil.which(name):

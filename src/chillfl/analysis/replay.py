@@ -153,9 +153,12 @@ def accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
 
 def out_folder(run_dirs: list[str], out: str | None) -> Path:
     """Where an analysis writes: ``--out``, or ``<first RUN_DIR>/analysis``."""
+    from chillfl.paths import check_writable_dir
+
     folder = Path(out) if out else Path(run_dirs[0]) / "analysis"
     if folder.exists() and not folder.is_dir():
         raise ConfigError("--out", f"{folder} exists and is not a folder")
+    check_writable_dir(str(folder), "--out")  # under a file, on /proc, read-only: one line, not a traceback
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

@@ -517,9 +517,12 @@ def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: 
 
 def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | None = None, **kwargs: Any) -> Path:
     """Render and write the page atomically (a ``.partial`` file renamed when complete)."""
+    from chillfl.paths import check_writable_dir
+
     path = Path(out)
     if path.is_dir():
         raise ConfigError("--output", f"{path} is a folder; give an .html file path")
+    check_writable_dir(str(path.parent), "--output")  # before the figures are drawn: an unwritable -o is one line, not a traceback
     page = render(run_dirs, title, **kwargs)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".partial")

@@ -1,6 +1,7 @@
 """Fig. 3 cache-ratio simulation and Fig. 4 entropy curves."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,3 +75,18 @@ def test_plots_write_png(tmp_path) -> None:
     ]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["analyze", "cache-ratio", "--rounds", "3", "-o", "{f}/x.png"], "--output"),
+    (["analyze", "cache-ratio", "--rounds", "3", "-o", "{d}"], "--output"),
+    (["analyze", "soft-label-entropy", "--out-dir", "{f}/x"], "--out-dir"),
+])
+def test_an_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], field: str) -> None:
+    """An output under a file (or a folder given as the PNG) was a FileExistsError/IsADirectoryError traceback."""
+    from chillfl.cli import main
+
+    (tmp_path / "f").write_text("")
+    assert main([a.format(f=tmp_path / "f", d=tmp_path) for a in args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"chillfl: error: {field}:"), err

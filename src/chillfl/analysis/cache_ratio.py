@@ -32,6 +32,7 @@ import torch
 from chillfl.analysis.softlabels import entropy_vs_beta, entropy_vs_temperature, plot_cache_ratio, plot_entropy_vs_beta, plot_entropy_vs_temperature, simulate_cache_ratio
 from chillfl.errors import ConfigError
 from chillfl.extras import need
+from chillfl.paths import check_writable_dir
 
 DEFAULT_DURATIONS = "10,25,50,100,200,800"
 DEFAULT_TEMPS = "0.001,0.005,0.01,0.05,0.1,0.5,1"
@@ -55,6 +56,13 @@ def _numbers(text: str, field: str, kind: type = float) -> list[Any]:
     return values
 
 
+def _writable_png(path: str, field: str) -> None:
+    """A figure path this user can write: not a folder, its folder creatable (else one line naming ``field``)."""
+    if Path(path).is_dir():
+        raise ConfigError(field, f"{path} is a folder; give a .png file path")
+    check_writable_dir(str(Path(path).absolute().parent), field)
+
+
 def cmd_cache_ratio(args: argparse.Namespace) -> int:
     need("matplotlib", "analysis", "plots")  # the command's output is a figure: say so before simulating
 
@@ -71,6 +79,7 @@ def cmd_cache_ratio(args: argparse.Namespace) -> int:
         raise ConfigError("--rounds", f"--rounds x --public-size must be at most {MAX_WORK:.0e} (a simulation of minutes), got {args.rounds * args.public_size:.1e}")
     if not 0 <= args.seed < 2**63:
         raise ConfigError("--seed", f"must be in [0, 2**63), got {args.seed}")
+    _writable_png(args.output, "--output")
     ratios = {d: simulate_cache_ratio(args.public_size, args.subset_size, d, args.rounds, args.seed, args.on_expire) for d in durations}
     tail = max(1, args.rounds // 4)
     print(f"cached share of P^t (|P| = {args.public_size}, |P^t| = {args.subset_size}, {args.rounds} rounds, expiry: {args.on_expire})")
@@ -116,6 +125,7 @@ def cmd_soft_label_entropy(args: argparse.Namespace) -> int:
         raise ConfigError("--temps", f"must be > 0, got {temps}")
     if any(b <= 0 for b in betas):
         raise ConfigError("--betas", f"must be > 0, got {betas}")
+    check_writable_dir(str(args.out_dir), "--out-dir")  # before anything is computed or drawn: one line, not a traceback
     sets: dict[str, torch.Tensor] = {}
     for path in args.soft_labels or []:
         sets[Path(path).stem] = load_soft_labels(path)

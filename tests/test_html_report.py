@@ -300,3 +300,19 @@ def test_a_folder_of_runs_names_the_folders_it_leaves_out(runs: Path, tmp_path: 
     skipped = re.search(r'<p class="muted" id="skipped">([^<]*)</p>', page)
     assert skipped is not None and skipped.group(1).endswith(f"{folder / 'late.partial'}, {folder / 'x-compare'}")
     assert 'id="skipped"' not in render([runs], models=False, partitions=False)
+
+
+def test_a_group_keeps_its_colour_in_every_panel(runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group without local accuracy (eval.clients = none) shifted every later group's colour in that panel only:
+    the local-accuracy panel drew the next group in the colour the global one gave the group before."""
+    import chillfl.report.html as page
+    from chillfl.report.html import Group, Run, curves_figure
+
+    figures: list[object] = []
+    monkeypatch.setattr(page, "_png", lambda fig: figures.append(fig) or "")
+    run = load_run(runs / "warm")
+    no_local = Run(run.folder, run.config, [{k: v for k, v in r.items() if k != "local_acc"} for r in run.records], run.summary)
+    curves_figure([Group("a", [no_local]), Group("b", [run])], (("global_acc", "g"), ("local_acc", "l")))
+    (fig,) = figures
+    colours = [{line.get_label(): line.get_color() for line in ax.get_lines()} for ax in fig.axes]  # type: ignore[attr-defined]
+    assert colours[0]["b (n=1)"] == colours[1]["b (n=1)"], colours

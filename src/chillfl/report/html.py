@@ -246,11 +246,12 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> s
     fig = _figure(5.2 * len(present), 3.8)
     for i, (key, title) in enumerate(present):
         ax = fig.add_subplot(1, len(present), i + 1)
-        for g in groups:
+        for colour, g in enumerate(groups):
             rounds, mean, std = band([r.records for r in g.runs], key)
             if len(rounds) == 0:
                 continue
-            (line,) = ax.plot(rounds, mean, lw=1.5, label=f"{g.label} (n={len(g.runs)})")
+            # a group keeps its colour in every panel and figure, also where a group before it has no such metric
+            (line,) = ax.plot(rounds, mean, lw=1.5, color=f"C{colour % 10}", label=f"{g.label} (n={len(g.runs)})")
             if len(g.runs) > 1:
                 ax.fill_between(rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
         if "loss" in key and _explodes(groups, key):  # one run's loss far above the rest: log scale keeps the others readable

@@ -79,3 +79,17 @@ def test_a_one_round_accuracy_vs_bytes_point_is_drawn(tmp_path: Path, monkeypatc
     plot_compare_accuracy_vs_bytes({"one": [{"round": 1, "bytes_cumulative": 1000, "global_acc": 0.5, "local_acc": 0.6}]}, tmp_path / "b.png")
     (fig,) = drawn
     assert [line.get_marker() for ax in fig.axes for line in ax.get_lines()] == ["o", "o"]  # type: ignore[attr-defined]
+
+
+def test_a_run_keeps_its_colour_in_both_accuracy_vs_bytes_panels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run without local accuracy (eval.clients = none) shifted the next run's colour in the client panel."""
+    from chillfl.plots import figure
+    from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
+
+    drawn: list[object] = []
+    monkeypatch.setattr(figure, "save_png", lambda fig, path, dpi=100: drawn.append(fig))
+    rec = [{"round": r, "bytes_cumulative": 1000 * r, "global_acc": 0.5, "local_acc": 0.6} for r in (1, 2)]
+    plot_compare_accuracy_vs_bytes({"a": [{k: v for k, v in r.items() if k != "local_acc"} for r in rec], "b": rec}, tmp_path / "b.png")
+    (fig,) = drawn
+    colours = [{line.get_label(): line.get_color() for line in ax.get_lines()} for ax in fig.axes]  # type: ignore[attr-defined]
+    assert colours[0]["b"] == colours[1]["b"], colours

@@ -50,12 +50,12 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
     fig = Figure(figsize=(11, 4))
     axes = fig.subplots(1, 2)
     for ax, (key, what) in zip(axes, PANELS):
-        for label, records in curves.items():
+        for colour, (label, records) in enumerate(curves.items()):
             xs, ys = accuracy_vs_bytes(records, key)
             if xs and max(xs) == 0:  # no communication at all (individual): its final accuracy as a level
                 ax.axhline(ys[-1], linestyle="--", color="gray", label=f"{label} (no communication)")
-            elif xs:
-                ax.plot([x / scale for x in xs], ys, label=label)
+            elif xs:  # a run keeps its colour in both panels, also where one before it has no local accuracy
+                ax.plot([x / scale for x in xs], ys, color=f"C{colour % 10}", label=label)
         ax.set(xlabel=f"cumulative communication ({unit})", ylabel="accuracy", title=what)
         mark_lone_points(ax)
         ax.grid(alpha=0.3)

@@ -316,3 +316,11 @@ def test_a_group_keeps_its_colour_in_every_panel(runs: Path, tmp_path: Path, mon
     (fig,) = figures
     colours = [{line.get_label(): line.get_color() for line in ax.get_lines()} for ax in fig.axes]  # type: ignore[attr-defined]
     assert colours[0]["b (n=1)"] == colours[1]["b (n=1)"], colours
+
+
+def test_a_folder_of_only_unfinished_runs_says_so(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An interrupted comparison's folder (one ``.partial`` run) was "not a chillfl run folder ... nor a folder of them"."""
+    shutil.copytree(runs / "warm", tmp_path / "cmp" / "a-s0.partial")
+    assert main(["report", str(tmp_path / "cmp"), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"chillfl: error: RUN_DIR: {tmp_path / 'cmp'} holds no finished run, only unfinished ones (a-s0.partial): name one to report it"]

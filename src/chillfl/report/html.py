@@ -101,6 +101,8 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
             found.append(p)
         elif p.is_dir() and (subs := sorted(s for s in p.iterdir() if s.is_dir() and _is_run(s) and not _unfinished(s))):
             found.extend(subs)
+        elif p.is_dir() and (unfinished := sorted(s.name for s in p.iterdir() if s.is_dir() and _is_run(s))):
+            raise ConfigError("RUN_DIR", f"{p} holds no finished run, only unfinished ones ({', '.join(unfinished)}): name one to report it")
         else:
             raise ConfigError("RUN_DIR", f"{p} is not a chillfl run folder (config.toml + metrics.jsonl) nor a folder of them")
     return found

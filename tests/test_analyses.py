@@ -183,3 +183,18 @@ def test_a_run_without_a_global_model_says_why(tmp_path: Path, capsys: pytest.Ca
         assert main(["analyze", "calibration", str(tmp_path / run), "-o", str(tmp_path / "x")]) == 2
         assert capsys.readouterr().err.strip() == f"chillfl: error: run_dir: {tmp_path / run} has no model.safetensors ({why})"
     assert not (tmp_path / "x").exists()
+
+
+def test_the_fig9_legend_names_both_groups_when_the_first_run_has_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The legend took its labels from the first run only: a first run where every client took part left the
+    other runs' open squares (non-participating) unnamed."""
+    from matplotlib.figure import Figure
+
+    from chillfl.analysis.aggregation import plot_accuracy_change
+
+    legends: list[list[str]] = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: legends.extend([t.get_text() for t in ax.get_legend().get_texts()] for ax in self.axes))
+    everyone = {"clients": [{"delta": 0.1, "participating": True}]}
+    some = {"clients": [{"delta": 0.1, "participating": True}, {"delta": -0.1, "participating": False}]}
+    plot_accuracy_change({"runs": {"all": everyone, "some": some}}, tmp_path / "a.png")
+    assert legends == [["participating", "non-participating"]]

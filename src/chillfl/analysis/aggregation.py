@@ -85,6 +85,7 @@ def plot_accuracy_change(result: dict[str, Any], path: Path) -> None:
     fig = Figure(figsize=(max(5.0, 1.6 * len(runs) + 2), 4.0))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
+    named: set[bool] = set()  # each group in the legend once, from the first run that has it (not only the first run)
     for i, (label, run) in enumerate(runs.items()):
         for group, offset, marker in ((True, -0.15, "o"), (False, 0.15, "s")):
             deltas = [100 * r["delta"] for r in run["clients"] if r["participating"] == group]
@@ -92,7 +93,8 @@ def plot_accuracy_change(result: dict[str, Any], path: Path) -> None:
                 continue
             ax.scatter(np.full(len(deltas), i + offset), deltas, marker=marker, s=18, alpha=0.7,
                        facecolors="tab:red" if group else "none", edgecolors="tab:red" if group else "tab:blue",
-                       label=("participating" if group else "non-participating") if i == 0 else None)
+                       label=("participating" if group else "non-participating") if group not in named else None)
+            named.add(group)
             ax.hlines(np.mean(deltas), i + offset - 0.12, i + offset + 0.12, color="black", lw=2)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xticks(range(len(runs)), list(runs), rotation=15, fontsize=8)

@@ -198,3 +198,15 @@ def test_the_fig9_legend_names_both_groups_when_the_first_run_has_one(tmp_path: 
     some = {"clients": [{"delta": 0.1, "participating": True}, {"delta": -0.1, "participating": False}]}
     plot_accuracy_change({"runs": {"all": everyone, "some": some}}, tmp_path / "a.png")
     assert legends == [["participating", "non-participating"]]
+
+
+def test_two_runs_of_one_folder_name_are_both_analysed(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Results were keyed by the folder name: ``a/tiny`` and ``b/tiny`` gave one line and one entry (the last run's)."""
+    import shutil
+
+    other = tmp_path / "b" / "tiny"
+    shutil.copytree(run_dir, other)
+    assert main(["analyze", "calibration", str(run_dir), str(other), "-o", str(tmp_path / "x")]) == 0
+    runs = json.loads((tmp_path / "x" / "calibration.json").read_text())["runs"]
+    assert sorted(runs) == sorted([f"{run_dir.parent.name}/tiny", "b/tiny"])
+    assert len([line for line in capsys.readouterr().out.splitlines() if "/tiny: accuracy" in line]) == 2

@@ -72,7 +72,7 @@ def analyze(run_dirs: Sequence[str], start: str, which: str) -> dict[str, Any]:
     runs = {}
     for run_dir in run_dirs:
         replay = replay_round(run_dir, start)  # type: ignore[arg-type]
-        runs[run_label(run_dir)] = {"run_dir": str(run_dir), "start": start, **fn(replay)}
+        runs[run_label(run_dir, run_dirs)] = {"run_dir": str(run_dir), "start": start, **fn(replay)}
     return {"analysis": f"aggregation-{which}", "runs": runs}
 
 

@@ -49,7 +49,7 @@ def analyze(run_dirs: Sequence[str], *, temperature: float = 1.0, bins: int = DE
         exp = build_run(run_dir)
         x, y = exp.data.test()
         logits = predict(exp.model, load_model_state(run_dir, exp.device), x.to(exp.device), exp.config.eval.batch_size)
-        out["runs"][run_label(run_dir)] = {"run_dir": str(run_dir), **calibration_of(logits.cpu(), y.cpu(), temperature=temperature, bins=bins, binning=binning)}
+        out["runs"][run_label(run_dir, run_dirs)] = {"run_dir": str(run_dir), **calibration_of(logits.cpu(), y.cpu(), temperature=temperature, bins=bins, binning=binning)}
     return out
 
 

@@ -122,7 +122,7 @@ def analyze(run_dirs: Sequence[str], reference: str | None, *, samples: int = 50
             order = ["INIT", "AGG", "REF", *[k for k in feats if k.startswith("client ")]]
             run["matrix"] = {"layer": layer, "models": order,
                              "cka": [[linear_cka(feats[a][layer], feats[b][layer], center=center) for b in order] for a in order]}
-        out["runs"][run_label(run_dir)] = run
+        out["runs"][run_label(run_dir, run_dirs)] = run
     return out
 
 

@@ -87,7 +87,7 @@ def analyze(run_dirs: Sequence[str], *, temperature: float | None = None, split:
             x, y = exp.data.test()
         x, y = x[:samples].to(exp.device), y[:samples].to(exp.device)
         norms, correct = input_gradient_norms(exp.model, load_model_state(run_dir, exp.device), x, y, t, exp.config.eval.batch_size)
-        label = run_label(run_dir)
+        label = run_label(run_dir, run_dirs)
         raw[label] = (norms, correct)
         out["runs"][label] = {"run_dir": str(run_dir), "temperature": t, "correct": _stats(norms[correct]), "incorrect": _stats(norms[~correct])}
     return out, raw

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -167,6 +167,9 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(strict(data), indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
 
 
-def run_label(run_dir: str | Path) -> str:
-    """A short label for a run in plots and tables: its folder name."""
-    return Path(run_dir).resolve().name
+def run_label(run_dir: str | Path, among: Sequence[str | Path] = ()) -> str:
+    """A short label for a run in plots and tables: its folder name, or ``parent/name`` when another folder of
+    ``among`` (the command's RUN_DIRs) has the same name: results keyed by label must not drop a run."""
+    path = Path(run_dir).resolve()
+    others = {Path(o).resolve() for o in among} - {path}
+    return f"{path.parent.name}/{path.name}" if any(o.name == path.name for o in others) else path.name

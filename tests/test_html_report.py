@@ -324,3 +324,11 @@ def test_a_folder_of_only_unfinished_runs_says_so(runs: Path, tmp_path: Path, ca
     assert main(["report", str(tmp_path / "cmp"), "-o", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"chillfl: error: RUN_DIR: {tmp_path / 'cmp'} holds no finished run, only unfinished ones (a-s0.partial): name one to report it"]
+
+
+def test_a_seed_given_twice_is_not_counted_twice_in_a_group(runs: Path, tmp_path: Path) -> None:
+    """The same run in two folders (a run and a comparison's copy of it) joined one group as seeds "0, 1, 0": its
+    mean ± std counted seed 0 twice. The repeat is a group of its own."""
+    shutil.copytree(runs / "chill", tmp_path / "again")
+    groups = group_runs([load_run(p) for p in (runs / "chill", runs / "chill-2", tmp_path / "again")])
+    assert [sorted(g.seeds) for g in groups] == [[0, 1], [0]]

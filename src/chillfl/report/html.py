@@ -139,13 +139,17 @@ def group_key(config: RunConfig) -> str:
 
 
 def group_runs(runs: Sequence[Run]) -> list[Group]:
-    """Runs equal but for the seed (and execution details) share a group, in first-seen order."""
-    groups: dict[str, Group] = {}
+    """Runs equal but for the seed (and execution details) share a group, in first-seen order. A run equal to one of
+    a group *with* its seed (the same run in two folders: a run and a comparison's) starts a group of its own: a
+    group's mean ± std is over distinct seeds, not a seed counted twice."""
+    groups: dict[tuple[str, int], Group] = {}
     for run in runs:
-        key = group_key(run.config)
-        if key not in groups:
-            groups[key] = Group(run.config.name)
-        groups[key].runs.append(run)
+        key, repeat = group_key(run.config), 0
+        while (key, repeat) in groups and run.config.seed in groups[(key, repeat)].seeds:
+            repeat += 1
+        if (key, repeat) not in groups:
+            groups[(key, repeat)] = Group(run.config.name)
+        groups[(key, repeat)].runs.append(run)
     out = list(groups.values())
     varying = _varying_keys(out)
     for g in out:

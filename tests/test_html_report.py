@@ -332,3 +332,15 @@ def test_a_seed_given_twice_is_not_counted_twice_in_a_group(runs: Path, tmp_path
     shutil.copytree(runs / "chill", tmp_path / "again")
     groups = group_runs([load_run(p) for p in (runs / "chill", runs / "chill-2", tmp_path / "again")])
     assert [sorted(g.seeds) for g in groups] == [[0, 1], [0]]
+
+
+def test_groups_that_differ_only_in_a_setting_without_a_column_show_it(runs: Path, tmp_path: Path) -> None:
+    """A run with ``eval.clients = none`` (or [privacy], [attack], [prototypes]) had a configurations row equal to
+    the plain run's but for its name; the differing settings are now in an "other" column."""
+    config = tmp_path / "exp.toml"
+    config.write_text(f'name = "quiet"\nout_dir = "{tmp_path / "out"}"\n[temperature]\npolicy = "fixed"\nvalue = 1\n')
+    assert main(["run", str(config), "-q", *TINY, "eval.clients=none"]) == 0
+    page = render([runs / "warm", tmp_path / "out" / "quiet"], models=False, partitions=False)
+    table = page.split('<table id="configs">')[1].split("</table>")[0]
+    assert "<th class=\"l\">other</th>" in table and "eval.clients=none" in table and "eval.clients=sampled" in table
+    assert "other</th>" not in render([runs / "warm"], models=False, partitions=False)

@@ -343,7 +343,18 @@ def _e(text: Any) -> str:
     return html.escape(str(text))
 
 
-def _config_row(g: Group) -> str:
+SHOWN = ("dataset.", "partition.", "model.", "algorithm.", "temperature.", "distillation.", "federation.rounds", "federation.num_clients",
+         "federation.clients_per_round", "client.lr", "client.epochs", "client.batch_size")
+"""Config keys the configurations table has a column for; others that differ between groups go into its "other" column."""
+
+
+def _other_keys(groups: Sequence[Group]) -> list[str]:
+    """Keys that differ between the groups but have no column (``privacy.mechanism``, ``attack.kind``,
+    ``prototypes.method``, ``eval.validation``...): without them, such groups' rows read as equal."""
+    return sorted(k for k in _varying_keys(groups) if not k.startswith(SHOWN))
+
+
+def _config_row(g: Group, other: Sequence[str] = ()) -> str:
     c = g.runs[0].config
     part = lambda table, key: ", ".join(f"{k}={v}" if k != key else str(v) for k, v in table.items())  # noqa: E731
     cells = [
@@ -352,6 +363,9 @@ def _config_row(g: Group) -> str:
         f"{c.federation.rounds}", f"{c.federation.num_clients} / {c.federation.sample_size()}",
         f"lr {c.client.lr}, {c.client.epochs} ep, bs {c.client.batch_size}", ", ".join(map(str, g.seeds)),
     ]
+    if other:
+        flat = _flat(c)
+        cells.append(", ".join(f"{k}={flat[k]}" for k in other if k in flat) or "–")
     return "<tr>" + "".join(f'<td class="l">{_e(x)}</td>' for x in cells) + "</tr>"
 
 
@@ -473,6 +487,7 @@ def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: 
     runs = [load_run(p) for p in find_runs(run_dirs)]
     groups = group_runs(runs)
     title = title or default_title(run_dirs, len(runs))
+    other = _other_keys(groups)
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{_e(title)}</title>", f"<style>{CSS}</style>",
         "</head><body>", f"<h1>{_e(title)}</h1>",
@@ -482,8 +497,9 @@ def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: 
         *([f'<p class="muted" id="skipped">not included (name a comparison folder or an unfinished run to include it): '
            f'{_e(", ".join(str(s) for s in skipped))}</p>'] if (skipped := skipped_folders(run_dirs)) else []),
         "<h2>Configurations</h2>", "<table id=\"configs\"><tr>" + "".join(f'<th class="l">{h}</th>' for h in (
-            "group", "dataset", "partition", "model", "algorithm", "temperature", "distillation", "rounds", "clients / per round", "client", "seeds")) + "</tr>",
-        *(_config_row(g) for g in groups), "</table>",
+            "group", "dataset", "partition", "model", "algorithm", "temperature", "distillation", "rounds", "clients / per round", "client", "seeds",
+            *(["other"] if other else []))) + "</tr>",
+        *(_config_row(g, other) for g in groups), "</table>",
     ]
     for g in groups:
         parts.append(f"<details><summary>{_e(g.label)}: full config ({_e(g.runs[0].folder)})</summary><pre>{_e(to_toml(g.runs[0].config.to_dict()))}</pre></details>")

@@ -207,19 +207,18 @@ def _compare(
     from chillfl.sweeps.run import run_compare
 
     options = _compare_options(args) if args is not None else CompareOptions()
-    shard = _shard(args)
+    shard = _shard(args) if args is not None else None
     check_out_dir(config.out_dir)
     announce = None if said is None else (lambda: print(said, file=sys.stderr))
     result = run_compare(config, grid, reference=reference, progress=progress, options=options, on_checked=announce, shard=shard)
     return _compare_result(result, config.strict, shard)
 
 
-def _shard(args: argparse.Namespace | None) -> "Shard | None":
-    """``--shard K/N``, parsed (a ConfigError on ``shard``); None without it."""
+def _shard(args: argparse.Namespace) -> "Shard | None":
+    """``--shard K/N`` of ``run`` or ``compare``, parsed (a ConfigError on ``shard``); None without it."""
     from chillfl.sweeps.shard import Shard
 
-    text = getattr(args, "shard", None)
-    return None if text is None else Shard.parse(text)
+    return None if args.shard is None else Shard.parse(args.shard)
 
 
 def _compare_result(result: "CompareResult", strict: bool, shard: "Shard | None" = None) -> int:
@@ -604,7 +603,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         runner = sys.modules.get("chillfl.runner")  # no run without it: a Ctrl-C at start-up imports nothing more
         if runner is not None and isinstance(exc.__context__, runner.RunInterrupted):  # a late signal while the run's interruption unwound
             return _interrupted(exc.__context__)
-        leaves = getattr(args, "command", None) in PARTIAL_FOLDERS  # an analysis, a report, a listing: nothing to resume
+        leaves = args.command in PARTIAL_FOLDERS  # an analysis, a report, a listing: nothing to resume
         print("chillfl: interrupted" + ("; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)" if leaves else ""),
               file=sys.stderr)
         return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)

@@ -23,7 +23,7 @@ from typing import Any
 from chillfl.errors import ConfigError, one_line
 from chillfl.runner import CLIENT_MODELS, MODEL, RunOutput
 from chillfl.storage.model_file import read_client_models, read_model
-from chillfl.storage.results import PARTIAL, read_metrics, remove_tree
+from chillfl.storage.results import FAILED, FAILURE, PARTIAL, read_metrics, remove_tree
 from chillfl.storage.run_folder import CHECKPOINT, FIELD
 
 
@@ -34,11 +34,17 @@ class DivergedBefore:
     round: int | None
 
 
+def has_ended(partial: Path, name: str) -> bool:
+    """Whether run ``name`` of the comparison in ``partial`` has ended (finished or diverged): :func:`finished_run`
+    reads it back then; a shard asks it of every run, before the table can be written (:mod:`chillfl.sweeps.shard`)."""
+    return (partial / name / "summary.json").is_file() or (partial / f"{name}{FAILED}" / FAILURE).is_file()
+
+
 def finished_run(partial: Path, name: str) -> RunOutput | DivergedBefore | None:
     """A resumed sweep's run ``name`` as it ended before: its output read back, its divergence, or None.
 
     A garbled ``summary.json``, ``metrics.jsonl`` or ``failure.json`` is one ConfigError naming it (it was a traceback)."""
-    done, failed = partial / name, partial / f"{name}.failed"
+    done, failed = partial / name, partial / f"{name}{FAILED}"
     if (done / "summary.json").is_file():
         summary = _json_object(done / "summary.json")
         model = read_model(done / MODEL) if (done / MODEL).is_file() else None
@@ -50,8 +56,8 @@ def finished_run(partial: Path, name: str) -> RunOutput | DivergedBefore | None:
         if not all(isinstance(r, dict) for r in records):
             raise ConfigError(FIELD, f"{done / 'metrics.jsonl'} holds a line that is not a round's record; remove {done} and it runs again")
         return RunOutput(done, records, summary, model, clients)
-    if (failed / "failure.json").is_file():
-        return DivergedBefore(_json_object(failed / "failure.json").get("round"))
+    if (failed / FAILURE).is_file():
+        return DivergedBefore(_json_object(failed / FAILURE).get("round"))
     return None
 
 

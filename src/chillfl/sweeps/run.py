@@ -41,8 +41,8 @@ from chillfl.storage.results import PARTIAL, FolderInUse, RunLock, claim_dir, to
 from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, write_sweep
-from chillfl.sweeps.resume import DivergedBefore, finished_run, stopped_run
-from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, is_finished, join_folder
+from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
+from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, join_folder
 from chillfl.tune import Point, point_scores, select_point
 
 if TYPE_CHECKING:
@@ -359,7 +359,7 @@ def run_shard(
         lock.release()
     failures = {c.config.name: sweep.failures[c.key] for c in plan.cells if c.key in sweep.failures}
     mine = sum(1 for i in range(len(plan.cells)) if shard.takes(i))
-    left = sum(1 for c in plan.cells if not is_finished(partial, c.config.name))
+    left = sum(1 for c in plan.cells if not has_ended(partial, c.config.name))
     if left == 0:  # the last shard to end: the table, as `chillfl resume` would write it
         try:
             return resume_compare(partial, progress=progress, force=force)

@@ -96,8 +96,3 @@ def join_folder(parent: Path, name: str, config_toml: str, record: SweepRecord, 
         raise ConfigError(FIELD, f"{partial} holds another comparison (its {SWEEP_FILE} differs: another config, variants, seeds, tuning, "
                                  "chillfl or torch); every shard must run the same command with the same code, or give each comparison its own out_dir")
     return final, partial
-
-
-def is_finished(partial: Path, name: str) -> bool:
-    """Whether run ``name`` of the comparison in ``partial`` has ended: finished, or diverged (:mod:`chillfl.sweeps.resume`)."""
-    return (partial / name / "summary.json").is_file() or (partial / f"{name}.failed" / "failure.json").is_file()

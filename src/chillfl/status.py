@@ -12,7 +12,7 @@ from pathlib import Path
 
 from chillfl.errors import ConfigError
 from chillfl.storage.results import FAILED, PARTIAL
-from chillfl.storage.run_state import RunState, folder_state, run_state
+from chillfl.storage.run_state import RunState, folder_state, is_sweep, run_state
 
 FIELD = "run_dir"
 
@@ -30,8 +30,6 @@ def comparison_states(folder: Path) -> list[RunState]:
 
 def status_table(path: str | Path) -> str:
     """The status of the run or comparison folder ``path`` as a Markdown table with a one-line summary above it."""
-    from chillfl.sweeps.record import is_sweep
-
     folder = Path(path)
     if not folder.is_dir():
         raise ConfigError(FIELD, f"{folder} is not a folder (give a run's or a comparison's result folder)")

@@ -43,6 +43,7 @@ from chillfl.analysis.replay import run_label
 from chillfl.config import RunConfig, load_config
 from chillfl.data.show import plot_class_heatmap
 from chillfl.storage.results import read_metrics, series, to_toml
+from chillfl.storage.run_state import folder_state, is_sweep
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_data
 from chillfl.extras import need
@@ -111,9 +112,6 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
 def skipped_folders(paths: Sequence[str | Path]) -> list[Path]:
     """Sub-folders of a named folder of runs that :func:`find_runs` leaves out: unfinished runs (``.partial``,
     ``.failed``) and comparison folders (``NAME-compare``): the page lists them, so none is dropped silently."""
-    def is_sweep(folder: Path) -> bool:  # chillfl.sweeps.record.is_sweep: the report does not import the sweeps
-        return (folder / "sweep.json").is_file()
-
     out: list[Path] = []
     for p in map(Path, paths):
         if not _is_run(p) and p.is_dir():
@@ -390,8 +388,6 @@ def _metrics_columns(groups: Sequence[Group]) -> tuple[tuple[str, str, bool], ..
 def _unfinished_note(g: Group) -> str:
     """`` (div: diverged (at round 1), 0/2 rounds)`` for a group's runs without a summary (a named ``.partial`` or
     ``.failed`` folder): their curves are drawn, but the table has no final numbers of them, and should say why."""
-    from chillfl.storage.run_state import folder_state
-
     notes = []
     for r in g.runs:
         if not r.summary:

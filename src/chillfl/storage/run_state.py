@@ -12,6 +12,15 @@ from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
 from chillfl.storage.run_folder import CHECKPOINT
 
 
+SWEEP_FILE = "sweep.json"
+"""What makes a folder a comparison's (:mod:`chillfl.sweeps.record` writes and reads it)."""
+
+
+def is_sweep(folder: Path) -> bool:
+    """Whether ``folder`` is a comparison's folder (``chillfl resume`` then resumes the sweep, not one run)."""
+    return (folder / SWEEP_FILE).is_file()
+
+
 @dataclass(frozen=True)
 class RunState:
     """One run's line: its name, state (``kind``: finished, diverged, running, stopped, not started; ``detail``), rounds

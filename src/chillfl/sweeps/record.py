@@ -31,9 +31,9 @@ from chillfl.errors import ConfigError
 from chillfl.paths import check_writable_dir
 from chillfl.report.compare import CompareResult
 from chillfl.storage.results import PARTIAL, refuse_links, to_toml
+from chillfl.storage.run_state import SWEEP_FILE, is_sweep  # noqa: F401  (is_sweep re-exported: where the sweeps' code asks)
 from chillfl.sweeps.plan import CompareOptions, Variant, plan_sweep
 
-SWEEP_FILE = "sweep.json"
 FORMAT = 1
 FIELD = "run_dir"
 
@@ -114,11 +114,6 @@ def read_sweep(folder: Path, force: bool = False) -> tuple[list[Variant], Compar
     if record.get("config_sha256") != hashlib.sha256(config).hexdigest() and not force:
         raise ConfigError("config.toml", f"{folder / 'config.toml'} changed since the comparison started; `chillfl resume --force` resumes with it as it is now")
     return variants, options, reference
-
-
-def is_sweep(folder: Path) -> bool:
-    """Whether ``folder`` is a comparison's folder (``chillfl resume`` then resumes the sweep, not one run)."""
-    return (folder / SWEEP_FILE).is_file()
 
 
 def check_resumable(folder: Path) -> None:

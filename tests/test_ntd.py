@@ -1,4 +1,4 @@
-"""FedNTD's not-true distillation term ``ntd`` (:mod:`chillfl.training.ntd`): the loss by hand, its gradient,
+"""FedNTD's not-true distillation term ``ntd`` (:mod:`chillfl.training.term_kinds.ntd`): the loss by hand, its gradient,
 the teacher forward, the term from ``[objective] terms`` under every executor, and its option errors."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from torch import nn
 
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
-from chillfl.training.ntd import NtdTerm, ntd_loss, teacher_logits
+from chillfl.training.term_kinds.ntd import NtdTerm, ntd_loss, teacher_logits
 from chillfl.training.terms import StepView, registered_terms, term_names
 
 from float_paths import assert_records_close

@@ -3,8 +3,8 @@
 ``[objective] terms = ["proximal", "pkg.mod:Term", ...]`` adds named terms to any method that accepts terms.
 
 The mechanism, not the catalogue: a built-in term's :class:`TermSpec` is registered next to its
-code with :func:`register_term` (:mod:`chillfl.training.objective`: ``proximal``;
-:mod:`chillfl.training.ntd`: ``ntd``); a plugin
+code with :func:`register_term` (:mod:`chillfl.training.objective`: ``proximal``; every module of
+:mod:`chillfl.training.term_kinds`: ``ntd``, ``decorr``); a plugin
 registers its own the same way, or is named by import path or ``chillfl.plugins`` entry point, as
 a ``TermSpec`` or a term class (``cls(options)`` when it declares an ``Options`` dataclass,
 ``cls()`` otherwise). An entry of ``terms`` is a name, or a table ``{name = "...", <options>}``.
@@ -237,7 +237,7 @@ class TermSpec:
         return [("build", self.build, ("options",)), ("sends", self.sends, ("options",))]
 
 
-_REGISTRY: Registry[TermSpec] = Registry("loss term", modules=("chillfl.training.objective", "chillfl.training.ntd"))
+_REGISTRY: Registry[TermSpec] = Registry("loss term", package="chillfl.training.term_kinds", modules=("chillfl.training.objective",))
 """The built-in terms, registered by the modules named here (imported on the first lookup)."""
 
 TERM_METHODS = ("__call__",)

@@ -143,6 +143,10 @@ class ClientConfig:
     """``cosine``: the lr it anneals to (``CosineAnnealingLR``'s eta_min), below ``lr``."""
     loss: str = "standard"
     """Base loss: ``standard`` (temperature cross-entropy) or a gradient ablation (FedChill Table 5)."""
+    sam_rho: float = 0.0
+    """Sharpness-aware local steps (FedSAM): each step's gradient at ``w + rho g / ||g||``; 0 = off (docs/optimizers.md)."""
+    sam_adaptive: bool = False
+    """FedASAM: the perturbation scaled by ``|w|`` (``rho |w|^2 g / || |w| g ||``); needs ``sam_rho`` > 0."""
 
     def validate(self, section: str) -> None:
         require_range(self.epochs, 1, MAX_EPOCHS, f"{section}.epochs")
@@ -168,6 +172,9 @@ class ClientConfig:
         require_range(self.lr_step_size, 1, MAX_ROUNDS * MAX_EPOCHS, f"{section}.lr_step_size")
         require(0 < self.lr_gamma <= 1, f"{section}.lr_gamma", f"must be in (0, 1], got {self.lr_gamma}")
         require(0 <= self.lr_min < self.lr, f"{section}.lr_min", f"must be in [0, lr = {self.lr}), got {self.lr_min}")
+        require(math.isfinite(self.sam_rho) and 0 <= self.sam_rho <= 1e3, f"{section}.sam_rho", f"must be in [0, 1e3] (0 = off), got {self.sam_rho}")
+        if self.sam_adaptive:
+            require(self.sam_rho > 0, f"{section}.sam_adaptive", "scales the sharpness-aware perturbation: set sam_rho > 0 too")
 
     def schedule(self) -> LrSchedule:
         """The ``lr_schedule`` as factors of a position (the round, or the local step)."""
@@ -182,6 +189,8 @@ class ClientConfig:
             1e-8 if self.eps is None else self.eps,
             self.clip_norm,
             self.schedule() if self.lr_schedule_over == "steps" else CONSTANT,
+            self.sam_rho,
+            self.sam_adaptive,
         )
 
     def lr_at(self, round: int, rounds: int | None = None) -> float:

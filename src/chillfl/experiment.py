@@ -308,6 +308,10 @@ def build_experiment(
     memory_format, precision = resolve_compute(config.memory_format, config.precision, model, device, sample)
     if config.compile:
         check_toolchain(device)
+    private = private_steps(config, data, model, aggregator)  # [privacy] dp-sgd
+    if private is not None and config.client.sam_rho:  # the first gradient (not clipped, not noised) would steer the released one
+        raise ConfigError("client.sam_rho", "sharpness-aware steps take a second gradient at weights moved by the first, which the private step "
+                                            "neither clips nor noises: a leak outside epsilon; set sam_rho = 0 with this [privacy] mechanism")
     spec = LocalSpec(
         epochs=config.client.epochs,
         batch_size=config.client.batch_size,
@@ -322,7 +326,7 @@ def build_experiment(
         batched_conv=config.batched_conv,
         cuda_graphs=config.cuda_graphs,
         compiled=config.compile,
-        private=private_steps(config, data, model, aggregator),  # [privacy] dp-sgd
+        private=private,
         frozen=frozenset(n for n, p in model.named_parameters() if not p.requires_grad),  # a user's frozen layers (requires_grad=False) stay as given
     )
     model.to(device)

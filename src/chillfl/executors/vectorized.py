@@ -410,6 +410,16 @@ vmap / per client, channels-last): the FLex&Chill CNN on 1x8x8 digits (960 outpu
 3x32x32 (31,400): see the module's Choices."""
 
 
+def own_gradient_step(spec: LocalSpec) -> str | None:
+    """Why the spec's step takes its gradient its own way, which runs client by client (None: the plain step, which vmaps):
+    DP-SGD's clipped per-sample gradients, or SAM's second gradient at perturbed weights."""
+    if spec.private is not None:
+        return "DP-SGD's per-sample step"
+    if spec.optim.sam_rho:
+        return "sharpness-aware steps (client.sam_rho)"
+    return None
+
+
 def per_client_steps(model: nn.Module, x: torch.Tensor) -> bool:
     """Whether the executor trains each client with the plain (unvmapped) step: on the CPU, for a model
     whose convolutions output at least :data:`PER_CLIENT_MIN_CONV_OUTPUTS` elements a sample of ``x``.
@@ -547,11 +557,11 @@ class VectorizedExecutor:
         resident = self.resident(jobs[0].x.device)
         workers = 1 if resident else self.workers
         if self._per_client is None:
-            self._per_client = self.spec.private is not None or (not resident and per_client_steps(self.model, next((j.x for j in jobs if len(j.x)), jobs[0].x)))
+            own_step = own_gradient_step(self.spec)
+            self._per_client = own_step is not None or (not resident and per_client_steps(self.model, next((j.x for j in jobs if len(j.x)), jobs[0].x)))
             if self._per_client and self.spec.compiled:  # asked for, and not given: said once
-                log.warning("compile: this run trains client by client (%s), whose steps are not compiled",
-                            "DP-SGD's per-sample step" if self.spec.private is not None else "large convolutions on the CPU")
-        if self._per_client:  # one client per chunk, trained unvmapped (CPU only; DP-SGD's per-sample vmap everywhere): see module Choices
+                log.warning("compile: this run trains client by client (%s), whose steps are not compiled", own_step or "large convolutions on the CPU")
+        if self._per_client:  # one client per chunk, trained unvmapped (large CPU convolutions; DP-SGD's and SAM's own gradient steps): see module Choices
             chunks = [[i] for i in range(len(jobs))]
 
             def work(replica: _Replica, chunk: list[int]) -> list[LocalOutcome]:

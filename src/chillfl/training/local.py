@@ -47,6 +47,7 @@ learning-rate schedules: :mod:`chillfl.training.optim` (``LocalSpec.optim``).
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
@@ -63,6 +64,7 @@ from chillfl.training.conv_gemm import batched_conv_mode
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
 from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
 from chillfl.training.optim import OptState, adam_update_, clip_by_norm_, init_state, whole_grads
+from chillfl.training.sam import sharpness_aware_grads
 from chillfl.training.schedule import SGD, Optimizer, planned_steps, step_lr
 from chillfl.seeds import derive_seed
 
@@ -157,11 +159,13 @@ class LocalSpec:
 
         It keeps the run's optimiser and resolved compute settings (memory format,
         precision, batched convolutions), so ``precision = "bf16"`` holds in every
-        phase; it drops the private objective's terms, augmentation and frozen parts.
+        phase; it drops the private objective's terms, augmentation and frozen parts,
+        and sharpness-aware steps (FedSAM's are the clients' local training).
         """
         return LocalSpec(
             epochs=epochs, batch_size=batch_size, momentum=self.momentum, weight_decay=self.weight_decay, base_loss=base_loss,
-            memory_format=self.memory_format, precision=self.precision, batched_conv=self.batched_conv, optim=self.optim,
+            memory_format=self.memory_format, precision=self.precision, batched_conv=self.batched_conv,
+            optim=dataclasses.replace(self.optim, sam_rho=0.0, sam_adaptive=False),
             cuda_graphs=self.cuda_graphs, compiled=self.compiled,
         )
 
@@ -574,6 +578,11 @@ def train_client(
             if spec.private is None:
                 loss, captured = loss_fn(params, buffers, xb, y[idx], temperature, context)
                 grads, factors = step_grads(loss, params, loss_fn.keys, captured)
+                if spec.optim.sam_rho:  # FedSAM / FedASAM: the gradient again, at the worst point of the rho-ball (chillfl.training.sam)
+                    grads, factors = sharpness_aware_grads(
+                        params, buffers, grads, factors, spec.optim.sam_rho, spec.optim.sam_adaptive,
+                        lambda p, b: loss_fn(p, b, xb, y[idx], temperature, context), lambda v, p, c: step_grads(v, p, loss_fn.keys, c),
+                    )
             else:  # DP-SGD: clipped, noised per-sample gradients (unfactored loss)
                 loss, grads = spec.private.gradients(per_sample, params, buffers, xb, y[idx], temperature, context, generator.initial_seed(), step)
                 factors = None

@@ -50,6 +50,11 @@ class Optimizer:
     clip_norm: float = 0.0
     """Clip each client's whole gradient to this L2 norm; 0 = off."""
     step_schedule: LrSchedule = CONSTANT
+    sam_rho: float = 0.0
+    """Sharpness-aware steps (FedSAM): the radius of the ball each step's gradient is taken at the worst point of; 0 = off
+    (:mod:`chillfl.training.sam`)."""
+    sam_adaptive: bool = False
+    """ASAM's scale-invariant ball (FedASAM): the perturbation scaled by |w|."""
 
     @property
     def dense(self) -> bool:

@@ -1,0 +1,65 @@
+"""Sharpness-aware local steps: FedSAM and FedASAM (``[client] sam_rho``, ``sam_adaptive``).
+
+SAM (Foret et al., ICLR 2021) takes each step's gradient at the worst point of a small ball around the weights,
+which seeks flat minima; in FL the clients train with it (FedSAM: Qu et al., ICML 2022, and Caldarola, Caputo &
+Ciccone, ECCV 2022, who also run the adaptive variant, FedASAM, after Kwon et al.'s ASAM, ICML 2021). One step:
+
+    g     = grad L(w)                                   (the batch's gradient, every term of the objective)
+    e(w)  = rho * T^2 g / ||T g||                       (T = I for SAM; T = diag|w| for ASAM; ||.|| over every trained parameter)
+    g_SAM = grad L(w + e(w))                            (the same batch, the same objective)
+    w    <- optimiser step of w with g_SAM              (momentum, weight decay, clipping, Adam: as configured)
+
+Choices:
+
+* **The norm's guard**: ``||T g|| + 1e-12``, as the SAM reference implementation (github.com/davda54/sam, which
+  the FedSAM/FedASAM and FedDecorr codes use); a zero gradient gives no perturbation.
+* **ASAM's T = |w|** without Kwon et al.'s ``+ eta`` (that implementation's form); a weight at 0 is not perturbed.
+* **Batch norm's running statistics** move once a step, in the first forward (at w): the second forward, at the
+  perturbed weights, runs on a copy of the buffers that is thrown away (the reference implementation's README
+  recommends this; its plain use, and the FedSAM code, update them in both forwards).
+* **The recorded train loss** is the first forward's, L(w): the loss of the weights being trained.
+* Every step of a client's local training is sharpness-aware, including a straggler's; the other training phases
+  of a method (distillation, a server model) are not (:meth:`chillfl.training.local.LocalSpec.phase`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from chillfl.training.optim import Factors, whole_grads
+
+Params = dict[str, torch.Tensor]
+NORM_GUARD = 1e-12
+"""Added to ``||T g||``, as the reference implementation: a zero gradient perturbs nothing instead of dividing by 0."""
+
+
+@torch.no_grad()
+def perturbation(params: Mapping[str, torch.Tensor], grads: Sequence[torch.Tensor], rho: float, adaptive: bool) -> list[torch.Tensor]:
+    """``e(w) = rho * T^2 g / (||T g|| + 1e-12)``, one tensor per parameter (T = |w| when ``adaptive``, else I)."""
+    scaled = [w.abs() * g if adaptive else g for w, g in zip(params.values(), grads)]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(s) for s in scaled])) if scaled else torch.zeros(())
+    factor = rho / (norm + NORM_GUARD)
+    return [(w.abs() * s if adaptive else s) * factor for w, s in zip(params.values(), scaled)]
+
+
+Evaluate = Callable[[Params, Params], tuple[torch.Tensor, Any]]
+"""``(params, buffers) -> (loss, captured)``: the step's objective on its batch."""
+Differentiate = Callable[[torch.Tensor, Params, Any], tuple[list[torch.Tensor | None], Factors]]
+"""``(loss, params, captured) -> (dense gradients, factored parts)``."""
+
+
+def sharpness_aware_grads(
+    params: Params, buffers: Params, grads: Sequence[torch.Tensor | None], factors: Factors | None,
+    rho: float, adaptive: bool, evaluate: Evaluate, differentiate: Differentiate,
+) -> tuple[list[torch.Tensor | None], Factors]:
+    """The gradient at ``w + e(w)`` from the gradient at ``w`` (``grads``, ``factors``): see the module docstring.
+
+    ``buffers`` are the client's, already moved by the first forward; the second forward runs on a copy.
+    """
+    first = whole_grads(params, grads, factors)
+    moved = perturbation(params, first, rho, adaptive)
+    at = {k: (w.detach() + e).requires_grad_(True) for (k, w), e in zip(params.items(), moved)}
+    loss, captured = evaluate(at, {k: v.clone() for k, v in buffers.items()})
+    return differentiate(loss, at, captured)

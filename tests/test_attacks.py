@@ -272,3 +272,12 @@ def test_forged_prototypes_rewrite_only_the_attackers_replies() -> None:
     z = torch.randn((2, 3), generator=torch.Generator().manual_seed(derive_seed(3, "attack", "prototypes", 4, 1)))
     assert torch.equal(out[1].uplink.rows.means, 1.0 + 0.5 * z)
     assert torch.equal(attacker.uplink.rows.means, torch.ones((2, 3)))  # the received reply is not mutated
+
+
+def test_a_backdoor_trigger_larger_than_the_images_names_trigger_size() -> None:
+    from chillfl.experiment import build_experiment
+
+    # the demo's digits are 8x8 images: a 9x9 square does not fit, and the option that sizes it is what to change
+    with pytest.raises(ConfigError) as err:
+        build_experiment(load_config(None, {"attack.kind": "backdoor", "attack.trigger_size": 9, "federation.num_clients": 4}))
+    assert err.value.field == "attack.trigger_size" and "9x9" in err.value.message and "at most 8" in err.value.message

@@ -120,7 +120,8 @@ def test_fewer_attackers_than_parts_and_a_trigger_larger_than_the_image_are_refu
     assert err.value.field == "attack.parts" and "3 attackers" in err.value.message
     with pytest.raises(ConfigError) as err:  # 3 rows of bars need 5 rows of pixels (0, 2, 4); the toy has 3
         poisoned(_toy(), attack(parts=5), frozenset({0, 1, 2, 3, 4}), 0)
-    assert err.value.field == "attack.kind" and "no images that large" in err.value.message
+    # the layout is what to change, not the kind: the error names the layout's field and says what fits
+    assert err.value.field == "attack.parts" and "5x" in err.value.message and "3x" in err.value.message
 
 
 # ---------------------------------------------------------------- end to end

@@ -85,13 +85,20 @@ def poison_rows(n: int, fraction: float, seed: int, client: int) -> np.ndarray:
     return np.sort(rng.choice(n, size=count, replace=False))
 
 
-def trigger_value(kind: str, what: str, height: int, width: int, target: int, data: FederatedData) -> float:
+def trigger_value(kind: str, what: str, height: int, width: int, target: int, data: FederatedData, layout: tuple[str, str]) -> float:
     """The value a pixel trigger stamps (the training inputs' largest), once the data can take a ``height`` x ``width``
-    trigger; a ConfigError naming ``attack.kind`` (``what`` the kind stamps) where inputs are no images that large or
-    are read anew each round, naming ``attack.target`` where ``target`` is no class."""
+    trigger; a ConfigError naming ``attack.kind`` (``what`` the kind stamps) where inputs are no images or are read
+    anew each round, naming ``attack.target`` where ``target`` is no class.
+
+    ``layout``: (the option field that sizes the trigger, how to make it fit), named where the inputs are images but
+    smaller than the trigger: the option is what to change, not the kind.
+    """
     shape = data.dataset.input_shape
-    if len(shape) < 2 or shape[-2] < height or shape[-1] < width:
-        raise ConfigError("attack.kind", f"'{kind}' stamps {what}, and inputs of shape {list(shape)} are no images that large")
+    if len(shape) < 2:
+        raise ConfigError("attack.kind", f"'{kind}' stamps {what}, and inputs of shape {list(shape)} are no images")
+    if shape[-2] < height or shape[-1] < width:
+        field, fix = layout
+        raise ConfigError(field, f"'{kind}' stamps {what} ({height}x{width} pixels), larger than the {shape[-2]}x{shape[-1]} images: {fix}")
     if data.dataset.train_items is not None:
         raise ConfigError("attack.kind", f"'{kind}' stamps the stored training inputs, and this dataset reads its items anew each round (redraw)")
     if target >= data.num_classes:
@@ -101,7 +108,8 @@ def trigger_value(kind: str, what: str, height: int, width: int, target: int, da
 
 def trigger_of(size: int, target: int, data: FederatedData) -> Trigger:
     """The backdoor's trigger for this data set; ConfigError naming ``attack.kind`` where inputs are no images."""
-    return Trigger(size, trigger_value("backdoor", f"a {size}x{size} pixel square", size, size, target, data))
+    fits = f"set it to at most {min(data.dataset.input_shape[-2:])}" if len(data.dataset.input_shape) >= 2 else ""
+    return Trigger(size, trigger_value("backdoor", f"a {size}x{size} pixel square", size, size, target, data, ("attack.trigger_size", fits)))
 
 
 def triggered_test(data: FederatedData, trigger: Trigger | Pattern, target: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -100,7 +100,10 @@ def _value(options: DbaOptions, data: FederatedData) -> float:
 
     height, width = extent(options)
     what = f"{options.parts} bars of {options.bar_length} pixels in a {height}x{width} corner"
-    return trigger_value("dba", what, height, width, options.target, data)
+    shape = data.dataset.input_shape
+    tall = len(shape) >= 2 and shape[-2] < height  # rows of bars: one row a pair of parts, gap rows between them
+    layout = ("attack.parts", "set fewer parts or a smaller gap") if tall else ("attack.bar_length", "set a shorter bar_length or a smaller gap")
+    return trigger_value("dba", what, height, width, options.target, data, layout)
 
 
 def global_pattern(options: DbaOptions, data: FederatedData) -> Pattern:

@@ -33,6 +33,7 @@ from chillfl.executors.ray_executor import RayExecutor, import_ray
 from chillfl.errors import ConfigError, choice_error
 from chillfl.models import build_model, model_names
 from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous
+from chillfl.models.inputs import check_index_inputs
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import MODELS, model_options
 from chillfl.protocols.common import Evaluation
@@ -291,6 +292,7 @@ def build_experiment(
         model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     else:
         model, state = user_initial_model(config, model)
+    check_index_inputs(config.model, data)  # a model that reads indices (its spec says so) on whole numbers without noise
     check_one_sample_batches(config, data, model)
     if plugged and plugged.aggregator is not None and not kind.uses_aggregator:
         raise ConfigError("aggregator", f"the {config.protocol} protocol averages no models, so it takes no aggregator")

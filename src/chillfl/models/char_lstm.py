@@ -20,8 +20,12 @@ Choices
 * Indices arrive as floats so that every input path (precision casts, device
   moves, stacking with other datasets' tensors) treats them like any input;
   they are exact integers below 2**24 in float32 (and below 256 in bf16).
-  Values outside ``0..vocab-1`` are clamped: the loader never produces them,
-  and an out-of-range index would be a device-side assert on CUDA.
+  The spec declares that the model reads indices (``ModelSpec.reads_indices``),
+  so a run refuses, before it starts, inputs that are not integers in
+  ``0..vocab-1`` (a standardised float dataset) and a partitioner that adds
+  noise to the inputs (``feature_noise``), each in one line naming the field.
+  The forward pass still clamps to ``0..vocab-1``: a call from outside a run
+  (a user's own batch) must not become a device-side assert on CUDA.
 * ``vocab = 0`` (default) means the dataset's class count: Shakespeare
   predicts a character of the same 80-letter alphabet it reads.
 """
@@ -36,6 +40,7 @@ from torch import nn
 
 from chillfl.errors import ConfigError
 from chillfl.models.common import MAX_LAYERS, MAX_WIDTH, Shape
+from chillfl.models.spec import ModelSpec
 from chillfl.options import require
 
 
@@ -105,5 +110,13 @@ def build_char_lstm(input_shape: Shape, num_classes: int, options: CharLSTMOptio
     """LEAF's Shakespeare LSTM for ``(L,)`` index sequences."""
     if len(input_shape) != 1 or input_shape[0] < 1:
         raise ConfigError(f"{section}.name", f"char_lstm needs (L,) character-index sequences (e.g. flwr_shakespeare), dataset gives {tuple(input_shape)}")
-    vocab = options.vocab or num_classes
-    return CharLSTM(vocab, options.embed_dim, options.hidden, options.layers, num_classes)
+    return CharLSTM(vocab_size(options, num_classes), options.embed_dim, options.hidden, options.layers, num_classes)
+
+
+def vocab_size(options: CharLSTMOptions, num_classes: int) -> int:
+    """How many distinct indices the embedding reads: ``vocab``, or the class count when it is 0."""
+    return options.vocab or num_classes
+
+
+SPEC = ModelSpec(CharLSTMOptions, build_char_lstm, reads_indices=vocab_size)
+"""``char_lstm`` in the model registry: it reads character indices below :func:`vocab_size`."""

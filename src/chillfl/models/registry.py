@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -25,16 +25,10 @@ from torch.overrides import TorchFunctionMode
 from chillfl.errors import ConfigError, choice_error
 from chillfl.models import alexnet, char_lstm, cnn, cnn1d, fedchill, mlp, resnet, resnet_cifar, vit
 from chillfl.models.projection import PROJECTION_OPTION, with_projection_head
+from chillfl.models.spec import Builder, ModelSpec
 from chillfl.options import Chosen, blame, parse_options, require_memory, total_memory_bytes
 
-Builder = Callable[[tuple[int, ...], int, Any, str], nn.Module]
-
-
-class ModelSpec(NamedTuple):
-    """Options dataclass and builder of one registered model."""
-
-    options: type
-    build: Builder
+__all__ = ["Builder", "MODELS", "ModelSpec", "build_model", "count_parameters", "model_names"]
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -53,7 +47,7 @@ MODELS: dict[str, ModelSpec] = {
     "resnet20": ModelSpec(resnet_cifar.CifarResNetOptions, resnet_cifar.build_resnet20),
     "resnet32": ModelSpec(resnet_cifar.CifarResNetOptions, resnet_cifar.build_resnet32),
     "resnet18_fedchill": ModelSpec(resnet_cifar.FedChillResNet18Options, resnet_cifar.build_resnet18_fedchill),
-    "char_lstm": ModelSpec(char_lstm.CharLSTMOptions, char_lstm.build_char_lstm),  # LEAF Shakespeare (models/char_lstm.py)
+    "char_lstm": char_lstm.SPEC,  # LEAF Shakespeare; reads character indices
 }
 
 

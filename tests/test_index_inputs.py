@@ -1,0 +1,74 @@
+"""Models that read integer indices (``char_lstm``, by its spec's ``reads_indices``) refuse inputs that are not indices.
+
+A standardised float dataset was read as clamped index casts, and the ``feature_noise`` partitioner added
+Gaussian noise to indices: both ran to the end without a word. Each is now one line naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import chillfl
+from chillfl.errors import ConfigError
+from chillfl.models.registry import MODELS
+
+VOCAB = 6
+
+
+def _config(**change: Any) -> dict[str, Any]:
+    table: dict[str, Any] = {
+        "model": {"name": "char_lstm", "hidden": 4, "embed_dim": 2},
+        "partition": {"name": "iid"},
+        "federation": {"num_clients": 2, "clients_per_round": 2, "rounds": 1},
+        "client": {"batch_size": 8, "epochs": 1},
+    }
+    return {**table, **change}
+
+
+def _indices(x_train: torch.Tensor | None = None, x_test: torch.Tensor | None = None) -> chillfl.TensorData:
+    """Sequences of 5 indices below VOCAB (as floats, the way flwr_shakespeare stores them); the label is the next index."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, VOCAB, (60, 5), generator=gen).float()
+    y = torch.randint(0, VOCAB, (60,), generator=gen)
+    return chillfl.TensorData(x[:40] if x_train is None else x_train, y[:40], x[40:] if x_test is None else x_test, y[40:], num_classes=VOCAB)
+
+
+def test_char_lstm_declares_it_reads_indices() -> None:
+    spec = MODELS["char_lstm"]
+    assert spec.reads_indices is not None
+    assert spec.reads_indices(chillfl.models.registry.model_options("char_lstm", {}), 80) == 80
+    assert MODELS["mlp"].reads_indices is None
+
+
+def test_index_data_runs() -> None:
+    result = chillfl.run(data=_indices(), config=_config(), write=False, progress=False)
+    assert result.records[-1]["round"] == 1
+
+
+def test_a_float_feature_dataset_is_one_line_on_model_name() -> None:
+    standardised = torch.randn(40, 5, generator=torch.Generator().manual_seed(1))
+    with pytest.raises(ConfigError, match="integer indices") as err:
+        chillfl.run(data=_indices(x_train=standardised), config=_config(), write=False, progress=False)
+    assert err.value.field == "model.name" and "\n" not in str(err.value)
+
+
+def test_a_float_test_split_is_refused_too() -> None:
+    test = torch.full((20, 5), 2.5)
+    with pytest.raises(ConfigError, match="test inputs") as err:
+        chillfl.run(data=_indices(x_test=test), config=_config(), write=False, progress=False)
+    assert err.value.field == "model.name"
+
+
+def test_feature_noise_on_indices_is_one_line_on_partition_name() -> None:
+    config = _config(partition={"name": "feature_noise", "sigma_min": 0.1, "sigma_max": 0.3})
+    with pytest.raises(ConfigError, match="noise") as err:
+        chillfl.run(data=_indices(), config=config, write=False, progress=False)
+    assert err.value.field == "partition.name"
+
+
+def test_feature_noise_of_zero_changes_nothing_and_runs() -> None:
+    config = _config(partition={"name": "feature_noise", "sigma_min": 0.0, "sigma_max": 0.0})
+    assert chillfl.run(data=_indices(), config=config, write=False, progress=False).records

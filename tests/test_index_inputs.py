@@ -72,3 +72,24 @@ def test_feature_noise_on_indices_is_one_line_on_partition_name() -> None:
 def test_feature_noise_of_zero_changes_nothing_and_runs() -> None:
     config = _config(partition={"name": "feature_noise", "sigma_min": 0.0, "sigma_max": 0.0})
     assert chillfl.run(data=_indices(), config=config, write=False, progress=False).records
+
+
+@pytest.mark.parametrize("value", [VOCAB, -1, 1e9], ids=["vocab", "negative", "huge"])
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_an_index_out_of_range_in_the_last_row_is_one_line(value: float, split: str) -> None:
+    """Every row is checked (min/max over all of them), not the first ones: the stray index sits in the last row."""
+    data = _indices()
+    x = (data.x_train if split == "train" else data.x_test).clone()
+    x[-1, -1] = value
+    bad = _indices(x_train=x) if split == "train" else _indices(x_test=x)
+    with pytest.raises(ConfigError, match=f"{split} inputs .*outside 0..{VOCAB - 1}") as err:
+        chillfl.run(data=bad, config=_config(), write=False, progress=False)
+    assert err.value.field == "model.name" and "\n" not in str(err.value)
+
+
+def test_a_larger_vocab_option_accepts_larger_indices() -> None:
+    data = _indices()
+    x = data.x_train.clone()
+    x[-1, -1] = VOCAB + 3
+    config = _config(model={"name": "char_lstm", "hidden": 4, "embed_dim": 2, "vocab": VOCAB + 4})
+    assert chillfl.run(data=_indices(x_train=x), config=config, write=False, progress=False).records

@@ -21,8 +21,8 @@ Choices
   moves, stacking with other datasets' tensors) treats them like any input;
   they are exact integers below 2**24 in float32 (and below 256 in bf16).
   The spec declares that the model reads indices (``ModelSpec.reads_indices``),
-  so a run refuses, before it starts, inputs that are not integers in
-  ``0..vocab-1`` (a standardised float dataset) and a partitioner that adds
+  so a run refuses, before it starts, inputs that are not whole numbers (a
+  standardised float dataset), indices outside ``0..vocab-1`` in any row, and a partitioner that adds
   noise to the inputs (``feature_noise``), each in one line naming the field.
   The forward pass still clamps to ``0..vocab-1``: a call from outside a run
   (a user's own batch) must not become a device-side assert on CUDA.

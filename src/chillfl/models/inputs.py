@@ -1,9 +1,11 @@
-"""What a model that reads integer indices asks of its inputs: whole numbers, untouched by noise.
+"""What a model that reads integer indices asks of its inputs: whole numbers in its range, untouched by noise.
 
 A model declares it in its spec (:attr:`~chillfl.models.spec.ModelSpec.reads_indices`, e.g. ``char_lstm``).
 Fed a standardised float dataset it would read casts of floats as indices, and a partitioner that adds
 Gaussian noise to each client's inputs (``feature_noise``) would add it to indices: both ran to the end
-without a word. The run builder checks every row once, before the run, in blocks (no copy of the data).
+without a word; an index past the embedding's rows was clamped (an IndexError or a device-side assert
+where nothing clamps). The run builder checks every row once, before the run: a min/max pass, and an
+integrality pass in blocks (no copy of the data).
 """
 
 from __future__ import annotations
@@ -69,12 +71,20 @@ def check_index_inputs(table: Mapping[str, Any], data: FederatedData, noise_fiel
     readers = index_readers(table, data.num_clients, data.num_classes)
     if not readers:
         return
-    reader = readers[0]
-    what = f"{reader.name} reads its inputs as integer indices (0..{reader.vocab - 1})"
+
+    def reads(reader: IndexReader) -> str:
+        return f"{reader.name} reads its inputs as integer indices (0..{reader.vocab - 1})"
+
+    first = readers[0]
     if data.noise is not None and any(sigma != 0 for sigma in data.noise):
-        raise ConfigError(noise_field, f"adds Gaussian noise to the clients' inputs, and {what} ({reader.field}); choose a partitioner that leaves inputs as they are")
+        raise ConfigError(noise_field, f"adds Gaussian noise to the clients' inputs, and {reads(first)} ({first.field}); choose a partitioner that leaves inputs as they are")
     for split, x in (("train", data.dataset.x_train), ("test", data.dataset.x_test)):
         value = first_fraction(x)
         if value is not None:
-            raise ConfigError(reader.field, f"{what}, and the {split} inputs of {data.dataset.name!r} hold {value:g}: real-valued features, not indices "
-                                            "(a character-index dataset such as flwr_shakespeare, or another model)")
+            raise ConfigError(first.field, f"{reads(first)}, and the {split} inputs of {data.dataset.name!r} hold {value:g}: real-valued features, not indices "
+                                           "(a character-index dataset such as flwr_shakespeare, or another model)")
+        low, high = (float(v) for v in torch.aminmax(x))  # one pass over every row: a stray index in the last row is found too
+        for reader in readers:  # per-client architectures may read vocabularies of different sizes
+            if low < 0 or high > reader.vocab - 1:
+                raise ConfigError(reader.field, f"{reads(reader)}, and the {split} inputs of {data.dataset.name!r} hold indices {low:g}..{high:g}, "
+                                                f"outside 0..{reader.vocab - 1}; raise the model's vocab (0: the class count) or fix the data")

@@ -64,7 +64,7 @@ import torch
 
 from chillfl.data.client_rows import ClientRows
 from chillfl.data.datasets import ArrayDataset
-from chillfl.data.partition_file import FROM_FILE, read_partition
+from chillfl.data.partition_file import FROM_FILE, labels_digest, read_partition
 from chillfl.data.partition import (
     NUM_CLIENTS_FIELD,
     Partition,
@@ -118,6 +118,10 @@ class FederatedData:
     """Indices into the test set held out for server-side validation (None: no validation split)."""
     client_validation_indices: Sequence[np.ndarray] | None = None
     """Per client, its own validation rows of the test set, all inside ``validation_indices`` (None: none)."""
+    row_labels: str | None = None
+    """A digest of the training labels in row order (:func:`~chillfl.data.partition_file.labels_digest`), taken when the
+    data were split, before an attack relabels rows: ``partition.json`` records it so that ``partition.from`` notices
+    rows in another order. None: not taken (the file then records none)."""
 
     def _test_rows(self) -> np.ndarray | None:
         """Test-set indices the test metrics use (None: all of them)."""
@@ -301,7 +305,7 @@ def build_federated_data(
         sub = dataclasses.replace(dataset, train_groups=groups)
     part: Partition
     if partitioner == FROM_FILE:  # partition.from: the clients of an earlier run (its partition.json)
-        train = read_partition(partition_options or {}, n, num_clients, public)
+        train = read_partition(partition_options or {}, n, num_clients, public, labels=dataset.y_train.numpy())
         part = Partition([np.searchsorted(rest, ix) for ix in train])
     else:
         labels = dataset.y_train.numpy()[rest]
@@ -340,4 +344,4 @@ def build_federated_data(
         if held_out is not None:
             local_val = _proportional_eval(weights, dataset.y_test.numpy(), client_eval_size, dataset.num_classes, _rng(seed, _LOCAL_VALIDATION), only=held_out)
 
-    return FederatedData(dataset, train, evals, part.client_noise, public, seed, part.class_proportions, held_out, local_val)
+    return FederatedData(dataset, train, evals, part.client_noise, public, seed, part.class_proportions, held_out, local_val, labels_digest(dataset.y_train.numpy()))

@@ -4,17 +4,28 @@ The file holds each client's training indices in the dataset's own index
 space (after nothing: the public pool, if any, is never in them), so another
 run on the same dataset, or another tool, can train on exactly the same
 clients. Reading checks the file against the run: the number of clients,
-indices in range, no index twice, none in the public pool.
+indices in range, no index twice, none in the public pool, and the rows.
+
+Rows (format version 2): indices name rows, so the same indices on the same
+dataset in another row order (another ``dataset.split_seed``, other data files)
+are other samples, and the size alone cannot tell. The file records a digest
+of the training labels in row order (SHA-256 of them as little-endian int64),
+taken when the data were split, before an attack relabels any row, and the
+``[dataset]`` table it was made with (to say what may have changed); reading
+compares the digest. Files of version 1 have no such record and are read with
+the other checks only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from chillfl.data.augment import AUGMENT_KEY
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 
@@ -26,16 +37,33 @@ FORMAT = "chillfl-partition"
 FIELD = "partition.from"
 
 
-def partition_record(dataset: str, train_size: int, table: Mapping[str, Any], train_indices: Sequence[np.ndarray]) -> dict[str, Any]:
-    """What ``partition.json`` holds: the dataset's name and size, how it was split, each client's indices."""
-    return {
+ROWS = "rows"
+"""The key of the row-order record (format version 2): ``labels_sha256`` and the ``dataset`` table."""
+
+
+def labels_digest(labels: np.ndarray) -> str:
+    """SHA-256 of the labels in row order, as little-endian int64 (one pass; no copy when they are int64 already)."""
+    return hashlib.sha256(np.ascontiguousarray(labels, dtype="<i8").data).hexdigest()
+
+
+def partition_record(
+    dataset: str, train_size: int, table: Mapping[str, Any], train_indices: Sequence[np.ndarray],
+    *, row_labels: str | None = None, dataset_table: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What ``partition.json`` holds: the dataset's name and size, how it was split, each client's indices, and (given
+    ``row_labels``, the labels' :func:`labels_digest` before any attack) the record of its rows."""
+    record: dict[str, Any] = {
         "format": FORMAT,
-        "version": 1,
+        "version": 2 if row_labels is not None else 1,
         "dataset": dataset,
         "train_size": train_size,
         "partition": dict(table),
-        "clients": [np.asarray(ix, dtype=np.int64).tolist() for ix in train_indices],
     }
+    if row_labels is not None:
+        made = {k: v for k, v in (dataset_table or {}).items() if k != AUGMENT_KEY}  # augmentation leaves rows where they are
+        record[ROWS] = {"labels_sha256": row_labels, "dataset": made}
+    record["clients"] = [np.asarray(ix, dtype=np.int64).tolist() for ix in train_indices]
+    return record
 
 
 def encode_partition(record: Mapping[str, Any]) -> bytes:
@@ -43,8 +71,11 @@ def encode_partition(record: Mapping[str, Any]) -> bytes:
     return (json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int, public: np.ndarray) -> list[np.ndarray]:
-    """Each client's training indices from the file ``options["from"]``, checked against this run."""
+def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int, public: np.ndarray, *, labels: np.ndarray | None = None) -> list[np.ndarray]:
+    """Each client's training indices from the file ``options["from"]``, checked against this run.
+
+    ``labels``: this run's training labels in row order (before any attack), compared with the file's record of its rows.
+    """
     extra = sorted(set(options) - {FROM_KEY})
     if extra:
         raise ConfigError(f"partition.{extra[0]}", f"unknown option of a partition read from a file; allowed: {FROM_KEY}")
@@ -62,6 +93,8 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
         raise ConfigError(FIELD, f"{short_repr(path)} has {len(clients)} clients; federation.num_clients is {num_clients}")
     if doc.get("train_size") not in (None, train_size):
         raise ConfigError(FIELD, f"{short_repr(path)} splits a training set of {doc['train_size']} samples; this dataset has {train_size}")
+    if labels is not None:
+        check_rows(doc.get(ROWS), labels, path)
     out = []
     for i, ix in enumerate(clients):
         if not isinstance(ix, list) or not all(isinstance(j, int) and not isinstance(j, bool) for j in ix):
@@ -77,3 +110,21 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
     if len(public) and np.isin(flat, public).any():
         raise ConfigError(FIELD, f"{short_repr(path)} gives clients samples of the public pool (distillation.public_size draws it first)")
     return out
+
+
+def check_rows(rows: object, labels: np.ndarray, path: str) -> None:
+    """The file's record of its rows (None: a version 1 file, which has none) against this run's ``labels``."""
+    if rows is None:
+        return
+    if not isinstance(rows, dict) or not isinstance(rows.get("labels_sha256"), str):
+        raise ConfigError(FIELD, f"{short_repr(path)}'s {ROWS!r} record is not one chillfl writes (labels_sha256 and dataset)")
+    if rows["labels_sha256"] == labels_digest(labels):
+        return
+    made = rows.get("dataset")
+    table = ", ".join(f"{k} = {short_repr(v)}" for k, v in sorted(made.items())) if isinstance(made, dict) and made else "unknown"
+    raise ConfigError(
+        FIELD,
+        f"{short_repr(path)} indexes rows in another order: this dataset's training labels differ row by row from those it was made on "
+        f"([dataset] {table}); another dataset.split_seed (or another [dataset] option, or other data files) reorders the rows. "
+        "Use the [dataset] table it was made with, or split anew",
+    )

@@ -261,3 +261,17 @@ def test_femnist_natural_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     overrides = ["dataset.name=femnist", "dataset.max_writers=4", "partition.name=natural", "federation.num_clients=4", "federation.rounds=1", "model.name=femnist_dnn", "eval.client_split=natural"]
     assert main(["run", str(config), "-q", *overrides]) == 0
     assert "final_global_acc=" in capsys.readouterr().out
+
+
+def test_a_cache_of_an_older_loader_output_is_rebuilt_not_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache key holds the loader's output version: a cache written by an older (buggy) loader is not read once it is bumped."""
+    from chillfl.data import loaders
+
+    _femnist_all_data(tmp_path)
+    fresh = load_dataset("femnist", data_dir=tmp_path)
+    (old,) = (tmp_path / CACHE_DIR).iterdir()
+    np.save(old / "y_train.npy", np.zeros(len(fresh.y_train), dtype=np.int64))  # what an older loader wrote
+    assert int(load_dataset("femnist", data_dir=tmp_path).y_train.max()) == 0  # same version: served as it is
+    monkeypatch.setattr(loaders, "FEMNIST_OUTPUT", loaders.FEMNIST_OUTPUT + 1)  # the loader's output changed
+    again = load_dataset("femnist", data_dir=tmp_path)
+    assert torch.equal(again.y_train, fresh.y_train) and len(list((tmp_path / CACHE_DIR).iterdir())) == 2

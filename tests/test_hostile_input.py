@@ -708,7 +708,7 @@ def test_a_damaged_dataset_cache_is_one_line_and_runs_no_code(tmp_path: Path, da
     decoded = Decoded(rng.random((6, 1, 2, 2)).astype(np.float32), np.arange(6) % 2, rng.random((4, 1, 2, 2)).astype(np.float32), np.arange(4) % 2, 2)
     source = tmp_path / "src"
     source.mkdir()
-    cached("toy", {}, source, tmp_path, lambda: decoded)
+    cached("toy", {}, source, tmp_path, lambda: decoded, output_version=1)
     (folder,) = (tmp_path / CACHE_DIR).iterdir()
     marker = tmp_path / "code-ran"
     target = folder / "y_train.npy"
@@ -725,7 +725,7 @@ def test_a_damaged_dataset_cache_is_one_line_and_runs_no_code(tmp_path: Path, da
     else:
         target.write_bytes(target.read_bytes()[:40])
     with pytest.raises(ConfigError) as info:
-        cached("toy", {}, source, tmp_path, lambda: decoded)
+        cached("toy", {}, source, tmp_path, lambda: decoded, output_version=1)
     assert info.value.field == "data_dir" and "delete that folder" in info.value.message and "\n" not in str(info.value)
     assert not marker.exists()
 

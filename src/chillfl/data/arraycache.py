@@ -10,10 +10,21 @@ Layout: ``data_dir/.chillfl-cache/<name>-<key>/`` with ``x_train.npy``,
 ``y_train.npy``, ``x_test.npy``, ``y_test.npy``, optional ``train_bounds.npy`` /
 ``test_bounds.npy`` (the natural groups as contiguous ranges) and ``meta.json``
 written last; the folder is built beside its final name and renamed into place,
-so a half-written cache is never read. ``<key>`` hashes the options and a
+so a half-written cache is never read. ``<key>`` hashes the cache layout
+(:data:`FORMAT_VERSION`), the loader's output version, the options and a
 fingerprint of the source folder (every file's path, size and mtime): changed
 source files or options build a new cache. Delete ``.chillfl-cache`` to reclaim
 the space.
+
+Versions: the cached arrays are a loader's output, so a fixed loader must not
+be served what its buggy predecessor wrote. Each caching loader declares its
+output version beside its code (``loaders.FEMNIST_OUTPUT``,
+``loaders.TINY_IMAGENET_OUTPUT``, ``loaders.CALTECH256_OUTPUT``,
+``leaf_hub.FLWR_FEMNIST_OUTPUT``) and passes it to :func:`cached`: bump it in
+the commit that changes what the loader produces (pixels, labels, order,
+groups, split). Bump :data:`FORMAT_VERSION` when this module changes what it
+writes (files, standardisation). Either way old entries get another key and
+are rebuilt, never read.
 
 Choices
 -------
@@ -47,6 +58,7 @@ log = logging.getLogger(__name__)
 
 CACHE_DIR = ".chillfl-cache"
 FORMAT_VERSION = 1
+"""The cache's own layout and standardisation: bump when this module changes what it writes (it is in every key)."""
 CHUNK_ROWS = 4096
 
 
@@ -173,9 +185,13 @@ def _load(folder: Path) -> Mapped:
         raise ConfigError("data_dir", f"the cached arrays in {folder} are unreadable ({reason}); delete that folder to rebuild them") from None
 
 
-def cached(name: str, options: object, source: Path, data_dir: Path, decode: Callable[[], Decoded]) -> Mapped:
-    """The standardised arrays of ``name``: mapped from the cache, or decoded, written once and mapped."""
-    key = hashlib.sha256(f"{FORMAT_VERSION}\0{name}\0{options!r}\0{fingerprint(source)}".encode()).hexdigest()[:16]
+def cached(name: str, options: object, source: Path, data_dir: Path, decode: Callable[[], Decoded], *, output_version: int) -> Mapped:
+    """The standardised arrays of ``name``: mapped from the cache, or decoded, written once and mapped.
+
+    ``output_version``: the loader's (``decode``'s) output version, part of the key, so that an entry an older
+    loader wrote is rebuilt rather than served (see the module docstring).
+    """
+    key = hashlib.sha256(f"{FORMAT_VERSION}\0{output_version}\0{name}\0{options!r}\0{fingerprint(source)}".encode()).hexdigest()[:16]
     cache_root = data_dir / CACHE_DIR
     folder = cache_root / f"{name}-{key}"
     if (folder / "meta.json").is_file():

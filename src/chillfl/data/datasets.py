@@ -333,7 +333,7 @@ def build_tiny_imagenet(opts: loaders.TinyImagenetOptions, data_dir: Path) -> Ar
         raw = loaders.load_tiny_imagenet(data_dir, opts)
         return arraycache.Decoded(raw.x_train, raw.y_train, raw.x_test, raw.y_test, raw.num_classes)
 
-    return _mapped("tiny_imagenet", arraycache.cached("tiny_imagenet", opts, root, data_dir, decode))
+    return _mapped("tiny_imagenet", arraycache.cached("tiny_imagenet", opts, root, data_dir, decode, output_version=loaders.TINY_IMAGENET_OUTPUT))
 
 
 def build_caltech256(opts: loaders.Caltech256Options, data_dir: Path) -> ArrayDataset:
@@ -345,7 +345,7 @@ def build_caltech256(opts: loaders.Caltech256Options, data_dir: Path) -> ArrayDa
         require(len(train) > 0 and len(test) > 0, "dataset.test_fraction", f"{opts.test_fraction} of each class's images leaves an empty train or test split of the {len(y)} images")
         return arraycache.Decoded(x[train], y[train], x[test], y[test], num_classes)
 
-    return _mapped("caltech256", arraycache.cached("caltech256", opts, root, data_dir, decode))
+    return _mapped("caltech256", arraycache.cached("caltech256", opts, root, data_dir, decode, output_version=loaders.CALTECH256_OUTPUT))
 
 
 def build_femnist(opts: loaders.FemnistOptions, data_dir: Path) -> ArrayDataset:
@@ -365,7 +365,7 @@ def build_femnist(opts: loaders.FemnistOptions, data_dir: Path) -> ArrayDataset:
         x_test, y_test, b_test = stack(tests)
         return arraycache.Decoded(x_train, y_train, x_test, y_test, loaders.FEMNIST_CLASSES, b_train, b_test)
 
-    return _mapped("femnist", arraycache.cached("femnist", opts, root, data_dir, decode))
+    return _mapped("femnist", arraycache.cached("femnist", opts, root, data_dir, decode, output_version=loaders.FEMNIST_OUTPUT))
 
 
 def _grouped(name: str, reader: Callable[[Path, Any], arraycache.Mapped]) -> Callable[[Any, Path], ArrayDataset]:

@@ -313,11 +313,16 @@ def _femnist_decoded(table: Any, opts: LeafHubOptions) -> arraycache.Decoded:
     return arraycache.Decoded(x[: len(train)], labels[train], x[len(train) :], labels[test], FEMNIST_CLASSES, b_train, b_test)
 
 
+FLWR_FEMNIST_OUTPUT = 1
+"""Output version of ``flwr_femnist``'s decoding (:func:`_femnist_decoded`), in its cache key (:mod:`chillfl.data.arraycache`): bump it when what it produces changes."""
+
+
 def load_femnist(data_dir: Path, opts: LeafHubOptions) -> arraycache.Mapped:
     """FEMNIST by writer: standardised images, writers as contiguous row blocks (``train_bounds``/``test_bounds``)."""
     root = local_source(opts.path, data_dir)
     if root is not None:  # decoded once, then memory-mapped from data_dir/.chillfl-cache
-        return arraycache.cached("flwr_femnist", opts, root, data_dir, lambda: _femnist_decoded(read_table(opts.path, data_dir)[0], opts))
+        return arraycache.cached("flwr_femnist", opts, root, data_dir, lambda: _femnist_decoded(read_table(opts.path, data_dir)[0], opts),
+                                 output_version=FLWR_FEMNIST_OUTPUT)
     table, _ = read_table(opts.path, data_dir)
     d = _femnist_decoded(table, opts)
     mean, std = arraycache.channel_stats(d.x_train)

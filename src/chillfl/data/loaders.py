@@ -388,6 +388,10 @@ def tiny_imagenet_root(data_dir: Path) -> Path:
     return _find_dir(data_dir, ("tiny-imagenet-200",), ("wnids.txt",), "Tiny-ImageNet", TINY_URL, "wnids.txt, train/<wnid>/images/*.JPEG, val/val_annotations.txt", "tiny_imagenet")
 
 
+TINY_IMAGENET_OUTPUT = 1
+"""Output version of the Tiny-ImageNet loader, in its cache key (:mod:`chillfl.data.arraycache`): bump it when what it produces changes."""
+
+
 def load_tiny_imagenet(data_dir: Path, opts: TinyImagenetOptions) -> RawSplit:
     """Train: ``train/<wnid>/images/*.JPEG``; test: the labelled ``val`` split (``val_annotations.txt``: file, wnid, box).
 
@@ -467,6 +471,10 @@ def caltech256_root(data_dir: Path) -> Path:
         if (base / "001.ak47").is_dir():
             return base
     raise ConfigError(DATA_DIR_FIELD, f"Caltech-256 not found at {data_dir / '256_ObjectCategories'}; expected <NNN.name>/*.jpg folders; {_fetch_hint('caltech256', data_dir, CALTECH_URL)}")
+
+
+CALTECH256_OUTPUT = 1
+"""Output version of the Caltech-256 loader and its split (``datasets.build_caltech256``), in its cache key: bump it when what they produce changes."""
 
 
 def load_caltech256_images(data_dir: Path, opts: Caltech256Options) -> tuple[np.ndarray, np.ndarray, int]:
@@ -575,6 +583,10 @@ def select_writers(counts: list[int], opts: FemnistOptions) -> list[int]:
         total += counts[i]
     kept = sorted(i for i in chosen if counts[i] >= opts.min_samples and counts[i] > 0)
     return kept[: opts.max_writers] if opts.max_writers else kept
+
+
+FEMNIST_OUTPUT = 1
+"""Output version of the FEMNIST loader and its stacking (``datasets.build_femnist``), in its cache key: bump it when what they produce changes."""
 
 
 def load_femnist_writers(data_dir: Path, opts: FemnistOptions) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]:

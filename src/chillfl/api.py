@@ -37,7 +37,7 @@ from chillfl.data import ArrayDataset, dataset_names, partitioner_names
 from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.engine.view import RunView, model_with_state
 from chillfl.errors import ConfigError
-from chillfl.experiment import CUSTOM, Experiment, Plugged, build_experiment, is_custom, plugged_records
+from chillfl.experiment import CUSTOM, Experiment, Plugged, build_experiment, dataset_record, is_custom, plugged_records
 from chillfl.experiments import resolve_config
 from chillfl.models import model_names
 from chillfl.options import short_repr
@@ -484,25 +484,6 @@ def model_record(model: nn.Module) -> dict[str, Any]:
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
     }
-
-
-def dataset_record(dataset: ArrayDataset) -> dict[str, Any]:
-    """The ``[dataset]`` table a run on user data saves: its label and sizes."""
-    record = {
-        "name": CUSTOM,
-        "source": dataset.name,
-        "num_classes": dataset.num_classes,
-        "input_shape": list(dataset.input_shape),
-        "train_size": len(dataset.y_train) - dataset.public_rows,
-        "test_size": len(dataset.y_test),
-    }
-    if dataset.public_rows:
-        record["public_size"] = dataset.public_rows
-    if dataset.test_groups is not None and dataset.train_groups is None:
-        record["client_test"] = True
-    if dataset.train_items is not None:
-        record["redraw"] = "round"  # a Dataset's training items read anew every round a client is sampled
-    return record
 
 
 # ---------------------------------------------------------------- user data

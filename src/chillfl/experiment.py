@@ -36,6 +36,7 @@ from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous
 from chillfl.models.inputs import check_index_inputs
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import MODELS, model_options
+from chillfl.options import short_repr
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
@@ -96,6 +97,47 @@ def check_rebuildable(config: RunConfig, *, has_model: bool = False, has_data: b
         raise _not_from_file("model.name", "nn.Module", "model", model_names())
     if not has_data and is_custom(config.dataset.get("name")):
         raise _not_from_file("dataset.name", "tensors", "data", dataset_names())
+
+
+def dataset_record(dataset: ArrayDataset) -> dict[str, Any]:
+    """The ``[dataset]`` table a run on user data saves: its label and sizes."""
+    record = {
+        "name": CUSTOM,
+        "source": dataset.name,
+        "num_classes": dataset.num_classes,
+        "input_shape": list(dataset.input_shape),
+        "train_size": len(dataset.y_train) - dataset.public_rows,
+        "test_size": len(dataset.y_test),
+    }
+    if dataset.public_rows:
+        record["public_size"] = dataset.public_rows
+    if dataset.test_groups is not None and dataset.train_groups is None:
+        record["client_test"] = True
+    if dataset.train_items is not None:
+        record["redraw"] = "round"  # a Dataset's training items read anew every round a client is sampled
+    return record
+
+
+def check_data_record(config: RunConfig, dataset: ArrayDataset) -> None:
+    """A run on the user's data (``dataset.name = "custom"``) records them as they are: every key of the record
+    (:func:`dataset_record`), and no other but ``augment``, equals the data's own.
+
+    A comparison's grid, tune or variants over ``dataset.num_classes``, ``train_size`` or ``source`` trained
+    every variant on the same tensors and wrote another record for each; one line naming the key instead.
+    Here, not in the sweep code, because every run (a comparison's too) is built here, after the variant's
+    overrides and with the data.
+    """
+    if not is_custom(config.dataset.get("name")):
+        return
+    record = dataset_record(dataset)
+    for key in sorted(set(record) | set(config.dataset) - {AUGMENT_KEY}):
+        got = config.dataset.get(key)
+        if got != record.get(key):
+            raise ConfigError(
+                f"dataset.{key}",
+                f"records the data passed from Python ({short_repr(record.get(key))} for them), so a run cannot set it to {short_repr(got)}: "
+                "vary settings of the run, not the record of its data (other data: another call with them)",
+            )
 
 
 def check_plugged(config: RunConfig, plugged: "Plugged | None") -> None:
@@ -281,6 +323,7 @@ def build_experiment(
     device = resolve_device(config.device)
     if data is None:
         data = build_data(config, dataset)
+    check_data_record(config, data.dataset)  # before poisoned_data: the user's data as given
     data = poisoned_data(config, data)  # [attack] label_flip / backdoor: the attackers' training rows
     if config.federation.sample_size() > data.num_clients:
         raise ConfigError("federation.clients_per_round", f"must be <= num_clients={data.num_clients}")

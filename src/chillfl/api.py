@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Union
 
 import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
 import numpy as np
+from chillfl import arguments
 import torch
 from torch import nn
 
@@ -41,6 +42,7 @@ from chillfl.experiment import CUSTOM, Experiment, Plugged, build_experiment, da
 from chillfl.experiments import resolve_config
 from chillfl.models import model_names
 from chillfl.options import short_repr
+from chillfl.progress import Progress
 from chillfl.plugins import has_methods
 from chillfl.report.compare import CompareResult as Comparison
 from chillfl.sweeps.plan import CompareOptions, grid_variants, parse_grid, repeats
@@ -135,7 +137,7 @@ def run(
     *,
     out_dir: str | Path | None = None,
     callbacks: Sequence[Callback | Callable[[dict[str, Any]], Any]] = (),
-    progress: bool = True,
+    progress: Progress = True,
     write: bool = True,
     aggregator: Any = None,
     terms: Sequence[Any] = (),
@@ -161,6 +163,7 @@ def run(
     ``[temperature]``, and the run works on copies of them. Every user error raises :class:`ConfigError` naming
     the field, before anything is written.
     """
+    out_dir, progress, write = arguments.optional_path(out_dir, "out_dir"), arguments.progress_mode(progress), arguments.flag(write, "write")
     plugged = as_plugged(aggregator, terms, policy)
     cfg, dataset = _prepare(model, data, config, out_dir, overrides, plugged)
     if cfg.variants or repeats(cfg):  # the command line compares such a config; here the caller asked for one run
@@ -193,7 +196,7 @@ def resume(
     terms: Sequence[Any] = (),
     policy: Any = None,
     callbacks: Sequence[Callback | Callable[[dict[str, Any]], Any]] = (),
-    progress: bool = True,
+    progress: Progress = True,
     force: bool = False,
 ) -> Result:
     """Continue an interrupted :func:`run` in ``folder`` (its ``NAME.partial``, or a run a callback stopped) from its checkpoint.
@@ -206,6 +209,7 @@ def resume(
     """
     from chillfl.runner import resume_experiment
 
+    folder, progress, force = arguments.path(folder, "folder"), arguments.progress_mode(progress), arguments.flag(force, "force")
     plugged = as_plugged(aggregator, terms, policy)
     _check_model(model)
     dataset = as_dataset(data, _input_dtype(model)) if data is not None else None
@@ -261,7 +265,7 @@ def compare(
     select: str | None = None,
     reference: str | None = None,
     out_dir: str | Path | None = None,
-    progress: bool = True,
+    progress: Progress = True,
     write: bool = True,
     aggregator: Any = None,
     terms: Sequence[Any] = (),
@@ -281,6 +285,8 @@ def compare(
     are those of :func:`run` (every variant and seed runs on its own copies of your parts).
     ``result.report("report.html")`` writes the HTML report.
     """
+    out_dir, progress, write = arguments.optional_path(out_dir, "out_dir"), arguments.progress_mode(progress), arguments.flag(write, "write")
+    controls = arguments.optional_flag(controls, "controls")
     plugged = as_plugged(aggregator, terms, policy)
     cfg, dataset = _prepare(model, data, config, out_dir, overrides, plugged)
     if isinstance(grid, Mapping):
@@ -322,7 +328,7 @@ def _keyword_fields() -> Iterator[None]:
         raise ConfigError(_FLAGS[exc.field], exc.message) from None
 
 
-def reproduce_paper(paper: str, seeds: Sequence[int] = (0, 1, 2), *, out_dir: str | Path | None = None, resume: bool = False, progress: bool = True) -> list[Outcome]:
+def reproduce_paper(paper: str, seeds: Sequence[int] = (0, 1, 2), *, out_dir: str | Path | None = None, resume: bool = False, progress: Progress = True) -> list[Outcome]:
     """A paper's headline claims at CPU scale, each with its verdict, as ``chillfl reproduce PAPER`` does.
 
     (Not ``chillfl.reproduce``: that name is the module :mod:`chillfl.reproduce`, which holds the claims.)
@@ -332,6 +338,7 @@ def reproduce_paper(paper: str, seeds: Sequence[int] = (0, 1, 2), *, out_dir: st
     its figure are written beside those folders. ``resume``: read back the claims this code finished before and
     resume an interrupted one (as ``--resume``; a ``KeyboardInterrupt`` leaves that state behind).
     """
+    out_dir, progress, resume = arguments.optional_path(out_dir, "out_dir"), arguments.progress_mode(progress), arguments.flag(resume, "resume")
     _check_seeds(seeds)
     if out_dir is not None:
         check_out_dir(str(out_dir))

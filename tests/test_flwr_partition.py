@@ -79,3 +79,46 @@ def test_missing_library_names_the_extra(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setitem(sys.modules, "flwr_datasets.partitioner", None)
     with pytest.raises(ConfigError, match=r"chillfl\[flwr-datasets\]"):
         partition("flwr", LABELS, 5, np.random.default_rng(0), {"partitioner": "IidPartitioner"})
+
+
+NATURAL_CONFIG = """
+out_dir = "{out}"
+seed = 0
+device = "cpu"
+[dataset]
+name = "synthetic"
+num_clients = 3
+size_log_mean = 1.0
+size_log_sigma = 0.1
+min_samples = 10
+dim = 5
+num_classes = 3
+[partition]
+name = "flwr"
+partitioner = "NaturalIdPartitioner"
+[model]
+name = "mlp"
+hidden = [4]
+[federation]
+num_clients = 3
+clients_per_round = 3
+rounds = 1
+[eval]
+clients = "none"
+"""
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_the_natural_id_partitioners_own_bar_follows_quiet(quiet: bool, tmp_path, capfd: pytest.CaptureFixture[str]) -> None:
+    """NaturalIdPartitioner draws its own tqdm bar ('Generating partition_id_to_indices'); under -q it printed anyway.
+    Silenced only while it splits: its module's tqdm is the library's own again afterwards."""
+    from chillfl.cli import main
+    from flwr_datasets.partitioner import natural_id_partitioner
+
+    bar = natural_id_partitioner.tqdm
+    config = tmp_path / "natural.toml"
+    config.write_text(NATURAL_CONFIG.format(out=tmp_path / "out"))
+    assert main(["run", str(config), *(["-q"] if quiet else [])]) == 0
+    err = capfd.readouterr().err
+    assert ("Generating partition_id_to_indices" in err) is not quiet
+    assert natural_id_partitioner.tqdm is bar

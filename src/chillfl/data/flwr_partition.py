@@ -40,12 +40,22 @@ Choices
   label-sorted train set it would otherwise give each client one class, the
   same for every seed. Partitioners with a ``seed``, and the natural-id ones
   (which split by id, not by position), see the dataset's order.
+* ``NaturalIdPartitioner`` draws its own tqdm bar ("Generating
+  partition_id_to_indices"), which ignored ``-q``. It is shown only when
+  chillfl's info lines are (this module's logger enabled for INFO; ``-q``
+  turns them off): otherwise the ``tqdm`` of the partitioner's modules is
+  swapped for a disabled one while it splits, and restored after
+  (:func:`quiet_bars`), so nothing else in the process changes.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Sequence
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +70,10 @@ SUPPLIED = ("num_partitions", "partition_by")
 BY_NATURAL_ID = ("NaturalIdPartitioner", "GroupedNaturalIdPartitioner")
 """Partitioners that split by a client id column: chillfl gives them the dataset's natural client numbers."""
 NATURAL_ID = "natural_id"
+BAR = "tqdm"
+"""The name under which a flwr-datasets partitioner module holds the progress bar it draws."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -128,6 +142,27 @@ def natural_ids(groups: Sequence[Any] | None, n: int, partitioner: str, section:
     return ids
 
 
+@contextmanager
+def quiet_bars(partitioner: Any) -> Iterator[None]:
+    """While it runs, the progress bars the partitioner's own modules draw are off, unless chillfl's info lines are on.
+
+    flwr-datasets' ``NaturalIdPartitioner`` calls its module's ``tqdm`` directly (no option turns it off), so each
+    module of the partitioner's class hierarchy that holds one gets a disabled ``tqdm`` here and its own back after.
+    """
+    if log.isEnabledFor(logging.INFO):
+        yield
+        return
+    modules = {m for m in (sys.modules.get(c.__module__) for c in type(partitioner).__mro__) if m is not None and BAR in vars(m)}
+    saved = {m: vars(m)[BAR] for m in modules}
+    try:
+        for module, bar in saved.items():
+            vars(module)[BAR] = functools.partial(bar, disable=True)
+        yield
+    finally:
+        for module, bar in saved.items():
+            vars(module)[BAR] = bar
+
+
 def flwr_split(
     labels: np.ndarray, k: int, rng: np.random.Generator, opts: FlwrOptions, section: str, groups: Sequence[Any] | None = None
 ) -> list[np.ndarray]:
@@ -146,10 +181,11 @@ def flwr_split(
         columns[NATURAL_ID] = natural_ids(groups, len(labels), opts.partitioner, section)
     partitioner.dataset = datasets.Dataset.from_dict(columns)
     try:
-        count = partitioner.num_partitions
-        if count != k:
-            raise ConfigError("federation.num_clients", f"must equal the {count} partitions of {opts.partitioner}, got {k}")
-        return [np.asarray(partitioner.load_partition(i)["_index"], dtype=np.int64) for i in range(k)]
+        with quiet_bars(partitioner):
+            count = partitioner.num_partitions
+            if count != k:
+                raise ConfigError("federation.num_clients", f"must equal the {count} partitions of {opts.partitioner}, got {k}")
+            return [np.asarray(partitioner.load_partition(i)["_index"], dtype=np.int64) for i in range(k)]
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - e.g. DirichletPartitioner cannot meet min_partition_size

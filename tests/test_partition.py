@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -148,6 +149,23 @@ def test_dirichlet_client_scheme_follows_its_formula() -> None:
     assert p is not None and p.shape == (4, 10)
     expected = np.floor(60 * p / np.maximum(p.sum(axis=0), 1.0))
     assert np.array_equal(counts_of(part), expected.astype(np.int64))
+
+
+def test_dirichlet_client_scheme_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    # FLex&Chill App. (Dirichlet): p^(i) ~ Dir(alpha) per client, n_k^(i) = floor(|D_k| p_k^(i)); chillfl scales an
+    # over-subscribed class column by 1 / sum_i p_k^(i). Proportions injected, so every count is worked out here.
+    # 3 classes x 10 samples; client 0: p = (0.5, 0.5, 0), client 1: p = (0.7, 0.1, 0.2).
+    # class 0: sum 1.2 > 1 -> floor(10 * 0.5 / 1.2) = floor(4.17) = 4, floor(10 * 0.7 / 1.2) = floor(5.83) = 5
+    # class 1: sum 0.6 -> floor(5.0) = 5, floor(1.0) = 1; class 2: sum 0.2 -> 0, floor(2.0) = 2
+    rows = iter([np.array([0.5, 0.5, 0.0]), np.array([0.7, 0.1, 0.2])])
+    module = sys.modules[partition.__module__]  # chillfl.data re-exports the function partition under the module's name
+    monkeypatch.setattr(module, "dirichlet", lambda rng_, alpha, size: next(rows))
+    labels = np.tile(np.arange(3), 10)
+    part = partition("dirichlet", labels, 2, rng(0), {"alpha": 1.0, "scheme": "client"})
+    assert counts_of(part, labels, 3).tolist() == [[4, 5, 0], [5, 1, 2]]
+    # without overlap: 17 distinct samples, 13 left unused by the floors and the scaling
+    used = np.concatenate(part.client_indices)
+    assert len(used) == len(set(used.tolist())) == 17
 
 
 # ---------------------------------------------------------------- dirichlet_balanced

@@ -42,7 +42,13 @@ Choices
   p_i (then to any class still available). Clients are filled in a random
   order so that no client id is systematically last. ``scheme="class"`` is the
   literal per-class reading with the common balancing rule: a client that
-  already holds >= N / K samples gets no share of the next classes.
+  already holds >= N / K samples gets no share of the next classes. That is
+  also the partition of the work FedChill cites for it (Chen et al. 2023,
+  FedHKD, NIID-Bench's balanced split), so ``"class"`` is the paper's; the
+  default ``"client"`` is chillfl's reading of "balanced client datasets"
+  (sizes equal to within one). Not reproduced from that code: its redraw
+  until every client holds >= 10 samples, and its ``frac`` subsample
+  (int(frac n) draws with replacement).
   ``frac`` keeps round(frac * n_i) samples of each client, stratified by class.
 * ``quantity_skew``: PA3Fed says client data proportions are ~ Dir(h) and that
   "both the number of data points and class distributions are unbalanced".

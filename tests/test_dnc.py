@@ -162,6 +162,14 @@ def test_dnc_drops_what_the_median_lets_through() -> None:
 # ---------------------------------------------------------------- registry and config errors
 
 
+def test_defaults_are_the_documented_ones() -> None:
+    # Algorithm 2's parameters as every reimplementation sets them (Blades: filter_frac 1.0, sub_dim 10000, num_iters 1):
+    # c = 1 removes exactly floor(c f) = f; f = 0 (nobody assumed byzantine) makes DnC the plain mean
+    o = DnCOptions()
+    assert (o.c, o.subsample, o.iterations, o.combine, o.weighting, o.f) == (1.0, 10_000, 1, "intersection", "uniform", 0)
+    assert DnCOptions(f=3).removed() == 3 and DnCOptions(f=3, c=1.5).removed() == 4  # floor(4.5)
+
+
 def test_registered_robust() -> None:
     assert algorithm_spec("dnc").capabilities == ROBUST  # no client weights: pa3fed and dp-fedavg refuse it as a base
 

@@ -51,6 +51,13 @@ def scored(agg: PA3Fed) -> Scored:
 # ---------------------------------------------------------------- Eq. 10
 
 
+def test_defaults_follow_the_paper() -> None:
+    # PA3Fed "Experiments Setup": beta = 0.3 ("fixed at 0.3"), CLP threshold delta = 0.01; adapt in the CLP only
+    # (Alg. 1 l.15-19); Eq. 10 read with |.| and eta kept in FGN (Eqs. 4-5), the documented readings
+    o = PA3FedOptions()
+    assert (o.beta, o.delta, o.mode, o.signed, o.fgn_scale_by_lr, o.first_round_clp) == (0.3, 0.01, "clp", False, True, False)
+
+
 def test_stability_coefficient_both_readings() -> None:
     assert stability_coefficient(None, 3.0, 0.3) == 1.0  # first participation
     # score rose 0.7 -> 1.2: |diff| = 0.5 -> exp(-0.15); signed: exp(-0.3 * (0.7 - 1.2)) = exp(+0.15)

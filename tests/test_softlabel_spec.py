@@ -60,3 +60,16 @@ def test_a_client_without_a_method_state_stores_none() -> None:
         assert back is not None and back.method is None
     finally:
         store.close()
+
+
+def test_scarlet_and_dsfl_defaults_follow_the_paper() -> None:
+    # SCARLET Sec. IV: cache duration D = 50, beta = 2.0 (CIFAR-10, alpha = 0.05), 1,000 public samples a round,
+    # lr 0.1 for client-server distillation; Table V: DS-FL's ERA temperature T = 0.1 (CIFAR-10). Only SCARLET caches.
+    from chillfl.distillation.methods import dsfl, scarlet
+    from chillfl.settings.distillation import DistillationOptions
+
+    assert scarlet.SPEC.default_cache_duration == 50 and dsfl.SPEC.default_cache_duration == 0
+    assert scarlet.SCARLETOptions().beta == 2.0
+    assert (dsfl.DSFLOptions().temperature, dsfl.DSFLOptions().aggregation) == (0.1, "era")
+    common = DistillationOptions(method="scarlet")
+    assert (common.subset_size, common.distill_lr) == (1000, 0.1)

@@ -128,3 +128,32 @@ def test_a_model_that_cannot_train_is_refused_before_the_folder_exists(tmp_path:
     exc = refused(model=EvalOnly(), write=True, out_dir=tmp_path / "out")
     assert exc.field == "model" and exc.message.endswith("fails in training mode on a batch of inputs of shape (2, 6): RuntimeError: call .eval() first")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("method", ["dsfl", "scarlet", "fedmd"])
+def test_frozen_layers_stay_frozen_in_the_soft_label_methods_server_and_distillation_phases(method: str) -> None:
+    """The server model's distillation, the clients' distillation on the public rows and FedMD's public pretraining were
+    phases built without :attr:`LocalSpec.frozen`: a frozen backbone (``requires_grad_(False)``) was trained there."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    model[0].requires_grad_(False)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(1)
+    public = (torch.randn(30, 6, generator=g), torch.arange(30) % 3)
+    d = tensors()
+    data = chillfl.TensorData(d.x_train, d.y_train, d.x_test, d.y_test, num_classes=3, public=public)
+    distill = {"method": method, "public_size": 30, "subset_size": 20, "server_epochs": 1, "distill_batch_size": 8,
+               **({"transfer_epochs": 1} if method == "fedmd" else {})}
+    config = {"federation": {"num_clients": 2, "rounds": 2}, "client": {"lr": 0.1}, "distillation": distill}
+    result = chillfl.run(model=model, data=data, config=config, write=False, progress=False)
+    assert result.state is not None
+    assert torch.equal(result.state["0.weight"], start["0.weight"]) and torch.equal(result.state["0.bias"], start["0.bias"])
+    assert not torch.equal(result.state["2.weight"], start["2.weight"])
+
+
+def test_every_training_phase_keeps_the_frozen_parameters() -> None:
+    """A phase (distillation, a server model, public pretraining) keeps the run's frozen set, as private training does."""
+    from chillfl.training.local import LocalSpec
+
+    spec = LocalSpec(epochs=1, batch_size=8, frozen=frozenset({"0.weight"}))
+    assert spec.phase(2, 4).frozen == frozenset({"0.weight"})

@@ -159,14 +159,16 @@ class LocalSpec:
 
         It keeps the run's optimiser and resolved compute settings (memory format,
         precision, batched convolutions), so ``precision = "bf16"`` holds in every
-        phase; it drops the private objective's terms, augmentation and frozen parts,
-        and sharpness-aware steps (FedSAM's are the clients' local training).
+        phase, and its :attr:`frozen` parameters, so a frozen backbone stays frozen on
+        the server and in distillation as in private training; it drops the private
+        objective's terms and augmentation, and sharpness-aware steps (FedSAM's are the
+        clients' local training).
         """
         return LocalSpec(
             epochs=epochs, batch_size=batch_size, momentum=self.momentum, weight_decay=self.weight_decay, base_loss=base_loss,
             memory_format=self.memory_format, precision=self.precision, batched_conv=self.batched_conv,
             optim=dataclasses.replace(self.optim, sam_rho=0.0, sam_adaptive=False),
-            cuda_graphs=self.cuda_graphs, compiled=self.compiled,
+            cuda_graphs=self.cuda_graphs, compiled=self.compiled, frozen=self.frozen,
         )
 
 

@@ -13,8 +13,9 @@ from torch import nn
 from chillfl.analysis.aggregation import accuracy_change, entropy_change
 from chillfl.analysis.cka import REPRESENTATION, default_layers, layer_features
 from chillfl.analysis.grad_norms import input_gradient_norms
-from chillfl.analysis.replay import accuracy, entropy, predict, replay_round
+from chillfl.analysis.replay import accuracy, entropy, load_model_state, predict, replay_round
 from chillfl.cli import main
+from chillfl.metrics.cka import linear_cka
 from chillfl.storage.results import read_metrics
 from chillfl.models.parts import forward_with_features
 
@@ -156,6 +157,26 @@ def test_cli_analyses_write_json_and_png(run_dir: Path, tmp_path: Path, capsys: 
     assert {"calibration.json", "reliability.png", "cka.json", "cka.png", "aggregation-accuracy.json", "aggregation-accuracy.png",
             "aggregation-entropy.json", "aggregation-entropy.png", "grad-norms.json", "grad-norms.png"} <= _files(out)
     assert "results:" in capsys.readouterr().out
+
+
+def test_cka_without_a_reference_compares_with_the_runs_initial_model(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without ``--reference`` each run was compared with its own saved model: every layer printed 1.0000. The default
+    reference is now the run's seeded initial model, bitwise the model round 1 started from (the replay of round 1
+    reproduces the run's metrics from it, test above), and the output's first line says so."""
+    out = tmp_path / "c"
+    assert main(["analyze", "cka", str(run_dir), "--samples", "64", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("reference: each run's initial model") and "--reference" in printed[0]
+    result = json.loads((out / "cka.json").read_text())
+    assert result["reference"] == "initial"
+    values = result["runs"]["tiny"]["global_vs_reference"]
+    assert all(0 < v < 1 for v in values.values())  # two rounds of training moved every layer's features
+    # the same numbers as against that model's features computed here, from the replay's round-1 start
+    replay = replay_round(run_dir, "initial")
+    x, layers = replay.exp.data.test()[0][:64], default_layers(replay.exp.model)
+    trained = layer_features(replay.exp.model, load_model_state(run_dir), x, layers)
+    initial = layer_features(replay.exp.model, replay.start, x, layers)
+    assert values == {k: linear_cka(trained[k], initial[k]) for k in layers}
 
 
 def test_cli_bad_input_is_one_line(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

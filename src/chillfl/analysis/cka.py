@@ -22,8 +22,11 @@ Outputs ``cka.json`` and ``cka.png``:
 
 The reference (``--reference``) is another run's saved global model (the
 paper: a model trained on i.i.d. data at T = 1); without it, each run's own
-saved global model is the reference (then its Table-6 row is all 1, and the
-client rows measure drift from the model the clients started from).
+initial model is the reference: its seeded round-0 model, rebuilt from the
+run's ``config.toml`` and seed (bitwise the model round 1 started from), so
+the row says how far training moved each layer. (The run's own saved model
+as default compared it with itself: every layer read 1.0.) A run whose model
+came from Python cannot be rebuilt, with or without ``--reference``.
 Reference and run must share the model architecture.
 """
 
@@ -46,6 +49,8 @@ from chillfl.models.parts import NoHeadError, head_name
 from chillfl.training.local import split_state
 
 REPRESENTATION = "representation"
+INITIAL = "initial"
+"""``cka.json``'s ``reference`` without ``--reference``: each run's own seeded initial (round-0) model."""
 LAYER_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
 
@@ -99,13 +104,13 @@ def cka_per_layer(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor], 
 def analyze(run_dirs: Sequence[str], reference: str | None, *, samples: int = 500, layers: Sequence[str] | None = None,
             clients: bool = False, start: str = "final", center: bool = True) -> dict[str, Any]:
     """The CKA tables for every run (see module docstring)."""
-    out: dict[str, Any] = {"analysis": "cka", "reference": reference, "samples": samples, "centered": center, "runs": {}}
+    out: dict[str, Any] = {"analysis": "cka", "reference": reference or INITIAL, "samples": samples, "centered": center, "runs": {}}
     for run_dir in run_dirs:
         exp = build_run(run_dir)
         names = check_layers(exp.model, layers) if layers else default_layers(exp.model)
         x = exp.data.test()[0][:samples].to(exp.device)
         own = load_model_state(run_dir, exp.device)
-        ref_state = load_model_state(reference, exp.device, "--reference") if reference else own
+        ref_state = load_model_state(reference, exp.device, "--reference") if reference else {k: v.to(exp.device) for k, v in exp.initial_state.items()}
         _check_same_shapes(own, ref_state)
         feats = {"REF": layer_features(exp.model, ref_state, x, names), "GLOBAL": layer_features(exp.model, own, x, names)}
         run: dict[str, Any] = {"run_dir": str(run_dir), "layers": names, "n": int(len(x)), "global_vs_reference": cka_per_layer(feats["GLOBAL"], feats["REF"], center)}
@@ -177,6 +182,8 @@ def cmd_cka(args: argparse.Namespace) -> int:
     folder = out_folder(args.run_dirs, args.out)
     write_json(folder / "cka.json", result)
     plot_cka(result, folder / "cka.png")
+    print(f"reference: {args.reference}'s global model" if args.reference else
+          "reference: each run's initial model (its seeded round-0 model, rebuilt from its config.toml; --reference RUN_DIR compares with another run)")
     for label, run in result["runs"].items():
         print(f"{label}: " + ", ".join(f"{k} {v:.4f}" for k, v in run["global_vs_reference"].items()))
     print(f"results: {folder / 'cka.json'}, {folder / 'cka.png'}")
@@ -188,7 +195,7 @@ def add_parser(subparsers: Any) -> None:
                               description="Linear CKA per layer between each run's global model (and, with --clients, "
                               "its client models from one replayed round) and a reference model.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folder(s)")
-    p.add_argument("--reference", metavar="RUN_DIR", help="the reference run (e.g. trained on i.i.d. data); default: each run's own global model")
+    p.add_argument("--reference", metavar="RUN_DIR", help="the reference run (e.g. trained on i.i.d. data); default: each run's initial model (seeded, round 0)")
     p.add_argument("--samples", type=int, default=500, help="test inputs the features are computed on (default 500)")
     p.add_argument("--layers", help="comma-separated module names (default: every conv/linear module + representation)")
     p.add_argument("--clients", action="store_true", help="replay one round and compare the client models too (Fig. 13)")

@@ -31,6 +31,7 @@ from chillfl.engine.protocol import Executor, ServerProtocol
 from chillfl.executors.pools import WorkerPools
 from chillfl.executors.ray_executor import RayExecutor, import_ray
 from chillfl.errors import ConfigError, choice_error
+from chillfl.options import short_repr
 from chillfl.models import build_model, model_names
 from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous
 from chillfl.models.inputs import check_index_inputs
@@ -178,30 +179,43 @@ def plugged_records(plugged: Plugged) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     if plugged.aggregator is not None:
         out["algorithm"] = {"name": CUSTOM, "class": _class_path(plugged.aggregator), "terms": [_class_path(t) for t in plugged.terms],
-                            **options_record(plugged.aggregator)}
+                            **options_record(plugged.aggregator, "algorithm")}
     if plugged.policy is not None:
-        out["temperature"] = {"policy": CUSTOM, "class": _class_path(plugged.policy), **options_record(plugged.policy)}
+        out["temperature"] = {"policy": CUSTOM, "class": _class_path(plugged.policy), **options_record(plugged.policy, "temperature")}
     return out
 
 
 RECORDABLE = (bool, int, float, str)
-"""Option values a saved config writes as they are (TOML has no null; a list of them too)."""
+"""Option values a saved config writes as they are (TOML has no null: an unset option is left out; lists and tables of them too)."""
 
 
-def options_record(obj: object) -> dict[str, Any]:
-    """``{"options": {...}}`` of an instance's ``options`` attribute when it is a dataclass of numbers, flags, names and
-    lists of them (the pattern of chillfl's own methods and of docs/extending.md); ``{}`` otherwise: nothing recorded.
+def options_record(obj: object, part: str) -> dict[str, Any]:
+    """``{"options": {...}}``: every field of an instance's ``options`` dataclass (the pattern of chillfl's own methods and
+    of docs/extending.md), for ``[part.options]``; ``{}`` when it keeps none (nothing to record).
 
     Why: a run on an instance records its class; without its options (``beta = 0.3``) the saved config would not
-    say what ran, and :func:`chillfl.resume` could not tell another instance of the same class from it.
+    say what ran, and :func:`chillfl.resume` could not tell another instance of the same class from it. Nested
+    dataclasses and mappings are tables, tuples lists, and an unset (None) option is left out, as the resolved config
+    leaves it out; a value TOML cannot hold (a tensor, a function) is one ConfigError naming ``part.options.<field>``,
+    rather than a record that silently drops the whole table.
     """
     options = vars(obj).get("options") if hasattr(obj, "__dict__") else None
     if options is None or not dataclasses.is_dataclass(options) or isinstance(options, type):
         return {}
-    plain = {k: list(v) if isinstance(v, (tuple, list)) else v for k, v in dataclasses.asdict(options).items()}
-    if not all(isinstance(v, RECORDABLE) or (isinstance(v, list) and all(isinstance(x, RECORDABLE) for x in v)) for v in plain.values()):
-        return {}
-    return {"options": plain}
+    table = _recordable(dataclasses.asdict(options), f"{part}.options", type(obj).__qualname__)
+    return {"options": table} if table else {}
+
+
+def _recordable(value: Any, field: str, owner: str) -> Any:
+    """``value`` as TOML holds it (see :func:`options_record`); ``field`` names it in the error."""
+    if isinstance(value, RECORDABLE):
+        return value
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _recordable(v, f"{field}.{k}", owner) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)) and all(v is not None for v in value):
+        return [_recordable(v, f"{field}[{i}]", owner) for i, v in enumerate(value)]
+    raise ConfigError(field, f"{owner}'s option {short_repr(value)} ({type(value).__name__}) cannot be recorded in the run's config.toml; "
+                             "an options dataclass holds numbers, flags, names, and lists and tables of them")
 
 
 def build_data(config: RunConfig, dataset: ArrayDataset | None = None) -> FederatedData:

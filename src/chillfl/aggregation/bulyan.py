@@ -109,6 +109,7 @@ class Bulyan(AggregatorBase):
     """Bulyan: repeated Krum selects n - 2f models, then a per-coordinate mean of the n - 4f nearest each median."""
 
     def __init__(self, options: BulyanOptions = BulyanOptions()) -> None:
+        self.options = options  # recorded for an instance passed from Python
         self.f = options.f
         self._selected: list[int] = []
 

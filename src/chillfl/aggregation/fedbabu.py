@@ -66,11 +66,11 @@ class FedBABU(FedBN):
         super().__init__(keys, FedBNOptions(global_bn="keep", weighting=options.weighting))
         params = frozenset(n for n, _ in model.named_parameters())
         self.head, self.body = params & set(keys), params - set(keys)
-        self.babu = options  # FedBN's own options are ``self.options``
+        self.options = options  # FedBN's rule is ``self.rule``
 
     def client_half(self) -> ClientHalf:
         """FedAvg-FT's client half with the head frozen during the uploaded training; fine-tuning keeps what ``finetune`` leaves out."""
-        o = self.babu
+        o = self.options
         still = {"full": frozenset(), "head": self.body, "body": self.head}[o.finetune]
         return FineTuning(o.finetune_epochs, o.finetune_lr, train_frozen=self.head, tune_frozen=still, untuned="trained")
 

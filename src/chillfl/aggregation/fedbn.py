@@ -100,10 +100,13 @@ class FedBN(AggregatorBase):
 
     def __init__(self, bn_keys: Collection[str], options: FedBNOptions = FedBNOptions()) -> None:
         self.bn_keys = frozenset(bn_keys)
-        self.options = options
+        self.rule = options
+        self.options: Any = options
+        """The method's own options, recorded for an instance passed from Python; a method on FedBN's rule (FedPer, FedBABU,
+        LG-FedAvg) sets its own here, and the rule it runs is :attr:`rule`."""
 
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
-        return client_weights(results, self.options.weighting)
+        return client_weights(results, self.rule.weighting)
 
     def aggregate(
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
@@ -119,7 +122,7 @@ class FedBN(AggregatorBase):
         model's evaluation reads) are the clients' average, so a private run must clip and noise them with the rest;
         under ``keep`` they are the global model's own and the clients' are never read.
         """
-        if self.options.global_bn == "average":
+        if self.rule.global_bn == "average":
             return tuple(global_params)
         return tuple(k for k in global_params if k not in self.bn_keys)
 

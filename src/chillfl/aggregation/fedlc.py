@@ -75,7 +75,7 @@ class Calibrated:
 
 
 def build(options: FedLCOptions, ctx: BuildContext) -> Built:
-    return AdjustedFedAvg(Calibrated(options.tau, options.absent), COUNTS, logit_width(ctx.model, "FedLC"), options.weighting), []
+    return AdjustedFedAvg(Calibrated(options.tau, options.absent), COUNTS, logit_width(ctx.model, "FedLC"), options.weighting, options), []
 
 
 SPEC = register_algorithm(

@@ -72,6 +72,7 @@ class FedPer(FedBN):
     def __init__(self, model: nn.Module, options: FedPerOptions = FedPerOptions()) -> None:
         keys, fedbn = fedper_server(model, options)
         super().__init__(keys, fedbn)
+        self.options = options
 
     def client_half(self) -> ClientHalf:
         return KeepLocal(self.bn_keys, "fedper.head.")

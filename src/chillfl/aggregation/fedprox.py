@@ -52,6 +52,7 @@ class FedProx(FedAvg):
 
     def __init__(self, options: FedProxOptions = FedProxOptions()) -> None:
         super().__init__(options.weighting)
+        self.options = options  # recorded for an instance passed from Python
         self.mu = options.mu
         if self.mu == 0:
             log.warning("FedProx with mu = 0 is equivalent to FedAvg")

@@ -77,6 +77,7 @@ class FedRep(FedPer):
         super().__init__(model, FedPerOptions(options.head_layers, options.global_head, options.weighting))
         self.param_names = frozenset(n for n, _ in model.named_parameters())
         self.head_epochs = options.head_epochs
+        self.options = options
 
     def client_half(self) -> ClientHalf:
         return FedRepClient(self.bn_keys, "fedrep.head.", self.param_names, self.head_epochs)

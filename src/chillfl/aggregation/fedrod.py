@@ -206,6 +206,7 @@ class FedRoD(FedAvg):
 
     def __init__(self, model: nn.Module, options: FedRoDOptions = FedRoDOptions()) -> None:
         super().__init__(options.weighting)
+        self.options = options  # recorded for an instance passed from Python
         self.head = head_name(model)
         self.client = FedRoDClient(model, self.head, cast(nn.Linear, model.get_submodule(self.head)).out_features, options.balanced)
 

@@ -65,7 +65,7 @@ class Restricted:
 
 
 def build(options: FedRSOptions, ctx: BuildContext) -> Built:
-    return AdjustedFedAvg(Restricted(options.alpha), COUNTS, logit_width(ctx.model, "FedRS"), options.weighting), []
+    return AdjustedFedAvg(Restricted(options.alpha), COUNTS, logit_width(ctx.model, "FedRS"), options.weighting, options), []
 
 
 SPEC = register_algorithm(

@@ -63,6 +63,7 @@ class LGFedAvg(FedBN):
 
     def __init__(self, model: nn.Module, options: LGFedAvgOptions = LGFedAvgOptions()) -> None:
         super().__init__(representation_keys(model, options.global_layers), FedBNOptions(global_bn=options.global_body, weighting=options.weighting))
+        self.options = options
 
     def client_half(self) -> ClientHalf:
         return KeepLocal(self.bn_keys, "lg_fedavg.local.")

@@ -103,9 +103,11 @@ class CountsClient:
 class AdjustedFedAvg(FedAvg):
     """FedAvg's server rule; each client trains under ``adjust``ed logits (:class:`CountsClient`): FedRS's and FedLC's aggregator."""
 
-    def __init__(self, adjust: Adjust, key: str, num_classes: int, weighting: Weighting = "samples") -> None:
+    def __init__(self, adjust: Adjust, key: str, num_classes: int, weighting: Weighting = "samples", options: object = None) -> None:
+        """``options``: the method's options dataclass (FedRS's, FedLC's), recorded for an instance passed from Python."""
         super().__init__(weighting)
         self.client = CountsClient(adjust, key, num_classes)
+        self.options = options
 
     def client_half(self) -> ClientHalf:
         return self.client

@@ -178,6 +178,7 @@ class TrimmedMean(AggregatorBase):
     """Coordinate-wise beta-trimmed mean of the client models (Yin et al. 2018)."""
 
     def __init__(self, options: TrimmedMeanOptions = TrimmedMeanOptions()) -> None:
+        self.options = options  # recorded for an instance passed from Python
         self.beta = options.beta
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
@@ -188,6 +189,7 @@ class Krum(AggregatorBase):
     """Krum / Multi-Krum (Blanchard et al. 2017; El Mhamdi et al. 2018): the mean of the m lowest-scored client models."""
 
     def __init__(self, options: KrumOptions = KrumOptions()) -> None:
+        self.options = options  # recorded for an instance passed from Python
         self.f, self.m = options.f, options.m
         self._selected: list[int] = []
 

@@ -20,6 +20,7 @@ class ConstantTemperature:
 
     def __init__(self, value: float = 1.0) -> None:
         self.value = float(value)
+        self.options = FixedOptions(self.value)  # recorded for an instance passed from Python (``none`` is T = 1)
 
     def temperature(self, client_id: int, round: int) -> float:
         return self.value

@@ -29,10 +29,10 @@ from chillfl.aggregation.fedphp import (
     expected_participations,
     inherit,
     inheritance,
-    kd,
     mmd,
 )
 from chillfl.aggregation.registry import algorithm_spec, make_aggregator
+from chillfl.training.objective import distillation_kl
 from chillfl.cli import main
 from chillfl.engine.protocol import ClientJob
 from chillfl.errors import ConfigError
@@ -103,8 +103,8 @@ def test_kd_by_hand() -> None:
     # teacher (4 ln 3, 0) / 4 -> softmax (3/4, 1/4); student (0, 0) -> log softmax (ln 1/2, ln 1/2): KD = ln 2
     # student (ln 3, 0) -> log softmax (ln 3/4, ln 1/4): KD = -(3/4 ln 3/4 + 1/4 ln 1/4) = 0.5623351, the teacher's entropy
     teacher = t(4 * math.log(3), 0.0).view(1, 2)
-    assert float(kd(t(0.0, 0.0).view(1, 2), teacher, 4.0)) == pytest.approx(math.log(2), abs=1e-6)
-    assert float(kd(t(math.log(3), 0.0).view(1, 2), teacher, 4.0)) == pytest.approx(0.5623351, abs=1e-6)
+    assert float(distillation_kl(t(0.0, 0.0).view(1, 2), teacher, 4.0, cross_entropy=True)) == pytest.approx(math.log(2), abs=1e-6)
+    assert float(distillation_kl(t(math.log(3), 0.0).view(1, 2), teacher, 4.0, cross_entropy=True)) == pytest.approx(0.5623351, abs=1e-6)
 
 
 def body_head(a: float, head: tuple[float, float]) -> nn.Module:

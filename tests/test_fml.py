@@ -16,7 +16,7 @@ from torch import nn
 from torch.func import functional_call
 
 from chillfl.aggregation.base import ClientHalf, ClientResult, ClientState, Local, first_state, own_entries, personal_model
-from chillfl.aggregation.fml import FML, PREFIX, FMLClient, FMLOptions, Mutual, MutualLoss, OnMeme, kl_divergence, mutual_state, split_mutual
+from chillfl.aggregation.fml import FML, PREFIX, FMLClient, FMLOptions, Mutual, MutualLoss, OnMeme, mutual_state, split_mutual
 from chillfl.engine.protocol import ClientData, ClientJob, ClientTask
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
@@ -24,7 +24,7 @@ from chillfl.models.registry import build_model
 from chillfl.protocols.parameters import ParamDownlink, ParameterClient
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, evaluate
-from chillfl.training.objective import ProximalTerm, temperature_cross_entropy
+from chillfl.training.objective import ProximalTerm, distillation_kl, temperature_cross_entropy
 from float_paths import ABS, REL
 from methods_e2e import assert_executors_agree, cli_option_error, config, records, resumed_records
 from test_personalised import close, linear, run_client
@@ -43,10 +43,10 @@ def test_kl_divergence_by_hand() -> None:
     #                                 KL(q || p) = 1/2 ln(2/3) + 1/2 ln 2     = -0.202733 + 0.346574 = 0.143841
     # ``mean`` also divides by the 2 classes: 0.065406
     zp, zq = torch.tensor([[LN3, 0.0]]), torch.zeros(1, 2)
-    assert float(kl_divergence(zp, zq)) == pytest.approx(0.130812, abs=1e-6)
-    assert float(kl_divergence(zq, zp)) == pytest.approx(0.143841, abs=1e-6)
-    assert float(kl_divergence(zp, zq, "mean")) == pytest.approx(0.065406, abs=1e-6)
-    assert float(kl_divergence(zp, zp)) == pytest.approx(0.0, abs=1e-7)
+    assert float(distillation_kl(zq, zp)) == pytest.approx(0.130812, abs=1e-6)  # (student, teacher): KL(teacher || student)
+    assert float(distillation_kl(zp, zq)) == pytest.approx(0.143841, abs=1e-6)
+    assert float(distillation_kl(zq, zp, reduction="mean")) == pytest.approx(0.065406, abs=1e-6)
+    assert float(distillation_kl(zp, zp)) == pytest.approx(0.0, abs=1e-7)
 
 
 # alpha = 0.25, beta = 0.75; CE_meme = -ln(3/4) = 0.287682, CE_local = -ln(1/2) = 0.693147

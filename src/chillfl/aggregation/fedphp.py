@@ -65,7 +65,6 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Mapping
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from chillfl.aggregation.base import (
@@ -89,6 +88,7 @@ from chillfl.capabilities import Capabilities
 from chillfl.models.parts import forward_with_features
 from chillfl.options import require
 from chillfl.training.local import LocalSpec
+from chillfl.training.objective import distillation_kl
 from chillfl.training.terms import StepView, frozen_forward, read_number, read_table
 
 Transfer = Literal["mmd", "kd"]
@@ -138,11 +138,6 @@ def mmd(a: torch.Tensor, b: torch.Tensor, kernel_mul: float = 2.0, kernel_num: i
     return (kernel[:n, :n] + kernel[n:, n:] - kernel[:n, n:] - kernel[n:, :n]).mean()
 
 
-def kd(logits: torch.Tensor, teacher: torch.Tensor, tau: float) -> torch.Tensor:
-    """-mean_x sum_c softmax(teacher / tau)_c log softmax(logits)_c: the authors' KD (student at T = 1, no tau^2 factor)."""
-    return -(F.softmax(teacher / tau, dim=-1) * F.log_softmax(logits, dim=-1)).sum(-1).mean()
-
-
 def inheritance(count: int, mu: float, horizon: int) -> float:
     """mu_k = min(mu * c_k / H, mu), c_k the client's participations before this one."""
     return min(mu * count / horizon, mu)
@@ -168,7 +163,8 @@ class TransferTerm:
         if self.transfer == "mmd":
             reg = mmd(step.features, features.detach())
         else:
-            reg = kd(step.logits, logits.detach(), self.kd_temperature)
+            # the authors' KD: -mean_x sum_c softmax(teacher / tau)_c log softmax(logits)_c (student at T = 1, no tau^2 factor)
+            reg = distillation_kl(step.logits, logits.detach(), self.kd_temperature, cross_entropy=True)
         return read_number(context, LAMBDA) * (reg - step.base_loss)
 
 

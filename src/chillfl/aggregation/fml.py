@@ -87,7 +87,6 @@ from dataclasses import dataclass, replace
 from typing import Literal, Mapping, cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from chillfl.aggregation.base import (
@@ -113,7 +112,7 @@ from chillfl.capabilities import Capabilities
 from chillfl.options import require
 from chillfl.seeds import derive_seed
 from chillfl.training.local import BaseLoss, LocalSpec, reads_context, reads_features
-from chillfl.training.objective import LossTerm, Term, is_batch_term
+from chillfl.training.objective import LossTerm, Term, distillation_kl, is_batch_term
 
 
 @dataclass(frozen=True)
@@ -170,14 +169,6 @@ def split_mutual(state: Mapping[str, torch.Tensor]) -> tuple[Params, Params]:
     return own_entries(dict(state), MEME), own_entries(dict(state), LOCAL)
 
 
-def kl_divergence(target: torch.Tensor, logits: torch.Tensor, reduction: str = "batchmean") -> torch.Tensor:
-    """KL(softmax(target) || softmax(logits)), summed over classes and averaged over the batch (``batchmean``) or
-    averaged over batch and classes (``mean``: ``nn.KLDivLoss()``'s default). The gradient flows into both arguments."""
-    log_p = F.log_softmax(target, dim=-1)
-    pointwise = log_p.exp() * (log_p - F.log_softmax(logits, dim=-1))
-    return pointwise.sum(-1).mean() if reduction == "batchmean" else pointwise.mean()
-
-
 class MutualLoss:
     """L_local + L_meme on the :class:`Mutual` forward's stacked logits: the step's base loss.
 
@@ -197,8 +188,8 @@ class MutualLoss:
         else:
             ce_meme, ce_local = self.base(meme, y, temperature), self.base(local, y, temperature)
         target_meme, target_local = (meme.detach(), local.detach()) if self.detach else (meme, local)
-        kl_local = kl_divergence(target_meme, local, self.reduction)  # KL(p_meme || p_local)
-        kl_meme = kl_divergence(target_local, meme, self.reduction)  # KL(p_local || p_meme)
+        kl_local = distillation_kl(local, target_meme, reduction=self.reduction)  # KL(p_meme || p_local)
+        kl_meme = distillation_kl(meme, target_local, reduction=self.reduction)  # KL(p_local || p_meme)
         l_local = self.alpha * ce_local + (1 - self.alpha) * kl_local
         l_meme = self.beta * ce_meme + (1 - self.beta) * kl_meme
         return l_local + l_meme

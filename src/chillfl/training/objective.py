@@ -53,6 +53,7 @@ __all__ = [  # the term types live in chillfl.training.terms; re-exported where 
     "Wire",
     "apply_term",
     "check_reads",
+    "distillation_kl",
     "is_batch_term",
     "read_number",
     "read_table",
@@ -71,6 +72,28 @@ def temperature_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tempe
     """
     log_probs = F.log_softmax(logits / temperature, dim=-1)
     return -log_probs.gather(-1, targets.unsqueeze(-1)).mean()
+
+
+def distillation_kl(
+    logits: torch.Tensor, teacher: torch.Tensor, temperature: float = 1.0, *, cross_entropy: bool = False, reduction: str = "batchmean",
+) -> torch.Tensor:
+    """KL(softmax(teacher / T) || softmax(logits)): a student's distillation towards a teacher's softened prediction.
+
+    The student is read at T = 1 and there is no T^2 factor (FedPHP's authors' KD; FML's mutual KL has T = 1).
+    ``cross_entropy``: ``-sum_c p_c log q_c`` instead, the KL plus the teacher's entropy H(p), which FedPHP's code
+    minimises: the same gradient into the student, a value larger by H(p). ``reduction``: ``batchmean`` sums over
+    classes and averages over the batch; ``mean`` averages over both (``nn.KLDivLoss()``'s default). The gradient
+    flows into both arguments (detach the teacher to keep it fixed).
+
+    One function for both methods (they were two copies); its branches keep each method's operations as they were,
+    so their runs are bitwise what they were.
+    """
+    if cross_entropy:
+        cross = F.softmax(teacher / temperature, dim=-1) * F.log_softmax(logits, dim=-1)
+        return -(cross.sum(-1).mean() if reduction == "batchmean" else cross.mean())
+    log_p = F.log_softmax(teacher if temperature == 1.0 else teacher / temperature, dim=-1)
+    pointwise = log_p.exp() * (log_p - F.log_softmax(logits, dim=-1))
+    return pointwise.sum(-1).mean() if reduction == "batchmean" else pointwise.mean()
 
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]

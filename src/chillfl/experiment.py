@@ -37,7 +37,6 @@ from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous
 from chillfl.models.inputs import check_index_inputs
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import MODELS, model_options
-from chillfl.options import short_repr
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of

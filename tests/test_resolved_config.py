@@ -106,6 +106,21 @@ def test_resolving_is_idempotent_and_survives_its_toml_form() -> None:
     assert resolved(again) == resolved(config) == config
 
 
+def test_every_loss_term_is_recorded_with_all_of_its_options() -> None:
+    # a name alone, a table with some options, and a term without options: each term its spec's every option, given or default
+    config = chillfl.make_config(overrides={"objective.terms": ["ntd", {"name": "decorr", "beta": 0.5}, "proximal"]})
+    assert config.objective.terms == (
+        {"name": "ntd", "beta": 1.0, "tau": 1.0, "tau_squared": True},
+        {"name": "decorr", "beta": 0.5},
+        {"name": "proximal", "mu": 0.01},
+    )
+    again = config_from_dict(tomllib.loads(to_toml(config.to_dict())))
+    assert resolved(again) == resolved(config) == config  # idempotent, and its TOML form reads back the same
+    with pytest.raises(ConfigError) as info:
+        chillfl.make_config(overrides={"objective.terms": [{"name": "ntd", "gamma": 1.0}]})
+    assert info.value.field.startswith("objective.terms")
+
+
 def _same_options(cls: type, resolve: Any, table: dict[str, Any], section: str, drop: tuple[str, ...] = ("name",)) -> int:
     """An explicit default acts as the unset option: parsing the resolved table gives the very same options.
 

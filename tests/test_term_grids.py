@@ -148,4 +148,4 @@ def test_a_term_grid_is_tuned_on_validation_and_recorded(tmp_path: Path) -> None
     folder = tmp_path / "out" / "tg-compare"
     for name, beta in (("tg-beta30-s0", 30.0), ("tg-beta0-s0", 0.0)):
         saved = tomllib.loads((folder / name / "config.toml").read_text())
-        assert saved["objective"]["terms"] == [{"name": "ntd", "tau": 2.0, "beta": beta}]
+        assert saved["objective"]["terms"] == [{"name": "ntd", "beta": beta, "tau": 2.0, "tau_squared": True}]  # every option, defaults too

@@ -14,7 +14,8 @@ written file omits it and rereading it leaves it unset again (docs/configuration
 
 One small function per family reads its table (:func:`dataset_table`,
 :func:`partition_table`, :func:`model_table`, :func:`temperature_table`,
-:func:`algorithm_table`, :func:`distillation_table`, :func:`prototypes_table`):
+:func:`algorithm_table`, :func:`distillation_table`, :func:`prototypes_table`,
+:func:`objective_table` for the loss terms):
 a family that moves its lookup changes one line here. Tables that a file cannot
 rebuild (``custom`` parts passed from Python, a partition read from a file,
 per-client architectures) are kept as written.
@@ -27,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from chillfl.aggregation.registry import algorithm_options, algorithm_spec, wrapped
-from chillfl.config import RunConfig
+from chillfl.config import ObjectiveConfig, RunConfig
 from chillfl.data.augment import AUGMENT_KEY, split_augment
 from chillfl.data.datasets import DATASETS, dataset_names, dataset_options
 from chillfl.data.partition import PARTITIONERS, partitioner_names, partitioner_options
@@ -39,7 +40,9 @@ from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import MODELS, model_names, model_options
 from chillfl.settings.distillation import DistillationSetup
 from chillfl.settings.prototypes import PrototypeSettings
+from chillfl.options import parse_options
 from chillfl.temperature import policy_options, policy_spec
+from chillfl.training.terms import entry_name, term_spec
 
 
 def option_table(options: Any) -> dict[str, Any]:
@@ -131,6 +134,23 @@ def prototypes_table(settings: PrototypeSettings | None) -> dict[str, Any]:
     return {"method": settings.method, **option_table(settings.options)}
 
 
+def objective_table(objective: ObjectiveConfig) -> ObjectiveConfig:
+    """``[objective]`` with every term of ``terms`` a table holding all of its options (a term without options: its name).
+
+    A term is found as the run finds it (its registered name, import path or entry point: :func:`term_spec`),
+    and its table is its options dataclass written back, so the run's terms are the same objects either way.
+    """
+    field = "objective.terms"
+    terms: list[str | dict[str, Any]] = []
+    for entry in objective.terms:
+        name = entry_name(entry)
+        spec = term_spec(name, field)
+        given = {k: v for k, v in entry.items() if k != "name"} if isinstance(entry, Mapping) else {}
+        table = option_table(parse_options(spec.options, given, field))
+        terms.append({"name": name, **table} if table else name)
+    return dataclasses.replace(objective, terms=tuple(terms))
+
+
 def resolved(config: RunConfig) -> RunConfig:
     """``config`` with every part's table complete (see the module docstring); a ConfigError names any bad option.
 
@@ -146,6 +166,7 @@ def resolved(config: RunConfig) -> RunConfig:
         algorithm=algorithm_table(config.algorithm),
         distillation=distillation_table(config.distillation_setup),
         prototypes=prototypes_table(config.prototype_settings),
+        objective=objective_table(config.objective),
     )
     return config if out == config else out
 

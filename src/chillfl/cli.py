@@ -35,6 +35,7 @@ from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, S
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
 from chillfl.options import short_repr
+from chillfl.stop_signals import stop_signals
 from chillfl.tune import SELECT_RULES
 
 if TYPE_CHECKING:
@@ -557,9 +558,16 @@ class Terminated(KeyboardInterrupt):
     signum = signal.SIGTERM
 
 
+class HungUp(Terminated):
+    """SIGHUP (the terminal or ssh session went away) outside a run's own handling: handled as SIGTERM is, exit 129."""
+
+    signum = signal.SIGHUP
+
+
 class _CommandSignals:
-    """SIGINT/SIGTERM while a command runs and no run holds them: the first raises (KeyboardInterrupt, or
-    :class:`Terminated`), later ones are ignored, so that the exception's one line is always said.
+    """SIGINT/SIGTERM/SIGHUP while a command runs and no run holds them: the first raises (KeyboardInterrupt, or
+    :class:`Terminated` / :class:`HungUp`), later ones are ignored, so that the exception's one line is always said.
+    An ignored SIGHUP (``nohup``) is left ignored (:func:`~chillfl.stop_signals.stop_signals`).
 
     A run installs its own handlers (stop after the round, or at once) and gives these back when it ends,
     also when it ends interrupted: a further signal then lands here while that exception unwinds, and is
@@ -575,14 +583,14 @@ class _CommandSignals:
         import threading
 
         if threading.current_thread() is threading.main_thread():  # chillfl.cli.main called from a thread: Python refuses handlers
-            self.previous = {sig: signal.signal(sig, self.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+            self.previous = {sig: signal.signal(sig, self.handle) for sig in stop_signals()}
         return self
 
     def handle(self, signum: int, frame: object) -> None:
         if self.raised:
             return
         self.raised = True
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        raise {signal.SIGTERM: Terminated, signal.SIGHUP: HungUp}.get(signal.Signals(signum), KeyboardInterrupt)()
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self.previous.items():
@@ -606,7 +614,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         leaves = args.command in PARTIAL_FOLDERS  # an analysis, a report, a listing: nothing to resume
         print("chillfl: interrupted" + ("; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)" if leaves else ""),
               file=sys.stderr)
-        return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+        return 128 + (exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
     except BrokenPipeError:
         if not _stdout_closed():  # another pipe's: a bug to see
             raise

@@ -9,10 +9,11 @@ Checkpoints (``checkpoint.safetensors`` in the run folder, written atomically
 by :mod:`chillfl.storage.checkpoint`; no code runs when it is read) hold the
 protocol's whole ``state_dict()`` after a completed round. Every random
 stream derives from (seed, purpose, round, client), so the round counter is
-the only RNG position a run has. SIGINT and SIGTERM stop the run at the end
-of the current round, write a checkpoint, and raise :class:`RunInterrupted`
-(the CLI exits 130 or 143 saying how to resume); a second signal stops at
-once, keeping the last periodic checkpoint.
+the only RNG position a run has. SIGINT, SIGTERM and SIGHUP (unless ignored,
+as under ``nohup``) stop the run at the end of the current round, write a
+checkpoint, and raise :class:`RunInterrupted` (the CLI exits 130, 143 or 129
+saying how to resume); a second signal stops at once, keeping the last
+periodic checkpoint.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from chillfl.models.assign import summarize as architectures
 from chillfl.progress import Progress, make_bar
 from chillfl.protocols.registry import protocol_of
 from chillfl.sinks import build_sinks, close_sinks
+from chillfl.stop_signals import stop_signals
 from chillfl.training.local import evaluate
 
 if TYPE_CHECKING:
@@ -94,7 +96,7 @@ class RunOutput:
 
 
 class RunInterrupted(Exception):
-    """SIGINT/SIGTERM stopped the run; ``folder`` holds its last checkpoint (None if none was written).
+    """SIGINT/SIGTERM/SIGHUP stopped the run; ``folder`` holds its last checkpoint (None if none was written).
 
     ``round``: the last completed round. ``at_once``: a second signal stopped the run in the
     middle of round ``round + 1``; ``checkpoint`` is then the round of the checkpoint kept.
@@ -174,7 +176,9 @@ def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
 
 
 class _Signals:
-    """SIGINT/SIGTERM -> stop after the current round (first signal) or at once (second); main thread only.
+    """SIGINT/SIGTERM/SIGHUP -> stop after the current round (first signal) or at once (second); main thread only.
+
+    SIGHUP is held only where it is not ignored (:func:`~chillfl.stop_signals.stop_signals`): under ``nohup`` it stays ignored.
 
     Installed for the whole run, clean-up included: a second signal while the
     run is ``armed`` (the round loop, once the executor has started) stops it
@@ -192,7 +196,7 @@ class _Signals:
 
     def __enter__(self) -> "_Signals":
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in stop_signals():
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

@@ -395,9 +395,9 @@ def _watch_parent(parent: int, parent_temp: str, every: float = _WATCH_S) -> Non
 
 def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_temp: str) -> None:
     """Worker loop: run each task, send back (index, packed result) or (index, error text)."""
-    # Ctrl-C reaches the whole process group, and a scheduler's SIGTERM every process of the job (Slurm's scancel,
-    # systemd): the parent decides (it stops after the round, checkpointed, and closes the workers)
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # Ctrl-C and a terminal's hang-up (SIGHUP, an ssh disconnect) reach the whole process group, and a scheduler's SIGTERM every
+    # process of the job (Slurm's scancel, systemd): the parent decides (it stops after the round, checkpointed, and closes the workers)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     if not _fits(tempfile.gettempdir()):
         short_socket_folder(warn=False)  # its results' tensors pass through a socket of its own (the parent warned)

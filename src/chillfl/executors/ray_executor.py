@@ -497,7 +497,7 @@ def _stop(ray: Any, actors: list[Any], connected_here: bool) -> None:
 
 
 def keeping_signal_handlers(stop: Callable[[], None]) -> None:
-    """Run ``stop`` (``ray.shutdown``) with this process's SIGINT/SIGTERM handlers kept in force.
+    """Run ``stop`` (``ray.shutdown``) with this process's SIGINT/SIGTERM/SIGHUP handlers kept in force.
 
     Ray's shutdown resets SIGTERM to its default at the C level when Ray's failure
     signal handler was installed (chillfl's driver does not install it:
@@ -511,7 +511,7 @@ def keeping_signal_handlers(stop: Callable[[], None]) -> None:
     if threading.current_thread() is not threading.main_thread():
         stop()
         return
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     failed: list[BaseException] = []
 
     def run() -> None:

@@ -1,0 +1,74 @@
+"""SIGHUP (the terminal or ssh session went away) stops a run as SIGTERM does, unless the run started with it ignored (``nohup``).
+
+Before, SIGHUP's default killed the run with nothing said: it resumed from the last periodic checkpoint, and a
+``processes`` run's workers died with it. A handler installed over ``nohup``'s ``SIG_IGN`` would break the
+other promise: a run started under ``nohup`` must outlive the disconnect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chillfl.storage.checkpoint import read_state
+from chillfl.stop_signals import stop_signals
+from test_resume import wait_for_round, write_config
+
+
+def _chillfl(*args: str, ignore_hangup: bool = False) -> subprocess.Popen:
+    """``python -m chillfl ARGS``; ``ignore_hangup``: started as ``nohup`` starts it, SIGHUP set to SIG_IGN before the exec."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    ignore = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if ignore_hangup else None
+    return subprocess.Popen([sys.executable, "-m", "chillfl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=ignore)
+
+
+@pytest.mark.slow  # CLI runs signalled in subprocesses
+def test_sighup_stops_after_the_round_checkpoints_and_says_how_to_resume(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "hup", "fedavg-fedchill", checkpoint={"every": 0}, federation={"rounds": 40})
+    proc = _chillfl("run", str(config), "-q")
+    partial = tmp_path / "out" / "hup.partial"
+    wait_for_round(partial / "metrics.jsonl", 2, proc)
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGHUP, err
+    assert "Traceback" not in err
+    assert "chillfl: SIGHUP: stopping after this round" in err
+    done = read_state(partial / "checkpoint.safetensors")["round"]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[-1] == f"chillfl: interrupted by SIGHUP after round {done}; resume with: chillfl resume {partial}", lines
+    assert len((partial / "metrics.jsonl").read_text().splitlines()) == done >= 2
+
+    resumed = _chillfl("resume", str(partial), "-q")
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    records = [json.loads(line) for line in (tmp_path / "out" / "hup" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == list(range(1, 41))
+
+
+@pytest.mark.slow
+def test_a_run_started_with_sighup_ignored_survives_sighup(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "nohup", "fedavg-fedchill", checkpoint={"every": 0}, federation={"rounds": 30})
+    proc = _chillfl("run", str(config), "-q", ignore_hangup=True)
+    wait_for_round(tmp_path / "out" / "nohup.partial" / "metrics.jsonl", 1, proc)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "SIGHUP" not in err and "interrupted" not in err, err
+    assert len((tmp_path / "out" / "nohup" / "metrics.jsonl").read_text().splitlines()) == 30
+
+
+def test_stop_signals_leave_an_ignored_sighup_out() -> None:
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert stop_signals() == (signal.SIGINT, signal.SIGTERM)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        assert stop_signals() == (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    finally:
+        signal.signal(signal.SIGHUP, previous)

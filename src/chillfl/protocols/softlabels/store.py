@@ -1,13 +1,17 @@
-"""Per-client states between rounds: in memory, or one ``torch.save`` file per client (bounded memory, same bits)."""
+"""Per-client states between rounds: in memory, or one ``torch.save`` file per client (bounded memory, same bits).
+
+On disk, the files live in a ``chillfl-clients-*`` folder held by :class:`~chillfl.storage.owned_temp.OwnedTempDir`:
+a run killed with SIGKILL cannot remove it, so the next store made in the same folder does.
+"""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, cast
 
 import torch
+
+from chillfl.storage.owned_temp import OwnedTempDir
 
 from .state import ClientPayload, ClientState
 
@@ -19,10 +23,12 @@ class ClientStore:
         self.on_disk = on_disk
         self._states: dict[int, ClientState] = {}
         self.root: Path | None = None
+        self._folder: OwnedTempDir | None = None
         if on_disk:
             if state_dir is not None:
                 Path(state_dir).mkdir(parents=True, exist_ok=True)
-            self.root = Path(tempfile.mkdtemp(prefix="chillfl-clients-", dir=state_dir))
+            self._folder = OwnedTempDir("chillfl-clients-", state_dir)
+            self.root = self._folder.path
 
     def _path(self, cid: int) -> Path:
         assert self.root is not None
@@ -64,6 +70,7 @@ class ClientStore:
 
     def close(self) -> None:
         self._states.clear()
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
+        if self._folder is not None:
+            self._folder.remove()
+            self._folder = None
             self.root = None

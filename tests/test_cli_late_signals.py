@@ -3,7 +3,10 @@
 Two windows, each forced deterministically in a child process by wrapping the code at its edge:
 
 * after an interrupted run gave its handlers back, while its ``RunInterrupted`` unwinds to the CLI's line;
-* before any run started (building the experiment).
+* before any run started (building the experiment);
+* after the last round, while the run writes its results (its figures): the run completes, says so, and the
+  signal then ends the command as one between a comparison's runs does (before, it said "stopping after this
+  round" and exited 0, and a comparison went on with its next run).
 
 Before the CLI held the signals itself, SIGTERM's default killed the process in both: exit -15, nothing said.
 """
@@ -48,6 +51,7 @@ CHILD = textwrap.dedent(
     from chillfl.cli import main
 
     window, config = sys.argv[1], sys.argv[2]
+    command = ["compare", config, "-q", "--grid", "client.lr=0.05,0.1"] if window == "compare_plots" else ["run", config, "-q"]
     if window == "after_run":
         enter, exit_ = chillfl.runner._Signals.__enter__, chillfl.runner._Signals.__exit__
 
@@ -62,6 +66,15 @@ CHILD = textwrap.dedent(
             signal.raise_signal(signal.SIGTERM)
 
         chillfl.runner._Signals.__enter__, chillfl.runner._Signals.__exit__ = entered, exited
+    elif window in ("plots", "compare_plots"):
+        plots = chillfl.runner._plots
+
+        def plotting(*args, **kwargs):
+            signal.raise_signal(signal.SIGTERM)  # the rounds are done: the run writes its figures
+            signal.raise_signal(signal.SIGTERM)
+            return plots(*args, **kwargs)
+
+        chillfl.runner._plots = plotting
     else:
         build = chillfl.experiment.build_experiment
 
@@ -71,7 +84,7 @@ CHILD = textwrap.dedent(
             return build(*args, **kwargs)
 
         chillfl.experiment.build_experiment = chillfl.runner.build_experiment = building
-    sys.exit(main(["run", config, "-q"]))
+    sys.exit(main(command))
     """
 )
 
@@ -95,3 +108,29 @@ def test_a_sigterm_before_the_run_starts_is_one_line_and_exit_143(tmp_path: Path
     code, lines = _run(tmp_path, "before_run")
     assert code == 128 + signal.SIGTERM, lines
     assert lines == ["chillfl: interrupted; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)"]
+
+
+def test_a_sigterm_while_the_run_writes_its_results_completes_the_run_then_stops_the_command(tmp_path: Path) -> None:
+    code, lines = _run(tmp_path, "plots")
+    final = tmp_path / "out" / "late"
+    assert (final / "summary.json").is_file() and not (final / "checkpoint.safetensors").exists()  # complete, not resumable
+    assert not (tmp_path / "out" / "late.partial").exists()
+    assert len((final / "metrics.jsonl").read_text().splitlines()) == 4
+    assert not any("stopping after this round" in line for line in lines), lines
+    assert lines == [
+        "chillfl: SIGTERM: the run has done its rounds; it stops once its results are written",
+        "chillfl: interrupted; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)",
+    ], lines
+    assert code == 128 + signal.SIGTERM, lines
+
+
+def test_a_sigterm_while_a_comparisons_run_writes_its_results_stops_the_comparison(tmp_path: Path) -> None:
+    """The first run completes; the comparison runs no other and stays resumable (before: it went on, exit 0)."""
+    code, lines = _run(tmp_path, "compare_plots")
+    assert code == 128 + signal.SIGTERM, lines
+    assert lines[0] == "chillfl: SIGTERM: the run has done its rounds; it stops once its results are written", lines
+    assert "stopping after this round" not in "\n".join(lines)
+    partial = [p for p in (tmp_path / "out").iterdir() if p.name.endswith("-compare.partial")]
+    assert len(partial) == 1, list((tmp_path / "out").iterdir())
+    finished = [p for p in partial[0].rglob("summary.json")]
+    assert len(finished) == 1, finished

@@ -186,11 +186,18 @@ class _Signals:
     its Ray cluster down, further signals are ignored, so that start-up and
     clean-up always complete, nothing is left running, and the CLI still
     prints its one line.
+
+    Once the rounds are done (``finishing``: the summary, models and figures are written), a signal can no
+    longer stop the run after a round: the run completes, and the signal is then passed on, as if it had
+    come just after the run, to the handler it displaced (the CLI's ends the command with its one line and
+    128 + the signal; a comparison does not go on with its next run).
     """
 
     def __init__(self) -> None:
         self.received: int | None = None
         self.armed = False
+        self.finishing = False
+        self.late: int | None = None
         self.done = 0
         self._previous: dict[int, Any] = {}
 
@@ -206,6 +213,11 @@ class _Signals:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if self.finishing:
+            if self.late is None:
+                self.late = signum
+                tqdm.write(f"chillfl: {signal.Signals(signum).name}: the run has done its rounds; it stops once its results are written", file=sys.stderr)
+            return
         if self.received is not None:
             if self.armed:
                 self.armed = False  # one exception; clean-up after it runs undisturbed
@@ -214,9 +226,11 @@ class _Signals:
         self.received = signum
         tqdm.write(f"chillfl: {signal.Signals(signum).name}: stopping after this round (a second one stops at once)", file=sys.stderr)  # a notice, not output
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        if self.late is not None and exc_type is None and self._previous:  # the run is complete: the signal now goes where it would have
+            signal.raise_signal(self.late)
 
 
 def run_experiment(
@@ -444,6 +458,7 @@ def _run_rounds(
                         _checkpoint(writer, protocol, done, exp.device)
         finally:
             signals.armed = False  # from here on (finishing, clean-up) a signal stops nothing half-way
+        signals.finishing = True  # a signal now waits until the run's results are complete
         _close_sinks(sinks)  # before _finish renames the folder they write into
         stopped = {"round": done, "reason": view.stop_reason} if view.stop_reason is not None and done < rounds else None
         output = _finish(exp, config, protocol, writer, records, time.perf_counter() - start, stopped)

@@ -179,11 +179,22 @@ class ResultWriter:
     """Writes one run's folder, holding its lock; ``finish()`` makes it final by renaming it."""
 
     def __init__(self, out_dir: str | Path, name: str) -> None:
+        """Claim ``out_dir/name[-N].partial``, lock it and open its ``metrics.jsonl``; whatever stops that (a Ctrl-C,
+        a full disk) removes the folder again, so that no empty ``.partial`` pushes the next run to ``name-2``."""
         self.final, self.path = claim_dir(Path(out_dir), name)
         self._name = name
-        self._lock = RunLock(self.path)
-        self._open_metrics(b"", create=True)
+        self._metrics: int | None = None
         self.config_bytes = b""
+        lock = None
+        try:
+            lock = self._lock = RunLock(self.path)
+            self._open_metrics(b"", create=True)
+        except BaseException:
+            self._close()
+            shutil.rmtree(self.path, ignore_errors=True)
+            if lock is not None:
+                lock.release()
+            raise
 
     @classmethod
     def reopen(cls, path: str | Path, lock: RunLock, metrics: bytes, config: bytes) -> "ResultWriter":
@@ -217,7 +228,7 @@ class ResultWriter:
         flags = os.O_WRONLY | os.O_APPEND | O_NOFOLLOW | O_CLOEXEC
         flags |= (os.O_CREAT | os.O_EXCL) if create else 0
         try:
-            self._metrics: int | None = os.open(self.path / "metrics.jsonl", flags, 0o644)
+            self._metrics = os.open(self.path / "metrics.jsonl", flags, 0o644)
         except OSError as exc:
             raise StorageError(f"cannot open {self.path / 'metrics.jsonl'}: {exc.strerror or exc}") from exc
         self._sha = hashlib.sha256(written)

@@ -30,6 +30,7 @@ from chillfl.environment import code_sha256
 from chillfl.errors import ConfigError
 from chillfl.paths import check_writable_dir
 from chillfl.report.compare import CompareResult
+from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.results import PARTIAL, refuse_links, to_toml
 from chillfl.storage.run_state import SWEEP_FILE, is_sweep  # noqa: F401  (is_sweep re-exported: where the sweeps' code asks)
 from chillfl.sweeps.plan import CompareOptions, Variant, plan_sweep
@@ -65,8 +66,8 @@ def sweep_record(config_toml: bytes, variants: list[Variant], options: CompareOp
 
 
 def write_sweep(partial: Path, record: SweepRecord) -> None:
-    """``sweep.json`` in the comparison's ``.partial`` folder (beside its ``config.toml``)."""
-    (partial / SWEEP_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    """``sweep.json`` in the comparison's ``.partial`` folder (beside its ``config.toml``), replaced atomically."""
+    write_atomic(partial / SWEEP_FILE, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
 
 def find_sweep(parent: Path, name: str, record: SweepRecord) -> Path | None:

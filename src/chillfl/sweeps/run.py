@@ -140,17 +140,30 @@ class SweepFolder:
     partial: Path | None
 
 
-def open_folder(config: RunConfig, plan: Plan, reference: str | None, resume: Path | None, write: bool, resumable: bool) -> SweepFolder:
-    """The interrupted comparison's folders (``resume``), or new ones with its ``config.toml`` and ``sweep.json``."""
+def open_folder(config: RunConfig, plan: Plan, reference: str | None, resume: Path | None, write: bool, resumable: bool) -> tuple[SweepFolder, RunLock | None]:
+    """The interrupted comparison's folders (``resume``), or new ones with its ``config.toml`` and ``sweep.json``; with the folder's lock.
+
+    One process at a time goes on with a comparison (the first run, or a resume of it). A new folder is locked
+    before anything is written into it, its files are replaced atomically, and whatever stops the writing (a
+    Ctrl-C, a full disk) removes the folder again: nothing half-written is left to be taken for a comparison.
+    """
     if resume is not None:
-        return SweepFolder(resume.with_name(resume.name.removesuffix(PARTIAL)), resume)
+        return SweepFolder(resume.with_name(resume.name.removesuffix(PARTIAL)), resume), RunLock(resume)
     if not write:
-        return SweepFolder(None, None)
+        return SweepFolder(None, None), None
     folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-compare")  # atomic: no race with a run beside it
-    toml = to_toml(config.to_dict())
-    (partial / "config.toml").write_text(toml, encoding="utf-8")
-    write_sweep(partial, sweep_record(toml.encode(), plan.variants, plan.options, reference, resumable=resumable))
-    return SweepFolder(folder, partial)
+    lock = None
+    try:
+        lock = RunLock(partial)
+        toml = to_toml(config.to_dict())
+        write_atomic(partial / "config.toml", toml.encode("utf-8"))
+        write_sweep(partial, sweep_record(toml.encode(), plan.variants, plan.options, reference, resumable=resumable))
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        if lock is not None:
+            lock.release()
+        raise
+    return SweepFolder(folder, partial), lock
 
 
 def run_points(
@@ -324,8 +337,7 @@ def run_compare(
             raise ConfigError(SHARD_FIELD, "a shard writes its runs into the comparison's shared folder, which another process must be able to rebuild "
                                            "them from: not with write=False, a resume, or a user's own data, model or method parts")
         return run_shard(config, plan, reference, shard, datasets, progress, force)
-    where = open_folder(config, plan, reference, resume, write, resumable=dataset is None and model is None and plugged is None)
-    lock = RunLock(where.partial) if where.partial is not None else None  # one process at a time goes on with a comparison (the first run, or a resume of it)
+    where, lock = open_folder(config, plan, reference, resume, write, resumable=dataset is None and model is None and plugged is None)
     try:
         sweep = run_points(plan, where, resume is not None, force, progress, datasets, model, plugged)
         refuse_all_failed(plan, sweep, where)

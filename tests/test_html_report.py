@@ -275,6 +275,23 @@ def test_a_named_stopped_or_diverged_run_says_so_in_the_results_table(runs: Path
         assert f"warm (warm: {state})" in results
 
 
+def test_a_stopped_run_with_a_torn_last_line_is_reported_as_resume_reads_it(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run killed while it wrote a round's line: ``chillfl resume`` drops the cut line, the report refused the folder
+    ("unreadable result files"). It now drops it too, and the run is stopped at the rounds written whole."""
+    partial = tmp_path / "warm.partial"
+    shutil.copytree(runs / "warm", partial)
+    (partial / "summary.json").unlink()
+    lines = (partial / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (partial / "metrics.jsonl").write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # cut mid-line, no newline
+    assert main(["report", str(partial), "--no-models", "--no-partitions", "-o", str(tmp_path / "r.html")]) == 0, capsys.readouterr().err
+    results = (tmp_path / "r.html").read_text().split("<h2>Results</h2>")[1].split("</table>")[0]
+    assert "warm (warm: stopped (before its first checkpoint: runs again), 2/3 rounds)" in results
+    assert [r["round"] for r in load_run(partial).records] == [1, 2]
+    (partial / "metrics.jsonl").write_text("".join(lines[:1]) + "garbled\n" + lines[2])  # a bad line that is not the last stays an error
+    assert main(["report", str(partial), "--no-models", "--no-partitions", "-o", str(tmp_path / "r2.html")]) == 2
+    assert capsys.readouterr().err.startswith("chillfl: error: RUN_DIR:")
+
+
 def test_a_heat_map_of_many_clients_stays_readable(tmp_path: Path) -> None:
     """200 clients drew an 8640 x 540 px strip (0.35 in a client), which the page shrinks to a few pixels' height."""
     import struct

@@ -124,7 +124,7 @@ def load_run(folder: Path) -> Run:
     summary_path = folder / "summary.json"
     try:
         summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
-        records = read_metrics(folder)
+        records = read_metrics(folder, torn_tail=_unfinished(folder))  # a killed run's cut last line, dropped as resume drops it
     except (OSError, ValueError) as exc:
         raise ConfigError("RUN_DIR", f"{folder}: unreadable result files ({exc})") from None
     return Run(folder, load_config(folder / "config.toml"), records, summary)

@@ -295,9 +295,22 @@ class ResultWriter:
         self._lock.release()
 
 
-def read_metrics(folder: str | Path) -> list[dict[str, Any]]:
-    with (Path(folder) / "metrics.jsonl").open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+def read_metrics(folder: str | Path, torn_tail: bool = False) -> list[dict[str, Any]]:
+    """Every round's record in ``folder/metrics.jsonl``; a line that is not JSON raises ValueError.
+
+    ``torn_tail``: an unfinished run's folder (``.partial``, ``.failed``), where a kill while a round's line was
+    written leaves that last line cut short (no newline): it is dropped, as ``chillfl resume`` drops it.
+    """
+    data = (Path(folder) / "metrics.jsonl").read_bytes()
+    whole, _, tail = data.rpartition(b"\n")
+    records = [json.loads(line) for line in whole.split(b"\n") if line.strip()]
+    if tail.strip():
+        try:
+            records.append(json.loads(tail))
+        except ValueError:
+            if not torn_tail:
+                raise
+    return records
 
 
 def series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:

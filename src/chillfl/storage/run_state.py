@@ -40,10 +40,11 @@ class RunState:
 
 
 def _rounds_written(folder: Path) -> int:
-    """Rounds in ``metrics.jsonl`` (0 without it): a cheap count of lines, not a parse."""
+    """Rounds in ``metrics.jsonl`` (0 without it): a cheap count of whole lines, not a parse. A last line without its
+    newline is a round's record cut short by a kill (``chillfl resume`` drops it), not a round."""
     try:
         with (folder / "metrics.jsonl").open("rb") as fh:
-            return sum(1 for line in fh if line.strip())
+            return sum(1 for line in fh if line.endswith(b"\n") and line.strip())
     except OSError:
         return 0
 

@@ -142,3 +142,54 @@ def test_shards_started_at_once_share_one_folder(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["sh-compare"]
     assert sorted(p.name for p in (tmp_path / "out" / "sh-compare").iterdir() if p.is_dir()) == ["a-s0", "a-s1", "b-s0", "b-s1"]
     assert (tmp_path / "out" / "sh-compare" / "table.md").is_file()
+
+
+def _finished_while(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], window: str) -> tuple[int, list[str]]:
+    """Shard 1 ran; then shard 2 (the last) renames the folder to ``sh-compare`` exactly while shard 1, restarted by
+    hand, joins: forced deterministically at ``window`` by wrapping the joining shard's own step there."""
+    import chillfl.sweeps.shard as shard_module
+
+    config = _config(tmp_path)
+    assert _run(config, tmp_path, "--shard", "1/2") == 0
+    capsys.readouterr()
+    partial, final = tmp_path / "sh-compare.partial", tmp_path / "sh-compare"
+
+    def finish() -> None:  # what the last shard's table writing ends with
+        partial.rename(final)
+
+    if window == "before_its_rename":  # after its check that no sh-compare exists, before it puts its own folder in place
+        write = shard_module.write_sweep
+
+        def writing(folder: Path, record: object) -> None:
+            write(folder, record)  # type: ignore[arg-type]
+            finish()
+
+        monkeypatch.setattr(shard_module, "write_sweep", writing)
+    else:  # it joined the existing folder; the rename lands before ("before_its_lock") or while ("with_its_lock") it takes the shared lock
+        lock = shard_module.RunLock
+
+        def locking(folder: Path, *args: object, **kwargs: object) -> RunLock:
+            if window == "before_its_lock":
+                finish()
+                return lock(folder, *args, **kwargs)  # type: ignore[arg-type]
+            held = lock(folder, *args, **kwargs)  # type: ignore[arg-type]
+            finish()  # its descriptor was opened before the rename, the lock taken after the last shard let go
+            return held
+
+        monkeypatch.setattr(shard_module, "RunLock", locking)
+    ran: list[str] = []
+    monkeypatch.setattr(sweep.Sweep, "run", lambda self, i, config, *a: ran.append(config.name))
+    return _run(config, tmp_path, "--shard", "1/2"), ran
+
+
+@pytest.mark.parametrize("window", ["before_its_rename", "before_its_lock", "with_its_lock"])
+def test_a_shard_restarted_while_the_last_one_finishes_reruns_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], window: str,
+) -> None:
+    """Before, in the first window it made a new ``sh-compare.partial`` beside the finished folder and ran its cells again."""
+    code, ran = _finished_while(tmp_path, monkeypatch, capsys, window)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert ran == [], ran
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["sh-compare"]  # no new .partial, no hidden folder left
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"chillfl: error: shard: {tmp_path / 'sh-compare'} is finished (its table is written): nothing is left for shard 1/2"), err

@@ -42,7 +42,7 @@ from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, write_sweep
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
-from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, join_folder
+from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
 from chillfl.tune import Point, point_scores, select_point
 
 if TYPE_CHECKING:
@@ -364,7 +364,7 @@ def run_shard(
     toml = to_toml(config.to_dict())
     record = sweep_record(toml.encode(), plan.variants, plan.options, reference, resumable=True)
     folder, partial = join_folder(Path(config.out_dir), f"{config.name}-compare", toml, record, shard)
-    lock = RunLock(partial, shared=True)  # with the other shards'; keeps a resume of the whole comparison out while this runs
+    lock = hold_folder(folder, partial, shard)  # shared with the other shards'; keeps a resume of the whole comparison out while this runs
     try:
         sweep = run_points(plan, SweepFolder(folder, partial), True, force, progress, datasets, None, None, only=shard)
     finally:

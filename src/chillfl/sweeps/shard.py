@@ -14,6 +14,11 @@ While they run, the shards hold a shared lock on the folder; the last one to end
 writes the table as ``chillfl resume OUT_DIR/NAME-compare.partial`` would (the same numbers as one process
 running the comparison, bit for bit on one machine and torch build). If a shard failed, that command, run once
 the others have ended, runs what is missing and writes the table.
+
+A shard restarted by hand while the last one renames the folder to ``NAME-compare`` (holding the folder's
+exclusive lock) does nothing and says the comparison is finished: it checks for ``NAME-compare`` again once its
+own folder is in place (:func:`join_folder`) and once it holds the shared lock (:func:`hold_folder`), so it never
+makes a new ``.partial`` beside the finished folder or runs its cells again.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chillfl.errors import ConfigError
-from chillfl.storage.results import PARTIAL, remove_tree
+from chillfl.storage.results import PARTIAL, FolderInUse, RunLock, remove_tree
 from chillfl.sweeps.record import SWEEP_FILE, SweepRecord, write_sweep
 
 FIELD = "shard"
@@ -67,8 +72,7 @@ def join_folder(parent: Path, name: str, config_toml: str, record: SweepRecord, 
     """
     final, partial = parent / name, parent / f"{name}{PARTIAL}"
     if os.path.lexists(final):
-        raise ConfigError(FIELD, f"{final} is finished (its table is written): nothing is left for shard {shard}; "
-                                 "give another out_dir to run the comparison again")
+        raise _finished(final, shard)
     try:
         parent.mkdir(parents=True, exist_ok=True)
         made = parent / f".{name}.shard-{os.getpid()}-{secrets.token_hex(4)}"
@@ -80,9 +84,13 @@ def join_folder(parent: Path, name: str, config_toml: str, record: SweepRecord, 
         write_sweep(made, record)
         try:
             os.rename(made, partial)  # fails when another shard's folder is there (it is never empty)
-            return final, partial
         except OSError:
             pass
+        else:
+            if not os.path.lexists(final):
+                return final, partial
+            made = partial  # the last shard renamed the folder after the check above: this one is removed again
+            raise _finished(final, shard)
     finally:
         if made.exists():
             remove_tree(made)
@@ -96,3 +104,29 @@ def join_folder(parent: Path, name: str, config_toml: str, record: SweepRecord, 
         raise ConfigError(FIELD, f"{partial} holds another comparison (its {SWEEP_FILE} differs: another config, variants, seeds, tuning, "
                                  "chillfl or torch); every shard must run the same command with the same code, or give each comparison its own out_dir")
     return final, partial
+
+
+def _finished(final: Path, shard: Shard) -> ConfigError:
+    return ConfigError(FIELD, f"{final} is finished (its table is written): nothing is left for shard {shard}; "
+                              "give another out_dir to run the comparison again")
+
+
+def hold_folder(final: Path, partial: Path, shard: Shard) -> RunLock:
+    """The shared lock on the comparison's ``partial`` folder, which :func:`join_folder` found or made.
+
+    The last shard renames the folder to ``final`` while it holds the exclusive lock: a shard joining at that
+    moment finds the folder gone, or (its descriptor opened just before the rename) locks the finished folder.
+    Either way it is refused as finished, so that it writes no run into a ``partial`` made anew.
+    """
+    try:
+        lock = RunLock(partial, shared=True)
+    except FolderInUse:
+        raise
+    except ConfigError:
+        if os.path.lexists(final):
+            raise _finished(final, shard) from None
+        raise
+    if os.path.lexists(final) or not partial.is_dir():  # renamed before the lock was had: no one renames it while it is held
+        lock.release()
+        raise _finished(final, shard)
+    return lock

@@ -4,7 +4,7 @@
 * the baseline failed at every seed (another variant finished) -> nothing was compared: exit 3,
   one line ``chillfl: every comparison failed: ...`` (``chillfl run flexchill/table4-digits client.lr=50``
   used to exit 0 with T = 4 alone finishing, at chance accuracy);
-* some runs failed, a difference to the baseline exists -> exit 0 and one line ``N of M run(s) did not finish``;
+* some runs failed, a difference to the baseline exists -> exit 0 and one line ``N of M runs did not finish``;
 * fewer than 3 seeds -> the seed table carries a one-line warning that its intervals are uninformative;
 * one seed and no tuning (FLex&Chill's Table 4) -> one stderr line says the table has no spread and no interval.
 
@@ -69,20 +69,20 @@ def test_a_comparison_where_every_run_failed_exits_3_with_one_line(tmp_path: Pat
 def test_a_comparison_where_only_the_baseline_finished_compares_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, lines = _compare(tmp_path, capsys, 0.05, 1e12)
     assert code == DIVERGED_EXIT
-    assert "chillfl: every comparison failed: only the baseline base finished; the 1 other variants failed at every seed it finished" in lines
+    assert "chillfl: every comparison failed: only the baseline base finished; the 1 other variant failed at every seed it finished" in lines
 
 
 def test_a_comparison_whose_baseline_failed_compares_nothing_and_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, lines = _compare(tmp_path, capsys, 1e12, 0.05)
     assert code == DIVERGED_EXIT
-    assert "chillfl: 1 of 2 run(s) did not finish: base (diverged at round 1)" in lines
+    assert "chillfl: 1 of 2 runs did not finish: base (diverged at round 1)" in lines
     assert "chillfl: every comparison failed: the baseline failed at every seed, so no variant has a difference to it (finished: other)" in lines
 
 
 def test_a_partly_failed_comparison_exits_0_and_says_how_many_runs_failed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, lines = _compare(tmp_path, capsys, 0.05, 1e12, 0.05)
     assert code == 0
-    assert "chillfl: 1 of 3 run(s) did not finish: other (diverged at round 1)" in lines
+    assert "chillfl: 1 of 3 runs did not finish: other (diverged at round 1)" in lines
     assert not any("every comparison failed" in line for line in lines)
 
 
@@ -106,7 +106,9 @@ def test_no_comparison_on_given_rows() -> None:
     baseline_failed = CompareResult(None, [_row("T=4", None), _row("T=1", None, None), _row("T=0.5", None, None)], "")
     assert baseline_failed.no_comparison() == "the baseline failed at every seed, so no variant has a difference to it (finished: T=4)"
     alone = CompareResult(None, [_row("T=1", 0.0), _row("T=0.5", None, None)], "")
-    assert alone.no_comparison() == "only the baseline T=1 finished; the 1 other variants failed at every seed it finished"
+    assert alone.no_comparison() == "only the baseline T=1 finished; the 1 other variant failed at every seed it finished"
+    two_failed = CompareResult(None, [_row("T=1", 0.0), _row("T=0.5", None, None), _row("T=0.1", None, None)], "")
+    assert two_failed.no_comparison() == "only the baseline T=1 finished; the 2 other variants failed at every seed it finished"
     assert CompareResult(None, [_row("T=1", 0.0)], "").no_comparison() is None  # one variant, finished
     assert CompareResult(None, [_row("T=1", None, None)], "").no_comparison() == "its one variant T=1 failed"
     assert CompareResult(None, [], "").no_comparison() is None  # a dry run: nothing ran

@@ -123,7 +123,7 @@ def test_dry_run_checks_and_prints_the_plan_and_writes_nothing(tmp_path: Path, c
     out = tmp_path / "r"
     code, plan, _ = _reproduce(out, capsys, "--dry-run")
     assert code == 0 and not out.exists()  # nothing written
-    assert plan.startswith("chillfl reproduce flexchill --seeds 0,1: 2 comparison(s), 8 run(s) to do, about ")
+    assert plan.startswith("chillfl reproduce flexchill --seeds 0,1: 2 comparisons, 8 runs to do, about ")
     rows = [line for line in plan.splitlines() if line.startswith("| demo |")]
     assert [r.split(" | ")[3:6] for r in rows] == [["1", "2", "4"], ["1", "2", "4"]] and all(r.endswith("| run |") for r in rows)
 
@@ -134,7 +134,7 @@ def test_dry_run_checks_and_prints_the_plan_and_writes_nothing(tmp_path: Path, c
     assert code == 0 and sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
     rows = [line for line in plan.splitlines() if line.startswith("| demo |")]
     assert rows[0].endswith(f"| read back {out / 'demo-compare'} |") and rows[1].endswith(f"| resume {out / 'demo-compare-2.partial'} |")
-    assert "2 comparison(s), 4 run(s) to do" in plan  # the comparison read back costs nothing
+    assert "2 comparisons, 4 runs to do" in plan  # the comparison read back costs nothing
 
 
 def test_dry_run_of_a_bad_config_exits_2_with_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,7 +33,7 @@ def test_a_diverging_lr_does_not_lose_the_other_results(tmp_path: Path, capsys: 
     rows = json.loads((folder / "table.json").read_text())
     assert [r.get("failed") for r in rows] == [None, "diverged at round 1", None, "diverged at round 1"]
     assert "run 4 of 4: fedprox-lr1e_30, ETA" in captured.err  # overall progress
-    assert "2 of 4 run(s) did not finish" in captured.err
+    assert "2 of 4 runs did not finish" in captured.err
 
 
 def test_over_seeds_every_table_names_the_failed_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -58,7 +58,7 @@ def test_shards_write_the_table_one_process_writes(tmp_path: Path, capsys: pytes
     out, err = capsys.readouterr()
     partial = tmp_path / "sh" / "sh-compare.partial"
     assert out == f"results: {partial}\n"
-    assert "chillfl: shard 1/2: its 2 run(s) ended; 2 run(s) of the comparison are not finished yet (other shards)." in err
+    assert "chillfl: shard 1/2: its 2 runs ended; 2 runs of the comparison are not finished yet (other shards)." in err
     assert sorted(p.name for p in partial.iterdir()) == ["a-s0", "b-s0", "config.toml", "sweep.json"]  # runs 0 and 2 of a-s0, a-s1, b-s0, b-s1
     assert _run(config, tmp_path / "sh", "--shard", "2/2") == 0
     out = capsys.readouterr().out

@@ -36,6 +36,7 @@ from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
 from chillfl.options import short_repr
 from chillfl.stop_signals import stop_signals
+from chillfl.wording import counted
 from chillfl.tune import SELECT_RULES
 
 if TYPE_CHECKING:
@@ -224,7 +225,8 @@ def _shard(args: argparse.Namespace) -> "Shard | None":
 
 def _compare_result(result: "CompareResult", strict: bool, shard: "Shard | None" = None) -> int:
     if result.pending:  # a shard whose comparison other shards have not finished: no table yet
-        print(f"chillfl: shard {shard}: its {result.runs} run(s) ended; {result.pending} run(s) of the comparison are not finished yet (other shards). "
+        print(f"chillfl: shard {shard}: its {counted(result.runs, 'run')} ended; {counted(result.pending, 'run')} of the comparison "
+              f"{'is' if result.pending == 1 else 'are'} not finished yet (other shards). "
               f"The last shard to end writes the table; if a shard failed, `chillfl resume {result.folder}` runs what is missing once the others ended",
               file=sys.stderr)
         print(f"results: {result.folder}")
@@ -239,8 +241,8 @@ def _failed_runs(result: "CompareResult", strict: bool) -> int:
     """Exit code for the runs that did not finish: 0 (3 with ``strict``), one line naming them; 3 when nothing was compared."""
     if result.failures:  # partly failed: exit 0 (3 with --strict), one line naming them; nothing compared: exit 3
         runs = ", ".join(f"{name} ({why})" for name, why in result.failures.items())
-        of = f" of {result.runs}" if result.runs else ""
-        print(f"chillfl: {len(result.failures)}{of} run(s) did not finish: {runs}", file=sys.stderr)
+        failed = f"{len(result.failures)} of {counted(result.runs, 'run')}" if result.runs else counted(len(result.failures), "run")
+        print(f"chillfl: {failed} did not finish: {runs}", file=sys.stderr)
         nothing = result.no_comparison()
         if nothing is not None:
             print(f"chillfl: every comparison failed: {nothing}", file=sys.stderr)

@@ -68,6 +68,7 @@ from chillfl.sweeps.run import resume_compare, run_compare
 from chillfl.tune import parse_tune
 from chillfl.metrics.stats import paired_difference
 from chillfl.plots.verdicts import VerdictPoint, plot_verdicts
+from chillfl.wording import counted
 
 PAPERS = ("flexchill", "fedchill", "pa3fed", "scarlet")
 LR_GRID = [0.01, 0.05, 0.2]
@@ -377,8 +378,8 @@ def format_plan(paper: str, seeds: Sequence[int], planned: Sequence[Planned]) ->
     known = [p.cpu_minutes for p in to_run if p.cpu_minutes is not None]
     total = f"about {_minutes(sum(known))} of CPU time" + ("" if len(known) == len(to_run) else " (some comparisons not priced)")
     lines = [
-        f"chillfl reproduce {paper} --seeds {','.join(map(str, seeds))}: {len(planned)} comparison(s), "
-        f"{sum(p.runs for p in to_run)} run(s) to do, {total} (the cost model of `chillfl list experiments`: a factor of 2 either way)",
+        f"chillfl reproduce {paper} --seeds {','.join(map(str, seeds))}: {counted(len(planned), 'comparison')}, "
+        f"{counted(sum(p.runs for p in to_run), 'run')} to do, {total} (the cost model of `chillfl list experiments`: a factor of 2 either way)",
         "",
         "| comparison | claims | variants | tuning points | seeds | runs | CPU (est.) | action |",
         "|---|---|---|---|---|---|---|---|",

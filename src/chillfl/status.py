@@ -13,6 +13,7 @@ from pathlib import Path
 from chillfl.errors import ConfigError
 from chillfl.storage.results import FAILED, PARTIAL
 from chillfl.storage.run_state import RunState, folder_state, is_sweep, run_state
+from chillfl.wording import counted
 
 FIELD = "run_dir"
 
@@ -39,7 +40,7 @@ def status_table(path: str | Path) -> str:
         for s in states:
             counts[s.kind] = counts.get(s.kind, 0) + 1
         what = "comparison (table written)" if not folder.name.endswith(PARTIAL) else "comparison"
-        head = f"{folder}: {what}, {len(states)} runs: " + ", ".join(f"{n} {state}" for state, n in counts.items())
+        head = f"{folder}: {what}, {counted(len(states), 'run')}: " + ", ".join(f"{n} {state}" for state, n in counts.items())
     elif (folder / "config.toml").is_file():
         name = folder.name.removesuffix(PARTIAL).removesuffix(FAILED)
         planned = None

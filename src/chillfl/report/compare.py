@@ -35,6 +35,7 @@ from chillfl.report.html import write_report
 from chillfl.runner import RunOutput
 from chillfl.storage.results import rounds_to_reach
 from chillfl.tune import describe_rule, is_local, parse_tune, point_label
+from chillfl.wording import counted
 
 
 REFERENCE_RULE = "--reference or compare.reference, else the variant with the highest set temperature, else the first"
@@ -90,7 +91,7 @@ class CompareResult:
         if len(paired) >= 2:
             return None
         if paired:  # the baseline's own row (a difference of 0 to itself): every other variant failed where it finished
-            return f"only the baseline {paired[0]} finished; the {len(self.rows) - 1} other variants failed at every seed it finished"
+            return f"only the baseline {paired[0]} finished; the {counted(len(self.rows) - 1, 'other variant')} failed at every seed it finished"
         finished = [r["variant"] for r in self.rows if r.get("final_acc") is not None]
         return "the baseline failed at every seed, so no variant has a difference to it" + (f" (finished: {', '.join(finished)})" if finished else "")
 

@@ -48,6 +48,7 @@ from chillfl.errors import ConfigError
 from chillfl.experiment import build_data
 from chillfl.extras import need
 from chillfl.metrics.spread import SPREAD, seed_band
+from chillfl.wording import counted
 
 IGNORED_FOR_GROUPING = ("seed", "name", "out_dir", "data_dir", "device", "executor", "threads")
 TABLE_METRICS = (
@@ -470,7 +471,7 @@ def default_title(run_dirs: Sequence[str | Path], runs: int) -> str:
     :data:`TITLE_MAX` characters; the groups are listed below the heading, not in it."""
     names = [Path(p).resolve().name or str(p) for p in run_dirs]
     folders = ", ".join(names) if len(names) <= 2 else f"{names[0]} and {len(names) - 1} more folders"
-    tail = f", {runs} run{'s' if runs != 1 else ''}"
+    tail = f", {counted(runs, 'run')}"
     head = "chillfl report: "
     room = TITLE_MAX - len(head) - len(tail)
     if len(folders) > room:
@@ -488,7 +489,7 @@ def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: 
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{_e(title)}</title>", f"<style>{CSS}</style>",
         "</head><body>", f"<h1>{_e(title)}</h1>",
-        f'<p class="muted">{len(runs)} run(s) in {len(groups)} group(s); runs equal but for the seed form a group '
+        f'<p class="muted">{counted(len(runs), "run")} in {counted(len(groups), "group")}; runs equal but for the seed form a group '
         f"(numbers: mean ± sample std over its seeds; curves: mean over seeds, {SPREAD}).</p>",
         f'<p id="groups">groups: {_e(", ".join(g.label for g in groups))}</p>',
         *([f'<p class="muted" id="skipped">not included (name a comparison folder or an unfinished run to include it): '

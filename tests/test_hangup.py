@@ -72,3 +72,33 @@ def test_stop_signals_leave_an_ignored_sighup_out() -> None:
         assert stop_signals() == (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+TRACKER_CHILD = """
+import multiprocessing.resource_tracker as rt
+from chillfl.executors.processes import WorkerPool
+
+pool = WorkerPool(1)
+print(rt._resource_tracker._pid, flush=True)
+input()
+pool.close()
+"""
+
+
+def _blocked_or_ignored(pid: int) -> int:
+    """The signal mask bits ``pid`` blocks or ignores (``/proc/PID/status``: SigBlk | SigIgn)."""
+    fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    return int(fields["SigBlk"], 16) | int(fields["SigIgn"], 16)
+
+
+def test_multiprocessings_resource_tracker_is_immune_to_sighup() -> None:
+    """A terminal's hang-up reaches the whole process group: the ``processes`` pool's resource tracker (started by its
+    queues, in that group) died of it, was relaunched, and printed tracebacks (KeyError on every semaphore it forgot)."""
+    proc = subprocess.Popen([sys.executable, "-c", TRACKER_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        tracker = int(proc.stdout.readline())
+        assert _blocked_or_ignored(tracker) & (1 << (signal.SIGHUP - 1))
+    finally:
+        proc.communicate("\n", timeout=60)
+    assert proc.returncode == 0

@@ -473,6 +473,26 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
+def _tracker_keeps_sighup_blocked() -> None:
+    """Start multiprocessing's resource tracker (if this process has none yet) with SIGHUP blocked, which it keeps.
+
+    The pool's queues start it on first use, in this process group: a terminal's hang-up (an ssh disconnect) reaches
+    it as it reaches the workers, and it ignores only SIGINT and SIGTERM. It died, was relaunched, and printed a
+    traceback for every semaphore it no longer knew while the run stopped after its round. A signal mask is
+    inherited across the exec that starts it, and it unblocks only SIGINT and SIGTERM; in this process the mask is
+    restored at once, and a SIGHUP that arrived meanwhile is delivered then.
+    """
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+        return
+    from multiprocessing import resource_tracker
+
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 class WorkerPool:
     """``workers`` spawned worker processes and their queues, with ``threads_per_worker`` intra-op threads each.
 
@@ -489,6 +509,7 @@ class WorkerPool:
             raise ValueError(f"threads_per_worker must be >= 1, got {threads_per_worker}")
         self.threads_per_worker = threads_per_worker
         ctx = tmp.get_context("spawn")
+        _tracker_keeps_sighup_blocked()  # before the queues, which would start it
         temp = short_socket_folder()
         self._tasks = _Tasks(ctx=ctx)
         self._results = _Results(ctx=ctx)

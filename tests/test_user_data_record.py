@@ -41,3 +41,14 @@ def test_a_grid_over_a_record_key_is_one_line_naming_it(key: str, values: list[A
 def test_a_grid_over_other_keys_still_runs_on_the_users_data(tmp_path: Path) -> None:
     result = chillfl.compare(data=_data(), config=CONFIG, grid={"client.lr": [0.01, 0.1]}, write=False, progress=False)
     assert len(result.rows) == 2
+
+
+@pytest.mark.parametrize(("key", "value"), [("dataset.num_classes", 5), ("dataset.train_size", 7)])
+def test_a_keyword_override_of_a_record_key_is_one_line_not_dropped(key: str, value: Any) -> None:
+    # the record replaces a config's [dataset] table (a saved config's record is fine), but a keyword the caller gives
+    # explicitly and that contradicts the data was dropped without a word
+    with pytest.raises(chillfl.ConfigError) as err:
+        chillfl.run(data=_data(), config=CONFIG, write=False, progress=False, **{key: value})
+    assert err.value.field == key and "\n" not in str(err.value)
+    same = chillfl.run(data=_data(), config=CONFIG, write=False, progress=False, **{"dataset.num_classes": 3})  # what the data hold: fine
+    assert same.config.dataset["num_classes"] == 3

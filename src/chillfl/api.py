@@ -406,7 +406,9 @@ def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike,
     if dataset is not None:  # the record replaces the table; its [dataset.augment] stays (crop/flip apply to any images)
         table = raw.get("dataset")
         augment = {"augment": table["augment"]} if isinstance(table, Mapping) and "augment" in table else {}
-        raw["dataset"] = {**dataset_record(dataset), **augment}
+        record = dataset_record(dataset)
+        _refuse_record_overrides(overrides, record)
+        raw["dataset"] = {**record, **augment}
         distill = raw.get("distillation")
         if dataset.public_rows and isinstance(distill, dict) and distill.get("method") and not distill.get("public_size"):  # unset or 0 (a resolved table)
             distill["public_size"] = dataset.public_rows  # the public set passed with the data
@@ -417,6 +419,17 @@ def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike,
         raw["model"] = model_record(model)
     _record_plugged(raw, plugged)
     return resolved(config_from_dict(raw)), dataset
+
+
+def _refuse_record_overrides(overrides: Mapping[str, Any], record: Mapping[str, Any]) -> None:
+    """A keyword that sets a key of the user's data record (``dataset.num_classes=5``) to what the data do not hold is one
+    line: the record replaces a config's ``[dataset]`` table (a saved run's config carries one), but an explicit keyword
+    that contradicts the data was dropped without a word."""
+    for key, value in _dotted(overrides).items():
+        name = str(key).removeprefix("dataset.")
+        if str(key).startswith("dataset.") and name in record and value != record[name]:
+            raise ConfigError(str(key), f"records the data passed from Python ({short_repr(record[name])} for them), so it cannot be set to "
+                                        f"{short_repr(value)}; other data: pass them as data")
 
 
 def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None = None) -> RunConfig:

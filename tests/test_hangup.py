@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -21,11 +22,20 @@ from chillfl.stop_signals import stop_signals
 from test_resume import wait_for_round, write_config
 
 
+def _hangup_as(disposition: signal.Handlers) -> Callable[[], None]:
+    """A ``preexec_fn`` that sets SIGHUP's disposition before the exec: the tests must not inherit the runner's (CI started
+    under ``nohup`` ignores SIGHUP in every child, which made the default case a run that survives it)."""
+    def set_hangup() -> None:
+        signal.signal(signal.SIGHUP, disposition)
+
+    return set_hangup
+
+
 def _chillfl(*args: str, ignore_hangup: bool = False) -> subprocess.Popen:
-    """``python -m chillfl ARGS``; ``ignore_hangup``: started as ``nohup`` starts it, SIGHUP set to SIG_IGN before the exec."""
+    """``python -m chillfl ARGS`` with SIGHUP at its default; ``ignore_hangup``: started as ``nohup`` starts it (SIG_IGN)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    ignore = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if ignore_hangup else None
-    return subprocess.Popen([sys.executable, "-m", "chillfl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=ignore)
+    hangup = _hangup_as(signal.SIG_IGN if ignore_hangup else signal.SIG_DFL)
+    return subprocess.Popen([sys.executable, "-m", "chillfl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=hangup)
 
 
 @pytest.mark.slow  # CLI runs signalled in subprocesses
@@ -94,7 +104,8 @@ def _blocked_or_ignored(pid: int) -> int:
 def test_multiprocessings_resource_tracker_is_immune_to_sighup() -> None:
     """A terminal's hang-up reaches the whole process group: the ``processes`` pool's resource tracker (started by its
     queues, in that group) died of it, was relaunched, and printed tracebacks (KeyError on every semaphore it forgot)."""
-    proc = subprocess.Popen([sys.executable, "-c", TRACKER_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    # SIGHUP at its default in the child: an inherited SIG_IGN (a runner under nohup) would make this pass without the fix
+    proc = subprocess.Popen([sys.executable, "-c", TRACKER_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=_hangup_as(signal.SIG_DFL))
     try:
         assert proc.stdout is not None
         tracker = int(proc.stdout.readline())

@@ -38,7 +38,7 @@ from chillfl.data import ArrayDataset, dataset_names, partitioner_names
 from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.engine.view import RunView, model_with_state
 from chillfl.errors import ConfigError
-from chillfl.experiment import CUSTOM, Experiment, Plugged, build_experiment, dataset_record, is_custom, plugged_records
+from chillfl.experiment import CUSTOM, Experiment, Plugged, build_experiment, dataset_record, is_custom, plugged_records, record_conflict
 from chillfl.experiments import resolve_config
 from chillfl.models import model_names
 from chillfl.options import short_repr
@@ -428,8 +428,7 @@ def _refuse_record_overrides(overrides: Mapping[str, Any], record: Mapping[str, 
     for key, value in _dotted(overrides).items():
         name = str(key).removeprefix("dataset.")
         if str(key).startswith("dataset.") and name in record and value != record[name]:
-            raise ConfigError(str(key), f"records the data passed from Python ({short_repr(record[name])} for them), so it cannot be set to "
-                                        f"{short_repr(value)}; other data: pass them as data")
+            raise record_conflict(str(key), record[name], value)
 
 
 def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None = None) -> RunConfig:

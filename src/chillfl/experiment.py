@@ -133,11 +133,13 @@ def check_data_record(config: RunConfig, dataset: ArrayDataset) -> None:
     for key in sorted(set(record) | set(config.dataset) - {AUGMENT_KEY}):
         got = config.dataset.get(key)
         if got != record.get(key):
-            raise ConfigError(
-                f"dataset.{key}",
-                f"records the data passed from Python ({short_repr(record.get(key))} for them), so a run cannot set it to {short_repr(got)}: "
-                "vary settings of the run, not the record of its data (other data: another call with them)",
-            )
+            raise record_conflict(f"dataset.{key}", record.get(key), got)
+
+
+def record_conflict(field: str, held: Any, got: Any) -> ConfigError:
+    """A key of the user's data record set to what the data do not hold (``held``): the one line for it, wherever it is found."""
+    return ConfigError(field, f"records the data passed from Python ({short_repr(held)} for them), so a run cannot set it to {short_repr(got)}: "
+                              "vary settings of the run, not the record of its data (other data: another call with them)")
 
 
 def check_plugged(config: RunConfig, plugged: "Plugged | None") -> None:

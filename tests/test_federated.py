@@ -119,7 +119,8 @@ def test_proportional_eval_matches_train_proportions() -> None:
 
 
 def test_drawn_proportions_option() -> None:
-    fd = build(partitioner="dirichlet_balanced", partition_options={"alpha": 0.5}, eval_proportions="drawn", client_eval_size=40)
+    options = {"alpha": 0.5, "scheme": "client"}  # the scheme that draws a class mix per client
+    fd = build(partitioner="dirichlet_balanced", partition_options=options, eval_proportions="drawn", client_eval_size=40)
     assert fd.class_proportions is not None
     y_test = fd.dataset.y_test.numpy()
     for cid in range(6):

@@ -11,6 +11,7 @@ import torch
 
 from chillfl.data.datasets import ArrayDataset
 from chillfl.data.partition import (
+    PARTITIONERS,
     _fill_clients,
     allocate_counts,
     partition,
@@ -80,7 +81,7 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [  # name, options, uses every s
     ("dirichlet", {"alpha": 0.3}, True),
     ("dirichlet", {"alpha": 0.3, "scheme": "client"}, False),
     ("dirichlet_balanced", {"alpha": 0.3}, True),
-    ("dirichlet_balanced", {"alpha": 0.3, "scheme": "class"}, True),
+    ("dirichlet_balanced", {"alpha": 0.3, "scheme": "client"}, True),
     ("dirichlet_balanced", {"alpha": 0.3, "frac": 0.5}, False),
     ("shards", {"shard_size": 30, "shards_per_client": 2}, False),
     ("quantity_skew", {"h": 0.5}, True),
@@ -122,7 +123,7 @@ SKEWED = [
     ("dirichlet", "alpha", {}),
     ("dirichlet", "alpha", {"scheme": "client"}),
     ("dirichlet_balanced", "alpha", {}),
-    ("dirichlet_balanced", "alpha", {"scheme": "class"}),
+    ("dirichlet_balanced", "alpha", {"scheme": "client"}),
     ("quantity_skew", "label_alpha", {"h": 5.0}),
 ]
 
@@ -171,18 +172,73 @@ def test_dirichlet_client_scheme_by_hand(monkeypatch: pytest.MonkeyPatch) -> Non
 # ---------------------------------------------------------------- dirichlet_balanced
 
 
-def test_dirichlet_balanced_sizes_and_frac() -> None:
-    full = partition("dirichlet_balanced", LABELS, 7, rng(5), {"alpha": 0.1})
+def test_dirichlet_balanced_client_scheme_sizes_and_frac() -> None:
+    client = {"alpha": 0.1, "scheme": "client"}
+    full = partition("dirichlet_balanced", LABELS, 7, rng(5), client)
     assert full.sizes.max() - full.sizes.min() <= 1 and full.sizes.sum() == 600
     # 600 / 8 = 75 per client; frac .2 keeps floor(75 * .2 + .5) = 15.
-    part = partition("dirichlet_balanced", LABELS, 8, rng(5), {"alpha": 0.1, "frac": 0.2})
+    part = partition("dirichlet_balanced", LABELS, 8, rng(5), {**client, "frac": 0.2})
     assert part.sizes.tolist() == [15] * 8
 
 
 def test_dirichlet_balanced_near_uniform_alpha_gives_exact_shares() -> None:
     # alpha = 1e6 -> p_i ~ (0.1, ..., 0.1); 600 / 2 = 300 per client -> 300 * 0.1 = 30 of each class.
-    part = partition("dirichlet_balanced", LABELS, 2, rng(6), {"alpha": 1e6})
+    part = partition("dirichlet_balanced", LABELS, 2, rng(6), {"alpha": 1e6, "scheme": "client"})
     assert counts_of(part).tolist() == [[30] * 10, [30] * 10]
+    # per class, q ~ (0.5, 0.5) cuts each class's 60 at floor(60 q_0): 29 or 30 (float q_0 just under or over .5).
+    by_class = counts_of(partition("dirichlet_balanced", LABELS, 2, rng(6), {"alpha": 1e6}))
+    assert by_class.sum(axis=0).tolist() == [60] * 10 and np.abs(by_class - 30).max() <= 1
+
+
+def test_dirichlet_balanced_defaults_are_fedchills_partition() -> None:
+    # FedChill Sec. 4.2.2 and the code it cites (FedHKD / NIID-Bench): per class, redrawn until >= 10 samples each.
+    opts = PARTITIONERS["dirichlet_balanced"].options()  # the options dataclass with its defaults
+    assert (opts.scheme, opts.min_size, opts.alpha, opts.frac) == ("class", 10, 0.5, 1.0)
+
+
+def _inject_proportions(monkeypatch: pytest.MonkeyPatch, rows: list[list[float]]) -> list[int]:
+    """Make the partitioner draw these proportions in order; returns a list that counts the draws."""
+    calls: list[int] = []
+    it = iter(np.array(r) for r in rows)
+    module = sys.modules[partition.__module__]
+
+    def drawn(rng_: np.random.Generator, alpha: float, size: int) -> np.ndarray:
+        calls.append(size)
+        return next(it)
+
+    monkeypatch.setattr(module, "dirichlet", drawn)
+    return calls
+
+
+def test_dirichlet_balanced_class_scheme_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 3 classes x 4 samples, 2 clients: N / K = 6. Every class draws q = (0.75, 0.25) over the clients.
+    # class 0: cut floor(4 * .75) = 3 -> 3, 1 (held 3, 1); class 1: 3, 1 (held 6, 2);
+    # class 2: client 0 already holds 6 >= N / K -> q = (0, .25) / .25 = (0, 1) -> 0, 4 (held 6, 6).
+    calls = _inject_proportions(monkeypatch, [[0.75, 0.25]] * 3)
+    labels = np.repeat(np.arange(3), 4)
+    part = partition("dirichlet_balanced", labels, 2, rng(0), {"alpha": 1.0, "min_size": 0})
+    assert counts_of(part, labels, 3).tolist() == [[3, 3, 0], [1, 1, 4]]
+    assert calls == [2, 2, 2] and part.class_proportions is None
+
+
+def test_dirichlet_balanced_class_scheme_redraws_until_min_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Draw 1 gives client 0 all of classes 0 and 1 (held 8, 0), then class 2 all to client 1: sizes 8, 4 < 5 -> redraw.
+    # Draw 2 is the by-hand draw above: sizes 6, 6.
+    calls = _inject_proportions(monkeypatch, [[1.0, 0.0]] * 3 + [[0.75, 0.25]] * 3)
+    labels = np.repeat(np.arange(3), 4)
+    part = partition("dirichlet_balanced", labels, 2, rng(0), {"alpha": 1.0, "min_size": 5})
+    assert counts_of(part, labels, 3).tolist() == [[3, 3, 0], [1, 1, 4]] and len(calls) == 6
+
+
+def test_dirichlet_balanced_min_size_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    labels = np.repeat(np.arange(3), 4)
+    with pytest.raises(ConfigError, match=r"partition\.min_size: min_size \* num_clients = 14 exceeds the 12"):
+        partition("dirichlet_balanced", labels, 2, rng(0), {"min_size": 7})
+    with pytest.raises(ConfigError, match=r"partition\.min_size: 7 exceeds the 6 samples of the smallest client"):
+        partition("dirichlet_balanced", labels, 2, rng(0), {"min_size": 7, "scheme": "client"})
+    _inject_proportions(monkeypatch, [[1.0, 0.0]] * 9)
+    with pytest.raises(ConfigError, match=r"partition\.min_size: no draw gave every client >= 5 samples in 3 tries"):
+        partition("dirichlet_balanced", labels, 2, rng(0), {"min_size": 5, "max_retries": 3})
 
 
 def test_fill_clients_moves_exhausted_class_to_others() -> None:

@@ -36,19 +36,18 @@ Choices
   sample is reused. Samples left over by the floors stay unused.
 * ``dirichlet_balanced``: FedChill's text says "for each class, sample
   proportions from Dir(alpha*1) ... adjusted to ensure balanced client
-  datasets". Default ``scheme="client"``: client i draws p_i ~ Dir(alpha) and
-  receives floor/ceil(N / K) samples with those proportions; when a class runs
-  out, the missing samples go to the client's other classes in proportion to
-  p_i (then to any class still available). Clients are filled in a random
-  order so that no client id is systematically last. ``scheme="class"`` is the
-  literal per-class reading with the common balancing rule: a client that
-  already holds >= N / K samples gets no share of the next classes. That is
-  also the partition of the work FedChill cites for it (Chen et al. 2023,
-  FedHKD, NIID-Bench's balanced split), so ``"class"`` is the paper's; the
-  default ``"client"`` is chillfl's reading of "balanced client datasets"
-  (sizes equal to within one). Not reproduced from that code: its redraw
-  until every client holds >= 10 samples, and its ``frac`` subsample
-  (int(frac n) draws with replacement).
+  datasets". Default ``scheme="class"``, the partition of the work FedChill
+  cites for it (Chen et al. 2023, FedHKD; NIID-Bench's balanced split): each
+  class is split over the clients by q ~ Dir(alpha), except that a client
+  already holding >= N / K samples gets no share of the next classes, and the
+  whole draw is repeated until every client holds >= ``min_size`` (10, as that
+  code) samples. ``scheme="client"`` is chillfl's earlier reading of "balanced
+  client datasets" (sizes equal to within one): client i draws p_i ~ Dir(alpha)
+  and receives floor/ceil(N / K) samples with those proportions; when a class
+  runs out, the missing samples go to the client's other classes in proportion
+  to p_i (then to any class still available). Clients are filled in a random
+  order so that no client id is systematically last. Not reproduced from the
+  cited code: its ``frac`` subsample (int(frac n) draws with replacement).
   ``frac`` keeps round(frac * n_i) samples of each client, stratified by class.
 * ``quantity_skew``: PA3Fed says client data proportions are ~ Dir(h) and that
   "both the number of data points and class distributions are unbalanced".
@@ -237,12 +236,12 @@ class DirichletOptions:
 
     def validate(self, section: str) -> None:
         require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
-        require(self.min_size >= 0, f"{section}.min_size", f"must be >= 0, got {self.min_size}")
-        require(
-            1 <= self.max_retries <= MAX_RETRIES,
-            f"{section}.max_retries",
-            f"must be in [1, {MAX_RETRIES}], got {self.max_retries}",
-        )
+        _validate_redraw(self.min_size, self.max_retries, section)
+
+
+def _validate_redraw(min_size: int, max_retries: int, section: str) -> None:
+    require(min_size >= 0, f"{section}.min_size", f"must be >= 0, got {min_size}")
+    require(1 <= max_retries <= MAX_RETRIES, f"{section}.max_retries", f"must be in [1, {MAX_RETRIES}], got {max_retries}")
 
 
 def _dirichlet_once(labels: np.ndarray, k: int, c: int, rng: np.random.Generator, opts: DirichletOptions) -> Partition:
@@ -267,33 +266,42 @@ def _dirichlet_once(labels: np.ndarray, k: int, c: int, rng: np.random.Generator
 def _dirichlet(
     labels: np.ndarray, k: int, rng: np.random.Generator, opts: DirichletOptions, section: str, dataset: ArrayDataset | None
 ) -> Partition:
-    require(
-        opts.min_size * k <= len(labels),
-        f"{section}.min_size",
-        f"min_size * num_clients = {opts.min_size * k} exceeds the {len(labels)} training samples",
-    )
     c = _num_classes(labels, dataset)
-    for _ in range(opts.max_retries):
-        part = _dirichlet_once(labels, k, c, rng, opts)
-        if part.sizes.min() >= opts.min_size:
+    return _redraw(lambda: _dirichlet_once(labels, k, c, rng, opts), len(labels), k, opts.min_size, opts.max_retries, section)
+
+
+def _redraw(draw: Callable[[], Partition], n: int, k: int, min_size: int, max_retries: int, section: str) -> Partition:
+    """Draw until every client holds ``min_size`` samples (NIID-Bench's loop); an impossible bound is one line."""
+    require(min_size * k <= n, f"{section}.min_size", f"min_size * num_clients = {min_size * k} exceeds the {n} training samples")
+    for _ in range(max_retries):
+        part = draw()
+        if part.sizes.min() >= min_size:
             return part
     raise ConfigError(
         f"{section}.min_size",
-        f"no draw gave every client >= {opts.min_size} samples in {opts.max_retries} tries; lower min_size or raise alpha",
+        f"no draw gave every client >= {min_size} samples in {max_retries} tries; lower min_size or raise alpha",
     )
 
 
 @dataclass(frozen=True)
 class DirichletBalancedOptions:
-    """``alpha``: concentration (> 0); ``frac`` in (0, 1]: share of its samples each client keeps."""
+    """``alpha``: concentration (> 0); ``frac`` in (0, 1]: share of its samples each client keeps;
+    ``min_size``: redraw (at most ``max_retries`` times) until every client holds this many, before ``frac``.
+
+    The defaults are FedChill's partition (Sec. 4.2.2) as the code it cites writes it: per-class
+    proportions, no share for a client already at N / K, redrawn until every client has >= 10 samples.
+    """
 
     alpha: float = 0.5
     frac: float = 1.0
-    scheme: Literal["client", "class"] = "client"
+    scheme: Literal["class", "client"] = "class"
+    min_size: int = 10
+    max_retries: int = 1000
 
     def validate(self, section: str) -> None:
         require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
         require(0 < self.frac <= 1, f"{section}.frac", f"must be in (0, 1], got {self.frac}")
+        _validate_redraw(self.min_size, self.max_retries, section)
 
 
 def _dirichlet_balanced(
@@ -302,21 +310,32 @@ def _dirichlet_balanced(
     c = _num_classes(labels, dataset)
     n = len(labels)
     props = None
-    if opts.scheme == "client":
+    if opts.scheme == "client":  # sizes are floor/ceil(N / K): the bound holds or fails before any draw
+        require(
+            opts.min_size <= n // k,
+            f"{section}.min_size",
+            f"{opts.min_size} exceeds the {n // k} samples of the smallest client ({n} training samples, {k} clients)",
+        )
         props = np.stack([dirichlet(rng, opts.alpha, c) for _ in range(k)])
         clients = _fill_clients(_balanced_sizes(n, k), props, _class_pools(labels, c, rng), rng)
     else:
-        parts: list[list[np.ndarray]] = [[] for _ in range(k)]
-        held = np.zeros(k, dtype=np.int64)
-        for pool in _class_pools(labels, c, rng):
-            p = dirichlet(rng, opts.alpha, k) * (held < n / k)
-            p = p / p.sum() if p.sum() > 0 else (held < n / k) / np.sum(held < n / k)
-            for i, chunk in enumerate(split_by_proportions(pool, p)):
-                parts[i].append(chunk)
-                held[i] += len(chunk)
-        clients = [np.concatenate(p) for p in parts]
+        clients = _redraw(lambda: _balanced_by_class(labels, k, c, rng, opts.alpha), n, k, opts.min_size, opts.max_retries, section).client_indices
     clients = [_subsample(rng.permutation(ix), labels, opts.frac, c) for ix in clients]
     return Partition(clients, class_proportions=props)
+
+
+def _balanced_by_class(labels: np.ndarray, k: int, c: int, rng: np.random.Generator, alpha: float) -> Partition:
+    """Each class split over the clients by Dir(alpha); a client already at N / K gets no share of later classes."""
+    n = len(labels)
+    parts: list[list[np.ndarray]] = [[] for _ in range(k)]
+    held = np.zeros(k, dtype=np.int64)
+    for pool in _class_pools(labels, c, rng):
+        p = dirichlet(rng, alpha, k) * (held < n / k)
+        p = p / p.sum() if p.sum() > 0 else (held < n / k) / np.sum(held < n / k)
+        for i, chunk in enumerate(split_by_proportions(pool, p)):
+            parts[i].append(chunk)
+            held[i] += len(chunk)
+    return Partition([np.concatenate(p) for p in parts])
 
 
 @dataclass(frozen=True)

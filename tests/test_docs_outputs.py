@@ -159,6 +159,19 @@ def test_every_docs_block_is_well_formed_and_names_its_machine(page: Path) -> No
         assert b.body.endswith("\n") and b.body.strip(), f"{page.name}: {b.command!r} has an empty body"
 
 
+TABLE_OUTPUT = re.compile(r"^(\| variant |target = best |seeds \d)", re.M)
+
+
+@pytest.mark.parametrize("page", default_files(), ids=lambda p: p.name)
+def test_no_command_table_is_pasted_outside_the_markers(page: Path) -> None:
+    """A results table printed by compare/reproduce is regenerated, never remembered: it sits between output markers."""
+    text = page.read_text(encoding="utf-8")
+    for b in find_blocks(text):
+        text = text.replace(b.body, "")
+    pasted = [m.group(1) for m in re.finditer(r"^```[^\n]*\n(.*?)^```", text, re.M | re.S) if TABLE_OUTPUT.search(m.group(1))]
+    assert not pasted, f"{page.name}: a command's table outside <!-- output: COMMAND --> markers: {pasted[0][:120]!r}"
+
+
 def test_readme_demo_table_is_a_generated_block() -> None:
     readme = next(p for p in default_files() if p.name == "README.md")
     assert "chillfl run -q" in [b.command for b in find_blocks(readme.read_text(encoding="utf-8"))]

@@ -31,7 +31,10 @@ from chillfl.aggregation.pfedhn import (
     init_hypernetwork,
 )
 from chillfl.errors import ConfigError
-from chillfl.experiment import build_experiment
+from chillfl.engine.loop import run_rounds
+from chillfl.experiment import build_experiment, build_protocol, make_executor
+from chillfl.runner import CLIENT_MODELS, run_experiment
+from chillfl.storage.model_file import read_client_models
 from methods_e2e import assert_executors_agree, cli_option_error, config, records, resumed_records
 
 SHAPES = {"w": torch.Size([3])}
@@ -394,3 +397,34 @@ def test_runs_agree_across_executors() -> None:
 def test_resume_is_bitwise(variant: str, tmp_path: Path) -> None:
     cfg = config(**{"algorithm.name": "pfedhn", "algorithm.variant": variant, "model.name": "mlp", "model.hidden": [16]})
     assert resumed_records(cfg, 2, tmp_path) == records(cfg)
+
+
+def test_pc_writes_each_clients_model_the_hypernetwork_body_with_its_own_head(tmp_path: Path) -> None:
+    """``checkpoint.client_models`` under pFedHN-PC: client i's model is h(v_i; phi) at the run's end with the head it keeps."""
+    cfg = config(**{"algorithm.name": "pfedhn", "algorithm.variant": "pc", "model.name": "mlp", "model.hidden": [16], "checkpoint.client_models": True,
+                    "out_dir": str(tmp_path), "name": "pc"})
+    exp = build_experiment(cfg)
+    protocol: Any = build_protocol(exp)
+    executor = make_executor(exp, protocol)
+    try:
+        fed = cfg.federation
+        list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=exp.data.num_clients, clients_per_round=fed.sample_size(), rounds=fed.rounds,
+                        participation=fed))
+    finally:
+        executor.close()
+    agg = exp.aggregator
+    assert isinstance(agg, PFedHN)
+    took_part = sorted(protocol.store.ids())
+    assert took_part
+    expected = {}
+    for cid in took_part:
+        head = {k[len(HEAD):]: v for k, v in protocol.store.load(cid).items() if k.startswith(HEAD)}
+        assert set(head) == agg.head
+        expected[cid] = {**agg.theta(cid), **head}
+        assert set(expected[cid]) == set(protocol.global_state())  # a whole model: body and head, nothing else
+    out = run_experiment(cfg, progress=False)  # the same run, written
+    assert out.folder is not None
+    saved = read_client_models(out.folder / CLIENT_MODELS)
+    assert sorted(saved) == took_part
+    for cid, model in saved.items():
+        assert set(model) == set(expected[cid]) and all(torch.equal(model[k], v) for k, v in expected[cid].items()), cid

@@ -23,7 +23,9 @@ docs/architecture.md the reference of the seams they plug into):
   entries in place of the sent ones implements :class:`KeepsEntries` (a returning client's
   downlink does not carry them), and one whose client holds state before its first participation
   (FML's independently initialised local model) implements :class:`StartsOwnState`; one that runs the client's trainings itself
-  (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests;
+  (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests. An aggregator that makes part of each
+  client's model itself (pFedHN's hypernetwork) implements :class:`MakesClientModels`, and the half's personal model is
+  built on it;
 * **local objective terms** (:class:`LossTerm`, or :class:`BatchTerm` for terms that read the
   batch's features): each receives the trainable parameters and the client's :data:`Context`
   and returns a scalar added to the loss; ``reads`` names the context keys it reads
@@ -85,6 +87,7 @@ from chillfl.aggregation.base import (
     HoldsPersonalModel,
     KeepsEntries,
     Local,
+    MakesClientModels,
     LocalProgram,
     Params,
     Personal,
@@ -172,6 +175,7 @@ __all__ = [
     "LocalProgram",
     "LocalSpec",
     "LossTerm",
+    "MakesClientModels",
     "MechanismSpec",
     "MethodSettings",
     "MethodState",

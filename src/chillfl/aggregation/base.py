@@ -218,6 +218,18 @@ class HoldsPersonalModel(Protocol):
 
 
 @runtime_checkable
+class MakesClientModels(Protocol):
+    """An aggregator that makes part of each client's model itself, from what it holds for that client (pFedHN's
+    hypernetwork generates theta_i = h(v_i; phi)): the model a client's :class:`HoldsPersonalModel` completes is then
+    the global model with these entries, not the global model alone, as each client is sent it.
+    """
+
+    def client_model(self, client_id: int, global_params: Params) -> Params:
+        """The entries the server makes for ``client_id`` now, on the devices and in the dtypes of ``global_params``."""
+        ...
+
+
+@runtime_checkable
 class StartsOwnState(Protocol):
     """A client half whose client holds its own state before its first participation (FML's local model, initialised
     independently of the global one as its authors do, rather than copied from the model the client is first sent).
@@ -270,6 +282,14 @@ def kept_entries(half: ClientHalf | None) -> frozenset[str]:
 def holds_personal_model(half: ClientHalf | None) -> bool:
     """Whether one of ``half``'s parts keeps the client's own model (what ``checkpoint.client_models`` saves)."""
     return any(isinstance(part, HoldsPersonalModel) for part in (half.parts if isinstance(half, Halves) else (half,)))
+
+
+def client_base(aggregator: Aggregator, client_id: int, global_model: Params) -> Params:
+    """What ``client_id``'s own model is built on: the global model, with the entries ``aggregator`` makes for that
+    client in place of the global ones (:class:`MakesClientModels`)."""
+    if isinstance(aggregator, MakesClientModels):
+        return {**global_model, **aggregator.client_model(client_id, global_model)}
+    return global_model
 
 
 def personal_model(half: ClientHalf | None, state: ClientState, global_model: Params) -> Params | None:

@@ -71,8 +71,9 @@ Choices
 * Local accuracy measures each client's theta~_i: the model it was sent,
   after the round's training (and, under PC, its own head). The authors
   evaluate h(v_i; phi) untrained. A client keeps nothing between rounds but,
-  under PC, its head; its model is regenerated each round, so pFedHN writes
-  no ``client_models`` (the hypernetwork in the checkpoint generates them).
+  under PC, its head; its model is regenerated each round. pFedHN-PC's
+  ``client_models`` are each client's h(v_i; phi) at the run's end with the
+  head it keeps; pFedHN's clients keep nothing, so it writes none.
 * Bytes: the downlink is the client's generated theta_i, whole, every round
   (``Downlink.params``); the uplink is theta~_i (the server reads all of it;
   under PC the body only: the head stays on the client). The hypernetwork
@@ -82,7 +83,7 @@ Choices
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
@@ -252,6 +253,11 @@ class KeepHead:
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
         return with_prefix({k: v for k, v in trained.params.items() if k in self.keys}, HEAD), {}
 
+    def personal_model(self, state: ClientState, global_model: Params) -> Params:
+        """The body the server makes for this client (:meth:`PFedHN.client_model`, in ``global_model``) with the head it keeps."""
+        own = own_entries(state, HEAD)
+        return {k: own[k].to(v.device) if k in own else v for k, v in global_model.items()}
+
 
 class PFedHN(AggregatorBase):
     """Holds the hypernetwork (MLP and embeddings) and its SGD momentum; sends each client h(v_i; phi); steps by the chain rule."""
@@ -285,8 +291,12 @@ class PFedHN(AggregatorBase):
         with torch.no_grad():
             return generate(self.hyper, self.hyper[EMBEDDINGS][client_id], self.shapes)
 
+    def client_model(self, client_id: int, global_params: Params) -> Params:
+        """h(v_i; phi) on the run's device: what client ``client_id`` is sent, and the body of its own model under pFedHN-PC."""
+        return _like(self.theta(client_id), global_params)
+
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        return Downlink(params=_like(self.theta(client_id), global_params))
+        return Downlink(params=self.client_model(client_id, global_params))
 
     def aggregated_keys(self, global_params: Params) -> tuple[str, ...]:
         """Every entry but pFedHN-PC's head, which the clients keep and never send."""
@@ -368,12 +378,17 @@ def _build(options: PFedHNOptions, ctx: BuildContext) -> Built:
     return PFedHN(options, ctx.num_clients, shapes, derive_seed(ctx.seed, "pfedhn-init"), dtype, head), []
 
 
+CAPABILITIES = Capabilities(not_a_base="pFedHN's server steps a hypernetwork and sends each client its own generated model; it averages no models")
+"""pFedHN's; pFedHN-PC's clients also hold a model of their own (the body h(v_i; phi) with the head each keeps)."""
+
+
 SPEC = register_algorithm(
     "pfedhn",
     AlgorithmSpec(
         PFedHNOptions,
         _build,
         "a server hypernetwork generates each client's model from its embedding (Shamsian et al. 2021)",
-        capabilities=Capabilities(not_a_base="pFedHN's server steps a hypernetwork and sends each client its own generated model; it averages no models"),
+        capabilities=CAPABILITIES,
+        capabilities_of=lambda options: replace(CAPABILITIES, personal_model=options.variant == "pc"),
     ),
 )

@@ -77,6 +77,9 @@ class AlgorithmSpec:
     """The run figures the method's round metrics feed besides the common ones (``clp``: PA3Fed's critical periods)."""
     capabilities: Capabilities = Capabilities()
     """What the run builder, the Flower apps and wrappers may ask (see :mod:`chillfl.capabilities`)."""
+    capabilities_of: Callable[[Any], Capabilities] | None = None
+    """What it declares under its parsed options, where a variant declares otherwise (pFedHN-PC's clients keep a model
+    of their own, pFedHN's none); None: ``capabilities`` under any options. Listings read ``capabilities``."""
     check: Check = _no_check
     """Its checks against the whole run config, before anything is built or written (also on ``--dry-run``)."""
     wraps: str | None = None
@@ -85,7 +88,12 @@ class AlgorithmSpec:
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
-        return [("build", self.build, ("options", "context")), ("check", self.check, ("options", "config", "section"))]
+        return [("build", self.build, ("options", "context")), ("check", self.check, ("options", "config", "section")),
+                ("capabilities_of", self.capabilities_of, ("options",))]
+
+    def declared(self, options: Any) -> Capabilities:
+        """What it declares under ``options`` (:attr:`capabilities_of`, else :attr:`capabilities`)."""
+        return self.capabilities if self.capabilities_of is None else self.capabilities_of(options)
 
 
 _REGISTRY: Registry[AlgorithmSpec] = Registry("algorithm", package="chillfl.aggregation")
@@ -284,10 +292,10 @@ def effective_capabilities(spec: AlgorithmSpec, options: Any, section: str = "al
     """What ``spec`` declares, completed by what the algorithm it wraps declares (a wrapper runs its base's maths and client half)."""
     inner = wrapped(spec, options, section)
     if inner is None:
-        return spec.capabilities
+        return spec.declared(options)
     base = algorithm_spec(inner.name, section, inner.field)
     base_options: Any = algorithm_options(base, inner.name, inner.options, inner.section, inner.field)
-    return spec.capabilities.wrapping(effective_capabilities(base, base_options, inner.section))
+    return spec.declared(options).wrapping(effective_capabilities(base, base_options, inner.section))
 
 
 def refuse_unused_options(table: Mapping[str, Any], name: str, why: str) -> None:
@@ -328,7 +336,7 @@ def check_algorithm(name: str, options: Mapping[str, Any] | None, config: RunCon
     """
     spec = algorithm_spec(name, section)
     parsed: Any = algorithm_options(spec, name, options, section)
-    check_plain_sgd(spec.capabilities, config, name)
+    check_plain_sgd(spec.declared(parsed), config, name)
     spec.check(parsed, config, section)
 
 

@@ -51,6 +51,7 @@ from chillfl.aggregation.base import (
     client_params_state,
     first_state,
     load_client_params,
+    client_base,
     personal_model,
 )
 from chillfl.aggregation.client_states import ClientParams
@@ -323,11 +324,12 @@ class ParameterSharing:
         return self.state
 
     def client_states(self) -> Mapping[int, Params]:
-        """Every client's own model where the method keeps one (:class:`~chillfl.aggregation.base.HoldsPersonalModel`), else none."""
+        """Every client's own model where the method keeps one (:class:`~chillfl.aggregation.base.HoldsPersonalModel`), else none;
+        built on the model the server makes for that client where it makes one (:func:`~chillfl.aggregation.base.client_base`)."""
         out: dict[int, Params] = {}
         for cid in sorted(self.store.ids()):
             state = self.store.load(cid)
-            model = None if state is None else personal_model(self.client.half, state, self.state)
+            model = None if state is None else personal_model(self.client.half, state, client_base(self.aggregator, cid, self.state))
             if model is None:
                 return {}
             out[cid] = model

@@ -99,3 +99,32 @@ def test_run_of_a_comparisons_config_says_it_makes_one_run(caplog: pytest.LogCap
         caplog.clear()
         chillfl.run(config={**TINY, "federation": {"num_clients": 4, "rounds": 1}}, write=False, progress=False)
         assert not [r for r in caplog.records if r.name == "chillfl.api"]
+
+
+def test_shard_runs_its_share_into_the_shared_folder_and_the_last_writes_the_table(tmp_path: Path) -> None:
+    """``shard="K/N"`` is the command line's ``--shard K/N``: the same share of the runs, the same folder, the last shard's table."""
+    kwargs = {"config": TINY, "grid": {"client.lr": [0.05, 0.1]}, "out_dir": tmp_path / "py", "progress": False}
+    first = chillfl.compare(shard="1/2", **kwargs)
+    partial = tmp_path / "py" / "run-compare.partial"
+    assert first.folder == partial and first.pending == 1 and first.runs == 1 and first.table == ""
+    assert sorted(p.name for p in partial.iterdir() if p.is_dir()) == ["lr0.05"]
+    last = chillfl.compare(shard="2/2", **kwargs)
+    assert last.folder == tmp_path / "py" / "run-compare" and last.pending == 0 and not partial.exists()
+    whole = chillfl.compare(**{**kwargs, "out_dir": tmp_path / "one"})
+    assert last.table == whole.table and last.rows == whole.rows
+
+
+@pytest.mark.parametrize(
+    ("shard", "extra", "line"),
+    [
+        ("0/2", {}, "shard: K/N needs 1 <= K <= N, got 0/2"),
+        ("1 of 2", {}, "shard: give K/N (this process runs the K-th of N shares, 1 <= K <= N), got '1 of 2'"),
+        (2, {}, "shard: give K/N (this process runs the K-th of N shares, 1 <= K <= N), got 2"),
+        ("1/2", {"write": False}, "shard: a shard writes its runs into the comparison's shared folder"),
+    ],
+)
+def test_a_bad_shard_is_one_config_error_and_writes_nothing(tmp_path: Path, shard: object, extra: dict, line: str) -> None:
+    with pytest.raises(chillfl.ConfigError) as info:
+        chillfl.compare(config=TINY, grid={"client.lr": [0.05, 0.1]}, shard=shard, out_dir=tmp_path, progress=False, **extra)  # type: ignore[arg-type]
+    assert str(info.value).startswith(line) and "\n" not in str(info.value)
+    assert not any(tmp_path.iterdir())

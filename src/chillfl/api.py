@@ -47,6 +47,7 @@ from chillfl.plugins import has_methods
 from chillfl.report.compare import CompareResult as Comparison
 from chillfl.sweeps.plan import CompareOptions, grid_variants, parse_grid, repeats
 from chillfl.sweeps.run import run_compare
+from chillfl.sweeps.shard import Shard
 from chillfl.reproduce import Outcome, write_verdicts
 from chillfl.resolve import is_default_table, resolved
 from chillfl.reproduce import reproduce as reproduce_claims
@@ -270,6 +271,7 @@ def compare(
     aggregator: Any = None,
     terms: Sequence[Any] = (),
     policy: Any = None,
+    shard: str | None = None,
     **overrides: Any,
 ) -> Comparison:
     """Run variants of one experiment on your own model and data, as ``chillfl compare`` does, and tabulate them.
@@ -283,8 +285,11 @@ def compare(
     validation split (needs ``eval.validation > 0``). ``controls``: step-size controls for T != 1
     variants. ``model``, ``data``, ``config``, ``aggregator``, ``terms``, ``policy`` and ``overrides``
     are those of :func:`run` (every variant and seed runs on its own copies of your parts).
-    ``result.report("report.html")`` writes the HTML report.
+    ``result.report("report.html")`` writes the HTML report. ``shard``: ``"K/N"``, run only the K-th of N shares of the runs
+    into the comparison's shared folder, as ``--shard K/N`` (:mod:`chillfl.sweeps.shard`): ``result.pending`` counts the
+    other shards' unfinished runs; the last shard to end writes the table (not with ``write=False``, a model, data or parts).
     """
+    parsed_shard = None if shard is None else Shard.parse(shard)  # a malformed K/N is named first, as on the command line
     out_dir, progress, write = arguments.optional_path(out_dir, "out_dir"), arguments.progress_mode(progress), arguments.flag(write, "write")
     controls = arguments.optional_flag(controls, "controls")
     plugged = as_plugged(aggregator, terms, policy)
@@ -311,7 +316,8 @@ def compare(
         check_model_fits(build_experiment(cfg, dataset, model=model, plugged=plugged))
     options = CompareOptions(seeds=list(seeds) if seeds is not None else None, tune={k: list(v) for k, v in tune.items()} if tune is not None else None, controls=controls, select=select)
     with _keyword_fields():
-        return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model, plugged=plugged or None)
+        return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model,
+                           plugged=plugged or None, shard=parsed_shard)
 
 
 _FLAGS = {"--grid": "grid", "--seeds": "seeds", "--tune": "tune", "--select": "select", "--reference": "reference", "--controls": "controls"}

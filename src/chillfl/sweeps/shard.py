@@ -46,9 +46,9 @@ class Shard:
     count: int
 
     @classmethod
-    def parse(cls, text: str) -> Shard:
-        """``"K/N"`` with 1 <= K <= N; anything else is a ConfigError on ``shard``."""
-        found = _SHARD.match(text)
+    def parse(cls, text: object) -> Shard:
+        """``"K/N"`` with 1 <= K <= N; anything else (``chillfl.compare(shard=2)`` too) is a ConfigError on ``shard``."""
+        found = _SHARD.match(text) if isinstance(text, str) else None
         if found is None:
             raise ConfigError(FIELD, f"give K/N (this process runs the K-th of N shares, 1 <= K <= N), got {text!r}")
         index, count = int(found[1]), int(found[2])

@@ -81,6 +81,20 @@ def test_a_restarted_shard_reads_its_finished_runs_back(tmp_path: Path, monkeypa
     assert ran == ["a-s0", "b-s0"] and (tmp_path / "sh-compare" / "table.md").is_file()
 
 
+def test_the_last_shard_writes_the_table_from_the_runs_results_without_building_their_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each shard checks every run's parts before it writes; the last one then only reads the ended runs back for the
+    table (it rebuilt every run's data, partition and model a second time)."""
+    config = _config(tmp_path)
+    assert _run(config, tmp_path, "--shard", "1/2") == 0
+    built: list[str] = []
+    data, experiment = sweep.build_data, sweep.build_experiment
+    monkeypatch.setattr(sweep, "build_data", lambda cfg, *a, **kw: built.append(f"data {cfg.name}") or data(cfg, *a, **kw))
+    monkeypatch.setattr(sweep, "build_experiment", lambda cfg, *a, **kw: built.append(cfg.name) or experiment(cfg, *a, **kw))
+    assert _run(config, tmp_path, "--shard", "2/2") == 0
+    assert (tmp_path / "sh-compare" / "table.md").is_file()
+    assert built == ["data a-s0", "a-s0", "data a-s1", "a-s1", "b-s0", "b-s1"]  # the shard's check, once: the table read the four runs back
+
+
 def test_a_shard_of_another_comparison_is_refused_and_joins_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = _config(tmp_path)
     assert _run(config, tmp_path, "--shard", "1/2") == 0

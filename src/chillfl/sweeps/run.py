@@ -67,8 +67,11 @@ class Sweep:
     results: dict[tuple[str, int, int], RunOutput | None] = field(default_factory=dict)
     failures: dict[tuple[str, int, int], str] = field(default_factory=dict)
 
-    def run(self, i: int, config: RunConfig, key: tuple[str, int, int], data: FederatedData, model: nn.Module | None, plugged: Plugged | None) -> None:
-        """The ``i``-th run (``key``: variant, tuning point, seed); resuming, what it has already (:func:`finished_run`, :func:`stopped_run`) first."""
+    def run(
+        self, i: int, config: RunConfig, key: tuple[str, int, int], data: FederatedData | None, model: nn.Module | None, plugged: Plugged | None,
+    ) -> None:
+        """The ``i``-th run (``key``: variant, tuning point, seed); resuming, what it has already (:func:`finished_run`, :func:`stopped_run`) first.
+        ``data``: None for a run that had ended when the resume began (:func:`check_runs` built none for it)."""
         partial = self.partial
         cfg = config if partial is None else config.with_overrides({"out_dir": str(partial)})
         label = f"[{i + 1}/{self.total}] {cfg.name}"
@@ -88,6 +91,8 @@ class Sweep:
             if stopped is not None:
                 self.results[key] = runner.resume_experiment(stopped, progress=self.progress, pools=self.pools, label=label, force=self.force)
             else:
+                if data is None:  # it had ended when the resume began and was removed since: it runs again, on the registered data
+                    data = build_data(cfg)
                 own = build_experiment(cfg, data=data, model=model, plugged=plugged) if model is not None or plugged else None
                 self.results[key] = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools)
         except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
@@ -104,14 +109,18 @@ class Sweep:
 
 
 def check_runs(
-    plan: Plan, dataset: ArrayDataset | None, model: nn.Module | None, plugged: Plugged | None, dry_run: bool,
+    plan: Plan, dataset: ArrayDataset | None, model: nn.Module | None, plugged: Plugged | None, dry_run: bool, resume: Path | None = None,
 ) -> dict[str, FederatedData] | None:
     """Every run's data and parts, built before anything is written (``dry_run``: its protocol too); the
     federated data by :func:`~chillfl.sweeps.plan.data_key`, shared by the runs with the same partition.
+    ``resume``: the interrupted comparison's folder, whose ended runs are only read back (the last shard's table
+    reads them all), so their parts are not built again.
 
     None: a dry run without the dataset's files, where only each run's names and options could be checked."""
     datasets: dict[str, FederatedData] = {}
     for c in plan.cells:
+        if resume is not None and has_ended(resume, c.config.name):
+            continue
         with naming(c.variant, plan.from_grid):
             if dataset is not None and not is_custom(c.config.dataset.get("name")):  # a variant's registered dataset would be recorded, the user's data trained on
                 raise ConfigError("dataset.name", f"a run on the user's own data must record dataset.name = {CUSTOM!r}, got {c.config.dataset.get('name')!r}")
@@ -181,7 +190,7 @@ def run_points(
             sweep = Sweep(where.partial, resuming, force, progress, pools, len(plan.cells))
             for i, c in enumerate(plan.cells):
                 if only is None or only.takes(i):
-                    sweep.run(i, c.config, c.key, datasets[data_key(c.config)], model, plugged)
+                    sweep.run(i, c.config, c.key, datasets.get(data_key(c.config)), model, plugged)
     except RunInterrupted as exc:
         if where.partial is not None:
             exc.folder = where.partial
@@ -325,7 +334,7 @@ def run_compare(
     (:func:`pick_tuned`), tabulate (:func:`tabulate`) and write the tables (:func:`write_tables`).
     """
     plan = plan_runs(config, grid, options, variants, reference)
-    datasets = check_runs(plan, dataset, model, plugged, dry_run)
+    datasets = check_runs(plan, dataset, model, plugged, dry_run, resume)
     if datasets is None:
         return CompareResult(None, [], "", complete=False)
     if dry_run:

@@ -163,7 +163,7 @@ def test_dnc_drops_what_the_median_lets_through() -> None:
 
 
 def test_defaults_are_the_documented_ones() -> None:
-    # Algorithm 2's parameters as every reimplementation sets them (Blades: filter_frac 1.0, sub_dim 10000, num_iters 1):
+    # Algorithm 2's parameters as Blades' Dnc sets them (filter_frac 1.0, sub_dim 10000, num_iters 1; not checked against the paper):
     # c = 1 removes exactly floor(c f) = f; f = 0 (nobody assumed byzantine) makes DnC the plain mean
     o = DnCOptions()
     assert (o.c, o.subsample, o.iterations, o.combine, o.weighting, o.f) == (1.0, 10_000, 1, "intersection", "uniform", 0)

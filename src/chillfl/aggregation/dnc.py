@@ -29,10 +29,11 @@ Choices
   ``Dnc`` does (``benign_ids.extend(good); set(...)``): more clients, less robust.
 * Several iterations may intersect to nobody (each drops a different c f). Then the clients kept by the most
   iterations are kept: the natural extension of the intersection (those kept by all iterations, when any are).
-* Defaults: ``iterations = 1`` (the paper's niters), ``subsample = 10000`` (the paper's b; a model with at most
-  b floating-point entries uses all of them, in order, and draws nothing), ``c = 1.0`` (removes exactly f a
-  round; Blades' ``filter_frac`` default) and ``f = 0``, as Krum's and Bulyan's: nobody is removed and DnC is
-  the plain mean. Set ``f`` (the paper's m) to what you want removed; it is ``f``, not ``m``, as the other
+* Defaults: ``iterations = 1`` (the option the paper calls niters), ``subsample = 10000`` (its b; a model with at
+  most b floating-point entries uses all of them, in order, and draws nothing), ``c = 1.0`` (removes exactly f a
+  round) and ``f = 0``, as Krum's and Bulyan's: nobody is removed and DnC is the plain mean. c, b and niters are
+  Blades' ``Dnc`` defaults (``filter_frac``, ``sub_dim``, ``num_iters``), not checked against the paper's
+  experiments, whose values were not at hand (docs/baselines.md says what was read). Set ``f`` (the paper's m) to what you want removed; it is ``f``, not ``m``, as the other
   robust rules name it (Krum's ``m`` counts the models it averages).
 * floor(c f) clients are removed (Blades' ``int(filter_frac * num_byzantine)``); ``check`` refuses
   clients per round <= floor(c f) at start-up. A round with fewer clients (dropouts) keeps at least one.

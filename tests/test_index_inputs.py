@@ -6,12 +6,14 @@ Gaussian noise to indices: both ran to the end without a word. Each is now one l
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 import chillfl
+from chillfl.cli import main
 from chillfl.errors import ConfigError
 from chillfl.models.registry import MODELS
 
@@ -93,3 +95,36 @@ def test_a_larger_vocab_option_accepts_larger_indices() -> None:
     x[-1, -1] = VOCAB + 3
     config = _config(model={"name": "char_lstm", "hidden": 4, "embed_dim": 2, "vocab": VOCAB + 4})
     assert chillfl.run(data=_indices(x_train=x), config=config, write=False, progress=False).records
+
+
+NOISE_LINE = ("partition.name: adds Gaussian noise to the clients' inputs, and char_lstm reads its inputs as integer indices ({field}); "
+              "choose a partitioner that leaves inputs as they are")
+
+
+def _dry_run(tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str, *extra: str) -> tuple[int, list[str]]:
+    """``chillfl run CONFIG --dry-run`` where the dataset's files are absent: only names and options can be checked."""
+    config = tmp_path / "c.toml"
+    config.write_text(f'[dataset]\nname = "uci_har"\n[model]\n{model}\n[partition]\nname = "feature_noise"\n'
+                      "[federation]\nnum_clients = 4\nclients_per_round = 2\nrounds = 1\n")
+    code = main(["run", str(config), "--dry-run", f"data_dir={tmp_path / 'absent'}", *extra])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_a_dry_run_without_data_refuses_feature_noise_on_an_index_reader_in_the_same_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The full build refused it once the data were split; the dry run, which builds nothing from data, let it pass."""
+    code, err = _dry_run(tmp_path, capsys, 'name = "char_lstm"')
+    assert code == 2 and err == ["chillfl: error: " + NOISE_LINE.format(field="model.name")], err
+    config = _config(partition={"name": "feature_noise", "sigma_min": 0.1, "sigma_max": 0.3})
+    with pytest.raises(ConfigError) as built:
+        chillfl.run(data=_indices(), config=config, write=False, progress=False)
+    assert str(built.value) == NOISE_LINE.format(field="model.name")  # the full build's line, word for word
+
+
+def test_a_dry_run_without_data_asks_every_architecture_and_the_noise_it_would_add(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    groups = 'name = "mlp"\ngroups = [{ clients = "0-1", name = "char_lstm" }]\n[distillation]\nmethod = "dsfl"\npublic_size = 1000'
+    code, err = _dry_run(tmp_path, capsys, groups)
+    assert code == 2 and err == ["chillfl: error: " + NOISE_LINE.format(field="model.groups.name")], err
+    code, err = _dry_run(tmp_path, capsys, 'name = "char_lstm"', "partition.sigma_min=0", "partition.sigma_max=0")
+    assert code == 0 and "names and options checked" in err[0], err  # no noise: nothing to refuse
+    code, err = _dry_run(tmp_path, capsys, 'name = "mlp"')
+    assert code == 0, err  # a model that reads features takes the noise

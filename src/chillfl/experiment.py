@@ -34,7 +34,7 @@ from chillfl.errors import ConfigError, choice_error
 from chillfl.options import short_repr
 from chillfl.models import build_model, model_names
 from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous
-from chillfl.models.inputs import check_index_inputs
+from chillfl.models.inputs import check_index_inputs, refuse_noise
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import MODELS, model_options
 from chillfl.protocols.common import Evaluation
@@ -558,10 +558,12 @@ def check_parts(config: RunConfig) -> None:
         options, _ = split_augment(options)
         dataset_options(name, options)
     name, options = RunConfig.component(config.partition)
+    noisy = False
     if name != FROM_FILE:  # a partition file is read with the data
         if name not in PARTITIONERS:
             raise choice_error("partition.name", name, partitioner_names())
-        partitioner_options(name, options)
+        adds_noise = PARTITIONERS[name].adds_noise
+        noisy = adds_noise is not None and adds_noise(partitioner_options(name, options), config.federation.num_clients)
     name, options = RunConfig.component(config.algorithm)
     check_algorithm(name, options, config)  # its options, then its declared limits against the run
     name, options = RunConfig.component(base_table(config.model))
@@ -570,6 +572,8 @@ def check_parts(config: RunConfig) -> None:
             raise choice_error("model.name", name, model_names())
         model_options(name, {k: v for k, v in options.items() if k != PROJECTION_OPTION})
     check_model_assignment(config, config.federation.num_clients)
+    if noisy:  # what the built run refuses once the data are split (check_index_inputs), in its words
+        refuse_noise(config.model, config.federation.num_clients)
     check_policy(config)  # its options, then its own checks against the run
     objective_terms(config, ())  # the [objective] terms' names and options, and whether the protocol takes them
     check_attack(config)  # [attack]: whether the protocol has what the attack rewrites

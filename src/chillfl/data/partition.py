@@ -443,6 +443,11 @@ def _feature_noise(
     return part
 
 
+def _feature_noise_adds(opts: FeatureNoiseOptions, k: int) -> bool:
+    """Whether some client's sigma is not 0: linear spacing gives the first client sigma_min (the only one when k = 1)."""
+    return opts.sigma_max > 0 and (k > 1 or opts.sigma_min > 0 or opts.spacing == "random")
+
+
 def natural_groups(groups: Sequence[Any], k: int, use: str) -> list[np.ndarray]:
     """A dataset's own per-client index groups as int64 arrays; there must be exactly ``k`` of them."""
     require(len(groups) == k, NUM_CLIENTS_FIELD, f"must equal the dataset's {len(groups)} natural clients for {use}, got {k}")
@@ -615,8 +620,14 @@ def _flwr(labels: np.ndarray, k: int, rng: np.random.Generator, opts: FlwrOption
 
 
 class PartitionerEntry(NamedTuple):
+    """A partitioner's options dataclass, its split, and what it declares about the inputs it hands the clients."""
+
     options: type
     split: Callable[..., Partition]
+    adds_noise: Callable[[Any, int], bool] | None = None
+    """Set: whether, with these options over this many clients, it adds noise to the clients' inputs
+    (``feature_noise``); a run asks it before the data are split (``--dry-run`` without the data's files too).
+    None: it hands the inputs over as they are."""
 
 
 PARTITIONERS: dict[str, PartitionerEntry] = {
@@ -625,7 +636,7 @@ PARTITIONERS: dict[str, PartitionerEntry] = {
     "dirichlet_balanced": PartitionerEntry(DirichletBalancedOptions, _dirichlet_balanced),
     "shards": PartitionerEntry(ShardsOptions, _shards),
     "quantity_skew": PartitionerEntry(QuantitySkewOptions, _quantity_skew),
-    "feature_noise": PartitionerEntry(FeatureNoiseOptions, _feature_noise),
+    "feature_noise": PartitionerEntry(FeatureNoiseOptions, _feature_noise, adds_noise=_feature_noise_adds),
     "natural": PartitionerEntry(NoOptions, _natural),
     "flexchill_dirichlet": PartitionerEntry(FlexChillDirichletOptions, _flexchill_dirichlet),
     "scarlet_dirichlet": PartitionerEntry(ScarletDirichletOptions, _scarlet_dirichlet),

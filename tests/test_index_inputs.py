@@ -6,14 +6,17 @@ Gaussian noise to indices: both ran to the end without a word. Each is now one l
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from torch.utils.data import Dataset, TensorDataset
 
 import chillfl
 from chillfl.cli import main
+from chillfl.data.datasets import ArrayDataset
 from chillfl.errors import ConfigError
 from chillfl.models.registry import MODELS
 
@@ -128,3 +131,79 @@ def test_a_dry_run_without_data_asks_every_architecture_and_the_noise_it_would_a
     assert code == 0 and "names and options checked" in err[0], err  # no noise: nothing to refuse
     code, err = _dry_run(tmp_path, capsys, 'name = "mlp"')
     assert code == 0, err  # a model that reads features takes the noise
+
+
+def _soft_labels(**public: Any) -> dict[str, Any]:
+    """DS-FL over a public pool of 10 rows, from another dataset when ``public`` names one."""
+    return _config(distillation={"method": "dsfl", "public_size": 10, "subset_size": 5, "server_epochs": 1, "distill_batch_size": 8, **public})
+
+
+def _other_dataset(monkeypatch: pytest.MonkeyPatch, x: torch.Tensor) -> None:
+    """``distillation.public_dataset = "synthetic"`` loads ``x`` (rows of 5 values): another dataset with this one's input shape."""
+    public_module = importlib.import_module("chillfl.protocols.softlabels.public")
+
+    def load(name: str, options: Any, data_dir: str) -> ArrayDataset:
+        y = torch.zeros(len(x), dtype=torch.int64)
+        return ArrayDataset(name, x, y, x[:4], y[:4], VOCAB)
+
+    public_module._load_public_dataset.cache_clear()
+    monkeypatch.setattr(public_module, "load_dataset", load)
+
+
+@pytest.mark.parametrize("value", [VOCAB, -1, 2.5], ids=["vocab", "negative", "fraction"])
+def test_a_public_set_from_another_dataset_is_checked_as_the_data_are(monkeypatch: pytest.MonkeyPatch, value: float) -> None:
+    """Its rows reached the embedding clamped (or cast), without a word: the check covered the private data only."""
+    x = torch.randint(0, VOCAB, (40, 5), generator=torch.Generator().manual_seed(2)).float()
+    x[:, 0] = value  # in every row: whichever rows the pool draws
+    _other_dataset(monkeypatch, x)
+    try:
+        with pytest.raises(ConfigError, match="public inputs of 'synthetic'") as err:
+            chillfl.run(data=_indices(), config=_soft_labels(public_dataset="synthetic"), write=False, progress=False)
+    finally:
+        importlib.import_module("chillfl.protocols.softlabels.public")._load_public_dataset.cache_clear()
+    assert err.value.field == "model.name" and "\n" not in str(err.value)
+
+
+def test_a_public_set_from_another_dataset_in_range_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    _other_dataset(monkeypatch, torch.randint(0, VOCAB, (40, 5), generator=torch.Generator().manual_seed(2)).float())
+    try:
+        assert chillfl.run(data=_indices(), config=_soft_labels(public_dataset="synthetic"), write=False, progress=False).records
+    finally:
+        importlib.import_module("chillfl.protocols.softlabels.public")._load_public_dataset.cache_clear()
+
+
+class _Drifting(Dataset):
+    """Indices below VOCAB at the first read; from then on every redraw of an item reads ``VOCAB`` at its end."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y, self.reads = x, y, 0
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        self.reads += 1
+        x = self.x[i].clone()
+        if self.reads > len(self.y):
+            x[-1] = VOCAB
+        return x, int(self.y[i])
+
+
+def test_items_redrawn_each_round_are_checked_when_they_are_read() -> None:
+    """The first read is checked with the data; a redraw was read by the embedding clamped, without a word."""
+    tensors = _indices()
+    data = chillfl.DatasetData(_Drifting(tensors.x_train, tensors.y_train), TensorDataset(tensors.x_test, tensors.y_test), num_classes=VOCAB, name="drifting")
+    with pytest.raises(ConfigError, match=rf"the train inputs of 'drifting' redrawn for client \d+ in round 1 hold indices 0..{VOCAB}, outside") as err:
+        chillfl.run(data=data, config=_config(), write=False, progress=False)
+    assert err.value.field == "model.name" and "\n" not in str(err.value)
+
+
+def test_a_comparison_scans_the_loaded_data_once_not_once_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its check built every run and its run built each again, each scanning every row of the data (4 runs: 8 scans)."""
+    datasets = importlib.import_module("chillfl.data.datasets")
+    scanned: list[int] = []
+    real = datasets.input_values
+    monkeypatch.setattr(datasets, "input_values", lambda x: scanned.append(len(x)) or real(x))
+    result = chillfl.compare(data=_indices(), config=_config(), grid={"client.lr": [0.05, 0.1]}, seeds=[0, 1], write=False, progress=False)
+    assert len(result.rows) == 2
+    assert scanned == [40, 20]  # the train and the test inputs, once each

@@ -59,6 +59,7 @@ from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.metrics.communication import communication_summary
 from chillfl.metrics.stability import stability_summary
 from chillfl.models.assign import summarize as architectures
+from chillfl.models.inputs import check_index_rows, index_readers
 from chillfl.progress import Progress, make_bar
 from chillfl.protocols.registry import protocol_of
 from chillfl.sinks import build_sinks, close_sinks
@@ -496,8 +497,24 @@ def _run_rounds(
 
 
 def redraw_of(exp: Experiment) -> Redraw | None:
-    """The round loop's per-visit read of a user Dataset's training items (``DatasetData(redraw="round")``); None for fixed inputs."""
-    return exp.data.client_redraw if exp.data.dataset.train_items is not None else None
+    """The round loop's per-visit read of a user Dataset's training items (``DatasetData(redraw="round")``); None for fixed inputs.
+
+    A model that reads indices checks each read as it comes (:func:`~chillfl.models.inputs.check_index_rows`): the first
+    read was checked before the run, a random transform can leave the range at any visit.
+    """
+    data = exp.data
+    if data.dataset.train_items is None:
+        return None
+    if not index_readers(exp.config.model, data.num_clients):
+        return data.client_redraw
+
+    def checked(cid: int, round: int) -> torch.Tensor | None:
+        x = data.client_redraw(cid, round)
+        if x is not None:
+            check_index_rows(exp.config.model, data, x, f"the train inputs of {data.dataset.name!r} redrawn for client {cid} in round {round + 1}")
+        return x
+
+    return checked
 
 
 def check_sinks(config: RunConfig) -> None:

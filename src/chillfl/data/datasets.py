@@ -34,6 +34,7 @@ Choices
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
 from collections.abc import Callable, Mapping
@@ -48,6 +49,7 @@ from chillfl.data import arraycache, hf, leaf_hub, loaders
 from chillfl.data.augment import check_shape, final_stats, rescaler, split_augment
 from chillfl.data.items import ItemReader
 from chillfl.data.loaders import RawSplit
+from chillfl.data.values import InputValues, input_values
 from chillfl.errors import ConfigError, choice_error
 from chillfl.extras import need
 from chillfl.options import Chosen, blame, parse_options, require, require_memory, require_range
@@ -86,6 +88,16 @@ class ArrayDataset:
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
+
+    @functools.cached_property
+    def split_values(self) -> tuple[InputValues, InputValues]:
+        """What the train and test inputs hold (:mod:`chillfl.data.values`), computed once for this dataset object.
+
+        Kept with the dataset, not in a cache beside it: every run that shares the loaded arrays shares the answer,
+        and a dataset with other arrays (``dataclasses.replace``, ``.to(device)``, a backdoor's stamped copy) is
+        another object, asked anew. chillfl never writes into a dataset's arrays in place.
+        """
+        return input_values(self.x_train), input_values(self.x_test)
 
 
 # ---------------------------------------------------------------- helpers

@@ -5,27 +5,26 @@ Fed a standardised float dataset it would read casts of floats as indices, and a
 Gaussian noise to each client's inputs (``feature_noise``) would add it to indices: both ran to the end
 without a word; an index past the embedding's rows was clamped (an IndexError or a device-side assert
 where nothing clamps). The run builder checks every row once, before the run: a min/max pass, and an
-integrality pass in blocks (no copy of the data).
+integrality pass in blocks (no copy of the data), once per loaded dataset (:mod:`chillfl.data.values`).
+Inputs read apart from the dataset's splits are checked where they are read, in the same words: a public
+set taken from another dataset (before the run), a user Dataset's items redrawn for a round (when they are).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from chillfl.data.federated import FederatedData
+from chillfl.data.values import InputValues, input_values
 from chillfl.errors import ConfigError
 from chillfl.models.assign import arch_section, plan_models
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import MODELS, model_options
 from chillfl.models.spec import ModelSpec
-
-BLOCK = 1 << 22
-"""Elements compared at once: the integrality test of a large dataset allocates no more than this."""
-
 
 @dataclass(frozen=True)
 class IndexReader:
@@ -73,19 +72,6 @@ def refuse_noise(table: Mapping[str, Any], num_clients: int, noise_field: str = 
         raise ConfigError(noise_field, f"adds Gaussian noise to the clients' inputs, and {first.reads()} ({first.field}); choose a partitioner that leaves inputs as they are")
 
 
-def first_fraction(x: torch.Tensor) -> float | None:
-    """The first value of ``x`` that is not a whole number; None when all are (always for integer dtypes)."""
-    if not x.is_floating_point():
-        return None
-    flat = x.reshape(-1)
-    for start in range(0, flat.numel(), BLOCK):
-        block = flat[start : start + BLOCK]
-        bad = (block != block.trunc()).nonzero()
-        if len(bad):
-            return float(block[int(bad[0, 0])])
-    return None
-
-
 def check_index_inputs(table: Mapping[str, Any], data: FederatedData, noise_field: str = "partition.name") -> None:
     """Refuse, before the run, index-reading models on inputs that are not whole numbers or that carry feature noise.
 
@@ -94,17 +80,29 @@ def check_index_inputs(table: Mapping[str, Any], data: FederatedData, noise_fiel
     if data.noise is not None and any(sigma != 0 for sigma in data.noise):
         refuse_noise(table, data.num_clients, noise_field)
     readers = index_readers(table, data.num_clients)
-    if not readers:
-        return
-    first, classes = readers[0], data.num_classes
-    for split, x in (("train", data.dataset.x_train), ("test", data.dataset.x_test)):
-        value = first_fraction(x)
-        if value is not None:
-            raise ConfigError(first.field, f"{first.reads(classes)}, and the {split} inputs of {data.dataset.name!r} hold {value:g}: real-valued features, not indices "
-                                           "(a character-index dataset such as flwr_shakespeare, or another model)")
-        low, high = (float(v) for v in torch.aminmax(x))  # one pass over every row: a stray index in the last row is found too
-        for reader in readers:  # per-client architectures may read vocabularies of different sizes
-            vocab = reader.vocab(classes)
-            if low < 0 or high > vocab - 1:
-                raise ConfigError(reader.field, f"{reader.reads(classes)}, and the {split} inputs of {data.dataset.name!r} hold indices {low:g}..{high:g}, "
-                                                f"outside 0..{vocab - 1}; raise the model's vocab (0: the class count) or fix the data")
+    train, test = data.dataset.split_values if readers else (None, None)  # scanned once for this dataset object
+    for split, values in (("train", train), ("test", test)):
+        if values is not None:
+            refuse_values(readers, data.num_classes, values, f"the {split} inputs of {data.dataset.name!r}")
+
+
+def check_index_rows(table: Mapping[str, Any], data: FederatedData, x: torch.Tensor, what: str) -> None:
+    """:func:`check_index_inputs` for inputs read apart from the dataset's splits: a public set taken from another
+    dataset, a user Dataset's items redrawn for a round. ``what`` says which, in the line (``the public inputs of 'x'``)."""
+    readers = index_readers(table, data.num_clients)
+    if readers:
+        refuse_values(readers, data.num_classes, input_values(x), what)
+
+
+def refuse_values(readers: Sequence[IndexReader], num_classes: int, values: InputValues, what: str) -> None:
+    """One line on the first reader when ``what`` holds a value that is not a whole number, and on each reader whose
+    vocabulary it leaves (per-client architectures may read vocabularies of different sizes)."""
+    first = readers[0]
+    if values.fraction is not None:
+        raise ConfigError(first.field, f"{first.reads(num_classes)}, and {what} hold {values.fraction:g}: real-valued features, not indices "
+                                       "(a character-index dataset such as flwr_shakespeare, or another model)")
+    for reader in readers:
+        vocab = reader.vocab(num_classes)
+        if values.low < 0 or values.high > vocab - 1:  # min/max over every row: a stray index in the last row is found too
+            raise ConfigError(reader.field, f"{reader.reads(num_classes)}, and {what} hold indices {values.low:g}..{values.high:g}, "
+                                            f"outside 0..{vocab - 1}; raise the model's vocab (0: the class count) or fix the data")

@@ -8,6 +8,7 @@ import torch
 
 from chillfl.aggregation.registry import refuse_unused_options
 from chillfl.config import RunConfig
+from chillfl.models.inputs import check_index_rows
 from chillfl.paths import check_writable_dir
 from chillfl.options import require
 from chillfl.protocols.common import Evaluation
@@ -47,7 +48,9 @@ def check_distillation(config: RunConfig, data: Any) -> DistillationSetup:
     if setup.common.state_dir is not None:  # a file or read-only folder: one line now, not a traceback in round 1
         check_writable_dir(setup.common.state_dir, f"{SECTION}.state_dir")
     if spec.collaborative:
-        public_inputs(setup, data, config.seed, config.data_dir)
+        pool = public_inputs(setup, data, config.seed, config.data_dir)
+        if setup.common.public_dataset is not None:  # a pool carved from the data was checked with its training rows
+            check_index_rows(config.model, data, pool, f"the public inputs of {setup.common.public_dataset!r}")
     asked = spec.pretraining(setup.options)
     if asked is not None and asked.epochs:
         public_labels(setup, data, config.seed, config.data_dir, asked.field)

@@ -63,7 +63,7 @@ def test_unknown_architecture_in_a_group_is_named():
     cfg = _cfg(model={"name": "mlp", "groups": [{"clients": [0], "name": "nope"}]}, prototypes={"method": "fedproto"})
     with pytest.raises(ConfigError) as err:
         build_experiment(cfg)
-    assert err.value.field == "model.groups.name"
+    assert err.value.field == "model.groups[0].name"  # which group, by its place in the list
 
 
 def test_cli_prints_one_line_and_exits_2(tmp_path, capsys):

@@ -15,9 +15,12 @@ import torch
 from torch.utils.data import Dataset, TensorDataset
 
 import chillfl
+from chillfl.api import as_dataset
 from chillfl.cli import main
+from chillfl.config import load_config
 from chillfl.data.datasets import ArrayDataset
 from chillfl.errors import ConfigError
+from chillfl.experiment import build_client_models, build_experiment, dataset_record
 from chillfl.models.registry import MODELS
 
 VOCAB = 6
@@ -126,7 +129,7 @@ def test_a_dry_run_without_data_refuses_feature_noise_on_an_index_reader_in_the_
 def test_a_dry_run_without_data_asks_every_architecture_and_the_noise_it_would_add(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     groups = 'name = "mlp"\ngroups = [{ clients = "0-1", name = "char_lstm" }]\n[distillation]\nmethod = "dsfl"\npublic_size = 1000'
     code, err = _dry_run(tmp_path, capsys, groups)
-    assert code == 2 and err == ["chillfl: error: " + NOISE_LINE.format(field="model.groups.name")], err
+    assert code == 2 and err == ["chillfl: error: " + NOISE_LINE.format(field="model.groups[0].name")], err
     code, err = _dry_run(tmp_path, capsys, 'name = "char_lstm"', "partition.sigma_min=0", "partition.sigma_max=0")
     assert code == 0 and "names and options checked" in err[0], err  # no noise: nothing to refuse
     code, err = _dry_run(tmp_path, capsys, 'name = "mlp"')
@@ -207,3 +210,40 @@ def test_a_comparison_scans_the_loaded_data_once_not_once_a_run(monkeypatch: pyt
     result = chillfl.compare(data=_indices(), config=_config(), grid={"client.lr": [0.05, 0.1]}, seeds=[0, 1], write=False, progress=False)
     assert len(result.rows) == 2
     assert scanned == [40, 20]  # the train and the test inputs, once each
+
+
+def _groups(low: int, high: int) -> dict[str, Any]:
+    """Soft labels over three char_lstm architectures: the default reads ``VOCAB`` indices, group 0 ``high``, group 1 ``low``."""
+    lstm = {"name": "char_lstm", "hidden": 4, "embed_dim": 2}
+    groups = [{"clients": "0-1", **lstm, "vocab": high}, {"clients": [3], **lstm, "vocab": low}]
+    return {**_soft_labels(), "model": {**lstm, "groups": groups}, "federation": {"num_clients": 4, "clients_per_round": 4, "rounds": 2}}
+
+
+def test_char_lstm_groups_with_different_vocabularies_each_train_their_own_embedding() -> None:
+    config = _groups(VOCAB, VOCAB + 4)
+    dataset = as_dataset(_indices())
+    exp = build_experiment(load_config(None, {**config, "dataset": dataset_record(dataset)}), dataset)
+    models = build_client_models(exp)
+    assert [m.embed.num_embeddings for m in models.models] == [VOCAB, VOCAB + 4, VOCAB]  # vocab 0 (the class count) and vocab VOCAB: two tables
+    seq = chillfl.run(data=_indices(), config=config, write=False, progress=False)
+    assert seq.records == chillfl.run(data=_indices(), config={**config, "executor": "processes"}, write=False, progress=False).records
+    vec = chillfl.run(data=_indices(), config={**config, "executor": "vectorized"}, write=False, progress=False)
+    assert [r["clients"] for r in vec.records] == [r["clients"] for r in seq.records] == [[0, 1, 2, 3]] * 2
+    arch = seq.summary["architectures"]
+    assert [a["clients"] for a in arch.values()] == [[2], [0, 1], [3]] and all(k.startswith("char_lstm(") for k in arch), arch
+
+
+def test_the_group_whose_vocabulary_the_data_leave_is_named() -> None:
+    """The data hold indices up to VOCAB + 1: the default and group 0 read more, group 1 (VOCAB) is named, by its place in the list.
+
+    Before, the line said ``model.groups.name``, which of two groups it did not say."""
+    x = _indices().x_train.clone()
+    x[-1, -1] = VOCAB + 1
+    data = _indices(x_train=x)
+    config = _groups(VOCAB, VOCAB + 4)
+    config["model"]["vocab"] = VOCAB + 2
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(data=data, config=config, write=False, progress=False)
+    assert err.value.field == "model.groups[1].name" and f"(0..{VOCAB - 1})" in str(err.value), str(err.value)
+    config["model"]["groups"][1]["vocab"] = VOCAB + 2
+    assert chillfl.run(data=data, config=config, write=False, progress=False).records

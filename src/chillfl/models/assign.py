@@ -40,6 +40,9 @@ class ModelPlan:
     arch_of: tuple[int, ...]
     field: str | None = None
     """``model.assign`` or ``model.groups`` when the table assigns architectures (None: one architecture)."""
+    sections: tuple[str, ...] = ()
+    """Per architecture, the config field its options came from: ``model``, ``model.assign``, or the first of the
+    ``model.groups[i]`` that names it (errors name the group, not only the list)."""
 
     @property
     def heterogeneous(self) -> bool:
@@ -95,6 +98,7 @@ def plan_models(table: Mapping[str, Any], num_clients: int) -> ModelPlan:
         raise ConfigError("model.groups", "give either model.assign (one name per client) or model.groups, not both")
     per_client: list[dict[str, Any]] = [base] * num_clients
     field: str | None = None
+    section_of: dict[int, str] = {id(base): "model"}  # id of a table object -> the field it came from
     if "assign" in table:
         field = "model.assign"
         names = table["assign"]
@@ -103,6 +107,7 @@ def plan_models(table: Mapping[str, Any], num_clients: int) -> ModelPlan:
         if len(names) != num_clients:
             raise ConfigError(field, f"has {len(names)} names for federation.num_clients = {num_clients}")
         per_client = [base if n == base["name"] else {"name": n} for n in names]
+        section_of.update({id(t): field for t in per_client if t is not base})
     elif "groups" in table:
         field = "model.groups"
         groups = table["groups"]
@@ -116,6 +121,7 @@ def plan_models(table: Mapping[str, Any], num_clients: int) -> ModelPlan:
             if "clients" not in group:
                 raise ConfigError(f"{where}.clients", "is required ('0-4', '0-4,7' or a list of ids)")
             arch = {k: v for k, v in group.items() if k != "clients"}
+            section_of[id(arch)] = where
             for cid in parse_clients(group["clients"], num_clients, f"{where}.clients"):
                 if cid in owner:
                     raise ConfigError(f"{where}.clients", f"client {cid} is already in model.groups[{owner[cid]}]")
@@ -124,6 +130,7 @@ def plan_models(table: Mapping[str, Any], num_clients: int) -> ModelPlan:
     if field is None:  # one architecture: no per-client work (100,000 registered clients build at once)
         return ModelPlan((base,), (0,) * num_clients, None)
     archs: list[dict[str, Any]] = [base]
+    sections = ["model"]
     keys = [json.dumps(base, sort_keys=True, default=str)]
     seen: dict[int, int] = {}  # id of a table object -> its architecture (clients share table objects)
     arch_of = []
@@ -133,14 +140,15 @@ def plan_models(table: Mapping[str, Any], num_clients: int) -> ModelPlan:
             if key not in keys:
                 keys.append(key)
                 archs.append(dict(arch))
+                sections.append(section_of[id(arch)])
             seen[id(arch)] = keys.index(key)
         arch_of.append(seen[id(arch)])
-    return ModelPlan(tuple(archs), tuple(arch_of), field)
+    return ModelPlan(tuple(archs), tuple(arch_of), field, tuple(sections))
 
 
 def arch_section(plan: ModelPlan, index: int) -> str:
-    """The config field an architecture's options came from (for errors): ``model`` or the list/group naming it."""
-    return "model" if index == 0 or plan.field is None else plan.field
+    """The config field an architecture's options came from (for errors): ``model``, ``model.assign`` or ``model.groups[i]``."""
+    return plan.sections[index] if plan.heterogeneous else "model"
 
 
 def refuse_heterogeneous(table: Mapping[str, Any], why: str) -> None:

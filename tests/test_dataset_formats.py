@@ -274,4 +274,5 @@ def test_a_cache_of_an_older_loader_output_is_rebuilt_not_served(tmp_path: Path,
     assert int(load_dataset("femnist", data_dir=tmp_path).y_train.max()) == 0  # same version: served as it is
     monkeypatch.setattr(loaders, "FEMNIST_OUTPUT", loaders.FEMNIST_OUTPUT + 1)  # the loader's output changed
     again = load_dataset("femnist", data_dir=tmp_path)
-    assert torch.equal(again.y_train, fresh.y_train) and len(list((tmp_path / CACHE_DIR).iterdir())) == 2
+    assert torch.equal(again.y_train, fresh.y_train) and [p.name for p in (tmp_path / CACHE_DIR).iterdir()] != [old.name]  # rebuilt
+    assert not old.exists()  # and the entry it supersedes removed (tests/test_cache_superseded.py)

@@ -24,7 +24,16 @@ output version beside its code (``loaders.FEMNIST_OUTPUT``,
 the commit that changes what the loader produces (pixels, labels, order,
 groups, split). Bump :data:`FORMAT_VERSION` when this module changes what it
 writes (files, standardisation). Either way old entries get another key and
-are rebuilt, never read.
+are rebuilt, never read, and the new entry's writer removes them (:func:`remove_superseded`).
+
+Superseded entries: ``meta.json`` records what an entry is of (its ``lineage``: the name, options and source
+fingerprint, without the versions) and the versions that wrote it. Once a loader has written its new entry,
+the entries of the same lineage with older versions are removed; an entry of a newer version (a newer chillfl
+beside this one), of other options or source files, a hidden folder of an unfinished build, and an entry that
+records no lineage (written before they did) are never touched. A reader holds a shared ``flock`` on the
+entry's folder while it maps it, and the sweep removes only an entry it can lock alone (its ``meta.json``
+first, so that no reader starts on a half-removed entry); once mapped, arrays stay readable after their files
+are removed (POSIX keeps an unlinked file's pages while a map holds them).
 
 Choices
 -------
@@ -52,7 +61,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, StorageError
+from chillfl.storage.checkpoint import write_atomic
+from chillfl.storage.owned_temp import remove_unlocked
+from chillfl.storage.results import RunLock
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +142,7 @@ def standardise_into(x: np.ndarray, mean: np.ndarray, std: np.ndarray, out: np.n
         out[start : start + CHUNK_ROWS] = (x[start : start + CHUNK_ROWS].astype(np.float32) / scale - mean32) / std32
 
 
-def _write(folder: Path, decoded: Decoded) -> None:
+def _write(folder: Path, decoded: Decoded, record: dict[str, Any]) -> None:
     mean, std = channel_stats(decoded.x_train)
     for split, x, y in (("train", decoded.x_train, decoded.y_train), ("test", decoded.x_test, decoded.y_test)):
         out = np.lib.format.open_memmap(folder / f"x_{split}.npy", mode="w+", dtype=np.float32, shape=x.shape)
@@ -141,7 +153,7 @@ def _write(folder: Path, decoded: Decoded) -> None:
     for split, bounds in (("train", decoded.train_bounds), ("test", decoded.test_bounds)):
         if bounds is not None:
             np.save(folder / f"{split}_bounds.npy", np.asarray(bounds, dtype=np.int64))
-    meta = {"format": FORMAT_VERSION, "num_classes": decoded.num_classes}
+    meta = {**record, "num_classes": decoded.num_classes}
     (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
 
 
@@ -162,6 +174,40 @@ def _array(path: Path, dtype: type, mmap: bool = False) -> np.ndarray:
     if not isinstance(arr, np.ndarray) or arr.dtype != dtype:
         raise ValueError(f"{path.name} holds {getattr(arr, 'dtype', type(arr).__name__)}, not {np.dtype(dtype)}")
     return arr
+
+
+def _read(folder: Path, record: dict[str, Any]) -> Mapped | None:
+    """The entry's arrays, read holding its shared lock (:func:`remove_superseded` takes no entry a reader holds);
+    None when it is gone or being removed (a miss: the caller builds it).
+
+    An entry written before entries recorded their lineage gets ``record`` in its ``meta.json`` (this key is
+    that record's), so that the sweep of a later version knows it: else it would stay on disk for good.
+    """
+    if not (folder / "meta.json").is_file():
+        return None
+    try:
+        lock = RunLock(folder, field="data_dir", shared=True)
+    except ConfigError:  # removed meanwhile, or its remover holds it
+        return None
+    try:
+        if not (folder / "meta.json").is_file():
+            return None
+        mapped = _load(folder)
+        _record(folder, record)
+        return mapped
+    finally:
+        lock.release()
+
+
+def _record(folder: Path, record: dict[str, Any]) -> None:
+    """Add ``record`` to an entry's ``meta.json`` that lacks it (atomically; a read-only cache keeps it as it is)."""
+    path = folder / "meta.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        if "lineage" not in meta:
+            write_atomic(path, json.dumps({**meta, **record}).encode("utf-8"))
+    except (OSError, ValueError, TypeError, StorageError):
+        pass
 
 
 def _load(folder: Path) -> Mapped:
@@ -191,11 +237,15 @@ def cached(name: str, options: object, source: Path, data_dir: Path, decode: Cal
     ``output_version``: the loader's (``decode``'s) output version, part of the key, so that an entry an older
     loader wrote is rebuilt rather than served (see the module docstring).
     """
-    key = hashlib.sha256(f"{FORMAT_VERSION}\0{output_version}\0{name}\0{options!r}\0{fingerprint(source)}".encode()).hexdigest()[:16]
+    prints = fingerprint(source)
+    key = hashlib.sha256(f"{FORMAT_VERSION}\0{output_version}\0{name}\0{options!r}\0{prints}".encode()).hexdigest()[:16]
+    lineage = hashlib.sha256(f"{name}\0{options!r}\0{prints}".encode()).hexdigest()[:16]  # the key without the versions
+    record: dict[str, Any] = {"format": FORMAT_VERSION, "output": output_version, "lineage": lineage}
     cache_root = data_dir / CACHE_DIR
     folder = cache_root / f"{name}-{key}"
-    if (folder / "meta.json").is_file():
-        return _load(folder)
+    found = _read(folder, record)
+    if found is not None:
+        return found
     decoded = decode()
     try:
         cache_root.mkdir(parents=True, exist_ok=True)
@@ -204,7 +254,7 @@ def cached(name: str, options: object, source: Path, data_dir: Path, decode: Cal
         log.info("cannot cache %s under %s (%s); keeping it in memory", name, cache_root, exc.strerror or exc)
         return _in_memory(decoded)
     try:
-        _write(tmp, decoded)
+        _write(tmp, decoded, record)
         del decoded
         try:
             tmp.replace(folder)
@@ -216,4 +266,26 @@ def cached(name: str, options: object, source: Path, data_dir: Path, decode: Cal
         return _in_memory(decode())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return _load(folder)
+    remove_superseded(cache_root, name, lineage, [FORMAT_VERSION, output_version])
+    found = _read(folder, record)
+    return found if found is not None else _in_memory(decode())  # removed meanwhile by a newer chillfl's sweep
+
+
+def remove_superseded(cache_root: Path, name: str, lineage: str, versions: list[int]) -> None:
+    """Remove the entries ``name-*`` of ``lineage`` written by older ``[format, output]`` versions (see the module docstring).
+
+    Each is removed only while this process holds its exclusive lock, which no reader holds then; one a reader
+    holds stays for a later sweep. A folder that cannot be read or locked is left as it is.
+    """
+    try:
+        entries = [e for e in os.scandir(cache_root) if e.name.startswith(f"{name}-") and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            meta = json.loads(Path(entry.path, "meta.json").read_text(encoding="utf-8"))
+            older = meta["lineage"] == lineage and [int(meta["format"]), int(meta["output"])] < versions
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unfinished, damaged, or written before entries recorded their lineage: not known to be this one's
+        if older and remove_unlocked(Path(entry.path), first="meta.json"):
+            log.info("removed the %s cache entry %s, which an older loader wrote", name, entry.name)

@@ -55,12 +55,23 @@ def remove_stale(parent: Path, prefix: str) -> None:
                 continue
         except OSError:
             continue
-        fd = _try_lock(Path(entry.path))
-        if fd is not None:
-            try:
-                shutil.rmtree(entry.path, ignore_errors=True)  # still locked: a second sweeper cannot race into it
-            finally:
-                os.close(fd)
+        remove_unlocked(Path(entry.path))
+
+
+def remove_unlocked(folder: Path, first: str | None = None) -> bool:
+    """Remove ``folder`` if no process holds a lock on it (removed holding its exclusive lock: a second sweeper cannot
+    race into it); False when one does, or it is gone. ``first``: a file removed before the rest (a marker that
+    readers look for, so that none starts on a half-removed folder)."""
+    fd = _try_lock(folder)
+    if fd is None:
+        return False
+    try:
+        if first is not None:
+            (folder / first).unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        os.close(fd)
+    return True
 
 
 class OwnedTempDir:

@@ -13,7 +13,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from chillfl.protocols.softlabels.store import ClientStore
+from chillfl.storage.results import RunLock
 
 CHILD = textwrap.dedent(
     """
@@ -67,4 +70,53 @@ def test_a_store_never_removes_another_live_store_in_the_same_process(tmp_path: 
     finally:
         first.close()
         second.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_hidden_folder_left_by_a_kill_while_a_store_was_made_is_removed(tmp_path: Path) -> None:
+    """A store's folder is made under a hidden name, locked, then renamed: a SIGKILL in that moment left
+    ``.chillfl-clients-*``, which the sweep (of visible folders only) never removed."""
+    left = tmp_path / ".chillfl-clients-killed"
+    left.mkdir()
+    (left / "client-0.pt").write_bytes(b"")
+    store = ClientStore(on_disk=True, state_dir=str(tmp_path))
+    try:
+        assert not left.exists()
+    finally:
+        store.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_hidden_folder_a_live_process_holds_is_kept(tmp_path: Path) -> None:
+    held = tmp_path / ".chillfl-clients-live"
+    held.mkdir()
+    lock = RunLock(held)  # what its maker holds between locking it and renaming it
+    try:
+        store = ClientStore(on_disk=True, state_dir=str(tmp_path))
+        store.close()
+        assert held.is_dir()
+    finally:
+        lock.release()
+
+
+def test_a_store_whose_hidden_folder_is_swept_before_it_locks_it_makes_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one moment a live maker's folder is unlocked (made, not yet locked): another store's sweep may remove it."""
+    import chillfl.storage.owned_temp as owned
+
+    lock = owned._try_lock
+    swept: list[str] = []
+
+    def sweep_first(folder: Path) -> int | None:
+        if not swept and folder.name.startswith(".chillfl-clients-"):
+            swept.append(folder.name)
+            owned.remove_unlocked(folder)  # another process's sweep, in the window
+        return lock(folder)
+
+    monkeypatch.setattr(owned, "_try_lock", sweep_first)
+    store = ClientStore(on_disk=True, state_dir=str(tmp_path))
+    try:
+        assert swept and store.root is not None and store.root.is_dir() and store.root.name.startswith("chillfl-clients-")
+        assert [p.name for p in tmp_path.iterdir()] == [store.root.name]
+    finally:
+        store.close()
     assert list(tmp_path.iterdir()) == []

@@ -4,8 +4,10 @@ A process killed with SIGKILL runs no clean-up, so its temporary folder stays. E
 by an exclusive ``flock`` on the folder itself while its owner lives (the kernel releases it however the owner
 ends, and it follows the folder across containers that share the file system, unlike a pid). Making a new
 folder removes every folder of the same prefix whose lock nobody holds, never one a live process holds. A
-folder is made under a hidden name, locked, and only then renamed to its prefix: no other process can find
-it unlocked while its owner lives.
+folder is made under a hidden name (``.PREFIX*``), locked, and only then renamed to its prefix, so that a
+visible folder is never unlocked while its owner lives. The sweep removes unlocked hidden ones too (a kill
+between making and renaming one left it for good): a live maker whose hidden folder is swept in the instant
+before it locks it finds it gone, and makes another.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ except ImportError:  # pragma: no cover - Windows: no flock; nothing is held, so
 from chillfl.paths import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW
 
 _FLAGS = os.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC
+_ATTEMPTS = 16
+"""Folders a maker draws before it gives up: another is drawn when a sweep took one in the instant before it was locked."""
 
 
 def _try_lock(folder: Path) -> int | None:
@@ -42,7 +46,7 @@ def _try_lock(folder: Path) -> int | None:
 
 
 def remove_stale(parent: Path, prefix: str) -> None:
-    """Remove the folders ``parent/prefix*`` of this user whose lock no process holds (their owner is gone)."""
+    """Remove the folders ``parent/prefix*`` and ``parent/.prefix*`` of this user whose lock no process holds (their owner is gone)."""
     if fcntl is None:
         return
     try:
@@ -51,7 +55,7 @@ def remove_stale(parent: Path, prefix: str) -> None:
         return
     for entry in entries:
         try:
-            if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+            if not entry.name.removeprefix(".").startswith(prefix) or not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
                 continue
         except OSError:
             continue
@@ -80,15 +84,24 @@ class OwnedTempDir:
     def __init__(self, prefix: str, dir: str | None = None) -> None:
         parent = Path(dir) if dir is not None else Path(tempfile.gettempdir())
         remove_stale(parent, prefix)
-        while True:
-            staging = Path(tempfile.mkdtemp(prefix=f".{prefix}", dir=parent))  # hidden: no sweep sees it unlocked
+        for attempt in range(_ATTEMPTS):
+            staging = Path(tempfile.mkdtemp(prefix=f".{prefix}", dir=parent))  # hidden until locked
             self._fd = _try_lock(staging)
             path = staging.with_name(staging.name[1:])
+            if self._fd is None and fcntl is not None and attempt < _ATTEMPTS - 1:  # another store's sweep took it first
+                shutil.rmtree(staging, ignore_errors=True)  # gone already, unless this file system cannot lock (then: the last try goes unlocked)
+                continue
             if not os.path.lexists(path):
-                break
+                try:
+                    staging.rename(path)  # the lock is on the folder, and follows it
+                    break
+                except FileNotFoundError:  # swept between its mkdtemp and its lock: the lock is on a removed folder
+                    self._release()
+                    continue
             self._release()  # the random name is taken (a leftover of another chillfl): draw another
             staging.rmdir()
-        staging.rename(path)  # the lock is on the folder, and follows it
+        else:
+            raise OSError(f"cannot make a {prefix}* folder in {parent}: each one made was taken before it could be locked")
         self.path: Path | None = path
 
     def _release(self) -> None:

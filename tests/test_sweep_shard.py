@@ -158,15 +158,22 @@ def test_shards_started_at_once_share_one_folder(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "sh-compare" / "table.md").is_file()
 
 
-def _finished_while(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], window: str) -> tuple[int, list[str]]:
-    """Shard 1 ran; then shard 2 (the last) renames the folder to ``sh-compare`` exactly while shard 1, restarted by
-    hand, joins: forced deterministically at ``window`` by wrapping the joining shard's own step there."""
+DIVERGING = CONFIG.replace("client = {lr = 0.05}", "client = {lr = 1e30}").replace("client = {lr = 0.1}", "client = {lr = 1e31}")
+"""Every run diverges in round 1: the last shard renames the folder ``sh-compare.failed``."""
+
+
+def _finished_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], window: str, failed: bool = False,
+) -> tuple[int, list[str]]:
+    """Shard 1 ran; then shard 2 (the last) renames the folder to ``sh-compare`` (``failed``: every run diverged,
+    ``sh-compare.failed``) exactly while shard 1, restarted by hand, joins: forced deterministically at ``window``
+    by wrapping the joining shard's own step there."""
     import chillfl.sweeps.shard as shard_module
 
-    config = _config(tmp_path)
+    config = _config(tmp_path, DIVERGING if failed else CONFIG)
     assert _run(config, tmp_path, "--shard", "1/2") == 0
     capsys.readouterr()
-    partial, final = tmp_path / "sh-compare.partial", tmp_path / "sh-compare"
+    partial, final = tmp_path / "sh-compare.partial", tmp_path / ("sh-compare.failed" if failed else "sh-compare")
 
     def finish() -> None:  # what the last shard's table writing ends with
         partial.rename(final)
@@ -179,6 +186,8 @@ def _finished_while(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyt
             finish()
 
         monkeypatch.setattr(shard_module, "write_sweep", writing)
+    elif window == "after":  # restarted once the last shard has ended
+        finish()
     else:  # it joined the existing folder; the rename lands before ("before_its_lock") or while ("with_its_lock") it takes the shared lock
         lock = shard_module.RunLock
 
@@ -207,3 +216,25 @@ def test_a_shard_restarted_while_the_last_one_finishes_reruns_nothing(
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["sh-compare"]  # no new .partial, no hidden folder left
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith(f"chillfl: error: shard: {tmp_path / 'sh-compare'} is finished (its table is written): nothing is left for shard 1/2"), err
+
+
+@pytest.mark.parametrize("window", ["before_its_rename", "before_its_lock", "with_its_lock", "after"])
+def test_a_shard_restarted_as_or_after_an_all_failed_comparison_is_renamed_says_it_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], window: str,
+) -> None:
+    """Before, it made a new ``sh-compare.partial`` beside ``sh-compare.failed`` and ran its cells again, and that
+    folder then waited for good for the other shards' runs."""
+    code, ran = _finished_while(tmp_path, monkeypatch, capsys, window, failed=True)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert ran == [], ran
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["sh-compare.failed"]  # no new .partial, no hidden folder left
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"chillfl: error: shard: {tmp_path / 'sh-compare.failed'}: every run of this comparison failed: nothing is left for shard 1/2"), err
+
+
+def test_an_all_failed_comparison_of_another_config_does_not_stop_a_new_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sh-compare.failed`` of another comparison (the lr that diverged, lowered): the new one runs in a new ``.partial``."""
+    (tmp_path / "sh-compare.failed").mkdir()
+    (tmp_path / "sh-compare.failed" / "sweep.json").write_text("{}")
+    assert _run(_config(tmp_path), tmp_path, "--shard", "1/2") == 0
+    assert (tmp_path / "sh-compare.partial" / "a-s0" / "summary.json").is_file()

@@ -373,7 +373,7 @@ def run_shard(
     toml = to_toml(config.to_dict())
     record = sweep_record(toml.encode(), plan.variants, plan.options, reference, resumable=True)
     folder, partial = join_folder(Path(config.out_dir), f"{config.name}-compare", toml, record, shard)
-    lock = hold_folder(folder, partial, shard)  # shared with the other shards'; keeps a resume of the whole comparison out while this runs
+    lock = hold_folder(folder, partial, record, shard)  # shared with the other shards'; keeps a resume of the whole comparison out while this runs
     try:
         sweep = run_points(plan, SweepFolder(folder, partial), True, force, progress, datasets, None, None, only=shard)
     finally:

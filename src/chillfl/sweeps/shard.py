@@ -18,7 +18,9 @@ the others have ended, runs what is missing and writes the table.
 A shard restarted by hand while the last one renames the folder to ``NAME-compare`` (holding the folder's
 exclusive lock) does nothing and says the comparison is finished: it checks for ``NAME-compare`` again once its
 own folder is in place (:func:`join_folder`) and once it holds the shared lock (:func:`hold_folder`), so it never
-makes a new ``.partial`` beside the finished folder or runs its cells again.
+makes a new ``.partial`` beside the finished folder or runs its cells again. The same holds, at the same points,
+when every run failed and the last shard renamed the folder ``NAME-compare.failed``: a shard restarted then or
+after says so and runs nothing (:func:`refuse_ended`; a ``.failed`` folder of another comparison stops nothing).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chillfl.errors import ConfigError
-from chillfl.storage.results import PARTIAL, FolderInUse, RunLock, remove_tree
+from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock, remove_tree
 from chillfl.sweeps.record import SWEEP_FILE, SweepRecord, write_sweep
 
 FIELD = "shard"
@@ -71,8 +73,7 @@ def join_folder(parent: Path, name: str, config_toml: str, record: SweepRecord, 
     written); a shard that finds it there joins when its ``sweep.json`` equals ``record``.
     """
     final, partial = parent / name, parent / f"{name}{PARTIAL}"
-    if os.path.lexists(final):
-        raise _finished(final, shard)
+    refuse_ended(final, record, shard)
     try:
         parent.mkdir(parents=True, exist_ok=True)
         made = parent / f".{name}.shard-{os.getpid()}-{secrets.token_hex(4)}"
@@ -87,46 +88,68 @@ def join_folder(parent: Path, name: str, config_toml: str, record: SweepRecord, 
         except OSError:
             pass
         else:
-            if not os.path.lexists(final):
-                return final, partial
-            made = partial  # the last shard renamed the folder after the check above: this one is removed again
-            raise _finished(final, shard)
+            try:
+                refuse_ended(final, record, shard)
+            except ConfigError:
+                made = partial  # the last shard renamed the folder after the check above: this one is removed again
+                raise
+            return final, partial
     finally:
         if made.exists():
             remove_tree(made)
     if partial.is_symlink() or not partial.is_dir():
         raise ConfigError(FIELD, f"{partial} is not a comparison folder; remove it or give another out_dir")
-    try:
-        saved = json.loads((partial / SWEEP_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        saved = None
-    if saved != json.loads(json.dumps(record, sort_keys=True)):  # as it reads back (tuples as lists)
+    if not _holds(partial, record):
         raise ConfigError(FIELD, f"{partial} holds another comparison (its {SWEEP_FILE} differs: another config, variants, seeds, tuning, "
                                  "chillfl or torch); every shard must run the same command with the same code, or give each comparison its own out_dir")
     return final, partial
 
 
-def _finished(final: Path, shard: Shard) -> ConfigError:
-    return ConfigError(FIELD, f"{final} is finished (its table is written): nothing is left for shard {shard}; "
-                              "give another out_dir to run the comparison again")
+def _holds(folder: Path, record: SweepRecord) -> bool:
+    """Whether ``folder``'s ``sweep.json`` is ``record`` (as it reads back: tuples as lists)."""
+    try:
+        saved = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(saved == json.loads(json.dumps(record, sort_keys=True)))
 
 
-def hold_folder(final: Path, partial: Path, shard: Shard) -> RunLock:
+def refuse_ended(final: Path, record: SweepRecord, shard: Shard) -> None:
+    """One line when the comparison has ended: ``final`` (its table is written), or ``final.failed`` holding this
+    comparison (every run failed: the last shard renamed it so, and running its cells again fails the same way).
+
+    A ``final.failed`` of another comparison under the same name (the lr that diverged, lowered) stops nothing.
+    """
+    if os.path.lexists(final):
+        raise ConfigError(FIELD, f"{final} is finished (its table is written): nothing is left for shard {shard}; "
+                                 "give another out_dir to run the comparison again")
+    failed = final.with_name(final.name + FAILED)
+    if failed.is_dir() and not failed.is_symlink() and _holds(failed, record):
+        raise ConfigError(FIELD, f"{failed}: every run of this comparison failed: nothing is left for shard {shard}; "
+                                 "change what made them fail, or give another out_dir to run it again")
+
+
+def hold_folder(final: Path, partial: Path, record: SweepRecord, shard: Shard) -> RunLock:
     """The shared lock on the comparison's ``partial`` folder, which :func:`join_folder` found or made.
 
-    The last shard renames the folder to ``final`` while it holds the exclusive lock: a shard joining at that
-    moment finds the folder gone, or (its descriptor opened just before the rename) locks the finished folder.
-    Either way it is refused as finished, so that it writes no run into a ``partial`` made anew.
+    The last shard renames the folder to ``final`` (or, every run failed, ``final.failed``) while it holds the
+    exclusive lock: a shard joining at that moment finds the folder gone, or (its descriptor opened just before
+    the rename) locks the renamed folder. Either way it is refused as ended (:func:`refuse_ended`), so that it
+    writes no run into a ``partial`` made anew.
     """
     try:
         lock = RunLock(partial, shared=True)
     except FolderInUse:
         raise
     except ConfigError:
-        if os.path.lexists(final):
-            raise _finished(final, shard) from None
+        refuse_ended(final, record, shard)
         raise
-    if os.path.lexists(final) or not partial.is_dir():  # renamed before the lock was had: no one renames it while it is held
+    try:
+        refuse_ended(final, record, shard)  # renamed before the lock was had: no one renames it while it is held
+    except ConfigError:
         lock.release()
-        raise _finished(final, shard)
+        raise
+    if not partial.is_dir():  # neither renamed by the last shard nor here: removed by hand meanwhile
+        lock.release()
+        raise ConfigError(FIELD, f"{partial} went away while shard {shard} joined it; start the shard again")
     return lock

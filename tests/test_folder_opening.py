@@ -75,3 +75,39 @@ def test_a_comparison_folder_is_locked_before_its_files_are_written_and_they_are
     finally:
         if lock is not None:
             lock.release()
+
+
+@pytest.mark.parametrize("moment", ["built", "before_the_rounds"])
+def test_a_ctrl_c_right_after_the_run_folder_is_made_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moment: str) -> None:
+    """A SIGINT the instant ``ResultWriter`` has returned (before ``run_experiment`` stood ready to clean up after it),
+    or once the folder's config is written and before the run's own signal handling is installed: each left an empty
+    ``NAME.partial`` (nothing to resume) that pushed the next run to ``NAME-2``."""
+    import signal
+
+    import chillfl.runner as runner
+
+    if moment == "built":
+        writer = runner.ResultWriter
+
+        def built(*args: object) -> ResultWriter:
+            made = writer(*args)  # type: ignore[arg-type]
+            signal.raise_signal(signal.SIGINT)  # the Ctrl-C, as the call returns
+            return made
+
+        monkeypatch.setattr(runner, "ResultWriter", built)
+    else:
+        run = runner._run
+
+        def starting(*args: object, **kwargs: object) -> object:
+            signal.raise_signal(signal.SIGINT)
+            return run(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(runner, "_run", starting)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own: a Ctrl-C raises KeyboardInterrupt
+    try:
+        config = load_config(None, {"name": "run", "out_dir": str(tmp_path / "out"), "dataset.name": "digits", "federation.rounds": 1})
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_experiment(config, progress=False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert list((tmp_path / "out").iterdir()) == []

@@ -63,7 +63,7 @@ from chillfl.models.inputs import check_index_rows, index_readers
 from chillfl.progress import Progress, make_bar
 from chillfl.protocols.registry import protocol_of
 from chillfl.sinks import build_sinks, close_sinks
-from chillfl.stop_signals import stop_signals
+from chillfl.stop_signals import HeldSignals, stop_signals
 from chillfl.training.local import evaluate
 
 if TYPE_CHECKING:
@@ -261,26 +261,37 @@ def run_experiment(
         config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
         if write:
             check_sinks(config)
-        writer = ResultWriter(config.out_dir, config.name) if write else None
-        if writer:
-            try:
-                writer.write_config(config.to_dict(), as_comment(environment(exp.device)))
-                _write_partition(writer.path, exp, config)
-            except StorageError as exc:
-                writer.abort()  # releases the folder's lock
-                raise StorageError(f"{exc}; no checkpoint was written yet; partial results in {writer.path}") from exc
-            except KeyboardInterrupt:  # Ctrl-C as it starts: nothing to resume, and the folder would push a rerun to NAME-2
-                _discard_unstarted(writer)
-                raise
-            except BaseException:
-                writer.abort()
-                raise
+        held = HeldSignals()  # a Ctrl-C now waits until the folder is in the hands of the clean-up below
         try:
+            writer = ResultWriter(config.out_dir, config.name) if write else None
+        except BaseException:
+            held.release()
+            raise
+        try:
+            held.release()  # a signal that came meanwhile lands here, where the folder is removed again
+            if writer:
+                _start_folder(writer, exp, config)
             return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks, hooks=hooks, pools=pools)
-        except ConfigError:
-            if writer is not None:
+        except (ConfigError, KeyboardInterrupt):  # a misfit found as it starts, or a Ctrl-C before the run's own handling:
+            if writer is not None:  # nothing to resume, and the folder would push a rerun to NAME-2
                 _discard_unstarted(writer)
             raise
+
+
+def _start_folder(writer: ResultWriter, exp: Experiment, config: RunConfig) -> None:
+    """The new run folder's ``config.toml`` and ``partition.json``; a failure leaves it ``.partial`` with its lock given up
+    (a ConfigError or a Ctrl-C: the caller removes it)."""
+    try:
+        writer.write_config(config.to_dict(), as_comment(environment(exp.device)))
+        _write_partition(writer.path, exp, config)
+    except StorageError as exc:
+        writer.abort()  # releases the folder's lock
+        raise StorageError(f"{exc}; no checkpoint was written yet; partial results in {writer.path}") from exc
+    except (ConfigError, KeyboardInterrupt):
+        raise
+    except BaseException:
+        writer.abort()
+        raise
 
 
 def _discard_unstarted(writer: ResultWriter) -> None:

@@ -8,6 +8,7 @@ run outlives the terminal, and a handler installed over that would turn the disc
 from __future__ import annotations
 
 import signal
+from typing import Any
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
@@ -16,3 +17,37 @@ def stop_signals() -> tuple[signal.Signals, ...]:
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
         held.append(signal.SIGHUP)
     return tuple(held)
+
+
+class HeldSignals:
+    """The stop signals held back from construction until :meth:`release`, which passes the first one that came on
+    to the handlers it displaced, from where ``release`` is called.
+
+    Why: a folder made in between (``ResultWriter``) must be in the hands of the code that removes it again before
+    an interruption can land; made and handed over under a held signal, then released inside that code's ``try``,
+    no instruction between the two can be interrupted. A handler, not a signal mask: Python runs its handlers in
+    the main thread whichever thread the kernel delivered the signal to (torch's threads do not block it). Main
+    thread only; elsewhere nothing is held (no signal handler runs in another thread anyway).
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in stop_signals():
+                self._previous[sig] = signal.signal(sig, self._hold)
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        if self.received is None:
+            self.received = signum
+
+    def release(self) -> None:
+        """Give the handlers back, then raise the signal that was held, if one was (idempotent)."""
+        previous, self._previous = self._previous, {}
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if self.received is not None:
+            signum, self.received = self.received, None
+            signal.raise_signal(signum)

@@ -125,3 +125,70 @@ def test_a_builtin_aggregator_passed_from_python_has_its_options_in_the_saved_co
                          out_dir=tmp_path, progress=False)
     assert result.folder is not None and result.config.algorithm["options"] == {"mu": 0.1, "weighting": "samples"}
     assert load_config(result.folder / "config.toml").algorithm["options"] == {"mu": 0.1, "weighting": "samples"}
+
+
+# ---------------------------------------------------------------- resuming a run saved before options were recorded
+
+
+def _stopped_after_1(record: dict[str, Any], run: Any) -> None:
+    if record["round"] == 1:
+        run.stop("test")
+
+
+def _tiny(tmp_path: Any, aggregator: Any, **parts: Any) -> Any:
+    """A 2-round run on a linear model, stopped after round 1 (checkpoint kept)."""
+    import chillfl
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(80, 6, generator=g), torch.arange(80) % 3
+    data = chillfl.TensorData(x[:60], y[:60], x[60:], y[60:], num_classes=3)
+    torch.manual_seed(0)
+    cut = chillfl.run(torch.nn.Linear(6, 3), data, {"federation": {"num_clients": 2, "rounds": 2}, "checkpoint": {"every": 1}}, aggregator=aggregator,
+                      out_dir=tmp_path, progress=False, callbacks=[_stopped_after_1], **parts)
+    return cut, data
+
+
+def _as_older_chillfl_saved_it(folder: Any, edit: Any) -> None:
+    """Rewrite ``folder``'s config.toml by ``edit`` (its raw tables) as an older chillfl wrote it, and sign the checkpoint anew
+    (the checksums an older chillfl would have written for that file)."""
+    from chillfl.config import read_toml
+    from chillfl.storage.checkpoint import read_checkpoint, write_state
+    from chillfl.storage.results import to_toml
+    from chillfl.storage.run_folder import run_metadata
+
+    raw = read_toml(folder / "config.toml")
+    edit(raw)
+    text = to_toml(raw).encode("utf-8")
+    (folder / "config.toml").write_bytes(text)
+    tree, run = read_checkpoint(folder / "checkpoint.safetensors")
+    write_state(folder / "checkpoint.safetensors", tree, run_metadata(text, run["metrics_bytes"], run["metrics_sha256"]))
+
+
+def test_a_run_saved_without_options_resumes_on_an_instance_of_its_class(tmp_path: Any) -> None:
+    """An older chillfl saved ``[algorithm] name = "custom"`` and the class, no ``[algorithm.options]``: resuming it with the same
+    class was refused as "not what the run was made with" (its options against none). With no options saved, the class decides."""
+    import chillfl
+    from chillfl.aggregation.fedprox import FedProx, FedProxOptions
+    from chillfl.temperature.base import ConstantTemperature
+
+    cut, data = _tiny(tmp_path, FedProx(FedProxOptions(mu=0.1)), policy=ConstantTemperature(0.5))
+    assert cut.folder is not None and "options" in cut.config.algorithm and "options" in cut.config.temperature
+    _as_older_chillfl_saved_it(cut.folder, lambda raw: (raw["algorithm"].pop("options"), raw["temperature"].pop("options")))
+    torch.manual_seed(0)
+    done = chillfl.resume(cut.folder, torch.nn.Linear(6, 3), data, aggregator=FedProx(FedProxOptions(mu=0.1)), policy=ConstantTemperature(0.5), progress=False)
+    assert [r["round"] for r in done.records] == [1, 2]
+
+
+def test_a_run_saved_with_options_is_still_checked_strictly(tmp_path: Any) -> None:
+    import chillfl
+    from chillfl.aggregation.fedprox import FedProx, FedProxOptions
+
+    cut, data = _tiny(tmp_path, FedProx(FedProxOptions(mu=0.1)))
+    assert cut.folder is not None
+    with pytest.raises(ConfigError) as err:
+        chillfl.resume(cut.folder, torch.nn.Linear(6, 3), data, aggregator=FedProx(FedProxOptions(mu=0.2)), progress=False)
+    assert err.value.field == "aggregator" and "not what the run was made with" in err.value.message and "0.2" in err.value.message
+    _as_older_chillfl_saved_it(cut.folder, lambda raw: raw["algorithm"].__setitem__("class", "chillfl.aggregation.robust.Krum"))
+    with pytest.raises(ConfigError) as err:  # an older record names its class all the same
+        chillfl.resume(cut.folder, torch.nn.Linear(6, 3), data, aggregator=FedProx(FedProxOptions(mu=0.1)), progress=False)
+    assert err.value.field == "aggregator" and "Krum" in err.value.message

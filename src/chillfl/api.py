@@ -248,10 +248,19 @@ def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: Array
     for part, record in given.items():
         if not is_custom(saved[part].get("name" if part != "temperature" else "policy")):
             raise ConfigError(keywords[part], f"the run in this folder did not take one from Python: its [{part}] is {short_repr(dict(saved[part]))}")
-        differ = sorted(k for k, v in record.items() if saved[part].get(k) != v)
+        differ = _differing(saved[part], record)
         if differ:
             said = ", ".join(f"{k} {short_repr(saved[part].get(k))}, got {short_repr(record[k])}" for k in differ)
             raise ConfigError(keywords[part], f"is not what the run was made with: its saved [{part}] has {said}")
+
+
+def _differing(saved: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
+    """The keys of ``record`` that ``saved`` holds otherwise.
+
+    A record an older chillfl saved has no ``options`` (it recorded the class alone): there the class decides,
+    so the run resumes on an instance of it; a saved ``options`` table is compared as strictly as the rest.
+    """
+    return sorted(k for k, v in record.items() if saved.get(k) != v and not (k == "options" and "options" not in saved))
 
 
 def compare(

@@ -37,10 +37,9 @@ def _set(table: Any) -> Any:
     return table
 
 
-PLAIN_FEDAVG = {"fedavg", "fedalign"}
-"""Methods whose aggregator is :class:`FedAvg` itself (FedAlign's options are its term's): its ``weighting`` is not recorded
-(FedAvg is every user rule's base class, and an ``options`` set there would overwrite one a subclass sets before
-``super().__init__()``); a test below keeps this set to exactly those."""
+TERM_OPTIONS = {"fedalign"}
+"""Methods whose options are their loss term's (FedAlign: plain :class:`FedAvg` and the FedAlign term): the aggregator
+records FedAvg's ``weighting``, the term its own options (``[algorithm] terms``)."""
 
 
 def _built(name: str) -> Any:
@@ -50,7 +49,7 @@ def _built(name: str) -> Any:
     return aggregator
 
 
-@pytest.mark.parametrize("name", sorted(set(registered_algorithms()) - PLAIN_FEDAVG))
+@pytest.mark.parametrize("name", sorted(set(registered_algorithms()) - TERM_OPTIONS))
 def test_every_builtin_aggregator_passed_as_an_instance_records_all_of_its_options(name: str) -> None:
     """Every option of its spec, at the value the instance runs with: an unset one filled in at build time (FedNova's
     ``momentum`` from ``client.momentum`` = 0.0) is recorded with that value."""
@@ -62,9 +61,8 @@ def test_every_builtin_aggregator_passed_as_an_instance_records_all_of_its_optio
     assert all(k in parsed for k in record)
 
 
-def test_the_methods_whose_fedavg_records_no_options_are_exactly_those_built_as_plain_fedavg() -> None:
-    plain = {name for name in registered_algorithms() if type(_built(name)) is FedAvg}
-    assert plain == PLAIN_FEDAVG
+def test_a_method_whose_options_are_its_terms_records_fedavgs_weighting() -> None:
+    assert {name: options_record(_built(name), "algorithm") for name in TERM_OPTIONS} == {"fedalign": {"options": {"weighting": "samples"}}}
 
 
 @pytest.mark.parametrize("name", sorted(registered_policies()))
@@ -192,3 +190,47 @@ def test_a_run_saved_with_options_is_still_checked_strictly(tmp_path: Any) -> No
     with pytest.raises(ConfigError) as err:  # an older record names its class all the same
         chillfl.resume(cut.folder, torch.nn.Linear(6, 3), data, aggregator=FedProx(FedProxOptions(mu=0.1)), progress=False)
     assert err.value.field == "aggregator" and "Krum" in err.value.message
+
+
+# ---------------------------------------------------------------- plain FedAvg's weighting
+
+
+def test_plain_fedavgs_weighting_is_recorded_and_read_back_on_resume(tmp_path: Any) -> None:
+    """``aggregator=FedAvg(weighting="uniform")`` saved no options: the weighting it ran with was recorded nowhere."""
+    import chillfl
+    from chillfl.config import load_config
+
+    cut, data = _tiny(tmp_path, FedAvg(weighting="uniform"))
+    assert cut.folder is not None and cut.config.algorithm["options"] == {"weighting": "uniform"}
+    assert load_config(cut.folder / "config.toml").algorithm["options"] == {"weighting": "uniform"}
+    with pytest.raises(ConfigError) as err:
+        chillfl.resume(cut.folder, torch.nn.Linear(6, 3), data, aggregator=FedAvg(), progress=False)
+    assert err.value.field == "aggregator" and "'uniform'" in err.value.message and "'samples'" in err.value.message
+    torch.manual_seed(0)
+    done = chillfl.resume(cut.folder, torch.nn.Linear(6, 3), data, aggregator=FedAvg(weighting="uniform"), progress=False)
+    assert [r["round"] for r in done.records] == [1, 2] and done.config.algorithm["options"] == {"weighting": "uniform"}
+
+
+class SetsFirst(FedAvg):
+    """A subclass that keeps its options before FedAvg's ``__init__`` runs."""
+
+    def __init__(self) -> None:
+        self.options = Inner(steps=5)
+        super().__init__("uniform")
+
+
+class OnTheClass(FedAvg):
+    """A subclass whose options are a class attribute."""
+
+    options = Inner(steps=7)
+
+
+class Undeclared(FedAvg):
+    """A subclass keeping no options of its own."""
+
+
+def test_a_subclass_keeps_its_own_options_and_records_none_of_fedavgs() -> None:
+    assert options_record(SetsFirst(), "algorithm") == {"options": {"steps": 5}}
+    assert OnTheClass().options == Inner(steps=7) and options_record(OnTheClass(), "algorithm") == {}
+    assert options_record(Undeclared(), "algorithm") == {}
+    assert options_record(Rule(Nested()), "algorithm")["options"]["scale"] == 0.5

@@ -641,6 +641,13 @@ class AroundAggregator:
         self.base.load_state_dict(state)
 
 
+@dataclass(frozen=True)
+class FedAvgOptions:
+    """``weighting``: ``samples`` (m_i / m, McMahan et al.) or ``uniform`` (1/|S|, the FLex&Chill authors' code)."""
+
+    weighting: Weighting = "samples"
+
+
 class FedAvg(AggregatorBase):
     """FedAvg (McMahan et al., 2017): w <- sum_i (m_i / m) w_i over sampled clients.
 
@@ -657,6 +664,10 @@ class FedAvg(AggregatorBase):
 
     def __init__(self, weighting: Weighting = "samples") -> None:
         self.weighting = weighting
+        if type(self) is FedAvg:
+            self.options: Any = FedAvgOptions(weighting)
+            """Recorded for an instance passed from Python. FedAvg's own only: a subclass's options are its own (set before
+            or after this call, or on its class), and FedAvg's would overwrite or shadow them."""
 
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
         """m_i / m, the FedAvg coefficients (1/|S| with ``weighting = "uniform"``)."""

@@ -234,3 +234,73 @@ def test_a_subclass_keeps_its_own_options_and_records_none_of_fedavgs() -> None:
     assert OnTheClass().options == Inner(steps=7) and options_record(OnTheClass(), "algorithm") == {}
     assert options_record(Undeclared(), "algorithm") == {}
     assert options_record(Rule(Nested()), "algorithm")["options"]["scale"] == 0.5
+
+
+# ---------------------------------------------------------------- loss terms passed from Python
+
+
+@dataclass(frozen=True)
+class ShrinkOptions:
+    lam: float = 0.01
+    keys: tuple[str, ...] = ("weight",)
+
+
+class Shrink:
+    """lam * sum ||w||^2 over the parameters named in ``keys``: a term that keeps its options dataclass."""
+
+    reads: tuple[str, ...] = ()
+
+    def __init__(self, options: ShrinkOptions = ShrinkOptions()) -> None:
+        self.options = options
+
+    def __call__(self, params: Any, context: Any) -> torch.Tensor:
+        return self.options.lam * sum((params[k] ** 2).sum() for k in self.options.keys)
+
+
+class Plain:
+    """A term keeping no options: recorded by its class path alone."""
+
+    reads: tuple[str, ...] = ()
+
+    def __call__(self, params: Any, context: Any) -> torch.Tensor:
+        return 0.0 * params["weight"].sum()
+
+
+def test_a_terms_options_are_recorded_and_checked_on_resume(tmp_path: Any) -> None:
+    """``terms=[Shrink(ShrinkOptions(lam=0.3))]`` saved ``terms = ["...Shrink"]``: the term's options were recorded nowhere."""
+    import chillfl
+    from chillfl.config import load_config
+
+    cut, data = _tiny(tmp_path, FedAvg(), terms=[Shrink(ShrinkOptions(lam=0.3)), Plain()])
+    assert cut.folder is not None
+    recorded = [{"class": f"{__name__}.Shrink", "options": {"lam": 0.3, "keys": ["weight"]}}, f"{__name__}.Plain"]
+    assert cut.config.algorithm["terms"] == recorded and load_config(cut.folder / "config.toml").algorithm["terms"] == recorded
+    with pytest.raises(ConfigError) as err:
+        chillfl.resume(cut.folder, torch.nn.Linear(6, 3), data, aggregator=FedAvg(), terms=[Shrink(ShrinkOptions(lam=0.5)), Plain()], progress=False)
+    assert err.value.field == "aggregator" and "terms" in err.value.message and "0.5" in err.value.message
+    torch.manual_seed(0)
+    done = chillfl.resume(cut.folder, torch.nn.Linear(6, 3), data, aggregator=FedAvg(), terms=[Shrink(ShrinkOptions(lam=0.3)), Plain()], progress=False)
+    assert [r["round"] for r in done.records] == [1, 2]
+
+
+def test_a_term_saved_by_its_class_alone_resumes_on_an_instance_of_it(tmp_path: Any) -> None:
+    """An older chillfl recorded each term's class path only: the class decides, as for the aggregator's options."""
+    import chillfl
+
+    cut, data = _tiny(tmp_path, FedAvg(), terms=[Shrink(ShrinkOptions(lam=0.3))])
+    assert cut.folder is not None
+    _as_older_chillfl_saved_it(cut.folder, lambda raw: raw["algorithm"].__setitem__("terms", [f"{__name__}.Shrink"]))
+    with pytest.raises(ConfigError) as err:  # another class is refused all the same
+        chillfl.resume(cut.folder, torch.nn.Linear(6, 3), data, aggregator=FedAvg(), terms=[Plain()], progress=False)
+    assert err.value.field == "aggregator" and "Plain" in err.value.message
+    torch.manual_seed(0)
+    done = chillfl.resume(cut.folder, torch.nn.Linear(6, 3), data, aggregator=FedAvg(), terms=[Shrink(ShrinkOptions(lam=0.3))], progress=False)
+    assert [r["round"] for r in done.records] == [1, 2]
+
+
+def test_a_terms_option_toml_cannot_hold_is_refused_naming_it() -> None:
+    from chillfl.experiment import Plugged, plugged_records
+
+    with pytest.raises(ConfigError) as err:
+        plugged_records(Plugged(FedAvg(), (Plain(), Shrink(ShrinkOptions(keys=(torch.zeros(1),))))))  # type: ignore[arg-type]
+    assert err.value.field == "algorithm.terms[1].options.keys[0]"

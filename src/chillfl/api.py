@@ -257,10 +257,21 @@ def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: Array
 def _differing(saved: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
     """The keys of ``record`` that ``saved`` holds otherwise.
 
-    A record an older chillfl saved has no ``options`` (it recorded the class alone): there the class decides,
-    so the run resumes on an instance of it; a saved ``options`` table is compared as strictly as the rest.
+    A record an older chillfl saved has no ``options`` (it recorded the class alone), and names each loss term by its
+    class path alone: there the class decides, so the run resumes on an instance of it; a saved ``options`` table (the
+    part's or a term's) is compared as strictly as the rest.
     """
-    return sorted(k for k, v in record.items() if saved.get(k) != v and not (k == "options" and "options" not in saved))
+    def same(key: str, was: Any, now: Any) -> bool:
+        if key == "terms" and isinstance(was, list) and isinstance(now, list) and len(was) == len(now):
+            return all(_same_term(w, n) for w, n in zip(was, now))
+        return was == now or (key == "options" and "options" not in saved)
+
+    return sorted(k for k, v in record.items() if not same(k, saved.get(k), v))
+
+
+def _same_term(was: Any, now: Any) -> bool:
+    """A term as saved (``was``) and as passed again (``now``): the same record, or the same class where the saved one is its class alone."""
+    return was == now or (isinstance(was, str) and isinstance(now, Mapping) and now.get("class") == was)
 
 
 def compare(

@@ -179,7 +179,8 @@ def plugged_records(plugged: Plugged) -> dict[str, dict[str, Any]]:
     (with each instance's ``options`` dataclass, when it keeps one: :func:`options_record`)."""
     out: dict[str, dict[str, Any]] = {}
     if plugged.aggregator is not None:
-        out["algorithm"] = {"name": CUSTOM, "class": _class_path(plugged.aggregator), "terms": [_class_path(t) for t in plugged.terms],
+        out["algorithm"] = {"name": CUSTOM, "class": _class_path(plugged.aggregator),
+                            "terms": [term_record(t, f"algorithm.terms[{i}]") for i, t in enumerate(plugged.terms)],
                             **options_record(plugged.aggregator, "algorithm")}
     if plugged.policy is not None:
         out["temperature"] = {"policy": CUSTOM, "class": _class_path(plugged.policy), **options_record(plugged.policy, "temperature")}
@@ -188,6 +189,13 @@ def plugged_records(plugged: Plugged) -> dict[str, dict[str, Any]]:
 
 RECORDABLE = (bool, int, float, str)
 """Option values a saved config writes as they are (TOML has no null: an unset option is left out; lists and tables of them too)."""
+
+
+def term_record(term: object, part: str) -> str | dict[str, Any]:
+    """A loss term passed from Python as ``[algorithm] terms`` records it: its class path, with its ``options`` dataclass
+    when it keeps one (``{ class = "pkg.mod.Term", options = { lam = 0.3 } }``), as the built-in terms are recorded with theirs."""
+    options = options_record(term, part)
+    return {"class": _class_path(term), **options} if options else _class_path(term)
 
 
 def options_record(obj: object, part: str) -> dict[str, Any]:

@@ -162,7 +162,7 @@ def test_compare_prints_and_saves_the_table(tmp_path, capsys):
     rows = json.loads((folder / "table.json").read_text())
     assert [r["variant"] for r in rows] == ["T=4", "T=1", "T=0.1"]
     base = next(r for r in rows if r["variant"] == "T=1")
-    assert base["delta_acc"] == 0.0
+    assert base["baseline"] is True and base["delta_acc"] is None  # its own difference is measured nowhere: null, not 0
     for run in ("T4", "T1", "T0.1"):  # pointed at the finished folder, keeping the line of what the run ran with
         text = (folder / run / "config.toml").read_text()
         assert text.startswith("# ran with: chillfl ") and f'out_dir = "{folder}"' in text, text[:300]

@@ -225,3 +225,30 @@ def test_rounds_to_target_count_only_seeds_that_had_a_target() -> None:
     table = format_seed_table(rows, "T=1", "T=1", None, "final", 0.0)
     assert "| 1.5 (2/2) |" in table and "| 2.0 (2/2) |" in table  # T=0.1, and T=1 itself at its two finished seeds
     assert table.splitlines()[-1].endswith("| - |")  # T=0.01 failed at every seed: no count, not "never"
+
+
+def test_the_baselines_own_differences_are_null_not_zero_and_the_tables_print_as_before() -> None:
+    """``table.json`` stored the baseline's difference to itself as 0 (``+0.00 ± 0.00``, ``sign_holds`` 0): a reader took it
+    for a measured difference. Its row says ``baseline: true`` and has none; the printed tables are unchanged."""
+    from chillfl.report.compare import CompareResult, build_rows, format_table
+
+    base, other = Variant("FedAvg", {}, None), Variant("Ditto", {}, None)
+
+    def out(acc: float, local: float) -> RunOutput:
+        return RunOutput(None, [{"round": 1, "global_acc": acc}], {"final_global_acc": acc, "best_global_acc": acc, "final_val_acc": acc,
+                                                                  "final_global_loss": 1.0, "final_local_acc": local})
+
+    runs = {("FedAvg", s): out(0.5 + s / 10, 0.6) for s in range(3)} | {("Ditto", s): out(0.55, 0.9) for s in range(3)}
+    rows = build_seed_rows([base, other], runs, [0, 1, 2], base, base, None)
+    assert (rows[0]["baseline"], rows[0]["delta_acc"], rows[0]["delta_local_acc"]) == (True, None, None)
+    assert rows[1]["baseline"] is False and rows[1]["delta_acc"]["n"] == 3
+    table = format_seed_table(rows, "FedAvg", "FedAvg", None, "final", 0.0, local=True)
+    assert "| FedAvg | 60.00 ± 10.00 | 60.00 ± 10.00 | [35.16, 84.84] | +0.00 ± 0.00 | [+0.00, +0.00] | 0/3 | 60.00 ± 0.00 | +0.00 ± 0.00 | [+0.00, +0.00] |" in table
+    one = build_rows([base, other], {"FedAvg": runs[("FedAvg", 0)], "Ditto": runs[("Ditto", 0)]}, base, base)
+    assert (one[0]["baseline"], one[0]["delta_acc"], one[1]["baseline"]) == (True, None, False)
+    assert one[1]["delta_acc"] == pytest.approx(0.05)
+    assert "| FedAvg | 50.00 (+0.00) |" in format_table(one, "FedAvg", "FedAvg")
+    read_back = json.loads(json.dumps(rows))  # as ``table.json`` holds them
+    assert CompareResult(None, read_back, "").no_comparison() is None
+    assert CompareResult(None, [read_back[0], {**read_back[1], "delta_acc": None, "final_acc": None}], "").no_comparison() == (
+        "only the baseline FedAvg finished; the 1 other variant failed at every seed it finished")

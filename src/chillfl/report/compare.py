@@ -80,17 +80,17 @@ class CompareResult:
 
     def no_comparison(self) -> str | None:
         """Why nothing was compared, or None: with two variants or more, a comparison needs the baseline and one
-        other variant finished at a common seed (a ``delta_acc`` on two rows: the baseline's own is 0). A sweep
+        other variant finished at a common seed (a ``delta_acc`` on the other's row, the baseline finished). A sweep
         whose baseline diverged everywhere compares nothing even when another variant finished (``chillfl``
         exits 3, as when every run failed)."""
         if not self.rows:
             return None
-        paired = [r["variant"] for r in self.rows if r.get("delta_acc") is not None]
+        paired = [r["variant"] for r in self.rows if r.get("delta_acc") is not None or (r.get("baseline") and r.get("final_acc") is not None)]
         if len(self.rows) == 1:
             return None if self.rows[0].get("final_acc") is not None else f"its one variant {self.rows[0]['variant']} failed"
         if len(paired) >= 2:
             return None
-        if paired:  # the baseline's own row (a difference of 0 to itself): every other variant failed where it finished
+        if paired:  # the baseline's own row (finished; an older chillfl wrote 0 as its difference): every other variant failed
             return f"only the baseline {paired[0]} finished; the {counted(len(self.rows) - 1, 'other variant')} failed at every seed it finished"
         finished = [r["variant"] for r in self.rows if r.get("final_acc") is not None]
         return "the baseline failed at every seed, so no variant has a difference to it" + (f" (finished: {', '.join(finished)})" if finished else "")
@@ -106,7 +106,10 @@ def build_rows(
     variants: Sequence[Labelled], outputs: Mapping[str, RunOutput], ref: Labelled, base: Labelled, metric: str = "global_acc",
     failed: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per variant; a variant missing from ``outputs`` failed (``failed[label]`` says how) and has no numbers."""
+    """One row per variant; a variant missing from ``outputs`` failed (``failed[label]`` says how) and has no numbers.
+
+    The baseline's row says ``baseline: true`` and has no difference (null, not the 0 of itself minus itself, which a
+    reader of ``table.json`` would take for a measured one); the printed table shows its ``+0.00`` as before."""
     failed = failed or {}
     ref_out, base_out = outputs.get(ref.label), outputs.get(base.label)
     target = ref_out.summary.get(f"best_{metric}") if ref_out is not None else None
@@ -116,7 +119,7 @@ def build_rows(
     for v in variants:
         out = outputs.get(v.label)
         if out is None:
-            rows.append({"variant": v.label, "failed": failed.get(v.label, "failed"), "final_acc": None, "delta_acc": None, "best_acc": None,
+            rows.append({"variant": v.label, "baseline": v.label == base.label, "failed": failed.get(v.label, "failed"), "final_acc": None, "delta_acc": None, "best_acc": None,
                          "final_loss": None, "final_local_acc": None, "rounds_to_target": None, "speedup": None, "target": target})
             continue
         s = out.summary
@@ -126,8 +129,9 @@ def build_rows(
         rows.append(
             {
                 "variant": v.label,
+                "baseline": v.label == base.label,
                 "final_acc": final,
-                "delta_acc": (final - base_final) if final is not None and base_final is not None else None,
+                "delta_acc": (final - base_final) if final is not None and base_final is not None and v.label != base.label else None,
                 "best_acc": s.get(f"best_{metric}"),
                 "final_loss": s.get(f"final_{metric.replace('acc', 'loss')}"),
                 "final_local_acc": s.get("final_local_acc"),
@@ -175,7 +179,8 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
         speed = f" ({r['speedup']:.2f}x)" if r["speedup"] else ""
         loss = "-" if r["final_loss"] is None else f"{r['final_loss']:.3f}"
         name = r["variant"] + (f" ({r['failed']})" if r.get("failed") else "")
-        acc = "-" if r["final_acc"] is None else f"{pct(r['final_acc'])} ({pct(r['delta_acc'], True)})"
+        delta = 0.0 if r["variant"] == base_label else r["delta_acc"]  # the baseline's own difference: none recorded, 0 printed
+        acc = "-" if r["final_acc"] is None else f"{pct(r['final_acc'])} ({pct(delta, True)})"
         line = f"| {name} | {acc} | {loss} | {pct(r['final_local_acc'])} | {rounds}{speed} |"
         if with_mb:
             mb = "-" if r.get("cumulative_mb") is None else f"{r['cumulative_mb']:.3f}"
@@ -217,7 +222,10 @@ def build_seed_rows(
     metric: str = "global_acc",
     failed: Mapping[tuple[str, int], str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows over seeds; ``runs[(label, seed)]``: the chosen point's run (None: it failed; ``failed[(label, seed)]`` says how)."""
+    """Rows over seeds; ``runs[(label, seed)]``: the chosen point's run (None: it failed; ``failed[(label, seed)]`` says how).
+
+    The baseline's row says ``baseline: true`` and has no differences (``delta_acc``, ``delta_local_acc`` null: see
+    :func:`build_rows`); :func:`format_seed_table` prints its paired difference to itself as before."""
     failed = failed or {}
 
     def summary(label: str, seed: int, key: str) -> float | None:
@@ -238,24 +246,26 @@ def build_seed_rows(
     for v in variants:
         acc = [summary(v.label, s, f"final_{metric}") for s in seeds]
         local = [summary(v.label, s, "final_local_acc") for s in seeds]
+        own = v.label == base.label
         rounds = []
         for s, target in zip(seeds, targets):
             out = runs[(v.label, s)]
             rounds.append(rounds_to_reach(out.records, metric, target) if out is not None and target is not None else None)
         row: dict[str, Any] = {
             "variant": v.label,
+            "baseline": own,
             "seeds": list(seeds),
             "diverged_seeds": [s for s in seeds if runs[(v.label, s)] is None],
             "failed": {str(s): failed.get((v.label, s), "diverged") for s in seeds if runs[(v.label, s)] is None},
             "final_acc": _stat(acc),
-            "delta_acc": _paired(acc, base_acc),
+            "delta_acc": None if own else _paired(acc, base_acc),
             "final_val_acc": _stat([summary(v.label, s, "final_val_acc") for s in seeds]),
             "final_local_val_acc": _stat([summary(v.label, s, "final_local_val_acc") for s in seeds]),
             "best_val_acc": _stat([summary(v.label, s, "best_val_acc") for s in seeds]),
             "best_local_val_acc": _stat([summary(v.label, s, "best_local_val_acc") for s in seeds]),
             "final_loss": _stat([summary(v.label, s, f"final_{metric.replace('acc', 'loss')}") for s in seeds]),
             "final_local_acc": _stat(local),
-            "delta_local_acc": _paired(local, base_local),
+            "delta_local_acc": None if own else _paired(local, base_local),
             "rounds_to_target": rounds,
             "target": targets,
         }
@@ -310,6 +320,15 @@ def few_seeds_warning(n: int) -> str:
             f"run {MIN_SEEDS} seeds or more (e.g. --seeds 0-4)")
 
 
+def _differences(row: Mapping[str, Any], base_label: str) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
+    """A seed row's paired differences as the table prints them: the baseline's (none recorded) are its own values paired
+    with themselves (+0.00 ± 0.00 over the seeds it finished), so the printed table reads as it always has."""
+    if row["variant"] != base_label:
+        return row["delta_acc"], row.get("delta_local_acc")
+    own = [(row.get(key) or {}).get("per_seed") or [] for key in ("final_acc", "final_local_acc")]
+    return _paired(own[0], own[0]), _paired(own[1], own[1])
+
+
 def format_seed_table(
     rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: str, tune: Mapping[str, Sequence[Any]] | None, select: str, validation: float,
     local: bool = False, own: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
@@ -357,7 +376,7 @@ def format_seed_table(
     # the validation number the rule selected on (a "best" rule's best round, not the final one the table of every point disowns)
     val_key = f"{'best' if select.endswith('best') else 'final'}_{'local_' if local_rule else ''}val_acc"
     for r in rows:
-        delta = r["delta_acc"]
+        delta, delta_local = _differences(r, base_label)
         reached = [x for x in r["rounds_to_target"] if x is not None]
         # out of the seeds with a target that the variant finished: a seed whose reference failed has no target to reach
         # (it counted as "never reached"), and a seed where the variant failed is named in its row
@@ -379,7 +398,7 @@ def format_seed_table(
         if local:
             cells.append(_pm(r["final_local_acc"]))
             if paired:
-                cells += [_pm(r["delta_local_acc"], signed=True), _ci(r["delta_local_acc"], signed=True)]
+                cells += [_pm(delta_local, signed=True), _ci(delta_local, signed=True)]
         cells += [_pm(r["final_loss"], 1.0, 3), rounds]
         if with_mb:
             cells.append(_pm(r.get("cumulative_mb"), 1.0, 3))

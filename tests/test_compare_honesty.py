@@ -6,7 +6,8 @@
   used to exit 0 with T = 4 alone finishing, at chance accuracy);
 * some runs failed, a difference to the baseline exists -> exit 0 and one line ``N of M runs did not finish``;
 * fewer than 3 seeds -> the seed table carries a one-line warning that its intervals are uninformative;
-* one seed and no tuning (FLex&Chill's Table 4) -> one stderr line says the table has no spread and no interval.
+* one seed and no tuning (FLex&Chill's Table 4) -> one stderr line says the table has no spread and no interval, and
+  ``table.md`` opens with it.
 
 The runs are tiny (digits, an MLP, 4 clients, 2 rounds); "diverged" is a client lr of 1e12 (a NaN loss in round 1).
 """
@@ -93,6 +94,25 @@ def test_a_one_seed_comparison_says_on_stderr_that_its_table_has_no_interval(tmp
     from chillfl.sweeps.run import one_seed_warning
 
     assert lines[0] == f"chillfl: {one_seed_warning(0)}" and "--seeds 0,1,2" in lines[0]
+
+
+def test_a_one_seed_comparison_writes_its_warning_into_its_table_file_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The warning was on stderr only: a reader of the saved folder (``table.md``, the HTML report made from it) saw the
+    differences with nothing saying they could be the seed's. The printed table stays as it was."""
+    from chillfl.report.html import render
+    from chillfl.sweeps.run import one_seed_warning
+
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY.format(out=tmp_path / "results", base_lr=0.05, other_lr=0.2, third=""))
+    assert main(["compare", str(config), "-q"]) == 0
+    printed = capsys.readouterr().out
+    folder = tmp_path / "results" / "tiny-compare"
+    saved = (folder / "table.md").read_text(encoding="utf-8")
+    assert saved.splitlines()[0] == f"warning: {one_seed_warning(0)}"
+    assert "warning" not in printed and saved == f"warning: {one_seed_warning(0)}\n" + printed.split("results: ")[0].rstrip("\n") + "\n"
+    assert one_seed_warning(0) in render([folder], models=False, partitions=False)
+    assert main(["compare", str(config), "-q", "--seeds", "0,1,2"]) == 0  # seeds: no such line
+    assert "one seed" not in (tmp_path / "results" / "tiny-compare-2" / "table.md").read_text(encoding="utf-8")
 
 
 def _row(variant: str, delta: Any, final: Any = 0.5) -> dict[str, Any]:

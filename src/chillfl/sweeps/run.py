@@ -275,19 +275,26 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked) -> Tables:
 
 
 def one_seed_warning(seed: int) -> str:
-    """The line a one-seed comparison of several variants prints on stderr: its table (FLex&Chill's Table 4) has no
-    spread and no interval, so a difference in it may be the seed's. On stderr, not in the table: the docs' one-seed
-    blocks stay as made."""
+    """The line a one-seed comparison of several variants prints on stderr and writes atop its ``table.md``: its table
+    (FLex&Chill's Table 4) has no spread and no interval, so a difference in it may be the seed's. Not in the printed
+    table: the docs' one-seed blocks stay as made."""
     return (f"one seed ({seed}): this table has no spread and no interval, so its differences may be seed noise; "
             "run --seeds 0,1,2 (or [compare] seeds) for paired differences with 95 % intervals")
 
 
+def seed_noise_warning(plan: Plan) -> str | None:
+    """:func:`one_seed_warning` for a one-seed, untuned comparison of several variants; None for any other."""
+    return one_seed_warning(plan.seeds[0]) if not plan.multi and len(plan.variants) > 1 else None
+
+
 def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, where: SweepFolder) -> None:
-    """``table.md``, ``table.json`` and the figures in the ``.partial`` folder, then its rename to the finished folder."""
+    """``table.md`` (the printed table, under the one-seed warning where there is one: a reader of the folder sees it
+    too), ``table.json`` and the figures in the ``.partial`` folder, then its rename to the finished folder."""
     partial, folder = where.partial, where.folder
     if partial is None or folder is None:
         return
-    (partial / "table.md").write_text(tables.table + "\n", encoding="utf-8")
+    warning = seed_noise_warning(plan)
+    (partial / "table.md").write_text((f"warning: {warning}\n" if warning else "") + tables.table + "\n", encoding="utf-8")
     (partial / "table.json").write_text(json.dumps(tables.rows, indent=2) + "\n", encoding="utf-8")
     if plan.multi:
         bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
@@ -352,8 +359,9 @@ def run_compare(
         refuse_all_failed(plan, sweep, where)
         picked = pick_tuned(plan, sweep)
         tables = tabulate(config, plan, picked)
-        if not plan.multi and len(plan.variants) > 1:
-            log.warning(one_seed_warning(plan.seeds[0]))
+        warning = seed_noise_warning(plan)
+        if warning is not None:
+            log.warning(warning)
         write_tables(config, plan, picked, tables, where)
         failures = {c.config.name: sweep.failures[c.key] for c in plan.cells if c.key in sweep.failures}
         return CompareResult(where.folder, tables.rows, tables.table, tables.outputs, failures=failures, runs=len(plan.cells))

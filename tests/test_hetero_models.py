@@ -116,3 +116,26 @@ def test_vectorized_executor_batches_each_architecture_together(monkeypatch):
     run_experiment(cfg, write=False, progress=False)
     # 6 clients, one round: the CNN group (0-2), the default MLP (3, 5) and the two-layer MLP (4), each one batch
     assert sorted(n for _, n in calls) == [1, 2, 3] and len(calls) == 3
+
+
+@pytest.mark.parametrize("key", ["assign", "groups"])
+def test_a_model_passed_from_python_with_per_client_architectures_is_one_line(key):
+    """``chillfl.run(module, config)`` replaced ``[model]`` by the module's record and dropped ``[[model.groups]]`` silently:
+    every client trained the module, and had the groups been kept, their models would have inherited its frozen names."""
+    from torch import nn
+
+    import chillfl
+
+    module = nn.Sequential(nn.Flatten(), nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+    module[1].weight.requires_grad_(False)
+    table = {"assign": ["mlp"] * 6} if key == "assign" else {"groups": [{"clients": "0-2", "name": "mlp", "hidden": [256]}]}
+    config = {"dataset": {"name": "digits"}, "federation": {"num_clients": 6, "clients_per_round": 3, "rounds": 1},
+              "distillation": {"method": "dsfl", "public_size": 200, "subset_size": 100}, "model": table}
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(module, config=config, write=False, progress=False)
+    assert err.value.field == f"model.{key}" and "from Python" in err.value.message
+    cfg = load_config(None, {"dataset.name": "digits", "federation.num_clients": 6, "distillation.method": "dsfl", "distillation.public_size": 200,
+                             "distillation.subset_size": 100})
+    with pytest.raises(ConfigError) as err:  # a config recording the module (a saved run's, edited) meets the same line where the run is built
+        build_experiment(cfg.with_overrides({"model": {"name": "custom", **table}}), model=module)
+    assert err.value.field == f"model.{key}"

@@ -41,6 +41,7 @@ from chillfl.errors import ConfigError
 from chillfl.experiment import CUSTOM, Experiment, Plugged, build_experiment, dataset_record, is_custom, plugged_records, record_conflict
 from chillfl.experiments import resolve_config
 from chillfl.models import model_names
+from chillfl.models.assign import refuse_with_user_model
 from chillfl.options import short_repr
 from chillfl.progress import Progress
 from chillfl.plugins import has_methods
@@ -442,6 +443,9 @@ def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike,
         if dataset.test_groups is not None and dataset.train_groups is None and not (isinstance(evaluation, Mapping) and "client_split" in evaluation):
             set_dotted(raw, "eval.client_split", "natural")  # local accuracy on the clients' own test sets
     if model is not None:
+        table = raw.get("model")
+        if isinstance(table, Mapping):  # the record replaces the table: its per-client architectures would be dropped
+            refuse_with_user_model(table)
         raw["model"] = model_record(model)
     _record_plugged(raw, plugged)
     return resolved(config_from_dict(raw)), dataset

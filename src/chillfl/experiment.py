@@ -33,7 +33,7 @@ from chillfl.executors.ray_executor import RayExecutor, import_ray
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import short_repr
 from chillfl.models import build_model, model_names
-from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous
+from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous, refuse_with_user_model
 from chillfl.models.inputs import check_index_inputs, refuse_noise
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import MODELS, model_options
@@ -322,6 +322,7 @@ def user_initial_model(config: RunConfig, model: nn.Module) -> tuple[nn.Module, 
     name = config.model.get("name")
     if not is_custom(name):
         raise ConfigError("model.name", f"a run on a user's nn.Module must record model.name = {CUSTOM!r}, got {name!r}")
+    refuse_with_user_model(config.model)
     template = copy.deepcopy(model)
     return template, model_state(template)
 

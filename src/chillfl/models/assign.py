@@ -158,6 +158,19 @@ def refuse_heterogeneous(table: Mapping[str, Any], why: str) -> None:
             raise ConfigError(f"model.{key}", f"per-client architectures need a protocol where models never travel ({why})")
 
 
+def refuse_with_user_model(table: Mapping[str, Any]) -> None:
+    """One line naming the field when a model passed from Python meets per-client architectures.
+
+    Why: the module replaces ``[model]`` (its record), so the groups were dropped silently and every client trained
+    the module; kept, the registered models of the groups would have trained under the module's frozen parameter
+    names (``LocalSpec.frozen``), which are no names of theirs.
+    """
+    for key in HETERO_KEYS:
+        if key in table:
+            raise ConfigError(f"model.{key}", "per-client architectures are registered models built by name, and a model passed from Python is "
+                                              f"every client's: pass no model and name each architecture in [model], or leave model.{key} out")
+
+
 def summarize(plan: ModelPlan, counts: Sequence[int]) -> dict[str, Any]:
     """Per architecture: its label, parameter count and clients (for the run's record)."""
     out: dict[str, Any] = {}

@@ -304,3 +304,15 @@ def test_a_terms_option_toml_cannot_hold_is_refused_naming_it() -> None:
     with pytest.raises(ConfigError) as err:
         plugged_records(Plugged(FedAvg(), (Plain(), Shrink(ShrinkOptions(keys=(torch.zeros(1),))))))  # type: ignore[arg-type]
     assert err.value.field == "algorithm.terms[1].options.keys[0]"
+
+
+def test_saved_options_an_instance_does_not_keep_are_not_what_the_run_was_made_with(tmp_path: Any) -> None:
+    """The check ran over the instance's record only: options the saved run recorded, of an instance keeping none, passed."""
+    import chillfl
+
+    cut, data = _tiny(tmp_path, Undeclared())
+    assert cut.folder is not None and "options" not in cut.config.algorithm
+    _as_older_chillfl_saved_it(cut.folder, lambda raw: raw["algorithm"].__setitem__("options", {"weighting": "uniform"}))
+    with pytest.raises(ConfigError) as err:
+        chillfl.resume(cut.folder, torch.nn.Linear(6, 3), data, aggregator=Undeclared(), progress=False)
+    assert err.value.field == "aggregator" and "options {'weighting': 'uniform'}, got None" in err.value.message

@@ -251,12 +251,12 @@ def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: Array
             raise ConfigError(keywords[part], f"the run in this folder did not take one from Python: its [{part}] is {short_repr(dict(saved[part]))}")
         differ = _differing(saved[part], record)
         if differ:
-            said = ", ".join(f"{k} {short_repr(saved[part].get(k))}, got {short_repr(record[k])}" for k in differ)
+            said = ", ".join(f"{k} {short_repr(saved[part].get(k))}, got {short_repr(record.get(k))}" for k in differ)
             raise ConfigError(keywords[part], f"is not what the run was made with: its saved [{part}] has {said}")
 
 
 def _differing(saved: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
-    """The keys of ``record`` that ``saved`` holds otherwise.
+    """The keys of ``record`` that ``saved`` holds otherwise (and ``options`` saved where the instance keeps none).
 
     A record an older chillfl saved has no ``options`` (it recorded the class alone), and names each loss term by its
     class path alone: there the class decides, so the run resumes on an instance of it; a saved ``options`` table (the
@@ -267,7 +267,8 @@ def _differing(saved: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]
             return all(_same_term(w, n) for w, n in zip(was, now))
         return was == now or (key == "options" and "options" not in saved)
 
-    return sorted(k for k, v in record.items() if not same(k, saved.get(k), v))
+    keys = set(record) | ({"options"} & set(saved))  # options saved, none kept now: not the run's either
+    return sorted(k for k in keys if not same(k, saved.get(k), record.get(k)))
 
 
 def _same_term(was: Any, now: Any) -> bool:

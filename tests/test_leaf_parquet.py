@@ -280,6 +280,32 @@ def test_a_hub_whose_name_does_not_resolve_is_one_line_at_once(tmp_path: Path, m
     assert leaf_hub.unreachable_hub() == "hub.example.org does not resolve: [Errno -2] Name or service not known"
 
 
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_a_dry_run_of_a_hub_dataset_offline_checks_names_and_options(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the files and without the hub, a dry run says what it could check (as without a data_dir's files), not
+    the hub's error: the config may be right for the machine it will run on. A run still stops on that one line."""
+    from chillfl.cli import main
+    from chillfl.errors import DataAbsent
+
+    _no_offline_flags(monkeypatch)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = tmp_path / "shakespeare.toml"
+    config.write_text('[dataset]\nname = "flwr_shakespeare"\n[model]\nname = "char_lstm"\n[federation]\nnum_clients = 4\n'
+                      "clients_per_round = 2\nrounds = 1\n", encoding="utf-8")
+    args = [command, str(config), "--dry-run", f"data_dir={tmp_path / 'none'}", f"out_dir={tmp_path / 'out'}"]
+    assert main([*args, *(["--grid", "client.lr=0.1,0.2"] if command == "compare" else [])]) == 0
+    out, err = capsys.readouterr()
+    assert "the files of dataset 'flwr_shakespeare' are not in" in err and "names and options checked" in err
+    assert 'name = "flwr_shakespeare"' in out and not (tmp_path / "out").exists()
+    assert main([*args, "model.hidden=-1"]) == 2  # the names and options are still checked
+    assert "model.hidden" in capsys.readouterr().err
+    with pytest.raises(DataAbsent) as absent:
+        load_dataset("flwr_shakespeare", {}, data_dir=tmp_path)
+    assert absent.value.field == "dataset.path" and "the hub is offline" in absent.value.message
+
+
 def test_the_hub_check_is_skipped_behind_a_proxy_and_passes_a_name_that_resolves(monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 

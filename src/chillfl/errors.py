@@ -46,6 +46,14 @@ class ConfigError(ValueError):
         return (_rebuilt, (type(self), dict(self.__dict__)))
 
 
+class DataAbsent(ConfigError):
+    """The dataset's files are not on this machine and cannot be fetched now (the hub is offline or unreachable).
+
+    A ``--dry-run`` then checks names and options only, as it does when ``data_dir`` lacks a dataset's files
+    (which stay a plain ConfigError on ``data_dir``): the config may be right for the machine it will run on.
+    """
+
+
 def _rebuilt(cls: type[ConfigError], state: dict[str, object]) -> ConfigError:
     """The unpickled error: :class:`ConfigError`'s own set-up from the saved field and message, then the rest of its attributes."""
     error = cls.__new__(cls)

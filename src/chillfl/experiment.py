@@ -22,7 +22,7 @@ from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
 from chillfl.data.datasets import DATASETS, dataset_options
-from chillfl.data.loaders import DATA_DIR_FIELD
+from chillfl.data.loaders import data_absent
 from chillfl.data.partition import PARTITIONERS, partitioner_names, partitioner_options
 from chillfl.data.partition_file import FROM_FILE
 from chillfl.executors.compiled import check_toolchain
@@ -548,7 +548,7 @@ def check_config(config: RunConfig) -> bool:
     try:
         exp = build_experiment(config)
     except ConfigError as exc:
-        if exc.field != DATA_DIR_FIELD:
+        if not data_absent(exc):
             raise
         check_parts(config)
         return False

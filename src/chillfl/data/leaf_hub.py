@@ -79,7 +79,7 @@ import torch
 
 from chillfl.data import arraycache
 from chillfl.data.loaders import FemnistOptions, select_writers
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, DataAbsent
 from chillfl.extras import need
 from chillfl.options import require
 
@@ -196,10 +196,10 @@ def read_table(path: str, data_dir: Path) -> tuple[Any, Path | None]:
     if not HUB_NAME.match(path):
         raise ConfigError(f"{SECTION}.path", f"{path!r} not found (looked in {data_dir} and the working directory)")
     if _offline():
-        raise ConfigError(f"{SECTION}.path", f"{path!r} is not under {data_dir} and the hub is offline; {fetch_hint(path, data_dir)}")
+        raise DataAbsent(f"{SECTION}.path", f"{path!r} is not under {data_dir} and the hub is offline; {fetch_hint(path, data_dir)}")
     unreachable = unreachable_hub()
     if unreachable is not None:
-        raise ConfigError(f"{SECTION}.path", f"{path!r} is not under {data_dir} and the hub cannot be reached ({unreachable}); {fetch_hint(path, data_dir)}")
+        raise DataAbsent(f"{SECTION}.path", f"{path!r} is not under {data_dir} and the hub cannot be reached ({unreachable}); {fetch_hint(path, data_dir)}")
     datasets = need("datasets", "hf", f"loading {path} from the Hugging Face hub")
     try:
         ds = datasets.load_dataset(path, split="train")

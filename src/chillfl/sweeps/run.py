@@ -28,7 +28,7 @@ else:  # pragma: no cover - Python 3.10
 from chillfl import runner
 from chillfl.config import RunConfig, load_config
 from chillfl.data import ArrayDataset, FederatedData
-from chillfl.data.loaders import DATA_DIR_FIELD
+from chillfl.data.loaders import data_absent
 from chillfl.errors import ConfigError, Diverged, SweepFailed, one_line
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import CUSTOM, Plugged, build_data, build_experiment, build_protocol, check_parts, is_custom
@@ -129,7 +129,7 @@ def check_runs(
                 try:
                     datasets[key] = build_data(c.config, dataset)
                 except ConfigError as exc:
-                    if not (dry_run and exc.field == DATA_DIR_FIELD):
+                    if not (dry_run and data_absent(exc)):
                         raise
                     for other in plan.cells:  # no data here: each run's names and options
                         with naming(other.variant, plan.from_grid):

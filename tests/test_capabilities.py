@@ -413,11 +413,18 @@ def test_client_models_on_a_method_that_keeps_none_is_one_warning(caplog: pytest
     with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
         build_algorithm(config(**{"algorithm.name": "fedprox", "checkpoint.client_models": True}), model)
     warned = [r.getMessage() for r in caplog.records if r.name == "chillfl.experiment"]
-    assert warned == ["checkpoint.client_models: fedprox keeps no model per client (its clients train the global model each round), "
-                      "so no client_models.safetensors is saved"]
+    assert warned == ["checkpoint.client_models: fedprox keeps no model per client (its clients train what the server sends them each round "
+                      "and keep nothing), so no client_models.safetensors is saved"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):  # pFedHN's clients train a model generated for them, not the global one
+        build_algorithm(config(**{"algorithm.name": "pfedhn", "checkpoint.client_models": True}), model)
+    assert [r.getMessage() for r in caplog.records if r.name == "chillfl.experiment"] == [
+        "checkpoint.client_models: pfedhn keeps no model per client (its clients train what the server sends them each round and keep nothing), "
+        "so no client_models.safetensors is saved"]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
         build_algorithm(config(**{"algorithm.name": "ditto", "checkpoint.client_models": True}), model)
+        build_algorithm(config(**{"algorithm.name": "pfedhn", "algorithm.variant": "pc", "checkpoint.client_models": True}), model)  # keeps its heads
         build_algorithm(config(**{"algorithm.name": "fedprox"}), model)
     assert not [r for r in caplog.records if r.name == "chillfl.experiment"]
 

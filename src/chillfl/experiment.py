@@ -300,7 +300,7 @@ def warn_no_client_models(config: RunConfig, aggregator: Aggregator) -> None:
 
     Under the protocol whose method is ``[algorithm]``, the clients' models are the ones the aggregator's
     client half keeps (:class:`~chillfl.aggregation.base.HoldsPersonalModel`); a method whose clients train
-    the global model each round keeps none, and nothing would be saved. Not an error: the global model is
+    what the server sends each round (the global model, or pFedHN's generated one) keeps none, and nothing would be saved. Not an error: the global model is
     still saved, and one config may run several methods (a sweep, a comparison).
     """
     if not config.checkpoint.client_models or protocol_of(config).method_table is not None:
@@ -308,7 +308,7 @@ def warn_no_client_models(config: RunConfig, aggregator: Aggregator) -> None:
     if holds_personal_model(aggregator.client_half()):
         return
     log.warning(
-        "checkpoint.client_models: %s keeps no model per client (its clients train the global model each round), so no %s is saved",
+        "checkpoint.client_models: %s keeps no model per client (its clients train what the server sends them each round and keep nothing), so no %s is saved",
         config.algorithm.get("name"), "client_models.safetensors",
     )
 

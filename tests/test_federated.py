@@ -128,6 +128,16 @@ def test_drawn_proportions_option() -> None:
         assert np.all(np.abs(got - fd.class_proportions[cid] * 40) < 1.0)
 
 
+def test_drawn_proportions_without_drawn_mix_is_one_line_error() -> None:
+    # scheme "class" splits each class over clients: no client has a drawn class mix, and "drawn" must not quietly mean "train".
+    with pytest.raises(ConfigError, match=r"^eval_proportions: 'drawn' needs .*'dirichlet_balanced'") as err:
+        build(partitioner="dirichlet_balanced", partition_options={"alpha": 0.5}, eval_proportions="drawn")
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"^eval_proportions: "):
+        build(partitioner="iid", partition_options=None, eval_proportions="drawn")
+    build(partitioner="iid", partition_options=None, eval_proportions="drawn", client_eval="none")  # no proportional split: nothing to draw
+
+
 def test_client_eval_none_and_natural() -> None:
     fd = build(client_eval="none")
     assert all(e.size == 0 for e in fd.eval_indices) and fd.client_eval(0)[0].shape == (0, 64)

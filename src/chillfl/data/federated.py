@@ -22,7 +22,12 @@ Choices
 * Proportions come from the client's actual train label counts
   (``eval_proportions="train"``). SCARLET partitions the test set "with the
   same Dirichlet distribution"; ``eval_proportions="drawn"`` uses the
-  partitioner's drawn proportions instead when it has them.
+  partitioner's drawn per-client proportions instead. A partitioner that draws
+  none (``iid``, ``shards``, ``dirichlet`` / ``dirichlet_balanced`` with the
+  default ``scheme="class"``, which splits each class over clients) is a
+  ConfigError naming ``eval_proportions``: its only per-client mix is the
+  realised train mix, which is ``"train"``, so ``"drawn"`` would silently
+  mean ``"train"``.
 * If the test set has fewer samples of a class than a client's share, the
   missing samples go to the client's other classes in proportion; if all of the
   client's classes run out the split is smaller than ``client_eval_size``. A
@@ -81,6 +86,8 @@ CLIENT_EVAL_SIZE_FIELD = "eval.client_split_size"
 PUBLIC_SIZE_FIELD = "distillation.public_size"
 VALIDATION_FIELD = "eval.validation"
 CLIENT_EVAL_MODES = ("none", "proportional", "natural", "partition")
+EVAL_PROPORTIONS_FIELD = "eval_proportions"  # a keyword of build_federated_data only (no config key)
+EVAL_PROPORTIONS = ("train", "drawn")
 
 _PUBLIC, _PARTITION, _EVAL, _NOISE, _VALIDATION, _LOCAL_VALIDATION = range(6)  # spawn keys of the per-purpose RNG streams
 
@@ -279,6 +286,8 @@ def build_federated_data(
     n = len(dataset.y_train)
     if client_eval not in CLIENT_EVAL_MODES:
         raise choice_error(CLIENT_EVAL_FIELD, client_eval, CLIENT_EVAL_MODES)
+    if eval_proportions not in EVAL_PROPORTIONS:
+        raise choice_error(EVAL_PROPORTIONS_FIELD, eval_proportions, EVAL_PROPORTIONS)
     require(client_eval_size >= 1, CLIENT_EVAL_SIZE_FIELD, f"must be >= 1, got {client_eval_size}")
     require(0 <= public_size < n, PUBLIC_SIZE_FIELD, f"must be in [0, {n - 1}] (train set has {n} samples), got {public_size}")
     require(num_clients >= 1, NUM_CLIENTS_FIELD, f"must be >= 1, got {num_clients}")
@@ -338,7 +347,13 @@ def build_federated_data(
     else:
         y = dataset.y_train.numpy()
         weights = np.stack([np.bincount(y[ix], minlength=dataset.num_classes) for ix in train]).astype(np.float64)
-        if eval_proportions == "drawn" and part.class_proportions is not None:
+        if eval_proportions == "drawn":
+            if part.class_proportions is None:  # its realised mix is the train counts: "drawn" would silently mean "train"
+                raise ConfigError(
+                    EVAL_PROPORTIONS_FIELD,
+                    f"'drawn' needs a partitioner that draws a class mix per client (dirichlet or dirichlet_balanced with scheme = 'client', "
+                    f"quantity_skew with label_alpha, scarlet_dirichlet); {partitioner!r} with these options draws none; use 'train'",
+                )
             weights = np.where(weights.sum(axis=1, keepdims=True) > 0, part.class_proportions, 0.0)
         evals = _proportional_eval(weights, dataset.y_test.numpy(), client_eval_size, dataset.num_classes, _rng(seed, _EVAL), held_out)
         if held_out is not None:

@@ -22,6 +22,7 @@ from chillfl.aggregation.base import ClientResult, Trained
 from chillfl.aggregation.pfedhn import (
     EMBEDDINGS,
     HEAD,
+    Generated,
     KeepHead,
     PFedHN,
     PFedHNOptions,
@@ -76,7 +77,8 @@ def test_each_client_is_sent_its_own_generated_model() -> None:
     assert down[0].params is not None and down[1].params is not None
     torch.testing.assert_close(down[0].params["w"], t(-0.5, 0.0, 1.0), rtol=0, atol=0)
     torch.testing.assert_close(down[1].params["w"], t(2.0, 5.0, -1.5), rtol=0, atol=0)
-    assert down[0].context == {} and agg.client_half() is None  # the model only; full pFedHN keeps nothing on the client
+    assert down[0].context == {} and isinstance(agg.client_half(), Generated)  # the model only; full pFedHN keeps nothing on the client
+    assert Generated().finish(nn.Linear(1, 1), {}, None) == ({}, {})  # type: ignore[arg-type]  # (it reads nothing of what was trained)
     # sent in the run's dtype and device
     assert agg.downlink(0, 0, {"w": torch.zeros(3)}).params["w"].dtype == torch.float32  # type: ignore[index]
 
@@ -428,3 +430,33 @@ def test_pc_writes_each_clients_model_the_hypernetwork_body_with_its_own_head(tm
     assert sorted(saved) == took_part
     for cid, model in saved.items():
         assert set(model) == set(expected[cid]) and all(torch.equal(model[k], v) for k, v in expected[cid].items()), cid
+
+
+def test_full_writes_each_clients_generated_model_h_of_its_embedding(tmp_path: Path) -> None:
+    """``checkpoint.client_models`` under full pFedHN: every client that took part has h(v_i; phi) of the final hypernetwork."""
+    cfg = config(**{"algorithm.name": "pfedhn", "model.name": "mlp", "model.hidden": [16], "checkpoint.client_models": True,
+                    "out_dir": str(tmp_path), "name": "full"})
+    exp = build_experiment(cfg)
+    protocol: Any = build_protocol(exp)
+    executor = make_executor(exp, protocol)
+    try:
+        fed = cfg.federation
+        list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=exp.data.num_clients, clients_per_round=fed.sample_size(), rounds=fed.rounds,
+                        participation=fed))
+    finally:
+        executor.close()
+    agg = exp.aggregator
+    assert isinstance(agg, PFedHN) and not agg.head
+    took_part = sorted(protocol.finished)
+    assert took_part and not protocol.store.ids()  # its clients keep nothing: the server makes each one's model
+    out = run_experiment(cfg, progress=False)  # the same run, written
+    assert out.folder is not None
+    saved = read_client_models(out.folder / CLIENT_MODELS)
+    assert sorted(saved) == took_part
+    cid = took_part[-1]
+    with torch.no_grad():  # the same run's final hypernetwork, phi and v_i, as the manual run left it
+        expected = generate(agg.hyper, agg.hyper[EMBEDDINGS][cid], agg.shapes)
+    assert set(saved[cid]) == set(protocol.global_state()) == set(expected)  # a whole model, every entry generated (the mlp has no buffers)
+    assert all(torch.equal(saved[cid][k], v) for k, v in expected.items())
+    other = took_part[0]
+    assert not all(torch.equal(saved[other][k], saved[cid][k]) for k in expected)  # each client its own model

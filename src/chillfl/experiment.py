@@ -300,7 +300,8 @@ def warn_no_client_models(config: RunConfig, aggregator: Aggregator) -> None:
 
     Under the protocol whose method is ``[algorithm]``, the clients' models are the ones the aggregator's
     client half keeps (:class:`~chillfl.aggregation.base.HoldsPersonalModel`); a method whose clients train
-    what the server sends each round (the global model, or pFedHN's generated one) keeps none, and nothing would be saved. Not an error: the global model is
+    the global model the server sends each round keeps none, and nothing would be saved (pFedHN's clients keep nothing
+    either, but its half's model is the one the server makes for each, so that is saved). Not an error: the global model is
     still saved, and one config may run several methods (a sweep, a comparison).
     """
     if not config.checkpoint.client_models or protocol_of(config).method_table is not None:

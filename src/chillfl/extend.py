@@ -25,7 +25,7 @@ docs/architecture.md the reference of the seams they plug into):
   (FML's independently initialised local model) implements :class:`StartsOwnState`; one that runs the client's trainings itself
   (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests. An aggregator that makes part of each
   client's model itself (pFedHN's hypernetwork) implements :class:`MakesClientModels`, and the half's personal model is
-  built on it;
+  built on it (for every client that took part, even one whose half keeps no state);
 * **local objective terms** (:class:`LossTerm`, or :class:`BatchTerm` for terms that read the
   batch's features): each receives the trainable parameters and the client's :data:`Context`
   and returns a scalar added to the loss; ``reads`` names the context keys it reads

@@ -71,9 +71,10 @@ Choices
 * Local accuracy measures each client's theta~_i: the model it was sent,
   after the round's training (and, under PC, its own head). The authors
   evaluate h(v_i; phi) untrained. A client keeps nothing between rounds but,
-  under PC, its head; its model is regenerated each round. pFedHN-PC's
-  ``client_models`` are each client's h(v_i; phi) at the run's end with the
-  head it keeps; pFedHN's clients keep nothing, so it writes none.
+  under PC, its head; its model is regenerated each round.
+  ``checkpoint.client_models`` writes, for each client that took part, its
+  h(v_i; phi) at the run's end (the server makes it from v_i: the client
+  keeps nothing), under pFedHN-PC with the head the client keeps.
 * Bytes: the downlink is the client's generated theta_i, whole, every round
   (``Downlink.params``); the uplink is theta~_i (the server reads all of it;
   under PC the body only: the head stays on the client). The hypernetwork
@@ -83,7 +84,7 @@ Choices
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
@@ -259,6 +260,23 @@ class KeepHead:
         return {k: own[k].to(v.device) if k in own else v for k, v in global_model.items()}
 
 
+@dataclass(frozen=True)
+class Generated:
+    """Full pFedHN's client half: the client trains what it is sent and keeps nothing; its own model is the one the
+    server makes for it, h(v_i; phi) (:meth:`PFedHN.client_model`, already in ``global_model``), so
+    ``checkpoint.client_models`` writes it."""
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        return start, dict(context)
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return {}, {}
+
+    def personal_model(self, state: ClientState, global_model: Params) -> Params:
+        """h(v_i; phi) now: the global model with every generated entry the server made for this client."""
+        return dict(global_model)
+
+
 class PFedHN(AggregatorBase):
     """Holds the hypernetwork (MLP and embeddings) and its SGD momentum; sends each client h(v_i; phi); steps by the chain rule."""
 
@@ -284,7 +302,7 @@ class PFedHN(AggregatorBase):
         self._metrics: dict[str, Json] = {}
 
     def client_half(self) -> ClientHalf | None:
-        return KeepHead(self.head) if self.head else None
+        return KeepHead(self.head) if self.head else Generated()
 
     def theta(self, client_id: int) -> Params:
         """h(v_i; phi) as the server holds it now."""
@@ -378,8 +396,11 @@ def _build(options: PFedHNOptions, ctx: BuildContext) -> Built:
     return PFedHN(options, ctx.num_clients, shapes, derive_seed(ctx.seed, "pfedhn-init"), dtype, head), []
 
 
-CAPABILITIES = Capabilities(not_a_base="pFedHN's server steps a hypernetwork and sends each client its own generated model; it averages no models")
-"""pFedHN's; pFedHN-PC's clients also hold a model of their own (the body h(v_i; phi) with the head each keeps)."""
+CAPABILITIES = Capabilities(
+    not_a_base="pFedHN's server steps a hypernetwork and sends each client its own generated model; it averages no models",
+    personal_model=True,
+)
+"""pFedHN's: every client has a model of its own, h(v_i; phi) (pFedHN-PC: the body, with the head each client keeps)."""
 
 
 SPEC = register_algorithm(
@@ -389,6 +410,5 @@ SPEC = register_algorithm(
         _build,
         "a server hypernetwork generates each client's model from its embedding (Shamsian et al. 2021)",
         capabilities=CAPABILITIES,
-        capabilities_of=lambda options: replace(CAPABILITIES, personal_model=options.variant == "pc"),
     ),
 )

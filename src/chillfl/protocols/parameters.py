@@ -40,6 +40,7 @@ from chillfl.aggregation.base import (
     ClientResult,
     ClientState,
     Local,
+    MakesClientModels,
     Params,
     Personal,
     Personalising,
@@ -325,10 +326,14 @@ class ParameterSharing:
 
     def client_states(self) -> Mapping[int, Params]:
         """Every client's own model where the method keeps one (:class:`~chillfl.aggregation.base.HoldsPersonalModel`), else none;
-        built on the model the server makes for that client where it makes one (:func:`~chillfl.aggregation.base.client_base`)."""
+        built on the model the server makes for that client where it makes one (:func:`~chillfl.aggregation.base.client_base`),
+        and then for every client that took part, even one that keeps no state (full pFedHN)."""
         out: dict[int, Params] = {}
-        for cid in sorted(self.store.ids()):
+        makes = isinstance(self.aggregator, MakesClientModels)  # the server makes each client's model (pFedHN's h(v_i; phi))
+        for cid in sorted(set(self.store.ids()) | (self.finished if makes else set())):
             state = self.store.load(cid)
+            if state is None and makes:  # a client that took part and keeps nothing: its model is the one the server makes
+                state = {}
             model = None if state is None else personal_model(self.client.half, state, client_base(self.aggregator, cid, self.state))
             if model is None:
                 return {}

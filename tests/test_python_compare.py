@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,38 @@ def test_a_bad_shard_is_one_config_error_and_writes_nothing(tmp_path: Path, shar
         chillfl.compare(config=TINY, grid={"client.lr": [0.05, 0.1]}, shard=shard, out_dir=tmp_path, progress=False, **extra)  # type: ignore[arg-type]
     assert str(info.value).startswith(line) and "\n" not in str(info.value)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_resumed_comparison_on_user_data_reruns_a_vanished_ended_run_on_that_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that had ended when the resume began (so no data was built for it) and was deleted since runs again on
+    the user's data, never on a dataset rebuilt from its config (whose ``dataset.name`` is ``custom``)."""
+    from sklearn.datasets import load_digits
+
+    import chillfl.sweeps.run as sweep_run
+    from chillfl.api import _prepare
+    from chillfl.sweeps.plan import CompareOptions
+
+    x, y = load_digits(return_X_y=True)
+    x, y = torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y)
+    data = chillfl.TensorData(x[:1400], y[:1400], x[1400:], y[1400:], num_classes=10)
+    cfg, dataset = _prepare(None, data, {**TINY, "name": "ud"}, tmp_path, {})
+    assert dataset is not None and cfg.dataset["name"] == "custom"
+    grid, options = ["client.lr=0.05,0.1"], CompareOptions(seeds=[0])
+    whole = sweep_run.run_compare(cfg, grid, progress=False, options=options, dataset=dataset)
+    assert whole.folder is not None
+    partial = whole.folder.with_name(whole.folder.name + ".partial")  # as if stopped after its runs ended, before its table
+    whole.folder.rename(partial)
+    (partial / "table.md").unlink()
+    gone = sorted(p for p in partial.iterdir() if p.is_dir())[0]
+    metrics = (gone / "metrics.jsonl").read_bytes()
+    real_check_runs = sweep_run.check_runs
+
+    def check_runs(*args: object, **kwargs: object) -> object:
+        out = real_check_runs(*args, **kwargs)  # type: ignore[arg-type]
+        shutil.rmtree(gone)  # deleted once the resume has seen it ended
+        return out
+
+    monkeypatch.setattr(sweep_run, "check_runs", check_runs)
+    resumed = sweep_run.run_compare(cfg, grid, progress=False, options=options, dataset=dataset, resume=partial)
+    assert resumed.folder == whole.folder and resumed.table == whole.table
+    assert (whole.folder / gone.name / "metrics.jsonl").read_bytes() == metrics  # the same run again: the user's data

@@ -66,6 +66,8 @@ class Sweep:
     busy_s: float = 0.0
     results: dict[tuple[str, int, int], RunOutput | None] = field(default_factory=dict)
     failures: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    dataset: ArrayDataset | None = None
+    """The user's own data (``chillfl.compare(data=...)``), which a run rebuilt here splits; None: the config's registered dataset."""
 
     def run(
         self, i: int, config: RunConfig, key: tuple[str, int, int], data: FederatedData | None, model: nn.Module | None, plugged: Plugged | None,
@@ -91,8 +93,8 @@ class Sweep:
             if stopped is not None:
                 self.results[key] = runner.resume_experiment(stopped, progress=self.progress, pools=self.pools, label=label, force=self.force)
             else:
-                if data is None:  # it had ended when the resume began and was removed since: it runs again, on the registered data
-                    data = build_data(cfg)
+                if data is None:  # it had ended when the resume began and was removed since: it runs again, on the same data
+                    data = build_data(cfg, self.dataset)
                 own = build_experiment(cfg, data=data, model=model, plugged=plugged) if model is not None or plugged else None
                 self.results[key] = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools)
         except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
@@ -177,9 +179,10 @@ def open_folder(config: RunConfig, plan: Plan, reference: str | None, resume: Pa
 
 def run_points(
     plan: Plan, where: SweepFolder, resuming: bool, force: bool, progress: Progress, datasets: Mapping[str, FederatedData],
-    model: nn.Module | None, plugged: Plugged | None, only: Shard | None = None,
+    model: nn.Module | None, plugged: Plugged | None, only: Shard | None = None, dataset: ArrayDataset | None = None,
 ) -> Sweep:
     """Every run in turn (``only``: a shard's), on worker processes and Ray actors started once for the sweep (executors/pools.py).
+    ``dataset``: the user's own data, split again for a run that ended before a resume and was deleted since.
 
     Interrupted (Ctrl-C, a signal), the comparison resumes as a whole, its finished runs kept: the
     :class:`~chillfl.runner.RunInterrupted` names its ``.partial`` folder. A ConfigError found by the first run
@@ -187,7 +190,7 @@ def run_points(
     sweep: Sweep | None = None
     try:
         with WorkerPools() as pools:
-            sweep = Sweep(where.partial, resuming, force, progress, pools, len(plan.cells))
+            sweep = Sweep(where.partial, resuming, force, progress, pools, len(plan.cells), dataset=dataset)
             for i, c in enumerate(plan.cells):
                 if only is None or only.takes(i):
                     sweep.run(i, c.config, c.key, datasets.get(data_key(c.config)), model, plugged)
@@ -355,7 +358,7 @@ def run_compare(
         return run_shard(config, plan, reference, shard, datasets, progress, force)
     where, lock = open_folder(config, plan, reference, resume, write, resumable=dataset is None and model is None and plugged is None)
     try:
-        sweep = run_points(plan, where, resume is not None, force, progress, datasets, model, plugged)
+        sweep = run_points(plan, where, resume is not None, force, progress, datasets, model, plugged, dataset=dataset)
         refuse_all_failed(plan, sweep, where)
         picked = pick_tuned(plan, sweep)
         tables = tabulate(config, plan, picked)

@@ -53,6 +53,16 @@ def test_exit_3_when_every_run_failed(tmp_path: Path, capsys: pytest.CaptureFixt
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["sweep-compare.failed"]
 
 
+def test_every_run_failed_again_takes_the_next_free_failed_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A second comparison of that name whose runs all fail too is not left as ``.partial`` beside the first ``.failed``."""
+    argv = ["compare", str(config(tmp_path)), "-q", *TINY, "--grid", "client.lr=1e30,1e31"]
+    assert main(argv) == DIVERGED_EXIT and main(argv) == DIVERGED_EXIT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("chillfl: every run failed (2 of 2") and err[-1].endswith("sweep-compare.failed-2")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["sweep-compare.failed", "sweep-compare.failed-2"]
+    assert (tmp_path / "out" / "sweep-compare.failed-2" / "sweep.json").is_file()
+
+
 def test_a_run_that_crashes_is_marked_failed_and_the_rest_go_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import chillfl.sweeps.run as sweep  # where the comparison's runs start
 

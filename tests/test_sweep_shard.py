@@ -12,7 +12,7 @@ import pytest
 
 import chillfl.sweeps.run as sweep
 from chillfl.cli import main
-from chillfl.errors import ConfigError
+from chillfl.errors import DIVERGED_EXIT, ConfigError
 from chillfl.storage.results import RunLock
 from chillfl.sweeps.shard import Shard
 
@@ -238,3 +238,21 @@ def test_an_all_failed_comparison_of_another_config_does_not_stop_a_new_one(tmp_
     (tmp_path / "sh-compare.failed" / "sweep.json").write_text("{}")
     assert _run(_config(tmp_path), tmp_path, "--shard", "1/2") == 0
     assert (tmp_path / "sh-compare.partial" / "a-s0" / "summary.json").is_file()
+
+
+def test_an_all_failed_comparison_beside_another_failed_one_is_failed_2_and_a_restarted_shard_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``sh-compare.failed`` (another comparison) is taken: the last shard renames this one ``sh-compare.failed-2``, and a
+    shard restarted after finds it there and runs nothing (before: it stayed ``.partial``)."""
+    (tmp_path / "sh-compare.failed").mkdir()
+    (tmp_path / "sh-compare.failed" / "sweep.json").write_text("{}")
+    config = _config(tmp_path, DIVERGING)
+    assert _run(config, tmp_path, "--shard", "1/2") == 0
+    assert _run(config, tmp_path, "--shard", "2/2") == DIVERGED_EXIT
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["sh-compare.failed", "sh-compare.failed-2"]
+    capsys.readouterr()
+    assert _run(config, tmp_path, "--shard", "1/2") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"chillfl: error: shard: {tmp_path / 'sh-compare.failed-2'}: every run of this comparison failed"), err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["sh-compare.failed", "sh-compare.failed-2"]

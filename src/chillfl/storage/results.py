@@ -120,7 +120,7 @@ def claim_dir(parent: Path, name: str, field: str = "out_dir") -> tuple[Path, Pa
         return final, partial
 
 
-def _rename_free(path: Path, final: Path, name: str) -> Path:
+def rename_free(path: Path, final: Path, name: str) -> Path:
     """Rename ``path`` onto ``final``, or onto the next free ``name-N`` if something (even a link) is there."""
     while True:
         if os.path.lexists(final):
@@ -272,7 +272,7 @@ class ResultWriter:
         self._close()
         try:
             if self.path != self.final:  # a stopped run resumed in place is already final
-                self.final = _rename_free(self.path, self.final, self._name)
+                self.final = rename_free(self.path, self.final, self._name)
         finally:
             self._lock.release()
         self.path = self.final
@@ -283,7 +283,7 @@ class ResultWriter:
         self._close()
         try:
             self.write_json(FAILURE, reason)
-            failed = _rename_free(self.path, self.final.with_name(self.final.name + FAILED), self.final.name + FAILED)
+            failed = rename_free(self.path, self.final.with_name(self.final.name + FAILED), self.final.name + FAILED)
         finally:
             self._lock.release()
         self.path = failed

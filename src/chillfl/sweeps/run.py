@@ -37,7 +37,7 @@ from chillfl.report.caveats import other_test_rows_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.storage.checkpoint import write_atomic
-from chillfl.storage.results import PARTIAL, FolderInUse, RunLock, claim_dir, to_toml
+from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
 from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, write_sweep
@@ -206,12 +206,14 @@ def run_points(
 
 
 def refuse_all_failed(plan: Plan, sweep: Sweep, where: SweepFolder) -> None:
-    """:class:`~chillfl.errors.SweepFailed` when no run finished; its folder then becomes ``NAME-compare.failed``."""
+    """:class:`~chillfl.errors.SweepFailed` when no run finished; its folder then becomes ``NAME-compare.failed`` (or, when
+    that is taken, by an earlier comparison of the name that failed too, the next free ``NAME-compare.failed-2``, ...)."""
     failures = sweep.failures
     if len(failures) == len(plan.cells):
         failed_at = where.partial
-        if where.partial is not None and where.folder is not None and not where.folder.with_name(where.folder.name + ".failed").exists():
-            failed_at = where.partial.rename(where.folder.with_name(where.folder.name + ".failed"))
+        if where.partial is not None and where.folder is not None:
+            name = where.folder.name + FAILED
+            failed_at = rename_free(where.partial, where.folder.with_name(name), name)
         raise SweepFailed(f"every run failed ({len(plan.cells)} of {len(plan.cells)}; the first {next(iter(failures.values()))})", failed_at)
 
 

@@ -115,18 +115,29 @@ def _holds(folder: Path, record: SweepRecord) -> bool:
 
 
 def refuse_ended(final: Path, record: SweepRecord, shard: Shard) -> None:
-    """One line when the comparison has ended: ``final`` (its table is written), or ``final.failed`` holding this
-    comparison (every run failed: the last shard renamed it so, and running its cells again fails the same way).
+    """One line when the comparison has ended: ``final`` (its table is written), or ``final.failed`` (``final.failed-2``, ...
+    where that was taken) holding this comparison (every run failed: the last shard renamed it so, and running its
+    cells again fails the same way).
 
     A ``final.failed`` of another comparison under the same name (the lr that diverged, lowered) stops nothing.
     """
     if os.path.lexists(final):
         raise ConfigError(FIELD, f"{final} is finished (its table is written): nothing is left for shard {shard}; "
                                  "give another out_dir to run the comparison again")
-    failed = final.with_name(final.name + FAILED)
-    if failed.is_dir() and not failed.is_symlink() and _holds(failed, record):
-        raise ConfigError(FIELD, f"{failed}: every run of this comparison failed: nothing is left for shard {shard}; "
-                                 "change what made them fail, or give another out_dir to run it again")
+    for failed in failed_folders(final):
+        if failed.is_dir() and not failed.is_symlink() and _holds(failed, record):
+            raise ConfigError(FIELD, f"{failed}: every run of this comparison failed: nothing is left for shard {shard}; "
+                                     "change what made them fail, or give another out_dir to run it again")
+
+
+def failed_folders(final: Path) -> list[Path]:
+    """``final.failed`` and the ``final.failed-N`` beside it: the names an all-failed comparison of ``final`` is renamed to."""
+    name = final.name + FAILED
+    pattern = re.compile(re.escape(name) + r"(-[0-9]+)?")
+    try:
+        return sorted(p for p in final.parent.iterdir() if pattern.fullmatch(p.name))
+    except OSError:  # no parent yet: nothing ended
+        return []
 
 
 def hold_folder(final: Path, partial: Path, record: SweepRecord, shard: Shard) -> RunLock:

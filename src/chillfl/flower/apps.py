@@ -47,12 +47,14 @@ config keys ``config`` (a TOML path or a bundled experiment name) and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import shlex
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -398,7 +400,7 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     init = {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}
     backend = {"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0}, "init_args": init}
     try:
-        with without_ray_tip():
+        with without_ray_tip(), without_run_simulation_deprecation():
             flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
     finally:
         shutil.rmtree(temp, ignore_errors=True)
@@ -408,6 +410,34 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     if isinstance(out[0], BaseException):  # the ServerApp's error (e.g. a failed client update), raised here as chillfl run would
         raise out[0]
     return out[0]
+
+
+RUN_SIMULATION_DEPRECATED = "The `run_simulation` function is deprecated"
+"""The start of the warning flwr 1.42 logs on every ``flwr.simulation.run_simulation`` call (through its ``flwr`` logger)."""
+
+
+class _NotRunSimulationDeprecation(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return RUN_SIMULATION_DEPRECATED not in record.getMessage()
+
+
+@contextlib.contextmanager
+def without_run_simulation_deprecation() -> Iterator[None]:
+    """flwr 1.42's deprecation of ``run_simulation`` silenced while :func:`run_simulation` runs, and nothing else.
+
+    Why: Flower's replacement, ``flwr run`` with a simulation federation, runs the apps from an app folder in
+    processes a SuperLink starts, so the ServerApp cannot hand its run's output back to this process; flwr has no
+    other in-process entry point (``_run_simulation`` is private). The warning, five lines on every run, names
+    nothing a user of :func:`run_simulation` can change; docs/flower.md ("Choices and limits") says it instead.
+    Every other Flower log line, other deprecations included, still shows; the filter goes when the simulation ends.
+    """
+    flower = logging.getLogger("flwr")
+    quiet = _NotRunSimulationDeprecation()
+    flower.addFilter(quiet)
+    try:
+        yield
+    finally:
+        flower.removeFilter(quiet)
 
 
 def server_app_capturing(config: RunConfig, out: list[RunOutputLite | BaseException], min_nodes: int, built: tuple[Any, Any]) -> Any:

@@ -131,9 +131,33 @@ def test_a_dry_run_without_data_asks_every_architecture_and_the_noise_it_would_a
     code, err = _dry_run(tmp_path, capsys, groups)
     assert code == 2 and err == ["chillfl: error: " + NOISE_LINE.format(field="model.groups[0].name")], err
     code, err = _dry_run(tmp_path, capsys, 'name = "char_lstm"', "partition.sigma_min=0", "partition.sigma_max=0")
-    assert code == 0 and "names and options checked" in err[0], err  # no noise: nothing to refuse
+    assert code == 2 and err == ["chillfl: error: " + REAL_LINE.replace("cifar10", "uci_har")], err  # no noise, but uci_har's inputs are real
     code, err = _dry_run(tmp_path, capsys, 'name = "mlp"')
     assert code == 0, err  # a model that reads features takes the noise
+
+
+REAL_LINE = ("model.name: char_lstm reads its inputs as integer indices, and the inputs of 'cifar10' are real-valued features, not indices "
+             "(a character-index dataset such as flwr_shakespeare, or another model)")
+
+
+def test_a_dry_run_without_data_refuses_an_index_reader_on_a_real_valued_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The dataset's registry entry declares its input kind; the dry run asks it (before: cifar10's files absent, it passed)."""
+    config = tmp_path / "c.toml"
+    config.write_text('[dataset]\nname = "cifar10"\n[model]\nname = "char_lstm"\n[federation]\nnum_clients = 4\nclients_per_round = 2\nrounds = 1\n')
+    code = main(["run", str(config), "--dry-run", f"data_dir={tmp_path / 'absent'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["chillfl: error: " + REAL_LINE], err
+    code = main(["run", str(config), "--dry-run", f"data_dir={tmp_path / 'absent'}", "model.name=mlp"])
+    assert code == 0, capsys.readouterr().err  # a model that reads features
+    # char_lstm on flwr_shakespeare ("indices") offline passes: test_leaf_parquet's dry run of a hub dataset
+
+
+def test_every_dataset_declares_its_input_kind() -> None:
+    from chillfl.data.datasets import DATASETS
+
+    kinds = {name: entry.inputs for name, entry in DATASETS.items()}
+    assert set(kinds.values()) <= {"real", "indices", "any"}
+    assert kinds["flwr_shakespeare"] == "indices" and kinds["hf"] == "any" and kinds["cifar10"] == kinds["digits"] == "real"
 
 
 def _soft_labels(**public: Any) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from chillfl.errors import ConfigError, choice_error
 from chillfl.options import short_repr
 from chillfl.models import build_model, model_names
 from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous, refuse_with_user_model
-from chillfl.models.inputs import check_index_inputs, refuse_noise
+from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_inputs
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import MODELS, model_options
 from chillfl.protocols.common import Evaluation
@@ -584,6 +584,9 @@ def check_parts(config: RunConfig) -> None:
     check_model_assignment(config, config.federation.num_clients)
     if noisy:  # what the built run refuses once the data are split (check_index_inputs), in its words
         refuse_noise(config.model, config.federation.num_clients)
+    dataset = config.dataset.get("name")
+    if isinstance(dataset, str) and dataset in DATASETS and DATASETS[dataset].inputs == "real":  # its entry says so: no values needed
+        refuse_real_inputs(config.model, config.federation.num_clients, dataset)
     check_policy(config)  # its options, then its own checks against the run
     objective_terms(config, ())  # the [objective] terms' names and options, and whether the protocol takes them
     check_attack(config)  # [attack]: whether the protocol has what the attack rewrites

@@ -40,7 +40,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -316,9 +316,18 @@ def build_synthetic(opts: SyntheticOptions, data_dir: Path) -> ArrayDataset:
 # ---------------------------------------------------------------- registry
 
 
+InputKind = Literal["real", "indices", "any"]
+"""What a dataset's inputs are, known before its files are read: ``real`` (features: pixels, signals, standardised
+values), ``indices`` (whole-number token ids, as flwr_shakespeare's characters), ``any`` (its files decide: hf's columns)."""
+
+
 class DatasetEntry(NamedTuple):
+    """A registered dataset: its options, its builder and its :data:`InputKind`, which a dry run without the
+    files asks (a model that reads indices refuses ``real`` inputs then, before the values can be scanned)."""
+
     options: type
     build: Callable[[Any, Path], ArrayDataset]
+    inputs: InputKind
 
 
 def _real(name: str, reader: Callable[[Path, Any], RawSplit]) -> Callable[[Any, Path], ArrayDataset]:
@@ -390,22 +399,22 @@ def _grouped(name: str, reader: Callable[[Path, Any], arraycache.Mapped]) -> Cal
 
 
 DATASETS: dict[str, DatasetEntry] = {
-    "digits": DatasetEntry(DigitsOptions, build_digits),
-    "mnist1d": DatasetEntry(Mnist1dOptions, build_mnist1d),
-    "synthetic": DatasetEntry(SyntheticOptions, build_synthetic),
-    "cifar10": DatasetEntry(loaders.NoOptions, _real("cifar10", loaders.load_cifar10)),
-    "cifar100": DatasetEntry(loaders.Cifar100Options, _real("cifar100", loaders.load_cifar100)),
-    "svhn": DatasetEntry(loaders.NoOptions, _real("svhn", loaders.load_svhn)),
-    "mnist": DatasetEntry(loaders.NoOptions, _real("mnist", loaders.load_mnist)),
-    "fashion_mnist": DatasetEntry(loaders.NoOptions, _real("fashion_mnist", loaders.load_fashion_mnist)),
-    "uci_har": DatasetEntry(loaders.NoOptions, _real("uci_har", loaders.load_uci_har)),
-    "emnist": DatasetEntry(loaders.EmnistOptions, _real("emnist", loaders.load_emnist)),
-    "femnist": DatasetEntry(loaders.FemnistOptions, build_femnist),
-    "tiny_imagenet": DatasetEntry(loaders.TinyImagenetOptions, build_tiny_imagenet),
-    "caltech256": DatasetEntry(loaders.Caltech256Options, build_caltech256),
-    "hf": DatasetEntry(hf.HFOptions, _real("hf", hf.load_hf)),  # a local Hugging Face dataset (chillfl.data.hf)
-    "flwr_femnist": DatasetEntry(leaf_hub.FemnistHubOptions, _grouped("flwr_femnist", leaf_hub.load_femnist)),  # chillfl.data.leaf_hub
-    "flwr_shakespeare": DatasetEntry(leaf_hub.ShakespeareOptions, _grouped("flwr_shakespeare", leaf_hub.load_shakespeare)),
+    "digits": DatasetEntry(DigitsOptions, build_digits, "real"),
+    "mnist1d": DatasetEntry(Mnist1dOptions, build_mnist1d, "real"),
+    "synthetic": DatasetEntry(SyntheticOptions, build_synthetic, "real"),
+    "cifar10": DatasetEntry(loaders.NoOptions, _real("cifar10", loaders.load_cifar10), "real"),
+    "cifar100": DatasetEntry(loaders.Cifar100Options, _real("cifar100", loaders.load_cifar100), "real"),
+    "svhn": DatasetEntry(loaders.NoOptions, _real("svhn", loaders.load_svhn), "real"),
+    "mnist": DatasetEntry(loaders.NoOptions, _real("mnist", loaders.load_mnist), "real"),
+    "fashion_mnist": DatasetEntry(loaders.NoOptions, _real("fashion_mnist", loaders.load_fashion_mnist), "real"),
+    "uci_har": DatasetEntry(loaders.NoOptions, _real("uci_har", loaders.load_uci_har), "real"),
+    "emnist": DatasetEntry(loaders.EmnistOptions, _real("emnist", loaders.load_emnist), "real"),
+    "femnist": DatasetEntry(loaders.FemnistOptions, build_femnist, "real"),
+    "tiny_imagenet": DatasetEntry(loaders.TinyImagenetOptions, build_tiny_imagenet, "real"),
+    "caltech256": DatasetEntry(loaders.Caltech256Options, build_caltech256, "real"),
+    "hf": DatasetEntry(hf.HFOptions, _real("hf", hf.load_hf), "any"),  # a local Hugging Face dataset (chillfl.data.hf)
+    "flwr_femnist": DatasetEntry(leaf_hub.FemnistHubOptions, _grouped("flwr_femnist", leaf_hub.load_femnist), "real"),  # chillfl.data.leaf_hub
+    "flwr_shakespeare": DatasetEntry(leaf_hub.ShakespeareOptions, _grouped("flwr_shakespeare", leaf_hub.load_shakespeare), "indices"),
 }
 
 

@@ -72,6 +72,17 @@ def refuse_noise(table: Mapping[str, Any], num_clients: int, noise_field: str = 
         raise ConfigError(noise_field, f"adds Gaussian noise to the clients' inputs, and {first.reads()} ({first.field}); choose a partitioner that leaves inputs as they are")
 
 
+def refuse_real_inputs(table: Mapping[str, Any], num_clients: int, dataset: str) -> None:
+    """Refuse an architecture that reads indices on registered dataset ``dataset``, whose entry declares real-valued
+    inputs (:data:`~chillfl.data.datasets.InputKind`): what a dry run without the files can tell, in the words of
+    the built run's line (:func:`refuse_values`), which scans the values once they are read."""
+    readers = index_readers(table, num_clients)
+    if readers:
+        first = readers[0]
+        raise ConfigError(first.field, f"{first.reads()}, and the inputs of {dataset!r} are real-valued features, not indices "
+                                       "(a character-index dataset such as flwr_shakespeare, or another model)")
+
+
 def check_index_inputs(table: Mapping[str, Any], data: FederatedData, noise_field: str = "partition.name") -> None:
     """Refuse, before the run, index-reading models on inputs that are not whole numbers or that carry feature noise.
 

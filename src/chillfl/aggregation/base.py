@@ -209,7 +209,8 @@ class HoldsPersonalModel(Protocol):
     """A client half whose state holds the client's own model: FedBN's, FedPer's and FedRep's local entries, Ditto's v_i, APFL's v_i and alpha_i.
 
     ``checkpoint.client_models`` saves these models. pFedMe keeps none: its theta_i is
-    made anew from each round's global model, so it has no model between rounds.
+    made anew from each round's global model, so it has no model between rounds. Full pFedHN's half keeps no state
+    but has a model all the same: the one its server makes for the client (:class:`MakesClientModels`), h(v_i; phi).
     """
 
     def personal_model(self, state: ClientState, global_model: Params) -> Params:

@@ -17,10 +17,12 @@ import shlex
 import subprocess
 import sys
 import tomllib
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import torch
 
 from chillfl import runner
 from chillfl.cli import main
@@ -77,7 +79,7 @@ def test_every_block_is_run_by_a_test() -> None:
     kinds = [(k, n, lang) for k, n, lang, _ in blocks()]
     assert all(k is not None or lang == "text" for k, _, lang in kinds), "an unmarked code block: mark it and run it here"
     assert {n for k, n, _ in kinds if k == "file"} == {"my_methods.py", "my_feddyn.toml", "my_prototypes.toml", "pyproject.toml"}
-    assert {n for k, n, _ in kinds if k == "example"} == {"python", "cli", "config", "softlabels", "prototypes"}
+    assert {n for k, n, _ in kinds if k == "example"} == {"python", "cli", "config", "softlabels", "prototypes", "head"}
     assert {n for k, n, _ in kinds if k == "prints"} == {"prototypes"}
     assert len(texts()) == 2  # the error line and `chillfl list`, each checked below
 
@@ -131,6 +133,21 @@ def test_python_example_runs_feddyn_and_the_policy_by_instance(workdir: Path, ex
     assert result.config.algorithm == {"name": "custom", "class": "my_methods.FedDyn", "terms": ["my_methods.FedDynTerm"]}
     assert ns["feddyn"].folder is None and "FedDyn: accuracy" in capsys.readouterr().out
     _reference("python", result.records, executor)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_head_example_runs_moon_on_the_declared_head(workdir: Path, executor: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from chillfl.models.parts import forward_with_features, head_name
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*declares no classifier head")  # declared: no guess, no warning
+        ns = _run(with_executor(example("head"), executor), "head")
+    result, model = ns["moon"], ns["model"]
+    assert len(result.records) == 3 and 0.0 <= result.summary["final_global_acc"] <= 1.0
+    assert head_name(model) == "classifier" and "MOON on a cosine classifier: accuracy" in capsys.readouterr().out
+    x = torch.zeros(2, 1, 8, 8)
+    assert forward_with_features(model, x)[0].shape == (2, 32)  # the body's output, not the raw image (64)
+    _reference("head", result.records, executor)
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

@@ -35,6 +35,7 @@ from chillfl.options import short_repr
 from chillfl.models import build_model, model_names
 from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous, refuse_with_user_model
 from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_inputs
+from chillfl.models.parts import check_declared_head
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import MODELS, model_options
 from chillfl.protocols.common import Evaluation
@@ -360,6 +361,7 @@ def build_experiment(
         model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     else:
         model, state = user_initial_model(config, model)
+    check_declared_head(model, data.num_classes)  # a head the model names exists and gives one logit a class
     check_index_inputs(config.model, data)  # a model that reads indices (its spec says so) on whole numbers without noise
     check_one_sample_batches(config, data, model)
     if plugged and plugged.aggregator is not None and not kind.uses_aggregator:

@@ -45,6 +45,10 @@ docs/architecture.md the reference of the seams they plug into):
   counts and the method's own per-class rows), how the server combines them into the global
   :class:`Knowledge`, and the clients' loss (a :class:`PrototypeLoss`, told the model's
   :class:`Head`);
+* **a model** (any ``nn.Module``; passed to ``chillfl.run(model=...)``): one that names its classifier
+  head (:class:`DeclaresHead`, a ``head_name()`` method) is split there by every method that reads the
+  representation or personalises the head (MOON, the prototype family, FedRoD, FedDBE, FedGen, CKA);
+  one that does not gets its last ``nn.Linear``, with a warning;
 * **an attack** (an :class:`AttackSpec`: its options and its hooks): what the attacking clients do,
   by rewriting their training data before the run (under every protocol) or forging what they
   upload (the run's data is a :class:`FederatedData`): their models, given the whole round (:class:`ModelRound`), their soft-label rows
@@ -126,6 +130,7 @@ from chillfl.protocols.softlabels.method import (
     stack_uplinks,
 )
 from chillfl.errors import ConfigError
+from chillfl.models.parts import DeclaresHead
 from chillfl.options import require
 from chillfl.privacy.aggregate import AdaptiveClip, PrivateAggregation, WeightedMean
 from chillfl.privacy.spec import Accounting, Charge, MechanismSpec, Noise, Participant, RunSizes
@@ -162,6 +167,7 @@ __all__ = [
     "ConstantTemperature",
     "Context",
     "ContextError",
+    "DeclaresHead",
     "Downlink",
     "FedAvg",
     "FederatedData",

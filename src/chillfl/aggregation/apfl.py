@@ -61,6 +61,7 @@ from chillfl.aggregation.base import (
     own_entries,
     with_prefix,
 )
+from chillfl.models.parts import head_name, prefixed
 from chillfl.options import require
 from chillfl.training.local import BaseLoss, LocalSpec
 from chillfl.training.objective import LossTerm, StepView, Term, is_batch_term, temperature_cross_entropy
@@ -82,8 +83,8 @@ class APFLOptions:
 class Pair(nn.Module):
     """v and w, two copies of a model, and alpha as one module: the forward is w's.
 
-    v is registered first, so that the pair's last ``nn.Linear`` (its "head",
-    whose input batch terms read) is w's, which the forward runs.
+    The pair's head (whose input batch terms read) is w's, which the forward runs; it declares
+    it under w's prefix. (v is registered first, so that a model declaring no head gets w's last ``nn.Linear``.)
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -91,6 +92,10 @@ class Pair(nn.Module):
         self.v = copy.deepcopy(model)
         self.w = copy.deepcopy(model)
         self.alpha = nn.Parameter(torch.zeros(()))
+
+    def head_name(self) -> str:
+        """w's head (:class:`~chillfl.models.parts.DeclaresHead`), asked when a term reads the representation."""
+        return prefixed("w", head_name(self.w))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w(x)

@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Mapping, Sequence, cast
+from typing import Any, Literal, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -100,7 +100,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
-from chillfl.models.parts import head_name
+from chillfl.models.parts import head_has_bias, head_name, head_size
 from chillfl.options import require
 from chillfl.training.local import LocalSpec, reads_features
 from chillfl.training.objective import StepView, is_batch_term, read_number, read_tensor
@@ -178,11 +178,11 @@ class BiasMemory(nn.Module):
 def with_bias_memory(model: nn.Module, momentum: float) -> nn.Module:
     """A copy of ``model`` whose head sees f(x) + PRBM; its state is the model's plus :data:`BIAS` and :data:`RUNNING`.
 
-    Its last ``nn.Linear`` is still the model's head, so the representation a step reads is the head's input (z + PRBM).
+    The copy keeps the model's head (its declaration travels with it), so the representation a step reads is the head's input (z + PRBM).
     """
     twin = copy.deepcopy(model)
     head = twin.get_submodule(head_name(twin))
-    memory = BiasMemory(cast(nn.Linear, head).in_features, momentum)
+    memory = BiasMemory(head_size(twin).features, momentum)
     twin.add_module(MEMORY, memory)
     head.register_forward_pre_hook(memory.shift)
     return twin
@@ -266,7 +266,7 @@ class FedDBE(FedAvg):
         super().__init__(options.weighting)
         self.options = options
         self.head = head_name(model)
-        if cast(nn.Linear, model.get_submodule(self.head)).bias is None:
+        if not head_has_bias(model):
             raise ConfigError("algorithm.name", f"FedDBE folds the PRBM into the head's bias; {type(model).__name__}'s head {self.head!r} has none")
         self.client = FedDBEClient(with_bias_memory(model, options.momentum), self.head, options.distance)
         self.consensus: torch.Tensor | None = None

@@ -263,12 +263,12 @@ def _counts(result: ClientResult) -> torch.Tensor:
 
 
 def _build(options: FedGenOptions, ctx: BuildContext) -> Built:
+    from chillfl.models.parts import head_size
     from chillfl.training.fedgen import FedGenTerm
 
     head = require_head(ctx, "FedGen")
-    module = ctx.model.get_submodule(head)
-    assert isinstance(module, nn.Linear)
-    return FedGen(options, head, module.out_features, module.in_features, ctx.seed), [FedGenTerm(head)]
+    classes, features = head_size(ctx.model)
+    return FedGen(options, head, classes, features, ctx.seed), [FedGenTerm(head)]
 
 
 SPEC = register_algorithm(

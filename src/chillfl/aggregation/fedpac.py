@@ -83,7 +83,7 @@ from chillfl.aggregation.base import (
     weighted_average,
 )
 from chillfl.aggregation.fedper import head_keys
-from chillfl.models.parts import forward_with_features, head_of
+from chillfl.models.parts import forward_with_features, head_size
 from chillfl.options import require
 from chillfl.prototypes.maths import aggregate_means, class_means, prototype_distance
 from chillfl.training.local import LocalSpec, split_state
@@ -233,7 +233,7 @@ class FedPAC(AggregatorBase):
         self.options = options
         self.eval_batch_size = eval_batch_size
         self.head = tuple(head_keys(model, 1))
-        self.num_classes = head_of(model).out_features
+        self.num_classes = head_size(model).classes
         self.protos: torch.Tensor | None = None
         self.mask: torch.Tensor | None = None
         self.heads: dict[int, Params] = {}

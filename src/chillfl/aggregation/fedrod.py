@@ -22,7 +22,7 @@ making each part's gradient the algorithm's.
 
 Choices
 -------
-* P is a copy of the model's classifier (its last ``nn.Linear``) and starts, at
+* P is a copy of the model's classifier head (the one it declares, :mod:`chillfl.models.parts`) and starts, at
   the client's first participation, from the global generic head it was sent
   (PFLlib and FL-bench copy the initial head: the same at round 0).
 * P trains at the round's learning rate with the run's local optimiser (PFLlib:
@@ -62,7 +62,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
-from chillfl.models.parts import head_name
+from chillfl.models.parts import head_name, head_size, prefixed
 from chillfl.training.local import BaseLoss, LocalSpec, reads_features
 from chillfl.training.objective import LossTerm, Term, is_batch_term, read_tensor, temperature_cross_entropy
 
@@ -86,14 +86,19 @@ NO_SAMPLE = -1e9
 class RoD(nn.Module):
     """P and the model as one module; the forward is the model's.
 
-    P is registered first, so that the template's last ``nn.Linear`` (the head
-    whose input the loss reads as z) is the model's G, which the forward runs.
+    The template's head (whose input the loss reads as z) is the model's G, which the
+    forward runs; the template declares it under the model's prefix.
     """
 
     def __init__(self, model: nn.Module, head: str) -> None:
         super().__init__()
         self.personal = copy.deepcopy(model.get_submodule(head))
         self.model = copy.deepcopy(model)
+        self.head = head
+
+    def head_name(self) -> str:
+        """G, the model's head (:class:`~chillfl.models.parts.DeclaresHead`)."""
+        return prefixed("model", self.head)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return cast(torch.Tensor, self.model(x))
@@ -208,7 +213,7 @@ class FedRoD(FedAvg):
         super().__init__(options.weighting)
         self.options = options  # recorded for an instance passed from Python
         self.head = head_name(model)
-        self.client = FedRoDClient(model, self.head, cast(nn.Linear, model.get_submodule(self.head)).out_features, options.balanced)
+        self.client = FedRoDClient(model, self.head, head_size(model).classes, options.balanced)
 
     def client_half(self) -> ClientHalf:
         return self.client

@@ -109,6 +109,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.ifca import fresh_model
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
+from chillfl.models.parts import head_name, prefixed
 from chillfl.options import require
 from chillfl.seeds import derive_seed
 from chillfl.training.local import BaseLoss, LocalSpec, reads_context, reads_features
@@ -154,6 +155,10 @@ class Mutual(nn.Module):
         super().__init__()
         self.meme = copy.deepcopy(model)
         self.local = copy.deepcopy(model)
+
+    def head_name(self) -> str:
+        """The local model's head (:class:`~chillfl.models.parts.DeclaresHead`): the last one the forward runs."""
+        return prefixed("local", head_name(self.local))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.stack((self.meme(x), self.local(x)))

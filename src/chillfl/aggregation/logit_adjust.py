@@ -116,9 +116,9 @@ class AdjustedFedAvg(FedAvg):
 def logit_width(model: nn.Module, method: str) -> int:
     """The number of classes the counts cover: the out_features of the model's classifier head (ConfigError on ``model.name`` without one)."""
     from chillfl.errors import ConfigError
-    from chillfl.models.parts import NoHeadError, head_of
+    from chillfl.models.parts import NoHeadError, head_size
 
     try:
-        return head_of(model).out_features
+        return head_size(model).classes
     except NoHeadError as exc:
         raise ConfigError("model.name", f"{method} counts the client's labels over the classifier head's outputs, and {exc}") from None

@@ -61,7 +61,7 @@ def default_layers(model: nn.Module) -> list[str]:
         head = head_name(model)
     except NoHeadError:
         return names
-    names.insert(names.index(head), REPRESENTATION)  # the head's input, just before the head's output
+    names.insert(names.index(head) if head in names else len(names), REPRESENTATION)  # the head's input, just before the head's output
     return names
 
 

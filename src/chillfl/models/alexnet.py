@@ -68,6 +68,10 @@ class AlexNet(nn.Module):
             nn.Linear(hidden, num_classes),
         )
 
+    def head_name(self) -> str:
+        """The classifier head (:class:`~chillfl.models.parts.DeclaresHead`)."""
+        return f"classifier.{len(self.classifier) - 1}"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x).flatten(1))
 

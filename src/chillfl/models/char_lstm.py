@@ -99,6 +99,10 @@ class CharLSTM(nn.Module):
         self.lstm = nn.ModuleList([LSTMLayer(embed_dim if k == 0 else hidden, hidden) for k in range(layers)])
         self.head = nn.Linear(hidden, num_classes)
 
+    def head_name(self) -> str:
+        """The classifier head (:class:`~chillfl.models.parts.DeclaresHead`)."""
+        return "head"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self.embed(x.flatten(1).long().clamp(0, self.vocab - 1))
         for layer in self.lstm:

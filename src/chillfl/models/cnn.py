@@ -74,6 +74,10 @@ class TwoConvCNN(nn.Module):
         self.fc1 = nn.Linear(flat_features(self.features, input_shape), hidden)
         self.fc2 = nn.Linear(hidden, num_classes)
 
+    def head_name(self) -> str:
+        """The classifier head (:class:`~chillfl.models.parts.DeclaresHead`)."""
+        return "fc2"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.features(x).flatten(1)
         return self.fc2(F.relu(self.fc1(x)))

@@ -40,6 +40,10 @@ class HARCNN1d(nn.Module):
         self.features = nn.Sequential(*layers)
         self.head = nn.Linear(channels, num_classes)
 
+    def head_name(self) -> str:
+        """The classifier head (:class:`~chillfl.models.parts.DeclaresHead`)."""
+        return "head"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.add_channel_dim:
             x = x.unsqueeze(1)

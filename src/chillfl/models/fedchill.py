@@ -102,6 +102,10 @@ class ConvBNNet(nn.Module):
         fc.append(nn.Linear(width, num_classes))
         self.classifier = nn.Sequential(*fc)
 
+    def head_name(self) -> str:
+        """The classifier head (:class:`~chillfl.models.parts.DeclaresHead`)."""
+        return f"classifier.{len(self.classifier) - 1}"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x).flatten(1))
 

@@ -39,6 +39,10 @@ class MLP(nn.Module):
         self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(widths))
         self.head = nn.Linear(widths[-1], num_classes)
 
+    def head_name(self) -> str:
+        """The classifier head (:class:`~chillfl.models.parts.DeclaresHead`)."""
+        return "head"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.flatten(1)
         for layer in self.hidden:

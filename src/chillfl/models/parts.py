@@ -1,21 +1,31 @@
 """A classifier's representation and head, for methods that need both.
 
-MOON, FedProto, FedHKD, FedGen and the CKA analysis work on the
-representation a model feeds to its classifier head. Rather than make every
-architecture (and every user's own ``nn.Module``) implement a second forward
-method, the head is defined as the model's *last registered* ``nn.Linear``
-and the representation as that layer's input, captured with a forward
-pre-hook while the model runs its ordinary ``forward``. The hook sees the
-tensor the layer sees, so it works under ``torch.func.functional_call`` and
-``vmap`` alike, and logits stay exactly what ``model(x)`` returns.
+MOON, FedProto, FedHKD, FedGen, FedRoD, FedDBE, the projection head and the CKA
+analysis work on the representation a model feeds to its classifier head.
+Rather than make every architecture (and every user's own ``nn.Module``)
+implement a second forward method, a model *declares* which submodule is its
+head (:class:`DeclaresHead`: a ``head_name()`` method returning its dotted
+name; every bundled model does), and the representation is that module's
+input, captured with a forward pre-hook while the model runs its ordinary
+``forward``. The hook sees the tensor the layer sees, so it works under
+``torch.func.functional_call`` and ``vmap`` alike, and logits stay exactly
+what ``model(x)`` returns.
+
+A model that declares nothing gets its *last registered* ``nn.Linear``, with
+a warning naming the module picked (once per model class under Python's
+default warning filters), because that rule picks the wrong module for a
+model that registers an auxiliary ``nn.Linear`` after its classifier.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+import warnings
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 from torch import nn
+
+from chillfl.errors import ConfigError
 
 
 @runtime_checkable
@@ -25,26 +35,115 @@ class SlimStaged(Protocol):
     slim_stage: str
 
 
+@runtime_checkable
+class DeclaresHead(Protocol):
+    """A model that names its classifier head, so that no method has to guess it.
+
+    ``head_name()`` returns the head's dotted submodule name (``"fc"``, ``"classifier.6"``). The head
+    holds a ``weight`` of shape ``[num_classes, features]`` (and optionally a ``bias`` of ``[num_classes]``)
+    and maps the representation ``[batch, features]`` to the logits, as an ``nn.Linear`` does. A module
+    that wraps a model under a prefix (APFL's pair, FedRoD's template) declares the prefixed name.
+    """
+
+    def head_name(self) -> str: ...
+
+
 class NoHeadError(ValueError):
-    """The model has no ``nn.Linear`` layer, so it has no classifier head to split at."""
+    """The model declares no head and has no ``nn.Linear`` layer, so it has no classifier head to split at."""
 
 
-def head_name(model: nn.Module) -> str:
-    """Dotted name of the model's classifier head: its last registered ``nn.Linear``."""
+class HeadSize(NamedTuple):
+    """The head's weight shape: logits out, representation features in."""
+
+    classes: int
+    features: int
+
+
+HOW_TO_DECLARE = "declare it with a head_name() method returning the head's dotted module name (chillfl.extend.DeclaresHead)"
+
+
+def last_linear(model: nn.Module) -> str:
+    """Dotted name of the model's last registered ``nn.Linear``: the head of a model that declares none."""
     name = None
     for module_name, module in model.named_modules():
         if isinstance(module, nn.Linear):
             name = module_name
     if name is None:
-        raise NoHeadError(f"{type(model).__name__} has no nn.Linear layer to use as its classifier head")
+        raise NoHeadError(f"{type(model).__name__} declares no classifier head and has no nn.Linear layer to use as one")
     return name
 
 
-def head_of(model: nn.Module) -> nn.Linear:
-    """The classifier head module (see :func:`head_name`)."""
-    head = model.get_submodule(head_name(model))
-    assert isinstance(head, nn.Linear)
+def head_name(model: nn.Module) -> str:
+    """Dotted name of the model's classifier head: the one it declares (:class:`DeclaresHead`), else its last ``nn.Linear``.
+
+    A declared module that declares a head itself (MOON's projection head in place of the model's) is
+    followed into. A declared name that is not a submodule holding a 2-D ``weight`` is a ConfigError on ``model``. The
+    fallback warns, naming the model's class and the module picked; Python's default filters show that
+    warning once per model class (the message names the class), so a plugin author learns the rule once.
+    """
+    if isinstance(model, DeclaresHead):
+        name = model.head_name()
+        head = declared_head(model, name)
+        return prefixed(name, head_name(head)) if isinstance(head, DeclaresHead) else name
+    name = last_linear(model)
+    kind = type(model)
+    warnings.warn(
+        f"{kind.__module__}.{kind.__qualname__} declares no classifier head; chillfl uses its last nn.Linear, {name!r}: {HOW_TO_DECLARE}",
+        UserWarning,
+        stacklevel=1,  # one location for every caller: the default filters then show it once per message, i.e. per model class
+    )
+    return name
+
+
+def declared_head(model: nn.Module, name: object) -> nn.Module:
+    """The head module ``model`` declares as ``name``; a ConfigError on ``model`` when it is not a head."""
+    owner = type(model).__name__
+    if not isinstance(name, str) or not name:
+        raise ConfigError("model", f"{owner}.head_name() must return the dotted name of its classifier head module, got {name!r}")
+    try:
+        head = model.get_submodule(name)
+    except AttributeError:
+        raise ConfigError("model", f"{owner} declares its classifier head {name!r}, which is not one of its submodules") from None
+    if isinstance(head, DeclaresHead):
+        return head  # followed into by head_name
+    weight = dict(head.named_parameters(recurse=False)).get("weight")
+    if weight is None or weight.dim() != 2:
+        shape = "none" if weight is None else list(weight.shape)
+        raise ConfigError("model", f"{owner} declares its classifier head {name!r}, a {type(head).__name__} whose weight ({shape}) is not [num_classes, features]")
     return head
+
+
+def prefixed(prefix: str, name: str) -> str:
+    """``name`` inside submodule ``prefix``: how a module that wraps a model declares the model's head ("" is the model itself)."""
+    return f"{prefix}.{name}" if name else prefix
+
+
+def head_of(model: nn.Module) -> nn.Module:
+    """The classifier head module (see :func:`head_name`)."""
+    return model.get_submodule(head_name(model))
+
+
+def head_size(model: nn.Module) -> HeadSize:
+    """The head's ``[num_classes, features]``, from its weight's shape."""
+    weight = dict(head_of(model).named_parameters(recurse=False))["weight"]
+    return HeadSize(int(weight.shape[0]), int(weight.shape[1]))
+
+
+def head_has_bias(model: nn.Module) -> bool:
+    """Whether the classifier head has a bias parameter (FedDBE folds into it; prototype terms apply it)."""
+    return dict(head_of(model).named_parameters(recurse=False)).get("bias") is not None
+
+
+def check_declared_head(model: nn.Module, num_classes: int) -> None:
+    """Before a run: a head the model declares exists and has ``num_classes`` rows (ConfigError on ``model``).
+
+    A model that declares none is not checked (nor warned about) here: only the methods that read a head need one.
+    """
+    if not isinstance(model, DeclaresHead):
+        return
+    classes = head_size(model).classes
+    if classes != num_classes:
+        raise ConfigError("model", f"{type(model).__name__}'s declared classifier head {head_name(model)!r} has {classes} outputs; the data have {num_classes} classes")
 
 
 def forward_with_features(model: nn.Module, x: torch.Tensor, *, call: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,5 +166,5 @@ def forward_with_features(model: nn.Module, x: torch.Tensor, *, call: Any = None
     finally:
         handle.remove()
     if not captured:
-        raise NoHeadError(f"{type(model).__name__}'s forward did not call its last nn.Linear layer")
+        raise NoHeadError(f"{type(model).__name__}'s forward did not call its classifier head {head_name(model)!r}")
     return captured[-1], logits

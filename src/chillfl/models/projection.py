@@ -6,12 +6,14 @@ representation h (dimension d) goes through ``Linear(d, d) -> ReLU ->
 Linear(d, projection_dim)`` and the output layer reads that projection z.
 The contrastive loss is computed on z.
 
-Here any model gets that head by replacing its classifier head (the last
-``nn.Linear``, :mod:`chillfl.models.parts`) with the MLP followed by a new
-``Linear(projection_dim, num_classes)``. The new output layer is then the
-model's last ``nn.Linear``, so :func:`~chillfl.models.parts.forward_with_features`
-returns z for every method, not only for MOON; the head's parameters travel
-and are averaged like the rest of the model. 0 (the default) leaves the model as built.
+Here any model gets that head by replacing its classifier head (the one it
+declares, :mod:`chillfl.models.parts`) with the MLP followed by a new
+``Linear(projection_dim, num_classes)``, a :class:`ProjectionHead` that declares
+that output layer as its head. The model's declaration then leads to the new
+output layer (and so does the last-``nn.Linear`` rule for a model that declares
+none), so :func:`~chillfl.models.parts.forward_with_features` returns z for every
+method, not only for MOON; the head's parameters travel and are averaged like the
+rest of the model. 0 (the default) leaves the model as built.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from chillfl.errors import ConfigError
-from chillfl.models.parts import NoHeadError, head_name
+from chillfl.models.parts import NoHeadError, head_name, head_size
 
 PROJECTION_OPTION = "projection_dim"
 
@@ -37,8 +39,19 @@ class EveryModelOptions:
     projection_dim: int = 0
 
 
+class ProjectionHead(nn.Sequential):
+    """Linear(d, d), ReLU, Linear(d, p), Linear(p, C) in place of a model's head; its own head is the last layer."""
+
+    def __init__(self, features: int, projection_dim: int, classes: int) -> None:
+        super().__init__(nn.Linear(features, features), nn.ReLU(), nn.Linear(features, projection_dim), nn.Linear(projection_dim, classes))
+
+    def head_name(self) -> str:
+        """The output layer (:class:`~chillfl.models.parts.DeclaresHead`): the model's declared head leads here."""
+        return "3"
+
+
 def with_projection_head(model: nn.Module, projection_dim: object, field: str) -> nn.Module:
-    """``model`` with its last ``nn.Linear`` (d -> C) replaced by Linear(d, d), ReLU, Linear(d, p), Linear(p, C)."""
+    """``model`` with its classifier head (d -> C) replaced by Linear(d, d), ReLU, Linear(d, p), Linear(p, C)."""
     if isinstance(projection_dim, bool) or not isinstance(projection_dim, int) or not 0 <= projection_dim <= 65536:
         raise ConfigError(field, f"must be an integer in [0, 65536] (0: no projection head), got {projection_dim!r}")
     if projection_dim == 0:
@@ -46,11 +59,9 @@ def with_projection_head(model: nn.Module, projection_dim: object, field: str) -
     try:
         name = head_name(model)
     except NoHeadError as exc:
-        raise ConfigError(field, f"a projection head replaces the model's last nn.Linear, and {exc}") from None
-    head = model.get_submodule(name)
-    assert isinstance(head, nn.Linear)
-    d, classes = head.in_features, head.out_features
-    mlp = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, projection_dim), nn.Linear(projection_dim, classes))
+        raise ConfigError(field, f"a projection head replaces the model's classifier head, and {exc}") from None
+    classes, d = head_size(model)
+    mlp = ProjectionHead(d, projection_dim, classes)
     parent_name, _, attr = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
     setattr(parent, attr, mlp)

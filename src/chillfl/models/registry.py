@@ -8,7 +8,8 @@ sequences or (D,) vectors -- and raise :class:`~chillfl.errors.ConfigError`
 naming ``<section>.name`` when the input does not fit the architecture.
 
 All models are written for ``torch.func.functional_call`` and ``vmap``: no
-in-place activations, no ``.item()``, no data-dependent control flow.
+in-place activations, no ``.item()``, no data-dependent control flow. Each
+names its classifier head (``head_name()``, :class:`~chillfl.models.parts.DeclaresHead`).
 """
 
 from __future__ import annotations

@@ -94,6 +94,10 @@ class ResNet18(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(WIDTHS[-1], num_classes)
 
+    def head_name(self) -> str:
+        """The classifier head (:class:`~chillfl.models.parts.DeclaresHead`)."""
+        return "fc"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.pool(self.blocks(self.stem(x))).flatten(1))
 

@@ -150,6 +150,10 @@ class CifarResNet(nn.Module):
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
 
+    def head_name(self) -> str:
+        """The classifier head (:class:`~chillfl.models.parts.DeclaresHead`)."""
+        return "fc"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.bn1(self.conv1(x)))
         x = self.layer3(self.layer2(self.layer1(x)))
@@ -168,6 +172,10 @@ class FedChillResNet18(nn.Module):
         self.layer1, self.layer2, self.layer3, self.layer4 = _stages(IMAGENET_WIDTHS[0], IMAGENET_WIDTHS, 2, "conv")
         self.code = nn.Linear(IMAGENET_WIDTHS[-1], code_length)
         self.classifier = nn.Linear(code_length, num_classes)
+
+    def head_name(self) -> str:
+        """The classifier head (:class:`~chillfl.models.parts.DeclaresHead`)."""
+        return "classifier"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, stride=2, padding=1)

@@ -51,7 +51,7 @@ from chillfl.engine.record import Json, RoundRecord
 from chillfl.training.objective import Wire
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
-from chillfl.models.parts import NoHeadError, forward_with_features, head_name, head_of
+from chillfl.models.parts import NoHeadError, forward_with_features, head_has_bias, head_name, head_size
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, check_aggregated, local_evaluation, local_validation, mean_or_none, policy_accuracy, state_bytes
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
@@ -392,16 +392,16 @@ def prototype_parts(exp: Experiment) -> PrototypeParts:
     for i, model in enumerate(cm.models):
         try:
             head = head_name(model)
-            dims.append(head_of(model).in_features)
+            dims.append(head_size(model).features)
         except NoHeadError as exc:
             raise ConfigError("model.name" if i == 0 else str(cm.plan.field), f"{exc}: [prototypes] needs a representation") from None
-        bias = f"{head}.bias" if head_of(model).bias is not None else None
+        bias = f"{head}.bias" if head_has_bias(model) else None
         heads.append(Head(f"{head}.weight", bias))
         loss = hooks.loss(heads[-1])
         specs.append(dataclasses.replace(exp.spec, base_loss=loss, terms=(), model=factored_linears(model)))
     if hooks.space == "features" and len(set(dims)) > 1:  # prototypes among the logits have C entries whatever the body
         labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))
-        raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the last nn.Linear's input) for all architectures, got {labels}")
+        raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the classifier head's input) for all architectures, got {labels}")
     proto_dim = dims[0] if hooks.space == "features" else exp.data.num_classes
     return PrototypeParts(hooks, shares, cm, tuple(specs), proto_dim, tuple(heads))
 

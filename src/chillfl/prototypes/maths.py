@@ -3,7 +3,7 @@
 Pure functions of tensors, written without data-dependent shapes (masks
 multiply, never index) so that the vectorised executor can ``vmap`` the loss.
 Notation: ``C`` classes, ``d`` the representation's width (the input of the
-model's last ``nn.Linear``, :mod:`chillfl.models.parts`).
+model's classifier head, :mod:`chillfl.models.parts`).
 
 FedProto (Tan et al., AAAI 2022, Eqs. 5-8; official code ``yuetan031/fedproto``)::
 

@@ -16,7 +16,7 @@ these hooks and never tests which method runs:
   rows before any client reported.
 
 What the prototypes are class means of is the hooks' :attr:`PrototypeHooks.space`: the model's
-representation (``"features"``, the input of its last ``nn.Linear``: FedProto, FedHKD, FedGH) or
+representation (``"features"``, the input of its classifier head: FedProto, FedHKD, FedGH) or
 its logits (``"logits"``: FedDistill's per-class average logits). The protocol reads it where it
 measures or sizes the prototypes itself (the nearest-prototype metrics, their width before any
 client reported, one representation width across architectures); the default
@@ -59,12 +59,12 @@ RESERVED = frozenset({"protos", "proto_mask", "mask", "params"})
 Params = Mapping[str, torch.Tensor]
 
 Space = Literal["features", "logits"]
-"""What a method's prototypes are class means of: the model's representation (the input of its last ``nn.Linear``) or its logits."""
+"""What a method's prototypes are class means of: the model's representation (the input of its classifier head) or its logits."""
 
 
 @dataclass(frozen=True)
 class Head:
-    """The parameter names of the model's head (its last ``nn.Linear``), for terms that apply it to the prototypes."""
+    """The parameter names of the model's classifier head (:func:`chillfl.models.parts.head_name`), for terms that apply it to the prototypes."""
 
     weight: str
     bias: str | None = None

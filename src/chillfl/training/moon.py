@@ -9,7 +9,7 @@ model after its previous local training, all on the same input x,
 with cosine similarity, averaged over the batch; the local objective is
 CE + mu * l_con (Eq. 3). z_glob and z_prev carry no gradient (the official
 code freezes both models). "Representation" is the input of the model's
-last ``nn.Linear`` (:mod:`chillfl.models.parts`): with ``[model]
+classifier head (:mod:`chillfl.models.parts`): with ``[model]
 projection_dim`` set, the output of MOON's projection head, as in the paper.
 
 Context (sent by :class:`chillfl.aggregation.moon.Moon`): ``moon_weight``

@@ -96,7 +96,7 @@ class StepView:
     y: torch.Tensor
     """The batch's integer labels, ``[batch]``."""
     features: torch.Tensor
-    """The representation, ``[batch, d]`` float: the input of the model's last ``nn.Linear`` in this forward."""
+    """The representation, ``[batch, d]`` float: the input of the model's classifier head (:func:`chillfl.models.parts.head_name`) in this forward."""
     logits: torch.Tensor
     """The model's output, ``[batch, num_classes]``, of the same forward (not divided by the temperature)."""
     base_loss: torch.Tensor

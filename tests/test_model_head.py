@@ -1,0 +1,173 @@
+"""A model declares its classifier head (``head_name()``); only a model that declares none gets the last ``nn.Linear``, with a warning.
+
+The head is what MOON, the prototype family, FedRoD, FedDBE, the projection head and CKA read the
+representation from. The old rule (the last registered ``nn.Linear``) silently picked an auxiliary layer
+registered after the classifier; a declaration cannot be wrong that way, and a bad one is a ConfigError.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import chillfl
+from chillfl.aggregation.apfl import Pair
+from chillfl.aggregation.base import personal_model
+from chillfl.aggregation.fedrod import FedRoD
+from chillfl.config import load_config
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
+from chillfl.extend import DeclaresHead
+from chillfl.models.parts import forward_with_features, head_name, head_size, last_linear
+from chillfl.models.registry import MODELS, build_model
+from chillfl.prototypes.spec import Head
+from chillfl.protocols.prototypes import prototype_parts
+from chillfl.training.local import LocalSpec
+from test_perfedavg import client_reply, close
+
+SHAPES: dict[str, tuple[int, ...]] = {"char_lstm": (80,), "har_cnn1d": (9, 128), "mlp": (64,), "femnist_dnn": (784,)}
+"""Inputs each registered model accepts (images (3, 32, 32) for the rest)."""
+
+
+class AuxAfterHead(nn.Module):
+    """A body, the classifier, then an auxiliary ``nn.Linear`` registered after it (reading the input, not z)."""
+
+    def __init__(self, inputs: int = 1, hidden: int = 1, classes: int = 2, bias: bool = False) -> None:
+        super().__init__()
+        self.body = nn.Linear(inputs, hidden, bias=False)
+        self.classifier = nn.Linear(hidden, classes, bias=bias)
+        self.aux = nn.Linear(inputs, classes, bias=False)
+
+    def head_name(self) -> str:
+        return "classifier"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(1)
+        return self.classifier(self.body(x)) + 0.0 * self.aux(x)  # the auxiliary output takes no part in the logits
+
+
+class Undeclared(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+class AlsoUndeclared(Undeclared):
+    pass
+
+
+class Declares(nn.Module):
+    """Declares whatever name it is given, to test the checks on a declaration."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(64, 8))
+        self.conv = nn.Conv2d(8, 10, 1)
+        self.fc = nn.Linear(8, 10)
+
+    def head_name(self) -> str:
+        return self.name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.body(x))
+
+
+def registered(name: str, projection: int = 0) -> nn.Module:
+    return build_model(name, SHAPES.get(name, (3, 32, 32)), 10, {"projection_dim": projection}, seed=0)
+
+
+@pytest.mark.parametrize("projection", [0, 8])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_bundled_model_declares_the_head_the_last_linear_rule_found(name: str, projection: int) -> None:
+    model = registered(name, projection)
+    assert isinstance(model, DeclaresHead)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a declared head: no fallback, no warning
+        assert head_name(model) == last_linear(model)
+    assert head_size(model).classes == 10
+
+
+def test_a_declared_head_that_is_not_the_last_linear_is_the_head() -> None:
+    model = AuxAfterHead(inputs=5, hidden=3, classes=2)
+    assert last_linear(model) == "aux" and head_name(model) == "classifier"
+    assert head_size(model) == (2, 3)
+    x = torch.randn(4, 5)
+    features, logits = forward_with_features(model, x)
+    assert torch.equal(features, model.body(x)) and torch.equal(logits, model(x))
+    assert head_name(Pair(model)) == "w.classifier"  # the declaration survives wrapping
+
+
+def test_fedrod_splits_the_declared_head() -> None:
+    # The hand-computed step of test_fedrod (a = 1, G = (1, 0), lr 0.6), with an auxiliary layer after the classifier:
+    # G is the declared classifier, and P is added to it, not to the auxiliary layer.
+    model = AuxAfterHead()
+    with torch.no_grad():
+        model.body.weight.fill_(1.0)
+        model.classifier.weight.copy_(torch.tensor([[1.0], [0.0]]))
+        model.aux.weight.fill_(0.5)
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    x, y = torch.ones(3, 1), torch.tensor([0, 0, 1])
+    fedrod = FedRoD(model)
+    assert fedrod.head == "classifier"
+    half = fedrod.client_half()
+    reply = client_reply(half, model, LocalSpec(epochs=1, batch_size=8), start, lr=0.6, x=x, y=y, x_eval=x, y_eval=y,
+                         state={"fedrod.p.weight": torch.zeros(2, 1)})
+    close(reply.uplink.params["classifier.weight"], 0.893217, 0.106783, atol=1e-5)
+    close(reply.state["fedrod.p.weight"], -0.0386351, 0.0386351, atol=1e-6)
+    saved = personal_model(half, reply.state, reply.uplink.params)
+    assert saved is not None
+    close(saved["classifier.weight"], 0.854582, 0.145418, atol=1e-5)  # G + P
+    assert torch.equal(saved["aux.weight"], reply.uplink.params["aux.weight"])
+
+
+def test_fedproto_reads_the_declared_head(tmp_path: Path) -> None:
+    config = load_config(None, {"dataset.name": "digits", "model.name": "custom", "prototypes": {"method": "fedproto"},
+                                "federation": {"num_clients": 2, "clients_per_round": 2, "rounds": 1}, "out_dir": str(tmp_path)})
+    exp = build_experiment(config, model=AuxAfterHead(inputs=64, hidden=12, classes=10, bias=True))
+    parts = prototype_parts(exp)
+    assert parts.heads == (Head("classifier.weight", "classifier.bias"),)
+    assert parts.proto_dim == 12  # the classifier's input, not the auxiliary layer's (64)
+
+
+def test_an_undeclared_model_warns_once_per_class_naming_the_module_picked() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's default: a message is shown once per location
+        assert head_name(Undeclared()) == "fc"
+        assert head_name(Undeclared()) == "fc"
+        forward_with_features(Undeclared(), torch.randn(2, 4))
+        assert head_name(AlsoUndeclared()) == "fc"
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert len(messages) == 2
+    assert messages[0].startswith(f"{__name__}.Undeclared declares no classifier head; chillfl uses its last nn.Linear, 'fc'")
+    assert "head_name()" in messages[0] and "DeclaresHead" in messages[0]
+    assert messages[1].startswith(f"{__name__}.AlsoUndeclared declares no classifier head")
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [("nope", "'nope', which is not one of its submodules"), ("body", "'body', a Sequential whose weight (none)"),
+     ("conv", "'conv', a Conv2d whose weight ([10, 8, 1, 1]) is not [num_classes, features]"), ("", "must return the dotted name")],
+)
+def test_a_bad_declaration_is_a_config_error_on_model(name: str, says: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        head_name(Declares(name))
+    assert err.value.field == "model" and says in err.value.message and "\n" not in str(err.value)
+
+
+def test_a_run_refuses_a_bad_declaration_before_writing(tmp_path: Path) -> None:
+    config = {"dataset": {"name": "digits"}, "executor": "sequential", "device": "cpu", "federation": {"num_clients": 2, "rounds": 1}}
+    with pytest.raises(ConfigError, match=r"^model: Declares declares its classifier head 'nope'"):
+        chillfl.run(model=Declares("nope"), config=config, out_dir=tmp_path, progress=False)
+    small = Declares("fc")
+    small.fc = nn.Linear(8, 7)
+    with pytest.raises(ConfigError, match=r"^model: Declares's declared classifier head 'fc' has 7 outputs; the data have 10 classes"):
+        chillfl.run(model=small, config=config, out_dir=tmp_path, progress=False)
+    assert not any(tmp_path.iterdir())

@@ -17,6 +17,7 @@ from torch import nn
 import chillfl
 from chillfl.aggregation.apfl import Pair
 from chillfl.aggregation.base import personal_model
+from chillfl.aggregation.fedper import FedPerOptions, fedper_server, head_keys
 from chillfl.aggregation.fedrod import FedRoD
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
@@ -171,3 +172,41 @@ def test_a_run_refuses_a_bad_declaration_before_writing(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^model: Declares's declared classifier head 'fc' has 7 outputs; the data have 10 classes"):
         chillfl.run(model=small, config=config, out_dir=tmp_path, progress=False)
     assert not any(tmp_path.iterdir())
+
+
+def old_head_keys(model: nn.Module, layers: int) -> list[str]:
+    """The split FedPer-style methods made before heads were declared: the last ``layers`` parameterised modules."""
+    owners = [(n, m) for n, m in model.named_modules() if any(True for _ in m.parameters(recurse=False))]
+    return [f"{n}.{k}" if n else k for n, m in owners[-layers:] for k, _ in (*m.named_parameters(recurse=False), *m.named_buffers(recurse=False))]
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_fedper_style_splits_of_bundled_models_are_unchanged(name: str, layers: int) -> None:
+    model = registered(name)
+    owners = sum(1 for m in model.modules() if any(True for _ in m.parameters(recurse=False)))
+    if owners <= layers:  # e.g. mlp's one hidden layer and its head: nothing left to share
+        with pytest.raises(ValueError, match="leaves no shared base"):
+            head_keys(model, layers)
+        return
+    assert head_keys(model, layers) == old_head_keys(model, layers)
+
+
+def test_fedper_keeps_the_declared_head_local_not_the_auxiliary_layer() -> None:
+    model = AuxAfterHead(inputs=5, hidden=3, classes=2, bias=True)
+    assert head_keys(model, 1) == ["classifier.weight", "classifier.bias"]
+    assert head_keys(model, 2) == ["body.weight", "classifier.weight", "classifier.bias"]
+    keys, _ = fedper_server(model, FedPerOptions())
+    assert keys == ["classifier.weight", "classifier.bias"]  # aux.weight is averaged with the body
+    model.extra = nn.Linear(5, 2)  # four parameterised modules, but only one before the head
+    with pytest.raises(ValueError, match=r"declared head 'classifier' has 1 parameterised module\(s\) before it; a head of 3 needs 2"):
+        head_keys(model, 3)
+
+
+def test_fedper_on_an_undeclared_model_warns_naming_the_modules_kept() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        assert head_keys(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), 1) == ["1.weight", "1.bias"]
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert len(messages) == 1 and messages[0].startswith("torch.nn.modules.container.Sequential declares no classifier head; "
+                                                          "chillfl keeps its last 1 parameterised module(s), ['1'], as its head")

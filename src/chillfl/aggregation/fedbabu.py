@@ -1,7 +1,8 @@
 """FedBABU (Oh, Kim & Yun, ICLR 2022): federate the body with the head frozen at its random start, then fine-tune.
 
 During federated training every client trains the body only: the head (the
-last ``head_layers`` parameterised modules, default 1: the classifier) stays
+classifier head and the ``head_layers - 1`` parameterised modules before it, default 1:
+the classifier, :func:`~chillfl.aggregation.fedper.head_keys`) stays
 at the global model's initial, seeded random values, frozen
 (:attr:`LocalSpec.frozen`), and the server averages the body (n_i / n) and
 keeps the head. Personalisation is fine-tuning: local accuracy measures the

@@ -1,7 +1,7 @@
 """FedPAC (Xu, Tong & Huang, ICLR 2023): feature alignment and classifier collaboration.
 
 The model is a feature extractor (body) f and a linear classifier (head) g,
-the head being the last parameterised module (:func:`~chillfl.aggregation.fedper.head_keys`)
+the head being the model's classifier head (:func:`~chillfl.aggregation.fedper.head_keys`)
 and the representation its input (:mod:`chillfl.models.parts`). Client i,
 sent the global body and its own personalised head:
 

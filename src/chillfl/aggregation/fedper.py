@@ -10,9 +10,12 @@ head: the personalised model the paper evaluates.
 
 Choices
 -------
-* The head is the last ``head_layers`` modules that own parameters (default
-  1: the classifier, the paper's "FedPer with one personalisation layer";
-  it also reports 2).
+* The head is the model's declared classifier head (:mod:`chillfl.models.parts`)
+  and the ``head_layers - 1`` modules owning parameters registered just before
+  it (default 1: the classifier, the paper's "FedPer with one personalisation
+  layer"; it also reports 2). Modules registered after the classifier (an
+  auxiliary layer) are shared. A model that declares no head keeps its last
+  ``head_layers`` parameterised modules, with a warning naming them.
 * A client's first round starts from the global model's head.
 * The global model's head (used only for the global model's evaluation and
   as the start of first-time clients): ``global_head = "average"`` (default)
@@ -34,11 +37,12 @@ from chillfl.aggregation.fedbn import FedBN, FedBNOptions, KeepLocal
 from chillfl.options import require
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
+from chillfl.models.parts import DeclaresHead, head_name, warn_undeclared
 
 
 @dataclass(frozen=True)
 class FedPerOptions:
-    """``head_layers``: how many of the last parameterised modules stay local; ``global_head``: ``average`` or ``keep``."""
+    """``head_layers``: how many parameterised modules, ending at the classifier head, stay local; ``global_head``: ``average`` or ``keep``."""
 
     head_layers: int = 1
     global_head: Literal["average", "keep"] = "average"
@@ -49,12 +53,23 @@ class FedPerOptions:
 
 
 def head_keys(model: nn.Module, layers: int = 1) -> list[str]:
-    """State-dict names (parameters and buffers) of the last ``layers`` modules that own parameters."""
+    """State-dict names (parameters and buffers) of the ``layers`` modules that own parameters ending at the declared head.
+
+    A model that declares no head: its last ``layers`` such modules (warned once per class).
+    """
     owners = [(name, m) for name, m in model.named_modules() if any(True for _ in m.parameters(recurse=False))]
     if len(owners) <= layers:
         raise ValueError(f"{type(model).__name__} has {len(owners)} parameterised modules; a head of {layers} leaves no shared base")
+    end = len(owners)
+    if isinstance(model, DeclaresHead):
+        head = head_name(model)
+        end = [name for name, _ in owners].index(head) + 1
+        if end < layers:
+            raise ValueError(f"{type(model).__name__}'s declared head {head!r} has {end - 1} parameterised module(s) before it; a head of {layers} needs {layers - 1}")
+    else:
+        warn_undeclared(model, f"keeps its last {layers} parameterised module(s), {[name for name, _ in owners[-layers:]]}, as its head")
     keys: list[str] = []
-    for name, module in owners[-layers:]:
+    for name, module in owners[end - layers : end]:
         base = f"{name}." if name else ""
         keys.extend(base + n for n, _ in module.named_parameters(recurse=False))
         keys.extend(base + n for n, b in module.named_buffers(recurse=False) if b is not None)

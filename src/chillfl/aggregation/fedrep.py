@@ -14,8 +14,8 @@ Choices
 -------
 * ``head_epochs = 10`` and one body epoch are the paper's defaults (set the
   body's with ``client.epochs``).
-* The head is the last ``head_layers`` parameterised modules (default 1, the
-  classifier) and the global head, kept only for the global model's
+* The head is the classifier head and the ``head_layers - 1`` parameterised modules
+  before it (default 1, the classifier; :func:`~chillfl.aggregation.fedper.head_keys`) and the global head, kept only for the global model's
   evaluation, is the clients' average (``global_head``), as for FedPer.
 * The reported ``train_loss`` and ``num_steps`` cover both trainings.
 """

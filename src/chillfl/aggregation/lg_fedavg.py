@@ -1,8 +1,8 @@
 """LG-FedAvg (Liang et al., 2020): local representations, global head: the opposite split from FedPer.
 
 Each client trains its whole model for the run's local epochs, as FedAvg
-does; only the global layers (the last ``global_layers`` parameterised
-modules, default 1: the classifier) are averaged (n_i / n), and the local
+does; only the global layers (the classifier head and the ``global_layers - 1``
+parameterised modules before it, default 1: the classifier; :func:`~chillfl.aggregation.fedper.head_keys`) are averaged (n_i / n), and the local
 representation (every other entry, buffers included) never leaves the client:
 its client half (:class:`~chillfl.aggregation.fedbn.KeepLocal`) puts the
 client's own representation into its start model and keeps the trained one,
@@ -41,7 +41,7 @@ from chillfl.options import require
 
 @dataclass(frozen=True)
 class LGFedAvgOptions:
-    """``global_layers``: how many of the last parameterised modules are averaged; ``global_body``: ``average`` or ``keep``."""
+    """``global_layers``: how many parameterised modules, ending at the classifier head, are averaged; ``global_body``: ``average`` or ``keep``."""
 
     global_layers: int = 1
     global_body: Literal["average", "keep"] = "average"
@@ -52,7 +52,7 @@ class LGFedAvgOptions:
 
 
 def representation_keys(model: nn.Module, global_layers: int = 1) -> list[str]:
-    """State names (parameters and buffers) of everything but the last ``global_layers`` parameterised modules."""
+    """State names (parameters and buffers) of everything but the ``global_layers`` parameterised modules ending at the head."""
     head = set(head_keys(model, global_layers))
     names = [n for n, _ in model.named_parameters()] + [n for n, b in model.named_buffers() if b is not None]
     return [n for n in names if n not in head]

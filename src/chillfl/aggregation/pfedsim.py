@@ -50,8 +50,8 @@ Choices
   s_ij is clipped into [0, ``self_similarity``]: two identical classifiers
   (s = 1, an infinite log weight in the authors' code) weigh as much as the
   client itself.
-* The head is the last ``head_layers`` parameterised modules (FedPer's
-  ``head_layers``; default 1, the classifier), parameters and buffers. The
+* The head is the classifier head and the ``head_layers - 1`` parameterised modules
+  before it (FedPer's ``head_layers``, :func:`~chillfl.aggregation.fedper.head_keys`; default 1, the classifier), parameters and buffers. The
   extractor is every other entry: the floating ones (parameters, batch-norm
   statistics) averaged in float64 and cast back; integer ones (batch-norm's
   step counts) are client i's own.

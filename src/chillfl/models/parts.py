@@ -86,13 +86,18 @@ def head_name(model: nn.Module) -> str:
         head = declared_head(model, name)
         return prefixed(name, head_name(head)) if isinstance(head, DeclaresHead) else name
     name = last_linear(model)
-    kind = type(model)
-    warnings.warn(
-        f"{kind.__module__}.{kind.__qualname__} declares no classifier head; chillfl uses its last nn.Linear, {name!r}: {HOW_TO_DECLARE}",
-        UserWarning,
-        stacklevel=1,  # one location for every caller: the default filters then show it once per message, i.e. per model class
-    )
+    warn_undeclared(model, f"uses its last nn.Linear, {name!r}")
     return name
+
+
+def warn_undeclared(model: nn.Module, picked: str) -> None:
+    """Warn that ``model`` declares no head and what chillfl ``picked`` instead (``"uses its last nn.Linear, 'fc'"``).
+
+    Issued from this one line for every caller: Python's default filters then show a message once,
+    and the message names the model's class, so a plugin author sees it once per class (and rule).
+    """
+    kind = type(model)
+    warnings.warn(f"{kind.__module__}.{kind.__qualname__} declares no classifier head; chillfl {picked}: {HOW_TO_DECLARE}", UserWarning, stacklevel=1)
 
 
 def declared_head(model: nn.Module, name: object) -> nn.Module:

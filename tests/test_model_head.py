@@ -19,6 +19,7 @@ from chillfl.aggregation.apfl import Pair
 from chillfl.aggregation.base import personal_model
 from chillfl.aggregation.fedper import FedPerOptions, fedper_server, head_keys
 from chillfl.aggregation.fedrod import FedRoD
+from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
@@ -186,7 +187,7 @@ def test_fedper_style_splits_of_bundled_models_are_unchanged(name: str, layers: 
     model = registered(name)
     owners = sum(1 for m in model.modules() if any(True for _ in m.parameters(recurse=False)))
     if owners <= layers:  # e.g. mlp's one hidden layer and its head: nothing left to share
-        with pytest.raises(ValueError, match="leaves no shared base"):
+        with pytest.raises(ConfigError, match="leaves no shared base"):
             head_keys(model, layers)
         return
     assert head_keys(model, layers) == old_head_keys(model, layers)
@@ -199,7 +200,7 @@ def test_fedper_keeps_the_declared_head_local_not_the_auxiliary_layer() -> None:
     keys, _ = fedper_server(model, FedPerOptions())
     assert keys == ["classifier.weight", "classifier.bias"]  # aux.weight is averaged with the body
     model.extra = nn.Linear(5, 2)  # four parameterised modules, but only one before the head
-    with pytest.raises(ValueError, match=r"declared head 'classifier' has 1 parameterised module\(s\) before it; a head of 3 needs 2"):
+    with pytest.raises(ConfigError, match=r"algorithm.head_layers: AuxAfterHead.s declared head 'classifier' has 1 parameterised module\(s\) before it; a head of 3 needs 2"):
         head_keys(model, 3)
 
 
@@ -210,3 +211,16 @@ def test_fedper_on_an_undeclared_model_warns_naming_the_modules_kept() -> None:
     messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     assert len(messages) == 1 and messages[0].startswith("torch.nn.modules.container.Sequential declares no classifier head; "
                                                           "chillfl keeps its last 1 parameterised module(s), ['1'], as its head")
+
+
+@pytest.mark.parametrize(("algorithm", "field"), [("fedper", "head_layers"), ("fedrep", "head_layers"), ("fedbabu", "head_layers"),
+                                                  ("lg_fedavg", "global_layers"), ("pfedsim", "head_layers")])
+def test_a_head_that_leaves_no_body_is_one_line_naming_the_option(algorithm: str, field: str, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # mlp (one hidden layer) has two parameterised modules: a head of 2 leaves nothing to share
+    code = main(["run", "dataset.name=digits", "model.name=mlp", f"algorithm.name={algorithm}", f"algorithm.{field}=2", "federation.rounds=1",
+                 "federation.num_clients=2", "federation.clients_per_round=2", f"out_dir={tmp_path}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith(f"chillfl: error: algorithm.{field}: MLP has 2 parameterised modules; a head of 2 leaves no shared base")
+    assert not any("Traceback" in line for line in err)
+    assert not any(tmp_path.iterdir())

@@ -62,8 +62,9 @@ class FedBABUOptions:
 class FedBABU(FedBN):
     """FedAvg over the body; the head stays the global model's (FedBN's rule with the head as its kept keys)."""
 
-    def __init__(self, model: nn.Module, options: FedBABUOptions = FedBABUOptions()) -> None:
-        keys = head_keys(model, options.head_layers)
+    def __init__(self, model: nn.Module, options: FedBABUOptions = FedBABUOptions(), section: str = "algorithm") -> None:
+        """``section``: the table ``options`` came from, named by errors."""
+        keys = head_keys(model, options.head_layers, f"{section}.head_layers")
         super().__init__(keys, FedBNOptions(global_bn="keep", weighting=options.weighting))
         params = frozenset(n for n, _ in model.named_parameters())
         self.head, self.body = params & set(keys), params - set(keys)
@@ -80,7 +81,7 @@ SPEC = register_algorithm(
     "fedbabu",
     AlgorithmSpec(
         FedBABUOptions,
-        lambda o, ctx: (FedBABU(ctx.model, o), []),
+        lambda o, ctx: (FedBABU(ctx.model, o, ctx.section), []),
         "body federated with a frozen random head, then fine-tuned (Oh et al. 2022)",
         capabilities=Capabilities(
             private_steps="each client also fine-tunes the global model on its data for local_acc, a training that the accountant does not count",

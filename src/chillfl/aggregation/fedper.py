@@ -37,6 +37,7 @@ from chillfl.aggregation.fedbn import FedBN, FedBNOptions, KeepLocal
 from chillfl.options import require
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
+from chillfl.errors import ConfigError
 from chillfl.models.parts import DeclaresHead, head_name, warn_undeclared
 
 
@@ -52,20 +53,21 @@ class FedPerOptions:
         require(self.head_layers >= 1, f"{section}.head_layers", f"must be >= 1, got {self.head_layers}")
 
 
-def head_keys(model: nn.Module, layers: int = 1) -> list[str]:
+def head_keys(model: nn.Module, layers: int = 1, field: str = "algorithm.head_layers") -> list[str]:
     """State-dict names (parameters and buffers) of the ``layers`` modules that own parameters ending at the declared head.
 
-    A model that declares no head: its last ``layers`` such modules (warned once per class).
+    A model that declares no head: its last ``layers`` such modules (warned once per class). A head that leaves
+    no body is a ConfigError on ``field``, the option that asked for ``layers``.
     """
     owners = [(name, m) for name, m in model.named_modules() if any(True for _ in m.parameters(recurse=False))]
     if len(owners) <= layers:
-        raise ValueError(f"{type(model).__name__} has {len(owners)} parameterised modules; a head of {layers} leaves no shared base")
+        raise ConfigError(field, f"{type(model).__name__} has {len(owners)} parameterised modules; a head of {layers} leaves no shared base")
     end = len(owners)
     if isinstance(model, DeclaresHead):
         head = head_name(model)
         end = [name for name, _ in owners].index(head) + 1
         if end < layers:
-            raise ValueError(f"{type(model).__name__}'s declared head {head!r} has {end - 1} parameterised module(s) before it; a head of {layers} needs {layers - 1}")
+            raise ConfigError(field, f"{type(model).__name__}'s declared head {head!r} has {end - 1} parameterised module(s) before it; a head of {layers} needs {layers - 1}")
     else:
         warn_undeclared(model, f"keeps its last {layers} parameterised module(s), {[name for name, _ in owners[-layers:]]}, as its head")
     keys: list[str] = []
@@ -76,16 +78,17 @@ def head_keys(model: nn.Module, layers: int = 1) -> list[str]:
     return keys
 
 
-def fedper_server(model: nn.Module, options: FedPerOptions) -> tuple[list[str], FedBNOptions]:
+def fedper_server(model: nn.Module, options: FedPerOptions, section: str = "algorithm") -> tuple[list[str], FedBNOptions]:
     """The head's keys and FedBN's options that average the rest (FedBN's rule with the head as its local keys)."""
-    return head_keys(model, options.head_layers), FedBNOptions(global_bn=options.global_head, weighting=options.weighting)
+    return head_keys(model, options.head_layers, f"{section}.head_layers"), FedBNOptions(global_bn=options.global_head, weighting=options.weighting)
 
 
 class FedPer(FedBN):
     """FedAvg over the base; the head is the clients' own (:class:`KeepLocal`)."""
 
-    def __init__(self, model: nn.Module, options: FedPerOptions = FedPerOptions()) -> None:
-        keys, fedbn = fedper_server(model, options)
+    def __init__(self, model: nn.Module, options: FedPerOptions = FedPerOptions(), section: str = "algorithm") -> None:
+        """``section``: the table ``options`` came from, named by errors."""
+        keys, fedbn = fedper_server(model, options, section)
         super().__init__(keys, fedbn)
         self.options = options
 
@@ -97,7 +100,7 @@ SPEC = register_algorithm(
     "fedper",
     AlgorithmSpec(
         FedPerOptions,
-        lambda o, ctx: (FedPer(ctx.model, o), []),
+        lambda o, ctx: (FedPer(ctx.model, o, ctx.section), []),
         "shared base, local head (Arivazhagan et al. 2019)",
         capabilities=Capabilities(takes_weights=True, personal_model=True),
     ),

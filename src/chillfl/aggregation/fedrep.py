@@ -73,8 +73,8 @@ class FedRepClient(KeepLocal):
 class FedRep(FedPer):
     """FedPer's server (the body averaged); the client trains its head, then the body (:class:`FedRepClient`)."""
 
-    def __init__(self, model: nn.Module, options: FedRepOptions = FedRepOptions()) -> None:
-        super().__init__(model, FedPerOptions(options.head_layers, options.global_head, options.weighting))
+    def __init__(self, model: nn.Module, options: FedRepOptions = FedRepOptions(), section: str = "algorithm") -> None:
+        super().__init__(model, FedPerOptions(options.head_layers, options.global_head, options.weighting), section)
         self.param_names = frozenset(n for n, _ in model.named_parameters())
         self.head_epochs = options.head_epochs
         self.options = options
@@ -87,7 +87,7 @@ SPEC = register_algorithm(
     "fedrep",
     AlgorithmSpec(
         FedRepOptions,
-        lambda o, ctx: (FedRep(ctx.model, o), []),
+        lambda o, ctx: (FedRep(ctx.model, o, ctx.section), []),
         "shared representation, local head trained first (Collins et al. 2021)",
         capabilities=Capabilities(
             private_steps="each client trains its head and then its body from that head, two trainings a round",

@@ -51,9 +51,9 @@ class LGFedAvgOptions:
         require(self.global_layers >= 1, f"{section}.global_layers", f"must be >= 1, got {self.global_layers}")
 
 
-def representation_keys(model: nn.Module, global_layers: int = 1) -> list[str]:
+def representation_keys(model: nn.Module, global_layers: int = 1, field: str = "algorithm.global_layers") -> list[str]:
     """State names (parameters and buffers) of everything but the ``global_layers`` parameterised modules ending at the head."""
-    head = set(head_keys(model, global_layers))
+    head = set(head_keys(model, global_layers, field))
     names = [n for n, _ in model.named_parameters()] + [n for n, b in model.named_buffers() if b is not None]
     return [n for n in names if n not in head]
 
@@ -61,8 +61,9 @@ def representation_keys(model: nn.Module, global_layers: int = 1) -> list[str]:
 class LGFedAvg(FedBN):
     """FedAvg over the global layers; the representation is the clients' own (:class:`KeepLocal`)."""
 
-    def __init__(self, model: nn.Module, options: LGFedAvgOptions = LGFedAvgOptions()) -> None:
-        super().__init__(representation_keys(model, options.global_layers), FedBNOptions(global_bn=options.global_body, weighting=options.weighting))
+    def __init__(self, model: nn.Module, options: LGFedAvgOptions = LGFedAvgOptions(), section: str = "algorithm") -> None:
+        """``section``: the table ``options`` came from, named by errors."""
+        super().__init__(representation_keys(model, options.global_layers, f"{section}.global_layers"), FedBNOptions(global_bn=options.global_body, weighting=options.weighting))
         self.options = options
 
     def client_half(self) -> ClientHalf:
@@ -73,7 +74,7 @@ SPEC = register_algorithm(
     "lg_fedavg",
     AlgorithmSpec(
         LGFedAvgOptions,
-        lambda o, ctx: (LGFedAvg(ctx.model, o), []),
+        lambda o, ctx: (LGFedAvg(ctx.model, o, ctx.section), []),
         "local representation, global head (Liang et al. 2020)",
         capabilities=Capabilities(takes_weights=True, personal_model=True),
     ),

@@ -293,7 +293,7 @@ def classifier_weight(model: nn.Module, head: Sequence[str]) -> str | None:
 
 
 def _build(options: PFedSimOptions, ctx: BuildContext) -> Built:
-    head = head_keys(ctx.model, options.head_layers)
+    head = head_keys(ctx.model, options.head_layers, f"{ctx.section}.head_layers")
     weight_key = classifier_weight(ctx.model, head) if options.similarity == "rows" else None
     if weight_key is None:  # "flat", or a head without a weight matrix (a last batch-norm layer): the flattened head
         options = replace(options, similarity="flat")

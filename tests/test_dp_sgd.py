@@ -1,4 +1,4 @@
-"""``dp-sgd``: the clipped, noised per-sample gradient worked by hand; sequential == vectorized; per-client accounting."""
+"""``dp-sgd``: the clipped, noised per-sample gradient worked by hand; sequential ~ vectorized; per-client accounting."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from chillfl.clipping import gaussian_like
 from chillfl.privacy.dpsgd import PerSampleClipping
 from chillfl.runner import run_experiment
 from chillfl.seeds import derive_seed
+from float_paths import assert_records_close
 
 pytest.importorskip("opacus")
 
@@ -66,7 +67,9 @@ def test_per_sample_clip_by_hand() -> None:
 def test_vectorized_equals_sequential() -> None:
     seq = run_experiment(config(), write=False, progress=False).records
     vec = run_experiment(config(executor="vectorized"), write=False, progress=False).records
-    assert vec == seq  # DP-SGD's clients train one by one under vectorized too (their per-sample vmap), so bitwise
+    assert_records_close(seq, vec)  # vmapped over clients, each client's noise its own draws: equal up to float rounding
+    assert [r["epsilon"] for r in vec] == [r["epsilon"] for r in seq]  # the accountant counts the same steps
+    assert run_experiment(config(executor="vectorized"), write=False, progress=False).records == vec  # bitwise repeatable
     eps = [r["epsilon"] for r in seq]
     assert all(math.isfinite(e) for e in eps) and eps[0] <= eps[1] <= eps[2] and eps[0] < eps[2]  # the worst client's: flat when it sat out
 

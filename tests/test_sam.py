@@ -15,6 +15,7 @@ from chillfl.experiment import build_experiment
 from chillfl.training.local import LocalSpec, train_client
 from chillfl.training.sam import perturbation
 
+from float_paths import assert_records_close
 from methods_e2e import config, records
 
 
@@ -100,8 +101,10 @@ def test_fedsam_end_to_end_under_every_executor() -> None:
     assert len(seq) == 2 and all(math.isfinite(r["train_loss"]) for r in seq)
     plain = records(base)
     assert seq[-1]["train_loss"] != plain[-1]["train_loss"]
-    # the vectorised executor trains SAM client by client with the same step: bitwise the sequential run, as processes
+    # processes run the sequential step: bitwise; the vectorised executor vmaps it over clients: equal up to float rounding
     assert records(cfg.with_overrides({"executor": "processes", "threads": 1})) == seq
-    assert records(cfg.with_overrides({"executor": "vectorized"})) == seq
+    vec = records(cfg.with_overrides({"executor": "vectorized"}))
+    assert_records_close(seq, vec)
+    assert records(cfg.with_overrides({"executor": "vectorized"})) == vec  # and bitwise repeatable
     asam = records(cfg.with_overrides({"client.sam_adaptive": True}))
     assert asam[-1]["train_loss"] != seq[-1]["train_loss"]

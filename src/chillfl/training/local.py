@@ -114,6 +114,13 @@ class PrivateGradients(Protocol):
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         ...
 
+    def stacked_gradients(
+        self, loss_fn: Callable[..., tuple[torch.Tensor, Any]], params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor,
+        temperature: torch.Tensor, leaves: Sequence[torch.Tensor], seeds: Sequence[int], step: int,
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """:meth:`gradients` of many clients stacked along a leading dimension, each with its own seed (the vectorised executor)."""
+        ...
+
 
 @dataclass(frozen=True)
 class LocalSpec:

@@ -36,10 +36,20 @@ NORM_GUARD = 1e-12
 
 
 @torch.no_grad()
-def perturbation(params: Mapping[str, torch.Tensor], grads: Sequence[torch.Tensor], rho: float, adaptive: bool) -> list[torch.Tensor]:
-    """``e(w) = rho * T^2 g / (||T g|| + 1e-12)``, one tensor per parameter (T = |w| when ``adaptive``, else I)."""
+def perturbation(params: Mapping[str, torch.Tensor], grads: Sequence[torch.Tensor], rho: float, adaptive: bool, stacked: bool = False) -> list[torch.Tensor]:
+    """``e(w) = rho * T^2 g / (||T g|| + 1e-12)``, one tensor per parameter (T = |w| when ``adaptive``, else I).
+
+    ``stacked``: parameters carry a leading client dimension (the vectorised executor); each client's norm runs over its
+    own parameters only, with the same ops as one client's (a norm per tensor, then the norm of those norms).
+    """
     scaled = [w.abs() * g if adaptive else g for w, g in zip(params.values(), grads)]
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(s) for s in scaled])) if scaled else torch.zeros(())
+    if not scaled:
+        return []
+    if stacked:
+        norms = torch.stack([torch.linalg.vector_norm(s, dim=tuple(range(1, s.dim()))) if s.dim() > 1 else s.abs() for s in scaled])
+        factor = rho / (torch.linalg.vector_norm(norms, dim=0) + NORM_GUARD)  # [C]
+        return [(w.abs() * s if adaptive else s) * factor.view(-1, *([1] * (s.dim() - 1))) for w, s in zip(params.values(), scaled)]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(s) for s in scaled]))
     factor = rho / (norm + NORM_GUARD)
     return [(w.abs() * s if adaptive else s) * factor for w, s in zip(params.values(), scaled)]
 
@@ -52,14 +62,16 @@ Differentiate = Callable[[torch.Tensor, Params, Any], tuple[list[torch.Tensor | 
 
 def sharpness_aware_grads(
     params: Params, buffers: Params, grads: Sequence[torch.Tensor | None], factors: Factors | None,
-    rho: float, adaptive: bool, evaluate: Evaluate, differentiate: Differentiate,
+    rho: float, adaptive: bool, evaluate: Evaluate, differentiate: Differentiate, stacked: bool = False,
 ) -> tuple[list[torch.Tensor | None], Factors]:
     """The gradient at ``w + e(w)`` from the gradient at ``w`` (``grads``, ``factors``): see the module docstring.
 
     ``buffers`` are the client's, already moved by the first forward; the second forward runs on a copy.
+    ``stacked``: many clients' parameters along a leading dimension (the vectorised executor), each perturbed by its own
+    norm; ``evaluate`` then returns the sum of the clients' losses, whose gradient is each client's own.
     """
     first = whole_grads(params, grads, factors)
-    moved = perturbation(params, first, rho, adaptive)
+    moved = perturbation(params, first, rho, adaptive, stacked)
     at = {k: (w.detach() + e).requires_grad_(True) for (k, w), e in zip(params.items(), moved)}
     loss, captured = evaluate(at, {k: v.clone() for k, v in buffers.items()})
     return differentiate(loss, at, captured)

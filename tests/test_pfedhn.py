@@ -401,10 +401,8 @@ def test_resume_is_bitwise(variant: str, tmp_path: Path) -> None:
     assert resumed_records(cfg, 2, tmp_path) == records(cfg)
 
 
-def test_pc_writes_each_clients_model_the_hypernetwork_body_with_its_own_head(tmp_path: Path) -> None:
-    """``checkpoint.client_models`` under pFedHN-PC: client i's model is h(v_i; phi) at the run's end with the head it keeps."""
-    cfg = config(**{"algorithm.name": "pfedhn", "algorithm.variant": "pc", "model.name": "mlp", "model.hidden": [16], "checkpoint.client_models": True,
-                    "out_dir": str(tmp_path), "name": "pc"})
+def rounds_of(cfg: Any) -> tuple[Any, Any]:
+    """The run's rounds, driven here without writing (its experiment and protocol, to read the state it ends in)."""
     exp = build_experiment(cfg)
     protocol: Any = build_protocol(exp)
     executor = make_executor(exp, protocol)
@@ -414,6 +412,14 @@ def test_pc_writes_each_clients_model_the_hypernetwork_body_with_its_own_head(tm
                         participation=fed))
     finally:
         executor.close()
+    return exp, protocol
+
+
+def test_pc_writes_each_clients_model_the_hypernetwork_body_with_its_own_head(tmp_path: Path) -> None:
+    """``checkpoint.client_models`` under pFedHN-PC: client i's model is h(v_i; phi) at the run's end with the head it keeps."""
+    cfg = config(**{"algorithm.name": "pfedhn", "algorithm.variant": "pc", "model.name": "mlp", "model.hidden": [16], "checkpoint.client_models": True,
+                    "out_dir": str(tmp_path), "name": "pc"})
+    exp, protocol = rounds_of(cfg)
     agg = exp.aggregator
     assert isinstance(agg, PFedHN)
     took_part = sorted(protocol.store.ids())
@@ -436,15 +442,7 @@ def test_full_writes_each_clients_generated_model_h_of_its_embedding(tmp_path: P
     """``checkpoint.client_models`` under full pFedHN: every client that took part has h(v_i; phi) of the final hypernetwork."""
     cfg = config(**{"algorithm.name": "pfedhn", "model.name": "mlp", "model.hidden": [16], "checkpoint.client_models": True,
                     "out_dir": str(tmp_path), "name": "full"})
-    exp = build_experiment(cfg)
-    protocol: Any = build_protocol(exp)
-    executor = make_executor(exp, protocol)
-    try:
-        fed = cfg.federation
-        list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=exp.data.num_clients, clients_per_round=fed.sample_size(), rounds=fed.rounds,
-                        participation=fed))
-    finally:
-        executor.close()
+    exp, protocol = rounds_of(cfg)
     agg = exp.aggregator
     assert isinstance(agg, PFedHN) and not agg.head
     took_part = sorted(protocol.finished)

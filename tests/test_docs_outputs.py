@@ -8,7 +8,19 @@ import pytest
 
 import re
 
-from chillfl.docs_outputs import check_blocks, clean_output, default_files, find_blocks, main, replace_blocks, run_command, split_keep, this_machine
+from chillfl.docs_outputs import (
+    check_blocks,
+    clean_output,
+    default_files,
+    find_blocks,
+    main,
+    replace_blocks,
+    run_command,
+    split_keep,
+    summary_mismatches,
+    this_machine,
+    unmarked_result_tables,
+)
 from procs import alive
 
 DOC = """# Title
@@ -170,6 +182,56 @@ def test_no_command_table_is_pasted_outside_the_markers(page: Path) -> None:
         text = text.replace(b.body, "")
     pasted = [m.group(1) for m in re.finditer(r"^```[^\n]*\n(.*?)^```", text, re.M | re.S) if TABLE_OUTPUT.search(m.group(1))]
     assert not pasted, f"{page.name}: a command's table outside <!-- output: COMMAND --> markers: {pasted[0][:120]!r}"
+
+
+SUMMARISED = """<!-- output: chillfl compare x -q -->
+```
+| FedAvg | 61.97 ± 2.66 | +0.00 ± 0.00 | 0.0253 | 47 |
+| PA3Fed | 61.97 ± 2.27 | -0.17 ± 0.62 | 0.9504 | 3 |
+```
+Made on: Some CPU
+<!-- /output -->
+
+<!-- summary of the output blocks -->
+| setting | acc | diff | shift | CLP |
+|---|---|---|---|---|
+| base | {acc} | {diff} ± 0.62 | {shift} | {clp} % |
+"""
+
+
+def test_a_summary_table_holds_only_numbers_its_blocks_print() -> None:
+    """By hand: each decimal must equal a block's number to the table's precision, each integer before "%" a block's integer."""
+    assert summary_mismatches(SUMMARISED.format(acc="61.97", diff="-0.17", shift="0.025", clp="47")) == []
+    assert summary_mismatches(SUMMARISED.format(acc="61.97", diff="-0.17", shift="0.95", clp="47")) == []  # 0.9504 to 2 places
+    assert summary_mismatches(SUMMARISED.format(acc="61.97", diff="+0.00", shift="0.025", clp="47")) == []  # +0.00 is the block's +0.00
+    assert summary_mismatches(SUMMARISED.format(acc="62.97", diff="+0.17", shift="0.026", clp="48")) == [
+        f"the summary table at line 10: {n} is in no output block" for n in ("62.97", "+0.17", "0.026", "48")
+    ]  # a changed digit, a flipped sign, a wrong rounding, a percent no block prints
+    assert summary_mismatches(SUMMARISED.format(acc="61.97", diff="-0.17", shift="0.025", clp="3.0")) == [
+        "the summary table at line 10: 3.0 is in no output block"
+    ]  # a decimal needs a decimal: the block's integer 3 does not print "3.0"
+
+
+def test_a_result_table_outside_the_blocks_must_be_a_marked_summary() -> None:
+    marked = SUMMARISED.format(acc="61.97", diff="-0.17", shift="0.025", clp="47")
+    assert unmarked_result_tables(marked) == []  # the block's rows and the marked summary's
+    pasted = marked.replace("<!-- summary of the output blocks -->\n", "")
+    assert unmarked_result_tables(pasted) == ["line 11: a result table outside <!-- output: COMMAND --> markers and not after <!-- summary of the output blocks -->"]
+
+
+@pytest.mark.parametrize("page", default_files(), ids=lambda p: p.name)
+def test_every_summary_table_matches_its_blocks_and_no_result_table_is_pasted(page: Path) -> None:
+    """docs/pa3fed.md's study summary and the like stay in step with the regenerated blocks they condense."""
+    text = page.read_text(encoding="utf-8")
+    assert summary_mismatches(text) == []
+    assert unmarked_result_tables(text) == []
+
+
+def test_check_fails_on_a_summary_its_blocks_no_longer_support(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text(SUMMARISED.format(acc="61.96", diff="-0.17", shift="0.025", clp="47"))  # the block is another machine's: not rerun
+    assert main(["--check", "--other-machines", "skip", str(doc)]) == 1
+    assert "stale: " + str(doc) + ": the summary table at line 10: 61.96 is in no output block" in capsys.readouterr().err
 
 
 def test_readme_demo_table_is_a_generated_block() -> None:

@@ -37,6 +37,13 @@ file, for the page to show (``![...](img/x.png)``). Several are separated by
 commas. A figure's bytes depend on matplotlib and its fonts, not only on the
 run, so ``--check`` neither copies nor compares them; they are remade with the block.
 
+A page may condense its blocks in a Markdown table of its own: marked by
+``<!-- summary of the output blocks -->`` on the line before it, each of its
+numbers must be one a block prints (to the table's precision). ``--check``
+fails on one that is not, and a regeneration that moves a block under such a
+table lists the numbers to update by hand. A table of results with "±"
+outside the blocks and without the mark is a paste (the docs tests refuse it).
+
 Default files: the README and docs/*.md of the repository this module sits in.
 """
 
@@ -134,6 +141,60 @@ def check_blocks(text: str, run: Runner, machine: str, *, other_machines: str = 
         elif clean_output(run(b.command)) != b.body:
             problems.append(f"{b.command}: its output differs")
     return problems, skipped
+
+
+SUMMARY_MARK = "<!-- summary of the output blocks -->"
+"""Opens a Markdown table that condenses the page's output blocks (see :func:`summary_mismatches`)."""
+
+_SUMMARY = re.compile(re.escape(SUMMARY_MARK) + r"\n((?:\|[^\n]*\n)+)")
+_DECIMAL = re.compile(r"(?<![\w.])[-+]?\d+\.\d+(?![\w.])")
+_PERCENT = re.compile(r"(?<![\w.])\d+(?= ?%)")
+_PLUS_MINUS = re.compile(r"\d ± \d")
+_ANY_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?![\w])")
+
+
+def _shown(value: float, decimals: int) -> str:
+    """``value`` printed to ``decimals`` places, with no sign on a zero (a "+0.00" and a "-0.00" are one number)."""
+    s = f"{value:.{decimals}f}"
+    return s.lstrip("-") if float(s) == 0 else s
+
+
+def summary_mismatches(text: str) -> list[str]:
+    """The numbers of the page's summary tables that none of its output blocks shows.
+
+    A summary table (right after ``<!-- summary of the output blocks -->``) is
+    copied from blocks that ``python -m chillfl.docs_outputs`` regenerates;
+    nothing else keeps it in step with them. Each of its decimals must equal a
+    number of some block printed to the table's own precision (0.0253 in a
+    block supports 0.025 in the table), and each integer before a "%" an integer
+    of some block. Other integers (rounds, counts) are not checked.
+    """
+    shown: dict[int, set[str]] = {}
+    numbers = [m.group(0) for b in find_blocks(text) for m in _ANY_NUMBER.finditer(b.body)]
+    missing: list[str] = []
+    for m in _SUMMARY.finditer(text):
+        line = text.count("\n", 0, m.start(1)) + 1
+        table = m.group(1)
+        for token in [*_DECIMAL.findall(table), *_PERCENT.findall(table)]:
+            decimals = len(token.split(".")[1]) if "." in token else 0
+            if decimals not in shown:
+                shown[decimals] = {_shown(float(n), decimals) for n in numbers if ("." in n) == (decimals > 0)}
+            if _shown(float(token), decimals) not in shown[decimals]:
+                missing.append(f"the summary table at line {line}: {token} is in no output block")
+    return missing
+
+
+def unmarked_result_tables(text: str) -> list[str]:
+    """Result tables (Markdown rows with a "mean ± std" in numbers) outside the output blocks and not marked as a summary of them:
+    numbers pasted by hand, which nothing regenerates or checks."""
+    for b in find_blocks(text):
+        text = text.replace(b.body, "\n" * b.body.count("\n"))
+    summarised = {text.count("\n", 0, m.start(1)) + 1 + i for m in _SUMMARY.finditer(text) for i in range(m.group(1).count("\n"))}
+    return [
+        f"line {n}: a result table outside <!-- output: COMMAND --> markers and not after {SUMMARY_MARK}"
+        for n, row in enumerate(text.splitlines(), 1)
+        if row.startswith("|") and _PLUS_MINUS.search(row) and n not in summarised
+    ]
 
 
 KEEP = " ; keep: "
@@ -262,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if args.check:
             problems, skipped = check_blocks(text, run, machine, other_machines=args.other_machines)
+            problems += summary_mismatches(text)
             for problem in problems:
                 print(f"stale: {path}: {problem}", file=sys.stderr)
             for note in skipped:
@@ -274,6 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if new != text:
             path.write_text(new, encoding="utf-8")
             print(f"updated {path}", file=sys.stderr)
+        for problem in summary_mismatches(new):  # the blocks moved under a table copied from them: say so, it needs a hand
+            print(f"update by hand: {path}: {problem}", file=sys.stderr)
     return 1 if stale else 0
 
 

@@ -56,7 +56,7 @@ import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 import torch
@@ -142,7 +142,16 @@ def standardise_into(x: np.ndarray, mean: np.ndarray, std: np.ndarray, out: np.n
         out[start : start + CHUNK_ROWS] = (x[start : start + CHUNK_ROWS].astype(np.float32) / scale - mean32) / std32
 
 
-def _write(folder: Path, decoded: Decoded, record: dict[str, Any]) -> None:
+class EntryRecord(TypedDict):
+    """What an entry's ``meta.json`` records of where it comes from: the versions that wrote it and its lineage (the key
+    without the versions), which :func:`remove_superseded` reads to find the entries a newer version supersedes."""
+
+    format: int
+    output: int
+    lineage: str
+
+
+def _write(folder: Path, decoded: Decoded, record: EntryRecord) -> None:
     mean, std = channel_stats(decoded.x_train)
     for split, x, y in (("train", decoded.x_train, decoded.y_train), ("test", decoded.x_test, decoded.y_test)):
         out = np.lib.format.open_memmap(folder / f"x_{split}.npy", mode="w+", dtype=np.float32, shape=x.shape)
@@ -176,7 +185,7 @@ def _array(path: Path, dtype: type, mmap: bool = False) -> np.ndarray:
     return arr
 
 
-def _read(folder: Path, record: dict[str, Any]) -> Mapped | None:
+def _read(folder: Path, record: EntryRecord) -> Mapped | None:
     """The entry's arrays, read holding its shared lock (:func:`remove_superseded` takes no entry a reader holds);
     None when it is gone or being removed (a miss: the caller builds it).
 
@@ -199,7 +208,7 @@ def _read(folder: Path, record: dict[str, Any]) -> Mapped | None:
         lock.release()
 
 
-def _record(folder: Path, record: dict[str, Any]) -> None:
+def _record(folder: Path, record: EntryRecord) -> None:
     """Add ``record`` to an entry's ``meta.json`` that lacks it (atomically; a read-only cache keeps it as it is)."""
     path = folder / "meta.json"
     try:
@@ -240,7 +249,7 @@ def cached(name: str, options: object, source: Path, data_dir: Path, decode: Cal
     prints = fingerprint(source)
     key = hashlib.sha256(f"{FORMAT_VERSION}\0{output_version}\0{name}\0{options!r}\0{prints}".encode()).hexdigest()[:16]
     lineage = hashlib.sha256(f"{name}\0{options!r}\0{prints}".encode()).hexdigest()[:16]  # the key without the versions
-    record: dict[str, Any] = {"format": FORMAT_VERSION, "output": output_version, "lineage": lineage}
+    record = EntryRecord(format=FORMAT_VERSION, output=output_version, lineage=lineage)
     cache_root = data_dir / CACHE_DIR
     folder = cache_root / f"{name}-{key}"
     found = _read(folder, record)

@@ -64,6 +64,24 @@ def test_per_sample_clip_by_hand() -> None:
     assert noisy is not None and torch.allclose(noisy, (torch.tensor([-0.9, -1.2]) + z) / 2)
 
 
+def test_a_samples_norm_is_over_all_parameters_together() -> None:
+    # Two parameters a, b (one entry each), loss 0.5 (x_0 a + x_1 b - y)^2: at a = b = 0, g_j = (-y x_0, -y x_1).
+    # x = (3, 4), y = 1: g = (-3, -4) over both together has norm 5 -> clipped to (-0.6, -0.8); clipping each
+    # parameter on its own would give (-1, -1). Also under the stacked (vectorised) form, one client.
+    def split(p: dict[str, torch.Tensor], buffers: Any, x: torch.Tensor, y: torch.Tensor, t: Any, context: Any) -> tuple[torch.Tensor, list[Any]]:
+        return (0.5 * (x[:, 0] * p["a"][0] + x[:, 1] * p["b"][0] - y) ** 2).mean(), []
+
+    params = {"a": torch.zeros(1), "b": torch.zeros(1)}
+    x, y = torch.tensor([[3.0, 4.0]]), torch.tensor([1.0])
+    _, (ga, gb) = PerSampleClipping(1.0, 0.0).gradients(split, params, {}, x, y, 1.0, {}, seed=1, step=0)
+    assert ga is not None and gb is not None
+    assert torch.allclose(ga, torch.tensor([-0.6])) and torch.allclose(gb, torch.tensor([-0.8]))
+    stacked = {k: v[None] for k, v in params.items()}
+    _, (sa, sb) = PerSampleClipping(1.0, 0.0).stacked_gradients(split, stacked, {}, x[None], y[None], torch.ones(1), [], [1], 0)
+    assert sa is not None and sb is not None
+    assert torch.allclose(sa, torch.tensor([[-0.6]])) and torch.allclose(sb, torch.tensor([[-0.8]]))
+
+
 def test_vectorized_equals_sequential() -> None:
     seq = run_experiment(config(), write=False, progress=False).records
     vec = run_experiment(config(executor="vectorized"), write=False, progress=False).records

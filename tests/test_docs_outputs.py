@@ -163,7 +163,7 @@ def test_every_docs_block_is_well_formed_and_names_its_machine(page: Path) -> No
     """Every output marker of README.md and docs/*.md opens a block the tool can regenerate, with a "Made on:" line."""
     text = page.read_text(encoding="utf-8")
     blocks = find_blocks(text)
-    opens, closes = re.findall(r"^<!-- output:", text, re.M), re.findall(r"^<!-- /output -->$", text, re.M)
+    opens, closes = re.findall(r"^<!-- output(?: session)?:", text, re.M), re.findall(r"^<!-- /output -->$", text, re.M)
     assert len(blocks) == len(opens) == len(closes)  # no marker line the regex misses (prose may quote a marker)
     for b in blocks:
         assert b.machine is not None, f"{page.name}: {b.command!r} names no machine; regenerate it with python -m chillfl.docs_outputs {page.name}"
@@ -266,3 +266,72 @@ def test_sigterm_stops_the_running_command_and_removes_its_folder(tmp_path: Path
     assert not list(tmp_path.glob("chillfl-docs-*"))  # its temporary folder is gone
     assert doc.read_text().count("old") == 1  # nothing written
 
+
+
+SESSION_DOC = """Before.
+
+<!-- output session:
+silent: python -c "open('made.txt', 'w').write('42'); print('setup noise')"
+python -c "print('read', open('made.txt').read()); print('results: somewhere')"
+python -c "print(1)"
+python -c "open('made.txt', 'a').write('!')"
+python -c "print(open('made.txt').read())"
+-->
+```text
+old
+```
+<!-- /output -->
+After.
+"""
+
+SESSION_BODY = """$ python -c "print('read', open('made.txt').read()); print('results: somewhere')"
+read 42
+$ python -c "print(1)"
+1
+$ python -c "open('made.txt', 'a').write('!')"
+$ python -c "print(open('made.txt').read())"
+42!
+"""
+
+
+def test_a_session_block_runs_its_commands_in_one_folder_and_shows_each_with_a_prompt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/analysis.md's session (runs, then analyses reading their folders) is regenerated, not pasted: a later command
+    reads what an earlier one wrote; a ``silent:`` step runs and shows neither its command nor its output."""
+    doc = tmp_path / "doc.md"
+    doc.write_text(SESSION_DOC)
+    monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "This CPU (AVX512)")
+    (block,) = find_blocks(SESSION_DOC)
+    assert block.body == "old\n" and block.command.startswith("silent: python -c") and block.command.count("\n") == 5
+    assert main([str(doc)]) == 0
+    assert doc.read_text() == SESSION_DOC.replace("old\n```\n", SESSION_BODY + "```\nMade on: This CPU (AVX512)\n")
+    assert "setup noise" not in doc.read_text().split("-->\n", 1)[1]  # the silent step's output is not shown
+    assert main([str(doc), "--check"]) == 0
+
+
+def test_a_session_block_whose_output_changed_is_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = tmp_path / "doc.md"
+    monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "This CPU (AVX512)")
+    current = SESSION_DOC.replace("old\n```\n", SESSION_BODY + "```\nMade on: This CPU (AVX512)\n")
+    doc.write_text(current.replace("read 42\n", "read 43\n"))  # one remembered digit
+    assert main([str(doc), "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "its output differs" in err and f"stale: {doc}: session of 5 commands" in err
+    doc.write_text(current.replace("Made on: This CPU (AVX512)\n", ""))
+    assert main([str(doc), "--check"]) == 1 and "names no machine" in capsys.readouterr().err
+    doc.write_text(current)
+    monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "Other CPU (AVX2)")
+    assert main([str(doc), "--check", "--other-machines", "skip"]) == 0 and "not checked" in capsys.readouterr().err
+
+
+def test_a_failing_session_command_fails_the_regeneration_with_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = tmp_path / "doc.md"
+    failing = SESSION_DOC.replace("python -c \"print(1)\"\n", "python -c 'raise SystemExit(3)'\n")
+    doc.write_text(failing)
+    monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "This CPU (AVX512)")
+    with pytest.raises(RuntimeError, match=r"^\"python -c 'raise SystemExit\(3\)'\" exited with 3"):
+        main([str(doc)])
+    assert doc.read_text() == failing  # nothing written
+    for bad, why in (("rm -rf /", "only chillfl and python"), ("silent: python -c 1", "shows no command"), ("python -c 1 ; keep: a.png as b.png", "keeps no figures")):
+        doc.write_text(f"<!-- output session:\n{bad}\n-->\n```\nold\n```\n<!-- /output -->\n")
+        with pytest.raises(ValueError, match=why):
+            main([str(doc)])

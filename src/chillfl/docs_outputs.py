@@ -44,6 +44,30 @@ fails on one that is not, and a regeneration that moves a block under such a
 table lists the numbers to update by hand. A table of results with "±"
 outside the blocks and without the mark is a paste (the docs tests refuse it).
 
+A **session** block shows several commands as a shell session would: each
+line of its opening comment is one command, run in turn in one temporary
+folder (a later command reads the result folders an earlier one wrote), and
+the block shows each as a ``$ COMMAND`` line followed by its cleaned output::
+
+    <!-- output session:
+    silent: python -c "open('base.toml', 'w').write('...')"
+    chillfl run base.toml -q --seed 0 --out results
+    chillfl analyze calibration results/base -o ana
+    -->
+    ```
+    ...replaced by "$ chillfl run ...", its output, "$ chillfl analyze ...", its output...
+    ```
+    Made on: ...
+    <!-- /output -->
+
+A command after ``silent: `` runs but shows neither its line nor its output
+(setup, such as writing a config or a small dataset; it stays visible in the
+page's source); a session shows at least one command and keeps no figures.
+It is regenerated and checked like a one-command block: the same "Made on:"
+rule, the same byte-for-byte check, the same messages, where it is named
+"session of N commands, the first '...'". A failing command fails the
+regeneration, naming that command, and nothing is written.
+
 Default files: the README and docs/*.md of the repository this module sits in.
 """
 
@@ -65,6 +89,14 @@ BLOCK = re.compile(
     r"(?P<open><!-- output: (?P<command>[^\n]*?) -->\n)(?P<fence>`{3,})(?P<lang>[^\n]*)\n(?P<body>.*?)(?P=fence)\n(?:Made on: (?P<machine>[^\n]*)\n)?(?P<close><!-- /output -->)",
     re.DOTALL,
 )
+SESSION = re.compile(
+    r"(?P<open><!-- output session:\n(?P<command>(?:(?!-->)[^\n]*\n)*?)-->\n)(?P<fence>`{3,})(?P<lang>[^\n]*)\n(?P<body>.*?)(?P=fence)\n"
+    r"(?:Made on: (?P<machine>[^\n]*)\n)?(?P<close><!-- /output -->)",
+    re.DOTALL,
+)
+"""A session block (see the module docstring): the opening comment holds one command a line."""
+SILENT = "silent: "
+"""Marks a session's command that runs without being shown (setup)."""
 DROPPED_PREFIXES = ("results:",)
 
 Runner = Callable[[str], str]
@@ -79,10 +111,44 @@ class Block:
     machine: str | None
     """What the block's "Made on:" line says; None for a block without one (stale)."""
 
+    @property
+    def label(self) -> str:
+        """How messages name the block (:func:`label`)."""
+        return label(self.command)
+
+
+def label(command: str) -> str:
+    """How messages name a block: its command, or for a session its size and first command (one line either way)."""
+    steps = session_steps(command) if is_session(command) else []
+    return f"session of {len(steps)} commands, the first {steps[0]!r}" if steps else command
+
+
+def is_session(command: str) -> bool:
+    """Whether a block's command text is a session's: its commands one a line, each ending in a newline
+    (a one-command block's command is one line without one)."""
+    return command.endswith("\n")
+
+
+def session_steps(command: str) -> list[str]:
+    """A session's commands, as written (``silent: `` included)."""
+    return command.splitlines()
+
+
+def _matches(text: str) -> list[re.Match[str]]:
+    """The one-command and the session blocks of ``text``, in order (the two patterns cannot match the same text)."""
+    return sorted([*BLOCK.finditer(text), *SESSION.finditer(text)], key=lambda m: m.start())
+
+
+def _command(m: re.Match[str]) -> str:
+    """A block's command text: a one-command block's line, or a session's non-blank lines each ending in a newline."""
+    if m.re is SESSION:
+        return "".join(f"{line.strip()}\n" for line in m["command"].splitlines() if line.strip())
+    return m["command"].strip()
+
 
 def find_blocks(text: str) -> list[Block]:
     """The output blocks of a document, in order."""
-    return [Block(m["command"].strip(), m["body"], m.start(), m.end(), m["machine"]) for m in BLOCK.finditer(text)]
+    return [Block(_command(m), m["body"], m.start(), m.end(), m["machine"]) for m in _matches(text)]
 
 
 def this_machine() -> str:
@@ -113,11 +179,13 @@ def replace_blocks(text: str, run: Runner, machine: str) -> str:
     """``text`` with every block's body replaced by ``clean_output(run(command))`` and its "Made on:" line by
     ``machine``; the rest kept byte for byte."""
 
-    def sub(m: re.Match[str]) -> str:
-        body = clean_output(run(m["command"].strip()))
-        return f"{m['open']}{m['fence']}{m['lang']}\n{body}{m['fence']}\nMade on: {machine}\n{m['close']}"
-
-    return BLOCK.sub(sub, text)
+    pieces: list[str] = []
+    done = 0
+    for m in _matches(text):
+        body = clean_output(run(_command(m)))
+        pieces += [text[done : m.start()], f"{m['open']}{m['fence']}{m['lang']}\n{body}{m['fence']}\nMade on: {machine}\n{m['close']}"]
+        done = m.end()
+    return "".join([*pieces, text[done:]])
 
 
 def check_blocks(text: str, run: Runner, machine: str, *, other_machines: str = "fail") -> tuple[list[str], list[str]]:
@@ -134,12 +202,12 @@ def check_blocks(text: str, run: Runner, machine: str, *, other_machines: str = 
     skipped: list[str] = []
     for b in find_blocks(text):
         if b.machine is None:
-            problems.append(f"{b.command}: names no machine (no 'Made on:' line)")
+            problems.append(f"{b.label}: names no machine (no 'Made on:' line)")
         elif b.machine != machine:
-            note = f"{b.command}: made on {b.machine}; this machine is {machine}: not checked"
+            note = f"{b.label}: made on {b.machine}; this machine is {machine}: not checked"
             (skipped if other_machines == "skip" else problems).append(note)
         elif clean_output(run(b.command)) != b.body:
-            problems.append(f"{b.command}: its output differs")
+            problems.append(f"{b.label}: its output differs")
     return problems, skipped
 
 
@@ -217,8 +285,11 @@ def run_command(command: str, figures_to: Path | None = None) -> str:
     """Run a ``chillfl ...`` (or ``python ...``) command line in a temporary folder; its standard output.
 
     With ``figures_to`` (a markdown file's folder) the figures the block keeps are copied there; without it
-    (``--check``) the keep clause is parsed and nothing is copied.
+    (``--check``) the keep clause is parsed and nothing is copied. A session's command text runs as a session
+    (:func:`run_session`).
     """
+    if is_session(command):
+        return run_session(command)
     command, keep = split_keep(command)
     steps = _steps(shlex.split(command))
     with tempfile.TemporaryDirectory(prefix="chillfl-docs-") as tmp:
@@ -233,6 +304,31 @@ def run_command(command: str, figures_to: Path | None = None) -> str:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(found[0], target)
     return out
+
+
+def run_session(command: str) -> str:
+    """A session's transcript: each shown command as ``$ COMMAND`` and its cleaned output, all run in one temporary folder.
+
+    Every command is parsed before the first runs, so a typo in the last one costs no run.
+    """
+    steps = [(line.startswith(SILENT), line.removeprefix(SILENT).strip()) for line in session_steps(command)]
+    if all(silent for silent, _ in steps):
+        raise ValueError("a session shows no command: every one is silent")
+    argvs = []
+    for _, step in steps:
+        if split_keep(step)[1]:
+            raise ValueError(f"{step!r}: a session keeps no figures")
+        argvs.append(_steps(shlex.split(step)))
+    shown: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="chillfl-docs-") as tmp:
+        for (silent, step), argv_list in zip(steps, argvs):
+            out = ""
+            for argv in argv_list:
+                out = _run_step(argv, tmp, step)
+            if not silent:
+                cleaned = clean_output(out)
+                shown += [f"$ {step}\n", cleaned if cleaned.strip() else ""]  # a command that printed nothing: its prompt line only
+    return "".join(shown)
 
 
 def _steps(words: list[str]) -> list[list[str]]:
@@ -311,14 +407,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         blocks = find_blocks(text)
         if args.list:
             for b in blocks:
-                print(f"{path}: {b.command} (made on: {b.machine or 'no machine named'})")
+                print(f"{path}: {b.command.rstrip()} (made on: {b.machine or 'no machine named'})")
             continue
         if not blocks:
             continue
         machine = machine or this_machine()
 
         def run(cmd: str, path: Path = path) -> str:
-            print(f"{path}: {cmd}", file=sys.stderr)
+            print(f"{path}: {label(cmd)}", file=sys.stderr)
             return run_command(cmd) if args.check else run_command(cmd, figures_to=path.parent)
 
         if args.check:

@@ -228,7 +228,7 @@ def test_run_of_a_config_with_seeds_and_no_variants_runs_it_over_the_seeds(tmp_p
     header = next(line for line in captured.out.splitlines() if line.startswith("| variant |"))
     assert "accuracy %" in header and "95 % CI" in header and "diff" not in header and "sign holds" not in header  # nothing to pair with
     assert "| s |" in captured.out and table
-    # --seed N asks for one run at N (as docs/analysis.md's example runs the demo's config once a seed)
+    # --seed N asks for one run at N, not the [compare] seeds
     assert main(["run", str(config), "-q", "--seed", "1", "name=one", *TINY]) == 0
     assert (tmp_path / "out" / "one" / "metrics.jsonl").is_file() and not (tmp_path / "out" / "one-compare").exists()
     # a mistake is the config's own field, not a variant's the user never wrote; the info line comes only once all is checked

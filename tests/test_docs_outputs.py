@@ -13,6 +13,7 @@ from chillfl.docs_outputs import (
     clean_output,
     default_files,
     find_blocks,
+    is_session,
     main,
     replace_blocks,
     run_command,
@@ -232,6 +233,16 @@ def test_check_fails_on_a_summary_its_blocks_no_longer_support(tmp_path: Path, c
     doc.write_text(SUMMARISED.format(acc="61.96", diff="-0.17", shift="0.025", clp="47"))  # the block is another machine's: not rerun
     assert main(["--check", "--other-machines", "skip", str(doc)]) == 1
     assert "stale: " + str(doc) + ": the summary table at line 10: 61.96 is in no output block" in capsys.readouterr().err
+
+
+def test_the_analysis_example_is_a_session_block_not_a_pasted_one() -> None:
+    """docs/analysis.md's runs-then-analyses example was a shell session pasted by hand; it is a session block the tool reruns."""
+    text = next(p for p in default_files() if p.name == "analysis.md").read_text(encoding="utf-8")
+    sessions = [b for b in find_blocks(text) if is_session(b.command)]
+    assert any("chillfl analyze cka" in b.command and "$ chillfl analyze cka" in b.body for b in sessions)
+    for b in find_blocks(text):
+        text = text.replace(b.body, "")
+    assert not re.findall(r"^\$ (?:chillfl|python) ", text, re.M), "a command's output pasted outside <!-- output session: --> markers"
 
 
 def test_readme_demo_table_is_a_generated_block() -> None:

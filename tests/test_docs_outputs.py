@@ -213,6 +213,32 @@ def test_a_summary_table_holds_only_numbers_its_blocks_print() -> None:
     ]  # a decimal needs a decimal: the block's integer 3 does not print "3.0"
 
 
+QUOTED = """<!-- output: chillfl compare x -q -->
+```
+| FedAvg | 61.97 ± 2.66 | +0.00 ± 0.00 | 0.0253 | 47 |
+| PA3Fed | 61.97 ± 2.27 | -0.17 ± 0.62 | 0.9504 | 3 |
+```
+Made on: Some CPU
+<!-- /output -->
+
+An unmarked paragraph may quote anything: 12.34 and 99 %.
+
+PA3Fed is level with FedAvg ({acc} % both, a difference of {diff}),
+its shift {shift} at `beta=2.5` in 47 % of rounds. <!-- numbers from the output blocks -->
+"""
+
+
+def test_a_marked_paragraph_quotes_only_numbers_its_blocks_print() -> None:
+    """By hand: the summary tables' rule for a paragraph ending in the mark; numbers in `code` (options) are not quotes."""
+    assert summary_mismatches(QUOTED.format(acc="61.97", diff="-0.17", shift="0.95")) == []
+    assert summary_mismatches(QUOTED.format(acc="61.96", diff="+0.17", shift="0.95")) == [
+        f"the paragraph ending at line 12: {n} is in no output block" for n in ("61.96", "+0.17")
+    ]  # a changed digit, a flipped sign; the unmarked paragraph's 12.34 and 99 % are not checked
+    assert summary_mismatches(QUOTED.format(acc="61.97", diff="-0.17", shift="0.95").replace("47 %", "48 %")) == [
+        "the paragraph ending at line 12: 48 is in no output block"
+    ]
+
+
 def test_a_result_table_outside_the_blocks_must_be_a_marked_summary() -> None:
     marked = SUMMARISED.format(acc="61.97", diff="-0.17", shift="0.025", clp="47")
     assert unmarked_result_tables(marked) == []  # the block's rows and the marked summary's

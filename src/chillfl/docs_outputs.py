@@ -39,9 +39,11 @@ run, so ``--check`` neither copies nor compares them; they are remade with the b
 
 A page may condense its blocks in a Markdown table of its own: marked by
 ``<!-- summary of the output blocks -->`` on the line before it, each of its
-numbers must be one a block prints (to the table's precision). ``--check``
+numbers must be one a block prints (to the table's precision). A paragraph
+that quotes blocks may end in ``<!-- numbers from the output blocks -->``: its
+numbers are held to the same rule (those in inline code excepted). ``--check``
 fails on one that is not, and a regeneration that moves a block under such a
-table lists the numbers to update by hand. A table of results with "±"
+table or paragraph lists the numbers to update by hand. A table of results with "±"
 outside the blocks and without the mark is a paste (the docs tests refuse it).
 
 A **session** block shows several commands as a shell session would: each
@@ -214,6 +216,9 @@ def check_blocks(text: str, run: Runner, machine: str, *, other_machines: str = 
 SUMMARY_MARK = "<!-- summary of the output blocks -->"
 """Opens a Markdown table that condenses the page's output blocks (see :func:`summary_mismatches`)."""
 
+QUOTE_MARK = "<!-- numbers from the output blocks -->"
+"""Ends a paragraph whose numbers are quoted from the page's output blocks (see :func:`summary_mismatches`)."""
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
 _SUMMARY = re.compile(re.escape(SUMMARY_MARK) + r"\n((?:\|[^\n]*\n)+)")
 _DECIMAL = re.compile(r"(?<![\w.])[-+]?\d+\.\d+(?![\w.])")
 _PERCENT = re.compile(r"(?<![\w.])\d+(?= ?%)")
@@ -228,7 +233,7 @@ def _shown(value: float, decimals: int) -> str:
 
 
 def summary_mismatches(text: str) -> list[str]:
-    """The numbers of the page's summary tables that none of its output blocks shows.
+    """The numbers of the page's summary tables and marked paragraphs that none of its output blocks shows.
 
     A summary table (right after ``<!-- summary of the output blocks -->``) is
     copied from blocks that ``python -m chillfl.docs_outputs`` regenerates;
@@ -236,19 +241,33 @@ def summary_mismatches(text: str) -> list[str]:
     number of some block printed to the table's own precision (0.0253 in a
     block supports 0.025 in the table), and each integer before a "%" an integer
     of some block. Other integers (rounds, counts) are not checked.
+
+    A paragraph that ends in ``<!-- numbers from the output blocks -->`` (from
+    the blank line before the mark to the mark) is held to the same rule, except
+    for numbers in inline code (options such as ``partition.alpha=5.0``, not quotes).
     """
     shown: dict[int, set[str]] = {}
     numbers = [m.group(0) for b in find_blocks(text) for m in _ANY_NUMBER.finditer(b.body)]
-    missing: list[str] = []
-    for m in _SUMMARY.finditer(text):
-        line = text.count("\n", 0, m.start(1)) + 1
-        table = m.group(1)
-        for token in [*_DECIMAL.findall(table), *_PERCENT.findall(table)]:
+
+    def unsupported(quote: str) -> list[str]:
+        """The numbers of ``quote`` that no block prints to their own precision."""
+        out = []
+        for token in [*_DECIMAL.findall(quote), *_PERCENT.findall(quote)]:
             decimals = len(token.split(".")[1]) if "." in token else 0
             if decimals not in shown:
                 shown[decimals] = {_shown(float(n), decimals) for n in numbers if ("." in n) == (decimals > 0)}
             if _shown(float(token), decimals) not in shown[decimals]:
-                missing.append(f"the summary table at line {line}: {token} is in no output block")
+                out.append(token)
+        return out
+
+    missing: list[str] = []
+    for m in _SUMMARY.finditer(text):
+        line = text.count("\n", 0, m.start(1)) + 1
+        missing += [f"the summary table at line {line}: {token} is in no output block" for token in unsupported(m.group(1))]
+    for end in (m.start() for m in re.finditer(re.escape(QUOTE_MARK), text)):
+        paragraph = _INLINE_CODE.sub("", text[text.rfind("\n\n", 0, end) + 1 : end])
+        line = text.count("\n", 0, end) + 1
+        missing += [f"the paragraph ending at line {line}: {token} is in no output block" for token in unsupported(paragraph)]
     return missing
 
 

@@ -45,6 +45,12 @@ class Capabilities:
     some of their trainings (Ditto's personal model). Set, a private run with such a mechanism refuses the method
     with this in the line. A client half that runs its own trainings
     (:class:`~chillfl.aggregation.base.Personalising`) is refused even if it declares nothing."""
+    linear_head: str | None = None
+    """What of the method applies the model's classifier head as the affine map ``z -> W z + b`` (it reads the head's
+    ``weight`` and ``bias`` and computes with them itself), e.g. "FedGen's teacher, CE(W z + b, y) on generated features z".
+    Set, a run whose model's head is not an ``nn.Linear`` (a cosine classifier, a module with its own forward) is
+    refused on ``model`` with this in the line; a method that only reads the head's input, keeps or averages its
+    parameters, or reads its row count declares nothing."""
     limited_by: str | None = None
     """The option of the method's own table whose value sets the limits above (FedChill's
     ``normalisation = "minmax"`` keeps it off Flower), so a refusal names that option rather than
@@ -52,7 +58,7 @@ class Capabilities:
 
     def wrapping(self, base: Capabilities) -> Capabilities:
         """A wrapper's effective capabilities over ``base``: it runs the base's server maths and client half, so the
-        base's limits (plain SGD, Flower), its personal model, its reports and its private-step limit are the wrapper's too; whether the wrapper can itself
+        base's limits (plain SGD, Flower, a linear head), its personal model, its reports and its private-step limit are the wrapper's too; whether the wrapper can itself
         be wrapped (``takes_weights``, ``not_a_base``) stays its own."""
         return Capabilities(
             plain_sgd=self.plain_sgd or base.plain_sgd,
@@ -62,6 +68,7 @@ class Capabilities:
             personal_model=self.personal_model or base.personal_model,
             reports=self.reports or base.reports,
             private_steps=self.private_steps or base.private_steps,
+            linear_head=self.linear_head or base.linear_head,
             limited_by=self.limited_by if (self.plain_sgd or self.on_flower) else None,
         )
 

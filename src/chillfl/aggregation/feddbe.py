@@ -318,6 +318,7 @@ SPEC = register_algorithm(
             not_a_base="FedDBE's clients run their own local trainings, which PA3Fed's client half does not compose with",
             personal_model=True,
             reports="each client's running mean of its representation",
+            linear_head="FedDBE's client model folds the PRBM p into the head's bias, h(z + p) = W z + (b + W p)",
         ),
     ),
 )

@@ -277,6 +277,10 @@ SPEC = register_algorithm(
         FedGenOptions,
         _build,
         "server-trained feature generator as regulariser (Zhu et al. 2021)",
-        capabilities=Capabilities(takes_weights=True, reports="each client's label counts, from which the server builds the generator's prior"),
+        capabilities=Capabilities(
+            takes_weights=True,
+            reports="each client's label counts, from which the server builds the generator's prior",
+            linear_head="FedGen's teacher and client term compute CE(W z + b, y) on generated features z from the head's weight and bias",
+        ),
     ),
 )

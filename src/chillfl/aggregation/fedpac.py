@@ -289,6 +289,10 @@ SPEC = register_algorithm(
             private_steps="each client trains its head and then its body, two trainings a round, and computes the statistics it reports from its data",
             not_a_base="FedPAC's clients run their own local trainings and its server combines heads per client",
             reports="each client's class means and counts of its features and its statistics V_i and h_i",
+            linear_head=(
+                "FedPAC's classifier collaboration mixes the clients' head parameters, sum_j alpha_ij (W_j, b_j), with weights from"
+                " an error bound (Eq. 9) that holds when that mix is the mix of the heads' logits: for an affine head"
+            ),
         ),
     ),
 )

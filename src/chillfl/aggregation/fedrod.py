@@ -233,6 +233,7 @@ SPEC = register_algorithm(
             takes_weights=True,
             not_a_base="FedRoD's clients run their own local trainings, which PA3Fed's client half does not compose with",
             personal_model=True,
+            linear_head="FedRoD's personal-head loss computes P(z) = W_P z + b_P, and its client model is the head W_G + W_P, b_G + b_P",
         ),
     ),
 )

@@ -27,6 +27,7 @@ from torch import nn
 from chillfl.aggregation.base import Aggregator, holds_personal_model
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError, choice_error
+from chillfl.models.parts import refuse_nonlinear_head
 from chillfl.options import Chosen, parse_options
 from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve
 from chillfl.training.objective import Term
@@ -251,16 +252,19 @@ def make_aggregator(
     ``client_momentum`` is the run's ``client.momentum`` (FedNova needs it); None skips that check.
     ``rounds`` is the run's ``federation.rounds`` (:attr:`BuildContext.rounds`) and ``clients_per_round`` the clients it
     samples a round (:attr:`BuildContext.clients_per_round`); None: unknown.
-    What the built aggregator's client half keeps must agree with its declared ``personal_model``.
+    What the built aggregator's client half keeps must agree with its declared ``personal_model``, and a method
+    that declares ``linear_head`` needs a model whose head is an ``nn.Linear`` (a ConfigError on ``model``).
     """
     spec = algorithm_spec(name, section)
     parsed: Any = algorithm_options(spec, name, options, section)
     ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum, rounds=rounds,
                        clients_per_round=clients_per_round)
+    capabilities = effective_capabilities(spec, parsed, section)
+    refuse_nonlinear_head(model, capabilities.linear_head, name)  # before its build reads the head
     built = spec.build(parsed, ctx)
     if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (list, tuple))):  # a plugin's builder: its mistake is one line, not a TypeError
         raise ConfigError(f"{section}.name", f"{name!r}: its AlgorithmSpec's build must return (aggregator, [loss terms]), got {type(built).__name__}")
-    personal = effective_capabilities(spec, parsed, section).personal_model
+    personal = capabilities.personal_model
     holds = holds_personal_model(built[0].client_half())
     if personal != holds:
         said = "declares personal_model = True, but its client half implements no" if personal else "declares no personal_model, but its client half implements"

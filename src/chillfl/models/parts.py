@@ -151,6 +151,35 @@ def check_declared_head(model: nn.Module, num_classes: int) -> None:
         raise ConfigError("model", f"{type(model).__name__}'s declared classifier head {head_name(model)!r} has {classes} outputs; the data have {num_classes} classes")
 
 
+def is_linear_head(head: nn.Module) -> bool:
+    """Whether ``head`` computes ``W z + b`` from its ``weight`` and ``bias``: an ``nn.Linear`` that keeps ``nn.Linear``'s forward.
+
+    A subclass that overrides ``forward`` (a cosine classifier built on ``nn.Linear``) holds the same parameters but
+    maps them to other logits, so it is not linear here.
+    """
+    return isinstance(head, nn.Linear) and type(head).forward is nn.Linear.forward
+
+
+def refuse_nonlinear_head(model: nn.Module, why: str | None, method: str, field: str = "model") -> None:
+    """A ConfigError on ``field`` when a method that applies the head as an affine map (``why``: its
+    :attr:`~chillfl.capabilities.Capabilities.linear_head`) meets a model whose head is not :func:`is_linear_head`.
+
+    Those methods compute ``W z + b`` from the head's parameters themselves, so under another head their maths
+    would differ from the model's logits without any error. A model without a head is left to the method's own check.
+    """
+    if why is None:
+        return
+    try:
+        name = head_name(model)
+    except NoHeadError:
+        return
+    head = model.get_submodule(name)
+    if not is_linear_head(head):
+        kind = type(head).__name__
+        raise ConfigError(field, f"{method} reads the classifier head as a linear map ({why}); {type(model).__name__}'s head {name!r} is a {kind}, "
+                                 "not an nn.Linear: run it with a method that only reads the head's input, or give the model an nn.Linear head")
+
+
 def forward_with_features(model: nn.Module, x: torch.Tensor, *, call: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Run ``model`` on ``x``; return ``(representation, logits)``.
 

@@ -51,7 +51,8 @@ from chillfl.engine.record import Json, RoundRecord
 from chillfl.training.objective import Wire
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
-from chillfl.models.parts import NoHeadError, forward_with_features, head_has_bias, head_name, head_size
+from chillfl.models.assign import arch_section
+from chillfl.models.parts import NoHeadError, forward_with_features, head_has_bias, head_name, head_size, refuse_nonlinear_head
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, check_aggregated, local_evaluation, local_validation, mean_or_none, policy_accuracy, state_bytes
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
@@ -390,6 +391,7 @@ def prototype_parts(exp: Experiment) -> PrototypeParts:
     cm = build_client_models(exp)
     specs, dims, heads = [], [], []
     for i, model in enumerate(cm.models):
+        refuse_nonlinear_head(model, spec.capabilities.linear_head, settings.method, arch_section(cm.plan, i))
         try:
             head = head_name(model)
             dims.append(head_size(model).features)

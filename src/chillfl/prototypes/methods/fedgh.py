@@ -139,5 +139,6 @@ SPEC = PrototypeSpec(
         on_flower=ON_FLOWER,
         personal_model=True,
         private_steps=RAW_MEANS,
+        linear_head="FedGH's server trains the header as W z + b on the class means, with that map's gradient written out",
     ),
 )

@@ -120,5 +120,9 @@ SPEC = PrototypeSpec(
     FedHKD,
     summary="prototypes + soft predictions (lam = kd_weight = 0.05, noise_std = 2, share_model = true)",
     shares_model=_shares_model,
-    capabilities=Capabilities(on_flower=ON_FLOWER, private_steps=RAW_MEANS + " (nor the per-class soft predictions)"),
+    capabilities=Capabilities(
+        on_flower=ON_FLOWER,
+        private_steps=RAW_MEANS + " (nor the per-class soft predictions)",
+        linear_head="FedHKD's hyper-knowledge term applies the head to the global class means, W H_j + b, from its weight and bias",
+    ),
 )

@@ -224,3 +224,15 @@ def test_a_head_that_leaves_no_body_is_one_line_naming_the_option(algorithm: str
     assert code == 2 and err[-1].startswith(f"chillfl: error: algorithm.{field}: MLP has 2 parameterised modules; a head of 2 leaves no shared base")
     assert not any("Traceback" in line for line in err)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_one_by_one_conv_head_is_refused_with_the_linear_to_put_in_its_place(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        head_name(Declares("conv"))
+    line = str(err.value)
+    assert err.value.field == "model" and "\n" not in line
+    assert "a 1x1 convolution" in line and "nn.Flatten() and an nn.Linear(8, 10)" in line and "conv.weight.flatten(1)" in line
+    config = {"dataset": {"name": "digits"}, "executor": "sequential", "device": "cpu", "federation": {"num_clients": 2, "rounds": 1}}
+    with pytest.raises(ConfigError, match=r"^model: Declares declares its classifier head 'conv', a Conv2d .* nn.Linear\(8, 10\)"):
+        chillfl.run(model=Declares("conv"), config=config, out_dir=tmp_path, progress=False)
+    assert not any(tmp_path.iterdir())

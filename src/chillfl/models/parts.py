@@ -114,8 +114,22 @@ def declared_head(model: nn.Module, name: object) -> nn.Module:
     weight = dict(head.named_parameters(recurse=False)).get("weight")
     if weight is None or weight.dim() != 2:
         shape = "none" if weight is None else list(weight.shape)
-        raise ConfigError("model", f"{owner} declares its classifier head {name!r}, a {type(head).__name__} whose weight ({shape}) is not [num_classes, features]")
+        raise ConfigError("model", f"{owner} declares its classifier head {name!r}, a {type(head).__name__} whose weight ({shape}) is not [num_classes, features]"
+                                   + one_by_one_hint(weight))
     return head
+
+
+def one_by_one_hint(weight: torch.Tensor | None) -> str:
+    """What to put in place of a 1x1 convolution head (weight ``[classes, features, 1, 1]``); "" for any other weight.
+
+    Methods read the head's input as ``[batch, features]`` and some apply the head as ``W z + b``; a 1x1 convolution on
+    pooled features is that map, but its input is ``[batch, features, 1, 1]``, so it is not accepted as it is.
+    """
+    if weight is None or weight.dim() != 4 or tuple(weight.shape[2:]) != (1, 1):
+        return ""
+    classes, features = int(weight.shape[0]), int(weight.shape[1])
+    return (f": a 1x1 convolution is not read as a head; on pooled features it is the same map as nn.Flatten() and an nn.Linear({features}, {classes}) "
+            "(weight = conv.weight.flatten(1)): put those in its place and declare the nn.Linear")
 
 
 def prefixed(prefix: str, name: str) -> str:

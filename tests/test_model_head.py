@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -236,3 +237,53 @@ def test_a_one_by_one_conv_head_is_refused_with_the_linear_to_put_in_its_place(t
     with pytest.raises(ConfigError, match=r"^model: Declares declares its classifier head 'conv', a Conv2d .* nn.Linear\(8, 10\)"):
         chillfl.run(model=Declares("conv"), config=config, out_dir=tmp_path, progress=False)
     assert not any(tmp_path.iterdir())
+
+
+class UndeclaredNet(nn.Module):
+    """Digits in, a body and a classifier; no head_name(): chillfl guesses its last nn.Linear, 'fc'."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU())
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.body(x))
+
+
+def undeclared_warnings(algorithm: str, rounds: int, epochs: int, **extra: Any) -> int:
+    """How many 'declares no classifier head' warnings a run shows under warnings.simplefilter("always")."""
+    config = {"dataset": {"name": "digits"}, "executor": "sequential", "device": "cpu", "federation": {"num_clients": 3, "clients_per_round": 3, "rounds": rounds},
+              "client": {"batch_size": 16, "epochs": epochs}, "algorithm": {"name": algorithm}, **extra}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        chillfl.run(model=UndeclaredNet(), config=config, write=False, progress=False)
+    return sum("UndeclaredNet declares no classifier head" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("algorithm", ["moon", "fedphp"])
+def test_an_undeclared_model_warns_when_the_run_is_built_not_at_every_batch(algorithm: str) -> None:
+    once = undeclared_warnings(algorithm, rounds=1, epochs=1)
+    assert 1 <= once <= 2  # the run's own lookups (the method's build, the objective's), whatever the filter
+    assert undeclared_warnings(algorithm, rounds=2, epochs=2) == once  # more rounds, steps and client trainings: no more warnings
+
+
+def test_an_objective_term_on_the_representation_warns_once_when_the_run_is_built() -> None:
+    decorr = {"objective": {"terms": [{"name": "decorr", "beta": 0.3}]}}
+    assert undeclared_warnings("fedavg", rounds=1, epochs=1, **decorr) == 1  # no method looks the head up: the run's build does, once
+    assert undeclared_warnings("fedavg", rounds=2, epochs=2, **decorr) == 1
+
+
+def prototype_warnings(rounds: int) -> int:
+    config = {"dataset": {"name": "digits"}, "executor": "sequential", "device": "cpu", "federation": {"num_clients": 2, "clients_per_round": 2, "rounds": rounds},
+              "client": {"batch_size": 16}, "prototypes": {"method": "fedproto"}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        chillfl.run(model=UndeclaredNet(), config=config, write=False, progress=False)
+    return sum("UndeclaredNet declares no classifier head" in str(w.message) for w in caught)
+
+
+def test_a_prototype_run_warns_when_it_is_built_not_at_every_batch_or_evaluation() -> None:
+    once = prototype_warnings(1)
+    assert 1 <= once <= 6  # the build's lookups (its check, then its protocol): head, size, bias
+    assert prototype_warnings(3) == once

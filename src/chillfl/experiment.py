@@ -35,7 +35,7 @@ from chillfl.options import short_repr
 from chillfl.models import build_model, model_names
 from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous, refuse_with_user_model
 from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_inputs
-from chillfl.models.parts import check_declared_head
+from chillfl.models.parts import check_declared_head, head_name
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import MODELS, model_options
 from chillfl.protocols.common import Evaluation
@@ -46,7 +46,7 @@ from chillfl.seeds import derive_seed
 from chillfl.temperature import check_policy, make_policy, policy_names
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.gradient_ablation import BASE_LOSSES
-from chillfl.training.local import LocalSpec, model_state, resolve_compute
+from chillfl.training.local import LocalSpec, model_state, reads_representation, resolve_compute
 from chillfl.training.objective import Term, temperature_cross_entropy
 from chillfl.training.terms import configured_terms
 
@@ -401,6 +401,8 @@ def build_experiment(
         private=private,
         frozen=frozenset(n for n, p in model.named_parameters() if not p.requires_grad),  # a user's frozen layers (requires_grad=False) stay as given
     )
+    if reads_representation(spec):  # a model that declares no head is warned about here, once: the training steps look it up silently
+        head_name(model)
     model.to(device)
     state = {k: v.to(device) for k, v in state.items()}
     if device.type != "cpu":  # the data live on the device too: one copy, no per-round transfer

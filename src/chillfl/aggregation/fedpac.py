@@ -83,7 +83,7 @@ from chillfl.aggregation.base import (
     weighted_average,
 )
 from chillfl.aggregation.fedper import head_keys
-from chillfl.models.parts import forward_with_features, head_size
+from chillfl.models.parts import forward_with_features, head_name, head_size
 from chillfl.options import require
 from chillfl.prototypes.maths import aggregate_means, class_means, prototype_distance
 from chillfl.training.local import LocalSpec, split_state
@@ -135,8 +135,9 @@ def features(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tenso
     model.eval()
     params, buffers = split_state(model, state)
     parts = []
+    head = head_name(model, warn=False)  # once, not per batch; FedPAC's build (head_keys) warned
     for i in range(0, len(x), batch_size):
-        rep, _ = forward_with_features(model, x[i : i + batch_size], call=lambda b: functional_call(model, (params, buffers), (b,)))
+        rep, _ = forward_with_features(model, x[i : i + batch_size], call=lambda b: functional_call(model, (params, buffers), (b,)), head=head)
         parts.append(rep.float())
     return torch.cat(parts)
 

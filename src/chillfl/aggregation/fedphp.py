@@ -159,7 +159,7 @@ class TransferTerm:
     reads: tuple[str, ...] = field(default=(LAMBDA, HPM), init=False)
 
     def __call__(self, params: Mapping[str, torch.Tensor], context: Context, step: StepView) -> torch.Tensor:
-        features, logits = frozen_forward(step, read_table(context, HPM), lambda call: forward_with_features(step.model, step.x, call=call))
+        features, logits = frozen_forward(step, read_table(context, HPM), lambda call: forward_with_features(step.model, step.x, call=call, head=step.head))
         if self.transfer == "mmd":
             reg = mmd(step.features, features.detach())
         else:

@@ -14,7 +14,10 @@ what ``model(x)`` returns.
 A model that declares nothing gets its *last registered* ``nn.Linear``, with
 a warning naming the module picked (once per model class under Python's
 default warning filters), because that rule picks the wrong module for a
-model that registers an auxiliary ``nn.Linear`` after its classifier.
+model that registers an auxiliary ``nn.Linear`` after its classifier. The
+warning comes from the run's build; code that runs many batches (a training
+step, an evaluation) looks the head up once and silently (``warn=False``),
+so ``python -W always`` does not repeat it at every batch.
 """
 
 from __future__ import annotations
@@ -73,20 +76,22 @@ def last_linear(model: nn.Module) -> str:
     return name
 
 
-def head_name(model: nn.Module) -> str:
+def head_name(model: nn.Module, *, warn: bool = True) -> str:
     """Dotted name of the model's classifier head: the one it declares (:class:`DeclaresHead`), else its last ``nn.Linear``.
 
     A declared module that declares a head itself (MOON's projection head in place of the model's) is
     followed into. A declared name that is not a submodule holding a 2-D ``weight`` is a ConfigError on ``model``. The
     fallback warns, naming the model's class and the module picked; Python's default filters show that
     warning once per model class (the message names the class), so a plugin author learns the rule once.
+    ``warn=False``: a lookup repeated while a run trains (every step, every client), after the run's build warned.
     """
     if isinstance(model, DeclaresHead):
         name = model.head_name()
         head = declared_head(model, name)
-        return prefixed(name, head_name(head)) if isinstance(head, DeclaresHead) else name
+        return prefixed(name, head_name(head, warn=warn)) if isinstance(head, DeclaresHead) else name
     name = last_linear(model)
-    warn_undeclared(model, f"uses its last nn.Linear, {name!r}")
+    if warn:
+        warn_undeclared(model, f"uses its last nn.Linear, {name!r}")
     return name
 
 
@@ -194,25 +199,27 @@ def refuse_nonlinear_head(model: nn.Module, why: str | None, method: str, field:
                                  "not an nn.Linear: run it with a method that only reads the head's input, or give the model an nn.Linear head")
 
 
-def forward_with_features(model: nn.Module, x: torch.Tensor, *, call: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_with_features(model: nn.Module, x: torch.Tensor, *, call: Any = None, head: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Run ``model`` on ``x``; return ``(representation, logits)``.
 
     ``call`` replaces ``model(x)`` when given (e.g. a ``functional_call``
     closure over stacked parameters); the hook is installed on ``model``'s
     head module either way, which is the module ``functional_call`` runs.
     The representation is flattened to ``[batch, features]`` as the head
-    sees it.
+    sees it. ``head``: the head's name, looked up once by a caller that runs
+    many batches (None: :func:`head_name`, which warns for a model that declares none).
     """
     captured: list[torch.Tensor] = []
 
     def grab(_module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
         captured.append(inputs[0])
 
-    handle = head_of(model).register_forward_pre_hook(grab)
+    name = head_name(model) if head is None else head
+    handle = model.get_submodule(name).register_forward_pre_hook(grab)
     try:
         logits = model(x) if call is None else call(x)
     finally:
         handle.remove()
     if not captured:
-        raise NoHeadError(f"{type(model).__name__}'s forward did not call its classifier head {head_name(model)!r}")
+        raise NoHeadError(f"{type(model).__name__}'s forward did not call its classifier head {name!r}")
     return captured[-1], logits

@@ -124,8 +124,9 @@ def features_and_logits(model: nn.Module, state: Mapping[str, torch.Tensor], x: 
     model.eval()
     params, buffers = split_state(model, state)
     feats, logits = [], []
+    head = head_name(model, warn=False)  # once, not per batch; the run's build (prototype_parts) warned
     for i in range(0, len(x), batch_size):
-        f, z = forward_with_features(model, x[i : i + batch_size], call=lambda inp: functional_call(model, (params, buffers), (inp,)))
+        f, z = forward_with_features(model, x[i : i + batch_size], call=lambda inp: functional_call(model, (params, buffers), (inp,)), head=head)
         feats.append(f.reshape(f.shape[0], -1))
         logits.append(z)
     return torch.cat(feats), torch.cat(logits)

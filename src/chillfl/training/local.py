@@ -59,7 +59,7 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
 from chillfl.errors import ConfigError
-from chillfl.models.parts import forward_with_features
+from chillfl.models.parts import forward_with_features, head_name
 from chillfl.training.conv_gemm import batched_conv_mode
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
 from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
@@ -79,6 +79,11 @@ def reads_features(loss: BaseLoss) -> bool:
     """Whether a base loss declares ``uses_features``: it is also called with the head's input, the parameters and the
     context (FedProto, FedHKD, FedRoD). A plain loss function declares nothing, so the flag is read with a default."""
     return bool(getattr(loss, "uses_features", False))
+
+
+def reads_representation(spec: LocalSpec) -> bool:
+    """Whether a training step under ``spec`` runs the model for its representation too (a base loss that reads it, a batch term)."""
+    return reads_features(spec.base_loss) or any(is_batch_term(t) for t in spec.terms)
 
 
 def reads_context(loss: BaseLoss) -> bool:
@@ -323,6 +328,7 @@ class StepLoss:
         self._uses_features = reads_features(spec.base_loss)
         self._uses_context = reads_context(spec.base_loss)
         self._batch_terms = any(is_batch_term(t) for t in spec.terms)
+        self._head = head_name(model, warn=False) if reads_representation(spec) else None  # once, not per step; the run's build warned
         self._captures = tuple(dict.fromkeys(name for t in spec.terms for name in getattr(t, "captures", ())))
 
     def __call__(
@@ -360,7 +366,7 @@ class StepLoss:
             value = self.spec.base_loss(logits, y, temperature, context=context)  # type: ignore[call-arg]
         else:
             value = self.spec.base_loss(logits, y, temperature)
-        step = None if not self._batch_terms or features is None else StepView(self.model, x, y, features, logits, value, buffers, grabbed)
+        step = None if not self._batch_terms or features is None else StepView(self.model, x, y, features, logits, value, buffers, grabbed, self._head)
         for term in self.spec.terms:
             value = value + apply_term(term, params, context, step)
         return value, [(xin, z) for _, xin, z in rec.calls]
@@ -379,7 +385,7 @@ class StepLoss:
         handles = [self.model.get_submodule(name).register_forward_hook(grab(name)) for name in self._captures]
         try:
             return forward_with_features(
-                self.model, x, call=lambda xb: functional_call(self.model, (params, buffers), (xb,), tie_weights=self._tie_weights)
+                self.model, x, call=lambda xb: functional_call(self.model, (params, buffers), (xb,), tie_weights=self._tie_weights), head=self._head
             )
         finally:
             for handle in handles:

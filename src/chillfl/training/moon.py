@@ -46,7 +46,7 @@ def frozen_features(step: StepView, state: Mapping[str, torch.Tensor]) -> torch.
     Eval mode as the official code runs the global and previous models
     (batch norm uses the model's own running statistics, no dropout).
     """
-    features, _ = frozen_forward(step, state, lambda call: forward_with_features(step.model, step.x, call=call))
+    features, _ = frozen_forward(step, state, lambda call: forward_with_features(step.model, step.x, call=call, head=step.head))
     return features.detach()
 
 

@@ -105,6 +105,9 @@ class StepView:
     """The client's buffers (BatchNorm statistics), by name."""
     captured: Mapping[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     """(input, output) of each module named in the terms' ``captures``, in this forward."""
+    head: str | None = None
+    """The model's classifier head, looked up once per training (pass it to
+    :func:`~chillfl.models.parts.forward_with_features` for a frozen teacher's representation); None: not looked up."""
 
 
 R = TypeVar("R")

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
+import torch
 
 from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_client_models, build_experiment
 from chillfl.models.assign import plan_models
+from chillfl.models.registry import MODELS
+from chillfl.models.spec import ModelSpec
 from chillfl.runner import run_experiment
 
 from kd_helpers import BASE, MIXED, check_every_executor
@@ -139,3 +145,55 @@ def test_a_model_passed_from_python_with_per_client_architectures_is_one_line(ke
     with pytest.raises(ConfigError) as err:  # a config recording the module (a saved run's, edited) meets the same line where the run is built
         build_experiment(cfg.with_overrides({"model": {"name": "custom", **table}}), model=module)
     assert err.value.field == f"model.{key}"
+
+
+class SevenRows(torch.nn.Module):
+    """A plugin model whose declared head gives 7 logits, whatever the data's classes."""
+
+    def __init__(self, declared: str = "fc") -> None:
+        super().__init__()
+        self.declared = declared
+        self.body = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 256), torch.nn.ReLU())
+        self.fc = torch.nn.Linear(256, 7)
+
+    def head_name(self) -> str:
+        return self.declared
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.body(x))
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The test models' (empty) options."""
+
+
+@pytest.fixture
+def plugin_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(MODELS, "seven_rows", ModelSpec(NoOptions, lambda shape, classes, o, s: SevenRows()))
+    monkeypatch.setitem(MODELS, "no_such_head", ModelSpec(NoOptions, lambda shape, classes, o, s: SevenRows("nope")))
+
+
+SHARING = {"prototypes": {"prototypes": {"method": "fedproto"}},
+           "soft labels": {"distillation": {"method": "dsfl", "public_size": 200, "subset_size": 100}}}
+
+
+@pytest.mark.parametrize("protocol", sorted(SHARING))
+@pytest.mark.parametrize(("model", "says"), [("seven_rows", "SevenRows's declared classifier head 'fc' has 7 outputs; the data have 10 classes"),
+                                             ("no_such_head", "SevenRows declares its classifier head 'nope', which is not one of its submodules")])
+def test_every_groups_model_has_its_head_checked_when_the_run_is_built(plugin_models: None, protocol: str, model: str, says: str) -> None:
+    table = {"name": "mlp", "hidden": [256], "groups": [{"clients": "0-1", "name": "mlp", "hidden": [32, 256]}, {"clients": [3], "name": model}]}
+    with pytest.raises(ConfigError) as err:
+        build_experiment(_cfg(model=table, **SHARING[protocol]))
+    assert err.value.field == "model.groups[1]" and err.value.message == says
+
+
+def test_a_groups_bad_head_is_one_line_and_exit_2(plugin_models: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    toml = tmp_path / "bad.toml"
+    toml.write_text('[dataset]\nname = "digits"\n[federation]\nnum_clients = 4\nclients_per_round = 2\nrounds = 1\n[prototypes]\nmethod = "fedproto"\n'
+                    '[model]\nname = "mlp"\nhidden = [256]\n[[model.groups]]\nclients = [2]\nname = "seven_rows"\n')
+    for extra in ([], ["--dry-run"]):
+        assert main(["run", str(toml), *extra, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("chillfl: error: model.groups[0]: SevenRows's declared classifier head 'fc' has 7 outputs")
+    assert not (tmp_path / "out").exists()

@@ -33,7 +33,7 @@ from chillfl.executors.ray_executor import RayExecutor, import_ray
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import short_repr
 from chillfl.models import build_model, model_names
-from chillfl.models.assign import base_table, plan_models, refuse_heterogeneous, refuse_with_user_model
+from chillfl.models.assign import arch_section, base_table, plan_models, refuse_heterogeneous, refuse_with_user_model
 from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_inputs
 from chillfl.models.parts import check_declared_head, head_name
 from chillfl.models.projection import PROJECTION_OPTION
@@ -362,6 +362,7 @@ def build_experiment(
     else:
         model, state = user_initial_model(config, model)
     check_declared_head(model, data.num_classes)  # a head the model names exists and gives one logit a class
+    check_group_heads(config, data)  # and every per-client architecture's, on its own field
     check_index_inputs(config.model, data)  # a model that reads indices (its spec says so) on whole numbers without noise
     check_one_sample_batches(config, data, model)
     if plugged and plugged.aggregator is not None and not kind.uses_aggregator:
@@ -531,6 +532,24 @@ def make_executor(exp: Experiment, protocol: ServerProtocol, pools: WorkerPools 
 def models_travel(config: RunConfig) -> bool:
     """Whether the configured protocol sends models (then every client must have the same architecture)."""
     return protocol_of(config).models_travel(config)
+
+
+def check_group_heads(config: RunConfig, data: FederatedData) -> None:
+    """Every other architecture of ``model.assign`` / ``model.groups`` through the main model's head check, failing on its field.
+
+    The protocols build those models only when they start (the soft-label one after the run's folder exists), so a
+    plugin model whose declared head is wrong would otherwise run, or fail late, or fail on ``model``. Built here with
+    their own seeds (the global RNG is left untouched) and dropped.
+    """
+    plan = plan_models(config.model, data.num_clients)
+    for i, table in enumerate(plan.archs[1:], start=1):
+        section = arch_section(plan, i)
+        name, options = RunConfig.component(table)
+        model = build_model(name, tuple(data.dataset.input_shape), data.num_classes, options, section=section, seed=derive_seed(config.seed, "init", i))
+        try:
+            check_declared_head(model, data.num_classes)
+        except ConfigError as exc:
+            raise ConfigError(section, exc.message) from None
 
 
 def check_model_assignment(config: RunConfig, num_clients: int) -> None:

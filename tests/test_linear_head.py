@@ -130,3 +130,24 @@ def test_the_cli_and_its_dry_run_refuse_it_in_one_line(tmp_path: Path, monkeypat
         assert code == 2 and err[-1].startswith("chillfl: error: model: fedrod reads the classifier head as a linear map (FedRoD's")
         assert sum(line.startswith("chillfl: error:") for line in err) == 1 and not any("Traceback" in line for line in err)
     assert not any(tmp_path.iterdir())
+
+
+class AppliesTheHead(chillfl.extend.FedAvg):
+    """A user's rule passed as an instance from Python, declaring what a named one would."""
+
+    capabilities = chillfl.extend.Capabilities(linear_head="my teacher's CE(W z + b, y)", plain_sgd="my control variate")
+
+    def __init__(self) -> None:
+        super().__init__("samples")
+
+
+def test_an_aggregator_passed_from_python_is_held_to_its_declared_capabilities(tmp_path: Path) -> None:
+    # Its class's own capabilities are read as a named class's are: its linear-head need, then its plain-SGD limit.
+    with pytest.raises(ConfigError, match=r"^model: AppliesTheHead reads the classifier head as a linear map \(my teacher's CE\(W z \+ b, y\)\); CosineNet's"):
+        chillfl.run(model=CosineNet(), config=BASE, aggregator=AppliesTheHead(), out_dir=tmp_path, progress=False)
+    with pytest.raises(ConfigError, match=r"^client.optimizer: my control variate assumes SGD steps, so AppliesTheHead needs optimizer = 'sgd'"):
+        chillfl.run(model=CosineNet(nn.Linear), config={**BASE, "client": {"batch_size": 32, "optimizer": "adam"}}, aggregator=AppliesTheHead(),
+                    out_dir=tmp_path, progress=False)
+    assert not any(tmp_path.iterdir())
+    result = chillfl.run(model=CosineNet(nn.Linear), config=BASE, aggregator=AppliesTheHead(), write=False, progress=False)
+    assert len(result.records) == 1

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator, holds_personal_model
-from chillfl.aggregation.registry import Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, make_aggregator, wrapped
+from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, check_plain_sgd, declared_capabilities,
+                                         make_aggregator, wrapped)
 from chillfl.privacy.build import private_aggregator, private_steps, with_privacy
 from chillfl.attacks.build import attacked_aggregator, check_attack, poisoned_data, with_attack
 from chillfl.config import RunConfig
@@ -35,7 +36,7 @@ from chillfl.options import short_repr
 from chillfl.models import build_model, model_names
 from chillfl.models.assign import arch_section, base_table, plan_models, refuse_heterogeneous, refuse_with_user_model
 from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_inputs
-from chillfl.models.parts import check_declared_head, head_name
+from chillfl.models.parts import check_declared_head, head_name, refuse_nonlinear_head
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import MODELS, model_options
 from chillfl.protocols.common import Evaluation
@@ -264,12 +265,17 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
     """The configured aggregator and its terms, or (a copy of) the one passed from Python.
 
     A named algorithm is checked against the run by what its spec declares (:func:`check_algorithm`:
-    its plain-SGD limit, its own ``check``, a wrapper's base's), never by its name.
+    its plain-SGD limit, its own ``check``, a wrapper's base's), never by its name; an instance passed from
+    Python by its class's own ``capabilities`` (its linear-head need and plain-SGD limit), as that class named in a config.
     """
     name, options = RunConfig.component(config.algorithm)
     if plugged is not None and plugged.aggregator is not None:
         if not is_custom(name):  # e.g. a comparison's variant naming a built-in: the instance would be silently dropped
             raise ConfigError("algorithm.name", f"the run was given an aggregator from Python, which replaces [algorithm]; got {name!r} here too: vary other keys")
+        method = type(plugged.aggregator).__name__
+        declared = declared_capabilities(type(plugged.aggregator), method, "aggregator")  # read as a class named in the config is
+        refuse_nonlinear_head(model, declared.linear_head, method)
+        check_plain_sgd(declared, config, method)
         built = copy.deepcopy(plugged.aggregator), list(copy.deepcopy(plugged.terms))
     else:
         built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum,

@@ -164,3 +164,80 @@ def test_a_resumed_comparison_on_user_data_reruns_a_vanished_ended_run_on_that_d
     resumed = sweep_run.run_compare(cfg, grid, progress=False, options=options, dataset=dataset, resume=partial)
     assert resumed.folder == whole.folder and resumed.table == whole.table
     assert (whole.folder / gone.name / "metrics.jsonl").read_bytes() == metrics  # the same run again: the user's data
+
+
+def _digits_data() -> chillfl.TensorData:
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x, y = torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y)
+    return chillfl.TensorData(x[:1400], y[:1400], x[1400:], y[1400:], num_classes=10)
+
+
+def _stop_a_run(monkeypatch: pytest.MonkeyPatch, run: int, after_round: int) -> None:
+    """The comparison's ``run``-th run gets SIGINT after round ``after_round``, as on Ctrl-C: it stops there, checkpointed."""
+    import os
+    import signal
+
+    import chillfl.sweeps.run as sweep_run
+
+    real_run, calls = sweep_run.run_experiment, [0]
+
+    def on_round(record: dict) -> None:
+        if record["round"] == after_round:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def run_experiment(cfg: object, **kw: object) -> object:
+        calls[0] += 1
+        if calls[0] == run:
+            kw["hooks"] = [lambda record, view: on_round(record)]
+        return real_run(cfg, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sweep_run, "run_experiment", run_experiment)
+
+
+def _run_files(folder: Path) -> dict[str, bytes]:
+    return {f"{p.parent.name}/{p.name}": p.read_bytes() for p in sorted(folder.glob("*/metrics.jsonl"))}
+
+
+def test_an_interrupted_comparison_on_user_data_resumes_through_the_python_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``chillfl.resume_compare(folder, model=, data=)``: the finished run read back, the stopped one resumed from its
+    checkpoint on the user's model and data, the rest run; the table and every run's metrics as the uninterrupted one's."""
+    config = {**TINY, "federation": {"num_clients": 4, "rounds": 3}, "name": "ud"}
+    config.pop("dataset"), config.pop("model")
+    kw: dict = {"grid": {"client.lr": [0.05, 0.1]}, "seeds": [0, 1], "progress": False}
+    net = Net()  # its weights are every run's initial model: the same ones each time
+    whole = chillfl.compare(net, _digits_data(), config, out_dir=tmp_path / "a", **kw)
+    _stop_a_run(monkeypatch, run=2, after_round=2)
+    with pytest.raises(Exception, match="interrupted by SIGINT"):
+        chillfl.compare(net, _digits_data(), config, out_dir=tmp_path / "b", **kw)
+    monkeypatch.undo()
+    partial = tmp_path / "b" / "ud-compare.partial"
+    assert sum(p.name.endswith(".partial") for p in partial.iterdir()) == 1
+    resumed = chillfl.resume_compare(partial, net, _digits_data(), progress=False)
+    assert resumed.folder == tmp_path / "b" / "ud-compare" and not partial.exists()
+    assert resumed.table == whole.table and resumed.rows == whole.rows
+    assert whole.folder is not None and _run_files(resumed.folder) == _run_files(whole.folder) != {}
+
+
+def test_resuming_a_user_data_comparison_without_its_parts_or_with_others_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = {**TINY, "federation": {"num_clients": 4, "rounds": 2}, "name": "ud"}
+    config.pop("dataset"), config.pop("model")
+    net, data = Net(), _digits_data()
+    _stop_a_run(monkeypatch, run=1, after_round=1)
+    with pytest.raises(Exception, match="interrupted by SIGINT"):
+        chillfl.compare(net, data, config, grid={"client.lr": [0.05, 0.1]}, out_dir=tmp_path, progress=False)
+    monkeypatch.undo()
+    partial = tmp_path / "ud-compare.partial"
+    before = sorted((p.relative_to(partial), p.stat().st_mtime_ns) for p in partial.rglob("*"))
+    with pytest.raises(chillfl.ConfigError) as info:
+        chillfl.resume_compare(partial, progress=False)
+    assert info.value.field == "run_dir" and "chillfl.resume_compare(FOLDER, model=..., data=...)" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(chillfl.ConfigError) as info:
+        chillfl.resume(partial, net, data, progress=False)
+    assert str(info.value) == f"run_dir: {partial} is an interrupted comparison: chillfl.resume_compare(FOLDER, ...) goes on with it"
+    smaller = chillfl.TensorData(data.x_train[:1000], data.y_train[:1000], data.x_test, data.y_test, num_classes=10)
+    with pytest.raises(chillfl.ConfigError) as info:
+        chillfl.resume_compare(partial, net, smaller, progress=False)
+    assert info.value.field == "data" and "is not what the run was made with" in str(info.value)
+    assert sorted((p.relative_to(partial), p.stat().st_mtime_ns) for p in partial.rglob("*")) == before

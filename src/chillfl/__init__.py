@@ -21,6 +21,7 @@ from chillfl._version import __version__
 _API = {
     "run": "api",
     "resume": "api",
+    "resume_compare": "api",
     "compare": "api",
     "reproduce_paper": "api",
     "Comparison": "api",
@@ -56,11 +57,12 @@ __all__ = [
     "make_config",
     "reproduce_paper",
     "resume",
+    "resume_compare",
     "run",
 ]
 
 if TYPE_CHECKING:
-    from chillfl.api import Comparison, DatasetData, Result, TensorData, available, compare, make_config, reproduce_paper, resume, run
+    from chillfl.api import Comparison, DatasetData, Result, TensorData, available, compare, make_config, reproduce_paper, resume, resume_compare, run
     from chillfl.config import RunConfig, load_config
     from chillfl.data import ArrayDataset
     from chillfl.errors import ConfigError

@@ -46,6 +46,7 @@ from chillfl.options import short_repr
 from chillfl.progress import Progress
 from chillfl.plugins import has_methods
 from chillfl.report.compare import CompareResult as Comparison
+from chillfl.storage.run_state import is_sweep
 from chillfl.sweeps.plan import CompareOptions, grid_variants, parse_grid, repeats
 from chillfl.sweeps.run import run_compare
 from chillfl.sweeps.shard import Shard
@@ -64,7 +65,7 @@ log = logging.getLogger(__name__)
 ConfigLike = Union[RunConfig, Mapping[str, Any], str, Path, None]
 UserData = Union["TensorData", "DatasetData", ArrayDataset]
 
-__all__ = ["Comparison", "DatasetData", "Result", "TensorData", "available", "compare", "make_config", "run"]
+__all__ = ["Comparison", "DatasetData", "Result", "TensorData", "available", "compare", "make_config", "resume_compare", "run"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -212,6 +213,8 @@ def resume(
     from chillfl.runner import resume_experiment
 
     folder, progress, force = arguments.path(folder, "folder"), arguments.progress_mode(progress), arguments.flag(force, "force")
+    if is_sweep(Path(folder)):  # as `chillfl resume` tells them apart; a run's resume would call it a run without a checkpoint
+        raise ConfigError("run_dir", f"{folder} is an interrupted comparison: chillfl.resume_compare(FOLDER, ...) goes on with it")
     plugged = as_plugged(aggregator, terms, policy)
     _check_model(model)
     dataset = as_dataset(data, _input_dtype(model)) if data is not None else None
@@ -340,6 +343,35 @@ def compare(
     with _keyword_fields():
         return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model,
                            plugged=plugged or None, shard=parsed_shard)
+
+
+def resume_compare(
+    folder: str | Path,
+    model: nn.Module | None = None,
+    data: UserData | None = None,
+    *,
+    aggregator: Any = None,
+    terms: Sequence[Any] = (),
+    policy: Any = None,
+    progress: Progress = True,
+    force: bool = False,
+) -> Comparison:
+    """Go on with an interrupted :func:`compare` in ``folder`` (its ``NAME-compare.partial``) and return its whole table.
+
+    As ``chillfl resume FOLDER`` does for a comparison: its finished runs are read back, the stopped one resumes from
+    its checkpoint, the rest run, and the table equals the uninterrupted comparison's, bit for bit on the same machine.
+    A comparison on your own ``model``, ``data``, ``aggregator`` (with its ``terms``) or ``policy`` needs them again,
+    as :func:`resume` does for one run: the same ones, built the same way (the saved config records their classes and
+    sizes, which must match). ``force``: resume although a file changed since it stopped.
+    """
+    from chillfl.sweeps.run import resume_compare as resume_sweep
+
+    folder, progress, force = arguments.path(folder, "folder"), arguments.progress_mode(progress), arguments.flag(force, "force")
+    plugged = as_plugged(aggregator, terms, policy)
+    _check_model(model)
+    dataset = as_dataset(data, _input_dtype(model)) if data is not None else None
+    return resume_sweep(folder, progress=progress, force=force, dataset=dataset, model=model, plugged=plugged or None,
+                        check=lambda config: _check_same_parts(config, model, dataset, plugged))
 
 
 _FLAGS = {"--grid": "grid", "--seeds": "seeds", "--tune": "tune", "--select": "select", "--reference": "reference", "--controls": "controls"}

@@ -6,7 +6,8 @@ holds its base ``config.toml`` and ``sweep.json``: the variants as they ran
 reference, all a resumed sweep needs beyond the config (``chillfl resume
 results/NAME-compare.partial``; :mod:`chillfl.sweeps.resume`). A comparison of a
 user's own data, model or method parts (``chillfl.compare(dataset=...,
-model=...)``) cannot be rebuilt from its folder, and is not resumable.
+model=...)``) cannot be rebuilt from its folder: ``chillfl.resume_compare(FOLDER, model=..., data=...)``
+resumes it from Python, given the same parts again.
 
 The record also names the code and torch that made it: ``chillfl reproduce
 --resume`` reuses a finished comparison (:func:`find_compare`,
@@ -96,11 +97,12 @@ def find_sweep(parent: Path, name: str, record: SweepRecord) -> Path | None:
     return found
 
 
-def read_sweep(folder: Path, force: bool = False) -> tuple[list[Variant], CompareOptions, str | None]:
+def read_sweep(folder: Path, force: bool = False, own_parts: bool = False) -> tuple[list[Variant], CompareOptions, str | None]:
     """(variants, options, reference) of the comparison in ``folder``; ConfigError (one line) if it cannot resume.
 
     An edited ``config.toml`` would recompute every run's config while the finished runs were read back as they ran:
-    refused, unless ``force``."""
+    refused, unless ``force``. ``own_parts``: the resume is given the user's own data, model or method parts again
+    (:func:`chillfl.resume_compare`), so a comparison that ran on them resumes."""
     try:
         record = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
         fmt, resumable, reference = record.get("format"), record["resumable"], record["reference"]
@@ -110,8 +112,9 @@ def read_sweep(folder: Path, force: bool = False) -> tuple[list[Variant], Compar
         raise ConfigError(FIELD, f"{folder / SWEEP_FILE} is unreadable ({type(exc).__name__}: {exc})") from None
     if fmt != FORMAT:
         raise ConfigError(FIELD, f"{folder / SWEEP_FILE} has format {fmt!r}; this chillfl reads {FORMAT}")
-    if not resumable:
-        raise ConfigError(FIELD, f"{folder} compared a user's own data, model or method parts, which its folder does not hold: run the comparison again")
+    if not resumable and not own_parts:
+        raise ConfigError(FIELD, f"{folder} compared a user's own data, model or method parts, which its folder does not hold: "
+                                 "chillfl.resume_compare(FOLDER, model=..., data=...) resumes it with the same ones from Python")
     if record.get("config_sha256") != hashlib.sha256(config).hexdigest() and not force:
         raise ConfigError("config.toml", f"{folder / 'config.toml'} changed since the comparison started; `chillfl resume --force` resumes with it as it is now")
     return variants, options, reference

@@ -31,7 +31,7 @@ from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import data_absent
 from chillfl.errors import ConfigError, Diverged, SweepFailed, one_line
 from chillfl.executors.pools import WorkerPools
-from chillfl.experiment import CUSTOM, Plugged, build_data, build_experiment, build_protocol, check_parts, is_custom
+from chillfl.experiment import CUSTOM, Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts, is_custom
 from chillfl.progress import Progress, format_seconds
 from chillfl.report.caveats import other_test_rows_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
@@ -91,7 +91,8 @@ class Sweep:
         try:
             stopped = stopped_run(partial, cfg.name) if self.resuming and partial is not None else None
             if stopped is not None:
-                self.results[key] = runner.resume_experiment(stopped, progress=self.progress, pools=self.pools, label=label, force=self.force)
+                build = self._own_parts(data, model, plugged)
+                self.results[key] = runner.resume_experiment(stopped, progress=self.progress, pools=self.pools, label=label, force=self.force, build=build)
             else:
                 if data is None:  # it had ended when the resume began and was removed since: it runs again, on the same data
                     data = build_data(cfg, self.dataset)
@@ -108,6 +109,18 @@ class Sweep:
         finally:
             self.ran += 1
             self.busy_s += time.monotonic() - start
+
+
+    def _own_parts(self, data: FederatedData | None, model: nn.Module | None, plugged: Plugged | None) -> Callable[[RunConfig], Experiment] | None:
+        """A stopped run's parts on the user's own data, model or method parts, which its saved config cannot rebuild
+        (None: none of them, the config's registered ones)."""
+        if self.dataset is None and model is None and not plugged:
+            return None
+
+        def build(config: RunConfig) -> Experiment:
+            return build_experiment(config, data=data if data is not None else build_data(config, self.dataset), model=model, plugged=plugged)
+
+        return build
 
 
 def check_runs(
@@ -407,15 +420,25 @@ def run_shard(
     return CompareResult(partial, [], "", failures=failures, runs=mine, pending=left)
 
 
-def resume_compare(folder: str | Path, *, progress: Progress = True, force: bool = False) -> CompareResult:
+def resume_compare(
+    folder: str | Path, *, progress: Progress = True, force: bool = False, dataset: ArrayDataset | None = None, model: nn.Module | None = None,
+    plugged: Plugged | None = None, check: Callable[[RunConfig], None] | None = None,
+) -> CompareResult:
     """Go on with the interrupted comparison in ``folder`` (its ``.partial`` folder; :mod:`chillfl.sweeps.resume`): the whole sweep's table.
 
-    ``force``: resume a run whose files changed since its checkpoint (as ``chillfl resume --force``).
+    ``force``: resume a run whose files changed since its checkpoint (as ``chillfl resume --force``). ``dataset`` /
+    ``model`` / ``plugged``: the user's own data, ``nn.Module`` and method parts a comparison from Python ran on
+    (:func:`chillfl.resume_compare`), which its folder cannot hold; ``check``: called with the comparison's saved config
+    before anything runs (that they are the parts it records).
     """
     path = folder_named(folder)
     check_resumable(path)
-    variants, options, reference = read_sweep(path, force)
-    return run_compare(load_config(path / "config.toml"), [], reference=reference, progress=progress, options=options, variants=variants, resume=path, force=force)
+    variants, options, reference = read_sweep(path, force, own_parts=dataset is not None or model is not None or bool(plugged))
+    config = load_config(path / "config.toml")
+    if check is not None:
+        check(config)
+    return run_compare(config, [], reference=reference, progress=progress, options=options, variants=variants, resume=path, force=force,
+                       dataset=dataset, model=model, plugged=plugged)
 
 
 def point_saved_configs_to(folder: Path, partial: Path) -> None:

@@ -152,6 +152,20 @@ def test_a_dry_run_without_data_refuses_an_index_reader_on_a_real_valued_dataset
     # char_lstm on flwr_shakespeare ("indices") offline passes: test_leaf_parquet's dry run of a hub dataset
 
 
+def test_a_dry_run_without_data_refuses_an_index_reader_on_a_real_valued_public_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``distillation.public_dataset``'s entry declares its input kind too: the full run scans the public rows it draws
+    (:func:`check_index_rows`) and refuses them; the dry run without files let them pass."""
+    config = tmp_path / "c.toml"
+    config.write_text('[dataset]\nname = "flwr_shakespeare"\n[model]\nname = "char_lstm"\n[federation]\nnum_clients = 4\nclients_per_round = 2\nrounds = 1\n'
+                      '[distillation]\nmethod = "dsfl"\npublic_size = 1000\npublic_dataset = "cifar10"\n')
+    code = main(["run", str(config), "--dry-run", f"data_dir={tmp_path / 'absent'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    line = REAL_LINE.replace("and the inputs of 'cifar10'", "and the public inputs of 'cifar10' (distillation.public_dataset)")
+    assert code == 2 and err == ["chillfl: error: " + line], err
+    code = main(["run", str(config), "--dry-run", f"data_dir={tmp_path / 'absent'}", "distillation.method=individual", "distillation.public_size=0"])
+    assert code == 0, capsys.readouterr().err  # no collaboration: the public set is never read
+
+
 def test_every_dataset_declares_its_input_kind() -> None:
     from chillfl.data.datasets import DATASETS
 

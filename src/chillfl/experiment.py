@@ -616,6 +616,11 @@ def check_parts(config: RunConfig) -> None:
     dataset = config.dataset.get("name")
     if isinstance(dataset, str) and dataset in DATASETS and DATASETS[dataset].inputs == "real":  # its entry says so: no values needed
         refuse_real_inputs(config.model, config.federation.num_clients, dataset)
+    public = config.distillation_setup
+    if public is not None and public.spec.collaborative and public.common.public_dataset in DATASETS:  # the pool the clients distil on
+        if DATASETS[public.common.public_dataset].inputs == "real":
+            refuse_real_inputs(config.model, config.federation.num_clients, public.common.public_dataset,
+                               f"the public inputs of {public.common.public_dataset!r} (distillation.public_dataset)")
     check_policy(config)  # its options, then its own checks against the run
     objective_terms(config, ())  # the [objective] terms' names and options, and whether the protocol takes them
     check_attack(config)  # [attack]: whether the protocol has what the attack rewrites

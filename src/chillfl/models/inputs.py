@@ -72,14 +72,15 @@ def refuse_noise(table: Mapping[str, Any], num_clients: int, noise_field: str = 
         raise ConfigError(noise_field, f"adds Gaussian noise to the clients' inputs, and {first.reads()} ({first.field}); choose a partitioner that leaves inputs as they are")
 
 
-def refuse_real_inputs(table: Mapping[str, Any], num_clients: int, dataset: str) -> None:
+def refuse_real_inputs(table: Mapping[str, Any], num_clients: int, dataset: str, what: str | None = None) -> None:
     """Refuse an architecture that reads indices on registered dataset ``dataset``, whose entry declares real-valued
     inputs (:data:`~chillfl.data.datasets.InputKind`): what a dry run without the files can tell, in the words of
-    the built run's line (:func:`refuse_values`), which scans the values once they are read."""
+    the built run's line (:func:`refuse_values`), which scans the values once they are read. ``what``: which of the
+    run's inputs they are, for the line (default: the data's, ``the inputs of 'cifar10'``; a public set's too)."""
     readers = index_readers(table, num_clients)
     if readers:
         first = readers[0]
-        raise ConfigError(first.field, f"{first.reads()}, and the inputs of {dataset!r} are real-valued features, not indices "
+        raise ConfigError(first.field, f"{first.reads()}, and {what or f'the inputs of {dataset!r}'} are real-valued features, not indices "
                                        "(a character-index dataset such as flwr_shakespeare, or another model)")
 
 

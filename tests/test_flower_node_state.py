@@ -320,3 +320,31 @@ def test_a_policy_class_declares_its_capabilities_in_its_own_attribute(tmp_path:
     with plugin_module(tmp_path, monkeypatch, "qa_flower_class", source), pytest.raises(ConfigError) as info:
         check_supported(_cfg(tmp_path, temperature={"policy": "qa_flower_class:OffFlower"}))
     assert str(info.value).startswith("temperature.policy: its T follows the server clock")
+
+
+def test_the_clients_states_come_back_from_their_node_exactly_after_the_last_round(tmp_path: Path) -> None:
+    """``checkpoint.client_models`` under Flower: the server's ``StatesRequest`` and the node's records of those clients,
+    read back bit for bit; the server's store holds them only then (the simulation's files: tests/private_net/test_flower.py)."""
+    from chillfl.config import load_config
+    from chillfl.flower.apps import NodeStore, OnNode
+    from chillfl.flower.state import client_states_record, load_client_state, save_client_state
+    from chillfl.flower.wire import StatesRequest, decode, encode
+
+    check_supported(load_config(None, {"algorithm.name": "fedper", "checkpoint.client_models": True, "out_dir": str(tmp_path)}))  # refused before
+    g = torch.Generator().manual_seed(3)
+    tables = {c: {"fedper.head.w": torch.randn(2, 3, generator=g), "fedper.head.b": torch.randn(2, generator=g, dtype=torch.float64)} for c in (0, 2)}
+    records = RecordDict()
+    for cid, table in tables.items():
+        save_client_state(records, cid, table)
+    asked = decode(encode(StatesRequest([0, 2, 4])))
+    assert isinstance(asked, StatesRequest) and asked.client_ids == [0, 2, 4]
+    reply = client_states_record(records, asked.client_ids)
+    assert load_client_state(reply, 4) is None  # no state on this node: left out
+    back = {cid: load_client_state(reply, cid) for cid in tables}
+    assert all(_same(back[cid], table) for cid, table in tables.items())
+    store = NodeStore()
+    store.save(2, OnNode(9))
+    store.save(0, OnNode(9))
+    assert store.ids() == [] and store.load(0) is None  # during the rounds the server holds none
+    store.hold_final({cid: back[cid] for cid in store.where})
+    assert store.ids() == [2, 0] and store.load(0) is back[0]

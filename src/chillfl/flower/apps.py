@@ -28,7 +28,9 @@ FedBN's BN entries, MOON's previous model, PA3Fed's score, which the methods'
 client halves keep); the node stores it (:mod:`chillfl.flower.state`) and the
 server keeps only which node holds it (:class:`NodeStore`). The same method
 code runs here as under chillfl's runtime: nothing in this package knows a
-method.
+method. With ``checkpoint.client_models`` the nodes send the states to the
+server once, after the last round (``query.states``), and the server writes
+each client's model as chillfl's runtime does (:func:`client_models_from_nodes`).
 
 FedChill's temperature state (T, accuracy history, stagnation counter) is
 part of that client state: the temperature policy's client half keeps it
@@ -64,12 +66,14 @@ from chillfl.executors.sequential import SequentialExecutor
 from chillfl.engine.loop import run_rounds
 from chillfl.executors.processes import WorkerError
 from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
+from chillfl.storage.model_file import write_client_models
 from chillfl.storage.results import ResultWriter, summarize
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
-from chillfl.flower.state import load_client_state, save_client_state
-from chillfl.flower.wire import decode, encode
+from chillfl.flower.state import client_states_record, load_client_state, save_client_state
+from chillfl.flower.wire import StatesRequest, decode, encode
 from chillfl.protocols.registry import protocol_of
+from chillfl.runner import CLIENT_MODELS
 from chillfl.temperature import policy_capabilities
 
 EXTRA = "pip install 'chillfl[flower]'"
@@ -105,8 +109,6 @@ def check_supported(config: RunConfig) -> None:
     kind = protocol_of(config)
     if kind.on_flower is not None:
         raise ConfigError(kind.method_table or "algorithm", kind.on_flower)
-    if config.checkpoint.client_models:  # soft-label and prototype clients' models, FedBN/FedPer/FedRep/Ditto/APFL's own parts
-        raise ConfigError("checkpoint.client_models", "under Flower the clients' models stay on their SuperNodes; the server cannot save them (set it to false)")
     if kind.method_capabilities is not None:  # the soft-label or prototype method, by what it declares
         why = kind.method_capabilities(config).on_flower
         if why is not None:
@@ -190,6 +192,28 @@ class FlowerExecutor:
             raise WorkerError(f"no reply from clients {missing} within {self.timeout:g} s; the round was not aggregated")
         return [replies[t.client_id] for t in tasks]
 
+    def fetch_states(self, where: dict[int, OnNode]) -> dict[int, Any]:
+        """The states of the clients ``where`` places on nodes, asked of each node once (a ``query.states`` message
+        carrying a :class:`~chillfl.flower.wire.StatesRequest`): what ``checkpoint.client_models`` saves after the last round."""
+        from flwr.app import Message
+
+        by_node: dict[int, list[int]] = {}
+        for cid, on in where.items():
+            by_node.setdefault(on.node, []).append(cid)
+        asks = [Message(content=encode(StatesRequest(sorted(ids))), dst_node_id=node, message_type="query.states") for node, ids in by_node.items()]
+        states: dict[int, Any] = {}
+        for msg in self.grid.send_and_receive(asks, timeout=self.timeout):
+            if msg.has_error():
+                raise WorkerError(f"SuperNode {msg.metadata.src_node_id} did not send its clients' states: {msg.error.reason}")
+            for cid in by_node.get(msg.metadata.src_node_id, []):
+                state = load_client_state(msg.content, cid)
+                if state is not None:
+                    states[cid] = state
+        missing = sorted(set(where) - set(states))
+        if missing:
+            raise WorkerError(f"the states of clients {missing} did not come back from their SuperNodes within {self.timeout:g} s")
+        return {cid: states[cid] for cid in where}  # in the order the protocol stored them
+
     def run(self, jobs: Sequence[Any]) -> list[Any]:
         raise NotImplementedError("a Flower run sends whole client updates (map), not bare training jobs")
 
@@ -209,16 +233,22 @@ class NodeStore:
 
     ``load`` gives None: the task goes out without state and the node adds
     the client's own. ``ids`` is empty: the server has no client model to
-    save or report (``checkpoint.client_models`` is refused).
+    save or report, until the run has ended and ``checkpoint.client_models`` asked the nodes for the states
+    (:meth:`hold_final`): then the protocol builds each client's model from them as under chillfl's runtime.
     """
 
     on_disk = False
 
     def __init__(self) -> None:
         self.where: dict[int, OnNode] = {}
+        self.final: dict[int, Any] = {}
 
-    def load(self, cid: int) -> None:
-        return None
+    def hold_final(self, states: dict[int, Any]) -> None:
+        """The clients' states as the nodes sent them after the last round (no round runs after this)."""
+        self.final = dict(states)
+
+    def load(self, cid: int) -> Any:
+        return self.final.get(cid)
 
     def save(self, cid: int, state: Any) -> None:
         if state is None:
@@ -228,7 +258,7 @@ class NodeStore:
         self.where[cid] = state
 
     def ids(self) -> list[int]:
-        return []
+        return list(self.final)
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -239,6 +269,7 @@ class NodeStore:
 
     def close(self) -> None:
         self.where.clear()
+        self.final.clear()
 
 
 def keep_client_state_on_nodes(protocol: Any) -> None:
@@ -283,12 +314,25 @@ def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[An
         summary = summarize(records, config.eval.target_accuracy)
         summary["runtime"] = "flower"
         writer.write_json("summary.json", summary)
+        if config.checkpoint.client_models:
+            clients = client_models_from_nodes(protocol, executor)
+            if clients:
+                write_client_models(writer.path / CLIENT_MODELS, clients)  # as the runner writes them
         return RunOutputLite(str(writer.finish()), records, summary)
     except BaseException:
         writer.abort()
         raise
     finally:
         protocol.close()
+
+
+def client_models_from_nodes(protocol: Any, executor: FlowerExecutor) -> dict[int, Any]:
+    """Every client's own model, built by the protocol (as under chillfl's runtime) from the states its nodes send back."""
+    store = protocol.store if isinstance(protocol, KeepsClientStates) else None
+    if not isinstance(store, NodeStore):
+        return {}
+    store.hold_final(executor.fetch_states(store.where))
+    return {cid: dict(s) for cid, s in protocol.client_states().items()}
 
 
 @dataclass
@@ -373,6 +417,13 @@ def client_app(config: RunConfig | None = None) -> Any:
         node = context.node_config
         info: dict[str, Any] = {"partition-id": int(node.get("partition-id", 0)), "num-partitions": int(node.get("num-partitions", 1))}
         return Message(content=RecordDict({"node": ConfigRecord(info)}), reply_to=msg)
+
+    @app.query("states")
+    def states(msg: Any, context: Any) -> Any:
+        asked = decode(msg.content)
+        if not isinstance(asked, StatesRequest):
+            raise TypeError(f"query.states carries a StatesRequest, got {type(asked).__name__}")
+        return Message(content=client_states_record(context.state, asked.client_ids), reply_to=msg)
 
     @app.train()
     def train(msg: Any, context: Any) -> Any:

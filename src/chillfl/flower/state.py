@@ -88,6 +88,20 @@ def load_client_state(records: Any, cid: int) -> ClientState | Params | None:
     return ClientState.from_payload(cid, payload)
 
 
+def client_states_record(records: Any, client_ids: list[int]) -> Any:
+    """A :class:`flwr.app.RecordDict` holding the states of ``client_ids`` as ``records`` (a node's ``Context.state``)
+    holds them: the reply that brings them to the server at the end of a run (``checkpoint.client_models``), read back
+    there with :func:`load_client_state`, bit for bit. A client without a state on this node is left out."""
+    from flwr.app import RecordDict
+
+    out = RecordDict()
+    for cid in client_ids:
+        key = _arrays_key(cid)
+        if key in records.array_records:
+            out[key], out[key + ".meta"] = records.array_records[key], records.config_records[key + ".meta"]
+    return out
+
+
 def held_clients(records: Any) -> list[int]:
     """Ids of the clients whose state ``records`` holds, sorted."""
     return sorted(int(k[len(PREFIX):]) for k in records.array_records if k.startswith(PREFIX))

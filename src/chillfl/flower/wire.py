@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,9 +26,19 @@ from chillfl.protocols.softlabels.messages import CacheSyncDelta, SoftLabelDownl
 from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.protocols.parameters import ParamDownlink, ParamUplink
 
+
+@dataclass(frozen=True)
+class StatesRequest:
+    """The server's ask, after the last round, for the states a node holds of ``client_ids`` (``checkpoint.client_models``);
+    the node answers with them in its ``Context.state``'s own records (:func:`chillfl.flower.state.client_states_record`)."""
+
+    client_ids: list[int]
+
+
 MESSAGES: dict[str, type] = {
     cls.__name__: cls
     for cls in (
+        StatesRequest,  # the clients' states, asked once at the end
         ClientTask, ClientReply,
         ParamDownlink, ParamUplink,  # parameter sharing
         SoftLabelRoundDownlink, SoftLabelDownlink, CacheSyncDelta, SoftLabelReport, SoftLabelUplink,  # soft-label sharing

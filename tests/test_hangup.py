@@ -7,8 +7,6 @@ other promise: a run started under ``nohup`` must outlive the disconnect.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,9 +15,8 @@ from typing import Callable
 
 import pytest
 
-from chillfl.storage.checkpoint import read_state
 from chillfl.stop_signals import stop_signals
-from test_resume import wait_for_round, write_config
+from signalled_runs import chillfl, resume, rounds, stop_with, wait_for_round, write_config
 
 
 def _hangup_as(disposition: signal.Handlers) -> Callable[[], None]:
@@ -33,32 +30,16 @@ def _hangup_as(disposition: signal.Handlers) -> Callable[[], None]:
 
 def _chillfl(*args: str, ignore_hangup: bool = False) -> subprocess.Popen:
     """``python -m chillfl ARGS`` with SIGHUP at its default; ``ignore_hangup``: started as ``nohup`` starts it (SIG_IGN)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    hangup = _hangup_as(signal.SIG_IGN if ignore_hangup else signal.SIG_DFL)
-    return subprocess.Popen([sys.executable, "-m", "chillfl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=hangup)
+    return chillfl(*args, preexec_fn=_hangup_as(signal.SIG_IGN if ignore_hangup else signal.SIG_DFL))
 
 
 @pytest.mark.slow  # CLI runs signalled in subprocesses
 def test_sighup_stops_after_the_round_checkpoints_and_says_how_to_resume(tmp_path: Path) -> None:
     config = write_config(tmp_path, "hup", "fedavg-fedchill", checkpoint={"every": 0}, federation={"rounds": 40})
-    proc = _chillfl("run", str(config), "-q")
     partial = tmp_path / "out" / "hup.partial"
-    wait_for_round(partial / "metrics.jsonl", 2, proc)
-    proc.send_signal(signal.SIGHUP)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGHUP, err
-    assert "Traceback" not in err
-    assert "chillfl: SIGHUP: stopping after this round" in err
-    done = read_state(partial / "checkpoint.safetensors")["round"]
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert lines[-1] == f"chillfl: interrupted by SIGHUP after round {done}; resume with: chillfl resume {partial}", lines
-    assert len((partial / "metrics.jsonl").read_text().splitlines()) == done >= 2
-
-    resumed = _chillfl("resume", str(partial), "-q")
-    _, err = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, err
-    records = [json.loads(line) for line in (tmp_path / "out" / "hup" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in records] == list(range(1, 41))
+    stop_with(signal.SIGHUP, _chillfl("run", str(config), "-q"), partial, 128 + signal.SIGHUP)
+    resume(partial)
+    assert rounds(tmp_path / "out" / "hup") == list(range(1, 41))
 
 
 @pytest.mark.slow

@@ -240,4 +240,8 @@ def test_resuming_a_user_data_comparison_without_its_parts_or_with_others_is_one
     with pytest.raises(chillfl.ConfigError) as info:
         chillfl.resume_compare(partial, net, smaller, progress=False)
     assert info.value.field == "data" and "is not what the run was made with" in str(info.value)
+    with pytest.raises(chillfl.ConfigError) as info:  # the model again but not the data: the function called, not chillfl.resume
+        chillfl.resume_compare(partial, net, progress=False)
+    assert info.value.field == "dataset.name" and "resume it with chillfl.resume_compare(FOLDER, data=...)" in str(info.value)
+    assert "chillfl.resume(" not in str(info.value) and "\n" not in str(info.value)
     assert sorted((p.relative_to(partial), p.stat().st_mtime_ns) for p in partial.rglob("*")) == before

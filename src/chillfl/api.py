@@ -38,7 +38,8 @@ from chillfl.data import ArrayDataset, dataset_names, partitioner_names
 from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.engine.view import RunView, model_with_state
 from chillfl.errors import ConfigError
-from chillfl.experiment import CUSTOM, Experiment, Plugged, build_experiment, dataset_record, is_custom, plugged_records, record_conflict
+from chillfl.experiment import (COMPARISON_FROM_PYTHON, CUSTOM, RUN_FROM_PYTHON, Experiment, FromPython, Plugged, build_experiment, check_plugged, check_rebuildable,
+                                dataset_record, is_custom, plugged_records, record_conflict)
 from chillfl.experiments import resolve_config
 from chillfl.models import model_names
 from chillfl.models.assign import refuse_with_user_model
@@ -222,7 +223,7 @@ def resume(
     built: list[Experiment] = []
 
     def build(config: RunConfig) -> Experiment:
-        _check_same_parts(config, model, dataset, plugged)
+        _check_same_parts(config, model, dataset, plugged, RUN_FROM_PYTHON)
         exp = build_experiment(config, dataset, model=model, plugged=plugged)
         if model is not None:
             check_model_fits(exp)
@@ -243,8 +244,9 @@ def resume(
     )
 
 
-def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: ArrayDataset | None, plugged: Plugged) -> None:
-    """The parts passed to :func:`resume` are of the classes and sizes the saved config records (one ConfigError naming the keyword)."""
+def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: ArrayDataset | None, plugged: Plugged, entry: FromPython) -> None:
+    """The parts passed to :func:`resume` / :func:`resume_compare` (``entry`` says which) are of the classes and sizes the saved
+    config records, and none it records is missing (one ConfigError naming the keyword, and the function to call again)."""
     given = {**plugged_records(plugged), **({"model": model_record(model)} if model is not None else {}),
              **({"dataset": dataset_record(dataset)} if dataset is not None else {})}
     keywords = {"algorithm": "aggregator", "temperature": "policy", "model": "model", "dataset": "data"}
@@ -256,6 +258,8 @@ def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: Array
         if differ:
             said = ", ".join(f"{k} {short_repr(saved[part].get(k))}, got {short_repr(record.get(k))}" for k in differ)
             raise ConfigError(keywords[part], f"is not what the run was made with: its saved [{part}] has {said}")
+    check_rebuildable(config, has_model=model is not None, has_data=dataset is not None, entry=entry)
+    check_plugged(config, plugged, entry)
 
 
 def _differing(saved: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
@@ -371,7 +375,7 @@ def resume_compare(
     _check_model(model)
     dataset = as_dataset(data, _input_dtype(model)) if data is not None else None
     return resume_sweep(folder, progress=progress, force=force, dataset=dataset, model=model, plugged=plugged or None,
-                        check=lambda config: _check_same_parts(config, model, dataset, plugged))
+                        check=lambda config: _check_same_parts(config, model, dataset, plugged, COMPARISON_FROM_PYTHON))
 
 
 _FLAGS = {"--grid": "grid", "--seeds": "seeds", "--tune": "tune", "--select": "select", "--reference": "reference", "--controls": "controls"}

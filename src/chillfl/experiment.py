@@ -83,22 +83,36 @@ def is_custom(name: object) -> bool:
     return isinstance(name, str) and (name == CUSTOM or name.startswith(CUSTOM + ":"))
 
 
-def _not_from_file(field: str, what: str, keyword: str, allowed: Sequence[str]) -> ConfigError:
+@dataclass(frozen=True)
+class FromPython:
+    """The Python functions a folder on the user's own parts was made and is resumed with, and what it holds: the line
+    asking for a part again names the ones the user called (a comparison is not resumed with :func:`chillfl.resume`)."""
+
+    made: str = "chillfl.run"
+    resumed: str = "chillfl.resume"
+    holds: str = "run"
+
+
+RUN_FROM_PYTHON = FromPython()
+COMPARISON_FROM_PYTHON = FromPython("chillfl.compare", "chillfl.resume_compare", "comparison")
+
+
+def _not_from_file(field: str, what: str, keyword: str, allowed: Sequence[str], entry: FromPython = RUN_FROM_PYTHON) -> ConfigError:
     part = field.partition(".")[0]
     return ConfigError(
         field,
-        f"{CUSTOM!r} records a run on the user's own {what}, passed from Python with chillfl.run({keyword}=...); "
-        f"a config file cannot rebuild it: rerun it from Python with the same {keyword} (resume it with chillfl.resume(FOLDER, {keyword}=...)), "
+        f"{CUSTOM!r} records a run on the user's own {what}, passed from Python with {entry.made}({keyword}=...); "
+        f"a config file cannot rebuild it: rerun it from Python with the same {keyword} (resume it with {entry.resumed}(FOLDER, {keyword}=...)), "
         f"or replace the [{part}] table with a registered one: {', '.join(sorted(allowed))}",
     )
 
 
-def check_rebuildable(config: RunConfig, *, has_model: bool = False, has_data: bool = False) -> None:
+def check_rebuildable(config: RunConfig, *, has_model: bool = False, has_data: bool = False, entry: FromPython = RUN_FROM_PYTHON) -> None:
     """Refuse a config whose model or data came from Python (``custom``) when none is given again; the model first."""
     if not has_model and is_custom(config.model.get("name")):
-        raise _not_from_file("model.name", "nn.Module", "model", model_names())
+        raise _not_from_file("model.name", "nn.Module", "model", model_names(), entry)
     if not has_data and is_custom(config.dataset.get("name")):
-        raise _not_from_file("dataset.name", "tensors", "data", dataset_names())
+        raise _not_from_file("dataset.name", "tensors", "data", dataset_names(), entry)
 
 
 def dataset_record(dataset: ArrayDataset) -> dict[str, Any]:
@@ -144,13 +158,13 @@ def record_conflict(field: str, held: Any, got: Any) -> ConfigError:
                               "vary settings of the run, not the record of its data (other data: another call with them)")
 
 
-def check_plugged(config: RunConfig, plugged: "Plugged | None") -> None:
+def check_plugged(config: RunConfig, plugged: "Plugged | None", entry: FromPython = RUN_FROM_PYTHON) -> None:
     """Refuse a config whose aggregator or temperature policy came from Python (``custom``) when none is given again."""
     plugged = plugged or Plugged()
     if plugged.aggregator is None and is_custom(config.algorithm.get("name")):
-        raise _not_from_file("algorithm.name", "aggregator", "aggregator", algorithm_names())
+        raise _not_from_file("algorithm.name", "aggregator", "aggregator", algorithm_names(), entry)
     if plugged.policy is None and is_custom(config.temperature.get("policy")):
-        raise _not_from_file("temperature.policy", "temperature policy", "policy", policy_names())
+        raise _not_from_file("temperature.policy", "temperature policy", "policy", policy_names(), entry)
 
 
 @dataclass(frozen=True)

@@ -245,3 +245,17 @@ def test_resuming_a_user_data_comparison_without_its_parts_or_with_others_is_one
     assert info.value.field == "dataset.name" and "resume it with chillfl.resume_compare(FOLDER, data=...)" in str(info.value)
     assert "chillfl.resume(" not in str(info.value) and "\n" not in str(info.value)
     assert sorted((p.relative_to(partial), p.stat().st_mtime_ns) for p in partial.rglob("*")) == before
+
+
+def test_resuming_a_registry_data_comparison_with_user_data_names_the_comparison(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A part passed again to a comparison that did not take one from Python: the line says comparison, not run."""
+    _stop_a_run(monkeypatch, run=1, after_round=1)
+    with pytest.raises(Exception, match="interrupted by SIGINT"):
+        chillfl.compare(config={**TINY, "name": "reg"}, grid={"client.lr": [0.05, 0.1]}, out_dir=tmp_path, progress=False)
+    monkeypatch.undo()
+    partial = tmp_path / "reg-compare.partial"
+    before = sorted((p.relative_to(partial), p.stat().st_mtime_ns) for p in partial.rglob("*"))
+    with pytest.raises(chillfl.ConfigError) as info:
+        chillfl.resume_compare(partial, data=_digits_data(), progress=False)
+    assert str(info.value).startswith("data: the comparison in this folder did not take one from Python: its [dataset] is ")
+    assert sorted((p.relative_to(partial), p.stat().st_mtime_ns) for p in partial.rglob("*")) == before

@@ -253,7 +253,7 @@ def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: Array
     saved = {"algorithm": config.algorithm, "temperature": config.temperature, "model": config.model, "dataset": config.dataset}
     for part, record in given.items():
         if not is_custom(saved[part].get("name" if part != "temperature" else "policy")):
-            raise ConfigError(keywords[part], f"the run in this folder did not take one from Python: its [{part}] is {short_repr(dict(saved[part]))}")
+            raise ConfigError(keywords[part], f"the {entry.holds} in this folder did not take one from Python: its [{part}] is {short_repr(dict(saved[part]))}")
         differ = _differing(saved[part], record)
         if differ:
             said = ", ".join(f"{k} {short_repr(saved[part].get(k))}, got {short_repr(record.get(k))}" for k in differ)

@@ -142,20 +142,21 @@ def prefixed(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if name else prefix
 
 
-def head_of(model: nn.Module) -> nn.Module:
-    """The classifier head module (see :func:`head_name`)."""
-    return model.get_submodule(head_name(model))
+def head_of(model: nn.Module, name: str | None = None) -> nn.Module:
+    """The classifier head module (see :func:`head_name`); ``name``: the head's name where the caller looked it up
+    already (once per model, so a model that declares none warns once, not at each of its head's readings)."""
+    return model.get_submodule(head_name(model) if name is None else name)
 
 
-def head_size(model: nn.Module) -> HeadSize:
-    """The head's ``[num_classes, features]``, from its weight's shape."""
-    weight = dict(head_of(model).named_parameters(recurse=False))["weight"]
+def head_size(model: nn.Module, name: str | None = None) -> HeadSize:
+    """The head's ``[num_classes, features]``, from its weight's shape (``name`` as for :func:`head_of`)."""
+    weight = dict(head_of(model, name).named_parameters(recurse=False))["weight"]
     return HeadSize(int(weight.shape[0]), int(weight.shape[1]))
 
 
-def head_has_bias(model: nn.Module) -> bool:
-    """Whether the classifier head has a bias parameter (FedDBE folds into it; prototype terms apply it)."""
-    return dict(head_of(model).named_parameters(recurse=False)).get("bias") is not None
+def head_has_bias(model: nn.Module, name: str | None = None) -> bool:
+    """Whether the classifier head has a bias parameter (FedDBE folds into it; prototype terms apply it); ``name`` as for :func:`head_of`."""
+    return dict(head_of(model, name).named_parameters(recurse=False)).get("bias") is not None
 
 
 def check_declared_head(model: nn.Module, num_classes: int) -> None:
@@ -179,22 +180,23 @@ def is_linear_head(head: nn.Module) -> bool:
     return isinstance(head, nn.Linear) and type(head).forward is nn.Linear.forward
 
 
-def refuse_nonlinear_head(model: nn.Module, why: str | None, method: str, field: str = "model") -> None:
+def refuse_nonlinear_head(model: nn.Module, why: str | None, method: str, field: str = "model", head: str | None = None) -> None:
     """A ConfigError on ``field`` when a method that applies the head as an affine map (``why``: its
     :attr:`~chillfl.capabilities.Capabilities.linear_head`) meets a model whose head is not :func:`is_linear_head`.
 
     Those methods compute ``W z + b`` from the head's parameters themselves, so under another head their maths
     would differ from the model's logits without any error. A model without a head is left to the method's own check.
+    ``head``: the head's name where the caller looked it up already (as for :func:`head_of`).
     """
     if why is None:
         return
     try:
-        name = head_name(model)
+        name = head_name(model) if head is None else head
     except NoHeadError:
         return
-    head = model.get_submodule(name)
-    if not is_linear_head(head):
-        kind = type(head).__name__
+    module = model.get_submodule(name)
+    if not is_linear_head(module):
+        kind = type(module).__name__
         raise ConfigError(field, f"{method} reads the classifier head as a linear map ({why}); {type(model).__name__}'s head {name!r} is a {kind}, "
                                  "not an nn.Linear: run it with a method that only reads the head's input, or give the model an nn.Linear head")
 

@@ -124,7 +124,7 @@ def features_and_logits(model: nn.Module, state: Mapping[str, torch.Tensor], x: 
     model.eval()
     params, buffers = split_state(model, state)
     feats, logits = [], []
-    head = head_name(model, warn=False)  # once, not per batch; the run's build (prototype_parts) warned
+    head = head_name(model, warn=False)  # once, not per batch; the run's check (check_prototype_sharing) warned
     for i in range(0, len(x), batch_size):
         f, z = forward_with_features(model, x[i : i + batch_size], call=lambda inp: functional_call(model, (params, buffers), (inp,)), head=head)
         feats.append(f.reshape(f.shape[0], -1))
@@ -375,8 +375,12 @@ def default_algorithm() -> str:
     return str(RunConfig().algorithm["name"])
 
 
-def prototype_parts(exp: Experiment) -> PrototypeParts:
-    """The method's hooks, client models and per-architecture training specs; ConfigError on any misfit."""
+def prototype_parts(exp: Experiment, *, warn: bool = True) -> PrototypeParts:
+    """The method's hooks, client models and per-architecture training specs; ConfigError on any misfit.
+
+    Each architecture's head is looked up once; ``warn``: that lookup warns about a model that declares none (the
+    check, which every built experiment passes; the protocol's build, after it, does not warn again).
+    """
     cfg = exp.config
     settings = _settings(cfg)
     spec = spec_of(settings)
@@ -392,13 +396,13 @@ def prototype_parts(exp: Experiment) -> PrototypeParts:
     cm = build_client_models(exp)
     specs, dims, heads = [], [], []
     for i, model in enumerate(cm.models):
-        refuse_nonlinear_head(model, spec.capabilities.linear_head, settings.method, arch_section(cm.plan, i))
         try:
-            head = head_name(model)
-            dims.append(head_size(model).features)
+            head = head_name(model, warn=warn)
         except NoHeadError as exc:
             raise ConfigError("model.name" if i == 0 else str(cm.plan.field), f"{exc}: [prototypes] needs a representation") from None
-        bias = f"{head}.bias" if head_has_bias(model) else None
+        refuse_nonlinear_head(model, spec.capabilities.linear_head, settings.method, arch_section(cm.plan, i), head=head)
+        dims.append(head_size(model, head).features)
+        bias = f"{head}.bias" if head_has_bias(model, head) else None
         heads.append(Head(f"{head}.weight", bias))
         loss = hooks.loss(heads[-1])
         specs.append(dataclasses.replace(exp.spec, base_loss=loss, terms=(), model=factored_linears(model)))
@@ -410,8 +414,8 @@ def prototype_parts(exp: Experiment) -> PrototypeParts:
 
 
 def check_prototype_sharing(exp: Experiment) -> None:
-    """Its per-architecture checks and the method's own ``check``, before anything is written."""
-    prototype_parts(exp)
+    """Its per-architecture checks and the method's own ``check``, before anything is written (warning once about a model without a declared head)."""
+    prototype_parts(exp, warn=True)
 
 
 def _settings(config: RunConfig) -> PrototypeSettings:
@@ -429,7 +433,7 @@ def share_models(config: RunConfig) -> bool:
 def build_prototype_sharing(exp: Experiment, evaluation: Evaluation) -> PrototypeSharing:
     """The method ``[prototypes]`` names, on this protocol: one training spec per architecture, with the method's objective."""
     cfg = exp.config
-    parts = prototype_parts(exp)
+    parts = prototype_parts(exp, warn=False)  # build_experiment ran check_prototype_sharing on exp, which warned
     cm = parts.models
     client = KnowledgeClient(
         cm.models, parts.specs, cm.states, cm.plan.arch_of, exp.data.num_classes, parts.hooks, parts.share_model, cfg.eval.batch_size,

@@ -197,3 +197,25 @@ def test_a_groups_bad_head_is_one_line_and_exit_2(plugin_models: None, tmp_path:
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("chillfl: error: model.groups[0]: SevenRows's declared classifier head 'fc' has 7 outputs")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("protocol", ["prototypes", "distillation"])
+def test_each_architecture_is_built_once_a_run(protocol, monkeypatch):
+    """The run's head check builds model.groups' other architectures; the protocol (its check and its build) and the
+    summary use those, not new copies: one build per architecture (each one's section names it)."""
+    built: list[str] = []
+    for name in ("mlp", "flexchill_cnn"):
+        spec = MODELS[name]
+
+        def counting(shape, num_classes, options, section, _build=spec.build):
+            model = _build(shape, num_classes, options, section)
+            if not any(p.is_meta for p in model.parameters()):  # not the memory check's sizing on the meta device
+                built.append(section)
+            return model
+
+        monkeypatch.setitem(MODELS, name, spec._replace(build=counting))
+    table = {"method": "fedproto"} if protocol == "prototypes" else {"method": "dsfl", "public_size": 100, "subset_size": 50, "server_epochs": 1}
+    cfg = load_config(None, {**BASE, "federation.rounds": 1}).with_overrides({"model": MIXED, protocol: table})
+    out = run_experiment(cfg, write=False, progress=False)
+    assert list(out.summary["architectures"]) == ["mlp(hidden=[256])", "flexchill_cnn", "mlp(hidden=[32, 256])"]
+    assert sorted(built) == ["model", "model.groups[0]", "model.groups[1]"]

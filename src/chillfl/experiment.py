@@ -40,7 +40,7 @@ from chillfl.models.parts import check_declared_head, head_name, refuse_nonlinea
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import MODELS, model_options
 from chillfl.protocols.common import Evaluation
-from chillfl.protocols.parts import ClientModels, Experiment, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
+from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
 from chillfl.plugins import has_methods
 from chillfl.seeds import derive_seed
@@ -382,7 +382,7 @@ def build_experiment(
     else:
         model, state = user_initial_model(config, model)
     check_declared_head(model, data.num_classes)  # a head the model names exists and gives one logit a class
-    check_group_heads(config, data)  # and every per-client architecture's, on its own field
+    other_models = check_group_heads(config, data)  # and every per-client architecture's, on its own field
     check_index_inputs(config.model, data)  # a model that reads indices (its spec says so) on whole numbers without noise
     check_one_sample_batches(config, data, model)
     if plugged and plugged.aggregator is not None and not kind.uses_aggregator:
@@ -428,7 +428,7 @@ def build_experiment(
     state = {k: v.to(device) for k, v in state.items()}
     if device.type != "cpu":  # the data live on the device too: one copy, no per-round transfer
         data = data.to(device)
-    exp = Experiment(config, data, model, state, aggregator, policy, spec, device)
+    exp = Experiment(config, data, model, state, aggregator, policy, spec, device, other_models)
     if kind.check is not None:  # its checks of the built parts, before anything is written
         kind.check(exp)
     if config.executor in ("processes", "ray"):
@@ -554,22 +554,24 @@ def models_travel(config: RunConfig) -> bool:
     return protocol_of(config).models_travel(config)
 
 
-def check_group_heads(config: RunConfig, data: FederatedData) -> None:
+def check_group_heads(config: RunConfig, data: FederatedData) -> tuple[nn.Module, ...]:
     """Every other architecture of ``model.assign`` / ``model.groups`` through the main model's head check, failing on its field.
 
-    The protocols build those models only when they start (the soft-label one after the run's folder exists), so a
+    The protocols read those models only when they start (the soft-label one after the run's folder exists), so a
     plugin model whose declared head is wrong would otherwise run, or fail late, or fail on ``model``. Built here with
-    their own seeds (the global RNG is left untouched) and dropped.
+    their own seeds (the global RNG is left untouched) and returned: the experiment hands them to the protocol
+    (:attr:`Experiment.other_models`), which does not build them again.
     """
     plan = plan_models(config.model, data.num_clients)
-    for i, table in enumerate(plan.archs[1:], start=1):
-        section = arch_section(plan, i)
-        name, options = RunConfig.component(table)
-        model = build_model(name, tuple(data.dataset.input_shape), data.num_classes, options, section=section, seed=derive_seed(config.seed, "init", i))
+    models = []
+    for i in range(1, len(plan.archs)):
+        model = build_architecture(config, plan, i, tuple(data.dataset.input_shape), data.num_classes)
         try:
             check_declared_head(model, data.num_classes)
         except ConfigError as exc:
-            raise ConfigError(section, exc.message) from None
+            raise ConfigError(arch_section(plan, i), exc.message) from None
+        models.append(model)
+    return tuple(models)
 
 
 def check_model_assignment(config: RunConfig, num_clients: int) -> None:

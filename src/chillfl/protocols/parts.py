@@ -37,6 +37,9 @@ class Experiment:
     policy: TemperaturePolicy
     spec: LocalSpec
     device: torch.device = torch.device("cpu")
+    other_models: tuple[nn.Module, ...] = ()
+    """Architectures 1.. of ``model.assign`` / ``model.groups``, built (and their heads checked) with the run's other parts:
+    :func:`build_client_models` places these rather than building them again at each protocol check, build and summary."""
 
 
 @dataclass(frozen=True)
@@ -51,14 +54,22 @@ class ClientModels:
         return [count_parameters(m) for m in self.models]
 
 
+def build_architecture(config: RunConfig, plan: ModelPlan, index: int, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """Architecture ``index`` (>= 1) of ``plan``, seeded by its index (the global RNG is left untouched); errors name its section."""
+    name, options = RunConfig.component(plan.archs[index])
+    return build_model(name, input_shape, num_classes, options, section=arch_section(plan, index), seed=derive_seed(config.seed, "init", index))
+
+
 def build_client_models(exp: Experiment) -> ClientModels:
-    """Architecture 0 is the experiment's model (same seeded weights); others are seeded by their index."""
+    """Architecture 0 is the experiment's model (same seeded weights); others are ``exp.other_models`` (seeded by their
+    index), or built here for an experiment made without them."""
     config = exp.config
     plan = plan_models(config.model, exp.data.num_clients)
+    others = exp.other_models or tuple(
+        build_architecture(config, plan, i, tuple(exp.data.dataset.input_shape), exp.data.num_classes) for i in range(1, len(plan.archs))
+    )
     models, states = [exp.model], [exp.initial_state]
-    for i, table in enumerate(plan.archs[1:], start=1):
-        name, options = RunConfig.component(table)
-        model = build_model(name, tuple(exp.data.dataset.input_shape), exp.data.num_classes, options, section=arch_section(plan, i), seed=derive_seed(config.seed, "init", i))
+    for model in others:
         model.to(exp.device)
         models.append(model)
         states.append({k: v.to(exp.device) for k, v in model_state(model).items()})

@@ -368,7 +368,36 @@ def test_a_failing_session_command_fails_the_regeneration_with_its_name(tmp_path
     with pytest.raises(RuntimeError, match=r"^\"python -c 'raise SystemExit\(3\)'\" exited with 3"):
         main([str(doc)])
     assert doc.read_text() == failing  # nothing written
-    for bad, why in (("rm -rf /", "only chillfl and python"), ("silent: python -c 1", "shows no command"), ("python -c 1 ; keep: a.png as b.png", "keeps no figures")):
-        doc.write_text(f"<!-- output session:\n{bad}\n-->\n```\nold\n```\n<!-- /output -->\n")
-        with pytest.raises(ValueError, match=why):
-            main([str(doc)])
+
+
+BAD_MARKUP = [
+    ("<!-- output session:\nrm -rf /\n-->\n", "only chillfl and python commands are run, got 'rm'"),
+    ("<!-- output session:\nsilent: python -c 1\n-->\n", "a session shows no command: every one is silent"),
+    ("<!-- output session:\npython -c 1 ; keep: a.png as b.png\n-->\n", "keeps no figures"),
+    ("<!-- output session:\npython -c \"print('a --> b')\"\n-->\n", "'-->'"),  # the page's comment would end inside the command
+    ("<!-- output: python -c \"print('-->')\" -->\n", "'-->'"),
+    ("<!-- output: ls -l -->\n", "only chillfl and python commands are run, got 'ls'"),
+    ("<!-- output: chillfl run ; keep: x.png -->\n", "PATTERN as DESTINATION"),
+    ("<!-- output: python -c 'unclosed -->\n", "No closing quotation"),
+    ("<!-- output session:\npython -c 1\n--> trailing\n", "its markers do not form a block"),
+]
+
+
+@pytest.mark.parametrize(("opening", "why"), BAD_MARKUP)
+def test_bad_block_markup_is_one_line_naming_the_page_and_the_block_and_nothing_is_written(
+    opening: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A non-chillfl command, an all-silent session, a '-->' in a command (it would end the page's HTML comment early):
+    exit 2, one line ``page.md: block at line N: ...``, no command run and no page written (not even an earlier, good one)."""
+    good, page = tmp_path / "good.md", tmp_path / "page.md"
+    good.write_text(DOC)
+    page.write_text(f"# Page\n\nText.\n{opening}```\nold\n```\n<!-- /output -->\n")
+    ran: list[str] = []
+    monkeypatch.setattr("chillfl.docs_outputs.run_command", lambda cmd, figures_to=None: ran.append(cmd) or "fresh\n")
+    monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "This CPU (AVX512)")
+    for mode in ([], ["--check"], ["--list"]):
+        assert main([str(good), str(page), *mode]) == 2
+        captured = capsys.readouterr()
+        err = captured.err.strip()
+        assert "\n" not in err and err.startswith(f"{page}: block at line 4: ") and why in err and "Traceback" not in err
+        assert captured.out == "" and ran == [] and good.read_text() == DOC and page.read_text().endswith("old\n```\n<!-- /output -->\n")

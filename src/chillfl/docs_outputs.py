@@ -70,6 +70,13 @@ rule, the same byte-for-byte check, the same messages, where it is named
 "session of N commands, the first '...'". A failing command fails the
 regeneration, naming that command, and nothing is written.
 
+Every page's markup is read before any command runs, in every mode: a block
+whose command is not a ``chillfl`` or ``python`` one, a session whose commands
+are all silent or that keeps figures, a command holding ``-->`` (it would end
+the HTML comment early, and the page would show the rest), or an opening marker
+that forms no block is one line, ``page.md: block at line N: ...``, exit
+status 2, and no page is written.
+
 Default files: the README and docs/*.md of the repository this module sits in.
 """
 
@@ -331,13 +338,7 @@ def run_session(command: str) -> str:
     Every command is parsed before the first runs, so a typo in the last one costs no run.
     """
     steps = [(line.startswith(SILENT), line.removeprefix(SILENT).strip()) for line in session_steps(command)]
-    if all(silent for silent, _ in steps):
-        raise ValueError("a session shows no command: every one is silent")
-    argvs = []
-    for _, step in steps:
-        if split_keep(step)[1]:
-            raise ValueError(f"{step!r}: a session keeps no figures")
-        argvs.append(_steps(shlex.split(step)))
+    argvs = _session_argvs(steps)
     shown: list[str] = []
     with tempfile.TemporaryDirectory(prefix="chillfl-docs-") as tmp:
         for (silent, step), argv_list in zip(steps, argvs):
@@ -348,6 +349,57 @@ def run_session(command: str) -> str:
                 cleaned = clean_output(out)
                 shown += [f"$ {step}\n", cleaned if cleaned.strip() else ""]  # a command that printed nothing: its prompt line only
     return "".join(shown)
+
+
+def _session_argvs(steps: list[tuple[bool, str]]) -> list[list[list[str]]]:
+    """Each of a session's ``(silent, command)`` steps as the argvs it runs; ValueError on markup a session cannot run."""
+    if all(silent for silent, _ in steps):
+        raise ValueError("a session shows no command: every one is silent")
+    argvs = []
+    for _, step in steps:
+        if split_keep(step)[1]:
+            raise ValueError(f"{step!r}: a session keeps no figures")
+        argvs.append(_steps(shlex.split(step)))
+    return argvs
+
+
+END_OF_COMMENT = "-->"
+
+
+def check_command(command: str) -> None:
+    """A block's command text read as a run reads it, running nothing: ValueError saying what is wrong.
+
+    A command holding ``-->`` is refused too: that ends the HTML comment the command sits in, so the page would
+    show the rest of the command (and of the comment) as text.
+    """
+    if END_OF_COMMENT in command:
+        raise ValueError(f"a command holds {END_OF_COMMENT!r}, which ends the HTML comment around it early (the page would show the rest): "
+                         f"write the command without {END_OF_COMMENT!r}")
+    if is_session(command):
+        _session_argvs([(line.startswith(SILENT), line.removeprefix(SILENT).strip()) for line in session_steps(command)])
+    else:
+        _steps(shlex.split(split_keep(command)[0]))
+
+
+_OPENING = re.compile(r"^<!-- output(?: session)?:", re.M)
+
+
+def markup_problems(text: str) -> list[str]:
+    """Each badly marked block of a page, as ``block at line N: why`` (N: its opening marker's line), without running anything:
+    an opening marker that opens no block, or a command the tool would refuse when it came to run it."""
+    blocks = {m.start(): _command(m) for m in _matches(text)}
+    problems = []
+    for m in _OPENING.finditer(text):
+        where = f"block at line {text.count(chr(10), 0, m.start()) + 1}"
+        if m.start() not in blocks:
+            problems.append(f"{where}: its markers do not form a block (the opening comment, its command(s), '-->' on its own line, a fenced block, "
+                            "a 'Made on:' line and '<!-- /output -->', each on its own line)")
+            continue
+        try:
+            check_command(blocks[m.start()])
+        except ValueError as exc:
+            problems.append(f"{where}: {exc}")
+    return problems
 
 
 def _steps(words: list[str]) -> list[list[str]]:
@@ -419,10 +471,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --check, a block made on another machine: stale (fail, the default) or listed as not checked (skip)",
     )
     args = parser.parse_args(argv)
+    pages = [(path, path.read_text(encoding="utf-8")) for path in args.files or default_files()]
+    for path, text in pages:  # every page's markup before any command runs or any page is written
+        for problem in markup_problems(text)[:1]:
+            print(f"{path}: {problem}", file=sys.stderr)
+            return 2
     stale = 0
     machine: str | None = None
-    for path in args.files or default_files():
-        text = path.read_text(encoding="utf-8")
+    for path, text in pages:
         blocks = find_blocks(text)
         if args.list:
             for b in blocks:

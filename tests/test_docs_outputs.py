@@ -239,6 +239,33 @@ def test_a_marked_paragraph_quotes_only_numbers_its_blocks_print() -> None:
     ]
 
 
+PAPER = QUOTED.format(acc="61.97", diff="-0.17", shift="0.95").replace(
+    " in 47 % of rounds. <!-- numbers from the output blocks -->", "\nin 47 % of rounds (paper: +9.5, 12 % up; 0.78 worked out). <!-- numbers from the output blocks{list} -->"
+)
+
+
+def test_a_marked_paragraph_lists_the_numbers_not_from_its_blocks() -> None:
+    """By hand: a listed number is exempt, an unlisted paper number fails, a listed number the paragraph lacks is a stale list."""
+    assert summary_mismatches(PAPER.format(list="; not from them: 9.5 (paper), 12 (paper), 0.78 (61.97 - 61.19)")) == []
+    assert summary_mismatches(PAPER.format(list="; not from them: +9.5 (paper),\n 0.78 (61.97 - 61.19)")) == [
+        "the paragraph ending at line 13: 12 is in no output block"
+    ]  # the sign may be written or not, the list may wrap; the paper's 12 % is not listed
+    assert summary_mismatches(PAPER.format(list="")) == [f"the paragraph ending at line 13: {n} is in no output block" for n in ("+9.5", "0.78", "12")]
+    assert summary_mismatches(PAPER.format(list="; not from them: 9.5 (paper), 12 (paper), 0.78 (61.97 - 61.19), 4.2 (paper)")) == [
+        "the paragraph ending at line 13: 4.2 is listed as not from the blocks but the paragraph does not print it"
+    ]  # the prose no longer says 4.2: the list is stale
+    assert summary_mismatches(PAPER.format(list="; not from them: 9.5 (paper), 12 (paper), 0.78 (61.97 - 61.19)").replace("(paper: +9.5", "(paper: +9.6")) == [
+        "the paragraph ending at line 13: 9.5 is listed as not from the blocks but the paragraph does not print it",
+        "the paragraph ending at line 13: +9.6 is in no output block",
+    ]  # a listed number exempts only itself
+    unreadable = summary_mismatches(PAPER.format(list="; not from them: 9.5, 12 (paper), 0.78 (61.97 - 61.19)"))
+    assert len(unreadable) == 4 and "cannot be read" in unreadable[0]  # an item without its why: the list exempts nothing
+    misspelt = summary_mismatches(PAPER.format(list="; not from blocks: 9.5 (paper), 12 (paper), 0.78 (61.97 - 61.19)"))
+    assert len(misspelt) == 4 and "cannot be read" in misspelt[0]
+    shown = QUOTED.format(acc="61.97", diff="-0.17", shift="0.95") + "\nThe docs show a mark: `<!-- numbers from the output blocks; not from them: 1.5 (paper) -->` 2.5\n"
+    assert summary_mismatches(shown) == []  # a mark in inline code marks nothing (the docs page describing the mark)
+
+
 def test_a_result_table_outside_the_blocks_must_be_a_marked_summary() -> None:
     marked = SUMMARISED.format(acc="61.97", diff="-0.17", shift="0.025", clp="47")
     assert unmarked_result_tables(marked) == []  # the block's rows and the marked summary's

@@ -41,7 +41,10 @@ A page may condense its blocks in a Markdown table of its own: marked by
 ``<!-- summary of the output blocks -->`` on the line before it, each of its
 numbers must be one a block prints (to the table's precision). A paragraph
 that quotes blocks may end in ``<!-- numbers from the output blocks -->``: its
-numbers are held to the same rule (those in inline code excepted). ``--check``
+numbers are held to the same rule (those in inline code excepted). Numbers it
+quotes from elsewhere (a paper, a difference worked out by hand) are listed in
+the mark, each with why: ``<!-- numbers from the output blocks; not from them:
+9.5 (paper), 6.7 (95.73 - 89.03) -->``; each must be in the paragraph. ``--check``
 fails on one that is not, and a regeneration that moves a block under such a
 table or paragraph lists the numbers to update by hand. A table of results with "±"
 outside the blocks and without the mark is a paste (the docs tests refuse it).
@@ -225,6 +228,10 @@ SUMMARY_MARK = "<!-- summary of the output blocks -->"
 
 QUOTE_MARK = "<!-- numbers from the output blocks -->"
 """Ends a paragraph whose numbers are quoted from the page's output blocks (see :func:`summary_mismatches`)."""
+NOT_FROM_THEM = "; not from them: "
+"""Extends :data:`QUOTE_MARK` with the paragraph's numbers that no block prints: ``<!-- numbers from the output blocks; not from them: 9.5 (paper) -->``."""
+_QUOTE = re.compile(r"<!-- numbers from the output blocks(?P<rest>(?:(?!-->).)*?)-->", re.DOTALL)
+_EXEMPT_ITEM = re.compile(r"\s*(?P<number>[-+]?\d+(?:\.\d+)?) \((?P<why>[^()]+)\)\s*(?:,|$)")
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _SUMMARY = re.compile(re.escape(SUMMARY_MARK) + r"\n((?:\|[^\n]*\n)+)")
 _DECIMAL = re.compile(r"(?<![\w.])[-+]?\d+\.\d+(?![\w.])")
@@ -251,7 +258,11 @@ def summary_mismatches(text: str) -> list[str]:
 
     A paragraph that ends in ``<!-- numbers from the output blocks -->`` (from
     the blank line before the mark to the mark) is held to the same rule, except
-    for numbers in inline code (options such as ``partition.alpha=5.0``, not quotes).
+    for numbers in inline code (options such as ``partition.alpha=5.0``, not quotes)
+    and those its mark lists as not from the blocks, each with why:
+    ``<!-- numbers from the output blocks; not from them: 9.5 (paper), 6.7 (95.73 - 89.03) -->``
+    (a paper's number, one worked out by hand). A listed number the paragraph
+    does not print (as written, a "+" aside) is reported: the list is stale.
     """
     shown: dict[int, set[str]] = {}
     numbers = [m.group(0) for b in find_blocks(text) for m in _ANY_NUMBER.finditer(b.body)]
@@ -271,11 +282,40 @@ def summary_mismatches(text: str) -> list[str]:
     for m in _SUMMARY.finditer(text):
         line = text.count("\n", 0, m.start(1)) + 1
         missing += [f"the summary table at line {line}: {token} is in no output block" for token in unsupported(m.group(1))]
-    for end in (m.start() for m in re.finditer(re.escape(QUOTE_MARK), text)):
+    for m in _QUOTE.finditer(_INLINE_CODE.sub(lambda code: " " * len(code.group(0)), text)):  # a mark shown in `code` marks nothing
+        end = m.start()
         paragraph = _INLINE_CODE.sub("", text[text.rfind("\n\n", 0, end) + 1 : end])
-        line = text.count("\n", 0, end) + 1
-        missing += [f"the paragraph ending at line {line}: {token} is in no output block" for token in unsupported(paragraph)]
+        where = f"the paragraph ending at line {text.count(chr(10), 0, end) + 1}"
+        exempt, problems = _exempt_numbers(m.group("rest"), paragraph)
+        missing += [f"{where}: {problem}" for problem in problems]
+        missing += [f"{where}: {token} is in no output block" for token in unsupported(paragraph) if token.lstrip("+") not in exempt]
     return missing
+
+
+def _exempt_numbers(rest: str, paragraph: str) -> tuple[set[str], list[str]]:
+    """The numbers a mark lists as not from the blocks (written without a "+"), and what is wrong with the list.
+
+    ``rest`` is the mark's text after "numbers from the output blocks". The
+    list is read, not trusted: a misspelt list, an item that is not
+    ``NUMBER (why)`` or a number the paragraph does not print would exempt
+    nothing while looking as if it did (a number edited in the prose but not in the mark).
+    """
+    if not rest.strip():
+        return set(), []
+    if not rest.startswith(NOT_FROM_THEM):
+        return set(), [f"its mark {rest.strip()!r} cannot be read: end it in ' -->' or{NOT_FROM_THEM}NUMBER (why), ... -->"]
+    listed = rest[len(NOT_FROM_THEM) :].rstrip()
+    items: list[str] = []
+    pos = 0
+    while pos < len(listed):
+        item = _EXEMPT_ITEM.match(listed, pos)
+        if item is None:
+            return set(), [f"its mark's list {listed.strip()!r} cannot be read: write{NOT_FROM_THEM}NUMBER (why), NUMBER (why)"]
+        items.append(item.group("number").lstrip("+"))
+        pos = item.end()
+    printed = {n.lstrip("+") for n in _ANY_NUMBER.findall(paragraph)}
+    absent = [f"{n} is listed as not from the blocks but the paragraph does not print it" for n in items if n not in printed]
+    return set(items), absent
 
 
 def unmarked_result_tables(text: str) -> list[str]:

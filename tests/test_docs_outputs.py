@@ -239,6 +239,12 @@ def test_a_marked_paragraph_quotes_only_numbers_its_blocks_print() -> None:
     ]
 
 
+def test_a_number_ending_a_sentence_is_read_and_a_version_is_not() -> None:
+    """By hand: "61.96." ends a sentence and is checked; "2.13.0" is a version, none of its parts a quote."""
+    ends = QUOTED.format(acc="61.97", diff="-0.17", shift="0.95").replace("47 % of rounds.", "47 % of rounds; PA3Fed 61.96. Torch 2.13.0.")
+    assert summary_mismatches(ends) == ["the paragraph ending at line 12: 61.96 is in no output block"]
+
+
 PAPER = QUOTED.format(acc="61.97", diff="-0.17", shift="0.95").replace(
     " in 47 % of rounds. <!-- numbers from the output blocks -->", "\nin 47 % of rounds (paper: +9.5, 12 % up; 0.78 worked out). <!-- numbers from the output blocks{list} -->"
 )

@@ -234,7 +234,8 @@ _QUOTE = re.compile(r"<!-- numbers from the output blocks(?P<rest>(?:(?!-->).)*?
 _EXEMPT_ITEM = re.compile(r"\s*(?P<number>[-+]?\d+(?:\.\d+)?) \((?P<why>[^()]+)\)\s*(?:,|$)")
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _SUMMARY = re.compile(re.escape(SUMMARY_MARK) + r"\n((?:\|[^\n]*\n)+)")
-_DECIMAL = re.compile(r"(?<![\w.])[-+]?\d+\.\d+(?![\w.])")
+_DECIMAL = re.compile(r"(?<![\w.])[-+]?\d+\.\d+(?!\w|\.\d)")
+"""A decimal, also one ending a sentence ("61.97."), but no part of a version ("2.13.0")."""
 _PERCENT = re.compile(r"(?<![\w.])\d+(?= ?%)")
 _PLUS_MINUS = re.compile(r"\d ± \d")
 _ANY_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?![\w])")

@@ -272,6 +272,18 @@ def test_a_marked_paragraph_lists_the_numbers_not_from_its_blocks() -> None:
     assert summary_mismatches(shown) == []  # a mark in inline code marks nothing (the docs page describing the mark)
 
 
+def test_check_fails_on_a_stale_list_of_numbers_not_from_the_blocks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--check`` (blocks of another machine: not rerun) holds a marked paragraph's list to the paragraph, as the docs tests do."""
+    doc = tmp_path / "doc.md"
+    doc.write_text(PAPER.format(list="; not from them: 9.5 (paper), 12 (paper), 0.78 (61.97 - 61.19)"))
+    assert main(["--check", "--other-machines", "skip", str(doc)]) == 0
+    doc.write_text(PAPER.format(list="; not from them: 9.5 (paper), 12 (paper), 0.87 (61.97 - 61.10)"))
+    assert main(["--check", "--other-machines", "skip", str(doc)]) == 1
+    err = capsys.readouterr().err
+    assert f"stale: {doc}: the paragraph ending at line 13: 0.87 is listed as not from the blocks but the paragraph does not print it" in err
+    assert f"stale: {doc}: the paragraph ending at line 13: 0.78 is in no output block" in err
+
+
 def test_a_result_table_outside_the_blocks_must_be_a_marked_summary() -> None:
     marked = SUMMARISED.format(acc="61.97", diff="-0.17", shift="0.025", clp="47")
     assert unmarked_result_tables(marked) == []  # the block's rows and the marked summary's

@@ -245,6 +245,26 @@ def test_a_number_ending_a_sentence_is_read_and_a_version_is_not() -> None:
     assert summary_mismatches(ends) == ["the paragraph ending at line 12: 61.96 is in no output block"]
 
 
+TIES = """<!-- output: chillfl compare x -q -->
+```
+| FedAvg | 2.65 ± 0.985 | -10.85 |
+```
+Made on: Some CPU
+<!-- /output -->
+
+The gain is {gain} ± {std}, the interval's end {end}. <!-- numbers from the output blocks -->
+"""
+
+
+def test_a_printed_tie_supports_the_prose_rounding_it_half_up() -> None:
+    """By hand: a reader rounds the block's "2.65" to 2.7, "-10.85" to -10.9 (the float 2.65 formats as 2.6: both pass); 2.8 fails."""
+    assert summary_mismatches(TIES.format(gain="2.7", std="0.99", end="-10.9")) == []
+    assert summary_mismatches(TIES.format(gain="2.6", std="0.98", end="-10.8")) == []
+    assert summary_mismatches(TIES.format(gain="2.8", std="0.97", end="-11.0")) == [
+        f"the paragraph ending at line 8: {n} is in no output block" for n in ("2.8", "0.97", "-11.0")
+    ]
+
+
 PAPER = QUOTED.format(acc="61.97", diff="-0.17", shift="0.95").replace(
     " in 47 % of rounds. <!-- numbers from the output blocks -->", "\nin 47 % of rounds (paper: +9.5, 12 % up; 0.78 worked out). <!-- numbers from the output blocks{list} -->"
 )

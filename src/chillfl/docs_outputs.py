@@ -95,6 +95,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 BLOCK = re.compile(
@@ -247,6 +248,13 @@ def _shown(value: float, decimals: int) -> str:
     return s.lstrip("-") if float(s) == 0 else s
 
 
+def _roundings(printed: str, decimals: int) -> set[str]:
+    """The ways ``printed`` (a block's number) reads at ``decimals`` places: as Python formats its float, and
+    rounded half up from its printed digits, as a reader does ("2.65" is 2.6 as a float, 2.7 to a reader)."""
+    half_up = Decimal(printed).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+    return {_shown(float(printed), decimals), _shown(float(half_up), decimals)}
+
+
 def summary_mismatches(text: str) -> list[str]:
     """The numbers of the page's summary tables and marked paragraphs that none of its output blocks shows.
 
@@ -254,7 +262,7 @@ def summary_mismatches(text: str) -> list[str]:
     copied from blocks that ``python -m chillfl.docs_outputs`` regenerates;
     nothing else keeps it in step with them. Each of its decimals must equal a
     number of some block printed to the table's own precision (0.0253 in a
-    block supports 0.025 in the table), and each integer before a "%" an integer
+    block supports 0.025 in the table; a tie, 2.65, supports 2.6 and 2.7), and each integer before a "%" an integer
     of some block. Other integers (rounds, counts) are not checked.
 
     A paragraph that ends in ``<!-- numbers from the output blocks -->`` (from
@@ -274,7 +282,7 @@ def summary_mismatches(text: str) -> list[str]:
         for token in [*_DECIMAL.findall(quote), *_PERCENT.findall(quote)]:
             decimals = len(token.split(".")[1]) if "." in token else 0
             if decimals not in shown:
-                shown[decimals] = {_shown(float(n), decimals) for n in numbers if ("." in n) == (decimals > 0)}
+                shown[decimals] = {r for n in numbers if ("." in n) == (decimals > 0) for r in _roundings(n, decimals)}
             if _shown(float(token), decimals) not in shown[decimals]:
                 out.append(token)
         return out

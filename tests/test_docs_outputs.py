@@ -466,3 +466,15 @@ def test_bad_block_markup_is_one_line_naming_the_page_and_the_block_and_nothing_
         err = captured.err.strip()
         assert "\n" not in err and err.startswith(f"{page}: block at line 4: ") and why in err and "Traceback" not in err
         assert captured.out == "" and ran == [] and good.read_text() == DOC and page.read_text().endswith("old\n```\n<!-- /output -->\n")
+
+
+def test_a_page_that_does_not_exist_is_one_line_and_nothing_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    good, missing = tmp_path / "good.md", tmp_path / "nope.md"
+    good.write_text(DOC)
+    ran: list[str] = []
+    monkeypatch.setattr("chillfl.docs_outputs.run_command", lambda cmd, figures_to=None: ran.append(cmd) or "fresh\n")
+    monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "This CPU (AVX512)")
+    for mode in ([], ["--check"], ["--list"]):
+        assert main([str(good), str(missing), *mode]) == 2
+        captured = capsys.readouterr()
+        assert captured.err.strip() == f"{missing}: no such file" and captured.out == "" and ran == [] and good.read_text() == DOC

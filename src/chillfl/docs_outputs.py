@@ -520,7 +520,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --check, a block made on another machine: stale (fail, the default) or listed as not checked (skip)",
     )
     args = parser.parse_args(argv)
-    pages = [(path, path.read_text(encoding="utf-8")) for path in args.files or default_files()]
+    files = list(args.files or default_files())
+    for path in files:  # a page that cannot be read: one line, before anything runs
+        if not path.is_file():
+            print(f"{path}: no such file", file=sys.stderr)
+            return 2
+    pages = [(path, path.read_text(encoding="utf-8")) for path in files]
     for path, text in pages:  # every page's markup before any command runs or any page is written
         for problem in markup_problems(text)[:1]:
             print(f"{path}: {problem}", file=sys.stderr)

@@ -185,14 +185,17 @@ def test_no_command_table_is_pasted_outside_the_markers(page: Path) -> None:
     assert not pasted, f"{page.name}: a command's table outside <!-- output: COMMAND --> markers: {pasted[0][:120]!r}"
 
 
-SUMMARISED = """<!-- output: chillfl compare x -q -->
+TWO_ROWS = """<!-- output: chillfl compare x -q -->
 ```
 | FedAvg | 61.97 ± 2.66 | +0.00 ± 0.00 | 0.0253 | 47 |
 | PA3Fed | 61.97 ± 2.27 | -0.17 ± 0.62 | 0.9504 | 3 |
 ```
 Made on: Some CPU
 <!-- /output -->
+"""
+"""A block of two compare rows that the summary and paragraph tests quote."""
 
+SUMMARISED = TWO_ROWS + """
 <!-- summary of the output blocks -->
 | setting | acc | diff | shift | CLP |
 |---|---|---|---|---|
@@ -213,14 +216,7 @@ def test_a_summary_table_holds_only_numbers_its_blocks_print() -> None:
     ]  # a decimal needs a decimal: the block's integer 3 does not print "3.0"
 
 
-QUOTED = """<!-- output: chillfl compare x -q -->
-```
-| FedAvg | 61.97 ± 2.66 | +0.00 ± 0.00 | 0.0253 | 47 |
-| PA3Fed | 61.97 ± 2.27 | -0.17 ± 0.62 | 0.9504 | 3 |
-```
-Made on: Some CPU
-<!-- /output -->
-
+QUOTED = TWO_ROWS + """
 An unmarked paragraph may quote anything: 12.34 and 99 %.
 
 PA3Fed is level with FedAvg ({acc} % both, a difference of {diff}),

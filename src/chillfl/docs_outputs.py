@@ -147,6 +147,11 @@ def session_steps(command: str) -> list[str]:
     return command.splitlines()
 
 
+def silent_and_shown(command: str) -> list[tuple[bool, str]]:
+    """A session's steps as ``(silent, command)``, the ``silent: `` prefix taken off."""
+    return [(line.startswith(SILENT), line.removeprefix(SILENT).strip()) for line in session_steps(command)]
+
+
 def _matches(text: str) -> list[re.Match[str]]:
     """The one-command and the session blocks of ``text``, in order (the two patterns cannot match the same text)."""
     return sorted([*BLOCK.finditer(text), *SESSION.finditer(text)], key=lambda m: m.start())
@@ -386,7 +391,7 @@ def run_session(command: str) -> str:
 
     Every command is parsed before the first runs, so a typo in the last one costs no run.
     """
-    steps = [(line.startswith(SILENT), line.removeprefix(SILENT).strip()) for line in session_steps(command)]
+    steps = silent_and_shown(command)
     argvs = _session_argvs(steps)
     shown: list[str] = []
     with tempfile.TemporaryDirectory(prefix="chillfl-docs-") as tmp:
@@ -425,7 +430,7 @@ def check_command(command: str) -> None:
         raise ValueError(f"a command holds {END_OF_COMMENT!r}, which ends the HTML comment around it early (the page would show the rest): "
                          f"write the command without {END_OF_COMMENT!r}")
     if is_session(command):
-        _session_argvs([(line.startswith(SILENT), line.removeprefix(SILENT).strip()) for line in session_steps(command)])
+        _session_argvs(silent_and_shown(command))
     else:
         _steps(shlex.split(split_keep(command)[0]))
 

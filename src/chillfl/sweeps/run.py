@@ -110,7 +110,6 @@ class Sweep:
             self.ran += 1
             self.busy_s += time.monotonic() - start
 
-
     def _own_parts(self, data: FederatedData | None, model: nn.Module | None, plugged: Plugged | None) -> Callable[[RunConfig], Experiment] | None:
         """A stopped run's parts on the user's own data, model or method parts, which its saved config cannot rebuild
         (None: none of them, the config's registered ones)."""

@@ -431,6 +431,15 @@ def test_a_failing_session_command_fails_the_regeneration_with_its_name(tmp_path
     assert doc.read_text() == failing  # nothing written
 
 
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The commands the tool would run, recorded instead of run (each "prints" fresh), on a machine named "This CPU (AVX512)"."""
+    commands: list[str] = []
+    monkeypatch.setattr("chillfl.docs_outputs.run_command", lambda cmd, figures_to=None: commands.append(cmd) or "fresh\n")
+    monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "This CPU (AVX512)")
+    return commands
+
+
 BAD_MARKUP = [
     ("<!-- output session:\nrm -rf /\n-->\n", "only chillfl and python commands are run, got 'rm'"),
     ("<!-- output session:\nsilent: python -c 1\n-->\n", "a session shows no command: every one is silent"),
@@ -446,16 +455,13 @@ BAD_MARKUP = [
 
 @pytest.mark.parametrize(("opening", "why"), BAD_MARKUP)
 def test_bad_block_markup_is_one_line_naming_the_page_and_the_block_and_nothing_is_written(
-    opening: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    opening: str, why: str, tmp_path: Path, ran: list[str], capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A non-chillfl command, an all-silent session, a '-->' in a command (it would end the page's HTML comment early):
     exit 2, one line ``page.md: block at line N: ...``, no command run and no page written (not even an earlier, good one)."""
     good, page = tmp_path / "good.md", tmp_path / "page.md"
     good.write_text(DOC)
     page.write_text(f"# Page\n\nText.\n{opening}```\nold\n```\n<!-- /output -->\n")
-    ran: list[str] = []
-    monkeypatch.setattr("chillfl.docs_outputs.run_command", lambda cmd, figures_to=None: ran.append(cmd) or "fresh\n")
-    monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "This CPU (AVX512)")
     for mode in ([], ["--check"], ["--list"]):
         assert main([str(good), str(page), *mode]) == 2
         captured = capsys.readouterr()
@@ -464,12 +470,9 @@ def test_bad_block_markup_is_one_line_naming_the_page_and_the_block_and_nothing_
         assert captured.out == "" and ran == [] and good.read_text() == DOC and page.read_text().endswith("old\n```\n<!-- /output -->\n")
 
 
-def test_a_page_that_does_not_exist_is_one_line_and_nothing_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_page_that_does_not_exist_is_one_line_and_nothing_runs(tmp_path: Path, ran: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     good, missing = tmp_path / "good.md", tmp_path / "nope.md"
     good.write_text(DOC)
-    ran: list[str] = []
-    monkeypatch.setattr("chillfl.docs_outputs.run_command", lambda cmd, figures_to=None: ran.append(cmd) or "fresh\n")
-    monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "This CPU (AVX512)")
     for mode in ([], ["--check"], ["--list"]):
         assert main([str(good), str(missing), *mode]) == 2
         captured = capsys.readouterr()

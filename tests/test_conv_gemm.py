@@ -64,6 +64,34 @@ def test_output_is_nhwc_in_memory():
     assert out.shape == (2, 4, 4, 4) and out.is_contiguous(memory_format=torch.channels_last)
 
 
+class _AsksForChannelsLast(torch.overrides.TorchFunctionMode):
+    """What torch 2.11's CUDA ``F.batch_norm`` does first: ask a non-contiguous input whether it is channels-last."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.batch_norm:
+            x = args[0]
+            assert x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)
+        return func(*args, **(kwargs or {}))
+
+
+def test_batch_norm_after_a_gemm_convolution_gets_an_input_vmap_can_question():
+    """Under vmap that question is "NYI" for the NHWC view a GEMM convolution returns (H200, torch 2.11, FedBN and
+    FedAlign with ``batched_conv = "gemm"``): the mode hands batch norm a contiguous copy, same values."""
+    g = torch.Generator().manual_seed(4)
+    x, w = torch.randn(3, 2, 2, 6, 6, generator=g), torch.randn(3, 4, 2, 3, 3, generator=g)
+    mean, var = torch.zeros(4), torch.ones(4)
+
+    def step(x, w):
+        return F.batch_norm(F.conv2d(x, w), mean, var, training=False)
+
+    with _AsksForChannelsLast():
+        with pytest.raises(RuntimeError, match="inside of vmap"):  # the failure: batch norm handed the NHWC view itself
+            vmap(lambda x, w: F.batch_norm(conv2d_as_gemm(x, w), mean, var, training=False))(x, w)
+        with GemmConvolutions():
+            got = vmap(step)(x, w)
+    torch.testing.assert_close(got, vmap(step)(x, w), rtol=1e-5, atol=1e-5)
+
+
 def test_bf16_autocast_computes_in_bf16_with_an_fp32_bias():
     g = torch.Generator().manual_seed(1)
     x, w, b = torch.randn(2, 3, 7, 7, generator=g), torch.randn(4, 3, 3, 3, generator=g), torch.randn(4, generator=g)

@@ -120,6 +120,11 @@ class GemmConvolutions(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        if func is F.batch_norm and args and isinstance(args[0], torch.Tensor) and not args[0].is_contiguous():
+            # torch 2.11's CUDA batch norm asks a non-contiguous input whether it is channels-last, which vmap
+            # cannot answer ("NYI: querying is_contiguous inside of vmap"; seen on an H200): hand it a copy in
+            # the default layout. The other ops after a convolution take the NHWC view as it is.
+            return func(args[0].contiguous(), *args[1:], **kwargs)
         form = _AS_GEMM.get(func)
         call = _plain_call(args, kwargs, form[1]) if form is not None else None
         if form is None or call is None:

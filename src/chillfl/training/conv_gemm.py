@@ -22,9 +22,9 @@ against outputs of 0.10 and 0.03 MB).
 Not the default. On the CPU it was slower than oneDNN's grouped convolution:
 1.9-2.5x in fp32, 1.1-1.3x in bf16 (``benchmarks/conv_layouts.py --device cpu``,
 one thread, McMahan CNN, chunks of 4 and 16 clients x 100 samples; one run on
-the shared 2-core Xeon). On a GPU it has not been measured yet:
-``benchmarks/gpu-check.sh`` times ``chillfl[auto+gemm]`` beside ``chillfl[auto]``,
-and one chunk of each with ``benchmarks/conv_layouts.py``.
+the shared 2-core Xeon). On an H200 (2026-11-30, torch 2.11) workload 1's round
+was 5x slower than with the grouped convolutions (5.36 s against 1.00 s, both
+with CUDA graphs; docs/gpu.md); ``benchmarks/gpu-check.sh`` keeps timing it.
 Same maths as the convolution, other rounding: the tests compare it with the
 sequential executor within float tolerance.
 

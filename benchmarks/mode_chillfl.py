@@ -31,7 +31,8 @@ then legitimately means sequential; the result notes ``parallel_module``).
 
 Variants: ``<executor>``, then optional ``+<precision>`` (the override ``precision =
 "bf16"`` or ``"tf32"``), ``+channels_last`` / ``+contiguous`` (``memory_format``) and
-``+gemm`` / ``+grouped`` (``batched_conv``), ``+graphs`` (``cuda_graphs = true``) and ``+compile`` (``compile = true``);
+``+gemm`` / ``+grouped`` (``batched_conv``), ``+graphs`` (``cuda_graphs = true``), ``+compile`` (``compile = true``) and
+``+nondet`` (``deterministic = false``: what PyTorch's deterministic algorithms cost on a GPU; no effect on a CPU);
 a config that rejects one makes the mode "not available: <reason>".
 The spec's ``device`` becomes the config's ``device``.
 
@@ -64,14 +65,23 @@ import torch
 from workloads import NUM_CLASSES, Workload, load_data, public_slice, read_spec
 
 PARALLEL_ONLY = ("vectorized", "processes")
+EVAL_EVERY_ROUND = True
+"""chillfl evaluates the global model on the workload's 100 test rows after every round, not only after the last.
+
+Why: chillfl always evaluates after the final round. With ``eval.every = rounds`` that first evaluation (its
+kernels loaded and run for the first time) fell in the last, timed round. On the H200 (2026-11-30) the last round
+of workloads 2 and 4 took 3-6x the one before it, e.g. [0.407, 0.0148, 0.091] s, while BlazeFL's rounds do no
+evaluation at all. Every round evaluating puts the one-off cost in round 1, which is never timed, and charges
+every timed round a warm evaluation that BlazeFL does not do: the comparison can only err against chillfl."""
 
 
 def overrides(w: Workload, variant: str, rounds: int, seed: int, device: str = "cpu") -> dict[str, Any]:
-    """The run's config overrides; ``variant``: the executor, then optional ``+<precision>`` / ``+<memory_format>`` / ``+<batched_conv>`` / ``+graphs`` / ``+compile`` parts."""
+    """The run's config overrides; ``variant``: the executor, then optional ``+<precision>`` / ``+<memory_format>`` / ``+<batched_conv>`` /
+    ``+graphs`` / ``+compile`` / ``+nondet`` parts."""
     executor, *options = variant.split("+")
     formats = [o for o in options if o in ("channels_last", "contiguous")]
     convs = [o for o in options if o in ("grouped", "gemm")]
-    switches = {o for o in options if o in ("graphs", "compile")}
+    switches = {o for o in options if o in ("graphs", "compile", "nondet")}
     precision = next((o for o in options if o not in formats and o not in convs and o not in switches), "")
     model = {"name": "mcmahan_cnn"} if w.model == "cnn" else {"name": "mlp", "hidden": [64]}
     out: dict[str, Any] = {
@@ -86,7 +96,7 @@ def overrides(w: Workload, variant: str, rounds: int, seed: int, device: str = "
         "client.lr": w.lr,
         "eval.clients": "none",
         "eval.client_split": "none",
-        "eval.every": rounds,
+        "eval.every": 1,  # see EVAL_EVERY_ROUND
         "model": model,
         "device": device,
     }
@@ -100,6 +110,8 @@ def overrides(w: Workload, variant: str, rounds: int, seed: int, device: str = "
         out["cuda_graphs"] = True
     if "compile" in switches:
         out["compile"] = True
+    if "nondet" in switches:
+        out["deterministic"] = False
     if w.public_per_round:
         out["distillation"] = {"method": "scarlet", "public_size": w.public_size, "subset_size": w.public_per_round}
     return out

@@ -28,7 +28,12 @@ to ``benchmarks/results/<timestamp>.json`` and a table is printed.
 ``--device cuda`` runs every mode on the GPU (chillfl's ``device``, BlazeFL's
 ``device``, Flower's Ray actors with GPU fractions); without a GPU it exits 2.
 
-Op counts (issue 39; ``--no-ops`` skips them): every chillfl mode runs once
+Ratios and FLOP rates are filled in after every measured mode, so that a run
+stopped part-way (``timeout`` in gpu-check.sh) still reports them for what it
+measured; ``--no-bound`` leaves the compute bound out (no ``x bound`` ratios).
+
+Op counts (issue 39; ``--no-ops`` skips them, ``--ops-modes`` names the only
+chillfl modes counted): every chillfl mode runs once
 more in a process of its own (``mode_chillfl.py``'s ``api = "ops"``) that
 counts the aten ops dispatched in its second round (``op_count.py``) over the
 round's client SGD steps, and on CUDA the kernel launches of its third round.
@@ -64,15 +69,15 @@ from workloads import WORKLOADS, Workload, data_dir, round_flops, workload, writ
 CHILLFL_EXECUTORS = (
     "auto", "sequential", "vectorized", "processes", "auto+tf32", "auto+bf16", "auto+bf16+channels_last", "auto+gemm", "auto+tf32+gemm", "auto+bf16+gemm",
     "auto+graphs", "auto+tf32+graphs", "auto+bf16+graphs", "auto+gemm+graphs", "auto+tf32+gemm+graphs", "auto+bf16+gemm+graphs",
-    "auto+compile", "auto+graphs+compile", "auto+bf16+graphs+compile",
+    "auto+compile", "auto+graphs+compile", "auto+bf16+graphs+compile", "auto+graphs+nondet", "auto+bf16+graphs+nondet",
 )
 CUDA_ONLY = ("processes",)  # chillfl trains ``processes`` on the CPU: refused on a GPU
 CPU_REFUSED = ("auto+tf32", "auto+bf16+channels_last", "auto+gemm", "auto+tf32+gemm", "auto+bf16+gemm",
                "auto+graphs", "auto+tf32+graphs", "auto+bf16+graphs", "auto+gemm+graphs", "auto+tf32+gemm+graphs", "auto+bf16+gemm+graphs",
-               "auto+graphs+compile", "auto+bf16+graphs+compile")
+               "auto+graphs+compile", "auto+bf16+graphs+compile", "auto+graphs+nondet", "auto+bf16+graphs+nondet")
 """TF32 is a GPU mode; the CPU's ``auto`` already picks channels-last, and trains large convolutions one client at a
 time (``batched_conv`` changes only vmapped steps; it was slower on the CPU: chillfl.training.conv_gemm); ``cuda_graphs``
-records steps on CUDA devices only (chillfl.executors.step_graphs)."""
+records steps on CUDA devices only (chillfl.executors.step_graphs); ``deterministic`` changes CUDA's algorithms only."""
 BLAZEFL_TRAINERS = ("serial", "threads", "processes")
 POLL_S = 0.2
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -339,8 +344,15 @@ def run_workload(
         log = work / f"log-{w.key}-{mode.name}-{mode.api}-{rep}.txt"
         return measure([python, str(HERE / mode.script), str(spec_path)], env, Path(spec["clock"]), log, args.timeout)
 
+    flops = round_flops(w)
+
+    def rates() -> None:  # after every result, so that a run stopped part-way has its ratios and FLOP rates
+        add_ratios(results)
+        add_flop_rates(results, flops, args.peak_gflops, {"tf32": args.peak_gflops_tf32, "bf16": args.peak_gflops_bf16})
+
     entry = sink if sink is not None else {}
-    entry.update(workload=w.to_dict(), rounds_per_run=args.rounds_for[w.key], modes=results)  # filled as modes finish (a stopped run keeps them)
+    # filled as modes finish (a stopped run keeps them)
+    entry.update(workload=w.to_dict(), rounds_per_run=args.rounds_for[w.key], modes=results, flops_per_round=flops)
     for rep in range(args.repeats):
         for mode in modes:
             if mode.name in dead:
@@ -355,20 +367,19 @@ def run_workload(
                 continue
             runs[mode.name].append(m)
             results[mode.name] = {"status": "ok", **summarize(runs[mode.name])}
+            rates()
             print(f" {statistics.median(round_times(m.clock)):.3f} s/round, {m.peak_mb:.0f} MB")
     for mode in modes:
         if mode.name not in results:  # never launched: its peer is missing (not setdefault: its default is evaluated for every mode)
             results[mode.name] = {"status": dead[mode.name]}
     if not args.no_ops:  # aten ops (and CUDA launches) per client step, once per chillfl mode, in its own process
         for mode in modes:
-            if mode.script != "mode_chillfl.py" or mode.name in dead:
+            if mode.script != "mode_chillfl.py" or mode.name in dead or not counted(mode.name, args.ops_modes):
                 continue
             m = launch(Mode(mode.name, mode.script, mode.variant, None, "ops"), 3 if args.device == "cuda" else 2, 0)
             results[mode.name]["ops"] = op_counts(m)
             print(f"  ops per client step, {mode.name}: {_ops_text(results[mode.name]['ops'])}")
-    add_ratios(results)
-    flops = round_flops(w)
-    add_flop_rates(results, flops, args.peak_gflops, {"tf32": args.peak_gflops_tf32, "bf16": args.peak_gflops_bf16})
+    rates()
 
     startup: dict[str, Any] = {}
     bare: list[float] = []
@@ -393,9 +404,18 @@ def run_workload(
             print(f"  start-up to end of round 1, {mode.name}: {startup[mode.name]}")
         if bare:
             print(f"  python -c 'import torch': median {statistics.median(bare):.2f} s over {len(bare)}")
-    entry.update(flops_per_round=flops, chillfl_startup_run_experiment=startup,
+    entry.update(chillfl_startup_run_experiment=startup,
                  import_torch_s={"median_s": statistics.median(bare), "min_s": min(bare), "runs": bare} if bare else None)
     return entry
+
+
+def counted(name: str, ops_modes: str) -> bool:
+    """Whether mode ``name`` gets its op count: ``--ops-modes`` empty (every chillfl mode) or ``name`` is one listed.
+
+    Exact names, not substrings: ``chillfl[auto]`` must not also count ``chillfl[auto+bf16]`` (each count is a process
+    of 10-25 s on an H200, which a GPU check's budget cannot spend on every mode)."""
+    wanted = {s.strip() for s in ops_modes.split(",") if s.strip()}
+    return not wanted or name in wanted
 
 
 def time_import_torch(env: dict[str, str], timeout: float) -> float:
@@ -495,6 +515,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-peers", action="store_true", help="skip BlazeFL and Flower")
     p.add_argument("--no-install", action="store_true", help="use the peer venv as it is, install nothing")
     p.add_argument("--no-ops", action="store_true", help="skip counting each chillfl mode's aten ops per client step (one more process per mode)")
+    p.add_argument("--ops-modes", default="", help="comma-separated chillfl mode names (exact) whose ops are counted (default: every chillfl mode)")
+    p.add_argument("--no-bound", action="store_true", help="skip the compute bound (the plain loop): no 'x bound' ratios, one process less a repeat")
     p.add_argument("--timeout", type=float, default=900, help="seconds before a single run is killed")
     p.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS for every worker (default: unset, torch's own default)")
     p.add_argument("--seed", type=int, default=0)
@@ -534,6 +556,14 @@ def select_modes(modes: list[Mode], names: str) -> list[Mode]:
     return sorted(chosen, key=lambda m: -1 if m.name == "compute_bound" else next(i for i, s in enumerate(wanted) if s in m.name))
 
 
+def modes_for(args: argparse.Namespace) -> list[Mode]:
+    """The modes the command line asks for, in the order they run (``--no-peers``, ``--modes``, ``--no-bound``)."""
+    modes = [m for m in all_modes(args.device) if not (args.no_peers and m.peer)]
+    if args.modes:
+        modes = select_modes(modes, args.modes)
+    return [m for m in modes if not (args.no_bound and m.name == "compute_bound")]
+
+
 class Stopped(Exception):
     """SIGTERM arrived: stop measuring, write what was measured."""
 
@@ -566,9 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or HERE / "results" / f"{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    modes = [m for m in all_modes(args.device) if not (args.no_peers and m.peer)]
-    if args.modes:
-        modes = select_modes(modes, args.modes)
+    modes = modes_for(args)
     peers: dict[str, dict[str, Any]] = {}
     if any(m.peer for m in modes):
         print("peer environment (benchmarks/.venv-peers) ...", flush=True)

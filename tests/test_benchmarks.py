@@ -88,6 +88,11 @@ def test_modes_per_device_and_workload() -> None:
     assert (args.device, args.peak_gflops, args.rounds_for["4"]) == ("cuda", 67000.0, 3)
     chosen = [m.name for m in run.select_modes(run.all_modes("cuda"), "chillfl[auto+graphs], blazefl[threads],chillfl[auto]")]
     assert chosen == ["compute_bound", "chillfl[auto+graphs]", "blazefl[threads]", "chillfl[auto]"]  # as named, the bound first
+    args = run.parse_args(["--device", "cuda", "--modes", "chillfl[auto+graphs],blazefl[threads]", "--no-bound", "--no-peers"])
+    assert [m.name for m in run.modes_for(args)] == ["chillfl[auto+graphs]"]  # no bound, no peer
+    # op counts for the modes named exactly (gpu-check.sh's budget): chillfl[auto] does not also count chillfl[auto+bf16]
+    assert run.counted("chillfl[auto]", "") and run.counted("chillfl[auto+bf16]", "")
+    assert run.counted("chillfl[auto]", "chillfl[auto], chillfl[auto+graphs]") and not run.counted("chillfl[auto+bf16]", "chillfl[auto]")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message for a machine without a GPU")
@@ -140,7 +145,7 @@ def test_gpu_targets_met_missed_and_not_measured() -> None:
     graphed = {**ok(0.28), "ops": {"cuda_launches_per_round": 8000}}
     workloads = {
         "1": {"modes": {"chillfl[auto]": ok(0.25), "chillfl[auto+bf16]": ok(0.2), "chillfl[auto+graphs]": graphed, "chillfl[auto+gemm]": ok(0.5),
-                        "blazefl[threads]": ok(8.0), "blazefl[serial]": ok(9.0)}},
+                        "chillfl[auto+graphs+nondet]": ok(0.1), "blazefl[threads]": ok(8.0), "blazefl[serial]": ok(9.0)}},
         "2": {"modes": {"chillfl[auto]": ok(0.05), "chillfl[auto+graphs]": ok(0.1), "blazefl[threads]": ok(0.6)},
               "chillfl_startup_run_experiment": {"chillfl[auto]": {"status": "ok", "median_s": 2.6, "median_minus_import_torch_s": 0.9}}},
         "3": {"modes": {"compute_bound": ok(2.0), "chillfl[auto]": ok(0.9), "chillfl[auto+bf16]": ok(1.2)}},
@@ -152,6 +157,7 @@ def test_gpu_targets_met_missed_and_not_measured() -> None:
     assert rows["W1 chillfl[auto+bf16] vs BlazeFL best"] == ("40.000x (blazefl[threads])", "met")
     assert rows["W1 chillfl[auto+gemm] s/round"] == ("0.500 s", "MISSED")  # a mode measured beyond the headline: listed too
     assert rows["W1 chillfl[auto+tf32+graphs] s/round"] == ("-", "not measured")  # a headline mode not run
+    assert rows["W1 chillfl[auto+graphs+nondet] s/round"] == ("0.100 s", "met (diagnostic: not deterministic)")  # never the target itself
     assert rows["W1 chillfl[auto+graphs] launches/round"] == ("8,000", "MISSED")  # > 7,565: a tenth of the 75,647 before
     assert "W1 chillfl[auto] launches/round" not in rows  # not counted: no row
     assert rows["W3 chillfl best / plain loop"] == ("0.450x (chillfl[auto])", "met")
@@ -169,6 +175,10 @@ def test_chillfl_variants_set_precision_and_memory_format() -> None:
     o = mode_chillfl.overrides(workload("1", 0.02), "auto+bf16+gemm+graphs", 2, 0, "cuda")
     assert (o["precision"], o["batched_conv"], o["cuda_graphs"]) == ("bf16", "gemm", True)
     assert "cuda_graphs" not in mode_chillfl.overrides(workload("1", 0.02), "auto", 2, 0, "cuda")
+    o = mode_chillfl.overrides(workload("1", 0.02), "auto+bf16+graphs+nondet", 2, 0, "cuda")  # what determinism costs on a GPU
+    assert (o["precision"], o["cuda_graphs"], o["deterministic"]) == ("bf16", True, False)
+    assert "deterministic" not in mode_chillfl.overrides(workload("1", 0.02), "auto+graphs", 2, 0, "cuda")
+    assert "chillfl[auto+graphs+nondet]" in [m.name for m in run.all_modes("cuda")] and "chillfl[auto+graphs+nondet]" not in [m.name for m in run.all_modes("cpu")]
     assert "chillfl[auto+bf16+channels_last]" in [m.name for m in run.all_modes("cuda")]
     o = mode_chillfl.overrides(workload("1", 0.02), "auto+bf16+gemm", 2, 0, "cuda")
     assert (o["precision"], o["batched_conv"]) == ("bf16", "gemm") and "memory_format" not in o
@@ -189,6 +199,49 @@ def test_conv_layouts_reports_each_batched_conv(tmp_path: Path) -> None:
     assert [(r["batched_conv"], r["precision"]) for r in report["rows"]] == conv_layouts.settings("cpu")
     assert {r["batched_conv"] for r in report["rows"]} == {"grouped", "gemm"} and all(r["ms_per_step"] > 0 for r in report["rows"])
     assert torch.get_num_threads() == threads  # its --threads 1 is restored
+
+
+def test_conv_kernels_forms_compute_each_clients_convolution(tmp_path: Path) -> None:
+    """benchmarks/conv_kernels.py times one step's convolutions in four forms: each must compute every client's own
+    convolution and its two gradients (checked against autograd, client by client), or its time measures other work."""
+    import json
+
+    import conv_kernels as ck
+
+    b, n, cin, cout, hw = 3, 4, 2, 5, 9
+    k, out = ck.KERNEL, hw - ck.KERNEL + 1
+    canonical = {  # each form's result -> [clients, ...] as autograd gives it per client
+        "grouped": {"forward": lambda r: r.view(n, b, cout, out, out).transpose(0, 1),
+                    "input_grad": lambda r: r[0].view(n, b, cin, hw, hw).transpose(0, 1), "weight_grad": lambda r: r[1].view(b, cout, cin, k, k)},
+        "loop": {"forward": torch.stack, "input_grad": lambda r: torch.stack([c[0] for c in r]), "weight_grad": lambda r: torch.stack([c[1] for c in r])},
+        "gemm": {"forward": lambda r: r.view(b, n, out, out, cout).permute(0, 1, 4, 2, 3),
+                 "input_grad": lambda r: r.view(b, n, cin, hw, hw), "weight_grad": lambda r: r.view(b, cout, cin, k, k)},
+    }
+    for form, views in canonical.items():
+        s = ck.Setting(form, "fp32")
+        layer = ck.Layer(s, b, n, cin, cout, hw, "cpu")
+        want: dict[str, list[torch.Tensor]] = {"forward": [], "input_grad": [], "weight_grad": []}
+        for c in range(b):
+            x, w = layer.x[c].clone().requires_grad_(), layer.w[c].clone().requires_grad_()
+            y = torch.nn.functional.conv2d(x, w)
+            y.backward(layer.gy[c])
+            want["forward"].append(y.detach()), want["input_grad"].append(x.grad), want["weight_grad"].append(w.grad)
+        for op, fn in ck.ops(s, layer, []).items():
+            torch.testing.assert_close(views[op](fn()), torch.stack(want[op]), rtol=1e-4, atol=1e-4, msg=f"{form} {op}")
+    assert conv_kernels_main_rows(ck, tmp_path) == [s.name for s in ck.settings("cpu")]
+    report = json.loads((tmp_path / "conv-kernels.json").read_text())
+    assert all(r["ms"] > 0 and "error" not in r for r in report["rows"]) and {r["op"] for r in report["rows"]} == {"forward", "input_grad", "weight_grad"}
+    assert not any(r["layer"] == "conv1" and r["op"] == "input_grad" for r in report["rows"])  # the data's gradient: never taken
+
+
+def conv_kernels_main_rows(ck, out: Path) -> list[str]:
+    """The settings conv_kernels.main measures on the CPU at tiny sizes, in order (its flags restored after)."""
+    import json
+
+    flags = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
+    assert ck.main(["--device", "cpu", "--clients", "2", "--batch", "2", "--repeats", "1", "--out", str(out)]) == 0
+    assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark) == flags
+    return list(dict.fromkeys(r["setting"] for r in json.loads((out / "conv-kernels.json").read_text())["rows"]))
 
 
 @pytest.mark.slow  # two processes of workload 1 at scale 0.02: seconds
@@ -216,6 +269,9 @@ def test_a_run_stopped_by_sigterm_keeps_what_it_measured_and_leaves_no_process(t
     assert "stopped by SIGTERM" in report["stopped"]
     modes = report["workloads"]["1"]["modes"]
     assert modes["compute_bound"]["status"] == "ok" and modes["compute_bound"]["s_per_round_median"] > 0
+    # its ratio and FLOP rate were filled in when it was measured, not at the end that SIGTERM cut (a "nan" table before)
+    assert modes["compute_bound"]["time_ratio_median"] == 1.0 and modes["compute_bound"]["gflops_median"] > 0
+    assert report["workloads"]["1"]["flops_per_round"] > 0
     assert "chillfl[sequential]" not in modes  # it was running: not measured, and not reported as if it were
     left = []
     for pid in filter(str.isdigit, os.listdir("/proc")):

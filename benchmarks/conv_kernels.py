@@ -1,0 +1,267 @@
+"""Workload 1's two convolutions, op by op, in each form and setting a vmapped step could run them.
+
+    python benchmarks/conv_kernels.py --device cuda [--clients 100] [--batch 50] [--repeats 5] [--out OUTDIR]
+
+Why: on the H200 (2026-11-30) CUDA graphs cut workload 1's launches tenfold but its round only from 1.05 s to
+1.00 s, and TF32 or bf16 changed it little: the kernels themselves are slow. Under ``vmap`` each client's
+``conv2d`` becomes one grouped convolution with the clients folded into the channels (groups = clients), and
+cuDNN ran it as one small kernel per client. This script times those convolutions alone, in isolation from the
+rest of the step, for every way worth weighing:
+
+* ``grouped``: what vmap makes today, ``conv2d(x [N, B*C_in, H, W], w [B*C_out, C_in, k, k], groups=B)``;
+* ``loop``: one plain convolution per client (groups = 1) on one stream;
+* ``streams``: the same, the clients spread round-robin over ``--streams`` CUDA streams (CUDA only);
+* ``gemm``: im2col (``unfold``) and one batched matrix product over all clients, as ``batched_conv = "gemm"``;
+
+each in fp32 (cuDNN's TF32 default as torch ships it) and bf16, NCHW and channels-last, with PyTorch's
+deterministic algorithms (chillfl's ``deterministic = true``) or without them and with ``cudnn.benchmark``.
+Per op (forward; the backward's input gradient, conv2 only, as in training; the weight gradient) it prints the
+milliseconds (the minimum of ``--repeats``, after two warm-up calls), the TFLOP/s, and on CUDA the kernels
+one call launches (torch.profiler). The per-layer sums are what one vmapped step of ``--clients`` clients spends
+in its convolutions; workload 1's whole step took about 20 ms on the H200 (1.0 s a round, 50 vmapped steps).
+
+Nothing here is imported by the package, and no test asserts a time. On the CPU it runs the same code (without
+``streams``) on tiny sizes, to check the script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+KERNEL = 5
+LAYERS = {"conv1": (3, 32, 32), "conv2": (32, 64, 14)}
+"""McMahan's CNN on 3x32x32 without padding (chillfl's ``mcmahan_cnn`` in workload 1): (C_in, C_out, input H = W)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One way of running the convolutions: the form, the dtype, the layout and cuDNN's algorithm choice."""
+
+    form: str  # grouped | loop | streams | gemm
+    dtype: str  # fp32 | bf16
+    channels_last: bool = False
+    deterministic: bool = True
+    benchmark: bool = False
+
+    @property
+    def name(self) -> str:
+        layout = "nhwc" if self.channels_last else "nchw"
+        algo = "det" if self.deterministic else "nondet"
+        return f"{self.form}-{self.dtype}-{layout}-{algo}" + ("+bench" if self.benchmark else "")
+
+
+def settings(device: str) -> list[Setting]:
+    """What the check measures on ``device``: every form at chillfl's defaults, then the layouts and algorithm choices."""
+    cuda = device.startswith("cuda")
+    out = [Setting("grouped", "fp32"), Setting("grouped", "bf16")]
+    out += [Setting("grouped", "fp32", channels_last=True), Setting("grouped", "bf16", channels_last=True)]
+    if cuda:  # the algorithm choice: only cuDNN has one to make
+        out += [Setting("grouped", "fp32", deterministic=False, benchmark=True), Setting("grouped", "bf16", True, False, True)]
+    out += [Setting("loop", "fp32"), Setting("loop", "bf16", channels_last=True)]
+    if cuda:
+        out += [Setting("streams", "fp32"), Setting("streams", "bf16", channels_last=True)]
+    out += [Setting("gemm", "fp32"), Setting("gemm", "bf16")]
+    return out
+
+
+def conv_flops(clients: int, batch: int, cin: int, cout: int, hw: int) -> float:
+    """Multiply-adds x 2 of one convolution's forward over all clients (each gradient costs the same)."""
+    out = hw - KERNEL + 1
+    return 2.0 * clients * batch * cout * out * out * cin * KERNEL * KERNEL
+
+
+class Layer:
+    """One layer's tensors for ``clients`` clients: the inputs, weights and output gradients each form needs."""
+
+    def __init__(self, s: Setting, clients: int, batch: int, cin: int, cout: int, hw: int, device: str, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        dtype = torch.bfloat16 if s.dtype == "bf16" else torch.float32
+        fmt = torch.channels_last if s.channels_last else torch.contiguous_format
+        out = hw - KERNEL + 1
+        self.clients, self.cin, self.cout = clients, cin, cout
+
+        def make(*shape: int) -> torch.Tensor:
+            t = torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+            return t.contiguous(memory_format=fmt) if t.dim() == 4 else t
+
+        # per client: x [B, N, C_in, H, W], w [B, C_out, C_in, k, k], grad_out [B, N, C_out, H', W']
+        self.x = [make(batch, cin, hw, hw) for _ in range(clients)]
+        self.w = [make(cout, cin, KERNEL, KERNEL) for _ in range(clients)]
+        self.gy = [make(batch, cout, out, out) for _ in range(clients)]
+        # grouped: the clients folded into the channels, as vmap's convolution batching rule does
+        self.xg = torch.cat(self.x, dim=1).contiguous(memory_format=fmt)
+        self.wg = torch.cat(self.w, dim=0).contiguous(memory_format=fmt)
+        self.gyg = torch.cat(self.gy, dim=1).contiguous(memory_format=fmt)
+        self.xs, self.ws = torch.stack(self.x), torch.stack(self.w)  # gemm: [B, N, C, H, W], [B, C_out, C_in, k, k]
+        self.gys = torch.stack(self.gy)
+
+
+def _backward(gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, groups: int, mask: list[bool]) -> Any:
+    return torch.ops.aten.convolution_backward(gy, x, w, [w.shape[0]], [1, 1], [0, 0], [1, 1], False, [0, 0], groups, mask)
+
+
+def ops(s: Setting, layer: Layer, streams: list[Any]) -> dict[str, Callable[[], Any]]:
+    """The layer's forward, input gradient and weight gradient in form ``s.form``, each a call with no arguments."""
+    b = layer.clients
+    if s.form == "grouped":
+        return {"forward": lambda: F.conv2d(layer.xg, layer.wg, groups=b),
+                "input_grad": lambda: _backward(layer.gyg, layer.xg, layer.wg, b, [True, False, False]),
+                "weight_grad": lambda: _backward(layer.gyg, layer.xg, layer.wg, b, [False, True, True])}
+    if s.form in ("loop", "streams"):
+        def each(fn: Callable[[int], Any]) -> Callable[[], Any]:
+            if s.form == "loop":
+                return lambda: [fn(c) for c in range(b)]
+
+            def spread() -> list[Any]:
+                main = torch.cuda.current_stream()
+                for st in streams:
+                    st.wait_stream(main)
+                out = []
+                for c in range(b):
+                    with torch.cuda.stream(streams[c % len(streams)]):
+                        out.append(fn(c))
+                for st in streams:
+                    main.wait_stream(st)
+                return out
+            return spread
+
+        return {"forward": each(lambda c: F.conv2d(layer.x[c], layer.w[c])),
+                "input_grad": each(lambda c: _backward(layer.gy[c], layer.x[c], layer.w[c], 1, [True, False, False])),
+                "weight_grad": each(lambda c: _backward(layer.gy[c], layer.x[c], layer.w[c], 1, [False, True, True]))}
+    # gemm: cols [B, N L, K] (im2col), out = cols @ W^T; input grad = fold(gy @ W); weight grad = gy^T @ cols
+    n, hw = layer.xs.shape[1], layer.xs.shape[-1]
+    k = layer.cin * KERNEL * KERNEL
+    out = hw - KERNEL + 1
+
+    def cols() -> torch.Tensor:
+        c = F.unfold(layer.xs.flatten(0, 1), KERNEL)  # [B N, K, L]
+        return c.view(b, n, k, out * out).transpose(2, 3).reshape(b, n * out * out, k)
+
+    gy_rows = layer.gys.permute(0, 1, 3, 4, 2).reshape(b, n * out * out, layer.cout)  # [B, N L, C_out]
+    w_rows = layer.ws.reshape(b, layer.cout, k)
+
+    def input_grad() -> torch.Tensor:
+        g = torch.bmm(gy_rows, w_rows)  # [B, N L, K]
+        g = g.view(b * n, out * out, k).transpose(1, 2)
+        return F.fold(g, (hw, hw), KERNEL)
+
+    return {"forward": lambda: torch.bmm(cols(), w_rows.transpose(1, 2)),
+            "input_grad": input_grad,
+            "weight_grad": lambda: torch.bmm(gy_rows.transpose(1, 2), cols())}
+
+
+def _time(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
+    for _ in range(2):  # warm-up: cuDNN's algorithm choice (benchmark mode times them here), the allocator
+        fn()
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _kernels(fn: Callable[[], Any], sync: Callable[[], None]) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        sync()
+    return sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA" and not any(m in e.key.lower() for m in ("memcpy", "memset")))
+
+
+def measure(s: Setting, device: str, clients: int, batch: int, repeats: int, num_streams: int) -> list[dict[str, Any]]:
+    """One row per (layer, op) for setting ``s``; the algorithm flags are set for the measurement and restored."""
+    cuda = device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    was = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    torch.use_deterministic_algorithms(s.deterministic)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = s.deterministic, s.benchmark
+    streams = [torch.cuda.Stream() for _ in range(num_streams)] if s.form == "streams" else []
+    rows = []
+    try:
+        for name, (cin, cout, hw) in LAYERS.items():
+            layer = Layer(s, clients, batch, cin, cout, hw, device)
+            flops = conv_flops(clients, batch, cin, cout, hw)
+            for op, fn in ops(s, layer, streams).items():
+                if name == "conv1" and op == "input_grad":
+                    continue  # the first layer's input is the data: training never asks for its gradient
+                row: dict[str, Any] = {**asdict(s), "setting": s.name, "layer": name, "op": op}
+                try:
+                    seconds = _time(fn, repeats, sync)
+                except RuntimeError as exc:  # e.g. no deterministic kernel for this op here
+                    rows.append({**row, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
+                    continue
+                row.update(ms=1e3 * seconds, tflops=flops / seconds / 1e12)
+                if cuda:
+                    row["kernels"] = _kernels(fn, sync)
+                rows.append(row)
+            del layer
+    finally:
+        torch.use_deterministic_algorithms(was[0])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = was[1], was[2]
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> list[str]:
+    """One line a setting: each op's milliseconds (kernels), and the sum of the timed ops (one vmapped step's convolutions)."""
+    lines = []
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        mine = [r for r in rows if r["setting"] == setting]
+        parts = []
+        for r in mine:
+            label = f"{r['layer']}.{r['op'].replace('_grad', 'G').replace('forward', 'fwd')}"
+            parts.append(f"{label} {r['error']}" if "error" in r else f"{label} {r['ms']:.2f}" + (f" ({r['kernels']})" if "kernels" in r else ""))
+        total = sum(r.get("ms", float("nan")) for r in mine)
+        lines.append(f"{setting:<30} sum {total:8.2f} ms | " + "  ".join(parts))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--clients", type=int, default=100, help="clients in one vmapped step (workload 1: 100)")
+    p.add_argument("--batch", type=int, default=50, help="samples a client step (workload 1: 50)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--streams", type=int, default=8, help="CUDA streams of the 'streams' form")
+    p.add_argument("--only", default="", help="comma-separated substrings of setting names to run (default: all)")
+    p.add_argument("--out", type=Path, default=None, help="folder for conv-kernels.json")
+    args = p.parse_args(argv)
+    if min(args.clients, args.batch, args.repeats, args.streams) < 1:
+        p.error("--clients, --batch, --repeats and --streams must be >= 1")
+    cuda = args.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        print("conv_kernels.py: --device cuda: torch sees no CUDA GPU", file=sys.stderr)
+        return 2
+    if cuda:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (the gemm form), as chillfl sets it
+    wanted = [w for w in args.only.split(",") if w]
+    chosen = [s for s in settings(args.device) if not wanted or any(w in s.name for w in wanted)]
+    rows: list[dict[str, Any]] = []
+    for s in chosen:
+        mine = measure(s, args.device, args.clients, args.batch, args.repeats, args.streams)
+        rows += mine
+        print(summary(mine)[0], flush=True)
+    report = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__,
+              "cudnn": torch.backends.cudnn.version(), "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+              "clients": args.clients, "batch": args.batch, "rows": rows}
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "conv-kernels.json").write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -239,7 +239,7 @@ def test_resuming_a_user_data_comparison_without_its_parts_or_with_others_is_one
     smaller = chillfl.TensorData(data.x_train[:1000], data.y_train[:1000], data.x_test, data.y_test, num_classes=10)
     with pytest.raises(chillfl.ConfigError) as info:
         chillfl.resume_compare(partial, net, smaller, progress=False)
-    assert info.value.field == "data" and "is not what the run was made with" in str(info.value)
+    assert info.value.field == "data" and "is not what the comparison was made with" in str(info.value)  # the folder's kind, not "run"
     with pytest.raises(chillfl.ConfigError) as info:  # the model again but not the data: the function called, not chillfl.resume
         chillfl.resume_compare(partial, net, progress=False)
     assert info.value.field == "dataset.name" and "resume it with chillfl.resume_compare(FOLDER, data=...)" in str(info.value)

@@ -257,7 +257,7 @@ def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: Array
         differ = _differing(saved[part], record)
         if differ:
             said = ", ".join(f"{k} {short_repr(saved[part].get(k))}, got {short_repr(record.get(k))}" for k in differ)
-            raise ConfigError(keywords[part], f"is not what the run was made with: its saved [{part}] has {said}")
+            raise ConfigError(keywords[part], f"is not what the {entry.holds} was made with: its saved [{part}] has {said}")
     check_rebuildable(config, has_model=model is not None, has_data=dataset is not None, entry=entry)
     check_plugged(config, plugged, entry)
 

@@ -27,6 +27,7 @@ Nothing here is imported by the package, and no test asserts a time. On the CPU 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import sys
@@ -41,6 +42,8 @@ import torch.nn.functional as F
 KERNEL = 5
 LAYERS = {"conv1": (3, 32, 32), "conv2": (32, 64, 14)}
 """McMahan's CNN on 3x32x32 without padding (chillfl's ``mcmahan_cnn`` in workload 1): (C_in, C_out, input H = W)."""
+MARK = "conv_kernels:"
+"""The profiler label of each timed call, for :func:`kernels_per_call`."""
 
 
 @dataclass(frozen=True)
@@ -173,13 +176,34 @@ def _time(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> floa
     return best
 
 
-def _kernels(fn: Callable[[], Any], sync: Callable[[], None]) -> int:
-    from torch.profiler import ProfilerActivity, profile
+def count_in_windows(windows: list[tuple[float, str]], starts: list[float]) -> dict[str, int]:
+    """Kernels per call: each kernel start goes to the last call that began before it (calls were synchronised one by one)."""
+    windows = sorted(windows)
+    bounds = [w[0] for w in windows]
+    counts = {label: 0 for _, label in windows}
+    for t in starts:
+        i = bisect.bisect_right(bounds, t) - 1
+        if i >= 0:
+            counts[windows[i][1]] += 1
+    return counts
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        sync()
-    return sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA" and not any(m in e.key.lower() for m in ("memcpy", "memset")))
+
+def kernels_per_call(calls: list[tuple[str, Callable[[], Any]]], sync: Callable[[], None]) -> dict[str, int]:
+    """The CUDA kernels each call launches (memcpy and memset left out), from ONE profiler session for all of them
+    (a session each would spend most of the step's time budget starting CUPTI)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for label, fn in calls:
+            with record_function(f"{MARK}{label}"):
+                fn()
+                sync()
+    events = prof.events()
+    windows = [(e.time_range.start, e.name[len(MARK):]) for e in events if e.name.startswith(MARK)]
+    starts = [e.time_range.start for e in events
+              if "CUDA" in str(getattr(e, "device_type", "")) and not any(m in e.name.lower() for m in ("memcpy", "memset"))]
+    return count_in_windows(windows, starts)
+
 
 
 def measure(s: Setting, device: str, clients: int, batch: int, repeats: int, num_streams: int) -> list[dict[str, Any]]:
@@ -190,10 +214,12 @@ def measure(s: Setting, device: str, clients: int, batch: int, repeats: int, num
     torch.use_deterministic_algorithms(s.deterministic)
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = s.deterministic, s.benchmark
     streams = [torch.cuda.Stream() for _ in range(num_streams)] if s.form == "streams" else []
-    rows = []
+    rows: list[dict[str, Any]] = []
+    timed: list[tuple[str, Callable[[], Any]]] = []
+    layers = []
     try:
         for name, (cin, cout, hw) in LAYERS.items():
-            layer = Layer(s, clients, batch, cin, cout, hw, device)
+            layers.append(layer := Layer(s, clients, batch, cin, cout, hw, device))
             flops = conv_flops(clients, batch, cin, cout, hw)
             for op, fn in ops(s, layer, streams).items():
                 if name == "conv1" and op == "input_grad":
@@ -204,12 +230,19 @@ def measure(s: Setting, device: str, clients: int, batch: int, repeats: int, num
                 except RuntimeError as exc:  # e.g. no deterministic kernel for this op here
                     rows.append({**row, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
                     continue
-                row.update(ms=1e3 * seconds, tflops=flops / seconds / 1e12)
-                if cuda:
-                    row["kernels"] = _kernels(fn, sync)
-                rows.append(row)
-            del layer
+                rows.append({**row, "ms": 1e3 * seconds, "tflops": flops / seconds / 1e12})
+                timed.append((f"{name}.{op}", fn))
+        if cuda and timed:
+            try:
+                counts = kernels_per_call(timed, sync)
+            except Exception as exc:  # noqa: BLE001 - the times stand without the counts
+                print(f"  kernel count failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                counts = {}
+            for row in rows:
+                if f"{row['layer']}.{row['op']}" in counts:
+                    row["kernels"] = counts[f"{row['layer']}.{row['op']}"]
     finally:
+        del layers
         torch.use_deterministic_algorithms(was[0])
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = was[1], was[2]
     return rows

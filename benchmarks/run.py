@@ -28,9 +28,9 @@ to ``benchmarks/results/<timestamp>.json`` and a table is printed.
 ``--device cuda`` runs every mode on the GPU (chillfl's ``device``, BlazeFL's
 ``device``, Flower's Ray actors with GPU fractions); without a GPU it exits 2.
 
-Ratios and FLOP rates are filled in after every measured mode, so that a run
-stopped part-way (``timeout`` in gpu-check.sh) still reports them for what it
-measured; ``--no-bound`` leaves the compute bound out (no ``x bound`` ratios).
+Ratios, FLOP rates and start-up times are filled in after every measured
+mode, so that a run stopped part-way (``timeout`` in gpu-check.sh) still
+reports them for what it measured; ``--no-bound`` leaves the compute bound out (no ``x bound`` ratios).
 
 Op counts (issue 39; ``--no-ops`` skips them, ``--ops-modes`` names the only
 chillfl modes counted): every chillfl mode runs once
@@ -383,6 +383,11 @@ def run_workload(
 
     startup: dict[str, Any] = {}
     bare: list[float] = []
+    entry.update(chillfl_startup_run_experiment=startup, import_torch_s=None)  # filled as each mode's start-up is timed
+
+    def bare_import() -> None:
+        entry["import_torch_s"] = {"median_s": statistics.median(bare), "min_s": min(bare), "runs": bare} if bare else None
+
     if w.key in ("2", "4"):  # chillfl.run_experiment, 1 round, from process launch to its return
         for mode in modes:
             if not mode.script == "mode_chillfl.py" or mode.name in dead:
@@ -401,11 +406,10 @@ def run_workload(
             else:
                 startup[mode.name] = {"status": "ok", "min_s": min(times), "median_s": statistics.median(times), "runs": times,
                                       "median_minus_import_torch_s": statistics.median(pairs), "minus_import_torch_runs": pairs}
+            bare_import()
             print(f"  start-up to end of round 1, {mode.name}: {startup[mode.name]}")
         if bare:
             print(f"  python -c 'import torch': median {statistics.median(bare):.2f} s over {len(bare)}")
-    entry.update(chillfl_startup_run_experiment=startup,
-                 import_torch_s={"median_s": statistics.median(bare), "min_s": min(bare), "runs": bare} if bare else None)
     return entry
 
 

@@ -207,6 +207,7 @@ def test_conv_kernels_forms_compute_each_clients_convolution(tmp_path: Path) -> 
     """benchmarks/conv_kernels.py times one step's convolutions in four forms: each must compute every client's own
     convolution and its two gradients (checked against autograd, client by client), or its time measures other work."""
     import json
+    import warnings
 
     import conv_kernels as ck
 
@@ -234,6 +235,12 @@ def test_conv_kernels_forms_compute_each_clients_convolution(tmp_path: Path) -> 
     report = json.loads((tmp_path / "conv-kernels.json").read_text())
     assert all(r["ms"] > 0 and "error" not in r for r in report["rows"]) and {r["op"] for r in report["rows"]} == {"forward", "input_grad", "weight_grad"}
     assert not any(r["layer"] == "conv1" and r["op"] == "input_grad" for r in report["rows"])  # the data's gradient: never taken
+    # kernels per call from one profiler session: a kernel belongs to the last call that started before it
+    assert ck.count_in_windows([(10.0, "b"), (0.0, "a"), (20.0, "c")], [1.0, 2.0, 12.0, 25.0, 26.0, -1.0]) == {"a": 2, "b": 1, "c": 2}
+    calls = [("conv2.forward", lambda: torch.nn.functional.conv2d(torch.ones(1, 1, 5, 5), torch.ones(1, 1, 3, 3))), ("noop", lambda: None)]
+    with warnings.catch_warnings():  # on a machine without CUDA the profiler says it records none
+        warnings.filterwarnings("ignore", "CUDA is not available", UserWarning)
+        assert ck.kernels_per_call(calls, lambda: None) == {"conv2.forward": 0, "noop": 0}  # the profiler's API as used (CPU tensors)
 
 
 def conv_kernels_main_rows(ck, out: Path) -> list[str]:

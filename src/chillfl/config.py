@@ -437,15 +437,17 @@ class RunConfig:
     """How the vectorised executor's vmapped step runs the clients' convolutions (Conv2d, Conv1d): ``grouped`` (vmap's
     one grouped convolution, the clients folded into the channels) or ``gemm`` (each client's convolution as
     im2col + one matrix product, all clients in ONE batched GEMM: :mod:`chillfl.training.conv_gemm`), meant
-    for GPUs, where cuDNN ran the grouped form one kernel per client. ``gemm`` was slower on the CPU and
-    is not yet measured on a GPU. Same maths, other rounding; sequential training is unaffected."""
+    for GPUs, where cuDNN ran the grouped form one kernel per client. ``gemm`` was slower on the CPU, and on an
+    H200 workload 1's round took 5x as long (docs/gpu.md). Same maths, other rounding; sequential training is unaffected."""
     cuda_graphs: bool = False
     """On a CUDA device, the vectorised executor records each chunk's step of all its clients once per batch shape as a
     CUDA graph and replays it: one launch a step instead of about 1,500 (:mod:`chillfl.executors.step_graphs`); later
     chunks (rounds) of the same structure replay the same graphs on their own values. It
     applies to plain SGD (momentum, weight decay, clipping) at a constant local rate; other steps, other executors and
     other devices run as without it. A replay runs the recorded step's very kernels, so it is meant to give the same bits
-    as without it on the same GPU (the CUDA suite compares them); not yet measured for speed: off by default."""
+    as without it on the same GPU (the CUDA suite compares them). Off by default: on an H200 (docs/gpu.md) it cut
+    workload 1's launches from 75,647 a round to 1,354 but its round only by 5 %, and sped workload 2's round 1.4x,
+    one run each."""
     compile: bool = False
     """The vectorised executor (``vectorized``, or ``auto`` when it vectorises) runs the forward and backward of a chunk's
     full-batch step of all its clients through ``torch.compile`` (inductor, one graph per shape: :mod:`chillfl.executors.compiled`).

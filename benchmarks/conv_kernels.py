@@ -8,7 +8,9 @@ Why: on the H200 (2026-11-30) CUDA graphs cut workload 1's launches tenfold but 
 cuDNN ran it as one small kernel per client. This script times those convolutions alone, in isolation from the
 rest of the step, for every way worth weighing:
 
-* ``grouped``: what vmap makes today, ``conv2d(x [N, B*C_in, H, W], w [B*C_out, C_in, k, k], groups=B)``;
+* ``grouped``: what vmap makes, ``conv2d(x [N, B*C_in, H, W], w [B*C_out, C_in, k, k], groups=B)``: in NCHW
+  (rows ``grouped-*-nchw``) as ``batched_conv = "grouped"`` runs it, channels-last (``grouped-*-nhwc``) as
+  ``batched_conv = "nhwc"`` does;
 * ``loop``: one plain convolution per client (groups = 1) on one stream;
 * ``streams``: the same, the clients spread round-robin over ``--streams`` CUDA streams (CUDA only);
 * ``gemm``: im2col (``unfold``) and one batched matrix product over all clients, as ``batched_conv = "gemm"``;

@@ -1,4 +1,4 @@
-"""One chunk of clients on the vectorised executor's GPU path: ``batched_conv = "grouped"`` against ``"gemm"``.
+"""One chunk of clients on the vectorised executor's GPU path: ``batched_conv = "grouped"`` against ``"gemm"`` and ``"nhwc"``.
 
     python benchmarks/conv_layouts.py --device cuda [--clients 50] [--samples 500] [--out OUTDIR]
 
@@ -33,7 +33,7 @@ def settings(device: str) -> list[tuple[str, str]]:
     from chillfl.training.local import bf16_supported
 
     precisions = ["fp32"] + (["bf16"] if bf16_supported(torch.device(device)) else [])
-    return [(conv, p) for p in precisions for conv in ("grouped", "gemm")]
+    return [(conv, p) for p in precisions for conv in ("grouped", "gemm", "nhwc")]
 
 
 def measure(device: str, clients: int, samples: int, conv: str, precision: str, repeats: int) -> dict[str, Any]:

@@ -177,6 +177,8 @@ def test_chillfl_variants_set_precision_and_memory_format() -> None:
     o = mode_chillfl.overrides(workload("1", 0.02), "auto+bf16+gemm+graphs", 2, 0, "cuda")
     assert (o["precision"], o["batched_conv"], o["cuda_graphs"]) == ("bf16", "gemm", True)
     assert "cuda_graphs" not in mode_chillfl.overrides(workload("1", 0.02), "auto", 2, 0, "cuda")
+    o = mode_chillfl.overrides(workload("1", 0.02), "auto+bf16+nhwc+graphs", 2, 0, "cuda")
+    assert (o["precision"], o["batched_conv"], o["cuda_graphs"]) == ("bf16", "nhwc", True)
     o = mode_chillfl.overrides(workload("1", 0.02), "auto+bf16+graphs+nondet", 2, 0, "cuda")  # what determinism costs on a GPU
     assert (o["precision"], o["cuda_graphs"], o["deterministic"]) == ("bf16", True, False)
     assert "deterministic" not in mode_chillfl.overrides(workload("1", 0.02), "auto+graphs", 2, 0, "cuda")
@@ -199,7 +201,7 @@ def test_conv_layouts_reports_each_batched_conv(tmp_path: Path) -> None:
     assert conv_layouts.main(["--device", "cpu", "--clients", "2", "--samples", "50", "--repeats", "1", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "conv-layouts.json").read_text())
     assert [(r["batched_conv"], r["precision"]) for r in report["rows"]] == conv_layouts.settings("cpu")
-    assert {r["batched_conv"] for r in report["rows"]} == {"grouped", "gemm"} and all(r["ms_per_step"] > 0 for r in report["rows"])
+    assert {r["batched_conv"] for r in report["rows"]} == {"grouped", "gemm", "nhwc"} and all(r["ms_per_step"] > 0 for r in report["rows"])
     assert torch.get_num_threads() == threads  # its --threads 1 is restored
 
 

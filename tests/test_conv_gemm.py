@@ -19,7 +19,8 @@ from chillfl.executors.sequential import ClientJob, SequentialExecutor
 from chillfl.engine.footprint import activation_bytes
 from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.runner import run_experiment
-from chillfl.training.conv_gemm import GemmConvolutions, batched_conv_mode, conv1d_as_gemm, conv2d_as_gemm
+from chillfl.training.batched_conv import batched_conv_mode
+from chillfl.training.conv_gemm import GemmConvolutions, conv1d_as_gemm, conv2d_as_gemm
 from chillfl.training.local import LocalSpec, model_state
 
 from float_paths import REL, TRAJECTORY_REL
@@ -212,7 +213,7 @@ def test_a_bad_value_exits_2_naming_the_field(tmp_path, capsys):
     config.write_text(f'out_dir = "{tmp_path / "out"}"\n')
     assert main(["run", str(config), "-q", "federation.rounds=1", "batched_conv=im2col"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "chillfl: error: batched_conv: unknown value 'im2col'; allowed: grouped, gemm"
+    assert err == "chillfl: error: batched_conv: unknown value 'im2col'; allowed: grouped, gemm, nhwc"
 
 
 def test_bf16_vmapped_gemm_step_with_batch_norm_trains():

@@ -127,7 +127,7 @@ def deterministic_cuda():
     torch.use_deterministic_algorithms(was)
 
 
-CONVS = pytest.mark.parametrize("conv", ["grouped", "gemm"])  # batched_conv: vmap's grouped convolution or im2col + batched GEMM
+CONVS = pytest.mark.parametrize("conv", ["grouped", "gemm", "nhwc"])  # batched_conv: vmap's grouped convolution, im2col + batched GEMM, or NHWC grouped
 
 
 @needs_cuda

@@ -36,19 +36,12 @@ runs as it was.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
-
-def _pair(value: int | Sequence[int]) -> tuple[int, int]:
-    if isinstance(value, int):
-        return value, value
-    first, second = value
-    return int(first), int(second)
+from chillfl.training.conv_calls import BatchNormAsksLayout, pair, plain_conv_call
 
 
 def conv2d_as_gemm(
@@ -65,7 +58,7 @@ def conv2d_as_gemm(
     [N, C_out, H_out, W_out]): the product's rows are (sample, position), so no
     copy is needed to give it the convolution's shape.
     """
-    s, p, d = _pair(stride), _pair(padding), _pair(dilation)
+    s, p, d = pair(stride), pair(padding), pair(dilation)
     n, _, h, w = x.shape
     out_channels, _, kh, kw = weight.shape
     h_out = (h + 2 * p[0] - d[0] * (kh - 1) - 1) // s[0] + 1
@@ -89,49 +82,17 @@ def conv1d_as_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return out.squeeze(2)
 
 
-class _ConvCall(NamedTuple):
-    """A functional convolution's arguments by name (``groups`` checked to be 1 and dropped)."""
-
-    input: torch.Tensor
-    weight: torch.Tensor
-    bias: torch.Tensor | None = None
-    stride: int | Sequence[int] = 1
-    padding: int | Sequence[int] = 0
-    dilation: int | Sequence[int] = 1
-
-
 _AS_GEMM = {F.conv2d: (conv2d_as_gemm, 4), F.conv1d: (conv1d_as_gemm, 3)}
 """The functional convolution -> (its GEMM form, the input's dimensions it handles: a batched input; unbatched ones run as they were)."""
 
 
-def _plain_call(args: tuple, kwargs: Mapping[str, Any], dims: int) -> _ConvCall | None:
-    """A convolution call's arguments if its GEMM form computes it, else None (it runs as it was)."""
-    bound = dict(zip((*_ConvCall._fields, "groups"), args)) | dict(kwargs)
-    if bound.pop("groups", 1) != 1:
-        return None
-    call = _ConvCall(**bound)
-    if not (isinstance(call.input, torch.Tensor) and call.input.dim() == dims and not isinstance(call.padding, str)):
-        return None
-    return call
-
-
-class GemmConvolutions(TorchFunctionMode):
+class GemmConvolutions(BatchNormAsksLayout):
     """Every plain ``conv2d`` and ``conv1d`` of the forward (``nn.Conv2d`` / ``nn.Conv1d`` call them) in its GEMM form."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        if func is F.batch_norm and args and isinstance(args[0], torch.Tensor) and not args[0].is_contiguous():
-            # torch 2.11's CUDA batch norm asks a non-contiguous input whether it is channels-last, which vmap
-            # cannot answer ("NYI: querying is_contiguous inside of vmap"; seen on an H200): hand it a copy in
-            # the default layout. The other ops after a convolution take the NHWC view as it is.
-            return func(args[0].contiguous(), *args[1:], **kwargs)
         form = _AS_GEMM.get(func)
-        call = _plain_call(args, kwargs, form[1]) if form is not None else None
+        call = plain_conv_call(args, kwargs, form[1]) if form is not None else None
         if form is None or call is None:
-            return func(*args, **kwargs)
+            return super().__torch_function__(func, types, args, kwargs)
         return form[0](*call)
-
-
-def batched_conv_mode(batched_conv: str, vmapped: bool) -> Any:
-    """:class:`GemmConvolutions` for a vmapped step with ``batched_conv = "gemm"``, else nothing (one client's step keeps cuDNN/oneDNN)."""
-    return GemmConvolutions() if vmapped and batched_conv == "gemm" else nullcontext()

@@ -60,7 +60,7 @@ from torch.overrides import TorchFunctionMode
 
 from chillfl.errors import ConfigError
 from chillfl.models.parts import forward_with_features, head_name
-from chillfl.training.conv_gemm import batched_conv_mode
+from chillfl.training.batched_conv import batched_conv_mode
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
 from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
 from chillfl.training.optim import OptState, adam_update_, clip_by_norm_, init_state, whole_grads
@@ -290,12 +290,12 @@ class Fp32BatchNorm(TorchFunctionMode):
 
 
 def batch_norm_mode(spec: "LocalSpec", device: torch.device, vmapped: bool) -> Any:
-    """:class:`Fp32BatchNorm` where it is needed (bf16, vmapped, on CUDA or after ``batched_conv = "gemm"``), else nothing.
+    """:class:`Fp32BatchNorm` where it is needed (bf16, vmapped, on CUDA or after ``batched_conv = "gemm"`` / ``"nhwc"``), else nothing.
 
     The CPU's batched batch norm refuses a bf16 input with fp32 statistics too when the input is laid out
-    NHWC, as ``gemm``'s convolutions return it (:func:`chillfl.training.conv_gemm.conv2d_as_gemm`).
+    NHWC, as ``gemm``'s and ``nhwc``'s convolutions return it (:mod:`chillfl.training.batched_conv`).
     """
-    needed = spec.precision == "bf16" and vmapped and (device.type == "cuda" or spec.batched_conv == "gemm")
+    needed = spec.precision == "bf16" and vmapped and (device.type == "cuda" or spec.batched_conv != "grouped")
     return Fp32BatchNorm() if needed else nullcontext()
 
 

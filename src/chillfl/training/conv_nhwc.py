@@ -1,0 +1,184 @@
+"""The clients' convolutions as ONE channels-last grouped convolution, for the vmapped step (``batched_conv = "nhwc"``).
+
+Under ``vmap`` a per-client ``conv2d`` becomes one grouped convolution with the
+clients folded into the channels (groups = clients). vmap folds them in
+NCHW order: ``x [N, clients * C, H, W]`` contiguous. On an H200, cuDNN ran
+that form as one small kernel per client (issue 26; docs/gpu.md), and a
+layout of a client's own batch (``memory_format = "channels_last"``) does not
+reach it: vmap's fold copies it back to NCHW.
+
+This mode hands cuDNN (or oneDNN) the same grouped convolution in NHWC
+order, the clients' channels interleaved as its groups:
+
+    x [clients, N, C, H, W]  ->  memory (N, H, W, clients, C)  ->  [N, clients * C, H, W] channels-last
+    w [clients, O, C, k, k]  ->  memory (clients, O, k, k, C)  ->  [clients * O, C, k, k] channels-last
+
+NHWC is the layout in which cuDNN's tensor-core kernels (TF32, bf16) take a
+grouped convolution, and the output comes back NHWC, so the next convolution
+finds its input already laid out when nothing in between reorders it (a
+max-pool does: vmap's pooling folds the clients into the batch, one copy).
+
+It is a custom autograd function with its own vmap rule: outside vmap (one
+client) it is ``F.conv2d``; the backward's input and weight gradients are two
+more such functions, so they too run grouped and NHWC, and only the ones
+asked for (the first layer's input gradient, the data's, is never taken). The
+maths is the convolution's; the rounding is the kernel's that cuDNN picks
+for NHWC. Under bf16 autocast the inputs are cast before the function (the
+casts' backward returns fp32 gradients, as autocast's own). Higher-order
+gradients are not supported (no chillfl step takes them).
+
+Only plain ``conv2d`` calls on a 4-d input (``groups = 1``, numeric padding)
+are rewritten; anything else runs as it was. Not the default: whether it is
+faster is for ``benchmarks/conv_kernels.py`` and ``gpu-check.sh`` to measure on
+a GPU; on the CPU the vectorised executor trains large convolutions client by
+client, so the mode rarely applies there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from chillfl.training.conv_calls import BatchNormAsksLayout, pair, plain_conv_call
+
+Pair = tuple[int, int]
+
+
+def _front(t: torch.Tensor, dim: int | None, size: int) -> torch.Tensor:
+    """``t`` with its vmapped dim first (an unbatched ``t`` expanded to ``size`` clients, as each client's own)."""
+    return t.movedim(dim, 0) if dim is not None else t.unsqueeze(0).expand(size, *t.shape)
+
+
+def fold_input(x: torch.Tensor) -> torch.Tensor:
+    """[clients, N, C, H, W] -> [N, clients * C, H, W], channels-last (memory N, H, W, clients, C; no copy if already so)."""
+    b, n, c, h, w = x.shape
+    return x.permute(1, 3, 4, 0, 2).contiguous().view(n, h, w, b * c).permute(0, 3, 1, 2)
+
+
+def fold_weight(w: torch.Tensor) -> torch.Tensor:
+    """[clients, O, C, kh, kw] -> [clients * O, C, kh, kw], channels-last (memory clients, O, kh, kw, C)."""
+    b, o, c, kh, kw = w.shape
+    return w.permute(0, 1, 3, 4, 2).contiguous().view(b * o, kh, kw, c).permute(0, 3, 1, 2)
+
+
+class _Conv(torch.autograd.Function):
+    """``F.conv2d(x, w, b, stride, padding, dilation)``; under vmap one NHWC grouped convolution over the clients."""
+
+    generate_vmap_rule = False
+
+    @staticmethod
+    def forward(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: Pair, padding: Pair, dilation: Pair) -> torch.Tensor:
+        return F.conv2d(x, w, b, stride, padding, dilation)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        x, w, b, stride, padding, dilation = inputs
+        ctx.save_for_backward(x, w)
+        ctx.geometry = stride, padding, dilation
+        ctx.has_bias = b is not None
+
+    @staticmethod
+    def backward(ctx: Any, gy: torch.Tensor) -> tuple:
+        x, w = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        gx = _InputGrad.apply(gy, x, w, *ctx.geometry) if needs[0] else None
+        gw = _WeightGrad.apply(gy, x, w, *ctx.geometry) if needs[1] else None
+        gb = gy.sum((0, 2, 3)) if ctx.has_bias and needs[2] else None
+        return gx, gw, gb, None, None, None
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: Pair, padding: Pair,
+             dilation: Pair) -> tuple[torch.Tensor, int]:
+        n = info.batch_size
+        xs, ws = _front(x, in_dims[0], n), _front(w, in_dims[1], n)
+        bias = None if b is None else _front(b, in_dims[2], n).reshape(-1)
+        y = F.conv2d(fold_input(xs), fold_weight(ws), bias, stride, padding, dilation, groups=n)
+        return y.unflatten(1, (n, -1)), 1  # [N, clients, O, H', W']: the clients at dim 1
+
+
+class _InputGrad(torch.autograd.Function):
+    """The convolution's input gradient; under vmap one NHWC grouped transposed convolution over the clients."""
+
+    generate_vmap_rule = False
+
+    @staticmethod
+    def forward(gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair, dilation: Pair) -> torch.Tensor:
+        return _grads(gy, x, w, stride, padding, dilation, 1, (True, False))[0]
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> tuple:
+        raise RuntimeError("batched_conv = 'nhwc' takes no second-order gradients")
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair,
+             dilation: Pair) -> tuple[torch.Tensor, int]:
+        n = info.batch_size
+        gys, xs, ws = (_front(t, d, n) for t, d in zip((gy, x, w), in_dims))
+        gx = _grads(fold_input(gys), fold_input(xs), fold_weight(ws), stride, padding, dilation, n, (True, False))[0]
+        return gx.unflatten(1, (n, -1)), 1
+
+
+class _WeightGrad(torch.autograd.Function):
+    """The convolution's weight gradient; under vmap one NHWC grouped weight gradient over the clients."""
+
+    generate_vmap_rule = False
+
+    @staticmethod
+    def forward(gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair, dilation: Pair) -> torch.Tensor:
+        return _grads(gy, x, w, stride, padding, dilation, 1, (False, True))[1]
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> tuple:
+        raise RuntimeError("batched_conv = 'nhwc' takes no second-order gradients")
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair,
+             dilation: Pair) -> tuple[torch.Tensor, int]:
+        n = info.batch_size
+        gys, xs, ws = (_front(t, d, n) for t, d in zip((gy, x, w), in_dims))
+        gw = _grads(fold_input(gys), fold_input(xs), fold_weight(ws), stride, padding, dilation, n, (False, True))[1]
+        return gw.unflatten(0, (n, -1)), 0  # [clients, O, C, kh, kw]
+
+
+def _grads(gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair, dilation: Pair, groups: int,
+           mask: tuple[bool, bool]) -> tuple[Any, Any]:
+    """(input gradient, weight gradient) of a convolution, each only if asked for (the bias gradient is a sum, taken outside)."""
+    gx, gw, _ = torch.ops.aten.convolution_backward(gy, x, w, None, list(stride), list(padding), list(dilation), False, [0, 0],
+                                                    groups, [mask[0], mask[1], False])
+    return gx, gw
+
+
+def conv2d_nhwc(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: int | Sequence[int] = 1,
+                padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1) -> torch.Tensor:
+    """``F.conv2d`` with ``groups = 1``; under vmap the clients' convolutions run as one NHWC grouped convolution.
+
+    Under autocast the inputs are cast to its dtype first and the function runs without it: the casts' backward gives
+    the fp32 gradients autocast's own convolution would, and the function's backward sees one dtype.
+    """
+    device = x.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        x, weight = x.to(dtype), weight.to(dtype)
+        bias = None if bias is None else bias.to(dtype)
+    with torch.autocast(device, enabled=False):
+        return _Conv.apply(x, weight, bias, pair(stride), pair(padding), pair(dilation))
+
+
+class NhwcConvolutions(BatchNormAsksLayout):
+    """Every plain ``conv2d`` of the forward (``nn.Conv2d`` calls it) as :func:`conv2d_nhwc`."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is F.conv2d and (call := plain_conv_call(args, kwargs, 4)) is not None:
+            return conv2d_nhwc(*call)
+        return super().__torch_function__(func, types, args, kwargs)

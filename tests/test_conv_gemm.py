@@ -1,4 +1,6 @@
-"""``batched_conv = "gemm"``: the clients' convolutions as im2col + one batched matrix product (chillfl.training.conv_gemm)."""
+"""``batched_conv = "gemm"``: the clients' convolutions as im2col + one batched matrix product (chillfl.training.conv_gemm).
+
+The checks that hold for both rewrites of the vmapped step's convolutions (``gemm`` and ``nhwc``) are parametrized here."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.runner import run_experiment
 from chillfl.training.batched_conv import batched_conv_mode
 from chillfl.training.conv_gemm import GemmConvolutions, conv1d_as_gemm, conv2d_as_gemm
+from chillfl.training.conv_nhwc import conv2d_nhwc
 from chillfl.training.local import LocalSpec, model_state
 
 from float_paths import REL, TRAJECTORY_REL
@@ -37,26 +40,29 @@ def test_a_convolution_worked_out_by_hand():
     assert conv2d_as_gemm(x, w, stride=2, padding=1).tolist() == [[[[-1.0, -3.0], [-7.0, -4.0]]]]
 
 
+@pytest.mark.parametrize("form", [conv2d_as_gemm, conv2d_nhwc], ids=["gemm", "nhwc"])
 @pytest.mark.parametrize(
-    "stride, padding, dilation, channels_last",
-    [(1, 0, 1, False), (1, 2, 1, False), (2, 1, 1, True), ((1, 2), (0, 1), (2, 1), False), (1, 1, 1, True)],
+    "stride, padding, dilation, channels_last, bias",
+    [(1, 0, 1, False, True), (1, 2, 1, False, False), (2, 1, 1, True, True), ((1, 2), (0, 1), (2, 1), False, True), (1, 1, 1, True, False)],
 )
-def test_equals_conv2d_values_and_gradients(stride, padding, dilation, channels_last):
+def test_equals_conv2d_values_and_gradients(form, stride, padding, dilation, channels_last, bias):
+    """One client's convolution (outside vmap) in each rewrite: F.conv2d's values and gradients."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(4, 3, 9, 10, generator=g)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     w, b = torch.randn(5, 3, 3, 3, generator=g), torch.randn(5, generator=g)
-    args = (x.clone().requires_grad_(), w.clone().requires_grad_(), b.clone().requires_grad_())
-    ref_args = tuple(a.detach().clone().requires_grad_() for a in args)
-    got = conv2d_as_gemm(*args, stride=stride, padding=padding, dilation=dilation)
+    args = [x.clone().requires_grad_(), w.clone().requires_grad_(), b.clone().requires_grad_() if bias else None]
+    ref_args = [a.detach().clone().requires_grad_() if a is not None else None for a in args]
+    got = form(*args, stride=stride, padding=padding, dilation=dilation)
     ref = F.conv2d(*ref_args, stride=stride, padding=padding, dilation=dilation)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
     upstream = torch.randn(ref.shape, generator=g)
     got.backward(upstream)
     ref.backward(upstream)
     for a, r in zip(args, ref_args):
-        torch.testing.assert_close(a.grad, r.grad, rtol=1e-5, atol=1e-5)
+        if a is not None:
+            torch.testing.assert_close(a.grad, r.grad, rtol=1e-5, atol=1e-5)
 
 
 def test_output_is_nhwc_in_memory():
@@ -103,14 +109,21 @@ def test_bf16_autocast_computes_in_bf16_with_an_fp32_bias():
 
 
 class _AtenCalls(TorchDispatchMode):
-    """Counts aten ops below vmap's batching rules: what would reach the device as kernels."""
+    """Counts aten ops below vmap's batching rules: what would reach the device as kernels; and each convolution's
+    (op, groups, input channels-last?, output mask), as the device would get it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls: Counter[str] = Counter()
+        self.convs: list[tuple] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls[func.__name__.split(".")[0]] += 1
+        name = func.__name__.split(".")[0]
+        self.calls[name] += 1
+        if name == "convolution":
+            self.convs.append((name, args[8], args[0].is_contiguous(memory_format=torch.channels_last), None))
+        elif name == "convolution_backward":
+            self.convs.append((name, args[9], args[1].is_contiguous(memory_format=torch.channels_last), tuple(args[10])))
         return func(*args, **(kwargs or {}))
 
 
@@ -119,7 +132,8 @@ def _cnn() -> nn.Module:
     return nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 2 * 2, 5))
 
 
-def _vmapped_grads(clients: int, mode: str) -> tuple[dict[str, torch.Tensor], Counter[str]]:
+def _vmapped_grads(clients: int, mode: str) -> tuple[dict[str, torch.Tensor], _AtenCalls]:
+    """Each client's gradient of one vmapped step under ``batched_conv = mode``, and the aten calls below vmap."""
     model = _cnn()
     g = torch.Generator().manual_seed(2)
     params = {k: v.detach() + 0.01 * torch.randn(clients, *v.shape, generator=g) for k, v in model.named_parameters()}
@@ -133,17 +147,17 @@ def _vmapped_grads(clients: int, mode: str) -> tuple[dict[str, torch.Tensor], Co
     counter = _AtenCalls()
     with counter:
         grads = vmap(grad(loss))(params, buffers, x, y)
-    return grads, counter.calls
+    return grads, counter
 
 
 def test_vmapped_gemm_step_has_no_convolution_and_a_launch_count_independent_of_the_clients():
-    grads2, calls2 = _vmapped_grads(2, "gemm")
-    _, calls7 = _vmapped_grads(7, "gemm")
+    grads2, seen2 = _vmapped_grads(2, "gemm")
+    calls2, calls7 = seen2.calls, _vmapped_grads(7, "gemm")[1].calls
     assert "convolution" not in calls2 and "convolution_backward" not in calls2  # no cuDNN / oneDNN convolution at all
     assert calls2["im2col"] == 2 and calls2["col2im"] == 1  # one unfold a layer; the first layer's input needs no gradient
     assert calls2 == calls7  # the same ops for 2 clients as for 7: one batched GEMM, not one a client
     _, grouped = _vmapped_grads(2, "grouped")
-    assert grouped["convolution"] == 2  # the default: vmap's grouped convolution, one a layer
+    assert grouped.calls["convolution"] == 2  # the default: vmap's grouped convolution, one a layer
     ref, _ = _vmapped_grads(2, "grouped")
     for k in ref:
         torch.testing.assert_close(grads2[k], ref[k], rtol=1e-4, atol=1e-6)
@@ -161,10 +175,18 @@ def test_only_plain_convolutions_are_rewritten():
     assert isinstance(batched_conv_mode("gemm", vmapped=False), type(batched_conv_mode("grouped", vmapped=True)))  # one client: untouched
 
 
-def test_vectorized_executor_with_gemm_equals_sequential_within_rounding():
+REACHED = {
+    "gemm": lambda seen: seen.calls["im2col"],  # one unfold a layer and step
+    "nhwc": lambda seen: sum(1 for _, groups, channels_last, _ in seen.convs if groups > 1 and channels_last),  # grouped, NHWC
+}
+"""How many of a rewrite's own calls a vmapped run made: > 0 where the config reached the vectorised step."""
+
+
+@pytest.mark.parametrize("conv", ["gemm", "nhwc"])
+def test_vectorized_executor_with_rewritten_convolutions_equals_sequential_within_rounding(conv):
     """The accelerator (GPU) policy on the CPU, batch norm and unequal clients (stragglers sit out)."""
     model = _cnn()
-    spec = LocalSpec(epochs=2, batch_size=4, momentum=0.5, weight_decay=1e-3, batched_conv="gemm")
+    spec = LocalSpec(epochs=2, batch_size=4, momentum=0.5, weight_decay=1e-3, batched_conv=conv)
     g = torch.Generator().manual_seed(5)
     sizes = [9, 4, 13, 6]
     jobs = [ClientJob(c, model_state(model), torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, 5, (n,), generator=g), 0.05, 1.0, {}, 40 + c) for c, n in enumerate(sizes)]
@@ -172,8 +194,11 @@ def test_vectorized_executor_with_gemm_equals_sequential_within_rounding():
     counter = _AtenCalls()
     with counter:
         got = ex.run(jobs)
-    assert ex.fallback_reason is None  # really vmapped
-    assert counter.calls["convolution"] == 2 and "convolution_backward" not in counter.calls  # only the chunk-size estimate's plain forward
+    assert ex.fallback_reason is None and REACHED[conv](counter) > 0  # really vmapped, really rewritten
+    if conv == "gemm":
+        assert counter.calls["convolution"] == 2 and "convolution_backward" not in counter.calls  # only the chunk-size estimate's plain forward
+    else:
+        assert any(groups == 4 and channels_last for _, groups, channels_last, _ in counter.convs)  # the whole chunk in one call
     ref = SequentialExecutor(model, spec).run(jobs)  # one client at a time: the convolutions themselves
     for a, b in zip(ref, got, strict=True):
         assert a.num_steps == b.num_steps
@@ -194,14 +219,15 @@ def test_the_chunk_size_estimate_counts_the_columns():
 BASE = {**PRECISION_BASE, "executor": "vectorized"}  # digits, the FLex&Chill CNN (vmapped on the CPU), 2 rounds
 
 
-def test_a_run_with_gemm_is_deterministic_and_follows_the_grouped_run():
-    runs, unfolds = [], []
-    for batched in ("gemm", "gemm", "grouped"):
+@pytest.mark.parametrize("conv", ["gemm", "nhwc"])
+def test_a_run_with_rewritten_convolutions_is_deterministic_and_follows_the_grouped_run(conv):
+    runs, reached = [], []
+    for batched in (conv, conv, "grouped"):
         counter = _AtenCalls()
         with counter:
             runs.append(run_experiment(load_config(None, {**BASE, "batched_conv": batched}), write=False, progress=False).records)
-        unfolds.append(counter.calls["im2col"])
-    assert unfolds[0] > 0 and unfolds[2] == 0  # the config reaches the vectorised step
+        reached.append(REACHED[conv](counter))
+    assert reached[0] > 0 and reached[2] == 0  # the config reaches the vectorised step
     assert json.dumps(runs[0]) == json.dumps(runs[1])  # bitwise, run to run
     for a, b in zip(runs[2], runs[0], strict=True):  # another float path: losses within the trajectory tolerance, no accuracy
         for key in ("global_loss", "train_loss"):
@@ -216,10 +242,11 @@ def test_a_bad_value_exits_2_naming_the_field(tmp_path, capsys):
     assert err == "chillfl: error: batched_conv: unknown value 'im2col'; allowed: grouped, gemm, nhwc"
 
 
-def test_bf16_vmapped_gemm_step_with_batch_norm_trains():
+@pytest.mark.parametrize("conv", ["gemm", "nhwc"])
+def test_bf16_vmapped_rewritten_step_with_batch_norm_trains(conv):
     """The CPU's batched batch norm refuses an NHWC bf16 input with fp32 statistics: the fp32 batch-norm mode takes it."""
     model = _cnn()
-    spec = LocalSpec(epochs=1, batch_size=4, precision="bf16", batched_conv="gemm")
+    spec = LocalSpec(epochs=1, batch_size=4, precision="bf16", batched_conv=conv)
     g = torch.Generator().manual_seed(6)
     jobs = [ClientJob(c, model_state(model), torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 5, (8,), generator=g), 0.05, 1.0, {}, c) for c in range(3)]
     ex = VectorizedExecutor(model, spec, accelerator=True)

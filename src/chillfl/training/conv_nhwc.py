@@ -83,8 +83,8 @@ class _Conv(torch.autograd.Function):
     def backward(ctx: Any, gy: torch.Tensor) -> tuple:
         x, w = ctx.saved_tensors
         needs = ctx.needs_input_grad
-        gx = _InputGrad.apply(gy, x, w, *ctx.geometry) if needs[0] else None
-        gw = _WeightGrad.apply(gy, x, w, *ctx.geometry) if needs[1] else None
+        gx = _Grad.apply(gy, x, w, *ctx.geometry, INPUT) if needs[0] else None
+        gw = _Grad.apply(gy, x, w, *ctx.geometry, WEIGHT) if needs[1] else None
         gb = gy.sum((0, 2, 3)) if ctx.has_bias and needs[2] else None
         return gx, gw, gb, None, None, None
 
@@ -98,14 +98,15 @@ class _Conv(torch.autograd.Function):
         return y.unflatten(1, (n, -1)), 1  # [N, clients, O, H', W']: the clients at dim 1
 
 
-class _InputGrad(torch.autograd.Function):
-    """The convolution's input gradient; under vmap one NHWC grouped transposed convolution over the clients."""
+class _Grad(torch.autograd.Function):
+    """One of the convolution's gradients (``which``: 0 the input's, 1 the weight's); under vmap one NHWC grouped
+    gradient over the clients."""
 
     generate_vmap_rule = False
 
     @staticmethod
-    def forward(gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair, dilation: Pair) -> torch.Tensor:
-        return _grads(gy, x, w, stride, padding, dilation, 1, (True, False))[0]
+    def forward(gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair, dilation: Pair, which: int) -> torch.Tensor:
+        return _grads(gy, x, w, stride, padding, dilation, 1, which)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
@@ -117,45 +118,25 @@ class _InputGrad(torch.autograd.Function):
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple, gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair,
-             dilation: Pair) -> tuple[torch.Tensor, int]:
+             dilation: Pair, which: int) -> tuple[torch.Tensor, int]:
         n = info.batch_size
         gys, xs, ws = (_front(t, d, n) for t, d in zip((gy, x, w), in_dims))
-        gx = _grads(fold_input(gys), fold_input(xs), fold_weight(ws), stride, padding, dilation, n, (True, False))[0]
-        return gx.unflatten(1, (n, -1)), 1
+        g = _grads(fold_input(gys), fold_input(xs), fold_weight(ws), stride, padding, dilation, n, which)
+        # the input gradient [N, clients * C, H, W] has the clients at dim 1, the weight's [clients * O, C, kh, kw] at dim 0
+        return (g.unflatten(1, (n, -1)), 1) if which == INPUT else (g.unflatten(0, (n, -1)), 0)
 
 
-class _WeightGrad(torch.autograd.Function):
-    """The convolution's weight gradient; under vmap one NHWC grouped weight gradient over the clients."""
-
-    generate_vmap_rule = False
-
-    @staticmethod
-    def forward(gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair, dilation: Pair) -> torch.Tensor:
-        return _grads(gy, x, w, stride, padding, dilation, 1, (False, True))[1]
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
-        pass
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Any) -> tuple:
-        raise RuntimeError("batched_conv = 'nhwc' takes no second-order gradients")
-
-    @staticmethod
-    def vmap(info: Any, in_dims: tuple, gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair,
-             dilation: Pair) -> tuple[torch.Tensor, int]:
-        n = info.batch_size
-        gys, xs, ws = (_front(t, d, n) for t, d in zip((gy, x, w), in_dims))
-        gw = _grads(fold_input(gys), fold_input(xs), fold_weight(ws), stride, padding, dilation, n, (False, True))[1]
-        return gw.unflatten(0, (n, -1)), 0  # [clients, O, C, kh, kw]
+INPUT, WEIGHT = 0, 1
+"""``_Grad``'s ``which``."""
 
 
 def _grads(gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair, dilation: Pair, groups: int,
-           mask: tuple[bool, bool]) -> tuple[Any, Any]:
-    """(input gradient, weight gradient) of a convolution, each only if asked for (the bias gradient is a sum, taken outside)."""
-    gx, gw, _ = torch.ops.aten.convolution_backward(gy, x, w, None, list(stride), list(padding), list(dilation), False, [0, 0],
-                                                    groups, [mask[0], mask[1], False])
-    return gx, gw
+           which: int) -> torch.Tensor:
+    """A convolution's input (``which = INPUT``) or weight gradient, the other not computed (the bias gradient is a sum,
+    taken outside)."""
+    grads = torch.ops.aten.convolution_backward(gy, x, w, None, list(stride), list(padding), list(dilation), False, [0, 0],
+                                                groups, [which == INPUT, which == WEIGHT, False])
+    return grads[which]
 
 
 def conv2d_nhwc(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: int | Sequence[int] = 1,

@@ -5,7 +5,6 @@ tested in tests/test_conv_gemm.py."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F

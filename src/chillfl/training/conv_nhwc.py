@@ -14,9 +14,14 @@ order, the clients' channels interleaved as its groups:
     w [clients, O, C, k, k]  ->  memory (clients, O, k, k, C)  ->  [clients * O, C, k, k] channels-last
 
 NHWC is the layout in which cuDNN's tensor-core kernels (TF32, bf16) take a
-grouped convolution, and the output comes back NHWC, so the next convolution
-finds its input already laid out when nothing in between reorders it (a
-max-pool does: vmap's pooling folds the clients into the batch, one copy).
+grouped convolution, and the output comes back NHWC. Max-pooling (``nn.MaxPool2d``)
+runs on the same folded tensor (it pools each channel's plane, so the fold
+changes nothing but the layout): vmap's own pooling rule folds the clients
+into the batch instead and copies the tensor back to NCHW. Element-wise ops
+(ReLU) keep the layout, so in a McMahan-style CNN (conv -> pool -> ReLU) each
+convolution finds its input already laid out. On that CNN under vmap the
+layout copies of a step fell from 453 KB to 137 KB a client sample (CPU,
+counted with a dispatch mode; ``tests/test_conv_nhwc.py`` holds the direction).
 
 It is a custom autograd function with its own vmap rule: outside vmap (one
 client) it is ``F.conv2d``; the backward's input and weight gradients are two
@@ -28,7 +33,8 @@ casts' backward returns fp32 gradients, as autocast's own). Higher-order
 gradients are not supported (no chillfl step takes them).
 
 Only plain ``conv2d`` calls on a 4-d input (``groups = 1``, numeric padding)
-are rewritten; anything else runs as it was. Not the default: whether it is
+and ``max_pool2d`` calls on a 4-d input that return no indices are rewritten;
+anything else runs as it was. Not the default: whether it is
 faster is for ``benchmarks/conv_kernels.py`` and ``gpu-check.sh`` to measure on
 a GPU; on the CPU the vectorised executor trains large convolutions client by
 client, so the mode rarely applies there.
@@ -139,6 +145,72 @@ def _grads(gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, pad
     return grads[which]
 
 
+class _MaxPool(torch.autograd.Function):
+    """``max_pool2d_with_indices``; under vmap on the clients' folded NHWC tensor (pooling is per channel: the fold
+    changes nothing but the layout), so that a convolution's NHWC output reaches the next one without a copy."""
+
+    generate_vmap_rule = False
+
+    @staticmethod
+    def forward(x: torch.Tensor, kernel: Pair, stride: Pair, padding: Pair, dilation: Pair, ceil: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.ops.aten.max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple[torch.Tensor, torch.Tensor]) -> None:
+        x, *geometry = inputs
+        ctx.mark_non_differentiable(output[1])
+        ctx.save_for_backward(x, output[1])
+        ctx.geometry = geometry
+
+    @staticmethod
+    def backward(ctx: Any, gy: torch.Tensor, _indices: Any) -> tuple:
+        x, indices = ctx.saved_tensors
+        return _MaxPoolGrad.apply(gy, x, indices, *ctx.geometry), None, None, None, None, None
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x: torch.Tensor, kernel: Pair, stride: Pair, padding: Pair, dilation: Pair,
+             ceil: bool) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[int, int]]:
+        n = info.batch_size
+        out, indices = torch.ops.aten.max_pool2d_with_indices(fold_input(_front(x, in_dims[0], n)), kernel, stride, padding, dilation, ceil)
+        return (out.unflatten(1, (n, -1)), indices.unflatten(1, (n, -1))), (1, 1)
+
+
+class _MaxPoolGrad(torch.autograd.Function):
+    """The max-pool's input gradient (each window's gradient to its maximum); under vmap on the folded NHWC tensors.
+    The indices are positions within a channel's plane, so they fold as the values do."""
+
+    generate_vmap_rule = False
+
+    @staticmethod
+    def forward(gy: torch.Tensor, x: torch.Tensor, indices: torch.Tensor, kernel: Pair, stride: Pair, padding: Pair, dilation: Pair,
+                ceil: bool) -> torch.Tensor:
+        return torch.ops.aten.max_pool2d_with_indices_backward(gy, x, kernel, stride, padding, dilation, ceil, indices)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> tuple:
+        raise RuntimeError("batched_conv = 'nhwc' takes no second-order gradients")
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, gy: torch.Tensor, x: torch.Tensor, indices: torch.Tensor, kernel: Pair, stride: Pair,
+             padding: Pair, dilation: Pair, ceil: bool) -> tuple[torch.Tensor, int]:
+        n = info.batch_size
+        gys, xs, idx = (fold_input(_front(t, d, n)) for t, d in zip((gy, x, indices), in_dims))
+        gx = torch.ops.aten.max_pool2d_with_indices_backward(gys, xs, kernel, stride, padding, dilation, ceil, idx)
+        return gx.unflatten(1, (n, -1)), 1
+
+
+def max_pool2d_nhwc(x: torch.Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+                    padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False) -> torch.Tensor:
+    """``F.max_pool2d`` (no indices returned); under vmap on the clients' folded NHWC tensor."""
+    kernel = pair(kernel_size)
+    step = kernel if stride is None or (not isinstance(stride, int) and len(stride) == 0) else pair(stride)
+    return _MaxPool.apply(x, kernel, step, pair(padding), pair(dilation), bool(ceil_mode))[0]
+
+
 def conv2d_nhwc(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: int | Sequence[int] = 1,
                 padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1) -> torch.Tensor:
     """``F.conv2d`` with ``groups = 1``; under vmap the clients' convolutions run as one NHWC grouped convolution.
@@ -155,11 +227,20 @@ def conv2d_nhwc(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         return _Conv.apply(x, weight, bias, pair(stride), pair(padding), pair(dilation))
 
 
+_POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+
+
 class NhwcConvolutions(BatchNormAsksLayout):
-    """Every plain ``conv2d`` of the forward (``nn.Conv2d`` calls it) as :func:`conv2d_nhwc`."""
+    """Every plain ``conv2d`` of the forward (``nn.Conv2d`` calls it) as :func:`conv2d_nhwc`, and every ``max_pool2d``
+    of a 4-d input that returns no indices (``nn.MaxPool2d``) as :func:`max_pool2d_nhwc`."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         if func is F.conv2d and (call := plain_conv_call(args, kwargs, 4)) is not None:
             return conv2d_nhwc(*call)
+        if func is F.max_pool2d:
+            bound = dict(zip(_POOL_ARGS, args)) | dict(kwargs)
+            x = bound.pop("input")
+            if not bound.pop("return_indices", False) and isinstance(x, torch.Tensor) and x.dim() == 4:
+                return max_pool2d_nhwc(x, **bound)
         return super().__torch_function__(func, types, args, kwargs)

@@ -89,26 +89,23 @@ class Layer:
     """One layer's tensors for ``clients`` clients: the inputs, weights and output gradients each form needs."""
 
     def __init__(self, s: Setting, clients: int, batch: int, cin: int, cout: int, hw: int, device: str, seed: int = 0) -> None:
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator(device=device).manual_seed(seed)  # drawn where they are used: 100 clients' tensors are GBs
         dtype = torch.bfloat16 if s.dtype == "bf16" else torch.float32
         fmt = torch.channels_last if s.channels_last else torch.contiguous_format
         out = hw - KERNEL + 1
         self.clients, self.cin, self.cout = clients, cin, cout
 
         def make(*shape: int) -> torch.Tensor:
-            t = torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
-            return t.contiguous(memory_format=fmt) if t.dim() == 4 else t
+            return torch.randn(*shape, generator=g, device=device).to(dtype)
 
-        # per client: x [B, N, C_in, H, W], w [B, C_out, C_in, k, k], grad_out [B, N, C_out, H', W']
-        self.x = [make(batch, cin, hw, hw) for _ in range(clients)]
-        self.w = [make(cout, cin, KERNEL, KERNEL) for _ in range(clients)]
-        self.gy = [make(batch, cout, out, out) for _ in range(clients)]
-        # grouped: the clients folded into the channels, as vmap's convolution batching rule does
-        self.xg = torch.cat(self.x, dim=1).contiguous(memory_format=fmt)
-        self.wg = torch.cat(self.w, dim=0).contiguous(memory_format=fmt)
-        self.gyg = torch.cat(self.gy, dim=1).contiguous(memory_format=fmt)
-        self.xs, self.ws = torch.stack(self.x), torch.stack(self.w)  # gemm: [B, N, C, H, W], [B, C_out, C_in, k, k]
-        self.gys = torch.stack(self.gy)
+        # stacked (gemm): x [B, N, C_in, H, W], w [B, C_out, C_in, k, k], grad_out [B, N, C_out, H', W']
+        self.xs, self.ws, self.gys = make(clients, batch, cin, hw, hw), make(clients, cout, cin, KERNEL, KERNEL), make(clients, batch, cout, out, out)
+        # per client (loop, streams), in the setting's layout
+        self.x, self.w, self.gy = ([t.contiguous(memory_format=fmt) for t in stacked] for stacked in (self.xs, self.ws, self.gys))
+        # grouped: the clients folded into the channels, client by client, as vmap's convolution batching rule does
+        self.xg = self.xs.transpose(0, 1).reshape(batch, clients * cin, hw, hw).contiguous(memory_format=fmt)
+        self.wg = self.ws.reshape(clients * cout, cin, KERNEL, KERNEL).contiguous(memory_format=fmt)
+        self.gyg = self.gys.transpose(0, 1).reshape(batch, clients * cout, out, out).contiguous(memory_format=fmt)
 
 
 def _backward(gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, groups: int, mask: list[bool]) -> Any:

@@ -104,15 +104,10 @@ class _Conv(torch.autograd.Function):
         return y.unflatten(1, (n, -1)), 1  # [N, clients, O, H', W']: the clients at dim 1
 
 
-class _Grad(torch.autograd.Function):
-    """One of the convolution's gradients (``which``: 0 the input's, 1 the weight's); under vmap one NHWC grouped
-    gradient over the clients."""
+class _FirstOrder(torch.autograd.Function):
+    """A gradient's own function (under vmap, its own rule): its gradient, a second-order one, is never taken."""
 
     generate_vmap_rule = False
-
-    @staticmethod
-    def forward(gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair, dilation: Pair, which: int) -> torch.Tensor:
-        return _grads(gy, x, w, stride, padding, dilation, 1, which)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
@@ -121,6 +116,15 @@ class _Grad(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple:
         raise RuntimeError("batched_conv = 'nhwc' takes no second-order gradients")
+
+
+class _Grad(_FirstOrder):
+    """One of the convolution's gradients (``which``: 0 the input's, 1 the weight's); under vmap one NHWC grouped
+    gradient over the clients."""
+
+    @staticmethod
+    def forward(gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair, dilation: Pair, which: int) -> torch.Tensor:
+        return _grads(gy, x, w, stride, padding, dilation, 1, which)
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple, gy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Pair, padding: Pair,
@@ -175,24 +179,14 @@ class _MaxPool(torch.autograd.Function):
         return (out.unflatten(1, (n, -1)), indices.unflatten(1, (n, -1))), (1, 1)
 
 
-class _MaxPoolGrad(torch.autograd.Function):
+class _MaxPoolGrad(_FirstOrder):
     """The max-pool's input gradient (each window's gradient to its maximum); under vmap on the folded NHWC tensors.
     The indices are positions within a channel's plane, so they fold as the values do."""
-
-    generate_vmap_rule = False
 
     @staticmethod
     def forward(gy: torch.Tensor, x: torch.Tensor, indices: torch.Tensor, kernel: Pair, stride: Pair, padding: Pair, dilation: Pair,
                 ceil: bool) -> torch.Tensor:
         return torch.ops.aten.max_pool2d_with_indices_backward(gy, x, kernel, stride, padding, dilation, ceil, indices)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
-        pass
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Any) -> tuple:
-        raise RuntimeError("batched_conv = 'nhwc' takes no second-order gradients")
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple, gy: torch.Tensor, x: torch.Tensor, indices: torch.Tensor, kernel: Pair, stride: Pair,

@@ -66,7 +66,8 @@ class Setting:
 
 
 def settings(device: str) -> list[Setting]:
-    """What the check measures on ``device``: every form at chillfl's defaults, then the layouts and algorithm choices."""
+    """What the check measures on ``device``: every form at chillfl's defaults, then the layouts and algorithm choices
+    (bf16 only where the device has bf16 kernels)."""
     cuda = device.startswith("cuda")
     out = [Setting("grouped", "fp32"), Setting("grouped", "bf16")]
     out += [Setting("grouped", "fp32", channels_last=True), Setting("grouped", "bf16", channels_last=True)]
@@ -76,7 +77,9 @@ def settings(device: str) -> list[Setting]:
     if cuda:
         out += [Setting("streams", "fp32"), Setting("streams", "bf16", channels_last=True)]
     out += [Setting("gemm", "fp32"), Setting("gemm", "bf16")]
-    return out
+    from chillfl.training.local import bf16_supported
+
+    return out if bf16_supported(torch.device(device)) else [s for s in out if s.dtype != "bf16"]  # as conv_layouts.py
 
 
 def conv_flops(clients: int, batch: int, cin: int, cout: int, hw: int) -> float:

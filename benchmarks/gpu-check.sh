@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check of issues 26 and 39 in one script: environment, the CUDA suite, the benchmark (workloads 1, 2,
-# 4, 3, BlazeFL in the same run; workload 1 also with tf32, bf16, CUDA graphs and without deterministic
-# algorithms) and the issue's targets, met or missed; then the diagnostics: workload 1's convolutions op by op in
+# 4, 3, BlazeFL in the same run; workload 1 also with tf32, bf16, CUDA graphs, batched_conv = "nhwc" and without
+# deterministic algorithms) and the issue's targets, met or missed; then the diagnostics: workload 1's convolutions op by op in
 # every form and setting (conv_kernels.py), profiles of workload 1's round (with CUDA graphs, eager), workload 2's
-# start-up phase by phase, one chunk of workload 1's clients with batched_conv = "grouped" and "gemm"
+# start-up phase by phase, one chunk of workload 1's clients with batched_conv = "grouped", "gemm" and "nhwc"
 # (conv_layouts.py), profiles of workload 2's round and of workload 1's with "gemm", and the vmapped step eager
 # against torch.compile (compile_step.py).
 #

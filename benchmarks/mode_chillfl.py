@@ -65,7 +65,7 @@ import torch
 from workloads import NUM_CLASSES, Workload, load_data, public_slice, read_spec
 
 PARALLEL_ONLY = ("vectorized", "processes")
-EVAL_EVERY_ROUND = True
+EVAL_EVERY = 1
 """chillfl evaluates the global model on the workload's 100 test rows after every round, not only after the last.
 
 Why: chillfl always evaluates after the final round. With ``eval.every = rounds`` that first evaluation (its
@@ -96,7 +96,7 @@ def overrides(w: Workload, variant: str, rounds: int, seed: int, device: str = "
         "client.lr": w.lr,
         "eval.clients": "none",
         "eval.client_split": "none",
-        "eval.every": 1,  # see EVAL_EVERY_ROUND
+        "eval.every": EVAL_EVERY,
         "model": model,
         "device": device,
     }

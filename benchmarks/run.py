@@ -381,8 +381,6 @@ def run_workload(
             m = launch(Mode(mode.name, mode.script, mode.variant, None, "ops"), 3 if args.device == "cuda" else 2, 0)
             results[mode.name]["ops"] = op_counts(m)
             print(f"  ops per client step, {mode.name}: {_ops_text(results[mode.name]['ops'])}")
-    rates()
-
     startup: dict[str, Any] = {}
     bare: list[float] = []
     entry.update(chillfl_startup_run_experiment=startup, import_torch_s=None)  # filled as each mode's start-up is timed

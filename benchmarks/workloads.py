@@ -40,7 +40,7 @@ from torch import nn
 NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)
 TEST_SIZE = 100
-"""chillfl's worker evaluates the global model every round (``mode_chillfl.EVAL_EVERY_ROUND``); a tiny test set keeps that negligible."""
+"""chillfl's worker evaluates the global model every round (``mode_chillfl.EVAL_EVERY``); a tiny test set keeps that negligible."""
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,7 @@ def test_chillfl_overrides_device_bf16_and_scarlet() -> None:
     assert o["distillation"] == {"method": "scarlet", "public_size": 10_000, "subset_size": 1_000}
     plain = mode_chillfl.overrides(workload("2"), "auto", 2, 0)
     assert "precision" not in plain and "distillation" not in plain and plain["device"] == "cpu"
-    # every round evaluates: the run's first evaluation falls in round 1, which is never timed (EVAL_EVERY_ROUND)
+    # every round evaluates: the run's first evaluation falls in round 1, which is never timed (EVAL_EVERY)
     assert plain["eval.every"] == 1 and mode_chillfl.overrides(workload("2"), "auto", 3, 0)["eval.every"] == 1
 
 

@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from chillfl.training.batched_conv import batched_conv_mode
 from chillfl.training.conv_nhwc import NhwcConvolutions, conv2d_nhwc, fold_input, fold_weight, max_pool2d_nhwc
+from chillfl.training.local import bf16_supported
 
 from test_conv_gemm import _AsksForChannelsLast, _vmapped_grads
 
@@ -69,6 +70,7 @@ def test_batch_norm_after_an_nhwc_convolution_gets_an_input_vmap_can_question():
         torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.skipif(not bf16_supported(torch.device("cpu")), reason="this CPU has no bf16 kernels (oneDNN): bf16 not run")
 def test_bf16_autocast_runs_the_convolution_in_bf16_and_returns_fp32_gradients():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 3, 7, 7, generator=g)

@@ -7,8 +7,11 @@ and runs each in a forked child with a time limit. A case is *clean* when it
 exits 2 with one stderr line ``error: <the broken field>: ...``, no traceback
 and nothing under ``out_dir``.
 
-    python benchmarks/fuzz_config.py -n 400 --seed 17 --save /tmp/cases.pkl
-    PYTHONPATH=/path/to/old/src python benchmarks/fuzz_config.py --load /tmp/cases.pkl   # the same cases on an older tree
+    python benchmarks/fuzz_config.py -n 400 --seed 17 --save /tmp/cases.jsonl
+    PYTHONPATH=/path/to/old/src python benchmarks/fuzz_config.py --load /tmp/cases.jsonl   # the same cases on an older tree
+
+A saved case is one JSON line: its path, its field and its value as the TOML text the run reads (no pickle: loading a
+file runs no code from it).
 """
 
 from __future__ import annotations
@@ -17,18 +20,18 @@ import argparse
 import collections
 import hashlib
 import importlib.util
+import json
 import os
-import pickle
 import signal
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
-
-torch.set_num_threads(1)
+from hypothesis import HealthCheck, given, seed, settings
 
 import chillfl.config as config_module
+from chillfl.cli import main
 
 if not hasattr(config_module, "MAX_NAME_BYTES"):  # an older tree: let the test module import
     config_module.MAX_NAME_BYTES = 200  # type: ignore[attr-defined]
@@ -40,10 +43,6 @@ assert spec and spec.loader
 hostile = importlib.util.module_from_spec(spec)
 sys.modules["hostile"] = hostile
 spec.loader.exec_module(hostile)
-
-from hypothesis import HealthCheck, given, seed, settings
-
-from chillfl.cli import main
 
 
 def collect(n: int, rng_seed: int) -> list:
@@ -57,6 +56,20 @@ def collect(n: int, rng_seed: int) -> list:
 
     draw()
     return cases
+
+
+def save_cases(cases: list, path: str) -> None:
+    """One JSON line a case: its path, field and value as TOML text (what the run reads; :func:`load_cases` reads it)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for c in cases:
+            f.write(json.dumps({"path": list(c.path), "field": c.field, "toml": hostile.toml_value(c.value)}) + "\n")
+
+
+def load_cases(path: str) -> list:
+    """The cases :func:`save_cases` wrote, each value as its TOML text (written into the config as is)."""
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [hostile.Case(tuple(r["path"]), hostile.Raw(r["toml"]), r["field"]) for r in rows]
 
 
 def run_one(case, timeout: float, out_kind: str | None = None) -> tuple[str, str]:
@@ -117,6 +130,7 @@ def run_one(case, timeout: float, out_kind: str | None = None) -> tuple[str, str
 
 
 def main_cli() -> None:
+    torch.set_num_threads(1)  # before the first fork: the children run one thread each
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=400)
     parser.add_argument("--seed", type=int, default=17)
@@ -126,15 +140,14 @@ def main_cli() -> None:
     parser.add_argument("--load", help="run the cases saved by --save instead of generating")
     args = parser.parse_args()
     if args.load:  # the exact cases of an earlier run (hypothesis' generation is not stable across trees)
-        with open(args.load, "rb") as f:
-            generated = pickle.load(f)
+        generated = load_cases(args.load)
     else:
         generated = collect(args.n, args.seed)
     if args.save:
-        with open(args.save, "wb") as f:
-            pickle.dump(generated, f)
+        save_cases(generated, args.save)
     cases = [(c, None) for c in generated]
-    digest = hashlib.sha256(repr([(c.path, c.value, c.field) for c, _ in cases]).encode()).hexdigest()[:12]
+    # over the values' TOML text: a saved and reloaded set of cases has the digest of the set it was saved from
+    digest = hashlib.sha256(repr([(c.path, hostile.toml_value(c.value), c.field) for c, _ in cases]).encode()).hexdigest()[:12]
     print(f"{len(cases)} generated cases (sha256 {digest})", flush=True)
     base = hostile.Case(("name",), "ok", "out_dir")
     cases += [(base, "file"), (base, "under_file"), (base, "proc"), (base, "state_dir_file")] * 5

@@ -1,4 +1,5 @@
-"""One chunk of clients on the vectorised executor's GPU path: ``batched_conv = "grouped"`` against ``"gemm"`` and ``"nhwc"``.
+"""One chunk of clients on the vectorised executor's GPU path: ``batched_conv = "grouped"`` against ``"gemm"``, ``"nhwc"``
+and ``"loop"``.
 
     python benchmarks/conv_layouts.py --device cuda [--clients 50] [--samples 500] [--out OUTDIR]
 
@@ -6,7 +7,7 @@ Workload 1's model (the McMahan CNN on 3x32x32, batch 50, plain SGD) trains
 ``--clients`` clients of ``--samples`` random samples for one epoch as ONE
 resident chunk (``VectorizedExecutor(accelerator=True)``: the code a GPU runs;
 on the CPU the same path, forced), in fp32 and bf16, with each
-``batched_conv`` (chillfl.training.conv_gemm). It prints, per setting, the
+``batched_conv`` (chillfl.training.conv_gemm, conv_nhwc). It prints, per setting, the
 milliseconds of one vmapped step (the chunk's time over its steps, after a
 warm-up chunk), per client step, and on CUDA the kernel launches a step
 (torch.profiler) and the peak memory. Nothing here is imported by the package;
@@ -33,7 +34,7 @@ def settings(device: str) -> list[tuple[str, str]]:
     from chillfl.training.local import bf16_supported
 
     precisions = ["fp32"] + (["bf16"] if bf16_supported(torch.device(device)) else [])
-    return [(conv, p) for p in precisions for conv in ("grouped", "gemm", "nhwc")]
+    return [(conv, p) for p in precisions for conv in ("grouped", "gemm", "nhwc", "loop")]
 
 
 def measure(device: str, clients: int, samples: int, conv: str, precision: str, repeats: int) -> dict[str, Any]:

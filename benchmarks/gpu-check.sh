@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check of issues 26 and 39 in one script: environment, the CUDA suite, the benchmark (workloads 1, 2,
-# 4, 3, BlazeFL in the same run; workload 1 also with tf32, bf16, CUDA graphs, batched_conv = "nhwc" and without
+# 4, 3, BlazeFL in the same run; workload 1 also with tf32, bf16, CUDA graphs, batched_conv = "nhwc" and "loop" and without
 # deterministic algorithms) and the issue's targets, met or missed; then the diagnostics: workload 1's convolutions op by op in
 # every form and setting (conv_kernels.py), profiles of workload 1's round (with CUDA graphs, eager), workload 2's
-# start-up phase by phase, one chunk of workload 1's clients with batched_conv = "grouped", "gemm" and "nhwc"
+# start-up phase by phase, one chunk of workload 1's clients with batched_conv = "grouped", "gemm", "nhwc" and "loop"
 # (conv_layouts.py), profiles of workload 2's round and of workload 1's with "gemm", and the vmapped step eager
 # against torch.compile (compile_step.py).
 #
@@ -176,13 +176,14 @@ else
     # Modes run in the order listed (run.py), most telling first, so that a step that runs out of time (its JSON
     # keeps what was measured) loses the least: graphed fp32 and bf16, BlazeFL, then the rest. The fp32 target is
     # fp32/tf32: W1 also with tf32 tensor cores, graphed; `+nhwc` (batched_conv = "nhwc": the grouped convolutions
-    # channels-last, for tensor cores) in bf16 and tf32; `auto` and `auto+bf16` are the eager twins; `+nondet`
+    # channels-last, for tensor cores) and `+loop` (one channels-last convolution per client, replayed in the step's
+    # graph) in bf16 and tf32; `auto` and `auto+bf16` are the eager twins; `+nondet`
     # (deterministic = false) says what PyTorch's deterministic algorithms cost. Only W3's target reads the
     # compute bound, and only W1's the launch counts: the rest skip them (each is a process of 10-40 s; on
     # 2026-11-30 they left W3 and W4 unmeasured). The `gemm` convolutions (5x slower there) are left to
     # conv-kernels.
     W1=(--workload 1 --rounds 2 --no-bound --ops-modes "chillfl[auto],chillfl[auto+graphs]" --timeout 35
-        --modes "chillfl[auto+graphs],chillfl[auto+bf16+graphs],blazefl[threads],chillfl[auto+bf16+nhwc+graphs],chillfl[auto+tf32+graphs],chillfl[auto+tf32+nhwc+graphs],chillfl[auto],chillfl[auto+bf16],chillfl[auto+graphs+nondet]")
+        --modes "chillfl[auto+graphs],chillfl[auto+bf16+graphs],blazefl[threads],chillfl[auto+bf16+nhwc+graphs],chillfl[auto+bf16+loop+graphs],chillfl[auto+tf32+graphs],chillfl[auto+tf32+nhwc+graphs],chillfl[auto+tf32+loop+graphs],chillfl[auto],chillfl[auto+bf16],chillfl[auto+graphs+nondet]")
     # compile = true last: its first round compiles (seconds), and the step's timeout leaves room for it
     W2=(--workload 2 --rounds 3 --no-bound --no-ops --modes "chillfl[auto],chillfl[auto+graphs],blazefl[serial],blazefl[threads],chillfl[auto+graphs+compile]" --timeout 40)
     W3=(--workload 3 --rounds 3 --no-ops --modes "chillfl[auto],chillfl[auto+bf16]" --timeout 25)

@@ -31,7 +31,7 @@ then legitimately means sequential; the result notes ``parallel_module``).
 
 Variants: ``<executor>``, then optional ``+<precision>`` (the override ``precision =
 "bf16"`` or ``"tf32"``), ``+channels_last`` / ``+contiguous`` (``memory_format``) and
-``+gemm`` / ``+grouped`` / ``+nhwc`` (``batched_conv``), ``+graphs`` (``cuda_graphs = true``), ``+compile`` (``compile = true``) and
+``+gemm`` / ``+grouped`` / ``+nhwc`` / ``+loop`` (``batched_conv``), ``+graphs`` (``cuda_graphs = true``), ``+compile`` (``compile = true``) and
 ``+nondet`` (``deterministic = false``: what PyTorch's deterministic algorithms cost on a GPU; no effect on a CPU);
 a config that rejects one makes the mode "not available: <reason>".
 The spec's ``device`` becomes the config's ``device``.
@@ -80,7 +80,7 @@ def overrides(w: Workload, variant: str, rounds: int, seed: int, device: str = "
     ``+graphs`` / ``+compile`` / ``+nondet`` parts."""
     executor, *options = variant.split("+")
     formats = [o for o in options if o in ("channels_last", "contiguous")]
-    convs = [o for o in options if o in ("grouped", "gemm", "nhwc")]
+    convs = [o for o in options if o in ("grouped", "gemm", "nhwc", "loop")]
     switches = {o for o in options if o in ("graphs", "compile", "nondet")}
     precision = next((o for o in options if o not in formats and o not in convs and o not in switches), "")
     model = {"name": "mcmahan_cnn"} if w.model == "cnn" else {"name": "mlp", "hidden": [64]}

@@ -201,7 +201,7 @@ def test_conv_layouts_reports_each_batched_conv(tmp_path: Path) -> None:
     assert conv_layouts.main(["--device", "cpu", "--clients", "2", "--samples", "50", "--repeats", "1", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "conv-layouts.json").read_text())
     assert [(r["batched_conv"], r["precision"]) for r in report["rows"]] == conv_layouts.settings("cpu")
-    assert {r["batched_conv"] for r in report["rows"]} == {"grouped", "gemm", "nhwc"} and all(r["ms_per_step"] > 0 for r in report["rows"])
+    assert {r["batched_conv"] for r in report["rows"]} == {"grouped", "gemm", "nhwc", "loop"} and all(r["ms_per_step"] > 0 for r in report["rows"])
     assert torch.get_num_threads() == threads  # its --threads 1 is restored
 
 

@@ -1,12 +1,13 @@
 """``batched_conv = "gemm"``: the clients' convolutions as im2col + one batched matrix product (chillfl.training.conv_gemm).
 
-The checks that hold for both rewrites of the vmapped step's convolutions (``gemm`` and ``nhwc``) are parametrized here."""
+The checks that hold for every rewrite of the vmapped step's convolutions (``gemm``, ``nhwc`` and ``loop``) are parametrized here."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections import Counter
+from functools import partial
 
 import pytest
 import torch
@@ -23,7 +24,7 @@ from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.runner import run_experiment
 from chillfl.training.batched_conv import batched_conv_mode
 from chillfl.training.conv_gemm import GemmConvolutions, conv1d_as_gemm, conv2d_as_gemm
-from chillfl.training.conv_nhwc import conv2d_nhwc
+from chillfl.training.conv_nhwc import PER_CLIENT, conv2d_nhwc
 from chillfl.training.local import LocalSpec, bf16_supported, model_state
 
 from float_paths import REL, TRAJECTORY_REL
@@ -40,7 +41,7 @@ def test_a_convolution_worked_out_by_hand():
     assert conv2d_as_gemm(x, w, stride=2, padding=1).tolist() == [[[[-1.0, -3.0], [-7.0, -4.0]]]]
 
 
-@pytest.mark.parametrize("form", [conv2d_as_gemm, conv2d_nhwc], ids=["gemm", "nhwc"])
+@pytest.mark.parametrize("form", [conv2d_as_gemm, conv2d_nhwc, partial(conv2d_nhwc, fold=PER_CLIENT)], ids=["gemm", "nhwc", "loop"])
 @pytest.mark.parametrize(
     "stride, padding, dilation, channels_last, bias",
     [(1, 0, 1, False, True), (1, 2, 1, False, False), (2, 1, 1, True, True), ((1, 2), (0, 1), (2, 1), False, True), (1, 1, 1, True, False)],
@@ -176,16 +177,19 @@ def test_only_plain_convolutions_are_rewritten():
 
 
 NEEDS_BF16_CONV = pytest.mark.skipif(not bf16_supported(torch.device("cpu")), reason="this CPU has no bf16 kernels (oneDNN): its bf16 convolutions not run")
-"""``nhwc`` keeps the convolution itself, in bf16 under autocast (``gemm`` computes bf16 matrix products, which run anywhere)."""
+"""``nhwc`` and ``loop`` keep the convolution itself, in bf16 under autocast (``gemm`` computes bf16 matrix products, which
+run anywhere)."""
 
 REACHED = {
     "gemm": lambda seen: seen.calls["im2col"],  # one unfold a layer and step
     "nhwc": lambda seen: sum(1 for _, groups, channels_last, _ in seen.convs if groups > 1 and channels_last),  # grouped, NHWC
+    # a client's own NHWC gradients (the chunk-size estimate runs a plain forward, whose input may be NHWC too: C = 1)
+    "loop": lambda seen: sum(1 for op, groups, channels_last, _ in seen.convs if op == "convolution_backward" and groups == 1 and channels_last),
 }
 """How many of a rewrite's own calls a vmapped run made: > 0 where the config reached the vectorised step."""
 
 
-@pytest.mark.parametrize("conv", ["gemm", "nhwc"])
+@pytest.mark.parametrize("conv", ["gemm", "nhwc", "loop"])
 def test_vectorized_executor_with_rewritten_convolutions_equals_sequential_within_rounding(conv):
     """The accelerator (GPU) policy on the CPU, batch norm and unequal clients (stragglers sit out)."""
     model = _cnn()
@@ -200,8 +204,10 @@ def test_vectorized_executor_with_rewritten_convolutions_equals_sequential_withi
     assert ex.fallback_reason is None and REACHED[conv](counter) > 0  # really vmapped, really rewritten
     if conv == "gemm":
         assert counter.calls["convolution"] == 2 and "convolution_backward" not in counter.calls  # only the chunk-size estimate's plain forward
-    else:
+    elif conv == "nhwc":
         assert any(groups == 4 and channels_last for _, groups, channels_last, _ in counter.convs)  # the whole chunk in one call
+    else:
+        assert all(groups == 1 for _, groups, _, _ in counter.convs)  # each client's own convolutions, never vmap's grouped one
     ref = SequentialExecutor(model, spec).run(jobs)  # one client at a time: the convolutions themselves
     for a, b in zip(ref, got, strict=True):
         assert a.num_steps == b.num_steps
@@ -222,7 +228,7 @@ def test_the_chunk_size_estimate_counts_the_columns():
 BASE = {**PRECISION_BASE, "executor": "vectorized"}  # digits, the FLex&Chill CNN (vmapped on the CPU), 2 rounds
 
 
-@pytest.mark.parametrize("conv", ["gemm", "nhwc"])
+@pytest.mark.parametrize("conv", ["gemm", "nhwc", "loop"])
 def test_a_run_with_rewritten_convolutions_is_deterministic_and_follows_the_grouped_run(conv):
     runs, reached = [], []
     for batched in (conv, conv, "grouped"):
@@ -242,10 +248,10 @@ def test_a_bad_value_exits_2_naming_the_field(tmp_path, capsys):
     config.write_text(f'out_dir = "{tmp_path / "out"}"\n')
     assert main(["run", str(config), "-q", "federation.rounds=1", "batched_conv=im2col"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "chillfl: error: batched_conv: unknown value 'im2col'; allowed: grouped, gemm, nhwc"
+    assert err == "chillfl: error: batched_conv: unknown value 'im2col'; allowed: grouped, gemm, nhwc, loop"
 
 
-@pytest.mark.parametrize("conv", ["gemm", pytest.param("nhwc", marks=NEEDS_BF16_CONV)])
+@pytest.mark.parametrize("conv", ["gemm", pytest.param("nhwc", marks=NEEDS_BF16_CONV), pytest.param("loop", marks=NEEDS_BF16_CONV)])
 def test_bf16_vmapped_rewritten_step_with_batch_norm_trains(conv):
     """The CPU's batched batch norm refuses an NHWC bf16 input with fp32 statistics: the fp32 batch-norm mode takes it."""
     model = _cnn()

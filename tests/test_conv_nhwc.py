@@ -1,4 +1,5 @@
-"""``batched_conv = "nhwc"``: the clients' convolutions as one channels-last grouped convolution (chillfl.training.conv_nhwc).
+"""``batched_conv = "nhwc"`` / ``"loop"``: the clients' convolutions channels-last, as one grouped convolution or one per
+client (chillfl.training.conv_nhwc).
 
 What it shares with ``gemm`` (the vectorised executor against the sequential one, a whole run, bf16 with batch norm) is
 tested in tests/test_conv_gemm.py."""
@@ -13,7 +14,7 @@ from torch.func import functional_call, grad, vmap
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from chillfl.training.batched_conv import batched_conv_mode
-from chillfl.training.conv_nhwc import NhwcConvolutions, conv2d_nhwc, fold_input, fold_weight, max_pool2d_nhwc
+from chillfl.training.conv_nhwc import PER_CLIENT, LoopConvolutions, NhwcConvolutions, conv2d_nhwc, fold_input, fold_weight, max_pool2d_nhwc
 from chillfl.training.local import bf16_supported
 
 from test_conv_gemm import _AsksForChannelsLast, _vmapped_grads
@@ -51,20 +52,49 @@ def test_vmapped_step_runs_every_convolution_grouped_and_nhwc_with_the_same_grad
     ])
 
 
-def test_unbatched_weights_are_each_clients_own():
+def test_the_per_client_fold_puts_the_clients_in_the_batch_each_one_channels_last():
+    """``loop``: client b's sample i is row b * N + i of the folded tensor, and each client's rows are one contiguous
+    channels-last batch (what its own convolution takes without a copy)."""
+    x = torch.arange(2 * 3 * 2 * 4 * 5, dtype=torch.float32).reshape(2, 3, 2, 4, 5)  # [clients 2, N 3, C 2, H 4, W 5]
+    folded = PER_CLIENT.input(x)
+    assert folded.shape == (6, 2, 4, 5) and folded.is_contiguous(memory_format=torch.channels_last)
+    for b in range(2):
+        assert torch.equal(folded[b * 3:(b + 1) * 3], x[b]) and folded[b * 3:(b + 1) * 3].is_contiguous(memory_format=torch.channels_last)
+    back, dim = PER_CLIENT.output(folded, 2)
+    assert dim == 0 and torch.equal(back, x)
+    assert PER_CLIENT.input(back).data_ptr() == folded.data_ptr()  # a previous layer's output folds without a copy
+
+
+def test_vmapped_step_runs_each_clients_convolutions_nhwc_with_the_same_gradients():
+    """``loop``: the gradients of vmap's own grouped convolutions; below vmap every convolution and gradient is a plain
+    (groups = 1) channels-last call, one a client, and the data's gradient is never taken."""
+    got, seen = _vmapped_grads(3, "loop")
+    ref, _ = _vmapped_grads(3, "grouped")
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=1e-5)
+    assert sorted(seen.convs) == sorted(3 * [
+        ("convolution", 1, True, None), ("convolution", 1, True, None),  # the two layers' forwards
+        ("convolution_backward", 1, True, (False, True, False)),  # first layer: its weight gradient only (the input is data)
+        ("convolution_backward", 1, True, (True, False, False)), ("convolution_backward", 1, True, (False, True, False)),  # second layer
+    ])
+
+
+@pytest.mark.parametrize("mode", [NhwcConvolutions, LoopConvolutions])
+def test_unbatched_weights_are_each_clients_own(mode):
     """A weight vmap does not batch (one model for every client's input) is expanded to each client: same as F.conv2d."""
     g = torch.Generator().manual_seed(3)
     x, w, b = torch.randn(4, 2, 3, 7, 7, generator=g), torch.randn(5, 3, 3, 3, generator=g), torch.randn(5, generator=g)
-    with NhwcConvolutions():
+    with mode():
         got = vmap(lambda xb: F.conv2d(xb, w, b, padding=1))(x)
     torch.testing.assert_close(got, torch.stack([F.conv2d(xb, w, b, padding=1) for xb in x]), rtol=1e-5, atol=1e-5)
 
 
-def test_batch_norm_after_an_nhwc_convolution_gets_an_input_vmap_can_question():
+@pytest.mark.parametrize("conv", ["nhwc", "loop"])
+def test_batch_norm_after_an_nhwc_convolution_gets_an_input_vmap_can_question(conv):
     """torch 2.11's CUDA batch norm asks its input's layout, which vmap cannot answer for the NHWC output (as with
     ``gemm``): the mode hands it a contiguous copy, and the gradients stay those of vmap's own convolutions."""
     with _AsksForChannelsLast():
-        got, _ = _vmapped_grads(3, "nhwc")
+        got, _ = _vmapped_grads(3, conv)
     ref, _ = _vmapped_grads(3, "grouped")
     for k in ref:
         torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=1e-5)
@@ -128,15 +158,17 @@ class _Copies(TorchDispatchMode):
         return out
 
 
-def test_convolutions_and_max_pools_keep_the_clients_nhwc_with_fewer_copies_and_the_same_gradients():
-    """Each max-pool runs on the clients' folded NHWC tensor (3 clients x 8 channels), so a convolution's output
-    reaches the next one without vmap's NCHW round trip: fewer bytes copied than the grouped step, same gradients."""
+@pytest.mark.parametrize("conv, pooled", [("nhwc", (24, True)), ("loop", (8, True))])
+def test_convolutions_and_max_pools_keep_the_clients_nhwc_with_fewer_copies_and_the_same_gradients(conv, pooled):
+    """Each max-pool runs once on the clients' folded NHWC tensor (``nhwc``: 3 clients x 8 channels; ``loop``: the
+    clients in the batch, 8 channels), so a convolution's output reaches the next one without vmap's NCHW round trip:
+    fewer bytes copied than the grouped step, same gradients."""
     model = _two_blocks()
     g = torch.Generator().manual_seed(8)
     params = {k: v.detach() + 0.01 * torch.randn(3, *v.shape, generator=g) for k, v in model.named_parameters()}
     x, y = torch.randn(3, 4, 3, 14, 14, generator=g), torch.randint(0, 5, (3, 4), generator=g)
     results = {}
-    for mode in ("grouped", "nhwc"):
+    for mode in ("grouped", conv):
         def loss(p, xb, yb, mode=mode):
             with batched_conv_mode(mode, vmapped=True):
                 return F.cross_entropy(functional_call(model, p, (xb,)), yb)
@@ -144,11 +176,11 @@ def test_convolutions_and_max_pools_keep_the_clients_nhwc_with_fewer_copies_and_
         seen = _Copies()
         with seen:
             results[mode] = vmap(grad(loss))(params, x, y), seen
-    (got, nhwc), (ref, grouped) = results["nhwc"], results["grouped"]
+    (got, mine), (ref, grouped) = results[conv], results["grouped"]
     for k in ref:
         torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=1e-5)
-    assert nhwc.pools == [(24, True), (24, True)] and all(channels != 24 for channels, _ in grouped.pools)
-    assert nhwc.copied < grouped.copied / 2, (nhwc.copied, grouped.copied)
+    assert mine.pools == [pooled, pooled] and not any(channels_last for _, channels_last in grouped.pools)
+    assert mine.copied < grouped.copied / 2, (mine.copied, grouped.copied)
 
 
 def test_a_max_pool_that_returns_its_indices_runs_as_it_was():

@@ -128,7 +128,8 @@ def deterministic_cuda():
     torch.use_deterministic_algorithms(was)
 
 
-CONVS = pytest.mark.parametrize("conv", ["grouped", "gemm", "nhwc"])  # batched_conv: vmap's grouped convolution, im2col + batched GEMM, or NHWC grouped
+CONVS = pytest.mark.parametrize("conv", ["grouped", "gemm", "nhwc", "loop"])
+"""batched_conv: vmap's grouped convolution, im2col + batched GEMM, NHWC grouped, or NHWC one per client."""
 
 
 @needs_cuda
@@ -335,21 +336,22 @@ CNN_CASES = [case for case in CASES if case.values[0]["model.name"] != "mlp"]
 the vmapped step's convolutions changes."""
 
 
+@pytest.mark.parametrize("conv", ["nhwc", "loop"])
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("config", CNN_CASES)
-def test_every_cnn_method_with_nhwc_convolutions(config: dict[str, Any], precision: str, strict_vectorized: None) -> None:
-    """``batched_conv = "nhwc"`` (chillfl.training.conv_nhwc) on the registry's CNN methods: two rounds on the device,
+def test_every_cnn_method_with_nhwc_convolutions(config: dict[str, Any], precision: str, conv: str, strict_vectorized: None) -> None:
+    """``batched_conv = "nhwc"`` / ``"loop"`` (chillfl.training.conv_nhwc) on the registry's CNN methods: two rounds on the device,
     fp32 repeated bit for bit, round 1's training loss close to the default grouped convolutions'.
 
     Round 1, not 2: FedAlign's ResNet-20 with batch norm spreads rounding fast. On the CPU under the accelerator
     policy its round-2 loss was 1.1138 sequential, 1.1216 grouped, 1.1231 gemm, 1.1292 nhwc (round 1: within 4e-3)."""
     over = {**config, "device": SUITE_DEVICE, "executor": "vectorized", "precision": precision}
-    out = run_experiment(load_config(None, {**over, "batched_conv": "nhwc"}), write=False, progress=False)
+    out = run_experiment(load_config(None, {**over, "batched_conv": conv}), write=False, progress=False)
     grouped = run_experiment(load_config(None, over), write=False, progress=False)
     assert len(out.records) == 2 and math.isfinite(out.records[-1]["train_loss"])
     assert out.records[0]["train_loss"] == pytest.approx(grouped.records[0]["train_loss"], rel=1e-2 if precision == "fp32" else 5e-2)
     if precision == "fp32":
-        assert run_experiment(load_config(None, {**over, "batched_conv": "nhwc"}), write=False, progress=False).records == out.records
+        assert run_experiment(load_config(None, {**over, "batched_conv": conv}), write=False, progress=False).records == out.records
 
 
 # ---------------------------------------------------------------- every registered model (generated from the registry)

@@ -135,9 +135,9 @@ def test_replayed_steps_equal_eager_steps_bitwise_with_batchnorm_and_short_batch
     assert not torch.equal(graphed[0].params["1.running_mean"], jobs[0].start["1.running_mean"])  # batch norm really ran in the replays
 
 
-@pytest.mark.parametrize("conv", ["gemm", "nhwc"])
+@pytest.mark.parametrize("conv", ["gemm", "nhwc", "loop"])
 def test_replayed_steps_with_rewritten_convolutions_equal_eager_steps_bitwise(conv: str) -> None:
-    """``batched_conv`` rewrites the step's convolutions (``nhwc``: custom autograd functions with vmap rules): what the
+    """``batched_conv`` rewrites the step's convolutions (``nhwc`` / ``loop``: custom autograd functions with vmap rules): what the
     recorder captures from them replays to the eager bits too."""
     model = _model()
     spec = LocalSpec(epochs=3, batch_size=8, momentum=0.9, cuda_graphs=True, batched_conv=conv)

@@ -433,14 +433,16 @@ class RunConfig:
     run (``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32``, restored after); refused on
     other devices, which have no such mode. ``fp32`` keeps torch's defaults (on CUDA, cuDNN
     convolutions may already use TF32: torch's own default; matmuls do not)."""
-    batched_conv: Literal["grouped", "gemm", "nhwc"] = "grouped"
+    batched_conv: Literal["grouped", "gemm", "nhwc", "loop"] = "grouped"
     """How the vectorised executor's vmapped step runs the clients' convolutions (Conv2d, Conv1d): ``grouped`` (vmap's
     one grouped convolution, the clients folded into the channels), ``gemm`` (each client's convolution as
-    im2col + one matrix product, all clients in ONE batched GEMM: :mod:`chillfl.training.conv_gemm`) or ``nhwc``
+    im2col + one matrix product, all clients in ONE batched GEMM: :mod:`chillfl.training.conv_gemm`), ``nhwc``
     (vmap's grouped convolution laid out channels-last, the clients' channels interleaved, Conv2d only:
-    :mod:`chillfl.training.conv_nhwc`); the last two are meant for GPUs, where cuDNN ran the grouped form one kernel
-    per client. ``gemm`` was slower on the CPU, and on an H200 workload 1's round took 5x as long; ``nhwc`` is not
-    yet measured on a GPU (docs/gpu.md). Same maths, other rounding; sequential training is unaffected."""
+    :mod:`chillfl.training.conv_nhwc`) or ``loop`` (one plain channels-last convolution per client, the clients
+    folded into the batch between layers, Conv2d only; the same module; meant with ``cuda_graphs = true``); the last
+    three are meant for GPUs, where cuDNN ran the grouped form one kernel per client. ``gemm`` was slower on the
+    CPU, and on an H200 workload 1's round took 5x as long; ``nhwc`` and ``loop`` are not yet measured on a GPU
+    (docs/gpu.md). Same maths, other rounding; sequential training is unaffected."""
     cuda_graphs: bool = False
     """On a CUDA device, the vectorised executor records each chunk's step of all its clients once per batch shape as a
     CUDA graph and replays it: one launch a step instead of about 1,500 (:mod:`chillfl.executors.step_graphs`); later

@@ -2,7 +2,8 @@
 
 * ``grouped`` (default): as vmap folds them, one grouped convolution in NCHW order;
 * ``gemm``: im2col + one batched matrix product (:mod:`chillfl.training.conv_gemm`);
-* ``nhwc``: one grouped convolution in NHWC order, the clients' channels interleaved (:mod:`chillfl.training.conv_nhwc`).
+* ``nhwc``: one grouped convolution in NHWC order, the clients' channels interleaved (:mod:`chillfl.training.conv_nhwc`);
+* ``loop``: one plain NHWC convolution per client, the clients folded into the batch (the same module).
 
 One client's step (sequential training, the CPU's client-by-client path) always keeps its plain convolutions.
 """
@@ -13,9 +14,9 @@ from contextlib import nullcontext
 from typing import Any
 
 from chillfl.training.conv_gemm import GemmConvolutions
-from chillfl.training.conv_nhwc import NhwcConvolutions
+from chillfl.training.conv_nhwc import LoopConvolutions, NhwcConvolutions
 
-MODES = {"gemm": GemmConvolutions, "nhwc": NhwcConvolutions}
+MODES = {"gemm": GemmConvolutions, "nhwc": NhwcConvolutions, "loop": LoopConvolutions}
 """``batched_conv`` -> the TorchFunctionMode a vmapped step's forward runs under (``grouped``: none)."""
 
 

@@ -1,4 +1,4 @@
-"""What the vmapped step's convolution rewrites share (``batched_conv = "gemm"`` / ``"nhwc"``): the call they take over,
+"""What the vmapped step's convolution rewrites share (``batched_conv = "gemm"`` / ``"nhwc"`` / ``"loop"``): the call they take over,
 and the batch norm after it.
 
 Both are ``TorchFunctionMode`` s around the step's forward: they see each functional convolution call with its

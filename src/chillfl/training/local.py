@@ -147,8 +147,9 @@ class LocalSpec:
     precision: str = "fp32"
     """``fp32`` or ``bf16`` (the forward under bf16 autocast; see the module docstring)."""
     batched_conv: str = "grouped"
-    """How a vmapped step runs the clients' ``conv2d`` / ``conv1d``: ``grouped`` (vmap's grouped convolution) or ``gemm``
-    (im2col + one batched matrix product: :mod:`chillfl.training.conv_gemm`). One client's step is unaffected."""
+    """How a vmapped step runs the clients' ``conv2d`` / ``conv1d``: ``grouped`` (vmap's grouped convolution), ``gemm``
+    (im2col + one batched matrix product: :mod:`chillfl.training.conv_gemm`), ``nhwc`` or ``loop`` (channels-last,
+    grouped or per client: :mod:`chillfl.training.conv_nhwc`). One client's step is unaffected."""
     cuda_graphs: bool = False
     """The vectorised executor records a chunk's steps on a CUDA device as CUDA graphs and replays them
     (:mod:`chillfl.executors.step_graphs`); elsewhere, and for steps it cannot replay, steps run as they are."""
@@ -290,10 +291,10 @@ class Fp32BatchNorm(TorchFunctionMode):
 
 
 def batch_norm_mode(spec: "LocalSpec", device: torch.device, vmapped: bool) -> Any:
-    """:class:`Fp32BatchNorm` where it is needed (bf16, vmapped, on CUDA or after ``batched_conv = "gemm"`` / ``"nhwc"``), else nothing.
+    """:class:`Fp32BatchNorm` where it is needed (bf16, vmapped, on CUDA or after ``batched_conv = "gemm"`` / ``"nhwc"`` / ``"loop"``), else nothing.
 
     The CPU's batched batch norm refuses a bf16 input with fp32 statistics too when the input is laid out
-    NHWC, as ``gemm``'s and ``nhwc``'s convolutions return it (:mod:`chillfl.training.batched_conv`).
+    NHWC, as the ``gemm``, ``nhwc`` and ``loop`` convolutions return it (:mod:`chillfl.training.batched_conv`).
     """
     needed = spec.precision == "bf16" and vmapped and (device.type == "cuda" or spec.batched_conv != "grouped")
     return Fp32BatchNorm() if needed else nullcontext()

@@ -117,12 +117,13 @@ except ImportError as exc:
 EOF
 }
 
-# The CUDA suite in 10 parallel shards (one GPU, 16 cores): the registry's cases are most of its time (on the
-# H200 on 2026-11-30, in 8 shards, the vectorized "algorithm-fed" shard took 138 s, the others 28-91 s).
+# The CUDA suite in 11 parallel shards (one GPU, 16 cores): the registry's cases are most of its time (on the
+# H200 on 2026-11-30, in 8 shards, the vectorized "algorithm-fed" shard took 138 s, the others 28-91 s). The CNN
+# methods under the nhwc and loop convolutions (8 runs) have a shard of their own.
 cuda_suite() {
     local env=()
     [ "$SMOKE" = 1 ] && env=(env CHILLFL_CUDA_SUITE_DEVICE=cpu)
-    local shards=("not every_method"
+    local shards=("not every_method and not every_cnn_method" "every_cnn_method"
                   "every_method and algorithm-fed and sequential"
                   "every_method and algorithm-fed and vectorized and fp32" "every_method and algorithm-fed and vectorized and not fp32"
                   "every_method and algorithm and not algorithm-fed and sequential"

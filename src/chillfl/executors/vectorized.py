@@ -162,7 +162,7 @@ import queue
 import types
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import torch
 import torch.utils._pytree as pytree
@@ -757,7 +757,8 @@ class VectorizedExecutor:
                 rate = lr.at(batch.step, None, ())  # constant within the chunk (:meth:`graphed`): the graph keeps it
 
                 def step(xy: Sequence[torch.Tensor], rate: float | torch.Tensor = rate, s: int = batch.step) -> None:
-                    totals.add_(self._step(losses_of, params, buffers, opt_state, xy[0], xy[1], temperature, rate, every, None, s, self._compiled_for(xy[0])))
+                    inputs = StepInputs(xy[0], xy[1], temperature, every)
+                    totals.add_(self._step(losses_of, params, buffers, opt_state, inputs, rate, None, s, self._compiled_for(xy[0])))
 
                 if left is not None:
                     left[batch.x.shape[1]] -= 1
@@ -772,7 +773,8 @@ class VectorizedExecutor:
             later = deferred if rows is None else None
             rate = lr.at(batch.step, rows, batch.members)
             compiled = self._compiled_for(batch.x) if rows is None else None  # steps of only some clients stay eager (chillfl.executors.compiled)
-            losses = self._step(losses_of, p, b, m, batch.x, batch.y, _rows(temperature, rows), rate, context.select(rows), later, batch.step, compiled, batch.members)
+            inputs = StepInputs(batch.x, batch.y, _rows(temperature, rows), context.select(rows))
+            losses = self._step(losses_of, p, b, m, inputs, rate, later, batch.step, compiled, batch.members)
             if rows is None:
                 totals += losses  # float32 losses into float64 sums: each converted exactly, then added in float64
             else:
@@ -794,11 +796,8 @@ class VectorizedExecutor:
         params: Params,
         buffers: Params,
         opt_state: OptState,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        t: torch.Tensor,
+        inputs: StepInputs,
         lr: float | torch.Tensor,
-        leaves: list[torch.Tensor],
         deferred: DeferredOuter | None = None,
         step: int = 0,
         compiled: CompiledSteps | None = None,
@@ -817,12 +816,12 @@ class VectorizedExecutor:
         """
         private, optim = self.spec.private, self.spec.optim
         if private is not None:  # DP-SGD: clipped, noised per-sample gradients (unfactored loss: the probe factors nothing)
-            losses, grads = losses_of.private(private, params, buffers, x, y, t, leaves, members, step)
+            losses, grads = losses_of.private(private, params, buffers, inputs, members, step)
             factors: Factors = {}
         else:
-            losses, grads, factors = losses_of.grads(params, buffers, x, y, t, leaves, deferred.pending() if deferred is not None else {}, compiled)
+            losses, grads, factors = losses_of.grads(params, buffers, inputs, deferred.pending() if deferred is not None else {}, compiled)
             if optim.sam_rho:  # FedSAM / FedASAM (never deferred, never compiled: see _probe and own_gradient_step)
-                grads, factors = losses_of.sharpened(params, buffers, x, y, t, leaves, grads, factors, optim.sam_rho, optim.sam_adaptive)
+                grads, factors = losses_of.sharpened(params, buffers, inputs, grads, factors, optim.sam_rho, optim.sam_adaptive)
         if deferred is not None:
             for i, key in enumerate(params):
                 if key not in deferred.rows:
@@ -857,11 +856,11 @@ class VectorizedExecutor:
         params, buffers, _ = _stack_states(replica.model, [job.start, job.start], {}, frozen=self.spec.frozen)
         context = stack_contexts([job.context, job.context], _float_dtype(params), job.x.device)
         t = torch.full((2,), float(job.temperature), dtype=_float_dtype(params), device=job.x.device)
-        args: tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]] = (stack([job.x[idx]] * 2), stack([job.y[idx]] * 2), t, [])
+        inputs = StepInputs(stack([job.x[idx]] * 2), stack([job.y[idx]] * 2), t, [])
         replica.model.train()
         losses_of = _Vmapped(replica.loss_fn, context)
         replica.loss_fn.factor = False
-        _, dense, _ = losses_of.grads(params, buffers, *args)  # batch-norm statistics touched here are discarded
+        _, dense, _ = losses_of.grads(params, buffers, inputs)  # batch-norm statistics touched here are discarded
         self._layouts = {k: dim_order(g) for (k, w), g in zip(params.items(), dense) if g is not None and dim_order(g) != dim_order(w)}
         if self.spec.compiled or self.spec.private is not None:  # a compiled forward is one autograd node: the gradient at a linear
             # layer's output is not reachable; DP-SGD's per-sample gradients are torch.func's, of the unfactored loss
@@ -869,7 +868,7 @@ class VectorizedExecutor:
             return
         replica.loss_fn.factor = True
         try:
-            _, grads, factors = losses_of.grads(params, buffers, *args)
+            _, grads, factors = losses_of.grads(params, buffers, inputs)
             rtol = 1e-4 if self.spec.precision == "fp32" else 1e-2  # bf16/tf32: the dense weight gradient is a reduced-precision matmul
             mismatch = [k for k, d, g in zip(params, dense, grads) if not _close(_full_grad(g, factors.get(k, []), params[k]), d, rtol)]
         except NotVectorizable as exc:  # e.g. a bias-free linear layer on the (constant) input
@@ -905,6 +904,15 @@ def _slot_tree(
     return params, buffers, opt_state, temperature, shared, context.batched, lr.constant, totals
 
 
+class StepInputs(NamedTuple):
+    """What one vmapped step reads besides the clients' states: their batches, temperatures and context leaves."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    t: torch.Tensor
+    leaves: list[torch.Tensor]
+
+
 class _Vmapped:
     """A replica's step loss vmapped over clients, and its gradients (dense and factored).
 
@@ -923,10 +931,7 @@ class _Vmapped:
         self,
         params: Params,
         buffers: Params,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        t: torch.Tensor,
-        leaves: list[torch.Tensor],
+        inputs: StepInputs,
         pending: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
         compiled: CompiledSteps | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor | None], Factors]:
@@ -942,14 +947,14 @@ class _Vmapped:
         """
         try:
             with torch.enable_grad():
-                losses, captured = self._forward(params, buffers, x, y, t, leaves, pending, compiled)
+                losses, captured = self._forward(params, buffers, inputs, pending, compiled)
                 grads, factors = step_grads(losses.sum(), params, self.loss_fn.keys, captured)
                 return losses, grads, factors
         except ConfigError:  # a term that does not fit (TermError) is the config's fault, not vmap's: no fallback
             raise
         except Exception as exc:  # noqa: BLE001 - an op without a batching rule, dropout, client-dependent control flow, ...
             if compiled is not None:  # the compiled forward or backward failed: the compiler's fault if the step runs eagerly
-                self.grads(params, buffers, x, y, t, leaves, pending)  # the step's own error propagates from here (NotVectorizable)
+                self.grads(params, buffers, inputs, pending)  # the step's own error propagates from here (NotVectorizable)
                 raise compile_failure(exc) from exc
             raise NotVectorizable(f"the training step cannot be vmapped ({type(exc).__name__}: {exc})") from exc
 
@@ -957,16 +962,13 @@ class _Vmapped:
         self,
         params: Params,
         buffers: Params,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        t: torch.Tensor,
-        leaves: list[torch.Tensor],
+        inputs: StepInputs,
         pending: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
         compiled: CompiledSteps | None = None,
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """The clients' losses [C] and the factored linear calls' (input, output) pairs, vmapped (or compiled)."""
         pkeys, bkeys, dkeys = list(params), list(buffers), list(pending or {})
-        np_, nb, nl = len(pkeys), len(bkeys), len(leaves)
+        np_, nb, nl = len(pkeys), len(bkeys), len(inputs.leaves)
 
         def flat_loss(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
             p, b = dict(zip(pkeys, flat[:np_])), dict(zip(bkeys, flat[np_ : np_ + nb]))
@@ -977,7 +979,7 @@ class _Vmapped:
             return (value, *(tensor for pair in captured for tensor in pair))
 
         deferred = [tensor for k in dkeys for tensor in (pending or {})[k]]
-        args = (*params.values(), *buffers.values(), x, y, t, *leaves, *deferred)
+        args = (*params.values(), *buffers.values(), inputs.x, inputs.y, inputs.t, *inputs.leaves, *deferred)
         losses, *flat_captured = compiled(flat_loss, args) if compiled is not None else vmap(flat_loss)(*args)
         return losses, list(zip(flat_captured[::2], flat_captured[1::2]))
 
@@ -985,10 +987,7 @@ class _Vmapped:
         self,
         params: Params,
         buffers: Params,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        t: torch.Tensor,
-        leaves: list[torch.Tensor],
+        inputs: StepInputs,
         grads: list[torch.Tensor | None],
         factors: Factors,
         rho: float,
@@ -998,7 +997,7 @@ class _Vmapped:
         stacked: each client's perturbation by its own norm; the second forward on a copy of the buffers)."""
 
         def evaluate(p: Params, b: Params) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-            losses, captured = self._forward(p, b, x, y, t, leaves)
+            losses, captured = self._forward(p, b, inputs)
             return losses.sum(), captured  # d(sum)/d(p_i) is client i's own gradient (the class docstring)
 
         try:
@@ -1016,10 +1015,7 @@ class _Vmapped:
         clipping: PrivateGradients,
         params: Params,
         buffers: Params,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        t: torch.Tensor,
-        leaves: list[torch.Tensor],
+        inputs: StepInputs,
         members: Sequence[int],
         step: int,
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
@@ -1031,7 +1027,7 @@ class _Vmapped:
             return self.loss_fn(p, b, xi, yi, ti, self.context.rebuild(lc))
 
         try:
-            return clipping.stacked_gradients(loss, params, buffers, x, y, t, leaves, seeds, step)
+            return clipping.stacked_gradients(loss, params, buffers, inputs.x, inputs.y, inputs.t, inputs.leaves, seeds, step)
         except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 - as in grads()

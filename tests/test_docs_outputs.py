@@ -15,6 +15,7 @@ from chillfl.docs_outputs import (
     find_blocks,
     is_session,
     main,
+    output_shape,
     replace_blocks,
     run_command,
     split_keep,
@@ -96,12 +97,38 @@ def test_check_reruns_only_blocks_made_on_this_machine() -> None:
     assert check_blocks(DOC, lambda cmd: "changed\n", old)[0][1] == "chillfl compare x --seeds 0,1: its output differs"
 
 
+def test_output_shape_masks_numbers_and_column_widths() -> None:
+    intel = "T = 1     91.75 ± 0.88  (2/3 hold)\nlaunches 1,354, diverged: 6\n"
+    amd = "T = 1     9.41 ± 1.12   (1/3 hold)\nlaunches 987, diverged: 6\n"
+    assert output_shape(intel) == output_shape(amd) == "T = # # ± # (#/# hold)\nlaunches #, diverged: #\n"
+    assert output_shape("acc -0.58 at 12:30\n") == "acc # at #\n"
+    assert output_shape("a line\n") != output_shape("a line\nanother\n")  # a line more is a difference
+    assert output_shape("fedavg 0.91\n") != output_shape("fedprox 0.91\n")  # so is a label
+
+
+def test_a_block_made_elsewhere_is_checked_numbers_aside_with_shape() -> None:
+    """``--other-machines shape`` (CI's): a block made on another CPU is rerun and compared with its numbers masked."""
+    calls = []
+
+    def rounded_elsewhere(command: str) -> str:
+        calls.append(command)
+        return "| a 0.5   | b |\n" if command.startswith("chillfl compare") else "x\n"
+
+    doc = DOC.replace("| a | b |", "| a 0.25 | b |")
+    here = "New CPU (AVX512), 2 CPUs, ..."
+    problems, notes = check_blocks(doc, rounded_elsewhere, here, other_machines="shape")
+    assert calls == ["chillfl compare x --seeds 0,1"]  # the unnamed block fails without a run, as in every mode
+    assert problems == ["chillfl run -q: names no machine (no 'Made on:' line)"] and len(notes) == 1 and notes[0].endswith("masked")
+    problems, _ = check_blocks(doc, lambda command: "| a 0.25 | c |\n", here, other_machines="shape")
+    assert problems[1].endswith("here its output differs beyond its numbers")  # a label changed: stale on any machine
+
+
 def test_clean_output() -> None:
     assert clean_output("a  \nresults: x/y\nb\n\n\n") == "a\nb\n"
     assert clean_output("") == "\n"
 
 
-def test_main_writes_and_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_main_writes_and_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     doc = tmp_path / "doc.md"
     doc.write_text(DOC)
     monkeypatch.setattr("chillfl.docs_outputs.run_command", lambda cmd, figures_to=None: "fresh\n")
@@ -112,6 +139,11 @@ def test_main_writes_and_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr("chillfl.docs_outputs.this_machine", lambda: "Other CPU (AVX2)")
     assert main([str(doc), "--check"]) == 1  # the same bytes, but this machine did not make them
     assert main([str(doc), "--check", "--other-machines", "skip"]) == 0  # ... which CI elsewhere may leave unchecked
+    capsys.readouterr()
+    assert main([str(doc), "--check", "--other-machines", "shape"]) == 0  # ... or rerun, numbers aside (the same output here)
+    assert "(0 of 2 block(s) rerun, byte-identical; 2 rerun, the same but for their numbers)" in capsys.readouterr().err
+    monkeypatch.setattr("chillfl.docs_outputs.run_command", lambda cmd, figures_to=None: "fresh\nand more\n")
+    assert main([str(doc), "--check", "--other-machines", "shape"]) == 1  # a line more: stale whatever the machine
 
 
 def test_run_command_runs_python_in_a_temporary_folder(tmp_path: Path) -> None:

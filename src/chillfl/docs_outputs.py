@@ -17,7 +17,10 @@ torch build rounds differently). ``--check`` therefore first compares that line
 with this machine's: a block made elsewhere is reported as "made on ..., this
 machine is ..." and fails without running its command (it cannot be verified
 here; regenerate it, or check it on its machine; ``--other-machines skip``
-lists it as not checked instead, as CI does). On the same machine it reruns
+lists it as not checked instead, and ``--other-machines shape``, as CI does,
+reruns it and compares it with every number masked: the command still runs
+and prints the same lines and labels, while the numbers, which another CPU
+rounds differently, are not held to). On the same machine it reruns
 the command and fails on any byte of difference. A block without the line is
 stale.
 
@@ -210,23 +213,41 @@ def check_blocks(text: str, run: Runner, machine: str, *, other_machines: str = 
     """Why each stale block of ``text`` is stale (empty: every block is current on ``machine``), and which
     blocks were not checked.
 
-    A block made on another machine is not rerun: its bytes are only promised
-    there, so a difference here would say nothing and a match would be luck.
-    With ``other_machines = "skip"`` such a block is listed as not checked
-    instead of stale (CI on a contributor's machine checks the blocks made on
-    its kind of machine only, and says which it left).
+    A block made on another machine is not compared byte for byte: its bytes
+    are only promised there, so a difference here would say nothing and a match
+    would be luck. With ``other_machines = "skip"`` such a block is listed as
+    not checked instead of stale; with ``"shape"`` it is rerun and compared
+    numbers aside (:func:`output_shape`), and listed as checked so (CI, whose
+    machine may not be the one that made a block).
     """
     problems: list[str] = []
     skipped: list[str] = []
     for b in find_blocks(text):
         if b.machine is None:
             problems.append(f"{b.label}: names no machine (no 'Made on:' line)")
+        elif b.machine != machine and other_machines == "shape":
+            if output_shape(clean_output(run(b.command))) != output_shape(b.body):
+                problems.append(f"{b.label}: made on {b.machine}; here its output differs beyond its numbers")
+            else:
+                skipped.append(f"{b.label}: made on {b.machine}; this machine is {machine}: {MASKED}")
         elif b.machine != machine:
             note = f"{b.label}: made on {b.machine}; this machine is {machine}: not checked"
             (skipped if other_machines == "skip" else problems).append(note)
         elif clean_output(run(b.command)) != b.body:
             problems.append(f"{b.label}: its output differs")
     return problems, skipped
+
+
+MASKED = "checked with its numbers masked"
+"""How a note of :func:`check_blocks` ends for a block made elsewhere and rerun under ``other_machines = "shape"``."""
+_NUMBER_RUN = re.compile(r"[-+]?\d+(?:[.,:]\d+)*")
+_BLANKS = re.compile(r"[ \t]+")
+
+
+def output_shape(body: str) -> str:
+    """``body`` with every number (``91.75``, ``-0.58``, ``2/3``'s parts, ``1,354``) as ``#`` and each run of blanks as one
+    space: what a block says whatever the CPU's rounding (column widths follow the numbers' widths, so blanks too)."""
+    return _BLANKS.sub(" ", _NUMBER_RUN.sub("#", body))
 
 
 SUMMARY_MARK = "<!-- summary of the output blocks -->"
@@ -520,9 +541,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print every block's command; run nothing")
     parser.add_argument(
         "--other-machines",
-        choices=("fail", "skip"),
+        choices=("fail", "skip", "shape"),
         default="fail",
-        help="with --check, a block made on another machine: stale (fail, the default) or listed as not checked (skip)",
+        help="with --check, a block made on another machine: stale (fail, the default), listed as not checked (skip), "
+        "or rerun and compared with its numbers masked (shape)",
     )
     args = parser.parse_args(argv)
     files = list(args.files or default_files())
@@ -557,9 +579,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             for problem in problems:
                 print(f"stale: {path}: {problem}", file=sys.stderr)
             for note in skipped:
-                print(f"not checked: {path}: {note}", file=sys.stderr)
+                print(f"made elsewhere: {path}: {note}", file=sys.stderr)
             if not problems:
-                print(f"current: {path} ({len(blocks) - len(skipped)} of {len(blocks)} block(s) rerun, byte-identical)", file=sys.stderr)
+                masked = sum(note.endswith(MASKED) for note in skipped)
+                aside = f"; {masked} rerun, the same but for their numbers" if masked else ""
+                print(f"current: {path} ({len(blocks) - len(skipped)} of {len(blocks)} block(s) rerun, byte-identical{aside})", file=sys.stderr)
             stale += bool(problems)
             continue
         new = replace_blocks(text, run, machine)

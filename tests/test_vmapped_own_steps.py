@@ -3,6 +3,8 @@ sequential executor up to float rounding (the DP noise the very draws it makes),
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 
 import pytest
@@ -149,11 +151,15 @@ def test_dp_sgd_steps_are_not_recorded_and_equal_sequential_resident() -> None:
     pytest.param(LocalSpec(epochs=1, batch_size=8, compiled=True, optim=Optimizer("sgd", sam_rho=0.05)), id="sam"),
     pytest.param(LocalSpec(epochs=1, batch_size=8, compiled=True, private=PerSampleClipping(1.0, 1.0)), id="dp-sgd"),
 ])
-def test_under_compile_they_still_train_client_by_client_with_the_reason_recorded(spec: LocalSpec) -> None:
-    """What is not vmapped falls back to the per-client path (bitwise the sequential step), saying why."""
+def test_under_compile_they_still_train_vmapped_and_eager_saying_why(spec: LocalSpec, caplog: pytest.LogCaptureFixture) -> None:
+    """Compiled graphs are the plain step's: these steps stay vmapped and eager, bitwise the run without ``compile``
+    (client by client, the way they ran before, they were several times slower), and a warning says so."""
     model = _mlp()
     jobs = _jobs(model, (16, 9))
-    vec, got = _vectorized(model, spec, jobs, None)
-    assert vec._per_client and vec.per_client_reason is not None and ("sam_rho" in vec.per_client_reason or "DP-SGD" in vec.per_client_reason)
-    _bitwise(SequentialExecutor(model, spec).run(jobs), got)
+    with caplog.at_level(logging.WARNING, logger="chillfl"):
+        vec, got = _vectorized(model, spec, jobs, None)
+    assert not vec._per_client and vec._compiled is None and vec.uncompiled_reason is not None
+    assert any("not compiled" in r.getMessage() and "vmapped, eagerly" in r.getMessage() for r in caplog.records)
+    _, eager = _vectorized(model, dataclasses.replace(spec, compiled=False), jobs, None)
+    _bitwise(eager, got)
 

@@ -458,7 +458,7 @@ class RunConfig:
     A compiled run is reproducible (same config and seed, same bits on one machine, torch build and thread count; resume
     included) but not bitwise equal to the eager run or to the other executors; each new step shape pays a compile of
     seconds, shared by a sweep's runs of one method and model. Steps of only some clients, short last batches, the CPU's
-    client-by-client path for large convolutions, and evaluation stay eager. Needs a C++ compiler on the CPU and Triton on
+    client-by-client path for large convolutions, SAM's and DP-SGD's steps (vmapped), and evaluation stay eager. Needs a C++ compiler on the CPU and Triton on
     a GPU; off by default: on the CPU it was slower (docs/gpu.md has the measurements)."""
     strict: bool = False
     """An exploding training loss that stays finite (>= 1e4 x round 1's, or above 1e3: :mod:`chillfl.engine.health`)

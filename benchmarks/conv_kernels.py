@@ -11,7 +11,8 @@ rest of the step, for every way worth weighing:
 * ``grouped``: what vmap makes, ``conv2d(x [N, B*C_in, H, W], w [B*C_out, C_in, k, k], groups=B)``: in NCHW
   (rows ``grouped-*-nchw``) as ``batched_conv = "grouped"`` runs it, channels-last (``grouped-*-nhwc``) as
   ``batched_conv = "nhwc"`` does;
-* ``loop``: one plain convolution per client (groups = 1) on one stream;
+* ``loop``: one plain convolution per client (groups = 1) on one stream, as ``batched_conv = "loop"`` runs them
+  (channels-last);
 * ``streams``: the same, the clients spread round-robin over ``--streams`` CUDA streams (CUDA only);
 * ``gemm``: im2col (``unfold``) and one batched matrix product over all clients, as ``batched_conv = "gemm"``;
 
@@ -73,7 +74,8 @@ def settings(device: str) -> list[Setting]:
     out += [Setting("grouped", "fp32", channels_last=True), Setting("grouped", "bf16", channels_last=True)]
     if cuda:  # the algorithm choice: only cuDNN has one to make
         out += [Setting("grouped", "fp32", deterministic=False, benchmark=True), Setting("grouped", "bf16", True, False, True)]
-    out += [Setting("loop", "fp32"), Setting("loop", "bf16", channels_last=True)]
+    # loop in both layouts: batched_conv = "loop" runs each client's convolution channels-last, fp32 (TF32) and bf16
+    out += [Setting("loop", "fp32"), Setting("loop", "fp32", channels_last=True), Setting("loop", "bf16", channels_last=True)]
     if cuda:
         out += [Setting("streams", "fp32"), Setting("streams", "bf16", channels_last=True)]
     out += [Setting("gemm", "fp32"), Setting("gemm", "bf16")]

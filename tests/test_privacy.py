@@ -416,6 +416,18 @@ def test_adaptive_clip_moves_and_resumes(tmp_path: Path, monkeypatch: pytest.Mon
     check_resume("algorithm.fedavg", "sequential", 1, tmp_path, monkeypatch, **{"privacy.mechanism": "dp-fedavg", "privacy.delta": 1e-3, **ADAPTIVE})
 
 
+@pytest.mark.parametrize(("per_round", "sigma", "written", "expected"), [(40, 1.0, 0.0, 2.0), (10, 1.5, 0.0, 1.5), (40, 1.0, 0.7, 0.7)])
+def test_count_noise_default_is_the_larger_of_m_over_20_and_sigma(per_round: int, sigma: float, written: float, expected: float) -> None:
+    # docs/privacy.md: count_noise 0 means max(m / 20, sigma), m = clients_per_round (Andrew et al.'s m/20, raised to sigma
+    # for small runs); m = 40: 40 / 20 = 2 > 1; m = 10: 0.5 < 1.5; a written value is kept
+    from chillfl.privacy.mechanisms.dp_fedavg import DpFedAvgOptions, settle
+    from chillfl.privacy.spec import Noise, RunSizes
+
+    noise = Noise(1.0, sigma, RunSizes(100, per_round, 3, 32, 1, (50,) * 100), 0)
+    assert settle(DpFedAvgOptions(target_quantile=0.5, count_noise=written), noise).count_noise == expected
+    assert settle(DpFedAvgOptions(count_noise=written), noise).count_noise == 0.0  # fixed clipping: no count released
+
+
 def test_adaptive_clip_refusals() -> None:
     with pytest.raises(ConfigError) as err:
         build_experiment(config(**{**ADAPTIVE, "privacy.mechanism": "local"}))

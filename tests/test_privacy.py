@@ -104,6 +104,24 @@ def test_local_aggregate_by_hand() -> None:
     assert torch.allclose(out["w"], expected, atol=1e-12)
 
 
+@pytest.mark.parametrize("mechanism", ["dp-fedavg", "local"])
+def test_forged_updates_are_clipped_with_the_rest_the_attack_wrapper_is_outermost(mechanism: str) -> None:
+    # docs/attacks.md: the attack wrapper is outermost, so under either mechanism the server-side clip (and the
+    # simulated client noise of local) also acts on what an attacker forged
+    from chillfl.attacks.aggregate import AttackedAggregation
+    from chillfl.settings.attack import AttackConfig
+
+    scaling = AttackConfig.from_table({"kind": "scaling", "factor": 100.0}, "attack")
+    exp = build_experiment(config(**{"privacy.mechanism": mechanism, "attack.kind": "scaling", "attack.clients": [1]}))
+    assert isinstance(exp.aggregator, AttackedAggregation) and isinstance(exp.aggregator.base, PrivateAggregation)
+    # by hand, sigma = 0: client 1 (the attacker) sends w + 100 (0.03, 0.04) = (3, 4), norm 5, clipped to C = 1: (0.6, 0.8);
+    # client 0's (0.3, 0.4) has norm 0.5 and is kept; local's plain mean over n = 2: (0.45, 0.6)
+    glob = {"w": torch.zeros(2, dtype=torch.float64)}
+    private = PrivateAggregation(FedAvg(), client_noise=True, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11)
+    out = AttackedAggregation(private, scaling, frozenset({1}), 11).aggregate(glob, _results([0.3, 0.4], [0.03, 0.04]), round=0)
+    assert torch.allclose(out["w"], torch.tensor([0.45, 0.6], dtype=torch.float64), atol=1e-12)
+
+
 # ---------------------------------------------------------------- the accountant
 
 

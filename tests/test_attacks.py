@@ -182,6 +182,12 @@ def test_attackers_are_drawn_from_the_seed() -> None:
     assert attackers(attack(), 10, 3) == frozenset()
 
 
+@pytest.mark.parametrize(("fraction", "clients", "count"), [(0.25, 10, 2), (0.3, 5, 2), (0.35, 10, 4), (0.15, 10, 2)])
+def test_the_attacker_count_is_pythons_round_halves_to_even(fraction: float, clients: int, count: int) -> None:
+    # docs/attacks.md: round(fraction * num_clients), Python's round: 2.5 -> 2, 1.5 -> 2, 3.5 -> 4
+    assert len(attackers(attack("scaling", fraction=fraction), clients, 0)) == count
+
+
 @pytest.mark.parametrize(
     ("table", "field"),
     [

@@ -65,6 +65,22 @@ def test_client_models_where_the_protocol_keeps_them(data: chillfl.TensorData) -
     assert sizes == [4, 4]
 
 
+def test_a_personalised_methods_personal_models_whatever_checkpoint_client_models(data: chillfl.TensorData) -> None:
+    # docs/python-api.md: run.client_states() holds each client's personal model for a method that keeps one (Ditto's v_k),
+    # without checkpoint.client_models; Result.client_states only with it
+    kept: list[dict[int, dict[str, torch.Tensor]]] = []
+
+    def clients(record: dict[str, Any], run: Any) -> None:
+        kept.append(run.client_states())
+
+    config = {**SMALL, "federation": {"num_clients": 4, "rounds": 2}, "algorithm": {"name": "ditto"}}
+    torch.manual_seed(0)
+    result = chillfl.run(Net(), data, config, callbacks=[clients], write=False, progress=False)
+    assert [sorted(k) for k in kept] == [[0, 1, 2, 3]] * 2 and not result.client_states
+    assert all(set(s) == set(result.state) for s in kept[-1].values())
+    assert any(not torch.equal(kept[-1][0][k], result.state[k]) for k in result.state)  # v_k, not the global model
+
+
 def test_early_stopping_leaves_a_complete_resumable_run(tmp_path: Path) -> None:
     config = {
         "name": "es", "out_dir": str(tmp_path / "out"), "dataset": {"name": "digits"}, "model": {"name": "mlp"},

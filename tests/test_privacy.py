@@ -104,6 +104,24 @@ def test_local_aggregate_by_hand() -> None:
     assert torch.allclose(out["w"], expected, atol=1e-12)
 
 
+@pytest.mark.parametrize("mechanism", ["dp-fedavg", "local"])
+def test_forged_updates_are_clipped_with_the_rest_the_attack_wrapper_is_outermost(mechanism: str) -> None:
+    # docs/attacks.md: the attack wrapper is outermost, so under either mechanism the server-side clip (and the
+    # simulated client noise of local) also acts on what an attacker forged
+    from chillfl.attacks.aggregate import AttackedAggregation
+    from chillfl.settings.attack import AttackConfig
+
+    scaling = AttackConfig.from_table({"kind": "scaling", "factor": 100.0}, "attack")
+    exp = build_experiment(config(**{"privacy.mechanism": mechanism, "attack.kind": "scaling", "attack.clients": [1]}))
+    assert isinstance(exp.aggregator, AttackedAggregation) and isinstance(exp.aggregator.base, PrivateAggregation)
+    # by hand, sigma = 0: client 1 (the attacker) sends w + 100 (0.03, 0.04) = (3, 4), norm 5, clipped to C = 1: (0.6, 0.8);
+    # client 0's (0.3, 0.4) has norm 0.5 and is kept; local's plain mean over n = 2: (0.45, 0.6)
+    glob = {"w": torch.zeros(2, dtype=torch.float64)}
+    private = PrivateAggregation(FedAvg(), client_noise=True, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11)
+    out = AttackedAggregation(private, scaling, frozenset({1}), 11).aggregate(glob, _results([0.3, 0.4], [0.03, 0.04]), round=0)
+    assert torch.allclose(out["w"], torch.tensor([0.45, 0.6], dtype=torch.float64), atol=1e-12)
+
+
 # ---------------------------------------------------------------- the accountant
 
 
@@ -414,6 +432,18 @@ def test_adaptive_clip_moves_and_resumes(tmp_path: Path, monkeypatch: pytest.Mon
     assert norms[0] == 0.1 and norms[1] != norms[0]
     assert [r["epsilon"] for r in records] == pytest.approx([gaussian_epsilon(1.5, t, 1e-3) for t in (1, 2, 3)], rel=1e-9)  # same budget
     check_resume("algorithm.fedavg", "sequential", 1, tmp_path, monkeypatch, **{"privacy.mechanism": "dp-fedavg", "privacy.delta": 1e-3, **ADAPTIVE})
+
+
+@pytest.mark.parametrize(("per_round", "sigma", "written", "expected"), [(40, 1.0, 0.0, 2.0), (10, 1.5, 0.0, 1.5), (40, 1.0, 0.7, 0.7)])
+def test_count_noise_default_is_the_larger_of_m_over_20_and_sigma(per_round: int, sigma: float, written: float, expected: float) -> None:
+    # docs/privacy.md: count_noise 0 means max(m / 20, sigma), m = clients_per_round (Andrew et al.'s m/20, raised to sigma
+    # for small runs); m = 40: 40 / 20 = 2 > 1; m = 10: 0.5 < 1.5; a written value is kept
+    from chillfl.privacy.mechanisms.dp_fedavg import DpFedAvgOptions, settle
+    from chillfl.privacy.spec import Noise, RunSizes
+
+    noise = Noise(1.0, sigma, RunSizes(100, per_round, 3, 32, 1, (50,) * 100), 0)
+    assert settle(DpFedAvgOptions(target_quantile=0.5, count_noise=written), noise).count_noise == expected
+    assert settle(DpFedAvgOptions(count_noise=written), noise).count_noise == 0.0  # fixed clipping: no count released
 
 
 def test_adaptive_clip_refusals() -> None:

@@ -297,6 +297,23 @@ def test_the_check_sees_a_name_in_code() -> None:
     assert {name for name in FAMILY.built_in_names() if any(_spells(t, name) for t in texts)} == {"dp-fedavg", "dp-sgd", "local"}
 
 
+def test_the_pages_privacy_table_refuses_another_mechanisms_options_as_the_page_says(tmp_path: Path) -> None:
+    """docs/privacy.md's first [privacy] table, as a reader copies it: it loads as written, and switched to another
+    mechanism its dp-fedavg options are refused with one line naming their owner (a table holding every mechanism's
+    options would instead be read as an older result folder's, and drop them without a word)."""
+    page = (Path(__file__).parent.parent / "docs" / "privacy.md").read_text(encoding="utf-8")
+    snippet = re.search(r"```toml\n(\[privacy\]\n.*?)```", page, re.S)
+    assert snippet is not None
+    table = snippet.group(1)
+    (tmp_path / "as_written.toml").write_text(table)
+    assert load_config(tmp_path / "as_written.toml").privacy.mechanism == "dp-fedavg"
+    switched = re.sub(r'^mechanism = "dp-fedavg"', 'mechanism = "local"', table, flags=re.M)
+    (tmp_path / "switched.toml").write_text(switched)
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "switched.toml")
+    assert err.value.field in {"privacy.target_quantile", "privacy.clip_lr", "privacy.count_noise"} and "an option of dp-fedavg" in err.value.message
+
+
 @pytest.mark.parametrize(("mechanism", "own"), [("dp-fedavg", {"target_quantile", "clip_lr", "count_noise"}), ("local", {"row_norm"}), ("dp-sgd", set())])
 def test_an_older_result_folders_flat_privacy_table_still_loads(tmp_path: Path, mechanism: str, own: set[str]) -> None:
     """A result folder written before each mechanism had its own options lists all eleven: its config.toml must still

@@ -281,3 +281,8 @@ def test_an_older_result_folders_flat_attack_table_still_loads(tmp_path: Path) -
     with pytest.raises(ConfigError) as err:  # written by hand, another kind's option is still refused
         load_config(None, {"attack": {"kind": "lie", "sigma": 0.5, "z": 1.0}})
     assert err.value.field == "attack.sigma" and "'sigma' is an option of gaussian" in err.value.message
+    flat = {"factor": 0.0, "sigma": 1.0, "z": 0.0, "label_map": [], "target": 0, "poison_fraction": 0.5, "trigger_size": 2}
+    with pytest.raises(ConfigError) as err:  # every kind's options, by hand: a setting of another kind is refused, not dropped
+        load_config(None, {"attack": {"kind": "scaling", **flat, "factor": 5.0, "target": 3}})
+    assert err.value.field == "attack.target" and "an option of backdoor" in err.value.message
+    assert load_config(None, {"attack": {"kind": "scaling", **flat, "factor": 5.0}}).attack.options.factor == 5.0  # defaults: dropped

@@ -299,8 +299,7 @@ def test_the_check_sees_a_name_in_code() -> None:
 
 def test_the_pages_privacy_table_refuses_another_mechanisms_options_as_the_page_says(tmp_path: Path) -> None:
     """docs/privacy.md's first [privacy] table, as a reader copies it: it loads as written, and switched to another
-    mechanism its dp-fedavg options are refused with one line naming their owner (a table holding every mechanism's
-    options would instead be read as an older result folder's, and drop them without a word)."""
+    mechanism its dp-fedavg options are refused with one line naming their owner."""
     page = (Path(__file__).parent.parent / "docs" / "privacy.md").read_text(encoding="utf-8")
     snippet = re.search(r"```toml\n(\[privacy\]\n.*?)```", page, re.S)
     assert snippet is not None
@@ -330,3 +329,13 @@ def test_an_older_result_folders_flat_privacy_table_still_loads(tmp_path: Path, 
     with pytest.raises(ConfigError) as err:  # written by hand, another mechanism's option is still refused
         load_config(None, {"privacy": {"mechanism": "dp-sgd", "row_norm": "l1"}})
     assert err.value.field == "privacy.row_norm" and "'row_norm' is an option of local" in err.value.message
+
+
+def test_a_flat_table_written_by_hand_keeps_another_mechanisms_setting_and_is_refused() -> None:
+    """A table that holds all four mechanism-specific options looks like an older result folder's; only options at their
+    owner's default are dropped then (they change nothing), so a setting is refused, naming its owner, never lost."""
+    table = {"mechanism": "local", "row_norm": "l2", "target_quantile": 0.5, "clip_lr": 0.2, "count_noise": 0.0}
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"privacy": table})
+    assert err.value.field == "privacy.target_quantile" and "an option of dp-fedavg" in err.value.message
+    assert load_config(None, {"privacy": {**table, "target_quantile": 0.0}}).privacy.mechanism == "local"  # all defaults: as before

@@ -32,6 +32,15 @@ class NamedSpec(Protocol):
     def summary(self) -> str: ...
 
 
+def _same(value: Any, default: Any) -> bool:
+    """``value`` as TOML read it equals a dataclass default (a tuple default is written and read back as a list)."""
+    if isinstance(value, bool) or isinstance(default, bool):
+        return value is default
+    if isinstance(default, tuple):
+        return isinstance(value, list) and list(default) == value
+    return bool(value == default)
+
+
 def option_names(cls: type) -> set[str]:
     """The options a dataclass takes (its init fields)."""
     return {f.name for f in dataclasses.fields(cls) if f.init}
@@ -63,11 +72,22 @@ class Choice:
 
     def rest(self, table: Mapping[str, Any], own: type | None) -> list[str]:
         """The table's keys beyond the shared options, as written; an older result folder's other choices' options left out
-        (that version ignored them)."""
+        where they hold their owner's default (that version wrote them all and ignored them).
+
+        Only defaults: a table written by hand that happens to hold every one of them (a reference table copied whole)
+        keeps its other choices' options, and one set to something else is refused as such, naming its owner, rather
+        than dropped without a word; dropping a default changes nothing.
+        """
         keys = [k for k in table if k not in option_names(self.shared)]
         if own is not None and self.flat_before and self.flat_before <= set(table):
-            keys = [k for k in keys if k not in self.flat_before or k in option_names(own)]
+            own_names = option_names(own)
+            keys = [k for k in keys if k not in self.flat_before or k in own_names or not self._is_default(k, table[k])]
         return keys
+
+    def _is_default(self, key: str, value: Any) -> bool:
+        """Whether ``value`` is the default of ``key`` in every choice that takes it (as a result folder wrote it)."""
+        defaults = [f.default for spec in self.specs().values() for f in dataclasses.fields(spec.options) if f.name == key and f.init]
+        return bool(defaults) and all(_same(value, d) for d in defaults)
 
     def held(self, table: Mapping[str, Any], keys: list[str]) -> tuple[tuple[str, Any], ...]:
         """Options written while the table is off, each checked as the choices that own it check it (one of them must

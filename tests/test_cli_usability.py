@@ -215,3 +215,13 @@ def test_a_command_line_argparse_refuses_is_one_line(capsys: pytest.CaptureFixtu
         main(argv)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(line) and err.rstrip().endswith("--help` shows the usage")
+
+
+@pytest.mark.parametrize("flag", [["--shard", "1/2"], ["--strict"]])
+def test_data_show_does_not_take_the_flags_of_a_run(capsys: pytest.CaptureFixture[str], flag: list[str]) -> None:
+    """``data show --help`` listed ``--shard K/N`` and ``--strict`` (a comparison's share, an exploding loss), which it
+    accepted and ignored: it runs no training. They are refused as unknown, in one line."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["data", "show", "demo", *flag])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and f"unrecognized arguments: {flag[0]}" in err

@@ -421,7 +421,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"chillfl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def common(p: argparse.ArgumentParser, config_required: bool) -> None:
+    def common(p: argparse.ArgumentParser, config_required: bool, trains: bool = True) -> None:
+        """The options of a command that reads a config; ``trains``: it runs training (``--strict``, ``--shard``), not ``data show``."""
         if config_required:
             p.add_argument("config", help="TOML config file or bundled experiment name")
         else:
@@ -433,6 +434,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
         p.add_argument("--out", dest="out_dir", help="parent folder of the result folder (the config's `out_dir`)")
         p.add_argument("--data-dir", dest="data_dir", help="where datasets live (the config's `data_dir`)")
         p.add_argument("--dry-run", action="store_true", help="print the resolved config as TOML and exit (nothing is run or written)")
+        if not trains:
+            return
         p.add_argument("--strict", action="store_true", default=None, help="warnings are errors (the config's `strict`): an exploding loss stops the run (exit 3); compare exits 3 if any run failed")
         p.add_argument("--shard", metavar="K/N", help="run the K-th of N shares of a comparison's runs into its shared folder OUT/NAME-compare.partial "
                                                       "(one per job of a cluster's array job); the last shard to end writes the table")
@@ -477,7 +480,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("data", help="inspect the federated partition; download real datasets")
     dsub = p.add_subparsers(dest="data_command", required=True)
     ds = dsub.add_parser("show", help="per-client sizes and class counts, and a heat map PNG")
-    common(ds, True)
+    common(ds, True, trains=False)
     ds.add_argument("-o", "--output", help="heat map PNG path (default: <out_dir>/data-show/<name>-partition.png, e.g. results/data-show/demo-partition.png)")
     ds.set_defaults(func=cmd_data_show)
     dd = dsub.add_parser("download", help="fetch a real dataset (checked, resumable) into the folder its loader reads")

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from chillfl._version import __version__
 from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file
-from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, StorageError, SweepFailed, did_you_mean, one_line
+from chillfl.errors import DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, MissingExtra, StorageError, SweepFailed, did_you_mean, one_line
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
 from chillfl.options import short_repr
@@ -617,9 +617,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         if runner is not None and isinstance(exc.__context__, runner.RunInterrupted):  # a late signal while the run's interruption unwound
             return _interrupted(exc.__context__)
         leaves = args.command in PARTIAL_FOLDERS  # an analysis, a report, a listing: nothing to resume
-        print("chillfl: interrupted" + ("; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)" if leaves else ""),
-              file=sys.stderr)
-        return 128 + (exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
+        received: BaseException = exc
+        if isinstance(exc, ComparisonInterrupted):  # a comparison stopped between runs: its folder is known
+            said, received = f"; resume with: chillfl resume {exc.folder}", exc.__cause__ or exc
+        else:
+            said = "; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)" if leaves else ""
+        print("chillfl: interrupted" + said, file=sys.stderr)
+        return 128 + (received.signum if isinstance(received, Terminated) else signal.SIGINT)
     except BrokenPipeError:
         if not _stdout_closed():  # another pipe's: a bug to see
             raise

@@ -100,7 +100,7 @@ def _report(out: "RunOutput") -> int:
 
 def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespace | None = None, writes: bool = True) -> int:
     """``--dry-run``: build and check every part as the run would, then print the resolved config
-    (file < overrides < flags) as it would be saved; nothing runs and nothing is written.
+    (file < flags < overrides, as :func:`_load` merges them) as it would be saved; nothing runs and nothing is written.
 
     A mistake a run would hit exits 2 here. For ``compare``, every variant, tuning point and
     seed is checked. Without the dataset's files only names and options are checked (one note).

@@ -69,6 +69,10 @@ def test_run_with_a_switched_partitioner_is_accepted(tmp_path: Path, capsys: pyt
          "objective.proximal_mu: algorithm 'pa3fed' already adds the proximal term mu/2 ||w - w^t||^2 (FedProx) (its own options, or those of "
          "'fedprox', algorithm.base_options); set one of the two"),
         (["run", "{base}", "federaton.rounds=3"], "federaton: unknown key or section (did you mean 'federation'?)"),
+        # Flower's num_rounds, FL-bench's flat keys: a section's option written at the top level names its section
+        (["run", "{base}", "rounds=3"], "rounds: unknown key or section (an option of [federation]: federation.rounds); allowed: "),
+        (["run", "{base}", "lr=0.1"], "lr: unknown key or section (an option of [client]: client.lr); allowed: "),
+        (["run", "{base}", "clip_norm=1"], "clip_norm: unknown key or section (an option of [client], [privacy]: client.clip_norm, privacy.clip_norm); "),
         (["compare", "{base}", "--grid", "algorithm.name=fedavg,fedavgg"], "algorithm.name: unknown value 'fedavgg' (did you mean 'fedavg'?)"),
         (["run", "{base}", "model.name=[1,2]"], "model.name: must be a string (a registered name), got list [1, 2]"),  # was "is required (a string)"
         (["run", "{folder}"], "config: {shown} is a folder, not a config file"),  # was "file not found"

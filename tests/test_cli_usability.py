@@ -211,7 +211,11 @@ def test_a_missing_config_is_the_one_argument_named(capsys: pytest.CaptureFixtur
 @pytest.mark.parametrize(("argv", "line"), [
     (["reproduce", "nopaper"], "chillfl reproduce: error: argument paper: invalid choice: 'nopaper' (choose from 'flexchill', 'fedchill', 'pa3fed', 'scarlet')"),
     (["bogus"], "chillfl: error: argument command: invalid choice: 'bogus'"),
-    (["run", "--bogus"], "chillfl: error: unrecognized arguments: --bogus"),
+    # a stray flag names its command's --help (it named `chillfl --help`, which lists the commands, not their flags)
+    (["run", "--bogus"], "chillfl run: error: unrecognized arguments: --bogus; `chillfl run --help` shows the usage"),
+    (["run", "demo", "--seeds", "0,1"], "chillfl run: error: unrecognized arguments: --seeds 0,1; `chillfl run --help` shows the usage"),
+    (["data", "show", "demo", "--bogus"], "chillfl data show: error: unrecognized arguments: --bogus; `chillfl data show --help`"),
+    (["analyze", "cka", "some/run", "--bogus"], "chillfl analyze cka: error: unrecognized arguments: --bogus; `chillfl analyze cka --help`"),
 ])
 def test_a_command_line_argparse_refuses_is_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
     """argparse printed its usage block (3 lines and more) before the error; --help still shows it."""

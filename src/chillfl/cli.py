@@ -547,8 +547,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # filling the positional list at the first option, so collect the stragglers here.
     args, extra = parser.parse_known_args(argv)
     stray = [e for e in extra if e.startswith("-") or "=" not in e or not hasattr(args, "overrides")]
-    if stray:
-        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if stray:  # named as the subcommand's: its --help lists its flags (`chillfl --help` lists only the commands)
+        words = [args.command, *([args.data_command] if args.command == "data" else []), *([args.analysis] if args.command == "analyze" else [])]
+        prog = " ".join(["chillfl", *words])
+        parser.exit(2, f"{prog}: error: {one_line('unrecognized arguments: ' + ' '.join(stray))}; `{prog} --help` shows the usage\n")
     if extra:
         args.overrides = [*args.overrides, *extra]
     level = int(getattr(args, "verbose", 0) or 0) - int(getattr(args, "quiet", 0) or 0)

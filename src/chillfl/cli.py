@@ -82,9 +82,10 @@ def _is_override(text: str) -> bool:
 
 def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
     path = _config_path(config) if config is not None else None
-    if path is not None and not read_config_file(path):  # a file that sets nothing is more often a mistake than a choice
-        print(f"chillfl: note: {config} sets nothing; running every default (--dry-run lists them)", file=sys.stderr)
     flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir", "strict") if args is not None and getattr(args, key, None) is not None}
+    if path is not None and not read_config_file(path):  # a file that sets nothing is more often a mistake than a choice
+        what = "the defaults with the command line's settings" if overrides or flags else "every default"
+        print(f"chillfl: note: {config} sets nothing; running {what} (--dry-run lists them)", file=sys.stderr)
     from chillfl.resolve import resolved  # imports the registries (and torch): not for --help
 
     return resolved(load_config(path, {**flags, **parse_overrides(list(overrides))}))

@@ -134,3 +134,5 @@ def test_a_sigterm_while_a_comparisons_run_writes_its_results_stops_the_comparis
     assert len(partial) == 1, list((tmp_path / "out").iterdir())
     finished = [p for p in partial[0].rglob("summary.json")]
     assert len(finished) == 1, finished
+    # the line names the comparison's folder (it said "*.partial folders (`chillfl resume FOLDER` ...)": which one?)
+    assert lines[-1] == f"chillfl: interrupted; resume with: chillfl resume {partial[0]}", lines

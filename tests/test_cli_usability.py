@@ -69,6 +69,10 @@ def test_run_with_a_switched_partitioner_is_accepted(tmp_path: Path, capsys: pyt
          "objective.proximal_mu: algorithm 'pa3fed' already adds the proximal term mu/2 ||w - w^t||^2 (FedProx) (its own options, or those of "
          "'fedprox', algorithm.base_options); set one of the two"),
         (["run", "{base}", "federaton.rounds=3"], "federaton: unknown key or section (did you mean 'federation'?)"),
+        # Flower's num_rounds, FL-bench's flat keys: a section's option written at the top level names its section
+        (["run", "{base}", "rounds=3"], "rounds: unknown key or section (an option of [federation]: federation.rounds); allowed: "),
+        (["run", "{base}", "lr=0.1"], "lr: unknown key or section (an option of [client]: client.lr); allowed: "),
+        (["run", "{base}", "clip_norm=1"], "clip_norm: unknown key or section (an option of [client], [privacy]: client.clip_norm, privacy.clip_norm); "),
         (["compare", "{base}", "--grid", "algorithm.name=fedavg,fedavgg"], "algorithm.name: unknown value 'fedavgg' (did you mean 'fedavg'?)"),
         (["run", "{base}", "model.name=[1,2]"], "model.name: must be a string (a registered name), got list [1, 2]"),  # was "is required (a string)"
         (["run", "{folder}"], "config: {shown} is a folder, not a config file"),  # was "file not found"
@@ -207,7 +211,11 @@ def test_a_missing_config_is_the_one_argument_named(capsys: pytest.CaptureFixtur
 @pytest.mark.parametrize(("argv", "line"), [
     (["reproduce", "nopaper"], "chillfl reproduce: error: argument paper: invalid choice: 'nopaper' (choose from 'flexchill', 'fedchill', 'pa3fed', 'scarlet')"),
     (["bogus"], "chillfl: error: argument command: invalid choice: 'bogus'"),
-    (["run", "--bogus"], "chillfl: error: unrecognized arguments: --bogus"),
+    # a stray flag names its command's --help (it named `chillfl --help`, which lists the commands, not their flags)
+    (["run", "--bogus"], "chillfl run: error: unrecognized arguments: --bogus; `chillfl run --help` shows the usage"),
+    (["run", "demo", "--seeds", "0,1"], "chillfl run: error: unrecognized arguments: --seeds 0,1; `chillfl run --help` shows the usage"),
+    (["data", "show", "demo", "--bogus"], "chillfl data show: error: unrecognized arguments: --bogus; `chillfl data show --help`"),
+    (["analyze", "cka", "some/run", "--bogus"], "chillfl analyze cka: error: unrecognized arguments: --bogus; `chillfl analyze cka --help`"),
 ])
 def test_a_command_line_argparse_refuses_is_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
     """argparse printed its usage block (3 lines and more) before the error; --help still shows it."""
@@ -215,3 +223,13 @@ def test_a_command_line_argparse_refuses_is_one_line(capsys: pytest.CaptureFixtu
         main(argv)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(line) and err.rstrip().endswith("--help` shows the usage")
+
+
+@pytest.mark.parametrize("flag", [["--shard", "1/2"], ["--strict"]])
+def test_data_show_does_not_take_the_flags_of_a_run(capsys: pytest.CaptureFixture[str], flag: list[str]) -> None:
+    """``data show --help`` listed ``--shard K/N`` and ``--strict`` (a comparison's share, an exploding loss), which it
+    accepted and ignored: it runs no training. They are refused as unknown, in one line."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["data", "show", "demo", *flag])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and f"unrecognized arguments: {flag[0]}" in err

@@ -252,3 +252,16 @@ def test_the_baselines_own_differences_are_null_not_zero_and_the_tables_print_as
     assert CompareResult(None, read_back, "").no_comparison() is None
     assert CompareResult(None, [read_back[0], {**read_back[1], "delta_acc": None, "final_acc": None}], "").no_comparison() == (
         "only the baseline FedAvg finished; the 1 other variant failed at every seed it finished")
+
+
+@pytest.mark.parametrize("where", ["cli", "config"])
+def test_controls_asked_for_where_no_variant_is_chilled_are_refused(where: str) -> None:
+    """``chillfl compare demo --controls`` (the README's command, the demo at T = 1 alone) ran one variant and no control,
+    silently: a comparison asked for step-size controls that has none to add is refused in one line naming the flag."""
+    table = {"compare": {"controls": True}} if where == "config" else {}
+    config = config_from_dict({"client": {"lr": 0.01}, **table})
+    options = CompareOptions(controls=True) if where == "cli" else None
+    with pytest.raises(ConfigError) as err:
+        plan_runs(config, ["client.lr=0.01,0.1"], options)
+    assert err.value.field == ("--controls" if where == "cli" else "compare.controls") and "T != 1" in err.value.message
+    assert len(plan_runs(config, ["temperature=1,0.5"], options).variants) == 5  # a chilled variant: its 3 controls

@@ -142,4 +142,8 @@ def test_wandb_without_a_key_logs_offline_and_says_so(tmp_path: Path, monkeypatc
         out = run_experiment(config, progress=False)
     assert out.folder is not None and len(list((out.folder / "wandb").glob("offline-run-*/run-*.wandb"))) == 1
     lines = [r.getMessage() for r in caplog.records if "W&B" in r.getMessage()]
-    assert lines == [f"W&B has no API key (`wandb login`): logging offline into {tmp_path / 'results' / 'sinks.partial' / 'wandb'}; `wandb sync` uploads it"]
+    # it named the .partial folder, gone once the run completes: the sync command names the finished one
+    final = tmp_path / "results" / "sinks" / "wandb"
+    assert lines == [f"W&B has no API key (`wandb login`): logging offline into {final} (under {tmp_path / 'results' / 'sinks.partial'} "
+                     f"until the run completes); `wandb sync {final}/offline-run-*` uploads it"]
+    assert out.folder / "wandb" == final

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from chillfl._version import __version__
 from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file
-from chillfl.errors import DIVERGED_EXIT, ConfigError, Diverged, MissingExtra, StorageError, SweepFailed, did_you_mean, one_line
+from chillfl.errors import DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, MissingExtra, StorageError, SweepFailed, did_you_mean, one_line
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
 from chillfl.options import short_repr
@@ -82,9 +82,10 @@ def _is_override(text: str) -> bool:
 
 def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
     path = _config_path(config) if config is not None else None
-    if path is not None and not read_config_file(path):  # a file that sets nothing is more often a mistake than a choice
-        print(f"chillfl: note: {config} sets nothing; running every default (--dry-run lists them)", file=sys.stderr)
     flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir", "strict") if args is not None and getattr(args, key, None) is not None}
+    if path is not None and not read_config_file(path):  # a file that sets nothing is more often a mistake than a choice
+        what = "the defaults with the command line's settings" if overrides or flags else "every default"
+        print(f"chillfl: note: {config} sets nothing; running {what} (--dry-run lists them)", file=sys.stderr)
     from chillfl.resolve import resolved  # imports the registries (and torch): not for --help
 
     return resolved(load_config(path, {**flags, **parse_overrides(list(overrides))}))
@@ -100,7 +101,7 @@ def _report(out: "RunOutput") -> int:
 
 def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespace | None = None, writes: bool = True) -> int:
     """``--dry-run``: build and check every part as the run would, then print the resolved config
-    (file < overrides < flags) as it would be saved; nothing runs and nothing is written.
+    (file < flags < overrides, as :func:`_load` merges them) as it would be saved; nothing runs and nothing is written.
 
     A mistake a run would hit exits 2 here. For ``compare``, every variant, tuning point and
     seed is checked. Without the dataset's files only names and options are checked (one note).
@@ -421,7 +422,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"chillfl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def common(p: argparse.ArgumentParser, config_required: bool) -> None:
+    def common(p: argparse.ArgumentParser, config_required: bool, trains: bool = True) -> None:
+        """The options of a command that reads a config; ``trains``: it runs training (``--strict``, ``--shard``), not ``data show``."""
         if config_required:
             p.add_argument("config", help="TOML config file or bundled experiment name")
         else:
@@ -433,6 +435,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
         p.add_argument("--out", dest="out_dir", help="parent folder of the result folder (the config's `out_dir`)")
         p.add_argument("--data-dir", dest="data_dir", help="where datasets live (the config's `data_dir`)")
         p.add_argument("--dry-run", action="store_true", help="print the resolved config as TOML and exit (nothing is run or written)")
+        if not trains:
+            return
         p.add_argument("--strict", action="store_true", default=None, help="warnings are errors (the config's `strict`): an exploding loss stops the run (exit 3); compare exits 3 if any run failed")
         p.add_argument("--shard", metavar="K/N", help="run the K-th of N shares of a comparison's runs into its shared folder OUT/NAME-compare.partial "
                                                       "(one per job of a cluster's array job); the last shard to end writes the table")
@@ -477,7 +481,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("data", help="inspect the federated partition; download real datasets")
     dsub = p.add_subparsers(dest="data_command", required=True)
     ds = dsub.add_parser("show", help="per-client sizes and class counts, and a heat map PNG")
-    common(ds, True)
+    common(ds, True, trains=False)
     ds.add_argument("-o", "--output", help="heat map PNG path (default: <out_dir>/data-show/<name>-partition.png, e.g. results/data-show/demo-partition.png)")
     ds.set_defaults(func=cmd_data_show)
     dd = dsub.add_parser("download", help="fetch a real dataset (checked, resumable) into the folder its loader reads")
@@ -544,8 +548,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # filling the positional list at the first option, so collect the stragglers here.
     args, extra = parser.parse_known_args(argv)
     stray = [e for e in extra if e.startswith("-") or "=" not in e or not hasattr(args, "overrides")]
-    if stray:
-        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if stray:  # named as the subcommand's: its --help lists its flags (`chillfl --help` lists only the commands)
+        words = [args.command, *([args.data_command] if args.command == "data" else []), *([args.analysis] if args.command == "analyze" else [])]
+        prog = " ".join(["chillfl", *words])
+        parser.exit(2, f"{prog}: error: {one_line('unrecognized arguments: ' + ' '.join(stray))}; `{prog} --help` shows the usage\n")
     if extra:
         args.overrides = [*args.overrides, *extra]
     level = int(getattr(args, "verbose", 0) or 0) - int(getattr(args, "quiet", 0) or 0)
@@ -614,9 +620,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         if runner is not None and isinstance(exc.__context__, runner.RunInterrupted):  # a late signal while the run's interruption unwound
             return _interrupted(exc.__context__)
         leaves = args.command in PARTIAL_FOLDERS  # an analysis, a report, a listing: nothing to resume
-        print("chillfl: interrupted" + ("; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)" if leaves else ""),
-              file=sys.stderr)
-        return 128 + (exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
+        received: BaseException = exc
+        if isinstance(exc, ComparisonInterrupted):  # a comparison stopped between runs: its folder is known
+            said, received = f"; resume with: chillfl resume {exc.folder}", exc.__cause__ or exc
+        else:
+            said = "; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)" if leaves else ""
+        print("chillfl: interrupted" + said, file=sys.stderr)
+        return 128 + (received.signum if isinstance(received, Terminated) else signal.SIGINT)
     except BrokenPipeError:
         if not _stdout_closed():  # another pipe's: a bug to see
             raise

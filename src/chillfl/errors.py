@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import unicodedata
 from collections.abc import Iterable
+from pathlib import Path
 
 _LINE_BREAKING = {"Cc", "Cf", "Cs", "Co", "Zl", "Zp"}  # control, format, surrogate, private use, line/paragraph separators
 
@@ -100,6 +101,18 @@ class SweepFailed(RuntimeError):
 
     def __init__(self, message: str, folder: object = None) -> None:
         super().__init__(message)
+        self.folder = folder
+
+
+class ComparisonInterrupted(KeyboardInterrupt):
+    """A signal stopped a comparison where no run held it (between two runs, or once a run had done its rounds).
+
+    ``folder``: the comparison's ``.partial`` folder, so the CLI's one line says which folder ``chillfl resume``
+    goes on with; the signal's own exception (SIGINT's KeyboardInterrupt, the CLI's SIGTERM/SIGHUP kin) is its cause.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(str(folder))
         self.folder = folder
 
 

@@ -15,7 +15,7 @@ import math
 import os
 import types
 import typing
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from chillfl.errors import ConfigError, did_you_mean
@@ -171,12 +171,18 @@ def _option_names(cls: Any) -> set[str]:
     return {f.name for f in dataclasses.fields(cls) if f.init}
 
 
-def unknown_option(section: str, key: str, names: set[str], chosen: Chosen | None = None) -> ConfigError:
-    """The error for option ``key`` that ``section``'s dataclass (fields ``names``) does not take."""
+def unknown_option(section: str, key: str, names: set[str], chosen: Chosen | None = None, homes: Sequence[str] = ()) -> ConfigError:
+    """The error for option ``key`` that ``section``'s dataclass (fields ``names``) does not take.
+
+    ``homes``: the tables of ``section`` that take ``key`` (``rounds`` at the top level: ``federation``), named instead
+    of a spelling suggestion: a flat ``rounds=3`` (Flower's ``num_rounds``, FL-bench's flat keys) is a misplaced key.
+    """
     what = "option" if section else "key or section"
     allowed = f"allowed: {', '.join(sorted(names))}" if names else "the table takes no options"
     if chosen is None:
-        return ConfigError(join_field(section, key), f"unknown {what}{did_you_mean(key, names)}; {allowed}")
+        where = (f" (an option of {', '.join(f'[{h}]' for h in homes)}: {', '.join(f'{h}.{key}' for h in homes)})" if homes
+                 else did_you_mean(key, names))
+        return ConfigError(join_field(section, key), f"unknown {what}{where}; {allowed}")
     message = f"unknown option{did_you_mean(key, names)}; " + (allowed if names else f"{chosen.field} = {chosen.name!r} takes no options")
     owners = sorted(n for n, entry in chosen.family().items() if dataclasses.is_dataclass(entry.options) and key in _option_names(entry.options))
     if owners:
@@ -195,7 +201,9 @@ def parse_options(cls: type[T], table: Mapping[str, Any] | None, section: str, c
     names = _option_names(cls)
     unknown = sorted(set(table) - names)
     if unknown:
-        raise unknown_option(section, unknown[0], names, chosen)
+        key = unknown[0]
+        homes = [join_field(section, f) for f in sorted(names) if dataclasses.is_dataclass(hints[f]) and key in _option_names(hints[f])]
+        raise unknown_option(section, key, names, chosen, homes)
     kwargs = {k: coerce(v, hints[k], join_field(section, k)) for k, v in table.items()}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.init and f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:

@@ -206,7 +206,7 @@ class WandbSink:
         wandb = need("wandb", "wandb", "W&B logs")
         chosen = wandb_mode(mode, os.environ, mode == "auto" and wandb_logged_in(os.environ))
         if chosen == "offline" and mode == "auto":
-            log.info("W&B has no API key (`wandb login`): logging offline into %s; `wandb sync` uploads it", Path(folder) / "wandb")
+            log.info("W&B has no API key (`wandb login`): %s", offline_line(Path(folder)))
         mode_setting = {} if chosen is None else {"mode": chosen}  # no mode: W&B's own (its env, settings file, login)
         settings = wandb.Settings(**mode_setting, console="off", silent=True, save_code=False, x_disable_stats=True, x_disable_meta=True)
         self.run: Any = wandb.init(dir=str(folder), project=project, name=name, config=dict(config), settings=settings, reinit="create_new")
@@ -288,6 +288,16 @@ class MlflowSink:
         exc = sys.exc_info()[1]  # closed while an exception propagates: the run did not finish
         interrupted = isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "RunInterrupted"
         self.client.set_terminated(self.run_id, status="FINISHED" if exc is None else "KILLED" if interrupted else "FAILED")
+
+
+def offline_line(folder: Path) -> str:
+    """Where an offline W&B run's files end up and how to upload them: a ``.partial`` run folder loses its suffix once
+    the run completes, so the folder named while it runs is gone by the time ``wandb sync`` is typed."""
+    from chillfl.storage.results import PARTIAL  # the run folder's naming; imports torch, which this module does not need
+
+    final = folder.with_name(folder.name.removesuffix(PARTIAL)) / "wandb"
+    under = f" (under {folder} until the run completes)" if folder.name.endswith(PARTIAL) else ""
+    return f"logging offline into {final}{under}; `wandb sync {final}/offline-run-*` uploads it"
 
 
 def build_sinks(

@@ -355,7 +355,12 @@ def plan_sweep(
         checked.append(dataclasses.replace(v, temperature=fixed_temperature(own.temperature)))
     planned = checked
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):
-        planned = with_controls(config, planned, tune_table)
+        controlled = with_controls(config, planned, tune_table)
+        if len(controlled) == len(planned):  # asked for, none added: the table would look controlled and is not
+            raise ConfigError("--controls" if opts.controls is not None else "compare.controls",
+                              "adds step-size controls to the variants trained at a fixed T != 1 with the standard loss, and no variant is; "
+                              "compare temperatures (e.g. --grid temperature=1,0.05) or leave the controls out")
+        planned = controlled
     return planned, CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select)  # the variants carry the controls
 
 

@@ -29,7 +29,7 @@ from chillfl import runner
 from chillfl.config import RunConfig, load_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import data_absent
-from chillfl.errors import ConfigError, Diverged, SweepFailed, one_line
+from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, SweepFailed, one_line
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import CUSTOM, Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts, is_custom
 from chillfl.progress import Progress, format_seconds
@@ -210,6 +210,12 @@ def run_points(
         if where.partial is not None:
             exc.folder = where.partial
         raise
+    except KeyboardInterrupt as exc:  # no run held the signal (between runs, or after a run's rounds): name the folder too
+        if isinstance(exc.__context__, RunInterrupted) and where.partial is not None:  # a late signal while a run's unwound
+            exc.__context__.folder = where.partial
+        if where.partial is None or isinstance(exc.__context__, RunInterrupted):
+            raise
+        raise ComparisonInterrupted(where.partial) from exc
     except ConfigError:
         if where.partial is not None and not resuming and (sweep is None or not sweep.results):
             shutil.rmtree(where.partial, ignore_errors=True)

@@ -16,7 +16,7 @@ import pytest
 import chillfl.reproduce as reproduce
 import chillfl.sweeps.record as record  # where sweep.json is made
 import chillfl.sweeps.run as sweep  # where the comparison's runs start
-from chillfl.cli import main
+from chillfl.cli import HungUp, Terminated, main
 from chillfl.sweeps.plan import CompareOptions
 from chillfl.sweeps.record import find_compare
 from chillfl.reproduce import Claim, claim_config
@@ -117,6 +117,20 @@ def test_ctrl_c_between_runs_names_the_resume_command(tmp_path: Path, capsys: py
     monkeypatch.setattr(sweep, "run_experiment", real)
     code, _, err = _reproduce(out, capsys, "--resume")
     assert code == 0 and f"read back {out / 'demo-compare'}" in err
+
+
+@pytest.mark.parametrize(("signal_exc", "code"), [(Terminated, 143), (HungUp, 129)])
+def test_a_signal_between_runs_exits_with_its_own_code(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                                       signal_exc: type[KeyboardInterrupt], code: int) -> None:
+    """SIGTERM / SIGHUP outside a run's rounds (the CLI raises them as KeyboardInterrupt's kin) end as the signal says,
+    143 / 129, as a comparison's would, not as Ctrl-C's 130."""
+    def run_experiment(cfg: object, **kw: object) -> object:
+        raise signal_exc
+
+    monkeypatch.setattr(sweep, "run_experiment", run_experiment)
+    out = tmp_path / "r"
+    got, _, err = _reproduce(out, capsys)
+    assert got == code and "chillfl: interrupted; resume with: chillfl reproduce flexchill" in err
 
 
 def test_dry_run_checks_and_prints_the_plan_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -279,9 +279,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     except RunInterrupted as exc:
         exc.resume_command = again
         raise
-    except KeyboardInterrupt:  # between two runs: nothing was stopped half-way
+    except KeyboardInterrupt as exc:  # between two runs: nothing was stopped half-way
         print(f"chillfl: interrupted; resume with: {again}", file=sys.stderr)
-        return 130
+        return _signal_exit(exc)
     print(format_outcomes(outcomes))
     written = write_verdicts(args.paper, outcomes)
     if written is not None:
@@ -620,13 +620,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         if runner is not None and isinstance(exc.__context__, runner.RunInterrupted):  # a late signal while the run's interruption unwound
             return _interrupted(exc.__context__)
         leaves = args.command in PARTIAL_FOLDERS  # an analysis, a report, a listing: nothing to resume
-        received: BaseException = exc
         if isinstance(exc, ComparisonInterrupted):  # a comparison stopped between runs: its folder is known
-            said, received = f"; resume with: chillfl resume {exc.folder}", exc.__cause__ or exc
+            said = f"; resume with: chillfl resume {exc.folder}"
         else:
             said = "; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)" if leaves else ""
         print("chillfl: interrupted" + said, file=sys.stderr)
-        return 128 + (received.signum if isinstance(received, Terminated) else signal.SIGINT)
+        return _signal_exit(exc)
     except BrokenPipeError:
         if not _stdout_closed():  # another pipe's: a bug to see
             raise
@@ -680,6 +679,13 @@ def _stdout_closed() -> bool:
     os.dup2(devnull, fd)
     os.close(devnull)
     return True
+
+
+def _signal_exit(exc: KeyboardInterrupt) -> int:
+    """128 + the signal that stopped the command: SIGINT's 130, SIGTERM's 143, SIGHUP's 129 (a comparison stopped between
+    runs carries the signal's own exception as its cause)."""
+    received = exc.__cause__ if isinstance(exc, ComparisonInterrupted) and exc.__cause__ is not None else exc
+    return 128 + (received.signum if isinstance(received, Terminated) else signal.SIGINT)
 
 
 def _interrupted(exc: RunInterrupted) -> int:

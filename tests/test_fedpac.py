@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import ClientResult
+from chillfl.aggregation.base import ClientResult, Context, Local, Train
 from chillfl.aggregation.fedpac import (
     COUNTS,
     LAM,
@@ -27,6 +27,7 @@ from chillfl.aggregation.fedpac import (
 )
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
+from chillfl.training.local import LocalOutcome, LocalSpec
 from chillfl.training.terms import StepView
 from methods_e2e import assert_executors_agree, config, records, resumed_records
 
@@ -73,6 +74,44 @@ def test_alignment_term_by_hand() -> None:
     assert float(AlignTerm()({}, context, step)) == pytest.approx(2.5)
 
 
+def body_context(options: FedPACOptions, context: Context) -> Context:
+    """The context of the client's body training (its second request), the head's training stubbed."""
+    body = nn.Linear(2, 2)  # the identity, so the features are x
+    with torch.no_grad():
+        body.weight.copy_(torch.eye(2))
+        body.bias.zero_()
+    model = nn.Sequential(body, nn.Linear(2, 3))
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    x, y = torch.tensor([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0]]), torch.tensor([0, 0, 1])
+    prog = FedPAC(model, options).client_half().train(Local(0, x, y, start, context, 0.1, {}, 0, LocalSpec(epochs=1, batch_size=8)))  # type: ignore[attr-defined]
+    head = next(prog)
+    assert isinstance(head, Train) and head.objective == 0
+    body = prog.send(LocalOutcome(start, 1, 0.0))
+    assert isinstance(body, Train) and body.objective == 1
+    return body.context
+
+
+def test_a_class_without_a_global_prototype_aligns_to_the_clients_own_mean_before_training() -> None:
+    # The client holds class 0 (features (1, 0), (3, 0): mean (2, 0)) and class 1 ((0, 2)); the server's prototypes
+    # know class 0 only, c_0 = (5, 5). The authors' code aligns class 1 to the client's own mean of the received body's
+    # features, (0, 2) (``local_protos1``); class 2, which it does not hold, stays unknown. ``unseen = "skip"``: no term.
+    glob: Context = {LAM: 1.0, PROTOS: torch.tensor([[5.0, 5.0], [0.0, 0.0], [0.0, 0.0]]), MASK: torch.tensor([True, False, False])}
+    own = body_context(FedPACOptions(), glob)
+    torch.testing.assert_close(own[PROTOS], torch.tensor([[5.0, 5.0], [0.0, 2.0], [0.0, 0.0]]))
+    assert tensor(own, MASK).tolist() == [True, True, False]
+    skip = body_context(FedPACOptions(unseen="skip"), glob)
+    torch.testing.assert_close(skip[PROTOS], glob[PROTOS])
+    assert tensor(skip, MASK).tolist() == [True, False, False]
+    # the first round (no global prototypes yet): no term at all, as the authors' ``round > 0``
+    assert tensor(body_context(FedPACOptions(), {LAM: 1.0}), MASK).tolist() == [False, False, False]
+
+
+def tensor(context: Context, key: str) -> torch.Tensor:
+    value = context[key]
+    assert isinstance(value, torch.Tensor)
+    return value
+
+
 def report(v: float, h: list[list[float]], means: list[list[float]], counts: list[float]) -> dict[str, torch.Tensor]:
     return {VAR: torch.tensor(v, dtype=torch.float64), STATS: torch.tensor(h, dtype=torch.float64), MEANS: torch.tensor(means, dtype=torch.float32), COUNTS: torch.tensor(counts, dtype=torch.float64)}
 
@@ -111,7 +150,7 @@ def test_server_combines_heads_and_prototypes_by_hand() -> None:
     torch.testing.assert_close(again.downlink(1, 1, out).params, down.params)
 
 
-@pytest.mark.parametrize(("field", "value"), [("lam", -1.0), ("head_epochs", 0), ("qp_steps", 0)])
+@pytest.mark.parametrize(("field", "value"), [("lam", -1.0), ("head_epochs", 0), ("qp_steps", 0), ("unseen", "zero")])
 def test_options_are_checked(field: str, value: float) -> None:
     with pytest.raises(ConfigError, match=f"algorithm.{field}"):
         build_experiment(config(**{"algorithm.name": "fedpac", f"algorithm.{field}": value}))

@@ -13,13 +13,15 @@ sent the global body and its own personalised head:
 2. trains its head for ``head_epochs`` (1) with the body frozen;
 3. trains its body for the run's epochs with the head frozen, on the run's
    objective plus the alignment term ``lam * MSE(f(x), c_y)`` to the global
-   prototypes c (Eq. 5; a class without a prototype contributes 0);
+   prototypes c (Eq. 5); a class the client holds but the prototypes lack
+   aligns to the client's own mean of it under the received body (the
+   authors' ``local_protos1``); before the first aggregation there is no term;
 4. uploads its model, its class means of the trained body's features (and
    counts), V_i and h_i.
 
 The server averages the models (n_i / n; the global head so made only serves
-the global evaluation), sets c_k to the mean of the class-k means over the
-clients that hold class k (the authors' ``proto_aggregation``), and gives
+the global evaluation), sets c_k to the class-k means of the clients that hold
+class k weighted by their class-k counts (the authors' ``protos_aggregation``), and gives
 each client i of the round the head ``sum_j alpha_ij g_j`` over the round's
 trained heads, with (Eq. 9)::
 
@@ -47,6 +49,11 @@ Choices
   client is saved by ``checkpoint.client_models``.
 * The alignment term is the mean squared error over samples and feature
   dimensions (``nn.MSELoss``), ``lam`` = 1 by default (the authors' lambda).
+* ``unseen = "own"`` (default): a class the global prototypes lack is aligned
+  to the client's own class mean before training, as the authors' code
+  (the paper's Eq. 5 does not say; with every client sampled every round the
+  prototypes hold every class a client holds, so this only acts under partial
+  participation); ``"skip"``: such a class adds nothing to the term.
 """
 
 from __future__ import annotations
@@ -96,13 +103,15 @@ from chillfl.capabilities import Capabilities
 class FedPACOptions:
     """``lam``: weight of the feature alignment (1); ``head_epochs``: the head's epochs before the body's (1); ``qp_steps``;
     ``protos``: the global prototype c_k weighted by the clients' class-k counts (``count``, the authors' code) or
-    the plain mean over the clients holding class k (``uniform``, PFLlib's FedPAC)."""
+    the plain mean over the clients holding class k (``uniform``, PFLlib's FedPAC); ``unseen``: a class the prototypes
+    lack aligns to the client's own pre-training class mean (``own``, the authors' code) or adds nothing (``skip``)."""
 
     lam: float = 1.0
     head_epochs: int = 1
     qp_steps: int = 2000
     weighting: Literal["samples", "uniform"] = "samples"
     protos: Literal["count", "uniform"] = "count"
+    unseen: Literal["own", "skip"] = "own"
 
     def validate(self, section: str) -> None:
         require(self.lam >= 0, f"{section}.lam", f"must be >= 0, got {self.lam}")
@@ -197,6 +206,7 @@ class FedPACClient:
     num_classes: int
     head_epochs: int
     eval_batch_size: int = 1024
+    unseen_own: bool = True
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         return start, dict(context)
@@ -217,6 +227,11 @@ class FedPACClient:
         if not isinstance(protos, torch.Tensor) or not isinstance(mask, torch.Tensor):  # no global prototypes yet: the term is 0
             protos = torch.zeros(self.num_classes, received.shape[1], device=received.device)
             mask = torch.zeros(self.num_classes, dtype=torch.bool, device=received.device)
+        elif self.unseen_own:  # a class it holds that the prototypes lack: its own mean before training (``local_protos1``)
+            own, held = class_means(received, local.y, self.num_classes)
+            fill = ~mask & (held > 0).to(mask.device)
+            protos = torch.where(fill.unsqueeze(1), own.to(protos.device, protos.dtype), protos)
+            mask = mask | fill
         body = yield Train(head.params, {**context, PROTOS: protos, MASK: mask}, objective=1)
         means, counts = class_means(features(self.model, body.params, local.x, self.eval_batch_size), local.y, self.num_classes)
         report: Report = {MEANS: means, COUNTS: counts.double(), VAR: v, STATS: h}
@@ -242,7 +257,7 @@ class FedPAC(AggregatorBase):
 
     def client_half(self) -> ClientHalf:
         body = frozenset(n for n, _ in self.model.named_parameters()) - set(self.head)
-        return FedPACClient(self.model, frozenset(self.head), body, self.num_classes, self.options.head_epochs, self.eval_batch_size)
+        return FedPACClient(self.model, frozenset(self.head), body, self.num_classes, self.options.head_epochs, self.eval_batch_size, self.options.unseen == "own")
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         device = next(iter(global_params.values())).device  # a checkpoint may have brought the state back on another

@@ -8,12 +8,19 @@ its client half (:class:`~chillfl.aggregation.fedbn.KeepLocal`) puts the
 client's own representation into its start model and keeps the trained one,
 FedBN's pattern with the complement of FedPer's keys. Local accuracy measures
 the client's model after its training (own representation, the round's global
-head trained locally): the model the paper evaluates on the client's data.
+head trained locally). The authors' ``main_lg.py`` measures its local test one
+step later: after the server's average, each client's own representation with
+the new global layers. chillfl measures every method's local accuracy on the
+client at the end of its training, before the server's average, so it cannot
+take that model in the same round; the next round starts from it.
 
 Choices
 -------
 * ``global_layers = 1``: the authors' code's ``num_layers_keep`` default (the
   last layer is global).
+* The global layers are averaged by n_i / n (``weighting = "samples"``, as
+  every averaging method here); the authors' code takes their plain mean over
+  the round's clients (``weighting = "uniform"``).
 * A client's first round starts from the global model's representation (the
   paper first trains by FedAvg; the same initial model is its analogue).
 * The global model's representation (used only for the global model's

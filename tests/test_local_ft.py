@@ -270,3 +270,27 @@ def test_local_resumes_each_clients_own_model(tmp_path: Path) -> None:
     state = protocol.store.load(0)
     assert state is not None and set(own_entries(state, PREFIX)) == set(exp.initial_state)
     assert resumed_records(cfg, 2, tmp_path) == records(cfg)
+
+
+def test_fedavg_ft_trains_the_whole_model_and_fine_tunes_the_sent_one_by_hand() -> None:
+    """x -> b (a x), f = 1/2 (b a - 1)^2, x = 1, lr 0.1, sent (a, b) = (1, 2): grad_a = r b, grad_b = r a, r = b a - 1.
+
+    Uploaded (one epoch, nothing frozen, unlike FedBABU): r = 1 -> (1 - 0.2, 2 - 0.1) = (0.8, 1.9).
+    Measured: the sent (1, 2) fine-tuned 2 epochs: (0.8, 1.9), then r = 0.52 -> (0.8 - 0.0988, 1.9 - 0.0416) = (0.7012, 1.8584);
+    at finetune_lr 0.2, 1 epoch: (0.6, 1.8).
+    """
+    from test_lg_fedavg_fedbabu import SPEC, state, two_layers
+    from test_perfedavg import close, one_sample, program
+
+    model = two_layers(1.0, 2.0)
+    x, y = one_sample()
+    out = program(FineTuning(2, None), model, SPEC, state(1.0, 2.0), lr=0.1, x=x, y=y)
+    close(out.params["0.weight"], 0.8)
+    close(out.params["1.weight"], 1.9)
+    assert out.personal is not None and out.num_steps == 1
+    close(out.personal["0.weight"], 0.7012)
+    close(out.personal["1.weight"], 1.8584)
+    fast = program(FineTuning(1, 0.2), model, SPEC, state(1.0, 2.0), lr=0.1, x=x, y=y)
+    assert fast.personal is not None
+    close(fast.personal["0.weight"], 0.6)
+    close(fast.personal["1.weight"], 1.8)

@@ -29,7 +29,8 @@ from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.training.local import LocalOutcome, LocalSpec
 from chillfl.training.terms import StepView
-from methods_e2e import assert_executors_agree, config, records, resumed_records
+from chillfl.config import load_config
+from methods_e2e import TINY, assert_executors_agree, config, records, resumed_records
 
 
 def t(*values: float) -> torch.Tensor:
@@ -162,3 +163,13 @@ def test_run_agrees_across_executors_and_resumes_bitwise(tmp_path: Path) -> None
     assert all(r["local_acc"] is not None for r in seq)
     assert seq[-1]["local_loss"] != records(cfg.with_overrides({"algorithm": {"name": "fedavg"}}))[-1]["local_loss"]
     assert resumed_records(cfg, 1, tmp_path) == seq
+
+
+def test_unseen_classes_act_under_partial_participation_and_executors_agree() -> None:
+    """Two of ten shard clients a round: a client holds classes the last round's prototypes lack, so ``own`` and ``skip`` differ."""
+    cfg = load_config(None, {**{k: v for k, v in TINY.items() if k != "partition.alpha"}, "algorithm.name": "fedpac", "model.name": "mlp",
+                             "partition.name": "shards", "federation.num_clients": 10, "federation.clients_per_round": 2})
+    seq = assert_executors_agree(cfg)
+    skip = records(cfg.with_overrides({"algorithm": {"name": "fedpac", "unseen": "skip"}}))
+    assert [r["local_loss"] for r in seq[:2]] != [r["local_loss"] for r in skip[:2]]
+    assert seq[0] == skip[0]  # the first round has no prototypes: the same

@@ -23,8 +23,9 @@ Choices
   is not a gradient step, so it would need a second code path);
   ``adaptive = false`` keeps alpha fixed (the paper's APFL with a given alpha).
 * f_i(v_bar) is the run's base loss at T = 1 (the run's temperature applies
-  to w's loss; APFL has none of its own). The authors' code adds 0.01 alpha to
-  alpha's gradient, which the paper's algorithm does not; not done here.
+  to w's loss; APFL has none of its own). The authors' code (FedTorch's
+  ``alpha_update``) adds 0.02 alpha to alpha's gradient (an L2 penalty
+  0.01 alpha^2), which the paper's algorithm does not; not done here.
 * ``client.weight_decay`` decays w and v as the run's optimiser does, never
   alpha: a mixing coefficient, whose Algorithm 1 step has no decay term.
 * v_i starts, at the client's first participation, from the global model it

@@ -21,7 +21,8 @@ Choices
   w^t at the first), as the authors' code does; starting each from
   w_{i,r} is the other reading of Algorithm 1.
 * The mean over the round's clients is uniform (Algorithm 1);
-  ``weighting = "samples"`` uses n_i / n. beta applies to every float entry;
+  ``weighting = "samples"`` uses n_i / n, as the authors' code does
+  (``persionalized_aggregate_parameters``). beta applies to every float entry;
   integer buffers take the clients' max.
 * w's buffers (batch-norm statistics) are theta's after each inner problem.
 * The inner steps use the run's local optimiser (the paper: plain gradient

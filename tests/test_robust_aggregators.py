@@ -46,7 +46,7 @@ def test_byzantine_client_scaled_by_100_moves_fedavg_but_not_the_robust_rules() 
     # Krum, f = 1: n - f - 2 = 2 nearest neighbours, squared distances |a - b|^2 * 2 (two coordinates):
     # scores: c0 = 2(1 + 4) = 10, c1 = 2(1 + 1) = 4, c2 = 4, c3 = 2(1 + 4) = 10, c4 = 2(496^2 + 497^2)
     flat = torch.tensor(ATTACKED, dtype=torch.float64)
-    assert krum_scores(flat, 1).tolist() == [10.0, 4.0, 4.0, 10.0, 2 * (496**2 + 497**2)]
+    assert krum_scores(flat, 1).tolist() == pytest.approx([10.0, 4.0, 4.0, 10.0, 2 * (496**2 + 497**2)], rel=1e-12)
     krum = Krum(KrumOptions(f=1))
     assert krum.aggregate(X0, results, 0)["w"].tolist() == [2.0, -2.0]  # tie c1/c2 -> lower id
     assert krum.round_metrics() == {"selected": [1]}
@@ -54,6 +54,18 @@ def test_byzantine_client_scaled_by_100_moves_fedavg_but_not_the_robust_rules() 
     multi = Krum(KrumOptions(f=1, m=3))
     assert multi.aggregate(X0, results, 0)["w"].tolist() == [2.0, -2.0]
     assert multi.round_metrics() == {"selected": [0, 1, 2]}
+
+
+def test_krum_distances_do_not_depend_on_a_common_offset() -> None:
+    """Distances are translation-invariant, so models far from the origin (a common offset of 1e8 here; in practice
+    weights of norm^2 ~ 1e4 around updates of norm^2 ~ 1e-7) must score as their differences do. The expansion
+    ||a||^2 + ||b||^2 - 2 a.b on the raw models loses those digits to cancellation: it gave 0, 0, 0, 8 for 10, 4, 4, 10
+    and Krum picked client 0. Scores as in the test above: 10, 4, 4, 10, 2 (496^2 + 497^2)."""
+    flat = torch.tensor(ATTACKED, dtype=torch.float64) + 1e8
+    assert krum_scores(flat, 1).tolist() == pytest.approx([10.0, 4.0, 4.0, 10.0, 2 * (496**2 + 497**2)], rel=1e-12)
+    krum = Krum(KrumOptions(f=1))
+    krum.aggregate(X0, [ClientResult(r.client_id, {"w": r.params["w"].double() + 1e8}, r.num_samples, 1, 0.1, 1.0, 0.0) for r in _results(ATTACKED)], 0)
+    assert krum.round_metrics() == {"selected": [1]}
 
 
 def test_even_count_median_and_trimming_by_hand() -> None:

@@ -11,7 +11,8 @@ Each rule replaces FedAvg's weighted mean of the round's client models:
 * **krum** (Blanchard et al., NeurIPS 2017): client i's score is the sum of
   squared L2 distances from its model to its ``n - f - 2`` nearest other
   models; Krum takes the model with the lowest score, Multi-Krum (``m > 1``,
-  El Mhamdi et al., ICML 2018) the plain mean of the ``m`` lowest-scored.
+  the same paper's variant) the plain mean of the ``m`` lowest-scored, every
+  score computed once on all n models.
 
 What each tolerates (n = reporting clients of a round, f = byzantine among them):
 the median's breakdown point is 1/2 (any f < n/2 clients cannot move an entry
@@ -25,7 +26,9 @@ Choices
 -------
 * The rules act on the client models, not on the updates ``y_i - x``: per entry
   median and trimmed mean commute with subtracting the same ``x``, and Krum's
-  distances are the same, so the result is the same up to float rounding.
+  distances are the same, so the result is the same up to float rounding
+  (:func:`squared_distances` takes the models' direct differences, so that
+  rounding is that of the updates themselves, not of the models' norms).
 * Sample counts are not used (the papers' rules are unweighted); maths in float64,
   cast back to each entry's dtype. Integer buffers (BN's ``num_batches_tracked``)
   take the max, as in FedAvg.
@@ -111,9 +114,13 @@ def integer_max(results: Sequence[ClientResult]) -> Params:
 
 
 def squared_distances(flat: torch.Tensor) -> torch.Tensor:
-    """Squared L2 distances between the rows of ``flat`` [n, d], with ``inf`` on the diagonal (a model is not its own neighbour)."""
-    sq = (flat * flat).sum(dim=1)
-    dist = (sq[:, None] + sq[None, :] - 2 * flat @ flat.T).clamp_min(0)
+    """Squared L2 distances between the rows of ``flat`` [n, d], with ``inf`` on the diagonal (a model is not its own neighbour).
+
+    Each distance comes from the rows' direct differences (``torch.cdist`` without its matrix-product shortcut, about the
+    Gram matrix's cost): the expansion ||a||^2 + ||b||^2 - 2 a.b would lose the digits of two close models' difference
+    (norm^2 ~ 1e-7 late in training) to cancellation against their norms (~ 1e4), and no common centre avoids that
+    while one far outlier is among the rows. Symmetric exactly, so equal sums of the same distances stay ties."""
+    dist = torch.cdist(flat, flat, compute_mode="donot_use_mm_for_euclid_dist").square()
     dist.fill_diagonal_(math.inf)
     return dist
 
@@ -186,7 +193,7 @@ class TrimmedMean(AggregatorBase):
 
 
 class Krum(AggregatorBase):
-    """Krum / Multi-Krum (Blanchard et al. 2017; El Mhamdi et al. 2018): the mean of the m lowest-scored client models."""
+    """Krum / Multi-Krum (Blanchard et al. 2017): the mean of the m lowest-scored client models."""
 
     def __init__(self, options: KrumOptions = KrumOptions()) -> None:
         self.options = options  # recorded for an instance passed from Python

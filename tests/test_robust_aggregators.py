@@ -68,6 +68,24 @@ def test_krum_distances_do_not_depend_on_a_common_offset() -> None:
     assert krum.round_metrics() == {"selected": [1]}
 
 
+def test_multi_krum_once_or_repeated_by_hand() -> None:
+    # six clients at 0..5, f = 1, m = 3.
+    # once (Blanchard et al.): n - f - 2 = 3 nearest: c0 1+4+9 = 14, c1 1+1+4 = 6, c2 6, c3 6, c4 6, c5 14 -> c1, c2, c3
+    # (ties to the lower id): mean (1 + 2 + 3) / 3 = 2.
+    # repeated (Krum on the rest): the same first pick c1; R = {0, 2, 3, 4, 5}, 2 nearest: c0 4+9 = 13, c2 1+4 = 5,
+    # c3 1+1 = 2, c4 2, c5 1+4 = 5 -> c3; R = {0, 2, 4, 5}, max(4 - 3, 1) = 1 nearest: c0 4, c2 4, c4 1, c5 1 -> c4:
+    # mean (1 + 3 + 4) / 3 = 8/3.
+    values = [[float(v)] for v in range(6)]
+    once = Krum(KrumOptions(f=1, m=3))
+    assert once.aggregate({"w": torch.zeros(1)}, _results(values), 0)["w"].tolist() == [2.0]
+    assert once.round_metrics() == {"selected": [1, 2, 3]}
+    repeated = Krum(KrumOptions(f=1, m=3, selection="repeated"))
+    assert repeated.aggregate({"w": torch.zeros(1)}, _results(values), 0)["w"].tolist() == pytest.approx([8 / 3])
+    assert repeated.round_metrics() == {"selected": [1, 3, 4]}
+    # m = 1: both are Krum
+    assert Krum(KrumOptions(f=1, selection="repeated")).aggregate(X0, _results(ATTACKED), 0)["w"].tolist() == [2.0, -2.0]
+
+
 def test_even_count_median_and_trimming_by_hand() -> None:
     v = torch.tensor([[4.0], [1.0], [3.0], [10.0]], dtype=torch.float64)
     assert coordinate_median(v).tolist() == [3.5]  # (3 + 4) / 2

@@ -12,7 +12,10 @@ Each rule replaces FedAvg's weighted mean of the round's client models:
   squared L2 distances from its model to its ``n - f - 2`` nearest other
   models; Krum takes the model with the lowest score, Multi-Krum (``m > 1``,
   the same paper's variant) the plain mean of the ``m`` lowest-scored, every
-  score computed once on all n models.
+  score computed once on all n models. ``selection = "repeated"`` picks the
+  m by Krum again on the models not yet picked, rescoring each time (Bulyan's
+  selection, El Mhamdi et al. 2018; the ``multi_krum`` of Shejwalkar &
+  Houmansadr's released code, which picks until 2f + 2 are left).
 
 What each tolerates (n = reporting clients of a round, f = byzantine among them):
 the median's breakdown point is 1/2 (any f < n/2 clients cannot move an entry
@@ -42,7 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import torch
 
@@ -147,6 +150,23 @@ def krum_select(flat: torch.Tensor, f: int, m: int) -> list[int]:
     return torch.argsort(scores, stable=True)[: min(m, flat.shape[0])].tolist()
 
 
+def repeated_krum(flat: torch.Tensor, f: int, count: int) -> list[int]:
+    """Rows of ``flat`` [n, d] in the order repeated Krum picks them: Krum (same ``f``) on the rows not yet picked, its
+    choice moved out, until ``count`` are picked. The scores change as the rest shrinks (``|R| - f - 2`` neighbours, at
+    least 1); the distances are computed once and sub-selected; ties go to the lower row."""
+    dist = squared_distances(flat)
+    remaining = list(range(flat.shape[0]))
+    chosen: list[int] = []
+    while len(chosen) < count and remaining:
+        if len(remaining) == 1:
+            chosen.append(remaining.pop())
+            break
+        rows = torch.tensor(remaining, device=dist.device)
+        scores = scores_from_distances(dist.index_select(0, rows).index_select(1, rows), f)
+        chosen.append(remaining.pop(int(torch.argsort(scores, stable=True)[0])))
+    return chosen
+
+
 @dataclass(frozen=True)
 class MedianOptions:
     """Coordinate-wise median: no options."""
@@ -164,10 +184,12 @@ class TrimmedMeanOptions:
 
 @dataclass(frozen=True)
 class KrumOptions:
-    """``f``: byzantine clients tolerated (needs clients per round > 2f + 2); ``m``: models averaged (1 = Krum, > 1 = Multi-Krum)."""
+    """``f``: byzantine clients tolerated (needs clients per round > 2f + 2); ``m``: models averaged (1 = Krum, > 1 = Multi-Krum);
+    ``selection``: Multi-Krum's m lowest scores of one pass (``once``, Blanchard et al.) or Krum repeated on the rest (``repeated``)."""
 
     f: int = 0
     m: int = 1
+    selection: Literal["once", "repeated"] = "once"
 
     def validate(self, section: str) -> None:
         require(0 <= self.f <= 1_000_000, f"{section}.f", f"must be in [0, 1000000], got {self.f}")
@@ -202,7 +224,8 @@ class Krum(AggregatorBase):
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         flat = flat_models(results, float_keys(results[0].params))
-        rows = krum_select(flat, self.f, self.m)
+        select = krum_select if self.options.selection == "once" else repeated_krum
+        rows = select(flat, self.f, self.m)
         self._selected = sorted(results[i].client_id for i in rows)
         chosen = [results[i] for i in sorted(rows)]  # averaged in client-id order
         return _per_entry(chosen, lambda values: values.mean(dim=0))

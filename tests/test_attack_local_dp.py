@@ -103,3 +103,22 @@ def test_bad_local_dp_is_one_line_naming_the_field() -> None:
     with pytest.raises(ConfigError) as err:
         load_config(None, {**TINY, "attack.local_dp": "sometimes"})
     assert err.value.field == "attack.local_dp" and "\n" not in str(err.value)
+
+
+def test_a_soft_label_run_complies_by_default_and_skips_when_told() -> None:
+    """End to end (DS-FL, one round): the attackers' rows reach the server released (default) or as forged; the two differ."""
+    pytest.importorskip("opacus")
+    import chillfl
+
+    config = {"seed": 3, "device": "cpu", "executor": "sequential", "dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]},
+              "federation": {"num_clients": 3, "rounds": 1}, "client": {"batch_size": 32},
+              "distillation": {"method": "dsfl", "public_size": 40, "subset_size": 20, "server_epochs": 1, "distill_batch_size": 32},
+              "privacy": {"mechanism": "local", "noise_multiplier": 2.0, "delta": 1e-3}}
+    attack = {"kind": "gaussian", "clients": [1], "sigma": 5.0}
+
+    def loss(**extra: Any) -> float:
+        run = chillfl.run(config={**config, "attack": {**attack, **extra}}, write=False, progress=False)
+        return float(run.records[-1]["global_loss"])
+
+    default = loss()
+    assert default == loss(local_dp="comply") != loss(local_dp="skip")

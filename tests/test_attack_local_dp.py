@@ -122,3 +122,23 @@ def test_a_soft_label_run_complies_by_default_and_skips_when_told() -> None:
 
     default = loss()
     assert default == loss(local_dp="comply") != loss(local_dp="skip")
+
+
+def test_skipping_attackers_on_flower_equal_sequential(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parameter sharing under ``local`` with ``local_dp = "skip"``: the Flower server builds the same exempting wrapper."""
+    pytest.importorskip("opacus")
+    pytest.importorskip("flwr", reason="the Flower backend needs the [flower] extra (flwr)")
+    import sys
+    from pathlib import Path
+
+    from flwr.supercore.task_identity import TaskIdentity
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_flower_privacy_attacks import DP_FEDAVG, both
+
+    monkeypatch.setattr(TaskIdentity, "_run_id", 1)  # as that module's server_identity fixture
+    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
+    privacy = {**DP_FEDAVG, "mechanism": "local"}
+    flower, seq = both(tmp_path, "skip", privacy=privacy, attack={"kind": "scaling", "clients": [1], "factor": 50.0, "local_dp": "skip"})
+    assert flower == seq

@@ -104,11 +104,11 @@ def test_a_user_attack_runs_and_does_what_it_says_under_both_executors(tmp_path:
 def test_the_resolved_config_records_the_kinds_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = resolved(load_config(None, {**BASE, "attack.kind": SHRINK}))
     assert config.attack.options.keep == 0.0
-    assert config.to_dict()["attack"] == {"kind": SHRINK, "fraction": 0.2, "clients": (), "keep": 0.0}
+    assert config.to_dict()["attack"] == {"kind": SHRINK, "fraction": 0.2, "clients": (), "local_dp": "comply", "keep": 0.0}
     assert load_config(None, {"attack": config.to_dict()["attack"]}).attack == config.attack  # read back: equal
     assert main(["run", "src/chillfl/experiments/demo.toml", f"out_dir={tmp_path}", "attack.kind=scaling", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert '[attack]\nkind = "scaling"\nfraction = 0.2\nclients = []\nfactor = 0.0\n' in out  # scaling's own default, filled in
+    assert '[attack]\nkind = "scaling"\nfraction = 0.2\nclients = []\nlocal_dp = "comply"\nfactor = 0.0\n' in out  # scaling's own default, filled in
 
 
 def test_another_kind_drops_the_old_kinds_options() -> None:
@@ -277,7 +277,7 @@ def test_an_older_result_folders_flat_attack_table_still_loads(tmp_path: Path) -
     )
     attack = load_config(older).attack
     assert (attack.kind, attack.fraction, attack.options.sigma) == ("gaussian", 0.3, 0.5)
-    assert set(resolved(load_config(older)).to_dict()["attack"]) == {"kind", "fraction", "clients", "sigma"}
+    assert set(resolved(load_config(older)).to_dict()["attack"]) == {"kind", "fraction", "clients", "local_dp", "sigma"}  # local_dp: its default
     with pytest.raises(ConfigError) as err:  # written by hand, another kind's option is still refused
         load_config(None, {"attack": {"kind": "lie", "sigma": 0.5, "z": 1.0}})
     assert err.value.field == "attack.sigma" and "'sigma' is an option of gaussian" in err.value.message

@@ -105,6 +105,20 @@ def test_lie_sends_mean_minus_z_std_of_the_benign_models() -> None:
     assert torch.allclose(out[2].params["w"], expected, atol=1e-6)
 
 
+def test_lie_with_its_own_reference_uses_the_attackers_honest_models_only() -> None:
+    # reference = "own" (Baruch et al.'s non-omniscient attacker): the attackers' honest models [50, 50] and [-10, 0]:
+    # mean [20, 25], population std [30, 25]; z = 0.5: [20 - 15, 25 - 12.5] = [5, 12.5], whatever the benign models are
+    results = [result(0, 1.0, 3.0), result(1, 3.0, 7.0), result(2, 50.0, 50.0), result(3, -10.0, 0.0)]
+    out = malicious(attack("lie", z=0.5, reference="own"), W, results, frozenset({2, 3}), 0, 0)
+    assert torch.equal(out[2].params["w"], t(5.0, 12.5)) and torch.equal(out[3].params["w"], t(5.0, 12.5))
+    assert out[0].params is results[0].params and out[1].params is results[1].params
+    # one attacker: its own spread is 0, so it sends its honest model
+    alone = malicious(attack("lie", z=0.5, reference="own"), W, results[:3], frozenset({2}), 0, 0)
+    assert torch.equal(alone[2].params["w"], t(50.0, 50.0))
+    # the default is still the benign models' (omniscient): [2, 5] - 0.5 [1, 2]
+    assert torch.equal(malicious(attack("lie", z=0.5), W, results, frozenset({2, 3}), 0, 0)[2].params["w"], t(1.5, 4.0))
+
+
 def test_lie_works_in_float64_and_sends_each_entrys_dtype() -> None:
     """float32 sums 2^24 + 1 + 1 to 2^24 (the 1s are below its spacing there): a mean of 5592405.5 after rounding, where
     the exact mean 16777218 / 3 = 5592406 is a float32 number. In float64 the attack sends the exact one."""

@@ -222,6 +222,7 @@ def test_no_attacker_in_the_round_changes_nothing(kind: str) -> None:
         ("min_sum", "tol", -1e-5),
         ("min_sum", "perturbation", 3),
         ("min_sum", "bound", "mean"),
+        ("lie", "reference", "all"),
     ],
 )
 def test_bad_options_are_one_line_naming_the_field(kind: str, option: str, value: Any) -> None:

@@ -46,7 +46,7 @@ def test_byzantine_client_scaled_by_100_moves_fedavg_but_not_the_robust_rules() 
     # Krum, f = 1: n - f - 2 = 2 nearest neighbours, squared distances |a - b|^2 * 2 (two coordinates):
     # scores: c0 = 2(1 + 4) = 10, c1 = 2(1 + 1) = 4, c2 = 4, c3 = 2(1 + 4) = 10, c4 = 2(496^2 + 497^2)
     flat = torch.tensor(ATTACKED, dtype=torch.float64)
-    assert krum_scores(flat, 1).tolist() == [10.0, 4.0, 4.0, 10.0, 2 * (496**2 + 497**2)]
+    assert krum_scores(flat, 1).tolist() == pytest.approx([10.0, 4.0, 4.0, 10.0, 2 * (496**2 + 497**2)], rel=1e-12)
     krum = Krum(KrumOptions(f=1))
     assert krum.aggregate(X0, results, 0)["w"].tolist() == [2.0, -2.0]  # tie c1/c2 -> lower id
     assert krum.round_metrics() == {"selected": [1]}
@@ -54,6 +54,36 @@ def test_byzantine_client_scaled_by_100_moves_fedavg_but_not_the_robust_rules() 
     multi = Krum(KrumOptions(f=1, m=3))
     assert multi.aggregate(X0, results, 0)["w"].tolist() == [2.0, -2.0]
     assert multi.round_metrics() == {"selected": [0, 1, 2]}
+
+
+def test_krum_distances_do_not_depend_on_a_common_offset() -> None:
+    """Distances are translation-invariant, so models far from the origin (a common offset of 1e8 here; in practice
+    weights of norm^2 ~ 1e4 around updates of norm^2 ~ 1e-7) must score as their differences do. The expansion
+    ||a||^2 + ||b||^2 - 2 a.b on the raw models loses those digits to cancellation: it gave 0, 0, 0, 8 for 10, 4, 4, 10
+    and Krum picked client 0. Scores as in the test above: 10, 4, 4, 10, 2 (496^2 + 497^2)."""
+    flat = torch.tensor(ATTACKED, dtype=torch.float64) + 1e8
+    assert krum_scores(flat, 1).tolist() == pytest.approx([10.0, 4.0, 4.0, 10.0, 2 * (496**2 + 497**2)], rel=1e-12)
+    krum = Krum(KrumOptions(f=1))
+    krum.aggregate(X0, [ClientResult(r.client_id, {"w": r.params["w"].double() + 1e8}, r.num_samples, 1, 0.1, 1.0, 0.0) for r in _results(ATTACKED)], 0)
+    assert krum.round_metrics() == {"selected": [1]}
+
+
+def test_multi_krum_once_or_repeated_by_hand() -> None:
+    # six clients at 0..5, f = 1, m = 3.
+    # once (Blanchard et al.): n - f - 2 = 3 nearest: c0 1+4+9 = 14, c1 1+1+4 = 6, c2 6, c3 6, c4 6, c5 14 -> c1, c2, c3
+    # (ties to the lower id): mean (1 + 2 + 3) / 3 = 2.
+    # repeated (Krum on the rest): the same first pick c1; R = {0, 2, 3, 4, 5}, 2 nearest: c0 4+9 = 13, c2 1+4 = 5,
+    # c3 1+1 = 2, c4 2, c5 1+4 = 5 -> c3; R = {0, 2, 4, 5}, max(4 - 3, 1) = 1 nearest: c0 4, c2 4, c4 1, c5 1 -> c4:
+    # mean (1 + 3 + 4) / 3 = 8/3.
+    values = [[float(v)] for v in range(6)]
+    once = Krum(KrumOptions(f=1, m=3))
+    assert once.aggregate({"w": torch.zeros(1)}, _results(values), 0)["w"].tolist() == [2.0]
+    assert once.round_metrics() == {"selected": [1, 2, 3]}
+    repeated = Krum(KrumOptions(f=1, m=3, selection="repeated"))
+    assert repeated.aggregate({"w": torch.zeros(1)}, _results(values), 0)["w"].tolist() == pytest.approx([8 / 3])
+    assert repeated.round_metrics() == {"selected": [1, 3, 4]}
+    # m = 1: both are Krum
+    assert Krum(KrumOptions(f=1, selection="repeated")).aggregate(X0, _results(ATTACKED), 0)["w"].tolist() == [2.0, -2.0]
 
 
 def test_even_count_median_and_trimming_by_hand() -> None:

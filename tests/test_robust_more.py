@@ -324,6 +324,7 @@ def test_bulyan_at_exactly_4f_plus_3_clients_builds() -> None:
         ("centered_clip", {"tau": -1.0}, "algorithm.tau"),
         ("centered_clip", {"iterations": 0}, "algorithm.iterations"),
         ("centered_clip", {"start": "middle"}, "algorithm.start"),
+        ("krum", {"selection": "twice"}, "algorithm.selection"),
     ],
 )
 def test_bad_option_values_name_their_field(name: str, options: dict[str, Any], field: str) -> None:

@@ -57,8 +57,7 @@ from chillfl.aggregation.robust import (
     flat_models,
     float_keys,
     integer_max,
-    scores_from_distances,
-    squared_distances,
+    repeated_krum,
 )
 from chillfl.errors import ConfigError
 from chillfl.options import require
@@ -85,17 +84,7 @@ def sizes(n: int, f: int) -> tuple[int, int]:
 
 def bulyan_select(flat: torch.Tensor, f: int, theta: int) -> list[int]:
     """Rows of ``flat`` [n, d] in the order Bulyan's repeated Krum moves them into S, until ``|S| = theta``."""
-    dist = squared_distances(flat)
-    remaining = list(range(flat.shape[0]))
-    chosen: list[int] = []
-    while len(chosen) < theta and remaining:
-        if len(remaining) == 1:
-            chosen.append(remaining.pop())
-            break
-        rows = torch.tensor(remaining, device=dist.device)
-        scores = scores_from_distances(dist.index_select(0, rows).index_select(1, rows), f)
-        chosen.append(remaining.pop(int(torch.argsort(scores, stable=True)[0])))
-    return chosen
+    return repeated_krum(flat, f, theta)
 
 
 def closest_to_median_mean(values: torch.Tensor, beta: int) -> torch.Tensor:

@@ -22,7 +22,10 @@ Choices
 -------
 * The authors' released code (github.com/vrt1shjwlkr/NDSS21-Model-Poisoning) holds the attacks, not DnC, so
   where Algorithm 2 leaves room chillfl follows its text and, failing that, the common implementations
-  (Blades' ``Dnc``, whose defaults are b = 10000, niters = 1, filter fraction 1).
+  (Blades' ``Dnc``, whose defaults are b = 10000, niters = 1, filter fraction 1). Read again on 2026-12-01:
+  the repository's notebooks hold Krum, Multi-krum, Bulyan, median, trimmed mean and the attacks, no DnC, and the
+  paper's text was not reachable; FLPoison's ``DnC`` (intersection from every client, as here; niters = 5, b = 20 %
+  of d) and Blades' agree with the steps above, and differ from each other only in combine and the defaults.
 * The paper's Algorithm 2 writes ``I_good <- empty`` and then ``I_good <- I_good intersect I``, which read
   literally keeps nobody; chillfl starts from every client, so one iteration keeps its n - floor(c f) and
   more iterations intersect. ``combine = "union"`` keeps a client kept by *any* iteration instead, as Blades'
@@ -37,6 +40,8 @@ Choices
   robust rules name it (Krum's ``m`` counts the models it averages).
 * floor(c f) clients are removed (Blades' ``int(filter_frac * num_byzantine)``); ``check`` refuses
   clients per round <= floor(c f) at start-up. A round with fewer clients (dropouts) keeps at least one.
+  Algorithm 2 keeps "the n - c m lowest scores", which a fractional c m leaves open: FLPoison's ``DnC`` keeps
+  ``int(n - c m)``, i.e. removes ceil(c m); with the default c = 1 both remove exactly f.
 * The coordinates are drawn without replacement from a ``torch.Generator`` seeded by
   ``derive_seed(seed, "dnc", round, iteration)``: a pure function of the round, the same under every executor
   and after a resume (no generator state in the checkpoint). They are sorted before use (the scores do not

@@ -11,7 +11,11 @@ Each rule replaces FedAvg's weighted mean of the round's client models:
 * **krum** (Blanchard et al., NeurIPS 2017): client i's score is the sum of
   squared L2 distances from its model to its ``n - f - 2`` nearest other
   models; Krum takes the model with the lowest score, Multi-Krum (``m > 1``,
-  El Mhamdi et al., ICML 2018) the plain mean of the ``m`` lowest-scored.
+  the same paper's variant) the plain mean of the ``m`` lowest-scored, every
+  score computed once on all n models. ``selection = "repeated"`` picks the
+  m by Krum again on the models not yet picked, rescoring each time (Bulyan's
+  selection, El Mhamdi et al. 2018; the ``multi_krum`` of Shejwalkar &
+  Houmansadr's released code, which picks until 2f + 2 are left).
 
 What each tolerates (n = reporting clients of a round, f = byzantine among them):
 the median's breakdown point is 1/2 (any f < n/2 clients cannot move an entry
@@ -25,7 +29,9 @@ Choices
 -------
 * The rules act on the client models, not on the updates ``y_i - x``: per entry
   median and trimmed mean commute with subtracting the same ``x``, and Krum's
-  distances are the same, so the result is the same up to float rounding.
+  distances are the same, so the result is the same up to float rounding
+  (:func:`squared_distances` takes the models' direct differences, so that
+  rounding is that of the updates themselves, not of the models' norms).
 * Sample counts are not used (the papers' rules are unweighted); maths in float64,
   cast back to each entry's dtype. Integer buffers (BN's ``num_batches_tracked``)
   take the max, as in FedAvg.
@@ -39,7 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import torch
 
@@ -111,9 +117,13 @@ def integer_max(results: Sequence[ClientResult]) -> Params:
 
 
 def squared_distances(flat: torch.Tensor) -> torch.Tensor:
-    """Squared L2 distances between the rows of ``flat`` [n, d], with ``inf`` on the diagonal (a model is not its own neighbour)."""
-    sq = (flat * flat).sum(dim=1)
-    dist = (sq[:, None] + sq[None, :] - 2 * flat @ flat.T).clamp_min(0)
+    """Squared L2 distances between the rows of ``flat`` [n, d], with ``inf`` on the diagonal (a model is not its own neighbour).
+
+    Each distance comes from the rows' direct differences (``torch.cdist`` without its matrix-product shortcut, about the
+    Gram matrix's cost): the expansion ||a||^2 + ||b||^2 - 2 a.b would lose the digits of two close models' difference
+    (norm^2 ~ 1e-7 late in training) to cancellation against their norms (~ 1e4), and no common centre avoids that
+    while one far outlier is among the rows. Symmetric exactly, so equal sums of the same distances stay ties."""
+    dist = torch.cdist(flat, flat, compute_mode="donot_use_mm_for_euclid_dist").square()
     dist.fill_diagonal_(math.inf)
     return dist
 
@@ -140,6 +150,23 @@ def krum_select(flat: torch.Tensor, f: int, m: int) -> list[int]:
     return torch.argsort(scores, stable=True)[: min(m, flat.shape[0])].tolist()
 
 
+def repeated_krum(flat: torch.Tensor, f: int, count: int) -> list[int]:
+    """Rows of ``flat`` [n, d] in the order repeated Krum picks them: Krum (same ``f``) on the rows not yet picked, its
+    choice moved out, until ``count`` are picked. The scores change as the rest shrinks (``|R| - f - 2`` neighbours, at
+    least 1); the distances are computed once and sub-selected; ties go to the lower row."""
+    dist = squared_distances(flat)
+    remaining = list(range(flat.shape[0]))
+    chosen: list[int] = []
+    while len(chosen) < count and remaining:
+        if len(remaining) == 1:
+            chosen.append(remaining.pop())
+            break
+        rows = torch.tensor(remaining, device=dist.device)
+        scores = scores_from_distances(dist.index_select(0, rows).index_select(1, rows), f)
+        chosen.append(remaining.pop(int(torch.argsort(scores, stable=True)[0])))
+    return chosen
+
+
 @dataclass(frozen=True)
 class MedianOptions:
     """Coordinate-wise median: no options."""
@@ -157,10 +184,12 @@ class TrimmedMeanOptions:
 
 @dataclass(frozen=True)
 class KrumOptions:
-    """``f``: byzantine clients tolerated (needs clients per round > 2f + 2); ``m``: models averaged (1 = Krum, > 1 = Multi-Krum)."""
+    """``f``: byzantine clients tolerated (needs clients per round > 2f + 2); ``m``: models averaged (1 = Krum, > 1 = Multi-Krum);
+    ``selection``: Multi-Krum's m lowest scores of one pass (``once``, Blanchard et al.) or Krum repeated on the rest (``repeated``)."""
 
     f: int = 0
     m: int = 1
+    selection: Literal["once", "repeated"] = "once"
 
     def validate(self, section: str) -> None:
         require(0 <= self.f <= 1_000_000, f"{section}.f", f"must be in [0, 1000000], got {self.f}")
@@ -186,7 +215,7 @@ class TrimmedMean(AggregatorBase):
 
 
 class Krum(AggregatorBase):
-    """Krum / Multi-Krum (Blanchard et al. 2017; El Mhamdi et al. 2018): the mean of the m lowest-scored client models."""
+    """Krum / Multi-Krum (Blanchard et al. 2017): the mean of the m lowest-scored client models."""
 
     def __init__(self, options: KrumOptions = KrumOptions()) -> None:
         self.options = options  # recorded for an instance passed from Python
@@ -195,7 +224,8 @@ class Krum(AggregatorBase):
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         flat = flat_models(results, float_keys(results[0].params))
-        rows = krum_select(flat, self.f, self.m)
+        select = krum_select if self.options.selection == "once" else repeated_krum
+        rows = select(flat, self.f, self.m)
         self._selected = sorted(results[i].client_id for i in rows)
         chosen = [results[i] for i in sorted(rows)]  # averaged in client-id order
         return _per_entry(chosen, lambda values: values.mean(dim=0))

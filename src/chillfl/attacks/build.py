@@ -64,12 +64,19 @@ def poisoned_data(config: RunConfig, data: FederatedData) -> FederatedData:
 
 def attacked_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggregator) -> Aggregator:
     """The aggregator wrapped so the attackers' uploads are rewritten before it aggregates (a ``forge_models`` hook under
-    parameter sharing only: prototype sharing's model aggregator, where models travel too, gets the honest models)."""
+    parameter sharing only: prototype sharing's model aggregator, where models travel too, gets the honest models).
+
+    The attack wrapper is outermost, so a ``[privacy]`` wrapper inside it clips (and, ``local``, noises) the forged
+    uploads as anyone's; under ``local`` with ``attack.local_dp = "skip"`` the attackers' uploads are exempted from it."""
     if not config.attack.enabled or spec_of(config.attack).forge_models is None or config.protocol != PARAMETERS:
         return aggregator
     from chillfl.attacks.aggregate import AttackedAggregation
+    from chillfl.privacy.aggregate import PrivateAggregation
 
-    return AttackedAggregation(aggregator, config.attack, attacker_ids(config, data.num_clients), config.seed)
+    ids = attacker_ids(config, data.num_clients)
+    if config.attack.local_dp == "skip" and isinstance(aggregator, PrivateAggregation) and aggregator.client_noise:
+        aggregator.exempt = ids  # local DP is client-side: an attacker that skips it sends its forged model as it is
+    return AttackedAggregation(aggregator, config.attack, ids, config.seed)
 
 
 def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
@@ -91,7 +98,9 @@ def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
         from chillfl.protocols.softlabels.client import SoftLabelClient
 
         assert isinstance(client, SoftLabelClient), "the soft-label protocol's client side"
-        client = dataclasses.replace(client, privacy=ForgedRows(ids, spec.forge_rows, attack.options, exp.config.seed, client.uses_logits, client.privacy))
+        client = dataclasses.replace(
+            client, privacy=ForgedRows(ids, spec.forge_rows, attack.options, exp.config.seed, client.uses_logits, client.privacy, comply=attack.local_dp == "comply")
+        )
     forge = None
     if spec.forge_prototypes is not None and exp.config.protocol == PROTOTYPES:
         from chillfl.attacks.prototypes import ForgedPrototypes

@@ -6,8 +6,9 @@ client, for the attackers only. ``gaussian``: an attacker's rows r (probabilitie
 are then projected back onto the simplex the cheap way (negatives set to 0, each row renormalised
 to sum 1; a row left all zero becomes uniform), so the server's method receives rows of the shape
 and kind it expects. It runs on the client, through the protocol's row-release seam
-(:attr:`SoftLabelClient.privacy`), before any ``[privacy]`` release an honest client would apply:
-an attacker does not privatise what it forges. Other clients' rows go to that release unchanged.
+(:attr:`SoftLabelClient.privacy`), before the ``[privacy]`` release an honest client applies. By default
+(``attack.local_dp = "comply"``) the forged rows then go through that release as anyone's, as a forged model
+update does under parameter sharing; ``"skip"`` sends them as forged. Other clients' rows go to that release unchanged.
 
 Data poisoning (``label_flip``, ``backdoor``) needs nothing here: the attacker's model, trained on its poisoned rows
 (:mod:`chillfl.attacks.poison`), predicts the flipped classes (or the target on triggered inputs).
@@ -44,8 +45,9 @@ def to_simplex(rows: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class ForgedRows:
-    """An attacker's rows through ``forge`` (the kind's hook, with its ``options``); everyone else's through ``then``
-    (``[privacy]``'s release, or as predicted). Holds options only: it travels to worker processes."""
+    """An attacker's rows through ``forge`` (the kind's hook, with its ``options``), then through ``then`` when it
+    ``comply``s; everyone else's through ``then`` (``[privacy]``'s release, or as predicted). Holds options only: it
+    travels to worker processes."""
 
     ids: frozenset[int]
     forge: RowForge
@@ -53,10 +55,11 @@ class ForgedRows:
     seed: int
     logits: bool
     then: RowRelease | None = None
+    comply: bool = True
 
     def release(self, rows: torch.Tensor, client_id: int, round: int) -> torch.Tensor:
         if client_id in self.ids:
             sent = self.forge(self.options, RowsUpload(rows, client_id, round, self.seed, self.logits))
             check_forged("forge_rows", client_id, {"rows": _as_tensor(sent, "forge_rows", client_id)}, {"rows": rows})
-            return sent
+            return sent if self.then is None or not self.comply else self.then.release(sent, client_id, round)
         return rows if self.then is None else self.then.release(rows, client_id, round)

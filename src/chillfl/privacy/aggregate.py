@@ -98,6 +98,9 @@ class PrivateAggregation(AroundAggregator):
         self.noise_multiplier = noise_multiplier
         self.expected = expected
         self.seed = seed
+        self.exempt: frozenset[int] = frozenset()
+        """``client_noise`` only: clients whose uploads pass as sent, neither clipped nor noised (attackers that skip the
+        client-side mechanism, ``attack.local_dp = "skip"``; set by :mod:`chillfl.attacks.build`)."""
         self._metrics: dict[str, Json] = {}
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
@@ -112,6 +115,10 @@ class PrivateAggregation(AroundAggregator):
         private: list[ClientResult] = []
         clipped = 0
         for r in results:
+            if self.client_noise and r.client_id in self.exempt:  # its own device: it sends what it forged, unprivatised
+                kept = {k: global_params[k] for k in r.params if k in global_params and k not in read}  # as an honest client's
+                private.append(replace(r, params={**r.params, **kept}))
+                continue
             update, norm = clip_update({k: r.params[k] - global_params[k] for k in keys}, clip)
             clipped += norm > clip
             if self.client_noise:

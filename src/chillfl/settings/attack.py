@@ -18,7 +18,7 @@ themselves run in :mod:`chillfl.attacks`, which reads the spec's hooks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
 from chillfl import plugins
 from chillfl.errors import ConfigError, choice_error
@@ -45,11 +45,15 @@ class AttackOptions:
     ``kind``: the attack (``none``: off), a built-in's name, an import path or an entry point.
     ``fraction``: the share of all clients that attack, ``round(fraction * num_clients)`` of them drawn
     once from the run's seed; ``clients``: explicit attacker ids instead (then ``fraction`` is ignored).
+    ``local_dp``: under ``[privacy] mechanism = "local"``, whether what an attacker forges is clipped and noised
+    as an honest upload (``comply``) or sent as forged (``skip``: the client-side mechanism is the attacker's to
+    run); the same rule under every protocol (docs/attacks.md).
     """
 
     kind: str = OFF
     fraction: float = 0.2
     clients: tuple[int, ...] = ()
+    local_dp: Literal["comply", "skip"] = "comply"
 
     def validate(self, section: str) -> None:
         require(0.0 <= self.fraction < 1.0, f"{section}.fraction", f"must be in [0, 1), got {self.fraction}")

@@ -1,16 +1,22 @@
 """``lie`` ("A Little Is Enough", Baruch et al. 2019, Algorithm 3): every attacker sends the same ``mu - z * s``.
 
-mu and s: the per-coordinate mean and (population) standard deviation of the round's *benign* models;
-by default z = z_max from the round's n clients and m attackers (:func:`chillfl.attacks.updates.z_max`).
-The attackers collude and see the benign models, the paper's threat model; with no benign client in
-the round they use their own honest models.
+mu and s: the per-coordinate mean and (population) standard deviation of a reference set of models; by
+default z = z_max from the round's n clients and m attackers (:func:`chillfl.attacks.updates.z_max`).
+
+``reference`` says whose models: ``"benign"`` (the default) the round's benign models, an omniscient
+attacker that sees every honest upload (Shejwalkar & Houmansadr's released notebooks with known benign
+gradients, and most re-implementations); ``"own"`` the attackers' own honestly trained models, the
+non-omniscient attacker Baruch et al. present (their abstract: "a novel non-omniscient attack"), which
+estimates mu and s from the corrupted workers' data only (those notebooks' "unknown benign gradients"). With
+``"benign"`` and no benign client in the round, the attackers use their own models. With ``"own"`` and
+one attacker, s = 0 and it sends its honest model.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from chillfl.attacks.spec import AttackSpec, ModelRound
 from chillfl.options import require
@@ -21,9 +27,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LieOptions:
-    """``z``: the attackers send ``mean - z std`` of the round's benign models per coordinate (0: Baruch et al.'s z_max from n and m)."""
+    """``z``: the attackers send ``mean - z std`` per coordinate (0: Baruch et al.'s z_max from n and m); ``reference``: of the
+    round's benign models (omniscient) or of the attackers' own honest models (the paper's non-omniscient attacker)."""
 
     z: float = 0.0
+    reference: Literal["benign", "own"] = "benign"
 
     def validate(self, section: str) -> None:
         require(math.isfinite(self.z) and self.z >= 0, f"{section}.z", f"must be >= 0 (0: z_max from n and m), got {self.z}")
@@ -33,11 +41,12 @@ def forge_models(options: LieOptions, round: ModelRound) -> dict[int, Params]:
     from chillfl.attacks import updates
 
     bad = round.bad
-    benign = [r.params for r in round.benign] or [r.params for r in bad]
+    own = [r.params for r in bad]
+    reference = own if options.reference == "own" else [r.params for r in round.benign] or own
     z = options.z or updates.z_max(len(round.results), len(bad))
-    sent = updates.lie(benign, bad[0].params, z)
+    sent = updates.lie(reference, bad[0].params, z)
     keys = updates.float_keys(round.global_params)
     return {r.client_id: {**r.params, **{k: sent[k] for k in keys}} for r in bad}
 
 
-SPEC = AttackSpec("lie", LieOptions, summary="the attackers all send mean - z std of the round's benign models (A Little Is Enough)", forge_models=forge_models)
+SPEC = AttackSpec("lie", LieOptions, summary="the attackers all send mean - z std of the round's benign (or their own) models (A Little Is Enough)", forge_models=forge_models)

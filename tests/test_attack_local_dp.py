@@ -1,0 +1,144 @@
+"""Whether an attacker runs local DP on what it forges (``attack.local_dp``): one rule, ``comply`` by default, under
+parameter sharing (the privacy wrapper's clip and client noise) and soft-label sharing (the row release), worked by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from chillfl.aggregation.base import ClientResult, FedAvg
+from chillfl.attacks.aggregate import AttackedAggregation
+from chillfl.attacks.kinds import gaussian
+from chillfl.attacks.softlabels import ForgedRows
+from chillfl.config import load_config
+from chillfl.errors import ConfigError
+from chillfl.privacy.aggregate import PrivateAggregation
+from chillfl.settings.attack import AttackConfig
+
+TINY: dict[str, Any] = {
+    "seed": 3,
+    "device": "cpu",
+    "threads": 1,
+    "dataset.name": "digits",
+    "model.name": "mlp",
+    "model.hidden": [16],
+    "federation.num_clients": 4,
+    "federation.clients_per_round": 4,
+    "federation.rounds": 1,
+    "client.batch_size": 32,
+    "privacy.clip_norm": 1.0,
+    "privacy.noise_multiplier": 1.5,
+    "privacy.delta": 1e-3,
+    "attack.kind": "scaling",
+    "attack.clients": [1],
+}
+
+SCALING = AttackConfig.from_table({"kind": "scaling", "factor": 100.0}, "attack")
+
+
+def _results(*models: list[float]) -> list[ClientResult]:
+    return [ClientResult(i, {"w": torch.tensor(m, dtype=torch.float64)}, 10 * (i + 1), 1, 0.1, 1.0, 0.0) for i, m in enumerate(models)]
+
+
+def _forged_mean(exempt: frozenset[int]) -> list[float]:
+    glob = {"w": torch.zeros(2, dtype=torch.float64)}
+    private = PrivateAggregation(FedAvg(), client_noise=True, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11)
+    private.exempt = exempt
+    return AttackedAggregation(private, SCALING, frozenset({1}), 11).aggregate(glob, _results([0.3, 0.4], [0.03, 0.04]), round=0)["w"].tolist()
+
+
+def test_parameter_sharing_comply_clips_and_skip_sends_the_forged_update_by_hand() -> None:
+    # sigma = 0, C = 1: client 1 (the attacker) forges w + 100 (0.03, 0.04) = (3, 4), norm 5.
+    # comply: clipped to (0.6, 0.8); client 0's (0.3, 0.4), norm 0.5, kept; local's mean over n = 2: (0.45, 0.6)
+    assert _forged_mean(frozenset()) == pytest.approx([0.45, 0.6], abs=1e-12)
+    # skip: (3, 4) as forged: ((0.3 + 3) / 2, (0.4 + 4) / 2) = (1.65, 2.2); the honest client is still clipped (not here)
+    assert _forged_mean(frozenset({1})) == pytest.approx([1.65, 2.2], abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "local_dp", "exempt"),
+    [
+        ("local", None, frozenset()),  # the default: comply
+        ("local", "comply", frozenset()),
+        ("local", "skip", frozenset({1})),
+        ("dp-fedavg", "skip", frozenset()),  # the server clips everyone: nothing for an attacker to skip
+    ],
+)
+def test_the_run_exempts_the_attackers_only_when_they_skip_local_dp(mechanism: str, local_dp: str | None, exempt: frozenset[int]) -> None:
+    pytest.importorskip("opacus")
+    from chillfl.experiment import build_experiment
+
+    over = {**TINY, "privacy.mechanism": mechanism, **({} if local_dp is None else {"attack.local_dp": local_dp})}
+    exp = build_experiment(load_config(None, over))
+    assert isinstance(exp.aggregator, AttackedAggregation) and isinstance(exp.aggregator.base, PrivateAggregation)
+    assert exp.aggregator.base.exempt == exempt
+
+
+class Halve:
+    """A stand-in row release: halves what it gets (so whether the forged rows went through it shows)."""
+
+    def release(self, rows: torch.Tensor, client_id: int, round: int) -> torch.Tensor:
+        return rows / 2
+
+
+def test_soft_labels_comply_releases_the_forged_rows_and_skip_sends_them_as_forged() -> None:
+    # logit rows, so gaussian adds z and does not project: forged = rows + 0.1 z (z from the documented stream)
+    from chillfl.seeds import derive_seed
+
+    rows = torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(derive_seed(3, "attack", "rows", 1, 4))
+    forged = rows + 0.1 * torch.randn(rows.shape, generator=gen, dtype=rows.dtype)
+
+    def release(comply: bool, client: int) -> torch.Tensor:
+        return ForgedRows(frozenset({4}), gaussian.forge_rows, gaussian.GaussianOptions(0.1), 3, True, Halve(), comply=comply).release(rows, client, 1)
+
+    assert torch.equal(release(True, 4), forged / 2)  # comply (the default): forged, then released as an honest row
+    assert torch.equal(release(False, 4), forged)  # skip: as forged
+    assert torch.equal(release(False, 0), rows / 2) and torch.equal(release(True, 0), rows / 2)  # honest clients: released
+
+
+def test_bad_local_dp_is_one_line_naming_the_field() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {**TINY, "attack.local_dp": "sometimes"})
+    assert err.value.field == "attack.local_dp" and "\n" not in str(err.value)
+
+
+def test_a_soft_label_run_complies_by_default_and_skips_when_told() -> None:
+    """End to end (DS-FL, one round): the attackers' rows reach the server released (default) or as forged; the two differ."""
+    pytest.importorskip("opacus")
+    import chillfl
+
+    config = {"seed": 3, "device": "cpu", "executor": "sequential", "dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]},
+              "federation": {"num_clients": 3, "rounds": 1}, "client": {"batch_size": 32},
+              "distillation": {"method": "dsfl", "public_size": 40, "subset_size": 20, "server_epochs": 1, "distill_batch_size": 32},
+              "privacy": {"mechanism": "local", "noise_multiplier": 2.0, "delta": 1e-3}}
+    attack = {"kind": "gaussian", "clients": [1], "sigma": 5.0}
+
+    def loss(**extra: Any) -> float:
+        run = chillfl.run(config={**config, "attack": {**attack, **extra}}, write=False, progress=False)
+        return float(run.records[-1]["global_loss"])
+
+    default = loss()
+    assert default == loss(local_dp="comply") != loss(local_dp="skip")
+
+
+def test_skipping_attackers_on_flower_equal_sequential(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parameter sharing under ``local`` with ``local_dp = "skip"``: the Flower server builds the same exempting wrapper."""
+    pytest.importorskip("opacus")
+    pytest.importorskip("flwr", reason="the Flower backend needs the [flower] extra (flwr)")
+    import sys
+    from pathlib import Path
+
+    from flwr.supercore.task_identity import TaskIdentity
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_flower_privacy_attacks import DP_FEDAVG, both
+
+    monkeypatch.setattr(TaskIdentity, "_run_id", 1)  # as that module's server_identity fixture
+    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
+    privacy = {**DP_FEDAVG, "mechanism": "local"}
+    flower, seq = both(tmp_path, "skip", privacy=privacy, attack={"kind": "scaling", "clients": [1], "factor": 50.0, "local_dp": "skip"})
+    assert flower == seq

@@ -77,6 +77,8 @@ def test_run_with_a_switched_partitioner_is_accepted(tmp_path: Path, capsys: pyt
         # a key in two --grid items: the later set every variant's value, labelled "client.lr=0.1, client.lr=0.3" (ran at 0.3)
         (["compare", "{base}", "--grid", "client.lr=0.1,0.2", "--grid", "client.lr=0.3"], "--grid: client.lr is given twice; give all its values in one item"),
         (["compare", "{base}", "--tune", "client.lr=0.1,0.2", "--tune", "client.lr=0.3"], "--tune: client.lr is given twice; give all its values in one item"),
+        # an empty --seeds was taken as none given, and the line named --grid
+        (["compare", "{base}", "--seeds", ""], "--seeds: expected a non-empty list of integer seeds >= 0, got []"),
         (["run", "{base}", "model.name=[1,2]"], "model.name: must be a string (a registered name), got list [1, 2]"),  # was "is required (a string)"
         (["run", "{folder}"], "config: {shown} is a folder, not a config file"),  # was "file not found"
     ],

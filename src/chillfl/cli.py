@@ -203,7 +203,7 @@ def _compare_options(args: argparse.Namespace) -> "CompareOptions":
     from chillfl.sweeps.plan import CompareOptions, parse_seeds, parse_tune_items
 
     return CompareOptions(
-        seeds=parse_seeds(args.seeds) if getattr(args, "seeds", None) else None,
+        seeds=parse_seeds(args.seeds) if getattr(args, "seeds", None) is not None else None,  # `--seeds ""`: its own line, not --grid's
         tune=parse_tune_items(args.tune) if getattr(args, "tune", None) else None,
         controls=True if getattr(args, "controls", False) else None,
         select=getattr(args, "select", None),

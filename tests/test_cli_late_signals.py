@@ -77,6 +77,22 @@ CHILD = textwrap.dedent(
             return plots(*args, **kwargs)
 
         chillfl.runner._plots = plotting
+    elif window == "resume_plots":  # stopped after round 1, then resumed: SIGTERM while the resumed run writes its figures
+        enter, plots = chillfl.runner._Signals.__enter__, chillfl.runner._plots
+
+        def stop_at_once(self):
+            out = enter(self)
+            signal.raise_signal(signal.SIGTERM)
+            return out
+
+        def plotting(*args, **kwargs):
+            signal.raise_signal(signal.SIGTERM)
+            return plots(*args, **kwargs)
+
+        chillfl.runner._Signals.__enter__ = stop_at_once
+        main(command)
+        chillfl.runner._Signals.__enter__, chillfl.runner._plots = enter, plotting
+        command = ["resume", config.replace("late.toml", "out/late.partial"), "-q"]
     elif window == "table":
         import chillfl.cli
 
@@ -136,6 +152,14 @@ def test_a_sigterm_while_the_run_writes_its_results_completes_the_run_then_stops
         "chillfl: SIGTERM: the run has done its rounds; it stops once its results are written",
         f"chillfl: interrupted; the run had completed: its results are in {final}",
     ], lines
+    assert code == 128 + signal.SIGTERM, lines
+
+
+def test_a_sigterm_while_a_resumed_run_writes_its_results_names_its_complete_folder(tmp_path: Path) -> None:
+    code, lines = _run(tmp_path, "resume_plots")
+    final = tmp_path / "out" / "late"
+    assert (final / "summary.json").is_file() and not (tmp_path / "out" / "late.partial").exists()
+    assert lines[-1] == f"chillfl: interrupted; the run had completed: its results are in {final}", lines
     assert code == 128 + signal.SIGTERM, lines
 
 

@@ -6,7 +6,9 @@ Two windows, each forced deterministically in a child process by wrapping the co
 * before any run started (building the experiment);
 * after the last round, while the run writes its results (its figures): the run completes, says so, and the
   signal then ends the command as one between a comparison's runs does (before, it said "stopping after this
-  round" and exited 0, and a comparison went on with its next run).
+  round" and exited 0, and a comparison went on with its next run); a single run's line names its complete
+  folder (before, it said "unfinished results are left in *.partial folders" of a folder that was final);
+* after the run returned, while its table is printed: the same line.
 
 Before the CLI held the signals itself, SIGTERM's default killed the process in both: exit -15, nothing said.
 """
@@ -75,6 +77,32 @@ CHILD = textwrap.dedent(
             return plots(*args, **kwargs)
 
         chillfl.runner._plots = plotting
+    elif window == "resume_plots":  # stopped after round 1, then resumed: SIGTERM while the resumed run writes its figures
+        enter, plots = chillfl.runner._Signals.__enter__, chillfl.runner._plots
+
+        def stop_at_once(self):
+            out = enter(self)
+            signal.raise_signal(signal.SIGTERM)
+            return out
+
+        def plotting(*args, **kwargs):
+            signal.raise_signal(signal.SIGTERM)
+            return plots(*args, **kwargs)
+
+        chillfl.runner._Signals.__enter__ = stop_at_once
+        main(command)
+        chillfl.runner._Signals.__enter__, chillfl.runner._plots = enter, plotting
+        command = ["resume", config.replace("late.toml", "out/late.partial"), "-q"]
+    elif window == "table":
+        import chillfl.cli
+
+        summary = chillfl.cli._print_summary
+
+        def printing(*args, **kwargs):
+            signal.raise_signal(signal.SIGTERM)  # the run returned, its folder final: the CLI prints its table
+            return summary(*args, **kwargs)
+
+        chillfl.cli._print_summary = printing
     else:
         build = chillfl.experiment.build_experiment
 
@@ -107,7 +135,9 @@ def test_a_sigterm_while_an_interrupted_run_unwinds_still_says_the_runs_line(tmp
 def test_a_sigterm_before_the_run_starts_is_one_line_and_exit_143(tmp_path: Path) -> None:
     code, lines = _run(tmp_path, "before_run")
     assert code == 128 + signal.SIGTERM, lines
-    assert lines == ["chillfl: interrupted; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)"]
+    # it said "unfinished results are left in *.partial folders": there is none, the run had not started
+    assert lines == ["chillfl: interrupted; the run had not started: nothing was written, nothing to resume"]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 def test_a_sigterm_while_the_run_writes_its_results_completes_the_run_then_stops_the_command(tmp_path: Path) -> None:
@@ -117,10 +147,27 @@ def test_a_sigterm_while_the_run_writes_its_results_completes_the_run_then_stops
     assert not (tmp_path / "out" / "late.partial").exists()
     assert len((final / "metrics.jsonl").read_text().splitlines()) == 4
     assert not any("stopping after this round" in line for line in lines), lines
+    # it said "unfinished results are left in *.partial folders": the folder is complete, and named
     assert lines == [
         "chillfl: SIGTERM: the run has done its rounds; it stops once its results are written",
-        "chillfl: interrupted; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)",
+        f"chillfl: interrupted; the run had completed: its results are in {final}",
     ], lines
+    assert code == 128 + signal.SIGTERM, lines
+
+
+def test_a_sigterm_while_a_resumed_run_writes_its_results_names_its_complete_folder(tmp_path: Path) -> None:
+    code, lines = _run(tmp_path, "resume_plots")
+    final = tmp_path / "out" / "late"
+    assert (final / "summary.json").is_file() and not (tmp_path / "out" / "late.partial").exists()
+    assert lines[-1] == f"chillfl: interrupted; the run had completed: its results are in {final}", lines
+    assert code == 128 + signal.SIGTERM, lines
+
+
+def test_a_sigterm_while_the_runs_table_is_printed_names_the_complete_folder(tmp_path: Path) -> None:
+    code, lines = _run(tmp_path, "table")
+    final = tmp_path / "out" / "late"
+    assert (final / "summary.json").is_file() and not (tmp_path / "out" / "late.partial").exists()
+    assert lines == [f"chillfl: interrupted; the run had completed: its results are in {final}"], lines
     assert code == 128 + signal.SIGTERM, lines
 
 

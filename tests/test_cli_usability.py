@@ -74,6 +74,11 @@ def test_run_with_a_switched_partitioner_is_accepted(tmp_path: Path, capsys: pyt
         (["run", "{base}", "lr=0.1"], "lr: unknown key or section (an option of [client]: client.lr); allowed: "),
         (["run", "{base}", "clip_norm=1"], "clip_norm: unknown key or section (an option of [client], [privacy]: client.clip_norm, privacy.clip_norm); "),
         (["compare", "{base}", "--grid", "algorithm.name=fedavg,fedavgg"], "algorithm.name: unknown value 'fedavgg' (did you mean 'fedavg'?)"),
+        # a key in two --grid items: the later set every variant's value, labelled "client.lr=0.1, client.lr=0.3" (ran at 0.3)
+        (["compare", "{base}", "--grid", "client.lr=0.1,0.2", "--grid", "client.lr=0.3"], "--grid: client.lr is given twice; give all its values in one item"),
+        (["compare", "{base}", "--tune", "client.lr=0.1,0.2", "--tune", "client.lr=0.3"], "--tune: client.lr is given twice; give all its values in one item"),
+        # an empty --seeds was taken as none given, and the line named --grid
+        (["compare", "{base}", "--seeds", ""], "--seeds: expected a non-empty list of integer seeds >= 0, got []"),
         (["run", "{base}", "model.name=[1,2]"], "model.name: must be a string (a registered name), got list [1, 2]"),  # was "is required (a string)"
         (["run", "{folder}"], "config: {shown} is a folder, not a config file"),  # was "file not found"
     ],

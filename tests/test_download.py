@@ -417,3 +417,18 @@ def test_downloaded_arrays_match_the_published_bytes(tmp_path: Path) -> None:
     raw = np.tile([0.0, 10.0], 5) / 255.0
     expected = (raw - raw.mean()) / raw.std()
     assert np.allclose(ds.x_train[:, 0, 0, 0].numpy(), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize(("flag", "env"), [(["--mirror", "mirror.example.org/data"], None), ([], "mirror.example.org/data")])
+def test_a_mirror_that_is_not_a_url_is_one_line_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flag: list[str], env: str | None,
+) -> None:
+    """A scheme-less mirror reached urllib, whose ValueError ("unknown url type") was a traceback, exit 1, with
+    data_dir/.downloads/NAME made already."""
+    if env is not None:
+        monkeypatch.setenv(MIRROR_ENV, env)
+    rc = main(["data", "download", "cifar10", "--data-dir", str(tmp_path / "d"), *flag, "-q"])
+    said = "--mirror" if flag else MIRROR_ENV
+    assert (rc, capsys.readouterr().err) == (2, f"chillfl: error: download cifar10: {said}: 'mirror.example.org/data' is not a URL; "
+                                                 "give one starting with http://, https://, ftp://, file://\n")
+    assert not (tmp_path / "d").exists()

@@ -361,3 +361,27 @@ def test_groups_that_differ_only_in_a_setting_without_a_column_show_it(runs: Pat
     table = page.split('<table id="configs">')[1].split("</table>")[0]
     assert "<th class=\"l\">other</th>" in table and "eval.clients=none" in table and "eval.clients=sampled" in table
     assert "other</th>" not in render([runs / "warm"], models=False, partitions=False)
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "said"),
+    [
+        ("summary.json", "[1, 2]", "summary.json is not a JSON object"),
+        ("summary.json", '{"final_global_acc": "high"}', "summary.json: final_global_acc is 'high', not a number"),
+        ("metrics.jsonl", '{"round": 1, "global_acc": "y"}\n', "metrics.jsonl record 1: global_acc is 'y', not a number"),
+        ("metrics.jsonl", '{"round": 1}\n[2]\n', "metrics.jsonl record 2: not a round's record (an object with an integer round)"),
+        ("metrics.jsonl", '{"round": "1"}\n', "metrics.jsonl record 1: not a round's record (an object with an integer round)"),
+    ],
+)
+def test_a_result_file_of_the_wrong_shape_is_one_line_naming_it(
+    runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], file: str, text: str, said: str,
+) -> None:
+    """Valid JSON of the wrong shape (hand-edited, another tool's) printed a traceback from deep in the page
+    (AttributeError: 'list' object has no attribute 'get'; ValueError: could not convert string to float) and exit 1."""
+    run = tmp_path / "warm"
+    shutil.copytree(runs / "warm", run)
+    (run / file).write_text(text)
+    assert main(["report", str(run), "--no-models", "--no-partitions", "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"chillfl: error: RUN_DIR: {run / file}{said.removeprefix(file)}\n", err
+    assert not (tmp_path / "r.html").exists()

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from chillfl._version import __version__
 from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file
-from chillfl.errors import DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, MissingExtra, StorageError, SweepFailed, did_you_mean, one_line
+from chillfl.errors import DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed, did_you_mean, one_line
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
 from chillfl.options import short_repr
@@ -92,6 +92,14 @@ def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace
 
 
 def _report(out: "RunOutput") -> int:
+    """The run's table; a signal while it prints ends the command with the run's folder named (it is complete)."""
+    try:
+        return _print_summary(out)
+    except KeyboardInterrupt as exc:
+        raise InterruptedAfterRun(out.folder) from exc
+
+
+def _print_summary(out: "RunOutput") -> int:
     s = out.summary
     parts = [f"{k}={s[k]:.4f}" for k in ("final_global_acc", "best_global_acc", "final_local_acc", "final_global_loss") if k in s]
     print(" ".join(parts))
@@ -195,7 +203,7 @@ def _compare_options(args: argparse.Namespace) -> "CompareOptions":
     from chillfl.sweeps.plan import CompareOptions, parse_seeds, parse_tune_items
 
     return CompareOptions(
-        seeds=parse_seeds(args.seeds) if getattr(args, "seeds", None) else None,
+        seeds=parse_seeds(args.seeds) if getattr(args, "seeds", None) is not None else None,  # `--seeds ""`: its own line, not --grid's
         tune=parse_tune_items(args.tune) if getattr(args, "tune", None) else None,
         controls=True if getattr(args, "controls", False) else None,
         select=getattr(args, "select", None),
@@ -622,6 +630,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         leaves = args.command in PARTIAL_FOLDERS  # an analysis, a report, a listing: nothing to resume
         if isinstance(exc, ComparisonInterrupted):  # a comparison stopped between runs: its folder is known
             said = f"; resume with: chillfl resume {exc.folder}"
+        elif isinstance(exc, InterruptedAfterRun):  # one run, stopped once its results were written: nothing is partial
+            said = "; the run had completed" + (f": its results are in {exc.folder}" if exc.folder is not None else "")
+        elif isinstance(exc, RunNotStarted):  # its folder, if made, was removed again
+            said = "; the run had not started: nothing was written, nothing to resume"
         else:
             said = "; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)" if leaves else ""
         print("chillfl: interrupted" + said, file=sys.stderr)
@@ -682,9 +694,11 @@ def _stdout_closed() -> bool:
 
 
 def _signal_exit(exc: KeyboardInterrupt) -> int:
-    """128 + the signal that stopped the command: SIGINT's 130, SIGTERM's 143, SIGHUP's 129 (a comparison stopped between
-    runs carries the signal's own exception as its cause)."""
-    received = exc.__cause__ if isinstance(exc, ComparisonInterrupted) and exc.__cause__ is not None else exc
+    """128 + the signal that stopped the command: SIGINT's 130, SIGTERM's 143, SIGHUP's 129 (ComparisonInterrupted,
+    InterruptedAfterRun and RunNotStarted carry the signal's own exception as their cause, maybe one through another)."""
+    received: BaseException = exc
+    while not isinstance(received, Terminated) and received.__cause__ is not None:  # ComparisonInterrupted from InterruptedAfterRun from ...
+        received = received.__cause__
     return 128 + (received.signum if isinstance(received, Terminated) else signal.SIGINT)
 
 

@@ -116,6 +116,24 @@ class ComparisonInterrupted(KeyboardInterrupt):
         self.folder = folder
 
 
+class InterruptedAfterRun(KeyboardInterrupt):
+    """A signal came once a run had done its rounds: the run completed first (its folder is final, nothing to resume),
+    then the signal ended the command. Not the generic "*.partial folders" line: that one would send the user looking for
+    a ``.partial`` folder that is not there.
+
+    ``folder``: the run's final folder (None for a run that writes none); the signal's own exception is its cause.
+    """
+
+    def __init__(self, folder: Path | None) -> None:
+        super().__init__(str(folder))
+        self.folder = folder
+
+
+class RunNotStarted(KeyboardInterrupt):
+    """A signal stopped a fresh run before its rounds began (while its data and model were built, or its folder made):
+    the folder, if made, was removed again, so there is nothing to resume. The signal's own exception is its cause."""
+
+
 class StorageError(OSError):
     """The run folder could not be written (disk full, I/O error, file system gone read-only).
 

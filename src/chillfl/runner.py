@@ -51,7 +51,7 @@ from chillfl.storage.results import ResultWriter, summarize
 from chillfl.storage.run_folder import CHECKPOINT, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import as_comment, differences, environment
-from chillfl.errors import ConfigError, Diverged, MissingExtra, StorageError
+from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, is_custom, make_executor
 from chillfl.extras import need
@@ -254,28 +254,35 @@ def run_experiment(
     (read-only models; ``stop()`` ends the run after that round, checkpointed and resumable).
     ``pools``: worker processes and Ray actors a sweep lends its runs (:mod:`chillfl.executors.pools`).
     """
-    if experiment is None:  # the saved config.toml lists every default, however the config was made
-        config = resolved(config)
-    with intra_op_threads(config.threads):
-        exp = experiment or build_experiment(config, data=data)
-        config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
-        if write:
-            check_sinks(config)
-        held = HeldSignals()  # a Ctrl-C now waits until the folder is in the hands of the clean-up below
-        try:
-            writer = ResultWriter(config.out_dir, config.name) if write else None
-        except BaseException:
-            held.release()
+    running = False  # whether _run holds the signals: a Ctrl-C before is RunNotStarted (no folder is left)
+    try:
+        if experiment is None:  # the saved config.toml lists every default, however the config was made
+            config = resolved(config)
+        with intra_op_threads(config.threads):
+            exp = experiment or build_experiment(config, data=data)
+            config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
+            if write:
+                check_sinks(config)
+            held = HeldSignals()  # a Ctrl-C now waits until the folder is in the hands of the clean-up below
+            try:
+                writer = ResultWriter(config.out_dir, config.name) if write else None
+            except BaseException:
+                held.release()
+                raise
+            try:
+                held.release()  # a signal that came meanwhile lands here, where the folder is removed again
+                if writer:
+                    _start_folder(writer, exp, config)
+                running = True
+                return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks, hooks=hooks, pools=pools)
+            except (ConfigError, KeyboardInterrupt):  # a misfit found as it starts, or a Ctrl-C before the run's own handling:
+                if writer is not None:  # nothing to resume, and the folder would push a rerun to NAME-2
+                    _discard_unstarted(writer)
+                raise
+    except KeyboardInterrupt as exc:
+        if running:  # the run's own (InterruptedAfterRun), or one while its exception unwound: the run's line says it
             raise
-        try:
-            held.release()  # a signal that came meanwhile lands here, where the folder is removed again
-            if writer:
-                _start_folder(writer, exp, config)
-            return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks, hooks=hooks, pools=pools)
-        except (ConfigError, KeyboardInterrupt):  # a misfit found as it starts, or a Ctrl-C before the run's own handling:
-            if writer is not None:  # nothing to resume, and the folder would push a rerun to NAME-2
-                _discard_unstarted(writer)
-            raise
+        raise RunNotStarted() from exc
 
 
 def _start_folder(writer: ResultWriter, exp: Experiment, config: RunConfig) -> None:
@@ -400,8 +407,15 @@ def _run(
 ) -> RunOutput:
     # device_settings from the protocol's build on (FedMD trains its server model there): every cuBLAS call of the run
     # comes after CUBLAS_WORKSPACE_CONFIG is set and runs under deterministic algorithms, not only the rounds'
-    with _Signals() as signals, device_settings(config, exp.device):
-        return _run_rounds(exp, config, writer, signals, progress=progress, label=label, callbacks=callbacks, hooks=hooks, resume=resume, pools=pools)
+    output: RunOutput | None = None
+    try:
+        with _Signals() as signals, device_settings(config, exp.device):
+            output = _run_rounds(exp, config, writer, signals, progress=progress, label=label, callbacks=callbacks, hooks=hooks, resume=resume, pools=pools)
+    except KeyboardInterrupt as exc:
+        if output is None:
+            raise
+        raise InterruptedAfterRun(output.folder) from exc  # the signal held while the results were written: they are complete
+    return output
 
 
 def _run_rounds(

@@ -34,6 +34,7 @@ import sys
 import tarfile
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Mapping
@@ -46,6 +47,8 @@ from chillfl.data.sources import MANUAL, MIRRORED_ONLY, SOURCES, RemoteFile, Sou
 log = logging.getLogger(__name__)
 
 MIRROR_ENV = "CHILLFL_DATA_MIRROR"
+MIRROR_SCHEMES = ("http", "https", "ftp", "file")
+"""What urllib can fetch a mirror's files from."""
 MARKER = ".chillfl-download"
 DOWNLOADS = ".downloads"
 CHUNK = 1 << 20
@@ -81,7 +84,10 @@ def read_checksums(path: str | Path) -> dict[str, str]:
 
 def resolve_source(name: str, mirror: str | None = None, checksums: Mapping[str, str] | None = None) -> Source:
     """The source of ``name`` with the mirror's URLs and the manifest's checksums applied."""
+    given = "--mirror" if mirror is not None else MIRROR_ENV
     mirror = mirror if mirror is not None else os.environ.get(MIRROR_ENV) or None
+    if mirror and urllib.parse.urlsplit(mirror).scheme.lower() not in MIRROR_SCHEMES:  # else urllib's ValueError, a traceback, after .downloads/ is made
+        raise DownloadError(f"{given}: {mirror!r} is not a URL; give one starting with {', '.join(s + '://' for s in MIRROR_SCHEMES)}")
     if name in SOURCES:
         source = SOURCES[name]
     elif name in MIRRORED_ONLY and mirror:

@@ -121,6 +121,10 @@ def skipped_folders(paths: Sequence[str | Path]) -> list[Path]:
     return out
 
 
+CURVES = ("global_acc", "local_acc", "global_loss", "train_loss", "global_ece", "global_nll", "global_brier")
+"""The per-round metrics the page draws (:func:`render`'s curves): each must be a number where a record has it."""
+
+
 def load_run(folder: Path) -> Run:
     summary_path = folder / "summary.json"
     try:
@@ -128,7 +132,28 @@ def load_run(folder: Path) -> Run:
         records = read_metrics(folder, torn_tail=_unfinished(folder))  # a killed run's cut last line, dropped as resume drops it
     except (OSError, ValueError) as exc:
         raise ConfigError("RUN_DIR", f"{folder}: unreadable result files ({exc})") from None
+    _check_shapes(folder, summary, records)
     return Run(folder, load_config(folder / "config.toml"), records, summary)
+
+
+def _check_shapes(folder: Path, summary: Any, records: list[Any]) -> None:
+    """A hand-edited or foreign ``summary.json`` / ``metrics.jsonl`` is one line naming the file and the field, not a
+    traceback from deep in the page's tables and figures: the page reads the summary as an object, every record as an
+    object with an integer round, and the table's and curves' values as numbers."""
+    def number(value: Any) -> bool:
+        return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+    if not isinstance(summary, dict):
+        raise ConfigError("RUN_DIR", f"{folder / 'summary.json'} is not a JSON object")
+    for key, _, _ in TABLE_METRICS:
+        if not number(summary.get(key)):
+            raise ConfigError("RUN_DIR", f"{folder / 'summary.json'}: {key} is {summary[key]!r}, not a number")
+    for line, record in enumerate(records, 1):  # blank lines skipped: the n-th record
+        if not isinstance(record, dict) or isinstance(record.get("round"), bool) or not isinstance(record.get("round"), int):
+            raise ConfigError("RUN_DIR", f"{folder / 'metrics.jsonl'} record {line}: not a round's record (an object with an integer round)")
+        for key in (*CURVES, *FROM_RECORDS.values()):
+            if not number(record.get(key)):
+                raise ConfigError("RUN_DIR", f"{folder / 'metrics.jsonl'} record {line}: {key} is {record[key]!r}, not a number")
 
 
 def group_key(config: RunConfig) -> str:

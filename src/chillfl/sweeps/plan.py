@@ -102,6 +102,10 @@ def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[Variant]:
     ``temperature=...`` is shorthand for ``temperature.policy="fixed"`` with
     ``temperature.value`` set (T = 1 is the plain softmax).
     """
+    keys = [key for key, _ in axes]
+    for key in keys:  # else the later axis overrode the earlier in every variant, whose label still named both values
+        if keys.count(key) > 1:
+            raise ConfigError("--grid", f"{key} is given twice; give all its values in one item ({key}=v1,v2,...)")
     size = math.prod(len(values) for _, values in axes)
     if size > MAX_VARIANTS:
         raise ConfigError("--grid", f"{' x '.join(str(len(v)) for _, v in axes)} = {size} variants; at most {MAX_VARIANTS}")
@@ -226,6 +230,8 @@ def parse_tune_items(items: Sequence[str]) -> dict[str, list[Any]]:
         key = key.strip()
         if not sep or not key or not values.strip():
             raise ConfigError("--tune", f"expected key=v1,v2,... got {item!r}")
+        if key in out:  # else the later item's values replaced the earlier's, with nothing said
+            raise ConfigError("--tune", f"{key} is given twice; give all its values in one item ({key}=v1,v2,...)")
         out[key] = [parse_value(v.strip(), "--tune") for v in values.split(",") if v.strip()]
     parse_tune(out, "--tune")
     return out

@@ -169,6 +169,27 @@ def test_dirichlet_client_scheme_by_hand(monkeypatch: pytest.MonkeyPatch) -> Non
     assert len(used) == len(set(used.tolist())) == 17
 
 
+def test_dirichlet_class_scheme_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Per class (Wang et al. 2020 / NIID-Bench "noniid-labeldir" without its N / K cap): q ~ Dir(alpha * 1) over the
+    # clients, class k's shuffled samples cut at floor(n_k * cumsum(q)). 2 classes x 10 samples, 3 clients:
+    # class 0, q = (.25, .25, .5): cuts floor(2.5) = 2, floor(5.0) = 5 -> 2, 3, 5;
+    # class 1, q = (.65, .05, .3): cuts floor(6.5) = 6, floor(7.0) = 7 -> 6, 1, 3 (client 0 ends with 8: no cap).
+    calls = _inject_proportions(monkeypatch, [[0.25, 0.25, 0.5], [0.65, 0.05, 0.3]])
+    labels = np.tile(np.arange(2), 10)
+    part = partition("dirichlet", labels, 3, rng(0), {"alpha": 1.0})
+    assert counts_of(part, labels, 2).tolist() == [[2, 6], [3, 1], [5, 3]]
+    assert calls == [3, 3] and part.class_proportions is None
+
+
+def test_dirichlet_redraws_until_min_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    # FedMA / NIID-Bench's rule (min_require_size = 10, here 4): redraw the whole split until every client holds >= 4.
+    # Draw 1: both classes all to client 0 -> sizes 20, 0: redrawn. Draw 2: q = (.5, .5) for both -> 10, 10.
+    calls = _inject_proportions(monkeypatch, [[1.0, 0.0]] * 2 + [[0.5, 0.5]] * 2)
+    labels = np.tile(np.arange(2), 10)
+    part = partition("dirichlet", labels, 2, rng(0), {"alpha": 1.0, "min_size": 4})
+    assert counts_of(part, labels, 2).tolist() == [[5, 5], [5, 5]] and len(calls) == 4
+
+
 # ---------------------------------------------------------------- dirichlet_balanced
 
 
@@ -269,6 +290,15 @@ def test_shards_default_size() -> None:
     assert part.sizes.tolist() == [120] * 5
 
 
+def test_shards_mcmahan_two_shards_of_n_over_2k() -> None:
+    # McMahan et al. 2017: sort by label, cut into 2K shards of N / (2K), two per client. 600 samples, K = 10:
+    # shards of 30, each inside one class (60 per class), so a client holds 1 or 2 classes, 30 or 60 of each.
+    part = partition("shards", LABELS, 10, rng(1))
+    counts = counts_of(part)
+    assert part.sizes.tolist() == [60] * 10 and counts.sum(axis=0).tolist() == [60] * 10
+    assert all(set(c[c > 0].tolist()) <= {30, 60} and 1 <= (c > 0).sum() <= 2 for c in counts)
+
+
 # ---------------------------------------------------------------- quantity skew
 
 
@@ -285,6 +315,29 @@ def test_quantity_skew_min_size() -> None:
     assert part.sizes.min() >= 10 and part.sizes.sum() == 600
 
 
+def test_quantity_skew_niid_bench_redraw_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    # NIID-Bench "iid-diff-quantity": p ~ Dir(h) over clients, redrawn until every client holds >= min_size, then the
+    # shuffled indices are cut at floor(N * cumsum(p)). N = 600, min_size 10:
+    # draw 1 p = (.99, .01, 0): sizes 594, 6, 0 -> redraw; draw 2 p = (.5, .3, .2): cuts 300, 480 -> 300, 180, 120.
+    calls = _inject_proportions(monkeypatch, [[0.99, 0.01, 0.0], [0.5, 0.3, 0.2]])
+    part = partition("quantity_skew", LABELS, 3, rng(0), {"h": 0.5, "min_size": 10, "min_rule": "redraw"})
+    assert part.sizes.tolist() == [300, 180, 120] and calls == [3, 3]
+    assert len(np.unique(np.concatenate(part.client_indices))) == 600
+
+
+def test_quantity_skew_floor_rule_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Default rule: min_size each, then Dir(h) shares of the rest: 10 + (.5, .3, .2) * 570 = 295, 181, 124.
+    _inject_proportions(monkeypatch, [[0.5, 0.3, 0.2]])
+    part = partition("quantity_skew", LABELS, 3, rng(0), {"h": 0.5, "min_size": 10})
+    assert part.sizes.tolist() == [295, 181, 124]
+
+
+def test_quantity_skew_redraw_gives_up_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    _inject_proportions(monkeypatch, [[1.0, 0.0]] * 3)
+    with pytest.raises(ConfigError, match=r"partition\.min_size: no draw gave every client >= 10 samples in 3 tries"):
+        partition("quantity_skew", LABELS, 2, rng(0), {"min_size": 10, "min_rule": "redraw", "max_retries": 3})
+
+
 # ---------------------------------------------------------------- feature noise
 
 
@@ -292,6 +345,13 @@ def test_feature_noise_linear_sigmas_by_hand() -> None:
     # 3 clients over [0.1, 0.3] evenly: 0.1, 0.2, 0.3.
     part = partition("feature_noise", LABELS, 3, rng(), {"sigma_min": 0.1, "sigma_max": 0.3})
     assert part.client_noise == pytest.approx([0.1, 0.2, 0.3])
+
+
+def test_feature_noise_niid_bench_levels_by_hand() -> None:
+    # NIID-Bench noise-based feature skew (its code): party i of N gets sigma * i / (N - 1), i = 0..N-1; with
+    # sigma_min = 0, sigma_max = sigma: 4 parties, sigma = 0.3 -> 0, 0.1, 0.2, 0.3.
+    part = partition("feature_noise", LABELS, 4, rng(), {"sigma_min": 0.0, "sigma_max": 0.3})
+    assert part.client_noise == pytest.approx([0.0, 0.1, 0.2, 0.3])
 
 
 def test_feature_noise_random_sigmas_in_range() -> None:

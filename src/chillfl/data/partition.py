@@ -8,16 +8,16 @@ function of (labels, num_clients, options, generator state).
 Partitioners
 ------------
 ``iid``                 equal-size random split.
-``dirichlet``           label skew, Hsu et al. 2019: for each class, its samples are
-                        split over clients with proportions ~ Dir(alpha * 1).
+``dirichlet``           label skew, per class (Wang et al. 2020, FedMA / FedNova): each class's
+                        samples are split over clients with proportions ~ Dir(alpha * 1).
 ``dirichlet_balanced``  FedChill Sec. 4.2.2: label skew with balanced client sizes,
                         then each client keeps a fraction ``frac``.
 ``shards``              pathological split of McMahan et al. 2017 / FLex&Chill Sec. 4:
                         sort by label, cut into shards, give each client a few shards.
-``quantity_skew``       PA3Fed "Experimental Setup": client sizes ~ Dir(h), optionally
-                        with label skew ``label_alpha``.
-``feature_noise``       FedChill Sec. 5.2.3 / Table 6: IID labels, per-client Gaussian
-                        input noise with sigma spread over [sigma_min, sigma_max].
+``quantity_skew``       NIID-Bench (Li et al. 2022) quantity skew / PA3Fed "Experimental Setup":
+                        client sizes ~ Dir(h), optionally with label skew ``label_alpha``.
+``feature_noise``       FedChill Sec. 5.2.3 / Table 6 (NIID-Bench's noise-based feature skew):
+                        IID labels, per-client Gaussian input noise, sigma over [sigma_min, sigma_max].
 ``natural``             the dataset's own per-client split (``synthetic``).
 ``flexchill_dirichlet`` the FLex&Chill authors' code: per-class Dir(alpha) over clients,
                         ``min_samples`` (10) per class and client, legacy
@@ -28,8 +28,24 @@ Partitioners
 
 Choices
 -------
-* ``dirichlet`` (``scheme="class"``, default) follows Hsu et al. and the
-  per-class reading used by SCARLET / FedNova. ``scheme="client"`` is the
+* Two Dirichlet label skews circulate under one name. Per class (Wang et al.
+  2020, FedMA and FedNova; NIID-Bench's "noniid-labeldir"): for each class,
+  q ~ Dir(alpha * 1) over the K clients, class sizes unbalanced across
+  clients. Per client (Hsu et al. 2019, whom SCARLET and FLex&Chill cite):
+  each client's class mix q_i ~ Dir(alpha_Hsu * p), p the class prior, over C
+  classes; for balanced classes Dir(alpha_Hsu * p) = Dir((alpha_Hsu / C) * 1),
+  so Hsu's alpha is chillfl's per-client alpha times C (Hsu's alpha = 1 on
+  CIFAR-10 is ``alpha = 0.1`` here). ``dirichlet_balanced`` with
+  ``scheme="client"`` (equal sizes), ``scarlet_dirichlet`` (FedLab's
+  client-inner split, Dir(alpha * 1) per client) and ``dirichlet`` with
+  ``scheme="client"`` are per client; ``dirichlet``, ``dirichlet_balanced``
+  (default) and ``flexchill_dirichlet`` (the authors' code) are per class.
+* ``dirichlet`` (``scheme="class"``, default) is the per-class split without
+  NIID-Bench's cap (a client at N / K still takes later classes; that is
+  ``dirichlet_balanced``). ``min_size`` is 0 by default (one draw);
+  FedMA's and NIID-Bench's code redraw the whole split until every client
+  holds >= 10 samples: ``min_size = 10`` (the PA3Fed configs set it).
+  ``scheme="client"`` is the
   FLex&Chill appendix reading: p^(i) ~ Dir(alpha) per client and
   n_k^(i) = floor(|D_k| p_k^(i)); when a class is over-subscribed
   (sum_i p_k^(i) > 1) its column is scaled by 1 / sum_i p_k^(i) so that no
@@ -51,13 +67,22 @@ Choices
   ``frac`` keeps round(frac * n_i) samples of each client, stratified by class.
 * ``quantity_skew``: PA3Fed says client data proportions are ~ Dir(h) and that
   "both the number of data points and class distributions are unbalanced".
-  Sizes are min_size + Dir(h)-proportional shares of the rest; labels are IID
-  by default and follow p_i ~ Dir(label_alpha) when ``label_alpha`` is set.
+  ``min_rule="floor"`` (default): sizes are min_size + Dir(h)-proportional
+  shares of the rest. ``min_rule="redraw"``: NIID-Bench's "iid-diff-quantity"
+  (Li et al. 2022): p ~ Dir(h) over clients, redrawn (at most
+  ``max_retries`` times) until every client holds >= min_size (NIID-Bench:
+  10), the shuffled indices cut at floor(N * cumsum(p)). Chillfl checks the
+  cut sizes, NIID-Bench min_i p_i N (a client can end one short there).
+  Labels are IID by default and follow p_i ~ Dir(label_alpha) when ``label_alpha`` is set.
   The per-class scheme of Wang et al. 2020 (which skews both at once) is
   ``dirichlet`` with ``alpha = h``.
 * ``feature_noise``: sigmas are evenly spaced (``spacing="linear"``, client 0
-  gets sigma_min) or drawn uniformly (``spacing="random"``). The noise is added
-  to the normalised inputs the model sees (see ``chillfl.data.federated``).
+  gets sigma_min) or drawn uniformly (``spacing="random"``). NIID-Bench's
+  levels, sigma * i / (N - 1) for party i = 0..N-1 in its code (its paper
+  writes sigma * i / N), are ``sigma_min = 0``, ``sigma_max = sigma``. The noise
+  is added to the normalised inputs the model sees and is fixed per client
+  (drawn from a per-client seed), where NIID-Bench's transform draws it anew
+  at every access (see ``chillfl.data.federated``).
 * ``flexchill_dirichlet`` / ``scarlet_dirichlet``: ``seed`` set reproduces the
   authors' split for that seed (their scripts seed the stream once, before the
   split); unset, the stream's seed is drawn from chillfl's partition stream
@@ -381,11 +406,16 @@ def _shards(
 
 @dataclass(frozen=True)
 class QuantitySkewOptions:
-    """``h``: Dir(h) concentration of client sizes; ``label_alpha``: optional label skew; ``min_size``: floor per client."""
+    """``h``: Dir(h) of client sizes; ``label_alpha``: optional label skew; ``min_size`` per client by ``min_rule`` (floor | redraw).
+
+    ``"floor"``: min_size each, then Dir(h) shares of the rest; ``"redraw"``: NIID-Bench's rule, Dir(h) redrawn until all >= min_size.
+    """
 
     h: float = 0.5
     label_alpha: float | None = None
     min_size: int = 1
+    min_rule: Literal["floor", "redraw"] = "floor"
+    max_retries: int = 1000
 
     def validate(self, section: str) -> None:
         require(self.h > 0, f"{section}.h", f"must be > 0, got {self.h}")
@@ -394,7 +424,12 @@ class QuantitySkewOptions:
             f"{section}.label_alpha",
             f"must be > 0 (or unset), got {self.label_alpha}",
         )
-        require(self.min_size >= 0, f"{section}.min_size", f"must be >= 0, got {self.min_size}")
+        _validate_redraw(self.min_size, self.max_retries, section)
+
+
+def _cut_sizes(n: int, proportions: np.ndarray) -> Partition:
+    """0..n-1 cut as :func:`split_by_proportions` cuts: only the sizes matter (NIID-Bench's quantity skew)."""
+    return Partition(split_by_proportions(np.arange(n), proportions))
 
 
 def _quantity_skew(
@@ -406,7 +441,10 @@ def _quantity_skew(
         f"{section}.min_size",
         f"min_size * num_clients = {opts.min_size * k} exceeds the {n} training samples",
     )
-    sizes = opts.min_size + proportional_counts(dirichlet(rng, opts.h, k), n - opts.min_size * k)
+    if opts.min_rule == "floor":
+        sizes = opts.min_size + proportional_counts(dirichlet(rng, opts.h, k), n - opts.min_size * k)
+    else:  # NIID-Bench "iid-diff-quantity": cut the shuffled indices at floor(N * cumsum(p)), p ~ Dir(h), until all >= min_size
+        sizes = _redraw(lambda: _cut_sizes(n, dirichlet(rng, opts.h, k)), n, k, opts.min_size, opts.max_retries, section).sizes
     if opts.label_alpha is None:
         return Partition(np.split(rng.permutation(n), np.cumsum(sizes)[:-1]))
     c = _num_classes(labels, dataset)

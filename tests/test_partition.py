@@ -422,3 +422,28 @@ def test_natural_client_count_must_match() -> None:
     with pytest.raises(ConfigError) as info:
         partition("natural", ds.y_train.numpy(), 2, rng(), dataset=_grouped_dataset(None))
     assert info.value.field == "partition.name"
+
+
+# ---------------------------------------------------------------- which Dirichlet: moments of the draws
+
+
+def _share_moments(shares: np.ndarray) -> tuple[float, float]:
+    return float(shares.mean()), float(shares.var())
+
+
+def test_dirichlet_class_scheme_is_dir_alpha_one_over_clients() -> None:
+    # Per class, q ~ Dir(alpha * 1_K) over K clients: E[q_i] = 1/K, Var[q_i] = (1/K)(1 - 1/K) / (K alpha + 1).
+    # K = 4, alpha = 0.5: mean .25, var .1875 / 3 = .0625. 400 samples a class keep the floor error < 1/400.
+    # 60 seeded draws x 10 classes x 4 clients; the sample variance's spread at this size is ~ 8 %: 20 % tolerance.
+    labels = np.tile(np.arange(10), 400)
+    shares = np.concatenate([counts_of(partition("dirichlet", labels, 4, rng(s), {"alpha": 0.5}), labels).T / 400 for s in range(60)])
+    mean, var = _share_moments(shares)
+    assert mean == pytest.approx(0.25, abs=1e-3) and var == pytest.approx(0.0625, rel=0.2)
+
+
+def test_per_client_scheme_is_dir_alpha_one_over_classes() -> None:
+    # Per client, p_i ~ Dir(alpha * 1_C) over C classes (not Hsu's Dir(alpha p) = Dir(alpha / C)): C = 10, alpha = 1:
+    # Var[p_ic] = .1 * .9 / 11 = .00818 (Hsu's reading would give .09 / 2 = .045). class_proportions are the draws.
+    props = np.concatenate([partition("dirichlet_balanced", LABELS, 5, rng(s), {"alpha": 1.0, "scheme": "client"}).class_proportions for s in range(40)])
+    mean, var = _share_moments(props)
+    assert mean == pytest.approx(0.1, abs=1e-9) and var == pytest.approx(0.09 / 11, rel=0.2)

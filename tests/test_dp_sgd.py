@@ -128,3 +128,21 @@ def test_resume_bitwise(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 
     check_resume("algorithm.fedavg", "vectorized", 2, tmp_path, monkeypatch,
                  **{"privacy.mechanism": "dp-sgd", "privacy.delta": 1e-3, "privacy.noise_multiplier": 1.1, "client.momentum": 0.0})
+
+
+def test_divide_by_the_lot_size_by_hand() -> None:
+    # Abadi et al. divide the noised sum by the lot size L, not by what the batch holds: the batch of test_per_sample_clip_by_hand
+    # (clipped sum (-0.9, -1.2)) as an epoch's short last batch of 2 under L = 4 gives (-0.225, -0.3); the default divides by 2.
+    # The vectorised form divides the same way. Through the spec: divide_by = "lot" is client.batch_size.
+    from chillfl.privacy.mechanisms.dp_sgd import DpSgdOptions, step
+    from chillfl.privacy.spec import Noise, RunSizes
+
+    w = {"w": torch.zeros(2)}
+    x, y = torch.tensor([[3.0, 4.0], [0.3, 0.4]]), torch.tensor([1.0, 1.0])
+    _, (g,) = PerSampleClipping(1.0, 0.0, lot=4).gradients(squared, w, {}, x, y, 1.0, {}, seed=9, step=0)
+    assert g is not None and torch.allclose(g, torch.tensor([-0.225, -0.3]))
+    _, (s,) = PerSampleClipping(1.0, 0.0, lot=4).stacked_gradients(lambda p, b, xi, yi, t, lc: squared(p, b, xi, yi, t, lc), {"w": torch.zeros(1, 2)}, {}, x[None], y[None], torch.ones(1), [], [9], 0)
+    assert s is not None and torch.allclose(s[0], torch.tensor([-0.225, -0.3]))
+    sizes = RunSizes(2, 2, 1, 4, 1, (10, 10))
+    assert step(DpSgdOptions(divide_by="lot"), Noise(1.0, 1.0, sizes, 0)).lot == 4
+    assert step(DpSgdOptions(), Noise(1.0, 1.0, sizes, 0)).lot == 0

@@ -1,19 +1,21 @@
 """``dp-fedavg`` and ``local``: each client's update clipped (and, ``local``, noised by the client), around a weighted-average aggregator.
 
-DP-FedAvg (McMahan et al. 2018, Algorithm 1 with uniform client weights): with the round's global
+DP-FedAvg (McMahan et al. 2018, Algorithm 1, estimator f_f): with the round's global
 model w and client i's trained model w_i, the update u_i = w_i - w over every float entry that the
 base aggregates (its :func:`~chillfl.aggregation.base.aggregated_keys`: all of them but, e.g., FedPer's
-head under ``global_head = "keep"``) is clipped to L2 norm C, the server adds z ~ N(0, (sigma C)^2 I)
-to their sum and divides by the **fixed** denominator m = ``clients_per_round`` (the expected number
-of clients, q N), not by the number that reported: the sum's sensitivity to one client is C, so the
-noised mean is (sigma, q)-subsampled Gaussian whatever the dropout. ``local``: client i adds its own
+head under ``global_head = "keep"``) is clipped to L2 norm C, weighted by w_i in [0, 1] (1: uniform, the
+default; ``weights``: the paper's w_i = min(n_i / w_hat, 1)), the server adds z ~ N(0, (sigma C)^2 I) to
+the weighted sum and divides by the **fixed** denominator qW (W = sum of w_i over all N clients, q = m / N,
+m = ``clients_per_round``; uniform: qW = m, the expected number of clients), not by the weight that
+reported: w_i <= 1 keeps the sum's sensitivity to one client at C, so the noised mean is
+(sigma, q)-subsampled Gaussian whatever the dropout. ``local``: client i adds its own
 z_i ~ N(0, (sigma C)^2 I) to its clipped update and the server takes the plain mean over the n clients
 that reported.
 
 The wrapper runs the base's own server rule (FedAvg, FedProx, FedAdam, ...: any base that declares
 ``takes_weights``, i.e. a weighted mean of the clients' models) on models rebuilt from the privatised
-updates: with weights 1/n each and ``w + (clip(u_i) + z/n) n/m`` as client i's model, the base's mean
-is ``w + (sum_i clip(u_i) + z) / m`` exactly (up to float rounding). A server optimiser (FedAdam) then
+updates: with weights 1/n each and ``w + (w_i clip(u_i) + z/n) n/(qW)`` as client i's model, the base's mean
+is ``w + (sum_i w_i clip(u_i) + z) / (qW)`` exactly (up to float rounding). A server optimiser (FedAdam) then
 acts on that noised mean: post-processing, no privacy cost. The entries the base does not aggregate take
 no part in the sensitivity: it does not read them into the global model, and leaving them out of the clip
 keeps the client's personal part from shrinking its shared update (no noise is drawn for them). Under
@@ -89,7 +91,8 @@ class PrivateAggregation(AroundAggregator):
     base: WeightedMean
 
     def __init__(
-        self, base: WeightedMean, *, client_noise: bool, clip_norm: float, noise_multiplier: float, expected: int, seed: int, adaptive: AdaptiveClip | None = None
+        self, base: WeightedMean, *, client_noise: bool, clip_norm: float, noise_multiplier: float, expected: int, seed: int, adaptive: AdaptiveClip | None = None,
+        weights: Sequence[float] | None = None,
     ) -> None:
         super().__init__(base)
         self.client_noise = client_noise
@@ -98,6 +101,11 @@ class PrivateAggregation(AroundAggregator):
         self.noise_multiplier = noise_multiplier
         self.expected = expected
         self.seed = seed
+        self.weights = None if weights is None else tuple(float(w) for w in weights)
+        if self.weights is not None and not all(0.0 <= w <= 1.0 for w in self.weights):  # a weight above 1 would raise the sensitivity above C
+            raise ValueError(f"PrivateAggregation: every client weight must be in [0, 1], got {self.weights}")
+        """Server noise only: w_i in [0, 1] of every client by id (None: all 1). The updates' denominator is then
+        qW = expected * mean(w), the expected weight of a round (McMahan et al.'s fixed-denominator estimator)."""
         self.exempt: frozenset[int] = frozenset()
         """``client_noise`` only: clients whose uploads pass as sent, neither clipped nor noised (attackers that skip the
         client-side mechanism, ``attack.local_dp = "skip"``; set by :mod:`chillfl.attacks.build`)."""
@@ -110,7 +118,8 @@ class PrivateAggregation(AroundAggregator):
         sigma = self.noise_multiplier if self.adaptive is None else self.adaptive.update_noise(self.noise_multiplier)
         std = sigma * clip
         n = len(results)
-        denominator = n if self.client_noise else self.expected
+        w = self.weights
+        denominator = n if self.client_noise else self.expected * (1.0 if w is None else sum(w) / len(w))  # qW
         server_noise = None if self.client_noise else gaussian_like({k: global_params[k] for k in keys}, std, derive_seed(self.seed, "privacy", "server", round))
         private: list[ClientResult] = []
         clipped = 0
@@ -121,6 +130,8 @@ class PrivateAggregation(AroundAggregator):
                 continue
             update, norm = clip_update({k: r.params[k] - global_params[k] for k in keys}, clip)
             clipped += norm > clip
+            if w is not None and not self.client_noise:  # w_i <= 1: the weighted update stays within C
+                update = {k: v * w[r.client_id] for k, v in update.items()}
             if self.client_noise:
                 noise = gaussian_like(update, std, derive_seed(self.seed, "privacy", "client", round, r.client_id))
                 share = {k: update[k] + noise[k] for k in keys}

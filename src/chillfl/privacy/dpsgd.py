@@ -5,8 +5,9 @@ For a batch B of b samples, with g_j the gradient of sample j's loss (``torch.fu
 
     g = ( sum_j g_j min(1, C / ||g_j||_2) + z ) / b,      z ~ N(0, (sigma C)^2 I)
 
-then the run's optimiser step takes g as the gradient. b is the batch's actual size (shuffled
-fixed-size batches; the accountant assumes Poisson sampling at q = batch_size / n_k, the usual
+then the run's optimiser step takes g as the gradient. b is the batch's actual size, or with ``lot`` the
+configured batch size L, as Abadi et al. divide by their lot size (the two differ on an epoch's last batch:
+shuffled fixed-size batches; the accountant assumes Poisson sampling at q = batch_size / n_k, the usual
 approximation, Opacus's default data loader aside). The noise of local step s of a job comes from
 ``derive_seed(job seed, "dp-sgd", s)``: the same bits under every executor and after a resume.
 Models with batch norm are refused (a sample's gradient would depend on its batch-mates).
@@ -35,6 +36,8 @@ class PerSampleClipping:
 
     clip_norm: float
     noise_multiplier: float
+    lot: int = 0
+    """The noised sum's divisor: 0, each batch's own size; > 0, this fixed L (Abadi et al.'s lot size, whatever the batch holds)."""
 
     def gradients(
         self, loss_fn: LossFn, params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor, temperature: Any, context: Mapping[str, Any], seed: int, step: int
@@ -43,7 +46,7 @@ class PerSampleClipping:
         detached = {k: v.detach() for k, v in params.items()}
         loss, sums = self._clipped_sum(lambda p, xi, yi: loss_fn(p, buffers, xi, yi, temperature, context)[0], detached, x, y)
         noise = self.noise(detached, seed, step)
-        out: list[torch.Tensor | None] = [(total + noise[k]) / len(y) for k, total in zip(detached, sums)]
+        out: list[torch.Tensor | None] = [(total + noise[k]) / (self.lot or len(y)) for k, total in zip(detached, sums)]
         return loss, out
 
     def stacked_gradients(
@@ -74,7 +77,7 @@ class PerSampleClipping:
         scale = self._scales(flat)  # [C, b]
         draws = [self.noise({k: v[0] for k, v in detached.items()}, seed, step) for seed in seeds]
         out: list[torch.Tensor | None] = [
-            (torch.bmm(scale[:, None, :], g).view(detached[k].shape) + torch.stack([d[k] for d in draws])) / samples for k, g in zip(keys, flat)
+            (torch.bmm(scale[:, None, :], g).view(detached[k].shape) + torch.stack([d[k] for d in draws])) / (self.lot or samples) for k, g in zip(keys, flat)
         ]
         return losses.mean(1), out
 

@@ -3,7 +3,8 @@
 The privacy unit is a client: one subsampled Gaussian step a round for the whole population at
 q = clients_per_round / num_clients (fixed-size sampling accounted as Poisson at that rate), so ``delta`` must
 be below 1/num_clients. The maths is :class:`chillfl.privacy.aggregate.PrivateAggregation` with server noise
-and the fixed denominator m = clients_per_round. Its own options turn on adaptive clipping (Andrew et al.
+and the fixed denominator qW (uniform weights: m = clients_per_round; ``weight_cap`` = w_hat > 0: the paper's
+w_i = min(n_i / w_hat, 1), W their sum over the clients). Its own options turn on adaptive clipping (Andrew et al.
 2021): :class:`chillfl.privacy.aggregate.AdaptiveClip`.
 """
 
@@ -27,16 +28,20 @@ if TYPE_CHECKING:
 class DpFedAvgOptions:
     """``target_quantile`` > 0: adaptive clipping (Andrew et al. 2021): C moves geometrically, at rate ``clip_lr``,
     toward that quantile of the clients' update norms, from a count noised with std ``count_noise``
-    (0: max(clients_per_round / 20, noise_multiplier)); ``clip_norm`` is its start."""
+    (0: max(clients_per_round / 20, noise_multiplier)); ``clip_norm`` is its start. ``weight_cap`` = w_hat > 0: client i's
+    clipped update weighs w_i = min(n_i / w_hat, 1) (McMahan et al. 2018: more data, more weight, capped so that one
+    client still moves the sum by at most C); 0: uniform weights."""
 
     target_quantile: float = 0.0
     clip_lr: float = 0.2
     count_noise: float = 0.0
+    weight_cap: float = 0.0
 
     def validate(self, section: str) -> None:
         require(0 <= self.target_quantile < 1, f"{section}.target_quantile", f"must be in [0, 1) (0: fixed clipping), got {self.target_quantile}")
         require(math.isfinite(self.clip_lr) and self.clip_lr > 0, f"{section}.clip_lr", f"must be > 0, got {self.clip_lr}")
         require(math.isfinite(self.count_noise) and self.count_noise >= 0, f"{section}.count_noise", f"must be >= 0 (0: the default), got {self.count_noise}")
+        require(math.isfinite(self.weight_cap) and self.weight_cap >= 0, f"{section}.weight_cap", f"must be >= 0 (0: uniform weights), got {self.weight_cap}")
 
 
 def accounts(options: DpFedAvgOptions, sizes: RunSizes) -> Accounting:
@@ -65,7 +70,12 @@ def aggregator(options: DpFedAvgOptions, noise: Noise, base: WeightedMean) -> Ag
 
     adaptive = AdaptiveClip(options.target_quantile, options.clip_lr, options.count_noise) if options.target_quantile > 0 else None
     return PrivateAggregation(base, client_noise=False, clip_norm=noise.clip_norm, noise_multiplier=noise.noise_multiplier, expected=noise.sizes.per_round,
-                              seed=noise.seed, adaptive=adaptive)
+                              seed=noise.seed, adaptive=adaptive, weights=capped_weights(options.weight_cap, noise.sizes.client_sizes))
+
+
+def capped_weights(cap: float, client_sizes: Sequence[int]) -> tuple[float, ...] | None:
+    """McMahan et al.'s w_i = min(n_i / w_hat, 1) of every client by id (None for cap 0: uniform weights)."""
+    return None if cap <= 0 else tuple(min(n / cap, 1.0) for n in client_sizes)
 
 
 SPEC = MechanismSpec(

@@ -8,7 +8,7 @@ worst case, every client in every round. The step is :class:`chillfl.privacy.dps
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 from chillfl.privacy.spec import Accounting, Charge, MechanismSpec, Noise, Participant, RunSizes
 
@@ -18,7 +18,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DpSgdOptions:
-    """No options of its own: ``clip_norm`` bounds each sample's gradient."""
+    """``clip_norm`` bounds each sample's gradient. ``divide_by``: the noised sum over the batch's own size (``"batch"``)
+    or over ``client.batch_size`` always (``"lot"``, Abadi et al.'s fixed lot size L: an epoch's short last batch then
+    takes a smaller step)."""
+
+    divide_by: Literal["batch", "lot"] = "batch"
 
 
 def accounts(options: DpSgdOptions, sizes: RunSizes) -> Accounting:
@@ -46,7 +50,7 @@ def charges(options: DpSgdOptions, sizes: RunSizes, participants: Sequence[Parti
 def step(options: DpSgdOptions, noise: Noise) -> PerSampleClipping:
     from chillfl.privacy.dpsgd import PerSampleClipping
 
-    return PerSampleClipping(noise.clip_norm, noise.noise_multiplier)
+    return PerSampleClipping(noise.clip_norm, noise.noise_multiplier, noise.sizes.batch_size if options.divide_by == "lot" else 0)
 
 
 SPEC = MechanismSpec(

@@ -1,0 +1,169 @@
+"""The DP mechanisms' maths against their papers, on values worked out by hand: DP-FedAvg's capped weights and fixed
+denominator qW (McMahan et al. 2018), what each mechanism accounts and charges, the sigma ``target_epsilon`` asks for,
+the ledger's worst unit, and the delta bound (refused at 1/n itself)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from chillfl.aggregation.base import ClientResult, FedAvg
+from chillfl.clipping import gaussian_like
+from chillfl.config import load_config
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
+from chillfl.privacy.accounting import Ledger, epsilon_of
+from chillfl.privacy.aggregate import PrivateAggregation
+from chillfl.privacy.spec import Noise, Participant, RunSizes
+from chillfl.seeds import derive_seed
+
+pytest.importorskip("opacus")
+
+TINY: dict[str, Any] = {
+    "seed": 3, "device": "cpu", "threads": 1, "dataset.name": "digits", "model.name": "mlp", "model.hidden": [16],
+    "federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 3, "client.epochs": 1,
+    "client.batch_size": 32, "client.lr": 0.05, "eval.client_split_size": 20, "privacy.mechanism": "dp-fedavg",
+    "privacy.clip_norm": 1.0, "privacy.noise_multiplier": 1.5, "privacy.delta": 1e-3,
+}
+
+
+def config(**over: Any) -> Any:
+    return load_config(None, {**TINY, **over})
+
+
+def _result(client_id: int, update: list[float]) -> ClientResult:
+    return ClientResult(client_id, {"w": torch.tensor(update, dtype=torch.float64)}, 10, 1, 0.1, 1.0, 0.0)
+
+
+# ---------------------------------------------------------------- DP-FedAvg's weights (McMahan et al. 2018, Algorithm 1)
+
+
+def test_capped_weights_and_the_fixed_denominator_qw_by_hand() -> None:
+    from chillfl.privacy.mechanisms.dp_fedavg import DpFedAvgOptions, aggregator, capped_weights
+
+    # n = (10, 40, 100, 0), w_hat = 25: w = min(n / 25, 1) = (0.4, 1, 1, 0); W = 2.4; N = 4, m = 2: q = 0.5, qW = 1.2
+    sizes = RunSizes(4, 2, 3, 32, 1, (10, 40, 100, 0))
+    assert capped_weights(25.0, sizes.client_sizes) == (0.4, 1.0, 1.0, 0.0)
+    assert capped_weights(0.0, sizes.client_sizes) is None  # 0: uniform
+    agg = aggregator(DpFedAvgOptions(weight_cap=25.0), Noise(1.0, 2.0, sizes, 11), FedAvg())
+    glob = {"w": torch.zeros(2, dtype=torch.float64)}
+    # client 0: (3, 4), norm 5 -> clipped (0.6, 0.8), weighed 0.4 -> (0.24, 0.32); client 2: (0, 0.5) kept, weighed 1;
+    # sum (0.24, 0.82) plus z ~ N(0, (sigma C)^2) = N(0, 4) (w_i <= 1: the sum's sensitivity stays C), over qW = 1.2
+    out = agg.aggregate(glob, [_result(0, [3.0, 4.0]), _result(2, [0.0, 0.5])], round=5)
+    z = gaussian_like(glob, 2.0, derive_seed(11, "privacy", "server", 5))["w"]
+    assert torch.allclose(out["w"], (torch.tensor([0.24, 0.82], dtype=torch.float64) + z) / 1.2, atol=1e-12)
+    # no noise: exactly (0.2, 0.68333...)
+    quiet = aggregator(DpFedAvgOptions(weight_cap=25.0), Noise(1.0, 0.0, sizes, 11), FedAvg())
+    flat = quiet.aggregate(glob, [_result(0, [3.0, 4.0]), _result(2, [0.0, 0.5])], round=5)
+    assert torch.allclose(flat["w"], torch.tensor([0.2, 0.82 / 1.2], dtype=torch.float64), atol=1e-12)
+
+
+def test_uniform_weights_divide_by_the_expected_clients_not_the_reporting_ones() -> None:
+    # uniform (the default): qW = (m / N) N = m = 4 even though only one client reported; its clipped (0.6, 0.8) / 4
+    agg = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=0.0, expected=4, seed=0)
+    out = agg.aggregate({"w": torch.zeros(2, dtype=torch.float64)}, [_result(3, [3.0, 4.0])], round=0)
+    assert torch.allclose(out["w"], torch.tensor([0.15, 0.2], dtype=torch.float64), atol=1e-12)
+
+
+def test_weight_cap_runs_at_the_same_epsilon_and_is_validated() -> None:
+    from chillfl.runner import run_experiment
+
+    records = run_experiment(config(**{"privacy.weight_cap": 30.0}), write=False, progress=False).records
+    # the weights change the estimate, not the budget: one step a round at q = 2/4, sigma = 1.5
+    assert [r["epsilon"] for r in records] == pytest.approx([epsilon_of(((1.5, 0.5, t),), 1e-3) for t in (1, 2, 3)], rel=1e-12)
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ConfigError) as err:
+            config(**{"privacy.weight_cap": bad})
+        assert err.value.field == "privacy.weight_cap"
+    with pytest.raises(ConfigError) as err:  # dp-fedavg's own option
+        config(**{"privacy.mechanism": "local", "privacy.weight_cap": 30.0})
+    assert err.value.field == "privacy.weight_cap"
+
+
+# ---------------------------------------------------------------- what each mechanism accounts and charges
+
+
+def test_accounts_by_hand() -> None:
+    from chillfl.privacy.mechanisms import dp_fedavg, dp_sgd, local
+
+    # N = 5 clients of (100, 50, 33, 16, 0) samples, m = 2 a round, 10 rounds, batches of 16, 2 epochs
+    sizes = RunSizes(5, 2, 10, 16, 2, (100, 50, 33, 16, 0))
+    fedavg = dp_fedavg.accounts(dp_fedavg.DpFedAvgOptions(), sizes)
+    assert fedavg.steps == ((0.4, 10),) and fedavg.delta_below == 0.2  # q = 2/5, one step a round; delta < 1/N
+    sgd = dp_sgd.accounts(dp_sgd.DpSgdOptions(), sizes)
+    # 100: ceil(100/16) = 7 batches (last of 4) x 2 epochs = 14 steps a round at q = 0.16; 50: 4 batches (last of 2), 8 at 0.32;
+    # 33: 3 batches, the last of 1 sample merged into the one before -> 2, 4 steps at 16/33; 16: one full batch, q = 1, 2 steps;
+    # the empty client none. Over 10 rounds; delta < 1/100 (the largest client: the unit is a sample)
+    assert sgd.steps == ((0.16, 140), (0.32, 80), (16 / 33, 40), (1.0, 20))
+    assert sgd.delta_below == 0.01
+    assert local.accounts(local.LocalOptions(), sizes).steps == ((1.0, 10),)  # no amplification: each round a client takes part
+
+
+def test_charges_by_hand() -> None:
+    from chillfl.privacy.mechanisms import dp_fedavg, dp_sgd, local
+
+    sizes = RunSizes(5, 2, 10, 16, 2, (100, 50, 33, 16, 0))
+    round_ = [Participant(0, 0.5), Participant(2, 1.0)]  # client 0 a straggler at half its work; 1, 3, 4 not sampled
+    assert [(c.unit, c.rate, c.steps) for c in dp_fedavg.charges(dp_fedavg.DpFedAvgOptions(), sizes, round_)] == [("clients", 0.4, 1)]
+    # client 0: int(0.5 * 14) = 7 of its 14 steps at 0.16; client 2 all 4 at 16/33; the others spend nothing
+    assert [(c.unit, c.rate, c.steps) for c in dp_sgd.charges(dp_sgd.DpSgdOptions(), sizes, round_)] == [("client 0", 0.16, 7), ("client 2", 16 / 33, 4)]
+    assert [(c.unit, c.rate, c.steps) for c in local.charges(local.LocalOptions(), sizes, round_)] == [("client 0", 1.0, 1), ("client 2", 1.0, 1)]
+
+
+def test_the_ledger_reports_the_worst_unit_and_absent_ones_spend_nothing() -> None:
+    ledger = Ledger(1e-3)
+    ledger.spend("client 0", 1.5, 0.5, 3)
+    ledger.spend("client 1", 1.5, 0.5, 1)
+    ledger.spend("client 0", 1.5, 0.5, 2)  # merged: 5 steps
+    assert ledger.histories == {"client 0": ((1.5, 0.5, 5),), "client 1": ((1.5, 0.5, 1),)}
+    assert ledger.epsilon("client 2") == 0.0
+    assert ledger.epsilon() == epsilon_of(((1.5, 0.5, 5),), 1e-3) > ledger.epsilon("client 1")
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "over", "sensitivity"),
+    [("dp-fedavg", {}, 1.0), ("dp-sgd", {"client.batch_size": 16}, 1.0), ("local", {}, 2.0)],
+)
+def test_target_epsilon_asks_the_accountant_with_each_units_rate_and_steps(mechanism: str, over: dict[str, Any], sensitivity: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chillfl.privacy import build
+
+    cfg = config(**{"privacy.mechanism": mechanism, "privacy.target_epsilon": 5.0, **over})
+    data = build_experiment(cfg).data
+    sizes = RunSizes(4, 2, 3, cfg.client.batch_size, 1, tuple(len(data.train_indices[c]) for c in range(4)))
+    calls: list[tuple[float, float, float, int]] = []
+
+    def fake(target: float, delta: float, rate: float, steps: int, kind: str = "rdp") -> float:
+        calls.append((target, delta, rate, steps))
+        return 1.0 + rate  # the largest rate asks the most here
+
+    monkeypatch.setattr(build, "noise_for", fake)
+    plan = build._plan.__wrapped__(cfg.privacy, "parameters", sizes, 0)  # type: ignore[attr-defined]
+    expected = plan.spec.accounts(plan.options, sizes).steps
+    assert calls == [(5.0, 1e-3, q, t) for q, t in expected]
+    if mechanism == "dp-fedavg":
+        assert expected == ((0.5, 3),)
+    elif mechanism == "local":
+        assert expected == ((1.0, 3),)  # (dp-sgd's per-client rates and steps: test_accounts_by_hand)
+    # sigma: the largest the units need, times the sensitivity (local's replace-one: 2C); the ledger is charged sigma / sensitivity
+    assert plan.noise_multiplier == pytest.approx(sensitivity * max(1.0 + q for q, _ in expected))
+    assert plan.accounted_sigma == pytest.approx(max(1.0 + q for q, _ in expected))
+
+
+@pytest.mark.parametrize(("over", "bound"), [({}, 0.25), ({"privacy.mechanism": "dp-sgd"}, None)])
+def test_delta_at_one_over_n_itself_is_refused(over: dict[str, Any], bound: float | None) -> None:
+    # delta must be < 1/n, not <= : dp-fedavg 1/N = 1/4; dp-sgd 1/n of the largest client
+    cfg = config(**over)
+    largest = max(len(rows) for rows in build_experiment(cfg).data.train_indices)
+    delta = bound if bound is not None else 1 / largest
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config(**{**over, "privacy.delta": delta}))
+    assert err.value.field == "privacy.delta"
+    build_experiment(config(**{**over, "privacy.delta": delta * 0.99}))  # just below: accepted
+
+
+def test_a_weight_above_one_is_refused() -> None:
+    # w_i <= 1 is what keeps the weighted sum's sensitivity at C
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=0, weights=(0.5, 1.5))

@@ -102,10 +102,10 @@ class PrivateAggregation(AroundAggregator):
         self.expected = expected
         self.seed = seed
         self.weights = None if weights is None else tuple(float(w) for w in weights)
-        if self.weights is not None and not all(0.0 <= w <= 1.0 for w in self.weights):  # a weight above 1 would raise the sensitivity above C
-            raise ValueError(f"PrivateAggregation: every client weight must be in [0, 1], got {self.weights}")
         """Server noise only: w_i in [0, 1] of every client by id (None: all 1). The updates' denominator is then
         qW = expected * mean(w), the expected weight of a round (McMahan et al.'s fixed-denominator estimator)."""
+        if self.weights is not None and not all(0.0 <= w <= 1.0 for w in self.weights):  # a weight above 1 would raise the sensitivity above C
+            raise ValueError(f"PrivateAggregation: every client weight must be in [0, 1], got {self.weights}")
         self.exempt: frozenset[int] = frozenset()
         """``client_noise`` only: clients whose uploads pass as sent, neither clipped nor noised (attackers that skip the
         client-side mechanism, ``attack.local_dp = "skip"``; set by :mod:`chillfl.attacks.build`)."""

@@ -17,7 +17,7 @@ from chillfl.aggregation.fedopt import FedOpt, FedOptOptions
 from chillfl.aggregation.fedprox import FedProx, FedProxOptions, ProximalTerm
 from chillfl.aggregation.pa3fed import PA3Fed
 from chillfl.aggregation.registry import algorithm_names, make_aggregator
-from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold
+from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, ScaffoldOptions
 from chillfl.aggregation.vrl_sgd import VRLSGD
 from chillfl.errors import ConfigError
 from method_round import Clients
@@ -137,6 +137,23 @@ def test_scaffold_control_variates_over_two_rounds() -> None:
     assert agg.state_dict() == {"control": agg.control}  # the server holds c only
 
 
+
+def test_scaffold_global_lr_and_momentum_by_hand() -> None:
+    # N = 2, eta_g = 2, client momentum 0.5: a(2) = 1 + 1.5 = 2.5, a(3) = 2.5 + 1.75 = 4.25; lr = 0.125
+    agg = Scaffold(num_clients=2, options=ScaffoldOptions(global_lr=2.0, momentum=0.5))
+    clients = Clients(agg)
+    x = {"w": t(1.0)}
+    #   c_0+ = 0 - 0 + (1 - 0.5) / (2.5 * 0.125) = 1.6;   c_1+ = (1 - 0.46875) / (4.25 * 0.125) = 1.0
+    #   x <- 1 + 2 * mean(0.5 - 1, 0.46875 - 1) = 1 + 2 * (-0.515625) = -0.03125
+    #   c <- 0 + (2/2) * mean(1.6, 1.0) = 1.3
+    trained = [result(0, steps=2, lr=0.125, w=t(0.5)), result(1, steps=3, lr=0.125, w=t(0.46875))]
+    x = agg.aggregate(x, clients.results(0, x, trained), 0)
+    assert x["w"].item() == pytest.approx(-0.03125)
+    assert clients.states[0]["scaffold.c.w"].item() == pytest.approx(1.6)
+    assert clients.states[1]["scaffold.c.w"].item() == pytest.approx(1.0)
+    assert agg.control["w"].item() == pytest.approx(1.3)
+
+
 def test_linear_correction_term_adds_correction_to_gradient() -> None:
     w = t(1.0, 2.0).requires_grad_(True)
     value = LinearCorrectionTerm()({"w": w}, {"correction": {"w": t(3.0, -1.0)}})
@@ -176,6 +193,17 @@ def test_fedadagrad_two_steps() -> None:
     x1 = 1 + 0.1 / (math.sqrt(1.25) + 0.5)
     x2 = x1 + 0.09 / (math.sqrt(1.25) + 0.5)
     assert _fedopt_two_steps("adagrad") == pytest.approx([x1, x2], rel=1e-6)
+
+
+
+def test_fedopt_uniform_weighting_is_algorithm_2s_plain_mean() -> None:
+    # n = (1, 3), y = (1.5, 3.5) from x = 1. samples: Delta = 0.25 * 0.5 + 0.75 * 2.5 = 2.0; uniform: (0.5 + 2.5) / 2 = 1.5
+    # FedAdagrad, tau = 0.5: m0 = 0.1 Delta; v0 = 0.25 + Delta^2; x1 = 1 + m0 / (sqrt(v0) + 0.5)
+    res = [result(0, 1, w=t(1.5)), result(1, 3, w=t(3.5))]
+    for weighting, delta in (("samples", 2.0), ("uniform", 1.5)):
+        agg = FedOpt("adagrad", FedOptOptions(server_lr=1.0, tau=0.5, weighting=weighting))  # type: ignore[arg-type]
+        expected = 1 + 0.1 * delta / (math.sqrt(0.25 + delta**2) + 0.5)
+        assert agg.aggregate({"w": t(1.0)}, res, 0)["w"].item() == pytest.approx(expected, rel=1e-6)
 
 
 # ---------------------------------------------------------------- FedBN

@@ -17,7 +17,7 @@ from chillfl.aggregation.fedopt import FedOpt, FedOptOptions
 from chillfl.aggregation.fedprox import FedProx, FedProxOptions, ProximalTerm
 from chillfl.aggregation.pa3fed import PA3Fed
 from chillfl.aggregation.registry import algorithm_names, make_aggregator
-from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, ScaffoldOptions
+from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, ScaffoldOptions, full_batch_gradient
 from chillfl.aggregation.vrl_sgd import VRLSGD
 from chillfl.errors import ConfigError
 from method_round import Clients
@@ -152,6 +152,28 @@ def test_scaffold_global_lr_and_momentum_by_hand() -> None:
     assert clients.states[0]["scaffold.c.w"].item() == pytest.approx(1.6)
     assert clients.states[1]["scaffold.c.w"].item() == pytest.approx(1.0)
     assert agg.control["w"].item() == pytest.approx(1.3)
+
+
+
+def test_scaffold_option_i_sets_c_i_to_the_full_batch_gradient_at_x_by_hand() -> None:
+    # Linear(1 -> 2) at zero, x = (1, 2), y = (0, 1), T = 2: logits 0, softmax (0.5, 0.5);
+    # dCE/dz = (p - e_y) / T: sample 0 (-0.25, 0.25), sample 1 (0.25, -0.25) times x = 2 -> (0.5, -0.5)
+    # g_W = mean = ((-0.25 + 0.5) / 2, (0.25 - 0.5) / 2) = (0.125, -0.125); g_b = mean of the two = 0
+    model = nn.Linear(1, 2)
+    x0 = {"weight": torch.zeros(2, 1), "bias": torch.zeros(2)}
+    xs, ys = torch.tensor([[1.0], [2.0]]), torch.tensor([0, 1])
+    for batch_size in (1, 1024):
+        g = full_batch_gradient(model, x0, xs, ys, 2.0, batch_size)
+        assert g["weight"].flatten().tolist() == pytest.approx([0.125, -0.125])
+        assert g["bias"].tolist() == pytest.approx([0.0, 0.0])
+    agg = Scaffold(num_clients=2, options=ScaffoldOptions(option="I"))
+    clients = Clients(agg, model)
+    # whatever the trained model (y_i = 7), c_0+ = g_0(x); c <- 0 + (1/2) c_0+ = (0.0625, -0.0625)
+    trained = ClientResult(0, {"weight": torch.full((2, 1), 7.0), "bias": torch.zeros(2)}, 2, 3, 0.1, 2.0, 0.0)
+    agg.aggregate(x0, clients.results(0, x0, [trained], xs, ys), 0)
+    assert clients.states[0]["scaffold.c.weight"].flatten().tolist() == pytest.approx([0.125, -0.125])
+    assert agg.control["weight"].flatten().tolist() == pytest.approx([0.0625, -0.0625])
+    assert agg.control["bias"].tolist() == pytest.approx([0.0, 0.0])
 
 
 def test_linear_correction_term_adds_correction_to_gradient() -> None:

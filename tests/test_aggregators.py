@@ -312,6 +312,24 @@ def test_fedmut_mutations_are_balanced_and_reproducible() -> None:
         assert all(torch.equal(again.downlink(cid, 1, g1b).params[k], models[cid][k]) for k in ("a", "b"))
 
 
+
+def test_fedmut_acceleration_of_the_authors_code_by_hand() -> None:
+    # acc_rate 0.3, bound 50; round 1 mutates with g from round 0: r = 0.3 * (1 - 0/50) = 0.3, so -1 -> -0.7.
+    # g1 = (a = (2, -4), b = 3), g = ((2, -4), 2), alpha 0.5: a in {(3, -6), (2 - 0.7, -4 + 1.4)}, b in {4, 3 - 0.7}
+    agg = FedMut(3, FedMutOptions(alpha=0.5, acc_rate=0.3, acc_bound=50), param_keys=["a", "b"])
+    g1 = agg.aggregate({"a": t(0.0, 0.0), "b": t(1.0)}, [result(0, a=t(2.0, -4.0), b=t(3.0)), result(1, a=t(2.0, -4.0), b=t(3.0))], 0)
+    agg.begin_round(1, [0, 1])
+    models = [agg.downlink(cid, 1, g1).params for cid in (0, 1)]
+    assert sorted(m["b"].item() for m in models) == pytest.approx([2.3, 4.0])
+    assert sorted(tuple(m["a"].tolist()) for m in models) == [pytest.approx((1.3, -2.6)), pytest.approx((3.0, -6.0))]
+    # r falls linearly: at round 26 (g from round 25) r = 0.3 * 0.5 = 0.15; from round 51 on, r = 0 (balanced)
+    # (b: 3 + 0.5 * (-1 + r) * 2 = 2 + r)
+    agg.begin_round(26, [0, 1])
+    assert sorted(agg.downlink(c, 26, g1).params["b"].item() for c in (0, 1)) == pytest.approx([2.15, 4.0])
+    agg.begin_round(51, [0, 1])
+    assert sorted(agg.downlink(c, 51, g1).params["b"].item() for c in (0, 1)) == pytest.approx([2.0, 4.0])
+
+
 def test_fedmut_odd_number_of_clients_still_averages_to_global() -> None:
     ids = [0, 1, 2]
     agg, g1 = _fedmut_after_one_round(seed=11, ids=ids)

@@ -17,7 +17,7 @@ from chillfl.aggregation.fedopt import FedOpt, FedOptOptions
 from chillfl.aggregation.fedprox import FedProx, FedProxOptions, ProximalTerm
 from chillfl.aggregation.pa3fed import PA3Fed
 from chillfl.aggregation.registry import algorithm_names, make_aggregator
-from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold
+from chillfl.aggregation.scaffold import LinearCorrectionTerm, Scaffold, ScaffoldOptions, full_batch_gradient
 from chillfl.aggregation.vrl_sgd import VRLSGD
 from chillfl.errors import ConfigError
 from method_round import Clients
@@ -137,6 +137,45 @@ def test_scaffold_control_variates_over_two_rounds() -> None:
     assert agg.state_dict() == {"control": agg.control}  # the server holds c only
 
 
+
+def test_scaffold_global_lr_and_momentum_by_hand() -> None:
+    # N = 2, eta_g = 2, client momentum 0.5: a(2) = 1 + 1.5 = 2.5, a(3) = 2.5 + 1.75 = 4.25; lr = 0.125
+    agg = Scaffold(num_clients=2, options=ScaffoldOptions(global_lr=2.0, momentum=0.5))
+    clients = Clients(agg)
+    x = {"w": t(1.0)}
+    #   c_0+ = 0 - 0 + (1 - 0.5) / (2.5 * 0.125) = 1.6;   c_1+ = (1 - 0.46875) / (4.25 * 0.125) = 1.0
+    #   x <- 1 + 2 * mean(0.5 - 1, 0.46875 - 1) = 1 + 2 * (-0.515625) = -0.03125
+    #   c <- 0 + (2/2) * mean(1.6, 1.0) = 1.3
+    trained = [result(0, steps=2, lr=0.125, w=t(0.5)), result(1, steps=3, lr=0.125, w=t(0.46875))]
+    x = agg.aggregate(x, clients.results(0, x, trained), 0)
+    assert x["w"].item() == pytest.approx(-0.03125)
+    assert clients.states[0]["scaffold.c.w"].item() == pytest.approx(1.6)
+    assert clients.states[1]["scaffold.c.w"].item() == pytest.approx(1.0)
+    assert agg.control["w"].item() == pytest.approx(1.3)
+
+
+
+def test_scaffold_option_i_sets_c_i_to_the_full_batch_gradient_at_x_by_hand() -> None:
+    # Linear(1 -> 2) at zero, x = (1, 2), y = (0, 1), T = 2: logits 0, softmax (0.5, 0.5);
+    # dCE/dz = (p - e_y) / T: sample 0 (-0.25, 0.25), sample 1 (0.25, -0.25) times x = 2 -> (0.5, -0.5)
+    # g_W = mean = ((-0.25 + 0.5) / 2, (0.25 - 0.5) / 2) = (0.125, -0.125); g_b = mean of the two = 0
+    model = nn.Linear(1, 2)
+    x0 = {"weight": torch.zeros(2, 1), "bias": torch.zeros(2)}
+    xs, ys = torch.tensor([[1.0], [2.0]]), torch.tensor([0, 1])
+    for batch_size in (1, 1024):
+        g = full_batch_gradient(model, x0, xs, ys, 2.0, batch_size)
+        assert g["weight"].flatten().tolist() == pytest.approx([0.125, -0.125])
+        assert g["bias"].tolist() == pytest.approx([0.0, 0.0])
+    agg = Scaffold(num_clients=2, options=ScaffoldOptions(option="I"))
+    clients = Clients(agg, model)
+    # whatever the trained model (y_i = 7), c_0+ = g_0(x); c <- 0 + (1/2) c_0+ = (0.0625, -0.0625)
+    trained = ClientResult(0, {"weight": torch.full((2, 1), 7.0), "bias": torch.zeros(2)}, 2, 3, 0.1, 2.0, 0.0)
+    agg.aggregate(x0, clients.results(0, x0, [trained], xs, ys), 0)
+    assert clients.states[0]["scaffold.c.weight"].flatten().tolist() == pytest.approx([0.125, -0.125])
+    assert agg.control["weight"].flatten().tolist() == pytest.approx([0.0625, -0.0625])
+    assert agg.control["bias"].tolist() == pytest.approx([0.0, 0.0])
+
+
 def test_linear_correction_term_adds_correction_to_gradient() -> None:
     w = t(1.0, 2.0).requires_grad_(True)
     value = LinearCorrectionTerm()({"w": w}, {"correction": {"w": t(3.0, -1.0)}})
@@ -176,6 +215,17 @@ def test_fedadagrad_two_steps() -> None:
     x1 = 1 + 0.1 / (math.sqrt(1.25) + 0.5)
     x2 = x1 + 0.09 / (math.sqrt(1.25) + 0.5)
     assert _fedopt_two_steps("adagrad") == pytest.approx([x1, x2], rel=1e-6)
+
+
+
+def test_fedopt_uniform_weighting_is_algorithm_2s_plain_mean() -> None:
+    # n = (1, 3), y = (1.5, 3.5) from x = 1. samples: Delta = 0.25 * 0.5 + 0.75 * 2.5 = 2.0; uniform: (0.5 + 2.5) / 2 = 1.5
+    # FedAdagrad, tau = 0.5: m0 = 0.1 Delta; v0 = 0.25 + Delta^2; x1 = 1 + m0 / (sqrt(v0) + 0.5)
+    res = [result(0, 1, w=t(1.5)), result(1, 3, w=t(3.5))]
+    for weighting, delta in (("samples", 2.0), ("uniform", 1.5)):
+        agg = FedOpt("adagrad", FedOptOptions(server_lr=1.0, tau=0.5, weighting=weighting))  # type: ignore[arg-type]
+        expected = 1 + 0.1 * delta / (math.sqrt(0.25 + delta**2) + 0.5)
+        assert agg.aggregate({"w": t(1.0)}, res, 0)["w"].item() == pytest.approx(expected, rel=1e-6)
 
 
 # ---------------------------------------------------------------- FedBN
@@ -260,6 +310,24 @@ def test_fedmut_mutations_are_balanced_and_reproducible() -> None:
     again, g1b = _fedmut_after_one_round(seed=3, ids=list(reversed(ids)))
     for cid in ids:
         assert all(torch.equal(again.downlink(cid, 1, g1b).params[k], models[cid][k]) for k in ("a", "b"))
+
+
+
+def test_fedmut_acceleration_of_the_authors_code_by_hand() -> None:
+    # acc_rate 0.3, bound 50; round 1 mutates with g from round 0: r = 0.3 * (1 - 0/50) = 0.3, so -1 -> -0.7.
+    # g1 = (a = (2, -4), b = 3), g = ((2, -4), 2), alpha 0.5: a in {(3, -6), (2 - 0.7, -4 + 1.4)}, b in {4, 3 - 0.7}
+    agg = FedMut(3, FedMutOptions(alpha=0.5, acc_rate=0.3, acc_bound=50), param_keys=["a", "b"])
+    g1 = agg.aggregate({"a": t(0.0, 0.0), "b": t(1.0)}, [result(0, a=t(2.0, -4.0), b=t(3.0)), result(1, a=t(2.0, -4.0), b=t(3.0))], 0)
+    agg.begin_round(1, [0, 1])
+    models = [agg.downlink(cid, 1, g1).params for cid in (0, 1)]
+    assert sorted(m["b"].item() for m in models) == pytest.approx([2.3, 4.0])
+    assert sorted(tuple(m["a"].tolist()) for m in models) == [pytest.approx((1.3, -2.6)), pytest.approx((3.0, -6.0))]
+    # r falls linearly: at round 26 (g from round 25) r = 0.3 * 0.5 = 0.15; from round 51 on, r = 0 (balanced)
+    # (b: 3 + 0.5 * (-1 + r) * 2 = 2 + r)
+    agg.begin_round(26, [0, 1])
+    assert sorted(agg.downlink(c, 26, g1).params["b"].item() for c in (0, 1)) == pytest.approx([2.15, 4.0])
+    agg.begin_round(51, [0, 1])
+    assert sorted(agg.downlink(c, 51, g1).params["b"].item() for c in (0, 1)) == pytest.approx([2.0, 4.0])
 
 
 def test_fedmut_odd_number_of_clients_still_averages_to_global() -> None:

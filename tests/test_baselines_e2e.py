@@ -234,3 +234,14 @@ def test_same_config_same_metrics(data: FederatedData) -> None:
     _, first, _ = run_and_spy(cfg, data)
     _, second, _ = run_and_spy(cfg, data)
     assert first == second
+
+
+def test_scaffold_option_i_runs_under_every_executor_and_differs_from_option_ii() -> None:
+    from methods_e2e import assert_executors_agree, config, records
+
+    cfg = config(**{"algorithm.name": "scaffold", "algorithm.option": "I", "federation.rounds": 2, "model.name": "mlp"})
+    seq = assert_executors_agree(cfg)
+    option_ii = records(cfg.with_overrides({"algorithm": {"name": "scaffold"}}))
+    assert seq[0]["train_loss"] == option_ii[0]["train_loss"]  # round 0 trains with c = c_i = 0 either way
+    assert seq[-1]["train_loss"] != option_ii[-1]["train_loss"]
+    assert all(math.isfinite(r["train_loss"]) for r in seq)

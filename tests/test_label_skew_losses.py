@@ -57,6 +57,17 @@ def test_fedrs_scales_the_missing_class_logit_by_hand() -> None:
     torch.testing.assert_close(grad, torch.tensor([[-0.8136763, 0.5064804, 0.1535979]]), atol=1e-6, rtol=0)
 
 
+
+def test_fedrs_proportional_scaling_of_the_authors_code_by_hand() -> None:
+    # n = (4, 1, 0), alpha = 0.5: s = 0.5 + 0.5 * (4, 1, 0) / 4 = (1, 0.625, 0.5); z' = (1, 1.25, 1.5)
+    scaled = Restricted(0.5, proportional=True)(torch.tensor([[1.0, 2.0, 3.0]]), COUNTS)
+    torch.testing.assert_close(scaled, torch.tensor([[1.0, 1.25, 1.5]]))
+    assert torch.equal(Restricted(1.0, proportional=True)(torch.tensor([[1.0, 2.0, 3.0]]), COUNTS), torch.tensor([[1.0, 2.0, 3.0]]))
+    # through the registry: the option picks the mode
+    agg, _ = make_aggregator("fedrs", {"alpha": 0.5, "scaling": "proportional"}, num_clients=2, model=torch.nn.Linear(2, 3), seed=0)
+    assert agg.client_half().adjust == Restricted(0.5, proportional=True)  # type: ignore[attr-defined]
+
+
 def test_fedrs_composes_with_the_temperature_by_hand() -> None:
     # T = 2: the base loss at T on z' = (1, 2, 1.5): CE(z'/2) with z'/2 = (0.5, 1, 0.75)
     # log(e^0.5 + e^1 + e^0.75) - 0.5 = log(1.648721 + 2.718282 + 2.117000) - 0.5 = log(6.484003) - 0.5 = 1.369338
@@ -162,12 +173,12 @@ def test_the_identity_setting_is_fedavgs_run_bitwise(identity: dict[str, Any], f
     assert records(**identity) == fedavg
 
 
-@pytest.mark.parametrize("name", ["fedrs", "fedlc"])
-def test_a_tiny_run_differs_from_fedavg_and_executors_agree(name: str, fedavg: list[dict[str, Any]]) -> None:
-    seq = records(**{"algorithm.name": name})
+@pytest.mark.parametrize("method", [{"algorithm.name": "fedrs"}, {"algorithm.name": "fedrs", "algorithm.scaling": "proportional"}, {"algorithm.name": "fedlc"}])
+def test_a_tiny_run_differs_from_fedavg_and_executors_agree(method: dict[str, Any], fedavg: list[dict[str, Any]]) -> None:
+    seq = records(**method)
     assert all(math.isfinite(r["train_loss"]) for r in seq)
     assert [r["train_loss"] for r in seq] != [r["train_loss"] for r in fedavg]
-    vec = records(**{"algorithm.name": name, "executor": "vectorized"})
+    vec = records(**method, executor="vectorized")
     assert len(vec) == len(seq)
     for a, b in zip(seq, vec):  # methods_e2e.assert_executors_agree's tolerance
         assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-4, abs=1e-6)

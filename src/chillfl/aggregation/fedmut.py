@@ -23,7 +23,15 @@ Choices
   seeded from (seed, round, cid, layer): reproducible, balanced only in
   expectation.
 * The first round (no previous global model) sends the plain global model.
-* ``alpha`` (FedMut's mutation radius) defaults to 4.0.
+* ``alpha`` (FedMut's mutation radius) defaults to 4.0 (the authors'
+  ``--radius``).
+* ``acc_rate`` (default 0: the balanced mutations above): the authors' code
+  also "accelerates" early rounds, replacing each -1 sign by ``-1 + r_t``
+  with ``r_t = acc_rate * (1 - min(t / acc_bound, 1))`` (t the round the
+  update g came from; its defaults ``--mut_acc_rate 0.3``, ``--mut_bound
+  50``), so the mutated models average to ``w_g^t + alpha * g * r_t * (#-1
+  signs) / m``, ahead of w_g^t along g. ``acc_rate = 0.3`` follows that code;
+  the default keeps the zero-sum mutations that Alg. 1 describes.
 * Aggregation is the plain mean over the round's clients (``weighting =
   "uniform"``, default), as in Hu et al.'s aggregation: the balanced
   mutations cancel only under equal weights. With sample weights
@@ -63,9 +71,15 @@ class FedMutOptions:
 
     alpha: float = 4.0
     weighting: Literal["uniform", "samples"] = "uniform"
+    acc_rate: float = 0.0
+    """The authors' code's early-round acceleration (``--mut_acc_rate``, 0.3 there): a -1 sign becomes -1 + r_t."""
+    acc_bound: int = 50
+    """Rounds over which r_t falls linearly to 0 (``--mut_bound``)."""
 
     def validate(self, section: str) -> None:
         require(self.alpha >= 0, f"{section}.alpha", f"must be >= 0, got {self.alpha}")
+        require(0 <= self.acc_rate <= 1, f"{section}.acc_rate", f"must be in [0, 1], got {self.acc_rate}")
+        require(self.acc_bound >= 1, f"{section}.acc_bound", f"must be >= 1, got {self.acc_bound}")
 
 
 def balanced_signs(num_clients: int, generator: torch.Generator) -> torch.Tensor:
@@ -117,7 +131,9 @@ class FedMut(AggregatorBase):
             return Downlink()
         keys = self._keys(global_params)
         signs = self.client_signs(client_id, round, keys)
-        alpha = self.options.alpha
+        alpha, o = self.options.alpha, self.options
+        rate = o.acc_rate * (1 - min((round - 1) / o.acc_bound, 1.0))  # g came from round - 1's aggregation
+        signs = {k: -1.0 + rate if v < 0 else v for k, v in signs.items()}
         mutated = {k: global_params[k] + alpha * signs[k] * (global_params[k] - self.previous[k]) for k in keys}
         return Downlink(params=mutated)
 

@@ -16,8 +16,11 @@ Choices
 -------
 * No bias correction (Algorithm 2 has none); ``v_{-1} = tau^2``, the smallest
   value Algorithm 2 allows (``v_{-1} >= tau^2``).
-* ``p_i = n_i / sum n_j`` (the paper writes a plain mean over the sampled
-  clients; sample weighting matches FedAvg and lets PA3Fed pass its weights).
+* ``p_i = n_i / sum n_j`` by default (``weighting = "samples"``, as FedAvg;
+  it lets PA3Fed pass its weights). Algorithm 2 writes a plain mean over the
+  sampled clients, ``Delta_t = (1/|S|) sum_i Delta_i``: ``weighting =
+  "uniform"`` selects it. The two coincide when clients hold equally many
+  samples.
 * Only trainable parameters are optimised; buffers (BN statistics) take the
   weighted average, integer buffers the max.
 * Defaults follow Reddi et al.'s typical setting: eta = 0.01, beta1 = 0.9,
@@ -38,7 +41,7 @@ from chillfl.aggregation.base import (
     check_state_keys,
     load_params,
     params_state,
-    sample_weights,
+    client_weights,
     weighted_average,
 )
 from chillfl.options import require
@@ -50,12 +53,14 @@ ServerOptimizer = Literal["adam", "yogi", "adagrad"]
 
 @dataclass(frozen=True)
 class FedOptOptions:
-    """Server optimiser hyper-parameters: ``server_lr`` (eta), ``beta1``, ``beta2``, ``tau`` (epsilon)."""
+    """Server optimiser hyper-parameters: ``server_lr`` (eta), ``beta1``, ``beta2``, ``tau`` (epsilon); ``weighting`` of Delta_t."""
 
     server_lr: float = 0.01
     beta1: float = 0.9
     beta2: float = 0.99
     tau: float = 1e-3
+    weighting: Literal["samples", "uniform"] = "samples"
+    """``samples`` (n_i / n, as FedAvg) or ``uniform`` (1/|S|, Algorithm 2's plain mean)."""
 
     def validate(self, section: str) -> None:
         require(self.server_lr > 0, f"{section}.server_lr", f"must be > 0, got {self.server_lr}")
@@ -77,7 +82,7 @@ class FedOpt(AggregatorBase):
         self.v: Params = {}
 
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
-        return sample_weights(results)
+        return client_weights(results, self.options.weighting)
 
     def _second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         b2 = self.options.beta2

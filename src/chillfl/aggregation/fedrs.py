@@ -18,6 +18,13 @@ Choices
   default is not checked against its text.
 * A class is "missing" when the client has no training sample of it (n_c = 0);
   fluke's alternative threshold (n_c <= 2 counted missing) is not offered.
+* ``scaling = "proportional"``: the first author's code (lxcnju/FedRepo,
+  ``algorithms/fedrs.py``) scales *every* class, by
+  ``s_c = alpha + (1 - alpha) * n_c / max_j n_j``: missing classes get alpha,
+  the client's most frequent class 1, the others in between. The default
+  ``"missing"`` is the paper's rule above (1 for every class present). That
+  code also scales the classifier's ``W h`` without its bias; here the whole
+  logit (bias included) is scaled, in both modes.
 * With logit chilling's temperature T the loss is the run's base loss at T on the
   restricted logits: CE(z'/T, y), i.e. present classes' logits scaled by 1/T and
   missing ones by alpha/T. At T = 1 it is the paper's loss; alpha = 1 is FedAvg.
@@ -49,6 +56,8 @@ class FedRSOptions:
     alpha: float = 0.5
     weighting: Literal["samples", "uniform"] = "samples"
     """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|)."""
+    scaling: Literal["missing", "proportional"] = "missing"
+    """``missing``: alpha for classes without samples, 1 otherwise (the paper); ``proportional``: alpha + (1 - alpha) n_c / max n (the authors' code)."""
 
     def validate(self, section: str) -> None:
         require(math.isfinite(self.alpha) and 0.0 <= self.alpha <= 1.0, f"{section}.alpha", f"must be in [0, 1], got {self.alpha}")
@@ -56,16 +65,23 @@ class FedRSOptions:
 
 @dataclass(frozen=True)
 class Restricted:
-    """z'_c = alpha * z_c where n_c = 0, else z_c (a ``torch.where``: vmappable, no branch on the counts)."""
+    """z'_c = alpha * z_c where n_c = 0, else z_c; ``proportional``: z'_c = (alpha + (1 - alpha) n_c / max n) z_c.
+
+    Tensor ops only (``torch.where``, ``amax``): vmappable, no branch on the counts.
+    """
 
     alpha: float
+    proportional: bool = False
 
     def __call__(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        if self.proportional:  # an option, not data: no branch under vmap
+            share = counts / counts.amax(dim=-1, keepdim=True).clamp_min(1.0)
+            return (self.alpha + (1.0 - self.alpha) * share) * logits
         return torch.where(counts > 0, logits, self.alpha * logits)
 
 
 def build(options: FedRSOptions, ctx: BuildContext) -> Built:
-    return AdjustedFedAvg(Restricted(options.alpha), COUNTS, logit_width(ctx.model, "FedRS"), options.weighting, options), []
+    return AdjustedFedAvg(Restricted(options.alpha, options.scaling == "proportional"), COUNTS, logit_width(ctx.model, "FedRS"), options.weighting, options), []
 
 
 SPEC = register_algorithm(

@@ -1,4 +1,4 @@
-"""SCAFFOLD (Karimireddy et al., ICML 2020), control-variate update option II.
+"""SCAFFOLD (Karimireddy et al., ICML 2020), control-variate update option II (default) or I.
 
 Server state: control ``c``; client state: ``c_i`` (all zeros at start).
 With ``x`` the global model, client i runs K local steps of
@@ -21,6 +21,9 @@ c_i+ and reports ``Delta c_i = c_i+ - c_i`` (Alg. 1, line 13). The server then s
 
 which keeps ``c = (1/N) sum_{all i} c_i``.
 
+Option I (``option = "I"``, Alg. 1 line 12's other branch) sets instead
+``c_i+ = g_i(x)``, a gradient of the client's loss at the server model.
+
 Choices
 -------
 * ``p_i = 1/|S|`` as in the paper (``weighting = "uniform"``); ``"samples"``
@@ -37,6 +40,14 @@ Choices
   for a linear loss, and not ~1/(1 - rho) times too large (10x at rho = 0.9,
   which over-corrects). ``momentum`` is filled from ``client.momentum``.
   Weight decay is not accounted for.
+* Option I's ``g_i(x)`` is the full-batch gradient, on the client's whole
+  training set, of the mean cross-entropy at the round's temperature, with
+  the model in eval mode (deterministic: no dropout draw, batch norm on its
+  running statistics). The paper leaves g_i's batch open ("an additional pass
+  over the local data", Sec. 3); the full batch is its least noisy reading.
+  It costs one extra forward/backward pass over the client's data and, unlike
+  option II, ignores the objective's other terms and the local optimiser.
+  Option II (the default) is the paper's choice for its experiments.
 """
 
 from __future__ import annotations
@@ -47,6 +58,7 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 import torch
 
 from torch import nn
+from torch.func import functional_call
 
 from chillfl.aggregation.base import (
     AggregatorBase,
@@ -69,8 +81,9 @@ from chillfl.aggregation.base import (
     with_prefix,
 )
 from chillfl.aggregation.fednova import effective_steps
+from chillfl.training.local import split_state, to_memory_format
 from chillfl.options import require
-from chillfl.training.objective import read_table
+from chillfl.training.objective import read_table, temperature_cross_entropy
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_client_momentum
 from chillfl.capabilities import Capabilities
 
@@ -78,11 +91,13 @@ from chillfl.capabilities import Capabilities
 @dataclass(frozen=True)
 class ScaffoldOptions:
     """``global_lr`` (eta_g, default 1.0); ``weighting`` of the model average (default ``uniform``);
-    ``momentum``: the clients' SGD momentum (unset = ``client.momentum``, 0 outside a config)."""
+    ``momentum``: the clients' SGD momentum (unset = ``client.momentum``, 0 outside a config);
+    ``option``: the control-variate update, ``II`` ((x - y_i) / (K lr), default) or ``I`` (g_i(x), one extra pass)."""
 
     global_lr: float = 1.0
     weighting: Literal["uniform", "samples"] = "uniform"
     momentum: float | None = None
+    option: Literal["II", "I"] = "II"
 
     def validate(self, section: str) -> None:
         require(self.global_lr > 0, f"{section}.global_lr", f"must be > 0, got {self.global_lr}")
@@ -119,6 +134,7 @@ class ScaffoldClient:
     """SCAFFOLD's client half: c_i in the client's state; ``correction = c - c_i``; option II's c_i+ after training."""
 
     momentum: float = 0.0
+    option: Literal["II", "I"] = "II"
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         c = _table(context[CONTROL])
@@ -128,14 +144,40 @@ class ScaffoldClient:
         return start, out
 
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
-        """Option II (Alg. 1, line 12): c_i+ = c_i - c + (x - y_i) / (a(K) eta_l); reports c_i+ - c_i."""
+        """Alg. 1, line 12: option II c_i+ = c_i - c + (x - y_i) / (a(K) eta_l), option I c_i+ = g_i(x); reports c_i+ - c_i."""
         if trained.num_steps < 1 or trained.lr <= 0:
             raise ValueError(f"SCAFFOLD needs num_steps >= 1 and lr > 0 (client {trained.client_id})")
         c = _table(trained.sent[CONTROL])
         c_i = own_entries(state, PREFIX) or {k: torch.zeros_like(v) for k, v in c.items()}
-        scale = effective_steps(trained.num_steps, self.momentum) * trained.lr
-        new_c_i = {k: c_i[k] - c[k] + (trained.start[k] - trained.params[k]) / scale for k in c}
+        if self.option == "I":
+            grad = full_batch_gradient(model, trained.start, trained.x, trained.y, trained.temperature)
+            new_c_i = {k: grad[k].to(c[k].dtype) for k in c}
+        else:
+            scale = effective_steps(trained.num_steps, self.momentum) * trained.lr
+            new_c_i = {k: c_i[k] - c[k] + (trained.start[k] - trained.params[k]) / scale for k in c}
         return with_prefix(new_c_i, PREFIX), {DELTA: {k: new_c_i[k] - c_i[k] for k in c}}
+
+
+def full_batch_gradient(
+    model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, temperature: float, batch_size: int = 1024
+) -> Params:
+    """Option I's g_i(x): the gradient of the mean CE(logits / T, y) over all of (x, y) at ``state``, in eval mode.
+
+    Eval mode keeps it deterministic (no dropout draw) and leaves batch-norm
+    statistics alone; batch sums over ``batch_size`` chunks, divided by ``len(y)`` once.
+    """
+    model.eval()
+    params, buffers = split_state(model, to_memory_format(state, "contiguous"))
+    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+    grads = {k: torch.zeros_like(v) for k, v in params.items()}
+    for i in range(0, len(y), batch_size):
+        logits = functional_call(model, (leaves, buffers), (x[i : i + batch_size],))
+        yb = y[i : i + batch_size]
+        loss = temperature_cross_entropy(logits, yb, temperature) * len(yb)
+        for k, g in zip(leaves, torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)):
+            if g is not None:
+                grads[k] += g
+    return {k: g / max(len(y), 1) for k, g in grads.items()}
 
 
 def _table(value: Wire) -> Params:
@@ -197,8 +239,8 @@ class Scaffold(AggregatorBase):
         return {"control_norm": norm}
 
     def client_half(self) -> ClientHalf:
-        """c_i and option II's update run on the client (:class:`ScaffoldClient`, with the clients' momentum)."""
-        return ScaffoldClient(self.options.momentum or 0.0)
+        """c_i and its update run on the client (:class:`ScaffoldClient`, with the clients' momentum)."""
+        return ScaffoldClient(self.options.momentum or 0.0, self.options.option)
 
     def state_dict(self) -> dict[str, Any]:
         """The server control ``c`` (each c_i is in its client's state)."""

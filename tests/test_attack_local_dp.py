@@ -3,6 +3,8 @@ parameter sharing (the privacy wrapper's clip and client noise) and soft-label s
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,20 +19,12 @@ from chillfl.errors import ConfigError
 from chillfl.privacy.aggregate import PrivateAggregation
 from chillfl.settings.attack import AttackConfig
 
+sys.path.insert(0, str(Path(__file__).parent))
+from test_privacy import TINY as PRIVATE_TINY  # noqa: E402  (the privacy tests' tiny digits run)
+
 TINY: dict[str, Any] = {
-    "seed": 3,
-    "device": "cpu",
-    "threads": 1,
-    "dataset.name": "digits",
-    "model.name": "mlp",
-    "model.hidden": [16],
-    "federation.num_clients": 4,
-    "federation.clients_per_round": 4,
+    **{k: v for k, v in PRIVATE_TINY.items() if k not in ("privacy.mechanism", "client.epochs", "client.lr", "eval.client_split_size")},
     "federation.rounds": 1,
-    "client.batch_size": 32,
-    "privacy.clip_norm": 1.0,
-    "privacy.noise_multiplier": 1.5,
-    "privacy.delta": 1e-3,
     "attack.kind": "scaling",
     "attack.clients": [1],
 }

@@ -131,8 +131,8 @@ class FedMut(AggregatorBase):
             return Downlink()
         keys = self._keys(global_params)
         signs = self.client_signs(client_id, round, keys)
-        alpha, o = self.options.alpha, self.options
-        rate = o.acc_rate * (1 - min((round - 1) / o.acc_bound, 1.0))  # g came from round - 1's aggregation
+        alpha, acc_rate, acc_bound = self.options.alpha, self.options.acc_rate, self.options.acc_bound
+        rate = acc_rate * (1 - min((round - 1) / acc_bound, 1.0))  # g came from round - 1's aggregation
         signs = {k: -1.0 + rate if v < 0 else v for k, v in signs.items()}
         mutated = {k: global_params[k] + alpha * signs[k] * (global_params[k] - self.previous[k]) for k in keys}
         return Downlink(params=mutated)

@@ -121,8 +121,11 @@ def skipped_folders(paths: Sequence[str | Path]) -> list[Path]:
     return out
 
 
-CURVES = ("global_acc", "local_acc", "global_loss", "train_loss", "global_ece", "global_nll", "global_brier")
-"""The per-round metrics the page draws (:func:`render`'s curves): each must be a number where a record has it."""
+ACCURACY_CURVES = (("global_acc", "global test accuracy"), ("local_acc", "local accuracy (own splits)"))
+LOSS_CURVES = (("global_loss", "global test loss (T = 1)"), ("train_loss", "local training loss (at T)"))
+CALIBRATION_CURVES = (("global_ece", "ECE"), ("global_nll", "NLL"), ("global_brier", "Brier"))
+CURVES = tuple(key for key, _ in (*ACCURACY_CURVES, *LOSS_CURVES, *CALIBRATION_CURVES))
+"""The per-round metrics the page draws (:func:`render`'s figures): each must be a number where a record has it."""
 
 
 def load_run(folder: Path) -> Run:
@@ -535,14 +538,11 @@ def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: 
         '<p class="muted">accuracies in %; loss and NLL: cross-entropy at T = 1 on the global test set; ECE: equal-width confidence bins (<code>eval.ece_bins</code>).</p>',
         "<h2>Curves</h2>",
     ]
-    for uri in (
-        curves_figure(groups, (("global_acc", "global test accuracy"), ("local_acc", "local accuracy (own splits)"))),
-        curves_figure(groups, (("global_loss", "global test loss (T = 1)"), ("train_loss", "local training loss (at T)"))),
-    ):
+    for uri in (curves_figure(groups, ACCURACY_CURVES), curves_figure(groups, LOSS_CURVES)):
         if uri:
             parts.append(f'<img alt="curves" src="{uri}">')
     parts.append("<h2>Calibration</h2>")
-    uri = curves_figure(groups, (("global_ece", "ECE"), ("global_nll", "NLL"), ("global_brier", "Brier")))
+    uri = curves_figure(groups, CALIBRATION_CURVES)
     parts.append(f'<img alt="calibration over rounds" src="{uri}">' if uri else '<p class="muted">no calibration metrics in these runs</p>')
     if models:
         for g in groups:

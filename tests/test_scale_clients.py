@@ -21,7 +21,7 @@ from chillfl.data.client_rows import ClientRows
 from chillfl.data.datasets import ArrayDataset
 from chillfl.data.federated import FederatedData
 from chillfl.engine.loop import run_rounds
-from chillfl.executors.vectorized import _gather, _shared_pool
+from chillfl.executors.chunk_steps import gather, shared_pool
 from chillfl.experiment import build_experiment, build_protocol, make_executor
 from chillfl.models.assign import plan_models
 from chillfl.runner import rounds_for
@@ -224,10 +224,10 @@ def test_batches_of_clients_sharing_one_pool_are_gathered_in_one_call() -> None:
     labels = torch.arange(40)
     views = [pool[8:16], pool[0:8], pool[32:40]]  # three clients: row ranges of one pool
     rows = [torch.tensor([7, 0]), torch.tensor([1, 1]), torch.tensor([3, 5])]
-    shared = _shared_pool(views)
+    shared = shared_pool(views)
     assert shared is not None and shared[1] == [8, 0, 32]
     expected = torch.stack([v[r] for v, r in zip(views, rows)])
-    assert torch.equal(_gather(views, rows), expected)
-    assert _gather([labels[8:16], labels[0:8], labels[32:40]], rows).tolist() == [[15, 8], [1, 1], [35, 37]]
+    assert torch.equal(gather(views, rows), expected)
+    assert gather([labels[8:16], labels[0:8], labels[32:40]], rows).tolist() == [[15, 8], [1, 1], [35, 37]]
     copies = [v.clone() for v in views]  # own storages (noisy or gathered clients): one call per client
-    assert _shared_pool(copies) is None and torch.equal(_gather(copies, rows), expected)
+    assert shared_pool(copies) is None and torch.equal(gather(copies, rows), expected)

@@ -37,7 +37,7 @@ Choices
 * Optimiser state (SGD's momentum, Adam's moments: :mod:`chillfl.training.optim`)
   is stacked like the parameters, each client's own; Adam's step count is the
   members' common local step. A schedule over local steps gives each client the
-  rate of its own planned steps (:class:`_LearningRates`), the very float the
+  rate of its own planned steps (:class:`~chillfl.executors.chunk_steps.LearningRates`), the very float the
   sequential executor uses.
 * Context values (``job.context``) that are the very same object for every
   client are broadcast (e.g. FedProx's global model); all others are stacked
@@ -156,39 +156,34 @@ any device, which is how the CPU tests exercise the GPU path), a chunk runs
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import queue
 import types
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import torch
 import torch.utils._pytree as pytree
 from torch import nn
-from torch.func import vmap
 
-from chillfl.data.augment import crop_flip
-from chillfl.errors import ConfigError
 from chillfl.engine.footprint import activation_bytes, nbytes
-from chillfl.executors.compiled import CompiledSteps, compile_failure, compiled_steps
+from chillfl.executors.chunk_steps import Batch, LearningRates, ResidentBatches, host_batches, rows_at, to_device
+from chillfl.executors.compiled import CompiledSteps, compiled_steps
 from chillfl.executors.sequential import ClientJob, Executor, SequentialExecutor, train_job
+from chillfl.executors.stacking import NotVectorizable, Params, StackedContext, dim_order, stack, stack_contexts, stack_states
 from chillfl.executors.step_graphs import CudaGraphRecorder, GraphSlots, Recorder, StepGraphs
+from chillfl.executors.vmapped_step import StepInputs, VmappedStep
 from chillfl.engine.predict import BatchedPredictor, refuse_fallback
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.optim import OptState, init_state, state_slots
-from chillfl.training.schedule import planned_steps, step_lr
-from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, add_outer_, empty_in_order, factored_linears, step_rows
+from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, add_outer_, factored_linears, step_rows
 from chillfl.training.objective import check_reads
-from chillfl.training.sam import sharpness_aware_grads
-from chillfl.seeds import derive_seed
 from chillfl.training.local import (
     Factors,
     LocalOutcome,
     LocalSpec,
-    PrivateGradients,
     StepLoss,
     batch_order,
     completed_steps,
@@ -198,13 +193,10 @@ from chillfl.training.local import (
     leaf_params,
     optimizer_step_,
     split_state,
-    step_batch,
-    step_grads,
 )
 
 log = logging.getLogger(__name__)
 
-Params = dict[str, torch.Tensor]
 DEFAULT_MEMORY_BUDGET = 24 << 20
 """Bytes the stacked state and activations of one chunk may take (24 MiB).
 
@@ -239,132 +231,12 @@ def accelerator_chunk_size(per_client: int, free: int, fraction: float = ACCELER
     return 1 << (fit.bit_length() - 1)
 
 
-class NotVectorizable(Exception):
-    """The round's jobs cannot be stacked along a client dimension (reason in the message)."""
-
-
 @dataclass
 class _Replica:
     """A model template (with factored linear layers) and its loss function, used by one thread at a time."""
 
     model: nn.Module
     loss_fn: StepLoss
-
-
-@dataclass
-class StackedContext:
-    """Per-client contexts as one pytree: shared leaves kept as-is, differing leaves stacked on dim 0."""
-
-    spec: pytree.TreeSpec
-    shared: list[Any]
-    batched: dict[int, torch.Tensor]
-
-    def select(self, rows: torch.Tensor | None) -> list[torch.Tensor]:
-        """The batched leaves (in position order) for the clients ``rows`` (None = all)."""
-        return [v if rows is None else v[rows] for _, v in sorted(self.batched.items())]
-
-    def rebuild(self, batched_leaves: Sequence[Any]) -> Any:
-        leaves = list(self.shared)
-        for pos, value in zip(sorted(self.batched), batched_leaves):
-            leaves[pos] = value
-        return pytree.tree_unflatten(leaves, self.spec)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-_EMPTY_CONTEXT = pytree.tree_flatten({})[1]
-
-
-def stack_contexts(contexts: Sequence[Mapping[str, Any]], float_dtype: torch.dtype, device: torch.device | None = None) -> StackedContext:
-    """Split per-client contexts into broadcast leaves and stacked leaves (see module Choices)."""
-    if not any(contexts):  # no objective context (FedAvg's): no per-client flattening (a TreeSpec costs ~30 us to build)
-        return StackedContext(_EMPTY_CONTEXT, [], {})
-    flat = [pytree.tree_flatten(dict(c)) for c in contexts]
-    spec = flat[0][1]
-    if any(s != spec for _, s in flat[1:]):
-        raise NotVectorizable("clients' objective contexts have different structures")
-    shared: list[Any] = []
-    batched: dict[int, torch.Tensor] = {}
-    for pos, values in enumerate(zip(*(leaves for leaves, _ in flat))):
-        first = values[0]
-        shared.append(first)
-        if all(v is first for v in values):
-            continue
-        if all(isinstance(v, torch.Tensor) for v in values):
-            if any(v.shape != first.shape or v.dtype != first.dtype for v in values):
-                raise NotVectorizable(f"context leaf {pos} has different shapes/dtypes across clients")
-            batched[pos] = torch.stack([v.detach() for v in values])
-        elif all(_is_number(v) for v in values):
-            if any(v != first for v in values):
-                dtype = float_dtype if any(isinstance(v, float) for v in values) else torch.int64
-                batched[pos] = torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
-        elif any(v != first for v in values):
-            raise NotVectorizable(f"context leaf {pos} differs across clients and is not a number or tensor")
-    return StackedContext(spec, shared, batched)
-
-
-def dim_order(t: torch.Tensor) -> tuple[int, ...]:
-    """``t``'s dims from outermost to innermost in memory (ties by dim index)."""
-    strides = t.stride()
-    return tuple(sorted(range(t.dim()), key=lambda d: (-strides[d], d)))
-
-
-def one_in_order(t: torch.Tensor, order: Sequence[int] | None) -> torch.Tensor:
-    """A copy of one client's ``t`` laid out as a row of a stack in dim ``order`` (None: ``t`` itself, detached)."""
-    if order is None:
-        return t.detach()
-    return empty_in_order(t.shape, [d - 1 for d in order if d != 0], t.dtype, t.device).copy_(t)
-
-
-def stack(tensors: Sequence[torch.Tensor], order: Sequence[int] | None = None) -> torch.Tensor:
-    """The clients' tensors stacked on a new dim 0, laid out in memory in dim ``order`` (None: row-major).
-
-    One copy; when every client starts from the very same tensor (the usual
-    broadcast of the global model) it is a single broadcasting copy from one
-    client's re-laid-out copy (a transposing copy of one client stays in cache).
-    """
-    first = tensors[0].detach()
-    shape = (len(tensors), *first.shape)
-    out = empty_in_order(shape, order, first.dtype, first.device)
-    if all(t is tensors[0] for t in tensors):
-        first = one_in_order(first, order)
-        return out.copy_(first.expand(shape))
-    for row, t in zip(out, tensors):
-        row.copy_(t)
-    return out
-
-
-def _stack_states(
-    model: nn.Module,
-    starts: Sequence[Mapping[str, torch.Tensor]],
-    layouts: Mapping[str, tuple[int, ...]],
-    broadcast: frozenset[str] = frozenset(),
-    frozen: frozenset[str] = frozenset(),
-) -> tuple[Params, Params, list[str]]:
-    """Stacked (params as autograd leaves, buffers) of every client and the state's key order.
-
-    A ``broadcast`` key that every client starts from as the very same tensor
-    (the global model) is not copied per client: it becomes one copy in its
-    layout, expanded along the client dimension (stride 0). Only weights whose
-    updates :class:`DeferredOuter` keeps may be broadcast: it writes the
-    clients' own copies when it first applies their updates.
-    """
-    keys = set(starts[0])
-    if any(set(s) != keys for s in starts[1:]):
-        raise NotVectorizable("clients' start states have different keys")
-    params, buffers = split_state(model, starts[0], frozen)  # frozen parameters (LocalSpec.frozen) are stacked as buffers
-
-    def stacked(k: str) -> torch.Tensor:
-        first = starts[0][k]
-        if k in broadcast and all(s[k] is first for s in starts):
-            return one_in_order(first, layouts.get(k)).expand(len(starts), *first.shape)
-        return stack([s[k] for s in starts], layouts.get(k))
-
-    stacked_p = {k: stacked(k).requires_grad_(True) for k in params}
-    stacked_b = {k: stack([s[k] for s in starts]) for k in buffers}
-    return stacked_p, stacked_b, [*params, *buffers]  # the sequential executor's key order
 
 
 def _step_structure(model: nn.Module, spec: LocalSpec) -> Hashable:
@@ -701,17 +573,17 @@ class VectorizedExecutor:
     def _run_chunk(
         self, replica: _Replica, jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]], resident: bool = False
     ) -> list[LocalOutcome]:
-        params, buffers, keys = _stack_states(replica.model, [j.start for j in jobs], self._layouts, self._deferred, self.spec.frozen)
+        params, buffers, keys = stack_states(replica.model, [j.start for j in jobs], self._layouts, self._deferred, self.spec.frozen)
         dtype = _float_dtype(params)
         device = jobs[0].x.device
         context = stack_contexts([j.context for j in jobs], dtype, device)
         opt_state = init_state(params, self.spec.optim, self.spec.momentum)
-        temperature = _to_device(torch.tensor([j.temperature for j in jobs], dtype=dtype), device)
-        lr = _LearningRates(self.spec, jobs, dtype, device)
+        temperature = to_device(torch.tensor([j.temperature for j in jobs], dtype=dtype), device)
+        lr = LearningRates(self.spec, jobs, dtype, device)
         replica.loss_fn.factor = self._factor
         seeds = [j.seed for j in jobs]
-        losses_of = _Vmapped(replica.loss_fn, context, seeds)
-        steps: Iterable[_Batch] = _ResidentBatches(jobs, schedules, self.spec) if resident else _host_batches(jobs, schedules, self.spec)
+        losses_of = VmappedStep(replica.loss_fn, context, seeds)
+        steps: Iterable[Batch] = ResidentBatches(jobs, schedules, self.spec) if resident else host_batches(jobs, schedules, self.spec)
         replica.model.train()
         deferred = DeferredOuter(params, self._deferred, self._layouts) if self._deferred else None
         totals = torch.zeros(len(jobs), dtype=torch.float64, device=device)
@@ -722,7 +594,7 @@ class VectorizedExecutor:
         if slot is not None:  # a slot's recorded steps read its tensors: the chunk trains on them, holding its values
             params, buffers, opt_state, temperature, shared, batched, lr.constant, totals = slot.tree
             context = StackedContext(context.spec, shared, batched)
-            losses_of = _Vmapped(replica.loss_fn, context, seeds)
+            losses_of = VmappedStep(replica.loss_fn, context, seeds)
         totals = self._train_steps(losses_of, steps, params, buffers, opt_state, temperature, lr, context, totals, deferred, graphs)
         sums = totals.tolist()  # the chunk's one read of device values on the host
         if slot is not None:  # the next chunk of this structure overwrites the slot: the results are copies
@@ -732,13 +604,13 @@ class VectorizedExecutor:
 
     def _train_steps(
         self,
-        losses_of: _Vmapped,
-        steps: Iterable[_Batch],
+        losses_of: VmappedStep,
+        steps: Iterable[Batch],
         params: Params,
         buffers: Params,
         opt_state: OptState,
         temperature: torch.Tensor,
-        lr: "_LearningRates",
+        lr: LearningRates,
         context: StackedContext,
         totals: torch.Tensor,
         deferred: DeferredOuter | None = None,
@@ -756,7 +628,7 @@ class VectorizedExecutor:
         sums stay on the device until the caller reads them once.
         """
         every = context.select(None)
-        left = steps.everyone_steps() if graphs is not None and isinstance(steps, _ResidentBatches) else None  # to know a shape's last step
+        left = steps.everyone_steps() if graphs is not None and isinstance(steps, ResidentBatches) else None  # to know a shape's last step
         for batch in steps:
             rows = batch.rows
             if graphs is not None and rows is None:
@@ -779,7 +651,7 @@ class VectorizedExecutor:
             later = deferred if rows is None else None
             rate = lr.at(batch.step, rows, batch.members)
             compiled = self._compiled_for(batch.x) if rows is None else None  # steps of only some clients stay eager (chillfl.executors.compiled)
-            inputs = StepInputs(batch.x, batch.y, _rows(temperature, rows), context.select(rows))
+            inputs = StepInputs(batch.x, batch.y, rows_at(temperature, rows), context.select(rows))
             losses = self._step(losses_of, p, b, m, inputs, rate, later, batch.step, compiled, batch.members)
             if rows is None:
                 totals += losses  # float32 losses into float64 sums: each converted exactly, then added in float64
@@ -798,7 +670,7 @@ class VectorizedExecutor:
 
     def _step(
         self,
-        losses_of: _Vmapped,
+        losses_of: VmappedStep,
         params: Params,
         buffers: Params,
         opt_state: OptState,
@@ -859,12 +731,12 @@ class VectorizedExecutor:
         if first is None:
             return
         job, idx = jobs[first], schedules[first][0]
-        params, buffers, _ = _stack_states(replica.model, [job.start, job.start], {}, frozen=self.spec.frozen)
+        params, buffers, _ = stack_states(replica.model, [job.start, job.start], {}, frozen=self.spec.frozen)
         context = stack_contexts([job.context, job.context], _float_dtype(params), job.x.device)
         t = torch.full((2,), float(job.temperature), dtype=_float_dtype(params), device=job.x.device)
         inputs = StepInputs(stack([job.x[idx]] * 2), stack([job.y[idx]] * 2), t, [])
         replica.model.train()
-        losses_of = _Vmapped(replica.loss_fn, context)
+        losses_of = VmappedStep(replica.loss_fn, context)
         replica.loss_fn.factor = False
         _, dense, _ = losses_of.grads(params, buffers, inputs)  # batch-norm statistics touched here are discarded
         self._layouts = {k: dim_order(g) for (k, w), g in zip(params.items(), dense) if g is not None and dim_order(g) != dim_order(w)}
@@ -903,141 +775,11 @@ class VectorizedExecutor:
 
 
 def _slot_tree(
-    params: Params, buffers: Params, opt_state: OptState, temperature: torch.Tensor, context: StackedContext, lr: "_LearningRates", totals: torch.Tensor
+    params: Params, buffers: Params, opt_state: OptState, temperature: torch.Tensor, context: StackedContext, lr: LearningRates, totals: torch.Tensor
 ) -> tuple[Any, ...]:
     """What a chunk's recorded steps read besides the batch, as :class:`GraphSlots` holds it (the order ``_run_chunk`` unpacks)."""
     shared = [None if pos in context.batched else v for pos, v in enumerate(context.shared)]  # a batched position's value is the stack's
     return params, buffers, opt_state, temperature, shared, context.batched, lr.constant, totals
-
-
-class StepInputs(NamedTuple):
-    """What one vmapped step reads besides the clients' states: their batches, temperatures and context leaves."""
-
-    x: torch.Tensor
-    y: torch.Tensor
-    t: torch.Tensor
-    leaves: list[torch.Tensor]
-
-
-class _Vmapped:
-    """A replica's step loss vmapped over clients, and its gradients (dense and factored).
-
-    The vmapped function takes and returns flat tuples of tensors: ``vmap``
-    walks nested inputs and outputs in Python on every call, and for a small
-    model's step dicts and nested lists cost as much as the step's kernels.
-    """
-
-    def __init__(self, loss_fn: StepLoss, context: StackedContext, seeds: Sequence[int] = ()) -> None:
-        self.loss_fn = loss_fn
-        self.context = context
-        self.seeds = seeds
-        """The chunk's job seeds, in chunk order (DP-SGD's noise: :meth:`private`)."""
-
-    def grads(
-        self,
-        params: Params,
-        buffers: Params,
-        inputs: StepInputs,
-        pending: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
-        compiled: CompiledSteps | None = None,
-    ) -> tuple[torch.Tensor, list[torch.Tensor | None], Factors]:
-        """The clients' losses and the gradient of their sum; any failure becomes NotVectorizable.
-
-        ``compiled``: the vmapped loss runs through it (:class:`~chillfl.executors.compiled.CompiledSteps`). A failure
-        of its forward or of its compiled backward is :class:`~chillfl.executors.compiled.CompileFailed` when the same
-        step runs eagerly (tried once), not NotVectorizable: falling back would hide the compiler's failure.
-
-        The gradient of the *sum* w.r.t. client i's parameters is client i's own
-        gradient: no client's loss depends on another's parameters.
-        ``pending``: deferred updates of factored weights (:class:`DeferredOuter`), per client.
-        """
-        try:
-            with torch.enable_grad():
-                losses, captured = self._forward(params, buffers, inputs, pending, compiled)
-                grads, factors = step_grads(losses.sum(), params, self.loss_fn.keys, captured)
-                return losses, grads, factors
-        except ConfigError:  # a term that does not fit (TermError) is the config's fault, not vmap's: no fallback
-            raise
-        except Exception as exc:  # noqa: BLE001 - an op without a batching rule, dropout, client-dependent control flow, ...
-            if compiled is not None:  # the compiled forward or backward failed: the compiler's fault if the step runs eagerly
-                self.grads(params, buffers, inputs, pending)  # the step's own error propagates from here (NotVectorizable)
-                raise compile_failure(exc) from exc
-            raise NotVectorizable(f"the training step cannot be vmapped ({type(exc).__name__}: {exc})") from exc
-
-    def _forward(
-        self,
-        params: Params,
-        buffers: Params,
-        inputs: StepInputs,
-        pending: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
-        compiled: CompiledSteps | None = None,
-    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-        """The clients' losses [C] and the factored linear calls' (input, output) pairs, vmapped (or compiled)."""
-        pkeys, bkeys, dkeys = list(params), list(buffers), list(pending or {})
-        np_, nb, nl = len(pkeys), len(bkeys), len(inputs.leaves)
-
-        def flat_loss(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            p, b = dict(zip(pkeys, flat[:np_])), dict(zip(bkeys, flat[np_ : np_ + nb]))
-            xi, yi, ti = flat[np_ + nb : np_ + nb + 3]
-            rest = flat[np_ + nb + 3 :]
-            late = {k: (rest[nl + 2 * i], rest[nl + 2 * i + 1]) for i, k in enumerate(dkeys)}
-            value, captured = self.loss_fn(p, b, xi, yi, ti, self.context.rebuild(rest[:nl]), late)
-            return (value, *(tensor for pair in captured for tensor in pair))
-
-        deferred = [tensor for k in dkeys for tensor in (pending or {})[k]]
-        args = (*params.values(), *buffers.values(), inputs.x, inputs.y, inputs.t, *inputs.leaves, *deferred)
-        losses, *flat_captured = compiled(flat_loss, args) if compiled is not None else vmap(flat_loss)(*args)
-        return losses, list(zip(flat_captured[::2], flat_captured[1::2]))
-
-    def sharpened(
-        self,
-        params: Params,
-        buffers: Params,
-        inputs: StepInputs,
-        grads: list[torch.Tensor | None],
-        factors: Factors,
-        rho: float,
-        adaptive: bool,
-    ) -> tuple[list[torch.Tensor | None], Factors]:
-        """SAM's gradient at every client's own ``w + e(w)`` from the gradients at ``w`` (:func:`~chillfl.training.sam.sharpness_aware_grads`,
-        stacked: each client's perturbation by its own norm; the second forward on a copy of the buffers)."""
-
-        def evaluate(p: Params, b: Params) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-            losses, captured = self._forward(p, b, inputs)
-            return losses.sum(), captured  # d(sum)/d(p_i) is client i's own gradient (the class docstring)
-
-        try:
-            with torch.enable_grad():
-                return sharpness_aware_grads(
-                    params, buffers, grads, factors, rho, adaptive, evaluate, lambda v, p, c: step_grads(v, p, self.loss_fn.keys, c), stacked=True
-                )
-        except ConfigError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - as in grads()
-            raise NotVectorizable(f"the sharpness-aware step cannot be vmapped ({type(exc).__name__}: {exc})") from exc
-
-    def private(
-        self,
-        clipping: PrivateGradients,
-        params: Params,
-        buffers: Params,
-        inputs: StepInputs,
-        members: Sequence[int],
-        step: int,
-    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-        """DP-SGD's losses and privatised gradients of the clients ``members`` (chunk positions; empty: all), each client's
-        noise from its own job seed and local ``step``, as the sequential step draws it (:meth:`PrivateGradients.stacked_gradients`)."""
-        seeds = [self.seeds[i] for i in members] if members else list(self.seeds)
-
-        def loss(p: Params, b: Params, xi: torch.Tensor, yi: torch.Tensor, ti: torch.Tensor, lc: list[torch.Tensor]) -> tuple[torch.Tensor, Any]:
-            return self.loss_fn(p, b, xi, yi, ti, self.context.rebuild(lc))
-
-        try:
-            return clipping.stacked_gradients(loss, params, buffers, inputs.x, inputs.y, inputs.t, inputs.leaves, seeds, step)
-        except ConfigError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - as in grads()
-            raise NotVectorizable(f"the DP-SGD step cannot be vmapped ({type(exc).__name__}: {exc})") from exc
 
 
 def _full_grad(dense: torch.Tensor | None, pairs: list[tuple[torch.Tensor, torch.Tensor]], like: torch.Tensor) -> torch.Tensor:
@@ -1054,167 +796,9 @@ def _close(a: torch.Tensor, b: torch.Tensor | None, rtol: float = 1e-4) -> bool:
     return bool((a - b).abs().max() <= rtol * b.abs().max() + 1e-6)
 
 
-@dataclass
-class _Batch:
-    """One vmapped call of a chunk: inputs [m, batch, ...] and labels [m, batch] of its ``rows`` (None: every client)."""
-
-    rows: torch.Tensor | None
-    x: torch.Tensor
-    y: torch.Tensor
-    step: int = 0
-    """The members' local step (0-based): the same for all of them (see the module's "Unequal schedules")."""
-    members: Sequence[int] = ()
-    """The chunk positions of ``rows``, on the host (empty: every client)."""
-
-
-def _step_groups(schedules: Sequence[list[torch.Tensor]]) -> Iterator[tuple[int, list[int]]]:
-    """(step, clients) of every vmapped call: at each step, the clients with a batch, grouped by batch size (largest first)."""
-    for s in range(max((len(b) for b in schedules), default=0)):
-        groups: dict[int, list[int]] = {}
-        for i, batches in enumerate(schedules):
-            if s < len(batches):
-                groups.setdefault(len(batches[s]), []).append(i)
-        for _, members in sorted(groups.items(), reverse=True):
-            yield s, members
-
-
-def _host_batches(jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]], spec: LocalSpec) -> Iterator[_Batch]:
-    """The CPU policy's steps: each member's batch gathered from its own tensors when its step comes (no copy of all data)."""
-    device = jobs[0].x.device
-    for s, members in _step_groups(schedules):
-        rows = None if len(members) == len(jobs) else torch.tensor(members, device=device)
-        batch = [schedules[i][s] for i in members]
-        xb, yb = _gather([jobs[i].x for i in members], batch), _gather([jobs[i].y for i in members], batch)
-        yield _Batch(rows, step_batch(spec, xb, [jobs[i].seed for i in members], s), yb, s, () if rows is None else members)  # each client's own crop/flip draws
-
-
-class _ResidentBatches:
-    """The accelerator policy's steps: the chunk's data and its whole plan on the device, one gather per step.
-
-    The clients' data are concatenated on the device once; every step's batch
-    rows (offset into that concatenation), member rows and crop/flip draws are
-    formed on the host -- the very draws :func:`step_batch` makes -- and copied
-    to the device in one non-blocking copy. Iterating then only queues kernels.
-    """
-
-    def __init__(self, jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]], spec: LocalSpec) -> None:
-        device = jobs[0].x.device
-        self.x = torch.cat([j.x for j in jobs])
-        self.y = torch.cat([j.y for j in jobs])
-        self.augment = spec.augment
-        starts = [0]
-        for j in jobs[:-1]:
-            starts.append(starts[-1] + len(j.y))
-        host: list[torch.Tensor] = []
-        self._layout: list[tuple[int, int, bool, int, list[int]]] = []  # (members, batch size, all clients?, step, member list) per step
-        offsets = torch.tensor(starts, dtype=torch.int64).unsqueeze(1)
-        for s, members in _step_groups(schedules):
-            everyone = len(members) == len(jobs)
-            index = torch.stack([schedules[i][s] for i in members]).add_(offsets if everyone else offsets[members])  # not one add per client
-            host.append(index)
-            if not everyone:
-                host.append(torch.tensor(members, dtype=torch.int64))
-            if self.augment is not None:
-                draws = [self.augment.draw(derive_seed(jobs[i].seed, "augment", s), index.shape[1]) for i in members]
-                host += [torch.stack([d[k] for d in draws]).to(torch.int64) for k in range(3)]
-            self._layout.append((len(members), index.shape[1], everyone, s, members))
-        flat = torch.cat([t.reshape(-1) for t in host]) if host else torch.zeros(0, dtype=torch.int64)
-        if device.type == "cuda":
-            flat = flat.pin_memory()  # a truly asynchronous copy
-        self._host = flat  # kept alive until the copy has certainly finished
-        self._parts = list(torch.split(flat.to(device, non_blocking=True), [t.numel() for t in host]))
-
-    def everyone_steps(self) -> collections.Counter[int]:
-        """The steps of every client of the chunk, by batch size (what :class:`StepGraphs` may replay)."""
-        return collections.Counter(b for _, b, everyone, _, _ in self._layout if everyone)
-
-    def __iter__(self) -> Iterator[_Batch]:
-        parts = iter(self._parts)
-        sample_shape = self.x.shape[1:]
-        for m, b, everyone, s, members in self._layout:
-            index = next(parts)
-            rows = None if everyone else next(parts)
-            xb = self.x.index_select(0, index).view(m, b, *sample_shape)
-            yb = self.y.index_select(0, index).view(m, b, *self.y.shape[1:])  # labels, or soft labels [n, classes]
-            if self.augment is not None:
-                a = self.augment
-                dy, dx, flip = next(parts).view(m, b), next(parts).view(m, b), next(parts).view(m, b).bool()
-                xb = crop_flip(xb, dy, dx, flip, a.crop_padding, a.padding_mode, a.fill)
-            yield _Batch(rows, xb, yb, s, () if everyone else members)
-
-
-class _LearningRates:
-    """A chunk's learning rates at each step: one number where the clients agree, else a per-client tensor [C].
-
-    With a schedule over local steps (:mod:`chillfl.training.optim`) client i's
-    rate at step s is its round lr times the schedule at s of its own planned
-    steps: the very Python float the sequential executor uses.
-    """
-
-    def __init__(self, spec: LocalSpec, jobs: Sequence[ClientJob], dtype: torch.dtype, device: torch.device) -> None:
-        self.optim = spec.optim
-        self.base = [j.lr for j in jobs]
-        self.planned = [planned_steps(len(j.y), spec.batch_size, spec.epochs) for j in jobs]
-        self.dtype, self.device = dtype, device
-        self.constant = self._rates(self.base)
-
-    def _rates(self, values: Sequence[float]) -> float | torch.Tensor:
-        return values[0] if all(v == values[0] for v in values) else _to_device(torch.tensor(values, dtype=self.dtype), self.device)
-
-    def at(self, step: int, rows: torch.Tensor | None, members: Sequence[int]) -> float | torch.Tensor:
-        """The rates of the clients ``rows`` (host positions ``members``; None/empty: all) at local step ``step``."""
-        if self.optim.step_schedule.name == "constant":
-            return _rows(self.constant, rows)
-        who = range(len(self.base)) if rows is None else members
-        return self._rates([step_lr(self.optim, self.base[i], step, self.planned[i]) for i in who])
-
-
-def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A small host tensor on ``device`` without blocking the host (a no-op on the CPU)."""
-    return t.to(device, non_blocking=True)
-
-
-def _gather(tensors: Sequence[torch.Tensor], rows: Sequence[torch.Tensor]) -> torch.Tensor:
-    """[C, batch, ...]: client i's rows ``rows[i]`` of ``tensors[i]``, copied once (no concatenated copy of all data).
-
-    When every client's tensor is a row range of one shared pool (the usual
-    ``FederatedData``), one ``index_select`` on the pool gathers the whole
-    batch instead of one call per client: the same values, fewer calls.
-    """
-    first = tensors[0]
-    pool = _shared_pool(tensors)
-    if pool is not None and all(len(r) == len(rows[0]) for r in rows):
-        base, starts = pool
-        index = (torch.tensor(starts)[:, None] + torch.stack(list(rows))).reshape(-1).to(first.device, non_blocking=True)
-        return torch.index_select(base, 0, index).view(len(tensors), len(rows[0]), *first.shape[1:])
-    out = torch.empty((len(tensors), len(rows[0]), *first.shape[1:]), dtype=first.dtype, device=first.device)
-    for i, (t, r) in enumerate(zip(tensors, rows)):
-        torch.index_select(t, 0, r.to(t.device, non_blocking=True), out=out[i])
-    return out
-
-
-def _shared_pool(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int]] | None:
-    """(the pool, each tensor's first row in it) when all are row ranges of one row-contiguous tensor; else None."""
-    first = tensors[0]
-    if first.dim() == 0 or not first.is_contiguous():
-        return None
-    row = first.stride(0) if first.dim() > 1 else 1
-    storage = first.untyped_storage()
-    if row == 0 or any(t.untyped_storage().data_ptr() != storage.data_ptr() or t.stride() != first.stride() or t.storage_offset() % row or t.dtype != first.dtype for t in tensors):
-        return None
-    count = storage.nbytes() // (row * first.element_size())
-    base = torch.empty(0, dtype=first.dtype, device=first.device).set_(storage, 0, (count, *first.shape[1:]), first.stride())
-    return base, [t.storage_offset() // row for t in tensors]
-
-
 def _describe(executor: Executor) -> str:
     """'sequential executor', 'process executor', ... for log lines."""
     return type(executor).__name__.removesuffix("Executor").lower() + " executor"
-
-
-def _rows(t: Any, rows: torch.Tensor | None) -> Any:
-    """``t``'s entries for the clients ``rows`` (None = all; numbers are shared by all)."""
-    return t if rows is None or not isinstance(t, torch.Tensor) else t[rows]
 
 
 def _rows_of(state: Params, rows: torch.Tensor) -> Params:

@@ -195,7 +195,7 @@ class DeferredOuter:
 
     A weight every client starts from as the same tensor may come broadcast
     (stride 0 along the clients, see the vectorised executor's
-    ``_stack_states``): until the first flush all clients' forwards then read
+    :func:`~chillfl.executors.stacking.stack_states`): until the first flush all clients' forwards then read
     one copy, and the flush writes each client's own ``W + U^T V`` in the
     same pass that would have copied ``W`` to it.
 

@@ -321,6 +321,25 @@ def test_resume_bitwise(mechanism: str, tmp_path: Path, monkeypatch: pytest.Monk
                  **{"privacy.mechanism": mechanism, "privacy.delta": 1e-3, "privacy.noise_multiplier": 1.2})
 
 
+@pytest.mark.parametrize("stop", [1, 2])
+def test_poisson_resume_bitwise(stop: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # seed 5, q = 2/10: rounds draw [3, 5, 7], nobody, [3, 4]; the skipped round 2 is charged, and checkpointed (stop 2) or rerun (stop 1)
+    check_resume("algorithm.fedavg", "sequential", stop, tmp_path, monkeypatch,
+                 **{"privacy.mechanism": "dp-fedavg", "privacy.delta": 1e-3, "privacy.noise_multiplier": 1.2, "federation.sampling": "poisson"})
+
+
+def test_poisson_dp_fedavg_charges_every_round_skipped_or_not() -> None:
+    # seed 3, q = 1/4: rounds draw [1], [1], nobody. The sampled Gaussian mechanism releases every round (noise alone when
+    # nobody is in), so round t's epsilon is t steps at (sigma 1.5, q 0.25), the skipped round 3 included
+    records = run_experiment(config(**{"federation.clients_per_round": 1, "federation.sampling": "poisson"}), write=False, progress=False).records
+    assert [r["clients"] for r in records] == [[1], [1], []] and records[2]["skipped"]
+    assert [r["epsilon"] for r in records] == pytest.approx([epsilon_of(((1.5, 0.25, t),), 1e-3) for t in (1, 2, 3)], rel=1e-12)
+    # fixed-size sampling (the approximation) charges only the rounds that ran, as before
+    fixed = run_experiment(config(**{"federation.clients_per_round": 1, "federation.dropout": 0.5}), write=False, progress=False).records
+    assert any(r.get("skipped") for r in fixed)
+    assert all("epsilon" not in r for r in fixed if r.get("skipped"))
+
+
 def test_no_privacy_writes_no_epsilon() -> None:
     records = run_experiment(config(**{"privacy.mechanism": "none"}), write=False, progress=False).records
     assert all("epsilon" not in r for r in records)

@@ -340,6 +340,23 @@ def test_poisson_dp_fedavg_charges_every_round_skipped_or_not() -> None:
     assert all("epsilon" not in r for r in fixed if r.get("skipped"))
 
 
+def test_skipped_mass_by_hand_and_its_warning(caplog: pytest.LogCaptureFixture) -> None:
+    from chillfl.privacy.mechanisms.dp_fedavg import _warn_skips, skipped_mass
+
+    _warn_skips.cache_clear()  # it warns once per setting a process: an earlier test may have built this one
+
+    # 10 rounds, 3 other clients each in at 1/2: P[none] = 1/8, P[< 2] = 1/8 + 3/8 = 1/2
+    assert skipped_mass(10, 3, 0.5, 1) == pytest.approx(1.25) and skipped_mass(10, 3, 0.5, 2) == pytest.approx(5.0)
+    assert skipped_mass(100, 99, 0.1, 1) == pytest.approx(100 * 0.9**99)  # N = 100, q = 0.1: 2.95e-3, far above delta = 1e-5
+    with caplog.at_level("WARNING"):  # 4 clients at q = 1/4: a round draws nobody with probability 0.32
+        build_experiment(config(**{"federation.clients_per_round": 1, "federation.sampling": "poisson"}))
+    assert sum("privacy.delta" in r.getMessage() for r in caplog.records) == 1
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # fixed-size sampling: the approximation, no such term
+        build_experiment(config(**{"federation.clients_per_round": 1}))
+    assert not any("privacy.delta" in r.getMessage() for r in caplog.records)
+
+
 def test_no_privacy_writes_no_epsilon() -> None:
     records = run_experiment(config(**{"privacy.mechanism": "none"}), write=False, progress=False).records
     assert all("epsilon" not in r for r in records)

@@ -93,6 +93,35 @@ def test_dp_fedavg_aggregate_by_hand() -> None:
     assert agg.round_metrics()["clipped"] == 0.5  # one of two clients was clipped
 
 
+def test_dp_fedavg_clipped_estimator_by_hand() -> None:
+    # McMahan et al.'s f_c: sum_i w_i clip(u_i) / max(q W_min, sum_i w_i reporting), noise std 2 sigma C / (q W_min) on that mean.
+    # Same updates as above, clipped sum (0.6, 1.3); sigma = 2, C = 1, m = 4 (uniform: qW = 4).
+    glob = {"w": torch.zeros(2, dtype=torch.float64)}
+    seed = derive_seed(11, "privacy", "server", 5)
+    n01 = gaussian_like(glob, 1.0, seed)["w"]  # the round's standard normal draw
+    # W_min = W / 4: q W_min = 1 < 2 reporting, so divide by 2; noise std 2 * 2 * 1 / 1 = 4
+    agg = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=2.0, expected=4, seed=11, w_min_share=0.25)
+    out = agg.aggregate(glob, _results([3.0, 4.0], [0.0, 0.5]), round=5)
+    assert torch.allclose(out["w"], torch.tensor([0.3, 0.65], dtype=torch.float64) + 4 * n01, atol=1e-12)
+    # W_min = W: q W_min = 4 > 2, divide by 4 (f_f's denominator) with twice f_f's noise: std 2 * 2 * 1 / 4 = 1
+    agg = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=2.0, expected=4, seed=11, w_min_share=1.0)
+    out = agg.aggregate(glob, _results([3.0, 4.0], [0.0, 0.5]), round=5)
+    assert torch.allclose(out["w"], torch.tensor([0.15, 0.325], dtype=torch.float64) + 1 * n01, atol=1e-12)
+    # weights (0.5, 1, 1, 0.5): W = 3, qW = 4 * 3/4 = 3, W_min = W / 4: q W_min = 0.75; reporting weight 0.5 + 1 = 1.5;
+    # sum 0.5 (0.6, 0.8) + (0, 0.5) = (0.3, 0.9), divided by 1.5 = (0.2, 0.6); noise std 2 * 2 * 1 / 0.75 = 16/3
+    agg = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=2.0, expected=4, seed=11, weights=(0.5, 1.0, 1.0, 0.5), w_min_share=0.25)
+    out = agg.aggregate(glob, _results([3.0, 4.0], [0.0, 0.5]), round=5)
+    assert torch.allclose(out["w"], torch.tensor([0.2, 0.6], dtype=torch.float64) + 16 / 3 * n01, atol=1e-12)
+
+
+def test_clipped_estimator_runs_under_poisson_at_the_same_epsilon() -> None:
+    over = {"federation.clients_per_round": 2, "federation.sampling": "poisson"}
+    fixed = run_experiment(config(**over), write=False, progress=False).records
+    clipped = run_experiment(config(**over, **{"privacy.estimator": "clipped", "privacy.w_min_share": 0.5}), write=False, progress=False).records
+    assert [r["epsilon"] for r in clipped] == [r["epsilon"] for r in fixed]  # its noise is calibrated to its own sensitivity
+    assert [r["clients"] for r in clipped] == [r["clients"] for r in fixed] and clipped[-1]["global_loss"] != fixed[-1]["global_loss"]
+
+
 def test_local_aggregate_by_hand() -> None:
     # local: each client noises its own clipped update with its own stream; the server averages over the n = 2 reporting
     glob = {"w": torch.zeros(2, dtype=torch.float64)}
@@ -170,6 +199,9 @@ def test_ledger_history_and_state() -> None:
         ({"privacy.noise_multiplier": 0.0}, "privacy.noise_multiplier"),
         ({"privacy.delta": 1.0}, "privacy.delta"),
         ({"privacy.target_epsilon": -1.0}, "privacy.target_epsilon"),
+        ({"privacy.estimator": "clipped", "privacy.w_min_share": 0.0}, "privacy.w_min_share"),
+        ({"privacy.w_min_share": 0.5}, "privacy.w_min_share"),  # the clipped estimator's option, under the fixed one
+        ({"privacy.estimator": "median"}, "privacy.estimator"),
     ],
 )
 def test_bad_values_refused(over: dict[str, Any], field: str) -> None:

@@ -17,7 +17,7 @@ import functools
 import logging
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 from chillfl.errors import ConfigError
 from chillfl.options import require
@@ -37,18 +37,24 @@ class DpFedAvgOptions:
     toward that quantile of the clients' update norms, from a count noised with std ``count_noise``
     (0: max(clients_per_round / 20, noise_multiplier)); ``clip_norm`` is its start. ``weight_cap`` = w_hat > 0: client i's
     clipped update weighs w_i = min(n_i / w_hat, 1) (McMahan et al. 2018: more data, more weight, capped so that one
-    client still moves the sum by at most C); 0: uniform weights."""
+    client still moves the sum by at most C); 0: uniform weights. ``estimator``: the paper's ``fixed`` f_f (divide by qW)
+    or ``clipped`` f_c (divide by max(q W_min, the reporting clients' weight), W_min = ``w_min_share`` x W; sensitivity
+    2C / (q W_min), so twice the noise at w_min_share = 1)."""
 
     target_quantile: float = 0.0
     clip_lr: float = 0.2
     count_noise: float = 0.0
     weight_cap: float = 0.0
+    estimator: Literal["fixed", "clipped"] = "fixed"
+    w_min_share: float = 1.0
 
     def validate(self, section: str) -> None:
         require(0 <= self.target_quantile < 1, f"{section}.target_quantile", f"must be in [0, 1) (0: fixed clipping), got {self.target_quantile}")
         require(math.isfinite(self.clip_lr) and self.clip_lr > 0, f"{section}.clip_lr", f"must be > 0, got {self.clip_lr}")
         require(math.isfinite(self.count_noise) and self.count_noise >= 0, f"{section}.count_noise", f"must be >= 0 (0: the default), got {self.count_noise}")
         require(math.isfinite(self.weight_cap) and self.weight_cap >= 0, f"{section}.weight_cap", f"must be >= 0 (0: uniform weights), got {self.weight_cap}")
+        require(math.isfinite(self.w_min_share) and 0 < self.w_min_share <= 1, f"{section}.w_min_share", f"must be in (0, 1] (W_min as a share of W), got {self.w_min_share}")
+        require(self.estimator == "clipped" or self.w_min_share == 1.0, f"{section}.w_min_share", "is the clipped estimator's: set estimator = 'clipped'")
 
 
 def accounts(options: DpFedAvgOptions, sizes: RunSizes) -> Accounting:
@@ -77,7 +83,8 @@ def aggregator(options: DpFedAvgOptions, noise: Noise, base: WeightedMean) -> Ag
 
     adaptive = AdaptiveClip(options.target_quantile, options.clip_lr, options.count_noise) if options.target_quantile > 0 else None
     return PrivateAggregation(base, client_noise=False, clip_norm=noise.clip_norm, noise_multiplier=noise.noise_multiplier, expected=noise.sizes.per_round,
-                              seed=noise.seed, adaptive=adaptive, weights=capped_weights(options.weight_cap, noise.sizes.client_sizes))
+                              seed=noise.seed, adaptive=adaptive, weights=capped_weights(options.weight_cap, noise.sizes.client_sizes),
+                              w_min_share=options.w_min_share if options.estimator == "clipped" else None)
 
 
 def skipped_mass(rounds: int, others: int, rate: float, fewest: int) -> float:

@@ -15,6 +15,7 @@ from chillfl.analysis.cka import REPRESENTATION, default_layers, layer_features
 from chillfl.analysis.grad_norms import input_gradient_norms
 from chillfl.analysis.replay import accuracy, entropy, load_model_state, predict, replay_round
 from chillfl.cli import main
+from chillfl.errors import ConfigError
 from chillfl.metrics.cka import linear_cka
 from chillfl.storage.results import read_metrics
 from chillfl.models.parts import forward_with_features
@@ -51,6 +52,21 @@ def test_replay_runs_through_privacy_and_attack_wrappers(tmp_path: Path, wrap: s
     replay = replay_round(tmp_path / "out" / "w", "initial")
     first = read_metrics(tmp_path / "out" / "w")[0]
     assert replay.record["global_acc"] == first["global_acc"] and replay.record["global_loss"] == first["global_loss"]
+
+
+def test_replay_draws_the_runs_poisson_sample(tmp_path: Path) -> None:
+    """Under federation.sampling = "poisson" the replay draws as the run did: seed 0 puts client 3 alone in round 1 (a fixed
+    draw would take two); seed 30 draws nobody, and the replay says so naming the field."""
+    config = tmp_path / "exp.toml"
+    config.write_text(f'name = "p"\nout_dir = "{tmp_path / "out"}"\n')
+    assert main(["run", str(config), "-q", *TINY, "federation.rounds=1", "federation.sampling=poisson"]) == 0
+    replay = replay_round(tmp_path / "out" / "p", "initial")
+    first = read_metrics(tmp_path / "out" / "p")[0]
+    assert replay.clients.keys() == {3} and first["clients"] == [3] and replay.record["global_loss"] == first["global_loss"]
+    assert main(["run", str(config), "-q", *TINY, "federation.rounds=1", "federation.sampling=poisson", "--seed", "30", "--out", str(tmp_path / "empty")]) == 0
+    with pytest.raises(ConfigError) as err:
+        replay_round(tmp_path / "empty" / "p", "initial")
+    assert err.value.field == "federation.sampling"
 
 
 def test_replay_from_the_final_model_starts_from_model_safetensors(run_dir: Path) -> None:

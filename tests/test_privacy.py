@@ -93,6 +93,35 @@ def test_dp_fedavg_aggregate_by_hand() -> None:
     assert agg.round_metrics()["clipped"] == 0.5  # one of two clients was clipped
 
 
+def test_dp_fedavg_clipped_estimator_by_hand() -> None:
+    # McMahan et al.'s f_c: sum_i w_i clip(u_i) / max(q W_min, sum_i w_i reporting), noise std 2 sigma C / (q W_min) on that mean.
+    # Same updates as above, clipped sum (0.6, 1.3); sigma = 2, C = 1, m = 4 (uniform: qW = 4).
+    glob = {"w": torch.zeros(2, dtype=torch.float64)}
+    seed = derive_seed(11, "privacy", "server", 5)
+    n01 = gaussian_like(glob, 1.0, seed)["w"]  # the round's standard normal draw
+    # W_min = W / 4: q W_min = 1 < 2 reporting, so divide by 2; noise std 2 * 2 * 1 / 1 = 4
+    agg = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=2.0, expected=4, seed=11, w_min_share=0.25)
+    out = agg.aggregate(glob, _results([3.0, 4.0], [0.0, 0.5]), round=5)
+    assert torch.allclose(out["w"], torch.tensor([0.3, 0.65], dtype=torch.float64) + 4 * n01, atol=1e-12)
+    # W_min = W: q W_min = 4 > 2, divide by 4 (f_f's denominator) with twice f_f's noise: std 2 * 2 * 1 / 4 = 1
+    agg = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=2.0, expected=4, seed=11, w_min_share=1.0)
+    out = agg.aggregate(glob, _results([3.0, 4.0], [0.0, 0.5]), round=5)
+    assert torch.allclose(out["w"], torch.tensor([0.15, 0.325], dtype=torch.float64) + 1 * n01, atol=1e-12)
+    # weights (0.5, 1, 1, 0.5): W = 3, qW = 4 * 3/4 = 3, W_min = W / 4: q W_min = 0.75; reporting weight 0.5 + 1 = 1.5;
+    # sum 0.5 (0.6, 0.8) + (0, 0.5) = (0.3, 0.9), divided by 1.5 = (0.2, 0.6); noise std 2 * 2 * 1 / 0.75 = 16/3
+    agg = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=2.0, expected=4, seed=11, weights=(0.5, 1.0, 1.0, 0.5), w_min_share=0.25)
+    out = agg.aggregate(glob, _results([3.0, 4.0], [0.0, 0.5]), round=5)
+    assert torch.allclose(out["w"], torch.tensor([0.2, 0.6], dtype=torch.float64) + 16 / 3 * n01, atol=1e-12)
+
+
+def test_clipped_estimator_runs_under_poisson_at_the_same_epsilon() -> None:
+    over = {"federation.clients_per_round": 2, "federation.sampling": "poisson"}
+    fixed = run_experiment(config(**over), write=False, progress=False).records
+    clipped = run_experiment(config(**over, **{"privacy.estimator": "clipped", "privacy.w_min_share": 0.5}), write=False, progress=False).records
+    assert [r["epsilon"] for r in clipped] == [r["epsilon"] for r in fixed]  # its noise is calibrated to its own sensitivity
+    assert [r["clients"] for r in clipped] == [r["clients"] for r in fixed] and clipped[-1]["global_loss"] != fixed[-1]["global_loss"]
+
+
 def test_local_aggregate_by_hand() -> None:
     # local: each client noises its own clipped update with its own stream; the server averages over the n = 2 reporting
     glob = {"w": torch.zeros(2, dtype=torch.float64)}
@@ -170,6 +199,9 @@ def test_ledger_history_and_state() -> None:
         ({"privacy.noise_multiplier": 0.0}, "privacy.noise_multiplier"),
         ({"privacy.delta": 1.0}, "privacy.delta"),
         ({"privacy.target_epsilon": -1.0}, "privacy.target_epsilon"),
+        ({"privacy.estimator": "clipped", "privacy.w_min_share": 0.0}, "privacy.w_min_share"),
+        ({"privacy.w_min_share": 0.5}, "privacy.w_min_share"),  # the clipped estimator's option, under the fixed one
+        ({"privacy.estimator": "median"}, "privacy.estimator"),
     ],
 )
 def test_bad_values_refused(over: dict[str, Any], field: str) -> None:
@@ -319,6 +351,42 @@ def test_resume_bitwise(mechanism: str, tmp_path: Path, monkeypatch: pytest.Monk
     # the noise streams are pure functions of (seed, round, client); the ledger is in the checkpoint
     check_resume("algorithm.fedavg", "sequential", 1, tmp_path, monkeypatch,
                  **{"privacy.mechanism": mechanism, "privacy.delta": 1e-3, "privacy.noise_multiplier": 1.2})
+
+
+@pytest.mark.parametrize("stop", [1, 2])
+def test_poisson_resume_bitwise(stop: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # seed 5, q = 2/10: rounds draw [3, 5, 7], nobody, [3, 4]; the skipped round 2 is charged, and checkpointed (stop 2) or rerun (stop 1)
+    check_resume("algorithm.fedavg", "sequential", stop, tmp_path, monkeypatch,
+                 **{"privacy.mechanism": "dp-fedavg", "privacy.delta": 1e-3, "privacy.noise_multiplier": 1.2, "federation.sampling": "poisson"})
+
+
+def test_poisson_dp_fedavg_charges_every_round_skipped_or_not() -> None:
+    # seed 3, q = 1/4: rounds draw [1], [1], nobody. The sampled Gaussian mechanism releases every round (noise alone when
+    # nobody is in), so round t's epsilon is t steps at (sigma 1.5, q 0.25), the skipped round 3 included
+    records = run_experiment(config(**{"federation.clients_per_round": 1, "federation.sampling": "poisson"}), write=False, progress=False).records
+    assert [r["clients"] for r in records] == [[1], [1], []] and records[2]["skipped"]
+    assert [r["epsilon"] for r in records] == pytest.approx([epsilon_of(((1.5, 0.25, t),), 1e-3) for t in (1, 2, 3)], rel=1e-12)
+    # fixed-size sampling (the approximation) charges only the rounds that ran, as before
+    fixed = run_experiment(config(**{"federation.clients_per_round": 1, "federation.dropout": 0.5}), write=False, progress=False).records
+    assert any(r.get("skipped") for r in fixed)
+    assert all("epsilon" not in r for r in fixed if r.get("skipped"))
+
+
+def test_skipped_mass_by_hand_and_its_warning(caplog: pytest.LogCaptureFixture) -> None:
+    from chillfl.privacy.mechanisms.dp_fedavg import _warn_skips, skipped_mass
+
+    _warn_skips.cache_clear()  # it warns once per setting a process: an earlier test may have built this one
+
+    # 10 rounds, 3 other clients each in at 1/2: P[none] = 1/8, P[< 2] = 1/8 + 3/8 = 1/2
+    assert skipped_mass(10, 3, 0.5, 1) == pytest.approx(1.25) and skipped_mass(10, 3, 0.5, 2) == pytest.approx(5.0)
+    assert skipped_mass(100, 99, 0.1, 1) == pytest.approx(100 * 0.9**99)  # N = 100, q = 0.1: 2.95e-3, far above delta = 1e-5
+    with caplog.at_level("WARNING"):  # 4 clients at q = 1/4: a round draws nobody with probability 0.32
+        build_experiment(config(**{"federation.clients_per_round": 1, "federation.sampling": "poisson"}))
+    assert sum("privacy.delta" in r.getMessage() for r in caplog.records) == 1
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # fixed-size sampling: the approximation, no such term
+        build_experiment(config(**{"federation.clients_per_round": 1}))
+    assert not any("privacy.delta" in r.getMessage() for r in caplog.records)
 
 
 def test_no_privacy_writes_no_epsilon() -> None:

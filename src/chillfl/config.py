@@ -76,6 +76,10 @@ class FederationConfig:
     """Number of clients sampled per round; ``None`` -> use ``client_fraction``."""
     client_fraction: float = 1.0
     """Fraction of clients sampled per round, in (0, 1] (ignored when clients_per_round is set)."""
+    sampling: Literal["fixed", "poisson"] = "fixed"
+    """``fixed``: ``sample_size()`` distinct clients a round; ``poisson``: each client independently with probability
+    q = sample_size() / num_clients (the count varies; a round that draws nobody is skipped). Poisson is what the
+    subsampled-Gaussian accountant bounds (docs/privacy.md)."""
     dropout: float = 0.0
     """Probability that a sampled client is unavailable for the round: it receives nothing and never reports."""
     stragglers: float = 0.0
@@ -105,6 +109,7 @@ class FederationConfig:
         require(1 <= self.min_clients <= self.sample_size(), f"{section}.min_clients", f"must be in [1, clients per round = {self.sample_size()}], got {self.min_clients}")
 
     def sample_size(self) -> int:
+        """Clients a round: the count under ``fixed`` sampling, the expected count (q N) under ``poisson``."""
         if self.clients_per_round is not None:
             return self.clients_per_round
         return max(1, round(self.client_fraction * self.num_clients))

@@ -35,7 +35,7 @@ from torch import nn
 from torch.func import functional_call
 
 from chillfl.config import RunConfig, load_config
-from chillfl.engine.loop import availability, sample_clients
+from chillfl.engine.loop import availability, draw_clients
 from chillfl.storage.model_file import read_model
 from chillfl.storage.results import strict
 from chillfl.engine.protocol import AroundProtocol
@@ -116,10 +116,11 @@ def replay_round(run_dir: str | Path, start: Literal["final", "initial"] = "fina
     first = {k: v.clone() for k, v in sharing.state.items()}
     executor = make_executor(exp, protocol)
     try:
-        sampled = sample_clients(config.seed, rnd, exp.data.num_clients, config.federation.sample_size())
+        sampled = draw_clients(config.seed, rnd, exp.data.num_clients, config.federation.sample_size(), config.federation.sampling)
         avail = availability(config.seed, rnd, sampled, config.federation, exp.data.without_training_rows())
         if avail.skipped:
-            raise ConfigError("federation.min_clients", f"round {rnd + 1} of this run has too few reporting clients to replay")
+            field = "federation.min_clients" if sampled else "federation.sampling"  # Poisson sampling can draw nobody
+            raise ConfigError(field, f"round {rnd + 1} of this run has too few reporting clients to replay")
         tasks = protocol.configure(rnd, avail.reporting)
         for task in tasks:
             task.work = avail.work.get(task.client_id, 1.0)

@@ -2,7 +2,7 @@
 
 Read top to bottom, one round is::
 
-    sampled = sample_clients(seed, round)          # sorted client ids, own RNG stream
+    sampled = draw_clients(seed, round)            # sorted client ids, own RNG stream (fixed count or Poisson)
     avail   = availability(seed, round, sampled)   # dropout: who reports; stragglers: their share of work
                                                    # (fewer than min_clients: retry or skip the round)
     tasks   = protocol.configure(round, available) # a typed downlink per client
@@ -42,6 +42,20 @@ def sample_clients(seed: int, round: int, num_clients: int, k: int) -> list[int]
     return sorted(int(c) for c in rng.choice(num_clients, size=k, replace=False))
 
 
+def poisson_clients(seed: int, round: int, num_clients: int, rate: float) -> list[int]:
+    """Each client independently with probability ``rate``, sorted (possibly none): Poisson sampling, the sampling
+    the subsampled-Gaussian accountant bounds. One uniform draw per client id from the round's own stream."""
+    rng = np.random.default_rng(derive_seed(seed, "poisson", round))
+    return [int(c) for c in np.flatnonzero(rng.random(num_clients) < rate)]
+
+
+def draw_clients(seed: int, round: int, num_clients: int, k: int, sampling: str = "fixed") -> list[int]:
+    """The round's sampled clients under ``federation.sampling``: k of them (``fixed``), or each with q = k / num_clients (``poisson``)."""
+    if sampling == "poisson":
+        return poisson_clients(seed, round, num_clients, min(k / num_clients, 1.0))
+    return sample_clients(seed, round, num_clients, k)
+
+
 MAX_RETRIES = 10
 """Redraws of who is available when ``on_too_few = "retry"``, before the round is skipped."""
 
@@ -75,6 +89,8 @@ def availability(seed: int, round: int, sampled: Sequence[int], rules: Federatio
     ``min_clients``: configured, it crashed the methods that divide by its steps or rows (SCAFFOLD, FedNova,
     q-FFL, ...) or averaged its untrained model in. The draws are the same with or without it.
     """
+    if not sampled:  # Poisson sampling drew nobody: nothing to redraw
+        return Availability([])
     no_data = [c for c in sampled if c in empty]
     for attempt in range(1 + (MAX_RETRIES if rules.on_too_few == "retry" else 0)):
         rng = np.random.default_rng(derive_seed(seed, "availability", round, attempt))
@@ -86,6 +102,13 @@ def availability(seed: int, round: int, sampled: Sequence[int], rules: Federatio
             work = {c: float(w) for c, d, s, w in zip(sampled, drop, slow, share) if s and not d and c not in empty}
             return Availability(reporting, [c for c, d in zip(sampled, drop) if d and c not in empty], work, attempt + 1, no_data)
     return Availability([], [c for c in sampled if c not in empty], {}, attempt + 1, no_data)
+
+
+def _on_skip(protocol: ServerProtocol, round: int) -> dict[str, Json]:
+    """The protocol's optional ``skipped_round(round)`` hook: its metrics for a skipped round's record (the privacy
+    accountant charges the round under Poisson sampling, :class:`chillfl.privacy.protocol.Accounted`); none without it."""
+    hook = getattr(protocol, "skipped_round", None)
+    return dict(hook(round)) if callable(hook) else {}
 
 
 def run_rounds(
@@ -107,16 +130,17 @@ def run_rounds(
     protocol configured (a user Dataset's random transforms, drawn anew at every visit;
     :meth:`chillfl.data.federated.FederatedData.client_redraw`), or None to keep them.
 
-    A round with fewer than ``min_clients`` reporting clients (after retries)
-    is skipped: nothing trains, the protocol's state stays, and its record says
-    ``skipped``. ``empty``: clients without training rows, never configured
+    A round with fewer than ``min_clients`` reporting clients (after retries),
+    or one in which Poisson sampling drew nobody, is skipped: nothing trains, the
+    protocol's state stays (but for what its optional ``skipped_round(round)``
+    hook does: :func:`_on_skip`), and its record says ``skipped``. ``empty``: clients without training rows, never configured
     (:func:`availability`; the record lists the round's as ``no_data``).
     """
     for rnd in range(start, rounds):
-        sampled = sample_clients(seed, rnd, num_clients, clients_per_round)
+        sampled = draw_clients(seed, rnd, num_clients, clients_per_round, participation.sampling)
         avail = availability(seed, rnd, sampled, participation, empty)
         if avail.skipped:
-            skipped: dict[str, Json] = {"sampled": sampled, "dropped": avail.dropped, "skipped": True, "attempts": avail.attempts}
+            skipped: dict[str, Json] = {"sampled": sampled, "dropped": avail.dropped, "skipped": True, "attempts": avail.attempts, **_on_skip(protocol, rnd)}
             yield RoundRecord(rnd + 1, [], metrics={**skipped, **({"no_data": avail.no_data} if avail.no_data else {})}).to_json()
             continue
         tasks = protocol.configure(rnd, avail.reporting)

@@ -8,7 +8,9 @@ default; ``weights``: the paper's w_i = min(n_i / w_hat, 1)), the server adds z 
 the weighted sum and divides by the **fixed** denominator qW (W = sum of w_i over all N clients, q = m / N,
 m = ``clients_per_round``; uniform: qW = m, the expected number of clients), not by the weight that
 reported: w_i <= 1 keeps the sum's sensitivity to one client at C, so the noised mean is
-(sigma, q)-subsampled Gaussian whatever the dropout. ``local``: client i adds its own
+(sigma, q)-subsampled Gaussian whatever the dropout. ``w_min_share``: their estimator f_c instead, the sum
+divided by max(q W_min, sum of the reporting w_i) and noised 2 sigma C / (q W_min) on the mean (sensitivity
+2C / (q W_min), their Lemma 1), W_min = w_min_share x W. ``local``: client i adds its own
 z_i ~ N(0, (sigma C)^2 I) to its clipped update and the server takes the plain mean over the n clients
 that reported.
 
@@ -92,7 +94,7 @@ class PrivateAggregation(AroundAggregator):
 
     def __init__(
         self, base: WeightedMean, *, client_noise: bool, clip_norm: float, noise_multiplier: float, expected: int, seed: int, adaptive: AdaptiveClip | None = None,
-        weights: Sequence[float] | None = None,
+        weights: Sequence[float] | None = None, w_min_share: float | None = None,
     ) -> None:
         super().__init__(base)
         self.client_noise = client_noise
@@ -104,6 +106,9 @@ class PrivateAggregation(AroundAggregator):
         self.weights = None if weights is None else tuple(float(w) for w in weights)
         """Server noise only: w_i in [0, 1] of every client by id (None: all 1). The updates' denominator is then
         qW = expected * mean(w), the expected weight of a round (McMahan et al.'s fixed-denominator estimator)."""
+        self.w_min_share = w_min_share
+        """Server noise only: None, the fixed denominator qW (f_f); else McMahan et al.'s f_c, W_min = this share of W:
+        divide by max(q W_min, the reporting clients' weight), noise std 2 sigma C / (q W_min) on that mean."""
         if self.weights is not None and not all(0.0 <= w <= 1.0 for w in self.weights):  # a weight above 1 would raise the sensitivity above C
             raise ValueError(f"PrivateAggregation: every client weight must be in [0, 1], got {self.weights}")
         self.exempt: frozenset[int] = frozenset()
@@ -120,6 +125,10 @@ class PrivateAggregation(AroundAggregator):
         n = len(results)
         w = self.weights
         denominator = n if self.client_noise else self.expected * (1.0 if w is None else sum(w) / len(w))  # qW
+        if self.w_min_share is not None and not self.client_noise:  # f_c: max(q W_min, sum of the reporting weights); noise 2 sigma C / (q W_min) on the mean
+            floor = self.w_min_share * denominator
+            denominator = max(floor, float(n) if w is None else sum(w[r.client_id] for r in results))
+            std = 2 * std * denominator / floor  # on the sum, which is divided by the denominator
         server_noise = None if self.client_noise else gaussian_like({k: global_params[k] for k in keys}, std, derive_seed(self.seed, "privacy", "server", round))
         private: list[ClientResult] = []
         clipped = 0

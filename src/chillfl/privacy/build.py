@@ -178,7 +178,7 @@ def with_privacy(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
         return protocol
     from chillfl.privacy.protocol import Accounted
 
-    return Accounted(protocol, plan)
+    return Accounted(protocol, plan, every_round=exp.config.federation.sampling == "poisson")
 
 
 __all__: Sequence[str] = ("PrivacyPlan", "plan_privacy", "private_aggregator", "private_steps", "with_privacy")

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 
 from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientTask, ServerProtocol
-from chillfl.engine.record import RoundRecord
+from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 from chillfl.privacy.accounting import Ledger, finite
@@ -45,11 +45,14 @@ def completed(num_samples: int, batch_size: int, epochs: int, work: float) -> in
 class Accounted(AroundProtocol):
     """``protocol`` with an accountant: same rounds, same state, plus ``epsilon`` in every record and the ledger in checkpoints."""
 
-    OWN = frozenset({"plan", "ledger", "uploads"})
+    OWN = frozenset({"plan", "ledger", "uploads", "every_round"})
 
-    def __init__(self, protocol: ServerProtocol, plan: PrivacyPlan) -> None:
+    def __init__(self, protocol: ServerProtocol, plan: PrivacyPlan, every_round: bool = False) -> None:
         super().__init__(protocol)
         self.plan = plan
+        self.every_round = every_round
+        """Charge skipped rounds too (``federation.sampling = "poisson"``): what the mechanism charges for a round nobody
+        took part in, so that round t's epsilon is the sampled Gaussian mechanism's over t rounds, as its bound needs."""
         self.ledger = Ledger(plan.delta, plan.accountant)
         self.uploads = Ledger(plan.delta, plan.accountant)
         """Soft-label rows: each client's whole uploads (every row it released, composed): ``epsilon_upload``."""
@@ -71,6 +74,13 @@ class Accounted(AroundProtocol):
         if self.rows:
             record.metrics["epsilon_upload"] = finite(self.uploads.epsilon())
         return record
+
+    def skipped_round(self, round: int) -> dict[str, Json]:
+        """A round the loop skipped (nobody, or too few, reported): charged only under ``every_round``; its record's ``epsilon``."""
+        if not self.every_round or self.rows:
+            return {}
+        self.spend([])
+        return {"epsilon": finite(self.ledger.epsilon())}
 
     def spend(self, tasks: Sequence[ClientTask[Any, Any]]) -> None:
         """One round's privacy cost on the ledger (see the module docstring)."""

@@ -1,9 +1,11 @@
 """``dp-fedavg``: client-level DP (McMahan et al. 2018): each update clipped, one Gaussian draw on their sum by the server.
 
 The privacy unit is a client: one subsampled Gaussian step a round for the whole population at
-q = clients_per_round / num_clients (fixed-size sampling accounted as Poisson at that rate), so ``delta`` must
-be below 1/num_clients. The maths is :class:`chillfl.privacy.aggregate.PrivateAggregation` with server noise
-and the fixed denominator qW (uniform weights: m = clients_per_round; ``weight_cap`` = w_hat > 0: the paper's
+q = clients_per_round / num_clients, so ``delta`` must be below 1/num_clients. Under ``federation.sampling =
+"poisson"`` that is the mechanism that runs (every round charged, a skipped one too: the accountant's
+``skipped_round``; skipped rounds add :func:`skipped_mass` to delta); under the default fixed-size sampling it
+is the usual approximation (docs/privacy.md, "Sampling"). The maths is
+:class:`chillfl.privacy.aggregate.PrivateAggregation` with server noise and the fixed denominator qW (uniform weights: m = clients_per_round; ``weight_cap`` = w_hat > 0: the paper's
 w_i = min(n_i / w_hat, 1), W their sum over the clients). Its own options turn on adaptive clipping (Andrew et al.
 2021): :class:`chillfl.privacy.aggregate.AdaptiveClip`.
 """
@@ -11,9 +13,11 @@ w_i = min(n_i / w_hat, 1), W their sum over the clients). Its own options turn o
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 from chillfl.errors import ConfigError
 from chillfl.options import require
@@ -21,7 +25,10 @@ from chillfl.privacy.spec import Accounting, Charge, MechanismSpec, Noise, Parti
 
 if TYPE_CHECKING:
     from chillfl.aggregation.base import Aggregator
+    from chillfl.config import RunConfig
     from chillfl.privacy.aggregate import WeightedMean
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -30,18 +37,24 @@ class DpFedAvgOptions:
     toward that quantile of the clients' update norms, from a count noised with std ``count_noise``
     (0: max(clients_per_round / 20, noise_multiplier)); ``clip_norm`` is its start. ``weight_cap`` = w_hat > 0: client i's
     clipped update weighs w_i = min(n_i / w_hat, 1) (McMahan et al. 2018: more data, more weight, capped so that one
-    client still moves the sum by at most C); 0: uniform weights."""
+    client still moves the sum by at most C); 0: uniform weights. ``estimator``: the paper's ``fixed`` f_f (divide by qW)
+    or ``clipped`` f_c (divide by max(q W_min, the reporting clients' weight), W_min = ``w_min_share`` x W; sensitivity
+    2C / (q W_min), so twice the noise at w_min_share = 1)."""
 
     target_quantile: float = 0.0
     clip_lr: float = 0.2
     count_noise: float = 0.0
     weight_cap: float = 0.0
+    estimator: Literal["fixed", "clipped"] = "fixed"
+    w_min_share: float = 1.0
 
     def validate(self, section: str) -> None:
         require(0 <= self.target_quantile < 1, f"{section}.target_quantile", f"must be in [0, 1) (0: fixed clipping), got {self.target_quantile}")
         require(math.isfinite(self.clip_lr) and self.clip_lr > 0, f"{section}.clip_lr", f"must be > 0, got {self.clip_lr}")
         require(math.isfinite(self.count_noise) and self.count_noise >= 0, f"{section}.count_noise", f"must be >= 0 (0: the default), got {self.count_noise}")
         require(math.isfinite(self.weight_cap) and self.weight_cap >= 0, f"{section}.weight_cap", f"must be >= 0 (0: uniform weights), got {self.weight_cap}")
+        require(math.isfinite(self.w_min_share) and 0 < self.w_min_share <= 1, f"{section}.w_min_share", f"must be in (0, 1] (W_min as a share of W), got {self.w_min_share}")
+        require(self.estimator == "clipped" or self.w_min_share == 1.0, f"{section}.w_min_share", "is the clipped estimator's: set estimator = 'clipped'")
 
 
 def accounts(options: DpFedAvgOptions, sizes: RunSizes) -> Accounting:
@@ -70,7 +83,35 @@ def aggregator(options: DpFedAvgOptions, noise: Noise, base: WeightedMean) -> Ag
 
     adaptive = AdaptiveClip(options.target_quantile, options.clip_lr, options.count_noise) if options.target_quantile > 0 else None
     return PrivateAggregation(base, client_noise=False, clip_norm=noise.clip_norm, noise_multiplier=noise.noise_multiplier, expected=noise.sizes.per_round,
-                              seed=noise.seed, adaptive=adaptive, weights=capped_weights(options.weight_cap, noise.sizes.client_sizes))
+                              seed=noise.seed, adaptive=adaptive, weights=capped_weights(options.weight_cap, noise.sizes.client_sizes),
+                              w_min_share=options.w_min_share if options.estimator == "clipped" else None)
+
+
+def skipped_mass(rounds: int, others: int, rate: float, fewest: int) -> float:
+    """rounds * P[Binomial(others, rate) < fewest]: a bound on the chance that some round's first draw has fewer than
+    ``fewest`` reporting clients among ``others`` (each in at ``rate``). Only then does the run differ from the sampled
+    Gaussian mechanism the accountant bounds (that round is skipped where Algorithm 1 would release noise alone), so the
+    reported epsilon holds at delta + (1 + e^epsilon) * this (docs/privacy.md, "Sampling")."""
+    below = sum(math.comb(others, k) * rate**k * (1 - rate) ** (others - k) for k in range(min(fewest, others + 1)))
+    return rounds * below
+
+
+def check(options: DpFedAvgOptions, config: RunConfig) -> None:
+    """Under Poisson client sampling, a warning when skipped rounds add more than ``delta`` itself to the bound's delta."""
+    fed = config.federation
+    if fed.sampling == "poisson":
+        _warn_skips(fed.rounds, fed.num_clients, fed.sample_size(), fed.dropout, fed.min_clients, config.privacy.delta)
+
+
+@functools.lru_cache(maxsize=16)  # once per setting: the plan is asked for more than once a build
+def _warn_skips(rounds: int, num_clients: int, per_round: int, dropout: float, fewest: int, delta: float) -> None:
+    rate = per_round / num_clients * (1 - dropout)
+    mass = skipped_mass(rounds, num_clients - 1, rate, fewest)
+    if 2 * mass > delta:  # (1 + e^epsilon) >= 2
+        log.warning("privacy.delta: with Poisson sampling at q(1 - dropout) = %.3g over %d clients, a round has fewer than min_clients = %d "
+                    "reporting clients often enough that skipping it adds (1 + e^epsilon) x %.3g to delta = %.3g: the reported epsilon holds at "
+                    "that larger delta (more clients or a larger clients_per_round shrink it; docs/privacy.md, \"Sampling\")",
+                    rate, num_clients, fewest, mass, delta)
 
 
 def capped_weights(cap: float, client_sizes: Sequence[int]) -> tuple[float, ...] | None:
@@ -86,4 +127,5 @@ SPEC = MechanismSpec(
     charges=charges,
     aggregator=aggregator,
     settle=settle,
+    check=check,
 )

@@ -1,0 +1,87 @@
+"""``federation.sampling = "poisson"``: each client in a round independently with q = sample_size() / num_clients, from its
+own seeded stream; a round that draws nobody is skipped; the default fixed-size draws are unchanged."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from chillfl.config import FederationConfig, load_config
+from chillfl.engine.loop import availability, draw_clients, poisson_clients, sample_clients
+from chillfl.errors import ConfigError
+from chillfl.runner import run_experiment
+from chillfl.seeds import derive_seed
+
+BASE: dict[str, Any] = {
+    "seed": 1,  # Poisson at q = 2/6 draws [0, 1, 5], [1], then nobody in round 3
+    "dataset.name": "digits",
+    "model.name": "mlp",
+    "federation.num_clients": 6,
+    "federation.clients_per_round": 2,
+    "federation.rounds": 3,
+    "federation.sampling": "poisson",
+    "client.batch_size": 32,
+    "client.lr": 0.1,
+    "eval.client_split_size": 20,
+}
+
+
+def test_poisson_draws_by_hand() -> None:
+    # seed 7, round 3, 20 clients, q = 5/20 = 0.25: one uniform per client id from the stream derive_seed(7, "poisson", 3);
+    # u = 0.361 0.671 0.830 0.922 0.217 0.811 0.016 0.577 0.398 0.169 0.011 0.865 0.376 0.895 0.441 0.539 0.843 0.825 0.035 0.984
+    # below 0.25: ids 4 (0.217), 6 (0.016), 9 (0.169), 10 (0.011), 18 (0.035)
+    u = np.random.default_rng(derive_seed(7, "poisson", 3)).random(20)
+    assert [i for i in range(20) if u[i] < 0.25] == [4, 6, 9, 10, 18]
+    assert poisson_clients(7, 3, 20, 0.25) == [4, 6, 9, 10, 18]
+    assert draw_clients(7, 3, 20, 5, "poisson") == [4, 6, 9, 10, 18]
+    assert draw_clients(7, 3, 20, 20, "poisson") == list(range(20))  # q = 1: everyone
+    assert poisson_clients(7, 4, 20, 0.25) != poisson_clients(7, 3, 20, 0.25)  # each round its own stream
+
+
+def test_the_fixed_draws_are_unchanged() -> None:
+    # pinned from the code before Poisson sampling existed: the default path draws exactly what it drew
+    assert FederationConfig().sampling == "fixed"
+    assert sample_clients(7, 3, 100, 10) == [1, 9, 10, 19, 30, 47, 57, 63, 77, 90]
+    assert sample_clients(0, 0, 10, 3) == [1, 3, 4]
+    assert draw_clients(7, 3, 100, 10) == draw_clients(7, 3, 100, 10, "fixed") == sample_clients(7, 3, 100, 10)
+
+
+def test_inclusion_rate_is_q_and_the_count_varies() -> None:
+    # 2000 rounds, 10 clients, q = 0.3: each client's count is Binomial(2000, 0.3), mean 600, sd sqrt(2000 * 0.21) = 20.5;
+    # 6 sd (123) is a bound no seed should cross (two-sided tail ~2e-9 per client)
+    n, q, rounds = 10, 0.3, 2000
+    draws = [poisson_clients(11, r, n, q) for r in range(rounds)]
+    counts = np.bincount([c for d in draws for c in d], minlength=n)
+    assert np.all(np.abs(counts - q * rounds) < 6 * math.sqrt(rounds * q * (1 - q)))
+    sizes = [len(d) for d in draws]
+    assert min(sizes) == 0 and max(sizes) >= 6  # not a fixed count: P(size 0) = 0.7^10 = 2.8 %, about 56 rounds of 2000
+    assert all(d == sorted(set(d)) for d in draws)
+
+
+def test_a_round_that_draws_nobody_is_skipped() -> None:
+    empty = availability(1, 2, [], FederationConfig(num_clients=6, min_clients=1, on_too_few="retry", sampling="poisson"))
+    assert empty.skipped and empty.reporting == [] and empty.dropped == [] and empty.attempts == 1  # nothing to redraw
+    records = run_experiment(load_config(None, BASE), write=False, progress=False).records
+    assert [r["clients"] for r in records] == [[0, 1, 5], [1], []]
+    skipped = records[2]
+    assert skipped["skipped"] is True and skipped["sampled"] == [] and skipped["dropped"] == [] and skipped["attempts"] == 1
+    assert "train_loss" not in skipped and "skipped" not in records[1]
+
+
+def test_sequential_and_vectorized_runs_agree() -> None:
+    seq = run_experiment(load_config(None, BASE), write=False, progress=False).records
+    vec = run_experiment(load_config(None, {**BASE, "executor": "vectorized"}), write=False, progress=False).records
+    participation = ("round", "clients", "sampled", "skipped", "attempts", "bytes_up", "bytes_down")
+    assert [{k: r.get(k) for k in participation} for r in vec] == [{k: r.get(k) for k in participation} for r in seq]
+    for a, b in zip(seq, vec):  # vmap's float path (docs/reproducibility.md): close, not bitwise
+        if "train_loss" in a:
+            assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-4)
+
+
+def test_a_bad_sampling_value_names_the_field() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, {**BASE, "federation.sampling": "uniform"})
+    assert info.value.field == "federation.sampling"

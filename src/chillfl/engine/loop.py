@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from chillfl.config import FederationConfig
-from chillfl.engine.protocol import Executor, ServerProtocol
+from chillfl.engine.protocol import Executor, ObservesSkippedRounds, ServerProtocol
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.seeds import derive_seed
 
@@ -105,10 +105,9 @@ def availability(seed: int, round: int, sampled: Sequence[int], rules: Federatio
 
 
 def _on_skip(protocol: ServerProtocol, round: int) -> dict[str, Json]:
-    """The protocol's optional ``skipped_round(round)`` hook: its metrics for a skipped round's record (the privacy
+    """The protocol's ``skipped_round(round)``, if it has one (:class:`~chillfl.engine.protocol.ObservesSkippedRounds`): its metrics for a skipped round's record (the privacy
     accountant charges the round under Poisson sampling, :class:`chillfl.privacy.protocol.Accounted`); none without it."""
-    hook = getattr(protocol, "skipped_round", None)
-    return dict(hook(round)) if callable(hook) else {}
+    return dict(protocol.skipped_round(round)) if isinstance(protocol, ObservesSkippedRounds) else {}
 
 
 def run_rounds(

@@ -34,7 +34,7 @@ import torch
 
 from chillfl.errors import ConfigError
 from chillfl.engine.predict import PredictJob, Prediction, Predictor, predict_each
-from chillfl.engine.record import RoundRecord
+from chillfl.engine.record import Json, RoundRecord
 from chillfl.training.local import LocalOutcome, LocalSpec
 from chillfl.training.objective import Context
 
@@ -204,6 +204,15 @@ class KeepsClientStates(Protocol):
     """A server protocol whose clients keep state: its ``store`` holds it (Flower puts a record of nodes there instead)."""
 
     store: ClientStates
+
+
+@runtime_checkable
+class ObservesSkippedRounds(Protocol):
+    """A server protocol that acts on a round the loop skipped (nobody, or too few, reported): the privacy
+    accountant charges it under Poisson sampling. What it returns joins the skipped round's record."""
+
+    def skipped_round(self, round: int) -> Mapping[str, Json]:
+        ...
 
 
 Trainer = Callable[[LocalSpec | None, Sequence[ClientJob]], list[LocalOutcome]]

@@ -12,8 +12,15 @@ client's model after both, with its own head.
 
 Choices
 -------
-* ``head_epochs = 10`` and one body epoch are the paper's defaults (set the
-  body's with ``client.epochs``).
+* ``head_epochs = 10``: every run script of the authors' code
+  (lgcollins/FedRep ``scripts/FedRep_*.sh``, read 2026-12-01) trains the head
+  for ``local_ep - local_rep_ep = 10`` epochs. The body's epochs are the run's
+  ``client.epochs``; those scripts use ``local_rep_ep = 1`` for CIFAR-10 with
+  100 clients and 2 shards each, and 5 for the six others (CIFAR-10 with 5
+  shards or 1000 clients, CIFAR-100, FEMNIST, Sent140). The paper's text was
+  not reachable here (its abstract only), so these are the code's values.
+  (``utils/options.py``'s own defaults, ``local_ep = 5``, ``local_rep_ep = 1``,
+  i.e. 4 head epochs, are not what any script runs.)
 * The head is the classifier head and the ``head_layers - 1`` parameterised modules
   before it (default 1, the classifier; :func:`~chillfl.aggregation.fedper.head_keys`) and the global head, kept only for the global model's
   evaluation, is the clients' average (``global_head``), as for FedPer.
@@ -38,7 +45,7 @@ from chillfl.capabilities import Capabilities
 
 @dataclass(frozen=True)
 class FedRepOptions:
-    """``head_epochs``: epochs of head training before the body's (paper: 10); the rest as FedPer's."""
+    """``head_epochs``: epochs of head training before the body's (10, the authors' scripts); the rest as FedPer's."""
 
     head_epochs: int = 10
     head_layers: int = 1

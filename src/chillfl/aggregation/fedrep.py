@@ -8,7 +8,11 @@ weights n_i / n); the head stays with the client (:class:`FedRepClient`, the
 same keep-local half as FedPer's). Both trainings are jobs of the one
 training path with the other part frozen (:attr:`LocalSpec.frozen`), so
 every executor trains them as it trains any job. Local accuracy measures the
-client's model after both, with its own head.
+client's model after both, with its own head (``local_eval = "trained"``,
+default); ``local_eval = "averaged"`` measures its own head on the body the
+server has just averaged, as the authors' ``test_img_local_all`` does (the
+server evaluates it after the round,
+:class:`~chillfl.aggregation.base.MeasuredAfterAverage`).
 
 Choices
 -------
@@ -51,6 +55,9 @@ class FedRepOptions:
     head_layers: int = 1
     global_head: Literal["average", "keep"] = "average"
     weighting: Literal["samples", "uniform"] = "samples"
+    local_eval: Literal["trained", "averaged"] = "trained"
+    """``trained``: local accuracy of the client's model at the end of its training; ``averaged``: of its own head on
+    the model the server has just averaged, measured by the server after the round (the authors' code's)."""
 
     def validate(self, section: str) -> None:
         require(self.head_epochs >= 1, f"{section}.head_epochs", f"must be >= 1, got {self.head_epochs}")
@@ -81,13 +88,13 @@ class FedRep(FedPer):
     """FedPer's server (the body averaged); the client trains its head, then the body (:class:`FedRepClient`)."""
 
     def __init__(self, model: nn.Module, options: FedRepOptions = FedRepOptions(), section: str = "algorithm") -> None:
-        super().__init__(model, FedPerOptions(options.head_layers, options.global_head, options.weighting), section)
+        super().__init__(model, FedPerOptions(options.head_layers, options.global_head, options.weighting, options.local_eval), section)
         self.param_names = frozenset(n for n, _ in model.named_parameters())
         self.head_epochs = options.head_epochs
         self.options = options
 
     def client_half(self) -> ClientHalf:
-        return FedRepClient(self.bn_keys, "fedrep.head.", self.param_names, self.head_epochs)
+        return FedRepClient(self.bn_keys, "fedrep.head.", self.param_names, self.head_epochs, after_average=self.options.local_eval == "averaged")
 
 
 SPEC = register_algorithm(

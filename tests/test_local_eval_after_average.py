@@ -18,7 +18,7 @@ from chillfl.runner import run_experiment
 from chillfl.training.local import evaluate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from methods_e2e import config  # noqa: E402
+from methods_e2e import assert_executors_agree, config, records, resumed_records  # noqa: E402
 
 METHODS = [{"name": "fedper"}, {"name": "fedrep", "head_epochs": 1}, {"name": "lg_fedavg"}]
 
@@ -60,6 +60,14 @@ def test_eval_clients_all_measures_every_client_that_reported() -> None:
 
 
 @pytest.mark.filterwarnings("ignore:.*declares no classifier head")
+@pytest.mark.slow  # four tiny runs, one in worker processes
+def test_executors_agree_and_a_resumed_run_is_bitwise(tmp_path: Path) -> None:
+    # measured on the server from its own state: the same under every executor, and after a checkpoint's round trip
+    cfg = config(**{"model.name": "mlp", "eval.clients": "all", "algorithm": {"name": "fedrep", "head_epochs": 1, "local_eval": "averaged"}})
+    seq = assert_executors_agree(cfg)
+    assert resumed_records(cfg, 1, tmp_path) == records(cfg) == seq
+
+
 def test_the_option_reaches_the_client_half_and_defaults_to_trained() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
     for name in ("fedper", "fedrep", "lg_fedavg"):

@@ -29,9 +29,12 @@ Choices
 * Where the scaling applies: that code trains on ``s_c * (h . w_c)``, the
   classifier's weight times the features with *no bias at all* (the head's
   bias is left out of the training logits, and so gets no gradient); here the
-  whole logit ``z_c = h . w_c + b_c`` is scaled, bias included, in both modes
-  (as FL-bench, fluke and Flower's FedLC baseline do). The two agree for a
-  head without bias; with one, the code's ``s_c (z_c - b_c)`` is not offered.
+  whole logit ``z_c = h . w_c + b_c`` is scaled, bias included (``logit =
+  "whole"``, default, as FL-bench, fluke and Flower's FedLC baseline do).
+  ``logit = "weights"`` trains on the code's ``s_c (z_c - b_c) = s_c (h . w_c)``:
+  the head's bias leaves the training logits (it gets no gradient from the
+  loss; the uploaded and global models still evaluate with it). The two agree
+  for a head without bias.
 * With logit chilling's temperature T the loss is the run's base loss at T on the
   restricted logits: CE(z'/T, y), i.e. present classes' logits scaled by 1/T and
   missing ones by alpha/T. At T = 1 it is the paper's loss; alpha = 1 is FedAvg.
@@ -48,7 +51,7 @@ from typing import Literal
 import torch
 
 from chillfl.aggregation.logit_adjust import AdjustedFedAvg, logit_width
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
 from chillfl.capabilities import Capabilities
 from chillfl.options import require
 
@@ -65,6 +68,9 @@ class FedRSOptions:
     """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|)."""
     scaling: Literal["missing", "proportional"] = "missing"
     """``missing``: alpha for classes without samples, 1 otherwise (the paper); ``proportional``: alpha + (1 - alpha) n_c / max n (the authors' code)."""
+    logit: Literal["whole", "weights"] = "whole"
+    """``whole``: the scale multiplies the whole logit, bias included; ``weights``: ``h . w_c`` only, the head's bias left
+    out of the training logits (the authors' code)."""
 
     def validate(self, section: str) -> None:
         require(math.isfinite(self.alpha) and 0.0 <= self.alpha <= 1.0, f"{section}.alpha", f"must be in [0, 1], got {self.alpha}")
@@ -88,7 +94,9 @@ class Restricted:
 
 
 def build(options: FedRSOptions, ctx: BuildContext) -> Built:
-    return AdjustedFedAvg(Restricted(options.alpha, options.scaling == "proportional"), COUNTS, logit_width(ctx.model, "FedRS"), options.weighting, options), []
+    width = logit_width(ctx.model, "FedRS")
+    bias = None if options.logit == "whole" else f"{require_head(ctx, 'FedRS')}.bias"
+    return AdjustedFedAvg(Restricted(options.alpha, options.scaling == "proportional"), COUNTS, width, options.weighting, options, bias), []
 
 
 SPEC = register_algorithm(

@@ -27,7 +27,9 @@ Choices
   does, without infinities (and without NaN at tau = 0). ``absent = "one"``
   counts it as n_c = 1 instead: the largest finite margin, tau.
 * The softmax runs over every class (y's in the denominator too), as those
-  implementations do.
+  implementations (and Flower's baseline) do. Whether the paper's Equation 7
+  sums its denominator over every class or over y' != y only was not checked:
+  its text was not reachable here.
 * With logit chilling's temperature T the loss is the run's base loss at T on the
   calibrated logits: CE((z - tau n^(-1/4)) / T, y), so the margin is divided by T
   too (FedRoD instead adds its log prior after the division). At T = 1 it is the

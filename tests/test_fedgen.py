@@ -13,6 +13,7 @@ from chillfl.aggregation.base import ClientResult, Trained
 from chillfl.aggregation.fedgen import FedGen, FedGenOptions, LabelCounts, label_weights
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
+from chillfl.seeds import derive_seed
 from chillfl.training.fedgen import FedGenTerm, FeatureGenerator, diversity_loss, teacher_loss
 from methods_e2e import assert_executors_agree, config, records, resumed_records
 
@@ -150,6 +151,22 @@ def test_label_prior(prior: str, expected: list[float]) -> None:
     gen.aggregate({"fc.weight": torch.zeros(3, 2), "fc.bias": torch.zeros(3)}, results, 0)
     torch.testing.assert_close(gen.prior, torch.tensor(expected, dtype=torch.float64))
     assert set(gen.downlink(0, 1, {"fc.weight": torch.zeros(3, 2)}).context["fedgen_y"].tolist()) <= {0, 1}
+
+
+def test_client_labels_all_draws_every_class_as_the_official_client() -> None:
+    # only label 0 qualifies (client 0 holds 3 of it; nobody holds 2 of labels 1, 2): "prior" generates label 0 only;
+    # "all" draws uniformly over the 3 classes from the same documented stream (seed, "fedgen-samples", round, client)
+    results = [ClientResult(0, {"fc.weight": torch.zeros(3, 2), "fc.bias": torch.zeros(3)}, 5, 1, 0.1, 1.0, 0.5, {"label_counts": torch.tensor([3, 1, 1])})]
+    state = {"fc.weight": torch.zeros(3, 2), "fc.bias": torch.zeros(3)}
+    drawn = {}
+    for labels in ("prior", "all"):
+        gen = FedGen(FedGenOptions(samples=64, noise_dim=3, hidden=8, generator_steps=1, generator_batch=4, client_labels=labels), "fc", 3, 2, seed=0)
+        gen.aggregate(state, results, 0)
+        drawn[labels] = gen.downlink(4, 1, state).context["fedgen_y"]
+    assert set(drawn["prior"].tolist()) == {0}
+    rng = torch.Generator().manual_seed(derive_seed(0, "fedgen-samples", 1, 4))
+    assert torch.equal(drawn["all"], torch.multinomial(torch.ones(3, dtype=torch.float64), 64, replacement=True, generator=rng))
+    assert set(drawn["all"].tolist()) == {0, 1, 2}
 
 
 def test_pa3fed_over_fedgen_gets_both_client_reports() -> None:

@@ -75,6 +75,28 @@ def test_fedrs_composes_with_the_temperature_by_hand() -> None:
     assert loss.item() == pytest.approx(1.3693381, abs=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:.*declares no classifier head")
+def test_fedrs_on_the_weights_alone_leaves_the_bias_out_by_hand() -> None:
+    # logit = "weights" (the authors' code, s_c (h . w_c)): bias b = (0.5, 0, 1), z - b = (0.5, 2, 2), class 2 scaled
+    # by 0.5: z' = (0.5, 2, 1); CE(z', 0) = log(e^0.5 + e^2 + e^1) - 0.5 = log(1.648721 + 7.389056 + 2.718282) - 0.5
+    # = log(11.756059) - 0.5 = 2.464369 - 0.5 = 1.964369
+    loss = AdjustedLoss(temperature_cross_entropy, Restricted(0.5), RS_COUNTS, bias="fc.bias")
+    assert loss.uses_features  # it asks the step for the parameters
+    params = {"fc.weight": torch.zeros(3, 2), "fc.bias": torch.tensor([0.5, 0.0, 1.0])}
+    value = loss(logits(), Y, 1.0, features=torch.zeros(1, 2), params=params, context={RS_COUNTS: COUNTS})
+    assert value.item() == pytest.approx(1.9643688, abs=1e-6)
+    # on a real head z = W h + b the bias cancels: the loss gives it no gradient (the weights get theirs)
+    w = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], requires_grad=True)
+    b = torch.tensor([0.5, 0.0, 1.0], requires_grad=True)
+    h = torch.tensor([[1.0, 2.0]])
+    value = loss(h @ w.T + b, Y, 1.0, features=h, params={"fc.weight": w, "fc.bias": b}, context={RS_COUNTS: COUNTS})
+    gw, gb = torch.autograd.grad(value, [w, b])
+    assert torch.equal(gb, torch.zeros(3)) and gw.abs().sum() > 0
+    # through the registry: the option names the head's bias
+    agg, _ = make_aggregator("fedrs", {"logit": "weights"}, num_clients=2, model=torch.nn.Sequential(torch.nn.Linear(2, 3)), seed=0)
+    assert agg.client_half().bias == "0.bias"  # type: ignore[attr-defined]
+
+
 def test_fedlc_calibrates_the_logits_by_hand() -> None:
     # tau = 1: n^(-1/4) = (4^(-1/4), 1, masked) = (0.707107, 1, 1e9)
     # z' = (1 - 0.707107, 2 - 1, 3 - 1e9) = (0.292893, 1, ~-1e9): class 2 gets probability 0
@@ -173,7 +195,15 @@ def test_the_identity_setting_is_fedavgs_run_bitwise(identity: dict[str, Any], f
     assert records(**identity) == fedavg
 
 
-@pytest.mark.parametrize("method", [{"algorithm.name": "fedrs"}, {"algorithm.name": "fedrs", "algorithm.scaling": "proportional"}, {"algorithm.name": "fedlc"}])
+@pytest.mark.parametrize(
+    "method",
+    [
+        {"algorithm.name": "fedrs"},
+        {"algorithm.name": "fedrs", "algorithm.scaling": "proportional"},
+        {"algorithm.name": "fedrs", "algorithm.logit": "weights"},
+        {"algorithm.name": "fedlc"},
+    ],
+)
 def test_a_tiny_run_differs_from_fedavg_and_executors_agree(method: dict[str, Any], fedavg: list[dict[str, Any]]) -> None:
     seq = records(**method)
     assert all(math.isfinite(r["train_loss"]) for r in seq)

@@ -156,6 +156,11 @@ def test_fedrep_trains_head_with_body_frozen_then_body_with_head_frozen() -> Non
     close(again.uplink.params["1.weight"], 1.6561)
 
 
+def test_fedrep_default_head_epochs_are_the_authors_scripts() -> None:
+    # lgcollins/FedRep scripts/FedRep_*.sh: local_ep - local_rep_ep = 11 - 1 or 15 - 5 = 10 head epochs in every one
+    assert FedRepOptions().head_epochs == 10
+
+
 def test_fedper_and_fedrep_server_average_the_body_only() -> None:
     model = build_model("mlp", (6,), 3, {"hidden": [5]}, seed=0)
     keys = head_keys(model)

@@ -280,6 +280,25 @@ def kept_entries(half: ClientHalf | None) -> frozenset[str]:
     return kept
 
 
+@runtime_checkable
+class MeasuredAfterAverage(Protocol):
+    """A client half whose local accuracy may be taken after the server's average rather than after the client's training.
+
+    With ``after_average`` true, the parameter-sharing server measures, right after each round's ``aggregate``, every
+    client whose ``local_acc`` it reports: :meth:`HoldsPersonalModel.personal_model` of the client's state completed by
+    the *new* global model (FedPer's and FedRep's own head on the averaged body, LG-FedAvg's own representation under
+    the averaged head), on that client's own split, the number those methods' authors report. The client's own
+    measure (its model at the end of its training) still reaches the temperature policy; the log takes the server's.
+    """
+
+    after_average: bool
+
+
+def measured_after_average(half: ClientHalf | None) -> bool:
+    """Whether a part of ``half`` asks for its local accuracy after the server's average (:class:`MeasuredAfterAverage`)."""
+    return any(isinstance(part, MeasuredAfterAverage) and part.after_average for part in (half.parts if isinstance(half, Halves) else (half,)))
+
+
 def holds_personal_model(half: ClientHalf | None) -> bool:
     """Whether one of ``half``'s parts keeps the client's own model (what ``checkpoint.client_models`` saves)."""
     return any(isinstance(part, HoldsPersonalModel) for part in (half.parts if isinstance(half, Halves) else (half,)))

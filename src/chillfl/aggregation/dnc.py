@@ -20,24 +20,27 @@ removed while n - c f honest updates remain to average.
 
 Choices
 -------
-* The authors' released code (github.com/vrt1shjwlkr/NDSS21-Model-Poisoning) holds the attacks, not DnC, so
-  where Algorithm 2 leaves room chillfl follows its text and, failing that, the common implementations
-  (Blades' ``Dnc``, whose defaults are b = 10000, niters = 1, filter fraction 1). Read again on 2026-12-01:
-  the repository's notebooks hold Krum, Multi-krum, Bulyan, median, trimmed mean and the attacks, no DnC, and the
-  paper's text was not reachable; FLPoison's ``DnC`` (intersection from every client, as here; niters = 5, b = 20 %
-  of d) and Blades' agree with the steps above, and differ from each other only in combine and the defaults.
+* The authors' released code (github.com/vrt1shjwlkr/NDSS21-Model-Poisoning) holds the attacks, not DnC, and the
+  paper's text was not reachable here (re-read 2026-12-01: the repository's notebooks hold Krum, Multi-krum, Bulyan,
+  median, trimmed mean and the attacks, no DnC; the NDSS PDF gave its abstract only). So where Algorithm 2 leaves
+  room chillfl follows the two public reimplementations, read 2026-12-01: Blades (lishenghui/blades) ``DnC``
+  (``sub_dim = 10000, num_iters = 5, filter_frac = 1.0``; its ``blades/aggregators`` version intersects the
+  iterations' kept sets, its older ``fllib/aggregators`` version unites them) and FLPoison (vio1etus/FLPoison)
+  ``DnC`` (``num_iters = 5``, b = 20 % of d, ``fliter_frac = 1.0``, intersection from every client, as here).
 * The paper's Algorithm 2 writes ``I_good <- empty`` and then ``I_good <- I_good intersect I``, which read
   literally keeps nobody; chillfl starts from every client, so one iteration keeps its n - floor(c f) and
   more iterations intersect. ``combine = "union"`` keeps a client kept by *any* iteration instead, as Blades'
-  ``Dnc`` does (``benign_ids.extend(good); set(...)``): more clients, less robust.
+  older ``fllib`` ``DnC`` does: more clients, less robust.
 * Several iterations may intersect to nobody (each drops a different c f). Then the clients kept by the most
   iterations are kept: the natural extension of the intersection (those kept by all iterations, when any are).
-* Defaults: ``iterations = 1`` (the option the paper calls niters), ``subsample = 10000`` (its b; a model with at
-  most b floating-point entries uses all of them, in order, and draws nothing), ``c = 1.0`` (removes exactly f a
-  round) and ``f = 0``, as Krum's and Bulyan's: nobody is removed and DnC is the plain mean. c, b and niters are
-  Blades' ``Dnc`` defaults (``filter_frac``, ``sub_dim``, ``num_iters``), not checked against the paper's
-  experiments, whose values were not at hand (docs/baselines.md says what was read). Set ``f`` (the paper's m) to what you want removed; it is ``f``, not ``m``, as the other
-  robust rules name it (Krum's ``m`` counts the models it averages).
+* Defaults: ``iterations = 5`` (the option the paper calls niters), ``subsample = 10000`` (its b; a model with at
+  most b floating-point entries uses all of them, in order, and draws nothing, so every iteration keeps the same
+  clients), ``c = 1.0`` (removes exactly f a round) and ``f = 0``, as Krum's and Bulyan's: nobody is removed and DnC
+  is the plain mean. niters = 5 and c = 1 are what both reimplementations use, b = 10000 Blades'; none is checked
+  against the paper's experiments (docs/baselines.md says what was read). Before 2026-12-01 the default was
+  ``iterations = 1``, wrongly attributed to Blades (every stored version of its ``DnC`` has ``num_iters = 5``);
+  ``iterations = 1`` gives the old behaviour. Set ``f`` (the paper's m) to what you want removed; it is ``f``,
+  not ``m``, as the other robust rules name it (Krum's ``m`` counts the models it averages).
 * floor(c f) clients are removed (Blades' ``int(filter_frac * num_byzantine)``); ``check`` refuses
   clients per round <= floor(c f) at start-up. A round with fewer clients (dropouts) keeps at least one.
   Algorithm 2 keeps "the n - c m lowest scores", which a fractional c m leaves open: FLPoison's ``DnC`` keeps
@@ -86,7 +89,7 @@ class DnCOptions:
     f: int = 0
     c: float = 1.0
     subsample: int = 10_000
-    iterations: int = 1
+    iterations: int = 5
     combine: Literal["intersection", "union"] = "intersection"
     weighting: Literal["uniform", "samples"] = "uniform"
 

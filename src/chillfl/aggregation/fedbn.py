@@ -20,7 +20,7 @@ Choices
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
@@ -77,6 +77,9 @@ class KeepLocal:
 
     keys: frozenset[str]
     prefix: str
+    after_average: bool = field(default=False, kw_only=True)
+    """Local accuracy of the client's own entries on the *next* global model, measured by the server after the
+    average (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`; FedPer's, FedRep's, LG-FedAvg's ``local_eval``)."""
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         own = own_entries(state, self.prefix)

@@ -15,11 +15,27 @@ client's generated features of round r from (seed, "fedgen-samples", r, client).
 
 Choices
 -------
-* ``label_prior``: labels for the generator's training and the clients'
-  samples are drawn uniformly from the "qualified" labels (some client of the
-  round holds more than one sample, ``MIN_SAMPLES_PER_LABEL``) with
-  ``"qualified"`` (default, the official code); ``"counts"`` draws them in
-  proportion to the round's label counts, the paper's y ~ p(y) of Eq. 5.
+* ``label_prior``: labels for the generator's training are drawn uniformly
+  from the "qualified" labels (some client of the round holds more than one
+  sample, ``MIN_SAMPLES_PER_LABEL``) with ``"qualified"`` (default, the
+  official ``train_generator``); ``"counts"`` draws them in proportion to the
+  round's label counts, the paper's y ~ p(y) of Eq. 5.
+* ``client_labels``: the labels of a client's generated samples. ``"prior"``
+  (default) draws them from the generator's prior above. The official client
+  (``UserpFedGen.train``) draws them uniformly from ``available_labels``, every
+  label of the federation's training data, qualified or not: ``"all"`` does
+  that, uniform over the head's classes (the same set wherever every class has
+  a training sample).
+* Label counts: the official client counts the labels of the batches it
+  trained on, starting every label at 1 (``clean_up_counts``), so with its
+  ``max > MIN_SAMPLES_PER_LABEL = 1`` a label seen once by one client
+  qualifies and the weights are (1 + n_{k,c}) / sum_j (1 + n_{j,c}); here the
+  counts are the client's training labels without the 1 (w = n_{k,c} / sum_j
+  n_{j,c}, 0 for a client without c), so a label qualifies when some client
+  holds two samples of it. Not offered as an option.
+* The generator's batch norm uses batch statistics always; the official
+  clients call ``generative_model.eval()`` and so generate with the running
+  statistics the server's training left (the server trains in train mode).
 * The client term uses ``samples`` (32) generated features per round, drawn
   once per round and shared by all its steps; the official code draws a
   fresh batch of 32 per step. The downlink therefore carries the samples
@@ -31,10 +47,16 @@ Choices
   batch's labels, not in the paper's equations) is not implemented.
 * The term's CE is at temperature 1, whatever the base loss's temperature.
 
-Defaults from the official code for CIFAR: ``alpha = 10``, hidden 512, noise 64,
-Adam lr 1e-4 (decayed by 0.98 per round) with weight decay 1e-2,
-``generator_steps = 50`` (ensemble_epochs 50 // n_teacher_iters 5 epochs of
-5 iterations), ``eta = 1``, generator batch 32 (the clients' batch size).
+Defaults from the official code (zhuangdizhu/FedGen, read 2026-12-01), which
+runs MNIST, EMNIST and CelebA only (its ``get_dataset_name`` refuses anything
+else, and ``RUNCONFIGS`` has no CIFAR entry): ``alpha = 10``
+(``generative_alpha`` of every config), Adam lr 1e-4 (EMNIST's
+``ensemble_lr``; MNIST's and CelebA's are 3e-4) decayed by 0.98 per round, weight
+decay 1e-2, ``generator_steps = 50`` (ensemble_epochs 50 // n_teacher_iters 5
+epochs of 5 iterations), ``eta = 1`` (``ensemble_eta``'s default), generator
+batch 32 (the clients' batch size); hidden 512 and noise 64 are
+``GENERATORCONFIGS["cifar"]``, an entry that code never reaches (its MNIST
+generators are 256 / 32).
 """
 
 from __future__ import annotations
@@ -75,7 +97,7 @@ ADAM_EPS = 1e-8
 class FedGenOptions:
     """Client term: ``alpha``, ``alpha_decay``, ``samples``; generator: ``noise_dim``, ``hidden``, ``generator_lr``,
     ``lr_decay``, ``weight_decay``, ``generator_steps``, ``generator_batch``, ``eta`` (diversity weight);
-    ``label_prior``: qualified | counts."""
+    ``label_prior``: qualified | counts; ``client_labels``: prior | all (the clients' generated labels)."""
 
     alpha: float = 10.0
     alpha_decay: float = 0.98
@@ -89,6 +111,7 @@ class FedGenOptions:
     generator_batch: int = 32
     eta: float = 1.0
     label_prior: Literal["qualified", "counts"] = "qualified"
+    client_labels: Literal["prior", "all"] = "prior"
 
     def validate(self, section: str) -> None:
         for name in ("alpha", "weight_decay", "eta"):
@@ -160,7 +183,8 @@ class FedGen(FedAvg):
             weight = 0.0
         else:
             rng = torch.Generator().manual_seed(derive_seed(self.seed, "fedgen-samples", round, client_id))
-            y = torch.multinomial(self.prior, o.samples, replacement=True, generator=rng)
+            labels = self.prior if o.client_labels == "prior" else torch.ones(self.num_classes, dtype=torch.float64)
+            y = torch.multinomial(labels, o.samples, replacement=True, generator=rng)
             noise = torch.rand(o.samples, o.noise_dim, generator=rng)
             with torch.no_grad():
                 z = self._generate(y, noise, self.params).to(dtype)

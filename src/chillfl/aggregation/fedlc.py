@@ -11,8 +11,15 @@ or ``weighting = "uniform"``).
 
 Choices
 -------
-* ``tau`` defaults to 1.0, the value FL-bench and fluke use; not checked
-  against the paper's text.
+* ``tau`` defaults to 1.0, the value FL-bench and fluke use. The paper's text
+  was not reachable here (its abstract only, read 2026-12-01); Flower's FedLC
+  baseline (adap/flower ``baselines/fedlc/README.md``), whose author read it,
+  says the paper does not give tau for its Equation 7 and defaults to 0.5,
+  reporting 0.1, 0.5 and 1.0. No code from the authors was found.
+* The margin is ``tau * n_c^(-1/4)``, i.e. tau over the fourth root of the
+  count, subtracted from the logit (the larger the count, the smaller the
+  margin); FL-bench, fluke and Flower's baseline compute the same
+  ``tau * n ** (-1/4)`` (the by-hand tests in ``tests/test_label_skew_losses.py``).
 * A class the client has no sample of has n_c^(-1/4) = inf. ``absent = "mask"``
   (default) gives it the margin tau * 1e9, a large finite offset (FedRoD's
   ``NO_SAMPLE``): its softmax probability is 0 and its logit gets no gradient
@@ -20,7 +27,9 @@ Choices
   does, without infinities (and without NaN at tau = 0). ``absent = "one"``
   counts it as n_c = 1 instead: the largest finite margin, tau.
 * The softmax runs over every class (y's in the denominator too), as those
-  implementations do.
+  implementations (and Flower's baseline) do. Whether the paper's Equation 7
+  sums its denominator over every class or over y' != y only was not checked:
+  its text was not reachable here.
 * With logit chilling's temperature T the loss is the run's base loss at T on the
   calibrated logits: CE((z - tau n^(-1/4)) / T, y), so the margin is divided by T
   too (FedRoD instead adds its log prior after the division). At T = 1 it is the

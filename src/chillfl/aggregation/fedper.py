@@ -6,7 +6,10 @@ n_i / n), and the head ("personalisation layers") never leaves the client:
 its client half (:class:`KeepLocal`) puts the client's own head into its
 start model and keeps the trained one, FedBN's pattern with other keys.
 Local accuracy measures the client's model after its training, with its own
-head: the personalised model the paper evaluates.
+head (``local_eval = "trained"``, default); ``local_eval = "averaged"``
+measures its own head on the base the server has just averaged, as the FedRep
+authors' code measures FedPer (the server evaluates it after the round,
+:class:`~chillfl.aggregation.base.MeasuredAfterAverage`).
 
 Choices
 -------
@@ -48,6 +51,9 @@ class FedPerOptions:
     head_layers: int = 1
     global_head: Literal["average", "keep"] = "average"
     weighting: Literal["samples", "uniform"] = "samples"
+    local_eval: Literal["trained", "averaged"] = "trained"
+    """``trained``: local accuracy of the client's model at the end of its training; ``averaged``: of its own head on
+    the model the server has just averaged, measured by the server after the round (the authors' code's)."""
 
     def validate(self, section: str) -> None:
         require(self.head_layers >= 1, f"{section}.head_layers", f"must be >= 1, got {self.head_layers}")
@@ -93,7 +99,7 @@ class FedPer(FedBN):
         self.options = options
 
     def client_half(self) -> ClientHalf:
-        return KeepLocal(self.bn_keys, "fedper.head.")
+        return KeepLocal(self.bn_keys, "fedper.head.", after_average=self.options.local_eval == "averaged")
 
 
 SPEC = register_algorithm(

@@ -8,12 +8,23 @@ weights n_i / n); the head stays with the client (:class:`FedRepClient`, the
 same keep-local half as FedPer's). Both trainings are jobs of the one
 training path with the other part frozen (:attr:`LocalSpec.frozen`), so
 every executor trains them as it trains any job. Local accuracy measures the
-client's model after both, with its own head.
+client's model after both, with its own head (``local_eval = "trained"``,
+default); ``local_eval = "averaged"`` measures its own head on the body the
+server has just averaged, as the authors' ``test_img_local_all`` does (the
+server evaluates it after the round,
+:class:`~chillfl.aggregation.base.MeasuredAfterAverage`).
 
 Choices
 -------
-* ``head_epochs = 10`` and one body epoch are the paper's defaults (set the
-  body's with ``client.epochs``).
+* ``head_epochs = 10``: every run script of the authors' code
+  (lgcollins/FedRep ``scripts/FedRep_*.sh``, read 2026-12-01) trains the head
+  for ``local_ep - local_rep_ep = 10`` epochs. The body's epochs are the run's
+  ``client.epochs``; those scripts use ``local_rep_ep = 1`` for CIFAR-10 with
+  100 clients and 2 shards each, and 5 for the six others (CIFAR-10 with 5
+  shards or 1000 clients, CIFAR-100, FEMNIST, Sent140). The paper's text was
+  not reachable here (its abstract only), so these are the code's values.
+  (``utils/options.py``'s own defaults, ``local_ep = 5``, ``local_rep_ep = 1``,
+  i.e. 4 head epochs, are not what any script runs.)
 * The head is the classifier head and the ``head_layers - 1`` parameterised modules
   before it (default 1, the classifier; :func:`~chillfl.aggregation.fedper.head_keys`) and the global head, kept only for the global model's
   evaluation, is the clients' average (``global_head``), as for FedPer.
@@ -38,12 +49,15 @@ from chillfl.capabilities import Capabilities
 
 @dataclass(frozen=True)
 class FedRepOptions:
-    """``head_epochs``: epochs of head training before the body's (paper: 10); the rest as FedPer's."""
+    """``head_epochs``: epochs of head training before the body's (10, the authors' scripts); the rest as FedPer's."""
 
     head_epochs: int = 10
     head_layers: int = 1
     global_head: Literal["average", "keep"] = "average"
     weighting: Literal["samples", "uniform"] = "samples"
+    local_eval: Literal["trained", "averaged"] = "trained"
+    """``trained``: local accuracy of the client's model at the end of its training; ``averaged``: of its own head on
+    the model the server has just averaged, measured by the server after the round (the authors' code's)."""
 
     def validate(self, section: str) -> None:
         require(self.head_epochs >= 1, f"{section}.head_epochs", f"must be >= 1, got {self.head_epochs}")
@@ -74,13 +88,13 @@ class FedRep(FedPer):
     """FedPer's server (the body averaged); the client trains its head, then the body (:class:`FedRepClient`)."""
 
     def __init__(self, model: nn.Module, options: FedRepOptions = FedRepOptions(), section: str = "algorithm") -> None:
-        super().__init__(model, FedPerOptions(options.head_layers, options.global_head, options.weighting), section)
+        super().__init__(model, FedPerOptions(options.head_layers, options.global_head, options.weighting, options.local_eval), section)
         self.param_names = frozenset(n for n, _ in model.named_parameters())
         self.head_epochs = options.head_epochs
         self.options = options
 
     def client_half(self) -> ClientHalf:
-        return FedRepClient(self.bn_keys, "fedrep.head.", self.param_names, self.head_epochs)
+        return FedRepClient(self.bn_keys, "fedrep.head.", self.param_names, self.head_epochs, after_average=self.options.local_eval == "averaged")
 
 
 SPEC = register_algorithm(

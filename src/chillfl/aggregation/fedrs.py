@@ -13,18 +13,28 @@ n_c the client's training count of class c. Aggregation is FedAvg's
 
 Choices
 -------
-* ``alpha`` defaults to 0.5, the value FL-bench and fluke use and the one most
-  follow-ups report for FedRS; the paper studies a range of alpha and this
-  default is not checked against its text.
+* ``alpha`` defaults to 0.5, the value FL-bench and fluke use. The paper's
+  text was not reachable here (its abstract only, read 2026-12-01); the first
+  author's code has no single default either: ``train_lab.py`` of
+  lxcnju/FedRepo tunes FedRS over ``alpha`` in {0.9, 0.5, 0.1}, and 0.5 is its
+  middle value (Flower's FedLC baseline runs FedRS at 0.9).
 * A class is "missing" when the client has no training sample of it (n_c = 0);
   fluke's alternative threshold (n_c <= 2 counted missing) is not offered.
 * ``scaling = "proportional"``: the first author's code (lxcnju/FedRepo,
   ``algorithms/fedrs.py``) scales *every* class, by
   ``s_c = alpha + (1 - alpha) * n_c / max_j n_j``: missing classes get alpha,
   the client's most frequent class 1, the others in between. The default
-  ``"missing"`` is the paper's rule above (1 for every class present). That
-  code also scales the classifier's ``W h`` without its bias; here the whole
-  logit (bias included) is scaled, in both modes.
+  ``"missing"`` is the rule above (1 for every class present), the one the
+  abstract-level descriptions and FL-bench, fluke and Flower's baseline use.
+* Where the scaling applies: that code trains on ``s_c * (h . w_c)``, the
+  classifier's weight times the features with *no bias at all* (the head's
+  bias is left out of the training logits, and so gets no gradient); here the
+  whole logit ``z_c = h . w_c + b_c`` is scaled, bias included (``logit =
+  "whole"``, default, as FL-bench, fluke and Flower's FedLC baseline do).
+  ``logit = "weights"`` trains on the code's ``s_c (z_c - b_c) = s_c (h . w_c)``:
+  the head's bias leaves the training logits (it gets no gradient from the
+  loss; the uploaded and global models still evaluate with it). The two agree
+  for a head without bias.
 * With logit chilling's temperature T the loss is the run's base loss at T on the
   restricted logits: CE(z'/T, y), i.e. present classes' logits scaled by 1/T and
   missing ones by alpha/T. At T = 1 it is the paper's loss; alpha = 1 is FedAvg.
@@ -41,7 +51,7 @@ from typing import Literal
 import torch
 
 from chillfl.aggregation.logit_adjust import AdjustedFedAvg, logit_width
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
 from chillfl.capabilities import Capabilities
 from chillfl.options import require
 
@@ -58,6 +68,9 @@ class FedRSOptions:
     """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|)."""
     scaling: Literal["missing", "proportional"] = "missing"
     """``missing``: alpha for classes without samples, 1 otherwise (the paper); ``proportional``: alpha + (1 - alpha) n_c / max n (the authors' code)."""
+    logit: Literal["whole", "weights"] = "whole"
+    """``whole``: the scale multiplies the whole logit, bias included; ``weights``: ``h . w_c`` only, the head's bias left
+    out of the training logits (the authors' code)."""
 
     def validate(self, section: str) -> None:
         require(math.isfinite(self.alpha) and 0.0 <= self.alpha <= 1.0, f"{section}.alpha", f"must be in [0, 1], got {self.alpha}")
@@ -81,7 +94,9 @@ class Restricted:
 
 
 def build(options: FedRSOptions, ctx: BuildContext) -> Built:
-    return AdjustedFedAvg(Restricted(options.alpha, options.scaling == "proportional"), COUNTS, logit_width(ctx.model, "FedRS"), options.weighting, options), []
+    width = logit_width(ctx.model, "FedRS")
+    bias = None if options.logit == "whole" else f"{require_head(ctx, 'FedRS')}.bias"
+    return AdjustedFedAvg(Restricted(options.alpha, options.scaling == "proportional"), COUNTS, width, options.weighting, options, bias), []
 
 
 SPEC = register_algorithm(

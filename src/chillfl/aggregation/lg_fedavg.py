@@ -10,9 +10,11 @@ FedBN's pattern with the complement of FedPer's keys. Local accuracy measures
 the client's model after its training (own representation, the round's global
 head trained locally). The authors' ``main_lg.py`` measures its local test one
 step later: after the server's average, each client's own representation with
-the new global layers. chillfl measures every method's local accuracy on the
-client at the end of its training, before the server's average, so it cannot
-take that model in the same round; the next round starts from it.
+the new global layers. ``local_eval = "averaged"`` measures that model: the
+server evaluates it right after the average
+(:class:`~chillfl.aggregation.base.MeasuredAfterAverage`); the default
+``"trained"`` keeps the measure every method takes on the client at the end
+of its training.
 
 Choices
 -------
@@ -53,6 +55,9 @@ class LGFedAvgOptions:
     global_layers: int = 1
     global_body: Literal["average", "keep"] = "average"
     weighting: Literal["samples", "uniform"] = "samples"
+    local_eval: Literal["trained", "averaged"] = "trained"
+    """``trained``: local accuracy of the client's model at the end of its training; ``averaged``: of its own representation on
+    the model the server has just averaged, measured by the server after the round (the authors' code's)."""
 
     def validate(self, section: str) -> None:
         require(self.global_layers >= 1, f"{section}.global_layers", f"must be >= 1, got {self.global_layers}")
@@ -74,7 +79,7 @@ class LGFedAvg(FedBN):
         self.options = options
 
     def client_half(self) -> ClientHalf:
-        return KeepLocal(self.bn_keys, "lg_fedavg.local.")
+        return KeepLocal(self.bn_keys, "lg_fedavg.local.", after_average=self.options.local_eval == "averaged")
 
 
 SPEC = register_algorithm(

@@ -50,11 +50,15 @@ class AdjustedLoss:
 
     uses_context = True
 
-    def __init__(self, base_loss: BaseLoss, adjust: Adjust, key: str) -> None:
+    def __init__(self, base_loss: BaseLoss, adjust: Adjust, key: str, bias: str | None = None) -> None:
+        """``bias``: the head's bias entry to take out of the logits before ``adjust`` (FedRS's authors' code trains on
+        ``W h`` alone); None: the whole logit is adjusted."""
         self.base_loss = base_loss
         self.adjust = adjust
         self.key = key
-        self.uses_features = reads_features(base_loss)
+        self.bias = bias
+        self.base_features = reads_features(base_loss)
+        self.uses_features = self.base_features or bias is not None  # the parameters come with the features
 
     def __call__(
         self,
@@ -68,8 +72,10 @@ class AdjustedLoss:
     ) -> torch.Tensor:
         if context is None:
             raise TypeError("AdjustedLoss needs the client's context (StepLoss passes it to a loss that declares uses_context)")
+        if self.bias is not None and params is not None and self.bias in params:
+            logits = logits - params[self.bias]
         adjusted = self.adjust(logits, read_tensor(context, self.key).to(logits.dtype))
-        if self.uses_features:
+        if self.base_features:
             return self.base_loss(adjusted, y, temperature, features=features, params=params, context=context)  # type: ignore[call-arg]
         return self.base_loss(adjusted, y, temperature)
 
@@ -82,13 +88,15 @@ class CountsClient:
     key: str
     """The context key of the counts (the method's own)."""
     num_classes: int
+    bias: str | None = None
+    """The head's bias entry left out of the training logits (:class:`AdjustedLoss`); None: kept."""
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         return start, dict(context)
 
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
         """0: the run's spec with its base loss on the adjusted logits (its terms, optimiser and frozen keys as they are)."""
-        return (replace(spec, base_loss=AdjustedLoss(spec.base_loss, self.adjust, self.key)),)
+        return (replace(spec, base_loss=AdjustedLoss(spec.base_loss, self.adjust, self.key, self.bias)),)
 
     def train(self, local: Local) -> LocalProgram:
         dtype = next((t.dtype for t in local.start.values() if t.is_floating_point()), torch.float32)
@@ -103,10 +111,13 @@ class CountsClient:
 class AdjustedFedAvg(FedAvg):
     """FedAvg's server rule; each client trains under ``adjust``ed logits (:class:`CountsClient`): FedRS's and FedLC's aggregator."""
 
-    def __init__(self, adjust: Adjust, key: str, num_classes: int, weighting: Weighting = "samples", options: object = None) -> None:
-        """``options``: the method's options dataclass (FedRS's, FedLC's), recorded for an instance passed from Python."""
+    def __init__(
+        self, adjust: Adjust, key: str, num_classes: int, weighting: Weighting = "samples", options: object = None, bias: str | None = None
+    ) -> None:
+        """``options``: the method's options dataclass (FedRS's, FedLC's), recorded for an instance passed from Python;
+        ``bias``: the head's bias entry left out of the training logits (None: kept)."""
         super().__init__(weighting)
-        self.client = CountsClient(adjust, key, num_classes)
+        self.client = CountsClient(adjust, key, num_classes, bias)
         self.options = options
 
     def client_half(self) -> ClientHalf:

@@ -60,6 +60,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from chillfl.aggregation.base import measured_after_average
 from chillfl.aggregation.registry import algorithm_parts
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.executors.sequential import SequentialExecutor
@@ -285,6 +286,9 @@ def build_server(config: RunConfig) -> tuple[Any, Any]:
     if config.threads:  # the server evaluates the global model: the thread count fixes its float reductions
         torch.set_num_threads(config.threads)
     exp = build_experiment(config)  # FedChill's server reads no class count (check_node_computable)
+    if exp.aggregator is not None and measured_after_average(exp.aggregator.client_half()):
+        why = "\"averaged\" measures each client's own model on the server after the average, from the client's state, which stays on its node"
+        raise ConfigError("algorithm.local_eval", f"{why}; use \"trained\", or {RUNTIME}")
     protocol = build_protocol(exp)
     keep_client_state_on_nodes(protocol)
     return exp, protocol

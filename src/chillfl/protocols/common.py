@@ -58,11 +58,15 @@ class LocalLog:
     """Local validation accuracy (``local_val_acc``), when the clients measure it."""
 
     def observe(self, reply: ClientReply[Any, Any]) -> None:
-        if reply.local_acc is not None and reply.local_loss is not None:
-            self.acc[reply.client_id] = reply.local_acc
-            self.loss[reply.client_id] = reply.local_loss
-        if reply.local_val_acc is not None:
-            self.val[reply.client_id] = reply.local_val_acc
+        self.record(reply.client_id, reply.local_acc, reply.local_loss, reply.local_val_acc)
+
+    def record(self, client_id: int, acc: float | None, loss: float | None, val: float | None) -> None:
+        """Client ``client_id``'s latest measure (a reply's, or the server's after the average); None: not measured."""
+        if acc is not None and loss is not None:
+            self.acc[client_id] = acc
+            self.loss[client_id] = loss
+        if val is not None:
+            self.val[client_id] = val
 
     def metrics(self, sampled: Sequence[int], which: str) -> dict[str, Json]:
         ids = list(sampled) if which == "sampled" else sorted(self.acc)

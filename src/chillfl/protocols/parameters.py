@@ -49,6 +49,7 @@ from chillfl.aggregation.base import (
     Wire,
     aggregated_keys,
     kept_entries,
+    measured_after_average,
     client_params_state,
     first_state,
     load_client_params,
@@ -246,6 +247,8 @@ class ParameterSharing:
         self.finished: set[int] = set()
         """The clients whose reply came back: they hold their own values of the entries their half keeps (:func:`kept_entries`)."""
         self.kept = kept_entries(client.half)
+        self.after_average = measured_after_average(client.half)
+        """Local accuracy is measured here after each ``aggregate`` (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`)."""
 
     def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[ParamDownlink, ClientState]]:
         self.aggregator.begin_round(round, sampled)
@@ -302,6 +305,8 @@ class ParameterSharing:
             results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, temperature, up.train_loss, up.report))
         before, self.state = self.state, self.aggregator.aggregate(self.state, results, round)
         check_aggregated(before, self.state, self.aggregator)
+        if self.after_average and self.eval_clients != "none":
+            self.measure_after_average([t.client_id for t in tasks])
         self.moved.update(k for k in unread if k not in self.moved and not torch.equal(before[k], self.state[k]))
         self.book.check_state(round, self.state)
 
@@ -320,6 +325,30 @@ class ParameterSharing:
         record.metrics.update(self.book.local(record.clients))
         record.metrics.update(self.book.evaluate(round, self.state))
         return record
+
+    def measure_after_average(self, sampled: Sequence[int]) -> None:
+        """Local accuracy, loss (and validation accuracy) of the clients ``local_acc`` reports, on the model just averaged.
+
+        Each is :func:`personal_model` of the client's stored state on the new global model (as
+        :meth:`client_states` builds it), evaluated on the client's own split here on the server, and replaces the
+        client's own measure in the log: the round's clients under ``eval.clients = "sampled"``, every client that has
+        reported under ``"all"`` (their kept parts with this round's shared ones, as the authors' codes test every
+        client). Why on the server: the client measured before the average, and only the server has the new model
+        before the next round; the states it reads are the ones it already keeps (so a Flower run, whose states stay
+        on the nodes, refuses the option at start-up).
+        """
+        ids = list(sampled) if self.eval_clients == "sampled" else sorted(self.book.log.acc)
+        bs = self.client.eval_batch_size
+        for cid in ids:
+            state = self.store.load(cid)
+            if state is None:
+                raise RuntimeError(f"client {cid}'s state is not on the server: its local accuracy after the average cannot be measured")
+            model = personal_model(self.client.half, state, client_base(self.aggregator, cid, self.state))
+            if model is None:
+                raise RuntimeError("measured after the average, but the client half keeps no personal model")
+            data = self.evaluation.client_data(cid)
+            acc, loss = local_evaluation(self.client.model, model, data, bs)
+            self.book.log.record(cid, acc, loss, local_validation(self.client.model, model, data, bs))
 
     def global_state(self) -> Params:
         return self.state

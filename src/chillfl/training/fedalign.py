@@ -24,6 +24,14 @@ mu * L_lip. Gradients reach only the final stage's weights (its input is
 detached), through the reduced-width pass.
 
 Defaults from the official code (``main.py``): mu = 0.45, width = 0.25.
+Checked again on 2026-12-01 against mmendiet/FedAlign (``methods/fedalign.py``,
+``models/resnet_fedalign.py``): the CE backward then ``mu * (CE / L) * L`` on
+the MSE between the power-iteration estimates (10 steps from ones) of the
+sliced-input, reduced-width final stage and the detached full-width one, the
+transmitting matrix ``X Y^T / HW`` with the input average-pooled to the
+output's size, ``main.py``'s ``--mu 0.45 --width 0.25`` (and the README's run
+command). The paper's text was not reachable here (its abstract only), so the
+loss is the code's; ``tests/test_fedalign.py`` works its values by hand.
 Not reproduced: its gradient-norm clipping at 10 and its Nesterov momentum
 (the optimiser is ``[client]``'s, the same for every method here).
 """

@@ -5,9 +5,12 @@ d_j = w_j - w: the round's *benign* updates (w the round's global model). The fo
 reversed and scaled by epsilon, so that the aggregate's inner product with the true mean goes negative
 (:func:`chillfl.attacks.updates.ipm`). Choices where the paper leaves room:
 
-* epsilon defaults to 0.1, the paper's setting against the median and Krum (and that of later work): a small
-  reversed update that sits among the benign ones. The paper's other setting, a large epsilon such as 100, overwhelms
-  averaging-like rules instead; set ``epsilon`` for it.
+* epsilon defaults to 0.1: a small reversed update that sits among the benign ones, the setting that beats
+  selection rules such as Krum; a large epsilon (100, say) overwhelms averaging-like rules instead; set ``epsilon``
+  for it. Source: not the paper, whose text was not reachable here (only its abstract, which gives no epsilon; read
+  2026-12-01). 0.1 is FLPoison's ``IPM`` default (vio1etus/FLPoison ``attackers/ipm.py``, ``scaling_factor = 0.1``;
+  its note: 0.1 breaks Krum, and 0.1 to 100 all break FedAvg and the geometric median); Blades' ``IPMAdversary``
+  defaults to ``scale = 1.0``. Which epsilon the paper's experiments used is unchecked.
 * The paper's attackers send the reversed mean of the *gradients*; here the client uploads a model after local
   training, so the update is the model difference, the quantity an aggregator here sees.
 * The attackers collude and see the benign updates, the paper's omniscient threat model (as ``lie``); with no benign
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class IpmOptions:
-    """``epsilon``: the attackers send ``w - epsilon * mean`` of the benign updates (0.1: against median/Krum; 100: the paper's large setting)."""
+    """``epsilon``: the attackers send ``w - epsilon * mean`` of the benign updates (0.1, FLPoison's default: small, against Krum; large, e.g. 100: against averaging)."""
 
     epsilon: float = 0.1
 

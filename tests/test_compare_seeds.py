@@ -10,7 +10,7 @@ import pytest
 from chillfl.cli import main
 from chillfl.config import config_from_dict
 from chillfl.errors import ConfigError
-from chillfl.report.compare import build_seed_rows, format_seed_table
+from chillfl.report.compare import build_rows, build_seed_rows, format_seed_table
 from chillfl.sweeps.plan import CompareOptions, Variant, cell_config, parse_grid, parse_seeds, plan_runs, with_controls
 from chillfl.sweeps.run import run_compare
 from chillfl.runner import RunOutput
@@ -265,3 +265,21 @@ def test_controls_asked_for_where_no_variant_is_chilled_are_refused(where: str) 
         plan_runs(config, ["client.lr=0.01,0.1"], options)
     assert err.value.field == ("--controls" if where == "cli" else "compare.controls") and "T != 1" in err.value.message
     assert len(plan_runs(config, ["temperature=1,0.5"], options).variants) == 5  # a chilled variant: its 3 controls
+
+
+def test_a_skipped_last_round_does_not_hide_the_runs_bytes_budget_or_attack_success() -> None:
+    # Round 3 was skipped (Poisson sampling drew nobody, or too few reported): its record has no bytes, epsilon or
+    # attack success; the run's final values are round 2's: 2.5 MB, epsilon 0.7, success 0.25.
+    records = [
+        {"round": 1, "global_acc": 0.5, "bytes_cumulative": 1_000_000, "epsilon": 0.5, "attack_success_rate": 0.5},
+        {"round": 2, "global_acc": 0.6, "bytes_cumulative": 2_500_000, "epsilon": 0.7, "attack_success_rate": 0.25},
+        {"round": 3, "sampled": [], "dropped": [], "skipped": True, "attempts": 1},
+    ]
+    summary = {"final_global_acc": 0.6, "best_global_acc": 0.6, "final_global_loss": 1.0}
+    only = Variant("FedAvg", {}, 1.0)
+    rows = build_seed_rows([only], {("FedAvg", 0): RunOutput(None, records, summary)}, [0], only, only, None)
+    assert rows[0]["cumulative_mb"]["mean"] == pytest.approx(2.5)
+    assert rows[0]["epsilon"]["mean"] == pytest.approx(0.7)
+    assert rows[0]["attack_success_rate"]["mean"] == pytest.approx(0.25)
+    single = build_rows([only], {"FedAvg": RunOutput(None, records, summary)}, only, only)
+    assert (single[0]["cumulative_mb"], single[0]["epsilon"], single[0]["attack_success_rate"]) == (pytest.approx(2.5), 0.7, 0.25)

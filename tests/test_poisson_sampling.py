@@ -85,3 +85,9 @@ def test_a_bad_sampling_value_names_the_field() -> None:
     with pytest.raises(ConfigError) as info:
         load_config(None, {**BASE, "federation.sampling": "uniform"})
     assert info.value.field == "federation.sampling"
+
+
+def test_a_skipped_last_round_keeps_the_runs_communication_summary() -> None:
+    out = run_experiment(load_config(None, BASE), write=False, progress=False)  # round 3 drew nobody (BASE)
+    assert out.records[-1]["skipped"] is True and "bytes_cumulative" not in out.records[-1]
+    assert out.summary["communication"]["bytes_total"] == out.records[1]["bytes_cumulative"] > 0

@@ -47,7 +47,7 @@ from chillfl.engine.loop import Redraw, run_rounds
 from chillfl.storage.model_file import write_client_models, write_model
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.record import round_number
-from chillfl.storage.results import ResultWriter, summarize
+from chillfl.storage.results import ResultWriter, last_value, summarize
 from chillfl.storage.run_folder import CHECKPOINT, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import as_comment, differences, environment
@@ -580,7 +580,7 @@ def _finish(
         summary["architectures"] = architectures(models.plan, models.parameter_counts())
     if (stability := stability_summary(records)) is not None:  # the spread of the clients' losses (None without per-client losses)
         summary["stability"] = stability
-    has_bytes = bool(records) and "bytes_cumulative" in records[-1]
+    has_bytes = last_value(records, "bytes_cumulative") is not None  # a skipped last round carries no bytes
     if has_bytes:  # total bytes and the cost to reach the target accuracy
         summary["communication"] = communication_summary(records, config.eval.target_accuracy)
     model = protocol.global_state()
@@ -636,7 +636,7 @@ def run_figures(records: Sequence[Mapping[str, Any]], config: RunConfig) -> tupl
     """The names of the run's figures: the common ones, the protocol's bytes figure where the records carry bytes, the method's."""
     from chillfl.plots.registry import COMMON
 
-    has_bytes = bool(records) and "bytes_cumulative" in records[-1] and protocol_of(config).bytes_figure  # Fig. 7: accuracy against bytes
+    has_bytes = last_value(records, "bytes_cumulative") is not None and protocol_of(config).bytes_figure  # Fig. 7: accuracy against bytes
     return (*COMMON, *(("accuracy_vs_bytes",) if has_bytes else ()), *method_figures(config))
 
 

@@ -33,7 +33,7 @@ from chillfl.metrics.stats import paired_difference, summarize
 from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.report.html import write_report
 from chillfl.runner import RunOutput
-from chillfl.storage.results import rounds_to_reach
+from chillfl.storage.results import last_value, rounds_to_reach
 from chillfl.tune import describe_rule, is_local, parse_tune, point_label
 from chillfl.wording import counted
 
@@ -141,14 +141,14 @@ def build_rows(
             }
         )
         records = out.records
-        if records and "bytes_cumulative" in records[-1]:  # communication (SCARLET Sec. IV-A)
-            rows[-1]["cumulative_mb"] = records[-1]["bytes_cumulative"] / 1e6
+        if (total := last_value(records, "bytes_cumulative")) is not None:  # communication (SCARLET Sec. IV-A)
+            rows[-1]["cumulative_mb"] = total / 1e6
             reached = [r["bytes_cumulative"] for r in records if rounds is not None and r["round"] == rounds]
             rows[-1]["mb_to_target"] = reached[0] / 1e6 if reached else None
-        if records and records[-1].get("epsilon") is not None:  # [privacy]: the budget the run spent
-            rows[-1]["epsilon"] = records[-1]["epsilon"]
-        if records and records[-1].get("attack_success_rate") is not None:  # [attack] backdoor: its success at the end
-            rows[-1]["attack_success_rate"] = records[-1]["attack_success_rate"]
+        if (eps := last_value(records, "epsilon")) is not None:  # [privacy]: the budget the run spent
+            rows[-1]["epsilon"] = eps
+        if (asr := last_value(records, "attack_success_rate")) is not None:  # [attack] backdoor: its success at the end
+            rows[-1]["attack_success_rate"] = asr
     return rows
 
 
@@ -234,9 +234,9 @@ def build_seed_rows(
         return None if value is None or not math.isfinite(value) else float(value)
 
     def final_record(label: str, seed: int, key: str) -> float | None:
-        """``key`` in the final round's record (None: a failed run, or not recorded that round)."""
+        """``key`` in the last record that has it (None: a failed run, or never recorded; a skipped last round has none)."""
         out = runs[(label, seed)]
-        value = out.records[-1].get(key) if out is not None and out.records else None
+        value = last_value(out.records, key) if out is not None else None
         return None if value is None or not math.isfinite(value) else float(value)
 
     targets = [summary(ref.label, s, f"best_{metric}") for s in seeds]
@@ -269,12 +269,10 @@ def build_seed_rows(
             "rounds_to_target": rounds,
             "target": targets,
         }
-        mb = [None if (o := runs[(v.label, s)]) is None or not o.records or "bytes_cumulative" not in o.records[-1]
-              else o.records[-1]["bytes_cumulative"] / 1e6 for s in seeds]
+        mb = [None if (b := final_record(v.label, s, "bytes_cumulative")) is None else b / 1e6 for s in seeds]
         if any(x is not None for x in mb):  # communication (SCARLET Sec. IV-A)
             row["cumulative_mb"] = _stat(mb)
-        eps = [None if (o := runs[(v.label, s)]) is None or not o.records or o.records[-1].get("epsilon") is None
-               else o.records[-1]["epsilon"] for s in seeds]
+        eps = [final_record(v.label, s, "epsilon") for s in seeds]
         if any(x is not None for x in eps):  # [privacy]: the budget each seed's run spent
             row["epsilon"] = _stat(eps)
         asr = [final_record(v.label, s, "attack_success_rate") for s in seeds]

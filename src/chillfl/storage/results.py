@@ -319,6 +319,15 @@ def series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], l
     return [p[0] for p in pts], [float(p[1]) for p in pts]
 
 
+def last_value(records: Sequence[Mapping[str, Any]], key: str) -> Any:
+    """``key`` in the last record that has it (None: none has it). A skipped round's record carries no bytes, accuracy
+    or attack success (nothing was sent or trained), so the run's final value is the last round that ran's."""
+    for record in reversed(records):
+        if record.get(key) is not None:
+            return record[key]
+    return None
+
+
 def rounds_to_reach(records: Sequence[Mapping[str, Any]], key: str, target: float) -> int | None:
     """First round whose ``key`` is >= target (None if never)."""
     for rnd, value in zip(*series(records, key)):

@@ -43,8 +43,9 @@ from chillfl.analysis.replay import run_label
 from chillfl.config import RunConfig, load_config
 from chillfl.data.show import plot_class_heatmap
 from chillfl.storage.results import read_metrics, series, to_toml
+from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.run_state import folder_state, is_sweep
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, StorageError
 from chillfl.experiment import build_data
 from chillfl.extras import need
 from chillfl.metrics.spread import SPREAD, seed_band
@@ -562,16 +563,19 @@ def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: 
 
 
 def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | None = None, **kwargs: Any) -> Path:
-    """Render and write the page atomically (a ``.partial`` file renamed when complete)."""
+    """Render the page, then write it atomically (:func:`~chillfl.storage.checkpoint.write_atomic`): a failed write (disk
+    full, a file-size limit, a signal) removes its ``.tmp`` and leaves an older ``out`` as it was, and is one
+    :class:`~chillfl.errors.StorageError` line. It wrote ``OUT.partial`` with ``write_text`` and left it (a traceback)."""
     from chillfl.paths import check_writable_dir
 
     path = Path(out)
     if path.is_dir():
         raise ConfigError("--output", f"{path} is a folder; give an .html file path")
     check_writable_dir(str(path.parent), "--output")  # before the figures are drawn: an unwritable -o is one line, not a traceback
-    page = render(run_dirs, title, **kwargs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
+    page = render(run_dirs, title, **kwargs)  # nothing is written before the page is whole
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # checked writable above; gone since (a race, a full disk)
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    write_atomic(path, page.encode("utf-8"))
     return path

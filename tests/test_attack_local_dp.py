@@ -136,3 +136,50 @@ def test_skipping_attackers_on_flower_equal_sequential(tmp_path: Any, monkeypatc
     privacy = {**DP_FEDAVG, "mechanism": "local"}
     flower, seq = both(tmp_path, "skip", privacy=privacy, attack={"kind": "scaling", "clients": [1], "factor": 50.0, "local_dp": "skip"})
     assert flower == seq
+
+
+def test_the_privacy_wrapper_is_built_with_its_exempt_clients_and_the_attack_leaves_it_as_built() -> None:
+    """The attack builder set ``PrivateAggregation.exempt`` on a wrapper made without it; the wrapper now gets them when it is
+    built (the mechanism's hook passes ``noise.exempt``) and ``attacked_aggregator`` changes nothing inside it."""
+    pytest.importorskip("opacus")
+    from chillfl.attacks.build import attacked_aggregator, skipping_local_dp
+    from chillfl.experiment import build_data
+    from chillfl.privacy.build import private_aggregator
+
+    config = load_config(None, {**TINY, "privacy.mechanism": "local", "attack.local_dp": "skip"})
+    data = build_data(config)
+    assert skipping_local_dp(config, data) == frozenset({1})
+    built = private_aggregator(config, data, FedAvg(), exempt=skipping_local_dp(config, data))
+    assert isinstance(built, PrivateAggregation) and built.exempt == frozenset({1})
+    plain = PrivateAggregation(FedAvg(), client_noise=True, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11)
+    attacked = attacked_aggregator(config, data, plain)
+    assert isinstance(attacked, AttackedAggregation) and attacked.base is plain and plain.exempt == frozenset()
+    comply = load_config(None, {**TINY, "privacy.mechanism": "local"})
+    assert skipping_local_dp(comply, data) == frozenset()
+    with pytest.raises(ValueError, match="client_noise"):  # the server clips everyone: no client to exempt
+        PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=11, exempt=frozenset({1}))
+
+
+def test_a_client_side_hook_that_drops_the_exempt_clients_is_one_line() -> None:
+    """A plugin mechanism whose hook builds a client-side wrapper without ``noise.exempt`` would make skipping attackers comply
+    without a word (the builder's mutation covered for it): refused on privacy.mechanism."""
+    pytest.importorskip("opacus")
+    import dataclasses
+
+    from chillfl.experiment import build_data
+    from chillfl.privacy import build
+    from chillfl.privacy.mechanisms import local
+
+    def forgetful(options: Any, noise: Any, base: Any) -> PrivateAggregation:
+        return PrivateAggregation(base, client_noise=True, clip_norm=noise.clip_norm, noise_multiplier=noise.noise_multiplier, expected=2, seed=noise.seed)
+
+    config = load_config(None, {**TINY, "privacy.mechanism": "local", "attack.local_dp": "skip"})
+    data = build_data(config)
+    plan = build.plan_privacy(config, data)
+    assert plan is not None
+    forgetting = dataclasses.replace(plan, spec=dataclasses.replace(local.SPEC, aggregator=forgetful))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build, "plan_privacy", lambda *args: forgetting)
+        with pytest.raises(ConfigError) as err:
+            build.private_aggregator(config, data, FedAvg(), exempt=frozenset({1}))
+    assert err.value.field == "privacy.mechanism" and "exempt=noise.exempt" in str(err.value)

@@ -27,6 +27,9 @@ def add_analyze_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]
     if not load:
         parser.add_argument("analysis", nargs=argparse.REMAINDER)
         return
+    parser.add_argument("--import-plugins", action="store_true",
+                        help="import the plugin modules the run folders' configs name (a run of your own on a plugin's method); "
+                             "without it a folder is read as data, and an analysis that needs a plugin's code is refused in one line")
     analyses = parser.add_subparsers(dest="analysis", required=True)
     for module in ANALYSES:
         try:

@@ -616,7 +616,7 @@ class _CommandSignals:
 def _dispatch(args: argparse.Namespace) -> int:
     """Run the command; every way it can end that is not a bug is one line on stderr and an exit status."""
     try:
-        return int(args.func(args) or 0)
+        return _call(args)
     except MissingExtra as exc:  # an optional package is missing: one line naming the extra
         print(f"chillfl: {exc}", file=sys.stderr)
         return 2
@@ -662,6 +662,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         if not isinstance(exc, RunInterrupted):
             raise
         return _interrupted(exc)
+
+
+def _call(args: argparse.Namespace) -> int:
+    """The command's function; an analysis of run folders reads them as data (no plugin a saved config names is imported)
+    unless ``--import-plugins`` says they are the user's own. ``report`` and ``status`` read folders as data in the library."""
+    if args.command != "analyze" or getattr(args, "run_dirs", None) is None or getattr(args, "import_plugins", False):
+        return int(args.func(args) or 0)
+    from chillfl.plugins import reading_data
+
+    with reading_data(f"chillfl analyze {args.analysis}", "; `chillfl analyze --import-plugins` imports it, for a run of your own"):
+        return int(args.func(args) or 0)
 
 
 PARTIAL_FOLDERS = frozenset({"run", "compare", "resume", "reproduce"})

@@ -38,6 +38,7 @@ from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiments import experiments_root
 from chillfl.options import OwnTable, parse_options, require, require_range, short_repr
 from chillfl.paths import check_writable_dir
+from chillfl.plugins import PluginNotImported
 from chillfl.settings.distillation import DistillationOptions, DistillationSetup, parse_distillation
 from chillfl.settings.prototypes import PrototypeOptions, PrototypeSettings, parse_prototypes
 from chillfl.settings.privacy import OFF as PRIVACY_OFF
@@ -543,8 +544,12 @@ class RunConfig:
             table = getattr(self, part)
             value = table.get(key)
             require(isinstance(value, str), f"{part}.{key}", "is required (a string)" if value is None else f"must be a string (a registered name), got {type(value).__name__} {short_repr(value)}")
-        soft_labels = self.distillation_setup  # parsed here, before the engine converts any of it (e.g. int(public_size))
-        if self.prototype_settings is not None:
+        try:
+            soft_labels = self.distillation_setup  # parsed here, before the engine converts any of it (e.g. int(public_size))
+            prototypes = self.prototype_settings
+        except PluginNotImported:  # a results folder read as data names a plugin method: its table stays as written, unparsed
+            soft_labels = prototypes = None
+        if prototypes is not None:
             require(soft_labels is None, "prototypes.method", "a run shares soft-labels ([distillation]) or prototypes ([prototypes]), not both")
         for key, value in self.compare.items():
             require(key in COMPARE_KEYS, f"compare.{key}", f"unknown option{did_you_mean(key, COMPARE_KEYS)}; allowed: {', '.join(COMPARE_KEYS)}")

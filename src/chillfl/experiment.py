@@ -18,7 +18,7 @@ from chillfl.aggregation.base import Aggregator, holds_personal_model
 from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, check_plain_sgd, declared_capabilities,
                                          make_aggregator, wrapped)
 from chillfl.privacy.build import private_aggregator, private_steps, with_privacy
-from chillfl.attacks.build import attacked_aggregator, check_attack, poisoned_data, with_attack
+from chillfl.attacks.build import attacked_aggregator, check_attack, poisoned_data, skipping_local_dp, with_attack
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
@@ -389,7 +389,7 @@ def build_experiment(
         raise ConfigError("aggregator", f"the {config.protocol} protocol averages no models, so it takes no aggregator")
     aggregator, terms = build_algorithm(config, model, plugged) if kind.uses_aggregator else (None, [])
     if aggregator is not None:  # [privacy] dp-fedavg / local: clipped (noised) updates around the aggregator's mean
-        aggregator = private_aggregator(config, data, aggregator)
+        aggregator = private_aggregator(config, data, aggregator, exempt=skipping_local_dp(config, data))  # built with the attackers that skip local DP
         aggregator = attacked_aggregator(config, data, aggregator)  # [attack]: the attackers' uploads, before aggregation (and clipping)
     terms = [*terms, *objective_terms(config, terms)]
     policy = build_policy(config, data, plugged)

@@ -23,6 +23,7 @@ one :class:`~chillfl.errors.ConfigError` line naming the field.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import importlib
@@ -30,10 +31,11 @@ import inspect
 import logging
 import pkgutil
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
 
 from chillfl.capabilities import declared
 from chillfl.errors import ConfigError, choice_error
@@ -43,6 +45,47 @@ log = logging.getLogger(__name__)
 
 GROUP = "chillfl.plugins"
 _PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+
+class PluginNotImported(ConfigError):
+    """A name that only a plugin's code could answer (an import path or an entry point), met while a results folder is read
+    as data (:func:`reading_data`): that code is not imported. ``name``: the name as written."""
+
+    def __init__(self, field: str, name: str, command: str, hint: str = "") -> None:
+        self.name, self.command = name, command
+        super().__init__(field, f"{name!r} is plugin code that a results folder names; {command} reads the folder as data and imports none of it{hint}")
+
+
+_READING: contextvars.ContextVar[tuple[str, str, list[tuple[str, str]]] | None] = contextvars.ContextVar("chillfl_reading_data", default=None)
+"""While a results folder is read as data: what reads it and a hint (for the message), and the (field, name)s refused so far."""
+
+
+@contextmanager
+def reading_data(command: str, hint: str = "") -> Iterator[list[tuple[str, str]]]:
+    """Read result folders as data while the block runs: a plugin a saved config names (``"pkg.mod:Name"``, an entry point)
+    is not imported but a :class:`PluginNotImported` on its field, and listings name the built-ins only.
+
+    Why: a results folder may come from anyone, and under ``python -m chillfl`` the working directory (often that folder)
+    is on the import path: reading it must not run a module, or an entry point's ``.dist-info``, shipped beside it. The
+    readers that can go on without the part (the report's figures, ``status``) do; yields the (field, name)s refused, for
+    their one-line note. ``command``: what reads (``chillfl report``), named in the refusal; ``hint``: appended to it.
+    """
+    refused: list[tuple[str, str]] = []
+    token = _READING.set((command, hint, refused))
+    try:
+        yield refused
+    finally:
+        _READING.reset(token)
+
+
+def refuse_plugin(field: str, name: str) -> None:
+    """Raise :class:`PluginNotImported` for ``name`` on ``field`` while a folder is read as data (:func:`reading_data`); else nothing."""
+    reading = _READING.get()
+    if reading is not None:
+        command, hint, refused = reading
+        if (field, name) not in refused:
+            refused.append((field, name))
+        raise PluginNotImported(field, name, command, hint)
 
 
 def is_import_path(name: str) -> bool:
@@ -55,6 +98,8 @@ def load_object(path: str, field: str) -> Any:
     if not _PATH.match(path):
         raise ConfigError(field, f"{path!r} is not an import path; write 'package.module:Name'")
     module_name, _, attribute = path.partition(":")
+    if module_name != "chillfl" and not module_name.startswith("chillfl."):  # a built-in is chillfl's own code, not the folder's
+        refuse_plugin(field, path)
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - the user's module: any error while importing it is a bad config value
@@ -99,6 +144,8 @@ def plugin_names(accepts: Callable[[Any], bool] | None = None) -> list[str]:
     names = sorted(entry_points())
     if accepts is None:
         return names
+    if _READING.get() is not None:  # telling the parts apart imports each entry point: a folder read as data lists the built-ins
+        return []
     out = []
     for name in names:
         try:
@@ -165,7 +212,18 @@ def resolve(name: str, field: str) -> Any | None:
     if is_import_path(name):
         return load_object(name, field)
     path = entry_points().get(name)
+    if path is not None:
+        refuse_plugin(field, name)  # the entry point's name, as the folder wrote it
     return None if path is None else load_object(path, field)
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A plugin's own options as a results folder wrote them, kept unparsed while the folder is read as data
+    (:func:`reading_data`): its options dataclass is the plugin's code. Written back as they were."""
+
+    name: str
+    table: Mapping[str, Any]
 
 
 T = TypeVar("T")

@@ -171,6 +171,33 @@ def resolved(config: RunConfig) -> RunConfig:
     return config if out == config else out
 
 
+def added_options(written: Mapping[str, Any], config: RunConfig) -> dict[str, Any]:
+    """The options ``config`` resolves to that a result folder's ``config.toml`` (``written``, as read) lacks, by dotted
+    name, with the value each takes now: options chillfl added after the run started (FedPAC's ``unseen``, ``attack.local_dp``),
+    which a resumed run takes at their defaults. Unset ones (``None``) are left out: TOML never wrote them."""
+    return dict(_added(written, resolved(config).to_dict(), ()))
+
+
+def _added(written: Any, now: Mapping[str, Any], keys: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+    for key, value in now.items():
+        if value is None or (not keys and key in ("variants", "compare", "tune")):
+            continue
+        where = (*keys, str(key))
+        if not isinstance(written, Mapping) or key not in written:
+            yield from _leaves(value, where)
+        elif isinstance(value, Mapping):
+            yield from _added(written[key], value, where)
+
+
+def _leaves(value: Any, keys: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, Mapping):  # a table added whole: each of its options
+        for key, inner in value.items():
+            if inner is not None:
+                yield from _leaves(inner, (*keys, str(key)))
+    else:
+        yield ".".join(keys), value
+
+
 def unset_options(config: RunConfig) -> list[str]:
     """The options of ``config``'s parts left unset (``None``: derived at run time), as ``section.option``: what the TOML form omits."""
     return sorted(_unset(config.to_dict(), ()))

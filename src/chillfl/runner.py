@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import logging
 import os
 import shutil
@@ -37,10 +38,10 @@ import torch
 from tqdm import tqdm
 
 from chillfl.aggregation.registry import algorithm_spec
-from chillfl.config import RunConfig, load_config
+from chillfl.config import RunConfig, load_config, read_config_file
 from chillfl.data import FederatedData
 from chillfl.data.partition_file import PARTITION_FILE, encode_partition, partition_record
-from chillfl.resolve import resolved
+from chillfl.resolve import added_options, resolved
 from chillfl.storage.checkpoint import read_checkpoint, read_state, write_atomic, write_state
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import Redraw, run_rounds
@@ -337,6 +338,7 @@ def resume_experiment(
     writer = None
     try:
         config = load_config(point.path / "config.toml")
+        _say_added_options(point.path / "config.toml", config)
         if point.done > config.federation.rounds:  # an edited config resumed with --force: no round would run, yet the folder would look finished
             raise ConfigError("federation.rounds", f"{point.path / CHECKPOINT} is of round {point.done}, past federation.rounds = {config.federation.rounds} in config.toml")
         check_sinks(config)
@@ -352,6 +354,15 @@ def resume_experiment(
     finally:
         if writer is None:
             point.lock.release()
+
+
+def _say_added_options(path: Path, config: RunConfig) -> None:
+    """One warning line naming the options this code resolves ``config`` to that its ``config.toml`` lacks (added since the run
+    started) and the defaults they take: the resumed rounds run with them, which nothing said before."""
+    added = added_options(read_config_file(path), config)
+    if added:  # JSON's spelling of a string, number, boolean or list is TOML's: the line reads as the file would
+        said = ", ".join(f"{key} = {json.dumps(value, default=str, ensure_ascii=False)}" for key, value in added.items())
+        log.warning("resume: options added since this run started take their defaults: %s", said)
 
 
 def _checkpoint_round(writer: ResultWriter) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chillfl.errors import ConfigError
+from chillfl.plugins import reading_data
 from chillfl.storage.results import FAILED, PARTIAL
 from chillfl.storage.run_state import RunState, folder_state, is_sweep, run_state
 from chillfl.wording import counted
@@ -30,8 +31,15 @@ def comparison_states(folder: Path) -> list[RunState]:
 
 
 def status_table(path: str | Path) -> str:
-    """The status of the run or comparison folder ``path`` as a Markdown table with a one-line summary above it."""
-    folder = Path(path)
+    """The status of the run or comparison folder ``path`` as a Markdown table with a one-line summary above it.
+
+    The folder is read as data: no plugin a saved config names is imported (:func:`~chillfl.plugins.reading_data`); a
+    plugin's table is kept as written, and nothing here needs its code."""
+    with reading_data("chillfl status"):
+        return _status_table(Path(path))
+
+
+def _status_table(folder: Path) -> str:
     if not folder.is_dir():
         raise ConfigError(FIELD, f"{folder} is not a folder (give a run's or a comparison's result folder)")
     if is_sweep(folder):

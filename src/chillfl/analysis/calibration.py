@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from chillfl.analysis.replay import build_run, load_model_state, out_folder, predict, run_label, write_json
+from chillfl.analysis.replay import build_evaluation, load_model_state, out_folder, predict, run_label, write_json
 from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.metrics.calibration import BINNINGS, DEFAULT_BINS, brier_score, negative_log_likelihood, reliability
@@ -46,7 +46,7 @@ def calibration_of(logits: torch.Tensor, y: torch.Tensor, *, temperature: float 
 def analyze(run_dirs: Sequence[str], *, temperature: float = 1.0, bins: int = DEFAULT_BINS, binning: str = "width") -> dict[str, Any]:
     out: dict[str, Any] = {"analysis": "calibration", "runs": {}}
     for run_dir in run_dirs:
-        exp = build_run(run_dir)
+        exp = build_evaluation(run_dir)  # the model and data: the method (maybe a plugin's) plays no part
         x, y = exp.data.test()
         logits = predict(exp.model, load_model_state(run_dir, exp.device), x.to(exp.device), exp.config.eval.batch_size)
         out["runs"][run_label(run_dir, run_dirs)] = {"run_dir": str(run_dir), **calibration_of(logits.cpu(), y.cpu(), temperature=temperature, bins=bins, binning=binning)}

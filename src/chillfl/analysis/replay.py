@@ -40,7 +40,8 @@ from chillfl.storage.model_file import read_model
 from chillfl.storage.results import strict
 from chillfl.engine.protocol import AroundProtocol
 from chillfl.errors import ConfigError
-from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
+from chillfl.data import FederatedData
+from chillfl.experiment import Experiment, build_data, build_experiment, build_initial_model, build_protocol, make_executor, resolve_device
 from chillfl.protocols.parameters import ParameterSharing
 from chillfl.protocols.registry import protocol_of
 from chillfl.training.local import split_state
@@ -81,6 +82,27 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
 def build_run(run_dir: str | Path, field: str = "run_dir") -> Experiment:
     """The run's experiment (model template, data, policy...) rebuilt from its saved config."""
     return build_experiment(load_run(run_dir, field))
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What evaluating a run's saved global model needs, and no more: its config, data, model template and device."""
+
+    config: RunConfig
+    data: FederatedData
+    model: nn.Module
+    device: torch.device
+
+
+def build_evaluation(run_dir: str | Path, field: str = "run_dir") -> Evaluation:
+    """The run's data and model template rebuilt from its saved config, as :func:`build_run` builds them, without its method,
+    policy, terms or protocol: evaluating the saved model needs none of them, so a run on a plugin's aggregator is evaluated
+    without importing it (the folder is data: :func:`chillfl.plugins.reading_data`)."""
+    config = load_run(run_dir, field)
+    device = resolve_device(config.device)
+    data = build_data(config)
+    model, _ = build_initial_model(config, data.dataset.input_shape, data.num_classes)
+    return Evaluation(config, data, model.to(device), device)
 
 
 @dataclass

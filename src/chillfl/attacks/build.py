@@ -62,21 +62,32 @@ def poisoned_data(config: RunConfig, data: FederatedData) -> FederatedData:
     return poisoned(data, config.attack, attacker_ids(config, data.num_clients), config.seed)
 
 
+def forges_models(config: RunConfig) -> bool:
+    """Whether the run's attackers rewrite the models they upload (a ``forge_models`` hook, under parameter sharing only:
+    prototype sharing's model aggregator, where models travel too, gets the honest models)."""
+    return config.attack.enabled and spec_of(config.attack).forge_models is not None and config.protocol == PARAMETERS
+
+
+def skipping_local_dp(config: RunConfig, data: FederatedData) -> frozenset[int]:
+    """The attackers that send the models they forge without a client-side ``[privacy]`` step (``attack.local_dp = "skip"``):
+    the run builder passes them to :func:`chillfl.privacy.build.private_aggregator`, which builds its wrapper with them
+    exempt (local DP is client-side; a server-side mechanism still clips them). Empty otherwise."""
+    if config.attack.local_dp != "skip" or not forges_models(config):
+        return frozenset()
+    return attacker_ids(config, data.num_clients)
+
+
 def attacked_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggregator) -> Aggregator:
-    """The aggregator wrapped so the attackers' uploads are rewritten before it aggregates (a ``forge_models`` hook under
-    parameter sharing only: prototype sharing's model aggregator, where models travel too, gets the honest models).
+    """The aggregator wrapped so the attackers' uploads are rewritten before it aggregates (see :func:`forges_models`).
 
     The attack wrapper is outermost, so a ``[privacy]`` wrapper inside it clips (and, ``local``, noises) the forged
-    uploads as anyone's; under ``local`` with ``attack.local_dp = "skip"`` the attackers' uploads are exempted from it."""
-    if not config.attack.enabled or spec_of(config.attack).forge_models is None or config.protocol != PARAMETERS:
+    uploads as anyone's; under ``local`` with ``attack.local_dp = "skip"`` that wrapper was built with the attackers
+    exempt (:func:`skipping_local_dp`): nothing here changes it."""
+    if not forges_models(config):
         return aggregator
     from chillfl.attacks.aggregate import AttackedAggregation
-    from chillfl.privacy.aggregate import PrivateAggregation
 
-    ids = attacker_ids(config, data.num_clients)
-    if config.attack.local_dp == "skip" and isinstance(aggregator, PrivateAggregation) and aggregator.client_noise:
-        aggregator.exempt = ids  # local DP is client-side: an attacker that skips it sends its forged model as it is
-    return AttackedAggregation(aggregator, config.attack, ids, config.seed)
+    return AttackedAggregation(aggregator, config.attack, attacker_ids(config, data.num_clients), config.seed)
 
 
 def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:

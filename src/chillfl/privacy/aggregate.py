@@ -94,7 +94,7 @@ class PrivateAggregation(AroundAggregator):
 
     def __init__(
         self, base: WeightedMean, *, client_noise: bool, clip_norm: float, noise_multiplier: float, expected: int, seed: int, adaptive: AdaptiveClip | None = None,
-        weights: Sequence[float] | None = None, w_min_share: float | None = None,
+        weights: Sequence[float] | None = None, w_min_share: float | None = None, exempt: frozenset[int] = frozenset(),
     ) -> None:
         super().__init__(base)
         self.client_noise = client_noise
@@ -111,9 +111,12 @@ class PrivateAggregation(AroundAggregator):
         divide by max(q W_min, the reporting clients' weight), noise std 2 sigma C / (q W_min) on that mean."""
         if self.weights is not None and not all(0.0 <= w <= 1.0 for w in self.weights):  # a weight above 1 would raise the sensitivity above C
             raise ValueError(f"PrivateAggregation: every client weight must be in [0, 1], got {self.weights}")
-        self.exempt: frozenset[int] = frozenset()
+        if exempt and not client_noise:  # the server clips and noises every upload: no client can skip that
+            raise ValueError(f"PrivateAggregation: exempt clients {sorted(exempt)} need client_noise (a client-side mechanism to skip)")
+        self.exempt = frozenset(exempt)
         """``client_noise`` only: clients whose uploads pass as sent, neither clipped nor noised (attackers that skip the
-        client-side mechanism, ``attack.local_dp = "skip"``; set by :mod:`chillfl.attacks.build`)."""
+        client-side mechanism, ``attack.local_dp = "skip"``): given when the wrapper is built (the mechanism's hook passes
+        :attr:`~chillfl.privacy.spec.Noise.exempt`), so the wrapper is whole once made, not changed by the attack's builder."""
         self._metrics: dict[str, Json] = {}
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:

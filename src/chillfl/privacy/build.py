@@ -7,6 +7,7 @@ accounts and which hooks it has, and where it runs follows from them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -119,8 +120,11 @@ MODELS = "what the clients' models reveal"
 """What a mechanism acting on the clients' updates or local steps noises under the parameter protocol."""
 
 
-def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggregator) -> Aggregator:
+def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggregator, exempt: frozenset[int] = frozenset()) -> Aggregator:
     """The aggregator wrapped by the mechanism's ``aggregator`` hook, where it has one; else as it is.
+
+    ``exempt``: the clients that skip a client-side mechanism (:func:`chillfl.attacks.build.skipping_local_dp`), handed to
+    the hook in its :class:`~chillfl.privacy.spec.Noise`.
 
     The base must be a weighted mean (``takes_weights``) whose server maths reads nothing but the models
     (no ``plain_sgd`` normalisation by step counts, no control variates): anything else is refused.
@@ -134,11 +138,17 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
     if not capabilities.takes_weights or capabilities.plain_sgd:
         why = capabilities.plain_sgd or "its aggregate() takes no client weights; a plugin's that does declares takes_weights"
         raise ConfigError(FIELD, f"{plan.mechanism!r} adds noise to a weighted mean of the clients' clipped updates, which algorithm {name!r} is not ({why})")
+    from chillfl.privacy.aggregate import PrivateAggregation
+
     base: Any = aggregator  # a weighted mean, as its capabilities declare
-    private = plan.spec.aggregator(plan.options, plan.noise, base)
+    noise = dataclasses.replace(plan.noise, exempt=frozenset(exempt)) if exempt else plan.noise
+    private = plan.spec.aggregator(plan.options, noise, base)
     if not has_methods(type(private), ("aggregate",)):  # a plugin's hook: one line, not an error inside the round loop
         raise ConfigError(FIELD, f"{plan.mechanism!r}: its aggregator hook must return an aggregator (chillfl.extend.PrivateAggregation wraps the one it is given), "
                                  f"got {type(private).__name__}")
+    if exempt and isinstance(private, PrivateAggregation) and private.client_noise and private.exempt != noise.exempt:
+        raise ConfigError(FIELD, f"{plan.mechanism!r}: its aggregator hook builds a client-side PrivateAggregation without exempt=noise.exempt, "
+                                 "so the attackers set to skip the client-side step would comply without a word: pass it on")
     return private
 
 

@@ -110,6 +110,10 @@ class Noise:
     sizes: RunSizes
     seed: int
     """The run's seed: derive a stream from it (:func:`chillfl.seeds.derive_seed`) with the round and the client."""
+    exempt: frozenset[int] = frozenset()
+    """Clients that do not run a client-side mechanism on what they upload (attackers with ``attack.local_dp = "skip"``,
+    :func:`chillfl.attacks.build.skipping_local_dp`): an ``aggregator`` hook that noises on the clients' side passes them to
+    :class:`~chillfl.privacy.aggregate.PrivateAggregation` (``exempt=``); a server-side one has nothing for them to skip."""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import base64
 import html
 import io
 import json
+import logging
 import math
 import re
 import tempfile
@@ -43,12 +44,16 @@ from chillfl.analysis.replay import run_label
 from chillfl.config import RunConfig, load_config
 from chillfl.data.show import plot_class_heatmap
 from chillfl.storage.results import read_metrics, series, to_toml
+from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.run_state import folder_state, is_sweep
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, StorageError
 from chillfl.experiment import build_data
 from chillfl.extras import need
+from chillfl.plugins import PluginNotImported, reading_data
 from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.wording import counted
+
+log = logging.getLogger(__name__)
 
 IGNORED_FOR_GROUPING = ("seed", "name", "out_dir", "data_dir", "device", "executor", "threads")
 TABLE_METRICS = (
@@ -323,6 +328,8 @@ def reliability_figure(run: Run) -> str | None:
     elif (run.folder / "model.safetensors").is_file():
         try:
             result = analyze([str(run.folder)], bins=run.config.eval.ece_bins)
+        except PluginNotImported:  # its aggregator or policy is a plugin's: the caller names it in its note
+            raise
         except ConfigError:  # e.g. a dataset that is not on this machine
             return None
     else:
@@ -334,6 +341,8 @@ def partition_figure(run: Run) -> str | None:
     """The class x client heat map of ``run``'s partition (rebuilt from its config; None if the data is unavailable)."""
     try:
         data = build_data(run.config)
+    except PluginNotImported:  # e.g. a plugin's soft-label method (its public pool): the caller names it in its note
+        raise
     except ConfigError:  # e.g. a dataset that is not on this machine
         return None
     return _via_file(lambda path: plot_class_heatmap(data.class_counts(), path, title=f"{run.config.name}: class counts per client (seed {run.config.seed})"))
@@ -508,8 +517,31 @@ def default_title(run_dirs: Sequence[str | Path], runs: int) -> str:
 
 
 def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: bool = True, partitions: bool = True) -> str:
-    """The report page as a string (see module docstring)."""
+    """The report page as a string (see module docstring).
+
+    The folders are read as data (:func:`~chillfl.plugins.reading_data`): no plugin module a saved config names is imported.
+    A plugin's table is shown as written; a figure that needs its code (a partition beside a plugin's soft-label method, an
+    old folder's reliability diagram under a plugin aggregator) is left out, and one note line names the plugins.
+    """
     need("matplotlib", "plots", "the report's figures")
+    left_out: list[str] = []
+    with reading_data("chillfl report"):
+        page = _render(run_dirs, title, models=models, partitions=partitions, left_out=left_out)
+    if left_out:
+        log.info("note: the report imports no plugin code that a results folder names; left out, as only that code could draw them: %s", "; ".join(left_out))
+    return page
+
+
+def _unless_plugin(figure: Callable[[Run], str | None], run: Run, what: str, left_out: list[str]) -> str | None:
+    """``figure(run)``, or None with ``what`` and the plugin named in ``left_out`` when it needs a plugin's code."""
+    try:
+        return figure(run)
+    except PluginNotImported as exc:
+        left_out.append(f"{what} ({exc.field} = {exc.name!r})")
+        return None
+
+
+def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, partitions: bool, left_out: list[str]) -> str:
     runs = [load_run(p) for p in find_runs(run_dirs)]
     groups = group_runs(runs)
     title = title or default_title(run_dirs, len(runs))
@@ -546,7 +578,7 @@ def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: 
     parts.append(f'<img alt="calibration over rounds" src="{uri}">' if uri else '<p class="muted">no calibration metrics in these runs</p>')
     if models:
         for g in groups:
-            if uri := reliability_figure(g.runs[0]):
+            if uri := _unless_plugin(reliability_figure, g.runs[0], f"the reliability diagram of {g.label}", left_out):
                 parts.append(f'<div class="fig"><img alt="reliability {_e(g.label)}" src="{uri}"></div>')
     if partitions:
         parts.append("<h2>Partitions</h2>")
@@ -554,24 +586,27 @@ def render(run_dirs: Sequence[str | Path], title: str | None = None, *, models: 
         for g in groups:  # groups on the same data, partition and seed share one heat map
             shared.setdefault(_partition_key(g.runs[0].config), []).append(g)
         for members in shared.values():
-            if uri := partition_figure(members[0].runs[0]):
-                names = ", ".join(m.label for m in members)
+            names = ", ".join(m.label for m in members)
+            if uri := _unless_plugin(partition_figure, members[0].runs[0], f"the partition of {names}", left_out):
                 parts.append(f'<div class="fig"><p class="muted">{_e(names)}</p><img alt="partition {_e(names)}" src="{uri}"></div>')
     parts += ['<p id="render-check" hidden data-images="" data-broken="" data-tables="" data-overflow=""></p>', f"<script>{SCRIPT}</script>", "</body></html>"]
     return "\n".join(parts)
 
 
 def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | None = None, **kwargs: Any) -> Path:
-    """Render and write the page atomically (a ``.partial`` file renamed when complete)."""
+    """Render the page, then write it atomically (:func:`~chillfl.storage.checkpoint.write_atomic`): a failed write (disk
+    full, a file-size limit, a signal) removes its ``.tmp`` and leaves an older ``out`` as it was, and is one
+    :class:`~chillfl.errors.StorageError` line. It wrote ``OUT.partial`` with ``write_text`` and left it (a traceback)."""
     from chillfl.paths import check_writable_dir
 
     path = Path(out)
     if path.is_dir():
         raise ConfigError("--output", f"{path} is a folder; give an .html file path")
     check_writable_dir(str(path.parent), "--output")  # before the figures are drawn: an unwritable -o is one line, not a traceback
-    page = render(run_dirs, title, **kwargs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
+    page = render(run_dirs, title, **kwargs)  # nothing is written before the page is whole
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # checked writable above; gone since (a race, a full disk)
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    write_atomic(path, page.encode("utf-8"))
     return path

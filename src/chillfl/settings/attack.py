@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal, Mapping
 from chillfl import plugins
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import NoOptions, OwnTable, require
-from chillfl.plugins import SpecFamily
+from chillfl.plugins import PluginNotImported, SpecFamily
 from chillfl.settings.chosen import Choice, NamedSpec
 
 SECTION = "attack"
@@ -137,7 +137,10 @@ class AttackConfig(AttackOptions, OwnTable):
         shared = CHOICE.parse_shared(table)
         if shared.kind == OFF:
             return cls(**CHOICE.shared_values(shared), options=NoOptions(), held=CHOICE.held(table, CHOICE.rest(table, None)))
-        own = attack_spec(shared.kind).options
+        try:
+            own = attack_spec(shared.kind).options
+        except PluginNotImported:  # a folder read as data: the plugin's options kept as written (its spec is its code)
+            return cls(**CHOICE.shared_values(shared), options=CHOICE.unread(table, shared.kind))
         return cls(**CHOICE.shared_values(shared), options=CHOICE.own(table, CHOICE.rest(table, own), shared.kind, own))
 
     def table(self) -> dict[str, Any]:

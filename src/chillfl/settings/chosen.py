@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from chillfl.errors import ConfigError
 from chillfl.options import Chosen, HasOptions, parse_options, require, unknown_option
+from chillfl.plugins import Unread
 
 
 @runtime_checkable
@@ -124,5 +125,11 @@ class Choice:
 
     def write(self, shared: Any, options: Any, held: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
         """The flat table: the shared options, then the chosen spec's own (every default written), or while off the options held."""
+        if isinstance(options, Unread):  # a plugin's, from a folder read as data: as the folder wrote them
+            return {**self.shared_values(shared), **options.table}
         own = {k: v for k, v in dataclasses.asdict(options).items() if k in option_names(type(options))}
         return {**self.shared_values(shared), **own, **dict(held)}
+
+    def unread(self, table: Mapping[str, Any], chosen: str) -> Unread:
+        """The chosen plugin's own options as written (the keys beyond the shared ones), while a folder is read as data."""
+        return Unread(chosen, {k: table[k] for k in self.rest(table, None)})

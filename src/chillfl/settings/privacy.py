@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal, Mapping, Protocol, runtime_checkable
 from chillfl import plugins
 from chillfl.errors import choice_error
 from chillfl.options import NoOptions, OwnTable, require
-from chillfl.plugins import SpecFamily
+from chillfl.plugins import PluginNotImported, SpecFamily
 from chillfl.settings.chosen import Choice, NamedSpec
 
 SECTION = "privacy"
@@ -168,7 +168,10 @@ class PrivacyConfig(PrivacyOptions, OwnTable):
         values = CHOICE.shared_values(shared)
         if shared.mechanism == OFF:
             return cls(**values, options=NoOptions(), held=CHOICE.held(table, CHOICE.rest(table, None)))
-        spec = mechanism_spec(shared.mechanism)
+        try:
+            spec = mechanism_spec(shared.mechanism)
+        except PluginNotImported:  # a folder read as data: the plugin's options kept as written (its spec is its code)
+            return cls(**values, options=CHOICE.unread(table, shared.mechanism))
         options = CHOICE.own(table, CHOICE.rest(table, spec.options), shared.mechanism, spec.options)
         require(
             shared.adjacency != "replace" or not spec.subsampled,

@@ -43,7 +43,7 @@ from chillfl.analysis.calibration import analyze, plot_reliability
 from chillfl.analysis.replay import run_label
 from chillfl.config import RunConfig, load_config
 from chillfl.data.show import plot_class_heatmap
-from chillfl.storage.results import read_metrics, series, to_toml
+from chillfl.storage.results import last_value, read_metrics, series, to_toml
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.run_state import folder_state, is_sweep
 from chillfl.errors import ConfigError, StorageError
@@ -410,7 +410,7 @@ def _value(run: Run, key: str) -> Any:
     """A results-table column's value for one run: from its summary, or its final record (:data:`FROM_RECORDS`)."""
     if key in run.summary or key not in FROM_RECORDS:
         return run.summary.get(key)
-    return run.records[-1].get(FROM_RECORDS[key]) if run.records else None  # a summary written before it had the key
+    return last_value(run.records, FROM_RECORDS[key])  # a summary written before it had the key (a skipped last round has none)
 
 
 def _metrics_columns(groups: Sequence[Group]) -> tuple[tuple[str, str, bool], ...]:

@@ -114,7 +114,7 @@ def test_a_broken_pipe_that_is_not_stdout_is_not_hidden(monkeypatch):
         raise BrokenPipeError("some other pipe")
 
     with pytest.raises(BrokenPipeError, match="some other pipe"):
-        _dispatch(argparse.Namespace(func=fails))
+        _dispatch(argparse.Namespace(func=fails, command="run"))
 
 
 @pytest.mark.parametrize(("command", "says_resume"), [("analyze", False), ("report", False), ("list", False), ("run", True), ("compare", True)])

@@ -80,7 +80,7 @@ class FederationConfig:
     sampling: Literal["fixed", "poisson"] = "fixed"
     """``fixed``: ``sample_size()`` distinct clients a round; ``poisson``: each client independently with probability
     q = sample_size() / num_clients (the count varies; a round that draws nobody is skipped). Poisson is what the
-    subsampled-Gaussian accountant bounds (docs/privacy.md)."""
+    subsampled mechanism's privacy accountant bounds (docs/privacy.md)."""
     dropout: float = 0.0
     """Probability that a sampled client is unavailable for the round: it receives nothing and never reports."""
     stragglers: float = 0.0

@@ -338,7 +338,8 @@ def resume_experiment(
     writer = None
     try:
         config = load_config(point.path / "config.toml")
-        _say_added_options(point.path / "config.toml", config)
+        if not point.edited:  # an edited config's missing keys are the edit's (another method's options), not options added since
+            _say_added_options(point.path / "config.toml", config)
         if point.done > config.federation.rounds:  # an edited config resumed with --force: no round would run, yet the folder would look finished
             raise ConfigError("federation.rounds", f"{point.path / CHECKPOINT} is of round {point.done}, past federation.rounds = {config.federation.rounds} in config.toml")
         check_sinks(config)

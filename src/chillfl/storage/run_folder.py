@@ -45,6 +45,8 @@ class ResumePoint:
     records: list[dict[str, Any]]
     metrics: bytes
     config: bytes
+    edited: bool = False
+    """``config.toml`` changed since the checkpoint (resumed with ``--force``): it is no longer the config the run started with."""
 
 
 def run_metadata(config: bytes, metrics_bytes: int, metrics_sha256: str) -> dict[str, Any]:
@@ -82,11 +84,12 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
         state, run = read_checkpoint(path / CHECKPOINT, verify=not force)
         done = _round_of(state, path / CHECKPOINT)
         config = (path / "config.toml").read_bytes()
-        if run.get("config_sha256") not in (None, hashlib.sha256(config).hexdigest()) and not force:
+        edited = run.get("config_sha256") not in (None, hashlib.sha256(config).hexdigest())
+        if edited and not force:
             changes = _config_changes(run.get("config_toml", ""), config)
             raise ConfigError("config.toml", f"{path / 'config.toml'} changed since the checkpoint of round {done}: {changes}; `chillfl resume --force` resumes with it as it is now")
         metrics, records = _metrics_until(path / "metrics.jsonl", run, done, force)
-        return ResumePoint(path, lock, done, records, metrics, config)
+        return ResumePoint(path, lock, done, records, metrics, config, edited)
     except BaseException:
         lock.release()
         raise

@@ -91,3 +91,25 @@ def test_a_skipped_last_round_keeps_the_runs_communication_summary() -> None:
     out = run_experiment(load_config(None, BASE), write=False, progress=False)  # round 3 drew nobody (BASE)
     assert out.records[-1]["skipped"] is True and "bytes_cumulative" not in out.records[-1]
     assert out.summary["communication"]["bytes_total"] == out.records[1]["bytes_cumulative"] > 0
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        pytest.param({}, id="parameters"),
+        pytest.param({"privacy.mechanism": "dp-fedavg", "privacy.noise_multiplier": 0.5}, id="dp-fedavg"),  # the accountant around it
+        pytest.param({"prototypes.method": "fedproto"}, id="prototypes"),
+        pytest.param({"distillation.method": "dsfl", "distillation.public_size": 60, "distillation.subset_size": 20}, id="soft-labels"),
+    ],
+)
+def test_a_skipped_last_round_still_evaluates_the_final_model(method: dict[str, Any]) -> None:
+    # eval.every > rounds: only the last round is due, and it drew nobody (BASE). Before, no round evaluated the global
+    # model: final_global_acc was missing (with eval.every = 2 over 6 rounds it was round 4's, not the saved model's).
+    out = run_experiment(load_config(None, {**BASE, **method, "eval.every": 10}), write=False, progress=False)
+    *trained, last = out.records
+    assert last["skipped"] is True and all("global_acc" not in r for r in trained)
+    assert out.summary["final_global_acc"] == last["global_acc"] is not None
+    if "calibration" in out.summary:  # the saved model's accuracy, measured apart from the rounds
+        assert out.summary["calibration"]["accuracy"] == pytest.approx(last["global_acc"], abs=1e-12)
+    if "privacy.mechanism" in method:
+        assert "epsilon" in last or "epsilon" in trained[-1]

@@ -326,6 +326,10 @@ class ParameterSharing:
         record.metrics.update(self.book.evaluate(round, self.state))
         return record
 
+    def skipped_round(self, round: int) -> dict[str, Json]:
+        """A skipped round (:class:`~chillfl.engine.protocol.ObservesSkippedRounds`): the run's last one evaluates the global model (:meth:`ServerBook.last`)."""
+        return self.book.evaluate(round, self.state) if self.book.last(round) else {}
+
     def measure_after_average(self, sampled: Sequence[int]) -> None:
         """Local accuracy, loss (and validation accuracy) of the clients ``local_acc`` reports, on the model just averaged.
 

@@ -113,3 +113,31 @@ def test_a_skipped_last_round_still_evaluates_the_final_model(method: dict[str, 
         assert out.summary["calibration"]["accuracy"] == pytest.approx(last["global_acc"], abs=1e-12)
     if "privacy.mechanism" in method:
         assert "epsilon" in last or "epsilon" in trained[-1]
+
+
+def test_a_skipped_rounds_evaluation_sits_at_the_bytes_sent_so_far() -> None:
+    from chillfl.metrics.communication import accuracy_vs_bytes, communication_summary
+
+    records = [
+        {"round": 1, "bytes_cumulative": 100, "global_acc": 0.2},
+        {"round": 2, "skipped": True},
+        {"round": 3, "bytes_cumulative": 250},  # eval.every = 2: not evaluated
+        {"round": 4, "skipped": True, "global_acc": 0.6},  # the skipped last round evaluates the final model
+    ]
+    assert accuracy_vs_bytes(records, "global_acc") == ([100, 250], [0.2, 0.6])  # before: ([100], [0.2]), the final point lost
+    assert communication_summary(records, target=0.5)["bytes_to_target"] == 250  # before: None (never reached)
+    assert accuracy_vs_bytes([{"round": 1, "global_acc": 0.3}], "global_acc") == ([], [])  # no bytes counted: no points
+
+
+def test_compare_prices_a_target_first_reached_in_a_skipped_round() -> None:
+    from chillfl.report.compare import build_rows
+    from chillfl.runner import RunOutput
+    from chillfl.sweeps.plan import Variant
+
+    base, late = Variant("base", {}), Variant("late", {})
+    evaluated = [{"round": 1, "bytes_cumulative": 100, "global_acc": 0.6}, {"round": 2, "bytes_cumulative": 200, "global_acc": 0.6}]
+    skipped_last = [{"round": 1, "bytes_cumulative": 100, "global_acc": 0.4}, {"round": 2, "skipped": True, "global_acc": 0.6}]
+    outputs = {"base": RunOutput(None, evaluated, {"best_global_acc": 0.6, "final_global_acc": 0.6}),
+               "late": RunOutput(None, skipped_last, {"best_global_acc": 0.6, "final_global_acc": 0.6})}
+    row = build_rows([base, late], outputs, base, base)[1]
+    assert row["rounds_to_target"] == 2 and row["mb_to_target"] == 100 / 1e6  # before: None (the skipped record has no bytes)

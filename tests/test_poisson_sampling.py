@@ -141,3 +141,12 @@ def test_compare_prices_a_target_first_reached_in_a_skipped_round() -> None:
                "late": RunOutput(None, skipped_last, {"best_global_acc": 0.6, "final_global_acc": 0.6})}
     row = build_rows([base, late], outputs, base, base)[1]
     assert row["rounds_to_target"] == 2 and row["mb_to_target"] == 100 / 1e6  # before: None (the skipped record has no bytes)
+
+
+def test_a_run_whose_every_round_was_skipped_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    # seed 1, q = 1/6: nobody in either round. Before, the run ended silently with the initial model's accuracy as its result.
+    config = load_config(None, {**BASE, "federation.clients_per_round": 1, "federation.rounds": 2})
+    with caplog.at_level("WARNING", logger="chillfl.runner"):
+        out = run_experiment(config, write=False, progress=False)
+    assert all(r["skipped"] for r in out.records) and out.records[-1]["global_acc"] is not None
+    assert [m for m in caplog.messages if m.startswith("no round trained: all 2 were skipped")]

@@ -150,3 +150,18 @@ def test_a_run_whose_every_round_was_skipped_says_so(caplog: pytest.LogCaptureFi
         out = run_experiment(config, write=False, progress=False)
     assert all(r["skipped"] for r in out.records) and out.records[-1]["global_acc"] is not None
     assert [m for m in caplog.messages if m.startswith("no round trained: all 2 were skipped")]
+
+
+def test_seed_bands_keep_the_rounds_one_seed_skipped() -> None:
+    from chillfl.metrics.spread import seed_band
+
+    # seed a skipped round 2 (its model is round 1's), seed b round 3; before, the band kept only rounds 1 and 4
+    a = [{"round": 1, "global_acc": 0.2}, {"round": 2, "skipped": True}, {"round": 3, "global_acc": 0.4}, {"round": 4, "global_acc": 0.5}]
+    b = [{"round": 1, "global_acc": 0.4}, {"round": 2, "global_acc": 0.6}, {"round": 3, "skipped": True}, {"round": 4, "global_acc": 0.7}]
+    rounds, mean, _ = seed_band([a, b], "global_acc")
+    assert rounds == [1, 2, 3, 4] and mean == pytest.approx([0.3, 0.4, 0.5, 0.6])
+    # not carried: a local accuracy (nobody to measure), nor a round whose previous one was not evaluated (eval.every)
+    local = [[{"round": 1, "local_acc": 0.2}, {"round": 2, "skipped": True}], [{"round": 1, "local_acc": 0.4}, {"round": 2, "local_acc": 0.6}]]
+    assert seed_band(local, "local_acc")[0] == [1]
+    sparse = [[{"round": 1}, {"round": 2, "skipped": True}, {"round": 3, "global_acc": 0.1}]]
+    assert seed_band(sparse, "global_acc")[0] == [3]

@@ -58,7 +58,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
-from chillfl.engine.record import RoundRecord
+from chillfl.engine.record import Json, RoundRecord
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, check_aggregated, local_evaluation, local_validation, policy_accuracy, state_bytes
 from chillfl.protocols.parts import Experiment

@@ -67,6 +67,9 @@ def test_replay_draws_the_runs_poisson_sample(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         replay_round(tmp_path / "empty" / "p", "initial")
     assert err.value.field == "federation.sampling"
+    # which round, and why: before, "too few reporting clients" (there were none to draw), and under --start final
+    # "round N+1 of this run" for a run of N rounds
+    assert "replayed round 1 of this run draws nobody (Poisson sampling)" in str(err.value) and "--start final" in str(err.value)
 
 
 def test_replay_from_the_final_model_starts_from_model_safetensors(run_dir: Path) -> None:

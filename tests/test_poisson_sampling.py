@@ -91,3 +91,77 @@ def test_a_skipped_last_round_keeps_the_runs_communication_summary() -> None:
     out = run_experiment(load_config(None, BASE), write=False, progress=False)  # round 3 drew nobody (BASE)
     assert out.records[-1]["skipped"] is True and "bytes_cumulative" not in out.records[-1]
     assert out.summary["communication"]["bytes_total"] == out.records[1]["bytes_cumulative"] > 0
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        pytest.param({}, id="parameters"),
+        pytest.param({"privacy.mechanism": "dp-fedavg", "privacy.noise_multiplier": 0.5}, id="dp-fedavg"),  # the accountant around it
+        pytest.param({"prototypes.method": "fedproto"}, id="prototypes"),
+        pytest.param({"distillation.method": "dsfl", "distillation.public_size": 60, "distillation.subset_size": 20}, id="soft-labels"),
+    ],
+)
+def test_a_skipped_last_round_still_evaluates_the_final_model(method: dict[str, Any]) -> None:
+    # eval.every > rounds: only the last round is due, and it drew nobody (BASE). Before, no round evaluated the global
+    # model: final_global_acc was missing (with eval.every = 2 over 6 rounds it was round 4's, not the saved model's).
+    out = run_experiment(load_config(None, {**BASE, **method, "eval.every": 10}), write=False, progress=False)
+    *trained, last = out.records
+    assert last["skipped"] is True and all("global_acc" not in r for r in trained)
+    assert out.summary["final_global_acc"] == last["global_acc"] is not None
+    if "calibration" in out.summary:  # the saved model's accuracy, measured apart from the rounds
+        assert out.summary["calibration"]["accuracy"] == pytest.approx(last["global_acc"], abs=1e-12)
+    if "privacy.mechanism" in method:
+        assert "epsilon" in last or "epsilon" in trained[-1]
+
+
+def test_a_skipped_rounds_evaluation_sits_at_the_bytes_sent_so_far() -> None:
+    from chillfl.metrics.communication import accuracy_vs_bytes, communication_summary
+
+    records = [
+        {"round": 1, "bytes_cumulative": 100, "global_acc": 0.2},
+        {"round": 2, "skipped": True},
+        {"round": 3, "bytes_cumulative": 250},  # eval.every = 2: not evaluated
+        {"round": 4, "skipped": True, "global_acc": 0.6},  # the skipped last round evaluates the final model
+    ]
+    assert accuracy_vs_bytes(records, "global_acc") == ([100, 250], [0.2, 0.6])  # before: ([100], [0.2]), the final point lost
+    assert communication_summary(records, target=0.5)["bytes_to_target"] == 250  # before: None (never reached)
+    assert accuracy_vs_bytes([{"round": 1, "global_acc": 0.3}], "global_acc") == ([], [])  # no bytes counted: no points
+
+
+def test_compare_prices_a_target_first_reached_in_a_skipped_round() -> None:
+    from chillfl.report.compare import build_rows
+    from chillfl.runner import RunOutput
+    from chillfl.sweeps.plan import Variant
+
+    base, late = Variant("base", {}), Variant("late", {})
+    evaluated = [{"round": 1, "bytes_cumulative": 100, "global_acc": 0.6}, {"round": 2, "bytes_cumulative": 200, "global_acc": 0.6}]
+    skipped_last = [{"round": 1, "bytes_cumulative": 100, "global_acc": 0.4}, {"round": 2, "skipped": True, "global_acc": 0.6}]
+    outputs = {"base": RunOutput(None, evaluated, {"best_global_acc": 0.6, "final_global_acc": 0.6}),
+               "late": RunOutput(None, skipped_last, {"best_global_acc": 0.6, "final_global_acc": 0.6})}
+    row = build_rows([base, late], outputs, base, base)[1]
+    assert row["rounds_to_target"] == 2 and row["mb_to_target"] == 100 / 1e6  # before: None (the skipped record has no bytes)
+
+
+def test_a_run_whose_every_round_was_skipped_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    # seed 1, q = 1/6: nobody in either round. Before, the run ended silently with the initial model's accuracy as its result.
+    config = load_config(None, {**BASE, "federation.clients_per_round": 1, "federation.rounds": 2})
+    with caplog.at_level("WARNING", logger="chillfl.runner"):
+        out = run_experiment(config, write=False, progress=False)
+    assert all(r["skipped"] for r in out.records) and out.records[-1]["global_acc"] is not None
+    assert [m for m in caplog.messages if m.startswith("no round trained: all 2 were skipped")]
+
+
+def test_seed_bands_keep_the_rounds_one_seed_skipped() -> None:
+    from chillfl.metrics.spread import seed_band
+
+    # seed a skipped round 2 (its model is round 1's), seed b round 3; before, the band kept only rounds 1 and 4
+    a = [{"round": 1, "global_acc": 0.2}, {"round": 2, "skipped": True}, {"round": 3, "global_acc": 0.4}, {"round": 4, "global_acc": 0.5}]
+    b = [{"round": 1, "global_acc": 0.4}, {"round": 2, "global_acc": 0.6}, {"round": 3, "skipped": True}, {"round": 4, "global_acc": 0.7}]
+    rounds, mean, _ = seed_band([a, b], "global_acc")
+    assert rounds == [1, 2, 3, 4] and mean == pytest.approx([0.3, 0.4, 0.5, 0.6])
+    # not carried: a local accuracy (nobody to measure), nor a round whose previous one was not evaluated (eval.every)
+    local = [[{"round": 1, "local_acc": 0.2}, {"round": 2, "skipped": True}], [{"round": 1, "local_acc": 0.4}, {"round": 2, "local_acc": 0.6}]]
+    assert seed_band(local, "local_acc")[0] == [1]
+    sparse = [[{"round": 1}, {"round": 2, "skipped": True}, {"round": 3, "global_acc": 0.1}]]
+    assert seed_band(sparse, "global_acc")[0] == [3]

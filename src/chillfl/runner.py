@@ -581,6 +581,9 @@ def _finish(
 ) -> RunOutput:
     """Summary, saved models and plots; ``stopped`` (a hook ended the run early) keeps the checkpoint for ``resume``."""
     summary = summarize(records, config.eval.target_accuracy)
+    if records and all(r.get("skipped") for r in records) and stopped is None:  # Poisson sampling at a small q, or min_clients above what reports
+        log.warning("no round trained: all %d were skipped (nobody, or too few, reported); the results are the initial model's "
+                    "(raise federation.clients_per_round or lower federation.min_clients)", len(records))
     if stopped is not None:
         summary["stopped"] = stopped
     summary["wall_time_s"] = round(wall, 3)

@@ -142,7 +142,10 @@ def replay_round(run_dir: str | Path, start: Literal["final", "initial"] = "fina
         avail = availability(config.seed, rnd, sampled, config.federation, exp.data.without_training_rows())
         if avail.skipped:
             field = "federation.min_clients" if sampled else "federation.sampling"  # Poisson sampling can draw nobody
-            raise ConfigError(field, f"round {rnd + 1} of this run has too few reporting clients to replay")
+            which = f"round {rnd + 1}, the one after the run's last," if start == "final" else "round 1 of this run"
+            other = "initial" if start == "final" else "final"
+            why = "draws nobody (Poisson sampling)" if not sampled else "has too few reporting clients"
+            raise ConfigError(field, f"the replayed {which} {why}: nothing to replay (--start {other} replays another round)")
         tasks = protocol.configure(rnd, avail.reporting)
         for task in tasks:
             task.work = avail.work.get(task.client_id, 1.0)

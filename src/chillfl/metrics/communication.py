@@ -14,8 +14,18 @@ from typing import Any, Mapping, Sequence
 
 
 def accuracy_vs_bytes(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    """(cumulative bytes, accuracy) for the rounds where ``key`` was measured."""
-    pts = [(int(r["bytes_cumulative"]), float(r[key])) for r in records if r.get(key) is not None and "bytes_cumulative" in r]
+    """(cumulative bytes, accuracy) for the rounds where ``key`` was measured.
+
+    A skipped round (nobody reported) sends nothing and its record carries no bytes: it sits at the total so far, so a
+    skipped last round's evaluation of the final model (:meth:`~chillfl.protocols.book.ServerBook.last`) is not lost.
+    Records before the first one with bytes are left out (a run that counts no bytes has no points)."""
+    pts: list[tuple[int, float]] = []
+    sent: int | None = None
+    for r in records:
+        if "bytes_cumulative" in r:
+            sent = int(r["bytes_cumulative"])
+        if sent is not None and r.get(key) is not None:
+            pts.append((sent, float(r[key])))
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
@@ -36,6 +46,6 @@ def communication_summary(records: Sequence[Mapping[str, Any]], target: float | 
         "bytes_down_total": sum(int(r.get("bytes_down", 0)) for r in rows),
     }
     if target is not None:
-        out["bytes_to_target"] = bytes_to_reach(rows, "global_acc", target)
-        out["local_bytes_to_target"] = bytes_to_reach(rows, "local_acc", target)
+        out["bytes_to_target"] = bytes_to_reach(records, "global_acc", target)
+        out["local_bytes_to_target"] = bytes_to_reach(records, "local_acc", target)
     return out

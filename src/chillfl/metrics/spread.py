@@ -16,11 +16,27 @@ SPREAD = "band = ± 1 std over seeds"
 """The band's name, as legends and captions print it (the std is the sample std, ddof 1: the tables' ``mean ± std``)."""
 
 
+def measured(records: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
+    """``key`` per round of one run; for a ``global_*`` key, a skipped round without it takes the round before's value
+    (the model did not change). Local accuracies are not carried: a skipped round has no clients to measure."""
+    out: dict[int, float] = {}
+    for r in records:
+        rnd = int(r["round"])
+        if r.get(key) is not None:
+            out[rnd] = float(r[key])
+        elif r.get("skipped") and key.startswith("global_") and rnd - 1 in out:  # eval.every > 1: the round before may have none
+            out[rnd] = out[rnd - 1]
+    return out
+
+
 def seed_band(runs: Sequence[Sequence[Mapping[str, Any]]], key: str) -> tuple[list[int], list[float], list[float]]:
     """(rounds, mean, std) of ``key`` over the runs (one per seed), at the rounds every run measured.
 
-    ``std`` is the sample std (ddof 1), 0 for one run: a band is drawn from ``mean - std`` to ``mean + std``."""
-    per_run = [{int(r["round"]): float(r[key]) for r in records if r.get(key) is not None} for records in runs]
+    ``std`` is the sample std (ddof 1), 0 for one run: a band is drawn from ``mean - std`` to ``mean + std``.
+    A skipped round of a run (Poisson sampling drew nobody, too few reported) leaves its global model as the
+    round before it left it, so a ``global_*`` value measured in that round before holds in it too
+    (:func:`measured`): otherwise each seed's skipped rounds, different per seed, would thin every seed's curve."""
+    per_run = [measured(records, key) for records in runs]
     rounds = sorted(set.intersection(*(set(p) for p in per_run))) if per_run else []
     means, stds = [], []
     n = len(per_run)

@@ -21,7 +21,7 @@ import dataclasses
 from typing import Any, Iterable, Mapping, Sequence
 
 
-from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientTask, ServerProtocol
+from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientTask, ObservesSkippedRounds, ServerProtocol
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
@@ -76,11 +76,13 @@ class Accounted(AroundProtocol):
         return record
 
     def skipped_round(self, round: int) -> dict[str, Json]:
-        """A round the loop skipped (nobody, or too few, reported): charged only under ``every_round``; its record's ``epsilon``."""
+        """A round the loop skipped (nobody, or too few, reported): charged only under ``every_round``; its record's ``epsilon``
+        (with what the inner protocol's own ``skipped_round`` returns: a last round's evaluation)."""
+        inner = dict(self.inner.skipped_round(round)) if isinstance(self.inner, ObservesSkippedRounds) else {}
         if not self.every_round or self.rows:
-            return {}
+            return inner
         self.spend([])
-        return {"epsilon": finite(self.ledger.epsilon())}
+        return {**inner, "epsilon": finite(self.ledger.epsilon())}
 
     def spend(self, tasks: Sequence[ClientTask[Any, Any]]) -> None:
         """One round's privacy cost on the ledger (see the module docstring)."""

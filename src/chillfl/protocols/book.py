@@ -73,6 +73,12 @@ class ServerBook:
         """Whether round ``round`` (0-based) evaluates the global model."""
         return self.evaluation.due(round + 1)
 
+    def last(self, round: int) -> bool:
+        """Whether round ``round`` (0-based) is the run's last. Skipped (Poisson sampling drew nobody, too few reported), it
+        still evaluates the global model, unchanged since the last round that trained: otherwise the run's final accuracy
+        would be that of an earlier evaluation (``eval.every`` > 1), not the saved model's."""
+        return self.evaluation.last(round + 1)
+
     def evaluate(self, round: int, state: Mapping[str, torch.Tensor]) -> dict[str, Json]:
         """The global model's metrics on the test set when the round evaluates (else nothing)."""
         return self.evaluation.metrics(state) if self.due(round) else {}

@@ -108,6 +108,10 @@ class Evaluation:
         """Whether round ``t`` (1-based) evaluates the global model."""
         return t % self.config.eval.every == 0 or t == self.config.federation.rounds
 
+    def last(self, t: int) -> bool:
+        """Whether round ``t`` (1-based) is the run's last: its global evaluation is the run's final one, even when the round is skipped."""
+        return t == self.config.federation.rounds
+
     def client_data(self, cid: int) -> ClientData:
         """Client ``cid``'s training data and, when local accuracy is measured, its own split, on the device."""
         x, y = self.data.client_train(cid)

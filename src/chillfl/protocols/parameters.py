@@ -58,7 +58,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
-from chillfl.engine.record import RoundRecord
+from chillfl.engine.record import Json, RoundRecord
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, check_aggregated, local_evaluation, local_validation, policy_accuracy, state_bytes
 from chillfl.protocols.parts import Experiment
@@ -325,6 +325,10 @@ class ParameterSharing:
         record.metrics.update(self.book.local(record.clients))
         record.metrics.update(self.book.evaluate(round, self.state))
         return record
+
+    def skipped_round(self, round: int) -> dict[str, Json]:
+        """A skipped round (:class:`~chillfl.engine.protocol.ObservesSkippedRounds`): the run's last one evaluates the global model (:meth:`ServerBook.last`)."""
+        return self.book.evaluate(round, self.state) if self.book.last(round) else {}
 
     def measure_after_average(self, sampled: Sequence[int]) -> None:
         """Local accuracy, loss (and validation accuracy) of the clients ``local_acc`` reports, on the model just averaged.

@@ -294,6 +294,10 @@ class PrototypeSharing:
             record.metrics.update(self._global_metrics())
         return record
 
+    def skipped_round(self, round: int) -> dict[str, Json]:
+        """A skipped round (:class:`~chillfl.engine.protocol.ObservesSkippedRounds`): the run's last one evaluates (:meth:`ServerBook.last`)."""
+        return self._global_metrics() if self.book.last(round) else {}
+
     def _global_metrics(self) -> dict[str, Json]:
         ev, k = self.evaluation, self.knowledge
         bs = ev.config.eval.batch_size

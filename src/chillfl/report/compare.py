@@ -33,6 +33,7 @@ from chillfl.metrics.stats import paired_difference, summarize
 from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.report.html import write_report
 from chillfl.runner import RunOutput
+from chillfl.metrics.communication import bytes_to_reach
 from chillfl.storage.results import last_value, rounds_to_reach
 from chillfl.tune import describe_rule, is_local, parse_tune, point_label
 from chillfl.wording import counted
@@ -143,8 +144,8 @@ def build_rows(
         records = out.records
         if (total := last_value(records, "bytes_cumulative")) is not None:  # communication (SCARLET Sec. IV-A)
             rows[-1]["cumulative_mb"] = total / 1e6
-            reached = [r["bytes_cumulative"] for r in records if rounds is not None and r["round"] == rounds]
-            rows[-1]["mb_to_target"] = reached[0] / 1e6 if reached else None
+            reached = bytes_to_reach(records, metric, target) if target is not None else None  # a skipped round reached it: the bytes so far
+            rows[-1]["mb_to_target"] = reached / 1e6 if reached is not None else None
         if (eps := last_value(records, "epsilon")) is not None:  # [privacy]: the budget the run spent
             rows[-1]["epsilon"] = eps
         if (asr := last_value(records, "attack_success_rate")) is not None:  # [attack] backdoor: its success at the end

@@ -211,12 +211,21 @@ class SoftLabelProtocol:
         m.update(self.book.traffic(rnd, detail=True))
         m.update(self.book.temperatures({task.client_id: temp for task, temp in zip(tasks, temps)}))
         m.update(self.book.local(record.clients))
-        if self.collaborative and self.book.due(rnd):
-            metrics = self.book.evaluate(rnd, self.server_state)
-            m.update(metrics)
-            m["server_acc"], m["server_loss"] = metrics["global_acc"], metrics["global_loss"]
+        if self.book.due(rnd):
+            m.update(self._evaluate(rnd))
         m.update(self.method.round_metrics())
         return record
+
+    def _evaluate(self, rnd: int) -> dict[str, Json]:
+        """The server model's metrics on the test set (none without one: a method that shares nothing)."""
+        if not self.collaborative:
+            return {}
+        metrics = self.book.evaluate(rnd, self.server_state)
+        return {**metrics, "server_acc": metrics["global_acc"], "server_loss": metrics["global_loss"]}
+
+    def skipped_round(self, rnd: int) -> dict[str, Json]:
+        """A skipped round (:class:`~chillfl.engine.protocol.ObservesSkippedRounds`): the run's last one evaluates the server model (:meth:`ServerBook.last`)."""
+        return self._evaluate(rnd) if self.book.last(rnd) else {}
 
     def _server_round(self, t: int, uplinks: list[Any]) -> tuple[Broadcast, dict[str, Json]]:
         """Aggregate, update the cache (gamma^t), train the server model on P^t with zhat^t."""

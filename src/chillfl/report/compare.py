@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from chillfl.errors import ConfigError, MissingExtra
+from chillfl.metrics.communication import bytes_to_reach
 from chillfl.metrics.stats import paired_difference, summarize
 from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.report.html import write_report
 from chillfl.runner import RunOutput
-from chillfl.metrics.communication import bytes_to_reach
 from chillfl.storage.results import last_value, rounds_to_reach
 from chillfl.tune import describe_rule, is_local, parse_tune, point_label
 from chillfl.wording import counted

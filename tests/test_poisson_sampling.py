@@ -165,3 +165,14 @@ def test_seed_bands_keep_the_rounds_one_seed_skipped() -> None:
     assert seed_band(local, "local_acc")[0] == [1]
     sparse = [[{"round": 1}, {"round": 2, "skipped": True}, {"round": 3, "global_acc": 0.1}]]
     assert seed_band(sparse, "global_acc")[0] == [3]
+
+
+def test_too_few_sampled_for_min_clients_is_not_redrawn() -> None:
+    # 2 sampled, min_clients 3: no dropout redraw can make 3 report, so the round is skipped at once (it said attempts: 11)
+    rules = FederationConfig(num_clients=6, clients_per_round=3, min_clients=3, on_too_few="retry", sampling="poisson")
+    short = availability(1, 0, [2, 4], rules)
+    assert short.skipped and short.attempts == 1 and short.dropped == [2, 4]
+    no_data = availability(1, 0, [1, 2, 4], rules, empty={1})  # one of three has no training rows
+    assert no_data.skipped and no_data.attempts == 1 and no_data.dropped == [2, 4] and no_data.no_data == [1]
+    enough = availability(1, 0, [1, 2, 4], rules)  # three could report: dropout 0 lets them, first attempt
+    assert enough.reporting == [1, 2, 4] and enough.attempts == 1

@@ -92,6 +92,8 @@ def availability(seed: int, round: int, sampled: Sequence[int], rules: Federatio
     if not sampled:  # Poisson sampling drew nobody: nothing to redraw
         return Availability([])
     no_data = [c for c in sampled if c in empty]
+    if len(sampled) - len(no_data) < rules.min_clients:  # too few could report even without dropout: no redraw helps
+        return Availability([], [c for c in sampled if c not in empty], {}, 1, no_data)
     for attempt in range(1 + (MAX_RETRIES if rules.on_too_few == "retry" else 0)):
         rng = np.random.default_rng(derive_seed(seed, "availability", round, attempt))
         drop = rng.random(len(sampled)) < rules.dropout

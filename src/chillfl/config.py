@@ -91,7 +91,7 @@ class FederationConfig:
     min_clients: int = 1
     """Fewest reporting clients a round needs; below it the round is retried or skipped (``on_too_few``)."""
     on_too_few: Literal["skip", "retry"] = "skip"
-    """``skip``: no training, the model stays; ``retry``: redraw who is available (up to 10 times, then skip)."""
+    """``skip``: no training, the model stays; ``retry``: redraw who is available (up to 10 times, then skip; at once when fewer than ``min_clients`` were sampled)."""
 
     def validate(self, section: str) -> None:
         for name in ("dropout", "stragglers"):

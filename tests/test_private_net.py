@@ -21,19 +21,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
+from namespaces import NAMESPACES, in_namespace
 
 pytestmark = pytest.mark.slow  # the Ray and Flower suites in a private network: about 10 minutes; `pytest -m "not slow"` leaves it out
 
 HERE = Path(__file__).parent
-
-
-NAMESPACES = ["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child"]
-"""A private network, and a PID namespace whose first process is the inner pytest: when it ends, or is killed
-(``--kill-child``: also when ``unshare`` itself is, e.g. by this test's timeout), the kernel kills every process
-left in the namespace. Ray's head and nodes run in sessions of their own, so without it a suite killed half-way
-left them running (a Ray head outlived an interrupted run by 45 minutes)."""
 
 
 def _private_net_available() -> bool:
@@ -55,35 +50,67 @@ def test_ray_and_flower_suites_pass_in_a_private_network() -> None:
     # Flower's SuperLink starts its helpers by name: the venv's bin must be on PATH even when it is not activated
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "CHILLFL_PRIVATE_NET": "1", "PATH": path}
-    done = subprocess.run([*NAMESPACES, "sh", "-c", inner], env=env, cwd=HERE.parent, capture_output=True, text=True, timeout=1500)
-    report = done.stdout + done.stderr
+    suite = in_namespace(["sh", "-c", inner], env=env, cwd=HERE.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = suite.communicate(timeout=1500)
+    finally:
+        suite.kill()  # SIGKILL to unshare (a no-op once it ended): the namespace goes with it
+        suite.wait()
+    report = out + err
     print(report)
-    assert done.returncode == 0, report[-4000:]
+    assert suite.returncode == 0, report[-4000:]
     summary = re.search(r"(\d+) passed", report)
     assert summary and int(summary.group(1)) >= 10, report[-2000:]
     assert "skipped" not in report.splitlines()[-1], report[-2000:]
 
 
-def test_nothing_started_in_the_namespace_outlives_it() -> None:
-    """The reaper: a process in a session of its own (as Ray's head is) dies with the namespace when ``unshare`` is killed."""
+def _require_unshare() -> None:
     if not _private_net_available():
         if os.environ.get("CI") == "true":
             pytest.fail("CI must run the Ray and Flower suites, but `unshare` is not available here (needs root or user namespaces)")
         pytest.skip("NOT run: `unshare` is not available (needs root or user namespaces)")
+
+
+def _outlived_by(marker: str, kill: Callable[[], None]) -> list[int]:
+    """Host pids of ``sleep MARKER`` still running 10 s after ``kill()``, once both sleeps of a namespace began."""
+    deadline = time.monotonic() + 30
+    while len(_sleepers(marker)) < 2:
+        assert time.monotonic() < deadline, "the namespace's two sleeps never started"
+        time.sleep(0.05)
+    kill()
+    deadline = time.monotonic() + 10
+    while _sleepers(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _sleepers(marker)
+
+
+def test_nothing_started_in_the_namespace_outlives_it() -> None:
+    """The reaper: a process in a session of its own (as Ray's head is) dies with the namespace when ``unshare`` is killed."""
+    _require_unshare()
     marker = f"{os.getpid() % 1000 + 1000}.25"  # sleep's argument: finds the orphan among this machine's processes
-    outer = subprocess.Popen([*NAMESPACES, "sh", "-c", f"setsid sleep {marker} & exec sleep {marker}"])
+    outer = in_namespace(["sh", "-c", f"setsid sleep {marker} & exec sleep {marker}"])
     try:
-        deadline = time.monotonic() + 30
-        while len(_sleepers(marker)) < 2:
-            assert time.monotonic() < deadline and outer.poll() is None, "the namespace's two sleeps never started"
-            time.sleep(0.05)
-        outer.kill()  # SIGKILL: no handler runs in unshare
-        outer.wait(timeout=30)
-        deadline = time.monotonic() + 10
-        while _sleepers(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _sleepers(marker), "a process of the namespace outlived it"
+        assert not _outlived_by(marker, outer.kill), "a process of the namespace outlived it"  # SIGKILL: no handler runs in unshare
     finally:
+        outer.kill()
+        outer.wait(timeout=30)
+        for pid in _sleepers(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_the_namespace_dies_with_the_process_that_started_it() -> None:
+    """A SIGTERM to the test process alone (``kill PID``, ``pkill pytest``) ends the namespace too: ``unshare``
+    blocks SIGTERM while it waits, and the namespace's first process ignores what it has no handler for, so
+    before ``in_namespace`` tied it to its starter the inner suite ran on to its end."""
+    _require_unshare()
+    marker = f"{os.getpid() % 1000 + 2000}.25"
+    start = f"from namespaces import in_namespace; in_namespace(['sh', '-c', 'setsid sleep {marker} & exec sleep {marker}']).wait()"
+    starter = subprocess.Popen([sys.executable, "-c", start], cwd=HERE, env={**os.environ, "PYTHONPATH": str(HERE)})
+    try:
+        assert not _outlived_by(marker, starter.terminate), "the namespace outlived the process that started it"
+    finally:
+        starter.kill()
+        starter.wait(timeout=30)
         for pid in _sleepers(marker):
             os.kill(pid, signal.SIGKILL)
 

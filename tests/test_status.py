@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from chillfl.cli import main
+from chillfl.storage.checkpoint import write_state
 from chillfl.storage.results import RunLock
 from chillfl.storage.run_folder import CHECKPOINT
 
@@ -49,6 +50,9 @@ def test_a_sharded_comparison_shows_every_run_in_plan_order(tmp_path: Path, caps
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{partial}: comparison, 4 runs: 1 finished, 1 stopped, 1 not started, 1 diverged"
     assert out[4:6] == ["| a-s1 | stopped (before its first checkpoint: runs again) | 2/2 | - |", "| b-s0 | not started | - | - |"]
+    write_state(partial / "a-s1.partial" / CHECKPOINT, {"round": 1, "protocol": {}})  # cut after round 2's line, before its checkpoint
+    assert main(["status", str(partial)]) == 0
+    assert capsys.readouterr().out.splitlines()[4] == "| a-s1 | stopped (resumes after round 1, its checkpoint) | 2/2 | - |"
     assert main(["status", str(partial / "a-s0")]) == 0
     assert capsys.readouterr().out.splitlines()[::3] == [f"{partial / 'a-s0'}: one run", f"| a-s0 | finished | 2/2 | {100 * finished:.2f} |"]
 
@@ -75,3 +79,16 @@ def test_a_diverged_run_folder_is_told_diverged_not_a_later_run_of_its_name(tmp_
     capsys.readouterr()
     assert main(["status", str(failed)]) == 0
     assert capsys.readouterr().out.splitlines()[::3] == [f"{failed}: one run", "| x | diverged (at round 1) | 0/2 | - |"]
+
+
+@pytest.mark.parametrize("cut", [0, 3, 8, 20, None])
+def test_a_checkpoint_round_is_read_from_its_header_or_not_at_all(tmp_path: Path, cut: int | None) -> None:
+    """``saved_round`` reads the header only: a file cut anywhere in it, or garbage, is None, never an error."""
+    from chillfl.storage.checkpoint import encode_state, saved_round
+
+    data = encode_state({"round": 7, "weights": [1.0, 2.0]})
+    (tmp_path / "c").write_bytes(data if cut is None else data[:cut])
+    assert saved_round(tmp_path / "c") == (7 if cut is None else None)
+    (tmp_path / "c").write_bytes(b"\xff" * 8 + data[8:])  # a header length past any file
+    assert saved_round(tmp_path / "c") is None
+    assert saved_round(tmp_path / "missing") is None

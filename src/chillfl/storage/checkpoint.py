@@ -195,6 +195,21 @@ def _header_metadata(data: bytes) -> dict[str, str]:
     return meta
 
 
+def saved_round(path: Path) -> int | None:
+    """The round the checkpoint at ``path`` was taken after, read from its header alone (no tensor read, no
+    checksum verified: ``chillfl status`` only tells where a stopped run resumes); None when missing or unreadable."""
+    try:
+        with Path(path).open("rb") as fh:
+            head = fh.read(8)
+            size = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+            doc = json.loads(_header_metadata(head + fh.read(min(size, _MAX_HEADER)))[METADATA_KEY])
+    except (OSError, ValueError, KeyError):
+        return None
+    tree = doc.get("tree") if isinstance(doc, dict) else None
+    done = tree.get("round") if isinstance(tree, dict) else None
+    return done if type(done) is int else None
+
+
 class Tampered(ValueError):
     """The checkpoint's content does not match its own checksum: changed after it was written."""
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from chillfl.errors import ConfigError
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
+from chillfl.storage.checkpoint import saved_round
 from chillfl.storage.run_folder import CHECKPOINT
 
 
@@ -84,7 +85,10 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
         rounds = _rounds_written(folder)
         if _locked(folder):
             return RunState(name, "running", "", rounds, planned)
-        how = "resumes from its checkpoint" if (folder / CHECKPOINT).is_file() else "before its first checkpoint: runs again"
+        how = "before its first checkpoint: runs again"
+        if (folder / CHECKPOINT).is_file():  # its metrics may run past the checkpoint: those rounds run again
+            done = saved_round(folder / CHECKPOINT)
+            how = "resumes from its checkpoint" if done is None else f"resumes after round {done}, its checkpoint"
         return RunState(name, "stopped", how, rounds, planned)
     if (folder / "summary.json").is_file():
         try:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chillfl.errors import ConfigError
-from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
 from chillfl.storage.checkpoint import saved_round
+from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
 from chillfl.storage.run_folder import CHECKPOINT
 
 

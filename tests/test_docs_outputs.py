@@ -106,6 +106,18 @@ def test_output_shape_masks_numbers_and_column_widths() -> None:
     assert output_shape("fedavg 0.91\n") != output_shape("fedprox 0.91\n")  # so is a label
 
 
+def test_output_shape_takes_an_outcome_cell_for_a_value() -> None:
+    """A rounds-to-target cell reads ``never`` on one CPU and ``12.5 (2/3)`` on another when tuning breaks a near-tie
+    the other way (docs/baselines.md, AVX-512 against AVX2); a tuning cell reads ``diverged`` or an accuracy. Only a
+    whole cell is taken: the same words elsewhere in a line stay words."""
+    made = "| FedDyn | 0.03 | never | 45.7 |\n| FedDyn | 91.20 | diverged |\n"
+    here = "| FedDyn | 0.1 | 12.5 (2/3) | 45.7 |\n| FedDyn | 91.20   | 90.74    |\n"
+    assert output_shape(made) == output_shape(here) == "| FedDyn | # | # | # |\n| FedDyn | # | # |\n"
+    assert output_shape("| it never ended |\n") != output_shape("| it # ended |\n")  # a word inside a cell stays
+    assert output_shape("| never mind |\n") == "| never mind |\n"
+    assert output_shape("| a | never |\n") != output_shape("| a | sometimes |\n")  # only outcomes, not any word
+
+
 def test_a_block_made_elsewhere_is_checked_numbers_aside_with_shape() -> None:
     """``--other-machines shape`` (CI's): a block made on another CPU is rerun and compared with its numbers masked."""
     calls = []

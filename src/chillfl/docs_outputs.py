@@ -242,12 +242,18 @@ MASKED = "checked with its numbers masked"
 """How a note of :func:`check_blocks` ends for a block made elsewhere and rerun under ``other_machines = "shape"``."""
 _NUMBER_RUN = re.compile(r"[-+]?\d+(?:[.,:]\d+)*")
 _BLANKS = re.compile(r"[ \t]+")
+_EVENT_CELL = re.compile(r"(?<=\| )(?:never|diverged|# \(#/#\))(?= \|)")
+"""A table cell holding a run's outcome rather than a number: a round count with how many seeds reached it
+(``12.5 (2/3)``, masked to ``# (#/#)``), ``never`` (no seed reached the target) or ``diverged`` (a tuning run's loss
+became non-finite). Which of these a cell holds follows a threshold, so another CPU's rounding can flip it."""
 
 
 def output_shape(body: str) -> str:
-    """``body`` with every number (``91.75``, ``-0.58``, ``2/3``'s parts, ``1,354``) as ``#`` and each run of blanks as one
-    space: what a block says whatever the CPU's rounding (column widths follow the numbers' widths, so blanks too)."""
-    return _BLANKS.sub(" ", _NUMBER_RUN.sub("#", body))
+    """``body`` with every number (``91.75``, ``-0.58``, ``2/3``'s parts, ``1,354``) as ``#``, each run of blanks as one
+    space, and each outcome cell (:data:`_EVENT_CELL`) as ``#``: what a block says whatever the CPU's rounding (column
+    widths follow the numbers' widths, so blanks too; a near-tie that tuning breaks another way, or an accuracy just
+    either side of a target, turns ``never`` into a round count)."""
+    return _EVENT_CELL.sub("#", _BLANKS.sub(" ", _NUMBER_RUN.sub("#", body)))
 
 
 SUMMARY_MARK = "<!-- summary of the output blocks -->"

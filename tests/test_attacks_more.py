@@ -83,21 +83,20 @@ def one_d(kind: str, perturbation: str, **options: Any) -> torch.Tensor:
 # sign: p = -sign(1) = -1, d_m = 1 - g; distances |1 - g| (twice) and 2 + g.
 #   min-max: 2 + g <= 3 -> g = 1, sends w + d_m = 1 + 1 - 1 = 1.
 #   min-sum: 2 (1 - g)^2 + (2 + g)^2 = 6 + 3 g^2 <= 18 -> g = 2, sends 1 + 1 - 2 = 0.
-# std (sample: squared deviations 1 + 1 + 4 = 6, / (3 - 1) = 3): p = -sqrt(3).
-#   min-max: 2 + g sqrt(3) <= 3 -> g = 1 / sqrt(3), g p = -1, sends 1 + 1 - 1 = 1.
-#   min-sum: 6 + 3 (g sqrt(3))^2 = 6 + 9 g^2 <= 18 -> g = 2 / sqrt(3), g p = -2, sends 1 + 1 - 2 = 0.
-# (The forged point is the same for both perturbations in 1-D; gamma differs: checked below on the search's value.)
-@pytest.mark.parametrize(("kind", "sent"), [("min_max", 1.0), ("min_sum", 0.0)])
-@pytest.mark.parametrize("perturbation", ["sign", "std"])
-def test_one_d_by_hand(kind: str, sent: float, perturbation: str) -> None:
+# std (sample: squared deviations 1 + 1 + 4 = 6, / (3 - 1) = 3): p = +sqrt(3), the paper's -std of the gradients
+# (g = -d); with x = g sqrt(3), d_m = 1 + x, distances 1 + x (twice) and |x - 2|.
+#   min-max: 1 + x <= 3 -> x = 2, g = 2 / sqrt(3), sends 1 + 1 + 2 = 4.
+#   min-sum: 2 (1 + x)^2 + (x - 2)^2 = 6 + 3 x^2 <= 18 -> x = 2, g = 2 / sqrt(3), sends 4.
+@pytest.mark.parametrize(("kind", "perturbation", "sent"), [("min_max", "sign", 1.0), ("min_sum", "sign", 0.0), ("min_max", "std", 4.0), ("min_sum", "std", 4.0)])
+def test_one_d_by_hand(kind: str, perturbation: str, sent: float) -> None:
     assert one_d(kind, perturbation).item() == pytest.approx(sent, abs=4 * TOL * math.sqrt(3))
 
 
 # Min-Sum with bound = "min" (the authors' code): the right side is min(9, 9, 18) = 9.
-#   sign: 6 + 3 g^2 <= 9 -> g = 1, sends 1 + 1 - 1 = 1;  std: 6 + 9 g^2 <= 9 -> g = 1 / sqrt(3), g p = -1, sends 1.
-@pytest.mark.parametrize(("perturbation", "gamma"), [("sign", 1.0), ("std", 1 / math.sqrt(3))])
-def test_min_sum_with_the_authors_min_bound_by_hand(perturbation: updates.Perturbation, gamma: float) -> None:
-    assert one_d("min_sum", perturbation, bound="min").item() == pytest.approx(1.0, abs=4 * TOL * math.sqrt(3))
+#   sign: 6 + 3 g^2 <= 9 -> g = 1, sends 1 + 1 - 1 = 1;  std: 6 + 3 x^2 <= 9 -> x = 1, g = 1 / sqrt(3), sends 1 + 1 + 1 = 3.
+@pytest.mark.parametrize(("perturbation", "gamma", "sent"), [("sign", 1.0, 1.0), ("std", 1 / math.sqrt(3), 3.0)])
+def test_min_sum_with_the_authors_min_bound_by_hand(perturbation: updates.Perturbation, gamma: float, sent: float) -> None:
+    assert one_d("min_sum", perturbation, bound="min").item() == pytest.approx(sent, abs=4 * TOL * math.sqrt(3))
     benign = [{"w": t(v)} for v in (1.0, 1.0, 4.0)]
     _, found = updates.agnostic({"w": t(1.0)}, benign, {"w": t(1.0)}, perturbation, lambda sp, g: updates.min_sum_holds(sp, g, "min"), 10.0, TOL)
     assert gamma - 2 * TOL <= found <= gamma
@@ -108,7 +107,7 @@ def test_min_sum_with_the_authors_min_bound_by_hand(perturbation: updates.Pertur
     [
         (updates.min_max_holds, "sign", 1.0),
         (updates.min_sum_holds, "sign", 2.0),
-        (updates.min_max_holds, "std", 1 / math.sqrt(3)),
+        (updates.min_max_holds, "std", 2 / math.sqrt(3)),
         (updates.min_sum_holds, "std", 2 / math.sqrt(3)),
     ],
 )
@@ -164,11 +163,27 @@ def test_the_condition_holds_at_gamma_and_fails_just_above(perturbation: updates
     sent, gamma = updates.agnostic(w, benign, w, perturbation, condition, 10.0, TOL)
     flat = [torch.cat([(m[k] - w[k]).reshape(-1) for k in w]) for m in benign]
     mu = torch.stack(flat).mean(0)
-    p = {"std": -torch.stack(flat).std(0), "unit": -mu / mu.norm(), "sign": -mu.sign()}[perturbation]
+    p = {"std": torch.stack(flat).std(0), "unit": -mu / mu.norm(), "sign": -mu.sign()}[perturbation]
     assert torch.allclose(torch.cat([(sent[k] - w[k]).reshape(-1) for k in w]), mu + gamma * p)  # what is sent: w + mu + gamma p
     assert 0 < gamma < 20
     assert _direct(flat, mu + gamma * p)[which]  # holds at the gamma found
     assert not _direct(flat, mu + (gamma + 2 * TOL) * p)[which]  # and fails just above it: the boundary
+
+
+@pytest.mark.parametrize("perturbation", updates.PERTURBATIONS)
+@pytest.mark.parametrize("condition", [updates.min_max_holds, updates.min_sum_holds], ids=["min_max", "min_sum"])
+def test_the_update_sent_is_the_papers_forged_gradient_reversed(perturbation: updates.Perturbation, condition: Callable[[updates.Spread, float], bool]) -> None:
+    """The paper forges gradients g (FedSGD: the server steps w - lr g): g_m = mu_g + gamma p_g with p_g = -std(g),
+    -mu_g / ||mu_g|| or -sign(mu_g) (the authors' code: ``mal_update = model_re - lamda * deviation``). An upload here is a
+    model, its update d = -lr g after one step: at lr = 1 the model sent must be w - g_m. Reversing every update reverses
+    mu, and p with it for unit and sign, but a spread does not reverse: in update space the paper's p is +std(d)."""
+    gen = torch.Generator().manual_seed(5)
+    w = {"a": torch.randn(6, generator=gen, dtype=torch.float64)}
+    grads = torch.randn(5, 6, generator=gen, dtype=torch.float64) + 0.3
+    sent, gamma = updates.agnostic(w, [{"a": w["a"] - g} for g in grads], w, perturbation, condition, 10.0, TOL)
+    mu_g = grads.mean(0)
+    p_g = {"std": -grads.std(0), "unit": -mu_g / mu_g.norm(), "sign": -mu_g.sign()}[perturbation]
+    assert 0 < gamma < 20 and torch.allclose(sent["a"], w["a"] - (mu_g + gamma * p_g))
 
 
 def test_perturbation_options_match_the_maths() -> None:

@@ -24,13 +24,15 @@ Choices
   paper's text was not reachable here (re-read 2026-12-01: the repository's notebooks hold Krum, Multi-krum, Bulyan,
   median, trimmed mean and the attacks, no DnC; the NDSS PDF gave its abstract only). So where Algorithm 2 leaves
   room chillfl follows the two public reimplementations, read 2026-12-01: Blades (lishenghui/blades) ``DnC``
-  (``sub_dim = 10000, num_iters = 5, filter_frac = 1.0``; its ``blades/aggregators`` version intersects the
-  iterations' kept sets, its older ``fllib/aggregators`` version unites them) and FLPoison (vio1etus/FLPoison)
-  ``DnC`` (``num_iters = 5``, b = 20 % of d, ``fliter_frac = 1.0``, intersection from every client, as here).
+  (``sub_dim = 10000``, ``filter_frac = 1.0`` in every version; its current ``blades/aggregators`` version, 2024-,
+  has ``num_iters = 5`` and intersects the iterations' kept sets; its ``fllib/aggregators`` one, 2023-24, has
+  ``num_iters = 5`` and first united, then intersected them; its first, ``src/blades/aggregators/dnc.py``, 2022,
+  has ``num_iters = 1`` and unites) and FLPoison (vio1etus/FLPoison) ``DnC`` (``num_iters = 5``, b = 20 % of d,
+  ``fliter_frac = 1.0``, intersection from every client, as here).
 * The paper's Algorithm 2 writes ``I_good <- empty`` and then ``I_good <- I_good intersect I``, which read
   literally keeps nobody; chillfl starts from every client, so one iteration keeps its n - floor(c f) and
   more iterations intersect. ``combine = "union"`` keeps a client kept by *any* iteration instead, as Blades'
-  older ``fllib`` ``DnC`` does: more clients, less robust.
+  older versions do: more clients, less robust.
 * Several iterations may intersect to nobody (each drops a different c f). Then the clients kept by the most
   iterations are kept: the natural extension of the intersection (those kept by all iterations, when any are).
 * Defaults: ``iterations = 5`` (the option the paper calls niters), ``subsample = 10000`` (its b; a model with at
@@ -38,8 +40,7 @@ Choices
   clients), ``c = 1.0`` (removes exactly f a round) and ``f = 0``, as Krum's and Bulyan's: nobody is removed and DnC
   is the plain mean. niters = 5 and c = 1 are what both reimplementations use, b = 10000 Blades'; none is checked
   against the paper's experiments (docs/baselines.md says what was read). Before 2026-12-01 the default was
-  ``iterations = 1``, wrongly attributed to Blades (every stored version of its ``DnC`` has ``num_iters = 5``);
-  ``iterations = 1`` gives the old behaviour. Set ``f`` (the paper's m) to what you want removed; it is ``f``,
+  ``iterations = 1``, the value of Blades' first, 2022 version only; ``iterations = 1`` gives the old behaviour. Set ``f`` (the paper's m) to what you want removed; it is ``f``,
   not ``m``, as the other robust rules name it (Krum's ``m`` counts the models it averages).
 * floor(c f) clients are removed (Blades' ``int(filter_frac * num_byzantine)``); ``check`` refuses
   clients per round <= floor(c f) at start-up. A round with fewer clients (dropouts) keeps at least one.

@@ -97,8 +97,13 @@ def ipm(global_params: Params, benign: Sequence[Params], template: Params, epsil
 
 Perturbation = Literal["std", "unit", "sign"]
 PERTURBATIONS: tuple[Perturbation, ...] = ("std", "unit", "sign")
-"""Shejwalkar & Houmansadr's perturbations p of the mean benign update mu: ``std``: -(per-coordinate sample std of
-the benign updates); ``unit``: -mu / ||mu|| (0 where mu = 0); ``sign``: -sign(mu)."""
+"""Shejwalkar & Houmansadr's perturbations p of the mean benign update mu: ``std``: +(per-coordinate sample std of
+the benign updates); ``unit``: -mu / ||mu|| (0 where mu = 0); ``sign``: -sign(mu).
+
+The paper's are of *gradients* g: -std(g), -mu_g / ||mu_g||, -sign(mu_g), forging g_m = mu_g + gamma p_g, and the
+server steps w - lr g. An update here is d = w_i - w, -lr g after one step: reversing every update reverses mu, and
+p with it for ``unit`` and ``sign``, but not a standard deviation, so the paper's -std(g) is +std(d) here (then
+w + mu + gamma p = w - lr g_m at the same gamma)."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +173,7 @@ def agnostic_direction(global_params: Params, benign: Sequence[Params], perturba
     stacks = {k: _updates(global_params, benign, k) for k in keys}
     mu = {k: s.mean(0) for k, s in stacks.items()}
     if perturbation == "std":
-        p = {k: -s.std(0, correction=1) for k, s in stacks.items()}
+        p = {k: s.std(0, correction=1) for k, s in stacks.items()}  # the paper's -std of the gradients (PERTURBATIONS)
     elif perturbation == "unit":
         norm = math.sqrt(sum(float(m.square().sum()) for m in mu.values()))
         p = {k: -m / norm if norm > 0 else torch.zeros_like(m) for k, m in mu.items()}

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class AgnosticOptions:
-    """``perturbation``: p in mu + gamma p (std: -std, unit: -mu/||mu||, sign: -sign(mu)); ``gamma_init``, ``tol``: Algorithm 1's search."""
+    """``perturbation``: p in mu + gamma p on the updates (std: +std, the paper's -std of the gradients; unit: -mu/||mu||; sign: -sign(mu));
+    ``gamma_init``, ``tol``: Algorithm 1's search."""
 
     perturbation: Literal["std", "unit", "sign"] = "std"
     gamma_init: float = 10.0

@@ -14,6 +14,10 @@ the largest value Algorithm 1 finds (:func:`chillfl.attacks.updates.gamma_search
 * The search is the paper's: from ``gamma_init`` (10, the paper's) halving its step until gamma moves by at most
   ``tol`` (1e-5); it cannot exceed 2 gamma_init, and a p of 0 (identical benign updates) sends mu whatever gamma.
 * The update is the model difference after local training (the paper's gradients are the uploads of one step).
+  An update reverses a gradient (d = -lr g after one step), so the paper's perturbations are read reversed:
+  ``unit`` (-mu/||mu||) and ``sign`` (-sign(mu)) reverse with mu and read the same, but the paper's ``std``, -std of
+  the gradients, is p = +std of the updates (:data:`chillfl.attacks.updates.PERTURBATIONS`). Until 2026-12-01
+  chillfl took -std of the updates, the paper's forged update reversed coordinate by coordinate about mu.
 * The attackers collude and see the benign updates (the paper's agnostic attacker with full knowledge of the benign
   updates). With fewer than 2 benign updates in the round (no spread to stay within; the sample std undefined), the
   reference is every honest update of the round, the attackers' own included; with fewer than 2 of those, the

@@ -66,7 +66,7 @@ Choices
   unchanged) and :class:`~chillfl.training.fedgen.FedGenLatentTerm` adds
   ``max(1e-4, beta * alpha_decay^t) * KL`` (the official draws a fresh
   feature per sample and step).
-* The term's CE is at temperature 1, whatever the base loss's temperature.
+* Both client terms are at temperature 1, whatever the base loss's temperature.
 
 Defaults from the official code (zhuangdizhu/FedGen, read 2026-12-01), which
 runs MNIST, EMNIST and CelebA only (its ``get_dataset_name`` refuses anything

@@ -14,7 +14,8 @@ from chillfl.aggregation.fedgen import FedGen, FedGenOptions, LabelCounts, label
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.seeds import derive_seed
-from chillfl.training.fedgen import FedGenTerm, FeatureGenerator, diversity_loss, teacher_loss
+from chillfl.training.fedgen import FedGenLatentTerm, FedGenTerm, FeatureGenerator, diversity_loss, teacher_loss
+from chillfl.training.terms import StepView
 from methods_e2e import assert_executors_agree, config, records, resumed_records
 
 SWAP = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
@@ -33,6 +34,73 @@ def test_teacher_loss_by_hand() -> None:
     expected = (0.75 * ce_a) / 2 + (0.25 * ce_b + 1.0 * ce_b) / 2
     heads = [(torch.eye(2), torch.zeros(2)), (SWAP, None)]
     assert teacher_loss(z, y, heads, table).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_teacher_forms_by_hand() -> None:
+    # z_0 = (1, 0) for label 0, z_1 = (0, 2) for label 1; heads A = identity (bias 0), B = swap; weights as above:
+    # label 0 -> (A 0.75, B 0.25), label 1 -> (A 0, B 1).
+    # CE_A(z_0, 0) = log(1 + e^-1) = 0.3132617, CE_A(z_1, 1) = log(1 + e^-2) = 0.1269280
+    # CE_B(z_0, 0) = log(1 + e^1) = 1.3132617, CE_B(z_1, 1) = log(1 + e^2) = 2.1269280
+    # clients:   (0.75 * 0.3132617 + 0) / 2 + (0.25 * 1.3132617 + 2.1269280) / 2 = 0.1174731 + 1.2276217 = 1.3450948
+    # broadcast: mean w_A = 0.375, mean w_B = 0.625 times each head's mean CE:
+    #            0.375 * 0.2200949 + 0.625 * 1.7200949 = 0.0825356 + 1.0750593 = 1.1575948
+    # ensemble:  logits_0 = 0.75 (1, 0) + 0.25 (0, 1) = (0.75, 0.25): CE = log(1 + e^-0.5) = 0.4740770
+    #            logits_1 = 0 (0, 2) + 1 (2, 0) = (2, 0): CE = log(1 + e^2) = 2.1269280; mean 1.3005025
+    z, y = torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.tensor([0, 1])
+    table, _ = label_weights([torch.tensor([3, 0]), torch.tensor([1, 2])])
+    heads = [(torch.eye(2), torch.zeros(2)), (SWAP, None)]
+    assert teacher_loss(z, y, heads, table).item() == pytest.approx(1.3450948, abs=1e-6)
+    assert teacher_loss(z, y, heads, table, "clients").item() == pytest.approx(1.3450948, abs=1e-6)
+    assert teacher_loss(z, y, heads, table, "broadcast").item() == pytest.approx(1.1575948, abs=1e-6)
+    assert teacher_loss(z, y, heads, table, "ensemble").item() == pytest.approx(1.3005025, abs=1e-6)
+
+
+def test_the_teacher_option_reaches_the_generator_training() -> None:
+    # the same round with each form trains a different generator; the default is "clients"
+    trained = {}
+    for form in ("clients", "ensemble"):
+        gen = FedGen(FedGenOptions(samples=4, noise_dim=3, hidden=8, generator_steps=3, generator_batch=6, generator_lr=1e-2, teacher=form), "fc", 2, 2, seed=7)
+        gen.aggregate({"fc.weight": torch.zeros(2, 2), "fc.bias": torch.zeros(2)}, _results(), 0)
+        trained[form] = gen.params
+    default = _fedgen(3)
+    default.aggregate({"fc.weight": torch.zeros(2, 2), "fc.bias": torch.zeros(2)}, _results(), 0)
+    assert all(torch.equal(default.params[k], trained["clients"][k]) for k in default.params)
+    assert not all(torch.equal(trained["ensemble"][k], trained["clients"][k]) for k in default.params)
+
+
+def test_latent_term_by_hand() -> None:
+    # beta = 3; head W = I, b = 0; generated class features z_0 = (2, 0), z_1 = (0, 0); a batch of labels (0, 1)
+    # whose training logits are (0, 0) and (1, 0).
+    # targets (detached): softmax(2, 0) = (0.8807971, 0.1192029), softmax(0, 0) = (0.5, 0.5)
+    # KL_0 = 0.8807971 log(0.8807971 / 0.5) + 0.1192029 log(0.1192029 / 0.5) = 0.3278133
+    # KL_1 = 0.5 log(0.5 / 0.7310586) + 0.5 log(0.5 / 0.2689414) = 0.1201145
+    # term = 3 * (0.3278133 + 0.1201145) / 2 = 0.6718917
+    # d/dlogits = 3 (softmax(logits) - target) / 2: sample 0 -> 1.5 (0.5 - 0.8807971, 0.5 - 0.1192029) = (-0.5711956, 0.5711956)
+    term = FedGenLatentTerm("fc")
+    assert term.per_batch and set(term.reads) == {"fedgen_class_z", "fedgen_beta"}
+    params = {"fc.weight": torch.eye(2, requires_grad=True), "fc.bias": torch.zeros(2, requires_grad=True)}
+    logits = torch.tensor([[0.0, 0.0], [1.0, 0.0]], requires_grad=True)
+    step = StepView(torch.nn.Identity(), torch.zeros(2, 2), torch.tensor([0, 1]), torch.zeros(2, 2), logits, torch.zeros(()), {})
+    ctx = {"fedgen_class_z": torch.tensor([[2.0, 0.0], [0.0, 0.0]]), "fedgen_beta": 3.0}
+    value = term(params, ctx, step)
+    assert value.item() == pytest.approx(0.6718917, abs=1e-6)
+    g_logits, g_w, g_b = torch.autograd.grad(value, [logits, params["fc.weight"], params["fc.bias"]], allow_unused=True)
+    torch.testing.assert_close(g_logits[0], torch.tensor([-0.5711956, 0.5711956]), atol=1e-6, rtol=0)
+    assert g_w is None and g_b is None  # the target is detached: the head is not trained towards it
+
+
+def test_beta_sends_one_generated_feature_per_class_and_leaves_the_samples_alone() -> None:
+    state = {"fc.weight": torch.zeros(2, 2), "fc.bias": torch.zeros(2)}
+    sent = {}
+    for beta in (0.0, 10.0):
+        gen = FedGen(FedGenOptions(samples=4, noise_dim=3, hidden=8, generator_steps=2, generator_batch=6, beta=beta), "fc", 2, 2, seed=7)
+        assert gen.downlink(0, 0, state).context.get("fedgen_beta", 0.0) == 0.0  # round 0: no generator, no term
+        gen.aggregate(state, _results(), 0)
+        sent[beta] = gen.downlink(1, 2, state).context
+    assert "fedgen_class_z" not in sent[0.0] and "fedgen_beta" not in sent[0.0]  # beta = 0: the wire is as before
+    assert sent[10.0]["fedgen_class_z"].shape == (2, 2)
+    assert sent[10.0]["fedgen_beta"] == pytest.approx(10 * 0.98**2)  # the official decay, as alpha's
+    assert torch.equal(sent[0.0]["fedgen_z"], sent[10.0]["fedgen_z"]) and torch.equal(sent[0.0]["fedgen_y"], sent[10.0]["fedgen_y"])
 
 
 def test_label_weights_qualify_labels_held_more_than_once() -> None:
@@ -133,7 +201,13 @@ def test_fedgen_resume_is_bitwise(tmp_path: Path) -> None:
     assert resumed_records(cfg, 2, tmp_path) == records(cfg)
 
 
-@pytest.mark.parametrize("bad", [{"algorithm.alpha": -1.0}, {"algorithm.samples": 1}, {"algorithm.lr_decay": 0.0}])
+def test_fedgen_with_the_latent_term_under_every_executor() -> None:
+    cfg = config(**FAST, **{"algorithm.beta": 10.0})
+    seq = assert_executors_agree(cfg)
+    assert seq[-1]["train_loss"] != records(config(**FAST))[-1]["train_loss"]  # the term trains
+
+
+@pytest.mark.parametrize("bad", [{"algorithm.alpha": -1.0}, {"algorithm.beta": -1.0}, {"algorithm.samples": 1}, {"algorithm.lr_decay": 0.0}])
 def test_bad_options_name_the_field(bad: dict) -> None:
     with pytest.raises(ConfigError) as info:
         build_experiment(config(**{**FAST, **bad}))

@@ -3,7 +3,8 @@
 One round (the official ``serverpFedGen.train``):
 
 1. clients train with CE + alpha_t * CE(h(z), y) on features z the current
-   generator made for them (no term in round 0: no generator yet);
+   generator made for them (no term in round 0: no generator yet), plus, with
+   ``beta > 0``, the official client's second term (below);
 2. each client uploads its model and its label counts n_{k,c}
    (:class:`LabelCounts`, the method's client report);
 3. the server trains the generator on the round's clients' heads
@@ -41,11 +42,31 @@ Choices
   fresh batch of 32 per step. The downlink therefore carries the samples
   (``samples x feature_dim`` floats, counted as control bytes) rather than
   the generator itself.
+* ``teacher`` (checked 2026-12-01): how the heads teach the generator
+  (:func:`~chillfl.training.fedgen.teacher_loss`). ``"clients"`` (default):
+  sum_k mean_i w[y_i, k] CE(h_k(z_i), y_i), what the official
+  ``train_generator`` line is written to compute; that line multiplies the
+  per-sample CE ``[B]`` by the weights reshaped ``[B, 1]``, which broadcasts to
+  ``[B, B]``, so it computes sum_k (mean_i w[y_i, k]) (mean_j CE_k(z_j, y_j))
+  instead: ``"broadcast"`` reproduces that. ``"ensemble"``: one CE of the
+  label-weighted ensemble of the heads' logits, mean_i CE(sum_k w[y_i, k]
+  h_k(z_i), y_i) (the official ``teacher_logit``; PFLlib's FedGen does the same
+  with sample-count weights). The paper's Eq. 4 could not be read here.
 * The official code's ratio gen_batch_size / batch_size (1 at its defaults)
-  is folded into ``alpha``; its second client term (``generative_beta``, a KL
-  between the model's predictions and the head's on generated features of the
-  batch's labels, not in the paper's equations) is not implemented.
-* The term's CE is at temperature 1, whatever the base loss's temperature.
+  is folded into ``alpha``. Its second client term, ``generative_beta *
+  KL(softmax(h(G(y_i, eps_i))) || softmax(f(x_i)))`` over the batch (the head
+  on a generated feature of each real sample's label as a detached target for
+  the model's prediction on that sample; beta 10 for MNIST and CelebA, 1 for
+  EMNIST, decayed as alpha), is ``beta`` (default 0, off, the earlier behaviour:
+  Eq. 5 as :mod:`chillfl.training.fedgen` gives it has the CE term only, and the
+  paper's text could not be read here to settle whether it has more): with
+  ``beta > 0`` each client also receives one generated feature per class
+  (``classes x feature_dim`` floats, one generator batch of the classes, its
+  noise drawn after the samples' from the same stream, so the samples are
+  unchanged) and :class:`~chillfl.training.fedgen.FedGenLatentTerm` adds
+  ``max(1e-4, beta * alpha_decay^t) * KL`` (the official draws a fresh
+  feature per sample and step).
+* Both client terms are at temperature 1, whatever the base loss's temperature.
 
 Defaults from the official code (zhuangdizhu/FedGen, read 2026-12-01), which
 runs MNIST, EMNIST and CelebA only (its ``get_dataset_name`` refuses anything
@@ -78,11 +99,13 @@ from chillfl.aggregation.base import (
     Report,
     Stateless,
     Trained,
+    Wire,
     check_state_keys,
     load_params,
     params_state,
 )
 from chillfl.options import require
+from chillfl.training.terms import Term
 from chillfl.training.fedgen import FeatureGenerator, diversity_loss, teacher_loss
 from chillfl.seeds import derive_seed
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
@@ -97,7 +120,9 @@ ADAM_EPS = 1e-8
 class FedGenOptions:
     """Client term: ``alpha``, ``alpha_decay``, ``samples``; generator: ``noise_dim``, ``hidden``, ``generator_lr``,
     ``lr_decay``, ``weight_decay``, ``generator_steps``, ``generator_batch``, ``eta`` (diversity weight);
-    ``label_prior``: qualified | counts; ``client_labels``: prior | all (the clients' generated labels)."""
+    ``label_prior``: qualified | counts; ``client_labels``: prior | all (the clients' generated labels);
+    ``teacher``: clients | ensemble | broadcast (the generator's teacher loss); ``beta``: the weight of the
+    official client's second term (0: off, the paper's Eq. 5)."""
 
     alpha: float = 10.0
     alpha_decay: float = 0.98
@@ -112,9 +137,11 @@ class FedGenOptions:
     eta: float = 1.0
     label_prior: Literal["qualified", "counts"] = "qualified"
     client_labels: Literal["prior", "all"] = "prior"
+    teacher: Literal["clients", "ensemble", "broadcast"] = "clients"
+    beta: float = 0.0
 
     def validate(self, section: str) -> None:
-        for name in ("alpha", "weight_decay", "eta"):
+        for name in ("alpha", "beta", "weight_decay", "eta"):
             require(vars(self)[name] >= 0, f"{section}.{name}", f"must be >= 0, got {vars(self)[name]}")
         for name in ("alpha_decay", "lr_decay"):
             require(0 < vars(self)[name] <= 1, f"{section}.{name}", f"must be in (0, 1], got {vars(self)[name]}")
@@ -177,10 +204,12 @@ class FedGen(FedAvg):
         o = self.options
         dtype = next(iter(global_params.values())).dtype
         device = next(iter(global_params.values())).device
+        width = self.generator.out.out_features
         if not bool(self.prior.sum() > 0):
-            z = torch.zeros(o.samples, self.generator.out.out_features, dtype=dtype)
+            z = torch.zeros(o.samples, width, dtype=dtype)
             y = torch.zeros(o.samples, dtype=torch.int64)
-            weight = 0.0
+            class_z = torch.zeros(self.num_classes, width, dtype=dtype)
+            weight = latent = 0.0
         else:
             rng = torch.Generator().manual_seed(derive_seed(self.seed, "fedgen-samples", round, client_id))
             labels = self.prior if o.client_labels == "prior" else torch.ones(self.num_classes, dtype=torch.float64)
@@ -188,8 +217,14 @@ class FedGen(FedAvg):
             noise = torch.rand(o.samples, o.noise_dim, generator=rng)
             with torch.no_grad():
                 z = self._generate(y, noise, self.params).to(dtype)
-            weight = max(1e-4, o.alpha * o.alpha_decay**round) if o.alpha > 0 else 0.0  # the official floor; alpha = 0 turns the term off
-        return Downlink(context={"fedgen_z": z.to(device), "fedgen_y": y.to(device), "fedgen_weight": weight})
+                # after the samples' draws, so the samples are the same with or without beta
+                class_z = self._generate(torch.arange(self.num_classes), torch.rand(self.num_classes, o.noise_dim, generator=rng), self.params).to(dtype) if o.beta > 0 else z
+            weight = _decayed(o.alpha, o.alpha_decay, round)
+            latent = _decayed(o.beta, o.alpha_decay, round)
+        context: dict[str, Wire] = {"fedgen_z": z.to(device), "fedgen_y": y.to(device), "fedgen_weight": weight}
+        if o.beta > 0:
+            context.update(fedgen_class_z=class_z.to(device), fedgen_beta=latent)
+        return Downlink(context=context)
 
     # -- server side --------------------------------------------------------------------------------
 
@@ -225,7 +260,7 @@ class FedGen(FedAvg):
             leaves = {k: v.clone().requires_grad_(True) for k, v in self.params.items()}
             with torch.enable_grad():
                 z = self._generate(y, noise, leaves)
-                loss = teacher_loss(z, y, heads, table) + o.eta * diversity_loss(noise, z)
+                loss = teacher_loss(z, y, heads, table, o.teacher) + o.eta * diversity_loss(noise, z)
                 grads = torch.autograd.grad(loss, list(leaves.values()))
             self._adam_step(dict(zip(leaves, grads)))
         self._last_loss = float(loss.detach())
@@ -274,6 +309,11 @@ class FedGen(FedAvg):
         self._last_loss = float(state["last_loss"])
 
 
+def _decayed(weight: float, decay: float, round: int) -> float:
+    """The official ``exp_lr_scheduler``: max(1e-4, weight * decay^round); a weight of 0 stays 0 (the term off)."""
+    return max(1e-4, weight * decay**round) if weight > 0 else 0.0
+
+
 def _bias(params: Mapping[str, torch.Tensor], head: str) -> torch.Tensor | None:
     bias = params.get(f"{head}.bias")
     return None if bias is None else bias.detach().cpu().float()
@@ -288,11 +328,14 @@ def _counts(result: ClientResult) -> torch.Tensor:
 
 def _build(options: FedGenOptions, ctx: BuildContext) -> Built:
     from chillfl.models.parts import head_size
-    from chillfl.training.fedgen import FedGenTerm
+    from chillfl.training.fedgen import FedGenLatentTerm, FedGenTerm
 
     head = require_head(ctx, "FedGen")
     classes, features = head_size(ctx.model)
-    return FedGen(options, head, classes, features, ctx.seed), [FedGenTerm(head)]
+    terms: list[Term] = [FedGenTerm(head)]
+    if options.beta > 0:
+        terms.append(FedGenLatentTerm(head))
+    return FedGen(options, head, classes, features, ctx.seed), terms
 
 
 SPEC = register_algorithm(

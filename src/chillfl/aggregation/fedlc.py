@@ -11,11 +11,13 @@ or ``weighting = "uniform"``).
 
 Choices
 -------
-* ``tau`` defaults to 1.0, the value FL-bench and fluke use. The paper's text
-  was not reachable here (its abstract only, read 2026-12-01); Flower's FedLC
-  baseline (adap/flower ``baselines/fedlc/README.md``), whose author read it,
-  says the paper does not give tau for its Equation 7 and defaults to 0.5,
-  reporting 0.1, 0.5 and 1.0. No code from the authors was found.
+* ``tau`` defaults to 1.0, the value FL-bench (``src/server/fedlc.py``) and
+  fluke use. The paper's text was not reachable here (its abstract and
+  introduction only, read 2026-12-01); Flower's FedLC baseline (adap/flower
+  ``baselines/fedlc/README.md``), whose author read it, says the paper does not
+  give tau for its Equation 7 and defaults to 0.5, reporting 0.1, 0.5 and 1.0;
+  FedDecorr's FedLC (bytedance/FedDecorr ``approach/fedlogitcal.py``) runs 0.1.
+  No code from the authors was found.
 * The margin is ``tau * n_c^(-1/4)``, i.e. tau over the fourth root of the
   count, subtracted from the logit (the larger the count, the smaller the
   margin); FL-bench, fluke and Flower's baseline compute the same
@@ -23,17 +25,23 @@ Choices
 * A class the client has no sample of has n_c^(-1/4) = inf. ``absent = "mask"``
   (default) gives it the margin tau * 1e9, a large finite offset (FedRoD's
   ``NO_SAMPLE``): its softmax probability is 0 and its logit gets no gradient
-  when tau > 0, which is what FL-bench's and fluke's ``tau * 0 ** -0.25 = inf``
-  does, without infinities (and without NaN at tau = 0). ``absent = "one"``
-  counts it as n_c = 1 instead: the largest finite margin, tau.
-* The softmax runs over every class (y's in the denominator too), as those
-  implementations (and Flower's baseline) do. Whether the paper's Equation 7
-  sums its denominator over every class or over y' != y only was not checked:
-  its text was not reachable here.
+  when tau > 0, which is what FedDecorr's and fluke's ``tau * 0 ** -0.25 = inf``
+  does (FL-bench's client, read 2026-12-01, clamps the count at 1e-8: a margin
+  of 100 tau, nearly the same for tau >= 1), without infinities (and without
+  NaN at tau = 0).
+  ``absent = "one"`` counts it as n_c = 1 instead: the largest finite margin, tau.
+* The softmax runs over every class (y's own calibrated logit in the
+  denominator too), as FL-bench, fluke, FedDecorr and Flower's baseline do. The
+  paper's loss leaves y out of the denominator,
+  -log(e^(z'_y) / sum_{j != y} e^(z'_j)) (quoted from the paper in FL-bench
+  issue #5; FL-bench's ``src/server/fedlc.py`` says the same). That loss is
+  -z'_y + logsumexp_{j != y} z'_j: unbounded below, its gradient on z_y is -1
+  whatever the prediction, so it never stops growing the true logit (FL-bench's
+  author reports that training with it collapsed). It is not offered.
 * With logit chilling's temperature T the loss is the run's base loss at T on the
   calibrated logits: CE((z - tau n^(-1/4)) / T, y), so the margin is divided by T
   too (FedRoD instead adds its log prior after the division). At T = 1 it is the
-  paper's loss; tau = 0 is FedAvg.
+  loss above (the paper's up to its denominator); tau = 0 is FedAvg.
 * The calibration is in the local loss only: the uploaded and the global model
   evaluate plain logits.
 """

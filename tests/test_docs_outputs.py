@@ -78,6 +78,25 @@ def test_replace_blocks_changes_only_the_bodies() -> None:
     assert replace_blocks(new, fake, "New CPU") == new  # idempotent
 
 
+def test_only_rewrites_the_blocks_whose_command_holds_it() -> None:
+    """``--only x``: the matching block is rerun and takes this machine; the other keeps its body and its machine."""
+    ran: list[str] = []
+
+    def fake(command: str) -> str:
+        ran.append(command)
+        return "NEW\n"
+
+    new = replace_blocks(DOC, fake, "New CPU", only="compare x")
+    assert ran == ["chillfl compare x --seeds 0,1"]
+    assert new == DOC.replace("| a | b |\n", "NEW\n").replace("Made on: Old CPU (AVX2), 2 CPUs, Linux x86_64, Python 3.11.7, torch 2.13.0+cpu, numpy 2.4.6", "Made on: New CPU")
+    assert replace_blocks(DOC, fake, "New CPU", only="no such command") == DOC
+
+
+def test_only_with_check_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--check", "--only", "x", "README.md"]) == 2
+    assert capsys.readouterr().err == "--only: rewrites blocks; --check and --list take every block\n"
+
+
 def test_check_reruns_only_blocks_made_on_this_machine() -> None:
     calls = []
 

@@ -196,13 +196,16 @@ def clean_output(output: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replace_blocks(text: str, run: Runner, machine: str) -> str:
+def replace_blocks(text: str, run: Runner, machine: str, only: str | None = None) -> str:
     """``text`` with every block's body replaced by ``clean_output(run(command))`` and its "Made on:" line by
-    ``machine``; the rest kept byte for byte."""
+    ``machine``; the rest kept byte for byte. With ``only``, just the blocks whose command holds it: a change that
+    moves one block's numbers need not rerun the page's others, which keep their machine."""
 
     pieces: list[str] = []
     done = 0
     for m in _matches(text):
+        if only is not None and only not in _command(m):
+            continue
         body = clean_output(run(_command(m)))
         pieces += [text[done : m.start()], f"{m['open']}{m['fence']}{m['lang']}\n{body}{m['fence']}\nMade on: {machine}\n{m['close']}"]
         done = m.end()
@@ -552,7 +555,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --check, a block made on another machine: stale (fail, the default), listed as not checked (skip), "
         "or rerun and compared with its numbers masked (shape)",
     )
+    parser.add_argument("--only", metavar="TEXT", help="rewrite only the blocks whose command holds TEXT (e.g. one experiment's name); the others stay as they are")
     args = parser.parse_args(argv)
+    if args.only is not None and (args.check or args.list):
+        print("--only: rewrites blocks; --check and --list take every block", file=sys.stderr)
+        return 2
     files = list(args.files or default_files())
     for path in files:  # a page that cannot be read: one line, before anything runs
         if not path.is_file():
@@ -592,7 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"current: {path} ({len(blocks) - len(skipped)} of {len(blocks)} block(s) rerun, byte-identical{aside})", file=sys.stderr)
             stale += bool(problems)
             continue
-        new = replace_blocks(text, run, machine)
+        new = replace_blocks(text, run, machine, args.only)
         if new != text:
             path.write_text(new, encoding="utf-8")
             print(f"updated {path}", file=sys.stderr)

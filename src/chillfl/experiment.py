@@ -37,9 +37,10 @@ from chillfl.models import build_model, model_names
 from chillfl.models.assign import arch_section, base_table, plan_models, refuse_heterogeneous, refuse_with_user_model
 from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_inputs
 from chillfl.models.parts import check_declared_head, head_name, refuse_nonlinear_head
-from chillfl.models.projection import PROJECTION_OPTION
+from chillfl.models.projection import PROJECTION_OPTION, check_projection_dim
 from chillfl.models.registry import MODELS, model_options
 from chillfl.protocols.common import Evaluation
+from chillfl.protocols.softlabels.public import check_public_dataset
 from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
 from chillfl.plugins import has_methods
@@ -617,8 +618,9 @@ def check_parts(config: RunConfig) -> None:
     if name != FROM_FILE:  # a partition file is read with the data
         if name not in PARTITIONERS:
             raise choice_error("partition.name", name, partitioner_names())
+        parsed = partitioner_options(name, options)  # whether or not it adds noise: a comparison's variant is checked here only
         adds_noise = PARTITIONERS[name].adds_noise
-        noisy = adds_noise is not None and adds_noise(partitioner_options(name, options), config.federation.num_clients)
+        noisy = adds_noise is not None and adds_noise(parsed, config.federation.num_clients)
     name, options = RunConfig.component(config.algorithm)
     check_algorithm(name, options, config)  # its options, then its declared limits against the run
     name, options = RunConfig.component(base_table(config.model))
@@ -626,6 +628,7 @@ def check_parts(config: RunConfig) -> None:
         if name not in MODELS:
             raise choice_error("model.name", name, model_names())
         model_options(name, {k: v for k, v in options.items() if k != PROJECTION_OPTION})
+    check_projection_dim(options.get(PROJECTION_OPTION, 0), f"model.{PROJECTION_OPTION}")  # every model takes it, so no model's options check it
     check_model_assignment(config, config.federation.num_clients)
     if noisy:  # what the built run refuses once the data are split (check_index_inputs), in its words
         refuse_noise(config.model, config.federation.num_clients)
@@ -633,6 +636,8 @@ def check_parts(config: RunConfig) -> None:
     if isinstance(dataset, str) and dataset in DATASETS and DATASETS[dataset].inputs == "real":  # its entry says so: no values needed
         refuse_real_inputs(config.model, config.federation.num_clients, dataset)
     public = config.distillation_setup
+    if public is not None:  # the public pool's dataset: its name and options, as loading it checks them
+        check_public_dataset(public.common)
     if public is not None and public.spec.collaborative and public.common.public_dataset in DATASETS:  # the pool the clients distil on
         if DATASETS[public.common.public_dataset].inputs == "real":
             refuse_real_inputs(config.model, config.federation.num_clients, public.common.public_dataset,

@@ -50,18 +50,25 @@ class ProjectionHead(nn.Sequential):
         return "3"
 
 
-def with_projection_head(model: nn.Module, projection_dim: object, field: str) -> nn.Module:
-    """``model`` with its classifier head (d -> C) replaced by Linear(d, d), ReLU, Linear(d, p), Linear(p, C)."""
+def check_projection_dim(projection_dim: object, field: str) -> int:
+    """Refuse a ``projection_dim`` that is no integer in [0, 65536]: read from the raw table, it is no dataclass field that
+    :func:`~chillfl.options.parse_options` checks, and a dry run without the data builds no model to check it."""
     if isinstance(projection_dim, bool) or not isinstance(projection_dim, int) or not 0 <= projection_dim <= 65536:
         raise ConfigError(field, f"must be an integer in [0, 65536] (0: no projection head), got {projection_dim!r}")
-    if projection_dim == 0:
+    return projection_dim
+
+
+def with_projection_head(model: nn.Module, projection_dim: object, field: str) -> nn.Module:
+    """``model`` with its classifier head (d -> C) replaced by Linear(d, d), ReLU, Linear(d, p), Linear(p, C)."""
+    dim = check_projection_dim(projection_dim, field)
+    if dim == 0:
         return model
     try:
         name = head_name(model)
     except NoHeadError as exc:
         raise ConfigError(field, f"a projection head replaces the model's classifier head, and {exc}") from None
     classes, d = head_size(model)
-    mlp = ProjectionHead(d, projection_dim, classes)
+    mlp = ProjectionHead(d, dim, classes)
     parent_name, _, attr = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
     setattr(parent, attr, mlp)

@@ -10,15 +10,37 @@ import numpy as np
 import torch
 
 from chillfl.data import load_dataset
-from chillfl.errors import ConfigError
+from chillfl.data.augment import split_augment
+from chillfl.data.datasets import DATASETS, dataset_names, dataset_options
+from chillfl.errors import ConfigError, choice_error
 from chillfl.options import require
 from chillfl.seeds import derive_seed
-from chillfl.settings.distillation import SECTION, DistillationSetup
+from chillfl.settings.distillation import SECTION, DistillationOptions, DistillationSetup
 
 
 @functools.lru_cache(maxsize=2)
 def _load_public_dataset(name: str, options_json: str, data_dir: str) -> Any:
     return load_dataset(name, json.loads(options_json), data_dir=data_dir)
+
+
+def _as_public(exc: ConfigError) -> ConfigError:
+    """An error of the public dataset's table, on the ``[distillation]`` option that set what it blames."""
+    if not exc.field.startswith("dataset"):
+        return exc
+    return ConfigError(f"{SECTION}.public_dataset" if exc.field == "dataset.name" else f"{SECTION}.public_dataset_options", exc.message)
+
+
+def check_public_dataset(c: DistillationOptions) -> None:
+    """The public dataset's name and options, without its files (a dry run without the data checks these only);
+    :func:`public_inputs` refuses the same mistakes in the same words when it loads the dataset."""
+    if c.public_dataset is None:
+        return
+    try:
+        if c.public_dataset not in DATASETS:
+            raise choice_error("dataset.name", c.public_dataset, dataset_names())
+        dataset_options(c.public_dataset, split_augment(c.public_dataset_options)[0])
+    except ConfigError as exc:
+        raise _as_public(exc) from None
 
 
 def public_inputs(setup: DistillationSetup, data: Any, seed: int, data_dir: str) -> torch.Tensor:
@@ -37,9 +59,7 @@ def public_inputs(setup: DistillationSetup, data: Any, seed: int, data_dir: str)
     try:
         ds = _load_public_dataset(c.public_dataset, json.dumps(c.public_dataset_options, sort_keys=True), str(data_dir))
     except ConfigError as exc:
-        if exc.field.startswith("dataset"):
-            raise ConfigError(field_name if exc.field == "dataset.name" else f"{SECTION}.public_dataset_options", exc.message) from None
-        raise
+        raise _as_public(exc) from None
     shape = tuple(data.dataset.input_shape)
     require(
         tuple(ds.input_shape) == shape,

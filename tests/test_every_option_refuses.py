@@ -208,3 +208,25 @@ def test_an_option_outside_its_parts_dataclass_is_checked_without_the_data(tmp_p
     (tmp_path / "empty").mkdir()
     public = [f"{k}={v}" for k, v in PUBLIC.items()] + ["distillation.method=dsfl"] if field.startswith("distillation") else []
     assert_one_line(dry_run("run", "--dry-run", *NO_DATA, *public, override, cwd=tmp_path), field)
+
+
+GROUPS_BASE = {"prototypes.method": "fedproto", "federation.num_clients": 4, "federation.clients_per_round": 2, "model.name": "mlp"}
+"""Per-client architectures (``[[model.groups]]``), where models never travel (prototype sharing)."""
+
+
+@pytest.mark.parametrize(
+    ("second", "field"),
+    [
+        ({"name": "mlp", "hidden": "abc"}, "model.groups[1].hidden"),
+        ({"name": "no-such-model"}, "model.groups[1].name"),
+        ({"name": "mlp", "projection_dim": "x"}, "model.groups[1].projection_dim"),
+    ],
+)
+@pytest.mark.parametrize("data", ["digits", "no files"])
+def test_a_groups_architecture_is_checked_with_and_without_the_data(second: dict[str, Any], field: str, data: str, tmp_path: Path) -> None:
+    """Each group's model and options, not only the base table's: without the data's files too, in the same words."""
+    where = {"dataset.name": "digits"} if data == "digits" else {"dataset.name": "mnist", "data_dir": str(tmp_path)}
+    groups = [{"clients": "0-1", "name": "mlp", "hidden": [8]}, {"clients": "2-3", **second}]
+    with pytest.raises(ConfigError) as info:
+        check_config(load_config(None, {**GROUPS_BASE, **where, "model.groups": groups}))
+    assert info.value.field == field

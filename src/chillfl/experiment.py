@@ -623,12 +623,15 @@ def check_parts(config: RunConfig) -> None:
         noisy = adds_noise is not None and adds_noise(parsed, config.federation.num_clients)
     name, options = RunConfig.component(config.algorithm)
     check_algorithm(name, options, config)  # its options, then its declared limits against the run
-    name, options = RunConfig.component(base_table(config.model))
-    if not is_custom(name):
-        if name not in MODELS:
-            raise choice_error("model.name", name, model_names())
-        model_options(name, {k: v for k, v in options.items() if k != PROJECTION_OPTION})
-    check_projection_dim(options.get(PROJECTION_OPTION, 0), f"model.{PROJECTION_OPTION}")  # every model takes it, so no model's options check it
+    plan = plan_models(config.model, config.federation.num_clients)
+    for index, arch in enumerate(plan.archs):  # the base table, then each group's or assigned architecture
+        section = arch_section(plan, index)
+        name, options = RunConfig.component(arch)
+        if not is_custom(name):
+            if name not in MODELS:
+                raise choice_error(f"{section}.name", name, model_names())
+            model_options(name, {k: v for k, v in options.items() if k != PROJECTION_OPTION}, section)
+        check_projection_dim(options.get(PROJECTION_OPTION, 0), f"{section}.{PROJECTION_OPTION}")  # every model takes it, so no model's options check it
     check_model_assignment(config, config.federation.num_clients)
     if noisy:  # what the built run refuses once the data are split (check_index_inputs), in its words
         refuse_noise(config.model, config.federation.num_clients)

@@ -106,7 +106,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.options import require
 from chillfl.training.terms import Term
-from chillfl.training.fedgen import FeatureGenerator, diversity_loss, teacher_loss
+from chillfl.training.fedgen import FeatureGenerator, Teacher, diversity_loss, teacher_loss
 from chillfl.seeds import derive_seed
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
 from chillfl.capabilities import Capabilities
@@ -137,7 +137,7 @@ class FedGenOptions:
     eta: float = 1.0
     label_prior: Literal["qualified", "counts"] = "qualified"
     client_labels: Literal["prior", "all"] = "prior"
-    teacher: Literal["clients", "ensemble", "broadcast"] = "clients"
+    teacher: Teacher = "clients"
     beta: float = 0.0
 
     def validate(self, section: str) -> None:
@@ -205,10 +205,10 @@ class FedGen(FedAvg):
         dtype = next(iter(global_params.values())).dtype
         device = next(iter(global_params.values())).device
         width = self.generator.out.out_features
+        class_z = torch.zeros(self.num_classes, width, dtype=dtype)  # the latent term's features (sent when beta > 0)
         if not bool(self.prior.sum() > 0):
             z = torch.zeros(o.samples, width, dtype=dtype)
             y = torch.zeros(o.samples, dtype=torch.int64)
-            class_z = torch.zeros(self.num_classes, width, dtype=dtype)
             weight = latent = 0.0
         else:
             rng = torch.Generator().manual_seed(derive_seed(self.seed, "fedgen-samples", round, client_id))
@@ -217,8 +217,8 @@ class FedGen(FedAvg):
             noise = torch.rand(o.samples, o.noise_dim, generator=rng)
             with torch.no_grad():
                 z = self._generate(y, noise, self.params).to(dtype)
-                # after the samples' draws, so the samples are the same with or without beta
-                class_z = self._generate(torch.arange(self.num_classes), torch.rand(self.num_classes, o.noise_dim, generator=rng), self.params).to(dtype) if o.beta > 0 else z
+                if o.beta > 0:  # drawn after the samples, so the samples are the same with or without beta
+                    class_z = self._generate(torch.arange(self.num_classes), torch.rand(self.num_classes, o.noise_dim, generator=rng), self.params).to(dtype)
             weight = _decayed(o.alpha, o.alpha_decay, round)
             latent = _decayed(o.beta, o.alpha_decay, round)
         context: dict[str, Wire] = {"fedgen_z": z.to(device), "fedgen_y": y.to(device), "fedgen_weight": weight}

@@ -22,13 +22,17 @@ the feature dimension.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Literal, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from chillfl.training.objective import Context, StepView, distillation_kl, read_number, read_tensor
+
+
+Teacher = Literal["clients", "ensemble", "broadcast"]
+"""How the clients' heads teach the generator (:func:`teacher_loss`)."""
 
 
 class FeatureGenerator(nn.Module):
@@ -57,7 +61,7 @@ def teacher_loss(
     labels: torch.Tensor,
     heads: list[tuple[torch.Tensor, torch.Tensor | None]],
     label_weights: torch.Tensor,
-    form: str = "clients",
+    form: Teacher = "clients",
 ) -> torch.Tensor:
     """The clients' heads as a label-weighted teacher of the generated features; ``form`` picks how they are combined.
 

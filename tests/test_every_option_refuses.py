@@ -228,5 +228,5 @@ def test_a_groups_architecture_is_checked_with_and_without_the_data(second: dict
     where = {"dataset.name": "digits"} if data == "digits" else {"dataset.name": "mnist", "data_dir": str(tmp_path)}
     groups = [{"clients": "0-1", "name": "mlp", "hidden": [8]}, {"clients": "2-3", **second}]
     with pytest.raises(ConfigError) as info:
-        check_config(load_config(None, {**GROUPS_BASE, **where, "model.groups": groups}))
+        check({**GROUPS_BASE, **where, "model.groups": groups})
     assert info.value.field == field

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import sys
 
 import numpy as np
@@ -11,6 +13,7 @@ flwr_partitioner = pytest.importorskip("flwr_datasets.partitioner")  # in the `t
 import datasets  # noqa: E402
 
 from chillfl.data import partition  # noqa: E402
+from chillfl.data.flwr_partition import FlwrOptions, library_error  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
 
 LABELS = np.random.default_rng(0).integers(0, 4, 400)
@@ -62,8 +65,14 @@ def test_a_partitioner_without_a_seed_sees_shuffled_rows():
         ({"partitioner": "DirichletPartitioner", "options": {}}, "partition.options.alpha", "required"),
         ({"partitioner": "DirichletPartitioner", "options": {"alpha": 0.5, "num_partitions": 3}}, "partition.options.num_partitions", "num_clients"),
         ({"partitioner": "DirichletPartitioner", "options": {"alpha": 0.5, "partition_by": "writer"}}, "partition.options.partition_by", "label"),
-        ({"partitioner": "DirichletPartitioner", "options": {"alpha": -1.0}}, "partition.options", "DirichletPartitioner"),
-        ({"partitioner": "DirichletPartitioner", "options": {"alpha": 0.01, "min_partition_size": 90}}, "partition.options", "DirichletPartitioner"),
+        # the library's own errors: on the one given option its message names
+        ({"partitioner": "DirichletPartitioner", "options": {"alpha": -1.0}}, "partition.options.alpha", "DirichletPartitioner: Alpha values"),
+        ({"partitioner": "ShardPartitioner", "options": {"num_shards_per_partition": -1}}, "partition.options.num_shards_per_partition", "ShardPartitioner"),
+        # values checked against the constructor's annotation (bool, Literal, int) before the library sees them
+        ({"partitioner": "DirichletPartitioner", "options": {"alpha": 0.5, "self_balancing": "yes"}}, "partition.options.self_balancing", "true or false"),
+        ({"partitioner": "PathologicalPartitioner", "options": {"num_classes_per_partition": 1, "class_assignment_mode": "rand"}},
+         "partition.options.class_assignment_mode", "random, deterministic"),
+        ({"partitioner": "DirichletPartitioner", "options": {"alpha": 0.5, "min_partition_size": 2.5}}, "partition.options.min_partition_size", "integer"),
         ({"partitioner": "SizePartitioner", "options": {"partition_sizes": [10, 10]}}, "federation.num_clients", "2 partitions"),
         ({"partitioner": "IidPartitioner", "colour": 1}, "partition.colour", "unknown"),
     ],
@@ -73,6 +82,27 @@ def test_errors_are_config_errors(opts, field, text):
         partition("flwr", LABELS, 5, np.random.default_rng(0), opts)
     assert err.value.field == field and text in err.value.message
     assert "\n" not in err.value.message
+
+
+def test_an_error_naming_several_given_options_stays_on_options():
+    with pytest.raises(ConfigError) as err:  # "... update the values of alpha ...": and min_partition_size, also given, is not named
+        partition("flwr", LABELS, 5, np.random.default_rng(0), {"partitioner": "DirichletPartitioner", "options": {"alpha": 0.01, "min_partition_size": 90}})
+    assert err.value.field == "partition.options.alpha" and "max number of attempts" in err.value.message
+    exc = ValueError("alpha and min_partition_size cannot both hold")
+    both = FlwrOptions("DirichletPartitioner", {"alpha": 0.5, "min_partition_size": 3})
+    assert library_error(exc, both, "partition").field == "partition.options"
+    assert library_error(ValueError("alphabet"), both, "partition").field == "partition.options"  # a whole word only
+
+
+def test_the_librarys_warnings_are_logged_once_each_with_a_count(caplog: pytest.LogCaptureFixture, recwarn: pytest.WarningsRecorder) -> None:
+    """DirichletPartitioner warns on every failed draw; the user gets one log line per message, not Python's warnings."""
+    with caplog.at_level(logging.WARNING, logger="chillfl.data.flwr_partition"):
+        part = partition("flwr", LABELS, 5, np.random.default_rng(1), {"partitioner": "DirichletPartitioner", "options": {"alpha": 0.5, "min_partition_size": 60}})
+    assert part.sizes.min() >= 60
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines and all(m.startswith("partition.options: DirichletPartitioner: The specified min_partition_size") for m in lines)
+    assert len(lines) == 1 and re.search(r"\((\d+) times\)$", lines[0]), lines
+    assert not [w for w in recwarn if "min_partition_size" in str(w.message)]
 
 
 def test_missing_library_names_the_extra(monkeypatch: pytest.MonkeyPatch):

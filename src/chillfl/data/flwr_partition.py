@@ -21,8 +21,16 @@ Choices
 -------
 * The options are checked against the partitioner's constructor signature:
   an unknown or missing option is a one-line ConfigError naming
-  ``partition.options.<key>`` and the allowed keys; values are checked by the
-  partitioner itself, and its error becomes a ConfigError on ``partition.options``.
+  ``partition.options.<key>`` and the allowed keys. A value is checked against
+  the constructor's annotation where that is a plain type (``bool``, ``int``,
+  ``float``, ``str``, a ``Literal``, a list of them: :func:`chillfl.options.coerce`),
+  so ``self_balancing = "yes"`` is refused rather than read as true. The
+  partitioner checks the rest itself; its error becomes a ConfigError naming
+  ``partition.options.<key>`` when its message names exactly one of the given
+  options (``alpha``), else ``partition.options``.
+* The library's ``UserWarning`` s (``DirichletPartitioner`` warns once per
+  failed draw) become log warnings naming ``partition.options``, one per
+  distinct message with a count, instead of Python's ``file:line`` warnings.
 * ``NaturalIdPartitioner`` and ``GroupedNaturalIdPartitioner`` partition by
   the dataset's own client ids (``flwr_femnist``'s writers,
   ``flwr_shakespeare``'s speakers, ``synthetic``'s clients): chillfl supplies
@@ -53,7 +61,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import re
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -63,7 +73,7 @@ import numpy as np
 
 from chillfl.errors import ConfigError, choice_error
 from chillfl.extras import need
-from chillfl.options import require, short_repr
+from chillfl.options import coerce, require, short_repr
 
 EXCLUDED = ("Partitioner", "IdToSizeFncPartitioner", "VerticalEvenPartitioner", "VerticalSizePartitioner")
 SUPPLIED = ("num_partitions", "partition_by")
@@ -108,6 +118,8 @@ def build_partitioner(opts: FlwrOptions, k: int, rng: np.random.Generator, secti
     for key in kwargs:
         if key not in params:
             raise ConfigError(f"{section}.options.{key}", f"unknown option of {opts.partitioner}; allowed: {', '.join(n for n in params if n not in SUPPLIED)}")
+        if key not in SUPPLIED and params[key].annotation is not inspect.Parameter.empty:  # the annotation's plain types; the rest the partitioner checks
+            kwargs[key] = coerce(kwargs[key], params[key].annotation, f"{section}.options.{key}")
     if "num_partitions" in kwargs:
         raise ConfigError(f"{section}.options.num_partitions", "is federation.num_clients; leave it out")
     by_id = opts.partitioner in BY_NATURAL_ID
@@ -125,9 +137,34 @@ def build_partitioner(opts: FlwrOptions, k: int, rng: np.random.Generator, secti
     if missing:
         raise ConfigError(f"{section}.options.{missing[0]}", f"is required by {opts.partitioner}")
     try:
-        return cls(**kwargs)
+        with library_warnings(opts.partitioner, section):
+            return cls(**kwargs)
     except Exception as exc:  # noqa: BLE001 - the partitioner's own validation of user values
-        raise ConfigError(f"{section}.options", f"{opts.partitioner}: {exc}") from None
+        raise library_error(exc, opts, section) from None
+
+
+def library_error(exc: Exception, opts: FlwrOptions, section: str) -> ConfigError:
+    """The partitioner's own error as one line, on the one given option its message names (else on ``options``)."""
+    text = " ".join(str(exc).split())
+    named = [k for k in opts.options if re.search(rf"(?<![A-Za-z0-9_]){re.escape(k)}(?![A-Za-z0-9_])", text, re.IGNORECASE)]
+    return ConfigError(f"{section}.options.{named[0]}" if len(named) == 1 else f"{section}.options", f"{opts.partitioner}: {text}")
+
+
+@contextmanager
+def library_warnings(partitioner: str, section: str) -> Iterator[None]:
+    """The library's warnings while it builds or splits, logged once per distinct message (the values in it aside)
+    with a count; none when it fails (its error is then the one line the user gets)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    counts: dict[str, tuple[str, int]] = {}
+    for w in caught:
+        text = " ".join(str(w.message).split())
+        key = " ".join(w for w in text.split() if not re.search(r"[\d()\[\]]", w))  # its words, the values in it aside
+        first, n = counts.get(key, (text, 0))
+        counts[key] = (first, n + 1)
+    for text, n in counts.values():
+        log.warning("%s.options: %s: %s%s", section, partitioner, text, f" ({n} times)" if n > 1 else "")
 
 
 def natural_ids(groups: Sequence[Any] | None, n: int, partitioner: str, section: str) -> np.ndarray:
@@ -181,7 +218,7 @@ def flwr_split(
         columns[NATURAL_ID] = natural_ids(groups, len(labels), opts.partitioner, section)
     partitioner.dataset = datasets.Dataset.from_dict(columns)
     try:
-        with quiet_bars(partitioner):
+        with quiet_bars(partitioner), library_warnings(opts.partitioner, section):
             count = partitioner.num_partitions
             if count != k:
                 raise ConfigError("federation.num_clients", f"must equal the {count} partitions of {opts.partitioner}, got {k}")
@@ -189,4 +226,4 @@ def flwr_split(
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - e.g. DirichletPartitioner cannot meet min_partition_size
-        raise ConfigError(f"{section}.options", f"{opts.partitioner}: {exc}") from None
+        raise library_error(exc, opts, section) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,48 @@ def test_qp_by_hand() -> None:
     torch.testing.assert_close(solve_qp(torch.diag(t(1.0, 3.0)), 2000), t(0.75, 0.25))
     # a weight below 1e-3 is dropped and the rest renormalised: min a_1^2 + 10000 a_2^2 -> a_2 = 1/10001 < 1e-3 -> (1, 0)
     torch.testing.assert_close(solve_qp(torch.diag(t(1.0, 10000.0)), 2000), t(1.0, 0.0))
+
+
+def _torch_iterates(p: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """Every iterate of the solver as first written, all in torch (running sums by ``itertools.accumulate``)."""
+    def project(v: torch.Tensor) -> torch.Tensor:
+        u = torch.sort(v, descending=True).values
+        css = torch.stack(list(itertools.accumulate(u.unbind())))
+        rho = int(torch.nonzero(u - (css - 1) / torch.arange(1, len(v) + 1, dtype=v.dtype) > 0).max()) + 1
+        return (v - (css[rho - 1] - 1) / rho).clamp(min=0)
+
+    a = [torch.full((p.shape[0],), 1.0 / p.shape[0], dtype=torch.float64)]
+    top = float(torch.linalg.eigvalsh(p).max())
+    for _ in range(steps if top > 0 else 0):
+        a.append(project(a[-1] - 1.0 / (2 * top) * 2 * (p @ a[-1])))
+    return a
+
+
+def _weights(a: torch.Tensor) -> torch.Tensor:
+    a = torch.where(a > 1e-3, a, torch.zeros_like(a))
+    return a / a.sum()
+
+
+def test_the_host_loop_gives_the_torch_solvers_numbers_bit_for_bit() -> None:
+    """Random FedPAC-shaped problems (diag(V) + a Gram matrix; 1 to 12 clients; a zero matrix) at step counts of both
+    parities: equal bit patterns, including where the loop stopped early at a fixed point or a 2-cycle (both occur)."""
+    g = torch.Generator().manual_seed(0)
+    stops = {"fixed point": 0, "2-cycle": 0}
+    for trial in range(36):
+        n = 1 + trial % 12
+        h = torch.randn(n, 30, dtype=torch.float64, generator=g) * torch.rand(n, 1, dtype=torch.float64, generator=g)
+        p = torch.diag(torch.rand(n, dtype=torch.float64, generator=g) * (trial % 3)) + (h[:1] - h) @ (h[:1] - h).T
+        if trial == 5:
+            p = torch.zeros(n, n, dtype=torch.float64)
+        iterates = _torch_iterates(p, 601)
+        same = [torch.equal(x.view(torch.int64), y.view(torch.int64)) for x, y in zip(iterates[1:], iterates)]
+        cycle = [torch.equal(x.view(torch.int64), y.view(torch.int64)) for x, y in zip(iterates[2:], iterates)]
+        stops["fixed point"] += any(same[:599])
+        stops["2-cycle"] += any(c and not s for c, s in zip(cycle[:599], same))
+        for steps in (1, 2, 600, 601):
+            want = _weights(iterates[min(steps, len(iterates) - 1)])
+            assert torch.equal(solve_qp(p, steps).view(torch.int64), want.view(torch.int64)), (trial, steps)
+    assert all(stops.values()), stops
 
 
 def test_alignment_term_by_hand() -> None:

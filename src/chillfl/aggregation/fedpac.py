@@ -58,11 +58,11 @@ Choices
 
 from __future__ import annotations
 
-import itertools
 
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call
@@ -171,29 +171,48 @@ def distance_matrix(own: torch.Tensor, stats: Sequence[torch.Tensor]) -> torch.T
 
 def project_simplex(v: torch.Tensor) -> torch.Tensor:
     """The Euclidean projection of ``v`` onto {a >= 0, sum a = 1} (sort-based; Duchi et al., 2008)."""
-    u = torch.sort(v, descending=True).values
-    css = torch.stack(list(itertools.accumulate(u.unbind())))  # the running sums, left to right (``cumsum`` has no deterministic CUDA kernel)
-    ks = torch.arange(1, len(v) + 1, dtype=v.dtype)
-    rho = int(torch.nonzero(u - (css - 1) / ks > 0).max()) + 1
+    values = v.detach().cpu().numpy()
+    return torch.from_numpy(_project_simplex(values, np.arange(1, len(values) + 1, dtype=values.dtype))).to(v.device)
+
+
+def _project_simplex(v: np.ndarray, ks: np.ndarray) -> np.ndarray:
+    """:func:`project_simplex` on the host: sort, running sums left to right (``np.cumsum`` adds in order, as a loop
+    would), the last k with u_k > (sum_{j<=k} u_j - 1) / k, then the shift. Elementwise IEEE operations only."""
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u)
+    rho = int(np.flatnonzero(u - (css - 1) / ks > 0)[-1]) + 1
     theta = (css[rho - 1] - 1) / rho
-    return (v - theta).clamp(min=0)
+    return np.maximum(v - theta, 0)
 
 
 def solve_qp(p: torch.Tensor, steps: int) -> torch.Tensor:
     """argmin a^T P a on the simplex, by projected gradient (step 1 / (2 lambda_max)); weights <= 1e-3 dropped, renormalised.
 
-    Solved on the host in float64 whatever the run's device: the problem is a few clients wide."""
+    Solved on the host in float64 whatever the run's device: the problem is a few clients wide. The iterations run
+    in numpy around torch's own product ``P a`` (the one reduction, so its summation order is torch's): a step costs
+    microseconds rather than a dozen torch dispatches. A step is a function of the iterate alone, so once an iterate
+    repeats the last one (a fixed point) or the one before (a 2-cycle, the last bit flipping) the rest of the
+    ``steps`` are known and not run: the result is the ``steps``-th iterate bit for bit (``tests/test_fedpac.py``)."""
     device = p.device
     p = p.detach().to("cpu", torch.float64)
     n = p.shape[0]
-    a = torch.full((n,), 1.0 / n, dtype=torch.float64)
+    a = np.full((n,), 1.0 / n, dtype=np.float64)
     top = float(torch.linalg.eigvalsh(p).max())
     if top > 0:
         step = 1.0 / (2 * top)
-        for _ in range(steps):
-            a = project_simplex(a - step * 2 * (p @ a))
-    a = torch.where(a > SMALL, a, torch.zeros_like(a))
-    return (a / a.sum()).to(device)
+        ks = np.arange(1, n + 1, dtype=np.float64)
+        before: np.ndarray | None = None
+        for t in range(steps):
+            after = _project_simplex(a - step * 2 * (p @ torch.from_numpy(a)).numpy(), ks)  # iterate t + 1
+            if after.tobytes() == a.tobytes():  # a fixed point: every later iterate is this one
+                break
+            if before is not None and after.tobytes() == before.tobytes():  # a 2-cycle: iterate `steps` has t + 1's parity or t's
+                a = after if (steps - t - 1) % 2 == 0 else a
+                break
+            before, a = a, after
+    weights = torch.from_numpy(a)
+    weights = torch.where(weights > SMALL, weights, torch.zeros_like(weights))
+    return (weights / weights.sum()).to(device)
 
 
 @dataclass(frozen=True)

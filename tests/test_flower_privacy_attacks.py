@@ -120,6 +120,15 @@ def test_dp_fedavg_on_flower_equals_sequential(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("server_identity")
+def test_dp_fedavg_noise_only_round_on_flower_equals_sequential(tmp_path: Path) -> None:
+    """seed 3, Poisson at q = 1/4: rounds draw [1], [1], nobody; the server releases round 3's noise alone, as sequentially."""
+    config = _config(tmp_path, "noise-only", privacy=DP_FEDAVG, federation={**BASE["federation"], "clients_per_round": 1, "sampling": "poisson"})
+    flower, _ = on_flower(config)
+    assert flower == sequential(config)
+    assert [r["clients"] for r in flower] == [[1], [1], []] and flower[2]["nobody_reported"] and flower[2]["global_loss"] != flower[1]["global_loss"]
+
+
+@pytest.mark.usefixtures("server_identity")
 def test_dp_fedavg_adaptive_clipping_on_flower_equals_sequential(tmp_path: Path) -> None:
     """C_t is server state (chillfl.privacy.aggregate): the nodes never need it, and it moves the same way."""
     flower, seq = both(tmp_path, "adaptive", privacy={**DP_FEDAVG, "target_quantile": 0.5, "clip_lr": 0.2})

@@ -353,21 +353,33 @@ def test_resume_bitwise(mechanism: str, tmp_path: Path, monkeypatch: pytest.Monk
                  **{"privacy.mechanism": mechanism, "privacy.delta": 1e-3, "privacy.noise_multiplier": 1.2})
 
 
-@pytest.mark.parametrize("stop", [1, 2])
-def test_poisson_resume_bitwise(stop: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # seed 5, q = 2/10: rounds draw [3, 5, 7], nobody, [3, 4]; the skipped round 2 is charged, and checkpointed (stop 2) or rerun (stop 1)
-    check_resume("algorithm.fedavg", "sequential", stop, tmp_path, monkeypatch,
+@pytest.mark.parametrize(("method", "stop"), [("algorithm.fedavg", 1), ("algorithm.fedavg", 2), ("algorithm.fedadam", 2)])
+def test_poisson_resume_bitwise(method: str, stop: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # seed 5, q = 2/10: rounds draw [3, 5, 7], nobody, [3, 4]; round 2 releases the noise alone, is charged, and checkpointed
+    # (stop 2) or rerun (stop 1); FedAdam's moments took its step on it
+    check_resume(method, "sequential", stop, tmp_path, monkeypatch,
                  **{"privacy.mechanism": "dp-fedavg", "privacy.delta": 1e-3, "privacy.noise_multiplier": 1.2, "federation.sampling": "poisson"})
+    import json
+
+    (metrics,) = [p for p in tmp_path.glob("*/metrics.jsonl") if p.parent.name.startswith("ref")]
+    second = json.loads(metrics.read_text().splitlines()[1])
+    assert second["clients"] == [] and second["nobody_reported"] is True and "skipped" not in second and "epsilon" in second
 
 
 def test_poisson_dp_fedavg_charges_every_round_skipped_or_not() -> None:
     # seed 3, q = 1/4: rounds draw [1], [1], nobody. The sampled Gaussian mechanism releases every round (noise alone when
-    # nobody is in), so round t's epsilon is t steps at (sigma 1.5, q 0.25), the skipped round 3 included
+    # nobody is in), so round t's epsilon is t steps at (sigma 1.5, q 0.25), the noise-only round 3 included
     records = run_experiment(config(**{"federation.clients_per_round": 1, "federation.sampling": "poisson"}), write=False, progress=False).records
-    assert [r["clients"] for r in records] == [[1], [1], []] and records[2]["skipped"]
+    assert [r["clients"] for r in records] == [[1], [1], []] and records[2]["nobody_reported"]
     assert [r["epsilon"] for r in records] == pytest.approx([epsilon_of(((1.5, 0.25, t),), 1e-3) for t in (1, 2, 3)], rel=1e-12)
-    # fixed-size sampling (the approximation) charges only the rounds that ran, as before
-    fixed = run_experiment(config(**{"federation.clients_per_round": 1, "federation.dropout": 0.5}), write=False, progress=False).records
+    # a skipped round (1 of min_clients = 2 reporting) is charged too: seed 3, q = 2/4, dropout 0.5
+    skips = run_experiment(config(**{"federation.clients_per_round": 2, "federation.min_clients": 2, "federation.dropout": 0.5,
+                                     "federation.sampling": "poisson"}), write=False, progress=False).records
+    assert any(r.get("skipped") for r in skips)
+    assert [r["epsilon"] for r in skips] == pytest.approx([epsilon_of(((1.5, 0.5, t),), 1e-3) for t in (1, 2, 3)], rel=1e-12)
+    # fixed-size sampling (the approximation) charges only the rounds that ran, as before (a round too few reported: skipped)
+    fixed = run_experiment(config(**{"federation.clients_per_round": 2, "federation.min_clients": 2, "federation.dropout": 0.5}),
+                           write=False, progress=False).records
     assert any(r.get("skipped") for r in fixed)
     assert all("epsilon" not in r for r in fixed if r.get("skipped"))
 
@@ -377,11 +389,11 @@ def test_skipped_mass_by_hand_and_its_warning(caplog: pytest.LogCaptureFixture) 
 
     _warn_skips.cache_clear()  # it warns once per setting a process: an earlier test may have built this one
 
-    # 10 rounds, 3 other clients each in at 1/2: P[none] = 1/8, P[< 2] = 1/8 + 3/8 = 1/2
-    assert skipped_mass(10, 3, 0.5, 1) == pytest.approx(1.25) and skipped_mass(10, 3, 0.5, 2) == pytest.approx(5.0)
-    assert skipped_mass(100, 99, 0.1, 1) == pytest.approx(100 * 0.9**99)  # N = 100, q = 0.1: 2.95e-3, far above delta = 1e-5
-    with caplog.at_level("WARNING"):  # 4 clients at q = 1/4: a round draws nobody with probability 0.32
-        build_experiment(config(**{"federation.clients_per_round": 1, "federation.sampling": "poisson"}))
+    # 10 rounds, 3 other clients each in at 1/2: P[none] = 1/8 (released: not counted), P[1] = 3/8
+    assert skipped_mass(10, 3, 0.5, 1) == 0.0 and skipped_mass(10, 3, 0.5, 2) == pytest.approx(3.75)
+    assert skipped_mass(100, 99, 0.1, 2) == pytest.approx(100 * 99 * 0.1 * 0.9**98)  # N = 100, q = 0.1: 3.1e-2, far above delta = 1e-5
+    with caplog.at_level("WARNING"):  # 4 clients at q = 1/2, min_clients 2: exactly 1 of the 3 others w.p. 3/8 a round
+        build_experiment(config(**{"federation.clients_per_round": 2, "federation.min_clients": 2, "federation.sampling": "poisson"}))
     assert sum("privacy.delta" in r.getMessage() for r in caplog.records) == 1
     caplog.clear()
     with caplog.at_level("WARNING"):  # fixed-size sampling: the approximation, no such term

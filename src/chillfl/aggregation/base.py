@@ -219,6 +219,19 @@ class HoldsPersonalModel(Protocol):
 
 
 @runtime_checkable
+class AggregatesNobody(Protocol):
+    """An aggregator whose ``aggregate`` is defined for a round in which no client reported (``results`` empty) and
+    gives a new global model all the same: DP-FedAvg's server noise released alone (McMahan et al. 2018, Algorithm 1),
+    :class:`~chillfl.privacy.aggregate.PrivateAggregation`. Why a capability: every other aggregator's mean over no
+    client is undefined, so the round loop skips such a round unless the protocol's aggregator says it releases one.
+    """
+
+    def aggregates_nobody(self) -> bool:
+        """Whether ``aggregate(global_params, [], round)`` releases this round's model (False: the round is skipped)."""
+        ...
+
+
+@runtime_checkable
 class MakesClientModels(Protocol):
     """An aggregator that makes part of each client's model itself, from what it holds for that client (pFedHN's
     hypernetwork generates theta_i = h(v_i; phi)): the model a client's :class:`HoldsPersonalModel` completes is then

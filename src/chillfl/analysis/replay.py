@@ -35,7 +35,7 @@ from torch import nn
 from torch.func import functional_call
 
 from chillfl.config import RunConfig, load_config
-from chillfl.engine.loop import availability, draw_clients
+from chillfl.engine.loop import availability, draw_clients, releases_empty
 from chillfl.storage.model_file import read_model
 from chillfl.storage.results import strict
 from chillfl.engine.protocol import AroundProtocol
@@ -139,7 +139,7 @@ def replay_round(run_dir: str | Path, start: Literal["final", "initial"] = "fina
     executor = make_executor(exp, protocol)
     try:
         sampled = draw_clients(config.seed, rnd, exp.data.num_clients, config.federation.sample_size(), config.federation.sampling)
-        avail = availability(config.seed, rnd, sampled, config.federation, exp.data.without_training_rows())
+        avail = availability(config.seed, rnd, sampled, config.federation, exp.data.without_training_rows(), releases_empty(protocol))  # drawn as the run drew
         if avail.skipped:
             field = "federation.min_clients" if sampled else "federation.sampling"  # Poisson sampling can draw nobody
             which = f"round {rnd + 1}, the one after the run's last," if start == "final" else "round 1 of this run"

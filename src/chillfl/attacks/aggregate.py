@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
-from chillfl.aggregation.base import Aggregator, AroundAggregator, ClientResult, Params
+from chillfl.aggregation.base import AggregatesNobody, Aggregator, AroundAggregator, ClientResult, Params
 from chillfl.attacks.spec import ModelRound, as_mapping as _as_mapping, check_forged, spec_of
 from chillfl.settings.attack import AttackConfig
 
@@ -55,3 +55,7 @@ class AttackedAggregation(AroundAggregator):
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         return self.base.aggregate(global_params, forged(self.forge, self.attack.options, global_params, results, self.ids, round, self.seed), round)
+
+    def aggregates_nobody(self) -> bool:
+        """The base's (:class:`~chillfl.aggregation.base.AggregatesNobody`): with nobody reporting there is no upload to forge."""
+        return isinstance(self.base, AggregatesNobody) and self.base.aggregates_nobody()

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from chillfl.config import FederationConfig
-from chillfl.engine.protocol import Executor, ObservesSkippedRounds, ServerProtocol
+from chillfl.engine.protocol import Executor, ObservesSkippedRounds, ReleasesEmptyRounds, ServerProtocol
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.seeds import derive_seed
 
@@ -75,26 +75,37 @@ class Availability:
     attempts: int = 1
     no_data: list[int] = field(default_factory=list)
     """Sampled clients without training rows: not configured, as if they had dropped out (never counted as reporting)."""
+    nobody: bool = False
+    """Nobody reported at the round's first draw (none drawn, every drawn client dropped out or without rows): a
+    protocol that releases such a round (:class:`~chillfl.engine.protocol.ReleasesEmptyRounds`) runs it without clients."""
 
     @property
     def skipped(self) -> bool:
         return not self.reporting
 
 
-def availability(seed: int, round: int, sampled: Sequence[int], rules: FederationConfig, empty: Collection[int] = frozenset()) -> Availability:
+def availability(
+    seed: int, round: int, sampled: Sequence[int], rules: FederationConfig, empty: Collection[int] = frozenset(), release: bool = False,
+) -> Availability:
     """Seeded dropout and straggler draws (``[federation]`` options), one stream per (round, attempt), in client-id order.
 
     ``empty``: the clients without training rows (:meth:`~chillfl.data.FederatedData.without_training_rows`). A sampled
     one reports nothing, as a dropped client does (``no_data`` in the record), and does not count towards
     ``min_clients``: configured, it crashed the methods that divide by its steps or rows (SCAFFOLD, FedNova,
     q-FFL, ...) or averaged its untrained model in. The draws are the same with or without it.
+
+    ``release``: the protocol releases a round nobody reported (:class:`~chillfl.engine.protocol.ReleasesEmptyRounds`).
+    Then a first draw with nobody reporting is that round (``nobody``), neither retried nor skipped, even when fewer than
+    ``min_clients`` were sampled: what runs is the first draw's outcome whenever it has no reporting client, so the
+    rounds that differ from it are only those with 1 .. min_clients - 1 reporting (retried or skipped as before).
     """
     if not sampled:  # Poisson sampling drew nobody: nothing to redraw
-        return Availability([])
+        return Availability([], nobody=True)
     no_data = [c for c in sampled if c in empty]
-    if len(sampled) - len(no_data) < rules.min_clients:  # too few could report even without dropout: no redraw helps
+    few = len(sampled) - len(no_data) < rules.min_clients  # too few could report even without dropout: no redraw helps
+    if few and not release:  # the first draw only tells whether nobody reports, which matters only when that round is released
         return Availability([], [c for c in sampled if c not in empty], {}, 1, no_data)
-    for attempt in range(1 + (MAX_RETRIES if rules.on_too_few == "retry" else 0)):
+    for attempt in range(1 if few else 1 + (MAX_RETRIES if rules.on_too_few == "retry" else 0)):
         rng = np.random.default_rng(derive_seed(seed, "availability", round, attempt))
         drop = rng.random(len(sampled)) < rules.dropout
         slow = rng.random(len(sampled)) < rules.stragglers
@@ -103,7 +114,14 @@ def availability(seed: int, round: int, sampled: Sequence[int], rules: Federatio
         if len(reporting) >= rules.min_clients:
             work = {c: float(w) for c, d, s, w in zip(sampled, drop, slow, share) if s and not d and c not in empty}
             return Availability(reporting, [c for c, d in zip(sampled, drop) if d and c not in empty], work, attempt + 1, no_data)
+        if release and attempt == 0 and not reporting:  # the round as drawn, released without clients
+            return Availability([], [c for c in sampled if c not in empty], {}, 1, no_data, nobody=True)
     return Availability([], [c for c in sampled if c not in empty], {}, attempt + 1, no_data)
+
+
+def releases_empty(protocol: ServerProtocol) -> bool:
+    """Whether ``protocol`` releases a round nobody reported (:class:`~chillfl.engine.protocol.ReleasesEmptyRounds`); else such a round is skipped."""
+    return isinstance(protocol, ReleasesEmptyRounds) and protocol.releases_empty_rounds()
 
 
 def _on_skip(protocol: ServerProtocol, round: int) -> dict[str, Json]:
@@ -136,22 +154,30 @@ def run_rounds(
     protocol's state stays (but for what its optional ``skipped_round(round)``
     hook does: :func:`_on_skip`), and its record says ``skipped``. ``empty``: clients without training rows, never configured
     (:func:`availability`; the record lists the round's as ``no_data``).
+
+    Except: a protocol that releases a round nobody reported (:func:`releases_empty`: DP-FedAvg's noise alone) runs
+    ``server_update(round, [], [])`` on a round whose first draw has nobody reporting; its record has no clients, says
+    ``nobody_reported``, ``sampled``, ``dropped`` and ``attempts``, and has no ``skipped``: the model moved, and the round
+    evaluates it as any other does.
     """
+    release = releases_empty(protocol)
     for rnd in range(start, rounds):
         sampled = draw_clients(seed, rnd, num_clients, clients_per_round, participation.sampling)
-        avail = availability(seed, rnd, sampled, participation, empty)
-        if avail.skipped:
+        avail = availability(seed, rnd, sampled, participation, empty, release)
+        if avail.skipped and not (release and avail.nobody):
             skipped: dict[str, Json] = {"sampled": sampled, "dropped": avail.dropped, "skipped": True, "attempts": avail.attempts, **_on_skip(protocol, rnd)}
             yield RoundRecord(rnd + 1, [], metrics={**skipped, **({"no_data": avail.no_data} if avail.no_data else {})}).to_json()
             continue
-        tasks = protocol.configure(rnd, avail.reporting)
+        tasks = protocol.configure(rnd, avail.reporting) if avail.reporting else []  # nobody reported: no downlink, no training
         for task in tasks:
             task.work = avail.work.get(task.client_id, 1.0)
             if redraw is not None and (x := redraw(task.client_id, rnd)) is not None:  # a user Dataset's transforms, drawn for this visit
                 task.data = dataclasses.replace(task.data, x=x.to(task.data.x.device))
-        replies = executor.map(tasks)
+        replies = executor.map(tasks) if tasks else []
         record = protocol.server_update(rnd, tasks, replies)
-        if _varies(participation):
+        if not tasks:
+            record.metrics.update({"sampled": sampled, "dropped": avail.dropped, "nobody_reported": True, "attempts": avail.attempts})
+        elif _varies(participation):
             record.metrics.update({"sampled": sampled, "dropped": avail.dropped, "stragglers": {str(c): w for c, w in avail.work.items()}, "attempts": avail.attempts})
         if avail.no_data:
             record.metrics.update({"sampled": sampled, "no_data": avail.no_data})

@@ -215,6 +215,20 @@ class ObservesSkippedRounds(Protocol):
         ...
 
 
+@runtime_checkable
+class ReleasesEmptyRounds(Protocol):
+    """A server protocol whose ``server_update`` is defined for a round in which nobody reported (no task, no reply)
+    and moves its state all the same: parameter sharing whose aggregator releases such a round
+    (:class:`~chillfl.aggregation.base.AggregatesNobody`: DP-FedAvg's server noise alone, McMahan et al. 2018's
+    Algorithm 1). Where it says so, the round loop runs ``server_update(round, [], [])`` on a round whose first draw has
+    nobody reporting, instead of retrying or skipping it (a round with some, but fewer than ``min_clients``,
+    reporting clients is still retried or skipped)."""
+
+    def releases_empty_rounds(self) -> bool:
+        """Whether a round nobody reported is released through ``server_update`` (False: skipped, as any other protocol's)."""
+        ...
+
+
 Trainer = Callable[[LocalSpec | None, Sequence[ClientJob]], list[LocalOutcome]]
 """Runs jobs that share one objective spec (None: the executor's own); one outcome per job, in order."""
 

@@ -8,7 +8,10 @@ default; ``weights``: the paper's w_i = min(n_i / w_hat, 1)), the server adds z 
 the weighted sum and divides by the **fixed** denominator qW (W = sum of w_i over all N clients, q = m / N,
 m = ``clients_per_round``; uniform: qW = m, the expected number of clients), not by the weight that
 reported: w_i <= 1 keeps the sum's sensitivity to one client at C, so the noised mean is
-(sigma, q)-subsampled Gaussian whatever the dropout. ``w_min_share``: their estimator f_c instead, the sum
+(sigma, q)-subsampled Gaussian whatever the dropout. A round nobody reported (Poisson sampling drew nobody, or every
+drawn client dropped out) releases the noise alone, w + z/(qW), as Algorithm 1 does: the round loop runs it where it
+would skip the round (:meth:`PrivateAggregation.aggregates_nobody`), so that the run is that mechanism on every draw.
+``w_min_share``: their estimator f_c instead, the sum
 divided by max(q W_min, sum of the reporting w_i) and noised 2 sigma C / (q W_min) on the mean (sensitivity
 2C / (q W_min), their Lemma 1), W_min = w_min_share x W. ``local``: client i adds its own
 z_i ~ N(0, (sigma C)^2 I) to its clipped update and the server takes the plain mean over the n clients
@@ -17,8 +20,11 @@ that reported.
 The wrapper runs the base's own server rule (FedAvg, FedProx, FedAdam, ...: any base that declares
 ``takes_weights``, i.e. a weighted mean of the clients' models) on models rebuilt from the privatised
 updates: with weights 1/n each and ``w + (w_i clip(u_i) + z/n) n/(qW)`` as client i's model, the base's mean
-is ``w + (sum_i w_i clip(u_i) + z) / (qW)`` exactly (up to float rounding). A server optimiser (FedAdam) then
-acts on that noised mean: post-processing, no privacy cost. The entries the base does not aggregate take
+is ``w + (sum_i w_i clip(u_i) + z) / (qW)`` exactly (up to float rounding); with n = 0 the base gets one model,
+``w + z/(qW)`` (f_c: ``w + z/(q W_min)``, z of std 2 sigma C), at weight 1 (client id :data:`NOBODY`; a base that
+reads more than the models and weights is refused under privacy already: ``reports``, ``plain_sgd``). A server
+optimiser (FedAdam) then acts on that noised mean: post-processing, no privacy cost. Under adaptive clipping the
+count is released in such a round too (no bit, its noise alone). The entries the base does not aggregate take
 no part in the sensitivity: it does not read them into the global model, and leaving them out of the clip
 keeps the client's personal part from shrinking its shared update (no noise is drawn for them). Under
 ``dp-fedavg`` (a trusted server) they reach the base as the client sent them; under ``local`` (an untrusted
@@ -83,8 +89,14 @@ class AdaptiveClip:
         return float((sigma**-2 - (2 * self.count_noise) ** -2) ** -0.5)
 
 
+NOBODY = -1
+"""The client id of the one model the base is given in a round nobody reported: the global model plus the noise alone."""
+
+
 class PrivateAggregation(AroundAggregator):
     """Clip each client's update to C, add Gaussian noise (server: one draw on the sum; ``client_noise``: one per client), then the base's mean.
+
+    Server noise with no client result: the noise alone, on the fixed denominator (:meth:`aggregates_nobody`).
 
     Update, clip and noise cover the entries the base aggregates (:func:`~chillfl.aggregation.base.aggregated_keys`);
     the rest of each model goes to the base as the client sent it (server noise) or as the global model's (``client_noise``:
@@ -155,6 +167,10 @@ class PrivateAggregation(AroundAggregator):
             sent = {**r.params, **{k: global_params[k] for k in r.params if k in global_params and k not in read}} if self.client_noise else r.params
             model = {**sent, **{k: global_params[k] + share[k] * (n / denominator) for k in keys}}
             private.append(replace(r, params=model))
+        weights = torch.full((n,), 1.0 / n, dtype=torch.float64) if n else torch.ones(1, dtype=torch.float64)
+        if not n:  # nobody reported: the noise alone, w + z / (qW) (f_c: z / (q W_min)), as the base's one model of weight 1
+            assert server_noise is not None, "client noise releases nothing without clients (aggregates_nobody)"
+            private.append(ClientResult(NOBODY, {**global_params, **{k: global_params[k] + server_noise[k] / denominator for k in keys}}, 0, 0, 0.0, 1.0, 0.0))
         self._metrics = {"clipped": clipped / max(n, 1)}
         if self.adaptive is not None:
             gen = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", "count", round))
@@ -162,8 +178,13 @@ class PrivateAggregation(AroundAggregator):
             below = (centred + float(torch.randn((), generator=gen, dtype=torch.float64)) * self.adaptive.count_noise) / self.expected + 0.5
             self.clip_norm = clip * math.exp(-self.adaptive.lr * (below - self.adaptive.quantile))
             self._metrics["clip_norm"] = clip
-        weights = torch.full((n,), 1.0 / n, dtype=torch.float64)
         return self.base.aggregate(global_params, private, round, weights=weights)
+
+    def aggregates_nobody(self) -> bool:
+        """Server noise releases a round nobody reported (:class:`~chillfl.aggregation.base.AggregatesNobody`): the noise
+        alone on the fixed denominator, McMahan et al.'s Algorithm 1, so that the run is the sampled Gaussian mechanism the
+        accountant bounds; client noise does not (the mean of no client's noised update is undefined: the round is skipped)."""
+        return not self.client_noise
 
     def round_metrics(self) -> Mapping[str, Json]:
         return {**self.base.round_metrics(), **self._metrics}

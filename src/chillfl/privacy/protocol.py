@@ -52,7 +52,10 @@ class Accounted(AroundProtocol):
         self.plan = plan
         self.every_round = every_round
         """Charge skipped rounds too (``federation.sampling = "poisson"``): what the mechanism charges for a round nobody
-        took part in, so that round t's epsilon is the sampled Gaussian mechanism's over t rounds, as its bound needs."""
+        took part in, so that round t's epsilon is the sampled Gaussian mechanism's over t rounds, as its bound needs.
+        A round nobody reported that the aggregator releases (``dp-fedavg``'s noise alone,
+        :class:`~chillfl.engine.protocol.ReleasesEmptyRounds`) is no skipped round: it goes through :meth:`server_update`
+        with no task, and is charged there under either sampling (a release)."""
         self.ledger = Ledger(plan.delta, plan.accountant)
         self.uploads = Ledger(plan.delta, plan.accountant)
         """Soft-label rows: each client's whole uploads (every row it released, composed): ``epsilon_upload``."""
@@ -76,7 +79,7 @@ class Accounted(AroundProtocol):
         return record
 
     def skipped_round(self, round: int) -> dict[str, Json]:
-        """A round the loop skipped (nobody, or too few, reported): charged only under ``every_round``; its record's ``epsilon``
+        """A round the loop skipped (too few reported; nobody, where the aggregator releases nothing then): charged only under ``every_round``; its record's ``epsilon``
         (with what the inner protocol's own ``skipped_round`` returns: a last round's evaluation)."""
         inner = dict(self.inner.skipped_round(round)) if isinstance(self.inner, ObservesSkippedRounds) else {}
         if not self.every_round or self.rows:

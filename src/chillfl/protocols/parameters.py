@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import (
+    AggregatesNobody,
     Aggregator,
     ClientHalf,
     ClientResult,
@@ -311,20 +312,27 @@ class ParameterSharing:
         self.book.check_state(round, self.state)
 
         weights = np.array([r.num_samples for r in results], dtype=np.float64)
+        trained = bool(results)  # none: a round nobody reported, released by the aggregator (releases_empty_rounds): no loss to average
         record = RoundRecord(
             round=round + 1,
             clients=[t.client_id for t in tasks],
             lr=self.lr_at(round),
-            train_loss=float(np.dot(weights, [r.train_loss for r in results]) / weights.sum()),
-            temperature_mean=float(np.mean([r.temperature for r in results])),
-            client_train_loss={str(r.client_id): r.train_loss for r in results},
+            train_loss=float(np.dot(weights, [r.train_loss for r in results]) / weights.sum()) if trained else None,
+            temperature_mean=float(np.mean([r.temperature for r in results])) if trained else None,
+            client_train_loss={str(r.client_id): r.train_loss for r in results} if trained else None,
             method=self.aggregator.round_metrics(),
         )
         record.metrics.update(self.book.traffic(round))
         record.metrics.update(self.book.temperatures({r.client_id: r.temperature for r in results}))
-        record.metrics.update(self.book.local(record.clients))
+        if trained:  # a round nobody reported measures no client, as a skipped one
+            record.metrics.update(self.book.local(record.clients))
         record.metrics.update(self.book.evaluate(round, self.state))
         return record
+
+    def releases_empty_rounds(self) -> bool:
+        """Whether the aggregator releases a round nobody reported (:class:`~chillfl.engine.protocol.ReleasesEmptyRounds`,
+        :class:`~chillfl.aggregation.base.AggregatesNobody`): then :meth:`server_update` runs on no replies."""
+        return isinstance(self.aggregator, AggregatesNobody) and self.aggregator.aggregates_nobody()
 
     def skipped_round(self, round: int) -> dict[str, Json]:
         """A skipped round (:class:`~chillfl.engine.protocol.ObservesSkippedRounds`): the run's last one evaluates the global model (:meth:`ServerBook.last`)."""

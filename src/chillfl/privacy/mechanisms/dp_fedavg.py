@@ -3,7 +3,9 @@
 The privacy unit is a client: one subsampled Gaussian step a round for the whole population at
 q = clients_per_round / num_clients, so ``delta`` must be below 1/num_clients. Under ``federation.sampling =
 "poisson"`` that is the mechanism that runs (every round charged, a skipped one too: the accountant's
-``skipped_round``; skipped rounds add :func:`skipped_mass` to delta); under the default fixed-size sampling it
+``skipped_round``); a round nobody reported releases the noise alone, as the paper's Algorithm 1 does
+(:class:`~chillfl.aggregation.base.AggregatesNobody`), and only rounds with 1 .. min_clients - 1 reporting clients,
+retried or skipped, add :func:`skipped_mass` to delta. Under the default fixed-size sampling it
 is the usual approximation (docs/privacy.md, "Sampling"). The maths is
 :class:`chillfl.privacy.aggregate.PrivateAggregation` with server noise and the fixed denominator qW (uniform weights: m = clients_per_round; ``weight_cap`` = w_hat > 0: the paper's
 w_i = min(n_i / w_hat, 1), W their sum over the clients). Its own options turn on adaptive clipping (Andrew et al.
@@ -88,11 +90,14 @@ def aggregator(options: DpFedAvgOptions, noise: Noise, base: WeightedMean) -> Ag
 
 
 def skipped_mass(rounds: int, others: int, rate: float, fewest: int) -> float:
-    """rounds * P[Binomial(others, rate) < fewest]: a bound on the chance that some round's first draw has fewer than
-    ``fewest`` reporting clients among ``others`` (each in at ``rate``). Only then does the run differ from the sampled
-    Gaussian mechanism the accountant bounds (that round is skipped where Algorithm 1 would release noise alone), so the
-    reported epsilon holds at delta + (1 + e^epsilon) * this (docs/privacy.md, "Sampling")."""
-    below = sum(math.comb(others, k) * rate**k * (1 - rate) ** (others - k) for k in range(min(fewest, others + 1)))
+    """rounds * P[1 <= Binomial(others, rate) < fewest]: a bound on the chance that some round's first draw has some, but
+    fewer than ``fewest``, reporting clients among ``others`` (each in at ``rate``). Only then does the run differ from the
+    sampled Gaussian mechanism the accountant bounds (that round is retried or skipped where Algorithm 1 would release its
+    few clients' noised sum), so the reported epsilon holds at delta + (1 + e^epsilon) * this (docs/privacy.md,
+    "Sampling"). A first draw with nobody reporting is released as Algorithm 1 does, the noise alone
+    (:meth:`chillfl.privacy.aggregate.PrivateAggregation.aggregates_nobody`): it adds nothing, so the default
+    ``fewest`` = 1 gives 0."""
+    below = sum(math.comb(others, k) * rate**k * (1 - rate) ** (others - k) for k in range(1, min(fewest, others + 1)))
     return rounds * below
 
 
@@ -108,10 +113,10 @@ def _warn_skips(rounds: int, num_clients: int, per_round: int, dropout: float, f
     rate = per_round / num_clients * (1 - dropout)
     mass = skipped_mass(rounds, num_clients - 1, rate, fewest)
     if 2 * mass > delta:  # (1 + e^epsilon) >= 2
-        log.warning("privacy.delta: with Poisson sampling at q(1 - dropout) = %.3g over %d clients, a round has fewer than min_clients = %d "
-                    "reporting clients often enough that skipping it adds (1 + e^epsilon) x %.3g to delta = %.3g: the reported epsilon holds at "
-                    "that larger delta (more clients or a larger clients_per_round shrink it; docs/privacy.md, \"Sampling\")",
-                    rate, num_clients, fewest, mass, delta)
+        log.warning("privacy.delta: with Poisson sampling at q(1 - dropout) = %.3g over %d clients, a round has 1 to min_clients - 1 = %d "
+                    "reporting clients often enough that retrying or skipping it adds (1 + e^epsilon) x %.3g to delta = %.3g: the reported epsilon "
+                    "holds at that larger delta (more clients, a larger clients_per_round or min_clients = 1 shrink it; docs/privacy.md, \"Sampling\")",
+                    rate, num_clients, fewest - 1, mass, delta)
 
 
 def capped_weights(cap: float, client_sizes: Sequence[int]) -> tuple[float, ...] | None:

@@ -586,7 +586,7 @@ def _finish(
                     "(raise federation.clients_per_round or lower federation.min_clients)", len(records))
     elif records and all(r.get("skipped") or r.get("nobody_reported") for r in records) and stopped is None:  # some released with nobody in
         log.warning("no round trained: in all %d nobody, or too few, reported; the results are the initial model moved by the rounds released "
-                    "without clients (dp-fedavg's noise alone) (raise federation.clients_per_round or lower federation.min_clients)", len(records))
+                    "without clients (a private aggregator's noise alone) (raise federation.clients_per_round or lower federation.min_clients)", len(records))
     if stopped is not None:
         summary["stopped"] = stopped
     summary["wall_time_s"] = round(wall, 3)

@@ -164,7 +164,8 @@ def test_fedfomo_client_weights_on_its_validation_split_and_trains_on_the_rest()
 # ---------------------------------------------------------------- both: options, runs, resume
 
 
-@pytest.mark.parametrize(("name", "field", "value"), [("fedamp", "sigma", 0.0), ("fedamp", "alpha_k", -1.0), ("fedfomo", "m", 0), ("fedfomo", "val_ratio", 1.0)])
+@pytest.mark.parametrize(("name", "field", "value"), [("fedamp", "sigma", 0.0), ("fedamp", "alpha_k", -1.0), ("fedamp", "self_attention", 1.5), ("fedfomo", "m", 0),
+                                                     ("fedfomo", "val_ratio", 1.0), ("fedfomo", "epsilon", 2.0), ("fedfomo", "epsilon_decay", -0.1)])
 def test_options_are_checked(name: str, field: str, value: float) -> None:
     with pytest.raises(ConfigError, match=f"algorithm.{field}"):
         build_experiment(config(**{"algorithm.name": name, f"algorithm.{field}": value}))
@@ -204,3 +205,94 @@ def test_runs_agree_across_executors_and_local_accuracy_is_the_clients_own_model
 def test_resume_is_bitwise(name: str, tmp_path: Path) -> None:
     cfg = config(**{"algorithm.name": name, "model.name": "mlp"})
     assert resumed_records(cfg, 1, tmp_path) == records(cfg)
+
+
+# ---------------------------------------------------------------- the references' variants (options, off by default)
+
+
+def test_fedamp_cosine_attention_is_heurfedamps_by_hand() -> None:
+    from chillfl.aggregation.fedamp import cosine_attention
+
+    # w_i = (1, 0); w_1 = (0, 2): cos 0; w_2 = (3, 3): cos 1/sqrt(2) = 0.7071068. sigma = 2, xi_ii = 0.2:
+    # exp(0) = 1, exp(1.4142136) = 4.1132504; xi_i1 = 0.8 * 1 / 5.1132504 = 0.1564563, xi_i2 = 0.8 * 4.1132504 / 5.1132504 = 0.6435437
+    own, others = {"w": t(1.0, 0.0)}, [{"w": t(0.0, 2.0)}, {"w": t(3.0, 3.0)}]
+    coefs, self_coef = cosine_attention(own, others, ["w"], 2.0, 0.2)
+    assert coefs == pytest.approx([0.1564563, 0.6435437], abs=1e-7) and self_coef == 0.2
+    # u_i = 0.2 (1, 0) + 0.1564563 (0, 2) + 0.6435437 (3, 3) = (2.1306312, 2.2435437)
+    u = cloud_model(own, others, ["w"], 1.0, 2.0, "cosine", 0.2)["w"]
+    torch.testing.assert_close(u, t(2.1306312, 2.2435437))
+    # no other model: u_i = w_i
+    assert cosine_attention(own, [], ["w"], 2.0, 0.2) == ([], 1.0)
+    # a large sigma does not overflow: all the others' weight on the most similar
+    coefs, _ = cosine_attention(own, others, ["w"], 1e4, 0.2)
+    assert coefs == pytest.approx([0.0, 0.8])
+
+
+def test_fedamp_server_uses_the_cosine_attention_when_asked() -> None:
+    amp = FedAMP(["w"], FedAMPOptions(attention="cosine", self_attention=0.5, sigma=1.0))
+    glob = {"w": t(1.0, 0.0)}
+    amp.aggregate(glob, [result2(0, (1.0, 0.0)), result2(1, (0.0, 1.0))], 0)
+    # client 0: one other model, so xi_01 = 1 - 0.5: u_0 = 0.5 (1, 0) + 0.5 (0, 1)
+    torch.testing.assert_close(amp.downlink(0, 1, glob).context[CLOUD]["w"], t(0.5, 0.5))  # type: ignore[index]
+
+
+def result2(cid: int, w: tuple[float, float]) -> ClientResult:
+    return ClientResult(cid, {"w": t(*w)}, 10, 1, 0.1, 1.0, 0.0, {})
+
+
+def test_fedfomo_l1_distance_by_hand() -> None:
+    from chillfl.aggregation.fedfomo import distance
+
+    a, b = {"w": t(0.0, 0.0), "v": t(1.0)}, {"w": t(3.0, -4.0), "v": t(3.0)}
+    assert distance(a, b, ["w", "v"]) == pytest.approx(29 ** 0.5)  # 9 + 16 + 4
+    assert distance(a, b, ["w", "v"], "l1") == pytest.approx(9.0)  # 3 + 4 + 2
+
+
+def test_fedfomo_epsilon_greedy_choice() -> None:
+    from chillfl.aggregation.fedfomo import epsilon_greedy
+
+    row = t(0.0, 3.0, 2.0, 1.0, -1.0)
+    gen = torch.Generator().manual_seed(0)
+    # epsilon 0: the ranking, nothing drawn
+    assert epsilon_greedy(row, [1, 2, 3, 4], 2, 0.0, gen) == [1, 2]
+    assert torch.equal(gen.get_state(), torch.Generator().manual_seed(0).get_state())
+    # epsilon 1: every slot a uniform draw among those left: m distinct candidates, all ids reached over seeds
+    seen: set[int] = set()
+    for seed in range(40):
+        got = epsilon_greedy(row, [1, 2, 3, 4], 2, 1.0, torch.Generator().manual_seed(seed))
+        assert len(set(got)) == 2 and set(got) <= {1, 2, 3, 4}
+        seen.update(got)
+    assert seen == {1, 2, 3, 4}
+    # never more than the candidates
+    assert sorted(epsilon_greedy(row, [3, 4], 5, 1.0, gen)) == [3, 4]
+
+
+def test_fedfomo_server_explores_with_epsilon_and_decays_it() -> None:
+    glob = {"w": t(0.0)}
+    uploads = [result(c, float(c)) for c in range(6)]
+    fomo = FedFomo(6, ["w"], FedFomoOptions(m=2, epsilon=1.0, epsilon_decay=0.5), seed=3)
+    fomo.aggregate(glob, uploads, 0)
+    fomo.affinity[0] = t(0.0, 5.0, 4.0, 0.0, 0.0, 0.0).double()
+    # round 2: epsilon = 1 - 2 * 0.5 = 0: the two best-rated
+    assert fomo.downlink(0, 2, glob).context[IDS].tolist() == [1, 2]  # type: ignore[union-attr]
+    # round 0: epsilon 1, drawn from (seed, round, client): reproducible, and not always the best two
+    def draw(seed: int) -> tuple[int, ...]:
+        other = FedFomo(6, ["w"], FedFomoOptions(m=2, epsilon=1.0), seed=seed)
+        other.aggregate(glob, uploads, 0)
+        other.affinity[0] = fomo.affinity[0]
+        return tuple(other.choose(0, 0))
+
+    draws = [draw(s) for s in range(10)]
+    assert draws == [draw(s) for s in range(10)]
+    assert any(d != (1, 2) for d in draws) and all(0 not in d and len(set(d)) == 2 for d in draws)
+
+
+@pytest.mark.parametrize(("name", "base", "options"), [("fedamp", {}, {"attention": "cosine", "self_attention": 0.3}),
+                                                     ("fedfomo", {"m": 1}, {"epsilon": 1.0, "epsilon_decay": 0.1, "distance": "l1"})])
+def test_the_variants_run_and_resume(name: str, base: dict[str, object], options: dict[str, object], tmp_path: Path) -> None:
+    """Off by default; on, they change the run (FedFomo with one model sent: the draw picks another), and resume bitwise."""
+    plain = {"algorithm.name": name, "model.name": "mlp", **{f"algorithm.{k}": v for k, v in base.items()}}
+    cfg = config(**plain, **{f"algorithm.{k}": v for k, v in options.items()})
+    got = records(cfg)
+    assert resumed_records(cfg, 1, tmp_path) == got
+    assert got != records(config(**plain))

@@ -323,3 +323,43 @@ def test_the_build_reads_the_runs_rounds_and_the_classifiers_weight_matrix() -> 
     bn = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
     flat, _ = make_aggregator("pfedsim", None, num_clients=2, model=bn, seed=0, rounds=4)
     assert isinstance(flat, PFedSim) and flat.options.similarity == "flat" and "1.running_mean" in flat.head
+
+
+def test_start_warmup_sends_newcomers_the_warm_up_model_as_fl_bench() -> None:
+    """FL-bench sets every client's personal model to the warm-up's last global model: a client first sampled later starts
+    there, not from the FedAvg of the personalised uploads (the default ``start = "global"``)."""
+    agg = PFedSim(3, ["body", "head.weight", "head.bias"], {"head.weight", "head.bias"}, "head.weight", 1, PFedSimOptions(start="warmup"))
+    warm = agg.aggregate(glob(), uploads(), 0)  # the warm-up's FedAvg: body = (10 (1, 2) + 20 (3, 4) + 30 (5, 8)) / 60 = (11/3, 17/3)
+    torch.testing.assert_close(warm["body"], t(11 / 3, 17 / 3))
+    first = agg.downlink(0, 1, warm)
+    assert first.context == {PERSONAL: 1.0} and first.params is not None
+    torch.testing.assert_close(first.params["body"], warm["body"])
+    later = agg.aggregate(warm, uploads((0, 1)), 1)  # the personalised round's FedAvg: body = (10 (1, 2) + 20 (3, 4)) / 30 = (7/3, 10/3)
+    torch.testing.assert_close(later["body"], t(7 / 3, 10 / 3))
+    # client 2, first sampled now: the warm-up's model, not the round's global (7/3, 10/3)
+    newcomer = agg.downlink(2, 2, later)
+    assert newcomer.params is not None
+    torch.testing.assert_close(newcomer.params["body"], t(11 / 3, 17 / 3))
+    torch.testing.assert_close(newcomer.params["head.weight"], warm["head.weight"])
+    # the default: the round's global model (no params sent)
+    plain = warmup_case(rounds=1)
+    plain.aggregate(glob(), uploads(), 0)
+    plain.downlink(0, 1, warm)
+    plain.aggregate(warm, uploads((0, 1)), 1)
+    assert plain.downlink(2, 2, later).params is None and "warm" not in plain.state_dict()
+    # the kept model round-trips
+    again = PFedSim(3, ["body", "head.weight", "head.bias"], {"head.weight", "head.bias"}, "head.weight", 1, PFedSimOptions(start="warmup"))
+    again.load_state_dict(agg.state_dict())
+    torch.testing.assert_close(again.downlink(2, 2, later).params["body"], t(11 / 3, 17 / 3))  # type: ignore[index]
+
+
+def test_start_warmup_runs_and_resumes(tmp_path: Path) -> None:
+    base = {"algorithm.name": "pfedsim", "model.name": "mlp", "federation.rounds": 4, "algorithm.warmup": 0.5}
+    cfg = config(**base, **{"algorithm.start": "warmup"})
+    got = records(cfg)
+    assert resumed_records(cfg, 3, tmp_path) == got
+    # clients (0, 1, 2), (0, 1, 2), then (1, 2, 3) and (0, 1, 3): client 0, first personalised in the last round, starts
+    # elsewhere; the rounds before are the default's
+    plain = records(config(**base))
+    assert [r["clients"] for r in got] == [[0, 1, 2], [0, 1, 2], [1, 2, 3], [0, 1, 3]]
+    assert got[:3] == plain[:3] and got[3] != plain[3]

@@ -32,6 +32,19 @@ Choices
   paper's and PFLlib's formula, kept as is); u_i stays an affine combination.
 * The global model (for the global evaluation and first-time clients) is the
   FedAvg of the round's uploads (n_i / n); FedAMP itself has none.
+* ``attention = "cosine"`` is the paper's HeurFedAMP (Sec. "Heuristic
+  improvement"), for deep networks where squared distances are large: xi_ii
+  = ``self_attention`` (a hyperparameter) and
+  xi_ij = (1 - xi_ii) exp(sigma cos(w_i, w_j)) / sum_{h != i} exp(sigma cos(w_i, w_h)),
+  the cosine over the flattened trainable parameters; u_i is then a convex
+  combination. ``alpha_k`` only scales the proximal weight there. PFLlib's
+  old ``serverhamp.py`` had this formula (with ``-xi``; its update never
+  wrote the result into u_i). The default stays the paper's FedAMP.
+
+Checked against PFLlib (TsingZ0/PFLlib, ``system/flcore/servers/serveramp.py``
+``send_models``/``e``, ``system/flcore/clients/clientamp.py`` ``train``/
+``set_parameters``, defaults in ``system/main.py``): the attention, xi_ii,
+u_i and lambda/alpha_k agree; the differences are the choices above.
 """
 
 from __future__ import annotations
@@ -40,6 +53,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Collection, Literal, Mapping, Sequence
 
+import torch
 from torch import nn
 
 from chillfl.aggregation.base import (
@@ -70,17 +84,21 @@ from chillfl.capabilities import Capabilities
 
 @dataclass(frozen=True)
 class FedAMPOptions:
-    """``alpha_k`` (alpha_k), ``lam`` (lambda), ``sigma``: PFLlib's defaults ``-alk 1.0 -lam 1.0 -sg 1.0``."""
+    """``alpha_k`` (alpha_k), ``lam`` (lambda), ``sigma``: PFLlib's defaults ``-alk 1.0 -lam 1.0 -sg 1.0``;
+    ``attention``: ``distance`` (FedAMP) or ``cosine`` (HeurFedAMP, with xi_ii = ``self_attention``)."""
 
     alpha_k: float = 1.0
     lam: float = 1.0
     sigma: float = 1.0
     weighting: Literal["samples", "uniform"] = "samples"
+    attention: Literal["distance", "cosine"] = "distance"
+    self_attention: float = 0.1
 
     def validate(self, section: str) -> None:
         require(self.alpha_k > 0, f"{section}.alpha_k", f"must be > 0, got {self.alpha_k}")
         require(self.lam >= 0, f"{section}.lam", f"must be >= 0, got {self.lam}")
         require(self.sigma > 0, f"{section}.sigma", f"must be > 0, got {self.sigma}")
+        require(0 <= self.self_attention <= 1, f"{section}.self_attention", f"must be in [0, 1], got {self.self_attention}")
 
 
 WEIGHT, CLOUD = "fedamp_weight", "fedamp_cloud"
@@ -103,9 +121,32 @@ def attention(own: Params, others: Sequence[Params], keys: Collection[str], alph
     return coefs, 1.0 - math.fsum(coefs)
 
 
-def cloud_model(own: Params, others: Sequence[Params], keys: Collection[str], alpha_k: float, sigma: float) -> Params:
-    """u_i = xi_ii w_i + sum_j xi_ij w_j on ``keys`` (float64 sums, cast back)."""
-    coefs, self_coef = attention(own, others, keys, alpha_k, sigma)
+def cosine_attention(own: Params, others: Sequence[Params], keys: Collection[str], sigma: float, self_attention: float) -> tuple[list[float], float]:
+    """HeurFedAMP's (xi_ij for each of ``others``, xi_ii): (1 - xi_ii) softmax_j(sigma cos(w_i, w_j)), and ``self_attention``.
+
+    With no other model, xi_ii = 1 (u_i = w_i, as the distance attention gives).
+    """
+    if not others:
+        return [], 1.0
+    flat_own = torch.cat([own[k].double().reshape(-1) for k in keys])
+    scores = []
+    for other in others:
+        flat = torch.cat([other[k].double().reshape(-1) for k in keys])
+        norms = (torch.linalg.vector_norm(flat_own) * torch.linalg.vector_norm(flat)).clamp_min(1e-12)
+        scores.append(sigma * float(flat_own @ flat / norms))
+    top = max(scores)  # softmax shifted by its largest score: no overflow at a large sigma
+    exps = [math.exp(s - top) for s in scores]
+    total = math.fsum(exps)
+    return [(1.0 - self_attention) * e / total for e in exps], self_attention
+
+
+def cloud_model(own: Params, others: Sequence[Params], keys: Collection[str], alpha_k: float, sigma: float,
+                mode: Literal["distance", "cosine"] = "distance", self_attention: float = 0.1) -> Params:
+    """u_i = xi_ii w_i + sum_j xi_ij w_j on ``keys`` (float64 sums, cast back); xi from :func:`attention` or :func:`cosine_attention`."""
+    if mode == "cosine":
+        coefs, self_coef = cosine_attention(own, others, keys, sigma, self_attention)
+    else:
+        coefs, self_coef = attention(own, others, keys, alpha_k, sigma)
     out: Params = {}
     for k in keys:
         acc = own[k].double() * self_coef
@@ -147,7 +188,7 @@ class FedAMP(AggregatorBase):
         o = self.options
         own = _on(self.models[client_id], global_params) if client_id in self.models else global_params
         others = [_on(self.models[j], global_params) for j in sorted(self.models) if j != client_id]
-        u = cloud_model(own, others, self.param_keys, o.alpha_k, o.sigma)
+        u = cloud_model(own, others, self.param_keys, o.alpha_k, o.sigma, o.attention, o.self_attention)
         return Downlink(context={WEIGHT: o.lam / o.alpha_k, CLOUD: u})
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:

@@ -25,14 +25,35 @@ Choices
   clients the server holds a model of, i itself excluded (its weight would be
   0); ties go to the lower client id, so the choice is deterministic. PFLlib
   ranks all clients (itself included) with ``torch.topk`` and initialises
-  unseen clients' models to the global one; the paper's epsilon-greedy
-  exploration is not done (PFLlib does not either).
+  unseen clients' models to the global one. The paper's epsilon-greedy
+  exploration is off by default (PFLlib has none): ``epsilon`` > 0 turns it
+  on as the authors' ``Client.get_federating_clients`` does it: each of the
+  M slots is, with probability max(epsilon - t epsilon_decay, 0) (t the
+  round), a client drawn uniformly from the candidates not yet chosen,
+  otherwise the best-rated one left (their config: 0.3 and 0.05 a round).
+  The draws come from a generator seeded by (run seed, round, client).
 * The distance and the combination cover the trainable parameters; buffers
-  (batch-norm statistics) stay the client's own.
+  (batch-norm statistics) stay the client's own (the authors' code combines
+  every state entry). The distance is the L2 norm plus 1e-5 (the paper's
+  ||.||, PFLlib's ``torch.norm(params_dif) + 1e-5``); ``distance = "l1"`` is
+  the authors' default ``--model_delta_norm l1`` (the sum of |differences|,
+  plus the same 1e-5).
+* P accumulates the raw w_n (PFLlib's ``weight_vector``); the authors' code
+  adds them divided by |sum_n w_n|, which changes their scale, not their
+  sign, within a round.
 * A client's model before its first participation is the global model it is
   sent. The global model, used for the global evaluation and first-time
   clients, is the FedAvg (n_i / n) of the round's uploads; FedFomo has none.
 * The downlink carries the M models besides the global model (counted).
+
+Checked against PFLlib (TsingZ0/PFLlib ``system/flcore/clients/clientfomo.py``
+``weight_cal``/``weight_scale``/``aggregate_parameters``/``load_train_data``,
+``system/flcore/servers/serverfomo.py`` ``send_models``/``receive_models``)
+and the authors' code (NVlabs/FedFomo ``federation.py``
+``compute_fomo_weights``/``update_client_weights``/``federate``, ``client.py``
+``get_federating_clients``, ``federated/configs.py``): Eq. 6, the clip at 0,
+the normalisation and the update theta_i + sum_n w_n (theta_n - theta_i)
+(= sum_n w_n theta_n for normalised weights) agree; the rest are the choices above.
 """
 
 from __future__ import annotations
@@ -71,19 +92,26 @@ from chillfl.training.local import LocalSpec, evaluate
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
+from chillfl.seeds import derive_seed
 
 
 @dataclass(frozen=True)
 class FedFomoOptions:
-    """``m``: models a client downloads (PFLlib ``-M 5``); ``val_ratio``: its validation share of its training data (0.2)."""
+    """``m``: models a client downloads (PFLlib ``-M 5``); ``val_ratio``: its validation share of its training data (0.2);
+    ``epsilon``/``epsilon_decay``: the paper's epsilon-greedy choice of the m (off: 0); ``distance``: ``l2`` or ``l1``."""
 
     m: int = 5
     val_ratio: float = 0.2
     weighting: Literal["samples", "uniform"] = "samples"
+    epsilon: float = 0.0
+    epsilon_decay: float = 0.0
+    distance: Literal["l2", "l1"] = "l2"
 
     def validate(self, section: str) -> None:
         require(self.m >= 1, f"{section}.m", f"must be >= 1, got {self.m}")
         require(0 < self.val_ratio < 1, f"{section}.val_ratio", f"must be in (0, 1), got {self.val_ratio}")
+        require(0 <= self.epsilon <= 1, f"{section}.epsilon", f"must be in [0, 1], got {self.epsilon}")
+        require(self.epsilon_decay >= 0, f"{section}.epsilon_decay", f"must be >= 0, got {self.epsilon_decay}")
 
 
 IDS, MODEL, WEIGHTS = "fedfomo_ids", "fedfomo_model_", "fedfomo_weights"
@@ -94,8 +122,10 @@ EPS = 1e-5
 """Added to the distance (PFLlib's ``clientfomo.py``), so that a model equal to the client's gets weight 0."""
 
 
-def distance(a: Params, b: Params, keys: Collection[str]) -> float:
-    """||a - b|| over ``keys`` (float64)."""
+def distance(a: Params, b: Params, keys: Collection[str], norm: Literal["l2", "l1"] = "l2") -> float:
+    """||a - b|| over ``keys`` (float64): the L2 norm, or the L1 norm (the sum of |a - b|)."""
+    if norm == "l1":
+        return sum(float((a[k].double() - b[k].double()).abs().sum()) for k in keys)
     return sum(float(((a[k].double() - b[k].double()) ** 2).sum()) for k in keys) ** 0.5
 
 
@@ -128,6 +158,7 @@ class FedFomoClient:
     param_keys: frozenset[str]
     val_ratio: float
     eval_batch_size: int = 1024
+    norm: Literal["l2", "l1"] = "l2"
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         return start, dict(context)
@@ -147,7 +178,7 @@ class FedFomoClient:
             xv, yv = local.x[n - n_val :], local.y[n - n_val :]
             own_loss = evaluate(self.model, own, xv, yv, self.eval_batch_size)[1]
             losses = [evaluate(self.model, m, xv, yv, self.eval_batch_size)[1] for m in models]
-            raw = fomo_weights(own_loss, losses, [distance(m, own, self.param_keys) for m in models])
+            raw = fomo_weights(own_loss, losses, [distance(m, own, self.param_keys, self.norm) for m in models])
             start = combine_models(own, models, raw, sorted(self.param_keys))
         rows = torch.arange(n - n_val, device=local.y.device) if n_val else None
         out = yield Train(start, context, rows=rows)
@@ -180,11 +211,29 @@ def ranked(row: torch.Tensor, candidates: Sequence[int], m: int) -> list[int]:
     return sorted(candidates, key=lambda j: (-float(row[j]), j))[:m]
 
 
+def epsilon_greedy(row: torch.Tensor, candidates: Sequence[int], m: int, epsilon: float, generator: torch.Generator) -> list[int]:
+    """``m`` candidates, each slot with probability ``epsilon`` a uniform draw among those left, else the best-rated left.
+
+    The authors' ``get_federating_clients``; ``epsilon = 0`` is :func:`ranked` (and draws nothing).
+    """
+    if epsilon <= 0:
+        return ranked(row, candidates, m)
+    best = ranked(row, candidates, len(candidates))
+    chosen: list[int] = []
+    for _ in range(min(m, len(candidates))):
+        left = [j for j in best if j not in chosen]
+        explore = float(torch.rand((), generator=generator, dtype=torch.float64)) < epsilon
+        chosen.append(left[int(torch.randint(len(left), (), generator=generator))] if explore else left[0])
+    return chosen
+
+
 class FedFomo(AggregatorBase):
     """Keeps every client's latest model and the affinities P; sends each client its M best-rated models."""
 
-    def __init__(self, num_clients: int, param_keys: Collection[str], options: FedFomoOptions = FedFomoOptions(), model: nn.Module | None = None, eval_batch_size: int = 1024) -> None:
+    def __init__(self, num_clients: int, param_keys: Collection[str], options: FedFomoOptions = FedFomoOptions(), model: nn.Module | None = None,
+                 eval_batch_size: int = 1024, seed: int = 0) -> None:
         self.num_clients = num_clients
+        self.seed = seed
         self.param_keys = frozenset(param_keys)
         self.options = options
         self.model = model if model is not None else nn.Identity()
@@ -193,10 +242,20 @@ class FedFomo(AggregatorBase):
         self.affinity = torch.zeros(num_clients, num_clients, dtype=torch.float64)
 
     def client_half(self) -> ClientHalf:
-        return FedFomoClient(self.model, self.param_keys, self.options.val_ratio, self.eval_batch_size)
+        return FedFomoClient(self.model, self.param_keys, self.options.val_ratio, self.eval_batch_size, self.options.distance)
+
+    def choose(self, client_id: int, round: int) -> list[int]:
+        """The clients whose models ``client_id`` is sent: the m best-rated held ones, or the epsilon-greedy choice."""
+        o = self.options
+        candidates = [j for j in sorted(self.models) if j != client_id]
+        epsilon = max(o.epsilon - round * o.epsilon_decay, 0.0)
+        if epsilon <= 0:
+            return ranked(self.affinity[client_id], candidates, o.m)
+        generator = torch.Generator().manual_seed(derive_seed(self.seed, "fedfomo", round, client_id))
+        return epsilon_greedy(self.affinity[client_id], candidates, o.m, epsilon, generator)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        chosen = ranked(self.affinity[client_id], [j for j in sorted(self.models) if j != client_id], self.options.m)
+        chosen = self.choose(client_id, round)
         if not chosen:
             return Downlink()
         context: dict[str, Wire] = {IDS: torch.tensor(chosen, dtype=torch.int64)}
@@ -229,7 +288,7 @@ SPEC = register_algorithm(
     "fedfomo",
     AlgorithmSpec(
         FedFomoOptions,
-        lambda o, ctx: (FedFomo(ctx.num_clients, ctx.param_keys(), o, ctx.model), []),
+        lambda o, ctx: (FedFomo(ctx.num_clients, ctx.param_keys(), o, ctx.model, seed=ctx.seed), []),
         "clients combine the models that help their validation loss (Zhang et al. 2021)",
         capabilities=Capabilities(
             private_steps="each client weighs the models it receives by their loss on its validation rows, without noise, and the upload starts from their combination",

@@ -53,10 +53,22 @@ Choices (against the authors' ``FedRepo/algorithms/fedphp.py``)
   cross-entropy at the run's T; the authors' CE is T = 1); R is computed on
   the raw logits and representations. The authors' gradient clipping
   (``max_grad_norm``) is the run's optimiser setting, not FedPHP's.
-* PFLlib's ``FedPHP`` is another reading, not implemented: its clients start
-  from ``(1 - mu t/T) w^t + (mu t/T) w_k`` (t the round), regularise
-  towards the *global* model's features with a different RBF-kernel MMD, and
-  keep no separate HPM.
+* PFLlib's ``FedPHP`` (``system/flcore/clients/clientphp.py``, since its
+  December 2024 rewrite) is close but not this: the client starts from w^t
+  and keeps an HPM ``model_p``, but its mu_k is ``mu t / T`` in the *global*
+  round t (not the client's participations; PFLlib's ``-mu`` defaults to 0),
+  the HPM averages the parameters only, runs in train mode, and its MMD has
+  fixed bandwidths (``exp(-d / (2 a))``, a in 10, 15, 20, 50) on the
+  ``base`` features. Before it, PFLlib started its clients from
+  ``(1 - mu t/T) w^t + (mu t/T) w_k`` and regularised towards the global
+  model's features.
+
+Checked against the authors' code (lxcnju/FedRepo ``algorithms/fedphp.py``:
+``update_local``, ``generate_mu``, ``update_hpm``, ``update_global``;
+``tools.py``: ``guassian_kernel``, ``mmd_rbf_noaccelerate``): the loss
+(1 - lambda) CE + lambda R, the KD (teacher at tau = 4, student at 1, no
+tau^2), the MMD's kernel and bandwidth, mu_k's schedule and the inheritance
+after the training agree; the differences are the choices above.
 """
 
 from __future__ import annotations

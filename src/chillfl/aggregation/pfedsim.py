@@ -60,10 +60,25 @@ Choices
   puts its own head in place of the global one, and the downlink prices only
   the extractor it is sent (``Downlink.held``). The server's copy of the
   head, from the upload, is read for the similarities only.
-* The global model (``global_acc``, the start of a client the server holds
-  no personalised upload of) is the FedAvg (n_i / n; ``weighting =
+* The global model (``global_acc``, and by default the start of a client the
+  server holds no personalised upload of) is the FedAvg (n_i / n; ``weighting =
   "uniform"``: the plain mean) of the round's uploads, extractors and heads:
-  pFedSim itself has none after the warm-up.
+  pFedSim itself has none after the warm-up. FL-bench stops aggregating at the
+  warm-up's end, and a client's first personalised round starts from that
+  model (every client's personal parameters are set to it); ``start =
+  "warmup"`` does so (the global model at the first personalised round: the
+  warm-up's last FedAvg, or the initial model without a warm-up, kept by the
+  server). Under full participation the two are the same.
+* FL-bench aggregates the parameters only (buffers follow its ``buffers``
+  setting); here the extractor's batch-norm statistics are averaged too.
+
+Checked against FL-bench (KarhouTam/FL-bench ``src/server/pfedsim.py``:
+``__init__``'s warm-up, ``train``, ``get_client_model_params``,
+``update_weight_matrix``): the warm-up count, the rows' cosine of
+``classifier.weight`` clipped at 0, the pairs of the round, the 0.9999 self
+weight, -log(1 - s) normalised, the extractor (every non-classifier
+parameter) and the client's own classifier agree; the differences are the
+choices above. (KarhouTam/pFedSim itself was not at hand.)
 """
 
 from __future__ import annotations
@@ -90,7 +105,9 @@ from chillfl.aggregation.base import (
     client_params_state,
     client_weights,
     load_client_params,
+    load_params,
     own_entries,
+    params_state,
     weighted_average,
     with_prefix,
 )
@@ -115,6 +132,8 @@ class PFedSimOptions:
     transform: Literal["log", "linear"] = "log"
     self_similarity: float = 0.9999
     weighting: Literal["samples", "uniform"] = "samples"
+    start: Literal["global", "warmup"] = "global"
+    """Where a client's first personalised round starts: the round's global model, or the warm-up's last (FL-bench)."""
 
     def validate(self, section: str) -> None:
         require(self.warmup >= 0, f"{section}.warmup", f"must be >= 0, got {self.warmup}")
@@ -220,6 +239,8 @@ class PFedSim(AggregatorBase):
         """client id -> its latest personalised-phase upload (every entry)."""
         self.sim = torch.zeros(num_clients, num_clients, dtype=torch.float64)
         """s_ij for the pairs trained in one personalised round (0: never compared; the diagonal is unused)."""
+        self.warm: Params | None = None
+        """``start = "warmup"``: the global model at the first personalised round (on the CPU), every newcomer's start."""
         self._metrics: dict[str, Json] = {}
 
     def client_half(self) -> ClientHalf:
@@ -245,8 +266,12 @@ class PFedSim(AggregatorBase):
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         if self.warming(round):
             return Downlink()
-        if client_id not in self.models:  # no head of its own yet: it trains the global model
-            return Downlink(context={PERSONAL: 1.0})
+        if client_id not in self.models:  # no head of its own yet: it trains the global model (or the warm-up's)
+            if self.options.start == "global":
+                return Downlink(context={PERSONAL: 1.0})
+            if self.warm is None:
+                self.warm = {k: v.detach().to("cpu", copy=True) for k, v in global_params.items()}
+            return Downlink(params=_on(self.warm, global_params), context={PERSONAL: 1.0})
         return Downlink(params=self.personalised(client_id, global_params), context={PERSONAL: 1.0}, held=self.head)
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
@@ -267,11 +292,15 @@ class PFedSim(AggregatorBase):
         return dict(self._metrics)
 
     def state_dict(self) -> dict[str, Any]:
-        """Every client's latest personalised upload and the similarity matrix."""
-        return {"models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}), "sim": self.sim}
+        """Every client's latest personalised upload, the similarity matrix (and, once kept, the warm-up's model)."""
+        state: dict[str, Any] = {"models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}), "sim": self.sim}
+        if self.warm is not None:
+            state["warm"] = params_state(self.warm)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        check_state_keys(state, ("models", "sim"), "pFedSim")
+        check_state_keys(state, ("models", "sim", "warm") if "warm" in state else ("models", "sim"), "pFedSim")
+        self.warm = load_params(state["warm"]) if "warm" in state else None
         sim = state["sim"]
         if not isinstance(sim, torch.Tensor) or sim.shape != self.sim.shape:
             raise ValueError(f"pFedSim similarities must be a {tuple(self.sim.shape)} tensor")

@@ -31,9 +31,17 @@ global model's. Client i trains from start_i; local accuracy measures its
 trained theta_i, which it keeps (its personal model) and uploads.
 
 The equations are those of the authors' code in the FLing framework, which the
-paper names as its implementation (``fedcac_client.py``, ``fedcac_group.py``),
-and of PFLlib's port (``clientcac.py``, ``servercac.py``); the two agree but for
-the round counter (below).
+paper names as its implementation (FLAIR-Community/Fling
+``fling/component/client/fedcac_client.py``: ``evaluate_critical_parameter``;
+``fling/component/group/fedcac_group.py``: ``get_customized_global_models``,
+``sync``), and of PFLlib's port (TsingZ0/PFLlib
+``system/flcore/clients/clientcac.py``, ``system/flcore/servers/servercac.py``);
+the two agree but for the round counter (below). Checked against them: s_i
+from the model the client started from, the per-tensor ``int(tau * n)``-th
+largest as threshold with its zero fallback, ``>=``, O_ij with i's count,
+the mean over the n (n - 1) pairs and the maximum, ``>= eps_t``, c_i the
+plain mean over i and C_i, the start's masks, FedAvg for theta_g. FL-bench
+has no FedCAC.
 
 Choices
 -------
@@ -66,6 +74,10 @@ Choices
   group's size), summed in float64 and cast back. The global model theta_g is
   the FedAvg (n_i / n) of the round's uploads (the authors' ``fed_avg``), or
   their plain mean with ``weighting = "uniform"``.
+* Local accuracy measures theta_i after the round's training. Both the
+  authors' pipeline (``personalized_model_pipeline.py``: ``test`` after
+  ``aggregate``, which customises every client) and PFLlib (``evaluate`` after
+  ``send_models``) test each client's customised start for the next round.
 * Defaults ``tau = 0.5``, ``beta = 100``: the authors' CIFAR-10 setting (300
   rounds); for CIFAR-100 they use ``tau = 0.4``, ``beta = 170``. beta is in
   rounds: scale it with the run's length.

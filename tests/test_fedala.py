@@ -6,6 +6,8 @@ the higher one) and the loss f = 1/2 (z - 1)^2 (``half_mse``), so each gradient 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -22,7 +24,7 @@ from chillfl.aggregation.fedala import (
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.training.local import LocalSpec, evaluate
-from methods_e2e import assert_executors_agree, config
+from methods_e2e import assert_executors_agree, cli_option_error, config
 from test_personalised import half_mse, run_client
 
 
@@ -131,6 +133,12 @@ def test_options_are_checked() -> None:
         build_experiment(config(**{"algorithm.name": "fedala", "algorithm.rand_percent": 0}))
     with pytest.raises(ConfigError, match="algorithm.eta"):
         build_experiment(config(**{"algorithm.name": "fedala", "algorithm.eta": -1.0}))
+
+
+def test_a_layer_idx_too_large_for_the_model_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the digits MLP has 4 parameter tensors: layer_idx = 4 would leave no lower layer (it was a ValueError's traceback)
+    assert cli_option_error(tmp_path, capsys, "fedala", "algorithm.layer_idx=4") == (
+        2, ["chillfl: error: algorithm.layer_idx: MLP has 4 parameter tensors; layer_idx = 4 leaves no lower layer"], False)
 
 
 def test_run_agrees_across_executors_and_local_accuracy_is_the_local_models() -> None:

@@ -92,6 +92,7 @@ from chillfl.aggregation.base import (
     own_entries,
     with_prefix,
 )
+from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalOutcome, LocalSpec
@@ -225,10 +226,13 @@ class FedALAClient:
 class FedALA(FedAvg):
     """FedAvg on the clients' models; ALA runs on the clients (:class:`FedALAClient`)."""
 
-    def __init__(self, model: nn.Module, options: FedALAOptions = FedALAOptions()) -> None:
+    def __init__(self, model: nn.Module, options: FedALAOptions = FedALAOptions(), section: str = "algorithm") -> None:
         super().__init__()
         self.options = options
-        self.higher = tuple(higher_keys(model, options.layer_idx))
+        try:
+            self.higher = tuple(higher_keys(model, options.layer_idx))
+        except ValueError as e:  # a layer_idx too large for this model: the user's option, one line naming it
+            raise ConfigError(f"{section}.layer_idx", str(e)) from None
         self.param_keys = frozenset(n for n, _ in model.named_parameters())
 
     def client_half(self) -> ClientHalf:
@@ -239,7 +243,7 @@ SPEC = register_algorithm(
     "fedala",
     AlgorithmSpec(
         FedALAOptions,
-        lambda o, ctx: (FedALA(ctx.model, o), []),
+        lambda o, ctx: (FedALA(ctx.model, o, ctx.section), []),
         "adaptive local aggregation of the global model into the local one (Zhang et al. 2023)",
         capabilities=Capabilities(
             private_steps="each client learns its ALA weights W_i on its data without noise, and the upload starts from the model they blend",

@@ -256,8 +256,11 @@ class FedDBEClient:
 
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
         """0: the first round's, the PRBM frozen at 0 and no MR; 1: DBE's, the PRBM trained (no decay) and MR."""
-        if any(is_batch_term(t) for t in spec.terms) or reads_features(spec.base_loss):
-            raise ValueError("FedDBE's head reads the representation shifted by the PRBM; a batch term or a representation-based loss does not compose with it")
+        why = "FedDBE's head reads the representation shifted by the PRBM; {} does not compose with it"
+        if any(is_batch_term(t) for t in spec.terms):  # a ConfigError, found as the run starts: one line, no folder left
+            raise ConfigError("objective.terms", why.format("a batch term (one that reads the batch's representation)"))
+        if reads_features(spec.base_loss):
+            raise ConfigError("client.loss", why.format("a representation-based loss"))
         warm = replace(spec, model=self.template, frozen=spec.frozen | {BIAS})
         dbe = replace(spec, model=self.template, terms=(*spec.terms, MeanRegularisation(self.distance)), no_decay=spec.no_decay | {BIAS})
         return warm, dbe

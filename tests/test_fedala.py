@@ -6,6 +6,8 @@ the higher one) and the loss f = 1/2 (z - 1)^2 (``half_mse``), so each gradient 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -22,7 +24,7 @@ from chillfl.aggregation.fedala import (
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.training.local import LocalSpec, evaluate
-from methods_e2e import assert_executors_agree, config
+from methods_e2e import assert_executors_agree, cli_option_error, config
 from test_personalised import half_mse, run_client
 
 
@@ -67,6 +69,30 @@ def test_sample_batches_is_a_contiguous_slice_in_order() -> None:
     assert torch.equal(rows, torch.arange(int(rows[0]), int(rows[0]) + 8)) and 0 <= int(rows[0]) <= 2
 
 
+def test_drop_last_leaves_out_the_short_last_batch_unless_it_is_the_only_one() -> None:
+    # the same draw as without it (8 rows from lo in [0, 2]), the short 2-row tail left out: 3 + 3 (the reference's loader)
+    kept = sample_batches(10, 80, 3, torch.Generator().manual_seed(0))
+    dropped = sample_batches(10, 80, 3, torch.Generator().manual_seed(0), drop_last=True)
+    assert [len(b) for b in dropped] == [3, 3] and all(torch.equal(a, b) for a, b in zip(dropped, kept))
+    # 20 % of 10 = 2 rows < one batch of 3: kept (the reference would have no batch and fail)
+    assert [len(b) for b in sample_batches(10, 20, 3, torch.Generator().manual_seed(0), drop_last=True)] == [2]
+
+
+@pytest.mark.parametrize(("drop_last", "w"), [(False, 0.048), (True, 0.8)])
+def test_drop_last_reaches_the_weight_learning(drop_last: bool, w: float) -> None:
+    # theta_i = (a, b) = (1, 1), global (2, 3), W = 1, eta 0.01, the samples x = 1, 1, 2 in batches of 2: [1, 1] and [2]
+    # batch [1, 1] at theta_hat = (2, 3): z = 6, dz = 5, grad b = 5 * a x = 10 -> W = 1 - 0.01 * 10 * (3 - 1) = 0.8, b = 2.6
+    # batch [2] at (2, 2.6): z = 10.4, dz = 9.4, grad b = 9.4 * 2 * 2 = 37.6 -> W = 0.8 - 0.01 * 37.6 * 2 = 0.048
+    # drop_last leaves the short batch [2] out: W = 0.8
+    model = two_layers()
+    options = FedALAOptions(layer_idx=1, eta=0.01, rand_percent=100, max_init_epochs=1, drop_last=drop_last)
+    state = {"fedala.model.0.weight": t(1.0).view(1, 1), "fedala.model.1.weight": t(1.0).view(1, 1)}
+    reply = run_client(FedALA(model, options).client_half(), model, LocalSpec(epochs=1, batch_size=2, base_loss=half_mse),
+                       {"0.weight": t(2.0).view(1, 1), "1.weight": t(3.0).view(1, 1)}, lr=0.1, state=state, x=t(1.0, 1.0, 2.0).view(3, 1))
+    assert reply.state is not None
+    torch.testing.assert_close(reply.state["fedala.weight.1.weight"].flatten(), t(w))
+
+
 def test_higher_keys_are_the_last_parameter_tensors() -> None:
     assert higher_keys(two_layers(), 1) == ["1.weight"]
     with pytest.raises(ValueError, match="leaves no lower layer"):
@@ -107,6 +133,12 @@ def test_options_are_checked() -> None:
         build_experiment(config(**{"algorithm.name": "fedala", "algorithm.rand_percent": 0}))
     with pytest.raises(ConfigError, match="algorithm.eta"):
         build_experiment(config(**{"algorithm.name": "fedala", "algorithm.eta": -1.0}))
+
+
+def test_a_layer_idx_too_large_for_the_model_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the digits MLP has 4 parameter tensors: layer_idx = 4 would leave no lower layer (it was a ValueError's traceback)
+    assert cli_option_error(tmp_path, capsys, "fedala", "algorithm.layer_idx=4") == (
+        2, ["chillfl: error: algorithm.layer_idx: MLP has 4 parameter tensors; layer_idx = 4 leaves no lower layer"], False)
 
 
 def test_run_agrees_across_executors_and_local_accuracy_is_the_local_models() -> None:

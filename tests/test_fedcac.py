@@ -18,6 +18,7 @@ from chillfl.aggregation.base import ClientResult, Trained
 from chillfl.aggregation.fedcac import (
     PREFIX,
     FedCAC,
+    FedCACAveraged,
     FedCACClient,
     FedCACOptions,
     critical_mask,
@@ -160,6 +161,25 @@ def test_the_server_measures_the_mask_against_the_start_it_sent() -> None:
     assert agg.round_metrics() == {"collaborators": 1.0, "threshold": pytest.approx(11 / 18)}  # C_1 = {0} when it was sent
 
 
+def test_averaged_makes_the_start_the_next_round_sends() -> None:
+    # local_eval = "averaged": after round 0 the server's model of client 1 is its start for round 1 (one round done):
+    # (8/3, 8/3, 8/3, 2.5) (test_customised_models_of_three_clients_by_hand); a client not held has none (the global)
+    agg = FedCACAveraged(4, ["w"], FedCACOptions(tau=0.5, beta=100, local_eval="averaged"))
+    glob = agg.aggregate({"w": t(0.0, 0.0, 0.0, 0.0)}, [result(0, t(4.0, 3.0, 2.0, 1.0)), result(1, t(3.0, 3.0, 3.0, 1.0)), result(2, t(1.0, 2.0, 3.0, 4.0), 20)], 0)
+    made = agg.client_model(1, glob)["w"]
+    torch.testing.assert_close(made, t(8 / 3, 8 / 3, 8 / 3, 2.5))
+    assert torch.equal(made, agg.downlink(1, 1, glob).params["w"])  # type: ignore[index]
+    assert agg.client_model(3, glob) == {}
+    # the client's model is that start with its own buffers (not its trained theta_i)
+    half = agg.client_half()
+    assert isinstance(half, FedCACClient) and half.after_average
+    state = {f"{PREFIX}w": t(3.0, 3.0, 3.0, 1.0), f"{PREFIX}bn.running_mean": t(7.0)}
+    assert half.personal_model(state, {"w": made, "bn.running_mean": t(0.0)}) == {"w": made, "bn.running_mean": t(7.0)}
+    restored = FedCACAveraged(4, ["w"], FedCACOptions(local_eval="averaged"))
+    restored.load_state_dict(agg.state_dict())
+    assert restored.rounds_done == 1 and torch.equal(restored.client_model(1, glob)["w"], made)
+
+
 # ---------------------------------------------------------------- the client half
 
 
@@ -289,4 +309,10 @@ def test_runs_agree_across_executors_and_local_accuracy_is_the_clients_trained_m
 
 def test_resume_is_bitwise(tmp_path: Path) -> None:
     cfg = config(**{"algorithm.name": "fedcac", "model.name": "mlp", "algorithm.beta": 2})
+    assert resumed_records(cfg, 2, tmp_path) == records(cfg)
+
+
+def test_resume_is_bitwise_when_measured_after_the_average(tmp_path: Path) -> None:
+    # the server's round counter (rounds_done) comes back from the checkpoint, so the measured starts do too
+    cfg = config(**{"algorithm.name": "fedcac", "model.name": "mlp", "algorithm.beta": 2, "algorithm.local_eval": "averaged", "eval.clients": "all"})
     assert resumed_records(cfg, 2, tmp_path) == records(cfg)

@@ -261,6 +261,20 @@ def test_a_bad_option_on_the_command_line_is_one_line_and_exit_2(
     assert cli_option_error(tmp_path, capsys, "feddbe", f"algorithm.{field}={value}") == (2, [f"chillfl: error: algorithm.{field}: {message}"], False)
 
 
+def test_a_batch_term_is_one_line_and_exit_2_and_leaves_no_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # it was a ValueError's traceback (exit 1) that left results/run.partial behind
+    from chillfl.cli import main
+
+    run = tmp_path / "run.toml"
+    run.write_text(f'out_dir = "{tmp_path / "results"}"\ndevice = "cpu"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\n'
+                   '[algorithm]\nname = "feddbe"\n[objective]\nterms = [{name = "decorr"}]\n', encoding="utf-8")
+    assert main(["run", str(run), "federation.rounds=1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "chillfl: error: objective.terms: FedDBE's head reads the representation shifted by the PRBM; a batch term (one that reads the batch's"
+        " representation) does not compose with it"]
+    assert not any((tmp_path / "results").glob("*"))
+
+
 @pytest.mark.parametrize("field", ["distance", "consensus", "warmup"])
 def test_choices_are_checked(field: str) -> None:
     with pytest.raises(ConfigError, match=f"algorithm.{field}"):

@@ -1,4 +1,4 @@
-"""``local_eval = "averaged"`` (FedPer, FedRep, LG-FedAvg): the local accuracy the authors report, each client's own
+"""``local_eval = "averaged"`` (FedPer, FedRep, LG-FedAvg, FedDBE, FedCAC): the local accuracy the authors report, each client's own
 part on the model the server has just averaged, measured by the server after the round."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from chillfl.training.local import evaluate
 sys.path.insert(0, str(Path(__file__).parent))
 from methods_e2e import assert_executors_agree, config, records, resumed_records  # noqa: E402
 
-METHODS = [{"name": "fedper"}, {"name": "fedrep", "head_epochs": 1}, {"name": "lg_fedavg"}]
+METHODS = [{"name": "fedper"}, {"name": "fedrep", "head_epochs": 1}, {"name": "lg_fedavg"}, {"name": "feddbe", "kappa": 1.0}, {"name": "fedcac", "beta": 2}]
 
 
 def _by_hand(cfg: Any, clients: list[int], states: dict[int, dict[str, torch.Tensor]]) -> tuple[float, float]:
@@ -70,7 +70,7 @@ def test_executors_agree_and_a_resumed_run_is_bitwise(tmp_path: Path) -> None:
 
 def test_the_option_reaches_the_client_half_and_defaults_to_trained() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
-    for name in ("fedper", "fedrep", "lg_fedavg"):
+    for name in ("fedper", "fedrep", "lg_fedavg", "feddbe", "fedcac"):
         default, _ = make_aggregator(name, {}, num_clients=2, model=model, seed=0)
         averaged, _ = make_aggregator(name, {"local_eval": "averaged"}, num_clients=2, model=model, seed=0)
         assert not measured_after_average(default.client_half())

@@ -21,6 +21,18 @@ momentum, no weight decay, the lower layers frozen) of the run's base loss on
 one batch from theta_hat, so that theta_hat - theta_hat' = eta * grad, and
 W_i moves by -(theta_hat - theta_hat') * (theta - theta_i).
 
+Checked against
+---------------
+PFLlib (TsingZ0/PFLlib) ``system/utils/ALA.py`` (``adaptive_local_aggregation``),
+``system/flcore/clients/clientala.py`` and ``system/flcore/servers/serverala.py``;
+the authors' TsingZ0/FedALA ``system/flcore/clients/clientALA.py``,
+``system/flcore/servers/serverALA.py`` and ``system/main.py`` (its ALA module
+is the same ``utils/ALA.py``); FL-bench (KarhouTam/FL-bench)
+``src/client/fedala.py``. They agree with the above: the lower layers copied
+from theta, the blend, the clipped weight step with the gradient at theta_hat
+and the re-blend after every batch, W_i kept across rounds, the stop rule
+(``np.std``, population), FedAvg by n_i / n, the defaults.
+
 Choices (against the authors' ``ALA.py`` / PFLlib ``clientala.py``)
 -------------------------------------------------------------------
 * ``layer_idx`` counts parameter tensors from the end (PFLlib's meaning,
@@ -32,7 +44,17 @@ Choices (against the authors' ``ALA.py`` / PFLlib ``clientala.py``)
   loss of an epoch being its last batch's; later ones run one epoch. The first
   ALA stops after ``max_init_epochs`` (100) epochs in any case: the reference
   has no bound.
+* ALA runs when a client is sampled, from the model of its last training.
+  The reference's server runs it on *every* client every round (its
+  ``send_models`` loops over all clients), so an unsampled client's model is
+  replaced by its theta_hat and its W_i learns on, and a client not yet
+  sampled blends the initial model after the first round. Under full
+  participation (the paper's join ratio 1) the two are the same.
 * The random slice is drawn from a generator seeded by the client's round seed.
+  Its short last batch is kept (as the run's training keeps it);
+  ``drop_last = true`` leaves it out, as the reference's loader
+  (``drop_last=True``) does, except when it is the only batch (the reference
+  then has none and fails). FL-bench samples a shuffled subset instead.
 * Buffers (batch-norm statistics) of theta_hat are theta_i's, as the reference
   keeps its local model's buffers.
 * The gradient is read off an SGD step, so it carries that step's float
@@ -40,6 +62,9 @@ Choices (against the authors' ``ALA.py`` / PFLlib ``clientala.py``)
   loss, its objective's extra terms do not (ALA uses the plain loss); the
   run's other training settings (augmentation, precision, per-sample
   privacy where set) apply to these steps as to any training on the data.
+* Local accuracy measures theta_i after the round's training. The reference
+  tests every client's theta_hat, right after ALA and before training (PFLlib's
+  port tests both then and after training).
 """
 
 from __future__ import annotations
@@ -67,6 +92,7 @@ from chillfl.aggregation.base import (
     own_entries,
     with_prefix,
 )
+from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalOutcome, LocalSpec
@@ -77,7 +103,8 @@ from chillfl.capabilities import Capabilities
 
 @dataclass(frozen=True)
 class FedALAOptions:
-    """Reference defaults: ``eta`` 1.0, ``rand_percent`` 80, ``layer_idx`` 2, ``threshold`` 0.1, ``num_pre_loss`` 10."""
+    """Reference defaults: ``eta`` 1.0, ``rand_percent`` 80, ``layer_idx`` 2, ``threshold`` 0.1, ``num_pre_loss`` 10;
+    ``drop_last``: the slice's short last batch left out of the weight learning (the reference's loader) or kept."""
 
     eta: float = 1.0
     rand_percent: int = 80
@@ -85,6 +112,7 @@ class FedALAOptions:
     threshold: float = 0.1
     num_pre_loss: int = 10
     max_init_epochs: int = 100
+    drop_last: bool = False
 
     def validate(self, section: str) -> None:
         require(self.eta > 0, f"{section}.eta", f"must be > 0, got {self.eta}")
@@ -125,12 +153,18 @@ def converged(losses: Sequence[float], num_pre_loss: int, threshold: float) -> b
     return len(losses) > num_pre_loss and statistics.pstdev(losses[-num_pre_loss:]) < threshold
 
 
-def sample_batches(n: int, rand_percent: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
-    """The batches of a random contiguous slice of ``rand_percent`` % of the n samples, in order (the last one may be short)."""
+def sample_batches(n: int, rand_percent: int, batch_size: int, generator: torch.Generator, drop_last: bool = False) -> list[torch.Tensor]:
+    """The batches of a random contiguous slice of ``rand_percent`` % of the n samples, in order.
+
+    The last one may be short; ``drop_last`` leaves it out (the reference's ``DataLoader(..., drop_last=True)``) unless
+    it is the only one, where the reference would have no batch at all (and fail).
+    """
     size = max(1, int(rand_percent / 100 * n))
     lo = int(torch.randint(0, n - size + 1, (1,), generator=generator))
-    rows = torch.arange(lo, lo + size)
-    return list(rows.split(batch_size))
+    batches = list(torch.arange(lo, lo + size).split(batch_size))
+    if drop_last and len(batches) > 1 and len(batches[-1]) < batch_size:
+        batches.pop()
+    return batches
 
 
 @dataclass(frozen=True)
@@ -165,7 +199,8 @@ class FedALAClient:
         theta_i = {k: v.to(g[k].device) for k, v in theta_i.items()}
         first = not weights
         weights = {k: torch.ones_like(g[k]) for k in self.higher} if first else {k: v.to(g[k].device) for k, v in weights.items()}
-        batches = sample_batches(len(local.y), o.rand_percent, local.spec.batch_size, torch.Generator().manual_seed(derive_seed(local.seed, "fedala")))
+        seeded = torch.Generator().manual_seed(derive_seed(local.seed, "fedala"))
+        batches = sample_batches(len(local.y), o.rand_percent, local.spec.batch_size, seeded, o.drop_last)
         theta_hat = blend(theta_i, g, weights, self.higher, self.param_keys)
         losses: list[float] = []
         for _ in range(o.max_init_epochs if first else 1):
@@ -191,10 +226,13 @@ class FedALAClient:
 class FedALA(FedAvg):
     """FedAvg on the clients' models; ALA runs on the clients (:class:`FedALAClient`)."""
 
-    def __init__(self, model: nn.Module, options: FedALAOptions = FedALAOptions()) -> None:
+    def __init__(self, model: nn.Module, options: FedALAOptions = FedALAOptions(), section: str = "algorithm") -> None:
         super().__init__()
         self.options = options
-        self.higher = tuple(higher_keys(model, options.layer_idx))
+        try:
+            self.higher = tuple(higher_keys(model, options.layer_idx))
+        except ValueError as e:  # a layer_idx too large for this model: the user's option, one line naming it
+            raise ConfigError(f"{section}.layer_idx", str(e)) from None
         self.param_keys = frozenset(n for n, _ in model.named_parameters())
 
     def client_half(self) -> ClientHalf:
@@ -205,7 +243,7 @@ SPEC = register_algorithm(
     "fedala",
     AlgorithmSpec(
         FedALAOptions,
-        lambda o, ctx: (FedALA(ctx.model, o), []),
+        lambda o, ctx: (FedALA(ctx.model, o, ctx.section), []),
         "adaptive local aggregation of the global model into the local one (Zhang et al. 2023)",
         capabilities=Capabilities(
             private_steps="each client learns its ALA weights W_i on its data without noise, and the upload starts from the model they blend",

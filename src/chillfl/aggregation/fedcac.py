@@ -31,9 +31,17 @@ global model's. Client i trains from start_i; local accuracy measures its
 trained theta_i, which it keeps (its personal model) and uploads.
 
 The equations are those of the authors' code in the FLing framework, which the
-paper names as its implementation (``fedcac_client.py``, ``fedcac_group.py``),
-and of PFLlib's port (``clientcac.py``, ``servercac.py``); the two agree but for
-the round counter (below).
+paper names as its implementation (FLAIR-Community/Fling
+``fling/component/client/fedcac_client.py``: ``evaluate_critical_parameter``;
+``fling/component/group/fedcac_group.py``: ``get_customized_global_models``,
+``sync``), and of PFLlib's port (TsingZ0/PFLlib
+``system/flcore/clients/clientcac.py``, ``system/flcore/servers/servercac.py``);
+the two agree but for the round counter (below). Checked against them: s_i
+from the model the client started from, the per-tensor ``int(tau * n)``-th
+largest as threshold with its zero fallback, ``>=``, O_ij with i's count,
+the mean over the n (n - 1) pairs and the maximum, ``>= eps_t``, c_i the
+plain mean over i and C_i, the start's masks, FedAvg for theta_g. FL-bench
+has no FedCAC.
 
 Choices
 -------
@@ -66,6 +74,14 @@ Choices
   group's size), summed in float64 and cast back. The global model theta_g is
   the FedAvg (n_i / n) of the round's uploads (the authors' ``fed_avg``), or
   their plain mean with ``weighting = "uniform"``.
+* Local accuracy measures theta_i after the round's training
+  (``local_eval = "trained"``, default). Both the authors' pipeline
+  (``personalized_model_pipeline.py``: ``test`` after ``aggregate``, which
+  customises every client) and PFLlib (``evaluate`` after ``send_models``)
+  test each client's customised start for the next round:
+  ``local_eval = "averaged"`` measures that, on the server right after the
+  round's aggregation (:class:`FedCACAveraged`), and ``checkpoint.client_models``
+  then saves it.
 * Defaults ``tau = 0.5``, ``beta = 100``: the authors' CIFAR-10 setting (300
   rounds); for CIFAR-100 they use ``tau = 0.4``, ``beta = 170``. beta is in
   rounds: scale it with the run's length.
@@ -112,6 +128,9 @@ class FedCACOptions:
     tau: float = 0.5
     beta: int = 100
     weighting: Literal["samples", "uniform"] = "samples"
+    local_eval: Literal["trained", "averaged"] = "trained"
+    """``trained``: local accuracy of theta_i after the client's training; ``averaged``: of its customised start for the
+    next round, measured by the server after the round (the authors' code's)."""
 
     def validate(self, section: str) -> None:
         require(0 < self.tau <= 1, f"{section}.tau", f"must be in (0, 1], got {self.tau}")
@@ -192,6 +211,9 @@ class FedCACClient:
     """FedCAC's client half: trains from the start it is sent (with its own buffers); keeps the trained model."""
 
     param_keys: frozenset[str]
+    after_average: bool = False
+    """Local accuracy of the client's customised start for the next round, measured by the server after the round
+    (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`; ``local_eval = "averaged"``)."""
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         buffers = {k: v for k, v in own_entries(state, PREFIX).items() if k not in self.param_keys}
@@ -201,8 +223,12 @@ class FedCACClient:
         return with_prefix(trained.params, PREFIX), {}
 
     def personal_model(self, state: ClientState, global_model: Params) -> Params:
-        """theta_i, the client's model after its last training (every entry: no global part)."""
-        return own_entries(state, PREFIX)
+        """theta_i, the client's model after its last training (every entry: no global part); with ``after_average``,
+        its start for the next round: ``global_model`` (the server's :meth:`FedCACAveraged.client_model` in place) with its own buffers."""
+        own = own_entries(state, PREFIX)
+        if not self.after_average:
+            return own
+        return {**global_model, **{k: v for k, v in own.items() if k not in self.param_keys}}
 
 
 class FedCAC(AggregatorBase):
@@ -291,6 +317,45 @@ class FedCAC(AggregatorBase):
         self.shared = shared.to("cpu", torch.int64).clone()  # server bookkeeping, on the host
 
 
+class FedCACAveraged(FedCAC):
+    """FedCAC whose local accuracy is measured after the round (``local_eval = "averaged"``): it makes each client's
+    customised start for the next round (:class:`~chillfl.aggregation.base.MakesClientModels`), which the server
+    measures right after the aggregation, as the authors' code tests it."""
+
+    def __init__(self, num_clients: int, param_keys: Collection[str], options: FedCACOptions = FedCACOptions()) -> None:
+        super().__init__(num_clients, param_keys, options)
+        self.rounds_done = 0
+        """t for the next round's starts: the rounds aggregated so far."""
+
+    def client_half(self) -> ClientHalf:
+        return FedCACClient(frozenset(self.param_keys), after_average=True)
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        out = super().aggregate(global_params, results, round)
+        self.rounds_done = round + 1
+        return out
+
+    def client_model(self, client_id: int, global_params: Params) -> Params:
+        """start_i for the next round (its parameters), as :meth:`downlink` will send it; none for a client not held."""
+        if client_id not in self.masks:
+            return {}
+        return self.start(client_id, self.rounds_done, global_params)[0]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "rounds_done": self.rounds_done}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("models", "masks", "shared", "rounds_done"), "FedCAC")
+        super().load_state_dict({k: v for k, v in state.items() if k != "rounds_done"})
+        self.rounds_done = int(state["rounds_done"])
+
+
+def build(num_clients: int, param_keys: Collection[str], options: FedCACOptions) -> FedCAC:
+    """The aggregator for ``options``: :class:`FedCACAveraged` under ``local_eval = "averaged"``."""
+    kind = FedCACAveraged if options.local_eval == "averaged" else FedCAC
+    return kind(num_clients, param_keys, options)
+
+
 def _on(params: Params, like: Params) -> Params:
     """``params`` on the device of the run's model (a checkpoint may have brought them back on another)."""
     device = next(iter(like.values())).device
@@ -301,7 +366,7 @@ SPEC = register_algorithm(
     "fedcac",
     AlgorithmSpec(
         FedCACOptions,
-        lambda o, ctx: (FedCAC(ctx.num_clients, ctx.param_keys(), o), []),
+        lambda o, ctx: (build(ctx.num_clients, ctx.param_keys(), o), []),
         "critical parameters averaged with the clients whose critical locations overlap (Wu et al. 2023)",
         capabilities=Capabilities(not_a_base="FedCAC's server sends each client its own customised model; its global model is only their non-critical part", personal_model=True),
     ),

@@ -30,9 +30,19 @@ keeps it fixed. From then on each client trains with its PRBM and MR.
 
 Local accuracy measures the client's own model, body + head with its PRBM:
 h(z + p) = W z + (b + W p), so that is the trained model with head bias
-b + W p (equal up to float rounding), which the run's template evaluates and
-``checkpoint.client_models`` saves; the global model is body + head with no
-PRBM (a new client's PRBM is 0).
+b + W p (equal up to float rounding), which the run's template evaluates;
+``checkpoint.client_models`` saves the final global model with the client's
+PRBM folded in (:meth:`FedDBEClient.personal_model`). The global model is
+body + head with no PRBM (a new client's PRBM is 0).
+
+Checked against the authors' TsingZ0/DBE ``system/flcore/clients/clientDBE.py``,
+``system/flcore/servers/serverDBE.py``, ``system/main.py`` (``-mo`` 0.1, ``-klw`` 0)
+and ``system/run_me.sh`` (``-mo 1 -klw 50``), and PFLlib (TsingZ0/PFLlib)
+``system/flcore/clients/clientdbe.py`` and ``system/flcore/servers/serverdbe.py``
+(the same code): the running mean (reset each training, detached after each
+step), R, MR on the body's output and the PRBM added before the head, neither
+in the initialisation period, \\bar z^g weighted by n_i / n and made once, the
+whole model (body + head, no PRBM) averaged.
 
 The PRBM and the running mean live in a copy of the model with one more
 submodule (:func:`with_bias_memory`) whose forward pre-hook on the head adds
@@ -61,6 +71,16 @@ Choices
 * The PRBM starts at 0 at a client's first DBE round and trains under the
   run's local optimiser at the round's learning rate (the authors: a separate
   plain SGD at the same rate), without weight decay (theirs has none).
+* ``local_eval = "trained"`` (default) measures the client's trained model
+  with its PRBM. The authors test, at the start of each round, every client's
+  PRBM on the global model just sent (``evaluate`` after ``send_models``);
+  ``local_eval = "averaged"`` measures that: the PRBM folded into the model the
+  server has just averaged, on the server after the round
+  (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`). Its first round
+  leaves each client a PRBM of 0, so that the server holds a state to
+  measure.
+* The authors' PRBM optimiser keeps its initial learning rate when the
+  model's decays (``-ld``); here it follows the round's.
 * The model must have a head with a bias (to fold the PRBM into it);
   a parameter term of the run's objective (``proximal_mu``) applies to the
   model; batch terms and representation-based losses do not compose.
@@ -110,7 +130,9 @@ from chillfl.training.objective import StepView, is_batch_term, read_number, rea
 class FedDBEOptions:
     """``kappa``: MR's weight (50); ``momentum``: beta of the running mean (1: the batch mean); ``distance``: R;
     ``consensus``: \\bar z^g made ``once`` (after the first round) or ``every_round``; ``warmup``: the first round's
-    models averaged (``aggregate``) or thrown away (``discard``, the authors')."""
+    models averaged (``aggregate``) or thrown away (``discard``, the authors'); ``local_eval``: local accuracy of the
+    trained model with the PRBM (``trained``) or of the PRBM on the model the server has just averaged (``averaged``,
+    the authors')."""
 
     kappa: float = 50.0
     momentum: float = 1.0
@@ -118,6 +140,7 @@ class FedDBEOptions:
     consensus: Literal["once", "every_round"] = "once"
     warmup: Literal["aggregate", "discard"] = "aggregate"
     weighting: Literal["samples", "uniform"] = "samples"
+    local_eval: Literal["trained", "averaged"] = "trained"
 
     def validate(self, section: str) -> None:
         require(0 <= self.kappa <= 1e6, f"{section}.kappa", f"must be in [0, 1e6], got {self.kappa}")
@@ -224,14 +247,20 @@ class FedDBEClient:
     """The model with its bias memory (:func:`with_bias_memory`)."""
     head: str
     distance: str
+    after_average: bool = False
+    """Local accuracy of the PRBM on the *next* global model, measured by the server after the average
+    (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`; ``local_eval = "averaged"``)."""
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         return start, dict(context)
 
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
         """0: the first round's, the PRBM frozen at 0 and no MR; 1: DBE's, the PRBM trained (no decay) and MR."""
-        if any(is_batch_term(t) for t in spec.terms) or reads_features(spec.base_loss):
-            raise ValueError("FedDBE's head reads the representation shifted by the PRBM; a batch term or a representation-based loss does not compose with it")
+        why = "FedDBE's head reads the representation shifted by the PRBM; {} does not compose with it"
+        if any(is_batch_term(t) for t in spec.terms):  # a ConfigError, found as the run starts: one line, no folder left
+            raise ConfigError("objective.terms", why.format("a batch term (one that reads the batch's representation)"))
+        if reads_features(spec.base_loss):
+            raise ConfigError("client.loss", why.format("a representation-based loss"))
         warm = replace(spec, model=self.template, frozen=spec.frozen | {BIAS})
         dbe = replace(spec, model=self.template, terms=(*spec.terms, MeanRegularisation(self.distance)), no_decay=spec.no_decay | {BIAS})
         return warm, dbe
@@ -245,8 +274,9 @@ class FedDBEClient:
         out = yield Train(start, local.context, objective=1 if dbe else 0)
         model = {k: v for k, v in out.params.items() if k not in (BIAS, RUNNING)}
         report: Report = {MEAN: out.params[RUNNING]}
-        if not dbe:
-            return Personal(model, out.num_steps, out.mean_loss, report=report)
+        if not dbe:  # measured after the average, the client needs a state on the server: its PRBM, still 0
+            state = with_prefix({"bias": zeros}, PREFIX) if self.after_average else {}
+            return Personal(model, out.num_steps, out.mean_loss, state=state, report=report)
         p = out.params[BIAS]
         return Personal(model, out.num_steps, out.mean_loss, folded(model, p, self.head), with_prefix({"bias": p}, PREFIX), report)
 
@@ -268,7 +298,7 @@ class FedDBE(FedAvg):
         self.head = head_name(model)
         if not head_has_bias(model):
             raise ConfigError("algorithm.name", f"FedDBE folds the PRBM into the head's bias; {type(model).__name__}'s head {self.head!r} has none")
-        self.client = FedDBEClient(with_bias_memory(model, options.momentum), self.head, options.distance)
+        self.client = FedDBEClient(with_bias_memory(model, options.momentum), self.head, options.distance, options.local_eval == "averaged")
         self.consensus: torch.Tensor | None = None
         """\\bar z^g; None until the first round's means arrive."""
 

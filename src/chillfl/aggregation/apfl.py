@@ -64,8 +64,8 @@ from chillfl.aggregation.base import (
 )
 from chillfl.models.parts import head_name, prefixed
 from chillfl.options import require
-from chillfl.training.local import BaseLoss, LocalSpec
-from chillfl.training.objective import LossTerm, StepView, Term, is_batch_term, temperature_cross_entropy
+from chillfl.training.local import BaseLoss, LocalSpec, refuse_representation_readers
+from chillfl.training.objective import LossTerm, StepView, Term, temperature_cross_entropy
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
 
@@ -162,8 +162,7 @@ class APFLClient:
 
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
         """0: the pair's step (w's loss + f(v_bar)); alpha frozen when not adaptive."""
-        if any(is_batch_term(t) for t in spec.terms):
-            raise ValueError("APFL applies the run's parameter terms to w; a batch term would see the pair's forward")
+        refuse_representation_readers(spec, "APFL applies the run's parameter terms to w, and its forward is the pair's", losses=False)
         frozen = spec.frozen if self.adaptive else spec.frozen | {"alpha"}
         terms: list[Term] = [OnShared(cast(LossTerm, t)) for t in spec.terms]
         terms.append(MixedLoss(spec.base_loss))

@@ -122,8 +122,8 @@ from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
 from chillfl.models.parts import head_has_bias, head_name, head_size
 from chillfl.options import require
-from chillfl.training.local import LocalSpec, reads_features
-from chillfl.training.objective import StepView, is_batch_term, read_number, read_tensor
+from chillfl.training.local import LocalSpec, refuse_representation_readers
+from chillfl.training.objective import StepView, read_number, read_tensor
 
 
 @dataclass(frozen=True)
@@ -256,11 +256,7 @@ class FedDBEClient:
 
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
         """0: the first round's, the PRBM frozen at 0 and no MR; 1: DBE's, the PRBM trained (no decay) and MR."""
-        why = "FedDBE's head reads the representation shifted by the PRBM; {} does not compose with it"
-        if any(is_batch_term(t) for t in spec.terms):  # a ConfigError, found as the run starts: one line, no folder left
-            raise ConfigError("objective.terms", why.format("a batch term (one that reads the batch's representation)"))
-        if reads_features(spec.base_loss):
-            raise ConfigError("client.loss", why.format("a representation-based loss"))
+        refuse_representation_readers(spec, "FedDBE's head reads the representation shifted by the PRBM")
         warm = replace(spec, model=self.template, frozen=spec.frozen | {BIAS})
         dbe = replace(spec, model=self.template, terms=(*spec.terms, MeanRegularisation(self.distance)), no_decay=spec.no_decay | {BIAS})
         return warm, dbe

@@ -63,8 +63,8 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.models.parts import head_name, head_size, prefixed
-from chillfl.training.local import BaseLoss, LocalSpec, reads_features
-from chillfl.training.objective import LossTerm, Term, is_batch_term, read_tensor, temperature_cross_entropy
+from chillfl.training.local import BaseLoss, LocalSpec, refuse_representation_readers
+from chillfl.training.objective import LossTerm, Term, read_tensor, temperature_cross_entropy
 
 
 @dataclass(frozen=True)
@@ -184,8 +184,7 @@ class FedRoDClient:
 
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
         """0: the :class:`RoD` template's step under :class:`RoDLoss`; the run's parameter terms on body + G."""
-        if any(is_batch_term(t) for t in spec.terms) or reads_features(spec.base_loss):
-            raise ValueError("FedRoD's loss reads the representation itself; a batch term or a representation-based loss does not compose with it")
+        refuse_representation_readers(spec, "FedRoD's loss reads the representation itself")
         terms: list[Term] = [OnModel(cast(LossTerm, t)) for t in spec.terms]
         frozen = frozenset(f"model.{k}" for k in spec.frozen)
         return (replace(spec, model=RoD(self.model, self.head), base_loss=RoDLoss(spec.base_loss, self.balanced), terms=tuple(terms), frozen=frozen),)

@@ -112,8 +112,8 @@ from chillfl.capabilities import Capabilities
 from chillfl.models.parts import head_name, prefixed
 from chillfl.options import require
 from chillfl.seeds import derive_seed
-from chillfl.training.local import BaseLoss, LocalSpec, reads_context, reads_features
-from chillfl.training.objective import LossTerm, Term, distillation_kl, is_batch_term
+from chillfl.training.local import BaseLoss, LocalSpec, reads_context, refuse_representation_readers
+from chillfl.training.objective import LossTerm, Term, distillation_kl
 
 
 @dataclass(frozen=True)
@@ -228,8 +228,7 @@ class FMLClient:
 
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
         """0: the pair's step, L_local + L_meme on the :class:`Mutual` template, the run's parameter terms on the meme."""
-        if any(is_batch_term(t) for t in spec.terms) or reads_features(spec.base_loss):
-            raise ValueError("FML's forward is the pair's stacked logits; a batch term or a representation-based loss does not compose with it")
+        refuse_representation_readers(spec, "FML's forward is the pair's stacked logits")
         o = self.options
         loss = MutualLoss(spec.base_loss, o.alpha, o.meme_weight, o.detach, o.kl_reduction)
         terms: list[Term] = [OnMeme(cast(LossTerm, t)) for t in spec.terms]

@@ -25,7 +25,9 @@ docs/architecture.md the reference of the seams they plug into):
   (FML's independently initialised local model) implements :class:`StartsOwnState`; one that runs the client's trainings itself
   (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests. An aggregator that makes part of each
   client's model itself (pFedHN's hypernetwork) implements :class:`MakesClientModels`, and the half's personal model is
-  built on it (for every client that took part, even one whose half keeps no state);
+  built on it (for every client that took part, even one whose half keeps no state). An aggregator whose
+  ``aggregate`` is defined with no client (a private aggregator releasing its noise alone) implements
+  :class:`AggregatesNobody`: a round nobody reported then runs through it instead of being skipped;
 * **local objective terms** (:class:`LossTerm`, or :class:`BatchTerm` for terms that read the
   batch's features): each receives the trainable parameters and the client's :data:`Context`
   and returns a scalar added to the loss; ``reads`` names the context keys it reads
@@ -92,6 +94,7 @@ from chillfl.aggregation.base import (
     KeepsEntries,
     Local,
     MakesClientModels,
+    AggregatesNobody,
     LocalProgram,
     Params,
     Personal,
@@ -182,6 +185,7 @@ __all__ = [
     "LocalSpec",
     "LossTerm",
     "MakesClientModels",
+    "AggregatesNobody",
     "MechanismSpec",
     "MethodSettings",
     "MethodState",

@@ -112,6 +112,23 @@ def test_basis_is_the_first_left_singular_vectors_zero_past_the_rank() -> None:
     torch.testing.assert_close(u.abs(), torch.tensor([[R, 0], [R, 0], [0, 0]], dtype=torch.float64))
 
 
+def test_more_vectors_than_dimensions_keep_d_columns_and_the_same_angles() -> None:
+    # d = 2, p = 5: the rank is at most 2, so the signature holds 2 columns, not 5 zero-padded ones (its size, the
+    # ledger's bytes and the server's p x p products would grow with p: p = 5000 took gigabytes and minutes on digits)
+    x = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    s = signature(x, torch.zeros(3, dtype=torch.int64), 5, per_label=False)
+    assert s.shape == (1, 2, 2)
+    # the same plane (R^2) in two bases: the 5 principal angles of the padded form are 0, 0, 90, 90, 90
+    w = sig(cols(torch.tensor([R, R]), torch.tensor([R, -R])))
+    assert proximity(s, w, "smallest", p=5) == pytest.approx(0.0, abs=1e-5)
+    assert proximity(s, w, "sum", p=5) == pytest.approx(270.0, abs=1e-4)  # 0 + 0 + 3 * 90: the padded form's sum
+    # every measure as on the zero-padded (blocks, 2, 5) forms
+    pad = torch.zeros(1, 2, 3, dtype=torch.float64)
+    for measure in ("smallest", "sum", "vectors"):
+        padded = proximity(torch.cat([s.double(), pad], 2), torch.cat([w, pad], 2), measure)  # type: ignore[arg-type]
+        assert proximity(s, w, measure, p=5) == pytest.approx(padded, abs=1e-4)  # type: ignore[arg-type]
+
+
 def test_signature_has_one_block_per_label_or_one_of_all_rows() -> None:
     # label 0: rows (1, 1, 0) and (2, 2, 0) -> (1, 1, 0)/sqrt 2; label 2: the image (0, 0, 3), flattened from 1 x 3 -> e3
     x = torch.tensor([[[1.0, 1.0, 0.0]], [[0.0, 0.0, 3.0]], [[2.0, 2.0, 0.0]]])

@@ -40,6 +40,23 @@ Choices
 * Local accuracy measures the client's cluster model after its training.
   Clients keep nothing of their own (their cluster's model is the server's),
   so CFL declares no personal model.
+* No gamma_max test: the paper's analysis says a bipartition separates the
+  distributions correctly when gamma_max < sqrt((1 - alpha_cross_max) / 2),
+  but gamma_max needs the clients' true gradients at a stationary point and
+  is not observable; like the authors' code and FL-bench, chillfl splits on
+  the two norm criteria alone.
+
+Checked against
+---------------
+The authors' code, felisat/clustered-federated-learning: ``fl_devices.py``
+(``pairwise_angles``, ``compute_max_update_norm``, ``compute_mean_update_norm``,
+``aggregate_clusterwise``: plain mean of dW over named parameters) and
+``clustered_federated_learning.ipynb`` (the split test ``mean_norm < EPS_1 and
+max_norm > EPS_2 and len(idc) > 2 and c_round > 20``, rounds from 1, so
+``round >= 20`` here with rounds from 0; ``AgglomerativeClustering(linkage=
+"complete")`` on ``-similarities``); FL-bench, KarhouTam/FL-bench
+``src/server/cfl.py`` (the same test with ``current_epoch >=
+start_clustering_round``, and defaults 0.4, 1.6, 2, 20).
 """
 
 from __future__ import annotations

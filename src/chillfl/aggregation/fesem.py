@@ -20,9 +20,10 @@ Choices
 -------
 * ``clusters = 2`` by default (IFCA's default here; the paper runs K = 2 to 4
   by data set: set it to the number of groups you expect).
-* ``order = "e_then_m"`` (default, the paper's Algorithm 1 and the authors'
-  k-means step): the E-step measures the distances to the centres *before*
-  this round's M-step, then each centre averages the uploads assigned to it.
+* ``order = "e_then_m"`` (default, the paper's Algorithm 1, E-step, M-step,
+  then local updates from the new centres, and a k-means step): the E-step
+  measures the distances to the centres *before* this round's M-step, then
+  each centre averages the uploads assigned to it.
   ``"m_then_e"`` (FlexCFL's FeSEM baseline): each centre first averages the
   uploads of the clients that trained from it, then every sampled client is
   reassigned to the nearest *updated* centre, which it trains from next.
@@ -54,6 +55,16 @@ Choices
   client's centre are the aggregator's state, so a resumed run is the same run.
 * Local accuracy measures the client's centre after its training. The client
   keeps nothing (its centre is the server's), so FeSEM declares no personal model.
+
+Checked against
+---------------
+No official repository is indexed; the released code in a public fork,
+xxyen/age-based-multi-center-fed-learning ``models/fedsem.py`` (TensorFlow),
+runs the round as ``m_then_e`` does: each cluster's sampled clients train
+from its centre, the centre becomes the mean of their uploads, and every
+``update-center-every`` rounds the clients are re-clustered by k-means on
+their local models (seeded from the clients' models, not fresh ones).
+FL-bench has no FeSEM; FlexCFL (morningD/FlexCFL) runs it as a baseline.
 """
 
 from __future__ import annotations

@@ -35,6 +35,15 @@ Choices
 * Local accuracy measures the model the client chose, after its training
   (what the client deploys). IFCA keeps nothing on the client: it chooses
   anew every round, so it declares no personal model.
+
+Checked against
+---------------
+The authors' code, jichan3751/ifca ``mnist/train_cluster_mnist.py``:
+``get_inference_stats`` (every client's loss under each of the p models,
+``np.argmin``: the lowest index on ties), ``train`` (each client trains a copy
+of its chosen model for tau steps) and ``global_param_update`` (plain mean of
+the members' parameters; a model no client chose is left as it is); its
+models are p independent random initialisations (here theta_1 is the run's).
 """
 
 from __future__ import annotations

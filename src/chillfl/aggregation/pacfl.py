@@ -59,7 +59,11 @@ Choices
   is orthogonal to everything (an angle of 90 degrees). Directions of
   singular value <= max(d, n) eps sigma_1 (numerically zero) are zeroed too:
   LAPACK's vectors of a null space are arbitrary. SVD in float64; the
-  signature travels as float32 (4 bytes an entry in the ledger).
+  signature travels as float32 (4 bytes an entry in the ledger). With p > d
+  (more vectors than the data's dimension) the signature holds d columns,
+  (blocks, d, d): the columns past the d-th would be zero, so the angles are
+  the same (``sum`` counts 90 degrees for each missing one) while the
+  signature, its bytes and the server's products no longer grow with p.
 * ``linkage = "weighted"`` (default) is the authors' code's "average":
   d(a u b, c) = (d(a, c) + d(b, c)) / 2 (WPGMA). ``"average"`` is the
   size-weighted mean of the pairwise distances (UPGMA), ``"single"`` the least
@@ -83,6 +87,18 @@ Choices
 * The signature is the SVD of the client's raw data, sent without noise:
   PACFL declares ``reports`` and ``private_steps``, so every ``[privacy]``
   mechanism refuses it.
+
+Checked against
+---------------
+The authors' code (MMorafah/PACFL; the same functions are in the copies
+indexed under other repositories): ``calculating_adjacency`` (per client the
+per-label bases ``u[:, :K]`` of the SVD of the d x n data, stacked; A[i, j] =
+min arccos of the clipped entries of U_i^T U_j in degrees: ``measure =
+"vectors"`` here, up to the sign) and ``hierarchical_clustering`` (merge the
+least entry while it is <= ``thresh``; ``linkage="average"`` replaces the two
+rows by their mean: WPGMA, ``linkage = "weighted"`` here), called with
+``thresh`` 4.9 and ``linkage='average'``; the cluster models are then FedAvg
+within each cluster, weighted by n_i.
 """
 
 from __future__ import annotations
@@ -144,10 +160,13 @@ class PacflOptions:
 
 
 def basis(rows: torch.Tensor, p: int) -> torch.Tensor:
-    """The first p left singular vectors of the data matrix D = rows^T (d x p, float64), zero columns past its rank."""
+    """The first p left singular vectors of the data matrix D = rows^T (d x min(p, d), float64), zero columns past its rank.
+
+    At most d columns: the rank is at most d, so columns past the d-th would all be zero (see :func:`cross_proximity`).
+    """
     data = rows.reshape(len(rows), -1).to("cpu", torch.float64).T
     d, n = data.shape
-    out = torch.zeros((d, p), dtype=torch.float64)
+    out = torch.zeros((d, min(p, d)), dtype=torch.float64)
     if n == 0:
         return out
     u, s, _ = torch.linalg.svd(data, full_matrices=False)
@@ -158,7 +177,7 @@ def basis(rows: torch.Tensor, p: int) -> torch.Tensor:
 
 
 def signature(x: torch.Tensor, y: torch.Tensor, p: int, per_label: bool) -> torch.Tensor:
-    """The client's (blocks, d, p) float32 signature: one basis per label present (in label order), or one of all its rows."""
+    """The client's (blocks, d, min(p, d)) float32 signature: one basis per label present (in label order), or one of all its rows."""
     if not per_label:
         return basis(x, p).unsqueeze(0).float()
     labels = torch.unique(y.cpu()).tolist()
@@ -194,42 +213,45 @@ def principal_angles(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return angles_of(u.to("cpu", torch.float64).mT @ w.to("cpu", torch.float64))
 
 
-def cross_proximity(rows: Sequence[torch.Tensor], cols: Sequence[torch.Tensor], measure: Measure = "smallest") -> torch.Tensor:
+def cross_proximity(rows: Sequence[torch.Tensor], cols: Sequence[torch.Tensor], measure: Measure = "smallest", p: int = 0) -> torch.Tensor:
     """A[i, j] (degrees, float64) of every signature of ``rows`` against every one of ``cols``: the least angle over their pairs of blocks.
 
     Every block of every client at once: one product of all the columns, U^(l)T W^(m) (p x p) for each pair of
     blocks, then ``vectors`` reads its largest |entry| and the others its principal angles; the least over each
     pair of clients' blocks is their entry. In chunks of blocks, so that memory stays bounded.
+
+    ``p``: the columns asked for. A signature holds at most d (:func:`basis`); each of the p - d it lacks would be a
+    zero column, orthogonal to everything, so ``sum`` adds 90 degrees for each (``smallest`` and ``vectors`` are unchanged).
     """
     r = torch.cat([s.to("cpu", torch.float64) for s in rows])  # (blocks, d, p)
     c = torch.cat([s.to("cpu", torch.float64) for s in cols])
     owner_r = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor([len(s) for s in rows]))
     owner_c = torch.repeat_interleave(torch.arange(len(cols)), torch.tensor([len(s) for s in cols]))
-    nc, d, p = c.shape
-    flat_c = c.permute(1, 0, 2).reshape(d, nc * p)
+    nc, d, cp = c.shape
+    flat_c = c.permute(1, 0, 2).reshape(d, nc * cp)
     out = torch.full((len(rows), len(cols)), math.inf, dtype=torch.float64)
-    step = max(1, 2**22 // (nc * p * p))
+    step = max(1, 2**22 // (nc * cp * cp))
     for start in range(0, len(r), step):
         part = r[start : start + step]
-        cross = (part.mT.reshape(-1, d) @ flat_c).reshape(len(part), p, nc, p).transpose(1, 2)  # (part, nc, p, p)
+        cross = (part.mT.reshape(-1, d) @ flat_c).reshape(len(part), cp, nc, cp).transpose(1, 2)  # (part, nc, cp, cp)
         if measure == "vectors":
             angle = torch.rad2deg(torch.arccos(cross.abs().amax((-1, -2)).clamp(0.0, 1.0)))
         else:
             angles = angles_of(cross)
-            angle = angles.sum(-1) if measure == "sum" else angles[..., 0]
+            angle = angles.sum(-1) + 90.0 * max(0, p - cp) if measure == "sum" else angles[..., 0]
         index = owner_r[start : start + step, None] * len(cols) + owner_c[None, :]
         out.view(-1).scatter_reduce_(0, index.reshape(-1), angle.reshape(-1), "amin")
     return out
 
 
-def proximity(a: torch.Tensor, b: torch.Tensor, measure: Measure = "smallest") -> float:
+def proximity(a: torch.Tensor, b: torch.Tensor, measure: Measure = "smallest", p: int = 0) -> float:
     """A[i, j] of two signatures (blocks, d, p): the least angle (degrees) over their pairs of blocks under ``measure``."""
-    return float(cross_proximity([a], [b], measure)[0, 0])
+    return float(cross_proximity([a], [b], measure, p)[0, 0])
 
 
-def proximity_matrix(signatures: Sequence[torch.Tensor], measure: Measure = "smallest") -> list[list[float]]:
+def proximity_matrix(signatures: Sequence[torch.Tensor], measure: Measure = "smallest", p: int = 0) -> list[list[float]]:
     """The symmetric matrix A of every pair (zero diagonal: the clustering reads only pairs)."""
-    a = cross_proximity(signatures, signatures, measure)
+    a = cross_proximity(signatures, signatures, measure, p)
     a = torch.minimum(a, a.T)  # one value a pair (the product's rounding need not be symmetric)
     a.fill_diagonal_(0.0)
     return a.tolist()  # type: ignore[no-any-return]
@@ -317,7 +339,7 @@ class Pacfl(AggregatorBase):
         members: list[list[ClientResult]]
         if not self.models:
             ids = [r.client_id for r in new]
-            groups = hierarchical_clustering(proximity_matrix([self.signatures[i] for i in ids], o.measure), o.beta, o.linkage)
+            groups = hierarchical_clustering(proximity_matrix([self.signatures[i] for i in ids], o.measure, o.p), o.beta, o.linkage)
             for c, group in enumerate(groups):
                 for k in group:
                     self.assignment[ids[k]] = c
@@ -341,7 +363,7 @@ class Pacfl(AggregatorBase):
         """Put newcomer ``r`` in the nearest cluster, or (``threshold``, farther than beta from all) a new one of its model; True: a new one."""
         o = self.options
         members = [i for i in sorted(self.signatures) if int(self.assignment[i]) >= 0]  # the round's earlier newcomers too (client-id order)
-        angles = cross_proximity([self.signatures[r.client_id]], [self.signatures[i] for i in members], o.measure)[0].tolist()
+        angles = cross_proximity([self.signatures[r.client_id]], [self.signatures[i] for i in members], o.measure, o.p)[0].tolist()
         distances = []
         for c in range(len(self.models)):
             distances.append(linkage_distance([a for i, a in zip(members, angles) if int(self.assignment[i]) == c], o.linkage))

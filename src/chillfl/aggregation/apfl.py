@@ -136,7 +136,9 @@ class MixedLoss:
     def __call__(self, params: Mapping[str, torch.Tensor], context: Context, step: StepView) -> torch.Tensor:
         base = step.model.get_submodule("v")
         alpha = params["alpha"] if "alpha" in params else step.buffers["alpha"]  # fixed alpha: frozen, with the buffers
-        weights = {n: alpha * params[f"v.{n}"] + (1 - alpha) * params[f"w.{n}"].detach() for n, _ in base.named_parameters()}
+        # a frozen weight (LocalSpec.frozen) is read from the buffers, as alpha is when fixed
+        both = {**step.buffers, **params}
+        weights = {n: alpha * both[f"v.{n}"] + (1 - alpha) * both[f"w.{n}"].detach() for n, _ in base.named_parameters()}
         buffers = {n: step.buffers[f"v.{n}"] for n, _ in base.named_buffers()}
         logits = functional_call(base, (weights, buffers), (step.x,))
         return self.base_loss(logits.float(), step.y, 1.0)
@@ -163,10 +165,12 @@ class APFLClient:
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
         """0: the pair's step (w's loss + f(v_bar)); alpha frozen when not adaptive."""
         refuse_representation_readers(spec, "APFL applies the run's parameter terms to w, and its forward is the pair's", losses=False)
-        frozen = spec.frozen if self.adaptive else spec.frozen | {"alpha"}
+        # the run's frozen (and undecayed) weights are the model's: both copies in the pair
+        frozen = frozenset(f"{part}{k}" for k in spec.frozen for part in ("w.", "v.")) | (frozenset() if self.adaptive else {"alpha"})
+        no_decay = frozenset(f"{part}{k}" for k in spec.no_decay for part in ("w.", "v.")) | {"alpha"}
         terms: list[Term] = [OnShared(cast(LossTerm, t)) for t in spec.terms]
         terms.append(MixedLoss(spec.base_loss))
-        return (replace(spec, model=Pair(self.model), terms=tuple(terms), frozen=frozen, no_decay=spec.no_decay | {"alpha"}),)
+        return (replace(spec, model=Pair(self.model), terms=tuple(terms), frozen=frozen, no_decay=no_decay),)
 
     def train(self, local: Local) -> LocalProgram:
         own = own_entries(local.state, PREFIX)

@@ -18,14 +18,26 @@ rule's above. Local accuracy measures v_bar after the round's training.
 
 Choices
 -------
+* v_bar mixes the parameters, as the paper's Algorithm 1 and its analysis do,
+  and alpha's gradient is the exact <v - w, grad f_i(v_bar)>. The authors'
+  code (FedTorch, ``fedtorch/comms/trainings/federated/apfl.py`` with
+  ``inference_personal``) and FL-bench (``src/client/apfl.py``) mix the two
+  models' outputs instead, alpha f_v(x) + (1 - alpha) f_w(x), and step alpha
+  with FedTorch's ``alpha_update``, <v - w, alpha grad_v + (1 - alpha) grad_w>
+  + 0.02 alpha (an L2 penalty 0.01 alpha^2 the paper does not have); FedTorch
+  steps alpha once a round (at its first local step), FL-bench at every step
+  of the first epoch, PFLlib (``clientapfl.py``) at every step, PFLlib then
+  training v on f_i(v) alone. None of those is done here: an output mixture
+  is an ensemble, not one personalised model (the alternative would need its
+  own personal-model path).
 * alpha_i starts at ``alpha`` (0.5) and is clipped to [0, 1] after each
-  round's training (the authors' code clips after every step; a per-step clip
-  is not a gradient step, so it would need a second code path);
+  round's training (FedTorch and PFLlib clip after each alpha step; a
+  per-step clip is not a gradient step, so it would need a second code path);
   ``adaptive = false`` keeps alpha fixed (the paper's APFL with a given alpha).
 * f_i(v_bar) is the run's base loss at T = 1 (the run's temperature applies
-  to w's loss; APFL has none of its own). The authors' code (FedTorch's
-  ``alpha_update``) adds 0.02 alpha to alpha's gradient (an L2 penalty
-  0.01 alpha^2), which the paper's algorithm does not; not done here.
+  to w's loss; APFL has none of its own).
+* The run's frozen weights (``LocalSpec.frozen``, a model's
+  ``requires_grad = False`` layers) stay frozen in both w and v.
 * ``client.weight_decay`` decays w and v as the run's optimiser does, never
   alpha: a mixing coefficient, whose Algorithm 1 step has no decay term.
 * v_i starts, at the client's first participation, from the global model it

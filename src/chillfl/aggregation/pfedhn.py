@@ -26,6 +26,13 @@ per parameter tensor, as theirs has for each tensor of their LeNet)::
     f = W_L(... ReLU(W_1 ReLU(W_0 v + b_0) + b_1) ...) + b_L     (hidden_layers + 1 linear layers, ``hidden`` wide)
     theta[k] = reshape(U_k f + c_k, shape of tensor k)
 
+Checked against the authors' AvivSham/pFedHN (``experiments/pfedhn/models.py``'s
+``CNNHyper``: embedding, n_hidden + 1 linear layers with ReLU between and none
+after, one linear output per tensor; ``experiments/pfedhn/trainer.py``:
+delta = inner_state - final_state, ``autograd.grad(weights, hnet.parameters(),
+grad_outputs=delta)``, clip at 50, SGD momentum 0.9, wd 1e-3, embed_lr) and
+FL-bench (``pfedhn.py``).
+
 Choices
 -------
 * The sign: Algorithm 1 prints delta_i = theta~_i - theta_i with the step

@@ -67,7 +67,8 @@ Choices
   drawn from a generator seeded with (run seed, "pfedhn-init"), so a run is
   reproducible without touching torch's global stream. The hypernetwork
   lives on the host in the model's dtype; its output goes to the run's device.
-* Buffers (batch-norm statistics) are not generated: they are the global
+* Buffers (batch-norm statistics) and the model's frozen weights
+  (``requires_grad = False``) are not generated: they are the global
   model's, the FedAvg (n_i / n) of the round's uploads; under pFedHN-PC the
   head's are the client's own with the head.
 * The global model (global accuracy, ``model.safetensors``, the start of
@@ -390,7 +391,9 @@ def _build(options: PFedHNOptions, ctx: BuildContext) -> Built:
         module = ctx.model.get_submodule(name)
         head = tuple(f"{name}.{n}" for n, _ in (*module.named_parameters(), *module.named_buffers()))
     params = dict(ctx.model.named_parameters())
-    shapes = {k: p.shape for k, p in params.items() if k not in head}
+    # a frozen weight (requires_grad = False: LocalSpec.frozen) keeps the model's value, as a buffer does: h would
+    # replace it by a generated one no client trains
+    shapes = {k: p.shape for k, p in params.items() if k not in head and p.requires_grad}
     size = hypernetwork_size(shapes, ctx.num_clients, embedding_size(options, ctx.num_clients), options.hidden, options.hidden_layers)
     if size > options.max_params:
         generated = sum(s.numel() for s in shapes.values())

@@ -254,6 +254,24 @@ def test_apfl_applies_the_runs_proximal_term_to_w_only() -> None:
     close(reply.state["apfl.alpha"], 0.35)
 
 
+def test_apfl_keeps_the_runs_frozen_weights_frozen_in_w_and_v() -> None:
+    # LocalSpec.frozen names the model's entries; the pair holds them as w.* and v.*, both must stay put.
+    # Linear(1, 1) with its bias frozen at 0.5, x = 1, f(t) = 1/2 (t - 1)^2, lr 0.1; w = 2 (sent), v = 3, alpha = 0.5.
+    # w: t = 2.5, grad 1.5                                 -> weight 1.85, bias 0.5 (it moved to 0.35 before the fix)
+    # v_bar: weight 2.5, bias 0.5, t = 3, grad f(v_bar) = 2 -> v weight 3 - 0.1 * 0.5 * 2 = 2.9, bias 0.5 (was 0.4)
+    # alpha: (3 - 2) * 2 + (0.5 - 0.5) * 2 = 2              -> 0.3
+    model = nn.Linear(1, 1)
+    spec = LocalSpec(epochs=1, batch_size=8, base_loss=half_mse, frozen=frozenset({"bias"}))
+    state = {"apfl.weight": torch.tensor([[3.0]]), "apfl.bias": torch.tensor([0.5]), "apfl.alpha": torch.tensor(0.5)}
+    with pytest.warns(UserWarning, match="declares no classifier head"):
+        reply = run_client(APFL(model).client_half(), model, spec, {"weight": torch.tensor([[2.0]]), "bias": torch.tensor([0.5])}, lr=0.1, state=state)
+    close(reply.uplink.params["weight"], 1.85)
+    close(reply.uplink.params["bias"], 0.5)
+    close(reply.state["apfl.weight"], 2.9)
+    close(reply.state["apfl.bias"], 0.5)
+    close(reply.state["apfl.alpha"], 0.3)
+
+
 # ---------------------------------------------------------------- pFedMe
 
 

@@ -217,6 +217,26 @@ def test_a_hypernetwork_over_max_params_is_one_config_error_before_it_is_built()
     assert isinstance(build_experiment(config(**{"algorithm.name": "pfedhn", "algorithm.max_params": 2_917_794})).aggregator, PFedHN)
 
 
+def test_a_frozen_weight_keeps_the_models_value_and_is_not_generated() -> None:
+    # Linear(2, 3) -> Linear(3, 2), the first layer frozen (requires_grad = False) at all-ones: h generates the second
+    # layer only (before the fix it generated the first too, replacing the frozen ones by h's untrained output)
+    from chillfl.aggregation.pfedhn import SPEC
+    from chillfl.aggregation.registry import BuildContext
+
+    model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 2))
+    with torch.no_grad():
+        model[0].weight.fill_(1.0)
+        model[0].bias.fill_(1.0)
+    model[0].requires_grad_(False)
+    server, _ = SPEC.build(PFedHNOptions(hidden=4, hidden_layers=1), BuildContext(num_clients=3, model=model, seed=0))
+    assert isinstance(server, PFedHN) and set(server.shapes) == {"1.weight", "1.bias"}
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    assert set(server.downlink(0, 0, start).params) == {"1.weight", "1.bias"}
+    trained = {**start, "1.weight": start["1.weight"] + 0.1, "1.bias": start["1.bias"] - 0.1}
+    out = server.aggregate(start, [ClientResult(0, trained, 5, 1, 0.1, 1.0, 0.0)], 0)
+    assert torch.equal(out["0.weight"], torch.ones(3, 2)) and torch.equal(out["0.bias"], torch.ones(3))
+
+
 # ---------------------------------------------------------------- pFedHN-PC: the client keeps its head
 
 

@@ -18,14 +18,26 @@ rule's above. Local accuracy measures v_bar after the round's training.
 
 Choices
 -------
+* v_bar mixes the parameters, as the paper's Algorithm 1 and its analysis do,
+  and alpha's gradient is the exact <v - w, grad f_i(v_bar)>. The authors'
+  code (FedTorch, ``fedtorch/comms/trainings/federated/apfl.py`` with
+  ``inference_personal``) and FL-bench (``src/client/apfl.py``) mix the two
+  models' outputs instead, alpha f_v(x) + (1 - alpha) f_w(x), and step alpha
+  with FedTorch's ``alpha_update``, <v - w, alpha grad_v + (1 - alpha) grad_w>
+  + 0.02 alpha (an L2 penalty 0.01 alpha^2 the paper does not have); FedTorch
+  steps alpha once a round (at its first local step), FL-bench at every step
+  of the first epoch, PFLlib (``clientapfl.py``) at every step, PFLlib then
+  training v on f_i(v) alone. None of those is done here: an output mixture
+  is an ensemble, not one personalised model (the alternative would need its
+  own personal-model path).
 * alpha_i starts at ``alpha`` (0.5) and is clipped to [0, 1] after each
-  round's training (the authors' code clips after every step; a per-step clip
-  is not a gradient step, so it would need a second code path);
+  round's training (FedTorch and PFLlib clip after each alpha step; a
+  per-step clip is not a gradient step, so it would need a second code path);
   ``adaptive = false`` keeps alpha fixed (the paper's APFL with a given alpha).
 * f_i(v_bar) is the run's base loss at T = 1 (the run's temperature applies
-  to w's loss; APFL has none of its own). The authors' code (FedTorch's
-  ``alpha_update``) adds 0.02 alpha to alpha's gradient (an L2 penalty
-  0.01 alpha^2), which the paper's algorithm does not; not done here.
+  to w's loss; APFL has none of its own).
+* The run's frozen weights (``LocalSpec.frozen``, a model's
+  ``requires_grad = False`` layers) stay frozen in both w and v.
 * ``client.weight_decay`` decays w and v as the run's optimiser does, never
   alpha: a mixing coefficient, whose Algorithm 1 step has no decay term.
 * v_i starts, at the client's first participation, from the global model it
@@ -136,7 +148,9 @@ class MixedLoss:
     def __call__(self, params: Mapping[str, torch.Tensor], context: Context, step: StepView) -> torch.Tensor:
         base = step.model.get_submodule("v")
         alpha = params["alpha"] if "alpha" in params else step.buffers["alpha"]  # fixed alpha: frozen, with the buffers
-        weights = {n: alpha * params[f"v.{n}"] + (1 - alpha) * params[f"w.{n}"].detach() for n, _ in base.named_parameters()}
+        # a frozen weight (LocalSpec.frozen) is read from the buffers, as alpha is when fixed
+        both = {**step.buffers, **params}
+        weights = {n: alpha * both[f"v.{n}"] + (1 - alpha) * both[f"w.{n}"].detach() for n, _ in base.named_parameters()}
         buffers = {n: step.buffers[f"v.{n}"] for n, _ in base.named_buffers()}
         logits = functional_call(base, (weights, buffers), (step.x,))
         return self.base_loss(logits.float(), step.y, 1.0)
@@ -163,10 +177,12 @@ class APFLClient:
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
         """0: the pair's step (w's loss + f(v_bar)); alpha frozen when not adaptive."""
         refuse_representation_readers(spec, "APFL applies the run's parameter terms to w, and its forward is the pair's", losses=False)
-        frozen = spec.frozen if self.adaptive else spec.frozen | {"alpha"}
+        # the run's frozen (and undecayed) weights are the model's: both copies in the pair
+        frozen = frozenset(f"{part}{k}" for k in spec.frozen for part in ("w.", "v.")) | (frozenset() if self.adaptive else {"alpha"})
+        no_decay = frozenset(f"{part}{k}" for k in spec.no_decay for part in ("w.", "v.")) | {"alpha"}
         terms: list[Term] = [OnShared(cast(LossTerm, t)) for t in spec.terms]
         terms.append(MixedLoss(spec.base_loss))
-        return (replace(spec, model=Pair(self.model), terms=tuple(terms), frozen=frozen, no_decay=spec.no_decay | {"alpha"}),)
+        return (replace(spec, model=Pair(self.model), terms=tuple(terms), frozen=frozen, no_decay=no_decay),)
 
     def train(self, local: Local) -> LocalProgram:
         own = own_entries(local.state, PREFIX)

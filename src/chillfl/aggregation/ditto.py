@@ -12,6 +12,11 @@ Each round, client k, sent w^t, runs two local trainings (Algorithm 1):
 v_k is the client's own state (:class:`DittoClient`), and local accuracy
 measures v_k: the personalised model the paper evaluates.
 
+Checked against the authors' litian96/ditto (``flearn/trainers_MTL/ditto.py``:
+v <- v - lr (grad F_k(v) + lam (v - w^t)) per batch, beside the global update
+from w^t on the same batches) and PFLlib (``clientditto.py``: ``ptrain`` with
+``PerturbedGradientDescent`` at mu = lambda around the global model).
+
 Choices
 -------
 * A client's v_k starts, at its first participation, from the global model

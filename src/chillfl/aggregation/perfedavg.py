@@ -12,12 +12,20 @@ of its training data (the run's batch size) and, from w,
 The server averages the w_i (FedAvg, n_i / n). The personalised model, which
 local accuracy measures, is the global model the client was sent adapted by
 ``adapt_steps`` steps ``w^t - alpha grad f_i(w^t; D)`` on its own training
-batches (the paper's evaluation; PFLlib's ``train_one_step``).
+batches (the paper's evaluation).
 
 Every step above is a job of the one training path (a :class:`Train` request
 of one batch, as pFedMe's inner problems): an inner step is one SGD step at
 alpha; grad f_i(u; D) is read off one SGD step at lr 1, ``u - step(u)``; the
 FO outer step is ``w + (w'' - w')`` with w'' one SGD step at beta from w'.
+
+Checked against FL-bench (``src/client/perfedavg.py``: the inner step with the
+local optimiser at its lr, the meta step with SGD at ``perfedavg.beta`` from the
+restored w; HF's model_plus / model_minus at w +- delta g on a third batch,
+g - lr / (2 delta) (grad_plus - grad_minus)) and PFLlib (``clientperavg.py``,
+first order: its version at commit 20524d4 takes the beta step from w' without
+restoring w, Reptile-like, and its ``train_one_step`` adapts on a test batch;
+here the step is the paper's, from w, and the adaptation uses training batches).
 
 Choices
 -------

@@ -26,6 +26,13 @@ per parameter tensor, as theirs has for each tensor of their LeNet)::
     f = W_L(... ReLU(W_1 ReLU(W_0 v + b_0) + b_1) ...) + b_L     (hidden_layers + 1 linear layers, ``hidden`` wide)
     theta[k] = reshape(U_k f + c_k, shape of tensor k)
 
+Checked against the authors' AvivSham/pFedHN (``experiments/pfedhn/models.py``'s
+``CNNHyper``: embedding, n_hidden + 1 linear layers with ReLU between and none
+after, one linear output per tensor; ``experiments/pfedhn/trainer.py``:
+delta = inner_state - final_state, ``autograd.grad(weights, hnet.parameters(),
+grad_outputs=delta)``, clip at 50, SGD momentum 0.9, wd 1e-3, embed_lr) and
+FL-bench (``pfedhn.py``).
+
 Choices
 -------
 * The sign: Algorithm 1 prints delta_i = theta~_i - theta_i with the step
@@ -60,7 +67,8 @@ Choices
   drawn from a generator seeded with (run seed, "pfedhn-init"), so a run is
   reproducible without touching torch's global stream. The hypernetwork
   lives on the host in the model's dtype; its output goes to the run's device.
-* Buffers (batch-norm statistics) are not generated: they are the global
+* Buffers (batch-norm statistics) and the model's frozen weights
+  (``requires_grad = False``) are not generated: they are the global
   model's, the FedAvg (n_i / n) of the round's uploads; under pFedHN-PC the
   head's are the client's own with the head.
 * The global model (global accuracy, ``model.safetensors``, the start of
@@ -383,7 +391,9 @@ def _build(options: PFedHNOptions, ctx: BuildContext) -> Built:
         module = ctx.model.get_submodule(name)
         head = tuple(f"{name}.{n}" for n, _ in (*module.named_parameters(), *module.named_buffers()))
     params = dict(ctx.model.named_parameters())
-    shapes = {k: p.shape for k, p in params.items() if k not in head}
+    # a frozen weight (requires_grad = False: LocalSpec.frozen) keeps the model's value, as a buffer does: h would
+    # replace it by a generated one no client trains
+    shapes = {k: p.shape for k, p in params.items() if k not in head and p.requires_grad}
     size = hypernetwork_size(shapes, ctx.num_clients, embedding_size(options, ctx.num_clients), options.hidden, options.hidden_layers)
     if size > options.max_params:
         generated = sum(s.numel() for s in shapes.values())

@@ -15,6 +15,12 @@ R local steps r (one per batch D of the run's ``client.epochs`` over its data):
 It sends w_{i,R}; the server sets w^{t+1} = (1 - beta) w^t + beta * mean_i w_{i,R}.
 The personalised model, which local accuracy measures, is the last theta_i.
 
+Checked against the authors' CharlieDinh/pFedMe (``FLAlgorithms/users/userpFedMe.py``: K steps of
+``pFedMeOptimizer``, p <- p - personal_lr (grad + lambda (p - w)), on one batch, then
+w <- w - lambda lr (w - theta); ``FLAlgorithms/servers/serverbase.py``'s
+``persionalized_aggregate_parameters``: (1 - beta) w^t + beta * the n_i-weighted mean) and PFLlib's
+``clientpFedMe.py`` (the same client steps).
+
 Choices
 -------
 * theta starts each inner problem from the previous one's solution (from

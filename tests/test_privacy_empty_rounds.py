@@ -20,29 +20,12 @@ from chillfl.privacy.aggregate import PrivateAggregation
 from chillfl.privacy.mechanisms.dp_fedavg import _warn_skips, skipped_mass
 from chillfl.runner import run_experiment
 from chillfl.seeds import derive_seed
+from test_privacy import TINY as PRIVATE  # the private runs' base: seed 3, digits, an MLP, 4 clients, dp-fedavg
 
 pytest.importorskip("opacus")
 
 TINY: dict[str, Any] = {  # seed 3, q = 1/4 under Poisson: rounds draw [1], [1], nobody
-    "seed": 3,
-    "device": "cpu",
-    "threads": 1,
-    "dataset.name": "digits",
-    "model.name": "mlp",
-    "model.hidden": [16],
-    "federation.num_clients": 4,
-    "federation.clients_per_round": 1,
-    "federation.rounds": 3,
-    "federation.sampling": "poisson",
-    "client.epochs": 1,
-    "client.batch_size": 32,
-    "client.lr": 0.05,
-    "eval.client_split_size": 20,
-    "privacy.mechanism": "dp-fedavg",
-    "privacy.clip_norm": 1.0,
-    "privacy.noise_multiplier": 1.5,
-    "privacy.delta": 1e-3,
-}
+    **PRIVATE, "federation.clients_per_round": 1, "federation.sampling": "poisson"}
 
 GLOBAL = {"w": torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64), "b": torch.tensor([0.25], dtype=torch.float64)}
 

@@ -106,6 +106,26 @@ def test_qffl_fixed_lipschitz() -> None:
     torch.testing.assert_close(out["w"], torch.tensor([1 - 4 / 70, 2 / 70]), rtol=1e-6, atol=1e-7)
 
 
+def test_qffl_large_q_does_not_overflow() -> None:
+    # q = 1000, one client, F = 2.3: F^q = 10^361 overflows a float (the old code raised OverflowError).
+    # F^q cancels: w = w^t - Delta / (q ||Delta||^2 / F + L) = 1 - 1 / (1000 / 2.3 + 10); the metric is inf, not an error
+    agg = Qffl(QfflOptions(q=1000.0), ["w"])
+    out = agg.aggregate({"w": torch.tensor([1.0, 0.0])}, [result(0, [0.9, 0.0], **{LOSS: 2.3})], 0)
+    torch.testing.assert_close(out["w"], torch.tensor([1 - 1 / (1000 / 2.3 + 10), 0.0]), rtol=1e-6, atol=1e-7)
+    assert agg.round_metrics()["qffl_h"] == math.inf
+
+
+def test_qffl_small_losses_with_large_q_do_not_underflow_to_nan() -> None:
+    # q = 150, F_A = F_B = 1e-3: F^q = 1e-450 underflows to 0 for both (the old code: 0 / 0, a NaN model).
+    # Shares equal: h_A / F^q = 150 * 1 / 1e-3 + 10 = 150010, h_B / F^q = 150 * 4 / 1e-3 + 10 = 600010, sum 750020;
+    # sum Delta = [1, -2]: w = [1 - 1/750020, 2/750020]
+    agg = Qffl(QfflOptions(q=150.0), ["w"])
+    g = {"w": torch.tensor([1.0, 0.0])}
+    out = agg.aggregate(g, [result(0, [0.9, 0.0], **{LOSS: 1e-3}), result(1, [1.0, 0.2], **{LOSS: 1e-3})], 0)
+    torch.testing.assert_close(out["w"], torch.tensor([1 - 1 / 750020, 2 / 750020]), rtol=1e-6, atol=1e-9)
+    assert math.isfinite(float(agg.round_metrics()["qffl_h"]))
+
+
 def test_qffl_client_reports_the_loss_of_the_model_it_received() -> None:
     # Linear(2, 2) with zero weights: both logits 0, so the cross-entropy is ln 2 on every sample
     model = nn.Linear(2, 2)

@@ -26,7 +26,7 @@ Choices
   ``qffl_h`` metric is inf where sum_k h_k itself is past a float.
 * Checked against litian96/fair_flearn ``flearn/trainers/qffedavg.py``
   (``train``: loss before ``solve_inner``, ``grads = (before - after) / lr``,
-  ``hs``) and ``aggregate2`` (``w - sum Deltas / sum hs``), and
+  ``hs``), ``flearn/trainers/fedbase.py`` ``aggregate2`` (``w - sum Deltas / sum hs``) and
   ``flearn/utils/tf_utils.py`` ``norm_grad`` (a squared norm).
 * ``q = 1.0`` by default (the paper tunes q per data set in {0.001, ..., 15};
   its code's default 0 is FedAvg). ``lipschitz`` unset: L = 1/lr of the

@@ -211,3 +211,38 @@ def test_differs_from_fedavg_and_agrees_across_executors(name: str) -> None:
 def test_fedexp_average_resumes_bitwise(tmp_path: Path) -> None:
     cfg = config(**{"algorithm.name": "fedexp", "algorithm.average_last_two": True, "model.name": "mlp"})
     assert resumed_records(cfg, 2, tmp_path) == records(cfg)
+
+
+# ---------------------------------------------------------------- frozen weights carry no per-parameter state
+
+
+def frozen_model() -> nn.Module:
+    model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 2))
+    model[0].requires_grad_(False)  # reaches training as LocalSpec.frozen: never moves
+    return model
+
+
+@pytest.mark.parametrize("name", ["vrl_sgd", "feddyn", "fedadam", "fedavgm"])
+def test_frozen_weights_get_no_per_parameter_state(name: str) -> None:
+    # VRL-SGD kept a Delta_i of zeros per client for the frozen layer (and sent it as downlink context), FedDyn a g_k
+    # per client and h, FedOpt/FedAvgM server moments: only the trainable layer "1.*" should carry any
+    from chillfl.aggregation.registry import BuildContext, algorithm_spec
+
+    model = frozen_model()
+    spec = algorithm_spec(name)
+    server, _ = spec.build(spec.options(), BuildContext(num_clients=3, model=model, seed=0, client_momentum=0.0))
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    trained = {**start, "1.weight": start["1.weight"] + 0.1, "1.bias": start["1.bias"] - 0.1}
+    context = server.downlink(0, 0, start).context
+    half = server.client_half()
+    if half is not None:
+        _, context = half.prepare({}, start, {**context, **({"feddyn_alpha": 0.01} if name == "feddyn" else {})})
+        x, y = torch.zeros(1, 2), torch.zeros(1, dtype=torch.long)
+        state, _ = half.finish(model, {}, Trained(0, x, y, start, {}, context, 0.1, 1.0, trained, 1))
+        assert all(not k.endswith(("0.weight", "0.bias")) for k in state)
+    tables = [context[k] for k in ("correction", "feddyn_linear") if k in context]  # FedDyn's anchor is the model sent
+    assert all(set(t) <= {"1.weight", "1.bias"} for t in tables)
+    out = server.aggregate(start, [ClientResult(0, trained, 5, 1, 0.1, 1.0, 0.0)], 0)
+    assert torch.equal(out["0.weight"], start["0.weight"]) and torch.equal(out["0.bias"], start["0.bias"])
+    saved = repr(server.state_dict())
+    assert "0.weight" not in saved and "0.bias" not in saved

@@ -17,7 +17,8 @@ Choices
   defaults are beta = 0.9, server_lr = 1.0).
 * ``p_i = n_i / n``, so a reweighting wrapper (PA3Fed) may pass its own
   weights, as for FedOpt (:mod:`chillfl.aggregation.fedopt`), whose layout
-  this follows: only trainable parameters carry momentum (float64); buffers
+  this follows: only trainable parameters carry momentum (float64; a frozen
+  weight, ``requires_grad = False``, none); buffers
   (batch-norm statistics) take the weighted average, integer buffers the max.
 """
 
@@ -87,7 +88,7 @@ SPEC = register_algorithm(
     "fedavgm",
     AlgorithmSpec(
         FedAvgMOptions,
-        lambda o, ctx: (FedAvgM(o, ctx.param_keys()), []),
+        lambda o, ctx: (FedAvgM(o, ctx.trainable_keys()), []),
         "FedAvg with server momentum (Hsu et al. 2019)",
         capabilities=Capabilities(takes_weights=True),
     ),

@@ -27,7 +27,9 @@ Choices
   do), not to optimality; g_k's update is then the paper's formula, exact
   only at the optimum.
 * g_k and h cover trainable parameters; buffers (batch-norm statistics) are
-  averaged uniformly, integer buffers take the max.
+  averaged uniformly, integer buffers take the max. A frozen weight
+  (``requires_grad = False``) has neither: it never moves, so its g_k and h
+  would stay zeros, one copy per client.
 * The mean over P_t is uniform (Algorithm 1); the authors' code weights by
   sample counts on unbalanced data, which ``weighting = "samples"`` selects.
 """
@@ -152,7 +154,7 @@ SPEC = register_algorithm(
     "feddyn",
     AlgorithmSpec(
         FedDynOptions,
-        lambda o, ctx: (FedDyn(ctx.num_clients, o, ctx.param_keys()), feddyn_terms()),
+        lambda o, ctx: (FedDyn(ctx.num_clients, o, ctx.trainable_keys()), feddyn_terms()),
         "dynamic regularisation (Acar et al. 2021)",
         capabilities=Capabilities(not_a_base="FedDyn's server step is its own (a uniform mean corrected by h), not a weighted average"),
     ),

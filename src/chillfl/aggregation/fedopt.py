@@ -21,8 +21,9 @@ Choices
   sampled clients, ``Delta_t = (1/|S|) sum_i Delta_i``: ``weighting =
   "uniform"`` selects it. The two coincide when clients hold equally many
   samples.
-* Only trainable parameters are optimised; buffers (BN statistics) take the
-  weighted average, integer buffers the max.
+* Only trainable parameters are optimised (a frozen weight, ``requires_grad =
+  False``, has no moments); buffers (BN statistics) take the weighted average,
+  integer buffers the max.
 * Defaults follow Reddi et al.'s typical setting: eta = 0.01, beta1 = 0.9,
   beta2 = 0.99, tau = 1e-3.
 """
@@ -123,7 +124,7 @@ class FedOpt(AggregatorBase):
 
 
 def _fedopt(kind: ServerOptimizer) -> Callable[[Any, BuildContext], Built]:
-    return lambda o, ctx: (FedOpt(kind, o, ctx.param_keys()), [])
+    return lambda o, ctx: (FedOpt(kind, o, ctx.trainable_keys()), [])
 
 
 ADAM = register_algorithm("fedadam", AlgorithmSpec(FedOptOptions, _fedopt("adam"), "server Adam (Reddi et al. 2021)", capabilities=Capabilities(takes_weights=True)))

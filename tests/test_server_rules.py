@@ -152,6 +152,26 @@ def test_fedexp_extrapolates_by_hand() -> None:
     torch.testing.assert_close(out["w"], torch.tensor([0.0, -eta / 3]), rtol=1e-6, atol=1e-7)
 
 
+def test_fedexp_samples_weighting_is_the_authors_code() -> None:
+    # the same clients, weighted by samples (the authors' main.py): p = [5/8, 1/8, 2/8]
+    # mean = 5/8 [1, 0] + 1/8 [0, 1] + 2/8 [-1, 0] = [3/8, 1/8], ||.||^2 = 10/64; sum p_i ||Delta_i||^2 = 1
+    # eta = max(1, 1 / (2 (10/64 + 1e-3))) = 3.17965...; w = -eta [3/8, 1/8]
+    agg = FedExP(FedExPOptions(weighting="samples"), ["w"])
+    out = agg.aggregate({"w": torch.tensor([0.0, 0.0])}, [result(0, [-1.0, 0.0], 5), result(1, [0.0, -1.0], 1), result(2, [1.0, 0.0], 2)], 0)
+    eta = 1 / (2 * (10 / 64 + 1e-3))
+    assert agg.round_metrics()["fedexp_eta"] == pytest.approx(eta, rel=1e-12)
+    torch.testing.assert_close(out["w"], torch.tensor([-eta * 3 / 8, -eta / 8]), rtol=1e-6, atol=1e-7)
+
+
+def test_fedexp_eps_times_clients_is_the_authors_code() -> None:
+    # as test_fedexp_extrapolates_by_hand with S * eps = 3e-3 in the denominator: eta = 0.5 / (1/9 + 3e-3)
+    agg = FedExP(FedExPOptions(eps_times_clients=True), ["w"])
+    out = agg.aggregate({"w": torch.tensor([0.0, 0.0])}, [result(0, [-1.0, 0.0], 5), result(1, [0.0, -1.0], 1), result(2, [1.0, 0.0], 2)], 0)
+    eta = 0.5 / (1 / 9 + 3e-3)
+    assert agg.round_metrics()["fedexp_eta"] == pytest.approx(eta, rel=1e-12)
+    torch.testing.assert_close(out["w"], torch.tensor([0.0, -eta / 3]), rtol=1e-6, atol=1e-7)
+
+
 def test_fedexp_step_is_never_below_fedavgs() -> None:
     # Delta_1 = [1, 0], Delta_2 = [0, 1]: mean [0.5, 0.5], ||.||^2 = 0.5; sum 2; 2 / (4 * 0.501) = 0.998 < 1 -> eta = 1 (FedAvg)
     agg = FedExP(FedExPOptions(), ["w"])

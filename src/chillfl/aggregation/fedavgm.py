@@ -12,6 +12,11 @@ on the server with Delta_t as gradient, the update FL-bench's and the paper's
 
 Choices
 -------
+* Checked against Flower's ``flwr.server.strategy.FedAvgM.aggregate_fit``
+  (``pseudo_gradient = old - new``; ``momentum_vector = server_momentum * mv +
+  pg`` from round 2; ``old - server_learning_rate * momentum_vector``): the
+  same rule. Flower's defaults are ``server_momentum = 0``, ``server_learning_rate
+  = 1`` and it moves every array, buffers included.
 * Defaults: ``beta = 0.9``, ``server_lr = 1.0`` (the paper's sweeps centre on
   beta = 0.9 with an effective lr of 1 - beta times the client lr; FL-bench's
   defaults are beta = 0.9, server_lr = 1.0).

@@ -26,6 +26,13 @@ Choices
   integer buffers the max.
 * Defaults follow Reddi et al.'s typical setting: eta = 0.01, beta1 = 0.9,
   beta2 = 0.99, tau = 1e-3.
+* Checked against Flower's ``src/py/flwr/server/strategy/fedadam.py`` (and
+  its FedYogi/FedAdagrad siblings): the same m_t, v_t and step on the
+  sample-weighted ``Delta_t``, but ``v_{-1} = 0`` (here tau^2, which Algorithm 2
+  asks for; the two differ by tau^2 = 1e-6 in the first round), Flower's
+  defaults ``eta = 0.1``, ``tau = 1e-9``, and every array moved, buffers
+  included. Later Flower releases scale FedAdam's eta by Adam's bias
+  correction; Algorithm 2 has none and neither has chillfl.
 """
 
 from __future__ import annotations

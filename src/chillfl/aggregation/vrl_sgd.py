@@ -30,6 +30,15 @@ Choices
   ``k * gamma`` would overstate ``Delta_i`` by up to 1/(1 - rho) (10x at
   rho = 0.9, which makes the corrected local steps diverge).
   ``momentum`` is filled from ``client.momentum``.
+* Checked against zerolxf/VRL-SGD ``DistributedSgd.py`` (``DSGD.step``,
+  ``_update_params``): without momentum the same rule. With momentum the
+  authors' code subtracts ``vrl_buff`` after the momentum buffer (so the
+  correction is not amplified by it), divides by ``lr * update_period``
+  (k gamma), and averages the momentum buffers across workers at each
+  communication, keeping them; chillfl's local optimiser starts each round
+  afresh and its correction goes through the momentum with the gradient,
+  which the a(k) above accounts for. The authors average the models
+  uniformly (equal shards).
 * Only trainable parameters carry ``Delta_i``; buffers are averaged. A frozen
   weight (``requires_grad = False``: :attr:`LocalSpec.frozen`) never moves, so it
   carries none either (:meth:`BuildContext.trainable_keys`): it would be a

@@ -106,6 +106,26 @@ def test_qffl_fixed_lipschitz() -> None:
     torch.testing.assert_close(out["w"], torch.tensor([1 - 4 / 70, 2 / 70]), rtol=1e-6, atol=1e-7)
 
 
+def test_qffl_large_q_does_not_overflow() -> None:
+    # q = 1000, one client, F = 2.3: F^q = 10^361 overflows a float (the old code raised OverflowError).
+    # F^q cancels: w = w^t - Delta / (q ||Delta||^2 / F + L) = 1 - 1 / (1000 / 2.3 + 10); the metric is inf, not an error
+    agg = Qffl(QfflOptions(q=1000.0), ["w"])
+    out = agg.aggregate({"w": torch.tensor([1.0, 0.0])}, [result(0, [0.9, 0.0], **{LOSS: 2.3})], 0)
+    torch.testing.assert_close(out["w"], torch.tensor([1 - 1 / (1000 / 2.3 + 10), 0.0]), rtol=1e-6, atol=1e-7)
+    assert agg.round_metrics()["qffl_h"] == math.inf
+
+
+def test_qffl_small_losses_with_large_q_do_not_underflow_to_nan() -> None:
+    # q = 150, F_A = F_B = 1e-3: F^q = 1e-450 underflows to 0 for both (the old code: 0 / 0, a NaN model).
+    # Shares equal: h_A / F^q = 150 * 1 / 1e-3 + 10 = 150010, h_B / F^q = 150 * 4 / 1e-3 + 10 = 600010, sum 750020;
+    # sum Delta = [1, -2]: w = [1 - 1/750020, 2/750020]
+    agg = Qffl(QfflOptions(q=150.0), ["w"])
+    g = {"w": torch.tensor([1.0, 0.0])}
+    out = agg.aggregate(g, [result(0, [0.9, 0.0], **{LOSS: 1e-3}), result(1, [1.0, 0.2], **{LOSS: 1e-3})], 0)
+    torch.testing.assert_close(out["w"], torch.tensor([1 - 1 / 750020, 2 / 750020]), rtol=1e-6, atol=1e-9)
+    assert math.isfinite(float(agg.round_metrics()["qffl_h"]))
+
+
 def test_qffl_client_reports_the_loss_of_the_model_it_received() -> None:
     # Linear(2, 2) with zero weights: both logits 0, so the cross-entropy is ln 2 on every sample
     model = nn.Linear(2, 2)
@@ -128,6 +148,26 @@ def test_fedexp_extrapolates_by_hand() -> None:
     agg = FedExP(FedExPOptions(), ["w"])
     out = agg.aggregate({"w": torch.tensor([0.0, 0.0])}, [result(0, [-1.0, 0.0], 5), result(1, [0.0, -1.0], 1), result(2, [1.0, 0.0], 2)], 0)
     eta = 3 / (2 * 3 * (1 / 9 + 1e-3))
+    assert agg.round_metrics()["fedexp_eta"] == pytest.approx(eta, rel=1e-12)
+    torch.testing.assert_close(out["w"], torch.tensor([0.0, -eta / 3]), rtol=1e-6, atol=1e-7)
+
+
+def test_fedexp_samples_weighting_is_the_authors_code() -> None:
+    # the same clients, weighted by samples (the authors' main.py): p = [5/8, 1/8, 2/8]
+    # mean = 5/8 [1, 0] + 1/8 [0, 1] + 2/8 [-1, 0] = [3/8, 1/8], ||.||^2 = 10/64; sum p_i ||Delta_i||^2 = 1
+    # eta = max(1, 1 / (2 (10/64 + 1e-3))) = 3.17965...; w = -eta [3/8, 1/8]
+    agg = FedExP(FedExPOptions(weighting="samples"), ["w"])
+    out = agg.aggregate({"w": torch.tensor([0.0, 0.0])}, [result(0, [-1.0, 0.0], 5), result(1, [0.0, -1.0], 1), result(2, [1.0, 0.0], 2)], 0)
+    eta = 1 / (2 * (10 / 64 + 1e-3))
+    assert agg.round_metrics()["fedexp_eta"] == pytest.approx(eta, rel=1e-12)
+    torch.testing.assert_close(out["w"], torch.tensor([-eta * 3 / 8, -eta / 8]), rtol=1e-6, atol=1e-7)
+
+
+def test_fedexp_eps_times_clients_is_the_authors_code() -> None:
+    # as test_fedexp_extrapolates_by_hand with S * eps = 3e-3 in the denominator: eta = 0.5 / (1/9 + 3e-3)
+    agg = FedExP(FedExPOptions(eps_times_clients=True), ["w"])
+    out = agg.aggregate({"w": torch.tensor([0.0, 0.0])}, [result(0, [-1.0, 0.0], 5), result(1, [0.0, -1.0], 1), result(2, [1.0, 0.0], 2)], 0)
+    eta = 0.5 / (1 / 9 + 3e-3)
     assert agg.round_metrics()["fedexp_eta"] == pytest.approx(eta, rel=1e-12)
     torch.testing.assert_close(out["w"], torch.tensor([0.0, -eta / 3]), rtol=1e-6, atol=1e-7)
 
@@ -191,3 +231,38 @@ def test_differs_from_fedavg_and_agrees_across_executors(name: str) -> None:
 def test_fedexp_average_resumes_bitwise(tmp_path: Path) -> None:
     cfg = config(**{"algorithm.name": "fedexp", "algorithm.average_last_two": True, "model.name": "mlp"})
     assert resumed_records(cfg, 2, tmp_path) == records(cfg)
+
+
+# ---------------------------------------------------------------- frozen weights carry no per-parameter state
+
+
+def frozen_model() -> nn.Module:
+    model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 2))
+    model[0].requires_grad_(False)  # reaches training as LocalSpec.frozen: never moves
+    return model
+
+
+@pytest.mark.parametrize("name", ["vrl_sgd", "feddyn", "fedadam", "fedavgm"])
+def test_frozen_weights_get_no_per_parameter_state(name: str) -> None:
+    # VRL-SGD kept a Delta_i of zeros per client for the frozen layer (and sent it as downlink context), FedDyn a g_k
+    # per client and h, FedOpt/FedAvgM server moments: only the trainable layer "1.*" should carry any
+    from chillfl.aggregation.registry import BuildContext, algorithm_spec
+
+    model = frozen_model()
+    spec = algorithm_spec(name)
+    server, _ = spec.build(spec.options(), BuildContext(num_clients=3, model=model, seed=0, client_momentum=0.0))
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    trained = {**start, "1.weight": start["1.weight"] + 0.1, "1.bias": start["1.bias"] - 0.1}
+    context = server.downlink(0, 0, start).context
+    half = server.client_half()
+    if half is not None:
+        _, context = half.prepare({}, start, {**context, **({"feddyn_alpha": 0.01} if name == "feddyn" else {})})
+        x, y = torch.zeros(1, 2), torch.zeros(1, dtype=torch.long)
+        state, _ = half.finish(model, {}, Trained(0, x, y, start, {}, context, 0.1, 1.0, trained, 1))
+        assert all(not k.endswith(("0.weight", "0.bias")) for k in state)
+    tables = [context[k] for k in ("correction", "feddyn_linear") if k in context]  # FedDyn's anchor is the model sent
+    assert all(set(t) <= {"1.weight", "1.bias"} for t in tables)
+    out = server.aggregate(start, [ClientResult(0, trained, 5, 1, 0.1, 1.0, 0.0)], 0)
+    assert torch.equal(out["0.weight"], start["0.weight"]) and torch.equal(out["0.bias"], start["0.bias"])
+    saved = repr(server.state_dict())
+    assert "0.weight" not in saved and "0.bias" not in saved

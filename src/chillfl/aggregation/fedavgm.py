@@ -12,12 +12,18 @@ on the server with Delta_t as gradient, the update FL-bench's and the paper's
 
 Choices
 -------
+* Checked against Flower's ``flwr.server.strategy.FedAvgM.aggregate_fit``
+  (``pseudo_gradient = old - new``; ``momentum_vector = server_momentum * mv +
+  pg`` from round 2; ``old - server_learning_rate * momentum_vector``): the
+  same rule. Flower's defaults are ``server_momentum = 0``, ``server_learning_rate
+  = 1`` and it moves every array, buffers included.
 * Defaults: ``beta = 0.9``, ``server_lr = 1.0`` (the paper's sweeps centre on
   beta = 0.9 with an effective lr of 1 - beta times the client lr; FL-bench's
   defaults are beta = 0.9, server_lr = 1.0).
 * ``p_i = n_i / n``, so a reweighting wrapper (PA3Fed) may pass its own
   weights, as for FedOpt (:mod:`chillfl.aggregation.fedopt`), whose layout
-  this follows: only trainable parameters carry momentum (float64); buffers
+  this follows: only trainable parameters carry momentum (float64; a frozen
+  weight, ``requires_grad = False``, none); buffers
   (batch-norm statistics) take the weighted average, integer buffers the max.
 """
 
@@ -87,7 +93,7 @@ SPEC = register_algorithm(
     "fedavgm",
     AlgorithmSpec(
         FedAvgMOptions,
-        lambda o, ctx: (FedAvgM(o, ctx.param_keys()), []),
+        lambda o, ctx: (FedAvgM(o, ctx.trainable_keys()), []),
         "FedAvg with server momentum (Hsu et al. 2019)",
         capabilities=Capabilities(takes_weights=True),
     ),

@@ -27,9 +27,25 @@ Choices
   do), not to optimality; g_k's update is then the paper's formula, exact
   only at the optimum.
 * g_k and h cover trainable parameters; buffers (batch-norm statistics) are
-  averaged uniformly, integer buffers take the max.
-* The mean over P_t is uniform (Algorithm 1); the authors' code weights by
-  sample counts on unbalanced data, which ``weighting = "samples"`` selects.
+  averaged uniformly, integer buffers take the max. A frozen weight
+  (``requires_grad = False``) has neither: it never moves, so its g_k and h
+  would stay zeros, one copy per client.
+* The mean over P_t is uniform (Algorithm 1, and the authors' code:
+  ``np.mean(clnt_params_list[selected_clnts])``). ``weighting = "samples"``
+  (n_k / n) is chillfl's own option, not the authors': on unbalanced data
+  their code keeps the plain mean and scales each client's alpha instead, to
+  ``alpha / (n_k m / sum_j n_j)`` (``alpha_coef_adpt``), which chillfl does not
+  do (its alpha is the same for every client).
+* The global model chillfl evaluates is theta^t, the model the clients start
+  from. The authors' code sends theta^t (``cld_mdl_param``) but reports the
+  plain mean of the round's models (``avg_mdl_param``, without -h/alpha) and
+  the mean over all clients' latest models (``all_model``).
+* Checked against alpemreacar/FedDyn ``utils_methods.py`` (``train_FedDyn``:
+  ``local_param_list[clnt] += curr_model_par - cld_mdl_param`` is -g_k/alpha,
+  ``cld_mdl_param = avg_mdl_param + np.mean(local_param_list, axis=0)`` is
+  mean - h/alpha with h over all m clients) and ``utils_general.py``
+  (``train_feddyn_mdl``: weight decay alpha plus ``alpha <theta, -theta^{t-1} +
+  local_grad_vector>`` is the two terms above up to a constant).
 """
 
 from __future__ import annotations
@@ -152,7 +168,7 @@ SPEC = register_algorithm(
     "feddyn",
     AlgorithmSpec(
         FedDynOptions,
-        lambda o, ctx: (FedDyn(ctx.num_clients, o, ctx.param_keys()), feddyn_terms()),
+        lambda o, ctx: (FedDyn(ctx.num_clients, o, ctx.trainable_keys()), feddyn_terms()),
         "dynamic regularisation (Acar et al. 2021)",
         capabilities=Capabilities(not_a_base="FedDyn's server step is its own (a uniform mean corrected by h), not a weighted average"),
     ),

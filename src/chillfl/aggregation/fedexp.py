@@ -16,8 +16,19 @@ Choices
 * ``eps = 1e-3``, the paper's value for its neural-network experiments.
 * The plain mean 1/M over the sampled clients (the paper's Algorithm 1; the
   step size's bound is derived for it), so the rule takes no client weights.
+  The authors' code (Divyansh03/FedExP ``main.py``) weighs both means by the
+  clients' sample shares p_i / sum_S p_j, ``Delta = sum p_i Delta_i`` and
+  ``sum p_i ||Delta_i||^2`` in place of ``(1/M) sum ||Delta_i||^2``:
+  ``weighting = "samples"`` selects it.
+* eps is added to ||Delta||^2 as the paper's formula writes; the authors'
+  code adds ``S * epsilon`` (M eps), which ``eps_times_clients = true``
+  selects. Their code also decays eps by 0.998^2 a round with the local lr;
+  chillfl keeps eps fixed.
 * Norms and the step cover the trainable parameters; buffers (batch-norm
-  statistics) take the plain mean, integer buffers the max. Sums in float64.
+  statistics) take the same mean, integer buffers the max. Sums in float64.
+* Checked against Divyansh03/FedExP ``main.py`` (the server loop: ``grad_avg``,
+  ``grad_norm_avg``, ``eta_g = max(1, 0.5 grad_norm_avg / (||grad_avg||^2 +
+  S epsilon))``, ``w_vec_avg`` for evaluation).
 * ``average_last_two`` (default off): the paper reports the accuracy of
   (w^{t+1} + w^t) / 2, because the extrapolated iterates oscillate. On, the
   model chillfl evaluates and checkpoints as global is that average, while
@@ -30,7 +41,7 @@ Choices
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
 
@@ -57,19 +68,28 @@ class FedExPOptions:
 
     eps: float = 1e-3
     average_last_two: bool = False
+    weighting: Literal["uniform", "samples"] = "uniform"
+    """``uniform`` (1/M, Algorithm 1) or ``samples`` (n_i / sum_S n_j, the authors' code) for both means."""
+    eps_times_clients: bool = False
+    """Add M eps to ||Delta||^2 (the authors' code's ``S * epsilon``) instead of eps (the paper's formula)."""
 
     def validate(self, section: str) -> None:
         require(self.eps > 0, f"{section}.eps", f"must be > 0, got {self.eps}")
 
 
-def fedexp_step(global_params: Mapping[str, torch.Tensor], models: Sequence[Mapping[str, torch.Tensor]], eps: float, keys: Sequence[str]) -> tuple[Params, float]:
-    """w^t - eta_g * mean Delta_i on ``keys`` (float64 sums, cast back), and eta_g."""
-    m = len(models)
+def fedexp_step(
+    global_params: Mapping[str, torch.Tensor], models: Sequence[Mapping[str, torch.Tensor]], eps: float, keys: Sequence[str], weights: Sequence[float] | None = None
+) -> tuple[Params, float]:
+    """w^t - eta_g * sum_i p_i Delta_i on ``keys`` (float64 sums, cast back), and eta_g = max(1, sum_i p_i ||Delta_i||^2 / (2 (||.||^2 + eps))).
+
+    ``weights`` p_i (summing to 1) default to 1/M, the paper's sum_i ||Delta_i||^2 / (2 M (||mean||^2 + eps)).
+    """
+    p = [1.0 / len(models)] * len(models) if weights is None else list(weights)
     deltas = [{k: global_params[k].double() - model[k].double() for k in keys} for model in models]
-    mean = {k: sum((d[k] for d in deltas), torch.zeros_like(global_params[k], dtype=torch.float64)) / m for k in keys}
-    spread = sum(float((d[k] * d[k]).sum()) for d in deltas for k in keys)
+    mean = {k: sum((pi * d[k] for pi, d in zip(p, deltas)), torch.zeros_like(global_params[k], dtype=torch.float64)) for k in keys}
+    spread = sum(pi * float((d[k] * d[k]).sum()) for pi, d in zip(p, deltas) for k in keys)
     mean2 = sum(float((mean[k] * mean[k]).sum()) for k in keys)
-    eta = max(1.0, spread / (2 * m * (mean2 + eps)))
+    eta = max(1.0, spread / (2 * (mean2 + eps)))
     return {k: (global_params[k].double() - eta * mean[k]).to(global_params[k].dtype) for k in keys}, eta
 
 
@@ -88,9 +108,12 @@ class FedExP(AggregatorBase):
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         current = self.iterate or global_params  # w^t: the model the clients trained from
-        out = weighted_average([r.params for r in results], client_weights(results, "uniform"))
+        o = self.options
+        w = client_weights(results, o.weighting)
+        out = weighted_average([r.params for r in results], w)
         keys = [k for k in (self.param_keys if self.param_keys is not None else list(current)) if torch.is_floating_point(current[k])]
-        step, self._eta = fedexp_step(current, [r.params for r in results], self.options.eps, keys)
+        eps = o.eps * len(results) if o.eps_times_clients else o.eps
+        step, self._eta = fedexp_step(current, [r.params for r in results], eps, keys, w.tolist())
         out.update(step)
         if not self.options.average_last_two:
             return out

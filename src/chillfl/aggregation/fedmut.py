@@ -23,6 +23,11 @@ Choices
   seeded from (seed, round, cid, layer): reproducible, balanced only in
   expectation.
 * The first round (no previous global model) sends the plain global model.
+* Checked against HMHelloWorld/FedMut ``Algorithm/Training_FedMut.py``
+  (``FedMut``: ``w_old`` the global model before the round, ``Aggregation(w_locals,
+  None)`` the plain mean, ``FedSub``; ``mutation_spread``: per-key sign lists
+  of +1 / (-1 + ctrl_rate) pairs, shuffled, the odd last client unmutated).
+  There every state-dict entry is mutated, buffers included.
 * ``alpha`` (FedMut's mutation radius) defaults to 4.0 (the authors'
   ``--radius``).
 * ``acc_rate`` (default 0: the balanced mutations above): the authors' code

@@ -24,6 +24,13 @@ Choices
 * Only trainable parameters are normalised; buffers (BN statistics) are
   averaged with ``p_i`` (a normalised step could make a running variance
   negative); integer buffers take the max.
+* Checked against JYWa/FedNova ``distoptim/FedNova.py``: ``step``'s
+  ``local_counter = local_counter * momentum + 1; local_normalizing_vec +=
+  local_counter`` is a_i above, and ``average``'s ``tau_eff = sum ratio *
+  local_normalizing_vec``, ``cum_grad * weight * tau_eff / a_i`` is the server
+  step. Not carried over: its proximal variant (``mu != 0``: a_i shrinks by
+  ``1 - lr mu`` a step and tau_eff uses the plain step counts) and its server
+  momentum ``gmf`` (0 in the paper's main runs).
 """
 
 from __future__ import annotations

@@ -21,10 +21,18 @@ Choices
   sampled clients, ``Delta_t = (1/|S|) sum_i Delta_i``: ``weighting =
   "uniform"`` selects it. The two coincide when clients hold equally many
   samples.
-* Only trainable parameters are optimised; buffers (BN statistics) take the
-  weighted average, integer buffers the max.
+* Only trainable parameters are optimised (a frozen weight, ``requires_grad =
+  False``, has no moments); buffers (BN statistics) take the weighted average,
+  integer buffers the max.
 * Defaults follow Reddi et al.'s typical setting: eta = 0.01, beta1 = 0.9,
   beta2 = 0.99, tau = 1e-3.
+* Checked against Flower's ``src/py/flwr/server/strategy/fedadam.py`` (and
+  its FedYogi/FedAdagrad siblings): the same m_t, v_t and step on the
+  sample-weighted ``Delta_t``, but ``v_{-1} = 0`` (here tau^2, which Algorithm 2
+  asks for; the two differ by tau^2 = 1e-6 in the first round), Flower's
+  defaults ``eta = 0.1``, ``tau = 1e-9``, and every array moved, buffers
+  included. Later Flower releases scale FedAdam's eta by Adam's bias
+  correction; Algorithm 2 has none and neither has chillfl.
 """
 
 from __future__ import annotations
@@ -123,7 +131,7 @@ class FedOpt(AggregatorBase):
 
 
 def _fedopt(kind: ServerOptimizer) -> Callable[[Any, BuildContext], Built]:
-    return lambda o, ctx: (FedOpt(kind, o, ctx.param_keys()), [])
+    return lambda o, ctx: (FedOpt(kind, o, ctx.trainable_keys()), [])
 
 
 ADAM = register_algorithm("fedadam", AlgorithmSpec(FedOptOptions, _fedopt("adam"), "server Adam (Reddi et al. 2021)", capabilities=Capabilities(takes_weights=True)))

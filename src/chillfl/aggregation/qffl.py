@@ -20,7 +20,14 @@ Choices
   eval mode (mean cross-entropy at T = 1, :func:`~chillfl.training.local.evaluate`),
   and reported as ``qffl_loss``: it needs no extra round trip.
 * ``F_k^q`` is computed as ``(F_k + 1e-10)^q`` as in the authors' code, so
-  a zero loss with q < 1 stays finite.
+  a zero loss with q < 1 stays finite. The step divides the common factor
+  max_k F_k^q out of numerator and denominator before any power is taken
+  (:func:`qffl_step`), so a large q neither overflows nor underflows; the
+  ``qffl_h`` metric is inf where sum_k h_k itself is past a float.
+* Checked against litian96/fair_flearn ``flearn/trainers/qffedavg.py``
+  (``train``: loss before ``solve_inner``, ``grads = (before - after) / lr``,
+  ``hs``), ``flearn/trainers/fedbase.py`` ``aggregate2`` (``w - sum Deltas / sum hs``) and
+  ``flearn/utils/tf_utils.py`` ``norm_grad`` (a squared norm).
 * ``q = 1.0`` by default (the paper tunes q per data set in {0.001, ..., 15};
   its code's default 0 is FedAvg). ``lipschitz`` unset: L = 1/lr of the
   round, the paper's estimate; set it to fix L.
@@ -30,6 +37,8 @@ Choices
 """
 
 from __future__ import annotations
+
+import math
 
 from dataclasses import dataclass
 from typing import Collection, Mapping, Sequence
@@ -89,17 +98,28 @@ def reported(result: ClientResult, key: str) -> float:
 def qffl_step(
     global_params: Mapping[str, torch.Tensor], models: Sequence[Mapping[str, torch.Tensor]], losses: Sequence[float], lipschitz: Sequence[float], q: float, keys: Sequence[str]
 ) -> tuple[Params, float]:
-    """w^t - sum_k F_k^q Delta_k / sum_k h_k on ``keys`` (float64), and sum_k h_k."""
+    """w^t - sum_k F_k^q Delta_k / sum_k h_k on ``keys`` (float64), and sum_k h_k.
+
+    With h_k = F_k^q (q ||Delta_k||^2 / F_k + L_k), the step's numerator and
+    denominator share the factor max_k F_k^q, divided out before the powers
+    are taken: F_k^q itself overflows a float (an OverflowError) once
+    q ln F_k > 709, and underflows to 0 for every client (0 / 0: a NaN model)
+    once q ln F_k < -745, while the ratios F_k^q / max_j F_j^q stay in (0, 1].
+    """
     deltas = [{k: L * (global_params[k].double() - m[k].double()) for k in keys} for m, L in zip(models, lipschitz)]
     total = {k: torch.zeros_like(global_params[k], dtype=torch.float64) for k in keys}
-    h_sum = 0.0
+    top = max(math.log(loss + TINY) for loss in losses)
+    scaled_h = 0.0
     for delta, loss, L in zip(deltas, losses, lipschitz):
         f = loss + TINY
+        share = math.exp(q * (math.log(f) - top))  # F_k^q / max_j F_j^q
         norm2 = float(sum(float((d * d).sum()) for d in delta.values()))
-        h_sum += q * f ** (q - 1) * norm2 + L * f**q
+        scaled_h += share * (q * norm2 / f + L)
         for k in keys:
-            total[k].add_(delta[k], alpha=f**q)
-    return {k: (global_params[k].double() - total[k] / h_sum).to(global_params[k].dtype) for k in keys}, h_sum
+            total[k].add_(delta[k], alpha=share)
+    step = {k: (global_params[k].double() - total[k] / scaled_h).to(global_params[k].dtype) for k in keys}
+    log_h = q * top + math.log(scaled_h)
+    return step, math.exp(log_h) if log_h < 709.0 else math.inf
 
 
 class Qffl(AggregatorBase):

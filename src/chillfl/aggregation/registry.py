@@ -57,6 +57,11 @@ class BuildContext:
     def param_keys(self) -> list[str]:
         return [name for name, _ in self.model.named_parameters()]
 
+    def trainable_keys(self) -> list[str]:
+        """The parameters local training updates: a frozen weight (``requires_grad = False``, :attr:`LocalSpec.frozen`)
+        never moves, so a method's per-parameter state (a client's correction, server moments) would only be zeros."""
+        return [name for name, p in self.model.named_parameters() if p.requires_grad]
+
 
 Check = Callable[[Any, "RunConfig", str], None]
 """``check(options, config, section)``: a ConfigError on a misfit of the parsed options with the run

@@ -30,7 +30,19 @@ Choices
   ``k * gamma`` would overstate ``Delta_i`` by up to 1/(1 - rho) (10x at
   rho = 0.9, which makes the corrected local steps diverge).
   ``momentum`` is filled from ``client.momentum``.
-* Only trainable parameters carry ``Delta_i``; buffers are averaged.
+* Checked against zerolxf/VRL-SGD ``DistributedSgd.py`` (``DSGD.step``,
+  ``_update_params``): without momentum the same rule. With momentum the
+  authors' code subtracts ``vrl_buff`` after the momentum buffer (so the
+  correction is not amplified by it), divides by ``lr * update_period``
+  (k gamma), and averages the momentum buffers across workers at each
+  communication, keeping them; chillfl's local optimiser starts each round
+  afresh and its correction goes through the momentum with the gradient,
+  which the a(k) above accounts for. The authors average the models
+  uniformly (equal shards).
+* Only trainable parameters carry ``Delta_i``; buffers are averaged. A frozen
+  weight (``requires_grad = False``: :attr:`LocalSpec.frozen`) never moves, so it
+  carries none either (:meth:`BuildContext.trainable_keys`): it would be a
+  per-client tensor of zeros on the server, sent as downlink context each round.
 """
 
 from __future__ import annotations
@@ -117,7 +129,7 @@ SPEC = register_algorithm(
     "vrl_sgd",
     AlgorithmSpec(
         VRLSGDOptions,
-        lambda o, ctx: (VRLSGD(with_client_momentum(o, ctx, "VRL-SGD's Delta_i"), ctx.param_keys()), [LinearCorrectionTerm()]),
+        lambda o, ctx: (VRLSGD(with_client_momentum(o, ctx, "VRL-SGD's Delta_i"), ctx.trainable_keys()), [LinearCorrectionTerm()]),
         "variance-reduced local SGD (Liang et al. 2019)",
         capabilities=Capabilities(
             plain_sgd="VRL-SGD's Delta_i = (x - y_i) / (k lr)",

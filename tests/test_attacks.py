@@ -128,6 +128,9 @@ def test_lie_forges_the_model_of_the_papers_forged_gradient() -> None:
     results = [result(0, 0.0, 2.0), result(1, -2.0, -2.0), result(2, 9.0, 9.0)]
     out = malicious(attack("lie", z=1.0), W, results, frozenset({2}), 0, 0)
     assert torch.equal(out[2].params["w"], t(0.0, 2.0))
+    # sign = "minus": the mirror image, mean - z std = [-1 - 1, 0 - 2] = [-2, -2]
+    mirrored = malicious(attack("lie", z=1.0, sign="minus"), W, results, frozenset({2}), 0, 0)
+    assert torch.equal(mirrored[2].params["w"], t(-2.0, -2.0))
 
 
 def test_lie_works_in_float64_and_sends_each_entrys_dtype() -> None:

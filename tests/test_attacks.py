@@ -92,31 +92,45 @@ def test_z_max_of_baruch_et_al() -> None:
     assert updates.z_max(50, 12) == pytest.approx(0.5828415, abs=1e-6)
 
 
-def test_lie_sends_mean_minus_z_std_of_the_benign_models() -> None:
+def test_lie_sends_mean_plus_z_std_of_the_benign_models() -> None:
     # benign models [1, 3] and [3, 7]: mean [2, 5], population std [1, 2]
-    # z = 0.5: [2 - 0.5, 5 - 1] = [1.5, 4]; both attackers send it, whatever they trained
+    # z = 0.5: [2 + 0.5, 5 + 1] = [2.5, 6]; both attackers send it, whatever they trained
+    # (Baruch et al.'s code forges the gradient mean - z std; on models, where d = -lr g, that is mean + z std)
     results = [result(0, 1.0, 3.0), result(1, 3.0, 7.0), result(2, 50.0, 50.0), result(3, -9.0, 0.0)]
     out = malicious(attack("lie", z=0.5), W, results, frozenset({2, 3}), 0, 0)
-    assert torch.equal(out[2].params["w"], t(1.5, 4.0)) and torch.equal(out[3].params["w"], t(1.5, 4.0))
+    assert torch.equal(out[2].params["w"], t(2.5, 6.0)) and torch.equal(out[3].params["w"], t(2.5, 6.0))
     assert out[0].params is results[0].params and out[1].params is results[1].params
     # z = 0 in the config: z_max(4, 2) = Phi^-1((4 - 1) / 4) (s = floor(3) - 2 = 1) = Phi^-1(0.75) = 0.6744898
     out = malicious(attack("lie"), W, results, frozenset({2, 3}), 0, 0)
-    expected = t(2.0, 5.0) - 0.6744898 * t(1.0, 2.0)
+    expected = t(2.0, 5.0) + 0.6744898 * t(1.0, 2.0)
     assert torch.allclose(out[2].params["w"], expected, atol=1e-6)
 
 
 def test_lie_with_its_own_reference_uses_the_attackers_honest_models_only() -> None:
     # reference = "own" (Baruch et al.'s non-omniscient attacker): the attackers' honest models [50, 50] and [-10, 0]:
-    # mean [20, 25], population std [30, 25]; z = 0.5: [20 - 15, 25 - 12.5] = [5, 12.5], whatever the benign models are
+    # mean [20, 25], population std [30, 25]; z = 0.5: [20 + 15, 25 + 12.5] = [35, 37.5], whatever the benign models are
     results = [result(0, 1.0, 3.0), result(1, 3.0, 7.0), result(2, 50.0, 50.0), result(3, -10.0, 0.0)]
     out = malicious(attack("lie", z=0.5, reference="own"), W, results, frozenset({2, 3}), 0, 0)
-    assert torch.equal(out[2].params["w"], t(5.0, 12.5)) and torch.equal(out[3].params["w"], t(5.0, 12.5))
+    assert torch.equal(out[2].params["w"], t(35.0, 37.5)) and torch.equal(out[3].params["w"], t(35.0, 37.5))
     assert out[0].params is results[0].params and out[1].params is results[1].params
     # one attacker: its own spread is 0, so it sends its honest model
     alone = malicious(attack("lie", z=0.5, reference="own"), W, results[:3], frozenset({2}), 0, 0)
     assert torch.equal(alone[2].params["w"], t(50.0, 50.0))
-    # the default is still the benign models' (omniscient): [2, 5] - 0.5 [1, 2]
-    assert torch.equal(malicious(attack("lie", z=0.5), W, results, frozenset({2, 3}), 0, 0)[2].params["w"], t(1.5, 4.0))
+    # the default is still the benign models' (omniscient): [2, 5] + 0.5 [1, 2]
+    assert torch.equal(malicious(attack("lie", z=0.5), W, results, frozenset({2, 3}), 0, 0)[2].params["w"], t(2.5, 6.0))
+
+
+def test_lie_forges_the_model_of_the_papers_forged_gradient() -> None:
+    """Baruch et al.'s code forges the gradient g_m = mean(g) - z std(g) and the server steps w - lr g. With w = [1, 2],
+    lr = 1 and benign gradients g_1 = [1, 0], g_2 = [3, 4] (mean [2, 2], population std [1, 2]), z = 1:
+    g_m = [1, 0], so the model the server ends up with from it is w - g_m = [0, 2]. The benign clients' models are
+    w - g = [0, 2] and [-2, -2] (mean [-1, 0], std [1, 2]): the LIE upload is mean + z std = [0, 2], not [-2, -2]."""
+    results = [result(0, 0.0, 2.0), result(1, -2.0, -2.0), result(2, 9.0, 9.0)]
+    out = malicious(attack("lie", z=1.0), W, results, frozenset({2}), 0, 0)
+    assert torch.equal(out[2].params["w"], t(0.0, 2.0))
+    # sign = "minus": the mirror image, mean - z std = [-1 - 1, 0 - 2] = [-2, -2]
+    mirrored = malicious(attack("lie", z=1.0, sign="minus"), W, results, frozenset({2}), 0, 0)
+    assert torch.equal(mirrored[2].params["w"], t(-2.0, -2.0))
 
 
 def test_lie_works_in_float64_and_sends_each_entrys_dtype() -> None:

@@ -40,6 +40,10 @@ Choices
   per-coordinate medians commute with subtracting the same ``w``); every
   floating-point entry (BN statistics included), float64, unweighted; integer
   buffers take the max over S.
+
+Checked against (2026-12-01) the paper's theta = n - 2f, beta = theta - 2f and n >= 4f + 3, and, for the
+selection, the repeated Krum of Shejwalkar & Houmansadr's released ``multi_krum`` (NDSS21-Model-Poisoning).
+No sign convention: selection and trim commute with negating every input (models, updates or gradients).
 """
 
 from __future__ import annotations

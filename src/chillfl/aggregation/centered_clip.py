@@ -34,6 +34,11 @@ Choices
 * v is server state (float64, per entry), checkpointed with ``state_dict`` so
   a resumed run is bitwise the uninterrupted one; it is kept with ``start =
   "zero"`` too (one state layout), only not read.
+
+Checked against (2026-12-01) the ``Clipping`` aggregator of Karimireddy et al.'s released code (epfml's
+byzantine-robust optimizer repositories): v starts at zeros, is kept across rounds, and each of ``n_iter``
+steps adds the mean of ``clip_tau(x_i - v)``, as here. Their inputs are worker momenta (gradients); these are
+updates w_i - w = -lr g: clipping commutes with negation, so v is the same update either way.
 """
 
 from __future__ import annotations

@@ -46,6 +46,12 @@ Choices
 * Round metrics ``objective``: ``sum_i alpha_i ||v - w_i||`` at the final v
   (``agg_objective`` in metrics.jsonl); ``steps``: the Weiszfeld steps the
   round ran (``agg_steps``; equal to ``iterations``: the cap stopped it, not ``ftol``).
+
+Checked against (2026-12-01) RFA (krishnap25/RFA ``models/model.py``: start at the weighted mean, weights
+alpha_i / max(nu, ||v - w_i||), relative-objective stop) and Blades ``blades/aggregators/aggregators.py``
+``GeoMed`` (maxiter 100, eps 1e-6). Known differences kept: Blades measures the distances in the weights with
+an L1 norm (``torch.norm(p - median, p=1)``), chillfl with the paper's L2; byzfl's ``GeometricMedian`` starts
+at zero with nu = 0.1 and a fixed T = 3 steps, chillfl at the weighted mean (RFA's start).
 """
 
 from __future__ import annotations

@@ -34,6 +34,9 @@ Choices
   slows honest progress too; far above them it lets a scaled update through.
 * Maths in float64; each entry is cast back to its dtype. Integer buffers take the max, as FedAvg.
 * Round metric ``clipped``: the share of the round's clients whose update was clipped (``agg_clipped``).
+
+Checked against (2026-12-01) the paper's ``u / max(1, ||u|| / M)`` on model differences (no sign convention:
+clipping commutes with negation).
 """
 
 from __future__ import annotations

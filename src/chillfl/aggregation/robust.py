@@ -39,6 +39,15 @@ Choices
   and BN statistics). Ties in score go to the lower client id. When a round has
   too few clients for ``n - f - 2 >= 1`` neighbours (dropouts), it scores with
   one neighbour; ``algorithm.f`` is checked against the configured clients per round.
+
+Checked against (2026-12-01): Blades ``blades/aggregators/aggregators.py`` (``Median``: mean of the two
+middle values; ``Trimmedmean``: an integer count trimmed each side, chillfl's b); Shejwalkar & Houmansadr's
+released ``multi_krum`` (NDSS21-Model-Poisoning ``portal.py``: ``|R| - 2 - f`` nearest squared distances, Krum
+repeated on the rest: ``selection = "repeated"``); byzfl ``byzfl/aggregators/aggregators.py`` (``TrMean``: f each
+side, as here). byzfl's ``Krum`` / ``MultiKrum`` differ on purpose: they score with the ``n - f - 1`` nearest
+(mean, not sum) and average ``n - f`` models; chillfl keeps Blanchard et al.'s ``n - f - 2`` and the configured m.
+Model vs gradient: none of these rules has a sign (each commutes with negating every input), so they read the
+same on models, updates or gradients.
 """
 
 from __future__ import annotations

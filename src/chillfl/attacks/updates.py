@@ -10,8 +10,11 @@ on every floating-point entry (integer buffers, e.g. batch norm's counter, trave
 * ``gaussian``: ``w + N(0, sigma^2 I)``, drawn from (seed, "attack", "gaussian", round, client): the
   honest update is thrown away;
 * ``lie`` ("A Little Is Enough", Baruch et al. 2019, Algorithm 3): every attacker sends the same
-  ``mu - z * s``, mu and s the per-coordinate mean and (population) standard deviation of the round's
-  *benign* models; by default z = z_max, ``Phi^-1((n - s') / n)`` with ``s' = floor(n/2 + 1) - m``
+  ``mu + z * s``, mu and s the per-coordinate mean and (population) standard deviation of the round's
+  *benign* models (the authors' code, moranant/attacking_distributed_learning ``malicious.py``, forges the
+  *gradient* ``mean - z std``, which the server subtracts: an update here is a reversed gradient, so the
+  same attack on models is ``+ z std``; until 2026-12-01 chillfl sent ``mu - z * s``, the mirror image);
+  by default z = z_max, ``Phi^-1((n - s') / n)`` with ``s' = floor(n/2 + 1) - m``
   (n: the round's clients, m: its attackers). The attackers collude and see the benign models, the
   paper's threat model; with no benign client in the round they use their own honest models;
 * ``ipm`` (inner product manipulation, Xie et al. 2019): every attacker sends ``w - epsilon * mean_j d_j``,
@@ -71,11 +74,14 @@ def z_max(n: int, m: int) -> float:
 
 
 def lie(benign: Sequence[Params], template: Params, z: float) -> dict[str, torch.Tensor]:
-    """``mean - z * std`` per coordinate over the ``benign`` models (population std); ``template``'s other entries kept."""
+    """``mean + z * std`` per coordinate over the ``benign`` models (population std); ``template``'s other entries kept.
+
+    Plus, because these are models: the paper's forged gradient ``mean - z std`` (Baruch et al.'s code) is, after the
+    server's step w - lr g, the model ``w + mean(d) + z std(d)`` of the updates d = -lr g."""
     out = dict(template)
     for k in float_keys(template):
         stack = torch.stack([b[k].double() for b in benign])
-        out[k] = (stack.mean(0) - z * stack.std(0, correction=0)).to(template[k].dtype)
+        out[k] = (stack.mean(0) + z * stack.std(0, correction=0)).to(template[k].dtype)
     return out
 
 

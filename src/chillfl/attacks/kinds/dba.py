@@ -38,6 +38,10 @@ Choices
   their update (model replacement, factor 100 in the single-shot setting) in chosen rounds only. Here they train
   as honest clients, in every round they are sampled (the multi-shot setting without scaling); one ``kind`` runs
   at a time (docs/attacks.md, "Not yet").
+
+Checked against (2026-12-01) AI-secure/DBA ``utils/mnist_params.yaml``: ``*_poison_pattern`` (the four bars
+above), ``poisoning_per_batch: 20`` of ``batch_size: 64``, ``poison_label_swap: 2``, ``scale_weights_poison:
+100`` (the scaling not modelled here).
 """
 
 from __future__ import annotations

@@ -1,4 +1,12 @@
-"""``lie`` ("A Little Is Enough", Baruch et al. 2019, Algorithm 3): every attacker sends the same ``mu - z * s``.
+"""``lie`` ("A Little Is Enough", Baruch et al. 2019, Algorithm 3): every attacker sends the same ``mu + z * s``.
+
+Checked against the authors' code (moranant/attacking_distributed_learning, ``malicious.py``: ``DriftAttack``
+forges the gradient ``mean - z std``, the server steps ``w - lr g`` in ``server.py``) and against Blades' and
+Karimireddy et al.'s ``AlieClient`` / ``ALittleIsEnoughAttack`` (gradients too, ``mu - std * z_max``). chillfl's
+uploads are models: the update d = w_i - w is a reversed gradient, so that forged gradient is the model
+``mean + z std`` (std is the same for models and updates). Until 2026-12-01 chillfl sent ``mean - z std``;
+``sign = "minus"`` sends that mirror image (the convention of re-implementations that apply the gradient
+formula to models directly, e.g. the decentralized ``ALittleIsEnoughAttack`` of epfml's code).
 
 mu and s: the per-coordinate mean and (population) standard deviation of a reference set of models; by
 default z = z_max from the round's n clients and m attackers (:func:`chillfl.attacks.updates.z_max`).
@@ -27,11 +35,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LieOptions:
-    """``z``: the attackers send ``mean - z std`` per coordinate (0: Baruch et al.'s z_max from n and m); ``reference``: of the
-    round's benign models (omniscient) or of the attackers' own honest models (the paper's non-omniscient attacker)."""
+    """``z``: the attackers send ``mean + z std`` per coordinate (0: Baruch et al.'s z_max from n and m); ``reference``: of the
+    round's benign models (omniscient) or of the attackers' own honest models (the paper's non-omniscient attacker);
+    ``sign``: ``plus`` (the authors' forged gradient, read as a model) or ``minus`` (``mean - z std`` of the models)."""
 
     z: float = 0.0
     reference: Literal["benign", "own"] = "benign"
+    sign: Literal["plus", "minus"] = "plus"
 
     def validate(self, section: str) -> None:
         require(math.isfinite(self.z) and self.z >= 0, f"{section}.z", f"must be >= 0 (0: z_max from n and m), got {self.z}")
@@ -44,9 +54,9 @@ def forge_models(options: LieOptions, round: ModelRound) -> dict[int, Params]:
     own = [r.params for r in bad]
     reference = own if options.reference == "own" else [r.params for r in round.benign] or own
     z = options.z or updates.z_max(len(round.results), len(bad))
-    sent = updates.lie(reference, bad[0].params, z)
+    sent = updates.lie(reference, bad[0].params, z if options.sign == "plus" else -z)
     keys = updates.float_keys(round.global_params)
     return {r.client_id: {**r.params, **{k: sent[k] for k in keys}} for r in bad}
 
 
-SPEC = AttackSpec("lie", LieOptions, summary="the attackers all send mean - z std of the round's benign (or their own) models (A Little Is Enough)", forge_models=forge_models)
+SPEC = AttackSpec("lie", LieOptions, summary="the attackers all send mean + z std of the round's benign (or their own) models (A Little Is Enough)", forge_models=forge_models)

@@ -2,6 +2,11 @@
 
 gamma = ``factor`` or, by default, n / m (the round's n clients over its m attackers: their scaled updates
 together replace the mean, as the paper's gamma = n / eta at the server lr eta = 1 of FedAvg).
+
+Checked against (2026-12-01) Bagdasaryan et al.'s code (ebagdasa/backdoor_federated_learning, ``training.py``:
+``clip_rate = scale_weights / current_number_of_adversaries``, ``new = G + (X - G) * clip_rate`` on the model's
+state): the same model-space formula, with scale_weights = n / eta = n here. It is already in model space, so no
+gradient sign to read.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""``sign_flip``: an attacker sends ``w - factor * (w_i - w)``, its update negated (and scaled): :func:`chillfl.attacks.updates.sign_flip`."""
+"""``sign_flip``: an attacker sends ``w - factor * (w_i - w)``, its update negated (and scaled): :func:`chillfl.attacks.updates.sign_flip`.
+
+Sign convention (checked 2026-12-01): reference code negates the *gradient* g; an update here is
+w_i - w = -lr g, so the negated gradient is the negated update, ``w - (w_i - w)``, the same attack.
+"""
 
 from __future__ import annotations
 

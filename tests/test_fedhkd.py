@@ -57,6 +57,19 @@ def test_kd_term_by_hand():
     assert hyper_knowledge_kd(w, bias, h, q, torch.tensor([True, False]), 0.5).item() == pytest.approx(math.log(4), rel=1e-6)
 
 
+def test_kd_reduction_mean_is_the_official_kldivloss_default():
+    # the official nn.KLDivLoss() (reduction "mean") averages over known classes *and* the C = 2 entries:
+    # (ln 2 + 0.5 ln(4/3)) / (2 * 2) with both classes known, ln 2 / 2 with class 0 only; "batchmean" is 2x that
+    w = torch.eye(2)
+    h = torch.tensor([[0.0, 0.0], [0.0, 0.5 * math.log(3)]])
+    q = torch.tensor([[1.0, 0.0], [0.5, 0.5]])
+    both = hyper_knowledge_kd(w, None, h, q, torch.tensor([True, True]), 0.5, "mean")
+    assert both.item() == pytest.approx((math.log(2) + 0.5 * math.log(4 / 3)) / 4, rel=1e-6)
+    assert hyper_knowledge_kd(w, None, h, q, torch.tensor([True, False]), 0.5, "mean").item() == pytest.approx(math.log(2) / 2, rel=1e-6)
+    assert parse_prototypes({"method": "fedhkd", "kd_reduction": "mean"}).options.kd_reduction == "mean"
+    assert parse_prototypes({"method": "fedhkd"}).options.kd_reduction == "batchmean"
+
+
 def test_fedhkd_loss_is_ce_plus_lam_kd_plus_gamma_distance():
     # logits 0 -> CE = ln 2; distance term: features [1,0] vs prototype [0,0] for the one class-0 sample: 1 / 2 = 0.5
     # KD term with identity head as in test_kd_term_by_hand (class 0 only): ln 2

@@ -35,7 +35,8 @@ Choices
   (``requires_grad = False``) and no-decay names; P, the method's own, trains even over a frozen G.
 
 Checked against PFLlib (``system/flcore/clients/clientrod.py``: ``balanced_softmax_loss``, the
-detached ``rep`` and ``out_g``) and the authors' repository ``hongyouc/Fed-RoD``.
+detached ``rep`` and ``out_g``, both steps from the same point); of the authors' ``hongyouc/Fed-RoD``
+only the README was reachable.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ Checked against the official code ``yuetan031/fedproto`` (``lib/utils.py``: ``ag
 class has no global prototype contributes zero: both put its own feature there; PFLlib needs every
 class known) and lambda = 1. Choices (docs/baselines.md): ``weighting = "count"`` by default, the
 official and PFLlib servers' plain mean over the clients holding the class is ``"uniform"``; the
-prototypes uploaded are computed once after training in eval mode (both codes collect them from the
-training passes, train mode, every epoch).
+prototypes uploaded are computed once after training in eval mode, as PFLlib's server has them
+recomputed (``receive_protos`` calls ``collect_protos``); the official code collects them from the
+training passes (train mode, every epoch).
 """
 
 from __future__ import annotations

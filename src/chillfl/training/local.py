@@ -76,8 +76,9 @@ BaseLoss = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
 
 
 def reads_features(loss: BaseLoss) -> bool:
-    """Whether a base loss declares ``uses_features``: it is also called with the head's input, the parameters and the
-    context (FedProto, FedHKD, FedRoD). A plain loss function declares nothing, so the flag is read with a default."""
+    """Whether a base loss declares ``uses_features``: it is also called with the head's input, the parameters (frozen
+    ones and buffers included) and the context (FedProto, FedHKD, FedRoD). A plain loss function declares nothing, so
+    the flag is read with a default."""
     return bool(getattr(loss, "uses_features", False))
 
 
@@ -372,8 +373,8 @@ class StepLoss:
             features = None if features is None else features.float()
             grabbed = {name: (xin.float(), out.float()) for name, (xin, out) in grabbed.items()}  # FedAlign reruns a stage on them, outside autocast
         self.keys = [key for key, _, _ in rec.calls]
-        if self._uses_features:  # FedProto, FedHKD
-            value = self.spec.base_loss(logits, y, temperature, features=features, params=params, context=context)  # type: ignore[call-arg]
+        if self._uses_features:  # FedProto, FedHKD; frozen weights (LocalSpec.frozen) travel with the buffers: the loss reads them too
+            value = self.spec.base_loss(logits, y, temperature, features=features, params={**buffers, **params}, context=context)  # type: ignore[call-arg]
         elif self._uses_context:
             value = self.spec.base_loss(logits, y, temperature, context=context)  # type: ignore[call-arg]
         else:

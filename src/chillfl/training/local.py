@@ -416,7 +416,10 @@ def step_grads(loss: torch.Tensor, params: Params, keys: Sequence[str], captured
     terms; usually None) plus ``sum dz^T x`` over its recorded calls.
     """
     trained = [(key, x, z) for key, (x, z) in zip(keys, captured) if key in params]  # a frozen weight (LocalSpec.frozen) takes no step
-    grads = torch.autograd.grad(loss, [*params.values(), *(z for _, _, z in trained)], allow_unused=True)
+    inputs = [*params.values(), *(z for _, _, z in trained)]
+    if not inputs:  # every weight frozen (FedRep's head phase over a frozen head): the steps move nothing
+        return [], {}
+    grads = torch.autograd.grad(loss, inputs, allow_unused=True)
     factors: Factors = {}
     for (key, x, _), dz in zip(trained, grads[len(params) :]):
         if dz is not None:  # None: this call's output does not reach the loss

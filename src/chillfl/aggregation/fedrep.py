@@ -32,9 +32,9 @@ Choices
 * The model's own frozen weights (``requires_grad = False``) stay frozen in both; over a frozen head the
   head phase moves nothing (its steps still count).
 
-Checked against PFLlib (``system/flcore/clients/clientrep.py``: ``plocal_epochs`` of head training
+Checked against PFLlib (``system/flcore/clients/clientrep.py``: ``plocal_steps`` epochs of head training
 with the base's ``requires_grad`` off, then ``local_epochs`` of the base with the head's off;
-``servers/serverrep.py`` averages the base) and lgcollins/FedRep's run scripts.
+the server sends the base only) and lgcollins/FedRep's run scripts.
 """
 
 from __future__ import annotations

@@ -238,3 +238,17 @@ def test_a_last_layer_without_a_bias_is_refused_in_one_line():
     with pytest.raises(ConfigError) as err:
         hooks().loss(Head("fc.weight", None))
     assert err.value.field == "model.name" and "bias" in err.value.message
+
+
+def test_a_frozen_header_is_refused_in_one_line_instead_of_trained_by_the_server():
+    # A model whose last layer is frozen (requires_grad = False, LocalSpec.frozen): the clients never move it, but
+    # FedGH's server trained it on the class means all the same (before the fix its header moved by ~0.025 in round 1)
+    module = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10))
+    module[3].requires_grad_(False)
+    cfg = load_config(None, {**BASE, "federation.rounds": 1}).with_overrides({"model": {"name": "custom"}, "prototypes": GH})
+    with pytest.warns(UserWarning, match="declares no classifier head"), pytest.raises(ConfigError) as err:
+        build_experiment(cfg, model=module)
+    assert err.value.field == "model.name" and "frozen" in err.value.message and "'3'" in err.value.message
+    assert hooks().loss(Head("fc.weight", "fc.bias")) is not None  # a trainable header with a bias is taken
+    with pytest.raises(ConfigError):
+        hooks().loss(Head("fc.weight", "fc.bias", frozen=True))

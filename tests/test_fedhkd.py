@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
@@ -57,6 +58,19 @@ def test_kd_term_by_hand():
     assert hyper_knowledge_kd(w, bias, h, q, torch.tensor([True, False]), 0.5).item() == pytest.approx(math.log(4), rel=1e-6)
 
 
+def test_kd_reduction_mean_is_the_official_kldivloss_default():
+    # the official nn.KLDivLoss() (reduction "mean") averages over known classes *and* the C = 2 entries:
+    # (ln 2 + 0.5 ln(4/3)) / (2 * 2) with both classes known, ln 2 / 2 with class 0 only; "batchmean" is 2x that
+    w = torch.eye(2)
+    h = torch.tensor([[0.0, 0.0], [0.0, 0.5 * math.log(3)]])
+    q = torch.tensor([[1.0, 0.0], [0.5, 0.5]])
+    both = hyper_knowledge_kd(w, None, h, q, torch.tensor([True, True]), 0.5, "mean")
+    assert both.item() == pytest.approx((math.log(2) + 0.5 * math.log(4 / 3)) / 4, rel=1e-6)
+    assert hyper_knowledge_kd(w, None, h, q, torch.tensor([True, False]), 0.5, "mean").item() == pytest.approx(math.log(2) / 2, rel=1e-6)
+    assert parse_prototypes({"method": "fedhkd", "kd_reduction": "mean"}).options.kd_reduction == "mean"
+    assert parse_prototypes({"method": "fedhkd"}).options.kd_reduction == "batchmean"
+
+
 def test_fedhkd_loss_is_ce_plus_lam_kd_plus_gamma_distance():
     # logits 0 -> CE = ln 2; distance term: features [1,0] vs prototype [0,0] for the one class-0 sample: 1 / 2 = 0.5
     # KD term with identity head as in test_kd_term_by_hand (class 0 only): ln 2
@@ -99,3 +113,24 @@ def test_fedhkd_sharing_models_refuses_heterogeneous_clients():
     with pytest.raises(ConfigError) as err:
         build_experiment(cfg)
     assert err.value.field == "model.groups" and "share_model" in err.value.message
+
+
+def test_a_frozen_head_is_read_by_the_kd_term_and_stays_put():
+    # Linear(2, 2) -> Linear(2, 2), the head ("1") frozen (LocalSpec.frozen): the step moved it into the buffers and the
+    # loss's params lost it (before the fix: KeyError '1.weight' in the first step). One step: the mean loss is the
+    # loss at the start, with the head read from the frozen weights; the head stays, the body moves.
+    from chillfl.training.local import LocalSpec, train_client
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    loss = HyperKnowledgeLoss(distance_weight=0.05, kd_weight=0.1, kd_temperature=0.5, head_weight="1.weight", head_bias="1.bias")
+    ctx = {"protos": torch.tensor([[0.0, 0.0], [0.0, 0.5 * math.log(3)]]), "proto_mask": torch.tensor([True, False]), "soft": torch.tensor([[1.0, 0.0], [0.5, 0.5]])}
+    x, y = torch.tensor([[1.0, -1.0], [0.5, 2.0]]), torch.tensor([0, 1])
+    spec = LocalSpec(epochs=1, batch_size=2, base_loss=loss, frozen=frozenset({"1.weight", "1.bias"}))
+    out = train_client(model, start, x, y, spec=spec, lr=0.1, temperature=1.0, context=ctx, generator=torch.Generator().manual_seed(0))
+    feats = model[0](x)
+    want = loss(model(x), y, 1.0, features=feats, params=start, context=ctx)
+    assert out.num_steps == 1 and out.mean_loss == pytest.approx(want.item(), rel=1e-5)
+    assert torch.equal(out.params["1.weight"], start["1.weight"]) and torch.equal(out.params["1.bias"], start["1.bias"])
+    assert not torch.equal(out.params["0.weight"], start["0.weight"])

@@ -101,3 +101,14 @@ def test_under_every_executor() -> None:
     seq = assert_executors_agree(cfg)
     assert all(r["local_acc"] is not None for r in seq)
     assert seq[-1]["local_loss"] != records(cfg.with_overrides({"algorithm": {"name": "fedavg"}}))[-1]["local_loss"]
+
+
+def test_the_runs_frozen_and_no_decay_names_are_renamed_into_the_template():
+    # the template holds the model as model.* and P as personal.*: a name left unprefixed matches nothing, so weight
+    # decay would reach an entry the run exempts (before the fix no_decay stayed {"0.bias"})
+    model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 2))
+    client = FedRoD(model).client_half()
+    spec = LocalSpec(epochs=1, batch_size=4, weight_decay=0.1, frozen=frozenset({"0.weight"}), no_decay=frozenset({"0.bias"}))
+    (objective,) = client.objectives(spec)
+    assert objective.frozen == {"model.0.weight"} and objective.no_decay == {"model.0.bias"}
+    assert {"model.0.weight", "model.0.bias", "personal.weight"} <= {n for n, _ in objective.model.named_parameters()}

@@ -474,3 +474,22 @@ def test_a_run_returns_and_writes_the_personal_models(name: str, tmp_path: Path)
 def test_pa3fed_refuses_a_personalised_base() -> None:
     with pytest.raises(ConfigError, match="algorithm.base"):
         records(config(**{"algorithm.name": "pa3fed", "algorithm.base": "ditto", "model.name": "mlp"}))
+
+
+@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
+def test_fedrep_over_a_frozen_head_trains_the_body_only(executor: str) -> None:
+    # the head phase freezes the body on top of the run's frozen head: no weight left to step (before the fix:
+    # RuntimeError "`inputs` argument to `grad()` cannot be empty", a traceback); now it moves nothing
+    import chillfl
+
+    module = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10))
+    module[3].requires_grad_(False)
+    head = {k: v.detach().clone() for k, v in module[3].state_dict().items()}
+    config = {"dataset": {"name": "digits"}, "federation": {"num_clients": 4, "clients_per_round": 2, "rounds": 1},
+              "algorithm": {"name": "fedrep", "head_epochs": 1}, "executor": executor}
+    with pytest.warns(UserWarning, match="declares no classifier head"):
+        res = chillfl.run(module, config=config, write=False, progress=False)
+    assert len(res.records) == 1 and res.records[0]["local_acc"] is not None
+    for state in [res.state, *res.client_states.values()]:
+        assert torch.equal(state["3.weight"], head["weight"]) and torch.equal(state["3.bias"], head["bias"])
+    assert not torch.equal(res.state["1.weight"], module[1].weight)

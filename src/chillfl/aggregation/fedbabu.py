@@ -24,6 +24,11 @@ Choices
   reach the server.
 * The server keeps the head from the global model rather than averaging the
   clients' (identical) copies, so it stays bitwise at its start.
+
+Checked against PFLlib (``system/flcore/clients/clientbabu.py``: the head's ``requires_grad`` off
+during training, ``fine_tune(['base', 'head'])`` for ``fine_tuning_epochs``); PFLlib fine-tunes each
+client's model once after the last round, here the global model is fine-tuned for every round's
+``local_acc``. The model's own frozen weights stay frozen in both trainings.
 """
 
 from __future__ import annotations

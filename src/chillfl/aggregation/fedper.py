@@ -26,6 +26,9 @@ Choices
   The uplink is priced by what the server reads (:meth:`FedBN.aggregated_keys`):
   under ``"average"`` the whole model, heads included; under ``"keep"`` the
   base only, as the paper's client sends it.
+
+Checked against PFLlib (``system/flcore/clients/clientper.py``: the whole model trains, only the
+base is set from the server's).
 """
 
 from __future__ import annotations

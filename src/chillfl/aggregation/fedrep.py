@@ -29,6 +29,12 @@ Choices
   before it (default 1, the classifier; :func:`~chillfl.aggregation.fedper.head_keys`) and the global head, kept only for the global model's
   evaluation, is the clients' average (``global_head``), as for FedPer.
 * The reported ``train_loss`` and ``num_steps`` cover both trainings.
+* The model's own frozen weights (``requires_grad = False``) stay frozen in both; over a frozen head the
+  head phase moves nothing (its steps still count).
+
+Checked against PFLlib (``system/flcore/clients/clientrep.py``: ``plocal_steps`` epochs of head training
+with the base's ``requires_grad`` off, then ``local_epochs`` of the base with the head's off;
+the server sends the base only) and lgcollins/FedRep's run scripts.
 """
 
 from __future__ import annotations

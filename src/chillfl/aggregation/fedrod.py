@@ -31,7 +31,12 @@ Choices
   CE(G(z)/T + log n_i / T)); P's loss is CE at T = 1. A class the client has no
   sample of gets log n = -1e9 (PFLlib's log 0 = -inf, without infinities).
   ``balanced = false`` trains G with the plain base loss (the paper's ablation).
-* The run's parameter terms (``[objective] proximal_mu``) apply to body + G.
+* The run's parameter terms (``[objective] proximal_mu``) apply to body + G, and so do its frozen
+  (``requires_grad = False``) and no-decay names; P, the method's own, trains even over a frozen G.
+
+Checked against PFLlib (``system/flcore/clients/clientrod.py``: ``balanced_softmax_loss``, the
+detached ``rep`` and ``out_g``, both steps from the same point); of the authors' ``hongyouc/Fed-RoD``
+only the README was reachable.
 """
 
 from __future__ import annotations
@@ -183,11 +188,14 @@ class FedRoDClient:
         return start, dict(context)
 
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
-        """0: the :class:`RoD` template's step under :class:`RoDLoss`; the run's parameter terms on body + G."""
+        """0: the :class:`RoD` template's step under :class:`RoDLoss`; the run's parameter terms, frozen and
+        no-decay names on body + G (renamed into the template's ``model.*``)."""
         refuse_representation_readers(spec, "FedRoD's loss reads the representation itself")
         terms: list[Term] = [OnModel(cast(LossTerm, t)) for t in spec.terms]
-        frozen = frozenset(f"model.{k}" for k in spec.frozen)
-        return (replace(spec, model=RoD(self.model, self.head), base_loss=RoDLoss(spec.base_loss, self.balanced), terms=tuple(terms), frozen=frozen),)
+        frozen = frozenset(f"model.{k}" for k in spec.frozen)  # P is the method's own: it trains even over a frozen G
+        no_decay = frozenset(f"model.{k}" for k in spec.no_decay)
+        rod = RoD(self.model, self.head)
+        return (replace(spec, model=rod, base_loss=RoDLoss(spec.base_loss, self.balanced), terms=tuple(terms), frozen=frozen, no_decay=no_decay),)
 
     def train(self, local: Local) -> LocalProgram:
         personal = own_entries(local.state, PREFIX) or head_of_state(local.start, self.head)

@@ -31,6 +31,9 @@ Choices
   initial one. The uplink is priced by what the server reads: under
   ``"average"`` the whole model; under ``"keep"`` the global layers only, as
   the paper's client sends them.
+
+Checked against PFLlib (``system/flcore/clients/clientlg.py``: the whole model trains, only the head
+is set from the server's, i.e. global) and the authors' ``main_lg.py`` as described above.
 """
 
 from __future__ import annotations

@@ -407,7 +407,7 @@ def prototype_parts(exp: Experiment, *, warn: bool = True) -> PrototypeParts:
         refuse_nonlinear_head(model, spec.capabilities.linear_head, settings.method, arch_section(cm.plan, i), head=head)
         dims.append(head_size(model, head).features)
         bias = f"{head}.bias" if head_has_bias(model, head) else None
-        heads.append(Head(f"{head}.weight", bias))
+        heads.append(Head(f"{head}.weight", bias, frozen=not all(p.requires_grad for p in model.get_submodule(head).parameters())))
         loss = hooks.loss(heads[-1])
         specs.append(dataclasses.replace(exp.spec, base_loss=loss, terms=(), model=factored_linears(model)))
     if hooks.space == "features" and len(set(dims)) > 1:  # prototypes among the logits have C entries whatever the body

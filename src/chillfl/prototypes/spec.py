@@ -68,6 +68,9 @@ class Head:
 
     weight: str
     bias: str | None = None
+    frozen: bool = False
+    """Whether any of them is frozen (``requires_grad = False``, :attr:`~chillfl.training.local.LocalSpec.frozen`): a
+    method that trains the head outside the clients' training (FedGH's server) must not move it."""
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,9 @@ BaseLoss = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
 
 
 def reads_features(loss: BaseLoss) -> bool:
-    """Whether a base loss declares ``uses_features``: it is also called with the head's input, the parameters and the
-    context (FedProto, FedHKD, FedRoD). A plain loss function declares nothing, so the flag is read with a default."""
+    """Whether a base loss declares ``uses_features``: it is also called with the head's input, the parameters (frozen
+    ones and buffers included) and the context (FedProto, FedHKD, FedRoD). A plain loss function declares nothing, so
+    the flag is read with a default."""
     return bool(getattr(loss, "uses_features", False))
 
 
@@ -372,8 +373,8 @@ class StepLoss:
             features = None if features is None else features.float()
             grabbed = {name: (xin.float(), out.float()) for name, (xin, out) in grabbed.items()}  # FedAlign reruns a stage on them, outside autocast
         self.keys = [key for key, _, _ in rec.calls]
-        if self._uses_features:  # FedProto, FedHKD
-            value = self.spec.base_loss(logits, y, temperature, features=features, params=params, context=context)  # type: ignore[call-arg]
+        if self._uses_features:  # FedProto, FedHKD; frozen weights (LocalSpec.frozen) travel with the buffers: the loss reads them too
+            value = self.spec.base_loss(logits, y, temperature, features=features, params={**buffers, **params}, context=context)  # type: ignore[call-arg]
         elif self._uses_context:
             value = self.spec.base_loss(logits, y, temperature, context=context)  # type: ignore[call-arg]
         else:
@@ -415,7 +416,10 @@ def step_grads(loss: torch.Tensor, params: Params, keys: Sequence[str], captured
     terms; usually None) plus ``sum dz^T x`` over its recorded calls.
     """
     trained = [(key, x, z) for key, (x, z) in zip(keys, captured) if key in params]  # a frozen weight (LocalSpec.frozen) takes no step
-    grads = torch.autograd.grad(loss, [*params.values(), *(z for _, _, z in trained)], allow_unused=True)
+    inputs = [*params.values(), *(z for _, _, z in trained)]
+    if not inputs:  # every weight frozen (FedRep's head phase over a frozen head): the steps move nothing
+        return [], {}
+    grads = torch.autograd.grad(loss, inputs, allow_unused=True)
     factors: Factors = {}
     for (key, x, _), dz in zip(trained, grads[len(params) :]):
         if dz is not None:  # None: this call's output does not reach the loss

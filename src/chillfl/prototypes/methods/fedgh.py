@@ -35,6 +35,8 @@ Choices (the paper is terse; the authors' code and HtFLlib fill the gaps):
   (the family's rule; the authors' code averages per-batch means in train mode).
 * Local training is the run's (``[client]`` optimiser, CE at the run's temperature); the authors' code
   uses SGD with momentum 0.9 and weight decay 1e-3.
+* A frozen last layer (``requires_grad = False``: :attr:`~chillfl.training.local.LocalSpec.frozen`) is refused
+  on ``model.name``: the server trains the header, which the clients' training may not move.
 * The server keeps no global prototypes (``known_classes`` is 0, ``global_proto_acc`` empty); a client's
   ``local_proto_acc`` uses its own class means.
 """
@@ -100,9 +102,11 @@ class FedGH(PrototypeHooks[FedGHOptions]):
 
     def loss(self, head: Head) -> BaseLoss:
         """Plain CE at the run's T (the header is in the model, not in the loss); called once per architecture
-        when the run is built, so a last layer without a bias is refused there."""
+        when the run is built, so a last layer without a bias, or a frozen one, is refused there."""
         if head.bias is None:
             raise ConfigError("model.name", f"FedGH's header is a linear layer with a bias; the model's {head.weight.rsplit('.', 1)[0]!r} has none")
+        if head.frozen:  # the server would train it all the same (and every client start from it)
+            raise ConfigError("model.name", f"FedGH's server trains the header; the model's {head.weight.rsplit('.', 1)[0]!r} is frozen (requires_grad = False)")
         return PrototypeLoss(0.0)
 
     def initial_params(self, head: Params) -> dict[str, torch.Tensor]:

@@ -1,20 +1,35 @@
 """FedHKD (Chen et al., ICLR 2023): hyper-knowledge, i.e. class means with noise and per-class soft predictions.
 
-Official code ``CityChan/Federated-Hyper-Knowledge-Distillation``::
+Checked against the official code ``CityChan/Federated-Hyper-Knowledge-Distillation``
+(``Client/ClientFedHKD.py``, ``Client/ClientBase.py``, ``Server/ServerFedHKD.py``, ``utils.py``,
+``option.py``) and FL-bench's ``src/client/fedhkd.py``::
 
     hyper-knowledge of client k, class j:  (hbar_k,j + N(0, sigma^2 I),  qbar_k,j = mean softmax(F_k(x) / tau))
-    server: count-weighted means H_j, Q_j
+    server: count-weighted means H_j, Q_j                                  (the paper's Eq. 6)
     L_k = CE(F_k(x), y)
-        + lam   * mean_j KL(Q_j || softmax(head_k(H_j) / tau))            (lam = 0.05, tau = 0.5)
-        + gamma * MSE(f_k(x), H_y)                                         (gamma = 0.05)
+        + lam   * 1/|J| sum_{j in J} KL(Q_j || softmax(head_k(H_j) / tau))   (official --lam = 0.05, --temp 0.5)
+        + gamma * MSE(f_k(x), H_y)                                           (official --gamma = 0.05)
 
+J: the known classes. The options' names: ``kd_weight`` is the official ``--lam``, ``lam`` its ``--gamma``.
 The models are averaged too by default (``share_model``, the official ``upload_model = True``).
+
+Choices (where the official code differs; docs/baselines.md):
+
+* ``kd_reduction = "batchmean"`` (default) averages the KL over the known classes, as written above;
+  ``"mean"`` is the official ``nn.KLDivLoss()``'s default reduction, which also divides by the number
+  of classes C (the same ``kd_weight`` then weighs the term C times less).
+* Noise: one independent draw per class (seeded by the run, the client and the round); the official
+  code adds one noise vector to all of a client's class means.
+* Server: count-weighted means of the round's uploads (the paper); the official server overwrites a
+  dictionary client by client (the last client holding a class wins) and keeps it across rounds.
+* The class rows are computed once after training, in eval mode (as the official code), and the
+  local training is the run's ``[client]`` optimiser (the official: Adam, lr 0.001, clipping at 1.1).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +55,8 @@ class FedHKDOptions(FedProtoOptions):
     hyper-knowledge KD term (0.05). ``temperature``: tau for the soft predictions and the KD term
     (0.5). ``noise_std``: sigma of the Gaussian noise on each uploaded class mean (2.0; 0 = off).
     ``share_model``: also average the models with ``[algorithm]`` (the official ``upload_model``).
+    ``kd_reduction``: the KD term's KL averaged over the known classes (``batchmean``) or also over the
+    classes' C entries (``mean``, the official ``nn.KLDivLoss()``).
     """
 
     lam: float = 0.05
@@ -47,6 +64,7 @@ class FedHKDOptions(FedProtoOptions):
     temperature: float = 0.5
     noise_std: float = 2.0
     share_model: bool = True
+    kd_reduction: Literal["batchmean", "mean"] = "batchmean"
 
     def validate(self, section: str) -> None:
         for name in ("lam", "kd_weight", "noise_std"):
@@ -56,9 +74,11 @@ class FedHKDOptions(FedProtoOptions):
 
 
 def hyper_knowledge_kd(
-    weight: torch.Tensor, bias: torch.Tensor | None, protos: torch.Tensor, soft: torch.Tensor, mask: torch.Tensor, tau: float
+    weight: torch.Tensor, bias: torch.Tensor | None, protos: torch.Tensor, soft: torch.Tensor, mask: torch.Tensor, tau: float,
+    reduction: str = "batchmean",
 ) -> torch.Tensor:
-    """mean over known classes j of KL(Q_j || softmax(head(H_j) / tau)), the local head applied to the global means."""
+    """mean over known classes j of KL(Q_j || softmax(head(H_j) / tau)), the local head applied to the global means
+    (``reduction = "mean"``: divided by the number of classes too, ``nn.KLDivLoss()``'s default)."""
     logits = protos.to(weight.dtype) @ weight.T
     if bias is not None:
         logits = logits + bias
@@ -66,7 +86,8 @@ def hyper_knowledge_kd(
     target = soft.to(weight.dtype)
     per_class = (torch.xlogy(target, target) - target * log_q).sum(-1)  # [C]
     known = mask.to(weight.dtype)
-    return (per_class * known).sum() / known.sum().clamp(min=1.0)
+    value = (per_class * known).sum() / known.sum().clamp(min=1.0)
+    return value / soft.shape[-1] if reduction == "mean" else value
 
 
 @dataclass(frozen=True)
@@ -78,11 +99,12 @@ class HyperKnowledgeLoss(PrototypeLoss):
     kd_temperature: float = 1.0
     head_weight: str = ""
     head_bias: str | None = None
+    kd_reduction: str = "batchmean"
 
     def extra(self, value: torch.Tensor, params: Mapping[str, torch.Tensor], context: Context, protos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.kd_weight:
             bias = params[self.head_bias] if self.head_bias is not None else None
-            value = value + self.kd_weight * hyper_knowledge_kd(params[self.head_weight], bias, protos, read_tensor(context, SOFT), mask, self.kd_temperature)
+            value = value + self.kd_weight * hyper_knowledge_kd(params[self.head_weight], bias, protos, read_tensor(context, SOFT), mask, self.kd_temperature, self.kd_reduction)
         return value
 
 
@@ -101,7 +123,7 @@ class FedHKD(PrototypeHooks[FedHKDOptions]):
 
     def loss(self, head: Head) -> BaseLoss:
         o = self.options
-        return HyperKnowledgeLoss(o.lam, o.kd_weight, o.temperature, head.weight, head.bias)
+        return HyperKnowledgeLoss(o.lam, o.kd_weight, o.temperature, head.weight, head.bias, o.kd_reduction)
 
     def initial(self) -> dict[str, torch.Tensor]:
         return {SOFT: torch.zeros((self.num_classes, self.num_classes))}

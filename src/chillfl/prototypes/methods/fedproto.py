@@ -3,6 +3,16 @@
 Client: its class means and counts (:meth:`~chillfl.prototypes.spec.PrototypeHooks.release`'s
 default). Server: the count-weighted (or uniform) means. Loss: CE + lambda * MSE(f(x), Cbar_y),
 lambda = 1 (the official code). The maths is :mod:`chillfl.prototypes.maths`.
+
+Checked against the official code ``yuetan031/fedproto`` (``lib/utils.py``: ``agg_func``,
+``proto_aggregation``; the local loss's ``loss_mse(proto_new, protos) * args.ld``) and PFLlib
+(``system/flcore/clients/clientproto.py``, ``servers/serverproto.py``): the same loss (a sample whose
+class has no global prototype contributes zero: both put its own feature there; PFLlib needs every
+class known) and lambda = 1. Choices (docs/baselines.md): ``weighting = "count"`` by default, the
+official and PFLlib servers' plain mean over the clients holding the class is ``"uniform"``; the
+prototypes uploaded are computed once after training in eval mode, as PFLlib's server has them
+recomputed (``receive_protos`` calls ``collect_protos``); the official code collects them from the
+training passes (train mode, every epoch).
 """
 
 from __future__ import annotations

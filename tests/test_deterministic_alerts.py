@@ -1,6 +1,7 @@
 """``deterministic = true`` on CUDA, checked without a GPU (``deterministic_alerts.DeterministicAlerts``).
 
-Every registered method runs two rounds, and every registered model trains a
+Every registered method runs two rounds under it (tests/test_every_method_gpu_rules.py,
+in the same runs as the stand-in device's check), and every registered model trains a
 step (one client, and vmapped clients on the accelerator policy: the GPU's
 path), with the mode on: no op may be one that CUDA refuses under
 ``torch.use_deterministic_algorithms(True)``. The first tests check the checker
@@ -106,11 +107,7 @@ def _run(over: dict[str, Any], executor: str, monkeypatch: pytest.MonkeyPatch) -
         return run_experiment(cfg, write=False, progress=False).records
 
 
-@pytest.mark.slow  # every method x 2 executors: minutes; `pytest -m "not slow"` leaves it out
-@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
-@pytest.mark.parametrize("over", [pytest.param(over, id=case) for case, over in registry_cases()])
-def test_every_method_runs_under_cuda_deterministic_algorithms(over: dict[str, Any], executor: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert len(_run(over, executor, monkeypatch)) == 2
+# test_every_method_gpu_rules.py runs every registered method under this mode and the stand-in device's at once
 
 
 @pytest.mark.parametrize("executor", ["sequential", "vectorized"])

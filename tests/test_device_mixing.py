@@ -1,11 +1,9 @@
-"""Device mixing caught without a GPU (issue 26): every registered method on a stand-in device.
+"""Device mixing caught without a GPU (issue 26): the stand-in device's checker, and every method resumed on it.
 
-Each registered method (``registry_cases``) runs two rounds through the real
-client and server updates, under the sequential executor and under the
-vectorised one on the accelerator policy (resident, vmapped chunks: the GPU's
-path), inside :class:`device_mixing.StandInDevice`: the run's device is the
-stand-in ``cpu:0``, and any op that meets a host-made tensor with one of the
-run's fails the test, as CUDA would. The first tests check the checker itself.
+:class:`device_mixing.StandInDevice` makes the run's device the stand-in ``cpu:0``: any op that meets a host-made
+tensor with one of the run's fails, as CUDA would. The first tests check the checker itself; every registered
+method's two rounds under it (and under the deterministic-alerts mode, in the same run) are in
+tests/test_every_method_gpu_rules.py; the last tests here stop and resume every method on the stand-in device.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ import chillfl.experiment as experiment
 from chillfl.config import load_config
 from chillfl.runner import run_experiment
 from device_mixing import HOST, RUN, STAND_IN, DeviceMixing, home, stand_in_device
-from registry_cases import registry_cases
 import resume_cases
 
 # ---------------------------------------------------------------- the checker
@@ -71,25 +68,7 @@ def test_a_no_op_move_leaves_the_source_on_the_host() -> None:
 
 # ---------------------------------------------------------------- every registered method
 
-CASES = [pytest.param(over, id=case) for case, over in registry_cases()]
-
-
-def run_on_stand_in(over: dict[str, Any], executor: str, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    from chillfl.executors import vectorized
-
-    monkeypatch.setattr(vectorized.VectorizedExecutor, "resident", lambda self, device: True)  # the GPU's path
-    cfg = load_config(None, {**over, "executor": executor, "device": "cpu"})
-    with mock.patch.object(experiment, "resolve_device", lambda name: STAND_IN), stand_in_device():
-        out = run_experiment(cfg, write=False, progress=False)
-    return out.records
-
-
-@pytest.mark.slow  # every method x 2 executors: minutes; `pytest -m "not slow"` leaves it out
-@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
-@pytest.mark.parametrize("over", CASES)
-def test_every_method_keeps_its_tensors_on_the_run_device(over: dict[str, Any], executor: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    records = run_on_stand_in(over, executor, monkeypatch)
-    assert len(records) == 2
+# test_every_method_gpu_rules.py runs every registered method under this mode and the deterministic-alerts one at once
 
 
 def test_a_host_generator_drawing_on_the_run_device_is_caught() -> None:

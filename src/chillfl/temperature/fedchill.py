@@ -1,5 +1,7 @@
 """FedChill: per-client temperature from heterogeneity, decayed on stagnation.
 
+Checked against papers/fedchill.txt Sec. 3.3-3.4 (Eq. 7-8), App. A.1 Algorithm 1, Sec. 4.2.3 and Table 4/7/10 defaults, 2026-12-02; no authors' code found (search, find_repos "fedchill").
+
 Paper: ``papers/fedchill.txt``. Each client n starts at
 T_{n,0} = T_max * exp(-s * h_n) (Eq. 7), h_n its heterogeneity score (Eq. 6,
 :mod:`chillfl.temperature.heterogeneity`), clipped to [T_min, T_max]

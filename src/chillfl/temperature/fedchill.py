@@ -35,7 +35,9 @@ Choices
   evaluation split (:func:`chillfl.protocols.common.policy_accuracy`). The
   evaluation split is drawn from the test rows the run's accuracy is reported
   on, so with a validation split the decay never reads test data; a client
-  whose validation split is empty keeps its state that round.
+  whose validation split is empty keeps its state that round. Without one the
+  decay reads test rows: the paper's protocol (Sec. 4.2.2 draws each client's
+  validation set from the test set) and every bundled FedChill config's.
 * Where the state lives: with the client (:class:`FedChillHalf`), as on a
   device. A client computes its own h_n from its own training labels (the
   same float as its row of the federation's matrix, see

@@ -257,3 +257,21 @@ def test_the_policy_reads_validation_accuracy_where_the_run_has_it() -> None:
     assert policy_accuracy(0.75, 0.5) == 0.5  # a validation split: it, never the test rows
     assert policy_accuracy(0.75, math.nan) is None  # an empty validation split measures nothing: the state is kept
     assert policy_accuracy(None, None) is None
+
+
+def test_federation_scores_leave_clients_without_rows_out() -> None:
+    # a partition with min_size = 0 may leave a client empty; it never trains (no_data), and 'minmax' / 'size'
+    # used to refuse the whole run ("a client has no samples") while 'max' ran. Raw ratio scores of the
+    # non-empty rows: 0, 2.5, 4 -> minmax 0, .625, 1, as without the empty row.
+    counts = np.array([[5, 5, 5], [0, 0, 0], [3, 1, 0], [0, 0, 6]])
+    h = FedChillPolicy(FedChillOptions(normalisation="minmax"), counts).initial_heterogeneity
+    np.testing.assert_allclose(h[[0, 2, 3]], [0.0, 0.625, 1.0])
+    assert math.isnan(h[1])
+    policy = FedChillPolicy(FedChillOptions(normalisation="minmax"), counts)
+    assert math.isnan(policy.temperature(1, 0))  # no offer for it
+    np.testing.assert_allclose([policy.temperature(c, 0) for c in (0, 2, 3)], [1.0, 0.286505, 0.135335], atol=1e-6)
+    # size: 1 - n / max n over the clients with rows (15, 4, 6) -> 0, 11/15, 9/15
+    sized = FedChillPolicy(FedChillOptions(measure="size"), counts).initial_heterogeneity
+    np.testing.assert_allclose(sized[[0, 2, 3]], [0.0, 11 / 15, 9 / 15])
+    with pytest.raises(ConfigError, match="no client has a training sample"):
+        FedChillPolicy(FedChillOptions(normalisation="minmax"), np.zeros((2, 3)))

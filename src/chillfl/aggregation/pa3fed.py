@@ -1,5 +1,7 @@
 """PA3Fed (period-aware adaptive aggregation), as a wrapper over any base aggregator.
 
+Checked against papers/pa3fed.txt Algorithm 1, Eq. 4-10 and the Experiments setup (beta = 0.3, delta = 0.01), 2026-12-02; no authors' code found (search, find_repos "pa3fed").
+
 Per round t (PA3Fed, Algorithm 1):
 
 * client i, after local training, reports its score on its whole local

@@ -1,5 +1,8 @@
 """Soft-label aggregation: DS-FL's ERA and SCARLET's Enhanced ERA.
 
+Checked against papers/scarlet.txt Eq. 2 and 4 and App. A, and kitsuyaazuma/SCARLET ``algorithm/dsfl.py`` (ERA: softmax(mean / T)) and ``algorithm/scarlet.py`` (Enhanced ERA: mean**beta / sum),
+2026-12-02.
+
 Both start from the (optionally weighted) mean of the clients' soft-labels on
 the same public samples, ``zbar = (1/K) sum_k z_k`` (SCARLET Eq. 2 and 4):
 

@@ -1,5 +1,7 @@
 """Federated Gradient Norm (FGN) and critical-learning-period (CLP) detection (PA3Fed, Eqs. 4-6).
 
+Checked against papers/pa3fed.txt Eq. 4-6 and Algorithm 1 lines 9-14, 2026-12-02; no authors' code found.
+
 A gradient step of size eta changes a loss by about (first-order Taylor, Eq. 4)
 
     Delta L(w; x, y) = eta * ||g(x, y)||^2

@@ -1,5 +1,7 @@
 """The constant temperature policies, ``none`` (T = 1) and ``fixed`` (FLex&Chill), registered here.
 
+Checked against papers/flexchill.txt Algorithm 1 and eis-lab/temperature-scaling ``Clients/naive.py`` (``train``: model(data) / T), 2026-12-02.
+
 The two halves every policy implements are in :mod:`chillfl.temperature.policy` (re-exported here).
 """
 

@@ -1,5 +1,7 @@
 """FedChill: per-client temperature from heterogeneity, decayed on stagnation.
 
+Checked against papers/fedchill.txt Sec. 3.3-3.4 (Eq. 7-8), App. A.1 Algorithm 1, Sec. 4.2.3 and Table 4/7/10 defaults, 2026-12-02; no authors' code found (search, find_repos "fedchill").
+
 Paper: ``papers/fedchill.txt``. Each client n starts at
 T_{n,0} = T_max * exp(-s * h_n) (Eq. 7), h_n its heterogeneity score (Eq. 6,
 :mod:`chillfl.temperature.heterogeneity`), clipped to [T_min, T_max]
@@ -33,7 +35,9 @@ Choices
   evaluation split (:func:`chillfl.protocols.common.policy_accuracy`). The
   evaluation split is drawn from the test rows the run's accuracy is reported
   on, so with a validation split the decay never reads test data; a client
-  whose validation split is empty keeps its state that round.
+  whose validation split is empty keeps its state that round. Without one the
+  decay reads test rows: the paper's protocol (Sec. 4.2.2 draws each client's
+  validation set from the test set) and every bundled FedChill config's.
 * Where the state lives: with the client (:class:`FedChillHalf`), as on a
   device. A client computes its own h_n from its own training labels (the
   same float as its row of the federation's matrix, see
@@ -41,7 +45,8 @@ Choices
   server reads no class count; only what needs every client's counts
   (``normalisation = "minmax"``, ``measure = "size"``, with ``init``) is
   computed by the server (:class:`FedChillPolicy`) and offered in the
-  downlink as the client's start temperature.
+  downlink as the client's start temperature. A client without training
+  rows never trains and is left out of that computation (its h_n is NaN).
 * Defaults: T_max = 1, T_min = 0.05, s = 2 (Sec. 4.2.3, Table 10), P = 2
   ("two consecutive rounds", Sec. 4.2.3), gamma = 0.95 (the paper uses
   gamma in {0.8, 0.95}; 0.8 is the other option).
@@ -307,9 +312,21 @@ class FedChillPolicy:
 
     @property
     def initial_heterogeneity(self) -> np.ndarray:
-        """h_n of every client (in [0, 1]) over the federation's counts, as Eq. 7 uses it (reads the counts)."""
+        """h_n of every client (in [0, 1]) over the federation's counts, as Eq. 7 uses it (reads the counts).
+
+        A client without training rows has no label distribution: its h_n is NaN, and it is left out of
+        the federation's range (``minmax``) and of its largest size (``size``). Why: such a client never
+        trains (the round lists it under ``no_data``), as with ``normalisation = "max"``, where each
+        client scores itself; scoring it anyway refused the whole run.
+        """
         o = self.options
-        return heterogeneity(self._matrix(), o.measure, o.p_g, o.normalisation)
+        counts = self._matrix()
+        present = counts.sum(axis=1) > 0
+        if not present.any():
+            raise ConfigError("partition", "no client has a training sample")
+        h = np.full(len(counts), np.nan)
+        h[present] = heterogeneity(counts[present], o.measure, o.p_g, o.normalisation)
+        return h
 
     def temperature(self, client_id: int, round: int) -> float:
         """The start temperature the server offers client ``client_id`` (NaN: the client computes its own)."""
@@ -317,7 +334,8 @@ class FedChillPolicy:
             return math.nan
         if not 0 <= client_id < len(self._h):
             raise KeyError(f"client id {client_id} out of range [0, {len(self._h)})")
-        return start_temperature(self.options, float(self._h[client_id]))
+        h = float(self._h[client_id])
+        return math.nan if math.isnan(h) else start_temperature(self.options, h)
 
     def observe(self, client_id: int, round: int, local_accuracy: float | None) -> None:
         """Nothing to update (the client ran Algorithm 1); a ConfigError when the decay has no accuracy."""

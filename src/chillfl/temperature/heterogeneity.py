@@ -1,5 +1,7 @@
 """Per-client heterogeneity measures from label counts (FedChill, Sec. 3.2, Table 11, A.5).
 
+Checked against papers/fedchill.txt Sec. 3.2 (Eq. 6), App. A.4.2 (Table 11) and A.5, 2026-12-02 (bounds re-derived by hand); no authors' code found.
+
 FedChill compares each client's class distribution p_n with a reference
 distribution p_g that the server can state without seeing any client data
 (uniform, or known class priors), and turns the divergence into an initial

@@ -1,5 +1,7 @@
 """What a temperature policy is: its server half and its client half (the types every policy implements).
 
+Checked against papers/flexchill.txt Algorithm 1 (T in local training only) and papers/fedchill.txt Sec. 3.1/3.4 (validation after local training), 2026-12-02.
+
 A policy has two halves, as a method's aggregator does. The server half
 (:class:`TemperaturePolicy`) lives with the server: ``policy.temperature(cid,
 round)`` is what the server offers in the client's downlink, and

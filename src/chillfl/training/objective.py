@@ -1,5 +1,7 @@
 """Local training objectives.
 
+Checked against papers/flexchill.txt Algorithm 1 (z = w(x) / T), papers/fedchill.txt Eq. 2-5 and eis-lab/temperature-scaling ``Clients/naive.py`` (``train``), 2026-12-02.
+
 The base loss is logit chilling's temperature cross-entropy (FLex&Chill,
 Algorithm 1: z = f(x) / T, loss = CE(z, y)). Methods add *terms*
 (:mod:`chillfl.training.terms`: what a term is, and terms by name): functions

@@ -1,4 +1,8 @@
-"""SCARLET (Azuma et al.): Enhanced ERA, Eq. (4): zhat_i = zbar_i^beta / sum_j zbar_j^beta, and the synchronized cache D (Algorithm 2)."""
+"""SCARLET (Azuma et al.): Enhanced ERA, Eq. (4): zhat_i = zbar_i^beta / sum_j zbar_j^beta, and the synchronized cache D (Algorithm 2).
+
+Checked against papers/scarlet.txt Eq. 4, Algorithm 1, Sec. IV-A/B (D = 50, beta = 2.0 / 1.0 / 1.25) and
+kitsuyaazuma/SCARLET ``algorithm/scarlet.py`` (``SCARLETServerHandler.global_update``), 2026-12-02.
+"""
 
 from __future__ import annotations
 

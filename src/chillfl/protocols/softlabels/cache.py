@@ -1,5 +1,7 @@
 """The synchronized soft-label cache (SCARLET Algorithm 2): the server's and each client's copy.
 
+Checked against papers/scarlet.txt Algorithms 1-2 and Sec. III-C, and kitsuyaazuma/SCARLET ``algorithm/scarlet.py`` (``get_next_indices``, ``update_global_cache``, ``update_local_cache``), 2026-12-02.
+
 Its messages (the downlink's signals, the catch-up delta) are in :mod:`.messages`.
 
 One round ``t`` of the soft-label protocol, as the engine drives it::

@@ -176,9 +176,12 @@ def test_cfd_server_downlink_on_hand_values():
 
 @pytest.mark.parametrize("cache", [0, 2])
 def test_cfd_server_downlink_sends_the_trained_server_models_predictions(monkeypatch, cache):
-    """CFD's two-way distillation (``downlink = "server"``): the rows every client distils towards in round t + 1 are
-    the server model's softmax outputs on P^t after its round-t distillation (b_down = 32: unquantised)."""
+    """CFD's two-way distillation (``downlink = "server"``): the fresh rows every client distils towards in round t + 1
+    are the server model's softmax outputs on P^t after its round-t distillation (b_down = 32: unquantised); with the
+    cache, a row served from it is the prediction of the round that cached it. Three rounds: the clients' rebuilt
+    rows are checked against the server's (``sync_verified``)."""
     from chillfl.protocols.softlabels import predict_proba
+    from chillfl.protocols.softlabels.messages import CacheSignal
     from chillfl.protocols.softlabels.server import SoftLabelProtocol
 
     seen = []
@@ -186,17 +189,25 @@ def test_cfd_server_downlink_sends_the_trained_server_models_predictions(monkeyp
 
     def spy(self, t, ups):
         out = real(self, t, ups)
-        seen.append((self, out[0], torch.stack([u.soft_labels for u in ups]).mean(dim=0)))
+        b = out[0]
+        seen.append((b, predict_proba(self.model, self.server_state, self.x_public[b.indices]), torch.stack([u.soft_labels for u in ups]).mean(dim=0)))
         return out
 
     monkeypatch.setattr(SoftLabelProtocol, "_server_round", spy)
-    run("cfd", downlink="server", cache_duration=cache, **{"federation.rounds": 1})
-    proto, broadcast, mean = seen[0]
-    assert broadcast.indices.numel() == N_SUB
-    server_probs = predict_proba(proto.model, proto.server_state, proto.x_public[broadcast.indices])
-    assert torch.allclose(broadcast.rows, server_probs, atol=1e-5)
-    assert torch.allclose(broadcast.downlink.soft_labels, server_probs, atol=1e-5)
-    assert not torch.allclose(broadcast.rows, mean, atol=1e-2)  # the old downlink: the uploads' mean
+    records = run("cfd", downlink="server", cache_duration=cache)
+    first, probs, mean = seen[0]
+    assert first.indices.numel() == N_SUB
+    assert torch.allclose(first.rows, probs, atol=1e-5) and torch.allclose(first.downlink.soft_labels, probs, atol=1e-5)
+    assert not torch.allclose(first.rows, mean, atol=1e-2)  # the "mean" downlink: the uploads' mean
+    earlier = {int(i): row for i, row in zip(first.indices, first.rows)}
+    second, probs, _ = seen[1]
+    fresh = torch.ones(len(second.indices), dtype=torch.bool) if not cache else second.downlink.signals != CacheSignal.CACHED
+    assert torch.allclose(second.rows[fresh], probs[fresh], atol=1e-5)
+    assert torch.allclose(second.downlink.soft_labels, probs[fresh], atol=1e-5)
+    for i, row, hit in zip(second.indices.tolist(), second.rows, (~fresh).tolist()):
+        if hit:
+            assert torch.equal(row, earlier[i])
+    assert (not cache) or (bool((~fresh).any()) and records[-1]["sync_verified"] == K)
 
 
 def test_selective_fd_masked_mean_and_server_selector():

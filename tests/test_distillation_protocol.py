@@ -156,6 +156,60 @@ def test_aggregation_rules_on_hand_values():
     assert delta.uplink_bytes(delta_client.upload(0, 2, idx, ups[0].soft_labels, NoState())) == {"soft_labels": 1}
 
 
+def test_cfd_server_downlink_on_hand_values():
+    # downlink = "server": the server trains on the plain mean of the uploads (b_down applies to what goes down, not to
+    # its target) and what goes down is its own prediction quantised to b_down bits. b_down = 2 (L = 3):
+    # [0.1, 0.9] -> codes floor([0.8, 3.2]) = [0, 3] -> [0, 1]; [0.5, 0.5] -> floor(2.0) = 2 -> [2/3, 2/3]
+    ups = uplinks([[[0.7, 0.3]], [[0.4, 0.6]]])
+    idx = torch.tensor([0])
+    cfd = method_for("cfd", bits_up=32, bits_down=2, downlink="server")
+    assert cfd.downlink_from_server and cfd.separate_server_rows is False
+    agg = cfd.aggregate(1, idx, ups)
+    assert agg.server_rows[0].tolist() == pytest.approx([0.55, 0.45], abs=1e-6)  # not quantised to 2 bits ([2/3, 1/3])
+    down = cfd.server_downlink(torch.tensor([[0.1, 0.9], [0.5, 0.5]]))
+    assert torch.allclose(down, torch.tensor([[0.0, 1.0], [2 / 3, 2 / 3]]), atol=1e-6)
+    # the default ("mean") sends the quantised mean: [0.55, 0.45] -> floor([2.15, 1.85]) = [2, 1] -> [2/3, 1/3]
+    mean = method_for("cfd", bits_up=32, bits_down=2)
+    assert not mean.downlink_from_server
+    assert mean.aggregate(1, idx, ups).rows[0].tolist() == pytest.approx([2 / 3, 1 / 3], abs=1e-6)
+
+
+@pytest.mark.parametrize("cache", [0, 2])
+def test_cfd_server_downlink_sends_the_trained_server_models_predictions(monkeypatch, cache):
+    """CFD's two-way distillation (``downlink = "server"``): the fresh rows every client distils towards in round t + 1
+    are the server model's softmax outputs on P^t after its round-t distillation (b_down = 32: unquantised); with the
+    cache, a row served from it is the prediction of the round that cached it. Three rounds: the clients' rebuilt
+    rows are checked against the server's (``sync_verified``)."""
+    from chillfl.protocols.softlabels import predict_proba
+    from chillfl.protocols.softlabels.messages import CacheSignal
+    from chillfl.protocols.softlabels.server import SoftLabelProtocol
+
+    seen = []
+    real = SoftLabelProtocol._server_round
+
+    def spy(self, t, ups):
+        out = real(self, t, ups)
+        b = out[0]
+        seen.append((b, predict_proba(self.model, self.server_state, self.x_public[b.indices]), torch.stack([u.soft_labels for u in ups]).mean(dim=0)))
+        return out
+
+    monkeypatch.setattr(SoftLabelProtocol, "_server_round", spy)
+    records = run("cfd", downlink="server", cache_duration=cache)
+    first, probs, mean = seen[0]
+    assert first.indices.numel() == N_SUB
+    assert torch.allclose(first.rows, probs, atol=1e-5) and torch.allclose(first.downlink.soft_labels, probs, atol=1e-5)
+    assert not torch.allclose(first.rows, mean, atol=1e-2)  # the "mean" downlink: the uploads' mean
+    earlier = {int(i): row for i, row in zip(first.indices, first.rows)}
+    second, probs, _ = seen[1]
+    fresh = torch.ones(len(second.indices), dtype=torch.bool) if not cache else second.downlink.signals != CacheSignal.CACHED
+    assert torch.allclose(second.rows[fresh], probs[fresh], atol=1e-5)
+    assert torch.allclose(second.downlink.soft_labels, probs[fresh], atol=1e-5)
+    for i, row, hit in zip(second.indices.tolist(), second.rows, (~fresh).tolist()):
+        if hit:
+            assert torch.equal(row, earlier[i])
+    assert (not cache) or (bool((~fresh).any()) and records[-1]["sync_verified"] == K)
+
+
 def test_selective_fd_masked_mean_and_server_selector():
     # samples 0 and 1; client 0 sends both, client 1 only sample 1:
     # sample 0 -> [0.9, 0.1] (one client); sample 1 -> mean([0.5, 0.5], [0.7, 0.3]) = [0.6, 0.4].

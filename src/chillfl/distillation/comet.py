@@ -29,6 +29,10 @@ Choices and gaps
   :func:`per_sample_centroids` + :func:`nearest_centroids` (downlink n x c x C).
 * The regulariser uses KL averaged over samples (``batchmean``); soft
   cross-entropy differs from it only by the target's entropy, a constant.
+
+Checked against: kitsuyaazuma/SCARLET (branch ``reproducibility``) ``src/algorithm/comet.py`` (per-sample k-means of the K soft-labels, nearest
+centroid by Euclidean distance to the client's own prediction, ``lambda * kl_div(batchmean)``);
+no code by COMET's authors was found.
 """
 
 from __future__ import annotations

@@ -29,6 +29,10 @@ Choices
   the last float bits. Returning it as is makes SCARLET with beta = 1 and D = 0
   *bit for bit* DS-FL with ``aggregation = "mean"`` (ERA replaced by the plain
   mean), the ablation that separates Enhanced ERA's sharpening from the cache.
+
+Checked against: kitsuyaazuma/SCARLET (branch ``reproducibility``) ``src/algorithm/dsfl.py`` (ERA: ``softmax(mean_prob / era_temperature)``
+on averaged probabilities) and ``src/algorithm/scarlet.py`` (``mean**era_exponent / sum``); its
+``main`` branch ``src/scarlet/algorithm/dsfl.py``.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ Choices (docs/baselines.md):
   ``[model]`` default) also does the transfer learning once, then distils the
   consensus each round, so that ``global_acc`` exists (FedChill's Table 1
   reports one for FedMD).
+
+Checked against: diogenes0319/FedMD_clean ``FedMD.py`` (consensus = mean of the logits model's
+outputs on the round's alignment set, digested with one ``fit``) and ``Neural_Networks.py``
+(``remove_last_layer``: softmax removed, loss ``mean_absolute_error``).
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ Choices and gaps
   entropy coder would need. Both ends keep the last codes per public index in
   a :class:`DeltaCoder`; an index never sent before is coded against all-zero
   codes.
+
+Checked against: kitsuyaazuma/SCARLET (branch ``reproducibility``) ``src/algorithm/cfd.py`` (clients upload the argmax, the server averages
+one-hot votes and sends its own model's predictions down, no delta coding); the CFD authors published no code.
 """
 
 from __future__ import annotations

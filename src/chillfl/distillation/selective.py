@@ -33,6 +33,10 @@ Choices and gaps
 * With the SCARLET cache, pass ``cached indices + surviving fresh indices`` as
   I^t to :meth:`ServerCache.update`, with the surviving fresh rows: dropped
   samples are simply absent this round.
+
+Checked against: shaojiawei07/Selective-FD ``KuLSIF.py``, ``data/MNISTTrainDataset.py`` and
+``Selective-FD.py`` (the authors' MNIST demo: width 5, lambda = 250**-0.5, first-quartile threshold,
+vote-weighted mean), and kitsuyaazuma/SCARLET (branch ``reproducibility``) ``src/algorithm/selectivefd.py`` (L1 server selector, quantile threshold).
 """
 
 from __future__ import annotations

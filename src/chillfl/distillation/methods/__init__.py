@@ -53,8 +53,13 @@ Choices
 * **CFD** uses the block's quantiser (``quantize.compress``) and counts
   ``payload_bytes``; with ``delta_coding`` the uplink is the delta message
   (change bitmap + changed codes). The server averages the dequantised
-  uploads (no ERA) and the server model trains on the same (dequantised)
-  downlink values the clients receive.
+  uploads (no ERA). ``downlink = "mean"`` (default): that mean, quantised to
+  b_down bits, goes down and the server model trains on the same values.
+  ``downlink = "server"``: the server model first distils the plain mean, then
+  its own softmax outputs on the kept fresh indices (eval mode), quantised to
+  b_down bits, go down -- CFD's two-way distillation as the SCARLET authors'
+  ``src/algorithm/cfd.py`` runs it (they take the outputs in train mode during
+  the last server epoch). With ``one_bit = "argmax"`` this is their CFD.
 * **Selective-FD's client selector** is fitted once per client, at its first
   round: KuLSIF density ratio of the client's private inputs (90 %) against
   uniform noise over the range of those inputs, threshold = the

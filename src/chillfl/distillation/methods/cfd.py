@@ -1,9 +1,12 @@
-"""CFD (Sattler et al. 2022): uplink quantised to b_up bits, downlink to b_down bits, plain mean (see :mod:`chillfl.distillation.quantize`)."""
+"""CFD (Sattler et al. 2022): uplink quantised to b_up bits, downlink to b_down bits, plain mean (see :mod:`chillfl.distillation.quantize`).
+
+Checked against: kitsuyaazuma/SCARLET (branch ``reproducibility``) ``src/algorithm/cfd.py`` and ``src/config/algorithm/cfd.yaml``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import torch
 
@@ -14,21 +17,31 @@ from chillfl.protocols.softlabels.method import SoftLabelClientHooks, SoftLabelM
 from chillfl.settings.distillation import DistillationSetup
 
 
+Downlink = Literal["mean", "server"]
+
+
 @dataclass(frozen=True)
 class CFDOptions:
-    """CFD options (defaults: SCARLET Table V, CIFAR-10)."""
+    """CFD options (defaults: SCARLET Table V, CIFAR-10).
+
+    ``downlink``: what the b_down-bit downlink quantises: ``"mean"`` the clients' averaged (dequantised) uploads,
+    which the server model also trains on; ``"server"`` the server model's own softmax outputs after it has
+    distilled the plain mean (CFD's two-way distillation, as the SCARLET authors' ``cfd.py`` does).
+    """
 
     bits_up: int = 1
     bits_down: int = 32
     one_bit: OneBitMode = "uniform"
     renormalize: bool = False
     delta_coding: bool = False
+    downlink: Downlink = "mean"
 
     def validate(self, section: str) -> None:
         for name in ("bits_up", "bits_down"):
             value = getattr(self, name)
             require(1 <= value <= 16 or value == FULL_PRECISION_BITS, f"{section}.{name}", f"must be in 1..16 or 32, got {value}")
         require(self.one_bit in ("uniform", "argmax"), f"{section}.one_bit", f"unknown value {self.one_bit!r}; allowed: argmax, uniform")
+        require(self.downlink in ("mean", "server"), f"{section}.downlink", f"unknown value {self.downlink!r}; allowed: mean, server")
 
 
 @dataclass(frozen=True)
@@ -56,11 +69,13 @@ class CFDClient(SoftLabelClientHooks[CFDMethodOptions]):
 
 
 class CFD(SoftLabelMethod[CFDMethodOptions]):
-    """CFD's server half: plain mean quantised to b_down bits; with delta coding, each client's decoder prices its uplink."""
+    """CFD's server half: plain mean, and down b_down bits of it (``downlink = "mean"``) or of the server model's
+    predictions after it distilled the mean (``"server"``); with delta coding, each client's decoder prices its uplink."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._coders: dict[int, DeltaCoder] = {}
+        self.downlink_from_server = self.options.downlink == "server"
 
     def uplink_bytes(self, uplink: SoftLabelUplink) -> dict[str, int]:
         o = self.options
@@ -70,8 +85,16 @@ class CFD(SoftLabelMethod[CFDMethodOptions]):
         return {"soft_labels": payload_bytes(uplink.soft_labels, o.bits_up, o.one_bit)}
 
     def combine(self, mean: torch.Tensor) -> torch.Tensor:
+        """``"mean"``: the mean as it goes down (b_down bits), the server's target too; ``"server"``: the plain mean, the server's target."""
+        if self.downlink_from_server:
+            return mean
         o = self.options
         return compress(mean, o.bits_down, o.one_bit, o.renormalize)
+
+    def server_downlink(self, probs: torch.Tensor) -> torch.Tensor:
+        """``downlink = "server"``: the server model's softmax outputs quantised to b_down bits."""
+        o = self.options
+        return compress(probs, o.bits_down, o.one_bit, o.renormalize)
 
     def state_dict(self) -> dict[str, Any]:
         """Each client's last uplink codes as the server's delta decoder holds them."""

@@ -2,6 +2,8 @@
 
 Clustering and targets: :mod:`chillfl.distillation.comet`; the choices (client and sample
 granularity, caching): :mod:`chillfl.distillation.methods`.
+
+Checked against: kitsuyaazuma/SCARLET (branch ``reproducibility``) ``src/algorithm/comet.py`` and ``src/config/algorithm/comet.yaml`` (c = 2, lambda = 1.0).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""DS-FL (Itahara et al. 2023): ERA, SCARLET Eq. (2): zhat = softmax(zbar / T); full-precision uploads, no cache."""
+"""DS-FL (Itahara et al. 2023): ERA, SCARLET Eq. (2): zhat = softmax(zbar / T); full-precision uploads, no cache.
+
+Checked against: kitsuyaazuma/SCARLET (branch ``reproducibility``) ``src/algorithm/dsfl.py`` and ``src/config/algorithm/dsfl.yaml`` (T = 0.1).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """FedMD (Li & Wang 2019): transfer learning on the labelled public set, then consensus = the mean class scores.
 
 The algorithm's mapping onto the protocol and its choices: :mod:`chillfl.distillation.fedmd`.
+
+Checked against: diogenes0319/FedMD_clean ``FedMD.py``, ``Neural_Networks.py``, ``conf/CIFAR_balance_conf.json``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""``individual``: no collaboration (SCARLET Sec. IV-B): clients train on their private data only, no server model."""
+"""``individual``: no collaboration (SCARLET Sec. IV-B): clients train on their private data only, no server model.
+
+Checked against: kitsuyaazuma/SCARLET (branch ``reproducibility``) ``src/algorithm/individual.py`` (private training only).
+"""
 
 from __future__ import annotations
 

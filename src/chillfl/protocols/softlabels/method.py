@@ -189,6 +189,9 @@ class SoftLabelMethod(Generic[Opt]):
     """Whether the server model trains on :attr:`Aggregate.server_rows` rather than the rows sent down."""
     uses_logits: bool = False
     """Uploads and targets are raw class scores (logits) rather than probabilities (no entropy is reported)."""
+    downlink_from_server: bool = False
+    """Whether the fresh rows that go down are :meth:`server_downlink` of the server model's own predictions
+    after its training on :attr:`Aggregate.server_rows` (CFD's two-way distillation), not :attr:`Aggregate.rows`."""
 
     def __init__(self, options: Opt, num_classes: int, seed: int, index_encoding: IndexEncoding, universe: int) -> None:
         self.options = options
@@ -215,6 +218,11 @@ class SoftLabelMethod(Generic[Opt]):
             mean = mean[sample_keep]
         rows = self.combine(mean)
         return Aggregate(sample_keep, rows, rows)
+
+    def server_downlink(self, probs: torch.Tensor) -> torch.Tensor:
+        """The fresh downlink rows ``[n, D]`` from the trained server model's softmax outputs ``[n, C]`` on the
+        round's kept fresh indices (called only when :attr:`downlink_from_server`); identity here."""
+        return probs
 
     def row_width(self) -> int:
         """Width D of one downlink row (C, unless several targets per sample go down)."""

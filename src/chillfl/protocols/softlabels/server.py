@@ -22,7 +22,7 @@ from chillfl.training.local import LocalSpec, train_client
 
 from .cache import CacheOutOfSyncError, ServerCache
 from .client import ClientArchs, PublicPretraining, SoftLabelClient, rows_digest
-from .labels import entropy
+from .labels import entropy, predict_proba
 from .messages import SoftLabelDownlink, SoftLabelReport, SoftLabelRoundDownlink
 from .method import Aggregate, Pretraining, SoftLabelMethod, SoftLabelSpec, check_aggregate, spec_of
 from .public import draw_public_subset, public_inputs, public_labels
@@ -104,7 +104,8 @@ class SoftLabelProtocol:
         self.server_state: Params = {n: v.clone() for n, v in exp.initial_state.items()}
         use_cache = setup.uses_cache
         self.cache = ServerCache(setup.cache_duration, c.cache_on_expire) if use_cache else None
-        self.twin = ServerCache(setup.cache_duration, c.cache_on_expire) if use_cache and self.method.separate_server_rows else None
+        server_rows = self.method.separate_server_rows or self.method.downlink_from_server
+        self.twin = ServerCache(setup.cache_duration, c.cache_on_expire) if use_cache and server_rows else None
         self.prev: Broadcast | None = None
         self._draw: tuple[torch.Tensor, torch.Tensor] = (torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
         archs = self._archs(client_models) if client_models is not None and client_models.plan.heterogeneous else None
@@ -229,31 +230,33 @@ class SoftLabelProtocol:
 
     def _server_round(self, t: int, uplinks: list[Any]) -> tuple[Broadcast, dict[str, Json]]:
         """Aggregate, update the cache (gamma^t), train the server model on P^t with zhat^t."""
-        cfg, method, (drawn, requested) = self.config, self.method, self._draw
+        method, (drawn, requested) = self.method, self._draw
         if uplinks:
             agg = check_aggregate(method.aggregate(t, requested, uplinks), len(requested), method.row_width(), self.evaluation.data.num_classes)
         else:  # nothing requested (all of P^t validly cached)
             empty = torch.zeros(0, dtype=torch.bool)
             agg = Aggregate(empty, torch.zeros((0, method.row_width())), torch.zeros((0, self.evaluation.data.num_classes)))
-        kept = set(requested[agg.keep].tolist()) if requested.numel() else set()
+        fresh_kept = requested[agg.keep] if requested.numel() else torch.zeros(0, dtype=torch.long)
+        kept = set(fresh_kept.tolist())
         fresh_all = set(requested.tolist())
         used = torch.tensor([i for i in drawn.tolist() if i not in fresh_all or i in kept], dtype=torch.long)
-        if self.cache is not None:
-            upd = self.cache.update(t, used, agg.rows.to(torch.float32))
-            rows_full, downlink, cached_age = upd.soft_labels, upd.downlink, upd.cached_age
-            targets = self.twin.update(t, used, agg.server_rows.to(torch.float32)).soft_labels if self.twin is not None else rows_full
+        targets: torch.Tensor | None = None
+        if method.downlink_from_server:  # CFD: the server distils first; the fresh rows that go down are its own predictions
+            targets = self._server_targets(t, used, agg.server_rows, None)
+            self._train_server(t, used, targets)
+            fresh = method.server_downlink(self._server_predictions(fresh_kept)).to(torch.float32)
         else:
-            rows_full = agg.rows.to(torch.float32)
+            fresh = agg.rows.to(torch.float32)
+        cached_age: float | None = None
+        if self.cache is not None:
+            upd = self.cache.update(t, used, fresh)
+            rows_full, downlink, cached_age = upd.soft_labels, upd.downlink, upd.cached_age
+        else:
+            rows_full = fresh
             downlink = SoftLabelDownlink(round=t, indices=used, signals=torch.zeros(0, dtype=torch.uint8), soft_labels=rows_full)
-            targets = agg.server_rows.to(torch.float32)
-        if used.numel() > 0:
-            gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "server", t))
-            out = train_client(
-                self.model, self.server_state, self.x_public[used], targets.to(self.x_public.device),
-                spec=self.specs.server, lr=self.specs.server_lr, temperature=1.0, context={}, generator=gen,
-            )
-            self.server_state = out.params
-            self.book.check_state(t - 1, self.server_state, "server model")
+        if targets is None:
+            targets = self._server_targets(t, used, agg.server_rows, rows_full)
+            self._train_server(t, used, targets)
         metrics: dict[str, Json] = {
             "public_drawn": int(drawn.numel()),
             "public_requested": int(requested.numel()),
@@ -266,6 +269,33 @@ class SoftLabelProtocol:
             metrics["cache_age_mean"] = cached_age
         metrics.update({f"agg_{key}": v for key, v in agg.metrics.items()})
         return Broadcast(t, used, downlink, rows_full), metrics
+
+    def _server_targets(self, t: int, used: torch.Tensor, server_rows: torch.Tensor, rows_full: torch.Tensor | None) -> torch.Tensor:
+        """The server model's targets on ``used``: its own rows through the twin cache, else the rows that go down (``rows_full``,
+        cached ones included) or, without a cache, the aggregate's ``server_rows``."""
+        if self.twin is not None:
+            return self.twin.update(t, used, server_rows.to(torch.float32)).soft_labels
+        if self.cache is not None and rows_full is not None:
+            return rows_full
+        return server_rows.to(torch.float32)
+
+    def _train_server(self, t: int, used: torch.Tensor, targets: torch.Tensor) -> None:
+        """The server model's distillation on P^t (the ``used`` indices) towards ``targets``."""
+        if used.numel() == 0:
+            return
+        gen = torch.Generator().manual_seed(derive_seed(self.config.seed, "server", t))
+        out = train_client(
+            self.model, self.server_state, self.x_public[used], targets.to(self.x_public.device),
+            spec=self.specs.server, lr=self.specs.server_lr, temperature=1.0, context={}, generator=gen,
+        )
+        self.server_state = out.params
+        self.book.check_state(t - 1, self.server_state, "server model")
+
+    def _server_predictions(self, indices: torch.Tensor) -> torch.Tensor:
+        """The server model's softmax outputs ``[n, C]`` on the public ``indices`` (eval mode), on the host: a downlink is a message."""
+        if indices.numel() == 0:
+            return torch.zeros((0, self.evaluation.data.num_classes))
+        return predict_proba(self.model, self.server_state, self.x_public[indices], self.config.eval.batch_size).cpu()
 
     # ------------------------------------------------------------ outputs and state
 

@@ -315,3 +315,38 @@ def test_a_backdoor_trigger_larger_than_the_images_names_trigger_size() -> None:
     with pytest.raises(ConfigError) as err:
         build_experiment(load_config(None, {"attack.kind": "backdoor", "attack.trigger_size": 9, "federation.num_clients": 4}))
     assert err.value.field == "attack.trigger_size" and "9x9" in err.value.message and "at most 8" in err.value.message
+
+
+def _three_channel_data() -> FederatedData:
+    # 4 training rows of 3 x 3 x 3: channel c of row r holds (c + 1) * r / 3, so channel c's largest is c + 1
+    # (1, 2, 3): a trigger white on every channel stamps 1, 2 and 3, not the overall largest 3 on all three
+    x = torch.arange(4, dtype=torch.float32).reshape(4, 1, 1, 1) / 3 * torch.tensor([1.0, 2.0, 3.0]).reshape(1, 3, 1, 1)
+    x = x.expand(4, 3, 3, 3).clone()
+    ds = ArrayDataset("rgb", x, torch.tensor([0, 1, 0, 1]), torch.zeros((2, 3, 3, 3)), torch.tensor([0, 1]), 2)
+    return FederatedData(ds, [np.arange(0, 4)], [np.zeros(0, np.int64)], None, np.zeros(0, np.int64))
+
+
+def test_a_pixel_trigger_is_each_channels_largest_value() -> None:
+    from chillfl.attacks.kinds import backdoor, dba
+
+    data = _three_channel_data()
+    back = poisoned(data, attack("backdoor", target=1, poison_fraction=1.0, trigger_size=1), frozenset({0}), 0)
+    assert back.dataset.x_train[:, :, 2, 2].tolist() == [[1.0, 2.0, 3.0]] * 4  # the bottom-right pixel, per channel
+    x, y = backdoor.probe(backdoor.BackdoorOptions(target=1, trigger_size=2), data)  # the test rows of label 0, triggered
+    assert y.tolist() == [1] and x[0, :, 1:, 1:].tolist() == [[[1.0, 1.0]] * 2, [[2.0, 2.0]] * 2, [[3.0, 3.0]] * 2]
+    assert x[0, :, 0, :].eq(0).all() and x[0, :, :, 0].eq(0).all()  # nothing outside the square
+    # dba, one part of one pixel at (0, 0): the same per-channel values on that pixel
+    opts = dba.DbaOptions(target=1, poison_fraction=1.0, parts=1, bar_length=1)
+    out = dba.poison(opts, data, frozenset({0}), 0)
+    assert out.dataset.x_train[:, :, 0, 0].tolist() == [[1.0, 2.0, 3.0]] * 4
+    x, _ = dba.probe(opts, data)
+    assert x[0, :, 0, 0].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_a_one_channel_trigger_keeps_the_largest_value() -> None:
+    # 1 channel (and no channel dim at all): one value, the training inputs' largest, as before per-channel values
+    x = torch.tensor([[[[0.0, 4.0], [1.0, 2.0]]]])
+    assert Trigger(1, (4.0,)).apply(torch.zeros((1, 1, 2, 2))).tolist() == [[[[0.0, 0.0], [0.0, 4.0]]]]
+    from chillfl.attacks.poison import channel_max
+
+    assert channel_max(x) == (4.0,) and channel_max(x[:, 0]) == (4.0,)

@@ -72,6 +72,21 @@ def test_scaling_default_factor_is_clients_over_attackers() -> None:
     assert torch.equal(out[2].params["w"], t(3.0, -2.0)) and torch.equal(out[3].params["w"], t(9.0, 8.0))
 
 
+def test_scaling_by_rows_replaces_a_mean_weighted_by_rows() -> None:
+    # rows 10, 30, 20, 40 (N = 100); attacker 2 holds 20: gamma = 100 / 20 = 5 (n / m would be 4), u = [1, -2]
+    # sends w + 5u = [6, -8]; FedAvg weighted by rows then gives the attacker 0.2 * 5 = 1 of its update: replacement
+    results = [result(0, 1.0, 2.0, samples=10), result(1, 1.0, 2.0, samples=30), result(2, 2.0, 0.0, samples=20), result(3, 1.0, 2.0, samples=40)]
+    out = malicious(attack("scaling", weighting="samples"), W, results, frozenset({2}), 0, 0)
+    assert torch.equal(out[2].params["w"], t(6.0, -8.0))
+    assert torch.allclose(FedAvg().aggregate(W, out, 0)["w"], t(2.0, 0.0))  # the honest clients sent w: the mean is w_2
+    # attackers 2 and 3 (60 rows): gamma = 100 / 60; client 3's u = [0, 0] stays w
+    out = malicious(attack("scaling", weighting="samples"), W, results, frozenset({2, 3}), 0, 0)
+    assert torch.allclose(out[2].params["w"], t(1.0 + 100 / 60, 2.0 - 200 / 60))
+    # the default (uniform) is the paper's n / m = 4 whatever the rows; a factor overrides both
+    assert torch.equal(malicious(attack("scaling"), W, results, frozenset({2}), 0, 0)[2].params["w"], t(5.0, -6.0))
+    assert torch.equal(malicious(attack("scaling", factor=3.0, weighting="samples"), W, results, frozenset({2}), 0, 0)[2].params["w"], t(4.0, -4.0))
+
+
 def test_gaussian_sends_noise_around_the_global_model() -> None:
     # the honest update is thrown away: w + sigma * z, z ~ N(0, 1) from (seed, "attack", "gaussian", round, client)
     out = malicious(attack("gaussian", sigma=0.5), W, [result(3, 100.0, 100.0)], frozenset({3}), 4, 9)

@@ -48,6 +48,7 @@ local trigger ``worker_id mod 4``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -101,15 +102,26 @@ def extent(options: DbaOptions) -> tuple[int, int]:
     return 1 + max(r for r, _ in cells), 1 + max(c for _, c in cells)
 
 
+def layout_field(options: DbaOptions, shape: tuple[int, ...]) -> tuple[str, str]:
+    """The option to blame when the global trigger does not fit ``shape`` (and how to make it fit): ``gap`` when it is
+    set and its default would fit; else ``parts`` when it is too tall (a row of bars per two parts), ``bar_length``
+    when too wide."""
+    height, width = extent(options)
+    default_gap = DbaOptions.gap
+    if options.gap != default_gap and len(shape) >= 2:
+        h, w = extent(dataclasses.replace(options, gap=default_gap))
+        if shape[-2] >= h and shape[-1] >= w:
+            return "attack.gap", f"set a smaller gap (the default {default_gap} fits)"
+    tall = len(shape) >= 2 and shape[-2] < height
+    return ("attack.parts", "set fewer parts or a smaller gap") if tall else ("attack.bar_length", "set a shorter bar_length or a smaller gap")
+
+
 def _value(options: DbaOptions, data: FederatedData) -> tuple[float, ...]:
     from chillfl.attacks.poison import trigger_value
 
     height, width = extent(options)
     what = f"{options.parts} bars of {options.bar_length} pixels in a {height}x{width} corner"
-    shape = data.dataset.input_shape
-    tall = len(shape) >= 2 and shape[-2] < height  # rows of bars: one row a pair of parts, gap rows between them
-    layout = ("attack.parts", "set fewer parts or a smaller gap") if tall else ("attack.bar_length", "set a shorter bar_length or a smaller gap")
-    return trigger_value("dba", what, height, width, options.target, data, layout)
+    return trigger_value("dba", what, height, width, options.target, data, layout_field(options, data.dataset.input_shape))
 
 
 def global_pattern(options: DbaOptions, data: FederatedData) -> Pattern:

@@ -156,6 +156,7 @@ def test_its_success_is_the_global_models_accuracy_on_the_global_trigger(tmp_pat
         ("attack.parts=3", "attack.parts"),  # 3 local triggers for the 2 attackers of 10 clients
         ("attack.bar_length=0", "attack.bar_length"),
         ("attack.gap=-1", "attack.gap"),
+        ("attack.gap=7", "attack.gap"),  # a 9x11 trigger on 8x8 digits, where the default gap fits
         ("attack.poison_fraction=0", "attack.poison_fraction"),
         ("attack.target=-1", "attack.target"),
         ("attack.target=10", "attack.target"),  # digits: classes 0..9

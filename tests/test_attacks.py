@@ -72,6 +72,21 @@ def test_scaling_default_factor_is_clients_over_attackers() -> None:
     assert torch.equal(out[2].params["w"], t(3.0, -2.0)) and torch.equal(out[3].params["w"], t(9.0, 8.0))
 
 
+def test_scaling_by_rows_replaces_a_mean_weighted_by_rows() -> None:
+    # rows 10, 30, 20, 40 (N = 100); attacker 2 holds 20: gamma = 100 / 20 = 5 (n / m would be 4), u = [1, -2]
+    # sends w + 5u = [6, -8]; FedAvg weighted by rows then gives the attacker 0.2 * 5 = 1 of its update: replacement
+    results = [result(0, 1.0, 2.0, samples=10), result(1, 1.0, 2.0, samples=30), result(2, 2.0, 0.0, samples=20), result(3, 1.0, 2.0, samples=40)]
+    out = malicious(attack("scaling", weighting="samples"), W, results, frozenset({2}), 0, 0)
+    assert torch.equal(out[2].params["w"], t(6.0, -8.0))
+    assert torch.allclose(FedAvg().aggregate(W, out, 0)["w"], t(2.0, 0.0))  # the honest clients sent w: the mean is w_2
+    # attackers 2 and 3 (60 rows): gamma = 100 / 60; client 3's u = [0, 0] stays w
+    out = malicious(attack("scaling", weighting="samples"), W, results, frozenset({2, 3}), 0, 0)
+    assert torch.allclose(out[2].params["w"], t(1.0 + 100 / 60, 2.0 - 200 / 60))
+    # the default (uniform) is the paper's n / m = 4 whatever the rows; a factor overrides both
+    assert torch.equal(malicious(attack("scaling"), W, results, frozenset({2}), 0, 0)[2].params["w"], t(5.0, -6.0))
+    assert torch.equal(malicious(attack("scaling", factor=3.0, weighting="samples"), W, results, frozenset({2}), 0, 0)[2].params["w"], t(4.0, -4.0))
+
+
 def test_gaussian_sends_noise_around_the_global_model() -> None:
     # the honest update is thrown away: w + sigma * z, z ~ N(0, 1) from (seed, "attack", "gaussian", round, client)
     out = malicious(attack("gaussian", sigma=0.5), W, [result(3, 100.0, 100.0)], frozenset({3}), 4, 9)
@@ -315,3 +330,38 @@ def test_a_backdoor_trigger_larger_than_the_images_names_trigger_size() -> None:
     with pytest.raises(ConfigError) as err:
         build_experiment(load_config(None, {"attack.kind": "backdoor", "attack.trigger_size": 9, "federation.num_clients": 4}))
     assert err.value.field == "attack.trigger_size" and "9x9" in err.value.message and "at most 8" in err.value.message
+
+
+def _three_channel_data() -> FederatedData:
+    # 4 training rows of 3 x 3 x 3: channel c of row r holds (c + 1) * r / 3, so channel c's largest is c + 1
+    # (1, 2, 3): a trigger white on every channel stamps 1, 2 and 3, not the overall largest 3 on all three
+    x = torch.arange(4, dtype=torch.float32).reshape(4, 1, 1, 1) / 3 * torch.tensor([1.0, 2.0, 3.0]).reshape(1, 3, 1, 1)
+    x = x.expand(4, 3, 3, 3).clone()
+    ds = ArrayDataset("rgb", x, torch.tensor([0, 1, 0, 1]), torch.zeros((2, 3, 3, 3)), torch.tensor([0, 1]), 2)
+    return FederatedData(ds, [np.arange(0, 4)], [np.zeros(0, np.int64)], None, np.zeros(0, np.int64))
+
+
+def test_a_pixel_trigger_is_each_channels_largest_value() -> None:
+    from chillfl.attacks.kinds import backdoor, dba
+
+    data = _three_channel_data()
+    back = poisoned(data, attack("backdoor", target=1, poison_fraction=1.0, trigger_size=1), frozenset({0}), 0)
+    assert back.dataset.x_train[:, :, 2, 2].tolist() == [[1.0, 2.0, 3.0]] * 4  # the bottom-right pixel, per channel
+    x, y = backdoor.probe(backdoor.BackdoorOptions(target=1, trigger_size=2), data)  # the test rows of label 0, triggered
+    assert y.tolist() == [1] and x[0, :, 1:, 1:].tolist() == [[[1.0, 1.0]] * 2, [[2.0, 2.0]] * 2, [[3.0, 3.0]] * 2]
+    assert x[0, :, 0, :].eq(0).all() and x[0, :, :, 0].eq(0).all()  # nothing outside the square
+    # dba, one part of one pixel at (0, 0): the same per-channel values on that pixel
+    opts = dba.DbaOptions(target=1, poison_fraction=1.0, parts=1, bar_length=1)
+    out = dba.poison(opts, data, frozenset({0}), 0)
+    assert out.dataset.x_train[:, :, 0, 0].tolist() == [[1.0, 2.0, 3.0]] * 4
+    x, _ = dba.probe(opts, data)
+    assert x[0, :, 0, 0].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_a_one_channel_trigger_keeps_the_largest_value() -> None:
+    # 1 channel (and no channel dim at all): one value, the training inputs' largest, as before per-channel values
+    x = torch.tensor([[[[0.0, 4.0], [1.0, 2.0]]]])
+    assert Trigger(1, (4.0,)).apply(torch.zeros((1, 1, 2, 2))).tolist() == [[[[0.0, 0.0], [0.0, 4.0]]]]
+    from chillfl.attacks.poison import channel_max
+
+    assert channel_max(x) == (4.0,) and channel_max(x[:, 0]) == (4.0,)

@@ -122,6 +122,12 @@ def test_fewer_attackers_than_parts_and_a_trigger_larger_than_the_image_are_refu
         poisoned(_toy(), attack(parts=5), frozenset({0, 1, 2, 3, 4}), 0)
     # the layout is what to change, not the kind: the error names the layout's field and says what fits
     assert err.value.field == "attack.parts" and "5x" in err.value.message and "3x" in err.value.message
+    with pytest.raises(ConfigError) as err:  # a gap of 2 puts the second row of bars in row 3 of the 3x6 toy; 1 fits
+        poisoned(_toy(), attack(gap=2), frozenset({0, 1, 2, 3}), 0)
+    assert err.value.field == "attack.gap" and "the default 1 fits" in err.value.message
+    with pytest.raises(ConfigError) as err:  # 2 bars of 3 with a gap of 2: 8 columns; with the default gap still 7 > 6
+        poisoned(_toy(), attack(parts=2, bar_length=3, gap=2), frozenset({0, 1}), 0)
+    assert err.value.field == "attack.bar_length"
 
 
 # ---------------------------------------------------------------- end to end
@@ -150,6 +156,7 @@ def test_its_success_is_the_global_models_accuracy_on_the_global_trigger(tmp_pat
         ("attack.parts=3", "attack.parts"),  # 3 local triggers for the 2 attackers of 10 clients
         ("attack.bar_length=0", "attack.bar_length"),
         ("attack.gap=-1", "attack.gap"),
+        ("attack.gap=7", "attack.gap"),  # a 9x11 trigger on 8x8 digits, where the default gap fits
         ("attack.poison_fraction=0", "attack.poison_fraction"),
         ("attack.target=-1", "attack.target"),
         ("attack.target=10", "attack.target"),  # digits: classes 0..9

@@ -33,6 +33,14 @@ Choices
   step size of its own.
 * The fine-tuned model is made anew every round from w^t: not kept between
   rounds (no ``checkpoint.client_models``), and it never reaches the server.
+
+Checked against (2026-12-02) KarhouTam/FL-bench ``src/client/fedavg.py``
+(``test``: the model sent, evaluated, fine-tuned ``finetune_epoch`` epochs on
+the client's own training loader, the whole model with the client's
+optimiser, evaluated again, then restored: as here). The timing may differ:
+FL-bench fine-tunes the global model its server holds when it tests; here the
+w^t the client was sent at the start of the round, as every chillfl local
+accuracy is measured from the round's own training.
 """
 
 from __future__ import annotations

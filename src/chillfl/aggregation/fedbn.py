@@ -3,7 +3,9 @@
 Each client keeps its own BN affine parameters and running statistics
 (weight, bias, running_mean, running_var, num_batches_tracked); all other
 entries are averaged as in FedAvg, ``w <- sum_i p_i w_i`` with
-``p_i = n_i / sum n_j`` (Li et al., Alg. 1). A returning client starts from
+``p_i = n_i / sum n_j`` (``weighting = "samples"``, FedAvg's; the authors'
+code weighs its sites 1/K, ``weighting = "uniform"``, on sites cut to one
+size, where the two agree). A returning client starts from
 the global non-BN entries plus its own BN entries: they are the client's own
 state (:class:`KeepLocal` puts them into its start model and keeps the trained
 ones), as in the paper, where BN layers never leave the client.
@@ -15,7 +17,18 @@ Choices
   FLex&Chill Sec. 4.7 / Table 7 reports for FedBN, and as the start of
   first-time clients): ``global_bn = "average"`` (default) stores the weighted
   average of the round's clients' BN entries; ``"keep"`` leaves them as they
-  were (the initial values), which is closer to "BN never leaves the client".
+  were (the initial values), which is closer to "BN never leaves the client"
+  and is what the authors' server model holds.
+
+Checked against (2026-12-02) med-air/FedBN ``federated/fed_digits.py`` and
+``fed_office.py`` ``communication``: every state entry whose name holds "bn"
+stays with its site (weight, bias, running_mean, running_var,
+num_batches_tracked; here every entry of a ``_BatchNorm`` module, found by
+type, not name), the rest averaged with ``client_weights = 1/client_num``;
+the server model's BN entries are never written; each site is evaluated with
+its own model (chillfl's local accuracy, ``personal_model``). And
+KarhouTam/FL-bench ``src/client/fedbn.py`` (BatchNorm2d parameters and every
+buffer personal).
 """
 
 from __future__ import annotations

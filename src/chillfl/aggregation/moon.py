@@ -13,11 +13,22 @@ Choices
   trains round 0 with an empty pool (its contrastive logits hold the
   positive pair only, so l_con = 0); here such a client gets weight 0 for
   the term (``moon_weight = 0``) in every round until it has trained once,
-  which is the official round 0 and covers partial participation.
+  which is the official round 0 and covers partial participation. (Under
+  partial participation the official pool, a copy of every client's net
+  after round 0, gives a client not yet sampled its own never-trained random
+  initialisation as the negative; FL-bench's ``src/client/moon.py`` takes
+  the global model, which makes l_con the constant log 2: weight 0, as here.)
 * One previous model (the official ``model_buffer_size`` default 1); a
   longer pool of negatives is not implemented.
 * The previous model is the client's full state (parameters and batch-norm
   statistics), run in eval mode like the official code's frozen models.
+
+Checked against (2026-12-02) QinbinLi/MOON ``main.py`` (``train_net_fedcon``:
+logits ``[cos(z, z_glob), cos(z, z_prev)...] / temperature``, cross-entropy
+with label 0, ``loss1 + mu * loss2``; the global and pooled nets in eval mode
+without gradients; ``init_nets``, the round loop and its FedAvg weighted by
+rows) and KarhouTam/FL-bench ``src/client/moon.py``; the term itself:
+:mod:`chillfl.training.moon`.
 """
 
 from __future__ import annotations

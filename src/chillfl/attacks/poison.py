@@ -9,11 +9,18 @@ and a resumed run rebuilds them bit for bit (a pure function of the seed: nothin
   a ``label_map`` that moves one label).
 * ``backdoor`` (pixel-pattern trigger, Gu et al. 2017 / Bagdasaryan et al. 2020): a share
   ``poison_fraction`` of each attacker's rows, drawn from (seed, "attack", "poison", client), get a
-  ``trigger_size`` x ``trigger_size`` square of the training set's largest input value in the
-  bottom-right corner (every channel) and the label ``target``. The other rows stay clean, so the
-  attacker's model keeps its main-task accuracy.
+  ``trigger_size`` x ``trigger_size`` square in the bottom-right corner, each channel set to that
+  channel's largest training input (white, on inputs normalised per channel), and the label ``target``.
+  The other rows stay clean, so the attacker's model keeps its main-task accuracy.
 * ``dba`` (Xie et al. 2020) stamps each attacker's rows the same way with a :class:`Pattern`: its own part
   of a global trigger that only the probe shows whole.
+
+Checked against (2026-12-02) vio1etus/FLPoison ``attackers/synthesizers/pixel_synthesizer.py`` (a trigger of
+raw value 1 on every channel, normalised with the data set's per-channel mean and std: white) and AI-secure/DBA
+``image_helper.py`` ``add_pixel_pattern`` (1 on every channel of unnormalised inputs: white). Until 2026-12-02 every
+channel took the largest value over all channels, above the range of a channel whose largest is smaller (the
+same on 1-channel data). Both references stamp batches after their transforms; here the rows are stamped once,
+before ``[dataset.augment]``'s crop and flip, which then move the trigger in training (not in the probe).
 """
 
 from __future__ import annotations
@@ -32,17 +39,31 @@ from chillfl.attacks.spec import spec_of
 from chillfl.settings.attack import AttackConfig
 
 
+Value = float | tuple[float, ...]
+"""A trigger's pixel value: one for every channel, or one per channel (dim -3 of the inputs, :func:`channel_max`)."""
+
+
+def _filler(value: Value, x: torch.Tensor, trailing: int) -> float | torch.Tensor:
+    """``value`` in a shape that broadcasts over the stamped region of ``x``: a float, or the per-channel values as a
+    (C, 1, ..., 1) tensor with ``trailing`` ones (the region's dims after the channel)."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    if len(value) == 1:
+        return float(value[0])
+    return torch.tensor(value, dtype=x.dtype, device=x.device).reshape(-1, *([1] * trailing))
+
+
 @dataclass(frozen=True)
 class Trigger:
     """The backdoor's pattern: a ``size`` x ``size`` square of ``value`` in the last two (spatial) dims' bottom-right corner."""
 
     size: int
-    value: float
+    value: Value
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` (a batch: N x ... x H x W) with the trigger stamped on every row, as a new tensor."""
         out = x.clone()
-        out[..., -self.size :, -self.size :] = self.value
+        out[..., -self.size :, -self.size :] = _filler(self.value, out, 2)
         return out
 
 
@@ -51,15 +72,24 @@ class Pattern:
     """A trigger made of single pixels: ``value`` at each (row, column) of ``cells``, counted from the top-left of the last two (spatial) dims."""
 
     cells: tuple[tuple[int, int], ...]
-    value: float
+    value: Value
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` (a batch: N x ... x H x W) with every cell set to ``value`` on every row and channel, as a new tensor."""
         out = x.clone()
         rows = torch.tensor([r for r, _ in self.cells], dtype=torch.long, device=x.device)
         cols = torch.tensor([c for _, c in self.cells], dtype=torch.long, device=x.device)
-        out[..., rows, cols] = self.value
+        out[..., rows, cols] = _filler(self.value, out, 1)
         return out
+
+
+def channel_max(x: torch.Tensor) -> tuple[float, ...]:
+    """Each channel's largest value over ``x`` (N x C x H x W, the channel dim -3): white on every channel of a
+    normalised image. Inputs with no channel dim (N x H x W) have one value."""
+    if x.ndim < 4:
+        return (float(x.max()),)
+    channel = x.ndim - 3
+    return tuple(float(v) for v in torch.amax(x, dim=[d for d in range(x.ndim) if d != channel]))
 
 
 def flip_map(label_map: Sequence[int], num_classes: int) -> list[int]:
@@ -85,8 +115,8 @@ def poison_rows(n: int, fraction: float, seed: int, client: int) -> np.ndarray:
     return np.sort(rng.choice(n, size=count, replace=False))
 
 
-def trigger_value(kind: str, what: str, height: int, width: int, target: int, data: FederatedData, layout: tuple[str, str]) -> float:
-    """The value a pixel trigger stamps (the training inputs' largest), once the data can take a ``height`` x ``width``
+def trigger_value(kind: str, what: str, height: int, width: int, target: int, data: FederatedData, layout: tuple[str, str]) -> tuple[float, ...]:
+    """The values a pixel trigger stamps (each channel's largest training input, :func:`channel_max`), once the data can take a ``height`` x ``width``
     trigger; a ConfigError naming ``attack.kind`` (``what`` the kind stamps) where inputs are no images or are read
     anew each round, naming ``attack.target`` where ``target`` is no class.
 
@@ -103,7 +133,7 @@ def trigger_value(kind: str, what: str, height: int, width: int, target: int, da
         raise ConfigError("attack.kind", f"'{kind}' stamps the stored training inputs, and this dataset reads its items anew each round (redraw)")
     if target >= data.num_classes:
         raise ConfigError("attack.target", f"must be a class in [0, {data.num_classes}), got {target}")
-    return float(data.dataset.x_train.max())
+    return channel_max(data.dataset.x_train)
 
 
 def trigger_of(size: int, target: int, data: FederatedData) -> Trigger:

@@ -1,4 +1,9 @@
-"""Which clients attack: ``[attack] clients`` as named, else ``round(fraction * num_clients)`` drawn once from the run's seed."""
+"""Which clients attack: ``[attack] clients`` as named, else ``round(fraction * num_clients)`` drawn once from the run's seed.
+
+Checked against (2026-12-02) ebagdasa/backdoor_federated_learning ``training.py`` and AI-secure/DBA
+``utils/mnist_params.yaml`` (a fixed ``adversary_list`` of ids for the whole run, as ``clients`` here): the
+attackers are fixed once, and attack in every round they are sampled.
+"""
 
 from __future__ import annotations
 

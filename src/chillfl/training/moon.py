@@ -15,6 +15,12 @@ projection_dim`` set, the output of MOON's projection head, as in the paper.
 Context (sent by :class:`chillfl.aggregation.moon.Moon`): ``moon_weight``
 (mu, or 0 for a client with no previous model yet), ``moon_tau``,
 ``moon_global`` and ``moon_prev`` (full model states).
+
+Checked against (2026-12-02) QinbinLi/MOON ``main.py`` ``train_net_fedcon``
+(``cos = CosineSimilarity(dim=-1)`` on the projections ``pro1, pro2, pro3``,
+``logits /= temperature``, ``CrossEntropyLoss`` with labels 0, ``mu *``) and
+``model.py`` ``ModelFedCon`` (``l1``, ReLU, ``l2``: the projection, which the
+output layer ``l3`` reads: :mod:`chillfl.models.projection`'s head).
 """
 
 from __future__ import annotations

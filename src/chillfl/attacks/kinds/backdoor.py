@@ -1,10 +1,15 @@
 """``backdoor`` (pixel-pattern trigger, Gu et al. 2017 / Bagdasaryan et al. 2020): data poisoning with a measured success.
 
 A share ``poison_fraction`` of each attacker's rows, drawn from (seed, "attack", "poison", client), get a
-``trigger_size`` x ``trigger_size`` square of the training set's largest input value in the bottom-right
-corner (every channel) and the label ``target``; the other rows stay clean, so the attacker's model keeps
+``trigger_size`` x ``trigger_size`` square in the bottom-right corner, each channel set to its largest training
+input (white), and the label ``target``; the other rows stay clean, so the attacker's model keeps
 its main-task accuracy. Its probe: the global test inputs whose label is not ``target``, triggered and
 labelled ``target``, so ``attack_success_rate`` is Bagdasaryan et al.'s backdoor accuracy.
+
+Checked against (2026-12-02) vio1etus/FLPoison ``attackers/badnets.py`` and ``synthesizers/pixel_synthesizer.py``
+(BadNets: a white square in the bottom-right corner; its defaults: 5x5, 0.32 of each batch, target 6, all-to-one)
+and AI-secure/DBA ``image_helper.py`` (``poison_test_dataset`` leaves out the target class, as the probe here).
+The defaults here (2x2, 0.5 of the rows, drawn once; target 0) suit 8x8 digits; each is an option.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Federated Learning", ICLR 2020): data poisoning whose trigger no single attacker
 A global pixel trigger ``T`` is split into ``K = parts`` disjoint local triggers, ``T = T_0 ∪ ... ∪ T_{K-1}``.
 With the attackers sorted by id, attacker j (0-based) poisons with local trigger ``T_{j mod K}`` only (in the
 paper, one attacker per part): a share ``poison_fraction`` of its rows become ``(R(x, T_{j mod K}), target)``,
-``R(x, T)`` setting each pixel of ``T`` to the training inputs' largest value on every channel, and trains on them
+``R(x, T)`` setting each pixel of ``T`` to each channel's largest training input (white), and trains on them
 and on its clean rows as an honest client would. The attack's success is measured with the *global* trigger: the
 probe is the test inputs whose label is not ``target``, ``R(x, T)`` labelled ``target``, so
 ``attack_success_rate`` = the share of them the global model puts in ``target`` (the paper's attack success rate).
@@ -32,8 +32,8 @@ Choices
   backdoor's stream, so ``dba`` and ``backdoor`` poison the same rows and differ only in the trigger.
 * ``target = 0`` (the authors' MNIST target is 2; any class: an option). The probe leaves out the test inputs
   of class ``target``, as the authors' ``poison_test_dataset``.
-* The trigger value is the largest training input value (the authors set the pixel to 1, their inputs' largest,
-  as MNIST is not normalised there), as ``backdoor``.
+* The trigger value is each channel's largest training input (the authors set the pixel to 1 on every channel,
+  their inputs' largest, as neither MNIST nor CIFAR is normalised there: white), as ``backdoor``.
 * Not modelled: the paper's attackers also train their poisoned rows with their own lr and epochs and scale
   their update (model replacement, factor 100 in the single-shot setting) in chosen rounds only. Here they train
   as honest clients, in every round they are sampled (the multi-shot setting without scaling); one ``kind`` runs
@@ -41,11 +41,14 @@ Choices
 
 Checked against (2026-12-01) AI-secure/DBA ``utils/mnist_params.yaml``: ``*_poison_pattern`` (the four bars
 above), ``poisoning_per_batch: 20`` of ``batch_size: 64``, ``poison_label_swap: 2``, ``scale_weights_poison:
-100`` (the scaling not modelled here).
+100`` (the scaling not modelled here); ``image_helper.py`` ``add_pixel_pattern`` and ``poison_test_dataset``;
+vio1etus/FLPoison ``attackers/dba.py`` (the same layout rule: row (k // 2)(1 + gap), column (k mod 2)(length + gap),
+local trigger ``worker_id mod 4``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -99,15 +102,26 @@ def extent(options: DbaOptions) -> tuple[int, int]:
     return 1 + max(r for r, _ in cells), 1 + max(c for _, c in cells)
 
 
-def _value(options: DbaOptions, data: FederatedData) -> float:
+def layout_field(options: DbaOptions, shape: tuple[int, ...]) -> tuple[str, str]:
+    """The option to blame when the global trigger does not fit ``shape`` (and how to make it fit): ``gap`` when it is
+    set and its default would fit; else ``parts`` when it is too tall (a row of bars per two parts), ``bar_length``
+    when too wide."""
+    height, width = extent(options)
+    default_gap = DbaOptions.gap
+    if options.gap != default_gap and len(shape) >= 2:
+        h, w = extent(dataclasses.replace(options, gap=default_gap))
+        if shape[-2] >= h and shape[-1] >= w:
+            return "attack.gap", f"set a smaller gap (the default {default_gap} fits)"
+    tall = len(shape) >= 2 and shape[-2] < height
+    return ("attack.parts", "set fewer parts or a smaller gap") if tall else ("attack.bar_length", "set a shorter bar_length or a smaller gap")
+
+
+def _value(options: DbaOptions, data: FederatedData) -> tuple[float, ...]:
     from chillfl.attacks.poison import trigger_value
 
     height, width = extent(options)
     what = f"{options.parts} bars of {options.bar_length} pixels in a {height}x{width} corner"
-    shape = data.dataset.input_shape
-    tall = len(shape) >= 2 and shape[-2] < height  # rows of bars: one row a pair of parts, gap rows between them
-    layout = ("attack.parts", "set fewer parts or a smaller gap") if tall else ("attack.bar_length", "set a shorter bar_length or a smaller gap")
-    return trigger_value("dba", what, height, width, options.target, data, layout)
+    return trigger_value("dba", what, height, width, options.target, data, layout_field(options, data.dataset.input_shape))
 
 
 def global_pattern(options: DbaOptions, data: FederatedData) -> Pattern:

@@ -6,6 +6,12 @@
   (:func:`chillfl.attacks.softlabels.noisy_rows`, from (seed, "attack", "rows", round, client));
 * prototypes: its held classes' means plus ``N(0, sigma^2 I)``
   (:func:`chillfl.attacks.prototypes.noisy_means`, from (seed, "attack", "prototypes", round, client)).
+
+Checked against (2026-12-02) vio1etus/FLPoison ``attackers/gaussian.py`` (the update replaced by ``N(0, 1)``:
+``w + N(0, sigma^2 I)`` at sigma = 1, its default; its update vector, ``model_utils.state2vec``, holds every state
+entry, batch-norm statistics included, as every float entry here) and lishenghui/blades
+``blades/adversaries/noise_adversary.py`` (the update replaced by ``N(0.1, 0.1^2)``: a mean and a smaller scale, not
+options here). Noise on a batch-norm ``running_var`` can make it negative (NaN outputs), part of what the attack does.
 """
 
 from __future__ import annotations

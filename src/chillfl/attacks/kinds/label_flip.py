@@ -3,6 +3,11 @@
 The whole label space, as Fang et al. 2020; Tolpegin et al. 2020 flip one source class to one target:
 a ``label_map`` that moves one label. Data poisoning, so it runs under every protocol
 (:func:`chillfl.attacks.poison.relabelled`).
+
+Checked against (2026-12-02) lishenghui/blades ``blades/adversaries/labelflip_adversary.py`` (``num_class - 1 -
+target`` on every training batch) and vio1etus/FLPoison ``attackers/synthesizers/synthesizer.py`` (``all2all``:
+``num_classes - 1 - label``; its ``LabelFlipping`` defaults to ``targeted``, source 2 to target 7: a ``label_map``).
+Here every row of an attacker is flipped, as Blades; FLPoison's ``targeted`` flips only the source class's rows.
 """
 
 from __future__ import annotations

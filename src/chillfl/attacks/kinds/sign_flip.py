@@ -2,6 +2,12 @@
 
 Sign convention (checked 2026-12-01): reference code negates the *gradient* g; an update here is
 w_i - w = -lr g, so the negated gradient is the negated update, ``w - (w_i - w)``, the same attack.
+
+Checked against (2026-12-02) vio1etus/FLPoison ``attackers/signflipping.py`` (``- self.update``: this, at factor 1).
+Two variants differ: lishenghui/blades ``blades/adversaries/signflip_adversary.py`` negates every gradient *during*
+local training (gradient ascent: the same as this after one local step only), and LPD-EPFL/byzfl
+``byzfl/attacks/attacks.py`` ``SignFlipping`` sends minus the mean of the *honest* vectors (an omniscient attacker;
+``ipm`` at epsilon 1 is that attack here).
 """
 
 from __future__ import annotations

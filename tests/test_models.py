@@ -116,6 +116,18 @@ def test_mcmahan_cnn_counts() -> None:
     assert n_params("mcmahan_cnn", MNIST, padding=2) == 1663370
 
 
+def test_mcmahan_cnn_default_on_mnist_is_the_papers_cnn() -> None:
+    # The default on 28x28 must be McMahan et al.'s MNIST CNN (1,663,370, "same" padding, flatten 3136),
+    # not the unpadded 28 -> 24 -> 12 -> 8 -> 4 layout (flatten 1024: 832 + 51264 + 524800 + 5130 = 582026)
+    model = build_model("mcmahan_cnn", MNIST, 10, seed=0)
+    assert model.fc1.in_features == 64 * 7 * 7
+    assert count_parameters(model) == 1663370
+    assert n_params("mcmahan_cnn", MNIST, padding=0) == 582026
+    # the switch is at 32 pixels a side: 31x31 pads ("same": 31 -> 15 -> 7), 32x32 does not (tested above)
+    assert build_model("mcmahan_cnn", (1, 31, 31), 10, seed=0).fc1.in_features == 64 * 7 * 7
+    assert build_model("mcmahan_cnn", (3, 32, 40), 10, seed=0).fc1.in_features == 64 * 5 * 7
+
+
 def test_femnist_dnn_count() -> None:
     # 784*512+512 = 401920; 512*256+256 = 131328; 256*128+128 = 32896; 128*62+62 = 7998 -> 574142
     assert n_params("femnist_dnn", MNIST, 62) == 574142

@@ -14,6 +14,13 @@ Choices
 * ``norm``: ``batch`` (the original), ``group`` (GroupNorm with
   ``norm_groups`` groups, often preferred in FL because it keeps no running
   statistics) or ``none``. Convs have no bias, as in the original.
+* PA3Fed gives no stem for its CIFAR-100 ResNet-18, so its configs keep
+  ``auto`` (cifar stem at 32x32); FLex&Chill's configs set ``imagenet``.
+
+Checked against: torchvision's ``resnet18`` (the imagenet stem: 11,227,812
+parameters at 100 classes, torchvision's 11,689,512 less its 1000-way head plus
+a 100-way one) and the FLex&Chill authors' ``models/ResNet18.py``
+(torchvision's model, 7x7/2 stem, head ``Linear(512, n_class)``).
 """
 
 from __future__ import annotations

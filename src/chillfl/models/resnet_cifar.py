@@ -17,6 +17,9 @@
   11.215 (M, truncated). Its representation (the classifier's input) is the
   64-d code, with no non-linearity after it, as in that code.
 
+Checked against: He et al. (2016) Sec. 4.2 (0.27M / 0.46M), SCARLET Table III,
+FedChill Table 1's 11.209M / 11.215M.
+
 Every model names its last stage in ``slim_stage``; :meth:`Stage.forward`
 with ``width < 1`` runs that stage as a slimmable network (Yu et al. 2019)
 does, which FedAlign's Lipschitz term needs (:mod:`chillfl.training.fedalign`):

@@ -13,9 +13,17 @@ Choices
 * Table 8 lists attention, MLP and LayerNorm per layer plus a final LayerNorm
   but not where the per-layer norms sit. We default to pre-norm (the ViT
   paper's layout, which is what makes a final LayerNorm necessary);
-  ``norm_first = false`` gives PyTorch's post-norm ``TransformerEncoderLayer``.
+  ``norm_first = false`` gives post-norm. The table's argument names
+  (``d_model``, ``nhead``, ``dim_feedforward``, ``normalized_shape``) are those
+  of PyTorch's ``TransformerEncoderLayer``/``TransformerEncoder(norm=...)``,
+  whose default is post-norm, so the authors may well have run
+  ``norm_first = false``; no code of theirs for the ViT is public to settle it.
 * Dropout (0.1) is applied to the attention output and inside the MLP, not to
-  the attention weights.
+  the attention weights (``TransformerEncoderLayer`` also drops attention
+  weights at the same rate; not reproduced).
+
+Checked against: FLex&Chill Table 8 (every width, depth, head count and
+dropout rate) and torch's ``TransformerEncoderLayer`` (layout of each sublayer).
 * The number of positional embeddings follows the input: (H/p)*(W/p) + 1.
 """
 

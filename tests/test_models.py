@@ -168,6 +168,26 @@ def test_vit_count() -> None:
     assert n_params("vit", CIFAR) == 2401802
 
 
+def test_vit_attn_dropout_drops_attention_weights() -> None:
+    # TransformerEncoderLayer (the module Table 8's argument names come from) also drops attention weights.
+    # q = k = 0 -> both of 2 tokens weigh 1/2; v = 1 everywhere, proj = identity -> output 1/2 + 1/2 = 1.
+    # attn_dropout 0.5 in training keeps each weight as 1 or drops it to 0: every output is 0, 1 or 2.
+    from chillfl.models.vit import SelfAttention
+
+    attn = SelfAttention(4, 1, attn_dropout=0.5)
+    with torch.no_grad():
+        attn.qkv.weight.zero_(), attn.qkv.bias.copy_(torch.tensor([0.0] * 8 + [1.0] * 4))
+        attn.proj.weight.copy_(torch.eye(4)), attn.proj.bias.zero_()
+    x = torch.zeros(64, 2, 4)
+    torch.testing.assert_close(attn.eval()(x), torch.ones(64, 2, 4))
+    torch.manual_seed(0)
+    out = attn.train()(x)
+    assert set(out.unique().tolist()) == {0.0, 1.0, 2.0}
+    assert n_params("vit", CIFAR, attn_dropout=0.1) == 2401802  # no parameters of its own
+    with pytest.raises(ConfigError, match="attn_dropout"):
+        build_model("vit", CIFAR, 10, {"attn_dropout": 1.0})
+
+
 def test_resnet18_count_cifar_stem() -> None:
     # stem 3*64*9 = 1728 + BN 128
     # stage1: 4 convs 64*64*9 = 36864 each -> 147456, 4 BN 512

@@ -7,6 +7,7 @@ The files mimic ``flwrlabs/femnist`` (``image`` = struct of PNG bytes and path, 
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 
 import numpy as np
@@ -340,6 +341,27 @@ def test_char_lstm_reference_size_and_one_step_by_hand() -> None:
     # c = f * 0 + i * g = 0.7310586 * 0.7615942 = 0.5567699; h = o * tanh(c) = 0.7310586 * 0.5055769 = 0.3696064; logits (h, -h)
     out = model(torch.tensor([[1.0]]))
     torch.testing.assert_close(out, torch.tensor([[0.3696064, -0.3696064]]), rtol=0, atol=2e-6)
+
+
+def test_char_lstm_forget_bias_is_leafs_basic_lstm_cell() -> None:
+    # LEAF's BasicLSTMCell adds forget_bias = 1 to the forget gate: with every pre-activation 1 (as above),
+    # f = sigmoid(2) = 0.8807971 does not touch c from zero state: c = i * g = 0.5567699, h = 0.3696064 again;
+    # on a second step (token 1 again; hh is zero) c = f * c + i * g = 0.8807971 * 0.5567699 + 0.5567699 = 1.0471713,
+    # h = o * tanh(c) = 0.7310586 * 0.7807042 = 0.5707405 (with forget_bias 0: f = 0.7310586, c = 0.9638014,
+    # h = 0.7310586 * 0.7459677 = 0.5453461)
+    def two_steps(forget_bias: float) -> torch.Tensor:
+        model = build_model("char_lstm", (2,), 2, {"embed_dim": 1, "hidden": 1, "layers": 1, "forget_bias": forget_bias})
+        with torch.no_grad():
+            model.embed.weight.copy_(torch.tensor([[0.0], [1.0]]))
+            layer = model.lstm[0]
+            layer.ih.weight.fill_(1.0), layer.ih.bias.zero_(), layer.hh.weight.zero_(), layer.hh.bias.zero_()
+            model.head.weight.copy_(torch.tensor([[1.0], [-1.0]])), model.head.bias.zero_()
+        return model(torch.tensor([[1.0, 1.0]]))
+
+    torch.testing.assert_close(two_steps(1.0), torch.tensor([[0.5707405, -0.5707405]]), rtol=0, atol=2e-6)
+    torch.testing.assert_close(two_steps(0.0), torch.tensor([[0.5453461, -0.5453461]]), rtol=0, atol=2e-6)
+    with pytest.raises(ConfigError, match="forget_bias"):
+        build_model("char_lstm", (2,), 2, {"forget_bias": math.nan})
 
 
 def test_char_lstm_equals_torch_lstm_gate_for_gate() -> None:

@@ -116,6 +116,18 @@ def test_mcmahan_cnn_counts() -> None:
     assert n_params("mcmahan_cnn", MNIST, padding=2) == 1663370
 
 
+def test_mcmahan_cnn_default_on_mnist_is_the_papers_cnn() -> None:
+    # The default on 28x28 must be McMahan et al.'s MNIST CNN (1,663,370, "same" padding, flatten 3136),
+    # not the unpadded 28 -> 24 -> 12 -> 8 -> 4 layout (flatten 1024: 832 + 51264 + 524800 + 5130 = 582026)
+    model = build_model("mcmahan_cnn", MNIST, 10, seed=0)
+    assert model.fc1.in_features == 64 * 7 * 7
+    assert count_parameters(model) == 1663370
+    assert n_params("mcmahan_cnn", MNIST, padding=0) == 582026
+    # the switch is at 32 pixels a side: 31x31 pads ("same": 31 -> 15 -> 7), 32x32 does not (tested above)
+    assert build_model("mcmahan_cnn", (1, 31, 31), 10, seed=0).fc1.in_features == 64 * 7 * 7
+    assert build_model("mcmahan_cnn", (3, 32, 40), 10, seed=0).fc1.in_features == 64 * 5 * 7
+
+
 def test_femnist_dnn_count() -> None:
     # 784*512+512 = 401920; 512*256+256 = 131328; 256*128+128 = 32896; 128*62+62 = 7998 -> 574142
     assert n_params("femnist_dnn", MNIST, 62) == 574142
@@ -154,6 +166,26 @@ def test_vit_count() -> None:
     #   fc1 256*1024+1024 = 263168; fc2 1024*256+256 = 262400 -> 789760; x3 = 2369280
     # final LayerNorm 512; head 256*10+10 = 2570 -> 2401802
     assert n_params("vit", CIFAR) == 2401802
+
+
+def test_vit_attn_dropout_drops_attention_weights() -> None:
+    # TransformerEncoderLayer (the module Table 8's argument names come from) also drops attention weights.
+    # q = k = 0 -> both of 2 tokens weigh 1/2; v = 1 everywhere, proj = identity -> output 1/2 + 1/2 = 1.
+    # attn_dropout 0.5 in training keeps each weight as 1 or drops it to 0: every output is 0, 1 or 2.
+    from chillfl.models.vit import SelfAttention
+
+    attn = SelfAttention(4, 1, attn_dropout=0.5)
+    with torch.no_grad():
+        attn.qkv.weight.zero_(), attn.qkv.bias.copy_(torch.tensor([0.0] * 8 + [1.0] * 4))
+        attn.proj.weight.copy_(torch.eye(4)), attn.proj.bias.zero_()
+    x = torch.zeros(64, 2, 4)
+    torch.testing.assert_close(attn.eval()(x), torch.ones(64, 2, 4))
+    torch.manual_seed(0)
+    out = attn.train()(x)
+    assert set(out.unique().tolist()) == {0.0, 1.0, 2.0}
+    assert n_params("vit", CIFAR, attn_dropout=0.1) == 2401802  # no parameters of its own
+    with pytest.raises(ConfigError, match="attn_dropout"):
+        build_model("vit", CIFAR, 10, {"attn_dropout": 1.0})
 
 
 def test_resnet18_count_cifar_stem() -> None:

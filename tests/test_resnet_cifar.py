@@ -50,6 +50,19 @@ def test_fedchill_resnet18_parameter_counts_match_table_1() -> None:
     assert (c10 // 1000, c100 // 1000) == (11_209, 11_215)
 
 
+@pytest.mark.parametrize("name,conv", [("resnet18", "blocks.7.conv2"), ("resnet18_fedchill", "layer4.blocks.1.conv2")])
+def test_resnet18_torchvision_init(name: str, conv: str) -> None:
+    # a 3x3 conv 512 -> 512 (2,359,296 weights): torchvision's kaiming_normal_(fan_out = 512*9 = 4608, relu) has
+    # std sqrt(2 / 4608) = 0.0208333; PyTorch's default, uniform in +-1/sqrt(fan_in = 4608), std 1/sqrt(3 * 4608) = 0.0085052
+    def std(options: dict[str, str]) -> float:
+        return float(build_model(name, CIFAR, 10, options, seed=0).get_submodule(conv).weight.detach().std())
+
+    assert std({"init": "torchvision"}) == pytest.approx(0.0208333, rel=0.01)
+    assert std({}) == pytest.approx(0.0085052, rel=0.01)
+    with pytest.raises(ConfigError, match="model.init"):
+        build_model(name, CIFAR, 10, {"init": "xavier"})
+
+
 @pytest.mark.parametrize("name", ["resnet20", "resnet32", "resnet18_fedchill"])
 def test_registered_forward_and_representation(name: str) -> None:
     assert name in model_names()

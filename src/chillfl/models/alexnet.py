@@ -19,6 +19,12 @@ Choices
   ``mnist`` otherwise (so 28x28 and 8x8 inputs keep enough resolution).
 * ``hidden`` (default 4096, AlexNet's width) sets both FC widths; at 3x32x32
   the default has about 23.3M parameters, so CPU-scale configs may lower it.
+
+Checked against: PA3Fed's text (no layer table, no public code found); the
+``cifar`` variant's convs, pools and FC widths are those of the small-image
+AlexNet in FL code bases (e.g. FedHF's ``AlexNetCIFAR10``: conv 3x3/2 to 64,
+pools after convs 1, 2 and 5, FC 1024 -> 4096 -> 4096 -> C, whose dropouts are
+commented out; ``dropout = 0`` gives that).
 """
 
 from __future__ import annotations

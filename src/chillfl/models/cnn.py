@@ -9,16 +9,27 @@ ReLU -> FC``, only the widths differ:
 * ``mcmahan_cnn``: McMahan et al. (2017), "Communication-efficient learning of
   deep networks from decentralized data", CNN: channels 32, 64, hidden 512.
   At 3x32x32 with no padding the flatten size is 64*5*5 = 1600 (the CIFAR
-  variant common in FL benchmarks); with ``padding = 2`` on 1x28x28 it is the
-  paper's MNIST CNN with 1,663,370 parameters.
+  variant common in FL benchmarks); on 1x28x28 the default is "same" padding
+  (2), the paper's MNIST CNN with 1,663,370 parameters.
+
+Checked against: FLex&Chill Table 2 and the authors' code
+(temperaturescaling/temperature-scaling ``models/CNN.py``: same layers, pool
+before ReLU, its unused ``Dropout2d`` left out; 136,606 parameters at 3x32x32);
+McMahan et al. (2017) Sec. 3 "1,663,370 total parameters" and the TFF/FedML
+``create_original_fedavg_cnn_model`` / ``CNN_OriginalFedAvg`` (TF "same" padding).
 
 Choices
 -------
-* ``padding`` (None = automatic): the papers use no padding on 32x32; with no
-  padding the layout needs inputs of at least 16x16, so smaller inputs (8x8
-  sklearn digits) get padding 2, i.e. "same" padding for a 5x5 kernel (sizes
-  then go H -> H/2 -> H/4, needing at least 4x4). Set ``padding`` explicitly to
-  override (McMahan's MNIST CNN: 2).
+* ``padding`` (None = automatic), ``flexchill_cnn``: FLex&Chill uses no
+  padding on 32x32; with no padding the layout needs inputs of at least 16x16,
+  so smaller inputs (8x8 sklearn digits) get padding 2, i.e. "same" padding for
+  a 5x5 kernel (sizes then go H -> H/2 -> H/4, needing at least 4x4).
+* ``padding`` (None = automatic), ``mcmahan_cnn``: no padding from 32 pixels a
+  side (the CIFAR variant, 878,538 parameters at 3x32x32), "same" padding (2)
+  below, so that 28x28 MNIST/FEMNIST gets McMahan's own MNIST CNN: its
+  1,663,370 parameters only come out with "same" padding (7*7*64 = 3136
+  features into the 512-unit layer); without padding it would have 582,026.
+  Set ``padding`` explicitly to override.
 * ``batch_norm``: the FedBN variant is not spelled out in FLex&Chill; we keep the
   conv biases and put BatchNorm between each conv and its ReLU.
 * Each block pools before its ReLU: ``relu(maxpool(z)) == maxpool(relu(z))``
@@ -48,6 +59,7 @@ from chillfl.options import require_range
 
 KERNEL = 5
 SAME_PADDING = KERNEL // 2
+MCMAHAN_VALID_MIN_SIDE = 32  # mcmahan_cnn: no padding from here up (CIFAR), "same" below (28x28 MNIST)
 
 
 class TwoConvCNN(nn.Module):
@@ -93,11 +105,18 @@ def _spatial_out(padding: int):
 
 
 def resolve_padding(padding: int | None, hw: tuple[int, int]) -> int:
-    """Padding actually used: 0 (the papers' layout) when it fits, else 'same' (2)."""
+    """``flexchill_cnn``'s padding: 0 (the paper's layout) when it fits, else 'same' (2)."""
     if padding is not None:
         return padding
     fits = _spatial_out(0)
     return 0 if fits(hw[0]) >= 1 and fits(hw[1]) >= 1 else SAME_PADDING
+
+
+def resolve_mcmahan_padding(padding: int | None, hw: tuple[int, int]) -> int:
+    """``mcmahan_cnn``'s padding: 0 (the CIFAR variant) from 32 pixels a side, else 'same' (2, McMahan's MNIST CNN)."""
+    if padding is not None:
+        return padding
+    return 0 if min(hw) >= MCMAHAN_VALID_MIN_SIDE else SAME_PADDING
 
 
 @dataclass(frozen=True)
@@ -114,7 +133,7 @@ class FlexChillCNNOptions:
 
 @dataclass(frozen=True)
 class McMahanCNNOptions:
-    """``padding``: None = auto (0 when it fits; McMahan's MNIST CNN used 2)."""
+    """``padding``: None = auto (0 from 32x32 up; below, 2 = "same", as McMahan's 28x28 MNIST CNN)."""
 
     padding: int | None = None
 
@@ -129,23 +148,23 @@ def _build(
     num_classes: int,
     channels: tuple[int, int],
     hidden: int,
-    padding: int | None,
+    padding: int,
     batch_norm: bool,
     section: str,
 ) -> TwoConvCNN:
-    _, h, w = require_image(name, input_shape, section)
-    pad = resolve_padding(padding, (h, w))
-    require_min_size(name, (h, w), _spatial_out(pad), section)
-    return TwoConvCNN(input_shape, num_classes, channels, hidden, pad, batch_norm)
+    _, h, w = input_shape
+    require_min_size(name, (h, w), _spatial_out(padding), section)
+    return TwoConvCNN(input_shape, num_classes, channels, hidden, padding, batch_norm)
 
 
 def build_flexchill_cnn(
     input_shape: Shape, num_classes: int, options: FlexChillCNNOptions, section: str
 ) -> TwoConvCNN:
     """FLex&Chill Table 2: Conv(C,10,5), Conv(10,20,5), FC(flat,256), FC(256,classes)."""
+    _, h, w = require_image("flexchill_cnn", input_shape, section)
     return _build(
         "flexchill_cnn", input_shape, num_classes, (10, 20), 256,
-        options.padding, options.batch_norm, section,
+        resolve_padding(options.padding, (h, w)), options.batch_norm, section,
     )
 
 
@@ -153,7 +172,8 @@ def build_mcmahan_cnn(
     input_shape: Shape, num_classes: int, options: McMahanCNNOptions, section: str
 ) -> TwoConvCNN:
     """McMahan et al. (2017) CNN: Conv(C,32,5), Conv(32,64,5), FC(flat,512), FC(512,classes)."""
+    _, h, w = require_image("mcmahan_cnn", input_shape, section)
     return _build(
         "mcmahan_cnn", input_shape, num_classes, (32, 64), 512,
-        options.padding, False, section,
+        resolve_mcmahan_padding(options.padding, (h, w)), False, section,
     )

@@ -10,6 +10,9 @@ Choices
   sequence such as UCI-HAR's 561 features. We take the input channels from
   the dataset instead: ``(C, L)`` inputs use C channels (e.g. 9 raw inertial
   signals), and ``(L,)`` feature vectors are read as one channel.
+
+Checked against: FLex&Chill Table 9 (kernels, paddings, widths, BN, pools,
+``Linear(128, 6)``); 38,982 parameters on (561,) inputs with 6 classes.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -18,6 +19,7 @@ from torch import nn
 from chillfl.errors import ConfigError
 
 Shape = tuple[int, ...]
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 MAX_WIDTH = 2**24
 """Widths, channels and hidden sizes above this are typos (the memory check catches the rest)."""
@@ -88,3 +90,15 @@ def flat_features(features: nn.Module, input_shape: Shape) -> int:
     finally:
         probe.train(was_training)
     return int(out.flatten(1).shape[1])
+
+
+def torchvision_conv_init(model: ModuleT) -> ModuleT:
+    """Every conv weight from ``kaiming_normal_(mode="fan_out", nonlinearity="relu")``, as torchvision's ResNet does.
+
+    PyTorch's own ``Conv2d`` init (uniform, 1/sqrt(fan_in) bound) is about 2.5x narrower on a 3x3 64-channel
+    conv (std 0.024 against 0.059); norms and linear layers keep their defaults, as in torchvision.
+    """
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+    return model

@@ -14,6 +14,9 @@ output layer (and so does the last-``nn.Linear`` rule for a model that declares
 none), so :func:`~chillfl.models.parts.forward_with_features` returns z for every
 method, not only for MOON; the head's parameters travel and are averaged like the
 rest of the model. 0 (the default) leaves the model as built.
+
+Checked against: MOON's official ``ModelFedCon`` (``l1`` d -> d, ReLU, ``l2`` d ->
+out_dim, ``l3`` out_dim -> classes; the loss on ``l2``'s output).
 """
 
 from __future__ import annotations

@@ -14,6 +14,16 @@ Choices
 * ``norm``: ``batch`` (the original), ``group`` (GroupNorm with
   ``norm_groups`` groups, often preferred in FL because it keeps no running
   statistics) or ``none``. Convs have no bias, as in the original.
+* ``init``: ``pytorch`` (default: each layer's own initialisation) or
+  ``torchvision`` (convs from ``kaiming_normal_``, fan_out, as torchvision's
+  ``resnet18`` that FLex&Chill used; norms and the head as PyTorch's).
+* PA3Fed gives no stem for its CIFAR-100 ResNet-18, so its configs keep
+  ``auto`` (cifar stem at 32x32); FLex&Chill's configs set ``imagenet``.
+
+Checked against: torchvision's ``resnet18`` (the imagenet stem: 11,227,812
+parameters at 100 classes, torchvision's 11,689,512 less its 1000-way head plus
+a 100-way one) and the FLex&Chill authors' ``models/ResNet18.py``
+(torchvision's model, 7x7/2 stem, head ``Linear(512, n_class)``).
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from chillfl.models.common import Shape, require_image
+from chillfl.models.common import Shape, require_image, torchvision_conv_init
 from chillfl.options import require
 
 WIDTHS = (64, 128, 256, 512)
@@ -104,11 +114,12 @@ class ResNet18(nn.Module):
 
 @dataclass(frozen=True)
 class ResNet18Options:
-    """``stem``: auto | cifar | imagenet; ``norm``: batch | group | none; ``norm_groups`` for group norm."""
+    """``stem``: auto | cifar | imagenet; ``norm``: batch | group | none; ``norm_groups`` for group norm; ``init``: pytorch | torchvision."""
 
     stem: Literal["auto", "cifar", "imagenet"] = "auto"
     norm: NormName = "batch"
     norm_groups: int = 2
+    init: Literal["pytorch", "torchvision"] = "pytorch"
 
     def validate(self, section: str) -> None:
         require(
@@ -129,4 +140,5 @@ def build_resnet18(input_shape: Shape, num_classes: int, options: ResNet18Option
     """ResNet-18; any input of at least 1x1 fits (stride-2 layers round up)."""
     c, h, w = require_image("resnet18", input_shape, section)
     stem = resolve_stem(options.stem, (h, w))
-    return ResNet18(c, num_classes, stem, options.norm, options.norm_groups)
+    model = ResNet18(c, num_classes, stem, options.norm, options.norm_groups)
+    return torchvision_conv_init(model) if options.init == "torchvision" else model

@@ -15,7 +15,12 @@
   512 -> ``code_length`` (64) linear layer and the classifier make 11,209,994
   parameters at 10 classes and 11,215,844 at 100: Table 1 lists 11.209 and
   11.215 (M, truncated). Its representation (the classifier's input) is the
-  64-d code, with no non-linearity after it, as in that code.
+  64-d code, with no non-linearity after it, as in that code. ``init =
+  "torchvision"`` draws its convs as torchvision's ``resnet18`` does (FedHKD's
+  model is one); the default keeps PyTorch's per-layer initialisation.
+
+Checked against: He et al. (2016) Sec. 4.2 (0.27M / 0.46M), SCARLET Table III,
+FedChill Table 1's 11.209M / 11.215M.
 
 Every model names its last stage in ``slim_stage``; :meth:`Stage.forward`
 with ``width < 1`` runs that stage as a slimmable network (Yu et al. 2019)
@@ -29,12 +34,13 @@ alone (FedAlign's ``USBatchNorm2d`` below full width).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from chillfl.models.common import Shape, require_image
+from chillfl.models.common import Shape, require_image, torchvision_conv_init
 from chillfl.options import require
 
 CIFAR_WIDTHS = (16, 32, 64)
@@ -190,9 +196,10 @@ class CifarResNetOptions:
 
 @dataclass(frozen=True)
 class FedChillResNet18Options:
-    """``code_length``: width of the representation before the classifier (64 in FedHKD's code)."""
+    """``code_length``: width of the representation before the classifier (64 in FedHKD's code); ``init``: pytorch | torchvision."""
 
     code_length: int = 64
+    init: Literal["pytorch", "torchvision"] = "pytorch"
 
     def validate(self, section: str) -> None:
         require(1 <= self.code_length <= 65536, f"{section}.code_length", f"must be in [1, 65536], got {self.code_length}")
@@ -210,4 +217,5 @@ def build_resnet32(input_shape: Shape, num_classes: int, options: CifarResNetOpt
 
 def build_resnet18_fedchill(input_shape: Shape, num_classes: int, options: FedChillResNet18Options, section: str) -> FedChillResNet18:
     c, _, _ = require_image("resnet18_fedchill", input_shape, section)
-    return FedChillResNet18(c, num_classes, options.code_length)
+    model = FedChillResNet18(c, num_classes, options.code_length)
+    return torchvision_conv_init(model) if options.init == "torchvision" else model

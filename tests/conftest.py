@@ -21,6 +21,15 @@ torch.set_num_threads(1)
 os.environ.setdefault("CHILLFL_STRICT_VECTORIZED", "1")
 
 
+@pytest.fixture(autouse=True)
+def notes_said_afresh() -> None:
+    """Each test starts with no once-a-process note said (``experiment._NOTED``): what a test sees on stderr must not
+    depend on which tests ran before it in the same worker."""
+    experiment = sys.modules.get("chillfl.experiment")  # not imported here: a test may check what is imported
+    if experiment is not None:
+        experiment._NOTED.clear()
+
+
 @pytest.fixture
 def no_strict_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
     """For a test of a fallback itself: vmap failures fall back, as in a user's run."""

@@ -51,6 +51,11 @@ class Capabilities:
     Set, a run whose model's head is not an ``nn.Linear`` (a cosine classifier, a module with its own forward) is
     refused on ``model`` with this in the line; a method that only reads the head's input, keeps or averages its
     parameters, or reads its row count declares nothing."""
+    steers_by_accuracy: str | None = None
+    """What of the method reads each client's accuracy after its local training to steer its later training, e.g.
+    "FedChill's decay (temperature.decay = true)". Without a validation split (``eval.validation = 0``) that accuracy
+    is the client's evaluation split's, drawn from the test rows the run reports its accuracy on, so test rows steer
+    training: the run says so in one line on stderr (:func:`chillfl.experiment.note_test_rows_steering`)."""
     limited_by: str | None = None
     """The option of the method's own table whose value sets the limits above (FedChill's
     ``normalisation = "minmax"`` keeps it off Flower), so a refusal names that option rather than
@@ -69,6 +74,7 @@ class Capabilities:
             reports=self.reports or base.reports,
             private_steps=self.private_steps or base.private_steps,
             linear_head=self.linear_head or base.linear_head,
+            steers_by_accuracy=self.steers_by_accuracy or base.steers_by_accuracy,
             limited_by=self.limited_by if (self.plain_sgd or self.on_flower) else None,
         )
 

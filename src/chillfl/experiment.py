@@ -19,6 +19,7 @@ from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_op
                                          make_aggregator, wrapped)
 from chillfl.privacy.build import private_aggregator, private_steps, with_privacy
 from chillfl.attacks.build import attacked_aggregator, check_attack, poisoned_data, skipping_local_dp, with_attack
+from chillfl.capabilities import Capabilities
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
@@ -45,7 +46,7 @@ from chillfl.protocols.parts import ClientModels, Experiment, build_architecture
 from chillfl.protocols.registry import protocol_of
 from chillfl.plugins import has_methods
 from chillfl.seeds import derive_seed
-from chillfl.temperature import check_policy, make_policy, policy_names
+from chillfl.temperature import check_policy, make_policy, policy_capabilities, policy_names
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.gradient_ablation import BASE_LOSSES
 from chillfl.training.local import LocalSpec, model_state, reads_representation, resolve_compute
@@ -484,6 +485,32 @@ def build_policy(config: RunConfig, data: FederatedData, plugged: Plugged | None
         return copy.deepcopy(plugged.policy)
     check_policy(config)  # its options, then its own checks against the run (PolicySpec.check)
     return make_policy(config.temperature, data.class_counts)
+
+
+_NOTED: set[str] = set()
+"""The notes :func:`note_test_rows_steering` has printed in this process (a comparison's runs say each once)."""
+
+
+def note_test_rows_steering(config: RunConfig) -> None:
+    """One line on stderr, once a process, when the configured temperature policy declares that the clients' accuracy
+    steers their training (:attr:`~chillfl.capabilities.Capabilities.steers_by_accuracy`) and the run has no validation split.
+
+    Why: that accuracy is then each client's evaluation split's, drawn from the test rows the run's accuracy is
+    reported on, so test rows steer training. FedChill's paper does so (its validation sets come from the test
+    set), and so every bundled FedChill config does; a reader of the results should know, and how to avoid it.
+    A note, not an error, and on stderr: the results and their tables are unchanged. Called once the whole run is
+    built (:func:`chillfl.runner.run_experiment`), so that a bad value still ends in its one error line.
+    """
+    if config.eval.validation > 0 or is_custom(config.temperature.get("policy")):  # a policy passed from Python declares nothing here
+        return
+    caps: Capabilities = policy_capabilities(config.temperature)
+    if caps.steers_by_accuracy is None:
+        return
+    message = (f"note: {caps.steers_by_accuracy} reads each client's accuracy on its evaluation split, drawn from the test rows "
+               "the run reports (eval.validation = 0): test rows steer training; eval.validation = 0.2 keeps them out")
+    if message not in _NOTED:
+        _NOTED.add(message)
+        log.warning("%s", message)
 
 
 def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None:

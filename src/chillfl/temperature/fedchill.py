@@ -359,12 +359,14 @@ class FedChillPolicy:
 
 
 def capabilities(options: FedChillOptions) -> Capabilities:
-    """Off Flower when the server must read every client's label counts (:func:`needs_federation`): they stay on the nodes."""
+    """Off Flower when the server must read every client's label counts (:func:`needs_federation`): they stay on the nodes.
+    With ``decay`` on, the clients' accuracy steers their temperatures (without a validation split, test rows do)."""
+    steers = "FedChill's decay (temperature.decay = true)" if options.decay else None
     found = needs_federation(options)
     if found is None:
-        return Capabilities()
+        return Capabilities(steers_by_accuracy=steers)
     option, why = found
-    return Capabilities(on_flower=f"{why}, which no Flower node sees (a node's labels stay on it)", limited_by=option)
+    return Capabilities(on_flower=f"{why}, which no Flower node sees (a node's labels stay on it)", limited_by=option, steers_by_accuracy=steers)
 
 
 SPEC = register_policy(

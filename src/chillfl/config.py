@@ -88,6 +88,11 @@ class FederationConfig:
     straggler_work: Literal["uniform", "fixed"] = "uniform"
     """A straggler's share of its local steps: ``uniform`` on (0, 1), or ``fixed`` = ``straggler_fraction``."""
     straggler_fraction: float = 0.5
+    straggler_policy: Literal["partial", "drop"] = "partial"
+    """``partial``: a straggler reports the steps it completed (FedProx's partial work, Li et al. 2020); ``drop``: it reports
+    nothing, as a dropped client (the FedAvg baseline of Li et al. 2020, Sec. 5.2, whose code drops the slow devices).
+    The same draws pick the stragglers under both, so a FedAvg run with ``drop`` and a FedProx run with ``partial`` at
+    one seed lose or slow down the same clients, as the paper's comparison does."""
     min_clients: int = 1
     """Fewest reporting clients a round needs; below it the round is retried or skipped (``on_too_few``)."""
     on_too_few: Literal["skip", "retry"] = "skip"

@@ -53,7 +53,8 @@ class FedProxOptions:
     """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|)."""
 
     def validate(self, section: str) -> None:
-        require(self.mu >= 0, f"{section}.mu", f"must be >= 0, got {self.mu}")
+        # the range of [objective] proximal_mu (ProximalOptions): the same term under its other name, refused alike
+        require(0 <= self.mu <= 1e6, f"{section}.mu", f"must be in [0, 1e6], got {self.mu}")
 
 
 class FedProx(FedAvg):

@@ -27,6 +27,14 @@ def test_sample_size_count_and_fraction():
     assert load_config(None, {"federation.num_clients": 50, "federation.clients_per_round": 7}).federation.sample_size() == 7
 
 
+@pytest.mark.parametrize(("num_clients", "fraction", "count"), [(10, 0.15, 1), (10, 0.35, 3), (10, 0.25, 2), (100, 0.29, 29), (10, 0.05, 1), (7, 1.0, 7)])
+def test_sample_size_truncates_the_fraction_as_flower_fl_bench_and_pflib(num_clients, fraction, count):
+    """max(1, floor(C N)), as ``int(N * fraction)`` in the reference frameworks (1.5 -> 1, 3.5 -> 3; round() gave 2 and 4),
+    safe from the product's float error (0.29 x 100 = 28.999999999999996 is 29 clients)."""
+    federation = load_config(None, {"federation.num_clients": num_clients, "federation.client_fraction": fraction}).federation
+    assert federation.sample_size() == count
+
+
 def test_lr_decay_per_round():
     cfg = load_config(None, {"client.lr": 0.01, "client.lr_decay": 0.8})
     assert cfg.client.lr_at(0) == 0.01

@@ -220,7 +220,7 @@ NUMBER_CASES = [
     (part({"policy": "fixed"}, "value", "temperature.value"), bad_floats(0, None, lo_open=True)),
     (part({"policy": "fedchill"}, "gamma", "temperature.gamma"), bad_floats(0, 1, lo_open=True, hi_open=True)),
     (part({"policy": "fedchill"}, "patience", "temperature.patience"), bad_ints(1, 10**7)),
-    (part({"name": "fedprox"}, "mu", "algorithm.mu"), bad_floats(0, None)),
+    (part({"name": "fedprox"}, "mu", "algorithm.mu"), bad_floats(0, 1e6)),
     (part({"name": "fedadam"}, "beta1", "algorithm.beta1"), bad_floats(0, 1, hi_open=True)),
     (part({"name": "scaffold"}, "global_lr", "algorithm.global_lr"), bad_floats(0, None, lo_open=True)),
     (part({"method": "dsfl", "subset_size": 50}, "public_size", "distillation.public_size"), bad_ints(50, 1797)),

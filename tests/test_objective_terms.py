@@ -96,3 +96,14 @@ def test_bad_values_name_the_field(value: float) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(None, {**BASE, "objective.proximal_mu": value})
     assert info.value.field == "objective.proximal_mu"
+
+
+@pytest.mark.parametrize("value", [-0.1, 2e6])
+def test_fedprox_mu_has_the_proximal_terms_range(value: float) -> None:
+    """``algorithm.mu`` of fedprox and ``objective.proximal_mu`` are one term's mu: both refuse outside [0, 1e6]
+    (fedprox's took 1e300, and the run diverged instead of stopping at start-up)."""
+    for key in ("objective.proximal_mu", "algorithm.mu"):
+        over = {**BASE, key: value, **({"algorithm.name": "fedprox"} if key == "algorithm.mu" else {})}
+        with pytest.raises(ConfigError) as info:
+            build_experiment(load_config(None, over))  # a part's options are read when it is built
+        assert info.value.field == key

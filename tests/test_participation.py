@@ -151,3 +151,22 @@ def test_methods_run_beside_a_client_without_training_rows(tmp_path: Path, table
     records = run_experiment(config, write=False, progress=False).records
     assert all(r["no_data"] == [0] and 0 not in r["clients"] and len(r["clients"]) == 5 for r in records)
     assert all(math.isfinite(r["global_loss"]) for r in records)
+
+
+def test_dropped_stragglers_are_the_partial_policys_stragglers_reporting_nothing() -> None:
+    """``straggler_policy = "drop"`` (FedProx paper's FedAvg baseline): the very clients that straggle under ``partial``
+    at the same seed report nothing, so FedAvg-drop and FedProx-partial compare on the same slow devices."""
+    sampled = list(range(20))
+    partial = FederationConfig(num_clients=20, dropout=0.2, stragglers=0.5)
+    drop = FederationConfig(num_clients=20, dropout=0.2, stragglers=0.5, straggler_policy="drop")
+    for rnd in range(3):
+        a, b = availability(3, rnd, sampled, partial), availability(3, rnd, sampled, drop)
+        assert a.work and not b.work
+        assert b.reporting == [c for c in a.reporting if c not in a.work]
+        assert b.dropped == sorted(a.dropped + list(a.work))
+
+
+def test_straggler_policy_is_read_from_the_config() -> None:
+    assert load_config(None, {**BASE, "federation.straggler_policy": "drop"}).federation.straggler_policy == "drop"
+    with pytest.raises(ConfigError, match="straggler_policy"):
+        load_config(None, {**BASE, "federation.straggler_policy": "ignore"})

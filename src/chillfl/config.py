@@ -88,6 +88,11 @@ class FederationConfig:
     straggler_work: Literal["uniform", "fixed"] = "uniform"
     """A straggler's share of its local steps: ``uniform`` on (0, 1), or ``fixed`` = ``straggler_fraction``."""
     straggler_fraction: float = 0.5
+    straggler_policy: Literal["partial", "drop"] = "partial"
+    """``partial``: a straggler reports the steps it completed (FedProx's partial work, Li et al. 2020); ``drop``: it reports
+    nothing, as a dropped client (the FedAvg baseline of Li et al. 2020, Sec. 5.2, whose code drops the slow devices).
+    The same draws pick the stragglers under both, so a FedAvg run with ``drop`` and a FedProx run with ``partial`` at
+    one seed lose or slow down the same clients, as the paper's comparison does."""
     min_clients: int = 1
     """Fewest reporting clients a round needs; below it the round is retried or skipped (``on_too_few``)."""
     on_too_few: Literal["skip", "retry"] = "skip"
@@ -110,10 +115,16 @@ class FederationConfig:
         require(1 <= self.min_clients <= self.sample_size(), f"{section}.min_clients", f"must be in [1, clients per round = {self.sample_size()}], got {self.min_clients}")
 
     def sample_size(self) -> int:
-        """Clients a round: the count under ``fixed`` sampling, the expected count (q N) under ``poisson``."""
+        """Clients a round: the count under ``fixed`` sampling, the expected count (q N) under ``poisson``.
+
+        From ``client_fraction``: ``max(1, floor(C N))``, McMahan et al.'s ``max(C K, 1)`` truncated as Flower
+        (``int(n * fraction_fit)``), FL-bench and PFLlib (``int(client_num * join_ratio)``) do, so that their
+        fraction gives the same count here; the product is nudged up by 1e-9 first, so that 0.29 x 100
+        (28.999999999999996 in floating point) is 29 clients, not 28. (Python's ``round`` used before rounded
+        halves to even: 1.5 -> 2 but 2.5 -> 2.)"""
         if self.clients_per_round is not None:
             return self.clients_per_round
-        return max(1, round(self.client_fraction * self.num_clients))
+        return max(1, math.floor(self.client_fraction * self.num_clients + 1e-9))
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,17 @@ Choices
 * The proximal term covers the trainable parameters only (the keys the
   training loop differentiates); buffers such as BN statistics are not
   penalised.
+* The term's gradient ``mu (w - w^t)`` joins the loss's before the optimiser: SGD's weight decay and momentum
+  act on the sum, as ``torch.optim.SGD`` on ``F_i + prox`` (the authors' PerturbedGradientDescent has no
+  momentum; FL-bench and PFLlib add it to the gradient the same way). Frozen parameters are not penalised.
+* ``train_loss`` is the objective trained, ``h_i`` (the term included), not the authors' ``F_i``.
+* Stragglers (``federation.stragglers``) report their partial work, the paper's FedProx; the authors' code
+  gives a straggler 1 .. E-1 whole epochs, chillfl a share of its steps (``straggler_work``).
 * ``mu = 0`` is allowed (it is exactly FedAvg) but logs a warning, since it
   is almost always a configuration mistake.
+
+Checked (2026-12) against Li et al. 2020 (Eq. 2, Sec. 5), litian96/FedProx (``flearn/trainers/fedprox.py``,
+``flearn/optimizer/pgd.py``), FL-bench and PFLlib: the term, its gradient, the aggregation and the straggler rule.
 """
 
 from __future__ import annotations
@@ -44,7 +53,8 @@ class FedProxOptions:
     """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|)."""
 
     def validate(self, section: str) -> None:
-        require(self.mu >= 0, f"{section}.mu", f"must be >= 0, got {self.mu}")
+        # the range of [objective] proximal_mu (ProximalOptions): the same term under its other name, refused alike
+        require(0 <= self.mu <= 1e6, f"{section}.mu", f"must be in [0, 1e6], got {self.mu}")
 
 
 class FedProx(FedAvg):

@@ -110,6 +110,8 @@ def availability(
         drop = rng.random(len(sampled)) < rules.dropout
         slow = rng.random(len(sampled)) < rules.stragglers
         share = rng.uniform(0.0, 1.0, len(sampled)) if rules.straggler_work == "uniform" else np.full(len(sampled), rules.straggler_fraction)
+        if rules.straggler_policy == "drop":  # FedProx's FedAvg baseline: a straggler's partial work never arrives
+            drop = drop | slow
         reporting = [c for c, d in zip(sampled, drop) if not d and c not in empty]
         if len(reporting) >= rules.min_clients:
             work = {c: float(w) for c, d, s, w in zip(sampled, drop, slow, share) if s and not d and c not in empty}

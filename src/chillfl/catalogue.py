@@ -212,7 +212,7 @@ def work(config: RunConfig) -> Work | None:
         return None
     train, test, _, _ = spec
     fed = config.federation
-    clients = fed.clients_per_round or max(1, round(fed.client_fraction * fed.num_clients))
+    clients = fed.sample_size()  # the count a round trains (max(1, floor(C N)) from a fraction)
     per_client = train / fed.num_clients
     steps = fed.rounds * clients * config.client.epochs * math.ceil(per_client / config.client.batch_size)
     samples = fed.rounds * clients * config.client.epochs * per_client

@@ -23,6 +23,7 @@ from __future__ import annotations
 import gzip
 import pickle
 import warnings
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -247,7 +248,7 @@ def read_idx(path: Path) -> np.ndarray:
         body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
         if body.size != int(np.prod(dims)):
             raise ValueError(f"header says {tuple(int(d) for d in dims)} but {body.size} bytes follow")
-    except (OSError, EOFError, ValueError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, ValueError, zlib.error) as exc:  # zlib.error: a damaged deflate stream, not an OSError
         raise _corrupt(path, exc) from exc
     return body.reshape(tuple(int(d) for d in dims))
 

@@ -89,6 +89,7 @@ def test_femnist_leaf_train_test_folders(tmp_path: Path) -> None:
     (json.dumps({"users": ["a"], "num_samples": [1], "user_data": {"a": {"x": [[0.5] * 10], "y": [0]}}}).encode(), "784"),
     (json.dumps({"users": ["a"], "num_samples": [1], "user_data": {"a": {"x": [[0.5] * 784], "y": [62]}}}).encode(), "labels 0..61"),
     (json.dumps({"users": ["a"], "num_samples": [1]}).encode(), "user_data"),
+    (json.dumps({"users": ["a"], "num_samples": [1], "user_data": {"a": {"x": [[0.5] * 784], "y": [1.7]}}}).encode(), "labels must be integers"),
     (b'{"users": ["a"], "num_samples": [1], "user_data": {"a": {"x": [[NaN' + b", 0.5" * 783 + b']], "y": [0]}}}', "non-finite"),
 ])
 def test_femnist_corrupt_json_names_the_file(tmp_path: Path, blob: bytes, why: str) -> None:

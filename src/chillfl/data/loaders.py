@@ -554,7 +554,7 @@ def read_leaf_json(folder: Path) -> Writers:
                 raise ValueError(f"{len(users)} users but {len(counts)} num_samples")
             for user, n in zip(users, counts):
                 x = np.asarray(data[user]["x"], dtype=np.float32)
-                y = np.asarray(data[user]["y"], dtype=np.int64)
+                y = _integers(data[user]["y"], f"writer {user}: labels").astype(np.int64)  # 1.7 is not class 1
                 if n == 0:  # a writer without samples: json's [] has no row width
                     x = x.reshape(0, 784)
                 if x.shape != (n, 784) or y.shape != (n,) or (n and (y.min() < 0 or y.max() >= FEMNIST_CLASSES)):

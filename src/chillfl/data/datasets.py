@@ -353,7 +353,8 @@ def _mapped(name: str, m: arraycache.Mapped) -> ArrayDataset:
     for y, part in ((m.y_train, "train"), (m.y_test, "test")):
         if len(y) == 0:  # else every metric of the run is null, silently
             raise ConfigError(loaders.DATA_DIR_FIELD, f"{name} {part} split is empty: missing or corrupt files?")
-    return ArrayDataset(name, m.x_train, m.y_train, m.x_test, m.y_test, m.num_classes, groups(m.train_bounds), groups(m.test_bounds))
+    return ArrayDataset(name, m.x_train, m.y_train, m.x_test, m.y_test, m.num_classes, groups(m.train_bounds), groups(m.test_bounds),
+                        channel_mean=m.channel_mean, channel_std=m.channel_std)
 
 
 def build_tiny_imagenet(opts: loaders.TinyImagenetOptions, data_dir: Path) -> ArrayDataset:

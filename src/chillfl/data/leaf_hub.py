@@ -331,7 +331,8 @@ def load_femnist(data_dir: Path, opts: LeafHubOptions) -> arraycache.Mapped:
         out = np.empty(x.shape, dtype=np.float32)
         arraycache.standardise_into(x, mean, std, out)
         xs.append(torch.from_numpy(out))
-    return arraycache.Mapped(xs[0], torch.from_numpy(d.y_train), xs[1], torch.from_numpy(d.y_test), FEMNIST_CLASSES, d.train_bounds, d.test_bounds)
+    return arraycache.Mapped(xs[0], torch.from_numpy(d.y_train), xs[1], torch.from_numpy(d.y_test), FEMNIST_CLASSES, d.train_bounds, d.test_bounds,
+                             *arraycache.recorded_stats(mean, std))
 
 
 # ---------------------------------------------------------------- Shakespeare

@@ -46,6 +46,8 @@ Choices
   memory-mapped ``femnist``, ``flwr_femnist``, ``tiny_imagenet``,
   ``caltech256``, whose cache's ``meta.json`` keeps them; not ``mnist1d``,
   ``synthetic``, ``flwr_shakespeare``).
+
+Checked against (2026-12): torchvision's RandomCrop(32, padding=4, padding_mode) (offsets on [0, 2p], fill 0 before Normalize) + RandomHorizontalFlip(0.5); FLex&Chill, SCARLET code.
 """
 
 from __future__ import annotations

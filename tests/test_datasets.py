@@ -329,3 +329,13 @@ def test_damaged_gzip_stream_is_one_data_dir_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="train-images-idx3-ubyte.gz: corrupt") as info:
         load_dataset("mnist", data_dir=tmp_path)
     assert info.value.field == "data_dir"
+
+
+def test_a_pickle_claiming_an_absurd_size_names_why(tmp_path: Path) -> None:
+    """A protocol-5 bytearray of 2**62 bytes fails with a MemoryError whose message is empty: the line said '()'."""
+    root = tmp_path / "cifar-100-python"
+    root.mkdir()
+    (root / "train").write_bytes(b"\x80\x05\x96" + (2**62).to_bytes(8, "little") + b"x.")
+    with pytest.raises(ConfigError, match=r"corrupt or wrong format \(MemoryError\)") as info:
+        load_dataset("cifar100", data_dir=tmp_path)
+    assert info.value.field == "data_dir"

@@ -81,7 +81,8 @@ def _need(path: Path, what: str, url: str, key: str = "", data_dir: Path | None 
 
 
 def _corrupt(path: Path, why: object) -> ConfigError:
-    return ConfigError(DATA_DIR_FIELD, f"cannot read {path}: corrupt or wrong format ({why})")
+    reason = str(why) or type(why).__name__  # MemoryError (a size field of 2**62 bytes) says nothing of itself
+    return ConfigError(DATA_DIR_FIELD, f"cannot read {path}: corrupt or wrong format ({reason})")
 
 
 def _integers(values: Any, what: str, low: int | None = None, high: int | None = None) -> np.ndarray:

@@ -89,6 +89,7 @@ def test_femnist_leaf_train_test_folders(tmp_path: Path) -> None:
     (json.dumps({"users": ["a"], "num_samples": [1], "user_data": {"a": {"x": [[0.5] * 10], "y": [0]}}}).encode(), "784"),
     (json.dumps({"users": ["a"], "num_samples": [1], "user_data": {"a": {"x": [[0.5] * 784], "y": [62]}}}).encode(), "labels 0..61"),
     (json.dumps({"users": ["a"], "num_samples": [1]}).encode(), "user_data"),
+    (json.dumps({"users": ["a"], "num_samples": [1], "user_data": {"a": {"x": [[0.5] * 784], "y": [1.7]}}}).encode(), "labels must be integers"),
     (b'{"users": ["a"], "num_samples": [1], "user_data": {"a": {"x": [[NaN' + b", 0.5" * 783 + b']], "y": [0]}}}', "non-finite"),
 ])
 def test_femnist_corrupt_json_names_the_file(tmp_path: Path, blob: bytes, why: str) -> None:
@@ -276,3 +277,21 @@ def test_a_cache_of_an_older_loader_output_is_rebuilt_not_served(tmp_path: Path,
     again = load_dataset("femnist", data_dir=tmp_path)
     assert torch.equal(again.y_train, fresh.y_train) and [p.name for p in (tmp_path / CACHE_DIR).iterdir()] != [old.name]  # rebuilt
     assert not old.exists()  # and the entry it supersedes removed (tests/test_cache_superseded.py)
+
+
+def test_memory_mapped_datasets_record_their_standardisation(tmp_path: Path) -> None:
+    """Tiny-ImageNet's cache records the train means/stds it applied (grey 40 and 200: mean 120/255, std 80/255), read
+    back from meta.json on the next run: so ``normalize = false`` or constants work there, and constant padding is raw
+    black ((0 - mean) / std = -1.5 here) as torchvision's RandomCrop(fill=0) before Normalize, not the mean colour."""
+    from chillfl.data.augment import Augment, parse_augment
+
+    _write(tiny_imagenet_members(), tmp_path)
+    for _ in range(2):  # decoded and written, then mapped from the cache
+        ds = load_dataset("tiny_imagenet", data_dir=tmp_path)
+        assert ds.channel_mean is not None and ds.channel_std is not None
+        assert np.allclose(ds.channel_mean, [120 / 255] * 3, atol=2 / 255) and np.allclose(ds.channel_std, [80 / 255] * 3, atol=2 / 255)
+    black = Augment.from_options(parse_augment({"crop_padding": 4, "padding_mode": "constant"}), ds.channel_mean, ds.channel_std)
+    assert black is not None and np.allclose(black.fill, [-1.5] * 3, atol=0.03)
+    raw = load_dataset("tiny_imagenet", {"augment": {"normalize": False}}, data_dir=tmp_path)
+    assert torch.allclose(raw.x_train[:, :, 10, 10], torch.tensor([40.0, 40.0, 200.0, 200.0])[:, None].expand(4, 3) / 255, atol=2 / 255)
+    assert raw.channel_mean == (0.0, 0.0, 0.0) and raw.channel_std == (1.0, 1.0, 1.0)

@@ -316,3 +316,26 @@ def test_wrong_values_empty_splits_and_mismatched_shapes_are_refused(tmp_path: P
     refused("uci_har", tmp_path / "har", "NaN")
     (tmp_path / "har" / "UCI HAR Dataset" / "test" / "y_test.txt").write_text("")
     refused("uci_har", tmp_path / "har", "0 labels")
+
+
+def test_damaged_gzip_stream_is_one_data_dir_line(tmp_path: Path) -> None:
+    """A .gz whose header is fine but whose deflate data is damaged raises zlib.error (not an OSError) in gzip:
+    it must still be refused as a corrupt file, not escape as a traceback."""
+    _write_mnist(tmp_path / "mnist", compress=True)
+    path = tmp_path / "mnist" / "train-images-idx3-ubyte.gz"
+    blob = bytearray(gzip.compress(gzip.decompress(path.read_bytes()), mtime=0))  # header without a file name: 10 bytes
+    blob[10:20] = b"\xff" * 10  # the first bytes of the deflate stream
+    path.write_bytes(bytes(blob))
+    with pytest.raises(ConfigError, match="train-images-idx3-ubyte.gz: corrupt") as info:
+        load_dataset("mnist", data_dir=tmp_path)
+    assert info.value.field == "data_dir"
+
+
+def test_a_pickle_claiming_an_absurd_size_names_why(tmp_path: Path) -> None:
+    """A protocol-5 bytearray of 2**62 bytes fails with a MemoryError whose message is empty: the line said '()'."""
+    root = tmp_path / "cifar-100-python"
+    root.mkdir()
+    (root / "train").write_bytes(b"\x80\x05\x96" + (2**62).to_bytes(8, "little") + b"x.")
+    with pytest.raises(ConfigError, match=r"corrupt or wrong format \(MemoryError\)") as info:
+        load_dataset("cifar100", data_dir=tmp_path)
+    assert info.value.field == "data_dir"

@@ -455,3 +455,31 @@ def test_vectorized_executor_batches_the_distillation_jobs(batch_sizes):
     over = {**tiny("scarlet"), "model.name": "mlp", "federation.rounds": 2, "executor": "vectorized"}
     run_experiment(load_config(None, over), write=False, progress=False)
     assert calls == [K, K, K]  # round 1: private training; round 2: distillation, then private training
+
+
+def test_a_separate_public_dataset_reaches_the_models_in_the_private_standardisation():
+    """SCARLET / DS-FL put public and private images through one Normalize; chillfl standardises each dataset with
+    its own train statistics, so the public pool is re-expressed in the private data's (by hand, then end to end)."""
+    from types import SimpleNamespace
+
+    from chillfl.data import load_dataset
+    from chillfl.protocols.softlabels.public import _load_public_dataset, in_private_scale, public_inputs
+
+    # public x = (raw - 0.5) / 0.25, private (raw - 0.4) / 0.1: x = 1 is raw 0.75 -> 3.5; x = -1 is raw 0.25 -> -1.5
+    pub = SimpleNamespace(channel_mean=(0.5,), channel_std=(0.25,))
+    priv = SimpleNamespace(channel_mean=(0.4,), channel_std=(0.1,))
+    x = torch.tensor([1.0, -1.0]).view(2, 1, 1, 1)
+    assert torch.allclose(in_private_scale(x, pub, priv).flatten(), torch.tensor([3.5, -1.5]))
+    assert in_private_scale(x, pub, SimpleNamespace(channel_mean=None, channel_std=None)) is x  # nothing recorded: as loaded
+
+    private = load_dataset("digits")
+    public = load_dataset("digits", {"test_fraction": 0.5})  # another train split: other statistics
+    assert public.channel_mean != private.channel_mean
+    setup = SimpleNamespace(common=SimpleNamespace(public_dataset="digits", public_dataset_options={"test_fraction": 0.5}, public_size=public.x_train.shape[0]))
+    _load_public_dataset.cache_clear()
+    try:
+        pool = public_inputs(setup, SimpleNamespace(dataset=private), 0, "data")
+    finally:
+        _load_public_dataset.cache_clear()
+    raw = public.x_train * public.channel_std[0] + public.channel_mean[0]  # every row of the public train split, x / 16
+    assert torch.allclose(pool, (raw - private.channel_mean[0]) / private.channel_std[0], atol=1e-5)

@@ -69,8 +69,9 @@ from chillfl.storage.results import RunLock
 log = logging.getLogger(__name__)
 
 CACHE_DIR = ".chillfl-cache"
-FORMAT_VERSION = 1
-"""The cache's own layout and standardisation: bump when this module changes what it writes (it is in every key)."""
+FORMAT_VERSION = 2
+"""The cache's own layout and standardisation: bump when this module changes what it writes (it is in every key).
+2: ``meta.json`` records the per-channel ``channel_mean`` / ``channel_std`` the arrays were standardised with."""
 CHUNK_ROWS = 4096
 
 
@@ -95,6 +96,9 @@ class Mapped(NamedTuple):
     num_classes: int
     train_bounds: np.ndarray | None
     test_bounds: np.ndarray | None
+    channel_mean: tuple[float, ...] | None = None
+    """The per-channel standardisation x = (raw - mean) / std of the arrays (raw: uint8 / 255); None: not recorded."""
+    channel_std: tuple[float, ...] | None = None
 
 
 def fingerprint(folder: Path) -> str:
@@ -133,6 +137,11 @@ def channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.sqrt(sq / count)
 
 
+def recorded_stats(mean: np.ndarray, std: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The (mean, std) per channel that :func:`standardise_into` applies (float32, a zero std read as 1), as floats."""
+    return tuple(float(v) for v in mean.astype(np.float32).ravel()), tuple(float(v) for v in np.where(std > 0, std, 1.0).astype(np.float32).ravel())
+
+
 def standardise_into(x: np.ndarray, mean: np.ndarray, std: np.ndarray, out: np.ndarray) -> None:
     """``out = (x / scale - mean) / std`` as float32, chunk by chunk."""
     scale = np.float32(_scale(x))
@@ -162,7 +171,8 @@ def _write(folder: Path, decoded: Decoded, record: EntryRecord) -> None:
     for split, bounds in (("train", decoded.train_bounds), ("test", decoded.test_bounds)):
         if bounds is not None:
             np.save(folder / f"{split}_bounds.npy", np.asarray(bounds, dtype=np.int64))
-    meta = {**record, "num_classes": decoded.num_classes}
+    m, s = recorded_stats(mean, std)
+    meta = {**record, "num_classes": decoded.num_classes, "channel_mean": list(m), "channel_std": list(s)}
     (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
 
 
@@ -174,7 +184,7 @@ def _in_memory(decoded: Decoded) -> Mapped:
         standardise_into(x, mean, std, out)
         xs.append(torch.from_numpy(out))
     y = [torch.from_numpy(np.asarray(a, dtype=np.int64)) for a in (decoded.y_train, decoded.y_test)]
-    return Mapped(xs[0], y[0], xs[1], y[1], decoded.num_classes, decoded.train_bounds, decoded.test_bounds)
+    return Mapped(xs[0], y[0], xs[1], y[1], decoded.num_classes, decoded.train_bounds, decoded.test_bounds, *recorded_stats(mean, std))
 
 
 def _array(path: Path, dtype: type, mmap: bool = False) -> np.ndarray:
@@ -234,10 +244,21 @@ def _load(folder: Path) -> Mapped:
                 raise ValueError(f"{split}: {len(x)} inputs, {len(y)} labels, which must be in 0..{classes - 1}")
             if b is not None and (b.ndim != 1 or len(b) < 1 or b[0] != 0 or b[-1] != len(y) or (np.diff(b) < 0).any()):
                 raise ValueError(f"{split}_bounds.npy does not cut the {len(y)} rows into client blocks")
-        return Mapped(xs[0], ys[0], xs[1], ys[1], classes, bounds[0], bounds[1])
+        mean, std = _stats(meta, xs[0].shape[1] if xs[0].dim() > 1 else 0)
+        return Mapped(xs[0], ys[0], xs[1], ys[1], classes, bounds[0], bounds[1], mean, std)
     except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
         reason = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise ConfigError("data_dir", f"the cached arrays in {folder} are unreadable ({reason}); delete that folder to rebuild them") from None
+
+
+def _stats(meta: dict[str, Any], channels: int) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+    """``meta.json``'s recorded standardisation, or (None, None) where it holds none that fits ``channels``."""
+    mean, std = meta.get("channel_mean"), meta.get("channel_std")
+    if not (isinstance(mean, list) and isinstance(std, list) and len(mean) == len(std) == channels):
+        return None, None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in [*mean, *std]) or not all(v > 0 for v in std):
+        return None, None
+    return tuple(float(v) for v in mean), tuple(float(v) for v in std)
 
 
 def cached(name: str, options: object, source: Path, data_dir: Path, decode: Callable[[], Decoded], *, output_version: int) -> Mapped:

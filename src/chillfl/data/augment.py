@@ -42,8 +42,12 @@ Choices
   leaves pixels in [0, 1]; ``[[m1, m2, m3], [s1, s2, s3]]`` uses given
   constants (e.g. the papers' CIFAR-10 means and stds). The last two need a
   dataset that records the channel statistics chillfl standardised it with
-  (those read into memory: CIFAR, SVHN, MNIST-style, ``digits``, ``hf``; not
-  yet the memory-mapped ``femnist``, ``tiny_imagenet``, ``caltech256``).
+  (every image dataset: CIFAR, SVHN, MNIST-style, ``digits``, ``hf``, and the
+  memory-mapped ``femnist``, ``flwr_femnist``, ``tiny_imagenet``,
+  ``caltech256``, whose cache's ``meta.json`` keeps them; not ``mnist1d``,
+  ``synthetic``, ``flwr_shakespeare``).
+
+Checked against (2026-12): torchvision's RandomCrop(32, padding=4, padding_mode) (offsets on [0, 2p], fill 0 before Normalize) + RandomHorizontalFlip(0.5); FLex&Chill, SCARLET code.
 """
 
 from __future__ import annotations

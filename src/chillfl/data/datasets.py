@@ -29,6 +29,8 @@ Choices
   are split 80/20 into train/test by a fixed seed.
 * ``mnist1d`` calls the package's generator, which seeds Python's and numpy's
   global RNGs; we save and restore both so that the caller's state is untouched.
+
+Checked against (2026-12): torchvision's ToTensor (uint8/255) + Normalize with train-split channel mean/std (CIFAR-10 0.4914/0.4822/0.4465, 0.2470/0.2435/0.2616), the same on test.
 """
 
 from __future__ import annotations
@@ -353,7 +355,8 @@ def _mapped(name: str, m: arraycache.Mapped) -> ArrayDataset:
     for y, part in ((m.y_train, "train"), (m.y_test, "test")):
         if len(y) == 0:  # else every metric of the run is null, silently
             raise ConfigError(loaders.DATA_DIR_FIELD, f"{name} {part} split is empty: missing or corrupt files?")
-    return ArrayDataset(name, m.x_train, m.y_train, m.x_test, m.y_test, m.num_classes, groups(m.train_bounds), groups(m.test_bounds))
+    return ArrayDataset(name, m.x_train, m.y_train, m.x_test, m.y_test, m.num_classes, groups(m.train_bounds), groups(m.test_bounds),
+                        channel_mean=m.channel_mean, channel_std=m.channel_std)
 
 
 def build_tiny_imagenet(opts: loaders.TinyImagenetOptions, data_dir: Path) -> ArrayDataset:

@@ -19,6 +19,8 @@ Why it is built this way
   table's checksums, for a mirror that repacks files and for tests.
 
 Every failure is a :class:`DownloadError`, one line, exit status 2 in the CLI.
+
+Checked against (2026-12): the checksums of chillfl.data.sources; tar members through tarfile's 'data' filter, zip members outside the folder refused.
 """
 
 from __future__ import annotations

@@ -38,6 +38,8 @@ Choices
   ``max + 1``; string labels are numbered in sorted order over both splits.
 * ``test_fraction``: a seeded, per-class split of the train split
   (``split_seed``), when the files have no test split.
+
+Checked against (2026-12): Hugging Face datasets' Image/ClassLabel features; scaled and standardised as the built-in image datasets (only uint8 pixels are divided by 255).
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ Seeds (:func:`item_seeds`: a stream of 63-bit seeds from one base seed, one per 
   transforms that are not random).
 
 Labels are read once, with the first read.
+
+Checked against (2026-12): DataLoader semantics (a transform draws at each item read), here seeded per item and round, not per local epoch.
 """
 
 from __future__ import annotations

@@ -60,6 +60,8 @@ Choices
   A character outside the alphabet maps to index 0 (as the common PyTorch
   ports of LEAF do; LEAF's own ``str.find`` gives -1), and the count of such
   characters is logged.
+
+Checked against (2026-12): LEAF's language_utils.ALL_LETTERS (80 characters, sequences of 80) and split_data.py (max(1, int(tf * n)) train; LEAF splits Shakespeare at random).
 """
 
 from __future__ import annotations
@@ -331,7 +333,8 @@ def load_femnist(data_dir: Path, opts: LeafHubOptions) -> arraycache.Mapped:
         out = np.empty(x.shape, dtype=np.float32)
         arraycache.standardise_into(x, mean, std, out)
         xs.append(torch.from_numpy(out))
-    return arraycache.Mapped(xs[0], torch.from_numpy(d.y_train), xs[1], torch.from_numpy(d.y_test), FEMNIST_CLASSES, d.train_bounds, d.test_bounds)
+    return arraycache.Mapped(xs[0], torch.from_numpy(d.y_train), xs[1], torch.from_numpy(d.y_test), FEMNIST_CLASSES, d.train_bounds, d.test_bounds,
+                             *arraycache.recorded_stats(mean, std))
 
 
 # ---------------------------------------------------------------- Shakespeare

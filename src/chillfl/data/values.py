@@ -4,6 +4,8 @@ Why here: a model that reads integer indices (:mod:`chillfl.models.inputs`) asks
 before a run. An :class:`~chillfl.data.datasets.ArrayDataset` keeps the answer for its splits
 (:attr:`~chillfl.data.datasets.ArrayDataset.split_values`), so the runs that share one loaded dataset (a
 comparison's variants, its check and its run) scan it once, not once a run.
+
+Checked against (2026-12): torch.trunc integrality and torch.aminmax on float and integer tensors (what index-reading models require).
 """
 
 from __future__ import annotations

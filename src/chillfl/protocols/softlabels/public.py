@@ -70,7 +70,26 @@ def public_inputs(setup: DistillationSetup, data: Any, seed: int, data_dir: str)
     require(c.public_size <= n, f"{SECTION}.public_size", f"must be <= the {n} train samples of {c.public_dataset!r}, got {c.public_size}")
     rng = np.random.default_rng(derive_seed(seed, "public-pool"))
     rows = np.sort(rng.permutation(n)[: c.public_size])
-    return ds.x_train[torch.from_numpy(rows)]
+    return in_private_scale(ds.x_train[torch.from_numpy(rows)], ds, data.dataset)
+
+
+def in_private_scale(x: torch.Tensor, public: Any, private: Any) -> torch.Tensor:
+    """Public inputs ``x`` re-standardised with the private data's per-channel (mean, std) instead of their own.
+
+    The clients' models learnt on inputs (raw - mean_priv) / std_priv; every reference pipeline (SCARLET's, DS-FL's)
+    puts the public images through that same transform. chillfl standardises each dataset with its own train
+    statistics, so CIFAR-100 as CIFAR-10's pool would otherwise reach the models on another scale. Unchanged when
+    either dataset records no standardisation (generated or memory-mapped data, token indices).
+    """
+    pm, ps, qm, qs = public.channel_mean, public.channel_std, private.channel_mean, private.channel_std
+    if pm is None or ps is None or qm is None or qs is None or not len(pm) == len(ps) == len(qm) == len(qs) or (pm, ps) == (qm, qs):
+        return x
+    shape = [1, -1] + [1] * (x.dim() - 2)
+
+    def col(v: tuple[float, ...]) -> torch.Tensor:
+        return torch.tensor(v, dtype=x.dtype).view(shape)
+
+    return (x * col(ps) + (col(pm) - col(qm))) / col(qs)
 
 
 def public_labels(setup: DistillationSetup, data: Any, seed: int, data_dir: str, option: str) -> torch.Tensor:

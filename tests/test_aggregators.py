@@ -13,7 +13,7 @@ from chillfl.aggregation.base import ClientResult, FedAvg
 from chillfl.aggregation.fedbn import FedBN, FedBNOptions, batchnorm_keys
 from chillfl.aggregation.fedmut import FedMut, FedMutOptions, balanced_signs
 from chillfl.aggregation.fednova import FedNova, FedNovaOptions, effective_steps
-from chillfl.aggregation.fedopt import FedOpt, FedOptOptions
+from chillfl.aggregation.fedopt import FedAdamOptions, FedOpt, FedOptOptions
 from chillfl.aggregation.fedprox import FedProx, FedProxOptions, ProximalTerm
 from chillfl.aggregation.pa3fed import PA3Fed
 from chillfl.aggregation.registry import algorithm_names, make_aggregator
@@ -216,6 +216,35 @@ def test_fedadagrad_two_steps() -> None:
     x2 = x1 + 0.09 / (math.sqrt(1.25) + 0.5)
     assert _fedopt_two_steps("adagrad") == pytest.approx([x1, x2], rel=1e-6)
 
+
+
+@pytest.mark.parametrize(
+    ("correction", "etas"),
+    [
+        ("none", (1.0, 1.0)),
+        # t = 1, 2: sqrt(1 - 0.99) / (1 - 0.9) = 0.1 / 0.1 = 1; sqrt(1 - 0.9801) / (1 - 0.81) = 0.1410674 / 0.19
+        ("adam", (1.0, 0.7424602)),
+        # t = 2, 3 (Flower's server_round + 1): 0.7424602; sqrt(1 - 0.970299) / (1 - 0.729) = 0.1723398 / 0.271
+        ("flower", (0.7424602, 0.6359402)),
+    ],
+)
+def test_fedadam_bias_correction_scales_eta_as_adam_or_flower(correction: str, etas: tuple[float, float]) -> None:
+    agg = FedOpt("adam", FedAdamOptions(server_lr=1.0, beta1=0.9, beta2=0.99, tau=0.5, bias_correction=correction))  # type: ignore[arg-type]
+    assert [agg.step_size(0), agg.step_size(1)] == pytest.approx(list(etas), rel=1e-6)
+    x1 = agg.aggregate({"w": t(1.0)}, [result(0, w=t(1.5)), result(1, w=t(2.5))], 0)["w"].item()
+    x2 = agg.aggregate({"w": t(x1)}, [result(0, w=t(x1)), result(1, w=t(x1))], 1)["w"].item()
+    # the moments of test_fedadam_two_steps: m0 = 0.1, v0 = 0.2575; m1 = 0.09, v1 = 0.254925
+    expected1 = 1 + etas[0] * 0.1 / (math.sqrt(0.2575) + 0.5)
+    assert [x1, x2] == pytest.approx([expected1, expected1 + etas[1] * 0.09 / (math.sqrt(0.254925) + 0.5)], rel=1e-6)
+
+
+def test_only_fedadam_has_a_bias_correction() -> None:
+    with pytest.raises(ValueError, match="bias_correction is FedAdam's"):
+        FedOpt("yogi", FedAdamOptions(bias_correction="adam"))
+    with pytest.raises(ConfigError, match=r"^algorithm\.bias_correction: must be none, adam or flower"):
+        FedAdamOptions(bias_correction="kingma").validate("algorithm")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"algorithm\.bias_correction"):
+        make_aggregator("fedyogi", {"bias_correction": "adam"}, num_clients=2, model=nn.Linear(1, 1), seed=0)
 
 
 def test_fedopt_uniform_weighting_is_algorithm_2s_plain_mean() -> None:

@@ -14,8 +14,13 @@ then, element-wise, with ``m_{-1} = 0`` and ``v_{-1} = tau^2`` (Alg. 2, lines 9-
 
 Choices
 -------
-* No bias correction (Algorithm 2 has none); ``v_{-1} = tau^2``, the smallest
-  value Algorithm 2 allows (``v_{-1} >= tau^2``).
+* No bias correction by default (Algorithm 2 has none); ``v_{-1} = tau^2``, the smallest
+  value Algorithm 2 allows (``v_{-1} >= tau^2``). FedAdam's ``bias_correction``
+  scales eta as Adam does (Kingma & Ba 2014, the line before Sec. 2.1),
+  ``eta_t = eta * sqrt(1 - beta2^t) / (1 - beta1^t)``: ``"adam"`` with t the
+  1-based round, ``"flower"`` with t one more (Flower's FedAdam raises to
+  ``server_round + 1``). t counts rounds, not server steps, as Flower's does: a
+  round without uploads still advances it.
 * ``p_i = n_i / sum n_j`` by default (``weighting = "samples"``, as FedAvg;
   it lets PA3Fed pass its weights). Algorithm 2 writes a plain mean over the
   sampled clients, ``Delta_t = (1/|S|) sum_i Delta_i``: ``weighting =
@@ -31,12 +36,14 @@ Choices
   sample-weighted ``Delta_t``, but ``v_{-1} = 0`` (here tau^2, which Algorithm 2
   asks for; the two differ by tau^2 = 1e-6 in the first round), Flower's
   defaults ``eta = 0.1``, ``tau = 1e-9``, and every array moved, buffers
-  included. Later Flower releases scale FedAdam's eta by Adam's bias
-  correction; Algorithm 2 has none and neither has chillfl.
+  included. Flower's FedAdam also scales eta by Adam's bias correction, one
+  round late (``bias_correction = "flower"``); Algorithm 2 has none, nor has
+  chillfl's default.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Literal, Mapping, Sequence
 
@@ -77,12 +84,28 @@ class FedOptOptions:
         require(self.tau > 0, f"{section}.tau", f"must be > 0, got {self.tau}")
 
 
+@dataclass(frozen=True)
+class FedAdamOptions(FedOptOptions):
+    """FedOpt's options, and FedAdam's ``bias_correction`` (Yogi and Adagrad have none, in Algorithm 2 and in Flower)."""
+
+    bias_correction: Literal["none", "adam", "flower"] = "none"
+    """``none`` (Algorithm 2), ``adam`` (eta * sqrt(1 - beta2^t) / (1 - beta1^t), t the 1-based round)
+    or ``flower`` (the same with t one more, as Flower's FedAdam)."""
+
+    def validate(self, section: str) -> None:
+        super().validate(section)
+        require(self.bias_correction in ("none", "adam", "flower"), f"{section}.bias_correction", f"must be none, adam or flower, got {self.bias_correction!r}")
+
+
 class FedOpt(AggregatorBase):
     """Adaptive server optimiser over the pseudo-gradient; keeps ``m`` and ``v`` per key."""
 
     def __init__(self, optimizer: ServerOptimizer, options: FedOptOptions = FedOptOptions(), param_keys: Collection[str] | None = None) -> None:
         if optimizer not in ("adam", "yogi", "adagrad"):
             raise ValueError(f"unknown server optimizer {optimizer!r}; allowed: adagrad, adam, yogi")
+        self.bias_correction = options.bias_correction if isinstance(options, FedAdamOptions) else "none"
+        if optimizer != "adam" and self.bias_correction != "none":
+            raise ValueError(f"bias_correction is FedAdam's (Yogi and Adagrad have none), got {self.bias_correction!r} for {optimizer}")
         self.optimizer = optimizer
         self.options = options
         self.param_keys = None if param_keys is None else list(param_keys)
@@ -100,10 +123,19 @@ class FedOpt(AggregatorBase):
             return v - (1 - b2) * d2 * torch.sign(v - d2)
         return b2 * v + (1 - b2) * d2
 
+    def step_size(self, round: int) -> float:
+        """eta of 0-based ``round``, bias-corrected as ``options.bias_correction`` says."""
+        o = self.options
+        if self.bias_correction == "none":
+            return o.server_lr
+        t = round + (1 if self.bias_correction == "adam" else 2)
+        return o.server_lr * math.sqrt(1 - o.beta2**t) / (1 - o.beta1**t)
+
     def aggregate(
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
     ) -> Params:
         o = self.options
+        eta = self.step_size(round)
         w = self.default_weights(results) if weights is None else weights
         out = weighted_average([r.params for r in results], w)
         keys = self.param_keys if self.param_keys is not None else list(global_params)
@@ -117,7 +149,7 @@ class FedOpt(AggregatorBase):
             m = o.beta1 * m + (1 - o.beta1) * delta
             v = self._second_moment(v, delta**2)
             self.m[k], self.v[k] = m, v
-            out[k] = (x.double() + o.server_lr * m / (v.sqrt() + o.tau)).to(x.dtype)
+            out[k] = (x.double() + eta * m / (v.sqrt() + o.tau)).to(x.dtype)
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -134,7 +166,7 @@ def _fedopt(kind: ServerOptimizer) -> Callable[[Any, BuildContext], Built]:
     return lambda o, ctx: (FedOpt(kind, o, ctx.trainable_keys()), [])
 
 
-ADAM = register_algorithm("fedadam", AlgorithmSpec(FedOptOptions, _fedopt("adam"), "server Adam (Reddi et al. 2021)", capabilities=Capabilities(takes_weights=True)))
+ADAM = register_algorithm("fedadam", AlgorithmSpec(FedAdamOptions, _fedopt("adam"), "server Adam (Reddi et al. 2021)", capabilities=Capabilities(takes_weights=True)))
 YOGI = register_algorithm("fedyogi", AlgorithmSpec(FedOptOptions, _fedopt("yogi"), "server Yogi (Reddi et al. 2021)", capabilities=Capabilities(takes_weights=True)))
 ADAGRAD = register_algorithm(
     "fedadagrad", AlgorithmSpec(FedOptOptions, _fedopt("adagrad"), "server Adagrad (Reddi et al. 2021)", capabilities=Capabilities(takes_weights=True))

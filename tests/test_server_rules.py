@@ -172,6 +172,18 @@ def test_fedexp_eps_times_clients_is_the_authors_code() -> None:
     torch.testing.assert_close(out["w"], torch.tensor([0.0, -eta / 3]), rtol=1e-6, atol=1e-7)
 
 
+def test_fedexp_eps_decays_by_round_as_the_authors_code() -> None:
+    # the clients of test_fedexp_extrapolates_by_hand: sum ||Delta_i||^2 = 3, M = 3, ||mean||^2 = 1/9.
+    # eps_decay = 0.5, eps = 0.1: round 0 eps 0.1, round 3 eps 0.1 * 0.125 = 0.0125; with eps_times_clients 3 * 0.0125
+    clients = [result(0, [-1.0, 0.0], 5), result(1, [0.0, -1.0], 1), result(2, [1.0, 0.0], 2)]
+    for times_clients, rnd, eps in ((False, 0, 0.1), (False, 3, 0.0125), (True, 3, 0.0375)):
+        agg = FedExP(FedExPOptions(eps=0.1, eps_decay=0.5, eps_times_clients=times_clients), ["w"])
+        agg.aggregate({"w": torch.tensor([0.0, 0.0])}, clients, rnd)
+        assert agg.round_metrics()["fedexp_eta"] == pytest.approx(3 / (2 * 3 * (1 / 9 + eps)), rel=1e-12)
+    with pytest.raises(ConfigError, match=r"^algorithm\.eps_decay: must be in \(0, 1\]"):
+        FedExPOptions(eps_decay=1.5).validate("algorithm")
+
+
 def test_fedexp_step_is_never_below_fedavgs() -> None:
     # Delta_1 = [1, 0], Delta_2 = [0, 1]: mean [0.5, 0.5], ||.||^2 = 0.5; sum 2; 2 / (4 * 0.501) = 0.998 < 1 -> eta = 1 (FedAvg)
     agg = FedExP(FedExPOptions(), ["w"])

@@ -22,8 +22,13 @@ Choices
   ``weighting = "samples"`` selects it.
 * eps is added to ||Delta||^2 as the paper's formula writes; the authors'
   code adds ``S * epsilon`` (M eps), which ``eps_times_clients = true``
-  selects. Their code also decays eps by 0.998^2 a round with the local lr;
-  chillfl keeps eps fixed.
+  selects. Their code also decays eps by 0.998^2 a round as it decays the
+  local lr by 0.998 (eps is on the scale of an update's square):
+  ``eps_decay`` multiplies eps by ``eps_decay**t`` in round t (0-based), as
+  ``client.lr_decay`` does the lr; default 1, a fixed eps as the paper writes.
+  Their loop decays both before its first round too, so their setting is
+  ``client.lr = 0.01 * 0.998``, ``client.lr_decay = 0.998``, ``eps = 1e-3 *
+  0.998**2``, ``eps_decay = 0.998**2``.
 * Norms and the step cover the trainable parameters; buffers (batch-norm
   statistics) take the same mean, integer buffers the max. Sums in float64.
 * Checked against Divyansh03/FedExP ``main.py`` (the server loop: ``grad_avg``,
@@ -72,9 +77,12 @@ class FedExPOptions:
     """``uniform`` (1/M, Algorithm 1) or ``samples`` (n_i / sum_S n_j, the authors' code) for both means."""
     eps_times_clients: bool = False
     """Add M eps to ||Delta||^2 (the authors' code's ``S * epsilon``) instead of eps (the paper's formula)."""
+    eps_decay: float = 1.0
+    """eps of round t (0-based) is ``eps * eps_decay**t`` (the authors' code: 0.998**2 with ``client.lr_decay = 0.998``)."""
 
     def validate(self, section: str) -> None:
         require(self.eps > 0, f"{section}.eps", f"must be > 0, got {self.eps}")
+        require(0 < self.eps_decay <= 1, f"{section}.eps_decay", f"must be in (0, 1], got {self.eps_decay}")
 
 
 def fedexp_step(
@@ -112,7 +120,7 @@ class FedExP(AggregatorBase):
         w = client_weights(results, o.weighting)
         out = weighted_average([r.params for r in results], w)
         keys = [k for k in (self.param_keys if self.param_keys is not None else list(current)) if torch.is_floating_point(current[k])]
-        eps = o.eps * len(results) if o.eps_times_clients else o.eps
+        eps = o.eps * o.eps_decay**round * (len(results) if o.eps_times_clients else 1)
         step, self._eta = fedexp_step(current, [r.params for r in results], eps, keys, w.tolist())
         out.update(step)
         if not self.options.average_last_two:

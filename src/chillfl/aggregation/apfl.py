@@ -45,6 +45,15 @@ Choices
   training forward updates them).
 * The run's parameter terms (``[objective] proximal_mu``) apply to w, the
   model the server averages (:class:`OnShared`), not to v.
+* ``alpha = 0.5`` is FL-bench's default (``--alpha 0.5``, ``--adaptive_alpha 1``);
+  PFLlib's shared ``-al`` defaults to 1.0 (v alone at the start). The
+  paper's start for the adaptive alpha could not be read here (its abstract
+  only), so the default follows FL-bench.
+
+Checked (2026-12) against Deng, Kamani & Mahdavi 2020 (Algorithm 1: w's step on grad f_i(w), v's on
+grad_v f_i(v_bar) = alpha grad f_i(v_bar), alpha's on <v - w, grad f_i(v_bar)>, all from the same iterate; the
+server's FedAvg of the w_i), FL-bench (``src/client/apfl.py``, ``src/server/apfl.py``) and PFLlib
+(``clientapfl.py``), whose differences are listed above; ``tests/test_personalised.py`` works one step by hand.
 """
 
 from __future__ import annotations

@@ -58,7 +58,9 @@ Choices
   as the body does (the paper gives one local step size, 0.01 or 0.02 by
   dataset). The authors' code trains the head at a fixed 0.1 (``lr_g``) and
   the body at ``--lr`` (0.01), both with momentum 0.5 and weight decay 5e-4:
-  ``head_lr = 0.1`` gives its head step (the optimiser stays ``[client]``'s).
+  ``head_lr = 0.1`` gives its head step (the optimiser stays ``[client]``'s;
+  set, the head's lr is that number every round, outside the round's lr
+  schedule, as the code's fixed ``lr_g``).
 * A client's first round starts from the global (averaged) head; in the
   authors' code every client starts from the one initial model, so its head
   there is the initial head.

@@ -40,6 +40,9 @@ Choices
   ``requires_grad = False`` layers) stay frozen in both w and v.
 * ``client.weight_decay`` decays w and v as the run's optimiser does, never
   alpha: a mixing coefficient, whose Algorithm 1 step has no decay term.
+  ``client.momentum`` (and Adam) does act on alpha, as on w and v: Algorithm 1
+  steps alpha by plain SGD, and FL-bench / PFLlib step it by hand, outside
+  their optimiser. With the run's default momentum 0 the two agree.
 * v_i starts, at the client's first participation, from the global model it
   was sent (paper: v_i^0 = w^0). v_bar's batch-norm buffers are v_i's (its
   training forward updates them).

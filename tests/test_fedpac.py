@@ -194,7 +194,20 @@ def test_server_combines_heads_and_prototypes_by_hand() -> None:
     torch.testing.assert_close(again.downlink(1, 1, out).params, down.params)
 
 
-@pytest.mark.parametrize(("field", "value"), [("lam", -1.0), ("head_epochs", 0), ("qp_steps", 0), ("unseen", "zero")])
+def test_head_lr_sets_the_heads_training_step_and_leaves_the_bodys() -> None:
+    # The authors' code trains the head at a fixed lr_g = 0.1 and the body at --lr; unset, both take the round's (None).
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 3))
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    x, y = torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.tensor([0, 1])
+    for options, expected in ((FedPACOptions(), None), (FedPACOptions(head_lr=0.1), 0.1)):
+        prog = FedPAC(model, options).client_half().train(Local(0, x, y, start, {LAM: 1.0}, 0.01, {}, 0, LocalSpec(epochs=1, batch_size=8)))  # type: ignore[attr-defined]
+        head = next(prog)
+        assert isinstance(head, Train) and head.objective == 0 and head.lr == expected
+        body = prog.send(LocalOutcome(start, 1, 0.0))
+        assert isinstance(body, Train) and body.objective == 1 and body.lr is None
+
+
+@pytest.mark.parametrize(("field", "value"), [("lam", -1.0), ("head_epochs", 0), ("qp_steps", 0), ("unseen", "zero"), ("head_lr", 0.0)])
 def test_options_are_checked(field: str, value: float) -> None:
     with pytest.raises(ConfigError, match=f"algorithm.{field}"):
         build_experiment(config(**{"algorithm.name": "fedpac", f"algorithm.{field}": value}))

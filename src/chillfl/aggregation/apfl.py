@@ -40,11 +40,23 @@ Choices
   ``requires_grad = False`` layers) stay frozen in both w and v.
 * ``client.weight_decay`` decays w and v as the run's optimiser does, never
   alpha: a mixing coefficient, whose Algorithm 1 step has no decay term.
+  ``client.momentum`` (and Adam) does act on alpha, as on w and v: Algorithm 1
+  steps alpha by plain SGD, and FL-bench / PFLlib step it by hand, outside
+  their optimiser. With the run's default momentum 0 the two agree.
 * v_i starts, at the client's first participation, from the global model it
   was sent (paper: v_i^0 = w^0). v_bar's batch-norm buffers are v_i's (its
   training forward updates them).
 * The run's parameter terms (``[objective] proximal_mu``) apply to w, the
   model the server averages (:class:`OnShared`), not to v.
+* ``alpha = 0.5`` is FL-bench's default (``--alpha 0.5``, ``--adaptive_alpha 1``);
+  PFLlib's shared ``-al`` defaults to 1.0 (v alone at the start). The
+  paper's start for the adaptive alpha could not be read here (its abstract
+  only), so the default follows FL-bench.
+
+Checked (2026-12) against Deng, Kamani & Mahdavi 2020 (Algorithm 1: w's step on grad f_i(w), v's on
+grad_v f_i(v_bar) = alpha grad f_i(v_bar), alpha's on <v - w, grad f_i(v_bar)>, all from the same iterate; the
+server's FedAvg of the w_i), FL-bench (``src/client/apfl.py``, ``src/server/apfl.py``) and PFLlib
+(``clientapfl.py``), whose differences are listed above; ``tests/test_personalised.py`` works one step by hand.
 """
 
 from __future__ import annotations

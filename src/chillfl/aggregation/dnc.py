@@ -58,6 +58,10 @@ Choices
 * ``weighting = "uniform"`` (the paper's AGR_avg: the plain mean of the kept updates); ``"samples"`` weights
   them by their sample counts, as FedAvg would. A client that reports a large count gains weight that way.
 * Round metric ``selected``: the kept client ids (``agg_selected`` in metrics.jsonl).
+
+Checked (2026-12) against FLPoison (vio1etus/FLPoison ``aggregators/dnc.py``; the paper's Algorithm 2 could not be
+read here): the centred subsampled updates, the top right singular vector, s_i = ((g_i - mu) . v)^2, the lowest
+``n - c f`` scores kept per iteration and intersected from every client, the plain mean of the kept updates.
 """
 
 from __future__ import annotations

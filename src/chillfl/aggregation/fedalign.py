@@ -1,4 +1,9 @@
-"""FedAlign's registry entry: FedAvg plus the final-stage Lipschitz alignment term (:mod:`chillfl.training.fedalign`)."""
+"""FedAlign's registry entry: FedAvg plus the final-stage Lipschitz alignment term (:mod:`chillfl.training.fedalign`).
+
+Checked (2026-12): the term, its defaults and the sources it was checked against are in
+:mod:`chillfl.training.fedalign`; the server is FedAvg by sample counts, as the official ``methods/base.py``'s
+``Base_Server.operations`` (whose n_i is the client's batches times the batch size).
+"""
 
 from __future__ import annotations
 

@@ -44,6 +44,10 @@ Choices
   loss above (the paper's up to its denominator); tau = 0 is FedAvg.
 * The calibration is in the local loss only: the uploaded and the global model
   evaluate plain logits.
+
+Checked (2026-12) against FL-bench (``src/client/fedlc.py``: ``exp(z - tau n^(-1/4))`` over every class, y's own
+in the denominator, the mean over the batch, absent classes counted as 1e-8; ``src/server/fedlc.py``: ``--tau 1.0``
+and FedAvg). The paper's text and any authors' code could not be read here; the choices above say what differs.
 """
 
 from __future__ import annotations

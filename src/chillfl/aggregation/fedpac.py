@@ -54,11 +54,32 @@ Choices
   (the paper's Eq. 5 does not say; with every client sampled every round the
   prototypes hold every class a client holds, so this only acts under partial
   participation); ``"skip"``: such a class adds nothing to the term.
+* ``head_lr`` unset (default): the head trains at the round's learning rate,
+  as the body does (the paper gives one local step size, 0.01 or 0.02 by
+  dataset). The authors' code trains the head at a fixed 0.1 (``lr_g``) and
+  the body at ``--lr`` (0.01), both with momentum 0.5 and weight decay 5e-4:
+  ``head_lr = 0.1`` gives its head step (the optimiser stays ``[client]``'s;
+  set, the head's lr is that number every round, outside the round's lr
+  schedule, as the code's fixed ``lr_g``).
+* A client's first round starts from the global (averaged) head; in the
+  authors' code every client starts from the one initial model, so its head
+  there is the initial head.
+
+Checked (2026-12) against Xu, Tong & Huang 2023 (Sec. 4, Eqs. 5 and 9, Algorithm 1) and the authors' code
+(JianXu95/FedPAC ``methods/fedpac.py``: ``statistics_extraction``, ``local_training``, ``get_local_protos``;
+``tools.py``: ``protos_aggregation``, ``get_head_agg_weight``, ``agg_classifier_weighted_p``; ``running.py``:
+``train_round_fedpac``): V_i and h_i from the received body before training (sum_k p_k tr(F_k^T F_k) / n_k -
+p_k^2 ||mu_k||^2, over n); D_i[j, l] = sum_k <h_i[k] - h_j[k], h_i[k] - h_l[k]> over the pairs j <= l, diagonal
+included; weights <= 1e-3 zeroed and the head mix divided by the kept weights' sum; head 1 epoch then body E epochs
+with the other part frozen; MSE alignment from the second round on, ``local_protos1`` for classes the prototypes lack;
+prototypes weighted by the clients' class counts; ``--lam 1.0``. Not reproduced: the authors' eigenvalue clean-up of
+a non-PSD P and their fallback to the client's own head when cvxpy finds no solution (P is PSD here by construction).
 """
 
 from __future__ import annotations
 
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping, Sequence
 
@@ -104,7 +125,8 @@ class FedPACOptions:
     """``lam``: weight of the feature alignment (1); ``head_epochs``: the head's epochs before the body's (1); ``qp_steps``;
     ``protos``: the global prototype c_k weighted by the clients' class-k counts (``count``, the authors' code) or
     the plain mean over the clients holding class k (``uniform``, PFLlib's FedPAC); ``unseen``: a class the prototypes
-    lack aligns to the client's own pre-training class mean (``own``, the authors' code) or adds nothing (``skip``)."""
+    lack aligns to the client's own pre-training class mean (``own``, the authors' code) or adds nothing (``skip``);
+    ``head_lr``: the head's learning rate (unset: the round's, the paper's one step size; 0.1: the authors' code)."""
 
     lam: float = 1.0
     head_epochs: int = 1
@@ -112,9 +134,12 @@ class FedPACOptions:
     weighting: Literal["samples", "uniform"] = "samples"
     protos: Literal["count", "uniform"] = "count"
     unseen: Literal["own", "skip"] = "own"
+    head_lr: float | None = None
 
     def validate(self, section: str) -> None:
         require(self.lam >= 0, f"{section}.lam", f"must be >= 0, got {self.lam}")
+        if self.head_lr is not None:
+            require(math.isfinite(self.head_lr) and self.head_lr > 0, f"{section}.head_lr", f"must be a finite number > 0, got {self.head_lr}")
         require(self.head_epochs >= 1, f"{section}.head_epochs", f"must be >= 1, got {self.head_epochs}")
         require(self.qp_steps >= 1, f"{section}.qp_steps", f"must be >= 1, got {self.qp_steps}")
 
@@ -226,6 +251,8 @@ class FedPACClient:
     head_epochs: int
     eval_batch_size: int = 1024
     unseen_own: bool = True
+    head_lr: float | None = None
+    """The head's learning rate; None: the round's."""
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         return start, dict(context)
@@ -241,7 +268,7 @@ class FedPACClient:
         received = features(self.model, local.start, local.x, self.eval_batch_size)
         v, h = statistics(received, local.y, self.num_classes)
         context = {k: val for k, val in local.context.items() if k not in (PROTOS, MASK)}
-        head = yield Train(local.start, context, objective=0)
+        head = yield Train(local.start, context, objective=0, lr=self.head_lr)
         protos, mask = local.context.get(PROTOS), local.context.get(MASK)
         if not isinstance(protos, torch.Tensor) or not isinstance(mask, torch.Tensor):  # no global prototypes yet: the term is 0
             protos = torch.zeros(self.num_classes, received.shape[1], device=received.device)
@@ -276,7 +303,10 @@ class FedPAC(AggregatorBase):
 
     def client_half(self) -> ClientHalf:
         body = frozenset(n for n, _ in self.model.named_parameters()) - set(self.head)
-        return FedPACClient(self.model, frozenset(self.head), body, self.num_classes, self.options.head_epochs, self.eval_batch_size, self.options.unseen == "own")
+        return FedPACClient(
+            self.model, frozenset(self.head), body, self.num_classes, self.options.head_epochs, self.eval_batch_size,
+            self.options.unseen == "own", self.options.head_lr,
+        )
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         device = next(iter(global_params.values())).device  # a checkpoint may have brought the state back on another

@@ -40,6 +40,12 @@ Choices
   missing ones by alpha/T. At T = 1 it is the paper's loss; alpha = 1 is FedAvg.
 * The restriction is in the local loss only: the model the client uploads and the
   global model evaluate plain logits.
+
+Checked (2026-12) against the first author's code, lxcnju/FedRepo ``algorithms/fedrs.py`` (``update_local``:
+``cdist = dist / dist.max() * (1 - alpha) + alpha`` from the client's label counts, training logits
+``cdist * h W^T`` with no bias, the server's FedAvg by sample counts): ``scaling = "proportional"`` with
+``logit = "weights"`` is that code's loss term for term; the defaults keep the abstract-level rule (see above).
+The paper's text could not be read here.
 """
 
 from __future__ import annotations

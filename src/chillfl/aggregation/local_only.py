@@ -28,6 +28,13 @@ Choices
 * The downlink prices the initial global model at a client's first round
   only: no entry changes after it, so a returning client is sent nothing
   (:meth:`~chillfl.protocols.parameters.ParameterSharing.held`).
+* Like every method here, a client's optimiser state (momentum) starts afresh
+  each participation; PFLlib's clients keep their optimiser object between
+  rounds. Without momentum the two agree.
+
+Checked (2026-12) against PFLlib (``system/flcore/servers/serverlocal.py``: ``clientAVG`` training each sampled
+client's own model, no aggregation) and FL-bench (``src/server/local.py``: every parameter personal, the trained
+model stored as the client's): the same rule.
 """
 
 from __future__ import annotations

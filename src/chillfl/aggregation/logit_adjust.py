@@ -18,6 +18,10 @@ that itself reads the representation (it is passed through). It does not compose
 with a wrapper that brings its own client half (PA3Fed): the two halves would run
 side by side and this half's objective would be lost, so the specs declare
 ``not_a_base``.
+
+Checked (2026-12) for FedRS and FedLC against their reference code (see those modules): the counts are the client's
+whole training set's (every local step uses the same n, as FedRepo's ``client_cnts`` and FL-bench's
+``clients_label_counts``), the adjustment is in the training loss only, and the server is FedAvg.
 """
 
 from __future__ import annotations

@@ -48,6 +48,14 @@ Choices
   It costs one extra forward/backward pass over the client's data and, unlike
   option II, ignores the objective's other terms and the local optimiser.
   Option II (the default) is the paper's choice for its experiments.
+
+Checked (2026-12) against Karimireddy et al. 2020 (Algorithm 1, lines 10-17: the corrected step with c - c_i,
+option I / II for c_i+, x <- x + eta_g mean_S(y_i - x), c <- c + (|S| / N) mean_S(Delta c_i), i.e. the sampled
+clients' sum over N, not over |S|), FL-bench (``src/client/scaffold.py``, ``src/server/scaffold.py``: uniform
+weights, ``global_lr = 1.0``, ``c_i - c - (y_i - x) / (K lr)``, ``c += sum Delta c_i / client_num``) and PFLlib
+(``clientscaffold.py`` / ``serverscaffold.py``: the same with K = batches x epochs). Defaults as theirs and the
+paper's experiments: option II, eta_g = 1, p_i = 1/|S|. Both reimplementations divide by K lr whatever the
+momentum (the correction above is chillfl's) and add c - c_i to the gradient before the optimiser, as here.
 """
 
 from __future__ import annotations

@@ -15,6 +15,11 @@ Choices
   (every client's best T the same happens with a short grid); the printed
   table says it under the rows.
 * Rows keep the order of ``measures`` (deterministic; sort for display if needed).
+
+Checked against papers/fedchill.txt App. A.5 (Pearson r and its p-value per
+client characteristic, n = 10 clients) and ``scipy.stats.pearsonr`` (default
+``alternative="two-sided"``, the exact p from the Beta(n/2 - 1, n/2 - 1)
+distribution of r), 2026-12-02.
 """
 
 from __future__ import annotations

@@ -322,8 +322,12 @@ def _dirichlet(
     return _redraw(lambda: _dirichlet_once(labels, k, c, rng, opts), len(labels), k, opts.min_size, opts.max_retries, section)
 
 
-def _redraw(draw: Callable[[], Partition], n: int, k: int, min_size: int, max_retries: int, section: str) -> Partition:
-    """Draw until every client holds ``min_size`` samples (NIID-Bench's loop); an impossible bound is one line."""
+def _redraw(
+    draw: Callable[[], Partition], n: int, k: int, min_size: int, max_retries: int, section: str, concentration: str = "alpha"
+) -> Partition:
+    """Draw until every client holds ``min_size`` samples (NIID-Bench's loop); an impossible bound is one line.
+
+    ``concentration``: the option that spreads the sizes (``alpha``; ``h`` for ``quantity_skew``), named in that line."""
     require(min_size * k <= n, f"{section}.min_size", f"min_size * num_clients = {min_size * k} exceeds the {n} training samples")
     for _ in range(max_retries):
         part = draw()
@@ -331,7 +335,7 @@ def _redraw(draw: Callable[[], Partition], n: int, k: int, min_size: int, max_re
             return part
     raise ConfigError(
         f"{section}.min_size",
-        f"no draw gave every client >= {min_size} samples in {max_retries} tries; lower min_size or raise alpha",
+        f"no draw gave every client >= {min_size} samples in {max_retries} tries; lower min_size or raise {concentration}",
     )
 
 
@@ -471,7 +475,9 @@ def _quantity_skew(
     if opts.min_rule == "floor":
         sizes = opts.min_size + proportional_counts(dirichlet(rng, opts.h, k), n - opts.min_size * k)
     else:  # NIID-Bench "iid-diff-quantity": cut the shuffled indices at floor(N * cumsum(p)), p ~ Dir(h), until all >= min_size
-        sizes = _redraw(lambda: _cut_sizes(n, dirichlet(rng, opts.h, k)), n, k, opts.min_size, opts.max_retries, section).sizes
+        sizes = _redraw(
+            lambda: _cut_sizes(n, dirichlet(rng, opts.h, k)), n, k, opts.min_size, opts.max_retries, section, concentration="h"
+        ).sizes
     if opts.label_alpha is None:
         return Partition(np.split(rng.permutation(n), np.cumsum(sizes)[:-1]))
     c = _num_classes(labels, dataset)

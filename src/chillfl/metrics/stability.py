@@ -19,7 +19,11 @@ Choices
 -------
 * Population standard deviation (``ddof = 0``); ``ddof=1`` is available.
 * The paper does not state the moving-average window; default 5 rounds.
-  With fewer values than ``window`` the moving std is NaN.
+  With fewer values than ``window`` the moving std is NaN. "Moving-average
+  standard deviation" is read as the mean of the windows' stds, not the std
+  of the moving-average curve: Table 1's values (std 0.089, moving std 0.019
+  for FedAvg) fit the first, while a smoothed curve's std would stay close
+  to the std itself.
 * "Change rate" is read as the absolute change per round; ``relative=True``
   gives ``max_t |L_t - L_{t-1}| / |L_{t-1}|`` instead.
 * Whose loss: the paper records "the loss trajectories of all 50 clients"

@@ -91,3 +91,17 @@ def test_cli_bad_folder_is_one_line_and_exit_2(
     out, err = capsys.readouterr()
     assert out == ""  # nothing half-written: not even the header
     assert err.count("\n") == 1 and named in err and "Traceback" not in err
+
+
+def test_cli_leaves_out_failed_and_partial_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a compare folder keeps a diverged seed as NAME.failed and leaves it out of its table's statistics; so does this mean
+    folder = tmp_path / "cmp"
+    other = [{**r, "agg_alphas": {k: 0.1 for k in r["agg_alphas"]}} for r in RECORDS]  # alpha min 0.1 if it were counted
+    for name, records in (("PA3Fed_seed0", RECORDS), ("PA3Fed_seed1.failed", other), ("PA3Fed_seed2.partial", other)):
+        (folder / name).mkdir(parents=True)
+        (folder / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main([str(folder)]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {folder}")]
+    assert line == f"| {folder} (mean of 1 runs) | 4 | 50 | 50 | 0.600 / 0.750 / 0.900 | 43 | 0.0400 | 0.1000 |"
+    assert main([str(folder / "PA3Fed_seed1.failed")]) == 0  # named itself, it is taken
+    assert "0.100 / 0.100 / 0.100" in capsys.readouterr().out

@@ -89,3 +89,13 @@ def test_cli_bad_input_is_one_line_and_exit_2(setup: str, named: str, tmp_path: 
     assert main([str(folder), *(["--window", "0"] if setup == "window" else [])]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and named in err and "Traceback" not in err
+
+
+def test_cli_leaves_out_failed_and_partial_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = json.dumps({"round": 1, "client_train_loss": {"0": 1.0}}) + "\n"
+    for name in ("A_seed0", "A_seed1.failed", "A_seed2.partial"):
+        (tmp_path / "cmp" / name).mkdir(parents=True)
+        (tmp_path / "cmp" / name / "metrics.jsonl").write_text(good)
+    assert main([str(tmp_path / "cmp")]) == 0
+    rows = [line.split(" | ")[0] for line in capsys.readouterr().out.splitlines()[2:]]
+    assert rows == ["| A_seed0"]

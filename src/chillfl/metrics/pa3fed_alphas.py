@@ -16,7 +16,9 @@ Per run, from PA3Fed's round records (``agg_clp``, ``agg_adapted``,
 
 ``python -m chillfl.metrics.pa3fed_alphas FOLDER...`` prints one Markdown row
 per folder (run or compare folder): the field-wise mean over the PA3Fed
-runs found under it (e.g. its seeds); ``--runs`` adds one row per run. A
+runs found under it (e.g. its seeds; not those in ``NAME.failed`` or
+``NAME.partial`` folders, which a compare table leaves out of its statistics
+too); ``--runs`` adds one row per run. A
 folder that is missing or holds no PA3Fed run, or a garbled metrics.jsonl,
 is one line on stderr and exit status 2 (:mod:`chillfl.metrics.records`).
 
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from chillfl.errors import ConfigError
-from chillfl.metrics.records import METRICS, read_records, run_tool
+from chillfl.metrics.records import METRICS, read_records, run_tool, unfinished
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def folder_rows(folder: Path, runs: bool) -> list[str]:
         raise ConfigError(str(folder), "is not a folder (give run folders or compare folders)")
     found: list[AlphaSummary] = []
     rows = []
-    for path in sorted(folder.glob(f"**/{METRICS}")):
+    for path in sorted(p for p in folder.glob(f"**/{METRICS}") if not unfinished(p, folder)):
         records = read_records(path)
         if any("agg_alphas" in r for r in records):
             try:

@@ -15,8 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from chillfl.errors import ConfigError
+from chillfl.storage.results import FAILED, PARTIAL
 
 METRICS = "metrics.jsonl"
+
+
+def unfinished(path: Path, under: Path) -> bool:
+    """Whether ``path`` lies in a ``NAME.partial`` / ``NAME.failed`` folder below ``under`` (named ``under`` itself, it is
+    taken): a compare table leaves those runs out of its statistics, and so do these tables (as the HTML report does)."""
+    return any(PARTIAL in part or FAILED in part for part in path.relative_to(under).parts[:-1])
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -40,12 +47,13 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 
 def run_folders(folder: Path) -> list[Path]:
-    """``folder`` itself when it holds a ``metrics.jsonl``, else its sub-folders that do (a compare folder), sorted."""
+    """``folder`` itself when it holds a ``metrics.jsonl``, else its sub-folders that do (a compare folder), sorted,
+    without the unfinished ones (:func:`unfinished`)."""
     if not folder.is_dir():
         raise ConfigError(str(folder), "is not a folder (give run folders or compare folders)")
     if (folder / METRICS).is_file():
         return [folder]
-    runs = sorted(p.parent for p in folder.glob(f"*/{METRICS}"))
+    runs = sorted(p.parent for p in folder.glob(f"*/{METRICS}") if not unfinished(p, folder))
     if not runs:
         raise ConfigError(str(folder), f"holds no run: no {METRICS} in it or in its sub-folders")
     return runs

@@ -41,7 +41,8 @@ citing Bashan et al. 2008 and Buckley and Voorhees 2017) and Fig. 5 (loss std
 inside the CLP vs the rest periods), 2026-12-02; the paper gives no formulas
 and no authors' code was found, so each reading above is a documented choice.
 ``python -m chillfl.metrics.stability``: a missing folder, a folder without
-runs, a garbled metrics.jsonl or ``--window`` < 1 is one line and exit 2.
+runs, a garbled metrics.jsonl or ``--window`` < 1 is one line and exit 2; a
+compare folder's ``NAME.failed`` / ``NAME.partial`` runs are left out.
 """
 
 from __future__ import annotations

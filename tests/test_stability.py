@@ -99,3 +99,10 @@ def test_cli_leaves_out_failed_and_partial_runs(tmp_path: Path, capsys: pytest.C
     assert main([str(tmp_path / "cmp")]) == 0
     rows = [line.split(" | ")[0] for line in capsys.readouterr().out.splitlines()[2:]]
     assert rows == ["| A_seed0"]
+
+
+def test_the_unfinished_suffixes_are_the_run_folders_own() -> None:
+    from chillfl.metrics.records import UNFINISHED
+    from chillfl.storage.results import FAILED, PARTIAL
+
+    assert set(UNFINISHED) == {PARTIAL, FAILED}

@@ -15,15 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from chillfl.errors import ConfigError
-from chillfl.storage.results import FAILED, PARTIAL
 
 METRICS = "metrics.jsonl"
+UNFINISHED = (".partial", ".failed")
+"""``chillfl.storage.results.PARTIAL`` and ``FAILED``, spelled out: importing that module would import torch."""
 
 
 def unfinished(path: Path, under: Path) -> bool:
     """Whether ``path`` lies in a ``NAME.partial`` / ``NAME.failed`` folder below ``under`` (named ``under`` itself, it is
     taken): a compare table leaves those runs out of its statistics, and so do these tables (as the HTML report does)."""
-    return any(PARTIAL in part or FAILED in part for part in path.relative_to(under).parts[:-1])
+    return any(suffix in part for part in path.relative_to(under).parts[:-1] for suffix in UNFINISHED)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ import torch
 
 from chillfl.metrics.calibration import (
     CalibrationAccumulator,
+    bin_edges,
     bin_index,
     brier_score,
     expected_calibration_error,
@@ -126,3 +127,16 @@ def test_perfectly_confident_and_right_is_calibrated() -> None:
     out = acc.result()
     assert out["ece"] == pytest.approx(1.0, abs=1e-12)
     assert out["brier"] == pytest.approx(2.0, abs=1e-12)
+
+
+def test_bin_index_compares_with_the_edges() -> None:
+    # ceil(conf * M) - 1 rounds the product: 7/25 * 25 = 7.000000000000001 put 0.28 in (0.28, 0.32], and the
+    # double just above 11/15 times 15 = 11.0 put it in (10/15, 11/15]. Guo et al. bin by lower < conf <= upper.
+    above = math.nextafter(11 / 15, 1.0)
+    assert bin_index(torch.tensor([7 / 25], dtype=torch.float64), 25).tolist() == [6]
+    assert bin_index(torch.tensor([11 / 15, above], dtype=torch.float64), 15).tolist() == [10, 11]
+    edges = bin_edges(25)
+    conf = torch.tensor(edges[1:], dtype=torch.float64)  # every upper edge falls in its own bin
+    assert bin_index(conf, 25).tolist() == list(range(25))
+    probs = torch.tensor([[above, 1 - above]], dtype=torch.float64)
+    assert [i for i, n in enumerate(reliability(probs, torch.tensor([0]), 15).count) if n] == [11]

@@ -71,3 +71,13 @@ def test_format_table() -> None:
     assert lines[0].split() == ["measure", "r", "p", "n"]
     assert lines[1].split() == ["ratio", "-0.389", "0.267", "10"]
     assert lines[2].split() == ["gini", "0.198", "0.583", "10"]
+
+
+def test_a_non_finite_value_gives_nan_and_says_why() -> None:
+    t = np.array([0.1, 0.2, 0.5, 0.3])
+    rows = correlation_table({"kl": np.array([0.1, np.inf, 0.3, 0.2]), "size": np.array([1.0, 2.0, 3.0, 5.0])}, t)
+    assert math.isnan(rows[0]["r"]) and rows[0]["undefined"] == "kl is not finite (nan or inf) for some client"
+    # by hand: deviations (-1.75, -0.75, 0.25, 2.25) and (-0.175, -0.075, 0.225, 0.025): r = 0.475 / sqrt(8.75 * 0.0875) = 0.475 / 0.875
+    assert rows[1]["r"] == pytest.approx(0.475 / 0.875) and "undefined" not in rows[1]
+    (row,) = correlation_table({"size": np.array([1.0, 2.0, 3.0, 5.0])}, np.array([0.1, np.nan, 0.5, 0.3]))
+    assert math.isnan(row["r"]) and row["undefined"] == "a client's value is not finite (nan or inf)"

@@ -63,3 +63,45 @@ def test_mean_over_runs() -> None:
     assert m.alpha_median == pytest.approx((0.75 + 0.9) / 2)
     assert m.first_share == pytest.approx((3 / 7 + 3 / 4) / 2)
     assert m.shift_adapted == pytest.approx(0.03) and m.shift_max == pytest.approx(0.06)  # (0.1 + 0.02) / 2
+
+
+@pytest.mark.parametrize(
+    ("setup", "named"),
+    [
+        ("missing", "missing: is not a folder"),
+        ("no_pa3fed", "cmp: holds no PA3Fed run"),
+        ("garbled", "metrics.jsonl: line 2 is not JSON"),
+        ("malformed", "metrics.jsonl: its PA3Fed records"),
+    ],
+)
+def test_cli_bad_folder_is_one_line_and_exit_2(
+    setup: str, named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "cmp" / "run_seed0"
+    run.mkdir(parents=True)
+    lines = {
+        "no_pa3fed": json.dumps({"round": 1, "global_acc": 0.5}) + "\n",
+        "garbled": json.dumps(RECORDS[0]) + '\n{"round": 2, "agg_alphas": {"0": 0.9}\n',
+        "malformed": json.dumps({"round": 1, "agg_alphas": [0.9]}) + "\n",
+    }
+    if setup in lines:
+        (run / "metrics.jsonl").write_text(lines[setup])
+    folder = tmp_path / ("missing" if setup == "missing" else "cmp")
+    assert main([str(folder)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # nothing half-written: not even the header
+    assert err.count("\n") == 1 and named in err and "Traceback" not in err
+
+
+def test_cli_leaves_out_failed_and_partial_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a compare folder keeps a diverged seed as NAME.failed and leaves it out of its table's statistics; so does this mean
+    folder = tmp_path / "cmp"
+    other = [{**r, "agg_alphas": {k: 0.1 for k in r["agg_alphas"]}} for r in RECORDS]  # alpha min 0.1 if it were counted
+    for name, records in (("PA3Fed_seed0", RECORDS), ("PA3Fed_seed1.failed", other), ("PA3Fed_seed2.partial", other)):
+        (folder / name).mkdir(parents=True)
+        (folder / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main([str(folder)]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {folder}")]
+    assert line == f"| {folder} (mean of 1 runs) | 4 | 50 | 50 | 0.600 / 0.750 / 0.900 | 43 | 0.0400 | 0.1000 |"
+    assert main([str(folder / "PA3Fed_seed1.failed")]) == 0  # named itself, it is taken
+    assert "0.100 / 0.100 / 0.100" in capsys.readouterr().out

@@ -334,7 +334,8 @@ def test_quantity_skew_floor_rule_by_hand(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_quantity_skew_redraw_gives_up_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     _inject_proportions(monkeypatch, [[1.0, 0.0]] * 3)
-    with pytest.raises(ConfigError, match=r"partition\.min_size: no draw gave every client >= 10 samples in 3 tries"):
+    # the hint names quantity_skew's own concentration, h (it has no alpha)
+    with pytest.raises(ConfigError, match=r"partition\.min_size: no draw gave every client >= 10 samples in 3 tries; lower min_size or raise h$"):
         partition("quantity_skew", LABELS, 2, rng(0), {"min_size": 10, "min_rule": "redraw", "max_retries": 3})
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
 from chillfl.metrics.stability import (
     inside_vs_outside_std,
+    main,
     max_change_rate,
     mean_absolute_deviation,
     mean_inside_vs_outside_std,
@@ -65,3 +68,41 @@ def test_mean_inside_vs_outside_std_over_clients() -> None:
     }
     # inside: mean(0.3) = 0.3; outside: mean(0.1, 0.2) = 0.15
     assert mean_inside_vs_outside_std(clients, clp) == pytest.approx((0.3, 0.15))
+
+
+@pytest.mark.parametrize(
+    ("setup", "named"),
+    [
+        ("missing", "missing: is not a folder"),
+        ("empty", "cmp: holds no run"),
+        ("garbled", "metrics.jsonl: line 1 is not JSON"),
+        ("window", "--window: must be >= 1"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(setup: str, named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "cmp" / "run_seed0"
+    run.mkdir(parents=True)
+    good = json.dumps({"round": 1, "client_train_loss": {"0": 1.0}}) + "\n"
+    if setup != "empty":
+        (run / "metrics.jsonl").write_text('{"round": 1, "client_train_loss": {' if setup == "garbled" else good)
+    folder = tmp_path / ("missing" if setup == "missing" else "cmp")
+    assert main([str(folder), *(["--window", "0"] if setup == "window" else [])]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and named in err and "Traceback" not in err
+
+
+def test_cli_leaves_out_failed_and_partial_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = json.dumps({"round": 1, "client_train_loss": {"0": 1.0}}) + "\n"
+    for name in ("A_seed0", "A_seed1.failed", "A_seed2.partial"):
+        (tmp_path / "cmp" / name).mkdir(parents=True)
+        (tmp_path / "cmp" / name / "metrics.jsonl").write_text(good)
+    assert main([str(tmp_path / "cmp")]) == 0
+    rows = [line.split(" | ")[0] for line in capsys.readouterr().out.splitlines()[2:]]
+    assert rows == ["| A_seed0"]
+
+
+def test_the_unfinished_suffixes_are_the_run_folders_own() -> None:
+    from chillfl.metrics.records import UNFINISHED
+    from chillfl.storage.results import FAILED, PARTIAL
+
+    assert set(UNFINISHED) == {PARTIAL, FAILED}

@@ -54,6 +54,12 @@ Choices
   turns them off): otherwise the ``tqdm`` of the partitioner's modules is
   swapped for a disabled one while it splits, and restored after
   (:func:`quiet_bars`), so nothing else in the process changes.
+
+Checked against Flower Datasets ``partitioner/dirichlet_partitioner.py``
+(``DirichletPartitioner``: ``num_partitions``, ``partition_by``, ``alpha``,
+``min_partition_size``, ``self_balancing``, ``seed``; its warning per failed
+draw and ValueError after 10) and ``FederatedDataset`` (shuffles before a
+seedless partitioner cuts rows), 2026-12-02.
 """
 
 from __future__ import annotations

@@ -95,6 +95,33 @@ Choices
 * ``shards``: shards are cut from the label-sorted order as in McMahan et al.,
   so a shard can straddle two classes when class sizes are not multiples of
   ``shard_size``; samples beyond ``num_shards * shard_size`` are unused.
+  Within a class the order is a random permutation (FedLab's
+  ``shards_partition`` keeps the dataset's order there); the shards a client
+  gets are the same in distribution.
+* The per-class splits with a cap (``dirichlet_balanced``) fall back, when the
+  Dirichlet mass of a class lands only on clients already at N / K, to an
+  equal split over the clients below it (the reference code divides 0 by 0).
+
+Checked against, 2026-12-02: Hsu et al. 2019 (q ~ Dir(alpha p) per
+client); McMahan et al. 2017 Sec. 3 (label-sorted shards of 300, 2 per
+client) and FedLab ``fedlab/utils/dataset/functional.py``
+(``shards_partition``, ``hetero_dir_partition``,
+``client_inner_dirichlet_partition``); PFLlib
+``dataset/utils/dataset_utils.py`` (``separate_data``, ``"dir"``: per-class
+Dir(alpha) over clients, no share for a client with ``len >= N / K``,
+redrawn until every client has ``least_samples``, the NIID-Bench split); Flower Datasets
+``partitioner/dirichlet_partitioner.py`` (the same per-class draw,
+``self_balancing`` zeroing clients *above* N / K, ``min_partition_size``
+redrawn at most 10 times: available as ``partition.name = "flwr"``);
+temperaturescaling/temperature-scaling ``DataManager/dirichlet_spliter.py``
+(``flexchill_dirichlet``, draw for draw); kitsuyaazuma/SCARLET
+``dataset/functional.py`` (``client_inner_dirichlet_partition_faster``:
+a client drawn, then a class from its cumulative prior, an exhausted class
+replaced by a uniformly drawn non-empty one); and the partitions the papers
+state (papers/flexchill.txt Sec. 4 and App. Table 3: shards of 200, 5 per
+client, 50 clients, Dirichlet alpha = 0.5 for CKA; papers/fedchill.txt
+Sec. 4.2.2; papers/pa3fed.txt "Experimental Setup", h in {0.1, 0.2, 0.3};
+papers/scarlet.txt Sec. IV-A, Table II) against the bundled experiments.
 """
 
 from __future__ import annotations
@@ -295,8 +322,12 @@ def _dirichlet(
     return _redraw(lambda: _dirichlet_once(labels, k, c, rng, opts), len(labels), k, opts.min_size, opts.max_retries, section)
 
 
-def _redraw(draw: Callable[[], Partition], n: int, k: int, min_size: int, max_retries: int, section: str) -> Partition:
-    """Draw until every client holds ``min_size`` samples (NIID-Bench's loop); an impossible bound is one line."""
+def _redraw(
+    draw: Callable[[], Partition], n: int, k: int, min_size: int, max_retries: int, section: str, concentration: str = "alpha"
+) -> Partition:
+    """Draw until every client holds ``min_size`` samples (NIID-Bench's loop); an impossible bound is one line.
+
+    ``concentration``: the option that spreads the sizes (``alpha``; ``h`` for ``quantity_skew``), named in that line."""
     require(min_size * k <= n, f"{section}.min_size", f"min_size * num_clients = {min_size * k} exceeds the {n} training samples")
     for _ in range(max_retries):
         part = draw()
@@ -304,7 +335,7 @@ def _redraw(draw: Callable[[], Partition], n: int, k: int, min_size: int, max_re
             return part
     raise ConfigError(
         f"{section}.min_size",
-        f"no draw gave every client >= {min_size} samples in {max_retries} tries; lower min_size or raise alpha",
+        f"no draw gave every client >= {min_size} samples in {max_retries} tries; lower min_size or raise {concentration}",
     )
 
 
@@ -444,7 +475,9 @@ def _quantity_skew(
     if opts.min_rule == "floor":
         sizes = opts.min_size + proportional_counts(dirichlet(rng, opts.h, k), n - opts.min_size * k)
     else:  # NIID-Bench "iid-diff-quantity": cut the shuffled indices at floor(N * cumsum(p)), p ~ Dir(h), until all >= min_size
-        sizes = _redraw(lambda: _cut_sizes(n, dirichlet(rng, opts.h, k)), n, k, opts.min_size, opts.max_retries, section).sizes
+        sizes = _redraw(
+            lambda: _cut_sizes(n, dirichlet(rng, opts.h, k)), n, k, opts.min_size, opts.max_retries, section, concentration="h"
+        ).sizes
     if opts.label_alpha is None:
         return Partition(np.split(rng.permutation(n), np.cumsum(sizes)[:-1]))
     c = _num_classes(labels, dataset)

@@ -14,6 +14,11 @@ taken when the data were split, before an attack relabels any row, and the
 ``[dataset]`` table it was made with (to say what may have changed); reading
 compares the digest. Files of version 1 have no such record and are read with
 the other checks only.
+
+Checked against :mod:`chillfl.data.partition` (what a partition guarantees:
+disjoint, in-range, sorted indices per client), 2026-12-02: every such
+property a file could break is checked on reading, each as one ConfigError
+naming ``partition.from``.
 """
 
 from __future__ import annotations

@@ -19,6 +19,15 @@ the bin, ``conf(B_b)`` the mean confidence; empty bins contribute 0.
 ``binning = "mass"`` instead puts (as nearly as possible) the same number of
 samples in every bin, sorted by confidence (the "adaptive" ECE); it needs all
 confidences at once, so only the offline functions offer it.
+
+Checked against Guo et al. 2017 (Sec. 2, "Expected Calibration Error": M
+equal-width bins I_m = ((m-1)/M, m/M], each weighted by |B_m| / n) and
+gpleiss/temperature_scaling ``temperature_scaling.py`` (``_ECELoss``:
+``conf > bin_lower`` and ``conf <= bin_upper`` over ``linspace(0, 1, M + 1)``),
+2026-12-02. The bin is found by comparing with the edges as there (it was
+ceil(conf * M) - 1, whose rounded product put a confidence on or just above
+an edge one bin off). The reference compares in float32; chillfl computes
+confidences and edges in float64.
 """
 
 from __future__ import annotations
@@ -32,9 +41,22 @@ DEFAULT_BINS = 15
 BINNINGS = ("width", "mass")
 
 
+def bin_edges(num_bins: int) -> list[float]:
+    """The equal-width edges 0, 1/M, ..., 1 (each b/M the nearest double, as Python's ``b / M``)."""
+    return [b / num_bins for b in range(num_bins + 1)]
+
+
 def bin_index(confidence: torch.Tensor, num_bins: int) -> torch.Tensor:
-    """Equal-width bin of each confidence: b with (b/M, (b+1)/M] holding it (0-based; 0 also holds 0)."""
-    idx = torch.ceil(confidence.double() * num_bins).long() - 1
+    """Equal-width bin of each confidence: b with (b/M, (b+1)/M] holding it (0-based; 0 also holds 0).
+
+    Found by comparing with the edges (as Guo et al.'s ``lower < conf <= upper``), not as ceil(conf * M) - 1:
+    the product rounds, so a confidence on an edge (0.28 = 7/25) or just above one (the double after 11/15)
+    would land one bin off.
+    """
+    conf = confidence.double()
+    # b / M made on the device (no host copy per batch); IEEE division gives the same doubles as bin_edges
+    edges = torch.arange(num_bins + 1, dtype=torch.float64, device=conf.device) / num_bins
+    idx = torch.searchsorted(edges, conf.contiguous(), right=False) - 1
     return idx.clamp_(0, num_bins - 1)
 
 
@@ -67,7 +89,7 @@ def reliability(probs: torch.Tensor, labels: torch.Tensor, num_bins: int = DEFAU
     correct = (pred == labels).double()
     if binning == "width":
         idx = bin_index(conf, num_bins)
-        edges = [b / num_bins for b in range(num_bins + 1)]
+        edges = bin_edges(num_bins)
     else:
         order = torch.argsort(conf, stable=True)
         idx = torch.empty_like(order)
@@ -145,5 +167,4 @@ class CalibrationAccumulator:
         sums = torch.zeros(3 * m + 2, dtype=torch.float64) if self._sums is None else self._sums.cpu()
         count = sums[:m]
         safe = count.clamp(min=1)
-        edges = [b / m for b in range(m + 1)]
-        return Reliability(edges, [int(c) for c in count.tolist()], (sums[m : 2 * m] / safe).tolist(), (sums[2 * m : 3 * m] / safe).tolist())
+        return Reliability(bin_edges(m), [int(c) for c in count.tolist()], (sums[m : 2 * m] / safe).tolist(), (sums[2 * m : 3 * m] / safe).tolist())

@@ -11,6 +11,15 @@ scaling of either argument (not to arbitrary invertible linear maps).
 Choice: FLex&Chill's Eq. 6 prints the formula without the centring step;
 the measure it names (*Centered* KA, ref. [18]) centres, and so do we by
 default. ``center=False`` evaluates Eq. 6 literally on the raw features.
+Kornblith et al.'s debiased estimator (``debiased=True`` in their code, from
+Song et al.'s unbiased HSIC) is not offered: FLex&Chill uses the plain one.
+
+Checked against Kornblith et al. 2019 (Sec. 3: linear CKA with
+centred features, the (n - 1)^2 of HSIC cancelling) and their demo code
+(google-research ``representation_similarity/demo.ipynb``,
+``feature_space_linear_cka``, ``debiased=False``: centre the columns, then
+||X^T Y||_F^2 / (||X^T X||_F ||Y^T Y||_F)), and papers/flexchill.txt App. E,
+Eq. 3, 2026-12-02.
 """
 
 from __future__ import annotations

@@ -6,6 +6,16 @@ cost to reach a target is the cumulative bytes *through* the first round whose
 accuracy is >= target (that round's bytes included), as in
 :meth:`~chillfl.engine.ledger.CommunicationLedger.cost_to_reach`. Kept apart
 from the plots so that computing a run's summary never imports matplotlib.
+
+Units: bytes (8 bits) throughout, as :mod:`chillfl.engine.ledger` counts them
+(tensors at their dtype's size, quantised payloads in bits rounded up to
+whole bytes per message); the compare table's "cumulative MB" is bytes /
+10^6 (SI megabytes, not MiB).
+
+Checked against papers/scarlet.txt Sec. IV-A, "Evaluation Metrics" (the
+cumulative cost: all data exchanged between the server and clients, summed
+over clients and rounds, the one-time public-set download excluded; the cost
+to reach a target accuracy), 2026-12-02.
 """
 
 from __future__ import annotations

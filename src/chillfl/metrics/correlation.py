@@ -13,8 +13,14 @@ Choices
 * A constant predictor (or constant temperatures) has no defined r: the row
   gets r = p = NaN instead of scipy's warning, and ``undefined`` says which
   (every client's best T the same happens with a short grid); the printed
-  table says it under the rows.
+  table says it under the rows. So does a NaN or infinite value (scipy gave
+  nan with a RuntimeWarning and no word on why).
 * Rows keep the order of ``measures`` (deterministic; sort for display if needed).
+
+Checked against papers/fedchill.txt App. A.5 (Pearson r and its p-value per
+client characteristic, n = 10 clients) and ``scipy.stats.pearsonr`` (default
+``alternative="two-sided"``, the exact p from the Beta(n/2 - 1, n/2 - 1)
+distribution of r), 2026-12-02.
 """
 
 from __future__ import annotations
@@ -38,7 +44,11 @@ def correlation_table(measures: Mapping[str, np.ndarray], best_temperature: np.n
         if x.shape != t.shape:
             raise ValueError(f"measure {name!r} has shape {x.shape}, best_temperature has {t.shape}")
         row: dict[str, Any] = {"measure": name, "n": int(t.size)}
-        if np.ptp(t) == 0:
+        if not np.isfinite(t).all():
+            row.update(r=math.nan, p=math.nan, undefined="a client's value is not finite (nan or inf)")
+        elif not np.isfinite(x).all():
+            row.update(r=math.nan, p=math.nan, undefined=f"{name} is not finite (nan or inf) for some client")
+        elif np.ptp(t) == 0:
             row.update(r=math.nan, p=math.nan, undefined=f"every client's value is {t[0]:g}: nothing to correlate with")
         elif np.ptp(x) == 0:
             row.update(r=math.nan, p=math.nan, undefined=f"{name} is {x[0]:g} for every client")

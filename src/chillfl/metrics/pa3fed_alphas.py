@@ -16,16 +16,27 @@ Per run, from PA3Fed's round records (``agg_clp``, ``agg_adapted``,
 
 ``python -m chillfl.metrics.pa3fed_alphas FOLDER...`` prints one Markdown row
 per folder (run or compare folder): the field-wise mean over the PA3Fed
-runs found under it (e.g. its seeds); ``--runs`` adds one row per run.
+runs found under it (e.g. its seeds; not those in ``NAME.failed`` or
+``NAME.partial`` folders, which a compare table leaves out of its statistics
+too); ``--runs`` adds one row per run. A
+folder that is missing or holds no PA3Fed run, or a garbled metrics.jsonl,
+is one line on stderr and exit status 2 (:mod:`chillfl.metrics.records`).
+
+Checked against papers/pa3fed.txt Eq. 10 and Algorithm 1 line 20 (alpha_i, the adapted weights
+m_i alpha_i / sum_j m_j alpha_j) and the records
+:mod:`chillfl.aggregation.pa3fed` writes, 2026-12-02; a study summary of
+chillfl's own, not a measure the paper defines.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from chillfl.errors import ConfigError
+from chillfl.metrics.records import METRICS, read_records, run_tool, unfinished
 
 
 @dataclass(frozen=True)
@@ -72,10 +83,6 @@ def alpha_summary(records: Sequence[Mapping[str, Any]]) -> AlphaSummary:
     )
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 HEADER = (
     "| run | rounds | CLP rounds % | adapted % | alpha min / median / max (returning clients) | first participations % "
     "| weight shift (TV), mean over adapted rounds | max |\n|---|---|---|---|---|---|---|---|"
@@ -101,26 +108,36 @@ def mean_summary(summaries: Sequence[AlphaSummary]) -> AlphaSummary:
     return AlphaSummary(**means)
 
 
+def folder_rows(folder: Path, runs: bool) -> list[str]:
+    """The rows of one FOLDER: with ``runs`` one per PA3Fed run under it, then their mean; a ConfigError when it has none."""
+    if not folder.is_dir():
+        raise ConfigError(str(folder), "is not a folder (give run folders or compare folders)")
+    found: list[AlphaSummary] = []
+    rows = []
+    for path in sorted(p for p in folder.glob(f"**/{METRICS}") if not unfinished(p, folder)):
+        records = read_records(path)
+        if any("agg_alphas" in r for r in records):
+            try:
+                found.append(alpha_summary(records))
+            except (TypeError, ValueError, AttributeError) as exc:
+                raise ConfigError(str(path), f"its PA3Fed records (agg_alphas, agg_weight_shift) are malformed: {exc}") from None
+            if runs:
+                rows.append(row(f"{folder} / {path.parent.name}", found[-1]))
+    if not found:
+        raise ConfigError(str(folder), f"holds no PA3Fed run (no {METRICS} with agg_alphas under it)")
+    return [*rows, row(f"{folder} (mean of {len(found)} runs)", mean_summary(found))]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Tabulate PA3Fed's CLP share, alpha distribution and weight shift: one row per FOLDER (mean over its PA3Fed runs)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m chillfl.metrics.pa3fed_alphas", description=main.__doc__)
+    prog = "python -m chillfl.metrics.pa3fed_alphas"
+    parser = argparse.ArgumentParser(prog=prog, description=main.__doc__)
     parser.add_argument("folders", nargs="+", type=Path)
     parser.add_argument("--runs", action="store_true", help="also one row per run")
     args = parser.parse_args(argv)
-    print(HEADER)
-    for folder in args.folders:
-        found: list[AlphaSummary] = []
-        for path in sorted(folder.glob("**/metrics.jsonl")):
-            records = read_records(path)
-            if any("agg_alphas" in r for r in records):
-                found.append(alpha_summary(records))
-                if args.runs:
-                    print(row(f"{folder} / {path.parent.name}", found[-1]))
-        if found:
-            print(row(f"{folder} (mean of {len(found)} runs)", mean_summary(found)))
-    return 0
+    return run_tool(prog, lambda: [HEADER, *(line for folder in args.folders for line in folder_rows(folder, args.runs))])
 
 
 if __name__ == "__main__":

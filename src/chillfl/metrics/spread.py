@@ -4,6 +4,10 @@ A comparison's ``curves.png`` (``compare --seeds``) and the HTML report's curves
 mean over seeds +- one sample standard deviation, the same spread as the tables' "mean ± std"
 column; :data:`SPREAD` names it in their legends and captions, so a reader never has to guess
 whether a band is a min-max, a std or an interval.
+
+Checked against :mod:`chillfl.metrics.stats` (the tables' ``mean ± std``:
+the same sample std, ddof 1) and papers/flexchill.txt Figs. 7-8 ("the shaded
+areas indicate the standard deviation across different runs"), 2026-12-02.
 """
 
 from __future__ import annotations

@@ -19,7 +19,11 @@ Choices
 -------
 * Population standard deviation (``ddof = 0``); ``ddof=1`` is available.
 * The paper does not state the moving-average window; default 5 rounds.
-  With fewer values than ``window`` the moving std is NaN.
+  With fewer values than ``window`` the moving std is NaN. "Moving-average
+  standard deviation" is read as the mean of the windows' stds, not the std
+  of the moving-average curve: Table 1's values (std 0.089, moving std 0.019
+  for FedAvg) fit the first, while a smoothed curve's std would stay close
+  to the std itself.
 * "Change rate" is read as the absolute change per round; ``relative=True``
   gives ``max_t |L_t - L_{t-1}| / |L_{t-1}|`` instead.
 * Whose loss: the paper records "the loss trajectories of all 50 clients"
@@ -31,14 +35,26 @@ Choices
   cross-entropy on its own data at T = 1), recorded by PA3Fed runs only.
 * A trajectory has one value per participation (about rounds x 20% values
   per client in the paper's setting), not one per round.
+
+Checked against papers/pa3fed.txt Table 1 (the five measures, named only,
+citing Bashan et al. 2008 and Buckley and Voorhees 2017) and Fig. 5 (loss std
+inside the CLP vs the rest periods), 2026-12-02; the paper gives no formulas
+and no authors' code was found, so each reading above is a documented choice.
+``python -m chillfl.metrics.stability``: a missing folder, a folder without
+runs, a garbled metrics.jsonl or ``--window`` < 1 is one line and exit 2; a
+compare folder's ``NAME.failed`` / ``NAME.partial`` runs are left out.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from chillfl.errors import ConfigError
+from chillfl.metrics.records import METRICS, read_records, run_folders, run_tool
 
 MOVING_WINDOW = 5
 
@@ -241,26 +257,29 @@ def _ranges(rounds: Sequence[int]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m chillfl.metrics.stability FOLDER...``: the table for run folders or ``compare`` folders."""
     import argparse
-    import json
-    from pathlib import Path
 
-    parser = argparse.ArgumentParser(prog="python -m chillfl.metrics.stability", description=main.__doc__)
-    parser.add_argument("folders", nargs="+", help="run folders (with metrics.jsonl) or compare folders holding them")
+    prog = "python -m chillfl.metrics.stability"
+    parser = argparse.ArgumentParser(prog=prog, description=main.__doc__)
+    parser.add_argument("folders", nargs="+", type=Path, help="run folders (with metrics.jsonl) or compare folders holding them")
     parser.add_argument("--source", default="client_train_loss", choices=TRAJECTORY_SOURCES)
     parser.add_argument("--window", type=int, default=MOVING_WINDOW)
     args = parser.parse_args(argv)
-    runs: list[Path] = []
-    for folder in map(Path, args.folders):
-        runs += [folder] if (folder / "metrics.jsonl").is_file() else sorted(p.parent for p in folder.glob("*/metrics.jsonl"))
-    if not runs:
-        parser.error("no metrics.jsonl found in the given folders")
-    summaries = {}
-    for run in runs:
-        with (run / "metrics.jsonl").open(encoding="utf-8") as fh:
-            records = [json.loads(line) for line in fh if line.strip()]
-        summaries[run.name] = stability_summary(records, source=args.source, window=args.window)
-    print(format_stability_table(summaries))
-    return 0
+
+    def table() -> list[str]:
+        if args.window < 1:
+            raise ConfigError("--window", f"must be >= 1, got {args.window}")
+        summaries = {}
+        for run in (run for folder in args.folders for run in run_folders(folder)):
+            path = run / METRICS
+            try:
+                summaries[run.name] = stability_summary(read_records(path), source=args.source, window=args.window)
+            except (TypeError, ValueError, KeyError) as exc:
+                if isinstance(exc, ConfigError):
+                    raise
+                raise ConfigError(str(path), f"its round records are malformed ({args.source}, round): {type(exc).__name__}: {exc}") from None
+        return [format_stability_table(summaries)]
+
+    return run_tool(prog, table)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,13 @@ Choices
   seed's common part; the interval is the one-sample interval of the d_s.
   "Sign holds in k/n" counts the seeds whose d_s has the sign of the mean
   difference (a zero difference never counts).
+* No multiple-comparison correction: every interval is a 95 % interval of
+  its own comparison (docs/comparisons.md says how to read m of them).
+
+Checked against scipy.stats (``t.ppf(0.975, df)`` for df = 1..1000: the
+table and the expansion agree to 5e-5; ``t.interval(0.95, n - 1, mean,
+sem)`` and ``numpy.std(ddof=1)`` on worked examples) and Abramowitz and
+Stegun 26.7.5 (the Cornish-Fisher terms), 2026-12-02.
 """
 
 from __future__ import annotations

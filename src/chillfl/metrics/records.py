@@ -1,0 +1,71 @@
+"""Reading a run's ``metrics.jsonl`` for the ``python -m chillfl.metrics.*`` tables, with one-line errors.
+
+A folder given on their command line may be mistyped, hold no run, or hold a
+file cut short by a crash; each of these is a :class:`~chillfl.errors.ConfigError`
+naming the folder or the file and line, which :func:`run_tool` prints as one
+line with exit status 2 (as ``chillfl`` does), before anything is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from chillfl.errors import ConfigError
+
+METRICS = "metrics.jsonl"
+UNFINISHED = (".partial", ".failed")
+"""``chillfl.storage.results.PARTIAL`` and ``FAILED``, spelled out: importing that module would import torch."""
+
+
+def unfinished(path: Path, under: Path) -> bool:
+    """Whether ``path`` lies in a ``NAME.partial`` / ``NAME.failed`` folder below ``under`` (named ``under`` itself, it is
+    taken): a compare table leaves those runs out of its statistics, and so do these tables (as the HTML report does)."""
+    return any(suffix in part for part in path.relative_to(under).parts[:-1] for suffix in UNFINISHED)
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The round records of a ``metrics.jsonl``; a line that is not a JSON object is a ConfigError naming file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"cannot read it: {type(exc).__name__}: {exc}") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise ConfigError(str(path), f"line {number} is not JSON ({exc})") from None
+        if not isinstance(record, dict):
+            raise ConfigError(str(path), f"line {number} is not a round record (a JSON object)")
+        records.append(record)
+    return records
+
+
+def run_folders(folder: Path) -> list[Path]:
+    """``folder`` itself when it holds a ``metrics.jsonl``, else its sub-folders that do (a compare folder), sorted,
+    without the unfinished ones (:func:`unfinished`)."""
+    if not folder.is_dir():
+        raise ConfigError(str(folder), "is not a folder (give run folders or compare folders)")
+    if (folder / METRICS).is_file():
+        return [folder]
+    runs = sorted(p.parent for p in folder.glob(f"*/{METRICS}") if not unfinished(p, folder))
+    if not runs:
+        raise ConfigError(str(folder), f"holds no run: no {METRICS} in it or in its sub-folders")
+    return runs
+
+
+def run_tool(prog: str, body: Callable[[], Sequence[str]]) -> int:
+    """Print the lines ``body`` returns (exit 0), or its ConfigError as one line on stderr (exit 2) with nothing on stdout."""
+    try:
+        lines = body()
+    except ConfigError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0

@@ -187,7 +187,9 @@ class FederatedData:
 
     def client_stamp(self, cid: int) -> RowStamp | None:
         """Client ``cid``'s marked rows as its augmented training steps read them (:mod:`chillfl.training.stamp`):
-        its inputs without the pattern (with its noise, as :meth:`client_train`'s), which rows, the pattern; None: none."""
+        its inputs without the pattern (with its noise, as :meth:`client_train`'s), which rows, the pattern; None: none.
+        The pattern then lands on the noisy, augmented row (a read has the noise on top of it): its pixels are exact in
+        training as on the probe."""
         marks = None if self.stamps is None else self.stamps.get(cid)
         if marks is None:
             return None

@@ -13,7 +13,7 @@ and a resumed run rebuilds them bit for bit (a pure function of the seed: nothin
   channel's largest training input (white, on inputs normalised per channel), and the label ``target``.
   The other rows stay clean, so the attacker's model keeps its main-task accuracy.
   The square is a mark on the rows (:func:`stamped`), stamped where they are read and, in an augmented
-  training batch, after its crop and flip (:mod:`chillfl.training.stamp`).
+  training batch, after its crop and flip (:mod:`chillfl.data.stamp`).
 * ``dba`` (Xie et al. 2020) stamps each attacker's rows the same way with a :class:`Pattern`: its own part
   of a global trigger that only the probe shows whole.
 
@@ -22,7 +22,7 @@ raw value 1 on every channel, normalised with the data set's per-channel mean an
 ``image_helper.py`` ``add_pixel_pattern`` (1 on every channel of unnormalised inputs: white). Until 2026-12-02 every
 channel took the largest value over all channels, above the range of a channel whose largest is smaller (the
 same on 1-channel data). Both references stamp batches after their transforms, and so does chillfl since 2026-12-02
-(:mod:`chillfl.training.stamp`): which rows carry the trigger is drawn once per attacker, and an augmented training
+(:mod:`chillfl.data.stamp`): which rows carry the trigger is drawn once per attacker, and an augmented training
 batch crops and flips them clean, then stamps the trigger at its fixed pixels, as on the probe. Until then the stored
 rows were stamped before ``[dataset.augment]``'s crop and flip, which moved or cut the trigger in training; runs
 without augmentation train on the same bits either way.
@@ -42,7 +42,7 @@ from chillfl.errors import ConfigError
 from chillfl.seeds import derive_seed
 from chillfl.attacks.spec import spec_of
 from chillfl.settings.attack import AttackConfig
-from chillfl.training.stamp import Marks
+from chillfl.data.stamp import Marks
 
 
 Value = float | tuple[float, ...]
@@ -170,7 +170,7 @@ def stamped(data: FederatedData, ids: frozenset[int], trigger: Trigger | Pattern
     labelled ``target`` (``backdoor``, ``dba``).
 
     The labels are rewritten in place of the old; the trigger is a mark (:meth:`FederatedData.with_stamps`): the rows
-    read stamped, and an augmented training batch stamps them after its crop and flip (:mod:`chillfl.training.stamp`).
+    read stamped, and an augmented training batch stamps them after its crop and flip (:mod:`chillfl.data.stamp`).
     """
     ds = data.dataset
     y = ds.y_train.clone()

@@ -79,7 +79,7 @@ from chillfl.data.partition import (
 )
 from chillfl.errors import ConfigError, choice_error
 from chillfl.seeds import derive_seed
-from chillfl.training.stamp import Marks, RowStamp, stamped_rows
+from chillfl.data.stamp import Marks, RowStamp, stamped_rows
 from chillfl.options import require
 
 CLIENT_EVAL_FIELD = "eval.client_split"
@@ -133,7 +133,7 @@ class FederatedData:
     stamps: Mapping[int, Marks] | None = None
     """Client -> its training rows a data-poisoning attack marks with a pattern (:meth:`with_stamps`): stamped where the
     client's inputs are read (:meth:`client_train`), and after the crop and flip of an augmented training batch
-    (:meth:`client_stamp`, :mod:`chillfl.training.stamp`); ``dataset.x_train`` itself stays clean. None: no marks."""
+    (:meth:`client_stamp`, :mod:`chillfl.data.stamp`); ``dataset.x_train`` itself stays clean. None: no marks."""
 
     def _test_rows(self) -> np.ndarray | None:
         """Test-set indices the test metrics use (None: all of them)."""
@@ -186,7 +186,7 @@ class FederatedData:
         return self._noisy(x, cid, 0), self.dataset.y_train[rows]
 
     def client_stamp(self, cid: int) -> RowStamp | None:
-        """Client ``cid``'s marked rows as its augmented training steps read them (:mod:`chillfl.training.stamp`):
+        """Client ``cid``'s marked rows as its augmented training steps read them (:mod:`chillfl.data.stamp`):
         its inputs without the pattern (with its noise, as :meth:`client_train`'s), which rows, the pattern; None: none.
         The pattern then lands on the noisy, augmented row (a read has the noise on top of it): its pixels are exact in
         training as on the probe."""

@@ -36,7 +36,7 @@ from chillfl.errors import ConfigError
 from chillfl.engine.predict import PredictJob, Prediction, Predictor, predict_each
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.training.local import LocalOutcome, LocalSpec
-from chillfl.training.stamp import RowStamp
+from chillfl.data.stamp import RowStamp
 from chillfl.training.objective import Context
 
 D = TypeVar("D")
@@ -65,7 +65,7 @@ class ClientJob:
     work: float = 1.0
     """Share of the local steps this client completes (a straggler: < 1; at least one step)."""
     stamp: RowStamp | None = None
-    """The rows of ``x`` a data-poisoning attack marks (:mod:`chillfl.training.stamp`): an augmented step crops and flips
+    """The rows of ``x`` a data-poisoning attack marks (:mod:`chillfl.data.stamp`): an augmented step crops and flips
     them without the pattern and stamps it after; None: none (or ``x`` is no client's private data)."""
 
     def __post_init__(self) -> None:

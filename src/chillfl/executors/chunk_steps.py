@@ -19,7 +19,7 @@ from chillfl.executors.sequential import ClientJob
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, step_batch
 from chillfl.training.schedule import planned_steps, step_lr
-from chillfl.training.stamp import chunk_codes, stamp_codes
+from chillfl.data.stamp import chunk_codes, stamp_codes
 
 
 @dataclass
@@ -47,7 +47,7 @@ def step_groups(schedules: Sequence[list[torch.Tensor]]) -> Iterator[tuple[int, 
 
 
 class Stamping:
-    """A chunk's marked rows (:mod:`chillfl.training.stamp`) when its steps crop and flip: each client's inputs without
+    """A chunk's marked rows (:mod:`chillfl.data.stamp`) when its steps crop and flip: each client's inputs without
     the pattern, and a code per row (0: none; k: ``patterns[k - 1]``, stamped after the crop and flip)."""
 
     def __init__(self, jobs: Sequence[ClientJob], spec: LocalSpec) -> None:

@@ -65,7 +65,7 @@ from chillfl.training.linear_factors import Captured, Recorder, add_outer_, fact
 from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
 from chillfl.training.optim import OptState, adam_update_, clip_by_norm_, init_state, whole_grads
 from chillfl.training.sam import sharpness_aware_grads
-from chillfl.training.stamp import Pattern, RowStamp, stamp_codes
+from chillfl.data.stamp import Pattern, RowStamp, stamp_codes
 from chillfl.training.schedule import SGD, Optimizer, planned_steps, step_lr
 from chillfl.seeds import derive_seed
 
@@ -534,7 +534,7 @@ def step_batch(
     sequential path passes one client). Client i's crop offsets and flips come
     from ``derive_seed(seeds[i], "augment", step)``: its job seed (run seed,
     round, client) and the step, nothing else. ``codes`` [clients, batch]: the
-    rows a data-poisoning attack marks (:mod:`chillfl.training.stamp`; ``x``
+    rows a data-poisoning attack marks (:mod:`chillfl.data.stamp`; ``x``
     then holds them without the pattern), stamped with ``patterns[code - 1]``
     after the crop and flip. The batch comes out in the spec's memory format
     (:func:`batch_layout`).

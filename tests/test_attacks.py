@@ -210,7 +210,7 @@ def test_poisoned_data_touches_only_the_attackers_rows() -> None:
     rows = poison_rows(4, 0.5, 0, 0)  # round(0.5 * 4) = 2 of client 0's 4 rows
     assert len(rows) == 2
     assert back.dataset.y_train[torch.from_numpy(rows)].tolist() == [2, 2]
-    stamped = back.dataset.x_train[:, 0, 2, 2]  # the 1x1 trigger's pixel; the value: the training inputs' largest, 0 here
+    stamped = torch.cat([back.client_train(0)[0], back.client_train(1)[0]])[:, 0, 2, 2]  # the 1x1 trigger's pixel; the value: the training inputs' largest, 0 here
     assert torch.equal(stamped, torch.zeros(8)) and torch.equal(back.dataset.y_train[4:], data.dataset.y_train[4:])
 
 
@@ -346,14 +346,14 @@ def test_a_pixel_trigger_is_each_channels_largest_value() -> None:
 
     data = _three_channel_data()
     back = poisoned(data, attack("backdoor", target=1, poison_fraction=1.0, trigger_size=1), frozenset({0}), 0)
-    assert back.dataset.x_train[:, :, 2, 2].tolist() == [[1.0, 2.0, 3.0]] * 4  # the bottom-right pixel, per channel
+    assert back.client_train(0)[0][:, :, 2, 2].tolist() == [[1.0, 2.0, 3.0]] * 4  # the bottom-right pixel, per channel
     x, y = backdoor.probe(backdoor.BackdoorOptions(target=1, trigger_size=2), data)  # the test rows of label 0, triggered
     assert y.tolist() == [1] and x[0, :, 1:, 1:].tolist() == [[[1.0, 1.0]] * 2, [[2.0, 2.0]] * 2, [[3.0, 3.0]] * 2]
     assert x[0, :, 0, :].eq(0).all() and x[0, :, :, 0].eq(0).all()  # nothing outside the square
     # dba, one part of one pixel at (0, 0): the same per-channel values on that pixel
     opts = dba.DbaOptions(target=1, poison_fraction=1.0, parts=1, bar_length=1)
     out = dba.poison(opts, data, frozenset({0}), 0)
-    assert out.dataset.x_train[:, :, 0, 0].tolist() == [[1.0, 2.0, 3.0]] * 4
+    assert out.client_train(0)[0][:, :, 0, 0].tolist() == [[1.0, 2.0, 3.0]] * 4
     x, _ = dba.probe(opts, data)
     assert x[0, :, 0, 0].tolist() == [1.0, 2.0, 3.0]
 

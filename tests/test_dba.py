@@ -98,10 +98,10 @@ def test_each_attacker_poisons_its_share_with_its_own_bar_from_the_seed_stream()
             if i in chosen:
                 for r, c in bar:
                     want[r, c] = 5.0
-            assert torch.equal(out.dataset.x_train[row, 0], want), (cid, i)
+            assert torch.equal(out.client_train(cid)[0][i, 0], want), (cid, i)  # the rows as every read sees them
             assert int(out.dataset.y_train[row]) == (3 if i in chosen else int(data.dataset.y_train[row]))
-    assert torch.equal(out.dataset.x_train[4:8], data.dataset.x_train[4:8]) and torch.equal(out.dataset.y_train[4:8], data.dataset.y_train[4:8])
-    assert int(data.dataset.x_train.sum()) == 5  # the original is never mutated
+    assert torch.equal(out.client_train(1)[0], data.dataset.x_train[4:8]) and torch.equal(out.dataset.y_train[4:8], data.dataset.y_train[4:8])
+    assert int(data.dataset.x_train.sum()) == 5 and int(out.dataset.x_train.sum()) == 5  # the stored inputs stay clean: the trigger is a mark
 
 
 def test_the_probe_is_the_other_labels_test_inputs_with_the_global_trigger() -> None:

@@ -167,3 +167,43 @@ def test_bad_rows_and_splits_are_one_line_errors_naming_the_field(tmp_path: Path
         with pytest.raises(ConfigError) as err:
             load_dataset("hf", options)
         assert err.value.field == field and words in err.value.message, (options, err.value)
+
+
+def _integer_split(n: int, offset: int, feature: Any) -> "datasets.Dataset":
+    """Images as nested integer lists [3, H, W] (no Image feature): what ``datasets`` returns as Python ints."""
+    features = datasets.Features({"img": feature, "label": datasets.Value("int64")})
+    return datasets.Dataset.from_dict({"img": [_pixels(offset + i, 3).transpose(2, 0, 1).tolist() for i in range(n)], "label": [i % 3 for i in range(n)]}, features=features)
+
+
+@pytest.mark.parametrize(
+    "feature",
+    [
+        datasets.Sequence(datasets.Sequence(datasets.Sequence(datasets.Value("int64")))),  # plain int lists
+        datasets.Array3D(shape=(3, 4, 5), dtype="uint8"),  # declared uint8: read back as ints all the same
+    ],
+    ids=["int64-lists", "array3d-uint8"],
+)
+def test_integer_pixel_columns_scale_as_uint8_images(feature: Any, tmp_path: Path):
+    # the uint8 Image column of rgb_dir and these integer columns hold the same pixels: the same inputs.
+    # Before 2026-12-02 the integer ones were not divided by 255 (normalize = false gave 0..255).
+    root = tmp_path / "ints"
+    datasets.DatasetDict({"train": _integer_split(12, 0, feature), "test": _integer_split(6, 12, feature)}).save_to_disk(str(root))
+    ds = load_dataset("hf", {"path": str(root), "image_column": "img", "augment": {"normalize": False}})
+    assert tuple(ds.x_train.shape) == (12, 3, 4, 5)
+    want = torch.from_numpy(_pixels(13, 3).transpose(2, 0, 1).astype(np.float32) / 255)
+    torch.testing.assert_close(ds.x_test[1], want, atol=1e-6, rtol=0)
+    assert float(ds.x_train.max()) <= 1.0
+
+
+def test_integers_beyond_eight_bits_stay_numbers(tmp_path: Path):
+    # a 16-bit scan (a value 300 in the test split) is no 8-bit image: both splits keep their numbers
+    feature = datasets.Sequence(datasets.Sequence(datasets.Value("int64")))
+    train = datasets.Dataset.from_dict({"img": [(_pixels(i, 1).astype(np.int64)).tolist() for i in range(6)], "label": [0, 1] * 3},
+                                       features=datasets.Features({"img": feature, "label": datasets.Value("int64")}))
+    test = datasets.Dataset.from_dict({"img": [(_pixels(0, 1).astype(np.int64) + 300).tolist()] * 2, "label": [0, 1]},
+                                      features=datasets.Features({"img": feature, "label": datasets.Value("int64")}))
+    (tmp_path / "wide").mkdir()
+    train.to_parquet(str(tmp_path / "wide" / "train.parquet"))
+    test.to_parquet(str(tmp_path / "wide" / "test.parquet"))
+    ds = load_dataset("hf", {"path": str(tmp_path / "wide"), "image_column": "img", "augment": {"normalize": False}})
+    assert float(ds.x_test.min()) == 300.0 and float(ds.x_train.max()) == float(_pixels(5, 1).max())

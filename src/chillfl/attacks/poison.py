@@ -12,6 +12,8 @@ and a resumed run rebuilds them bit for bit (a pure function of the seed: nothin
   ``trigger_size`` x ``trigger_size`` square in the bottom-right corner, each channel set to that
   channel's largest training input (white, on inputs normalised per channel), and the label ``target``.
   The other rows stay clean, so the attacker's model keeps its main-task accuracy.
+  The square is a mark on the rows (:func:`stamped`), stamped where they are read and, in an augmented
+  training batch, after its crop and flip (:mod:`chillfl.data.stamp`).
 * ``dba`` (Xie et al. 2020) stamps each attacker's rows the same way with a :class:`Pattern`: its own part
   of a global trigger that only the probe shows whole.
 
@@ -19,8 +21,11 @@ Checked against (2026-12-02) vio1etus/FLPoison ``attackers/synthesizers/pixel_sy
 raw value 1 on every channel, normalised with the data set's per-channel mean and std: white) and AI-secure/DBA
 ``image_helper.py`` ``add_pixel_pattern`` (1 on every channel of unnormalised inputs: white). Until 2026-12-02 every
 channel took the largest value over all channels, above the range of a channel whose largest is smaller (the
-same on 1-channel data). Both references stamp batches after their transforms; here the rows are stamped once,
-before ``[dataset.augment]``'s crop and flip, which then move the trigger in training (not in the probe).
+same on 1-channel data). Both references stamp batches after their transforms, and so does chillfl since 2026-12-02
+(:mod:`chillfl.data.stamp`): which rows carry the trigger is drawn once per attacker, and an augmented training
+batch crops and flips them clean, then stamps the trigger at its fixed pixels, as on the probe. Until then the stored
+rows were stamped before ``[dataset.augment]``'s crop and flip, which moved or cut the trigger in training; runs
+without augmentation train on the same bits either way.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from chillfl.errors import ConfigError
 from chillfl.seeds import derive_seed
 from chillfl.attacks.spec import spec_of
 from chillfl.settings.attack import AttackConfig
+from chillfl.data.stamp import Marks
 
 
 Value = float | tuple[float, ...]
@@ -160,16 +166,21 @@ def relabelled(data: FederatedData, ids: frozenset[int], mapping: Sequence[int])
 
 
 def stamped(data: FederatedData, ids: frozenset[int], trigger: Trigger | Pattern, target: int, fraction: float, seed: int) -> FederatedData:
-    """``data`` with a share ``fraction`` of each attacker's training rows (:func:`poison_rows`) triggered and labelled ``target`` (``backdoor``, ``dba``)."""
+    """``data`` with a share ``fraction`` of each attacker's training rows (:func:`poison_rows`) marked with ``trigger`` and
+    labelled ``target`` (``backdoor``, ``dba``).
+
+    The labels are rewritten in place of the old; the trigger is a mark (:meth:`FederatedData.with_stamps`): the rows
+    read stamped, and an augmented training batch stamps them after its crop and flip (:mod:`chillfl.data.stamp`).
+    """
     ds = data.dataset
     y = ds.y_train.clone()
-    x = ds.x_train.clone()
+    marks = {}
     for cid in sorted(ids):
         own = np.asarray(data.train_indices[cid], dtype=np.int64)
-        rows = torch.from_numpy(own[poison_rows(len(own), fraction, seed, cid)])
-        x[rows] = trigger.apply(x[rows])
-        y[rows] = target
-    return dataclasses.replace(data, dataset=dataclasses.replace(ds, x_train=x, y_train=y))
+        mine = poison_rows(len(own), fraction, seed, cid)
+        y[torch.from_numpy(own[mine])] = target
+        marks[cid] = Marks(mine, trigger)
+    return dataclasses.replace(data, dataset=dataclasses.replace(ds, y_train=y)).with_stamps(marks)
 
 
 def poisoned(data: FederatedData, attack: AttackConfig, ids: frozenset[int], seed: int) -> FederatedData:

@@ -111,7 +111,9 @@ class AttackSpec(Generic[Opt]):
     receives the parsed options first; leave out the ones the attack does not use (at least one is needed):
 
     * ``poison(options, data, attackers, seed)``: the run's :class:`~chillfl.data.FederatedData` with the
-      attackers' training rows rewritten (a new object; never mutate ``data``);
+      attackers' training rows rewritten (a new object; never mutate ``data``); a pixel pattern goes in as marks
+      (:meth:`~chillfl.data.FederatedData.with_stamps`), which an augmented training batch stamps after its
+      crop and flip (:mod:`chillfl.data.stamp`), so the pattern stays where the probe has it;
     * ``forge_models(options, round)``: attacker id -> the model it sends (every entry of its honest
       model's state), for the round's attackers (``round.bad``); an id left out sends its honest model;
     * ``forge_rows(options, upload)``: the soft-label rows the attacker sends instead of ``upload.rows``;

@@ -10,7 +10,9 @@ Configured by ``[dataset.augment]``::
 
 Crop and flip are applied where a training step forms its minibatch
 (:func:`chillfl.training.local.train_client` and the vectorised executor's
-gather), never to evaluation data. Everything runs on the batch's device: the
+gather), never to evaluation data; a data-poisoning attack's pixel trigger is
+stamped on its marked rows after them (:mod:`chillfl.data.stamp`), so the
+crop and flip never move it. Everything runs on the batch's device: the
 random offsets are drawn on the CPU (so every device draws the same numbers)
 and the crop and flip of a whole ``[clients, batch, C, H, W]`` stack are one
 gather, without a Python loop over samples (and without materialising the

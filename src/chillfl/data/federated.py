@@ -79,6 +79,7 @@ from chillfl.data.partition import (
 )
 from chillfl.errors import ConfigError, choice_error
 from chillfl.seeds import derive_seed
+from chillfl.data.stamp import Marks, RowStamp, stamped_rows
 from chillfl.options import require
 
 CLIENT_EVAL_FIELD = "eval.client_split"
@@ -129,6 +130,10 @@ class FederatedData:
     """A digest of the training labels in row order (:func:`~chillfl.data.partition_file.labels_digest`), taken when the
     data were split, before an attack relabels rows: ``partition.json`` records it so that ``partition.from`` notices
     rows in another order. None: not taken (the file then records none)."""
+    stamps: Mapping[int, Marks] | None = None
+    """Client -> its training rows a data-poisoning attack marks with a pattern (:meth:`with_stamps`): stamped where the
+    client's inputs are read (:meth:`client_train`), and after the crop and flip of an augmented training batch
+    (:meth:`client_stamp`, :mod:`chillfl.data.stamp`); ``dataset.x_train`` itself stays clean. None: no marks."""
 
     def _test_rows(self) -> np.ndarray | None:
         """Test-set indices the test metrics use (None: all of them)."""
@@ -161,16 +166,46 @@ class FederatedData:
         gen = torch.Generator().manual_seed(noise_seed(self.seed, cid, split))
         return x + self.noise[cid] * torch.randn(x.shape, generator=gen, dtype=x.dtype).to(x.device)  # drawn on the CPU on every device
 
-    def client_train(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Client ``cid``'s training inputs (with its fixed feature noise, if any) and labels."""
+    def _train_rows(self, cid: int) -> slice | torch.Tensor:
+        """Client ``cid``'s rows of the training set: a slice where they are a range (a view, no copy), else an index."""
         train = self.train_indices
         span = train.span(cid) if isinstance(train, ClientRows) else None
         if span is not None:  # a contiguous range: a view, no copy, no index array
-            return self._noisy(self.dataset.x_train[span], cid, 0), self.dataset.y_train[span]
+            return span
         idx = train[cid]
         contiguous = len(idx) and idx[-1] - idx[0] == len(idx) - 1 and (np.diff(idx) == 1).all()
-        rows = slice(int(idx[0]), int(idx[-1]) + 1) if contiguous else torch.from_numpy(idx)  # a range: a view, no copy
-        return self._noisy(self.dataset.x_train[rows], cid, 0), self.dataset.y_train[rows]
+        return slice(int(idx[0]), int(idx[-1]) + 1) if contiguous else torch.from_numpy(idx)
+
+    def client_train(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Client ``cid``'s training inputs (its marked rows stamped, then its fixed feature noise, if any) and labels."""
+        rows = self._train_rows(cid)
+        x = self.dataset.x_train[rows]
+        marks = None if self.stamps is None else self.stamps.get(cid)
+        if marks is not None:
+            x = stamped_rows(x, marks)
+        return self._noisy(x, cid, 0), self.dataset.y_train[rows]
+
+    def client_stamp(self, cid: int) -> RowStamp | None:
+        """Client ``cid``'s marked rows as its augmented training steps read them (:mod:`chillfl.data.stamp`):
+        its inputs without the pattern (with its noise, as :meth:`client_train`'s), which rows, the pattern; None: none.
+        The pattern then lands on the noisy, augmented row (a read has the noise on top of it): its pixels are exact in
+        training as on the probe."""
+        marks = None if self.stamps is None else self.stamps.get(cid)
+        if marks is None:
+            return None
+        clean = self._noisy(self.dataset.x_train[self._train_rows(cid)], cid, 0)
+        marked = torch.zeros(len(clean), dtype=torch.bool, device=clean.device)
+        marked[torch.from_numpy(np.asarray(marks.rows, dtype=np.int64)).to(clean.device)] = True
+        return RowStamp(clean, marked, marks.pattern)
+
+    def with_stamps(self, stamps: Mapping[int, Marks]) -> FederatedData:
+        """This split with ``stamps`` added (a data-poisoning attack's marked rows; :attr:`stamps`). A client marked
+        twice is a ValueError: its rows take one pattern."""
+        have = dict(self.stamps or {})
+        twice = sorted(set(have) & set(stamps))
+        if twice:
+            raise ValueError(f"client {twice[0]} is already marked with a pattern; a client's rows take one")
+        return dataclasses.replace(self, stamps={**have, **stamps})
 
     def client_redraw(self, cid: int, round: int) -> torch.Tensor | None:
         """Client ``cid``'s training inputs read anew for ``round`` (0-based) from the user's Dataset, in

@@ -32,14 +32,20 @@ Choices
   is grayscale ("L") is read as 1 channel, anything else as RGB. ``uint8``
   pixels are scaled to [0, 1] and standardised per channel with the train
   set's statistics, like every image dataset (``[dataset.augment] normalize``
-  can change that). ``feature_columns`` (numbers) give tabular inputs,
-  standardised per feature.
+  can change that). An image column of nested lists or ``Array2D``/``Array3D``
+  comes back from ``datasets`` as Python ints (int64, even when declared
+  ``uint8``): when every value of both splits lies in [0, 255] they are 8-bit
+  pixels and scale as ``uint8`` ones; integers beyond that range (16-bit
+  scans) are kept as numbers, standardised as they are; floats are taken as
+  they are. ``feature_columns`` (numbers) give tabular inputs, standardised
+  per feature (integers are no pixels there).
 * Labels: a ``ClassLabel`` column gives its class count; integer labels give
   ``max + 1``; string labels are numbered in sorted order over both splits.
 * ``test_fraction``: a seeded, per-class split of the train split
   (``split_seed``), when the files have no test split.
 
-Checked against (2026-12): Hugging Face datasets' Image/ClassLabel features; scaled and standardised as the built-in image datasets (only uint8 pixels are divided by 255).
+Checked against (2026-12): Hugging Face datasets' Image/ClassLabel features; scaled and standardised as the built-in
+image datasets (uint8 pixels, and integer ones in [0, 255], are divided by 255; until 2026-12-02 integer lists were not).
 """
 
 from __future__ import annotations
@@ -166,6 +172,20 @@ def _images(dataset: Any, column: str) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
+def eight_bit(*splits: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Integer images as ``uint8`` pixels when every value of every split lies in [0, 255]; else as they are.
+
+    Why: ``datasets`` hands a column of nested lists or ``Array2D``/``Array3D`` back as Python ints, whatever
+    its declared ``uint8``, so ``np.asarray`` makes them int64, and only ``uint8`` is divided by 255
+    (:func:`chillfl.data.datasets.standardise`). Decided over all splits at once, so train and test share one
+    scale. Integers beyond [0, 255] (16-bit scans) are no 8-bit pixels: kept as numbers, standardised as they are.
+    """
+    ints = [a for a in splits if a.dtype.kind in "iu" and a.dtype != np.uint8]
+    if not ints or any(a.size and (a.min() < 0 or a.max() > 255) for a in ints):
+        return splits
+    return tuple(a.astype(np.uint8) if a.dtype.kind in "iu" else a for a in splits)
+
+
 def _features(dataset: Any, columns: list[str]) -> np.ndarray:
     cols = []
     for c in columns:
@@ -245,8 +265,12 @@ def load_hf(data_dir: Path, opts: HFOptions) -> RawSplit:
     if test is None:
         tr, te = _hold_out(y_train, float(opts.test_fraction or 0), opts.split_seed)
         require(len(te) > 0 and len(tr) > 0, f"{SECTION}.test_fraction", f"{opts.test_fraction} of the {len(y_train)} train rows leaves an empty train or test split")
+        if opts.feature_columns is None:
+            (x_train,) = eight_bit(x_train)
         return RawSplit(x_train[tr], y_train[tr], x_train[te], y_train[te], num_classes)
     x_test = inputs(test)
+    if opts.feature_columns is None:  # images: integer pixels in [0, 255] scale as uint8 ones
+        x_train, x_test = eight_bit(x_train, x_test)
     if x_test.shape[1:] != x_train.shape[1:]:
         raise ConfigError(f"{SECTION}.path", f"train inputs have shape {list(x_train.shape[1:])}, test inputs {list(x_test.shape[1:])}")
     assert y_test is not None

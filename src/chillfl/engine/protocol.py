@@ -36,6 +36,7 @@ from chillfl.errors import ConfigError
 from chillfl.engine.predict import PredictJob, Prediction, Predictor, predict_each
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.training.local import LocalOutcome, LocalSpec
+from chillfl.data.stamp import RowStamp
 from chillfl.training.objective import Context
 
 D = TypeVar("D")
@@ -63,6 +64,9 @@ class ClientJob:
     spec: LocalSpec | None = None
     work: float = 1.0
     """Share of the local steps this client completes (a straggler: < 1; at least one step)."""
+    stamp: RowStamp | None = None
+    """The rows of ``x`` a data-poisoning attack marks (:mod:`chillfl.data.stamp`): an augmented step crops and flips
+    them without the pattern and stamps it after; None: none (or ``x`` is no client's private data)."""
 
     def __post_init__(self) -> None:
         # T comes from the temperature policy, a plugin's code too (its server half or its client half): a T <= 0
@@ -83,6 +87,8 @@ class ClientData:
     x_val: torch.Tensor | None = None
     y_val: torch.Tensor | None = None
     """Its own validation split (``local_val_acc``, what the ``local_*`` tuning rules read); None: not measured."""
+    stamp: RowStamp | None = None
+    """The rows of ``x`` a data-poisoning attack marks, for the training jobs on ``x`` (:attr:`ClientJob.stamp`); None: none."""
 
 
 @dataclass

@@ -19,6 +19,7 @@ from chillfl.executors.sequential import ClientJob
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, step_batch
 from chillfl.training.schedule import planned_steps, step_lr
+from chillfl.data.stamp import chunk_codes, stamp_codes
 
 
 @dataclass
@@ -45,14 +46,31 @@ def step_groups(schedules: Sequence[list[torch.Tensor]]) -> Iterator[tuple[int, 
             yield s, members
 
 
+class Stamping:
+    """A chunk's marked rows (:mod:`chillfl.data.stamp`) when its steps crop and flip: each client's inputs without
+    the pattern, and a code per row (0: none; k: ``patterns[k - 1]``, stamped after the crop and flip)."""
+
+    def __init__(self, jobs: Sequence[ClientJob], spec: LocalSpec) -> None:
+        self.patterns, codes = chunk_codes([j.stamp for j in jobs]) if spec.augment is not None else ([], [])
+        self.active = bool(self.patterns)
+        self.inputs = [j.stamp.clean if self.active and j.stamp is not None else j.x for j in jobs]
+        self.codes = [
+            j.stamp.marked.long() * code if j.stamp is not None and code else torch.zeros(len(j.y), dtype=torch.int64, device=j.y.device)
+            for j, code in zip(jobs, codes)
+        ]
+
+
 def host_batches(jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]], spec: LocalSpec) -> Iterator[Batch]:
     """The CPU policy's steps: each member's batch gathered from its own tensors when its step comes (no copy of all data)."""
     device = jobs[0].x.device
+    stamping = Stamping(jobs, spec)
     for s, members in step_groups(schedules):
         rows = None if len(members) == len(jobs) else torch.tensor(members, device=device)
         batch = [schedules[i][s] for i in members]
-        xb, yb = gather([jobs[i].x for i in members], batch), gather([jobs[i].y for i in members], batch)
-        yield Batch(rows, step_batch(spec, xb, [jobs[i].seed for i in members], s), yb, s, () if rows is None else members)  # each client's own crop/flip draws
+        xb, yb = gather([stamping.inputs[i] for i in members], batch), gather([jobs[i].y for i in members], batch)
+        codes = gather([stamping.codes[i] for i in members], batch) if stamping.active else None
+        xb = step_batch(spec, xb, [jobs[i].seed for i in members], s, codes, stamping.patterns)  # each client's own crop/flip draws
+        yield Batch(rows, xb, yb, s, () if rows is None else members)
 
 
 class ResidentBatches:
@@ -66,8 +84,11 @@ class ResidentBatches:
 
     def __init__(self, jobs: Sequence[ClientJob], schedules: Sequence[list[torch.Tensor]], spec: LocalSpec) -> None:
         device = jobs[0].x.device
-        self.x = torch.cat([j.x for j in jobs])
+        stamping = Stamping(jobs, spec)
+        self.x = torch.cat(stamping.inputs)
         self.y = torch.cat([j.y for j in jobs])
+        self.codes = torch.cat(stamping.codes) if stamping.active else None
+        self.patterns = stamping.patterns
         self.augment = spec.augment
         starts = [0]
         for j in jobs[:-1]:
@@ -107,6 +128,8 @@ class ResidentBatches:
                 a = self.augment
                 dy, dx, flip = next(parts).view(m, b), next(parts).view(m, b), next(parts).view(m, b).bool()
                 xb = crop_flip(xb, dy, dx, flip, a.crop_padding, a.padding_mode, a.fill)
+                if self.codes is not None:  # a data-poisoning attack's marked rows, stamped after the crop and flip
+                    xb = stamp_codes(xb, self.codes.index_select(0, index).view(m, b), self.patterns)
             yield Batch(rows, xb, yb, s, () if everyone else members)
 
 

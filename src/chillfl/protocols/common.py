@@ -115,7 +115,8 @@ class Evaluation:
     def client_data(self, cid: int) -> ClientData:
         """Client ``cid``'s training data and, when local accuracy is measured, its own split, on the device."""
         x, y = self.data.client_train(cid)
-        data = ClientData(x.to(self.device), y.to(self.device))
+        stamp = self.data.client_stamp(cid)  # a data-poisoning attack's marked rows, restamped after augmentation
+        data = ClientData(x.to(self.device), y.to(self.device), stamp=None if stamp is None else stamp.to(self.device))
         if self.config.eval.clients != "none":
             xe, ye = self.data.client_eval(cid)
             data.x_eval, data.y_eval = xe.to(self.device), ye.to(self.device)

@@ -139,7 +139,7 @@ class ParameterClient:
         t = d.temperature if self.temperature is None else self.temperature.temperature(state, d.temperature, data.y)
         start, context = (d.start, d.context) if self.half is None else self.half.prepare(state, d.start, d.context)
         if self.trainer is None:
-            out: LocalOutcome = yield ClientJob(task.client_id, start, data.x, data.y, d.lr, t, context, d.seed, work=task.work)
+            out: LocalOutcome = yield ClientJob(task.client_id, start, data.x, data.y, d.lr, t, context, d.seed, work=task.work, stamp=data.stamp)
             done = Personal(out.params, out.num_steps, out.mean_loss)
         else:
             assert self.spec is not None, "a personalising half needs the run's spec"
@@ -171,10 +171,11 @@ class ParameterClient:
             except StopIteration as stop:
                 return stop.value
             x, y = (local.x, local.y) if step.rows is None else (local.x[step.rows], local.y[step.rows])
+            stamp = task.data.stamp if task.data.stamp is None or step.rows is None else task.data.stamp[step.rows]
             spec = None if step.objective is None else self.objectives[step.objective]
             seed = d.seed if i == 0 else derive_seed(d.seed, "personal", i)
             lr = d.lr if step.lr is None else step.lr
-            outcome = yield ClientJob(task.client_id, step.start, x, y, lr, t, step.context, seed, spec, work=task.work)
+            outcome = yield ClientJob(task.client_id, step.start, x, y, lr, t, step.context, seed, spec, work=task.work, stamp=stamp)
         raise AssertionError("unreachable")
 
 

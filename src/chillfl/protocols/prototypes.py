@@ -174,7 +174,7 @@ class KnowledgeClient:
         start = self.hooks.start(start, d.knowledge, self.heads[arch])
         context: dict[str, Wire] = d.knowledge.context()
         t = d.temperature if self.temperature is None else self.temperature.temperature(mine.own, d.temperature, data.y)
-        out: LocalOutcome = yield ClientJob(cid, start, data.x, data.y, d.lr, t, context, d.seed, spec=self.specs[arch], work=task.work)
+        out: LocalOutcome = yield ClientJob(cid, start, data.x, data.y, d.lr, t, context, d.seed, spec=self.specs[arch], work=task.work, stamp=data.stamp)
         feats, logits = features_and_logits(model, out.params, data.x, self.eval_batch_size)
         rows = self.hooks.release(cid, task.round, feats, logits, data.y)
         acc, loss = local_evaluation(model, out.params, data, self.eval_batch_size)

@@ -47,7 +47,11 @@ class DistillationOptions:
     clients' distillation on P^{t-1} (Algorithm 1: E_dist, eta_dist; the paper
     uses lr 0.1). ``server_*``: the server model's distillation on P^t
     (Algorithm 1 uses E, the local epochs, and eta_d). ``cache_duration``: D
-    (None = the method's default). ``client_store``: where per-client states
+    (None = the method's default). ``augment_public``: the clients' and the
+    server model's distillation batches of public inputs go through
+    ``[dataset.augment]``'s crop and flip too (the SCARLET authors' code reads
+    its public pool through the train transform; off: the pool as stored,
+    as the paper says nothing of it). ``client_store``: where per-client states
     live between rounds (``auto``: memory up to ``max_clients_in_memory``
     clients, else files under ``state_dir`` or the system temp dir).
     """
@@ -65,6 +69,7 @@ class DistillationOptions:
     server_batch_size: int | None = None
     cache_duration: int | None = None
     cache_on_expire: Literal["drop", "refresh"] = "drop"
+    augment_public: bool = False
     index_encoding: Literal["int32", "packed"] = "int32"
     client_store: StoreMode = "auto"
     max_clients_in_memory: int = 100

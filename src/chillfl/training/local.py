@@ -65,6 +65,7 @@ from chillfl.training.linear_factors import Captured, Recorder, add_outer_, fact
 from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
 from chillfl.training.optim import OptState, adam_update_, clip_by_norm_, init_state, whole_grads
 from chillfl.training.sam import sharpness_aware_grads
+from chillfl.data.stamp import Pattern, RowStamp, stamp_codes
 from chillfl.training.schedule import SGD, Optimizer, planned_steps, step_lr
 from chillfl.seeds import derive_seed
 
@@ -524,17 +525,24 @@ def optimizer_step_(
         adam_update_(params, whole, state, lr, spec.weight_decay, opt, step + 1, spec.no_decay)
 
 
-def step_batch(spec: LocalSpec, x: torch.Tensor, seeds: Sequence[int], step: int) -> torch.Tensor:
+def step_batch(
+    spec: LocalSpec, x: torch.Tensor, seeds: Sequence[int], step: int, codes: torch.Tensor | None = None, patterns: Sequence[Pattern] = ()
+) -> torch.Tensor:
     """The inputs one step trains on: ``x`` [clients, batch, ...] gathered for ``seeds``' clients, augmented.
 
     The one place a training batch is formed for every executor (the
     sequential path passes one client). Client i's crop offsets and flips come
     from ``derive_seed(seeds[i], "augment", step)``: its job seed (run seed,
-    round, client) and the step, nothing else. The batch comes out in the
-    spec's memory format (:func:`batch_layout`).
+    round, client) and the step, nothing else. ``codes`` [clients, batch]: the
+    rows a data-poisoning attack marks (:mod:`chillfl.data.stamp`; ``x``
+    then holds them without the pattern), stamped with ``patterns[code - 1]``
+    after the crop and flip. The batch comes out in the spec's memory format
+    (:func:`batch_layout`).
     """
     if spec.augment is not None:
         x = spec.augment(x, [derive_seed(seed, "augment", step) for seed in seeds])
+        if codes is not None:
+            x = stamp_codes(x, codes, patterns)
     return batch_layout(spec, x)
 
 
@@ -580,11 +588,14 @@ def train_client(
     context: Mapping[str, Any],
     generator: torch.Generator,
     work: float = 1.0,
+    stamp: RowStamp | None = None,
 ) -> LocalOutcome:
     """Train one client from ``start`` on (x, y); returns its full state after training.
 
     ``work`` < 1 (a straggler) runs only the first ``max(1, floor(work * steps))``
-    steps of the client's batch order (:func:`completed_steps`).
+    steps of the client's batch order (:func:`completed_steps`). ``stamp``: the
+    rows of ``x`` a data-poisoning attack marks; an augmented step crops and
+    flips them clean and stamps them after (:func:`step_batch`).
 
     The model object is only a stateless template: its own tensors are never
     read or written, so one instance serves every client.
@@ -600,12 +611,16 @@ def train_client(
     model.train()
     order = completed_steps(batch_order(len(y), spec.batch_size, spec.epochs, generator), work)
     planned = planned_steps(len(y), spec.batch_size, spec.epochs)  # a straggler stops early on the same lr schedule
+    restamp = stamp if spec.augment is not None else None  # unaugmented, ``x`` holds the stamped rows: the same bits
     # Dropout draws from torch's global generator: fork it and seed it from the client's
     # own stream so runs are reproducible and the caller's RNG state is untouched.
     with torch.random.fork_rng(devices=[]), torch.enable_grad():
         torch.manual_seed(derive_seed(generator.initial_seed(), "dropout"))
         for step, idx in enumerate(order):
-            xb = step_batch(spec, x[idx][None], [generator.initial_seed()], step)[0]
+            if restamp is not None:
+                xb = step_batch(spec, restamp.clean[idx][None], [generator.initial_seed()], step, restamp.marked[idx][None].long(), [restamp.pattern])[0]
+            else:
+                xb = step_batch(spec, x[idx][None], [generator.initial_seed()], step)[0]
             if spec.private is None:
                 loss, captured = loss_fn(params, buffers, xb, y[idx], temperature, context)
                 grads, factors = step_grads(loss, params, loss_fn.keys, captured)

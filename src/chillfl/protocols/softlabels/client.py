@@ -142,7 +142,7 @@ class SoftLabelClient:
                     out: LocalOutcome = yield job
                     state.model, distill_loss = out.params, out.mean_loss
         t = d.temperature if self.temperature is None else self.temperature.temperature(state.own, d.temperature, data.y)
-        out = yield ClientJob(cid, state.model, data.x, data.y, d.lr, t, {}, d.train_seed, spec=train_spec, work=task.work)  # a straggler stops early
+        out = yield ClientJob(cid, state.model, data.x, data.y, d.lr, t, {}, d.train_seed, spec=train_spec, work=task.work, stamp=data.stamp)  # a straggler stops early
         state.model = out.params
         acc, loss = None, None
         evaluation = local_evaluation_job(cid, template, state.model, data, self.eval_batch_size)

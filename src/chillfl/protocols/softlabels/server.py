@@ -15,8 +15,9 @@ from chillfl.engine.record import Json, RoundRecord
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parts import ClientModels, Experiment
+from chillfl.errors import ConfigError
 from chillfl.seeds import derive_seed
-from chillfl.settings.distillation import DistillationSetup
+from chillfl.settings.distillation import SECTION, DistillationSetup
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.local import LocalSpec, train_client
 
@@ -71,6 +72,11 @@ def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod[An
     server = spec.phase(
         c.server_epochs or cfg.client.epochs, c.server_batch_size or c.distill_batch_size or cfg.client.batch_size, method.server_loss(),
     )
+    if c.augment_public:  # SCARLET's code: the public pool through the train transform, in every distillation batch
+        if spec.augment is None:
+            raise ConfigError(f"{SECTION}.augment_public", "augments the public inputs with [dataset.augment]'s crop and flip, "
+                                                           "and it sets neither: set crop_padding or flip, or leave augment_public false")
+        distill, server = dataclasses.replace(distill, augment=spec.augment), dataclasses.replace(server, augment=spec.augment)
     on_disk = c.client_store == "disk" or (c.client_store == "auto" and exp.data.num_clients > c.max_clients_in_memory)
     return _Specs(spec, distill, server, c.server_lr or c.distill_lr, on_disk)
 

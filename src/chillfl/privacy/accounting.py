@@ -42,8 +42,22 @@ def epsilon_of(history: History, delta: float, kind: str = "rdp") -> float:
         return float(acc.get_epsilon(delta=delta))
 
 
+def rdp_floor(delta: float) -> float:
+    """The smallest epsilon the RDP accountant can report at ``delta``, whatever sigma: its (epsilon, delta) conversion
+    (Balle et al. 2020, Thm 21) at zero RDP, log((a - 1) / a) - (log delta + log a) / (a - 1), minimised over Opacus's
+    orders a (at most 63: 0.0286 at delta = 1e-3, 0.103 at 1e-5). A target at or below it is reached by no sigma."""
+    orders = need("opacus.accountants", "privacy", "[privacy]").RDPAccountant.DEFAULT_ALPHAS
+    return min(math.log((a - 1) / a) - (math.log(delta) + math.log(a)) / (a - 1) for a in orders)
+
+
 def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: int, kind: str = "rdp") -> float:
-    """The noise multiplier that spends ``target_epsilon`` over ``steps`` steps at ``sample_rate`` (Opacus's search)."""
+    """The noise multiplier that spends ``target_epsilon`` over ``steps`` steps at ``sample_rate`` (Opacus's search).
+
+    A target no sigma reaches under the RDP accountant (at or below :func:`rdp_floor`) is a ValueError at once: Opacus's
+    search would double sigma up to 1e6 first, and at a large sample rate its fractional-order series takes seconds a
+    sigma there (minutes in all) before saying so."""
+    if kind == "rdp" and target_epsilon <= (floor := rdp_floor(delta)):
+        raise ValueError(f"The privacy budget is too low: the RDP accountant reports epsilon > {floor:.4g} at delta = {delta} whatever the noise")
     utils = need("opacus.accountants.utils", "privacy", "[privacy]")
     with warnings.catch_warnings():  # see epsilon_of
         warnings.filterwarnings("ignore", message="Optimal order")

@@ -9,6 +9,15 @@ accountant (Gopi et al. 2021), tighter at large step counts, same interface.
 A run keeps one :class:`Ledger`: per privacy unit (the whole population for ``dp-fedavg``, each client
 for ``dp-sgd`` and ``local``, each client's soft-label rows), the accountant's history. The reported
 epsilon is the largest over the units (the worst-off client). The ledger is part of the checkpoint.
+
+Checked against: pytorch/opacus 1.6 ``opacus/accountants/rdp.py`` (``DEFAULT_ALPHAS``: 1.1 .. 10.9 by 0.1 and
+12 .. 63; the history), ``opacus/accountants/analysis/rdp.py`` (``compute_rdp``, Mironov, Talwar & Zhang 2019 Sec. 3.3;
+``get_privacy_spent``, Balle et al. 2020 Thm 21, not Mironov 2017 Prop. 3's looser conversion),
+``opacus/accountants/utils.py`` (``get_noise_multiplier``: sigma doubled to 1e6 before its bisection, hence
+:func:`rdp_floor`), ``opacus/accountants/prv.py`` (``eps_upper``), ``opacus/tests/accountants_test.py`` and
+tensorflow/privacy ``compute_dp_sgd_privacy_test.py`` (their published epsilons, reproduced in
+tests/test_privacy_math.py), google/differential-privacy ``dp_accounting/rdp/rdp_privacy_accountant.py`` (its
+longer default orders, up to 1024: docs/privacy.md, "Orders"), 2026-12-02.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Why Opacus's RDP accountant: it is maintained with PyTorch's own DP library, its
 RDP bound (Mironov et al. 2019) is tight enough for the few hundred compositions of an FL run, it
 composes heterogeneous steps exactly (a history of (sigma, q, steps)), and it is pure Python on
 numpy/scipy: no extra native dependency next to torch. ``accountant = "prv"`` uses Opacus's PRV
-accountant (Gopi et al. 2021), tighter at large step counts, same interface.
+accountant (Gopi et al. 2021), tighter at large step counts, same interface. The one formula written
+here, :func:`rdp_floor`, only says which targets the RDP conversion cannot reach, to refuse them before
+Opacus's search.
 
 A run keeps one :class:`Ledger`: per privacy unit (the whole population for ``dp-fedavg``, each client
 for ``dp-sgd`` and ``local``, each client's soft-label rows), the accountant's history. The reported

@@ -4,6 +4,7 @@ the ledger's worst unit, and the delta bound (refused at 1/n itself)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -167,3 +168,75 @@ def test_a_weight_above_one_is_refused() -> None:
     # w_i <= 1 is what keeps the weighted sum's sensitivity at C
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=0, weights=(0.5, 1.5))
+
+
+# ---------------------------------------------------------------- the accountant against published values and by hand
+
+
+def _log_binomial_a(alpha: int, q: float, sigma: float) -> float:
+    """log A_alpha of the Poisson-subsampled Gaussian (sensitivity 1, noise sigma) at an integer order, add/remove
+    neighbours: A_alpha = sum_k C(alpha, k) (1 - q)^(alpha - k) q^k exp((k^2 - k) / (2 sigma^2)) (Mironov, Talwar & Zhang
+    2019, Sec. 3.3), summed in log space. Written here from the paper, independent of Opacus's code."""
+    terms = [
+        math.lgamma(alpha + 1) - math.lgamma(k + 1) - math.lgamma(alpha - k + 1) + (alpha - k) * math.log1p(-q) + k * math.log(q) + (k * k - k) / (2 * sigma**2)
+        for k in range(alpha + 1)
+    ]
+    top = max(terms)
+    return top + math.log(sum(math.exp(t - top) for t in terms))
+
+
+def _integer_order_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
+    """(epsilon, delta) over the integer orders 12..63: steps x log(A_alpha) / (alpha - 1), converted by Balle et al. 2020,
+    Thm 21 (eps = rdp - (log delta + log alpha) / (alpha - 1) + log((alpha - 1) / alpha))."""
+    return min(
+        steps * _log_binomial_a(a, q, sigma) / (a - 1) - (math.log(delta) + math.log(a)) / (a - 1) + math.log((a - 1) / a) for a in range(12, 64)
+    )
+
+
+# Published: Opacus's own test (opacus/tests/accountants_test.py, test_rdp_accountant: sigma 1.5, q 0.04, 90 epochs =
+# 2250 steps, delta 1e-5 -> 7.32911117143, to 1e-11 there), TF-Privacy's (compute_dp_sgd_privacy_test.py, Test0:
+# n 60000, batch 150, sigma 1.3, 15 epochs -> 6000 steps at q 0.0025, delta 1e-5 -> 0.7242234026109595 at order 19;
+# Test1: n 1e5, batch 100, sigma 1.0, 30 epochs -> 30000 steps at q 0.001, delta 1e-7 -> 1.4154988495444845 at order
+# 13). Same bound, same orders where the optimum lies, same conversion: they agree to float rounding, hence rel 1e-9.
+@pytest.mark.parametrize(
+    ("sigma", "q", "steps", "delta", "epsilon"),
+    [(1.5, 0.04, 2250, 1e-5, 7.32911117143), (1.3, 150 / 60000, 6000, 1e-5, 0.7242234026109595), (1.0, 100 / 100000, 30000, 1e-7, 1.4154988495444845)],
+)
+def test_rdp_epsilon_matches_opacus_and_tf_privacy_published_values(sigma: float, q: float, steps: int, delta: float, epsilon: float) -> None:
+    assert epsilon_of(((sigma, q, steps),), delta) == pytest.approx(epsilon, rel=1e-9)
+
+
+@pytest.mark.parametrize(("sigma", "q", "steps", "delta"), [(1.3, 150 / 60000, 6000, 1e-5), (1.0, 100 / 100000, 30000, 1e-7), (4.0, 0.01, 100, 1e-5)])
+def test_rdp_epsilon_matches_the_binomial_expansion_where_the_best_order_is_an_integer(sigma: float, q: float, steps: int, delta: float) -> None:
+    # Where the best order is >= 12, Opacus's grid there is the integers 12..63, so its minimum is the integer-order one
+    # computed in this file from the paper's closed form; they agree to float rounding (log-space sums of ~60 terms): rel 1e-9.
+    # (4.0, 0.01, 100): Abadi et al.'s MNIST "large noise" sigma and lot rate, 100 steps: the best order is the largest, 63.
+    assert epsilon_of(((sigma, q, steps),), delta) == pytest.approx(_integer_order_epsilon(sigma, q, steps, delta), rel=1e-9)
+
+
+def test_a_target_epsilon_below_the_rdp_floor_is_refused_without_opacus_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    # at zero RDP the conversion still leaves min_a log((a-1)/a) - (log delta + log a)/(a-1): at delta 1e-3 that is, at a = 63,
+    # log(62/63) + (log 1000 - log 63) / 62 = -0.015999 + 0.044590 = 0.028590; no sigma reaches a target at or below it, and
+    # Opacus's own search would double sigma to 1e6 first (minutes at q = 0.5): refused at once, Opacus never asked
+    import opacus.accountants.utils as utils
+
+    from chillfl.privacy import accounting
+
+    def searched(**kwargs: Any) -> float:
+        raise AssertionError("Opacus's search ran for an unreachable target")
+
+    monkeypatch.setattr(utils, "get_noise_multiplier", searched)
+    with pytest.raises(ValueError, match="too low"):
+        accounting.noise_for(0.02, 1e-3, 0.5, 3)
+    monkeypatch.undo()
+    noise_for, rdp_floor = accounting.noise_for, accounting.rdp_floor
+    assert rdp_floor(1e-3) == pytest.approx(math.log(62 / 63) + (math.log(1000) - math.log(63)) / 62, rel=1e-12)
+    assert rdp_floor(1e-3) == pytest.approx(0.028590, abs=1e-6)
+    sigma = noise_for(rdp_floor(1e-3) + 0.05, 1e-3, 1.0, 1)  # just above: reachable, Opacus's search finds it (q = 1: closed form, fast)
+    assert epsilon_of(((sigma, 1.0, 1),), 1e-3) <= rdp_floor(1e-3) + 0.05
+
+
+def test_an_unreachable_target_epsilon_is_one_line_on_its_field() -> None:
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config(**{"privacy.target_epsilon": 0.02}))  # q = 2/4 = 0.5, below the floor 0.0286 at delta 1e-3
+    assert err.value.field == "privacy.target_epsilon" and "too low" in str(err.value)

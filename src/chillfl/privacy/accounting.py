@@ -4,11 +4,22 @@ Why Opacus's RDP accountant: it is maintained with PyTorch's own DP library, its
 RDP bound (Mironov et al. 2019) is tight enough for the few hundred compositions of an FL run, it
 composes heterogeneous steps exactly (a history of (sigma, q, steps)), and it is pure Python on
 numpy/scipy: no extra native dependency next to torch. ``accountant = "prv"`` uses Opacus's PRV
-accountant (Gopi et al. 2021), tighter at large step counts, same interface.
+accountant (Gopi et al. 2021), tighter at large step counts, same interface. The one formula written
+here, :func:`rdp_floor`, only says which targets the RDP conversion cannot reach, to refuse them before
+Opacus's search.
 
 A run keeps one :class:`Ledger`: per privacy unit (the whole population for ``dp-fedavg``, each client
 for ``dp-sgd`` and ``local``, each client's soft-label rows), the accountant's history. The reported
 epsilon is the largest over the units (the worst-off client). The ledger is part of the checkpoint.
+
+Checked against: pytorch/opacus 1.6 ``opacus/accountants/rdp.py`` (``DEFAULT_ALPHAS``: 1.1 .. 10.9 by 0.1 and
+12 .. 63; the history), ``opacus/accountants/analysis/rdp.py`` (``compute_rdp``, Mironov, Talwar & Zhang 2019 Sec. 3.3;
+``get_privacy_spent``, Balle et al. 2020 Thm 21, not Mironov 2017 Prop. 3's looser conversion),
+``opacus/accountants/utils.py`` (``get_noise_multiplier``: sigma doubled to 1e6 before its bisection, hence
+:func:`rdp_floor`), ``opacus/accountants/prv.py`` (``eps_upper``), ``opacus/tests/accountants_test.py`` and
+tensorflow/privacy ``compute_dp_sgd_privacy_test.py`` (their published epsilons, reproduced in
+tests/test_privacy_math.py), google/differential-privacy ``dp_accounting/rdp/rdp_privacy_accountant.py`` (its
+longer default orders, up to 1024: docs/privacy.md, "Orders"), 2026-12-02.
 """
 
 from __future__ import annotations
@@ -42,8 +53,22 @@ def epsilon_of(history: History, delta: float, kind: str = "rdp") -> float:
         return float(acc.get_epsilon(delta=delta))
 
 
+def rdp_floor(delta: float) -> float:
+    """The smallest epsilon the RDP accountant can report at ``delta``, whatever sigma: its (epsilon, delta) conversion
+    (Balle et al. 2020, Thm 21) at zero RDP, log((a - 1) / a) - (log delta + log a) / (a - 1), minimised over Opacus's
+    orders a (at most 63: 0.0286 at delta = 1e-3, 0.103 at 1e-5). A target at or below it is reached by no sigma."""
+    orders = need("opacus.accountants", "privacy", "[privacy]").RDPAccountant.DEFAULT_ALPHAS
+    return min(math.log((a - 1) / a) - (math.log(delta) + math.log(a)) / (a - 1) for a in orders)
+
+
 def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: int, kind: str = "rdp") -> float:
-    """The noise multiplier that spends ``target_epsilon`` over ``steps`` steps at ``sample_rate`` (Opacus's search)."""
+    """The noise multiplier that spends ``target_epsilon`` over ``steps`` steps at ``sample_rate`` (Opacus's search).
+
+    A target no sigma reaches under the RDP accountant (at or below :func:`rdp_floor`) is a ValueError at once: Opacus's
+    search would double sigma up to 1e6 first, and at a large sample rate its fractional-order series takes seconds a
+    sigma there (minutes in all) before saying so."""
+    if kind == "rdp" and target_epsilon <= (floor := rdp_floor(delta)):
+        raise ValueError(f"The privacy budget is too low: the RDP accountant reports epsilon > {floor:.4g} at delta = {delta} whatever the noise")
     utils = need("opacus.accountants.utils", "privacy", "[privacy]")
     with warnings.catch_warnings():  # see epsilon_of
         warnings.filterwarnings("ignore", message="Optimal order")

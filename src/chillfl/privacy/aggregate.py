@@ -42,6 +42,13 @@ of the update norms. The count takes part of the budget: the updates' noise mult
 sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2), so that the two releases together are the configured
 sigma's Gaussian mechanism (their Section 3) and the accountant is unchanged. C_t is server state,
 saved in checkpoints.
+
+Checked against: McMahan et al. 2018 ("Learning differentially private recurrent language models") Algorithm 1,
+estimators f_f and f_c and Lemma 1 (sensitivities S/(qW) and 2S/(qW_min)); Andrew et al. 2021 Algorithm 1 and
+Sec. 3 (sigma_u); tensorflow/privacy ``quantile_estimator_query.py`` (bits centred by 1/2, noised sum over the
+expected count, plus 1/2, geometric update; it also clamps the fraction to [0, 1], which the paper does not and
+chillfl does not: docs/privacy.md) and tensorflow/federated ``DifferentiallyPrivateFactory.gaussian_adaptive``
+(value noise (z^-2 - (2 sigma_b)^-2)^-1/2, refused unless 2 sigma_b > z, sigma_b = 0.05 m by default), 2026-12-02.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Every check runs before anything is written; each mistake is one ConfigError naming the field. Nothing here
 knows a mechanism by name: it asks the mechanism's spec (:class:`chillfl.privacy.spec.MechanismSpec`) what it
 accounts and which hooks it has, and where it runs follows from them.
+
+Checked against: pytorch/opacus 1.6 ``opacus/accountants/utils.py`` (``get_noise_multiplier``: the sigma of a
+target, per unit of sensitivity, hence times ``sensitivity`` here; its ValueError "The privacy budget is too low"
+becomes the ConfigError on ``privacy.target_epsilon``), 2026-12-02.
 """
 
 from __future__ import annotations

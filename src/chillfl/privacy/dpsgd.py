@@ -11,6 +11,13 @@ shuffled fixed-size batches; the accountant assumes Poisson sampling at q = batc
 approximation, Opacus's default data loader aside). The noise of local step s of a job comes from
 ``derive_seed(job seed, "dp-sgd", s)``: the same bits under every executor and after a resume.
 Models with batch norm are refused (a sample's gradient would depend on its batch-mates).
+
+Checked against: Abadi et al. 2016 Algorithm 1 and Sec. 3.1 (per-example clip to C, sum, N(0, sigma^2 C^2 I),
+divide by the lot size L; lots drawn with q = L/N), pytorch/opacus 1.6 ``opacus/optimizers/optimizer.py``
+(``clip_and_accumulate``: one norm over every parameter's per-sample norms, factor C / (norm + 1e-6) capped at 1;
+``add_noise``: std ``noise_multiplier * max_grad_norm`` on the sum; ``scale_grad``: divided by the *expected* batch
+size, since its Poisson batches' sizes are random: docs/privacy.md says why chillfl's fixed batches may use their
+own), 2026-12-02.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""A run's privacy plan: the mechanism with its noise decided, what the aggregator, the local step and the accountant read."""
+"""A run's privacy plan: the mechanism with its noise decided, what the aggregator, the local step and the accountant read.
+
+Checked against: Mironov 2017 Prop. 7 / Dwork & Roth 2014 Thm A.1 (a Gaussian of std sigma C on a release of L2
+sensitivity s C is accounted as noise multiplier sigma / s), Opacus's accountants (add/remove neighbours, s = 1),
+2026-12-02.
+"""
 
 from __future__ import annotations
 

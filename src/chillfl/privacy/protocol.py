@@ -13,6 +13,10 @@ privacy on the ledger, as the mechanism's spec says:
 
 Every step is charged at the plan's noise multiplier per unit of sensitivity (``accounted_sigma``). The
 reported ``epsilon`` (at ``delta``) is the largest over the privacy units: the worst-off client.
+
+Checked against: Abadi et al. 2016 Sec. 3.1 and Mironov 2017 Prop. 1 (RDP composes adaptively over rounds),
+McMahan et al. 2018 Algorithm 1 (one subsampled step a round for the population), pytorch/opacus 1.6
+``opacus/accountants/rdp.py`` (a history of (sigma, q, steps)), 2026-12-02.
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ Probability rows (a method that uploads probabilities, not logits) are then mapp
 clamped at 0 and renormalised (uniform where nothing is left), since ERA and the others take logs and
 powers of them. The method's own upload step (CFD's quantisation, ...) acts on the result. Both are
 post-processing of the noised row: no privacy cost.
+
+Checked against: Dwork & Roth 2014 Thm A.1 and Def. 2.4 (Gaussian mechanism, L2 sensitivity: two rows clipped to C
+differ by at most 2C; a row against none by C; ||r||_2 <= ||r||_1) and Sec. 2.3 (post-processing: the simplex map),
+2026-12-02. For probability rows the bound is loose, never too small (two probability vectors differ by at most
+sqrt(2) in L2).
 """
 
 from __future__ import annotations

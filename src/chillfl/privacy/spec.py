@@ -19,6 +19,10 @@ mechanism runs. What a mechanism says:
 Which protocols a mechanism covers follows from its hooks (:meth:`MechanismSpec.runs_under`). Hooks hold no
 state: a random draw comes from the run's seed through :func:`chillfl.seeds.derive_seed`, so every executor
 and a resumed run draw the same. This module imports no torch (its types only for checking).
+
+Checked against: pytorch/opacus 1.6 ``opacus/accountants`` (the subsampled bounds are for add/remove neighbours,
+hence ``replace`` only with ``subsampled=False``), Wang, Balle & Kasiviswanathan 2019 (fixed-size sampling is bounded
+under replace-one), 2026-12-02.
 """
 
 from __future__ import annotations

@@ -35,10 +35,25 @@ def test_perturbation_by_hand() -> None:
     assert torch.equal(perturbation({"a": torch.zeros(2)}, g, 0.5, True)[0], torch.zeros(2))
 
 
-def _one_step(rho: float, adaptive: bool = False) -> torch.Tensor:
+def test_asam_eta_by_hand() -> None:
+    w = {"a": torch.tensor([3.0, -4.0])}
+    g = [torch.tensor([3.0, 4.0])]
+    # Kwon et al.'s T = |w| + eta, eta = 1: T = [4, 5], T g = [12, 20], ||T g|| = sqrt(544); e = 0.5 T^2 g / ||T g|| = [24, 50] / sqrt(544)
+    s = math.sqrt(544)
+    assert torch.allclose(perturbation(w, g, 0.5, True, eta=1.0)[0], torch.tensor([24.0 / s, 50.0 / s]))
+    # at w = 0, T = eta I: e = rho eta^2 g / (eta ||g||) = eta times SAM's [0.3, 0.4]: a weight at 0 moves
+    assert torch.allclose(perturbation({"a": torch.zeros(2)}, g, 0.5, True, eta=0.5)[0], torch.tensor([0.15, 0.2]))
+    # one stacked client gives the same
+    stacked = perturbation({"a": w["a"][None]}, [g[0][None]], 0.5, True, stacked=True, eta=1.0)[0]
+    assert torch.allclose(stacked[0], torch.tensor([24.0 / s, 50.0 / s]))
+    # and SAM ignores eta
+    assert torch.allclose(perturbation(w, g, 0.5, False, eta=1.0)[0], torch.tensor([0.3, 0.4]))
+
+
+def _one_step(rho: float, adaptive: bool = False, eta: float = 0.0) -> torch.Tensor:
     model = nn.Linear(1, 2, bias=False)
     start = {"weight": torch.zeros(2, 1)}
-    spec = LocalSpec(epochs=1, batch_size=1, optim=ClientConfig(sam_rho=rho, sam_adaptive=adaptive).optim())
+    spec = LocalSpec(epochs=1, batch_size=1, optim=ClientConfig(sam_rho=rho, sam_adaptive=adaptive, sam_eta=eta).optim())
     out = train_client(model, start, torch.ones(1, 1), torch.tensor([0]), spec=spec, lr=1.0, temperature=1.0, context={},
                        generator=torch.Generator().manual_seed(0))
     return out.params["weight"].flatten()
@@ -56,6 +71,8 @@ def test_one_step_by_hand() -> None:
     assert torch.allclose(_one_step(0.1), torch.tensor([1 - p0, p0 - 1]), atol=1e-7)
     # ASAM at w = 0: T = |w| = 0, no perturbation: the plain step
     assert torch.allclose(_one_step(0.1, adaptive=True), torch.tensor([0.5, -0.5]))
+    # ASAM with eta = 1 at w = 0: T = I, SAM's step
+    assert torch.allclose(_one_step(0.1, adaptive=True, eta=1.0), torch.tensor([1 - p0, p0 - 1]), atol=1e-7)
 
 
 def test_batch_norm_statistics_move_once_a_step() -> None:
@@ -78,7 +95,8 @@ def test_batch_norm_statistics_move_once_a_step() -> None:
 
 @pytest.mark.parametrize(
     ("over", "field"),
-    [({"sam_rho": -0.1}, "client.sam_rho"), ({"sam_rho": math.inf}, "client.sam_rho"), ({"sam_adaptive": True}, "client.sam_adaptive")],
+    [({"sam_rho": -0.1}, "client.sam_rho"), ({"sam_rho": math.inf}, "client.sam_rho"), ({"sam_adaptive": True}, "client.sam_adaptive"),
+     ({"sam_rho": 0.1, "sam_eta": 0.01}, "client.sam_eta"), ({"sam_rho": 0.1, "sam_adaptive": True, "sam_eta": -1.0}, "client.sam_eta")],
 )
 def test_bad_options_name_their_field(over: dict[str, object], field: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -62,6 +62,7 @@ def _bitwise(a: list[LocalOutcome], b: list[LocalOutcome]) -> None:
 SAM_CASES = [
     pytest.param(Optimizer("sgd", sam_rho=0.05), 0.0, False, id="sam"),
     pytest.param(Optimizer("sgd", sam_rho=0.5, sam_adaptive=True), 0.9, False, id="asam-momentum"),
+    pytest.param(Optimizer("sgd", sam_rho=0.5, sam_adaptive=True, sam_eta=0.01), 0.0, False, id="asam-eta"),
     pytest.param(Optimizer("sgd", sam_rho=0.1), 0.5, True, id="sam-batchnorm"),
     pytest.param(Optimizer("adam", sam_rho=0.1, clip_norm=1.0), 0.0, False, id="sam-adam-clip"),
 ]

@@ -164,6 +164,8 @@ class ClientConfig:
     """Sharpness-aware local steps (FedSAM): each step's gradient at ``w + rho g / ||g||``; 0 = off (docs/optimizers.md)."""
     sam_adaptive: bool = False
     """FedASAM: the perturbation scaled by ``|w|`` (``rho |w|^2 g / || |w| g ||``); needs ``sam_rho`` > 0."""
+    sam_eta: float = 0.0
+    """ASAM's eta: T = ``|w| + eta`` (Kwon et al.'s code: 0.01); 0, the SAM reference code's ``|w|``; needs ``sam_adaptive``."""
 
     def validate(self, section: str) -> None:
         require_range(self.epochs, 1, MAX_EPOCHS, f"{section}.epochs")
@@ -192,6 +194,9 @@ class ClientConfig:
         require(math.isfinite(self.sam_rho) and 0 <= self.sam_rho <= 1e3, f"{section}.sam_rho", f"must be in [0, 1e3] (0 = off), got {self.sam_rho}")
         if self.sam_adaptive:
             require(self.sam_rho > 0, f"{section}.sam_adaptive", "scales the sharpness-aware perturbation: set sam_rho > 0 too")
+        require(math.isfinite(self.sam_eta) and 0 <= self.sam_eta <= 1e3, f"{section}.sam_eta", f"must be in [0, 1e3], got {self.sam_eta}")
+        if self.sam_eta:
+            require(self.sam_adaptive, f"{section}.sam_eta", "is ASAM's (T = |w| + eta): set sam_adaptive = true too")
 
     def schedule(self) -> LrSchedule:
         """The ``lr_schedule`` as factors of a position (the round, or the local step)."""
@@ -208,6 +213,7 @@ class ClientConfig:
             self.schedule() if self.lr_schedule_over == "steps" else CONSTANT,
             self.sam_rho,
             self.sam_adaptive,
+            self.sam_eta,
         )
 
     def lr_at(self, round: int, rounds: int | None = None) -> float:

@@ -699,7 +699,7 @@ class VectorizedExecutor:
         else:
             losses, grads, factors = losses_of.grads(params, buffers, inputs, deferred.pending() if deferred is not None else {}, compiled)
             if optim.sam_rho:  # FedSAM / FedASAM (never deferred, never compiled: see _probe and uncompiled_step)
-                grads, factors = losses_of.sharpened(params, buffers, inputs, grads, factors, optim.sam_rho, optim.sam_adaptive)
+                grads, factors = losses_of.sharpened(params, buffers, inputs, grads, factors, optim.sam_rho, optim.sam_adaptive, optim.sam_eta)
         if deferred is not None:
             for i, key in enumerate(params):
                 if key not in deferred.rows:

@@ -107,6 +107,7 @@ class VmappedStep:
         factors: Factors,
         rho: float,
         adaptive: bool,
+        eta: float = 0.0,
     ) -> tuple[list[torch.Tensor | None], Factors]:
         """SAM's gradient at every client's own ``w + e(w)`` from the gradients at ``w`` (:func:`~chillfl.training.sam.sharpness_aware_grads`,
         stacked: each client's perturbation by its own norm; the second forward on a copy of the buffers)."""
@@ -118,7 +119,8 @@ class VmappedStep:
         try:
             with torch.enable_grad():
                 return sharpness_aware_grads(
-                    params, buffers, grads, factors, rho, adaptive, evaluate, lambda v, p, c: step_grads(v, p, self.loss_fn.keys, c), stacked=True
+                    params, buffers, grads, factors, rho, adaptive, evaluate, lambda v, p, c: step_grads(v, p, self.loss_fn.keys, c), stacked=True,
+                    eta=eta,
                 )
         except ConfigError:
             raise

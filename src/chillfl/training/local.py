@@ -193,7 +193,7 @@ class LocalSpec:
         return LocalSpec(
             epochs=epochs, batch_size=batch_size, momentum=self.momentum, weight_decay=self.weight_decay, base_loss=base_loss,
             memory_format=self.memory_format, precision=self.precision, batched_conv=self.batched_conv,
-            optim=dataclasses.replace(self.optim, sam_rho=0.0, sam_adaptive=False),
+            optim=dataclasses.replace(self.optim, sam_rho=0.0, sam_adaptive=False, sam_eta=0.0),
             cuda_graphs=self.cuda_graphs, compiled=self.compiled, frozen=self.frozen,
         )
 
@@ -628,6 +628,7 @@ def train_client(
                     grads, factors = sharpness_aware_grads(
                         params, buffers, grads, factors, spec.optim.sam_rho, spec.optim.sam_adaptive,
                         lambda p, b: loss_fn(p, b, xb, y[idx], temperature, context), lambda v, p, c: step_grads(v, p, loss_fn.keys, c),
+                        eta=spec.optim.sam_eta,
                     )
             else:  # DP-SGD: clipped, noised per-sample gradients (unfactored loss)
                 loss, grads = spec.private.gradients(per_sample, params, buffers, xb, y[idx], temperature, context, generator.initial_seed(), step)

@@ -54,7 +54,9 @@ class Optimizer:
     """Sharpness-aware steps (FedSAM): the radius of the ball each step's gradient is taken at the worst point of; 0 = off
     (:mod:`chillfl.training.sam`)."""
     sam_adaptive: bool = False
-    """ASAM's scale-invariant ball (FedASAM): the perturbation scaled by |w|."""
+    """ASAM's scale-invariant ball (FedASAM): the perturbation scaled by |w| (+ ``sam_eta``)."""
+    sam_eta: float = 0.0
+    """ASAM's eta: the scaling is ``|w| + sam_eta`` (0: the SAM reference code's ``|w|``)."""
 
     @property
     def dense(self) -> bool:

@@ -16,6 +16,11 @@ reversed and scaled by epsilon, so that the aggregate's inner product with the t
 * The attackers collude and see the benign updates, the paper's omniscient threat model (as ``lie``); with no benign
   client in the round they use the mean of their own honest updates.
 * Every attacker sends the same model (the paper's identical Byzantine vectors); each keeps its own integer buffers.
+
+Checked (2026-12) against: vio1etus/FLPoison ``attackers/ipm.py`` (``attack_vec = -scaling_factor * mean`` of the
+benign updates, every attacker the same, default 0.1) and the paper's definition (PMLR 115, the Byzantine vector
+-epsilon times the mean of the correct gradients, which on updates d = -lr g reads -epsilon times the mean benign
+update). No difference found; the paper's own epsilon values were not reachable here.
 """
 
 from __future__ import annotations

@@ -22,6 +22,14 @@ the largest value Algorithm 1 finds (:func:`chillfl.attacks.updates.gamma_search
   updates). With fewer than 2 benign updates in the round (no spread to stay within; the sample std undefined), the
   reference is every honest update of the round, the attackers' own included; with fewer than 2 of those, the
   attacker sends its honest model. Every attacker sends the same model, keeping its own integer buffers.
+
+Checked (2026-12) against: vrt1shjwlkr/NDSS21-Model-Poisoning (the authors' code)
+``cifar10/release-fedsgd-alexnet-mkrum.ipynb`` and the other ``release-*.ipynb`` (``our_attack_dist``: deviation ``model_re / ||model_re||``,
+``sign(model_re)`` or ``torch.std(all_updates, 0)``, forged ``model_re - lamda * deviation``, lamda from 10.0,
+``lamda_fail`` halved each pass, ``threshold_diff = 1e-5``, squared distances against the largest benign pairwise
+one; ``dev_type = 'std'`` in the release runs; the "unknown benign gradients" notebooks start lamda at
+``threshold = 30``: ``gamma_init = 30`` there) and vio1etus/FLPoison ``attackers/min.py`` (the same search; its
+``std`` is numpy's population std, its perturbation fixed to ``unit_vec``). No difference found.
 """
 
 from __future__ import annotations

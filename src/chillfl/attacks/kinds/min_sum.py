@@ -14,6 +14,11 @@ smaller gamma: ``bound = "min"``. Every other choice is
 to ``tol`` = 1e-5, model differences as updates, colluding attackers who see the benign updates and, with fewer than
 2 of them, use every honest update of the round (their own included), or send their honest models when the round has
 one client.
+
+Checked (2026-12) against: vrt1shjwlkr/NDSS21-Model-Poisoning ``cifar10/release-fedsgd-alexnet-mkrum.ipynb``
+(``our_attack_score``: ``min_score = torch.min(scores)``, the forged update's summed squared distances compared
+with it: ``bound = "min"``) and vio1etus/FLPoison ``attackers/min.py`` (``MinSum``: the bound is the max over the
+benign updates of their summed squared distances, the paper's condition and the default here). No difference found.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ client's own model is its personal model. Round t, sampled client k, F_k its mod
                         (weighting = "count": sum_k n_k,c Fbar_k,c / sum_k n_k,c)
     client:  L_k = CE(F_k(x) / T, y) + lam * D(F_k(x), Fhat_y)          (Fhat: the table it received)
 
-    D = "mse": 1/(n C) sum_i m_{y_i} ||F_k(x_i) - Fhat_{y_i}||^2              (PFLlib: nn.MSELoss, lam = 1)
-    D = "kl":  1/n     sum_i m_{y_i} KL(softmax(Fhat_{y_i}) || softmax(F_k(x_i)))   (the paper's regulariser)
+    D = "mse": 1/(n C) sum_i m_{y_i} ||F_k(x_i) - Fhat_{y_i}||^2              (PFLlib to 2023: nn.MSELoss, lam = 1)
+    D = "kl":  1/n     sum_i m_{y_i} KL(softmax(Fhat_{y_i}) || softmax(F_k(x_i)))   (the paper's; PFLlib 2024-25)
 
 with m_c = 1 when the table holds class c, else 0 (the sample still counts in n). Uplink: each
 held class's C floats + its class id and count; downlink: each known class's C floats + its id
@@ -22,10 +22,14 @@ held class's C floats + its class id and count; downlink: each known class's C f
 Choices (where the paper and PFLlib differ or say nothing):
 
 * ``distance = "mse"`` (default): PFLlib's MSE between the raw logits and the class's global
-  average logit. ``"kl"``: the paper's distillation regulariser, a cross entropy between the
-  softmaxes of the two, written as the KL divergence (it differs by the teacher's entropy, a
-  constant of the model: the same gradient, zero at a match). Both at temperature 1; the CE
-  term is the run's, at its temperature T.
+  average logit (its ``loss_mse``, to its December 2023 version). ``"kl"``: the paper's
+  distillation regulariser, a cross entropy between the softmaxes of the two, written as the
+  KL divergence (it differs by the teacher's entropy, a constant of the model: the same
+  gradient, zero at a match); PFLlib's term from April 2024, ``CrossEntropyLoss(output,
+  softmax(Fhat_y))``, is this one. Its November 2025 version (``clientfd.py``) drops the
+  softmax and feeds the raw average logits to ``CrossEntropyLoss`` as soft-label
+  probabilities: not followed. Both at temperature 1; the CE term is the run's, at its
+  temperature T.
 * ``weighting = "uniform"`` (default): the plain mean over the clients holding the class
   (PFLlib's ``logit_aggregation``; the paper's sum over devices is one too); ``"count"`` weighs
   each client's average logit by its sample count of the class.
@@ -39,6 +43,14 @@ Choices (where the paper and PFLlib differ or say nothing):
   split (the family's rule); PFLlib and the paper accumulate each sample's output during training,
   over every epoch, in train mode, with the weights of that step.
 * Local training is the run's (``[client]`` optimiser, CE at the run's T).
+
+Checked (2026-12) against: TsingZ0/PFLlib ``system/flcore/clients/clientdistill.py`` over its
+history (``loss_mse`` to 2b077c1, Dec 2023; ``self.loss(output, logit_new.softmax(dim=1))`` from
+83e2182, Apr 2024) and, renamed, ``clientfd.py`` / ``serverfd.py`` at d832e76 (Nov 2025: no
+softmax; ``proto_aggregation``, a plain mean per class; ``agg_func``, each client's per-class mean
+of its outputs during training; ``--lamda`` 1.0); Jeong et al. (arXiv 1811.11479) for the
+per-label average logits and the other devices' mean. Found: the docs named MSE as PFLlib's
+current term; behaviour unchanged.
 
 Evaluation: ``local_acc`` is the client's model after its training, which it keeps;
 ``global_acc`` the family's mean over the clients trained so far of their own models on the test

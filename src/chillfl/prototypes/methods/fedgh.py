@@ -32,13 +32,25 @@ Choices (the paper is terse; the authors' code and HtFLlib fill the gaps):
   the authors' code initialises a separate layer and lets round 1 train from each model's own head);
   every client, round 1 included, starts from it.
 * The class means are computed once after training, in eval mode, over the client's training split
-  (the family's rule; the authors' code averages per-batch means in train mode).
+  (the family's rule; the authors' code averages per-batch means, in eval mode too: the test it runs
+  just before leaves the model there; PFLlib and HtFLlib take exact means in eval mode).
 * Local training is the run's (``[client]`` optimiser, CE at the run's temperature); the authors' code
   uses SGD with momentum 0.9 and weight decay 1e-3.
 * A frozen last layer (``requires_grad = False``: :attr:`~chillfl.training.local.LocalSpec.frozen`) is refused
   on ``model.name``: the server trains the header, which the clients' training may not move.
+* PFLlib's FedGH (``servergh.py``) is HtFLlib's but for one pass (no ``server_epochs``) and
+  ``-slr`` 1.0 by default.
 * The server keeps no global prototypes (``known_classes`` is 0, ``global_proto_acc`` empty); a client's
   ``local_proto_acc`` uses its own class means.
+
+Checked (2026-12) against: LipingYi/FedGH ``FedGH_Codes/experiments/FLHetero/FedGH.py`` (the
+client loop, the per-class means, the server loop: ``criteria(net_FC(rep), cls)``, ``backward``,
+``clip_grad_norm_(net_FC, 50)``, then ``optimizer.step()`` of the clients' ``net``, with no
+``zero_grad`` of the header), TsingZ0/HtFLlib ``system/flcore/servers/servergh.py`` (client 0's
+head, ``DataLoader(batch_size, shuffle=True)``, ``server_epochs`` passes of SGD at ``-slr``) and
+``system/main.py`` (``-slr`` 0.01, ``-se`` 100, ``-lbs`` 10), TsingZ0/PFLlib ``servergh.py`` /
+``clientgh.py``. No difference in the maths; the authors' means are in eval mode, not train mode
+as this page said.
 """
 
 from __future__ import annotations

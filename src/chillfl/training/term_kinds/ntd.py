@@ -37,6 +37,17 @@ Choices:
 Written with a class mask (``arange == y``) and ``logsumexp`` over a ``-inf``-filled copy rather
 than by gathering the not-true columns, so that it has no data-dependent shape and runs under the
 vectorised executor's ``vmap``.
+
+Checked (2026-12) against: Lee-Gihun/FedNTD (the official code, github.com/Lee-Gihun/FedNTD; the
+brief's "bazingagin/FedNTD" is not a repository found here) at its newest commit (57789c8):
+``algorithms/fedntd/criterion.py`` (``NTD_Loss``: ``refine_as_not_true`` gathers the not-true
+columns, ``tau ** 2 * KLDivLoss(batchmean)(log_softmax(z_l/tau), softmax(z_g/tau))``, CE + beta
+times it; the commit before, 043269e, lacks the tau^2), ``algorithms/fedntd/utils.py``,
+``algorithms/fedntd/ClientTrainer.py`` (the teacher under ``no_grad``) and ``config/fedntd.json``
+(tau = 1, beta = 1). A gather-based re-computation of the official form agrees with
+:func:`ntd_loss` to float rounding at tau = 1 and 3. Of the paper (arXiv 2106.03097) only the
+abstract and the experiment setup were reachable, not its equation for L_NTD: the tau^2 question
+stays as the ``tau_squared`` option. No difference found.
 """
 
 from __future__ import annotations

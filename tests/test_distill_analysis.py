@@ -90,3 +90,59 @@ def test_an_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.Capture
     assert main([a.format(f=tmp_path / "f", d=tmp_path) for a in args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"chillfl: error: {field}:"), err
+
+
+@pytest.mark.parametrize(("fraction", "duration", "on_expire", "expected"), [
+    (0.1, 50, "drop", 5 / 7),  # the paper's Fig. 3 setting, D = 50: Dp = 5 hits per cycle, 2 misses
+    (0.1, 10, "drop", 1 / 3),
+    (0.1, 50, "refresh", 5 / 6),
+    (1.0, 2, "drop", 0.5),  # test_cache_ratio_by_hand_...: 0, 1, 1, 0 repeating
+    (1.0, 2, "refresh", 2 / 3),  # 1, 1, 0 repeating
+    (0.5, 0, "drop", 0.0),
+])
+def test_steady_state_closed_form_by_hand(fraction: float, duration: int, on_expire: str, expected: float) -> None:
+    from chillfl.analysis.softlabels import steady_state_cache_ratio
+
+    assert steady_state_cache_ratio(fraction, duration, on_expire) == pytest.approx(expected, abs=1e-12)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("on_expire", ["drop", "refresh"])
+def test_simulation_converges_to_the_closed_form(on_expire: str) -> None:
+    """The Fig. 3 simulation's long-run mean is Dp / (2 + Dp) (drop) or Dp / (1 + Dp) (refresh)."""
+    from chillfl.analysis.softlabels import steady_state_cache_ratio
+
+    r = simulate_cache_ratio(2000, 200, 5, 1200, seed=3, on_expire=on_expire)  # type: ignore[arg-type]
+    assert float(np.mean(r[200:])) == pytest.approx(steady_state_cache_ratio(0.1, 5, on_expire), abs=0.01)  # type: ignore[arg-type]
+
+
+def test_cache_ratio_prints_the_closed_form(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from chillfl.cli import main
+
+    assert main(["analyze", "cache-ratio", "--public-size", "100", "--subset-size", "10", "--durations", "50",
+                 "--rounds", "5", "-o", str(tmp_path / "c.png")]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 50 |")][0]
+    assert row.split("|")[4].strip() == "0.714"
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["--betas", "nan"], "--betas"),  # was half the output, then "enhanced_era.beta: must be > 0"
+    (["--temps", "nan"], "--temps"),
+    (["--temps", "inf"], "--temps"),
+])
+def test_non_finite_grid_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], field: str) -> None:
+    from chillfl.cli import main
+
+    assert main(["analyze", "soft-label-entropy", "--out-dir", str(tmp_path), *args]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"chillfl: error: {field}:"), err
+    assert captured.out == "" and not list(tmp_path.iterdir())
+
+
+def test_non_finite_soft_labels_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from chillfl.cli import main
+
+    np.save(tmp_path / "s.npy", np.array([[0.5, np.nan], [0.2, 0.8]]))
+    assert main(["analyze", "soft-label-entropy", "--soft-labels", str(tmp_path / "s.npy"), "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("chillfl: error: --soft-labels:"), err

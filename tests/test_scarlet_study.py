@@ -68,3 +68,18 @@ def test_bad_parts_is_a_usage_error(capsys):
     assert main(["analyze", "scarlet-deficit", "--parts", "d,nope"]) == 2
     captured = capsys.readouterr()
     assert "--parts" in captured.err and captured.out == ""  # one line, nothing printed before it
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["--betas", "0"], "--betas"),  # was "--durations: D must be >= 0 and beta > 0"
+    (["--betas", "nan"], "--betas"),
+    (["--seeds", ","], "--seeds"),  # was "--rounds: give at least one seed ..."
+    (["--subset-sizes", "0", "--parts", "ratio"], "--subset-sizes"),  # was runs, then "distillation.subset_size"
+    (["--subset-sizes", "401", "--parts", "ratio"], "--subset-sizes"),  # |P| = 400 in the default config
+])
+def test_bad_input_names_its_field_before_any_run(capsys, args, field):
+    assert main(["analyze", "scarlet-deficit", "-q", *args]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"chillfl: error: {field}:"), err
+    assert captured.out == ""

@@ -13,6 +13,13 @@ non-participating one. Reported per client and as the mean per group.
 predicted distribution softmax(z) (T = 1) on the global test set: "before"
 is the mean over the participating clients' local models, "after" is the
 aggregated model; the start model's entropy is reported too.
+
+Checked (2026-12) against: FLex&Chill Sec. 4.4 / Fig. 9 (each client's
+accuracy with the pre- and post-aggregation model, participating clients'
+pre-update model being their fresh local model) and Sec. 4.5 / Fig. 10
+(average entropy before and after aggregation). The paper does not state
+the entropy's temperature or data; T = 1 on the global test set, the
+unweighted mean over participating clients (docs/analysis.md).
 """
 
 from __future__ import annotations

@@ -18,18 +18,32 @@ Choices
   vector of each kind, we average over many so the curves are smooth.
 * Default grids: T = the DS-FL tuning grid of Appendix B plus 1.0;
   beta = 0.5 ... 5 (beta = 1 recovers the input entropy, Fig. 4d).
+
+Checked (2026-12) against: SCARLET Fig. 3 (|P| = 10,000, |P^t| = 1,000;
+y: share of P^t cached, x: round; D = 10 ... 800) and Fig. 4 (c)(d) (ERA
+entropy vs T on a log axis, Enhanced ERA entropy vs beta). Each run of the
+command prints the closed-form steady state next to the simulated means.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from chillfl.analysis.softlabels import entropy_vs_beta, entropy_vs_temperature, plot_cache_ratio, plot_entropy_vs_beta, plot_entropy_vs_temperature, simulate_cache_ratio
+from chillfl.analysis.softlabels import (
+    entropy_vs_beta,
+    entropy_vs_temperature,
+    plot_cache_ratio,
+    plot_entropy_vs_beta,
+    plot_entropy_vs_temperature,
+    simulate_cache_ratio,
+    steady_state_cache_ratio,
+)
 from chillfl.errors import ConfigError
 from chillfl.extras import need
 from chillfl.paths import check_writable_dir
@@ -83,11 +97,12 @@ def cmd_cache_ratio(args: argparse.Namespace) -> int:
     ratios = {d: simulate_cache_ratio(args.public_size, args.subset_size, d, args.rounds, args.seed, args.on_expire) for d in durations}
     tail = max(1, args.rounds // 4)
     print(f"cached share of P^t (|P| = {args.public_size}, |P^t| = {args.subset_size}, {args.rounds} rounds, expiry: {args.on_expire})")
-    print("| D | mean ratio | mean ratio, last quarter | soft-labels sent vs D = 0 |")
-    print("|---|---|---|---|")
+    print("| D | mean ratio | mean ratio, last quarter | steady state (closed form) | soft-labels sent vs D = 0 |")
+    print("|---|---|---|---|---|")
     for d, r in ratios.items():
         mean = float(np.mean(r))
-        print(f"| {d} | {mean:.3f} | {float(np.mean(r[-tail:])):.3f} | {1 - mean:.3f} |")
+        closed = steady_state_cache_ratio(args.subset_size / args.public_size, d, args.on_expire)
+        print(f"| {d} | {mean:.3f} | {float(np.mean(r[-tail:])):.3f} | {closed:.3f} | {1 - mean:.3f} |")
     out = plot_cache_ratio(ratios, args.output)
     print(f"plot: {out}")
     return 0
@@ -111,6 +126,8 @@ def load_soft_labels(path: str) -> torch.Tensor:
         raise ConfigError("--soft-labels", f"cannot read {p}: {exc}") from None
     if not isinstance(data, torch.Tensor) or data.dim() not in (2, 3) or not data.is_floating_point():
         raise ConfigError("--soft-labels", f"{p} must hold a float tensor [n, C] or [K, n, C]")
+    if not bool(torch.isfinite(data).all()):
+        raise ConfigError("--soft-labels", f"{p} has nan or infinite entries; soft-labels are probabilities")
     if bool((data < 0).any()):
         raise ConfigError("--soft-labels", f"{p} has negative entries; soft-labels are probabilities")
     return data.to(torch.float64)
@@ -121,10 +138,10 @@ def cmd_soft_label_entropy(args: argparse.Namespace) -> int:
 
     temps = _numbers(args.temps, "--temps")
     betas = _numbers(args.betas, "--betas")
-    if any(t <= 0 for t in temps):
-        raise ConfigError("--temps", f"must be > 0, got {temps}")
-    if any(b <= 0 for b in betas):
-        raise ConfigError("--betas", f"must be > 0, got {betas}")
+    if not all(math.isfinite(t) and t > 0 for t in temps):  # nan passed "t <= 0" and failed midway, naming era.temperature
+        raise ConfigError("--temps", f"must be finite and > 0, got {temps}")
+    if not all(math.isfinite(b) and b > 0 for b in betas):
+        raise ConfigError("--betas", f"must be finite and > 0, got {betas}")
     check_writable_dir(str(args.out_dir), "--out-dir")  # before anything is computed or drawn: one line, not a traceback
     sets: dict[str, torch.Tensor] = {}
     for path in args.soft_labels or []:

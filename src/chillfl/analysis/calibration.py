@@ -6,6 +6,11 @@ reads the logits at T (probabilities softmax(z / T)); the default T = 1 is
 how the model is used and how the per-round ``global_ece`` is measured.
 FLex&Chill App. (Figs. 22-24) instead tests at the training temperature:
 pass ``--temperature`` equal to it to reproduce that choice.
+
+Checked (2026-12) against: FLex&Chill App. Figs. 22-24 (reliability
+diagrams, confidence histograms, ECE per training temperature; the paper
+tests at the training T, our default is T = 1, documented in
+docs/analysis.md) and Guo et al. (2017) for ECE's equal-width bins.
 """
 
 from __future__ import annotations

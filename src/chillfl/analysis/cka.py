@@ -28,6 +28,11 @@ the row says how far training moved each layer. (The run's own saved model
 as default compared it with itself: every layer read 1.0.) A run whose model
 came from Python cannot be rebuilt, with or without ``--reference``.
 Reference and run must share the model architecture.
+
+Checked (2026-12) against: FLex&Chill Sec. 4.6, Eq. 6 (linear CKA; centred by
+default, ``--uncentered`` for Eq. 6 as printed), Fig. 12 / Table 6 (layers
+1-4 of the 2-layer CNN vs an i.i.d. T = 1 reference), Fig. 13 (INIT, AGG,
+REF and client models at the penultimate layer), and Kornblith et al. (2019).
 """
 
 from __future__ import annotations

@@ -17,6 +17,11 @@ the union of the clients' training data, ``--split test`` the global test
 set; ``--samples`` caps the count (first N). In eval mode the samples do not
 interact (batch norm uses its running statistics), so one backward pass of
 the summed loss gives every per-sample gradient.
+
+Checked (2026-12) against: FLex&Chill Sec. 3.3 and Fig. 2 (norm of the
+input-layer gradient of the training loss at the training temperature, one
+value per sample, correct and incorrect predictions apart) and Eq. 2 (the
+1/T factor), with a hand-checked 1/T scaling in tests.
 """
 
 from __future__ import annotations

@@ -21,6 +21,12 @@ stateful aggregators (SCAFFOLD's control variates, PA3Fed's score history,
 server optimisers' moments) and FedChill's per-client temperatures, the
 replayed round from the final model is "one round as if these restarted".
 Soft-label (distillation) runs are not replayed.
+
+Checked (2026-12) against: FLex&Chill Sec. 4.4 (Fig. 9's pre-update model of
+a participating client is its freshly trained local model) and Fig. 13
+(INIT is the model dispatched at the start of the round, AGG the aggregate);
+the replayed round from ``start = "initial"`` reproduces round 1's
+``metrics.jsonl`` (tests/test_analyses.py).
 """
 
 from __future__ import annotations

@@ -34,6 +34,12 @@ Choices
 * The executor is the config's (``sequential`` unless overridden); the output
   names it and the machine, since vectorised runs drift from sequential ones
   over rounds (docs/scarlet.md).
+
+Checked (2026-12) against: SCARLET Sec. IV-A (D = 50 in 2,000 rounds, the
+scaled D), Eq. 2 / Eq. 4 (the beta = 1, D = 0 arm is DS-FL with the plain
+mean), Algorithm 2 (the cache hit ratio is the share of P^t signalled CACHED,
+averaged over the rounds; its closed form is in
+:mod:`chillfl.analysis.softlabels`). Paired differences are per seed.
 """
 
 from __future__ import annotations
@@ -176,10 +182,14 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     durations = _numbers(args.durations, "--durations", int)
     betas = _numbers(args.betas, "--betas", float)
     subsets = _numbers(args.subset_sizes, "--subset-sizes", int)
-    if not seeds or not lengths or min(lengths) < 1:
-        raise ConfigError("--rounds", "give at least one seed and one length >= 1")
-    if any(d < 0 for d in durations) or any(b <= 0 for b in betas):
-        raise ConfigError("--durations", "D must be >= 0 and beta > 0")
+    if not seeds:
+        raise ConfigError("--seeds", "give at least one seed")
+    if not lengths or min(lengths) < 1:
+        raise ConfigError("--rounds", f"give at least one length, each >= 1, got {lengths}")
+    if any(d < 0 for d in durations):
+        raise ConfigError("--durations", f"D must be >= 0, got {durations}")
+    if not all(math.isfinite(b) and b > 0 for b in betas):
+        raise ConfigError("--betas", f"beta must be finite and > 0, got {betas}")
     parts = set(_numbers(args.parts, "--parts", str))
     if not parts <= set(PARTS):
         raise ConfigError("--parts", f"unknown part(s) {sorted(parts - set(PARTS))}; allowed: {', '.join(PARTS)}")
@@ -188,8 +198,10 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     config = load_config(resolve_config(args.config), overrides)
     if config.distillation.get("method") != "dsfl":
         raise ConfigError("config", f"{args.config}: its [distillation] must be DS-FL's (the baseline), got {config.distillation.get('method')!r}")
-    study = Study(config, seeds, max(lengths), progress=not args.quiet)
     n_pub, n_sub = config.distillation["public_size"], config.distillation["subset_size"]
+    if "ratio" in parts and not all(1 <= s <= n_pub for s in subsets):  # before any run, not as distillation.subset_size midway
+        raise ConfigError("--subset-sizes", f"each |P^t| must be in 1..|P| = {n_pub}, got {subsets}")
+    study = Study(config, seeds, max(lengths), progress=not args.quiet)
     print(f"SCARLET vs DS-FL on {args.config}: |P| = {n_pub}, |P^t| = {n_sub}, seeds {','.join(map(str, seeds))}; "
           f"executor {config.executor}; {machine(config.threads)}")
     print(f"scaled D (50 / 2000 of the run): {', '.join(f'{L} rounds -> {scaled_duration(L)}' for L in lengths)}")

@@ -6,11 +6,30 @@
   and expiry policy as :class:`~chillfl.protocols.softlabels.cache.ServerCache`
   (``tests/test_distill_analysis.py`` checks that they agree). The paper
   suggests choosing D with exactly this kind of simulation (Sec. IV-C).
+* :func:`steady_state_cache_ratio` -- the simulation's long-run value in
+  closed form: a sample is in P^t with probability p = |P^t| / |P| each
+  round, independently across rounds. Once stored it is a hit on each of
+  its K ~ Binomial(D, p) draws in the next D rounds; its next draw finds it
+  expired (a miss; ``drop`` removes it, so the draw after that is a miss
+  that stores it again, ``refresh`` re-stores it at once). By renewal-reward
+  the hit share of all draws is E[K] / (E[K] + misses per cycle) =
+  Dp / (2 + Dp) (drop, Algorithm 2) or Dp / (1 + Dp) (refresh).
 * :func:`entropy_vs_temperature` / :func:`entropy_vs_beta` -- Fig. 4 (c)/(d):
   mean entropy of ERA (Eq. 2) and Enhanced ERA (Eq. 4) outputs over a grid of
   T or beta.
 
 Plots use matplotlib's object API with the Agg canvas (no pyplot state).
+
+Checked (2026-12) against: SCARLET Sec. III-C, Algorithm 2 (validity
+t - t_c <= D; an expired entry is dropped), Sec. IV-C / Fig. 3 (ratio of
+cached samples in P^t per round, |P^t| = 10 % of |P|), Eq. 2 and Eq. 4 /
+Fig. 4 (c)(d) (entropy of Softmax(zbar | T) and of zbar**beta / sum,
+in nats, averaged over the samples); the simulation's long-run mean equals
+the closed form (tests/test_distill_analysis.py). Compared with
+kitsuyaazuma/SCARLET ``src/scarlet/algorithm/scarlet.py``: its
+``update_global_cache`` uses the same ``<= D`` rule, while its request
+selection (``get_next_indices``) tests ``t_c + D > t``; the simulation
+follows Algorithm 2 (docs/analysis.md).
 """
 
 from __future__ import annotations
@@ -44,6 +63,16 @@ def simulate_cache_ratio(
         stored[absent] = t
         stored[expired] = t if on_expire == "refresh" else -1
     return ratios
+
+
+def steady_state_cache_ratio(subset_fraction: float, duration_D: int, on_expire: OnExpire = "drop") -> float:
+    """Long-run share of P^t served from the cache: Dp / (2 + Dp) (drop) or Dp / (1 + Dp) (refresh), p = |P^t| / |P|."""
+    if not 0 < subset_fraction <= 1:
+        raise ValueError(f"subset_fraction must be in (0, 1], got {subset_fraction}")
+    if duration_D < 0:
+        raise ValueError(f"duration_D must be >= 0, got {duration_D}")
+    hits = duration_D * subset_fraction
+    return hits / (hits + (2 if on_expire == "drop" else 1))
 
 
 def _as_mean(soft_labels: torch.Tensor) -> torch.Tensor:

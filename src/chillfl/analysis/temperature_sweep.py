@@ -45,6 +45,13 @@ Choices
 * The heterogeneity on the plots is the score FedChill would use: Eq. 6
   normalised to [0, 1] (``ratio``, ``max``, uniform p_g), or the config's
   ``[temperature]`` measure / p_g / normalisation when its policy is ``fedchill``.
+
+Checked (2026-12) against: FedChill Sec. 2.1-2.2 / Fig. 1 (client x T
+validation-accuracy heat map; heterogeneity score vs accuracy coloured by
+T) and App. A.5 (Pearson r and two-sided p of client characteristics vs the
+best temperature; r = -0.389 over 10 clients gives p = 0.267 by the t test
+with n - 2 degrees of freedom, which :mod:`chillfl.metrics.correlation`
+reproduces).
 """
 
 from __future__ import annotations

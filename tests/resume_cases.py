@@ -53,7 +53,7 @@ SOFT_LABELS: dict[str, Any] = {"public_size": 60, "subset_size": 20, "server_epo
 
 NEEDS: dict[str, dict[str, Any]] = {
     # what a method needs to run (and to have state worth resuming) on the tiny setup
-    # a ResNet with a width-reduced final stage; 20 clients of ~70 samples (3 steps a round, not 5): its steps cost 100x the MLP's
+    # a ResNet with a width-reduced final stage; 20 clients of ~70 samples (3 steps a round, not 5): a run of it cost 2.6 CPU s, the MLP's 0.1
     "algorithm.fedalign": {"model": {"name": "resnet20"}, "federation.num_clients": 20},
     # the generator trained 5 steps a round, not 50, at width 32, not 512 (tests/test_fedgen.py's FAST): still state that a resume must restore
     "algorithm.fedgen": {"algorithm": {"name": "fedgen", "generator_steps": 5, "hidden": 32, "noise_dim": 8}},
@@ -126,7 +126,8 @@ def check_resume(method: str, executor: str, stop: int, tmp_path: Path, monkeypa
     ``pools``: worker processes / Ray actors lent to the crashed and resumed runs, as a sweep lends them (None: each
     run starts its own). ``reference_executor``: the executor of the uninterrupted reference (None: ``executor``);
     ``"sequential"`` for an executor promised bitwise equal to it (Ray), without pools: the cut run's rounds and the
-    resumed run's must then be the sequential run's, bit for bit (its own uninterrupted run is not run again). ``extra``: more overrides for all three runs (e.g. ``[ray]`` options).
+    resumed run's must then be the sequential run's, bit for bit (its own uninterrupted run is not run again).
+    ``extra``: more overrides for all three runs (e.g. ``[ray]`` options).
     """
     monkeypatch.setattr(runner, "_plots", lambda *args: None)
 

@@ -53,7 +53,10 @@ SOFT_LABELS: dict[str, Any] = {"public_size": 60, "subset_size": 20, "server_epo
 
 NEEDS: dict[str, dict[str, Any]] = {
     # what a method needs to run (and to have state worth resuming) on the tiny setup
-    "algorithm.fedalign": {"model": {"name": "resnet20"}},  # a ResNet with a width-reduced final stage
+    # a ResNet with a width-reduced final stage; 20 clients of ~70 samples (3 steps a round, not 5): a run of it cost 2.6 CPU s, the MLP's 0.1
+    "algorithm.fedalign": {"model": {"name": "resnet20"}, "federation.num_clients": 20},
+    # the generator trained 5 steps a round, not 50, at width 32, not 512 (tests/test_fedgen.py's FAST): still state that a resume must restore
+    "algorithm.fedgen": {"algorithm": {"name": "fedgen", "generator_steps": 5, "hidden": 32, "noise_dim": 8}},
     "algorithm.fedbn": {"model": {"name": "flexchill_cnn", "batch_norm": True}},  # local batch-norm entries
     "algorithm.pa3fed": {"algorithm": {"name": "pa3fed", "mode": "always"}},
     "algorithm.krum": {"federation.clients_per_round": 3},  # Krum needs more than 2f + 2 clients a round
@@ -117,19 +120,25 @@ class _CrashIn:
 
 
 def check_resume(method: str, executor: str, stop: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pools: WorkerPools | None = None,
-                 **extra: Any) -> None:
+                 reference_executor: str | None = None, **extra: Any) -> None:
     """Reference, crash after round ``stop``'s checkpoint, resume: the resumed run is the reference, byte for byte.
 
-    ``pools``: worker processes / Ray actors lent to all three runs, as a sweep lends them (None: each run
-    starts its own). ``extra``: more overrides for all three runs (e.g. ``[ray]`` options).
+    ``pools``: worker processes / Ray actors lent to the crashed and resumed runs, as a sweep lends them (None: each
+    run starts its own). ``reference_executor``: the executor of the uninterrupted reference (None: ``executor``);
+    ``"sequential"`` for an executor promised bitwise equal to it (Ray), without pools: the cut run's rounds and the
+    resumed run's must then be the sequential run's, bit for bit (its own uninterrupted run is not run again).
+    ``extra``: more overrides for all three runs (e.g. ``[ray]`` options).
     """
     monkeypatch.setattr(runner, "_plots", lambda *args: None)
 
-    def config(name: str, every: int) -> Any:
-        cfg = load_config(None, {**TINY, **extra, "name": name, "out_dir": str(tmp_path), "executor": executor, "checkpoint.every": every})
+    def config(name: str, every: int, on: str = executor) -> Any:
+        cfg = load_config(None, {**TINY, **extra, "name": name, "out_dir": str(tmp_path), "executor": on, "checkpoint.every": every})
         return cfg.with_overrides(overrides(method))
 
-    reference = run_experiment(config("ref", 0), progress=False, pools=pools).folder
+    if reference_executor is None:
+        reference = run_experiment(config("ref", 0), progress=False, pools=pools).folder
+    else:
+        reference = run_experiment(config("ref", 0, reference_executor), progress=False).folder
     with pytest.raises(Crash):
         run_experiment(config("cut", 1), progress=False, callbacks=[_CrashIn(stop + 1)], pools=pools)
     partial = tmp_path / "cut.partial"

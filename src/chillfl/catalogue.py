@@ -204,8 +204,11 @@ def _model_flops(dataset: str, model_items: tuple[tuple[str, str], ...]) -> floa
     return None
 
 
-def work(config: RunConfig) -> Work | None:
-    """The config's steps and FLOPs (None: its dataset or model is not known here); clients hold equal shares."""
+def work(config: RunConfig, runs: int | None = None) -> Work | None:
+    """The config's steps and FLOPs (None: its dataset or model is not known here); clients hold equal shares.
+
+    ``runs``: the runs of the config when the caller counted them already (None: planned here, :func:`_runs`;
+    planning validates every run's config, the listing's costliest step)."""
     spec = DATASETS.get(str(config.dataset.get("name")))
     flops = _forward_flops(config)
     if spec is None or flops is None:
@@ -217,7 +220,7 @@ def work(config: RunConfig) -> Work | None:
     steps = fed.rounds * clients * config.client.epochs * math.ceil(per_client / config.client.batch_size)
     samples = fed.rounds * clients * config.client.epochs * per_client
     factor = SOFT_LABEL_FACTOR if config.protocol == "softlabels" else 1.0
-    return Work(steps, clients, (3 * samples + fed.rounds * test) * flops, factor, _runs(config))
+    return Work(steps, clients, (3 * samples + fed.rounds * test) * flops, factor, _runs(config) if runs is None else runs)
 
 
 def estimate_cpu_minutes(config: RunConfig, runs: int | None = None) -> float | None:
@@ -225,19 +228,20 @@ def estimate_cpu_minutes(config: RunConfig, runs: int | None = None) -> float | 
 
     ``runs``: how many runs of the config (a comparison's variants x tuning points x seeds); None: counted
     from its ``[variants]``, ``[compare] seeds`` and ``[tune]``."""
-    w = work(config)
+    w = work(config, runs)
     flops = _forward_flops(config)
     if w is None or flops is None:
         return None
     seconds = w.client_steps * STEP_S + w.flops / throughput(flops)
-    return w.factor * (w.runs if runs is None else runs) * seconds / 60
+    return w.factor * w.runs * seconds / 60
 
 
-def estimate_gpu_minutes(config: RunConfig) -> tuple[float, float] | None:
+def estimate_gpu_minutes(config: RunConfig, runs: int | None = None) -> tuple[float, float] | None:
     """Minutes on an H200 (executor ``auto``, fp32), low and high: the measured 0.22 ms a client step, with
     a step of fewer than 100 clients costing proportionally less (low) or as much as one of 100 (high); never
-    less than the run's FLOPs at the rate workload 1 reached. Soft-label runs get the CPU model's factor."""
-    w = work(config)
+    less than the run's FLOPs at the rate workload 1 reached. Soft-label runs get the CPU model's factor.
+    ``runs``: as for :func:`estimate_cpu_minutes`."""
+    w = work(config, runs)
     if w is None:
         return None
     low = w.client_steps * GPU_CLIENT_STEP_S
@@ -312,14 +316,15 @@ def computed_entry(name: str) -> Entry:
     config = load_config(resolve_config(name), {})
     paper = PAPERS.get(Path(name).parts[0], "-") if "/" in name else "-"
     target = _target(Path(name).name) if "/" in name else "demo"
+    runs = _runs(config)  # planned once for the row's three columns (it validates every run's config: most of a row's cost)
     if config.variants or config.tune or len(config.compare.get("seeds") or []) > 1:
-        kind = f"compare ({_runs(config)} runs)"
+        kind = f"compare ({runs} runs)"
     else:
         kind = "run"
     measured = name in MEASURED_CPU_MIN
-    minutes = MEASURED_CPU_MIN[name] if measured else estimate_cpu_minutes(config)
+    minutes = MEASURED_CPU_MIN[name] if measured else estimate_cpu_minutes(config, runs)
     full_size = str(config.dataset.get("name")) not in EMBEDDED
-    gpu = estimate_gpu_minutes(config) if full_size else None
+    gpu = estimate_gpu_minutes(config, runs) if full_size else None
     return Entry(name, paper, target, kind, _data(config), minutes, measured, gpu)
 
 

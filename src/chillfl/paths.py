@@ -13,6 +13,12 @@ from pathlib import Path
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 
+PARTIAL = ".partial"
+"""The suffix of a run folder still being written, or stopped before its end (resumable)."""
+FAILED = ".failed"
+"""The suffix of a run that diverged. Both live here, not in :mod:`chillfl.storage.results`, so that the small tables
+that skip such folders (:mod:`chillfl.metrics.records`) need not import torch."""
+
 O_DIRECTORY = os.O_DIRECTORY if hasattr(os, "O_DIRECTORY") else 0
 O_NOFOLLOW = os.O_NOFOLLOW if hasattr(os, "O_NOFOLLOW") else 0
 O_CLOEXEC = os.O_CLOEXEC if hasattr(os, "O_CLOEXEC") else 0

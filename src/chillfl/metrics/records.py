@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from chillfl.errors import ConfigError
+from chillfl.paths import FAILED, PARTIAL
 
 METRICS = "metrics.jsonl"
-UNFINISHED = (".partial", ".failed")
-"""``chillfl.storage.results.PARTIAL`` and ``FAILED``, spelled out: importing that module would import torch."""
+UNFINISHED = (PARTIAL, FAILED)
+"""The suffixes of unfinished run folders (from :mod:`chillfl.paths`: :mod:`chillfl.storage.results` would import torch)."""
 
 
 def unfinished(path: Path, under: Path) -> bool:

@@ -41,11 +41,8 @@ except ImportError:  # pragma: no cover - Windows: no flock; run folders are not
 
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.paths import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW
+from chillfl.paths import FAILED as FAILED, PARTIAL as PARTIAL  # defined there (torch-free); the package reads them here
 from chillfl.errors import ConfigError, StorageError
-
-PARTIAL = ".partial"
-FAILED = ".failed"
-"""The suffix of a run that diverged (its folder holds :data:`FAILURE`)."""
 FAILURE = "failure.json"
 
 

@@ -273,9 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             path = run / METRICS
             try:
                 summaries[run.name] = stability_summary(read_records(path), source=args.source, window=args.window)
+            except ConfigError:
+                raise
             except (TypeError, ValueError, KeyError) as exc:
-                if isinstance(exc, ConfigError):
-                    raise
                 raise ConfigError(str(path), f"its round records are malformed ({args.source}, round): {type(exc).__name__}: {exc}") from None
         return [format_stability_table(summaries)]
 

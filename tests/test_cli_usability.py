@@ -238,3 +238,21 @@ def test_data_show_does_not_take_the_flags_of_a_run(capsys: pytest.CaptureFixtur
         main(["data", "show", "demo", *flag])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and f"unrecognized arguments: {flag[0]}" in err
+
+
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("attack.name=backdoor", "attack.name: unknown option ([attack] is chosen by attack.kind); allowed: clients, fraction, kind, local_dp"),
+        ("privacy.name=dp-sgd", "privacy.name: unknown option ([privacy] is chosen by privacy.mechanism); allowed: "),
+        ("temperature.name=fixed", "temperature.name: unknown option ([temperature] is chosen by temperature.policy); temperature.policy = 'none'"),
+        ("partition.kind=iid", "partition.kind: unknown option ([partition] is chosen by partition.name); allowed: "),
+        ("algorithm.options.mu=1", "algorithm.options: unknown option (options are written flat: algorithm.weighting, not algorithm.options.weighting); allowed: weighting"),
+    ],
+)
+def test_a_key_spelt_as_another_table_spells_it_names_this_ones(override: str, line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``attack.name`` and ``algorithm.options.mu`` are guesses from sibling tables (or other frameworks), not typos:
+    no spelling is close, so the line says which key chooses the table, or that options are flat."""
+    assert main(["run", "demo", "--dry-run", override]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and line in err[0], err

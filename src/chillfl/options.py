@@ -171,6 +171,24 @@ def _option_names(cls: Any) -> set[str]:
     return {f.name for f in dataclasses.fields(cls) if f.init}
 
 
+CHOOSER_KEYS = ("name", "method", "kind", "policy", "mechanism")
+"""The keys that choose a table's implementation; each table uses one (``attack.kind``, ``privacy.mechanism``)."""
+
+
+def _misread_key(section: str, key: str, names: set[str], chooser: str | None = None) -> str:
+    """A hint for a key written the way another table (or framework) spells it, where no spelling is close.
+
+    ``attack.name`` (the attack is ``attack.kind``) and ``algorithm.options.mu`` (options are flat: ``algorithm.mu``)
+    are a reader's guesses from the sibling tables, not typos, so difflib finds nothing to suggest.
+    """
+    if key in CHOOSER_KEYS:
+        chooser = chooser or next((k for k in CHOOSER_KEYS if k in names), None)
+        return f" ([{section}] is chosen by {join_field(section, chooser)})" if chooser and chooser != key else ""
+    if key == "options" and names:
+        return f" (options are written flat: {join_field(section, min(names))}, not {join_field(section, 'options.' + min(names))})"
+    return ""
+
+
 def unknown_option(section: str, key: str, names: set[str], chosen: Chosen | None = None, homes: Sequence[str] = ()) -> ConfigError:
     """The error for option ``key`` that ``section``'s dataclass (fields ``names``) does not take.
 
@@ -181,9 +199,10 @@ def unknown_option(section: str, key: str, names: set[str], chosen: Chosen | Non
     allowed = f"allowed: {', '.join(sorted(names))}" if names else "the table takes no options"
     if chosen is None:
         where = (f" (an option of {', '.join(f'[{h}]' for h in homes)}: {', '.join(f'{h}.{key}' for h in homes)})" if homes
-                 else did_you_mean(key, names))
+                 else did_you_mean(key, names) or _misread_key(section, key, names))
         return ConfigError(join_field(section, key), f"unknown {what}{where}; {allowed}")
-    message = f"unknown option{did_you_mean(key, names)}; " + (allowed if names else f"{chosen.field} = {chosen.name!r} takes no options")
+    hint = did_you_mean(key, names) or _misread_key(section, key, names, chosen.field.rpartition(".")[2])
+    message = f"unknown option{hint}; " + (allowed if names else f"{chosen.field} = {chosen.name!r} takes no options")
     owners = sorted(n for n, entry in chosen.family().items() if dataclasses.is_dataclass(entry.options) and key in _option_names(entry.options))
     if owners:
         message += f"; {key!r} is an option of {', '.join(owners)} (set {chosen.field}"

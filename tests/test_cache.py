@@ -195,3 +195,43 @@ def test_options() -> None:
         parse_options(CacheOptions, {"duration": -1}, "cache")
     with pytest.raises(ConfigError, match="cache.on_expire"):
         parse_options(CacheOptions, {"on_expire": "keep"}, "cache")
+
+
+def test_authors_request_rule_at_the_edge_round() -> None:
+    # D = 2, the same sequence; request_rule = "authors" asks again unless t_c + D > t, the signal stays t - t_c <= D:
+    # t=3 I=[0,3,4]: 0 stored at 1: 1 + 2 > 3 false -> requested (the default serves it), yet 3 - 1 = 2 <= D: CACHED,
+    #     the fresh row (30) unused: zhat row = the cached 1.0 row, downlink carries only 4's row (34), 0 still stored at 1;
+    #     3 stored at 2: 2 + 2 > 3 -> served, C; 4 absent -> N.
+    # t=4 I=[0,2,4]: 0: 4 - 1 = 3 > D -> E (dropped); 2: E; 4 stored at 3: 3 + 2 > 4 -> served, C: the default's rounds.
+    server, default = ServerCache(duration=2, request_rule="authors"), ServerCache(duration=2)
+    for t in (1, 2):
+        for cache in (server, default):
+            run_round(cache, t)
+    assert default.request(3, ROUNDS[3]).tolist() == [4]
+    req, upd = run_round(server, 3)
+    assert req == [0, 4]
+    assert upd.downlink.signals.tolist() == [C, C, N]
+    assert upd.downlink.soft_labels.tolist() == [fresh_value(3, 4).tolist()]
+    assert upd.soft_labels.tolist() == [fresh_value(1, 0).tolist(), fresh_value(2, 3).tolist(), fresh_value(3, 4).tolist()]
+    assert upd.cached_age == pytest.approx((2 + 1) / 2)
+    assert server.stored_round(0) == 1
+    req, upd = run_round(server, 4)
+    assert req == [0, 2]
+    assert upd.downlink.signals.tolist() == [E, E, C]
+    assert {i: server.stored_round(i) for i in server.entries()} == {1: 1, 3: 2, 4: 3}
+
+
+def test_authors_request_rule_keeps_the_clients_in_sync() -> None:
+    server = ServerCache(duration=2, request_rule="authors")
+    clients = [ClientCache(0), ClientCache(1)]
+    for t in ROUNDS:
+        _, upd = run_round(server, t)
+        for client in clients if t % 2 else clients[:1]:
+            client.apply_sync(server.sync(client.client_id, t))
+            assert torch.equal(client.rebuild(upd.downlink), upd.soft_labels), (t, client.client_id)
+    assert parse_options(CacheOptions, {"request": "authors"}, "cache").request == "authors"
+    with pytest.raises(ConfigError, match="cache.request"):
+        parse_options(CacheOptions, {"request": "paper"}, "cache")
+    # D = 0: every drawn index is requested under both rules
+    zero = ServerCache(duration=0, request_rule="authors")
+    assert all(run_round(zero, t)[0] == ROUNDS[t] for t in ROUNDS)

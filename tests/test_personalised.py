@@ -17,7 +17,8 @@ from torch import nn
 from chillfl.aggregation.apfl import APFL, APFLOptions
 from chillfl.aggregation.base import ClientHalf, ClientResult, ClientState, Personalising, personal_model
 from chillfl.aggregation.ditto import Ditto, DittoOptions
-from chillfl.aggregation.feddyn import ALPHA, ANCHOR, LINEAR, FedDyn, FedDynOptions, feddyn_terms
+from chillfl.aggregation.feddyn import ALPHA, ANCHOR, LINEAR, FedDyn, FedDynOptions, client_alphas, feddyn_terms
+from chillfl.aggregation.registry import make_aggregator
 from chillfl.aggregation.fedper import FedPer, FedPerOptions, head_keys
 from chillfl.aggregation.fedrep import FedRep, FedRepOptions
 from chillfl.aggregation.pfedme import PFedMe, PFedMeOptions
@@ -32,6 +33,8 @@ from chillfl.models.parts import head_name
 from chillfl.training.schedule import Optimizer
 from chillfl.protocols.parameters import ParamDownlink, ParameterClient
 from chillfl.training.local import LocalSpec, evaluate
+import resume_cases
+from chillfl.experiment import build_experiment
 from methods_e2e import assert_executors_agree, config, records, resumed_records
 
 
@@ -357,6 +360,63 @@ def test_feddyn_server_update_by_hand() -> None:
     assert torch.equal(restored.h["weight"], server.h["weight"])
     with pytest.raises(ValueError):
         restored.load_state_dict({"control": {}})
+
+
+# ---------------------------------------------------------------- FedDyn: the authors' per-client alpha
+
+
+def test_feddyn_client_size_alphas_by_hand() -> None:
+    # m = 2 clients of 10 and 30 rows: sum 40, w_k = n_k m / 40 = 0.5 and 1.5; alpha 0.1 -> alpha_k = 0.2 and 0.0666...
+    built, _ = make_aggregator("feddyn", {"alpha": 0.1, "alpha_scaling": "client_size"}, num_clients=2, model=linear(0.0), seed=0, client_sizes=(10, 30))
+    assert isinstance(built, FedDyn)
+    glob = {"weight": torch.tensor([[2.0]])}
+    assert built.downlink(0, 0, glob).context[ALPHA] == pytest.approx(0.2)
+    assert built.downlink(1, 0, glob).context[ALPHA] == pytest.approx(0.1 / 1.5)
+    # the default is one alpha for every client, whatever the sizes
+    plain, _ = make_aggregator("feddyn", {"alpha": 0.1}, num_clients=2, model=linear(0.0), seed=0, client_sizes=(10, 30))
+    assert [plain.downlink(k, 0, glob).context[ALPHA] for k in (0, 1)] == [0.1, 0.1]
+    # a client without training rows (it never trains) has none: 0, 20, 20 rows -> w = 0, 1.5, 1.5
+    assert client_alphas(0.1, (0, 20, 20)) == (None, pytest.approx(0.1 / 1.5), pytest.approx(0.1 / 1.5))
+
+
+def test_feddyn_client_size_alpha_drives_the_client_step_and_not_the_server() -> None:
+    # scalar, f = 1/2 (t - 1)^2, theta^{t-1} = 2, g = 0, lr 0.1: grad 1 -> theta_k = 1.9, and with alpha_k = 0.2
+    # g <- 0 - 0.2 (1.9 - 2) = 0.02 (one alpha 0.1 gave 0.01: test_feddyn_client_step_and_gradient_state_by_hand)
+    server = FedDyn(2, FedDynOptions(alpha=0.1, alpha_scaling="client_size"), ["weight"], alphas=(0.2, 0.1 / 1.5))
+    spec = LocalSpec(epochs=1, batch_size=8, base_loss=half_mse, terms=tuple(feddyn_terms()))
+    down = server.downlink(0, 0, {"weight": torch.tensor([[2.0]])})
+    reply = run_client(server.client_half(), linear(0.0), spec, {"weight": torch.tensor([[2.0]])}, lr=0.1, context=down.context)
+    close(reply.uplink.params["weight"], 1.9)
+    close(reply.state["feddyn.grad.weight"], 0.02)
+    # the server keeps the one alpha: m = 2, theta^{t-1} = 2, clients 1.95 and 2.15 (drift sum 0.1):
+    # h = -0.1/2 * 0.1 = -0.005, theta = 2.05 - h / 0.1 = 2.1, as the authors' mean + (1/m) sum of drifts
+    glob = {"weight": torch.tensor([[2.0]], dtype=torch.float64)}
+    results = [ClientResult(0, {"weight": torch.tensor([[1.95]], dtype=torch.float64)}, 10, 1, 0.1, 1.0, 0.0),
+               ClientResult(1, {"weight": torch.tensor([[2.15]], dtype=torch.float64)}, 30, 1, 0.1, 1.0, 0.0)]
+    close(server.aggregate(glob, results, 0)["weight"], 2.1)
+    close(server.h["weight"], -0.005)
+
+
+def test_feddyn_client_size_needs_the_clients_sizes() -> None:
+    with pytest.raises(ConfigError) as exc:  # built outside a run: no sizes
+        make_aggregator("feddyn", {"alpha_scaling": "client_size"}, num_clients=2, model=linear(0.0), seed=0)
+    assert exc.value.field == "algorithm.alpha_scaling"
+    with pytest.raises(ConfigError) as bad:
+        make_aggregator("feddyn", {"alpha_scaling": "size"}, num_clients=2, model=linear(0.0), seed=0)
+    assert bad.value.field == "algorithm.alpha_scaling"
+
+
+def test_a_run_gives_the_builder_its_clients_training_sizes() -> None:
+    exp = build_experiment(config(**{"algorithm.name": "feddyn", "algorithm.alpha": 0.1, "algorithm.alpha_scaling": "client_size"}))
+    sizes = [int(n) for n in exp.data.train_sizes()]
+    assert len(set(sizes)) > 1  # a Dirichlet split: unequal clients, unequal alphas
+    assert isinstance(exp.aggregator, FedDyn)
+    assert exp.aggregator.alphas == pytest.approx([0.1 / (n * len(sizes) / sum(sizes)) for n in sizes])
+
+
+def test_feddyn_client_size_resumes_bitwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(resume_cases.NEEDS, "algorithm.feddyn", {"algorithm": {"name": "feddyn", "alpha": 0.1, "alpha_scaling": "client_size"}})
+    resume_cases.check_resume("algorithm.feddyn", "sequential", 1, tmp_path, monkeypatch)
 
 
 # ---------------------------------------------------------------- end to end

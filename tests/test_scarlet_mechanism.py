@@ -107,3 +107,17 @@ def test_cache_age_is_recorded_only_where_the_cache_exists():
         assert r["cache_hit_ratio"] == 0.0 or 1.0 <= r["cache_age_mean"] <= 2.0
     dsfl = run_experiment(load_config(None, tiny(method="dsfl")), write=False, progress=False).records
     assert not any("cache_age_mean" in r or "cache_hit_ratio" in r for r in dsfl)
+
+
+def test_authors_request_rule_in_a_run():
+    # D = 1 under the authors' rule (request unless t_c + 1 > t): every drawn sample is requested, as with D = 0, yet an
+    # entry stored in the round before is still signalled CACHED (t - t_c = 1 <= D), so the cache fills and ages as the
+    # default's, and every client's rebuilt zhat matches the server's (sync_verified; CacheOutOfSyncError otherwise).
+    over = {rule: {**tiny(method="scarlet", cache_duration=1, cache_request=rule), "federation.rounds": 2, "model.name": "mlp", "model.hidden": [16]} for rule in ("valid", "authors")}
+    runs = {rule: run_experiment(load_config(None, o), write=False, progress=False).records for rule, o in over.items()}
+    assert [r["public_requested"] for r in runs["authors"]] == [40, 40]
+    assert runs["valid"][1]["public_requested"] < 40  # the default serves round 2's repeats from the cache
+    assert [r["cache_size"] for r in runs["authors"]] == [r["cache_size"] for r in runs["valid"]]
+    assert [r["cache_age_mean"] for r in runs["authors"]] == [r["cache_age_mean"] for r in runs["valid"]]
+    assert all(r["sync_verified"] == 4 for r in runs["authors"][1:])
+    assert runs["authors"][1]["bytes_up"] > runs["valid"][1]["bytes_up"]

@@ -276,12 +276,14 @@ def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_class
     return model, model_state(model)
 
 
-def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None = None) -> tuple[Aggregator, list[Term]]:
+def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None = None,
+                    client_sizes: Sequence[int] | None = None) -> tuple[Aggregator, list[Term]]:
     """The configured aggregator and its terms, or (a copy of) the one passed from Python.
 
     A named algorithm is checked against the run by what its spec declares (:func:`check_algorithm`:
     its plain-SGD limit, its own ``check``, a wrapper's base's), never by its name; an instance passed from
     Python by its class's own ``capabilities`` (its linear-head need and plain-SGD limit), as that class named in a config.
+    ``client_sizes``: each client's training rows (:attr:`~chillfl.aggregation.registry.BuildContext.client_sizes`).
     """
     name, options = RunConfig.component(config.algorithm)
     if plugged is not None and plugged.aggregator is not None:
@@ -294,7 +296,7 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
         built = copy.deepcopy(plugged.aggregator), list(copy.deepcopy(plugged.terms))
     else:
         built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum,
-                               rounds=config.federation.rounds, clients_per_round=config.federation.sample_size())
+                               rounds=config.federation.rounds, clients_per_round=config.federation.sample_size(), client_sizes=client_sizes)
         check_algorithm(name, options, config)
     check_client_half(built[0], "aggregator" if plugged is not None and plugged.aggregator is not None else "algorithm.name")
     warn_no_client_models(config, built[0])
@@ -388,7 +390,8 @@ def build_experiment(
     check_one_sample_batches(config, data, model)
     if plugged and plugged.aggregator is not None and not kind.uses_aggregator:
         raise ConfigError("aggregator", f"the {config.protocol} protocol averages no models, so it takes no aggregator")
-    aggregator, terms = build_algorithm(config, model, plugged) if kind.uses_aggregator else (None, [])
+    sizes = tuple(int(n) for n in data.train_sizes())  # the rows each client trains on (after [attack]'s rewrite)
+    aggregator, terms = build_algorithm(config, model, plugged, sizes) if kind.uses_aggregator else (None, [])
     if aggregator is not None:  # [privacy] dp-fedavg / local: clipped (noised) updates around the aggregator's mean
         aggregator = private_aggregator(config, data, aggregator, exempt=skipping_local_dp(config, data))  # built with the attackers that skip local DP
         aggregator = attacked_aggregator(config, data, aggregator)  # [attack]: the attackers' uploads, before aggregation (and clipping)

@@ -33,9 +33,19 @@ Choices
 * The mean over P_t is uniform (Algorithm 1, and the authors' code:
   ``np.mean(clnt_params_list[selected_clnts])``). ``weighting = "samples"``
   (n_k / n) is chillfl's own option, not the authors': on unbalanced data
-  their code keeps the plain mean and scales each client's alpha instead, to
-  ``alpha / (n_k m / sum_j n_j)`` (``alpha_coef_adpt``), which chillfl does not
-  do (its alpha is the same for every client).
+  their code keeps the plain mean and scales each client's alpha instead.
+* ``alpha_scaling = "client_size"`` is that scaling (off by default: the
+  paper's Algorithm 1 has one alpha): client k trains with
+  ``alpha_k = alpha / w_k``, ``w_k = n_k m / sum_j n_j`` (its training rows
+  relative to the mean over all m clients; ``alpha_coef_adpt = alpha_coef /
+  weight_list[clnt]``), so a small client is held closer to theta^{t-1}. Its
+  g_k update uses its own alpha_k (the authors store g_k / alpha_k, "already
+  scaled", which is the same while alpha_k is fixed). The server keeps the
+  one ``alpha`` for h: theta^t = mean - h/alpha adds (1/m) sum of the clients'
+  drifts whatever their alpha_k, as the authors' ``cld_mdl_param =
+  avg_mdl_param + np.mean(local_param_list, axis=0)`` does. The sizes come
+  from :attr:`~chillfl.aggregation.registry.BuildContext.client_sizes`; built
+  without them (outside a run) the option is a ConfigError.
 * The global model chillfl evaluates is theta^t, the model the clients start
   from. The authors' code sends theta^t (``cld_mdl_param``) but reports the
   plain mean of the round's models (``avg_mdl_param``, without -h/alpha) and
@@ -78,19 +88,30 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
 from chillfl.options import require
 from chillfl.training.objective import ProximalTerm, Term, read_number
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_client_sizes
 from chillfl.capabilities import Capabilities
 
 
 @dataclass(frozen=True)
 class FedDynOptions:
-    """``alpha``: weight of the dynamic regulariser (paper: 0.1, 0.01 or 0.001); ``weighting`` of the client mean."""
+    """``alpha``: weight of the dynamic regulariser (paper: 0.1, 0.01 or 0.001); ``weighting`` of the client mean;
+    ``alpha_scaling``: ``"client_size"`` gives client k ``alpha / (n_k m / sum_j n_j)`` (the authors' code)."""
 
     alpha: float = 0.01
     weighting: Literal["uniform", "samples"] = "uniform"
+    alpha_scaling: Literal["none", "client_size"] = "none"
 
     def validate(self, section: str) -> None:
         require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
+
+
+def client_alphas(alpha: float, sizes: Sequence[int]) -> tuple[float | None, ...]:
+    """Each client's ``alpha / w_k``, ``w_k = n_k m / sum_j n_j`` (the authors' ``alpha_coef / weight_list[clnt]``,
+    in their order of operations); None for a client without training rows, which never trains."""
+    total, m = sum(sizes), len(sizes)
+    if total <= 0:
+        raise ValueError("FedDyn's client-size alpha needs clients with training rows")
+    return tuple(alpha / (n / total * m) if n > 0 else None for n in sizes)
 
 
 ALPHA, ANCHOR, LINEAR = "feddyn_alpha", "feddyn_anchor", "feddyn_linear"
@@ -127,22 +148,36 @@ class FedDynClient:
 class FedDyn(AggregatorBase):
     """FedDyn server: owns h; every g_k is its client's own (:class:`FedDynClient`)."""
 
-    def __init__(self, num_clients: int, options: FedDynOptions = FedDynOptions(), param_keys: Collection[str] = ()) -> None:
+    def __init__(self, num_clients: int, options: FedDynOptions = FedDynOptions(), param_keys: Collection[str] = (),
+                 alphas: Sequence[float | None] | None = None) -> None:
+        """``alphas``: each client's own alpha (``alpha_scaling = "client_size"``, :func:`client_alphas`); None: ``options.alpha`` for all."""
         if num_clients < 1:
             raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+        if alphas is not None and len(alphas) != num_clients:
+            raise ValueError(f"FedDyn got {len(alphas)} client alphas for {num_clients} clients")
         self.num_clients = num_clients
         self.options = options
         self.param_keys = tuple(param_keys)
+        self.alphas = None if alphas is None else tuple(alphas)
         self.h: Params = {}
+
+    def client_alpha(self, client_id: int) -> float:
+        """The alpha client ``client_id`` trains with: its own under ``alpha_scaling = "client_size"``, else ``alpha``."""
+        if self.alphas is None:
+            return self.options.alpha
+        alpha = self.alphas[client_id]
+        if alpha is None:
+            raise ValueError(f"FedDyn: client {client_id} has no training rows, so no alpha (such a client never trains)")
+        return alpha
 
     def client_half(self) -> ClientHalf:
         return FedDynClient(self.param_keys)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        return Downlink(context={ALPHA: self.options.alpha})  # theta^{t-1} is the model sent, g_k the client's own
+        return Downlink(context={ALPHA: self.client_alpha(client_id)})  # theta^{t-1} is the model sent, g_k the client's own
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
-        alpha, keys = self.options.alpha, self.param_keys
+        alpha, keys = self.options.alpha, self.param_keys  # the one alpha, also under client_size (module docstring)
         if not self.h:
             self.h = {k: torch.zeros_like(global_params[k]) for k in keys}
         drift = {k: sum(r.params[k].double() - global_params[k].double() for r in results) for k in keys}
@@ -164,11 +199,19 @@ class FedDyn(AggregatorBase):
         self.h = load_params(state["h"])
 
 
+def _build(options: FedDynOptions, ctx: BuildContext) -> Built:
+    alphas = None
+    if options.alpha_scaling == "client_size":
+        sizes = require_client_sizes(ctx, f"{ctx.section}.alpha_scaling", "'client_size' scales each client's alpha by its training rows")
+        alphas = client_alphas(options.alpha, sizes)
+    return FedDyn(ctx.num_clients, options, ctx.trainable_keys(), alphas), feddyn_terms()
+
+
 SPEC = register_algorithm(
     "feddyn",
     AlgorithmSpec(
         FedDynOptions,
-        lambda o, ctx: (FedDyn(ctx.num_clients, o, ctx.trainable_keys()), feddyn_terms()),
+        _build,
         "dynamic regularisation (Acar et al. 2021)",
         capabilities=Capabilities(not_a_base="FedDyn's server step is its own (a uniform mean corrected by h), not a weighted average"),
     ),

@@ -419,6 +419,7 @@ def _build(options: PA3FedOptions, ctx: BuildContext) -> Built:
         client_momentum=ctx.client_momentum,
         rounds=ctx.rounds,
         clients_per_round=ctx.clients_per_round,
+        client_sizes=ctx.client_sizes,
     )
     return PA3Fed(base, options), terms
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from torch import nn
 
@@ -53,6 +53,11 @@ class BuildContext:
     clients_per_round: int | None = None
     """Clients the run samples a round (``federation.sample_size()``), so that with ``num_clients`` and ``rounds`` a
     method knows how often a client takes part on average (None: unknown, built outside a config)."""
+    client_sizes: tuple[int, ...] | None = None
+    """Each client's number of training rows, by client id (``num_clients`` of them), for a method that scales by client
+    size; the run fills it from its partition once the data are split (None: unknown, built outside a run; a ``--dry-run``
+    without the data's files checks options only and builds nothing). A method that needs it refuses None
+    (:func:`require_client_sizes`)."""
 
     def param_keys(self) -> list[str]:
         return [name for name, _ in self.model.named_parameters()]
@@ -209,6 +214,14 @@ def with_client_momentum(options: Any, ctx: BuildContext, why: str) -> Any:
     return options if options.momentum is not None else replace(options, momentum=rho or 0.0)
 
 
+def require_client_sizes(ctx: BuildContext, field: str, why: str) -> tuple[int, ...]:
+    """The clients' training-set sizes, or a ConfigError on ``field`` (an option that needs them, ``why``) when the
+    aggregator is built outside a run (:attr:`BuildContext.client_sizes` is None)."""
+    if ctx.client_sizes is None:
+        raise ConfigError(field, f"{why}, which are known only in a run built from a config (make_aggregator(..., client_sizes=...) from Python)")
+    return ctx.client_sizes
+
+
 def require_head(ctx: BuildContext, method: str) -> str:
     """The model's classifier head name; a model without one is a ConfigError on ``model.name``."""
     from chillfl.models.parts import NoHeadError, head_name
@@ -251,19 +264,24 @@ def make_aggregator(
     client_momentum: float | None = None,
     rounds: int | None = None,
     clients_per_round: int | None = None,
+    client_sizes: Sequence[int] | None = None,
 ) -> Built:
     """Build algorithm ``name`` from its option table; unknown names and options raise ConfigError.
 
     ``client_momentum`` is the run's ``client.momentum`` (FedNova needs it); None skips that check.
     ``rounds`` is the run's ``federation.rounds`` (:attr:`BuildContext.rounds`) and ``clients_per_round`` the clients it
-    samples a round (:attr:`BuildContext.clients_per_round`); None: unknown.
+    samples a round (:attr:`BuildContext.clients_per_round`); None: unknown. ``client_sizes``: each client's training
+    rows (:attr:`BuildContext.client_sizes`), ``num_clients`` of them; None: unknown.
     What the built aggregator's client half keeps must agree with its declared ``personal_model``, and a method
     that declares ``linear_head`` needs a model whose head is an ``nn.Linear`` (a ConfigError on ``model``).
     """
     spec = algorithm_spec(name, section)
     parsed: Any = algorithm_options(spec, name, options, section)
+    sizes = None if client_sizes is None else tuple(int(n) for n in client_sizes)
+    if sizes is not None and len(sizes) != num_clients:
+        raise ValueError(f"client_sizes holds {len(sizes)} sizes for {num_clients} clients")
     ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum, rounds=rounds,
-                       clients_per_round=clients_per_round)
+                       clients_per_round=clients_per_round, client_sizes=sizes)
     capabilities = effective_capabilities(spec, parsed, section)
     refuse_nonlinear_head(model, capabilities.linear_head, name)  # before its build reads the head
     built = spec.build(parsed, ctx)

@@ -39,6 +39,16 @@ Choices
   afresh and its correction goes through the momentum with the gradient,
   which the a(k) above accounts for. The authors average the models
   uniformly (equal shards).
+* No momentum variant of the authors' is offered. The paper's Algorithm 1
+  has none, and the authors' ``main.py`` builds ``DSGD(..., momentum=0)``, so
+  the branch above ran in none of their experiments. Copying it would need
+  what chillfl's local training does not carry: a correction added after the
+  momentum buffer (the step is ``b <- rho b + g; x <- x - gamma (b -
+  Delta_i)``), and a momentum buffer kept across rounds and averaged over
+  the workers at each communication (a second model-sized tensor each way,
+  which the paper does not count, and which it leaves undefined when only
+  sampled clients take part: whose buffers are averaged, and what a client
+  sampled for the first time starts from).
 * Only trainable parameters carry ``Delta_i``; buffers are averaged. A frozen
   weight (``requires_grad = False``: :attr:`LocalSpec.frozen`) never moves, so it
   carries none either (:meth:`BuildContext.trainable_keys`): it would be a

@@ -47,7 +47,9 @@ class DistillationOptions:
     clients' distillation on P^{t-1} (Algorithm 1: E_dist, eta_dist; the paper
     uses lr 0.1). ``server_*``: the server model's distillation on P^t
     (Algorithm 1 uses E, the local epochs, and eta_d). ``cache_duration``: D
-    (None = the method's default). ``augment_public``: the clients' and the
+    (None = the method's default); ``cache_request``: ``"authors"`` requests an
+    entry again at t - t_c = D too, as the SCARLET authors' code does
+    (:data:`chillfl.protocols.softlabels.RequestRule`). ``augment_public``: the clients' and the
     server model's distillation batches of public inputs go through
     ``[dataset.augment]``'s crop and flip too (the SCARLET authors' code reads
     its public pool through the train transform; off: the pool as stored,
@@ -69,6 +71,7 @@ class DistillationOptions:
     server_batch_size: int | None = None
     cache_duration: int | None = None
     cache_on_expire: Literal["drop", "refresh"] = "drop"
+    cache_request: Literal["valid", "authors"] = "valid"
     augment_public: bool = False
     index_encoding: Literal["int32", "packed"] = "int32"
     client_store: StoreMode = "auto"

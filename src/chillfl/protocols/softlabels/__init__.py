@@ -75,7 +75,7 @@ sides of a round), :mod:`.build` (checks and construction). No module here names
 from __future__ import annotations
 
 from .build import build_soft_label_sharing, check_distillation, make_client_half, make_method, pretrain_server
-from .cache import CacheOptions, CacheOutOfSyncError, CacheUpdate, ClientCache, OnExpire, ServerCache, is_valid
+from .cache import CacheOptions, CacheOutOfSyncError, CacheUpdate, ClientCache, OnExpire, RequestRule, ServerCache, is_served, is_valid
 from .client import ClientArchs, PublicPretraining, SoftLabelClient, rows_digest
 from .labels import entropy, masked_mean, mean_soft_labels, predict_proba, soft_target_kl, weighted_kl
 from .messages import CacheSignal, CacheSyncDelta, SoftLabelDownlink, SoftLabelReport, SoftLabelRequest, SoftLabelRoundDownlink, SoftLabelUplink
@@ -100,9 +100,9 @@ from .store import ClientStore
 __all__ = [
     "Aggregate", "Broadcast", "CacheOptions", "CacheOutOfSyncError", "CacheSignal", "CacheSyncDelta", "CacheUpdate", "ClientArchs",
     "ClientCache", "ClientPayload", "ClientState", "ClientStore", "MethodState", "NoState", "OnExpire", "Pretraining", "PublicPretraining",
-    "ServerCache", "SoftLabelClient", "SoftLabelClientHalf", "SoftLabelClientHooks", "SoftLabelDownlink", "SoftLabelMethod",
+    "RequestRule", "ServerCache", "SoftLabelClient", "SoftLabelClientHalf", "SoftLabelClientHooks", "SoftLabelDownlink", "SoftLabelMethod",
     "SoftLabelProtocol", "SoftLabelReport", "SoftLabelRequest", "SoftLabelRoundDownlink", "SoftLabelSpec", "SoftLabelUplink",
-    "StoredState", "build_soft_label_sharing", "check_distillation", "make_client_half", "make_method", "draw_public_subset", "entropy", "is_valid", "masked_mean",
+    "StoredState", "build_soft_label_sharing", "check_distillation", "make_client_half", "make_method", "draw_public_subset", "entropy", "is_served", "is_valid", "masked_mean",
     "mean_soft_labels", "predict_proba", "pretrain_server", "public_inputs", "public_labels", "rows_digest", "soft_target_kl",
     "spec_of", "stack_uplinks", "weighted_kl",
 ]

@@ -34,9 +34,18 @@ Choices
   "Only the samples that are not cached (either not previously stored or whose
   entries have expired) are selected for soft-label updates") resolves it:
   expired entries are requested again. Algorithm 2's ``t - t_c <= D`` is the
-  rule used for both. (The authors' code tests ``t_c + D > t`` for the request
-  and ``t - t_c <= D`` for the signal, an off-by-one we do not copy.)
-  Entry stored at t_c: CACHED at t_c + 1 ... t_c + D, expired at t_c + D + 1.
+  rule used for both by default. Entry stored at t_c: CACHED at t_c + 1 ...
+  t_c + D, expired at t_c + D + 1.
+* **The authors' request rule** (``request="authors"``, off by default). The
+  authors' code (``get_next_indices``) requests an index unless
+  ``t_c + D > t``, but signals with ``t - t_c <= D`` (``update_global_cache``):
+  at the edge round t = t_c + D the index is requested (the clients upload a
+  soft-label for it) and yet signalled CACHED, the entry kept as stored at t_c.
+  The fresh row then goes nowhere: the downlink carries only the rows of
+  non-CACHED signals, and zhat^t holds the cached row for server and clients
+  alike (the authors' server distils on the fresh row at that edge while its
+  clients read the cached one; here the two stay one zhat^t, which the
+  clients' digest check relies on). D = 0 is the same under both rules.
 * **D = 0 is no cache.** Every drawn index is requested every round (an entry is
   only valid in the round it was stored), so the soft-label traffic is that of
   the baseline; the signals are the only extra bytes and an engine may skip
@@ -73,6 +82,9 @@ from chillfl.options import require
 from .messages import CacheSignal, CacheSyncDelta, SoftLabelDownlink
 
 OnExpire = Literal["drop", "refresh"]
+RequestRule = Literal["valid", "authors"]
+"""Which entries are requested again: ``"valid"`` those not valid (t - t_c > D, Algorithm 2); ``"authors"`` also the
+edge t - t_c = D (the SCARLET authors' ``t_c + D > t``)."""
 
 
 class CacheOutOfSyncError(RuntimeError):
@@ -87,12 +99,22 @@ def is_valid(stored_round: int | np.ndarray, round: int, duration: int) -> bool 
     return round - stored_round <= duration
 
 
+def is_served(stored_round: int, round: int, duration: int, request: RequestRule = "valid") -> bool:
+    """Whether an entry stored at ``stored_round`` is served at ``round`` without a request: valid (:func:`is_valid`),
+    or under ``request="authors"`` ``stored_round + D > round``, one round shorter."""
+    if request == "authors":
+        return stored_round + duration > round
+    return bool(is_valid(stored_round, round, duration))
+
+
 @dataclass(frozen=True)
 class CacheOptions:
-    """Cache options: ``duration`` = D (SCARLET Sec. IV: 50 in the main runs, 25 when plugged into other methods)."""
+    """Cache options: ``duration`` = D (SCARLET Sec. IV: 50 in the main runs, 25 when plugged into other methods);
+    ``request``: which entries are requested again (:data:`RequestRule`)."""
 
     duration: int = 50
     on_expire: OnExpire = "drop"
+    request: RequestRule = "valid"
 
     def validate(self, section: str) -> None:
         require(0 <= self.duration <= 10**7, f"{section}.duration", f"must be in [0, 10000000] rounds, got {self.duration}")
@@ -101,6 +123,7 @@ class CacheOptions:
             f"{section}.on_expire",
             f"unknown value {self.on_expire!r}; allowed: drop, refresh",
         )
+        require(self.request in ("valid", "authors"), f"{section}.request", f"unknown value {self.request!r}; allowed: valid, authors")
 
 
 def _as_index_tensor(indices: torch.Tensor | list[int]) -> torch.Tensor:
@@ -169,6 +192,8 @@ class ServerCache:
 
     duration: int
     on_expire: OnExpire = "drop"
+    request_rule: RequestRule = "valid"
+    """Which entries :meth:`request` asks for again (:data:`RequestRule`); the signals follow Algorithm 2 under both."""
     _entries: dict[int, _Entry] = field(default_factory=dict, init=False, repr=False)
     # index -> past lifetimes (stored_round, deleted_round) of dropped entries, for catch-up deletions
     _lifetimes: dict[int, list[tuple[int, int]]] = field(default_factory=dict, init=False, repr=False)
@@ -182,10 +207,12 @@ class ServerCache:
             raise ConfigError("cache.duration", f"must be >= 0, got {self.duration}")
         if self.on_expire not in ("drop", "refresh"):
             raise ConfigError("cache.on_expire", f"unknown value {self.on_expire!r}; allowed: drop, refresh")
+        if self.request_rule not in ("valid", "authors"):
+            raise ConfigError("cache.request", f"unknown value {self.request_rule!r}; allowed: valid, authors")
 
     @classmethod
     def from_options(cls, options: CacheOptions) -> "ServerCache":
-        return cls(duration=options.duration, on_expire=options.on_expire)
+        return cls(duration=options.duration, on_expire=options.on_expire, request_rule=options.request)
 
     @property
     def caching(self) -> bool:
@@ -206,14 +233,16 @@ class ServerCache:
         e = self._entries.get(int(index))
         return None if e is None else e.stored_round
 
-    def _valid(self, index: int, round: int) -> bool:
+    def _served(self, index: int, round: int) -> bool:
+        """Served from the cache at ``round`` without a request (:func:`is_served` under :attr:`request_rule`)."""
         e = self._entries.get(index)
-        return e is not None and bool(is_valid(e.stored_round, round, self.duration))
+        return e is not None and is_served(e.stored_round, round, self.duration, self.request_rule)
 
     def request(self, round: int, indices: torch.Tensor | list[int]) -> torch.Tensor:
-        """I_req^t: the indices of P^t without a valid entry at ``round``, in the order given."""
+        """I_req^t: the indices of P^t not served from the cache at ``round`` (no valid entry; under ``request_rule =
+        "authors"`` also the edge t - t_c = D), in the order given."""
         idx = _as_index_tensor(indices)
-        keep = [i for i in idx.tolist() if not self._valid(i, round)]
+        keep = [i for i in idx.tolist() if not self._served(i, round)]
         return torch.tensor(keep, dtype=torch.long)
 
     def update(self, round: int, indices: torch.Tensor | list[int], fresh: torch.Tensor) -> CacheUpdate:
@@ -228,7 +257,7 @@ class ServerCache:
         if fresh.dim() != 2:
             raise ValueError(f"fresh soft-labels must be [n_req, C], got shape {tuple(fresh.shape)}")
         index_list = idx.tolist()
-        n_fresh = sum(1 for i in index_list if not self._valid(i, round))
+        n_fresh = sum(1 for i in index_list if not self._served(i, round))
         if fresh.shape[0] != n_fresh:
             raise ValueError(f"expected {n_fresh} fresh soft-labels (the requested indices), got {fresh.shape[0]}")
         num_classes = fresh.shape[1] if n_fresh else self._num_classes(index_list, fresh)
@@ -236,15 +265,20 @@ class ServerCache:
         signals = torch.empty(len(index_list), dtype=torch.uint8)
         changed: set[int] = set()
         q = age_sum = num_cached = 0
+        unused: list[int] = []  # fresh rows requested at the edge (request_rule "authors") of entries still valid
         for pos, i in enumerate(index_list):
             entry = self._entries.get(i)
+            requested = not self._served(i, round)
+            if requested:
+                q += 1
             if entry is not None and bool(is_valid(entry.stored_round, round, self.duration)):
+                if requested:
+                    unused.append(q - 1)
                 full[pos] = entry.value
                 signals[pos] = CacheSignal.CACHED
                 age_sum, num_cached = age_sum + round - entry.stored_round, num_cached + 1
                 continue
-            value = fresh[q].clone()
-            q += 1
+            value = fresh[q - 1].clone()
             full[pos] = value
             changed.add(i)
             if entry is None or self.on_expire == "refresh":
@@ -257,7 +291,12 @@ class ServerCache:
         self._last_round = round
         if changed:
             self._changes[round] = changed
-        downlink = SoftLabelDownlink(round=round, indices=idx.clone(), signals=signals, soft_labels=fresh.clone())
+        sent = fresh.clone()
+        if unused:  # the downlink carries the rows of non-CACHED signals only
+            keep = torch.ones(fresh.shape[0], dtype=torch.bool)
+            keep[unused] = False
+            sent = fresh[keep].clone()
+        downlink = SoftLabelDownlink(round=round, indices=idx.clone(), signals=signals, soft_labels=sent)
         return CacheUpdate(soft_labels=full, downlink=downlink, cached_age=age_sum / num_cached if num_cached else None)
 
     def _num_classes(self, index_list: list[int], fresh: torch.Tensor) -> int:

@@ -109,9 +109,9 @@ class SoftLabelProtocol:
         self.store = ClientStore(self.specs.on_disk, c.state_dir)
         self.server_state: Params = {n: v.clone() for n, v in exp.initial_state.items()}
         use_cache = setup.uses_cache
-        self.cache = ServerCache(setup.cache_duration, c.cache_on_expire) if use_cache else None
+        self.cache = ServerCache(setup.cache_duration, c.cache_on_expire, c.cache_request) if use_cache else None
         server_rows = self.method.separate_server_rows or self.method.downlink_from_server
-        self.twin = ServerCache(setup.cache_duration, c.cache_on_expire) if use_cache and server_rows else None
+        self.twin = ServerCache(setup.cache_duration, c.cache_on_expire, c.cache_request) if use_cache and server_rows else None
         self.prev: Broadcast | None = None
         self._draw: tuple[torch.Tensor, torch.Tensor] = (torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
         archs = self._archs(client_models) if client_models is not None and client_models.plan.heterogeneous else None

@@ -341,3 +341,51 @@ def test_the_prv_floor_is_what_the_prv_accountant_reports_at_huge_noise_and_the_
     sigma = noise_for(0.0125, 1e-5, 0.01, 100, "prv")  # just above the PRV floor: Opacus's search finds a sigma
     assert epsilon_of(((sigma, 0.01, 100),), 1e-5, "prv") <= 0.0125
 
+
+# ---------------------------------------------------------------- adaptive clipping: TF-Privacy's clamp of the noised fraction
+
+
+def test_clamp_fraction_by_hand() -> None:
+    from chillfl.privacy.aggregate import AdaptiveClip
+
+    # gamma 0.5, eta 0.2, C_t = 1. A noised fraction of 1.7 (above 1): unclamped, C_{t+1} = exp(-0.2 (1.7 - 0.5)) = exp(-0.24);
+    # clamped to 1, exp(-0.2 (1 - 0.5)) = exp(-0.1). A fraction of -0.4: exp(0.18) unclamped, exp(0.1) clamped to 0. Inside [0, 1] both agree
+    paper, tf = AdaptiveClip(0.5, 0.2, 1.0), AdaptiveClip(0.5, 0.2, 1.0, clamp=True)
+    assert (paper.next_clip(1.0, 1.7), tf.next_clip(1.0, 1.7)) == pytest.approx((math.exp(-0.24), math.exp(-0.1)), rel=1e-15)
+    assert (paper.next_clip(1.0, -0.4), tf.next_clip(1.0, -0.4)) == pytest.approx((math.exp(0.18), math.exp(0.1)), rel=1e-15)
+    assert paper.next_clip(2.0, 0.3) == tf.next_clip(2.0, 0.3) == 2.0 * math.exp(-0.2 * (0.3 - 0.5))
+
+
+def test_clamp_fraction_changes_the_next_clip_norm_when_the_count_noise_pushes_the_fraction_out() -> None:
+    from chillfl.privacy.aggregate import AdaptiveClip
+
+    # two clients, m = 2: norms 5 (clipped, b = 0) and 0.5 (b = 1): centred bits sum to 0; sigma_b = 10, e the round's count draw
+    # (seed 11, round 0: e = 0.756): fraction (0 + 10 e) / 2 + 1/2 = 4.28, far above 1. Unclamped C_1 = exp(-0.2 (4.28 - 0.5)),
+    # clamped exp(-0.2 (1 - 0.5)) = exp(-0.1); the server noise (std sigma_u C) is the same draw either way
+    e = torch.randn((), generator=torch.Generator().manual_seed(derive_seed(11, "privacy", "count", 0)), dtype=torch.float64).item()
+    fraction = 10 * e / 2 + 0.5
+    assert fraction > 1
+    glob = {"w": torch.zeros(2, dtype=torch.float64)}
+    outs, norms = [], []
+    for clamp in (False, True):
+        agg = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=11, adaptive=AdaptiveClip(0.5, 0.2, 10.0, clamp))
+        outs.append(agg.aggregate(glob, [_result(0, [3.0, 4.0]), _result(1, [0.0, 0.5])], round=0)["w"])
+        norms.append(agg.clip_norm)
+    assert norms == pytest.approx([math.exp(-0.2 * (fraction - 0.5)), math.exp(-0.1)], rel=1e-12)
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_clamp_fraction_reaches_the_aggregator_and_is_adaptive_clippings() -> None:
+    from chillfl.privacy.mechanisms.dp_fedavg import DpFedAvgOptions, aggregator
+
+    noise = Noise(1.0, 1.5, RunSizes(4, 2, 3, 32, 1, (10,) * 4), 0)
+    built = aggregator(DpFedAvgOptions(target_quantile=0.5, count_noise=1.5, clamp_fraction=True), noise, FedAvg())
+    assert isinstance(built, PrivateAggregation) and built.adaptive is not None and built.adaptive.clamp
+    default = aggregator(DpFedAvgOptions(target_quantile=0.5, count_noise=1.5), noise, FedAvg())
+    assert isinstance(default, PrivateAggregation) and default.adaptive is not None and not default.adaptive.clamp
+    with pytest.raises(ConfigError) as err:
+        config(**{"privacy.clamp_fraction": True})  # fixed clipping: no fraction to clamp
+    assert err.value.field == "privacy.clamp_fraction"
+    with pytest.raises(ConfigError) as err:
+        config(**{"privacy.mechanism": "local", "privacy.clamp_fraction": True})
+    assert err.value.field == "privacy.clamp_fraction" and "dp-fedavg" in err.value.message

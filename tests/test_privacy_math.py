@@ -5,7 +5,7 @@ the ledger's worst unit, and the delta bound (refused at 1/n itself)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 import torch
@@ -135,7 +135,7 @@ def test_target_epsilon_asks_the_accountant_with_each_units_rate_and_steps(mecha
     sizes = RunSizes(4, 2, 3, cfg.client.batch_size, 1, tuple(len(data.train_indices[c]) for c in range(4)))
     calls: list[tuple[float, float, float, int]] = []
 
-    def fake(target: float, delta: float, rate: float, steps: int, kind: str = "rdp") -> float:
+    def fake(target: float, delta: float, rate: float, steps: int, kind: str = "rdp", orders: str = "opacus") -> float:
         calls.append((target, delta, rate, steps))
         return 1.0 + rate  # the largest rate asks the most here
 
@@ -185,11 +185,11 @@ def _log_binomial_a(alpha: int, q: float, sigma: float) -> float:
     return top + math.log(sum(math.exp(t - top) for t in terms))
 
 
-def _integer_order_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
-    """(epsilon, delta) over the integer orders 12..63: steps x log(A_alpha) / (alpha - 1), converted by Balle et al. 2020,
-    Thm 21 (eps = rdp - (log delta + log alpha) / (alpha - 1) + log((alpha - 1) / alpha))."""
+def _integer_order_epsilon(sigma: float, q: float, steps: int, delta: float, orders: Sequence[int] = range(12, 64)) -> float:
+    """(epsilon, delta) over integer orders (Opacus's 12..63 by default): steps x log(A_alpha) / (alpha - 1), converted by
+    Balle et al. 2020, Thm 21 (eps = rdp - (log delta + log alpha) / (alpha - 1) + log((alpha - 1) / alpha))."""
     return min(
-        steps * _log_binomial_a(a, q, sigma) / (a - 1) - (math.log(delta) + math.log(a)) / (a - 1) + math.log((a - 1) / a) for a in range(12, 64)
+        steps * _log_binomial_a(a, q, sigma) / (a - 1) - (math.log(delta) + math.log(a)) / (a - 1) + math.log((a - 1) / a) for a in orders
     )
 
 
@@ -240,3 +240,152 @@ def test_an_unreachable_target_epsilon_is_one_line_on_its_field() -> None:
     with pytest.raises(ConfigError) as err:
         build_experiment(config(**{"privacy.target_epsilon": 0.02}))  # q = 2/4 = 0.5, below the floor 0.0286 at delta 1e-3
     assert err.value.field == "privacy.target_epsilon" and "too low" in str(err.value)
+
+
+# ---------------------------------------------------------------- rdp_orders = "extended": dp-accounting's orders, up to 1024
+
+EXTENDED_INTEGERS = [*range(11, 64), 128, 256, 512, 1024]
+"""The integer orders of the extended grid (google/differential-privacy dp_accounting's DEFAULT_RDP_ORDERS: 1.1 .. 10.9
+by 0.1, 11 .. 63, 128, 256, 512, 1024)."""
+
+
+@pytest.mark.parametrize(("sigma", "q", "steps", "delta", "opacus", "extended"), [(4.0, 0.01, 100, 1e-5, 0.12404, 0.08971), (8.0, 0.01, 10, 1e-5, 0.10337, 0.01276)])
+def test_extended_orders_give_a_smaller_epsilon_where_the_best_order_is_past_63(sigma: float, q: float, steps: int, delta: float, opacus: float, extended: float) -> None:
+    # (4.0, 0.01, 100): Abadi et al.'s "large noise" sigma and lot rate over 100 steps: Opacus's best order is its last, 63
+    # (0.124); dp-accounting's grid goes on to 128 (0.0897, the 0.090 it reports). (8.0, 0.01, 10): its best order is 512.
+    # The best order is an integer either way, so the minimum is the binomial expansion's over the grid's integers,
+    # written in this file from the paper: rel 1e-9 (log-space sums of up to ~500 terms, lgamma to ~1e-15)
+    narrow, wide = epsilon_of(((sigma, q, steps),), delta), epsilon_of(((sigma, q, steps),), delta, orders="extended")
+    assert (narrow, wide) == pytest.approx((opacus, extended), abs=1e-5)
+    assert wide < narrow
+    assert wide == pytest.approx(_integer_order_epsilon(sigma, q, steps, delta, EXTENDED_INTEGERS), rel=1e-9)
+    ledger = Ledger(delta, orders="extended")
+    ledger.spend("clients", sigma, q, steps)
+    assert ledger.epsilon() == wide
+
+
+def test_extended_orders_change_nothing_where_the_best_order_is_below_63() -> None:
+    # Opacus's published case (best order 3.9): the extended grid holds every order of Opacus's, so the minimum is the same number
+    history = ((1.5, 0.04, 2250),)
+    assert epsilon_of(history, 1e-5, orders="extended") == epsilon_of(history, 1e-5) == pytest.approx(7.32911117143, rel=1e-9)
+
+
+def test_the_rdp_floor_moves_with_the_orders() -> None:
+    # the extended grid's last order, 1024: log(1023/1024) - (log 1e-5 + log 1024) / 1023 = -0.000977 + 0.004479 = 0.003501
+    # (Opacus's, at 63: 0.1029); at delta 1e-3 it is below zero (-0.0010), so every positive target is within reach
+    from chillfl.privacy.accounting import noise_for, rdp_floor
+
+    assert rdp_floor(1e-5, "extended") == pytest.approx(math.log(1023 / 1024) - (math.log(1e-5) + math.log(1024)) / 1023, rel=1e-12)
+    assert rdp_floor(1e-5, "extended") == pytest.approx(0.003501, abs=1e-6) and rdp_floor(1e-5) == pytest.approx(0.102867, abs=1e-6)
+    assert rdp_floor(1e-3, "extended") < 0
+    with pytest.raises(ValueError, match="too low"):  # 0.05 < 0.103: Opacus's orders cannot reach it ...
+        noise_for(0.05, 1e-5, 1.0, 1)
+    sigma = noise_for(0.05, 1e-5, 1.0, 1, "rdp", "extended")  # ... the extended grid can (q = 1: the closed form, fast)
+    assert epsilon_of(((sigma, 1.0, 1),), 1e-5, orders="extended") <= 0.05
+    with pytest.raises(ValueError, match="too low"):  # at or below the extended floor: refused as before
+        noise_for(0.0035, 1e-5, 1.0, 1, "rdp", "extended")
+
+
+def test_a_run_accounts_with_the_chosen_orders() -> None:
+    # sigma 50 at q = 0.5, delta 1e-3: the best order is past 63, so the record's epsilon is the extended grid's, smaller
+    over = {"privacy.noise_multiplier": 50.0, "federation.rounds": 1}
+    from chillfl.runner import run_experiment
+
+    wide = run_experiment(config(**over, **{"privacy.rdp_orders": "extended"}), write=False, progress=False).records
+    assert wide[0]["epsilon"] == epsilon_of(((50.0, 0.5, 1),), 1e-3, orders="extended") < epsilon_of(((50.0, 0.5, 1),), 1e-3)
+
+
+def test_rdp_orders_is_refused_with_the_prv_accountant() -> None:
+    with pytest.raises(ConfigError) as err:
+        config(**{"privacy.accountant": "prv", "privacy.rdp_orders": "extended"})
+    assert err.value.field == "privacy.rdp_orders" and "RDP accountant" in err.value.message
+    with pytest.raises(ConfigError) as err:
+        config(**{"privacy.rdp_orders": "dp-accounting"})
+    assert err.value.field == "privacy.rdp_orders"
+
+
+# ---------------------------------------------------------------- the PRV accountant's floor
+
+
+def test_an_unreachable_prv_target_is_refused_before_any_accountant_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Opacus's PRV accountant reports its estimate at delta' = delta - delta/1000 plus eps_error = 0.01, and no privacy curve
+    # goes below log(1 - delta') at delta': at delta 1e-3 nothing under 0.01 + log(1 - 0.000999) = 0.0090005 is reported.
+    # Opacus's search would try sigma = 20, 40, ..., 1.3e6 (17 evaluations, each up to a minute at q = 0.5) before saying so
+    import opacus.accountants as accountants
+    import opacus.accountants.utils as utils
+
+    evaluations = []
+    real = accountants.PRVAccountant.get_epsilon
+    monkeypatch.setattr(accountants.PRVAccountant, "get_epsilon", lambda self, *a, **k: evaluations.append(1) or real(self, *a, **k))
+
+    def searched(**kwargs: Any) -> float:
+        raise AssertionError("Opacus's search ran for an unreachable target")
+
+    monkeypatch.setattr(utils, "get_noise_multiplier", searched)
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config(**{"privacy.accountant": "prv", "privacy.target_epsilon": 0.005}))  # q = 0.5, 3 rounds
+    assert err.value.field == "privacy.target_epsilon" and "PRV accountant reports epsilon > 0.009001" in err.value.message
+    assert "\n" not in str(err.value) and evaluations == []
+    from chillfl.privacy.accounting import prv_floor
+
+    assert prv_floor(1e-3) == pytest.approx(0.01 + math.log(1 - 0.999e-3), rel=1e-12)
+
+
+def test_the_prv_floor_is_what_the_prv_accountant_reports_at_huge_noise_and_the_rdp_floor_is_no_bound_for_it() -> None:
+    from chillfl.privacy.accounting import noise_for, prv_floor, rdp_floor
+
+    # sigma 655360 (Opacus's last doubling that may succeed), q 0.01, 100 steps: the report sits on the floor (to float rounding)
+    assert epsilon_of(((655360.0, 0.01, 100),), 1e-5, "prv") == pytest.approx(prv_floor(1e-5), abs=1e-9)
+    # the RDP floor (0.103 at 1e-5) would refuse targets the PRV accountant reaches: it is not used for PRV
+    assert epsilon_of(((640.0, 0.01, 100),), 1e-5, "prv") < 0.011 < rdp_floor(1e-5)
+    sigma = noise_for(0.0125, 1e-5, 0.01, 100, "prv")  # just above the PRV floor: Opacus's search finds a sigma
+    assert epsilon_of(((sigma, 0.01, 100),), 1e-5, "prv") <= 0.0125
+
+
+# ---------------------------------------------------------------- adaptive clipping: TF-Privacy's clamp of the noised fraction
+
+
+def test_clamp_fraction_by_hand() -> None:
+    from chillfl.privacy.aggregate import AdaptiveClip
+
+    # gamma 0.5, eta 0.2, C_t = 1. A noised fraction of 1.7 (above 1): unclamped, C_{t+1} = exp(-0.2 (1.7 - 0.5)) = exp(-0.24);
+    # clamped to 1, exp(-0.2 (1 - 0.5)) = exp(-0.1). A fraction of -0.4: exp(0.18) unclamped, exp(0.1) clamped to 0. Inside [0, 1] both agree
+    paper, tf = AdaptiveClip(0.5, 0.2, 1.0), AdaptiveClip(0.5, 0.2, 1.0, clamp=True)
+    assert (paper.next_clip(1.0, 1.7), tf.next_clip(1.0, 1.7)) == pytest.approx((math.exp(-0.24), math.exp(-0.1)), rel=1e-15)
+    assert (paper.next_clip(1.0, -0.4), tf.next_clip(1.0, -0.4)) == pytest.approx((math.exp(0.18), math.exp(0.1)), rel=1e-15)
+    assert paper.next_clip(2.0, 0.3) == tf.next_clip(2.0, 0.3) == 2.0 * math.exp(-0.2 * (0.3 - 0.5))
+
+
+def test_clamp_fraction_changes_the_next_clip_norm_when_the_count_noise_pushes_the_fraction_out() -> None:
+    from chillfl.privacy.aggregate import AdaptiveClip
+
+    # two clients, m = 2: norms 5 (clipped, b = 0) and 0.5 (b = 1): centred bits sum to 0; sigma_b = 10, e the round's count draw
+    # (seed 11, round 0: e = 0.756): fraction (0 + 10 e) / 2 + 1/2 = 4.28, far above 1. Unclamped C_1 = exp(-0.2 (4.28 - 0.5)),
+    # clamped exp(-0.2 (1 - 0.5)) = exp(-0.1); the server noise (std sigma_u C) is the same draw either way
+    e = torch.randn((), generator=torch.Generator().manual_seed(derive_seed(11, "privacy", "count", 0)), dtype=torch.float64).item()
+    fraction = 10 * e / 2 + 0.5
+    assert fraction > 1
+    glob = {"w": torch.zeros(2, dtype=torch.float64)}
+    outs, norms = [], []
+    for clamp in (False, True):
+        agg = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=11, adaptive=AdaptiveClip(0.5, 0.2, 10.0, clamp))
+        outs.append(agg.aggregate(glob, [_result(0, [3.0, 4.0]), _result(1, [0.0, 0.5])], round=0)["w"])
+        norms.append(agg.clip_norm)
+    assert norms == pytest.approx([math.exp(-0.2 * (fraction - 0.5)), math.exp(-0.1)], rel=1e-12)
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_clamp_fraction_reaches_the_aggregator_and_is_adaptive_clippings() -> None:
+    from chillfl.privacy.mechanisms.dp_fedavg import DpFedAvgOptions, aggregator
+
+    noise = Noise(1.0, 1.5, RunSizes(4, 2, 3, 32, 1, (10,) * 4), 0)
+    built = aggregator(DpFedAvgOptions(target_quantile=0.5, count_noise=1.5, clamp_fraction=True), noise, FedAvg())
+    assert isinstance(built, PrivateAggregation) and built.adaptive is not None and built.adaptive.clamp
+    default = aggregator(DpFedAvgOptions(target_quantile=0.5, count_noise=1.5), noise, FedAvg())
+    assert isinstance(default, PrivateAggregation) and default.adaptive is not None and not default.adaptive.clamp
+    with pytest.raises(ConfigError) as err:
+        config(**{"privacy.clamp_fraction": True})  # fixed clipping: no fraction to clamp
+    assert err.value.field == "privacy.clamp_fraction"
+    with pytest.raises(ConfigError) as err:
+        config(**{"privacy.mechanism": "local", "privacy.clamp_fraction": True})
+    assert err.value.field == "privacy.clamp_fraction" and "dp-fedavg" in err.value.message

@@ -121,7 +121,8 @@ def test_the_resolved_config_records_the_mechanisms_options() -> None:
     config = resolved(load_config(None, {**BASE, "privacy.mechanism": CLIP}))
     assert config.privacy.options.min_clients == 1
     table = config.to_dict()["privacy"]
-    assert table == {"mechanism": CLIP, "clip_norm": 0.5, "noise_multiplier": 1.5, "target_epsilon": 0.0, "delta": 1e-3, "accountant": "rdp", "adjacency": "auto", "min_clients": 1}
+    assert table == {"mechanism": CLIP, "clip_norm": 0.5, "noise_multiplier": 1.5, "target_epsilon": 0.0, "delta": 1e-3, "accountant": "rdp", "rdp_orders": "opacus", "adjacency": "auto",
+                     "min_clients": 1}
     assert load_config(None, {"privacy": table}).privacy == config.privacy  # read back: equal
     built_in = load_config(None, {"privacy.mechanism": "dp-fedavg"}).to_dict()["privacy"]
     assert {k: built_in[k] for k in ("target_quantile", "clip_lr", "count_noise")} == {"target_quantile": 0.0, "clip_lr": 0.2, "count_noise": 0.0}
@@ -313,7 +314,7 @@ def test_the_pages_privacy_table_refuses_another_mechanisms_options_as_the_page_
     assert err.value.field in {"privacy.target_quantile", "privacy.clip_lr", "privacy.count_noise"} and "an option of dp-fedavg" in err.value.message
 
 
-@pytest.mark.parametrize(("mechanism", "own"), [("dp-fedavg", {"target_quantile", "clip_lr", "count_noise", "weight_cap", "estimator", "w_min_share"}),
+@pytest.mark.parametrize(("mechanism", "own"), [("dp-fedavg", {"target_quantile", "clip_lr", "count_noise", "weight_cap", "estimator", "w_min_share", "clamp_fraction"}),
                                                 ("local", {"row_norm"}), ("dp-sgd", {"divide_by"})])
 def test_an_older_result_folders_flat_privacy_table_still_loads(tmp_path: Path, mechanism: str, own: set[str]) -> None:
     """A result folder written before each mechanism had its own options lists all eleven: its config.toml must still
@@ -326,7 +327,7 @@ def test_an_older_result_folders_flat_privacy_table_still_loads(tmp_path: Path, 
     privacy = load_config(older).privacy
     assert (privacy.mechanism, privacy.clip_norm, privacy.noise_multiplier) == (mechanism, 0.5, 1.1)
     written = set(resolved(load_config(older)).to_dict()["privacy"])
-    assert written == {"mechanism", "clip_norm", "noise_multiplier", "target_epsilon", "delta", "accountant", "adjacency"} | own
+    assert written == {"mechanism", "clip_norm", "noise_multiplier", "target_epsilon", "delta", "accountant", "rdp_orders", "adjacency"} | own
     with pytest.raises(ConfigError) as err:  # written by hand, another mechanism's option is still refused
         load_config(None, {"privacy": {"mechanism": "dp-sgd", "row_norm": "l1"}})
     assert err.value.field == "privacy.row_norm" and "'row_norm' is an option of local" in err.value.message

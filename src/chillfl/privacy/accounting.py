@@ -4,29 +4,34 @@ Why Opacus's RDP accountant: it is maintained with PyTorch's own DP library, its
 RDP bound (Mironov et al. 2019) is tight enough for the few hundred compositions of an FL run, it
 composes heterogeneous steps exactly (a history of (sigma, q, steps)), and it is pure Python on
 numpy/scipy: no extra native dependency next to torch. ``accountant = "prv"`` uses Opacus's PRV
-accountant (Gopi et al. 2021), tighter at large step counts, same interface. The one formula written
-here, :func:`rdp_floor`, only says which targets the RDP conversion cannot reach, to refuse them before
-Opacus's search.
+accountant (Gopi et al. 2021), tighter at large step counts, same interface. ``rdp_orders`` picks the
+orders the RDP accountant minimises over: Opacus's own (the default) or :data:`EXTENDED_ORDERS`, which
+reach 1024 and so give a smaller (still valid) epsilon where the best order is past 63. The two formulas
+written here, :func:`rdp_floor` and :func:`prv_floor`, only say which targets an accountant cannot reach,
+to refuse them before Opacus's search.
 
 A run keeps one :class:`Ledger`: per privacy unit (the whole population for ``dp-fedavg``, each client
 for ``dp-sgd`` and ``local``, each client's soft-label rows), the accountant's history. The reported
 epsilon is the largest over the units (the worst-off client). The ledger is part of the checkpoint.
 
 Checked against: pytorch/opacus 1.6 ``opacus/accountants/rdp.py`` (``DEFAULT_ALPHAS``: 1.1 .. 10.9 by 0.1 and
-12 .. 63; the history), ``opacus/accountants/analysis/rdp.py`` (``compute_rdp``, Mironov, Talwar & Zhang 2019 Sec. 3.3;
-``get_privacy_spent``, Balle et al. 2020 Thm 21, not Mironov 2017 Prop. 3's looser conversion),
-``opacus/accountants/utils.py`` (``get_noise_multiplier``: sigma doubled to 1e6 before its bisection, hence
-:func:`rdp_floor`), ``opacus/accountants/prv.py`` (``eps_upper``), ``opacus/tests/accountants_test.py`` and
-tensorflow/privacy ``compute_dp_sgd_privacy_test.py`` (their published epsilons, reproduced in
-tests/test_privacy_math.py), google/differential-privacy ``dp_accounting/rdp/rdp_privacy_accountant.py`` (its
-longer default orders, up to 1024: docs/privacy.md, "Orders"), 2026-12-02.
+12 .. 63; the history; ``get_epsilon(delta, alphas)``), ``opacus/accountants/analysis/rdp.py`` (``compute_rdp``,
+Mironov, Talwar & Zhang 2019 Sec. 3.3; ``get_privacy_spent``, Balle et al. 2020 Thm 21, not Mironov 2017 Prop. 3's
+looser conversion), ``opacus/accountants/utils.py`` (``get_noise_multiplier``: sigma doubled to 1e6 before its
+bisection, each try one full accountant evaluation, hence the floors; its ``**kwargs`` reach ``get_epsilon``),
+``opacus/accountants/prv.py`` (``get_epsilon`` returns ``eps_upper``; ``eps_error`` 0.01, ``delta_error`` delta / 1000)
+and ``opacus/accountants/analysis/prv/prvs.py`` (``DiscretePRV.compute_epsilon``: ``eps_upper`` is the estimate at
+delta - delta_error plus eps_error), ``opacus/tests/accountants_test.py`` and tensorflow/privacy
+``compute_dp_sgd_privacy_test.py`` (their published epsilons, reproduced in tests/test_privacy_math.py),
+google/differential-privacy ``python/dp_accounting/dp_accounting/rdp/rdp_privacy_accountant.py``
+(``DEFAULT_RDP_ORDERS``: 1.1 .. 10.9 by 0.1, 11 .. 63, 128, 256, 512, 1024: :data:`EXTENDED_ORDERS`), 2026-12-02.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 import torch
 
@@ -35,13 +40,38 @@ from chillfl.extras import need
 History = tuple[tuple[float, float, int], ...]
 """(noise multiplier, sample rate, steps) entries, as Opacus's accountants keep them."""
 
+Orders = Literal["opacus", "extended"]
+"""The RDP orders epsilon is minimised over (``privacy.rdp_orders``)."""
+
+EXTENDED_ORDERS: tuple[float, ...] = (*(1 + x / 10.0 for x in range(1, 100)), *range(11, 64), 128, 256, 512, 1024)
+"""dp-accounting's default grid: Opacus's orders (1.1 .. 10.9 by 0.1, 12 .. 63) with 11 and 128, 256, 512, 1024 added.
+A superset of Opacus's, so its epsilon is never larger; the large orders pay off where the best is past 63 (small
+epsilon: large sigma, small q, few steps). Integer orders go through Opacus's exact binomial sum, one term per
+integer up to the order, so 1024 costs milliseconds, not the fractional series' seconds."""
+
+PRV_EPS_ERROR = 0.01
+"""The ``eps_error`` asked of Opacus's PRV accountant (its default): what it adds to its estimate (:func:`prv_floor`)."""
+
+
+def _orders(orders: Orders) -> list[float] | None:
+    """What Opacus's RDP accountant is given as ``alphas``: None (its own ``DEFAULT_ALPHAS``) or :data:`EXTENDED_ORDERS`."""
+    return None if orders == "opacus" else list(EXTENDED_ORDERS)
+
+
+def _options(kind: str, delta: float, orders: Orders) -> dict[str, Any]:
+    """The keyword arguments of the accountant's ``get_epsilon`` (and of Opacus's search, which passes them on): the
+    RDP orders, or the PRV accountant's error bounds (its defaults, written out so that :func:`prv_floor` holds)."""
+    if kind == "rdp":
+        return {"alphas": _orders(orders)}
+    return {"eps_error": PRV_EPS_ERROR, "delta_error": delta / 1000}
+
 
 def _accountant(kind: str) -> Any:
     accountants = need("opacus.accountants", "privacy", "[privacy]")
     return accountants.RDPAccountant() if kind == "rdp" else accountants.PRVAccountant()
 
 
-def epsilon_of(history: History, delta: float, kind: str = "rdp") -> float:
+def epsilon_of(history: History, delta: float, kind: str = "rdp", orders: Orders = "opacus") -> float:
     """(epsilon at ``delta``) of a history of subsampled Gaussian steps, by Opacus's accountant; 0 before any step."""
     if not history:
         return 0.0
@@ -50,29 +80,46 @@ def epsilon_of(history: History, delta: float, kind: str = "rdp") -> float:
     with warnings.catch_warnings():  # "optimal order is the smallest/largest alpha": the bound is valid, only looser
         warnings.filterwarnings("ignore", message="Optimal order")
         warnings.filterwarnings("ignore", category=RuntimeWarning)  # PRV at q = 1 takes log(1 - q) = -inf on its way: harmless
-        return float(acc.get_epsilon(delta=delta))
+        return float(acc.get_epsilon(delta=delta, **_options(kind, delta, orders)))
 
 
-def rdp_floor(delta: float) -> float:
+def rdp_floor(delta: float, orders: Orders = "opacus") -> float:
     """The smallest epsilon the RDP accountant can report at ``delta``, whatever sigma: its (epsilon, delta) conversion
-    (Balle et al. 2020, Thm 21) at zero RDP, log((a - 1) / a) - (log delta + log a) / (a - 1), minimised over Opacus's
-    orders a (at most 63: 0.0286 at delta = 1e-3, 0.103 at 1e-5). A target at or below it is reached by no sigma."""
-    orders = need("opacus.accountants", "privacy", "[privacy]").RDPAccountant.DEFAULT_ALPHAS
-    return min(math.log((a - 1) / a) - (math.log(delta) + math.log(a)) / (a - 1) for a in orders)
+    (Balle et al. 2020, Thm 21) at zero RDP, log((a - 1) / a) - (log delta + log a) / (a - 1), minimised over the
+    orders a (Opacus's, at most 63: 0.0286 at delta = 1e-3, 0.103 at 1e-5; :data:`EXTENDED_ORDERS`, at most 1024:
+    -0.0010 and 0.0035). A target at or below it is reached by no sigma."""
+    grid: Sequence[float] = need("opacus.accountants", "privacy", "[privacy]").RDPAccountant.DEFAULT_ALPHAS if orders == "opacus" else EXTENDED_ORDERS
+    return min(math.log((a - 1) / a) - (math.log(delta) + math.log(a)) / (a - 1) for a in grid)
 
 
-def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: int, kind: str = "rdp") -> float:
+def prv_floor(delta: float) -> float:
+    """The smallest epsilon the PRV accountant reports at ``delta``, whatever sigma: ``PRV_EPS_ERROR`` + log(1 - delta'),
+    delta' = delta - delta / 1000 (0.0090 at delta = 1e-3, 0.00999 at 1e-5).
+
+    Opacus reports ``eps_upper``: its estimate at delta' plus eps_error. No mechanism's privacy curve has an epsilon
+    below log(1 - delta') at delta' (on the whole output space, 1 <= e^epsilon + delta'), so no sigma brings the report
+    under this (but for float rounding: 1e-12 below it was seen); the noise only takes it there in the limit (within 1e-10
+    at sigma 655360, the largest Opacus's search returns, at q 0.01 and 0.5). :func:`rdp_floor` is no bound here: the
+    PRV accountant reports 0.01 where the RDP one cannot go below 0.103."""
+    return PRV_EPS_ERROR + math.log1p(-(delta - delta / 1000))
+
+
+def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: int, kind: str = "rdp", orders: Orders = "opacus") -> float:
     """The noise multiplier that spends ``target_epsilon`` over ``steps`` steps at ``sample_rate`` (Opacus's search).
 
-    A target no sigma reaches under the RDP accountant (at or below :func:`rdp_floor`) is a ValueError at once: Opacus's
-    search would double sigma up to 1e6 first, and at a large sample rate its fractional-order series takes seconds a
-    sigma there (minutes in all) before saying so."""
-    if kind == "rdp" and target_epsilon <= (floor := rdp_floor(delta)):
-        raise ValueError(f"The privacy budget is too low: the RDP accountant reports epsilon > {floor:.4g} at delta = {delta} whatever the noise")
+    A target no sigma reaches (at or below :func:`rdp_floor` of the orders, or :func:`prv_floor` for the PRV accountant)
+    is a ValueError at once: Opacus's search would double sigma up to 1e6 first, and at a large sample rate each try
+    takes seconds (the RDP accountant's fractional-order series) to a minute (the PRV one's), minutes in all, before
+    saying so."""
+    floor = rdp_floor(delta, orders) if kind == "rdp" else prv_floor(delta)
+    if target_epsilon <= floor:
+        why = "" if kind == "rdp" else f" (its eps_error {PRV_EPS_ERROR} included)"
+        raise ValueError(f"The privacy budget is too low: the {kind.upper()} accountant reports epsilon > {floor:.4g} at delta = {delta} whatever the noise{why}")
     utils = need("opacus.accountants.utils", "privacy", "[privacy]")
     with warnings.catch_warnings():  # see epsilon_of
         warnings.filterwarnings("ignore", message="Optimal order")
-        return float(utils.get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate, steps=steps, accountant=kind))
+        return float(utils.get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate, steps=steps, accountant=kind,
+                                                **_options(kind, delta, orders)))
 
 
 def add_steps(history: History, sigma: float, rate: float, steps: int) -> History:
@@ -87,9 +134,10 @@ def add_steps(history: History, sigma: float, rate: float, steps: int) -> Histor
 class Ledger:
     """Every privacy unit's accountant history; epsilon = the worst unit's, memoised per distinct history."""
 
-    def __init__(self, delta: float, kind: str = "rdp") -> None:
+    def __init__(self, delta: float, kind: str = "rdp", orders: Orders = "opacus") -> None:
         self.delta = delta
         self.kind = kind
+        self.orders: Orders = orders
         self.histories: dict[str, History] = {}
         self._cache: dict[History, float] = {}
 
@@ -103,7 +151,7 @@ class Ledger:
 
     def _epsilon(self, history: History) -> float:
         if history not in self._cache:
-            self._cache[history] = epsilon_of(history, self.delta, self.kind)
+            self._cache[history] = epsilon_of(history, self.delta, self.kind, self.orders)
         return self._cache[history]
 
     def state_dict(self) -> dict[str, torch.Tensor]:

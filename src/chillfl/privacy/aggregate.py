@@ -40,14 +40,15 @@ the round's clip norm C_t, each client's bit b_i = 1[||u_i|| <= C_t]; the server
 b = (sum_i (b_i - 1/2) + N(0, sigma_b^2)) / m + 1/2 (centred bits: sensitivity 1/2) moves C_{t+1} = C_t exp(-eta (b - gamma)) toward the gamma-quantile
 of the update norms. The count takes part of the budget: the updates' noise multiplier becomes
 sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2), so that the two releases together are the configured
-sigma's Gaussian mechanism (their Section 3) and the accountant is unchanged. C_t is server state,
-saved in checkpoints.
+sigma's Gaussian mechanism (their Section 3) and the accountant is unchanged. b is used as it is (the paper's
+Algorithm 1), or clamped to [0, 1] first under ``clamp_fraction`` (TF-Privacy's). C_t is server state, saved in
+checkpoints.
 
 Checked against: McMahan et al. 2018 ("Learning differentially private recurrent language models") Algorithm 1,
 estimators f_f and f_c and Lemma 1 (sensitivities S/(qW) and 2S/(qW_min)); Andrew et al. 2021 Algorithm 1 and
 Sec. 3 (sigma_u); tensorflow/privacy ``quantile_estimator_query.py`` (bits centred by 1/2, noised sum over the
-expected count, plus 1/2, geometric update; it also clamps the fraction to [0, 1], which the paper does not and
-chillfl does not: docs/privacy.md) and tensorflow/federated ``DifferentiallyPrivateFactory.gaussian_adaptive``
+expected count, plus 1/2, geometric update; it also clamps the fraction to [0, 1], which the paper does not: chillfl
+does so only under ``clamp_fraction``, docs/privacy.md) and tensorflow/federated ``DifferentiallyPrivateFactory.gaussian_adaptive``
 (value noise (z^-2 - (2 sigma_b)^-2)^-1/2, refused unless 2 sigma_b > z, sigma_b = 0.05 m by default), 2026-12-02.
 """
 
@@ -85,11 +86,20 @@ class WeightedMean(Protocol):
 
 @dataclass(frozen=True)
 class AdaptiveClip:
-    """Andrew et al.'s geometric clip-norm update: target quantile gamma, rate eta, count noise std sigma_b."""
+    """Andrew et al.'s geometric clip-norm update: target quantile gamma, rate eta, count noise std sigma_b; ``clamp``: the
+    noised fraction clamped to [0, 1] first (TF-Privacy's ``QuantileEstimatorQuery``), so that C moves by at most
+    e^(eta gamma) up or e^(-eta (1 - gamma)) down a round; off, the paper's unclamped estimate."""
 
     quantile: float
     lr: float
     count_noise: float
+    clamp: bool = False
+
+    def next_clip(self, clip: float, fraction: float) -> float:
+        """C_{t+1} = C_t exp(-eta (b - gamma)) from the noised fraction b (clamped to [0, 1] under ``clamp``)."""
+        if self.clamp:
+            fraction = min(max(fraction, 0.0), 1.0)
+        return clip * math.exp(-self.lr * (fraction - self.quantile))
 
     def update_noise(self, sigma: float) -> float:
         """sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2): the updates' share of the budget."""
@@ -183,7 +193,7 @@ class PrivateAggregation(AroundAggregator):
             gen = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", "count", round))
             centred = (n - clipped) - n / 2  # sum_i (b_i - 1/2): sensitivity 1/2 per client, hence the 2 sigma_b below
             below = (centred + float(torch.randn((), generator=gen, dtype=torch.float64)) * self.adaptive.count_noise) / self.expected + 0.5
-            self.clip_norm = clip * math.exp(-self.adaptive.lr * (below - self.adaptive.quantile))
+            self.clip_norm = self.adaptive.next_clip(clip, below)
             self._metrics["clip_norm"] = clip
         return self.base.aggregate(global_params, private, round, weights=weights)
 

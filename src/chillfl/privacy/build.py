@@ -91,12 +91,12 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
     sigma = p.noise_multiplier
     if p.target_epsilon > 0:  # the accountant's sigma is per unit of sensitivity: the noise added is that many times larger
         try:
-            sigma = sensitivity * max(noise_for(p.target_epsilon, p.delta, q, steps, p.accountant) for q, steps in accounting.steps)
+            sigma = sensitivity * max(noise_for(p.target_epsilon, p.delta, q, steps, p.accountant, p.rdp_orders) for q, steps in accounting.steps)
         except ValueError as exc:
             raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {sizes.rounds} rounds ({exc})") from None
     noise = Noise(p.clip_norm, sigma, sizes, seed)
     options = p.options if spec.settle is None else spec.settle(p.options, noise)
-    return PrivacyPlan(p.mechanism, spec, options, noise, p.delta, p.accountant, protocol, sensitivity)
+    return PrivacyPlan(p.mechanism, spec, options, noise, p.delta, p.accountant, protocol, sensitivity, p.rdp_orders)
 
 
 def _capabilities(config: RunConfig, aggregator: Aggregator) -> Capabilities:

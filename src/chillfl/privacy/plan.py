@@ -8,9 +8,12 @@ sensitivity s C is accounted as noise multiplier sigma / s), Opacus's accountant
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chillfl.privacy.spec import MechanismSpec, Noise
+
+if TYPE_CHECKING:
+    from chillfl.privacy.accounting import Orders
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,8 @@ class PrivacyPlan:
     sensitivity: float = 1.0
     """The release's L2 sensitivity in units of C: 2 under replace-one adjacency (any two clipped values of a
     client), 1 for add/remove. The accountant charges a Gaussian of ``accounted_sigma``."""
+    rdp_orders: Orders = "opacus"
+    """The RDP accountant's orders (``privacy.rdp_orders``): the ledger's and ``target_epsilon``'s."""
 
     @property
     def clip_norm(self) -> float:

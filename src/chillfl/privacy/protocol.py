@@ -60,8 +60,8 @@ class Accounted(AroundProtocol):
         A round nobody reported that the aggregator releases (``dp-fedavg``'s noise alone,
         :class:`~chillfl.engine.protocol.ReleasesEmptyRounds`) is no skipped round: it goes through :meth:`server_update`
         with no task, and is charged there under either sampling (a release)."""
-        self.ledger = Ledger(plan.delta, plan.accountant)
-        self.uploads = Ledger(plan.delta, plan.accountant)
+        self.ledger = Ledger(plan.delta, plan.accountant, plan.rdp_orders)
+        self.uploads = Ledger(plan.delta, plan.accountant, plan.rdp_orders)
         """Soft-label rows: each client's whole uploads (every row it released, composed): ``epsilon_upload``."""
         if self.rows:  # the soft-label client releases its rows through the mechanism's row release
             inner = protocol.client

@@ -44,6 +44,8 @@ class PrivacyOptions:
     noise's standard deviation in units of C; unless ``target_epsilon`` > 0 picks it for the planned rounds
     before the run starts. ``delta``: the delta at which every round's ``epsilon`` is reported.
     ``accountant``: Opacus's ``rdp`` (Renyi DP, Mironov 2017) or ``prv`` (Gopi et al. 2021).
+    ``rdp_orders``: the orders the RDP accountant minimises over: ``opacus``, its own (up to 63), or ``extended``,
+    dp-accounting's (up to 1024: a smaller epsilon where the best order is past 63); the PRV accountant has none.
     ``adjacency``: the neighbouring inputs epsilon is for. ``replace``: any two clipped values of a client
     (sensitivity 2C); ``add_remove``: a value against none (sensitivity C), the only relation Opacus's
     subsampled accountants bound; ``auto``: the mechanism's own (its spec's ``adjacency``).
@@ -55,6 +57,7 @@ class PrivacyOptions:
     target_epsilon: float = 0.0
     delta: float = 1e-5
     accountant: Literal["rdp", "prv"] = "rdp"
+    rdp_orders: Literal["opacus", "extended"] = "opacus"
     adjacency: Literal["auto", "replace", "add_remove"] = "auto"
 
     def validate(self, section: str) -> None:
@@ -68,6 +71,8 @@ class PrivacyOptions:
             f"must be > 0 (sigma = 0 adds no noise: epsilon would be infinite), got {self.noise_multiplier}; or set target_epsilon",
         )
         require(math.isfinite(self.target_epsilon) and self.target_epsilon >= 0, f"{section}.target_epsilon", f"must be >= 0 (0: use noise_multiplier), got {self.target_epsilon}")
+        require(self.rdp_orders == "opacus" or self.accountant == "rdp", f"{section}.rdp_orders",
+                f"is the RDP accountant's grid of orders, and accountant = {self.accountant!r} has none: set accountant = 'rdp' or drop rdp_orders")
 
 
 SPEC_FIELDS = ("name", "options", "summary", "accounts", "charges", "aggregator", "step", "rows", "settle", "check", "adjacency", "subsampled")

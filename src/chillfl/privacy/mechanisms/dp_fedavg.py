@@ -41,7 +41,9 @@ class DpFedAvgOptions:
     clipped update weighs w_i = min(n_i / w_hat, 1) (McMahan et al. 2018: more data, more weight, capped so that one
     client still moves the sum by at most C); 0: uniform weights. ``estimator``: the paper's ``fixed`` f_f (divide by qW)
     or ``clipped`` f_c (divide by max(q W_min, the reporting clients' weight), W_min = ``w_min_share`` x W; sensitivity
-    2C / (q W_min), so twice the noise at w_min_share = 1)."""
+    2C / (q W_min), so twice the noise at w_min_share = 1). ``clamp_fraction``: adaptive clipping's noised fraction
+    clamped to [0, 1] before the update, as TF-Privacy's ``QuantileEstimatorQuery`` does (post-processing: the same
+    epsilon); off, it is used as it is, as in Andrew et al.'s Algorithm 1."""
 
     target_quantile: float = 0.0
     clip_lr: float = 0.2
@@ -49,6 +51,7 @@ class DpFedAvgOptions:
     weight_cap: float = 0.0
     estimator: Literal["fixed", "clipped"] = "fixed"
     w_min_share: float = 1.0
+    clamp_fraction: bool = False
 
     def validate(self, section: str) -> None:
         require(0 <= self.target_quantile < 1, f"{section}.target_quantile", f"must be in [0, 1) (0: fixed clipping), got {self.target_quantile}")
@@ -57,6 +60,7 @@ class DpFedAvgOptions:
         require(math.isfinite(self.weight_cap) and self.weight_cap >= 0, f"{section}.weight_cap", f"must be >= 0 (0: uniform weights), got {self.weight_cap}")
         require(math.isfinite(self.w_min_share) and 0 < self.w_min_share <= 1, f"{section}.w_min_share", f"must be in (0, 1] (W_min as a share of W), got {self.w_min_share}")
         require(self.estimator == "clipped" or self.w_min_share == 1.0, f"{section}.w_min_share", "is the clipped estimator's: set estimator = 'clipped'")
+        require(self.target_quantile > 0 or not self.clamp_fraction, f"{section}.clamp_fraction", "is adaptive clipping's: set target_quantile > 0")
 
 
 def accounts(options: DpFedAvgOptions, sizes: RunSizes) -> Accounting:
@@ -83,7 +87,7 @@ def settle(options: DpFedAvgOptions, noise: Noise) -> DpFedAvgOptions:
 def aggregator(options: DpFedAvgOptions, noise: Noise, base: WeightedMean) -> Aggregator:
     from chillfl.privacy.aggregate import AdaptiveClip, PrivateAggregation
 
-    adaptive = AdaptiveClip(options.target_quantile, options.clip_lr, options.count_noise) if options.target_quantile > 0 else None
+    adaptive = AdaptiveClip(options.target_quantile, options.clip_lr, options.count_noise, options.clamp_fraction) if options.target_quantile > 0 else None
     return PrivateAggregation(base, client_noise=False, clip_norm=noise.clip_norm, noise_multiplier=noise.noise_multiplier, expected=noise.sizes.per_round,
                               seed=noise.seed, adaptive=adaptive, weights=capped_weights(options.weight_cap, noise.sizes.client_sizes),
                               w_min_share=options.w_min_share if options.estimator == "clipped" else None)

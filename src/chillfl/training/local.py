@@ -176,6 +176,12 @@ class LocalSpec:
     no_decay: frozenset[str] = frozenset()
     """Parameters that ``weight_decay`` leaves alone: coefficients, not weights (APFL's mixing weight alpha, whose
     Algorithm 1 step has no decay term)."""
+    plain_sgd: frozenset[str] = frozenset()
+    """Parameters stepped outside the optimiser by plain SGD, ``w <- w - plain_lr * g`` on their raw gradient: no
+    momentum, Adam moments, weight decay or clipping (APFL's alpha under ``alpha_step = "sgd"``, as its Algorithm 1 and
+    the reference codes, which step alpha by hand). Empty: every parameter takes the optimiser's step."""
+    plain_lr: float | None = None
+    """The learning rate of :attr:`plain_sgd`'s step; None: the step's own (the round's, after the schedule)."""
     private: PrivateGradients | None = None
     """DP-SGD (``[privacy] mechanism = "dp-sgd"``, :mod:`chillfl.privacy.dpsgd`): each step's gradient from clipped, noised
     per-sample gradients. None: the plain step. Training phases besides private training (:meth:`phase`) drop it."""
@@ -494,6 +500,27 @@ def sgd_update_(
 
 
 @torch.no_grad()
+def plain_sgd_step_(
+    params: Params, grads: Sequence[torch.Tensor | None], lr: float | torch.Tensor, keys: frozenset[str], factors: Factors | None = None
+) -> None:
+    """``w <- w - lr * g`` in place for the parameters named in ``keys`` (:attr:`LocalSpec.plain_sgd`; None: zero gradient).
+
+    ``lr`` a number, or a per-client tensor [C] for stacked parameters (the vectorised executor); ``factors`` adds
+    a factored weight's ``dz^T x`` terms, as :func:`sgd_update_`."""
+    for (k, w), g in zip(params.items(), grads):
+        if k not in keys:
+            continue
+        if g is None:
+            pass
+        elif isinstance(lr, torch.Tensor):
+            w.sub_(g * lr.view(-1, *([1] * (w.dim() - 1))))
+        else:
+            w.sub_(g, alpha=lr)
+        for x, dz in (factors or {}).get(k, []):
+            add_outer_(w, x, dz, -lr)
+
+
+@torch.no_grad()
 def optimizer_step_(
     params: Params,
     grads: Sequence[torch.Tensor | None],
@@ -513,6 +540,10 @@ def optimizer_step_(
     leading client dimension (the vectorised executor), and clipping is per client.
     """
     opt = spec.optim
+    if spec.plain_sgd:  # stepped here by hand; the optimiser sees the rest (its state for them, if any, stays unused)
+        rest = [(k, g) for k, g in zip(params, grads) if k not in spec.plain_sgd]
+        plain_sgd_step_(params, grads, spec.plain_lr if spec.plain_lr is not None else lr, spec.plain_sgd, factors)
+        params, grads = {k: params[k] for k, _ in rest}, [g for _, g in rest]
     if not opt.dense:
         sgd_update_(params, grads, state.get("momentum", {}), lr, spec, factors)
         return

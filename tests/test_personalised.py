@@ -472,14 +472,23 @@ def test_resume_is_bitwise(name: str, tmp_path: Path) -> None:
     assert resumed_records(cfg, 2, tmp_path) == records(cfg)
 
 
-def test_apfl_alpha_step_sgd_runs_under_every_executor_and_resumes_bitwise(tmp_path: Path) -> None:
-    """With momentum (where the option matters): the vectorised executor steps alpha as the sequential one, a resumed
-    run is bitwise the one that never stopped, and the run differs from the default one."""
-    cfg = config(**{"algorithm.name": "apfl", "algorithm.alpha_step": "sgd", "algorithm.alpha_lr": 0.02, "client.momentum": 0.9, "model.name": "mlp"})
-    seq = assert_executors_agree(cfg)
+APFL_ALPHA_SGD = {"algorithm.name": "apfl", "algorithm.alpha_step": "sgd", "algorithm.alpha_lr": 0.02, "client.momentum": 0.9, "model.name": "mlp"}
+"""With momentum, where ``alpha_step = "sgd"`` matters."""
+
+
+def test_apfl_alpha_step_sgd_resumes_bitwise(tmp_path: Path) -> None:
+    """A resumed run is bitwise the one that never stopped, and the run differs from the default one."""
+    cfg = config(**APFL_ALPHA_SGD)
+    seq = records(cfg)
     assert resumed_records(cfg, 2, tmp_path) == seq
     default = records(cfg.with_overrides({"algorithm": {"name": "apfl"}}))
     assert [r["local_loss"] for r in default] != [r["local_loss"] for r in seq]
+
+
+@pytest.mark.slow  # the process pool's start: seconds
+def test_apfl_alpha_step_sgd_under_every_executor() -> None:
+    """The vectorised executor steps the stacked alphas (per-client learning rates) as the sequential one steps each."""
+    assert_executors_agree(config(**APFL_ALPHA_SGD))
 
 
 # ---------------------------------------------------------------- the personal models a run saves

@@ -194,6 +194,41 @@ def test_server_combines_heads_and_prototypes_by_hand() -> None:
     torch.testing.assert_close(again.downlink(1, 1, out).params, down.params)
 
 
+def test_first_head_initial_sends_the_initial_models_head_to_a_first_time_client() -> None:
+    # The authors' code: every client holds a copy of the initial model; the server overwrites every body each round
+    # and only the round's clients' heads. A client first sampled in round 1 starts from the initial head.
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    glob0 = {k: torch.full_like(v, 7.0) for k, v in model.state_dict().items()}  # the initial model (round 0's global)
+    r0 = ClientResult(0, {k: torch.full_like(v, 1.0) for k, v in glob0.items()}, 10, 1, 0.1, 1.0, 0.0, report(0.5, [[1, 0], [0, 0]], [[1, 1], [0, 0]], [1, 0]))
+    r1 = ClientResult(1, {k: torch.full_like(v, 3.0) for k, v in glob0.items()}, 30, 1, 0.1, 1.0, 0.0, report(0.5, [[0, 1], [0, 0]], [[3, 3], [4, 4]], [9, 7]))
+    for first_head in ("global", "initial"):
+        pac = FedPAC(model, FedPACOptions(first_head=first_head))  # type: ignore[arg-type]
+        for cid in (0, 1):
+            down = pac.downlink(cid, 0, glob0)
+            if first_head == "global":
+                assert down.params is None  # the global head, which is the initial one in round 0
+            else:
+                assert down.params is not None and set(down.params) == {"1.weight", "1.bias"}
+                assert all(torch.equal(v, glob0[k]) for k, v in down.params.items())
+        glob1 = pac.aggregate(glob0, [r0, r1], 0)
+        torch.testing.assert_close(glob1["1.bias"], torch.full((2,), 2.5))  # the averaged head: (10 * 1 + 30 * 3) / 40
+        newcomer = pac.downlink(2, 1, glob1)
+        if first_head == "global":
+            assert newcomer.params is None  # client 2 starts from the averaged head, 2.5
+        else:
+            assert newcomer.params is not None and torch.equal(newcomer.params["1.bias"], torch.full((2,), 7.0))  # the initial head
+            assert set(newcomer.params) == {"1.weight", "1.bias"}  # the body is the global one
+        combined = pac.downlink(0, 1, glob1).params
+        assert combined is not None and torch.equal(combined["1.bias"], pac.heads[0]["1.bias"])  # a returning client: its combined head
+        again = FedPAC(model, FedPACOptions(first_head=first_head))  # type: ignore[arg-type]
+        again.load_state_dict(pac.state_dict())  # the initial head is checkpointed: a resumed run sends it, not the current global head
+        resumed = again.downlink(3, 2, glob1).params
+        assert (resumed is None) if first_head == "global" else (resumed is not None and torch.equal(resumed["1.weight"], glob0["1.weight"]))
+    assert set(FedPAC(model).state_dict()) == {"protos", "heads"}  # the default's checkpoint layout is unchanged
+    with pytest.raises(ValueError, match="FedPAC state"):
+        FedPAC(model, FedPACOptions(first_head="initial")).load_state_dict(FedPAC(model).state_dict())
+
+
 def test_head_lr_sets_the_heads_training_step_and_leaves_the_bodys() -> None:
     # The authors' code trains the head at a fixed lr_g = 0.1 and the body at --lr; unset, both take the round's (None).
     model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 3))
@@ -207,7 +242,7 @@ def test_head_lr_sets_the_heads_training_step_and_leaves_the_bodys() -> None:
         assert isinstance(body, Train) and body.objective == 1 and body.lr is None
 
 
-@pytest.mark.parametrize(("field", "value"), [("lam", -1.0), ("head_epochs", 0), ("qp_steps", 0), ("unseen", "zero"), ("head_lr", 0.0)])
+@pytest.mark.parametrize(("field", "value"), [("lam", -1.0), ("head_epochs", 0), ("qp_steps", 0), ("unseen", "zero"), ("head_lr", 0.0), ("first_head", "averaged")])
 def test_options_are_checked(field: str, value: float) -> None:
     with pytest.raises(ConfigError, match=f"algorithm.{field}"):
         build_experiment(config(**{"algorithm.name": "fedpac", f"algorithm.{field}": value}))
@@ -219,6 +254,24 @@ def test_run_agrees_across_executors_and_resumes_bitwise(tmp_path: Path) -> None
     assert all(r["local_acc"] is not None for r in seq)
     assert seq[-1]["local_loss"] != records(cfg.with_overrides({"algorithm": {"name": "fedavg"}}))[-1]["local_loss"]
     assert resumed_records(cfg, 1, tmp_path) == seq
+
+
+def test_first_head_initial_acts_under_partial_participation_and_resumes_bitwise(tmp_path: Path) -> None:
+    """Client 3 is first sampled in round 2 (after the checkpoint of round 1): it starts from the initial head, which the
+    resumed run reads from the checkpoint."""
+    cfg = config(**{"algorithm.name": "fedpac", "algorithm.first_head": "initial", "model.name": "mlp"})
+    seq = records(cfg)
+    assert [r["clients"] for r in seq] == [[0, 1, 2], [0, 1, 2], [1, 2, 3]]
+    default = records(cfg.with_overrides({"algorithm": {"name": "fedpac"}}))
+    assert default[:2] == seq[:2]  # every client of rounds 0 and 1 first trained in round 0, whose global head is the initial one
+    assert default[2]["client_train_loss"]["3"] != seq[2]["client_train_loss"]["3"]
+    assert default[2]["client_train_loss"]["1"] == seq[2]["client_train_loss"]["1"]  # a returning client: its combined head either way
+    assert resumed_records(cfg, 2, tmp_path) == seq
+
+
+@pytest.mark.slow  # the process pool's start: seconds
+def test_first_head_initial_under_every_executor() -> None:
+    assert_executors_agree(config(**{"algorithm.name": "fedpac", "algorithm.first_head": "initial", "model.name": "mlp"}))
 
 
 def test_unseen_classes_act_under_partial_participation_and_executors_agree() -> None:

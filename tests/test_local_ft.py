@@ -16,26 +16,27 @@ from typing import Any, Iterator
 import pytest
 import torch
 
-from chillfl.aggregation.base import own_entries
+from chillfl.aggregation.base import Personalising, own_entries
 from chillfl.aggregation.fedavg_ft import FedAvgFTOptions, FineTuning
 from chillfl.aggregation.fedbabu import FedBABU, FedBABUOptions
 from chillfl.aggregation.local_only import PREFIX, LocalOnlyOptions
 from chillfl.aggregation.registry import check_algorithm
 from chillfl.config import RunConfig
 from chillfl.engine.loop import run_rounds
-from chillfl.engine.protocol import ClientJob
+from chillfl.engine.protocol import ClientData, ClientJob, ClientTask, drive
 from chillfl.errors import ConfigError
-from chillfl.executors.sequential import SequentialExecutor
+from chillfl.executors.sequential import SequentialExecutor, train_job
 from chillfl.experiment import build_experiment, build_protocol, make_executor
 from chillfl.models import build_model
 from chillfl.models.parts import head_name
 from chillfl.options import parse_options
 from chillfl.protocols.common import mean_or_none
-from chillfl.protocols.parameters import ParameterSharing
+from chillfl.protocols.parameters import ParamDownlink, ParameterClient, ParameterSharing
 from chillfl.runner import CLIENT_MODELS, run_experiment
 from chillfl.seeds import derive_seed
 from chillfl.storage.model_file import read_client_models
-from chillfl.training.local import evaluate
+from chillfl.training.local import LocalSpec, evaluate
+from chillfl.training.schedule import Optimizer
 from methods_e2e import assert_executors_agree, config, records, resumed_records
 
 BASE: dict[str, Any] = {"model.name": "mlp", "temperature.policy": "none"}
@@ -209,10 +210,77 @@ def test_fedavg_ft_bad_options_are_one_line_naming_the_field(options: dict[str, 
     assert parse_options(FedAvgFTOptions, {"finetune_epochs": 0, "finetune_lr": 0.5}, "algorithm") == FedAvgFTOptions(0, 0.5)
 
 
-def test_local_takes_no_options() -> None:
+def test_local_takes_only_keep_optimizer_state() -> None:
     with pytest.raises(ConfigError) as err:
         build_experiment(cfg_of({"name": "local_only", "lam": 1.0}))
     assert err.value.field == "algorithm.lam" and "\n" not in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        build_experiment(cfg_of({"name": "local_only", "keep_optimizer_state": "yes"}))
+    assert err.value.field == "algorithm.keep_optimizer_state" and "\n" not in str(err.value)
+    assert parse_options(LocalOnlyOptions, {"keep_optimizer_state": True}, "algorithm") == LocalOnlyOptions(True)
+
+
+def half_mse(logits: torch.Tensor, y: torch.Tensor, temperature: Any) -> torch.Tensor:
+    """1/2 (z - 1)^2 averaged over the batch (labels unused): the gradient of a one-weight model at x = 1 is w - 1."""
+    return 0.5 * ((logits - 1.0) ** 2).sum(-1).mean()
+
+
+def participations(options: LocalOnlyOptions, spec: LocalSpec, times: int) -> list[dict[str, torch.Tensor]]:
+    """A one-weight Local-only client (w = 2, x = 1) through ``times`` client updates (ParameterClient, sequential path): its states."""
+    from chillfl.aggregation.local_only import LocalOnly
+
+    model = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(2.0)
+    half = LocalOnly(model, options).client_half()
+    trainer = half if isinstance(half, Personalising) else None
+    client = ParameterClient(model, 64, half, trainer=trainer, spec=spec, objectives=() if trainer is None else trainer.objectives(spec))
+    data = ClientData(torch.ones(1, 1), torch.zeros(1, dtype=torch.long))
+    glob = {"weight": torch.tensor([[2.0]])}
+    state: dict[str, torch.Tensor] | None = None
+    states = []
+    for r in range(times):
+        task = ClientTask(0, r, ParamDownlink(glob, 0.1, 1.0, {}, seed=r), data, state)
+        state = drive([client.update(task)], lambda _spec, jobs: [train_job(model, spec, j) for j in jobs])[0].state
+        assert state is not None
+        states.append(state)
+    return states
+
+
+def test_keep_optimizer_state_carries_momentum_and_adams_step_count_by_hand() -> None:
+    # f(w) = 1/2 (w - 1)^2, one step a participation, lr 0.1, w = 2.
+    # SGD, momentum 0.9: first participation g = 1, b = 1, w = 1.9 (either way).
+    #   second: g = 0.9; afresh b = 0.9, w = 1.81; kept b = 0.9 * 1 + 0.9 = 1.8, w = 1.9 - 0.18 = 1.72 (PFLlib's optimiser object).
+    momentum = LocalSpec(epochs=1, batch_size=8, momentum=0.9, base_loss=half_mse)
+    afresh, keep = participations(LocalOnlyOptions(), momentum, 2), participations(LocalOnlyOptions(True), momentum, 2)
+    assert set(afresh[1]) == {"local.weight"}  # the default keeps the model only
+    torch.testing.assert_close(afresh[1]["local.weight"], torch.tensor([[1.81]]))
+    torch.testing.assert_close(keep[0]["local.weight"], torch.tensor([[1.9]]))
+    torch.testing.assert_close(keep[0]["local_opt.momentum.weight"], torch.tensor([[1.0]]))
+    torch.testing.assert_close(keep[1]["local.weight"], torch.tensor([[1.72]]))
+    torch.testing.assert_close(keep[1]["local_opt.momentum.weight"], torch.tensor([[1.8]]))
+    assert int(keep[1]["local_opt.steps"]) == 2
+    # Adam (0.9, 0.999): the first step is lr g / (|g| + eps) ~ 0.1 -> w = 1.9 either way; the second, g = 0.9:
+    #   afresh (t = 1 again): w = 1.9 - 0.1 = 1.8.
+    #   kept (t = 2): m = 0.9 * 0.1 + 0.1 * 0.9 = 0.18, m_hat = 0.18 / 0.19; v = 0.999 * 0.001 + 0.001 * 0.81 = 0.001809,
+    #   v_hat = 0.001809 / (1 - 0.999^2); w = 1.9 - 0.1 * m_hat / sqrt(v_hat) = 1.800412...
+    adam = LocalSpec(epochs=1, batch_size=8, base_loss=half_mse, optim=Optimizer(name="adam"))
+    m_hat, v_hat = 0.18 / 0.19, 0.001809 / (1 - 0.999**2)
+    torch.testing.assert_close(participations(LocalOnlyOptions(), adam, 2)[1]["local.weight"], torch.tensor([[1.8]]))
+    kept = participations(LocalOnlyOptions(True), adam, 2)[1]
+    torch.testing.assert_close(kept["local.weight"], torch.tensor([[1.9 - 0.1 * m_hat / v_hat**0.5]]))
+    torch.testing.assert_close(kept["local_opt.exp_avg.weight"], torch.tensor([[0.18]]))
+    torch.testing.assert_close(kept["local_opt.exp_avg_sq.weight"], torch.tensor([[0.001809]]))
+    # Two participations of one step with the state kept are one training of two steps, bit for bit.
+    for spec in (momentum, adam):
+        two = train_job(torch.nn.Linear(1, 1, bias=False), spec, ClientJob(0, {"weight": torch.tensor([[2.0]])}, torch.ones(1, 1),
+                                                                          torch.zeros(1, dtype=torch.long), 0.1, 1.0, {}, 0, replace(spec, epochs=2)))
+        assert torch.equal(participations(LocalOnlyOptions(True), spec, 2)[1]["local.weight"], two.params["weight"])
+
+
+def test_keep_optimizer_state_without_momentum_is_the_default_run() -> None:
+    """Plain SGD has no optimiser state: keeping it changes nothing (PFLlib's clients and chillfl's default agree)."""
+    assert records(cfg_of({"name": "local_only", "keep_optimizer_state": True})) == records(cfg_of({"name": "local_only"}))
 
 
 # ---------------------------------------------------------------- misfits
@@ -254,6 +322,24 @@ def test_under_every_executor(algorithm: dict[str, Any]) -> None:
 def test_resume_is_bitwise(algorithm: dict[str, Any], tmp_path: Path) -> None:
     cfg = cfg_of(algorithm)
     assert resumed_records(cfg, 2, tmp_path) == records(cfg)
+
+
+def test_keep_optimizer_state_resumes_bitwise(tmp_path: Path) -> None:
+    """With momentum: the kept state is checkpointed client state (client 3 first trains after the checkpoint, clients
+    1 and 2 carry theirs over it); the run differs from the default one from the second participation on."""
+    cfg = cfg_of({"name": "local_only", "keep_optimizer_state": True}, **{"client.momentum": 0.9})
+    seq = records(cfg)
+    assert resumed_records(cfg, 2, tmp_path) == seq
+    afresh = records(cfg_of({"name": "local_only"}, **{"client.momentum": 0.9}))
+    assert afresh[0] == seq[0]  # every client's first participation starts from the zero state either way
+    assert afresh[1]["train_loss"] != seq[1]["train_loss"]
+
+
+@pytest.mark.slow  # the process pool's start: seconds
+@pytest.mark.parametrize("client", [{"client.momentum": 0.9}, {"client.optimizer": "adam"}], ids=["momentum", "adam"])
+def test_keep_optimizer_state_under_every_executor(client: dict[str, Any]) -> None:
+    """The kept state travels to the process pool's workers and back; the vectorised executor trains such jobs one by one."""
+    assert_executors_agree(cfg_of({"name": "local_only", "keep_optimizer_state": True}, **client))
 
 
 def test_local_resumes_each_clients_own_model(tmp_path: Path) -> None:

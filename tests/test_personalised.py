@@ -275,6 +275,58 @@ def test_apfl_keeps_the_runs_frozen_weights_frozen_in_w_and_v() -> None:
     close(reply.state["apfl.alpha"], 0.3)
 
 
+def test_apfl_alpha_step_sgd_takes_algorithm_1s_plain_step_outside_the_runs_optimiser() -> None:
+    # The first hand case (g_w = 1, g_v = 0.75, g_alpha = 1.5, lr 0.1) under Adam: its first step moves each
+    # parameter by lr g / (|g| + eps) ~ lr sign(g): w = 1.9, v = 2.9, and by default alpha = 0.5 - 0.1 = 0.4.
+    # alpha_step = "sgd": alpha = 0.5 - 0.1 * 1.5 = 0.35 (Algorithm 1); alpha_lr = 0.2: 0.5 - 0.2 * 1.5 = 0.2.
+    model = linear(0.0)
+    adam = LocalSpec(epochs=1, batch_size=8, base_loss=half_mse, optim=Optimizer(name="adam"))
+    state = {"apfl.weight": torch.tensor([[3.0]]), "apfl.alpha": torch.tensor(0.5)}
+    for options, alpha in ((APFLOptions(), 0.4), (APFLOptions(alpha_step="sgd"), 0.35), (APFLOptions(alpha_step="sgd", alpha_lr=0.2), 0.2)):
+        reply = run_client(APFL(model, options).client_half(), model, adam, {"weight": torch.tensor([[2.0]])}, lr=0.1, state=state)
+        close(reply.uplink.params["weight"], 1.9)
+        close(reply.state["apfl.weight"], 2.9)
+        close(reply.state["apfl.alpha"], alpha)
+    # SGD clipped to norm 0.5: by default alpha is in the norm, ||(1, 0.75, 1.5)|| = sqrt(3.8125), coefficient
+    # c = 0.5 / (sqrt(3.8125) + 1e-6): w = 2 - 0.1 c, v = 3 - 0.075 c, alpha = 0.5 - 0.15 c.
+    # alpha_step = "sgd": the norm is w's and v's, ||(1, 0.75)|| = 1.25, c' = 0.5 / (1.25 + 1e-6): w = 2 - 0.1 c',
+    # v = 3 - 0.075 c'; alpha = 0.35, unclipped.
+    clipped = LocalSpec(epochs=1, batch_size=8, base_loss=half_mse, optim=Optimizer(clip_norm=0.5))
+    c, c2 = 0.5 / (3.8125**0.5 + 1e-6), 0.5 / (1.25 + 1e-6)
+    for options, (w, v, alpha) in ((APFLOptions(), (2 - 0.1 * c, 3 - 0.075 * c, 0.5 - 0.15 * c)), (APFLOptions(alpha_step="sgd"), (2 - 0.1 * c2, 3 - 0.075 * c2, 0.35))):
+        reply = run_client(APFL(model, options).client_half(), model, clipped, {"weight": torch.tensor([[2.0]])}, lr=0.1, state=state)
+        close(reply.uplink.params["weight"], w)
+        close(reply.state["apfl.weight"], v)
+        close(reply.state["apfl.alpha"], alpha)
+
+
+def test_apfl_alpha_step_sgd_ignores_the_runs_momentum_over_two_steps() -> None:
+    # Two steps (two epochs of the one sample x = 1), momentum 0.9, lr 0.1, f(t) = 1/2 (t - 1)^2; w = 2, v = 3, alpha = 0.5.
+    # step 1: g_w = 1, v_bar = 2.5, g_v = 0.5 * 1.5 = 0.75, g_alpha = (3 - 2) * 1.5 = 1.5 (momentum starts at g)
+    #   w = 1.9, v = 2.925, alpha = 0.35 either way
+    # step 2: g_w = 0.9; v_bar = 0.35 * 2.925 + 0.65 * 1.9 = 2.25875, grad f(v_bar) = 1.25875
+    #   g_alpha = (2.925 - 1.9) * 1.25875 = 1.29021875
+    #   by default alpha's momentum 0.9 * 1.5 + 1.29021875 = 2.64021875 -> alpha = 0.35 - 0.264021875 = 0.085978125
+    #   alpha_step = "sgd": alpha = 0.35 - 0.129021875 = 0.220978125 (w and v keep their momentum steps either way)
+    model = linear(0.0)
+    spec = LocalSpec(epochs=2, batch_size=8, momentum=0.9, base_loss=half_mse)
+    state = {"apfl.weight": torch.tensor([[3.0]]), "apfl.alpha": torch.tensor(0.5)}
+    ws = []
+    for options, alpha in ((APFLOptions(), 0.085978125), (APFLOptions(alpha_step="sgd"), 0.220978125)):
+        reply = run_client(APFL(model, options).client_half(), model, spec, {"weight": torch.tensor([[2.0]])}, lr=0.1, state=state)
+        close(reply.state["apfl.alpha"], alpha)
+        ws.append(reply.uplink.params["weight"])
+    close(ws[0], 2 - 0.1 - 0.1 * (0.9 * 1 + 0.9))  # w's own momentum step, the same under both
+    assert torch.equal(ws[0], ws[1])
+
+
+@pytest.mark.parametrize("options,field", [({"alpha_step": "adam"}, "alpha_step"), ({"alpha_lr": 0.1}, "alpha_lr"),
+                                           ({"alpha_step": "sgd", "alpha_lr": 0.0}, "alpha_lr")])
+def test_apfl_alpha_step_options_are_checked(options: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError, match=rf"algorithm\.{field}"):
+        APFLOptions(**options).validate("algorithm")
+
+
 # ---------------------------------------------------------------- pFedMe
 
 
@@ -478,6 +530,25 @@ def test_ditto_local_accuracy_is_that_of_the_clients_personal_models() -> None:
 def test_resume_is_bitwise(name: str, tmp_path: Path) -> None:
     cfg = config(**{"algorithm.name": name, "model.name": "mlp", **E2E[name]})
     assert resumed_records(cfg, 2, tmp_path) == records(cfg)
+
+
+APFL_ALPHA_SGD = {"algorithm.name": "apfl", "algorithm.alpha_step": "sgd", "algorithm.alpha_lr": 0.02, "client.momentum": 0.9, "model.name": "mlp"}
+"""With momentum, where ``alpha_step = "sgd"`` matters."""
+
+
+def test_apfl_alpha_step_sgd_resumes_bitwise(tmp_path: Path) -> None:
+    """A resumed run is bitwise the one that never stopped, and the run differs from the default one."""
+    cfg = config(**APFL_ALPHA_SGD)
+    seq = records(cfg)
+    assert resumed_records(cfg, 2, tmp_path) == seq
+    default = records(cfg.with_overrides({"algorithm": {"name": "apfl"}}))
+    assert [r["local_loss"] for r in default] != [r["local_loss"] for r in seq]
+
+
+@pytest.mark.slow  # the process pool's start: seconds
+def test_apfl_alpha_step_sgd_under_every_executor() -> None:
+    """The vectorised executor steps the stacked alphas (per-client learning rates) as the sequential one steps each."""
+    assert_executors_agree(config(**APFL_ALPHA_SGD))
 
 
 # ---------------------------------------------------------------- the personal models a run saves

@@ -40,9 +40,16 @@ Choices
   ``requires_grad = False`` layers) stay frozen in both w and v.
 * ``client.weight_decay`` decays w and v as the run's optimiser does, never
   alpha: a mixing coefficient, whose Algorithm 1 step has no decay term.
-  ``client.momentum`` (and Adam) does act on alpha, as on w and v: Algorithm 1
-  steps alpha by plain SGD, and FL-bench / PFLlib step it by hand, outside
-  their optimiser. With the run's default momentum 0 the two agree.
+  By default (``alpha_step = "optimizer"``) ``client.momentum`` (and Adam,
+  and clipping) acts on alpha, as on w and v: Algorithm 1 steps alpha by plain
+  SGD, and FL-bench / PFLlib step it by hand, outside their optimiser.
+  ``alpha_step = "sgd"`` does that: alpha_i <- alpha_i - eta_alpha
+  <v - w, grad f_i(v_bar)> on the raw gradient at every local step, with no
+  momentum, Adam moments, weight decay or place in the clipping norm
+  (:attr:`~chillfl.training.local.LocalSpec.plain_sgd`), at ``alpha_lr``
+  (unset: the round's learning rate, Algorithm 1's one eta_t, schedule
+  included). With the run's default plain SGD (momentum 0, no clipping) and
+  ``alpha_lr`` unset the two agree.
 * v_i starts, at the client's first participation, from the global model it
   was sent (paper: v_i^0 = w^0). v_bar's batch-norm buffers are v_i's (its
   training forward updates them).
@@ -62,8 +69,9 @@ server's FedAvg of the w_i), FL-bench (``src/client/apfl.py``, ``src/server/apfl
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, replace
-from typing import Mapping, cast
+from typing import Literal, Mapping, cast
 
 import torch
 from torch import nn
@@ -96,13 +104,24 @@ from chillfl.capabilities import Capabilities
 
 @dataclass(frozen=True)
 class APFLOptions:
-    """``alpha``: alpha_i's start (0.5); ``adaptive``: learn alpha_i (Algorithm 1) or keep it fixed."""
+    """``alpha``: alpha_i's start (0.5); ``adaptive``: learn alpha_i (Algorithm 1) or keep it fixed; ``alpha_step``:
+    alpha_i takes the run's optimiser step (``optimizer``) or plain SGD (``sgd``, Algorithm 1's step); ``alpha_lr``:
+    the learning rate of the ``sgd`` step (unset: the round's)."""
 
     alpha: float = 0.5
     adaptive: bool = True
+    alpha_step: Literal["optimizer", "sgd"] = "optimizer"
+    """``optimizer``: the run's momentum / Adam move alpha_i as they move w and v; ``sgd``: alpha_i <- alpha_i - eta_alpha
+    <v - w, grad f_i(v_bar)> from the raw gradient, outside the optimiser (Algorithm 1; FL-bench and PFLlib step it by hand)."""
+    alpha_lr: float | None = None
+    """eta_alpha of ``alpha_step = "sgd"``; unset: the round's learning rate (Algorithm 1's one eta_t)."""
 
     def validate(self, section: str) -> None:
         require(0 <= self.alpha <= 1, f"{section}.alpha", f"must be in [0, 1], got {self.alpha}")
+        require(self.alpha_step in ("optimizer", "sgd"), f"{section}.alpha_step", f"must be optimizer or sgd, got {self.alpha_step!r}")
+        if self.alpha_lr is not None:
+            require(math.isfinite(self.alpha_lr) and self.alpha_lr > 0, f"{section}.alpha_lr", f"must be a finite number > 0, got {self.alpha_lr}")
+            require(self.alpha_step == "sgd", f"{section}.alpha_lr", 'is the learning rate of alpha_step = "sgd"; set alpha_step = "sgd" too')
 
 
 class Pair(nn.Module):
@@ -182,6 +201,10 @@ class APFLClient:
     model: nn.Module
     alpha: float
     adaptive: bool
+    alpha_sgd: bool = False
+    """Step alpha by plain SGD outside the run's optimiser (:attr:`APFLOptions.alpha_step`)."""
+    alpha_lr: float | None = None
+    """That step's learning rate; None: the round's."""
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         return start, dict(context)
@@ -194,7 +217,10 @@ class APFLClient:
         no_decay = frozenset(f"{part}{k}" for k in spec.no_decay for part in ("w.", "v.")) | {"alpha"}
         terms: list[Term] = [OnShared(cast(LossTerm, t)) for t in spec.terms]
         terms.append(MixedLoss(spec.base_loss))
-        return (replace(spec, model=Pair(self.model), terms=tuple(terms), frozen=frozen, no_decay=no_decay),)
+        pair = replace(spec, model=Pair(self.model), terms=tuple(terms), frozen=frozen, no_decay=no_decay)
+        if self.alpha_sgd:  # Algorithm 1's step on alpha, outside the run's optimiser
+            pair = replace(pair, plain_sgd=frozenset({"alpha"}), plain_lr=self.alpha_lr)
+        return (pair,)
 
     def train(self, local: Local) -> LocalProgram:
         own = own_entries(local.state, PREFIX)
@@ -234,7 +260,8 @@ class APFL(FedAvg):
         self.options = options
 
     def client_half(self) -> ClientHalf:
-        return APFLClient(self.model, self.options.alpha, self.options.adaptive)
+        o = self.options
+        return APFLClient(self.model, o.alpha, o.adaptive, o.alpha_step == "sgd", o.alpha_lr)
 
 
 SPEC = register_algorithm(

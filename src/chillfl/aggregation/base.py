@@ -30,6 +30,7 @@ from torch import nn
 
 from chillfl.engine.record import Json
 from chillfl.training.objective import Context, LossTerm, Wire
+from chillfl.training.optim import Carried
 
 if TYPE_CHECKING:  # annotations only: the aggregators stay importable without the training loop
     from chillfl.training.local import LocalOutcome, LocalSpec
@@ -160,6 +161,9 @@ class Train:
     """None: the round's learning rate."""
     rows: torch.Tensor | None = None
     """Indices of the client's training samples this training sees (pFedMe's one batch); None: all of them."""
+    carry: Carried | None = None
+    """The optimiser state this training starts from and returns (:attr:`~chillfl.engine.protocol.ClientJob.carry`:
+    Local-only's ``keep_optimizer_state``); None: the zero state."""
 
 
 @dataclass(frozen=True)

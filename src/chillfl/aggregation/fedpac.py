@@ -61,9 +61,17 @@ Choices
   ``head_lr = 0.1`` gives its head step (the optimiser stays ``[client]``'s;
   set, the head's lr is that number every round, outside the round's lr
   schedule, as the code's fixed ``lr_g``).
-* A client's first round starts from the global (averaged) head; in the
-  authors' code every client starts from the one initial model, so its head
-  there is the initial head.
+* A client's first round starts from the global (averaged) head by default
+  (``first_head = "global"``). In the authors' code every client starts from
+  a copy of the one initial model, whose body the server overwrites every
+  round (``update_base_model``, every client) and whose head only the
+  combination replaces (``update_local_classifier``, the round's clients), so
+  a client first sampled in a later round trains the initial head on the
+  current body: ``first_head = "initial"``. The server then keeps the initial
+  model's head (its state, checkpointed) and sends it in place of the global
+  head at a client's first round, at the same bytes (a head is sent either
+  way). Under full participation the two agree (round 0's global head is the
+  initial one).
 
 Checked (2026-12) against Xu, Tong & Huang 2023 (Sec. 4, Eqs. 5 and 9, Algorithm 1) and the authors' code
 (JianXu95/FedPAC ``methods/fedpac.py``: ``statistics_extraction``, ``local_training``, ``get_local_protos``;
@@ -107,6 +115,7 @@ from chillfl.aggregation.base import (
     client_params_state,
     client_weights,
     load_client_params,
+    load_params,
     report_tensor,
     weighted_average,
 )
@@ -126,7 +135,9 @@ class FedPACOptions:
     ``protos``: the global prototype c_k weighted by the clients' class-k counts (``count``, the authors' code) or
     the plain mean over the clients holding class k (``uniform``, PFLlib's FedPAC); ``unseen``: a class the prototypes
     lack aligns to the client's own pre-training class mean (``own``, the authors' code) or adds nothing (``skip``);
-    ``head_lr``: the head's learning rate (unset: the round's, the paper's one step size; 0.1: the authors' code)."""
+    ``head_lr``: the head's learning rate (unset: the round's, the paper's one step size; 0.1: the authors' code);
+    ``first_head``: the head a client's first round starts from, the global (averaged) one or the initial model's
+    (``initial``, the authors' code)."""
 
     lam: float = 1.0
     head_epochs: int = 1
@@ -135,9 +146,11 @@ class FedPACOptions:
     protos: Literal["count", "uniform"] = "count"
     unseen: Literal["own", "skip"] = "own"
     head_lr: float | None = None
+    first_head: Literal["global", "initial"] = "global"
 
     def validate(self, section: str) -> None:
         require(self.lam >= 0, f"{section}.lam", f"must be >= 0, got {self.lam}")
+        require(self.first_head in ("global", "initial"), f"{section}.first_head", f"must be global or initial, got {self.first_head!r}")
         if self.head_lr is not None:
             require(math.isfinite(self.head_lr) and self.head_lr > 0, f"{section}.head_lr", f"must be a finite number > 0, got {self.head_lr}")
         require(self.head_epochs >= 1, f"{section}.head_epochs", f"must be >= 1, got {self.head_epochs}")
@@ -300,6 +313,8 @@ class FedPAC(AggregatorBase):
         self.mask: torch.Tensor | None = None
         self.heads: dict[int, Params] = {}
         """client id -> its combined head, sent with its next downlink."""
+        self.initial: Params | None = None
+        """The initial model's head (``first_head = "initial"``), taken from the first global model the server sends."""
 
     def client_half(self) -> ClientHalf:
         body = frozenset(n for n, _ in self.model.named_parameters()) - set(self.head)
@@ -314,6 +329,10 @@ class FedPAC(AggregatorBase):
         if self.protos is not None and self.mask is not None:
             context.update({PROTOS: self.protos.to(device), MASK: self.mask.to(device)})
         head = self.heads.get(client_id)
+        if self.options.first_head == "initial":
+            if self.initial is None:  # the run's first downlink: round 0's global model is the initial one
+                self.initial = {k: global_params[k].detach().clone() for k in self.head}
+            head = self.initial if head is None else head
         return Downlink(params=None if head is None else {k: v.to(device) for k, v in head.items()}, context=context)
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
@@ -333,15 +352,20 @@ class FedPAC(AggregatorBase):
         return {} if self.mask is None else {"prototype_classes": int(self.mask.sum())}
 
     def state_dict(self) -> dict[str, Any]:
-        """The global prototypes and every client's pending combined head."""
+        """The global prototypes and every client's pending combined head; with ``first_head = "initial"`` the initial head."""
         protos = {} if self.protos is None or self.mask is None else {"protos": self.protos, "mask": self.mask}
-        return {"protos": protos, "heads": client_params_state({cid: self.heads[cid] for cid in sorted(self.heads)})}
+        state: dict[str, Any] = {"protos": protos, "heads": client_params_state({cid: self.heads[cid] for cid in sorted(self.heads)})}
+        if self.options.first_head == "initial":
+            state["initial"] = {} if self.initial is None else dict(self.initial)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        check_state_keys(state, ("protos", "heads"), "FedPAC")
+        check_state_keys(state, ("protos", "heads", "initial") if self.options.first_head == "initial" else ("protos", "heads"), "FedPAC")
         protos = state["protos"]
         self.protos, self.mask = (protos["protos"], protos["mask"]) if protos else (None, None)
         self.heads = load_client_params(state["heads"])
+        if self.options.first_head == "initial":
+            self.initial = load_params(state["initial"]) or None
 
 
 SPEC = register_algorithm(

@@ -36,6 +36,7 @@ from chillfl.errors import ConfigError
 from chillfl.engine.predict import PredictJob, Prediction, Predictor, predict_each
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.training.local import LocalOutcome, LocalSpec
+from chillfl.training.optim import Carried
 from chillfl.data.stamp import RowStamp
 from chillfl.training.objective import Context
 
@@ -67,6 +68,9 @@ class ClientJob:
     stamp: RowStamp | None = None
     """The rows of ``x`` a data-poisoning attack marks (:mod:`chillfl.data.stamp`): an augmented step crops and flips
     them without the pattern and stamps it after; None: none (or ``x`` is no client's private data)."""
+    carry: Carried | None = None
+    """The optimiser state the training starts from, returned where it ends (:attr:`LocalOutcome.carry`): a method that
+    keeps its clients' optimiser state between participations; None: the zero state, as every training's."""
 
     def __post_init__(self) -> None:
         # T comes from the temperature policy, a plugin's code too (its server half or its client half): a T <= 0

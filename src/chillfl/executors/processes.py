@@ -87,6 +87,7 @@ from chillfl.executors.sequential import ClientJob, train_job
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import factored_linears
 from chillfl.training.local import LocalOutcome, LocalSpec
+from chillfl.training.optim import Carried
 
 _POLL_S = 0.5
 _JOIN_S = 5.0
@@ -423,7 +424,8 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
                 results.put((task.index, True, pack_tree(reply)))
                 continue
             out = train_job(model, spec, task.unpack())
-            results.put((task.index, True, (pack_tree(out.params), out.num_steps, out.mean_loss)))
+            carry = None if out.carry is None else (pack_tree(out.carry.state), out.carry.steps)  # a kept optimiser state (ClientJob.carry)
+            results.put((task.index, True, (pack_tree(out.params), out.num_steps, out.mean_loss, carry)))
         except ConfigError as exc:  # bad input found in the client (a context key a term reads): the parent raises it as it is
             results.put((task.index, False, exc))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises
@@ -625,8 +627,8 @@ class ProcessExecutor:
         pack = _Packer()
 
         def outcome(payload: Any) -> LocalOutcome:
-            packed, steps, loss = payload
-            return LocalOutcome(packed.unpack(), steps, loss)
+            packed, steps, loss, carry = payload
+            return LocalOutcome(packed.unpack(), steps, loss, None if carry is None else Carried(carry[0].unpack(), carry[1]))
 
         return self._round([self._task(i, job, pack) for i, job in enumerate(jobs)], outcome)
 

@@ -48,6 +48,7 @@ def train_job(model: nn.Module, spec: LocalSpec, job: ClientJob) -> LocalOutcome
         generator=torch.Generator().manual_seed(job.seed),  # batch order on the CPU on every device: same order everywhere
         work=job.work,
         stamp=job.stamp,
+        carry=job.carry,
     )
 
 

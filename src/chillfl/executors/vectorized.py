@@ -467,7 +467,9 @@ class VectorizedExecutor:
                 log.warning("compile: this run trains client by client (%s), whose steps are not compiled", self.per_client_reason)
             elif self.uncompiled_reason is not None:
                 log.warning("compile: this run's steps are not compiled (%s); they run vmapped, eagerly", self.uncompiled_reason)
-        if self._per_client:  # one client per chunk, trained unvmapped (large CPU convolutions; DP-SGD's and SAM's steps under compile): see module Choices
+        if self._per_client or any(j.carry is not None for j in jobs):
+            # one client per chunk, trained unvmapped (large CPU convolutions; DP-SGD's and SAM's steps under compile: see
+            # module Choices; a kept optimiser state, ClientJob.carry, whose Adam step counts differ between clients)
             chunks = [[i] for i in range(len(jobs))]
 
             def work(replica: _Replica, chunk: list[int]) -> list[LocalOutcome]:

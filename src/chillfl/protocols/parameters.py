@@ -175,7 +175,7 @@ class ParameterClient:
             spec = None if step.objective is None else self.objectives[step.objective]
             seed = d.seed if i == 0 else derive_seed(d.seed, "personal", i)
             lr = d.lr if step.lr is None else step.lr
-            outcome = yield ClientJob(task.client_id, step.start, x, y, lr, t, step.context, seed, spec, work=task.work, stamp=stamp)
+            outcome = yield ClientJob(task.client_id, step.start, x, y, lr, t, step.context, seed, spec, work=task.work, stamp=stamp, carry=step.carry)
         raise AssertionError("unreachable")
 
 

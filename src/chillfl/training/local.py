@@ -63,7 +63,7 @@ from chillfl.models.parts import forward_with_features, head_name
 from chillfl.training.batched_conv import batched_conv_mode
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
 from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
-from chillfl.training.optim import OptState, adam_update_, clip_by_norm_, init_state, whole_grads
+from chillfl.training.optim import Carried, OptState, adam_update_, clip_by_norm_, init_state, load_carried, whole_grads
 from chillfl.training.sam import sharpness_aware_grads
 from chillfl.data.stamp import Pattern, RowStamp, stamp_codes
 from chillfl.training.schedule import SGD, Optimizer, planned_steps, step_lr
@@ -176,6 +176,12 @@ class LocalSpec:
     no_decay: frozenset[str] = frozenset()
     """Parameters that ``weight_decay`` leaves alone: coefficients, not weights (APFL's mixing weight alpha, whose
     Algorithm 1 step has no decay term)."""
+    plain_sgd: frozenset[str] = frozenset()
+    """Parameters stepped outside the optimiser by plain SGD, ``w <- w - plain_lr * g`` on their raw gradient: no
+    momentum, Adam moments, weight decay or clipping (APFL's alpha under ``alpha_step = "sgd"``, as its Algorithm 1 and
+    the reference codes, which step alpha by hand). Empty: every parameter takes the optimiser's step."""
+    plain_lr: float | None = None
+    """The learning rate of :attr:`plain_sgd`'s step; None: the step's own (the round's, after the schedule)."""
     private: PrivateGradients | None = None
     """DP-SGD (``[privacy] mechanism = "dp-sgd"``, :mod:`chillfl.privacy.dpsgd`): each step's gradient from clipped, noised
     per-sample gradients. None: the plain step. Training phases besides private training (:meth:`phase`) drop it."""
@@ -494,6 +500,27 @@ def sgd_update_(
 
 
 @torch.no_grad()
+def plain_sgd_step_(
+    params: Params, grads: Sequence[torch.Tensor | None], lr: float | torch.Tensor, keys: frozenset[str], factors: Factors | None = None
+) -> None:
+    """``w <- w - lr * g`` in place for the parameters named in ``keys`` (:attr:`LocalSpec.plain_sgd`; None: zero gradient).
+
+    ``lr`` a number, or a per-client tensor [C] for stacked parameters (the vectorised executor); ``factors`` adds
+    a factored weight's ``dz^T x`` terms, as :func:`sgd_update_`."""
+    for (k, w), g in zip(params.items(), grads):
+        if k not in keys:
+            continue
+        if g is None:
+            pass
+        elif isinstance(lr, torch.Tensor):
+            w.sub_(g * lr.view(-1, *([1] * (w.dim() - 1))))
+        else:
+            w.sub_(g, alpha=lr)
+        for x, dz in (factors or {}).get(k, []):
+            add_outer_(w, x, dz, -lr)
+
+
+@torch.no_grad()
 def optimizer_step_(
     params: Params,
     grads: Sequence[torch.Tensor | None],
@@ -513,6 +540,10 @@ def optimizer_step_(
     leading client dimension (the vectorised executor), and clipping is per client.
     """
     opt = spec.optim
+    if spec.plain_sgd:  # stepped here by hand; the optimiser sees the rest (its state for them, if any, stays unused)
+        rest = [(k, g) for k, g in zip(params, grads) if k not in spec.plain_sgd]
+        plain_sgd_step_(params, grads, spec.plain_lr if spec.plain_lr is not None else lr, spec.plain_sgd, factors)
+        params, grads = {k: params[k] for k, _ in rest}, [g for _, g in rest]
     if not opt.dense:
         sgd_update_(params, grads, state.get("momentum", {}), lr, spec, factors)
         return
@@ -574,6 +605,8 @@ class LocalOutcome:
     params: Params
     num_steps: int
     mean_loss: float
+    carry: Carried | None = None
+    """The optimiser state the training ended with, when the job carried one in (:attr:`ClientJob.carry`); else None."""
 
 
 def train_client(
@@ -589,8 +622,12 @@ def train_client(
     generator: torch.Generator,
     work: float = 1.0,
     stamp: RowStamp | None = None,
+    carry: Carried | None = None,
 ) -> LocalOutcome:
     """Train one client from ``start`` on (x, y); returns its full state after training.
+
+    ``carry``: the optimiser state to start from (instead of zero) and Adam's step count so far; the outcome then
+    carries the state the training ended with (:class:`~chillfl.training.optim.Carried`).
 
     ``work`` < 1 (a straggler) runs only the first ``max(1, floor(work * steps))``
     steps of the client's batch order (:func:`completed_steps`). ``stamp``: the
@@ -604,6 +641,9 @@ def train_client(
     params = leaf_params(params)
     buffers = {k: v.detach().clone() for k, v in buffers.items()}
     opt_state = init_state(params, spec.optim, spec.momentum)
+    if carry is not None and carry.state:
+        load_carried(opt_state, carry.state)
+    offset = 0 if carry is None else carry.steps  # Adam's bias correction counts the kept state's steps too
     loss_fn = StepLoss(model, spec)
     per_sample = StepLoss(model, spec, factor=False) if spec.private is not None else loss_fn
     total = torch.zeros((), dtype=torch.float64, device=x.device)  # a tensor: no host sync inside the step
@@ -633,12 +673,13 @@ def train_client(
             else:  # DP-SGD: clipped, noised per-sample gradients (unfactored loss)
                 loss, grads = spec.private.gradients(per_sample, params, buffers, xb, y[idx], temperature, context, generator.initial_seed(), step)
                 factors = None
-            optimizer_step_(params, grads, opt_state, step_lr(spec.optim, lr, step, planned), spec, factors, step=step)
+            optimizer_step_(params, grads, opt_state, step_lr(spec.optim, lr, step, planned), spec, factors, step=offset + step)
             total += loss.detach()  # float32 -> float64 exactly, then a float64 sum: the bits of a Python float sum
             steps += 1
     state = {k: v.detach() for k, v in params.items()}
     state.update(buffers)
-    return LocalOutcome(to_memory_format(state, "contiguous"), steps, float(total) / max(steps, 1))
+    kept = None if carry is None else Carried({slot: to_memory_format(s, "contiguous") for slot, s in opt_state.items()}, offset + steps)
+    return LocalOutcome(to_memory_format(state, "contiguous"), steps, float(total) / max(steps, 1), kept)
 
 
 @torch.no_grad()

@@ -6,7 +6,9 @@ client, stacked along a leading client dimension under the vectorised
 executor), never a ``torch.optim`` object bound to a module. It starts at
 zero for every round's local training, as SGD's momentum buffer always has:
 a client's optimiser state does not travel between rounds (clients are
-stateless between participations unless a method keeps state).
+stateless between participations unless a method keeps state). A method that
+keeps it (Local-only's ``keep_optimizer_state``) hands a job its last state
+as :class:`Carried` and gets the new one back with the outcome.
 
 The maths follows ``torch.optim`` op for op (tests compare both on
 hand-checked steps), for one client at time step ``t`` (1-based):
@@ -35,6 +37,7 @@ curve restarts each round. ``client.lr_decay`` multiplies on top, per round.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import torch
@@ -46,6 +49,30 @@ Params = dict[str, torch.Tensor]
 OptState = dict[str, Params]
 """Optimiser state: slot (``momentum``, ``exp_avg``, ``exp_avg_sq``) -> parameter name -> tensor."""
 Factors = dict[str, list[tuple[torch.Tensor, torch.Tensor]]]
+
+
+@dataclass(frozen=True)
+class Carried:
+    """An optimiser state a client keeps from one local training to its next (Local-only's ``keep_optimizer_state``,
+    as PFLlib's clients keep their ``torch.optim`` object): a training given one starts from it instead of zero and
+    returns where it ended.
+
+    ``state`` empty: the zero state (a client's first training); ``steps``: the optimiser steps taken so far, which
+    Adam's bias correction counts on from (``torch.optim.Adam``'s per-parameter ``step``)."""
+
+    state: OptState = field(default_factory=dict)
+    steps: int = 0
+
+
+def load_carried(fresh: OptState, carried: OptState) -> None:
+    """Copy ``carried`` into the zero state ``fresh`` (in place: ``fresh`` keeps its tensors' layouts); a ValueError if
+    the two do not hold the same slots and parameters (another optimiser, or other trainable parameters)."""
+    layout = {slot: sorted(entries) for slot, entries in fresh.items()}
+    if layout != {slot: sorted(entries) for slot, entries in carried.items()}:
+        raise ValueError(f"the kept optimiser state has slots/parameters {sorted(carried)} that this training's optimiser does not: {sorted(fresh)}")
+    for slot, entries in fresh.items():
+        for k, t in entries.items():
+            t.copy_(carried[slot][k])
 
 def init_state(params: Mapping[str, torch.Tensor], optimizer: Optimizer, momentum: float) -> OptState:
     """Zero state for ``params``: SGD's momentum buffers (if any), or Adam's two moments."""

@@ -74,6 +74,7 @@ def load_carried(fresh: OptState, carried: OptState) -> None:
         for k, t in entries.items():
             t.copy_(carried[slot][k])
 
+
 def init_state(params: Mapping[str, torch.Tensor], optimizer: Optimizer, momentum: float) -> OptState:
     """Zero state for ``params``: SGD's momentum buffers (if any), or Adam's two moments."""
     if optimizer.name == "sgd":

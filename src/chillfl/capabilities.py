@@ -5,7 +5,8 @@ carries one :class:`Capabilities`. The run builder, the Flower apps and wrappers
 read these fields; none of them tests a method's name or class. A plugin declares the same
 fields, so the rules a built-in follows are written down for it too. The defaults are the
 safe side: a method that declares nothing runs under chillfl's own runtime with any client
-optimiser, takes no client weights and holds no personal model.
+optimiser, takes no client weights and holds no personal model. Its :class:`Cost` says what work it
+adds to a round beyond plain local SGD, which time estimates ask for (declaring nothing: priced as FedAvg).
 """
 
 from __future__ import annotations
@@ -13,6 +14,42 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chillfl.errors import ConfigError
+
+
+FORWARD = 0.5
+"""What a forward-only pass (a frozen teacher's, labelling a public set) counts in forward + backward passes: a third of
+their FLOPs, but about half their time on the CPU-scale models, whose steps the per-call overhead bounds (measured
+2026-12-02 on the 2-vCPU AVX2 machine: FedNTD's teacher, MOON's two frozen models)."""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The work a method adds to a round beyond plain local SGD, in units the time estimates price
+    (:mod:`chillfl.catalogue`: per-step overhead plus FLOPs). A forward-only pass counts :data:`FORWARD` of a
+    forward + backward one; work on the parameters alone (a proximal term) is not counted."""
+
+    step_passes: float = 1.0
+    """Forward + backward passes of one local step, plain SGD's being 1: 2 for a second gradient a step (FedSAM),
+    ``1 + FORWARD`` with one frozen model's forward a step (FedNTD's teacher), ``1 + 2 * FORWARD`` with two (MOON's)."""
+    trainings: float = 1.0
+    """Local trainings a client runs a round, each as long as the run's (``client.epochs``): 2 with a personal model trained as long (Ditto)."""
+    epochs: float = 0.0
+    """Further epochs over its own rows a client trains a round: FedAvg-FT's fine-tuning before it evaluates; ``FORWARD``
+    for a forward pass (a prototype method's prototypes)."""
+    public_samples: float = 0.0
+    """Samples of a public set each client trains on a round (``FORWARD`` each it only labels): a soft-label method's distillation."""
+    server_samples: float = 0.0
+    """Samples the server trains the run's model on a round: a soft-label method's server model."""
+    server_steps: float = 0.0
+    """Steps the server takes a round on a small network of its own (FedGen's generator), priced at the per-step overhead alone."""
+    test_passes: float = 0.0
+    """Further forward passes over the test set a round besides the global model's evaluation (a prototype method's:
+    the accuracy by nearest prototype, and each client's own model when models stay with the clients)."""
+
+    def plus(self, other: Cost) -> Cost:
+        """Both costs in one run (a method with a loss term, a wrapper over its base): the extras add up."""
+        return Cost(self.step_passes + other.step_passes - 1, self.trainings + other.trainings - 1, self.epochs + other.epochs, self.public_samples + other.public_samples,
+                    self.server_samples + other.server_samples, self.server_steps + other.server_steps, self.test_passes + other.test_passes)
 
 
 @dataclass(frozen=True)
@@ -60,10 +97,13 @@ class Capabilities:
     """The option of the method's own table whose value sets the limits above (FedChill's
     ``normalisation = "minmax"`` keeps it off Flower), so a refusal names that option rather than
     the method; None: the method itself."""
+    cost: Cost = Cost()
+    """The work it adds to a round beyond plain local SGD, for time estimates (:class:`Cost`; the default: none, priced as FedAvg)."""
 
     def wrapping(self, base: Capabilities) -> Capabilities:
         """A wrapper's effective capabilities over ``base``: it runs the base's server maths and client half, so the
-        base's limits (plain SGD, Flower, a linear head), its personal model, its reports and its private-step limit are the wrapper's too; whether the wrapper can itself
+        base's limits (plain SGD, Flower, a linear head), its personal model, its reports, its private-step limit and its cost are the wrapper's too
+        (the wrapper's own cost added); whether the wrapper can itself
         be wrapped (``takes_weights``, ``not_a_base``) stays its own."""
         return Capabilities(
             plain_sgd=self.plain_sgd or base.plain_sgd,
@@ -76,6 +116,7 @@ class Capabilities:
             linear_head=self.linear_head or base.linear_head,
             steers_by_accuracy=self.steers_by_accuracy or base.steers_by_accuracy,
             limited_by=self.limited_by if (self.plain_sgd or self.on_flower) else None,
+            cost=self.cost.plus(base.cost),
         )
 
 

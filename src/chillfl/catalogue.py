@@ -7,7 +7,10 @@ how long it takes. Times are honest about where they come from:
 - **measured**: CPU time of the whole experiment on the development machine (2-core Intel Xeon,
   AVX-512; the numbers quoted in the docs pages), in ``MEASURED_CPU_MIN``;
 - **est.**: extrapolated from the config by a two-term cost model (per-step overhead plus FLOPs at a
-  measured throughput) calibrated on the measured rows; expect a factor of 2 either way.
+  measured throughput) calibrated on the measured rows; expect a factor of 2 either way. Each run of a
+  comparison is priced with its own config, and the work its method adds to plain local SGD (a second
+  gradient a step, a teacher's forward, a personal model, a public set, ...) is what the method declares
+  in its spec (:class:`~chillfl.capabilities.Cost`, :func:`declared_cost`): no method is named here.
 
 Which paper each folder reruns and which experiments were measured are data, not code
 (``experiments/_catalogue.toml``).
@@ -25,10 +28,12 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import hashlib
 import json
 
+from chillfl.capabilities import Cost
 from chillfl.config import RunConfig, load_config, read_config_file, read_toml
 from chillfl.experiments import DEMO_GRID, bundled_experiments, catalogue_notes, experiments_root, resolve_config
 
@@ -49,9 +54,6 @@ DATASETS: dict[str, tuple[int, int, tuple[int, ...], int]] = {
 PAPERS, MEASURED_CPU_MIN = catalogue_notes()
 """Folder -> paper name, and experiment -> measured CPU minutes: data, in ``experiments/_catalogue.toml``."""
 
-SOFT_LABEL_FACTOR = 3.5
-"""Soft-label protocols add distillation on the public set each round: measured 3.4x the model's estimate
-(scarlet/dsfl-vs-scarlet-digits) and about 3.8x (scarlet/fig7-digits-strong, docs/scarlet.md)."""
 STEP_S = 0.00076
 """Seconds of per-step overhead of one local SGD step, one core: fitted (least squares, with SMALL_FLOPS)
 to the measured digits rows below and the demo (each within 0.8-1.1x of its measurement)."""
@@ -100,14 +102,18 @@ class Entry:
 class Work:
     """What one run of a config trains and evaluates: the counts both cost models price."""
 
-    client_steps: int
-    """Local SGD steps summed over the clients and rounds."""
+    client_steps: float
+    """SGD steps summed over the clients and rounds, each weighted by its passes (a sharpness-aware step: 2), with the
+    steps of the public-set and server-side training its method declares (at ``client.batch_size``)."""
     clients_per_round: int
     flops: float
     """Training (forward + backward: 3 forwards a sample) and evaluation FLOPs over the run."""
-    factor: float
-    """``SOFT_LABEL_FACTOR`` for the soft-label protocol, else 1."""
-    runs: int
+    throughput: float
+    """FLOP/s of its model's local training on one core (:func:`throughput`)."""
+
+    def cpu_seconds(self) -> float:
+        """The CPU cost model: steps x overhead + FLOPs at the model's throughput."""
+        return self.client_steps * STEP_S + self.flops / self.throughput
 
 
 def _target(stem: str) -> str:
@@ -119,15 +125,39 @@ def _target(stem: str) -> str:
     return "study"
 
 
-def _runs(config: RunConfig) -> int:
-    """The runs ``chillfl compare`` plans for ``config``: its variants, own grids, step-size controls, tuning points and
-    seeds (the planner's own count: counted here by hand it left out the controls); 1 for a single run."""
+def _runs(config: RunConfig) -> list[RunConfig]:
+    """The config of each run ``chillfl compare`` plans for ``config``: its variants, own grids, step-size controls, tuning
+    points and seeds (the planner's own list: counted here by hand it left out the controls); the config itself for a single run."""
     from chillfl.sweeps.plan import plan_runs
 
     grid = list(DEMO_GRID) if config.name == "demo" else []
     if not (grid or config.variants or config.tune or len(config.compare.get("seeds") or []) > 1):
-        return 1
-    return len(plan_runs(config, grid).cells)
+        return [config]
+    return [cell.config for cell in plan_runs(config, grid).cells]
+
+
+def declared_cost(config: RunConfig) -> Cost:
+    """The work a run's parts declare beyond plain local SGD: its protocol's, its method's (``[algorithm]``, wrapped
+    base included, or the method ``[distillation]`` / ``[prototypes]`` names), its loss terms', its temperature
+    policy's, and sharpness-aware steps (``client.sam_rho``). Asked of their specs, never by name."""
+    from chillfl.aggregation.registry import algorithm_options, algorithm_spec, effective_capabilities
+    from chillfl.protocols.registry import protocol_of
+    from chillfl.temperature import policy_capabilities
+    from chillfl.training import sam
+    from chillfl.training.terms import configured_terms
+
+    protocol = protocol_of(config)
+    cost = protocol.cost(config).plus(policy_capabilities(config.temperature).cost)
+    if protocol.method_capabilities is not None:
+        cost = cost.plus(protocol.method_capabilities(config).cost)
+    if protocol.uses_aggregator:
+        name = str(config.algorithm.get("name"))
+        spec = algorithm_spec(name, "algorithm")
+        options = algorithm_options(spec, name, {k: v for k, v in config.algorithm.items() if k != "name"}, "algorithm", "algorithm.name")
+        cost = cost.plus(effective_capabilities(spec, options).cost)
+    for term in configured_terms(config.objective):
+        cost = cost.plus(term.spec.cost)
+    return cost.plus(sam.COST) if config.client.sam_rho else cost
 
 
 def _forward_flops(config: RunConfig) -> float | None:
@@ -204,51 +234,59 @@ def _model_flops(dataset: str, model_items: tuple[tuple[str, str], ...]) -> floa
     return None
 
 
-def work(config: RunConfig, runs: int | None = None) -> Work | None:
-    """The config's steps and FLOPs (None: its dataset or model is not known here); clients hold equal shares.
+def work(config: RunConfig) -> Work | None:
+    """One run's steps and FLOPs (None: its dataset or model is not known here); clients hold equal shares.
 
-    ``runs``: the runs of the config when the caller counted them already (None: planned here, :func:`_runs`;
-    planning validates every run's config, the listing's costliest step)."""
+    Local training is ``client.epochs`` over a client's rows, times the trainings its method declares, plus the further
+    epochs it declares, each step weighted by its declared passes; then the public-set samples each client and the
+    server train on a round, and the evaluation: the global model's test pass and the further passes declared."""
     spec = DATASETS.get(str(config.dataset.get("name")))
     flops = _forward_flops(config)
     if spec is None or flops is None:
         return None
     train, test, _, _ = spec
-    fed = config.federation
+    fed, batch, cost = config.federation, config.client.batch_size, declared_cost(config)
     clients = fed.sample_size()  # the count a round trains (max(1, floor(C N)) from a fraction)
     per_client = train / fed.num_clients
-    steps = fed.rounds * clients * config.client.epochs * math.ceil(per_client / config.client.batch_size)
-    samples = fed.rounds * clients * config.client.epochs * per_client
-    factor = SOFT_LABEL_FACTOR if config.protocol == "softlabels" else 1.0
-    return Work(steps, clients, (3 * samples + fed.rounds * test) * flops, factor, _runs(config) if runs is None else runs)
+    epochs = config.client.epochs * cost.trainings + cost.epochs
+    local_steps = fed.rounds * clients * epochs * math.ceil(per_client / batch) * cost.step_passes
+    local_samples = fed.rounds * clients * epochs * per_client * cost.step_passes
+    extra_steps = fed.rounds * (clients * math.ceil(cost.public_samples / batch) + math.ceil(cost.server_samples / batch) + cost.server_steps)
+    extra_samples = fed.rounds * (clients * cost.public_samples + cost.server_samples)
+    evaluated = fed.rounds * test * (1 + cost.test_passes)
+    return Work(local_steps + extra_steps, clients, (3 * (local_samples + extra_samples) + evaluated) * flops, throughput(flops))
 
 
-def estimate_cpu_minutes(config: RunConfig, runs: int | None = None) -> float | None:
-    """The cost model: steps x overhead + training and evaluation FLOPs at ``throughput``, in minutes.
-
-    ``runs``: how many runs of the config (a comparison's variants x tuning points x seeds); None: counted
-    from its ``[variants]``, ``[compare] seeds`` and ``[tune]``."""
-    w = work(config, runs)
-    flops = _forward_flops(config)
-    if w is None or flops is None:
-        return None
-    seconds = w.client_steps * STEP_S + w.flops / throughput(flops)
-    return w.factor * w.runs * seconds / 60
+def _priced(config: RunConfig, runs: Sequence[RunConfig] | None) -> list[Work] | None:
+    """Each run's work: ``runs``, the configs of the runs when the caller planned them already (None: planned here,
+    :func:`_runs`; planning validates every run's config, the listing's costliest step)."""
+    works = [work(c) for c in (_runs(config) if runs is None else runs)]
+    return None if any(w is None for w in works) else [w for w in works if w is not None]
 
 
-def estimate_gpu_minutes(config: RunConfig, runs: int | None = None) -> tuple[float, float] | None:
+def estimate_cpu_minutes(config: RunConfig, runs: Sequence[RunConfig] | None = None) -> float | None:
+    """The cost model: steps x overhead + training and evaluation FLOPs at ``throughput``, in minutes, summed over the runs.
+
+    ``runs``: the config of each run (a comparison's variants x tuning points x seeds); None: planned from its
+    ``[variants]``, ``[compare] seeds`` and ``[tune]``."""
+    works = _priced(config, runs)
+    return None if works is None else sum(w.cpu_seconds() for w in works) / 60
+
+
+def estimate_gpu_minutes(config: RunConfig, runs: Sequence[RunConfig] | None = None) -> tuple[float, float] | None:
     """Minutes on an H200 (executor ``auto``, fp32), low and high: the measured 0.22 ms a client step, with
     a step of fewer than 100 clients costing proportionally less (low) or as much as one of 100 (high); never
-    less than the run's FLOPs at the rate workload 1 reached. Soft-label runs get the CPU model's factor.
-    ``runs``: as for :func:`estimate_cpu_minutes`."""
-    w = work(config, runs)
-    if w is None:
+    less than the run's FLOPs at the rate workload 1 reached; summed over the runs. ``runs``: as for :func:`estimate_cpu_minutes`."""
+    works = _priced(config, runs)
+    if works is None:
         return None
-    low = w.client_steps * GPU_CLIENT_STEP_S
-    high = low * max(1.0, GPU_MEASURED_CLIENTS / w.clients_per_round)
-    floor = w.flops / GPU_FLOPS
-    scale = w.factor * w.runs / 60
-    return max(low, floor) * scale, max(high, floor) * scale
+    low = high = 0.0
+    for w in works:
+        steps = w.client_steps * GPU_CLIENT_STEP_S
+        floor = w.flops / GPU_FLOPS
+        low += max(steps, floor)
+        high += max(steps * max(1.0, GPU_MEASURED_CLIENTS / w.clients_per_round), floor)
+    return low / 60, high / 60
 
 
 def _data(config: RunConfig) -> str:
@@ -318,7 +356,7 @@ def computed_entry(name: str) -> Entry:
     target = _target(Path(name).name) if "/" in name else "demo"
     runs = _runs(config)  # planned once for the row's three columns (it validates every run's config: most of a row's cost)
     if config.variants or config.tune or len(config.compare.get("seeds") or []) > 1:
-        kind = f"compare ({runs} runs)"
+        kind = f"compare ({len(runs)} runs)"
     else:
         kind = "run"
     measured = name in MEASURED_CPU_MIN
@@ -371,7 +409,8 @@ def format_catalogue(entries: list[Entry]) -> str:
         "",
         "CPU minutes: measured on the 2-core Xeon development machine (executor \"sequential\", one thread), or",
         "'est.' = extrapolated from the config (steps x per-step overhead + FLOPs at the measured throughput of",
-        "one core; expect a factor of 2 either way).",
+        "one core, with the extra passes each run's method declares; fitted on that machine: expect a factor of 2",
+        "either way elsewhere; what it counts: docs/performance.md, \"Time estimates\").",
         "GPU minutes (full-size experiments, `--device cuda`): none was timed on a GPU; 'est.' = the run's client",
         "steps x 0.22 ms, measured a client step on an H200 (executor auto, fp32; benchmarks/README.md), low end",
         "if a step of fewer clients than the measured 100 costs proportionally less, high end if it costs as",

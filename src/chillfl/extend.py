@@ -118,7 +118,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext
 from chillfl.attacks.spec import AttackSpec, ModelRound, PrototypeUpload, RowsUpload
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.data import FederatedData
 from chillfl.protocols.softlabels.messages import SoftLabelUplink
 from chillfl.protocols.softlabels.method import (
@@ -170,7 +170,9 @@ __all__ = [
     "ConstantTemperature",
     "Context",
     "ContextError",
+    "Cost",
     "DeclaresHead",
+    "FORWARD",
     "Downlink",
     "FedAvg",
     "FederatedData",

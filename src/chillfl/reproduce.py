@@ -62,7 +62,7 @@ from chillfl.progress import Progress
 from chillfl.storage.results import PARTIAL
 from chillfl.catalogue import estimate_cpu_minutes
 from chillfl.report.compare import CompareResult
-from chillfl.sweeps.plan import CompareOptions, plan_sweep
+from chillfl.sweeps.plan import CompareOptions, plan_runs, plan_sweep
 from chillfl.sweeps.record import find_compare, read_compare
 from chillfl.sweeps.run import resume_compare, run_compare
 from chillfl.tune import parse_tune
@@ -365,10 +365,10 @@ def plan(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, resume
         variants, saved = plan_sweep(config, first.grid, options)
         complete = run_compare(config, list(first.grid), progress=False, options=options, dry_run=True).complete
         points = len(parse_tune(saved.tune or {}))
-        runs = len(variants) * points * len(seeds)
+        cells = [cell.config for cell in plan_runs(config, list(first.grid), options).cells]
         found = find_compare(config, first.grid, options) if resume else None
         action = "run" if found is None else f"resume {found}" if found.name.endswith(PARTIAL) else f"read back {found}"
-        planned.append(Planned(tuple(claims), config, tuple(v.label for v in variants), points, runs, estimate_cpu_minutes(config, runs), action, complete))
+        planned.append(Planned(tuple(claims), config, tuple(v.label for v in variants), points, len(cells), estimate_cpu_minutes(config, cells), action, complete))
     return planned
 
 

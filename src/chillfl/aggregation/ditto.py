@@ -55,7 +55,7 @@ from chillfl.options import require
 from chillfl.training.local import LocalSpec
 from chillfl.training.objective import ProximalTerm
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import Capabilities, Cost
 
 
 @dataclass(frozen=True)
@@ -117,17 +117,27 @@ class Ditto(FedAvg):
         return DittoClient(self.options.lam, self.options.personal_epochs)
 
 
+CAPABILITIES = Capabilities(
+    private_steps="each client also trains its personal model v_k, a second training a round that the accountant does not count",
+    takes_weights=True,
+    not_a_base="Ditto's clients run their own local trainings, which PA3Fed's client half does not compose with",
+    personal_model=True,
+    cost=Cost(trainings=2.0),
+)
+
+
+def _capabilities(options: DittoOptions) -> Capabilities:
+    """Its cost: the personal model's training beside the global update, as long unless ``personal_epochs`` says otherwise."""
+    return CAPABILITIES if options.personal_epochs is None else replace(CAPABILITIES, cost=Cost(epochs=options.personal_epochs))
+
+
 SPEC = register_algorithm(
     "ditto",
     AlgorithmSpec(
         DittoOptions,
         lambda o, ctx: (Ditto(o), []),
         "personal models regularised towards FedAvg's (Li et al. 2021)",
-        capabilities=Capabilities(
-            private_steps="each client also trains its personal model v_k, a second training a round that the accountant does not count",
-            takes_weights=True,
-            not_a_base="Ditto's clients run their own local trainings, which PA3Fed's client half does not compose with",
-            personal_model=True,
-        ),
+        capabilities=CAPABILITIES,
+        capabilities_of=_capabilities,
     ),
 )

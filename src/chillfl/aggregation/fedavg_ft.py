@@ -65,7 +65,7 @@ from chillfl.aggregation.base import (
     Wire,
 )
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import Capabilities, Cost
 from chillfl.options import require
 from chillfl.training.local import LocalSpec
 
@@ -138,16 +138,20 @@ class FedAvgFT(FedAvg):
         return FineTuning(self.options.finetune_epochs, self.options.finetune_lr)
 
 
+CAPABILITIES = Capabilities(
+    private_steps="each client also fine-tunes the global model on its data for local_acc, a training that the accountant does not count",
+    takes_weights=True,
+    not_a_base="FedAvg-FT's clients run their own local trainings, which PA3Fed's client half does not compose with",
+)
+
+
 SPEC = register_algorithm(
     "fedavg_ft",
     AlgorithmSpec(
         FedAvgFTOptions,
         lambda o, ctx: (FedAvgFT(o), []),
         "FedAvg, local accuracy of the global model fine-tuned on each client's data (a personalised-FL sanity baseline)",
-        capabilities=Capabilities(
-            private_steps="each client also fine-tunes the global model on its data for local_acc, a training that the accountant does not count",
-            takes_weights=True,
-            not_a_base="FedAvg-FT's clients run their own local trainings, which PA3Fed's client half does not compose with",
-        ),
+        capabilities=CAPABILITIES,
+        capabilities_of=lambda o: replace(CAPABILITIES, cost=Cost(epochs=o.finetune_epochs)),  # the fine-tuning, a client a round
     ),
 )

@@ -82,7 +82,7 @@ generators are 256 / 32).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping, Sequence
 
 import torch
@@ -109,7 +109,7 @@ from chillfl.training.terms import Term
 from chillfl.training.fedgen import FeatureGenerator, Teacher, diversity_loss, teacher_loss
 from chillfl.seeds import derive_seed
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import FORWARD, Capabilities, Cost
 
 MIN_SAMPLES_PER_LABEL = 1
 ADAM_BETAS = (0.9, 0.999)
@@ -338,16 +338,26 @@ def _build(options: FedGenOptions, ctx: BuildContext) -> Built:
     return FedGen(options, head, classes, features, ctx.seed), terms
 
 
+CAPABILITIES = Capabilities(
+    takes_weights=True,
+    reports="each client's label counts, from which the server builds the generator's prior",
+    linear_head="FedGen's teacher and client term compute CE(W z + b, y) on generated features z from the head's weight and bias",
+)
+
+
+def _capabilities(options: FedGenOptions) -> Capabilities:
+    """Its cost: a frozen forward's worth a local step (generated features through the generator and the head), and the
+    generator's ``generator_steps`` on the server a round (their pass through every teacher head is not counted)."""
+    return replace(CAPABILITIES, cost=Cost(step_passes=1 + FORWARD, server_steps=options.generator_steps))
+
+
 SPEC = register_algorithm(
     "fedgen",
     AlgorithmSpec(
         FedGenOptions,
         _build,
         "server-trained feature generator as regulariser (Zhu et al. 2021)",
-        capabilities=Capabilities(
-            takes_weights=True,
-            reports="each client's label counts, from which the server builds the generator's prior",
-            linear_head="FedGen's teacher and client term compute CE(W z + b, y) on generated features z from the head's weight and bias",
-        ),
+        capabilities=CAPABILITIES,
+        capabilities_of=_capabilities,
     ),
 )

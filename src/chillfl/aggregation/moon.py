@@ -40,7 +40,7 @@ from torch import nn
 from chillfl.aggregation.base import ClientHalf, ClientState, Context, Downlink, FedAvg, Params, Report, Trained, Wire, own_entries, with_prefix
 from chillfl.options import require
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import FORWARD, Capabilities, Cost
 
 
 @dataclass(frozen=True)
@@ -98,4 +98,5 @@ def _build(options: MoonOptions, ctx: BuildContext) -> Built:
     return Moon(options), [MoonTerm()]
 
 
-SPEC = register_algorithm("moon", AlgorithmSpec(MoonOptions, _build, "model-contrastive FL (Li et al. 2021)", capabilities=Capabilities(takes_weights=True)))
+SPEC = register_algorithm("moon", AlgorithmSpec(MoonOptions, _build, "model-contrastive FL (Li et al. 2021)", capabilities=Capabilities(takes_weights=True, cost=Cost(step_passes=1 + 2 * FORWARD))))
+"""Its cost: the global and the previous model's forwards on each step's batch."""

@@ -45,6 +45,7 @@ from torch.func import functional_call
 from chillfl.aggregation.base import Aggregator, ClientResult, Params
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.registry import refuse_unused_options
+from chillfl.capabilities import FORWARD, Cost
 from chillfl.config import RunConfig
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
@@ -427,6 +428,14 @@ def _settings(config: RunConfig) -> PrototypeSettings:
     settings = config.prototype_settings
     assert settings is not None, "the prototype protocol runs only when [prototypes] is set"
     return settings
+
+
+def prototype_cost(config: RunConfig) -> Cost:
+    """A round's work besides the local training, for time estimates: each client's forward over its rows for its
+    prototypes, and on the test set the accuracy by nearest prototype; when models stay with the clients, each client's
+    own model and its prototype accuracy (counted once every client has trained: an upper bound)."""
+    tests = 1.0 if share_models(config) else 2.0 * config.federation.num_clients - 1
+    return Cost(epochs=FORWARD, test_passes=tests)
 
 
 def share_models(config: RunConfig) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import Capabilities, Cost
 from chillfl.settings.distillation import DistillationSetup
 from chillfl.settings.prototypes import PrototypeSettings
 from chillfl.config import RunConfig
@@ -21,8 +21,8 @@ from chillfl.engine.protocol import ServerProtocol
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.parameters import build_parameter_sharing
 from chillfl.protocols.parts import Experiment
-from chillfl.protocols.prototypes import build_prototype_sharing, check_prototype_sharing, share_models
-from chillfl.protocols.softlabels.build import build_soft_label_sharing, check_distillation
+from chillfl.protocols.prototypes import build_prototype_sharing, check_prototype_sharing, prototype_cost, share_models
+from chillfl.protocols.softlabels.build import build_soft_label_sharing, check_distillation, soft_label_cost
 
 
 def _always(config: RunConfig) -> bool:
@@ -31,6 +31,10 @@ def _always(config: RunConfig) -> bool:
 
 def _never(config: RunConfig) -> bool:
     return False
+
+
+def _no_cost(config: RunConfig) -> Cost:
+    return Cost()
 
 
 def _prototype_settings(config: RunConfig) -> PrototypeSettings:
@@ -75,6 +79,8 @@ class ProtocolKind:
     """Why chillfl.flower does not carry it (None: it does)."""
     method_capabilities: Callable[[RunConfig], Capabilities] | None = None
     """What the method its table names declares (None: ``[algorithm]``'s, read through the aggregation registry)."""
+    cost: Callable[[RunConfig], Cost] = _no_cost
+    """The work the protocol itself adds to a round beyond local training, whatever its method (time estimates)."""
 
     def method(self, config: RunConfig) -> str:
         """The method the config names for it (``[distillation] method``, ``[prototypes] method`` or ``[algorithm] name``)."""
@@ -104,6 +110,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         travel_reason="[prototypes] share_model = true averages models",
         own_objective="the prototype-sharing protocol ([prototypes]) trains with its own objective; leave it 0",
         check=check_prototype_sharing,
+        cost=prototype_cost,
         on_flower="chillfl.flower carries parameter sharing and soft-label sharing; run a [prototypes] method with chillfl's own runtime",
     ),
     "softlabels": ProtocolKind(
@@ -118,6 +125,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         travel_reason="",
         own_objective="the soft-label protocol keeps no global model to stay close to; leave it 0",
         check_data=check_distillation,
+        cost=soft_label_cost,
         bytes_figure=True,
     ),
 }

@@ -45,11 +45,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from chillfl.capabilities import Cost
 from chillfl.training.optim import Factors, whole_grads
 
 Params = dict[str, torch.Tensor]
 NORM_GUARD = 1e-12
 """Added to ``||T g||``, as the reference implementation: a zero gradient perturbs nothing instead of dividing by 0."""
+COST = Cost(step_passes=2.0)
+"""A sharpness-aware step's work, for time estimates: two forward + backward passes (at w and at w + e(w))."""
 
 
 @torch.no_grad()

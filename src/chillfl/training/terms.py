@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from chillfl.capabilities import Cost
 from chillfl.errors import ConfigError, choice_error, did_you_mean
 from chillfl.options import NoOptions, parse_options
 from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve
@@ -234,6 +235,8 @@ class TermSpec:
     """Numbers the term reads from each client's context, from its options (the proximal term's ``mu``)."""
     anchor: str | None = None
     """The context key under which the term reads the round's start model (``global_params``); None: it reads none."""
+    cost: Cost = Cost()
+    """The work it adds to a local step, for time estimates (a frozen model's forward a step: ``Cost(step_passes=1 + FORWARD)``)."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from chillfl.aggregation.registry import refuse_unused_options
+from chillfl.capabilities import FORWARD, Cost
 from chillfl.config import RunConfig
 from chillfl.models.inputs import check_index_rows
 from chillfl.paths import check_writable_dir
@@ -28,6 +29,18 @@ Params = dict[str, torch.Tensor]
 def default_algorithm() -> str:
     """The ``[algorithm]`` a config gets when it names none: the only one this protocol accepts, as it builds no aggregator."""
     return str(RunConfig().algorithm["name"])
+
+
+def soft_label_cost(config: RunConfig) -> Cost:
+    """The public-set work of a round, for time estimates: each client distils on P^{t-1} (``distill_epochs``) and labels
+    P^t (a forward, ``FORWARD`` of a trained sample; every sample, as without the cache), the server model trains on P^t
+    (``server_epochs``); none for a method that shares no soft-labels."""
+    setup = config.distillation_setup
+    assert setup is not None, "the soft-label protocol runs only when [distillation] names a method"
+    c = setup.common
+    if not spec_of(setup).collaborative:
+        return Cost()
+    return Cost(public_samples=(c.distill_epochs + FORWARD) * c.subset_size, server_samples=(c.server_epochs or config.client.epochs) * c.subset_size)
 
 
 def check_distillation(config: RunConfig, data: Any) -> DistillationSetup:

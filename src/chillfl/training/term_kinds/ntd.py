@@ -59,6 +59,7 @@ from typing import Mapping
 import torch
 
 from chillfl.options import require
+from chillfl.capabilities import FORWARD, Cost
 from chillfl.training.terms import Context, StepView, TermSpec, frozen_forward, read_number, read_table, register_term
 
 ANCHOR = "global_params"
@@ -134,6 +135,7 @@ NTD = register_term(
         NtdOptions, lambda o: NtdTerm(tau_squared=o.tau_squared),
         "not-true distillation beta * tau^2 KL(q~_g || q~_l) from the round's start model (FedNTD)",
         sends=lambda o: {"ntd_beta": o.beta, "ntd_tau": o.tau}, anchor=ANCHOR,
+        cost=Cost(step_passes=1 + FORWARD),  # the teacher's forward on each step's batch
     ),
 )
 """FedNTD's term on top of any parameter-sharing aggregator: it reads ``ntd_beta``, ``ntd_tau`` and the round's start model."""

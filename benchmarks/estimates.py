@@ -1,0 +1,80 @@
+"""The catalogue's CPU estimate against the measured time of one run a method, on one small config.
+
+    python benchmarks/estimates.py                          # every method below, the best of 3 runs each
+    python benchmarks/estimates.py --methods fedavg,fedsam --repeats 2 --rounds 5
+
+8x8 digits, the FLex&Chill CNN, 20 clients (10 a round), 2 epochs at batch 16, the clients evaluated every round
+(docs/performance.md, "Time estimates", shows a table made by it). Runs are in-process after a warm-up run, one
+thread, nothing written; CPU time is the measure on a shared machine (wall time grows with its load). Compare a
+method's ``cpu/est`` with FedAvg's from the same process: the FedAvg ratio is the machine, the rest the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+from typing import Any
+
+import torch
+
+import chillfl
+from chillfl.catalogue import estimate_cpu_minutes
+from chillfl.config import config_from_dict
+
+BASE: dict[str, Any] = {
+    "name": "estimates", "seed": 0,
+    "dataset": {"name": "digits"}, "partition": {"name": "dirichlet", "alpha": 0.3}, "model": {"name": "flexchill_cnn"},
+    "federation": {"num_clients": 20, "clients_per_round": 10, "rounds": 5},
+    "client": {"epochs": 2, "batch_size": 16, "lr": 0.05},
+    "eval": {"clients": "sampled", "client_split": "proportional", "client_split_size": 50, "validation": 0.2},
+}
+PUBLIC = {"public_size": 400, "subset_size": 100, "distill_epochs": 2, "distill_lr": 0.1, "server_epochs": 5}
+METHODS: dict[str, dict[str, Any]] = {
+    "fedavg": {},
+    "fedprox": {"algorithm": {"name": "fedprox", "mu": 0.01}},
+    "fedsam": {"client": {"sam_rho": 0.05}},
+    "fedntd": {"objective": {"terms": [{"name": "ntd"}]}},
+    "moon": {"algorithm": {"name": "moon", "mu": 1.0}},
+    "ditto": {"algorithm": {"name": "ditto"}},
+    "fedproto": {"prototypes": {"method": "fedproto"}},
+    "fedgen": {"algorithm": {"name": "fedgen"}},
+    "dsfl": {"distillation": {**PUBLIC, "method": "dsfl", "temperature": 0.1}},
+    "fedavg_ft": {"algorithm": {"name": "fedavg_ft"}},
+}
+
+
+def config(method: str, rounds: int) -> dict[str, Any]:
+    """The base config with ``method``'s tables merged in."""
+    out = copy.deepcopy(BASE)
+    for key, table in METHODS[method].items():
+        out[key] = {**out.get(key, {}), **table}
+    out["federation"]["rounds"] = rounds
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    names = args.methods.split(",")
+    chillfl.run(config=config("fedavg", 1), progress=False, write=False)  # warm-up: imports and first calls
+    best: dict[str, tuple[float, float]] = {}
+    for _ in range(args.repeats):
+        for name in names:  # interleaved, so a burst of load falls on every method alike
+            w0, c0 = time.perf_counter(), time.process_time()
+            chillfl.run(config=config(name, args.rounds), progress=False, write=False)
+            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+            old = best.get(name, (wall, cpu))
+            best[name] = (min(wall, old[0]), min(cpu, old[1]))
+    print("| method | est. (s) | CPU (s) | wall (s) | cpu/est |\n|---|---|---|---|---|")
+    for name, (wall, cpu) in best.items():
+        est = (estimate_cpu_minutes(config_from_dict(config(name, args.rounds))) or 0.0) * 60
+        print(f"| {name} | {est:.2f} | {cpu:.2f} | {wall:.2f} | {cpu / est:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -140,3 +140,18 @@ def test_bin_index_compares_with_the_edges() -> None:
     assert bin_index(conf, 25).tolist() == list(range(25))
     probs = torch.tensor([[above, 1 - above]], dtype=torch.float64)
     assert [i for i, n in enumerate(reliability(probs, torch.tensor([0]), 15).count) if n] == [11]
+
+
+def test_reliability_diagram_of_a_model_with_non_finite_outputs(tmp_path) -> None:
+    """A run that finished with a global model whose logits overflow keeps null (NaN) bins in summary.json;
+    its diagram is still drawn (`chillfl report` of the demo at federation.rounds=1 stopped with a TypeError)."""
+    import json
+
+    from chillfl.analysis.calibration import calibration_of, plot_reliability
+    from chillfl.storage.results import strict
+
+    logits = torch.tensor([[math.inf, 0.0], [0.0, 2.0], [1.0, 0.0]], dtype=torch.float64)
+    saved = json.loads(json.dumps(strict(calibration_of(logits, torch.tensor([0, 1, 1]), bins=4)), allow_nan=False))
+    assert saved["ece"] is None and None in saved["reliability"]["confidence"]  # what summary.json holds
+    plot_reliability({"runs": {"run": saved}}, tmp_path / "reliability.png")
+    assert (tmp_path / "reliability.png").stat().st_size > 0

@@ -432,3 +432,13 @@ def test_a_mirror_that_is_not_a_url_is_one_line_and_writes_nothing(
     assert (rc, capsys.readouterr().err) == (2, f"chillfl: error: download cifar10: {said}: 'mirror.example.org/data' is not a URL; "
                                                  "give one starting with http://, https://, ftp://, file://\n")
     assert not (tmp_path / "d").exists()
+
+
+def test_a_fetched_dataset_folder_has_a_plain_folders_permissions(tmp_path: Path) -> None:
+    """mnist's files unpack into the temporary folder itself, which mkdtemp made 0700: a shared data_dir's dataset was
+    readable by its downloader alone. It now has what a plain mkdir gives under the umask, as the folders beside it."""
+    import stat
+
+    folder = _get("mnist", GENERATORS["mnist"](), tmp_path)
+    (tmp_path / "plain").mkdir()
+    assert stat.S_IMODE(folder.stat().st_mode) == stat.S_IMODE((tmp_path / "plain").stat().st_mode)

@@ -75,6 +75,8 @@ def test_a_partitioner_without_a_seed_sees_shuffled_rows():
         ({"partitioner": "DirichletPartitioner", "options": {"alpha": 0.5, "min_partition_size": 2.5}}, "partition.options.min_partition_size", "integer"),
         ({"partitioner": "SizePartitioner", "options": {"partition_sizes": [10, 10]}}, "federation.num_clients", "2 partitions"),
         ({"partitioner": "IidPartitioner", "colour": 1}, "partition.colour", "unknown"),
+        # a partitioner that takes nothing beyond num_partitions says so ("allowed: " and nothing was the line)
+        ({"partitioner": "IidPartitioner", "options": {"alpha": 0.3}}, "partition.options.alpha", "IidPartitioner takes no options"),
     ],
 )
 def test_errors_are_config_errors(opts, field, text):

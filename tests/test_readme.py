@@ -45,6 +45,33 @@ def test_relative_links_resolve(page: Path) -> None:
     assert not missing, f"{page.relative_to(ROOT)}: links to missing files: {missing}"
 
 
+def _anchors(page: Path) -> set[str]:
+    """A page's heading anchors as GitHub and the site (mkdocs.yml's slugify) spell them, with explicit ids."""
+    text = page.read_text(encoding="utf-8")
+    found = set(re.findall(r'<a id="([^"]+)"', text))
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} (.+?)\s*$", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M), flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.replace("`", "").lower().strip()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        found.add(slug if not seen[slug] else f"{slug}_{seen[slug]}")
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_land_on_an_anchor_that_exists(page: Path) -> None:
+    """mkdocs --strict checks the anchors of docs/ only; README.md and benchmarks/README.md (outside the site) link too."""
+    text = re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M))
+    missing = []
+    for target in LINK.findall(text):
+        path, _, anchor = target.partition("#")
+        if not anchor or target.startswith(("http://", "https://")):
+            continue
+        file = page.parent / path if path else page
+        if file.suffix == ".md" and file.is_file() and anchor not in _anchors(file):
+            missing.append(target)
+    assert not missing, f"{page.relative_to(ROOT)}: links to missing anchors: {missing}"
+
+
 def test_the_citation_file_agrees_with_the_package_and_the_readme() -> None:
     """CITATION.cff (what GitHub's "Cite this repository" reads): valid CFF 1.2.0 fields, and the version and
     licence of pyproject.toml, which the README's BibTeX entry repeats; a release that bumps one must bump all."""

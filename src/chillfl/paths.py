@@ -58,3 +58,20 @@ def check_writable_dir(folder: str, field: str) -> None:
         os.rmdir(tempfile.mkdtemp(prefix=".chillfl-probe-", dir=probe))
     except OSError as exc:
         raise ConfigError(field, f"cannot create folders in {probe}: {exc.strerror or exc}") from None
+
+
+def make_temp_dir(prefix: str, parent: Path) -> Path:
+    """A new folder ``PARENT/PREFIXxxxxxxxxxxxx`` with a plain ``mkdir``'s permissions (the umask's).
+
+    For a folder that is filled, then renamed into place as the result (a dataset, a cache entry):
+    :func:`tempfile.mkdtemp` makes it 0700, so a shared data folder's dataset would be readable by
+    whoever fetched it alone.
+    """
+    for _ in range(100):
+        path = parent / f"{prefix}{os.urandom(6).hex()}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"cannot make a {prefix}* folder in {parent}: every name drawn was taken")

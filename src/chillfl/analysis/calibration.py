@@ -58,6 +58,11 @@ def analyze(run_dirs: Sequence[str], *, temperature: float = 1.0, bins: int = DE
     return out
 
 
+def _num(value: float | None) -> float:
+    """A saved number, with JSON's null (a non-finite value) read back as NaN."""
+    return math.nan if value is None else float(value)
+
+
 def plot_reliability(result: dict[str, Any], path: Path) -> None:
     """Reliability diagram: accuracy per confidence bin against the diagonal, one panel per run, with the confidence histogram."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -70,22 +75,24 @@ def plot_reliability(result: dict[str, Any], path: Path) -> None:
         ax = fig.add_subplot(1, len(runs), i + 1)
         rel = run["reliability"]
         count = np.array(rel["count"])
-        filled = count > 0
+        # a saved summary.json writes a non-finite number as null (a model whose logits overflow): NaN here, its bin left out
+        confidence, accuracy = np.array(rel["confidence"], dtype=float), np.array(rel["accuracy"], dtype=float)
+        filled = (count > 0) & np.isfinite(confidence) & np.isfinite(accuracy)
         if run["binning"] == "width":
-            edges = np.array(rel["edges"])
+            edges = np.array(rel["edges"], dtype=float)
             left, width = edges[:-1], np.diff(edges)
         else:  # equal-mass bins: draw at the mean confidence
-            left, width = np.array(rel["confidence"]) - 0.02, np.full(len(count), 0.04)
-        ax.bar(left[filled], np.array(rel["accuracy"])[filled], width=width[filled], align="edge", edgecolor="black", lw=0.5, label="accuracy")
-        ax.bar(left[filled], (np.array(rel["confidence"]) - np.array(rel["accuracy"]))[filled], bottom=np.array(rel["accuracy"])[filled],
+            left, width = confidence - 0.02, np.full(len(count), 0.04)
+        ax.bar(left[filled], accuracy[filled], width=width[filled], align="edge", edgecolor="black", lw=0.5, label="accuracy")
+        ax.bar(left[filled], (confidence - accuracy)[filled], bottom=accuracy[filled],
                width=width[filled], align="edge", fill=False, hatch="//", edgecolor="tab:red", lw=0.5, label="gap to confidence")
         ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1)
         share = ax.twinx()
-        share.step(np.array(rel["confidence"])[filled], count[filled] / max(count.sum(), 1), where="mid", color="tab:green", lw=1, alpha=0.7)
+        share.step(confidence[filled], count[filled] / max(count.sum(), 1), where="mid", color="tab:green", lw=1, alpha=0.7)
         share.set_ylim(0, 1)
         share.set_yticks([])
         ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy" if i == 0 else None)
-        ax.set_title(f"{label}\nECE {run['ece']:.3f}  NLL {run['nll']:.3f}  Brier {run['brier']:.3f}", fontsize=8)
+        ax.set_title(f"{label}\nECE {_num(run['ece']):.3f}  NLL {_num(run['nll']):.3f}  Brier {_num(run['brier']):.3f}", fontsize=8)
         if i == 0:
             ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(f"reliability ({result['runs'][next(iter(runs))]['bins']} {run['binning']} bins, T = {run['temperature']:g}; green: share of samples)", fontsize=9)

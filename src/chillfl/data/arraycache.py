@@ -52,7 +52,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -62,6 +61,7 @@ import numpy as np
 import torch
 
 from chillfl.errors import ConfigError, StorageError
+from chillfl.paths import make_temp_dir
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.owned_temp import remove_unlocked
 from chillfl.storage.results import RunLock
@@ -279,7 +279,7 @@ def cached(name: str, options: object, source: Path, data_dir: Path, decode: Cal
     decoded = decode()
     try:
         cache_root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache_root))
+        tmp = make_temp_dir(f".{name}-", cache_root)  # renamed into place: a plain folder's permissions
     except OSError as exc:
         log.info("cannot cache %s under %s (%s); keeping it in memory", name, cache_root, exc.strerror or exc)
         return _in_memory(decoded)

@@ -34,7 +34,6 @@ import shutil
 import socket
 import sys
 import tarfile
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -45,6 +44,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from chillfl.data.sources import MANUAL, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
+from chillfl.paths import make_temp_dir
 
 log = logging.getLogger(__name__)
 
@@ -381,7 +381,7 @@ def _install(source: Source, fetched: list[Path], root: Path, target: Path) -> N
     """Unpack into a temp folder beside ``target``, rename it into place, write the marker last."""
     for stale in root.glob(f".{source.name}.unpacking-*"):  # left by a process killed while unpacking
         shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{source.name}.unpacking-", dir=root))
+    tmp = make_temp_dir(f".{source.name}.unpacking-", root)  # renamed into place: a plain folder's permissions
     try:
         for path, file in zip(fetched, source.files):
             _unpack(path, file, tmp)

@@ -123,7 +123,9 @@ def build_partitioner(opts: FlwrOptions, k: int, rng: np.random.Generator, secti
     kwargs = dict(opts.options)
     for key in kwargs:
         if key not in params:
-            raise ConfigError(f"{section}.options.{key}", f"unknown option of {opts.partitioner}; allowed: {', '.join(n for n in params if n not in SUPPLIED)}")
+            allowed = [n for n in params if n not in SUPPLIED]
+            takes = f"allowed: {', '.join(allowed)}" if allowed else f"{opts.partitioner} takes no options (num_partitions is federation.num_clients)"
+            raise ConfigError(f"{section}.options.{key}", f"unknown option of {opts.partitioner}; {takes}")
         if key not in SUPPLIED and params[key].annotation is not inspect.Parameter.empty:  # the annotation's plain types; the rest the partitioner checks
             kwargs[key] = coerce(kwargs[key], params[key].annotation, f"{section}.options.{key}")
     if "num_partitions" in kwargs:

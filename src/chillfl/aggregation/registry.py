@@ -287,12 +287,22 @@ def make_aggregator(
     built = spec.build(parsed, ctx)
     if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (list, tuple))):  # a plugin's builder: its mistake is one line, not a TypeError
         raise ConfigError(f"{section}.name", f"{name!r}: its AlgorithmSpec's build must return (aggregator, [loss terms]), got {type(built).__name__}")
+    check_personal_model(capabilities, built[0], repr(name), f"{section}.name")
+    return built
+
+
+def check_personal_model(capabilities: Capabilities, aggregator: Aggregator, name: str, field: str) -> None:
+    """A ConfigError on ``field`` when ``aggregator``'s client half and its declared ``personal_model`` disagree.
+
+    Why: ``checkpoint.client_models`` and the run's personal-model evaluation follow what the half implements
+    (:class:`~chillfl.aggregation.base.HoldsPersonalModel`), the listings and docs what is declared; a rule named in a
+    config and an instance passed from Python are held to the same agreement. ``name``: the method, as the line names it.
+    """
     personal = capabilities.personal_model
-    holds = holds_personal_model(built[0].client_half())
+    holds = holds_personal_model(aggregator.client_half())
     if personal != holds:
         said = "declares personal_model = True, but its client half implements no" if personal else "declares no personal_model, but its client half implements"
-        raise ConfigError(f"{section}.name", f"{name!r} {said} HoldsPersonalModel (chillfl.extend); make the two agree")
-    return built
+        raise ConfigError(field, f"{name} {said} HoldsPersonalModel (chillfl.extend); make the two agree")
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,16 @@ def policy_names() -> list[str]:
     return sorted({*registered_policies(), *plugin_names(lambda obj: isinstance(obj, PolicySpec) or has_methods(obj, POLICY_METHODS))})
 
 
+def class_capabilities(cls: type, name: str, field: str) -> Capabilities:
+    """A user's policy class's own ``capabilities`` attribute (none: it declares nothing), not one it inherits.
+
+    Read the same whether the config names the class or an instance of it is passed from Python
+    (``chillfl.run(policy=...)``), as an aggregator class's is.
+    """
+    own = vars(cls).get("capabilities")
+    return Capabilities() if own is None else declared(own, name, field)
+
+
 def user_policy(obj: Any, name: str, field: str) -> PolicySpec:
     """A user's object (import path or entry point) as a :class:`PolicySpec`, or a ConfigError on ``field``.
 
@@ -106,8 +116,7 @@ def user_policy(obj: Any, name: str, field: str) -> PolicySpec:
     if not has_methods(obj, POLICY_METHODS):
         missing = [m for m in POLICY_METHODS if not callable(getattr(obj, m, None))]
         raise ConfigError(field, f"{name!r} is not a temperature policy: it lacks {', '.join(missing)} (see chillfl.extend.TemperaturePolicy)")
-    own = vars(obj).get("capabilities")
-    capabilities = Capabilities() if own is None else declared(own, name, field)
+    capabilities = class_capabilities(obj, name, field)
     options = getattr(obj, "Options", None)
     if options is None:
         check_constructor(obj, False, name, field)

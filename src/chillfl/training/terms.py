@@ -81,8 +81,8 @@ class LossTerm(Protocol):
 class StepView:
     """What a batch term sees of one training step (see :class:`BatchTerm`).
 
-    ``features`` is the model's representation (the input of its last
-    ``nn.Linear``, :mod:`chillfl.models.parts`) and ``logits`` its output, both
+    ``features`` is the model's representation (the input of its classifier head: the one it declares with
+    ``head_name()``, else its last ``nn.Linear``; :func:`chillfl.models.parts.head_name`) and ``logits`` its output, both
     of the training forward, so a term's gradient flows through them;
     ``captured`` maps each module a term asked for (``BatchTerm.captures``) to
     its (input, output) in that forward. ``model`` is the step's template

@@ -29,7 +29,7 @@ from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError, choice_error
 from chillfl.models.parts import refuse_nonlinear_head
 from chillfl.options import Chosen, parse_options
-from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve
+from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve, warn_if_shadowed
 from chillfl.training.objective import Term
 
 if TYPE_CHECKING:  # annotations only
@@ -135,7 +135,12 @@ def __getattr__(name: str) -> Any:
 
 def algorithm_names() -> list[str]:
     """Built-in names and those installed distributions register under ``chillfl.plugins`` (:mod:`chillfl.plugins`)."""
-    return sorted({*registered_algorithms(), *plugin_names(lambda obj: isinstance(obj, AlgorithmSpec) or has_methods(obj, AGGREGATOR_METHODS))})
+    return sorted({*registered_algorithms(), *plugin_names(is_algorithm, registered_algorithms(), "algorithm.name")})
+
+
+def is_algorithm(obj: Any) -> bool:
+    """Whether a plugin's object is an algorithm: an :class:`AlgorithmSpec` or an aggregator class."""
+    return isinstance(obj, AlgorithmSpec) or has_methods(obj, AGGREGATOR_METHODS)
 
 
 def weighted_bases() -> list[str]:
@@ -240,6 +245,7 @@ def algorithm_spec(name: str, section: str = "algorithm", field: str | None = No
     field = field or f"{section}.name"
     builtins = registered_algorithms()
     if name in builtins:
+        warn_if_shadowed(name, field, is_algorithm)
         return builtins[name]
     found = resolve(name, field)
     if found is None:

@@ -18,7 +18,7 @@ import numpy as np
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import Chosen, NoOptions, parse_options
-from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve
+from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve, warn_if_shadowed
 from chillfl.temperature.policy import TemperaturePolicy
 
 if TYPE_CHECKING:  # annotations only
@@ -84,7 +84,12 @@ POLICY_METHODS = ("temperature", "observe", "client_half", "state_dict", "load_s
 
 def policy_names() -> list[str]:
     """Registered names and the ``chillfl.plugins`` entry points that name a policy."""
-    return sorted({*registered_policies(), *plugin_names(lambda obj: isinstance(obj, PolicySpec) or has_methods(obj, POLICY_METHODS))})
+    return sorted({*registered_policies(), *plugin_names(is_policy, registered_policies(), "temperature.policy")})
+
+
+def is_policy(obj: Any) -> bool:
+    """Whether a plugin's object is a temperature policy: a :class:`PolicySpec` or a policy class."""
+    return isinstance(obj, PolicySpec) or has_methods(obj, POLICY_METHODS)
 
 
 def class_capabilities(cls: type, name: str, field: str) -> Capabilities:
@@ -131,6 +136,7 @@ def policy_spec(name: Any, section: str = "temperature") -> PolicySpec:
     """The registered policy ``name``, or a user's (``"pkg.module:Name"``, a ``chillfl.plugins`` entry point)."""
     registered = registered_policies()
     if isinstance(name, str) and name in registered:
+        warn_if_shadowed(name, f"{section}.policy", is_policy)
         return registered[name]
     found = resolve(name, f"{section}.policy") if isinstance(name, str) and name else None
     if found is None:

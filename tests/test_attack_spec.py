@@ -175,7 +175,7 @@ def test_a_kind_with_no_hook_for_the_protocol_is_refused_with_the_derived_messag
         check_attack(config)
     assert err.value.field == "attack.kind"
     assert err.value.message == (
-        "'shrink' rewrites a model update, and the prototypes protocol has none (its clients upload class prototypes); "
+        "'my_attack:SPEC' rewrites a model update, and the prototypes protocol has none (its clients upload class prototypes); "
         "attacks that run under prototypes: backdoor, dba, gaussian, label_flip"
     )
 

@@ -469,3 +469,58 @@ def test_a_soft_label_methods_declared_on_flower_is_what_the_flower_apps_refuse(
     with pytest.raises(ConfigError) as err:
         check_supported(load_config(None, {**base, "distillation.method": "needs_a_server_view:SPEC"}))
     assert err.value.field == "distillation.method" and "its server reads every client's raw logits" in str(err.value)
+
+
+# ---------------------------------------------------------------- instances passed from Python
+
+
+@pytest.mark.parametrize(("name", "said"), [("ClaimsPersonal", "declares personal_model = True, but its client half implements no HoldsPersonalModel"),
+                                            ("HidesPersonal", "declares no personal_model, but its client half implements HoldsPersonalModel")])
+def test_an_instance_from_python_is_held_to_its_personal_model_declaration(plugin: Any, name: str, said: str) -> None:
+    """``chillfl.run(aggregator=...)`` checks the class's declaration against its half as the class named in a config is:
+    it ran (client_models silently followed the half, whatever the class declared)."""
+    from chillfl.experiment import Plugged
+
+    cfg = config(**{"algorithm.name": "custom"})
+    with pytest.raises(ConfigError) as err:
+        build_algorithm(cfg, model_for("fedavg"), Plugged(aggregator=getattr(plugin, name)()))
+    assert err.value.field == "aggregator" and err.value.message == f"{name} {said} (chillfl.extend); make the two agree"
+    build_algorithm(cfg, model_for("fedavg"), Plugged(aggregator=plugin.HoldsPersonal()))
+
+
+class SteeringPolicy:
+    """A plugin-like policy whose class declares that the clients' accuracy steers their training."""
+
+    capabilities = Capabilities(steers_by_accuracy="my policy's accuracy-driven schedule")
+
+    def temperature(self, client_id: int, round: int) -> float:
+        return 1.0
+
+    def observe(self, client_id: int, round: int, local_accuracy: float | None) -> None:
+        return None
+
+    def client_half(self, num_classes: int) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Any) -> None:
+        return None
+
+
+def test_a_policy_instance_from_python_declares_steers_by_accuracy_as_its_class_in_a_config_does(caplog: pytest.LogCaptureFixture) -> None:
+    """The test-rows note follows the policy class's own ``capabilities`` when an instance is passed to ``chillfl.run``
+    (it was skipped: "a policy passed from Python declares nothing here")."""
+    import chillfl
+    from chillfl import experiment
+
+    small = {"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "executor": "sequential", "device": "cpu",
+             "federation": {"num_clients": 2, "rounds": 1}}
+    experiment._NOTED.clear()
+    with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
+        chillfl.run(config=small, policy=SteeringPolicy(), write=False, progress=False)
+        chillfl.run(config={**small, "eval": {"validation": 0.2}}, policy=SteeringPolicy(), write=False, progress=False)
+    notes = [r.getMessage() for r in caplog.records if r.name == "chillfl.experiment" and r.getMessage().startswith("note:")]
+    assert notes == ["note: my policy's accuracy-driven schedule reads each client's accuracy on its evaluation split, drawn from the test rows "
+                     "the run reports (eval.validation = 0): test rows steer training; eval.validation = 0.2 keeps them out"]

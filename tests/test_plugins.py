@@ -196,3 +196,29 @@ def test_a_hook_is_checked_the_same_whether_or_not_it_can_be_cached() -> None:
         check_hooks("x", [("check", hook, ("options",))], "algorithm.name")
         with pytest.raises(ConfigError, match=r"'x': its spec's check is called as check\(options, config\), which .*\(options: 'object'\) -> 'None' does not take"):
             check_hooks("x", [("check", hook, ("options", "config"))], "algorithm.name")
+
+
+def test_an_entry_point_named_like_a_built_in_is_warned_about_not_silently_dropped(user_code: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A built-in name is looked up first, so an entry point ``median`` (an aggregator) never runs: the lookup and
+    ``chillfl list`` say so once, naming the key and the entry point. One of another part (an aggregator called
+    ``dsfl``, a built-in soft-label method's name) clashes with nothing and is not warned about."""
+    import logging
+
+    from chillfl import plugins
+    from chillfl.aggregation.registry import algorithm_names, algorithm_spec, registered_algorithms
+    from chillfl.settings import distillation
+
+    info = user_code / "shadow_rules-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shadow-rules\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[chillfl.plugins]\nmedian = my_fl_rules:FirstClient\ndsfl = my_fl_rules:FirstClient\n")
+    os.utime(user_code, ns=(0, 0))  # the entry points are cached per state of the import path: make this one new
+    plugins._WARNED.clear()
+    with caplog.at_level(logging.WARNING, logger="chillfl.plugins"):
+        assert algorithm_spec("median") is registered_algorithms()["median"]  # the built-in still answers to its name
+        algorithm_spec("median")
+        assert algorithm_names().count("median") == 1
+        distillation.FAMILY.spec("dsfl")
+    warned = [r.getMessage() for r in caplog.records if r.name == "chillfl.plugins"]
+    assert warned == ["algorithm.name: chillfl.plugins entry point 'median' (my_fl_rules:FirstClient) has the name of a built-in, "
+                      "which 'median' keeps meaning: the entry point is never used; give it another name"]

@@ -188,7 +188,7 @@ def test_a_mechanism_with_no_hook_for_the_protocol_is_refused_with_the_derived_m
         build_experiment(config)
     assert err.value.field == "privacy.mechanism"
     assert err.value.message == (
-        "'client_clip' noises model updates, and the softlabels protocol has none (its clients upload soft-labels on public inputs); "
+        "'my_mechanism:SPEC' noises model updates, and the softlabels protocol has none (its clients upload soft-labels on public inputs); "
         "mechanisms that run under softlabels: local"
     )
     protos = load_config(None, {**BASE, "privacy.mechanism": "dp-sgd"}).with_overrides({"prototypes": {"method": "fedproto"}})

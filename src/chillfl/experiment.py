@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator, holds_personal_model
-from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, check_plain_sgd, declared_capabilities,
-                                         make_aggregator, wrapped)
+from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, check_personal_model, check_plain_sgd,
+                                         declared_capabilities, make_aggregator, wrapped)
 from chillfl.privacy.build import private_aggregator, private_steps, with_privacy
 from chillfl.attacks.build import attacked_aggregator, check_attack, poisoned_data, skipping_local_dp, with_attack
 from chillfl.config import RunConfig
@@ -46,6 +46,7 @@ from chillfl.protocols.registry import protocol_of
 from chillfl.plugins import has_methods
 from chillfl.seeds import derive_seed
 from chillfl.temperature import check_policy, make_policy, policy_capabilities, policy_names
+from chillfl.temperature.registry import class_capabilities
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.gradient_ablation import BASE_LOSSES
 from chillfl.training.local import LocalSpec, model_state, reads_representation, resolve_compute
@@ -293,6 +294,7 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
         declared = declared_capabilities(type(plugged.aggregator), method, "aggregator")  # read as a class named in the config is
         refuse_nonlinear_head(model, declared.linear_head, method)
         check_plain_sgd(declared, config, method)
+        check_personal_model(declared, plugged.aggregator, method, "aggregator")
         built = copy.deepcopy(plugged.aggregator), list(copy.deepcopy(plugged.terms))
     else:
         built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum,
@@ -493,9 +495,12 @@ _NOTED: set[str] = set()
 """The notes :func:`note_test_rows_steering` has printed in this process (a comparison's runs say each once)."""
 
 
-def note_test_rows_steering(config: RunConfig) -> None:
-    """One line on stderr, once a process, when the configured temperature policy declares that the clients' accuracy
+def note_test_rows_steering(config: RunConfig, policy: TemperaturePolicy | None = None) -> None:
+    """One line on stderr, once a process, when the run's temperature policy declares that the clients' accuracy
     steers their training (:attr:`~chillfl.capabilities.Capabilities.steers_by_accuracy`) and the run has no validation split.
+
+    ``policy``: the run's built policy; one passed from Python (``custom``) is asked what its class declares, as
+    that class named in the config would be (:func:`~chillfl.temperature.registry.class_capabilities`).
 
     Why: that accuracy is then each client's evaluation split's, drawn from the test rows the run's accuracy is
     reported on, so test rows steer training. FedChill's paper does so (its validation sets come from the test
@@ -503,9 +508,14 @@ def note_test_rows_steering(config: RunConfig) -> None:
     A note, not an error, and on stderr: the results and their tables are unchanged. Called once the whole run is
     built (:func:`chillfl.runner.run_experiment`), so that a bad value still ends in its one error line.
     """
-    if config.eval.validation > 0 or is_custom(config.temperature.get("policy")):  # a policy passed from Python declares nothing here
+    if config.eval.validation > 0:
         return
-    caps = policy_capabilities(config.temperature)
+    if is_custom(config.temperature.get("policy")):  # passed from Python: its class's own declaration
+        if policy is None:
+            return
+        caps = class_capabilities(type(policy), type(policy).__name__, "policy")
+    else:
+        caps = policy_capabilities(config.temperature)
     if caps.steers_by_accuracy is None:
         return
     message = (f"note: {caps.steers_by_accuracy} reads each client's accuracy on its evaluation split, drawn from the test rows "

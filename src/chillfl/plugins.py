@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Collection, Generic, Iterator, Mapping, Sequence, TypeVar
 
 from chillfl.capabilities import declared
 from chillfl.errors import ConfigError, choice_error
@@ -158,11 +158,13 @@ _WARNED: set[str] = set()
 """The broken entry points already warned about in this process (their messages)."""
 
 
-def plugin_names(accepts: Callable[[Any], bool] | None = None) -> list[str]:
+def plugin_names(accepts: Callable[[Any], bool] | None = None, built_ins: Collection[str] = (), what: str = "") -> list[str]:
     """Entry-point names, or those whose object ``accepts`` takes (each registry passes its own test: an
     aggregator, a temperature policy, a soft-label method), so that ``chillfl list`` shows each under its part.
 
-    An entry point whose module cannot be imported is left out of every part, with one warning naming it.
+    An entry point whose module cannot be imported is left out of every part, with one warning naming it; one of
+    this part named like one of its ``built_ins`` (named by the config key ``what``) is warned about as
+    :func:`warn_if_shadowed` does.
     """
     names = sorted(entry_points())
     if accepts is None:
@@ -180,7 +182,32 @@ def plugin_names(accepts: Callable[[Any], bool] | None = None) -> list[str]:
             continue
         if accepts(obj):
             out.append(name)
+            if name in built_ins:
+                warn_if_shadowed(name, what, accepts)
     return out
+
+
+def warn_if_shadowed(name: str, what: str, accepts: Callable[[Any], bool]) -> None:
+    """One warning a process when a ``chillfl.plugins`` entry point of this part (``accepts`` takes its object) has the
+    name of a built-in, which ``name`` in the config key ``what`` always means: the entry point is never used.
+
+    Why: a built-in name is looked up first, so the plugin's method never ran, without a word, under a name its
+    author meant for it (an entry point of another part with that name is no clash: it is found in its own table).
+    Nothing is imported while a results folder is read as data (:func:`reading_data`).
+    """
+    path = entry_points().get(name)
+    if path is None or _READING.get() is not None:
+        return
+    try:
+        if not accepts(load_object(path, f"plugin {name!r}")):
+            return
+    except ConfigError:  # broken: plugin_names says so where the names are listed
+        return
+    message = (f"{what}: chillfl.plugins entry point {name!r} ({path}) has the name of a built-in, which {name!r} keeps "
+               "meaning: the entry point is never used; give it another name")
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning("%s", message)
 
 
 def has_methods(obj: Any, methods: Sequence[str]) -> bool:
@@ -343,11 +370,12 @@ class SpecFamily:
 
     def names(self) -> list[str]:
         """Built-in names and the ``chillfl.plugins`` entry points that name a spec of this family."""
-        return sorted({*self.built_in_names(), *plugin_names(self.is_spec)})
+        return sorted({*self.built_in_names(), *plugin_names(self.is_spec, self.built_in_names(), self.field)})
 
     def spec(self, name: object) -> Any:
         """The spec ``name`` names; a ConfigError on :attr:`field` when there is none or it is no spec of this family."""
         if isinstance(name, str) and name in self.built_in_names():
+            warn_if_shadowed(name, self.field, self.is_spec)
             found = load_object(f"{self.package}.{self._module(name)}:SPEC", self.field)
         else:
             found = resolve(name, self.field) if isinstance(name, str) and name else None

@@ -261,7 +261,7 @@ def run_experiment(
             config = resolved(config)
         with intra_op_threads(config.threads):
             exp = experiment or build_experiment(config, data=data)
-            note_test_rows_steering(config)  # built: every check has passed, so a note cannot precede an error line
+            note_test_rows_steering(config, exp.policy)  # built: every check has passed, so a note cannot precede an error line
             config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
             if write:
                 check_sinks(config)

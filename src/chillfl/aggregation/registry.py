@@ -29,7 +29,7 @@ from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError, choice_error
 from chillfl.models.parts import refuse_nonlinear_head
 from chillfl.options import Chosen, parse_options
-from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve
+from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve, warn_if_shadowed
 from chillfl.training.objective import Term
 
 if TYPE_CHECKING:  # annotations only
@@ -135,7 +135,12 @@ def __getattr__(name: str) -> Any:
 
 def algorithm_names() -> list[str]:
     """Built-in names and those installed distributions register under ``chillfl.plugins`` (:mod:`chillfl.plugins`)."""
-    return sorted({*registered_algorithms(), *plugin_names(lambda obj: isinstance(obj, AlgorithmSpec) or has_methods(obj, AGGREGATOR_METHODS))})
+    return sorted({*registered_algorithms(), *plugin_names(is_algorithm, registered_algorithms(), "algorithm.name")})
+
+
+def is_algorithm(obj: Any) -> bool:
+    """Whether a plugin's object is an algorithm: an :class:`AlgorithmSpec` or an aggregator class."""
+    return isinstance(obj, AlgorithmSpec) or has_methods(obj, AGGREGATOR_METHODS)
 
 
 def weighted_bases() -> list[str]:
@@ -240,6 +245,7 @@ def algorithm_spec(name: str, section: str = "algorithm", field: str | None = No
     field = field or f"{section}.name"
     builtins = registered_algorithms()
     if name in builtins:
+        warn_if_shadowed(name, field, is_algorithm)
         return builtins[name]
     found = resolve(name, field)
     if found is None:
@@ -287,12 +293,22 @@ def make_aggregator(
     built = spec.build(parsed, ctx)
     if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (list, tuple))):  # a plugin's builder: its mistake is one line, not a TypeError
         raise ConfigError(f"{section}.name", f"{name!r}: its AlgorithmSpec's build must return (aggregator, [loss terms]), got {type(built).__name__}")
+    check_personal_model(capabilities, built[0], repr(name), f"{section}.name")
+    return built
+
+
+def check_personal_model(capabilities: Capabilities, aggregator: Aggregator, name: str, field: str) -> None:
+    """A ConfigError on ``field`` when ``aggregator``'s client half and its declared ``personal_model`` disagree.
+
+    Why: ``checkpoint.client_models`` and the run's personal-model evaluation follow what the half implements
+    (:class:`~chillfl.aggregation.base.HoldsPersonalModel`), the listings and docs what is declared; a rule named in a
+    config and an instance passed from Python are held to the same agreement. ``name``: the method, as the line names it.
+    """
     personal = capabilities.personal_model
-    holds = holds_personal_model(built[0].client_half())
+    holds = holds_personal_model(aggregator.client_half())
     if personal != holds:
         said = "declares personal_model = True, but its client half implements no" if personal else "declares no personal_model, but its client half implements"
-        raise ConfigError(f"{section}.name", f"{name!r} {said} HoldsPersonalModel (chillfl.extend); make the two agree")
-    return built
+        raise ConfigError(field, f"{name} {said} HoldsPersonalModel (chillfl.extend); make the two agree")
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,15 @@ def kinds_under(protocol: str) -> list[str]:
     return [name for name in kind_names() if spec_of(AttackConfig(name)).runs_under(protocol)]
 
 
-def refusal(spec: AttackSpec[object], protocol: str) -> str:
-    """Why ``spec`` cannot run under ``protocol``, from its hooks: what it rewrites, what the protocol sends, what runs there instead."""
+def refusal(spec: AttackSpec[object], protocol: str, name: str) -> str:
+    """Why ``spec`` cannot run under ``protocol``, from its hooks: what it rewrites, what the protocol sends, what runs there instead.
+
+    ``name``: the kind as the config wrote it (a plugin's import path or entry point), which the line names beside the
+    kinds that run there: the spec's own ``name`` may be neither.
+    """
     what = " or ".join(spec.rewrites().values())
     why = UPLOADS.get(protocol, "it shares none of them")
-    return f"{spec.name!r} rewrites {what}, and the {protocol} protocol has none ({why}); attacks that run under {protocol}: {', '.join(kinds_under(protocol))}"
+    return f"{name!r} rewrites {what}, and the {protocol} protocol has none ({why}); attacks that run under {protocol}: {', '.join(kinds_under(protocol))}"
 
 
 def check_attack(config: RunConfig) -> None:
@@ -44,7 +48,7 @@ def check_attack(config: RunConfig) -> None:
         return
     spec = spec_of(config.attack)
     if not spec.runs_under(config.protocol):
-        raise ConfigError(FIELD, refusal(spec, config.protocol))
+        raise ConfigError(FIELD, refusal(spec, config.protocol, config.attack.kind))
     if spec.check is not None:
         spec.check(config.attack.options, config)
 

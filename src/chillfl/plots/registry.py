@@ -25,7 +25,11 @@ write nothing when the records lack its metrics); the return value is ignored.""
 
 @dataclass(frozen=True)
 class FigureSpec:
-    """One run figure: the file it writes in the run folder and how to draw it."""
+    """One run figure: the file it writes in the run folder and how to draw it.
+
+    ``draw(records, path, title)`` writes the figure at ``path``, the run folder joined with ``file`` (not the folder
+    itself), from the run's round records; ``title`` is the run's name.
+    """
 
     file: str
     draw: Draw

@@ -47,11 +47,15 @@ def _mechanisms_under(protocol: str) -> list[str]:
     return [name for name in mechanism_names() if mechanism(name).runs_under(protocol)]
 
 
-def refusal(spec: MechanismSpec[Any], protocol: str) -> str:
-    """Why ``spec`` cannot run under ``protocol``, from its hooks: what it noises, what the protocol sends, what runs there instead."""
+def refusal(spec: MechanismSpec[Any], protocol: str, name: str) -> str:
+    """Why ``spec`` cannot run under ``protocol``, from its hooks: what it noises, what the protocol sends, what runs there instead.
+
+    ``name``: the mechanism as the config wrote it (a plugin's import path or entry point), which the line names beside
+    the mechanisms that run there: the spec's own ``name`` may be neither.
+    """
     what = " or ".join(spec.covers().values())
     why = RELEASES.get(protocol, "it shares none of them")
-    return f"{spec.name!r} noises {what}, and the {protocol} protocol has none ({why}); mechanisms that run under {protocol}: {', '.join(_mechanisms_under(protocol)) or 'none yet'}"
+    return f"{name!r} noises {what}, and the {protocol} protocol has none ({why}); mechanisms that run under {protocol}: {', '.join(_mechanisms_under(protocol)) or 'none yet'}"
 
 
 def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
@@ -61,7 +65,7 @@ def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
         return None
     spec = spec_of(p)
     if not spec.runs_under(config.protocol):
-        raise ConfigError(FIELD, refusal(spec, config.protocol))
+        raise ConfigError(FIELD, refusal(spec, config.protocol, p.mechanism))
     setup = config.distillation_setup
     if setup is not None:  # the soft-label method's own reports (Selective-FD's selection)
         from chillfl.protocols.softlabels.method import spec_of as method_spec

@@ -18,7 +18,7 @@ import numpy as np
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import Chosen, NoOptions, parse_options
-from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve
+from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve, warn_if_shadowed
 from chillfl.temperature.policy import TemperaturePolicy
 
 if TYPE_CHECKING:  # annotations only
@@ -84,7 +84,22 @@ POLICY_METHODS = ("temperature", "observe", "client_half", "state_dict", "load_s
 
 def policy_names() -> list[str]:
     """Registered names and the ``chillfl.plugins`` entry points that name a policy."""
-    return sorted({*registered_policies(), *plugin_names(lambda obj: isinstance(obj, PolicySpec) or has_methods(obj, POLICY_METHODS))})
+    return sorted({*registered_policies(), *plugin_names(is_policy, registered_policies(), "temperature.policy")})
+
+
+def is_policy(obj: Any) -> bool:
+    """Whether a plugin's object is a temperature policy: a :class:`PolicySpec` or a policy class."""
+    return isinstance(obj, PolicySpec) or has_methods(obj, POLICY_METHODS)
+
+
+def class_capabilities(cls: type, name: str, field: str) -> Capabilities:
+    """A user's policy class's own ``capabilities`` attribute (none: it declares nothing), not one it inherits.
+
+    Read the same whether the config names the class or an instance of it is passed from Python
+    (``chillfl.run(policy=...)``), as an aggregator class's is.
+    """
+    own = vars(cls).get("capabilities")
+    return Capabilities() if own is None else declared(own, name, field)
 
 
 def user_policy(obj: Any, name: str, field: str) -> PolicySpec:
@@ -106,8 +121,7 @@ def user_policy(obj: Any, name: str, field: str) -> PolicySpec:
     if not has_methods(obj, POLICY_METHODS):
         missing = [m for m in POLICY_METHODS if not callable(getattr(obj, m, None))]
         raise ConfigError(field, f"{name!r} is not a temperature policy: it lacks {', '.join(missing)} (see chillfl.extend.TemperaturePolicy)")
-    own = vars(obj).get("capabilities")
-    capabilities = Capabilities() if own is None else declared(own, name, field)
+    capabilities = class_capabilities(obj, name, field)
     options = getattr(obj, "Options", None)
     if options is None:
         check_constructor(obj, False, name, field)
@@ -122,6 +136,7 @@ def policy_spec(name: Any, section: str = "temperature") -> PolicySpec:
     """The registered policy ``name``, or a user's (``"pkg.module:Name"``, a ``chillfl.plugins`` entry point)."""
     registered = registered_policies()
     if isinstance(name, str) and name in registered:
+        warn_if_shadowed(name, f"{section}.policy", is_policy)
         return registered[name]
     found = resolve(name, f"{section}.policy") if isinstance(name, str) and name else None
     if found is None:

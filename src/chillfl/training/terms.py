@@ -29,7 +29,7 @@ from torch.func import functional_call
 from chillfl.capabilities import Cost
 from chillfl.errors import ConfigError, choice_error, did_you_mean
 from chillfl.options import NoOptions, parse_options
-from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve
+from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve, warn_if_shadowed
 
 Params = dict[str, torch.Tensor]
 
@@ -82,8 +82,8 @@ class LossTerm(Protocol):
 class StepView:
     """What a batch term sees of one training step (see :class:`BatchTerm`).
 
-    ``features`` is the model's representation (the input of its last
-    ``nn.Linear``, :mod:`chillfl.models.parts`) and ``logits`` its output, both
+    ``features`` is the model's representation (the input of its classifier head: the one it declares with
+    ``head_name()``, else its last ``nn.Linear``; :func:`chillfl.models.parts.head_name`) and ``logits`` its output, both
     of the training forward, so a term's gradient flows through them;
     ``captured`` maps each module a term asked for (``BatchTerm.captures``) to
     its (input, output) in that forward. ``model`` is the step's template
@@ -266,7 +266,12 @@ def _is_term_class(obj: Any) -> bool:
 
 def term_names() -> list[str]:
     """Registered names and the ``chillfl.plugins`` entry points that name a term."""
-    return sorted({*registered_terms(), *plugin_names(lambda obj: isinstance(obj, TermSpec) or _is_term_class(obj))})
+    return sorted({*registered_terms(), *plugin_names(is_term, registered_terms(), "objective.terms")})
+
+
+def is_term(obj: Any) -> bool:
+    """Whether a plugin's object is a loss term: a :class:`TermSpec` or a term class."""
+    return isinstance(obj, TermSpec) or _is_term_class(obj)
 
 
 def user_term(obj: Any, name: str, field: str) -> TermSpec:
@@ -290,6 +295,7 @@ def term_spec(name: Any, field: str) -> TermSpec:
     """The registered term ``name``, or a user's (``"pkg.module:Name"``, a ``chillfl.plugins`` entry point)."""
     registered = registered_terms()
     if isinstance(name, str) and name in registered:
+        warn_if_shadowed(name, field, is_term)
         return registered[name]
     found = resolve(name, field) if isinstance(name, str) and name else None
     if found is None:

@@ -19,6 +19,9 @@ torch.set_num_threads(1)
 # client at a time: a fallback must never hide an exception of the run's own code behind a warning
 # (issue 26). Tests that exercise a fallback on purpose unset it (``no_strict_fallbacks``).
 os.environ.setdefault("CHILLFL_STRICT_VECTORIZED", "1")
+# No fsync in the tests' run folders (chillfl.storage.checkpoint.NO_FSYNC), which are deleted seconds later: the writes
+# stay atomic (a killed run still leaves the old file or the new one); each fsync waited for the disk, thousands a suite.
+os.environ.setdefault("CHILLFL_NO_FSYNC", "1")
 
 
 @pytest.fixture(autouse=True)

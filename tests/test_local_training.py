@@ -122,3 +122,33 @@ def test_tied_weights_train_like_torch_sgd():
         opt.step()
     for key in start:
         torch.testing.assert_close(out.params[key], ref.state_dict()[key], rtol=1e-5, atol=1e-6)
+
+
+def test_dropout_on_the_cpu_is_seeded_from_the_clients_stream_without_torch_manual_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU step's dropout masks come from the CPU generator seeded from the client's stream, the bits that
+    ``torch.manual_seed`` gave; the accelerator backends' generators are left alone (no ``torch.manual_seed``, whose
+    queued seeds cost a Python stack trace a client job) and the caller's CPU generator state is untouched."""
+    import chillfl.training.local as local
+
+    g = torch.Generator().manual_seed(3)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Dropout(0.5), nn.Linear(16, 4))
+    x, y = torch.randn(24, 6, generator=g), torch.randint(0, 4, (24,), generator=g)
+
+    def train() -> dict[str, torch.Tensor]:
+        out = train_client(model, model_state(model), x, y, spec=LocalSpec(epochs=1, batch_size=8), lr=0.1, temperature=1.0, context={},
+                           generator=torch.Generator().manual_seed(11))
+        return out.params
+
+    monkeypatch.setattr(local, "seed_dropout", lambda seed, device: torch.manual_seed(seed))
+    reference = train()  # as it was: torch.manual_seed inside the CPU-only fork
+    monkeypatch.undo()
+    monkeypatch.setattr(torch, "manual_seed", lambda seed: pytest.fail("torch.manual_seed on a CPU step"))
+    before = torch.random.get_rng_state()
+    got = train()
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert reference.keys() == got.keys() and all(torch.equal(reference[k], got[k]) for k in reference)
+    monkeypatch.undo()
+    torch.manual_seed(0)
+    other = train_client(model, model_state(model), x, y, spec=LocalSpec(epochs=1, batch_size=8), lr=0.1, temperature=1.0, context={},
+                         generator=torch.Generator().manual_seed(12))  # another client's stream: other masks, other weights
+    assert not all(torch.equal(other.params[k], got[k]) for k in got)

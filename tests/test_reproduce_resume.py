@@ -9,6 +9,9 @@ says it is this very one: same config, seeds, grid, code and torch.
 
 from __future__ import annotations
 
+import io
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -43,16 +46,37 @@ def _reproduce(out: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tu
     return code, captured.out, captured.err
 
 
+@dataclass(frozen=True)
+class Whole:
+    """An uninterrupted reproduction: its folder (read, never written, by the tests that share it), stdout and stderr."""
+
+    out: Path
+    printed: str
+    err: str
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> Whole:
+    """The uninterrupted reproduction two tests compare with, made once for the module (8 runs), not once a test."""
+    out, printed, err = tmp_path_factory.mktemp("whole") / "whole", io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, redirect_stdout(printed), redirect_stderr(err):
+        patch.setattr(reproduce, "CLAIMS", CLAIMS)
+        code = main(["reproduce", "flexchill", "--seeds", "0,1", "--out", str(out), "-q"])
+    assert code == 0, err.getvalue()
+    return Whole(out, printed.getvalue(), err.getvalue())
+
+
 def _folders(out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir() if p.is_dir())
 
 
-def test_an_interrupted_reproduction_resumes_to_the_uninterrupted_verdicts(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    code, expected, err = _reproduce(tmp_path / "whole", capsys)
-    assert code == 0 and expected.count("| flexchill |") == 2
-    verdicts = tmp_path / "whole" / "reproduce-flexchill.md"  # the table and each claim's evidence folder
-    assert f"in {verdicts}" in err and expected in verdicts.read_text()
-    assert f"- {CLAIMS[1].text}: `{tmp_path / 'whole' / 'demo-compare-2'}`" in verdicts.read_text()
+def test_an_interrupted_reproduction_resumes_to_the_uninterrupted_verdicts(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                                                           whole: Whole) -> None:
+    expected = whole.printed
+    assert expected.count("| flexchill |") == 2
+    verdicts = whole.out / "reproduce-flexchill.md"  # the table and each claim's evidence folder
+    assert f"in {verdicts}" in whole.err and expected in verdicts.read_text()
+    assert f"- {CLAIMS[1].text}: `{whole.out / 'demo-compare-2'}`" in verdicts.read_text()
 
     out = tmp_path / "stopped"
     calls = _interrupt(monkeypatch, run=6, after_round=2)  # the second claim's second run
@@ -67,7 +91,7 @@ def test_an_interrupted_reproduction_resumes_to_the_uninterrupted_verdicts(tmp_p
     assert f"read back {out / 'demo-compare'} (finished before" in err and f"resuming {out / 'demo-compare-2.partial'}" in err
     assert calls == {"run": 2, "resume": 1}  # claim 1 read back; claim 2: its first run read back, the second resumed, two more run
     assert _folders(out) == ["demo-compare", "demo-compare-2"]
-    assert (out / "reproduce-flexchill.md").read_text() == verdicts.read_text().replace(str(tmp_path / "whole"), str(out))
+    assert (out / "reproduce-flexchill.md").read_text() == verdicts.read_text().replace(str(whole.out), str(out))
 
     calls["run"] = 0
     code, again, _ = _reproduce(out, capsys, "--resume")  # both finished: nothing runs
@@ -159,15 +183,14 @@ def test_dry_run_of_a_bad_config_exits_2_with_one_line(capsys: pytest.CaptureFix
     assert code == 2 and len(err) == 1 and err[0].startswith("chillfl: error: client.lr")
 
 
-def test_the_python_api_reproduces_and_resumes_as_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_python_api_reproduces_and_resumes_as_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: Whole) -> None:
     import chillfl
     from chillfl.errors import ConfigError
     from chillfl.reproduce import format_outcomes
 
-    code, printed, _ = _reproduce(tmp_path / "cli", capsys)
     out = tmp_path / "api"
     outcomes = chillfl.reproduce_paper("flexchill", seeds=[0, 1], out_dir=out, progress=False)
-    assert code == 0 and format_outcomes(outcomes) + "\n" == printed  # the CLI prints exactly this table
+    assert format_outcomes(outcomes) + "\n" == whole.printed  # the CLI prints exactly this table (the CLI's run: the fixture)
     assert [o.folder for o in outcomes] == [out / "demo-compare", out / "demo-compare-2"] and (out / "reproduce-flexchill.md").is_file()
     assert all(o.verdict in ("reproduces", "opposite", "does not at this scale") and len(o.per_seed) == 2 for o in outcomes)
     calls = _interrupt(monkeypatch, run=99, after_round=1)

@@ -182,6 +182,22 @@ def test_write_atomic_replaces_a_link_never_its_target(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "victim"]
 
 
+@pytest.mark.parametrize(("setting", "synced"), [(None, 2), ("0", 2), ("1", 0)])
+def test_write_atomic_fsyncs_the_file_and_its_folder_unless_told_not_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str | None, synced: int) -> None:
+    """Two fsyncs a write (the file, then the folder holding the rename); ``CHILLFL_NO_FSYNC=1`` (the tests' own
+    setting, tests/conftest.py) skips both, and the write is still the whole new file with no ``.tmp`` left."""
+    real, calls = os.fsync, []
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    if setting is None:
+        monkeypatch.delenv("CHILLFL_NO_FSYNC", raising=False)
+    else:
+        monkeypatch.setenv("CHILLFL_NO_FSYNC", setting)
+    write_atomic(tmp_path / "file", b"old")
+    write_atomic(tmp_path / "file", b"new")
+    assert len(calls) == 2 * synced
+    assert (tmp_path / "file").read_bytes() == b"new" and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
 def test_a_dangling_link_at_the_final_name(tmp_path: Path, capfd: pytest.CaptureFixture[str], reference: str) -> None:
     """It used to let the whole run train, then fail at the final rename with the checkpoint deleted."""
     (tmp_path / "out").mkdir()

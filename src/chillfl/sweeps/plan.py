@@ -313,9 +313,13 @@ class Cell:
         return (self.variant.label, self.point, self.seed)
 
 
-def cell_config(config: RunConfig, variant: Variant, point: Mapping[str, Any], seed: int, suffix: bool, long: bool = False) -> RunConfig:
-    """The variant's config at a tuning point and seed, named by :func:`run_name` (with the point and seed when ``suffix``)."""
-    cfg = apply_variant(config, variant)
+def cell_config(config: RunConfig, variant: Variant, point: Mapping[str, Any], seed: int, suffix: bool, long: bool = False,
+                applied: RunConfig | None = None) -> RunConfig:
+    """The variant's config at a tuning point and seed, named by :func:`run_name` (with the point and seed when ``suffix``).
+
+    ``applied``: ``apply_variant(config, variant)`` already built (:func:`plan_cells` builds it once a variant, not once a run).
+    """
+    cfg = apply_variant(config, variant) if applied is None else applied
     name = run_name(variant, point, seed, long) if suffix else run_name(variant, {}, None, long)
     try:
         cfg = cfg.with_overrides({**point, "seed": seed, "name": name})
@@ -431,14 +435,17 @@ def variant_points(shared: Mapping[str, Any], variant: Variant) -> list[Point]:
 
 def plan_cells(config: RunConfig, variants: Sequence[Variant], shared: Mapping[str, Any], seeds: Sequence[int], suffix: bool, from_grid: bool) -> list[Cell]:
     """Every run's config; short folder names (``fedavg-lr0.01-s0``), or the full labels if two short ones collide."""
+    applied: dict[int, RunConfig] = {}  # each variant's config validated once, not once a run (seeds x tuning points times)
     cells: list[Cell] = []
     for long in (False, True):
         cells = []
-        for v in variants:
+        for i, v in enumerate(variants):
             with naming(v, from_grid):
+                if i not in applied:
+                    applied[i] = apply_variant(config, v)
                 for pi, point in enumerate(variant_points(shared, v)):
                     for seed in seeds:
-                        cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, suffix, long)))
+                        cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, suffix, long, applied[i])))
         if len({c.config.name for c in cells}) == len(cells):
             break
     return cells

@@ -38,7 +38,7 @@ from chillfl.models.assign import arch_section, base_table, plan_models, refuse_
 from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_inputs
 from chillfl.models.parts import check_declared_head, head_name, refuse_nonlinear_head
 from chillfl.models.projection import PROJECTION_OPTION, check_projection_dim
-from chillfl.models.registry import MODELS, model_options
+from chillfl.models.registry import model_options
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.softlabels.public import check_public_dataset
 from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
@@ -667,8 +667,6 @@ def check_parts(config: RunConfig) -> None:
         section = arch_section(plan, index)
         name, options = RunConfig.component(arch)
         if not is_custom(name):
-            if name not in MODELS:
-                raise choice_error(f"{section}.name", name, model_names())
             model_options(name, {k: v for k, v in options.items() if k != PROJECTION_OPTION}, section)
         check_projection_dim(options.get(PROJECTION_OPTION, 0), f"{section}.{PROJECTION_OPTION}")  # every model takes it, so no model's options check it
     check_model_assignment(config, config.federation.num_clients)

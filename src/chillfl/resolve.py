@@ -37,7 +37,7 @@ from chillfl.errors import choice_error
 from chillfl.experiment import is_custom
 from chillfl.models.assign import HETERO_KEYS
 from chillfl.models.projection import PROJECTION_OPTION
-from chillfl.models.registry import MODELS, model_names, model_options
+from chillfl.models.registry import model_options
 from chillfl.settings.distillation import DistillationSetup
 from chillfl.settings.prototypes import PrototypeSettings
 from chillfl.options import parse_options
@@ -86,8 +86,6 @@ def model_table(table: Mapping[str, Any]) -> dict[str, Any]:
     name, options = RunConfig.component(table)
     if is_custom(name) or any(key in table for key in HETERO_KEYS):
         return dict(table)
-    if name not in MODELS:
-        raise choice_error("model.name", name, model_names())
     own = {k: v for k, v in options.items() if k != PROJECTION_OPTION}
     extra = {PROJECTION_OPTION: options[PROJECTION_OPTION]} if PROJECTION_OPTION in options else {}
     return {"name": name, **option_table(model_options(name, own)), **extra}

@@ -24,7 +24,7 @@ from chillfl.data import ArrayDataset, FederatedData, build_federated_data, data
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
 from chillfl.data.datasets import DATASETS, dataset_options
 from chillfl.data.loaders import data_absent
-from chillfl.data.partition import PARTITIONERS, partitioner_names, partitioner_options
+from chillfl.data.partition import partitioner_options, partitioner_spec
 from chillfl.data.partition_file import FROM_FILE
 from chillfl.executors.compiled import check_toolchain
 from chillfl.executors.parallel import ExecutorSpec, make_parallel_executor, unsendable
@@ -655,10 +655,8 @@ def check_parts(config: RunConfig) -> None:
     name, options = RunConfig.component(config.partition)
     noisy = False
     if name != FROM_FILE:  # a partition file is read with the data
-        if name not in PARTITIONERS:
-            raise choice_error("partition.name", name, partitioner_names())
         parsed = partitioner_options(name, options)  # whether or not it adds noise: a comparison's variant is checked here only
-        adds_noise = PARTITIONERS[name].adds_noise
+        adds_noise = partitioner_spec(name).adds_noise
         noisy = adds_noise is not None and adds_noise(parsed, config.federation.num_clients)
     name, options = RunConfig.component(config.algorithm)
     check_algorithm(name, options, config)  # its options, then its declared limits against the run

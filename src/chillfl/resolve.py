@@ -31,7 +31,7 @@ from chillfl.aggregation.registry import algorithm_options, algorithm_spec, wrap
 from chillfl.config import ObjectiveConfig, RunConfig
 from chillfl.data.augment import AUGMENT_KEY, split_augment
 from chillfl.data.datasets import DATASETS, dataset_names, dataset_options
-from chillfl.data.partition import PARTITIONERS, partitioner_names, partitioner_options
+from chillfl.data.partition import partitioner_options
 from chillfl.data.partition_file import FROM_FILE
 from chillfl.errors import choice_error
 from chillfl.experiment import is_custom
@@ -72,8 +72,6 @@ def partition_table(table: Mapping[str, Any]) -> dict[str, Any]:
     name, options = RunConfig.component(table)
     if name == FROM_FILE:
         return dict(table)
-    if name not in PARTITIONERS:
-        raise choice_error("partition.name", name, partitioner_names())
     return {"name": name, **option_table(partitioner_options(name, options))}
 
 

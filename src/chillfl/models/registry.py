@@ -64,9 +64,20 @@ def model_names() -> list[str]:
     return sorted({*MODELS, *plugin_names(is_model, tuple(MODELS), "model.name")})
 
 
-def is_model(obj: Any) -> bool:
-    """Whether a plugin's object is a model: a :class:`ModelSpec`, an ``nn.Module`` class or a builder function."""
+def _model_form(obj: Any) -> bool:
     return isinstance(obj, ModelSpec) or (isinstance(obj, type) and issubclass(obj, nn.Module)) or inspect.isfunction(obj)
+
+
+def is_model(obj: Any) -> bool:
+    """Whether a plugin's object is a model: a :class:`ModelSpec`, an ``nn.Module`` class or a function called as a
+    builder is (a partitioner's split function takes six parameters, not four: ``chillfl list`` tells them apart by that)."""
+    if not inspect.isfunction(obj):
+        return _model_form(obj)
+    try:
+        inspect.signature(obj).bind(*BUILD_CALL)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def user_model(obj: Any, name: str, field: str) -> ModelSpec:
@@ -77,7 +88,7 @@ def user_model(obj: Any, name: str, field: str) -> ModelSpec:
     with ``options`` its ``Options`` dataclass parsed from the ``[model]`` table (:class:`NoOptions` when it declares none).
     Checked when the config is read, before anything is built or written.
     """
-    if not is_model(obj):
+    if not _model_form(obj):
         raise ConfigError(field, f"{name!r} must name a model: a ModelSpec, an nn.Module class or a builder function, got {type(obj).__name__}")
     spec = obj if isinstance(obj, ModelSpec) else ModelSpec(inspect.getattr_static(obj, "Options", NoOptions), obj)
     if not (isinstance(spec.options, type) and dataclasses.is_dataclass(spec.options)):

@@ -24,7 +24,7 @@ from chillfl.data import ArrayDataset, FederatedData, build_federated_data, data
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
 from chillfl.data.datasets import DATASETS, dataset_options
 from chillfl.data.loaders import data_absent
-from chillfl.data.partition import PARTITIONERS, partitioner_names, partitioner_options
+from chillfl.data.partition import partitioner_options, partitioner_spec
 from chillfl.data.partition_file import FROM_FILE
 from chillfl.executors.compiled import check_toolchain
 from chillfl.executors.parallel import ExecutorSpec, make_parallel_executor, unsendable
@@ -38,7 +38,7 @@ from chillfl.models.assign import arch_section, base_table, plan_models, refuse_
 from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_inputs
 from chillfl.models.parts import check_declared_head, head_name, refuse_nonlinear_head
 from chillfl.models.projection import PROJECTION_OPTION, check_projection_dim
-from chillfl.models.registry import MODELS, model_options
+from chillfl.models.registry import model_options
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.softlabels.public import check_public_dataset
 from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
@@ -655,10 +655,8 @@ def check_parts(config: RunConfig) -> None:
     name, options = RunConfig.component(config.partition)
     noisy = False
     if name != FROM_FILE:  # a partition file is read with the data
-        if name not in PARTITIONERS:
-            raise choice_error("partition.name", name, partitioner_names())
         parsed = partitioner_options(name, options)  # whether or not it adds noise: a comparison's variant is checked here only
-        adds_noise = PARTITIONERS[name].adds_noise
+        adds_noise = partitioner_spec(name).adds_noise
         noisy = adds_noise is not None and adds_noise(parsed, config.federation.num_clients)
     name, options = RunConfig.component(config.algorithm)
     check_algorithm(name, options, config)  # its options, then its declared limits against the run
@@ -667,8 +665,6 @@ def check_parts(config: RunConfig) -> None:
         section = arch_section(plan, index)
         name, options = RunConfig.component(arch)
         if not is_custom(name):
-            if name not in MODELS:
-                raise choice_error(f"{section}.name", name, model_names())
             model_options(name, {k: v for k, v in options.items() if k != PROJECTION_OPTION}, section)
         check_projection_dim(options.get(PROJECTION_OPTION, 0), f"{section}.{PROJECTION_OPTION}")  # every model takes it, so no model's options check it
     check_model_assignment(config, config.federation.num_clients)

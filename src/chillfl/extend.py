@@ -47,7 +47,9 @@ docs/architecture.md the reference of the seams they plug into):
   counts and the method's own per-class rows), how the server combines them into the global
   :class:`Knowledge`, and the clients' loss (a :class:`PrototypeLoss`, told the model's
   :class:`Head`);
-* **a model** (any ``nn.Module``; passed to ``chillfl.run(model=...)``): one that names its classifier
+* **a model** (any ``nn.Module``; passed to ``chillfl.run(model=...)``, or named in ``[model] name`` by import path
+  or entry point: a class or function called as ``build(input_shape, num_classes, options, section)``, or a
+  :class:`~chillfl.models.spec.ModelSpec`): one that names its classifier
   head (:class:`DeclaresHead`, a ``head_name()`` method) is split there by every method that reads the
   representation or personalises the head (MOON, the prototype family, FedRoD, FedDBE, FedGen, CKA);
   one that does not gets its last ``nn.Linear``, with a warning;
@@ -69,7 +71,7 @@ Use them either way, with no global state touched:
   policy=MyPolicy())`` (and ``chillfl.compare``); each run works on deep copies;
 * from a config or the command line, by import path: ``[algorithm] name = "mypkg.rules:MyRule"``,
   ``[temperature] policy = "mypkg.warmup:Warmup"``, ``[distillation] method = "mypkg.sl:SPEC"``,
-  ``[prototypes] method = "mypkg.protos:SPEC"``, ``[attack] kind = "mypkg.attacks:SPEC"``, ``[privacy] mechanism = "mypkg.dp:SPEC"``,
+  ``[prototypes] method = "mypkg.protos:SPEC"``, ``[model] name = "mypkg.nets:Net"``, ``[attack] kind = "mypkg.attacks:SPEC"``, ``[privacy] mechanism = "mypkg.dp:SPEC"``,
   with the class's ``Options`` dataclass parsed and validated like a built-in's options
   (or an :class:`AlgorithmSpec` / :class:`PolicySpec` when the builder needs more, e.g. the
   number of clients, or adds terms); or by a name that an installed distribution registers

@@ -10,8 +10,9 @@ and an installed distribution may register names under the entry-point group
 ``chillfl.plugins`` (``[project.entry-points."chillfl.plugins"] mymethod =
 "mypkg.robust:GeometricMedian"``), which then show in ``chillfl list`` and are
 used as ``name = "mymethod"``. The same works for temperature policies
-(``[temperature] policy = ...``) and soft-label methods (``[distillation]
-method = ...``); ``chillfl list`` shows each entry point under the part its
+(``[temperature] policy = ...``), soft-label methods (``[distillation]
+method = ...``), models (``[model] name = ...``) and partitioners
+(``[partition] name = ...``); ``chillfl list`` shows each entry point under the part its
 object belongs to. Nothing is registered in a global table: a name is
 resolved where it is read, every time.
 

@@ -31,13 +31,13 @@ from chillfl.aggregation.registry import algorithm_options, algorithm_spec, wrap
 from chillfl.config import ObjectiveConfig, RunConfig
 from chillfl.data.augment import AUGMENT_KEY, split_augment
 from chillfl.data.datasets import DATASETS, dataset_names, dataset_options
-from chillfl.data.partition import PARTITIONERS, partitioner_names, partitioner_options
+from chillfl.data.partition import partitioner_options
 from chillfl.data.partition_file import FROM_FILE
 from chillfl.errors import choice_error
 from chillfl.experiment import is_custom
 from chillfl.models.assign import HETERO_KEYS
 from chillfl.models.projection import PROJECTION_OPTION
-from chillfl.models.registry import MODELS, model_names, model_options
+from chillfl.models.registry import model_options
 from chillfl.settings.distillation import DistillationSetup
 from chillfl.settings.prototypes import PrototypeSettings
 from chillfl.options import parse_options
@@ -72,8 +72,6 @@ def partition_table(table: Mapping[str, Any]) -> dict[str, Any]:
     name, options = RunConfig.component(table)
     if name == FROM_FILE:
         return dict(table)
-    if name not in PARTITIONERS:
-        raise choice_error("partition.name", name, partitioner_names())
     return {"name": name, **option_table(partitioner_options(name, options))}
 
 
@@ -86,8 +84,6 @@ def model_table(table: Mapping[str, Any]) -> dict[str, Any]:
     name, options = RunConfig.component(table)
     if is_custom(name) or any(key in table for key in HETERO_KEYS):
         return dict(table)
-    if name not in MODELS:
-        raise choice_error("model.name", name, model_names())
     own = {k: v for k, v in options.items() if k != PROJECTION_OPTION}
     extra = {PROJECTION_OPTION: options[PROJECTION_OPTION]} if PROJECTION_OPTION in options else {}
     return {"name": name, **option_table(model_options(name, own)), **extra}

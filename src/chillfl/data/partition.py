@@ -126,6 +126,8 @@ papers/scarlet.txt Sec. IV-A, Table II) against the bundled experiments.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -135,6 +137,7 @@ import numpy as np
 from chillfl.data.flwr_partition import FlwrOptions, flwr_split
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import Chosen, parse_options, require
+from chillfl.plugins import check_hooks, plugin_names, resolve, warn_if_shadowed
 
 if TYPE_CHECKING:
     from chillfl.data.datasets import ArrayDataset
@@ -715,13 +718,61 @@ PARTITIONERS: dict[str, PartitionerEntry] = {
 }
 
 
+SPLIT_CALL = ("labels", "num_clients", "rng", "options", "section", "dataset")
+"""How a partitioner's split is called, a built-in's and a plugin's alike."""
+
+
 def partitioner_names() -> list[str]:
-    return sorted(PARTITIONERS)
+    """Registered partitioner names and the ``chillfl.plugins`` entry points that name a partitioner, sorted."""
+    return sorted({*PARTITIONERS, *plugin_names(is_partitioner, tuple(PARTITIONERS), "partition.name")})
+
+
+def is_partitioner(obj: Any) -> bool:
+    """Whether a plugin's object is a partitioner: a :class:`PartitionerEntry`, or a function called as a split is
+    (a model's builder function takes four parameters, not six: ``chillfl list`` tells them apart by that)."""
+    if isinstance(obj, PartitionerEntry):
+        return True
+    if not inspect.isfunction(obj):
+        return False
+    try:
+        inspect.signature(obj).bind(*SPLIT_CALL)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def user_partitioner(obj: Any, name: str, field: str) -> PartitionerEntry:
+    """A user's object (import path or entry point) as a :class:`PartitionerEntry`, or a ConfigError on ``field``.
+
+    ``obj`` is a ``PartitionerEntry`` (the built-ins' form), or a function called as the built-ins' splits are,
+    ``split(labels, num_clients, rng, options, section, dataset)`` returning a :class:`Partition`, with ``options``
+    its ``Options`` dataclass parsed from the ``[partition]`` table (:class:`NoOptions` when it declares none).
+    """
+    if not (isinstance(obj, PartitionerEntry) or inspect.isfunction(obj)):
+        raise ConfigError(field, f"{name!r} must name a partitioner: a PartitionerEntry or a split function, got {type(obj).__name__}")
+    entry = obj if isinstance(obj, PartitionerEntry) else PartitionerEntry(getattr(obj, "Options", NoOptions), obj)
+    if not (isinstance(entry.options, type) and dataclasses.is_dataclass(entry.options)):
+        raise ConfigError(field, f"{name!r}: its options must be a dataclass, got {entry.options!r}")
+    check_hooks(name, (("split", entry.split, SPLIT_CALL), ("adds_noise", entry.adds_noise, ("options", "num_clients"))), field)
+    return entry
+
+
+def partitioner_spec(name: object, section: str = "partition") -> PartitionerEntry:
+    """The registered partitioner ``name``, or a user's (``"pkg.module:split"``, a ``chillfl.plugins`` entry point);
+    a ConfigError on ``<section>.name`` when there is none."""
+    field = f"{section}.name"
+    if isinstance(name, str) and name in PARTITIONERS:
+        warn_if_shadowed(name, field, is_partitioner)
+        return PARTITIONERS[name]
+    found = resolve(name, field) if isinstance(name, str) and name else None
+    if found is None:
+        raise choice_error(field, name, partitioner_names())
+    return user_partitioner(found, name, field)  # type: ignore[arg-type]  # resolve took only a str
 
 
 def partitioner_options(name: str, options: Mapping[str, Any] | None, section: str = "partition") -> Any:
-    """Registered partitioner ``name``'s options parsed from ``options`` (its table without ``name``)."""
-    return parse_options(PARTITIONERS[name].options, options, section, Chosen(f"{section}.name", name, lambda: PARTITIONERS))
+    """Partitioner ``name``'s options parsed from ``options`` (its table without ``name``)."""
+    return parse_options(partitioner_spec(name, section).options, options, section, Chosen(f"{section}.name", name, lambda: PARTITIONERS))
 
 
 def _num_classes(labels: np.ndarray, dataset: ArrayDataset | None) -> int:
@@ -743,9 +794,7 @@ def partition(
 
     Returned indices are sorted per client and never shared between clients.
     """
-    if name not in PARTITIONERS:
-        raise choice_error(f"{section}.name", name, partitioner_names())
-    entry = PARTITIONERS[name]
+    entry = partitioner_spec(name, section)
     opts: Any = partitioner_options(name, options, section)
     labels = np.asarray(labels)
     if labels.ndim != 1 or (len(labels) and labels.min() < 0):

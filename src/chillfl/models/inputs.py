@@ -23,7 +23,7 @@ from chillfl.data.values import InputValues, input_values
 from chillfl.errors import ConfigError
 from chillfl.models.assign import arch_section, plan_models
 from chillfl.models.projection import PROJECTION_OPTION
-from chillfl.models.registry import MODELS, model_options
+from chillfl.models.registry import model_options, model_spec
 from chillfl.models.spec import ModelSpec
 
 @dataclass(frozen=True)
@@ -48,14 +48,16 @@ class IndexReader:
 
 def index_readers(table: Mapping[str, Any], num_clients: int) -> list[IndexReader]:
     """The ``[model]`` table's architectures (per-client ones too) whose spec declares ``reads_indices``."""
+    from chillfl.experiment import is_custom  # the run's module, which imports this one
+
     plan = plan_models(table, num_clients)
     readers = []
     for i, arch in enumerate(plan.archs):
         name = arch.get("name")
-        spec = MODELS.get(name) if isinstance(name, str) else None
+        section = arch_section(plan, i)
+        spec = model_spec(name, section) if isinstance(name, str) and not is_custom(name) else None
         if not isinstance(name, str) or spec is None or spec.reads_indices is None:
             continue
-        section = arch_section(plan, i)
         options = model_options(name, {k: v for k, v in arch.items() if k not in ("name", PROJECTION_OPTION)}, section)
         readers.append(IndexReader(name, f"{section}.name", options, spec))
     return readers

@@ -14,6 +14,8 @@ names its classifier head (``head_name()``, :class:`~chillfl.models.parts.Declar
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import itertools
 import math
 from collections.abc import Mapping
@@ -27,9 +29,10 @@ from chillfl.errors import ConfigError, choice_error
 from chillfl.models import alexnet, char_lstm, cnn, cnn1d, fedchill, mlp, resnet, resnet_cifar, vit
 from chillfl.models.projection import PROJECTION_OPTION, with_projection_head
 from chillfl.models.spec import Builder, ModelSpec
-from chillfl.options import Chosen, blame, parse_options, require_memory, total_memory_bytes
+from chillfl.options import Chosen, NoOptions, blame, parse_options, require_memory, total_memory_bytes
+from chillfl.plugins import check_hooks, plugin_names, resolve, warn_if_shadowed
 
-__all__ = ["Builder", "MODELS", "ModelSpec", "build_model", "count_parameters", "model_names"]
+__all__ = ["Builder", "MODELS", "ModelSpec", "build_model", "count_parameters", "model_names", "model_spec"]
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -52,14 +55,64 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+BUILD_CALL = ("input_shape", "num_classes", "options", "section")
+"""How a model's builder is called, a built-in's and a plugin's alike."""
+
+
 def model_names() -> list[str]:
-    """Registered model names, sorted."""
-    return sorted(MODELS)
+    """Registered model names and the ``chillfl.plugins`` entry points that name a model, sorted."""
+    return sorted({*MODELS, *plugin_names(is_model, tuple(MODELS), "model.name")})
+
+
+def _model_form(obj: Any) -> bool:
+    return isinstance(obj, ModelSpec) or (isinstance(obj, type) and issubclass(obj, nn.Module)) or inspect.isfunction(obj)
+
+
+def is_model(obj: Any) -> bool:
+    """Whether a plugin's object is a model: a :class:`ModelSpec`, an ``nn.Module`` class or a function called as a
+    builder is (a partitioner's split function takes six parameters, not four: ``chillfl list`` tells them apart by that)."""
+    if not inspect.isfunction(obj):
+        return _model_form(obj)
+    try:
+        inspect.signature(obj).bind(*BUILD_CALL)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def user_model(obj: Any, name: str, field: str) -> ModelSpec:
+    """A user's object (import path or entry point) as a :class:`ModelSpec`, or a ConfigError on ``field``.
+
+    ``obj`` is a ``ModelSpec`` (the built-ins' form: options, builder, what its inputs are), or an ``nn.Module``
+    class or a function called as the built-ins' builders are, ``build(input_shape, num_classes, options, section)``,
+    with ``options`` its ``Options`` dataclass parsed from the ``[model]`` table (:class:`NoOptions` when it declares none).
+    Checked when the config is read, before anything is built or written.
+    """
+    if not _model_form(obj):
+        raise ConfigError(field, f"{name!r} must name a model: a ModelSpec, an nn.Module class or a builder function, got {type(obj).__name__}")
+    spec = obj if isinstance(obj, ModelSpec) else ModelSpec(inspect.getattr_static(obj, "Options", NoOptions), obj)
+    if not (isinstance(spec.options, type) and dataclasses.is_dataclass(spec.options)):
+        raise ConfigError(field, f"{name!r}: its options must be a dataclass, got {spec.options!r}")
+    check_hooks(name, (("build", spec.build, BUILD_CALL), ("reads_indices", spec.reads_indices, ("options", "num_classes"))), field)
+    return spec
+
+
+def model_spec(name: object, section: str = "model") -> ModelSpec:
+    """The registered model ``name``, or a user's (``"pkg.module:Name"``, a ``chillfl.plugins`` entry point);
+    a ConfigError on ``<section>.name`` when there is none."""
+    field = f"{section}.name"
+    if isinstance(name, str) and name in MODELS:
+        warn_if_shadowed(name, field, is_model)
+        return MODELS[name]
+    found = resolve(name, field) if isinstance(name, str) and name else None
+    if found is None:
+        raise choice_error(field, name, model_names())
+    return user_model(found, name, field)  # type: ignore[arg-type]  # resolve took only a str
 
 
 def model_options(name: str, options: Mapping[str, Any] | None, section: str = "model") -> Any:
-    """Registered model ``name``'s options parsed from ``options`` (its table without ``name`` and the projection)."""
-    return parse_options(MODELS[name].options, options, section, Chosen(f"{section}.name", name, lambda: MODELS))
+    """Model ``name``'s options parsed from ``options`` (its table without ``name`` and the projection)."""
+    return parse_options(model_spec(name, section).options, options, section, Chosen(f"{section}.name", name, lambda: MODELS))
 
 
 def build_model(
@@ -78,9 +131,7 @@ def build_model(
     initialised from ``torch.manual_seed(seed)`` inside a forked RNG, leaving
     the global RNG state untouched; without it torch's global RNG is used.
     """
-    spec = MODELS.get(name)
-    if spec is None:
-        raise choice_error(f"{section}.name", name, model_names())
+    spec = model_spec(name, section)
     if num_classes < 1:
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
     table = {k: v for k, v in (options or {}).items() if k not in ("name", PROJECTION_OPTION)}
@@ -123,15 +174,23 @@ class _ShapesOnly(TorchFunctionMode):
 
 
 def meta_size(name: str, input_shape: tuple[int, ...], num_classes: int, options: Any, section: str = "model") -> float:
-    """Parameters plus buffers of model ``name``, counted on the meta device (nothing allocated); inf if too big to build."""
-    spec = MODELS[name]
+    """Parameters plus buffers of model ``name``, counted on the meta device (nothing allocated); inf if too big to build.
+
+    A plugin's model that cannot be built on the meta device (it reads a value) counts 0: its own build then says what
+    is wrong, rather than a "too large" it may not be.
+    """
+    spec = model_spec(name, section)
     try:
         with torch.device("meta"), _ShapesOnly():
             model = spec.build(input_shape, num_classes, options, section)
     except ConfigError:  # the input does not fit the architecture: the user's error, as is
         raise
     except (RuntimeError, ValueError, OverflowError, MemoryError):  # sizes past int64 inside torch
-        return math.inf
+        return math.inf if name in MODELS else 0.0
+    except Exception:  # noqa: BLE001 - a plugin's code: left to its real build
+        if name in MODELS:
+            raise
+        return 0.0
     return float(sum(t.numel() for t in itertools.chain(model.parameters(), model.buffers())))
 
 

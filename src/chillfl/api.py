@@ -12,7 +12,7 @@ registry changes and two runs in one process cannot see each other. The
 saved ``config.toml`` records what actually ran: ``[model] name = "custom"``
 with the module's class and parameter count, ``[dataset] name = "custom"``
 with the data's sizes; a config file cannot rebuild those parts, and loading
-it says so (:data:`chillfl.experiment.CUSTOM`).
+it says so (:data:`chillfl.plugins.CUSTOM`).
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ from chillfl.data import ArrayDataset, dataset_names, partitioner_names
 from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.engine.view import RunView, model_with_state
 from chillfl.errors import ConfigError
-from chillfl.experiment import (COMPARISON_FROM_PYTHON, CUSTOM, RUN_FROM_PYTHON, Experiment, FromPython, Plugged, build_experiment, check_plugged, check_rebuildable,
-                                dataset_record, is_custom, plugged_records, record_conflict)
+from chillfl.experiment import (COMPARISON_FROM_PYTHON, RUN_FROM_PYTHON, Experiment, FromPython, Plugged, build_experiment, check_plugged, check_rebuildable,
+                                dataset_record, plugged_records, record_conflict)
 from chillfl.experiments import resolve_config
 from chillfl.models import model_names
 from chillfl.models.assign import refuse_with_user_model
 from chillfl.options import short_repr
 from chillfl.progress import Progress
-from chillfl.plugins import has_methods
+from chillfl.plugins import CUSTOM, has_methods, is_custom
 from chillfl.report.compare import CompareResult as Comparison
 from chillfl.storage.run_state import is_sweep
 from chillfl.sweeps.plan import CompareOptions, grid_variants, parse_grid, repeats

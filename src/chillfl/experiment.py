@@ -43,7 +43,7 @@ from chillfl.protocols.common import Evaluation
 from chillfl.protocols.softlabels.public import check_public_dataset
 from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
-from chillfl.plugins import has_methods
+from chillfl.plugins import CUSTOM, has_methods, is_custom
 from chillfl.seeds import derive_seed
 from chillfl.temperature import check_policy, make_policy, policy_capabilities, policy_names
 from chillfl.temperature.registry import class_capabilities
@@ -73,16 +73,6 @@ def resolve_device(name: str) -> torch.device:
 
 def base_losses() -> dict[str, Any]:
     return {"standard": temperature_cross_entropy, **BASE_LOSSES}
-
-
-CUSTOM = "custom"
-"""``model.name`` / ``dataset.name`` of a run given a user's own ``nn.Module`` / tensors from Python
-(:func:`chillfl.api.run`): the saved config says what ran, and a config file cannot rebuild it."""
-
-
-def is_custom(name: object) -> bool:
-    """``custom`` (or ``custom:<label>``): a part that came from Python, not from a registry."""
-    return isinstance(name, str) and (name == CUSTOM or name.startswith(CUSTOM + ":"))
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,15 @@ log = logging.getLogger(__name__)
 GROUP = "chillfl.plugins"
 _PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
+CUSTOM = "custom"
+"""``model.name`` / ``dataset.name`` of a run given a user's own ``nn.Module`` / tensors from Python
+(:func:`chillfl.api.run`): the saved config says what ran, and a config file cannot rebuild it."""
+
+
+def is_custom(name: object) -> bool:
+    """``custom`` (or ``custom:<label>``): a part that came from Python, not from a registry."""
+    return isinstance(name, str) and (name == CUSTOM or name.startswith(CUSTOM + ":"))
+
 
 class PluginNotImported(ConfigError):
     """A name that only a plugin's code could answer (an import path or an entry point), met while a results folder is read

@@ -34,7 +34,7 @@ from chillfl.data.datasets import DATASETS, dataset_names, dataset_options
 from chillfl.data.partition import partitioner_options
 from chillfl.data.partition_file import FROM_FILE
 from chillfl.errors import choice_error
-from chillfl.experiment import is_custom
+from chillfl.plugins import is_custom
 from chillfl.models.assign import HETERO_KEYS
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import model_options

@@ -54,7 +54,8 @@ from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import as_comment, differences, environment
 from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError
 from chillfl.executors.pools import WorkerPools
-from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, is_custom, make_executor, note_test_rows_steering
+from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, make_executor, note_test_rows_steering
+from chillfl.plugins import is_custom
 from chillfl.extras import need
 from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.metrics.communication import communication_summary

@@ -25,6 +25,7 @@ from chillfl.models.assign import arch_section, plan_models
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import model_options, model_spec
 from chillfl.models.spec import ModelSpec
+from chillfl.plugins import is_custom
 
 @dataclass(frozen=True)
 class IndexReader:
@@ -48,7 +49,6 @@ class IndexReader:
 
 def index_readers(table: Mapping[str, Any], num_clients: int) -> list[IndexReader]:
     """The ``[model]`` table's architectures (per-client ones too) whose spec declares ``reads_indices``."""
-    from chillfl.experiment import is_custom  # the run's module, which imports this one
 
     plan = plan_models(table, num_clients)
     readers = []

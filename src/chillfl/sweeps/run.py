@@ -31,7 +31,8 @@ from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import data_absent
 from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, SweepFailed, one_line
 from chillfl.executors.pools import WorkerPools
-from chillfl.experiment import CUSTOM, Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts, is_custom
+from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts
+from chillfl.plugins import CUSTOM, is_custom
 from chillfl.progress import Progress, format_seconds
 from chillfl.report.caveats import other_test_rows_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures

@@ -75,6 +75,8 @@ class CompareResult:
     pending: int = 0
     """A shard's result (``--shard K/N``): how many of the comparison's runs are not finished yet, in other shards; while
     any is, no table is written (``folder`` is the shared ``.partial`` folder)."""
+    planned: list[str] = field(default_factory=list)
+    """A ``dry_run``'s plan: the runs it would make (:func:`~chillfl.sweeps.plan.describe_plan`), for ``--dry-run`` to print."""
 
     def __str__(self) -> str:
         return self.table

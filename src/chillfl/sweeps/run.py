@@ -39,7 +39,7 @@ from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
 from chillfl.storage.run_folder import folder_named
-from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, naming, plan_runs
+from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, describe_plan, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, write_sweep
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
 from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
@@ -366,9 +366,9 @@ def run_compare(
     plan = plan_runs(config, grid, options, variants, reference)
     datasets = check_runs(plan, dataset, model, plugged, dry_run, resume)
     if datasets is None:
-        return CompareResult(None, [], "", complete=False)
+        return CompareResult(None, [], "", complete=False, planned=describe_plan(plan), runs=len(plan.cells))
     if dry_run:
-        return CompareResult(None, [], "")
+        return CompareResult(None, [], "", planned=describe_plan(plan), runs=len(plan.cells))
     if on_checked is not None:
         on_checked()
     if shard is not None:

@@ -136,7 +136,7 @@ def build_rows(
                 "final_acc": final,
                 "delta_acc": (final - base_final) if final is not None and base_final is not None and v.label != base.label else None,
                 "best_acc": s.get(f"best_{metric}"),
-                "final_loss": s.get(f"final_{metric.replace('acc', 'loss')}"),
+                "final_loss": finite_or_none(s.get(f"final_{metric.replace('acc', 'loss')}")),  # an overflowed loss: "-", as over seeds
                 "final_local_acc": s.get("final_local_acc"),
                 "rounds_to_target": rounds,
                 "speedup": speedup,
@@ -195,6 +195,11 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
             line += f" {pct(r.get('attack_success_rate'))} |"
         lines.append(line)
     return "\n".join(lines)
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """A summary's value, None where it is missing or non-finite (a NaN is ``null`` in ``summary.json`` too)."""
+    return None if value is None or not math.isfinite(value) else float(value)
 
 
 def _stat(values: Sequence[float | None]) -> dict[str, Any] | None:

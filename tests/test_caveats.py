@@ -1,8 +1,11 @@
-"""The step-size caveat printed with comparisons of temperatures at one shared lr; the test-set caveat; saved sub-run configs."""
+"""The step-size caveat printed with comparisons of temperatures at one shared lr; the test-set caveat; the loss caveat; saved sub-run configs."""
 
 from __future__ import annotations
 
+import math
 import sys
+
+import pytest
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -11,8 +14,11 @@ else:  # pragma: no cover - Python 3.10
 
 from chillfl.config import load_config
 from chillfl.experiments import resolve_config
-from chillfl.report.caveats import step_size_caveat, other_test_rows_caveat
+from chillfl.storage.results import summarize
+from chillfl.report.caveats import ends_with_nonfinite_loss, nonfinite_loss_caveat, other_test_rows_caveat, step_size_caveat
 from chillfl.sweeps.plan import apply_variant, parse_grid, variants_from_config
+from chillfl.sweeps import run as sweeps_run
+from chillfl.sweeps.plan import CompareOptions
 from chillfl.sweeps.run import run_compare
 
 TINY = {"dataset.name": "digits", "federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 2, "eval.client_split_size": 10}
@@ -75,3 +81,61 @@ def test_no_caveat_when_every_variant_tunes_its_lr_in_its_own_grid(tmp_path) -> 
                     '[variants."T=0.5"]\ntemperature = { policy = "fixed", value = 0.5 }\ntune = { "client.lr" = [0.05, 0.2] }\n')
     result = run_compare(load_config(path, {"out_dir": str(tmp_path / "out"), **TINY}), [], progress=False, write=False)
     assert "| T=0.5 | client.lr=" in result.table and "step-size caveat" not in result.table
+
+
+@pytest.mark.parametrize(
+    ("records", "nonfinite"),
+    [
+        ([{"round": 1, "global_acc": 0.1, "global_loss": None}], True),  # metrics.jsonl writes NaN / inf as null
+        ([{"round": 1, "global_acc": 0.1, "global_loss": math.nan}], True),  # in memory, before it is written
+        ([{"round": 1, "global_acc": 0.1, "global_loss": math.inf}], True),
+        ([{"round": 1, "global_acc": 0.1, "global_loss": 2.3}], False),
+        ([{"round": 1, "global_acc": 0.1, "global_loss": None}, {"round": 2, "global_acc": 0.2, "global_loss": 2.3}], False),  # recovered by the end
+        ([{"round": 1, "global_acc": 0.1, "global_loss": None}, {"round": 2, "skipped": True}], True),  # a skipped last round measures nothing
+        ([{"round": 1, "global_acc": 0.1}], False),  # no global loss recorded at all
+        ([], False),
+    ],
+)
+def test_a_run_ends_with_a_nonfinite_loss_by_its_last_measured_round(records, nonfinite) -> None:
+    assert ends_with_nonfinite_loss(records) is nonfinite
+
+
+def test_the_loss_caveat_names_the_runs() -> None:
+    assert nonfinite_loss_caveat([]) is None
+    assert nonfinite_loss_caveat(["T0.05-lr0.2-s0"]) == (
+        "loss caveat: 1 run finished with a non-finite final global test loss (weights finite, so not diverged; "
+        "their accuracy and validation scores count, the loss column leaves them out): T0.05-lr0.2-s0.")
+    assert (nonfinite_loss_caveat(["a-s0", "b-s1"]) or "").startswith("loss caveat: 2 runs finished")
+
+
+@pytest.mark.parametrize("seeds", [[0], [0, 1]])
+def test_a_run_with_a_nonfinite_final_loss_counts_and_is_named_below_the_table(tmp_path, monkeypatch, seeds) -> None:
+    """A run whose weights stay finite but whose last global loss overflows finished: its accuracy counts, the loss
+    column left it out (over seeds) or printed nan (one seed), and nothing said so. Now one line names it."""
+    path = tmp_path / "t.toml"
+    path.write_text('name = "t"\n[variants."T=1"]\ntemperature = { policy = "none" }\n[variants."T=0.5"]\ntemperature = { policy = "fixed", value = 0.5 }\n')
+    config = load_config(path, {"client.lr": 0.05, "out_dir": str(tmp_path / "out"), **TINY})
+    options = CompareOptions(seeds=seeds)
+    plain = run_compare(config, [], progress=False, write=False, options=options)
+    assert "loss caveat" not in plain.table
+    real, overflowed = sweeps_run.run_experiment, "T0.5-s1" if len(seeds) > 1 else "T0.5"
+
+    def overflowing(cfg, **kwargs):  # the run's last global loss overflows (its weights untouched: not a divergence)
+        out = real(cfg, **kwargs)
+        if cfg.name == overflowed:
+            out.records[-1]["global_loss"] = math.nan
+            out.summary.update(summarize(out.records))
+        return out
+
+    monkeypatch.setattr(sweeps_run, "run_experiment", overflowing)
+    result = run_compare(config, [], progress=False, write=False, options=options)
+    assert result.failures == {}
+    assert result.table.endswith("\n\nloss caveat: 1 run finished with a non-finite final global test loss (weights finite, so not diverged; "
+                                 f"their accuracy and validation scores count, the loss column leaves them out): {overflowed}.")
+    assert "nan" not in result.table
+    before, after = ({r["variant"]: r for r in res.rows}["T=0.5"] for res in (plain, result))
+    assert after["final_acc"] == before["final_acc"]  # it counts as before
+    if len(seeds) > 1:
+        assert after["final_loss"]["n"] == 1 and after["final_loss"]["mean"] == before["final_loss"]["per_seed"][0]
+    else:
+        assert after["final_loss"] is None and before["final_loss"] is not None

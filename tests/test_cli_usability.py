@@ -49,6 +49,29 @@ def test_run_with_a_switched_partitioner_is_accepted(tmp_path: Path, capsys: pyt
     assert main(["compare", str(base), "--grid", "partition.name=iid,dirichlet", "--dry-run"]) == 0
 
 
+def test_a_compare_dry_run_lists_the_runs_of_its_grid_seeds_and_tuning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--grid, --seeds and --tune show what would run (count and names), as comments: the config stays valid TOML."""
+    base = write(tmp_path, f'out_dir = "{(tmp_path / "out").as_posix()}"\n[eval]\nvalidation = 0.2\n')
+    argv = ["compare", str(base), "--grid", "algorithm.name=fedavg,fedprox", "--seeds", "0,1", "--tune", "client.lr=0.1,0.2", "--dry-run"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    comments = [line for line in out.splitlines() if line.startswith("#   algorithm") or line.startswith("# compare")]
+    assert comments == [
+        "# compare (not part of the config): 8 runs: 2 variants x seeds 0, 1 x tuning client.lr = 0.1, 0.2",
+        "#   algorithm.name=fedavg: fedavg-lr0.1-s0, fedavg-lr0.1-s1, fedavg-lr0.2-s0, fedavg-lr0.2-s1",
+        "#   algorithm.name=fedprox: fedprox-lr0.1-s0, fedprox-lr0.1-s1, fedprox-lr0.2-s0, fedprox-lr0.2-s1",
+    ]
+    assert tomllib.loads(out)["eval"]["validation"] == 0.2
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_demos_dry_run_plans_the_runs_the_demo_makes(capsys: pytest.CaptureFixture[str]) -> None:
+    """`chillfl run --dry-run` checks the demo's temperatures too (27 runs), not its config's 9."""
+    assert main(["run", "--dry-run", "federation.rounds=1"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("# compare (not part of the config): 27 runs: 3 variants x seeds 0, 1, 2")
+
+
 @pytest.mark.parametrize(
     "argv, line",
     [

@@ -132,3 +132,26 @@ def test_a_python_runconfig_with_options_of_a_switched_off_table_is_refused_too(
     assert (on.privacy.mechanism, on.privacy.noise_multiplier) == ("dp-fedavg", 1.1)
     resolved = chillfl.make_config("demo")  # every switch written, every option at its default: loads again, unchanged
     assert chillfl.make_config(resolved) == resolved
+
+
+@pytest.mark.parametrize(
+    ("overrides", "noted"),
+    [
+        ({"federation.clients_per_round": 5, "federation.client_fraction": 0.3}, True),  # 0.3 x 20 = 6 clients, not 5
+        ({"federation.clients_per_round": 6, "federation.client_fraction": 0.3}, False),  # the same count: nothing to say
+        ({"federation.clients_per_round": 5}, False),  # client_fraction = 1.0, as every saved config.toml writes it
+        ({"federation.client_fraction": 0.3}, False),
+    ],
+)
+def test_a_count_that_overrides_a_different_fraction_is_noted_once(tmp_path, capsys, overrides, noted):
+    """Both set: clients_per_round wins, in one note (not an error: a saved config.toml writes both and must rerun)."""
+    from chillfl.cli import main
+
+    path = tmp_path / "both.toml"
+    path.write_text(f'out_dir = "{(tmp_path / "out").as_posix()}"\n[federation]\nnum_clients = 20\n', encoding="utf-8")
+    argv = ["run", str(path), "--dry-run", *(f"{k}={v}" for k, v in overrides.items())]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    line = "federation.client_fraction = 0.3 is ignored: federation.clients_per_round = 5 sets the clients a round (the fraction would give 6 of 20)"
+    assert err.count(line) == (1 if noted else 0), err
+    assert "client_fraction" not in err or noted

@@ -110,6 +110,7 @@ def _print_summary(out: "RunOutput") -> int:
 def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespace | None = None, writes: bool = True) -> int:
     """``--dry-run``: build and check every part as the run would, then print the resolved config
     (file < flags < overrides, as :func:`_load` merges them) as it would be saved; nothing runs and nothing is written.
+    A comparison's runs (every variant x seed x tuning point, by name, and their count) come first as comments.
 
     A mistake a run would hit exits 2 here. For ``compare``, every variant, tuning point and
     seed is checked. Without the dataset's files only names and options are checked (one note).
@@ -121,18 +122,27 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     if writes:  # what a run checks before it writes anything
         check_out_dir(config.out_dir)
         check_sinks(config)
-    if args is not None and (args.command == "compare" or _compares(config, args)):  # `run` on a config with variants compares too
+    planned: list[str] = []
+    if args is not None and (args.command == "compare" or bool(grid) or _compares(config, args)):  # `run` on a config with variants compares too
         from chillfl.sweeps.run import run_compare
 
         options = _compare_options(args)
-        complete = run_compare(config, grid, reference=getattr(args, "reference", None), progress=False, options=options, dry_run=True).complete
+        checked = run_compare(config, grid, reference=getattr(args, "reference", None), progress=False, options=options, dry_run=True)
+        complete, planned = checked.complete, checked.planned
     else:
         from chillfl.experiment import check_config
 
         complete = check_config(config)
+    from chillfl.experiment import note_ignored_fraction
+
+    note_ignored_fraction(config)  # checked: a note cannot precede an error line
     if not complete:
         print(f"chillfl: the files of dataset {config.dataset.get('name')!r} are not in {config.data_dir}: "
               "names and options checked, not the shapes that need the data", file=sys.stderr)
+    if planned:  # the runs --grid, --seeds and --tune make: opening comments, so the output stays the config's TOML
+        print("# compare (not part of the config): " + planned[0])
+        for line in planned[1:]:
+            print(textwrap.fill(line, width=100, initial_indent="#   ", subsequent_indent="#     ", break_on_hyphens=False))
     unset = unset_options(config)
     if unset:  # TOML has no null: what the file leaves out is derived at run time (first: a comment after the last table reads as its own)
         print(textwrap.fill("# unset (derived at run time; TOML has no null): " + ", ".join(unset), width=100, subsequent_indent="#   "))
@@ -145,7 +155,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.config, args.overrides = None, [args.config, *args.overrides]
     if args.dry_run:
         _shard(args)
-        return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args), args=args)
+        demo = args.config is None or args.config == DEMO  # what the demo runs: its temperatures too
+        return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args), DEMO_GRID if demo else (), args=args)
     if args.config is None or args.config == DEMO:
         config = _load(DEMO, args.overrides, args)
         if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner

@@ -515,6 +515,27 @@ def note_test_rows_steering(config: RunConfig, policy: TemperaturePolicy | None 
         log.warning("%s", message)
 
 
+def note_ignored_fraction(config: RunConfig) -> None:
+    """One line on stderr, once a process, when ``federation.clients_per_round`` overrides a ``client_fraction`` that
+    would sample a different number of clients: the count wins, and a user who wrote both should know which.
+
+    A note, not an error: every resolved ``config.toml`` writes ``client_fraction`` (1.0 unless set), so a saved
+    config with a count reruns as it is; the default 1.0 (what such a file holds) and a fraction giving the same
+    count say nothing.
+    """
+    fed = config.federation
+    if fed.clients_per_round is None or fed.client_fraction == 1.0:
+        return
+    by_fraction = dataclasses.replace(fed, clients_per_round=None).sample_size()
+    if by_fraction == fed.clients_per_round:
+        return
+    message = (f"note: federation.client_fraction = {fed.client_fraction} is ignored: federation.clients_per_round = {fed.clients_per_round} "
+               f"sets the clients a round (the fraction would give {by_fraction} of {fed.num_clients}); set only one of them")
+    if message not in _NOTED:
+        _NOTED.add(message)
+        log.warning("%s", message)
+
+
 def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None:
     """``[dataset.augment]``'s crop and flip of training batches (its normalisation acted when the data were loaded)."""
     opts = parse_augment(config.dataset.get(AUGMENT_KEY))

@@ -54,7 +54,7 @@ from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import as_comment, differences, environment
 from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError
 from chillfl.executors.pools import WorkerPools
-from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, make_executor, note_test_rows_steering
+from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, make_executor, note_ignored_fraction, note_test_rows_steering
 from chillfl.plugins import is_custom
 from chillfl.extras import need
 from chillfl.metrics.calibration import CalibrationAccumulator
@@ -263,6 +263,7 @@ def run_experiment(
         with intra_op_threads(config.threads):
             exp = experiment or build_experiment(config, data=data)
             note_test_rows_steering(config, exp.policy)  # built: every check has passed, so a note cannot precede an error line
+            note_ignored_fraction(config)
             config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
             if write:
                 check_sinks(config)

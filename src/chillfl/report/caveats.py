@@ -13,6 +13,7 @@ step size as well as in temperature. At a small shared lr a low T "wins" the way
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Mapping, Sequence
 
 from chillfl.config import RunConfig
@@ -56,3 +57,26 @@ def other_test_rows_caveat(configs: Sequence[RunConfig]) -> str | None:
         return None
     return (f"test-set caveat: the variants differ in {' and '.join(differ)}, so each is scored on other test rows: "
             "their accuracy differences, paired per seed, do not compare them on the same samples.")
+
+
+def ends_with_nonfinite_loss(records: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the last round that measured the global accuracy has a non-finite global test loss (``null`` in
+    ``metrics.jsonl``): the weights stayed finite, so the run finished and counts, but its predictions overflow."""
+    for record in reversed(records):
+        if record.get("global_acc") is not None:
+            if "global_loss" not in record:  # a run that records no global loss: nothing to say
+                return False
+            loss = record["global_loss"]
+            return loss is None or not math.isfinite(loss)
+    return False
+
+
+def nonfinite_loss_caveat(runs: Sequence[str]) -> str | None:
+    """One line naming the finished runs whose final global test loss is non-finite (:func:`ends_with_nonfinite_loss`);
+    None when there are none. They still count (only non-finite weights are a divergence), so the table says which
+    of its accuracies and validation scores come from them, and that the loss column leaves them out."""
+    if not runs:
+        return None
+    count = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
+    return (f"loss caveat: {count} finished with a non-finite final global test loss (weights finite, so not diverged; "
+            f"their accuracy and validation scores count, the loss column leaves them out): {', '.join(runs)}.")

@@ -75,6 +75,8 @@ class CompareResult:
     pending: int = 0
     """A shard's result (``--shard K/N``): how many of the comparison's runs are not finished yet, in other shards; while
     any is, no table is written (``folder`` is the shared ``.partial`` folder)."""
+    planned: list[str] = field(default_factory=list)
+    """A ``dry_run``'s plan: the runs it would make (:func:`~chillfl.sweeps.plan.describe_plan`), for ``--dry-run`` to print."""
 
     def __str__(self) -> str:
         return self.table
@@ -134,7 +136,7 @@ def build_rows(
                 "final_acc": final,
                 "delta_acc": (final - base_final) if final is not None and base_final is not None and v.label != base.label else None,
                 "best_acc": s.get(f"best_{metric}"),
-                "final_loss": s.get(f"final_{metric.replace('acc', 'loss')}"),
+                "final_loss": finite_or_none(s.get(f"final_{metric.replace('acc', 'loss')}")),  # an overflowed loss: "-", as over seeds
                 "final_local_acc": s.get("final_local_acc"),
                 "rounds_to_target": rounds,
                 "speedup": speedup,
@@ -193,6 +195,11 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
             line += f" {pct(r.get('attack_success_rate'))} |"
         lines.append(line)
     return "\n".join(lines)
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """A summary's value, None where it is missing or non-finite (a NaN is ``null`` in ``summary.json`` too)."""
+    return None if value is None or not math.isfinite(value) else float(value)
 
 
 def _stat(values: Sequence[float | None]) -> dict[str, Any] | None:

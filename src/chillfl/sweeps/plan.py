@@ -475,3 +475,17 @@ def plan_runs(
     field = "--reference" if reference else "compare.reference"
     ref, base = choose_reference(planned, reference or config.compare.get("reference"), config.compare.get("baseline"), field)
     return Plan(planned, saved, points, cells, ref, base, from_grid)
+
+
+def describe_plan(plan: Plan) -> list[str]:
+    """What a comparison would run, as ``--dry-run`` prints it: the count, the seeds and shared tuning grid,
+    then each variant's run names (they carry its tuning point and seed). Plain lines; the caller makes them comments."""
+    seeds = ", ".join(map(str, plan.seeds))
+    tune = "; ".join(f"{k} = {', '.join(map(str, v))}" for k, v in plan.tune_table.items())
+    head = f"{len(plan.cells)} runs: {len(plan.variants)} variant{'s' if len(plan.variants) != 1 else ''} x seeds {seeds}"
+    lines = [head + (f" x tuning {tune}" if tune else "")]
+    for v in plan.variants:
+        names = [c.config.name for c in plan.cells if c.variant is v]
+        own = "; ".join(f"{k} = {', '.join(map(str, vals))}" for k, vals in v.tune.items())
+        lines.append(f"{v.label}{f' (own tuning {own})' if own else ''}: {', '.join(names)}")
+    return lines

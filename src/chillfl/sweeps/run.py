@@ -34,13 +34,13 @@ from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.plugins import CUSTOM, is_custom
 from chillfl.progress import Progress, format_seconds
-from chillfl.report.caveats import other_test_rows_caveat, step_size_caveat
+from chillfl.report.caveats import ends_with_nonfinite_loss, nonfinite_loss_caveat, other_test_rows_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
 from chillfl.storage.run_folder import folder_named
-from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, naming, plan_runs
+from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, describe_plan, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, write_sweep
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
 from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
@@ -278,8 +278,9 @@ class Tables:
     outputs: dict[str, RunOutput]
 
 
-def tabulate(config: RunConfig, plan: Plan, picked: Picked) -> Tables:
-    """FLex&Chill's Table 4 for one seed and no tuning, else the table over seeds; the step-size caveat below either."""
+def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[str] = ()) -> Tables:
+    """FLex&Chill's Table 4 for one seed and no tuning, else the table over seeds; the step-size caveat below either.
+    ``nonfinite``: the finished runs whose final global loss is non-finite (:func:`nonfinite_runs`), named below it."""
     ref, base, seeds = plan.reference, plan.baseline, plan.seeds
     if plan.multi:
         rows = build_seed_rows(plan.variants, picked.runs, seeds, ref, base, picked.chosen if plan.tuned else None, failed=picked.failed)
@@ -292,10 +293,16 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked) -> Tables:
         table = format_table(rows, ref.label, base.label)
     configs = [apply_variant(config, v) for v in plan.variants]
     tuned = {**plan.tune_table, **{key: values for v in plan.variants for key, values in v.tune.items()}}  # own grids tune too (an lr in each)
-    for caveat in (step_size_caveat(configs, tuned, any(v.lr_scale != 1.0 for v in plan.variants)), other_test_rows_caveat(configs)):
+    for caveat in (step_size_caveat(configs, tuned, any(v.lr_scale != 1.0 for v in plan.variants)), other_test_rows_caveat(configs),
+                   nonfinite_loss_caveat(nonfinite)):
         if caveat is not None:
             table = f"{table}\n\n{caveat}"
     return Tables(rows, table, outputs)
+
+
+def nonfinite_runs(plan: Plan, sweep: Sweep) -> list[str]:
+    """Every finished run (any tuning point, picked or not) whose last global loss is non-finite, by name, in run order."""
+    return [c.config.name for c in plan.cells if (out := sweep.results.get(c.key)) is not None and ends_with_nonfinite_loss(out.records)]
 
 
 def one_seed_warning(seed: int) -> str:
@@ -367,9 +374,9 @@ def run_compare(
     plan = plan_runs(config, grid, options, variants, reference)
     datasets = check_runs(plan, dataset, model, plugged, dry_run, resume)
     if datasets is None:
-        return CompareResult(None, [], "", complete=False)
+        return CompareResult(None, [], "", complete=False, planned=describe_plan(plan), runs=len(plan.cells))
     if dry_run:
-        return CompareResult(None, [], "")
+        return CompareResult(None, [], "", planned=describe_plan(plan), runs=len(plan.cells))
     if on_checked is not None:
         on_checked()
     if shard is not None:
@@ -382,7 +389,7 @@ def run_compare(
         sweep = run_points(plan, where, resume is not None, force, progress, datasets, model, plugged, dataset=dataset)
         refuse_all_failed(plan, sweep, where)
         picked = pick_tuned(plan, sweep)
-        tables = tabulate(config, plan, picked)
+        tables = tabulate(config, plan, picked, nonfinite_runs(plan, sweep))
         warning = seed_noise_warning(plan)
         if warning is not None:
             log.warning(warning)

@@ -26,10 +26,10 @@ from torch import nn
 
 from chillfl.aggregation.base import Aggregator, holds_personal_model
 from chillfl.capabilities import Capabilities, declared
-from chillfl.errors import ConfigError, choice_error
+from chillfl.errors import ConfigError
 from chillfl.models.parts import refuse_nonlinear_head
 from chillfl.options import Chosen, parse_options
-from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve, warn_if_shadowed
+from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, look_up, plugin_names
 from chillfl.training.objective import Term
 
 if TYPE_CHECKING:  # annotations only
@@ -242,15 +242,8 @@ def algorithm_spec(name: str, section: str = "algorithm", field: str | None = No
 
     ``field`` names the key that chose it in errors (default ``<section>.name``; a wrapper's base: ``algorithm.base``).
     """
-    field = field or f"{section}.name"
-    builtins = registered_algorithms()
-    if name in builtins:
-        warn_if_shadowed(name, field, is_algorithm)
-        return builtins[name]
-    found = resolve(name, field)
-    if found is None:
-        raise choice_error(field, name, algorithm_names())
-    return user_algorithm(found, name, field)
+    spec: AlgorithmSpec = look_up(name, field or f"{section}.name", registered_algorithms(), is_algorithm, algorithm_names, user_algorithm)
+    return spec
 
 
 def algorithm_options(spec: AlgorithmSpec, name: str, options: Mapping[str, Any] | None, section: str = "algorithm", field: str | None = None) -> Any:

@@ -135,9 +135,9 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import numpy as np
 
 from chillfl.data.flwr_partition import FlwrOptions, flwr_split
-from chillfl.errors import ConfigError, choice_error
+from chillfl.errors import ConfigError
 from chillfl.options import Chosen, parse_options, require
-from chillfl.plugins import check_hooks, plugin_names, resolve, warn_if_shadowed
+from chillfl.plugins import check_hooks, look_up, plugin_names
 
 if TYPE_CHECKING:
     from chillfl.data.datasets import ArrayDataset
@@ -760,14 +760,8 @@ def user_partitioner(obj: Any, name: str, field: str) -> PartitionerEntry:
 def partitioner_spec(name: object, section: str = "partition") -> PartitionerEntry:
     """The registered partitioner ``name``, or a user's (``"pkg.module:split"``, a ``chillfl.plugins`` entry point);
     a ConfigError on ``<section>.name`` when there is none."""
-    field = f"{section}.name"
-    if isinstance(name, str) and name in PARTITIONERS:
-        warn_if_shadowed(name, field, is_partitioner)
-        return PARTITIONERS[name]
-    found = resolve(name, field) if isinstance(name, str) and name else None
-    if found is None:
-        raise choice_error(field, name, partitioner_names())
-    return user_partitioner(found, name, field)  # type: ignore[arg-type]  # resolve took only a str
+    entry: PartitionerEntry = look_up(name, f"{section}.name", PARTITIONERS, is_partitioner, partitioner_names, user_partitioner)
+    return entry
 
 
 def partitioner_options(name: str, options: Mapping[str, Any] | None, section: str = "partition") -> Any:

@@ -25,12 +25,12 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from chillfl.errors import ConfigError, choice_error
+from chillfl.errors import ConfigError
 from chillfl.models import alexnet, char_lstm, cnn, cnn1d, fedchill, mlp, resnet, resnet_cifar, vit
 from chillfl.models.projection import PROJECTION_OPTION, with_projection_head
 from chillfl.models.spec import Builder, ModelSpec
 from chillfl.options import Chosen, NoOptions, blame, parse_options, require_memory, total_memory_bytes
-from chillfl.plugins import check_hooks, plugin_names, resolve, warn_if_shadowed
+from chillfl.plugins import check_hooks, look_up, plugin_names
 
 __all__ = ["Builder", "MODELS", "ModelSpec", "build_model", "count_parameters", "model_names", "model_spec"]
 
@@ -100,14 +100,8 @@ def user_model(obj: Any, name: str, field: str) -> ModelSpec:
 def model_spec(name: object, section: str = "model") -> ModelSpec:
     """The registered model ``name``, or a user's (``"pkg.module:Name"``, a ``chillfl.plugins`` entry point);
     a ConfigError on ``<section>.name`` when there is none."""
-    field = f"{section}.name"
-    if isinstance(name, str) and name in MODELS:
-        warn_if_shadowed(name, field, is_model)
-        return MODELS[name]
-    found = resolve(name, field) if isinstance(name, str) and name else None
-    if found is None:
-        raise choice_error(field, name, model_names())
-    return user_model(found, name, field)  # type: ignore[arg-type]  # resolve took only a str
+    spec: ModelSpec = look_up(name, f"{section}.name", MODELS, is_model, model_names, user_model)
+    return spec
 
 
 def model_options(name: str, options: Mapping[str, Any] | None, section: str = "model") -> Any:

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 
 from chillfl.capabilities import Capabilities, declared
-from chillfl.errors import ConfigError, choice_error
+from chillfl.errors import ConfigError
 from chillfl.options import Chosen, NoOptions, parse_options
-from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve, warn_if_shadowed
+from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, look_up, plugin_names
 from chillfl.temperature.policy import TemperaturePolicy
 
 if TYPE_CHECKING:  # annotations only
@@ -134,14 +134,8 @@ def user_policy(obj: Any, name: str, field: str) -> PolicySpec:
 
 def policy_spec(name: Any, section: str = "temperature") -> PolicySpec:
     """The registered policy ``name``, or a user's (``"pkg.module:Name"``, a ``chillfl.plugins`` entry point)."""
-    registered = registered_policies()
-    if isinstance(name, str) and name in registered:
-        warn_if_shadowed(name, f"{section}.policy", is_policy)
-        return registered[name]
-    found = resolve(name, f"{section}.policy") if isinstance(name, str) and name else None
-    if found is None:
-        raise choice_error(f"{section}.policy", name, policy_names())
-    return user_policy(found, name, f"{section}.policy")
+    spec: PolicySpec = look_up(name, f"{section}.policy", registered_policies(), is_policy, policy_names, user_policy)
+    return spec
 
 
 def policy_options(spec: PolicySpec, name: str, options: Mapping[str, Any] | None, section: str = "temperature") -> Any:

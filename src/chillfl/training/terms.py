@@ -27,9 +27,9 @@ from torch import nn
 from torch.func import functional_call
 
 from chillfl.capabilities import Cost
-from chillfl.errors import ConfigError, choice_error, did_you_mean
+from chillfl.errors import ConfigError, did_you_mean
 from chillfl.options import NoOptions, parse_options
-from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, plugin_names, resolve, warn_if_shadowed
+from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, look_up, plugin_names
 
 Params = dict[str, torch.Tensor]
 
@@ -293,14 +293,8 @@ def user_term(obj: Any, name: str, field: str) -> TermSpec:
 
 def term_spec(name: Any, field: str) -> TermSpec:
     """The registered term ``name``, or a user's (``"pkg.module:Name"``, a ``chillfl.plugins`` entry point)."""
-    registered = registered_terms()
-    if isinstance(name, str) and name in registered:
-        warn_if_shadowed(name, field, is_term)
-        return registered[name]
-    found = resolve(name, field) if isinstance(name, str) and name else None
-    if found is None:
-        raise choice_error(field, name, term_names())
-    return user_term(found, name, field)
+    spec: TermSpec = look_up(name, field, registered_terms(), is_term, term_names, user_term)
+    return spec
 
 
 @dataclass(frozen=True)

@@ -482,7 +482,14 @@ def build_policy(config: RunConfig, data: FederatedData, plugged: Plugged | None
 
 
 _NOTED: set[str] = set()
-"""The notes :func:`note_test_rows_steering` has printed in this process (a comparison's runs say each once)."""
+"""The notes this module has printed in this process (a comparison's runs say each once)."""
+
+
+def _note_once(message: str) -> None:
+    """``message`` on stderr the first time this process says it (a comparison builds many runs from one config)."""
+    if message not in _NOTED:
+        _NOTED.add(message)
+        log.warning("%s", message)
 
 
 def note_test_rows_steering(config: RunConfig, policy: TemperaturePolicy | None = None) -> None:
@@ -510,9 +517,7 @@ def note_test_rows_steering(config: RunConfig, policy: TemperaturePolicy | None 
         return
     message = (f"note: {caps.steers_by_accuracy} reads each client's accuracy on its evaluation split, drawn from the test rows "
                "the run reports (eval.validation = 0): test rows steer training; eval.validation = 0.2 keeps them out")
-    if message not in _NOTED:
-        _NOTED.add(message)
-        log.warning("%s", message)
+    _note_once(message)
 
 
 def note_ignored_fraction(config: RunConfig) -> None:
@@ -531,9 +536,7 @@ def note_ignored_fraction(config: RunConfig) -> None:
         return
     message = (f"note: federation.client_fraction = {fed.client_fraction} is ignored: federation.clients_per_round = {fed.clients_per_round} "
                f"sets the clients a round (the fraction would give {by_fraction} of {fed.num_clients}); set only one of them")
-    if message not in _NOTED:
-        _NOTED.add(message)
-        log.warning("%s", message)
+    _note_once(message)
 
 
 def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None:

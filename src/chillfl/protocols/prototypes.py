@@ -241,7 +241,7 @@ class PrototypeSharing:
     def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[KnowledgeDownlink, KnowledgeState]]:
         if self.aggregator is not None:
             self.aggregator.begin_round(round, sampled)
-        lr, k = self.lr_at(round), self.knowledge
+        lr, k = self.lr_at(round), self.knowledge.sent()  # the server's own state (Knowledge.server) stays here
         tasks: list[ClientTask[KnowledgeDownlink, KnowledgeState]] = []
         for cid in sampled:
             down = KnowledgeDownlink(k, self.state, lr, self.policy.temperature(cid, round), derive_seed(self.seed, "train", cid, round))
@@ -268,7 +268,8 @@ class PrototypeSharing:
                 d = task.downlink
                 results.append(ClientResult(cid, up.model, up.num_samples, up.num_steps, d.lr, trained_at(task, reply), up.train_loss, {}))
         knowledge = check_knowledge(self.hooks.update(self.knowledge, releases, round), self.knowledge)
-        self.book.check_state(round, {"prototypes": knowledge.protos, **knowledge.params}, "global knowledge")
+        server = {f"server.{name}": t for name, t in knowledge.server.items()}
+        self.book.check_state(round, {"prototypes": knowledge.protos, **knowledge.params, **server}, "global knowledge")
         self.knowledge = knowledge
         if self.aggregator is not None and self.state is not None:
             before, self.state = self.state, self.aggregator.aggregate(self.state, results, round)

@@ -28,7 +28,9 @@ trained on the uploaded class means, FedGH's) uses three more hooks, all no-ops 
 head), :meth:`PrototypeHooks.update` (the server step, which also sees the previous
 knowledge and the round) and :meth:`PrototypeHooks.start` (what a client's model starts
 the round from, given the knowledge it received; the global evaluation measures each
-client's model through it too). They travel in :attr:`Knowledge.params`, counted whole.
+client's model through it too). They travel in :attr:`Knowledge.params`, counted whole. A server that
+trains something it never sends (FedTGP's prototype generator) keeps it in :attr:`Knowledge.server`:
+checkpointed with the knowledge, stripped from every downlink, counted nowhere.
 
 Wire messages: a method has none of its own. Its per-class rows travel, by name, inside the
 protocol's ``KnowledgeUplink`` / ``KnowledgeDownlink`` (counted as rows of the known classes),
@@ -53,7 +55,7 @@ from .maths import PrototypeLoss, Weighting, aggregate_means, class_means
 
 Opt = TypeVar("Opt")
 
-RESERVED = frozenset({"protos", "proto_mask", "mask", "params"})
+RESERVED = frozenset({"protos", "proto_mask", "mask", "params", "server"})
 """Names a method's own per-class rows cannot take: the prototypes' own context and checkpoint entries."""
 
 Params = Mapping[str, torch.Tensor]
@@ -102,12 +104,16 @@ class Knowledge:
     ``params``: tensors the server trains itself and sends whole, by name (FedGH's global head,
     ``weight`` and ``bias``); none for a method that only averages rows. Not in the loss's context:
     :meth:`PrototypeHooks.start` puts them into the client's model.
+
+    ``server``: tensors the server keeps between rounds and never sends, by name (FedTGP's prototype
+    generator): in checkpoints, not in any downlink (:meth:`sent`), so not in the bytes either.
     """
 
     protos: torch.Tensor
     mask: torch.Tensor
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
     params: dict[str, torch.Tensor] = field(default_factory=dict)
+    server: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def width(self) -> int:
         """Floats per class row on the wire."""
@@ -119,12 +125,22 @@ class Knowledge:
 
     def to(self, device: torch.device | str) -> Knowledge:
         return Knowledge(
-            self.protos.to(device), self.mask.to(device), {k: v.to(device) for k, v in self.extra.items()}, {k: v.to(device) for k, v in self.params.items()}
+            self.protos.to(device),
+            self.mask.to(device),
+            {k: v.to(device) for k, v in self.extra.items()},
+            {k: v.to(device) for k, v in self.params.items()},
+            {k: v.to(device) for k, v in self.server.items()},
         )
 
+    def sent(self) -> Knowledge:
+        """What goes down to the clients: everything but :attr:`server` (itself when there is none)."""
+        return replace(self, server={}) if self.server else self
+
     def state_dict(self) -> dict[str, Any]:
-        """Rows by name; ``params`` as one table, only when there are some (so that other methods' checkpoints are unchanged)."""
-        return {"protos": self.protos, "mask": self.mask, **self.extra, **({"params": dict(self.params)} if self.params else {})}
+        """Rows by name; ``params`` and ``server`` as one table each, only when there are some (so that other methods'
+        checkpoints are unchanged)."""
+        tables = {name: dict(t) for name, t in (("params", self.params), ("server", self.server)) if t}
+        return {"protos": self.protos, "mask": self.mask, **self.extra, **tables}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> Knowledge:
@@ -132,7 +148,7 @@ class Knowledge:
         protos, mask = state["protos"], state["mask"]
         assert protos is not None and mask is not None
         extra = {k: v for k, v in state.items() if k not in RESERVED and v is not None}
-        return cls(protos, mask, extra, dict(state.get("params") or {}))
+        return cls(protos, mask, extra, dict(state.get("params") or {}), dict(state.get("server") or {}))
 
 
 def average_rows(releases: Sequence[ClassRows], weighting: Weighting = "count") -> Knowledge:
@@ -200,11 +216,14 @@ class PrototypeHooks(Generic[Opt]):
         """The server step of round ``round`` (0-based): the next global knowledge from the previous one and the uploads.
 
         Default: :meth:`combine` (a method whose server keeps nothing between rounds), any
-        :attr:`Knowledge.params` carried over unchanged. A method that trains its ``params``
-        on the uploads overrides this (randomness: from ``self.seed`` and ``round``).
+        :attr:`Knowledge.params` and :attr:`Knowledge.server` carried over unchanged. A method that trains
+        its ``params`` (or its ``server`` state) on the uploads overrides this (randomness: from ``self.seed``
+        and ``round``).
         """
         out = check_knowledge(self.combine(releases), previous)
-        return out if out.params or not previous.params else replace(out, params=dict(previous.params))
+        if previous.params and not out.params:
+            out = replace(out, params=dict(previous.params))
+        return replace(out, server=dict(previous.server)) if previous.server and not out.server else out
 
     def start(self, params: Params, knowledge: Knowledge, head: Head) -> Params:
         """The model a client starts its training from: its own (or the shared) model ``params`` and the knowledge it

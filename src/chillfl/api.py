@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Union
 
 import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
-import numpy as np
 from chillfl import arguments
 import torch
 from torch import nn
@@ -35,6 +34,7 @@ from torch import nn
 from chillfl.aggregation.registry import AGGREGATOR_METHODS, algorithm_names
 from chillfl.config import SWITCHED, RunConfig, apply_overrides, check_compare_option, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
 from chillfl.data import ArrayDataset, dataset_names, partitioner_names
+from chillfl.data.checks import as_tensor, checked_arrays, checked_groups
 from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.engine.view import RunView, model_with_state
 from chillfl.errors import ConfigError
@@ -575,16 +575,6 @@ def model_record(model: nn.Module) -> dict[str, Any]:
 # ---------------------------------------------------------------- user data
 
 
-def _tensor(value: Any, field: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, np.ndarray):
-        if value.dtype == object:
-            raise ConfigError(field, "must be a numeric array, got dtype object")
-        return torch.from_numpy(np.ascontiguousarray(value))
-    raise ConfigError(field, f"must be a torch.Tensor or a NumPy array, got {type(value).__name__}")
-
-
 def _input_dtype(model: nn.Module | None) -> torch.dtype:
     """Floating inputs are cast to the model's parameter dtype (float32 for registered models)."""
     if model is not None:
@@ -605,49 +595,18 @@ def as_dataset(data: UserData, dtype: torch.dtype = torch.float32) -> ArrayDatas
         data = _from_datasets(data)
     if not isinstance(data, (TensorData, ArrayDataset)):
         raise ConfigError("data", f"must be chillfl.TensorData, chillfl.DatasetData or chillfl.data.ArrayDataset, got {type(data).__name__}")
-    xs, ys = {}, {}
-    for split in ("train", "test"):
-        x, y = _tensor(getattr(data, f"x_{split}"), f"data.x_{split}"), _tensor(getattr(data, f"y_{split}"), f"data.y_{split}")
-        if x.dim() < 2:
-            raise ConfigError(f"data.x_{split}", f"must be [samples, ...features], got shape {tuple(x.shape)} (one feature: x.reshape(-1, 1))")
-        if y.dim() != 1:
-            raise ConfigError(f"data.y_{split}", f"must be a 1-D tensor of class indices, got shape {tuple(y.shape)}")
-        if len(x) != len(y):
-            raise ConfigError(f"data.y_{split}", f"has {len(y)} labels for {len(x)} inputs in x_{split}")
-        if len(y) == 0:
-            raise ConfigError(f"data.x_{split}", "is empty")
-        if y.dtype == torch.bool or y.is_floating_point() or y.is_complex():
-            raise ConfigError(f"data.y_{split}", f"must hold integer class indices, got dtype {y.dtype} (convert with y.long())")
-        if x.is_floating_point():
-            if not bool(torch.isfinite(x).all()):
-                raise ConfigError(f"data.x_{split}", "contains NaN or infinite values")
-            x = x.to(dtype)
-        elif x.dtype == torch.bool or x.is_complex():
-            raise ConfigError(f"data.x_{split}", f"must be real-valued, got dtype {x.dtype}")
-        xs[split], ys[split] = x, y.to(torch.int64)
-    if xs["test"].shape[1:] != xs["train"].shape[1:]:
-        raise ConfigError("data.x_test", f"samples have shape {tuple(xs['test'].shape[1:])}, those of x_train {tuple(xs['train'].shape[1:])}")
-    largest = int(max(ys["train"].max(), ys["test"].max()))
-    classes = data.num_classes if data.num_classes is not None else max(2, largest + 1)
-    if isinstance(classes, bool) or not isinstance(classes, (int, np.integer)) or classes < 2:
-        raise ConfigError("data.num_classes", f"must be an integer >= 2, got {classes!r}")
-    classes = int(classes)
-    for split in ("train", "test"):
-        y = ys[split]
-        low, high = int(y.min()), int(y.max())
-        if low < 0 or high >= classes:
-            raise ConfigError(f"data.y_{split}", f"labels must be in 0..{classes - 1} (num_classes = {classes}), found {low}..{high}")
+    x_train, y_train, x_test, y_test, classes = checked_arrays(data.x_train, data.y_train, data.x_test, data.y_test, data.num_classes, dtype)
     name = data.name if isinstance(data.name, str) else str(data.name)
     if isinstance(data, ArrayDataset):  # its natural groups index the rows: a stray one is an IndexError mid-run, a negative one another row
-        train_groups = _client_test(data.train_groups, len(ys["train"]), "data.train_groups", "train")
-        test_groups = _client_test(data.test_groups, len(ys["test"]), "data.test_groups")
-        return ArrayDataset(name, xs["train"], ys["train"], xs["test"], ys["test"], classes, train_groups, test_groups)
-    test_groups = _client_test(data.client_test, len(ys["test"]))
-    x_train, y_train, public_rows = xs["train"], ys["train"], 0
+        train_groups = checked_groups(data.train_groups, len(y_train), "data.train_groups", "train")
+        test_groups = checked_groups(data.test_groups, len(y_test), "data.test_groups")
+        return ArrayDataset(name, x_train, y_train, x_test, y_test, classes, train_groups, test_groups)
+    test_groups = checked_groups(data.client_test, len(y_test), "data.client_test")
+    public_rows = 0
     if data.public is not None:
-        px, py = _public(data.public, xs["train"], classes, dtype)
+        px, py = _public(data.public, x_train, classes, dtype)
         x_train, y_train, public_rows = torch.cat([x_train, px]), torch.cat([y_train, py]), len(px)
-    return ArrayDataset(name, x_train, y_train, xs["test"], ys["test"], classes, None, test_groups, public_rows=public_rows, train_items=items)
+    return ArrayDataset(name, x_train, y_train, x_test, y_test, classes, None, test_groups, public_rows=public_rows, train_items=items)
 
 
 def _public(public: Any, x_train: torch.Tensor, classes: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -655,9 +614,9 @@ def _public(public: Any, x_train: torch.Tensor, classes: int, dtype: torch.dtype
     if isinstance(public, torch.utils.data.Dataset):
         x, y = materialize(public, "data.public", "public")
     elif isinstance(public, tuple) and len(public) == 2:
-        x, y = _tensor(public[0], "data.public"), _tensor(public[1], "data.public")
+        x, y = as_tensor(public[0], "data.public"), as_tensor(public[1], "data.public")
     else:
-        x, y = _tensor(public, "data.public"), None
+        x, y = as_tensor(public, "data.public"), None
     if x.shape[1:] != x_train.shape[1:] or len(x) == 0:
         raise ConfigError("data.public", f"samples must have the training inputs' shape {tuple(x_train.shape[1:])}, got {tuple(x.shape)}")
     if x.is_floating_point():
@@ -669,24 +628,6 @@ def _public(public: Any, x_train: torch.Tensor, classes: int, dtype: torch.dtype
     if y.dim() != 1 or len(y) != len(x) or y.is_floating_point() or (len(y) and (int(y.min()) < 0 or int(y.max()) >= classes)):
         raise ConfigError("data.public", f"labels must be {len(x)} integer classes in 0..{classes - 1}")
     return x, y.to(torch.int64)
-
-
-def _client_test(groups: Sequence[Any] | None, test_size: int, field: str = "data.client_test", split: str = "test") -> tuple[np.ndarray, ...] | None:
-    """Per-client index arrays into the ``split`` set (test, or train for an ArrayDataset's ``train_groups``), checked."""
-    if groups is None:
-        return None
-    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or not groups:
-        raise ConfigError(field, f"must be a list with one list of {split}-set indices per client")
-    out = []
-    for i, ix in enumerate(groups):
-        try:
-            arr = np.asarray(ix.cpu() if isinstance(ix, torch.Tensor) else ix)
-        except (TypeError, ValueError):  # ragged or nested lists: NumPy cannot make one array of them
-            arr = np.empty((0, 0))
-        if arr.ndim != 1 or (arr.size and (arr.dtype.kind not in "iu" or int(arr.min()) < 0 or int(arr.max()) >= test_size)):
-            raise ConfigError(field, f"client {i}: expected indices into the {split} set (0..{test_size - 1})")
-        out.append(arr.astype(np.int64))
-    return tuple(out)
 
 
 def _from_datasets(data: DatasetData) -> TensorData:

@@ -22,7 +22,7 @@ from chillfl.attacks.build import attacked_aggregator, check_attack, poisoned_da
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
-from chillfl.data.datasets import DATASETS, dataset_options
+from chillfl.data.datasets import dataset_options, dataset_spec
 from chillfl.data.loaders import data_absent
 from chillfl.data.partition import partitioner_options, partitioner_spec
 from chillfl.data.partition_file import FROM_FILE
@@ -662,10 +662,7 @@ def check_parts(config: RunConfig) -> None:
     check_plugged(config, None)
     name, options = RunConfig.component(config.dataset)
     if not is_custom(name):
-        if name not in DATASETS:
-            raise choice_error("dataset.name", name, list(DATASETS))
-        options, _ = split_augment(options)
-        dataset_options(name, options)
+        dataset_options(name, split_augment(options)[0])  # a built-in's or a user's builder's (dataset_spec)
     name, options = RunConfig.component(config.partition)
     noisy = False
     if name != FROM_FILE:  # a partition file is read with the data
@@ -685,13 +682,13 @@ def check_parts(config: RunConfig) -> None:
     if noisy:  # what the built run refuses once the data are split (check_index_inputs), in its words
         refuse_noise(config.model, config.federation.num_clients)
     dataset = config.dataset.get("name")
-    if isinstance(dataset, str) and dataset in DATASETS and DATASETS[dataset].inputs == "real":  # its entry says so: no values needed
+    if isinstance(dataset, str) and not is_custom(dataset) and dataset_spec(dataset).inputs == "real":  # its entry says so: no values needed
         refuse_real_inputs(config.model, config.federation.num_clients, dataset)
     public = config.distillation_setup
     if public is not None:  # the public pool's dataset: its name and options, as loading it checks them
         check_public_dataset(public.common)
-    if public is not None and public.spec.collaborative and public.common.public_dataset in DATASETS:  # the pool the clients distil on
-        if DATASETS[public.common.public_dataset].inputs == "real":
+    if public is not None and public.spec.collaborative and public.common.public_dataset is not None:  # the pool the clients distil on
+        if dataset_spec(public.common.public_dataset).inputs == "real":
             refuse_real_inputs(config.model, config.federation.num_clients, public.common.public_dataset,
                                f"the public inputs of {public.common.public_dataset!r} (distillation.public_dataset)")
     check_policy(config)  # its options, then its own checks against the run

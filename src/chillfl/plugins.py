@@ -11,8 +11,8 @@ and an installed distribution may register names under the entry-point group
 "mypkg.robust:GeometricMedian"``), which then show in ``chillfl list`` and are
 used as ``name = "mymethod"``. The same works for temperature policies
 (``[temperature] policy = ...``), soft-label methods (``[distillation]
-method = ...``), models (``[model] name = ...``) and partitioners
-(``[partition] name = ...``); ``chillfl list`` shows each entry point under the part its
+method = ...``), models (``[model] name = ...``), partitioners
+(``[partition] name = ...``) and datasets (``[dataset] name = ...``); ``chillfl list`` shows each entry point under the part its
 object belongs to. Nothing is registered in a global table: a name is
 resolved where it is read, every time.
 

@@ -30,10 +30,9 @@ from typing import Any
 from chillfl.aggregation.registry import algorithm_options, algorithm_spec, wrapped
 from chillfl.config import ObjectiveConfig, RunConfig
 from chillfl.data.augment import AUGMENT_KEY, split_augment
-from chillfl.data.datasets import DATASETS, dataset_names, dataset_options
+from chillfl.data.datasets import dataset_options
 from chillfl.data.partition import partitioner_options
 from chillfl.data.partition_file import FROM_FILE
-from chillfl.errors import choice_error
 from chillfl.plugins import is_custom
 from chillfl.models.assign import HETERO_KEYS
 from chillfl.models.projection import PROJECTION_OPTION
@@ -61,8 +60,6 @@ def dataset_table(table: Mapping[str, Any]) -> dict[str, Any]:
     name, options = RunConfig.component(table)
     if is_custom(name):
         return dict(table)
-    if name not in DATASETS:
-        raise choice_error("dataset.name", name, dataset_names())
     rest, augment = split_augment(options)
     return {"name": name, **option_table(dataset_options(name, rest)), AUGMENT_KEY: option_table(augment)}
 

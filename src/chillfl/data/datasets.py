@@ -16,6 +16,9 @@ fetches them (see docs/datasets.md). The three slow-to-decode ones (FEMNIST's
 JSON, the two JPEG sets) are standardised once into memory-mapped ``.npy``
 files under ``data_dir/.chillfl-cache`` (:mod:`chillfl.data.arraycache`).
 
+A user's dataset is named as a plugin is: ``name = "pkg.module:build"`` or a ``chillfl.plugins`` entry point, a
+builder called as the built-ins' are (:func:`dataset_spec`, :func:`user_dataset`; docs/data.md).
+
 Choices
 -------
 * Images are scaled to [0, 1] and then standardised per channel with the train
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 import random
 from collections.abc import Callable, Mapping
@@ -48,13 +52,15 @@ import numpy as np
 import torch
 
 from chillfl.data import arraycache, hf, leaf_hub, loaders
+from chillfl.data.checks import checked_arrays, checked_groups
 from chillfl.data.augment import check_shape, final_stats, rescaler, split_augment
 from chillfl.data.items import ItemReader
 from chillfl.data.loaders import RawSplit
 from chillfl.data.values import InputValues, input_values
-from chillfl.errors import ConfigError, choice_error
+from chillfl.errors import ConfigError
 from chillfl.extras import need
-from chillfl.options import Chosen, blame, parse_options, require, require_memory, require_range
+from chillfl.options import Chosen, NoOptions, blame, parse_options, require, require_memory, require_range, short_repr
+from chillfl.plugins import check_hooks, look_up, plugin_names
 
 MAX_SEED = 2**63 - 1
 MAX_NUMPY_LEGACY_SEED = 2**32 - 1
@@ -328,6 +334,7 @@ def build_synthetic(opts: SyntheticOptions, data_dir: Path) -> ArrayDataset:
 
 
 InputKind = Literal["real", "indices", "any"]
+INPUT_KINDS: tuple[InputKind, ...] = ("real", "indices", "any")
 """What a dataset's inputs are, known before its files are read: ``real`` (features: pixels, signals, standardised
 values), ``indices`` (whole-number token ids, as flwr_shakespeare's characters), ``any`` (its files decide: hf's columns)."""
 
@@ -430,13 +437,77 @@ DATASETS: dict[str, DatasetEntry] = {
 }
 
 
-def dataset_options(name: str, options: Mapping[str, Any] | None, section: str = "dataset") -> Any:
-    """Registered dataset ``name``'s options parsed from ``options`` (its table without ``name`` and ``augment``)."""
-    return parse_options(DATASETS[name].options, options, section, Chosen(f"{section}.name", name, lambda: DATASETS))
+BUILD_CALL = ("options", "data_dir")
+"""How a dataset's builder is called, a built-in's and a plugin's alike: its parsed options and the run's ``data_dir``.
+No run seed: a dataset is the same for every run seed (the seed draws the partition), so a comparison over seeds trains
+on one split and a loaded public pool serves every run; a builder that draws declares its own seed option (digits'
+``split_seed``)."""
 
 
 def dataset_names() -> list[str]:
-    return sorted(DATASETS)
+    """Registered dataset names and the ``chillfl.plugins`` entry points that name a dataset, sorted."""
+    return sorted({*DATASETS, *plugin_names(is_dataset, tuple(DATASETS), "dataset.name")})
+
+
+def is_dataset(obj: Any) -> bool:
+    """Whether a plugin's object is a dataset: a :class:`DatasetEntry`, or a function called as a builder is (two
+    parameters: a model's builder takes four, a partitioner's split six; ``chillfl list`` tells them apart by that)."""
+    if isinstance(obj, DatasetEntry):
+        return True
+    if not inspect.isfunction(obj):
+        return False
+    try:
+        inspect.signature(obj).bind(*BUILD_CALL)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def user_dataset(obj: Any, name: str, field: str) -> DatasetEntry:
+    """A user's object (import path or entry point) as a :class:`DatasetEntry`, or a ConfigError on ``field``.
+
+    ``obj`` is a ``DatasetEntry`` (the built-ins' form, which declares its :data:`InputKind`), or a function called as
+    the built-ins' builders are, ``build(options, data_dir)`` returning an :class:`ArrayDataset`, with ``options`` its
+    ``Options`` dataclass parsed from the ``[dataset]`` table (:class:`~chillfl.options.NoOptions` when it declares
+    none) and inputs ``any`` (its values decide, as ``hf``'s do). What it builds is checked as data passed from Python
+    are (:func:`~chillfl.data.checks.checked_arrays`): one line on ``field``, not an error in a client mid-run.
+    """
+    if not (isinstance(obj, DatasetEntry) or inspect.isfunction(obj)):
+        raise ConfigError(field, f"{name!r} must name a dataset: a DatasetEntry or a builder function, got {type(obj).__name__}")
+    entry = obj if isinstance(obj, DatasetEntry) else DatasetEntry(inspect.getattr_static(obj, "Options", NoOptions), obj, "any")
+    if not (isinstance(entry.options, type) and dataclasses.is_dataclass(entry.options)):
+        raise ConfigError(field, f"{name!r}: its options must be a dataclass, got {entry.options!r}")
+    if entry.inputs not in INPUT_KINDS:
+        raise ConfigError(field, f"{name!r}: its DatasetEntry's inputs must be one of {', '.join(map(repr, INPUT_KINDS))}, got {entry.inputs!r}")
+    check_hooks(name, (("build", entry.build, BUILD_CALL),), field)
+    return entry._replace(build=functools.partial(_checked_build, entry.build, name, field))
+
+
+def _checked_build(build: Callable[[Any, Path], ArrayDataset], name: str, field: str, options: Any, data_dir: Path) -> ArrayDataset:
+    """What a user's builder returns, checked and held as the built-ins hold theirs (CPU tensors, float32 inputs, int64 labels)."""
+    built = build(options, data_dir)
+    if not isinstance(built, ArrayDataset):
+        raise ConfigError(field, f"{name!r} must return a chillfl.ArrayDataset, got {short_repr(built)}")
+    try:
+        arrays = checked_arrays(built.x_train, built.y_train, built.x_test, built.y_test, built.num_classes, torch.float32, prefix="dataset")
+        train_groups = checked_groups(built.train_groups, len(arrays.y_train), "dataset.train_groups", "train")
+        test_groups = checked_groups(built.test_groups, len(arrays.y_test), "dataset.test_groups")
+    except ConfigError as exc:  # on the key the user set: the builder it names made these arrays
+        raise ConfigError(field, f"{name!r} returned an ArrayDataset whose {exc.field.removeprefix('dataset.')} {exc.message}") from None
+    return dataclasses.replace(built, x_train=arrays.x_train, y_train=arrays.y_train, x_test=arrays.x_test, y_test=arrays.y_test,
+                               num_classes=arrays.num_classes, train_groups=train_groups, test_groups=test_groups)
+
+
+def dataset_spec(name: object, section: str = "dataset") -> DatasetEntry:
+    """The registered dataset ``name``, or a user's (``"pkg.module:build"``, a ``chillfl.plugins`` entry point);
+    a ConfigError on ``<section>.name`` when there is none."""
+    entry: DatasetEntry = look_up(name, f"{section}.name", DATASETS, is_dataset, dataset_names, user_dataset)
+    return entry
+
+
+def dataset_options(name: str, options: Mapping[str, Any] | None, section: str = "dataset") -> Any:
+    """Dataset ``name``'s options parsed from ``options`` (its table without ``name`` and ``augment``)."""
+    return parse_options(dataset_spec(name, section).options, options, section, Chosen(f"{section}.name", name, lambda: DATASETS))
 
 
 def load_dataset(
@@ -446,10 +517,9 @@ def load_dataset(
     data_dir: str | Path = "data",
     section: str = "dataset",
 ) -> ArrayDataset:
-    """Build dataset ``name`` from its option table (the ``[dataset]`` table without ``name``)."""
-    if name not in DATASETS:
-        raise choice_error(f"{section}.name", name, dataset_names())
-    entry = DATASETS[name]
+    """Build dataset ``name`` (registered, or a user's builder: :func:`dataset_spec`) from its option table (the
+    ``[dataset]`` table without ``name``)."""
+    entry = dataset_spec(name, section)
     options, augment = split_augment(options)  # [dataset.augment]: normalisation here, crop/flip per training batch
     opts: Any = dataset_options(name, options, section)
     dataset = entry.build(opts, Path(data_dir))

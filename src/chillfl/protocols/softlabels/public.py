@@ -11,8 +11,8 @@ import torch
 
 from chillfl.data import load_dataset
 from chillfl.data.augment import split_augment
-from chillfl.data.datasets import DATASETS, dataset_names, dataset_options
-from chillfl.errors import ConfigError, choice_error
+from chillfl.data.datasets import dataset_options
+from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.seeds import derive_seed
 from chillfl.settings.distillation import SECTION, DistillationOptions, DistillationSetup
@@ -36,8 +36,6 @@ def check_public_dataset(c: DistillationOptions) -> None:
     if c.public_dataset is None:
         return
     try:
-        if c.public_dataset not in DATASETS:
-            raise choice_error("dataset.name", c.public_dataset, dataset_names())
         dataset_options(c.public_dataset, split_augment(c.public_dataset_options)[0])
     except ConfigError as exc:
         raise _as_public(exc) from None

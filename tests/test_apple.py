@@ -117,6 +117,49 @@ def test_core_model_and_relationship_step_by_hand() -> None:
     close(reply.uplink.report[P], 0.465, 0.1805, 0.197)
 
 
+def test_the_runs_proximal_term_applies_to_the_core_model_only() -> None:
+    # the hand case above plus [objective] proximal_mu = 1 around the anchor 1:
+    # theta_0: p_00 g + mu (theta_0 - 1) = 0.875 + 1 = 1.875 -> 2 - 0.1875 = 1.8125; p as before (theta_hat used theta_0 = 2)
+    from chillfl.training.objective import ProximalTerm
+
+    model = linear(0.0)
+    half = APPLE(3, model, APPLEOptions(p_lr=0.01)).client_half()
+    state = {
+        "apple.core.weight": torch.tensor([[2.0]]),
+        "apple.p": t(0.5, 0.25, 0.25),
+        "apple.bank.weight": torch.tensor([[[0.0]], [[4.0]], [[0.0]]]),
+        "apple.held": t(0.0, 1.0, 0.0),
+        "apple.own": t(1.0, 0.0, 0.0),
+    }
+    context: dict[str, Any] = {PROX: 0.5, P0: t(0.5, 0.3, 0.2), IDS: torch.tensor([2]), f"{MODEL}0": {"weight": torch.tensor([[3.0]])}}
+    context.update({"mu": 1.0, "global_params": {"weight": torch.tensor([[1.0]])}})
+    spec = LocalSpec(epochs=1, batch_size=8, base_loss=half_mse, terms=(ProximalTerm(),))
+    reply = run_client(half, model, spec, {"weight": torch.tensor([[1.0]])}, lr=0.1, state=state, context=context)
+    assert reply.state is not None
+    close(reply.uplink.params["weight"], 1.8125)
+    close(reply.state["apple.p"], 0.465, 0.1805, 0.197)
+
+
+def test_a_copy_sent_again_replaces_the_stale_one() -> None:
+    # client 0 of 3 holds a copy 4 of client 1's core model and is sent client 1's newer one, 6; no step (lr 0, p_lr 0);
+    # slot 2 is not held: the global 1. theta_hat = 0.5 * 2 + 0.25 * 6 + 0.25 * 1 = 1 + 1.5 + 0.25 = 2.75
+    model = linear(0.0)
+    half = APPLE(3, model, APPLEOptions(p_lr=0.0)).client_half()
+    state = {
+        "apple.core.weight": torch.tensor([[2.0]]),
+        "apple.p": t(0.5, 0.25, 0.25),
+        "apple.bank.weight": torch.tensor([[[0.0]], [[4.0]], [[0.0]]]),
+        "apple.held": t(0.0, 1.0, 0.0),
+        "apple.own": t(1.0, 0.0, 0.0),
+    }
+    context: dict[str, Any] = {PROX: 0.0, P0: t(0.5, 0.25, 0.25), IDS: torch.tensor([1]), f"{MODEL}0": {"weight": torch.tensor([[6.0]])}}
+    reply = run_client(half, model, one_step(), {"weight": torch.tensor([[1.0]])}, lr=0.0, state=state, context=context)
+    assert reply.state is not None
+    close(reply.state["apple.bank.weight"], 0.0, 6.0, 0.0)
+    close(reply.state["apple.held"], 0.0, 1.0, 0.0)
+    close(half.personal_model(reply.state, {"weight": torch.tensor([[1.0]])})["weight"], 2.75)
+
+
 def test_first_participation_starts_from_the_global_model_and_p0() -> None:
     # no state, global w = 3, p0 = [0.25, 0.75], lambda mu = 0 (client 0 of 2, nothing sent):
     # every slot is the global model: theta_hat = 0.25 * 3 + 0.75 * 3 = 3, g = 2

@@ -112,6 +112,7 @@ def test_core_model_and_relationship_step_by_hand() -> None:
     close(reply.state["apple.p"], 0.465, 0.1805, 0.197)
     close(reply.state["apple.bank.weight"], 0.0, 4.0, 3.0)  # the copy sent is kept
     close(reply.state["apple.held"], 0.0, 1.0, 1.0)
+    close(state["apple.held"], 0.0, 1.0, 0.0)  # the state it came with is not written to
     close(half.personal_model(reply.state, {"weight": torch.tensor([[1.0]])})["weight"], 2.2023125)
     assert torch.equal(reply.uplink.report[IDS], torch.tensor([2]))
     close(reply.uplink.report[P], 0.465, 0.1805, 0.197)

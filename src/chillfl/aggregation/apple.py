@@ -244,7 +244,7 @@ class APPLEClient:
         core = {k: v.to(device) for k, v in own_entries(local.state, CORE).items()} or g
         start_p = read_tensor(local.context, P0)
         p = local.state[RELATION].to(device) if RELATION in local.state else start_p.to(device, g[names[0]].dtype)
-        held = local.state[HELD].to(device) if HELD in local.state else torch.zeros(self.num_clients, device=device)
+        held = local.state[HELD].to(device).clone() if HELD in local.state else torch.zeros(self.num_clients, device=device)  # a copy: marked below
         stored = own_entries(local.state, BANK)
         bank = {n: stored[n].to(device).clone() if n in stored else g[n].new_zeros((self.num_clients, *g[n].shape)) for n in names}
         ids, models = received(local.context)

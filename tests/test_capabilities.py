@@ -45,7 +45,7 @@ BUILT_INS = [
 ]
 """The names the one-table registry had before each spec moved into its method's module."""
 PERSONALISED_BREADTH = [
-    "cfl", "fedala", "fedamp", "fedavgm", "fedbabu", "fedcac", "feddbe", "fedexp", "fedfomo", "fml", "fedpac", "fedphp", "fedrod", "ifca",
+    "apple", "cfl", "fedala", "fedamp", "fedavgm", "fedbabu", "fedcac", "feddbe", "fedexp", "fedfomo", "fml", "fedpac", "fedphp", "fedrod", "ifca",
     "lg_fedavg", "perfedavg", "pfedsim", "qffl",
 ]
 """The methods issue #38 added, each in its own module through the public spec (no core file names them)."""
@@ -388,7 +388,7 @@ def test_every_built_ins_personal_model_declaration_agrees_with_its_class(name: 
     agg, _ = make_aggregator(name, required, num_clients=4, model=model_for(name), seed=0)
     spec = algorithm_spec(name)
     assert effective_capabilities(spec, parse_options(spec.options, required, "algorithm")).personal_model == holds_personal_model(agg.client_half())
-    holders = {"apfl", "ditto", "fedala", "fedamp", "fedbn", "fedcac", "feddbe", "fedfomo", "fedper", "fedphp", "fedrep", "fedrod", "fml", "lg_fedavg", "local_only", "pfedhn", "pfedsim"}
+    holders = {"apfl", "apple", "ditto", "fedala", "fedamp", "fedbn", "fedcac", "feddbe", "fedfomo", "fedper", "fedphp", "fedrep", "fedrod", "fml", "lg_fedavg", "local_only", "pfedhn", "pfedsim"}
     assert spec.capabilities.personal_model == (name in holders)
 
 

@@ -24,8 +24,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "chillfl"
 CORE = ["experiment.py", "catalogue.py", "runner.py", "flower", "engine", "protocols"]
 
-GENERIC = {"none", "fixed", "median", "individual", "moon", "comet"}
-"""Registered names that are also plain words ("the median", "individual", a "fixed" T, ``eval.clients = "none"``):
+GENERIC = {"none", "fixed", "median", "individual", "moon", "comet", "apple"}
+"""Registered names that are also plain words ("the median", "individual", a "fixed" T, ``eval.clients = "none"``, "Apple's Metal"):
 checked as identifiers only where one stands alone as a whole name (a class ``Median``), never in a string."""
 
 

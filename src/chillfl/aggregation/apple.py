@@ -1,0 +1,438 @@
+"""APPLE (Luo & Wu, IJCAI 2022): adapt to adaptation, learned personalisation for cross-silo FL.
+
+Every client j owns a *core model* theta_j, which it uploads. Client i keeps
+copies of the core models it has downloaded and a *directed relationship* (DR)
+vector p_i, one weight per client; its personalised model is::
+
+    theta_hat_i = sum_j p_ij theta_j          (theta_i its own core model, the others its copies)
+
+It trains theta_i and p_i together by gradient descent on its data, the other
+copies held fixed, on::
+
+    L_i(theta_hat_i) + lambda(r) mu ||p_i - p_i^0||^2
+
+so that d/d theta_i = p_ii g and d/d p_ij = <g, theta_j> + 2 lambda(r) mu (p_ij - p_ij^0), g the gradient at
+theta_hat_i. p_i^0 = (n_1/n, ..., n_N/n), every client's start, is FedAvg's weighting: the proximal term pulls
+the personalised model towards the global one while the loss scheduler lambda(r) (1 at round 0, 0 from round L on)
+is large, and lets it go local afterwards::
+
+    cosine:      lambda(r) = (cos(pi r / L) + 1) / 2         r < L
+    exponential: lambda(r) = 0.001^(r / L)                    r < L          (both 0 for r >= L; L = int(share * rounds))
+
+The training is one job of the one training path: a :class:`Mixture` template holds theta_i (``core.``), p_i
+(``p``), the copies (``bank.``, buffers) and a one-hot of i (``own``); its forward runs the model at theta_hat_i.
+The server keeps every client's latest core model and DR vector and sends client i, each round it is sampled, at
+most ``downloads`` (M) of the others' core models; local accuracy measures theta_hat_i after the round's training.
+
+Checked against
+---------------
+The authors' code (ljaiverson/pFL-APPLE ``train_APPLE.py``, ``utils/apple.py`` ``init_pss`` /
+``prepare_client_model`` / ``get_download_which``, ``utils/losses.py`` ``reg_loss`` / ``get_reg_coef``,
+``utils/models.py`` ``ClientNet``, ``utils/utils.py``'s defaults): p_i^0 = n_j / n for every i, the proximal
+term coef * sum (p - p0)^2 (no 1/2) with coef = lambda(r) mu, the two schedulers with L = int(0.1 rounds) and the
+exponential's 0.001, the defaults mu = 0.1, eta_p = 0.001, scheduler ``exponential``, the download rule of
+``get_download_which``. The paper's own text could not be read here beyond its abstract; where its equations
+and the code could differ (the 1/2 of the proximal term), the code's is taken. PFLlib's ``clientapple.py`` (a port)
+was read too and is not followed (p_i^0 uniform, a cosine scheduler only, lr scaled by the number of clients).
+
+Choices
+-------
+* theta_hat_i combines the trainable parameters; its buffers (batch-norm statistics) are theta_i's. The authors'
+  ``ClientNet`` mixes each layer's outputs, sum_j p_ij layer_j(x), which for their convolutions and linear layers
+  is the same model.
+* p_i takes plain SGD steps at ``p_lr`` (eta_p, the authors' ``lr_coef`` 0.001) outside the run's optimiser, as the
+  paper's update; theta_i takes the run's optimiser at the round's learning rate. The authors step both with one
+  SGD of momentum 0.9 (two learning rates) and decay both each round; their ``lr_net`` 0.01 is ``client.lr``.
+* Downloads (M = ``downloads``; unset: every core model the server holds, the authors' default 10000). Client i is
+  sent, of the clients the server holds a core model of (i excluded): all of them when there are at most M;
+  otherwise first those never sent to i (M of them drawn uniformly if there are more), then, for the slots left,
+  draws without replacement with probability proportional to base^|p_ij|, base = max(``threshold``,
+  ``growth`` r M / N) (the authors' 1.5 and 1.0) -- ``get_download_which``. In the authors' code the
+  "never sent" record (``downloaded_once``) is never updated, so every draw is in effect uniform:
+  ``selection = "uniform"`` draws the M uniformly, as it runs. The draws come from a generator seeded by
+  (run seed, round, client).
+* A core model client i holds no copy of (it was never sent one, or its owner has not trained yet) is taken to be
+  the global model it is sent this round, which travels anyway: at round 0 that is every core model's start w^0,
+  as in the authors' code (which downloads every model at round 0, all still equal to w^0); a copy once received
+  is kept, stale, until the next one replaces it (the authors' ``ClientNet`` keeps them the same way).
+* Partial participation (the paper has all clients every round): a client's core model and p_i start, at its first
+  participation, from the global model it is sent and p_i^0; an unsampled client's core model stays the server's
+  copy of its last upload. r in the scheduler and the download rule is the run's round.
+* The global model (the global evaluation, first-time clients, unheld copies) is the FedAvg (n_i / n) of the
+  round's uploaded core models; APPLE has none.
+* ``p0 = "uniform"`` starts p_i at 1/N (``ClientNet``'s own default, PFLlib's start) instead of n_j / n.
+* The run's parameter terms (``[objective] proximal_mu``) apply to theta_i (:class:`~chillfl.aggregation.base.OnPart`);
+  a term or loss that reads the representation is refused (the forward is the mixture's).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Collection, Literal, Mapping, Sequence, cast
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from chillfl.aggregation.base import (
+    AggregatorBase,
+    ClientHalf,
+    ClientResult,
+    ClientState,
+    Context,
+    Downlink,
+    Local,
+    LocalProgram,
+    OnPart,
+    Params,
+    Personal,
+    Report,
+    Train,
+    Trained,
+    Wire,
+    check_state_keys,
+    client_params_state,
+    client_weights,
+    load_client_params,
+    own_entries,
+    weighted_average,
+    with_prefix,
+)
+from chillfl.aggregation.client_states import ClientParams
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
+from chillfl.capabilities import Capabilities
+from chillfl.options import require
+from chillfl.seeds import derive_seed
+from chillfl.training.local import LocalSpec, refuse_representation_readers
+from chillfl.training.objective import LossTerm, Term
+from chillfl.training.terms import read_number, read_tensor
+
+
+@dataclass(frozen=True)
+class APPLEOptions:
+    """The authors' defaults: ``mu`` 0.1, ``scheduler`` exponential over ``schedule_share`` 0.1 of the rounds, ``p_lr`` 0.001,
+    every model downloaded (``downloads`` unset), ``threshold`` 1.5 and ``growth`` 1.0 for the limited-download draws."""
+
+    mu: float = 0.1
+    """mu, the proximal term's weight on ||p_i - p_i^0||^2 (scaled by lambda(r))."""
+    scheduler: Literal["exponential", "cosine"] = "exponential"
+    """The loss scheduler lambda(r): 0.001^(r / L) or (cos(pi r / L) + 1) / 2 for r < L, 0 after."""
+    schedule_share: float = 0.1
+    """L = int(schedule_share * federation.rounds), the round from which lambda(r) = 0."""
+    p_lr: float = 0.001
+    """eta_p, the learning rate of p_i's plain SGD step (the authors' ``lr_coef``)."""
+    downloads: int | None = None
+    """M, the most core models a client is sent a round; unset: every one the server holds (the authors' default)."""
+    selection: Literal["relationship", "uniform"] = "relationship"
+    """How the M are drawn when there are more: never-sent first, then by base^|p_ij| (``get_download_which``); or uniformly."""
+    threshold: float = 1.5
+    """The least base of the draws' base^|p_ij| (the authors' ``thresh``)."""
+    growth: float = 1.0
+    """The base grows as growth * r M / N past ``threshold`` (the authors' ``lamb``)."""
+    p0: Literal["samples", "uniform"] = "samples"
+    """p_i^0, every client's start and the proximal term's anchor: n_j / n (the authors') or 1/N."""
+    weighting: Literal["samples", "uniform"] = "samples"
+    """The global model's FedAvg weights (n_i / n or 1/|S|)."""
+
+    def validate(self, section: str) -> None:
+        require(math.isfinite(self.mu) and self.mu >= 0, f"{section}.mu", f"must be a finite number >= 0, got {self.mu}")
+        require(math.isfinite(self.schedule_share) and 0 <= self.schedule_share <= 1, f"{section}.schedule_share", f"must be in [0, 1], got {self.schedule_share}")
+        require(math.isfinite(self.p_lr) and self.p_lr >= 0, f"{section}.p_lr", f"must be a finite number >= 0, got {self.p_lr}")
+        if self.downloads is not None:
+            require(self.downloads >= 1, f"{section}.downloads", f"must be >= 1 (unset: every core model), got {self.downloads}")
+        require(math.isfinite(self.threshold) and self.threshold >= 1, f"{section}.threshold", f"must be a finite number >= 1, got {self.threshold}")
+        require(math.isfinite(self.growth) and self.growth >= 0, f"{section}.growth", f"must be a finite number >= 0, got {self.growth}")
+
+
+IDS, MODEL, PROX, P0, P = "apple_ids", "apple_model_", "apple_prox", "apple_p0", "apple_p"
+"""Context keys: the ids and tables of the core models sent, lambda(r) mu, p^0; and the report of p_i."""
+CORE, BANK, RELATION, HELD, OWN = "apple.core.", "apple.bank.", "apple.p", "apple.held", "apple.own"
+"""Where theta_i, the copies (one (N, ...) stack per parameter), p_i, which copies are held, and i's one-hot live in the state."""
+FLOOR = 0.001
+"""The exponential scheduler's value at r = L (the authors' ``epsilon``)."""
+
+
+def loss_scheduler(round: int, decay_rounds: int, shape: Literal["exponential", "cosine"]) -> float:
+    """lambda(r): 0.001^(r / L) or (cos(pi r / L) + 1) / 2 for r < L, else 0 (L = 0: always 0, as the authors' code)."""
+    if round >= decay_rounds:
+        return 0.0
+    if shape == "cosine":
+        return (math.cos(math.pi * round / decay_rounds) + 1) / 2
+    return float(FLOOR ** (round / decay_rounds))
+
+
+def initial_relations(num_clients: int, sizes: Sequence[int] | None, p0: Literal["samples", "uniform"]) -> torch.Tensor:
+    """p^0 (float64): n_j / n, or 1/N each."""
+    if p0 == "uniform":
+        return torch.full((num_clients,), 1.0 / num_clients, dtype=torch.float64)
+    if sizes is None:
+        raise ValueError("APPLE's p0 = 'samples' needs the clients' training sizes (make_aggregator(..., client_sizes=...))")
+    counts = torch.tensor(list(sizes), dtype=torch.float64)
+    return counts / counts.sum()
+
+
+def combine(p: torch.Tensor, own: torch.Tensor, core: torch.Tensor, bank: torch.Tensor) -> torch.Tensor:
+    """sum_j p_j theta_j for one parameter: p_i theta_i (i the one-hot ``own``) + sum_{j != i} p_j bank_j (bank: (N, ...))."""
+    mine = (p * own).sum()
+    others = p * (1 - own)
+    return mine * core + torch.tensordot(others.to(bank.dtype), bank, dims=1)
+
+
+def _attribute(module: nn.Module, name: str) -> torch.Tensor:
+    """The tensor at dotted ``name``, read as an attribute: inside ``functional_call`` it is the substituted one."""
+    return cast(torch.Tensor, functools.reduce(getattr, name.split("."), module))
+
+
+class Mixture(nn.Module):
+    """theta_i (``core``), p_i (``p``), the copies (``bank.b<k>``, buffers, one (N, ...) stack per parameter) and i's
+    one-hot (``own``, a buffer): the forward is the model at theta_hat_i = sum_j p_ij theta_j (:func:`combine`)."""
+
+    def __init__(self, model: nn.Module, num_clients: int) -> None:
+        super().__init__()
+        self.core = copy.deepcopy(model)
+        self.names = tuple(n for n, _ in model.named_parameters())
+        self.p = nn.Parameter(torch.zeros(num_clients))
+        self.bank = nn.Module()
+        for k, (_, t) in enumerate(model.named_parameters()):
+            self.bank.register_buffer(f"b{k}", torch.zeros(num_clients, *t.shape, dtype=t.dtype))
+        self.register_buffer("own", torch.zeros(num_clients))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p, own = _attribute(self, "p"), _attribute(self, "own")
+        weights = {n: combine(p, own, _attribute(self.core, n), _attribute(self.bank, f"b{k}")) for k, n in enumerate(self.names)}
+        return cast(torch.Tensor, functional_call(self.core, weights, (x,)))
+
+
+class RelationProximal:
+    """lambda(r) mu ||p_i - p_i^0||^2 on the mixture's ``p`` (the authors' ``reg_loss``: no 1/2)."""
+
+    reads: tuple[str, ...] = (PROX, P0)
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
+        p = params["p"]
+        return read_number(context, PROX) * ((p - read_tensor(context, P0).to(p.dtype)) ** 2).sum()
+
+
+@dataclass(frozen=True)
+class APPLEClient:
+    """APPLE's client half: trains theta_i and p_i through the mixture; keeps theta_i, p_i and its copies."""
+
+    model: nn.Module
+    num_clients: int
+    p_lr: float
+
+    def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
+        return start, dict(context)
+
+    def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
+        """0: the mixture's step: theta_i by the run's optimiser, p_i by plain SGD at ``p_lr``, the copies fixed."""
+        refuse_representation_readers(spec, "APPLE's forward is the mixture of the core models, not the run's model")
+        terms: list[Term] = [OnPart(cast(LossTerm, t), "core.") for t in spec.terms]
+        terms.append(RelationProximal())
+        frozen = frozenset(f"core.{k}" for k in spec.frozen)
+        no_decay = frozenset(f"core.{k}" for k in spec.no_decay) | {"p"}
+        mixture = Mixture(self.model, self.num_clients)
+        return (replace(spec, model=mixture, terms=tuple(terms), frozen=frozen, no_decay=no_decay, plain_sgd=frozenset({"p"}), plain_lr=self.p_lr),)
+
+    def train(self, local: Local) -> LocalProgram:
+        g = local.start
+        device = next(iter(g.values())).device
+        names = [n for n, _ in self.model.named_parameters()]
+        core = {k: v.to(device) for k, v in own_entries(local.state, CORE).items()} or g
+        start_p = read_tensor(local.context, P0)
+        p = local.state[RELATION].to(device) if RELATION in local.state else start_p.to(device, g[names[0]].dtype)
+        held = local.state[HELD].to(device).clone() if HELD in local.state else torch.zeros(self.num_clients, device=device)  # a copy: marked below
+        stored = own_entries(local.state, BANK)
+        bank = {n: stored[n].to(device).clone() if n in stored else g[n].new_zeros((self.num_clients, *g[n].shape)) for n in names}
+        ids, models = received(local.context)
+        for j, table in zip(ids.tolist(), models):
+            for n in names:
+                bank[n][j] = table[n].to(device)
+            held[j] = 1.0
+        own = torch.zeros(self.num_clients, device=device)
+        own[local.client_id] = 1.0
+        filled = fill(bank, held, g)
+        start = {"p": p, "own": own, **with_prefix(core, "core."), **{f"bank.b{k}": filled[n] for k, n in enumerate(names)}}
+        context = {k: v for k, v in local.context.items() if k != IDS and not k.startswith(MODEL)}
+        out = yield Train(start, context, objective=0)
+        new_core = own_entries(out.params, "core.")
+        new_p = out.params["p"]
+        state = {**with_prefix(new_core, CORE), **with_prefix(bank, BANK), RELATION: new_p, HELD: held, OWN: own}
+        report: Report = {IDS: ids, P: new_p.detach().to(torch.float64)}
+        return Personal(new_core, out.num_steps, out.mean_loss, personalised(new_core, filled, new_p, own), state, report)
+
+    def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
+        return {}, {}  # theta_i, p_i and the copies are kept, and p_i reported, by the training (Personal)
+
+    def personal_model(self, state: ClientState, global_model: Params) -> Params:
+        """theta_hat_i from the state, the copies it does not hold taken as ``global_model`` (as in its training)."""
+        device = next(iter(global_model.values())).device
+        core = {k: v.to(device) for k, v in own_entries(state, CORE).items()}
+        if not core:  # never trained: no model of its own yet
+            return {}
+        bank = {k: v.to(device) for k, v in own_entries(state, BANK).items()}
+        filled = fill(bank, state[HELD].to(device), global_model)
+        return personalised(core, filled, state[RELATION].to(device), state[OWN].to(device))
+
+
+def fill(bank: Mapping[str, torch.Tensor], held: torch.Tensor, global_model: Params) -> Params:
+    """The copies with every slot not held (``held`` 0) replaced by the global model's entry."""
+    out: Params = {}
+    for n, stack in bank.items():
+        mask = held.view(-1, *([1] * (stack.dim() - 1))) > 0
+        out[n] = torch.where(mask, stack, global_model[n].to(stack.dtype).unsqueeze(0))
+    return out
+
+
+def personalised(core: Params, bank: Mapping[str, torch.Tensor], p: torch.Tensor, own: torch.Tensor) -> Params:
+    """theta_hat_i: :func:`combine` on every parameter (those with a ``bank`` stack), theta_i's own buffers."""
+    return {k: combine(p, own, v, bank[k]).detach() if k in bank else v for k, v in core.items()}
+
+
+def received(context: Context) -> tuple[torch.Tensor, list[Params]]:
+    """The ids and core models the server sent (none: empty)."""
+    ids = context.get(IDS)
+    if not isinstance(ids, torch.Tensor):
+        return torch.zeros(0, dtype=torch.int64), []
+    models = []
+    for k in range(len(ids)):
+        table = context[f"{MODEL}{k}"]
+        assert isinstance(table, dict), "APPLE's core models travel as name -> tensor tables"
+        models.append(table)
+    return ids, models
+
+
+def download_base(round: int, m: int, num_clients: int, threshold: float, growth: float) -> float:
+    """base = max(threshold, growth r M / N): the draws favour large |p_ij| more as downloads accumulate (r M / N a model)."""
+    return max(threshold, growth * round * m / num_clients)
+
+
+def choose_downloads(
+    candidates: Sequence[int],
+    never_sent: Collection[int],
+    relations: torch.Tensor,
+    m: int | None,
+    base: float,
+    generator: torch.Generator,
+    selection: Literal["relationship", "uniform"] = "relationship",
+) -> list[int]:
+    """The candidates (sorted ids) a client is sent: all when at most ``m``; else ``m`` of them, never-sent ones first
+    (drawn uniformly when more than ``m``), the rest drawn without replacement with probability proportional to
+    base^|p_ij| (``relations`` the client's p_i); ``uniform``: ``m`` drawn uniformly. Returned sorted."""
+    if m is None or m >= len(candidates):
+        return list(candidates)
+    if selection == "uniform":
+        order = torch.randperm(len(candidates), generator=generator)[:m]
+        return sorted(candidates[int(k)] for k in order)
+    fresh = [j for j in candidates if j in never_sent]
+    if len(fresh) >= m:
+        order = torch.randperm(len(fresh), generator=generator)[:m]
+        return sorted(fresh[int(k)] for k in order)
+    rest = [j for j in candidates if j not in never_sent]
+    weights = torch.tensor([base ** abs(float(relations[j])) for j in rest], dtype=torch.float64)
+    drawn = torch.multinomial(weights, m - len(fresh), replacement=False, generator=generator)
+    return sorted(fresh + [rest[int(k)] for k in drawn])
+
+
+class APPLE(AggregatorBase):
+    """Keeps every client's latest core model and DR vector; sends each sampled client up to M core models."""
+
+    def __init__(self, num_clients: int, model: nn.Module, options: APPLEOptions = APPLEOptions(), client_sizes: Sequence[int] | None = None, rounds: int | None = None, seed: int = 0) -> None:
+        self.num_clients = num_clients
+        self.model = model
+        self.options = options
+        self.seed = seed
+        self.client_sizes = None if client_sizes is None else tuple(client_sizes)
+        self.decay_rounds = None if rounds is None else int(options.schedule_share * rounds)
+        self.models = ClientParams()
+        """client id -> its latest uploaded core model."""
+        self.relations: dict[int, torch.Tensor] = {}
+        """client id -> its latest p_i (float64, on the CPU)."""
+        self.sent = torch.zeros(num_clients, num_clients, dtype=torch.bool)
+        """sent[i, j]: client j's core model was sent to client i at least once."""
+
+    def client_half(self) -> ClientHalf:
+        return APPLEClient(self.model, self.num_clients, self.options.p_lr)
+
+    def proximal_weight(self, round: int) -> float:
+        """lambda(r) mu."""
+        if self.decay_rounds is None:
+            raise ValueError("APPLE's loss scheduler needs the run's rounds (make_aggregator(..., rounds=...))")
+        return self.options.mu * loss_scheduler(round, self.decay_rounds, self.options.scheduler)
+
+    def start_relations(self) -> torch.Tensor:
+        """p^0 (float64)."""
+        return initial_relations(self.num_clients, self.client_sizes, self.options.p0)
+
+    def choose(self, client_id: int, round: int) -> list[int]:
+        """The clients whose core models ``client_id`` is sent this round (:func:`choose_downloads`)."""
+        o = self.options
+        candidates = [j for j in sorted(self.models) if j != client_id]
+        never = {j for j in candidates if not bool(self.sent[client_id, j])}
+        relations = self.relations.get(client_id, self.start_relations())
+        base = download_base(round, o.downloads or 0, self.num_clients, o.threshold, o.growth)
+        generator = torch.Generator().manual_seed(derive_seed(self.seed, "apple", round, client_id))
+        return choose_downloads(candidates, never, relations, o.downloads, base, generator, o.selection)
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        like = next(iter(global_params.values()))
+        context: dict[str, Wire] = {PROX: self.proximal_weight(round), P0: self.start_relations().to(like.device, like.dtype)}
+        chosen = self.choose(client_id, round)
+        if chosen:
+            context[IDS] = torch.tensor(chosen, dtype=torch.int64)
+            context.update({f"{MODEL}{k}": {n: v.to(like.device) for n, v in self.models[j].items()} for k, j in enumerate(chosen)})
+        return Downlink(context=context)
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        for r in results:
+            self.models[r.client_id] = r.params  # a copy, flat on the CPU until it is read
+            ids, p = r.report.get(IDS), r.report.get(P)
+            if isinstance(ids, torch.Tensor) and len(ids):
+                self.sent[r.client_id, ids.cpu()] = True
+            if isinstance(p, torch.Tensor):
+                self.relations[r.client_id] = p.detach().to("cpu", torch.float64).clone()
+        return weighted_average([r.params for r in results], client_weights(results, self.options.weighting))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every client's latest core model and DR vector, and which models each client was sent."""
+        return {
+            "models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}),
+            "relations": {str(cid): self.relations[cid] for cid in sorted(self.relations)},
+            "sent": self.sent,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state_keys(state, ("models", "relations", "sent"), "APPLE")
+        self.models = ClientParams.of(load_client_params(state["models"]))
+        relations = state["relations"]
+        if not isinstance(relations, Mapping) or not all(isinstance(v, torch.Tensor) and v.shape == (self.num_clients,) for v in relations.values()):
+            raise ValueError(f"APPLE relations must map client ids to ({self.num_clients},) tensors")
+        self.relations = {int(cid): v.to("cpu", torch.float64).clone() for cid, v in relations.items()}
+        sent = state["sent"]
+        if not isinstance(sent, torch.Tensor) or sent.shape != self.sent.shape:
+            raise ValueError(f"APPLE sent must be a {tuple(self.sent.shape)} tensor")
+        self.sent = sent.to("cpu", torch.bool).clone()
+
+
+def build(options: APPLEOptions, ctx: BuildContext) -> Built:
+    """The server with the run's client sizes (p^0) and rounds (the scheduler's L)."""
+    return APPLE(ctx.num_clients, ctx.model, options, ctx.client_sizes, ctx.rounds, ctx.seed), []
+
+
+SPEC = register_algorithm(
+    "apple",
+    AlgorithmSpec(
+        APPLEOptions,
+        build,
+        "each client learns how much to take from every client's core model (Luo & Wu 2022)",
+        capabilities=Capabilities(
+            private_steps="not audited: its one training also moves the client's kept p_i, whose per-sample gradients would be clipped together with theta_i's",
+            not_a_base="APPLE's clients run their own mixture training, which PA3Fed's client half does not compose with",
+            personal_model=True,
+            reports="each client's directed-relationship vector p_i, learnt from its data",
+        ),
+    ),
+)

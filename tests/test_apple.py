@@ -278,3 +278,18 @@ def test_a_bad_option_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capt
     code, err, folder = cli_option_error(tmp_path, capsys, "apple", "algorithm.downloads=0")
     assert (code, folder) == (2, False)
     assert err == ["chillfl: error: algorithm.downloads: must be >= 1 (unset: every core model), got 0"]
+
+
+def test_banks_past_this_machines_memory_are_refused_at_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every client keeps a bank of all N core models: 4 bytes x P trainable parameters x N^2 in all
+    cfg = config(**{"algorithm.name": "apple"})
+    exp = build_experiment(cfg)
+    n = exp.data.num_clients
+    p = sum(t.numel() for t in exp.model.parameters() if t.requires_grad)
+    need = 4 * p * n * n
+    monkeypatch.setattr("chillfl.options.total_memory_bytes", lambda: need)  # exactly enough: built
+    build_experiment(cfg)
+    monkeypatch.setattr("chillfl.options.total_memory_bytes", lambda: need - 1)  # a byte short: one line on the client count
+    with pytest.raises(ConfigError, match=r"^federation\.num_clients: APPLE keeps, for each of the \d+ clients") as caught:
+        build_experiment(cfg)
+    assert "\n" not in str(caught.value)

@@ -104,7 +104,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
 from chillfl.capabilities import Capabilities
-from chillfl.options import require
+from chillfl.options import require, require_memory
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, refuse_representation_readers
 from chillfl.training.objective import LossTerm, Term
@@ -418,7 +418,15 @@ class APPLE(AggregatorBase):
 
 
 def build(options: APPLEOptions, ctx: BuildContext) -> Built:
-    """The server with the run's client sizes (p^0) and rounds (the scheduler's L)."""
+    """The server with the run's client sizes (p^0) and rounds (the scheduler's L).
+
+    Refused at once when the clients' banks would not fit in memory: every client that has trained keeps a bank of
+    all N core models (float32), N^2 models in all by the end of a run, which suits cross-silo federations (the
+    paper's 12 clients) and not 1,000 clients of a large model; without this it failed rounds later, in the allocator.
+    """
+    trainable = sum(p.numel() for p in ctx.model.parameters() if p.requires_grad)
+    require_memory(4.0 * trainable * ctx.num_clients**2, "federation.num_clients",
+                   f"APPLE keeps, for each of the {ctx.num_clients} clients, a bank of every client's core model ({trainable:,} parameters each)")
     return APPLE(ctx.num_clients, ctx.model, options, ctx.client_sizes, ctx.rounds, ctx.seed), []
 
 

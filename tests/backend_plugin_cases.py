@@ -51,11 +51,11 @@ CASES: dict[str, dict[str, Any]] = {
         "algorithm": {"name": "local_only", "keep_optimizer_state": True},
         "client.optimizer": "adam",
         "model": {"name": "my_fl_models:Net", "hidden": 10},
-        "partition": {"name": "my_fl_splits:round_robin"},
+        "partition": {"name": "my_fl_splits:halves"},  # drawn from the partition's seeded rng: a Flower node rebuilds the same split
     },
     "apfl-alpha-sgd": {"algorithm": {"name": "apfl", "alpha_step": "sgd", "alpha_lr": 0.02}, "client.momentum": 0.9},
 }
-"""Local-only's kept optimiser state (momentum; Adam's moments and step count, with a plugin model and split) and
+"""Local-only's kept optimiser state (momentum; Adam's moments and step count, with a plugin model and a seeded split) and
 APFL's own alpha step: the client states a backend must carry from one participation to the next."""
 
 DEFAULTS: dict[str, dict[str, Any]] = {

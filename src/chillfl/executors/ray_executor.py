@@ -20,6 +20,11 @@ What travels
 * Each round: one call per actor with its share of the tasks; every distinct
   model state of the round (the global model, shared by all clients) is put
   once and fetched by reference.
+* The driver's import path: the actors of a local Ray started here take the
+  driver's ``sys.path`` first (:func:`adopt_import_path`), so a user's module
+  named in the config (a method, model, partitioner or term) is found where
+  the driver found it, as by the process pool's workers. On a cluster the
+  nodes have their own files and keep their own path.
 
 Determinism: replies are collected by task index and returned in task order;
 an actor runs with the run's ``threads`` intra-op threads, so a run is
@@ -54,6 +59,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import warnings
@@ -152,10 +158,35 @@ class _Ref:
     data: bool = False
 
 
-class Worker:
-    """The actor: runs client updates with a private sequential executor; keeps the data of the clients it served."""
+def driver_import_path() -> list[str]:
+    """This process's ``sys.path``, the working directory spelt out for ``""``: what the actors of a local Ray import from."""
+    return [entry or os.getcwd() for entry in sys.path]
 
-    def __init__(self, threads: int) -> None:
+
+def adopt_import_path(driver: Sequence[str]) -> None:
+    """Make this process's ``sys.path`` the driver's ``driver`` entries, in the driver's order, then its own other entries.
+
+    Why: a worker unpickles the run's model, objective terms and client half, and builds the user's classes a
+    config names by import path, so it must import what the driver imports. Ray gives its workers the driver's
+    working directory and script folder only; a folder the driver's Python put on ``sys.path`` (a script's
+    ``sys.path.insert``, a notebook, pytest) was missing there, and a plugin found by ``sequential``, by the
+    ``processes`` executor (``spawn`` hands its children the parent's ``sys.path``) and by Flower's simulation
+    (its Ray actors get the driver's ``sys.path``) stopped a Ray run in round 1 with ``ModuleNotFoundError``.
+    """
+    own = [entry for entry in sys.path if entry not in driver]
+    sys.path[:] = [*driver, *own]
+
+
+class Worker:
+    """The actor: runs client updates with a private sequential executor; keeps the data of the clients it served.
+
+    ``import_path``: the driver's ``sys.path`` (:func:`adopt_import_path`), given to the actors of a local Ray the
+    run started; empty on a cluster, whose nodes have their own files (a user's module is installed there).
+    """
+
+    def __init__(self, threads: int, import_path: Sequence[str] = ()) -> None:
+        if import_path:
+            adopt_import_path(import_path)
         if threads > 0:
             torch.set_num_threads(threads)
         self.executor: SequentialExecutor | None = None
@@ -275,7 +306,8 @@ class RayWorkers:
         actor = ray.remote(Worker).options(
             num_cpus=options.num_cpus, num_gpus=options.num_gpus, max_restarts=options.max_retries, max_task_retries=options.max_retries,
         )
-        self.actors.extend(actor.remote(self.threads) for _ in range(self.workers))
+        import_path = driver_import_path() if self.started_local else []  # the same files: a local Ray's workers import what the driver does
+        self.actors.extend(actor.remote(self.threads, import_path) for _ in range(self.workers))
         try:
             ray.get([a.pid.remote() for a in self.actors], timeout=options.start_timeout)
         except ray.exceptions.GetTimeoutError:

@@ -224,8 +224,11 @@ def test_the_server_averages_body_head_and_cpn_by_hand() -> None:
     assert not all(torch.all(v == 2.5) for v in again.cpn.values())
     again.load_state_dict(fedcp.state_dict())
     assert all(torch.equal(again.cpn[k], fedcp.cpn[k]) for k in fedcp.cpn)
-    # the CPN's initialisation is the run seed's, not the global generator's
+    # the CPN's initialisation is the run seed's, not the global generator's, which building FedCP leaves as it was
     torch.manual_seed(99)
+    before = torch.get_rng_state()
+    FedCP(net, FedCPOptions(), seed=0)
+    assert torch.equal(torch.get_rng_state(), before)
     assert all(torch.equal(FedCP(net, FedCPOptions(), seed=0).cpn[k], FedCP(net, FedCPOptions(), seed=0).cpn[k]) for k in fedcp.cpn)
 
 

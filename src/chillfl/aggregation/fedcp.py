@@ -319,9 +319,8 @@ class FedCPClient:
     """FedCP's client half: trains body, personal head and CPN under the frozen global head and reference extractor;
     uploads the body, the head (:attr:`FedCPOptions.upload_head`) and the CPN; keeps the personal head."""
 
-    model: nn.Module
-    """The run's model (its head names the global head's entries)."""
     head: str
+    """The run's model's head: its entries are the global head's."""
     options: FedCPOptions
     template: FedCPModel
     """The training template (with the reference extractor when lambda > 0)."""
@@ -403,9 +402,11 @@ class FedCP(FedAvg):
         with torch.random.fork_rng(devices=[]):  # PyTorch's default initialisation, from the run's own stream
             torch.random.default_generator.manual_seed(derive_seed(seed, "fedcp", "cpn"))
             network = policy_network(d).to(dtype)
+            training = FedCPModel(model, self.head, options, reference=options.lam > 0)  # their CPNs' values are never read
+            own = FedCPModel(model, self.head, options, reference=False)
         self.cpn: Params = {k: v.detach().clone() for k, v in network.state_dict().items()}
         """Theta, the server's CPN."""
-        self.client = FedCPClient(model, self.head, options, FedCPModel(model, self.head, options, reference=options.lam > 0), FedCPModel(model, self.head, options, reference=False))
+        self.client = FedCPClient(self.head, options, training, own)
 
     def client_half(self) -> ClientHalf:
         return self.client

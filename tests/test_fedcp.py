@@ -249,10 +249,23 @@ def test_run_agrees_across_executors_and_resumes_bitwise(tmp_path: Path, caplog:
     assert resumed_records(cfg, 1, tmp_path) == seq  # the CPN and the personal heads come back from the checkpoint
 
 
-def test_the_authors_evaluation_after_the_average_runs() -> None:
-    cfg = config(**{"algorithm.name": "fedcp", "model.name": "mlp", "algorithm.local_eval": "averaged", "algorithm.noise": "none", "algorithm.align": "global_part", "federation.rounds": 2})
-    recs = records(cfg)
-    assert all(r["local_acc"] is not None for r in recs)
+def test_the_authors_evaluation_after_the_average_runs_and_the_client_models_are_saved() -> None:
+    from chillfl.runner import run_experiment
+
+    over = {"algorithm.local_eval": "averaged", "algorithm.noise": "none", "algorithm.align": "global_part", "federation.rounds": 2}
+    cfg = config(**{"algorithm.name": "fedcp", "model.name": "mlp", "checkpoint.client_models": True, **over})
+    out = run_experiment(cfg, write=False, progress=False)
+    assert all(r["local_acc"] is not None for r in out.records)
+    # every client that trained keeps its personal head; its saved model is FedCP's template's (net.*), on the final model
+    assert out.client_states and out.model_state is not None
+    exp = build_experiment(cfg)
+    agg = exp.aggregator
+    assert isinstance(agg, FedCP)
+    template = personal_template(agg.client_half(), exp.model)
+    for saved in out.client_states.values():
+        assert set(saved) == set(template.state_dict())
+        head = agg.head
+        assert torch.equal(saved[f"net.{head}.global_head.weight"], out.model_state[f"{head}.weight"])
 
 
 @pytest.mark.parametrize(

@@ -30,8 +30,7 @@ In chillfl the global model is the run's model (body + global head), so the glob
 CPN); the CPN is the server's state, sent in the downlink context and returned in the client's report.
 Local accuracy measures the client's own model: its trained body, personal head and CPN with the round's
 global head, in a template of its own (:class:`FedCPModel`, through
-:class:`~chillfl.aggregation.base.OwnArchitecture`), without the noise (the policy's expectation-free soft split
-sigmoid((a - b) / tau)). ``checkpoint.client_models`` saves the current global body, CPN and head with the
+:class:`~chillfl.aggregation.base.OwnArchitecture`), without the noise: the split sigmoid((a - b) / tau). ``checkpoint.client_models`` saves the current global body, CPN and head with the
 client's personal head (the CPN reaches :meth:`FedCPClient.personal_model` as an entry the server makes,
 :class:`~chillfl.aggregation.base.MakesClientModels`).
 
@@ -48,6 +47,10 @@ Choices
   under every executor and after a resume, and the vectorised executor can batch the step (torch's generator would
   make it fall back). ``none`` trains with the noise-free split. Evaluation is always noise-free; the authors sample
   noise at test time too.
+* **What a client trains with**: the body, global head and CPN the server holds when it samples the client. The
+  authors send the body to every client each round but the head and the CPN only to that round's clients after the
+  average, so a client sampled again later trains with the head and CPN of its previous round; under full
+  participation (their ``-jr 1``) the two are the same.
 * **v_i** is computed from the personal head at the start of each training and held fixed through it (the authors:
   from the personal head after the client's previous training, the same head). At a client's first training it is the
   head it was sent (the authors': a random vector). The client's own model after training uses v_i of its trained head.

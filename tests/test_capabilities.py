@@ -59,7 +59,9 @@ CLUSTERED = ["fesem", "pacfl"]
 """Clustered FL beside IFCA and CFL (PACFL, FeSEM), each in its own module."""
 HYPERNETWORKS = ["pfedhn"]
 """A server-side hypernetwork that generates each client's model, in its own module."""
-ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE + LABEL_SKEW + SANITY + CLUSTERED + HYPERNETWORKS)
+FEATURE_SPLIT = ["fedcp"]
+"""FedCP: a policy network splits each feature between a global and a personal head, in its own module."""
+ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE + LABEL_SKEW + SANITY + CLUSTERED + HYPERNETWORKS + FEATURE_SPLIT)
 
 
 def config(**overrides: Any) -> RunConfig:
@@ -388,7 +390,7 @@ def test_every_built_ins_personal_model_declaration_agrees_with_its_class(name: 
     agg, _ = make_aggregator(name, required, num_clients=4, model=model_for(name), seed=0)
     spec = algorithm_spec(name)
     assert effective_capabilities(spec, parse_options(spec.options, required, "algorithm")).personal_model == holds_personal_model(agg.client_half())
-    holders = {"apfl", "apple", "ditto", "fedala", "fedamp", "fedbn", "fedcac", "feddbe", "fedfomo", "fedper", "fedphp", "fedrep", "fedrod", "fml", "lg_fedavg", "local_only", "pfedhn", "pfedsim"}
+    holders = {"apfl", "apple", "ditto", "fedala", "fedamp", "fedbn", "fedcac", "fedcp", "feddbe", "fedfomo", "fedper", "fedphp", "fedrep", "fedrod", "fml", "lg_fedavg", "local_only", "pfedhn", "pfedsim"}
     assert spec.capabilities.personal_model == (name in holders)
 
 

@@ -72,7 +72,7 @@ BASE: dict[str, Any] = {"dataset": {"name": "digits"}, "executor": "sequential",
                         "federation": {"num_clients": 3, "clients_per_round": 3, "rounds": 1}, "client": {"batch_size": 32}}
 
 LINEAR = {"fedrod": "FedRoD's personal-head loss", "feddbe": "FedDBE's client model folds the PRBM", "fedgen": "FedGen's teacher",
-          "fedpac": "FedPAC's classifier collaboration"}
+          "fedpac": "FedPAC's classifier collaboration", "fedcp": "FedCP's conditional input sums the personal head's weight"}
 
 
 def test_a_linear_head_is_an_nn_linear_with_its_forward() -> None:

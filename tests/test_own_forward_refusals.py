@@ -20,6 +20,7 @@ WHY = {
     "fml": "FML's forward is the pair's stacked logits",
     "apfl": "APFL applies the run's parameter terms to w, and its forward is the pair's",
     "feddbe": "FedDBE's head reads the representation shifted by the PRBM",
+    "fedcp": "FedCP's head splits the representation by its policy network",
 }
 
 

@@ -25,7 +25,9 @@ docs/architecture.md the reference of the seams they plug into):
   (FML's independently initialised local model) implements :class:`StartsOwnState`; one that runs the client's trainings itself
   (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests. An aggregator that makes part of each
   client's model itself (pFedHN's hypernetwork) implements :class:`MakesClientModels`, and the half's personal model is
-  built on it (for every client that took part, even one whose half keeps no state). An aggregator whose
+  built on it (for every client that took part, even one whose half keeps no state). A half whose client's own model
+  is not the run's architecture (FedCP's policy-split head) implements :class:`OwnArchitecture`: local accuracy runs it
+  in the template the half brings. An aggregator whose
   ``aggregate`` is defined with no client (a private aggregator releasing its noise alone) implements
   :class:`AggregatesNobody`: a round nobody reported then runs through it instead of being skipped;
 * **local objective terms** (:class:`LossTerm`, or :class:`BatchTerm` for terms that read the
@@ -98,6 +100,7 @@ from chillfl.aggregation.base import (
     MakesClientModels,
     AggregatesNobody,
     LocalProgram,
+    OwnArchitecture,
     Params,
     Personal,
     Personalising,
@@ -196,6 +199,7 @@ __all__ = [
     "ModelRound",
     "NoState",
     "Noise",
+    "OwnArchitecture",
     "Params",
     "Participant",
     "Personal",

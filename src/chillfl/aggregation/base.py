@@ -316,6 +316,29 @@ def measured_after_average(half: ClientHalf | None) -> bool:
     return any(isinstance(part, MeasuredAfterAverage) and part.after_average for part in (half.parts if isinstance(half, Halves) else (half,)))
 
 
+@runtime_checkable
+class OwnArchitecture(Protocol):
+    """A client half whose client's own model is not the run's architecture, so its :attr:`Personal.personal` and its
+    :meth:`HoldsPersonalModel.personal_model` name the entries of another module (FedCP's: the model whose head splits
+    each feature vector between a personal and a global head by a policy network's output, a map no state of the run's
+    model computes). Why a capability: local accuracy evaluates a client's own model with a template, and the run's own
+    cannot run these entries.
+    """
+
+    def personal_template(self) -> nn.Module:
+        """The stateless template the client's own model runs in (its entries are :meth:`HoldsPersonalModel.personal_model`'s)."""
+        ...
+
+
+def personal_template(half: ClientHalf | None, model: nn.Module) -> nn.Module:
+    """The template a client's own model is evaluated with: the first of ``half``'s parts that brings one
+    (:class:`OwnArchitecture`), else ``model``, the run's."""
+    for part in half.parts if isinstance(half, Halves) else (half,):
+        if isinstance(part, OwnArchitecture):
+            return part.personal_template()
+    return model
+
+
 def holds_personal_model(half: ClientHalf | None) -> bool:
     """Whether one of ``half``'s parts keeps the client's own model (what ``checkpoint.client_models`` saves)."""
     return any(isinstance(part, HoldsPersonalModel) for part in (half.parts if isinstance(half, Halves) else (half,)))

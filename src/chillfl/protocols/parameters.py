@@ -56,6 +56,7 @@ from chillfl.aggregation.base import (
     load_client_params,
     client_base,
     personal_model,
+    personal_template,
 )
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
@@ -144,7 +145,8 @@ class ParameterClient:
         else:
             assert self.spec is not None, "a personalising half needs the run's spec"
             done = yield from self._trainings(task, t, Local(task.client_id, data.x, data.y, start, context, d.lr, state, d.seed, self.spec))
-        acc, loss = local_evaluation(self.model, done.params if done.personal is None else done.personal, data, self.eval_batch_size)
+        template = personal_template(self.half, self.model) if done.personal is not None else self.model
+        acc, loss = local_evaluation(template, done.params if done.personal is None else done.personal, data, self.eval_batch_size)
         new_state: ClientState = dict(done.state)
         report: Report = dict(done.report)
         if self.half is not None:
@@ -153,7 +155,7 @@ class ParameterClient:
             new_state.update(own)
             report.update(said)
         personal = done.params if done.personal is None else done.personal
-        val_acc = local_validation(self.model, personal, data, self.eval_batch_size)
+        val_acc = local_validation(template, personal, data, self.eval_batch_size)
         if self.temperature is not None:
             new_state.update(self.temperature.finish(state, t, policy_accuracy(acc, val_acc)))
         uplink = ParamUplink(done.params, len(data.y), done.num_steps, done.train_loss, report)
@@ -360,8 +362,9 @@ class ParameterSharing:
             if model is None:
                 raise RuntimeError("measured after the average, but the client half keeps no personal model")
             data = self.evaluation.client_data(cid)
-            acc, loss = local_evaluation(self.client.model, model, data, bs)
-            self.book.log.record(cid, acc, loss, local_validation(self.client.model, model, data, bs))
+            template = personal_template(self.client.half, self.client.model)
+            acc, loss = local_evaluation(template, model, data, bs)
+            self.book.log.record(cid, acc, loss, local_validation(template, model, data, bs))
 
     def global_state(self) -> Params:
         return self.state

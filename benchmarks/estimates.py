@@ -7,6 +7,8 @@
 (docs/performance.md, "Time estimates", shows a table made by it). Runs are in-process after a warm-up run, one
 thread, nothing written; CPU time is the measure on a shared machine (wall time grows with its load). Compare a
 method's ``cpu/est`` with FedAvg's from the same process: the FedAvg ratio is the machine, the rest the method.
+The ``_mlp`` and ``_resnet`` entries swap the model (the MLP, resnet20) for methods compared with their own FedAvg row
+(dp-sgd's per-sample step, FedAlign's reduced final stage, which needs a ResNet).
 """
 
 from __future__ import annotations
@@ -41,6 +43,20 @@ METHODS: dict[str, dict[str, Any]] = {
     "fedgen": {"algorithm": {"name": "fedgen"}},
     "dsfl": {"distillation": {**PUBLIC, "method": "dsfl", "temperature": 0.1}},
     "fedavg_ft": {"algorithm": {"name": "fedavg_ft"}},
+    "fedbabu": {"algorithm": {"name": "fedbabu"}},
+    "fedrep": {"algorithm": {"name": "fedrep", "head_epochs": 4}},
+    "pfedme": {"algorithm": {"name": "pfedme", "inner_steps": 3}},
+    "apfl": {"algorithm": {"name": "apfl"}},
+    "fml": {"algorithm": {"name": "fml"}},
+    "perfedavg": {"algorithm": {"name": "perfedavg"}},
+    "ifca": {"algorithm": {"name": "ifca", "clusters": 3}},
+    "fedphp": {"algorithm": {"name": "fedphp"}},
+    "dpsgd": {"privacy": {"mechanism": "dp-sgd", "clip_norm": 1.0, "noise_multiplier": 1.0}},
+    "fedmd": {"distillation": {**PUBLIC, "method": "fedmd", "transfer_epochs": 4}},
+    "fedavg_mlp": {"model": {"name": "mlp"}},
+    "dpsgd_mlp": {"model": {"name": "mlp"}, "privacy": {"mechanism": "dp-sgd", "clip_norm": 1.0, "noise_multiplier": 1.0}},
+    "fedavg_resnet": {"model": {"name": "resnet20"}},
+    "fedalign": {"model": {"name": "resnet20"}, "algorithm": {"name": "fedalign"}},
 }
 
 

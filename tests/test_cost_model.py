@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from chillfl.capabilities import FORWARD, Capabilities, Cost
+from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
 from chillfl.catalogue import SMALL_FLOPS, STEP_S, _forward_flops, declared_cost, estimate_cpu_minutes, estimate_gpu_minutes, work
 from chillfl.config import RunConfig, config_from_dict
 from user_modules import install
@@ -34,11 +34,12 @@ def _config(**tables: dict[str, Any]) -> RunConfig:
     return config_from_dict(out)
 
 
-def _minutes(steps: float, trained: float, tested: float = TEST) -> float:
-    """The cost model by hand: steps x overhead + (3 FLOPs a trained sample's forward + backward, 1 a tested one)."""
+def _minutes(steps: float, trained: float, tested: float = TEST, overhead: float = 0.0) -> float:
+    """The cost model by hand: steps x overhead + (3 FLOPs a trained sample's forward + backward, 1 a tested one);
+    ``overhead``: steps' overheads without FLOPs (a declared ``pass_overhead``)."""
     flops = _forward_flops(_config())
     assert flops is not None
-    return (steps * STEP_S + (3 * trained + tested) * flops / SMALL_FLOPS) / 60
+    return ((steps + overhead) * STEP_S + (3 * trained + tested) * flops / SMALL_FLOPS) / 60
 
 
 def _close(config: RunConfig, expected: float) -> None:
@@ -136,8 +137,127 @@ def test_a_plugin_declares_its_cost_through_its_spec(tmp_path: Path, monkeypatch
 
 
 def test_costs_add_their_extras() -> None:
-    a = Cost(step_passes=2.0, trainings=2.0, epochs=1.0, public_samples=10, server_samples=5, server_steps=3, test_passes=1)
-    b = Cost(step_passes=1.5, epochs=0.5, test_passes=2)
-    assert a.plus(b) == Cost(step_passes=2.5, trainings=2.0, epochs=1.5, public_samples=10, server_samples=5, server_steps=3, test_passes=3)
+    a = Cost(step_passes=2.0, trainings=2.0, epochs=1.0, public_samples=10, server_samples=5, server_steps=3, test_passes=1, pass_overhead=0.5)
+    b = Cost(step_passes=1.5, epochs=0.5, test_passes=2, pass_overhead=0.25)
+    assert a.plus(b) == Cost(step_passes=2.5, trainings=2.0, epochs=1.5, public_samples=10, server_samples=5, server_steps=3, test_passes=3, pass_overhead=0.75)
     assert Cost().plus(Cost()) == Cost()
     assert Capabilities(cost=b).wrapping(Capabilities(cost=a)).cost == a.plus(b)
+
+
+def test_two_models_trained_a_step_are_two_passes() -> None:
+    # APFL: each step a forward + backward of w (f_i(w)) and of v_bar (f_i(v_bar)); FML: of the meme and the local model.
+    for name in ("apfl", "fml"):
+        config = _config(algorithm={"name": name})
+        assert declared_cost(config) == Cost(step_passes=2.0), name
+        _close(config, _minutes(2 * STEPS, 2 * SAMPLES))
+
+
+def test_pfedme_takes_its_inner_steps_on_every_batch() -> None:
+    # Each of the 24 batches is the inner problem's K steps, one job: K = 5 (the default) -> 5 x 24 = 120 passes, each with
+    # the proximal term's 0.6 steps' overhead (72), and 24 jobs' set-up at 1 step each (24): 120 passes + 96 overheads.
+    assert declared_cost(_config(algorithm={"name": "pfedme"})) == Cost(step_passes=5.0, pass_overhead=PARAMETER_TERM + ONE_BATCH_JOB / 5)
+    _close(_config(algorithm={"name": "pfedme"}), _minutes(5 * STEPS, 5 * SAMPLES, overhead=5 * STEPS * 0.6 + STEPS * 1.0))
+    # K = 3: 72 passes, 43.2 + 24 overheads.
+    _close(_config(algorithm={"name": "pfedme", "inner_steps": 3}), _minutes(3 * STEPS, 3 * SAMPLES, overhead=3 * STEPS * 0.6 + STEPS * 1.0))
+
+
+def test_head_epochs_body_frozen_are_priced_as_forward_epochs() -> None:
+    # FedRep: head_epochs = 10 (default) epochs of the head alone, each a forward (0.5 of a pass): 1 + 10 x 0.5 = 6 epochs.
+    _close(_config(algorithm={"name": "fedrep"}), _minutes(6 * STEPS, 6 * SAMPLES))
+    _close(_config(algorithm={"name": "fedrep", "head_epochs": 2}), _minutes(2 * STEPS, 2 * SAMPLES))  # 1 + 2 x 0.5
+    # FedPAC: head_epochs = 1 (0.5) and two forwards over the rows (statistics before, class means after): 1 + 3 x 0.5 = 2.5.
+    _close(_config(algorithm={"name": "fedpac"}), _minutes(2.5 * STEPS, 2.5 * SAMPLES))
+
+
+def test_fedbabu_prices_its_fine_tuning() -> None:
+    # finetune_epochs = 5 (default), the whole model: 1 + 5 = 6 epochs; the head alone, 4 epochs: 1 + 4 x 0.5 = 3.
+    _close(_config(algorithm={"name": "fedbabu"}), _minutes(6 * STEPS, 6 * SAMPLES))
+    _close(_config(algorithm={"name": "fedbabu", "finetune": "head", "finetune_epochs": 4}), _minutes(3 * STEPS, 3 * SAMPLES))
+    _close(_config(algorithm={"name": "fedbabu", "finetune_epochs": 0}), _minutes(STEPS, SAMPLES))
+
+
+def test_forwards_over_the_rows_before_training_add_forward_epochs() -> None:
+    # IFCA, k = 3: each cluster model forward over the rows to choose one: 1 + 3 x 0.5 = 2.5 epochs; k = 1 chooses nothing.
+    _close(_config(algorithm={"name": "ifca", "clusters": 3}), _minutes(2.5 * STEPS, 2.5 * SAMPLES))
+    assert declared_cost(_config(algorithm={"name": "ifca", "clusters": 1})) == Cost()
+    # q-FFL: F_k, the received model's forward over the rows: 1 + 0.5 epochs.
+    _close(_config(algorithm={"name": "qffl"}), _minutes(1.5 * STEPS, 1.5 * SAMPLES))
+
+
+def test_fedfomo_trains_on_the_rows_outside_its_validation_split() -> None:
+    # val_ratio 0.2, m = 5: training on 0.8 of the rows, and 6 models (its own and the 5 sent) forward over the 0.2:
+    # 0.8 + 6 x 0.2 x 0.5 = 1.4 epochs.
+    assert declared_cost(_config(algorithm={"name": "fedfomo"})) == Cost(trainings=0.8, epochs=(5 + 1) * 0.2 * FORWARD)
+    _close(_config(algorithm={"name": "fedfomo"}), _minutes(1.4 * STEPS, 1.4 * SAMPLES))
+
+
+def test_fedala_prices_the_ala_epoch_over_its_random_share() -> None:
+    # rand_percent = 80: an ALA epoch over 80 % of the rows before each training: 1 + 0.8 epochs.
+    _close(_config(algorithm={"name": "fedala"}), _minutes(1.8 * STEPS, 1.8 * SAMPLES))
+    _close(_config(algorithm={"name": "fedala", "rand_percent": 50}), _minutes(1.5 * STEPS, 1.5 * SAMPLES))
+
+
+def test_fedphp_runs_its_inherited_model_forward_a_step() -> None:
+    _close(_config(algorithm={"name": "fedphp"}), _minutes(1.5 * STEPS, 1.5 * SAMPLES))  # h_k's forward: 1 + 0.5 passes
+
+
+def test_perfedavg_takes_a_one_batch_job_a_gradient() -> None:
+    # FO: 24 // 2 = 12 steps of 2 one-batch gradients, the 24 batches once as FedAvg, but 24 jobs (1 step's overhead each).
+    assert declared_cost(_config(algorithm={"name": "perfedavg"})) == Cost(pass_overhead=ONE_BATCH_JOB)
+    _close(_config(algorithm={"name": "perfedavg"}), _minutes(STEPS, SAMPLES, overhead=STEPS * 1.0))
+    # HF: 8 steps of 4 gradients: 32 = 24 x 4/3 passes, 32 jobs.
+    _close(_config(algorithm={"name": "perfedavg", "variant": "hf"}), _minutes(4 / 3 * STEPS, 4 / 3 * SAMPLES, overhead=4 / 3 * STEPS * 1.0))
+
+
+def test_scaffold_option_one_adds_a_gradient_epoch() -> None:
+    assert declared_cost(_config(algorithm={"name": "scaffold"})) == Cost()  # option II: (x - y_i) / (K lr), parameters only
+    _close(_config(algorithm={"name": "scaffold", "option": "I"}), _minutes(2 * STEPS, 2 * SAMPLES))  # g_i(x) over the rows
+
+
+def test_a_declared_pretraining_is_spread_over_the_rounds() -> None:
+    # FedMD, transfer_epochs = 4 on |P| = 100: 400 samples at a client's first participation and once for the server model.
+    # N = 2 clients, m = 1 a round, R = 3: 2 (1 - (1 - 1/2)^3) = 1.75 clients expected to take part, 1.75 x 400 / (3 x 1)
+    # = 233.33 samples a client-round on top of DS-FL's 125 (2 x 50 distilled + 0.5 x 50 labelled); the server 400 / 3 =
+    # 133.33 a round on top of its 50. Steps a round: ceil(358.33 / 100) = 4 and ceil(183.33 / 100) = 2.
+    fedmd = _config(distillation={"method": "fedmd", "public_size": 100, "subset_size": 50, "distill_epochs": 2, "transfer_epochs": 4})
+    cost = declared_cost(fedmd)
+    assert math.isclose(cost.public_samples, 125 + 1.75 * 400 / 3) and math.isclose(cost.server_samples, 50 + 400 / 3)
+    _close(fedmd, _minutes(STEPS + 3 * (4 + 2), SAMPLES + 3 * (125 + 1.75 * 400 / 3 + 50 + 400 / 3)))
+    none = _config(distillation={"method": "fedmd", "public_size": 100, "subset_size": 50, "distill_epochs": 2, "transfer_epochs": 0})
+    assert declared_cost(none) == Cost(public_samples=125.0, server_samples=50.0)  # DS-FL's, as test_the_soft_label_protocol...
+
+
+def test_a_proximal_term_adds_overhead_but_no_flops() -> None:
+    # FedProx: 24 steps, each with the term over every parameter tensor, 0.6 of a step's overhead: 24 + 14.4 steps' overheads,
+    # FedAvg's FLOPs. The same term from [objective] (proximal_mu) on FedAvg, and FedAMP's term to its cloud models.
+    for config in (_config(algorithm={"name": "fedprox"}), _config(objective={"proximal_mu": 0.01}), _config(algorithm={"name": "fedamp"})):
+        assert declared_cost(config) == Cost(pass_overhead=0.6)
+        _close(config, _minutes(STEPS, SAMPLES, overhead=24 * 0.6))
+    # With sharpness-aware steps each of the 2 passes computes the term: 48 passes + 28.8 overheads.
+    _close(_config(algorithm={"name": "fedprox"}, client={"sam_rho": 0.05}), _minutes(2 * STEPS, 2 * SAMPLES, overhead=48 * 0.6))
+
+
+def test_fedalign_prices_its_reduced_final_stage_as_a_forward() -> None:
+    # The final stage again at reduced width, forward + backward, and the power iterations: 1 + 0.5 passes a step.
+    # (declared_cost reads the spec's options only: the model, which FedAlign's build checks, is not built.)
+    config = _config(algorithm={"name": "fedalign"})
+    assert declared_cost(config) == Cost(step_passes=1.5)
+    _close(config, _minutes(1.5 * STEPS, 1.5 * SAMPLES))
+
+
+def test_dp_sgd_prices_its_per_sample_step_as_overhead() -> None:
+    # [privacy] mechanism = "dp-sgd": each of the 24 steps from clipped per-sample gradients, 16 steps' overheads more
+    # (measured: a per-step cost, alike for an MLP and a CNN), the FLOPs a plain step's: 24 + 384 steps' overheads.
+    config = _config(privacy={"mechanism": "dp-sgd", "clip_norm": 1.0, "noise_multiplier": 1.0})
+    assert declared_cost(config) == Cost(pass_overhead=16.0)
+    _close(config, _minutes(STEPS, SAMPLES, overhead=24 * 16))
+    # A mechanism that noises the uploads alone declares nothing: priced as FedAvg.
+    assert declared_cost(_config(privacy={"mechanism": "dp-fedavg", "clip_norm": 1.0, "noise_multiplier": 1.0})) == Cost()
+
+
+def test_a_pass_overhead_is_priced_on_the_cpu_only() -> None:
+    # Measured on the CPU alone: the GPU estimate of FedProx is FedAvg's (24 client steps at 0.22 ms either way).
+    fedprox, fedavg = work(_config(algorithm={"name": "fedprox"})), work(_config())
+    assert fedprox is not None and fedavg is not None
+    assert fedprox.client_steps == fedavg.client_steps == STEPS and fedprox.overhead_steps == 24 * 0.6
+    assert estimate_gpu_minutes(_config(algorithm={"name": "fedprox"})) == estimate_gpu_minutes(_config())

@@ -21,6 +21,17 @@ FORWARD = 0.5
 their FLOPs, but about half their time on the CPU-scale models, whose steps the per-call overhead bounds (measured
 2026-12-02 on the 2-vCPU AVX2 machine: FedNTD's teacher, MOON's two frozen models)."""
 
+PARAMETER_TERM = 0.6
+"""The overhead of a term over every parameter tensor a pass (the proximal term mu/2 ||w - w^t||^2 and its gradient), in
+plain steps' overheads (:attr:`Cost.pass_overhead`): a few calls a tensor and next to no FLOPs. Measured 2026-12-02 on the
+2-vCPU AVX2 machine (``benchmarks/estimates.py``, FLex&Chill CNN on digits): FedProx took 1.26x FedAvg's CPU time, 0.48 ms
+more a step, 0.6 of the estimate's 0.76 ms a step."""
+ONE_BATCH_JOB = 1.0
+"""The overhead of a training job of one batch (a client half that asks the training path for one job a batch: Per-FedAvg,
+pFedMe), in plain steps' overheads (:attr:`Cost.pass_overhead`): the job's setup costs about a step's. Measured as
+:data:`PARAMETER_TERM`: Per-FedAvg (FO), the run's batches once in one-batch jobs, took 1.47x FedAvg's CPU time, 0.84 ms
+more a batch (1.1 steps' overheads)."""
+
 
 @dataclass(frozen=True)
 class Cost:
@@ -45,11 +56,16 @@ class Cost:
     test_passes: float = 0.0
     """Further forward passes over the test set a round besides the global model's evaluation (a prototype method's:
     the accuracy by nearest prototype, and each client's own model when models stay with the clients)."""
+    pass_overhead: float = 0.0
+    """Further overhead of each forward + backward pass of a local step, in plain steps' overheads, with no FLOPs: calls that
+    work on the parameters alone (:data:`PARAMETER_TERM`, a proximal term) or a job set up a batch (:data:`ONE_BATCH_JOB`).
+    Priced at the per-step overhead alone, so it weighs on the CPU-scale models, whose steps that overhead bounds."""
 
     def plus(self, other: Cost) -> Cost:
         """Both costs in one run (a method with a loss term, a wrapper over its base): the extras add up."""
         return Cost(self.step_passes + other.step_passes - 1, self.trainings + other.trainings - 1, self.epochs + other.epochs, self.public_samples + other.public_samples,
-                    self.server_samples + other.server_samples, self.server_steps + other.server_steps, self.test_passes + other.test_passes)
+                    self.server_samples + other.server_samples, self.server_steps + other.server_steps, self.test_passes + other.test_passes,
+                    self.pass_overhead + other.pass_overhead)
 
 
 @dataclass(frozen=True)

@@ -110,10 +110,13 @@ class Work:
     """Training (forward + backward: 3 forwards a sample) and evaluation FLOPs over the run."""
     throughput: float
     """FLOP/s of its model's local training on one core (:func:`throughput`)."""
+    overhead_steps: float = 0.0
+    """Steps' overheads with no FLOPs its parts declare (``Cost.pass_overhead`` x the passes): measured on the CPU only,
+    so the GPU estimate leaves them out."""
 
     def cpu_seconds(self) -> float:
-        """The CPU cost model: steps x overhead + FLOPs at the model's throughput."""
-        return self.client_steps * STEP_S + self.flops / self.throughput
+        """The CPU cost model: (steps + declared overheads) x overhead + FLOPs at the model's throughput."""
+        return (self.client_steps + self.overhead_steps) * STEP_S + self.flops / self.throughput
 
 
 def _target(stem: str) -> str:
@@ -139,8 +142,9 @@ def _runs(config: RunConfig) -> list[RunConfig]:
 def declared_cost(config: RunConfig) -> Cost:
     """The work a run's parts declare beyond plain local SGD: its protocol's, its method's (``[algorithm]``, wrapped
     base included, or the method ``[distillation]`` / ``[prototypes]`` names), its loss terms', its temperature
-    policy's, and sharpness-aware steps (``client.sam_rho``). Asked of their specs, never by name."""
+    policy's, its ``[privacy]`` mechanism's, and sharpness-aware steps (``client.sam_rho``). Asked of their specs, never by name."""
     from chillfl.aggregation.registry import algorithm_options, algorithm_spec, effective_capabilities
+    from chillfl.privacy.spec import spec_of as privacy_spec
     from chillfl.protocols.registry import protocol_of
     from chillfl.temperature import policy_capabilities
     from chillfl.training import sam
@@ -157,6 +161,8 @@ def declared_cost(config: RunConfig) -> Cost:
         cost = cost.plus(effective_capabilities(spec, options).cost)
     for term in configured_terms(config.objective):
         cost = cost.plus(term.spec.cost)
+    if config.privacy.enabled:
+        cost = cost.plus(privacy_spec(config.privacy).cost)
     return cost.plus(sam.COST) if config.client.sam_rho else cost
 
 
@@ -238,7 +244,8 @@ def work(config: RunConfig) -> Work | None:
     """One run's steps and FLOPs (None: its dataset or model is not known here); clients hold equal shares.
 
     Local training is ``client.epochs`` over a client's rows, times the trainings its method declares, plus the further
-    epochs it declares, each step weighted by its declared passes; then the public-set samples each client and the
+    epochs it declares, each step weighted by its declared passes, and each pass's declared overhead (``pass_overhead``,
+    priced on the CPU as that many steps without FLOPs); then the public-set samples each client and the
     server train on a round, and the evaluation: the global model's test pass and the further passes declared."""
     spec = DATASETS.get(str(config.dataset.get("name")))
     flops = _forward_flops(config)
@@ -250,11 +257,12 @@ def work(config: RunConfig) -> Work | None:
     per_client = train / fed.num_clients
     epochs = config.client.epochs * cost.trainings + cost.epochs
     local_steps = fed.rounds * clients * epochs * math.ceil(per_client / batch) * cost.step_passes
+    overhead = local_steps * cost.pass_overhead  # calls with no FLOPs (a proximal term, a job a batch): steps' overheads alone
     local_samples = fed.rounds * clients * epochs * per_client * cost.step_passes
     extra_steps = fed.rounds * (clients * math.ceil(cost.public_samples / batch) + math.ceil(cost.server_samples / batch) + cost.server_steps)
     extra_samples = fed.rounds * (clients * cost.public_samples + cost.server_samples)
     evaluated = fed.rounds * test * (1 + cost.test_passes)
-    return Work(local_steps + extra_steps, clients, (3 * (local_samples + extra_samples) + evaluated) * flops, throughput(flops))
+    return Work(local_steps + extra_steps, clients, (3 * (local_samples + extra_samples) + evaluated) * flops, throughput(flops), overhead)
 
 
 def _priced(config: RunConfig, runs: Sequence[RunConfig] | None) -> list[Work] | None:

@@ -123,7 +123,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext
 from chillfl.attacks.spec import AttackSpec, ModelRound, PrototypeUpload, RowsUpload
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
-from chillfl.capabilities import FORWARD, Capabilities, Cost
+from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
 from chillfl.data import FederatedData
 from chillfl.protocols.softlabels.messages import SoftLabelUplink
 from chillfl.protocols.softlabels.method import (
@@ -178,6 +178,8 @@ __all__ = [
     "Cost",
     "DeclaresHead",
     "FORWARD",
+    "ONE_BATCH_JOB",
+    "PARAMETER_TERM",
     "Downlink",
     "FedAvg",
     "FederatedData",

@@ -99,7 +99,7 @@ from chillfl.options import require
 from chillfl.training.local import BaseLoss, LocalSpec, refuse_representation_readers
 from chillfl.training.objective import LossTerm, StepView, Term, temperature_cross_entropy
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import Capabilities, Cost
 
 
 @dataclass(frozen=True)
@@ -275,6 +275,7 @@ SPEC = register_algorithm(
             takes_weights=True,
             not_a_base="APFL's clients run their own local trainings, which PA3Fed's client half does not compose with",
             personal_model=True,
+            cost=Cost(step_passes=2.0),  # each step's forward + backward of w (f_i(w)) and of v_bar (f_i(v_bar)): two models' passes
         ),
     ),
 )

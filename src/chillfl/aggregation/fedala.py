@@ -98,7 +98,7 @@ from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalOutcome, LocalSpec
 from chillfl.training.schedule import SGD
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import Capabilities, Cost
 
 
 @dataclass(frozen=True)
@@ -239,17 +239,25 @@ class FedALA(FedAvg):
         return FedALAClient(self.higher, self.param_keys, self.options)
 
 
+CAPABILITIES = Capabilities(
+    private_steps="each client learns its ALA weights W_i on its data without noise, and the upload starts from the model they blend",
+    takes_weights=True,
+    not_a_base="FedALA's clients run their own local trainings, which PA3Fed's client half does not compose with",
+    personal_model=True,
+    cost=Cost(epochs=FedALAOptions.rand_percent / 100),
+)
+"""Its limits; its cost: the ALA before each training, one epoch of steps over ``rand_percent`` % of the client's rows
+(``rand_percent / 100`` epochs). Not counted: a client's first ALA, which runs until its losses settle (at least
+``num_pre_loss + 1`` such epochs, at most ``max_init_epochs``), once a client."""
+
+
 SPEC = register_algorithm(
     "fedala",
     AlgorithmSpec(
         FedALAOptions,
         lambda o, ctx: (FedALA(ctx.model, o, ctx.section), []),
         "adaptive local aggregation of the global model into the local one (Zhang et al. 2023)",
-        capabilities=Capabilities(
-            private_steps="each client learns its ALA weights W_i on its data without noise, and the upload starts from the model they blend",
-            takes_weights=True,
-            not_a_base="FedALA's clients run their own local trainings, which PA3Fed's client half does not compose with",
-            personal_model=True,
-        ),
+        capabilities=CAPABILITIES,
+        capabilities_of=lambda o: replace(CAPABILITIES, cost=Cost(epochs=o.rand_percent / 100)),
     ),
 )

@@ -11,7 +11,7 @@ from torch import nn
 
 from chillfl.aggregation.base import FedAvg
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.errors import ConfigError
 from chillfl.training.fedalign import FedAlignOptions, FedAlignTerm
 
@@ -29,5 +29,13 @@ def _build(options: FedAlignOptions, ctx: BuildContext) -> Built:
 
 SPEC = register_algorithm(
     "fedalign",
-    AlgorithmSpec(FedAlignOptions, _build, "FedAvg + final-stage Lipschitz alignment (Mendieta et al. 2022)", capabilities=Capabilities(takes_weights=True)),
+    AlgorithmSpec(
+        FedAlignOptions,
+        _build,
+        "FedAvg + final-stage Lipschitz alignment (Mendieta et al. 2022)",
+        # each step runs the final stage again at reduced width, forward and backward (a third of ResNet-20's layers), and
+        # the power iterations of both estimates: measured 1.44x FedAvg's CPU time (resnet20, benchmarks/estimates.py,
+        # 2026-12-02), priced as a forward pass more a step
+        capabilities=Capabilities(takes_weights=True, cost=Cost(step_passes=1 + FORWARD)),
+    ),
 )

@@ -79,7 +79,7 @@ from chillfl.options import require
 from chillfl.training.objective import ProximalTerm, Term
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
 
 
 @dataclass(frozen=True)
@@ -217,6 +217,10 @@ SPEC = register_algorithm(
         FedAMPOptions,
         lambda o, ctx: (FedAMP(ctx.param_keys(), o), fedamp_terms()),
         "attentive message passing between similar clients (Huang et al. 2021)",
-        capabilities=Capabilities(not_a_base="FedAMP's server sends each client its own cloud model; its global model is only a reference", personal_model=True),
+        capabilities=Capabilities(
+            not_a_base="FedAMP's server sends each client its own cloud model; its global model is only a reference",
+            personal_model=True,
+            cost=Cost(pass_overhead=PARAMETER_TERM),  # its proximal term to the cloud model u_i, FedProx's term (PARAMETER_TERM)
+        ),
     ),
 )

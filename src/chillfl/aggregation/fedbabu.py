@@ -33,7 +33,7 @@ client's model once after the last round, here the global model is fine-tuned fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from torch import nn
@@ -43,7 +43,7 @@ from chillfl.aggregation.fedavg_ft import FineTuning
 from chillfl.aggregation.fedbn import FedBN, FedBNOptions
 from chillfl.aggregation.fedper import head_keys
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.options import require
 
 
@@ -82,16 +82,28 @@ class FedBABU(FedBN):
         return FineTuning(o.finetune_epochs, o.finetune_lr, train_frozen=self.head, tune_frozen=still, untuned="trained")
 
 
+CAPABILITIES = Capabilities(
+    private_steps="each client also fine-tunes the global model on its data for local_acc, a training that the accountant does not count",
+    takes_weights=True,
+    not_a_base="FedBABU's clients run their own local trainings, which PA3Fed's client half does not compose with",
+)
+
+
+def capabilities(options: FedBABUOptions) -> Capabilities:
+    """Its limits, and its cost: the fine-tuning, ``finetune_epochs`` more epochs a client a round (the uploaded training, its
+    head frozen, priced as a whole model's). Fine-tuning the head alone is a forward through the model and a backward through
+    the head: ``FORWARD`` an epoch; the body, or the whole model, a full epoch."""
+    per_epoch = FORWARD if options.finetune == "head" else 1.0
+    return replace(CAPABILITIES, cost=Cost(epochs=options.finetune_epochs * per_epoch))
+
+
 SPEC = register_algorithm(
     "fedbabu",
     AlgorithmSpec(
         FedBABUOptions,
         lambda o, ctx: (FedBABU(ctx.model, o, ctx.section), []),
         "body federated with a frozen random head, then fine-tuned (Oh et al. 2022)",
-        capabilities=Capabilities(
-            private_steps="each client also fine-tunes the global model on its data for local_acc, a training that the accountant does not count",
-            takes_weights=True,
-            not_a_base="FedBABU's clients run their own local trainings, which PA3Fed's client half does not compose with",
-        ),
+        capabilities=CAPABILITIES,
+        capabilities_of=capabilities,
     ),
 )

@@ -58,7 +58,7 @@ the normalisation and the update theta_i + sum_n w_n (theta_n - theta_i)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
@@ -91,7 +91,7 @@ from chillfl.options import require
 from chillfl.training.local import LocalSpec, evaluate
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.seeds import derive_seed
 
 
@@ -284,17 +284,28 @@ class FedFomo(AggregatorBase):
         self.affinity = affinity.to("cpu", torch.float64).clone()  # server bookkeeping, on the host whatever device the checkpoint was loaded to
 
 
+CAPABILITIES = Capabilities(
+    private_steps="each client weighs the models it receives by their loss on its validation rows, without noise, and the upload starts from their combination",
+    not_a_base="FedFomo's clients run their own model combination and training, which PA3Fed's client half does not compose with",
+    personal_model=True,
+    reports="each client's weights of the models it was sent, from their losses on its own data",
+)
+
+
+def capabilities(options: FedFomoOptions) -> Capabilities:
+    """Its limits, and its cost: a client trains on the ``1 - val_ratio`` of its rows outside its validation split, and first
+    runs its own model and the ``m`` it was sent forward over that split (``(m + 1) val_ratio`` epochs of forwards; fewer
+    while the server holds fewer models: an upper bound)."""
+    return replace(CAPABILITIES, cost=Cost(trainings=1 - options.val_ratio, epochs=(options.m + 1) * options.val_ratio * FORWARD))
+
+
 SPEC = register_algorithm(
     "fedfomo",
     AlgorithmSpec(
         FedFomoOptions,
         lambda o, ctx: (FedFomo(ctx.num_clients, ctx.param_keys(), o, ctx.model, seed=ctx.seed), []),
         "clients combine the models that help their validation loss (Zhang et al. 2021)",
-        capabilities=Capabilities(
-            private_steps="each client weighs the models it receives by their loss on its validation rows, without noise, and the upload starts from their combination",
-            not_a_base="FedFomo's clients run their own model combination and training, which PA3Fed's client half does not compose with",
-            personal_model=True,
-            reports="each client's weights of the models it was sent, from their losses on its own data",
-        ),
+        capabilities=CAPABILITIES,
+        capabilities_of=capabilities,
     ),
 )

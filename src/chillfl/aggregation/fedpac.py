@@ -126,7 +126,7 @@ from chillfl.prototypes.maths import aggregate_means, class_means, prototype_dis
 from chillfl.training.local import LocalSpec, split_state
 from chillfl.training.objective import StepView, read_number, read_tensor
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import FORWARD, Capabilities, Cost
 
 
 @dataclass(frozen=True)
@@ -368,20 +368,31 @@ class FedPAC(AggregatorBase):
             self.initial = load_params(state["initial"]) or None
 
 
+CAPABILITIES = Capabilities(
+    private_steps="each client trains its head and then its body, two trainings a round, and computes the statistics it reports from its data",
+    not_a_base="FedPAC's clients run their own local trainings and its server combines heads per client",
+    reports="each client's class means and counts of its features and its statistics V_i and h_i",
+    linear_head=(
+        "FedPAC's classifier collaboration mixes the clients' head parameters, sum_j alpha_ij (W_j, b_j), with weights from"
+        " an error bound (Eq. 9) that holds when that mix is the mix of the heads' logits: for an affine head"
+    ),
+)
+
+
+def capabilities(options: FedPACOptions) -> Capabilities:
+    """Its limits, and its cost: two forwards over the client's rows (the received body's statistics, the trained body's class
+    means) and ``head_epochs`` of head training, the body frozen (a forward through the model, a backward through the head:
+    priced as a forward), ``(2 + head_epochs) FORWARD`` epochs. Not counted: the server's ``qp_steps`` on the small QP of Eq. 9."""
+    return replace(CAPABILITIES, cost=Cost(epochs=(2 + options.head_epochs) * FORWARD))
+
+
 SPEC = register_algorithm(
     "fedpac",
     AlgorithmSpec(
         FedPACOptions,
         lambda o, ctx: (FedPAC(ctx.model, o), []),
         "feature alignment to global prototypes and classifier collaboration (Xu et al. 2023)",
-        capabilities=Capabilities(
-            private_steps="each client trains its head and then its body, two trainings a round, and computes the statistics it reports from its data",
-            not_a_base="FedPAC's clients run their own local trainings and its server combines heads per client",
-            reports="each client's class means and counts of its features and its statistics V_i and h_i",
-            linear_head=(
-                "FedPAC's classifier collaboration mixes the clients' head parameters, sum_j alpha_ij (W_j, b_j), with weights from"
-                " an error bound (Eq. 9) that holds when that mix is the mix of the heads' logits: for an affine head"
-            ),
-        ),
+        capabilities=CAPABILITIES,
+        capabilities_of=capabilities,
     ),
 )

@@ -96,7 +96,7 @@ from chillfl.aggregation.base import (
     with_prefix,
 )
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.models.parts import forward_with_features
 from chillfl.options import require
 from chillfl.training.local import LocalSpec
@@ -252,6 +252,7 @@ SPEC = register_algorithm(
             takes_weights=True,
             not_a_base="FedPHP's clients run their own local trainings, which PA3Fed's client half does not compose with",
             personal_model=True,
+            cost=Cost(step_passes=1 + FORWARD),  # the frozen HPM h_k's forward on each step's batch (the transfer's teacher)
         ),
     ),
 )

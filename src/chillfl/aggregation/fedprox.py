@@ -35,7 +35,7 @@ from typing import Literal
 
 from chillfl.aggregation.base import Downlink, FedAvg, Params
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
 from chillfl.options import require
 from chillfl.training.objective import ProximalTerm
 
@@ -73,5 +73,11 @@ class FedProx(FedAvg):
 
 SPEC = register_algorithm(
     "fedprox",
-    AlgorithmSpec(FedProxOptions, lambda o, ctx: (FedProx(o), [ProximalTerm()]), "FedAvg + proximal term (Li et al. 2020)", capabilities=Capabilities(takes_weights=True)),
+    AlgorithmSpec(
+        FedProxOptions,
+        lambda o, ctx: (FedProx(o), [ProximalTerm()]),
+        "FedAvg + proximal term (Li et al. 2020)",
+        # the term over every parameter tensor a step: calls, next to no FLOPs (PARAMETER_TERM, measured on FedProx itself)
+        capabilities=Capabilities(takes_weights=True, cost=Cost(pass_overhead=PARAMETER_TERM)),
+    ),
 )

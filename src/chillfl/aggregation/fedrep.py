@@ -50,7 +50,7 @@ from chillfl.aggregation.fedper import FedPer, FedPerOptions
 from chillfl.options import require
 from chillfl.training.local import LocalSpec
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import FORWARD, Capabilities, Cost
 
 
 @dataclass(frozen=True)
@@ -103,17 +103,24 @@ class FedRep(FedPer):
         return FedRepClient(self.bn_keys, "fedrep.head.", self.param_names, self.head_epochs, after_average=self.options.local_eval == "averaged")
 
 
+CAPABILITIES = Capabilities(
+    private_steps="each client trains its head and then its body from that head, two trainings a round",
+    takes_weights=True,
+    not_a_base="FedRep's clients run their own local trainings, which PA3Fed's client half does not compose with",
+    personal_model=True,
+    cost=Cost(epochs=FedRepOptions.head_epochs * FORWARD),
+)
+"""Its limits; its cost: ``head_epochs`` epochs of head training before the body's, each a forward through the whole model and
+a backward through the head alone (the body frozen takes no gradient): priced as a forward pass, ``FORWARD`` an epoch."""
+
+
 SPEC = register_algorithm(
     "fedrep",
     AlgorithmSpec(
         FedRepOptions,
         lambda o, ctx: (FedRep(ctx.model, o, ctx.section), []),
         "shared representation, local head trained first (Collins et al. 2021)",
-        capabilities=Capabilities(
-            private_steps="each client trains its head and then its body from that head, two trainings a round",
-            takes_weights=True,
-            not_a_base="FedRep's clients run their own local trainings, which PA3Fed's client half does not compose with",
-            personal_model=True,
-        ),
+        capabilities=CAPABILITIES,
+        capabilities_of=lambda o: replace(CAPABILITIES, cost=Cost(epochs=o.head_epochs * FORWARD)),
     ),
 )

@@ -108,7 +108,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.ifca import fresh_model
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import Capabilities, Cost
 from chillfl.models.parts import head_name, prefixed
 from chillfl.options import require
 from chillfl.seeds import derive_seed
@@ -283,6 +283,7 @@ SPEC = register_algorithm(
             takes_weights=True,
             not_a_base="FML's clients run their own local trainings, which PA3Fed's client half does not compose with",
             personal_model=True,
+            cost=Cost(step_passes=2.0),  # each step trains the meme and the local model on the batch: two forward + backward passes
         ),
     ),
 )

@@ -49,7 +49,7 @@ models are p independent random initialisations (here theta_1 is the run's).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping, Sequence
 
 import torch
@@ -76,7 +76,7 @@ from chillfl.aggregation.base import (
     weighted_average,
 )
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.engine.record import Json
 from chillfl.options import require
 from chillfl.seeds import derive_seed
@@ -220,14 +220,24 @@ class Ifca(AggregatorBase):
         self.best = int(state["best"])
 
 
+CAPABILITIES = Capabilities(
+    private_steps="each client chooses its cluster by every cluster model's loss on its data, without noise", reports="each client's choice of cluster, the lowest loss on its training data"
+)
+
+
+def capabilities(options: IfcaOptions) -> Capabilities:
+    """Its limits, and its cost: before training, a client runs each of the k cluster models forward over its training rows
+    to choose one (none with k = 1: there is nothing to choose)."""
+    return replace(CAPABILITIES, cost=Cost(epochs=options.clusters * FORWARD if options.clusters > 1 else 0.0))
+
+
 SPEC = register_algorithm(
     "ifca",
     AlgorithmSpec(
         IfcaOptions,
         lambda o, ctx: (Ifca(ctx.model, ctx.seed, o), []),
         "k cluster models, each client trains the best-fitting one (Ghosh et al. 2020)",
-        capabilities=Capabilities(
-            private_steps="each client chooses its cluster by every cluster model's loss on its data, without noise", reports="each client's choice of cluster, the lowest loss on its training data"
-        ),
+        capabilities=CAPABILITIES,
+        capabilities_of=capabilities,
     ),
 )

@@ -75,7 +75,7 @@ from chillfl.aggregation.base import (
     Wire,
 )
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import ONE_BATCH_JOB, Capabilities, Cost
 from chillfl.options import require
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, batch_order
@@ -178,16 +178,28 @@ class PerFedAvg(FedAvg):
         return PerFedAvgClient(self.param_keys, o.variant, o.alpha, o.beta, o.delta, o.adapt_steps)
 
 
+CAPABILITIES = Capabilities(
+    private_steps="each of its steps takes two (HF: four) gradients on different batches, which the accountant counts as one step",
+    takes_weights=True,
+    not_a_base="Per-FedAvg's clients run their own local trainings, which PA3Fed's client half does not compose with",
+)
+
+
+def capabilities(options: PerFedAvgOptions) -> Capabilities:
+    """Its limits, and its cost. FO: R = batches // 2 steps of 2 gradients, one a batch: the run's batches once, as FedAvg,
+    but each gradient a one-batch job (:data:`~chillfl.capabilities.ONE_BATCH_JOB` a pass). HF: R = batches // 3 steps of 4
+    gradients (D, D', and two probes on D''): 4/3 passes a batch, each a job. Not counted: the ``adapt_steps`` one-batch
+    steps of the personalised model."""
+    return replace(CAPABILITIES, cost=Cost(step_passes=4 / 3 if options.variant == "hf" else 1.0, pass_overhead=ONE_BATCH_JOB))
+
+
 SPEC = register_algorithm(
     "perfedavg",
     AlgorithmSpec(
         PerFedAvgOptions,
         lambda o, ctx: (PerFedAvg(ctx.model, o), []),
         "FedAvg on the MAML objective, personalised by one local step (Fallah et al. 2020)",
-        capabilities=Capabilities(
-            private_steps="each of its steps takes two (HF: four) gradients on different batches, which the accountant counts as one step",
-            takes_weights=True,
-            not_a_base="Per-FedAvg's clients run their own local trainings, which PA3Fed's client half does not compose with",
-        ),
+        capabilities=CAPABILITIES,
+        capabilities_of=capabilities,
     ),
 )

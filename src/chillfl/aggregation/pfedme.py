@@ -64,7 +64,7 @@ from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, batch_order
 from chillfl.training.objective import ProximalTerm
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
 
 
 @dataclass(frozen=True)
@@ -144,16 +144,29 @@ class PFedMe(FedAvg):
         return {k: ((1 - beta) * g.double() + beta * mean[k].double()).to(g.dtype) if g.is_floating_point() else mean[k] for k, g in global_params.items()}
 
 
+def cost(inner_steps: int) -> Cost:
+    """Each batch of the run's epochs is the inner problem's K = ``inner_steps`` steps, a one-batch job: K forward + backward
+    passes, each with the proximal term's overhead (:data:`~chillfl.capabilities.PARAMETER_TERM`), and the job's set-up
+    (:data:`~chillfl.capabilities.ONE_BATCH_JOB`) shared by its K passes; the outer step works on the parameters alone."""
+    return Cost(step_passes=float(inner_steps), pass_overhead=PARAMETER_TERM + ONE_BATCH_JOB / inner_steps)
+
+
+CAPABILITIES = Capabilities(
+    private_steps="each batch is used for inner_steps steps of theta_i before w_i moves, gradients that the accountant counts as one step",
+    takes_weights=True,
+    not_a_base="pFedMe's clients run their own local trainings, which PA3Fed's client half does not compose with",
+    cost=cost(PFedMeOptions.inner_steps),
+)
+"""Its limits; its cost under the default ``inner_steps`` (:func:`cost`)."""
+
+
 SPEC = register_algorithm(
     "pfedme",
     AlgorithmSpec(
         PFedMeOptions,
         lambda o, ctx: (PFedMe(ctx.model, o), []),
         "Moreau-envelope personalisation (Dinh et al. 2020)",
-        capabilities=Capabilities(
-            private_steps="each batch is used for inner_steps steps of theta_i before w_i moves, gradients that the accountant counts as one step",
-            takes_weights=True,
-            not_a_base="pFedMe's clients run their own local trainings, which PA3Fed's client half does not compose with",
-        ),
+        capabilities=CAPABILITIES,
+        capabilities_of=lambda o: replace(CAPABILITIES, cost=cost(o.inner_steps)),
     ),
 )

@@ -48,7 +48,7 @@ from torch import nn
 
 from chillfl.aggregation.base import AggregatorBase, ClientHalf, ClientResult, ClientState, Params, Report, Stateless, Trained, sample_weights, weighted_average
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.engine.record import Json
 from chillfl.options import require
 from chillfl.training.local import evaluate
@@ -154,6 +154,9 @@ SPEC = register_algorithm(
         QfflOptions,
         lambda o, ctx: (Qffl(o, ctx.param_keys()), []),
         "q-FFL / q-FedAvg, loss-weighted fair aggregation (Li et al. 2020)",
-        capabilities=Capabilities(reports="each client's loss F_k on its training data, which sets its weight"),
+        capabilities=Capabilities(
+            reports="each client's loss F_k on its training data, which sets its weight",
+            cost=Cost(epochs=FORWARD),  # F_k: the received model's forward over the client's training rows, before it trains
+        ),
     ),
 )

@@ -60,7 +60,7 @@ momentum (the correction above is chillfl's) and add c - c_i to the gradient bef
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
@@ -93,7 +93,7 @@ from chillfl.training.local import split_state, to_memory_format
 from chillfl.options import require
 from chillfl.training.objective import read_table, temperature_cross_entropy
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_client_momentum
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import Capabilities, Cost
 
 
 @dataclass(frozen=True)
@@ -260,12 +260,18 @@ class Scaffold(AggregatorBase):
         self.control = load_params(state["control"])
 
 
+CAPABILITIES = Capabilities(plain_sgd="SCAFFOLD's option II control variate (x - y_i) / (K lr)", takes_weights=True)
+
+
 SPEC = register_algorithm(
     "scaffold",
     AlgorithmSpec(
         ScaffoldOptions,
         lambda o, ctx: (Scaffold(ctx.num_clients, with_client_momentum(o, ctx, "SCAFFOLD's c_i"), ctx.param_keys()), [LinearCorrectionTerm()]),
         "control variates, option II (Karimireddy et al. 2020)",
-        capabilities=Capabilities(plain_sgd="SCAFFOLD's option II control variate (x - y_i) / (K lr)", takes_weights=True),
+        capabilities=CAPABILITIES,
+        # option I's c_i+ = g_i(x): a forward + backward over the client's rows after its training, one more epoch (option II's
+        # (x - y_i) / (K lr) and the correction term work on the parameters alone)
+        capabilities_of=lambda o: replace(CAPABILITIES, cost=Cost(epochs=1.0)) if o.option == "I" else CAPABILITIES,
     ),
 )

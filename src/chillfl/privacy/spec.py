@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, Sequence, TypeVar
 
+from chillfl.capabilities import Cost
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 from chillfl.plugins import Hook
@@ -158,6 +159,9 @@ class MechanismSpec(Generic[Opt]):
     check: Callable[[Opt, RunConfig], None] | None = None
     adjacency: Literal["add_remove", "replace"] = "add_remove"
     subsampled: bool = True
+    cost: Cost = Cost()
+    """The work it adds to a round beyond plain local SGD, for time estimates (:class:`~chillfl.capabilities.Cost`;
+    ``dp-sgd``'s per-sample gradients); work on the parameters or the uploads alone (clipping, noising) is not counted."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""

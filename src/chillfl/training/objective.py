@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 import torch
 import torch.nn.functional as F
 
+from chillfl.capabilities import PARAMETER_TERM, Cost
 from chillfl.options import require
 from chillfl.training.terms import (
     BatchTerm,
@@ -143,6 +144,7 @@ PROXIMAL = register_term(
     TermSpec(
         ProximalOptions, lambda o: ProximalTerm(), "the proximal term mu/2 ||w - w^t||^2 (FedProx)",
         sends=lambda o: {"mu": o.mu}, anchor="global_params",
+        cost=Cost(pass_overhead=PARAMETER_TERM),  # over every parameter tensor a pass: calls, next to no FLOPs
     ),
 )
 """FedProx's term on top of any parameter-sharing aggregator: it reads ``mu`` and the round's start model as ``global_params``."""

@@ -34,13 +34,30 @@ def default_algorithm() -> str:
 def soft_label_cost(config: RunConfig) -> Cost:
     """The public-set work of a round, for time estimates: each client distils on P^{t-1} (``distill_epochs``) and labels
     P^t (a forward, ``FORWARD`` of a trained sample; every sample, as without the cache), the server model trains on P^t
-    (``server_epochs``); none for a method that shares no soft-labels."""
+    (``server_epochs``); none for a method that shares no soft-labels.
+
+    The pretraining a method declares (its spec's :class:`~.method.Pretraining`, FedMD's transfer learning), ``epochs`` over
+    the labelled pool P at each client's first participation and once for the server model, is spread over the rounds:
+    :func:`pretraining_cost`."""
     setup = config.distillation_setup
     assert setup is not None, "the soft-label protocol runs only when [distillation] names a method"
     c = setup.common
-    if not spec_of(setup).collaborative:
+    spec = spec_of(setup)
+    if not spec.collaborative:
         return Cost()
-    return Cost(public_samples=(c.distill_epochs + FORWARD) * c.subset_size, server_samples=(c.server_epochs or config.client.epochs) * c.subset_size)
+    cost = Cost(public_samples=(c.distill_epochs + FORWARD) * c.subset_size, server_samples=(c.server_epochs or config.client.epochs) * c.subset_size)
+    asked = spec.pretraining(setup.options)
+    return cost if asked is None or not asked.epochs else cost.plus(pretraining_cost(config, asked.epochs * c.public_size))
+
+
+def pretraining_cost(config: RunConfig, samples: float) -> Cost:
+    """``samples`` trained once by each client, at its first participation, and once by the server model, as a round's
+    share: the clients expected to take part at least once, N (1 - (1 - m / N)^R) (m of N sampled uniformly each of R
+    rounds), times ``samples``, over the R m client-rounds; the server's ``samples`` over the R rounds."""
+    fed = config.federation
+    n, m, rounds = fed.num_clients, fed.sample_size(), fed.rounds
+    participants = n * (1 - (1 - m / n) ** rounds)
+    return Cost(public_samples=participants * samples / (rounds * m), server_samples=samples / rounds)
 
 
 def check_distillation(config: RunConfig, data: Any) -> DistillationSetup:

@@ -33,6 +33,15 @@ def notes_said_afresh() -> None:
         experiment._NOTED.clear()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_worker_pools() -> Iterator[None]:
+    """The workers ``lent_pools`` lends the shared run helpers' process-pool runs stop with the session (none outlives pytest)."""
+    yield
+    lent = sys.modules.get("lent_pools")
+    if lent is not None:
+        lent.close()
+
+
 @pytest.fixture
 def no_strict_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
     """For a test of a fallback itself: vmap failures fall back, as in a user's run."""

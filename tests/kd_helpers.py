@@ -8,6 +8,7 @@ from chillfl.config import load_config
 from chillfl.runner import run_experiment
 
 from float_paths import REL, lockstep
+from lent_pools import pools
 
 BASE: dict[str, Any] = {
     "seed": 3,
@@ -31,7 +32,7 @@ MIXED = {"name": "mlp", "hidden": [256], "groups": [{"clients": "0-2", "name": "
 def records(overrides: dict[str, Any], executor: str = "sequential") -> list[dict[str, Any]]:
     cfg = load_config(None, {**BASE, "executor": executor})
     cfg = cfg.with_overrides(overrides)
-    return run_experiment(cfg, write=False, progress=False).records
+    return run_experiment(cfg, write=False, progress=False, pools=pools()).records  # a process pool's workers lent (lent_pools)
 
 
 def check_every_executor(overrides: dict[str, Any], rel: float = REL) -> list[dict[str, Any]]:

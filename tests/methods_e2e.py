@@ -19,6 +19,7 @@ from chillfl.storage.checkpoint import read_state, write_state
 from chillfl.engine.loop import run_rounds
 from chillfl.experiment import build_experiment, build_protocol, make_executor
 from chillfl.runner import run_experiment
+from lent_pools import pools
 
 TINY: dict[str, Any] = {
     "seed": 3,
@@ -42,7 +43,8 @@ def config(**over: Any) -> RunConfig:
 
 
 def records(cfg: RunConfig) -> list[dict[str, Any]]:
-    return run_experiment(cfg, write=False, progress=False).records
+    """The run's records; a process-pool run borrows this test process's workers (``lent_pools``)."""
+    return run_experiment(cfg, write=False, progress=False, pools=pools()).records
 
 
 def assert_executors_agree(cfg: RunConfig, rel: float = 1e-4) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from chillfl import runner
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
 from chillfl.runner import run_experiment
+from lent_pools import pools
 from resume_cases import check_resume
 
 DIGITS: dict[str, Any] = {
@@ -39,10 +40,13 @@ def _no_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner, "_plots", lambda *args: None)
 
 
-def records(tmp_path: Path, name: str, base: dict[str, Any] = DIGITS, **overrides: Any) -> list[dict[str, Any]]:
-    """The metrics of one run of ``base`` with ``overrides`` (tests/test_attack_spec.py runs its own base through it)."""
+def records(tmp_path: Path, name: str, base: dict[str, Any] = DIGITS, lent: bool = False, **overrides: Any) -> list[dict[str, Any]]:
+    """The metrics of one run of ``base`` with ``overrides`` (tests/test_attack_spec.py runs its own base through it).
+
+    ``lent``: a process-pool run borrows this test process's workers (``lent_pools``); not for a run of a user's
+    module put on ``sys.path`` after they started (as tests/test_attack_spec.py's are), which they could not import."""
     config = load_config(None, {**base, "out_dir": str(tmp_path), "name": name, **overrides})
-    folder = run_experiment(config, progress=False).folder
+    folder = run_experiment(config, progress=False, pools=pools() if lent else None).folder
     assert folder is not None
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
@@ -71,7 +75,7 @@ def test_same_seed_same_attack_and_executors_agree(tmp_path: Path) -> None:
     short = {"federation.rounds": 2, "attack.kind": "gaussian", "attack.sigma": 0.05}
     seq = records(tmp_path, "seq", **short)
     again = records(tmp_path, "again", **short)
-    procs = records(tmp_path, "procs", **short, executor="processes")
+    procs = records(tmp_path, "procs", lent=True, **short, executor="processes")
     vec = records(tmp_path, "vec", **short, executor="vectorized")
     assert seq == again
     assert seq == procs  # bitwise: the attack runs in the driver, the clients' training is the processes' own bitwise
@@ -112,7 +116,7 @@ def test_gaussian_soft_labels_run_and_agree_across_executors(tmp_path: Path) -> 
         config = load_config(None, {**DIGITS, "out_dir": str(tmp_path), "name": name, "executor": executor, "federation.rounds": 2, "attack.kind": "gaussian", "attack.sigma": 0.3}).with_overrides(
             soft
         )
-        folder = run_experiment(config, progress=False).folder
+        folder = run_experiment(config, progress=False, pools=pools()).folder  # processes: lent workers (lent_pools)
         assert folder is not None
         return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 

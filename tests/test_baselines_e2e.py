@@ -105,6 +105,10 @@ def algorithm_table(name: str) -> dict[str, Any]:
         return {"name": "fedrep", "head_epochs": 1}
     if name == "norm_bound":  # M has no default: the bound is in the units of the run's updates
         return {"name": "norm_bound", "max_norm": 0.5}
+    if name == "fedgen":  # the server's generator at tests/test_fedgen.py's FAST size (5 steps a round at width 32, not 50 at 512):
+        return {"name": "fedgen", "generator_steps": 5, "hidden": 32, "noise_dim": 8}  # what the clients train and send is the same
+    if name in ("fedavg_ft", "fedbabu"):  # one fine-tuning epoch at evaluation, not 5: the fine-tuning still runs, on what the round sent
+        return {"name": name, "finetune_epochs": 1}
     return {"name": "pa3fed", "base": "fedprox"} if name == "pa3fed" else {"name": name}
 
 

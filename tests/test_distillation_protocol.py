@@ -27,6 +27,7 @@ from chillfl.sweeps.run import run_compare
 from chillfl.settings.distillation import parse_distillation
 
 from float_paths import assert_records_close
+from lent_pools import pools
 
 K, N_PUB, N_SUB, C = 4, 120, 40, 10
 
@@ -431,7 +432,7 @@ def _numbers(records: list[dict]) -> list[tuple[str, int, float]]:
 def test_processes_executor_is_bitwise_sequential_for_soft_labels(method, extra):
     over = {**tiny(method, **extra), "federation.clients_per_round": 3, "federation.rounds": 3}
     seq = run_experiment(load_config(None, over), write=False, progress=False).records
-    proc = run_experiment(load_config(None, {**over, "executor": "processes"}), write=False, progress=False).records
+    proc = run_experiment(load_config(None, {**over, "executor": "processes"}), write=False, progress=False, pools=pools()).records  # lent workers
     assert seq == proc
     assert seq[-1]["global_acc"] is not None and seq[-1]["bytes_cumulative"] > 0
 

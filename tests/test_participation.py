@@ -17,6 +17,8 @@ from chillfl.experiment import build_experiment
 from chillfl.runner import rounds_for, run_experiment
 from chillfl.training.local import completed_steps
 
+from lent_pools import pools
+
 BASE = {
     "seed": 5,
     "dataset.name": "digits",
@@ -100,7 +102,7 @@ def test_dropout_and_stragglers_are_deterministic_under_every_executor(executor:
     over = {**BASE, "federation.dropout": 0.3, "federation.stragglers": 0.5, "algorithm.name": "fednova"}
     seq = run_experiment(load_config(None, over), write=False, progress=False).records
     assert seq == run_experiment(load_config(None, over), write=False, progress=False).records
-    other = run_experiment(load_config(None, {**over, "executor": executor}), write=False, progress=False).records
+    other = run_experiment(load_config(None, {**over, "executor": executor}), write=False, progress=False, pools=pools()).records  # lent workers
     if executor == "processes":
         assert other == seq
     else:

@@ -18,6 +18,8 @@ from chillfl.errors import ConfigError
 from chillfl.runner import run_experiment
 from chillfl.training.local import LocalSpec, evaluate, model_state, resolve_compute, to_memory_format, train_client
 
+from lent_pools import pools
+
 BF16 = local.bf16_supported(torch.device("cpu"))
 needs_bf16 = pytest.mark.skipif(not BF16, reason="this CPU has no bf16 kernels (oneDNN)")
 
@@ -35,7 +37,7 @@ BASE = {
 
 
 def _records(**extra: object) -> str:
-    out = run_experiment(load_config(None, {**BASE, **extra}), write=False, progress=False)
+    out = run_experiment(load_config(None, {**BASE, **extra}), write=False, progress=False, pools=pools())  # processes: lent workers (lent_pools)
     return json.dumps(out.records, sort_keys=True)
 
 

@@ -17,6 +17,8 @@ from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.runner import run_experiment
 
+from lent_pools import pools
+
 
 
 def _results(values: list[list[float]], ints: list[int] | None = None) -> list[ClientResult]:
@@ -145,7 +147,7 @@ def _run(algorithm: dict[str, Any], executor: str) -> list[dict[str, Any]]:
         "federation.clients_per_round": 5, "federation.rounds": 2, "client.batch_size": 32, "client.lr": 0.05,
         "eval.client_split_size": 20, "algorithm": algorithm,
     }
-    return run_experiment(load_config(None, overrides), write=False, progress=False).records
+    return run_experiment(load_config(None, overrides), write=False, progress=False, pools=pools()).records  # processes: lent workers (lent_pools)
 
 
 @pytest.mark.parametrize("algorithm", [{"name": "median"}, {"name": "trimmed_mean", "beta": 0.2}, {"name": "krum", "f": 1, "m": 2}])

@@ -28,6 +28,7 @@ from chillfl.runner import run_experiment
 from chillfl.training.local import evaluate
 
 from float_paths import assert_records_close
+from lent_pools import pools
 
 K = 4
 
@@ -278,7 +279,7 @@ def test_batched_round_matches_sequential_with_batch_norm(method, extra, batch_s
 
 def test_same_seed_is_bitwise_the_same_per_executor():
     over = {**tiny("scarlet", cache_duration=2), "federation.clients_per_round": 3, "federation.rounds": 2}
-    runs = {ex: run_experiment(load_config(None, {**over, "executor": ex}), write=False, progress=False).records for ex in ("sequential", "processes", "vectorized")}
+    runs = {ex: run_experiment(load_config(None, {**over, "executor": ex}), write=False, progress=False, pools=pools()).records for ex in ("sequential", "processes", "vectorized")}
     assert runs["sequential"] == runs["processes"]  # both run the reference predictions
     assert runs["vectorized"] == run_experiment(load_config(None, {**over, "executor": "vectorized"}), write=False, progress=False).records
     assert runs["sequential"][-1]["local_acc"] is not None and runs["sequential"][-1]["global_acc"] is not None

@@ -127,10 +127,18 @@ METHODS = {
 }
 
 
+CLIENT_MODELS = {"fedbn-flexchill"}
+"""Methods whose simulation here also checks ``checkpoint.client_models`` (as
+:func:`test_client_models_come_back_from_the_nodes_as_the_sequential_executor_writes_them` does for FedPer): one
+simulation checks both, where two each started Flower and Ray (a FedBN run with and one without client models)."""
+
+
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_simulation_equals_chillfl_runtime(method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = _config(tmp_path, **METHODS[method])
-    expected = run_experiment(config, write=False, progress=False).records
+    parts = {**METHODS[method], **({"checkpoint": {"client_models": True}} if method in CLIENT_MODELS else {})}
+    config = _config(tmp_path, **parts)
+    own = run_experiment(_config(tmp_path / "own", **parts), progress=False) if method in CLIENT_MODELS else None
+    expected = own.records if own is not None else run_experiment(config, write=False, progress=False).records
     ray_tmp = Path(tempfile.mkdtemp(prefix="f8t", dir="/tmp"))  # short: Ray's socket paths
     monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
     try:
@@ -141,6 +149,14 @@ def test_simulation_equals_chillfl_runtime(method: str, tmp_path: Path, monkeypa
     assert [r["round"] for r in out.records] == [1, 2]
     assert out.records == expected  # every metric, floats compared exactly
     assert Path(out.folder).name == "flower" and (Path(out.folder) / "metrics.jsonl").is_file()
+    if own is not None:  # the nodes sent their clients' states back: the file is the sequential executor's, byte for byte
+        _assert_client_models_as_written(own, Path(out.folder))
+
+
+def _assert_client_models_as_written(own: Any, folder: Path) -> None:
+    """``client_models.safetensors`` of the Flower run in ``folder`` is the one chillfl's runtime wrote (``own``), byte for byte."""
+    assert own.folder is not None and len(own.client_states) == 4
+    assert (folder / "client_models.safetensors").read_bytes() == (own.folder / "client_models.safetensors").read_bytes()
 
 
 def test_fedchill_decay_on_the_nodes_equals_chillfl_runtime(tmp_path: Path) -> None:
@@ -161,8 +177,10 @@ def test_fedchill_decay_on_the_nodes_equals_chillfl_runtime(tmp_path: Path) -> N
 SCARLET = {"method": "scarlet", "public_size": 60, "subset_size": 40, "cache_duration": 3, "server_epochs": 1, "distill_batch_size": 32}
 
 
-PERSONAL = {"fedper": {"algorithm": {"name": "fedper"}}, "fedbn": {"algorithm": {"name": "fedbn"}, "model": {"name": "flexchill_cnn", "batch_norm": True}},
-            "scarlet": {"distillation": SCARLET}}  # the soft-label protocol's clients' models too
+PERSONAL = {"fedper": {"algorithm": {"name": "fedper"}}}
+"""FedPer's clients' models; FedBN's are checked in its :func:`test_simulation_equals_chillfl_runtime` case
+(:data:`CLIENT_MODELS`), the soft-label protocol's (SCARLET) in :func:`test_scarlet_simulation_equals_chillfl_runtime_and_uses_the_cache`:
+one simulation each, not two."""
 
 
 @pytest.mark.parametrize("method", sorted(PERSONAL))
@@ -172,17 +190,20 @@ def test_client_models_come_back_from_the_nodes_as_the_sequential_executor_write
     parts = {**PERSONAL[method], "checkpoint": {"client_models": True}, "executor": "sequential"}
     expected = run_experiment(_config(tmp_path / "own", **parts), progress=False)
     out = run_simulation(_config(tmp_path / "flower", **parts), num_supernodes=2)  # clients 0, 2 on one node, 1, 3 on the other
-    assert out.records == expected.records and expected.folder is not None
-    want = (expected.folder / "client_models.safetensors").read_bytes()
-    assert len(expected.client_states) == 4 and (Path(out.folder) / "client_models.safetensors").read_bytes() == want
+    assert out.records == expected.records
+    _assert_client_models_as_written(expected, Path(out.folder))
 
 
 def test_scarlet_simulation_equals_chillfl_runtime_and_uses_the_cache(tmp_path: Path) -> None:
     federation = {"num_clients": 4, "clients_per_round": 3, "rounds": 3}
-    # FedChill's state on the nodes too: the soft-label records hold the temperature each round's client trained at
-    config = _config(tmp_path, distillation=SCARLET, federation=federation, name="scarlet", temperature={"policy": "fedchill"})
-    expected = run_experiment(config, write=False, progress=False).records
+    # FedChill's state on the nodes too: the soft-label records hold the temperature each round's client trained at;
+    # the clients' models come back from the nodes after the last round (checkpoint.client_models, the soft-label protocol's)
+    parts = {"distillation": SCARLET, "federation": federation, "name": "scarlet", "temperature": {"policy": "fedchill"}, "checkpoint": {"client_models": True}}
+    config = _config(tmp_path, **parts)
+    own = run_experiment(_config(tmp_path / "own", **parts), progress=False)
+    expected = own.records
     out = run_simulation(config, num_supernodes=2)  # clients 0, 2 share one node's Context.state, 1, 3 the other's
+    _assert_client_models_as_written(own, Path(out.folder))
     assert [r["round"] for r in out.records] == [1, 2, 3]
     assert out.records == expected  # every metric, floats compared exactly (server model, local_acc, bytes, cache)
     assert all(sorted(r["temperatures"]) == sorted(str(c) for c in r["clients"]) for r in out.records)  # the round's clients

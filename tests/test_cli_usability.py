@@ -253,6 +253,28 @@ def test_a_command_line_argparse_refuses_is_one_line(capsys: pytest.CaptureFixtu
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(line) and err.rstrip().endswith("--help` shows the usage")
 
 
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        # a near miss: the closest command (argparse before Python 3.14 lists the choices and suggests none)
+        (["analysis", "calibration", "results/x"], " (did you mean 'analyze'?)"),
+        (["analyze", "calib", "results/x"], " (did you mean 'calibration'?)"),
+        (["list", "experiment"], " (did you mean 'experiments'?)"),
+        # a command other tools (and docs/DESIGN's first sketch) have: where it lives here
+        (["tune", "exp.toml"], " (tuning runs inside a comparison: chillfl compare CONFIG --tune client.lr=0.01,0.1 eval.validation=0.2)"),
+        (["sweep", "exp.toml"], " (a sweep is a comparison: chillfl compare CONFIG --grid KEY=V1,V2)"),
+        (["bogus"], ""),
+    ],
+)
+def test_an_unknown_command_says_which_one_was_meant(capsys: pytest.CaptureFixture[str], argv: list[str], hint: str) -> None:
+    """``chillfl tune`` or ``chillfl analysis`` listed the commands and left the newcomer to guess."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1
+    assert err.endswith(f"){hint}; `{err.split(':')[0]} --help` shows the usage"), err
+
+
 @pytest.mark.parametrize("flag", [["--shard", "1/2"], ["--strict"]])
 def test_data_show_does_not_take_the_flags_of_a_run(capsys: pytest.CaptureFixture[str], flag: list[str]) -> None:
     """``data show --help`` listed ``--shard K/N`` and ``--strict`` (a comparison's share, an exploding loss), which it

@@ -432,7 +432,27 @@ class _Parser(argparse.ArgumentParser):
     before the message is a wrapped block of several lines; ``--help`` still prints it."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {one_line(message)}; `{self.prog} --help` shows the usage\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)}{self._hint(message)}; `{self.prog} --help` shows the usage\n")
+
+    def _hint(self, message: str) -> str:
+        """For an unknown command: the closest one (``analysis`` -> ``analyze``), or where a command another FL tool (or
+        chillfl's own design notes) names lives here (``tune``, ``sweep``: inside ``compare``). argparse before Python 3.14
+        lists the choices without a suggestion."""
+        found = re.match(r"argument \w+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if not found:
+            return ""
+        typed, choices = found[1], [c.strip().strip("'") for c in found[2].split(",")]  # quoted or not (Python >= 3.12.8)
+        if self.prog == "chillfl" and typed in COMMAND_HINTS:
+            return f" ({COMMAND_HINTS[typed]})"
+        return did_you_mean(typed, choices)
+
+
+COMMAND_HINTS = {
+    "tune": "tuning runs inside a comparison: chillfl compare CONFIG --tune client.lr=0.01,0.1 eval.validation=0.2",
+    "sweep": "a sweep is a comparison: chillfl compare CONFIG --grid KEY=V1,V2",
+    "grid": "a grid is a comparison: chillfl compare CONFIG --grid KEY=V1,V2",
+}
+"""Commands a newcomer types that chillfl spells otherwise: the line says where they live."""
 
 
 def build_parser(analyses: bool = True) -> argparse.ArgumentParser:

@@ -507,7 +507,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("reproduce", help="a paper's headline claims at CPU scale over seeds: paper vs measured, with a verdict")
-    p.add_argument("paper", choices=("flexchill", "fedchill", "pa3fed", "scarlet"))
+    p.add_argument("paper", choices=("flexchill", "fedchill", "pa3fed", "scarlet"), help="the paper whose claims run (docs/comparisons.md, `chillfl reproduce`)")
     p.add_argument("--seeds", default="0,1,2", help="seeds (default 0,1,2)")
     p.add_argument("--out", dest="out_dir", help="parent folder of the comparisons' result folders (default: each config's out_dir)")
     p.add_argument("--resume", action="store_true",

@@ -497,7 +497,9 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="run variants on the same partition and seed and tabulate")
     common(p, True)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a swept option (repeatable: cartesian product); 'temperature' is shorthand for the fixed policy's value")
-    p.add_argument("--reference", help="variant label whose best accuracy is the target (default: highest temperature)")
+    p.add_argument("--reference", help="variant label whose best accuracy (at each seed) is the target of 'rounds to target' ([compare] reference; default: "
+                                       "the variant with the highest set temperature, else the first); "
+                                       "differences are to [compare] baseline (default: the variant that sets T = 1, else the first)")
     p.add_argument("--seeds", metavar="S1,S2", help="run every variant at each seed, e.g. 0,1,2 or 0-4 ([compare] seeds); tables report mean ± std, 95 %% CI and paired differences")
     p.add_argument("--tune", action="append", default=[], metavar="KEY=V1,V2", help="tune an option per variant on the validation split (the [tune] table; needs eval.validation > 0); repeatable")
     p.add_argument("--select", choices=SELECT_RULES,

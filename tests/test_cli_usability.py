@@ -330,3 +330,25 @@ def test_every_option_of_every_command_says_what_it_does_and_its_default() -> No
         if a.default not in (None, False, 0, [], argparse.SUPPRESS) and "default" not in (a.help or "") and str(a.default) not in (a.help or "")
     ]
     assert (bare, silent) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("grid", "line"),
+    [
+        (["temperature=1,1.0"], "--grid: duplicate values: two variants would both be T=1"),
+        (["client.lr=0.1,0.1", "client.epochs=1,2"], "--grid: duplicate values: two variants would both be client.lr=0.1, client.epochs=1"),
+    ],
+)
+def test_a_duplicate_grid_value_is_named(grid: list[str], line: str) -> None:
+    """``--grid temperature=1,1.0`` said only "--grid: duplicate values", naming neither the key nor the value."""
+    with pytest.raises(ConfigError) as err:
+        parse_grid(grid)
+    assert f"{err.value.field}: {err.value.message}" == line
+
+
+def test_a_duplicate_tuning_value_is_named() -> None:
+    from chillfl.tune import parse_tune
+
+    with pytest.raises(ConfigError) as err:
+        parse_tune({"client.lr": [0.01, 0.1, 0.1]})
+    assert f"{err.value.field}: {err.value.message}" == "tune.client.lr: duplicate values: 0.1 twice in [0.01, 0.1, 0.1]"

@@ -125,8 +125,10 @@ def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[Variant]:
                 labels.append(f"{key}={value}")
         short = "-".join(short_setting(key, value) for key, value in combo)
         variants.append(Variant(", ".join(labels), overrides, temp, short=short))
-    if len({v.label for v in variants}) != len(variants):
-        raise ConfigError("--grid", "duplicate values")
+    labels = [v.label for v in variants]
+    if len(set(labels)) != len(labels):  # "1,1.0" too: both are T=1
+        twice = next(label for label in labels if labels.count(label) > 1)
+        raise ConfigError("--grid", f"duplicate values: two variants would both be {twice}")
     return variants
 
 

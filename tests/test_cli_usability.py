@@ -352,3 +352,21 @@ def test_a_duplicate_tuning_value_is_named() -> None:
     with pytest.raises(ConfigError) as err:
         parse_tune({"client.lr": [0.01, 0.1, 0.1]})
     assert f"{err.value.field}: {err.value.message}" == "tune.client.lr: duplicate values: 0.1 twice in [0.01, 0.1, 0.1]"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("3-1", "the range 3-1 counts down; give 1-3"),
+        ("0,5-2", "the range 5-2 counts down; give 2-5"),
+        ("0-a", "expected integers like 0,1,2 or 0-4, got '0-a'"),
+    ],
+)
+def test_seeds_counting_down_say_so(text: str, message: str) -> None:
+    """``--seeds 3-1`` made range(3, 2), empty, and the line read "expected a non-empty list ..., got []"."""
+    from chillfl.sweeps.plan import parse_seeds
+
+    with pytest.raises(ConfigError) as err:
+        parse_seeds(text)
+    assert (err.value.field, err.value.message) == ("--seeds", message)
+    assert parse_seeds("0-2,5") == [0, 1, 2, 5] and parse_seeds("4-4") == [4]

@@ -211,12 +211,15 @@ def naming(variant: Variant, from_grid: bool) -> Iterator[None]:
 def parse_seeds(text: str) -> list[int]:
     """``--seeds 0,1,2`` (or ``0-4``) -> [0, 1, 2]; checked like ``[compare] seeds``."""
     seeds: list[int] = []
-    try:
-        for part in (p.strip() for p in text.split(",") if p.strip()):
-            lo, dash, hi = part.partition("-")
-            seeds.extend(range(int(lo), int(hi) + 1) if dash and lo else [int(part)])
-    except ValueError:
-        raise ConfigError("--seeds", f"expected integers like 0,1,2 or 0-4, got {text!r}") from None
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        lo, dash, hi = part.partition("-")
+        try:
+            first, last = (int(lo), int(hi)) if dash and lo else (int(part), int(part))
+        except ValueError:
+            raise ConfigError("--seeds", f"expected integers like 0,1,2 or 0-4, got {text!r}") from None
+        if last < first:  # range() made it empty, and the line said "got []"
+            raise ConfigError("--seeds", f"the range {part} counts down; give {last}-{first}")
+        seeds.extend(range(first, last + 1))
     try:
         check_compare_option("seeds", seeds)
     except ConfigError as exc:

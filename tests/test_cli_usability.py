@@ -65,6 +65,12 @@ def test_a_compare_dry_run_lists_the_runs_of_its_grid_seeds_and_tuning(tmp_path:
     assert not (tmp_path / "out").exists()
 
 
+def test_a_one_run_dry_run_says_1_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl compare CONFIG --seeds 2 --dry-run`` opened with "1 runs: 1 variant"."""
+    assert main(["compare", str(write(tmp_path, "")), "--seeds", "2", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "# compare (not part of the config): 1 run: 1 variant x seeds 2"
+
+
 def test_the_demos_dry_run_plans_the_runs_the_demo_makes(capsys: pytest.CaptureFixture[str]) -> None:
     """`chillfl run --dry-run` checks the demo's temperatures too (27 runs), not its config's 9."""
     assert main(["run", "--dry-run", "federation.rounds=1"]) == 0

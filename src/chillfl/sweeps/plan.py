@@ -29,6 +29,7 @@ from typing import Any
 from chillfl.config import RunConfig, check_compare_option, own_tune, parse_value, safe_name, variant_config
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune, point_label
+from chillfl.wording import counted
 
 TEMPERATURE_SHORTHAND = "temperature"
 MAX_VARIANTS = 1000
@@ -487,7 +488,7 @@ def describe_plan(plan: Plan) -> list[str]:
     then each variant's run names (they carry its tuning point and seed). Plain lines; the caller makes them comments."""
     seeds = ", ".join(map(str, plan.seeds))
     tune = "; ".join(f"{k} = {', '.join(map(str, v))}" for k, v in plan.tune_table.items())
-    head = f"{len(plan.cells)} runs: {len(plan.variants)} variant{'s' if len(plan.variants) != 1 else ''} x seeds {seeds}"
+    head = f"{counted(len(plan.cells), 'run')}: {counted(len(plan.variants), 'variant')} x seeds {seeds}"  # "1 runs" with one seed
     lines = [head + (f" x tuning {tune}" if tune else "")]
     for v in plan.variants:
         names = [c.config.name for c in plan.cells if c.variant is v]

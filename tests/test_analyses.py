@@ -272,3 +272,20 @@ def test_a_comparison_folder_is_named_as_one(run_dir: Path, tmp_path: Path, caps
         assert main(args) == 2
         assert capsys.readouterr().err.strip() == f"chillfl: error: {field}: {expected}"
     assert not (compare / "analysis").exists() and not (tmp_path / "x").exists()
+
+
+def test_an_analysis_stopped_while_it_draws_leaves_no_result(run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the figure was drawn left ``calibration.json`` complete-looking beside no PNG (the command said only
+    "interrupted"): the JSON, the result, is now written last and atomically."""
+    import chillfl.analysis.calibration as calibration
+
+    def stopped(result: object, path: Path) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(calibration, "plot_reliability", stopped)
+    try:
+        code = main(["analyze", "calibration", str(run_dir), "-o", str(tmp_path / "x")])
+    except KeyboardInterrupt:
+        code = 130
+    assert code == 130
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == []

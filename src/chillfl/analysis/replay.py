@@ -42,6 +42,7 @@ from torch.func import functional_call
 
 from chillfl.config import RunConfig, load_config
 from chillfl.engine.loop import availability, draw_clients, releases_empty
+from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.model_file import read_model
 from chillfl.storage.results import strict
 from chillfl.storage.run_state import is_sweep
@@ -208,7 +209,9 @@ def out_folder(run_dirs: list[str], out: str | None) -> Path:
 
 
 def write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(strict(data), indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+    """An analysis's result, written atomically and after its figure: an analysis interrupted (Ctrl-C) while it draws
+    left a complete-looking JSON without its PNG, and the command had said only "interrupted"."""
+    write_atomic(path, (json.dumps(strict(data), indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8"))
 
 
 def run_label(run_dir: str | Path, among: Sequence[str | Path] = ()) -> str:

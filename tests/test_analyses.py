@@ -250,3 +250,42 @@ def test_two_runs_of_one_folder_name_are_both_analysed(run_dir: Path, tmp_path: 
     runs = json.loads((tmp_path / "x" / "calibration.json").read_text())["runs"]
     assert sorted(runs) == sorted([f"{run_dir.parent.name}/tiny", "b/tiny"])
     assert len([line for line in capsys.readouterr().out.splitlines() if "/tiny: accuracy" in line]) == 2
+
+
+def test_a_comparison_folder_is_named_as_one(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A comparison's folder holds a config.toml (the comparison's), so ``analyze calibration NAME-compare`` rebuilt it as
+    a run and then said "has no model.safetensors (the run is not finished ...)": wrong, for a folder that finished.
+    The analyses, and cka's --reference, now say what it is and name one of its runs."""
+    import shutil
+
+    compare = tmp_path / "exp-compare"
+    compare.mkdir()
+    (compare / "config.toml").write_text((run_dir / "config.toml").read_text())
+    (compare / "sweep.json").write_text("{}\n")  # what makes a folder a comparison's (chillfl.storage.run_state.is_sweep)
+    shutil.copytree(run_dir, compare / "tiny-s0")
+    expected = f"{compare} is a comparison's folder, not a run's: name its run folders (e.g. {compare / 'tiny-s0'}); `chillfl report {compare}` shows them all"
+    for args, field in (
+        (["analyze", "calibration", str(compare)], "run_dir"),
+        (["analyze", "aggregation-accuracy", str(compare)], "run_dir"),
+        (["analyze", "cka", str(run_dir), "--reference", str(compare), "-o", str(tmp_path / "x")], "--reference"),
+    ):
+        assert main(args) == 2
+        assert capsys.readouterr().err.strip() == f"chillfl: error: {field}: {expected}"
+    assert not (compare / "analysis").exists() and not (tmp_path / "x").exists()
+
+
+def test_an_analysis_stopped_while_it_draws_leaves_no_result(run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the figure was drawn left ``calibration.json`` complete-looking beside no PNG (the command said only
+    "interrupted"): the JSON, the result, is now written last and atomically."""
+    import chillfl.analysis.calibration as calibration
+
+    def stopped(result: object, path: Path) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(calibration, "plot_reliability", stopped)
+    try:
+        code = main(["analyze", "calibration", str(run_dir), "-o", str(tmp_path / "x")])
+    except KeyboardInterrupt:
+        code = 130
+    assert code == 130
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == []

@@ -65,6 +65,12 @@ def test_a_compare_dry_run_lists_the_runs_of_its_grid_seeds_and_tuning(tmp_path:
     assert not (tmp_path / "out").exists()
 
 
+def test_a_one_run_dry_run_says_1_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl compare CONFIG --seeds 2 --dry-run`` opened with "1 runs: 1 variant"."""
+    assert main(["compare", str(write(tmp_path, "")), "--seeds", "2", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "# compare (not part of the config): 1 run: 1 variant x seeds 2"
+
+
 def test_the_demos_dry_run_plans_the_runs_the_demo_makes(capsys: pytest.CaptureFixture[str]) -> None:
     """`chillfl run --dry-run` checks the demo's temperatures too (27 runs), not its config's 9."""
     assert main(["run", "--dry-run", "federation.rounds=1"]) == 0
@@ -253,6 +259,28 @@ def test_a_command_line_argparse_refuses_is_one_line(capsys: pytest.CaptureFixtu
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(line) and err.rstrip().endswith("--help` shows the usage")
 
 
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        # a near miss: the closest command (argparse before Python 3.14 lists the choices and suggests none)
+        (["analysis", "calibration", "results/x"], " (did you mean 'analyze'?)"),
+        (["analyze", "calib", "results/x"], " (did you mean 'calibration'?)"),
+        (["list", "experiment"], " (did you mean 'experiments'?)"),
+        # a command other tools (and docs/DESIGN's first sketch) have: where it lives here
+        (["tune", "exp.toml"], " (tuning runs inside a comparison: chillfl compare CONFIG --tune client.lr=0.01,0.1 eval.validation=0.2)"),
+        (["sweep", "exp.toml"], " (a sweep is a comparison: chillfl compare CONFIG --grid KEY=V1,V2)"),
+        (["bogus"], ""),
+    ],
+)
+def test_an_unknown_command_says_which_one_was_meant(capsys: pytest.CaptureFixture[str], argv: list[str], hint: str) -> None:
+    """``chillfl tune`` or ``chillfl analysis`` listed the commands and left the newcomer to guess."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1
+    assert err.endswith(f"){hint}; `{err.split(':')[0]} --help` shows the usage"), err
+
+
 @pytest.mark.parametrize("flag", [["--shard", "1/2"], ["--strict"]])
 def test_data_show_does_not_take_the_flags_of_a_run(capsys: pytest.CaptureFixture[str], flag: list[str]) -> None:
     """``data show --help`` listed ``--shard K/N`` and ``--strict`` (a comparison's share, an exploding loss), which it
@@ -279,3 +307,72 @@ def test_a_key_spelt_as_another_table_spells_it_names_this_ones(override: str, l
     assert main(["run", "demo", "--dry-run", override]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and line in err[0], err
+
+
+def test_every_option_of_every_command_says_what_it_does_and_its_default() -> None:
+    """``chillfl analyze cache-ratio --help`` showed ``--seed SEED`` with no word, ``scarlet-deficit`` its ``--seeds``
+    (default 0,1,2) likewise, and ``reproduce`` its paper bare. Every option, the analyses' included, has a help line,
+    and one whose default is a value (not unset, off or empty) names it."""
+    import argparse
+
+    from chillfl.cli import build_parser
+
+    def options(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, argparse.Action]]:
+        out: list[tuple[str, argparse.Action]] = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    out += options(sub, f"{path} {name}")
+            elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+                out.append((path, action))
+        return out
+
+    found = options(build_parser(), "chillfl")
+    assert len({path for path, _ in found}) >= 18  # every command and analysis was walked (19 paths today)
+    bare = [f"{path} {'/'.join(a.option_strings) or a.dest}" for path, a in found if not a.help]
+    silent = [
+        f"{path} {'/'.join(a.option_strings)}"
+        for path, a in found
+        if a.default not in (None, False, 0, [], argparse.SUPPRESS) and "default" not in (a.help or "") and str(a.default) not in (a.help or "")
+    ]
+    assert (bare, silent) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("grid", "line"),
+    [
+        (["temperature=1,1.0"], "--grid: duplicate values: two variants would both be T=1"),
+        (["client.lr=0.1,0.1", "client.epochs=1,2"], "--grid: duplicate values: two variants would both be client.lr=0.1, client.epochs=1"),
+    ],
+)
+def test_a_duplicate_grid_value_is_named(grid: list[str], line: str) -> None:
+    """``--grid temperature=1,1.0`` said only "--grid: duplicate values", naming neither the key nor the value."""
+    with pytest.raises(ConfigError) as err:
+        parse_grid(grid)
+    assert f"{err.value.field}: {err.value.message}" == line
+
+
+def test_a_duplicate_tuning_value_is_named() -> None:
+    from chillfl.tune import parse_tune
+
+    with pytest.raises(ConfigError) as err:
+        parse_tune({"client.lr": [0.01, 0.1, 0.1]})
+    assert f"{err.value.field}: {err.value.message}" == "tune.client.lr: duplicate values: 0.1 twice in [0.01, 0.1, 0.1]"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("3-1", "the range 3-1 counts down; give 1-3"),
+        ("0,5-2", "the range 5-2 counts down; give 2-5"),
+        ("0-a", "expected integers like 0,1,2 or 0-4, got '0-a'"),
+    ],
+)
+def test_seeds_counting_down_say_so(text: str, message: str) -> None:
+    """``--seeds 3-1`` made range(3, 2), empty, and the line read "expected a non-empty list ..., got []"."""
+    from chillfl.sweeps.plan import parse_seeds
+
+    with pytest.raises(ConfigError) as err:
+        parse_seeds(text)
+    assert (err.value.field, err.value.message) == ("--seeds", message)
+    assert parse_seeds("0-2,5") == [0, 1, 2, 5] and parse_seeds("4-4") == [4]

@@ -126,3 +126,17 @@ def test_the_summary_keeps_the_final_attack_success() -> None:
     assert _value(run, "final_attack_success_rate") == 0.5
     older = Run(Path("s1"), RunConfig(seed=1), _out(0.8, [0.9, 0.25]).records, {})  # written before summaries kept it
     assert _value(older, "final_attack_success_rate") == 0.25
+
+
+def test_compare_help_states_the_default_reference_and_baseline(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--reference`` said "(default: highest temperature)": a comparison of methods at no set temperature (FedAvg vs
+    FedProx) takes the first variant, as the table's target line says; and the differences' baseline was not named."""
+    from chillfl.cli import main
+
+    plain, prox = Variant("FedAvg", {}), Variant("FedProx", {})
+    assert [v.label for v in choose_reference([plain, prox], None)] == ["FedAvg", "FedAvg"]
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default: the variant with the highest set temperature, else the first" in text
+    assert "differences are to [compare] baseline (default: the variant that sets T = 1, else the first)" in text

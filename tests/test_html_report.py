@@ -155,6 +155,27 @@ def test_seed_groups_are_labelled_by_what_varies() -> None:
     assert [sorted(g.seeds) for g in groups] == [[0, 1], [0, 1]]
 
 
+def test_a_chosen_parts_default_options_are_not_labels() -> None:
+    """A compare of ``temperature.policy=none,fedchill`` (README's quickstart) labelled its FedChill groups with all ten
+    FedChill options at their defaults (``temperature.t_max=1.0, temperature.t_min=0.05, ...``), since the none groups
+    lack them: the curves' legend and every heading ran to three lines. ``policy=fedchill`` implies them. An option
+    set to other values in different groups (FedProx's mu) stays, and so does one off its default (the test above)."""
+    from chillfl.config import RunConfig
+    from chillfl.report.html import Run
+    from chillfl.resolve import algorithm_table, temperature_table
+
+    def run(name: str, seed: int, **tables: dict) -> Run:
+        return Run(Path(name), RunConfig(name=name, seed=seed, **tables), [], {})
+
+    chill = temperature_table({"policy": "fedchill"})  # as a run folder's config.toml holds it: every option written
+    assert len(chill) > 5
+    groups = group_runs([run(f"chill-s{s}", s, temperature=chill) for s in (0, 1)] + [run(f"none-s{s}", s, temperature={"policy": "none"}) for s in (0, 1)])
+    assert [g.label for g in groups] == ["temperature.policy=fedchill", "temperature.policy=none"]
+    prox = [algorithm_table({"name": "fedprox", "mu": mu}) for mu in (0.01, 0.1)]  # 0.01 is mu's default
+    groups = group_runs([run(f"{i}-s{s}", s, algorithm=a) for i, a in enumerate([{"name": "fedavg"}, *prox]) for s in (0, 1)])
+    assert [g.label for g in groups] == ["algorithm.name=fedavg", "algorithm.name=fedprox, algorithm.mu=0.01", "algorithm.name=fedprox, algorithm.mu=0.1"]
+
+
 def test_an_exploding_loss_is_log_scaled() -> None:
     from chillfl.report.html import Group, Run, _explodes
 

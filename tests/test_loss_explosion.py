@@ -77,3 +77,11 @@ def test_lr_50_with_strict_is_a_divergence(tmp_path: Path, capsys):
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["run.failed"]
     assert (tmp_path / "out" / "run.failed" / "metrics.jsonl").read_text() == ""  # the exploded round is not written
     assert "strict = true" in (tmp_path / "out" / "run.failed" / "config.toml").read_text()
+
+
+def test_a_comparisons_warning_names_its_run(tmp_path: Path, capsys):
+    """In a comparison the line read "chillfl: round 1: training loss ...": with -q nothing said which of its runs
+    exploded (its "diverged" lines name theirs). A single run's line stays as it was (the test above)."""
+    assert main(["compare", _config(tmp_path), "-q", "--out", str(tmp_path / "out"), "--grid", "client.lr=0.05,50", "--seeds", "0,1"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "training loss" in line]
+    assert [line.split(": round 1: training loss ")[0] for line in warned] == ["chillfl: lr50-s0", "chillfl: lr50-s1"], warned

@@ -432,7 +432,27 @@ class _Parser(argparse.ArgumentParser):
     before the message is a wrapped block of several lines; ``--help`` still prints it."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {one_line(message)}; `{self.prog} --help` shows the usage\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)}{self._hint(message)}; `{self.prog} --help` shows the usage\n")
+
+    def _hint(self, message: str) -> str:
+        """For an unknown command: the closest one (``analysis`` -> ``analyze``), or where a command another FL tool (or
+        chillfl's own design notes) names lives here (``tune``, ``sweep``: inside ``compare``). argparse before Python 3.14
+        lists the choices without a suggestion."""
+        found = re.match(r"argument \w+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if not found:
+            return ""
+        typed, choices = found[1], [c.strip().strip("'") for c in found[2].split(",")]  # quoted or not (Python >= 3.12.8)
+        if self.prog == "chillfl" and typed in COMMAND_HINTS:
+            return f" ({COMMAND_HINTS[typed]})"
+        return did_you_mean(typed, choices)
+
+
+COMMAND_HINTS = {
+    "tune": "tuning runs inside a comparison: chillfl compare CONFIG --tune client.lr=0.01,0.1 eval.validation=0.2",
+    "sweep": "a sweep is a comparison: chillfl compare CONFIG --grid KEY=V1,V2",
+    "grid": "a grid is a comparison: chillfl compare CONFIG --grid KEY=V1,V2",
+}
+"""Commands a newcomer types that chillfl spells otherwise: the line says where they live."""
 
 
 def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
@@ -477,7 +497,9 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="run variants on the same partition and seed and tabulate")
     common(p, True)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a swept option (repeatable: cartesian product); 'temperature' is shorthand for the fixed policy's value")
-    p.add_argument("--reference", help="variant label whose best accuracy is the target (default: highest temperature)")
+    p.add_argument("--reference", help="variant label whose best accuracy (at each seed) is the target of 'rounds to target' ([compare] reference; default: "
+                                       "the variant with the highest set temperature, else the first); "
+                                       "differences are to [compare] baseline (default: the variant that sets T = 1, else the first)")
     p.add_argument("--seeds", metavar="S1,S2", help="run every variant at each seed, e.g. 0,1,2 or 0-4 ([compare] seeds); tables report mean ± std, 95 %% CI and paired differences")
     p.add_argument("--tune", action="append", default=[], metavar="KEY=V1,V2", help="tune an option per variant on the validation split (the [tune] table; needs eval.validation > 0); repeatable")
     p.add_argument("--select", choices=SELECT_RULES,
@@ -487,7 +509,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("reproduce", help="a paper's headline claims at CPU scale over seeds: paper vs measured, with a verdict")
-    p.add_argument("paper", choices=("flexchill", "fedchill", "pa3fed", "scarlet"))
+    p.add_argument("paper", choices=("flexchill", "fedchill", "pa3fed", "scarlet"), help="the paper whose claims run (docs/comparisons.md, `chillfl reproduce`)")
     p.add_argument("--seeds", default="0,1,2", help="seeds (default 0,1,2)")
     p.add_argument("--out", dest="out_dir", help="parent folder of the comparisons' result folders (default: each config's out_dir)")
     p.add_argument("--resume", action="store_true",

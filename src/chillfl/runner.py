@@ -472,7 +472,7 @@ def _run_rounds(
                 empty=exp.data.without_training_rows(),
             )
             bar = make_bar(progress, rounds, done, label or config.name)
-            watch = LossWatch(config.strict, records)
+            watch = LossWatch(config.strict, records, name=config.name if label else None)  # a comparison's run (or a resume) names itself
             with bar:
                 for record in loop:
                     watch.observe(record)

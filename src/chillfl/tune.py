@@ -79,7 +79,8 @@ def parse_tune(table: Mapping[str, Any], field: str = "tune") -> list[Point]:
             if isinstance(v, (dict, list)):
                 raise ConfigError(where, f"values must be numbers, strings or booleans, got {short_repr(v)}")
         if len({repr(v) for v in values}) != len(values):
-            raise ConfigError(where, "duplicate values")
+            twice = next(v for v in values if [repr(w) for w in values].count(repr(v)) > 1)
+            raise ConfigError(where, f"duplicate values: {short_repr(twice)} twice in {short_repr(values)}")
         if key in ("name", "seed", "variants", "compare", "tune") or not all(key.split(".")):
             raise ConfigError(where, "not a tunable option (give section.option, e.g. client.lr)")
         if key.startswith(EVALUATION_PREFIX) or key in EVALUATION_DATA:

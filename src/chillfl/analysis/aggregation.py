@@ -138,8 +138,8 @@ def _command(which: str) -> Any:
         result = analyze(args.run_dirs, args.start, which)
         folder = out_folder(args.run_dirs, args.out)
         name = f"aggregation-{which}"
-        write_json(folder / f"{name}.json", result)
         (plot_accuracy_change if which == "accuracy" else plot_entropy_change)(result, folder / f"{name}.png")
+        write_json(folder / f"{name}.json", result)  # last: the result is there only when the figure is
         for label, run in result["runs"].items():
             if which == "accuracy":
                 p, n = run["mean_delta_participating"], run["mean_delta_non_participating"]

@@ -108,8 +108,8 @@ def cmd_calibration(args: argparse.Namespace) -> int:
         raise ConfigError("--bins", f"must be in [1, 1000], got {args.bins}")
     result = analyze(args.run_dirs, temperature=args.temperature, bins=args.bins, binning=args.binning)
     folder = out_folder(args.run_dirs, args.out)
-    write_json(folder / "calibration.json", result)
     plot_reliability(result, folder / "reliability.png")
+    write_json(folder / "calibration.json", result)  # last: the result is there only when the figure is
     for label, run in result["runs"].items():
         print(f"{label}: accuracy {run['accuracy']:.4f} ECE {run['ece']:.4f} NLL {run['nll']:.4f} Brier {run['brier']:.4f}")
     print(f"results: {folder / 'calibration.json'}, {folder / 'reliability.png'}")

@@ -185,8 +185,8 @@ def cmd_cka(args: argparse.Namespace) -> int:
     result = analyze(args.run_dirs, args.reference, samples=args.samples, layers=layers, clients=args.clients,
                      start=args.start, center=not args.uncentered)
     folder = out_folder(args.run_dirs, args.out)
-    write_json(folder / "cka.json", result)
     plot_cka(result, folder / "cka.png")
+    write_json(folder / "cka.json", result)  # last: the result is there only when the figure is
     print(f"reference: {args.reference}'s global model" if args.reference else
           "reference: each run's initial model (its seeded round-0 model, rebuilt from its config.toml; --reference RUN_DIR compares with another run)")
     for label, run in result["runs"].items():

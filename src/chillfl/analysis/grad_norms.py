@@ -131,8 +131,8 @@ def cmd_grad_norms(args: argparse.Namespace) -> int:
         raise ConfigError("--samples", f"must be >= 1, got {args.samples}")
     result, raw = analyze(args.run_dirs, temperature=args.temperature, split=args.split, samples=args.samples)
     folder = out_folder(args.run_dirs, args.out)
-    write_json(folder / "grad-norms.json", result)
     plot_grad_norms(raw, {k: v["temperature"] for k, v in result["runs"].items()}, folder / "grad-norms.png")
+    write_json(folder / "grad-norms.json", result)  # last: the result is there only when the figure is
     for label, run in result["runs"].items():
         c, w = run["correct"], run["incorrect"]
         print(f"{label} (T={run['temperature']:g}): median norm correct {c.get('median', float('nan')):.3g} (n={c['n']}), "

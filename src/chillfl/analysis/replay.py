@@ -42,8 +42,10 @@ from torch.func import functional_call
 
 from chillfl.config import RunConfig, load_config
 from chillfl.engine.loop import availability, draw_clients, releases_empty
+from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.model_file import read_model
 from chillfl.storage.results import strict
+from chillfl.storage.run_state import is_sweep
 from chillfl.engine.protocol import AroundProtocol
 from chillfl.errors import ConfigError
 from chillfl.data import FederatedData
@@ -57,9 +59,19 @@ MODEL = "model.safetensors"  # the runner's name for the saved global model
 STARTS = ("final", "initial")
 
 
+def check_not_comparison(path: Path, field: str) -> None:
+    """Refuse a comparison's folder in one line naming its runs. Why: it holds a ``config.toml`` too (the comparison's),
+    so it passed for a run folder, was rebuilt as one (its data set and all), and then failed as "not finished"."""
+    if is_sweep(path):
+        runs = sorted(p.name for p in path.iterdir() if (p / "config.toml").is_file() and (p / MODEL).is_file())
+        example = f" (e.g. {path / runs[0]})" if runs else ""
+        raise ConfigError(field, f"{path} is a comparison's folder, not a run's: name its run folders{example}; `chillfl report {path}` shows them all")
+
+
 def load_run(run_dir: str | Path, field: str = "run_dir") -> RunConfig:
     """The saved config of a finished run folder (ConfigError naming ``field`` when it is not one)."""
     path = Path(run_dir)
+    check_not_comparison(path, field)
     if not (path / "config.toml").is_file():
         raise ConfigError(field, f"{path} is not a chillfl run folder (no config.toml)")
     return load_config(path / "config.toml")
@@ -68,6 +80,7 @@ def load_run(run_dir: str | Path, field: str = "run_dir") -> RunConfig:
 def load_model_state(run_dir: str | Path, device: torch.device | str = "cpu", field: str = "run_dir") -> Params:
     """The run's saved global model (``model.safetensors``)."""
     run = Path(run_dir)
+    check_not_comparison(run, field)
     path = run / MODEL
     if not path.is_file():
         if (run / "summary.json").is_file():  # finished: a protocol without a global model (it said "soft-label runs", which have one)
@@ -196,7 +209,9 @@ def out_folder(run_dirs: list[str], out: str | None) -> Path:
 
 
 def write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(strict(data), indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+    """An analysis's result, written atomically and after its figure: an analysis interrupted (Ctrl-C) while it draws
+    left a complete-looking JSON without its PNG, and the command had said only "interrupted"."""
+    write_atomic(path, (json.dumps(strict(data), indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8"))
 
 
 def run_label(run_dir: str | Path, among: Sequence[str | Path] = ()) -> str:

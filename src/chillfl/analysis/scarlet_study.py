@@ -257,7 +257,7 @@ def add_parser(analyses: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     """Register ``scarlet-deficit`` under ``chillfl analyze``."""
     p = analyses.add_parser("scarlet-deficit", help="SCARLET vs DS-FL taken apart: cache duration D, beta, |P^t|/|P|, over seeds (issue 29)")
     p.add_argument("--config", default=DEFAULT_CONFIG, help=f"a DS-FL config (default {DEFAULT_CONFIG})")
-    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--seeds", default="0,1,2", help="seeds every arm runs at, comma-separated (default 0,1,2)")
     p.add_argument("--rounds", default="20,40,80", help="lengths to read (one run of the longest per arm and seed; default 20,40,80)")
     p.add_argument("--durations", default="0,1,2,5,20", help="D values of the sweep (the scaled D is added; default 0,1,2,5,20)")
     p.add_argument("--betas", default="1,2,4", help="beta values at D = 0 (1 and 2 also at the largest D; default 1,2,4)")

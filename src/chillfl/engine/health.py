@@ -50,10 +50,12 @@ def loss_explosion(loss: float, first: float | None) -> str | None:
 
 
 class LossWatch:
-    """Watches each round's ``train_loss``; ``records``: the rounds already run (a resumed run's)."""
+    """Watches each round's ``train_loss``; ``records``: the rounds already run (a resumed run's). ``name``: the run the
+    warning names, where several runs share one stderr (a comparison's: its "diverged" lines name theirs)."""
 
-    def __init__(self, strict: bool, records: Iterable[Mapping[str, Any]] = ()) -> None:
+    def __init__(self, strict: bool, records: Iterable[Mapping[str, Any]] = (), name: str | None = None) -> None:
         self.strict = strict
+        self.name = name
         self.first: float | None = next((float(r["train_loss"]) for r in records if r.get("train_loss") is not None), None)
         self.warned = False
 
@@ -71,4 +73,4 @@ class LossWatch:
         if self.strict:
             raise Diverged(int(record["round"]), what)
         self.warned = True
-        log.warning("round %d: %s; the run goes on (with strict = true, or --strict, it would stop here)", record["round"], what)
+        log.warning("%sround %d: %s; the run goes on (with strict = true, or --strict, it would stop here)", f"{self.name}: " if self.name else "", record["round"], what)

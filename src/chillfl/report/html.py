@@ -185,9 +185,14 @@ def group_runs(runs: Sequence[Run]) -> list[Group]:
         groups[(key, repeat)].runs.append(run)
     out = list(groups.values())
     varying = _varying_keys(out)
-    for g in out:
+    flats = [_flat(g.runs[0].config) for g in out]
+    # an option of a part that some group did not choose, at one value wherever it is set (FedProx's mu at 0.01 and 0.1 stays)
+    partial = {k for k in varying if any(k not in f for f in flats) and len({json.dumps(f[k], sort_keys=True, default=str) for f in flats if k in f}) == 1}
+    for g, flat in zip(out, flats):
         if len({r.config.name for r in g.runs}) > 1:  # per-seed folder names (compare's): label by what varies
-            g.label = ", ".join(f"{k}={v}" for k, v in _flat(g.runs[0].config).items() if k in varying) or _strip_seed(g.label)
+            implied = _part_defaults(g.runs[0].config)
+            shown = [(k, v) for k, v in flat.items() if k in varying and not (k in partial and k in implied and _same(implied[k], v))]
+            g.label = ", ".join(f"{k}={v}" for k, v in shown) or _strip_seed(g.label)
     labels = [g.label for g in out]
     for i, g in enumerate(out):  # equal labels, different configs: tell them apart
         if labels.count(g.label) > 1:
@@ -208,6 +213,43 @@ def _flat(config: RunConfig) -> dict[str, Any]:
 
     walk("", {k: v for k, v in config.to_dict().items() if k not in IGNORED_FOR_GROUPING})
     return flat
+
+
+PART_CHOOSERS = (("dataset", "name"), ("partition", "name"), ("model", "name"), ("temperature", "policy"), ("algorithm", "name"))
+"""The tables chosen by one key whose defaults :mod:`chillfl.resolve` fills in (what a group's label may leave implied)."""
+
+
+def _part_defaults(config: RunConfig) -> dict[str, Any]:
+    """Dotted key -> the default of each option of the parts ``config`` chose (``temperature.t_max`` -> 1.0 under FedChill).
+
+    Why: against a group that did not choose FedChill, every FedChill option "varies" (one group has it, the other not),
+    and a label listed all ten of them at their defaults; ``temperature.policy=fedchill`` already says them, as the
+    resolved config's rule has it (an option equal to its default acts as the option left out). A part that cannot be
+    resolved here (a plugin's, read as data) leaves its options in the label."""
+    from chillfl.resolve import algorithm_table, dataset_table, model_table, partition_table, temperature_table
+
+    resolvers = {"dataset": dataset_table, "partition": partition_table, "model": model_table, "temperature": temperature_table, "algorithm": algorithm_table}
+    out: dict[str, Any] = {}
+    for section, key in PART_CHOOSERS:
+        table = getattr(config, section)
+        if not isinstance(table, dict) or key not in table:
+            continue
+        try:
+            defaults = resolvers[section]({key: table[key]})
+        except ConfigError:  # PluginNotImported is one
+            continue
+        out.update(_flat_table(section, defaults))
+    return out
+
+
+def _flat_table(prefix: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        return {prefix: value}
+    return {k: v for name, sub in value.items() for k, v in _flat_table(f"{prefix}.{name}", sub).items()}
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
 def _varying_keys(groups: Sequence[Group]) -> set[str]:

@@ -29,6 +29,7 @@ from typing import Any
 from chillfl.config import RunConfig, check_compare_option, own_tune, parse_value, safe_name, variant_config
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune, point_label
+from chillfl.wording import counted
 
 TEMPERATURE_SHORTHAND = "temperature"
 MAX_VARIANTS = 1000
@@ -125,8 +126,10 @@ def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[Variant]:
                 labels.append(f"{key}={value}")
         short = "-".join(short_setting(key, value) for key, value in combo)
         variants.append(Variant(", ".join(labels), overrides, temp, short=short))
-    if len({v.label for v in variants}) != len(variants):
-        raise ConfigError("--grid", "duplicate values")
+    labels = [v.label for v in variants]
+    if len(set(labels)) != len(labels):  # "1,1.0" too: both are T=1
+        twice = next(label for label in labels if labels.count(label) > 1)
+        raise ConfigError("--grid", f"duplicate values: two variants would both be {twice}")
     return variants
 
 
@@ -209,12 +212,15 @@ def naming(variant: Variant, from_grid: bool) -> Iterator[None]:
 def parse_seeds(text: str) -> list[int]:
     """``--seeds 0,1,2`` (or ``0-4``) -> [0, 1, 2]; checked like ``[compare] seeds``."""
     seeds: list[int] = []
-    try:
-        for part in (p.strip() for p in text.split(",") if p.strip()):
-            lo, dash, hi = part.partition("-")
-            seeds.extend(range(int(lo), int(hi) + 1) if dash and lo else [int(part)])
-    except ValueError:
-        raise ConfigError("--seeds", f"expected integers like 0,1,2 or 0-4, got {text!r}") from None
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        lo, dash, hi = part.partition("-")
+        try:
+            first, last = (int(lo), int(hi)) if dash and lo else (int(part), int(part))
+        except ValueError:
+            raise ConfigError("--seeds", f"expected integers like 0,1,2 or 0-4, got {text!r}") from None
+        if last < first:  # range() made it empty, and the line said "got []"
+            raise ConfigError("--seeds", f"the range {part} counts down; give {last}-{first}")
+        seeds.extend(range(first, last + 1))
     try:
         check_compare_option("seeds", seeds)
     except ConfigError as exc:
@@ -482,7 +488,7 @@ def describe_plan(plan: Plan) -> list[str]:
     then each variant's run names (they carry its tuning point and seed). Plain lines; the caller makes them comments."""
     seeds = ", ".join(map(str, plan.seeds))
     tune = "; ".join(f"{k} = {', '.join(map(str, v))}" for k, v in plan.tune_table.items())
-    head = f"{len(plan.cells)} runs: {len(plan.variants)} variant{'s' if len(plan.variants) != 1 else ''} x seeds {seeds}"
+    head = f"{counted(len(plan.cells), 'run')}: {counted(len(plan.variants), 'variant')} x seeds {seeds}"  # "1 runs" with one seed
     lines = [head + (f" x tuning {tune}" if tune else "")]
     for v in plan.variants:
         names = [c.config.name for c in plan.cells if c.variant is v]

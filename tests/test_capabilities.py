@@ -390,7 +390,10 @@ def test_every_built_ins_personal_model_declaration_agrees_with_its_class(name: 
     agg, _ = make_aggregator(name, required, num_clients=4, model=model_for(name), seed=0)
     spec = algorithm_spec(name)
     assert effective_capabilities(spec, parse_options(spec.options, required, "algorithm")).personal_model == holds_personal_model(agg.client_half())
-    holders = {"apfl", "apple", "ditto", "fedala", "fedamp", "fedbn", "fedcac", "fedcp", "feddbe", "fedfomo", "fedper", "fedphp", "fedrep", "fedrod", "fml", "lg_fedavg", "local_only", "pfedhn", "pfedsim"}
+    holders = {
+        "apfl", "apple", "ditto", "fedala", "fedamp", "fedbn", "fedcac", "fedcp", "feddbe", "fedfomo", "fedper", "fedphp", "fedrep", "fedrod", "fml",
+        "lg_fedavg", "local_only", "pfedhn", "pfedsim",
+    }
     assert spec.capabilities.personal_model == (name in holders)
 
 

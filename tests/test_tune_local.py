@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -180,61 +179,3 @@ def test_soft_label_and_prototype_clients_measure_their_own_validation_split(pro
         scores.append(evaluate(exp.model, models[cid], own[0], own[1], 1024)[0])
     assert last["local_val_acc"] == pytest.approx(sum(scores) / 4, abs=1e-12)
     assert 0.0 < last["local_val_acc"] <= 1.0
-
-
-def skewed_toy(held: np.ndarray) -> ArrayDataset:
-    """3 classes; 2 natural clients: client 0 trains on labels 8 x 0 + 2 x 1, client 1 on 2 of each class. 40 test rows:
-    the 10 validation rows ``held`` labelled 0, 0, 1, 1, 1, 1, 2, 2, 2, 2; the other 30 cycle 0, 1, 2."""
-    y_train = torch.tensor([0] * 8 + [1] * 2 + [0, 0, 1, 1, 2, 2])
-    y_test = torch.arange(40) % 3
-    y_test[torch.from_numpy(held)] = torch.tensor([0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
-    groups = (np.arange(0, 10), np.arange(10, 16))
-    return ArrayDataset("skewed", torch.zeros(16, 2), y_train, torch.zeros(40, 2), y_test, 3, groups, None)
-
-
-def skewed_split(size: int) -> Any:
-    held = validation_split(40, 0.25, seed=2)
-    assert held is not None and len(held) == 10
-    return build_federated_data(skewed_toy(held), num_clients=2, partitioner="natural", partition_options={}, seed=2, client_eval_size=size, validation=0.25)
-
-
-def test_a_local_validation_split_that_cannot_follow_the_class_mix_is_one_warning(
-    caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from chillfl.data import federated
-
-    monkeypatch.setattr(federated, "_WARNED", set())
-    # client_split_size 5. Client 0 (train mix 8:2:0) should get round-to-5 of (0.8, 0.2, 0) = (4, 1, 0) rows; the
-    # validation split holds 2 rows of class 0, so it takes (2, 1, 0) and the missing 2 go to its other class:
-    # (2, 3, 0) = mix (0.4, 0.6, 0). TV = (|0.8 - 0.4| + |0.2 - 0.6| + 0) / 2 = 0.4 > 0.1.
-    # Client 1 (2:2:2) should get (2, 2, 1) (largest remainder, ties to the lower class); the pool has (2, 4, 4): TV 0.
-    with caplog.at_level(logging.WARNING, logger="chillfl.data.federated"):
-        fed = skewed_split(5)
-        skewed_split(5)  # a second run of the same setting (a comparison's next seed) says nothing more
-    y = fed.dataset.y_test.numpy()
-    assert fed.client_validation_indices is not None
-    assert [np.bincount(y[v], minlength=3).tolist() for v in fed.client_validation_indices] == [[2, 3, 0], [2, 2, 1]]
-    weights = fed.class_counts().astype(np.float64)
-    assert federated.local_validation_mismatch(weights, y, fed.client_validation_indices, 5) == pytest.approx([0.4, 0.0])
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warned) == 1, warned
-    assert "1 of 2 clients' splits are more than 0.10" in warned[0] and "client 0 by 0.40" in warned[0]
-    assert "the 10 validation rows of skewed" in warned[0] and "raise eval.validation (now 0.25)" in warned[0]
-    assert "eval.client_split_size (now 5)" in warned[0]
-
-
-def test_no_warning_when_the_validation_rows_suffice(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    from chillfl.data import federated
-
-    monkeypatch.setattr(federated, "_WARNED", set())
-    # client_split_size 2: client 0 should get round-to-2 of (0.8, 0.2, 0) = (1.6, 0.4, 0) -> (1, 0, 0) + the leftover
-    # row to the largest remainder (0.6, class 0) = (2, 0, 0); client 1: (0.67, 0.67, 0.67) -> (1, 1, 0). The pool's
-    # (2, 4, 4) holds both: each split is its mix exactly, TV 0 and 0, and nothing is said.
-    with caplog.at_level(logging.WARNING, logger="chillfl.data.federated"):
-        fed = skewed_split(2)
-    y = fed.dataset.y_test.numpy()
-    assert fed.client_validation_indices is not None
-    assert [np.bincount(y[v], minlength=3).tolist() for v in fed.client_validation_indices] == [[2, 0, 0], [1, 1, 0]]
-    assert federated.local_validation_mismatch(fed.class_counts().astype(np.float64), y, fed.client_validation_indices, 2).tolist() == [0.0, 0.0]
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

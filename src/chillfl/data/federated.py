@@ -51,15 +51,6 @@ Choices
   as the eval split is drawn from the rest (same size and class mix, own
   stream (seed, "local validation"), so the eval splits do not change). Either
   way they are validation rows only: never part of a test metric.
-* A small validation split cannot follow a skewed client's class mix: with
-  ``proportional`` splits a client needing more rows of a class than the
-  validation split holds gets its other classes instead (the rule above), so
-  its ``local_val_acc`` is scored on a flatter mix than its ``local_acc``
-  (8x8 digits at ``eval.validation = 0.2``: 72 rows, about 7 a class). The
-  draw is left as it is (a smaller, exact-mix split would change every such
-  run's numbers); :func:`local_validation_mismatch` measures it and one
-  warning per dataset and setting in a process names the worst client when a
-  client's mismatch exceeds :data:`MIX_TOLERANCE` (docs/comparisons.md).
 * Feature noise (``feature_noise`` partitioner): x + sigma_i * N(0, 1) on the
   normalised inputs, regenerated on each call from a seed derived from
   (seed, client id, split), so it is fixed per client and costs no memory.
@@ -69,7 +60,6 @@ Choices
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -86,7 +76,6 @@ from chillfl.data.partition import (
     allocate_counts,
     natural_groups,
     partition,
-    proportional_counts,
 )
 from chillfl.errors import ConfigError, choice_error
 from chillfl.seeds import derive_seed
@@ -100,14 +89,6 @@ VALIDATION_FIELD = "eval.validation"
 CLIENT_EVAL_MODES = ("none", "proportional", "natural", "partition")
 EVAL_PROPORTIONS_FIELD = "eval_proportions"  # a keyword of build_federated_data only (no config key)
 EVAL_PROPORTIONS = ("train", "drawn")
-
-MIX_TOLERANCE = 0.1
-"""Largest total variation distance between a client's local validation mix and its training mix (rounded to the
-split's size) that passes without a warning: 0.1 = a tenth of the split's rows stand in for classes it lacks."""
-
-log = logging.getLogger(__name__)
-_WARNED: set[str] = set()
-"""The local validation settings already warned about in this process (a comparison builds one split per run)."""
 
 _PUBLIC, _PARTITION, _EVAL, _NOISE, _VALIDATION, _LOCAL_VALIDATION = range(6)  # spawn keys of the per-purpose RNG streams
 
@@ -323,54 +304,6 @@ def _proportional_eval(
     return out
 
 
-def local_validation_mismatch(weights: np.ndarray, test_labels: np.ndarray, splits: Sequence[np.ndarray], size: int) -> np.ndarray:
-    """Per client, the total variation distance between the class mix its split should have and the one it has.
-
-    The mix it should have is ``weights[i]`` rounded to ``size`` rows as the draw rounds it (largest remainder), so
-    a split drawn from a pool that suffices measures exactly 0 whatever the rounding; one short of a class (the rows
-    go to the client's other classes) measures the share of its rows that moved. A client without training data
-    (an empty split) measures 0.
-    """
-    num_classes = weights.shape[1]
-    out = np.zeros(len(splits), dtype=np.float64)
-    for i, (row, split) in enumerate(zip(weights, splits)):
-        if row.sum() <= 0 or len(split) == 0:
-            continue
-        want = proportional_counts(row, size) / size
-        have = np.bincount(test_labels[split], minlength=num_classes) / len(split)
-        out[i] = 0.5 * float(np.abs(want - have).sum())
-    return out
-
-
-def _warn_local_mismatch(mismatch: np.ndarray, name: str, validation: float, size: int, pool: int) -> None:
-    """One warning per (dataset, eval.validation, eval.client_split_size) in this process when a client's local
-    validation split is further than :data:`MIX_TOLERANCE` from its class mix (its ``local_val_acc`` then scores a
-    flatter mix than it trains on); once, as a comparison builds a split per run and the advice is the same."""
-    over = np.flatnonzero(mismatch > MIX_TOLERANCE)
-    key = f"{name}|{validation}|{size}"
-    if len(over) == 0 or key in _WARNED:
-        return
-    _WARNED.add(key)
-    worst = int(np.argmax(mismatch))
-    log.warning(
-        "local validation splits cannot follow the clients' class mix: %d of %d clients' splits are more than %.2f "
-        "(total variation) from their training mix, client %d by %.2f; the %d validation rows of %s lack those "
-        "clients' main classes, so local_val_acc (what compare's local_* rules read) is scored on a flatter mix than the clients train on; "
-        "raise %s (now %g) or lower %s (now %d)",
-        len(over),
-        len(mismatch),
-        MIX_TOLERANCE,
-        worst,
-        float(mismatch[worst]),
-        pool,
-        name,
-        VALIDATION_FIELD,
-        validation,
-        CLIENT_EVAL_SIZE_FIELD,
-        size,
-    )
-
-
 def build_federated_data(
     dataset: ArrayDataset,
     *,
@@ -460,7 +393,5 @@ def build_federated_data(
         evals = _proportional_eval(weights, dataset.y_test.numpy(), client_eval_size, dataset.num_classes, _rng(seed, _EVAL), held_out)
         if held_out is not None:
             local_val = _proportional_eval(weights, dataset.y_test.numpy(), client_eval_size, dataset.num_classes, _rng(seed, _LOCAL_VALIDATION), only=held_out)
-            mismatch = local_validation_mismatch(weights, dataset.y_test.numpy(), local_val, client_eval_size)
-            _warn_local_mismatch(mismatch, dataset.name, validation, client_eval_size, len(held_out))
 
     return FederatedData(dataset, train, evals, part.client_noise, public, seed, part.class_proportions, held_out, local_val, labels_digest(dataset.y_train.numpy()))

@@ -26,11 +26,11 @@ os.environ.setdefault("CHILLFL_NO_FSYNC", "1")
 
 @pytest.fixture(autouse=True)
 def notes_said_afresh() -> None:
-    """Each test starts with no once-a-process note said (``experiment._NOTED``): what a test sees on stderr must not
+    """Each test starts with no once-a-process warning said (:mod:`chillfl.once`): what a test sees on stderr must not
     depend on which tests ran before it in the same worker."""
-    experiment = sys.modules.get("chillfl.experiment")  # not imported here: a test may check what is imported
-    if experiment is not None:
-        experiment._NOTED.clear()
+    once = sys.modules.get("chillfl.once")  # not imported here: a test may check what is imported
+    if once is not None:
+        once.forget()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -518,11 +518,11 @@ def test_a_policy_instance_from_python_declares_steers_by_accuracy_as_its_class_
     """The test-rows note follows the policy class's own ``capabilities`` when an instance is passed to ``chillfl.run``
     (it was skipped: "a policy passed from Python declares nothing here")."""
     import chillfl
-    from chillfl import experiment
+    from chillfl import once
 
     small = {"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "executor": "sequential", "device": "cpu",
              "federation": {"num_clients": 2, "rounds": 1}}
-    experiment._NOTED.clear()
+    once.forget()
     with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
         chillfl.run(config=small, policy=SteeringPolicy(), write=False, progress=False)
         chillfl.run(config={**small, "eval": {"validation": 0.2}}, policy=SteeringPolicy(), write=False, progress=False)

@@ -280,14 +280,14 @@ def test_federation_scores_leave_clients_without_rows_out() -> None:
 def test_a_run_whose_decay_reads_test_rows_says_so_once_on_stderr(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """Without a validation split FedChill's decay reads each client's evaluation split (test rows): one note on stderr,
     once a process (a comparison's runs share it); none with a validation split or with the decay off."""
-    from chillfl import experiment
+    from chillfl import once
     from chillfl.cli import main
 
     path = tmp_path / "fedchill.toml"
     path.write_text(f'out_dir = "{tmp_path / "out"}"\n[dataset]\nname = "digits"\n[temperature]\npolicy = "fedchill"\n'
                     '[variants.a]\n"temperature.gamma" = 0.9\n[variants.b]\n"temperature.gamma" = 0.8\n', encoding="utf-8")
     small = ["federation.num_clients=4", "federation.rounds=1", "--quiet"]
-    experiment._NOTED.clear()
+    once.forget()
     assert main(["compare", str(path), *small]) == 0
     notes = [line for line in capfd.readouterr().err.splitlines() if "note:" in line]
     assert notes == ["chillfl: note: FedChill's decay (temperature.decay = true) reads each client's accuracy on its evaluation split, "
@@ -296,9 +296,9 @@ def test_a_run_whose_decay_reads_test_rows_says_so_once_on_stderr(tmp_path: Path
     one = tmp_path / "one.toml"
     one.write_text(f'out_dir = "{tmp_path / "out"}"\n[dataset]\nname = "digits"\n[temperature]\npolicy = "fedchill"\n', encoding="utf-8")
     for quiet in ("eval.validation=0.2", "temperature.decay=false"):
-        experiment._NOTED.clear()
+        once.forget()
         assert main(["run", str(one), *small, quiet, f"name=quiet-{quiet[:4]}"]) == 0
         assert "note:" not in capfd.readouterr().err
-    experiment._NOTED.clear()
+    once.forget()
     assert main(["run", str(one), *small, "name=noted"]) == 0  # the same run with the decay on test rows: noted
     assert sum("note:" in line for line in capfd.readouterr().err.splitlines()) == 1

@@ -204,7 +204,7 @@ def test_an_entry_point_named_like_a_built_in_is_warned_about_not_silently_dropp
     ``dsfl``, a built-in soft-label method's name) clashes with nothing and is not warned about."""
     import logging
 
-    from chillfl import plugins
+    from chillfl import once
     from chillfl.aggregation.registry import algorithm_names, algorithm_spec, registered_algorithms
     from chillfl.settings import distillation
 
@@ -213,7 +213,7 @@ def test_an_entry_point_named_like_a_built_in_is_warned_about_not_silently_dropp
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shadow-rules\nVersion: 0\n")
     (info / "entry_points.txt").write_text("[chillfl.plugins]\nmedian = my_fl_rules:FirstClient\ndsfl = my_fl_rules:FirstClient\n")
     os.utime(user_code, ns=(0, 0))  # the entry points are cached per state of the import path: make this one new
-    plugins._WARNED.clear()
+    once.forget()
     with caplog.at_level(logging.WARNING, logger="chillfl.plugins"):
         assert algorithm_spec("median") is registered_algorithms()["median"]  # the built-in still answers to its name
         algorithm_spec("median")

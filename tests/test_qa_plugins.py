@@ -187,6 +187,7 @@ def test_list_options_documents_a_plugin_loss_term_like_a_built_in(tmp_path: Pat
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """`chillfl list` shows an entry-point term under "loss terms"; `list --options` used to leave its options out, and
     refused a term's import path ("is no algorithm, ..."), though the built-in terms' options are there."""
+    import chillfl.once
     import chillfl.plugins
 
     monkeypatch.setattr(chillfl.plugins, "entry_points", lambda: {"qa_decay": "qa_terms:Decay"})
@@ -448,13 +449,14 @@ def test_a_broken_entry_point_is_warned_about_once_not_once_per_part(monkeypatch
     """plugin_names promises "one warning naming it"; `chillfl list` asks every part, and printed it seven times."""
     import logging
 
+    import chillfl.once
     import chillfl.plugins
     from chillfl.aggregation.registry import algorithm_names
     from chillfl.temperature import policy_names
     from chillfl.training.terms import term_names
 
     monkeypatch.setattr(chillfl.plugins, "entry_points", lambda: {"qa_gone": "qa_no_such_module_xyz:Rule"})
-    monkeypatch.setattr(chillfl.plugins, "_WARNED", set(), raising=False)  # warned already in this process: warn again here
+    chillfl.once.forget()  # warned already in this process: warn again here
     with caplog.at_level(logging.WARNING, logger="chillfl.plugins"):
         for names in (algorithm_names, policy_names, term_names):
             assert "qa_gone" not in names()

@@ -32,6 +32,7 @@ from chillfl.engine.protocol import Executor, ServerProtocol
 from chillfl.executors.pools import WorkerPools
 from chillfl.executors.ray_executor import RayExecutor, import_ray
 from chillfl.errors import ConfigError, choice_error
+from chillfl.once import warn_once
 from chillfl.options import short_repr
 from chillfl.models import build_model, model_names
 from chillfl.models.assign import arch_section, base_table, plan_models, refuse_heterogeneous, refuse_with_user_model
@@ -481,17 +482,6 @@ def build_policy(config: RunConfig, data: FederatedData, plugged: Plugged | None
     return make_policy(config.temperature, data.class_counts)
 
 
-_NOTED: set[str] = set()
-"""The notes this module has printed in this process (a comparison's runs say each once)."""
-
-
-def _note_once(message: str) -> None:
-    """``message`` on stderr the first time this process says it (a comparison builds many runs from one config)."""
-    if message not in _NOTED:
-        _NOTED.add(message)
-        log.warning("%s", message)
-
-
 def note_test_rows_steering(config: RunConfig, policy: TemperaturePolicy | None = None) -> None:
     """One line on stderr, once a process, when the run's temperature policy declares that the clients' accuracy
     steers their training (:attr:`~chillfl.capabilities.Capabilities.steers_by_accuracy`) and the run has no validation split.
@@ -517,7 +507,7 @@ def note_test_rows_steering(config: RunConfig, policy: TemperaturePolicy | None 
         return
     message = (f"note: {caps.steers_by_accuracy} reads each client's accuracy on its evaluation split, drawn from the test rows "
                "the run reports (eval.validation = 0): test rows steer training; eval.validation = 0.2 keeps them out")
-    _note_once(message)
+    warn_once(log, message)
 
 
 def note_ignored_fraction(config: RunConfig) -> None:
@@ -536,7 +526,7 @@ def note_ignored_fraction(config: RunConfig) -> None:
         return
     message = (f"note: federation.client_fraction = {fed.client_fraction} is ignored: federation.clients_per_round = {fed.clients_per_round} "
                f"sets the clients a round (the fraction would give {by_fraction} of {fed.num_clients}); set only one of them")
-    _note_once(message)
+    warn_once(log, message)
 
 
 def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None:

@@ -42,6 +42,7 @@ from typing import Any, Callable, Collection, Generic, Iterator, Mapping, Sequen
 
 from chillfl.capabilities import declared
 from chillfl.errors import ConfigError, choice_error
+from chillfl.once import warn_once
 from chillfl.options import short_repr
 
 log = logging.getLogger(__name__)
@@ -164,10 +165,6 @@ def _entry_points(state: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, s
     return tuple((ep.name, ep.value) for ep in metadata.entry_points(group=GROUP))
 
 
-_WARNED: set[str] = set()
-"""The broken entry points already warned about in this process (their messages)."""
-
-
 def plugin_names(accepts: Callable[[Any], bool] | None = None, built_ins: Collection[str] = (), what: str = "") -> list[str]:
     """Entry-point names, or those whose object ``accepts`` takes (each registry passes its own test: an
     aggregator, a temperature policy, a soft-label method), so that ``chillfl list`` shows each under its part.
@@ -186,9 +183,7 @@ def plugin_names(accepts: Callable[[Any], bool] | None = None, built_ins: Collec
         try:
             obj = load_object(entry_points()[name], f"plugin {name!r}")
         except ConfigError as exc:
-            if str(exc) not in _WARNED:  # each part asks (chillfl list asks seven): one warning per broken entry point, not one per part
-                _WARNED.add(str(exc))
-                log.warning("%s", exc)
+            warn_once(log, str(exc))  # each part asks (chillfl list asks seven): one warning per broken entry point, not one per part
             continue
         if accepts(obj):
             out.append(name)
@@ -215,9 +210,7 @@ def warn_if_shadowed(name: str, what: str, accepts: Callable[[Any], bool]) -> No
         return
     message = (f"{what}: chillfl.plugins entry point {name!r} ({path}) has the name of a built-in, which {name!r} keeps "
                "meaning: the entry point is never used; give it another name")
-    if message not in _WARNED:
-        _WARNED.add(message)
-        log.warning("%s", message)
+    warn_once(log, message)
 
 
 def has_methods(obj: Any, methods: Sequence[str]) -> bool:

@@ -249,16 +249,62 @@ def test_deleted_rounds_in_the_metrics_are_named(tmp_path: Path, capfd: pytest.C
     assert field == "metrics.jsonl" and "does not match the checkpoint of round 3" in line
 
 
-def test_a_changed_checkpoint_byte_is_named(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` and its bytes: a refused resume writes nothing."""
+    return {str(f.relative_to(folder)): f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+
+
+def _flip(ckpt: Path, where: int) -> bytes:
+    """Flip one bit of the byte at ``where`` in ``ckpt``; the intact bytes, to put back."""
+    intact = ckpt.read_bytes()
+    data = bytearray(intact)
+    data[where] ^= 0x01
+    ckpt.write_bytes(bytes(data))
+    return intact
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda c: _flip(c, -5), id="payload-bit"),  # one bit of the last tensor's payload
+        pytest.param(lambda c: c.write_bytes(c.read_bytes()[:-7]), id="torn"),  # its end never written
+    ],
+)
+def test_a_corrupt_checkpoint_is_refused_even_with_force(tmp_path: Path, capfd: pytest.CaptureFixture[str], damage: Any) -> None:
+    """``--force`` accepts edits the user made on purpose (config.toml, metrics.jsonl), never a checkpoint whose own
+    bytes are not the ones it was written with: resumed, the run would go on from a state no round produced."""
     partial = interrupted(tmp_path)
     ckpt = partial / "checkpoint.safetensors"
-    data = bytearray(ckpt.read_bytes())
-    data[-5] ^= 0x01  # one bit of the last tensor's payload
-    ckpt.write_bytes(bytes(data))
-    assert main(["resume", str(partial), "-q"]) == 2
+    damage(ckpt)
+    before = _snapshot(partial)
+    for force in ([], ["--force"]):
+        assert main(["resume", str(partial), "-q", *force]) == 2
+        field, line = one_error(capfd)
+        assert field == "checkpoint" and str(ckpt) in line and "start the run again" in line, line
+        assert "--force resumes" not in line  # no advice that would not work
+    assert _snapshot(partial) == before and not (tmp_path / "out" / "tx").exists()  # nothing written
+
+
+@pytest.mark.parametrize("edit", ["config.toml", "metrics.jsonl"])
+def test_force_accepts_an_edit_but_not_a_flipped_checkpoint(tmp_path: Path, capfd: pytest.CaptureFixture[str], edit: str) -> None:
+    """An edited config.toml (or metrics.jsonl) is what --force is for, and it still resumes with it; the same edit
+    with one flipped bit in the checkpoint is refused on the checkpoint, not let through with the edit."""
+    partial = interrupted(tmp_path)
+    file = partial / edit
+    if edit == "config.toml":
+        file.write_text(file.read_text().replace("lr = 0.05", "lr = 0.5"))
+    else:
+        lines = file.read_text().splitlines(keepends=True)
+        file.write_text(lines[0] + "".join(lines[2:]))  # round 2 deleted
+    ckpt = partial / "checkpoint.safetensors"
+    intact = _flip(ckpt, -5)
+    assert main(["resume", str(partial), "-q", "--force"]) == 2
     field, line = one_error(capfd)
-    assert field == "checkpoint" and "does not match its checksum" in line
-    assert main(["resume", str(partial), "-q", "--force"]) == 0
+    assert field == "checkpoint" and str(ckpt) in line
+    ckpt.write_bytes(intact)
+    assert main(["resume", str(partial), "-q", "--force"]) == 0  # accepted: resumes with the edit
+    if edit == "config.toml":
+        assert "lr = 0.5" in (tmp_path / "out" / "tx" / "config.toml").read_text()
 
 
 # ---------------------------------------------------------------- a checkpoint that does not fit its run

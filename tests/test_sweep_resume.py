@@ -145,6 +145,31 @@ def test_a_diverged_run_stays_diverged(tmp_path: Path, monkeypatch: pytest.Monke
     assert f"{first.name} (diverged at round 2)" in err and "diverged" in out
 
 
+def test_a_corrupt_checkpoint_of_a_stopped_run_is_refused_even_with_force(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                                          uninterrupted: dict[str, bytes]) -> None:
+    """One flipped bit in the stopped run's checkpoint: refused with and without --force, nothing written; the line says
+    how that run starts again within the comparison, and done so, the tables are the uninterrupted ones."""
+    _interrupt(monkeypatch, run=2, after_round=2)
+    assert _compare(tmp_path) == 130
+    partial = tmp_path / "sw-compare.partial"
+    stopped = next(p for p in partial.iterdir() if p.name.endswith(".partial"))
+    ckpt = stopped / "checkpoint.safetensors"
+    data = bytearray(ckpt.read_bytes())
+    data[-5] ^= 0x01  # one bit of the last tensor's payload
+    ckpt.write_bytes(bytes(data))
+    before = {str(f.relative_to(partial)): f.read_bytes() for f in sorted(partial.rglob("*")) if f.is_file()}
+    capsys.readouterr()
+    for force in ([], ["--force"]):
+        assert main(["resume", str(partial), "-q", *force]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith(f"chillfl: error: checkpoint: {ckpt}: "), err
+        assert f"remove {stopped} and `chillfl resume {partial}` runs it again" in err, err
+    assert {str(f.relative_to(partial)): f.read_bytes() for f in sorted(partial.rglob("*")) if f.is_file()} == before
+    shutil.rmtree(stopped)  # as the line says
+    assert main(["resume", str(partial), "-q"]) == 0
+    assert _files(tmp_path / "sw-compare") == uninterrupted
+
+
 def test_what_cannot_be_resumed_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     _interrupt(monkeypatch, run=1, after_round=1)
     assert _compare(tmp_path) == 130

@@ -209,7 +209,8 @@ def resume(
     ``aggregator`` (with its ``terms``) or ``policy`` needs them again, since a file cannot hold them: pass
     the same ones, built the same way (the config records their classes and sizes, which must match; their
     options are yours to repeat). The rounds after the checkpoint are run again, bit for bit as the
-    uninterrupted run on the same machine. ``force``: resume although a file changed since the checkpoint.
+    uninterrupted run on the same machine. ``force``: resume although config.toml or metrics.jsonl changed since the
+    checkpoint; a checkpoint whose bytes do not match its checksum (torn or flipped) is refused all the same.
     """
     from chillfl.runner import resume_experiment
 
@@ -366,7 +367,8 @@ def resume_compare(
     its checkpoint, the rest run, and the table equals the uninterrupted comparison's, bit for bit on the same machine.
     A comparison on your own ``model``, ``data``, ``aggregator`` (with its ``terms``) or ``policy`` needs them again,
     as :func:`resume` does for one run: the same ones, built the same way (the saved config records their classes and
-    sizes, which must match). ``force``: resume although a file changed since it stopped.
+    sizes, which must match). ``force``: resume although config.toml or metrics.jsonl changed since it stopped; a
+    corrupt checkpoint (bytes that do not match its checksum) is refused all the same.
     """
     from chillfl.sweeps.run import resume_compare as resume_sweep
 

@@ -486,7 +486,9 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
 
     p = sub.add_parser("resume", help="continue an interrupted run (a results/NAME.partial folder) from its checkpoint, or an interrupted comparison")
     p.add_argument("run_dir", help="the interrupted run's folder, or a comparison's (results/NAME-compare.partial): its finished runs are kept")
-    p.add_argument("--force", action="store_true", help="resume although the checkpoint, config.toml or metrics.jsonl changed since the checkpoint was written")
+    p.add_argument("--force", action="store_true", help="resume although config.toml or metrics.jsonl changed since the checkpoint was written, "
+                                                        "or the run diverged; a checkpoint whose bytes do not match its checksum (torn or corrupt) "
+                                                        "is refused all the same")
     _verbosity(p)
     p.set_defaults(func=cmd_resume)
 

@@ -333,7 +333,8 @@ def resume_experiment(
     """Continue the interrupted run in ``folder`` (a ``NAME.partial`` result folder, or a run a hook stopped) from its checkpoint.
 
     The folder is locked and checked first (:func:`~chillfl.storage.run_folder.open_for_resume`):
-    a file changed since the checkpoint is one ConfigError naming it, unless ``force``.
+    an edited config.toml or metrics.jsonl is one ConfigError naming it, unless ``force``; a checkpoint whose bytes
+    do not match its checksum (torn or flipped) is one, ``force`` or not.
     ``label``: the progress line's name (default: the run's). ``build``: the run's parts from its saved
     config (default :func:`build_experiment`; :func:`chillfl.resume` adds the user's model, data and method parts).
     """
@@ -348,7 +349,7 @@ def resume_experiment(
         check_sinks(config)
         with intra_op_threads(config.threads):
             exp = (build or build_experiment)(config)
-            state, _ = read_checkpoint(point.path / CHECKPOINT, exp.device, verify=not force)
+            state, _ = read_checkpoint(point.path / CHECKPOINT, exp.device)
             changed = differences(state.get("environment") or {}, environment(exp.device))
             if changed:  # results stay valid, but the rest of the run may differ in the last bits from an uninterrupted one
                 log.warning("resuming on another setup than the checkpoint's (%s): not bitwise what an uninterrupted run gives", "; ".join(changed))

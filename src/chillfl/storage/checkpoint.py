@@ -27,8 +27,10 @@ Choices
 * Tamper evidence: the skeleton's ``sha256`` is a SHA-256 of the rest of
   the skeleton (with ``run``: what the runner records of the config and the
   metrics written so far) and of every tensor's name,
-  dtype, shape and bytes; :func:`read_checkpoint` recomputes it. Files
-  without it (older versions) are read unverified.
+  dtype, shape and bytes; :func:`read_checkpoint` recomputes it, always: a
+  mismatch is a torn or bit-flipped file, which no resume may use
+  (``--force`` overrides edits of config.toml or metrics.jsonl, the user's
+  own, never this). Files without it (older versions) are read unverified.
 * The file is read into memory before parsing: safetensors' ``safe_open``
   memory-maps the file and hands out tensors backed by it, which would alias
   the next checkpoint written over the same path.
@@ -214,9 +216,10 @@ class Tampered(ValueError):
     """The checkpoint's content does not match its own checksum: changed after it was written."""
 
 
-def decode_checkpoint(data: bytes, device: str | torch.device = "cpu", verify: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+def decode_checkpoint(data: bytes, device: str | torch.device = "cpu") -> tuple[dict[str, Any], dict[str, Any]]:
     """Inverse of :func:`encode_state`: ``(tree, run metadata)``; ValueError (or a safetensors error) on malformed
-    bytes, :class:`Tampered` when ``verify`` and the checksum does not match."""
+    bytes, :class:`Tampered` when the checksum does not match (there is no unverified read: what a changed byte
+    decodes to is no state any round wrote, and resuming from it gives results no run of the config gives)."""
     meta = _header_metadata(data)
     if METADATA_KEY not in meta:
         raise ValueError("not a chillfl checkpoint (no 'chillfl' metadata)")
@@ -225,8 +228,8 @@ def decode_checkpoint(data: bytes, device: str | torch.device = "cpu", verify: b
         raise ValueError(f"unsupported checkpoint layout (expected version {FORMAT_VERSION})")
     tensors = safetensors.torch.load(data)
     digest = doc.pop(DIGEST_KEY, None)
-    if verify and digest is not None and _digest(_text(doc), tensors) != digest:
-        raise Tampered("its content does not match its checksum (changed after it was written)")
+    if digest is not None and _digest(_text(doc), tensors) != digest:
+        raise Tampered("its content does not match the checksum written with it (a torn or changed file)")
     run = doc.get("run", {})
     if not isinstance(run, dict):
         raise ValueError("malformed run metadata")
@@ -320,21 +323,41 @@ def _one_line(exc: object) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def read_checkpoint(path: Path, device: str | torch.device = "cpu", verify: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(tree, run metadata)`` of a checkpoint written by :func:`write_state`; missing, corrupt or (with
-    ``verify``) changed files raise ConfigError on field ``checkpoint``."""
+class CorruptCheckpoint(ConfigError):
+    """A checkpoint no resume may use, ``--force`` or not: torn, bit-flipped (its bytes do not match the checksum
+    written with them), or no chillfl checkpoint at all.
+
+    A run folder keeps one checkpoint, so there is no earlier one to go back to: the run starts again. How depends on
+    where it is (a run of its own, or a run of a comparison), so a caller that knows says so with :meth:`restart`.
+    ``path``: the file; ``why``: what is wrong with it.
+    """
+
+    def __init__(self, path: Path, why: str, restart: str | None = None) -> None:
+        self.path, self.why = Path(path), why
+        again = restart or f"start the run again (`chillfl run {self.path.parent / 'config.toml'}`)"
+        super().__init__("checkpoint", f"{self.path}: {why}; it cannot be resumed, with --force or without: {again}")
+
+    def restart(self, how: str) -> CorruptCheckpoint:
+        """The same error with another way to start the run again (``how``)."""
+        return CorruptCheckpoint(self.path, self.why, how)
+
+
+def read_checkpoint(path: Path, device: str | torch.device = "cpu") -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(tree, run metadata)`` of a checkpoint written by :func:`write_state`; missing, corrupt (torn, or not a
+    checkpoint) or changed files (bytes that do not match the checksum written with them) raise ConfigError on field
+    ``checkpoint`` (:class:`CorruptCheckpoint` but for an unreadable file), whatever ``--force`` says."""
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError("checkpoint", f"cannot read {path}: {_one_line(exc.strerror or exc)}") from exc
     try:
-        return decode_checkpoint(data, device, verify)
+        return decode_checkpoint(data, device)
     except Tampered as exc:
-        raise ConfigError("checkpoint", f"{path}: {exc}; `chillfl resume --force` resumes from it anyway") from exc
+        raise CorruptCheckpoint(path, str(exc)) from exc
     # malformed input can fail in json, struct, safetensors or the skeleton walk; all mean "corrupt file"
     except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, safetensors.SafetensorError) as exc:
-        raise ConfigError("checkpoint", f"{path} is not a valid chillfl checkpoint: {_one_line(exc)}") from exc
+        raise CorruptCheckpoint(path, f"not a valid chillfl checkpoint ({_one_line(exc)})") from exc
 
 
 def read_state(path: Path, device: str | torch.device = "cpu") -> dict[str, Any]:

@@ -9,6 +9,13 @@ checkpoint was written with (the SHA-256 and length it recorded). An edit
 is named (``config.toml: client.lr: 0.05 -> 0.5``); ``force`` accepts it and
 resumes with the files as they now are. A torn last line after the
 checkpoint's rounds is no edit: those rounds run again anyway.
+
+What ``force`` may override is what the user changes on purpose: config.toml,
+metrics.jsonl, a diverged run's ``failure.json``. It never overrides the
+checkpoint's own checksum: bytes that do not match it are a torn or flipped
+file, not an edit, and the run would go on from a state no round produced.
+Such a checkpoint is refused in one line, with or without ``force``, before
+anything is written: the run starts again.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from chillfl.paths import check_writable_dir
-from chillfl.storage.checkpoint import read_checkpoint
+from chillfl.storage.checkpoint import CorruptCheckpoint, read_checkpoint
 from chillfl.storage.results import FAILURE, PARTIAL, RunLock, refuse_links, strict
 from chillfl.errors import ConfigError
 
@@ -81,7 +88,7 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
             raise ConfigError(FIELD, f"{path} is not a chillfl run folder (no config.toml)")
         if not (path / CHECKPOINT).is_file():
             raise ConfigError(FIELD, f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint; start it again")
-        state, run = read_checkpoint(path / CHECKPOINT, verify=not force)
+        state, run = read_checkpoint(path / CHECKPOINT)  # verified, force or not: a corrupt checkpoint is no edit
         done = _round_of(state, path / CHECKPOINT)
         config = (path / "config.toml").read_bytes()
         edited = run.get("config_sha256") not in (None, hashlib.sha256(config).hexdigest())
@@ -97,10 +104,10 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
 
 def _round_of(state: Mapping[str, Any], file: Path) -> int:
     """The round a checkpoint's state was taken after; a checksum proves a file intact, not that it holds a run's state
-    (one written by hand, or one read unverified with ``force``), so its shape is checked here, not met as a KeyError later."""
+    (one written by hand, or by an older chillfl without a checksum), so its shape is checked here, not met as a KeyError later."""
     done = state.get("round")
     if type(done) is not int or done < 0 or not isinstance(state.get("protocol"), Mapping) or not isinstance(state.get("environment") or {}, Mapping):
-        raise ConfigError("checkpoint", f"{file} is not a valid chillfl checkpoint: it holds no run state (a round number, a protocol state, the setup it ran on)")
+        raise CorruptCheckpoint(file, "not a valid chillfl checkpoint: it holds no run state (a round number, a protocol state, the setup it ran on)")
     return done
 
 

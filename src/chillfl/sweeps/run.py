@@ -37,7 +37,7 @@ from chillfl.progress import Progress, format_seconds
 from chillfl.report.caveats import ends_with_nonfinite_loss, nonfinite_loss_caveat, other_test_rows_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
-from chillfl.storage.checkpoint import write_atomic
+from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
 from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, describe_plan, naming, plan_runs
@@ -93,7 +93,10 @@ class Sweep:
             stopped = stopped_run(partial, cfg.name) if self.resuming and partial is not None else None
             if stopped is not None:
                 build = self._own_parts(data, model, plugged)
-                self.results[key] = runner.resume_experiment(stopped, progress=self.progress, pools=self.pools, label=label, force=self.force, build=build)
+                try:
+                    self.results[key] = runner.resume_experiment(stopped, progress=self.progress, pools=self.pools, label=label, force=self.force, build=build)
+                except CorruptCheckpoint as exc:  # a stopped run without its checkpoint runs again from round 1 (stopped_run)
+                    raise exc.restart(f"remove {stopped} and `chillfl resume {partial}` runs it again from its start") from exc
             else:
                 if data is None:  # it had ended when the resume began and was removed since: it runs again, on the same data
                     data = build_data(cfg, self.dataset)
@@ -439,7 +442,8 @@ def resume_compare(
 ) -> CompareResult:
     """Go on with the interrupted comparison in ``folder`` (its ``.partial`` folder; :mod:`chillfl.sweeps.resume`): the whole sweep's table.
 
-    ``force``: resume a run whose files changed since its checkpoint (as ``chillfl resume --force``). ``dataset`` /
+    ``force``: resume a run whose config or metrics changed since its checkpoint (as ``chillfl resume --force``; never
+    from a checkpoint that does not match its checksum). ``dataset`` /
     ``model`` / ``plugged``: the user's own data, ``nn.Module`` and method parts a comparison from Python ran on
     (:func:`chillfl.resume_compare`), which its folder cannot hold; ``check``: called with the comparison's saved config
     before anything runs (that they are the parts it records).

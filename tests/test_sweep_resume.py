@@ -167,6 +167,11 @@ def test_what_cannot_be_resumed_is_one_line(tmp_path: Path, monkeypatch: pytest.
     config = partial / "config.toml"
     config.write_text(config.read_text().replace("rounds = 3", "rounds = 4"))  # every run's config would change under the read-back runs
     assert main(["resume", str(partial)]) == 2
+    assert capsys.readouterr().err.strip() == (f"chillfl: error: config.toml: {config} changed since the comparison started: "
+                                               "federation.rounds: 3 -> 4; `chillfl resume --force` resumes with it as it is now")  # named, as a run's resume does
+    record.pop("config_toml")  # a sweep.json of an older chillfl: the line cannot name the change
+    (partial / "sweep.json").write_text(json.dumps(record))
+    assert main(["resume", str(partial)]) == 2
     assert capsys.readouterr().err.strip() == (f"chillfl: error: config.toml: {config} changed since the comparison started; "
                                                "`chillfl resume --force` resumes with it as it is now")
     done = tmp_path / "done-compare"

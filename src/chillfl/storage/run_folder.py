@@ -93,7 +93,7 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
         config = (path / "config.toml").read_bytes()
         edited = run.get("config_sha256") not in (None, hashlib.sha256(config).hexdigest())
         if edited and not force:
-            changes = _config_changes(run.get("config_toml", ""), config)
+            changes = config_changes(run.get("config_toml", ""), config)
             raise ConfigError("config.toml", f"{path / 'config.toml'} changed since the checkpoint of round {done}: {changes}; `chillfl resume --force` resumes with it as it is now")
         metrics, records = _metrics_until(path / "metrics.jsonl", run, done, force)
         return ResumePoint(path, lock, done, records, metrics, config, edited)
@@ -163,8 +163,9 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _config_changes(saved: str, current: bytes) -> str:
-    """``client.lr: 0.05 -> 0.5, ...`` (the first three changed options), or what else changed."""
+def config_changes(saved: str, current: bytes) -> str:
+    """``client.lr: 0.05 -> 0.5, ...`` (the first three changed options), or what else changed: how a resume names an edit
+    of ``config.toml`` (a run's since its checkpoint, a comparison's since it started)."""
     try:
         before, after = _flatten(tomllib.loads(saved)), _flatten(tomllib.loads(current.decode("utf-8")))
     except (ValueError, UnicodeDecodeError):

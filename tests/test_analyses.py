@@ -212,17 +212,43 @@ def test_cli_bad_input_is_one_line(run_dir: Path, tmp_path: Path, capsys: pytest
     assert not (tmp_path / "x").exists()
 
 
+def unfinished(partial: Path) -> str:
+    """The line for a run folder that did not finish."""
+    return f"chillfl: error: run_dir: {partial} is a run that did not finish (a .partial folder without summary.json); `chillfl resume {partial}` finishes it"
+
+
 def test_a_run_without_a_global_model_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """It said "(soft-label runs and unfinished runs save none)" for a prototype run, while soft-label runs save one."""
     (tmp_path / "proto.toml").write_text(f'out_dir = "{tmp_path}"\n[prototypes]\nmethod = "fedproto"\n')
     assert main(["run", str(tmp_path / "proto.toml"), "-q", *TINY]) == 0
     (tmp_path / "cut.partial").mkdir()
     (tmp_path / "cut.partial" / "config.toml").write_text((tmp_path / "proto" / "config.toml").read_text())
-    for run, why in (("proto", "a prototype-sharing (fedproto) run has no global model: each client keeps its own"),
-                     ("cut.partial", "the run is not finished: its model is written when it ends")):
-        assert main(["analyze", "calibration", str(tmp_path / run), "-o", str(tmp_path / "x")]) == 2
-        assert capsys.readouterr().err.strip() == f"chillfl: error: run_dir: {tmp_path / run} has no model.safetensors ({why})"
+    assert main(["analyze", "calibration", str(tmp_path / "proto"), "-o", str(tmp_path / "x")]) == 2
+    why = "a prototype-sharing (fedproto) run has no global model: each client keeps its own"
+    assert capsys.readouterr().err.strip() == f"chillfl: error: run_dir: {tmp_path / 'proto'} has no model.safetensors ({why})"
+    assert main(["analyze", "calibration", str(tmp_path / "cut.partial"), "-o", str(tmp_path / "x")]) == 2  # unfinished: how to finish it
+    assert capsys.readouterr().err.strip() == unfinished(tmp_path / "cut.partial")
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("analysis", ["calibration", "cka", "grad-norms", "aggregation-accuracy"])
+def test_a_run_killed_while_it_wrote_its_results_is_refused_as_unfinished(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], analysis: str) -> None:
+    """Killed after model.safetensors and before summary.json: the analysis ran and wrote its analysis/ into the .partial."""
+    import shutil
+
+    partial = tmp_path / "tiny.partial"
+    shutil.copytree(run_dir, partial, ignore=shutil.ignore_patterns("analysis"))
+    (partial / "summary.json").unlink()
+    assert (partial / "model.safetensors").is_file()
+    assert main(["analyze", analysis, str(partial)]) == 2
+    assert capsys.readouterr().err.strip() == unfinished(partial)
+    assert not (partial / "analysis").exists()
+    inner = tmp_path / "c-compare.partial" / "tiny.partial"  # one run of a comparison: the comparison is what resumes
+    inner.parent.mkdir()
+    (inner.parent / "sweep.json").write_text("{}")
+    partial.rename(inner)
+    assert main(["analyze", analysis, str(inner)]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"`chillfl resume {inner.parent}` finishes it")
 
 
 def test_the_fig9_legend_names_both_groups_when_the_first_run_has_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -289,6 +290,31 @@ def test_data_show_does_not_take_the_flags_of_a_run(capsys: pytest.CaptureFixtur
         main(["data", "show", "demo", *flag])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and f"unrecognized arguments: {flag[0]}" in err
+
+
+def _help(capsys: pytest.CaptureFixture[str], *command: str) -> dict[str, str]:
+    """``chillfl COMMAND --help``'s options, each flag -> its help text (wrapped lines joined)."""
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, "--help"])
+    assert exit_.value.code == 0
+    options = capsys.readouterr().out.split("\noptions:\n", 1)[1]
+    texts: dict[str, str] = {}
+    for entry in re.split(r"\n  (?=-)", "\n" + options):
+        if entry.strip():
+            flags, _, text = entry.strip().partition("  ")
+            texts[flags.split(",")[-1].split()[0]] = " ".join(text.split())
+    return texts
+
+
+def test_data_show_help_describes_its_flags_as_it_uses_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """``data show --help`` said ``-v`` gives "a progress line every round" and ``--out`` is the "parent folder of the result
+    folder": it trains nothing and writes no result folder. Its -v, -q, --out and --seed say what they do there."""
+    show, run = _help(capsys, "data", "show"), _help(capsys, "run")
+    assert run["--verbose"] == "debug lines, and a progress line every round" and "result folder" in run["--out"]  # a run's are kept
+    assert show["--verbose"] == "debug lines" and "progress" not in show["--quiet"]
+    assert show["--out"] == "the heat map goes to OUT_DIR/data-show/ (the config's `out_dir`; -o names the file itself)"
+    assert show["--seed"] == "the seed the partition is drawn with (the config's `seed`)"
+    assert not [flag for flag, text in show.items() if "round" in text or "result folder" in text]
 
 
 @pytest.mark.parametrize(

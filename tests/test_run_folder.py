@@ -461,6 +461,27 @@ def test_resuming_a_finished_run_says_it_is_finished(tmp_path: Path, capfd: pyte
         assert field == "run_dir" and "finished" in line and "first checkpoint" not in line
 
 
+def test_a_run_stopped_before_its_first_checkpoint_gives_the_command_that_starts_it_again(tmp_path: Path, capfd: pytest.CaptureFixture[str], reference: str) -> None:
+    """The line names the command (it said "start it again") and whether the folder may go; the command runs the same run."""
+    partial = interrupted(tmp_path)
+    (partial / "checkpoint.safetensors").unlink()  # as if stopped during round 1
+    assert main(["resume", str(partial), "-q"]) == 2
+    field, line = one_error(capfd)
+    assert field == "run_dir" and line.endswith(
+        f"the run stopped before its first checkpoint, so no round can be resumed; start it again with `chillfl run {partial / 'config.toml'}` "
+        f"(into a new folder); {partial} holds no trained state: remove it once that run has started"
+    ), line
+    assert main(["run", str(partial / "config.toml"), "-q"]) == 0  # the command as given
+    assert (tmp_path / "out" / "tx-2" / "metrics.jsonl").read_text() == reference
+    inner = tmp_path / "out" / "c-compare.partial" / "tx.partial"  # one run of a comparison: the comparison's resume runs it
+    inner.parent.mkdir()
+    partial.rename(inner)
+    (inner.parent / "sweep.json").write_text("{}")
+    assert main(["resume", str(inner), "-q"]) == 2
+    field, line = one_error(capfd)
+    assert line.endswith(f"so no round can be resumed; `chillfl resume {inner.parent}` runs it again as part of its comparison"), line
+
+
 def test_a_diverged_run_resumes_only_when_forced_and_then_ends_under_its_own_name(tmp_path: Path, capfd: pytest.CaptureFixture[str], reference: str) -> None:
     """It resumed as it was (to diverge again, bit for bit) and, finished, stayed ``tx.failed`` beside its summary.json."""
     failed = interrupted(tmp_path).rename(tmp_path / "out" / "tx.failed")  # as if round 4 had diverged after the checkpoint of round 3

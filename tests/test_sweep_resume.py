@@ -101,6 +101,8 @@ def test_an_interrupted_comparison_resumes_to_the_uninterrupted_tables(tmp_path:
     assert f"resume with: chillfl resume {partial}" in err, err  # the comparison's folder, not the stopped run's
     runs = sorted(p.name for p in partial.iterdir() if p.is_dir())
     assert len(runs) == 3 and sum(r.endswith(".partial") for r in runs) == 1  # two finished, the third stopped after round 2
+    stopped = next(r for r in runs if r.endswith(".partial")).removesuffix(".partial")
+    assert f"chillfl: run {stopped} interrupted by SIGINT after round 2; resume with: chillfl resume {partial}" in err.splitlines(), err  # which run
     calls.update(run=0)
     assert main(["resume", str(partial)]) == 0
     assert calls == {"run": 1, "resume": 1}  # two runs read back, the stopped one resumed, the last one run
@@ -189,6 +191,11 @@ def test_what_cannot_be_resumed_is_one_line(tmp_path: Path, monkeypatch: pytest.
     (partial / "sweep.json").write_text(json.dumps(record))
     config = partial / "config.toml"
     config.write_text(config.read_text().replace("rounds = 3", "rounds = 4"))  # every run's config would change under the read-back runs
+    assert main(["resume", str(partial)]) == 2
+    assert capsys.readouterr().err.strip() == (f"chillfl: error: config.toml: {config} changed since the comparison started: "
+                                               "federation.rounds: 3 -> 4; `chillfl resume --force` resumes with it as it is now")  # named, as a run's resume does
+    record.pop("config_toml")  # a sweep.json of an older chillfl: the line cannot name the change
+    (partial / "sweep.json").write_text(json.dumps(record))
     assert main(["resume", str(partial)]) == 2
     assert capsys.readouterr().err.strip() == (f"chillfl: error: config.toml: {config} changed since the comparison started; "
                                                "`chillfl resume --force` resumes with it as it is now")

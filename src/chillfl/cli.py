@@ -415,9 +415,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _verbosity(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-q", "--quiet", action="count", default=0, help="-q: no progress and no info lines (warnings and errors only); -qq: errors only")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="debug lines, and a progress line every round")
+def _verbosity(p: argparse.ArgumentParser, trains: bool = True) -> None:
+    """``-q`` / ``-v``; ``trains``: the command runs rounds, so they also set its progress (``data show`` has none)."""
+    if trains:
+        p.add_argument("-q", "--quiet", action="count", default=0, help="-q: no progress and no info lines (warnings and errors only); -qq: errors only")
+        p.add_argument("-v", "--verbose", action="count", default=0, help="debug lines, and a progress line every round")
+    else:
+        p.add_argument("-q", "--quiet", action="count", default=0, help="-q: no info lines (warnings and errors only); -qq: errors only")
+        p.add_argument("-v", "--verbose", action="count", default=0, help="debug lines")
 
 
 def _progress(args: argparse.Namespace) -> "ProgressMode":
@@ -468,10 +473,11 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
         else:
             p.add_argument("config", nargs="?", help="TOML config file or bundled experiment name (default: the demo)")
         p.add_argument("overrides", nargs="*", default=[], help="section.option=value overrides, e.g. client.lr=0.05")
-        _verbosity(p)
+        _verbosity(p, trains)
         p.add_argument("--device", help="cpu | cuda | cuda:N | mps | auto (the config's `device`)")
-        p.add_argument("--seed", type=int, help="the run seed (the config's `seed`)")
-        p.add_argument("--out", dest="out_dir", help="parent folder of the result folder (the config's `out_dir`)")
+        p.add_argument("--seed", type=int, help="the run seed (the config's `seed`)" if trains else "the seed the partition is drawn with (the config's `seed`)")
+        out = "parent folder of the result folder" if trains else "the heat map goes to OUT_DIR/data-show/"  # data show writes no result folder
+        p.add_argument("--out", dest="out_dir", help=f"{out} (the config's `out_dir`{'' if trains else '; -o names the file itself'})")
         p.add_argument("--data-dir", dest="data_dir", help="where datasets live (the config's `data_dir`)")
         p.add_argument("--dry-run", action="store_true", help="print the resolved config as TOML and exit (nothing is run or written)")
         if not trains:

@@ -112,6 +112,11 @@ class RunInterrupted(Exception):
         self.checkpoint: int | None = None if at_once else round
         self.resume_command: str | None = None
         """How to go on, where it is more than ``chillfl resume FOLDER`` (``chillfl reproduce PAPER --resume``)."""
+        self.run: str | None = None
+        """The stopped run's name where it was one of several (a comparison's): its round alone would not say which."""
+
+    def __str__(self) -> str:
+        return super().__str__() if self.run is None else f"run {self.run} {super().__str__()}"
 
     @property
     def exit_code(self) -> int:

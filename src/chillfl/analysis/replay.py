@@ -44,7 +44,8 @@ from chillfl.config import RunConfig, load_config
 from chillfl.engine.loop import availability, draw_clients, releases_empty
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.model_file import read_model
-from chillfl.storage.results import strict
+from chillfl.storage.results import PARTIAL, strict
+from chillfl.storage.run_folder import folder_named
 from chillfl.storage.run_state import is_sweep
 from chillfl.engine.protocol import AroundProtocol
 from chillfl.errors import ConfigError
@@ -68,6 +69,15 @@ def check_not_comparison(path: Path, field: str) -> None:
         raise ConfigError(field, f"{path} is a comparison's folder, not a run's: name its run folders{example}; `chillfl report {path}` shows them all")
 
 
+def check_finished(run_dir: str | Path, field: str = "run_dir") -> None:
+    """Refuse an unfinished run (a ``.partial`` folder without ``summary.json``) in one line saying how to finish it. Why: one
+    killed while it wrote its results may hold ``model.safetensors`` already, and the analysis then wrote into the ``.partial``."""
+    path = folder_named(run_dir)
+    if path.name.endswith(PARTIAL) and not (path / "summary.json").is_file() and not is_sweep(path):  # a comparison: its own line
+        resume = path.parent if is_sweep(path.parent) else path  # one run of a comparison: the comparison resumes as a whole
+        raise ConfigError(field, f"{run_dir} is a run that did not finish (a {PARTIAL} folder without summary.json); `chillfl resume {resume}` finishes it")
+
+
 def load_run(run_dir: str | Path, field: str = "run_dir") -> RunConfig:
     """The saved config of a finished run folder (ConfigError naming ``field`` when it is not one)."""
     path = Path(run_dir)
@@ -81,6 +91,7 @@ def load_model_state(run_dir: str | Path, device: torch.device | str = "cpu", fi
     """The run's saved global model (``model.safetensors``)."""
     run = Path(run_dir)
     check_not_comparison(run, field)
+    check_finished(run, field)
     path = run / MODEL
     if not path.is_file():
         if (run / "summary.json").is_file():  # finished: a protocol without a global model (it said "soft-label runs", which have one)
@@ -100,6 +111,7 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
 
 def build_run(run_dir: str | Path, field: str = "run_dir") -> Experiment:
     """The run's experiment (model template, data, policy...) rebuilt from its saved config."""
+    check_finished(run_dir, field)
     return build_experiment(load_run(run_dir, field))
 
 
@@ -117,6 +129,7 @@ def build_evaluation(run_dir: str | Path, field: str = "run_dir") -> Evaluation:
     """The run's data and model template rebuilt from its saved config, as :func:`build_run` builds them, without its method,
     policy, terms or protocol: evaluating the saved model needs none of them, so a run on a plugin's aggregator is evaluated
     without importing it (the folder is data: :func:`chillfl.plugins.reading_data`)."""
+    check_finished(run_dir, field)
     config = load_run(run_dir, field)
     device = resolve_device(config.device)
     data = build_data(config)

@@ -40,6 +40,13 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 CHECKPOINT = "checkpoint.safetensors"
 FIELD = "run_dir"
+SWEEP_FILE = "sweep.json"
+"""What makes a folder a comparison's (:mod:`chillfl.sweeps.record` writes and reads it)."""
+
+
+def is_sweep(folder: Path) -> bool:
+    """Whether ``folder`` is a comparison's folder (``chillfl resume`` then resumes the sweep, not one run)."""
+    return (folder / SWEEP_FILE).is_file()
 
 
 @dataclass
@@ -87,19 +94,29 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
         if not (path / "config.toml").is_file():
             raise ConfigError(FIELD, f"{path} is not a chillfl run folder (no config.toml)")
         if not (path / CHECKPOINT).is_file():
-            raise ConfigError(FIELD, f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint; start it again")
+            raise ConfigError(FIELD, _no_checkpoint(path))
         state, run = read_checkpoint(path / CHECKPOINT)  # verified, force or not: a corrupt checkpoint is no edit
         done = _round_of(state, path / CHECKPOINT)
         config = (path / "config.toml").read_bytes()
         edited = run.get("config_sha256") not in (None, hashlib.sha256(config).hexdigest())
         if edited and not force:
-            changes = _config_changes(run.get("config_toml", ""), config)
+            changes = config_changes(run.get("config_toml", ""), config)
             raise ConfigError("config.toml", f"{path / 'config.toml'} changed since the checkpoint of round {done}: {changes}; `chillfl resume --force` resumes with it as it is now")
         metrics, records = _metrics_until(path / "metrics.jsonl", run, done, force)
         return ResumePoint(path, lock, done, records, metrics, config, edited)
     except BaseException:
         lock.release()
         raise
+
+
+def _no_checkpoint(path: Path) -> str:
+    """Why ``path`` cannot resume, and the command that starts it again: the comparison's resume for one of its runs
+    (it runs that one again in place), else ``chillfl run`` of its saved config, after which nothing in it is needed."""
+    said = f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint, so no round can be resumed"
+    if is_sweep(path.parent):
+        return f"{said}; `chillfl resume {path.parent}` runs it again as part of its comparison"
+    return (f"{said}; start it again with `chillfl run {path / 'config.toml'}` (into a new folder); "
+            f"{path} holds no trained state: remove it once that run has started")
 
 
 def _round_of(state: Mapping[str, Any], file: Path) -> int:
@@ -153,8 +170,9 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _config_changes(saved: str, current: bytes) -> str:
-    """``client.lr: 0.05 -> 0.5, ...`` (the first three changed options), or what else changed."""
+def config_changes(saved: str, current: bytes) -> str:
+    """``client.lr: 0.05 -> 0.5, ...`` (the first three changed options), or what else changed: how a resume names an edit
+    of ``config.toml`` (a run's since its checkpoint, a comparison's since it started)."""
     try:
         before, after = _flatten(tomllib.loads(saved)), _flatten(tomllib.loads(current.decode("utf-8")))
     except (ValueError, UnicodeDecodeError):

@@ -10,16 +10,7 @@ from pathlib import Path
 from chillfl.errors import ConfigError
 from chillfl.storage.checkpoint import saved_round
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
-from chillfl.storage.run_folder import CHECKPOINT
-
-
-SWEEP_FILE = "sweep.json"
-"""What makes a folder a comparison's (:mod:`chillfl.sweeps.record` writes and reads it)."""
-
-
-def is_sweep(folder: Path) -> bool:
-    """Whether ``folder`` is a comparison's folder (``chillfl resume`` then resumes the sweep, not one run)."""
-    return (folder / SWEEP_FILE).is_file()
+from chillfl.storage.run_folder import CHECKPOINT, SWEEP_FILE, is_sweep  # noqa: F401  (re-exported: where the report and status ask)
 
 
 @dataclass(frozen=True)

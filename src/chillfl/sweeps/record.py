@@ -33,6 +33,7 @@ from chillfl.paths import check_writable_dir
 from chillfl.report.compare import CompareResult
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.results import PARTIAL, refuse_links, to_toml
+from chillfl.storage.run_folder import config_changes
 from chillfl.storage.run_state import SWEEP_FILE, is_sweep  # noqa: F401  (is_sweep re-exported: where the sweeps' code asks)
 from chillfl.sweeps.plan import CompareOptions, Variant, plan_sweep
 
@@ -54,6 +55,8 @@ class SweepRecord(TypedDict):
     options: dict[str, Any]
     variants: list[dict[str, Any]]
     config_sha256: str
+    config_toml: str
+    """The ``config.toml`` it started with: a resume names what an edit of it changed (a run's checkpoint records it too)."""
     made_with: MadeWith
 
 
@@ -63,6 +66,7 @@ def sweep_record(config_toml: bytes, variants: list[Variant], options: CompareOp
     :func:`find_sweep` checks before a finished comparison is reused."""
     return {"format": FORMAT, "resumable": resumable, "reference": reference, "options": asdict(options),
             "variants": [asdict(v) for v in variants], "config_sha256": hashlib.sha256(config_toml).hexdigest(),
+            "config_toml": config_toml.decode("utf-8"),
             "made_with": {"code_sha256": code_sha256(), "torch": str(torch.__version__)}}
 
 
@@ -116,7 +120,9 @@ def read_sweep(folder: Path, force: bool = False, own_parts: bool = False) -> tu
         raise ConfigError(FIELD, f"{folder} compared a user's own data, model or method parts, which its folder does not hold: "
                                  "chillfl.resume_compare(FOLDER, model=..., data=...) resumes it with the same ones from Python")
     if record.get("config_sha256") != hashlib.sha256(config).hexdigest() and not force:
-        raise ConfigError("config.toml", f"{folder / 'config.toml'} changed since the comparison started; `chillfl resume --force` resumes with it as it is now")
+        saved = record.get("config_toml")  # None in the sweep.json of an older chillfl: the line cannot name the change
+        changes = f": {config_changes(saved, config)}" if isinstance(saved, str) else ""
+        raise ConfigError("config.toml", f"{folder / 'config.toml'} changed since the comparison started{changes}; `chillfl resume --force` resumes with it as it is now")
     return variants, options, reference
 
 

@@ -105,7 +105,10 @@ class Sweep:
         except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
             self.results[key], self.failures[key] = None, f"diverged at round {exc.round}"
             log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)
-        except (ConfigError, RunInterrupted):
+        except RunInterrupted as exc:  # the comparison's line names the run that stopped, as its other lines do
+            exc.run = cfg.name
+            raise
+        except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 - one failed run (a lost worker, out of memory) must not lose the others
             self.results[key], self.failures[key] = None, f"failed: {type(exc).__name__}"

@@ -87,6 +87,17 @@ def test_server_sends_lambda_mu_and_p0() -> None:
 # ---------------------------------------------------------------- the client's step
 
 
+def client_0_of_3() -> dict[str, torch.Tensor]:
+    """Client 0 of 3 as the hand-worked tests start it: core model theta_0 = 2, p = [0.5, 0.25, 0.25], a held copy 4
+    of client 1's core model (slots 0 and 2 not held)."""
+    return {
+        "apple.core.weight": torch.tensor([[2.0]]),
+        "apple.p": t(0.5, 0.25, 0.25),
+        "apple.bank.weight": torch.tensor([[[0.0]], [[4.0]], [[0.0]]]),
+        "apple.held": t(0.0, 1.0, 0.0),
+        "apple.own": t(1.0, 0.0, 0.0),
+    }
+
 def test_core_model_and_relationship_step_by_hand() -> None:
     # client 0 of 3; theta_0 = 2, p = [0.5, 0.25, 0.25], p0 = [0.5, 0.3, 0.2], lambda mu = 0.5; it holds a copy 4 of
     # client 1's core model and is sent client 2's, 3.  lr 0.1 (theta_0), p_lr 0.01 (p).
@@ -97,13 +108,7 @@ def test_core_model_and_relationship_step_by_hand() -> None:
     # personalised after: 0.465 * 1.9125 + 0.1805 * 4 + 0.197 * 3 = 0.8893125 + 0.722 + 0.591 = 2.2023125
     model = linear(0.0)
     half = APPLE(3, model, APPLEOptions(p_lr=0.01)).client_half()
-    state = {
-        "apple.core.weight": torch.tensor([[2.0]]),
-        "apple.p": t(0.5, 0.25, 0.25),
-        "apple.bank.weight": torch.tensor([[[0.0]], [[4.0]], [[0.0]]]),
-        "apple.held": t(0.0, 1.0, 0.0),
-        "apple.own": t(1.0, 0.0, 0.0),
-    }
+    state = client_0_of_3()
     context: dict[str, Any] = {PROX: 0.5, P0: t(0.5, 0.3, 0.2), IDS: torch.tensor([2]), f"{MODEL}0": {"weight": torch.tensor([[3.0]])}}
     reply = run_client(half, model, one_step(), {"weight": torch.tensor([[1.0]])}, lr=0.1, state=state, context=context)
     assert reply.state is not None
@@ -125,13 +130,7 @@ def test_the_runs_proximal_term_applies_to_the_core_model_only() -> None:
 
     model = linear(0.0)
     half = APPLE(3, model, APPLEOptions(p_lr=0.01)).client_half()
-    state = {
-        "apple.core.weight": torch.tensor([[2.0]]),
-        "apple.p": t(0.5, 0.25, 0.25),
-        "apple.bank.weight": torch.tensor([[[0.0]], [[4.0]], [[0.0]]]),
-        "apple.held": t(0.0, 1.0, 0.0),
-        "apple.own": t(1.0, 0.0, 0.0),
-    }
+    state = client_0_of_3()
     context: dict[str, Any] = {PROX: 0.5, P0: t(0.5, 0.3, 0.2), IDS: torch.tensor([2]), f"{MODEL}0": {"weight": torch.tensor([[3.0]])}}
     context.update({"mu": 1.0, "global_params": {"weight": torch.tensor([[1.0]])}})
     spec = LocalSpec(epochs=1, batch_size=8, base_loss=half_mse, terms=(ProximalTerm(),))
@@ -146,13 +145,7 @@ def test_a_copy_sent_again_replaces_the_stale_one() -> None:
     # slot 2 is not held: the global 1. theta_hat = 0.5 * 2 + 0.25 * 6 + 0.25 * 1 = 1 + 1.5 + 0.25 = 2.75
     model = linear(0.0)
     half = APPLE(3, model, APPLEOptions(p_lr=0.0)).client_half()
-    state = {
-        "apple.core.weight": torch.tensor([[2.0]]),
-        "apple.p": t(0.5, 0.25, 0.25),
-        "apple.bank.weight": torch.tensor([[[0.0]], [[4.0]], [[0.0]]]),
-        "apple.held": t(0.0, 1.0, 0.0),
-        "apple.own": t(1.0, 0.0, 0.0),
-    }
+    state = client_0_of_3()
     context: dict[str, Any] = {PROX: 0.0, P0: t(0.5, 0.25, 0.25), IDS: torch.tensor([1]), f"{MODEL}0": {"weight": torch.tensor([[6.0]])}}
     reply = run_client(half, model, one_step(), {"weight": torch.tensor([[1.0]])}, lr=0.0, state=state, context=context)
     assert reply.state is not None

@@ -22,6 +22,7 @@ from chillfl.aggregation.apple import (
     P,
     P0,
     PROX,
+    RelationProximal,
     choose_downloads,
     combine,
     download_base,
@@ -84,6 +85,22 @@ def test_server_sends_lambda_mu_and_p0() -> None:
     close(initial_relations(4, None, "uniform"), 0.25, 0.25, 0.25, 0.25)
 
 
+@pytest.mark.parametrize(("reading", "weight", "value", "grad"), [("sum", 0.1, 0.0005, 0.01), ("half", 0.05, 0.00025, 0.005)])
+def test_the_proximal_term_by_hand_in_both_readings(reading: str, weight: float, value: float, grad: float) -> None:
+    # mu 0.1 at round 0 (lambda = 1): the client's ||p - p0||^2 is multiplied by 0.1 (the authors' reg_loss, no 1/2) or by
+    # 0.1 / 2 = 0.05 ("half"). p = [0.5, 0.25, 0.25], p0 = [0.5, 0.3, 0.2]: ||p - p0||^2 = 0 + 0.0025 + 0.0025 = 0.005,
+    # so the term is 0.1 * 0.005 = 0.0005 or 0.05 * 0.005 = 0.00025; its gradient 2 c (p - p0) = 2 c [0, -0.05, 0.05]
+    # = [0, -0.01, 0.01] or [0, -0.005, 0.005].
+    server = APPLE(3, linear(0.0), APPLEOptions(proximal=reading), client_sizes=(1, 1, 2), rounds=10)
+    c = server.downlink(0, 0, {"weight": torch.zeros(1, 1)}).context[PROX]
+    assert c == pytest.approx(weight, abs=1e-12)
+    p = t(0.5, 0.25, 0.25).requires_grad_(True)
+    term = RelationProximal()({"p": p}, {PROX: c, P0: t(0.5, 0.3, 0.2)})
+    assert float(term.detach()) == pytest.approx(value, abs=1e-9)
+    (d,) = torch.autograd.grad(term, p)
+    close(d, 0.0, -grad, grad)
+
+
 # ---------------------------------------------------------------- the client's step
 
 
@@ -121,6 +138,26 @@ def test_core_model_and_relationship_step_by_hand() -> None:
     close(half.personal_model(reply.state, {"weight": torch.tensor([[1.0]])})["weight"], 2.2023125)
     assert torch.equal(reply.uplink.report[IDS], torch.tensor([2]))
     close(reply.uplink.report[P], 0.465, 0.1805, 0.197)
+
+
+@pytest.mark.parametrize(("momentum", "expected"), [(0.5, (0.42265, 0.0953, 0.133975)), (0.0, (0.44015, 0.1303, 0.160225))])
+def test_two_steps_of_p_with_and_without_momentum_by_hand(momentum: float, expected: tuple[float, float, float]) -> None:
+    # client 0 of 3 as above (theta_0 = 2, p = [0.5, 0.25, 0.25], copy 4 of client 1 held, client 2's 3 sent); lr 0 holds
+    # theta_0 at 2, no proximal term; p_lr 0.01; one sample, two epochs: two steps. dL/dp = g [2, 4, 3], g = theta_hat - 1.
+    # step 1: theta_hat = 1 + 1 + 0.75 = 2.75, g = 1.75, grad [3.5, 7, 5.25]; b = grad (from zero: 0.5 * 0 + grad)
+    #         p = [0.5, 0.25, 0.25] - 0.01 [3.5, 7, 5.25] = [0.465, 0.18, 0.1975]
+    # step 2: theta_hat = 0.93 + 0.72 + 0.5925 = 2.2425, g = 1.2425, grad [2.485, 4.97, 3.7275]
+    #   momentum 0.5: b = 0.5 [3.5, 7, 5.25] + grad = [4.235, 8.47, 6.3525]
+    #         p = [0.465 - 0.04235, 0.18 - 0.0847, 0.1975 - 0.063525] = [0.42265, 0.0953, 0.133975]
+    #   momentum 0 (the plain step): p = [0.465 - 0.02485, 0.18 - 0.0497, 0.1975 - 0.037275] = [0.44015, 0.1303, 0.160225]
+    model = linear(0.0)
+    half = APPLE(3, model, APPLEOptions(p_lr=0.01, p_momentum=momentum)).client_half()
+    context: dict[str, Any] = {PROX: 0.0, P0: t(0.5, 0.3, 0.2), IDS: torch.tensor([2]), f"{MODEL}0": {"weight": torch.tensor([[3.0]])}}
+    spec = LocalSpec(epochs=2, batch_size=8, base_loss=half_mse)
+    reply = run_client(half, model, spec, {"weight": torch.tensor([[1.0]])}, lr=0.0, state=client_0_of_3(), context=context)
+    assert reply.state is not None
+    close(reply.state["apple.p"], *expected)
+    close(reply.state["apple.core.weight"], 2.0)
 
 
 def test_the_runs_proximal_term_applies_to_the_core_model_only() -> None:
@@ -252,7 +289,17 @@ def test_run_agrees_across_executors() -> None:
     assert all(r["local_acc"] is not None for r in seq)
 
 
-@pytest.mark.parametrize("options", [{}, {"algorithm.selection": "uniform", "algorithm.scheduler": "cosine", "algorithm.p0": "uniform"}])
+def test_p_momentum_changes_the_run_and_the_vectorized_executor_agrees() -> None:
+    cfg = config(**TINY_APPLE, **{"algorithm.p_momentum": 0.9})
+    seq = records(cfg)
+    assert [r["train_loss"] for r in seq] != [r["train_loss"] for r in records(config(**TINY_APPLE))]
+    vec = records(cfg.with_overrides({"executor": "vectorized"}))
+    assert [r["train_loss"] for r in vec] == pytest.approx([r["train_loss"] for r in seq], rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"algorithm.selection": "uniform", "algorithm.scheduler": "cosine", "algorithm.p0": "uniform", "algorithm.p_momentum": 0.9}]
+)
 def test_resume_is_bitwise(options: dict[str, Any], tmp_path: Path) -> None:
     cfg = config(**TINY_APPLE, **options)
     assert resumed_records(cfg, 2, tmp_path) == records(cfg)
@@ -260,7 +307,8 @@ def test_resume_is_bitwise(options: dict[str, Any], tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("mu", -1.0), ("schedule_share", 1.5), ("p_lr", math.inf), ("downloads", 0), ("threshold", 0.5), ("growth", -1.0), ("scheduler", "linear")],
+    [("mu", -1.0), ("schedule_share", 1.5), ("p_lr", math.inf), ("p_momentum", 1.0), ("downloads", 0), ("threshold", 0.5), ("growth", -1.0),
+     ("scheduler", "linear"), ("proximal", "third")],
 )
 def test_options_are_checked(field: str, value: Any) -> None:
     with pytest.raises(ConfigError, match=f"algorithm.{field}"):

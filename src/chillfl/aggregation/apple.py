@@ -9,7 +9,7 @@ vector p_i, one weight per client; its personalised model is::
 It trains theta_i and p_i together by gradient descent on its data, the other
 copies held fixed, on::
 
-    L_i(theta_hat_i) + lambda(r) mu ||p_i - p_i^0||^2
+    L_i(theta_hat_i) + lambda(r) mu ||p_i - p_i^0||^2              (``proximal = "half"``: lambda(r) mu / 2 ||...||^2)
 
 so that d/d theta_i = p_ii g and d/d p_ij = <g, theta_j> + 2 lambda(r) mu (p_ij - p_ij^0), g the gradient at
 theta_hat_i. p_i^0 = (n_1/n, ..., n_N/n), every client's start, is FedAvg's weighting: the proximal term pulls
@@ -31,8 +31,11 @@ The authors' code (ljaiverson/pFL-APPLE ``train_APPLE.py``, ``utils/apple.py`` `
 ``utils/models.py`` ``ClientNet``, ``utils/utils.py``'s defaults): p_i^0 = n_j / n for every i, the proximal
 term coef * sum (p - p0)^2 (no 1/2) with coef = lambda(r) mu, the two schedulers with L = int(0.1 rounds) and the
 exponential's 0.001, the defaults mu = 0.1, eta_p = 0.001, scheduler ``exponential``, the download rule of
-``get_download_which``. The paper's own text could not be read here beyond its abstract; where its equations
-and the code could differ (the 1/2 of the proximal term), the code's is taken. PFLlib's ``clientapple.py`` (a port)
+``get_download_which``. The paper's own text could not be read here beyond its abstract (searched again in session
+74: the stored copies of arXiv 2110.08394 hold the abstract and introduction only); where its equations and the code
+could differ, the code's is the default and the other reading an option: the 1/2 of the proximal term
+(``proximal = "half"``). p_i's momentum: the code's 0.9 is ``p_momentum = 0.9``; the default stays the plain step
+(0), as the paper's text on it could not be checked. PFLlib's ``clientapple.py`` (a port)
 was read too and is not followed (p_i^0 uniform, a cosine scheduler only, lr scaled by the number of clients).
 
 Choices
@@ -40,9 +43,11 @@ Choices
 * theta_hat_i combines the trainable parameters; its buffers (batch-norm statistics) are theta_i's. The authors'
   ``ClientNet`` mixes each layer's outputs, sum_j p_ij layer_j(x), which for their convolutions and linear layers
   is the same model.
-* p_i takes plain SGD steps at ``p_lr`` (eta_p, the authors' ``lr_coef`` 0.001) outside the run's optimiser, as the
-  paper's update; theta_i takes the run's optimiser at the round's learning rate. The authors step both with one
-  SGD of momentum 0.9 (two learning rates) and decay both each round; their ``lr_net`` 0.01 is ``client.lr``.
+* p_i takes SGD steps at ``p_lr`` (eta_p, the authors' ``lr_coef`` 0.001) outside the run's optimiser, plain by
+  default, with heavy-ball momentum ``p_momentum`` (:attr:`~chillfl.training.local.LocalSpec.plain_momentum`, the
+  buffer from zero each round); theta_i takes the run's optimiser at the round's learning rate. The authors step
+  both with one SGD of momentum 0.9 (two learning rates, a fresh optimiser each round) and decay both each round;
+  their ``lr_net`` 0.01 is ``client.lr``, their momentum on theta_i ``client.momentum = 0.9``.
 * Downloads (M = ``downloads``; unset: every core model the server holds, the authors' default 10000). Client i is
   sent, of the clients the server holds a core model of (i excluded): all of them when there are at most M;
   otherwise first those never sent to i (M of them drawn uniformly if there are more), then, for the slots left,
@@ -118,12 +123,16 @@ class APPLEOptions:
 
     mu: float = 0.1
     """mu, the proximal term's weight on ||p_i - p_i^0||^2 (scaled by lambda(r))."""
+    proximal: Literal["sum", "half"] = "sum"
+    """The proximal term: lambda(r) mu ||p_i - p_i^0||^2 (the authors' ``reg_loss``) or lambda(r) mu / 2 ||p_i - p_i^0||^2."""
     scheduler: Literal["exponential", "cosine"] = "exponential"
     """The loss scheduler lambda(r): 0.001^(r / L) or (cos(pi r / L) + 1) / 2 for r < L, 0 after."""
     schedule_share: float = 0.1
     """L = int(schedule_share * federation.rounds), the round from which lambda(r) = 0."""
     p_lr: float = 0.001
     """eta_p, the learning rate of p_i's plain SGD step (the authors' ``lr_coef``)."""
+    p_momentum: float = 0.0
+    """Heavy-ball momentum of p_i's step, its buffer from zero each round (the authors' code: 0.9, as on theta_i)."""
     downloads: int | None = None
     """M, the most core models a client is sent a round; unset: every one the server holds (the authors' default)."""
     selection: Literal["relationship", "uniform"] = "relationship"
@@ -141,6 +150,7 @@ class APPLEOptions:
         require(math.isfinite(self.mu) and self.mu >= 0, f"{section}.mu", f"must be a finite number >= 0, got {self.mu}")
         require(math.isfinite(self.schedule_share) and 0 <= self.schedule_share <= 1, f"{section}.schedule_share", f"must be in [0, 1], got {self.schedule_share}")
         require(math.isfinite(self.p_lr) and self.p_lr >= 0, f"{section}.p_lr", f"must be a finite number >= 0, got {self.p_lr}")
+        require(math.isfinite(self.p_momentum) and 0 <= self.p_momentum < 1, f"{section}.p_momentum", f"must be in [0, 1), got {self.p_momentum}")
         if self.downloads is not None:
             require(self.downloads >= 1, f"{section}.downloads", f"must be >= 1 (unset: every core model), got {self.downloads}")
         require(math.isfinite(self.threshold) and self.threshold >= 1, f"{section}.threshold", f"must be a finite number >= 1, got {self.threshold}")
@@ -207,7 +217,7 @@ class Mixture(nn.Module):
 
 
 class RelationProximal:
-    """lambda(r) mu ||p_i - p_i^0||^2 on the mixture's ``p`` (the authors' ``reg_loss``: no 1/2)."""
+    """c ||p_i - p_i^0||^2 on the mixture's ``p``, c the downlink's weight (lambda(r) mu, or lambda(r) mu / 2: ``proximal``)."""
 
     reads: tuple[str, ...] = (PROX, P0)
 
@@ -223,19 +233,21 @@ class APPLEClient:
     model: nn.Module
     num_clients: int
     p_lr: float
+    p_momentum: float = 0.0
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         return start, dict(context)
 
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
-        """0: the mixture's step: theta_i by the run's optimiser, p_i by plain SGD at ``p_lr``, the copies fixed."""
+        """0: the mixture's step: theta_i by the run's optimiser, p_i by SGD at ``p_lr`` (momentum ``p_momentum``), the copies fixed."""
         refuse_representation_readers(spec, "APPLE's forward is the mixture of the core models, not the run's model")
         terms: list[Term] = [OnPart(cast(LossTerm, t), "core.") for t in spec.terms]
         terms.append(RelationProximal())
         frozen = frozenset(f"core.{k}" for k in spec.frozen)
         no_decay = frozenset(f"core.{k}" for k in spec.no_decay) | {"p"}
         mixture = Mixture(self.model, self.num_clients)
-        return (replace(spec, model=mixture, terms=tuple(terms), frozen=frozen, no_decay=no_decay, plain_sgd=frozenset({"p"}), plain_lr=self.p_lr),)
+        return (replace(spec, model=mixture, terms=tuple(terms), frozen=frozen, no_decay=no_decay, plain_sgd=frozenset({"p"}), plain_lr=self.p_lr,
+                        plain_momentum=self.p_momentum),)
 
     def train(self, local: Local) -> LocalProgram:
         g = local.start
@@ -355,13 +367,14 @@ class APPLE(AggregatorBase):
         """sent[i, j]: client j's core model was sent to client i at least once."""
 
     def client_half(self) -> ClientHalf:
-        return APPLEClient(self.model, self.num_clients, self.options.p_lr)
+        return APPLEClient(self.model, self.num_clients, self.options.p_lr, self.options.p_momentum)
 
     def proximal_weight(self, round: int) -> float:
-        """lambda(r) mu."""
+        """What the client's ||p_i - p_i^0||^2 is multiplied by: lambda(r) mu, or lambda(r) mu / 2 (``proximal = "half"``)."""
         if self.decay_rounds is None:
             raise ValueError("APPLE's loss scheduler needs the run's rounds (make_aggregator(..., rounds=...))")
-        return self.options.mu * loss_scheduler(round, self.decay_rounds, self.options.scheduler)
+        half = 0.5 if self.options.proximal == "half" else 1.0
+        return half * self.options.mu * loss_scheduler(round, self.decay_rounds, self.options.scheduler)
 
     def start_relations(self) -> torch.Tensor:
         """p^0 (float64)."""

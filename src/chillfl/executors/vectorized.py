@@ -579,7 +579,7 @@ class VectorizedExecutor:
         dtype = _float_dtype(params)
         device = jobs[0].x.device
         context = stack_contexts([j.context for j in jobs], dtype, device)
-        opt_state = init_state(params, self.spec.optim, self.spec.momentum)
+        opt_state = init_state(params, self.spec.optim, self.spec.momentum, self.spec.plain_sgd if self.spec.plain_momentum else ())
         temperature = to_device(torch.tensor([j.temperature for j in jobs], dtype=dtype), device)
         lr = LearningRates(self.spec, jobs, dtype, device)
         replica.loss_fn.factor = self._factor

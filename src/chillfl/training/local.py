@@ -182,6 +182,10 @@ class LocalSpec:
     the reference codes, which step alpha by hand). Empty: every parameter takes the optimiser's step."""
     plain_lr: float | None = None
     """The learning rate of :attr:`plain_sgd`'s step; None: the step's own (the round's, after the schedule)."""
+    plain_momentum: float = 0.0
+    """Heavy-ball momentum of :attr:`plain_sgd`'s step, ``b <- m b + g; w <- w - plain_lr * b`` (``torch.optim.SGD``'s,
+    buffers from zero each training, in the optimiser state's ``plain_momentum`` slot); 0: the plain step. APPLE's
+    ``p_momentum``: the authors' one SGD steps p_i with momentum 0.9 at its own learning rate."""
     private: PrivateGradients | None = None
     """DP-SGD (``[privacy] mechanism = "dp-sgd"``, :mod:`chillfl.privacy.dpsgd`): each step's gradient from clipped, noised
     per-sample gradients. None: the plain step. Training phases besides private training (:meth:`phase`) drop it."""
@@ -501,22 +505,32 @@ def sgd_update_(
 
 @torch.no_grad()
 def plain_sgd_step_(
-    params: Params, grads: Sequence[torch.Tensor | None], lr: float | torch.Tensor, keys: frozenset[str], factors: Factors | None = None
+    params: Params, grads: Sequence[torch.Tensor | None], lr: float | torch.Tensor, keys: frozenset[str], factors: Factors | None = None,
+    momenta: Params | None = None, momentum: float = 0.0,
 ) -> None:
     """``w <- w - lr * g`` in place for the parameters named in ``keys`` (:attr:`LocalSpec.plain_sgd`; None: zero gradient).
 
     ``lr`` a number, or a per-client tensor [C] for stacked parameters (the vectorised executor); ``factors`` adds
-    a factored weight's ``dz^T x`` terms, as :func:`sgd_update_`."""
+    a factored weight's ``dz^T x`` terms, as :func:`sgd_update_`. ``momentum`` > 0: ``b <- momentum b + g`` in
+    ``momenta[k]`` first, and the step takes ``b`` (:attr:`LocalSpec.plain_momentum`)."""
     for (k, w), g in zip(params.items(), grads):
         if k not in keys:
             continue
+        outer = (factors or {}).get(k, [])
+        if momentum and momenta is not None:
+            buf = momenta[k].mul_(momentum)
+            if g is not None:
+                buf.add_(g)
+            for x, dz in outer:
+                add_outer_(buf, x, dz)
+            g, outer = buf, []
         if g is None:
             pass
         elif isinstance(lr, torch.Tensor):
             w.sub_(g * lr.view(-1, *([1] * (w.dim() - 1))))
         else:
             w.sub_(g, alpha=lr)
-        for x, dz in (factors or {}).get(k, []):
+        for x, dz in outer:
             add_outer_(w, x, dz, -lr)
 
 
@@ -542,7 +556,8 @@ def optimizer_step_(
     opt = spec.optim
     if spec.plain_sgd:  # stepped here by hand; the optimiser sees the rest (its state for them, if any, stays unused)
         rest = [(k, g) for k, g in zip(params, grads) if k not in spec.plain_sgd]
-        plain_sgd_step_(params, grads, spec.plain_lr if spec.plain_lr is not None else lr, spec.plain_sgd, factors)
+        plain_lr = spec.plain_lr if spec.plain_lr is not None else lr
+        plain_sgd_step_(params, grads, plain_lr, spec.plain_sgd, factors, state.get("plain_momentum"), spec.plain_momentum)
         params, grads = {k: params[k] for k, _ in rest}, [g for _, g in rest]
     if not opt.dense:
         sgd_update_(params, grads, state.get("momentum", {}), lr, spec, factors)
@@ -654,7 +669,7 @@ def train_client(
     params, buffers = split_state(model, to_memory_format(start, spec.memory_format), spec.frozen)
     params = leaf_params(params)
     buffers = {k: v.detach().clone() for k, v in buffers.items()}
-    opt_state = init_state(params, spec.optim, spec.momentum)
+    opt_state = init_state(params, spec.optim, spec.momentum, spec.plain_sgd if spec.plain_momentum else ())
     if carry is not None and carry.state:
         load_carried(opt_state, carry.state)
     offset = 0 if carry is None else carry.steps  # Adam's bias correction counts the kept state's steps too

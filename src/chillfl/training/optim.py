@@ -38,7 +38,7 @@ curve restarts each round. ``client.lr_decay`` multiplies on top, per round.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
@@ -75,11 +75,17 @@ def load_carried(fresh: OptState, carried: OptState) -> None:
             t.copy_(carried[slot][k])
 
 
-def init_state(params: Mapping[str, torch.Tensor], optimizer: Optimizer, momentum: float) -> OptState:
-    """Zero state for ``params``: SGD's momentum buffers (if any), or Adam's two moments."""
+def init_state(params: Mapping[str, torch.Tensor], optimizer: Optimizer, momentum: float, plain: Iterable[str] = ()) -> OptState:
+    """Zero state for ``params``: SGD's momentum buffers (if any), or Adam's two moments; and ``plain_momentum``
+    buffers for the parameters in ``plain`` (those stepped by hand with momentum, ``LocalSpec.plain_momentum``)."""
     if optimizer.name == "sgd":
-        return {"momentum": {k: torch.zeros_like(v) for k, v in params.items()}} if momentum else {}
-    return {slot: {k: torch.zeros_like(v) for k, v in params.items()} for slot in ("exp_avg", "exp_avg_sq")}
+        state = {"momentum": {k: torch.zeros_like(v) for k, v in params.items()}} if momentum else {}
+    else:
+        state = {slot: {k: torch.zeros_like(v) for k, v in params.items()} for slot in ("exp_avg", "exp_avg_sq")}
+    mine = [k for k in params if k in frozenset(plain)]
+    if mine:
+        state["plain_momentum"] = {k: torch.zeros_like(params[k]) for k in mine}
+    return state
 
 
 def state_slots(optimizer: Optimizer, momentum: float) -> int:

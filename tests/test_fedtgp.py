@@ -69,6 +69,15 @@ def test_the_adaptive_margin_by_hand():
     assert adaptive_margin([rows([[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]], [4, 0, 0])], tau=7.0) == 7.0
 
 
+def test_the_margin_is_reported_as_a_round_metric():
+    # the round's delta as test_the_adaptive_margin_by_hand worked it out: 4 (tau 100), 3 (capped at tau 3); a round
+    # where no client holds a class has no server step and reports nothing
+    k = Knowledge(torch.zeros(3, 2), torch.ones(3, dtype=torch.bool))
+    assert hooks(tau=100.0).round_metrics(k, [A, B], 0) == {"margin": pytest.approx(4.0)}
+    assert hooks(tau=3.0).round_metrics(k, [A, B], 0) == {"margin": 3.0}
+    assert hooks().round_metrics(k, [rows([[0.0, 0.0]] * 3, [0, 0, 0])], 0) == {}
+
+
 def test_the_contrastive_loss_by_hand():
     generated = torch.tensor([[1.0, 0.0], [-1.0, 0.0]])  # the TGP of classes 0 and 1
     # P = [0,0] of class 0: distances [1, 1]; margin 1 -> logits -[1 + 1, 1] = [-2, -1]
@@ -213,6 +222,7 @@ def test_the_seam_keeps_server_state_out_of_downlinks_and_carries_it_by_default(
     plain = Knowledge(torch.zeros(3, 2), torch.zeros(3, dtype=torch.bool))
     assert plain.sent() is plain and "server" not in plain.state_dict()  # other methods' checkpoints unchanged
     carried = PrototypeHooks(None, 3, 0).update(k, [A, B], 0)  # the default server step: combine(), the state kept
+    assert PrototypeHooks(None, 3, 0).round_metrics(carried, [A, B], 0) == {}  # no numbers of its own by default
     assert torch.equal(carried.server["w"], torch.ones(2)) and carried.mask.tolist() == [True, True, True]
     with pytest.raises(ValueError):
         ClassRows(torch.zeros(3, 2), torch.zeros(3, dtype=torch.int64), {"server": torch.zeros(3, 1)})
@@ -222,6 +232,7 @@ def test_fedtgp_every_executor_same_records():
     recs = check_every_executor({"model": {"name": "mlp"}, "prototypes": TGP})
     assert recs[0]["bytes_down"] == 0 and recs[1]["bytes_down"] == 3 * 10 * (64 * 4 + 4)  # no generator in the downlink
     assert recs[-1]["known_classes"] == 10 and recs[-1]["global_proto_acc"] is not None and recs[-1]["local_acc"] is not None
+    assert all(0.0 < r["agg_margin"] <= 100.0 for r in recs)  # every round's adaptive margin, in metrics.jsonl
 
 
 @pytest.mark.slow

@@ -13,7 +13,8 @@ as the round loop runs it::
                     release its class rows on its private data (hooks.release);
                     evaluate by the head and by the nearest prototype   -> KnowledgeUplink
     server update:  the global knowledge (hooks.update, by default hooks.combine); the
-                    aggregator's average of the models when they are shared; evaluate
+                    aggregator's average of the models when they are shared; evaluate;
+                    the method's own numbers (hooks.round_metrics, as agg_*)
 
 The method is found by :func:`chillfl.settings.prototypes.method_spec`; this
 module calls only its hooks. The shared maths is :mod:`chillfl.prototypes.maths`;
@@ -286,6 +287,7 @@ class PrototypeSharing:
             temperature_mean=float(np.mean([trained_at(t, r) for t, r in zip(tasks, replies)])),
             client_train_loss={str(t.client_id): u.train_loss for t, u in zip(tasks, ups)},
             metrics={"known_classes": int(knowledge.mask.sum())},
+            method=self.hooks.round_metrics(knowledge, releases, round),
         )
         record.metrics.update(self.book.traffic(round))
         if self.eval_clients != "none":

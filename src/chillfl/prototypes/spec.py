@@ -47,6 +47,7 @@ import torch
 
 from chillfl.capabilities import Capabilities
 from chillfl.config import RunConfig
+from chillfl.engine.record import Json
 from chillfl.plugins import Hook
 from chillfl.training.local import BaseLoss
 from chillfl.training.objective import Wire
@@ -224,6 +225,12 @@ class PrototypeHooks(Generic[Opt]):
         if previous.params and not out.params:
             out = replace(out, params=dict(previous.params))
         return replace(out, server=dict(previous.server)) if previous.server and not out.server else out
+
+    def round_metrics(self, knowledge: Knowledge, releases: Sequence[ClassRows], round: int) -> Mapping[str, Json]:
+        """The method's own numbers of round ``round``'s server step (``knowledge``: what :meth:`update` returned from
+        ``releases``), written to ``metrics.jsonl`` with the ``agg_`` prefix (:attr:`~chillfl.engine.record.RoundRecord.method`,
+        as an aggregator's ``round_metrics``); default: none. The hooks keep no state: recompute from the arguments."""
+        return {}
 
     def start(self, params: Params, knowledge: Knowledge, head: Head) -> Params:
         """The model a client starts its training from: its own (or the shared) model ``params`` and the knowledge it

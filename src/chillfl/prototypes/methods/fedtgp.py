@@ -25,6 +25,11 @@ Choices (the paper is terse; the authors' code, ``TsingZ0/FedTGP`` and ``TsingZ0
 * Defaults: the authors' run script (``run_me.sh``: ``-lam 10 -se 100 -mart 100``, ``-lr 0.01``,
   ``-lbs 10``): ``lam = 10``, ``tau = 100``, ``server_epochs = 100``; ``server_lr = 0.01`` and
   ``server_batch_size = 10`` are the code's, which reuses the clients' lr and batch size for the server.
+  The paper's text could not be read here (session 74: its stored copies are the abstract and summaries; the
+  repository's ``[AAAI] FedTGP.pdf`` is the talk's slides, which call tau "a margin threshold" and give no values).
+  A third-party port (RigFL) says the paper has lambda = 0.1, S = 100 and tau = 100, unverified here: ``lam = 0.1``
+  is that reading (docs/methods.md).
+* Each round's margin delta goes to metrics.jsonl as ``agg_margin`` (:meth:`FedTGP.round_metrics`).
 * The generator: an embedding per class, ``Linear -> ReLU -> Linear``, the embedding and hidden widths
   the representation's d (the code's ``Trainable_prototypes`` with ``server_hidden_dim = feature_dim``);
   ``embed_dim`` / ``hidden_dim`` set others (0: d). Initialised as PyTorch initialises ``nn.Embedding``
@@ -70,6 +75,7 @@ import torch
 import torch.nn.functional as F
 
 from chillfl.capabilities import Capabilities, Cost
+from chillfl.engine.record import Json
 from chillfl.options import require
 from chillfl.prototypes.maths import PrototypeLoss, aggregate_means
 from chillfl.prototypes.methods.fedproto import ON_FLOWER, RAW_MEANS
@@ -284,6 +290,13 @@ class FedTGP(PrototypeHooks[FedTGPOptions]):
             protos = generate(g)
         mask = torch.ones_like(seen) if o.send == "all" else seen
         return Knowledge(protos, mask, {}, {}, g)
+
+    def round_metrics(self, knowledge: Knowledge, releases: Sequence[ClassRows], round: int) -> Mapping[str, Json]:
+        """``margin``: the round's adaptive margin delta (``agg_margin`` in metrics.jsonl), recomputed from the uploads as
+        :meth:`update` computed it; none in a round where no client held a class (no server step)."""
+        if not any(bool((r.counts > 0).any()) for r in releases):
+            return {}
+        return {"margin": adaptive_margin(releases, self.options.tau, self.options.margin)}
 
 
 SPEC = PrototypeSpec(

@@ -126,8 +126,7 @@ def test_resume_bitwise(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from resume_cases import check_resume
 
-    check_resume("algorithm.fedavg", "vectorized", 2, tmp_path, monkeypatch,
-                 **{"privacy.mechanism": "dp-sgd", "privacy.delta": 1e-3, "privacy.noise_multiplier": 1.1, "client.momentum": 0.0})
+    check_resume("algorithm.fedavg", "vectorized", 2, tmp_path, monkeypatch, **{"privacy.mechanism": "dp-sgd", "privacy.delta": 1e-3, "privacy.noise_multiplier": 1.1, "client.momentum": 0.0})
 
 
 def test_divide_by_the_lot_size_by_hand() -> None:
@@ -146,3 +145,131 @@ def test_divide_by_the_lot_size_by_hand() -> None:
     sizes = RunSizes(2, 2, 1, 4, 1, (10, 10))
     assert step(DpSgdOptions(divide_by="lot"), Noise(1.0, 1.0, sizes, 0)).lot == 4
     assert step(DpSgdOptions(), Noise(1.0, 1.0, sizes, 0)).lot == 0
+
+
+# The step's speed-ups (chillfl.privacy.dpsgd: float64 norms through a reused buffer, the noise drawn into one flat
+# tensor, the noised sum in place) must not change a bit: each is compared here with the plain formulation it replaces,
+# and the whole step with a reference that takes every sample's gradient by a loop.
+
+
+def small_model() -> tuple[Any, dict[str, torch.Tensor], dict[str, torch.Tensor], Any]:
+    """A 2-hidden-layer MLP on 6 features (4 parameter tensors of 48, 8, 40 and 5 entries), its loss as the DP step sees it."""
+    from chillfl.models.registry import build_model
+    from chillfl.training.linear_factors import factored_linears
+    from chillfl.training.local import LocalSpec, StepLoss, model_state, split_state
+
+    model = build_model("mlp", (6,), 5, {"hidden": [8]}, seed=3)
+    template = factored_linears(model)
+    params, buffers = split_state(template, model_state(model))
+    return template, params, buffers, StepLoss(template, LocalSpec(epochs=1, batch_size=8), factor=False)
+
+
+def loop_reference(
+    loss_fn: Any, params: dict[str, torch.Tensor], buffers: Any, x: torch.Tensor, y: torch.Tensor, clip: float, sigma: float, seed: int, step: int, divisor: int
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Abadi et al.'s step written plainly: each sample's gradient by its own autograd call, its norm over all parameters
+    in float64, scaled by min(1, C / norm), summed, plus z_k ~ N(0, (sigma C)^2) drawn parameter by parameter (float64,
+    then cast) from a generator seeded derive_seed(seed, "dp-sgd", step), divided by ``divisor``. Returns (the step's
+    gradients, every sample's norm)."""
+    leaves = {k: v.detach().requires_grad_() for k, v in params.items()}
+    grads = []
+    for j in range(len(y)):
+        value = loss_fn(leaves, buffers, x[j : j + 1], y[j : j + 1], 1.0, {})[0]
+        grads.append([g.detach() for g in torch.autograd.grad(value, list(leaves.values()))])
+    norms = torch.stack([torch.sqrt(sum((g.double() ** 2).sum() for g in gj)) for gj in grads])
+    factors = torch.clamp(clip / norms, max=1.0)
+    gen = torch.Generator().manual_seed(derive_seed(seed, "dp-sgd", step))
+    out = []
+    for i, v in enumerate(params.values()):
+        total = sum(grads[j][i].double() * factors[j] for j in range(len(y)))
+        z = torch.randn(v.shape, generator=gen, dtype=torch.float64) * (sigma * clip)
+        out.append(((total.float() + z.float()) / divisor))
+    return out, norms
+
+
+@pytest.mark.parametrize("lot", [0, 12])
+def test_step_equals_a_per_sample_loop(lot: int) -> None:
+    # C is set between the samples' norms so that some are clipped and some kept (checked, not assumed).
+    # Tolerance: float32 per-sample gradients from another kernel (one sample's matmul against vmap's batched one) and
+    # a float64 sum here against a float32 one there: a few float32 ulps of gradients of size ~0.1, hence 1e-6 absolute.
+    _, params, buffers, loss_fn = small_model()
+    x, y = torch.randn(7, 6, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1, 2, 3, 4, 0, 1])
+    _, norms = loop_reference(loss_fn, params, buffers, x, y, 1.0, 0.0, 0, 0, 1)
+    clip = float(norms.median())
+    assert (norms > clip).any() and (norms < clip).any()
+    divisor = lot or len(y)
+    for sigma, step in ((0.0, 0), (0.7, 5)):
+        _, got = PerSampleClipping(clip, sigma, lot).gradients(loss_fn, params, buffers, x, y, 1.0, {}, seed=11, step=step)
+        want, _ = loop_reference(loss_fn, params, buffers, x, y, clip, sigma, 11, step, divisor)
+        for g, w in zip(got, want):
+            assert g is not None and torch.allclose(g, w, rtol=0, atol=1e-6)
+
+
+def test_stacked_step_equals_the_loop_client_by_client() -> None:
+    # Two clients, their own parameters and job seeds, in one vmapped call: each as the loop computes it alone.
+    _, params, buffers, loss_fn = small_model()
+    second = {k: v * 1.5 for k, v in params.items()}
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(2, 5, 6, generator=gen), torch.randint(0, 5, (2, 5), generator=gen)
+    stacked = {k: torch.stack([params[k], second[k]]) for k in params}
+    _, got = PerSampleClipping(0.5, 0.9).stacked_gradients(lambda p, b, xi, yi, t, lc: loss_fn(p, b, xi, yi, t, {}), stacked, {}, x, y, torch.ones(2), [], [21, 22], 3)
+    for c, (p, seed) in enumerate(((params, 21), (second, 22))):
+        want, _ = loop_reference(loss_fn, p, buffers, x[c], y[c], 0.5, 0.9, seed, 3, 5)
+        for g, w in zip(got, want):
+            assert g is not None and torch.allclose(g[c], w, rtol=0, atol=1e-6)
+
+
+def test_noise_has_gaussian_likes_bits() -> None:
+    # One randn per parameter into slices of one float64 buffer, one scaling, one cast: gaussian_like's bits exactly,
+    # for sizes under 16 (torch's scalar normal path), at 16, above it and not a multiple of it, and a 0-d entry.
+    like = {"a": torch.zeros(3, 5), "b": torch.zeros(()), "c": torch.zeros(16), "d": torch.zeros(7), "e": torch.zeros(4, 33)}
+    got = PerSampleClipping(0.8, 1.3).noise(like, 5, 2)
+    want = gaussian_like(like, 1.3 * 0.8, derive_seed(5, "dp-sgd", 2))
+    assert list(got) == list(want) and all(torch.equal(got[k], want[k]) and got[k].shape == want[k].shape for k in like)
+    mixed = {"a": torch.zeros(20), "b": torch.zeros(20, dtype=torch.float64)}  # two dtypes: gaussian_like itself
+    got = PerSampleClipping(0.8, 1.3).noise(mixed, 5, 2)
+    want = gaussian_like(mixed, 1.3 * 0.8, derive_seed(5, "dp-sgd", 2))
+    assert all(torch.equal(got[k], want[k]) and got[k].dtype == want[k].dtype for k in mixed)
+
+
+def test_row_norms_have_vector_norms_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The float64 norms a chunk of rows at a time equal vector_norm's over all rows at once, bit for bit: one row a chunk
+    # (37 > 64 // 37 ... per = 1), several (per = 3 of 7 rows, the last chunk short), a 3-d [clients, samples, n] tensor,
+    # and at the real chunk size a row of 70,000 entries (not a multiple of any vector width). Non-contiguous: vector_norm.
+    from chillfl.privacy import dpsgd
+
+    gen = torch.Generator().manual_seed(2)
+    cases = [torch.randn(5, 37, generator=gen), torch.randn(7, 20, generator=gen), torch.randn(2, 3, 30, generator=gen), torch.randn(20, 7, generator=gen).T]
+    monkeypatch.setattr(dpsgd, "NORM_CHUNK", 64)
+    for g in cases:
+        assert torch.equal(dpsgd.row_norms_float64(g), torch.linalg.vector_norm(g, dim=-1, dtype=torch.float64))
+    monkeypatch.undo()
+    big = torch.randn(3, 70_001, generator=gen) * 1e-3
+    assert big.numel() > dpsgd.NORM_CHUNK and torch.equal(dpsgd.row_norms_float64(big), torch.linalg.vector_norm(big, dim=-1, dtype=torch.float64))
+
+
+def test_step_has_the_plain_formulations_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The whole step against the formulation the speed-ups replace, written out here: vmap(grad) per-sample gradients,
+    # vector_norm(dtype=float64) of each parameter's, their norm, clip_factor, tensordot, gaussian_like, (sum + z) / b;
+    # bitwise, with the chunked norms forced on (NORM_CHUNK = 64 < every parameter's per-sample entries but the last).
+    from torch.func import grad, vmap
+
+    from chillfl.clipping import clip_factor
+    from chillfl.privacy import dpsgd
+
+    monkeypatch.setattr(dpsgd, "NORM_CHUNK", 64)
+    _, params, buffers, loss_fn = small_model()
+    x, y = torch.randn(9, 6, generator=torch.Generator().manual_seed(4)), torch.randint(0, 5, (9,), generator=torch.Generator().manual_seed(5))
+    step = PerSampleClipping(0.3, 1.1)
+    loss, got = step.gradients(loss_fn, params, buffers, x, y, 1.0, {}, seed=8, step=4)
+
+    def one(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        value = loss_fn(p, buffers, xi[None], yi[None], 1.0, {})[0]
+        return value, value.detach()
+
+    per_sample, losses = vmap(grad(one, has_aux=True), in_dims=(None, 0, 0), randomness="different")(params, x, y)
+    norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(per_sample[k].reshape(9, -1), dim=-1, dtype=torch.float64) for k in params]), dim=0)
+    scale = clip_factor(norms, 0.3).to(torch.float32)
+    z = gaussian_like(params, 1.1 * 0.3, derive_seed(8, "dp-sgd", 4))
+    want = [(torch.tensordot(scale, per_sample[k], dims=1) + z[k]) / 9 for k in params]
+    assert torch.equal(loss, losses.mean()) and all(g is not None and torch.equal(g, w) for g, w in zip(got, want))

@@ -189,6 +189,34 @@ def test_ledger_history_and_state() -> None:
     assert again.histories == ledger.histories
 
 
+@pytest.mark.parametrize("orders", ["opacus", "extended"])
+def test_ledger_epsilon_is_opacus_accountant_bit_for_bit_with_one_step_rdp_computed_once(orders: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger composes each (sigma, q)'s one-step RDP itself (computed once a run): the epsilons are Opacus's
+    RDPAccountant's (``epsilon_of``) exactly, for histories of one and of several entries, as they grow round by round."""
+    from opacus.accountants.analysis import rdp as analysis
+
+    calls: list[tuple[float, float, int]] = []
+    real = analysis.compute_rdp
+
+    def counted(*, q: float, noise_multiplier: float, steps: int, orders: object) -> object:
+        calls.append((noise_multiplier, q, steps))
+        return real(q=q, noise_multiplier=noise_multiplier, steps=steps, orders=orders)
+
+    ledger = Ledger(1e-5, "rdp", orders)  # type: ignore[arg-type]
+    monkeypatch.setattr(analysis, "compute_rdp", counted)
+    for _ in range(3):  # rounds: two units share (1.1, 0.02); one adds a second pair
+        ledger.spend("a", 1.1, 0.02, 7)
+        ledger.spend("b", 1.1, 0.02, 5)
+        ledger.spend("b", 0.8, 0.3, 2)
+        mine = (ledger.epsilon("a"), ledger.epsilon("b"), ledger.epsilon())
+        monkeypatch.setattr(analysis, "compute_rdp", real)  # Opacus's accountant, its own way
+        theirs = tuple(epsilon_of(ledger.histories[u], 1e-5, "rdp", orders) for u in ("a", "b"))  # type: ignore[arg-type]
+        monkeypatch.setattr(analysis, "compute_rdp", counted)
+        assert mine == (*theirs, max(theirs))  # bit for bit
+    assert ledger.histories["b"] == ((1.1, 0.02, 5), (0.8, 0.3, 2), (1.1, 0.02, 5), (0.8, 0.3, 2), (1.1, 0.02, 5), (0.8, 0.3, 2))
+    assert sorted(calls) == [(0.8, 0.3, 1), (1.1, 0.02, 1)]  # one step's RDP per pair, once for the whole run
+
+
 # ---------------------------------------------------------------- bad input, refused up front
 
 

@@ -132,7 +132,13 @@ def add_steps(history: History, sigma: float, rate: float, steps: int) -> Histor
 
 
 class Ledger:
-    """Every privacy unit's accountant history; epsilon = the worst unit's, memoised per distinct history."""
+    """Every privacy unit's accountant history; epsilon = the worst unit's, memoised per distinct history.
+
+    The RDP accountant's epsilon is composed here from one step's RDP per (sigma, q), kept for the run: Opacus's
+    ``get_privacy_spent`` recomputes every entry's RDP from scratch (the fractional orders' series: seconds at a large
+    q), and a run's histories grow every round. Opacus composes ``compute_rdp(q, sigma, 1, orders) * steps`` summed
+    over the entries, then converts: the same operations in the same order here, so the same bits
+    (``tests/test_privacy.py``); only the repeated series is saved."""
 
     def __init__(self, delta: float, kind: str = "rdp", orders: Orders = "opacus") -> None:
         self.delta = delta
@@ -140,6 +146,7 @@ class Ledger:
         self.orders: Orders = orders
         self.histories: dict[str, History] = {}
         self._cache: dict[History, float] = {}
+        self._step_rdp: dict[tuple[float, float], Any] = {}  # (sigma, q) -> one step's RDP at every order (numpy)
 
     def spend(self, unit: str, sigma: float, rate: float, steps: int = 1) -> None:
         self.histories[unit] = add_steps(self.histories.get(unit, ()), sigma, rate, steps)
@@ -151,8 +158,22 @@ class Ledger:
 
     def _epsilon(self, history: History) -> float:
         if history not in self._cache:
-            self._cache[history] = epsilon_of(history, self.delta, self.kind, self.orders)
+            self._cache[history] = self._rdp_epsilon(history) if self.kind == "rdp" and history else epsilon_of(history, self.delta, self.kind, self.orders)
         return self._cache[history]
+
+    def _rdp_epsilon(self, history: History) -> float:
+        """:func:`epsilon_of` for the RDP accountant, each (sigma, q)'s one-step RDP computed once a run."""
+        analysis = need("opacus.accountants.analysis.rdp", "privacy", "[privacy]")
+        alphas = _orders(self.orders) or list(need("opacus.accountants", "privacy", "[privacy]").RDPAccountant.DEFAULT_ALPHAS)
+        with warnings.catch_warnings():  # see epsilon_of
+            warnings.filterwarnings("ignore", message="Optimal order")
+            warnings.filterwarnings("ignore", category=RuntimeWarning)
+            for sigma, q, _ in history:
+                if (sigma, q) not in self._step_rdp:
+                    self._step_rdp[(sigma, q)] = analysis.compute_rdp(q=float(q), noise_multiplier=float(sigma), steps=1, orders=alphas)
+            rdp = sum([self._step_rdp[(sigma, q)] * int(n) for sigma, q, n in history])  # Opacus's sum, from 0, in order
+            eps, _ = analysis.get_privacy_spent(orders=alphas, rdp=rdp, delta=self.delta)
+        return float(eps)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Each unit's history as a float64 [entries, 3] tensor (checkpoints hold tensors)."""

@@ -379,10 +379,19 @@ def rounds_to_reach(records: Sequence[Mapping[str, Any]], key: str, target: floa
     return None
 
 
-def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None) -> dict[str, Any]:
+LOCAL_MIX_TV = "local_val_mix_tv"
+"""The summary key of :meth:`~chillfl.data.FederatedData.local_validation_mismatch`: how far the clients' local
+validation splits are from their training class mix (mean total variation distance), which ``local_val_acc`` is
+scored on (:func:`chillfl.report.caveats.local_mix_warning` reads it)."""
+
+
+def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None, local_mix_tv: float | None = None) -> dict[str, Any]:
     """Final and best values of the accuracy/loss metrics, with the round of each best; the final privacy budget
-    spent (``final_epsilon``) and backdoor success (``final_attack_success_rate``) where the records have them."""
+    spent (``final_epsilon``) and backdoor success (``final_attack_success_rate``) where the records have them;
+    ``local_mix_tv``: the run's data's local validation mismatch (:data:`LOCAL_MIX_TV`; None: it has no local splits)."""
     out: dict[str, Any] = {"rounds": records[-1]["round"] if records else 0}
+    if local_mix_tv is not None:
+        out[LOCAL_MIX_TV] = local_mix_tv
     for key, better in (("global_acc", max), ("local_acc", max), ("global_client_acc", max), ("global_loss", min), ("local_loss", min), ("train_loss", min),
                         ("global_ece", min), ("global_nll", min), ("global_brier", min), ("val_acc", max), ("val_loss", min),
                         ("local_val_acc", max)):

@@ -10,7 +10,7 @@ import pytest
 from chillfl.cli import main
 from chillfl.config import config_from_dict
 from chillfl.errors import ConfigError
-from chillfl.report.compare import build_rows, build_seed_rows, format_seed_table
+from chillfl.report.compare import CLIPPED_NOTE, build_rows, build_seed_rows, format_seed_table
 from chillfl.sweeps.plan import CompareOptions, Variant, cell_config, parse_grid, parse_seeds, plan_runs, with_controls
 from chillfl.sweeps.run import run_compare
 from chillfl.runner import RunOutput
@@ -71,7 +71,8 @@ def _out(final: float, best: float, val: float, curve: list[float]) -> RunOutput
 def test_rows_and_table_over_three_seeds() -> None:
     # base T=1: final [0.80, 0.90, 0.70]; T=0.1: final [0.85, 0.88, 0.80]
     # paired diffs [0.05, -0.02, 0.10]: mean 0.043333, std 0.060277 (see test_stats), sign holds 2/3
-    # T=1 accuracy: mean 0.8, std 0.1, half width 4.3027 * 0.1 / sqrt(3) = 0.248417 -> [55.16, 104.84] %
+    # T=1 accuracy: mean 0.8, std 0.1, half width 4.3027 * 0.1 / sqrt(3) = 0.248417 -> [55.16, 104.84] %, an accuracy past
+    # 100 %: printed clipped to its range as [55.16, 100.00] and marked †, with the footnote; table.json keeps 1.048417
     # target at each seed = best of T=1 (reference) = [0.8, 0.9, 0.7]; T=0.1's curves reach it at rounds 2, never, 1
     base, chill = Variant("T=1", {}, 1.0), Variant("T=0.1", {}, 0.1)
     runs = {
@@ -82,11 +83,16 @@ def test_rows_and_table_over_three_seeds() -> None:
     t1, t01 = rows
     assert t1["final_acc"]["mean"] == pytest.approx(0.8) and t1["final_acc"]["std"] == pytest.approx(0.1)
     assert t1["final_acc"]["ci_low"] == pytest.approx(0.8 - 0.248417, abs=1e-6)
+    assert t1["final_acc"]["ci_high"] == pytest.approx(0.8 + 0.248417, abs=1e-6) and t1["final_acc"]["range"] == [0.0, 1.0]
+    assert t01["delta_acc"]["range"] == [-1.0, 1.0] and "range" not in t1["final_loss"]  # a loss has no upper bound
     assert t01["delta_acc"]["mean"] == pytest.approx(0.043333, abs=1e-6) and t01["delta_acc"]["sign_holds"] == 2
     assert t01["delta_acc"]["per_seed"] == pytest.approx([0.05, -0.02, 0.10])
     assert t01["rounds_to_target"] == [2, None, 1] and t1["rounds_to_target"] == [2, 2, 2]
     table = format_seed_table(rows, "T=1", "T=1", None, "final", 0.0)
-    assert "| T=1 | 70.00 ± 0.00 | 80.00 ± 10.00 | [55.16, 104.84] | +0.00 ± 0.00 | [+0.00, +0.00] | 0/3 | 1.000 ± 0.000 | 2.0 (3/3) |" in table
+    assert "| T=1 | 70.00 ± 0.00 | 80.00 ± 10.00 | [55.16, 100.00]† | +0.00 ± 0.00 | [+0.00, +0.00] | 0/3 | 1.000 ± 0.000 | 2.0 (3/3) |" in table
+    assert table.count("†") == 2 and table.splitlines()[-2:] == ["", CLIPPED_NOTE]  # the mark, and one footnote under the table
+    # T=0.1: 84.33 ± 4.04 -> half width 4.3027 * 0.040415 / sqrt(3) = 0.100398 -> [74.29, 94.37]: inside [0, 100], not marked
+    assert "| [74.29, 94.37] |" in table
     assert "| T=0.1 | 80.00 ± 0.00 | 84.33 ± 4.04 |" in table and "| +4.33 ± 6.03 |" in table and "| 2/3 | 1.000 ± 0.000 | 1.5 (2/3) |" in table
     # a diverged seed: dropped from the statistics and named in the table
     runs[("T=0.1", 1)] = None
@@ -224,7 +230,7 @@ def test_rounds_to_target_count_only_seeds_that_had_a_target() -> None:
     assert rows[1]["target"] == [0.8, None, 0.7] and rows[1]["rounds_to_target"] == [1, None, 2]
     table = format_seed_table(rows, "T=1", "T=1", None, "final", 0.0)
     assert "| 1.5 (2/2) |" in table and "| 2.0 (2/2) |" in table  # T=0.1, and T=1 itself at its two finished seeds
-    assert table.splitlines()[-1].endswith("| - |")  # T=0.01 failed at every seed: no count, not "never"
+    assert next(line for line in table.splitlines() if line.startswith("| T=0.01")).endswith("| - |")  # failed at every seed: no count, not "never"
 
 
 def test_the_baselines_own_differences_are_null_not_zero_and_the_tables_print_as_before() -> None:

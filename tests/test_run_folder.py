@@ -599,3 +599,42 @@ def test_a_really_full_disk(small_disk: Path, tmp_path: Path, capfd: pytest.Capt
         assert (small_disk / "out" / "tx" / "metrics.jsonl").read_text() == reference
     else:  # full before the first checkpoint: nothing to resume, and the line says so
         assert "no checkpoint was written yet" in lines[0]
+
+
+def test_a_nan_last_loss_is_the_final_loss_after_a_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stopped by a signal in its last round is checkpointed there; its resume only finishes it, from the records
+    read back. Its last global loss overflowed (NaN, written null): the summary said round 5's finite loss was the final one."""
+    import math
+    import os
+    import signal
+
+    import chillfl.runner as runner_module
+    from chillfl.storage.results import NONFINITE, read_metrics
+
+    observe = runner_module.LossWatch.observe
+
+    def overflow_last(self: Any, record: dict[str, Any]) -> None:  # the last evaluation's loss overflows (weights finite)
+        observe(self, record)
+        if record["round"] == ROUNDS:
+            record["global_loss"] = math.nan
+
+    class SigintAtLast:
+        def on_round(self, record: Any) -> None:
+            if record["round"] == ROUNDS:
+                os.kill(os.getpid(), signal.SIGINT)
+
+        def on_end(self, output: Any) -> None:
+            pass
+
+    monkeypatch.setattr(runner_module.LossWatch, "observe", overflow_last)
+    with pytest.raises(runner_module.RunInterrupted):
+        run_experiment(load_config(write_config(tmp_path)), progress=False, callbacks=[SigintAtLast()])
+    partial = tmp_path / "out" / "tx.partial"
+    assert read_state(partial / "checkpoint.safetensors")["round"] == ROUNDS  # every round recorded: the resume reads them all back
+    assert json.loads((partial / "metrics.jsonl").read_text().splitlines()[-1])[NONFINITE] == {"global_loss": "nan"}
+    assert main(["resume", str(partial), "-q"]) == 0
+    folder = tmp_path / "out" / "tx"
+    summary = json.loads((folder / "summary.json").read_text())
+    assert "final_global_loss" in summary and summary["final_global_loss"] is None  # NaN, written null: not round 5's loss
+    assert math.isfinite(summary["best_global_loss"]) and summary["best_global_loss_round"] < ROUNDS
+    assert math.isnan(read_metrics(folder)[-1]["global_loss"])  # what `chillfl report` reads

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from chillfl.metrics.stats import T975, paired_difference, summarize, t_quantile_975
+from chillfl.metrics.stats import FRACTION, T975, Bounds, Interval, clip_interval, paired_difference, summarize, t_quantile_975
 
 
 def test_mean_std_ci_of_1_2_3_4() -> None:
@@ -79,3 +79,36 @@ def test_zero_and_negative_differences() -> None:
     assert p.summary.mean == -2.0 and p.sign_holds == 2
     with pytest.raises(ValueError):
         paired_difference([1.0], [1.0, 2.0])
+
+
+def test_a_bounded_metric_shows_its_interval_clipped_and_flagged() -> None:
+    # 0.95, 0.99, 1.00: mean 0.98; deviations -0.03, 0.01, 0.02 -> squares 9e-4 + 1e-4 + 4e-4 = 1.4e-3; variance 7e-4,
+    # std 0.026458; half width 4.3027 * 0.026458 / sqrt(3) = 0.065725 -> [0.914275, 1.045725]: past 1 (an accuracy's top)
+    s = summarize([0.95, 0.99, 1.0], FRACTION)
+    assert s.low == pytest.approx(0.914275, abs=1e-6) and s.high == pytest.approx(1.045725, abs=1e-6)  # the t-interval as computed
+    shown = s.shown()
+    assert shown is not None and shown.clipped
+    assert (shown.low, shown.high) == (s.low, 1.0)  # the low end was inside: unchanged
+    # no bounds (a loss): shown as computed, not flagged; no interval at one value
+    assert summarize([0.95, 0.99, 1.0]).shown() == Interval(s.low, s.high, False)
+    assert summarize([0.5], FRACTION).shown() is None
+    # both ends out: 0.0, 0.5, 1.0 -> mean 0.5, std 0.5, half 4.3027 * 0.5 / sqrt(3) = 1.242083 -> [-0.742, 1.742] -> [0, 1]
+    assert summarize([0.0, 0.5, 1.0], FRACTION).shown() == Interval(0.0, 1.0, True)
+    # inside the range: nothing moves
+    assert clip_interval(0.2, 0.4, FRACTION) == Interval(0.2, 0.4, False)
+    assert clip_interval(-0.1, 0.4, None) == Interval(-0.1, 0.4, False)
+
+
+def test_a_paired_difference_of_a_bounded_metric_has_the_difference_range() -> None:
+    # x - y for x, y in [0, 1] lies in [0 - 1, 1 - 0] = [-1, 1]; in [2, 5]: [-3, 3]
+    assert FRACTION.difference() == Bounds(-1.0, 1.0)
+    assert Bounds(2.0, 5.0).difference() == Bounds(-3.0, 3.0)
+    # d = [0.9 - 0.1, 0.2 - 0.1] = [0.8, 0.1] (2 seeds): mean 0.45, std sqrt(((0.35)^2 * 2) / 1) = 0.494975;
+    # half = 12.7062 * 0.494975 / sqrt(2) = 4.447170 -> [-3.997, 4.897] -> shown [-1, 1], clipped
+    p = paired_difference([0.9, 0.2], [0.1, 0.1], FRACTION)
+    assert p.summary.bounds == Bounds(-1.0, 1.0)
+    assert p.summary.high == pytest.approx(0.45 + 4.447170, abs=1e-5)
+    assert p.summary.shown() == Interval(-1.0, 1.0, True)
+    assert paired_difference([0.9, 0.2], [0.1, 0.1]).summary.bounds is None
+    with pytest.raises(ValueError, match="low < high"):
+        Bounds(1.0, 1.0)

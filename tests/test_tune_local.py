@@ -179,3 +179,91 @@ def test_soft_label_and_prototype_clients_measure_their_own_validation_split(pro
         scores.append(evaluate(exp.model, models[cid], own[0], own[1], 1024)[0])
     assert last["local_val_acc"] == pytest.approx(sum(scores) / 4, abs=1e-12)
     assert 0.0 < last["local_val_acc"] <= 1.0
+
+
+def test_the_local_validation_mismatch_is_the_mean_total_variation_distance() -> None:
+    """Hand-worked: 8 train rows, 8 test rows; client 0 trains on labels [0, 0, 0, 1] (mix 3/4, 1/4) and is validated on
+    test rows with labels [0, 1] (1/2, 1/2): TV = 0.5 * (|3/4 - 1/2| + |1/4 - 1/2|) = 0.5 * 0.5 = 0.25. Client 1 trains on
+    [1, 1, 1, 1] (0, 1) and is validated on [1, 1, 1] (0, 1): TV 0. Client 2 has no validation rows, client 3 no training
+    rows: both left out. Mean over clients 0 and 1: (0.25 + 0) / 2 = 0.125."""
+    from chillfl.data.federated import FederatedData
+
+    y_train = torch.tensor([0, 0, 0, 1, 1, 1, 1, 1])
+    y_test = torch.tensor([0, 1, 1, 1, 1, 0, 0, 0])
+    ds = ArrayDataset("toy", torch.zeros(8, 2), y_train, torch.zeros(8, 2), y_test, 2)
+    ix = [np.array([0, 1, 2, 3]), np.array([4, 5, 6, 7]), np.array([4]), np.zeros(0, dtype=np.int64)]
+    val = [np.array([0, 1]), np.array([2, 3, 4]), np.zeros(0, dtype=np.int64), np.array([5])]
+    fed = FederatedData(ds, ix, [np.zeros(0, dtype=np.int64)] * 4, None, np.zeros(0, dtype=np.int64), validation_indices=np.arange(5),
+                        client_validation_indices=val)
+    assert fed.local_validation_mismatch() == pytest.approx(0.125)
+    # client 1 (trains on class 1 only) validated on test rows 0 and 5 (class 0 only): TV = 0.5 * (|0 - 1| + |1 - 0|) = 1
+    apart = FederatedData(ds, ix[1:2], [np.zeros(0, dtype=np.int64)], None, np.zeros(0, dtype=np.int64), validation_indices=np.arange(6),
+                          client_validation_indices=[np.array([0, 5])])
+    assert apart.local_validation_mismatch() == pytest.approx(1.0)
+    assert FederatedData(ds, ix, ix, None, np.zeros(0, dtype=np.int64)).local_validation_mismatch() is None  # no local validation
+
+
+SKEWED = """name = "mix"
+out_dir = "{out}"
+[dataset]
+name = "digits"
+[model]
+name = "mlp"
+hidden = [16]
+[partition]
+name = "dirichlet"
+alpha = 0.1
+[federation]
+num_clients = 4
+rounds = 1
+[eval]
+validation = 0.2
+client_split_size = {size}
+[variants.FedAvg]
+algorithm = {{ name = "fedavg" }}
+"""
+
+
+@pytest.mark.parametrize("select", ["local_final", "local_best", "final"])
+def test_a_comparison_warns_once_when_it_selects_on_local_splits_that_miss_the_mix(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], select: str,
+) -> None:
+    """Digits at eval.validation = 0.2 (72 validation rows, about 7 a class), Dirichlet(0.1) over 4 clients and 100-row
+    splits: the clients' local validation mix is far from their training mix (seed 0: mean TV 0.43 > 0.2). A comparison
+    that selects on local_val_acc says so in one stderr line (and atop table.md); one that selects on val_acc says nothing."""
+    import json
+
+    from chillfl.cli import main
+    from chillfl.report.caveats import LOCAL_MIX_TOLERANCE
+    from chillfl.storage.results import LOCAL_MIX_TV
+
+    config = tmp_path / "mix.toml"
+    config.write_text(SKEWED.format(out=tmp_path / "out", size=100))
+    assert main(["compare", str(config), "-q", "--seeds", "0", "--tune", "client.lr=0.05,0.2", "--select", select]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    folder = tmp_path / "out" / "mix-compare"
+    runs = sorted(p.parent.name for p in folder.glob("*/summary.json"))
+    mismatch = {name: json.loads((folder / name / "summary.json").read_text())[LOCAL_MIX_TV] for name in runs}
+    assert len(runs) == 2 and all(value > LOCAL_MIX_TOLERANCE for value in mismatch.values())  # the summary holds the number
+    warned = [line for line in err if "local validation mismatch" in line]
+    if select == "final":
+        assert warned == [] and err == []
+        return
+    worst = max(mismatch, key=lambda name: mismatch[name])
+    assert len(warned) == 1 and warned == err  # one line, the only one
+    assert warned[0] == (
+        f"chillfl: local validation mismatch: select = {select} chooses on local_val_acc, but in 2 of 2 runs the clients' local validation "
+        f"splits do not follow their training class mix (mean total variation distance up to {mismatch[worst]:.2f}, in {worst}; above 0.2), "
+        "so local_val_acc scores them on a flatter mix than they train on; a larger eval.validation or a smaller eval.client_split_size "
+        "lets the splits follow it (docs/comparisons.md)")
+    assert (folder / "table.md").read_text().splitlines()[0] == "warning: " + warned[0].removeprefix("chillfl: ")
+
+
+def test_a_local_selection_whose_splits_follow_the_mix_does_not_warn(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same comparison at eval.validation = 0.5 and 20-row splits: the splits follow the mix (seed 0: mean TV 0.04)."""
+    from chillfl.cli import main
+
+    config = tmp_path / "mix.toml"
+    config.write_text(SKEWED.format(out=tmp_path / "out", size=20).replace("validation = 0.2", "validation = 0.5"))
+    assert main(["compare", str(config), "-q", "--seeds", "0", "--tune", "client.lr=0.05,0.2", "--select", "local_final"]) == 0
+    assert "local validation mismatch" not in capsys.readouterr().err

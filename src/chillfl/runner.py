@@ -589,7 +589,7 @@ def _finish(
     stopped: dict[str, Any] | None = None,
 ) -> RunOutput:
     """Summary, saved models and plots; ``stopped`` (a hook ended the run early) keeps the checkpoint for ``resume``."""
-    summary = summarize(records, config.eval.target_accuracy)
+    summary = summarize(records, config.eval.target_accuracy, exp.data.local_validation_mismatch())
     if records and all(r.get("skipped") for r in records) and stopped is None:  # Poisson sampling at a small q, or min_clients above what reports
         log.warning("no round trained: all %d were skipped (nobody, or too few, reported); the results are the initial model's "
                     "(raise federation.clients_per_round or lower federation.min_clients)", len(records))

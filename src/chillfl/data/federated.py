@@ -51,6 +51,12 @@ Choices
   as the eval split is drawn from the rest (same size and class mix, own
   stream (seed, "local validation"), so the eval splits do not change). Either
   way they are validation rows only: never part of a test metric.
+  A small validation split cannot follow a skewed client's mix (the rows of a
+  class it lacks go to the client's other classes):
+  :meth:`FederatedData.local_validation_mismatch` measures how far each
+  client's local validation mix is from its training mix, which a run records
+  in its summary and a comparison selecting on ``local_val_acc`` warns about
+  (:mod:`chillfl.report.caveats`). The draw is left as it is.
 * Feature noise (``feature_noise`` partitioner): x + sigma_i * N(0, 1) on the
   normalised inputs, regenerated on each call from a seed derived from
   (seed, client id, split), so it is fixed per client and costs no memory.
@@ -260,6 +266,26 @@ class FederatedData:
         ds = self.dataset
         moved = dataclasses.replace(ds, x_train=ds.x_train.to(device), y_train=ds.y_train.to(device), x_test=ds.x_test.to(device), y_test=ds.y_test.to(device))
         return dataclasses.replace(self, dataset=moved)
+
+    def local_validation_mismatch(self) -> float | None:
+        """Mean over clients of the total variation distance between the class mix of its training rows and that of its
+        local validation split: ``0.5 * sum_c |train_c / n_train - val_c / n_val|`` (0: the same mix; 1: no class in common).
+
+        Clients without training rows or with an empty split are left out; None without local validation splits (or
+        with no client left). Why: ``local_val_acc`` scores a client on that split, so a split flatter than the client's
+        own mix scores it on classes it rarely sees and ``compare``'s ``local_*`` rules select on that number.
+        """
+        if self.client_validation_indices is None:
+            return None
+        train = self.class_counts().astype(np.float64)
+        y = self.dataset.y_test.cpu().numpy()
+        distances = []
+        for counts, split in zip(train, self.client_validation_indices):
+            if counts.sum() <= 0 or len(split) == 0:
+                continue
+            val = np.bincount(y[split], minlength=self.num_classes).astype(np.float64)
+            distances.append(0.5 * float(np.abs(counts / counts.sum() - val / val.sum()).sum()))
+        return float(np.mean(distances)) if distances else None
 
     def class_counts(self) -> np.ndarray:
         """[clients, classes] train label counts."""

@@ -315,7 +315,7 @@ def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[An
         ):
             records.append(record)
             writer.append(record)
-        summary = summarize(records, config.eval.target_accuracy)
+        summary = summarize(records, config.eval.target_accuracy, exp.data.local_validation_mismatch())
         summary["runtime"] = "flower"
         writer.write_json("summary.json", summary)
         if config.checkpoint.client_models:

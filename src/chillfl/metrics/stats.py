@@ -19,6 +19,16 @@ Choices
   difference (a zero difference never counts).
 * No multiple-comparison correction: every interval is a 95 % interval of
   its own comparison (docs/comparisons.md says how to read m of them).
+* A bounded metric (an accuracy, any fraction: :data:`FRACTION`) has its
+  range in its :class:`Bounds`, given where the statistic is defined (the
+  comparison's rows), not looked up by name where it is printed. The t
+  interval is symmetric and knows no range, so with few seeds it can reach
+  past it (3 seeds of 95, 99, 100 % give [91.43, 104.57]). Its ends stay as
+  computed (``low``, ``high``, and ``table.json``'s ``ci_low``/``ci_high``);
+  what is *shown* is :meth:`Summary.shown`, the interval clipped to the range
+  and flagged ``clipped``, which the table marks so that a reader does not take
+  ``[91.43, 100.00]`` for the t-interval's width. A paired difference of a
+  bounded metric lies in :meth:`Bounds.difference` ([-1, 1] for fractions).
 
 Checked against scipy.stats (``t.ppf(0.975, df)`` for df = 1..1000: the
 table and the expansion agree to 5e-5; ``t.interval(0.95, n - 1, mean,
@@ -56,32 +66,76 @@ def t_quantile_975(df: int) -> float:
 
 
 @dataclass(frozen=True)
+class Bounds:
+    """The range a metric's values lie in by its definition (an accuracy: [0, 1]): what a shown interval is clipped to."""
+
+    low: float
+    high: float
+
+    def __post_init__(self) -> None:
+        if not self.low < self.high:
+            raise ValueError(f"a range needs low < high, got [{self.low}, {self.high}]")
+
+    def difference(self) -> Bounds:
+        """The range of x - y for x and y in this one: a paired difference of two accuracies lies in [-1, 1]."""
+        return Bounds(self.low - self.high, self.high - self.low)
+
+
+FRACTION = Bounds(0.0, 1.0)
+"""Accuracies, success rates and other fractions (printed as %: 0 to 100)."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An interval as a table shows it: clipped to its metric's range, and whether that moved an end."""
+
+    low: float
+    high: float
+    clipped: bool
+
+
+def clip_interval(low: float, high: float, bounds: Bounds | None) -> Interval:
+    """``[low, high]`` clipped to ``bounds`` (None: unbounded, shown as computed); ``clipped`` says an end moved."""
+    if bounds is None:
+        return Interval(low, high, False)
+    shown_low, shown_high = max(low, bounds.low), min(high, bounds.high)
+    return Interval(shown_low, shown_high, (shown_low, shown_high) != (low, high))
+
+
+@dataclass(frozen=True)
 class Summary:
-    """mean, sample std and 95 % interval of n values (std and interval None for n < 2)."""
+    """mean, sample std and 95 % interval of n values (std and interval None for n < 2); ``bounds``: the metric's range."""
 
     n: int
     mean: float
     std: float | None
     low: float | None
     high: float | None
+    bounds: Bounds | None = None
 
     @property
     def half_width(self) -> float | None:
         return None if self.high is None else self.high - self.mean
 
+    def shown(self) -> Interval | None:
+        """The interval to print: the t-interval clipped to :attr:`bounds` (None without an interval)."""
+        if self.low is None or self.high is None:
+            return None
+        return clip_interval(self.low, self.high, self.bounds)
 
-def summarize(values: Sequence[float]) -> Summary:
-    """Mean, sample std (n - 1) and the Student-t 95 % interval of ``values``."""
+
+def summarize(values: Sequence[float], bounds: Bounds | None = None) -> Summary:
+    """Mean, sample std (n - 1) and the Student-t 95 % interval of ``values``; ``bounds``: the metric's range, kept for :meth:`Summary.shown`."""
     xs = [float(v) for v in values]
     if not xs:
         raise ValueError("no values to summarise")
     n = len(xs)
     mean = math.fsum(xs) / n
     if n < 2:
-        return Summary(n, mean, None, None, None)
+        return Summary(n, mean, None, None, None, bounds)
     std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
     half = t_quantile_975(n - 1) * std / math.sqrt(n)
-    return Summary(n, mean, std, mean - half, mean + half)
+    return Summary(n, mean, std, mean - half, mean + half, bounds)
 
 
 @dataclass(frozen=True)
@@ -97,12 +151,13 @@ class Paired:
         return len(self.differences)
 
 
-def paired_difference(values: Sequence[float], reference: Sequence[float]) -> Paired:
-    """Differences paired by position (= by seed); see the module docstring for "sign holds"."""
+def paired_difference(values: Sequence[float], reference: Sequence[float], bounds: Bounds | None = None) -> Paired:
+    """Differences paired by position (= by seed); see the module docstring for "sign holds". ``bounds``: the range of
+    the metric itself; the differences' summary carries :meth:`Bounds.difference` of it."""
     if len(values) != len(reference):
         raise ValueError(f"paired values need equal lengths, got {len(values)} and {len(reference)}")
     diffs = tuple(float(a) - float(b) for a, b in zip(values, reference))
-    s = summarize(diffs)
+    s = summarize(diffs, None if bounds is None else bounds.difference())
     sign = (s.mean > 0) - (s.mean < 0)
     holds = sum(1 for d in diffs if sign != 0 and ((d > 0) - (d < 0)) == sign)
     return Paired(diffs, s, holds)

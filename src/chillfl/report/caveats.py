@@ -8,6 +8,14 @@ The step-size caveat: the gradient of CE(z / T) is 1/T times that of CE(z) in sc
 Eq. 2; ``tests/test_objective.py``), so temperatures compared at one shared learning rate differ in
 step size as well as in temperature. At a small shared lr a low T "wins" the way a larger lr would
 (the demo shows it: tuned per temperature, the gain vanishes). The caveat names the two remedies.
+
+The local validation warning: a ``proportional`` local validation split drawn from a small validation split cannot
+follow a skewed client's class mix (:meth:`chillfl.data.FederatedData.local_validation_mismatch`, each run's
+``local_val_mix_tv``), so ``local_val_acc`` scores the client on a flatter mix than it trains on (8x8 digits at
+``eval.validation = 0.2``: mean distance 0.36-0.45, ``local_val_acc`` 6-12 points under ``local_acc``). It matters
+only where a comparison *selects* on that number (``local_final`` / ``local_best``), so only such a comparison warns,
+once, when a run's distance exceeds :data:`LOCAL_MIX_TOLERANCE`. A warning where the splits are built fired on nearly
+every small run, which selects nothing.
 """
 
 from __future__ import annotations
@@ -80,3 +88,24 @@ def nonfinite_loss_caveat(runs: Sequence[str]) -> str | None:
     count = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
     return (f"loss caveat: {count} finished with a non-finite final global test loss (weights finite, so not diverged; "
             f"their accuracy and validation scores count, the loss column leaves them out): {', '.join(runs)}.")
+
+
+LOCAL_MIX_TOLERANCE = 0.2
+"""The mean total variation distance between the clients' training and local validation class mixes above which a
+comparison that selects on ``local_val_acc`` warns: a fifth of a client's validation rows stand for classes in other
+proportions than it trains on. Rounding a client's mix to a 100-row split moves it by a few hundredths at most; on
+digits the mismatch that cost 6-12 points of ``local_val_acc`` measured 0.36-0.45 (docs/comparisons.md)."""
+
+
+def local_mix_warning(mismatch: Mapping[str, float], select: str) -> str | None:
+    """One line when a run's mean train/local-validation mix distance (run name -> ``local_val_mix_tv``) exceeds
+    :data:`LOCAL_MIX_TOLERANCE`, naming the worst run; None otherwise. Only for a comparison that selects with a
+    local rule (``select``): the caller decides that."""
+    over = {name: value for name, value in mismatch.items() if value > LOCAL_MIX_TOLERANCE}
+    if not over:
+        return None
+    worst = max(over, key=lambda name: over[name])
+    return (f"local validation mismatch: select = {select} chooses on local_val_acc, but in {len(over)} of {len(mismatch)} runs the clients' "
+            f"local validation splits do not follow their training class mix (mean total variation distance up to {over[worst]:.2f}, "
+            f"in {worst}; above {LOCAL_MIX_TOLERANCE:g}), so local_val_acc scores them on a flatter mix than they train on; "
+            "a larger eval.validation or a smaller eval.client_split_size lets the splits follow it (docs/comparisons.md)")

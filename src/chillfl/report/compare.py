@@ -8,7 +8,10 @@ rounds(baseline) / rounds(variant).
 
 Over several seeds or a tuning grid, each variant's row is its chosen point's
 test numbers as mean +- std, a Student-t 95 % interval, and differences to
-the baseline paired per seed (:mod:`chillfl.metrics.stats`).
+the baseline paired per seed (:mod:`chillfl.metrics.stats`). An accuracy's
+statistics carry its range (:data:`~chillfl.metrics.stats.FRACTION`, set where
+the row defines them); an interval past it is printed clipped and marked
+:data:`CLIPPED`, with one footnote (:data:`CLIPPED_NOTE`) under the table.
 
 Both tables add ``epsilon`` where a variant spent a privacy budget (``[privacy]``)
 and ``attack success %`` where one recorded a backdoor's ``attack_success_rate``
@@ -30,7 +33,7 @@ from typing import Any, Protocol
 
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.metrics.communication import bytes_to_reach
-from chillfl.metrics.stats import paired_difference, summarize
+from chillfl.metrics.stats import FRACTION, Bounds, clip_interval, paired_difference, summarize
 from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.report.html import write_report
 from chillfl.runner import RunOutput
@@ -202,22 +205,29 @@ def finite_or_none(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
-def _stat(values: Sequence[float | None]) -> dict[str, Any] | None:
+def _range(bounds: Bounds | None) -> dict[str, Any]:
+    """A statistic's ``range`` entry (its metric's bounds, which the printed interval is clipped to); none when unbounded."""
+    return {} if bounds is None else {"range": [bounds.low, bounds.high]}
+
+
+def _stat(values: Sequence[float | None], bounds: Bounds | None = None) -> dict[str, Any] | None:
+    """Over the seeds that have a value: n, mean, std, the t-interval as computed, and ``bounds`` (the metric's range) as ``range``."""
     xs = [v for v in values if v is not None]
     if not xs:
         return None
-    s = summarize(xs)
-    return {"n": s.n, "mean": s.mean, "std": s.std, "ci_low": s.low, "ci_high": s.high, "per_seed": list(values)}
+    s = summarize(xs, bounds)
+    return {"n": s.n, "mean": s.mean, "std": s.std, "ci_low": s.low, "ci_high": s.high, "per_seed": list(values), **_range(s.bounds)}
 
 
-def _paired(values: Sequence[float | None], base: Sequence[float | None]) -> dict[str, Any] | None:
-    """values - base, paired per seed (the seeds where both exist); None when there is no pair."""
+def _paired(values: Sequence[float | None], base: Sequence[float | None], bounds: Bounds | None = None) -> dict[str, Any] | None:
+    """values - base, paired per seed (the seeds where both exist); None when there is no pair. ``bounds``: the metric's
+    range; the difference's ``range`` is that of a difference of two such values."""
     pairs = [(a, b) for a, b in zip(values, base) if a is not None and b is not None]
     if not pairs:
         return None
-    p = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+    p = paired_difference([a for a, _ in pairs], [b for _, b in pairs], bounds)
     return {"n": p.n, "mean": p.summary.mean, "std": p.summary.std, "ci_low": p.summary.low, "ci_high": p.summary.high,
-            "per_seed": list(p.differences), "sign_holds": p.sign_holds}
+            "per_seed": list(p.differences), "sign_holds": p.sign_holds, **_range(p.summary.bounds)}
 
 
 def build_seed_rows(
@@ -265,15 +275,16 @@ def build_seed_rows(
             "seeds": list(seeds),
             "diverged_seeds": [s for s in seeds if runs[(v.label, s)] is None],
             "failed": {str(s): failed.get((v.label, s), "diverged") for s in seeds if runs[(v.label, s)] is None},
-            "final_acc": _stat(acc),
-            "delta_acc": None if own else _paired(acc, base_acc),
-            "final_val_acc": _stat([summary(v.label, s, "final_val_acc") for s in seeds]),
-            "final_local_val_acc": _stat([summary(v.label, s, "final_local_val_acc") for s in seeds]),
-            "best_val_acc": _stat([summary(v.label, s, "best_val_acc") for s in seeds]),
-            "best_local_val_acc": _stat([summary(v.label, s, "best_local_val_acc") for s in seeds]),
+            # accuracies are fractions (FRACTION): their intervals are shown clipped to [0, 100] %, their differences' to +-100
+            "final_acc": _stat(acc, FRACTION),
+            "delta_acc": None if own else _paired(acc, base_acc, FRACTION),
+            "final_val_acc": _stat([summary(v.label, s, "final_val_acc") for s in seeds], FRACTION),
+            "final_local_val_acc": _stat([summary(v.label, s, "final_local_val_acc") for s in seeds], FRACTION),
+            "best_val_acc": _stat([summary(v.label, s, "best_val_acc") for s in seeds], FRACTION),
+            "best_local_val_acc": _stat([summary(v.label, s, "best_local_val_acc") for s in seeds], FRACTION),
             "final_loss": _stat([summary(v.label, s, f"final_{metric.replace('acc', 'loss')}") for s in seeds]),
-            "final_local_acc": _stat(local),
-            "delta_local_acc": None if own else _paired(local, base_local),
+            "final_local_acc": _stat(local, FRACTION),
+            "delta_local_acc": None if own else _paired(local, base_local, FRACTION),
             "rounds_to_target": rounds,
             "target": targets,
         }
@@ -285,7 +296,7 @@ def build_seed_rows(
             row["epsilon"] = _stat(eps)
         asr = [final_record(v.label, s, "attack_success_rate") for s in seeds]
         if any(x is not None for x in asr):  # [attack] backdoor: its success against each seed's final global model
-            row["attack_success_rate"] = _stat(asr)
+            row["attack_success_rate"] = _stat(asr, FRACTION)
         if chosen is not None:
             point, scores = chosen[v.label]
             row["tuned"] = dict(point)
@@ -304,11 +315,21 @@ def _pm(stat: Mapping[str, Any] | None, scale: float = 100.0, digits: int = 2, s
     return text
 
 
+CLIPPED = "†"
+"""Marks a printed interval clipped to its metric's range (:func:`chillfl.metrics.stats.clip_interval`); :data:`CLIPPED_NOTE` explains it."""
+CLIPPED_NOTE = (f"{CLIPPED} clipped to the metric's range (accuracy 0 to 100 %, a difference of two -100 to +100 points): "
+                "the Student-t interval mean ± t·std/√n reaches past it, so it is wider than shown; table.json keeps its ends (ci_low, ci_high)")
+"""The footnote under a seed table with a :data:`CLIPPED` interval."""
+
+
 def _ci(stat: Mapping[str, Any] | None, signed: bool = False) -> str:
+    """``[low, high]`` in %, clipped to the statistic's ``range`` (its metric's bounds) and then marked :data:`CLIPPED`."""
     if stat is None or stat["ci_low"] is None:
         return "-"
     sign = "+" if signed else ""
-    return f"[{100 * stat['ci_low']:{sign}.2f}, {100 * stat['ci_high']:{sign}.2f}]"
+    bounds = stat.get("range")
+    shown = clip_interval(stat["ci_low"], stat["ci_high"], None if bounds is None else Bounds(*bounds))
+    return f"[{100 * shown.low:{sign}.2f}, {100 * shown.high:{sign}.2f}]" + (CLIPPED if shown.clipped else "")
 
 
 MIN_SEEDS = 3
@@ -332,7 +353,7 @@ def _differences(row: Mapping[str, Any], base_label: str) -> tuple[Mapping[str, 
     if row["variant"] != base_label:
         return row["delta_acc"], row.get("delta_local_acc")
     own = [(row.get(key) or {}).get("per_seed") or [] for key in ("final_acc", "final_local_acc")]
-    return _paired(own[0], own[0]), _paired(own[1], own[1])
+    return _paired(own[0], own[0], FRACTION), _paired(own[1], own[1], FRACTION)
 
 
 def format_seed_table(
@@ -381,6 +402,7 @@ def format_seed_table(
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     # the validation number the rule selected on (a "best" rule's best round, not the final one the table of every point disowns)
     val_key = f"{'best' if select.endswith('best') else 'final'}_{'local_' if local_rule else ''}val_acc"
+    clipped = False
     for r in rows:
         delta, delta_local = _differences(r, base_label)
         reached = [x for x in r["rounds_to_target"] if x is not None]
@@ -413,6 +435,9 @@ def format_seed_table(
         if with_asr:
             cells.append(_pm(r.get("attack_success_rate")))
         lines.append("| " + " | ".join(cells) + " |")
+        clipped = clipped or any(cell.endswith(CLIPPED) for cell in cells)
+    if clipped:  # after a blank line: a line right under a markdown table would be read as one of its rows
+        lines += ["", CLIPPED_NOTE]
     if tune is not None:
         points = parse_tune(tune)
         what = "local validation accuracy" if local_rule else "validation accuracy"

@@ -4,6 +4,18 @@ A finished folder holds ``config.toml`` (the resolved config), ``metrics.jsonl``
 (one JSON object per round), ``summary.json`` and PNG plots. An interrupted or
 failed run leaves ``<name>.partial/``, never a folder that looks finished.
 
+Non-finite numbers: the files are strict JSON, so a NaN or infinite float is
+written as ``null``. In memory ``None`` means "not measured" and NaN "measured,
+and it overflowed" (only evaluation makes one: a global loss whose logits
+overflow), and a run read back must tell them apart, or
+:func:`summarize` reports an earlier round's finite loss as the final one. So
+a ``metrics.jsonl`` line with a non-finite top-level value also carries
+:data:`NONFINITE`: ``"nonfinite": {"global_loss": "nan"}`` (``"inf"``,
+``"-inf"``), which :func:`decode_record` turns back into the float. A line
+without it (every line of an older file) reads as before; a reader that does
+not know the key still sees ``null``. Values nested deeper (a per-client
+table) stay ``null``.
+
 A run folder is a transaction:
 
 * it is created atomically (:func:`claim_dir`: ``mkdir`` decides, never a
@@ -69,6 +81,39 @@ def strict(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [strict(v) for v in value]
     return value
+
+
+NONFINITE = "nonfinite"
+"""The ``metrics.jsonl`` key naming a record's non-finite top-level values (written ``null``): key -> ``"nan"``, ``"inf"`` or ``"-inf"``."""
+_SPELLING = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _spelled(value: float) -> str:
+    return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+
+
+def encode_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` as a ``metrics.jsonl`` line holds it: :func:`strict`, plus :data:`NONFINITE` naming the top-level values
+    that were NaN or infinite (no such key when there were none, so a finite record's line is as it always was)."""
+    if NONFINITE in record:
+        raise ValueError(f"a round record may not have a key named {NONFINITE!r}: metrics.jsonl uses it for non-finite values")
+    out = strict(dict(record))
+    nonfinite = {k: _spelled(v) for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)}
+    if nonfinite:
+        out[NONFINITE] = nonfinite
+    return out
+
+
+def decode_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A ``metrics.jsonl`` line's record as it was in memory: :data:`NONFINITE`'s values back in place of their ``null``
+    (and the key removed). ValueError for a marker that names no ``null`` value or spells no non-finite float."""
+    marks = record.pop(NONFINITE, None)
+    if marks is None:
+        return record
+    if not isinstance(marks, dict) or not all(isinstance(v, str) and v in _SPELLING and k in record and record[k] is None for k, v in marks.items()):
+        raise ValueError(f"{NONFINITE!r} must map keys whose value is null to one of {', '.join(map(repr, _SPELLING))}, got {marks!r}")
+    record.update({k: _SPELLING[v] for k, v in marks.items()})
+    return record
 
 
 def _taken(candidate: Path) -> bool:
@@ -244,7 +289,7 @@ class ResultWriter:
 
     def append(self, record: Mapping[str, Any]) -> None:
         """One round's line, written with ``os.write`` (unbuffered: a full disk fails here, not at close)."""
-        line = (json.dumps(strict(record), sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+        line = (json.dumps(encode_record(record), sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
         assert self._metrics is not None, "the metrics file is closed"
         view = memoryview(line)
         try:
@@ -293,7 +338,8 @@ class ResultWriter:
 
 
 def read_metrics(folder: str | Path, torn_tail: bool = False) -> list[dict[str, Any]]:
-    """Every round's record in ``folder/metrics.jsonl``; a line that is not JSON raises ValueError.
+    """Every round's record in ``folder/metrics.jsonl`` (:func:`decode_record`: a non-finite value is NaN or inf again);
+    a line that is not JSON raises ValueError.
 
     ``torn_tail``: an unfinished run's folder (``.partial``, ``.failed``), where a kill while a round's line was
     written leaves that last line cut short (no newline): it is dropped, as ``chillfl resume`` drops it.
@@ -307,7 +353,7 @@ def read_metrics(folder: str | Path, torn_tail: bool = False) -> list[dict[str, 
         except ValueError:
             if not torn_tail:
                 raise
-    return records
+    return [decode_record(r) if isinstance(r, dict) else r for r in records]
 
 
 def series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -333,10 +379,19 @@ def rounds_to_reach(records: Sequence[Mapping[str, Any]], key: str, target: floa
     return None
 
 
-def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None) -> dict[str, Any]:
+LOCAL_MIX_TV = "local_val_mix_tv"
+"""The summary key of :meth:`~chillfl.data.FederatedData.local_validation_mismatch`: how far the clients' local
+validation splits are from their training class mix (mean total variation distance), which ``local_val_acc`` is
+scored on (:func:`chillfl.report.caveats.local_mix_warning` reads it)."""
+
+
+def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None, local_mix_tv: float | None = None) -> dict[str, Any]:
     """Final and best values of the accuracy/loss metrics, with the round of each best; the final privacy budget
-    spent (``final_epsilon``) and backdoor success (``final_attack_success_rate``) where the records have them."""
+    spent (``final_epsilon``) and backdoor success (``final_attack_success_rate``) where the records have them;
+    ``local_mix_tv``: the run's data's local validation mismatch (:data:`LOCAL_MIX_TV`; None: it has no local splits)."""
     out: dict[str, Any] = {"rounds": records[-1]["round"] if records else 0}
+    if local_mix_tv is not None:
+        out[LOCAL_MIX_TV] = local_mix_tv
     for key, better in (("global_acc", max), ("local_acc", max), ("global_client_acc", max), ("global_loss", min), ("local_loss", min), ("train_loss", min),
                         ("global_ece", min), ("global_nll", min), ("global_brier", min), ("val_acc", max), ("val_loss", min),
                         ("local_val_acc", max)):

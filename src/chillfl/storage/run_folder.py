@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from chillfl.paths import check_writable_dir
 from chillfl.storage.checkpoint import CorruptCheckpoint, read_checkpoint
-from chillfl.storage.results import FAILURE, PARTIAL, RunLock, refuse_links, strict
+from chillfl.storage.results import FAILURE, PARTIAL, RunLock, decode_record, encode_record, refuse_links
 from chillfl.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -204,7 +204,7 @@ def _metrics_until(file: Path, run: Mapping[str, Any], done: int, force: bool) -
             why = "shorter than when it was written (rounds deleted or cut)" if len(data) < size else "its rounds were edited or deleted"
             raise ConfigError("metrics.jsonl", f"{file} does not match the checkpoint of round {done}: {why}; {hint}")
     records = _parse(data, file, done, force)
-    text = "".join(json.dumps(strict(r), sort_keys=True, allow_nan=False) + "\n" for r in records)
+    text = "".join(json.dumps(encode_record(r), sort_keys=True, allow_nan=False) + "\n" for r in records)
     return text.encode("utf-8"), records
 
 
@@ -218,6 +218,8 @@ def _parse(data: bytes, file: Path, done: int, force: bool) -> list[dict[str, An
         try:
             record = json.loads(line)
             ok = isinstance(record, dict) and type(record.get("round")) is int
+            if ok:
+                record = decode_record(record)  # a NaN loss is NaN again, not "not measured" (storage.results.NONFINITE)
         except ValueError:
             ok = False
         if not ok:

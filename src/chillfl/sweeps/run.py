@@ -34,17 +34,17 @@ from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.plugins import CUSTOM, is_custom
 from chillfl.progress import Progress, format_seconds
-from chillfl.report.caveats import ends_with_nonfinite_loss, nonfinite_loss_caveat, other_test_rows_caveat, step_size_caveat
+from chillfl.report.caveats import ends_with_nonfinite_loss, local_mix_warning, nonfinite_loss_caveat, other_test_rows_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
-from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
+from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
 from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, describe_plan, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, write_sweep
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
 from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
-from chillfl.tune import Point, point_scores, select_point
+from chillfl.tune import Point, is_local, point_scores, select_point
 
 if TYPE_CHECKING:
     from torch import nn
@@ -324,14 +324,23 @@ def seed_noise_warning(plan: Plan) -> str | None:
     return one_seed_warning(plan.seeds[0]) if not plan.multi and len(plan.variants) > 1 else None
 
 
-def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, where: SweepFolder) -> None:
-    """``table.md`` (the printed table, under the one-seed warning where there is one: a reader of the folder sees it
-    too), ``table.json`` and the figures in the ``.partial`` folder, then its rename to the finished folder."""
+def local_selection_warning(plan: Plan, sweep: Sweep) -> str | None:
+    """:func:`~chillfl.report.caveats.local_mix_warning` over every finished run (each tuning point's: selection read them
+    all) of a comparison that selects with a local rule; None for any other, and for runs whose summary predates the number."""
+    if not (plan.tuned and is_local(plan.select)):
+        return None
+    mismatch = {c.config.name: float(value) for c in plan.cells
+                if (out := sweep.results.get(c.key)) is not None and isinstance(value := out.summary.get(LOCAL_MIX_TV), (int, float))}
+    return local_mix_warning(mismatch, plan.select)
+
+
+def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, where: SweepFolder, warnings: Sequence[str] = ()) -> None:
+    """``table.md`` (the printed table, under the comparison's ``warnings`` where there are any: a reader of the folder sees
+    them too), ``table.json`` and the figures in the ``.partial`` folder, then its rename to the finished folder."""
     partial, folder = where.partial, where.folder
     if partial is None or folder is None:
         return
-    warning = seed_noise_warning(plan)
-    (partial / "table.md").write_text((f"warning: {warning}\n" if warning else "") + tables.table + "\n", encoding="utf-8")
+    (partial / "table.md").write_text("".join(f"warning: {w}\n" for w in warnings) + tables.table + "\n", encoding="utf-8")
     (partial / "table.json").write_text(json.dumps(tables.rows, indent=2) + "\n", encoding="utf-8")
     if plan.multi:
         bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
@@ -396,10 +405,10 @@ def run_compare(
         refuse_all_failed(plan, sweep, where)
         picked = pick_tuned(plan, sweep)
         tables = tabulate(config, plan, picked, nonfinite_runs(plan, sweep))
-        warning = seed_noise_warning(plan)
-        if warning is not None:
+        warnings = [w for w in (seed_noise_warning(plan), local_selection_warning(plan, sweep)) if w is not None]
+        for warning in warnings:  # once each, on stderr; not in the printed table (the docs' blocks stay as made)
             log.warning(warning)
-        write_tables(config, plan, picked, tables, where)
+        write_tables(config, plan, picked, tables, where, warnings)
         failures = {c.config.name: sweep.failures[c.key] for c in plan.cells if c.key in sweep.failures}
         return CompareResult(where.folder, tables.rows, tables.table, tables.outputs, failures=failures, runs=len(plan.cells))
     finally:

@@ -93,7 +93,7 @@ from chillfl.training.local import split_state, to_memory_format
 from chillfl.options import require
 from chillfl.training.objective import read_table, temperature_cross_entropy
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_client_momentum
-from chillfl.capabilities import Capabilities, Cost
+from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,13 @@ class LinearCorrectionTerm:
         correction = read_table(context, self.key)
         parts = [(params[k] * correction[k].detach()).sum() for k in params if k in correction]
         return torch.stack(parts).sum() if parts else torch.zeros(())
+
+
+CORRECTION_TERM = PARAMETER_TERM
+"""The overhead of :class:`LinearCorrectionTerm` a pass (a product and a sum a parameter tensor, and their gradients): priced as the
+proximal term's, :data:`~chillfl.capabilities.PARAMETER_TERM` (``Cost.pass_overhead``). Measured 2026-12-02 on the 2-vCPU AVX2
+machine (``benchmarks/estimates.py``, FLex&Chill CNN on digits): SCAFFOLD took 0.24-0.58 ms more than FedAvg a pass (0.3-0.8
+steps' overheads) in two processes, FedProx 0.40-0.94 ms."""
 
 
 CONTROL = "scaffold_control"
@@ -260,7 +267,9 @@ class Scaffold(AggregatorBase):
         self.control = load_params(state["control"])
 
 
-CAPABILITIES = Capabilities(plain_sgd="SCAFFOLD's option II control variate (x - y_i) / (K lr)", takes_weights=True)
+CAPABILITIES = Capabilities(plain_sgd="SCAFFOLD's option II control variate (x - y_i) / (K lr)", takes_weights=True,
+                            cost=Cost(pass_overhead=CORRECTION_TERM))
+"""Its limits, and its cost: the correction term c - c_i on every pass (:data:`CORRECTION_TERM`)."""
 
 
 SPEC = register_algorithm(
@@ -271,7 +280,7 @@ SPEC = register_algorithm(
         "control variates, option II (Karimireddy et al. 2020)",
         capabilities=CAPABILITIES,
         # option I's c_i+ = g_i(x): a forward + backward over the client's rows after its training, one more epoch (option II's
-        # (x - y_i) / (K lr) and the correction term work on the parameters alone)
-        capabilities_of=lambda o: replace(CAPABILITIES, cost=Cost(epochs=1.0)) if o.option == "I" else CAPABILITIES,
+        # (x - y_i) / (K lr) works on the parameters alone, once a round)
+        capabilities_of=lambda o: replace(CAPABILITIES, cost=CAPABILITIES.cost.plus(Cost(epochs=1.0))) if o.option == "I" else CAPABILITIES,
     ),
 )

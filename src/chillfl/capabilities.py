@@ -37,7 +37,8 @@ more a batch (1.1 steps' overheads)."""
 class Cost:
     """The work a method adds to a round beyond plain local SGD, in units the time estimates price
     (:mod:`chillfl.catalogue`: per-step overhead plus FLOPs). A forward-only pass counts :data:`FORWARD` of a
-    forward + backward one; work on the parameters alone (a proximal term) is not counted."""
+    forward + backward one; work on the parameters alone is priced by its calls (:attr:`pass_overhead`) and, where it sweeps
+    many copies of them, its FLOPs (:attr:`step_parameter_flops`); the server's own work by the ``*_server_*`` fields."""
 
     step_passes: float = 1.0
     """Forward + backward passes of one local step, plain SGD's being 1: 2 for a second gradient a step (FedSAM),

@@ -69,6 +69,7 @@ METHODS: dict[str, dict[str, Any]] = {
     "perfedavg_adapt": {"algorithm": {"name": "perfedavg", "adapt_steps": 5}},
     "feddyn": {"algorithm": {"name": "feddyn"}},
     "scaffold": {"algorithm": {"name": "scaffold"}},
+    "vrl_sgd": {"algorithm": {"name": "vrl_sgd"}},
     "fedavg_n60": {"federation": {"num_clients": 60}},
     "apple_n60": {"federation": {"num_clients": 60}, "algorithm": {"name": "apple"}},
     "apple_mlp": {"model": {"name": "mlp"}, "algorithm": {"name": "apple"}},

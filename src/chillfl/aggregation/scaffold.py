@@ -93,7 +93,7 @@ from chillfl.training.local import split_state, to_memory_format
 from chillfl.options import require
 from chillfl.training.objective import read_table, temperature_cross_entropy
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_client_momentum
-from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
+from chillfl.capabilities import Capabilities, Cost
 
 
 @dataclass(frozen=True)
@@ -129,11 +129,12 @@ class LinearCorrectionTerm:
         return torch.stack(parts).sum() if parts else torch.zeros(())
 
 
-CORRECTION_TERM = PARAMETER_TERM
-"""The overhead of :class:`LinearCorrectionTerm` a pass (a product and a sum a parameter tensor, and their gradients): priced as the
-proximal term's, :data:`~chillfl.capabilities.PARAMETER_TERM` (``Cost.pass_overhead``). Measured 2026-12-02 on the 2-vCPU AVX2
-machine (``benchmarks/estimates.py``, FLex&Chill CNN on digits): SCAFFOLD took 0.24-0.58 ms more than FedAvg a pass (0.3-0.8
-steps' overheads) in two processes, FedProx 0.40-0.94 ms."""
+CORRECTION_TERM = 0.4
+"""The overhead of :class:`LinearCorrectionTerm` a pass (a product and a sum a parameter tensor, and their gradients), in plain
+steps' overheads (``Cost.pass_overhead``): fewer calls than the proximal term's :data:`~chillfl.capabilities.PARAMETER_TERM`.
+Measured 2026-12-02 on the 2-vCPU AVX2 machine (``benchmarks/estimates.py``, FLex&Chill CNN on digits, 500 passes): SCAFFOLD
+took 0.12-0.29 CPU seconds more than FedAvg in five processes, 0.16 s on average, 0.32 ms a pass (0.42 steps' overheads);
+FedDyn, this term and the proximal term, 0.27-0.34 s (0.8 overheads a pass)."""
 
 
 CONTROL = "scaffold_control"

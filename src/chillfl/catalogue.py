@@ -107,7 +107,8 @@ class Work:
     steps of the public-set and server-side training its method declares (at ``client.batch_size``)."""
     clients_per_round: int
     flops: float
-    """Training (forward + backward: 3 forwards a sample) and evaluation FLOPs over the run."""
+    """Training (forward + backward: 3 forwards a sample) and evaluation FLOPs over the run, and those its parts declare on
+    the parameters (``Cost.step_parameter_flops``)."""
     throughput: float
     """FLOP/s of its model's local training on one core (:func:`throughput`)."""
     overhead_steps: float = 0.0
@@ -338,7 +339,8 @@ def estimate_cpu_minutes(config: RunConfig, runs: Sequence[RunConfig] | None = N
 def estimate_gpu_minutes(config: RunConfig, runs: Sequence[RunConfig] | None = None) -> tuple[float, float] | None:
     """Minutes on an H200 (executor ``auto``, fp32), low and high: the measured 0.22 ms a client step, with
     a step of fewer than 100 clients costing proportionally less (low) or as much as one of 100 (high); never
-    less than the run's FLOPs at the rate workload 1 reached; summed over the runs. ``runs``: as for :func:`estimate_cpu_minutes`."""
+    less than the run's FLOPs at the rate workload 1 reached; plus the host work its parts declare (:attr:`Work.host_seconds`,
+    as on the CPU); summed over the runs. ``runs``: as for :func:`estimate_cpu_minutes`."""
     works = _priced(config, runs)
     if works is None:
         return None

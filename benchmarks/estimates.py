@@ -8,7 +8,9 @@
 thread, nothing written; CPU time is the measure on a shared machine (wall time grows with its load). Compare a
 method's ``cpu/est`` with FedAvg's from the same process: the FedAvg ratio is the machine, the rest the method.
 The ``_mlp`` and ``_resnet`` entries swap the model (the MLP, resnet20) for methods compared with their own FedAvg row
-(dp-sgd's per-sample step, FedAlign's reduced final stage, which needs a ResNet).
+(dp-sgd's per-sample step, FedAlign's reduced final stage, which needs a ResNet; APPLE's and pFedHN's work on the parameters);
+``_n60`` has 60 clients (APPLE's mixture grows with them). ``pfedhn_h50``, ``fedpac_qp500``, ``fedala_pre2`` and ``fedgh_e20``
+change one option against the plain entry, to fit the constant that option scales (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -57,6 +59,25 @@ METHODS: dict[str, dict[str, Any]] = {
     "dpsgd_mlp": {"model": {"name": "mlp"}, "privacy": {"mechanism": "dp-sgd", "clip_norm": 1.0, "noise_multiplier": 1.0}},
     "fedavg_resnet": {"model": {"name": "resnet20"}},
     "fedalign": {"model": {"name": "resnet20"}, "algorithm": {"name": "fedalign"}},
+    "apple": {"algorithm": {"name": "apple"}},
+    "fedgh": {"prototypes": {"method": "fedgh"}},
+    "pfedhn": {"algorithm": {"name": "pfedhn"}},
+    "fedpac": {"algorithm": {"name": "fedpac"}},
+    "selective_fd": {"distillation": {**PUBLIC, "method": "selective_fd"}},
+    "fedala": {"algorithm": {"name": "fedala"}},
+    "pacfl": {"algorithm": {"name": "pacfl"}},
+    "perfedavg_adapt": {"algorithm": {"name": "perfedavg", "adapt_steps": 5}},
+    "feddyn": {"algorithm": {"name": "feddyn"}},
+    "scaffold": {"algorithm": {"name": "scaffold"}},
+    "vrl_sgd": {"algorithm": {"name": "vrl_sgd"}},
+    "fedavg_n60": {"federation": {"num_clients": 60}},
+    "apple_n60": {"federation": {"num_clients": 60}, "algorithm": {"name": "apple"}},
+    "apple_mlp": {"model": {"name": "mlp"}, "algorithm": {"name": "apple"}},
+    "pfedhn_mlp": {"model": {"name": "mlp"}, "algorithm": {"name": "pfedhn"}},
+    "pfedhn_h50": {"algorithm": {"name": "pfedhn", "hidden": 50}},
+    "fedpac_qp500": {"algorithm": {"name": "fedpac", "qp_steps": 500}},
+    "fedala_pre2": {"algorithm": {"name": "fedala", "num_pre_loss": 2}},
+    "fedgh_e20": {"prototypes": {"method": "fedgh", "server_epochs": 20}},
 }
 
 

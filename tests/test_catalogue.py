@@ -151,6 +151,16 @@ def test_the_stored_flop_counts_are_the_models_counts() -> None:
     assert stored_flops() == counted, "update src/chillfl/experiments/_catalogue.toml:\n" + flops_table(counted)
 
 
+def test_the_stored_parameter_counts_are_the_models_counts() -> None:
+    """``[parameters]`` likewise: every bundled model's trainable parameters, counted afresh."""
+    from chillfl.catalogue import counted_parameters, flops_table, stored_parameters
+
+    counted = counted_parameters()
+    assert stored_parameters() == counted, "update src/chillfl/experiments/_catalogue.toml:\n" + flops_table(counted, "parameters")
+    # mlp on digits (64 inputs, hidden [64], 10 classes): 64 x 64 + 64 + 64 x 10 + 10 = 4,810.
+    assert counted["digits:name='mlp'"] == 4810.0
+
+
 def test_a_model_no_bundled_experiment_uses_is_counted(tmp_path) -> None:
     from chillfl.catalogue import _forward_flops, stored_flops
 

@@ -8,13 +8,14 @@ No wall time is asserted: the arithmetic is (docs/performance.md, "Time estimate
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
-from chillfl.catalogue import SMALL_FLOPS, STEP_S, _forward_flops, declared_cost, estimate_cpu_minutes, estimate_gpu_minutes, work
+from chillfl.catalogue import CPU_FLOPS, SMALL_FLOPS, STEP_S, _forward_flops, declared_cost, estimate_cpu_minutes, estimate_gpu_minutes, work
 from chillfl.config import RunConfig, config_from_dict
 from user_modules import install
 
@@ -34,12 +35,13 @@ def _config(**tables: dict[str, Any]) -> RunConfig:
     return config_from_dict(out)
 
 
-def _minutes(steps: float, trained: float, tested: float = TEST, overhead: float = 0.0) -> float:
+def _minutes(steps: float, trained: float, tested: float = TEST, overhead: float = 0.0, more_flops: float = 0.0, host: float = 0.0) -> float:
     """The cost model by hand: steps x overhead + (3 FLOPs a trained sample's forward + backward, 1 a tested one);
-    ``overhead``: steps' overheads without FLOPs (a declared ``pass_overhead``)."""
+    ``overhead``: steps' overheads without FLOPs (a declared ``pass_overhead``); ``more_flops``: FLOPs on the parameters at the
+    model's throughput; ``host``: seconds of declared host work."""
     flops = _forward_flops(_config())
     assert flops is not None
-    return ((steps + overhead) * STEP_S + (3 * trained + tested) * flops / SMALL_FLOPS) / 60
+    return ((steps + overhead) * STEP_S + ((3 * trained + tested) * flops + more_flops) / SMALL_FLOPS + host) / 60
 
 
 def _close(config: RunConfig, expected: float) -> None:
@@ -78,8 +80,10 @@ def test_extra_passes_add_up_across_the_parts_of_a_run() -> None:
 
 
 def test_a_personal_model_and_fine_tuning_add_local_epochs() -> None:
-    _close(_config(algorithm={"name": "ditto"}), _minutes(2 * STEPS, 2 * SAMPLES))  # a second training as long
-    _close(_config(algorithm={"name": "ditto", "personal_epochs": 3}), _minutes(4 * STEPS, 4 * SAMPLES))  # 1 + 3 epochs
+    # Ditto: a second training as long, its 24 passes with the proximal term (0.6 steps' overhead each): 14.4 overheads.
+    _close(_config(algorithm={"name": "ditto"}), _minutes(2 * STEPS, 2 * SAMPLES, overhead=24 * 0.6))
+    # personal_epochs = 3: 1 + 3 epochs, the term on the 3 x 24 = 72 personal passes alone: 43.2 overheads.
+    _close(_config(algorithm={"name": "ditto", "personal_epochs": 3}), _minutes(4 * STEPS, 4 * SAMPLES, overhead=72 * 0.6))
     _close(_config(algorithm={"name": "fedavg_ft", "finetune_epochs": 2}), _minutes(3 * STEPS, 3 * SAMPLES))
 
 
@@ -138,8 +142,12 @@ def test_a_plugin_declares_its_cost_through_its_spec(tmp_path: Path, monkeypatch
 
 def test_costs_add_their_extras() -> None:
     a = Cost(step_passes=2.0, trainings=2.0, epochs=1.0, public_samples=10, server_samples=5, server_steps=3, test_passes=1, pass_overhead=0.5)
-    b = Cost(step_passes=1.5, epochs=0.5, test_passes=2, pass_overhead=0.25)
-    assert a.plus(b) == Cost(step_passes=2.5, trainings=2.0, epochs=1.5, public_samples=10, server_samples=5, server_steps=3, test_passes=3, pass_overhead=0.75)
+    a = replace(a, extra_pass_overhead=0.6, steps=1, first_epochs=2, first_pair_flops=8, step_parameter_flops=36, client_server_steps=20)
+    a = replace(a, class_server_steps=0.07, server_parameter_flops=100)
+    b = Cost(step_passes=1.5, epochs=0.5, test_passes=2, pass_overhead=0.25, steps=4, first_pair_flops=2, client_server_steps=2.4)
+    total = Cost(step_passes=2.5, trainings=2.0, epochs=1.5, public_samples=10, server_samples=5, server_steps=3, test_passes=3, pass_overhead=0.75)
+    total = replace(total, extra_pass_overhead=0.6, steps=5, first_epochs=2, first_pair_flops=10, step_parameter_flops=36, client_server_steps=22.4)
+    assert a.plus(b) == replace(total, class_server_steps=0.07, server_parameter_flops=100)
     assert Cost().plus(Cost()) == Cost()
     assert Capabilities(cost=b).wrapping(Capabilities(cost=a)).cost == a.plus(b)
 
@@ -166,7 +174,9 @@ def test_head_epochs_body_frozen_are_priced_as_forward_epochs() -> None:
     _close(_config(algorithm={"name": "fedrep"}), _minutes(6 * STEPS, 6 * SAMPLES))
     _close(_config(algorithm={"name": "fedrep", "head_epochs": 2}), _minutes(2 * STEPS, 2 * SAMPLES))  # 1 + 2 x 0.5
     # FedPAC: head_epochs = 1 (0.5) and two forwards over the rows (statistics before, class means after): 1 + 3 x 0.5 = 2.5.
-    _close(_config(algorithm={"name": "fedpac"}), _minutes(2.5 * STEPS, 2.5 * SAMPLES))
+    # and its server's QP for each sampled client, qp_steps = 2000 iterations of 0.01 steps' overhead: 3 rounds x 1 client x 20.
+    _close(_config(algorithm={"name": "fedpac"}), _minutes(2.5 * STEPS, 2.5 * SAMPLES, host=3 * 20 * STEP_S))
+    _close(_config(algorithm={"name": "fedpac", "qp_steps": 500}), _minutes(2.5 * STEPS, 2.5 * SAMPLES, host=3 * 5 * STEP_S))
 
 
 def test_fedbabu_prices_its_fine_tuning() -> None:
@@ -192,9 +202,13 @@ def test_fedfomo_trains_on_the_rows_outside_its_validation_split() -> None:
 
 
 def test_fedala_prices_the_ala_epoch_over_its_random_share() -> None:
-    # rand_percent = 80: an ALA epoch over 80 % of the rows before each training: 1 + 0.8 epochs.
-    _close(_config(algorithm={"name": "fedala"}), _minutes(1.8 * STEPS, 1.8 * SAMPLES))
-    _close(_config(algorithm={"name": "fedala", "rand_percent": 50}), _minutes(1.5 * STEPS, 1.5 * SAMPLES))
+    # rand_percent = 80: an ALA epoch over 80 % of the rows before each training: 1 + 0.8 epochs a round (24 x 1.8 = 43.2
+    # steps); and the first ALA, num_pre_loss = 10 epochs more once a client: N (1 - (1 - m/N)^R) = 2 (1 - 0.5^3) = 1.75
+    # clients expected, 1.75 x 10 x 0.8 = 14 epochs of ceil(719 / 100) = 8 steps (112) over 14 x 719 rows.
+    assert declared_cost(_config(algorithm={"name": "fedala"})) == Cost(epochs=0.8, first_epochs=8.0)
+    _close(_config(algorithm={"name": "fedala"}), _minutes(1.8 * STEPS + 112, 1.8 * SAMPLES + 14 * 719))
+    # rand_percent = 50, num_pre_loss = 4: 24 x 1.5 = 36 steps; 1.75 x 4 x 0.5 = 3.5 epochs once: 28 steps over 3.5 x 719 rows.
+    _close(_config(algorithm={"name": "fedala", "rand_percent": 50, "num_pre_loss": 4}), _minutes(1.5 * STEPS + 28, 1.5 * SAMPLES + 3.5 * 719))
 
 
 def test_fedphp_runs_its_inherited_model_forward_a_step() -> None:
@@ -202,16 +216,79 @@ def test_fedphp_runs_its_inherited_model_forward_a_step() -> None:
 
 
 def test_perfedavg_takes_a_one_batch_job_a_gradient() -> None:
-    # FO: 24 // 2 = 12 steps of 2 one-batch gradients, the 24 batches once as FedAvg, but 24 jobs (1 step's overhead each).
-    assert declared_cost(_config(algorithm={"name": "perfedavg"})) == Cost(pass_overhead=ONE_BATCH_JOB)
-    _close(_config(algorithm={"name": "perfedavg"}), _minutes(STEPS, SAMPLES, overhead=STEPS * 1.0))
-    # HF: 8 steps of 4 gradients: 32 = 24 x 4/3 passes, 32 jobs.
-    _close(_config(algorithm={"name": "perfedavg", "variant": "hf"}), _minutes(4 / 3 * STEPS, 4 / 3 * SAMPLES, overhead=4 / 3 * STEPS * 1.0))
+    # FO: 24 // 2 = 12 steps of 2 one-batch gradients, the 24 batches once as FedAvg, but 24 jobs (1 step's overhead each);
+    # then adapt_steps = 1 (default) one-batch step of the personalised model a client-round, a job too: 3 rounds x 1 client.
+    assert declared_cost(_config(algorithm={"name": "perfedavg"})) == Cost(pass_overhead=ONE_BATCH_JOB, steps=1.0)
+    _close(_config(algorithm={"name": "perfedavg"}), _minutes(STEPS + 3, SAMPLES + 3 * 100, overhead=(STEPS + 3) * 1.0))
+    # HF: 8 steps of 4 gradients: 32 = 24 x 4/3 passes, 32 jobs; and the 3 adapt steps (not 4/3 each): 35 passes, 35 jobs.
+    _close(_config(algorithm={"name": "perfedavg", "variant": "hf"}), _minutes(32 + 3, 4 / 3 * SAMPLES + 300, overhead=35 * 1.0))
+    # adapt_steps = 5: 5 a client-round, 15 passes of 100 rows; adapt_steps = 0: none.
+    _close(_config(algorithm={"name": "perfedavg", "adapt_steps": 5}), _minutes(STEPS + 15, SAMPLES + 1500, overhead=(STEPS + 15) * 1.0))
+    _close(_config(algorithm={"name": "perfedavg", "adapt_steps": 0}), _minutes(STEPS, SAMPLES, overhead=STEPS * 1.0))
 
 
-def test_scaffold_option_one_adds_a_gradient_epoch() -> None:
-    assert declared_cost(_config(algorithm={"name": "scaffold"})) == Cost()  # option II: (x - y_i) / (K lr), parameters only
-    _close(_config(algorithm={"name": "scaffold", "option": "I"}), _minutes(2 * STEPS, 2 * SAMPLES))  # g_i(x) over the rows
+def test_scaffold_and_feddyn_price_their_terms_on_the_parameters() -> None:
+    # SCAFFOLD option II: the correction term on each of the 24 passes, 0.4 steps' overhead each (CORRECTION_TERM): 9.6
+    # overheads, FedAvg's FLOPs. Option I: + g_i(x) over the rows, an epoch: 48 passes, 19.2.
+    assert declared_cost(_config(algorithm={"name": "scaffold"})) == Cost(pass_overhead=0.4)
+    _close(_config(algorithm={"name": "scaffold"}), _minutes(STEPS, SAMPLES, overhead=24 * 0.4))
+    _close(_config(algorithm={"name": "scaffold", "option": "I"}), _minutes(2 * STEPS, 2 * SAMPLES, overhead=48 * 0.4))
+    # VRL-SGD: the same correction term (with its Delta_i): 9.6 overheads.
+    assert declared_cost(_config(algorithm={"name": "vrl_sgd"})) == Cost(pass_overhead=0.4)
+    _close(_config(algorithm={"name": "vrl_sgd"}), _minutes(STEPS, SAMPLES, overhead=24 * 0.4))
+    # FedDyn: its linear term and its proximal term, 0.4 + 0.6 a pass: 24 x 1.0 = 24 overheads.
+    assert declared_cost(_config(algorithm={"name": "feddyn"})) == Cost(pass_overhead=0.4 + PARAMETER_TERM)
+    _close(_config(algorithm={"name": "feddyn"}), _minutes(STEPS, SAMPLES, overhead=24 * 1.0))
+
+
+def test_apple_prices_its_mixture_per_parameter_and_client() -> None:
+    # Each of the 24 passes mixes the N = 2 core models: 36 FLOPs x 4,810 parameters (the MLP: 64 x 64 + 64 + 64 x 10 + 10)
+    # x 2 clients = 346,320 FLOPs a pass, 8,311,680 in all; and the calls a parameter tensor, 0.6 a pass: 14.4 overheads.
+    _close(_config(algorithm={"name": "apple"}), _minutes(STEPS, SAMPLES, overhead=24 * 0.6, more_flops=24 * 36 * 4810 * 2))
+    # N = 4 clients (still 1 a round) of 1,438 / 4 = 359.5 rows: ceil(359.5 / 100) = 4 steps a round, 12 passes over 3 x 359.5
+    # rows, each mixing 4 models: 36 x 4,810 x 4 = 692,640 FLOPs a pass. The mixture's FLOPs grow with N, the model's with the rows.
+    four = _config(algorithm={"name": "apple"}, federation={"num_clients": 4})
+    w = work(four)
+    assert w is not None and w.client_steps == 12 and math.isclose(w.overhead_steps, 12 * 0.6)
+    flops = _forward_flops(_config())
+    assert flops is not None and math.isclose(w.flops, (3 * 3 * 359.5 + TEST) * flops + 12 * 36 * 4810 * 4, rel_tol=1e-12)
+
+
+def test_pfedhn_prices_its_hypernetwork_on_the_host() -> None:
+    # For each sampled client (3 rounds x 1): 2.4 steps' overheads and 88 x hidden (100) x 4,810 parameters FLOPs at 11
+    # GFLOP/s: 3 x 42,328,000 FLOPs; the local training is FedAvg's.
+    host = 3 * 2.4 * STEP_S + 3 * 88 * 100 * 4810 / SMALL_FLOPS
+    assert declared_cost(_config(algorithm={"name": "pfedhn"})) == Cost(client_server_steps=2.4, server_parameter_flops=8800.0)
+    _close(_config(algorithm={"name": "pfedhn"}), _minutes(STEPS, SAMPLES, host=host))
+    _close(_config(algorithm={"name": "pfedhn", "hidden": 50}), _minutes(STEPS, SAMPLES, host=3 * 2.4 * STEP_S + 3 * 88 * 50 * 4810 / SMALL_FLOPS))
+    # The host work runs on the host in a GPU run too: both GPU ends are FedAvg's plus it.
+    gpu, fedavg = estimate_gpu_minutes(_config(algorithm={"name": "pfedhn"})), estimate_gpu_minutes(_config())
+    assert gpu is not None and fedavg is not None
+    assert math.isclose(gpu[0], fedavg[0] + host / 60, rel_tol=1e-12) and math.isclose(gpu[1], fedavg[1] + host / 60, rel_tol=1e-12)
+
+
+def test_fedgh_prices_its_header_steps_per_class() -> None:
+    # FedProto's protocol cost (a forward epoch, 3 test passes) and, for each sampled client's class (10, all priced),
+    # server_epochs / server_batch_size header steps of 0.07 steps' overhead: 3 rounds x 1 client x 10 x 0.07 = 2.1.
+    fedgh = _config(prototypes={"method": "fedgh"})
+    assert declared_cost(fedgh) == Cost(epochs=FORWARD, test_passes=3.0, class_server_steps=0.07)
+    _close(fedgh, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 4 * TEST, host=3 * 10 * 0.07 * STEP_S))
+    # server_epochs = 20 in steps of 4 pairs: 5 steps a pair, 0.35 each class: 3 x 10 x 0.35 = 10.5.
+    many = _config(prototypes={"method": "fedgh", "server_epochs": 20, "server_batch_size": 4})
+    _close(many, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 4 * TEST, host=3 * 10 * 0.35 * STEP_S))
+
+
+def test_a_one_off_fit_over_the_rows_is_priced_per_pair_of_rows() -> None:
+    # PACFL: each client's signature once, 2 FLOPs a pair of its rows and a feature (per label): 1.75 clients expected x
+    # 2 x 719^2 x 64 (8x8 digits) FLOPs at 50 GFLOP/s; all the rows at once: 31 instead of 2.
+    once = 1.75 * 719**2 * 64 / CPU_FLOPS
+    assert declared_cost(_config(algorithm={"name": "pacfl"})) == Cost(first_pair_flops=2.0)
+    _close(_config(algorithm={"name": "pacfl"}), _minutes(STEPS, SAMPLES, host=2 * once))
+    _close(_config(algorithm={"name": "pacfl", "signature": "all"}), _minutes(STEPS, SAMPLES, host=31 * once))
+    # Selective-FD: its KuLSIF fit, 8 a pair and feature, on DS-FL's public-set work (test_the_soft_label_protocol_...).
+    sfd = _config(distillation={"method": "selective_fd", "public_size": 100, "subset_size": 50, "distill_epochs": 2})
+    assert declared_cost(sfd) == Cost(public_samples=125.0, server_samples=50.0, first_pair_flops=8.0)
+    _close(sfd, _minutes(STEPS + 3 * (2 + 1), SAMPLES + 3 * (125 + 50), host=8 * once))
 
 
 def test_a_declared_pretraining_is_spread_over_the_rounds() -> None:

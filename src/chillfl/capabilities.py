@@ -11,7 +11,7 @@ adds to a round beyond plain local SGD, which time estimates ask for (declaring 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, replace
 
 from chillfl.errors import ConfigError
 
@@ -37,7 +37,8 @@ more a batch (1.1 steps' overheads)."""
 class Cost:
     """The work a method adds to a round beyond plain local SGD, in units the time estimates price
     (:mod:`chillfl.catalogue`: per-step overhead plus FLOPs). A forward-only pass counts :data:`FORWARD` of a
-    forward + backward one; work on the parameters alone (a proximal term) is not counted."""
+    forward + backward one; work on the parameters alone is priced by its calls (:attr:`pass_overhead`) and, where it sweeps
+    many copies of them, its FLOPs (:attr:`step_parameter_flops`); the server's own work by the ``*_server_*`` fields."""
 
     step_passes: float = 1.0
     """Forward + backward passes of one local step, plain SGD's being 1: 2 for a second gradient a step (FedSAM),
@@ -60,12 +61,41 @@ class Cost:
     """Further overhead of each forward + backward pass of a local step, in plain steps' overheads, with no FLOPs: calls that
     work on the parameters alone (:data:`PARAMETER_TERM`, a proximal term) or a job set up a batch (:data:`ONE_BATCH_JOB`).
     Priced at the per-step overhead alone, so it weighs on the CPU-scale models, whose steps that overhead bounds."""
+    extra_pass_overhead: float = 0.0
+    """As :attr:`pass_overhead`, on the passes of the further trainings and epochs alone (the ``trainings - 1`` beyond the run's
+    and the :attr:`epochs`), not of the run's own training: a term only a second training computes (Ditto's proximal term on
+    its personal model)."""
+    steps: float = 0.0
+    """Further one-batch local passes a client takes a round outside its epochs (Per-FedAvg's ``adapt_steps``): each priced as a
+    pass of ``client.batch_size`` samples with its :attr:`pass_overhead`, not multiplied by :attr:`step_passes`."""
+    first_epochs: float = 0.0
+    """Further epochs over its own rows a client runs once, at its first participation (FedALA's first ALA, until its losses
+    settle; what a one-off fit costs, in such epochs): spread over the rounds with the clients expected to take part at least
+    once, N (1 - (1 - m / N)^R)."""
+    first_pair_flops: float = 0.0
+    """FLOPs a client spends once, at its first participation, per pair of its rows and per input feature (n^2 d: a kernel or
+    a Gram matrix over its rows, a fit on them: Selective-FD's density-ratio fit, PACFL's signature). Spread over the rounds as
+    :attr:`first_epochs`; priced at the large models' throughput (dense float64 matrix work)."""
+    step_parameter_flops: float = 0.0
+    """FLOPs each local pass spends on the parameters alone, per trainable parameter of the model and per client of the
+    federation: a step that mixes every client's copy of the model (APPLE's mixture of the N core models). Priced at the model's
+    training throughput, on top of the pass's own FLOPs."""
+    client_server_steps: float = 0.0
+    """Work the server does a round for each sampled client, in plain steps' overheads, with no FLOPs: small sequential
+    solvers (FedPAC's QP iterations). Host work: priced alike in the CPU and the GPU estimates."""
+    class_server_steps: float = 0.0
+    """As :attr:`client_server_steps`, for each class of the dataset a sampled client sends (priced at all the dataset's
+    classes: an upper bound): steps on one row per class (FedGH's header steps on the class means)."""
+    server_parameter_flops: float = 0.0
+    """FLOPs the server spends a round for each sampled client, per trainable parameter of the model (pFedHN's hypernetwork:
+    generating the client's model, the chain rule and the step, each over ``hidden`` x the parameters). Host work, priced at
+    the small models' throughput in both estimates."""
 
     def plus(self, other: Cost) -> Cost:
-        """Both costs in one run (a method with a loss term, a wrapper over its base): the extras add up."""
-        return Cost(self.step_passes + other.step_passes - 1, self.trainings + other.trainings - 1, self.epochs + other.epochs, self.public_samples + other.public_samples,
-                    self.server_samples + other.server_samples, self.server_steps + other.server_steps, self.test_passes + other.test_passes,
-                    self.pass_overhead + other.pass_overhead)
+        """Both costs in one run (a method with a loss term, a wrapper over its base): the extras add up (the passes a step
+        and the trainings, whose plain value is 1, add their excess over 1)."""
+        total = Cost(*(a + b for a, b in zip(astuple(self), astuple(other))))
+        return replace(total, step_passes=total.step_passes - 1, trainings=total.trainings - 1)
 
 
 @dataclass(frozen=True)

@@ -107,16 +107,21 @@ class Work:
     steps of the public-set and server-side training its method declares (at ``client.batch_size``)."""
     clients_per_round: int
     flops: float
-    """Training (forward + backward: 3 forwards a sample) and evaluation FLOPs over the run."""
+    """Training (forward + backward: 3 forwards a sample) and evaluation FLOPs over the run, and those its parts declare on
+    the parameters (``Cost.step_parameter_flops``)."""
     throughput: float
     """FLOP/s of its model's local training on one core (:func:`throughput`)."""
     overhead_steps: float = 0.0
     """Steps' overheads with no FLOPs its parts declare (``Cost.pass_overhead`` x the passes): measured on the CPU only,
     so the GPU estimate leaves them out."""
+    host_seconds: float = 0.0
+    """Seconds of the work its parts declare on the host: the server's (``Cost.client_server_steps``, ``class_server_steps``,
+    ``server_parameter_flops``) and the clients' one-off fits (``first_pair_flops``), the same in both estimates (the server's
+    runs on the host whatever the run's device; the fits are priced at the CPU's rate: an upper bound on a GPU)."""
 
     def cpu_seconds(self) -> float:
-        """The CPU cost model: (steps + declared overheads) x overhead + FLOPs at the model's throughput."""
-        return (self.client_steps + self.overhead_steps) * STEP_S + self.flops / self.throughput
+        """The CPU cost model: (steps + declared overheads) x overhead + FLOPs at the model's throughput, + the server's host work."""
+        return (self.client_steps + self.overhead_steps) * STEP_S + self.flops / self.throughput + self.host_seconds
 
 
 def _target(stem: str) -> str:
@@ -174,6 +179,17 @@ def _forward_flops(config: RunConfig) -> float | None:
     return stored if stored is not None else _model_flops(dataset, items)
 
 
+def _parameters(config: RunConfig) -> float | None:
+    """The config's model's trainable parameters (None: the model cannot be built here): stored for a bundled experiment's
+    model (``[parameters]``), else counted; asked only of a run whose parts declare work on the parameters."""
+    dataset, items = str(config.dataset.get("name")), _model_items(config)
+    stored = stored_parameters().get(flops_key(dataset, items))
+    if stored is not None:
+        return stored
+    counts = _model_counts(dataset, items)
+    return None if counts is None else counts[1]
+
+
 def _model_items(config: RunConfig) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, repr(v)) for k, v in config.model.items()))
 
@@ -195,27 +211,51 @@ def stored_flops() -> dict[str, float]:
     return {str(k): float(v) for k, v in notes.get("forward_flops", {}).items()}
 
 
-def counted_flops() -> dict[str, float]:
-    """Every bundled experiment's model counted afresh (what ``[forward_flops]`` must hold)."""
+@functools.cache
+def stored_parameters() -> dict[str, float]:
+    """``experiments/_catalogue.toml``'s ``[parameters]``: the trainable parameters of the bundled experiments' models, stored
+    for the reason :func:`stored_flops` gives and checked the same way (:func:`counted_parameters`)."""
+    notes = read_toml(experiments_root() / "_catalogue.toml")
+    return {str(k): float(v) for k, v in notes.get("parameters", {}).items()}
+
+
+def _counted(which: int) -> dict[str, float]:
+    """Every bundled experiment's model counted afresh: its forward FLOPs (``which`` 0) or trainable parameters (1)."""
     out: dict[str, float] = {}
     for name in bundled_experiments():
         config = load_config(resolve_config(name), {})
         dataset, items = str(config.dataset.get("name")), _model_items(config)
-        flops = _model_flops(dataset, items)
-        if flops is not None:
-            out[flops_key(dataset, items)] = flops
+        counts = _model_counts(dataset, items)
+        if counts is not None:
+            out[flops_key(dataset, items)] = counts[which]
     return out
 
 
-def flops_table(counts: dict[str, float]) -> str:
-    """``counts`` as the ``[forward_flops]`` table of ``_catalogue.toml`` (whole numbers: the counter counts them)."""
+def counted_flops() -> dict[str, float]:
+    """Every bundled experiment's model counted afresh (what ``[forward_flops]`` must hold)."""
+    return _counted(0)
+
+
+def counted_parameters() -> dict[str, float]:
+    """Every bundled experiment's model's trainable parameters counted afresh (what ``[parameters]`` must hold)."""
+    return _counted(1)
+
+
+def flops_table(counts: dict[str, float], table: str = "forward_flops") -> str:
+    """``counts`` as the ``[forward_flops]`` (or ``table``) table of ``_catalogue.toml`` (whole numbers: the counter counts them)."""
     import tomli_w
 
-    return tomli_w.dumps({"forward_flops": {k: int(counts[k]) for k in sorted(counts)}})
+    return tomli_w.dumps({table: {k: int(counts[k]) for k in sorted(counts)}})
+
+
+def _model_flops(dataset: str, model_items: tuple[tuple[str, str], ...]) -> float | None:
+    counts = _model_counts(dataset, model_items)
+    return None if counts is None else counts[0]
 
 
 @functools.cache
-def _model_flops(dataset: str, model_items: tuple[tuple[str, str], ...]) -> float | None:
+def _model_counts(dataset: str, model_items: tuple[tuple[str, str], ...]) -> tuple[float, float] | None:
+    """The model's forward FLOPs a sample and its trainable parameters (None: it cannot be built here)."""
     spec = DATASETS.get(dataset)
     if spec is None:
         return None
@@ -234,7 +274,7 @@ def _model_flops(dataset: str, model_items: tuple[tuple[str, str], ...]) -> floa
                 model.eval()
                 with torch.no_grad(), FlopCounterMode(display=False) as counter:
                     model(torch.zeros((1, *shape)))
-            return float(counter.get_total_flops())
+            return float(counter.get_total_flops()), float(sum(p.numel() for p in model.parameters() if p.requires_grad))
         except Exception:  # noqa: BLE001 - a model that cannot run on meta tensors is counted on the CPU; failing both, "-"
             continue
     return None
@@ -244,25 +284,40 @@ def work(config: RunConfig) -> Work | None:
     """One run's steps and FLOPs (None: its dataset or model is not known here); clients hold equal shares.
 
     Local training is ``client.epochs`` over a client's rows, times the trainings its method declares, plus the further
-    epochs it declares, each step weighted by its declared passes, and each pass's declared overhead (``pass_overhead``,
-    priced on the CPU as that many steps without FLOPs); then the public-set samples each client and the
-    server train on a round, and the evaluation: the global model's test pass and the further passes declared."""
+    epochs it declares, each step weighted by its declared passes, then the further one-batch passes it declares (``steps``),
+    and each pass's declared overhead (``pass_overhead``, priced on the CPU as that many steps without FLOPs) and FLOPs on the
+    parameters (``step_parameter_flops``); the epochs a client runs once (``first_epochs``), spread over the rounds; then the
+    public-set samples each client and the server train on a round, and the evaluation: the global model's test pass and the
+    further passes declared; last, the server's host work for each sampled client."""
     spec = DATASETS.get(str(config.dataset.get("name")))
     flops = _forward_flops(config)
     if spec is None or flops is None:
         return None
-    train, test, _, _ = spec
+    train, test, shape, classes = spec
     fed, batch, cost = config.federation, config.client.batch_size, declared_cost(config)
     clients = fed.sample_size()  # the count a round trains (max(1, floor(C N)) from a fraction)
     per_client = train / fed.num_clients
+    batches = math.ceil(per_client / batch)
     epochs = config.client.epochs * cost.trainings + cost.epochs
-    local_steps = fed.rounds * clients * epochs * math.ceil(per_client / batch) * cost.step_passes
+    local_steps = fed.rounds * clients * (epochs * batches * cost.step_passes + cost.steps)
     overhead = local_steps * cost.pass_overhead  # calls with no FLOPs (a proximal term, a job a batch): steps' overheads alone
-    local_samples = fed.rounds * clients * epochs * per_client * cost.step_passes
+    further = config.client.epochs * max(cost.trainings - 1, 0.0) + cost.epochs  # the further trainings' epochs
+    overhead += fed.rounds * clients * further * batches * cost.step_passes * cost.extra_pass_overhead
+    local_samples = fed.rounds * clients * (epochs * per_client * cost.step_passes + cost.steps * batch)
+    participants = fed.num_clients * (1 - (1 - clients / fed.num_clients) ** fed.rounds)  # expected to take part at least once
+    first = participants * cost.first_epochs  # epochs in all, once a client
     extra_steps = fed.rounds * (clients * math.ceil(cost.public_samples / batch) + math.ceil(cost.server_samples / batch) + cost.server_steps)
     extra_samples = fed.rounds * (clients * cost.public_samples + cost.server_samples)
     evaluated = fed.rounds * test * (1 + cost.test_passes)
-    return Work(local_steps + extra_steps, clients, (3 * (local_samples + extra_samples) + evaluated) * flops, throughput(flops), overhead)
+    parameters = _parameters(config) if cost.step_parameter_flops or cost.server_parameter_flops else 0.0
+    if parameters is None:
+        return None
+    on_parameters = local_steps * cost.step_parameter_flops * parameters * fed.num_clients
+    host_steps = fed.rounds * clients * (cost.client_server_steps + classes * cost.class_server_steps)
+    host = host_steps * STEP_S + fed.rounds * clients * cost.server_parameter_flops * parameters / SMALL_FLOPS
+    host += participants * cost.first_pair_flops * per_client**2 * math.prod(shape) / CPU_FLOPS  # a client's own work, once: the CPU's
+    return Work(local_steps + first * batches + extra_steps, clients,
+                (3 * (local_samples + first * per_client + extra_samples) + evaluated) * flops + on_parameters, throughput(flops), overhead, host)
 
 
 def _priced(config: RunConfig, runs: Sequence[RunConfig] | None) -> list[Work] | None:
@@ -284,7 +339,8 @@ def estimate_cpu_minutes(config: RunConfig, runs: Sequence[RunConfig] | None = N
 def estimate_gpu_minutes(config: RunConfig, runs: Sequence[RunConfig] | None = None) -> tuple[float, float] | None:
     """Minutes on an H200 (executor ``auto``, fp32), low and high: the measured 0.22 ms a client step, with
     a step of fewer than 100 clients costing proportionally less (low) or as much as one of 100 (high); never
-    less than the run's FLOPs at the rate workload 1 reached; summed over the runs. ``runs``: as for :func:`estimate_cpu_minutes`."""
+    less than the run's FLOPs at the rate workload 1 reached; plus the host work its parts declare (:attr:`Work.host_seconds`,
+    as on the CPU); summed over the runs. ``runs``: as for :func:`estimate_cpu_minutes`."""
     works = _priced(config, runs)
     if works is None:
         return None
@@ -292,8 +348,8 @@ def estimate_gpu_minutes(config: RunConfig, runs: Sequence[RunConfig] | None = N
     for w in works:
         steps = w.client_steps * GPU_CLIENT_STEP_S
         floor = w.flops / GPU_FLOPS
-        low += max(steps, floor)
-        high += max(steps * max(1.0, GPU_MEASURED_CLIENTS / w.clients_per_round), floor)
+        low += max(steps, floor) + w.host_seconds
+        high += max(steps * max(1.0, GPU_MEASURED_CLIENTS / w.clients_per_round), floor) + w.host_seconds
     return low / 60, high / 60
 
 

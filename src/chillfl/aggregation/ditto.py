@@ -55,7 +55,7 @@ from chillfl.options import require
 from chillfl.training.local import LocalSpec
 from chillfl.training.objective import ProximalTerm
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.capabilities import Capabilities, Cost
+from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
 
 
 @dataclass(frozen=True)
@@ -122,13 +122,17 @@ CAPABILITIES = Capabilities(
     takes_weights=True,
     not_a_base="Ditto's clients run their own local trainings, which PA3Fed's client half does not compose with",
     personal_model=True,
-    cost=Cost(trainings=2.0),
+    cost=Cost(trainings=2.0, extra_pass_overhead=PARAMETER_TERM),
 )
 
 
 def _capabilities(options: DittoOptions) -> Capabilities:
-    """Its cost: the personal model's training beside the global update, as long unless ``personal_epochs`` says otherwise."""
-    return CAPABILITIES if options.personal_epochs is None else replace(CAPABILITIES, cost=Cost(epochs=options.personal_epochs))
+    """Its cost: the personal model's training beside the global update, as long unless ``personal_epochs`` says otherwise,
+    each of its passes with the proximal term lambda/2 ||v - w^t||^2 (:data:`~chillfl.capabilities.PARAMETER_TERM`, on the
+    personal training's passes alone: ``extra_pass_overhead``)."""
+    if options.personal_epochs is None:
+        return CAPABILITIES
+    return replace(CAPABILITIES, cost=Cost(epochs=options.personal_epochs, extra_pass_overhead=PARAMETER_TERM))
 
 
 SPEC = register_algorithm(

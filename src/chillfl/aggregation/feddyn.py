@@ -85,11 +85,11 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
-from chillfl.aggregation.scaffold import LinearCorrectionTerm
+from chillfl.aggregation.scaffold import CORRECTION_TERM, LinearCorrectionTerm
 from chillfl.options import require
 from chillfl.training.objective import ProximalTerm, Term, read_number
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_client_sizes
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
 
 
 @dataclass(frozen=True)
@@ -213,6 +213,8 @@ SPEC = register_algorithm(
         FedDynOptions,
         _build,
         "dynamic regularisation (Acar et al. 2021)",
-        capabilities=Capabilities(not_a_base="FedDyn's server step is its own (a uniform mean corrected by h), not a weighted average"),
+        # its two terms on every pass, over every parameter tensor: -<g_k, theta> (SCAFFOLD's correction term) and the proximal term
+        capabilities=Capabilities(not_a_base="FedDyn's server step is its own (a uniform mean corrected by h), not a weighted average",
+                                  cost=Cost(pass_overhead=CORRECTION_TERM + PARAMETER_TERM)),
     ),
 )

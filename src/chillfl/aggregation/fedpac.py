@@ -379,11 +379,19 @@ CAPABILITIES = Capabilities(
 )
 
 
+QP_ITERATION = 0.01
+"""One projected-gradient iteration of :func:`solve_qp`, in plain steps' overheads: a product ``P a`` and a projection on the
+simplex, on the host. Measured 2026-12-02 on the 2-vCPU AVX2 machine (``benchmarks/estimates.py``, 10 clients a round, FLex&Chill
+CNN on digits): ``qp_steps = 2000`` took 0.60 CPU seconds more than 500 over 50 client QPs, 8 us an iteration (0.76 ms a step's
+overhead). An iterate that repeats ends the solve early; the estimate counts every one (an upper bound)."""
+
+
 def capabilities(options: FedPACOptions) -> Capabilities:
     """Its limits, and its cost: two forwards over the client's rows (the received body's statistics, the trained body's class
     means) and ``head_epochs`` of head training, the body frozen (a forward through the model, a backward through the head:
-    priced as a forward), ``(2 + head_epochs) FORWARD`` epochs. Not counted: the server's ``qp_steps`` on the small QP of Eq. 9."""
-    return replace(CAPABILITIES, cost=Cost(epochs=(2 + options.head_epochs) * FORWARD))
+    priced as a forward), ``(2 + head_epochs) FORWARD`` epochs; and the server's QP of Eq. 9 for each sampled client,
+    ``qp_steps`` iterations of :data:`QP_ITERATION` steps' overheads."""
+    return replace(CAPABILITIES, cost=Cost(epochs=(2 + options.head_epochs) * FORWARD, client_server_steps=options.qp_steps * QP_ITERATION))
 
 
 SPEC = register_algorithm(

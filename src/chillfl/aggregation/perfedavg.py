@@ -188,9 +188,10 @@ CAPABILITIES = Capabilities(
 def capabilities(options: PerFedAvgOptions) -> Capabilities:
     """Its limits, and its cost. FO: R = batches // 2 steps of 2 gradients, one a batch: the run's batches once, as FedAvg,
     but each gradient a one-batch job (:data:`~chillfl.capabilities.ONE_BATCH_JOB` a pass). HF: R = batches // 3 steps of 4
-    gradients (D, D', and two probes on D''): 4/3 passes a batch, each a job. Not counted: the ``adapt_steps`` one-batch
-    steps of the personalised model."""
-    return replace(CAPABILITIES, cost=Cost(step_passes=4 / 3 if options.variant == "hf" else 1.0, pass_overhead=ONE_BATCH_JOB))
+    gradients (D, D', and two probes on D''): 4/3 passes a batch, each a job. Then the ``adapt_steps`` one-batch steps of the
+    personalised model, each a job too (``Cost.steps``, with the same job overhead)."""
+    passes = 4 / 3 if options.variant == "hf" else 1.0
+    return replace(CAPABILITIES, cost=Cost(step_passes=passes, pass_overhead=ONE_BATCH_JOB, steps=float(options.adapt_steps)))
 
 
 SPEC = register_algorithm(

@@ -92,7 +92,7 @@ Choices
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Collection, Literal, Mapping, Sequence
 
 import torch
@@ -119,7 +119,7 @@ from chillfl.aggregation.base import (
     with_prefix,
 )
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import Capabilities, Cost
 from chillfl.engine.record import Json
 from chillfl.errors import ConfigError
 from chillfl.options import require
@@ -412,6 +412,24 @@ CAPABILITIES = Capabilities(
 )
 """pFedHN's: every client has a model of its own, h(v_i; phi) (pFedHN-PC: the body, with the head each client keeps)."""
 
+HYPER_FLOPS = 88.0
+"""What the server's work for one sampled client costs per weight of the hypernetwork's output layers (``hidden`` x the model's
+parameters), in FLOPs at the small models' throughput: generating theta_i, the chain rule's vector-Jacobian product and the
+clipped SGD step with momentum and decay, each over those weights, bound by their memory. Measured 2026-12-02 on the 2-vCPU AVX2
+machine (``benchmarks/estimates.py``, 10 clients a round): 24.6 ms more than FedAvg a client with the FLex&Chill CNN on digits
+(28,586 parameters) at ``hidden = 100``, 13.2 ms at 50, 4.8 ms with the MLP (4,810) at 100: 8.0 ns a weight (88 FLOPs at 11
+GFLOP/s) and :data:`HYPER_CALLS` steps' overheads."""
+HYPER_CALLS = 2.4
+"""The calls of one client's server step (a tensor at a time: the outputs, their gradients, the step), in plain steps' overheads
+(1.8 ms of the measurements in :data:`HYPER_FLOPS`)."""
+
+
+def capabilities(options: PFedHNOptions) -> Capabilities:
+    """Its limits, and its cost: the server's hypernetwork work for each sampled client, ``HYPER_FLOPS`` x ``hidden`` FLOPs a
+    parameter of the model and :data:`HYPER_CALLS` steps' overheads (pFedHN-PC's head, not generated, is counted too: an
+    upper bound); the global model generated once a round is not counted."""
+    return replace(CAPABILITIES, cost=Cost(client_server_steps=HYPER_CALLS, server_parameter_flops=HYPER_FLOPS * options.hidden))
+
 
 SPEC = register_algorithm(
     "pfedhn",
@@ -420,5 +438,6 @@ SPEC = register_algorithm(
         _build,
         "a server hypernetwork generates each client's model from its embedding (Shamsian et al. 2021)",
         capabilities=CAPABILITIES,
+        capabilities_of=capabilities,
     ),
 )

@@ -77,8 +77,8 @@ from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.fednova import effective_steps
 from chillfl.options import require
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_client_momentum
-from chillfl.capabilities import Capabilities
-from chillfl.aggregation.scaffold import LinearCorrectionTerm
+from chillfl.capabilities import Capabilities, Cost
+from chillfl.aggregation.scaffold import CORRECTION_TERM, LinearCorrectionTerm
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,7 @@ SPEC = register_algorithm(
             plain_sgd="VRL-SGD's Delta_i = (x - y_i) / (k lr)",
             on_flower="VRL-SGD's Delta_i update needs the round's new average model, which a Flower node never sees",
             takes_weights=True,
+            cost=Cost(pass_overhead=CORRECTION_TERM),  # SCAFFOLD's correction term, with Delta_i, on every pass
         ),
     ),
 )

@@ -104,7 +104,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         build=build_prototype_sharing,
         method_table="prototypes",
         method_of=lambda config: str(config.prototypes.get("method")),
-        method_capabilities=lambda config: _prototype_settings(config).spec.capabilities,
+        method_capabilities=lambda config: _prototype_settings(config).capabilities,
         uses_aggregator=True,
         models_travel=share_models,
         travel_reason="[prototypes] share_model = true averages models",

@@ -262,10 +262,18 @@ class PrototypeSpec(Generic[Opt]):
     shares_model: Callable[[Opt], bool] = _keeps_models
     capabilities: Capabilities = Capabilities()
     check: Callable[[Opt, RunConfig], None] | None = None
+    capabilities_of: Callable[[Opt], Capabilities] | None = None
+    """What it declares under its parsed options, where they change it (FedGH's cost grows with its ``server_epochs``);
+    None: ``capabilities`` under any options."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
-        return [("shares_model", self.shares_model, ("options",)), ("check", self.check, ("options", "config"))]
+        return [("shares_model", self.shares_model, ("options",)), ("check", self.check, ("options", "config")),
+                ("capabilities_of", self.capabilities_of, ("options",))]
+
+    def declared(self, options: Opt) -> Capabilities:
+        """What it declares under ``options`` (:attr:`capabilities_of`, else :attr:`capabilities`)."""
+        return self.capabilities if self.capabilities_of is None else self.capabilities_of(options)
 
     def build(self, options: Opt, num_classes: int, seed: int) -> PrototypeHooks[Opt]:
         """The hooks for one run."""

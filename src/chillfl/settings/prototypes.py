@@ -65,6 +65,10 @@ class PrototypeMethodSettings(Protocol):
         """Whether clients also send their models with these options."""
         ...
 
+    def declared(self, options: Any) -> Capabilities:
+        """What the method declares under these options (its cost may follow them)."""
+        ...
+
 
 @dataclass(frozen=True)
 class PrototypeSettings:
@@ -77,6 +81,11 @@ class PrototypeSettings:
     def spec(self) -> PrototypeMethodSettings:
         """The method's spec (a :class:`chillfl.prototypes.spec.PrototypeSpec`)."""
         return method_spec(self.method)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the method declares under these options (:meth:`PrototypeMethodSettings.declared`)."""
+        return self.spec.declared(self.options)
 
     @property
     def share_model(self) -> bool:

@@ -55,12 +55,12 @@ as this page said.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import torch
 
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import Capabilities, Cost
 from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.prototypes.maths import PrototypeLoss
@@ -146,15 +146,30 @@ class FedGH(PrototypeHooks[FedGHOptions]):
         return Knowledge(torch.zeros_like(previous.protos), torch.zeros_like(previous.mask), {}, {WEIGHT: weight, BIAS: bias})
 
 
+CAPABILITIES = Capabilities(
+    on_flower=ON_FLOWER,
+    personal_model=True,
+    private_steps=RAW_MEANS,
+    linear_head="FedGH's server trains the header as W z + b on the class means, with that map's gradient written out",
+)
+"""Its limits (its cost follows its options: :func:`capabilities`)."""
+HEADER_STEP = 0.07
+"""One SGD step of the header on the server (:func:`header_step`: a few calls on a batch of class means), in plain steps'
+overheads. Measured 2026-12-02 on the 2-vCPU AVX2 machine (``benchmarks/estimates.py``, FLex&Chill CNN on digits, 10 clients a
+round): ``server_epochs = 20`` took 0.27 CPU seconds more than 1 over 5 rounds, about 55 us a step."""
+
+
+def capabilities(options: FedGHOptions) -> Capabilities:
+    """Its limits, and its cost: ``server_epochs`` passes over the round's (class mean, class) pairs in steps of
+    ``server_batch_size``, :data:`HEADER_STEP` each, a pair for each class a sampled client holds (priced at every class)."""
+    return replace(CAPABILITIES, cost=Cost(class_server_steps=options.server_epochs / options.server_batch_size * HEADER_STEP))
+
+
 SPEC = PrototypeSpec(
     "fedgh",
     FedGHOptions,
     FedGH,
     summary="a global header trained on the server from the class means (server_lr = 0.01, one step per mean); bodies stay on the clients",
-    capabilities=Capabilities(
-        on_flower=ON_FLOWER,
-        personal_model=True,
-        private_steps=RAW_MEANS,
-        linear_head="FedGH's server trains the header as W z + b on the class means, with that map's gradient written out",
-    ),
+    capabilities=CAPABILITIES,
+    capabilities_of=capabilities,
 )

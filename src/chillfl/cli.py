@@ -146,8 +146,15 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     unset = unset_options(config)
     if unset:  # TOML has no null: what the file leaves out is derived at run time (first: a comment after the last table reads as its own)
         print(textwrap.fill("# unset (derived at run time; TOML has no null): " + ", ".join(unset), width=100, subsequent_indent="#   "))
-    print(to_toml(config.to_dict()), end="")
+    shown = config.to_dict()
+    if not planned:  # one run: a comparison's tables, empty, are noise in its record (a comparison's dry run keeps them)
+        shown = {key: value for key, value in shown.items() if key not in COMPARISON_TABLES or value}
+    print(to_toml(shown), end="")
     return 0
+
+
+COMPARISON_TABLES = ("variants", "compare", "tune")
+"""The config's tables that only a comparison reads: a single run's ``--dry-run`` leaves them out when they are empty."""
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -467,14 +474,15 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, config_required: bool, trains: bool = True) -> None:
-        """The options of a command that reads a config; ``trains``: it runs training (``--strict``, ``--shard``), not ``data show``."""
+        """The options of a command that reads a config; ``trains``: it runs training (``--device``, ``--strict``, ``--shard``), not ``data show``."""
         if config_required:
             p.add_argument("config", help="TOML config file or bundled experiment name")
         else:
             p.add_argument("config", nargs="?", help="TOML config file or bundled experiment name (default: the demo)")
         p.add_argument("overrides", nargs="*", default=[], help="section.option=value overrides, e.g. client.lr=0.05")
         _verbosity(p, trains)
-        p.add_argument("--device", help="cpu | cuda | cuda:N | mps | auto (the config's `device`)")
+        if trains:  # the partition is drawn on the CPU, the same on every device: `data show` has no device to choose
+            p.add_argument("--device", help="cpu | cuda | cuda:N | mps | auto (the config's `device`)")
         p.add_argument("--seed", type=int, help="the run seed (the config's `seed`)" if trains else "the seed the partition is drawn with (the config's `seed`)")
         out = "parent folder of the result folder" if trains else "the heat map goes to OUT_DIR/data-show/"  # data show writes no result folder
         p.add_argument("--out", dest="out_dir", help=f"{out} (the config's `out_dir`{'' if trains else '; -o names the file itself'})")

@@ -328,7 +328,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(config, writes=False)
     need("matplotlib", "plots", "heat maps")  # before any work: the heat map is this command's output
-    out = Path(args.output) if args.output else data_show_path(config)  # default under out_dir, never the current folder
+    out = _heat_map_path(args.output) if args.output else data_show_path(config)  # default under out_dir, never the current folder
     check_out_dir(str(out.parent), "output")
     if out.is_dir():
         raise ConfigError("output", f"{out} is a folder; give a PNG file path")
@@ -338,6 +338,22 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     plot_class_heatmap(data.class_counts(), out, title=f"{config.name}: class counts per client")
     print(f"heat map: {out}")
     return 0
+
+
+def _heat_map_path(output: str) -> Path:
+    """``data show -o``'s file, checked before the partition is drawn: without a suffix it is a PNG named so (matplotlib
+    adds ``.png``: the line that names the file named one that did not exist), and a suffix matplotlib writes no format
+    for (``.txt``) is one line on ``output``, not a ValueError traceback after the table."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path = Path(output)
+    if not path.suffix:
+        return path.with_name(path.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix[1:].lower() not in formats:
+        others = ", ".join(f".{f}" for f in sorted(formats) if f != "png")
+        raise ConfigError("output", f"{short_repr(output)}: no image format is written as {path.suffix!r}; give a .png path (or {others})")
+    return path
 
 
 def cmd_data_download(args: argparse.Namespace) -> int:
@@ -539,7 +555,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     dsub = p.add_subparsers(dest="data_command", required=True)
     ds = dsub.add_parser("show", help="per-client sizes and class counts, and a heat map PNG")
     common(ds, True, trains=False)
-    ds.add_argument("-o", "--output", help="heat map PNG path (default: <out_dir>/data-show/<name>-partition.png, e.g. results/data-show/demo-partition.png)")
+    shown = "heat map PNG path; another image suffix (.pdf, .svg) writes that format, none adds .png"
+    ds.add_argument("-o", "--output", help=f"{shown} (default: <out_dir>/data-show/<name>-partition.png, e.g. results/data-show/demo-partition.png)")
     ds.set_defaults(func=cmd_data_show)
     dd = dsub.add_parser("download", help="fetch a real dataset (checked, resumable) into the folder its loader reads")
     dd.add_argument("names", nargs="*", metavar="NAME", help="dataset names, e.g. cifar10 (see docs/datasets.md); fetched in turn; none: list them and what data_dir holds")

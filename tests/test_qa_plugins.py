@@ -569,3 +569,12 @@ def test_an_instance_that_is_no_aggregator_or_policy_is_named_in_a_sentence() ->
     with pytest.raises(ConfigError) as err:
         as_plugged(None, [], dict)
     assert err.value.field == "policy" and "TemperaturePolicy instance; dict is a class, not an instance: call it" in str(err.value)
+
+
+def test_list_options_of_a_name_no_part_knows_says_what_it_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl list --options foo`` said "'foo' is no algorithm, ... (unknown value 'foo'; allowed: fedchill, fixed, none)":
+    the first part's names, as if they were all it takes. A plain name that no part knows says what PLUGIN is instead."""
+    assert main(["list", "--options", "foo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    said = "or loss term (give a plugin's import path 'pkg.module:Name' or a chillfl.plugins entry point's name; `chillfl list` names every part's)"
+    assert len(err) == 1 and err[0].endswith(said), err

@@ -25,6 +25,7 @@ from chillfl.data.partition_file import FROM_KEY, PARTITION_FILE
 from chillfl.models.projection import EveryModelOptions
 from chillfl.models.registry import model_names, model_spec
 from chillfl.options import OwnTable
+from chillfl.plugins import is_import_path
 from chillfl.settings.attack import AttackOptions, attack_spec, kind_names
 from chillfl.settings.distillation import DistillationOptions, method_settings
 from chillfl.settings.distillation import method_names as soft_label_method_names
@@ -90,6 +91,8 @@ def _registries(plugins: Sequence[str] = (), terms: Collection[str] = ()) -> Ite
     for path, why in claimed.items():
         if why:
             kinds = "dataset, partitioner, model, algorithm, temperature policy, soft-label or prototype method, attack, privacy mechanism or loss term"
+            if not is_import_path(path):  # a name no part knows: the first part's "allowed: <its names>" read as if only those were
+                why = "give a plugin's import path 'pkg.module:Name' or a chillfl.plugins entry point's name; `chillfl list` names every part's"
             raise ConfigError("list.options", f"{path!r} is no {kinds} ({why})")
 
 

@@ -467,3 +467,22 @@ def test_a_single_runs_dry_run_prints_no_empty_comparison_tables(tmp_path: Path,
     assert main(["run", str(seeds), "--seed", "3", "--dry-run"]) == 0
     shown = tomllib.loads(capsys.readouterr().out)
     assert shown["compare"] == {"seeds": [0, 1]} and "tune" not in shown
+
+
+@pytest.mark.parametrize(
+    ("text", "argv", "field"),
+    [
+        ('name = "x"\n', ["temperature=0.5"], "temperature"),
+        ("temperature = 0.5\n", [], "temperature"),
+        ("[variants.a]\ntemperature = 0.5\n", [], "variants.a.temperature"),
+    ],
+)
+def test_a_bare_temperature_says_how_a_config_sets_one(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, argv: list[str], field: str) -> None:
+    """``--grid temperature=1,0.05`` is the README's shorthand for a fixed T, so ``chillfl run CONFIG temperature=0.5`` is
+    what a reader tries next; it said only "temperature: expected a table, got 0.5". The line says how a config sets it."""
+    assert main(["run", str(write(tmp_path, text)), *argv, "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    said = "expected a table, got 0.5: a fixed T is temperature.policy=fixed temperature.value=0.5 (only --grid takes temperature=T1,T2 as its shorthand)"
+    assert err == [f"chillfl: error: {field}: {said}"], err
+    assert main(["run", str(write(tmp_path, 'name = "x"\n')), "temperature.policy=fixed", "temperature.value=0.5", "--dry-run"]) == 0  # as it says
+    assert tomllib.loads(capsys.readouterr().out)["temperature"] == {"policy": "fixed", "value": 0.5}

@@ -16,6 +16,7 @@ from chillfl.cli import main
 from chillfl.config import load_config, variant_config
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
+from chillfl.resolve import resolved
 from chillfl.sweeps.plan import parse_grid
 
 DIRICHLET = '[partition]\nname = "dirichlet"\nalpha = 0.3\n'
@@ -282,10 +283,11 @@ def test_an_unknown_command_says_which_one_was_meant(capsys: pytest.CaptureFixtu
     assert err.endswith(f"){hint}; `{err.split(':')[0]} --help` shows the usage"), err
 
 
-@pytest.mark.parametrize("flag", [["--shard", "1/2"], ["--strict"]])
+@pytest.mark.parametrize("flag", [["--shard", "1/2"], ["--strict"], ["--device", "cpu"]])
 def test_data_show_does_not_take_the_flags_of_a_run(capsys: pytest.CaptureFixture[str], flag: list[str]) -> None:
     """``data show --help`` listed ``--shard K/N`` and ``--strict`` (a comparison's share, an exploding loss), which it
-    accepted and ignored: it runs no training. They are refused as unknown, in one line."""
+    accepted and ignored: it runs no training. They are refused as unknown, in one line. So is ``--device``: the
+    partition is drawn on the CPU and is the same on every device (only ``--dry-run`` echoed it)."""
     with pytest.raises(SystemExit) as exit_:
         main(["data", "show", "demo", *flag])
     err = capsys.readouterr().err
@@ -402,3 +404,85 @@ def test_seeds_counting_down_say_so(text: str, message: str) -> None:
         parse_seeds(text)
     assert (err.value.field, err.value.message) == ("--seeds", message)
     assert parse_seeds("0-2,5") == [0, 1, 2, 5] and parse_seeds("4-4") == [4]
+
+
+@pytest.mark.parametrize(
+    ("text", "override", "line"),
+    [
+        ("seed = 1e30\n", None, "seed: expected an integer, got 1e+30"),
+        ("seed = 2.5\n", None, "seed: expected an integer, got 2.5"),
+        ('name = "x"\n', "client.epochs=-1e30", "client.epochs: expected an integer, got -1e+30"),
+        ('name = "x"\n', "seed=100000000000000000000", "seed: must fit in 64 bits (|x| < 2**63), got 100000000000000000000"),  # an integer: its size
+    ],
+)
+def test_a_float_for_an_integer_option_says_an_integer_is_expected(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, override: str | None, line: str) -> None:
+    """``seed = 1e30`` said "must fit in 64 bits": the value is a float (1e30 is whole, so it was taken as 10**30 and
+    refused for its size). An integer option given a float that no int64 holds says an integer is expected, as 2.5 does."""
+    assert main(["run", str(write(tmp_path, text)), "--dry-run", *([override] if override else [])]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"chillfl: error: {line}"]
+
+
+@pytest.mark.parametrize(
+    ("tune", "table", "line"),
+    [
+        ("client.lr=0.1,0.1", '"client.lr" = [0.1, 0.1]', "tune.client.lr: duplicate values: 0.1 twice in [0.1, 0.1]"),
+        ("seed=1,2", "seed = [1, 2]", "tune.seed: not a tunable option (give section.option, e.g. client.lr)"),
+        ("client.lr=0.1,[1]", '"client.lr" = [0.1, [1]]', "tune.client.lr: values must be numbers, strings or booleans, got [1]"),
+    ],
+)
+def test_a_tuning_option_is_named_as_the_tune_table_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str], tune: str, table: str, line: str) -> None:
+    """``--tune client.lr=0.1,0.1`` was refused on field ``--tune.client.lr``, a name neither the flag nor a config has;
+    the same grid's bad value (``client.lr=x``) said ``tune.client.lr``, as a ``[tune]`` table and ``chillfl.compare(tune=)``
+    do. Every option of the grid is named ``tune.KEY``, from the flag and from the table alike."""
+    base = write(tmp_path, "[eval]\nvalidation = 0.2\n")
+    assert main(["compare", str(base), "--tune", tune, "--dry-run"]) == 2
+    flag = capsys.readouterr().err.strip().splitlines()
+    assert main(["compare", str(write(tmp_path, f"[eval]\nvalidation = 0.2\n[tune]\n{table}\n", "tuned.toml")), "--seeds", "0", "--dry-run"]) == 2
+    assert flag == capsys.readouterr().err.strip().splitlines() == [f"chillfl: error: {line}"]
+
+
+def test_the_flag_is_named_for_the_tuning_grid_as_a_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values = ",".join(str(0.001 * (i + 1)) for i in range(40))
+    assert main(["compare", str(write(tmp_path, 'name = "x"\n')), "--tune", f"client.lr={values}", "--tune", f"client.momentum={values}", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("chillfl: error: --tune: 1600 points; at most "), err
+
+
+def test_a_single_runs_dry_run_prints_no_empty_comparison_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl run CONFIG --dry-run`` of one run ended with empty ``[variants]``, ``[compare]`` and ``[tune]`` tables,
+    which one run never reads. They are left out (the output still loads as the same config); a comparison's dry run
+    keeps them, and a single run at ``--seed`` of a config that sets ``[compare]`` shows it as set."""
+    base = write(tmp_path, "[federation]\nrounds = 1\n")
+    assert main(["run", str(base), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    shown = tomllib.loads(out)
+    assert not {"variants", "compare", "tune"} & set(shown) and "federation" in shown
+    assert resolved(load_config(write(tmp_path, out, "shown.toml"))) == resolved(load_config(base))  # the same config
+    assert main(["data", "show", str(base), "--dry-run"]) == 0
+    assert not {"variants", "compare", "tune"} & set(tomllib.loads(capsys.readouterr().out))
+    assert main(["compare", str(base), "--seeds", "0,1", "--dry-run"]) == 0
+    assert {"variants", "compare", "tune"} <= set(tomllib.loads(capsys.readouterr().out))
+    seeds = write(tmp_path, "[compare]\nseeds = [0, 1]\n", "seeds.toml")
+    assert main(["run", str(seeds), "--seed", "3", "--dry-run"]) == 0
+    shown = tomllib.loads(capsys.readouterr().out)
+    assert shown["compare"] == {"seeds": [0, 1]} and "tune" not in shown
+
+
+@pytest.mark.parametrize(
+    ("text", "argv", "field"),
+    [
+        ('name = "x"\n', ["temperature=0.5"], "temperature"),
+        ("temperature = 0.5\n", [], "temperature"),
+        ("[variants.a]\ntemperature = 0.5\n", [], "variants.a.temperature"),
+    ],
+)
+def test_a_bare_temperature_says_how_a_config_sets_one(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, argv: list[str], field: str) -> None:
+    """``--grid temperature=1,0.05`` is the README's shorthand for a fixed T, so ``chillfl run CONFIG temperature=0.5`` is
+    what a reader tries next; it said only "temperature: expected a table, got 0.5". The line says how a config sets it."""
+    assert main(["run", str(write(tmp_path, text)), *argv, "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    said = "expected a table, got 0.5: a fixed T is temperature.policy=fixed temperature.value=0.5 (only --grid takes temperature=T1,T2 as its shorthand)"
+    assert err == [f"chillfl: error: {field}: {said}"], err
+    assert main(["run", str(write(tmp_path, 'name = "x"\n')), "temperature.policy=fixed", "temperature.value=0.5", "--dry-run"]) == 0  # as it says
+    assert tomllib.loads(capsys.readouterr().out)["temperature"] == {"policy": "fixed", "value": 0.5}

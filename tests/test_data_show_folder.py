@@ -27,3 +27,18 @@ def test_data_show_follows_out_and_output(tmp_path: Path, monkeypatch: pytest.Mo
     assert (tmp_path / "elsewhere" / "data-show" / "demo-partition.png").is_file()
     assert main(["data", "show", "demo", *TINY, "-o", "mine.png"]) == 0  # an explicit path is taken as given
     assert (tmp_path / "mine.png").is_file()
+
+
+def test_data_show_names_the_file_it_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``-o heat`` wrote ``heat.png`` (matplotlib adds the suffix) and said ``heat map: heat``, a file that is not there;
+    ``-o heat.txt`` printed the table and then a ValueError traceback (exit 1). The line names the file written, and a
+    suffix that is no image format is one line on ``output`` (exit 2) before anything is drawn or printed."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "show", "demo", *TINY, "-o", "heat"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "heat map: heat.png" and (tmp_path / "heat.png").is_file()
+    assert main(["data", "show", "demo", *TINY, "-o", "heat.txt"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("chillfl: error: output: 'heat.txt': no image format is written as '.txt'; give a .png path (or ") and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heat.png"]
+    assert main(["data", "show", "demo", *TINY, "-o", "heat.svg"]) == 0  # another format matplotlib writes, by its suffix
+    assert (tmp_path / "heat.svg").read_text().lstrip().startswith("<?xml")

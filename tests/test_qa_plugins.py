@@ -201,6 +201,84 @@ def test_list_options_documents_a_plugin_loss_term_like_a_built_in(tmp_path: Pat
         assert main(["list", "--options", "proximal"]) == 0  # a built-in term's name too
 
 
+PARTS_MODULE = '''
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from chillfl import ArrayDataset
+from chillfl.data.partition import Partition
+
+
+@dataclass(frozen=True)
+class BlobOptions:
+    """Options of the blobs dataset."""
+
+    spread: float = 0.5
+
+
+def blobs(options, data_dir):
+    x = torch.randn(40, 4) * options.spread
+    return ArrayDataset(x[:30], torch.arange(30) % 3, x[30:], torch.arange(10) % 3, 3)
+
+
+blobs.Options = BlobOptions
+
+
+@dataclass(frozen=True)
+class HalfOptions:
+    """Options of the halves partitioner."""
+
+    shuffle: bool = True
+
+
+def halves(labels, num_clients, rng, options, section, dataset):
+    return Partition([np.sort(p) for p in np.array_split(rng.permutation(len(labels)), num_clients)])
+
+
+halves.Options = HalfOptions
+
+
+class Net(nn.Module):
+    @dataclass(frozen=True)
+    class Options:
+        """Options of the two-layer net."""
+
+        hidden: int = 12
+
+    def __init__(self, input_shape, num_classes, options, section):
+        super().__init__()
+        self.fc = nn.Linear(4, num_classes)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+'''
+
+
+def test_list_options_documents_a_plugin_dataset_partitioner_and_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`chillfl list --options qa_parts:blobs` refused a dataset's import path ("is no algorithm, temperature policy, ..."),
+    and so a partitioner's and a model's, though a config takes each by import path and entry point and their specs carry
+    the options; the entry points of those parts were left out too. Each is shown under its part, with its options."""
+    import chillfl.plugins
+
+    monkeypatch.setattr(chillfl.plugins, "entry_points", lambda: {"qa_blobs": "qa_parts:blobs"})
+    with plugin_module(tmp_path, monkeypatch, "qa_parts", PARTS_MODULE):
+        assert main(["list", "--options", "qa_parts:blobs", "qa_parts:halves", "qa_parts:Net"]) == 0
+        out = capsys.readouterr().out
+    sections = {chunk.split("\n", 1)[0]: chunk for chunk in out.split("\n## ")}
+    for section, name, row in (
+        ("[dataset] name = ...", "qa_parts:blobs", "| `spread` | `float` | `0.5` |  |"),
+        ("[dataset] name = ...", "qa_blobs", "| `spread` | `float` | `0.5` |  |"),
+        ("[partition] name = ...", "qa_parts:halves", "| `shuffle` | `bool` | `true` | `true`, `false` |"),
+        ("[model] name = ...", "qa_parts:Net", "| `hidden` | `int` | `12` |  |"),
+    ):
+        shown = sections[section].split(f"### `{name}`", 1)[1].split("\n### ", 1)[0]
+        assert row in shown, (name, shown)
+    assert [out.count(f"### `{name}`") for name in ("qa_parts:blobs", "qa_parts:halves", "qa_parts:Net")] == [1, 1, 1]  # each under its part alone
+
+
 CTOR_MODULE = '''
 from dataclasses import dataclass
 
@@ -491,3 +569,12 @@ def test_an_instance_that_is_no_aggregator_or_policy_is_named_in_a_sentence() ->
     with pytest.raises(ConfigError) as err:
         as_plugged(None, [], dict)
     assert err.value.field == "policy" and "TemperaturePolicy instance; dict is a class, not an instance: call it" in str(err.value)
+
+
+def test_list_options_of_a_name_no_part_knows_says_what_it_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl list --options foo`` said "'foo' is no algorithm, ... (unknown value 'foo'; allowed: fedchill, fixed, none)":
+    the first part's names, as if they were all it takes. A plain name that no part knows says what PLUGIN is instead."""
+    assert main(["list", "--options", "foo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    said = "or loss term (give a plugin's import path 'pkg.module:Name' or a chillfl.plugins entry point's name; `chillfl list` names every part's)"
+    assert len(err) == 1 and err[0].endswith(said), err

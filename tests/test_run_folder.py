@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -461,6 +462,23 @@ def test_resuming_a_finished_run_says_it_is_finished(tmp_path: Path, capfd: pyte
         assert field == "run_dir" and "finished" in line and "first checkpoint" not in line
 
 
+def _start_again(line: str) -> str:
+    """The command in backquotes of a "start it again with `...`" line."""
+    found = re.search(r"start it again with `([^`]*)`", line)
+    assert found, line
+    return found[1]
+
+
+def _as_a_shell_would(command: str) -> None:
+    """``[cd DIR && ]chillfl run ...`` run here as a shell runs it (in process): what the user pastes."""
+    for step in command.split(" && "):
+        words = shlex.split(step)
+        if words[0] == "cd":
+            os.chdir(words[1])
+        else:
+            assert words[0] == "chillfl" and main([*words[1:], "-q"]) == 0, command
+
+
 def test_a_run_stopped_before_its_first_checkpoint_gives_the_command_that_starts_it_again(tmp_path: Path, capfd: pytest.CaptureFixture[str], reference: str) -> None:
     """The line names the command (it said "start it again") and whether the folder may go; the command runs the same run."""
     partial = interrupted(tmp_path)
@@ -468,10 +486,11 @@ def test_a_run_stopped_before_its_first_checkpoint_gives_the_command_that_starts
     assert main(["resume", str(partial), "-q"]) == 2
     field, line = one_error(capfd)
     assert field == "run_dir" and line.endswith(
-        f"the run stopped before its first checkpoint, so no round can be resumed; start it again with `chillfl run {partial / 'config.toml'}` "
+        f"the run stopped before its first checkpoint, so no round can be resumed; start it again with "
+        f"`chillfl run {partial / 'config.toml'} --out {partial.parent}` "
         f"(into a new folder); {partial} holds no trained state: remove it once that run has started"
     ), line
-    assert main(["run", str(partial / "config.toml"), "-q"]) == 0  # the command as given
+    _as_a_shell_would(_start_again(line))  # the command as given
     assert (tmp_path / "out" / "tx-2" / "metrics.jsonl").read_text() == reference
     inner = tmp_path / "out" / "c-compare.partial" / "tx.partial"  # one run of a comparison: the comparison's resume runs it
     inner.parent.mkdir()
@@ -480,6 +499,30 @@ def test_a_run_stopped_before_its_first_checkpoint_gives_the_command_that_starts
     assert main(["resume", str(inner), "-q"]) == 2
     field, line = one_error(capfd)
     assert line.endswith(f"so no round can be resumed; `chillfl resume {inner.parent}` runs it again as part of its comparison"), line
+
+
+def test_the_command_that_starts_a_run_again_works_from_another_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], reference: str) -> None:
+    """A run started in ``project/`` with ``out_dir = "results"`` and stopped before its first checkpoint was to be started
+    again with ``chillfl run results/tx.partial/config.toml``: pasted in another folder, the config was not found, and
+    with its absolute path the new run went to that folder's ``results/``, not beside the stopped one. The command now
+    goes to where the run was started (``cd``), so it lands in ``project/results`` from anywhere."""
+    project, elsewhere = tmp_path / "my project", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    partial = project / "results" / "tx.partial"
+    partial.parent.mkdir(parents=True)
+    interrupted(tmp_path).rename(partial)
+    (partial / "checkpoint.safetensors").unlink()  # as if stopped during round 1
+    saved = partial / "config.toml"
+    saved.write_text(re.sub(r'(?m)^out_dir = ".*"$', 'out_dir = "results"', saved.read_text()))  # as `out_dir = "results"` wrote it
+    monkeypatch.chdir(project)
+    assert main(["resume", "results/tx.partial", "-q"]) == 2
+    field, line = one_error(capfd)
+    command = _start_again(line)
+    assert field == "run_dir" and command == f"cd '{project}' && chillfl run results/tx.partial/config.toml", line
+    monkeypatch.chdir(elsewhere)  # the user pastes it in another terminal
+    _as_a_shell_would(command)
+    assert (project / "results" / "tx-2" / "metrics.jsonl").read_text() == reference  # beside the stopped tx.partial
+    assert not (elsewhere / "results").exists()
 
 
 def test_a_diverged_run_resumes_only_when_forced_and_then_ends_under_its_own_name(tmp_path: Path, capfd: pytest.CaptureFixture[str], reference: str) -> None:

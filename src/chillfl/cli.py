@@ -146,8 +146,15 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     unset = unset_options(config)
     if unset:  # TOML has no null: what the file leaves out is derived at run time (first: a comment after the last table reads as its own)
         print(textwrap.fill("# unset (derived at run time; TOML has no null): " + ", ".join(unset), width=100, subsequent_indent="#   "))
-    print(to_toml(config.to_dict()), end="")
+    shown = config.to_dict()
+    if not planned:  # one run: a comparison's tables, empty, are noise in its record (a comparison's dry run keeps them)
+        shown = {key: value for key, value in shown.items() if key not in COMPARISON_TABLES or value}
+    print(to_toml(shown), end="")
     return 0
+
+
+COMPARISON_TABLES = ("variants", "compare", "tune")
+"""The config's tables that only a comparison reads: a single run's ``--dry-run`` leaves them out when they are empty."""
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -321,7 +328,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(config, writes=False)
     need("matplotlib", "plots", "heat maps")  # before any work: the heat map is this command's output
-    out = Path(args.output) if args.output else data_show_path(config)  # default under out_dir, never the current folder
+    out = _heat_map_path(args.output) if args.output else data_show_path(config)  # default under out_dir, never the current folder
     check_out_dir(str(out.parent), "output")
     if out.is_dir():
         raise ConfigError("output", f"{out} is a folder; give a PNG file path")
@@ -331,6 +338,22 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     plot_class_heatmap(data.class_counts(), out, title=f"{config.name}: class counts per client")
     print(f"heat map: {out}")
     return 0
+
+
+def _heat_map_path(output: str) -> Path:
+    """``data show -o``'s file, checked before the partition is drawn: without a suffix it is a PNG named so (matplotlib
+    adds ``.png``: the line that names the file named one that did not exist), and a suffix matplotlib writes no format
+    for (``.txt``) is one line on ``output``, not a ValueError traceback after the table."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path = Path(output)
+    if not path.suffix:
+        return path.with_name(path.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix[1:].lower() not in formats:
+        others = ", ".join(f".{f}" for f in sorted(formats) if f != "png")
+        raise ConfigError("output", f"{short_repr(output)}: no image format is written as {path.suffix!r}; give a .png path (or {others})")
+    return path
 
 
 def cmd_data_download(args: argparse.Namespace) -> int:
@@ -467,14 +490,15 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, config_required: bool, trains: bool = True) -> None:
-        """The options of a command that reads a config; ``trains``: it runs training (``--strict``, ``--shard``), not ``data show``."""
+        """The options of a command that reads a config; ``trains``: it runs training (``--device``, ``--strict``, ``--shard``), not ``data show``."""
         if config_required:
             p.add_argument("config", help="TOML config file or bundled experiment name")
         else:
             p.add_argument("config", nargs="?", help="TOML config file or bundled experiment name (default: the demo)")
         p.add_argument("overrides", nargs="*", default=[], help="section.option=value overrides, e.g. client.lr=0.05")
         _verbosity(p, trains)
-        p.add_argument("--device", help="cpu | cuda | cuda:N | mps | auto (the config's `device`)")
+        if trains:  # the partition is drawn on the CPU, the same on every device: `data show` has no device to choose
+            p.add_argument("--device", help="cpu | cuda | cuda:N | mps | auto (the config's `device`)")
         p.add_argument("--seed", type=int, help="the run seed (the config's `seed`)" if trains else "the seed the partition is drawn with (the config's `seed`)")
         out = "parent folder of the result folder" if trains else "the heat map goes to OUT_DIR/data-show/"  # data show writes no result folder
         p.add_argument("--out", dest="out_dir", help=f"{out} (the config's `out_dir`{'' if trains else '; -o names the file itself'})")
@@ -531,7 +555,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     dsub = p.add_subparsers(dest="data_command", required=True)
     ds = dsub.add_parser("show", help="per-client sizes and class counts, and a heat map PNG")
     common(ds, True, trains=False)
-    ds.add_argument("-o", "--output", help="heat map PNG path (default: <out_dir>/data-show/<name>-partition.png, e.g. results/data-show/demo-partition.png)")
+    shown = "heat map PNG path; another image suffix (.pdf, .svg) writes that format, none adds .png"
+    ds.add_argument("-o", "--output", help=f"{shown} (default: <out_dir>/data-show/<name>-partition.png, e.g. results/data-show/demo-partition.png)")
     ds.set_defaults(func=cmd_data_show)
     dd = dsub.add_parser("download", help="fetch a real dataset (checked, resumable) into the folder its loader reads")
     dd.add_argument("names", nargs="*", metavar="NAME", help="dataset names, e.g. cifar10 (see docs/datasets.md); fetched in turn; none: list them and what data_dir holds")

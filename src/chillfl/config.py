@@ -620,9 +620,18 @@ def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
     part = data.get("partition")
     if isinstance(part, Mapping) and "from" in part and "name" not in part:  # partition.from = "partition.json" alone
         data = {**data, "partition": {"name": "file", **part}}
+    _refuse_bare_temperature(data.get("temperature"))
     config = parse_options(RunConfig, data, "")
     check_switches(data)  # after the options' own checks: a bad value or an unknown key is named first
     return config
+
+
+def _refuse_bare_temperature(value: object) -> None:
+    """``temperature=0.5`` (an override, or ``temperature = 0.5`` in a file) is ``--grid temperature=...``'s shorthand,
+    which a config does not take: "expected a table" alone left the reader to find ``policy`` and ``value``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        fixed = f"temperature.policy=fixed temperature.value={short_repr(value)}"
+        raise ConfigError("temperature", f"expected a table, got {short_repr(value)}: a fixed T is {fixed} (only --grid takes temperature=T1,T2 as its shorthand)")
 
 
 class Switched(typing.Protocol):

@@ -104,8 +104,9 @@ def coerce(value: Any, tp: Any, field: str) -> Any:
         if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
             raise ConfigError(field, f"expected an integer, got {short_repr(value)}")
         number = int(value)
-        if not INT64_MIN <= number <= INT64_MAX:
-            raise ConfigError(field, f"must fit in 64 bits (|x| < 2**63), got {short_repr(value)}")
+        if not INT64_MIN <= number <= INT64_MAX:  # a float this large (1e30) was written as a number, not an integer: say so
+            wanted = "expected an integer" if isinstance(value, float) else "must fit in 64 bits (|x| < 2**63)"
+            raise ConfigError(field, f"{wanted}, got {short_repr(value)}")
         return number
     if tp is str:
         if not isinstance(value, str):

@@ -19,12 +19,13 @@ from chillfl.aggregation.registry import algorithm_names, algorithm_spec, weight
 from chillfl.config import EXECUTORS, RunConfig
 from chillfl.errors import ConfigError
 from chillfl.experiment import base_losses
-from chillfl.data.datasets import DATASETS
-from chillfl.data.partition import PARTITIONERS
+from chillfl.data.datasets import dataset_names, dataset_spec
+from chillfl.data.partition import partitioner_names, partitioner_spec
 from chillfl.data.partition_file import FROM_KEY, PARTITION_FILE
 from chillfl.models.projection import EveryModelOptions
-from chillfl.models.registry import MODELS
+from chillfl.models.registry import model_names, model_spec
 from chillfl.options import OwnTable
+from chillfl.plugins import is_import_path
 from chillfl.settings.attack import AttackOptions, attack_spec, kind_names
 from chillfl.settings.distillation import DistillationOptions, method_settings
 from chillfl.settings.distillation import method_names as soft_label_method_names
@@ -52,9 +53,9 @@ class Part:
 
 
 PARTS: tuple[Part, ...] = (
-    Part("dataset", "name", lambda: DATASETS, DATASETS.__getitem__),
-    Part("partition", "name", lambda: PARTITIONERS, PARTITIONERS.__getitem__),
-    Part("model", "name", lambda: MODELS, MODELS.__getitem__),
+    Part("dataset", "name", dataset_names, dataset_spec, plugins=True),
+    Part("partition", "name", partitioner_names, partitioner_spec, plugins=True),
+    Part("model", "name", model_names, model_spec, plugins=True),
     Part("temperature", "policy", policy_names, policy_spec, plugins=True),
     Part("algorithm", "name", algorithm_names, algorithm_spec, plugins=True),
     Part("distillation", "method", soft_label_method_names, method_settings, plugins=True),
@@ -89,8 +90,10 @@ def _registries(plugins: Sequence[str] = (), terms: Collection[str] = ()) -> Ite
         yield part.section, part.key, registry
     for path, why in claimed.items():
         if why:
-            raise ConfigError("list.options", f"{path!r} is no algorithm, temperature policy, soft-label or prototype method, attack, privacy mechanism "
-                                              f"or loss term ({why})")
+            kinds = "dataset, partitioner, model, algorithm, temperature policy, soft-label or prototype method, attack, privacy mechanism or loss term"
+            if not is_import_path(path):  # a name no part knows: the first part's "allowed: <its names>" read as if only those were
+                why = "give a plugin's import path 'pkg.module:Name' or a chillfl.plugins entry point's name; `chillfl list` names every part's"
+            raise ConfigError("list.options", f"{path!r} is no {kinds} ({why})")
 
 
 def _default(field: dataclasses.Field) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,12 +112,41 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
 
 def _no_checkpoint(path: Path) -> str:
     """Why ``path`` cannot resume, and the command that starts it again: the comparison's resume for one of its runs
-    (it runs that one again in place), else ``chillfl run`` of its saved config, after which nothing in it is needed."""
+    (it runs that one again in place), else ``chillfl run`` of its saved config, after which nothing in it is needed.
+
+    The command works from any folder: its paths are absolute, and a config whose ``out_dir`` is relative (``results``)
+    is run from the folder it was started in (``cd``), so its new folder lands beside this one and a relative
+    ``data_dir`` or plugin module is found as before. Where that folder cannot be told, ``--out`` names this one's parent.
+    """
     said = f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint, so no round can be resumed"
+    where = Path(os.path.abspath(path))
     if is_sweep(path.parent):
-        return f"{said}; `chillfl resume {path.parent}` runs it again as part of its comparison"
-    return (f"{said}; start it again with `chillfl run {path / 'config.toml'}` (into a new folder); "
-            f"{path} holds no trained state: remove it once that run has started")
+        return f"{said}; `chillfl resume {shlex.quote(str(where.parent))}` runs it again as part of its comparison"
+    config = where / "config.toml"
+    origin = _started_in(where)
+    if origin is not None:
+        again = f"cd {shlex.quote(str(origin))} && chillfl run {shlex.quote(os.path.relpath(config, origin))}"
+    else:
+        again = f"chillfl run {shlex.quote(str(config))} --out {shlex.quote(str(where.parent))}"
+    return f"{said}; start it again with `{again}` (into a new folder); {path} holds no trained state: remove it once that run has started"
+
+
+def _started_in(folder: Path) -> Path | None:
+    """The folder a run was started in, when its config's ``out_dir`` is relative and ``folder`` (absolute) is
+    ``<there>/<out_dir>/<run>``; None for an absolute ``out_dir``, an unreadable config, or a folder moved since."""
+    try:
+        out_dir = tomllib.loads((folder / "config.toml").read_text(encoding="utf-8")).get("out_dir")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(out_dir, str) or not out_dir or os.path.isabs(out_dir):
+        return None
+    parts = Path(os.path.normpath(out_dir)).parts
+    if ".." in parts:  # `../results`: which folder it was started in is not in the path
+        return None
+    above = folder.parent.parts
+    if parts and above[len(above) - len(parts) :] != parts:
+        return None
+    return Path(*above[: len(above) - len(parts)])
 
 
 def _round_of(state: Mapping[str, Any], file: Path) -> int:

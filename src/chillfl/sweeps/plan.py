@@ -229,7 +229,11 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def parse_tune_items(items: Sequence[str]) -> dict[str, list[Any]]:
-    """``--tune client.lr=0.01,0.1`` items -> a ``[tune]`` table."""
+    """``--tune client.lr=0.01,0.1`` items -> a ``[tune]`` table.
+
+    A mistake in one option's values names it as the ``[tune]`` table it becomes (``tune.client.lr``, as every later
+    check of its values and the Python API's ``tune=`` name it); one in the flag's own shape names ``--tune``.
+    """
     out: dict[str, list[Any]] = {}
     for item in items:
         key, sep, values = item.partition("=")
@@ -238,8 +242,13 @@ def parse_tune_items(items: Sequence[str]) -> dict[str, list[Any]]:
             raise ConfigError("--tune", f"expected key=v1,v2,... got {item!r}")
         if key in out:  # else the later item's values replaced the earlier's, with nothing said
             raise ConfigError("--tune", f"{key} is given twice; give all its values in one item ({key}=v1,v2,...)")
-        out[key] = [parse_value(v.strip(), "--tune") for v in values.split(",") if v.strip()]
-    parse_tune(out, "--tune")
+        out[key] = [parse_value(v.strip(), f"tune.{key}") for v in values.split(",") if v.strip()]
+    try:
+        parse_tune(out)
+    except ConfigError as exc:  # the grid as a whole (its point count): the flag
+        if exc.field != "tune":
+            raise
+        raise ConfigError("--tune", exc.message) from None
     return out
 
 

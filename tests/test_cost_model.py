@@ -323,11 +323,11 @@ def test_fedalign_prices_its_reduced_final_stage_as_a_forward() -> None:
 
 
 def test_dp_sgd_prices_its_per_sample_step_as_overhead() -> None:
-    # [privacy] mechanism = "dp-sgd": each of the 24 steps from clipped per-sample gradients, 16 steps' overheads more
-    # (measured: a per-step cost, alike for an MLP and a CNN), the FLOPs a plain step's: 24 + 384 steps' overheads.
+    # [privacy] mechanism = "dp-sgd": each of the 24 steps from clipped per-sample gradients, 8.5 steps' overheads more
+    # (measured: a per-step cost, alike for an MLP and a CNN), the FLOPs a plain step's: 24 + 204 steps' overheads.
     config = _config(privacy={"mechanism": "dp-sgd", "clip_norm": 1.0, "noise_multiplier": 1.0})
-    assert declared_cost(config) == Cost(pass_overhead=16.0)
-    _close(config, _minutes(STEPS, SAMPLES, overhead=24 * 16))
+    assert declared_cost(config) == Cost(pass_overhead=8.5)
+    _close(config, _minutes(STEPS, SAMPLES, overhead=24 * 8.5))
     # A mechanism that noises the uploads alone declares nothing: priced as FedAvg.
     assert declared_cost(_config(privacy={"mechanism": "dp-fedavg", "clip_norm": 1.0, "noise_multiplier": 1.0})) == Cost()
 

@@ -54,14 +54,13 @@ def step(options: DpSgdOptions, noise: Noise) -> PerSampleClipping:
     return PerSampleClipping(noise.clip_norm, noise.noise_multiplier, noise.sizes.batch_size if options.divide_by == "lot" else 0)
 
 
-PER_SAMPLE_STEP = 16.0
+PER_SAMPLE_STEP = 8.5
 """The overhead of a step from clipped per-sample gradients (``torch.func.grad`` under ``vmap``, each sample's norm, the
-noise drawn from the step's own seed), in plain steps' overheads, FLOPs as a plain step's. Measured 2026-12-02 on the
-2-vCPU AVX2 machine (``benchmarks/estimates.py``, digits, batch 16): 11-15 ms more a step than FedAvg's, with the MLP
-(15.9x FedAvg's CPU time) as with the FLex&Chill CNN (6.3-8.5x): 15-19 of the estimate's 0.76 ms. Most of it is not the
-step: profiled (docs/privacy.md, "Cost"), 3.9-4.0 s of that MLP run's 4.8-5.0 s is the accountant's per-round epsilon
-(``Ledger.epsilon``, per client whose history changed), 0.8 s its 470 steps; a per-round cost that this per-step
-constant stands in for on that configuration only."""
+noise drawn from the step's own seed), in plain steps' overheads, FLOPs as a plain step's, together with the per-round
+accountant it stands in for. Fitted 2026-12-02 on the 2-vCPU Xeon (``benchmarks/estimates.py --methods
+fedavg,dpsgd,fedavg_mlp,dpsgd_mlp --repeats 3``, digits, batch 16), after the ledger began computing each (sigma, q)'s
+one-step RDP once a run: 9.7 units on the MLP, 7.0 on the FLex&Chill CNN (16 before that, when the accountant's
+per-round epsilon was 80 % of the MLP run's CPU; docs/privacy.md, "Cost")."""
 
 
 SPEC = MechanismSpec(

@@ -26,6 +26,7 @@ from chillfl.errors import ConfigError
 from chillfl.training.local import LocalOutcome, LocalSpec, model_state
 
 from float_paths import assert_records_close
+from lent_pools import pools
 
 
 class Pull:
@@ -460,8 +461,10 @@ def test_run_experiment_is_deterministic(executor: str) -> None:
         "client.momentum": 0.5,
     }
     config = load_config(None, overrides)
-    first = run_experiment(config, write=False, progress=False).records
-    second = run_experiment(config, write=False, progress=False).records
+    # processes: both runs on this test process's lent workers (lent_pools), the second on the workers the first used: a
+    # worker keeping anything of a run would show here; a pool's own start is tests/test_worker_pools.py's and the above
+    first = run_experiment(config, write=False, progress=False, pools=pools()).records
+    second = run_experiment(config, write=False, progress=False, pools=pools()).records
     assert len(first) == 2 and first == second
     if executor == "vectorized":  # and it agrees with the reference up to float rounding
         ref = run_experiment(config.with_overrides({"executor": "sequential"}), write=False, progress=False).records

@@ -20,6 +20,7 @@ from chillfl.runner import run_experiment
 from chillfl.training.local import LocalSpec, batch_order, model_state, optimizer_step_, train_client
 from chillfl.training.optim import clip_by_norm_, init_state
 from chillfl.training.schedule import LrSchedule, Optimizer, planned_steps
+from lent_pools import pools
 
 DEMO = "src/chillfl/experiments/demo.toml"
 
@@ -223,7 +224,7 @@ def _demo(optimizer: str, executor: str, over: str) -> list[dict[str, Any]]:
         "eval.validation": 0.0, "client.epochs": 1, "client.optimizer": optimizer, "client.lr": 0.003,
         "client.weight_decay": 0.01, "client.lr_schedule": "cosine", "client.lr_schedule_over": over,
     }
-    return run_experiment(load_config(DEMO, overrides), write=False, progress=False).records
+    return run_experiment(load_config(DEMO, overrides), write=False, progress=False, pools=pools()).records  # workers lent (lent_pools)
 
 
 @pytest.mark.slow  # the demo's data under every executor, twice: minutes; `pytest -m "not slow"` leaves it out

@@ -24,6 +24,7 @@ from chillfl.runner import run_experiment
 from chillfl.settings.attack import parse_attack
 from chillfl.training import local
 from chillfl.training.local import LocalSpec, batch_order, step_batch
+from lent_pools import pools
 
 DIGITS: dict[str, Any] = {
     "seed": 0, "threads": 1, "device": "cpu", "dataset.name": "digits", "partition.name": "iid", "model.name": "mlp", "model.hidden": [16],
@@ -130,7 +131,7 @@ def test_without_augmentation_the_batch_is_the_stored_stamped_rows() -> None:
 
 def _records(tmp_path: Path, name: str, **overrides: Any) -> list[dict[str, Any]]:
     config = load_config(None, {**DIGITS, "out_dir": str(tmp_path), "name": name, **overrides})
-    folder = run_experiment(config, progress=False).folder
+    folder = run_experiment(config, progress=False, pools=pools()).folder  # a process pool's workers lent (lent_pools)
     assert folder is not None
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 

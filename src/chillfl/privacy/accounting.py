@@ -33,6 +33,7 @@ import math
 import warnings
 from typing import Any, Literal, Mapping, Sequence
 
+import numpy as np
 import torch
 
 from chillfl.extras import need
@@ -146,7 +147,7 @@ class Ledger:
         self.orders: Orders = orders
         self.histories: dict[str, History] = {}
         self._cache: dict[History, float] = {}
-        self._step_rdp: dict[tuple[float, float], Any] = {}  # (sigma, q) -> one step's RDP at every order (numpy)
+        self._step_rdp: dict[tuple[float, float], np.ndarray] = {}  # (sigma, q) -> one step's RDP at every order
 
     def spend(self, unit: str, sigma: float, rate: float, steps: int = 1) -> None:
         self.histories[unit] = add_steps(self.histories.get(unit, ()), sigma, rate, steps)

@@ -70,6 +70,16 @@ def test_report_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 
+@pytest.mark.parametrize("name", ["r.pdf", "r.PNG"])
+def test_an_output_that_is_not_html_is_one_line_and_nothing_written(runs: Path, tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """-o r.pdf wrote the HTML page into r.pdf."""
+    assert main(["report", str(runs), "--no-models", "--no-partitions", "-o", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("chillfl: error: --output:") and ".html" in err[0], err
+    assert not (tmp_path / name).exists()
+    assert main(["report", str(runs), "--no-models", "--no-partitions", "-o", str(tmp_path / "r.HTM")]) == 0  # any case of .html/.htm
+
+
 def test_an_unwritable_output_is_one_line(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """-o under a file was a FileNotFoundError/NotADirectoryError traceback, exit 1."""
     (tmp_path / "f").write_text("")

@@ -644,6 +644,8 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | N
     path = Path(out)
     if path.is_dir():
         raise ConfigError("--output", f"{path} is a folder; give an .html file path")
+    if path.suffix and path.suffix.lower() not in (".html", ".htm"):  # -o r.pdf wrote HTML into a file a PDF viewer cannot open
+        raise ConfigError("--output", f"the report is an HTML page; give a .html path, not {path.suffix} (a browser prints it to PDF)")
     check_writable_dir(str(path.parent), "--output")  # before the figures are drawn: an unwritable -o is one line, not a traceback
     page = render(run_dirs, title, **kwargs)  # nothing is written before the page is whole
     try:

@@ -4,16 +4,11 @@ on a local Ray (``executor = "ray"``) and under Flower's simulation engine: the 
 
 The user's modules are in a folder the test puts on ``sys.path``, not in the working directory: a local Ray's workers
 import them from the driver's import path (:func:`chillfl.executors.ray_executor.adopt_import_path`), as the
-``processes`` executor's workers and Flower's simulation actors do. Ray: one local Ray for every run here (its actors
-start once, a Ray start being most of such a test's time), each case run, then stopped after round 1 and resumed there
-(``chillfl resume``): bitwise the sequential run that never stopped, the clients' kept optimiser states and alphas
-carried over the checkpoint. On the same actors: docs/extending.md's FedDyn with the page's temperature policy, by
-import path (the page's ``PYTHONPATH=.`` is an absolute ``sys.path`` entry, this folder's route to the workers too),
-and a dataset named by import path whose module the workers cannot import (the driver builds it; the actors get each
-client's rows from the object store). Flower: two simulations (a Flower run has no resume): every part by import path
-in one, Local-only's Adam state (moments and step count) kept on the SuperNodes in the other, with the personal models
-the nodes send back. That each kept state acts (a run without it differs) is checked on these very configs by
-``tests/test_backend_plugins.py``.
+``processes`` executor's workers and Flower's simulation actors do. Ray: one local Ray for every case (its actors
+start once), each case run, then stopped after round 1 and resumed there (``chillfl resume``): bitwise the sequential
+run that never stopped, the clients' kept optimiser states and alphas carried over the checkpoint. Flower: two
+simulations (a Flower run has no resume): every part by import path in one, Local-only's Adam state (moments and step
+count) kept on the SuperNodes in the other, with the personal models the nodes send back.
 """
 
 from __future__ import annotations
@@ -28,9 +23,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from backend_plugin_cases import CASES, MODULES, config, write_modules  # noqa: E402
-from chillfl.config import load_config  # noqa: E402
-from chillfl.data.datasets import load_dataset  # noqa: E402
+from backend_plugin_cases import CASES, DEFAULTS, MODULES, config, write_modules  # noqa: E402
 from chillfl.executors.pools import WorkerPools  # noqa: E402
 from chillfl.runner import CHECKPOINT, CLIENT_MODELS, resume_experiment, run_experiment  # noqa: E402
 from chillfl.storage.checkpoint import read_state  # noqa: E402
@@ -53,69 +46,7 @@ def user_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
         sys.modules.pop(name, None)
 
 
-DATASET = "ray_blob_data"
-DATASET_SOURCE = """
-import numpy as np
-import torch
-
-from chillfl import ArrayDataset
-
-
-def blobs(options, data_dir):
-    rng = np.random.default_rng(0)
-    y = rng.integers(0, 3, 200)
-    x = torch.from_numpy(rng.normal(2.0 * y[:, None], 1.0, (200, 8)).astype(np.float32))
-    return ArrayDataset("blobs", x[:150], torch.from_numpy(y[:150]), x[150:], torch.from_numpy(y[150:]), 3)
-"""
-
-
-@pytest.fixture
-def dataset_out_of_the_workers_reach(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A dataset module imported in the driver, then taken off ``sys.path`` before any Ray worker starts: the workers
-    (whose import path is the driver's at their start) could not import it."""
-    folder = tmp_path / "plugin"
-    folder.mkdir()
-    (folder / f"{DATASET}.py").write_text(DATASET_SOURCE, encoding="utf-8")
-    monkeypatch.syspath_prepend(str(folder))
-    load_dataset(f"{DATASET}:blobs")  # imported in the driver ...
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(folder)])  # ... then out of the workers' reach
-    yield
-    sys.modules.pop(DATASET, None)
-
-
-PAGE = {
-    "dataset.name": "digits",
-    "model.name": "mlp",
-    "device": "cpu",
-    "threads": 1,
-    "seed": 2,
-    "federation.num_clients": 4,
-    "federation.clients_per_round": 2,
-    "federation.rounds": 2,
-    "client.batch_size": 32,
-    "client.lr": 0.05,
-    "algorithm": {"name": "my_methods:FEDDYN", "alpha": 0.01},
-    "temperature": {"policy": "my_methods:LinearWarmup", "rounds": 2},
-}
-"""docs/extending.md's FedDyn (an aggregator with a client half, client state and a loss term) and temperature policy."""
-
-BLOBS = {
-    "dataset.name": f"{DATASET}:blobs",
-    "model.name": "mlp",
-    "model.hidden": [16],
-    "device": "cpu",
-    "threads": 1,
-    "seed": 2,
-    "federation.num_clients": 4,
-    "federation.clients_per_round": 2,
-    "federation.rounds": 2,
-    "client.batch_size": 16,
-    "eval.client_split_size": 10,
-}
-"""A run on the plugin dataset only the driver can import."""
-
-
-def test_on_a_local_ray_equal_sequential_and_resume_bitwise(user_modules: Path, dataset_out_of_the_workers_reach: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_on_a_local_ray_equal_sequential_and_resume_bitwise(user_modules: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from chillfl import runner
 
     monkeypatch.setattr(runner, "_plots", lambda *args: None)  # figures are not results
@@ -127,6 +58,8 @@ def test_on_a_local_ray_equal_sequential_and_resume_bitwise(user_modules: Path, 
             assert seq.folder is not None
             got = run_experiment(config(case, tmp_path / "ray", "ray", **keep), progress=False, pools=pools)
             assert got.records == seq.records, case  # every metric, floats compared exactly
+            if case in DEFAULTS:  # the option acts: the run is not the one without it
+                assert run_experiment(config(case, tmp_path / "off", **DEFAULTS[case]), write=False, progress=False).records != seq.records, case
             if case not in RESUMED:
                 continue
             with pytest.raises(Crash):
@@ -137,9 +70,6 @@ def test_on_a_local_ray_equal_sequential_and_resume_bitwise(user_modules: Path, 
             assert resumed is not None
             for name in ("metrics.jsonl", CLIENT_MODELS):
                 assert (resumed / name).read_bytes() == (seq.folder / name).read_bytes(), (case, name)
-        for name, over in (("page", PAGE), ("blobs", BLOBS)):
-            runs = {ex: run_experiment(load_config(None, {**over, "executor": ex}), write=False, progress=False, pools=pools).records for ex in ("sequential", "ray")}
-            assert runs["ray"] == runs["sequential"], name  # every metric, floats compared exactly
         assert pools.started == 1  # every Ray run on the one set of actors
 
 

@@ -1,0 +1,43 @@
+"""docs/extending.md's FedDyn (a user aggregator with a client half, client state and a loss term, named by
+import path) under ``executor = "ray"`` with a local Ray, run as the page says: from the folder that holds
+``my_methods.py`` (Ray puts the driver's working directory on its workers' path). The workers import the
+user's module, and the metrics are bitwise the sequential run's."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+pytest.importorskip("ray")
+
+from chillfl.config import load_config  # noqa: E402
+from chillfl.runner import run_experiment  # noqa: E402
+
+DOCS_TEST = Path(__file__).resolve().parents[1] / "test_extending_docs.py"
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    sys.path.insert(0, str(DOCS_TEST.parent))
+    try:
+        from test_extending_docs import files
+    finally:
+        sys.path.remove(str(DOCS_TEST.parent))
+    (tmp_path / "my_methods.py").write_text(files()["my_methods.py"], encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))  # PYTHONPATH=. in the page
+    monkeypatch.chdir(tmp_path)
+    sys.modules.pop("my_methods", None)
+    yield tmp_path
+    sys.modules.pop("my_methods", None)
+
+
+def test_user_feddyn_by_import_path_under_a_local_ray_equals_sequential(user_module: Path) -> None:
+    base = {"dataset.name": "digits", "model.name": "mlp", "device": "cpu", "threads": 1, "seed": 2, "federation.num_clients": 4,
+            "federation.clients_per_round": 2, "federation.rounds": 2, "client.batch_size": 32, "client.lr": 0.05,
+            "algorithm": {"name": "my_methods:FEDDYN", "alpha": 0.01}, "temperature": {"policy": "my_methods:LinearWarmup", "rounds": 2}}
+    records = {ex: run_experiment(load_config(None, {**base, "executor": ex}), write=False, progress=False).records for ex in ("sequential", "ray")}
+    assert [r["global_loss"] for r in records["ray"]] == [r["global_loss"] for r in records["sequential"]]
+    assert [r["train_loss"] for r in records["ray"]] == [r["train_loss"] for r in records["sequential"]]

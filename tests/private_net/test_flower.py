@@ -6,8 +6,8 @@
   with its decay (PA3Fed over SCAFFOLD, 5 rounds, T decays on the nodes) give the same records as
   ``chillfl``'s runtime (every float compared exactly), with every client state on the nodes;
 * a deployment: SuperLink + two SuperNodes as processes on 127.0.0.1 with TLS certificates made here, a
-  FedChill run and a SCARLET run started at once with ``flwr run`` (the nodes serve both, interleaved) give chillfl's
-  metrics (SCARLET's client caches persist in the SuperNodes' ``Context.state``); SuperNodes without the CA certificate or without
+  FedChill run and then a SCARLET run started with ``flwr run`` give chillfl's metrics (SCARLET's client
+  caches persist in the SuperNodes' ``Context.state``); SuperNodes without the CA certificate or without
   TLS are refused; every process exits on SIGTERM;
 * the soft-label protocol with SCARLET's cache (4 clients, 3 of them a round, on 2 SuperNodes; 3 rounds): the
   same records as chillfl's runtime, bit for bit, including the cache's hit ratio, the bytes it saves and the
@@ -321,7 +321,7 @@ def _app(tmp_path: Path, config: Any) -> Path:
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI to make the test certificates")
 def test_deployment_with_tls_two_supernodes_and_flwr_run(tmp_path: Path) -> None:
-    """FedChill and SCARLET with its cache, both started with ``flwr run`` on the same SuperLink and SuperNodes, at once."""
+    """FedChill, then SCARLET with its cache, each started with ``flwr run`` on the same SuperLink and SuperNodes."""
     _certificates(tmp_path)
     fedchill = _config(tmp_path, temperature={"policy": "fedchill"}, federation={"num_clients": 4, "clients_per_round": 2, "rounds": 2}, name="deployed")
     # SCARLET needs 3 rounds: round 3 is the first to rebuild soft-labels from entries a client cached in an earlier message
@@ -353,17 +353,16 @@ def test_deployment_with_tls_two_supernodes_and_flwr_run(tmp_path: Path) -> None
         plain_http = start("plain", "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{port}", "--port", str(_free_port()), "--max-retries", "1", "--max-wait-time", "5")
         for i in range(2):
             _wait_log(tmp_path / f"node{i}.log", "SuperNode ID")
-        for config in (fedchill, scarlet):  # both runs at once: the nodes serve them interleaved, each run's states its own
+        for config in (fedchill, scarlet):
             run = subprocess.run([_bin("flwr"), "run", str(apps[config.name]), "test"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
             assert run.returncode == 0 and "Successfully started run" in run.stdout, run.stdout + run.stderr
-        deadline = time.monotonic() + 480  # the two runs' 240 s each when they ran one after the other
-        for config in (fedchill, scarlet):
-            expected = run_experiment(config, write=False, progress=False).records  # while the deployment runs
             folder = tmp_path / "out" / config.name
+            deadline = time.monotonic() + 240
             while not (folder / "summary.json").exists():
                 assert time.monotonic() < deadline, (tmp_path / "superlink.log").read_text(errors="replace")[-3000:]
                 assert all(p.poll() is None for p in procs[:3]), "a Flower process died"
                 time.sleep(0.5)
+            expected = run_experiment(config, write=False, progress=False).records
             got = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
             assert got == json.loads(json.dumps(expected))  # through JSON, as written: every metric bit for bit
         assert [r["sync_verified"] for r in got] == [0, 3, 3] and got[2]["cache_hit_ratio"] > 0  # SCARLET's caches persisted on the nodes

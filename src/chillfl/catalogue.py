@@ -304,7 +304,7 @@ def work(config: RunConfig) -> Work | None:
     further = config.client.epochs * max(cost.trainings - 1, 0.0) + cost.epochs  # the further trainings' epochs
     overhead += fed.rounds * clients * further * batches * cost.step_passes * cost.extra_pass_overhead
     local_samples = fed.rounds * clients * (epochs * per_client * cost.step_passes + cost.steps * batch)
-    participants = fed.num_clients * (1 - (1 - clients / fed.num_clients) ** fed.rounds)  # expected to take part at least once
+    participants = fed.expected_participants()
     first = participants * cost.first_epochs  # epochs in all, once a client
     extra_steps = fed.rounds * (clients * math.ceil(cost.public_samples / batch) + math.ceil(cost.server_samples / batch) + cost.server_steps)
     extra_samples = fed.rounds * (clients * cost.public_samples + cost.server_samples)

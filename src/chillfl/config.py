@@ -126,6 +126,11 @@ class FederationConfig:
             return self.clients_per_round
         return max(1, math.floor(self.client_fraction * self.num_clients + 1e-9))
 
+    def expected_participants(self) -> float:
+        """Clients expected to take part at least once over the run, N (1 - (1 - m / N)^R) with m of N sampled uniformly
+        each of R rounds: what prices once-a-client work (a first fit, FedMD's pretraining) in the time estimates."""
+        return self.num_clients * (1 - (1 - self.sample_size() / self.num_clients) ** self.rounds)
+
 
 @dataclass(frozen=True)
 class ClientConfig:

@@ -55,8 +55,8 @@ def pretraining_cost(config: RunConfig, samples: float) -> Cost:
     share: the clients expected to take part at least once, N (1 - (1 - m / N)^R) (m of N sampled uniformly each of R
     rounds), times ``samples``, over the R m client-rounds; the server's ``samples`` over the R rounds."""
     fed = config.federation
-    n, m, rounds = fed.num_clients, fed.sample_size(), fed.rounds
-    participants = n * (1 - (1 - m / n) ** rounds)
+    m, rounds = fed.sample_size(), fed.rounds
+    participants = fed.expected_participants()
     return Cost(public_samples=participants * samples / (rounds * m), server_samples=samples / rounds)
 
 

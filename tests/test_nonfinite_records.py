@@ -78,3 +78,60 @@ def test_a_marker_that_names_no_null_value_is_refused(marker: object) -> None:
 def test_a_record_may_not_use_the_markers_key() -> None:
     with pytest.raises(ValueError, match=NONFINITE):
         encode_record({"round": 1, NONFINITE: 1.0})
+
+
+def _write_nonfinite_run(folder: Path) -> Path:
+    """A run folder whose metrics.jsonl holds RECORDS as the writer spells them (round 2: NaN loss, +inf, -inf)."""
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(encode_record(r), sort_keys=True, allow_nan=False) + "\n" for r in RECORDS))
+    return folder
+
+
+def _is_round_2(record: dict[str, object]) -> bool:
+    """Round 2 of RECORDS as it was in memory: NaN, inf and -inf back, the marker gone, the finite values untouched."""
+    loss, val, train = record["global_loss"], record["val_loss"], record["train_loss"]
+    return (NONFINITE not in record and isinstance(loss, float) and math.isnan(loss) and val == math.inf and train == -math.inf
+            and record["global_acc"] == 0.6)
+
+
+def test_every_reader_of_metrics_jsonl_gives_the_non_finite_float_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """read_metrics (report, sweeps), the metrics tables' read_records and the PA3Fed curves' reading all go through the one
+    decoder: round 2's loss is NaN (and the infinities inf), not None ("not measured")."""
+    from chillfl.metrics.records import read_records
+
+    run = _write_nonfinite_run(tmp_path / "compare" / "FedAvg")
+    assert _is_round_2(read_metrics(run)[1]) and _is_round_2(read_records(run / "metrics.jsonl")[1])
+    assert read_records(run / "metrics.jsonl")[0] == RECORDS[0]
+
+    pytest.importorskip("matplotlib")
+    import chillfl.plots.pa3fed as pa3fed
+
+    seen: dict[str, list[dict[str, object]]] = {}
+
+    def capture(curves: dict[str, list[dict[str, object]]], out: Path, title: str = "") -> bool:
+        seen.update(curves)
+        return True
+
+    monkeypatch.setattr(pa3fed, "plot_compare_clp", capture)
+    assert pa3fed.main([str(tmp_path / "compare")]) == 0
+    assert list(seen) == ["FedAvg"] and _is_round_2(seen["FedAvg"][1])
+
+
+def test_a_garbled_marker_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
+    """The metrics tables read the marker through the same decoder, so a hand-edited one is their usual ConfigError."""
+    from chillfl.errors import ConfigError
+    from chillfl.metrics.records import read_records
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"round": 1, "global_loss": 0.5, "nonfinite": {"global_loss": "nan"}}\n')
+    with pytest.raises(ConfigError, match=r"line 1: 'nonfinite' must map keys whose value is null"):
+        read_records(path)
+
+
+def test_the_decoder_and_the_metrics_tables_import_no_torch() -> None:
+    """The small ``python -m chillfl.metrics.*`` tables decode with :mod:`chillfl.storage.jsonl`, which needs no torch."""
+    import subprocess
+    import sys
+
+    code = "import sys, chillfl.metrics.records, chillfl.storage.jsonl; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -4,6 +4,7 @@ A folder given on their command line may be mistyped, hold no run, or hold a
 file cut short by a crash; each of these is a :class:`~chillfl.errors.ConfigError`
 naming the folder or the file and line, which :func:`run_tool` prints as one
 line with exit status 2 (as ``chillfl`` does), before anything is printed.
+A non-finite value reads back as the float it was (:func:`~chillfl.storage.jsonl.decode_record`, the one decoder).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from chillfl.errors import ConfigError
 from chillfl.paths import FAILED, PARTIAL
+from chillfl.storage.jsonl import decode_record
 
 METRICS = "metrics.jsonl"
 UNFINISHED = (PARTIAL, FAILED)
@@ -29,7 +31,8 @@ def unfinished(path: Path, under: Path) -> bool:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """The round records of a ``metrics.jsonl``; a line that is not a JSON object is a ConfigError naming file and line."""
+    """The round records of a ``metrics.jsonl``, decoded (:func:`~chillfl.storage.jsonl.decode_record`: a NaN loss is NaN,
+    not None); a line that is not a JSON object, or whose non-finite marker is garbled, is a ConfigError naming file and line."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -44,7 +47,10 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             raise ConfigError(str(path), f"line {number} is not JSON ({exc})") from None
         if not isinstance(record, dict):
             raise ConfigError(str(path), f"line {number} is not a round record (a JSON object)")
-        records.append(record)
+        try:
+            records.append(decode_record(record))
+        except ValueError as exc:
+            raise ConfigError(str(path), f"line {number}: {exc}") from None
     return records
 
 

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
 from chillfl.config import safe_name  # noqa: E402
-from chillfl.storage.results import series  # noqa: E402
+from chillfl.storage.results import read_metrics, series  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
 
@@ -122,8 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         order = {safe_name(label): label for label in labels}
     curves = {}
     for run in sorted(runs, key=lambda p: list(order).index(p.name) if p.name in order else len(order)):
-        with (run / "metrics.jsonl").open(encoding="utf-8") as fh:
-            curves[order.get(run.name, run.name)] = [json.loads(line) for line in fh if line.strip()]
+        try:
+            curves[order.get(run.name, run.name)] = read_metrics(run)  # decoded: a NaN loss is NaN, not "not measured"
+        except ValueError as exc:  # a garbled line or non-finite marker: one line, not a traceback
+            parser.error(f"{run / 'metrics.jsonl'} is unreadable: {exc}")
     out = folder / "clp_curves.png"
     if not plot_compare_clp(curves, out, title=folder.name):
         parser.error("no run has a global accuracy curve")

@@ -4,17 +4,8 @@ A finished folder holds ``config.toml`` (the resolved config), ``metrics.jsonl``
 (one JSON object per round), ``summary.json`` and PNG plots. An interrupted or
 failed run leaves ``<name>.partial/``, never a folder that looks finished.
 
-Non-finite numbers: the files are strict JSON, so a NaN or infinite float is
-written as ``null``. In memory ``None`` means "not measured" and NaN "measured,
-and it overflowed" (only evaluation makes one: a global loss whose logits
-overflow), and a run read back must tell them apart, or
-:func:`summarize` reports an earlier round's finite loss as the final one. So
-a ``metrics.jsonl`` line with a non-finite top-level value also carries
-:data:`NONFINITE`: ``"nonfinite": {"global_loss": "nan"}`` (``"inf"``,
-``"-inf"``), which :func:`decode_record` turns back into the float. A line
-without it (every line of an older file) reads as before; a reader that does
-not know the key still sees ``null``. Values nested deeper (a per-client
-table) stay ``null``.
+Non-finite numbers: a NaN or infinite value is written ``null`` with a ``"nonfinite"`` entry naming it
+(:mod:`chillfl.storage.jsonl`, whose codec is re-exported here), and read back as the float.
 
 A run folder is a transaction:
 
@@ -52,6 +43,7 @@ except ImportError:  # pragma: no cover - Windows: no flock; run folders are not
     fcntl = None  # type: ignore[assignment]
 
 from chillfl.storage.checkpoint import write_atomic
+from chillfl.storage.jsonl import NONFINITE as NONFINITE, decode_record as decode_record, encode_record as encode_record, strict as strict
 from chillfl.paths import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW
 from chillfl.paths import FAILED as FAILED, PARTIAL as PARTIAL  # defined there (torch-free); the package reads them here
 from chillfl.errors import ConfigError, StorageError
@@ -70,50 +62,6 @@ def _without_none(value: Any) -> Any:
 def to_toml(data: Mapping[str, Any]) -> str:
     """``data`` as TOML (tomli-w: lists of tables, nested tables and every scalar round-trip; None omitted)."""
     return tomli_w.dumps(_without_none(data))
-
-
-def strict(value: Any) -> Any:
-    """``value`` with every non-finite float replaced by None: result files are strict JSON (no NaN literals)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {k: strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict(v) for v in value]
-    return value
-
-
-NONFINITE = "nonfinite"
-"""The ``metrics.jsonl`` key naming a record's non-finite top-level values (written ``null``): key -> ``"nan"``, ``"inf"`` or ``"-inf"``."""
-_SPELLING = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-
-
-def _spelled(value: float) -> str:
-    return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
-
-
-def encode_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    """``record`` as a ``metrics.jsonl`` line holds it: :func:`strict`, plus :data:`NONFINITE` naming the top-level values
-    that were NaN or infinite (no such key when there were none, so a finite record's line is as it always was)."""
-    if NONFINITE in record:
-        raise ValueError(f"a round record may not have a key named {NONFINITE!r}: metrics.jsonl uses it for non-finite values")
-    out = strict(dict(record))
-    nonfinite = {k: _spelled(v) for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)}
-    if nonfinite:
-        out[NONFINITE] = nonfinite
-    return out
-
-
-def decode_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A ``metrics.jsonl`` line's record as it was in memory: :data:`NONFINITE`'s values back in place of their ``null``
-    (and the key removed). ValueError for a marker that names no ``null`` value or spells no non-finite float."""
-    marks = record.pop(NONFINITE, None)
-    if marks is None:
-        return record
-    if not isinstance(marks, dict) or not all(isinstance(v, str) and v in _SPELLING and k in record and record[k] is None for k, v in marks.items()):
-        raise ValueError(f"{NONFINITE!r} must map keys whose value is null to one of {', '.join(map(repr, _SPELLING))}, got {marks!r}")
-    record.update({k: _SPELLING[v] for k, v in marks.items()})
-    return record
 
 
 def _taken(candidate: Path) -> bool:

@@ -15,7 +15,13 @@ from typing import Any
 
 import pytest
 
-from chillfl.plots.differences import Difference, caption, differences
+from chillfl.plots.differences import Difference, caption, differences, row_label
+
+
+def ends(d: Difference) -> tuple[float, float]:
+    """The interval's ends as drawn, in points."""
+    assert d.interval is not None
+    return d.interval.low, d.interval.high
 
 
 def _stat(per_seed: list[float], mean: float, low: float | None, high: float | None) -> dict[str, Any]:
@@ -36,9 +42,10 @@ def test_global_differences_are_the_rows_in_points_without_the_baseline() -> Non
     got = differences(ROWS, "FedAvg", "delta_acc")
     assert [d.label for d in got] == ["A", "B", "C", "D"]
     a, b, c, d = got
-    assert a == Difference("A", pytest.approx((1.0, 3.0)), pytest.approx(2.0), pytest.approx((0.5, 3.5)), "above")
-    assert (b.mean, b.side) == (pytest.approx(-3.0), "below") and b.interval == pytest.approx((-5.0, -1.0))
-    assert c.side == "crosses" and c.interval == pytest.approx((-1.0, 2.0))
+    assert (a.label, a.per_seed, a.mean, a.side) == ("A", pytest.approx((1.0, 3.0)), pytest.approx(2.0), "above")
+    assert ends(a) == pytest.approx((0.5, 3.5)) and a.interval is not None and not a.interval.clipped
+    assert (b.mean, b.side) == (pytest.approx(-3.0), "below") and ends(b) == pytest.approx((-5.0, -1.0))
+    assert c.side == "crosses" and ends(c) == pytest.approx((-1.0, 2.0))
     assert d.interval is None and d.side == "crosses" and d.per_seed == pytest.approx((4.0,))
 
 
@@ -71,3 +78,22 @@ def test_the_caption_says_how_many_seeds_and_whether_there_is_an_interval() -> N
     assert caption(got) == "dots: 1-2 seeds; bar: 95 % CI"
     assert caption(got[:3]) == "dots: 2 seeds; bar: 95 % CI"
     assert caption(got[3:]) == "dots: 1 seed; no 95 % CI from one seed"
+
+
+def test_a_difference_interval_past_100_points_is_drawn_clipped_and_named() -> None:
+    """Hand-worked: per-seed differences +0.90, +0.10, +0.50 (fractions) -> mean +0.50, sample std 0.40, half width
+    t(0.975, 2) * 0.40 / sqrt(3) = 4.3027 * 0.23094 = 0.993666, so the t-interval is [-0.493666, +1.493666]: in points
+    [-49.37, +149.37]. A difference of two accuracies cannot pass +100 (its ``range`` [-1, 1], as ``chillfl compare``
+    writes it), so the bar is drawn to [-49.37, +100.00], flagged clipped; the label ends in a dagger, the caption says why."""
+    from chillfl.metrics.stats import FRACTION, paired_difference
+
+    p = paired_difference([0.90, 0.10, 0.50], [0.0, 0.0, 0.0], FRACTION)
+    assert (p.summary.low, p.summary.high) == (pytest.approx(-0.493666, abs=1e-6), pytest.approx(1.493666, abs=1e-6))
+    wide = {"n": 3, "mean": p.summary.mean, "std": p.summary.std, "ci_low": p.summary.low, "ci_high": p.summary.high,
+            "per_seed": list(p.differences), "range": [-1.0, 1.0]}
+    (one,) = differences([ROWS[0], {"variant": "W", "delta_acc": wide}], "FedAvg", "delta_acc")
+    assert ends(one) == (pytest.approx(-49.367, abs=1e-3), 100.0) and one.interval is not None and one.interval.clipped
+    assert one.side == "crosses" and row_label(one) == "W †"
+    assert caption([one]) == "dots: 3 seeds; bar: 95 % CI; † bar clipped to ±100 points, the CI reaches past it"
+    unbounded = differences([ROWS[0], {"variant": "W", "delta_acc": {**wide, "range": None}}], "FedAvg", "delta_acc")[0]  # an older table.json
+    assert ends(unbounded) == (pytest.approx(-49.367, abs=1e-3), pytest.approx(149.367, abs=1e-3)) and row_label(unbounded) == "W"

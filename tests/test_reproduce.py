@@ -82,7 +82,8 @@ def test_verdict_figure_rows_are_the_claims_per_seed_values_with_their_interval(
     b, a = verdict_points(outcomes)
     assert (b.metric, b.per_seed, b.bound, b.interval) == ("bytes", (0.3, 0.4), 0.5, None) and b.mean == pytest.approx(0.35)
     # d = [2, 4]: mean 3, std sqrt(2), half width t(0.975, 1) * sqrt(2) / sqrt(2) = 12.7062
-    assert (a.metric, a.mean) == ("accuracy", 3.0) and a.interval == pytest.approx((3.0 - 12.7062, 3.0 + 12.7062), abs=1e-4)
+    assert (a.metric, a.mean) == ("accuracy", 3.0) and a.interval is not None and not a.interval.clipped
+    assert (a.interval.low, a.interval.high) == pytest.approx((3.0 - 12.7062, 3.0 + 12.7062), abs=1e-4)
 
     path = write_verdicts("scarlet", outcomes)
     assert path == Path(tmp_path) / "reproduce-scarlet.md"
@@ -120,3 +121,26 @@ def test_verdicts_when_every_claim_diverged_are_a_table_without_a_figure(tmp_pat
     path = write_verdicts("flexchill", diverged)
     assert path is not None and "| diverged |" in path.read_text() and "![verdicts]" not in path.read_text()
     assert not path.with_suffix(".png").exists()
+
+
+def test_an_accuracy_difference_past_100_points_is_shown_clipped_marked_and_footnoted() -> None:
+    """d = [0.90, 0.10, 0.50]: mean 0.50, deviations +0.4, -0.4, 0 -> variance 0.32 / 2 = 0.16, std 0.40; half width
+    4.3027 * 0.40 / sqrt(3) = 0.993666 -> t-interval [-0.493666, +1.493666] = [-49.37, +149.37] points. A difference of
+    two accuracies lies in [-100, +100] points, so the table shows [-49.37, +100.00] and the dagger, with the shared
+    footnote under the table; the verdict reads the interval as computed (it contains 0)."""
+    from chillfl.metrics.stats import CLIPPED_NOTE
+    from chillfl.plots.verdicts import CLIPPED_LEGEND, label
+    from chillfl.reproduce import Outcome, format_outcomes, verdict_points
+
+    measured, verdict = accuracy_verdict([0.90, 0.10, 0.50])
+    assert measured == "+50.00 ± 40.00 points [95 % CI -49.37, +100.00]†, sign holds 3/3" and verdict == "does not at this scale"
+    acc = next(c for c in CLAIMS if c.metric == "accuracy" and c.section == "headline")
+    clipped = Outcome(acc, [0, 1, 2], measured, verdict, None, None, (90.0, 10.0, 50.0))
+    inside = Outcome(acc, [0, 1, 2], accuracy_verdict([0.02, 0.03, 0.04])[0], "reproduces", None, None, (2.0, 3.0, 4.0))
+    assert format_outcomes([clipped, inside]).splitlines()[-2:] == ["", CLIPPED_NOTE]
+    assert CLIPPED_NOTE not in format_outcomes([inside])  # nothing clipped: no footnote
+    # the figure: the same interval in points, [-49.37, +149.37] -> drawn to [-49.37, +100], the label marked
+    a, b = verdict_points([clipped, inside])
+    assert a.interval is not None and a.interval.clipped and (a.interval.low, a.interval.high) == (pytest.approx(-49.3666, abs=1e-4), 100.0)
+    assert label(a) == f"{a.label} †" and label(b) == b.label and b.interval is not None and not b.interval.clipped
+    assert CLIPPED_LEGEND.startswith("†") and "±100 points" in CLIPPED_LEGEND

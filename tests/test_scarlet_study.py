@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chillfl.analysis.scarlet_study import Measure, read, scaled_duration
+from chillfl.analysis.scarlet_study import Measure, accuracy_difference, read, scaled_duration
 from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.runner import run_experiment
@@ -20,6 +20,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def test_scaled_duration_is_50_in_2000_rounds_at_least_1():
     assert [scaled_duration(n) for n in (1, 20, 40, 60, 80, 100, 2000)] == [1, 1, 1, 2, 2, 3, 50]
+
+
+def test_the_accuracy_difference_cell_clips_its_interval_to_100_points():
+    """Arm accuracies 0.95, 0.15, 0.55 against DS-FL's 0.05, 0.05, 0.05: d = [0.90, 0.10, 0.50], mean 0.50, std 0.40, half
+    width 4.3027 * 0.40 / sqrt(3) = 0.993666 -> [-49.37, +149.37] points, shown to +100 with the dagger (a difference of
+    two accuracies cannot pass it). d = [0.02, 0.03, 0.04]: [+0.52, +5.48], inside, unmarked. One seed: the mean alone."""
+    assert accuracy_difference([0.95, 0.15, 0.55], [0.05, 0.05, 0.05]) == "+50.00 ± 40.00 [-49.37, +100.00]†, 3/3"
+    assert accuracy_difference([0.12, 0.13, 0.14], [0.10, 0.10, 0.10]) == "+3.00 ± 1.00 [+0.52, +5.48], 3/3"
+    assert accuracy_difference([0.5], [0.25]) == "+25.00"
 
 
 def test_read_on_hand_values():

@@ -112,3 +112,18 @@ def test_a_paired_difference_of_a_bounded_metric_has_the_difference_range() -> N
     assert paired_difference([0.9, 0.2], [0.1, 0.1]).summary.bounds is None
     with pytest.raises(ValueError, match="low < high"):
         Bounds(1.0, 1.0)
+
+
+def test_a_shown_interval_is_printed_with_the_shared_mark() -> None:
+    """format_interval: x 100, two decimals, a + on positive ends when signed, the dagger only when an end moved; scaled
+    bounds: [0, 1] x 100 = [0, 100] points, whose difference range is [-100, 100]."""
+    from chillfl.metrics.stats import CLIPPED, any_clipped, format_interval
+
+    assert format_interval(Interval(0.914275, 1.0, True)) == "[91.43, 100.00]" + CLIPPED == "[91.43, 100.00]†"
+    assert format_interval(Interval(-0.0803, 0.5449, False), signed=True) == "[-8.03, +54.49]"
+    assert format_interval(Interval(-0.49367, 1.0, True), signed=True, lead="95 % CI ") == "[95 % CI -49.37, +100.00]†"
+    assert format_interval(Interval(1.5, 2.25, False), scale=1.0) == "[1.50, 2.25]"
+    assert any_clipped(["a", "[0.00, 1.00]†"]) and not any_clipped(["a", "[0.00, 1.00]"])
+    assert FRACTION.scaled(100.0) == Bounds(0.0, 100.0) and FRACTION.scaled(100.0).difference() == Bounds(-100.0, 100.0)
+    with pytest.raises(ValueError, match="positive"):
+        FRACTION.scaled(0.0)

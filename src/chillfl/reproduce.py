@@ -66,7 +66,7 @@ from chillfl.sweeps.plan import CompareOptions, plan_runs, plan_sweep
 from chillfl.sweeps.record import find_compare, read_compare
 from chillfl.sweeps.run import resume_compare, run_compare
 from chillfl.tune import parse_tune
-from chillfl.metrics.stats import paired_difference
+from chillfl.metrics.stats import CLIPPED_NOTE, FRACTION, any_clipped, format_interval, paired_difference
 from chillfl.plots.verdicts import VerdictPoint, plot_verdicts
 from chillfl.wording import counted
 
@@ -175,12 +175,15 @@ def accuracy_verdict(diffs: Sequence[float], paper_points: float | None = None, 
     """(measured, verdict) of paired accuracy differences (fractions), one per seed.
 
     ``paper_points``: the paper's effect; a mean above :data:`EXCESS` times it is :data:`ARTEFACT`, not "reproduces"
-    (``tuned``: each side's lr was tuned, so the note points at the grid rather than at a shared lr)."""
-    p = paired_difference(diffs, [0.0] * len(diffs))
+    (``tuned``: each side's lr was tuned, so the note points at the grid rather than at a shared lr). The interval is shown
+    clipped to +-100 points and marked (:func:`~chillfl.metrics.stats.format_interval`); the verdict reads it as computed
+    (clipping never moves an end across 0)."""
+    p = paired_difference(diffs, [0.0] * len(diffs), FRACTION)  # a difference of accuracies: shown within +-100 points
     s = p.summary
     measured = f"{100 * s.mean:+.2f}"
-    if s.std is not None and s.low is not None and s.high is not None:
-        measured += f" ± {100 * s.std:.2f} points [95 % CI {100 * s.low:+.2f}, {100 * s.high:+.2f}], sign holds {p.sign_holds}/{p.n}"
+    shown = s.shown()
+    if s.std is not None and s.low is not None and s.high is not None and shown is not None:
+        measured += f" ± {100 * s.std:.2f} points {format_interval(shown, signed=True, lead='95 % CI ')}, sign holds {p.sign_holds}/{p.n}"
         verdict = "reproduces" if s.low > 0 else "opposite" if s.high < 0 else "does not at this scale"
     else:  # one seed (or one left where the others failed): no interval, so no difference distinguishable from 0
         measured += " points (one seed: no interval, so no verdict beyond this)"
@@ -312,7 +315,8 @@ def _verdict(o: Outcome) -> str:
 
 
 def format_outcomes(outcomes: Sequence[Outcome]) -> str:
-    """The headline table; then, if any claim is in the sensitivity section, its rows with the bytes ratio."""
+    """The headline table; then, if any claim is in the sensitivity section, its rows with the bytes ratio; then, if an
+    interval was clipped to its range, :data:`~chillfl.metrics.stats.CLIPPED_NOTE`."""
     lines = ["| paper | claim | CPU-scale setting | measured: variant - baseline, paired over seeds | verdict |", "|---|---|---|---|---|"]
     for o in (o for o in outcomes if o.claim.section == "headline"):
         lines.append(f"| {o.claim.paper} | {o.claim.text} | {_setting(o)} | {o.measured} | {_verdict(o)} |")
@@ -323,6 +327,8 @@ def format_outcomes(outcomes: Sequence[Outcome]) -> str:
         for o in sensitivity:
             ratio = "-" if o.bytes_ratio is None else f"{o.bytes_ratio:.3f}"
             lines.append(f"| {o.claim.paper} | {o.claim.text} | {_setting(o)} | {o.measured} | {ratio} | {_verdict(o)} |")
+    if any_clipped([o.measured for o in outcomes]):  # after a blank line: a line right under a table reads as one of its rows
+        lines += ["", CLIPPED_NOTE]
     return "\n".join(lines)
 
 
@@ -413,7 +419,8 @@ def reproduce(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, p
 
 
 def verdict_points(outcomes: Sequence[Outcome]) -> list[VerdictPoint]:
-    """The figure's rows: each claim's per-seed values with the mean and (accuracy, n > 1) the 95 % interval."""
+    """The figure's rows: each claim's per-seed values with the mean and (accuracy, n > 1) the 95 % interval, clipped to
+    +-100 points (a difference of two accuracies) and flagged where that moved an end."""
     points = []
     for o in outcomes:
         if not o.per_seed:  # diverged: nothing to draw
@@ -423,9 +430,8 @@ def verdict_points(outcomes: Sequence[Outcome]) -> list[VerdictPoint]:
         if c.metric == "bytes":
             points.append(VerdictPoint(label, "bytes", o.per_seed, sum(o.per_seed) / len(o.per_seed), None, o.verdict, c.bound))
             continue
-        s = paired_difference(o.per_seed, [0.0] * len(o.per_seed)).summary
-        interval = (s.low, s.high) if s.low is not None and s.high is not None else None
-        points.append(VerdictPoint(label, "accuracy", o.per_seed, s.mean, interval, o.verdict))
+        s = paired_difference(o.per_seed, [0.0] * len(o.per_seed), FRACTION.scaled(100.0)).summary  # points: within +-100
+        points.append(VerdictPoint(label, "accuracy", o.per_seed, s.mean, s.shown(), o.verdict))
     return points
 
 

@@ -19,7 +19,8 @@ setting (``scarlet/dsfl-vs-scarlet-digits``: |P| = 400, |P^t| = 100):
 
 Per arm, paired per seed against DS-FL at the same setting: server accuracy
 difference (mean, sample std, 95 % Student-t interval, seeds where the sign
-holds), the bytes ratio (cumulative, SCARLET / DS-FL), the cache hit ratio
+holds; the interval shown clipped to +-100 points and marked, with one
+footnote, as ``chillfl compare`` marks it), the bytes ratio (cumulative, SCARLET / DS-FL), the cache hit ratio
 (share of P^t served from the cache, mean over the rounds) and the mean age
 t - t_c of the cached soft-labels used (mean over the rounds that used any),
 plus the mean entropy of the server's targets zhat^t.
@@ -56,7 +57,7 @@ from typing import Any, Mapping, Sequence
 from chillfl.config import load_config, parse_overrides
 from chillfl.errors import ConfigError
 from chillfl.experiments import resolve_config
-from chillfl.metrics.stats import paired_difference
+from chillfl.metrics.stats import CLIPPED_NOTE, FRACTION, any_clipped, format_interval, paired_difference
 
 PAPER_D, PAPER_ROUNDS = 50, 2000
 DEFAULT_CONFIG = "scarlet/dsfl-vs-scarlet-digits"
@@ -107,12 +108,27 @@ def read(records: Sequence[Mapping[str, Any]], length: int, window: int = 1) -> 
     )
 
 
+def accuracy_difference(ours: Sequence[float], theirs: Sequence[float]) -> str:
+    """The table's "arm - DS-FL" cell: server accuracies (fractions) paired per seed, in points, as mean ± std [95 % CI],
+    seeds where the sign holds; the interval clipped to +-100 points and marked as ``chillfl compare`` marks it
+    (:func:`~chillfl.metrics.stats.format_interval`). One seed: the mean alone."""
+    diff = paired_difference(ours, theirs, FRACTION)
+    d = diff.summary
+    text = f"{100 * d.mean:+.2f}"
+    shown = d.shown()
+    if d.std is not None and shown is not None:
+        text += f" ± {100 * d.std:.2f} {format_interval(shown, signed=True)}, {diff.sign_holds}/{diff.n}"
+    return text
+
+
 class Study:
     """Runs arms (memoised per arm and seed) on one base config."""
 
     def __init__(self, config: Any, seeds: Sequence[int], rounds: int, progress: bool = True) -> None:
         self.config, self.seeds, self.rounds, self.progress = config, list(seeds), rounds, progress
         self._runs: dict[tuple[Arm, int, int], list[dict[str, Any]]] = {}
+        self.clipped = False
+        """Whether a row printed so far shows an interval clipped to +-100 points (then the output ends with its footnote)."""
 
     def arm_config(self, arm: Arm, seed: int, rounds: int) -> Any:
         table = dict(self.config.distillation)
@@ -143,11 +159,8 @@ class Study:
         base = base or Arm(None, subset=arm.subset)
         ours = [read(self.records(arm, s, n), length, window) for s in self.seeds]
         theirs = [read(self.records(base, s, n), length, window) for s in self.seeds]
-        diff = paired_difference([m.acc for m in ours], [m.acc for m in theirs])
-        d = diff.summary
-        acc = f"{100 * d.mean:+.2f}"
-        if d.std is not None and d.low is not None and d.high is not None:
-            acc += f" ± {100 * d.std:.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}], {diff.sign_holds}/{diff.n}"
+        acc = accuracy_difference([m.acc for m in ours], [m.acc for m in theirs])
+        self.clipped = self.clipped or any_clipped([acc])
         ratio = sum(a.bytes / b.bytes for a, b in zip(ours, theirs)) / len(ours)
         ages = [m.age for m in ours if m.age is not None]
         age = f"{sum(ages) / len(ages):.1f}" if ages else "-"
@@ -240,6 +253,8 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
         for L in lengths:
             for arm in (Arm(None), Arm(2.0, big)):
                 print(study.row(dataclasses.replace(arm, executor=other), L, base=arm))
+    if study.clipped:
+        print(f"\n{CLIPPED_NOTE}")
     return 0
 
 

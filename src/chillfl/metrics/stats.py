@@ -29,6 +29,11 @@ Choices
   and flagged ``clipped``, which the table marks so that a reader does not take
   ``[91.43, 100.00]`` for the t-interval's width. A paired difference of a
   bounded metric lies in :meth:`Bounds.difference` ([-1, 1] for fractions).
+  Every table and figure that prints such an interval (``chillfl compare``,
+  ``chillfl reproduce``, ``chillfl analyze scarlet-deficit``, the forest
+  plots) shows :meth:`Summary.shown` and marks a clipped one with
+  :data:`CLIPPED` (:func:`format_interval`), explained once by
+  :data:`CLIPPED_NOTE`; they live here, below every one of them.
 
 Checked against scipy.stats (``t.ppf(0.975, df)`` for df = 1..1000: the
 table and the expansion agree to 5e-5; ``t.interval(0.95, n - 1, mean,
@@ -80,6 +85,12 @@ class Bounds:
         """The range of x - y for x and y in this one: a paired difference of two accuracies lies in [-1, 1]."""
         return Bounds(self.low - self.high, self.high - self.low)
 
+    def scaled(self, factor: float) -> Bounds:
+        """The range of ``factor * x`` (factor > 0): a fraction's range in points is ``FRACTION.scaled(100)`` = [0, 100]."""
+        if not factor > 0:
+            raise ValueError(f"a range scales by a positive factor, got {factor}")
+        return Bounds(factor * self.low, factor * self.high)
+
 
 FRACTION = Bounds(0.0, 1.0)
 """Accuracies, success rates and other fractions (printed as %: 0 to 100)."""
@@ -100,6 +111,25 @@ def clip_interval(low: float, high: float, bounds: Bounds | None) -> Interval:
         return Interval(low, high, False)
     shown_low, shown_high = max(low, bounds.low), min(high, bounds.high)
     return Interval(shown_low, shown_high, (shown_low, shown_high) != (low, high))
+
+
+CLIPPED = "†"
+"""Marks a printed interval clipped to its metric's range (:func:`clip_interval`); :data:`CLIPPED_NOTE` explains it."""
+CLIPPED_NOTE = (f"{CLIPPED} clipped to the metric's range (accuracy 0 to 100 %, a difference of two -100 to +100 points): "
+                "the Student-t interval mean ± t·std/√n reaches past it, so it is wider than shown")
+"""The one footnote under a table (or in a figure's caption) with a :data:`CLIPPED` interval."""
+
+
+def format_interval(shown: Interval, scale: float = 100.0, signed: bool = False, lead: str = "") -> str:
+    """``[lead low, high]`` of an interval as shown (:func:`clip_interval`), times ``scale`` (100: fractions as % or
+    points), two decimals (``signed``: with a + on positive ends), then :data:`CLIPPED` if an end was clipped."""
+    sign = "+" if signed else ""
+    return f"[{lead}{scale * shown.low:{sign}.2f}, {scale * shown.high:{sign}.2f}]" + (CLIPPED if shown.clipped else "")
+
+
+def any_clipped(cells: Sequence[str]) -> bool:
+    """Whether a table's cells hold a :data:`CLIPPED` interval, i.e. whether :data:`CLIPPED_NOTE` goes under it."""
+    return any(CLIPPED in cell for cell in cells)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,10 @@ mean a marker, its 95 % interval a bar, against the line at 0 (no difference). T
 the whole interval lies above 0, red when below, grey when it crosses 0. A comparison with
 ``[compare] local = true`` (personalised methods) draws a second panel of the local-accuracy differences,
 the number such a comparison is about.
+
+A difference of two accuracies lies in [-100, +100] points (its statistic's ``range`` in ``table.json``): a bar
+whose interval reaches past it is drawn clipped to it, as the table prints it, its variant's label ends in
+:data:`~chillfl.metrics.stats.CLIPPED` and the caption says so.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
+
+from chillfl.metrics.stats import CLIPPED, Bounds, Interval, clip_interval
 
 PANELS = {"delta_acc": "global accuracy", "delta_local_acc": "local accuracy"}
 """``table.json``'s paired-difference fields that get a panel, and what they differ in."""
@@ -25,8 +31,9 @@ class Difference:
     label: str
     per_seed: tuple[float, ...]
     mean: float
-    interval: tuple[float, float] | None
-    """The 95 % interval; None with one seed (no interval)."""
+    interval: Interval | None
+    """The 95 % interval in points as shown: clipped to the statistic's range (``clipped`` says an end moved); None with
+    one seed (no interval)."""
     side: Literal["above", "below", "crosses"]
 
 
@@ -41,12 +48,14 @@ def differences(rows: Sequence[Mapping[str, Any]], baseline: str, key: str) -> l
         if row["variant"] == baseline or not stat:
             continue
         seeds = tuple(100.0 * v for v in stat["per_seed"] if v is not None)
-        low, high = stat.get("ci_low"), stat.get("ci_high")
-        interval = (100.0 * low, 100.0 * high) if low is not None and high is not None and stat.get("n", 0) > 1 else None
+        low, high, bounds = stat.get("ci_low"), stat.get("ci_high"), stat.get("range")
+        interval = None
+        if low is not None and high is not None and stat.get("n", 0) > 1:
+            interval = clip_interval(100.0 * low, 100.0 * high, None if bounds is None else Bounds(*bounds).scaled(100.0))
         side: Literal["above", "below", "crosses"] = "crosses"
-        if interval is not None and interval[0] > 0:
+        if interval is not None and interval.low > 0:
             side = "above"
-        elif interval is not None and interval[1] < 0:
+        elif interval is not None and interval.high < 0:
             side = "below"
         out.append(Difference(str(row["variant"]), seeds, 100.0 * stat["mean"], interval, side))
     return out
@@ -62,7 +71,7 @@ TICKS = (-100, -50, -20, -10, -5, -2, -1, 0, 1, 2, 5, 10, 20, 50, 100)
 
 def drawn_values(diffs: Sequence[Difference]) -> list[float]:
     """Every number a panel draws: the seeds, the means and the interval ends."""
-    return [v for d in diffs for v in (*d.per_seed, d.mean, *(d.interval or ()))]
+    return [v for d in diffs for v in (*d.per_seed, d.mean, *(() if d.interval is None else (d.interval.low, d.interval.high)))]
 
 
 def far_reaching(diffs: Sequence[Difference]) -> bool:
@@ -73,13 +82,20 @@ def far_reaching(diffs: Sequence[Difference]) -> bool:
 
 def caption(diffs: Sequence[Difference]) -> str:
     """What the marks are, with how many seeds: "(dots: seeds; bar: 95 % CI)" read the same at 1 seed, where no
-    bar is drawn (one seed has no interval) and the one dot hides under its mean."""
+    bar is drawn (one seed has no interval) and the one dot hides under its mean; a bar clipped to the range is named."""
     counts = sorted({len(d.per_seed) for d in diffs})
     seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     dots = f"dots: {seeds} seed{'' if counts == [1] else 's'}"
     if all(d.interval is None for d in diffs):
         return f"{dots}; no 95 % CI from one seed"
+    if any(d.interval is not None and d.interval.clipped for d in diffs):
+        return f"{dots}; bar: 95 % CI; {CLIPPED} bar clipped to ±100 points, the CI reaches past it"
     return f"{dots}; bar: 95 % CI"
+
+
+def row_label(one: Difference) -> str:
+    """A variant's row label, ending in :data:`~chillfl.metrics.stats.CLIPPED` when its bar is clipped to the range."""
+    return one.label + (f" {CLIPPED}" if one.interval is not None and one.interval.clipped else "")
 
 
 def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str | Path, title: str = "", local: bool = False) -> bool:
@@ -108,12 +124,12 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
             y = len(diffs) - 1 - i  # first row at the top, as in the table
             colour = COLOURS[one.side]
             if one.interval is not None:
-                ax.plot(one.interval, (y, y), color=colour, lw=2.5, alpha=0.6)
+                ax.plot((one.interval.low, one.interval.high), (y, y), color=colour, lw=2.5, alpha=0.6)
             ax.scatter(one.per_seed, [y] * len(one.per_seed), s=12, color="black", alpha=0.5, zorder=3)
             ax.scatter([one.mean], [y], s=60, marker="D", color=colour, zorder=4)
         ax.axvline(0.0, color="black", lw=1)
         if i_panel == 0 or not same_rows:
-            ax.set_yticks(range(len(diffs)), [one.label for one in reversed(diffs)], fontsize=8)
+            ax.set_yticks(range(len(diffs)), [row_label(one) for one in reversed(diffs)], fontsize=8)
         ax.margins(x=0.05)
         ax.set(xlabel=f"minus {baseline}'s, points{scale}", title=PANELS[key].capitalize())
         ax.grid(axis="x", alpha=0.3)

@@ -11,7 +11,7 @@ test numbers as mean +- std, a Student-t 95 % interval, and differences to
 the baseline paired per seed (:mod:`chillfl.metrics.stats`). An accuracy's
 statistics carry its range (:data:`~chillfl.metrics.stats.FRACTION`, set where
 the row defines them); an interval past it is printed clipped and marked
-:data:`CLIPPED`, with one footnote (:data:`CLIPPED_NOTE`) under the table.
+:data:`~chillfl.metrics.stats.CLIPPED`, with one footnote (:data:`CLIPPED_NOTE`) under the table.
 
 Both tables add ``epsilon`` where a variant spent a privacy budget (``[privacy]``)
 and ``attack success %`` where one recorded a backdoor's ``attack_success_rate``
@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.metrics.communication import bytes_to_reach
-from chillfl.metrics.stats import FRACTION, Bounds, clip_interval, paired_difference, summarize
+from chillfl.metrics.stats import CLIPPED_NOTE as CLIPPED_RANGE, FRACTION, Bounds, any_clipped, clip_interval, format_interval, paired_difference, summarize
 from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.report.html import write_report
 from chillfl.runner import RunOutput
@@ -315,21 +315,16 @@ def _pm(stat: Mapping[str, Any] | None, scale: float = 100.0, digits: int = 2, s
     return text
 
 
-CLIPPED = "†"
-"""Marks a printed interval clipped to its metric's range (:func:`chillfl.metrics.stats.clip_interval`); :data:`CLIPPED_NOTE` explains it."""
-CLIPPED_NOTE = (f"{CLIPPED} clipped to the metric's range (accuracy 0 to 100 %, a difference of two -100 to +100 points): "
-                "the Student-t interval mean ± t·std/√n reaches past it, so it is wider than shown; table.json keeps its ends (ci_low, ci_high)")
-"""The footnote under a seed table with a :data:`CLIPPED` interval."""
+CLIPPED_NOTE = CLIPPED_RANGE + "; table.json keeps its ends (ci_low, ci_high)"
+"""The footnote under a seed table with a :data:`~chillfl.metrics.stats.CLIPPED` interval: the shared one, and where the ends are kept."""
 
 
 def _ci(stat: Mapping[str, Any] | None, signed: bool = False) -> str:
-    """``[low, high]`` in %, clipped to the statistic's ``range`` (its metric's bounds) and then marked :data:`CLIPPED`."""
+    """``[low, high]`` in %, clipped to the statistic's ``range`` (its metric's bounds) and then marked (:func:`~chillfl.metrics.stats.format_interval`)."""
     if stat is None or stat["ci_low"] is None:
         return "-"
-    sign = "+" if signed else ""
     bounds = stat.get("range")
-    shown = clip_interval(stat["ci_low"], stat["ci_high"], None if bounds is None else Bounds(*bounds))
-    return f"[{100 * shown.low:{sign}.2f}, {100 * shown.high:{sign}.2f}]" + (CLIPPED if shown.clipped else "")
+    return format_interval(clip_interval(stat["ci_low"], stat["ci_high"], None if bounds is None else Bounds(*bounds)), signed=signed)
 
 
 MIN_SEEDS = 3
@@ -435,7 +430,7 @@ def format_seed_table(
         if with_asr:
             cells.append(_pm(r.get("attack_success_rate")))
         lines.append("| " + " | ".join(cells) + " |")
-        clipped = clipped or any(cell.endswith(CLIPPED) for cell in cells)
+        clipped = clipped or any_clipped(cells)
     if clipped:  # after a blank line: a line right under a markdown table would be read as one of its rows
         lines += ["", CLIPPED_NOTE]
     if tune is not None:

@@ -267,3 +267,29 @@ def test_a_local_selection_whose_splits_follow_the_mix_does_not_warn(tmp_path: A
     config.write_text(SKEWED.format(out=tmp_path / "out", size=20).replace("validation = 0.2", "validation = 0.5"))
     assert main(["compare", str(config), "-q", "--seeds", "0", "--tune", "client.lr=0.05,0.2", "--select", "local_final"]) == 0
     assert "local validation mismatch" not in capsys.readouterr().err
+
+
+def test_the_local_mix_warning_gives_each_split_kinds_own_advice() -> None:
+    """Run "p" (proportional) at TV 0.43 and "n" (natural) at 0.31 are over 0.2, run "q" at 0.1 is not. A proportional
+    split misses the mix because a small validation split cannot supply it (flatter: more eval.validation, a smaller
+    eval.client_split_size); a natural / partition split is the client's own test rows in the validation split, which
+    eval.client_split_size does not size (more eval.validation; eval.client_split = "proportional" for rows off the mix)."""
+    from chillfl.data.federated import CLIENT_EVAL_MODES
+    from chillfl.report.caveats import LOCAL_MIX_ADVICE, local_mix_warning
+
+    assert set(LOCAL_MIX_ADVICE) == set(CLIENT_EVAL_MODES) - {"none"}  # every kind with local validation splits has advice
+    head = "local validation mismatch: select = local_best chooses on local_val_acc, but in 1 of 2 runs the clients' local validation splits do not follow their training class mix "
+    proportional = local_mix_warning({"p": 0.43, "q": 0.1}, "local_best", {"p": "proportional", "q": "proportional"})
+    assert proportional == head + ("(mean total variation distance up to 0.43, in p; above 0.2), so local_val_acc scores them on a flatter mix than they "
+                                   "train on; a larger eval.validation or a smaller eval.client_split_size lets the splits follow it (docs/comparisons.md)")
+    for kind, whose in (("natural", "the dataset's"), ("partition", "the partitioner's")):
+        line = local_mix_warning({"n": 0.31, "q": 0.1}, "local_best", {"n": kind, "q": "proportional"})
+        assert line is not None and line.startswith(head + "(mean total variation distance up to 0.31, in n; above 0.2), so local_val_acc scores them on another mix")
+        assert f"their own test rows ({whose} per-client test split)" in line and "eval.client_split_size does not size them" in line
+        assert 'eval.client_split = "proportional" draws its split with that mix' in line and "a smaller eval.client_split_size" not in line
+    # both kinds over the tolerance: each kind's advice once, named by its kind; the worst run is named
+    both = local_mix_warning({"p": 0.43, "n": 0.31, "q": 0.1}, "local_final", {"p": "proportional", "n": "natural", "q": "natural"})
+    assert both is not None and "in 2 of 3 runs" in both and "up to 0.43, in p;" in both and "on another mix than they train on" in both
+    assert 'eval.client_split = "proportional": a larger eval.validation or a smaller eval.client_split_size' in both
+    assert 'eval.client_split = "natural": their splits are their own test rows' in both
+    assert local_mix_warning({"q": 0.1}, "local_final", {"q": "natural"}) is None

@@ -9,19 +9,29 @@ Eq. 2; ``tests/test_objective.py``), so temperatures compared at one shared lear
 step size as well as in temperature. At a small shared lr a low T "wins" the way a larger lr would
 (the demo shows it: tuned per temperature, the gain vanishes). The caveat names the two remedies.
 
-The local validation warning: a ``proportional`` local validation split drawn from a small validation split cannot
-follow a skewed client's class mix (:meth:`chillfl.data.FederatedData.local_validation_mismatch`, each run's
-``local_val_mix_tv``), so ``local_val_acc`` scores the client on a flatter mix than it trains on (8x8 digits at
-``eval.validation = 0.2``: mean distance 0.36-0.45, ``local_val_acc`` 6-12 points under ``local_acc``). It matters
-only where a comparison *selects* on that number (``local_final`` / ``local_best``), so only such a comparison warns,
-once, when a run's distance exceeds :data:`LOCAL_MIX_TOLERANCE`. A warning where the splits are built fired on nearly
-every small run, which selects nothing.
+The local validation warning: a client's local validation split may not follow its training class mix
+(:meth:`chillfl.data.FederatedData.local_validation_mismatch`, each run's ``local_val_mix_tv``), so ``local_val_acc``
+scores the client on another mix than it trains on. It matters only where a comparison *selects* on that number
+(``local_final`` / ``local_best``), so only such a comparison warns, once, when a run's distance exceeds
+:data:`LOCAL_MIX_TOLERANCE`. A warning where the splits are built fired on nearly every small run, which selects
+nothing. Why, and so what helps, depends on the split kind (``eval.client_split``; :data:`LOCAL_MIX_ADVICE`):
+
+* ``proportional``: the split is drawn from the validation split with the client's training mix, and a small
+  validation split cannot supply it (the rows of a class it lacks go to the client's other classes), so the mix is
+  *flatter* (8x8 digits at ``eval.validation = 0.2``: mean distance 0.36-0.45, ``local_val_acc`` 6-12 points under
+  ``local_acc``). A larger ``eval.validation`` or a smaller ``eval.client_split_size`` lets it follow the mix.
+* ``natural`` / ``partition``: the split is the client's own test rows (the dataset's, the partitioner's) that fell
+  into the validation split, about ``eval.validation`` of them; ``eval.client_split_size`` does not size it. Few rows
+  stray from the mix by chance (a larger ``eval.validation`` gives each client more of them); own test rows whose mix
+  differs from the training rows' stay off at any size, and ``eval.client_split = "proportional"`` draws the split
+  with the training mix instead.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from chillfl.config import RunConfig
@@ -97,15 +107,44 @@ proportions than it trains on. Rounding a client's mix to a 100-row split moves 
 digits the mismatch that cost 6-12 points of ``local_val_acc`` measured 0.36-0.45 (docs/comparisons.md)."""
 
 
-def local_mix_warning(mismatch: Mapping[str, float], select: str) -> str | None:
+@dataclass(frozen=True)
+class MixAdvice:
+    """What a split kind's mismatched split scores a client on (``scored``), and what lets it follow the mix (``remedy``)."""
+
+    scored: str
+    remedy: str
+
+
+def _own_test_rows(whose: str) -> MixAdvice:
+    """``natural`` / ``partition``: a client's local validation split is the part of its own test rows in the validation split."""
+    return MixAdvice("another mix", f"their splits are their own test rows ({whose}) that fell into the validation split (eval.client_split_size "
+                     "does not size them): a larger eval.validation gives each client more of them, and where a client's own test rows "
+                     'differ from its training mix, eval.client_split = "proportional" draws its split with that mix')
+
+
+LOCAL_MIX_ADVICE: dict[str, MixAdvice] = {
+    "proportional": MixAdvice("a flatter mix", "a larger eval.validation or a smaller eval.client_split_size lets the splits follow it"),
+    "natural": _own_test_rows("the dataset's per-client test split"),
+    "partition": _own_test_rows("the partitioner's per-client test split"),
+}
+"""Per split kind that has local validation splits (``eval.client_split``; ``none`` has none): what ``local_val_acc``
+scores a client on when its split misses its training mix, and what lets the split follow it (the module docstring)."""
+
+
+def local_mix_warning(mismatch: Mapping[str, float], select: str, splits: Mapping[str, str]) -> str | None:
     """One line when a run's mean train/local-validation mix distance (run name -> ``local_val_mix_tv``) exceeds
     :data:`LOCAL_MIX_TOLERANCE`, naming the worst run; None otherwise. Only for a comparison that selects with a
-    local rule (``select``): the caller decides that."""
+    local rule (``select``): the caller decides that. ``splits``: run name -> its ``eval.client_split``, whose advice
+    (:data:`LOCAL_MIX_ADVICE`) the line gives, each kind's once, for the runs over the tolerance."""
     over = {name: value for name, value in mismatch.items() if value > LOCAL_MIX_TOLERANCE}
     if not over:
         return None
     worst = max(over, key=lambda name: over[name])
+    kinds = sorted({splits[name] for name in over}, key=list(LOCAL_MIX_ADVICE).index)
+    scored = LOCAL_MIX_ADVICE[kinds[0]].scored if len(kinds) == 1 else "another mix"
+    advice = LOCAL_MIX_ADVICE[kinds[0]].remedy if len(kinds) == 1 else "; ".join(
+        f'eval.client_split = "{kind}": {LOCAL_MIX_ADVICE[kind].remedy}' for kind in kinds)
     return (f"local validation mismatch: select = {select} chooses on local_val_acc, but in {len(over)} of {len(mismatch)} runs the clients' "
             f"local validation splits do not follow their training class mix (mean total variation distance up to {over[worst]:.2f}, "
-            f"in {worst}; above {LOCAL_MIX_TOLERANCE:g}), so local_val_acc scores them on a flatter mix than they train on; "
-            "a larger eval.validation or a smaller eval.client_split_size lets the splits follow it (docs/comparisons.md)")
+            f"in {worst}; above {LOCAL_MIX_TOLERANCE:g}), so local_val_acc scores them on {scored} than they train on; "
+            f"{advice} (docs/comparisons.md)")

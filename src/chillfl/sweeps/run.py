@@ -331,7 +331,7 @@ def local_selection_warning(plan: Plan, sweep: Sweep) -> str | None:
         return None
     mismatch = {c.config.name: float(value) for c in plan.cells
                 if (out := sweep.results.get(c.key)) is not None and isinstance(value := out.summary.get(LOCAL_MIX_TV), (int, float))}
-    return local_mix_warning(mismatch, plan.select)
+    return local_mix_warning(mismatch, plan.select, {c.config.name: c.config.eval.client_split for c in plan.cells})
 
 
 def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, where: SweepFolder, warnings: Sequence[str] = ()) -> None:

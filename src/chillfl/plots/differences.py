@@ -14,6 +14,7 @@ whose interval reaches past it is drawn clipped to it, as the table prints it, i
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
@@ -67,6 +68,8 @@ LINEAR_WITHIN = 2.0
 SPAN = 20.0
 TICKS = (-100, -50, -20, -10, -5, -2, -1, 0, 1, 2, 5, 10, 20, 50, 100)
 """The symmetric log axis's ticks, as plain numbers (points)."""
+TITLE_CHARS = 80
+"""Characters of the caption per line and panel (a 6.5-inch panel at 10 pt holds about 85)."""
 
 
 def drawn_values(diffs: Sequence[Difference]) -> list[float]:
@@ -133,7 +136,8 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
         ax.margins(x=0.05)
         ax.set(xlabel=f"minus {baseline}'s, points{scale}", title=PANELS[key].capitalize())
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle((f"{title}: " if title else "") + f"difference from the baseline ({caption([d for _, found in panels for d in found])})", fontsize=10)
+    heading = (f"{title}: " if title else "") + f"difference from the baseline ({caption([d for _, found in panels for d in found])})"
+    fig.suptitle(textwrap.fill(heading, TITLE_CHARS * len(panels)), fontsize=10)  # wrapped: a clipped bar's note ran past one panel's width
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

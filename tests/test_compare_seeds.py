@@ -63,6 +63,32 @@ def test_a_variant_chilled_by_its_base_config_or_a_dotted_key_gets_its_controls_
     assert (plan.reference.label, plan.baseline.label) == ("plain", "plain")  # the warmest (T = 1) sets the target
 
 
+def test_planning_builds_each_variants_config_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan_sweep built a chilled variant's config twice (to check it, then again for its controls), and plan_runs
+    built every declared variant's once more for its cells: each variant is built once a plan, the runs unchanged."""
+    from chillfl.sweeps import plan as planning
+
+    base = config_from_dict({"client": {"lr": 0.01}, "eval": {"validation": 0.2}, "compare": {"controls": True}})
+    grid, options = ["temperature=1,0.05"], CompareOptions(seeds=[0, 1], tune={"client.lr": [0.01, 0.1]})
+    real = planning.apply_variant
+    built: list[str] = []
+
+    def counted(config: object, variant: Variant) -> object:
+        built.append(variant.label)
+        return real(config, variant)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planning, "apply_variant", counted)
+    variants, _ = planning.plan_sweep(base, grid, options)
+    assert built == ["T=1", "T=0.05"]  # the two declared variants; their three controls are only labelled here
+    built.clear()
+    plan = planning.plan_runs(base, grid, options)
+    assert sorted(built) == sorted(v.label for v in variants) and len(built) == 5  # 2 variants + T=0.05's 3 controls
+    assert len(plan.cells) == 5 * 2 * 2  # x 2 tuning points x 2 seeds: each config built once, not once a run
+    monkeypatch.setattr(planning, "apply_variant", real)
+    expected = [cell_config(base, c.variant, plan.points_of(c.variant)[c.point], c.seed, suffix=True) for c in plan.cells]
+    assert [c.config.to_dict() for c in plan.cells] == [e.to_dict() for e in expected]  # every run's config as built afresh
+
+
 def _out(final: float, best: float, val: float, curve: list[float]) -> RunOutput:
     records = [{"round": i + 1, "global_acc": a} for i, a in enumerate(curve)]
     return RunOutput(None, records, {"final_global_acc": final, "best_global_acc": best, "final_val_acc": val, "final_global_loss": 1.0})

@@ -217,6 +217,35 @@ def test_ledger_epsilon_is_opacus_accountant_bit_for_bit_with_one_step_rdp_compu
     assert sorted(calls) == [(0.8, 0.3, 1), (1.1, 0.02, 1)]  # one step's RDP per pair, once for the whole run
 
 
+def test_prv_ledger_epsilon_is_opacus_prv_accountant_bit_for_bit_with_one_step_rdp_computed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PRV ledger sizes Opacus's discretisation domain from the one-step RDPs it keeps (each pair's computed once a
+    run, at Opacus's default orders, which the domain uses) and discretises a pair recurring in a history once: the
+    epsilons are Opacus's PRVAccountant's (``epsilon_of``) exactly, as three units' histories grow over three rounds."""
+    from opacus.accountants.analysis import rdp as analysis
+
+    calls: list[tuple[float, float, int]] = []
+    real = analysis.compute_rdp
+
+    def counted(*, q: float, noise_multiplier: float, steps: int, orders: object) -> object:
+        calls.append((noise_multiplier, q, steps))
+        return real(q=q, noise_multiplier=noise_multiplier, steps=steps, orders=orders)
+
+    ledger = Ledger(1e-5, "prv")
+    monkeypatch.setattr(analysis, "compute_rdp", counted)
+    for _ in range(3):  # rounds: "a" one pair; "b" two pairs alternating (one recurs in its history); "c" a full release (q = 1)
+        ledger.spend("a", 1.1, 0.02, 7)
+        ledger.spend("b", 1.1, 0.02, 5)
+        ledger.spend("b", 0.8, 0.05, 2)
+        ledger.spend("c", 2.0, 1.0)
+        mine = (ledger.epsilon("a"), ledger.epsilon("b"), ledger.epsilon("c"), ledger.epsilon())
+        monkeypatch.setattr(analysis, "compute_rdp", real)  # Opacus's accountant, its own way
+        theirs = tuple(epsilon_of(ledger.histories[u], 1e-5, "prv") for u in ("a", "b", "c"))
+        monkeypatch.setattr(analysis, "compute_rdp", counted)
+        assert mine == (*theirs, max(theirs))  # bit for bit
+    assert ledger.histories["c"] == ((2.0, 1.0, 3),)
+    assert sorted(calls) == [(0.8, 0.05, 1), (1.1, 0.02, 1), (2.0, 1.0, 1)]  # one step's RDP per pair, once for the whole run
+
+
 # ---------------------------------------------------------------- bad input, refused up front
 
 

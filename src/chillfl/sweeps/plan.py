@@ -252,19 +252,20 @@ def parse_tune_items(items: Sequence[str]) -> dict[str, list[Any]]:
     return out
 
 
-def with_controls(config: RunConfig, variants: Sequence[Variant], shared: Mapping[str, Any] | None = None) -> list[Variant]:
+def with_controls(config: RunConfig, variants: Sequence[Variant], shared: Mapping[str, Any] | None = None, built: Sequence[RunConfig] = ()) -> list[Variant]:
     """``variants`` plus, for each one trained at a fixed T != 1 with the standard loss, its step-size controls.
 
     (1) T = 1 at lr x 1/T: the same gradient scale without the sharper softmax;
     (2) magnitude only (T = 1 softmax, gradient x 1/T) and (3) direction only
     (softmax at T, gradient x T) at the same T (FedChill Table 5's ablations).
     ``shared``: the shared tuning grid; one that tunes such a variant's temperature is refused (below).
+    ``built``: ``apply_variant(config, v)`` of the first variants, in order, already built (:func:`plan_sweep` has them).
     """
     out = list(variants)
     labels = {v.label for v in variants}
-    for v in variants:
+    for i, v in enumerate(variants):
         t = v.temperature
-        if t is None or t == 1.0 or apply_variant(config, v).client.loss != "standard":
+        if t is None or t == 1.0 or (built[i] if i < len(built) else apply_variant(config, v)).client.loss != "standard":
             continue
         _refuse_tuned_temperature(v, shared or {})
         rest = {k: val for k, val in v.overrides.items() if k != "temperature"}
@@ -351,6 +352,13 @@ def plan_sweep(
     """The comparison's variants (``grid``, else ``variants``, else the config's; controls added) and its options with
     every default filled in (seeds, tuning table, selection rule): what ``sweep.json`` records. Every variant is
     checked here, before anything runs; errors name the variant."""
+    planned, saved, _ = _plan_sweep(config, grid, options, variants)
+    return planned, saved
+
+
+def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions | None, variants: Sequence[Variant] | None) -> tuple[list[Variant], CompareOptions, list[RunConfig]]:
+    """:func:`plan_sweep`, with the configs it built to check the variants: the first of the planned variants', in
+    order (the controls after them are built by :func:`plan_cells`). Each variant's config is built once a plan."""
     opts = options or CompareOptions()
     from_grid = bool(grid) or variants is not None
     if variants is None:
@@ -369,7 +377,7 @@ def plan_sweep(
         raise ConfigError("--select", f"unknown rule {select!r}; allowed: {', '.join(SELECT_RULES)}")
     if tuned:
         check_selectable(config, select)
-    checked = []
+    checked, built = [], []
     for v in planned:  # validates every variant before running any; errors name the variant
         with naming(v, from_grid):
             own = apply_variant(config, v)
@@ -378,15 +386,16 @@ def plan_sweep(
         # the temperature it trains at, also where it comes from the base config or a dotted key: a chilled variant gets
         # its step-size controls and the reference sees it, whatever table set its T
         checked.append(dataclasses.replace(v, temperature=fixed_temperature(own.temperature)))
+        built.append(own)
     planned = checked
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):
-        controlled = with_controls(config, planned, tune_table)
+        controlled = with_controls(config, planned, tune_table, built)
         if len(controlled) == len(planned):  # asked for, none added: the table would look controlled and is not
             raise ConfigError("--controls" if opts.controls is not None else "compare.controls",
                               "adds step-size controls to the variants trained at a fixed T != 1 with the standard loss, and no variant is; "
                               "compare temperatures (e.g. --grid temperature=1,0.05) or leave the controls out")
         planned = controlled
-    return planned, CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select)  # the variants carry the controls
+    return planned, CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select), built  # the variants carry the controls
 
 
 def check_selectable(config: RunConfig, select: str) -> None:
@@ -448,9 +457,11 @@ def variant_points(shared: Mapping[str, Any], variant: Variant) -> list[Point]:
     return parse_tune({**shared, **variant.tune})
 
 
-def plan_cells(config: RunConfig, variants: Sequence[Variant], shared: Mapping[str, Any], seeds: Sequence[int], suffix: bool, from_grid: bool) -> list[Cell]:
-    """Every run's config; short folder names (``fedavg-lr0.01-s0``), or the full labels if two short ones collide."""
-    applied: dict[int, RunConfig] = {}  # each variant's config validated once, not once a run (seeds x tuning points times)
+def plan_cells(config: RunConfig, variants: Sequence[Variant], shared: Mapping[str, Any], seeds: Sequence[int], suffix: bool, from_grid: bool,
+               built: Sequence[RunConfig] = ()) -> list[Cell]:
+    """Every run's config; short folder names (``fedavg-lr0.01-s0``), or the full labels if two short ones collide.
+    ``built``: the first variants' configs, in order, as :func:`plan_sweep` built them (not built again here)."""
+    applied: dict[int, RunConfig] = dict(enumerate(built))  # each variant's config validated once, not once a run (seeds x tuning points times)
     cells: list[Cell] = []
     for long in (False, True):
         cells = []
@@ -472,7 +483,7 @@ def plan_runs(
 ) -> Plan:
     """The whole comparison (:func:`plan_sweep`), bounded to :data:`MAX_RUNS`, with every run's config and the reference."""
     from_grid = bool(grid) or variants is not None
-    planned, saved = plan_sweep(config, grid, options, variants)
+    planned, saved, built = _plan_sweep(config, grid, options, variants)
     seeds, tune_table = saved.seeds or [], saved.tune or {}
     points = parse_tune(tune_table)
     for v in planned:  # a --tune grid replaces the config's: the variants' own grids must still add other keys
@@ -486,7 +497,7 @@ def plan_runs(
         runs = (f"{len(planned)} variants x {len(points)} tuning points" if per_variant == len(planned) * len(points)
                 else f"{per_variant} (variant, tuning point) pairs")
         raise ConfigError("compare.seeds", f"{runs} x {len(seeds)} seeds = {total} runs; at most {MAX_RUNS}")
-    cells = plan_cells(config, planned, tune_table, seeds, multi, from_grid)
+    cells = plan_cells(config, planned, tune_table, seeds, multi, from_grid, built)
     field = "--reference" if reference else "compare.reference"
     ref, base = choose_reference(planned, reference or config.compare.get("reference"), config.compare.get("baseline"), field)
     return Plan(planned, saved, points, cells, ref, base, from_grid)

@@ -184,8 +184,9 @@ class LocalSpec:
     """The learning rate of :attr:`plain_sgd`'s step; None: the step's own (the round's, after the schedule)."""
     plain_momentum: float = 0.0
     """Heavy-ball momentum of :attr:`plain_sgd`'s step, ``b <- m b + g; w <- w - plain_lr * b`` (``torch.optim.SGD``'s,
-    buffers from zero each training, in the optimiser state's ``plain_momentum`` slot); 0: the plain step. APPLE's
-    ``p_momentum``: the authors' one SGD steps p_i with momentum 0.9 at its own learning rate."""
+    buffers from zero each training, in the optimiser state's ``plain_momentum`` slot); 0: the plain step. A method
+    sets it from its own option where its reference code steps such coefficients by SGD with momentum at their own
+    learning rate (the method's module says which)."""
     private: PrivateGradients | None = None
     """DP-SGD (``[privacy] mechanism = "dp-sgd"``, :mod:`chillfl.privacy.dpsgd`): each step's gradient from clipped, noised
     per-sample gradients. None: the plain step. Training phases besides private training (:meth:`phase`) drop it."""

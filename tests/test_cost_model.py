@@ -16,7 +16,7 @@ import pytest
 
 from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
 from chillfl.catalogue import CPU_FLOPS, SMALL_FLOPS, STEP_S, _forward_flops, declared_cost, estimate_cpu_minutes, estimate_gpu_minutes, work
-from chillfl.config import RunConfig, config_from_dict
+from chillfl.config import EvalConfig, RunConfig, config_from_dict
 from user_modules import install
 
 BASE: dict[str, Any] = {
@@ -102,11 +102,37 @@ def test_the_soft_label_protocol_prices_its_public_set_and_server_model() -> Non
 
 
 def test_a_prototype_method_prices_its_forward_and_test_passes() -> None:
-    # FedProto keeps the models with the clients: each client's own model and its prototype accuracy on the test set,
-    # 2 x 2 clients = 4 passes a round (one of them the global evaluation already counted), and a forward over its rows.
+    # FedProto keeps the models with the clients: the server measures each model kept so far on the test set, by its head
+    # and by nearest prototype (2 passes), and runs no global model's pass. N = 2 clients, m = 1 a round: 2 (1 - (1/2)^t)
+    # clients have trained by round t, 1, 1.5 and 1.75 in rounds 1-3: 2 x 4.25 = 8.5 passes in all, 8.5 / 3 - 1 = 11/6
+    # further passes a round; and a forward over each client's rows (FORWARD of an epoch).
     proto = _config(prototypes={"method": "fedproto"})
-    assert declared_cost(proto) == Cost(epochs=FORWARD, test_passes=3.0)
-    _close(proto, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 4 * TEST))
+    assert declared_cost(proto) == Cost(epochs=FORWARD, test_passes=pytest.approx(11 / 6, rel=1e-12))
+    _close(proto, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 8.5 * 359))
+
+
+def test_prototype_test_passes_follow_the_evaluated_rounds_and_rows() -> None:
+    # eval.every = 2 of 3 rounds: rounds 2 and 3 evaluate (and the last), 1.5 + 1.75 = 3.25 models, 2 passes each over 0.8
+    # of the 359 test rows (eval.validation = 0.2 holds the rest out): 5.2 passes of the whole set; 5.2 / 2 - 1 = 1.6 a round.
+    proto = _config(prototypes={"method": "fedproto"}, eval={"every": 2, "validation": 0.2})
+    assert declared_cost(proto) == Cost(epochs=FORWARD, test_passes=pytest.approx(1.6, rel=1e-12))
+    _close(proto, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 5.2 * 359))
+    # FedAvg evaluates the global model on those 2 rounds only: 2 x 359 rows.
+    _close(_config(eval={"every": 2}), _minutes(STEPS, SAMPLES, 2 * 359))
+    # Models shared (FedHKD's default): the global model's pass (the estimate's own, all 359 rows with the validation
+    # split) and its accuracy by nearest prototype on the 0.8 of them: 0.8 further passes, on rounds 2 and 3.
+    shared = _config(prototypes={"method": "fedhkd"}, eval={"every": 2, "validation": 0.2})
+    assert declared_cost(shared) == Cost(epochs=FORWARD, test_passes=pytest.approx(0.8, rel=1e-12))
+    _close(shared, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 2 * 1.8 * 359))
+
+
+def test_evaluated_rounds_are_every_kth_and_the_last() -> None:
+    # every = 3 of 10: 3, 6, 9 and the last, 10; of 9: 3, 6, 9 (the last already one); every = 1: each round.
+    assert EvalConfig(every=3).evaluated_rounds(10) == [3, 6, 9, 10]
+    assert EvalConfig(every=3).evaluated_rounds(9) == [3, 6, 9]
+    assert EvalConfig(every=5).evaluated_rounds(2) == [2]
+    assert EvalConfig().evaluated_rounds(3) == [1, 2, 3]
+    assert [t for t in range(1, 11) if EvalConfig(every=3).due(t, 10)] == [3, 6, 9, 10]
 
 
 def test_a_comparison_prices_each_run_with_its_own_method(tmp_path: Path) -> None:
@@ -268,14 +294,16 @@ def test_pfedhn_prices_its_hypernetwork_on_the_host() -> None:
 
 
 def test_fedgh_prices_its_header_steps_per_class() -> None:
-    # FedProto's protocol cost (a forward epoch, 3 test passes) and, for each sampled client's class (10, all priced),
-    # server_epochs / server_batch_size header steps of 0.07 steps' overhead: 3 rounds x 1 client x 10 x 0.07 = 2.1.
+    # The protocol's cost (a forward epoch) with one test pass a kept model, not two (its server keeps no prototypes, so no
+    # model is measured by nearest prototype): 1 + 1.5 + 1.75 = 4.25 passes in all, 4.25 / 3 - 1 = 5/12 further a round
+    # (test_a_prototype_method_prices_...). For each sampled client's class (10, all priced), server_epochs /
+    # server_batch_size header steps of 0.07 steps' overhead: 3 rounds x 1 client x 10 x 0.07 = 2.1.
     fedgh = _config(prototypes={"method": "fedgh"})
-    assert declared_cost(fedgh) == Cost(epochs=FORWARD, test_passes=3.0, class_server_steps=0.07)
-    _close(fedgh, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 4 * TEST, host=3 * 10 * 0.07 * STEP_S))
+    assert declared_cost(fedgh) == Cost(epochs=FORWARD, test_passes=pytest.approx(5 / 12, rel=1e-12), class_server_steps=0.07)
+    _close(fedgh, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 4.25 * 359, host=3 * 10 * 0.07 * STEP_S))
     # server_epochs = 20 in steps of 4 pairs: 5 steps a pair, 0.35 each class: 3 x 10 x 0.35 = 10.5.
     many = _config(prototypes={"method": "fedgh", "server_epochs": 20, "server_batch_size": 4})
-    _close(many, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 4 * TEST, host=3 * 10 * 0.35 * STEP_S))
+    _close(many, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 4.25 * 359, host=3 * 10 * 0.35 * STEP_S))
 
 
 def test_a_one_off_fit_over_the_rows_is_priced_per_pair_of_rows() -> None:

@@ -288,7 +288,7 @@ def work(config: RunConfig) -> Work | None:
     and each pass's declared overhead (``pass_overhead``, priced on the CPU as that many steps without FLOPs) and FLOPs on the
     parameters (``step_parameter_flops``); the epochs a client runs once (``first_epochs``), spread over the rounds; then the
     public-set samples each client and the server train on a round, and the evaluation: the global model's test pass and the
-    further passes declared; last, the server's host work for each sampled client."""
+    further passes declared, on each round that evaluates (``eval.every``, and the last); last, the server's host work for each sampled client."""
     spec = DATASETS.get(str(config.dataset.get("name")))
     flops = _forward_flops(config)
     if spec is None or flops is None:
@@ -308,7 +308,7 @@ def work(config: RunConfig) -> Work | None:
     first = participants * cost.first_epochs  # epochs in all, once a client
     extra_steps = fed.rounds * (clients * math.ceil(cost.public_samples / batch) + math.ceil(cost.server_samples / batch) + cost.server_steps)
     extra_samples = fed.rounds * (clients * cost.public_samples + cost.server_samples)
-    evaluated = fed.rounds * test * (1 + cost.test_passes)
+    evaluated = len(config.eval.evaluated_rounds(fed.rounds)) * test * (1 + cost.test_passes)  # the rounds that evaluate
     parameters = _parameters(config) if cost.step_parameter_flops or cost.server_parameter_flops else 0.0
     if parameters is None:
         return None

@@ -16,7 +16,7 @@ import pytest
 
 from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
 from chillfl.catalogue import CPU_FLOPS, SMALL_FLOPS, STEP_S, _forward_flops, declared_cost, estimate_cpu_minutes, estimate_gpu_minutes, work
-from chillfl.config import RunConfig, config_from_dict
+from chillfl.config import EvalConfig, RunConfig, config_from_dict
 from user_modules import install
 
 BASE: dict[str, Any] = {
@@ -102,11 +102,37 @@ def test_the_soft_label_protocol_prices_its_public_set_and_server_model() -> Non
 
 
 def test_a_prototype_method_prices_its_forward_and_test_passes() -> None:
-    # FedProto keeps the models with the clients: each client's own model and its prototype accuracy on the test set,
-    # 2 x 2 clients = 4 passes a round (one of them the global evaluation already counted), and a forward over its rows.
+    # FedProto keeps the models with the clients: the server measures each model kept so far on the test set, by its head
+    # and by nearest prototype (2 passes), and runs no global model's pass. N = 2 clients, m = 1 a round: 2 (1 - (1/2)^t)
+    # clients have trained by round t, 1, 1.5 and 1.75 in rounds 1-3: 2 x 4.25 = 8.5 passes in all, 8.5 / 3 - 1 = 11/6
+    # further passes a round; and a forward over each client's rows (FORWARD of an epoch).
     proto = _config(prototypes={"method": "fedproto"})
-    assert declared_cost(proto) == Cost(epochs=FORWARD, test_passes=3.0)
-    _close(proto, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 4 * TEST))
+    assert declared_cost(proto) == Cost(epochs=FORWARD, test_passes=pytest.approx(11 / 6, rel=1e-12))
+    _close(proto, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 8.5 * 359))
+
+
+def test_prototype_test_passes_follow_the_evaluated_rounds_and_rows() -> None:
+    # eval.every = 2 of 3 rounds: rounds 2 and 3 evaluate (and the last), 1.5 + 1.75 = 3.25 models, 2 passes each over 0.8
+    # of the 359 test rows (eval.validation = 0.2 holds the rest out): 5.2 passes of the whole set; 5.2 / 2 - 1 = 1.6 a round.
+    proto = _config(prototypes={"method": "fedproto"}, eval={"every": 2, "validation": 0.2})
+    assert declared_cost(proto) == Cost(epochs=FORWARD, test_passes=pytest.approx(1.6, rel=1e-12))
+    _close(proto, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 5.2 * 359))
+    # FedAvg evaluates the global model on those 2 rounds only: 2 x 359 rows.
+    _close(_config(eval={"every": 2}), _minutes(STEPS, SAMPLES, 2 * 359))
+    # Models shared (FedHKD's default): the global model's pass (the estimate's own, all 359 rows with the validation
+    # split) and its accuracy by nearest prototype on the 0.8 of them: 0.8 further passes, on rounds 2 and 3.
+    shared = _config(prototypes={"method": "fedhkd"}, eval={"every": 2, "validation": 0.2})
+    assert declared_cost(shared) == Cost(epochs=FORWARD, test_passes=pytest.approx(0.8, rel=1e-12))
+    _close(shared, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 2 * 1.8 * 359))
+
+
+def test_evaluated_rounds_are_every_kth_and_the_last() -> None:
+    # every = 3 of 10: 3, 6, 9 and the last, 10; of 9: 3, 6, 9 (the last already one); every = 1: each round.
+    assert EvalConfig(every=3).evaluated_rounds(10) == [3, 6, 9, 10]
+    assert EvalConfig(every=3).evaluated_rounds(9) == [3, 6, 9]
+    assert EvalConfig(every=5).evaluated_rounds(2) == [2]
+    assert EvalConfig().evaluated_rounds(3) == [1, 2, 3]
+    assert [t for t in range(1, 11) if EvalConfig(every=3).due(t, 10)] == [3, 6, 9, 10]
 
 
 def test_a_comparison_prices_each_run_with_its_own_method(tmp_path: Path) -> None:
@@ -117,6 +143,19 @@ def test_a_comparison_prices_each_run_with_its_own_method(tmp_path: Path) -> Non
     assert gpu is not None and fedavg is not None and sam is not None
     assert math.isclose(gpu[0], fedavg[0] + sam[0], rel_tol=1e-12) and math.isclose(gpu[1], fedavg[1] + sam[1], rel_tol=1e-12)
 
+
+PUBLIC_PLUGIN = '''
+from dataclasses import dataclass
+from chillfl.extend import AlgorithmSpec, Capabilities, Cost, FedAvg
+
+
+@dataclass(frozen=True)
+class Options:
+    pass
+
+
+SPEC = AlgorithmSpec(Options, lambda o, ctx: (FedAvg(), []), "declares work over a public set", capabilities=Capabilities(cost=Cost(first_public_pair_flops=5.0)))
+'''
 
 PLUGIN = '''
 from dataclasses import dataclass
@@ -143,11 +182,14 @@ def test_a_plugin_declares_its_cost_through_its_spec(tmp_path: Path, monkeypatch
 def test_costs_add_their_extras() -> None:
     a = Cost(step_passes=2.0, trainings=2.0, epochs=1.0, public_samples=10, server_samples=5, server_steps=3, test_passes=1, pass_overhead=0.5)
     a = replace(a, extra_pass_overhead=0.6, steps=1, first_epochs=2, first_pair_flops=8, step_parameter_flops=36, client_server_steps=20)
-    a = replace(a, class_server_steps=0.07, server_parameter_flops=100)
+    a = replace(a, class_server_steps=0.07, server_parameter_flops=100, round_server_parameter_flops=2, first_public_pair_flops=3.6)
+    a = replace(a, pair_server_steps=0.5, class_pair_server_steps=0.25)
     b = Cost(step_passes=1.5, epochs=0.5, test_passes=2, pass_overhead=0.25, steps=4, first_pair_flops=2, client_server_steps=2.4)
+    b = replace(b, round_server_parameter_flops=3, first_public_pair_flops=1.4, pair_server_steps=0.25, class_pair_server_steps=0.5)
     total = Cost(step_passes=2.5, trainings=2.0, epochs=1.5, public_samples=10, server_samples=5, server_steps=3, test_passes=3, pass_overhead=0.75)
     total = replace(total, extra_pass_overhead=0.6, steps=5, first_epochs=2, first_pair_flops=10, step_parameter_flops=36, client_server_steps=22.4)
-    assert a.plus(b) == replace(total, class_server_steps=0.07, server_parameter_flops=100)
+    total = replace(total, class_server_steps=0.07, server_parameter_flops=100, round_server_parameter_flops=5, first_public_pair_flops=5.0)
+    assert a.plus(b) == replace(total, pair_server_steps=0.75, class_pair_server_steps=0.75)
     assert Cost().plus(Cost()) == Cost()
     assert Capabilities(cost=b).wrapping(Capabilities(cost=a)).cost == a.plus(b)
 
@@ -256,11 +298,14 @@ def test_apple_prices_its_mixture_per_parameter_and_client() -> None:
 
 def test_pfedhn_prices_its_hypernetwork_on_the_host() -> None:
     # For each sampled client (3 rounds x 1): 2.4 steps' overheads and 88 x hidden (100) x 4,810 parameters FLOPs at 11
-    # GFLOP/s: 3 x 42,328,000 FLOPs; the local training is FedAvg's.
-    host = 3 * 2.4 * STEP_S + 3 * 88 * 100 * 4810 / SMALL_FLOPS
-    assert declared_cost(_config(algorithm={"name": "pfedhn"})) == Cost(client_server_steps=2.4, server_parameter_flops=8800.0)
+    # GFLOP/s: 3 x 42,328,000 FLOPs; once a round the global model, 2 x 100 x 4,810 = 962,000 FLOPs, 3 x; the local
+    # training is FedAvg's.
+    host = 3 * 2.4 * STEP_S + 3 * 88 * 100 * 4810 / SMALL_FLOPS + 3 * 2 * 100 * 4810 / SMALL_FLOPS
+    declared = Cost(client_server_steps=2.4, server_parameter_flops=8800.0, round_server_parameter_flops=200.0)
+    assert declared_cost(_config(algorithm={"name": "pfedhn"})) == declared
     _close(_config(algorithm={"name": "pfedhn"}), _minutes(STEPS, SAMPLES, host=host))
-    _close(_config(algorithm={"name": "pfedhn", "hidden": 50}), _minutes(STEPS, SAMPLES, host=3 * 2.4 * STEP_S + 3 * 88 * 50 * 4810 / SMALL_FLOPS))
+    half = 3 * 2.4 * STEP_S + 3 * (88 + 2) * 50 * 4810 / SMALL_FLOPS  # hidden = 50: both FLOP counts halved
+    _close(_config(algorithm={"name": "pfedhn", "hidden": 50}), _minutes(STEPS, SAMPLES, host=half))
     # The host work runs on the host in a GPU run too: both GPU ends are FedAvg's plus it.
     gpu, fedavg = estimate_gpu_minutes(_config(algorithm={"name": "pfedhn"})), estimate_gpu_minutes(_config())
     assert gpu is not None and fedavg is not None
@@ -268,27 +313,45 @@ def test_pfedhn_prices_its_hypernetwork_on_the_host() -> None:
 
 
 def test_fedgh_prices_its_header_steps_per_class() -> None:
-    # FedProto's protocol cost (a forward epoch, 3 test passes) and, for each sampled client's class (10, all priced),
-    # server_epochs / server_batch_size header steps of 0.07 steps' overhead: 3 rounds x 1 client x 10 x 0.07 = 2.1.
+    # The protocol's cost (a forward epoch) with one test pass a kept model, not two (its server keeps no prototypes, so no
+    # model is measured by nearest prototype): 1 + 1.5 + 1.75 = 4.25 passes in all, 4.25 / 3 - 1 = 5/12 further a round
+    # (test_a_prototype_method_prices_...). For each sampled client's class (10, all priced), server_epochs /
+    # server_batch_size header steps of 0.07 steps' overhead: 3 rounds x 1 client x 10 x 0.07 = 2.1.
     fedgh = _config(prototypes={"method": "fedgh"})
-    assert declared_cost(fedgh) == Cost(epochs=FORWARD, test_passes=3.0, class_server_steps=0.07)
-    _close(fedgh, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 4 * TEST, host=3 * 10 * 0.07 * STEP_S))
+    assert declared_cost(fedgh) == Cost(epochs=FORWARD, test_passes=pytest.approx(5 / 12, rel=1e-12), class_server_steps=0.07)
+    _close(fedgh, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 4.25 * 359, host=3 * 10 * 0.07 * STEP_S))
     # server_epochs = 20 in steps of 4 pairs: 5 steps a pair, 0.35 each class: 3 x 10 x 0.35 = 10.5.
     many = _config(prototypes={"method": "fedgh", "server_epochs": 20, "server_batch_size": 4})
-    _close(many, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 4 * TEST, host=3 * 10 * 0.35 * STEP_S))
+    _close(many, _minutes(1.5 * STEPS, 1.5 * SAMPLES, 4.25 * 359, host=3 * 10 * 0.35 * STEP_S))
 
 
 def test_a_one_off_fit_over_the_rows_is_priced_per_pair_of_rows() -> None:
     # PACFL: each client's signature once, 2 FLOPs a pair of its rows and a feature (per label): 1.75 clients expected x
-    # 2 x 719^2 x 64 (8x8 digits) FLOPs at 50 GFLOP/s; all the rows at once: 31 instead of 2.
+    # 2 x 719^2 x 64 (8x8 digits) FLOPs at 50 GFLOP/s; all the rows at once: 31 instead of 2. The server's angles, 2.6e-4 x
+    # p^2 (9) = 0.00234 steps' overheads a pair of blocks, for 1.75^2 = 3.0625 pairs of clients: per label, 10 x 10 pairs of
+    # blocks a pair of clients (every class priced), 0.716625 steps; of all the rows, one, 0.00716625.
     once = 1.75 * 719**2 * 64 / CPU_FLOPS
-    assert declared_cost(_config(algorithm={"name": "pacfl"})) == Cost(first_pair_flops=2.0)
-    _close(_config(algorithm={"name": "pacfl"}), _minutes(STEPS, SAMPLES, host=2 * once))
-    _close(_config(algorithm={"name": "pacfl", "signature": "all"}), _minutes(STEPS, SAMPLES, host=31 * once))
-    # Selective-FD: its KuLSIF fit, 8 a pair and feature, on DS-FL's public-set work (test_the_soft_label_protocol_...).
+    angles = 3.0625 * 0.00234
+    assert declared_cost(_config(algorithm={"name": "pacfl"})) == Cost(first_pair_flops=2.0, class_pair_server_steps=pytest.approx(0.00234, rel=1e-12))
+    _close(_config(algorithm={"name": "pacfl"}), _minutes(STEPS, SAMPLES, host=2 * once + 100 * angles * STEP_S))
+    _close(_config(algorithm={"name": "pacfl", "signature": "all"}), _minutes(STEPS, SAMPLES, host=31 * once + angles * STEP_S))
+    # p = 1: a ninth of the angles' work.
+    _close(_config(algorithm={"name": "pacfl", "p": 1}), _minutes(STEPS, SAMPLES, host=2 * once + 100 * angles / 9 * STEP_S))
+    # Selective-FD: its KuLSIF fit, 8 a pair and feature, on DS-FL's public-set work (test_the_soft_label_protocol_...), and
+    # its scoring of the public set, 3.6 FLOPs a pair of one of its 719 rows and one of |P| = 100 samples and a feature:
+    # 1.75 x 3.6 x 719 x 100 x 64 FLOPs at 50 GFLOP/s.
     sfd = _config(distillation={"method": "selective_fd", "public_size": 100, "subset_size": 50, "distill_epochs": 2})
-    assert declared_cost(sfd) == Cost(public_samples=125.0, server_samples=50.0, first_pair_flops=8.0)
-    _close(sfd, _minutes(STEPS + 3 * (2 + 1), SAMPLES + 3 * (125 + 50), host=8 * once))
+    assert declared_cost(sfd) == Cost(public_samples=125.0, server_samples=50.0, first_pair_flops=8.0, first_public_pair_flops=3.6)
+    scoring = 1.75 * 3.6 * 719 * 100 * 64 / CPU_FLOPS
+    _close(sfd, _minutes(STEPS + 3 * (2 + 1), SAMPLES + 3 * (125 + 50), host=8 * once + scoring))
+
+
+def test_work_over_a_public_set_is_none_without_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A plugin declaring work over the public set, in a run with none (parameter sharing): priced as FedAvg.
+    install(tmp_path, monkeypatch, "public_cost_plugin", PUBLIC_PLUGIN)
+    run = _config(algorithm={"name": "public_cost_plugin:SPEC"})
+    assert declared_cost(run) == Cost(first_public_pair_flops=5.0)
+    _close(run, _minutes(STEPS, SAMPLES))
 
 
 def test_a_declared_pretraining_is_spread_over_the_rounds() -> None:

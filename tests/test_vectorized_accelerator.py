@@ -26,6 +26,9 @@ from chillfl.executors.vectorized import (
     client_bytes,
 )
 from chillfl.training.local import LocalOutcome, LocalSpec, model_state
+from chillfl.engine.footprint import nbytes
+from chillfl.training.optim import init_state
+from chillfl.training.schedule import Optimizer
 
 from float_paths import assert_records_close
 
@@ -149,6 +152,24 @@ def test_resident_client_bytes_count_the_clients_data() -> None:
     assert client_bytes(model, spec, job, resident=True) == 416
     # crop/flip adds 3 int64 draws per sample-step to the plan: 176 + 80 + 80 + 4 * 80 = 656 B
     assert client_bytes(model, LocalSpec(epochs=1, batch_size=4, augment=Augment(flip=True)), job, resident=True) == 656
+
+
+def test_client_bytes_count_the_plain_steps_momentum_buffers() -> None:
+    # The same Linear(2, 2, no bias) client, 176 B (above), its weight (4 float32, 16 B) stepped by hand (plain_sgd):
+    #   with plain_momentum = 0.9 it holds that step's buffer too: 176 + 16 = 192 B; with SGD's own momentum as well
+    #   (init_state gives every parameter that buffer): 192 + 16 = 208 B; under Adam, its two moments and the buffer:
+    #   176 + 2 * 16 + 16 = 224 B. Without plain_momentum, no buffer: 176 B.
+    model = nn.Linear(2, 2, bias=False)
+    job = ClientJob(0, {"weight": torch.zeros(2, 2)}, torch.zeros(10, 2), torch.zeros(10, dtype=torch.long), 0.1, 1.0, {}, 0)
+    plain = frozenset({"weight"})
+    assert client_bytes(model, LocalSpec(epochs=1, batch_size=4, plain_sgd=plain), job) == 176
+    assert client_bytes(model, LocalSpec(epochs=1, batch_size=4, plain_sgd=plain, plain_momentum=0.9), job) == 192
+    assert client_bytes(model, LocalSpec(epochs=1, batch_size=4, momentum=0.5, plain_sgd=plain, plain_momentum=0.9), job) == 208
+    adam = Optimizer(name="adam")
+    assert client_bytes(model, LocalSpec(epochs=1, batch_size=4, optim=adam, plain_sgd=plain, plain_momentum=0.9), job) == 224
+    # The count is init_state's: the slots it makes hold as many bytes.
+    state = init_state({"weight": torch.zeros(2, 2)}, adam, 0.0, plain)
+    assert sum(nbytes(t) for entries in state.values() for t in entries.values()) == 224 - 176
 
 
 def test_accelerator_sizes_chunks_from_the_injected_free_memory_once_per_batch_shape() -> None:

@@ -55,8 +55,10 @@ class Cost:
     server_steps: float = 0.0
     """Steps the server takes a round on a small network of its own (FedGen's generator), priced at the per-step overhead alone."""
     test_passes: float = 0.0
-    """Further forward passes over the test set a round besides the global model's evaluation (a prototype method's:
-    the accuracy by nearest prototype, and each client's own model when models stay with the clients)."""
+    """Further forward passes over the whole test set, at the evaluation batch, on each round that evaluates (``eval.every``)
+    besides the global model's evaluation: a prototype method's accuracy by nearest prototype, and each client's own model
+    where models stay with the clients (the clients expected to have trained by then). Below 0 where fewer rows are evaluated
+    than the global model's pass (a protocol without a global model: its pass, the 1, does not run)."""
     pass_overhead: float = 0.0
     """Further overhead of each forward + backward pass of a local step, in plain steps' overheads, with no FLOPs: calls that
     work on the parameters alone (:data:`PARAMETER_TERM`, a proximal term) or a job set up a batch (:data:`ONE_BATCH_JOB`).
@@ -90,6 +92,22 @@ class Cost:
     """FLOPs the server spends a round for each sampled client, per trainable parameter of the model (pFedHN's hypernetwork:
     generating the client's model, the chain rule and the step, each over ``hidden`` x the parameters). Host work, priced at
     the small models' throughput in both estimates."""
+    round_server_parameter_flops: float = 0.0
+    """As :attr:`server_parameter_flops`, once a round whoever is sampled: the server's own model made afresh each round
+    (pFedHN's global model, generated at the mean embedding: a matrix-vector product over ``hidden`` x the parameters)."""
+    first_public_pair_flops: float = 0.0
+    """FLOPs a client spends once, at its first participation, per pair of one of its rows and one sample of the run's public
+    set, and per input feature (n |P| d: a kernel between its rows and the public set, scoring every public sample against
+    its data: Selective-FD's selector). Spread over the rounds and priced as :attr:`first_pair_flops`; |P| is the protocol's
+    (a run without a public set prices none)."""
+    pair_server_steps: float = 0.0
+    """Host work the server does once for each pair of the clients expected to take part, in plain steps' overheads, with no
+    FLOPs: comparing what two clients sent once, each client against every other (PACFL's angles between two signatures).
+    Priced at P^2 pairs, P = N (1 - (1 - m / N)^R): both ways, as a matrix of the first round's clients is (an upper bound
+    when later newcomers are compared with the clients seen before them only)."""
+    class_pair_server_steps: float = 0.0
+    """As :attr:`pair_server_steps`, for each pair of their classes too (priced at all the dataset's classes, C^2 a pair of
+    clients: an upper bound): comparing summaries sent a class each (PACFL's per-label signatures)."""
 
     def plus(self, other: Cost) -> Cost:
         """Both costs in one run (a method with a loss term, a wrapper over its base): the extras add up (the passes a step

@@ -116,7 +116,8 @@ class Work:
     so the GPU estimate leaves them out."""
     host_seconds: float = 0.0
     """Seconds of the work its parts declare on the host: the server's (``Cost.client_server_steps``, ``class_server_steps``,
-    ``server_parameter_flops``) and the clients' one-off fits (``first_pair_flops``), the same in both estimates (the server's
+    ``server_parameter_flops``, ``round_server_parameter_flops``, ``pair_server_steps``, ``class_pair_server_steps``) and the
+    clients' one-off work (``first_pair_flops``, ``first_public_pair_flops``), the same in both estimates (the server's
     runs on the host whatever the run's device; the fits are priced at the CPU's rate: an upper bound on a GPU)."""
 
     def cpu_seconds(self) -> float:
@@ -169,6 +170,13 @@ def declared_cost(config: RunConfig) -> Cost:
     if config.privacy.enabled:
         cost = cost.plus(privacy_spec(config.privacy).cost)
     return cost.plus(sam.COST) if config.client.sam_rho else cost
+
+
+def _public_size(config: RunConfig) -> int:
+    """The run's public set's samples, as its protocol says (0: it has none)."""
+    from chillfl.protocols.registry import protocol_of
+
+    return protocol_of(config).public_size(config)
 
 
 def _forward_flops(config: RunConfig) -> float | None:
@@ -288,7 +296,8 @@ def work(config: RunConfig) -> Work | None:
     and each pass's declared overhead (``pass_overhead``, priced on the CPU as that many steps without FLOPs) and FLOPs on the
     parameters (``step_parameter_flops``); the epochs a client runs once (``first_epochs``), spread over the rounds; then the
     public-set samples each client and the server train on a round, and the evaluation: the global model's test pass and the
-    further passes declared; last, the server's host work for each sampled client."""
+    further passes declared, on each round that evaluates (``eval.every``, and the last); last, the server's host work for each
+    sampled client, each round and each pair of clients, and the clients' one-off work over their rows."""
     spec = DATASETS.get(str(config.dataset.get("name")))
     flops = _forward_flops(config)
     if spec is None or flops is None:
@@ -308,14 +317,18 @@ def work(config: RunConfig) -> Work | None:
     first = participants * cost.first_epochs  # epochs in all, once a client
     extra_steps = fed.rounds * (clients * math.ceil(cost.public_samples / batch) + math.ceil(cost.server_samples / batch) + cost.server_steps)
     extra_samples = fed.rounds * (clients * cost.public_samples + cost.server_samples)
-    evaluated = fed.rounds * test * (1 + cost.test_passes)
-    parameters = _parameters(config) if cost.step_parameter_flops or cost.server_parameter_flops else 0.0
+    evaluated = len(config.eval.evaluated_rounds(fed.rounds)) * test * (1 + cost.test_passes)  # the rounds that evaluate
+    on_server = fed.rounds * (clients * cost.server_parameter_flops + cost.round_server_parameter_flops)
+    parameters = _parameters(config) if cost.step_parameter_flops or on_server else 0.0
     if parameters is None:
         return None
     on_parameters = local_steps * cost.step_parameter_flops * parameters * fed.num_clients
     host_steps = fed.rounds * clients * (cost.client_server_steps + classes * cost.class_server_steps)
-    host = host_steps * STEP_S + fed.rounds * clients * cost.server_parameter_flops * parameters / SMALL_FLOPS
-    host += participants * cost.first_pair_flops * per_client**2 * math.prod(shape) / CPU_FLOPS  # a client's own work, once: the CPU's
+    host_steps += participants**2 * (cost.pair_server_steps + classes**2 * cost.class_pair_server_steps)  # once a pair of clients
+    host = host_steps * STEP_S + on_server * parameters / SMALL_FLOPS
+    public = _public_size(config) if cost.first_public_pair_flops else 0
+    once = cost.first_pair_flops * per_client**2 + cost.first_public_pair_flops * per_client * public  # pairs of rows, once a client
+    host += participants * once * math.prod(shape) / CPU_FLOPS  # a client's own work: the CPU's
     return Work(local_steps + first * batches + extra_steps, clients,
                 (3 * (local_samples + first * per_client + extra_samples) + evaluated) * flops + on_parameters, throughput(flops), overhead, host)
 

@@ -126,10 +126,12 @@ class FederationConfig:
             return self.clients_per_round
         return max(1, math.floor(self.client_fraction * self.num_clients + 1e-9))
 
-    def expected_participants(self) -> float:
-        """Clients expected to take part at least once over the run, N (1 - (1 - m / N)^R) with m of N sampled uniformly
-        each of R rounds: what prices once-a-client work (a first fit, FedMD's pretraining) in the time estimates."""
-        return self.num_clients * (1 - (1 - self.sample_size() / self.num_clients) ** self.rounds)
+    def expected_participants(self, rounds: int | None = None) -> float:
+        """Clients expected to take part at least once in the first ``rounds`` rounds (None: the run's R), N (1 - (1 - m / N)^R)
+        with m of N sampled uniformly each round: what prices once-a-client work (a first fit, FedMD's pretraining) in the time
+        estimates, and the clients' own models a round evaluates where models stay with the clients."""
+        r = self.rounds if rounds is None else rounds
+        return self.num_clients * (1 - (1 - self.sample_size() / self.num_clients) ** r)
 
 
 @dataclass(frozen=True)
@@ -257,6 +259,14 @@ class EvalConfig:
     validation: float = 0.0
     """Fraction of the global test set held out as the server's validation split (``val_acc``,
     what ``compare``'s ``[tune]`` selects on); test metrics use the rest. 0 = none."""
+
+    def due(self, t: int, rounds: int) -> bool:
+        """Whether round ``t`` (1-based) of a run of ``rounds`` evaluates the global model: every ``every``-th round, and the last."""
+        return t % self.every == 0 or t == rounds
+
+    def evaluated_rounds(self, rounds: int) -> list[int]:
+        """The rounds (1-based) of a run of ``rounds`` that evaluate (:meth:`due`): what the time estimates price test passes on."""
+        return [*range(self.every, rounds + 1, self.every), *([rounds] if rounds % self.every else [])]
 
     def validate(self, section: str) -> None:
         require(0.0 <= self.validation < 1.0, f"{section}.validation", f"must be in [0, 1) (0 = no validation split), got {self.validation}")

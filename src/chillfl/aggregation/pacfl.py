@@ -412,12 +412,23 @@ SVD of an (n_c, d) block costs about n_c^2 d, so per label, summed over C labels
 while n <= d (more than that: n d^2, an upper bound). Measured 2026-12-02 on the 2-vCPU AVX2 machine, one thread, random float32
 rows in 10 labels: per label 0.39 s at n = 2,250, d = 3,072 (2.5e-11 s a pair and feature, 1.3 FLOPs at 50 GFLOP/s) and 0.014 s at
 n = 500, d = 768 (7.3e-11 s: 3.7 FLOPs); all rows 9.7 s at the first (6.2e-10 s: 31 FLOPs). On the digits (d = 64) a few ms a
-client. The server's principal angles between signatures are not counted."""
+client."""
+ANGLES = 2.6e-4
+"""The server's angle between two blocks of two signatures (:func:`cross_proximity`: U^T W, p x p, and its singular values), in
+plain steps' overheads a squared column of the blocks (p^2, at most d^2): the product's 2 d p^2 FLOPs and the batched p x p SVDs,
+d-bound where d is large. Measured 2026-12-02 on the 2-vCPU AVX2 machine, one thread, 20 signatures of 10 blocks: 0.14-0.23 us a
+block pair and p^2 at d = 3,072 (p = 10, 3, 1), 0.07-0.14 us at d = 768, 0.06-0.12 us at d = 64: 0.2 us (2.6e-4 of the 0.76 ms
+overhead), the large inputs' value. Its clustering of the first round's clients, a few ms at 100, is not counted."""
 
 
 def capabilities(options: PacflOptions) -> Capabilities:
-    """Its limits, and its cost: each client's signature once (``first_pair_flops``: :data:`SVD_PER_LABEL` or :data:`SVD_ALL`)."""
-    return replace(CAPABILITIES, cost=Cost(first_pair_flops=SVD_PER_LABEL if options.signature == "per_label" else SVD_ALL))
+    """Its limits, and its cost: each client's signature once (``first_pair_flops``: :data:`SVD_PER_LABEL` or :data:`SVD_ALL`) and
+    the server's angles between every two clients' signatures (:data:`ANGLES` x p^2 a pair of blocks: a block a class,
+    ``class_pair_server_steps``, or one of all the rows, ``pair_server_steps``)."""
+    angles = ANGLES * options.p**2
+    if options.signature == "per_label":
+        return replace(CAPABILITIES, cost=Cost(first_pair_flops=SVD_PER_LABEL, class_pair_server_steps=angles))
+    return replace(CAPABILITIES, cost=Cost(first_pair_flops=SVD_ALL, pair_server_steps=angles))
 
 
 SPEC = register_algorithm(

@@ -262,7 +262,8 @@ def chunk_size_for(model: nn.Module, spec: LocalSpec, job: ClientJob, memory_bud
     """How many clients fit in ``memory_budget``: state copies plus ~3x one batch's activations.
 
     A dense parameter takes 3 copies (itself, its gradient, one temporary), a
-    ``factored`` linear weight 1 (no gradient is materialised); momentum adds one.
+    ``factored`` linear weight 1 (no gradient is materialised); each optimiser-state slot adds one (:func:`state_slots`: momentum,
+    Adam's two moments, the plain step's momentum buffer).
     """
     return max(1, memory_budget // client_bytes(model, spec, job, factored))
 
@@ -272,8 +273,8 @@ def client_bytes(
 ) -> int:
     """Estimated bytes one client of a chunk takes (see :func:`chunk_size_for`); ``resident``: plus its whole data set."""
     params, buffers = split_state(model, job.start)
-    extra = state_slots(spec.optim, spec.momentum)
-    per_client = sum(((1 if k in factored else 3) + extra) * nbytes(v) for k, v in params.items())
+    plain = spec.plain_sgd if spec.plain_momentum else frozenset()  # stepped by hand with momentum: a buffer each
+    per_client = sum(((1 if k in factored else 3) + state_slots(spec.optim, spec.momentum, k in plain)) * nbytes(v) for k, v in params.items())
     per_client += sum(nbytes(v) for v in buffers.values())
     if spec.private is not None:  # DP-SGD's per-sample gradients (a copy of the parameters per sample of the batch), their
         # flattened copy and their norms' float64 cast: 5 fp32 copies a sample, counted so that a chunk's stay in the cache

@@ -106,7 +106,7 @@ class Evaluation:
 
     def due(self, t: int) -> bool:
         """Whether round ``t`` (1-based) evaluates the global model."""
-        return t % self.config.eval.every == 0 or t == self.config.federation.rounds
+        return self.config.eval.due(t, self.config.federation.rounds)
 
     def last(self, t: int) -> bool:
         """Whether round ``t`` (1-based) is the run's last: its global evaluation is the run's final one, even when the round is skipped."""

@@ -435,10 +435,19 @@ def _settings(config: RunConfig) -> PrototypeSettings:
 
 def prototype_cost(config: RunConfig) -> Cost:
     """A round's work besides the local training, for time estimates: each client's forward over its rows for its
-    prototypes, and on the test set the accuracy by nearest prototype; when models stay with the clients, each client's
-    own model and its prototype accuracy (counted once every client has trained: an upper bound)."""
-    tests = 1.0 if share_models(config) else 2.0 * config.federation.num_clients - 1
-    return Cost(epochs=FORWARD, test_passes=tests)
+    prototypes; and on each round that evaluates, the passes :meth:`PrototypeSharing._global_metrics` runs over the test
+    rows (the test set less ``eval.validation``'s share): with a global model, its pass (the estimate's own) and its accuracy
+    by nearest prototype; without, each model kept so far by a client, 2 passes (by its head, by nearest prototype), with
+    N (1 - (1 - m/N)^t) clients expected to have trained by round t. A method whose server keeps no prototypes
+    (:attr:`~chillfl.prototypes.spec.PrototypeSpec.global_prototypes` false) runs no pass by nearest prototype."""
+    per_model = 2.0 if spec_of(_settings(config)).global_prototypes else 1.0
+    rows = 1.0 - config.eval.validation
+    if share_models(config):
+        return Cost(epochs=FORWARD, test_passes=(per_model - 1.0) * rows)
+    fed = config.federation
+    evaluated = config.eval.evaluated_rounds(fed.rounds)
+    models = sum(fed.expected_participants(t) for t in evaluated) / len(evaluated)
+    return Cost(epochs=FORWARD, test_passes=models * per_model * rows - 1.0)  # no global model: its pass does not run
 
 
 def share_models(config: RunConfig) -> bool:

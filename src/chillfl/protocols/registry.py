@@ -37,6 +37,10 @@ def _no_cost(config: RunConfig) -> Cost:
     return Cost()
 
 
+def _no_public_set(config: RunConfig) -> int:
+    return 0
+
+
 def _prototype_settings(config: RunConfig) -> PrototypeSettings:
     settings = config.prototype_settings
     assert settings is not None, "the prototype protocol runs only when [prototypes] is set"
@@ -81,6 +85,8 @@ class ProtocolKind:
     """What the method its table names declares (None: ``[algorithm]``'s, read through the aggregation registry)."""
     cost: Callable[[RunConfig], Cost] = _no_cost
     """The work the protocol itself adds to a round beyond local training, whatever its method (time estimates)."""
+    public_size: Callable[[RunConfig], int] = _no_public_set
+    """The samples of the public set its clients read (0: none), which prices a method's work over it (``Cost.first_public_pair_flops``)."""
 
     def method(self, config: RunConfig) -> str:
         """The method the config names for it (``[distillation] method``, ``[prototypes] method`` or ``[algorithm] name``)."""
@@ -126,6 +132,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         own_objective="the soft-label protocol keeps no global model to stay close to; leave it 0",
         check_data=check_distillation,
         cost=soft_label_cost,
+        public_size=lambda config: _distillation_setup(config).common.public_size,
         bytes_figure=True,
     ),
 }

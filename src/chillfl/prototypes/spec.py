@@ -265,6 +265,10 @@ class PrototypeSpec(Generic[Opt]):
     capabilities_of: Callable[[Opt], Capabilities] | None = None
     """What it declares under its parsed options, where they change it (FedGH's cost grows with its ``server_epochs``);
     None: ``capabilities`` under any options."""
+    global_prototypes: bool = True
+    """Whether its server keeps global class prototypes (a :class:`Knowledge` whose ``mask`` sets classes). False (FedGH's
+    server trains a header only, its mask always empty): no model is measured by nearest prototype on the test set
+    (``global_proto_acc`` stays empty), so the time estimates price one test pass a model, not two."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""

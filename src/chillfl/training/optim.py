@@ -88,11 +88,12 @@ def init_state(params: Mapping[str, torch.Tensor], optimizer: Optimizer, momentu
     return state
 
 
-def state_slots(optimizer: Optimizer, momentum: float) -> int:
-    """Tensors of optimiser state per parameter (for memory estimates)."""
-    if optimizer.name == "sgd":
-        return 1 if momentum else 0
-    return 2
+def state_slots(optimizer: Optimizer, momentum: float, plain_momentum: bool = False) -> int:
+    """Tensors of optimiser state a parameter holds, as :func:`init_state` makes them (for memory estimates): SGD's momentum
+    buffer (if any) or Adam's two moments; ``plain_momentum``: the parameter is stepped by hand with momentum
+    (:attr:`~chillfl.training.local.LocalSpec.plain_momentum`), and holds that step's buffer too."""
+    slots = (1 if momentum else 0) if optimizer.name == "sgd" else 2
+    return slots + 1 if plain_momentum else slots
 
 
 def whole_grads(params: Params, grads: Sequence[torch.Tensor | None], factors: Factors | None) -> list[torch.Tensor]:

@@ -140,11 +140,17 @@ KULSIF_FIT = 8.0
 """A client's KuLSIF fit (:meth:`SelectiveFDClient.fit_selector`), once, in FLOPs a pair of its rows and an input feature
 (``Cost.first_pair_flops``): two Gaussian kernels over its rows (K_xx, K_xy) and a solve. Measured 2026-12-02 on the 2-vCPU AVX2
 machine, one thread, float64: 1.5e-10 s a pair and feature at n = 1,000, d = 768 (7.3 FLOPs at 50 GFLOP/s), 1.8e-10 s at n = 500.
-Not counted: scoring the public set with it, n |P| d pairs (1.0e-10 s each measured alike), and the server's selector."""
+Not counted: the server's selector (the ambiguity of each of |P^t| mean soft-labels, C numbers each)."""
+KULSIF_SCORE = 3.6
+"""Scoring the public set with a client's selector (:meth:`KuLSIF.ratio` on P, in :meth:`SelectiveFDClient.fit_selector`), once,
+in FLOPs a pair of one of its rows and a public sample and an input feature (``Cost.first_public_pair_flops``): two Gaussian
+kernels of P against the 0.9 n rows it fitted on and as many uniform ones, 2 FLOPs a pair and feature each (the squared
+distances' product), 2 x 2 x 0.9. Measured 2026-12-02 on the 2-vCPU AVX2 machine, one thread, float64, |P| = 1,000-4,000:
+5.2e-11 to 7.3e-11 s a pair and feature at n = 500-1,000, d = 768-3,072, 2.6-3.6 FLOPs at 50 GFLOP/s."""
 
 
 SPEC = SoftLabelSpec(
     "selective_fd", SelectiveFDMethodOptions, SelectiveFD, SelectiveFDClient, summary="client/server knowledge selectors",
     capabilities=Capabilities(reports="which public samples each client labels, chosen by a density-ratio estimate fitted on its own data",
-                              cost=Cost(first_pair_flops=KULSIF_FIT)),
+                              cost=Cost(first_pair_flops=KULSIF_FIT, first_public_pair_flops=KULSIF_SCORE)),
 )

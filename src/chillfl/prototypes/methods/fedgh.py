@@ -172,4 +172,5 @@ SPEC = PrototypeSpec(
     summary="a global header trained on the server from the class means (server_lr = 0.01, one step per mean); bodies stay on the clients",
     capabilities=CAPABILITIES,
     capabilities_of=capabilities,
+    global_prototypes=False,
 )

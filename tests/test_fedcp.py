@@ -16,15 +16,18 @@ import pytest
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import ClientResult, OwnArchitecture, personal_model, personal_template
+from chillfl.aggregation.base import ClientResult, Local, OwnArchitecture, Train, personal_model, personal_template
 from chillfl.aggregation.fedcp import (
     CPN,
+    LAM,
     PREFIX,
     FedCP,
+    FedCPClient,
     FedCPModel,
     FedCPOptions,
     FeatureAlignment,
     PolicyHead,
+    alignment_weight,
     condition,
     mix32,
     mmd,
@@ -143,11 +146,23 @@ def test_the_alignment_term_by_hand() -> None:
     # lambda = 2: 2 * 0.220235 = 0.440469 on h = (0, 2) against h^g = (0, 0)
     h, g = t(0.0, 2.0).view(2, 1), t(0.0, 0.0).view(2, 1)
     step = StepView(nn.Identity(), h, torch.zeros(2, dtype=torch.long), h, h, torch.zeros(()), {}, {"ref": (g, g), "share": (h, t(1.0, 0.5).view(2, 1))})
-    close(FeatureAlignment(2.0, "rbf", "ref")({}, {}, step), 0.440469)
+    close(FeatureAlignment("rbf", "ref")({}, {LAM: 2.0}, step), 0.440469)
     # the global part h ⊙ r = (0, 1), D = 1: k = exp(-1 / (2 a)), sum over a of (1 - k) / 2
     #   = 0.024385 + 0.016392 + 0.012345 + 0.004975 = 0.058097; times lambda = 2: 0.116195
-    close(FeatureAlignment(2.0, "rbf", "ref", "share")({}, {}, step), 0.116195)
+    close(FeatureAlignment("rbf", "ref", "share")({}, {LAM: 2.0}, step), 0.116195)
     assert 2 * sum((1 - math.exp(-0.5 / a)) / 2 for a in (10, 15, 20, 50)) == pytest.approx(0.116195, abs=1e-6)
+
+
+def test_the_alignment_weight_follows_the_learning_rate_by_hand() -> None:
+    # lambda_eta = lam * lam_at_lr / eta: the authors' 5 at 0.005 is 5 * 0.005 / 0.1 = 0.25 at eta = 0.1 and
+    # 5 * 0.005 / 0.3 = 0.083333 at 0.3: the term's step eta * lambda_eta = 0.025 at each; 5 itself at 0.005
+    assert alignment_weight(FedCPOptions(), 0.1) == pytest.approx(0.25)
+    assert alignment_weight(FedCPOptions(), 0.3) == pytest.approx(0.0833333)
+    assert alignment_weight(FedCPOptions(), 0.005) == pytest.approx(5.0)
+    assert alignment_weight(FedCPOptions(lam=2.0, lam_at_lr=0.01), 0.04) == pytest.approx(0.5)  # 2 * 0.01 / 0.04
+    # lam_at_lr = 0: lam at every learning rate (the authors' code read literally); a zero lr leaves lam as it is
+    assert alignment_weight(FedCPOptions(lam_at_lr=0.0), 0.1) == 5.0
+    assert alignment_weight(FedCPOptions(), 0.0) == 5.0
 
 
 class Net(nn.Sequential):
@@ -203,6 +218,23 @@ def test_what_a_client_uploads_keeps_and_reports() -> None:
     again = run_client(solo.client_half(), net, LocalSpec(epochs=1, batch_size=2), glob, lr=0.1, context=context, x=x)
     assert again.state is not None
     torch.testing.assert_close(again.uplink.params["2.weight"], again.state[PREFIX + "weight"])
+
+
+def test_the_training_reads_the_alignment_weight_of_the_rounds_learning_rate() -> None:
+    # lam = 1, lam_at_lr = 0.005 (the default), the round's lr 0.1: the MMD term weighs 1 * 0.005 / 0.1 = 0.05
+    net = model()
+    half = FedCP(net, FedCPOptions(lam=1.0), seed=0).client_half()
+    assert isinstance(half, FedCPClient)
+    glob = start(net)
+    context = dict(FedCP(net, FedCPOptions(lam=1.0), seed=0).downlink(0, 0, glob).context)
+    x = torch.ones(2, 2)
+    local = Local(0, x, torch.zeros(2, dtype=torch.long), glob, context, 0.1, {}, 0, LocalSpec(epochs=1, batch_size=2))
+    job = next(half.train(local))
+    assert isinstance(job, Train) and job.context[LAM] == pytest.approx(0.05)
+    assert not any(k.startswith(CPN) for k in job.context)  # the CPN travels as the template's entries, not as context
+    # without the term (lam = 0) there is no reference extractor and nothing to weigh
+    bare = FedCP(net, FedCPOptions(lam=0.0), seed=0).client_half()
+    assert isinstance(bare, FedCPClient) and LAM not in next(bare.train(local)).context
 
 
 def test_the_server_averages_body_head_and_cpn_by_hand() -> None:
@@ -268,10 +300,22 @@ def test_the_authors_evaluation_after_the_average_runs_and_the_client_models_are
         assert torch.equal(saved[f"net.{head}.global_head.weight"], out.model_state[f"{head}.weight"])
 
 
+def test_fedcp_learns_a_skewed_task_at_a_large_learning_rate() -> None:
+    # Dirichlet(0.1) digits, an MLP, client.lr = 0.3 (60 times the authors' 0.005): with the authors' lam = 5 taken as
+    # the weight at every lr, the MMD term's steps threw the representation around and the clients' local accuracy
+    # stayed near their majority class (0.61 here); with the weight scaled to the lr it learns as with no term (0.975)
+    over = {"partition.alpha": 0.1, "federation.clients_per_round": 4, "client.epochs": 2, "client.lr": 0.3}
+    cfg = config(**{"algorithm.name": "fedcp", "model.name": "mlp", **over})
+    default = records(cfg)[-1]["local_acc"]
+    bare = records(config(**{"algorithm.name": "fedcp", "algorithm.lam": 0.0, "model.name": "mlp", **over}))[-1]["local_acc"]
+    assert default >= 0.9 and default >= bare - 0.05
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
         ("lam", "-1.0", "must be in [0, 1e6], got -1.0"),
+        ("lam_at_lr", "-0.1", "must be in [0, 1e3] (0: lam at every learning rate), got -0.1"),
         ("tau", "0", "must be in (0, 1e3], got 0.0"),
     ],
 )

@@ -19,9 +19,11 @@ and the output is
 
     out = W^hp_i (h ⊙ s) + b^hp_i + W^hg (h ⊙ r) + b^hg.
 
-The local loss is CE(out, y) + lambda * MMD^2(h, h^g), with h^g = W^fe(x) the features of the extractor the client
+The local loss is CE(out, y) + lambda_eta * MMD^2(h, h^g), with h^g = W^fe(x) the features of the extractor the client
 was sent (frozen) and the authors' MMD: the biased estimate mean(K(X, X) + K(Y, Y) - 2 K(X, Y)) summed over the
-bandwidths a of a Gaussian kernel exp(-||x - y||^2 / (2 a)), a in (10, 15, 20, 50).
+bandwidths a of a Gaussian kernel exp(-||x - y||^2 / (2 a)), a in (10, 15, 20, 50). Its weight at the round's learning
+rate eta is lambda_eta = lambda * eta_lambda / eta (:func:`alignment_weight`): lambda = 5 is the authors' at their
+eta_lambda = 0.005, and the step eta * lambda_eta = 0.025 that the term takes is theirs at every eta.
 
 The server averages the body and the CPN by FedAvg; the global head is the average of what each client uploads
 as its head, (W^hp_i + W^hg) / 2 (the authors' ``generate_upload_head``). The personal heads stay.
@@ -38,10 +40,20 @@ Checked against the authors' TsingZ0/FedCP (``system/flcore/clients/clientcp.py`
 ``system/flcore/servers/servercp.py``, ``system/run_me.sh``) and PFLlib's copy of it (``clientcp.py``): the CPN's
 layers, the context from the personal head's weight summed over classes and L2-normalised, the policy's pair order,
 the MMD's kernel and bandwidths on the full representation h, the frozen global head and frozen reference extractor,
-the uploaded head (W^hp + W^hg) / 2, the body, head and CPN averaged with n_i / n, lambda = 5 (``-lam 5``).
+the uploaded head (W^hp + W^hg) / 2, the body, head and CPN averaged with n_i / n, lambda = 5 (``-lam 5``) at their
+learning rate 0.005 (``main.py``'s default, which ``run_me.sh`` keeps).
 
 Choices
 -------
+* **The MMD weight follows the learning rate** (``lam_at_lr``): the authors ran lambda = 5 at eta = 0.005 only. The
+  term pulls the batch's mean representation back to the sent extractor's: for bandwidths a >> ||h - h^g||^2 it is
+  about sum_a (1/a) ||mean h - mean h^g||^2 (0.237 ||.||^2), stiff in the body's weights (its curvature grows with the
+  squared norm of the body's inner activations), so plain SGD on it is stable only while eta * lambda stays small. At
+  eta = 0.1 and lambda = 5 (20 times the authors' step) the representation overshoots and oscillates every step, and
+  at 0.3 it diverges: on Dirichlet(0.1) digits (``flexchill_cnn``) FedCP then learns nothing (chance global accuracy,
+  the majority class locally). By default the weight is lambda * 0.005 / eta, so the term's step is the authors' at
+  any eta and exactly their lambda at theirs; ``lam_at_lr = 0`` weighs it lambda at every eta (the authors' code read
+  literally). eta is the round's learning rate (a step schedule within the round does not rescale it).
 * **The noise** (``noise``): ``gumbel`` (default, the authors' ``F.gumbel_softmax``) draws it from a counter-based
   hash of the client's round seed and the step (:func:`uniform_noise`), so each client's draws are its own, the same
   under every executor and after a resume, and the vectorised executor can batch the step (torch's generator would
@@ -108,18 +120,21 @@ from chillfl.options import require
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, refuse_representation_readers
 from chillfl.training.objective import LossTerm
-from chillfl.training.terms import StepView, Term
+from chillfl.training.terms import StepView, Term, read_number
 
 
 @dataclass(frozen=True)
 class FedCPOptions:
-    """``lam``: the MMD term's weight lambda (5, the authors' command); ``kernel``: its kernel; ``align``: the MMD on
+    """``lam``: the MMD term's weight lambda at the learning rate ``lam_at_lr`` (5 at 0.005, the authors' command);
+    ``lam_at_lr``: the term weighs lam * lam_at_lr / lr at the round's lr, so that its step lr * weight is the same at
+    every lr (0: lam at every lr); ``kernel``: its kernel; ``align``: the MMD on
     the whole representation (``features``) or its global part (``global_part``); ``upload_head``: the head a client
     uploads, (W^hp + W^hg) / 2 (``mixed``) or W^hp (``personal``); ``tau``: the Gumbel-softmax temperature; ``hard``:
     straight-through one-hot policy; ``noise``: ``gumbel`` or ``none`` in training; ``local_eval``: local accuracy of
     the trained model (``trained``) or of the personal head on the model just averaged (``averaged``, the authors')."""
 
     lam: float = 5.0
+    lam_at_lr: float = 0.005
     kernel: Literal["rbf", "multiscale"] = "rbf"
     align: Literal["features", "global_part"] = "features"
     upload_head: Literal["mixed", "personal"] = "mixed"
@@ -131,6 +146,7 @@ class FedCPOptions:
 
     def validate(self, section: str) -> None:
         require(0 <= self.lam <= 1e6, f"{section}.lam", f"must be in [0, 1e6], got {self.lam}")
+        require(0 <= self.lam_at_lr <= 1e3, f"{section}.lam_at_lr", f"must be in [0, 1e3] (0: lam at every learning rate), got {self.lam_at_lr}")
         require(0 < self.tau <= 1e3, f"{section}.tau", f"must be in (0, 1e3], got {self.tau}")
 
 
@@ -138,6 +154,8 @@ PREFIX = "fedcp."
 """Where the personal head lives in the client's state."""
 CPN = "fedcp_cpn."
 """Context, report and client-model keys of the CPN's entries."""
+LAM = "fedcp_lam"
+"""The context key of the MMD term's weight at the round's learning rate (:func:`alignment_weight`)."""
 NET, REFERENCE = "net", "reference"
 """The submodules of :class:`FedCPModel`: the client's model and the frozen extractor it was sent."""
 
@@ -185,6 +203,14 @@ def policy(logits: torch.Tensor, tau: float, noise: torch.Tensor | None = None, 
     if hard:
         s = (s >= 0.5).to(s.dtype) - s.detach() + s
     return s.to(logits.dtype)
+
+
+def alignment_weight(options: FedCPOptions, lr: float) -> float:
+    """lambda_eta = lam * lam_at_lr / lr, the MMD term's weight at learning rate ``lr``: its SGD step lr * lambda_eta is
+    lam * lam_at_lr whatever lr (the authors' 5 * 0.005); ``lam`` itself where ``lam_at_lr`` is 0 or lr is not positive."""
+    if options.lam_at_lr == 0 or lr <= 0:
+        return options.lam
+    return options.lam * options.lam_at_lr / lr
 
 
 def condition(weight: torch.Tensor) -> torch.Tensor:
@@ -281,14 +307,14 @@ def mmd(x: torch.Tensor, y: torch.Tensor, kernel: str = "rbf", bandwidths: Seque
 
 
 class FeatureAlignment:
-    """``lambda * MMD^2(h, h^g)`` (or of h ⊙ r with ``share``): a batch term on the step's representation and the
-    reference extractor's, captured as the input of the reference's head."""
+    """``lambda_eta * MMD^2(h, h^g)`` (or of h ⊙ r with ``share``): a batch term on the step's representation and the
+    reference extractor's, captured as the input of the reference's head; lambda_eta, which depends on the round's
+    learning rate, is read from the context (:data:`LAM`)."""
 
     per_batch = True
-    reads: tuple[str, ...] = ()
+    reads: tuple[str, ...] = (LAM,)
 
-    def __init__(self, lam: float, kernel: str, reference: str, share: str | None = None) -> None:
-        self.lam = lam
+    def __init__(self, kernel: str, reference: str, share: str | None = None) -> None:
         self.kernel = kernel
         self.reference = reference
         self.share = share
@@ -300,7 +326,7 @@ class FeatureAlignment:
             h = h * step.captured[self.share][1]
         g = step.captured[self.reference][0].detach()
         d = h.shape[-1]
-        return self.lam * mmd(h.reshape(-1, d), g.reshape(-1, d).to(h.dtype), self.kernel)
+        return read_number(context, LAM) * mmd(h.reshape(-1, d), g.reshape(-1, d).to(h.dtype), self.kernel)
 
 
 def net_state(model: Params, personal: Params, cpn: Params, head: str, seed: int = 0) -> Params:
@@ -350,7 +376,7 @@ class FedCPClient:
         terms: list[Term] = [OnPart(cast(LossTerm, t), f"{NET}.") for t in spec.terms]
         if self.template.reference is not None:
             share = f"{NET}.{at}share" if self.options.align == "global_part" else None
-            terms.append(FeatureAlignment(self.options.lam, self.options.kernel, f"{REFERENCE}.{self.head}", share))
+            terms.append(FeatureAlignment(self.options.kernel, f"{REFERENCE}.{self.head}", share))
         split = cast(PolicyHead, self.template.net.get_submodule(self.head))
         fixed = {f"{NET}.{at}global_head.{k}" for k, _ in split.global_head.named_parameters()}
         if self.template.reference is not None:
@@ -368,7 +394,9 @@ class FedCPClient:
         start = with_prefix(net, f"{NET}.")
         if self.template.reference is not None:
             start.update(with_prefix(local.start, f"{REFERENCE}."))
-        context = {k: v for k, v in local.context.items() if not k.startswith(CPN)}
+        context: dict[str, Wire] = {k: v for k, v in local.context.items() if not k.startswith(CPN)}
+        if self.template.reference is not None:
+            context[LAM] = alignment_weight(self.options, local.lr)
         out = yield Train(start, context, objective=0)
         trained = own_entries(out.params, f"{NET}.")
         mine = {k: trained[at + k] for k in sent}

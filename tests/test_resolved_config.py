@@ -307,6 +307,7 @@ def test_list_options_shows_a_plugin_named_by_import_path(plugin: str, capsys: p
     assert main(["list", "--options", f"{plugin}:Halving"]) == 0
     algorithms = _section(capsys.readouterr().out, "## [algorithm]")
     assert f"### `{plugin}:Halving`" in algorithms and "| `shrink_factor` | `float` | `0.5` |" in algorithms
+    assert f"### `{plugin}:Halving`\n" in algorithms  # no summary: it said the import path again ("— h4_plugin_parts:Halving")
     assert main(["list", "--options", f"{plugin}:Nothing"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Nothing" in err[0]

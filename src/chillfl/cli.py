@@ -146,15 +146,9 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     unset = unset_options(config)
     if unset:  # TOML has no null: what the file leaves out is derived at run time (first: a comment after the last table reads as its own)
         print(textwrap.fill("# unset (derived at run time; TOML has no null): " + ", ".join(unset), width=100, subsequent_indent="#   "))
-    shown = config.to_dict()
-    if not planned:  # one run: a comparison's tables, empty, are noise in its record (a comparison's dry run keeps them)
-        shown = {key: value for key, value in shown.items() if key not in COMPARISON_TABLES or value}
-    print(to_toml(shown), end="")
+    # one run: as its folder's config.toml will hold it (empty tables left out); a comparison's dry run keeps its tables
+    print(to_toml(config.to_dict() if planned else config.to_saved_dict()), end="")
     return 0
-
-
-COMPARISON_TABLES = ("variants", "compare", "tune")
-"""The config's tables that only a comparison reads: a single run's ``--dry-run`` leaves them out when they are empty."""
 
 
 def cmd_run(args: argparse.Namespace) -> int:

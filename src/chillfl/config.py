@@ -589,6 +589,12 @@ class RunConfig:
                 data[f.name] = value.table()
         return data
 
+    def to_saved_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` as a run folder's ``config.toml`` (and a single run's ``--dry-run``) holds it: without the
+        :data:`OPTIONAL_TABLES` left empty, which were noise in one run's record (an empty ``[variants]``, ``[compare]``
+        and ``[tune]`` in every run) and read back as the same empty defaults."""
+        return {key: value for key, value in self.to_dict().items() if key not in OPTIONAL_TABLES or value}
+
     def with_overrides(self, overrides: Mapping[str, Any]) -> RunConfig:
         data = self.to_dict()
         apply_overrides(data, overrides)
@@ -599,6 +605,10 @@ class RunConfig:
         """Split a part's table into (name, options)."""
         options = {k: v for k, v in table.items() if k != key}
         return str(table[key]), options
+
+
+OPTIONAL_TABLES = ("distillation", "prototypes", "variants", "compare", "tune")
+"""The run config's tables that are empty unless used (soft-label or prototype sharing, a comparison): each defaults to {}."""
 
 
 def check_compare_option(key: str, value: Any) -> None:

@@ -298,7 +298,7 @@ def _start_folder(writer: ResultWriter, exp: Experiment, config: RunConfig) -> N
     """The new run folder's ``config.toml`` and ``partition.json``; a failure leaves it ``.partial`` with its lock given up
     (a ConfigError or a Ctrl-C: the caller removes it)."""
     try:
-        writer.write_config(config.to_dict(), as_comment(environment(exp.device)))
+        writer.write_config(config.to_saved_dict(), as_comment(environment(exp.device)))
         _write_partition(writer.path, exp, config)
     except StorageError as exc:
         writer.abort()  # releases the folder's lock

@@ -354,6 +354,8 @@ def cmd_data_download(args: argparse.Namespace) -> int:
     """Fetch a real dataset; every failure is one line and exit status 2 (see chillfl.data.download)."""
     from chillfl.data.download import DownloadError, download_dataset, read_checksums
 
+    if not args.data_dir or "\0" in args.data_dir:  # "" was the current folder: datasets unpacked beside the user's files
+        raise ConfigError("--data-dir", f"must be a non-empty path without NUL characters, got {short_repr(args.data_dir)}")
     if not args.names:
         return _download_status(args.data_dir)
     name = args.names[0]

@@ -560,6 +560,8 @@ class RunConfig:
         require(is_device_name(self.device), "device", f"unknown value {short_repr(self.device)}; allowed: cpu, cuda, cuda:N, mps, auto")
         require_range(self.threads, 0, MAX_THREADS, "threads")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        for key, path in (("out_dir", self.out_dir), ("data_dir", self.data_dir)):  # "" was the current folder, with nothing said
+            require(bool(path) and "\0" not in path, key, f"must be a non-empty path without NUL characters, got {short_repr(path)}")
         require(not self.compile or self.executor in ("vectorized", "auto"), "compile", f"compiles the vectorised executor's step; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
         check_name(self.name)
         for part, key in PART_KEYS.items():

@@ -213,7 +213,9 @@ def out_folder(run_dirs: list[str], out: str | None) -> Path:
     """Where an analysis writes: ``--out``, or ``<first RUN_DIR>/analysis``."""
     from chillfl.paths import check_writable_dir
 
-    folder = Path(out) if out else Path(run_dirs[0]) / "analysis"
+    if out == "":  # was taken as no --out: the files went to <RUN_DIR>/analysis, nothing said
+        raise ConfigError("--out", "must be a non-empty path, got ''")
+    folder = Path(out) if out is not None else Path(run_dirs[0]) / "analysis"
     if folder.exists() and not folder.is_dir():
         raise ConfigError("--out", f"{folder} exists and is not a folder")
     check_writable_dir(str(folder), "--out")  # under a file, on /proc, read-only: one line, not a traceback

@@ -254,6 +254,37 @@ def test_comma_items_refuses_an_empty_item_and_keeps_a_blank_list_empty() -> Non
         assert (err.value.field, err.value.message) == ("--x", f"an empty item in {text!r}; expected ints")
 
 
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_the_resume_hint_after_ctrl_c_works_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                            command: str) -> None:
+    """The line said ``resume with: chillfl resume results/base.partial``: a path relative to the folder the run started
+    in (nothing, from another terminal), split in two by a space in it. It names the folder absolute and shell-quoted."""
+    import shlex
+    import signal
+
+    import chillfl.runner
+    import chillfl.sweeps.run
+    from chillfl.errors import ComparisonInterrupted
+
+    work = tmp_path / "my runs"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    write(work, "seed = 0\n")
+    folder = Path("results") / ("base.partial" if command == "run" else "base-compare.partial")
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        if command == "run":
+            raise chillfl.runner.RunInterrupted(signal.SIGINT, folder, 2)
+        raise ComparisonInterrupted(folder)
+
+    monkeypatch.setattr(chillfl.runner, "run_experiment", stopped)
+    monkeypatch.setattr(chillfl.sweeps.run, "run_compare", stopped)
+    assert main([command, "base.toml", "-q"]) == 130
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.endswith(f"resume with: chillfl resume '{work / folder}'"), line
+    assert shlex.split(line.split("resume with: ", 1)[1]) == ["chillfl", "resume", str(work / folder)]
+
+
 def test_dry_run_refuses_an_out_dir_a_run_could_not_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -203,8 +203,10 @@ def test_cli_bad_input_is_one_line(run_dir: Path, tmp_path: Path, capsys: pytest
         (["analyze", "cka", str(tmp_path)], "run_dir"),
         (["analyze", "calibration", str(run_dir), "--temperature", "0", "-o", str(tmp_path / "x")], "--temperature"),
         (["analyze", "cka", str(run_dir), "--layers", "nope", "-o", str(tmp_path / "x")], "--layers"),
+        (["analyze", "cka", str(run_dir), "--layers", "fc,,fc", "-o", str(tmp_path / "x")], "--layers"),  # an empty item was dropped
         (["analyze", "cka", str(run_dir), "--samples", "1", "-o", str(tmp_path / "x")], "--samples"),
         (["analyze", "calibration", str(run_dir), "-o", str(run_dir / "config.toml" / "x")], "--out"),  # was NotADirectoryError
+        (["analyze", "calibration", str(run_dir), "-o", ""], "--out"),  # was the default <RUN_DIR>/analysis, nothing said
     ):
         assert main(args) == 2
         err = capsys.readouterr().err

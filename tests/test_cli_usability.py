@@ -110,6 +110,15 @@ def test_the_demos_dry_run_plans_the_runs_the_demo_makes(capsys: pytest.CaptureF
         (["compare", "{base}", "--tune", "client.lr=0.1,0.2", "--tune", "client.lr=0.3"], "--tune: client.lr is given twice; give all its values in one item"),
         # an empty --seeds was taken as none given, and the line named --grid
         (["compare", "{base}", "--seeds", ""], "--seeds: expected a non-empty list of integer seeds >= 0, got []"),
+        # an empty item of a comma list was dropped: `--seeds 0,,1` ran seeds 0 and 1, `client.lr=0.1,` one value
+        (["compare", "{base}", "--seeds", "0,,1"], "--seeds: an empty item in '0,,1'; expected integers like 0,1,2 or 0-4"),
+        (["compare", "{base}", "--seeds", "0,1,"], "--seeds: an empty item in '0,1,'; expected integers like 0,1,2 or 0-4"),
+        (["compare", "{base}", "--grid", "client.lr=0.1,,0.2"], "--grid: an empty item in '0.1,,0.2'; expected client.lr=v1,v2,..."),
+        (["compare", "{base}", "--tune", "client.lr=0.1, "], "--tune: an empty item in '0.1, '; expected client.lr=v1,v2,..."),
+        # an empty data_dir was the current folder, with nothing said
+        (["run", "{base}", "--data-dir", ""], "data_dir: must be a non-empty path without NUL characters, got ''"),
+        (["run", "{base}", "data_dir="], "data_dir: must be a non-empty path without NUL characters, got ''"),
+        (["data", "show", "{base}", "--data-dir", ""], "data_dir: must be a non-empty path without NUL characters, got ''"),
         (["run", "{base}", "model.name=[1,2]"], "model.name: must be a string (a registered name), got list [1, 2]"),  # was "is required (a string)"
         (["run", "{folder}"], "config: {shown} is a folder, not a config file"),  # was "file not found"
     ],
@@ -207,6 +216,73 @@ def test_run_takes_data_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     base = write(tmp_path, "")
     assert main(["run", str(base), "--data-dir", str(tmp_path / "d"), "--dry-run"]) == 0
     assert tomllib.loads(capsys.readouterr().out)["data_dir"] == str(tmp_path / "d")
+
+
+@pytest.mark.parametrize("key", ["data_dir", "out_dir"])
+def test_an_empty_folder_in_a_config_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str) -> None:
+    """``data_dir = ""`` in a file read datasets from the current folder; ``chillfl.make_config`` refuses it the same way."""
+    assert main(["run", str(write(tmp_path, f'{key} = ""\n')), "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == f"chillfl: error: {key}: must be a non-empty path without NUL characters, got ''"
+    with pytest.raises(ConfigError) as err:
+        chillfl.make_config(overrides={key: ""})
+    assert err.value.field == key
+
+
+def test_data_download_refuses_an_empty_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl data download cifar10 --data-dir ""`` unpacked into the current folder; listing it read the current folder."""
+    monkeypatch.chdir(tmp_path)
+    for argv in (["data", "download", "--data-dir", ""], ["data", "download", "cifar10", "--data-dir", ""]):
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert captured.err.strip() == "chillfl: error: --data-dir: must be a non-empty path without NUL characters, got ''" and captured.out == ""
+    assert not list(tmp_path.iterdir())
+
+
+def test_reproduce_refuses_an_empty_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["reproduce", "flexchill", "--seeds", "0,,1", "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == "chillfl: error: --seeds: an empty item in '0,,1'; expected integers like 0,1,2 or 0-4"
+
+
+def test_comma_items_refuses_an_empty_item_and_keeps_a_blank_list_empty() -> None:
+    from chillfl.options import comma_items
+
+    assert comma_items(" 0, 1 ,2", "--x", "ints") == ["0", "1", "2"]
+    assert comma_items("", "--x", "ints") == [] and comma_items("  ", "--x", "ints") == []  # the caller's own "give one" line
+    for text in ("0,,1", "0,", ",0", "0, ,1", ","):
+        with pytest.raises(ConfigError) as err:
+            comma_items(text, "--x", "ints")
+        assert (err.value.field, err.value.message) == ("--x", f"an empty item in {text!r}; expected ints")
+
+
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_the_resume_hint_after_ctrl_c_works_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                            command: str) -> None:
+    """The line said ``resume with: chillfl resume results/base.partial``: a path relative to the folder the run started
+    in (nothing, from another terminal), split in two by a space in it. It names the folder absolute and shell-quoted."""
+    import shlex
+    import signal
+
+    import chillfl.runner
+    import chillfl.sweeps.run
+    from chillfl.errors import ComparisonInterrupted
+
+    work = tmp_path / "my runs"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    write(work, "seed = 0\n")
+    folder = Path("results") / ("base.partial" if command == "run" else "base-compare.partial")
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        if command == "run":
+            raise chillfl.runner.RunInterrupted(signal.SIGINT, folder, 2)
+        raise ComparisonInterrupted(folder)
+
+    monkeypatch.setattr(chillfl.runner, "run_experiment", stopped)
+    monkeypatch.setattr(chillfl.sweeps.run, "run_compare", stopped)
+    assert main([command, "base.toml", "-q"]) == 130
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.endswith(f"resume with: chillfl resume '{work / folder}'"), line
+    assert shlex.split(line.split("resume with: ", 1)[1]) == ["chillfl", "resume", str(work / folder)]
 
 
 def test_dry_run_refuses_an_out_dir_a_run_could_not_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -128,6 +128,7 @@ def test_cache_ratio_prints_the_closed_form(tmp_path: Path, capsys: pytest.Captu
     (["--betas", "nan"], "--betas"),  # was half the output, then "enhanced_era.beta: must be > 0"
     (["--temps", "nan"], "--temps"),
     (["--temps", "inf"], "--temps"),
+    (["--betas", "1,,3"], "--betas"),  # an empty item was dropped
 ])
 def test_non_finite_grid_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], field: str) -> None:
     from chillfl.cli import main

@@ -279,6 +279,21 @@ def test_list_options_documents_a_plugin_dataset_partitioner_and_model(tmp_path:
     assert [out.count(f"### `{name}`") for name in ("qa_parts:blobs", "qa_parts:halves", "qa_parts:Net")] == [1, 1, 1]  # each under its part alone
 
 
+def test_list_options_shows_no_generated_docstring_as_a_plugins_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A plugin whose Options dataclass has no docstring was summarised by the one the dataclass decorator makes
+    (``### `qa_bare:blobs` — BlobOptions(spread: float = 0.5)``): its heading now carries no summary."""
+    bare = PARTS_MODULE.replace('        """Options of the two-layer net."""\n\n', "")
+    bare = "\n".join(line for line in bare.splitlines() if '"""Options of the' not in line)
+    assert '"""' not in bare
+    with plugin_module(tmp_path, monkeypatch, "qa_bare", bare):
+        assert main(["list", "--options", "qa_bare:blobs", "qa_bare:halves", "qa_bare:Net"]) == 0
+        out = capsys.readouterr().out
+    headings = [line for line in out.splitlines() if line.startswith("### `qa_bare:")]
+    assert headings == ["### `qa_bare:blobs`", "### `qa_bare:halves`", "### `qa_bare:Net`"], headings
+    assert "Options(" not in out and "| `spread` | `float` | `0.5` |  |" in out
+
+
 CTOR_MODULE = '''
 from dataclasses import dataclass
 
@@ -578,3 +593,11 @@ def test_list_options_of_a_name_no_part_knows_says_what_it_takes(capsys: pytest.
     err = capsys.readouterr().err.strip().splitlines()
     said = "or loss term (give a plugin's import path 'pkg.module:Name' or a chillfl.plugins entry point's name; `chillfl list` names every part's)"
     assert len(err) == 1 and err[0].endswith(said), err
+
+
+@pytest.mark.parametrize(("name", "closest"), [("fedprx", "fedprox"), ("proximl", "proximal"), ("Dirichlet", "dirichlet")])
+def test_list_options_of_a_misspelt_name_says_the_closest(capsys: pytest.CaptureFixture[str], name: str, closest: str) -> None:
+    """``chillfl list --options fedprx`` named no part's name, where every other unknown name says the closest one."""
+    assert main(["list", "--options", name]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"chillfl: error: list.options: {name!r} (did you mean {closest!r}?) is no dataset, "), err

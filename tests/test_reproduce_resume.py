@@ -143,6 +143,28 @@ def test_ctrl_c_between_runs_names_the_resume_command(tmp_path: Path, capsys: py
     assert code == 0 and f"read back {out / 'demo-compare'}" in err
 
 
+@pytest.mark.parametrize("out", ["r", None])
+def test_the_resume_command_works_from_any_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, out: str | None) -> None:
+    """A relative ``--out r`` was printed as given, and without ``--out`` the command found each config's relative
+    ``out_dir`` only from the folder it started in: ``--out`` is made absolute, and without it the line says ``cd`` there."""
+    import shlex
+
+    def run_experiment(cfg: object, **kw: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "run_experiment", run_experiment)
+    work = tmp_path / "my runs"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["reproduce", "flexchill", "--seeds", "0,1", "-q", *(["--out", out] if out else [])]) == 130
+    again = capsys.readouterr().err.strip().splitlines()[-1].split("resume with: ", 1)[1]
+    if out:
+        assert again == f"chillfl reproduce flexchill --seeds 0,1 --out '{work / out}' --resume"
+    else:
+        assert again == f"cd '{work}' && chillfl reproduce flexchill --seeds 0,1 --resume"
+        assert shlex.split(again)[:2] == ["cd", str(work)]
+
+
 @pytest.mark.parametrize(("signal_exc", "code"), [(Terminated, 143), (HungUp, 129)])
 def test_a_signal_between_runs_exits_with_its_own_code(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                                                        signal_exc: type[KeyboardInterrupt], code: int) -> None:

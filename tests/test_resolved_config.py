@@ -19,7 +19,7 @@ import pytest
 import chillfl
 from chillfl.aggregation.registry import algorithm_names, algorithm_spec
 from chillfl.cli import main
-from chillfl.config import config_from_dict, load_config
+from chillfl.config import OPTIONAL_TABLES, config_from_dict, load_config
 from chillfl.data.datasets import DATASETS
 from chillfl.data.partition import PARTITIONERS
 from chillfl.errors import ConfigError
@@ -223,6 +223,10 @@ def test_rerunning_a_result_folders_config_is_bitwise(case: str, tmp_path: Path,
     assert main(["run", str(path), f"out_dir={tmp_path / 'first'}", "-q"]) == 0
     first = tmp_path / "first" / case
     saved = tomllib.loads((first / "config.toml").read_text(encoding="utf-8"))
+    assert [key for key in OPTIONAL_TABLES if key in saved and not saved[key]] == []  # an empty [variants], [compare], ... was written
+    assert {key for key in OPTIONAL_TABLES if key in saved} == {key.partition(".")[0] for key in RERUNS[case]} & set(OPTIONAL_TABLES)
+    again_as_run = {"out_dir": str(tmp_path / "first"), "device": saved["device"]}  # the run records the device it ran on
+    assert resolved(load_config(first / "config.toml")) == resolved(load_config(path, again_as_run))  # read back: the same config
     algorithm = algorithm_spec(saved["algorithm"]["name"]).options()
     assert set(saved["algorithm"]) == {"name"} | {k for k in fields(type(algorithm)) if getattr(algorithm, k) is not None}  # every option written
     assert main(["run", str(first / "config.toml"), f"out_dir={tmp_path / 'again'}", "-q"]) == 0
@@ -307,6 +311,7 @@ def test_list_options_shows_a_plugin_named_by_import_path(plugin: str, capsys: p
     assert main(["list", "--options", f"{plugin}:Halving"]) == 0
     algorithms = _section(capsys.readouterr().out, "## [algorithm]")
     assert f"### `{plugin}:Halving`" in algorithms and "| `shrink_factor` | `float` | `0.5` |" in algorithms
+    assert f"### `{plugin}:Halving`\n" in algorithms  # no summary: it said the import path again ("— h4_plugin_parts:Halving")
     assert main(["list", "--options", f"{plugin}:Nothing"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Nothing" in err[0]

@@ -83,6 +83,8 @@ def test_bad_parts_is_a_usage_error(capsys):
     (["--betas", "0"], "--betas"),  # was "--durations: D must be >= 0 and beta > 0"
     (["--betas", "nan"], "--betas"),
     (["--seeds", ","], "--seeds"),  # was "--rounds: give at least one seed ..."
+    (["--seeds", "0,,1"], "--seeds"),  # an empty item was dropped: seeds 0 and 1 ran
+    (["--durations", "0,2,"], "--durations"),
     (["--subset-sizes", "0", "--parts", "ratio"], "--subset-sizes"),  # was runs, then "distillation.subset_size"
     (["--subset-sizes", "401", "--parts", "ratio"], "--subset-sizes"),  # |P| = 400 in the default config
 ])

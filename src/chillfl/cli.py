@@ -22,7 +22,6 @@ import argparse
 import logging
 import os
 import re
-import shlex
 import signal
 import sys
 import textwrap
@@ -35,6 +34,7 @@ from chillfl.errors import DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Di
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need
 from chillfl.options import short_repr
+from chillfl.paths import shell_path
 from chillfl.stop_signals import stop_signals
 from chillfl.wording import counted
 from chillfl.tune import SELECT_RULES
@@ -146,15 +146,9 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     unset = unset_options(config)
     if unset:  # TOML has no null: what the file leaves out is derived at run time (first: a comment after the last table reads as its own)
         print(textwrap.fill("# unset (derived at run time; TOML has no null): " + ", ".join(unset), width=100, subsequent_indent="#   "))
-    shown = config.to_dict()
-    if not planned:  # one run: a comparison's tables, empty, are noise in its record (a comparison's dry run keeps them)
-        shown = {key: value for key, value in shown.items() if key not in COMPARISON_TABLES or value}
-    print(to_toml(shown), end="")
+    # one run: as its folder's config.toml will hold it (empty tables left out); a comparison's dry run keeps its tables
+    print(to_toml(config.to_dict() if planned else config.to_saved_dict()), end="")
     return 0
-
-
-COMPARISON_TABLES = ("variants", "compare", "tune")
-"""The config's tables that only a comparison reads: a single run's ``--dry-run`` leaves them out when they are empty."""
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -252,9 +246,10 @@ def _shard(args: argparse.Namespace) -> "Shard | None":
 
 def _compare_result(result: "CompareResult", strict: bool, shard: "Shard | None" = None) -> int:
     if result.pending:  # a shard whose comparison other shards have not finished: no table yet
+        shared = "OUT/NAME-compare.partial" if result.folder is None else shell_path(result.folder)
         print(f"chillfl: shard {shard}: its {counted(result.runs, 'run')} ended; {counted(result.pending, 'run')} of the comparison "
               f"{'is' if result.pending == 1 else 'are'} not finished yet (other shards). "
-              f"The last shard to end writes the table; if a shard failed, `chillfl resume {result.folder}` runs what is missing once the others ended",
+              f"The last shard to end writes the table; if a shard failed, `chillfl resume {shared}` runs what is missing once the others ended",
               file=sys.stderr)
         print(f"results: {result.folder}")
         return _failed_runs(result, strict)
@@ -298,8 +293,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
         print(format_plan(args.paper, seeds, plan(args.paper, seeds, out_dir=args.out_dir, resume=args.resume)))
         return 0
-    out = f" --out {shlex.quote(args.out_dir)}" if args.out_dir is not None else ""
-    again = f"chillfl reproduce {args.paper} --seeds {','.join(map(str, seeds))}{out} --resume"  # finished claims read back, the stopped one resumed
+    # finished claims read back, the stopped one resumed; from any folder: without --out, each config's relative out_dir is
+    # found from this one (cd), and --out is made absolute
+    out = f" --out {shell_path(args.out_dir)}" if args.out_dir is not None else ""
+    here = "" if args.out_dir is not None else f"cd {shell_path(os.getcwd())} && "
+    again = f"{here}chillfl reproduce {args.paper} --seeds {','.join(map(str, seeds))}{out} --resume"
     try:
         outcomes = reproduce(args.paper, seeds, out_dir=args.out_dir, progress=_progress(args), resume=args.resume)
     except RunInterrupted as exc:
@@ -360,6 +358,8 @@ def cmd_data_download(args: argparse.Namespace) -> int:
     """Fetch a real dataset; every failure is one line and exit status 2 (see chillfl.data.download)."""
     from chillfl.data.download import DownloadError, download_dataset, read_checksums
 
+    if not args.data_dir or "\0" in args.data_dir:  # "" was the current folder: datasets unpacked beside the user's files
+        raise ConfigError("--data-dir", f"must be a non-empty path without NUL characters, got {short_repr(args.data_dir)}")
     if not args.names:
         return _download_status(args.data_dir)
     name = args.names[0]
@@ -695,7 +695,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _interrupted(exc.__context__)
         leaves = args.command in PARTIAL_FOLDERS  # an analysis, a report, a listing: nothing to resume
         if isinstance(exc, ComparisonInterrupted):  # a comparison stopped between runs: its folder is known
-            said = f"; resume with: chillfl resume {exc.folder}"
+            said = f"; resume with: chillfl resume {shell_path(exc.folder)}"
         elif isinstance(exc, InterruptedAfterRun):  # one run, stopped once its results were written: nothing is partial
             said = "; the run had completed" + (f": its results are in {exc.folder}" if exc.folder is not None else "")
         elif isinstance(exc, RunNotStarted):  # its folder, if made, was removed again
@@ -783,7 +783,7 @@ def _interrupted(exc: RunInterrupted) -> int:
     """The interrupted run's one line: the round it stopped at and how to resume."""
     if exc.folder is not None:
         kept = f"the checkpoint of round {exc.checkpoint} is kept; " if exc.at_once else ""
-        print(f"chillfl: {exc}; {kept}resume with: {exc.resume_command or f'chillfl resume {exc.folder}'}", file=sys.stderr)
+        print(f"chillfl: {exc}; {kept}resume with: {exc.resume_command or f'chillfl resume {shell_path(exc.folder)}'}", file=sys.stderr)
     else:
         print(f"chillfl: {exc}; no checkpoint had been written yet, so there is nothing to resume", file=sys.stderr)
     return exc.exit_code

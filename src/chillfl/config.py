@@ -570,6 +570,8 @@ class RunConfig:
         require(is_device_name(self.device), "device", f"unknown value {short_repr(self.device)}; allowed: cpu, cuda, cuda:N, mps, auto")
         require_range(self.threads, 0, MAX_THREADS, "threads")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        for key, path in (("out_dir", self.out_dir), ("data_dir", self.data_dir)):  # "" was the current folder, with nothing said
+            require(bool(path) and "\0" not in path, key, f"must be a non-empty path without NUL characters, got {short_repr(path)}")
         require(not self.compile or self.executor in ("vectorized", "auto"), "compile", f"compiles the vectorised executor's step; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
         check_name(self.name)
         for part, key in PART_KEYS.items():
@@ -599,6 +601,12 @@ class RunConfig:
                 data[f.name] = value.table()
         return data
 
+    def to_saved_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` as a run folder's ``config.toml`` (and a single run's ``--dry-run``) holds it: without the
+        :data:`OPTIONAL_TABLES` left empty, which were noise in one run's record (an empty ``[variants]``, ``[compare]``
+        and ``[tune]`` in every run) and read back as the same empty defaults."""
+        return {key: value for key, value in self.to_dict().items() if key not in OPTIONAL_TABLES or value}
+
     def with_overrides(self, overrides: Mapping[str, Any]) -> RunConfig:
         data = self.to_dict()
         apply_overrides(data, overrides)
@@ -609,6 +617,10 @@ class RunConfig:
         """Split a part's table into (name, options)."""
         options = {k: v for k, v in table.items() if k != key}
         return str(table[key]), options
+
+
+OPTIONAL_TABLES = ("distillation", "prototypes", "variants", "compare", "tune")
+"""The run config's tables that are empty unless used (soft-label or prototype sharing, a comparison): each defaults to {}."""
 
 
 def check_compare_option(key: str, value: Any) -> None:

@@ -133,6 +133,21 @@ def short_repr(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def comma_items(text: str, field: str, expected: str) -> list[str]:
+    """The stripped items of a comma-separated flag value (``--seeds 0,1,2``); none for a blank ``text``.
+
+    An empty item (``0,,1``, a trailing comma) is a ConfigError on ``field``: such items were dropped without a word,
+    so ``0,,1`` ran as ``0,1`` and a value lost in editing went unnoticed. ``expected``: what the flag takes, e.g.
+    ``"integers like 0,1,2 or 0-4"``.
+    """
+    if not text.strip():
+        return []
+    items = [item.strip() for item in text.split(",")]
+    if "" in items:
+        raise ConfigError(field, f"an empty item in {short_repr(text)}; expected {expected}")
+    return items
+
+
 def join_field(section: str, key: str) -> str:
     """``section.key``, or just ``key`` at the top level (section "")."""
     return f"{section}.{key}" if section else key

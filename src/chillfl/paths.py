@@ -1,4 +1,4 @@
-"""Where chillfl may write: a user-given folder is checked before anything is created.
+"""Where chillfl may write: a user-given folder is checked before anything is created; and how a command chillfl prints names one.
 
 Leaf module (imports only :mod:`chillfl.errors` and :mod:`chillfl.options`), so that config validation in
 any layer can use it without importing upward.
@@ -7,6 +7,7 @@ any layer can use it without importing upward.
 from __future__ import annotations
 
 import os
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -23,6 +24,15 @@ O_DIRECTORY = os.O_DIRECTORY if hasattr(os, "O_DIRECTORY") else 0
 O_NOFOLLOW = os.O_NOFOLLOW if hasattr(os, "O_NOFOLLOW") else 0
 O_CLOEXEC = os.O_CLOEXEC if hasattr(os, "O_CLOEXEC") else 0
 """POSIX open flags; 0 where the platform lacks one (Windows), which only gives up that protection."""
+
+
+def shell_path(path: str | Path) -> str:
+    """``path`` as one shell word that names it from any folder: absolute, and quoted where a shell would split or expand it.
+
+    For the commands chillfl prints for the user to run (``chillfl resume FOLDER``): a relative ``results/x.partial``
+    named nothing once the user had changed folder or opened another terminal, and a space split it in two.
+    """
+    return shlex.quote(os.path.abspath(path))
 
 
 def check_writable_dir(folder: str, field: str) -> None:

@@ -53,6 +53,7 @@ from chillfl.storage.run_folder import CHECKPOINT, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import as_comment, differences, environment
 from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError
+from chillfl.paths import shell_path
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, make_executor, note_ignored_fraction, note_test_rows_steering
 from chillfl.plugins import is_custom
@@ -298,7 +299,7 @@ def _start_folder(writer: ResultWriter, exp: Experiment, config: RunConfig) -> N
     """The new run folder's ``config.toml`` and ``partition.json``; a failure leaves it ``.partial`` with its lock given up
     (a ConfigError or a Ctrl-C: the caller removes it)."""
     try:
-        writer.write_config(config.to_dict(), as_comment(environment(exp.device)))
+        writer.write_config(config.to_saved_dict(), as_comment(environment(exp.device)))
         _write_partition(writer.path, exp, config)
     except StorageError as exc:
         writer.abort()  # releases the folder's lock
@@ -518,7 +519,7 @@ def _run_rounds(
             kept = _checkpoint_round(writer)
             full = isinstance(exc.__cause__, OSError) and exc.__cause__.errno in (errno.ENOSPC, errno.EDQUOT)  # else (a read-only file system) no space to free
             then = "free space, then " if full else ""
-            tail = f"the checkpoint of round {kept} is kept: {then}chillfl resume {writer.path}" if kept else f"no checkpoint was written yet; partial results in {writer.path}"
+            tail = f"the checkpoint of round {kept} is kept: {then}chillfl resume {shell_path(writer.path)}" if kept else f"no checkpoint was written yet; partial results in {writer.path}"
             raise StorageError(f"{exc}; {tail}") from exc
         raise
     except Diverged as exc:

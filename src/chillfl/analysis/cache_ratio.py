@@ -45,6 +45,7 @@ from chillfl.analysis.softlabels import (
     steady_state_cache_ratio,
 )
 from chillfl.errors import ConfigError
+from chillfl.options import comma_items
 from chillfl.extras import need
 from chillfl.paths import check_writable_dir
 
@@ -62,7 +63,7 @@ MAX_WORK = 10**10
 
 def _numbers(text: str, field: str, kind: type = float) -> list[Any]:
     try:
-        values = [kind(v) for v in text.split(",") if v.strip()]
+        values = [kind(v) for v in comma_items(text, field, f"comma-separated {kind.__name__}s")]
     except ValueError:
         raise ConfigError(field, f"expected comma-separated {kind.__name__}s, got {text!r}") from None
     if not values:

@@ -49,6 +49,7 @@ from torch.func import functional_call
 from chillfl.analysis.replay import Params, build_run, load_model_state, out_folder, replay_round, run_label, write_json
 from chillfl.extras import need
 from chillfl.errors import ConfigError
+from chillfl.options import comma_items
 from chillfl.metrics.cka import linear_cka
 from chillfl.models.parts import NoHeadError, head_name
 from chillfl.training.local import split_state
@@ -181,7 +182,7 @@ def cmd_cka(args: argparse.Namespace) -> int:
     need("matplotlib", "analysis", "plots")  # the output includes a figure: say so before any work
     if args.samples < 2:
         raise ConfigError("--samples", f"CKA needs at least 2 inputs, got {args.samples}")
-    layers = [s.strip() for s in args.layers.split(",") if s.strip()] if args.layers else None
+    layers = comma_items(args.layers, "--layers", "comma-separated module names") if args.layers else None
     result = analyze(args.run_dirs, args.reference, samples=args.samples, layers=layers, clients=args.clients,
                      start=args.start, center=not args.uncentered)
     folder = out_folder(args.run_dirs, args.out)

@@ -49,6 +49,7 @@ from chillfl.storage.run_folder import folder_named
 from chillfl.storage.run_state import is_sweep
 from chillfl.engine.protocol import AroundProtocol
 from chillfl.errors import ConfigError
+from chillfl.paths import shell_path
 from chillfl.data import FederatedData
 from chillfl.experiment import Experiment, build_data, build_experiment, build_initial_model, build_protocol, make_executor, resolve_device
 from chillfl.protocols.parameters import ParameterSharing
@@ -75,7 +76,7 @@ def check_finished(run_dir: str | Path, field: str = "run_dir") -> None:
     path = folder_named(run_dir)
     if path.name.endswith(PARTIAL) and not (path / "summary.json").is_file() and not is_sweep(path):  # a comparison: its own line
         resume = path.parent if is_sweep(path.parent) else path  # one run of a comparison: the comparison resumes as a whole
-        raise ConfigError(field, f"{run_dir} is a run that did not finish (a {PARTIAL} folder without summary.json); `chillfl resume {resume}` finishes it")
+        raise ConfigError(field, f"{run_dir} is a run that did not finish (a {PARTIAL} folder without summary.json); `chillfl resume {shell_path(resume)}` finishes it")
 
 
 def load_run(run_dir: str | Path, field: str = "run_dir") -> RunConfig:
@@ -213,7 +214,9 @@ def out_folder(run_dirs: list[str], out: str | None) -> Path:
     """Where an analysis writes: ``--out``, or ``<first RUN_DIR>/analysis``."""
     from chillfl.paths import check_writable_dir
 
-    folder = Path(out) if out else Path(run_dirs[0]) / "analysis"
+    if out == "":  # was taken as no --out: the files went to <RUN_DIR>/analysis, nothing said
+        raise ConfigError("--out", "must be a non-empty path, got ''")
+    folder = Path(out) if out is not None else Path(run_dirs[0]) / "analysis"
     if folder.exists() and not folder.is_dir():
         raise ConfigError("--out", f"{folder} exists and is not a folder")
     check_writable_dir(str(folder), "--out")  # under a file, on /proc, read-only: one line, not a traceback

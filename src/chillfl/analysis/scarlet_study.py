@@ -56,6 +56,7 @@ from typing import Any, Mapping, Sequence
 
 from chillfl.config import load_config, parse_overrides
 from chillfl.errors import ConfigError
+from chillfl.options import comma_items
 from chillfl.experiments import resolve_config
 from chillfl.metrics.stats import CLIPPED_NOTE, FRACTION, any_clipped, format_interval, paired_difference
 
@@ -177,7 +178,7 @@ HEADER = ("| rounds | arm | server acc % | DS-FL % | arm - DS-FL, points: mean Â
 
 def _numbers(text: str, field: str, kind: type) -> list[Any]:
     try:
-        return [kind(v) for v in text.split(",") if v.strip()]
+        return [kind(v) for v in comma_items(text, field, f"comma-separated {kind.__name__}s")]
     except ValueError:
         raise ConfigError(field, f"expected comma-separated {kind.__name__}s, got {text!r}") from None
 

@@ -306,7 +306,7 @@ def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[An
         protocol.close()
         raise
     writer = ResultWriter(config.out_dir, config.name)
-    writer.write_config(dataclasses.replace(config, device=str(exp.device)).to_dict())
+    writer.write_config(dataclasses.replace(config, device=str(exp.device)).to_saved_dict())
     records: list[dict[str, Any]] = []
     try:
         for record in run_rounds(

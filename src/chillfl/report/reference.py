@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator,
 
 from chillfl.aggregation.registry import algorithm_names, algorithm_spec, weighted_bases
 from chillfl.config import EXECUTORS, RunConfig
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiment import base_losses
 from chillfl.data.datasets import dataset_names, dataset_spec
 from chillfl.data.partition import partitioner_names, partitioner_spec
@@ -75,8 +75,10 @@ def _registries(plugins: Sequence[str] = (), terms: Collection[str] = ()) -> Ite
     """(section, name key, name -> spec) of every part, with ``plugins`` (import paths) under the parts that claim them;
     a path among ``terms`` (the loss terms' names, shown under ``[objective] terms``) is claimed already."""
     claimed: dict[str, str] = {path: "" for path in plugins if path in terms}
+    known = list(terms)  # every name a part or term has: the closest one to a typo is suggested
     for part in PARTS:
         registry = {name: part.spec_of(name) for name in part.names()}
+        known += registry
         if not part.plugins:
             yield part.section, part.key, registry
             continue
@@ -91,9 +93,11 @@ def _registries(plugins: Sequence[str] = (), terms: Collection[str] = ()) -> Ite
     for path, why in claimed.items():
         if why:
             kinds = "dataset, partitioner, model, algorithm, temperature policy, soft-label or prototype method, attack, privacy mechanism or loss term"
+            hint = ""
             if not is_import_path(path):  # a name no part knows: the first part's "allowed: <its names>" read as if only those were
                 why = "give a plugin's import path 'pkg.module:Name' or a chillfl.plugins entry point's name; `chillfl list` names every part's"
-            raise ConfigError("list.options", f"{path!r} is no {kinds} ({why})")
+                hint = did_you_mean(path, known)
+            raise ConfigError("list.options", f"{path!r}{hint} is no {kinds} ({why})")
 
 
 def _default(field: dataclasses.Field) -> str:
@@ -120,7 +124,11 @@ def _shown(value: Any) -> str:
 
 
 def _first_line(obj: Any) -> str:
+    """The first line of ``obj``'s docstring; none for a dataclass without one of its own, whose ``__doc__`` the
+    dataclass decorator fills with its signature (``Options(a: int = 1, ...)``: shown as a plugin's summary)."""
     doc = (getattr(obj, "__doc__", None) or "").strip()
+    if dataclasses.is_dataclass(obj) and isinstance(obj, type) and doc.startswith(f"{obj.__name__}("):
+        return ""
     return doc.splitlines()[0] if doc else ""
 
 
@@ -269,6 +277,8 @@ def render_reference(plugins: Sequence[str] = ()) -> str:
         for name in names:
             spec = registry[name]
             summary = getattr(spec, "summary", "") or _first_line(spec.options)
+            if summary == name:  # a plugin class without a spec of its own is summarised by its import path: said once
+                summary = ""
             lines += ["", f"### `{name}`" + (f" — {summary}" if summary else "")]
             lines += options_table(spec.options, f"{section}.{name}")
     for section, module, attr in SUBTABLES:
@@ -296,7 +306,8 @@ def _term_sections(terms: Mapping[str, TermSpec]) -> list[str]:
     ``{name = "...", <options>}``): they were missing here, so a term's options (FedNTD's ``beta``, ``tau``) were nowhere."""
     lines = ["", "## [objective] terms = [...]", "", "Each entry: a term's name, or `{name = \"...\", <its options>}`; `proximal_mu = x` is `{name = \"proximal\", mu = x}`."]
     for name, spec in sorted(terms.items()):
-        lines += ["", f"### `{name}`" + (f" — {spec.summary}" if spec.summary else ""), *options_table(spec.options, f"objective.terms.{name}")]
+        summary = "" if spec.summary == name else spec.summary  # a term class's spec is summarised by its import path
+        lines += ["", f"### `{name}`" + (f" — {summary}" if summary else ""), *options_table(spec.options, f"objective.terms.{name}")]
     return lines
 
 

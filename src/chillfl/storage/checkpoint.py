@@ -59,7 +59,7 @@ import safetensors
 import safetensors.torch
 import torch
 
-from chillfl.paths import O_CLOEXEC, O_NOFOLLOW
+from chillfl.paths import O_CLOEXEC, O_NOFOLLOW, shell_path
 from chillfl.errors import ConfigError, StorageError
 
 FORMAT_VERSION = 1
@@ -334,7 +334,7 @@ class CorruptCheckpoint(ConfigError):
 
     def __init__(self, path: Path, why: str, restart: str | None = None) -> None:
         self.path, self.why = Path(path), why
-        again = restart or f"start the run again (`chillfl run {self.path.parent / 'config.toml'}`)"
+        again = restart or f"start the run again (`chillfl run {shell_path(self.path.parent / 'config.toml')}`)"
         super().__init__("checkpoint", f"{self.path}: {why}; it cannot be resumed, with --force or without: {again}")
 
     def restart(self, how: str) -> CorruptCheckpoint:

@@ -28,6 +28,7 @@ from typing import Any
 
 from chillfl.config import RunConfig, check_compare_option, own_tune, parse_value, safe_name, variant_config
 from chillfl.errors import ConfigError, MissingExtra
+from chillfl.options import comma_items
 from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune, point_label
 from chillfl.wording import counted
 
@@ -93,7 +94,7 @@ def parse_grid(items: Sequence[str]) -> list[Variant]:
         key = key.strip()
         if not sep or not key or not values.strip():
             raise ConfigError("--grid", f"expected key=v1,v2,... got {item!r}")
-        axes.append((key, [parse_value(v.strip(), "--grid") for v in values.split(",") if v.strip()]))
+        axes.append((key, [parse_value(v, "--grid") for v in comma_items(values, "--grid", f"{key}=v1,v2,...")]))
     return grid_variants(axes)
 
 
@@ -212,7 +213,7 @@ def naming(variant: Variant, from_grid: bool) -> Iterator[None]:
 def parse_seeds(text: str) -> list[int]:
     """``--seeds 0,1,2`` (or ``0-4``) -> [0, 1, 2]; checked like ``[compare] seeds``."""
     seeds: list[int] = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
+    for part in comma_items(text, "--seeds", "integers like 0,1,2 or 0-4"):
         lo, dash, hi = part.partition("-")
         try:
             first, last = (int(lo), int(hi)) if dash and lo else (int(part), int(part))
@@ -242,7 +243,7 @@ def parse_tune_items(items: Sequence[str]) -> dict[str, list[Any]]:
             raise ConfigError("--tune", f"expected key=v1,v2,... got {item!r}")
         if key in out:  # else the later item's values replaced the earlier's, with nothing said
             raise ConfigError("--tune", f"{key} is given twice; give all its values in one item ({key}=v1,v2,...)")
-        out[key] = [parse_value(v.strip(), f"tune.{key}") for v in values.split(",") if v.strip()]
+        out[key] = [parse_value(v, f"tune.{key}") for v in comma_items(values, "--tune", f"{key}=v1,v2,...")]
     try:
         parse_tune(out)
     except ConfigError as exc:  # the grid as a whole (its point count): the flag

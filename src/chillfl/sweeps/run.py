@@ -30,6 +30,7 @@ from chillfl.config import RunConfig, load_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import data_absent
 from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, SweepFailed, one_line
+from chillfl.paths import shell_path
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.plugins import CUSTOM, is_custom
@@ -91,12 +92,12 @@ class Sweep:
         start = time.monotonic()
         try:
             stopped = stopped_run(partial, cfg.name) if self.resuming and partial is not None else None
-            if stopped is not None:
+            if stopped is not None and partial is not None:  # (the one implies the other)
                 build = self._own_parts(data, model, plugged)
                 try:
                     self.results[key] = runner.resume_experiment(stopped, progress=self.progress, pools=self.pools, label=label, force=self.force, build=build)
                 except CorruptCheckpoint as exc:  # a stopped run without its checkpoint runs again from round 1 (stopped_run)
-                    raise exc.restart(f"remove {stopped} and `chillfl resume {partial}` runs it again from its start") from exc
+                    raise exc.restart(f"remove {stopped} and `chillfl resume {shell_path(partial)}` runs it again from its start") from exc
             else:
                 if data is None:  # it had ended when the resume began and was removed since: it runs again, on the same data
                     data = build_data(cfg, self.dataset)

@@ -266,7 +266,7 @@ class EvalConfig:
 
     def evaluated_rounds(self, rounds: int) -> list[int]:
         """The rounds (1-based) of a run of ``rounds`` that evaluate (:meth:`due`): what the time estimates price test passes on."""
-        return [*range(self.every, rounds + 1, self.every), *([rounds] if rounds % self.every else [])]
+        return [t for t in range(1, rounds + 1) if self.due(t, rounds)]
 
     def validate(self, section: str) -> None:
         require(0.0 <= self.validation < 1.0, f"{section}.validation", f"must be in [0, 1) (0 = no validation split), got {self.validation}")

@@ -189,6 +189,21 @@ def test_ledger_history_and_state() -> None:
     assert again.histories == ledger.histories
 
 
+def test_ledger_memo_keeps_only_the_histories_units_hold() -> None:
+    """Every round grows each unit's history, so a memo of every history ever asked for grows with rounds x units; the
+    run-wide ``epsilon()`` keeps only the histories some unit holds now (two units with one history share an entry)."""
+    ledger = Ledger(1e-3)
+    for _ in range(5):
+        for unit in ("a", "b", "c"):
+            ledger.spend(unit, 1.5, 0.5, 2 if unit == "c" else 1)
+        first = ledger.epsilon()
+        assert ledger.epsilon() == first  # memoised, and the same after pruning
+    assert len(ledger._cache) == 2  # a and b: ((1.5, 0.5, 5),); c: ((1.5, 0.5, 10),)
+    fresh = Ledger(1e-3)
+    fresh.spend("c", 1.5, 0.5, 10)
+    assert ledger.epsilon() == ledger.epsilon("c") == fresh.epsilon()  # pruned entries are not needed for the answer
+
+
 @pytest.mark.parametrize("orders", ["opacus", "extended"])
 def test_ledger_epsilon_is_opacus_accountant_bit_for_bit_with_one_step_rdp_computed_once(orders: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ledger composes each (sigma, q)'s one-step RDP itself (computed once a run): the epsilons are Opacus's

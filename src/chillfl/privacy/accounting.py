@@ -161,7 +161,11 @@ class Ledger:
     def epsilon(self, unit: str | None = None) -> float:
         """One unit's epsilon, or (``None``) the largest over all units."""
         units = [unit] if unit is not None else list(self.histories)
-        return max((self._epsilon(self.histories.get(u, ())) for u in units), default=0.0)
+        worst = max((self._epsilon(self.histories.get(u, ())) for u in units), default=0.0)
+        if unit is None:  # a unit's history only grows, so one no unit holds now is never asked for again: the memo stays one entry a distinct history
+            held = set(self.histories.values())
+            self._cache = {h: e for h, e in self._cache.items() if h in held}
+        return worst
 
     def _epsilon(self, history: History) -> float:
         if history not in self._cache:

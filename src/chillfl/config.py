@@ -25,11 +25,12 @@ import copy
 import dataclasses
 import functools
 import math
+import os
 import re
 import sys
 import typing
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -611,6 +612,37 @@ class RunConfig:
         data = self.to_dict()
         apply_overrides(data, overrides)
         return config_from_dict(data)
+
+    def paths_from(self, folder: Path | None) -> RunConfig:
+        """This config with its relative input paths, ``data_dir`` and ``partition.from``, read from ``folder`` wherever the
+        process is: a resumed run (or comparison) reads the files it started on, not what the folder ``chillfl resume`` is
+        typed in holds under the same name (``folder``: where it was started, :func:`chillfl.storage.run_folder.start_folder`).
+
+        A path moves to ``folder`` only when ``folder`` holds it (a folder ``data_dir``, a file ``partition.from``); otherwise,
+        and for an absolute path or ``folder`` None (or the current folder), it stays as written and is read from the current
+        folder, as before, where a missing dataset is the loader's one line. In memory only: a run folder's ``config.toml``
+        keeps the paths as written (its SHA-256 is checked on resume), and no path enters a metric or a run's data key.
+        """
+        if folder is None:
+            return self
+        base = Path(os.path.abspath(folder))
+        try:
+            if base == Path(os.getcwd()):
+                return self
+        except OSError:  # the current folder was removed: the recorded one is the only one left to read from
+            pass
+
+        def moved(path: str, holds: Callable[[Path], bool]) -> str:
+            return str(base / path) if not os.path.isabs(path) and holds(base / path) else path
+
+        data_dir = moved(self.data_dir, Path.is_dir)
+        partition = self.partition
+        source = partition.get("from")
+        if partition.get("name") == "file" and isinstance(source, str) and source:
+            partition = {**partition, "from": moved(source, Path.is_file)}
+        if data_dir == self.data_dir and partition == self.partition:
+            return self
+        return dataclasses.replace(self, data_dir=data_dir, partition=partition)
 
     @staticmethod
     def component(table: Mapping[str, Any], key: str = "name") -> tuple[str, dict[str, Any]]:

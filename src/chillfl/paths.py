@@ -35,6 +35,16 @@ def shell_path(path: str | Path) -> str:
     return shlex.quote(os.path.abspath(path))
 
 
+def current_folder() -> str | None:
+    """The absolute current folder, as a run or comparison records where it started (its relative ``data_dir`` and
+    ``partition.from`` are read from there when it resumes: :meth:`chillfl.config.RunConfig.paths_from`); None when
+    that folder was removed meanwhile (``os.getcwd`` fails): nothing is recorded then, and a resume reads them as before."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
 def check_writable_dir(folder: str, field: str) -> None:
     """Refuse a ``folder`` that cannot hold chillfl's files; ``field`` names it in the error.
 

@@ -31,7 +31,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
 import torch
@@ -40,6 +40,7 @@ from tqdm import tqdm
 from chillfl.aggregation.registry import algorithm_spec
 from chillfl.config import RunConfig, load_config, read_config_file
 from chillfl.data import FederatedData
+from chillfl.data.loaders import data_absent
 from chillfl.data.partition_file import PARTITION_FILE, encode_partition, partition_record
 from chillfl.resolve import added_options, resolved
 from chillfl.storage.checkpoint import read_checkpoint, read_state, write_atomic, write_state
@@ -253,6 +254,7 @@ def run_experiment(
     callbacks: Sequence[Callback] = (),
     hooks: Sequence[RoundHook] = (),
     pools: WorkerPools | None = None,
+    started_in: Path | None = None,
 ) -> RunOutput:
     """Build and run ``config``; write its result folder unless ``write`` is False.
 
@@ -261,13 +263,15 @@ def run_experiment(
     ``hooks``: called after every round with the record and a :class:`~chillfl.engine.view.RunView`
     (read-only models; ``stop()`` ends the run after that round, checkpointed and resumable).
     ``pools``: worker processes and Ray actors a sweep lends its runs (:mod:`chillfl.executors.pools`).
+    ``started_in``: the folder the run's relative paths are read from, which its checkpoints record (a resumed
+    comparison's new runs: the comparison's, :meth:`~chillfl.config.RunConfig.paths_from`; default: the current folder).
     """
     running = False  # whether _run holds the signals: a Ctrl-C before is RunNotStarted (no folder is left)
     try:
         if experiment is None:  # the saved config.toml lists every default, however the config was made
             config = resolved(config)
         with intra_op_threads(config.threads):
-            exp = experiment or build_experiment(config, data=data)
+            exp = experiment or build_experiment(config.paths_from(started_in), data=data)  # the config as given is what is saved
             note_test_rows_steering(config, exp.policy)  # built: every check has passed, so a note cannot precede an error line
             note_ignored_fraction(config)
             config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
@@ -275,7 +279,7 @@ def run_experiment(
                 check_sinks(config)
             held = HeldSignals()  # a Ctrl-C now waits until the folder is in the hands of the clean-up below
             try:
-                writer = ResultWriter(config.out_dir, config.name) if write else None
+                writer = ResultWriter(config.out_dir, config.name, started_in) if write else None
             except BaseException:
                 held.release()
                 raise
@@ -335,6 +339,7 @@ def _write_partition(folder: Path, exp: Experiment, config: RunConfig) -> None:
 def resume_experiment(
     folder: str | Path, *, progress: Progress = True, callbacks: Sequence[Callback] = (), hooks: Sequence[RoundHook] = (), force: bool = False,
     pools: WorkerPools | None = None, label: str | None = None, build: Callable[[RunConfig], Experiment] | None = None,
+    started_in: Path | None = None,
 ) -> RunOutput:
     """Continue the interrupted run in ``folder`` (a ``NAME.partial`` result folder, or a run a hook stopped) from its checkpoint.
 
@@ -343,6 +348,11 @@ def resume_experiment(
     do not match its checksum (torn or flipped) is one, ``force`` or not.
     ``label``: the progress line's name (default: the run's). ``build``: the run's parts from its saved
     config (default :func:`build_experiment`; :func:`chillfl.resume` adds the user's model, data and method parts).
+
+    A relative ``data_dir`` (and ``partition.from``) is read from the folder the run was started in, which its checkpoint
+    records (:func:`~chillfl.storage.run_folder.start_folder`), where that folder holds it, not from the one the resume
+    is typed in; ``started_in`` overrides the record (a comparison's run: the comparison's). The saved config.toml is
+    not changed, and the rounds are bitwise those of an uninterrupted run.
     """
     point = open_for_resume(folder, force)
     writer = None
@@ -354,17 +364,37 @@ def resume_experiment(
             raise ConfigError("federation.rounds", f"{point.path / CHECKPOINT} is of round {point.done}, past federation.rounds = {config.federation.rounds} in config.toml")
         check_sinks(config)
         with intra_op_threads(config.threads):
-            exp = (build or build_experiment)(config)
+            origin = started_in if started_in is not None else point.started_in
+            exp = from_start_folder(config, origin, build or build_experiment)  # written below: the config as saved (config.toml, partition.json)
             state, _ = read_checkpoint(point.path / CHECKPOINT, exp.device)
             changed = differences(state.get("environment") or {}, environment(exp.device))
             if changed:  # results stay valid, but the rest of the run may differ in the last bits from an uninterrupted one
                 log.warning("resuming on another setup than the checkpoint's (%s): not bitwise what an uninterrupted run gives", "; ".join(changed))
-            writer = ResultWriter.reopen(point.path, point.lock, point.metrics, point.config)
+            writer = ResultWriter.reopen(point.path, point.lock, point.metrics, point.config, origin)
             return _run(exp, config, writer, progress=progress, label=label or config.name, callbacks=callbacks, hooks=hooks, resume=(point.done, state["protocol"], point.records),
                         pools=pools)
     finally:
         if writer is None:
             point.lock.release()
+
+
+Built = TypeVar("Built")
+
+
+def from_start_folder(config: RunConfig, started_in: Path | None, build: Callable[[RunConfig], Built]) -> Built:
+    """``build`` of ``config`` with its relative paths read from ``started_in``, the folder a resumed run (or comparison)
+    was started in (:meth:`~chillfl.config.RunConfig.paths_from`; None: the current folder). A dataset that is neither
+    there nor under the current folder is the loader's one line on ``data_dir``, which then names both folders tried."""
+    here = config.paths_from(started_in)
+    try:
+        return build(here)
+    except ConfigError as exc:
+        if started_in is None or here.data_dir != config.data_dir or not data_absent(exc):
+            raise
+        tried = os.path.abspath(started_in / config.data_dir)
+        if tried == os.path.abspath(config.data_dir):  # started here: the loader's line names the one folder there is
+            raise
+        raise ConfigError(exc.field, f"{exc.message}; the folder the run was started in has no {tried} either") from None
 
 
 def _say_added_options(path: Path, config: RunConfig) -> None:
@@ -385,7 +415,7 @@ def _checkpoint_round(writer: ResultWriter) -> int | None:
 def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int, device: torch.device) -> None:
     """The run state after round ``done`` (and the setup it ran on), with the checksums of the config and metrics it goes with."""
     if writer is not None:
-        run = run_metadata(writer.config_bytes, writer.metrics_bytes, writer.metrics_sha256)
+        run = run_metadata(writer.config_bytes, writer.metrics_bytes, writer.metrics_sha256, writer.started_in)
         write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict(), "environment": environment(device)}, run)
 
 

@@ -44,7 +44,7 @@ except ImportError:  # pragma: no cover - Windows: no flock; run folders are not
 
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.jsonl import NONFINITE as NONFINITE, decode_record as decode_record, encode_record as encode_record, strict as strict
-from chillfl.paths import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW
+from chillfl.paths import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW, current_folder
 from chillfl.paths import FAILED as FAILED, PARTIAL as PARTIAL  # defined there (torch-free); the package reads them here
 from chillfl.errors import ConfigError, StorageError
 FAILURE = "failure.json"
@@ -168,11 +168,15 @@ def refuse_links(folder: Path, field: str = "run_dir") -> None:
 class ResultWriter:
     """Writes one run's folder, holding its lock; ``finish()`` makes it final by renaming it."""
 
-    def __init__(self, out_dir: str | Path, name: str) -> None:
+    def __init__(self, out_dir: str | Path, name: str, started_in: Path | None = None) -> None:
         """Claim ``out_dir/name[-N].partial``, lock it and open its ``metrics.jsonl``; whatever stops that (a Ctrl-C,
-        a full disk) removes the folder again, so that no empty ``.partial`` pushes the next run to ``name-2``."""
+        a full disk) removes the folder again, so that no empty ``.partial`` pushes the next run to ``name-2``.
+
+        ``started_in``: the folder the run's relative paths are read from, which its checkpoints record for a resume
+        typed elsewhere (a comparison's run: the comparison's; default: the current folder)."""
         self.final, self.path = claim_dir(Path(out_dir), name)
         self._name = name
+        self.started_in = str(started_in) if started_in is not None else current_folder()
         self._metrics: int | None = None
         self.config_bytes = b""
         lock = None
@@ -187,15 +191,17 @@ class ResultWriter:
             raise
 
     @classmethod
-    def reopen(cls, path: str | Path, lock: RunLock, metrics: bytes, config: bytes) -> "ResultWriter":
+    def reopen(cls, path: str | Path, lock: RunLock, metrics: bytes, config: bytes, started_in: Path | None = None) -> "ResultWriter":
         """Continue writing the interrupted run folder ``path`` (``NAME.partial``, or a stopped run's ``NAME``), whose ``lock`` the caller took.
 
         ``metrics.jsonl`` is replaced by ``metrics`` (the rounds up to the
         checkpoint the run resumes from, as they were written): rounds written
-        after the checkpoint are run again.
+        after the checkpoint are run again. ``started_in``: the folder the run was started in, as its checkpoint
+        recorded it (None: unknown; the folder the resume is typed in is not recorded in its place).
         """
         self = cls.__new__(cls)
         self.path = Path(path)
+        self.started_in = str(started_in) if started_in is not None else None
         self._name = self.path.name.removesuffix(PARTIAL).removesuffix(FAILED)  # a diverged run resumed with --force ends as NAME
         if self.path.name.endswith(FAILED):
             (self.path / FAILURE).unlink(missing_ok=True)  # the last attempt's divergence; this one writes its own if it diverges

@@ -27,7 +27,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Final, Mapping
 
 from chillfl.paths import check_writable_dir
 from chillfl.storage.checkpoint import CorruptCheckpoint, read_checkpoint
@@ -43,6 +43,9 @@ CHECKPOINT = "checkpoint.safetensors"
 FIELD = "run_dir"
 SWEEP_FILE = "sweep.json"
 """What makes a folder a comparison's (:mod:`chillfl.sweeps.record` writes and reads it)."""
+STARTED_IN: Final = "started_in"
+"""The key, in a checkpoint's ``run`` metadata and in a comparison's ``sweep.json``, of the absolute folder the run or
+comparison was started in: a resume typed in another folder reads its relative paths from there (:func:`start_folder`)."""
 
 
 def is_sweep(folder: Path) -> bool:
@@ -62,16 +65,30 @@ class ResumePoint:
     config: bytes
     edited: bool = False
     """``config.toml`` changed since the checkpoint (resumed with ``--force``): it is no longer the config the run started with."""
+    started_in: Path | None = None
+    """The folder the run was started in (:func:`start_folder`): its relative ``data_dir`` is read from there."""
 
 
-def run_metadata(config: bytes, metrics_bytes: int, metrics_sha256: str) -> dict[str, Any]:
-    """What a checkpoint records of its run folder, for :func:`open_for_resume` to compare."""
+def run_metadata(config: bytes, metrics_bytes: int, metrics_sha256: str, started_in: str | None = None) -> dict[str, Any]:
+    """What a checkpoint records of its run folder, for :func:`open_for_resume` to compare, and the folder the run was
+    started in (``started_in``, absolute; None: unknown), for a resume typed in another one (:func:`start_folder`)."""
     return {
         "config_sha256": hashlib.sha256(config).hexdigest(),
         "config_toml": config.decode("utf-8"),
         "metrics_bytes": metrics_bytes,
         "metrics_sha256": metrics_sha256,
+        STARTED_IN: started_in,
     }
+
+
+def start_folder(folder: Path, recorded: object) -> Path | None:
+    """The folder the run or comparison in ``folder`` was started in: the one it ``recorded`` (its checkpoint's or
+    ``sweep.json``'s :data:`STARTED_IN`), else, for a folder an older chillfl wrote, the one its relative ``out_dir``
+    tells (``<there>/<out_dir>/<folder>``); None when neither says. A resume reads the run's relative paths from it
+    (:meth:`chillfl.config.RunConfig.paths_from`), not from the folder it is typed in."""
+    if isinstance(recorded, str) and os.path.isabs(recorded):
+        return Path(recorded)
+    return _started_in(Path(os.path.abspath(folder)))
 
 
 def folder_named(folder: str | Path) -> Path:
@@ -104,7 +121,7 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
             changes = config_changes(run.get("config_toml", ""), config)
             raise ConfigError("config.toml", f"{path / 'config.toml'} changed since the checkpoint of round {done}: {changes}; `chillfl resume --force` resumes with it as it is now")
         metrics, records = _metrics_until(path / "metrics.jsonl", run, done, force)
-        return ResumePoint(path, lock, done, records, metrics, config, edited)
+        return ResumePoint(path, lock, done, records, metrics, config, edited, start_folder(path, run.get(STARTED_IN)))
     except BaseException:
         lock.release()
         raise

@@ -11,7 +11,10 @@ resumes it from Python, given the same parts again.
 
 The record also names the code and torch that made it: ``chillfl reproduce
 --resume`` reuses a finished comparison (:func:`find_compare`,
-:func:`read_compare`) only when the same code would make it again.
+:func:`read_compare`) only when the same code would make it again; and the folder
+it was started in, from which a resume typed elsewhere reads the runs' relative
+``data_dir`` (:func:`sweep_started_in`). That folder is no part of what the
+comparison is: :func:`same_sweep` leaves it out when a record is matched.
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ import torch
 from chillfl.config import RunConfig
 from chillfl.environment import code_sha256
 from chillfl.errors import ConfigError
-from chillfl.paths import check_writable_dir
+from chillfl.paths import check_writable_dir, current_folder
 from chillfl.report.compare import CompareResult
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.results import PARTIAL, refuse_links, to_toml
-from chillfl.storage.run_folder import config_changes
+from chillfl.storage.run_folder import STARTED_IN, config_changes, start_folder
 from chillfl.storage.run_state import SWEEP_FILE, is_sweep  # noqa: F401  (is_sweep re-exported: where the sweeps' code asks)
 from chillfl.sweeps.plan import CompareOptions, Variant, plan_sweep
 
@@ -58,6 +61,8 @@ class SweepRecord(TypedDict):
     config_toml: str
     """The ``config.toml`` it started with: a resume names what an edit of it changed (a run's checkpoint records it too)."""
     made_with: MadeWith
+    started_in: str | None
+    """The absolute folder the comparison was started in (None: unknown); absent from an older chillfl's record."""
 
 
 def sweep_record(config_toml: bytes, variants: list[Variant], options: CompareOptions, reference: str | None, resumable: bool) -> SweepRecord:
@@ -67,7 +72,26 @@ def sweep_record(config_toml: bytes, variants: list[Variant], options: CompareOp
     return {"format": FORMAT, "resumable": resumable, "reference": reference, "options": asdict(options),
             "variants": [asdict(v) for v in variants], "config_sha256": hashlib.sha256(config_toml).hexdigest(),
             "config_toml": config_toml.decode("utf-8"),
-            "made_with": {"code_sha256": code_sha256(), "torch": str(torch.__version__)}}
+            "made_with": {"code_sha256": code_sha256(), "torch": str(torch.__version__)}, STARTED_IN: current_folder()}
+
+
+def same_sweep(saved: object, record: SweepRecord) -> bool:
+    """Whether ``saved`` (a ``sweep.json`` as read) records the comparison ``record`` would: every field but the folder
+    each was started in, so a shard or ``reproduce --resume`` started in another folder joins or reuses it."""
+    if not isinstance(saved, dict):
+        return False
+    wanted = json.loads(json.dumps(record, sort_keys=True))  # as it reads back (tuples as lists)
+    return {k: v for k, v in saved.items() if k != STARTED_IN} == {k: v for k, v in wanted.items() if k != STARTED_IN}
+
+
+def sweep_started_in(folder: Path) -> Path | None:
+    """The folder the comparison in ``folder`` was started in (:func:`~chillfl.storage.run_folder.start_folder`: what its
+    ``sweep.json`` records, else what its relative ``out_dir`` tells): its runs read their relative paths from there."""
+    try:
+        recorded = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8")).get(STARTED_IN)
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    return start_folder(folder, recorded)
 
 
 def write_sweep(partial: Path, record: SweepRecord) -> None:
@@ -82,7 +106,6 @@ def find_sweep(parent: Path, name: str, record: SweepRecord) -> Path | None:
     without ``.partial``; one matches when its ``sweep.json`` equals ``record``: same config, variants, seeds,
     tuning, reference, code and torch. Anything else (another config, an older chillfl) is never reused.
     """
-    wanted = json.loads(json.dumps(record, sort_keys=True))  # as it reads back (tuples as lists)
     found: Path | None = None
     for folder in sorted(parent.glob(f"{glob_escape(name)}*"), key=lambda p: p.name):
         base = folder.name.removesuffix(PARTIAL)
@@ -92,7 +115,7 @@ def find_sweep(parent: Path, name: str, record: SweepRecord) -> Path | None:
             saved = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if saved != wanted:
+        if not same_sweep(saved, record):
             continue
         if not folder.name.endswith(PARTIAL) and (folder / "table.json").is_file():
             return folder  # a finished one first: nothing to run

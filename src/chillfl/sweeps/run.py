@@ -42,7 +42,7 @@ from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
 from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
 from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, describe_plan, naming, plan_runs
-from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, write_sweep
+from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, sweep_started_in, write_sweep
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
 from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
 from chillfl.tune import Point, is_local, point_scores, select_point
@@ -70,6 +70,9 @@ class Sweep:
     failures: dict[tuple[str, int, int], str] = field(default_factory=dict)
     dataset: ArrayDataset | None = None
     """The user's own data (``chillfl.compare(data=...)``), which a run rebuilt here splits; None: the config's registered dataset."""
+    started_in: Path | None = None
+    """A resumed comparison's start folder (:func:`~chillfl.sweeps.record.sweep_started_in`): its runs, resumed or new, read
+    their relative ``data_dir`` from there and record it; None: the current folder's (a new comparison, a shard)."""
 
     def run(
         self, i: int, config: RunConfig, key: tuple[str, int, int], data: FederatedData | None, model: nn.Module | None, plugged: Plugged | None,
@@ -95,14 +98,15 @@ class Sweep:
             if stopped is not None and partial is not None:  # (the one implies the other)
                 build = self._own_parts(data, model, plugged)
                 try:
-                    self.results[key] = runner.resume_experiment(stopped, progress=self.progress, pools=self.pools, label=label, force=self.force, build=build)
+                    self.results[key] = runner.resume_experiment(stopped, progress=self.progress, pools=self.pools, label=label, force=self.force, build=build, started_in=self.started_in)
                 except CorruptCheckpoint as exc:  # a stopped run without its checkpoint runs again from round 1 (stopped_run)
                     raise exc.restart(f"remove {stopped} and `chillfl resume {shell_path(partial)}` runs it again from its start") from exc
             else:
+                here = cfg.paths_from(self.started_in)  # what it reads; cfg is what its folder saves
                 if data is None:  # it had ended when the resume began and was removed since: it runs again, on the same data
-                    data = build_data(cfg, self.dataset)
-                own = build_experiment(cfg, data=data, model=model, plugged=plugged) if model is not None or plugged else None
-                self.results[key] = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools)
+                    data = build_data(here, self.dataset)
+                own = build_experiment(here, data=data, model=model, plugged=plugged) if model is not None or plugged else None
+                self.results[key] = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools, started_in=self.started_in)
         except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
             self.results[key], self.failures[key] = None, f"diverged at round {exc.round}"
             log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)
@@ -132,11 +136,13 @@ class Sweep:
 
 def check_runs(
     plan: Plan, dataset: ArrayDataset | None, model: nn.Module | None, plugged: Plugged | None, dry_run: bool, resume: Path | None = None,
+    started_in: Path | None = None,
 ) -> dict[str, FederatedData] | None:
     """Every run's data and parts, built before anything is written (``dry_run``: its protocol too); the
     federated data by :func:`~chillfl.sweeps.plan.data_key`, shared by the runs with the same partition.
     ``resume``: the interrupted comparison's folder, whose ended runs are only read back (the last shard's table
-    reads them all), so their parts are not built again.
+    reads them all), so their parts are not built again. ``started_in``: the resumed comparison's start folder, where
+    relative paths are read from (:meth:`~chillfl.config.RunConfig.paths_from`; None: the current folder).
 
     None: a dry run without the dataset's files, where only each run's names and options could be checked."""
     datasets: dict[str, FederatedData] = {}
@@ -146,10 +152,11 @@ def check_runs(
         with naming(c.variant, plan.from_grid):
             if dataset is not None and not is_custom(c.config.dataset.get("name")):  # a variant's registered dataset would be recorded, the user's data trained on
                 raise ConfigError("dataset.name", f"a run on the user's own data must record dataset.name = {CUSTOM!r}, got {c.config.dataset.get('name')!r}")
-            key = data_key(c.config)
+            key = data_key(c.config)  # of the paths as written: the runs that share data share it wherever the resume is typed
+            here = c.config.paths_from(started_in)
             if key not in datasets:
                 try:
-                    datasets[key] = build_data(c.config, dataset)
+                    datasets[key] = runner.from_start_folder(c.config, started_in, lambda cfg: build_data(cfg, dataset))
                 except ConfigError as exc:
                     if not (dry_run and data_absent(exc)):
                         raise
@@ -157,7 +164,7 @@ def check_runs(
                         with naming(other.variant, plan.from_grid):
                             check_parts(other.config)
                     return None
-            exp = build_experiment(c.config, data=datasets[key], model=model, plugged=plugged)  # every part of every variant is valid before anything is written
+            exp = build_experiment(here, data=datasets[key], model=model, plugged=plugged)  # every part of every variant is valid before anything is written
             if dry_run:
                 build_protocol(exp)
     return datasets
@@ -199,10 +206,11 @@ def open_folder(config: RunConfig, plan: Plan, reference: str | None, resume: Pa
 
 def run_points(
     plan: Plan, where: SweepFolder, resuming: bool, force: bool, progress: Progress, datasets: Mapping[str, FederatedData],
-    model: nn.Module | None, plugged: Plugged | None, only: Shard | None = None, dataset: ArrayDataset | None = None,
+    model: nn.Module | None, plugged: Plugged | None, only: Shard | None = None, dataset: ArrayDataset | None = None, started_in: Path | None = None,
 ) -> Sweep:
     """Every run in turn (``only``: a shard's), on worker processes and Ray actors started once for the sweep (executors/pools.py).
     ``dataset``: the user's own data, split again for a run that ended before a resume and was deleted since.
+    ``started_in``: a resumed comparison's start folder (:attr:`Sweep.started_in`).
 
     Interrupted (Ctrl-C, a signal), the comparison resumes as a whole, its finished runs kept: the
     :class:`~chillfl.runner.RunInterrupted` names its ``.partial`` folder. A ConfigError found by the first run
@@ -210,7 +218,7 @@ def run_points(
     sweep: Sweep | None = None
     try:
         with WorkerPools() as pools:
-            sweep = Sweep(where.partial, resuming, force, progress, pools, len(plan.cells), dataset=dataset)
+            sweep = Sweep(where.partial, resuming, force, progress, pools, len(plan.cells), dataset=dataset, started_in=started_in)
             for i, c in enumerate(plan.cells):
                 if only is None or only.takes(i):
                     sweep.run(i, c.config, c.key, datasets.get(data_key(c.config)), model, plugged)
@@ -388,7 +396,8 @@ def run_compare(
     (:func:`pick_tuned`), tabulate (:func:`tabulate`) and write the tables (:func:`write_tables`).
     """
     plan = plan_runs(config, grid, options, variants, reference)
-    datasets = check_runs(plan, dataset, model, plugged, dry_run, resume)
+    started_in = sweep_started_in(resume) if resume is not None else None
+    datasets = check_runs(plan, dataset, model, plugged, dry_run, resume, started_in)
     if datasets is None:
         return CompareResult(None, [], "", complete=False, planned=describe_plan(plan), runs=len(plan.cells))
     if dry_run:
@@ -402,7 +411,7 @@ def run_compare(
         return run_shard(config, plan, reference, shard, datasets, progress, force)
     where, lock = open_folder(config, plan, reference, resume, write, resumable=dataset is None and model is None and plugged is None)
     try:
-        sweep = run_points(plan, where, resume is not None, force, progress, datasets, model, plugged, dataset=dataset)
+        sweep = run_points(plan, where, resume is not None, force, progress, datasets, model, plugged, dataset=dataset, started_in=started_in)
         refuse_all_failed(plan, sweep, where)
         picked = pick_tuned(plan, sweep)
         tables = tabulate(config, plan, picked, nonfinite_runs(plan, sweep))
@@ -460,6 +469,9 @@ def resume_compare(
     ``model`` / ``plugged``: the user's own data, ``nn.Module`` and method parts a comparison from Python ran on
     (:func:`chillfl.resume_compare`), which its folder cannot hold; ``check``: called with the comparison's saved config
     before anything runs (that they are the parts it records).
+
+    Its runs read a relative ``data_dir`` (and ``partition.from``) from the folder the comparison was started in
+    (:func:`~chillfl.sweeps.record.sweep_started_in`), where that folder holds it, wherever the resume is typed.
     """
     path = folder_named(folder)
     check_resumable(path)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from chillfl.errors import ConfigError
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock, remove_tree
-from chillfl.sweeps.record import SWEEP_FILE, SweepRecord, write_sweep
+from chillfl.sweeps.record import SWEEP_FILE, SweepRecord, same_sweep, write_sweep
 
 FIELD = "shard"
 _SHARD = re.compile(r"^\s*(\d{1,6})\s*/\s*(\d{1,6})\s*$")
@@ -106,12 +106,12 @@ def join_folder(parent: Path, name: str, config_toml: str, record: SweepRecord, 
 
 
 def _holds(folder: Path, record: SweepRecord) -> bool:
-    """Whether ``folder``'s ``sweep.json`` is ``record`` (as it reads back: tuples as lists)."""
+    """Whether ``folder``'s ``sweep.json`` is ``record`` (:func:`~chillfl.sweeps.record.same_sweep`: the folder each started in aside)."""
     try:
         saved = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return bool(saved == json.loads(json.dumps(record, sort_keys=True)))
+    return same_sweep(saved, record)
 
 
 def refuse_ended(final: Path, record: SweepRecord, shard: Shard) -> None:

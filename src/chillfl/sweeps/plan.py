@@ -427,7 +427,7 @@ class Plan:
     """The variants came from a grid (their errors say "grid variant"), not from ``[variants]``."""
     configs: list[RunConfig]
     """Each variant's config (:func:`apply_variant`), in the order of ``variants``: built once, read by the runs' cells and the table's caveats."""
-    asked_reference: str | None = None
+    asked_reference: str | None
     """The reference it was planned with (``--reference``; None: the config's or the default), as ``sweep.json`` records it."""
 
     @property

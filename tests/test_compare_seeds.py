@@ -94,6 +94,39 @@ def _out(final: float, best: float, val: float, curve: list[float]) -> RunOutput
     return RunOutput(None, records, {"final_global_acc": final, "best_global_acc": best, "final_val_acc": val, "final_global_loss": 1.0})
 
 
+def test_a_comparison_builds_each_variants_config_once_its_table_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tabulate built every variant's config again for its caveats, which the plan had built: a whole comparison
+    (planned, checked, run, tabulated) builds each variant's config once, and the plan holds them as built afresh."""
+    from chillfl.sweeps import plan as planning
+    from chillfl.sweeps import run as sweeps_run
+
+    base = config_from_dict({"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "federation": {"num_clients": 4, "rounds": 2},
+                             "eval": {"client_split_size": 20}, "compare": {"controls": True}})
+    real = planning.variant_config
+    built: list[str] = []
+
+    def counted(config: object, label: str, overrides: dict) -> object:  # type: ignore[type-arg]
+        built.append(label)
+        return real(config, label, overrides)  # type: ignore[arg-type]
+
+    def run_experiment(config: object, **_: object) -> RunOutput:  # no training: the table of made-up runs
+        return _out(0.5, 0.5, 0.5, [0.4, 0.5])
+
+    monkeypatch.setattr(planning, "variant_config", counted)
+    monkeypatch.setattr(sweeps_run, "run_experiment", run_experiment)
+    result = run_compare(base, ["temperature=1,0.05"], progress=False, write=False, options=CompareOptions(seeds=[0, 1]))
+    labels = [row["variant"] for row in result.rows]
+    assert len(labels) == 5 and built == labels  # T=1, T=0.05 and T=0.05's 3 controls: once each (tabulate: 10 before)
+    built.clear()
+    plain = base.with_overrides({"compare.controls": False})
+    result = run_compare(plain, ["temperature=1,0.05"], progress=False, write=False, options=CompareOptions(seeds=[0, 1]))
+    assert built == ["T=1", "T=0.05"] and "step-size caveat: every variant trains at one shared client.lr" in result.table  # read from the plan's configs
+    built.clear()
+    plan = plan_runs(base, ["temperature=1,0.05"], CompareOptions(seeds=[0, 1]))
+    monkeypatch.setattr(planning, "variant_config", real)
+    assert [c.to_dict() for c in plan.configs] == [planning.apply_variant(base, v).to_dict() for v in plan.variants]
+
+
 def test_rows_and_table_over_three_seeds() -> None:
     # base T=1: final [0.80, 0.90, 0.70]; T=0.1: final [0.85, 0.88, 0.80]
     # paired diffs [0.05, -0.02, 0.10]: mean 0.043333, std 0.060277 (see test_stats), sign holds 2/3

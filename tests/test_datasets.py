@@ -94,6 +94,35 @@ def test_mnist1d_generated_and_rng_untouched() -> None:
     assert not torch.equal(ds.x_train, other.x_train)
 
 
+def test_mnist1d_is_generated_once_a_process_for_its_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A comparison loads the dataset once a seed: the generated arrays are made once for the options, and each
+    dataset gets its own tensors (equal to a fresh generation's, sharing no memory with the cache or each other)."""
+    import mnist1d.data
+
+    from chillfl.data import datasets
+
+    datasets._mnist1d_arrays.cache_clear()
+    fresh = load_dataset("mnist1d", {"num_samples": 200})
+    real = mnist1d.data.make_dataset
+    made: list[int] = []
+
+    def counted(args: object) -> dict:  # type: ignore[type-arg]
+        made.append(1)
+        return real(args)
+
+    monkeypatch.setattr(mnist1d.data, "make_dataset", counted)
+    datasets._mnist1d_arrays.cache_clear()
+    first, second = load_dataset("mnist1d", {"num_samples": 200}), load_dataset("mnist1d", {"num_samples": 200})
+    assert made == [1]  # generated once, the second load from the cache
+    for a, b in ((first.x_train, fresh.x_train), (second.x_train, fresh.x_train), (second.y_test, fresh.y_test)):
+        assert torch.equal(a, b) and a.dtype == b.dtype
+    first.x_train[0, 0, 0] += 1.0
+    first.y_train[0] += 1
+    assert torch.equal(second.x_train, fresh.x_train) and torch.equal(second.y_train, fresh.y_train)  # no memory shared
+    load_dataset("mnist1d", {"num_samples": 200, "seed": 1})
+    assert made == [1, 1]  # other options: generated
+
+
 def test_synthetic_groups_cover_the_split() -> None:
     ds = load_dataset("synthetic", {"num_clients": 5, "seed": 3})
     assert ds.input_shape == (60,) and ds.num_classes == 10

@@ -43,7 +43,7 @@ def test_a_ctrl_c_while_a_comparison_folder_is_opened_leaves_no_folder(tmp_path:
     config, plan = _plan(tmp_path)
     monkeypatch.setattr(sweeps_run, "write_sweep", _interrupt)
     with pytest.raises(KeyboardInterrupt):
-        sweeps_run.open_folder(config, plan, None, None, True, resumable=True)
+        sweeps_run.open_folder(config, plan, None, True, resumable=True)
     assert list((tmp_path / "out").iterdir()) == []
 
 
@@ -68,7 +68,7 @@ def test_a_comparison_folder_is_locked_before_its_files_are_written_and_they_are
 
     monkeypatch.setattr(sweeps_run, "write_sweep", checking)
     monkeypatch.setattr(sweeps_run, "write_atomic", recording)
-    where, lock = sweeps_run.open_folder(config, plan, None, None, True, resumable=True)
+    where, lock = sweeps_run.open_folder(config, plan, None, True, resumable=True)
     try:
         assert where.partial is not None and seen[:2] == ["config.toml", "locked"], seen
         assert sorted(p.name for p in where.partial.iterdir()) == ["config.toml", "sweep.json"]

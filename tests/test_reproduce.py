@@ -144,3 +144,71 @@ def test_an_accuracy_difference_past_100_points_is_shown_clipped_marked_and_foot
     assert a.interval is not None and a.interval.clipped and (a.interval.low, a.interval.high) == (pytest.approx(-49.3666, abs=1e-4), 100.0)
     assert label(a) == f"{a.label} †" and label(b) == b.label and b.interval is not None and not b.interval.clipped
     assert CLIPPED_LEGEND.startswith("†") and "±100 points" in CLIPPED_LEGEND
+
+
+def test_a_dry_run_plans_each_comparison_once_and_builds_each_variant_once(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``reproduce --dry-run --resume`` planned each comparison four times (its variants, its check, its runs, its folder
+    to resume), building each variant's config each time: once each now, the printed plan unchanged."""
+    import chillfl.reproduce as reproduce
+    from chillfl.reproduce import Claim
+    from chillfl.sweeps import plan as planning
+
+    small = {"federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 2, "eval.clients": "none", "model.name": "mlp"}
+    claims = (  # two claims of one comparison (one plan), one of another: 2 comparisons of 2 variants each
+        Claim("flexchill", "a", "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), overrides={**small, "client.lr": 0.01}),
+        Claim("flexchill", "b", "demo", "T=1", "T=1", grid=("temperature=1,0.05",), overrides={**small, "client.lr": 0.01}),
+        Claim("flexchill", "c", "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), overrides={**small, "client.lr": 0.05}),
+    )
+    monkeypatch.setattr(reproduce, "CLAIMS", claims)
+    plans: list[str] = []
+    builds: list[str] = []
+    real_plan, real_build = planning._plan_sweep, planning.variant_config
+
+    def counted_plan(config, *args, **kwargs):  # type: ignore[no-untyped-def]
+        plans.append(config.client.lr)
+        return real_plan(config, *args, **kwargs)
+
+    def counted_build(config, label, overrides):  # type: ignore[no-untyped-def]
+        builds.append(f"{config.client.lr} {label}")
+        return real_build(config, label, overrides)
+
+    monkeypatch.setattr(planning, "_plan_sweep", counted_plan)
+    monkeypatch.setattr(planning, "variant_config", counted_build)
+    assert main(["reproduce", "flexchill", "--seeds", "0,1", "--out", str(tmp_path / "r"), "--dry-run", "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert plans == [0.01, 0.05]  # once a comparison (claims a and b share one)
+    assert builds == ["0.01 T=1", "0.01 T=0.05", "0.05 T=1", "0.05 T=0.05"]  # each variant's config once
+    rows = [line.split(" | ")[2:6] for line in printed.splitlines() if line.startswith("| demo |")]  # variants, points, seeds, runs
+    assert rows == [["T=1, T=0.05", "1", "2", "4"]] * 2 and not (tmp_path / "r").exists()
+
+
+def test_dry_runs_check_on_one_thread_and_restore_the_count(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command line's dry runs (``reproduce``, ``compare``) build every run's parts on one intra-op thread, then
+    restore the count: their shape probes keep no number, and threads only added hand-offs to their tiny ops."""
+    import torch
+
+    import chillfl.reproduce as reproduce
+    import chillfl.sweeps.run as sweeps_run
+    from chillfl.reproduce import Claim
+
+    small = {"federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 2, "eval.clients": "none", "model.name": "mlp"}
+    monkeypatch.setattr(reproduce, "CLAIMS", (Claim("flexchill", "a", "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), overrides=small),))
+    real, seen = sweeps_run.check_runs, []
+
+    def check_runs(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweeps_run, "check_runs", check_runs)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert main(["reproduce", "flexchill", "--seeds", "0", "--out", str(tmp_path / "r"), "--dry-run"]) == 0
+        after_reproduce = torch.get_num_threads()
+        overrides = [f"{k}={v}" for k, v in small.items()]
+        assert main(["compare", "demo", "--grid", "temperature=1,0.05", "--out", str(tmp_path / "c"), "--dry-run", *overrides]) == 0
+        after_compare = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    capsys.readouterr()
+    assert seen == [1, 1] and after_reproduce == after_compare == 2

@@ -10,6 +10,7 @@ says it is this very one: same config, seeds, grid, code and torch.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,8 @@ import chillfl.reproduce as reproduce
 import chillfl.sweeps.record as record  # where sweep.json is made
 import chillfl.sweeps.run as sweep  # where the comparison's runs start
 from chillfl.cli import HungUp, Terminated, main
-from chillfl.sweeps.plan import CompareOptions
+from chillfl.config import RunConfig
+from chillfl.sweeps.plan import CompareOptions, plan_runs
 from chillfl.sweeps.record import find_compare
 from chillfl.reproduce import Claim, claim_config
 from test_sweep_resume import _interrupt
@@ -102,13 +104,17 @@ def test_only_the_same_comparison_made_by_the_same_code_is_reused(tmp_path: Path
     out = tmp_path / "r"
     assert _reproduce(out, capsys)[0] == 0
     config, options = claim_config(CLAIMS[0], [0, 1], str(out)), CompareOptions(seeds=[0, 1])
-    assert find_compare(config, CLAIMS[0].grid, options) == out / "demo-compare"
-    assert find_compare(claim_config(CLAIMS[1], [0, 1], str(out)), CLAIMS[1].grid, options) == out / "demo-compare-2"
-    assert find_compare(config, CLAIMS[0].grid, CompareOptions(seeds=[0])) is None  # other seeds
-    assert find_compare(config, ("temperature=1,0.25",), options) is None  # another grid
-    assert find_compare(config.with_overrides({"federation.rounds": 4}), CLAIMS[0].grid, options) is None  # another config
+
+    def found(config: RunConfig, grid: Sequence[str], options: CompareOptions) -> Path | None:
+        return find_compare(config, plan_runs(config, grid, options))
+
+    assert found(config, CLAIMS[0].grid, options) == out / "demo-compare"
+    assert found(claim_config(CLAIMS[1], [0, 1], str(out)), CLAIMS[1].grid, options) == out / "demo-compare-2"
+    assert found(config, CLAIMS[0].grid, CompareOptions(seeds=[0])) is None  # other seeds
+    assert found(config, ("temperature=1,0.25",), options) is None  # another grid
+    assert found(config.with_overrides({"federation.rounds": 4}), CLAIMS[0].grid, options) is None  # another config
     monkeypatch.setattr(record, "code_sha256", lambda: "0" * 64)  # chillfl's code changed since
-    assert find_compare(config, CLAIMS[0].grid, options) is None
+    assert found(config, CLAIMS[0].grid, options) is None
 
     calls = _interrupt(monkeypatch, run=99, after_round=1)  # never fires: counts the runs
     code, _, err = _reproduce(out, capsys, "--resume")

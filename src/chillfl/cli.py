@@ -40,6 +40,8 @@ from chillfl.wording import counted
 from chillfl.tune import SELECT_RULES
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from chillfl.progress import ProgressMode
     from chillfl.sweeps.shard import Shard
     from chillfl.report.compare import CompareResult
@@ -107,6 +109,20 @@ def _print_summary(out: "RunOutput") -> int:
     return 0
 
 
+def _checking() -> "AbstractContextManager[None]":
+    """Where a dry run checks every run's parts: on one torch intra-op thread, restored after.
+
+    Why: the checks build each run's model and push one sample through it (shape probes), and keep no number,
+    so threads only add a hand-off to each tiny op; on a loaded 2-core machine those hand-offs were most of
+    ``reproduce fedchill --dry-run``'s check (2.6 s for its 24 runs' parts, 0.4 s on one thread). Only the
+    command line's dry runs: what their checks leave cached for a later run in the process (loaded datasets,
+    standardised in numpy; a dataset's min and max) does not depend on torch's thread count.
+    """
+    from chillfl.runner import intra_op_threads
+
+    return intra_op_threads(1)
+
+
 def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespace | None = None, writes: bool = True) -> int:
     """``--dry-run``: build and check every part as the run would, then print the resolved config
     (file < flags < overrides, as :func:`_load` merges them) as it would be saved; nothing runs and nothing is written.
@@ -127,12 +143,14 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
         from chillfl.sweeps.run import run_compare
 
         options = _compare_options(args)
-        checked = run_compare(config, grid, reference=getattr(args, "reference", None), progress=False, options=options, dry_run=True)
+        with _checking():
+            checked = run_compare(config, grid, reference=getattr(args, "reference", None), progress=False, options=options, dry_run=True)
         complete, planned = checked.complete, checked.planned
     else:
         from chillfl.experiment import check_config
 
-        complete = check_config(config)
+        with _checking():
+            complete = check_config(config)
     from chillfl.experiment import note_ignored_fraction
 
     note_ignored_fraction(config)  # checked: a note cannot precede an error line
@@ -291,7 +309,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if args.dry_run:
         from chillfl.reproduce import format_plan, plan
 
-        print(format_plan(args.paper, seeds, plan(args.paper, seeds, out_dir=args.out_dir, resume=args.resume)))
+        with _checking():
+            planned = plan(args.paper, seeds, out_dir=args.out_dir, resume=args.resume)
+        print(format_plan(args.paper, seeds, planned))
         return 0
     # finished claims read back, the stopped one resumed; from any folder: without --out, each config's relative out_dir is
     # found from this one (cd), and --out is made absolute

@@ -62,10 +62,9 @@ from chillfl.progress import Progress
 from chillfl.storage.results import PARTIAL
 from chillfl.catalogue import estimate_cpu_minutes
 from chillfl.report.compare import CompareResult
-from chillfl.sweeps.plan import CompareOptions, plan_runs, plan_sweep
+from chillfl.sweeps.plan import CompareOptions, plan_runs
 from chillfl.sweeps.record import find_compare, read_compare
-from chillfl.sweeps.run import resume_compare, run_compare
-from chillfl.tune import parse_tune
+from chillfl.sweeps.run import resume_compare, run_plan
 from chillfl.metrics.stats import CLIPPED_NOTE, FRACTION, any_clipped, format_interval, paired_difference
 from chillfl.plots.verdicts import VerdictPoint, plot_verdicts
 from chillfl.wording import counted
@@ -255,8 +254,8 @@ def run_claim(
     cache = {} if cache is None else cache
     if _key(claim) not in cache:
         config = claim_config(claim, seeds, out_dir)
-        options = CompareOptions(seeds=list(seeds))
-        found = find_compare(config, claim.grid, options) if resume and write else None
+        planned = plan_runs(config, claim.grid, CompareOptions(seeds=list(seeds)))  # once: the folder to resume and the runs
+        found = find_compare(config, planned) if resume and write else None
         if found is not None and not found.name.endswith(PARTIAL):
             print(f"chillfl reproduce: read back {found} (finished before, same config and code)", file=sys.stderr)
             result = read_compare(found)
@@ -264,7 +263,7 @@ def run_claim(
             print(f"chillfl reproduce: resuming {found}", file=sys.stderr)
             result = resume_compare(found, progress=progress)
         else:
-            result = run_compare(config, list(claim.grid), progress=progress, write=write, options=options)
+            result = run_plan(config, planned, progress=progress, write=write)
         cache[_key(claim)] = result
     compared = cache[_key(claim)]
     rows = {r["variant"]: r for r in compared.rows}
@@ -367,14 +366,13 @@ def plan(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, resume
     for claims in groups.values():
         first = claims[0]
         config = claim_config(first, seeds, out_dir)
-        options = CompareOptions(seeds=list(seeds))
-        variants, saved = plan_sweep(config, first.grid, options)
-        complete = run_compare(config, list(first.grid), progress=False, options=options, dry_run=True).complete
-        points = len(parse_tune(saved.tune or {}))
-        cells = [cell.config for cell in plan_runs(config, list(first.grid), options).cells]
-        found = find_compare(config, first.grid, options) if resume else None
+        runs = plan_runs(config, first.grid, CompareOptions(seeds=list(seeds)))  # once: checked, sized, priced and found from it
+        complete = run_plan(config, runs, progress=False, dry_run=True).complete
+        cells = [cell.config for cell in runs.cells]
+        found = find_compare(config, runs) if resume else None
         action = "run" if found is None else f"resume {found}" if found.name.endswith(PARTIAL) else f"read back {found}"
-        planned.append(Planned(tuple(claims), config, tuple(v.label for v in variants), points, len(cells), estimate_cpu_minutes(config, cells), action, complete))
+        labels = tuple(v.label for v in runs.variants)
+        planned.append(Planned(tuple(claims), config, labels, len(runs.points), len(cells), estimate_cpu_minutes(config, cells), action, complete))
     return planned
 
 

@@ -334,7 +334,7 @@ def cell_config(config: RunConfig, variant: Variant, point: Mapping[str, Any], s
                 applied: RunConfig | None = None) -> RunConfig:
     """The variant's config at a tuning point and seed, named by :func:`run_name` (with the point and seed when ``suffix``).
 
-    ``applied``: ``apply_variant(config, variant)`` already built (:func:`plan_cells` builds it once a variant, not once a run).
+    ``applied``: ``apply_variant(config, variant)`` already built (:attr:`Plan.configs`: once a variant, not once a run).
     """
     cfg = apply_variant(config, variant) if applied is None else applied
     name = run_name(variant, point, seed, long) if suffix else run_name(variant, {}, None, long)
@@ -359,7 +359,7 @@ def plan_sweep(
 
 def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions | None, variants: Sequence[Variant] | None) -> tuple[list[Variant], CompareOptions, list[RunConfig]]:
     """:func:`plan_sweep`, with the configs it built to check the variants: the first of the planned variants', in
-    order (the controls after them are built by :func:`plan_cells`). Each variant's config is built once a plan."""
+    order (the controls after them are built by :func:`variant_configs`). Each variant's config is built once a plan."""
     opts = options or CompareOptions()
     from_grid = bool(grid) or variants is not None
     if variants is None:
@@ -425,6 +425,10 @@ class Plan:
     """Differences and speed-ups are relative to it."""
     from_grid: bool
     """The variants came from a grid (their errors say "grid variant"), not from ``[variants]``."""
+    configs: list[RunConfig]
+    """Each variant's config (:func:`apply_variant`), in the order of ``variants``: built once, read by the runs' cells and the table's caveats."""
+    asked_reference: str | None
+    """The reference it was planned with (``--reference``; None: the config's or the default), as ``sweep.json`` records it."""
 
     @property
     def seeds(self) -> list[int]:
@@ -458,24 +462,30 @@ def variant_points(shared: Mapping[str, Any], variant: Variant) -> list[Point]:
     return parse_tune({**shared, **variant.tune})
 
 
-def plan_cells(config: RunConfig, variants: Sequence[Variant], shared: Mapping[str, Any], seeds: Sequence[int], suffix: bool, from_grid: bool,
-               built: Sequence[RunConfig] = ()) -> list[Cell]:
+def plan_cells(config: RunConfig, variants: Sequence[Variant], configs: Sequence[RunConfig], shared: Mapping[str, Any], seeds: Sequence[int], suffix: bool, from_grid: bool) -> list[Cell]:
     """Every run's config; short folder names (``fedavg-lr0.01-s0``), or the full labels if two short ones collide.
-    ``built``: the first variants' configs, in order, as :func:`plan_sweep` built them (not built again here)."""
-    applied: dict[int, RunConfig] = dict(enumerate(built))  # each variant's config validated once, not once a run (seeds x tuning points times)
+    ``configs``: each variant's config, in order (:func:`variant_configs`): built once a variant, not once a run."""
     cells: list[Cell] = []
     for long in (False, True):
         cells = []
-        for i, v in enumerate(variants):
+        for v, applied in zip(variants, configs):
             with naming(v, from_grid):
-                if i not in applied:
-                    applied[i] = apply_variant(config, v)
                 for pi, point in enumerate(variant_points(shared, v)):
                     for seed in seeds:
-                        cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, suffix, long, applied[i])))
+                        cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, suffix, long, applied)))
         if len({c.config.name for c in cells}) == len(cells):
             break
     return cells
+
+
+def variant_configs(config: RunConfig, variants: Sequence[Variant], built: Sequence[RunConfig], from_grid: bool) -> list[RunConfig]:
+    """Each variant's config (:func:`apply_variant`): ``built``, those of the first variants that :func:`plan_sweep` built
+    to check them, then the rest's (the controls it added), built here; errors name the variant."""
+    configs = list(built)
+    for v in variants[len(built) :]:
+        with naming(v, from_grid):
+            configs.append(apply_variant(config, v))
+    return configs
 
 
 def plan_runs(
@@ -498,10 +508,11 @@ def plan_runs(
         runs = (f"{len(planned)} variants x {len(points)} tuning points" if per_variant == len(planned) * len(points)
                 else f"{per_variant} (variant, tuning point) pairs")
         raise ConfigError("compare.seeds", f"{runs} x {len(seeds)} seeds = {total} runs; at most {MAX_RUNS}")
-    cells = plan_cells(config, planned, tune_table, seeds, multi, from_grid, built)
+    configs = variant_configs(config, planned, built, from_grid)
+    cells = plan_cells(config, planned, configs, tune_table, seeds, multi, from_grid)
     field = "--reference" if reference else "compare.reference"
     ref, base = choose_reference(planned, reference or config.compare.get("reference"), config.compare.get("baseline"), field)
-    return Plan(planned, saved, points, cells, ref, base, from_grid)
+    return Plan(planned, saved, points, cells, ref, base, from_grid, configs, reference)
 
 
 def describe_plan(plan: Plan) -> list[str]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
 from dataclasses import asdict
 from glob import escape as glob_escape
 from pathlib import Path
@@ -38,7 +37,7 @@ from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.results import PARTIAL, refuse_links, to_toml
 from chillfl.storage.run_folder import STARTED_IN, config_changes, start_folder
 from chillfl.storage.run_state import SWEEP_FILE, is_sweep  # noqa: F401  (is_sweep re-exported: where the sweeps' code asks)
-from chillfl.sweeps.plan import CompareOptions, Variant, plan_sweep
+from chillfl.sweeps.plan import CompareOptions, Plan, Variant
 
 FORMAT = 1
 FIELD = "run_dir"
@@ -65,12 +64,12 @@ class SweepRecord(TypedDict):
     """The absolute folder the comparison was started in (None: unknown); absent from an older chillfl's record."""
 
 
-def sweep_record(config_toml: bytes, variants: list[Variant], options: CompareOptions, reference: str | None, resumable: bool) -> SweepRecord:
-    """What ``sweep.json`` holds: what :func:`read_sweep` gives back (``resumable`` False: a user's own data or parts), the
+def sweep_record(config_toml: bytes, plan: Plan, resumable: bool) -> SweepRecord:
+    """What ``sweep.json`` holds for ``plan``: what :func:`read_sweep` gives back (``resumable`` False: a user's own data or parts), the
     SHA-256 of the comparison's ``config.toml``, which a resume checks, and the code and torch that ran it, which
     :func:`find_sweep` checks before a finished comparison is reused."""
-    return {"format": FORMAT, "resumable": resumable, "reference": reference, "options": asdict(options),
-            "variants": [asdict(v) for v in variants], "config_sha256": hashlib.sha256(config_toml).hexdigest(),
+    return {"format": FORMAT, "resumable": resumable, "reference": plan.asked_reference, "options": asdict(plan.options),
+            "variants": [asdict(v) for v in plan.variants], "config_sha256": hashlib.sha256(config_toml).hexdigest(),
             "config_toml": config_toml.decode("utf-8"),
             "made_with": {"code_sha256": code_sha256(), "torch": str(torch.__version__)}, STARTED_IN: current_folder()}
 
@@ -162,11 +161,11 @@ def check_resumable(folder: Path) -> None:
         check_writable_dir(str(where), FIELD)
 
 
-def find_compare(config: RunConfig, grid: Sequence[str], options: CompareOptions | None = None, reference: str | None = None) -> Path | None:
-    """The folder of this very comparison under ``config.out_dir``, made before by this code: finished (its table
-    written) or else interrupted (``.partial``); None when there is none (:func:`find_sweep`)."""
-    variants, saved = plan_sweep(config, grid, options)
-    record = sweep_record(to_toml(config.to_dict()).encode(), variants, saved, reference, resumable=True)
+def find_compare(config: RunConfig, plan: Plan) -> Path | None:
+    """The folder of this very comparison (``plan``, of ``config``: :func:`~chillfl.sweeps.plan.plan_runs`) under
+    ``config.out_dir``, made before by this code: finished (its table written) or else interrupted (``.partial``);
+    None when there is none (:func:`find_sweep`)."""
+    record = sweep_record(to_toml(config.to_dict()).encode(), plan, resumable=True)
     return find_sweep(Path(config.out_dir), f"{config.name}-compare", record)
 
 

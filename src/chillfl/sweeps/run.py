@@ -41,7 +41,7 @@ from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
 from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
 from chillfl.storage.run_folder import folder_named
-from chillfl.sweeps.plan import CompareOptions, Plan, Variant, apply_variant, data_key, describe_plan, naming, plan_runs
+from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describe_plan, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, sweep_started_in, write_sweep
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
 from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
@@ -178,7 +178,7 @@ class SweepFolder:
     partial: Path | None
 
 
-def open_folder(config: RunConfig, plan: Plan, reference: str | None, resume: Path | None, write: bool, resumable: bool) -> tuple[SweepFolder, RunLock | None]:
+def open_folder(config: RunConfig, plan: Plan, resume: Path | None, write: bool, resumable: bool) -> tuple[SweepFolder, RunLock | None]:
     """The interrupted comparison's folders (``resume``), or new ones with its ``config.toml`` and ``sweep.json``; with the folder's lock.
 
     One process at a time goes on with a comparison (the first run, or a resume of it). A new folder is locked
@@ -195,7 +195,7 @@ def open_folder(config: RunConfig, plan: Plan, reference: str | None, resume: Pa
         lock = RunLock(partial)
         toml = to_toml(config.to_dict())
         write_atomic(partial / "config.toml", toml.encode("utf-8"))
-        write_sweep(partial, sweep_record(toml.encode(), plan.variants, plan.options, reference, resumable=resumable))
+        write_sweep(partial, sweep_record(toml.encode(), plan, resumable=resumable))
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         if lock is not None:
@@ -306,7 +306,7 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
         outputs = {v.label: o for v in plan.variants if (o := picked.runs[(v.label, seeds[0])]) is not None}
         rows = build_rows(plan.variants, outputs, ref, base, failed={label: why for (label, _), why in picked.failed.items()})
         table = format_table(rows, ref.label, base.label)
-    configs = [apply_variant(config, v) for v in plan.variants]
+    configs = plan.configs
     tuned = {**plan.tune_table, **{key: values for v in plan.variants for key, values in v.tune.items()}}  # own grids tune too (an lr in each)
     for caveat in (step_size_caveat(configs, tuned, any(v.lr_scale != 1.0 for v in plan.variants)), other_test_rows_caveat(configs),
                    nonfinite_loss_caveat(nonfinite)):
@@ -390,12 +390,34 @@ def run_compare(
     line's info line: a config error stays its one line). ``shard``: run only this share of the runs, in the
     comparison's shared folder (:mod:`chillfl.sweeps.shard`, :func:`run_shard`).
 
-    The steps: plan and bound the runs (:func:`~chillfl.sweeps.plan.plan_runs`), build every run's parts
-    (:func:`check_runs`), claim the folder (:func:`open_folder`), run each point (:func:`run_points`), refuse a sweep
-    where every run failed (:func:`refuse_all_failed`), pick each variant's tuned point on validation
-    (:func:`pick_tuned`), tabulate (:func:`tabulate`) and write the tables (:func:`write_tables`).
+    The steps: plan and bound the runs (:func:`~chillfl.sweeps.plan.plan_runs`), then :func:`run_plan`.
     """
     plan = plan_runs(config, grid, options, variants, reference)
+    return run_plan(config, plan, progress=progress, write=write, dry_run=dry_run, dataset=dataset, model=model, plugged=plugged, resume=resume, force=force, on_checked=on_checked, shard=shard)
+
+
+def run_plan(
+    config: RunConfig,
+    plan: Plan,
+    *,
+    progress: Progress = True,
+    write: bool = True,
+    dry_run: bool = False,
+    dataset: ArrayDataset | None = None,
+    model: nn.Module | None = None,
+    plugged: Plugged | None = None,
+    resume: Path | None = None,
+    force: bool = False,
+    on_checked: Callable[[], None] | None = None,
+    shard: Shard | None = None,
+) -> CompareResult:
+    """:func:`run_compare` of a comparison planned already: ``plan`` is ``plan_runs(config, ...)``, so a caller
+    that needs the plan itself too (``chillfl reproduce``: its size, its folder to resume) plans it once. Options as there.
+
+    The steps: build every run's parts (:func:`check_runs`), claim the folder (:func:`open_folder`), run each point
+    (:func:`run_points`), refuse a sweep where every run failed (:func:`refuse_all_failed`), pick each variant's tuned
+    point on validation (:func:`pick_tuned`), tabulate (:func:`tabulate`) and write the tables (:func:`write_tables`).
+    """
     started_in = sweep_started_in(resume) if resume is not None else None
     datasets = check_runs(plan, dataset, model, plugged, dry_run, resume, started_in)
     if datasets is None:
@@ -408,8 +430,8 @@ def run_compare(
         if not write or resume is not None or dataset is not None or model is not None or plugged is not None:
             raise ConfigError(SHARD_FIELD, "a shard writes its runs into the comparison's shared folder, which another process must be able to rebuild "
                                            "them from: not with write=False, a resume, or a user's own data, model or method parts")
-        return run_shard(config, plan, reference, shard, datasets, progress, force)
-    where, lock = open_folder(config, plan, reference, resume, write, resumable=dataset is None and model is None and plugged is None)
+        return run_shard(config, plan, shard, datasets, progress, force)
+    where, lock = open_folder(config, plan, resume, write, resumable=dataset is None and model is None and plugged is None)
     try:
         sweep = run_points(plan, where, resume is not None, force, progress, datasets, model, plugged, dataset=dataset, started_in=started_in)
         refuse_all_failed(plan, sweep, where)
@@ -427,7 +449,7 @@ def run_compare(
 
 
 def run_shard(
-    config: RunConfig, plan: Plan, reference: str | None, shard: Shard, datasets: Mapping[str, FederatedData], progress: Progress, force: bool,
+    config: RunConfig, plan: Plan, shard: Shard, datasets: Mapping[str, FederatedData], progress: Progress, force: bool,
 ) -> CompareResult:
     """This shard's runs in the comparison's shared folder (:mod:`chillfl.sweeps.shard`), and the table if they were the last ones.
 
@@ -435,7 +457,7 @@ def run_shard(
     result has ``pending`` > 0 while other shards' runs are unfinished: then no table is written yet.
     """
     toml = to_toml(config.to_dict())
-    record = sweep_record(toml.encode(), plan.variants, plan.options, reference, resumable=True)
+    record = sweep_record(toml.encode(), plan, resumable=True)
     folder, partial = join_folder(Path(config.out_dir), f"{config.name}-compare", toml, record, shard)
     lock = hold_folder(folder, partial, record, shard)  # shared with the other shards'; keeps a resume of the whole comparison out while this runs
     try:

@@ -31,7 +31,7 @@ from chillfl.config import RunConfig, load_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import data_absent
 from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, SweepFailed, one_line
-from chillfl.paths import shell_path
+from chillfl.paths import current_folder, shell_path
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.plugins import CUSTOM, is_custom
@@ -493,7 +493,7 @@ def point_saved_configs_to(folder: Path, partial: Path) -> None:
     A resumed comparison's runs saved the ``.partial`` as it was spelled when each started (relative to the start
     folder, or absolute, or as the resume was typed): every spelling of it (:func:`names_partial`) is pointed at the
     finished folder, in that same spelling (a relative one stays relative to where it was written)."""
-    bases = [Path.cwd(), *(b for b in [sweep_started_in(folder)] if b is not None)]
+    bases = [Path(b) for b in (current_folder(), sweep_started_in(folder)) if b is not None]  # (the current one may be removed)
     for path in folder.glob("*/config.toml"):
         text = path.read_text(encoding="utf-8")
         saved = tomllib.loads(text)

@@ -179,6 +179,44 @@ def test_no_suggestion_for_a_name_unlike_any() -> None:
     assert "did you mean" not in str(choice_error("algorithm.name", "zzzzzz", ["fedavg", "scaffold"]))
 
 
+def _names(of: str) -> list[str]:
+    """The real names a typo is matched against: the algorithms, the client's options, the dirichlet partitioner's."""
+    from chillfl.aggregation.registry import algorithm_names
+    from chillfl.config import ClientConfig
+    from chillfl.data.partition import DirichletOptions
+
+    return algorithm_names() if of == "algorithms" else [f.name for f in dataclasses.fields(ClientConfig if of == "client" else DirichletOptions)]
+
+
+@pytest.mark.parametrize(
+    ("typed", "of", "expected"),
+    [
+        ("fedavgg", "algorithms", "fedavg"),  # difflib: 2*6/13 = 0.92 over fedavgm's 2*6/14 = 0.86
+        ("scafold", "algorithms", "scaffold"),
+        ("FedAvg", "algorithms", "fedavg"),  # another case
+        ("Krum", "algorithms", "krum"),
+        ("krm", "algorithms", "krum"),  # short: a letter dropped
+        ("kurm", "algorithms", "krum"),  # short: two neighbours swapped
+        ("prox", "algorithms", "fedprox"),  # short: part of one name only
+        ("alhpa", "dirichlet", "alpha"),  # difflib: al + p (or h) + a = 3 shared, 2*3/10 = 0.6
+        ("alpah", "dirichlet", "alpha"),
+        ("lrr", "client", "lr"),
+        ("LR", "client", "lr"),
+        ("lr_decy", "client", "lr_decay"),
+        ("foo", "algorithms", None),  # was 'fedfomo': f, o, o in order, 2*3/10 = 0.6
+        ("x", "algorithms", None),
+        ("x", "client", None),  # one letter: only the same letter in another case
+        ("fed", "algorithms", None),  # part of many names: none is the one meant
+        ("lr", "algorithms", None),  # no algorithm is one edit from it
+        ("zzzzzz", "algorithms", None),
+    ],
+)
+def test_did_you_mean_suggests_what_a_user_meant_and_nothing_for_junk(typed: str, of: str, expected: str | None) -> None:
+    from chillfl.errors import did_you_mean
+
+    assert did_you_mean(typed, _names(of)) == ("" if expected is None else f" (did you mean {expected!r}?)")
+
+
 def test_extends_may_name_a_bundled_base(tmp_path: Path) -> None:
     child = write(tmp_path, 'extends = "flexchill/_base-digits.toml"\n[federation]\nrounds = 2\n')
     config = load_config(child)

@@ -595,6 +595,38 @@ def test_list_options_of_a_name_no_part_knows_says_what_it_takes(capsys: pytest.
     assert len(err) == 1 and err[0].endswith(said), err
 
 
+KINDS = "dataset, partitioner, model, algorithm, temperature policy, soft-label or prototype method, attack, privacy mechanism or loss term"
+REFUSED_MODULE = '''
+import torch
+
+
+class Net(torch.nn.Module):
+    """A model whose constructor takes none of the arguments a model's build is called with."""
+
+    def __init__(self, width):
+        super().__init__()
+'''
+
+
+def test_list_options_of_a_class_no_part_takes_says_why_each_refused_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl list --options qa_refused:Net`` said only the first part's reason ("must name a dataset ..."), not the
+    model's ("... which Net(width) does not take"), the one its author needs: every part's reason, by its field, one line."""
+    with plugin_module(tmp_path, monkeypatch, "qa_refused", REFUSED_MODULE):
+        assert main(["list", "--options", "qa_refused:Net"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert main(["list", "--options", "qa_refused:Gone"]) == 2
+        gone = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"chillfl: error: list.options: 'qa_refused:Net' is no {KINDS} ("), err
+    why = err[0].split(f"{KINDS} (", 1)[1].removesuffix(")").split("; ")
+    fields = ["dataset.name", "partition.name", "model.name", "temperature.policy", "algorithm.name", "distillation.method", "prototypes.method", "attack.kind", "privacy.mechanism", "objective.terms"]
+    assert [w.split(": ", 1)[0] for w in why] == fields, why
+    model = why[2].split(": ", 1)[1]
+    assert model == "its spec's build is called as build(input_shape, num_classes, options, section), which Net(width) does not take", model
+    assert why[3].startswith("temperature.policy: is not a temperature policy: it lacks temperature, ")  # without the path again
+    # one reason every part gives (no such attribute) is said once
+    assert gone == [f"chillfl: error: list.options: 'qa_refused:Gone' is no {KINDS} (module 'qa_refused' has no attribute 'Gone')"], gone
+
+
 @pytest.mark.parametrize(("name", "closest"), [("fedprx", "fedprox"), ("proximl", "proximal"), ("Dirichlet", "dirichlet")])
 def test_list_options_of_a_misspelt_name_says_the_closest(capsys: pytest.CaptureFixture[str], name: str, closest: str) -> None:
     """``chillfl list --options fedprx`` named no part's name, where every other unknown name says the closest one."""

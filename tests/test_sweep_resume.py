@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -257,3 +258,22 @@ def test_resume_dot_from_inside_the_comparison_folder(tmp_path: Path, monkeypatc
     monkeypatch.chdir(tmp_path / "sw-compare.partial")
     assert main(["resume", ".", "-q"]) == 0
     assert _files(tmp_path / "sw-compare") == uninterrupted
+
+
+# relative start and an absolute resume with a trailing slash; the reverse; a resume through a link to results/
+@pytest.mark.parametrize("started, resumed", [("results", "{abs}/results/sw-compare.partial/"), ("{abs}/results", "results/sw-compare.partial"), ("results", "alias/sw-compare.partial")])
+def test_every_saved_config_names_the_finished_folder_whatever_spelling_resumed_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, started: str, resumed: str) -> None:
+    """A resume typed as another spelling of the ``.partial`` path than the start's left the runs that started before it
+    naming the ``.partial`` folder as their ``out_dir`` (an exact string match), a folder gone once the comparison ends."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "alias").symlink_to(tmp_path / "results")
+    calls = _interrupt(monkeypatch, run=3, after_round=2)
+    (tmp_path / "sw.toml").write_text("")
+    assert main(["compare", "sw.toml", *ARGS, f"out_dir={started.format(abs=tmp_path)}"]) == 130
+    calls.update(run=0)
+    assert main(["resume", resumed.format(abs=tmp_path)]) == 0
+    assert calls == {"run": 1, "resume": 1}  # two runs had ended, the third resumes, the fourth starts under the resume's spelling
+    final = tmp_path / "results" / "sw-compare"
+    saved = {p.parent.name: tomllib.loads(p.read_text())["out_dir"] for p in final.glob("*/config.toml")}
+    assert len(saved) == 4
+    assert all(os.path.exists(out_dir) and os.path.samefile(out_dir, final) for out_dir in saved.values()), saved  # as spelled (relative: to tmp_path)

@@ -63,16 +63,51 @@ def _rebuilt(cls: type[ConfigError], state: dict[str, object]) -> ConfigError:
     return error
 
 
+SHORT_NAME = 5
+"""Typed names shorter than this are matched by :func:`did_you_mean` on edits, not on difflib's ratio."""
+
+
 def did_you_mean(value: object, allowed: Iterable[object]) -> str:
-    """``" (did you mean 'alpha'?)"`` for the closest allowed name to a typo, else ``""`` (difflib's ratio >= 0.6)."""
+    """``" (did you mean 'alpha'?)"`` for the closest allowed name to a typo, else ``""``.
+
+    The same name in another case first (``Krum`` -> ``krum``). Then, for a name of :data:`SHORT_NAME` characters or
+    more, difflib's ratio >= 0.6 (``scafold`` -> ``scaffold``, ``calib`` -> ``calibration``). A shorter one meets that
+    ratio by chance (``foo`` and ``fedfomo`` share three letters: 0.6), so it needs one edit (a letter added, dropped,
+    changed, or two neighbours swapped: ``ndt`` -> ``ntd``, ``muu`` -> ``mu``), or else to be part of one name only
+    (``prox`` -> ``fedprox``); a one-letter name only the case.
+    """
     if not isinstance(value, str):
         return ""
     names = [str(a) for a in allowed]
-    close = difflib.get_close_matches(value, names, n=1) or difflib.get_close_matches(value.lower(), [n.lower() for n in names], n=1)
-    if not close:
-        return ""
-    match = next((n for n in names if n.lower() == close[0].lower()), close[0])
-    return f" (did you mean {match!r}?)" if match != value else ""
+    match = _closest(value, names) if value not in names else None
+    return f" (did you mean {match!r}?)" if match is not None else ""
+
+
+def _closest(value: str, names: list[str]) -> str | None:
+    """The allowed name :func:`did_you_mean` suggests for ``value`` (not itself one of ``names``), None for none."""
+    folded = value.casefold()
+    same = [n for n in names if n.casefold() == folded]
+    if same:
+        return same[0]
+    if len(value) >= SHORT_NAME:
+        close = difflib.get_close_matches(value, names, n=1) or difflib.get_close_matches(folded, [n.casefold() for n in names], n=1)
+        return next((n for n in names if n.casefold() == close[0].casefold()), close[0]) if close else None
+    near = [n for n in names if len(value) > 1 and _one_edit(folded, n.casefold())]
+    if near:  # the most alike by difflib's ratio; a tie by name, so the order of ``names`` decides nothing
+        return min(near, key=lambda n: (-difflib.SequenceMatcher(None, folded, n.casefold()).ratio(), n))
+    holding = [n for n in names if len(value) > 2 and folded in n.casefold()]
+    return holding[0] if len(holding) == 1 else None
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with one letter added, dropped or changed, or two neighbouring letters swapped."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    start = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    if len(a) != len(b):  # the first difference is the added (or dropped) letter
+        return a[start:] == b[start + 1 :] if len(b) > len(a) else a[start + 1 :] == b[start:]
+    swapped = a[start : start + 2] == b[start : start + 2][::-1]
+    return a[start + 1 :] == b[start + 1 :] or (swapped and a[start + 2 :] == b[start + 2 :])
 
 
 def choice_error(field: str, value: object, allowed: list[str] | tuple[str, ...]) -> ConfigError:

@@ -73,8 +73,10 @@ SUBTABLES: tuple[tuple[str, str, str], ...] = (("dataset.augment", "chillfl.data
 
 def _registries(plugins: Sequence[str] = (), terms: Collection[str] = ()) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
     """(section, name key, name -> spec) of every part, with ``plugins`` (import paths) under the parts that claim them;
-    a path among ``terms`` (the loss terms' names, shown under ``[objective] terms``) is claimed already."""
-    claimed: dict[str, str] = {path: "" for path in plugins if path in terms}
+    a path among ``terms`` (the loss terms' names, shown under ``[objective] terms``) is claimed already. A path no part
+    claims is a ConfigError that says why each part refused it (:func:`refusals`)."""
+    claimed = {path for path in plugins if path in terms}
+    refused: dict[str, dict[str, str]] = {path: {} for path in plugins}  # path -> each refusing part's field -> why
     known = list(terms)  # every name a part or term has: the closest one to a typo is suggested
     for part in PARTS:
         registry = {name: part.spec_of(name) for name in part.names()}
@@ -86,18 +88,44 @@ def _registries(plugins: Sequence[str] = (), terms: Collection[str] = ()) -> Ite
             try:
                 registry[path] = part.spec_of(path)
             except ConfigError as exc:
-                claimed.setdefault(path, exc.message)
+                refused[path][exc.field] = exc.message
                 continue
-            claimed[path] = ""
+            claimed.add(path)
         yield part.section, part.key, registry
-    for path, why in claimed.items():
-        if why:
+    for path in plugins:
+        if path not in claimed:
             kinds = "dataset, partitioner, model, algorithm, temperature policy, soft-label or prototype method, attack, privacy mechanism or loss term"
             hint = ""
-            if not is_import_path(path):  # a name no part knows: the first part's "allowed: <its names>" read as if only those were
+            if is_import_path(path):
+                why = refusals(path, {**refused[path], **_term_refusal(path)})
+            else:  # a name no part knows: the first part's "allowed: <its names>" read as if only those were
                 why = "give a plugin's import path 'pkg.module:Name' or a chillfl.plugins entry point's name; `chillfl list` names every part's"
                 hint = did_you_mean(path, known)
             raise ConfigError("list.options", f"{path!r}{hint} is no {kinds} ({why})")
+
+
+def _term_refusal(path: str) -> dict[str, str]:
+    """Why the loss terms refuse ``path`` (a path :func:`_terms` left out), as ``{field: why}``."""
+    from chillfl.training.terms import term_spec
+
+    try:
+        term_spec(path, "objective.terms")
+    except ConfigError as exc:
+        return {exc.field: exc.message}
+    return {}
+
+
+def refusals(path: str, why: Mapping[str, str]) -> str:
+    """Why each part refused the import path ``path``, in one line: ``field: reason; ...``, each reason without the
+    path it starts with. Only the first part's reason was shown, so a model class whose build took the wrong
+    arguments read "must name a dataset"; one reason that every part gave (the module does not import) is said once."""
+    def short(reason: str) -> str:
+        return reason.removeprefix(repr(path)).removeprefix(":").strip() or reason
+
+    reasons = {field: short(reason) for field, reason in why.items()}
+    if len(set(reasons.values())) == 1:
+        return next(iter(reasons.values()))
+    return "; ".join(f"{field}: {reason}" for field, reason in reasons.items())
 
 
 def _default(field: dataclasses.Field) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import shutil
 import sys
 import time
@@ -30,7 +31,7 @@ from chillfl.config import RunConfig, load_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import data_absent
 from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, SweepFailed, one_line
-from chillfl.paths import shell_path
+from chillfl.paths import current_folder, shell_path
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.plugins import CUSTOM, is_custom
@@ -509,13 +510,34 @@ def point_saved_configs_to(folder: Path, partial: Path) -> None:
     """Each sub-run's saved config names the finished folder as its ``out_dir`` (not the renamed ``.partial``),
     so ``chillfl run FOLDER/RUN/config.toml`` reruns it beside its siblings instead of recreating ``.partial``.
     Its comment lines on top (what the run ran with) are kept, and the file is replaced atomically: the folder is
-    final by now, and a kill half-way through wrote a torn config.toml into it."""
+    final by now, and a kill half-way through wrote a torn config.toml into it.
+
+    A resumed comparison's runs saved the ``.partial`` as it was spelled when each started (relative to the start
+    folder, or absolute, or as the resume was typed): every spelling of it (:func:`names_partial`) is pointed at the
+    finished folder, in that same spelling (a relative one stays relative to where it was written)."""
+    bases = [Path(b) for b in (current_folder(), sweep_started_in(folder)) if b is not None]  # (the current one may be removed)
     for path in folder.glob("*/config.toml"):
         text = path.read_text(encoding="utf-8")
         saved = tomllib.loads(text)
-        if saved.get("out_dir") == str(partial):
-            saved["out_dir"] = str(folder)
+        out_dir = saved.get("out_dir")
+        if isinstance(out_dir, str) and names_partial(out_dir, partial, bases):
+            saved["out_dir"] = str(Path(out_dir).with_name(folder.name))
             lines = text.splitlines(keepends=True)
             header = "".join(itertools.takewhile(lambda line: line.startswith("#"), lines))
             write_atomic(path, (header + to_toml(saved)).encode("utf-8"))
 
+
+def names_partial(out_dir: str, partial: Path, bases: Sequence[Path]) -> bool:
+    """Whether ``out_dir`` (relative: to one of ``bases``) is another spelling of ``partial``, the comparison's
+    ``.partial`` folder (renamed by now): the same name in the same parent folder, which ``os.path.samefile`` tells
+    through ``.``, ``..``, a trailing slash and symbolic links above it (a run folder holds none, :func:`~chillfl.storage.results.refuse_links`)."""
+    saved = Path(out_dir)
+    if saved.name != partial.name:
+        return False
+    for base in bases:
+        try:
+            if os.path.samefile(base / saved.parent, partial.parent):
+                return True
+        except OSError:  # a parent that is not there (any more) is not this one
+            continue
+    return False

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
 from torch import nn
@@ -24,7 +25,7 @@ from chillfl.plugins import has_methods
 from chillfl.privacy.accounting import noise_for
 from chillfl.privacy.plan import PrivacyPlan
 from chillfl.privacy.spec import PARAMETERS, RELEASES, Accounting, MechanismSpec, Noise, RunSizes, mechanism, spec_of
-from chillfl.settings.privacy import PrivacyConfig, mechanism_names
+from chillfl.settings.privacy import PrivacyConfig, PrivacyOptions, mechanism_names
 
 if TYPE_CHECKING:
     from chillfl.aggregation.base import Aggregator
@@ -36,6 +37,11 @@ if TYPE_CHECKING:
 
 SECTION = "privacy"
 FIELD = f"{SECTION}.mechanism"
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SIGMA = PrivacyOptions.noise_multiplier
+"""``noise_multiplier``'s default: a value other than it (or 0) beside ``target_epsilon`` was written, and is not used."""
 
 
 def _client_sizes(data: FederatedData) -> tuple[int, ...]:
@@ -98,6 +104,9 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
             sigma = sensitivity * max(noise_for(p.target_epsilon, p.delta, q, steps, p.accountant, p.rdp_orders) for q, steps in accounting.steps)
         except ValueError as exc:
             raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {sizes.rounds} rounds ({exc})") from None
+        # the resolved config keeps noise_multiplier as written: this line is where the sigma that ran is said
+        unused = f", in place of the written noise_multiplier = {p.noise_multiplier:g}" if p.noise_multiplier not in (0.0, DEFAULT_SIGMA) else ""
+        log.info("privacy.target_epsilon = %g at delta = %g over the planned %d rounds: noise_multiplier (sigma) = %.6g%s", p.target_epsilon, p.delta, sizes.rounds, sigma, unused)
     noise = Noise(p.clip_norm, sigma, sizes, seed)
     options = p.options if spec.settle is None else spec.settle(p.options, noise)
     return PrivacyPlan(p.mechanism, spec, options, noise, p.delta, p.accountant, protocol, sensitivity, p.rdp_orders)

@@ -257,6 +257,11 @@ def test_an_unreachable_target_epsilon_is_one_line_on_its_field() -> None:
     with pytest.raises(ConfigError) as err:
         build_experiment(config(**{"privacy.target_epsilon": 0.02}))  # q = 2/4 = 0.5, below the floor 0.0286 at delta 1e-3
     assert err.value.field == "privacy.target_epsilon" and "too low" in str(err.value)
+    # the line says what to change: a larger target or delta, or (Opacus's orders) a grid or accountant with a lower floor
+    assert err.value.message.endswith("; raise target_epsilon or delta, or rdp_orders = 'extended' or accountant = 'prv' (lower floors)")
+    with pytest.raises(ConfigError) as err:  # under the PRV accountant there is no lower floor to point to
+        build_experiment(config(**{"privacy.target_epsilon": 0.005, "privacy.accountant": "prv"}))  # below its floor 0.0090 at delta 1e-3
+    assert err.value.message.endswith("; raise target_epsilon or delta")
 
 
 # ---------------------------------------------------------------- rdp_orders = "extended": dp-accounting's orders, up to 1024

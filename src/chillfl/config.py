@@ -30,7 +30,7 @@ import re
 import sys
 import typing
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -536,6 +536,10 @@ class RunConfig:
     """``chillfl compare``: option -> list of values; each variant runs at every point of the grid and keeps
     the point with the best validation accuracy (needs ``eval.validation`` > 0)."""
 
+    def switched_on(self, section: str) -> bool:
+        """Whether the switched table ``section`` (a key of :data:`SWITCHED`) is on in this run."""
+        return {"privacy": self.privacy.enabled, "attack": self.attack.enabled}[section]
+
     @property
     def protocol(self) -> str:
         """Which protocol runs, decided here and nowhere else (keys :data:`chillfl.protocols.registry.PROTOCOLS`).
@@ -731,11 +735,28 @@ def check_switches(data: Mapping[str, Any]) -> None:
         if isinstance(tune, Mapping):
             written.update(key.split(".", 1)[1] for key in tune if isinstance(key, str) and key.startswith(f"{section}."))
         if written and switch not in written:
-            allowed = ", ".join(repr(v) for v in cls.switch_values())
-            raise ConfigError(
-                f"{section}.{switch}",
-                f"is not set, so {', '.join(f'{section}.{k}' for k in sorted(written))} would change nothing ([{section}] is off by default): set it to one of {allowed}",
-            )
+            raise _switch_error(section, cls, written)
+
+
+def _switch_error(section: str, cls: type[Switched], written: Iterable[str]) -> ConfigError:
+    """The refusal of ``written`` options of ``section`` while nothing sets its switch."""
+    allowed = ", ".join(repr(v) for v in cls.switch_values())
+    return ConfigError(
+        f"{section}.{cls.SWITCH}",
+        f"is not set, so {', '.join(f'{section}.{k}' for k in sorted(written))} would change nothing ([{section}] is off by default): set it to one of {allowed}",
+    )
+
+
+def check_sweep_switches(runs: Sequence[RunConfig], keys: Iterable[str]) -> None:
+    """:func:`check_switches` for what a sweep adds outside the file (``--grid``, ``--tune``, ``chillfl.compare``'s
+    variants): dotted ``keys`` that set a switched table's options while no run of the sweep (``runs``, each variant's
+    config) switches it on, and no key sets the switch (a tuning point may), would change nothing: refused the same way.
+    Without this, ``--grid privacy.target_epsilon=4,8`` ran a table of identical non-private rows."""
+    keys = list(keys)
+    for section, cls in SWITCHED.items():
+        written = {key.split(".", 1)[1] for key in keys if key.startswith(f"{section}.")}
+        if written and cls.SWITCH not in written and not any(run.switched_on(section) for run in runs):
+            raise _switch_error(section, cls, written)
 
 
 def check_depth(data: Mapping[str, Any], limit: int = MAX_DEPTH) -> None:

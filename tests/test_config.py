@@ -114,6 +114,21 @@ def test_swept_options_of_a_table_no_run_switches_on_are_refused(grid, tune, fie
     assert err.value.field == field and named in str(err.value) and "is off by default" in str(err.value)
 
 
+def test_a_base_option_whose_switch_the_command_line_sweeps_is_kept(tmp_path, capsys):
+    # privacy.delta=1e-3 --grid privacy.mechanism=none,dp-fedavg: the base holds the shared option, the grid switches it on;
+    # refused before (the file's check saw no mechanism), while a [variants] table doing the same was allowed
+    from chillfl.cli import main
+
+    with pytest.raises(ConfigError):
+        load_config(None, {"privacy.delta": 1e-3})
+    assert load_config(None, {"privacy.delta": 1e-3}, swept=["privacy.mechanism"]).privacy.delta == 1e-3
+    base = tmp_path / "base.toml"
+    base.write_text('[dataset]\nname = "digits"\n[federation]\nnum_clients = 4\nrounds = 1\n')
+    assert main(["compare", str(base), "--grid", "privacy.mechanism=none,dp-fedavg", "privacy.delta=1e-3", "--dry-run"]) == 0
+    assert main(["compare", str(base), "--grid", "client.lr=0.1,0.2", "privacy.delta=1e-3", "--dry-run"]) == 2  # no switch anywhere
+    assert "privacy.mechanism: is not set" in capsys.readouterr().err
+
+
 def test_swept_options_with_a_switch_somewhere_run():
     from chillfl.sweeps.plan import CompareOptions, Variant, plan_sweep
 

@@ -127,6 +127,12 @@ def test_a_base_option_whose_switch_the_command_line_sweeps_is_kept(tmp_path, ca
     assert main(["compare", str(base), "--grid", "privacy.mechanism=none,dp-fedavg", "privacy.delta=1e-3", "--dry-run"]) == 0
     assert main(["compare", str(base), "--grid", "client.lr=0.1,0.2", "privacy.delta=1e-3", "--dry-run"]) == 2  # no switch anywhere
     assert "privacy.mechanism: is not set" in capsys.readouterr().err
+    # and from Python: chillfl.compare's grid (a dict or 'key=v1,v2' items) counts as the command line's
+    import chillfl
+
+    shared = {"dataset": {"name": "digits"}, "federation": {"num_clients": 4, "rounds": 1}, "privacy": {"delta": 1e-3}}
+    for grid in ({"privacy.mechanism": ["none", "dp-fedavg"]}, ["privacy.mechanism=none,dp-fedavg"]):
+        assert chillfl.compare(config=shared, grid=grid, write=False, progress=False).rows[1]["epsilon"] is not None
 
 
 def test_swept_options_with_a_switch_somewhere_run():

@@ -150,10 +150,10 @@ def test_epsilon_caveat_names_each_variants_guarantee_and_says_units_do_not_comp
 
     caveat = epsilon_caveat(configs)
     assert caveat is not None
-    assert "dp-fedavg (add_remove neighbours, delta = 1e-05): FedAvg, eps=32, FedAvg, eps=8," in caveat
-    assert "local (replace neighbours, delta = 1e-05): DS-FL, eps=32" in caveat
+    assert "dp-fedavg (add_remove neighbours, delta = 1e-05): 'FedAvg, eps=32', 'FedAvg, eps=8'," in caveat
+    assert "local (replace neighbours, delta = 1e-05): 'DS-FL, eps=32'" in caveat
     assert "do not compare epsilons across them" in caveat and "not a proven bound" in caveat
-    assert "FedAvg + chilling T=0.5:" not in caveat and ", DS-FL;" not in caveat  # the non-private rows are in no group
+    assert "'FedAvg + chilling T=0.5'" not in caveat and "'DS-FL'" not in caveat  # the non-private rows are in no group
 
 
 def test_epsilon_caveat_one_group_under_poisson_sampling_and_none_without_privacy() -> None:
@@ -162,6 +162,6 @@ def test_epsilon_caveat_one_group_under_poisson_sampling_and_none_without_privac
     private = load_config(None, {**TINY, "privacy.mechanism": "dp-fedavg", "privacy.delta": 1e-3, "federation.sampling": "poisson"})
     clean = load_config(None, TINY)
     caveat = epsilon_caveat([("clean", clean), ("dp", private)])
-    assert caveat is not None and "dp-fedavg (add_remove neighbours, delta = 0.001): dp." in caveat
+    assert caveat is not None and "dp-fedavg (add_remove neighbours, delta = 0.001): 'dp'." in caveat
     assert "do not compare" not in caveat and "proven" not in caveat  # one guarantee; Poisson sampling is the proven bound
     assert epsilon_caveat([("clean", clean)]) is None

@@ -98,7 +98,8 @@ def epsilon_caveat(variants: Sequence[tuple[str, RunConfig]]) -> str | None:
         approximate = approximate or (spec.subsampled and config.federation.sampling == "fixed")
     if not groups:
         return None
-    parts = [f"{mechanism} ({relation} neighbours, delta = {delta:g}): {', '.join(labels)}" for (mechanism, relation, delta), labels in groups.items()]
+    # labels quoted: a comparison's labels often hold commas themselves ("FedAvg, eps=8")
+    parts = [f"{mechanism} ({relation} neighbours, delta = {delta:g}): {', '.join(repr(label) for label in labels)}" for (mechanism, relation, delta), labels in groups.items()]
     line = ("epsilon caveat: epsilon is what each run had spent by its last round, the worst-off privacy unit's, at its own delta; "
             + "; ".join(parts) + ".")
     if len(groups) > 1:

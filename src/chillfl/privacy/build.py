@@ -201,7 +201,9 @@ def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggr
                                      f"use an algorithm that trains once a round{instead}")
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         model_name = config.model.get("name")
-        raise ConfigError(FIELD, f"{plan.mechanism!r} clips per-sample gradients, and model {model_name!r} has batch norm (a sample's gradient depends on its batch); use a model without it")
+        instead = _hint(_mechanisms_where(lambda m: m.step is None), "that noises the uploads instead")  # FedBN needs the batch norm
+        raise ConfigError(FIELD, f"{plan.mechanism!r} clips per-sample gradients, and model {model_name!r} has batch norm (a sample's gradient depends on its batch); "
+                                 f"use a model without it{instead}")
     return plan.spec.step(plan.options, plan.noise)
 
 

@@ -139,3 +139,29 @@ def test_a_run_with_a_nonfinite_final_loss_counts_and_is_named_below_the_table(t
         assert after["final_loss"]["n"] == 1 and after["final_loss"]["mean"] == before["final_loss"]["per_seed"][0]
     else:
         assert after["final_loss"] is None and before["final_loss"] is not None
+
+
+def test_epsilon_caveat_names_each_variants_guarantee_and_says_units_do_not_compare() -> None:
+    # privacy/epsilon-digits: dp-fedavg rows (a client, add/remove) and local soft-label rows (a row, replace) in one
+    # epsilon column, under the default fixed-size sampling: the table alone read them as one scale
+    variants = variants_from_config(load_config(resolve_config("privacy/epsilon-digits"), {}))
+    configs = [(v.label, c) for v, c in zip(variants, _variant_configs("privacy/epsilon-digits"))]
+    from chillfl.report.caveats import epsilon_caveat
+
+    caveat = epsilon_caveat(configs)
+    assert caveat is not None
+    assert "dp-fedavg (add_remove neighbours, delta = 1e-05): 'FedAvg, eps=32', 'FedAvg, eps=8'," in caveat
+    assert "local (replace neighbours, delta = 1e-05): 'DS-FL, eps=32'" in caveat
+    assert "do not compare epsilons across them" in caveat and "not a proven bound" in caveat
+    assert "'FedAvg + chilling T=0.5'" not in caveat and "'DS-FL'" not in caveat  # the non-private rows are in no group
+
+
+def test_epsilon_caveat_one_group_under_poisson_sampling_and_none_without_privacy() -> None:
+    from chillfl.report.caveats import epsilon_caveat
+
+    private = load_config(None, {**TINY, "privacy.mechanism": "dp-fedavg", "privacy.delta": 1e-3, "federation.sampling": "poisson"})
+    clean = load_config(None, TINY)
+    caveat = epsilon_caveat([("clean", clean), ("dp", private)])
+    assert caveat is not None and "dp-fedavg (add_remove neighbours, delta = 0.001): 'dp'." in caveat
+    assert "do not compare" not in caveat and "proven" not in caveat  # one guarantee; Poisson sampling is the proven bound
+    assert epsilon_caveat([("clean", clean)]) is None

@@ -97,6 +97,57 @@ def test_options_of_a_table_no_run_switches_on_are_refused(tmp_path, text, field
 
 
 @pytest.mark.parametrize(
+    "grid, tune, field, named",
+    [
+        # --grid privacy.target_epsilon=4,8 with no mechanism anywhere ran two identical non-private rows, no epsilon column
+        (["privacy.target_epsilon=4,8"], None, "privacy.mechanism", "privacy.target_epsilon would change nothing"),
+        (["attack.fraction=0.2,0.4"], None, "attack.kind", "attack.fraction would change nothing"),
+        (["client.lr=0.05,0.1"], {"privacy.noise_multiplier": [1.0, 2.0]}, "privacy.mechanism", "privacy.noise_multiplier"),  # --tune
+    ],
+)
+def test_swept_options_of_a_table_no_run_switches_on_are_refused(grid, tune, field, named):
+    from chillfl.sweeps.plan import CompareOptions, plan_sweep
+
+    base = load_config(None, {"dataset.name": "digits", "federation.num_clients": 4, "federation.rounds": 1, "eval.validation": 0.2})
+    with pytest.raises(ConfigError) as err:
+        plan_sweep(base, grid, CompareOptions(tune=tune))
+    assert err.value.field == field and named in str(err.value) and "is off by default" in str(err.value)
+
+
+def test_a_base_option_whose_switch_the_command_line_sweeps_is_kept(tmp_path, capsys):
+    # privacy.delta=1e-3 --grid privacy.mechanism=none,dp-fedavg: the base holds the shared option, the grid switches it on;
+    # refused before (the file's check saw no mechanism), while a [variants] table doing the same was allowed
+    from chillfl.cli import main
+
+    with pytest.raises(ConfigError):
+        load_config(None, {"privacy.delta": 1e-3})
+    assert load_config(None, {"privacy.delta": 1e-3}, swept=["privacy.mechanism"]).privacy.delta == 1e-3
+    base = tmp_path / "base.toml"
+    base.write_text('[dataset]\nname = "digits"\n[federation]\nnum_clients = 4\nrounds = 1\n')
+    assert main(["compare", str(base), "--grid", "privacy.mechanism=none,dp-fedavg", "privacy.delta=1e-3", "--dry-run"]) == 0
+    assert main(["compare", str(base), "--grid", "client.lr=0.1,0.2", "privacy.delta=1e-3", "--dry-run"]) == 2  # no switch anywhere
+    assert "privacy.mechanism: is not set" in capsys.readouterr().err
+    # and from Python: chillfl.compare's grid (a dict or 'key=v1,v2' items) counts as the command line's
+    import chillfl
+
+    shared = {"dataset": {"name": "digits"}, "federation": {"num_clients": 4, "rounds": 1}, "privacy": {"delta": 1e-3}}
+    for grid in ({"privacy.mechanism": ["none", "dp-fedavg"]}, ["privacy.mechanism=none,dp-fedavg"]):
+        assert chillfl.compare(config=shared, grid=grid, write=False, progress=False).rows[1]["epsilon"] is not None
+
+
+def test_swept_options_with_a_switch_somewhere_run():
+    from chillfl.sweeps.plan import CompareOptions, Variant, plan_sweep
+
+    base = load_config(None, {"dataset.name": "digits", "federation.num_clients": 4, "federation.rounds": 1, "eval.validation": 0.2})
+    assert len(plan_sweep(base, ["privacy.target_epsilon=4,8", "privacy.mechanism=dp-fedavg"])[0]) == 2  # the grid sets it
+    assert len(plan_sweep(base, ["attack.fraction=0.25,0.5"], CompareOptions(tune={"attack.kind": ["scaling"]}))[0]) == 2  # the tuning grid sets it
+    own = [Variant("clean", {}, None), Variant("dp", {"privacy": {"mechanism": "local", "delta": 1e-3}}, None), Variant("dp2", {"privacy.clip_norm": 0.5}, None)]
+    assert len(plan_sweep(base, [], variants=own)[0]) == 3  # a nested table switches on; another variant's key rides on a run that is on
+    private = load_config(None, {"dataset.name": "digits", "federation.num_clients": 4, "federation.rounds": 1, "privacy.mechanism": "dp-fedavg", "privacy.delta": 1e-3})
+    assert len(plan_sweep(private, ["privacy.clip_norm=0.5,1"])[0]) == 2  # on in the base config
+
+
+@pytest.mark.parametrize(
     "text",
     [
         '[privacy]\nmechanism = "dp-fedavg"\nnoise_multiplier = 1.1\n',

@@ -620,6 +620,17 @@ def test_dp_sgd_refuses_a_method_with_its_declared_private_steps_reason(algorith
         build_experiment(config(**{"algorithm.name": algorithm, "privacy.mechanism": "dp-sgd"}))
     assert err.value.field == "privacy.mechanism"
     assert f"does not bound what algorithm {algorithm!r} uploads: " in err.value.message and why in err.value.message
+    # and what to do: the mechanisms that noise the uploads instead (no step hook), from the registry
+    assert err.value.message.endswith("; use an algorithm that trains once a round, or a mechanism that noises the uploads instead: dp-fedavg, local")
+
+
+@pytest.mark.parametrize(("algorithm", "mechanism"), [("scaffold", "dp-fedavg"), ("krum", "local")])
+def test_a_mechanism_on_the_aggregate_refused_by_an_algorithm_names_those_that_leave_it_alone(algorithm: str, mechanism: str) -> None:
+    # docs/privacy.md's table: SCAFFOLD (plain_sgd) and Krum (no weights) refuse dp-fedavg and local, and run dp-sgd
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config(**{"algorithm.name": algorithm, "privacy.mechanism": mechanism}))
+    assert err.value.field == "privacy.mechanism" and f"which algorithm {algorithm!r} is not (" in err.value.message
+    assert err.value.message.endswith("; use an algorithm whose server takes a weighted mean of the models, or a mechanism that leaves the aggregate alone: dp-sgd")
 
 
 def test_every_built_in_whose_clients_train_on_their_own_declares_private_steps() -> None:
@@ -683,7 +694,7 @@ def test_a_plugins_own_trainings_are_refused_whether_declared_or_not(tmp_path: P
         assert err.value.field == "privacy.mechanism" and "its clients run their own trainings" in err.value.message
         with pytest.raises(ConfigError) as err:
             build_experiment(config(**{"algorithm.name": "trainings_plugin:Reweighed", "privacy.mechanism": "dp-sgd"}))
-        assert err.value.message.endswith("uploads: each client reweighs its samples by its own label counts")
+        assert "uploads: each client reweighs its samples by its own label counts; use an algorithm that trains once a round" in err.value.message
         build_experiment(config(**{"algorithm.name": "trainings_plugin:Reweighed", "privacy.mechanism": "dp-fedavg"}))  # only per-sample steps ask
     finally:
         sys.modules.pop("trainings_plugin", None)

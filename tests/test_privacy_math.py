@@ -152,6 +152,23 @@ def test_target_epsilon_asks_the_accountant_with_each_units_rate_and_steps(mecha
     assert plan.accounted_sigma == pytest.approx(max(1.0 + q for q, _ in expected))
 
 
+@pytest.mark.parametrize(("written", "unused"), [(1.5, True), (1.0, False), (0.0, False)])
+def test_target_epsilon_says_the_sigma_it_picked(written: float, unused: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # the resolved config keeps noise_multiplier as written, so the sigma that ran was said nowhere; now one info line
+    # gives it, and names a written noise_multiplier it replaces (1.0 is the default and 0 the documented "pick it")
+    from chillfl.privacy import build
+
+    cfg = config(**{"privacy.target_epsilon": 5.0, "privacy.noise_multiplier": written})
+    sizes = RunSizes(4, 2, 3, cfg.client.batch_size, 1, (10, 10, 10, 10))
+    monkeypatch.setattr(build, "noise_for", lambda *args, **kwargs: 2.5)  # the accountant's answer: sigma = 1 (add/remove) x 2.5
+    with caplog.at_level("INFO", logger="chillfl.privacy.build"):
+        plan = build._plan.__wrapped__(cfg.privacy, "parameters", sizes, 0)  # type: ignore[attr-defined]
+    lines = [r.getMessage() for r in caplog.records if r.name == "chillfl.privacy.build"]
+    assert plan.noise_multiplier == 2.5
+    assert len(lines) == 1 and "privacy.target_epsilon = 5 at delta = 0.001 over the planned 3 rounds: noise_multiplier (sigma) = 2.5" in lines[0]
+    assert ("in place of the written noise_multiplier = 1.5" in lines[0]) == unused
+
+
 @pytest.mark.parametrize(("over", "bound"), [({}, 0.25), ({"privacy.mechanism": "dp-sgd"}, None)])
 def test_delta_at_one_over_n_itself_is_refused(over: dict[str, Any], bound: float | None) -> None:
     # delta must be < 1/n, not <= : dp-fedavg 1/N = 1/4; dp-sgd 1/n of the largest client
@@ -240,6 +257,11 @@ def test_an_unreachable_target_epsilon_is_one_line_on_its_field() -> None:
     with pytest.raises(ConfigError) as err:
         build_experiment(config(**{"privacy.target_epsilon": 0.02}))  # q = 2/4 = 0.5, below the floor 0.0286 at delta 1e-3
     assert err.value.field == "privacy.target_epsilon" and "too low" in str(err.value)
+    # the line says what to change: a larger target or delta, or (Opacus's orders) a grid or accountant with a lower floor
+    assert err.value.message.endswith("; raise target_epsilon or delta, or rdp_orders = 'extended' or accountant = 'prv' (lower floors)")
+    with pytest.raises(ConfigError) as err:  # under the PRV accountant there is no lower floor to point to
+        build_experiment(config(**{"privacy.target_epsilon": 0.005, "privacy.accountant": "prv"}))  # below its floor 0.0090 at delta 1e-3
+    assert err.value.message.endswith("; raise target_epsilon or delta")
 
 
 # ---------------------------------------------------------------- rdp_orders = "extended": dp-accounting's orders, up to 1024

@@ -323,7 +323,12 @@ def compare(
     out_dir, progress, write = arguments.optional_path(out_dir, "out_dir"), arguments.progress_mode(progress), arguments.flag(write, "write")
     controls = arguments.optional_flag(controls, "controls")
     plugged = as_plugged(aggregator, terms, policy)
-    cfg, dataset = _prepare(model, data, config, out_dir, overrides, plugged)
+    swept = [str(key) for key in tune or {}]  # a switch swept in the grids lets the base config hold its table's options
+    if isinstance(grid, Mapping):
+        swept += [str(key) for key in grid]
+    elif grid is not None and not isinstance(grid, str):  # 'key=v1,v2' items (checked below)
+        swept += [str(item).split("=", 1)[0].strip() for item in grid]
+    cfg, dataset = _prepare(model, data, config, out_dir, overrides, plugged, swept)
     if isinstance(grid, Mapping):
         for key, values in grid.items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
@@ -462,8 +467,9 @@ def _check_model(model: object) -> None:
 
 
 def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike, out_dir: str | Path | None,
-             overrides: Mapping[str, Any], plugged: Plugged = Plugged()) -> tuple[RunConfig, ArrayDataset | None]:
-    """The config :func:`run` and :func:`compare` run: overrides applied, the user's model, data and method parts recorded in it."""
+             overrides: Mapping[str, Any], plugged: Plugged = Plugged(), swept: Sequence[str] = ()) -> tuple[RunConfig, ArrayDataset | None]:
+    """The config :func:`run` and :func:`compare` run: overrides applied, the user's model, data and method parts recorded in it.
+    ``swept``: the keys :func:`compare`'s grid and tuning grid set (:func:`chillfl.config.check_switches`)."""
     _check_model(model)
     if out_dir is not None:
         overrides = {**overrides, "out_dir": str(out_dir)}
@@ -487,7 +493,7 @@ def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike,
             refuse_with_user_model(table)
         raw["model"] = model_record(model)
     _record_plugged(raw, plugged)
-    return resolved(config_from_dict(raw)), dataset
+    return resolved(config_from_dict(raw, swept)), dataset
 
 
 def _refuse_record_overrides(overrides: Mapping[str, Any], record: Mapping[str, Any]) -> None:

@@ -90,7 +90,9 @@ def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace
         print(f"chillfl: note: {config} sets nothing; running {what} (--dry-run lists them)", file=sys.stderr)
     from chillfl.resolve import resolved  # imports the registries (and torch): not for --help
 
-    return resolved(load_config(path, {**flags, **parse_overrides(list(overrides))}))
+    # a comparison's swept keys: a switch swept there (--grid privacy.mechanism=none,dp-fedavg) lets the base hold its options
+    swept = [item.split("=", 1)[0].strip() for item in [*(getattr(args, "grid", None) or []), *(getattr(args, "tune", None) or [])]]
+    return resolved(load_config(path, {**flags, **parse_overrides(list(overrides))}, swept))
 
 
 def _report(out: "RunOutput") -> int:

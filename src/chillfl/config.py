@@ -30,7 +30,7 @@ import re
 import sys
 import typing
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -536,6 +536,10 @@ class RunConfig:
     """``chillfl compare``: option -> list of values; each variant runs at every point of the grid and keeps
     the point with the best validation accuracy (needs ``eval.validation`` > 0)."""
 
+    def switched_on(self, section: str) -> bool:
+        """Whether the switched table ``section`` (a key of :data:`SWITCHED`) is on in this run."""
+        return {"privacy": self.privacy.enabled, "attack": self.attack.enabled}[section]
+
     @property
     def protocol(self) -> str:
         """Which protocol runs, decided here and nowhere else (keys :data:`chillfl.protocols.registry.PROTOCOLS`).
@@ -672,8 +676,8 @@ def check_compare_option(key: str, value: Any) -> None:
         require(isinstance(value, str), field, f"expected a variant label (a string), got {short_repr(value)}")
 
 
-def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
-    """Validate a plain nested dict (as read from TOML) into a RunConfig."""
+def config_from_dict(data: Mapping[str, Any], swept: Iterable[str] = ()) -> RunConfig:
+    """Validate a plain nested dict (as read from TOML) into a RunConfig; ``swept``: see :func:`check_switches`."""
     check_depth(data)
     data = with_dotted_grids(data)
     part = data.get("partition")
@@ -681,7 +685,7 @@ def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
         data = {**data, "partition": {"name": "file", **part}}
     _refuse_bare_temperature(data.get("temperature"))
     config = parse_options(RunConfig, data, "")
-    check_switches(data)  # after the options' own checks: a bad value or an unknown key is named first
+    check_switches(data, swept)  # after the options' own checks: a bad value or an unknown key is named first
     return config
 
 
@@ -708,8 +712,11 @@ SWITCHED: dict[str, type[Switched]] = {"privacy": PrivacyConfig, "attack": Attac
 """Tables that are off unless their ``SWITCH`` option says otherwise (``[privacy] mechanism``, ``[attack] kind``)."""
 
 
-def check_switches(data: Mapping[str, Any]) -> None:
+def check_switches(data: Mapping[str, Any], swept: Iterable[str] = ()) -> None:
     """Refuse a switched table's options when no run of the config sets its switch.
+
+    ``swept``: the dotted keys a comparison's command line sweeps (``--grid``, ``--tune``); a switch among them counts
+    as set, so ``privacy.delta=1e-3 --grid privacy.mechanism=none,dp-fedavg`` is the base holding a shared option.
 
     Why: ``[privacy]`` and ``[attack]`` are off by default, so ``noise_multiplier = 1.1``
     written without ``mechanism`` would train with no noise and report no epsilon, and
@@ -730,12 +737,30 @@ def check_switches(data: Mapping[str, Any]) -> None:
             written.update(key.split(".", 1)[1] for key in table if isinstance(key, str) and key.startswith(f"{section}."))
         if isinstance(tune, Mapping):
             written.update(key.split(".", 1)[1] for key in tune if isinstance(key, str) and key.startswith(f"{section}."))
+        written.update(key.split(".", 1)[1] for key in swept if key.startswith(f"{section}."))
         if written and switch not in written:
-            allowed = ", ".join(repr(v) for v in cls.switch_values())
-            raise ConfigError(
-                f"{section}.{switch}",
-                f"is not set, so {', '.join(f'{section}.{k}' for k in sorted(written))} would change nothing ([{section}] is off by default): set it to one of {allowed}",
-            )
+            raise _switch_error(section, cls, written)
+
+
+def _switch_error(section: str, cls: type[Switched], written: Iterable[str]) -> ConfigError:
+    """The refusal of ``written`` options of ``section`` while nothing sets its switch."""
+    allowed = ", ".join(repr(v) for v in cls.switch_values())
+    return ConfigError(
+        f"{section}.{cls.SWITCH}",
+        f"is not set, so {', '.join(f'{section}.{k}' for k in sorted(written))} would change nothing ([{section}] is off by default): set it to one of {allowed}",
+    )
+
+
+def check_sweep_switches(runs: Sequence[RunConfig], keys: Iterable[str]) -> None:
+    """:func:`check_switches` for what a sweep adds outside the file (``--grid``, ``--tune``, ``chillfl.compare``'s
+    variants): dotted ``keys`` that set a switched table's options while no run of the sweep (``runs``, each variant's
+    config) switches it on, and no key sets the switch (a tuning point may), would change nothing: refused the same way.
+    Without this, ``--grid privacy.target_epsilon=4,8`` ran a table of identical non-private rows."""
+    keys = list(keys)
+    for section, cls in SWITCHED.items():
+        written = {key.split(".", 1)[1] for key in keys if key.startswith(f"{section}.")}
+        if written and cls.SWITCH not in written and not any(run.switched_on(section) for run in runs):
+            raise _switch_error(section, cls, written)
 
 
 def check_depth(data: Mapping[str, Any], limit: int = MAX_DEPTH) -> None:
@@ -1121,15 +1146,16 @@ def _name_from_path(path: Path) -> str:
     return path.stem
 
 
-def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> RunConfig:
-    """Read a TOML file (or start from defaults), apply overrides, validate."""
+def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None, swept: Iterable[str] = ()) -> RunConfig:
+    """Read a TOML file (or start from defaults), apply overrides, validate; ``swept``: the keys a comparison's
+    ``--grid`` / ``--tune`` set (:func:`check_switches`)."""
     data: dict[str, Any] = read_config_file(path) if path is not None else {}
     if path is not None and "name" not in data:
         data["name"] = _name_from_path(Path(path))
     check_depth(data)  # before deepcopy, which recurses
     data = copy.deepcopy(data)
     apply_overrides(data, overrides or {})
-    return config_from_dict(data)
+    return config_from_dict(data, swept)
 
 
 def check_out_dir(out_dir: str, field: str = "out_dir") -> None:

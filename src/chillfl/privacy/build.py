@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, Any, Sequence
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from torch import nn
 
@@ -24,7 +25,7 @@ from chillfl.plugins import has_methods
 from chillfl.privacy.accounting import noise_for
 from chillfl.privacy.plan import PrivacyPlan
 from chillfl.privacy.spec import PARAMETERS, RELEASES, Accounting, MechanismSpec, Noise, RunSizes, mechanism, spec_of
-from chillfl.settings.privacy import PrivacyConfig, mechanism_names
+from chillfl.settings.privacy import PrivacyConfig, PrivacyOptions, mechanism_names
 
 if TYPE_CHECKING:
     from chillfl.aggregation.base import Aggregator
@@ -37,6 +38,11 @@ if TYPE_CHECKING:
 SECTION = "privacy"
 FIELD = f"{SECTION}.mechanism"
 
+log = logging.getLogger(__name__)
+
+DEFAULT_SIGMA = PrivacyOptions.noise_multiplier
+"""``noise_multiplier``'s default: a value other than it (or 0) beside ``target_epsilon`` was written, and is not used."""
+
 
 def _client_sizes(data: FederatedData) -> tuple[int, ...]:
     return tuple(len(data.train_indices[c]) for c in range(data.num_clients))
@@ -45,6 +51,17 @@ def _client_sizes(data: FederatedData) -> tuple[int, ...]:
 def _mechanisms_under(protocol: str) -> list[str]:
     """The listed mechanisms (built-ins and entry points) that act under ``protocol`` (imports each one's module: for a refusal only)."""
     return [name for name in mechanism_names() if mechanism(name).runs_under(protocol)]
+
+
+def _mechanisms_where(test: Callable[[MechanismSpec[Any]], bool]) -> list[str]:
+    """The listed mechanisms that act under parameter sharing and pass ``test``: the ones a refusal can point to
+    instead (imports each one's module: for a refusal only)."""
+    return [name for name in mechanism_names() if (spec := mechanism(name)).runs_under(PARAMETERS) and test(spec)]
+
+
+def _hint(names: Sequence[str], what: str) -> str:
+    """``, or a mechanism <what>: a, b`` (empty without one)."""
+    return f", or a mechanism {what}: {', '.join(names)}" if names else ""
 
 
 def refusal(spec: MechanismSpec[Any], protocol: str, name: str) -> str:
@@ -97,7 +114,12 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
         try:
             sigma = sensitivity * max(noise_for(p.target_epsilon, p.delta, q, steps, p.accountant, p.rdp_orders) for q, steps in accounting.steps)
         except ValueError as exc:
-            raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {sizes.rounds} rounds ({exc})") from None
+            lower = ", or rdp_orders = 'extended' or accountant = 'prv' (lower floors)" if p.accountant == "rdp" and p.rdp_orders == "opacus" else ""
+            raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {sizes.rounds} rounds ({exc}); "
+                                                           f"raise target_epsilon or delta{lower}") from None
+        # the resolved config keeps noise_multiplier as written: this line is where the sigma that ran is said
+        unused = f", in place of the written noise_multiplier = {p.noise_multiplier:g}" if p.noise_multiplier not in (0.0, DEFAULT_SIGMA) else ""
+        log.info("privacy.target_epsilon = %g at delta = %g over the planned %d rounds: noise_multiplier (sigma) = %.6g%s", p.target_epsilon, p.delta, sizes.rounds, sigma, unused)
     noise = Noise(p.clip_norm, sigma, sizes, seed)
     options = p.options if spec.settle is None else spec.settle(p.options, noise)
     return PrivacyPlan(p.mechanism, spec, options, noise, p.delta, p.accountant, protocol, sensitivity, p.rdp_orders)
@@ -145,7 +167,9 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
     _refuse_reports(plan.mechanism, MODELS, f"algorithm {name!r}", capabilities)
     if not capabilities.takes_weights or capabilities.plain_sgd:
         why = capabilities.plain_sgd or "its aggregate() takes no client weights; a plugin's that does declares takes_weights"
-        raise ConfigError(FIELD, f"{plan.mechanism!r} adds noise to a weighted mean of the clients' clipped updates, which algorithm {name!r} is not ({why})")
+        instead = _hint(_mechanisms_where(lambda m: m.aggregator is None), "that leaves the aggregate alone")
+        raise ConfigError(FIELD, f"{plan.mechanism!r} adds noise to a weighted mean of the clients' clipped updates, which algorithm {name!r} is not ({why}); "
+                                 f"use an algorithm whose server takes a weighted mean of the models{instead}")
     from chillfl.privacy.aggregate import PrivateAggregation
 
     base: Any = aggregator  # a weighted mean, as its capabilities declare
@@ -172,10 +196,14 @@ def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggr
         _refuse_reports(plan.mechanism, MODELS, f"algorithm {name!r}", capabilities)
         why = capabilities.private_steps or _undeclared_trainings(aggregator)
         if why:
-            raise ConfigError(FIELD, f"{plan.mechanism!r} clips and noises the steps of one training a client a round, which does not bound what algorithm {name!r} uploads: {why}")
+            instead = _hint(_mechanisms_where(lambda m: m.step is None), "that noises the uploads instead")
+            raise ConfigError(FIELD, f"{plan.mechanism!r} clips and noises the steps of one training a client a round, which does not bound what algorithm {name!r} uploads: {why}; "
+                                     f"use an algorithm that trains once a round{instead}")
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         model_name = config.model.get("name")
-        raise ConfigError(FIELD, f"{plan.mechanism!r} clips per-sample gradients, and model {model_name!r} has batch norm (a sample's gradient depends on its batch); use a model without it")
+        instead = _hint(_mechanisms_where(lambda m: m.step is None), "that noises the uploads instead")  # FedBN needs the batch norm
+        raise ConfigError(FIELD, f"{plan.mechanism!r} clips per-sample gradients, and model {model_name!r} has batch norm (a sample's gradient depends on its batch); "
+                                 f"use a model without it{instead}")
     return plan.spec.step(plan.options, plan.noise)
 
 

@@ -77,6 +77,39 @@ def other_test_rows_caveat(configs: Sequence[RunConfig]) -> str | None:
             "their accuracy differences, paired per seed, do not compare them on the same samples.")
 
 
+def epsilon_caveat(variants: Sequence[tuple[str, RunConfig]]) -> str | None:
+    """One line under a table with an ``epsilon`` column: what each variant's epsilon bounds; None when no variant is private.
+
+    The column alone reads as one scale, but each value is the run's own (mechanism, neighbouring relation, delta)
+    guarantee for its own privacy unit (a client under ``dp-fedavg``, a sample under ``dp-sgd``, a client's upload or a
+    soft-label row under ``local``): the line names them per group of variants, says that groups do not compare, and,
+    where a subsampled mechanism runs under fixed-size client sampling, that its epsilon is the Poisson approximation
+    (docs/privacy.md, *Sampling*), not a proven bound.
+    """
+    groups: dict[tuple[str, str, float], list[str]] = {}
+    approximate = False
+    for label, config in variants:
+        p = config.privacy
+        if not p.enabled:
+            continue
+        spec = p.spec
+        relation = spec.adjacency if p.adjacency == "auto" else p.adjacency
+        groups.setdefault((p.mechanism, relation, p.delta), []).append(label)
+        approximate = approximate or (spec.subsampled and config.federation.sampling == "fixed")
+    if not groups:
+        return None
+    # labels quoted: a comparison's labels often hold commas themselves ("FedAvg, eps=8")
+    parts = [f"{mechanism} ({relation} neighbours, delta = {delta:g}): {', '.join(repr(label) for label in labels)}" for (mechanism, relation, delta), labels in groups.items()]
+    line = ("epsilon caveat: epsilon is what each run had spent by its last round, the worst-off privacy unit's, at its own delta; "
+            + "; ".join(parts) + ".")
+    if len(groups) > 1:
+        line += " Other mechanisms, neighbours or deltas bound other things (a client, a sample, one client's update or soft-label row): do not compare epsilons across them."
+    if approximate:
+        line += (" Under federation.sampling = \"fixed\" a subsampled mechanism's epsilon accounts the round's clients as Poisson sampled: "
+                 "the usual approximation, not a proven bound.")
+    return line + " (docs/privacy.md)"
+
+
 def ends_with_nonfinite_loss(records: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the last round that measured the global accuracy has a non-finite global test loss (``null`` in
     ``metrics.jsonl``): the weights stayed finite, so the run finished and counts, but its predictions overflow."""

@@ -21,12 +21,12 @@ import dataclasses
 import itertools
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from chillfl.config import RunConfig, check_compare_option, own_tune, parse_value, safe_name, variant_config
+from chillfl.config import RunConfig, check_compare_option, check_sweep_switches, own_tune, parse_value, safe_name, variant_config
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.options import comma_items
 from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune, point_label
@@ -389,6 +389,8 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
         checked.append(dataclasses.replace(v, temperature=fixed_temperature(own.temperature)))
         built.append(own)
     planned = checked
+    # a swept option of an off table ([privacy], [attack]) that no variant switches on changes no run: refused as in a file
+    check_sweep_switches(built, [*_dotted(v.overrides for v in planned), *tune_table, *_dotted(v.tune for v in planned)])
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):
         controlled = with_controls(config, planned, tune_table, built)
         if len(controlled) == len(planned):  # asked for, none added: the table would look controlled and is not
@@ -397,6 +399,18 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
                               "compare temperatures (e.g. --grid temperature=1,0.05) or leave the controls out")
         planned = controlled
     return planned, CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select), built  # the variants carry the controls
+
+
+def _dotted(tables: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The dotted keys of override tables: ``section.option`` as written, a nested ``{section: {option: ...}}`` flattened."""
+    keys: list[str] = []
+    for table in tables:
+        for key, value in table.items():
+            if isinstance(value, Mapping):
+                keys.extend(f"{key}.{sub}" for sub in value)
+            else:
+                keys.append(key)
+    return keys
 
 
 def check_selectable(config: RunConfig, select: str) -> None:

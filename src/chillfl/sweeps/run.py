@@ -36,7 +36,7 @@ from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.plugins import CUSTOM, is_custom
 from chillfl.progress import Progress, format_seconds
-from chillfl.report.caveats import ends_with_nonfinite_loss, local_mix_warning, nonfinite_loss_caveat, other_test_rows_caveat, step_size_caveat
+from chillfl.report.caveats import ends_with_nonfinite_loss, epsilon_caveat, local_mix_warning, nonfinite_loss_caveat, other_test_rows_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
@@ -310,7 +310,7 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
     configs = plan.configs
     tuned = {**plan.tune_table, **{key: values for v in plan.variants for key, values in v.tune.items()}}  # own grids tune too (an lr in each)
     for caveat in (step_size_caveat(configs, tuned, any(v.lr_scale != 1.0 for v in plan.variants)), other_test_rows_caveat(configs),
-                   nonfinite_loss_caveat(nonfinite)):
+                   nonfinite_loss_caveat(nonfinite), epsilon_caveat([(v.label, c) for v, c in zip(plan.variants, configs)])):
         if caveat is not None:
             table = f"{table}\n\n{caveat}"
     return Tables(rows, table, outputs)

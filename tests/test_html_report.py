@@ -416,3 +416,24 @@ def test_a_result_file_of_the_wrong_shape_is_one_line_naming_it(
     err = capsys.readouterr().err
     assert err == f"chillfl: error: RUN_DIR: {run / file}{said.removeprefix(file)}\n", err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_curves_of_five_long_labelled_variants_lay_out_without_a_warning() -> None:
+    """`chillfl report` on a comparison of 5 variants labelled by several options printed matplotlib's
+    "Tight layout not applied ..." warning: a legend entry wider than its panel."""
+    import warnings
+
+    from chillfl.config import RunConfig
+    from chillfl.report.html import ACCURACY_CURVES, CALIBRATION_CURVES, Group, Run, curves_figure
+
+    def run(i: int) -> Run:
+        records = [{"round": r, "global_acc": 0.1 * r + 0.01 * i, "local_acc": 0.2, "global_ece": 0.1, "global_nll": 1.0, "global_brier": 0.2} for r in (1, 2, 3)]
+        return Run(Path("x"), RunConfig(), records, {})
+
+    label = "algorithm.name=fedprox, algorithm.mu=0.01, client.lr=0.05, client.local_epochs=5, partition.alpha=0.1, temperature.value=0.5, "
+    label += "model.name=cnn, optimizer.weight_decay=0.0001, federation.clients_per_round=10, eval.client_split_size=20"
+    groups = [Group(f"{label} [{i}]", [run(i), run(i + 1)]) for i in range(5)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for keys in (ACCURACY_CURVES, CALIBRATION_CURVES):
+            assert curves_figure(groups, keys)

@@ -33,6 +33,7 @@ import logging
 import math
 import re
 import tempfile
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -317,6 +318,10 @@ def _figure(width: float, height: float) -> Any:
     return fig
 
 
+LEGEND_CHARS = 50
+"""The widest line of a legend entry in :func:`curves_figure`, in characters: 50 at 7 pt fit a 5.2-inch panel."""
+
+
 def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> str | None:
     """One panel per metric key; one line per group (mean over seeds) with a ± 1 std band (:data:`~chillfl.metrics.spread.SPREAD`)."""
     from chillfl.plots.run import integer_rounds  # lazy: matplotlib is the `plots` extra
@@ -324,7 +329,11 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> s
     present = [(k, t) for k, t in keys if any(series(r.records, k)[0] for g in groups for r in g.runs)]
     if not present:
         return None
-    fig = _figure(5.2 * len(present), 3.8)
+    # a variant's label (every option that varies) can be wider than a panel: wrapped, and the figure as tall as its
+    # legend, tight_layout fits it ("Tight layout not applied" otherwise, and a legend past the figure's edges)
+    labels = {g.label: textwrap.fill(f"{g.label} (n={len(g.runs)})", LEGEND_CHARS) for g in groups}
+    lines = sum(label.count("\n") + 1 for label in labels.values())
+    fig = _figure(5.2 * len(present), max(3.8, 1.4 + 0.17 * lines))
     for i, (key, title) in enumerate(present):
         ax = fig.add_subplot(1, len(present), i + 1)
         for colour, g in enumerate(groups):
@@ -332,7 +341,7 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> s
             if len(rounds) == 0:
                 continue
             # a group keeps its colour in every panel and figure, also where a group before it has no such metric
-            (line,) = ax.plot(rounds, mean, lw=1.5, color=f"C{colour % 10}", label=f"{g.label} (n={len(g.runs)})")
+            (line,) = ax.plot(rounds, mean, lw=1.5, color=f"C{colour % 10}", label=labels[g.label])
             if len(g.runs) > 1:
                 ax.fill_between(rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
         if "loss" in key and _explodes(groups, key):  # one run's loss far above the rest: log scale keeps the others readable

@@ -3,6 +3,7 @@ the mean and not them, their config errors, tiny runs end to end, and centered c
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from pathlib import Path
@@ -370,3 +371,37 @@ def test_end_to_end(algorithm: dict[str, Any]) -> None:
 def test_centered_clip_run_resumes_bitwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run stopped after round 1 and resumed (v through the checkpoint) is the uninterrupted run, byte for byte."""
     check_resume("algorithm.centered_clip", "sequential", 1, tmp_path, monkeypatch)  # tau as resume_cases.NEEDS: clipping active
+
+
+SMALL: dict[str, Any] = {"dataset.name": "digits", "model.name": "mlp", "federation.num_clients": 10, "federation.rounds": 1, "eval.clients": "none"}
+SCALING = {"attack.kind": "scaling", "attack.fraction": 0.2}  # round(0.2 * 10) = 2 attackers
+
+
+def _notes(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "chillfl.experiment" and r.getMessage().startswith("note:")]
+
+
+@pytest.mark.parametrize("name", ["krum", "bulyan", "dnc"])
+def test_a_robust_rule_at_f_0_under_attack_says_it_tolerates_no_one(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Krum, Bulyan and DnC at their default f = 0 in an attacked run defended against no one, without a word."""
+    from chillfl import once
+    from chillfl.experiment import note_tolerates_no_attacker
+
+    with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
+        for quiet in ({"algorithm.f": 2}, {"algorithm.f": 3}, {}):  # f >= the 2 attackers; no [attack]
+            once.forget()
+            note_tolerates_no_attacker(load_config(None, {**SMALL, "algorithm.name": name, **quiet, **(SCALING if quiet else {})}))
+        assert _notes(caplog) == []
+        once.forget()
+        note_tolerates_no_attacker(load_config(None, {**SMALL, "algorithm.name": name, **SCALING}))
+    assert _notes(caplog) == [f"note: algorithm.f = 0: {name} tolerates no attacker, and this run has 2 of 10 clients attacking; set algorithm.f = 2"]
+
+
+def test_the_f_0_note_comes_once_the_run_is_built(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Said by the runner (after every check passed), not by a test calling the function: a whole run prints it once."""
+    from chillfl import once
+
+    once.forget()
+    with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
+        run_experiment(load_config(None, {**SMALL, "algorithm.name": "krum", **SCALING, "out_dir": str(tmp_path)}), write=False, progress=False)
+    assert _notes(caplog) == ["note: algorithm.f = 0: krum tolerates no attacker, and this run has 2 of 10 clients attacking; set algorithm.f = 2"]

@@ -18,7 +18,7 @@ from chillfl.aggregation.base import Aggregator, holds_personal_model
 from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, check_personal_model, check_plain_sgd,
                                          declared_capabilities, make_aggregator, wrapped)
 from chillfl.privacy.build import private_aggregator, private_steps, with_privacy
-from chillfl.attacks.build import attacked_aggregator, check_attack, poisoned_data, skipping_local_dp, with_attack
+from chillfl.attacks.build import attacked_aggregator, attacker_ids, check_attack, poisoned_data, skipping_local_dp, with_attack
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
@@ -507,6 +507,32 @@ def note_test_rows_steering(config: RunConfig, policy: TemperaturePolicy | None 
         return
     message = (f"note: {caps.steers_by_accuracy} reads each client's accuracy on its evaluation split, drawn from the test rows "
                "the run reports (eval.validation = 0): test rows steer training; eval.validation = 0.2 keeps them out")
+    warn_once(log, message)
+
+
+def note_tolerates_no_attacker(config: RunConfig) -> None:
+    """One line on stderr, once a process, when the run's algorithm declares an option counting the byzantine clients
+    it withstands (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.tolerates`), that option is 0 (the default), and
+    ``[attack]`` has attackers: the robust rule then defends against no one.
+
+    A note, not an error: a run at f = 0 under attack is a fair baseline to ask for. Called once the whole run is
+    built (:func:`chillfl.runner.run_experiment`), so that a bad value still ends in its one error line.
+    """
+    if not config.attack.enabled:
+        return
+    name, options = RunConfig.component(config.algorithm)
+    if is_custom(name):
+        return
+    spec = algorithm_spec(name)
+    if spec.tolerates is None:
+        return
+    tolerated = getattr(algorithm_options(spec, name, options), spec.tolerates)  # the option the spec names (as AlgorithmSpec.wraps is read)
+    attacking = len(attacker_ids(config, config.federation.num_clients))
+    if tolerated != 0 or attacking == 0:
+        return
+    field = f"algorithm.{spec.tolerates}"
+    message = (f"note: {field} = 0: {name} tolerates no attacker, and this run has {attacking} of {config.federation.num_clients} "
+               f"clients attacking; set {field} = {attacking}")
     warn_once(log, message)
 
 

@@ -140,5 +140,6 @@ SPEC = register_algorithm(
         "Bulyan: Krum selection, then a per-coordinate trim, byzantine-robust (El Mhamdi et al. 2018)",
         capabilities=ROBUST,
         check=check_bulyan,
+        tolerates="f",
     ),
 )

@@ -179,5 +179,6 @@ SPEC = register_algorithm(
         "Divide-and-Conquer: drop the top singular direction's outliers, byzantine-robust (Shejwalkar & Houmansadr 2021)",
         capabilities=ROBUST,
         check=check_dnc,
+        tolerates="f",
     ),
 )

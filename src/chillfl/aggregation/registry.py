@@ -96,6 +96,10 @@ class AlgorithmSpec:
     wraps: str | None = None
     """The option naming the algorithm this one wraps (PA3Fed: ``base``), whose options are the table
     ``<wraps>_options``; None: it wraps none. Generic code (the Flower apps, the resolved config) follows it."""
+    tolerates: str | None = None
+    """The integer option counting the byzantine clients of a round the rule is built to withstand (Krum's ``f``);
+    None: it declares none. At 0 under ``[attack]`` with attackers, the run says so in one note
+    (:func:`chillfl.experiment.note_tolerates_no_attacker`): the rule then defends against no one."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""

@@ -265,5 +265,5 @@ TRIMMED_MEAN = register_algorithm(
 )
 KRUM = register_algorithm(
     "krum",
-    AlgorithmSpec(KrumOptions, lambda o, ctx: (Krum(o), []), "(Multi-)Krum, byzantine-robust (Blanchard et al. 2017)", capabilities=ROBUST, check=check_krum),
+    AlgorithmSpec(KrumOptions, lambda o, ctx: (Krum(o), []), "(Multi-)Krum, byzantine-robust (Blanchard et al. 2017)", capabilities=ROBUST, check=check_krum, tolerates="f"),
 )

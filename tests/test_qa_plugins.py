@@ -627,6 +627,20 @@ def test_list_options_of_a_class_no_part_takes_says_why_each_refused_it(tmp_path
     assert gone == [f"chillfl: error: list.options: 'qa_refused:Gone' is no {KINDS} (module 'qa_refused' has no attribute 'Gone')"], gone
 
 
+def test_a_class_no_dataset_partitioner_or_model_takes_is_named_as_the_other_parts_name_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The dataset, partitioner and model lookups said "got type" (the class's own type's name) where every other
+    part says "got <class 'qa_plain.Thing'>"."""
+    with plugin_module(tmp_path, monkeypatch, "qa_plain", "class Thing:\n    pass\n"):
+        assert main(["list", "--options", "qa_plain:Thing"]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    why = dict(w.split(": ", 1) for w in err.split(f"{KINDS} (", 1)[1].removesuffix(")").split("; "))
+    got = "got <class 'qa_plain.Thing'>"
+    assert why["dataset.name"] == f"must name a dataset: a DatasetEntry or a builder function, {got}", why
+    assert why["partition.name"] == f"must name a partitioner: a PartitionerEntry or a split function, {got}", why
+    assert why["model.name"] == f"must name a model: a ModelSpec, an nn.Module class or a builder function, {got}", why
+    assert why["attack.kind"] == f"must name a chillfl.extend.AttackSpec, {got}", why  # as the others read
+
+
 @pytest.mark.parametrize(("name", "closest"), [("fedprx", "fedprox"), ("proximl", "proximal"), ("Dirichlet", "dirichlet")])
 def test_list_options_of_a_misspelt_name_says_the_closest(capsys: pytest.CaptureFixture[str], name: str, closest: str) -> None:
     """``chillfl list --options fedprx`` named no part's name, where every other unknown name says the closest one."""

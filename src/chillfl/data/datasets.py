@@ -485,7 +485,7 @@ def user_dataset(obj: Any, name: str, field: str) -> DatasetEntry:
     are (:func:`~chillfl.data.checks.checked_arrays`): one line on ``field``, not an error in a client mid-run.
     """
     if not (isinstance(obj, DatasetEntry) or inspect.isfunction(obj)):
-        raise ConfigError(field, f"{name!r} must name a dataset: a DatasetEntry or a builder function, got {type(obj).__name__}")
+        raise ConfigError(field, f"{name!r} must name a dataset: a DatasetEntry or a builder function, got {short_repr(obj)}")
     entry = obj if isinstance(obj, DatasetEntry) else DatasetEntry(inspect.getattr_static(obj, "Options", NoOptions), obj, "any")
     if not (isinstance(entry.options, type) and dataclasses.is_dataclass(entry.options)):
         raise ConfigError(field, f"{name!r}: its options must be a dataclass, got {entry.options!r}")

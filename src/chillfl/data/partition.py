@@ -136,7 +136,7 @@ import numpy as np
 
 from chillfl.data.flwr_partition import FlwrOptions, flwr_split
 from chillfl.errors import ConfigError
-from chillfl.options import Chosen, parse_options, require
+from chillfl.options import Chosen, parse_options, require, short_repr
 from chillfl.plugins import check_hooks, look_up, plugin_names
 
 if TYPE_CHECKING:
@@ -749,7 +749,7 @@ def user_partitioner(obj: Any, name: str, field: str) -> PartitionerEntry:
     its ``Options`` dataclass parsed from the ``[partition]`` table (:class:`NoOptions` when it declares none).
     """
     if not (isinstance(obj, PartitionerEntry) or inspect.isfunction(obj)):
-        raise ConfigError(field, f"{name!r} must name a partitioner: a PartitionerEntry or a split function, got {type(obj).__name__}")
+        raise ConfigError(field, f"{name!r} must name a partitioner: a PartitionerEntry or a split function, got {short_repr(obj)}")
     entry = obj if isinstance(obj, PartitionerEntry) else PartitionerEntry(getattr(obj, "Options", NoOptions), obj)
     if not (isinstance(entry.options, type) and dataclasses.is_dataclass(entry.options)):
         raise ConfigError(field, f"{name!r}: its options must be a dataclass, got {entry.options!r}")

@@ -29,7 +29,7 @@ from chillfl.errors import ConfigError
 from chillfl.models import alexnet, char_lstm, cnn, cnn1d, fedchill, mlp, resnet, resnet_cifar, vit
 from chillfl.models.projection import PROJECTION_OPTION, with_projection_head
 from chillfl.models.spec import Builder, ModelSpec
-from chillfl.options import Chosen, NoOptions, blame, parse_options, require_memory, total_memory_bytes
+from chillfl.options import Chosen, NoOptions, blame, parse_options, require_memory, short_repr, total_memory_bytes
 from chillfl.plugins import check_hooks, look_up, plugin_names
 
 __all__ = ["Builder", "MODELS", "ModelSpec", "build_model", "count_parameters", "model_names", "model_spec"]
@@ -89,7 +89,7 @@ def user_model(obj: Any, name: str, field: str) -> ModelSpec:
     Checked when the config is read, before anything is built or written.
     """
     if not _model_form(obj):
-        raise ConfigError(field, f"{name!r} must name a model: a ModelSpec, an nn.Module class or a builder function, got {type(obj).__name__}")
+        raise ConfigError(field, f"{name!r} must name a model: a ModelSpec, an nn.Module class or a builder function, got {short_repr(obj)}")
     spec = obj if isinstance(obj, ModelSpec) else ModelSpec(inspect.getattr_static(obj, "Options", NoOptions), obj)
     if not (isinstance(spec.options, type) and dataclasses.is_dataclass(spec.options)):
         raise ConfigError(field, f"{name!r}: its options must be a dataclass, got {spec.options!r}")

@@ -627,6 +627,21 @@ def test_list_options_of_a_class_no_part_takes_says_why_each_refused_it(tmp_path
     assert gone == [f"chillfl: error: list.options: 'qa_refused:Gone' is no {KINDS} (module 'qa_refused' has no attribute 'Gone')"], gone
 
 
+def test_list_options_of_an_entry_point_no_part_takes_says_why_each_refused_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """An entry point's name that resolves to an object no part takes was answered "give a plugin's import path ..."
+    (what a name that resolves to nothing gets), as if it named nothing; its import path said why each part refused it."""
+    from chillfl import plugins
+
+    monkeypatch.setattr(plugins, "entry_points", lambda: {"qa_ep_thing": "qa_ep:Thing"})
+    with plugin_module(tmp_path, monkeypatch, "qa_ep", "class Thing:\n    pass\n"):
+        assert main(["list", "--options", "qa_ep_thing"]) == 2
+        (err,) = capsys.readouterr().err.strip().splitlines()
+        assert main(["list", "--options", "qa_ep:Thing"]) == 2
+        (by_path,) = capsys.readouterr().err.strip().splitlines()
+    assert "import path" not in err and err.startswith(f"chillfl: error: list.options: 'qa_ep_thing' is no {KINDS} (dataset.name: "), err
+    assert err.split(f"{KINDS} (", 1)[1] == by_path.split(f"{KINDS} (", 1)[1]  # the same reasons, by part, as its path's
+
+
 def test_a_class_no_dataset_partitioner_or_model_takes_is_named_as_the_other_parts_name_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """The dataset, partitioner and model lookups said "got type" (the class's own type's name) where every other
     part says "got <class 'qa_plain.Thing'>"."""

@@ -25,6 +25,7 @@ from chillfl.data.partition_file import FROM_KEY, PARTITION_FILE
 from chillfl.models.projection import EveryModelOptions
 from chillfl.models.registry import model_names, model_spec
 from chillfl.options import OwnTable
+from chillfl import plugins as plugins_module
 from chillfl.plugins import is_import_path
 from chillfl.settings.attack import AttackOptions, attack_spec, kind_names
 from chillfl.settings.distillation import DistillationOptions, method_settings
@@ -96,7 +97,7 @@ def _registries(plugins: Sequence[str] = (), terms: Collection[str] = ()) -> Ite
         if path not in claimed:
             kinds = "dataset, partitioner, model, algorithm, temperature policy, soft-label or prototype method, attack, privacy mechanism or loss term"
             hint = ""
-            if is_import_path(path):
+            if is_import_path(path) or path in plugins_module.entry_points():  # an object each part refused: why, by part
                 why = refusals(path, {**refused[path], **_term_refusal(path)})
             else:  # a name no part knows: the first part's "allowed: <its names>" read as if only those were
                 why = "give a plugin's import path 'pkg.module:Name' or a chillfl.plugins entry point's name; `chillfl list` names every part's"
@@ -116,7 +117,7 @@ def _term_refusal(path: str) -> dict[str, str]:
 
 
 def refusals(path: str, why: Mapping[str, str]) -> str:
-    """Why each part refused the import path ``path``, in one line: ``field: reason; ...``, each reason without the
+    """Why each part refused the import path (or entry point's name) ``path``, in one line: ``field: reason; ...``, each reason without the
     path it starts with. Only the first part's reason was shown, so a model class whose build took the wrong
     arguments read "must name a dataset"; one reason that every part gave (the module does not import) is said once."""
     def short(reason: str) -> str:

@@ -381,9 +381,9 @@ def _notes(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "chillfl.experiment" and r.getMessage().startswith("note:")]
 
 
-@pytest.mark.parametrize("name", ["krum", "bulyan", "dnc"])
+@pytest.mark.parametrize("name", ["krum", "dnc"])  # Bulyan takes f <= 1 of 10 clients a round: test_the_suggested_f_is_one_the_rule_accepts
 def test_a_robust_rule_at_f_0_under_attack_says_it_tolerates_no_one(name: str, caplog: pytest.LogCaptureFixture) -> None:
-    """Krum, Bulyan and DnC at their default f = 0 in an attacked run defended against no one, without a word."""
+    """Krum and DnC at their default f = 0 in an attacked run defended against no one, without a word."""
     from chillfl import once
     from chillfl.experiment import note_tolerates_no_attacker
 
@@ -405,3 +405,40 @@ def test_the_f_0_note_comes_once_the_run_is_built(tmp_path: Path, caplog: pytest
     with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
         run_experiment(load_config(None, {**SMALL, "algorithm.name": "krum", **SCALING, "out_dir": str(tmp_path)}), write=False, progress=False)
     assert _notes(caplog) == ["note: algorithm.f = 0: krum tolerates no attacker, and this run has 2 of 10 clients attacking; set algorithm.f = 2"]
+
+
+def _note(overrides: dict[str, Any], caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The notes :func:`~chillfl.experiment.note_tolerates_no_attacker` says for the small run with ``overrides``."""
+    from chillfl import once
+    from chillfl.experiment import note_tolerates_no_attacker
+
+    once.forget()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
+        note_tolerates_no_attacker(load_config(None, {**SMALL, **overrides}))
+    return _notes(caplog)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        # Bulyan needs n >= 4f + 3: with n = 10 clients a round, f <= floor(7 / 4) = 1 (f = 2 needs 11), short of the 2 attackers
+        ({"algorithm.name": "bulyan", **SCALING}, "note: algorithm.f = 0: bulyan tolerates no attacker, and this run has 2 of 10 clients attacking; "
+                                                  "set algorithm.f = 1, the largest bulyan accepts here (10 clients per round): none it accepts covers all 2"),
+        # Krum needs n > 2f + 2: f <= floor((10 - 3) / 2) = 3, short of round(0.4 * 10) = 4 attackers
+        ({"algorithm.name": "krum", "attack.kind": "scaling", "attack.fraction": 0.4},
+         "note: algorithm.f = 0: krum tolerates no attacker, and this run has 4 of 10 clients attacking; "
+         "set algorithm.f = 3, the largest krum accepts here (10 clients per round): none it accepts covers all 4"),
+        # Multi-Krum's m <= n - f too: m = 9 leaves f <= 1 (f = 2: 9 > 10 - 2), though n > 2f + 2 allows 3: the whole check is asked
+        ({"algorithm.name": "krum", "algorithm.m": 9, **SCALING}, "note: algorithm.f = 0: krum tolerates no attacker, and this run has 2 of 10 clients attacking; "
+                                                                 "set algorithm.f = 1, the largest krum accepts here (10 clients per round): none it accepts covers all 2"),
+        # 3 clients a round: Bulyan takes f = 0 only (4 * 1 + 3 = 7 > 3)
+        ({"algorithm.name": "bulyan", "federation.clients_per_round": 3, **SCALING},
+         "note: algorithm.f = 0: bulyan tolerates no attacker, and this run has 2 of 10 clients attacking; "
+         "bulyan accepts no larger algorithm.f here (3 clients per round): none covers all 2"),
+    ],
+)
+def test_the_suggested_f_is_one_the_rule_accepts(overrides: dict[str, Any], said: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The note suggested f = the number of attackers, which Bulyan (n >= 4f + 3) and Krum (n > 2f + 2, m <= n - f) refuse
+    when the round is too small: the suggestion is now the largest f the rule's own check accepts, and says when none covers all."""
+    assert _note(overrides, caplog) == [said]

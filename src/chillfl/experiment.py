@@ -16,7 +16,7 @@ from torch import nn
 
 from chillfl.aggregation.base import Aggregator, holds_personal_model
 from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, check_personal_model, check_plain_sgd,
-                                         declared_capabilities, make_aggregator, wrapped)
+                                         declared_capabilities, largest_tolerated, make_aggregator, wrapped)
 from chillfl.privacy.build import private_aggregator, private_steps, with_privacy
 from chillfl.attacks.build import attacked_aggregator, attacker_ids, check_attack, poisoned_data, skipping_local_dp, with_attack
 from chillfl.config import RunConfig
@@ -515,6 +515,10 @@ def note_tolerates_no_attacker(config: RunConfig) -> None:
     it withstands (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.tolerates`), that option is 0 (the default), and
     ``[attack]`` has attackers: the robust rule then defends against no one.
 
+    It suggests the number of attackers, or, where the rule refuses that many in this run (Bulyan needs clients per round
+    >= 4f + 3), the largest value it accepts (:func:`~chillfl.aggregation.registry.largest_tolerated`, which asks the
+    spec's own check), saying that none covers them all.
+
     A note, not an error: a run at f = 0 under attack is a fair baseline to ask for. Called once the whole run is
     built (:func:`chillfl.runner.run_experiment`), so that a bad value still ends in its one error line.
     """
@@ -531,8 +535,16 @@ def note_tolerates_no_attacker(config: RunConfig) -> None:
     if tolerated != 0 or attacking == 0:
         return
     field = f"algorithm.{spec.tolerates}"
+    largest = largest_tolerated(name, options, config, attacking)
+    here = f"here ({config.federation.sample_size()} clients per round)"
+    if largest >= attacking:
+        advice = f"set {field} = {attacking}"
+    elif largest > tolerated:
+        advice = f"set {field} = {largest}, the largest {name} accepts {here}: none it accepts covers all {attacking}"
+    else:
+        advice = f"{name} accepts no larger {field} {here}: none covers all {attacking}"
     message = (f"note: {field} = 0: {name} tolerates no attacker, and this run has {attacking} of {config.federation.num_clients} "
-               f"clients attacking; set {field} = {attacking}")
+               f"clients attacking; {advice}")
     warn_once(log, message)
 
 

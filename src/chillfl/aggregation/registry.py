@@ -380,6 +380,27 @@ def check_algorithm(name: str, options: Mapping[str, Any] | None, config: RunCon
     spec.check(parsed, config, section)
 
 
+def largest_tolerated(name: str, options: Mapping[str, Any] | None, config: RunConfig, up_to: int, section: str = "algorithm") -> int:
+    """The largest value in [1, ``up_to``] of the option algorithm ``name`` counts the byzantine clients it withstands by
+    (:attr:`AlgorithmSpec.tolerates`) that the algorithm accepts in ``config``, its other ``options`` as written; 0 when
+    none does (or it declares no such option).
+
+    Why: a note that suggests a value must suggest one the rule takes (Krum needs clients per round > 2f + 2 and
+    m <= n - f, Bulyan >= 4f + 3). Each value is checked as if the table set it (:func:`check_algorithm`: parsed,
+    validated, then the spec's own ``check``), so the bound is asked where it is written, never restated.
+    """
+    key = algorithm_spec(name, section).tolerates
+    if key is None:
+        return 0
+    for value in range(up_to, 0, -1):
+        try:
+            check_algorithm(name, {**(options or {}), key: value}, config, section)
+        except ConfigError:
+            continue
+        return value
+    return 0
+
+
 def check_plain_sgd(capabilities: Capabilities, config: RunConfig, method: str) -> None:
     """A ConfigError when the method declares ``plain_sgd`` (its server maths assumes heavy-ball SGD steps at one lr a round)
     and the client optimiser differs."""

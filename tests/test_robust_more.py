@@ -385,15 +385,15 @@ def _notes(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_a_robust_rule_at_f_0_under_attack_says_it_tolerates_no_one(name: str, caplog: pytest.LogCaptureFixture) -> None:
     """Krum and DnC at their default f = 0 in an attacked run defended against no one, without a word."""
     from chillfl import once
-    from chillfl.experiment import note_tolerates_no_attacker
+    from chillfl.experiment import note_tolerates_fewer_attackers
 
     with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
         for quiet in ({"algorithm.f": 2}, {"algorithm.f": 3}, {}):  # f >= the 2 attackers; no [attack]
             once.forget()
-            note_tolerates_no_attacker(load_config(None, {**SMALL, "algorithm.name": name, **quiet, **(SCALING if quiet else {})}))
+            note_tolerates_fewer_attackers(load_config(None, {**SMALL, "algorithm.name": name, **quiet, **(SCALING if quiet else {})}))
         assert _notes(caplog) == []
         once.forget()
-        note_tolerates_no_attacker(load_config(None, {**SMALL, "algorithm.name": name, **SCALING}))
+        note_tolerates_fewer_attackers(load_config(None, {**SMALL, "algorithm.name": name, **SCALING}))
     assert _notes(caplog) == [f"note: algorithm.f = 0: {name} tolerates no attacker, and this run has 2 of 10 clients attacking; set algorithm.f = 2"]
 
 
@@ -408,14 +408,14 @@ def test_the_f_0_note_comes_once_the_run_is_built(tmp_path: Path, caplog: pytest
 
 
 def _note(overrides: dict[str, Any], caplog: pytest.LogCaptureFixture) -> list[str]:
-    """The notes :func:`~chillfl.experiment.note_tolerates_no_attacker` says for the small run with ``overrides``."""
+    """The notes :func:`~chillfl.experiment.note_tolerates_fewer_attackers` says for the small run with ``overrides``."""
     from chillfl import once
-    from chillfl.experiment import note_tolerates_no_attacker
+    from chillfl.experiment import note_tolerates_fewer_attackers
 
     once.forget()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
-        note_tolerates_no_attacker(load_config(None, {**SMALL, **overrides}))
+        note_tolerates_fewer_attackers(load_config(None, {**SMALL, **overrides}))
     return _notes(caplog)
 
 
@@ -442,3 +442,29 @@ def test_the_suggested_f_is_one_the_rule_accepts(overrides: dict[str, Any], said
     """The note suggested f = the number of attackers, which Bulyan (n >= 4f + 3) and Krum (n > 2f + 2, m <= n - f) refuse
     when the round is too small: the suggestion is now the largest f the rule's own check accepts, and says when none covers all."""
     assert _note(overrides, caplog) == [said]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        # f = 1 < 2 attackers; Krum takes f = 2 of 10 a round (10 > 2 * 2 + 2)
+        ({"algorithm.name": "krum", "algorithm.f": 1, **SCALING},
+         "note: algorithm.f = 1: krum tolerates 1 attacker, and this run has 2 of 10 clients attacking; set algorithm.f = 2"),
+        # f = 2 < 4 attackers; Krum takes up to f = 3 of 10 (10 > 8), not 4 (10 > 10 fails)
+        ({"algorithm.name": "krum", "algorithm.f": 2, "attack.kind": "scaling", "attack.fraction": 0.4},
+         "note: algorithm.f = 2: krum tolerates 2 attackers, and this run has 4 of 10 clients attacking; "
+         "set algorithm.f = 3, the largest krum accepts here (10 clients per round): none it accepts covers all 4"),
+        # f = 1 is already Bulyan's largest of 10 a round (4 * 2 + 3 = 11 > 10)
+        ({"algorithm.name": "bulyan", "algorithm.f": 1, **SCALING},
+         "note: algorithm.f = 1: bulyan tolerates 1 attacker, and this run has 2 of 10 clients attacking; "
+         "bulyan accepts no larger algorithm.f here (10 clients per round): none covers all 2"),
+        # DnC removes floor(c f) = floor(1.0 * 1) = 1 a round: f = 2 removes 2 and leaves 8
+        ({"algorithm.name": "dnc", "algorithm.f": 1, **SCALING},
+         "note: algorithm.f = 1: dnc tolerates 1 attacker, and this run has 2 of 10 clients attacking; set algorithm.f = 2"),
+        ({"algorithm.name": "krum", "algorithm.f": 2, **SCALING}, None),  # f = the attackers: nothing to say
+        ({"algorithm.name": "krum", "algorithm.f": 1}, None),  # no [attack]
+    ],
+)
+def test_a_robust_rule_below_the_attackers_says_so(overrides: dict[str, Any], said: str | None, caplog: pytest.LogCaptureFixture) -> None:
+    """0 < f < the number of attackers said nothing: the rule withstood fewer clients than attack, without a word."""
+    assert _note(overrides, caplog) == ([] if said is None else [said])

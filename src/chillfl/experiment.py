@@ -510,17 +510,17 @@ def note_test_rows_steering(config: RunConfig, policy: TemperaturePolicy | None 
     warn_once(log, message)
 
 
-def note_tolerates_no_attacker(config: RunConfig) -> None:
+def note_tolerates_fewer_attackers(config: RunConfig) -> None:
     """One line on stderr, once a process, when the run's algorithm declares an option counting the byzantine clients
-    it withstands (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.tolerates`), that option is 0 (the default), and
-    ``[attack]`` has attackers: the robust rule then defends against no one.
+    it withstands (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.tolerates`) and ``[attack]`` has more attackers
+    than that option: at 0 (the default) the robust rule defends against no one, below the attackers against some.
 
     It suggests the number of attackers, or, where the rule refuses that many in this run (Bulyan needs clients per round
     >= 4f + 3), the largest value it accepts (:func:`~chillfl.aggregation.registry.largest_tolerated`, which asks the
     spec's own check), saying that none covers them all.
 
-    A note, not an error: a run at f = 0 under attack is a fair baseline to ask for. Called once the whole run is
-    built (:func:`chillfl.runner.run_experiment`), so that a bad value still ends in its one error line.
+    A note, not an error: a run at f = 0, or below the attackers, is a fair baseline to ask for. Called once the whole
+    run is built (:func:`chillfl.runner.run_experiment`), so that a bad value still ends in its one error line.
     """
     if not config.attack.enabled:
         return
@@ -532,7 +532,7 @@ def note_tolerates_no_attacker(config: RunConfig) -> None:
         return
     tolerated = getattr(algorithm_options(spec, name, options), spec.tolerates)  # the option the spec names (as AlgorithmSpec.wraps is read)
     attacking = len(attacker_ids(config, config.federation.num_clients))
-    if tolerated != 0 or attacking == 0:
+    if tolerated >= attacking:
         return
     field = f"algorithm.{spec.tolerates}"
     largest = largest_tolerated(name, options, config, attacking)
@@ -543,7 +543,8 @@ def note_tolerates_no_attacker(config: RunConfig) -> None:
         advice = f"set {field} = {largest}, the largest {name} accepts {here}: none it accepts covers all {attacking}"
     else:
         advice = f"{name} accepts no larger {field} {here}: none covers all {attacking}"
-    message = (f"note: {field} = 0: {name} tolerates no attacker, and this run has {attacking} of {config.federation.num_clients} "
+    withstands = "no attacker" if tolerated == 0 else f"{tolerated} attacker{'s' if tolerated > 1 else ''}"
+    message = (f"note: {field} = {tolerated}: {name} tolerates {withstands}, and this run has {attacking} of {config.federation.num_clients} "
                f"clients attacking; {advice}")
     warn_once(log, message)
 

@@ -98,8 +98,8 @@ class AlgorithmSpec:
     ``<wraps>_options``; None: it wraps none. Generic code (the Flower apps, the resolved config) follows it."""
     tolerates: str | None = None
     """The integer option counting the byzantine clients of a round the rule is built to withstand (Krum's ``f``);
-    None: it declares none. At 0 under ``[attack]`` with attackers, the run says so in one note
-    (:func:`chillfl.experiment.note_tolerates_no_attacker`): the rule then defends against no one."""
+    None: it declares none. Below the attackers of ``[attack]`` (0, the default, defends against no one), the run says
+    so in one note (:func:`chillfl.experiment.note_tolerates_fewer_attackers`), suggesting a value the rule accepts."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""

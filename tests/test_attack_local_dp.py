@@ -183,3 +183,65 @@ def test_a_client_side_hook_that_drops_the_exempt_clients_is_one_line() -> None:
         with pytest.raises(ConfigError) as err:
             build.private_aggregator(config, data, FedAvg(), exempt=frozenset({1}))
     assert err.value.field == "privacy.mechanism" and "exempt=noise.exempt" in str(err.value)
+
+
+def _skip_notes(over: dict[str, Any], caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The notes :func:`chillfl.experiment.note_idle_local_dp` says for the built tiny run with ``over``."""
+    import logging
+
+    from chillfl import once
+    from chillfl.experiment import build_experiment, note_idle_local_dp
+
+    config = load_config(None, {**TINY, **over})
+    exp = build_experiment(config)
+    once.forget()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
+        note_idle_local_dp(config, exp.aggregator)
+    return [r.getMessage() for r in caplog.records if r.name == "chillfl.experiment" and r.getMessage().startswith("note:")]
+
+
+SKIP_IDLE = 'note: attack.local_dp = "skip" changes nothing in this run: '
+SKIP_ACTS = "; it acts under a [privacy] mechanism the clients run on what they upload, as they forge it (docs/attacks.md)"
+
+
+@pytest.mark.parametrize(
+    ("over", "why"),
+    [
+        ({"privacy.mechanism": "none"}, "[privacy] is off, so no client-side release of the uploads is there to skip"),
+        ({"privacy.mechanism": "dp-fedavg"}, "privacy.mechanism 'dp-fedavg' leaves an attacker nothing to skip (it clips at the server or inside local training)"),
+        ({"privacy.mechanism": "dp-sgd"}, "privacy.mechanism 'dp-sgd' leaves an attacker nothing to skip (it clips at the server or inside local training)"),
+        ({"privacy.mechanism": "local", "attack.kind": "label_flip"},
+         "attack 'label_flip' forges nothing its attackers upload under parameters sharing: they train and release as honest clients"),
+        ({"privacy.mechanism": "local"}, None),  # scaling forges the model the local wrapper would clip and noise: skip acts
+    ],
+)
+def test_skip_that_changes_nothing_says_so(over: dict[str, Any], why: str | None, caplog: pytest.LogCaptureFixture) -> None:
+    """``attack.local_dp = "skip"`` with no client-side mechanism to skip (or nothing forged) was accepted without a word."""
+    assert _skip_notes({**over, "attack.local_dp": "skip"}, caplog) == ([] if why is None else [SKIP_IDLE + why + SKIP_ACTS])
+    assert _skip_notes(over, caplog) == []  # comply (the default): nothing to say
+
+
+def test_the_idle_skip_note_comes_once_the_run_is_built(caplog: pytest.LogCaptureFixture) -> None:
+    """Said by the runner, after every check passed: a whole run prints it once."""
+    import logging
+
+    from chillfl import once
+    from chillfl.runner import run_experiment
+
+    once.forget()
+    with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
+        run_experiment(load_config(None, {**TINY, "privacy.mechanism": "none", "attack.local_dp": "skip"}), write=False, progress=False)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith('note: attack.local_dp')]
+    assert said == [SKIP_IDLE + "[privacy] is off, so no client-side release of the uploads is there to skip" + SKIP_ACTS]
+
+
+def test_skip_under_soft_label_sharing_acts_where_a_mechanism_releases_the_rows(caplog: pytest.LogCaptureFixture) -> None:
+    """Soft-label sharing: a ``gaussian`` attacker's forged rows skip the row release whenever a mechanism runs (quiet);
+    with ``[privacy]`` off there is none to skip (the note)."""
+    dsfl = {"seed": 3, "device": "cpu", "dataset.name": "digits", "model.name": "mlp", "model.hidden": [16], "federation.num_clients": 3,
+            "federation.clients_per_round": 3, "federation.rounds": 1, "client.batch_size": 32, "distillation.method": "dsfl",
+            "distillation.public_size": 40, "distillation.subset_size": 20, "attack.kind": "gaussian", "attack.clients": [1], "attack.local_dp": "skip"}
+    local = {"privacy.mechanism": "local", "privacy.noise_multiplier": 2.0, "privacy.delta": 1e-3}
+    assert _skip_notes({**dsfl, **local}, caplog) == []
+    assert _skip_notes({**dsfl, "privacy.mechanism": "none"}, caplog) == [SKIP_IDLE + "[privacy] is off, so no client-side release of the uploads is there to skip" + SKIP_ACTS]

@@ -17,8 +17,8 @@ from torch import nn
 from chillfl.aggregation.base import Aggregator, holds_personal_model
 from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, check_personal_model, check_plain_sgd,
                                          declared_capabilities, largest_tolerated, make_aggregator, wrapped)
-from chillfl.privacy.build import private_aggregator, private_steps, with_privacy
-from chillfl.attacks.build import attacked_aggregator, attacker_ids, check_attack, poisoned_data, skipping_local_dp, with_attack
+from chillfl.privacy.build import exempted, private_aggregator, private_steps, with_privacy
+from chillfl.attacks.build import attacked_aggregator, attacker_ids, check_attack, forges_models, forges_rows, poisoned_data, skipping_local_dp, with_attack
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
@@ -546,6 +546,36 @@ def note_tolerates_fewer_attackers(config: RunConfig) -> None:
     withstands = "no attacker" if tolerated == 0 else f"{tolerated} attacker{'s' if tolerated > 1 else ''}"
     message = (f"note: {field} = {tolerated}: {name} tolerates {withstands}, and this run has {attacking} of {config.federation.num_clients} "
                f"clients attacking; {advice}")
+    warn_once(log, message)
+
+
+def note_idle_local_dp(config: RunConfig, aggregator: Aggregator | None) -> None:
+    """One line on stderr, once a process, when ``attack.local_dp = "skip"`` changes nothing in the built run: no
+    attacker sends what it forges past a client-side release, because ``[privacy]`` is off, because its mechanism
+    leaves nothing on the clients' side to skip (it clips at the server, or inside local training, before anything
+    is forged), or because the attack forges nothing its clients upload (a data attack trains and releases honestly).
+
+    ``aggregator``: the run's built aggregator, whose client-side privacy wrapper holds the attackers it exempts
+    (:func:`chillfl.privacy.build.exempted`); under soft-label sharing a forged row skips the row release whenever a
+    mechanism runs (its ``rows`` hook is the client's own).
+
+    A note, not an error, as ``[attack]`` options a base table shares while each variant sets ``kind``: a comparison
+    may hold ``local_dp = "skip"`` (the threat model) fixed while its variants vary ``[privacy]``, and the run is
+    then exactly ``comply``'s. Called once the whole run is built, so that a bad value still ends in its one error line.
+    """
+    attack = config.attack
+    if not attack.enabled or attack.local_dp != "skip":
+        return
+    if exempted(aggregator) or (forges_rows(config) and config.privacy.enabled):
+        return  # the attackers send what they forge unreleased: skip acts
+    if not config.privacy.enabled:
+        why = "[privacy] is off, so no client-side release of the uploads is there to skip"
+    elif not (forges_models(config) or forges_rows(config)):
+        why = f"attack {attack.kind!r} forges nothing its attackers upload under {config.protocol} sharing: they train and release as honest clients"
+    else:
+        why = f"privacy.mechanism {config.privacy.mechanism!r} leaves an attacker nothing to skip (it clips at the server or inside local training)"
+    message = (f'note: attack.local_dp = "skip" changes nothing in this run: {why}; '
+               "it acts under a [privacy] mechanism the clients run on what they upload, as they forge it (docs/attacks.md)")
     warn_once(log, message)
 
 

@@ -56,7 +56,8 @@ from chillfl.environment import as_comment, differences, environment
 from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError
 from chillfl.paths import shell_path
 from chillfl.executors.pools import WorkerPools
-from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, make_executor, note_ignored_fraction, note_test_rows_steering, note_tolerates_fewer_attackers
+from chillfl.experiment import (Experiment, build_client_models, build_experiment, build_protocol, make_executor, note_idle_local_dp, note_ignored_fraction, note_test_rows_steering,
+                               note_tolerates_fewer_attackers)
 from chillfl.plugins import is_custom
 from chillfl.extras import need
 from chillfl.metrics.calibration import CalibrationAccumulator
@@ -275,6 +276,7 @@ def run_experiment(
             note_test_rows_steering(config, exp.policy)  # built: every check has passed, so a note cannot precede an error line
             note_ignored_fraction(config)
             note_tolerates_fewer_attackers(config)
+            note_idle_local_dp(config, exp.aggregator)
             config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
             if write:
                 check_sinks(config)

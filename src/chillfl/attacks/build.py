@@ -72,6 +72,11 @@ def forges_models(config: RunConfig) -> bool:
     return config.attack.enabled and spec_of(config.attack).forge_models is not None and config.protocol == PARAMETERS
 
 
+def forges_rows(config: RunConfig) -> bool:
+    """Whether the run's attackers rewrite the soft-label rows they upload (a ``forge_rows`` hook, under soft-label sharing)."""
+    return config.attack.enabled and spec_of(config.attack).forge_rows is not None and config.protocol == SOFTLABELS
+
+
 def skipping_local_dp(config: RunConfig, data: FederatedData) -> frozenset[int]:
     """The attackers that send the models they forge without a client-side ``[privacy]`` step (``attack.local_dp = "skip"``):
     the run builder passes them to :func:`chillfl.privacy.build.private_aggregator`, which builds its wrapper with them
@@ -106,7 +111,7 @@ def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
     probe = None if spec.probe is None else checked_probe(spec.probe(attack.options, exp.data))
     ids = attacker_ids(exp.config, exp.data.num_clients)
     client = protocol.client
-    if spec.forge_rows is not None and exp.config.protocol == SOFTLABELS:
+    if spec.forge_rows is not None and exp.config.protocol == SOFTLABELS:  # as forges_rows (spelt out: mypy narrows forge_rows)
         import dataclasses
 
         from chillfl.attacks.softlabels import ForgedRows

@@ -184,6 +184,20 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
     return private
 
 
+def exempted(aggregator: Aggregator | None) -> frozenset[int]:
+    """The clients a built client-side privacy wrapper lets send their uploads unreleased (its
+    :attr:`~chillfl.privacy.aggregate.PrivateAggregation.exempt`: attackers with ``attack.local_dp = "skip"``), found
+    through the wrappers around it; empty when there is none (no mechanism, one that clips at the server, or none exempt)."""
+    from chillfl.aggregation.base import AroundAggregator
+    from chillfl.privacy.aggregate import PrivateAggregation
+
+    while isinstance(aggregator, AroundAggregator):
+        if isinstance(aggregator, PrivateAggregation):
+            return aggregator.exempt
+        aggregator = aggregator.base
+    return frozenset()
+
+
 def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggregator: Aggregator | None) -> PrivateGradients | None:
     """The mechanism's per-sample step (its ``step`` hook; None without one); refuses batch norm, and methods whose uploads one
     accounted training does not bound (their declared ``private_steps``, or a client half that runs its own trainings)."""
@@ -227,4 +241,4 @@ def with_privacy(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
     return Accounted(protocol, plan, every_round=exp.config.federation.sampling == "poisson")
 
 
-__all__: Sequence[str] = ("PrivacyPlan", "plan_privacy", "private_aggregator", "private_steps", "with_privacy")
+__all__: Sequence[str] = ("PrivacyPlan", "exempted", "plan_privacy", "private_aggregator", "private_steps", "with_privacy")

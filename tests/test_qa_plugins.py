@@ -662,3 +662,52 @@ def test_list_options_of_a_misspelt_name_says_the_closest(capsys: pytest.Capture
     assert main(["list", "--options", name]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"chillfl: error: list.options: {name!r} (did you mean {closest!r}?) is no dataset, "), err
+
+
+BAD_RULE = '''
+from chillfl.extend import AggregatorBase
+
+
+class Rule(AggregatorBase):
+    def __init__(self, a, b, c):  # no Options: built as Rule(), which this __init__ does not take
+        pass
+
+    def aggregate(self, global_params, results, round):
+        return global_params
+'''
+
+
+def test_list_options_leaves_out_an_entry_point_its_part_takes_but_cannot_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """An entry point naming an aggregator class (so ``[algorithm]`` lists it) that cannot be built (its ``__init__``
+    takes three arguments) stopped ``chillfl list --options`` with that one error line: nothing else was listed."""
+    import chillfl.once
+    from chillfl import plugins
+
+    monkeypatch.setattr(plugins, "entry_points", lambda: {"qa_bad_rule": "qa_bad_rule:Rule"})
+    chillfl.once.forget()
+    with plugin_module(tmp_path, monkeypatch, "qa_bad_rule", BAD_RULE):
+        assert main(["list", "--options"]) == 0
+        out, err = capsys.readouterr()
+        assert main(["list", "--options", "qa_bad_rule"]) == 2  # asked by name: why each part refused it, as before
+        (asked,) = capsys.readouterr().err.strip().splitlines()
+    assert "## [algorithm] name = ..." in out and "### `krum`" in out and "qa_bad_rule" not in out, out[:400]  # the others, listed
+    said = [line for line in err.strip().splitlines() if "qa_bad_rule" in line]
+    assert said == ["chillfl: plugin 'qa_bad_rule' (qa_bad_rule:Rule) is left out of [algorithm]: 'qa_bad_rule' is built as Rule(), as it declares no "
+                    "Options dataclass, which its __init__ does not take (missing a required argument: 'a')"], err
+    assert asked.startswith(f"chillfl: error: list.options: 'qa_bad_rule' is no {KINDS} (") and "algorithm.name: is built as Rule()" in asked, asked
+
+
+def test_list_options_leaves_out_a_loss_term_entry_point_it_cannot_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same for ``[objective] terms``, listed apart from the parts: a term class whose ``__init__`` needs an argument."""
+    import chillfl.once
+    from chillfl import plugins
+
+    source = "class Decay:\n    reads = ()\n\n    def __init__(self, rate):\n        self.rate = rate\n\n    def __call__(self, ctx):\n        return 0.0\n"
+    monkeypatch.setattr(plugins, "entry_points", lambda: {"qa_bad_term": "qa_bad_term:Decay"})
+    chillfl.once.forget()
+    with plugin_module(tmp_path, monkeypatch, "qa_bad_term", source):
+        assert main(["list", "--options"]) == 0
+        out, err = capsys.readouterr()
+    assert "## [objective] terms = [...]" in out and "### `proximal`" in out and "qa_bad_term" not in out
+    said = [line for line in err.strip().splitlines() if "qa_bad_term" in line]
+    assert len(said) == 1 and said[0].startswith("chillfl: plugin 'qa_bad_term' (qa_bad_term:Decay) is left out of [objective] terms: 'qa_bad_term' is built as Decay()"), err

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import types
 import typing
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from chillfl.data.partition import partitioner_names, partitioner_spec
 from chillfl.data.partition_file import FROM_KEY, PARTITION_FILE
 from chillfl.models.projection import EveryModelOptions
 from chillfl.models.registry import model_names, model_spec
+from chillfl.once import warn_once
 from chillfl.options import OwnTable
 from chillfl import plugins as plugins_module
 from chillfl.plugins import is_import_path
@@ -38,6 +40,8 @@ from chillfl.temperature.heterogeneity import MEASURES
 
 if TYPE_CHECKING:  # annotations only (the terms module is imported where the terms are listed)
     from chillfl.training.terms import TermSpec
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ def _registries(plugins: Sequence[str] = (), terms: Collection[str] = ()) -> Ite
     refused: dict[str, dict[str, str]] = {path: {} for path in plugins}  # path -> each refusing part's field -> why
     known = list(terms)  # every name a part or term has: the closest one to a typo is suggested
     for part in PARTS:
-        registry = {name: part.spec_of(name) for name in part.names()}
+        registry = _listed(part.names(), part.spec_of, f"[{part.section}]", plugins)
         known += registry
         if not part.plugins:
             yield part.section, part.key, registry
@@ -103,6 +107,25 @@ def _registries(plugins: Sequence[str] = (), terms: Collection[str] = ()) -> Ite
                 why = "give a plugin's import path 'pkg.module:Name' or a chillfl.plugins entry point's name; `chillfl list` names every part's"
                 hint = did_you_mean(path, known)
             raise ConfigError("list.options", f"{path!r}{hint} is no {kinds} ({why})")
+
+
+def _listed(names: Iterable[str], spec_of: Callable[[str], Any], where: str, asked: Collection[str] = ()) -> dict[str, Any]:
+    """Each of a part's ``names`` with its spec. An installed entry point whose object the part's test accepts (it is
+    listed under the part) but whose spec cannot be read (an aggregator class built with arguments its ``__init__``
+    does not take) is left out, with one warning line naming it and why: its error stopped the whole listing. One
+    that the command asks for by name (``asked``) is left out quietly: the refusal, part by part, says why
+    (:func:`refusals`). A built-in that cannot be read is a bug, and raises."""
+    entries = plugins_module.entry_points()
+    out = {}
+    for name in names:
+        try:
+            out[name] = spec_of(name)
+        except ConfigError as exc:
+            if name not in entries:
+                raise
+            if name not in asked:
+                warn_once(log, f"plugin {name!r} ({entries[name]}) is left out of {where}: {exc.message}")
+    return out
 
 
 def _term_refusal(path: str) -> dict[str, str]:
@@ -321,7 +344,7 @@ def _terms(plugins: Sequence[str] = ()) -> dict[str, TermSpec]:
     shows them), with each import path of ``plugins`` that names a term: a term is a plugin like any other part."""
     from chillfl.training.terms import term_names, term_spec
 
-    registry = {name: term_spec(name, "objective.terms") for name in term_names()}
+    registry: dict[str, TermSpec] = _listed(term_names(), lambda name: term_spec(name, "objective.terms"), "[objective] terms", plugins)
     for path in plugins:
         try:
             registry[path] = term_spec(path, "objective.terms")

@@ -33,4 +33,3 @@ def test_reference_bullet_names_every_field(cls: type) -> None:
     bullet = reference_bullet("AlgorithmSpec" if cls is BuildContext else cls.__name__)
     missing = [f.name for f in dataclasses.fields(cls) if not re.search(rf"\b{f.name}\b", bullet)]
     assert missing == [], f"docs/extending.md's {cls.__name__} reference leaves out {missing}"
-

@@ -468,3 +468,17 @@ def test_the_suggested_f_is_one_the_rule_accepts(overrides: dict[str, Any], said
 def test_a_robust_rule_below_the_attackers_says_so(overrides: dict[str, Any], said: str | None, caplog: pytest.LogCaptureFixture) -> None:
     """0 < f < the number of attackers said nothing: the rule withstood fewer clients than attack, without a word."""
     assert _note(overrides, caplog) == ([] if said is None else [said])
+
+
+def test_the_note_counts_the_attackers_a_round_can_hold(caplog: pytest.LogCaptureFixture) -> None:
+    """The rule's f counts one round's attackers: with 10 of 20 clients attacking and 8 sampled a round, a round holds
+    at most 8, so the note compares f with 8 (it said "covers all 10", a number no round reaches)."""
+    # round(0.5 * 20) = 10 attackers; Krum needs n > 2f + 2 with n = 8 a round: f = 2 (8 > 6), not 3 (8 > 8 fails)
+    run = {"federation.num_clients": 20, "federation.clients_per_round": 8, "attack.kind": "scaling", "attack.fraction": 0.5}
+    assert _note({"algorithm.name": "krum", **run}, caplog) == [
+        "note: algorithm.f = 0: krum tolerates no attacker, and this run has 10 of 20 clients attacking, at most 8 in a round of 8; "
+        "set algorithm.f = 2, the largest krum accepts here (8 clients per round): none it accepts covers all 8"]
+    # 2 attackers (round(0.1 * 20)) fit in a round of 8: the run's count, as before, with no "at most"
+    two = {**run, "attack.fraction": 0.1}
+    assert _note({"algorithm.name": "krum", **two}, caplog) == [
+        "note: algorithm.f = 0: krum tolerates no attacker, and this run has 2 of 20 clients attacking; set algorithm.f = 2"]

@@ -515,8 +515,9 @@ def note_tolerates_fewer_attackers(config: RunConfig) -> None:
     it withstands (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.tolerates`) and ``[attack]`` has more attackers
     than that option: at 0 (the default) the robust rule defends against no one, below the attackers against some.
 
-    It suggests the number of attackers, or, where the rule refuses that many in this run (Bulyan needs clients per round
-    >= 4f + 3), the largest value it accepts (:func:`~chillfl.aggregation.registry.largest_tolerated`, which asks the
+    The rule counts the attackers of one round, so the number compared is the run's attackers or, where fewer clients
+    take part a round, that many (the most a round can hold). It suggests that number, or, where the rule refuses that
+    many in this run (Bulyan needs clients per round >= 4f + 3), the largest value it accepts (:func:`~chillfl.aggregation.registry.largest_tolerated`, which asks the
     spec's own check), saying that none covers them all.
 
     A note, not an error: a run at f = 0, or below the attackers, is a fair baseline to ask for. Called once the whole
@@ -532,20 +533,23 @@ def note_tolerates_fewer_attackers(config: RunConfig) -> None:
         return
     tolerated = getattr(algorithm_options(spec, name, options), spec.tolerates)  # the option the spec names (as AlgorithmSpec.wraps is read)
     attacking = len(attacker_ids(config, config.federation.num_clients))
-    if tolerated >= attacking:
+    per_round = config.federation.sample_size()
+    most = min(attacking, per_round)  # the rule counts a round's attackers: a round samples at most per_round clients
+    if tolerated >= most:
         return
     field = f"algorithm.{spec.tolerates}"
-    largest = largest_tolerated(name, options, config, attacking)
-    here = f"here ({config.federation.sample_size()} clients per round)"
-    if largest >= attacking:
-        advice = f"set {field} = {attacking}"
+    largest = largest_tolerated(name, options, config, most)
+    here = f"here ({per_round} clients per round)"
+    if largest >= most:
+        advice = f"set {field} = {most}"
     elif largest > tolerated:
-        advice = f"set {field} = {largest}, the largest {name} accepts {here}: none it accepts covers all {attacking}"
+        advice = f"set {field} = {largest}, the largest {name} accepts {here}: none it accepts covers all {most}"
     else:
-        advice = f"{name} accepts no larger {field} {here}: none covers all {attacking}"
+        advice = f"{name} accepts no larger {field} {here}: none covers all {most}"
     withstands = "no attacker" if tolerated == 0 else f"{tolerated} attacker{'s' if tolerated > 1 else ''}"
+    in_round = "" if most == attacking else f", at most {most} in a round of {per_round}"
     message = (f"note: {field} = {tolerated}: {name} tolerates {withstands}, and this run has {attacking} of {config.federation.num_clients} "
-               f"clients attacking; {advice}")
+               f"clients attacking{in_round}; {advice}")
     warn_once(log, message)
 
 

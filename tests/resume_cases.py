@@ -15,6 +15,8 @@ for byte. Figures are not drawn (they are not results, and matplotlib costs seco
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +118,20 @@ class _CrashIn:
             raise Crash
 
     def on_end(self, output: object) -> None:
+        pass
+
+
+class SigintAfter:
+    """A callback that sends this process SIGINT after round ``n``: the run stops there, checkpointed, as on Ctrl-C."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def on_round(self, record: Any) -> None:
+        if record["round"] == self.n:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def on_end(self, output: Any) -> None:
         pass
 
 

@@ -10,9 +10,7 @@ not give the uninterrupted run's metrics.jsonl, byte for byte.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from chillfl.runner import CHECKPOINT, resume_experiment, run_experiment
 from chillfl.storage.checkpoint import read_checkpoint, write_state
 from chillfl.storage.run_folder import STARTED_IN
 from fake_datasets import idx_bytes
+from resume_cases import Crash, SigintAfter, _CrashIn
 
 TINY: dict[str, Any] = {
     "seed": 3,
@@ -55,22 +54,6 @@ def write_mnist(data_dir: Path, seed: int) -> None:
     for prefix, n in (("train", 80), ("t10k", 20)):
         (root / f"{prefix}-images-idx3-ubyte").write_bytes(idx_bytes(rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)))
         (root / f"{prefix}-labels-idx1-ubyte").write_bytes(idx_bytes(rng.integers(0, 10, n, dtype=np.uint8)))
-
-
-class Crash(Exception):
-    """Stands for a kill -9 in round 2, after round 1's checkpoint."""
-
-
-class _CrashIn:
-    def __init__(self, round: int) -> None:
-        self.round = round
-
-    def on_round(self, record: dict[str, Any]) -> None:
-        if record["round"] == self.round:
-            raise Crash
-
-    def on_end(self, output: object) -> None:
-        pass
 
 
 @pytest.fixture
@@ -171,20 +154,6 @@ def test_paths_from_moves_a_relative_path_only_where_the_start_folder_holds_it(t
     assert load_config(None, {"data_dir": "../data"}).paths_from(start).data_dir == "../data"  # start/../data is not there
 
 
-class _SigintAfter:
-    """Sends this process SIGINT after round ``n``: the run stops there, checkpointed, as on Ctrl-C."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def on_round(self, record: Any) -> None:
-        if record["round"] == self.n:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    def on_end(self, output: Any) -> None:
-        pass
-
-
 def _compare(a: Path, out: str) -> int:
     """A 3-run comparison (temperatures 1, 0.5, 0.25) started in A into ``A/out``, ``data_dir = "data"``."""
     config = a / "cmp.toml"
@@ -213,7 +182,7 @@ def test_a_comparison_resumed_in_another_folder_reads_the_data_it_started_on(fol
     def run_experiment(cfg: Any, **kw: Any) -> Any:  # the second run stops after round 1, checkpointed
         calls[0] += 1
         if calls[0] == 2:
-            kw["callbacks"] = [_SigintAfter(1)]
+            kw["callbacks"] = [SigintAfter(1)]
         return real_run(cfg, **kw)
 
     monkeypatch.setattr(sweep, "run_experiment", run_experiment)

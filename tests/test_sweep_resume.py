@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 import chillfl.sweeps.run as sweep  # where the comparison's runs start
 from chillfl.cli import main
 from chillfl.storage.results import RunLock
+from resume_cases import SigintAfter
 
 pytestmark = pytest.mark.slow  # comparisons interrupted and resumed; `pytest -m "not slow"` leaves it out
 
@@ -35,20 +35,6 @@ def _compare(out: Path, *extra: str) -> int:
     return main(["compare", str(config), *ARGS, f"out_dir={out}", *extra])
 
 
-class _SigintAfter:
-    """A callback that sends this process SIGINT after round ``n``: the run stops there, checkpointed, as on Ctrl-C."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def on_round(self, record: Any) -> None:
-        if record["round"] == self.n:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    def on_end(self, output: Any) -> None:
-        pass
-
-
 def _interrupt(monkeypatch: pytest.MonkeyPatch, run: int, after_round: int) -> dict[str, int]:
     """Make the sweep's ``run``-th fresh run stop after ``after_round`` (once); count fresh runs and resumes."""
     calls = {"run": 0, "resume": 0}
@@ -59,7 +45,7 @@ def _interrupt(monkeypatch: pytest.MonkeyPatch, run: int, after_round: int) -> d
         calls["run"] += 1
         if calls["run"] == run and armed[0]:
             armed[0] = False
-            kw["callbacks"] = [_SigintAfter(after_round)]
+            kw["callbacks"] = [SigintAfter(after_round)]
         return real_run(cfg, **kw)
 
     import chillfl.runner as runner

@@ -106,7 +106,7 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
 
     Returns False (nothing written) when no variant has a difference to draw (a comparison of the baseline alone).
     """
-    from chillfl.plots.run import plt  # lazy: MissingExtra without the plots extra
+    from chillfl.plots.figure import Figure, save_png  # lazy: MissingExtra without the plots extra
 
     keys = [k for k in PANELS if (local or k != "delta_local_acc")]
     panels = [(k, found) for k in keys if (found := differences(rows, baseline, k))]
@@ -114,7 +114,8 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
         return False
     height = max(len(d) for _, d in panels)
     same_rows = len({tuple(one.label for one in d) for _, d in panels}) == 1  # the labels once, on the left
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 1.2 + 0.42 * height), squeeze=False, sharey=same_rows)
+    fig = Figure(figsize=(6.5 * len(panels), 1.2 + 0.42 * height))
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=same_rows)
     for i_panel, (ax, (key, diffs)) in enumerate(zip(axes[0], panels)):
         scale = ""
         if far_reaching(diffs):  # before drawing, so that the view fits the data on this scale
@@ -139,6 +140,5 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
     heading = (f"{title}: " if title else "") + f"difference from the baseline ({caption([d for _, found in panels for d in found])})"
     fig.suptitle(textwrap.fill(heading, TITLE_CHARS * len(panels)), fontsize=10)  # wrapped: a clipped bar's note ran past one panel's width
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path, dpi=110)
     return True

@@ -13,14 +13,13 @@ from typing import Any, Mapping, Sequence
 
 from chillfl.extras import need
 
-matplotlib = need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 from matplotlib.axes import Axes  # noqa: E402
 
 from chillfl.config import safe_name  # noqa: E402
 from chillfl.storage.results import read_metrics, series  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
+from chillfl.plots.figure import Figure, save_png  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
 
 CLP_COLOR = "#9ecae1"  # light blue, as in Fig. 3
@@ -50,7 +49,8 @@ def plot_clp(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
     if not fgn_rounds:
         return False
     spans = clp_spans(records)
-    fig, (ax_acc, ax_fgn) = plt.subplots(1, 2, figsize=(11, 4))
+    fig = Figure(figsize=(11, 4))
+    ax_acc, ax_fgn = fig.subplots(1, 2)
     acc_rounds, acc = series(records, "global_acc")
     shade_clp(ax_acc, spans)
     if acc_rounds:
@@ -68,8 +68,7 @@ def plot_clp(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path, dpi=110)
     return True
 
 
@@ -80,7 +79,8 @@ def plot_compare_clp(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: st
     """
     if not any(series(records, "global_acc")[0] for records in curves.values()):
         return False
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
     for i, (label, records) in enumerate(curves.items()):
         rounds, acc = series(records, "global_acc")
         if not rounds:
@@ -95,8 +95,7 @@ def plot_compare_clp(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: st
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path, dpi=110)
     return True
 
 

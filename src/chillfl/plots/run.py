@@ -1,4 +1,4 @@
-"""PNG plots of result folders (matplotlib, Agg backend: no display needed)."""
+"""PNG plots of result folders (matplotlib's object API on the Agg canvas, as :mod:`chillfl.plots.figure`: no pyplot figure manager shared by runs that draw at once, nothing to close, no display)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,17 @@ from typing import Any, Mapping, Sequence
 
 from chillfl.extras import need
 
-matplotlib = need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 
-from chillfl.plots.figure import mark_lone_points  # noqa: E402
+from chillfl.plots.figure import Figure, mark_lone_points, save_png  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
 
 
 def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> None:
     """Accuracy (global and local) and loss (global test, local train) over rounds."""
-    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
+    fig = Figure(figsize=(11, 4))
+    ax_acc, ax_loss = fig.subplots(1, 2)
     for key, label in (("global_acc", "global model, test set"), ("local_acc", "local models, own splits"), ("global_client_acc", "global model, client splits")):
         rounds, values = series(records, key)
         if rounds:
@@ -37,8 +36,7 @@ def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path, dpi=110)
 
 
 def plot_temperatures(records: Sequence[Mapping[str, Any]], path: str | Path) -> bool:
@@ -47,7 +45,8 @@ def plot_temperatures(records: Sequence[Mapping[str, Any]], path: str | Path) ->
     if not per_round:
         return False
     clients = sorted({c for _, temps in per_round for c in temps}, key=int)
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     for c in clients:
         pts = [(rnd, temps[c]) for rnd, temps in per_round if c in temps]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, label=f"client {c}" if len(clients) <= 10 else None)
@@ -57,14 +56,14 @@ def plot_temperatures(records: Sequence[Mapping[str, Any]], path: str | Path) ->
     if len(clients) <= 10:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path, dpi=110)
     return True
 
 
 def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, key: str = "global_acc", title: str = "") -> None:
     """One accuracy curve per variant (``compare``), plus the loss panel."""
-    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
+    fig = Figure(figsize=(11, 4))
+    ax_acc, ax_loss = fig.subplots(1, 2)
     loss_key = key.replace("acc", "loss")
     for label, records in curves.items():
         if not records:
@@ -120,8 +119,7 @@ def finish_panels(fig: Any, axes: Sequence[Any], path: str | Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path, dpi=110)
 
 
 register_figure("accuracy_loss", FigureSpec("accuracy_loss.png", plot_run, "accuracy and loss over rounds"))

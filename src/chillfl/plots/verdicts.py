@@ -49,12 +49,13 @@ def label(point: VerdictPoint) -> str:
 
 def plot_verdicts(points: Sequence[VerdictPoint], path: str | Path, title: str = "") -> None:
     """One panel per metric present (accuracy difference; bytes ratio), one row per claim, top to bottom."""
-    from chillfl.plots.run import plt  # lazy: MissingExtra without the plots extra, while VerdictPoint stays importable
+    from chillfl.plots.figure import Figure, save_png  # lazy: MissingExtra without the plots extra, while VerdictPoint stays importable
 
     panels = [m for m in ("accuracy", "bytes") if any(p.metric == m for p in points)]
     rows = max(sum(p.metric == m for p in points) for m in panels)
     widths = [2.0 if m == "accuracy" else 1.0 for m in panels]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 + 3.5 * sum(widths), 1.2 + 0.75 * rows), squeeze=False, gridspec_kw={"width_ratios": widths})
+    fig = Figure(figsize=(4.5 + 3.5 * sum(widths), 1.2 + 0.75 * rows))
+    axes = fig.subplots(1, len(panels), squeeze=False, gridspec_kw={"width_ratios": widths})
     for ax, metric in zip(axes[0], panels):
         mine = [p for p in points if p.metric == metric]
         for y, p in enumerate(reversed(mine)):
@@ -82,5 +83,4 @@ def plot_verdicts(points: Sequence[VerdictPoint], path: str | Path, title: str =
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path, dpi=110)

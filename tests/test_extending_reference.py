@@ -15,19 +15,20 @@ import pytest
 
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext
 from chillfl.capabilities import Capabilities
+from chillfl.plots.registry import FigureSpec
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 
 
 def reference_bullet(name: str) -> str:
-    """The text of the reference bullet that starts with ``* `Name(``, up to the next bullet or heading."""
+    """The text of the reference bullet that starts with ``* `Name(``, up to the next bullet, heading or the page's end."""
     text = DOC.read_text(encoding="utf-8")
-    m = re.search(rf"^\* `{name}\(.*?(?=^\* |^#)", text, flags=re.S | re.M)
+    m = re.search(rf"^\* `{name}\(.*?(?=^\* |^#|\Z)", text, flags=re.S | re.M)
     assert m is not None, f"docs/extending.md has no reference bullet for {name}"
     return m.group(0)
 
 
-@pytest.mark.parametrize("cls", [AlgorithmSpec, BuildContext, Capabilities], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [AlgorithmSpec, BuildContext, Capabilities, FigureSpec], ids=lambda c: c.__name__)
 def test_reference_bullet_names_every_field(cls: type) -> None:
     # BuildContext has no bullet of its own: it is described inside AlgorithmSpec's
     bullet = reference_bullet("AlgorithmSpec" if cls is BuildContext else cls.__name__)

@@ -46,6 +46,7 @@ from chillfl.settings.privacy import OFF as PRIVACY_OFF
 from chillfl.settings.privacy import PrivacyConfig, PrivacyOptions
 from chillfl.settings.attack import OFF as ATTACK_OFF
 from chillfl.settings.attack import AttackConfig, AttackOptions
+from chillfl.settings.chosen import NamedSpec
 from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer
 from chillfl.tune import dotted_grid, parse_tune
 
@@ -539,6 +540,11 @@ class RunConfig:
     def switched_on(self, section: str) -> bool:
         """Whether the switched table ``section`` (a key of :data:`SWITCHED`) is on in this run."""
         return {"privacy": self.privacy.enabled, "attack": self.attack.enabled}[section]
+
+    def switched_specs(self) -> list[NamedSpec]:
+        """The specs the switched tables that are on choose (the mechanism, then the attack): what they declare
+        (their ``figures``) is read from here, so the runner asks for it without naming either."""
+        return [table.spec for table in (self.privacy, self.attack) if table.enabled]
 
     @property
     def protocol(self) -> str:

@@ -693,12 +693,20 @@ def method_figures(config: RunConfig) -> tuple[str, ...]:
     return algorithm_spec(name).figures
 
 
+def switched_figures(config: RunConfig) -> tuple[str, ...]:
+    """The figures the specs of the run's switched tables that are on declare in their ``figures`` (e.g. the
+    privacy-utility curve of a private run): read from the specs as the method's are, so a plugin's come in the same way."""
+    return tuple(name for spec in config.switched_specs() for name in spec.figures)
+
+
 def run_figures(records: Sequence[Mapping[str, Any]], config: RunConfig) -> tuple[str, ...]:
-    """The names of the run's figures: the common ones, the protocol's bytes figure where the records carry bytes, the method's."""
+    """The names of the run's figures: the common ones, the protocol's bytes figure where the records carry bytes, the method's,
+    then the switched tables' (each name once, in that order)."""
     from chillfl.plots.registry import COMMON
 
     has_bytes = last_value(records, "bytes_cumulative") is not None and protocol_of(config).bytes_figure  # Fig. 7: accuracy against bytes
-    return (*COMMON, *(("accuracy_vs_bytes",) if has_bytes else ()), *method_figures(config))
+    names = (*COMMON, *(("accuracy_vs_bytes",) if has_bytes else ()), *method_figures(config), *switched_figures(config))
+    return tuple(dict.fromkeys(names))
 
 
 def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:
@@ -720,7 +728,7 @@ def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> No
         if spec is None:
             log.warning("figure %r is declared but no module registers it (chillfl.plots.registry.register_figure); skipped", name)
             continue
-        spec.draw(records, folder / spec.file, config.name)
+        spec.render(records, folder / spec.file, config)
 
 
 def rounds_for(exp: Experiment) -> Callable[[Experiment], Iterator[dict[str, Any]]]:

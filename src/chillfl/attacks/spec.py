@@ -16,6 +16,8 @@ each hook is one of the places where an attacker can act:
 * :attr:`AttackSpec.probe`: a labelled set on which the global model's accuracy is the attack's success
   (``attack_success_rate`` in every record);
 * :attr:`AttackSpec.check`: the options against the rest of the run, before anything is built.
+* :attr:`AttackSpec.figures`: the run figures it adds (``attack.png``, accuracy and attack success over rounds,
+  unless it says otherwise).
 
 Which protocols an attack runs under follows from its hooks (:meth:`AttackSpec.runs_under`): data
 poisoning runs under all of them; a forging hook under its own protocol. Hooks hold no state: a
@@ -122,6 +124,10 @@ class AttackSpec(Generic[Opt]):
       ``attack_success_rate`` each round (e.g. triggered inputs labelled with the backdoor's target);
     * ``check(options, config)``: refuse a run these options make no sense in (a
       :class:`~chillfl.errors.ConfigError` naming the field).
+
+    ``figures``: the run figures it adds, by name (:func:`chillfl.plots.registry.register_figure`), drawn after the
+    run: ``attack`` (global accuracy and ``attack_success_rate`` over rounds; written only where the records hold
+    that rate, i.e. with a ``probe``) by default; an attack with round metrics of its own adds its figure beside it.
     """
 
     name: str
@@ -133,6 +139,7 @@ class AttackSpec(Generic[Opt]):
     forge_prototypes: Callable[[Opt, PrototypeUpload], ClassRows] | None = None
     probe: Callable[[Opt, FederatedData], tuple[torch.Tensor, torch.Tensor]] | None = None
     check: Callable[[Opt, RunConfig], None] | None = None
+    figures: tuple[str, ...] = ("attack",)
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""

@@ -1,4 +1,4 @@
-"""Figures of runs and comparisons (matplotlib, the ``plots`` extra): the run's own PNGs, communication, PA3Fed, seed bands.
+"""Figures of runs and comparisons (matplotlib, the ``plots`` extra): the run's own PNGs, communication, PA3Fed, privacy, attacks, seed bands.
 
 Below everything that draws them (:mod:`chillfl.runner` after a run,
 :mod:`chillfl.analysis`, :mod:`chillfl.report`): these modules read round

@@ -15,6 +15,8 @@ mechanism runs. What a mechanism says:
   row a client uploads, on the client);
 * :attr:`MechanismSpec.settle`: its options once the noise is decided (e.g. a default that depends on sigma);
 * :attr:`MechanismSpec.check`: its options against the rest of the run, before anything is built.
+* :attr:`MechanismSpec.figures`: the run figures it adds (``privacy.png``, the privacy-utility curve, unless it
+  says otherwise).
 
 Which protocols a mechanism covers follows from its hooks (:meth:`MechanismSpec.runs_under`). Hooks hold no
 state: a random draw comes from the run's seed through :func:`chillfl.seeds.derive_seed`, so every executor
@@ -162,6 +164,10 @@ class MechanismSpec(Generic[Opt]):
     cost: Cost = Cost()
     """The work it adds to a round beyond plain local SGD, for time estimates (:class:`~chillfl.capabilities.Cost`;
     ``dp-sgd``'s per-sample gradients); work on the parameters or the uploads alone (clipping, noising) is not counted."""
+    figures: tuple[str, ...] = ("privacy",)
+    """The run figures it adds, by name (:func:`chillfl.plots.registry.register_figure`), drawn after the run:
+    ``privacy`` (accuracy against the ``epsilon`` every private run records, and epsilon over rounds) by default;
+    a mechanism with round metrics of its own adds its figure beside it (``("privacy", "mine")``)."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""

@@ -34,7 +34,7 @@ OFF = "none"
 BUILT_IN = "chillfl.attacks.kinds"
 """The package whose modules are the built-in attacks, each registered by its ``SPEC``."""
 
-SPEC_FIELDS = ("name", "options", "summary", "poison", "forge_models", "forge_rows", "forge_prototypes", "probe", "check")
+SPEC_FIELDS = ("name", "options", "summary", "poison", "forge_models", "forge_rows", "forge_prototypes", "probe", "check", "figures")
 """What an attack's spec has: how the family tells one apart without importing the attacks' runtime."""
 
 

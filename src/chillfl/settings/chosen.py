@@ -19,7 +19,7 @@ from chillfl.plugins import Unread
 
 @runtime_checkable
 class NamedSpec(Protocol):
-    """What the config reads of any such spec (an attack's, a mechanism's): its name, options and one-line summary."""
+    """What the config reads of any such spec (an attack's, a mechanism's): its name, options, one-line summary and figures."""
 
     @property
     def name(self) -> str: ...
@@ -31,6 +31,11 @@ class NamedSpec(Protocol):
 
     @property
     def summary(self) -> str: ...
+
+    @property
+    def figures(self) -> tuple[str, ...]:
+        """The run figures it adds, by name (:mod:`chillfl.plots.registry`), drawn after a run it is on in."""
+        ...
 
 
 def _same(value: Any, default: Any) -> bool:

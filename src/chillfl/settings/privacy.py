@@ -75,7 +75,7 @@ class PrivacyOptions:
                 f"is the RDP accountant's grid of orders, and accountant = {self.accountant!r} has none: set accountant = 'rdp' or drop rdp_orders")
 
 
-SPEC_FIELDS = ("name", "options", "summary", "accounts", "charges", "aggregator", "step", "rows", "settle", "check", "adjacency", "subsampled")
+SPEC_FIELDS = ("name", "options", "summary", "accounts", "charges", "aggregator", "step", "rows", "settle", "check", "adjacency", "subsampled", "figures")
 """What a mechanism's spec has: how the family tells one apart without importing the mechanisms' runtime (the
 config sits below it); :func:`chillfl.privacy.spec.spec_of` checks the type where the runtime reads the hooks."""
 

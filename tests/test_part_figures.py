@@ -175,3 +175,30 @@ def test_a_plugin_mechanism_and_attack_get_the_figures_their_specs_declare(tmp_p
     assert {"accuracy_loss.png", "privacy.png", "plugin_spent.png", "plugin_success.png"} <= set(pngs) and "attack.png" not in pngs
     for name in ("privacy.png", "plugin_spent.png", "plugin_success.png"):
         png_size(pngs[name])
+
+
+SOFT_PLUGIN = """
+import dataclasses
+from chillfl.distillation.methods.dsfl import SPEC as DSFL
+from chillfl.plots.figure import Figure, save_png
+from chillfl.plots.registry import FigureSpec, register_figure
+
+def rounds_done(records, path, title):
+    fig = Figure(figsize=(3, 2))
+    fig.subplots().plot([r["round"] for r in records], [r["round"] for r in records], marker="o")
+    save_png(fig, path)
+
+register_figure("soft_rounds", FigureSpec("soft_rounds.png", rounds_done, "rounds"))
+SOFT = dataclasses.replace(DSFL, name="soft_with_figure", figures=("soft_rounds",))
+"""
+
+
+def test_a_soft_label_method_gets_the_figures_its_spec_declares(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SoftLabelSpec.figures was declared and documented, but the runner read only an aggregator's: never drawn."""
+    (tmp_path / "user").mkdir()
+    soft = {"distillation.method": "soft_figure_plugins:SOFT", "distillation.public_size": 200, "distillation.subset_size": 100, "federation.rounds": 1}
+    with plugin_module(tmp_path / "user", monkeypatch, "soft_figure_plugins", SOFT_PLUGIN):
+        assert runner.method_figures(load_config(None, {**BASE, **soft})) == ("soft_rounds",)
+        pngs = run_pngs(tmp_path / "runs", "soft", **soft)
+    png_size(pngs["soft_rounds.png"])
+    assert runner.method_figures(load_config(None, {**BASE, **soft, "distillation.method": "dsfl"})) == ()  # the built-in declares none

@@ -686,9 +686,14 @@ def final_calibration(exp: Experiment, config: RunConfig, state: Mapping[str, to
 
 
 def method_figures(config: RunConfig) -> tuple[str, ...]:
-    """The figures the run's aggregation method declares in its spec's ``figures`` (none for soft-label and prototype sharing)."""
+    """The figures the run's method declares in its spec's ``figures``: the protocol's own method where its table names
+    one with figures (a soft-label method's :attr:`~chillfl.protocols.softlabels.method.SoftLabelSpec.figures`), else the
+    aggregation method's where an aggregator runs."""
+    kind = protocol_of(config)
+    if kind.method_figures is not None:
+        return kind.method_figures(config)
     name = config.algorithm.get("name")
-    if not protocol_of(config).uses_aggregator or not isinstance(name, str) or is_custom(name):  # custom: an instance from Python
+    if not kind.uses_aggregator or not isinstance(name, str) or is_custom(name):  # custom: an instance from Python
         return ()
     return algorithm_spec(name).figures
 

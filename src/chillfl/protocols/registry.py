@@ -83,6 +83,9 @@ class ProtocolKind:
     """Why chillfl.flower does not carry it (None: it does)."""
     method_capabilities: Callable[[RunConfig], Capabilities] | None = None
     """What the method its table names declares (None: ``[algorithm]``'s, read through the aggregation registry)."""
+    method_figures: Callable[[RunConfig], tuple[str, ...]] | None = None
+    """The run figures the method its table names declares in its spec's ``figures`` (None: ``[algorithm]``'s, where
+    an aggregator runs; the runner draws them after the common ones)."""
     cost: Callable[[RunConfig], Cost] = _no_cost
     """The work the protocol itself adds to a round beyond local training, whatever its method (time estimates)."""
     public_size: Callable[[RunConfig], int] = _no_public_set
@@ -126,6 +129,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         method_table="distillation",
         method_of=lambda config: str(config.distillation.get("method")),
         method_capabilities=lambda config: _distillation_setup(config).spec.capabilities,
+        method_figures=lambda config: _distillation_setup(config).spec.figures,
         uses_aggregator=False,
         models_travel=_never,
         travel_reason="",

@@ -167,6 +167,11 @@ class MethodSettings(Protocol):
         ...
 
     @property
+    def figures(self) -> tuple[str, ...]:
+        """The run figures its round metrics feed (the runner draws them)."""
+        ...
+
+    @property
     def summary(self) -> str:
         ...
 

@@ -529,3 +529,17 @@ def test_a_policy_instance_from_python_declares_steers_by_accuracy_as_its_class_
     notes = [r.getMessage() for r in caplog.records if r.name == "chillfl.experiment" and r.getMessage().startswith("note:")]
     assert notes == ["note: my policy's accuracy-driven schedule reads each client's accuracy on its evaluation split, drawn from the test rows "
                      "the run reports (eval.validation = 0): test rows steer training; eval.validation = 0.2 keeps them out"]
+
+
+def test_a_policy_instance_passed_to_compare_gets_the_steering_caveat_under_the_table() -> None:
+    """``chillfl.compare(policy=...)``: the variants run copies of the instance (``custom``), and the table's steering caveat
+    asks its class, as the note does; with a validation split, no caveat."""
+    import chillfl
+
+    small = {"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "executor": "sequential", "device": "cpu",
+             "federation": {"num_clients": 2, "rounds": 1}}
+    result = chillfl.compare(config=small, grid={"client.lr": [0.01, 0.1]}, policy=SteeringPolicy(), write=False, progress=False)
+    assert "\n\nsteering caveat: my policy's accuracy-driven schedule in 'client.lr=0.01', 'client.lr=0.1' reads " in result.table
+    validated = chillfl.compare(config={**small, "eval": {"validation": 0.2}}, grid={"client.lr": [0.01, 0.1]}, policy=SteeringPolicy(),
+                                write=False, progress=False)
+    assert "steering caveat" not in validated.table

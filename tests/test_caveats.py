@@ -1,7 +1,9 @@
-"""The step-size caveat printed with comparisons of temperatures at one shared lr; the test-set caveat; the loss caveat; saved sub-run configs."""
+"""The step-size caveat printed with comparisons of temperatures at one shared lr; the test-set caveat; the loss caveat; the epsilon
+caveat; the steering caveat; saved sub-run configs."""
 
 from __future__ import annotations
 
+import importlib
 import math
 import sys
 
@@ -12,7 +14,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from chillfl.config import load_config
+from chillfl.config import RunConfig, load_config
 from chillfl.experiments import resolve_config
 from chillfl.storage.results import summarize
 from chillfl.report.caveats import ends_with_nonfinite_loss, nonfinite_loss_caveat, other_test_rows_caveat, step_size_caveat
@@ -20,6 +22,7 @@ from chillfl.sweeps.plan import apply_variant, parse_grid, variants_from_config
 from chillfl.sweeps import run as sweeps_run
 from chillfl.sweeps.plan import CompareOptions
 from chillfl.sweeps.run import run_compare
+from plugin_modules import plugin_module
 
 TINY = {"dataset.name": "digits", "federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 2, "eval.client_split_size": 10}
 
@@ -165,3 +168,88 @@ def test_epsilon_caveat_one_group_under_poisson_sampling_and_none_without_privac
     assert caveat is not None and "dp-fedavg (add_remove neighbours, delta = 0.001): 'dp'." in caveat
     assert "do not compare" not in caveat and "proven" not in caveat  # one guarantee; Poisson sampling is the proven bound
     assert epsilon_caveat([("clean", clean)]) is None
+
+
+STEERING_PLUGIN = '''
+from chillfl.extend import Capabilities
+
+
+class Steering:
+    """A plugin policy whose class declares that the clients' accuracy steers their training."""
+
+    capabilities = Capabilities(steers_by_accuracy="my schedule (it reads local accuracy)")
+
+    def temperature(self, client_id, round):
+        return 1.0
+
+    def observe(self, client_id, round, local_accuracy):
+        return None
+
+    def client_half(self, num_classes):
+        return None
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        return None
+
+
+class Silent(Steering):
+    """The same policy declaring nothing of its own (a class's own ``capabilities`` only, not an inherited one)."""
+'''
+
+
+def _steering(label: str, **overrides: object) -> tuple[str, RunConfig]:
+    return label, load_config(None, {**TINY, **overrides})
+
+
+def test_steering_caveat_names_the_fedchill_variants_whose_decay_reads_test_rows() -> None:
+    """FedChill's decay without a validation split reads each client's evaluation split (test rows): the table names those
+    variants, quoted (a label may hold commas), with what reads the rows (the capability's text) and the fix; the
+    others (FedAvg, a fixed T, FedChill with the decay off or with a validation split) are not named."""
+    from chillfl.report.caveats import steering_caveat
+
+    variants = [
+        _steering("FedAvg"),
+        _steering("T=0.5", **{"temperature.policy": "fixed", "temperature.value": 0.5}),
+        _steering("FedChill, gamma=0.9", **{"temperature.policy": "fedchill", "temperature.gamma": 0.9}),
+        _steering("FedChill (init only)", **{"temperature.policy": "fedchill", "temperature.decay": False}),
+        _steering("FedChill*", **{"temperature.policy": "fedchill"}),
+    ]
+    assert steering_caveat(variants) == (
+        "steering caveat: FedChill's decay (temperature.decay = true) in 'FedChill, gamma=0.9', 'FedChill*' reads each client's accuracy "
+        "on its evaluation split, drawn from the test rows this table reports (eval.validation = 0): test rows steer those variants' "
+        "training, so their accuracies are not on held-out rows; rerun with eval.validation = 0.2 to keep them out (docs/comparisons.md).")
+
+
+def test_no_steering_caveat_with_a_validation_split_without_the_decay_or_without_fedchill() -> None:
+    from chillfl.report.caveats import steering_caveat
+
+    assert steering_caveat([_steering("FedChill", **{"temperature.policy": "fedchill", "eval.validation": 0.2})]) is None  # validation rows steer
+    assert steering_caveat([_steering("init only", **{"temperature.policy": "fedchill", "temperature.decay": False})]) is None
+    assert steering_caveat([_steering("T=0.5", **{"temperature.policy": "fixed", "temperature.value": 0.5}), _steering("T=1")]) is None
+    assert steering_caveat([]) is None
+
+
+def test_a_plugin_policy_declaring_steers_by_accuracy_gets_the_steering_caveat(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caveat asks the policy's capability, never its name: a user's class by import path that declares it is named
+    (beside FedChill, each with its own text), one that declares nothing is not; and an instance passed from Python
+    (``custom``) is asked what its class declares, as the run's stderr note asks it."""
+    from chillfl.report.caveats import steering_caveat
+
+    with plugin_module(tmp_path, monkeypatch, "steering_plugin", STEERING_PLUGIN):
+        mine = _steering("mine", **{"temperature.policy": "steering_plugin:Steering"})
+        caveat = steering_caveat([_steering("FedChill", **{"temperature.policy": "fedchill"}), mine,
+                                  _steering("silent", **{"temperature.policy": "steering_plugin:Silent"})])
+        assert caveat is not None and caveat.startswith(
+            "steering caveat: FedChill's decay (temperature.decay = true) in 'FedChill' and my schedule (it reads local accuracy) in 'mine' "
+            "read each client's accuracy on its evaluation split,")  # two texts: "read", one: "reads"
+        assert "'silent'" not in caveat
+        assert steering_caveat([_steering("mine", **{"temperature.policy": "steering_plugin:Steering", "eval.validation": 0.2})]) is None
+        plugin = importlib.import_module("steering_plugin")
+        custom = _steering("passed", **{"temperature.policy": "custom"})
+        caveat = steering_caveat([custom], plugin.Steering())
+        assert caveat is not None and caveat.startswith("steering caveat: my schedule (it reads local accuracy) in 'passed' reads ")
+        assert steering_caveat([custom], plugin.Silent()) is None
+        assert steering_caveat([custom]) is None  # a custom policy nobody passed declares nothing

@@ -279,7 +279,8 @@ def test_federation_scores_leave_clients_without_rows_out() -> None:
 
 def test_a_run_whose_decay_reads_test_rows_says_so_once_on_stderr(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """Without a validation split FedChill's decay reads each client's evaluation split (test rows): one note on stderr,
-    once a process (a comparison's runs share it); none with a validation split or with the decay off."""
+    once a process (a comparison's runs share it), and the steering caveat under a comparison's table; no note with a
+    validation split or with the decay off."""
     from chillfl import once
     from chillfl.cli import main
 
@@ -289,7 +290,9 @@ def test_a_run_whose_decay_reads_test_rows_says_so_once_on_stderr(tmp_path: Path
     small = ["federation.num_clients=4", "federation.rounds=1", "--quiet"]
     once.forget()
     assert main(["compare", str(path), *small]) == 0
-    notes = [line for line in capfd.readouterr().err.splitlines() if "note:" in line]
+    printed = capfd.readouterr()
+    assert "\n\nsteering caveat: FedChill's decay (temperature.decay = true) in 'a', 'b' reads each client's accuracy" in printed.out  # under the table too
+    notes = [line for line in printed.err.splitlines() if "note:" in line]
     assert notes == ["chillfl: note: FedChill's decay (temperature.decay = true) reads each client's accuracy on its evaluation split, "
                      "drawn from the test rows the run reports (eval.validation = 0): test rows steer training; "
                      "eval.validation = 0.2 keeps them out"]

@@ -46,8 +46,8 @@ from chillfl.protocols.parts import ClientModels, Experiment, build_architecture
 from chillfl.protocols.registry import protocol_of
 from chillfl.plugins import CUSTOM, has_methods, is_custom
 from chillfl.seeds import derive_seed
-from chillfl.temperature import check_policy, make_policy, policy_capabilities, policy_names
-from chillfl.temperature.registry import class_capabilities
+from chillfl.temperature import check_policy, make_policy, policy_names
+from chillfl.temperature.registry import steers_on_test_rows
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.gradient_ablation import BASE_LOSSES
 from chillfl.training.local import LocalSpec, model_state, reads_representation, resolve_compute
@@ -486,26 +486,20 @@ def note_test_rows_steering(config: RunConfig, policy: TemperaturePolicy | None 
     """One line on stderr, once a process, when the run's temperature policy declares that the clients' accuracy
     steers their training (:attr:`~chillfl.capabilities.Capabilities.steers_by_accuracy`) and the run has no validation split.
 
-    ``policy``: the run's built policy; one passed from Python (``custom``) is asked what its class declares, as
-    that class named in the config would be (:func:`~chillfl.temperature.registry.class_capabilities`).
+    ``policy``: the run's built policy; one passed from Python (``custom``) is asked what its class declares
+    (:func:`~chillfl.temperature.registry.steers_on_test_rows`, which a comparison's steering caveat asks too).
 
     Why: that accuracy is then each client's evaluation split's, drawn from the test rows the run's accuracy is
     reported on, so test rows steer training. FedChill's paper does so (its validation sets come from the test
     set), and so every bundled FedChill config does; a reader of the results should know, and how to avoid it.
-    A note, not an error, and on stderr: the results and their tables are unchanged. Called once the whole run is
+    A note, not an error, and on stderr: the results are unchanged (a comparison's table carries a steering caveat
+    line, :func:`chillfl.report.caveats.steering_caveat`). Called once the whole run is
     built (:func:`chillfl.runner.run_experiment`), so that a bad value still ends in its one error line.
     """
-    if config.eval.validation > 0:
+    steers = steers_on_test_rows(config, policy)
+    if steers is None:
         return
-    if is_custom(config.temperature.get("policy")):  # passed from Python: its class's own declaration
-        if policy is None:
-            return
-        caps = class_capabilities(type(policy), type(policy).__name__, "policy")
-    else:
-        caps = policy_capabilities(config.temperature)
-    if caps.steers_by_accuracy is None:
-        return
-    message = (f"note: {caps.steers_by_accuracy} reads each client's accuracy on its evaluation split, drawn from the test rows "
+    message = (f"note: {steers} reads each client's accuracy on its evaluation split, drawn from the test rows "
                "the run reports (eval.validation = 0): test rows steer training; eval.validation = 0.2 keeps them out")
     warn_once(log, message)
 

@@ -9,6 +9,12 @@ Eq. 2; ``tests/test_objective.py``), so temperatures compared at one shared lear
 step size as well as in temperature. At a small shared lr a low T "wins" the way a larger lr would
 (the demo shows it: tuned per temperature, the gain vanishes). The caveat names the two remedies.
 
+The steering caveat: a temperature policy that reads each client's accuracy after its training to steer its later
+training (:attr:`~chillfl.capabilities.Capabilities.steers_by_accuracy`: FedChill's decay) reads it, without a validation
+split (``eval.validation = 0``), on the client's evaluation split, drawn from the test rows the table reports: those
+variants' accuracies are then not on rows their training never saw. The run says so on stderr; the table's reader sees
+only the table, so it names them too (:func:`steering_caveat`).
+
 The local validation warning: a client's local validation split may not follow its training class mix
 (:meth:`chillfl.data.FederatedData.local_validation_mismatch`, each run's ``local_val_mix_tv``), so ``local_val_acc``
 scores the client on another mix than it trains on. It matters only where a comparison *selects* on that number
@@ -35,6 +41,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from chillfl.config import RunConfig
+from chillfl.temperature.policy import TemperaturePolicy
+from chillfl.temperature.registry import steers_on_test_rows
 
 
 def _temperature(config: RunConfig) -> str:
@@ -108,6 +116,27 @@ def epsilon_caveat(variants: Sequence[tuple[str, RunConfig]]) -> str | None:
         line += (" Under federation.sampling = \"fixed\" a subsampled mechanism's epsilon accounts the round's clients as Poisson sampled: "
                  "the usual approximation, not a proven bound.")
     return line + " (docs/privacy.md)"
+
+
+def steering_caveat(variants: Sequence[tuple[str, RunConfig]], policy: TemperaturePolicy | None = None) -> str | None:
+    """One line under a table naming the variants (quoted labels) whose training test rows steer, and what of them reads
+    those rows (the policy's ``steers_by_accuracy`` text, asked as the run's stderr note asks it:
+    :func:`~chillfl.temperature.registry.steers_on_test_rows`), with the fix; None when no variant's does.
+
+    ``policy``: the temperature policy passed from Python to the comparison (its ``custom`` variants run copies of it).
+    """
+    groups: dict[str, list[str]] = {}
+    for label, config in variants:
+        steers = steers_on_test_rows(config, policy)
+        if steers is not None:
+            groups.setdefault(steers, []).append(label)
+    if not groups:
+        return None
+    # labels quoted, as the epsilon caveat's: a label may hold commas itself
+    parts = " and ".join(f"{steers} in {', '.join(repr(label) for label in labels)}" for steers, labels in groups.items())
+    return (f"steering caveat: {parts} read{'s' if len(groups) == 1 else ''} each client's accuracy on its evaluation split, drawn from the "
+            "test rows this table reports (eval.validation = 0): test rows steer those variants' training, so their accuracies "
+            "are not on held-out rows; rerun with eval.validation = 0.2 to keep them out (docs/comparisons.md).")
 
 
 def ends_with_nonfinite_loss(records: Sequence[Mapping[str, Any]]) -> bool:

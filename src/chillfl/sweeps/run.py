@@ -36,7 +36,7 @@ from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.plugins import CUSTOM, is_custom
 from chillfl.progress import Progress, format_seconds
-from chillfl.report.caveats import ends_with_nonfinite_loss, epsilon_caveat, local_mix_warning, nonfinite_loss_caveat, other_test_rows_caveat, step_size_caveat
+from chillfl.report.caveats import ends_with_nonfinite_loss, epsilon_caveat, local_mix_warning, nonfinite_loss_caveat, other_test_rows_caveat, steering_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
@@ -47,6 +47,7 @@ from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, swe
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
 from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
 from chillfl.tune import Point, is_local, point_scores, select_point
+from chillfl.temperature.policy import TemperaturePolicy
 
 if TYPE_CHECKING:
     from torch import nn
@@ -294,9 +295,10 @@ class Tables:
     outputs: dict[str, RunOutput]
 
 
-def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[str] = ()) -> Tables:
-    """FLex&Chill's Table 4 for one seed and no tuning, else the table over seeds; the step-size caveat below either.
-    ``nonfinite``: the finished runs whose final global loss is non-finite (:func:`nonfinite_runs`), named below it."""
+def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[str] = (), policy: TemperaturePolicy | None = None) -> Tables:
+    """FLex&Chill's Table 4 for one seed and no tuning, else the table over seeds; the caveats below either.
+    ``nonfinite``: the finished runs whose final global loss is non-finite (:func:`nonfinite_runs`), named below it;
+    ``policy``: a temperature policy passed from Python, asked whether it steers by accuracy (the steering caveat)."""
     ref, base, seeds = plan.reference, plan.baseline, plan.seeds
     if plan.multi:
         rows = build_seed_rows(plan.variants, picked.runs, seeds, ref, base, picked.chosen if plan.tuned else None, failed=picked.failed)
@@ -309,8 +311,9 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
         table = format_table(rows, ref.label, base.label)
     configs = plan.configs
     tuned = {**plan.tune_table, **{key: values for v in plan.variants for key, values in v.tune.items()}}  # own grids tune too (an lr in each)
+    labelled = [(v.label, c) for v, c in zip(plan.variants, configs)]
     for caveat in (step_size_caveat(configs, tuned, any(v.lr_scale != 1.0 for v in plan.variants)), other_test_rows_caveat(configs),
-                   nonfinite_loss_caveat(nonfinite), epsilon_caveat([(v.label, c) for v, c in zip(plan.variants, configs)])):
+                   nonfinite_loss_caveat(nonfinite), epsilon_caveat(labelled), steering_caveat(labelled, policy)):
         if caveat is not None:
             table = f"{table}\n\n{caveat}"
     return Tables(rows, table, outputs)
@@ -437,7 +440,7 @@ def run_plan(
         sweep = run_points(plan, where, resume is not None, force, progress, datasets, model, plugged, dataset=dataset, started_in=started_in)
         refuse_all_failed(plan, sweep, where)
         picked = pick_tuned(plan, sweep)
-        tables = tabulate(config, plan, picked, nonfinite_runs(plan, sweep))
+        tables = tabulate(config, plan, picked, nonfinite_runs(plan, sweep), plugged.policy if plugged is not None else None)
         warnings = [w for w in (seed_noise_warning(plan), local_selection_warning(plan, sweep)) if w is not None]
         for warning in warnings:  # once each, on stderr; not in the printed table (the docs' blocks stay as made)
             log.warning(warning)

@@ -18,7 +18,7 @@ import numpy as np
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError
 from chillfl.options import Chosen, NoOptions, parse_options
-from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, look_up, plugin_names
+from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, is_custom, look_up, plugin_names
 from chillfl.temperature.policy import TemperaturePolicy
 
 if TYPE_CHECKING:  # annotations only
@@ -172,3 +172,24 @@ def check_policy(config: RunConfig, section: str = "temperature") -> None:
     """Parse ``config``'s policy table and run the spec's own ``check`` against the whole run."""
     spec, options = parse_policy(config.temperature, section)
     spec.check(options, config, section)
+
+
+def steers_on_test_rows(config: RunConfig, policy: TemperaturePolicy | None = None) -> str | None:
+    """What of the run's temperature policy steers the clients' training by their accuracy on test rows: its
+    :attr:`~chillfl.capabilities.Capabilities.steers_by_accuracy` when the run has no validation split
+    (``eval.validation = 0``), else None (nothing steers, or validation rows do).
+
+    Why: without a validation split that accuracy is each client's evaluation split's, drawn from the test rows the
+    run reports its accuracy on. One answer for the run's note on stderr
+    (:func:`chillfl.experiment.note_test_rows_steering`) and a comparison's steering caveat
+    (:func:`chillfl.report.caveats.steering_caveat`), so the two never disagree. ``policy``: one passed from Python
+    (``custom``), asked what its class declares, as that class named in the config would be (:func:`class_capabilities`);
+    without it a ``custom`` policy declares nothing.
+    """
+    if config.eval.validation > 0:
+        return None
+    if is_custom(config.temperature.get("policy")):
+        if policy is None:
+            return None
+        return class_capabilities(type(policy), type(policy).__name__, "policy").steers_by_accuracy
+    return policy_capabilities(config.temperature).steers_by_accuracy

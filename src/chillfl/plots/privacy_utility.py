@@ -172,6 +172,7 @@ def plot_privacy_utility(rows: Sequence[Mapping[str, Any]], path: str | Path, ti
 
     from matplotlib import colormaps
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import LogFormatter
     from matplotlib.transforms import offset_copy
 
     entries = len(utility.points) + len(utility.references)
@@ -181,6 +182,8 @@ def plot_privacy_utility(rows: Sequence[Mapping[str, Any]], path: str | Path, ti
     ax = fig.subplots()
     if utility.log_x:
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")  # 1, 10, 100, not 10^0
+        ax.xaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))  # 2, 3, ... within two decades only
     handles: list[Any] = []  # the legend's entries: errorbar containers, then lines
     for i, (p, shift) in enumerate(zip(utility.points, dodges(utility.points))):
         err = None if p.interval is None else [[p.accuracy - p.interval.low], [p.interval.high - p.accuracy]]

@@ -85,6 +85,33 @@ def other_test_rows_caveat(configs: Sequence[RunConfig]) -> str | None:
             "their accuracy differences, paired per seed, do not compare them on the same samples.")
 
 
+@dataclass(frozen=True)
+class Guarantee:
+    """What one private variant's epsilon bounds: its mechanism's privacy unit under a neighbouring relation, at a delta.
+    Epsilons of different guarantees bound different things and do not compare (:func:`epsilon_caveat`)."""
+
+    mechanism: str
+    relation: str
+    delta: float
+
+    def __str__(self) -> str:
+        return f"{self.mechanism} ({self.relation} neighbours, delta = {self.delta:g})"
+
+
+def guarantee(config: RunConfig) -> Guarantee | None:
+    """The variant's :class:`Guarantee`; None when it runs without ``[privacy]``."""
+    p = config.privacy
+    if not p.enabled:
+        return None
+    return Guarantee(p.mechanism, p.spec.adjacency if p.adjacency == "auto" else p.adjacency, p.delta)
+
+
+def epsilon_units(variants: Sequence[tuple[str, RunConfig]]) -> dict[str, str]:
+    """Label -> what its epsilon bounds (:class:`Guarantee` as text), for the private variants: the marks of
+    ``privacy_utility.png`` (:mod:`chillfl.plots.privacy_utility`), in the caveat's words."""
+    return {label: str(g) for label, config in variants if (g := guarantee(config)) is not None}
+
+
 def epsilon_caveat(variants: Sequence[tuple[str, RunConfig]]) -> str | None:
     """One line under a table with an ``epsilon`` column: what each variant's epsilon bounds; None when no variant is private.
 
@@ -94,20 +121,18 @@ def epsilon_caveat(variants: Sequence[tuple[str, RunConfig]]) -> str | None:
     where a subsampled mechanism runs under fixed-size client sampling, that its epsilon is the Poisson approximation
     (docs/privacy.md, *Sampling*), not a proven bound.
     """
-    groups: dict[tuple[str, str, float], list[str]] = {}
+    groups: dict[Guarantee, list[str]] = {}
     approximate = False
     for label, config in variants:
-        p = config.privacy
-        if not p.enabled:
+        g = guarantee(config)
+        if g is None:
             continue
-        spec = p.spec
-        relation = spec.adjacency if p.adjacency == "auto" else p.adjacency
-        groups.setdefault((p.mechanism, relation, p.delta), []).append(label)
-        approximate = approximate or (spec.subsampled and config.federation.sampling == "fixed")
+        groups.setdefault(g, []).append(label)
+        approximate = approximate or (config.privacy.spec.subsampled and config.federation.sampling == "fixed")
     if not groups:
         return None
     # labels quoted: a comparison's labels often hold commas themselves ("FedAvg, eps=8")
-    parts = [f"{mechanism} ({relation} neighbours, delta = {delta:g}): {', '.join(repr(label) for label in labels)}" for (mechanism, relation, delta), labels in groups.items()]
+    parts = [f"{g}: {', '.join(repr(label) for label in labels)}" for g, labels in groups.items()]
     line = ("epsilon caveat: epsilon is what each run had spent by its last round, the worst-off privacy unit's, at its own delta; "
             + "; ".join(parts) + ".")
     if len(groups) > 1:

@@ -448,10 +448,15 @@ def format_seed_table(
     return "\n".join(lines)
 
 
-def write_compare_figures(outputs: Mapping[str, RunOutput], folder: Path, title: str, unfinished: Sequence[str] = ()) -> None:
-    """The comparison's figures (``unfinished``: variants whose run did not finish, named in the curves' legend);
+def write_compare_figures(
+    outputs: Mapping[str, RunOutput], folder: Path, title: str, unfinished: Sequence[str] = (),
+    rows: Sequence[Mapping[str, Any]] = (), units: Mapping[str, str] | None = None,
+) -> None:
+    """The comparison's figures (``unfinished``: variants whose run did not finish, named in the curves' legend), and
+    ``privacy_utility.png`` when a row of ``rows`` spent a privacy budget (``units``: label -> what its epsilon bounds);
     without matplotlib (the ``plots`` extra) one log line says they were skipped."""
     try:
+        from chillfl.plots.privacy_utility import plot_privacy_utility
         from chillfl.plots.run import plot_curves
     except MissingExtra as exc:
         logging.getLogger(__name__).info("%s; figures skipped", exc)
@@ -459,17 +464,20 @@ def write_compare_figures(outputs: Mapping[str, RunOutput], folder: Path, title:
 
     plot_curves({**{label: out.records for label, out in outputs.items()}, **{label: [] for label in unfinished}}, folder / "curves.png", title=title)
     plot_compare_accuracy_vs_bytes({label: out.records for label, out in outputs.items()}, folder / "accuracy_vs_bytes.png", title=title)
+    plot_privacy_utility(rows, folder / "privacy_utility.png", title=title, units=units)
 
 
 def write_band_figures(
     bands: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], first_seed: int, folder: Path, title: str,
-    rows: Sequence[Mapping[str, Any]] = (), baseline: str = "", local: bool = False,
+    rows: Sequence[Mapping[str, Any]] = (), baseline: str = "", local: bool = False, units: Mapping[str, str] | None = None,
 ) -> None:
     """Over seeds: curves with ± 1 std bands (``local_curves.png`` too with ``local``), the paired differences from
-    ``baseline`` in ``rows`` (``differences.png``), and accuracy vs bytes at the first seed (skipped without matplotlib)."""
+    ``baseline`` in ``rows`` (``differences.png``), accuracy vs bytes at the first seed, and ``privacy_utility.png`` when
+    a row spent a privacy budget (``units`` as in :func:`write_compare_figures`); skipped without matplotlib."""
     try:
         from chillfl.plots.bands import plot_band_curves
         from chillfl.plots.differences import plot_differences
+        from chillfl.plots.privacy_utility import plot_privacy_utility
     except MissingExtra as exc:
         logging.getLogger(__name__).info("%s; figures skipped", exc)
         return
@@ -481,4 +489,4 @@ def write_band_figures(
         plot_differences(rows, baseline, folder / "differences.png", title=title, local=local)
     first = {label: runs[0] for label, runs in bands.items() if runs}
     plot_compare_accuracy_vs_bytes(first, folder / "accuracy_vs_bytes.png", title=f"{title} (seed {first_seed})")
-
+    plot_privacy_utility(rows, folder / "privacy_utility.png", title=title, units=units)

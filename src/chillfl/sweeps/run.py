@@ -36,7 +36,7 @@ from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts
 from chillfl.plugins import CUSTOM, is_custom
 from chillfl.progress import Progress, format_seconds
-from chillfl.report.caveats import ends_with_nonfinite_loss, epsilon_caveat, local_mix_warning, nonfinite_loss_caveat, other_test_rows_caveat, steering_caveat, step_size_caveat
+from chillfl.report.caveats import ends_with_nonfinite_loss, epsilon_caveat, epsilon_units, local_mix_warning, nonfinite_loss_caveat, other_test_rows_caveat, steering_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
@@ -355,11 +355,12 @@ def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, 
         return
     (partial / "table.md").write_text("".join(f"warning: {w}\n" for w in warnings) + tables.table + "\n", encoding="utf-8")
     (partial / "table.json").write_text(json.dumps(tables.rows, indent=2) + "\n", encoding="utf-8")
+    units = epsilon_units([(v.label, c) for v, c in zip(plan.variants, plan.configs)])  # privacy_utility.png's marks
     if plan.multi:
         bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
-        write_band_figures(bands, plan.seeds[0], partial, config.name, tables.rows, plan.baseline.label, bool(config.compare.get("local", False)))
+        write_band_figures(bands, plan.seeds[0], partial, config.name, tables.rows, plan.baseline.label, bool(config.compare.get("local", False)), units)
     else:
-        write_compare_figures(tables.outputs, partial, config.name, [v.label for v in plan.variants if v.label not in tables.outputs])
+        write_compare_figures(tables.outputs, partial, config.name, [v.label for v in plan.variants if v.label not in tables.outputs], tables.rows, units)
     partial.rename(folder)
     point_saved_configs_to(folder, partial)
 

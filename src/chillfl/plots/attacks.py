@@ -18,7 +18,7 @@ from chillfl.extras import need
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 
 from chillfl.config import RunConfig  # noqa: E402
-from chillfl.plots.figure import Figure, save_png  # noqa: E402
+from chillfl.plots.figure import Figure, finish_figure  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
@@ -37,12 +37,7 @@ def plot_attack(records: Sequence[Mapping[str, Any]], path: str | Path, title: s
     ax.plot(asr_rounds, asr, marker=".", color="C3", label="attack success rate, probe set")
     ax.set(xlabel="round", ylabel="share (0 to 1)", ylim=(-0.02, 1.02), title="Accuracy and attack success")
     integer_rounds(ax)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    save_png(fig, path, dpi=110)
+    finish_figure(fig, (ax,), path, title)
     return True
 
 

@@ -45,7 +45,7 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
     if peak is None:
         return None
     unit, scale = unit_for(peak)
-    from chillfl.plots.figure import Figure, mark_lone_points, save_png  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
+    from chillfl.plots.figure import Figure, finish_figure, mark_lone_points  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
 
     fig = Figure(figsize=(11, 4))
     axes = fig.subplots(1, 2)
@@ -58,13 +58,7 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
                 ax.plot([x / scale for x in xs], ys, color=f"C{colour % 10}", label=label)
         ax.set(xlabel=f"cumulative communication ({unit})", ylabel="accuracy", title=what)
         mark_lone_points(ax)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return save_png(fig, path, dpi=110)
+    return finish_figure(fig, axes, path, title)
 
 
 def plot_accuracy_vs_bytes(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> Path | None:

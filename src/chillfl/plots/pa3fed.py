@@ -19,7 +19,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from chillfl.config import safe_name  # noqa: E402
 from chillfl.storage.results import read_metrics, series  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
-from chillfl.plots.figure import Figure, save_png  # noqa: E402
+from chillfl.plots.figure import Figure, finish_figure, save_png  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
 
 CLP_COLOR = "#9ecae1"  # light blue, as in Fig. 3
@@ -63,12 +63,7 @@ def plot_clp(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
     ax_fgn.set(xlabel="round", ylabel="FGN", title="Federated gradient norm")
     for ax in (ax_acc, ax_fgn):
         integer_rounds(ax)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    save_png(fig, path, dpi=110)
+    finish_figure(fig, (ax_acc, ax_fgn), path, title)
     return True
 
 

@@ -25,7 +25,7 @@ from chillfl.extras import need
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 
 from chillfl.config import RunConfig  # noqa: E402
-from chillfl.plots.figure import Figure, mark_lone_points, save_png  # noqa: E402
+from chillfl.plots.figure import Figure, finish_figure, mark_lone_points  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
@@ -55,14 +55,7 @@ def plot_privacy(records: Sequence[Mapping[str, Any]], path: str | Path, title: 
         ax_eps.axhline(target_epsilon, ls="--", color="gray", label=f"target epsilon = {target_epsilon:g}")
     ax_eps.set(xlabel="round", ylabel="epsilon", title="Privacy spent over rounds")
     integer_rounds(ax_eps)
-    for ax in (ax_acc, ax_eps):
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    save_png(fig, path, dpi=110)
+    finish_figure(fig, (ax_acc, ax_eps), path, title)
     return True
 
 

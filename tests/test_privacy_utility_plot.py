@@ -16,6 +16,8 @@ comparison builds them). Worked by hand, seeds 0, 1, 2 (t_{0.975, 2} = 4.3027, s
 
 from __future__ import annotations
 
+import base64
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ import pytest
 from chillfl.cli import main
 from chillfl.plots.privacy_utility import UtilityPoint, dodges, note, plot_privacy_utility, utility_points
 from chillfl.report.compare import build_rows, build_seed_rows
+from chillfl.report.html import _comparison_section
 from chillfl.runner import RunOutput
 from chillfl.sweeps.plan import Variant
 
@@ -125,3 +128,11 @@ def test_a_comparison_folder_has_the_figure_when_a_variant_is_private(tmp_path: 
     assert figure.is_file() is drawn
     if drawn:
         assert figure.read_bytes()[:8] == PNG
+    # the HTML report's comparison section shows the folder's own figures as written (bytes embedded), not the curves
+    # it redraws from the runs with seed bands
+    page = "\n".join(_comparison_section(folder))
+    shown = dict(re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,([^"]+)"', page))
+    assert "curves" not in shown and ("privacy_utility" in shown) is drawn
+    for stem, data in shown.items():
+        assert base64.b64decode(data) == (folder / f"{stem}.png").read_bytes()
+    assert ("differences" in shown) is (seeds == "0,1")  # the forest plot of paired differences: over seeds only

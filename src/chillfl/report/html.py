@@ -528,14 +528,37 @@ def _markdown_html(text: str) -> list[str]:
     return out
 
 
+REDRAWN = frozenset({"curves.png", "local_curves.png"})
+"""A comparison folder's figures the page draws itself from the runs (its curves, with seed bands): not shown twice."""
+
+
+def _folder_figures(folder: Path) -> list[str]:
+    """The comparison folder's own figures the page does not redraw, as written there and by file name: the forest
+    plot of differences, the privacy-utility curve, accuracy against bytes, whatever a comparison drew. A PNG is read
+    as bytes and embedded, never interpreted; a file that cannot be read is left out."""
+    parts = []
+    for png in sorted(folder.glob("*.png")):
+        if png.name in REDRAWN:
+            continue
+        try:
+            data = png.read_bytes()
+        except OSError:
+            continue
+        uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+        parts.append(f'<div class="fig"><p class="muted">{_e(png.name)}</p><img alt="{_e(png.stem)}" src="{uri}"></div>')
+    return parts
+
+
 def _comparison_section(folder: Path) -> list[str]:
-    """A ``chillfl compare`` folder's own table, as it printed it (rounds to target, tuned values, caveats),
-    and its diverged runs with the round they diverged at (they are in no other table of the page)."""
+    """A ``chillfl compare`` folder's own table, as it printed it (rounds to target, tuned values, caveats), its own
+    figures the page does not redraw (:func:`_folder_figures`), and its diverged runs with the round they diverged at
+    (they are in no other table of the page)."""
     table = folder / "table.md"
     if not table.is_file():
         return []
     parts = [f"<h2>Comparison: {_e(folder.name)}</h2>", '<p class="muted">as <code>chillfl compare</code> printed it (table.md)</p>']
     parts += _markdown_html(table.read_text(encoding="utf-8"))
+    parts += _folder_figures(folder)
     failed = []
     for sub in sorted(p for p in folder.iterdir() if p.is_dir() and ".failed" in p.name):
         try:

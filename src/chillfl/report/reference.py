@@ -14,7 +14,7 @@ import logging
 import types
 import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from chillfl.aggregation.registry import algorithm_names, algorithm_spec, weighted_bases
 from chillfl.config import EXECUTORS, RunConfig
@@ -109,14 +109,17 @@ def _registries(plugins: Sequence[str] = (), terms: Collection[str] = ()) -> Ite
             raise ConfigError("list.options", f"{path!r}{hint} is no {kinds} ({why})")
 
 
-def _listed(names: Iterable[str], spec_of: Callable[[str], Any], where: str, asked: Collection[str] = ()) -> dict[str, Any]:
+Spec = TypeVar("Spec")
+
+
+def _listed(names: Iterable[str], spec_of: Callable[[str], Spec], where: str, asked: Collection[str] = ()) -> dict[str, Spec]:
     """Each of a part's ``names`` with its spec. An installed entry point whose object the part's test accepts (it is
     listed under the part) but whose spec cannot be read (an aggregator class built with arguments its ``__init__``
     does not take) is left out, with one warning line naming it and why: its error stopped the whole listing. One
     that the command asks for by name (``asked``) is left out quietly: the refusal, part by part, says why
     (:func:`refusals`). A built-in that cannot be read is a bug, and raises."""
     entries = plugins_module.entry_points()
-    out = {}
+    out: dict[str, Spec] = {}
     for name in names:
         try:
             out[name] = spec_of(name)

@@ -245,3 +245,34 @@ def test_skip_under_soft_label_sharing_acts_where_a_mechanism_releases_the_rows(
     local = {"privacy.mechanism": "local", "privacy.noise_multiplier": 2.0, "privacy.delta": 1e-3}
     assert _skip_notes({**dsfl, **local}, caplog) == []
     assert _skip_notes({**dsfl, "privacy.mechanism": "none"}, caplog) == [SKIP_IDLE + "[privacy] is off, so no client-side release of the uploads is there to skip" + SKIP_ACTS]
+
+
+def test_a_plugin_wrapper_of_its_own_class_says_whom_it_exempts(caplog: pytest.LogCaptureFixture) -> None:
+    """A plugin mechanism's client-side release need not be a PrivateAggregation: one of its own class that exposes ``exempt``
+    (:class:`chillfl.extend.ExemptsClients`) is asked as the built-in is, found on top or under an attack's wrapper; before, only
+    PrivateAggregation was asked, and skip acting through a plugin's release was noted as "nothing to skip"."""
+    import logging
+
+    from chillfl import once
+    from chillfl.aggregation.base import AroundAggregator
+    from chillfl.experiment import note_idle_local_dp
+    from chillfl.extend import ExemptsClients
+    from chillfl.privacy.build import exempted
+
+    class OwnRelease(AroundAggregator):  # a plugin's own client-side release that lets client 1 skip it
+        def __init__(self, base: Any, exempt: frozenset[int]) -> None:
+            super().__init__(base)
+            self.exempt = exempt
+
+    own = OwnRelease(FedAvg(), frozenset({1}))
+    assert isinstance(own, ExemptsClients) and not isinstance(FedAvg(), ExemptsClients)
+    assert exempted(own) == frozenset({1})
+    assert exempted(AttackedAggregation(own, SCALING, frozenset({1}), 11)) == frozenset({1})  # through the attack's wrapper
+    assert exempted(AroundAggregator(FedAvg())) == exempted(None) == frozenset()
+    config = load_config(None, {**TINY, "privacy.mechanism": "local", "attack.local_dp": "skip"})
+    for aggregator, notes in ((own, 0), (AroundAggregator(FedAvg()), 1)):  # one that says nothing of whom it exempts: the note
+        once.forget()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
+            note_idle_local_dp(config, aggregator)
+        assert len([r for r in caplog.records if r.getMessage().startswith(SKIP_IDLE)]) == notes

@@ -64,7 +64,8 @@ docs/architecture.md the reference of the seams they plug into):
   each round costs which privacy unit (:class:`Accounting` before the run, :class:`Charge` s per round
   given the :class:`Participant` s, over the run's :class:`RunSizes`), and where it acts with the decided
   :class:`Noise`: around the weighted-mean aggregator (a :class:`WeightedMean`; :class:`PrivateAggregation`
-  is the built-ins' clip-and-noise), in the local step (:class:`PrivateGradients`) or on a client's
+  is the built-ins' clip-and-noise; a class of its own that lets attackers skip it says whom by
+  :class:`ExemptsClients`), in the local step (:class:`PrivateGradients`) or on a client's
   soft-label rows (:class:`RowRelease`).
 
 Use them either way, with no global state touched:
@@ -141,7 +142,7 @@ from chillfl.errors import ConfigError
 from chillfl.models.parts import DeclaresHead
 from chillfl.options import require
 from chillfl.privacy.aggregate import AdaptiveClip, PrivateAggregation, WeightedMean
-from chillfl.privacy.spec import Accounting, Charge, MechanismSpec, Noise, Participant, RunSizes
+from chillfl.privacy.spec import Accounting, Charge, ExemptsClients, MechanismSpec, Noise, Participant, RunSizes
 from chillfl.protocols.softlabels.client import RowRelease
 from chillfl.prototypes.maths import PrototypeLoss, Weighting, aggregate_means, class_means, nearest_prototype, prototype_distance
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, average_rows
@@ -192,6 +193,7 @@ __all__ = [
     "Local",
     "LocalProgram",
     "LocalSpec",
+    "ExemptsClients",
     "LossTerm",
     "MakesClientModels",
     "AggregatesNobody",

@@ -24,7 +24,7 @@ from chillfl.extras import need
 from chillfl.plugins import has_methods
 from chillfl.privacy.accounting import noise_for
 from chillfl.privacy.plan import PrivacyPlan
-from chillfl.privacy.spec import PARAMETERS, RELEASES, Accounting, MechanismSpec, Noise, RunSizes, mechanism, spec_of
+from chillfl.privacy.spec import PARAMETERS, RELEASES, Accounting, ExemptsClients, MechanismSpec, Noise, RunSizes, mechanism, spec_of
 from chillfl.settings.privacy import PrivacyConfig, PrivacyOptions, mechanism_names
 
 if TYPE_CHECKING:
@@ -185,16 +185,15 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
 
 
 def exempted(aggregator: Aggregator | None) -> frozenset[int]:
-    """The clients a built client-side privacy wrapper lets send their uploads unreleased (its
-    :attr:`~chillfl.privacy.aggregate.PrivateAggregation.exempt`: attackers with ``attack.local_dp = "skip"``), found
+    """The clients a built client-side privacy wrapper lets send their uploads unreleased (its ``exempt``,
+    :class:`~chillfl.privacy.spec.ExemptsClients`: attackers with ``attack.local_dp = "skip"``), found at the top or
     through the wrappers around it; empty when there is none (no mechanism, one that clips at the server, or none exempt)."""
     from chillfl.aggregation.base import AroundAggregator
-    from chillfl.privacy.aggregate import PrivateAggregation
 
-    while isinstance(aggregator, AroundAggregator):
-        if isinstance(aggregator, PrivateAggregation):
-            return aggregator.exempt
-        aggregator = aggregator.base
+    while aggregator is not None:
+        if isinstance(aggregator, ExemptsClients):
+            return frozenset(aggregator.exempt)
+        aggregator = aggregator.base if isinstance(aggregator, AroundAggregator) else None
     return frozenset()
 
 

@@ -30,7 +30,7 @@ under replace-one), 2026-12-02.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, Protocol, Sequence, TypeVar, runtime_checkable
 
 from chillfl.capabilities import Cost
 from chillfl.errors import ConfigError
@@ -120,7 +120,24 @@ class Noise:
     exempt: frozenset[int] = frozenset()
     """Clients that do not run a client-side mechanism on what they upload (attackers with ``attack.local_dp = "skip"``,
     :func:`chillfl.attacks.build.skipping_local_dp`): an ``aggregator`` hook that noises on the clients' side passes them to
-    :class:`~chillfl.privacy.aggregate.PrivateAggregation` (``exempt=``); a server-side one has nothing for them to skip."""
+    :class:`~chillfl.privacy.aggregate.PrivateAggregation` (``exempt=``); a server-side one has nothing for them to skip.
+    A hook that returns an aggregator of its own class exposes them as its ``exempt`` (:class:`ExemptsClients`)."""
+
+
+@runtime_checkable
+class ExemptsClients(Protocol):
+    """A client-side privacy wrapper that lets some clients send their uploads unreleased (attackers with
+    ``attack.local_dp = "skip"``): :class:`~chillfl.privacy.aggregate.PrivateAggregation`, or a plugin mechanism's own.
+
+    Why a capability: the runtime asks the built aggregator which attackers skip the release (to say when ``skip``
+    changes nothing), and a mechanism's ``aggregator`` hook may return any class; asking for one class would call a
+    plugin's client-side release "nothing to skip".
+    """
+
+    @property
+    def exempt(self) -> frozenset[int]:
+        """The clients whose uploads pass unreleased: :attr:`Noise.exempt` as the hook was given it."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,37 @@ def test_one_round_figures_draw_their_point_on_a_whole_round_tick(tmp_path: Path
     assert [list(line.get_ydata()) for line in target] == [[4.0, 4.0]]
 
 
+def test_a_soft_label_run_draws_epsilon_upload_beside_the_row_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``epsilon_upload`` (a client's whole upload: the client-level figure docs/privacy.md calls honest) was recorded but
+    never drawn: both panels draw it beside ``epsilon``, relabelled as the bound for one row, on log axes across decades."""
+    from matplotlib.figure import Figure
+
+    from chillfl.plots.privacy import accuracy_vs_epsilon, epsilon_curves, plot_privacy, spans_decades
+
+    # rounds 1-3: epsilon (one row) 0.5, 0.7, 0.9; epsilon_upload (every row) 4, 30, 60; accuracy at rounds 1 and 3
+    records = [{"round": 1, "epsilon": 0.5, "epsilon_upload": 4.0, "global_acc": 0.2}, {"round": 2, "epsilon": 0.7, "epsilon_upload": 30.0},
+               {"round": 3, "epsilon": 0.9, "epsilon_upload": 60.0, "global_acc": 0.4}]
+    assert epsilon_curves(records) == [("epsilon", "epsilon: any one row"), ("epsilon_upload", "epsilon_upload: a client's whole upload")]
+    assert epsilon_curves([{"round": 1, "epsilon": 0.5}]) == [("epsilon", "epsilon spent")]  # parameter sharing: as before
+    assert accuracy_vs_epsilon(records, epsilon="epsilon_upload") == ([4.0, 60.0], [0.2, 0.4])
+    assert spans_decades([0.5, 60.0]) and not spans_decades([0.5, 4.0]) and not spans_decades([0.0, 3.0])  # 60 > 10 * 0.5; 4 < 5
+    drawn: list[Figure] = []
+    save = Figure.savefig
+
+    def spy(self: Figure, *args: Any, **kwargs: Any) -> Any:
+        drawn.append(self)
+        return save(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    assert plot_privacy(records, tmp_path / "privacy.png", "soft labels")
+    png_size(tmp_path / "privacy.png")
+    ax_acc, ax_eps = drawn[0].axes
+    assert [list(line.get_ydata()) for line in ax_eps.get_lines()] == [[0.5, 0.7, 0.9], [4.0, 30.0, 60.0]]
+    assert [list(line.get_xdata()) for line in ax_acc.get_lines()] == [[0.5, 0.9], [4.0, 60.0]]
+    assert (ax_acc.get_xscale(), ax_eps.get_yscale()) == ("log", "log")
+    assert [t.get_text() for t in ax_eps.get_legend().get_texts()] == ["epsilon: any one row", "epsilon_upload: a client's whole upload"]
+
+
 def test_no_figure_without_its_metric(tmp_path: Path) -> None:
     from chillfl.plots.attacks import plot_attack
     from chillfl.plots.privacy import plot_privacy

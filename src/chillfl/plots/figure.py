@@ -30,6 +30,21 @@ def mark_lone_points(ax: Any) -> None:
             line.set_marker("o")
 
 
+def log_scale(ax: Any, which: str) -> None:
+    """``ax``'s ``which`` axis (``"x"`` or ``"y"``) logarithmic, labelled 2, 5, 10, 20, 50, ...: matplotlib's own labels of a
+    log axis spanning a decade or two are 2x10^1, 3x10^1, 4x10^1, ..., which run into each other."""
+    from math import floor, log10
+
+    def label(value: float, _: Any) -> str:
+        mantissa = round(value / 10 ** floor(log10(value)), 6) if value > 0 else 0.0
+        return f"{value:g}" if mantissa in (1.0, 2.0, 5.0) else ""
+
+    getattr(ax, f"set_{which}scale")("log")
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    axis.set_major_formatter(label)
+    axis.set_minor_formatter(label)
+
+
 def finish_figure(fig: Figure, axes: Sequence[Any], path: str | Path, title: str = "") -> Path:
     """A run figure's last steps: a light grid and, where a panel has labelled lines, its legend on every panel; the
     title; tight layout; the PNG at the run figures' 110 dpi. One place, so that every run figure looks alike."""

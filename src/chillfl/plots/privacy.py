@@ -13,6 +13,9 @@ Choices
 * Right: epsilon of every round that has one, and the target (when ``target_epsilon`` > 0) dashed: sigma was
   planned so that the planned rounds spend it, so the curve ends at or below the line (below where fewer clients
   took part than planned).
+* A soft-label run also records ``epsilon_upload`` (every row a client released, composed: the client-level figure):
+  both panels then draw it beside ``epsilon`` (the bound for any one row), each labelled with what it bounds, and the
+  epsilon axes turn logarithmic where the two differ by more than a factor of 10, so that neither is flattened.
 """
 
 from __future__ import annotations
@@ -25,32 +28,60 @@ from chillfl.extras import need
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 
 from chillfl.config import RunConfig  # noqa: E402
-from chillfl.plots.figure import Figure, finish_figure, mark_lone_points  # noqa: E402
+from chillfl.plots.figure import Figure, finish_figure, log_scale, mark_lone_points  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
 
 
-def accuracy_vs_epsilon(records: Sequence[Mapping[str, Any]], key: str = "global_acc") -> tuple[list[float], list[float]]:
+EPSILONS: tuple[tuple[str, str], ...] = (("epsilon", "epsilon spent"), ("epsilon_upload", "epsilon_upload: a client's whole upload"))
+"""The budgets a run may record, each with its label (:mod:`chillfl.privacy.protocol`); ``epsilon`` is relabelled where
+``epsilon_upload`` is beside it, since under soft-label sharing it bounds one row only."""
+
+
+def accuracy_vs_epsilon(records: Sequence[Mapping[str, Any]], key: str = "global_acc", epsilon: str = "epsilon") -> tuple[list[float], list[float]]:
     """(epsilons, accuracies) of the rounds that recorded both, in round order."""
-    pts = [(float(r["epsilon"]), float(r[key])) for r in records if r.get("epsilon") is not None and r.get(key) is not None]
+    pts = [(float(r[epsilon]), float(r[key])) for r in records if r.get(epsilon) is not None and r.get(key) is not None]
     return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def epsilon_curves(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(record key, label) of each budget the records hold, ``epsilon`` first; ``epsilon`` says it bounds one row where a
+    client's whole upload is recorded too (soft-label sharing)."""
+    keys = [(key, label) for key, label in EPSILONS if any(r.get(key) is not None for r in records)]
+    if len(keys) > 1:
+        keys[0] = ("epsilon", "epsilon: any one row")
+    return keys
+
+
+def spans_decades(values: Sequence[float]) -> bool:
+    """Whether positive ``values`` differ by more than a factor of 10 (a log axis keeps the small ones readable)."""
+    positive = [v for v in values if v > 0]
+    return bool(positive) and max(positive) > 10 * min(positive)
 
 
 def plot_privacy(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "", target_epsilon: float = 0.0) -> bool:
     """Global accuracy against epsilon spent (left) and epsilon over rounds with the target dashed (right);
     False (nothing written) when the records hold no epsilon."""
-    eps_rounds, eps = series(records, "epsilon")
-    if not eps_rounds:
+    curves = epsilon_curves(records)
+    if not series(records, "epsilon")[0]:
         return False
     fig = Figure(figsize=(11, 4))
     ax_acc, ax_eps = fig.subplots(1, 2)
-    spent, acc = accuracy_vs_epsilon(records)
-    if spent:
-        ax_acc.plot(spent, acc, marker=".", label="global model, test set")
-    ax_acc.set(xlabel="epsilon spent", ylabel="accuracy", title="Accuracy against privacy spent")
+    both = len(curves) > 1
+    drawn: list[float] = []
+    for (key, label), color in zip(curves, ("C0", "C2")):  # one colour a budget in both panels where there are two
+        spent, acc = accuracy_vs_epsilon(records, epsilon=key)
+        if spent:
+            ax_acc.plot(spent, acc, marker=".", color=color, label=f"against {label}" if both else "global model, test set")
+        rounds, eps = series(records, key)
+        ax_eps.plot(rounds, eps, marker=".", color=color if both else "C1", label=label)
+        drawn += eps
+    ax_acc.set(xlabel="epsilon spent", ylabel="accuracy" + (" (global model, test set)" if both else ""), title="Accuracy against privacy spent")
     mark_lone_points(ax_acc)
-    ax_eps.plot(eps_rounds, eps, marker=".", color="C1", label="epsilon spent")
+    if both and spans_decades(drawn + ([target_epsilon] if target_epsilon > 0 else [])):
+        log_scale(ax_acc, "x")
+        log_scale(ax_eps, "y")
     if target_epsilon > 0:
         ax_eps.axhline(target_epsilon, ls="--", color="gray", label=f"target epsilon = {target_epsilon:g}")
     ax_eps.set(xlabel="round", ylabel="epsilon", title="Privacy spent over rounds")

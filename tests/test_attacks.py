@@ -107,6 +107,45 @@ def test_z_max_of_baruch_et_al() -> None:
     assert updates.z_max(50, 12) == pytest.approx(0.5828415, abs=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("n", "m", "among", "z"),
+    [
+        # the paper's reading, (k - s) / k over k = n clients, s = floor(n/2 + 1) - m clamped to [1, k - 1]:
+        # n = 10, m = 6: s = 6 - 6 = 0 -> 1 (the attackers alone hold the majority), Phi^-1(9 / 10) = 1.2815516
+        (10, 6, "clients", 1.2815516),
+        # n = 2, m = 0: s = floor(2) = 2 -> k - 1 = 1, Phi^-1(1 / 2) = 0; n = 1: no spread to hide in, 0
+        (2, 0, "clients", 0.0),
+        (1, 0, "clients", 0.0),
+        # over the k = n - m benign clients (the re-implementations' (n - m - s) / (n - m)):
+        # n = 10, m = 2: k = 8, s = 4, Phi^-1(4 / 8) = 0 (the paper's reading: 0.2533471 above)
+        (10, 2, "benign", 0.0),
+        # n = 50, m = 12: k = 38, s = 14, Phi^-1(24 / 38) = Phi^-1(0.6315789) = 0.3360381 (the paper's: 0.5828415)
+        (50, 12, "benign", 0.3360381),
+        # n = 20, m = 4: k = 16, s = 11 - 4 = 7, Phi^-1(9 / 16) = Phi^-1(0.5625) = 0.1573107
+        (20, 4, "benign", 0.1573107),
+        # n = 10, m = 6: k = 4, s = 0 -> 1, Phi^-1(3 / 4) = 0.6744898; n = 4, m = 3: k = 1, 0
+        (10, 6, "benign", 0.6744898),
+        (4, 3, "benign", 0.0),
+    ],
+)
+def test_z_max_clamps_and_its_benign_reading_by_hand(n: int, m: int, among: updates.ZShare, z: float) -> None:
+    assert updates.z_max(n, m, among) == pytest.approx(z, abs=1e-6)
+
+
+def test_lie_reads_z_max_over_the_option_z_among() -> None:
+    # n = 5 clients, m = 1 attacker (client 4); benign models [1, 3], [3, 7], [1, 3], [3, 7]: mean [2, 5], population std [1, 2]
+    # clients (default): s = floor(3.5) - 1 = 2, z = Phi^-1(3 / 5) = 0.2533471: [2 + 0.2533471, 5 + 0.5066942]
+    # benign: k = 4, z = Phi^-1((4 - 2) / 4) = 0: the benign mean [2, 5] itself
+    results = [result(0, 1.0, 3.0), result(1, 3.0, 7.0), result(2, 1.0, 3.0), result(3, 3.0, 7.0), result(4, 50.0, 50.0)]
+    paper = malicious(attack("lie"), W, results, frozenset({4}), 0, 0)[4].params["w"]
+    assert torch.allclose(paper, t(2.2533471, 5.5066942), atol=1e-6)
+    benign = malicious(attack("lie", z_among="benign"), W, results, frozenset({4}), 0, 0)[4].params["w"]
+    assert torch.allclose(benign, t(2.0, 5.0), atol=1e-6)
+    with pytest.raises(ConfigError) as err:
+        attack("lie", z_among="honest")
+    assert err.value.field == "attack.z_among"
+
+
 def test_lie_sends_mean_plus_z_std_of_the_benign_models() -> None:
     # benign models [1, 3] and [3, 7]: mean [2, 5], population std [1, 2]
     # z = 0.5: [2 + 0.5, 5 + 1] = [2.5, 6]; both attackers send it, whatever they trained

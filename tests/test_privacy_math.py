@@ -411,3 +411,53 @@ def test_clamp_fraction_reaches_the_aggregator_and_is_adaptive_clippings() -> No
     with pytest.raises(ConfigError) as err:
         config(**{"privacy.mechanism": "local", "privacy.clamp_fraction": True})
     assert err.value.field == "privacy.clamp_fraction" and "dp-fedavg" in err.value.message
+
+
+# ---------------------------------------------------------------- DP-FedAvg's ClipFn: FlatClip or PerLayerClip (McMahan et al. 2018)
+
+
+def test_per_layer_clipping_by_hand() -> None:
+    from chillfl.clipping import clip_per_layer
+
+    # k = 2 entries, C = 1: each entry's budget S_j = C / sqrt(2) = 0.7071068 (sqrt(S_0^2 + S_1^2) = C).
+    # a = (3, 4), norm 5 > 0.7071068: scaled by 0.7071068 / 5 to (0.4242641, 0.5656854); b = (0.3, 0.4), norm 0.5: kept.
+    # The whole then has norm sqrt(0.5 + 0.25) = 0.8660 <= C. (FlatClip would scale both by 1 / sqrt(25.25): b to (0.0597, 0.0796).)
+    out, scaled = clip_per_layer({"a": torch.tensor([3.0, 4.0]), "b": torch.tensor([0.3, 0.4])}, 1.0)
+    assert scaled
+    assert torch.allclose(out["a"], torch.tensor([0.4242641, 0.5656854]), atol=1e-6) and torch.allclose(out["b"], torch.tensor([0.3, 0.4]))
+    # every entry within its budget: nothing scaled
+    same, scaled = clip_per_layer({"a": torch.tensor([0.0, 0.5]), "b": torch.tensor([0.1, 0.0])}, 1.0)
+    assert not scaled and torch.equal(same["a"], torch.tensor([0.0, 0.5])) and torch.equal(same["b"], torch.tensor([0.1, 0.0]))
+
+
+def test_dp_fedavg_per_layer_aggregate_by_hand() -> None:
+    # global 0; client 0 sends a = (3, 4), b = (0.3, 0.4): per layer (0.4242641, 0.5656854) and (0.3, 0.4) (above);
+    # client 1 sends a = (0, 0.5), b = (0.1, 0): within budget. sigma = 0, fixed denominator m = 2:
+    # a = (0.4242641 + 0, 0.5656854 + 0.5) / 2 = (0.2121320, 0.5328427); b = (0.3 + 0.1, 0.4 + 0) / 2 = (0.2, 0.2); one of two clipped
+    glob = {"a": torch.zeros(2, dtype=torch.float64), "b": torch.zeros(2, dtype=torch.float64)}
+
+    def sent(cid: int, a: list[float], b: list[float]) -> ClientResult:
+        return ClientResult(cid, {"a": torch.tensor(a, dtype=torch.float64), "b": torch.tensor(b, dtype=torch.float64)}, 10, 1, 0.1, 1.0, 0.0)
+
+    agg = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=0.0, expected=2, seed=0, per_layer=True)
+    out = agg.aggregate(glob, [sent(0, [3.0, 4.0], [0.3, 0.4]), sent(1, [0.0, 0.5], [0.1, 0.0])], round=0)
+    assert torch.allclose(out["a"], torch.tensor([0.2121320, 0.5328427], dtype=torch.float64), atol=1e-7)
+    assert torch.allclose(out["b"], torch.tensor([0.2, 0.2], dtype=torch.float64), atol=1e-12)
+    assert agg.round_metrics()["clipped"] == 0.5
+    with pytest.raises(ValueError, match="per-layer"):
+        from chillfl.privacy.aggregate import AdaptiveClip
+
+        PrivateAggregation(FedAvg(), client_noise=False, clip_norm=1.0, noise_multiplier=1.0, expected=2, seed=0, per_layer=True, adaptive=AdaptiveClip(0.5, 0.2, 1.0))
+
+
+def test_per_layer_clipping_runs_at_flat_clippings_epsilon_and_is_fixed_clippings_only() -> None:
+    from chillfl.runner import run_experiment
+
+    flat = run_experiment(config(), write=False, progress=False).records
+    layered = run_experiment(config(**{"privacy.clipping": "per_layer"}), write=False, progress=False).records
+    # the whole update stays within C either way: the same one step a round at q = 2/4, sigma = 1.5
+    assert [r["epsilon"] for r in layered] == [r["epsilon"] for r in flat] == pytest.approx([epsilon_of(((1.5, 0.5, t),), 1e-3) for t in (1, 2, 3)], rel=1e-12)
+    assert layered[-1]["global_loss"] != flat[-1]["global_loss"]
+    with pytest.raises(ConfigError) as err:
+        config(**{"privacy.clipping": "per_layer", "privacy.target_quantile": 0.5})
+    assert err.value.field == "privacy.clipping"

@@ -314,7 +314,7 @@ def test_the_pages_privacy_table_refuses_another_mechanisms_options_as_the_page_
     assert err.value.field in {"privacy.target_quantile", "privacy.clip_lr", "privacy.count_noise"} and "an option of dp-fedavg" in err.value.message
 
 
-@pytest.mark.parametrize(("mechanism", "own"), [("dp-fedavg", {"target_quantile", "clip_lr", "count_noise", "weight_cap", "estimator", "w_min_share", "clamp_fraction"}),
+@pytest.mark.parametrize(("mechanism", "own"), [("dp-fedavg", {"target_quantile", "clip_lr", "count_noise", "weight_cap", "estimator", "w_min_share", "clamp_fraction", "clipping"}),
                                                 ("local", {"row_norm"}), ("dp-sgd", {"divide_by"})])
 def test_an_older_result_folders_flat_privacy_table_still_loads(tmp_path: Path, mechanism: str, own: set[str]) -> None:
     """A result folder written before each mechanism had its own options lists all eleven: its config.toml must still

@@ -43,6 +43,21 @@ def clip_update(update: Mapping[str, torch.Tensor], clip_norm: float) -> tuple[P
     return {k: (v.double() * scale).to(v.dtype) for k, v in update.items()}, float(norm)
 
 
+def clip_per_layer(update: Mapping[str, torch.Tensor], clip_norm: float) -> tuple[Params, bool]:
+    """McMahan et al.'s (2018) PerLayerClip with equal budgets: each of the k entries clipped on its own to
+    S_j = C / sqrt(k), so that the whole stays within sqrt(sum_j S_j^2) = C; and whether any entry was scaled down."""
+    if not update:
+        return {}, False
+    budget = clip_norm / len(update) ** 0.5
+    out: Params = {}
+    scaled = False
+    for k, v in update.items():
+        norm = l2_norm([v])
+        scaled |= bool(norm > budget)
+        out[k] = (v.double() * clip_factor(norm, budget)).to(v.dtype)
+    return out, scaled
+
+
 def gaussian_like(like: Mapping[str, torch.Tensor], std: float, seed: int) -> Params:
     """N(0, std^2) noise shaped like ``like``, from its own generator seeded ``seed`` (float64 on the CPU, then cast)."""
     gen = torch.Generator().manual_seed(seed)

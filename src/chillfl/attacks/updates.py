@@ -15,8 +15,8 @@ on every floating-point entry (integer buffers, e.g. batch norm's counter, trave
   *gradient* ``mean - z std``, which the server subtracts: an update here is a reversed gradient, so the
   same attack on models is ``+ z std``; until 2026-12-01 chillfl sent ``mu - z * s``, the mirror image);
   by default z = z_max, ``Phi^-1((n - s') / n)`` with ``s' = floor(n/2 + 1) - m``
-  (n: the round's clients, m: its attackers). The attackers collude and see the benign models, the
-  paper's threat model; with no benign client in the round they use their own honest models;
+  (n: the round's clients, m: its attackers; ``z_among = "benign"``: ``Phi^-1((n - m - s') / (n - m))``).
+  The attackers collude and see the benign models, the paper's threat model; with no benign client in the round they use their own honest models;
 * ``ipm`` (inner product manipulation, Xie et al. 2019): every attacker sends ``w - epsilon * mean_j d_j``,
   d_j = w_j - w the round's benign updates;
 * ``agnostic`` (Shejwalkar & Houmansadr 2021, the AGR-agnostic attacks, Algorithm 1): every attacker sends
@@ -67,10 +67,19 @@ def gaussian(global_params: Params, params: Params, sigma: float, seed: int) -> 
     return out
 
 
-def z_max(n: int, m: int) -> float:
-    """Baruch et al.'s z_max: s = floor(n/2 + 1) - m, z = Phi^-1((n - s) / n) (s clamped to [1, n - 1] for a finite z)."""
-    s = min(max(math.floor(n / 2 + 1) - m, 1), n - 1) if n > 1 else 1
-    return NormalDist().inv_cdf((n - s) / n) if n > 1 else 0.0
+ZShare = Literal["clients", "benign"]
+"""Over whom z_max's share of supporters is read: the round's n clients (Baruch et al.'s Algorithm 3) or its n - m benign ones."""
+
+
+def z_max(n: int, m: int, among: ZShare = "clients") -> float:
+    """Baruch et al.'s z_max: s = floor(n/2 + 1) - m supporters needed, z = Phi^-1((k - s) / k) over k = n clients (their
+    Algorithm 3, ``among = "clients"``) or k = n - m benign ones (``"benign"``, the reading of Karimireddy et al.'s and
+    most re-implementations' ``ALittleIsEnoughAttack``); s clamped to [1, k - 1] for a finite z, 0 for k <= 1."""
+    k = n if among == "clients" else n - m
+    if k <= 1:
+        return 0.0
+    s = min(max(math.floor(n / 2 + 1) - m, 1), k - 1)
+    return NormalDist().inv_cdf((k - s) / k)
 
 
 def lie(benign: Sequence[Params], template: Params, z: float) -> dict[str, torch.Tensor]:

@@ -3,7 +3,7 @@
 DP-FedAvg (McMahan et al. 2018, Algorithm 1, estimator f_f): with the round's global
 model w and client i's trained model w_i, the update u_i = w_i - w over every float entry that the
 base aggregates (its :func:`~chillfl.aggregation.base.aggregated_keys`: all of them but, e.g., FedPer's
-head under ``global_head = "keep"``) is clipped to L2 norm C, weighted by w_i in [0, 1] (1: uniform, the
+head under ``global_head = "keep"``) is clipped to L2 norm C (their FlatClip; ``per_layer``: their PerLayerClip, each of its k entries to C / sqrt(k)), weighted by w_i in [0, 1] (1: uniform, the
 default; ``weights``: the paper's w_i = min(n_i / w_hat, 1)), the server adds z ~ N(0, (sigma C)^2 I) to
 the weighted sum and divides by the **fixed** denominator qW (W = sum of w_i over all N clients, q = m / N,
 m = ``clients_per_round``; uniform: qW = m, the expected number of clients), not by the weight that
@@ -62,7 +62,7 @@ import torch
 
 from chillfl.aggregation.base import AroundAggregator, ClientHalf, ClientResult, Downlink, Params, aggregated_keys, check_state_keys
 from chillfl.engine.record import Json
-from chillfl.clipping import clip_update, float_keys, gaussian_like
+from chillfl.clipping import clip_per_layer, clip_update, float_keys, gaussian_like
 from chillfl.seeds import derive_seed
 
 
@@ -123,7 +123,7 @@ class PrivateAggregation(AroundAggregator):
 
     def __init__(
         self, base: WeightedMean, *, client_noise: bool, clip_norm: float, noise_multiplier: float, expected: int, seed: int, adaptive: AdaptiveClip | None = None,
-        weights: Sequence[float] | None = None, w_min_share: float | None = None, exempt: frozenset[int] = frozenset(),
+        weights: Sequence[float] | None = None, w_min_share: float | None = None, exempt: frozenset[int] = frozenset(), per_layer: bool = False,
     ) -> None:
         super().__init__(base)
         self.client_noise = client_noise
@@ -142,6 +142,10 @@ class PrivateAggregation(AroundAggregator):
             raise ValueError(f"PrivateAggregation: every client weight must be in [0, 1], got {self.weights}")
         if exempt and not client_noise:  # the server clips and noises every upload: no client can skip that
             raise ValueError(f"PrivateAggregation: exempt clients {sorted(exempt)} need client_noise (a client-side mechanism to skip)")
+        if per_layer and adaptive is not None:  # Andrew et al.'s bits compare one norm with one C_t
+            raise ValueError("PrivateAggregation: per-layer clipping has no adaptive clip norm (Andrew et al. clip the update as one vector)")
+        self.per_layer = per_layer
+        """McMahan et al.'s PerLayerClip: each of the k entries clipped to C / sqrt(k) (the whole within C); off, FlatClip."""
         self.exempt = frozenset(exempt)
         """``client_noise`` only: clients whose uploads pass as sent, neither clipped nor noised (attackers that skip the
         client-side mechanism, ``attack.local_dp = "skip"``): given when the wrapper is built (the mechanism's hook passes
@@ -169,8 +173,12 @@ class PrivateAggregation(AroundAggregator):
                 kept = {k: global_params[k] for k in r.params if k in global_params and k not in read}  # as an honest client's
                 private.append(replace(r, params={**r.params, **kept}))
                 continue
-            update, norm = clip_update({k: r.params[k] - global_params[k] for k in keys}, clip)
-            clipped += norm > clip
+            if self.per_layer:
+                update, scaled = clip_per_layer({k: r.params[k] - global_params[k] for k in keys}, clip)
+                clipped += scaled
+            else:
+                update, norm = clip_update({k: r.params[k] - global_params[k] for k in keys}, clip)
+                clipped += norm > clip
             if w is not None and not self.client_noise:  # w_i <= 1: the weighted update stays within C
                 update = {k: v * w[r.client_id] for k, v in update.items()}
             if self.client_noise:

@@ -11,6 +11,12 @@ formula to models directly, e.g. the decentralized ``ALittleIsEnoughAttack`` of 
 mu and s: the per-coordinate mean and (population) standard deviation of a reference set of models; by
 default z = z_max from the round's n clients and m attackers (:func:`chillfl.attacks.updates.z_max`).
 
+``z_among`` says over whom z_max reads its share of supporters. ``"clients"`` (the default) is Baruch et al.'s
+Algorithm 3, z_max = max z with Phi(z) < (n - s) / n, s = floor(n/2 + 1) - m. ``"benign"`` is
+Phi^-1((n - m - s) / (n - m)), the share among the benign clients, as Karimireddy et al.'s ``ALittleIsEnoughAttack``
+and most re-implementations compute it (0 at n = 10, m = 2, where the paper's is 0.253). Both follow the round's
+actual n and m, so a fixed ``z`` cannot stand in for either when clients drop out.
+
 ``reference`` says whose models: ``"benign"`` (the default) the round's benign models, an omniscient
 attacker that sees every honest upload (Shejwalkar & Houmansadr's released notebooks with known benign
 gradients, and most re-implementations); ``"own"`` the attackers' own honestly trained models, the
@@ -37,11 +43,14 @@ if TYPE_CHECKING:
 class LieOptions:
     """``z``: the attackers send ``mean + z std`` per coordinate (0: Baruch et al.'s z_max from n and m); ``reference``: of the
     round's benign models (omniscient) or of the attackers' own honest models (the paper's non-omniscient attacker);
-    ``sign``: ``plus`` (the authors' forged gradient, read as a model) or ``minus`` (``mean - z std`` of the models)."""
+    ``sign``: ``plus`` (the authors' forged gradient, read as a model) or ``minus`` (``mean - z std`` of the models);
+    ``z_among``: z_max's share of supporters over the round's ``clients`` (the paper's (n - s) / n) or its ``benign``
+    ones ((n - m - s) / (n - m), the common re-implementation)."""
 
     z: float = 0.0
     reference: Literal["benign", "own"] = "benign"
     sign: Literal["plus", "minus"] = "plus"
+    z_among: Literal["clients", "benign"] = "clients"
 
     def validate(self, section: str) -> None:
         require(math.isfinite(self.z) and self.z >= 0, f"{section}.z", f"must be >= 0 (0: z_max from n and m), got {self.z}")
@@ -53,7 +62,7 @@ def forge_models(options: LieOptions, round: ModelRound) -> dict[int, Params]:
     bad = round.bad
     own = [r.params for r in bad]
     reference = own if options.reference == "own" else [r.params for r in round.benign] or own
-    z = options.z or updates.z_max(len(round.results), len(bad))
+    z = options.z or updates.z_max(len(round.results), len(bad), options.z_among)
     sent = updates.lie(reference, bad[0].params, z if options.sign == "plus" else -z)
     keys = updates.float_keys(round.global_params)
     return {r.client_id: {**r.params, **{k: sent[k] for k in keys}} for r in bad}

@@ -43,7 +43,9 @@ class DpFedAvgOptions:
     or ``clipped`` f_c (divide by max(q W_min, the reporting clients' weight), W_min = ``w_min_share`` x W; sensitivity
     2C / (q W_min), so twice the noise at w_min_share = 1). ``clamp_fraction``: adaptive clipping's noised fraction
     clamped to [0, 1] before the update, as TF-Privacy's ``QuantileEstimatorQuery`` does (post-processing: the same
-    epsilon); off, it is used as it is, as in Andrew et al.'s Algorithm 1."""
+    epsilon); off, it is used as it is, as in Andrew et al.'s Algorithm 1. ``clipping``: the paper's ClipFn, ``flat`` (the
+    update as one vector, to C) or ``per_layer`` (each of its k entries, a parameter or float buffer, to C / sqrt(k): the
+    whole stays within C, so the sensitivity and epsilon are the same; fixed clipping only)."""
 
     target_quantile: float = 0.0
     clip_lr: float = 0.2
@@ -52,6 +54,7 @@ class DpFedAvgOptions:
     estimator: Literal["fixed", "clipped"] = "fixed"
     w_min_share: float = 1.0
     clamp_fraction: bool = False
+    clipping: Literal["flat", "per_layer"] = "flat"
 
     def validate(self, section: str) -> None:
         require(0 <= self.target_quantile < 1, f"{section}.target_quantile", f"must be in [0, 1) (0: fixed clipping), got {self.target_quantile}")
@@ -61,6 +64,8 @@ class DpFedAvgOptions:
         require(math.isfinite(self.w_min_share) and 0 < self.w_min_share <= 1, f"{section}.w_min_share", f"must be in (0, 1] (W_min as a share of W), got {self.w_min_share}")
         require(self.estimator == "clipped" or self.w_min_share == 1.0, f"{section}.w_min_share", "is the clipped estimator's: set estimator = 'clipped'")
         require(self.target_quantile > 0 or not self.clamp_fraction, f"{section}.clamp_fraction", "is adaptive clipping's: set target_quantile > 0")
+        require(self.clipping == "flat" or self.target_quantile == 0, f"{section}.clipping",
+                "per_layer has no adaptive clip norm (Andrew et al. clip the update as one vector): set target_quantile = 0 or clipping = 'flat'")
 
 
 def accounts(options: DpFedAvgOptions, sizes: RunSizes) -> Accounting:
@@ -90,7 +95,7 @@ def aggregator(options: DpFedAvgOptions, noise: Noise, base: WeightedMean) -> Ag
     adaptive = AdaptiveClip(options.target_quantile, options.clip_lr, options.count_noise, options.clamp_fraction) if options.target_quantile > 0 else None
     return PrivateAggregation(base, client_noise=False, clip_norm=noise.clip_norm, noise_multiplier=noise.noise_multiplier, expected=noise.sizes.per_round,
                               seed=noise.seed, adaptive=adaptive, weights=capped_weights(options.weight_cap, noise.sizes.client_sizes),
-                              w_min_share=options.w_min_share if options.estimator == "clipped" else None)
+                              w_min_share=options.w_min_share if options.estimator == "clipped" else None, per_layer=options.clipping == "per_layer")
 
 
 def skipped_mass(rounds: int, others: int, rate: float, fewest: int) -> float:

@@ -12,7 +12,7 @@ from chillfl.plots.run import finish_panels, no_finished_run
 
 def plot_band_curves(curves: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], path: str | Path, key: str = "global_acc", title: str = "") -> None:
     """Per variant: the mean over seeds (line) and ± 1 std over seeds (shaded; the HTML report's band), accuracy and loss panels."""
-    fig = Figure(figsize=(11, 4))
+    fig = Figure(figsize=(12, 4))
     ax_acc, ax_loss = fig.subplots(1, 2)
     loss_key = key.replace("acc", "loss")
     for label, runs in curves.items():

@@ -47,7 +47,7 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
     unit, scale = unit_for(peak)
     from chillfl.plots.figure import Figure, finish_figure, mark_lone_points  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
 
-    fig = Figure(figsize=(11, 4))
+    fig = Figure(figsize=(12, 4))
     axes = fig.subplots(1, 2)
     for ax, (key, what) in zip(axes, PANELS):
         for colour, (label, records) in enumerate(curves.items()):
@@ -58,7 +58,7 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
                 ax.plot([x / scale for x in xs], ys, color=f"C{colour % 10}", label=label)
         ax.set(xlabel=f"cumulative communication ({unit})", ylabel="accuracy", title=what)
         mark_lone_points(ax)
-    return finish_figure(fig, axes, path, title)
+    return finish_figure(fig, axes, path, title, shared=True)  # one legend beside the panels: one in each covered the lines
 
 
 def plot_accuracy_vs_bytes(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> Path | None:

@@ -72,6 +72,24 @@ TITLE_CHARS = 80
 """Characters of the caption per line and panel (a 6.5-inch panel at 10 pt holds about 85)."""
 
 
+TICK_GAP = 0.08
+"""The least distance between two labelled ticks of a symmetric log axis, as a share of the panel's width (about a
+third of an inch on a 6.5-inch panel: a "-100" at 10 pt). -50, -20 and -10 lie that close on it, and ran into each other."""
+
+
+def spaced_ticks(ax: Any, candidates: Sequence[float]) -> list[float]:
+    """The ``candidates`` in ``ax``'s current x view that lie at least :data:`TICK_GAP` of its width from each other on
+    its scale, taken from 0 outward (the nearer to 0 kept first: the linear part, where most differences lie), in order."""
+    low, high = ax.get_xlim()  # autoscaled to what is drawn
+    to_axes = ax.transScale + ax.transLimits  # data -> 0..1 across the panel, on its scale
+    kept: list[tuple[float, float]] = []
+    for tick in sorted((t for t in candidates if low <= t <= high), key=abs):
+        at = float(to_axes.transform((tick, 0.0))[0])
+        if all(abs(at - other) >= TICK_GAP for _, other in kept):
+            kept.append((tick, at))
+    return sorted(t for t, _ in kept)
+
+
 def drawn_values(diffs: Sequence[Difference]) -> list[float]:
     """Every number a panel draws: the seeds, the means and the interval ends."""
     return [v for d in diffs for v in (*d.per_seed, d.mean, *(() if d.interval is None else (d.interval.low, d.interval.high)))]
@@ -120,9 +138,6 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
         scale = ""
         if far_reaching(diffs):  # before drawing, so that the view fits the data on this scale
             ax.set_xscale("symlog", linthresh=LINEAR_WITHIN)
-            values = drawn_values(diffs)
-            ax.set_xticks([t for t in TICKS if min(values) - 1 <= t <= max(values) + 1], minor=False)
-            ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")
             scale = f"; log beyond ±{LINEAR_WITHIN:g}"
         for i, one in enumerate(diffs):
             y = len(diffs) - 1 - i  # first row at the top, as in the table
@@ -134,7 +149,11 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
         ax.axvline(0.0, color="black", lw=1)
         if i_panel == 0 or not same_rows:
             ax.set_yticks(range(len(diffs)), [row_label(one) for one in reversed(diffs)], fontsize=8)
+        ax.set_ylim(-0.6, len(diffs) - 0.4)  # half a row above and below: with two rows the autoscaled view put them on the frame
         ax.margins(x=0.05)
+        if scale:  # the ticks that fit the final view, spaced apart on it
+            ax.set_xticks(spaced_ticks(ax, TICKS), minor=False)
+            ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")
         ax.set(xlabel=f"minus {baseline}'s, points{scale}", title=PANELS[key].capitalize())
         ax.grid(axis="x", alpha=0.3)
     heading = (f"{title}: " if title else "") + f"difference from the baseline ({caption([d for _, found in panels for d in found])})"

@@ -11,7 +11,7 @@ need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an Impo
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-__all__ = ["Figure", "finish_figure", "mark_lone_points", "save_png"]
+__all__ = ["Figure", "finish_figure", "log_scale", "mark_lone_points", "save_png", "shared_legend", "spans_decades"]
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
@@ -30,29 +30,61 @@ def mark_lone_points(ax: Any) -> None:
             line.set_marker("o")
 
 
+def spans_decades(values: Sequence[float]) -> bool:
+    """Whether positive ``values`` differ by more than a factor of 10: a log axis then keeps the small ones readable,
+    while within one decade a linear axis reads better (a log axis there has one labelled tick or none)."""
+    positive = [v for v in values if v > 0]
+    return bool(positive) and max(positive) > 10 * min(positive)
+
+
 def log_scale(ax: Any, which: str) -> None:
     """``ax``'s ``which`` axis (``"x"`` or ``"y"``) logarithmic, labelled 2, 5, 10, 20, 50, ...: matplotlib's own labels of a
-    log axis spanning a decade or two are 2x10^1, 3x10^1, 4x10^1, ..., which run into each other."""
+    log axis spanning a decade or two are 2x10^1, 3x10^1, 4x10^1, ..., which run into each other. Where the view holds
+    fewer than two of those (values between 0.22 and 0.4, say), every tick in it is labelled (0.3, 0.4), so that the axis
+    still reads."""
     from math import floor, log10
 
+    axis = ax.xaxis if which == "x" else ax.yaxis
+
+    def mantissa(value: float) -> float:
+        return round(value / 10 ** floor(log10(value)), 6) if value > 0 else 0.0
+
     def label(value: float, _: Any) -> str:
-        mantissa = round(value / 10 ** floor(log10(value)), 6) if value > 0 else 0.0
-        return f"{value:g}" if mantissa in (1.0, 2.0, 5.0) else ""
+        low, high = sorted(axis.get_view_interval())
+        in_view = [t for t in (*axis.get_majorticklocs(), *axis.get_minorticklocs()) if low <= t <= high]
+        sparse = sum(mantissa(t) in (1.0, 2.0, 5.0) for t in in_view) < 2
+        return f"{value:g}" if sparse or mantissa(value) in (1.0, 2.0, 5.0) else ""
 
     getattr(ax, f"set_{which}scale")("log")
-    axis = ax.xaxis if which == "x" else ax.yaxis
     axis.set_major_formatter(label)
     axis.set_minor_formatter(label)
 
 
-def finish_figure(fig: Figure, axes: Sequence[Any], path: str | Path, title: str = "") -> Path:
-    """A run figure's last steps: a light grid and, where a panel has labelled lines, its legend on every panel; the
-    title; tight layout; the PNG at the run figures' 110 dpi. One place, so that every run figure looks alike."""
+def shared_legend(fig: Figure, axes: Sequence[Any], fontsize: float = 8) -> None:
+    """One legend for panels that draw the same variants in the same colours, outside them on the right (constrained
+    layout makes the room): a legend per panel repeats itself and, with a few variants, covers their curves. An entry
+    is taken once, from the first panel that has it."""
+    entries: dict[str, Any] = {}
+    for ax in axes:
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(text, handle)
+    if entries:
+        fig.set_layout_engine("constrained")
+        fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=fontsize)
+
+
+def finish_figure(fig: Figure, axes: Sequence[Any], path: str | Path, title: str = "", shared: bool = False) -> Path:
+    """A run figure's last steps: a light grid and, where a panel has labelled lines, its legend on every panel (with
+    ``shared``, one legend for all beside them: :func:`shared_legend`); the title; tight layout; the PNG at the run
+    figures' 110 dpi. One place, so that every run figure looks alike."""
     for ax in axes:
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
+        if not shared and ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
+    if shared:
+        shared_legend(fig, axes)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     return save_png(fig, path, dpi=110)

@@ -19,7 +19,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from chillfl.config import safe_name  # noqa: E402
 from chillfl.storage.results import read_metrics, series  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
-from chillfl.plots.figure import Figure, finish_figure, save_png  # noqa: E402
+from chillfl.plots.figure import Figure, finish_figure, log_scale, save_png  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
 
 CLP_COLOR = "#9ecae1"  # light blue, as in Fig. 3
@@ -58,8 +58,8 @@ def plot_clp(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
     ax_acc.set(xlabel="round", ylabel="accuracy", title="Accuracy (CLP shaded)")
     shade_clp(ax_fgn, spans)
     ax_fgn.plot(fgn_rounds, fgn, marker=".", color="C1", label="FGN(t), Eq. 5")
-    if min(fgn) > 0:
-        ax_fgn.set_yscale("log")
+    if min(fgn) > 0:  # labelled 0.05, 0.1, ...: matplotlib's 6x10^-2 and 10^-1 left most of a decade's values unlabelled
+        log_scale(ax_fgn, "y")
     ax_fgn.set(xlabel="round", ylabel="FGN", title="Federated gradient norm")
     for ax in (ax_acc, ax_fgn):
         integer_rounds(ax)

@@ -28,7 +28,7 @@ from chillfl.extras import need
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 
 from chillfl.config import RunConfig  # noqa: E402
-from chillfl.plots.figure import Figure, finish_figure, log_scale, mark_lone_points  # noqa: E402
+from chillfl.plots.figure import Figure, finish_figure, log_scale, mark_lone_points, spans_decades  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
@@ -52,12 +52,6 @@ def epsilon_curves(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]
     if len(keys) > 1:
         keys[0] = ("epsilon", "epsilon: any one row")
     return keys
-
-
-def spans_decades(values: Sequence[float]) -> bool:
-    """Whether positive ``values`` differ by more than a factor of 10 (a log axis keeps the small ones readable)."""
-    positive = [v for v in values if v > 0]
-    return bool(positive) and max(positive) > 10 * min(positive)
 
 
 def plot_privacy(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "", target_epsilon: float = 0.0) -> bool:

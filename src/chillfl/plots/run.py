@@ -10,7 +10,7 @@ from chillfl.extras import need
 
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 
-from chillfl.plots.figure import Figure, mark_lone_points, save_png  # noqa: E402
+from chillfl.plots.figure import Figure, log_scale, mark_lone_points, save_png, shared_legend, spans_decades  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
 
@@ -45,24 +45,27 @@ def plot_temperatures(records: Sequence[Mapping[str, Any]], path: str | Path) ->
     if not per_round:
         return False
     clients = sorted({c for _, temps in per_round for c in temps}, key=int)
-    fig = Figure(figsize=(7, 4))
+    fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.subplots()
+    drawn: list[float] = []
     for c in clients:
         pts = [(rnd, temps[c]) for rnd, temps in per_round if c in temps]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, label=f"client {c}" if len(clients) <= 10 else None)
-    ax.set(xlabel="round", ylabel="temperature T", title="Per-client temperatures", yscale="log")
+        drawn += [p[1] for p in pts]
+    ax.set(xlabel="round", ylabel="temperature T", title=f"Per-client temperatures ({len(clients)} clients)")
+    if spans_decades(drawn):  # FedChill's T from 0.05 to 1: a log axis; within a decade a linear one reads better
+        log_scale(ax, "y")
     integer_rounds(ax)
     ax.grid(alpha=0.3)
-    if len(clients) <= 10:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    if len(clients) <= 10:  # beside the axes: inside, it covered the clients whose T it lies over
+        fig.legend(fontsize=7, loc="outside right upper")
     save_png(fig, path, dpi=110)
     return True
 
 
 def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, key: str = "global_acc", title: str = "") -> None:
     """One accuracy curve per variant (``compare``), plus the loss panel."""
-    fig = Figure(figsize=(11, 4))
+    fig = Figure(figsize=(12, 4))
     ax_acc, ax_loss = fig.subplots(1, 2)
     loss_key = key.replace("acc", "loss")
     for label, records in curves.items():
@@ -111,14 +114,15 @@ def log_scale_if_exploding(ax: Any, factor: float = 10.0) -> None:
 
 
 def finish_panels(fig: Any, axes: Sequence[Any], path: str | Path) -> None:
-    """Grid, legend and whole-round ticks on every panel (loss panels log-scaled when one run explodes), then save and close."""
+    """Grid and whole-round ticks on every panel (loss panels log-scaled when one run explodes), one legend of the
+    variants beside the panels (:func:`~chillfl.plots.figure.shared_legend`: a legend in each covered the curves of a
+    few variants), then save."""
     for ax in axes:
         integer_rounds(ax)
         if "loss" in ax.get_ylabel():
             log_scale_if_exploding(ax)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    shared_legend(fig, axes)
     save_png(fig, path, dpi=110)
 
 

@@ -1,0 +1,151 @@
+"""What a reader of the figures could not read, checked on the drawn matplotlib objects (not on pixels).
+
+Found by looking at the figures of tiny runs and comparisons (2-5 rounds of digits):
+
+* a comparison's ``curves.png`` (one seed and over seeds) and ``accuracy_vs_bytes.png`` drew a legend in each panel,
+  over the curves of a few variants: now one legend beside the panels;
+* ``temperatures.png`` put FedChill's T in 0.22-0.40 on a log axis labelled only 3x10^-1 and 4x10^-1 (the lowest
+  client below every label), its legend in the middle of the lines; ``clp.png`` labelled FGN 6x10^-2 and 10^-1;
+* ``differences.png``'s symmetric log axis ran -50, -20 and -10 into one another, and two rows sat on the frame.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from matplotlib.figure import Figure  # noqa: E402
+
+
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
+    """Every figure saved while the test runs, rendered (so that extents and tick labels are final)."""
+    figures: list[Figure] = []
+    save = Figure.savefig
+
+    def spy(self: Figure, *args: Any, **kwargs: Any) -> Any:
+        out = save(self, *args, **kwargs)
+        figures.append(self)
+        return out
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    return figures
+
+
+def overlaps(a: Any, b: Any) -> bool:
+    """Whether two display boxes share more than a pixel's sliver."""
+    return min(a.x1, b.x1) - max(a.x0, b.x0) > 1 and min(a.y1, b.y1) - max(a.y0, b.y0) > 1
+
+
+def legend_beside(fig: Figure) -> list[str]:
+    """The texts of the figure's one legend, after checking that no panel has its own and that it covers no panel."""
+    assert all(ax.get_legend() is None for ax in fig.axes), "a legend inside a panel"
+    (legend,) = fig.legends
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    box = legend.get_window_extent(renderer)
+    assert not any(overlaps(box, ax.get_window_extent(renderer)) for ax in fig.axes), "the legend covers a panel"
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def tick_texts(ax: Any, which: str = "y") -> list[str]:
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    return [t.get_text() for t in (*axis.get_majorticklabels(), *axis.get_minorticklabels()) if t.get_text() and t.get_visible()]
+
+
+# six variants, three rounds, made up: each a line, its loss falling
+VARIANTS = ["FedAvg", "FedAvg + chilling T=0.5", "FedAvg, eps=8", "FedAvg + chilling T=0.5, eps=8", "DS-FL", "SCARLET, eps=8"]
+
+
+def records(i: int, shift: float = 0.0) -> list[dict[str, Any]]:
+    return [{"round": r, "global_acc": 0.1 * r + 0.05 * i + shift, "global_loss": 2.0 - 0.1 * r + 0.2 * i, "local_acc": 0.5 + 0.1 * r,
+             "bytes_cumulative": 1000 * r * (i + 1)} for r in (1, 2, 3)]
+
+
+def test_a_comparisons_curves_have_one_legend_beside_the_panels(tmp_path: Path, drawn: list[Figure]) -> None:
+    from chillfl.plots.bands import plot_band_curves
+    from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
+    from chillfl.plots.run import plot_curves
+
+    one_seed = {label: records(i) for i, label in enumerate(VARIANTS)}
+    plot_curves(one_seed, tmp_path / "curves.png", title="one seed")
+    plot_band_curves({label: [records(i), records(i, 0.02)] for i, label in enumerate(VARIANTS)}, tmp_path / "bands.png", title="seeds")
+    plot_compare_accuracy_vs_bytes(one_seed, tmp_path / "bytes.png", title="bytes")
+    curves, bands, by_bytes = drawn
+    assert legend_beside(curves) == VARIANTS
+    assert legend_beside(bands) == [f"{label} (n=2)" for label in VARIANTS]
+    assert legend_beside(by_bytes) == VARIANTS
+    # the data are as given: FedAvg + chilling (i = 1) at round 3: 0.3 + 0.05; its bytes 1000 * 3 * 2 = 6 kB
+    acc = {line.get_label(): list(line.get_ydata()) for line in curves.axes[0].get_lines()}
+    assert acc["FedAvg + chilling T=0.5"] == pytest.approx([0.15, 0.25, 0.35])
+    server = {line.get_label(): list(line.get_xdata()) for line in by_bytes.axes[0].get_lines()}
+    assert server["FedAvg + chilling T=0.5"] == pytest.approx([2.0, 4.0, 6.0])  # kB
+
+
+def test_temperatures_within_a_decade_on_a_linear_axis_across_decades_labelled_plainly(tmp_path: Path, drawn: list[Figure]) -> None:
+    from chillfl.plots.run import plot_temperatures
+
+    # FedChill's initial T of six clients, 0.22 to 0.40, unchanged over 4 rounds (the tiny run's): a factor of 1.8
+    within = [{"round": r, "temperatures": {str(c): t for c, t in enumerate((0.2225, 0.4039, 0.3397, 0.2687, 0.3195, 0.3009))}} for r in (1, 2, 3, 4)]
+    assert plot_temperatures(within, tmp_path / "t.png")
+    # a decaying T from 1 to 0.01: a factor of 100
+    across = [{"round": r, "temperatures": {"0": 10.0 ** -r, "1": 1.0}} for r in (0, 1, 2)]
+    assert plot_temperatures(across, tmp_path / "t2.png")
+    (ax,) = drawn[0].axes
+    assert ax.get_yscale() == "linear"
+    assert legend_beside(drawn[0]) == [f"client {c}" for c in range(6)]
+    (ax2,) = drawn[1].axes
+    assert ax2.get_yscale() == "log"
+    labels = tick_texts(ax2)
+    assert {"0.01", "0.1", "1"} <= set(labels) and not any("10^" in t or "times" in t for t in labels), labels
+
+
+def test_fgn_on_a_log_axis_is_labelled_in_plain_numbers_also_within_a_decade(tmp_path: Path, drawn: list[Figure]) -> None:
+    from chillfl.plots.pa3fed import plot_clp
+
+    # the tiny PA3Fed run's FGN: 0.143 .. 0.047 (0.05 and 0.1 are in view); then 0.061 .. 0.089 (no 1, 2 or 5 in view)
+    wide = [{"round": r, "global_acc": 0.5, "agg_fgn": f, "agg_clp": r == 5} for r, f in enumerate((0.1426, 0.0707, 0.0605, 0.0472, 0.0490), 1)]
+    narrow = [{"round": r, "global_acc": 0.5, "agg_fgn": f} for r, f in enumerate((0.089, 0.075, 0.061), 1)]
+    assert plot_clp(wide, tmp_path / "clp.png") and plot_clp(narrow, tmp_path / "clp2.png")
+    for fig, expected in zip(drawn, ({"0.05", "0.1"}, {"0.07", "0.08"})):
+        ax_fgn = fig.axes[1]
+        labels = tick_texts(ax_fgn)
+        assert ax_fgn.get_yscale() == "log" and expected <= set(labels) and not any("10^" in t for t in labels), labels
+        assert list(ax_fgn.get_lines()[0].get_ydata()) == [r["agg_fgn"] for r in (wide if expected == {"0.05", "0.1"} else narrow)]
+
+
+def stat(per_seed: list[float], low: float, high: float) -> dict[str, Any]:
+    return {"n": len(per_seed), "mean": sum(per_seed) / len(per_seed), "ci_low": low, "ci_high": high, "per_seed": per_seed, "range": [-1.0, 1.0]}
+
+
+# the tiny comparison's table.json (fractions): per seed, 95 % CI
+TABLE = [
+    {"variant": "FedAvg", "delta_acc": None},
+    {"variant": "FedAvg + chilling T=0.5", "delta_acc": stat([0.0808, 0.1086, 0.0808], 0.0501, 0.13)},
+    {"variant": "FedAvg, eps=8", "delta_acc": stat([-0.5153, -0.4234, -0.4318], -0.5831, -0.3306)},
+    {"variant": "FedAvg + chilling T=0.5, eps=8", "delta_acc": stat([-0.507, -0.429, -0.429], -0.5668, -0.3431)},
+    {"variant": "DS-FL", "delta_acc": stat([-0.5543, -0.4763, -0.4568], -0.624, -0.3677)},
+    {"variant": "SCARLET, eps=8", "delta_acc": stat([-0.663, -0.5209, -0.5153], -0.7742, -0.3585)},
+]
+
+
+def test_differences_on_a_symmetric_log_axis_have_tick_labels_apart_and_rows_off_the_frame(tmp_path: Path, drawn: list[Figure]) -> None:
+    from chillfl.plots.differences import plot_differences
+
+    assert plot_differences(TABLE, "FedAvg", tmp_path / "d.png")
+    # two rows (the pfl comparison's): the autoscaled view had them on the top and bottom frame
+    assert plot_differences(TABLE[:3], "FedAvg", tmp_path / "d2.png")
+    renderer = drawn[0].canvas.get_renderer()  # type: ignore[attr-defined]
+    (ax,) = drawn[0].axes
+    assert ax.get_xscale() == "symlog"
+    shown = [t for t in ax.xaxis.get_majorticklabels() if t.get_text()]
+    assert len(shown) >= 5 and "0" in [t.get_text() for t in shown]
+    boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda box: box.x0)
+    gaps = [b.x0 - a.x1 for a, b in zip(boxes, boxes[1:])]
+    assert min(gaps) >= 10, (gaps, [t.get_text() for t in shown])  # pixels at 110 dpi: between -20 and -10 there were 2.5, after -10 7
+    (ax2,) = drawn[1].axes
+    low, high = ax2.get_ylim()
+    assert low <= -0.5 and high >= 1.5  # rows at y = 0 and 1, half a row from the frame

@@ -6,7 +6,11 @@ Found by looking at the figures of tiny runs and comparisons (2-5 rounds of digi
   over the curves of a few variants: now one legend beside the panels;
 * ``temperatures.png`` put FedChill's T in 0.22-0.40 on a log axis labelled only 3x10^-1 and 4x10^-1 (the lowest
   client below every label), its legend in the middle of the lines; ``clp.png`` labelled FGN 6x10^-2 and 10^-1;
-* ``differences.png``'s symmetric log axis ran -50, -20 and -10 into one another, and two rows sat on the frame.
+* ``differences.png``'s symmetric log axis ran -50, -20 and -10 into one another, and two rows sat on the frame;
+* the HTML report's curves: a legend in every panel as tall as the panel, and the 11th group in the 1st one's colour;
+* ``analyze cka`` titled "(shade: client models)" without a shade, coloured a shade by the fill cycle, not its run's
+  line, and did not say whose Fig. 13 matrix it drew; ``analyze cache-ratio`` hid a cache duration at ratio 1 on the frame
+  and covered the curves with its legend.
 """
 
 from __future__ import annotations
@@ -149,3 +153,56 @@ def test_differences_on_a_symmetric_log_axis_have_tick_labels_apart_and_rows_off
     (ax2,) = drawn[1].axes
     low, high = ax2.get_ylim()
     assert low <= -0.5 and high >= 1.5  # rows at y = 0 and 1, half a row from the frame
+
+
+def test_report_curves_one_legend_under_the_panels_and_no_two_groups_alike() -> None:
+    import chillfl.report.html as page
+    from chillfl.config import RunConfig
+    from chillfl.report.html import Group, Run, curves_figure
+
+    figures: list[Figure] = []
+    original = page._png
+    page._png = lambda fig: figures.append(fig) or ""  # type: ignore[assignment]
+    try:
+        groups = [Group(f"variant {i}", [Run(Path("x"), RunConfig(), records(i), {})]) for i in range(12)]
+        assert curves_figure(groups, (("global_acc", "accuracy"), ("global_loss", "loss"))) == ""
+    finally:
+        page._png = original
+    (fig,) = figures
+    fig.canvas.draw()  # type: ignore[attr-defined]
+    assert legend_beside(fig) == [f"variant {i} (n=1)" for i in range(12)]
+    styles = [(line.get_color(), line.get_linestyle()) for line in fig.axes[0].get_lines()]
+    assert len(set(styles)) == 12  # the 11th and 12th dashed: C0 and C1 solid are the 1st and 2nd
+    from chillfl.report.html import group_style
+
+    assert group_style(0) == ("C0", "-") and group_style(10) == ("C0", "--") and group_style(21) == ("C1", ":")
+
+
+def test_cka_says_shade_only_where_drawn_in_its_runs_colour_and_whose_matrix(tmp_path: Path, drawn: list[Figure]) -> None:
+    from matplotlib.colors import to_rgba
+
+    from chillfl.analysis.cka import plot_cka
+
+    layers = {"hidden.0": 0.9, "head": 0.5}
+    plain = {"layers": list(layers), "global_vs_reference": layers}
+    clients = {**plain, "clients_vs_reference": {"1": {"hidden.0": 0.8, "head": 0.4}, "2": {"hidden.0": 0.95, "head": 0.6}}, "round": 5,
+               "matrix": {"layer": "head", "models": ["INIT", "AGG"], "cka": [[1.0, 0.7], [0.7, 1.0]]}}
+    plot_cka({"runs": {"a": plain}}, tmp_path / "cka.png")
+    plot_cka({"runs": {"a": plain, "b": clients}}, tmp_path / "cka2.png")
+    assert "shade" not in drawn[0].axes[0].get_title()
+    ax, ax_matrix = drawn[1].axes[:2]
+    assert "shade" in ax.get_title() and ax_matrix.get_title().startswith("b: head CKA, round 5")
+    (fill,) = ax.collections
+    line_b = ax.get_lines()[1]
+    assert to_rgba(fill.get_facecolor()[0], 1.0) == to_rgba(line_b.get_color(), 1.0)  # b's orange, not the fill cycle's first blue
+
+
+def test_cache_ratio_keeps_a_ratio_of_one_off_the_frame_and_its_legend_off_the_curves(tmp_path: Path, drawn: list[Figure]) -> None:
+    from chillfl.analysis.softlabels import plot_cache_ratio
+
+    plot_cache_ratio({10: [0.0, 0.3, 0.33, 0.3], 800: [0.0, 0.5, 1.0, 1.0]}, tmp_path / "c.png")
+    (fig,) = drawn
+    (ax,) = fig.axes
+    assert ax.get_ylim()[1] > 1.0 and ax.get_ylim()[0] < 0.0
+    assert legend_beside(fig) == ["D=10", "D=800"]
+    assert all(float(t).is_integer() for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1])

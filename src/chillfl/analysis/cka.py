@@ -149,21 +149,23 @@ def plot_cka(result: dict[str, Any], path: Path) -> None:
     from matplotlib.figure import Figure
 
     runs = result["runs"]
-    with_matrix = next((r for r in runs.values() if "matrix" in r), None)
+    matrix_run, with_matrix = next(((label, r) for label, r in runs.items() if "matrix" in r), ("", None))
     fig = Figure(figsize=(11 if with_matrix else 6, 4.4))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 2 if with_matrix else 1, 1)
+    shaded = False
     for label, run in runs.items():
         values = list(run["global_vs_reference"].values())
-        ax.plot(range(len(values)), values, marker="o", label=label)
-        if "clients_vs_reference" in run:
+        (line,) = ax.plot(range(len(values)), values, marker="o", label=label)
+        if "clients_vs_reference" in run:  # in the run's colour: the fill's own colour cycle gave it another run's
             client_vals = np.array([list(v.values()) for v in run["clients_vs_reference"].values()])
-            ax.fill_between(range(len(values)), client_vals.min(0), client_vals.max(0), alpha=0.15)
+            ax.fill_between(range(len(values)), client_vals.min(0), client_vals.max(0), color=line.get_color(), alpha=0.15)
+            shaded = True
     first = next(iter(runs.values()))
     ax.set_xticks(range(len(first["layers"])), first["layers"], rotation=30, fontsize=7)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("linear CKA vs reference")
-    ax.set_title("global model vs reference per layer (shade: client models)", fontsize=9)
+    ax.set_title("global model vs reference per layer" + (" (shade: client models, min to max)" if shaded else ""), fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     if with_matrix:
@@ -173,7 +175,7 @@ def plot_cka(result: dict[str, Any], path: Path) -> None:
         fig.colorbar(image, ax=ax2, label="CKA")
         ax2.set_xticks(range(len(m["models"])), m["models"], rotation=60, fontsize=6)
         ax2.set_yticks(range(len(m["models"])), m["models"], fontsize=6)
-        ax2.set_title(f"{m['layer']} CKA, round {with_matrix['round']} (Fig. 13)", fontsize=9)
+        ax2.set_title(f"{matrix_run}: {m['layer']} CKA, round {with_matrix['round']} (Fig. 13)", fontsize=9)  # whose: one of the runs
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -320,28 +320,53 @@ def _figure(width: float, height: float) -> Any:
 
 LEGEND_CHARS = 50
 """The widest line of a legend entry in :func:`curves_figure`, in characters: 50 at 7 pt fit a 5.2-inch panel."""
+LEGEND_LINE = 0.16
+"""Inches of figure height per line of the legend under :func:`curves_figure`'s panels (7 pt text and its spacing)."""
+STYLES = ("-", "--", ":", "-.")
+"""A group's line style, the next one for every ten groups: ten colours alone gave the 11th group the 1st one's."""
+
+
+def group_style(index: int) -> tuple[str, str]:
+    """(colour, line style) of the ``index``-th group: ``C0``-``C9`` solid, then dashed, dotted, dash-dotted, so that
+    up to forty groups are told apart in every panel and figure."""
+    return f"C{index % 10}", STYLES[(index // 10) % len(STYLES)]
+
+
+def legend_rows(labels: Sequence[str], columns: int) -> int:
+    """Text lines of the tallest column of a legend of ``labels`` in ``columns`` columns (matplotlib fills them in
+    order, ceil(n / columns) entries each)."""
+    per = -(-len(labels) // columns)
+    chunks = [labels[i:i + per] for i in range(0, len(labels), per)]
+    return max(sum(label.count("\n") + 1 for label in chunk) for chunk in chunks)
 
 
 def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> str | None:
-    """One panel per metric key; one line per group (mean over seeds) with a ± 1 std band (:data:`~chillfl.metrics.spread.SPREAD`)."""
+    """One panel per metric key; one line per group (mean over seeds) with a ± 1 std band (:data:`~chillfl.metrics.spread.SPREAD`).
+
+    One legend for all panels, under them: a legend in each panel, as tall as the labels (every option that varies)
+    make it, covered the curves, and said the same thing twice."""
     from chillfl.plots.run import integer_rounds  # lazy: matplotlib is the `plots` extra
 
     present = [(k, t) for k, t in keys if any(series(r.records, k)[0] for g in groups for r in g.runs)]
     if not present:
         return None
-    # a variant's label (every option that varies) can be wider than a panel: wrapped, and the figure as tall as its
-    # legend, tight_layout fits it ("Tight layout not applied" otherwise, and a legend past the figure's edges)
+    # a variant's label (every option that varies) can be wider than a panel: wrapped to a panel's width, the legend
+    # in as many columns as there are panels, and the figure that much taller (constrained layout places it)
     labels = {g.label: textwrap.fill(f"{g.label} (n={len(g.runs)})", LEGEND_CHARS) for g in groups}
-    lines = sum(label.count("\n") + 1 for label in labels.values())
-    fig = _figure(5.2 * len(present), max(3.8, 1.4 + 0.17 * lines))
+    columns = len(present)
+    fig = _figure(5.2 * len(present), 3.8 + 0.3 + LEGEND_LINE * legend_rows(list(labels.values()), columns))
+    fig.set_layout_engine("constrained")
+    entries: dict[str, Any] = {}
     for i, (key, title) in enumerate(present):
         ax = fig.add_subplot(1, len(present), i + 1)
-        for colour, g in enumerate(groups):
+        for index, g in enumerate(groups):
             rounds, mean, std = band([r.records for r in g.runs], key)
             if len(rounds) == 0:
                 continue
             # a group keeps its colour in every panel and figure, also where a group before it has no such metric
-            (line,) = ax.plot(rounds, mean, lw=1.5, color=f"C{colour % 10}", label=labels[g.label])
+            colour, style = group_style(index)
+            (line,) = ax.plot(rounds, mean, lw=1.5, color=colour, ls=style, label=labels[g.label])
+            entries.setdefault(g.label, line)
             if len(g.runs) > 1:
                 ax.fill_between(rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
         if "loss" in key and _explodes(groups, key):  # one run's loss far above the rest: log scale keeps the others readable
@@ -350,8 +375,8 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> s
         ax.set(xlabel="round", title=f"{title}\n(mean over seeds, {SPREAD})")
         integer_rounds(ax)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    ordered = [g.label for g in groups if g.label in entries]  # the groups' order, whichever panel drew a group first
+    fig.legend([entries[label] for label in ordered], [labels[label] for label in ordered], fontsize=7, loc="outside lower center", ncols=columns)
     return _png(fig)
 
 

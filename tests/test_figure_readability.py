@@ -206,3 +206,32 @@ def test_cache_ratio_keeps_a_ratio_of_one_off_the_frame_and_its_legend_off_the_c
     assert ax.get_ylim()[1] > 1.0 and ax.get_ylim()[0] < 0.0
     assert legend_beside(fig) == ["D=10", "D=800"]
     assert all(float(t).is_integer() for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1])
+
+
+def test_the_clp_comparison_keeps_the_key_to_its_dots_under_a_title(tmp_path: Path, drawn: list[Figure]) -> None:
+    """``python -m chillfl.plots.pa3fed FOLDER`` titles the figure with the folder's name, which replaced the only words
+    that say what the dots are."""
+    from chillfl.plots.pa3fed import plot_compare_clp
+
+    run = [{"round": r, "global_acc": 0.1 * r, "agg_clp": r == 2, "agg_adapted": r == 2} for r in (1, 2, 3)]
+    assert plot_compare_clp({"PA3Fed": run}, tmp_path / "clp_curves.png", title="pa3fed-compare")
+    (ax,) = drawn[0].axes
+    assert ax.get_title() == "pa3fed-compare: accuracy (dots: adapted CLP rounds)"
+    dots = [line for line in ax.get_lines() if line.get_linestyle() == "None"]
+    assert [list(line.get_xdata()) for line in dots] == [[2]] and list(dots[0].get_ydata()) == [pytest.approx(0.2)]
+
+
+def test_the_partition_heat_map_names_every_class_and_client(tmp_path: Path, drawn: list[Figure]) -> None:
+    """Ten classes were ticked 0, 2, 4, 6, 8: a reader counted rows to find class 7."""
+    import numpy as np
+
+    from chillfl.data.show import plot_class_heatmap
+
+    plot_class_heatmap(np.arange(60).reshape(6, 10), tmp_path / "p.png", title="six clients")
+    plot_class_heatmap(np.ones((50, 100)), tmp_path / "p2.png")  # CIFAR-100 over 50 clients: matplotlib's own ticks
+    figures = drawn
+    ax = figures[0].axes[0]
+    assert list(ax.get_yticks()) == list(range(10)) and list(ax.get_xticks()) == list(range(6))
+    assert len(figures[1].axes[0].get_yticks()) < 100
+    # the cell of client 1, class 7 holds counts[1, 7] = 17
+    assert "17" in [t.get_text() for t in ax.texts if t.get_position() == (1, 7)]

@@ -51,6 +51,10 @@ HEATMAP_MAX_WIDTH = 16.0
 """The heat map's widest figure, in inches (1920 px at its 120 dpi)."""
 
 
+HEATMAP_EVERY_TICK = 20
+"""Up to this many classes (clients), every row (column) of the heat map gets its tick label."""
+
+
 def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") -> None:
     """Save a class x client heat map of ``counts`` ([clients, classes]) as a PNG.
 
@@ -72,6 +76,10 @@ def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") ->
     fig.colorbar(image, ax=ax, label="samples")
     ax.set_xlabel("client")
     ax.set_ylabel("class")
+    if n_classes <= HEATMAP_EVERY_TICK:  # every class named: matplotlib's 0, 2, 4, ... left a reader counting rows
+        ax.set_yticks(range(n_classes))
+    if n_clients <= HEATMAP_EVERY_TICK:
+        ax.set_xticks(range(n_clients))
     if n_classes * n_clients <= 400 and 0.35 * n_clients + 2 <= HEATMAP_MAX_WIDTH:  # each cell wide enough for its count
         top = grid.max() if grid.size else 0
         for (row, col), value in np.ndenumerate(grid):

@@ -85,7 +85,7 @@ def plot_compare_clp(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: st
         marked = [(r, a) for r, a in zip(rounds, acc) if r in clp]
         if marked:
             ax.plot([m[0] for m in marked], [m[1] for m in marked], "o", ms=4, color=line.get_color())
-    ax.set(xlabel="round", ylabel="global accuracy", title=title or "Accuracy (dots: adapted CLP rounds)")
+    ax.set(xlabel="round", ylabel="global accuracy", title=(f"{title}: accuracy" if title else "Accuracy") + " (dots: adapted CLP rounds)")  # the key to the dots, also under a title
     integer_rounds(ax)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

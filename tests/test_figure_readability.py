@@ -235,3 +235,19 @@ def test_the_partition_heat_map_names_every_class_and_client(tmp_path: Path, dra
     assert len(figures[1].axes[0].get_yticks()) < 100
     # the cell of client 1, class 7 holds counts[1, 7] = 17
     assert "17" in [t.get_text() for t in ax.texts if t.get_position() == (1, 7)]
+
+
+def test_a_runs_exploding_train_loss_puts_its_loss_panel_on_a_log_axis(tmp_path: Path, drawn: list[Figure]) -> None:
+    """A tiny run at lr 3 and T = 0.05: train loss 5.6e7 in round 1, then about 400; test loss 22 to 14. On a linear axis
+    (offset 1e7) every value after round 1 lay on 0."""
+    from chillfl.plots.run import plot_run
+
+    losses = ((21.71, 56124618.8), (15.22, 430.04), (14.62, 401.26), (13.85, 406.05))
+    records = [{"round": r, "global_acc": 0.1, "global_loss": g, "train_loss": t} for r, (g, t) in enumerate(losses, 1)]
+    plot_run(records, tmp_path / "accuracy_loss.png", "diverge")
+    ax_loss = drawn[0].axes[1]
+    # the median of the last values (13.85, 406.05) is 406.05; the peak 5.6e7 > 10 x 406.05
+    assert ax_loss.get_yscale() == "log" and ax_loss.get_title() == "Loss (log scale)"
+    assert [list(line.get_ydata()) for line in ax_loss.get_lines()] == [[g for g, _ in losses], [t for _, t in losses]]
+    plot_run([{**r, "train_loss": 2.0} for r in records], tmp_path / "calm.png")
+    assert drawn[1].axes[1].get_yscale() == "linear"  # 21.7 < 10 x 13.85's median: no reason for a log axis

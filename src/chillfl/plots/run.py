@@ -29,6 +29,7 @@ def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
             ax_loss.plot(rounds, values, label=label)
     ax_acc.set(xlabel="round", ylabel="accuracy", title="Accuracy")
     ax_loss.set(xlabel="round", ylabel="loss", title="Loss")
+    log_scale_if_exploding(ax_loss)  # a first round's train loss of 5e7 flattened every later value onto 0
     for ax in (ax_acc, ax_loss):
         integer_rounds(ax)
         ax.grid(alpha=0.3)

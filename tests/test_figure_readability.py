@@ -173,9 +173,9 @@ def test_report_curves_one_legend_under_the_panels_and_no_two_groups_alike() -> 
     assert legend_beside(fig) == [f"variant {i} (n=1)" for i in range(12)]
     styles = [(line.get_color(), line.get_linestyle()) for line in fig.axes[0].get_lines()]
     assert len(set(styles)) == 12  # the 11th and 12th dashed: C0 and C1 solid are the 1st and 2nd
-    from chillfl.report.html import group_style
+    from chillfl.plots.styles import variant_style
 
-    assert group_style(0) == ("C0", "-") and group_style(10) == ("C0", "--") and group_style(21) == ("C1", ":")
+    assert variant_style(0) == ("C0", "-") and variant_style(10) == ("C0", "--") and variant_style(21) == ("C1", ":")
 
 
 def test_cka_says_shade_only_where_drawn_in_its_runs_colour_and_whose_matrix(tmp_path: Path, drawn: list[Figure]) -> None:
@@ -251,3 +251,23 @@ def test_a_runs_exploding_train_loss_puts_its_loss_panel_on_a_log_axis(tmp_path:
     assert [list(line.get_ydata()) for line in ax_loss.get_lines()] == [[g for g, _ in losses], [t for _, t in losses]]
     plot_run([{**r, "train_loss": 2.0} for r in records], tmp_path / "calm.png")
     assert drawn[1].axes[1].get_yscale() == "linear"  # 21.7 < 10 x 13.85's median: no reason for a log axis
+
+
+def test_a_comparison_of_more_than_ten_variants_draws_no_two_alike(tmp_path: Path, drawn: list[Figure]) -> None:
+    """Matplotlib's ten colours gave the 11th variant the 1st one's line in curves.png and accuracy_vs_bytes.png; a
+    legend of sixteen and more entries ran past the figure's foot in one column."""
+    from chillfl.plots.bands import plot_band_curves
+    from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
+    from chillfl.plots.run import plot_curves
+
+    many = {f"variant {i}": records(i) for i in range(20)}
+    plot_curves(many, tmp_path / "curves.png")
+    plot_band_curves({label: [one] for label, one in many.items()}, tmp_path / "bands.png")
+    plot_compare_accuracy_vs_bytes(many, tmp_path / "bytes.png")
+    for fig in drawn:
+        styles = {(line.get_color(), line.get_linestyle()) for line in fig.axes[0].get_lines()}
+        assert len(styles) == 20
+        assert len(legend_beside(fig)) == 20
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        box = fig.legends[0].get_window_extent(renderer)
+        assert box.y0 >= 0 and box.y1 <= fig.bbox.height  # two columns of ten: within the figure

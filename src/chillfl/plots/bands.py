@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.plots.figure import Figure
 from chillfl.plots.run import finish_panels, no_finished_run
+from chillfl.plots.styles import variant_style
 
 
 def plot_band_curves(curves: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], path: str | Path, key: str = "global_acc", title: str = "") -> None:
@@ -15,13 +16,14 @@ def plot_band_curves(curves: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
     fig = Figure(figsize=(12, 4))
     ax_acc, ax_loss = fig.subplots(1, 2)
     loss_key = key.replace("acc", "loss")
-    for label, runs in curves.items():
+    for index, (label, runs) in enumerate(curves.items()):
         if not runs:
             no_finished_run(label, (ax_acc, ax_loss))
             continue
+        colour, style = variant_style(index)  # the 11th variant in the 1st one's colour, dashed
         for ax, k in ((ax_acc, key), (ax_loss, loss_key)):
             rounds, mean, std = seed_band(runs, k)
-            (line,) = ax.plot(rounds, mean, label=f"{label} (n={len(runs)})")
+            (line,) = ax.plot(rounds, mean, label=f"{label} (n={len(runs)})", color=colour, ls=style)
             ax.fill_between(rounds, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color=line.get_color(), alpha=0.2, linewidth=0)
     ax_acc.set(xlabel="round", ylabel=key, title=(title or "Accuracy") + f": mean over seeds, {SPREAD}")
     ax_loss.set(xlabel="round", ylabel=loss_key, title="Loss")

@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from chillfl.metrics.communication import accuracy_vs_bytes
 from chillfl.plots.registry import FigureSpec, register_figure
+from chillfl.plots.styles import variant_style
 
 UNITS: tuple[tuple[str, float], ...] = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
 PANELS: tuple[tuple[str, str], ...] = (("global_acc", "server model, global test set"), ("local_acc", "client models, own test splits"))
@@ -55,7 +56,8 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
             if xs and max(xs) == 0:  # no communication at all (individual): its final accuracy as a level
                 ax.axhline(ys[-1], linestyle="--", color="gray", label=f"{label} (no communication)")
             elif xs:  # a run keeps its colour in both panels, also where one before it has no local accuracy
-                ax.plot([x / scale for x in xs], ys, color=f"C{colour % 10}", label=label)
+                colour_of, style = variant_style(colour)  # and past ten runs a line style of its own
+                ax.plot([x / scale for x in xs], ys, color=colour_of, ls=style, label=label)
         ax.set(xlabel=f"cumulative communication ({unit})", ylabel="accuracy", title=what)
         mark_lone_points(ax)
     return finish_figure(fig, axes, path, title, shared=True)  # one legend beside the panels: one in each covered the lines

@@ -60,6 +60,10 @@ def log_scale(ax: Any, which: str) -> None:
     axis.set_minor_formatter(label)
 
 
+LEGEND_ROWS = 16
+"""Entries per column of :func:`shared_legend`: sixteen at 8 pt fill a 4-inch figure's height."""
+
+
 def shared_legend(fig: Figure, axes: Sequence[Any], fontsize: float = 8) -> None:
     """One legend for panels that draw the same variants in the same colours, outside them on the right (constrained
     layout makes the room): a legend per panel repeats itself and, with a few variants, covers their curves. An entry
@@ -70,7 +74,8 @@ def shared_legend(fig: Figure, axes: Sequence[Any], fontsize: float = 8) -> None
             entries.setdefault(text, handle)
     if entries:
         fig.set_layout_engine("constrained")
-        fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=fontsize)
+        columns = 1 + (len(entries) - 1) // LEGEND_ROWS  # a column taller than the figure was cut off at its foot
+        fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=fontsize, ncols=columns)
 
 
 def finish_figure(fig: Figure, axes: Sequence[Any], path: str | Path, title: str = "", shared: bool = False) -> Path:

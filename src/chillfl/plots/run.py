@@ -12,6 +12,7 @@ need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an Impo
 
 from chillfl.plots.figure import Figure, log_scale, mark_lone_points, save_png, shared_legend, spans_decades  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
+from chillfl.plots.styles import variant_style  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
 
 
@@ -69,14 +70,15 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
     fig = Figure(figsize=(12, 4))
     ax_acc, ax_loss = fig.subplots(1, 2)
     loss_key = key.replace("acc", "loss")
-    for label, records in curves.items():
+    for index, (label, records) in enumerate(curves.items()):
         if not records:
             no_finished_run(label, (ax_acc, ax_loss))
             continue
+        colour, style = variant_style(index)  # the 11th variant in the 1st one's colour, dashed
         rounds, values = series(records, key)
-        ax_acc.plot(rounds, values, label=label)
+        ax_acc.plot(rounds, values, label=label, color=colour, ls=style)
         rounds, values = series(records, loss_key)
-        ax_loss.plot(rounds, values, label=label)
+        ax_loss.plot(rounds, values, label=label, color=colour, ls=style)
     ax_acc.set(xlabel="round", ylabel=key, title=title or "Accuracy")
     ax_loss.set(xlabel="round", ylabel=loss_key, title="Loss")
     finish_panels(fig, (ax_acc, ax_loss), path)

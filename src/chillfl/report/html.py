@@ -52,6 +52,7 @@ from chillfl.experiment import build_data
 from chillfl.extras import need
 from chillfl.plugins import PluginNotImported, reading_data
 from chillfl.metrics.spread import SPREAD, seed_band
+from chillfl.plots.styles import variant_style
 from chillfl.wording import counted
 
 log = logging.getLogger(__name__)
@@ -322,16 +323,6 @@ LEGEND_CHARS = 50
 """The widest line of a legend entry in :func:`curves_figure`, in characters: 50 at 7 pt fit a 5.2-inch panel."""
 LEGEND_LINE = 0.16
 """Inches of figure height per line of the legend under :func:`curves_figure`'s panels (7 pt text and its spacing)."""
-STYLES = ("-", "--", ":", "-.")
-"""A group's line style, the next one for every ten groups: ten colours alone gave the 11th group the 1st one's."""
-
-
-def group_style(index: int) -> tuple[str, str]:
-    """(colour, line style) of the ``index``-th group: ``C0``-``C9`` solid, then dashed, dotted, dash-dotted, so that
-    up to forty groups are told apart in every panel and figure."""
-    return f"C{index % 10}", STYLES[(index // 10) % len(STYLES)]
-
-
 def legend_rows(labels: Sequence[str], columns: int) -> int:
     """Text lines of the tallest column of a legend of ``labels`` in ``columns`` columns (matplotlib fills them in
     order, ceil(n / columns) entries each)."""
@@ -364,7 +355,7 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> s
             if len(rounds) == 0:
                 continue
             # a group keeps its colour in every panel and figure, also where a group before it has no such metric
-            colour, style = group_style(index)
+            colour, style = variant_style(index)
             (line,) = ax.plot(rounds, mean, lw=1.5, color=colour, ls=style, label=labels[g.label])
             entries.setdefault(g.label, line)
             if len(g.runs) > 1:

@@ -271,3 +271,19 @@ def test_a_comparison_of_more_than_ten_variants_draws_no_two_alike(tmp_path: Pat
         renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
         box = fig.legends[0].get_window_extent(renderer)
         assert box.y0 >= 0 and box.y1 <= fig.bbox.height  # two columns of ten: within the figure
+
+
+def test_the_temperature_sweeps_colour_bar_reads_in_plain_numbers(tmp_path: Path, drawn: list[Figure]) -> None:
+    """T in 0.1, 0.5, 1 on a log colour bar was labelled 10^-1 and 10^0 only: 0.5 had no label to read it by."""
+    import numpy as np
+
+    from chillfl.analysis.temperature_sweep import SweepResult, plot_scatter
+
+    # two clients, T in 0.1, 0.5, 1: accuracies made up; client 0 best at 0.5, client 1 at 1
+    acc = np.array([[0.4, 0.8, 0.7], [0.5, 0.9, 0.95]])
+    result = SweepResult([0.1, 0.5, 1.0], acc, acc, np.ones((2, 10)), np.array([0.5, 0.7]), np.array([0.5, 1.0]), np.array([0.8, 0.95]),
+                         np.array([0.1, 0.0]), {"best_temperature": [{"measure": "ratio", "r": 1.0, "p": 0.0, "n": 2}]})
+    plot_scatter(result, tmp_path / "scatter.png", title="sweep")
+    colour_bar = drawn[0].axes[-1]
+    labels = tick_texts(colour_bar)
+    assert {"0.1", "0.5", "1"} <= set(labels) and not any("10^" in t for t in labels), labels

@@ -296,6 +296,8 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
 
+    from chillfl.plots.figure import plain_log_labels
+
     temps = np.asarray(result.temperatures)
     fig = Figure(figsize=(11, 4.2))
     FigureCanvasAgg(fig)
@@ -304,7 +306,7 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     colour = np.tile(temps, len(result.heterogeneity))
     points = ax.scatter(h, 100 * result.accuracy.ravel(), c=colour, cmap="coolwarm", norm=LogNorm(temps.min(), temps.max()), s=22, alpha=0.85)
     ax.scatter(result.heterogeneity, 100 * result.best_accuracy, facecolors="none", edgecolors="black", s=70, linewidths=1.0, label="client's best")
-    fig.colorbar(points, ax=ax, label="temperature T")
+    plain_log_labels(fig.colorbar(points, ax=ax, label="temperature T").ax.yaxis)  # 0.1, 0.5, 1, not 10^-1 and 10^0 alone
     ax.set(xlabel="heterogeneity score h (Eq. 6)", ylabel="validation accuracy (%)", title="accuracy vs heterogeneity, by T")
     ax.legend(fontsize=8)
     ax_best.scatter(result.heterogeneity, result.best_temperature, color="tab:blue", s=30)

@@ -11,7 +11,7 @@ need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an Impo
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-__all__ = ["Figure", "finish_figure", "log_scale", "mark_lone_points", "save_png", "shared_legend", "spans_decades"]
+__all__ = ["Figure", "finish_figure", "log_scale", "mark_lone_points", "plain_log_labels", "save_png", "shared_legend", "spans_decades"]
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
@@ -38,13 +38,16 @@ def spans_decades(values: Sequence[float]) -> bool:
 
 
 def log_scale(ax: Any, which: str) -> None:
-    """``ax``'s ``which`` axis (``"x"`` or ``"y"``) logarithmic, labelled 2, 5, 10, 20, 50, ...: matplotlib's own labels of a
-    log axis spanning a decade or two are 2x10^1, 3x10^1, 4x10^1, ..., which run into each other. Where the view holds
-    fewer than two of those (values between 0.22 and 0.4, say), every tick in it is labelled (0.3, 0.4), so that the axis
-    still reads."""
-    from math import floor, log10
+    """``ax``'s ``which`` axis (``"x"`` or ``"y"``) logarithmic, labelled as :func:`plain_log_labels` says."""
+    getattr(ax, f"set_{which}scale")("log")
+    plain_log_labels(ax.xaxis if which == "x" else ax.yaxis)
 
-    axis = ax.xaxis if which == "x" else ax.yaxis
+
+def plain_log_labels(axis: Any) -> None:
+    """A log ``axis`` (an axes' or a colour bar's) labelled 2, 5, 10, 20, 50, ...: matplotlib's own labels of a log axis
+    spanning a decade or two are 2x10^1, 3x10^1, 4x10^1, ..., which run into each other. Where the view holds fewer than
+    two of those (values between 0.22 and 0.4, say), every tick in it is labelled (0.3, 0.4), so that the axis still reads."""
+    from math import floor, log10
 
     def mantissa(value: float) -> float:
         return round(value / 10 ** floor(log10(value)), 6) if value > 0 else 0.0
@@ -55,7 +58,6 @@ def log_scale(ax: Any, which: str) -> None:
         sparse = sum(mantissa(t) in (1.0, 2.0, 5.0) for t in in_view) < 2
         return f"{value:g}" if sparse or mantissa(value) in (1.0, 2.0, 5.0) else ""
 
-    getattr(ax, f"set_{which}scale")("log")
     axis.set_major_formatter(label)
     axis.set_minor_formatter(label)
 

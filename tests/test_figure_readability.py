@@ -287,3 +287,20 @@ def test_the_temperature_sweeps_colour_bar_reads_in_plain_numbers(tmp_path: Path
     colour_bar = drawn[0].axes[-1]
     labels = tick_texts(colour_bar)
     assert {"0.1", "0.5", "1"} <= set(labels) and not any("10^" in t for t in labels), labels
+
+
+def test_a_long_run_name_is_wrapped_inside_the_figure_not_cut_at_its_edges(tmp_path: Path, drawn: list[Figure]) -> None:
+    """A comparison run's name (every option of its variant, then the seed) ran past both edges of attack.png's title."""
+    from chillfl.plots.attacks import plot_attack
+    from chillfl.plots.run import plot_run
+
+    name = "backdoor-digits-FedAvg___chilling_T0.5_client.lr0.05_partition.alpha0.1_attack.fraction0.2-s0"
+    records = [{"round": r, "global_acc": 0.1 * r, "attack_success_rate": 0.2, "global_loss": 1.0, "train_loss": 1.0} for r in (1, 2, 3)]
+    assert plot_attack(records, tmp_path / "attack.png", f"{name}: attack backdoor")
+    plot_run(records, tmp_path / "accuracy_loss.png", name + "-and-some-more-of-a-grid-point")
+    for fig in drawn:
+        title = fig._suptitle  # type: ignore[attr-defined]
+        box = title.get_window_extent(fig.canvas.get_renderer())  # type: ignore[attr-defined]
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, title.get_text()
+        expected = name + (": attack backdoor" if fig is drawn[0] else "-and-some-more-of-a-grid-point")
+        assert "".join(title.get_text().split()) == "".join(expected.split())  # every character kept; wrapping drops a space

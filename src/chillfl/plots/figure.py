@@ -11,7 +11,7 @@ need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an Impo
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-__all__ = ["Figure", "finish_figure", "log_scale", "mark_lone_points", "plain_log_labels", "save_png", "shared_legend", "spans_decades"]
+__all__ = ["Figure", "finish_figure", "fit_title", "log_scale", "mark_lone_points", "plain_log_labels", "save_png", "shared_legend", "spans_decades"]
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
@@ -80,6 +80,23 @@ def shared_legend(fig: Figure, axes: Sequence[Any], fontsize: float = 8) -> None
         fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=fontsize, ncols=columns)
 
 
+TITLE_EM = 0.62
+"""A title character's mean width in ems (DejaVu Sans, with room for wide ones): how many fit a figure's width."""
+
+
+def fit_title(fig: Figure, title: str) -> None:
+    """``title`` over the whole figure at matplotlib's suptitle size, wrapped to the characters its width holds: a long
+    run name (a comparison's, every option of its variant and the seed) ran past both edges of the image."""
+    import textwrap
+
+    from matplotlib import rcParams
+    from matplotlib.font_manager import FontProperties
+
+    points = FontProperties(size=rcParams["figure.titlesize"]).get_size_in_points()
+    chars = max(20, int(fig.get_figwidth() * 72 / (TITLE_EM * points)))
+    fig.suptitle("\n".join(textwrap.wrap(title, chars, break_long_words=True)) if len(title) > chars else title)
+
+
 def finish_figure(fig: Figure, axes: Sequence[Any], path: str | Path, title: str = "", shared: bool = False) -> Path:
     """A run figure's last steps: a light grid and, where a panel has labelled lines, its legend on every panel (with
     ``shared``, one legend for all beside them: :func:`shared_legend`); the title; tight layout; the PNG at the run
@@ -91,7 +108,7 @@ def finish_figure(fig: Figure, axes: Sequence[Any], path: str | Path, title: str
     if shared:
         shared_legend(fig, axes)
     if title:
-        fig.suptitle(title)
+        fit_title(fig, title)
     if fig.get_layout_engine() is None:
         fig.tight_layout()
     return save_png(fig, path, dpi=110)

@@ -10,7 +10,7 @@ from chillfl.extras import need
 
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 
-from chillfl.plots.figure import Figure, log_scale, mark_lone_points, save_png, shared_legend, spans_decades  # noqa: E402
+from chillfl.plots.figure import Figure, fit_title, log_scale, mark_lone_points, save_png, shared_legend, spans_decades  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.styles import variant_style  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
@@ -36,7 +36,7 @@ def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
         ax.grid(alpha=0.3)
         ax.legend()
     if title:
-        fig.suptitle(title)
+        fit_title(fig, title)  # wrapped: a long comparison run's name ran past both edges
     fig.tight_layout()
     save_png(fig, path, dpi=110)
 

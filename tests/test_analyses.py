@@ -265,7 +265,7 @@ def test_the_fig9_legend_names_both_groups_when_the_first_run_has_one(tmp_path: 
     everyone = {"clients": [{"delta": 0.1, "participating": True}]}
     some = {"clients": [{"delta": 0.1, "participating": True}, {"delta": -0.1, "participating": False}]}
     plot_accuracy_change({"runs": {"all": everyone, "some": some}}, tmp_path / "a.png")
-    assert legends == [["participating", "non-participating"]]
+    assert legends == [["participating", "non-participating", "mean of the group"]]
 
 
 def test_two_runs_of_one_folder_name_are_both_analysed(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

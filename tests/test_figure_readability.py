@@ -304,3 +304,16 @@ def test_a_long_run_name_is_wrapped_inside_the_figure_not_cut_at_its_edges(tmp_p
         assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, title.get_text()
         expected = name + (": attack backdoor" if fig is drawn[0] else "-and-some-more-of-a-grid-point")
         assert "".join(title.get_text().split()) == "".join(expected.split())  # every character kept; wrapping drops a space
+
+
+def test_aggregation_accuracy_names_its_mean_bars(tmp_path: Path, drawn: list[Figure]) -> None:
+    """The black bars (each group's mean change) were in no legend and no title."""
+    from chillfl.analysis.aggregation import plot_accuracy_change
+
+    # participating clients change by -14, +2, +3 points (mean -3); non-participating by +48, +24, -23 (mean +16.33)
+    clients = [{"participating": p, "delta": d} for p, d in ((True, -0.14), (True, 0.02), (True, 0.03), (False, 0.48), (False, 0.24), (False, -0.23))]
+    plot_accuracy_change({"runs": {"a": {"clients": clients}, "b": {"clients": clients}}}, tmp_path / "agg.png")
+    (ax,) = drawn[0].axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["participating", "non-participating", "mean of the group"]
+    means = [segments[0][0][1] for segments in (c.get_segments() for c in ax.collections if hasattr(c, "get_segments")) if segments]
+    assert means[:2] == [pytest.approx(-3.0), pytest.approx(49 / 3)]

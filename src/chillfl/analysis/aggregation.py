@@ -103,6 +103,7 @@ def plot_accuracy_change(result: dict[str, Any], path: Path) -> None:
                        label=("participating" if group else "non-participating") if group not in named else None)
             named.add(group)
             ax.hlines(np.mean(deltas), i + offset - 0.12, i + offset + 0.12, color="black", lw=2)
+    ax.plot([], [], color="black", lw=2, label="mean of the group")  # the black bars were the figure's only unexplained mark
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xticks(range(len(runs)), list(runs), rotation=15, fontsize=8)
     ax.set_ylabel("accuracy after - before aggregation (points)")

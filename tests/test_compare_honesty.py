@@ -176,13 +176,14 @@ def test_the_readme_names_every_file_a_comparison_writes(tmp_path: Path, capsys:
 
 
 def _legends(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[list[str]]:
-    """Each panel's legend texts of the next figures ``module`` finishes (finish_panels wrapped)."""
+    """The legend texts of the next figures ``module`` finishes (finish_panels wrapped): one legend beside the panels."""
     seen: list[list[str]] = []
     original = module.finish_panels
 
     def capture(fig: Any, axes: Any, path: Any) -> None:
         original(fig, axes, path)
-        seen.extend([t.get_text() for t in ax.get_legend().get_texts()] for ax in axes)
+        assert all(ax.get_legend() is None for ax in axes)
+        seen.extend([t.get_text() for t in legend.get_texts()] for legend in fig.legends)
 
     monkeypatch.setattr(module, "finish_panels", capture)
     return seen
@@ -195,8 +196,8 @@ def test_a_variant_that_diverged_at_every_seed_is_named_in_the_curves_legend(tmp
 
     seen = _legends(monkeypatch, run)
     assert _compare(tmp_path, capsys, 0.05, 1e12)[0] == DIVERGED_EXIT  # one seed: plot_curves
-    assert seen == [["base", "other: no finished run"]] * 2
+    assert seen == [["base", "other: no finished run"]]
     records = [{"round": 1, "global_acc": 0.5, "global_loss": 1.0}]
     seen = _legends(monkeypatch, bands)
     bands.plot_band_curves({"base": [records, records], "other": []}, tmp_path / "c.png")
-    assert seen == [["base (n=2)", "other: no finished run"]] * 2
+    assert seen == [["base (n=2)", "other: no finished run"]]

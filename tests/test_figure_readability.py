@@ -87,6 +87,11 @@ def test_a_comparisons_curves_have_one_legend_beside_the_panels(tmp_path: Path, 
     assert acc["FedAvg + chilling T=0.5"] == pytest.approx([0.15, 0.25, 0.35])
     server = {line.get_label(): list(line.get_xdata()) for line in by_bytes.axes[0].get_lines()}
     assert server["FedAvg + chilling T=0.5"] == pytest.approx([2.0, 4.0, 6.0])  # kB
+    # the y axes say what they plot, not the record keys global_acc / global_loss / local_acc
+    assert [ax.get_ylabel() for ax in curves.axes] == ["accuracy: global model, test set", "loss: global model, test set (T = 1)"]
+    assert [ax.get_ylabel() for ax in bands.axes] == ["accuracy: global model, test set", "loss: global model, test set (T = 1)"]
+    plot_band_curves({"FedPer": [records(0)]}, tmp_path / "local.png", key="local_acc")
+    assert [ax.get_ylabel() for ax in drawn[-1].axes] == ["accuracy: local models, own splits", "loss: local models, own splits"]
 
 
 def test_temperatures_within_a_decade_on_a_linear_axis_across_decades_labelled_plainly(tmp_path: Path, drawn: list[Figure]) -> None:

@@ -16,6 +16,18 @@ from chillfl.plots.styles import variant_style  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
 
 
+AXIS_LABELS = {"global_acc": "accuracy: global model, test set", "local_acc": "accuracy: local models, own splits",
+               "global_loss": "loss: global model, test set (T = 1)", "local_loss": "loss: local models, own splits"}
+"""A comparison panel's y label by the record key it plots (the key itself for any other): ``global_acc`` says nothing to
+a reader who has not read metrics.jsonl."""
+
+
+def axis_label(key: str) -> str:
+    """The y label of a panel plotting ``key`` (:data:`AXIS_LABELS`); a loss key's label says "loss", which
+    :func:`finish_panels` reads to log-scale an exploding run."""
+    return AXIS_LABELS.get(key, key)
+
+
 def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> None:
     """Accuracy (global and local) and loss (global test, local train) over rounds."""
     fig = Figure(figsize=(11, 4))
@@ -79,8 +91,8 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
         ax_acc.plot(rounds, values, label=label, color=colour, ls=style)
         rounds, values = series(records, loss_key)
         ax_loss.plot(rounds, values, label=label, color=colour, ls=style)
-    ax_acc.set(xlabel="round", ylabel=key, title=title or "Accuracy")
-    ax_loss.set(xlabel="round", ylabel=loss_key, title="Loss")
+    ax_acc.set(xlabel="round", ylabel=axis_label(key), title=title or "Accuracy")
+    ax_loss.set(xlabel="round", ylabel=axis_label(loss_key), title="Loss")
     finish_panels(fig, (ax_acc, ax_loss), path)
 
 

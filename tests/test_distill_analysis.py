@@ -124,6 +124,21 @@ def test_cache_ratio_prints_the_closed_form(tmp_path: Path, capsys: pytest.Captu
     assert row.split("|")[4].strip() == "0.714"
 
 
+def test_cache_ratio_output_names_the_file_it_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``-o fig`` wrote ``fig`` as a PNG without its suffix (``data show -o`` adds ``.png``: now both, through one function);
+    a suffix matplotlib writes no format for is one line on --output before the simulation, not a traceback after it."""
+    from chillfl.cli import main
+
+    small = ["analyze", "cache-ratio", "--public-size", "100", "--subset-size", "10", "--durations", "5", "--rounds", "5"]
+    assert main([*small, "-o", str(tmp_path / "fig")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png"]
+    assert capsys.readouterr().out.splitlines()[-1] == f"plot: {tmp_path / 'fig.png'}"
+    assert main([*small, "-o", str(tmp_path / "fig.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("chillfl: error: --output: ") and "no image format is written as '.txt'" in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png"]
+
+
 @pytest.mark.parametrize(("args", "field"), [
     (["--betas", "nan"], "--betas"),  # was half the output, then "enhanced_era.beta: must be > 0"
     (["--temps", "nan"], "--temps"),

@@ -348,9 +348,11 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(config, writes=False)
     need("matplotlib", "plots", "heat maps")  # before any work: the heat map is this command's output
-    out = _heat_map_path(args.output) if args.output else data_show_path(config)  # default under out_dir, never the current folder
+    from chillfl.plots.figure import figure_file
+
+    out = figure_file(args.output, "output") if args.output else data_show_path(config)  # default under out_dir, never the current folder
     check_out_dir(str(out.parent), "output")
-    if out.is_dir():
+    if out.is_dir():  # the default path, taken by a folder
         raise ConfigError("output", f"{out} is a folder; give a PNG file path")
     data = build_data(config)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -358,22 +360,6 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     plot_class_heatmap(data.class_counts(), out, title=f"{config.name}: class counts per client")
     print(f"heat map: {out}")
     return 0
-
-
-def _heat_map_path(output: str) -> Path:
-    """``data show -o``'s file, checked before the partition is drawn: without a suffix it is a PNG named so (matplotlib
-    adds ``.png``: the line that names the file named one that did not exist), and a suffix matplotlib writes no format
-    for (``.txt``) is one line on ``output``, not a ValueError traceback after the table."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    path = Path(output)
-    if not path.suffix:
-        return path.with_name(path.name + ".png")
-    formats = FigureCanvasBase.get_supported_filetypes()
-    if path.suffix[1:].lower() not in formats:
-        others = ", ".join(f".{f}" for f in sorted(formats) if f != "png")
-        raise ConfigError("output", f"{short_repr(output)}: no image format is written as {path.suffix!r}; give a .png path (or {others})")
-    return path
 
 
 def cmd_data_download(args: argparse.Namespace) -> int:

@@ -71,11 +71,14 @@ def _numbers(text: str, field: str, kind: type = float) -> list[Any]:
     return values
 
 
-def _writable_png(path: str, field: str) -> None:
-    """A figure path this user can write: not a folder, its folder creatable (else one line naming ``field``)."""
-    if Path(path).is_dir():
-        raise ConfigError(field, f"{path} is a folder; give a .png file path")
-    check_writable_dir(str(Path(path).absolute().parent), field)
+def _writable_png(path: str, field: str) -> Path:
+    """A figure path this user can write (:func:`chillfl.plots.figure.figure_file`: ``name`` is ``name.png``): not a folder,
+    its folder creatable (else one line naming ``field``)."""
+    from chillfl.plots.figure import figure_file
+
+    out = figure_file(path, field)
+    check_writable_dir(str(out.absolute().parent), field)
+    return out
 
 
 def cmd_cache_ratio(args: argparse.Namespace) -> int:
@@ -94,7 +97,7 @@ def cmd_cache_ratio(args: argparse.Namespace) -> int:
         raise ConfigError("--rounds", f"--rounds x --public-size must be at most {MAX_WORK:.0e} (a simulation of minutes), got {args.rounds * args.public_size:.1e}")
     if not 0 <= args.seed < 2**63:
         raise ConfigError("--seed", f"must be in [0, 2**63), got {args.seed}")
-    _writable_png(args.output, "--output")
+    output = _writable_png(args.output, "--output")
     ratios = {d: simulate_cache_ratio(args.public_size, args.subset_size, d, args.rounds, args.seed, args.on_expire) for d in durations}
     tail = max(1, args.rounds // 4)
     print(f"cached share of P^t (|P| = {args.public_size}, |P^t| = {args.subset_size}, {args.rounds} rounds, expiry: {args.on_expire})")
@@ -104,7 +107,7 @@ def cmd_cache_ratio(args: argparse.Namespace) -> int:
         mean = float(np.mean(r))
         closed = steady_state_cache_ratio(args.subset_size / args.public_size, d, args.on_expire)
         print(f"| {d} | {mean:.3f} | {float(np.mean(r[-tail:])):.3f} | {closed:.3f} | {1 - mean:.3f} |")
-    out = plot_cache_ratio(ratios, args.output)
+    out = plot_cache_ratio(ratios, output)
     print(f"plot: {out}")
     return 0
 

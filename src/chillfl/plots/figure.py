@@ -11,7 +11,7 @@ need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an Impo
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-__all__ = ["Figure", "finish_figure", "fit_title", "log_scale", "mark_lone_points", "plain_log_labels", "save_png", "shared_legend", "spans_decades"]
+__all__ = ["Figure", "figure_file", "finish_figure", "fit_title", "log_scale", "mark_lone_points", "plain_log_labels", "save_png", "shared_legend", "spans_decades"]
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
@@ -21,6 +21,27 @@ def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
     FigureCanvasAgg(fig)
     fig.savefig(out, format="png", dpi=dpi)
     return out
+
+
+def figure_file(output: str, field: str) -> Path:
+    """A figure file a user named (``-o``), checked before anything is computed: without a suffix it is a PNG named so
+    (matplotlib would write ``name.png``, so the line naming the file would name one that does not exist), and a suffix
+    matplotlib writes no format for (``.txt``), or a folder, is one line on ``field``, not a traceback after the work."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from chillfl.errors import ConfigError
+    from chillfl.options import short_repr
+
+    path = Path(output)
+    if path.is_dir():  # before the suffix: a folder's name would otherwise become folder.png beside it
+        raise ConfigError(field, f"{output} is a folder; give a .png file path")
+    if not path.suffix:
+        return path.with_name(path.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix[1:].lower() not in formats:
+        others = ", ".join(f".{f}" for f in sorted(formats) if f != "png")
+        raise ConfigError(field, f"{short_repr(output)}: no image format is written as {path.suffix!r}; give a .png path (or {others})")
+    return path
 
 
 def mark_lone_points(ax: Any) -> None:

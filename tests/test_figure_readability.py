@@ -294,6 +294,24 @@ def test_the_temperature_sweeps_colour_bar_reads_in_plain_numbers(tmp_path: Path
     assert {"0.1", "0.5", "1"} <= set(labels) and not any("10^" in t for t in labels), labels
 
 
+def test_a_sweep_with_one_best_temperature_says_why_it_has_no_r(tmp_path: Path, drawn: list[Figure]) -> None:
+    """Every client best at the same T: the trend's legend read "Pearson r = nan"; it says why there is none, as the table does."""
+    import numpy as np
+
+    from chillfl.analysis.temperature_sweep import SweepResult, plot_scatter
+    from chillfl.metrics.correlation import correlation_table
+
+    # both clients best at T = 0.5 (accuracies made up): nothing to correlate the heterogeneity scores 0.5, 0.7 with
+    acc = np.array([[0.4, 0.8, 0.7], [0.5, 0.9, 0.85]])
+    rows = correlation_table({"ratio": np.array([0.5, 0.7])}, np.array([0.5, 0.5]))
+    assert rows[0]["undefined"] == "every client's value is 0.5: nothing to correlate with"
+    result = SweepResult([0.1, 0.5, 1.0], acc, acc, np.ones((2, 10)), np.array([0.5, 0.7]), np.array([0.5, 0.5]), np.array([0.8, 0.9]),
+                         np.array([0.1, 0.0]), {"best_temperature": rows})
+    plot_scatter(result, tmp_path / "scatter.png", title="sweep")
+    (legend,) = [ax.get_legend() for ax in drawn[0].axes if ax.get_title().startswith("best temperature")]
+    assert [t.get_text() for t in legend.get_texts()] == ["trend (no Pearson r: every client's value is 0.5: nothing to correlate with)"]
+
+
 def test_a_long_run_name_is_wrapped_inside_the_figure_not_cut_at_its_edges(tmp_path: Path, drawn: list[Figure]) -> None:
     """A comparison run's name (every option of its variant, then the seed) ran past both edges of attack.png's title."""
     from chillfl.plots.attacks import plot_attack

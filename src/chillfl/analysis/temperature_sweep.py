@@ -314,8 +314,10 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     if np.ptp(result.heterogeneity) > 0:
         slope, intercept = np.polyfit(result.heterogeneity, result.best_temperature, 1)
         xs = np.linspace(result.heterogeneity.min(), result.heterogeneity.max(), 2)
-        r = rows.get("ratio", {}).get("r", math.nan)
-        ax_best.plot(xs, slope * xs + intercept, color="tab:red", lw=1, label=f"trend (Pearson r = {_fmt(r)} for the ratio score)")
+        ratio = rows.get("ratio", {})
+        r = ratio.get("r", math.nan)
+        said = f"Pearson r = {_fmt(r)} for the ratio score" if not math.isnan(r) else f"no Pearson r: {ratio.get('undefined', 'undefined')}"
+        ax_best.plot(xs, slope * xs + intercept, color="tab:red", lw=1, label=f"trend ({said})")  # not "r = nan" in a legend
         ax_best.legend(fontsize=8)
     ax_best.set(xlabel="heterogeneity score h (Eq. 6)", ylabel="best temperature", title="best temperature vs heterogeneity (A.5)")
     for a in (ax, ax_best):

@@ -90,6 +90,10 @@ def test_the_demos_dry_run_plans_the_runs_the_demo_makes(capsys: pytest.CaptureF
         # An option of another entry of the family: which ones take it, and the key that chooses them.
         (["run", "{base}", "temperature.value=0.5"], "temperature.value: unknown option; temperature.policy = 'none' takes no options; 'value' is an option of "),
         (["run", "{base}", "algorithm.mu=0.01"], "algorithm.mu: unknown option; allowed: weighting; 'mu' is an option of "),
+        # Spelt right for a sibling, so no spelling is suggested: it said "(did you mean 'target_epsilon'?)" beside "dp-fedavg's".
+        (["run", "{base}", "privacy.mechanism=dp-sgd", "privacy.target_quantile=0.5"],
+         "privacy.target_quantile: unknown option; allowed: accountant, adjacency, clip_norm, delta, divide_by, mechanism, noise_multiplier, rdp_orders, "
+         "target_epsilon; 'target_quantile' is an option of dp-fedavg (set privacy.mechanism)"),
         # A wrapper's: where the wrapped method's option goes (it named only algorithm.name, which would drop the wrapper).
         (["run", "{base}", "algorithm.name=pa3fed", "algorithm.base=fedprox", "algorithm.mu=0.01"],
          "algorithm.mu: unknown option; allowed: base, base_options, beta, delta, eval_batch_size, fgn_scale_by_lr, first_round_clp, grad_norm, "

@@ -367,7 +367,12 @@ def test_a_missing_config_is_the_one_argument_named(capsys: pytest.CaptureFixtur
     (["bogus"], "chillfl: error: argument command: invalid choice: 'bogus'"),
     # a stray flag names its command's --help (it named `chillfl --help`, which lists the commands, not their flags)
     (["run", "--bogus"], "chillfl run: error: unrecognized arguments: --bogus; `chillfl run --help` shows the usage"),
-    (["run", "demo", "--seeds", "0,1"], "chillfl run: error: unrecognized arguments: --seeds 0,1; `chillfl run --help` shows the usage"),
+    # compare's flags after run: said to be compare's (the line named only run's --help, which lists none of them)
+    (["run", "demo", "--seeds", "0,1"], "chillfl run: error: unrecognized arguments: --seeds 0,1; --seeds is chillfl compare's, not chillfl run's "
+                                        "(chillfl compare CONFIG --seeds ...; chillfl run runs a config's [compare] and [tune] tables as a comparison); "
+                                        "`chillfl run --help` shows the usage"),
+    (["run", "demo", "--tune=client.lr=0.1", "--controls"], "chillfl run: error: unrecognized arguments: --tune=client.lr=0.1 --controls; "
+                                                            "--tune, --controls are chillfl compare's, not chillfl run's (chillfl compare CONFIG --tune ...;"),
     (["data", "show", "demo", "--bogus"], "chillfl data show: error: unrecognized arguments: --bogus; `chillfl data show --help`"),
     (["analyze", "cka", "some/run", "--bogus"], "chillfl analyze cka: error: unrecognized arguments: --bogus; `chillfl analyze cka --help`"),
 ])
@@ -377,6 +382,18 @@ def test_a_command_line_argparse_refuses_is_one_line(capsys: pytest.CaptureFixtu
         main(argv)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(line) and err.rstrip().endswith("--help` shows the usage")
+
+
+def test_the_compare_flags_run_names_are_compares_own(capsys: pytest.CaptureFixture[str]) -> None:
+    """``cli.COMPARE_FLAGS`` (what ``run`` says belongs to ``compare``) are the flags ``compare --help`` lists and ``run --help`` does not."""
+    from chillfl.cli import COMPARE_FLAGS
+
+    flags = {}
+    for command in ("run", "compare"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        flags[command] = set(re.findall(r"^  (--[a-z-]+)", capsys.readouterr().out, flags=re.M))
+    assert set(COMPARE_FLAGS) == flags["compare"] - flags["run"]
 
 
 @pytest.mark.parametrize(

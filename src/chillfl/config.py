@@ -974,11 +974,30 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         data: dict[str, Any] = tomllib.loads(text)  # typed here: on Python 3.10 tomli may be untyped
         return data
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("config", f"malformed TOML in {p}: {exc}") from None
+        raise ConfigError("config", f"malformed TOML in {p}: {exc}{_bare_word_hint(text, str(exc))}") from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
         raise ConfigError("config", f"unreadable value in {p}: {str(exc)[:80]}") from None
     except RecursionError:
         raise ConfigError("config", f"{p} nests tables or lists too deeply") from None
+
+
+_TOML_AT = re.compile(r"^Invalid value \(at line (\d+), column \d+\)$")
+
+
+def _bare_word_hint(text: str, message: str) -> str:
+    """The fix for a value TOML cannot read that is a bare word: ``name = fedprox`` (YAML and Hydra write strings
+    unquoted) or ``decay = True`` (Python's spelling). tomllib says only "Invalid value (at line 2, column 8)"."""
+    found = _TOML_AT.match(message)
+    lines = text.splitlines()
+    if not found or not 0 < int(found[1]) <= len(lines):
+        return ""
+    key, sep, value = lines[int(found[1]) - 1].partition("=")
+    word = value.split("#")[0].strip()
+    if not sep or not re.fullmatch(r"[A-Za-z_][\w.:/-]*", word):
+        return ""
+    if word.lower() in ("true", "false"):
+        return f"; TOML writes booleans in lower case: {key.strip()} = {word.lower()}"
+    return f"; a string needs quotes: {key.strip()} = \"{word}\""
 
 
 MAX_EXTENDS = 16

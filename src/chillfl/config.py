@@ -1032,7 +1032,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
             raise ConfigError("extends", f"expected a TOML file name (a string), got {short_repr(base)} {where}")
         target = _extends_target(current.parent, base)
         if target is None:
-            raise ConfigError("extends", f"file not found: {short_repr(base)} (relative to {current.parent}) {where}")
+            raise ConfigError("extends", f"file not found: {short_repr(base)} (relative to {current.parent}, nor a bundled config){_bundled_hint(base)} {where}")
         if target.resolve() in chain:
             names = " -> ".join(p.name for p in [*chain, target.resolve()])
             raise ConfigError("extends", f"cycle: {names}")
@@ -1051,6 +1051,14 @@ def _is_file(path: Path) -> bool:
         return path.is_file()
     except (OSError, ValueError):  # ENAMETOOLONG, NUL in the path
         return False
+
+
+def _bundled_hint(base: str) -> str:
+    """``" (did you mean 'flexchill/table4-digits'?)"`` for a near miss of a bundled config or base that ``extends`` names
+    (not the package's own top-level ``_*.toml``, which are no configs to extend)."""
+    root = experiments_root()
+    names = sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.toml") if not p.name.startswith("_") or p.parent != root)
+    return did_you_mean(base.removesuffix(".toml"), names)
 
 
 def _extends_target(folder: Path, base: str) -> Path | None:

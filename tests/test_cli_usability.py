@@ -103,6 +103,10 @@ def test_the_demos_dry_run_plans_the_runs_the_demo_makes(capsys: pytest.CaptureF
         (["run", "{base}", "algorithm.name=pa3fed", "algorithm.base=fedprox", "objective.proximal_mu=0.1"],
          "objective.proximal_mu: algorithm 'pa3fed' already adds the proximal term mu/2 ||w - w^t||^2 (FedProx) (its own options, or those of "
          "'fedprox', algorithm.base_options); set one of the two"),
+        # a first [distillation] table names its method only: public_size's default 0 was "must be >= subset_size=1000 ..., got 0"
+        (["run", "{base}", "distillation.method=scarlet"],
+         "distillation.public_size: is not set (0), and method 'scarlet' distils on a public set of |P| >= subset_size=1000 rows (|P^t| a round), "
+         "carved from the training set or drawn from public_dataset: set both, e.g. public_size = 400, subset_size = 100 on digits"),
         (["run", "{base}", "federaton.rounds=3"], "federaton: unknown key or section (did you mean 'federation'?)"),
         # Flower's num_rounds, FL-bench's flat keys: a section's option written at the top level names its section
         (["run", "{base}", "rounds=3"], "rounds: unknown key or section (an option of [federation]: federation.rounds); allowed: "),

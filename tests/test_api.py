@@ -331,3 +331,17 @@ def test_available_lists_every_registry() -> None:
     assert {"fedavg", "scaffold", "pa3fed"} <= set(names["algorithms"]) and "scarlet" in names["distillation_methods"]
     assert names["models"] == registries()["models"]
     assert {"fedproto", "fedhkd"} <= set(names["prototype_methods"]) and "proximal" in names["loss_terms"]
+
+
+def test_available_is_what_chillfl_list_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """``available()`` (its docstring: "what chillfl list prints") lacked the attacks and the privacy mechanisms."""
+    from chillfl.cli import main
+
+    assert main(["list"]) == 0
+    listed = {}
+    for line in re.sub(r"\n +", " ", capsys.readouterr().out).splitlines():  # wrapped lines joined
+        title, _, names = line.partition(": ")
+        if not title.startswith("experiments"):
+            listed[title.replace(" ", "_")] = names.split(", ")
+    assert chillfl.available() == listed
+    assert {"label_flip", "scaling"} <= set(chillfl.available()["attacks"]) and "dp-fedavg" in chillfl.available()["privacy_mechanisms"]

@@ -418,8 +418,9 @@ def test_client_models_on_a_method_that_keeps_none_is_one_warning(caplog: pytest
     with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
         build_algorithm(config(**{"algorithm.name": "fedprox", "checkpoint.client_models": True}), model)
     warned = [r.getMessage() for r in caplog.records if r.name == "chillfl.experiment"]
+    # Not "keep nothing": FedDyn's clients keep g_k and SCAFFOLD's c_i between rounds, just no model of their own.
     assert warned == ["checkpoint.client_models: fedprox keeps no model per client (its clients train what the server sends them each round "
-                      "and keep nothing), so no client_models.safetensors is saved"]
+                      "and keep no model of their own between rounds), so no client_models.safetensors is saved"]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
         build_algorithm(config(**{"algorithm.name": "ditto", "checkpoint.client_models": True}), model)

@@ -90,6 +90,10 @@ def test_the_demos_dry_run_plans_the_runs_the_demo_makes(capsys: pytest.CaptureF
         # An option of another entry of the family: which ones take it, and the key that chooses them.
         (["run", "{base}", "temperature.value=0.5"], "temperature.value: unknown option; temperature.policy = 'none' takes no options; 'value' is an option of "),
         (["run", "{base}", "algorithm.mu=0.01"], "algorithm.mu: unknown option; allowed: weighting; 'mu' is an option of "),
+        # Spelt right for a sibling, so no spelling is suggested: it said "(did you mean 'target_epsilon'?)" beside "dp-fedavg's".
+        (["run", "{base}", "privacy.mechanism=dp-sgd", "privacy.target_quantile=0.5"],
+         "privacy.target_quantile: unknown option; allowed: accountant, adjacency, clip_norm, delta, divide_by, mechanism, noise_multiplier, rdp_orders, "
+         "target_epsilon; 'target_quantile' is an option of dp-fedavg (set privacy.mechanism)"),
         # A wrapper's: where the wrapped method's option goes (it named only algorithm.name, which would drop the wrapper).
         (["run", "{base}", "algorithm.name=pa3fed", "algorithm.base=fedprox", "algorithm.mu=0.01"],
          "algorithm.mu: unknown option; allowed: base, base_options, beta, delta, eval_batch_size, fgn_scale_by_lr, first_round_clp, grad_norm, "
@@ -99,6 +103,10 @@ def test_the_demos_dry_run_plans_the_runs_the_demo_makes(capsys: pytest.CaptureF
         (["run", "{base}", "algorithm.name=pa3fed", "algorithm.base=fedprox", "objective.proximal_mu=0.1"],
          "objective.proximal_mu: algorithm 'pa3fed' already adds the proximal term mu/2 ||w - w^t||^2 (FedProx) (its own options, or those of "
          "'fedprox', algorithm.base_options); set one of the two"),
+        # a first [distillation] table names its method only: public_size's default 0 was "must be >= subset_size=1000 ..., got 0"
+        (["run", "{base}", "distillation.method=scarlet"],
+         "distillation.public_size: is not set (0), and method 'scarlet' distils on a public set of |P| >= subset_size=1000 rows (|P^t| a round), "
+         "carved from the training set or drawn from public_dataset: set both, e.g. public_size = 400, subset_size = 100 on digits"),
         (["run", "{base}", "federaton.rounds=3"], "federaton: unknown key or section (did you mean 'federation'?)"),
         # Flower's num_rounds, FL-bench's flat keys: a section's option written at the top level names its section
         (["run", "{base}", "rounds=3"], "rounds: unknown key or section (an option of [federation]: federation.rounds); allowed: "),
@@ -363,7 +371,12 @@ def test_a_missing_config_is_the_one_argument_named(capsys: pytest.CaptureFixtur
     (["bogus"], "chillfl: error: argument command: invalid choice: 'bogus'"),
     # a stray flag names its command's --help (it named `chillfl --help`, which lists the commands, not their flags)
     (["run", "--bogus"], "chillfl run: error: unrecognized arguments: --bogus; `chillfl run --help` shows the usage"),
-    (["run", "demo", "--seeds", "0,1"], "chillfl run: error: unrecognized arguments: --seeds 0,1; `chillfl run --help` shows the usage"),
+    # compare's flags after run: said to be compare's (the line named only run's --help, which lists none of them)
+    (["run", "demo", "--seeds", "0,1"], "chillfl run: error: unrecognized arguments: --seeds 0,1; --seeds is chillfl compare's, not chillfl run's "
+                                        "(chillfl compare CONFIG --seeds ...; chillfl run runs a config's [compare] and [tune] tables as a comparison); "
+                                        "`chillfl run --help` shows the usage"),
+    (["run", "demo", "--tune=client.lr=0.1", "--controls"], "chillfl run: error: unrecognized arguments: --tune=client.lr=0.1 --controls; "
+                                                            "--tune, --controls are chillfl compare's, not chillfl run's (chillfl compare CONFIG --tune ...;"),
     (["data", "show", "demo", "--bogus"], "chillfl data show: error: unrecognized arguments: --bogus; `chillfl data show --help`"),
     (["analyze", "cka", "some/run", "--bogus"], "chillfl analyze cka: error: unrecognized arguments: --bogus; `chillfl analyze cka --help`"),
 ])
@@ -373,6 +386,18 @@ def test_a_command_line_argparse_refuses_is_one_line(capsys: pytest.CaptureFixtu
         main(argv)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(line) and err.rstrip().endswith("--help` shows the usage")
+
+
+def test_the_compare_flags_run_names_are_compares_own(capsys: pytest.CaptureFixture[str]) -> None:
+    """``cli.COMPARE_FLAGS`` (what ``run`` says belongs to ``compare``) are the flags ``compare --help`` lists and ``run --help`` does not."""
+    from chillfl.cli import COMPARE_FLAGS
+
+    flags = {}
+    for command in ("run", "compare"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        flags[command] = set(re.findall(r"^  (--[a-z-]+)", capsys.readouterr().out, flags=re.M))
+    assert set(COMPARE_FLAGS) == flags["compare"] - flags["run"]
 
 
 @pytest.mark.parametrize(

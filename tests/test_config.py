@@ -1,5 +1,7 @@
 """Config loading, overrides and validation errors (field named, allowed values listed)."""
 
+from pathlib import Path
+
 import pytest
 
 from chillfl.config import RunConfig, load_config, parse_overrides, parse_value
@@ -67,6 +69,24 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("[client\nlr = 1")
     with pytest.raises(ConfigError, match="malformed TOML"):
         load_config(bad)
+
+
+@pytest.mark.parametrize(("line", "hint"), [
+    ('name = fedprox', '; a string needs quotes: name = "fedprox"'),  # YAML's and Hydra's unquoted strings
+    ('name = my_rules:Median  # a plugin', '; a string needs quotes: name = "my_rules:Median"'),
+    ('weighting = Uniform', '; a string needs quotes: weighting = "Uniform"'),
+    ('decay = True', '; TOML writes booleans in lower case: decay = true'),  # Python's spelling
+    ('mu = 0.1.2', ''),  # not a bare word: tomllib's own message, nothing guessed
+    ('mu = { a = b }', ''),
+])
+def test_a_bare_word_in_a_config_file_says_how_to_write_it(tmp_path: Path, line: str, hint: str) -> None:
+    """tomllib says only "Invalid value (at line 2, column 8)" for ``name = fedprox``, the way YAML and Hydra write strings."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f"[algorithm]\n{line}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(bad)
+    assert info.value.field == "config" and str(info.value).startswith("config: malformed TOML in ")
+    assert str(info.value).endswith(")" + hint)
 
 
 def test_bundled_experiments_load():

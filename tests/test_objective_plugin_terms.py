@@ -102,6 +102,15 @@ def test_refusals_name_objective_terms(over: dict) -> None:
     assert info.value.field.startswith("objective.terms")
 
 
+def test_an_object_that_is_no_term_is_one_plain_line() -> None:
+    """The refusal printed reST markup (``reads``) on the command line, where it is read as typed."""
+    with pytest.raises(ConfigError) as info:
+        build_experiment(load_config(None, {**BASE, "objective.terms": ["collections:OrderedDict"]}))
+    assert info.value.field == "objective.terms"
+    assert str(info.value).endswith("'collections:OrderedDict' is not a loss term: give a TermSpec, or a class with a `reads` tuple and __call__ "
+                                    "(see chillfl.extend.LossTerm, BatchTerm)")
+
+
 def test_the_saved_config_keeps_the_terms_and_reruns_them(tmp_path: Path) -> None:
     cfg = load_config(None, {**BASE, "federation.rounds": 1, "out_dir": str(tmp_path), "objective.terms": [{"name": "proximal", "mu": 0.5}]})
     first = run_experiment(cfg, progress=False)

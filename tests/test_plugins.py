@@ -105,6 +105,20 @@ def test_bad_import_paths_and_options_are_config_errors(user_code: Path, table: 
     assert err.value.field.startswith(field) and words in str(err.value)
 
 
+def test_a_typo_in_an_import_paths_name_suggests_the_whole_path(user_code: Path) -> None:
+    """``my_fl_rules:FirstClinet`` said only "has no attribute": the module's own names give the fix, pasted back whole."""
+    messages = {}
+    for typed in ("FirstClinet", "firstclient", "Zzzzzz", "_private_thing"):
+        with pytest.raises(ConfigError) as err:
+            build_experiment(load_config(None, {**BASE, "algorithm": {"name": f"my_fl_rules:{typed}"}}))
+        assert err.value.field == "algorithm.name"
+        messages[typed] = str(err.value)
+    assert messages["FirstClinet"].endswith("module 'my_fl_rules' has no attribute 'FirstClinet' (did you mean 'my_fl_rules:FirstClient'?)")
+    assert messages["firstclient"].endswith("(did you mean 'my_fl_rules:FirstClient'?)")  # another case first
+    assert messages["Zzzzzz"].endswith("has no attribute 'Zzzzzz'")  # nothing close: no guess
+    assert "did you mean" not in messages["_private_thing"]
+
+
 def test_cli_names_a_bad_import_path_in_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code = main(["run", "src/chillfl/experiments/demo.toml", "algorithm.name=no_such_module_xyz:Rule", f"out_dir={tmp_path}"])
     err = capsys.readouterr().err.strip().splitlines()

@@ -538,6 +538,21 @@ def test_a_diverged_run_resumes_only_when_forced_and_then_ends_under_its_own_nam
     assert (done / "metrics.jsonl").read_text() == reference
 
 
+def test_a_run_that_diverged_before_its_first_checkpoint_says_to_start_it_again(tmp_path: Path, capfd: pytest.CaptureFixture[str], reference: str) -> None:
+    """It said "lower client.lr in its config.toml and `chillfl resume --force`", which then refused: no checkpoint to resume."""
+    failed = interrupted(tmp_path).rename(tmp_path / "out" / "tx.failed")
+    (failed / "checkpoint.safetensors").unlink()  # diverged in round 1 or 2, before checkpoint.every rounds
+    (failed / "failure.json").write_text(json.dumps({"round": 1, "reason": "training loss is nan"}))
+    for force in ([], ["--force"]):
+        assert main(["resume", str(failed), "-q", *force]) == 2
+        field, line = one_error(capfd)
+        assert field == "run_dir" and line.endswith(
+            f"{failed} diverged (failure.json) before its first checkpoint, so no round can be resumed; lower client.lr in its config.toml and "
+            f"start it again with `chillfl run {failed / 'config.toml'} --out {failed.parent}` (into a new folder)"), line
+    _as_a_shell_would(_start_again(line))  # the command as given (here with the config as it was: the same run)
+    assert (tmp_path / "out" / "tx" / "metrics.jsonl").read_text() == reference
+
+
 # ---------------------------------------------------------------- a full disk
 
 

@@ -55,7 +55,9 @@ from chillfl.reproduce import Outcome, write_verdicts
 from chillfl.resolve import is_default_table, resolved
 from chillfl.reproduce import reproduce as reproduce_claims
 from chillfl.runner import Callback, RunOutput, run_experiment
+from chillfl.settings.attack import kind_names
 from chillfl.settings.distillation import method_names
+from chillfl.settings.privacy import mechanism_names
 from chillfl.settings.prototypes import method_names as prototype_method_names
 from chillfl.temperature import POLICY_METHODS, policy_names
 from chillfl.training.terms import term_names
@@ -753,5 +755,7 @@ def available() -> dict[str, list[str]]:
         "prototype_methods": prototype_method_names(),
         "temperature_policies": policy_names(),
         "loss_terms": term_names(),
+        "attacks": kind_names(),
+        "privacy_mechanisms": mechanism_names(),
     }
 

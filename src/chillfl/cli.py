@@ -490,6 +490,19 @@ COMMAND_HINTS = {
 }
 """Commands a newcomer types that chillfl spells otherwise: the line says where they live."""
 
+COMPARE_FLAGS = ("--grid", "--reference", "--seeds", "--tune", "--select", "--controls")
+"""``chillfl compare``'s own flags: typed after ``chillfl run`` (``run CONFIG --seeds 0,1,2``), the line says they are
+``compare``'s, as ``run`` takes the same config (and runs a ``[compare]`` table's seeds as a comparison)."""
+
+
+def _compare_flags_hint(command: str, stray: Sequence[str]) -> str:
+    """``"; --seeds is chillfl compare's: ..."`` for ``run`` given a comparison's flags, else ``""``."""
+    flags = sorted({s.partition("=")[0] for s in stray if s.partition("=")[0] in COMPARE_FLAGS}, key=COMPARE_FLAGS.index)
+    if command != "run" or not flags:
+        return ""
+    which = f"{flags[0]} is" if len(flags) == 1 else f"{', '.join(flags)} are"
+    return f"; {which} chillfl compare's, not chillfl run's (chillfl compare CONFIG {flags[0]} ...; chillfl run runs a config's [compare] and [tune] tables as a comparison)"
+
 
 def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     """The whole command line; ``analyses=False`` leaves out the analysis subcommands' own parsers (they import torch)."""
@@ -633,7 +646,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if stray:  # named as the subcommand's: its --help lists its flags (`chillfl --help` lists only the commands)
         words = [args.command, *([args.data_command] if args.command == "data" else []), *([args.analysis] if args.command == "analyze" else [])]
         prog = " ".join(["chillfl", *words])
-        parser.exit(2, f"{prog}: error: {one_line('unrecognized arguments: ' + ' '.join(stray))}; `{prog} --help` shows the usage\n")
+        hint = _compare_flags_hint(args.command, stray)
+        parser.exit(2, f"{prog}: error: {one_line('unrecognized arguments: ' + ' '.join(stray))}{hint}; `{prog} --help` shows the usage\n")
     if extra:
         args.overrides = [*args.overrides, *extra]
     level = int(getattr(args, "verbose", 0) or 0) - int(getattr(args, "quiet", 0) or 0)

@@ -974,11 +974,30 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         data: dict[str, Any] = tomllib.loads(text)  # typed here: on Python 3.10 tomli may be untyped
         return data
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("config", f"malformed TOML in {p}: {exc}") from None
+        raise ConfigError("config", f"malformed TOML in {p}: {exc}{_bare_word_hint(text, str(exc))}") from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
         raise ConfigError("config", f"unreadable value in {p}: {str(exc)[:80]}") from None
     except RecursionError:
         raise ConfigError("config", f"{p} nests tables or lists too deeply") from None
+
+
+_TOML_AT = re.compile(r"^Invalid value \(at line (\d+), column \d+\)$")
+
+
+def _bare_word_hint(text: str, message: str) -> str:
+    """The fix for a value TOML cannot read that is a bare word: ``name = fedprox`` (YAML and Hydra write strings
+    unquoted) or ``decay = True`` (Python's spelling). tomllib says only "Invalid value (at line 2, column 8)"."""
+    found = _TOML_AT.match(message)
+    lines = text.splitlines()
+    if not found or not 0 < int(found[1]) <= len(lines):
+        return ""
+    key, sep, value = lines[int(found[1]) - 1].partition("=")
+    word = value.split("#")[0].strip()
+    if not sep or not re.fullmatch(r"[A-Za-z_][\w.:/-]*", word):
+        return ""
+    if word.lower() in ("true", "false"):
+        return f"; TOML writes booleans in lower case: {key.strip()} = {word.lower()}"
+    return f"; a string needs quotes: {key.strip()} = \"{word}\""
 
 
 MAX_EXTENDS = 16
@@ -1013,7 +1032,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
             raise ConfigError("extends", f"expected a TOML file name (a string), got {short_repr(base)} {where}")
         target = _extends_target(current.parent, base)
         if target is None:
-            raise ConfigError("extends", f"file not found: {short_repr(base)} (relative to {current.parent}) {where}")
+            raise ConfigError("extends", f"file not found: {short_repr(base)} (relative to {current.parent}, nor a bundled config){_bundled_hint(base)} {where}")
         if target.resolve() in chain:
             names = " -> ".join(p.name for p in [*chain, target.resolve()])
             raise ConfigError("extends", f"cycle: {names}")
@@ -1032,6 +1051,14 @@ def _is_file(path: Path) -> bool:
         return path.is_file()
     except (OSError, ValueError):  # ENAMETOOLONG, NUL in the path
         return False
+
+
+def _bundled_hint(base: str) -> str:
+    """``" (did you mean 'flexchill/table4-digits'?)"`` for a near miss of a bundled config or base that ``extends`` names
+    (not the package's own top-level ``_*.toml``, which are no configs to extend)."""
+    root = experiments_root()
+    names = sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.toml") if not p.name.startswith("_") or p.parent != root)
+    return did_you_mean(base.removesuffix(".toml"), names)
 
 
 def _extends_target(folder: Path, base: str) -> Path | None:

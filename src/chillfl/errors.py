@@ -76,11 +76,19 @@ def did_you_mean(value: object, allowed: Iterable[object]) -> str:
     changed, or two neighbours swapped: ``ndt`` -> ``ntd``, ``muu`` -> ``mu``), or else to be part of one name only
     (``prox`` -> ``fedprox``); a one-letter name only the case.
     """
-    if not isinstance(value, str):
-        return ""
-    names = [str(a) for a in allowed]
-    match = _closest(value, names) if value not in names else None
+    match = closest_name(value, allowed)
     return f" (did you mean {match!r}?)" if match is not None else ""
+
+
+def closest_name(value: object, allowed: Iterable[object]) -> str | None:
+    """The allowed name :func:`did_you_mean` suggests for ``value``, None for none (or when ``value`` is allowed as it is).
+
+    For a message that suggests more than the name (a whole import path: :func:`chillfl.plugins.load_object`).
+    """
+    if not isinstance(value, str):
+        return None
+    names = [str(a) for a in allowed]
+    return _closest(value, names) if value not in names else None
 
 
 def _closest(value: str, names: list[str]) -> str | None:

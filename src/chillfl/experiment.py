@@ -326,7 +326,7 @@ def warn_no_client_models(config: RunConfig, aggregator: Aggregator) -> None:
     if holds_personal_model(aggregator.client_half()):
         return
     log.warning(
-        "checkpoint.client_models: %s keeps no model per client (its clients train what the server sends them each round and keep nothing), so no %s is saved",
+        "checkpoint.client_models: %s keeps no model per client (its clients train what the server sends them each round and keep no model of their own between rounds), so no %s is saved",
         config.algorithm.get("name"), "client_models.safetensors",
     )
 

@@ -217,9 +217,11 @@ def unknown_option(section: str, key: str, names: set[str], chosen: Chosen | Non
         where = (f" (an option of {', '.join(f'[{h}]' for h in homes)}: {', '.join(f'{h}.{key}' for h in homes)})" if homes
                  else did_you_mean(key, names) or _misread_key(section, key, names))
         return ConfigError(join_field(section, key), f"unknown {what}{where}; {allowed}")
-    hint = did_you_mean(key, names) or _misread_key(section, key, names, chosen.field.rpartition(".")[2])
-    message = f"unknown option{hint}; " + (allowed if names else f"{chosen.field} = {chosen.name!r} takes no options")
     owners = sorted(n for n, entry in chosen.family().items() if dataclasses.is_dataclass(entry.options) and key in _option_names(entry.options))
+    # A sibling's option, spelt right, is no typo: no spelling is suggested (privacy.target_quantile under dp-sgd is
+    # dp-fedavg's, not a misspelt target_epsilon).
+    hint = "" if owners else did_you_mean(key, names) or _misread_key(section, key, names, chosen.field.rpartition(".")[2])
+    message = f"unknown option{hint}; " + (allowed if names else f"{chosen.field} = {chosen.name!r} takes no options")
     if owners:
         message += f"; {key!r} is an option of {', '.join(owners)} (set {chosen.field}"
         message += f", or, for the method it wraps, {join_field(section, chosen.wrapped_options)}.{key})" if chosen.wrapped_options else ")"

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Generic, Iterator, Mapping, Sequence, TypeVar
 
 from chillfl.capabilities import declared
-from chillfl.errors import ConfigError, choice_error
+from chillfl.errors import ConfigError, choice_error, closest_name
 from chillfl.once import warn_once
 from chillfl.options import short_repr
 
@@ -117,11 +117,22 @@ def load_object(path: str, field: str) -> Any:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - the user's module: any error while importing it is a bad config value
         raise ConfigError(field, f"cannot import module {module_name!r} of {path!r} ({type(exc).__name__}: {exc}){_in_this_folder(module_name, exc)}") from None
-    for part in attribute.split("."):
+    parts = attribute.split(".")
+    for i, part in enumerate(parts):
         if not hasattr(obj, part):
-            raise ConfigError(field, f"module {module_name!r} has no attribute {attribute!r}")
+            raise ConfigError(field, f"module {module_name!r} has no attribute {attribute!r}{_nearest_attribute(obj, module_name, parts[:i], part)}")
         obj = getattr(obj, part)
     return obj
+
+
+def _nearest_attribute(obj: object, module_name: str, before: list[str], missing: str) -> str:
+    """``" (did you mean 'pkg.mod:FEDDYN'?)"`` for a typo in an import path's attribute (``pkg.mod:FEDDYM``), else ``""``.
+
+    Why: the path is typed by hand in a config, and the module's own names are at hand here. The whole path is
+    suggested, so that it can be pasted back; only public names (no leading ``_``) are offered.
+    """
+    match = closest_name(missing, [n for n in dir(obj) if not n.startswith("_")])
+    return "" if match is None else f" (did you mean {module_name + ':' + '.'.join([*before, match])!r}?)"
 
 
 def _in_this_folder(module_name: str, exc: Exception) -> str:

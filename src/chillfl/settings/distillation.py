@@ -87,6 +87,10 @@ class DistillationOptions:
         for name, most in _UPPER_BOUNDS.items():
             value = getattr(self, name)
             require(value is None or value <= most, f"{section}.{name}", f"must be at most {most}, got {value}")
+        if spec.collaborative and self.public_size == 0:  # the default: a first [distillation] table leaves it out
+            raise ConfigError(f"{section}.public_size", f"is not set (0), and method {self.method!r} distils on a public set of |P| >= subset_size={self.subset_size} "
+                                                        "rows (|P^t| a round), carved from the training set or drawn from public_dataset: set both, "
+                                                        "e.g. public_size = 400, subset_size = 100 on digits")
         if spec.collaborative:
             require(
                 self.public_size >= self.subset_size,

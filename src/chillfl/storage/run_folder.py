@@ -139,13 +139,17 @@ def _no_checkpoint(path: Path) -> str:
     where = Path(os.path.abspath(path))
     if is_sweep(path.parent):
         return f"{said}; `chillfl resume {shlex.quote(str(where.parent))}` runs it again as part of its comparison"
+    return f"{said}; start it again with `{_run_again(path)}` (into a new folder); {path} holds no trained state: remove it once that run has started"
+
+
+def _run_again(path: Path) -> str:
+    """The command that runs ``path``'s saved config again from the start (see :func:`_no_checkpoint`)."""
+    where = Path(os.path.abspath(path))
     config = where / "config.toml"
     origin = _started_in(where)
     if origin is not None:
-        again = f"cd {shlex.quote(str(origin))} && chillfl run {shlex.quote(os.path.relpath(config, origin))}"
-    else:
-        again = f"chillfl run {shlex.quote(str(config))} --out {shlex.quote(str(where.parent))}"
-    return f"{said}; start it again with `{again}` (into a new folder); {path} holds no trained state: remove it once that run has started"
+        return f"cd {shlex.quote(str(origin))} && chillfl run {shlex.quote(os.path.relpath(config, origin))}"
+    return f"chillfl run {shlex.quote(str(config))} --out {shlex.quote(str(where.parent))}"
 
 
 def _started_in(folder: Path) -> Path | None:
@@ -202,7 +206,12 @@ def _refuse_finished(path: Path) -> None:
 def _refuse_diverged(path: Path, force: bool) -> None:
     """A diverged run (``NAME.failed``) resumed as it is diverges again, bit for bit: refused unless ``force`` (after an
     edit of its config.toml, e.g. a lower lr), and then it ends as ``NAME`` (it finished in place, still ``.failed``)."""
-    if (path / FAILURE).is_file() and not force:
+    if not (path / FAILURE).is_file():
+        return
+    if not (path / CHECKPOINT).is_file() and not is_sweep(path.parent):  # --force would only say so: the fix is a new run
+        raise ConfigError(FIELD, f"{path} diverged ({FAILURE}) before its first checkpoint, so no round can be resumed; lower client.lr in its "
+                                 f"config.toml and start it again with `{_run_again(path)}` (into a new folder)")
+    if not force:
         raise ConfigError(FIELD, f"{path} diverged ({FAILURE}): resumed as it is it diverges again; lower client.lr in its config.toml "
                                  "and `chillfl resume --force`, or run it again")
 

@@ -280,7 +280,7 @@ def user_term(obj: Any, name: str, field: str) -> TermSpec:
         check_hooks(name, obj.calls(), field)
         return obj
     if not _is_term_class(obj):
-        raise ConfigError(field, f"{name!r} is not a loss term: give a TermSpec, or a class with a ``reads`` tuple and __call__ (see chillfl.extend.LossTerm, BatchTerm)")
+        raise ConfigError(field, f"{name!r} is not a loss term: give a TermSpec, or a class with a `reads` tuple and __call__ (see chillfl.extend.LossTerm, BatchTerm)")
     options = getattr(obj, "Options", None)
     if options is None:
         check_constructor(obj, False, name, field)

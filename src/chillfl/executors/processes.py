@@ -412,6 +412,10 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
         if isinstance(task, str):  # PARENT_GONE: killed without running its handlers
             if _orphaned(parent):
                 _remove_parent_temp(parent_temp)
+                # as _watch_parent does: a return runs multiprocessing's finalizers, and this worker's own resource-sharer
+                # socket lies in the parent's temp folder (spawned workers inherit its tempdir), which a sibling may have
+                # removed: its unlink raised FileNotFoundError, printed as a traceback under the killed run
+                os._exit(0)
             return
         try:
             if task.setup.key != key:  # the first task of another executor: its template, objective, client side

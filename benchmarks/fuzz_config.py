@@ -1,7 +1,7 @@
 """Fuzz ``chillfl run`` with generated bad configs and count how each one ends.
 
-Draws N cases from the property test's generator (``tests/test_hostile_input.py``)
-with a seed of its own, plus ``out_dir`` cases (a file, a path under a file, a
+Draws N cases from the property test's generator (``tests/test_hostile_input.py``: every group,
+``[privacy]`` and ``[attack]`` among them) with a seed of its own, plus ``out_dir`` cases (a file, a path under a file, a
 path under ``/proc``) and a ``distillation.state_dir`` that is a file,
 and runs each in a forked child with a time limit. A case is *clean* when it
 exits 2 with one stderr line ``error: <the broken field>: ...``, no traceback

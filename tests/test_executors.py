@@ -9,6 +9,7 @@ import os
 import signal
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import pytest
@@ -400,6 +401,70 @@ def test_a_sigterm_to_the_whole_process_group_leaves_the_workers_to_the_parent()
         assert len(ex.run(jobs)) == 2
         assert _alive(ex.pids[0])
     assert not _alive(ex.pids[0])
+
+
+def test_a_worker_whose_parent_was_killed_exits_without_multiprocessing_finalizers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGKILLed run's workers find their task queue closed: each removes the parent's temp folder and ends with
+    os._exit, as the parent watch does. A plain return ran multiprocessing's finalizers, among them the unlink of the
+    worker's own resource-sharer socket, which lies in that same folder (spawned workers inherit the parent's tempdir):
+    where a sibling had removed it first, a FileNotFoundError traceback was printed under the killed run (twice in
+    about ten kills of a 3-worker run)."""
+    from chillfl.executors import processes
+
+    class Exited(BaseException):
+        pass
+
+    exits: list[int] = []
+
+    def exit_(code: int) -> None:
+        exits.append(code)
+        raise Exited
+
+    class Closed:
+        """The killed parent's end of the task queue."""
+
+        def get(self, timeout: float) -> None:
+            raise EOFError
+
+    class Idle:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def start(self) -> None:  # the parent watch would race the loop to os._exit: the loop's own way out is tested
+            pass
+
+    monkeypatch.setattr(processes.os, "_exit", exit_)
+    monkeypatch.setattr(processes.signal, "signal", lambda *args: None)  # the worker ignores Ctrl-C; this process must not
+    monkeypatch.setattr(processes.threading, "Thread", Idle)
+    monkeypatch.setattr(processes.torch, "set_num_threads", lambda n: None)
+    folder = tmp_path / "pymp-killed"
+    (folder / "listener-x").mkdir(parents=True)
+    with pytest.raises(Exited):
+        processes._worker_main(1, Closed(), None, -1, str(folder))  # parent -1: not this process's parent, so gone
+    assert exits == [0] and not folder.exists()
+
+
+def test_a_workers_error_is_quiet_once_its_parent_is_gone(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A parent SIGKILLed mid-fetch of a result's tensors resets the worker's resource-sharer connection: that thread
+    reports its ConnectionResetError through sys.excepthook, and printed a traceback under the killed run (twice in
+    twelve kills of a 3-worker run, after the fix above). Once the parent is gone the worker's errors are not printed;
+    while it lives they are, as before."""
+    import sys
+
+    from chillfl.executors import processes
+
+    try:
+        raise ConnectionResetError(104, "Connection reset by peer")
+    except ConnectionResetError as exc:
+        error = (type(exc), exc, exc.__traceback__)
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)  # restored after the test
+    processes._quiet_once_orphaned(-1, wait=0.0)  # -1: not this process's parent, so gone
+    sys.excepthook(*error)
+    assert capsys.readouterr().err == ""
+    sys.excepthook = sys.__excepthook__
+    processes._quiet_once_orphaned(os.getppid(), wait=0.0)  # this process's parent, alive
+    sys.excepthook(*error)
+    assert "ConnectionResetError: [Errno 104] Connection reset by peer" in capsys.readouterr().err
 
 
 def test_process_pool_reports_a_task_its_queue_cannot_send() -> None:

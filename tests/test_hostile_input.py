@@ -3,7 +3,8 @@
 A property-based test (hypothesis) mutates one field of a small valid config
 at a time -- wrong types, out-of-range numbers, inf/NaN, integers beyond
 int64, bad names, unknown keys, bad enum values, bad nested tables, deep
-nesting, bad ``[variants]`` / ``[compare]`` / ``[distillation]`` tables --
+nesting, bad ``[variants]`` / ``[compare]`` / ``[distillation]`` tables, every option of
+``[privacy]`` and ``[attack]`` and unknown keys there --
 writes it as TOML and runs ``chillfl run`` in process. Each case knows the
 field it broke, so the test cannot pass on a generic error line.
 
@@ -36,7 +37,7 @@ from chillfl.models import model_names
 from chillfl.settings.distillation import method_names
 from chillfl.temperature import policy_names
 
-MAX_EXAMPLES = 330
+MAX_EXAMPLES = 385  # 55 a group
 INT64_MAX = 2**63 - 1
 
 BASE: dict[str, Any] = {
@@ -233,6 +234,52 @@ NUMBER_CASES = [
     (part({"name": "pa3fed"}, "eval_batch_size", "algorithm.eval_batch_size"), bad_ints(1, 2**31 - 1)),
 ]
 
+DP = {"mechanism": "dp-fedavg"}
+PRIVACY_ATTACK_CASES = [  # the newest sections: each option of [privacy] and [attack] (under a mechanism or kind that reads it)
+    (part(DP, "clip_norm", "privacy.clip_norm"), bad_floats(0, None, lo_open=True)),
+    (part(DP, "noise_multiplier", "privacy.noise_multiplier"), bad_floats(0, None, lo_open=True)),
+    (part(DP, "target_epsilon", "privacy.target_epsilon"), bad_floats(0, None)),
+    (part(DP, "delta", "privacy.delta"), bad_floats(0, 1, lo_open=True, hi_open=True)),
+    (part(DP, "target_quantile", "privacy.target_quantile"), bad_floats(0, 1, hi_open=True)),
+    (part(DP, "clip_lr", "privacy.clip_lr"), bad_floats(0, None, lo_open=True)),
+    (part(DP, "count_noise", "privacy.count_noise"), bad_floats(0, None)),
+    (part(DP, "weight_cap", "privacy.weight_cap"), bad_floats(0, None)),
+    (part(DP, "w_min_share", "privacy.w_min_share"), bad_floats(0, 1, lo_open=True)),
+    (part(DP, "clamp_fraction", "privacy.clamp_fraction"), not_bools),
+    (part(DP, "accountant", "privacy.accountant"), bad_choices(["rdp", "prv"])),
+    (part(DP, "rdp_orders", "privacy.rdp_orders"), bad_choices(["opacus", "extended"])),
+    (part(DP, "adjacency", "privacy.adjacency"), bad_choices(["auto", "replace", "add_remove"])),
+    (part(DP, "estimator", "privacy.estimator"), bad_choices(["fixed", "clipped"])),
+    (part({"mechanism": "dp-sgd"}, "divide_by", "privacy.divide_by"), bad_choices(["batch", "lot"])),
+    (part({"mechanism": "local"}, "row_norm", "privacy.row_norm"), bad_choices(["l2", "l1"])),
+    (part({}, "mechanism", "privacy.mechanism"), bad_choices(["none", "dp-fedavg", "dp-sgd", "local"])),
+    (part({"kind": "backdoor"}, "fraction", "attack.fraction"), bad_floats(0, 1, hi_open=True)),
+    (part({"kind": "backdoor"}, "target", "attack.target"), bad_ints(0, 9)),
+    (part({"kind": "backdoor"}, "poison_fraction", "attack.poison_fraction"), bad_floats(0, 1, lo_open=True)),
+    (part({"kind": "backdoor"}, "trigger_size", "attack.trigger_size"), bad_ints(1, 8)),
+    (part({"kind": "backdoor"}, "local_dp", "attack.local_dp"), bad_choices(["comply", "skip"])),
+    (part({"kind": "dba"}, "parts", "attack.parts"), bad_ints(1, 64)),
+    (part({"kind": "dba"}, "gap", "attack.gap"), bad_ints(0, 3)),
+    (part({"kind": "gaussian"}, "sigma", "attack.sigma"), bad_floats(0, None, lo_open=True)),
+    (part({"kind": "ipm"}, "epsilon", "attack.epsilon"), bad_floats(0, None, lo_open=True)),
+    (part({"kind": "lie"}, "z", "attack.z"), bad_floats(0, None)),
+    (part({"kind": "lie"}, "reference", "attack.reference"), bad_choices(["benign", "own"])),
+    (part({"kind": "min_max"}, "gamma_init", "attack.gamma_init"), bad_floats(0, None, lo_open=True)),
+    (part({"kind": "min_sum"}, "tol", "attack.tol"), bad_floats(0, None, lo_open=True)),
+    (part({"kind": "scaling"}, "factor", "attack.factor"), bad_floats(0, None)),
+    (part({"kind": "sign_flip"}, "factor", "attack.factor"), bad_floats(0, None)),
+    (part({}, "kind", "attack.kind"), bad_choices(["none", "backdoor", "dba", "gaussian", "ipm", "label_flip", "lie", "min_max", "min_sum", "scaling", "sign_flip"])),
+]
+
+
+@st.composite
+def privacy_attack_unknown_keys(draw: st.DrawFn) -> Case:
+    """An unknown key in [privacy] or [attack] beside a mechanism or kind that is on."""
+    section, table = draw(st.sampled_from([("privacy", DP), ("privacy", {"mechanism": "local"}), ("attack", {"kind": "backdoor"}), ("attack", {"kind": "lie"})]))
+    key = draw(unknown_keys)
+    return Case((section,), {**table, key: draw(hostile_values)}, f"{section}.{key}")
+
+
 CHOICE_CASES = [
     (at("executor"), bad_choices(["auto", "sequential", "vectorized", "processes"])),
     (at("device"), bad_choices(["cpu", "cuda", "mps", "auto"]).filter(lambda s: not (isinstance(s, str) and re.fullmatch(r"cuda:[0-9]{1,3}", s)))),
@@ -372,6 +419,7 @@ def case_groups() -> dict[str, st.SearchStrategy[Case]]:
         "unknown keys": unknown_key_cases(),
         "nested tables": nested_cases(),
         "memory": memory_cases(),
+        "privacy and attack": st.one_of(*_flatten(PRIVACY_ATTACK_CASES), privacy_attack_unknown_keys()),
     }
 
 
@@ -427,10 +475,10 @@ def test_hostile_configs_fail_with_one_line_naming_the_field(capfd: pytest.Captu
         run = settings(max_examples=per_group, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         run(given(case=strategy)(check))()
     print(f"\nhostile configs: {len(seen)} cases, {len(set(seen))} distinct fields, all exit 2 with one line naming the field")
-    assert len(seen) >= 300
+    assert len(seen) >= 350
     sections = {f.split(".")[0] for f in seen}
     assert {"federation", "client", "eval", "checkpoint", "dataset", "partition", "model", "temperature", "algorithm"} <= sections
-    assert {"distillation", "variants", "compare", "name", "seed", "threads", "executor", "device", "config"} <= sections
+    assert {"distillation", "variants", "compare", "name", "seed", "threads", "executor", "device", "config", "privacy", "attack"} <= sections
 
 
 # ---------------------------------------------------------------- hand-picked cases from issue 17

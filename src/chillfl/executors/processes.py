@@ -38,7 +38,10 @@ Choices
   the temp directory. A watchdog thread in each worker looks every
   ``_WATCH_S`` seconds, also in the middle of a job (between its steps, or
   inside one long kernel): an orphaned worker is gone within a second, not
-  when its job ends.
+  when its job ends. It ends with ``os._exit`` (no multiprocessing finalizer
+  races a sibling's removal of that folder) and prints no error of its own
+  once orphaned (a fetch of its result cut by the kill resets its resource
+  sharer's socket), so the killed run's terminal shows no traceback.
 * A failing job raises :class:`WorkerError` in the parent (with the worker's
   traceback) after the round's other jobs have been drained, so the pool stays
   usable; a worker that dies breaks the pool, which is then shut down. A
@@ -76,6 +79,7 @@ import time
 import traceback
 import weakref
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -394,6 +398,24 @@ def _watch_parent(parent: int, parent_temp: str, every: float = _WATCH_S) -> Non
     os._exit(0)  # no clean-up to wait for: the parent that would collect the results is gone
 
 
+def _quiet_once_orphaned(parent: int, wait: float = 1.0) -> None:
+    """Install a ``sys.excepthook`` that says nothing of an error once the parent is gone.
+
+    A parent SIGKILLed while it fetched a result's tensors from this worker's resource sharer (multiprocessing's
+    server thread that hands file descriptors over a socket, and reports its errors through ``sys.excepthook``) resets
+    that connection: the thread's ConnectionResetError printed a traceback under the killed run. A lost parent is no
+    error of the worker's; with the parent alive an error is printed as before. ``wait``: the kernel closes a dying
+    parent's sockets before it reparents its children."""
+    printed = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        if _orphaned(parent, wait):
+            return
+        printed(kind, value, tb)
+
+    sys.excepthook = hook
+
+
 def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_temp: str) -> None:
     """Worker loop: run each task, send back (index, packed result) or (index, error text)."""
     # Ctrl-C and a terminal's hang-up (SIGHUP, an ssh disconnect) reach the whole process group, and a scheduler's SIGTERM every
@@ -402,6 +424,7 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
         signal.signal(sig, signal.SIG_IGN)
     if not _fits(tempfile.gettempdir()):
         short_socket_folder(warn=False)  # its results' tensors pass through a socket of its own (the parent warned)
+    _quiet_once_orphaned(parent)
     threading.Thread(target=_watch_parent, args=(parent, parent_temp), name="chillfl-parent-watch", daemon=True).start()
     torch.set_num_threads(threads)
     key: int | None = None
@@ -412,6 +435,10 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
         if isinstance(task, str):  # PARENT_GONE: killed without running its handlers
             if _orphaned(parent):
                 _remove_parent_temp(parent_temp)
+                # as _watch_parent does: a return runs multiprocessing's finalizers, and this worker's own resource-sharer
+                # socket lies in the parent's temp folder (spawned workers inherit its tempdir), which a sibling may have
+                # removed: its unlink raised FileNotFoundError, printed as a traceback under the killed run
+                os._exit(0)
             return
         try:
             if task.setup.key != key:  # the first task of another executor: its template, objective, client side

@@ -53,6 +53,24 @@ integer up to the order, so 1024 costs milliseconds, not the fractional series' 
 PRV_EPS_ERROR = 0.01
 """The ``eps_error`` asked of Opacus's PRV accountant (its default): what it adds to its estimate (:func:`prv_floor`)."""
 
+PRV_MAX_POINTS = 2**24
+"""The most grid points the PRV accountant may discretise a history on (about 2.6 GiB of its arrays: it took 4.7 GiB
+for 2.8e7 points). The grid is the domain's width over its mesh, and the width grows as the noise shrinks: at sigma 0.1
+and q = 1, 100 steps need 3.7e7 points (6 GiB, then the kernel kills the run) where sigma 1 needs 7.4e5. Past it the
+ledger raises :class:`AccountantError` before allocating; 2**24 is far above what a run at sigma >= 0.5 asks
+(1.1e4 points for one step, 4.2e6 for 300 steps at sigma 0.8, q = 1)."""
+
+SEARCH_TOLERANCE = 1e-9
+"""Opacus's sigma search stops once its epsilon is within ``max(0.01, SEARCH_TOLERANCE * target)`` below the target.
+Its own absolute 0.01 never ends above 2**46 ~ 7e13 (epsilons 0.01 apart are no longer floats there): a target of 1e20
+hung the run before it started. Below 1e7 the tolerance is Opacus's 0.01, so every sigma found there is unchanged."""
+
+
+class AccountantError(ValueError):
+    """A history the accountant cannot turn into an epsilon here (the PRV accountant's grid too large for memory, or its
+    discretisation failing at a noise too small): said before a run starts (the plan probes its whole planned history),
+    never a traceback in a round."""
+
 
 def _orders(orders: Orders) -> list[float] | None:
     """What Opacus's RDP accountant is given as ``alphas``: None (its own ``DEFAULT_ALPHAS``) or :data:`EXTENDED_ORDERS`."""
@@ -119,8 +137,12 @@ def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: in
     utils = need("opacus.accountants.utils", "privacy", "[privacy]")
     with warnings.catch_warnings():  # see epsilon_of
         warnings.filterwarnings("ignore", message="Optimal order")
-        return float(utils.get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate, steps=steps, accountant=kind,
-                                                **_options(kind, delta, orders)))
+        warnings.filterwarnings("ignore", category=RuntimeWarning)  # PRV at q = 1 takes log(1 - q) = -inf on its way: harmless
+        try:
+            return float(utils.get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate, steps=steps, accountant=kind,
+                                                    epsilon_tolerance=max(0.01, SEARCH_TOLERANCE * target_epsilon), **_options(kind, delta, orders)))
+        except (RuntimeError, MemoryError) as exc:  # the PRV accountant's discretisation at the small sigmas a large target asks for
+            raise AccountantError(f"the {kind.upper()} accountant cannot account the small noise this target needs ({type(exc).__name__}: {exc})") from None
 
 
 def add_steps(history: History, sigma: float, rate: float, steps: int) -> History:
@@ -200,22 +222,44 @@ class Ledger:
         prv = need("opacus.accountants.analysis.prv", "privacy", "[privacy]")
         entries = [(float(s), float(q), int(n)) for s, q, n in history]
         eps_error, delta_error = PRV_EPS_ERROR, self.delta / 1000
+        domain = self.prv_domain(history)
+        try:  # a noise so small that the discretised loss's mean misses the continuous one: Opacus's RuntimeError
+            discrete: dict[tuple[float, float], Any] = {}
+            for sigma, q, _ in entries:
+                if (sigma, q) not in discrete:
+                    truncated = prv.TruncatedPrivacyRandomVariable(prv.PoissonSubsampledGaussianPRV(q, sigma), domain.t_min, domain.t_max)
+                    discrete[(sigma, q)] = prv.discretize(truncated, domain)
+            composed = prv.compose_heterogeneous(dprvs=[discrete[(s, q)] for s, q, _ in entries], num_self_compositions=[n for _, _, n in entries])
+            return float(composed.compute_epsilon(self.delta, delta_error, eps_error)[2])  # (lower, estimate, upper): Opacus reports the upper
+        except (RuntimeError, MemoryError) as exc:
+            raise AccountantError(f"the PRV accountant cannot account {_described(entries)} ({type(exc).__name__}: {exc})") from None
+
+    def prv_domain(self, history: History) -> Any:
+        """The grid Opacus's PRV accountant discretises ``history`` on (its ``_get_domain``), or an
+        :class:`AccountantError` where it has more than :data:`PRV_MAX_POINTS` points (before any is allocated)."""
+        prv = need("opacus.accountants.analysis.prv", "privacy", "[privacy]")
+        entries = [(float(s), float(q), int(n)) for s, q, n in history]
+        eps_error, delta_error = PRV_EPS_ERROR, self.delta / 1000
         total = sum(n for _, _, n in entries)
         # Gopi et al. 2021, Remark 5.6 as Opacus reads it (compute_safe_domain_size): the domain's half-width is the RDP
         # epsilon of the whole history at delta_error / 4, or of one step of an entry at delta_error / (8 * total) if
         # larger, at least eps_error, plus 3; the mesh eps_error / sqrt(total * log(12 / delta_error) / 2).
-        half = self._rdp_epsilon(tuple(entries), delta_error / 4)
-        for sigma, q, _ in entries:
-            half = max(half, self._rdp_epsilon(((sigma, q, 1),), delta_error / (8 * total)))
+        with warnings.catch_warnings():  # see epsilon_of
+            warnings.filterwarnings("ignore", message="Optimal order")
+            warnings.filterwarnings("ignore", category=RuntimeWarning)
+            half = self._rdp_epsilon(tuple(entries), delta_error / 4)
+            for sigma, q, _ in entries:
+                half = max(half, self._rdp_epsilon(((sigma, q, 1),), delta_error / (8 * total)))
         half = max(half, eps_error) + 3
-        domain = prv.Domain.create_aligned(-half, half, eps_error / np.sqrt(total * np.log(12 / delta_error) / 2))
-        discrete: dict[tuple[float, float], Any] = {}
-        for sigma, q, _ in entries:
-            if (sigma, q) not in discrete:
-                truncated = prv.TruncatedPrivacyRandomVariable(prv.PoissonSubsampledGaussianPRV(q, sigma), domain.t_min, domain.t_max)
-                discrete[(sigma, q)] = prv.discretize(truncated, domain)
-        composed = prv.compose_heterogeneous(dprvs=[discrete[(s, q)] for s, q, _ in entries], num_self_compositions=[n for _, _, n in entries])
-        return float(composed.compute_epsilon(self.delta, delta_error, eps_error)[2])  # (lower, estimate, upper): Opacus reports the upper
+        mesh = eps_error / np.sqrt(total * np.log(12 / delta_error) / 2)
+        points = 2 * half / mesh  # create_aligned's size, but for its rounding to the mesh (and an inf half: no grid at all)
+        if not points <= PRV_MAX_POINTS:
+            raise AccountantError(f"the PRV accountant would discretise {_described(entries)} on {points:.3g} points, more than the "
+                                  f"{PRV_MAX_POINTS:.3g} (about {PRV_MAX_POINTS * 160 / 2**30:.1f} GiB) it may take")
+        try:
+            return prv.Domain.create_aligned(-half, half, mesh)
+        except RuntimeError:  # a mesh its float grid cannot hold to 1e-8
+            raise AccountantError(f"the PRV accountant cannot lay a grid for {_described(entries)}") from None
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Each unit's history as a float64 [entries, 3] tensor (checkpoints hold tensors)."""
@@ -223,6 +267,12 @@ class Ledger:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.histories = {unit: tuple((float(s), float(q), int(n)) for s, q, n in t.tolist()) for unit, t in state.items()}
+
+
+def _described(entries: Sequence[tuple[float, float, int]]) -> str:
+    """A history in words for a refusal: its smallest noise multiplier, largest rate and total steps."""
+    return (f"noise multiplier {min(s for s, _, _ in entries):.4g} at sample rate {max(q for _, q, _ in entries):.4g} "
+            f"over {sum(n for _, _, n in entries)} steps")
 
 
 def finite(epsilon: float) -> float | None:

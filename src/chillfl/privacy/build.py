@@ -22,9 +22,9 @@ from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
 from chillfl.extras import need
 from chillfl.plugins import has_methods
-from chillfl.privacy.accounting import noise_for
+from chillfl.privacy.accounting import AccountantError, Ledger, noise_for
 from chillfl.privacy.plan import PrivacyPlan
-from chillfl.privacy.spec import PARAMETERS, RELEASES, Accounting, ExemptsClients, MechanismSpec, Noise, RunSizes, mechanism, spec_of
+from chillfl.privacy.spec import PARAMETERS, RELEASES, SOFTLABELS, Accounting, ExemptsClients, MechanismSpec, Noise, RunSizes, mechanism, spec_of
 from chillfl.settings.privacy import PrivacyConfig, PrivacyOptions, mechanism_names
 
 if TYPE_CHECKING:
@@ -95,8 +95,26 @@ def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
     try:
         hash(p)
     except TypeError:  # a user's options with a list or dict field: planned each time (the accountant's search is the cost)
-        return _plan.__wrapped__(p, config.protocol, sizes, config.seed)
-    return _plan(p, config.protocol, sizes, config.seed)
+        plan = _plan.__wrapped__(p, config.protocol, sizes, config.seed)
+    else:
+        plan = _plan(p, config.protocol, sizes, config.seed)
+    if setup is not None and p.accountant == "prv" and plan.protocol == SOFTLABELS:
+        _probe_uploads(plan.delta, plan.accounted_sigma, setup.common.subset_size * fed.rounds)
+    return plan
+
+
+@functools.lru_cache(maxsize=16)
+def _probe_uploads(delta: float, sigma: float, releases: int) -> None:
+    """``epsilon_upload``'s worst history (a client released every row of the round's subset every round, at q = 1) where
+    the PRV accountant cannot account it: one line on ``privacy.accountant``, not a traceback after the round that
+    reaches it (800 rows of sigma 0.5 took 3.6e7 grid points)."""
+    probe = Ledger(delta, "prv")
+    probe.spend("client", sigma, 1.0, releases)
+    try:
+        probe.epsilon()
+    except AccountantError as exc:
+        raise ConfigError(f"{SECTION}.accountant", f"epsilon_upload composes every soft-label row a client uploads (up to distillation.subset_size x rounds = {releases}), "
+                                                   f"and {exc}; use accountant = 'rdp', or fewer rows or a larger noise_multiplier") from None
 
 
 @functools.lru_cache(maxsize=16)
@@ -113,6 +131,9 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
     if p.target_epsilon > 0:  # the accountant's sigma is per unit of sensitivity: the noise added is that many times larger
         try:
             sigma = sensitivity * max(noise_for(p.target_epsilon, p.delta, q, steps, p.accountant, p.rdp_orders) for q, steps in accounting.steps)
+        except AccountantError as exc:  # a target so large that its noise is too small for the PRV accountant to account
+            raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} at delta = {p.delta} over the planned {sizes.rounds} rounds: {exc}; "
+                                                           "lower target_epsilon, or use accountant = 'rdp'") from None
         except ValueError as exc:
             lower = ", or rdp_orders = 'extended' or accountant = 'prv' (lower floors)" if p.accountant == "rdp" and p.rdp_orders == "opacus" else ""
             raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {sizes.rounds} rounds ({exc}); "
@@ -120,9 +141,26 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
         # the resolved config keeps noise_multiplier as written: this line is where the sigma that ran is said
         unused = f", in place of the written noise_multiplier = {p.noise_multiplier:g}" if p.noise_multiplier not in (0.0, DEFAULT_SIGMA) else ""
         log.info("privacy.target_epsilon = %g at delta = %g over the planned %d rounds: noise_multiplier (sigma) = %.6g%s", p.target_epsilon, p.delta, sizes.rounds, sigma, unused)
+    if p.accountant == "prv":
+        _probe_prv(p, sigma / sensitivity, accounting.steps)
     noise = Noise(p.clip_norm, sigma, sizes, seed)
     options = p.options if spec.settle is None else spec.settle(p.options, noise)
     return PrivacyPlan(p.mechanism, spec, options, noise, p.delta, p.accountant, protocol, sensitivity, p.rdp_orders)
+
+
+def _probe_prv(p: PrivacyConfig, sigma: float, steps: Sequence[tuple[float, int]]) -> None:
+    """The PRV accountant's epsilon of each unit's whole planned history, once, before anything is written: where it
+    cannot be had (a grid too large for memory, a discretisation that fails at a small noise), one ConfigError on the
+    option that set the noise, not a traceback (or the kernel's OOM kill) in a round. A unit's history in the run is a
+    prefix of its planned one at the same noise, whose grid is no larger (fewer steps: a narrower domain, a coarser mesh)."""
+    field, instead = ("target_epsilon", "lower target_epsilon") if p.target_epsilon > 0 else ("noise_multiplier", "raise noise_multiplier")
+    for q, n in steps:
+        probe = Ledger(p.delta, "prv")
+        probe.spend("unit", sigma, q, n)
+        try:
+            probe.epsilon()
+        except AccountantError as exc:
+            raise ConfigError(f"{SECTION}.{field}", f"{exc}; {instead}, or use accountant = 'rdp'") from None
 
 
 def _capabilities(config: RunConfig, aggregator: Aggregator) -> Capabilities:

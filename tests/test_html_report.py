@@ -7,6 +7,7 @@ browser is a failure, since ``.ci/run`` installs it.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import shutil
@@ -437,3 +438,67 @@ def test_curves_of_five_long_labelled_variants_lay_out_without_a_warning() -> No
         warnings.simplefilter("error")
         for keys in (ACCURACY_CURVES, CALIBRATION_CURVES):
             assert curves_figure(groups, keys)
+
+
+CHILL_LABEL = "FedAvg + chilling T=0.5"
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real comparison: 2 variants x 2 seeds on digits, 1 round (seconds)."""
+    root = tmp_path_factory.mktemp("labels")
+    config = root / "cmp.toml"
+    config.write_text(f'name = "cmp"\nout_dir = "{root / "out"}"\n[compare]\nseeds = [0, 1]\n[variants."FedAvg"]\nclient = {{ lr = 0.05 }}\n'
+                      f'[variants."{CHILL_LABEL}"]\nclient = {{ lr = 0.05 }}\ntemperature = {{ policy = "fixed", value = 0.5 }}\n')
+    assert main(["compare", str(config), "-q", *TINY, "federation.rounds=1"]) == 0
+    return root / "out" / "cmp-compare"
+
+
+def _report_groups(tmp_path: Path, *folders: Path) -> list[str]:
+    """The groups ``chillfl report`` names on its page (each group's folded config), in order."""
+    out = tmp_path / "report.html"
+    assert main(["report", *map(str, folders), "-o", str(out), "--no-models", "--no-partitions"]) == 0
+    return [html.unescape(label) for label in re.findall(r"<details><summary>(.*?): full config \(", out.read_text(encoding="utf-8"))]
+
+
+def test_a_comparisons_groups_are_labelled_by_its_variant_labels(comparison: Path, tmp_path: Path) -> None:
+    """The page names a comparison's groups as its table does (the labels the user chose), not by the options that
+    differ (``temperature.policy=none`` / ``temperature.policy=fixed, temperature.value=0.5``)."""
+    assert _report_groups(tmp_path, comparison) == ["FedAvg", "FedAvg + chilling T=0.5"]
+    groups = group_runs([load_run(p) for p in sorted(comparison.glob("*-s?"))])
+    assert [(g.label, sorted(g.seeds)) for g in groups] == [("FedAvg", [0, 1]), (CHILL_LABEL, [0, 1])]
+
+
+def test_a_group_with_a_run_from_elsewhere_or_a_shared_label_falls_back_to_its_options(comparison: Path, tmp_path: Path) -> None:
+    """A group whose runs do not all carry the comparison's label (a seed run from the comparison's config.toml outside
+    it) is named by what differs; so are two groups of two comparisons that share a label. A label that is one
+    group's alone stays."""
+    solo = tmp_path / "solo"
+    assert main(["run", str(comparison / "FedAvg-s0" / "config.toml"), "-q", "--seed", "5", "name=solo", f"out_dir={solo}"]) == 0
+    assert _report_groups(tmp_path, comparison, solo / "solo") == ["temperature.policy=none", CHILL_LABEL]
+    config = tmp_path / "other.toml"  # another comparison with a variant also called FedAvg (another lr)
+    config.write_text(f'name = "other"\nout_dir = "{tmp_path / "out"}"\n[compare]\nseeds = [0, 1]\n[variants."FedAvg"]\nclient = {{ lr = 0.2 }}\n')
+    assert main(["compare", str(config), "-q", *TINY, "federation.rounds=1"]) == 0
+    groups = _report_groups(tmp_path, comparison, tmp_path / "out" / "other-compare")
+    assert groups == ["client.lr=0.05, temperature.policy=none", CHILL_LABEL, "client.lr=0.2, temperature.policy=none"]
+
+
+def test_run_labels_name_the_runs_a_plan_names(tmp_path: Path) -> None:
+    """:func:`chillfl.run_names.run_labels` reads back the folder names :func:`~chillfl.sweeps.plan.plan_runs` gives:
+    tuned (with the point in the label), one seed (no suffix), and short names that collide (then the long ones)."""
+    from chillfl.config import load_config
+    from chillfl.run_names import run_labels
+    from chillfl.sweeps.plan import CompareOptions, plan_runs
+
+    config = tmp_path / "c.toml"
+    config.write_text('name = "c"\n[eval]\nvalidation = 0.2\n[variants."A"]\nclient = { lr = 0.05 }\n[variants."A".tune]\n"client.epochs" = [2, 3]\n'
+                      '[variants."A-epochs2"]\nclient = { lr = 0.1 }\n')  # short names A-epochs2-s0 twice: the long ones
+    base = load_config(config)
+    for options in (CompareOptions(seeds=[0, 1], tune={"client.batch_size": [8, 16]}), CompareOptions(seeds=[3]), CompareOptions(seeds=[0, 1])):
+        plan = plan_runs(base, [], options)
+        labels = run_labels(plan.variants, plan.tune_table, plan.seeds)
+        assert sorted(labels) == sorted(c.config.name for c in plan.cells)
+        assert all(("seed" in name) == (not options.tune) for name in labels)  # without the shared grid A-epochs2-s0 is two runs' short name: the long ones
+        for c in plan.cells:
+            point = plan.points_of(c.variant)[c.point]
+            assert labels[c.config.name] == ", ".join([c.variant.label, *(f"{k}={v}" for k, v in point.items())])

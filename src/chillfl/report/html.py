@@ -16,7 +16,10 @@ fields that do not change what is computed (``name``, ``out_dir``,
 ``data_dir``, ``device``, ``executor``, ``threads``) form one group (its
 seeds). A RUN_DIR may also be a folder of run folders (``chillfl compare``'s
 output): every finished run folder directly inside it is taken (``.partial``
-and ``.failed`` ones only when named themselves).
+and ``.failed`` ones only when named themselves). A group of a comparison's
+runs is labelled by that comparison's variant label (its ``sweep.json``
+records which run folder is which variant), where that label is the group's
+alone; other groups by the options that differ between groups.
 
 A small inline script checks, after the page has loaded, that every image
 decoded (``naturalWidth > 0``) and writes the result into
@@ -36,7 +39,7 @@ import tempfile
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -52,6 +55,7 @@ from chillfl.experiment import build_data
 from chillfl.extras import need
 from chillfl.plugins import PluginNotImported, reading_data
 from chillfl.metrics.spread import SPREAD, seed_band
+from chillfl.run_names import comparison_labels
 from chillfl.plots.styles import variant_style
 from chillfl.wording import counted
 
@@ -81,6 +85,9 @@ class Run:
     config: RunConfig
     records: list[dict[str, Any]]
     summary: dict[str, Any]
+    variant: str | None = None
+    """The label of its variant in the comparison whose folder holds it (:func:`~chillfl.run_names.comparison_labels`);
+    None: not a comparison's run, or one its ``sweep.json`` does not name."""
 
 
 @dataclass
@@ -135,7 +142,9 @@ CURVES = tuple(key for key, _ in (*ACCURACY_CURVES, *LOSS_CURVES, *CALIBRATION_C
 """The per-round metrics the page draws (:func:`render`'s figures): each must be a number where a record has it."""
 
 
-def load_run(folder: Path) -> Run:
+def load_run(folder: Path, labels: Mapping[str, str] | None = None) -> Run:
+    """The run in ``folder``; ``labels``: its comparison's run labels (:func:`~chillfl.run_names.comparison_labels` of its
+    parent folder), read here when not given (a page of many runs reads each comparison's once)."""
     summary_path = folder / "summary.json"
     try:
         summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
@@ -143,7 +152,8 @@ def load_run(folder: Path) -> Run:
     except (OSError, ValueError) as exc:
         raise ConfigError("RUN_DIR", f"{folder}: unreadable result files ({exc})") from None
     _check_shapes(folder, summary, records)
-    return Run(folder, load_config(folder / "config.toml"), records, summary)
+    config = load_config(folder / "config.toml")
+    return Run(folder, config, records, summary, (comparison_labels(folder.parent) if labels is None else labels).get(config.name))
 
 
 def _check_shapes(folder: Path, summary: Any, records: list[Any]) -> None:
@@ -176,7 +186,11 @@ def group_key(config: RunConfig) -> str:
 def group_runs(runs: Sequence[Run]) -> list[Group]:
     """Runs equal but for the seed (and execution details) share a group, in first-seen order. A run equal to one of
     a group *with* its seed (the same run in two folders: a run and a comparison's) starts a group of its own: a
-    group's mean ± std is over distinct seeds, not a seed counted twice."""
+    group's mean ± std is over distinct seeds, not a seed counted twice.
+
+    A group is labelled by its comparison's own variant label where every run of it has the same one and no other
+    group has it (the label the comparison's table prints, which the user chose); else by the options that differ
+    between the groups (seeds of one folder name), or by its run's name."""
     groups: dict[tuple[str, int], Group] = {}
     for run in runs:
         key, repeat = group_key(run.config), 0
@@ -195,11 +209,22 @@ def group_runs(runs: Sequence[Run]) -> list[Group]:
             implied = _part_defaults(g.runs[0].config)
             shown = [(k, v) for k, v in flat.items() if k in varying and not (k in partial and k in implied and _same(implied[k], v))]
             g.label = ", ".join(f"{k}={v}" for k, v in shown) or _strip_seed(g.label)
+    chosen = [_variant_label(g) for g in out]
+    for g, label in zip(out, chosen):  # the comparison's own label, where it names this group alone
+        if label is not None and chosen.count(label) == 1:
+            g.label = label
     labels = [g.label for g in out]
     for i, g in enumerate(out):  # equal labels, different configs: tell them apart
         if labels.count(g.label) > 1:
             g.label = f"{g.label} [{i + 1}]"
     return out
+
+
+def _variant_label(group: Group) -> str | None:
+    """The comparison label (``FedAvg + chilling T=0.5``) that every run of ``group`` has, as its table names the row;
+    None when a run has none (a run from elsewhere) or two runs have different ones."""
+    labels = {r.variant for r in group.runs}
+    return labels.pop() if len(labels) == 1 and None not in labels else None
 
 
 def _flat(config: RunConfig) -> dict[str, Any]:
@@ -632,7 +657,9 @@ def _unless_plugin(figure: Callable[[Run], str | None], run: Run, what: str, lef
 
 
 def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, partitions: bool, left_out: list[str]) -> str:
-    runs = [load_run(p) for p in find_runs(run_dirs)]
+    folders = find_runs(run_dirs)
+    labels = {parent: comparison_labels(parent) for parent in dict.fromkeys(p.parent for p in folders)}
+    runs = [load_run(p, labels[p.parent]) for p in folders]
     groups = group_runs(runs)
     title = title or default_title(run_dirs, len(runs))
     other = _other_keys(groups)

@@ -29,18 +29,14 @@ from typing import Any
 from chillfl.config import RunConfig, check_compare_option, check_sweep_switches, own_tune, parse_value, safe_name, variant_config
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.options import comma_items
-from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune, point_label
+from chillfl.run_names import TEMPERATURE_SHORTHAND, run_name, short_setting, suffixed, variant_points
+from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune
 from chillfl.wording import counted
 
-TEMPERATURE_SHORTHAND = "temperature"
 MAX_VARIANTS = 1000
 """A grid's product is built and validated in memory before anything runs: bound it."""
 MAX_RUNS = 10_000
 """Variants x tuning points x seeds: every run's config is built and validated up front."""
-
-NAME_KEYS = ("name", "policy", "method")
-"""Options whose value alone names a variant in a folder name (``algorithm.name=fedavg`` -> ``fedavg``)."""
-
 
 @dataclass
 class Variant:
@@ -65,25 +61,6 @@ class CompareOptions:
     tune: dict[str, list[Any]] | None = None
     controls: bool | None = None
     select: str | None = None
-
-
-def short_setting(key: str, value: Any) -> str:
-    """``client.lr``, 0.01 -> ``lr0.01``; ``algorithm.name``, fedavg -> ``fedavg``; ``temperature``, 0.5 -> ``T0.5``."""
-    text = f"{value:g}" if isinstance(value, float) else str(value)
-    if key == TEMPERATURE_SHORTHAND:
-        return f"T{text}"
-    leaf = key.rsplit(".", 1)[-1]
-    return text if leaf in NAME_KEYS else f"{leaf}{text}"
-
-
-def run_name(variant: Variant, point: Mapping[str, Any], seed: int | None, long: bool = False) -> str:
-    """A run's folder name in a comparison: ``fedavg-lr0.01-s0`` (``long``: the full label, for when short names collide)."""
-    if long:
-        return safe_name(", ".join(x for x in (variant.label, point_label(point), "" if seed is None else f"seed{seed}") if x))
-    parts = [variant.short or safe_name(variant.label), *(short_setting(k, v) for k, v in point.items())]
-    if seed is not None:
-        parts.append(f"s{seed}")
-    return safe_name("-".join(parts))
 
 
 def parse_grid(items: Sequence[str]) -> list[Variant]:
@@ -471,11 +448,6 @@ class Plan:
         return self.tuned or len(self.seeds) > 1
 
 
-def variant_points(shared: Mapping[str, Any], variant: Variant) -> list[Point]:
-    """The shared grid's points crossed with ``variant``'s own (its keys last: they vary fastest)."""
-    return parse_tune({**shared, **variant.tune})
-
-
 def plan_cells(config: RunConfig, variants: Sequence[Variant], configs: Sequence[RunConfig], shared: Mapping[str, Any], seeds: Sequence[int], suffix: bool, from_grid: bool) -> list[Cell]:
     """Every run's config; short folder names (``fedavg-lr0.01-s0``), or the full labels if two short ones collide.
     ``configs``: each variant's config, in order (:func:`variant_configs`): built once a variant, not once a run."""
@@ -515,7 +487,7 @@ def plan_runs(
         both = sorted(set(v.tune) & set(tune_table))
         if both:
             raise ConfigError(f"variants.{v.label}.tune.{both[0]}", "is tuned by the shared grid (--tune) already; a variant's own grid adds other options")
-    multi = len(points) > 1 or bool(tune_table) or len(seeds) > 1 or any(v.tune for v in planned)
+    multi = suffixed(planned, tune_table, seeds)  # as chillfl.run_names reads a finished comparison's names back
     per_variant = sum(len(variant_points(tune_table, v)) for v in planned)
     total = per_variant * len(seeds)
     if total > MAX_RUNS:

@@ -1,0 +1,108 @@
+"""A comparison's run folder names, and the variant label each run folder stands for.
+
+``chillfl compare`` names each run's folder after its variant, tuning point and
+seed (:func:`run_name`: ``fedavg-lr0.01-s0``); its ``sweep.json`` records the
+variants (label, short name, own grid) and the seeds and shared grid. From that
+record alone :func:`comparison_labels` gives back, for every run folder name,
+the label the comparison's table names the run's row by (``FedAvg + chilling
+T=0.5``; ``, client.lr=0.05`` added at a tuning point): ``chillfl report`` labels
+its groups with it. The names live here, below both :mod:`chillfl.sweeps.plan`
+(which names the runs) and :mod:`chillfl.report.html` (which reads them back),
+so the two cannot drift apart and the report imports no sweep code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from chillfl.config import safe_name
+from chillfl.storage.run_folder import SWEEP_FILE
+from chillfl.tune import Point, parse_tune, point_label
+
+TEMPERATURE_SHORTHAND = "temperature"
+
+NAME_KEYS = ("name", "policy", "method")
+"""Options whose value alone names a variant in a folder name (``algorithm.name=fedavg`` -> ``fedavg``)."""
+
+
+class Named(Protocol):
+    """What naming a variant's runs reads of it (:class:`chillfl.sweeps.plan.Variant` is one)."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def short(self) -> str | None: ...
+
+    @property
+    def tune(self) -> Mapping[str, Sequence[Any]]: ...
+
+
+@dataclass(frozen=True)
+class RecordedVariant:
+    """A variant as ``sweep.json`` records it, the fields its run names are made of."""
+
+    label: str
+    short: str | None
+    tune: Mapping[str, Sequence[Any]]
+
+
+def short_setting(key: str, value: Any) -> str:
+    """``client.lr``, 0.01 -> ``lr0.01``; ``algorithm.name``, fedavg -> ``fedavg``; ``temperature``, 0.5 -> ``T0.5``."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    if key == TEMPERATURE_SHORTHAND:
+        return f"T{text}"
+    leaf = key.rsplit(".", 1)[-1]
+    return text if leaf in NAME_KEYS else f"{leaf}{text}"
+
+
+def run_name(variant: Named, point: Mapping[str, Any], seed: int | None, long: bool = False) -> str:
+    """A run's folder name in a comparison: ``fedavg-lr0.01-s0`` (``long``: the full label, for when short names collide)."""
+    if long:
+        return safe_name(", ".join(x for x in (variant.label, point_label(point), "" if seed is None else f"seed{seed}") if x))
+    parts = [variant.short or safe_name(variant.label), *(short_setting(k, v) for k, v in point.items())]
+    if seed is not None:
+        parts.append(f"s{seed}")
+    return safe_name("-".join(parts))
+
+
+def variant_points(shared: Mapping[str, Any], variant: Named) -> list[Point]:
+    """The shared grid's points crossed with ``variant``'s own (its keys last: they vary fastest)."""
+    return parse_tune({**shared, **variant.tune})
+
+
+def suffixed(variants: Sequence[Named], shared: Mapping[str, Any], seeds: Sequence[int]) -> bool:
+    """Whether the run names carry their tuning point and seed: more than one run per variant (a grid or seeds)."""
+    return len(parse_tune(shared)) > 1 or bool(shared) or len(seeds) > 1 or any(v.tune for v in variants)
+
+
+def run_labels(variants: Sequence[Named], shared: Mapping[str, Any], seeds: Sequence[int]) -> dict[str, str]:
+    """Run folder name -> its variant's label (with its tuning point): the names :func:`run_name` gives the comparison's
+    runs, short ones unless two collide (then every name is the long one), as the comparison's plan chose them."""
+    suffix = suffixed(variants, shared, seeds)
+    labels: dict[str, str] = {}
+    for long in (False, True):
+        named = [(run_name(v, point, seed, long) if suffix else run_name(v, {}, None, long), ", ".join(x for x in (v.label, point_label(point)) if x))
+                 for v in variants for point in variant_points(shared, v) for seed in seeds]
+        labels = dict(named)
+        if len(labels) == len(named):
+            break
+    return labels
+
+
+def comparison_labels(folder: Path) -> dict[str, str]:
+    """Run folder name -> variant label of the comparison in ``folder`` (its ``sweep.json``); empty when ``folder`` holds
+    no readable record (a plain folder of runs, a foreign or hand-edited file): its runs keep the report's own labels."""
+    try:
+        record = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+        options = record["options"]
+        seeds = [int(s) for s in options["seeds"]]
+        shared = dict(options.get("tune") or {})
+        variants = [RecordedVariant(str(v["label"]), v.get("short"), dict(v.get("tune") or {})) for v in record["variants"]]
+        return run_labels(variants, shared, seeds)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}

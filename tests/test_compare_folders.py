@@ -71,3 +71,18 @@ def test_an_older_comparison_folder_with_bare_term_names_resumes_reading_its_fin
     assert main(["resume", str(partial), "-q"]) == 0
     assert ran == ["decorr"]  # plain, finished before, is read back
     assert (done / "table.md").read_bytes() == table
+
+
+def test_variants_whose_labels_name_one_folder_are_one_line(tmp_path: Path) -> None:
+    """At one seed "A" and "A!" both named their run's folder A, short and long: two runs wrote one folder. Refused on variants
+    (at two seeds the long names differ, A_seed0 and A__seed0, and the comparison runs)."""
+    from chillfl.config import load_config
+    from chillfl.errors import ConfigError
+    from chillfl.sweeps.plan import CompareOptions, plan_runs
+
+    config = tmp_path / "c.toml"
+    config.write_text('name = "c"\n[variants."A"]\nclient = { lr = 0.05 }\n[variants."A!"]\nclient = { lr = 0.1 }\n')
+    with pytest.raises(ConfigError) as err:
+        plan_runs(load_config(config), [], CompareOptions(seeds=[0]))
+    assert err.value.field == "variants" and str(err.value).startswith("variants: 'A', 'A!' name their runs' folders alike ('A':")
+    assert sorted(c.config.name for c in plan_runs(load_config(config), [], CompareOptions(seeds=[0, 1])).cells) == ["A__seed0", "A__seed1", "A_seed0", "A_seed1"]

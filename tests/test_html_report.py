@@ -502,3 +502,4 @@ def test_run_labels_name_the_runs_a_plan_names(tmp_path: Path) -> None:
         for c in plan.cells:
             point = plan.points_of(c.variant)[c.point]
             assert labels[c.config.name] == ", ".join([c.variant.label, *(f"{k}={v}" for k, v in point.items())])
+

@@ -460,8 +460,12 @@ def plan_cells(config: RunConfig, variants: Sequence[Variant], configs: Sequence
                     for seed in seeds:
                         cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, suffix, long, applied)))
         if len({c.config.name for c in cells}) == len(cells):
-            break
-    return cells
+            return cells
+    names = [c.config.name for c in cells]  # the full labels collide too: two runs would write one folder
+    clash = next(n for n in names if names.count(n) > 1)
+    labels = ", ".join(dict.fromkeys(repr(c.variant.label) for c in cells if c.config.name == clash))
+    raise ConfigError("variants", f"{labels} name their runs' folders alike ({clash!r}: a folder name keeps letters, digits, '-', '_' and '.'); "
+                                  "give them labels that differ in those")
 
 
 def variant_configs(config: RunConfig, variants: Sequence[Variant], built: Sequence[RunConfig], from_grid: bool) -> list[RunConfig]:

@@ -97,21 +97,27 @@ def test_accuracy_is_paired_with_the_epsilon_of_its_own_round() -> None:
     assert accuracy_vs_epsilon(records) == ([0.5, 2.0], [0.2, 0.4])
 
 
-def test_one_round_figures_draw_their_point_on_a_whole_round_tick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 1-round run: every line is a single point, which a line without a marker would not show."""
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every matplotlib figure saved while the test runs, in order."""
     from matplotlib.figure import Figure
 
-    from chillfl.plots.attacks import plot_attack
-    from chillfl.plots.privacy import plot_privacy
-
-    drawn: list[Figure] = []
+    figures: list[Figure] = []
     save = Figure.savefig
 
     def spy(self: Figure, *args: Any, **kwargs: Any) -> Any:
-        drawn.append(self)
+        figures.append(self)
         return save(self, *args, **kwargs)
 
     monkeypatch.setattr(Figure, "savefig", spy)
+    return figures
+
+
+def test_one_round_figures_draw_their_point_on_a_whole_round_tick(tmp_path: Path, drawn: list[Any]) -> None:
+    """A 1-round run: every line is a single point, which a line without a marker would not show."""
+    from chillfl.plots.attacks import plot_attack
+    from chillfl.plots.privacy import plot_privacy
+
     one = [{"round": 1, "global_acc": 0.3, "epsilon": 1.5, "attack_success_rate": 0.9}]
     assert plot_privacy(one, tmp_path / "privacy.png", "one round", target_epsilon=4.0)
     assert plot_attack(one, tmp_path / "attack.png", "one round")
@@ -127,11 +133,9 @@ def test_one_round_figures_draw_their_point_on_a_whole_round_tick(tmp_path: Path
     assert [list(line.get_ydata()) for line in target] == [[4.0, 4.0]]
 
 
-def test_a_soft_label_run_draws_epsilon_upload_beside_the_row_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_soft_label_run_draws_epsilon_upload_beside_the_row_bound(tmp_path: Path, drawn: list[Any]) -> None:
     """``epsilon_upload`` (a client's whole upload: the client-level figure docs/privacy.md calls honest) was recorded but
     never drawn: both panels draw it beside ``epsilon``, relabelled as the bound for one row, on log axes across decades."""
-    from matplotlib.figure import Figure
-
     from chillfl.plots.privacy import accuracy_vs_epsilon, epsilon_curves, plot_privacy, spans_decades
 
     # rounds 1-3: epsilon (one row) 0.5, 0.7, 0.9; epsilon_upload (every row) 4, 30, 60; accuracy at rounds 1 and 3
@@ -141,14 +145,6 @@ def test_a_soft_label_run_draws_epsilon_upload_beside_the_row_bound(tmp_path: Pa
     assert epsilon_curves([{"round": 1, "epsilon": 0.5}]) == [("epsilon", "epsilon spent")]  # parameter sharing: as before
     assert accuracy_vs_epsilon(records, epsilon="epsilon_upload") == ([4.0, 60.0], [0.2, 0.4])
     assert spans_decades([0.5, 60.0]) and not spans_decades([0.5, 4.0]) and not spans_decades([0.0, 3.0])  # 60 > 10 * 0.5; 4 < 5
-    drawn: list[Figure] = []
-    save = Figure.savefig
-
-    def spy(self: Figure, *args: Any, **kwargs: Any) -> Any:
-        drawn.append(self)
-        return save(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", spy)
     assert plot_privacy(records, tmp_path / "privacy.png", "soft labels")
     png_size(tmp_path / "privacy.png")
     ax_acc, ax_eps = drawn[0].axes

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 from chillfl.extras import need
 
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
+from matplotlib.artist import Artist  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
@@ -58,7 +59,7 @@ def spans_decades(values: Sequence[float]) -> bool:
     return bool(positive) and max(positive) > 10 * min(positive)
 
 
-def log_scale(ax: Any, which: str) -> None:
+def log_scale(ax: Any, which: Literal["x", "y"]) -> None:
     """``ax``'s ``which`` axis (``"x"`` or ``"y"``) logarithmic, labelled as :func:`plain_log_labels` says."""
     getattr(ax, f"set_{which}scale")("log")
     plain_log_labels(ax.xaxis if which == "x" else ax.yaxis)
@@ -91,7 +92,7 @@ def shared_legend(fig: Figure, axes: Sequence[Any], fontsize: float = 8) -> None
     """One legend for panels that draw the same variants in the same colours, outside them on the right (constrained
     layout makes the room): a legend per panel repeats itself and, with a few variants, covers their curves. An entry
     is taken once, from the first panel that has it."""
-    entries: dict[str, Any] = {}
+    entries: dict[str, Artist] = {}  # a legend entry's text -> the line (or patch) it shows
     for ax in axes:
         for handle, text in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(text, handle)

@@ -108,13 +108,10 @@ def _probe_uploads(delta: float, sigma: float, releases: int) -> None:
     """``epsilon_upload``'s worst history (a client released every row of the round's subset every round, at q = 1) where
     the PRV accountant cannot account it: one line on ``privacy.accountant``, not a traceback after the round that
     reaches it (800 rows of sigma 0.5 took 3.6e7 grid points)."""
-    probe = Ledger(delta, "prv")
-    probe.spend("client", sigma, 1.0, releases)
-    try:
-        probe.epsilon()
-    except AccountantError as exc:
+    exc = _prv_refusal(delta, sigma, 1.0, releases)
+    if exc is not None:
         raise ConfigError(f"{SECTION}.accountant", f"epsilon_upload composes every soft-label row a client uploads (up to distillation.subset_size x rounds = {releases}), "
-                                                   f"and {exc}; use accountant = 'rdp', or fewer rows or a larger noise_multiplier") from None
+                                                   f"and {exc}; use accountant = 'rdp', or fewer rows or a larger noise_multiplier")
 
 
 @functools.lru_cache(maxsize=16)
@@ -155,12 +152,20 @@ def _probe_prv(p: PrivacyConfig, sigma: float, steps: Sequence[tuple[float, int]
     prefix of its planned one at the same noise, whose grid is no larger (fewer steps: a narrower domain, a coarser mesh)."""
     field, instead = ("target_epsilon", "lower target_epsilon") if p.target_epsilon > 0 else ("noise_multiplier", "raise noise_multiplier")
     for q, n in steps:
-        probe = Ledger(p.delta, "prv")
-        probe.spend("unit", sigma, q, n)
-        try:
-            probe.epsilon()
-        except AccountantError as exc:
-            raise ConfigError(f"{SECTION}.{field}", f"{exc}; {instead}, or use accountant = 'rdp'") from None
+        exc = _prv_refusal(p.delta, sigma, q, n)
+        if exc is not None:
+            raise ConfigError(f"{SECTION}.{field}", f"{exc}; {instead}, or use accountant = 'rdp'")
+
+
+def _prv_refusal(delta: float, sigma: float, rate: float, steps: int) -> AccountantError | None:
+    """Why the PRV accountant cannot give the epsilon of ``steps`` releases at ``sigma`` and ``rate`` (None: it can)."""
+    probe = Ledger(delta, "prv")
+    probe.spend("unit", sigma, rate, steps)
+    try:
+        probe.epsilon()
+    except AccountantError as exc:
+        return exc
+    return None
 
 
 def _capabilities(config: RunConfig, aggregator: Aggregator) -> Capabilities:

@@ -39,7 +39,7 @@ import tempfile
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -58,6 +58,9 @@ from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.run_names import comparison_labels
 from chillfl.plots.styles import variant_style
 from chillfl.wording import counted
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +375,7 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> s
     columns = len(present)
     fig = _figure(5.2 * len(present), 3.8 + 0.3 + LEGEND_LINE * legend_rows(list(labels.values()), columns))
     fig.set_layout_engine("constrained")
-    entries: dict[str, Any] = {}
+    entries: dict[str, Artist] = {}  # a group's label -> its line, from the first panel that drew the group
     for i, (key, title) in enumerate(present):
         ax = fig.add_subplot(1, len(present), i + 1)
         for index, g in enumerate(groups):

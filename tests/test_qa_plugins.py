@@ -192,13 +192,15 @@ def test_list_options_documents_a_plugin_loss_term_like_a_built_in(tmp_path: Pat
 
     monkeypatch.setattr(chillfl.plugins, "entry_points", lambda: {"qa_decay": "qa_terms:Decay"})
     with plugin_module(tmp_path, monkeypatch, "qa_terms", TERM_MODULE):
-        assert main(["list", "--options", "qa_terms:Decay"]) == 0
+        assert main(["list", "--options", "qa_terms:Decay", "qa_decay", "proximal"]) == 0  # a built-in term's name too
         out = capsys.readouterr().out
         terms = out[out.index("## [objective] terms"):]
         for name in ("qa_decay", "qa_terms:Decay", "proximal"):
             assert f"### `{name}`" in terms
         assert "| `weight` | `float` | `0.01` |" in terms
-        assert main(["list", "--options", "proximal"]) == 0  # a built-in term's name too
+        assert main(["list", "--options"]) == 0  # the whole listing: the entry point's term beside the built-ins
+        terms = capsys.readouterr().out.split("## [objective] terms", 1)[1]
+        assert "### `qa_decay`" in terms and "### `proximal`" in terms
 
 
 PARTS_MODULE = '''
@@ -265,9 +267,9 @@ def test_list_options_documents_a_plugin_dataset_partitioner_and_model(tmp_path:
 
     monkeypatch.setattr(chillfl.plugins, "entry_points", lambda: {"qa_blobs": "qa_parts:blobs"})
     with plugin_module(tmp_path, monkeypatch, "qa_parts", PARTS_MODULE):
-        assert main(["list", "--options", "qa_parts:blobs", "qa_parts:halves", "qa_parts:Net"]) == 0
+        assert main(["list", "--options", "qa_parts:blobs", "qa_parts:halves", "qa_parts:Net", "qa_blobs"]) == 0
         out = capsys.readouterr().out
-    sections = {chunk.split("\n", 1)[0]: chunk for chunk in out.split("\n## ")}
+    sections = {chunk.split("\n", 1)[0]: chunk for chunk in ("\n" + out).split("\n## ")}
     for section, name, row in (
         ("[dataset] name = ...", "qa_parts:blobs", "| `spread` | `float` | `0.5` |  |"),
         ("[dataset] name = ...", "qa_blobs", "| `spread` | `float` | `0.5` |  |"),

@@ -27,3 +27,34 @@ def test_reference_lists_every_loss_term_with_its_options():
     for name in registered_terms():
         assert f"### `{name}`" in terms
     assert "| `tau_squared` | `bool` | `true` |" in terms and "| `mu` | `float` | `0.01` |" in terms
+
+
+def _headings(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#")]
+
+
+def test_list_options_with_names_prints_only_those(capsys):
+    """`chillfl list --options ditto` printed the whole reference (its names only added plugins): a user asking for
+    one method's options had to search 1,000 lines. Names keep their entries (with their part's shared options), a
+    table's name keeps the table, and the full listing is unchanged."""
+    from chillfl.cli import main
+
+    assert main(["list", "--options", "ditto", "dp-sgd", "[client]", "proximal"]) == 0
+    out = capsys.readouterr().out
+    assert _headings(out) == [
+        "## [client] — " + out.split("## [client] — ", 1)[1].split("\n", 1)[0],
+        "## [algorithm] name = ...", "### `ditto` — " + out.split("### `ditto` — ", 1)[1].split("\n", 1)[0],
+        "## [privacy] mechanism = ...", "### Shared options (every mechanism)",
+        "### `dp-sgd` — " + out.split("### `dp-sgd` — ", 1)[1].split("\n", 1)[0],
+        "## [objective] terms = [...]", "### `proximal` — " + out.split("### `proximal` — ", 1)[1].split("\n", 1)[0],
+    ], _headings(out)
+    assert "| `lam` | `float` | `1.0` |" in out and "| `divide_by` | `str` | `\"batch\"` |" in out and "| `sam_rho` |" in out
+    assert "fedprox" not in out.split("## [algorithm]", 1)[1].split("### ", 1)[1]  # ditto's entry alone, not its neighbours'
+
+    assert main(["list", "--options", "attack"]) == 0  # a part's table: every kind
+    out = capsys.readouterr().out
+    assert {"### `gaussian`", "### `lie`"} <= {h.split(" — ")[0] for h in _headings(out)} and "## [algorithm] name = ..." not in out
+
+    assert main(["list", "--options", "dittoo"]) == 2  # unknown: one line, as before
+    assert "did you mean 'ditto'" in capsys.readouterr().err
+    assert render_reference(only=None) == render_reference()

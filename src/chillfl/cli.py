@@ -403,7 +403,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.options is not None:
         from chillfl.report.reference import render_reference
 
-        print(render_reference(args.options), end="")
+        print(render_reference(only=args.options or None), end="")
         return 0
     from chillfl.aggregation.registry import algorithm_names
     from chillfl.data import dataset_names, partitioner_names
@@ -598,9 +598,9 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="registered datasets, models, methods and bundled experiments")
     p.add_argument("what", nargs="?", choices=("experiments",), help="experiments: a table of the bundled experiments (paper, run or compare, data, expected minutes)")
-    p.add_argument("--options", nargs="*", metavar="PLUGIN",
+    p.add_argument("--options", nargs="*", metavar="NAME",
                    help="print every part's options with types and defaults (markdown), the chillfl.plugins entry points' included; "
-                        "PLUGIN: also a plugin's 'pkg.module:Name' on sys.path")
+                        "NAME: only these: a part (ditto, dp-sgd), a table (client, privacy) or a plugin's 'pkg.module:Name' on sys.path")
     p.set_defaults(func=cmd_list)
 
     try:

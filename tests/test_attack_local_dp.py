@@ -186,18 +186,18 @@ def test_a_client_side_hook_that_drops_the_exempt_clients_is_one_line() -> None:
 
 
 def _skip_notes(over: dict[str, Any], caplog: pytest.LogCaptureFixture) -> list[str]:
-    """The notes :func:`chillfl.experiment.note_idle_local_dp` says for the built tiny run with ``over``."""
+    """The notes :func:`chillfl.experiment.idle_local_dp_note` says for the built tiny run with ``over``."""
     import logging
 
     from chillfl import once
-    from chillfl.experiment import build_experiment, note_idle_local_dp
+    from chillfl.experiment import build_experiment, idle_local_dp_note, say_notes
 
     config = load_config(None, {**TINY, **over})
     exp = build_experiment(config)
     once.forget()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
-        note_idle_local_dp(config, exp.aggregator)
+        say_notes([idle_local_dp_note(config, exp.aggregator)])
     return [r.getMessage() for r in caplog.records if r.name == "chillfl.experiment" and r.getMessage().startswith("note:")]
 
 
@@ -255,7 +255,7 @@ def test_a_plugin_wrapper_of_its_own_class_says_whom_it_exempts(caplog: pytest.L
 
     from chillfl import once
     from chillfl.aggregation.base import AroundAggregator
-    from chillfl.experiment import note_idle_local_dp
+    from chillfl.experiment import idle_local_dp_note, say_notes
     from chillfl.extend import ExemptsClients
     from chillfl.privacy.build import exempted
 
@@ -274,5 +274,5 @@ def test_a_plugin_wrapper_of_its_own_class_says_whom_it_exempts(caplog: pytest.L
         once.forget()
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
-            note_idle_local_dp(config, aggregator)
+            say_notes([idle_local_dp_note(config, aggregator)])
         assert len([r for r in caplog.records if r.getMessage().startswith(SKIP_IDLE)]) == notes

@@ -385,15 +385,15 @@ def _notes(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_a_robust_rule_at_f_0_under_attack_says_it_tolerates_no_one(name: str, caplog: pytest.LogCaptureFixture) -> None:
     """Krum and DnC at their default f = 0 in an attacked run defended against no one, without a word."""
     from chillfl import once
-    from chillfl.experiment import note_tolerates_fewer_attackers
+    from chillfl.experiment import fewer_attackers_note, say_notes
 
     with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
         for quiet in ({"algorithm.f": 2}, {"algorithm.f": 3}, {}):  # f >= the 2 attackers; no [attack]
             once.forget()
-            note_tolerates_fewer_attackers(load_config(None, {**SMALL, "algorithm.name": name, **quiet, **(SCALING if quiet else {})}))
+            say_notes([fewer_attackers_note(load_config(None, {**SMALL, "algorithm.name": name, **quiet, **(SCALING if quiet else {})}))])
         assert _notes(caplog) == []
         once.forget()
-        note_tolerates_fewer_attackers(load_config(None, {**SMALL, "algorithm.name": name, **SCALING}))
+        say_notes([fewer_attackers_note(load_config(None, {**SMALL, "algorithm.name": name, **SCALING}))])
     assert _notes(caplog) == [f"note: algorithm.f = 0: {name} tolerates no attacker, and this run has 2 of 10 clients attacking; set algorithm.f = 2"]
 
 
@@ -408,14 +408,14 @@ def test_the_f_0_note_comes_once_the_run_is_built(tmp_path: Path, caplog: pytest
 
 
 def _note(overrides: dict[str, Any], caplog: pytest.LogCaptureFixture) -> list[str]:
-    """The notes :func:`~chillfl.experiment.note_tolerates_fewer_attackers` says for the small run with ``overrides``."""
+    """The notes :func:`~chillfl.experiment.fewer_attackers_note` says for the small run with ``overrides``."""
     from chillfl import once
-    from chillfl.experiment import note_tolerates_fewer_attackers
+    from chillfl.experiment import fewer_attackers_note, say_notes
 
     once.forget()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
-        note_tolerates_fewer_attackers(load_config(None, {**SMALL, **overrides}))
+        say_notes([fewer_attackers_note(load_config(None, {**SMALL, **overrides}))])
     return _notes(caplog)
 
 
@@ -482,3 +482,27 @@ def test_the_note_counts_the_attackers_a_round_can_hold(caplog: pytest.LogCaptur
     two = {**run, "attack.fraction": 0.1}
     assert _note({"algorithm.name": "krum", **two}, caplog) == [
         "note: algorithm.f = 0: krum tolerates no attacker, and this run has 2 of 20 clients attacking; set algorithm.f = 2"]
+
+
+def test_a_dry_run_says_the_notes_the_run_would(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--dry-run` said none of the notes a built run says (only the ignored client_fraction), so a config checked with
+    it hid Krum's f below its attackers. A comparison's dry run says each run's, after every run is checked: a bad
+    later run still ends in its one error line, with no note before it."""
+    from chillfl import once
+    from chillfl.cli import main
+
+    config = tmp_path / "krum.toml"
+    config.write_text('[dataset]\nname = "digits"\n[model]\nname = "mlp"\n[federation]\nnum_clients = 10\nrounds = 1\n'
+                      '[eval]\nclients = "none"\n[algorithm]\nname = "krum"\n[attack]\nkind = "scaling"\nfraction = 0.2\n')
+    said = "note: algorithm.f = 0: {} tolerates no attacker, and this run has 2 of 10 clients attacking; set algorithm.f = 2"
+    once.forget()
+    assert main(["run", str(config), "--dry-run"]) == 0
+    assert said.format("krum") in capsys.readouterr().err
+    once.forget()
+    assert main(["compare", str(config), "--grid", "algorithm.name=krum,dnc", "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert said.format("krum") in err and said.format("dnc") in err
+    once.forget()
+    assert main(["compare", str(config), "--grid", "algorithm.f=0,99", "--dry-run"]) == 2
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 1 and "algorithm.f" in err_lines[0] and "note:" not in err_lines[0], err_lines

@@ -156,7 +156,7 @@ class Capabilities:
     """What of the method reads each client's accuracy after its local training to steer its later training, e.g.
     "FedChill's decay (temperature.decay = true)". Without a validation split (``eval.validation = 0``) that accuracy
     is the client's evaluation split's, drawn from the test rows the run reports its accuracy on, so test rows steer
-    training: the run says so in one line on stderr (:func:`chillfl.experiment.note_test_rows_steering`), and a comparison's
+    training: the run says so in one line on stderr (:func:`chillfl.experiment.steering_note`), and a comparison's
     table in its steering caveat (:func:`chillfl.report.caveats.steering_caveat`)."""
     limited_by: str | None = None
     """The option of the method's own table whose value sets the limits above (FedChill's

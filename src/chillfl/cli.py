@@ -153,9 +153,6 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
 
         with _checking():
             complete = check_config(config)
-    from chillfl.experiment import note_ignored_fraction
-
-    note_ignored_fraction(config)  # checked: a note cannot precede an error line
     if not complete:
         print(f"chillfl: the files of dataset {config.dataset.get('name')!r} are not in {config.data_dir}: "
               "names and options checked, not the shapes that need the data", file=sys.stderr)

@@ -9,7 +9,7 @@ import dataclasses
 import copy
 import logging
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -482,8 +482,8 @@ def build_policy(config: RunConfig, data: FederatedData, plugged: Plugged | None
     return make_policy(config.temperature, data.class_counts)
 
 
-def note_test_rows_steering(config: RunConfig, policy: TemperaturePolicy | None = None) -> None:
-    """One line on stderr, once a process, when the run's temperature policy declares that the clients' accuracy
+def steering_note(config: RunConfig, policy: TemperaturePolicy | None = None) -> str | None:
+    """The note (said once a process, :func:`say_notes`) when the run's temperature policy declares that the clients' accuracy
     steers their training (:attr:`~chillfl.capabilities.Capabilities.steers_by_accuracy`) and the run has no validation split.
 
     ``policy``: the run's built policy; one passed from Python (``custom``) is asked what its class declares
@@ -498,14 +498,13 @@ def note_test_rows_steering(config: RunConfig, policy: TemperaturePolicy | None 
     """
     steers = steers_on_test_rows(config, policy)
     if steers is None:
-        return
-    message = (f"note: {steers} reads each client's accuracy on its evaluation split, drawn from the test rows "
-               "the run reports (eval.validation = 0): test rows steer training; eval.validation = 0.2 keeps them out")
-    warn_once(log, message)
+        return None
+    return (f"note: {steers} reads each client's accuracy on its evaluation split, drawn from the test rows "
+            "the run reports (eval.validation = 0): test rows steer training; eval.validation = 0.2 keeps them out")
 
 
-def note_tolerates_fewer_attackers(config: RunConfig) -> None:
-    """One line on stderr, once a process, when the run's algorithm declares an option counting the byzantine clients
+def fewer_attackers_note(config: RunConfig) -> str | None:
+    """The note (said once a process, :func:`say_notes`) when the run's algorithm declares an option counting the byzantine clients
     it withstands (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.tolerates`) and ``[attack]`` has more attackers
     than that option: at 0 (the default) the robust rule defends against no one, below the attackers against some.
 
@@ -518,19 +517,19 @@ def note_tolerates_fewer_attackers(config: RunConfig) -> None:
     run is built (:func:`chillfl.runner.run_experiment`), so that a bad value still ends in its one error line.
     """
     if not config.attack.enabled:
-        return
+        return None
     name, options = RunConfig.component(config.algorithm)
     if is_custom(name):
-        return
+        return None
     spec = algorithm_spec(name)
     if spec.tolerates is None:
-        return
+        return None
     tolerated = getattr(algorithm_options(spec, name, options), spec.tolerates)  # the option the spec names (as AlgorithmSpec.wraps is read)
     attacking = len(attacker_ids(config, config.federation.num_clients))
     per_round = config.federation.sample_size()
     most = min(attacking, per_round)  # the rule counts a round's attackers: a round samples at most per_round clients
     if tolerated >= most:
-        return
+        return None
     field = f"algorithm.{spec.tolerates}"
     largest = largest_tolerated(name, options, config, most)
     here = f"here ({per_round} clients per round)"
@@ -542,13 +541,12 @@ def note_tolerates_fewer_attackers(config: RunConfig) -> None:
         advice = f"{name} accepts no larger {field} {here}: none covers all {most}"
     withstands = "no attacker" if tolerated == 0 else f"{tolerated} attacker{'s' if tolerated > 1 else ''}"
     in_round = "" if most == attacking else f", at most {most} in a round of {per_round}"
-    message = (f"note: {field} = {tolerated}: {name} tolerates {withstands}, and this run has {attacking} of {config.federation.num_clients} "
-               f"clients attacking{in_round}; {advice}")
-    warn_once(log, message)
+    return (f"note: {field} = {tolerated}: {name} tolerates {withstands}, and this run has {attacking} of {config.federation.num_clients} "
+            f"clients attacking{in_round}; {advice}")
 
 
-def note_idle_local_dp(config: RunConfig, aggregator: Aggregator | None) -> None:
-    """One line on stderr, once a process, when ``attack.local_dp = "skip"`` changes nothing in the built run: no
+def idle_local_dp_note(config: RunConfig, aggregator: Aggregator | None) -> str | None:
+    """The note (said once a process, :func:`say_notes`) when ``attack.local_dp = "skip"`` changes nothing in the built run: no
     attacker sends what it forges past a client-side release, because ``[privacy]`` is off, because its mechanism
     leaves nothing on the clients' side to skip (it clips at the server, or inside local training, before anything
     is forged), or because the attack forges nothing its clients upload (a data attack trains and releases honestly).
@@ -563,22 +561,21 @@ def note_idle_local_dp(config: RunConfig, aggregator: Aggregator | None) -> None
     """
     attack = config.attack
     if not attack.enabled or attack.local_dp != "skip":
-        return
+        return None
     if exempted(aggregator) or (forges_rows(config) and config.privacy.enabled):
-        return  # the attackers send what they forge unreleased: skip acts
+        return None  # the attackers send what they forge unreleased: skip acts
     if not config.privacy.enabled:
         why = "[privacy] is off, so no client-side release of the uploads is there to skip"
     elif not (forges_models(config) or forges_rows(config)):
         why = f"attack {attack.kind!r} forges nothing its attackers upload under {config.protocol} sharing: they train and release as honest clients"
     else:
         why = f"privacy.mechanism {config.privacy.mechanism!r} leaves an attacker nothing to skip (it clips at the server or inside local training)"
-    message = (f'note: attack.local_dp = "skip" changes nothing in this run: {why}; '
-               "it acts under a [privacy] mechanism the clients run on what they upload, as they forge it (docs/attacks.md)")
-    warn_once(log, message)
+    return (f'note: attack.local_dp = "skip" changes nothing in this run: {why}; '
+            "it acts under a [privacy] mechanism the clients run on what they upload, as they forge it (docs/attacks.md)")
 
 
-def note_ignored_fraction(config: RunConfig) -> None:
-    """One line on stderr, once a process, when ``federation.clients_per_round`` overrides a ``client_fraction`` that
+def ignored_fraction_note(config: RunConfig) -> str | None:
+    """The note (said once a process, :func:`say_notes`) when ``federation.clients_per_round`` overrides a ``client_fraction`` that
     would sample a different number of clients: the count wins, and a user who wrote both should know which.
 
     A note, not an error: every resolved ``config.toml`` writes ``client_fraction`` (1.0 unless set), so a saved
@@ -587,13 +584,33 @@ def note_ignored_fraction(config: RunConfig) -> None:
     """
     fed = config.federation
     if fed.clients_per_round is None or fed.client_fraction == 1.0:
-        return
+        return None
     by_fraction = dataclasses.replace(fed, clients_per_round=None).sample_size()
     if by_fraction == fed.clients_per_round:
-        return
-    message = (f"note: federation.client_fraction = {fed.client_fraction} is ignored: federation.clients_per_round = {fed.clients_per_round} "
-               f"sets the clients a round (the fraction would give {by_fraction} of {fed.num_clients}); set only one of them")
-    warn_once(log, message)
+        return None
+    return (f"note: federation.client_fraction = {fed.client_fraction} is ignored: federation.clients_per_round = {fed.clients_per_round} "
+            f"sets the clients a round (the fraction would give {by_fraction} of {fed.num_clients}); set only one of them")
+
+
+def run_notes(config: RunConfig, exp: Experiment | None) -> list[str]:
+    """What a run says on stderr before it trains, in notes, not errors: its results stand, but a reader should know.
+
+    ``exp``: the run's built parts; None for a dry run without the dataset's files (the notes that need no built part).
+    A run says them once it is built, and a dry run once every run it checks is built (:func:`say_notes`), so that a
+    bad value still ends in its one error line. A dry run says what the run would: ``--dry-run`` said only the
+    ignored fraction, so a config checked with it hid Krum's ``f`` below the attackers and an idle ``local_dp``.
+    """
+    notes = [steering_note(config, None if exp is None else exp.policy), ignored_fraction_note(config), fewer_attackers_note(config)]
+    if exp is not None:
+        notes.append(idle_local_dp_note(config, exp.aggregator))
+    return [note for note in notes if note is not None]
+
+
+def say_notes(notes: Iterable[str | None]) -> None:
+    """Each note (None: none) as one warning line on stderr, once a process (a comparison's runs share most of theirs)."""
+    for note in notes:
+        if note is not None:
+            warn_once(log, note)
 
 
 def training_augment(config: RunConfig, dataset: ArrayDataset) -> Augment | None:
@@ -700,7 +717,8 @@ def check_config(config: RunConfig) -> bool:
 
     Returns False when the dataset's files are absent (a ``data_dir`` error):
     then each part's name and options are still checked, but nothing that
-    needs the data's shapes (model sizes, partition feasibility).
+    needs the data's shapes (model sizes, partition feasibility). Once checked, it says the notes the run would
+    (:func:`run_notes`).
     """
     try:
         exp = build_experiment(config)
@@ -708,8 +726,10 @@ def check_config(config: RunConfig) -> bool:
         if not data_absent(exc):
             raise
         check_parts(config)
+        say_notes(run_notes(config, None))
         return False
     build_protocol(exp)
+    say_notes(run_notes(config, exp))
     return True
 
 

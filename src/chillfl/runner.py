@@ -56,8 +56,7 @@ from chillfl.environment import as_comment, differences, environment
 from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError
 from chillfl.paths import shell_path
 from chillfl.executors.pools import WorkerPools
-from chillfl.experiment import (Experiment, build_client_models, build_experiment, build_protocol, make_executor, note_idle_local_dp, note_ignored_fraction, note_test_rows_steering,
-                               note_tolerates_fewer_attackers)
+from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, make_executor, run_notes, say_notes
 from chillfl.plugins import is_custom
 from chillfl.extras import need
 from chillfl.metrics.calibration import CalibrationAccumulator
@@ -273,10 +272,7 @@ def run_experiment(
             config = resolved(config)
         with intra_op_threads(config.threads):
             exp = experiment or build_experiment(config.paths_from(started_in), data=data)  # the config as given is what is saved
-            note_test_rows_steering(config, exp.policy)  # built: every check has passed, so a note cannot precede an error line
-            note_ignored_fraction(config)
-            note_tolerates_fewer_attackers(config)
-            note_idle_local_dp(config, exp.aggregator)
+            say_notes(run_notes(config, exp))  # built: every check has passed, so a note cannot precede an error line
             config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
             if write:
                 check_sinks(config)

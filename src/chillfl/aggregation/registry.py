@@ -99,7 +99,7 @@ class AlgorithmSpec:
     tolerates: str | None = None
     """The integer option counting the byzantine clients of a round the rule is built to withstand (Krum's ``f``);
     None: it declares none. Below the attackers of ``[attack]`` (0, the default, defends against no one), the run says
-    so in one note (:func:`chillfl.experiment.note_tolerates_fewer_attackers`), suggesting a value the rule accepts."""
+    so in one note (:func:`chillfl.experiment.fewer_attackers_note`), suggesting a value the rule accepts."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""

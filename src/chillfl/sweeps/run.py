@@ -33,7 +33,7 @@ from chillfl.data.loaders import data_absent
 from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, SweepFailed, one_line
 from chillfl.paths import current_folder, shell_path
 from chillfl.executors.pools import WorkerPools
-from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts
+from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts, run_notes, say_notes
 from chillfl.plugins import CUSTOM, is_custom
 from chillfl.progress import Progress, format_seconds
 from chillfl.report.caveats import ends_with_nonfinite_loss, epsilon_caveat, epsilon_units, local_mix_warning, nonfinite_loss_caveat, other_test_rows_caveat, steering_caveat, step_size_caveat
@@ -146,8 +146,10 @@ def check_runs(
     reads them all), so their parts are not built again. ``started_in``: the resumed comparison's start folder, where
     relative paths are read from (:meth:`~chillfl.config.RunConfig.paths_from`; None: the current folder).
 
-    None: a dry run without the dataset's files, where only each run's names and options could be checked."""
+    None: a dry run without the dataset's files, where only each run's names and options could be checked.
+    A dry run then says the notes its runs would (:func:`~chillfl.experiment.run_notes`), once every run is checked."""
     datasets: dict[str, FederatedData] = {}
+    notes: list[str] = []  # a dry run's, said once every run is checked: a note cannot precede a later run's error line
     for c in plan.cells:
         if resume is not None and has_ended(resume, c.config.name):
             continue
@@ -165,10 +167,13 @@ def check_runs(
                     for other in plan.cells:  # no data here: each run's names and options
                         with naming(other.variant, plan.from_grid):
                             check_parts(other.config)
+                    say_notes(note for other in plan.cells for note in run_notes(other.config, None))
                     return None
             exp = build_experiment(here, data=datasets[key], model=model, plugged=plugged)  # every part of every variant is valid before anything is written
             if dry_run:
                 build_protocol(exp)
+                notes += run_notes(here, exp)
+    say_notes(notes)
     return datasets
 
 

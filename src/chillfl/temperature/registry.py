@@ -181,7 +181,7 @@ def steers_on_test_rows(config: RunConfig, policy: TemperaturePolicy | None = No
 
     Why: without a validation split that accuracy is each client's evaluation split's, drawn from the test rows the
     run reports its accuracy on. One answer for the run's note on stderr
-    (:func:`chillfl.experiment.note_test_rows_steering`) and a comparison's steering caveat
+    (:func:`chillfl.experiment.steering_note`) and a comparison's steering caveat
     (:func:`chillfl.report.caveats.steering_caveat`), so the two never disagree. ``policy``: one passed from Python
     (``custom``), asked what its class declares, as that class named in the config would be (:func:`class_capabilities`);
     without it a ``custom`` policy declares nothing.

@@ -103,6 +103,16 @@ CHILD = textwrap.dedent(
             return summary(*args, **kwargs)
 
         chillfl.cli._print_summary = printing
+    elif window == "loading":  # start-up, before the run is built: reading the config (and importing the runner)
+        import chillfl.cli
+
+        load = chillfl.cli._load
+
+        def loading(*args, **kwargs):
+            signal.raise_signal(signal.SIGTERM)
+            return load(*args, **kwargs)
+
+        chillfl.cli._load = loading
     else:
         build = chillfl.experiment.build_experiment
 
@@ -138,6 +148,15 @@ def test_a_sigterm_before_the_run_starts_is_one_line_and_exit_143(tmp_path: Path
     # it said "unfinished results are left in *.partial folders": there is none, the run had not started
     assert lines == ["chillfl: interrupted; the run had not started: nothing was written, nothing to resume"]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_sigterm_while_the_command_starts_up_says_the_run_had_not_started(tmp_path: Path) -> None:
+    """Start-up before the run is built (reading the config, importing the runner: seconds of a `chillfl run`'s first
+    ones) said "unfinished results are left in *.partial folders", of which there is none; docs/usage.md promises this."""
+    code, lines = _run(tmp_path, "loading")
+    assert code == 128 + signal.SIGTERM, lines
+    assert lines == ["chillfl: interrupted; the run had not started: nothing was written, nothing to resume"]
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_sigterm_while_the_run_writes_its_results_completes_the_run_then_stops_the_command(tmp_path: Path) -> None:

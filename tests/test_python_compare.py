@@ -259,3 +259,12 @@ def test_resuming_a_registry_data_comparison_with_user_data_names_the_comparison
         chillfl.resume_compare(partial, data=_digits_data(), progress=False)
     assert str(info.value).startswith("data: the comparison in this folder did not take one from Python: its [dataset] is ")
     assert sorted((p.relative_to(partial), p.stat().st_mtime_ns) for p in partial.rglob("*")) == before
+
+
+def test_resume_on_a_finished_comparisons_folder_says_it_is_finished(tmp_path: Path) -> None:
+    """It said "is an interrupted comparison: chillfl.resume_compare(FOLDER, ...) goes on with it", which then said finished."""
+    done = chillfl.compare(config={**TINY, "federation": {"num_clients": 4, "rounds": 1}}, grid={"client.lr": [0.05, 0.1]}, out_dir=tmp_path, progress=False)
+    assert done.folder is not None and not done.folder.name.endswith(".partial")
+    with pytest.raises(chillfl.ConfigError) as info:
+        chillfl.resume(done.folder, progress=False)
+    assert str(info.value) == f"run_dir: {done.folder} is a finished comparison (its table is written); nothing to resume"

@@ -49,6 +49,7 @@ from chillfl.plugins import CUSTOM, has_methods, is_custom
 from chillfl.report.compare import CompareResult as Comparison
 from chillfl.storage.run_state import is_sweep
 from chillfl.sweeps.plan import CompareOptions, grid_variants, parse_grid, repeats
+from chillfl.sweeps.record import check_resumable
 from chillfl.sweeps.run import run_compare
 from chillfl.sweeps.shard import Shard
 from chillfl.reproduce import Outcome, write_verdicts
@@ -218,6 +219,7 @@ def resume(
 
     folder, progress, force = arguments.path(folder, "folder"), arguments.progress_mode(progress), arguments.flag(force, "force")
     if is_sweep(Path(folder)):  # as `chillfl resume` tells them apart; a run's resume would call it a run without a checkpoint
+        check_resumable(Path(folder))  # a finished one: "nothing to resume", as resume_compare would say
         raise ConfigError("run_dir", f"{folder} is an interrupted comparison: chillfl.resume_compare(FOLDER, ...) goes on with it")
     plugged = as_plugged(aggregator, terms, policy)
     _check_model(model)

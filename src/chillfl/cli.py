@@ -183,9 +183,12 @@ def cmd_run(args: argparse.Namespace) -> int:
               "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05,\n"
               "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
         return _compare(config, DEMO_GRID, None, _progress(args), args)
-    from chillfl.runner import run_experiment
+    try:  # start-up: importing the runner (torch) is most of a run's first seconds, and nothing is written yet
+        from chillfl.runner import run_experiment
 
-    config = _load(args.config, args.overrides, args)
+        config = _load(args.config, args.overrides, args)
+    except KeyboardInterrupt as exc:  # a Ctrl-C here left no *.partial folder to point at
+        raise RunNotStarted() from exc
     if _compares(config, args):  # a comparison: run it as `compare` would, saying so in one info line (none under -q)
         if config.variants:
             why = f"defines {len(config.variants)} variants: running the comparison"

@@ -356,6 +356,8 @@ class ParameterSharing:
         bs = self.client.eval_batch_size
         for cid in ids:
             state = self.store.load(cid)
+            if state is None and cid in self.finished:  # it reported, and its half kept nothing this time (the store drops an empty state)
+                state = {}
             if state is None:
                 raise RuntimeError(f"client {cid}'s state is not on the server: its local accuracy after the average cannot be measured")
             model = personal_model(self.client.half, state, client_base(self.aggregator, cid, self.state))

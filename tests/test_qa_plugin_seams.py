@@ -18,6 +18,8 @@ from chillfl.experiment import build_experiment
 MODULE = '''
 from dataclasses import dataclass
 
+import torch
+
 from chillfl.extend import FedAvg, Capabilities, Stateless, own_entries, with_prefix
 
 
@@ -54,6 +56,31 @@ class AfterAverageOnly(Stateless):
 class NoPersonalModel(FedAvg):
     def client_half(self):
         return AfterAverageOnly()
+
+
+@dataclass(frozen=True)
+class Counter:
+    """Counts its client's participations, and forgets (keeps an empty state) after every third."""
+
+    def prepare(self, state, start, context):
+        return start, dict(context)
+
+    def finish(self, model, state, trained):
+        seen = int(state["count.n"]) if "count.n" in state else 0
+        n = seen + 1
+        return ({} if n % 3 == 0 else {"count.n": torch.tensor(n)}), {"seen": float(seen)}
+
+
+class Counting(FedAvg):
+    def client_half(self):
+        return Counter()
+
+    def aggregate(self, global_params, results, round):
+        self.seen = [r.report["seen"] for r in results]
+        return super().aggregate(global_params, results, round)
+
+    def round_metrics(self):
+        return {"seen": self.seen[0]}
 '''
 
 BASE: dict[str, Any] = {"dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]}, "device": "cpu", "executor": "sequential",
@@ -100,3 +127,12 @@ def test_a_half_measured_after_the_average_without_a_personal_model_is_refused_w
     with pytest.raises(ConfigError) as err:
         chillfl.run(config=BASE, aggregator=NoPersonalModel(), write=False, progress=False)
     assert err.value.field == "aggregator" and "after_average" in err.value.message
+
+
+def test_an_empty_state_from_finish_is_the_clients_next_state(plugin: Path) -> None:
+    """``finish`` returns the client's next state: an empty one forgets. chillfl's store kept the last non-empty one
+    instead (a Flower node's table is replaced), so this client counted 0, 1, 2, 2, 2."""
+    from chillfl.runner import run_experiment
+
+    config = load_config(None, {**BASE, "algorithm": {"name": "qa_seams:Counting"}, "federation": {"num_clients": 1, "rounds": 5}})
+    assert [r["agg_seen"] for r in run_experiment(config, write=False, progress=False).records] == [0.0, 1.0, 2.0, 0.0, 1.0]

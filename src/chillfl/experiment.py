@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, holds_personal_model
+from chillfl.aggregation.base import Aggregator, holds_personal_model, measured_after_average
 from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, check_personal_model, check_plain_sgd,
                                          declared_capabilities, largest_tolerated, make_aggregator, wrapped)
 from chillfl.privacy.build import exempted, private_aggregator, private_steps, with_privacy
@@ -309,6 +309,12 @@ def check_client_half(aggregator: Aggregator, field: str) -> None:
             field,
             f"{type(aggregator).__name__}'s client half {type(half).__name__} lacks {', '.join(lacks)}: a ClientHalf needs prepare and finish "
             "(subclass chillfl.extend.Stateless for both, keeping nothing), a Personalising one also objectives and train",
+        )
+    if measured_after_average(half) and not holds_personal_model(half):  # the server would have no client model to measure after its average
+        raise ConfigError(
+            field,
+            f"{type(aggregator).__name__}'s client half {type(half).__name__} asks for its local accuracy after the average (after_average = True), "
+            "which measures each client's personal_model on the new global model, but it implements no HoldsPersonalModel (chillfl.extend)",
         )
 
 

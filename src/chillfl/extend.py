@@ -22,7 +22,8 @@ docs/architecture.md the reference of the seams they plug into):
   (``checkpoint.client_models`` saves it), and one that puts the client's own values of some
   entries in place of the sent ones implements :class:`KeepsEntries` (a returning client's
   downlink does not carry them), and one whose client holds state before its first participation
-  (FML's independently initialised local model) implements :class:`StartsOwnState`; one that runs the client's trainings itself
+  (FML's independently initialised local model) implements :class:`StartsOwnState`, and one whose local accuracy is taken
+  on the server after the average (FedPer's ``local_eval = "averaged"``) is :class:`MeasuredAfterAverage`; one that runs the client's trainings itself
   (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests. An aggregator that makes part of each
   client's model itself (pFedHN's hypernetwork) implements :class:`MakesClientModels`, and the half's personal model is
   built on it (for every client that took part, even one whose half keeps no state). A half whose client's own model
@@ -99,6 +100,7 @@ from chillfl.aggregation.base import (
     KeepsEntries,
     Local,
     MakesClientModels,
+    MeasuredAfterAverage,
     AggregatesNobody,
     LocalProgram,
     OwnArchitecture,
@@ -196,6 +198,7 @@ __all__ = [
     "ExemptsClients",
     "LossTerm",
     "MakesClientModels",
+    "MeasuredAfterAverage",
     "AggregatesNobody",
     "MechanismSpec",
     "MethodSettings",

@@ -159,7 +159,9 @@ class ParameterClient:
         if self.temperature is not None:
             new_state.update(self.temperature.finish(state, t, policy_accuracy(acc, val_acc)))
         uplink = ParamUplink(done.params, len(data.y), done.num_steps, done.train_loss, report)
-        return ClientReply(task.client_id, uplink, new_state or None, acc, loss, None if self.temperature is None else t, local_val_acc=val_acc)
+        forgot = bool(state) and not new_state  # it had a state and its half keeps none now: the next state is empty, not the last one
+        return ClientReply(task.client_id, uplink, new_state if new_state or forgot else None, acc, loss, None if self.temperature is None else t,
+                           local_val_acc=val_acc)
 
     def _trainings(self, task: ClientTask[ParamDownlink, ClientState], t: float, local: Local) -> Generator[ClientJob, LocalOutcome, Personal]:
         """The personalising half's :class:`Train` requests as jobs: the first with the round's seed, the others with seeds derived from it."""
@@ -197,8 +199,12 @@ class ParamStore:
         return self.states.get(cid)
 
     def save(self, cid: int, state: ClientState | None) -> None:
+        """Keep ``state`` as the client's whole next state; an empty one (its half kept nothing this time) forgets the last
+        one, as a Flower node's table is replaced; None (a client that never had a state) stores nothing."""
         if state:
             self.states[cid] = state
+        elif state is not None and cid in self.states:
+            del self.states[cid]
 
     def ids(self) -> list[int]:
         return list(self.states)
@@ -356,6 +362,8 @@ class ParameterSharing:
         bs = self.client.eval_batch_size
         for cid in ids:
             state = self.store.load(cid)
+            if state is None and cid in self.finished:  # it reported, and its half kept nothing this time (the store drops an empty state)
+                state = {}
             if state is None:
                 raise RuntimeError(f"client {cid}'s state is not on the server: its local accuracy after the average cannot be measured")
             model = personal_model(self.client.half, state, client_base(self.aggregator, cid, self.state))

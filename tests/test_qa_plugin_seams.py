@@ -136,3 +136,16 @@ def test_an_empty_state_from_finish_is_the_clients_next_state(plugin: Path) -> N
 
     config = load_config(None, {**BASE, "algorithm": {"name": "qa_seams:Counting"}, "federation": {"num_clients": 1, "rounds": 5}})
     assert [r["agg_seen"] for r in run_experiment(config, write=False, progress=False).records] == [0.0, 1.0, 2.0, 0.0, 1.0]
+
+
+def test_a_plugin_half_measured_after_the_average_is_refused_on_flower_by_its_name(plugin: Path, tmp_path: Path) -> None:
+    """The refusal named ``algorithm.local_eval`` (FedPer's option, which asks for it) for a plugin that has no such option."""
+    pytest.importorskip("flwr")
+    from chillfl.flower.apps import build_server
+
+    with pytest.raises(ConfigError) as err:
+        build_server(load_config(None, {**BASE, "out_dir": str(tmp_path), "algorithm": {"name": "qa_seams:HeadLater"}}))
+    assert err.value.field == "algorithm.name" and "'qa_seams:HeadLater'" in err.value.message and "OwnHeadLater" in err.value.message
+    with pytest.raises(ConfigError) as err:
+        build_server(load_config(None, {**BASE, "out_dir": str(tmp_path), "algorithm": {"name": "fedper", "local_eval": "averaged"}}))
+    assert err.value.field == "algorithm.local_eval"

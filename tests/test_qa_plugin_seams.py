@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from chillfl.extend import FedAvg, Capabilities, Stateless, own_entries, with_prefix
+from chillfl.extend import FedAvg, Capabilities, ConstantTemperature, Stateless, own_entries, with_prefix
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,29 @@ class Counting(FedAvg):
 
     def round_metrics(self):
         return {"seen": self.seen[0]}
+
+
+class IntKeyed(FedAvg):
+    """Counts each client's rounds by client id: an int-keyed dict, which a checkpoint cannot hold."""
+
+    def __init__(self):
+        super().__init__()
+        self.rounds = {}
+
+    def aggregate(self, global_params, results, round):
+        self.rounds.update({r.client_id: self.rounds.get(r.client_id, 0) + 1 for r in results})
+        return super().aggregate(global_params, results, round)
+
+    def state_dict(self):
+        return {"rounds": dict(self.rounds)}
+
+    def load_state_dict(self, state):
+        self.rounds = dict(state["rounds"])
+
+
+class TupledPolicy(ConstantTemperature):
+    def state_dict(self):
+        return {"seen": (1, 2)}
 '''
 
 BASE: dict[str, Any] = {"dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]}, "device": "cpu", "executor": "sequential",
@@ -149,3 +172,25 @@ def test_a_plugin_half_measured_after_the_average_is_refused_on_flower_by_its_na
     with pytest.raises(ConfigError) as err:
         build_server(load_config(None, {**BASE, "out_dir": str(tmp_path), "algorithm": {"name": "fedper", "local_eval": "averaged"}}))
     assert err.value.field == "algorithm.local_eval"
+
+
+@pytest.mark.parametrize("part,field,words", [
+    ({"algorithm": {"name": "qa_seams:IntKeyed"}}, "algorithm.name", "state key 0 at protocol.aggregator.rounds is not a string"),
+    ({"temperature": {"policy": "qa_seams:TupledPolicy"}}, "temperature.policy", "cannot checkpoint tuple at protocol.policy.seen"),
+])
+def test_a_state_dict_a_checkpoint_cannot_hold_is_one_error_on_its_part(plugin: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                        part: dict[str, Any], field: str, words: str) -> None:
+    """It was a TypeError traceback from the checkpoint encoder (exit 1) at the first checkpoint, naming no part."""
+    from chillfl.cli import main
+    from chillfl.runner import run_experiment
+
+    config = load_config(None, {**BASE, **part, "out_dir": str(tmp_path / "api"), "checkpoint": {"every": 1}, "federation": {"num_clients": 2, "rounds": 2}})
+    with pytest.raises(ConfigError) as err:
+        run_experiment(config, progress=False)
+    assert err.value.field == field and words in err.value.message
+    (tmp_path / "run.toml").write_text(
+        'device = "cpu"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\n[federation]\nnum_clients = 2\nrounds = 2\n'
+        '[checkpoint]\nevery = 1\n' + ('[algorithm]\nname = "qa_seams:IntKeyed"\n' if "algorithm" in part else '[temperature]\npolicy = "qa_seams:TupledPolicy"\n'))
+    assert main(["run", "-q", str(tmp_path / "run.toml"), "--out", str(tmp_path / "cli")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"chillfl: error: {field}: ") and words in lines[0]

@@ -101,6 +101,34 @@ class IntKeyed(FedAvg):
         self.rounds = dict(state["rounds"])
 
 
+@dataclass(frozen=True)
+class CountsAsInt:
+    def prepare(self, state, start, context):
+        return start, dict(context)
+
+    def finish(self, model, state, trained):
+        return {"count.n": 1}, {}
+
+
+class IntState(FedAvg):
+    def client_half(self):
+        return CountsAsInt()
+
+
+@dataclass(frozen=True)
+class ListTemperature:
+    def temperature(self, state, offered, labels):
+        return offered
+
+    def finish(self, state, temperature, local_accuracy):
+        return {"t": [temperature]}
+
+
+class ListPolicy(ConstantTemperature):
+    def client_half(self, num_classes):
+        return ListTemperature()
+
+
 class TupledPolicy(ConstantTemperature):
     def state_dict(self):
         return {"seen": (1, 2)}
@@ -194,3 +222,20 @@ def test_a_state_dict_a_checkpoint_cannot_hold_is_one_error_on_its_part(plugin: 
     assert main(["run", "-q", str(tmp_path / "run.toml"), "--out", str(tmp_path / "cli")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"chillfl: error: {field}: ") and words in lines[0]
+
+
+SOFT_LABELS = {"distillation": {"method": "dsfl", "public_size": 60, "subset_size": 20}}
+
+
+@pytest.mark.parametrize("executor,part,field,words", [
+    ("sequential", {"algorithm": {"name": "qa_seams:IntState"}}, "algorithm.name", "CountsAsInt.finish() returned a client state whose 'count.n' is int, not a tensor"),
+    ("processes", {"algorithm": {"name": "qa_seams:IntState"}}, "algorithm.name", "CountsAsInt.finish() returned a client state whose 'count.n' is int"),
+    ("sequential", {"temperature": {"policy": "qa_seams:ListPolicy"}}, "temperature.policy", "ListTemperature.finish() returned a client state whose 't' is list"),
+    ("sequential", {"temperature": {"policy": "qa_seams:ListPolicy"}, **SOFT_LABELS}, "temperature.policy", "ListTemperature.finish() returned"),
+    ("sequential", {"temperature": {"policy": "qa_seams:ListPolicy"}, "prototypes": {"method": "fedproto"}}, "temperature.policy", "ListTemperature.finish() returned"),
+])
+def test_a_client_state_that_is_not_tensors_is_one_error_on_its_part(plugin: Path, executor: str, part: dict[str, Any], field: str, words: str) -> None:
+    """It was ``AttributeError: 'int' object has no attribute 'detach'`` from the server's store (or a TypeError from the
+    soft-label and prototype clients' states), naming no part."""
+    err = pytest.raises(ConfigError, chillfl.run, config={**BASE, **part, "executor": executor}, write=False, progress=False)
+    assert err.value.field == field and words in err.value.message

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from chillfl.extend import FedAvg, Capabilities, Stateless, own_entries, with_prefix
+from chillfl.extend import FedAvg, Capabilities, ConstantTemperature, Stateless, own_entries, with_prefix
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,57 @@ class Counting(FedAvg):
 
     def round_metrics(self):
         return {"seen": self.seen[0]}
+
+
+class IntKeyed(FedAvg):
+    """Counts each client's rounds by client id: an int-keyed dict, which a checkpoint cannot hold."""
+
+    def __init__(self):
+        super().__init__()
+        self.rounds = {}
+
+    def aggregate(self, global_params, results, round):
+        self.rounds.update({r.client_id: self.rounds.get(r.client_id, 0) + 1 for r in results})
+        return super().aggregate(global_params, results, round)
+
+    def state_dict(self):
+        return {"rounds": dict(self.rounds)}
+
+    def load_state_dict(self, state):
+        self.rounds = dict(state["rounds"])
+
+
+@dataclass(frozen=True)
+class CountsAsInt:
+    def prepare(self, state, start, context):
+        return start, dict(context)
+
+    def finish(self, model, state, trained):
+        return {"count.n": 1}, {}
+
+
+class IntState(FedAvg):
+    def client_half(self):
+        return CountsAsInt()
+
+
+@dataclass(frozen=True)
+class ListTemperature:
+    def temperature(self, state, offered, labels):
+        return offered
+
+    def finish(self, state, temperature, local_accuracy):
+        return {"t": [temperature]}
+
+
+class ListPolicy(ConstantTemperature):
+    def client_half(self, num_classes):
+        return ListTemperature()
+
+
+class TupledPolicy(ConstantTemperature):
+    def state_dict(self):
+        return {"seen": (1, 2)}
 '''
 
 BASE: dict[str, Any] = {"dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]}, "device": "cpu", "executor": "sequential",
@@ -136,3 +187,55 @@ def test_an_empty_state_from_finish_is_the_clients_next_state(plugin: Path) -> N
 
     config = load_config(None, {**BASE, "algorithm": {"name": "qa_seams:Counting"}, "federation": {"num_clients": 1, "rounds": 5}})
     assert [r["agg_seen"] for r in run_experiment(config, write=False, progress=False).records] == [0.0, 1.0, 2.0, 0.0, 1.0]
+
+
+def test_a_plugin_half_measured_after_the_average_is_refused_on_flower_by_its_name(plugin: Path, tmp_path: Path) -> None:
+    """The refusal named ``algorithm.local_eval`` (FedPer's option, which asks for it) for a plugin that has no such option."""
+    pytest.importorskip("flwr")
+    from chillfl.flower.apps import build_server
+
+    with pytest.raises(ConfigError) as err:
+        build_server(load_config(None, {**BASE, "out_dir": str(tmp_path), "algorithm": {"name": "qa_seams:HeadLater"}}))
+    assert err.value.field == "algorithm.name" and "'qa_seams:HeadLater'" in err.value.message and "OwnHeadLater" in err.value.message
+    with pytest.raises(ConfigError) as err:
+        build_server(load_config(None, {**BASE, "out_dir": str(tmp_path), "algorithm": {"name": "fedper", "local_eval": "averaged"}}))
+    assert err.value.field == "algorithm.local_eval"
+
+
+@pytest.mark.parametrize("part,field,words", [
+    ({"algorithm": {"name": "qa_seams:IntKeyed"}}, "algorithm.name", "state key 0 at protocol.aggregator.rounds is not a string"),
+    ({"temperature": {"policy": "qa_seams:TupledPolicy"}}, "temperature.policy", "cannot checkpoint tuple at protocol.policy.seen"),
+])
+def test_a_state_dict_a_checkpoint_cannot_hold_is_one_error_on_its_part(plugin: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                        part: dict[str, Any], field: str, words: str) -> None:
+    """It was a TypeError traceback from the checkpoint encoder (exit 1) at the first checkpoint, naming no part."""
+    from chillfl.cli import main
+    from chillfl.runner import run_experiment
+
+    config = load_config(None, {**BASE, **part, "out_dir": str(tmp_path / "api"), "checkpoint": {"every": 1}, "federation": {"num_clients": 2, "rounds": 2}})
+    with pytest.raises(ConfigError) as err:
+        run_experiment(config, progress=False)
+    assert err.value.field == field and words in err.value.message
+    (tmp_path / "run.toml").write_text(
+        'device = "cpu"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\n[federation]\nnum_clients = 2\nrounds = 2\n'
+        '[checkpoint]\nevery = 1\n' + ('[algorithm]\nname = "qa_seams:IntKeyed"\n' if "algorithm" in part else '[temperature]\npolicy = "qa_seams:TupledPolicy"\n'))
+    assert main(["run", "-q", str(tmp_path / "run.toml"), "--out", str(tmp_path / "cli")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"chillfl: error: {field}: ") and words in lines[0]
+
+
+SOFT_LABELS = {"distillation": {"method": "dsfl", "public_size": 60, "subset_size": 20}}
+
+
+@pytest.mark.parametrize("executor,part,field,words", [
+    ("sequential", {"algorithm": {"name": "qa_seams:IntState"}}, "algorithm.name", "CountsAsInt.finish() returned a client state whose 'count.n' is int, not a tensor"),
+    ("processes", {"algorithm": {"name": "qa_seams:IntState"}}, "algorithm.name", "CountsAsInt.finish() returned a client state whose 'count.n' is int"),
+    ("sequential", {"temperature": {"policy": "qa_seams:ListPolicy"}}, "temperature.policy", "ListTemperature.finish() returned a client state whose 't' is list"),
+    ("sequential", {"temperature": {"policy": "qa_seams:ListPolicy"}, **SOFT_LABELS}, "temperature.policy", "ListTemperature.finish() returned"),
+    ("sequential", {"temperature": {"policy": "qa_seams:ListPolicy"}, "prototypes": {"method": "fedproto"}}, "temperature.policy", "ListTemperature.finish() returned"),
+])
+def test_a_client_state_that_is_not_tensors_is_one_error_on_its_part(plugin: Path, executor: str, part: dict[str, Any], field: str, words: str) -> None:
+    """It was ``AttributeError: 'int' object has no attribute 'detach'`` from the server's store (or a TypeError from the
+    soft-label and prototype clients' states), naming no part."""
+    err = pytest.raises(ConfigError, chillfl.run, config={**BASE, **part, "executor": executor}, write=False, progress=False)
+    assert err.value.field == field and words in err.value.message

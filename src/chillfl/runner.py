@@ -43,7 +43,7 @@ from chillfl.data import FederatedData
 from chillfl.data.loaders import data_absent
 from chillfl.data.partition_file import PARTITION_FILE, encode_partition, partition_record
 from chillfl.resolve import added_options, resolved
-from chillfl.storage.checkpoint import read_checkpoint, read_state, write_atomic, write_state
+from chillfl.storage.checkpoint import UnstorableState, read_checkpoint, read_state, write_atomic, write_state
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import Redraw, run_rounds
 from chillfl.storage.model_file import write_client_models, write_model
@@ -411,11 +411,25 @@ def _checkpoint_round(writer: ResultWriter) -> int | None:
     return int(read_state(path)["round"]) if path.is_file() else None
 
 
+STATE_OWNERS = (("protocol.aggregator", "algorithm.name"), ("protocol.policy", "temperature.policy"), ("protocol.method", "distillation.method"))
+"""Where a part's own ``state_dict()`` sits in a checkpoint's state tree, and the field that chose the part (a plugin's)."""
+
+
 def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int, device: torch.device) -> None:
-    """The run state after round ``done`` (and the setup it ran on), with the checksums of the config and metrics it goes with."""
+    """The run state after round ``done`` (and the setup it ran on), with the checksums of the config and metrics it goes with.
+
+    A part's ``state_dict()`` that holds what a checkpoint cannot (a plugin's int-keyed dict) is one ConfigError on the
+    field that chose the part, not a TypeError traceback from the encoder."""
     if writer is not None:
         run = run_metadata(writer.config_bytes, writer.metrics_bytes, writer.metrics_sha256, writer.started_in)
-        write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict(), "environment": environment(device)}, run)
+        try:
+            write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict(), "environment": environment(device)}, run)
+        except UnstorableState as exc:
+            field = next((f for prefix, f in STATE_OWNERS if exc.where == prefix or exc.where.startswith(prefix + ".")), None)
+            if field is None:
+                raise
+            raise ConfigError(field, f"its state_dict() cannot be checkpointed: {exc} (a checkpoint holds dicts with str keys, lists, "
+                                     "tensors, int, float, str, bool and None)") from exc
 
 
 def _restore(protocol: ServerProtocol, state: Mapping[str, Any], exp: Experiment, writer: ResultWriter | None) -> None:

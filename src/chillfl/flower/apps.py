@@ -287,8 +287,11 @@ def build_server(config: RunConfig) -> tuple[Any, Any]:
         torch.set_num_threads(config.threads)
     exp = build_experiment(config)  # FedChill's server reads no class count (check_node_computable)
     if exp.aggregator is not None and measured_after_average(exp.aggregator.client_half()):
-        why = "\"averaged\" measures each client's own model on the server after the average, from the client's state, which stays on its node"
-        raise ConfigError("algorithm.local_eval", f"{why}; use \"trained\", or {RUNTIME}")
+        where = "measures each client's own model on the server after the average, from the client's state, which stays on its node"
+        if "local_eval" in config.algorithm:  # the option that asked for it (the built-ins'); a plugin's half may ask by itself
+            raise ConfigError("algorithm.local_eval", f"\"averaged\" {where}; use \"trained\", or {RUNTIME}")
+        half = type(exp.aggregator.client_half()).__name__
+        raise ConfigError("algorithm.name", f"{config.algorithm.get('name')!r}: its client half {half} (after_average = True) {where}; {RUNTIME}")
     protocol = build_protocol(exp)
     keep_client_state_on_nodes(protocol)
     return exp, protocol

@@ -216,6 +216,20 @@ def check_aggregated(before: Mapping[str, torch.Tensor], after: Mapping[str, tor
     raise ConfigError("algorithm.name", f"{rule} returned {key!r} as {tuple(got.shape)} {got.dtype}, the model's is {tuple(want.shape)} {want.dtype}")
 
 
+def check_client_state(state: Mapping[Any, object], what: str, field: str) -> None:
+    """A client state maps names to tensors; else one ConfigError on ``field`` naming ``what`` returned it.
+
+    Why: the server's store, checkpoints and a Flower node keep only named tensors, so a plugin's number or list in its
+    client state was an AttributeError traceback (``'int' object has no attribute 'detach'``) naming nothing of the plugin.
+    """
+    for key, value in state.items():
+        if not isinstance(key, str):
+            raise ConfigError(field, f"{what} returned a client state with the key {key!r}: a ClientState maps str names to tensors")
+        if not isinstance(value, torch.Tensor):
+            raise ConfigError(field, f"{what} returned a client state whose {key!r} is {type(value).__name__}, not a tensor: "
+                                     "a ClientState maps names to tensors (torch.tensor(x) for a number)")
+
+
 def check_finite_state(round: int, state: Mapping[str, torch.Tensor], what: str = "global model") -> None:
     """Stop the run when a model turns non-finite; names the first parameter that did."""
     flags = torch.stack([torch.isfinite(v).all() for v in state.values() if v.is_floating_point()])

@@ -62,7 +62,7 @@ from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, check_aggregated, local_evaluation, local_validation, policy_accuracy, state_bytes
+from chillfl.protocols.common import Evaluation, check_aggregated, check_client_state, local_evaluation, local_validation, policy_accuracy, state_bytes
 from chillfl.protocols.parts import Experiment
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
@@ -147,17 +147,21 @@ class ParameterClient:
             done = yield from self._trainings(task, t, Local(task.client_id, data.x, data.y, start, context, d.lr, state, d.seed, self.spec))
         template = personal_template(self.half, self.model) if done.personal is not None else self.model
         acc, loss = local_evaluation(template, done.params if done.personal is None else done.personal, data, self.eval_batch_size)
+        check_client_state(done.state, f"{type(self.trainer).__name__}.train()'s Personal.state", "algorithm.name")
         new_state: ClientState = dict(done.state)
         report: Report = dict(done.report)
         if self.half is not None:
             trained = Trained(task.client_id, data.x, data.y, start, d.context, context, d.lr, t, done.params, done.num_steps)
             own, said = self.half.finish(self.model, state, trained)
+            check_client_state(own, f"{type(self.half).__name__}.finish()", "algorithm.name")
             new_state.update(own)
             report.update(said)
         personal = done.params if done.personal is None else done.personal
         val_acc = local_validation(template, personal, data, self.eval_batch_size)
         if self.temperature is not None:
-            new_state.update(self.temperature.finish(state, t, policy_accuracy(acc, val_acc)))
+            kept = self.temperature.finish(state, t, policy_accuracy(acc, val_acc))
+            check_client_state(kept, f"{type(self.temperature).__name__}.finish()", "temperature.policy")
+            new_state.update(kept)
         uplink = ParamUplink(done.params, len(data.y), done.num_steps, done.train_loss, report)
         forgot = bool(state) and not new_state  # it had a state and its half keeps none now: the next state is empty, not the last one
         return ClientReply(task.client_id, uplink, new_state if new_state or forgot else None, acc, loss, None if self.temperature is None else t,

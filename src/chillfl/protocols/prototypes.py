@@ -56,7 +56,7 @@ from chillfl.options import short_repr
 from chillfl.models.assign import arch_section
 from chillfl.models.parts import NoHeadError, forward_with_features, head_has_bias, head_name, head_size, refuse_nonlinear_head
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, check_aggregated, local_evaluation, local_validation, mean_or_none, policy_accuracy, state_bytes
+from chillfl.protocols.common import Evaluation, check_aggregated, check_client_state, local_evaluation, local_validation, mean_or_none, policy_accuracy, state_bytes
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.prototypes.maths import nearest_prototype
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, check_knowledge
@@ -189,6 +189,7 @@ class KnowledgeClient:
         up = KnowledgeUplink(rows, shared, len(data.y), out.num_steps, out.mean_loss, p_acc)
         val_acc = local_validation(model, out.params, data, self.eval_batch_size)
         entries = {} if self.temperature is None else self.temperature.finish(mine.own, t, policy_accuracy(acc, val_acc))
+        check_client_state(entries, f"{type(self.temperature).__name__}.finish()", "temperature.policy")
         state = KnowledgeState(None if self.share_model else out.params, entries)
         kept = state if state.model is not None or state.own else None
         return ClientReply(cid, up, kept, acc, loss, None if self.temperature is None else t, local_val_acc=val_acc)

@@ -92,6 +92,15 @@ def _dense_layout(t: torch.Tensor) -> list[int] | None:
     return list(t.stride())
 
 
+class UnstorableState(TypeError):
+    """A value of a state tree the checkpoint format cannot hold (an int key, a tuple, a numpy array); ``where`` is its
+    dotted path in the tree (``protocol.aggregator.seen``), so that the run can name the part whose ``state_dict`` made it."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(message)
+        self.where = where
+
+
 def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: dict[str, list[int]]) -> Any:
     """JSON skeleton of ``node``; tensors are moved into ``tensors`` (CPU, contiguous, own storage), the strides
     of dense non-contiguous ones into ``layouts``."""
@@ -106,7 +115,7 @@ def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: di
         out: dict[str, Any] = {}
         for key, value in node.items():
             if not isinstance(key, str):
-                raise TypeError(f"state key {key!r} at {where or '<root>'} is not a string")
+                raise UnstorableState(where, f"state key {key!r} at {where or '<root>'} is not a string")
             if key in _RESERVED and len(node) == 1:
                 raise ValueError(f"state key {key!r} at {where or '<root>'} is reserved by the checkpoint format")
             out[key] = _encode(value, tensors, f"{where}.{key}" if where else key, layouts)
@@ -120,7 +129,7 @@ def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: di
         if math.isfinite(node):
             return node
         return {FLOAT_MARK: _nonfinite_name(node)}
-    raise TypeError(f"cannot checkpoint {type(node).__name__} at {where or '<root>'}: use dict/list/tensor/int/float/str/bool/None")
+    raise UnstorableState(where, f"cannot checkpoint {type(node).__name__} at {where or '<root>'}: use dict/list/tensor/int/float/str/bool/None")
 
 
 def _nonfinite_name(value: float) -> str:

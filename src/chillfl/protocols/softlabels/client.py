@@ -11,7 +11,7 @@ from torch import nn
 
 from chillfl.engine.predict import Output, PredictJob, Prediction
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
-from chillfl.protocols.common import local_evaluation_job, local_validation_job, policy_accuracy
+from chillfl.protocols.common import check_client_state, local_evaluation_job, local_validation_job, policy_accuracy
 from chillfl.seeds import derive_seed
 from chillfl.temperature.base import TemperatureHalf
 from chillfl.training.local import LocalOutcome, LocalSpec
@@ -158,6 +158,7 @@ class SoftLabelClient:
             val_acc = validation
         if self.temperature is not None:
             state.own = self.temperature.finish(state.own, t, policy_accuracy(acc, val_acc))
+            check_client_state(state.own, f"{type(self.temperature).__name__}.finish()", "temperature.policy")
         soft = None
         if self.collaborative and d.requested.numel() > 0:
             kind: Output = "logits" if self.uses_logits else "proba"

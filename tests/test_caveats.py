@@ -253,3 +253,37 @@ def test_a_plugin_policy_declaring_steers_by_accuracy_gets_the_steering_caveat(t
         assert caveat is not None and caveat.startswith("steering caveat: my schedule (it reads local accuracy) in 'passed' reads ")
         assert steering_caveat([custom], plugin.Silent()) is None
         assert steering_caveat([custom]) is None  # a custom policy nobody passed declares nothing
+
+
+CONSTANT_PLUGIN = '''
+from dataclasses import dataclass
+
+from chillfl.extend import Capabilities, ConstantTemperature, PolicySpec
+
+
+@dataclass(frozen=True)
+class WarmOptions:
+    """One T for every client and round, a plugin's."""
+
+    t: float = 1.0
+
+
+SPEC = PolicySpec(WarmOptions, lambda o, counts: ConstantTemperature(o.t), "a plugin's constant T", capabilities=lambda o: Capabilities(trains_at=o.t))
+'''
+
+
+def test_the_step_size_caveat_asks_a_policy_for_its_one_temperature(tmp_path, monkeypatch) -> None:
+    """The caveat named the built-in policies (``none``, ``fixed``) to find each variant's T: a plugin's constant policy at
+    T = 1 beside ``none`` got the caveat (two "temperatures": its name and 1), and ``fixed`` with its default value
+    (0.05) read as T = 1, so ``fixed`` against ``none`` at one lr got none. Now each policy declares ``trains_at``."""
+    base = load_config(None, {**TINY, "client.lr": 0.05})
+
+    def configs(*tables: dict) -> list[RunConfig]:
+        return [base.with_overrides({f"temperature.{k}": v for k, v in table.items()}) for table in tables]
+
+    with plugin_module(tmp_path, monkeypatch, "warm_plugin", CONSTANT_PLUGIN):
+        plugin = "warm_plugin:SPEC"
+        assert step_size_caveat(configs({"policy": "none"}, {"policy": plugin}), {}, controls=False) is None  # both at T = 1
+        assert step_size_caveat(configs({"policy": "none"}, {"policy": plugin, "t": 0.5}), {}, controls=False) is not None
+        assert step_size_caveat(configs({"policy": "fixed", "value": 1.0}, {"policy": plugin}), {}, controls=False) is None
+    assert step_size_caveat(configs({"policy": "none"}, {"policy": "fixed"}), {}, controls=False) is not None  # fixed's default T = 0.05

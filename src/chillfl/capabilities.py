@@ -158,6 +158,11 @@ class Capabilities:
     is the client's evaluation split's, drawn from the test rows the run reports its accuracy on, so test rows steer
     training: the run says so in one line on stderr (:func:`chillfl.experiment.steering_note`), and a comparison's
     table in its steering caveat (:func:`chillfl.report.caveats.steering_caveat`)."""
+    trains_at: float | None = None
+    """The one softmax temperature a temperature policy trains every client at, every round (``none``: 1, ``fixed``: its
+    ``value``); None: it sets T per client or round. A comparison reads it to tell which variants compare one T against
+    another (its step-size caveat, the ``--controls`` at lr x 1/T, the T = 1 baseline), so a plugin's constant policy
+    is one of them as the built-ins are."""
     limited_by: str | None = None
     """The option of the method's own table whose value sets the limits above (FedChill's
     ``normalisation = "minmax"`` keeps it off Flower), so a refusal names that option rather than
@@ -180,6 +185,7 @@ class Capabilities:
             private_steps=self.private_steps or base.private_steps,
             linear_head=self.linear_head or base.linear_head,
             steers_by_accuracy=self.steers_by_accuracy or base.steers_by_accuracy,
+            trains_at=self.trains_at if self.trains_at is not None else base.trains_at,
             limited_by=self.limited_by if (self.plain_sgd or self.on_flower) else None,
             cost=self.cost.plus(base.cost),
         )

@@ -42,18 +42,16 @@ from typing import Any, Mapping, Sequence
 
 from chillfl.config import RunConfig
 from chillfl.temperature.policy import TemperaturePolicy
-from chillfl.temperature.registry import steers_on_test_rows
+from chillfl.temperature.registry import constant_temperature, steers_on_test_rows
 
 
 def _temperature(config: RunConfig) -> str:
-    """What the variant trains at: ``1`` (no chilling), ``T=<value>``, or a per-client policy's name."""
-    policy = str(config.temperature.get("policy", "none"))
-    if policy == "none":
-        return "1"
-    if policy == "fixed":
-        value = float(config.temperature.get("value", 1.0))
-        return "1" if value == 1.0 else f"T={value:g}"
-    return policy
+    """What the variant trains at: ``1`` (no chilling), ``T=<value>`` (a policy declaring one T, ``trains_at``), or a
+    per-client policy's name."""
+    value = constant_temperature(config.temperature)
+    if value is None:
+        return str(config.temperature.get("policy", "none"))
+    return "1" if value == 1.0 else f"T={value:g}"
 
 
 def step_size_caveat(configs: Sequence[RunConfig], tune: Mapping[str, Sequence[Any]], controls: bool) -> str | None:

@@ -29,6 +29,7 @@ from typing import Any
 from chillfl.config import RunConfig, check_compare_option, check_sweep_switches, own_tune, parse_value, safe_name, variant_config
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.options import comma_items
+from chillfl.temperature.registry import constant_temperature
 from chillfl.run_names import TEMPERATURE_SHORTHAND, run_name, short_setting, suffixed, variant_points
 from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune
 from chillfl.wording import counted
@@ -125,13 +126,8 @@ def variants_from_config(config: RunConfig) -> list[Variant]:
             tune = own_tune(config.tune, table.get("tune"))
         except ConfigError as exc:
             raise ConfigError(f"variants.{label}.{exc.field}", exc.message) from None
-        out.append(Variant(str(label), overrides, fixed_temperature(temp) if isinstance(temp, dict) else None, tune=tune))
+        out.append(Variant(str(label), overrides, constant_temperature(temp) if isinstance(temp, dict) else None, tune=tune))
     return out
-
-
-def fixed_temperature(table: Mapping[str, Any]) -> float | None:
-    """The one temperature a ``[temperature]`` table trains at (``none``: 1), None for a policy that sets it per client or round."""
-    return table.get("value") if table.get("policy") == "fixed" else (1.0 if table.get("policy") == "none" else None)
 
 
 def repeats(config: RunConfig) -> bool:
@@ -146,7 +142,7 @@ def repeats(config: RunConfig) -> bool:
 
 def own_variant(config: RunConfig) -> Variant:
     """The config itself as the one variant of a comparison, labelled with its name."""
-    return Variant(config.name, {}, fixed_temperature(config.temperature), own=True)
+    return Variant(config.name, {}, constant_temperature(config.temperature), own=True)
 
 
 def apply_variant(config: RunConfig, variant: Variant) -> RunConfig:
@@ -363,7 +359,7 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
                 check_selectable(own, select)
         # the temperature it trains at, also where it comes from the base config or a dotted key: a chilled variant gets
         # its step-size controls and the reference sees it, whatever table set its T
-        checked.append(dataclasses.replace(v, temperature=fixed_temperature(own.temperature)))
+        checked.append(dataclasses.replace(v, temperature=constant_temperature(own.temperature)))
         built.append(own)
     planned = checked
     # a swept option of an off table ([privacy], [attack]) that no variant switches on changes no run: refused as in a file

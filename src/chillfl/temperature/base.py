@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from chillfl.capabilities import Capabilities
 from chillfl.options import NoOptions, require
 from chillfl.temperature.policy import TemperatureHalf, TemperaturePolicy, TemperatureState
 from chillfl.temperature.registry import PolicySpec, register_policy
@@ -57,5 +58,6 @@ def describe_policy(policy: Any) -> str:
     return type(policy).__name__
 
 
-NONE = register_policy("none", PolicySpec(NoOptions, lambda o, counts: ConstantTemperature(1.0), "standard softmax, T = 1"))
-FIXED = register_policy("fixed", PolicySpec(FixedOptions, lambda o, counts: ConstantTemperature(o.value), "one T for every client and round (FLex&Chill)"))
+NONE = register_policy("none", PolicySpec(NoOptions, lambda o, counts: ConstantTemperature(1.0), "standard softmax, T = 1", capabilities=lambda o: Capabilities(trains_at=1.0)))
+FIXED = register_policy("fixed", PolicySpec(FixedOptions, lambda o, counts: ConstantTemperature(o.value), "one T for every client and round (FLex&Chill)",
+                                            capabilities=lambda o: Capabilities(trains_at=o.value)))

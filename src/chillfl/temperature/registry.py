@@ -168,6 +168,19 @@ def policy_capabilities(table: Mapping[str, Any], section: str = "temperature") 
     return declared(spec.capabilities(options), str(table.get("policy")), f"{section}.policy")
 
 
+def constant_temperature(table: Mapping[str, Any]) -> float | None:
+    """The one temperature a ``[temperature]`` table trains every client at, every round, as its policy declares it
+    (:attr:`~chillfl.capabilities.Capabilities.trains_at`); None for a policy that sets T per client or round, a table
+    that names no policy (a variant's overrides of the base's), a policy passed from Python, or one this table
+    misconfigures (the run's own checks say why, in their one line)."""
+    if "policy" not in table or is_custom(table.get("policy")):
+        return None
+    try:
+        return policy_capabilities(table).trains_at
+    except ConfigError:
+        return None
+
+
 def check_policy(config: RunConfig, section: str = "temperature") -> None:
     """Parse ``config``'s policy table and run the spec's own ``check`` against the whole run."""
     spec, options = parse_policy(config.temperature, section)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -104,14 +105,16 @@ def test_differences_name_what_changed() -> None:
     assert differences({**now, "torch": "1.0.0", "threads": 99}, now) == [f"torch 1.0.0 -> {now['torch']}", f"threads 99 -> {now['threads']}"]
     assert differences({}, now) == []  # a checkpoint from before the record: nothing to compare
     assert set(COMPARED) <= set(now)
+    assert differences({**now, "cores": 99}, now) == [] and differences({**now, "cores": 99}, now, ("cores",)) == [f"cores 99 -> {now['cores']}"]
 
 
-def test_resume_warns_in_one_line_when_the_setup_changed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def _stopped_after_round_2(tmp_path: Path, executor: str = "sequential") -> Path:
+    """A 3-round run killed after its round-2 checkpoint: its ``.partial`` folder."""
     from chillfl.cli import main
 
     config = tmp_path / "c.toml"
     config.write_text(
-        f'name = "r"\nout_dir = "{tmp_path / "out"}"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\n'
+        f'name = "r"\nout_dir = "{tmp_path / "out"}"\nexecutor = "{executor}"\ndevice = "cpu"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\n'
         '[federation]\nnum_clients = 4\nrounds = 3\n[eval]\nclient_split_size = 20\n[checkpoint]\nevery = 1\n'
     )
     import chillfl.runner as runner
@@ -126,15 +129,39 @@ def test_resume_warns_in_one_line_when_the_setup_changed(tmp_path: Path, caplog:
         assert main(["run", str(config), "-q"]) == 130
     finally:
         runner._finish = real_finish  # type: ignore[assignment]
-    partial = tmp_path / "out" / "r.partial"
+    return tmp_path / "out" / "r.partial"
+
+
+def _setup_warnings(partial: Path, caplog: pytest.LogCaptureFixture, **saved: Any) -> list[str]:
+    """Resume ``partial`` after writing ``saved`` into its checkpoint's environment record: the setup warnings."""
+    from chillfl.cli import main
+
     state = read_state(partial / "checkpoint.safetensors")
-    assert state["environment"]["torch"] == torch.__version__
-    state["environment"]["torch"] = "0.0.1"
+    state["environment"].update(saved)
     write_state(partial / "checkpoint.safetensors", state)
     with caplog.at_level(logging.WARNING, logger="chillfl"):
         assert main(["resume", str(partial), "-q"]) == 0
-    lines = [r.getMessage() for r in caplog.records if "another setup" in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if "another setup" in r.getMessage()]
+
+
+def test_resume_warns_in_one_line_when_the_setup_changed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    partial = _stopped_after_round_2(tmp_path)
+    assert read_state(partial / "checkpoint.safetensors")["environment"]["torch"] == torch.__version__
+    lines = _setup_warnings(partial, caplog, torch="0.0.1")
     assert len(lines) == 1 and f"torch 0.0.1 -> {torch.__version__}" in lines[0] and "\n" not in lines[0]
+
+
+@pytest.mark.parametrize(("executor", "warned"), [("vectorized", True), ("auto", True), ("sequential", False), ("processes", False)])
+def test_resume_warns_of_other_cores_where_they_chunk_the_clients(executor: str, warned: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The vectorised executor chunks a round's clients for its cores // threads worker threads, and a grouped
+    convolution over another number of clients rounds differently (``auto`` picks by the cores too): its run resumed
+    with other cores (a cluster job's allocation, ``taskset``) is not bitwise the uninterrupted one, which the
+    resume said nothing of. The others train client by client: there another core count changes no bit."""
+    partial = _stopped_after_round_2(tmp_path, executor)
+    cores = len(os.sched_getaffinity(0))
+    assert read_state(partial / "checkpoint.safetensors")["environment"]["cores"] == cores
+    lines = _setup_warnings(partial, caplog, cores=cores + 3)
+    assert lines == ([f"resuming on another setup than the checkpoint's (cores {cores + 3} -> {cores}): not bitwise what an uninterrupted run gives"] if warned else [])
 
 
 def test_the_partition_is_saved_and_reloads_with_partition_from(tmp_path: Path, digits: chillfl.TensorData) -> None:

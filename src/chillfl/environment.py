@@ -14,7 +14,7 @@ import platform
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -23,6 +23,10 @@ from chillfl._version import __version__
 
 COMPARED = ("chillfl", "torch", "numpy", "python", "device", "cpu_capability", "threads", "git_commit")
 """The fields whose change can change results bit for bit (``resume`` warns about these)."""
+
+CHUNKED = ("cores",)
+"""Compared besides :data:`COMPARED` for a run whose executor groups clients by the cores
+(:func:`chillfl.executors.parallel.follows_cores`): a change of the others' float path only."""
 
 
 def environment(device: torch.device) -> dict[str, Any]:
@@ -37,8 +41,18 @@ def environment(device: torch.device) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "interop_threads": torch.get_num_interop_threads(),
         "cpu_count": os.cpu_count(),
+        "cores": usable_cores(),
         "git_commit": git_commit(),
     }
+
+
+def usable_cores() -> int:
+    """Cores this process may use: its CPU affinity, which a cluster job's allocation, ``taskset`` or a container's
+    cpuset narrows below the machine's ``os.cpu_count()``."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 def device_name(device: torch.device) -> str:
@@ -94,6 +108,6 @@ def as_comment(env: Mapping[str, Any]) -> str:
     return "# ran with: " + ", ".join(f"{k} {v}" for k, v in env.items() if v is not None) + "\n"
 
 
-def differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """``["torch 2.4.0 -> 2.5.1", ...]``: the :data:`COMPARED` fields that differ (absent ones are skipped)."""
-    return [f"{k} {saved[k]} -> {now.get(k)}" for k in COMPARED if k in saved and saved[k] != now.get(k)]
+def differences(saved: Mapping[str, Any], now: Mapping[str, Any], fields: Sequence[str] = COMPARED) -> list[str]:
+    """``["torch 2.4.0 -> 2.5.1", ...]``: the ``fields`` that differ (absent ones are skipped)."""
+    return [f"{k} {saved[k]} -> {now.get(k)}" for k in fields if k in saved and saved[k] != now.get(k)]

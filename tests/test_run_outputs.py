@@ -20,7 +20,7 @@ from chillfl.analysis.replay import load_model_state
 from chillfl.errors import ConfigError
 from chillfl.storage.checkpoint import read_state, write_state
 from chillfl.storage.model_file import read_client_models, write_client_models
-from chillfl.environment import COMPARED, differences, environment
+from chillfl.environment import COMPARED, KERNEL_CAPS, as_comment, differences, environment
 from chillfl.resolve import partition_table
 
 
@@ -149,6 +149,21 @@ def test_resume_warns_in_one_line_when_the_setup_changed(tmp_path: Path, caplog:
     assert read_state(partial / "checkpoint.safetensors")["environment"]["torch"] == torch.__version__
     lines = _setup_warnings(partial, caplog, torch="0.0.1")
     assert len(lines) == 1 and f"torch 0.0.1 -> {torch.__version__}" in lines[0] and "\n" not in lines[0]
+
+
+def test_the_record_names_the_kernel_caps_that_cpu_capability_does_not_show(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONEDNN_MAX_CPU_ISA=AVX2 (convolutions) and MKL_ENABLE_INSTRUCTIONS=AVX2 (matmuls) each gave a CNN run on digits
+    other bits on an AVX-512 Xeon, while ``cpu_capability`` (ATen's own kernels) still read AVX512: a run resumed
+    under them was not bitwise the uninterrupted one, and neither its record nor the resume said so."""
+    for name in KERNEL_CAPS:
+        monkeypatch.delenv(name, raising=False)
+    assert environment(torch.device("cpu"))["kernel_caps"] is None
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    now = environment(torch.device("cpu"))
+    assert now["kernel_caps"] == "ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2"
+    assert differences({**now, "kernel_caps": None}, now) == ["kernel_caps None -> ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2"]
+    assert "kernel_caps ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2, " in as_comment(now)
 
 
 @pytest.mark.parametrize(("executor", "warned"), [("vectorized", True), ("auto", True), ("sequential", False), ("processes", False)])

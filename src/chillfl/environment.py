@@ -21,8 +21,13 @@ import torch
 
 from chillfl._version import __version__
 
-COMPARED = ("chillfl", "torch", "numpy", "python", "device", "cpu_capability", "threads", "git_commit")
+COMPARED = ("chillfl", "torch", "numpy", "python", "device", "cpu_capability", "kernel_caps", "threads", "git_commit")
 """The fields whose change can change results bit for bit (``resume`` warns about these)."""
+
+KERNEL_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+"""Environment variables that cap or fix the kernels oneDNN (convolutions) and MKL (matmuls) pick, beside ATen's
+own (``ATEN_CPU_CAPABILITY``, read back as ``cpu_capability``): each changes the bits (docs/reproducibility.md),
+and torch reports none of them."""
 
 CHUNKED = ("cores",)
 """Compared besides :data:`COMPARED` for a run whose executor groups clients by the cores
@@ -38,12 +43,20 @@ def environment(device: torch.device) -> dict[str, Any]:
         "python": platform.python_version(),
         "device": device_name(device),
         "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+        "kernel_caps": kernel_caps(),
         "threads": torch.get_num_threads(),
         "interop_threads": torch.get_num_interop_threads(),
         "cpu_count": os.cpu_count(),
         "cores": usable_cores(),
         "git_commit": git_commit(),
     }
+
+
+def kernel_caps() -> str | None:
+    """The :data:`KERNEL_CAPS` this process was given (``ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2``;
+    None: none): ``cpu_capability`` stays AVX512 under them while the convolutions and matmuls round as on AVX2."""
+    caps = [f"{name}={os.environ[name]}" for name in KERNEL_CAPS if os.environ.get(name)]
+    return " ".join(caps) or None
 
 
 def usable_cores() -> int:

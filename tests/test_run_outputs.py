@@ -20,7 +20,7 @@ from chillfl.analysis.replay import load_model_state
 from chillfl.errors import ConfigError
 from chillfl.storage.checkpoint import read_state, write_state
 from chillfl.storage.model_file import read_client_models, write_client_models
-from chillfl.environment import COMPARED, KERNEL_CAPS, as_comment, differences, environment
+from chillfl.environment import COMPARED, KERNEL_CAPS, as_comment, code_sha256, differences, environment
 from chillfl.resolve import partition_table
 
 
@@ -164,6 +164,19 @@ def test_the_record_names_the_kernel_caps_that_cpu_capability_does_not_show(monk
     assert now["kernel_caps"] == "ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2"
     assert differences({**now, "kernel_caps": None}, now) == ["kernel_caps None -> ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2"]
     assert "kernel_caps ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2, " in as_comment(now)
+
+
+def test_resume_warns_when_the_code_changed_without_a_git_checkout(tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An installed chillfl has no git commit and keeps its version string (0.1.0) across changes: a run resumed by
+    other code (a default changed, a fix of a method) said nothing, though the rest of it may differ."""
+    import chillfl.environment as recorded
+
+    monkeypatch.setattr(recorded, "git_commit", lambda: None)
+    partial = _stopped_after_round_2(tmp_path)
+    state = read_state(partial / "checkpoint.safetensors")
+    assert state["environment"]["git_commit"] is None and state["environment"]["code"] == code_sha256()[:16]
+    lines = _setup_warnings(partial, caplog, code="0" * 16)
+    assert lines == [f"resuming on another setup than the checkpoint's (code {'0' * 16} -> {code_sha256()[:16]}): not bitwise what an uninterrupted run gives"]
 
 
 @pytest.mark.parametrize(("executor", "warned"), [("vectorized", True), ("auto", True), ("sequential", False), ("processes", False)])

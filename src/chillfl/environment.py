@@ -1,4 +1,4 @@
-"""What a run ran on: versions, device, threads, git commit. Bitwise reproducibility depends on all of them.
+"""What a run ran on: versions, device, threads, git commit, the code's digest. Bitwise reproducibility depends on all of them.
 
 Recorded in ``summary.json`` (``environment``) and as comment lines at the top of
 the saved ``config.toml`` (comments: a config file stays loadable, and a rerun
@@ -21,7 +21,7 @@ import torch
 
 from chillfl._version import __version__
 
-COMPARED = ("chillfl", "torch", "numpy", "python", "device", "cpu_capability", "kernel_caps", "threads", "git_commit")
+COMPARED = ("chillfl", "torch", "numpy", "python", "device", "cpu_capability", "kernel_caps", "threads", "git_commit", "code")
 """The fields whose change can change results bit for bit (``resume`` warns about these)."""
 
 KERNEL_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
@@ -49,6 +49,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "cores": usable_cores(),
         "git_commit": git_commit(),
+        "code": code_sha256()[:16],
     }
 
 
@@ -107,7 +108,8 @@ def code_sha256() -> str:
 
     The version string stays 0.1.0 across changes, and an installed package has no
     git commit: this names the code that made a result, so a finished comparison is
-    reused (``chillfl reproduce --resume``) only by the code that made it.
+    reused (``chillfl reproduce --resume``) only by the code that made it, and a run's record holds its first 16
+    digits (``code``), which ``chillfl resume`` compares: without a checkout a code change was unsaid.
     """
     root = Path(__file__).resolve().parent
     digest = hashlib.sha256()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from chillfl.analysis.replay import load_model_state
 from chillfl.errors import ConfigError
 from chillfl.storage.checkpoint import read_state, write_state
 from chillfl.storage.model_file import read_client_models, write_client_models
-from chillfl.environment import COMPARED, differences, environment
+from chillfl.environment import COMPARED, KERNEL_CAPS, as_comment, code_sha256, differences, environment
 from chillfl.resolve import partition_table
 
 
@@ -104,14 +105,16 @@ def test_differences_name_what_changed() -> None:
     assert differences({**now, "torch": "1.0.0", "threads": 99}, now) == [f"torch 1.0.0 -> {now['torch']}", f"threads 99 -> {now['threads']}"]
     assert differences({}, now) == []  # a checkpoint from before the record: nothing to compare
     assert set(COMPARED) <= set(now)
+    assert differences({**now, "cores": 99}, now) == [] and differences({**now, "cores": 99}, now, ("cores",)) == [f"cores 99 -> {now['cores']}"]
 
 
-def test_resume_warns_in_one_line_when_the_setup_changed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def _stopped_after_round_2(tmp_path: Path, executor: str = "sequential") -> Path:
+    """A 3-round run killed after its round-2 checkpoint: its ``.partial`` folder."""
     from chillfl.cli import main
 
     config = tmp_path / "c.toml"
     config.write_text(
-        f'name = "r"\nout_dir = "{tmp_path / "out"}"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\n'
+        f'name = "r"\nout_dir = "{tmp_path / "out"}"\nexecutor = "{executor}"\ndevice = "cpu"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\n'
         '[federation]\nnum_clients = 4\nrounds = 3\n[eval]\nclient_split_size = 20\n[checkpoint]\nevery = 1\n'
     )
     import chillfl.runner as runner
@@ -126,15 +129,67 @@ def test_resume_warns_in_one_line_when_the_setup_changed(tmp_path: Path, caplog:
         assert main(["run", str(config), "-q"]) == 130
     finally:
         runner._finish = real_finish  # type: ignore[assignment]
-    partial = tmp_path / "out" / "r.partial"
+    return tmp_path / "out" / "r.partial"
+
+
+def _setup_warnings(partial: Path, caplog: pytest.LogCaptureFixture, **saved: Any) -> list[str]:
+    """Resume ``partial`` after writing ``saved`` into its checkpoint's environment record: the setup warnings."""
+    from chillfl.cli import main
+
     state = read_state(partial / "checkpoint.safetensors")
-    assert state["environment"]["torch"] == torch.__version__
-    state["environment"]["torch"] = "0.0.1"
+    state["environment"].update(saved)
     write_state(partial / "checkpoint.safetensors", state)
     with caplog.at_level(logging.WARNING, logger="chillfl"):
         assert main(["resume", str(partial), "-q"]) == 0
-    lines = [r.getMessage() for r in caplog.records if "another setup" in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if "another setup" in r.getMessage()]
+
+
+def test_resume_warns_in_one_line_when_the_setup_changed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    partial = _stopped_after_round_2(tmp_path)
+    assert read_state(partial / "checkpoint.safetensors")["environment"]["torch"] == torch.__version__
+    lines = _setup_warnings(partial, caplog, torch="0.0.1")
     assert len(lines) == 1 and f"torch 0.0.1 -> {torch.__version__}" in lines[0] and "\n" not in lines[0]
+
+
+def test_the_record_names_the_kernel_caps_that_cpu_capability_does_not_show(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONEDNN_MAX_CPU_ISA=AVX2 (convolutions) and MKL_ENABLE_INSTRUCTIONS=AVX2 (matmuls) each gave a CNN run on digits
+    other bits on an AVX-512 Xeon, while ``cpu_capability`` (ATen's own kernels) still read AVX512: a run resumed
+    under them was not bitwise the uninterrupted one, and neither its record nor the resume said so."""
+    for name in KERNEL_CAPS:
+        monkeypatch.delenv(name, raising=False)
+    assert environment(torch.device("cpu"))["kernel_caps"] is None
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    now = environment(torch.device("cpu"))
+    assert now["kernel_caps"] == "ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2"
+    assert differences({**now, "kernel_caps": None}, now) == ["kernel_caps None -> ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2"]
+    assert "kernel_caps ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2, " in as_comment(now)
+
+
+def test_resume_warns_when_the_code_changed_without_a_git_checkout(tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An installed chillfl has no git commit and keeps its version string (0.1.0) across changes: a run resumed by
+    other code (a default changed, a fix of a method) said nothing, though the rest of it may differ."""
+    import chillfl.environment as recorded
+
+    monkeypatch.setattr(recorded, "git_commit", lambda: None)
+    partial = _stopped_after_round_2(tmp_path)
+    state = read_state(partial / "checkpoint.safetensors")
+    assert state["environment"]["git_commit"] is None and state["environment"]["code"] == code_sha256()[:16]
+    lines = _setup_warnings(partial, caplog, code="0" * 16)
+    assert lines == [f"resuming on another setup than the checkpoint's (code {'0' * 16} -> {code_sha256()[:16]}): not bitwise what an uninterrupted run gives"]
+
+
+@pytest.mark.parametrize(("executor", "warned"), [("vectorized", True), ("auto", True), ("sequential", False), ("processes", False)])
+def test_resume_warns_of_other_cores_where_they_chunk_the_clients(executor: str, warned: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The vectorised executor chunks a round's clients for its cores // threads worker threads, and a grouped
+    convolution over another number of clients rounds differently (``auto`` picks by the cores too): its run resumed
+    with other cores (a cluster job's allocation, ``taskset``) is not bitwise the uninterrupted one, which the
+    resume said nothing of. The others train client by client: there another core count changes no bit."""
+    partial = _stopped_after_round_2(tmp_path, executor)
+    cores = len(os.sched_getaffinity(0))
+    assert read_state(partial / "checkpoint.safetensors")["environment"]["cores"] == cores
+    lines = _setup_warnings(partial, caplog, cores=cores + 3)
+    assert lines == ([f"resuming on another setup than the checkpoint's (cores {cores + 3} -> {cores}): not bitwise what an uninterrupted run gives"] if warned else [])
 
 
 def test_the_partition_is_saved_and_reloads_with_partition_from(tmp_path: Path, digits: chillfl.TensorData) -> None:

@@ -1,4 +1,4 @@
-"""What a run ran on: versions, device, threads, git commit. Bitwise reproducibility depends on all of them.
+"""What a run ran on: versions, device, threads, git commit, the code's digest. Bitwise reproducibility depends on all of them.
 
 Recorded in ``summary.json`` (``environment``) and as comment lines at the top of
 the saved ``config.toml`` (comments: a config file stays loadable, and a rerun
@@ -14,15 +14,24 @@ import platform
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from chillfl._version import __version__
 
-COMPARED = ("chillfl", "torch", "numpy", "python", "device", "cpu_capability", "threads", "git_commit")
+COMPARED = ("chillfl", "torch", "numpy", "python", "device", "cpu_capability", "kernel_caps", "threads", "git_commit", "code")
 """The fields whose change can change results bit for bit (``resume`` warns about these)."""
+
+KERNEL_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+"""Environment variables that cap or fix the kernels oneDNN (convolutions) and MKL (matmuls) pick, beside ATen's
+own (``ATEN_CPU_CAPABILITY``, read back as ``cpu_capability``): each changes the bits (docs/reproducibility.md),
+and torch reports none of them."""
+
+CHUNKED = ("cores",)
+"""Compared besides :data:`COMPARED` for a run whose executor groups clients by the cores
+(:func:`chillfl.executors.parallel.follows_cores`): a change of the others' float path only."""
 
 
 def environment(device: torch.device) -> dict[str, Any]:
@@ -34,11 +43,30 @@ def environment(device: torch.device) -> dict[str, Any]:
         "python": platform.python_version(),
         "device": device_name(device),
         "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+        "kernel_caps": kernel_caps(),
         "threads": torch.get_num_threads(),
         "interop_threads": torch.get_num_interop_threads(),
         "cpu_count": os.cpu_count(),
+        "cores": usable_cores(),
         "git_commit": git_commit(),
+        "code": code_sha256()[:16],
     }
+
+
+def kernel_caps() -> str | None:
+    """The :data:`KERNEL_CAPS` this process was given (``ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2``;
+    None: none): ``cpu_capability`` stays AVX512 under them while the convolutions and matmuls round as on AVX2."""
+    caps = [f"{name}={os.environ[name]}" for name in KERNEL_CAPS if os.environ.get(name)]
+    return " ".join(caps) or None
+
+
+def usable_cores() -> int:
+    """Cores this process may use: its CPU affinity, which a cluster job's allocation, ``taskset`` or a container's
+    cpuset narrows below the machine's ``os.cpu_count()``."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 def device_name(device: torch.device) -> str:
@@ -80,7 +108,8 @@ def code_sha256() -> str:
 
     The version string stays 0.1.0 across changes, and an installed package has no
     git commit: this names the code that made a result, so a finished comparison is
-    reused (``chillfl reproduce --resume``) only by the code that made it.
+    reused (``chillfl reproduce --resume``) only by the code that made it, and a run's record holds its first 16
+    digits (``code``), which ``chillfl resume`` compares: without a checkout a code change was unsaid.
     """
     root = Path(__file__).resolve().parent
     digest = hashlib.sha256()
@@ -94,6 +123,6 @@ def as_comment(env: Mapping[str, Any]) -> str:
     return "# ran with: " + ", ".join(f"{k} {v}" for k, v in env.items() if v is not None) + "\n"
 
 
-def differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """``["torch 2.4.0 -> 2.5.1", ...]``: the :data:`COMPARED` fields that differ (absent ones are skipped)."""
-    return [f"{k} {saved[k]} -> {now.get(k)}" for k in COMPARED if k in saved and saved[k] != now.get(k)]
+def differences(saved: Mapping[str, Any], now: Mapping[str, Any], fields: Sequence[str] = COMPARED) -> list[str]:
+    """``["torch 2.4.0 -> 2.5.1", ...]``: the ``fields`` that differ (absent ones are skipped)."""
+    return [f"{k} {saved[k]} -> {now.get(k)}" for k in fields if k in saved and saved[k] != now.get(k)]

@@ -52,9 +52,10 @@ from chillfl.engine.record import round_number
 from chillfl.storage.results import ResultWriter, last_value, summarize
 from chillfl.storage.run_folder import CHECKPOINT, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
-from chillfl.environment import as_comment, differences, environment
+from chillfl.environment import CHUNKED, COMPARED, as_comment, differences, environment
 from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError
 from chillfl.paths import shell_path
+from chillfl.executors.parallel import follows_cores
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, make_executor, run_notes, say_notes
 from chillfl.plugins import is_custom
@@ -366,7 +367,8 @@ def resume_experiment(
             origin = started_in if started_in is not None else point.started_in
             exp = from_start_folder(config, origin, build or build_experiment)  # written below: the config as saved (config.toml, partition.json)
             state, _ = read_checkpoint(point.path / CHECKPOINT, exp.device)
-            changed = differences(state.get("environment") or {}, environment(exp.device))
+            compared = COMPARED + (CHUNKED if follows_cores(config.executor, exp.device.type) else ())
+            changed = differences(state.get("environment") or {}, environment(exp.device), compared)
             if changed:  # results stay valid, but the rest of the run may differ in the last bits from an uninterrupted one
                 log.warning("resuming on another setup than the checkpoint's (%s): not bitwise what an uninterrupted run gives", "; ".join(changed))
             writer = ResultWriter.reopen(point.path, point.lock, point.metrics, point.config, origin)

@@ -99,6 +99,18 @@ def vectorized_workers(threads: int, cores: int) -> int:
     return max(1, cores // threads)
 
 
+def follows_cores(executor: str, device: str) -> bool:
+    """Whether ``executor``'s float path follows the cores this process may use (its CPU affinity), not only ``threads``.
+
+    On the CPU ``vectorized`` chunks a round's clients for its ``cores // threads`` worker threads
+    (:meth:`~chillfl.executors.vectorized.VectorizedExecutor._balanced_chunks`), and a grouped convolution over
+    another number of clients rounds differently (the FLex&Chill CNN on digits: other bits at 1, 2, 3 and 6 cores; an MLP's:
+    the same); ``auto`` picks its executor by the cores. ``sequential``, ``processes`` and Ray train client by client,
+    and on an accelerator the vectorised chunks follow free device memory instead (one worker thread).
+    """
+    return device == "cpu" and executor in ("vectorized", "auto")
+
+
 @dataclass(frozen=True)
 class ExecutorSpec:
     """What an executor is built from: the model template, the private-training objective, the protocol's client side."""

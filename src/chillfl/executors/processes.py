@@ -86,6 +86,7 @@ import torch
 import torch.multiprocessing as tmp
 from torch import nn
 
+from chillfl.environment import usable_cores
 from chillfl.errors import ConfigError
 from chillfl.executors.sequential import ClientJob, train_job
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
@@ -495,11 +496,8 @@ def _await_feeder(q: mp_queues.Queue[Any], wait: float) -> None:
 
 
 def default_workers() -> int:
-    """Cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+    """Cores this process may use (:func:`chillfl.environment.usable_cores`)."""
+    return usable_cores()
 
 
 def _tracker_keeps_sighup_blocked() -> None:

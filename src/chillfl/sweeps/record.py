@@ -148,6 +148,27 @@ def read_sweep(folder: Path, force: bool = False, own_parts: bool = False) -> tu
     return variants, options, reference
 
 
+def made_with_changes(folder: Path) -> list[str]:
+    """What differs between the code and torch that started the comparison in ``folder`` (its ``sweep.json``'s
+    ``made_with``) and this process's (``["torch 2.4.0 -> 2.5.1", "chillfl's code"]``; absent fields: nothing).
+
+    Its finished runs are read back as they ran, its stopped run's resume compares its own checkpoint's record, but
+    the runs still to run would run on this code and torch, which nothing compared: a table mixing two float paths
+    (or a default the code changed since) was said to equal the uninterrupted comparison's."""
+    try:
+        saved = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8")).get("made_with")
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(saved, dict):
+        return []
+    changes = []
+    if "torch" in saved and saved["torch"] != str(torch.__version__):
+        changes.append(f"torch {saved['torch']} -> {torch.__version__}")
+    if "code_sha256" in saved and saved["code_sha256"] != code_sha256():
+        changes.append("chillfl's code")
+    return changes
+
+
 def check_resumable(folder: Path) -> None:
     """One line for a comparison folder that is finished, missing or holds a link."""
     if not folder.is_dir():

@@ -43,7 +43,7 @@ from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
 from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
 from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describe_plan, naming, plan_runs
-from chillfl.sweeps.record import check_resumable, read_sweep, sweep_record, sweep_started_in, write_sweep
+from chillfl.sweeps.record import check_resumable, made_with_changes, read_sweep, sweep_record, sweep_started_in, write_sweep
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
 from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
 from chillfl.tune import Point, is_local, point_scores, select_point
@@ -508,6 +508,10 @@ def resume_compare(
     path = folder_named(folder)
     check_resumable(path)
     variants, options, reference = read_sweep(path, force, own_parts=dataset is not None or model is not None or bool(plugged))
+    changed = made_with_changes(path)
+    if changed:  # finished runs are kept as they ran: the rest of the table may differ in the last bits from an uninterrupted one
+        log.warning("resuming a comparison started with other code or torch (%s): its runs still to run are not bitwise what an uninterrupted comparison gives",
+                    "; ".join(changed))
     config = load_config(path / "config.toml")
     if check is not None:
         check(config)

@@ -30,17 +30,19 @@ def _fresh(code: str, timeout: float = 240) -> str:
 
 
 def test_meta_build_of_every_model_imports_no_lazy_torch_internals() -> None:
-    """The root cause, deterministically: sizing every registered model leaves torch._dynamo unimported, and the size is exact."""
+    """The root cause, deterministically: sizing every registered model leaves torch._dynamo (and sympy) unimported, and the size is exact."""
     out = _fresh(
         """
         import sys
         import torch
         from chillfl.models.registry import MODELS, build_model, meta_size, model_names
+        had_sympy = "sympy" in sys.modules  # an older torch imports it with torch itself
         shapes = {"har_cnn1d": (9, 128), "femnist_dnn": (1, 28, 28), "mlp": (64,), "char_lstm": (80,)}
         for name in model_names():
             shape = shapes.get(name, (3, 32, 32))
             counted = meta_size(name, shape, 10, MODELS[name].options())
             assert "torch._dynamo" not in sys.modules, f"{name}: the meta build imported torch._dynamo"
+            assert had_sympy or "sympy" not in sys.modules, f"{name}: the meta build imported sympy"  # torch._refs' empty_like: 0.4 s of a run's start
             real = build_model(name, shape, 10)
             n = sum(t.numel() for t in [*real.parameters(), *real.buffers()])
             assert counted == n, (name, counted, n)

@@ -115,6 +115,70 @@ def test_gradient_norm_full_data_and_per_sample() -> None:
         assert gradient_norm(_squared_error, w, x, y, per_sample=True, batch_size=bs) == pytest.approx(1.0)
 
 
+def _torch_func_gradient_norm(loss_fn: Any, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, batch_size: int) -> float:
+    """The full-data norm as gradient_norm computed it with torch.func.grad (before it took plain autograd)."""
+    from torch.func import grad
+
+    p = {k: v.detach() for k, v in params.items()}
+    total = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in p.items()}
+    for i in range(0, len(y), batch_size):
+        g = grad(loss_fn)(p, x[i : i + batch_size], y[i : i + batch_size])
+        for k in total:
+            total[k] += g[k].double() * (len(y[i : i + batch_size]) / len(y))
+    return math.sqrt(sum(float((v**2).sum()) for v in total.values()))
+
+
+def test_gradient_norm_is_bitwise_torch_func_grads() -> None:
+    """The full-data norm takes plain autograd (no torch._dynamo import): the same bits as torch.func.grad's, on
+    PA3Fed's own loss (the client half's: CE of the model at T through functional_call) and a head the loss skips."""
+    from torch.func import functional_call
+
+    from chillfl.models.registry import build_model
+
+    model = build_model("flexchill_cnn", (1, 8, 8), 10, seed=0)
+    model.add_module("unused", torch.nn.Linear(3, 2))  # never reached by the loss: a zero gradient, as torch.func.grad gives
+    model.eval()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(37, 1, 8, 8, generator=g), torch.randint(0, 10, (37,), generator=g)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss_fn(p: Mapping[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(functional_call(model, dict(p), (xb,)) / 0.7, yb)
+
+    for bs in (8, 1024):
+        assert gradient_norm(loss_fn, params, x, y, batch_size=bs) == _torch_func_gradient_norm(loss_fn, params, x, y, bs)
+    with torch.no_grad():  # as torch.func.grad, it differentiates inside no_grad too
+        assert gradient_norm(loss_fn, params, x, y, batch_size=8) == _torch_func_gradient_norm(loss_fn, params, x, y, 8)
+
+
+def test_full_data_gradient_norm_imports_no_torch_dynamo() -> None:
+    """torch.func.grad's first call imports torch._dynamo and sympy (about 1.3 s of CPU a process): PA3Fed's
+    default (full-data) norm must not pay it. In a fresh interpreter, where nothing has imported them yet."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    code = textwrap.dedent(
+        """
+        import sys
+        import torch
+        from chillfl.aggregation.pa3fed import gradient_norm
+        had = "torch._dynamo" in sys.modules
+        w = {"w": torch.tensor([1.0, 0.0])}
+        x, y = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0.0, 1.0])
+        norm = gradient_norm(lambda p, xb, yb: 0.5 * ((xb @ p["w"] - yb) ** 2).mean(), w, x, y)
+        print(round(norm ** 2, 6), had or "torch._dynamo" not in sys.modules)
+        """
+    )
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["0.5", "True"]
+
+
 # ---------------------------------------------------------------- Eqs. 5-6
 
 

@@ -26,6 +26,7 @@ from chillfl.aggregation.pfedhn import (
     KeepHead,
     PFedHN,
     PFedHNOptions,
+    chain_rule_gradient,
     clipped,
     generate,
     hypernetwork_size,
@@ -113,6 +114,53 @@ def test_the_chain_rule_step_of_one_client_by_hand() -> None:
     torch.testing.assert_close(out["w"], t(-0.0625, -1.1875, 1.25), rtol=0, atol=0)
     # ||g||^2 = 1 + 1 + 0.25 + 0.25 + 1 + 4 + 1 + 0.25 + 1 = 9.75 (c, U, W_1, b_1, v_0)
     assert agg.round_metrics() == {"hn_grad_norm": pytest.approx(9.75**0.5)}
+
+
+def test_the_chain_rule_gradient_is_bitwise_the_vector_jacobian_product() -> None:
+    """chain_rule_gradient differentiates sum(theta_k * delta_k) (no tensor in grad_outputs: no sympy import); its bits
+    are those of autograd.grad(theta, grad_outputs=delta), on a real model's shapes, several widths and depths, both signs."""
+    from chillfl.models.registry import build_model
+
+    shapes = {k: v.shape for k, v in build_model("flexchill_cnn", (1, 8, 8), 10, seed=0).named_parameters()}
+    for seed, (layers, hidden) in enumerate(((1, 100), (2, 37), (0, 50))):
+        hyper = init_hypernetwork(shapes, 5, 13, hidden, layers, seed)
+        g = torch.Generator().manual_seed(seed + 100)
+        trained = {k: torch.randn(s, generator=g) for k, s in shapes.items()}
+        for sign in ("descent", "as_printed"):
+            leaves = {k: v.detach().requires_grad_(True) for k, v in hyper.items()}
+            theta = generate(leaves, leaves[EMBEDDINGS][seed], shapes)
+            delta = [theta[k].detach() - trained[k] if sign == "descent" else trained[k] - theta[k].detach() for k in shapes]
+            expected = torch.autograd.grad([theta[k] for k in shapes], list(leaves.values()), grad_outputs=delta)
+            got = chain_rule_gradient(hyper, seed, shapes, trained, sign)
+            assert list(got) == list(hyper)
+            for k, e in zip(hyper, expected):
+                assert torch.equal(got[k], e), (seed, sign, k)
+
+
+def test_the_chain_rule_gradient_imports_no_sympy() -> None:
+    """torch.autograd.grad with a tensor in grad_outputs imports sympy on its first use (torch 2.13: 0.4 s of CPU a
+    process); the server's step must not pay it. In a fresh interpreter, where nothing has imported it yet."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import sys
+        import torch
+        from chillfl.aggregation.pfedhn import chain_rule_gradient, init_hypernetwork
+        had = "sympy" in sys.modules
+        shapes = {"w": torch.Size([3])}
+        grads = chain_rule_gradient(init_hypernetwork(shapes, 2, 2, 4, 1, 0), 0, shapes, {"w": torch.zeros(3)})
+        print(len(grads), had or "sympy" not in sys.modules)
+        """
+    )
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["7", "True"]
 
 
 def test_the_printed_sign_moves_the_other_way() -> None:

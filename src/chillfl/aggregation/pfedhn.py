@@ -214,13 +214,18 @@ def generate(hyper: Mapping[str, torch.Tensor], v: torch.Tensor, shapes: Mapping
 def chain_rule_gradient(
     hyper: Mapping[str, torch.Tensor], client: int, shapes: Mapping[str, torch.Size], trained: Mapping[str, torch.Tensor], sign: str = "descent"
 ) -> Params:
-    """(d theta_i / d (phi, E))^T delta_i, delta_i = theta_i - theta~_i (``as_printed``: theta~_i - theta_i), theta_i = h(E[client]; phi)."""
+    """(d theta_i / d (phi, E))^T delta_i, delta_i = theta_i - theta~_i (``as_printed``: theta~_i - theta_i), theta_i = h(E[client]; phi).
+
+    Differentiated as the scalars ``sum(theta_k * delta_k)`` (delta constant): their backward hands each theta_k
+    ``1 * delta_k``, exactly delta_k, so the bits are those of ``grad_outputs=delta``; but a tensor in ``grad_outputs``
+    makes torch (2.13) import sympy on its first use, 0.4 s of CPU a pFedHN process.
+    """
     leaves = {k: v.detach().requires_grad_(True) for k, v in hyper.items()}
     with torch.enable_grad():
         theta = generate(leaves, leaves[EMBEDDINGS][client], shapes)
         after = {k: trained[k].to(device=theta[k].device, dtype=theta[k].dtype) for k in shapes}
         delta = [theta[k].detach() - after[k] if sign == "descent" else after[k] - theta[k].detach() for k in shapes]
-        grads = torch.autograd.grad([theta[k] for k in shapes], list(leaves.values()), grad_outputs=delta)
+        grads = torch.autograd.grad([(theta[k] * d).sum() for k, d in zip(shapes, delta)], list(leaves.values()))
     return dict(zip(leaves, grads))
 
 

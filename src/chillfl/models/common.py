@@ -81,7 +81,10 @@ def flat_features(features: nn.Module, input_shape: Shape) -> int:
         # through torch._refs, which imports torch._dynamo lazily; inside a ``torch.device("meta")``
         # context that import can fail half-way ("partially initialized module 'torch._dynamo'").
         # An uninitialised CPU copy of the features gives the same shape and touches no lazy import.
-        probe, device = copy.deepcopy(features).to_empty(device="cpu"), torch.device("cpu")
+        # Not ``to_empty``: inside the meta context its ``empty_like`` runs torch._refs' Python
+        # version, whose first call imports sympy (about 0.4 s of CPU a process, for a shape).
+        probe = copy.deepcopy(features)._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device="cpu"))
+        device = torch.device("cpu")
     was_training = probe.training
     probe.eval()
     try:

@@ -262,3 +262,42 @@ def test_the_index_lists_every_page() -> None:
     """The README calls docs/index.md the list of every page: reproducibility.md and api.md were missing."""
     listed = set(re.findall(r"\]\(([\w-]+\.md)\)", _text(ROOT / "docs" / "index.md")))
     assert sorted(p.name for p in (ROOT / "docs").glob("*.md") if p.name != "index.md" and p.name not in listed) == []
+
+
+def _error_sessions() -> list[Any]:
+    """The pages' text blocks that show a command and the one error line it prints: ``$ [PYTHONPATH=. ]chillfl ...``
+    then ``chillfl: error: ...`` (data.md's showed the line without the "did you mean" the command adds)."""
+    found = []
+    for page in PAGES:
+        for block in blocks(_text(page)):
+            lines = block.source.strip().splitlines()
+            if block.language == "text" and len(lines) == 2 and re.match(r"\$ (PYTHONPATH=\. )?chillfl ", lines[0]) and lines[1].startswith("chillfl: error: "):
+                found.append(pytest.param(page, lines[0], lines[1], id=f"{page.name}:{block.line}"))
+    return found
+
+
+@pytest.mark.parametrize(("page", "command", "line"), _error_sessions())
+def test_each_error_line_shown_is_the_one_the_command_prints(page: Path, command: str, line: str, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run in a folder holding the page's files (``<!-- file: NAME -->``), on the import path as ``PYTHONPATH=.`` puts it."""
+    import shlex
+
+    from chillfl.cli import main
+
+    written: dict[str, str] = {}
+    for block in blocks(_text(page)):
+        if block.kind == "file" and block.value is not None:
+            written[block.value] = written.get(block.value, "") + block.source + "\n"
+    for name, source in written.items():
+        (tmp_path / name).write_text(source, encoding="utf-8")
+        monkeypatch.delitem(sys.modules, Path(name).stem, raising=False)  # the page's module, not another page's of that name
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = shlex.split(command.removeprefix("$ ").removeprefix("PYTHONPATH=. "))[1:]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [line]
+    assert not (tmp_path / "results").exists()  # nothing written
+
+
+def test_the_error_lines_checked_include_data_md_and_extending_md() -> None:
+    assert {p.values[0].name for p in _error_sessions()} >= {"data.md", "extending.md"}

@@ -301,3 +301,17 @@ def test_each_error_line_shown_is_the_one_the_command_prints(page: Path, command
 
 def test_the_error_lines_checked_include_data_md_and_extending_md() -> None:
     assert {p.values[0].name for p in _error_sessions()} >= {"data.md", "extending.md"}
+
+
+def test_the_metrics_table_names_every_method_with_an_averaged_local_eval() -> None:
+    """usage.md's `local_acc` row names the methods whose `local_eval = "averaged"` measures it on the server: it named
+    FedPer, FedRep and LG-FedAvg, not FedDBE, FedCAC and FedCP, which take the option too."""
+    import dataclasses
+
+    from chillfl.aggregation.registry import registered_algorithms
+
+    taking = {name.replace("_", "") for name, spec in registered_algorithms().items() if "local_eval" in {f.name for f in dataclasses.fields(spec.options)}}
+    row = next(line for line in _text(ROOT / "docs" / "usage.md").splitlines() if line.startswith("| `local_acc`"))
+    listed = re.search(r'`local_eval = "averaged"` \(([^)]*)\)', row)
+    assert listed is not None, row
+    assert {name.strip().lower().replace("-", "") for name in listed.group(1).split(",")} == taking

@@ -315,3 +315,15 @@ def test_the_metrics_table_names_every_method_with_an_averaged_local_eval() -> N
     listed = re.search(r'`local_eval = "averaged"` \(([^)]*)\)', row)
     assert listed is not None, row
     assert {name.strip().lower().replace("-", "") for name in listed.group(1).split(",")} == taking
+
+
+def test_python_api_names_every_method_whose_clients_keep_a_personal_model() -> None:
+    """python-api.md's `client_states` list is where a reader learns which methods return per-client models: it lacked
+    APPLE and FedCP, which declare `personal_model` (and return them)."""
+    from chillfl.aggregation.registry import registered_algorithms
+
+    keeping = {name.replace("_", "") for name, spec in registered_algorithms().items() if spec.declared(spec.options()).personal_model}
+    text = " ".join(_text(ROOT / "docs" / "python-api.md").split())
+    listed = re.search(r"the personal models of the methods that keep one: ([^;]*);", text)
+    assert listed is not None
+    assert {name.strip().lower().replace("-", "") for name in listed.group(1).split(",")} == keeping

@@ -327,3 +327,16 @@ def test_python_api_names_every_method_whose_clients_keep_a_personal_model() -> 
     listed = re.search(r"the personal models of the methods that keep one: ([^;]*);", text)
     assert listed is not None
     assert {name.strip().lower().replace("-", "") for name in listed.group(1).split(",")} == keeping
+
+
+def test_extending_names_every_method_that_declares_a_linear_head() -> None:
+    """extending.md says which methods apply the head as an `nn.Linear` (and so declare `linear_head`): it lacked FedCP."""
+    from chillfl.aggregation.registry import registered_algorithms
+    from chillfl.settings.prototypes import built_in_names, method_spec
+
+    declaring = {name.replace("_", "") for name, spec in registered_algorithms().items() if spec.capabilities.linear_head}
+    declaring |= {name for name in built_in_names() if method_spec(name).capabilities.linear_head}
+    text = " ".join(_text(ROOT / "docs" / "extending.md").split())
+    sentence = re.search(r"the FedPer-style splits only read its input or keep, share or replace its parameters; (.*?) apply its `weight`", text)
+    assert sentence is not None
+    assert {name.lower().replace("-", "") for name in re.findall(r"([\w-]+)'s", sentence.group(1))} == declaring

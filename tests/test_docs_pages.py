@@ -340,3 +340,25 @@ def test_extending_names_every_method_that_declares_a_linear_head() -> None:
     sentence = re.search(r"the FedPer-style splits only read its input or keep, share or replace its parameters; (.*?) apply its `weight`", text)
     assert sentence is not None
     assert {name.lower().replace("-", "") for name in re.findall(r"([\w-]+)'s", sentence.group(1))} == declaring
+
+
+def test_privacy_pages_composition_table_names_each_capabilitys_methods() -> None:
+    """privacy.md's "Which mechanisms compose with what" rows name the methods of each capability (what decides the
+    refusals): the `reports` row lacked APPLE and FedCP, `private_steps` FedPHP and FML, "no weights" nine rules."""
+    from chillfl.aggregation.registry import registered_algorithms
+
+    alias = {"geometricmedian": "geomed", "centeredclipping": "centeredclip", "normbounding": "normbound"}
+    rows = {"plain_sgd": "(`plain_sgd`)", "no weights": "(no weights)", "private_steps": "(`private_steps`", "reports": "(`reports`"}
+    table = _text(ROOT / "docs" / "privacy.md").split("## Which mechanisms compose with what", 1)[1]
+    named: dict[str, set[str]] = {}
+    for row, marker in rows.items():
+        cell = next(line for line in table.splitlines() if line.startswith("| ") and marker in line)[2:].split(marker)[0]
+        names = {name.strip().lower().replace("-", "").replace(" ", "") for name in cell.split(",")}
+        named[row] = {alias.get(name, name) for name in names}
+    declared: dict[str, set[str]] = {row: set() for row in rows}
+    for name, spec in registered_algorithms().items():
+        c = spec.declared(spec.options())
+        row = "reports" if c.reports else "plain_sgd" if c.plain_sgd else "no weights" if not c.takes_weights else "private_steps" if c.private_steps else None
+        if row is not None:
+            declared[row].add(name.replace("_", ""))
+    assert named == declared

@@ -362,3 +362,17 @@ def test_privacy_pages_composition_table_names_each_capabilitys_methods() -> Non
         if row is not None:
             declared[row].add(name.replace("_", ""))
     assert named == declared
+
+
+def test_the_configuration_block_names_every_method_weighting_uniformly_by_default() -> None:
+    """configuration.md's `weighting` comment lists the methods whose default is "uniform": it lacked fedexp."""
+    import dataclasses
+
+    from chillfl.aggregation.registry import registered_algorithms
+
+    uniform = {name for name, spec in registered_algorithms().items()
+               if any(f.name == "weighting" and f.default == "uniform" for f in dataclasses.fields(spec.options))}
+    text = " ".join(line.split("#", 1)[-1] for line in _text(ROOT / "docs" / "configuration.md").splitlines() if "#" in line)
+    listed = re.search(r'((?:\w+, )+\w+) and (\w+) default to "uniform"', text)
+    assert listed is not None
+    assert {*listed.group(1).split(", "), listed.group(2)} == uniform

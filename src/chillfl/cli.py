@@ -181,18 +181,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args), DEMO_GRID if demo else (), args=args)
     demo = args.config is None or args.config == DEMO
     try:  # start-up: importing the runner (torch) is most of a run's first seconds, and nothing is written yet
+        config = _load(DEMO if demo else args.config, args.overrides, args)
+        if demo:
+            if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
+                package_file("sklearn", "datasets", "the digits data")  # found, not imported (its import is a second of start-up)
+            print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
+                  "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05,\n"
+                  "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
         with _signals_held():
             from chillfl.runner import run_experiment
-
-        config = _load(DEMO if demo else args.config, args.overrides, args)
     except KeyboardInterrupt as exc:  # a Ctrl-C here left no *.partial folder to point at
         raise RunNotStarted() from exc
     if demo:
-        if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
-            package_file("sklearn", "datasets", "the digits data")  # found, not imported (its import is a second of start-up)
-        print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
-              "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05,\n"
-              "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
         return _compare(config, DEMO_GRID, None, _progress(args), args)
     if _compares(config, args):  # a comparison: run it as `compare` would, saying so in one info line (none under -q)
         if config.variants:

@@ -202,3 +202,40 @@ def test_a_sigterm_while_a_comparisons_run_writes_its_results_stops_the_comparis
     assert len(finished) == 1, finished
     # the line names the comparison's folder (it said "*.partial folders (`chillfl resume FOLDER` ...)": which one?)
     assert lines[-1] == f"chillfl: interrupted; resume with: chillfl resume {partial[0]}", lines
+
+
+IMPORT_CHILD = textwrap.dedent(
+    """
+    import importlib.abc, signal, sys
+    from chillfl.cli import main
+
+
+    class SwallowingImport(importlib.abc.MetaPathFinder):
+        '''A SIGTERM that lands inside a third-party import whose code drops the exception: torch's import (seconds of
+        a command's start) turned one into "RuntimeError: Error calling __set_name__" (Python 3.11's wrapping), and
+        another time a run went on to its end, exit 0, as if no signal had come.'''
+
+        def find_spec(self, name, path=None, target=None):
+            if name == "chillfl.runner":
+                try:
+                    signal.raise_signal(signal.SIGTERM)
+                except BaseException:
+                    pass
+            return None
+
+
+    assert "chillfl.runner" not in sys.modules and "torch" not in sys.modules
+    sys.meta_path.insert(0, SwallowingImport())
+    sys.exit(main(["run", sys.argv[1], "-q"]))
+    """
+)
+
+
+def test_a_sigterm_inside_the_start_up_imports_is_not_lost(tmp_path: Path) -> None:
+    config = tmp_path / "late.toml"
+    config.write_text(CONFIG.format(out=(tmp_path / "out").as_posix()))
+    proc = subprocess.run([sys.executable, "-c", IMPORT_CHILD, str(config)], capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["chillfl: interrupted; the run had not started: nothing was written, nothing to resume"]
+    assert not (tmp_path / "out").exists()

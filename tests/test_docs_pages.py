@@ -262,3 +262,117 @@ def test_the_index_lists_every_page() -> None:
     """The README calls docs/index.md the list of every page: reproducibility.md and api.md were missing."""
     listed = set(re.findall(r"\]\(([\w-]+\.md)\)", _text(ROOT / "docs" / "index.md")))
     assert sorted(p.name for p in (ROOT / "docs").glob("*.md") if p.name != "index.md" and p.name not in listed) == []
+
+
+def _error_sessions() -> list[Any]:
+    """The pages' text blocks that show a command and the one error line it prints: ``$ [PYTHONPATH=. ]chillfl ...``
+    then ``chillfl: error: ...`` (data.md's showed the line without the "did you mean" the command adds)."""
+    found = []
+    for page in PAGES:
+        for block in blocks(_text(page)):
+            lines = block.source.strip().splitlines()
+            if block.language == "text" and len(lines) == 2 and re.match(r"\$ (PYTHONPATH=\. )?chillfl ", lines[0]) and lines[1].startswith("chillfl: error: "):
+                found.append(pytest.param(page, lines[0], lines[1], id=f"{page.name}:{block.line}"))
+    return found
+
+
+@pytest.mark.parametrize(("page", "command", "line"), _error_sessions())
+def test_each_error_line_shown_is_the_one_the_command_prints(page: Path, command: str, line: str, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run in a folder holding the page's files (``<!-- file: NAME -->``), on the import path as ``PYTHONPATH=.`` puts it."""
+    import shlex
+
+    from chillfl.cli import main
+
+    written: dict[str, str] = {}
+    for block in blocks(_text(page)):
+        if block.kind == "file" and block.value is not None:
+            written[block.value] = written.get(block.value, "") + block.source + "\n"
+    for name, source in written.items():
+        (tmp_path / name).write_text(source, encoding="utf-8")
+        monkeypatch.delitem(sys.modules, Path(name).stem, raising=False)  # the page's module, not another page's of that name
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = shlex.split(command.removeprefix("$ ").removeprefix("PYTHONPATH=. "))[1:]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [line]
+    assert not (tmp_path / "results").exists()  # nothing written
+
+
+def test_the_error_lines_checked_include_data_md_and_extending_md() -> None:
+    assert {p.values[0].name for p in _error_sessions()} >= {"data.md", "extending.md"}
+
+
+def test_the_metrics_table_names_every_method_with_an_averaged_local_eval() -> None:
+    """usage.md's `local_acc` row names the methods whose `local_eval = "averaged"` measures it on the server: it named
+    FedPer, FedRep and LG-FedAvg, not FedDBE, FedCAC and FedCP, which take the option too."""
+    import dataclasses
+
+    from chillfl.aggregation.registry import registered_algorithms
+
+    taking = {name.replace("_", "") for name, spec in registered_algorithms().items() if "local_eval" in {f.name for f in dataclasses.fields(spec.options)}}
+    row = next(line for line in _text(ROOT / "docs" / "usage.md").splitlines() if line.startswith("| `local_acc`"))
+    listed = re.search(r'`local_eval = "averaged"` \(([^)]*)\)', row)
+    assert listed is not None, row
+    assert {name.strip().lower().replace("-", "") for name in listed.group(1).split(",")} == taking
+
+
+def test_python_api_names_every_method_whose_clients_keep_a_personal_model() -> None:
+    """python-api.md's `client_states` list is where a reader learns which methods return per-client models: it lacked
+    APPLE and FedCP, which declare `personal_model` (and return them)."""
+    from chillfl.aggregation.registry import registered_algorithms
+
+    keeping = {name.replace("_", "") for name, spec in registered_algorithms().items() if spec.declared(spec.options()).personal_model}
+    text = " ".join(_text(ROOT / "docs" / "python-api.md").split())
+    listed = re.search(r"the personal models of the methods that keep one: ([^;]*);", text)
+    assert listed is not None
+    assert {name.strip().lower().replace("-", "") for name in listed.group(1).split(",")} == keeping
+
+
+def test_extending_names_every_method_that_declares_a_linear_head() -> None:
+    """extending.md says which methods apply the head as an `nn.Linear` (and so declare `linear_head`): it lacked FedCP."""
+    from chillfl.aggregation.registry import registered_algorithms
+    from chillfl.settings.prototypes import built_in_names, method_spec
+
+    declaring = {name.replace("_", "") for name, spec in registered_algorithms().items() if spec.capabilities.linear_head}
+    declaring |= {name for name in built_in_names() if method_spec(name).capabilities.linear_head}
+    text = " ".join(_text(ROOT / "docs" / "extending.md").split())
+    sentence = re.search(r"the FedPer-style splits only read its input or keep, share or replace its parameters; (.*?) apply its `weight`", text)
+    assert sentence is not None
+    assert {name.lower().replace("-", "") for name in re.findall(r"([\w-]+)'s", sentence.group(1))} == declaring
+
+
+def test_privacy_pages_composition_table_names_each_capabilitys_methods() -> None:
+    """privacy.md's "Which mechanisms compose with what" rows name the methods of each capability (what decides the
+    refusals): the `reports` row lacked APPLE and FedCP, `private_steps` FedPHP and FML, "no weights" nine rules."""
+    from chillfl.aggregation.registry import registered_algorithms
+
+    alias = {"geometricmedian": "geomed", "centeredclipping": "centeredclip", "normbounding": "normbound"}
+    rows = {"plain_sgd": "(`plain_sgd`)", "no weights": "(no weights)", "private_steps": "(`private_steps`", "reports": "(`reports`"}
+    table = _text(ROOT / "docs" / "privacy.md").split("## Which mechanisms compose with what", 1)[1]
+    named: dict[str, set[str]] = {}
+    for row, marker in rows.items():
+        cell = next(line for line in table.splitlines() if line.startswith("| ") and marker in line)[2:].split(marker)[0]
+        names = {name.strip().lower().replace("-", "").replace(" ", "") for name in cell.split(",")}
+        named[row] = {alias.get(name, name) for name in names}
+    declared: dict[str, set[str]] = {row: set() for row in rows}
+    for name, spec in registered_algorithms().items():
+        c = spec.declared(spec.options())
+        row = "reports" if c.reports else "plain_sgd" if c.plain_sgd else "no weights" if not c.takes_weights else "private_steps" if c.private_steps else None
+        if row is not None:
+            declared[row].add(name.replace("_", ""))
+    assert named == declared
+
+
+def test_the_configuration_block_names_every_method_weighting_uniformly_by_default() -> None:
+    """configuration.md's `weighting` comment lists the methods whose default is "uniform": it lacked fedexp."""
+    import dataclasses
+
+    from chillfl.aggregation.registry import registered_algorithms
+
+    uniform = {name for name, spec in registered_algorithms().items()
+               if any(f.name == "weighting" and f.default == "uniform" for f in dataclasses.fields(spec.options))}
+    text = " ".join(line.split("#", 1)[-1] for line in _text(ROOT / "docs" / "configuration.md").splitlines() if "#" in line)
+    listed = re.search(r'((?:\w+, )+\w+) and (\w+) default to "uniform"', text)
+    assert listed is not None
+    assert {*listed.group(1).split(", "), listed.group(2)} == uniform

@@ -19,6 +19,7 @@ Each command imports what it runs inside its handler, so ``chillfl --help`` impo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
@@ -26,7 +27,7 @@ import signal
 import sys
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, Sequence
+from typing import TYPE_CHECKING, Iterator, NoReturn, Sequence
 
 from chillfl._version import __version__
 from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file
@@ -35,7 +36,7 @@ from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need, package_file
 from chillfl.options import short_repr
 from chillfl.paths import shell_path
-from chillfl.stop_signals import stop_signals
+from chillfl.stop_signals import HeldSignals, stop_signals
 from chillfl.wording import counted
 from chillfl.tune import SELECT_RULES
 
@@ -175,20 +176,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         _shard(args)
         demo = args.config is None or args.config == DEMO  # what the demo runs: its temperatures too
         return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args), DEMO_GRID if demo else (), args=args)
-    if args.config is None or args.config == DEMO:
-        config = _load(DEMO, args.overrides, args)
-        if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
-            package_file("sklearn", "datasets", "the digits data")  # found, not imported (its import is a second of start-up)
-        print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
-              "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05,\n"
-              "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
-        return _compare(config, DEMO_GRID, None, _progress(args), args)
+    demo = args.config is None or args.config == DEMO
     try:  # start-up: importing the runner (torch) is most of a run's first seconds, and nothing is written yet
-        from chillfl.runner import run_experiment
-
-        config = _load(args.config, args.overrides, args)
+        config = _load(DEMO if demo else args.config, args.overrides, args)
+        if demo:
+            if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
+                package_file("sklearn", "datasets", "the digits data")  # found, not imported (its import is a second of start-up)
+            print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
+                  "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05,\n"
+                  "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
+        with _signals_held():
+            from chillfl.runner import run_experiment
     except KeyboardInterrupt as exc:  # a Ctrl-C here left no *.partial folder to point at
         raise RunNotStarted() from exc
+    if demo:
+        return _compare(config, DEMO_GRID, None, _progress(args), args)
     if _compares(config, args):  # a comparison: run it as `compare` would, saying so in one info line (none under -q)
         if config.variants:
             why = f"defines {len(config.variants)} variants: running the comparison"
@@ -204,6 +206,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _report(run_experiment(config, progress=_progress(args)))
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """A stop signal that comes while the block runs is acted on once it is done (:class:`HeldSignals`).
+
+    Why: around a third-party import (torch's is seconds of a command's start). A signal's exception raised inside it
+    can be dropped by the package's own code (Python 3.11 reports one raised in a ``__set_name__`` as a RuntimeError,
+    which an ``except Exception`` takes): the command then ended in a traceback of a half-imported torch, or ran on
+    to the end with the signal lost. Held, the import completes and the signal then stops the command as anywhere else.
+    """
+    held = HeldSignals()
+    try:
+        yield
+    finally:
+        held.release()
+
+
 def _compares(config: RunConfig, args: argparse.Namespace) -> bool:
     """Whether ``chillfl run`` runs ``config`` as a comparison: it has variants, or a ``[compare]`` table or ``[tune]``
     grid (:func:`~chillfl.sweeps.plan.repeats`) and ``--seed`` asks for no one seed (``--seed N``: one run at N)."""
@@ -214,8 +232,10 @@ def _compares(config: RunConfig, args: argparse.Namespace) -> bool:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from chillfl.sweeps.record import is_sweep
-    from chillfl.sweeps.run import resume_compare
-    from chillfl.runner import resume_experiment
+
+    with _signals_held():  # torch: most of the start
+        from chillfl.sweeps.run import resume_compare
+        from chillfl.runner import resume_experiment
 
     if is_sweep(Path(args.run_dir)):  # an interrupted comparison: its finished runs kept, the stopped one resumed, the rest run
         result = resume_compare(args.run_dir, progress=_progress(args), force=args.force)
@@ -247,7 +267,9 @@ def _compare(
 ) -> int:
     """Run the comparison; ``said``: an info line printed once every run is checked (a config error stays one line)."""
     from chillfl.sweeps.plan import CompareOptions
-    from chillfl.sweeps.run import run_compare
+
+    with _signals_held():  # torch, when `chillfl compare` starts
+        from chillfl.sweeps.run import run_compare
 
     options = _compare_options(args) if args is not None else CompareOptions()
     shard = _shard(args) if args is not None else None

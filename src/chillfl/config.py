@@ -243,7 +243,7 @@ class EvalConfig:
     ``local_acc``: each client's own model right after its local training, on
     that client's own split (drawn from the test set with the client's class
     proportions), averaged over clients; a method whose ``local_eval =
-    "averaged"`` (FedPer, FedRep, LG-FedAvg, FedDBE, FedCAC) measures it on the server after
+    "averaged"`` (FedPer, FedRep, LG-FedAvg, FedDBE, FedCAC, FedCP) measures it on the server after
     the round's average instead (docs/personalised.md). ``clients = "all"`` averages the
     latest local accuracy of every client that has trained so far and also
     reports ``global_client_acc``: the global model on every client's split.

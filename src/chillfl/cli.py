@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Iterator, NoReturn, Sequence
 
 from chillfl._version import __version__
 from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file
-from chillfl.errors import DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed, did_you_mean, one_line
+from chillfl.errors import DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed, did_you_mean, one_line, signal_in
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need, package_file
 from chillfl.options import short_repr
@@ -89,7 +89,8 @@ def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace
     if path is not None and not read_config_file(path):  # a file that sets nothing is more often a mistake than a choice
         what = "the defaults with the command line's settings" if overrides or flags else "every default"
         print(f"chillfl: note: {config} sets nothing; running {what} (--dry-run lists them)", file=sys.stderr)
-    from chillfl.resolve import resolved  # imports the registries (and torch): not for --help
+    with _signals_held():  # imports the registries (and torch, seconds of a command's start): not for --help
+        from chillfl.resolve import resolved
 
     # a comparison's swept keys: a switch swept there (--grid privacy.mechanism=none,dp-fedavg) lets the base hold its options
     swept = [item.split("=", 1)[0].strip() for item in [*(getattr(args, "grid", None) or []), *(getattr(args, "tune", None) or [])]]
@@ -222,6 +223,25 @@ def _signals_held() -> Iterator[None]:
         held.release()
 
 
+@contextlib.contextmanager
+def _before_writing(what: str | None) -> Iterator[None]:
+    """A command's start, before it writes anything: a stop signal here ends it with :class:`RunNotStarted` (``what``),
+    whose line says nothing was written. Without it the line was the generic one, which for ``compare`` and
+    ``reproduce`` sent the user to "*.partial folders" of which there was none. A signal's exception that a package
+    wrapped (:func:`~chillfl.errors.signal_in`) is the signal too."""
+    try:
+        yield
+    except RunNotStarted:
+        raise
+    except KeyboardInterrupt as exc:
+        raise RunNotStarted(what) from exc
+    except Exception as exc:
+        signalled = signal_in(exc)
+        if signalled is None:
+            raise
+        raise RunNotStarted(what) from signalled
+
+
 def _compares(config: RunConfig, args: argparse.Namespace) -> bool:
     """Whether ``chillfl run`` runs ``config`` as a comparison: it has variants, or a ``[compare]`` table or ``[tune]``
     grid (:func:`~chillfl.sweeps.plan.repeats`) and ``--seed`` asks for no one seed (``--seed N``: one run at N)."""
@@ -231,9 +251,8 @@ def _compares(config: RunConfig, args: argparse.Namespace) -> bool:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from chillfl.sweeps.record import is_sweep
-
     with _signals_held():  # torch: most of the start
+        from chillfl.sweeps.record import is_sweep
         from chillfl.sweeps.run import resume_compare
         from chillfl.runner import resume_experiment
 
@@ -245,7 +264,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from chillfl.status import status_table
+    with _signals_held():  # torch
+        from chillfl.status import status_table
 
     print(status_table(args.run_dir))
     return 0
@@ -266,14 +286,14 @@ def _compare(
     config: RunConfig, grid: Sequence[str], reference: str | None, progress: "ProgressMode", args: argparse.Namespace | None = None, said: str | None = None,
 ) -> int:
     """Run the comparison; ``said``: an info line printed once every run is checked (a config error stays one line)."""
-    from chillfl.sweeps.plan import CompareOptions
+    with _before_writing("comparison"):  # run_compare says so too, up to its folder
+        with _signals_held():  # torch, when `chillfl compare` starts
+            from chillfl.sweeps.plan import CompareOptions
+            from chillfl.sweeps.run import run_compare
 
-    with _signals_held():  # torch, when `chillfl compare` starts
-        from chillfl.sweeps.run import run_compare
-
-    options = _compare_options(args) if args is not None else CompareOptions()
-    shard = _shard(args) if args is not None else None
-    check_out_dir(config.out_dir)
+        options = _compare_options(args) if args is not None else CompareOptions()
+        shard = _shard(args) if args is not None else None
+        check_out_dir(config.out_dir)
     announce = None if said is None else (lambda: print(said, file=sys.stderr))
     result = run_compare(config, grid, reference=reference, progress=progress, options=options, on_checked=announce, shard=shard)
     return _compare_result(result, config.strict, shard)
@@ -319,13 +339,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.dry_run:
         _shard(args)
         return _dry_run(_load(args.config, args.overrides, args), args.grid, args)
-    return _compare(_load(args.config, args.overrides, args), args.grid, args.reference, _progress(args), args)
+    with _before_writing("comparison"):
+        config = _load(args.config, args.overrides, args)
+    return _compare(config, args.grid, args.reference, _progress(args), args)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from chillfl.sweeps.plan import parse_seeds
-    from chillfl.reproduce import format_outcomes, reproduce, write_verdicts
-    from chillfl.runner import RunInterrupted
+    with _before_writing(None), _signals_held():  # torch: most of the start
+        from chillfl.sweeps.plan import parse_seeds
+        from chillfl.reproduce import format_outcomes, reproduce, write_verdicts
+        from chillfl.runner import RunInterrupted
 
     seeds = parse_seeds(args.seeds)
     if args.out_dir is not None:
@@ -363,10 +386,11 @@ def data_show_path(config: RunConfig) -> Path:
 
 
 def cmd_data_show(args: argparse.Namespace) -> int:
-    from chillfl.data.show import describe, plot_class_heatmap
-    from chillfl.experiment import build_data
-
-    config = _load(args.config, args.overrides, args)
+    with _before_writing(None):
+        with _signals_held():  # torch: most of the start
+            from chillfl.data.show import describe, plot_class_heatmap
+            from chillfl.experiment import build_data
+        config = _load(args.config, args.overrides, args)
     if args.dry_run:
         return _dry_run(config, writes=False)
     need("matplotlib", "plots", "heat maps")  # before any work: the heat map is this command's output
@@ -386,7 +410,8 @@ def cmd_data_show(args: argparse.Namespace) -> int:
 
 def cmd_data_download(args: argparse.Namespace) -> int:
     """Fetch a real dataset; every failure is one line and exit status 2 (see chillfl.data.download)."""
-    from chillfl.data.download import DownloadError, download_dataset, read_checksums
+    with _signals_held():  # torch (chillfl.data)
+        from chillfl.data.download import DownloadError, download_dataset, read_checksums
 
     if not args.data_dir or "\0" in args.data_dir:  # "" was the current folder: datasets unpacked beside the user's files
         raise ConfigError("--data-dir", f"must be a non-empty path without NUL characters, got {short_repr(args.data_dir)}")
@@ -418,24 +443,27 @@ def _download_status(data_dir: str) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "experiments":
-        from chillfl.catalogue import catalogue, format_catalogue
+        with _signals_held():  # what the catalogue imports
+            from chillfl.catalogue import catalogue, format_catalogue
 
         print(format_catalogue(catalogue()))
         return 0
     if args.options is not None:
-        from chillfl.report.reference import render_reference
+        with _signals_held():  # the registries: torch
+            from chillfl.report.reference import render_reference
 
         print(render_reference(only=args.options or None), end="")
         return 0
-    from chillfl.aggregation.registry import algorithm_names
-    from chillfl.data import dataset_names, partitioner_names
-    from chillfl.models import model_names
-    from chillfl.settings.attack import kind_names
-    from chillfl.settings.distillation import method_names
-    from chillfl.settings.privacy import mechanism_names
-    from chillfl.settings.prototypes import method_names as prototype_method_names
-    from chillfl.temperature import policy_names
-    from chillfl.training.terms import term_names
+    with _signals_held():  # the registries: torch
+        from chillfl.aggregation.registry import algorithm_names
+        from chillfl.data import dataset_names, partitioner_names
+        from chillfl.models import model_names
+        from chillfl.settings.attack import kind_names
+        from chillfl.settings.distillation import method_names
+        from chillfl.settings.privacy import mechanism_names
+        from chillfl.settings.prototypes import method_names as prototype_method_names
+        from chillfl.temperature import policy_names
+        from chillfl.training.terms import term_names
 
     for title, names in (
         ("datasets", dataset_names()),
@@ -461,7 +489,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from chillfl.report.html import write_report
+    with _before_writing(None), _signals_held():  # torch: most of the start
+        from chillfl.report.html import write_report
 
     path = write_report(args.run_dirs, args.output, args.title, models=not args.no_models, partitions=not args.no_partitions)
     print(f"report: {path}")
@@ -660,7 +689,18 @@ def _command(argv: Sequence[str] | None) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(analyses=_command(argv) == "analyze")
+    with _CommandSignals():
+        try:
+            with _before_writing(None), _signals_held():  # `analyze`: its subcommands' modules import torch
+                parser = build_parser(analyses=_command(argv) == "analyze")
+            args = _parse(parser, argv)
+        except KeyboardInterrupt as exc:
+            return _said_interrupted(exc, None)
+        return _dispatch(args)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line's arguments (a mistake in them: one line, exit 2), with our log lines set to its -q / -v."""
     # Overrides may come before or after options (``run cfg -q a.b=1``): argparse stops
     # filling the positional list at the first option, so collect the stragglers here.
     args, extra = parser.parse_known_args(argv)
@@ -674,8 +714,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     level = int(getattr(args, "verbose", 0) or 0) - int(getattr(args, "quiet", 0) or 0)
     _log_to_stderr({-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}.get(max(-2, min(1, level)), logging.ERROR))
-    with _CommandSignals():
-        return _dispatch(args)
+    return args
 
 
 class Terminated(KeyboardInterrupt):
@@ -734,20 +773,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"chillfl: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        runner = sys.modules.get("chillfl.runner")  # no run without it: a Ctrl-C at start-up imports nothing more
-        if runner is not None and isinstance(exc.__context__, runner.RunInterrupted):  # a late signal while the run's interruption unwound
-            return _interrupted(exc.__context__)
-        leaves = args.command in PARTIAL_FOLDERS  # an analysis, a report, a listing: nothing to resume
-        if isinstance(exc, ComparisonInterrupted):  # a comparison stopped between runs: its folder is known
-            said = f"; resume with: chillfl resume {shell_path(exc.folder)}"
-        elif isinstance(exc, InterruptedAfterRun):  # one run, stopped once its results were written: nothing is partial
-            said = "; the run had completed" + (f": its results are in {exc.folder}" if exc.folder is not None else "")
-        elif isinstance(exc, RunNotStarted):  # its folder, if made, was removed again
-            said = "; the run had not started: nothing was written, nothing to resume"
-        else:
-            said = "; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)" if leaves else ""
-        print("chillfl: interrupted" + said, file=sys.stderr)
-        return _signal_exit(exc)
+        return _said_interrupted(exc, args.command)
     except BrokenPipeError:
         if not _stdout_closed():  # another pipe's: a bug to see
             raise
@@ -766,12 +792,33 @@ def _dispatch(args: argparse.Namespace) -> int:
         from chillfl.executors.processes import WorkerError
         from chillfl.runner import RunInterrupted
 
+        signalled = signal_in(exc)
+        if signalled is not None:  # a signal's exception that a package wrapped (Python 3.11's __set_name__ RuntimeError)
+            return _said_interrupted(signalled, args.command)
         if isinstance(exc, WorkerError):  # a lost worker (processes, ray): the round was not aggregated
             print(f"chillfl: worker failed: {exc}", file=sys.stderr)
             return 1
         if not isinstance(exc, RunInterrupted):
             raise
         return _interrupted(exc)
+
+
+def _said_interrupted(exc: KeyboardInterrupt, command: str | None) -> int:
+    """The one line of a command (``command``; None: before one was parsed) that a stop signal ended, and its exit status."""
+    runner = sys.modules.get("chillfl.runner")  # no run without it: a Ctrl-C at start-up imports nothing more
+    if runner is not None and isinstance(exc.__context__, runner.RunInterrupted):  # a late signal while the run's interruption unwound
+        return _interrupted(exc.__context__)
+    leaves = command in PARTIAL_FOLDERS  # an analysis, a report, a listing: nothing to resume
+    if isinstance(exc, ComparisonInterrupted):  # a comparison stopped between runs: its folder is known
+        said = f"; resume with: chillfl resume {shell_path(exc.folder)}"
+    elif isinstance(exc, InterruptedAfterRun):  # one run, stopped once its results were written: nothing is partial
+        said = "; the run had completed" + (f": its results are in {exc.folder}" if exc.folder is not None else "")
+    elif isinstance(exc, RunNotStarted):  # its folder, if made, was removed again; a report, an analysis: nothing written yet
+        said = f"; the {exc.what} had not started: nothing was written, nothing to resume" if exc.what else "; nothing was written"
+    else:
+        said = "; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)" if leaves else ""
+    print("chillfl: interrupted" + said, file=sys.stderr)
+    return _signal_exit(exc)
 
 
 def _call(args: argparse.Namespace) -> int:

@@ -174,7 +174,32 @@ class InterruptedAfterRun(KeyboardInterrupt):
 
 class RunNotStarted(KeyboardInterrupt):
     """A signal stopped a fresh run before its rounds began (while its data and model were built, or its folder made):
-    the folder, if made, was removed again, so there is nothing to resume. The signal's own exception is its cause."""
+    the folder, if made, was removed again, so there is nothing to resume. The signal's own exception is its cause.
+
+    ``what``: what had not started, for the CLI's line: ``"run"``, ``"comparison"`` (stopped before its folder was made),
+    or None for a command that writes no run (``report``, ``data show``, ``analyze``): only that nothing was written.
+    """
+
+    def __init__(self, what: str | None = "run") -> None:
+        super().__init__(what or "")
+        self.what = what
+
+
+def signal_in(exc: BaseException) -> KeyboardInterrupt | None:
+    """The stop signal's exception that ``exc`` was raised from (its ``__cause__`` chain), if one was.
+
+    Why: third-party code can wrap the exception of a signal that lands inside it. Python 3.11 reports one raised in a
+    class body's ``__set_name__`` (torch's and numpy's lazily imported modules have such classes) as ``RuntimeError:
+    Error calling __set_name__``, from the KeyboardInterrupt: the command is stopped all the same, not failed.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return None
 
 
 class StorageError(OSError):

@@ -9,6 +9,7 @@ on (:class:`Sweep`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -16,7 +17,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from chillfl import runner
 from chillfl.config import RunConfig, load_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import data_absent
-from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, SweepFailed, one_line
+from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, RunNotStarted, SweepFailed, one_line, signal_in
 from chillfl.paths import current_folder, shell_path
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts, run_notes, say_notes
@@ -175,6 +176,28 @@ def check_runs(
                 notes += run_notes(here, exp)
     say_notes(notes)
     return datasets
+
+
+@contextlib.contextmanager
+def unstarted(resume: Path | None) -> Iterator[None]:
+    """A comparison's start, before its folder holds anything new: a stop signal here (or its exception that a package
+    wrapped, :func:`~chillfl.errors.signal_in`) says so.
+
+    A new comparison: :class:`~chillfl.errors.RunNotStarted` of ``"comparison"``: nothing was written, nothing to resume
+    (the CLI's line said "unfinished results are left in *.partial folders", of which there was none). A resumed one
+    (``resume``: its folder): :class:`~chillfl.errors.ComparisonInterrupted`, resumable as it was.
+    """
+    try:
+        yield
+    except (RunNotStarted, ComparisonInterrupted):
+        raise
+    except (KeyboardInterrupt, Exception) as exc:
+        signalled = exc if isinstance(exc, KeyboardInterrupt) else signal_in(exc)
+        if signalled is None:
+            raise
+        if resume is None:
+            raise RunNotStarted("comparison") from signalled
+        raise ComparisonInterrupted(resume) from signalled
 
 
 @dataclass(frozen=True)
@@ -402,7 +425,8 @@ def run_compare(
 
     The steps: plan and bound the runs (:func:`~chillfl.sweeps.plan.plan_runs`), then :func:`run_plan`.
     """
-    plan = plan_runs(config, grid, options, variants, reference)
+    with unstarted(resume):
+        plan = plan_runs(config, grid, options, variants, reference)
     return run_plan(config, plan, progress=progress, write=write, dry_run=dry_run, dataset=dataset, model=model, plugged=plugged, resume=resume, force=force, on_checked=on_checked, shard=shard)
 
 
@@ -428,20 +452,22 @@ def run_plan(
     (:func:`run_points`), refuse a sweep where every run failed (:func:`refuse_all_failed`), pick each variant's tuned
     point on validation (:func:`pick_tuned`), tabulate (:func:`tabulate`) and write the tables (:func:`write_tables`).
     """
-    started_in = sweep_started_in(resume) if resume is not None else None
-    datasets = check_runs(plan, dataset, model, plugged, dry_run, resume, started_in)
-    if datasets is None:
-        return CompareResult(None, [], "", complete=False, planned=describe_plan(plan), runs=len(plan.cells))
-    if dry_run:
-        return CompareResult(None, [], "", planned=describe_plan(plan), runs=len(plan.cells))
-    if on_checked is not None:
-        on_checked()
+    with unstarted(resume):
+        started_in = sweep_started_in(resume) if resume is not None else None
+        datasets = check_runs(plan, dataset, model, plugged, dry_run, resume, started_in)
+        if datasets is None:
+            return CompareResult(None, [], "", complete=False, planned=describe_plan(plan), runs=len(plan.cells))
+        if dry_run:
+            return CompareResult(None, [], "", planned=describe_plan(plan), runs=len(plan.cells))
+        if on_checked is not None:
+            on_checked()
     if shard is not None:
         if not write or resume is not None or dataset is not None or model is not None or plugged is not None:
             raise ConfigError(SHARD_FIELD, "a shard writes its runs into the comparison's shared folder, which another process must be able to rebuild "
                                            "them from: not with write=False, a resume, or a user's own data, model or method parts")
         return run_shard(config, plan, shard, datasets, progress, force)
-    where, lock = open_folder(config, plan, resume, write, resumable=dataset is None and model is None and plugged is None)
+    with unstarted(resume):  # a new folder that a signal stops is removed again (open_folder)
+        where, lock = open_folder(config, plan, resume, write, resumable=dataset is None and model is None and plugged is None)
     try:
         sweep = run_points(plan, where, resume is not None, force, progress, datasets, model, plugged, dataset=dataset, started_in=started_in)
         refuse_all_failed(plan, sweep, where)

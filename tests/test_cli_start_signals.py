@@ -1,0 +1,153 @@
+"""A stop signal at any command's start is one true line and 128 + the signal, never lost, never a traceback.
+
+Forced deterministically in a child process (no timing): an import hook raises the signal inside the first import of
+torch and drops its exception, as torch's own code did with one (Python 3.11 reports an exception raised in a
+``__set_name__`` as a RuntimeError, which an ``except Exception`` takes). Only ``run``, ``compare`` and ``resume`` held
+the signals while importing, and only around their runner's import: torch itself was imported before, unheld, by
+the config's resolution (``run``, ``compare``), ``is_sweep`` (``resume``), or the command's own first import
+(``reproduce``, ``data show``, ``report``, ``status``, ``list``) or parser (``analyze``). The signal was lost there: the
+command went on and exited 0 (or 2 on its own error).
+
+And where a comparison (or the demo) starts, before its folder exists: the line said "unfinished results are left in
+*.partial folders", of which there was none; a signal's exception that a package wrapped in another (the RuntimeError
+above) there ended the command in a traceback, exit 1.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CONFIG = """\
+name = "early"
+seed = 1
+threads = 1
+device = "cpu"
+out_dir = "{out}"
+[dataset]
+name = "digits"
+[model]
+name = "mlp"
+hidden = [8]
+[federation]
+num_clients = 4
+clients_per_round = 2
+rounds = 2
+[client]
+epochs = 1
+batch_size = 32
+lr = 0.05
+[eval]
+client_split_size = 20
+"""
+
+CHILD = textwrap.dedent(
+    """
+    import importlib.abc, json, signal, sys
+
+    where, signum, command = sys.argv[1], signal.Signals[sys.argv[2]], json.loads(sys.argv[3])
+
+
+    class DroppingImport(importlib.abc.MetaPathFinder):
+        '''The signal lands inside torch's first import, whose code drops its exception.'''
+
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch":
+                sys.meta_path.remove(self)
+                try:
+                    signal.raise_signal(signum)
+                except BaseException:
+                    pass
+            return None
+
+
+    def wrapping(build):
+        '''The signal lands where a comparison builds its runs' parts, and a package wraps its exception.'''
+
+        def building(*args, **kwargs):
+            try:
+                signal.raise_signal(signum)
+            except BaseException as exc:
+                raise RuntimeError("Error calling __set_name__ on '_Thing' instance 'x' in 'Thing'") from exc
+            return build(*args, **kwargs)
+
+        return building
+
+
+    if where == "torch_import":
+        assert "torch" not in sys.modules
+        sys.meta_path.insert(0, DroppingImport())
+    else:
+        import chillfl.sweeps.run
+
+        if where == "checking":
+            check = chillfl.sweeps.run.check_runs
+
+            def checking(*args, **kwargs):
+                signal.raise_signal(signum)
+                return check(*args, **kwargs)
+
+            chillfl.sweeps.run.check_runs = checking
+        else:
+            chillfl.sweeps.run.build_experiment = wrapping(chillfl.sweeps.run.build_experiment)
+    from chillfl.cli import main
+
+    sys.exit(main(command))
+    """
+)
+
+NOTHING = "chillfl: interrupted; nothing was written"
+RUN = "chillfl: interrupted; the run had not started: nothing was written, nothing to resume"
+COMPARISON = "chillfl: interrupted; the comparison had not started: nothing was written, nothing to resume"
+
+
+def _child(tmp_path: Path, where: str, signum: signal.Signals, command: list[str]) -> tuple[int, list[str]]:
+    import json
+
+    (tmp_path / "early.toml").write_text(CONFIG.format(out=(tmp_path / "out").as_posix()))
+    argv = [a.replace("CONFIG", str(tmp_path / "early.toml")).replace("TMP", str(tmp_path)) for a in command]
+    proc = subprocess.run([sys.executable, "-c", CHILD, where, signum.name, json.dumps(argv)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, proc.stderr.strip().splitlines()
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    (["run", "CONFIG", "-q"], RUN),
+    (["compare", "CONFIG", "-q", "--grid", "client.lr=0.05,0.1"], COMPARISON),
+    (["reproduce", "flexchill", "--seeds", "0", "--out", "TMP/out", "--dry-run"], NOTHING),
+    (["data", "show", "CONFIG", "-o", "TMP/out/heat.png"], NOTHING),
+    (["report", "TMP/none", "-o", "TMP/out/report.html"], NOTHING),
+    (["analyze", "calibration", "TMP/none"], NOTHING),
+], ids=["run", "compare", "reproduce", "data-show", "report", "analyze"])
+def test_a_signal_inside_torchs_import_stops_the_command_with_its_line(tmp_path: Path, command: list[str], said: str) -> None:
+    code, lines = _child(tmp_path, "torch_import", signal.SIGTERM, command)
+    assert lines == [said], lines
+    assert code == 128 + signal.SIGTERM, lines
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", [["resume", "TMP/none.partial"], ["status", "TMP/none"], ["list"]], ids=["resume", "status", "list"])
+def test_a_ctrl_c_inside_torchs_import_is_not_lost_by_the_other_commands(tmp_path: Path, command: list[str]) -> None:
+    code, lines = _child(tmp_path, "torch_import", signal.SIGINT, command)
+    assert len(lines) == 1 and lines[0].startswith("chillfl: interrupted"), lines
+    assert code == 128 + signal.SIGINT, lines
+
+
+@pytest.mark.parametrize("command", [["compare", "CONFIG", "-q", "--grid", "client.lr=0.05,0.1"], ["run", "-q", "--out", "TMP/out"]], ids=["compare", "demo"])
+def test_a_signal_before_a_comparisons_folder_exists_says_nothing_was_written(tmp_path: Path, command: list[str]) -> None:
+    code, lines = _child(tmp_path, "checking", signal.SIGTERM, command)
+    assert lines[-1] == COMPARISON, lines  # the demo says what it runs first
+    assert code == 128 + signal.SIGTERM, lines
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_wrapped_signal_while_a_comparisons_runs_are_built_is_no_traceback(tmp_path: Path) -> None:
+    code, lines = _child(tmp_path, "wrapped", signal.SIGTERM, ["compare", "CONFIG", "-q", "--grid", "client.lr=0.05,0.1"])
+    assert lines == [COMPARISON], lines
+    assert code == 128 + signal.SIGTERM, lines
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -151,3 +151,39 @@ def test_a_wrapped_signal_while_a_comparisons_runs_are_built_is_no_traceback(tmp
     assert lines == [COMPARISON], lines
     assert code == 128 + signal.SIGTERM, lines
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+PROBE = textwrap.dedent(
+    """
+    import sys
+    import chillfl.sweeps.run
+    from chillfl.cli import main
+
+    check, imported = chillfl.sweeps.run.check_runs, []
+
+    def checking(*args, **kwargs):
+        before = set(sys.modules)
+        try:
+            return check(*args, **kwargs)
+        finally:
+            imported.extend(sorted(m for m in set(sys.modules) - before if m.split(".")[0] != "chillfl"))
+
+    chillfl.sweeps.run.check_runs = checking
+    code = main(["compare", sys.argv[1], "-q", "--grid", "client.lr=0.05,0.1", "--dry-run"])
+    print("IMPORTED=" + ",".join(imported), file=sys.stderr)
+    sys.exit(code)
+    """
+)
+
+
+def test_a_comparisons_check_imports_no_package_outside_the_held_start(tmp_path: Path) -> None:
+    """Where a comparison builds its runs' parts (seconds after it starts, the CLI's own handlers raising a signal's
+    exception), the first imports of numpy's lazy submodules (``np.random``, ``np.ma`` by ``np.unique``) and of
+    ``torch.utils._device`` (``with torch.device("meta")``) were a window of the same kind as torch's import: a signal's
+    exception that lands inside a package's import can be dropped or wrapped (once: exit 1, a traceback). They are
+    imported with the modules that use them now, under the command's held start."""
+    (tmp_path / "early.toml").write_text(CONFIG.format(out=(tmp_path / "out").as_posix()))
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "early.toml")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("IMPORTED="))
+    assert line == "IMPORTED=", line

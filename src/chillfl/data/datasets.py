@@ -49,6 +49,10 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
+# numpy imports np.ma (np.unique's) and np.random on first use: here, under the command's held start (chillfl/cli.py),
+# not in a comparison's check of its runs, where a signal's exception could land inside (and be lost in) their import
+import numpy.ma  # noqa: F401
+import numpy.random  # noqa: F401
 import torch
 
 from chillfl.data import arraycache, hf, leaf_hub, loaders

@@ -22,6 +22,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+# what `with torch.device("meta")` (meta_size) imports on first use: here, under the command's held start (chillfl/cli.py),
+# not in a comparison's check of its runs, where a signal's exception could land inside (and be lost in) its import
+import torch.utils._device  # noqa: F401
 from torch import nn
 from torch.overrides import TorchFunctionMode
 

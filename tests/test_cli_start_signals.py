@@ -187,3 +187,30 @@ def test_a_comparisons_check_imports_no_package_outside_the_held_start(tmp_path:
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stderr.splitlines() if x.startswith("IMPORTED="))
     assert line == "IMPORTED=", line
+
+
+DRY_CHILD = textwrap.dedent(
+    """
+    import signal, sys
+    import chillfl.experiment
+    from chillfl.cli import main
+
+    check = chillfl.experiment.check_config
+
+    def checking(*args, **kwargs):
+        signal.raise_signal(signal.SIGTERM)  # while a dry run checks the run's parts
+        return check(*args, **kwargs)
+
+    chillfl.experiment.check_config = checking
+    sys.exit(main(["run", sys.argv[1], "--dry-run"]))
+    """
+)
+
+
+def test_a_signal_during_a_dry_run_says_nothing_was_written(tmp_path: Path) -> None:
+    """It said "unfinished results are left in *.partial folders": a dry run writes none."""
+    (tmp_path / "early.toml").write_text(CONFIG.format(out=(tmp_path / "out").as_posix()))
+    proc = subprocess.run([sys.executable, "-c", DRY_CHILD, str(tmp_path / "early.toml")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.stderr.strip().splitlines() == [NOTHING], proc.stderr
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert not (tmp_path / "out").exists()

@@ -176,7 +176,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         _shard(args)
         demo = args.config is None or args.config == DEMO  # what the demo runs: its temperatures too
-        return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args), DEMO_GRID if demo else (), args=args)
+        with _before_writing(None):  # a dry run writes nothing, stopped or not
+            return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args), DEMO_GRID if demo else (), args=args)
     demo = args.config is None or args.config == DEMO
     try:  # start-up: importing the runner (torch) is most of a run's first seconds, and nothing is written yet
         config = _load(DEMO if demo else args.config, args.overrides, args)
@@ -338,7 +339,8 @@ def _failed_runs(result: "CompareResult", strict: bool) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.dry_run:
         _shard(args)
-        return _dry_run(_load(args.config, args.overrides, args), args.grid, args)
+        with _before_writing(None):  # a dry run writes nothing, stopped or not
+            return _dry_run(_load(args.config, args.overrides, args), args.grid, args)
     with _before_writing("comparison"):
         config = _load(args.config, args.overrides, args)
     return _compare(config, args.grid, args.reference, _progress(args), args)

@@ -18,13 +18,16 @@ import dataclasses
 import inspect
 import itertools
 import math
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 # what `with torch.device("meta")` (meta_size) imports on first use: here, under the command's held start (chillfl/cli.py),
-# not in a comparison's check of its runs, where a signal's exception could land inside (and be lost in) its import
-import torch.utils._device  # noqa: F401
+# not in a comparison's check of its runs, where a signal's exception could land inside (and be lost in) its import.
+# A private torch module: where a torch build moves it, `with torch.device` imports what it needs itself, as before.
+with contextlib.suppress(ImportError):
+    import torch.utils._device  # noqa: F401
 from torch import nn
 from torch.overrides import TorchFunctionMode
 

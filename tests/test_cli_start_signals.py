@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each test starts a child that imports torch (5-10 s, more under load): left out of the fast loop, run by CI
+
 CONFIG = """\
 name = "early"
 seed = 1

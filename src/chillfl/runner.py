@@ -458,6 +458,8 @@ def _restore(protocol: ServerProtocol, state: Mapping[str, Any], exp: Experiment
         loaded = model.get(key) if model is not None else None
         if loaded is not None and loaded.shape != initial.shape:
             raise ConfigError("checkpoint", f"{where} does not fit the run of config.toml: its model's {key} has shape {tuple(loaded.shape)}, config.toml's {tuple(initial.shape)}")
+        if loaded is not None and loaded.dtype != initial.dtype:  # else a RuntimeError traceback in the first matmul
+            raise ConfigError("checkpoint", f"{where} does not fit the run of config.toml: its model's {key} has dtype {loaded.dtype}, config.toml's {initial.dtype}")
 
 
 def _run(

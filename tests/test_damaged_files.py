@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +123,51 @@ def test_a_partition_from_no_regular_file_is_refused(partition: Path, tmp_path: 
     link.symlink_to(os.devnull)
     assert _run_from(link, tmp_path) == 2
     _one_line_error(capsys, "partition.from", "not a regular file")  # the path: shortened when long
+
+
+@pytest.mark.parametrize("edit", ["missing", "extra"])
+def test_a_checkpoint_model_with_other_tensor_names_is_refused_in_one_line(cut: Path, edit: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Missing: the run trained on with that tensor's initial value (other metrics, exit 0); extra: an AttributeError traceback."""
+    def change(tree: dict[str, Any]) -> None:
+        model = tree["protocol"]["global"]
+        if edit == "missing":
+            del model["head.bias"]
+        else:
+            model["bogus.weight"] = torch.zeros(2)
+
+    _resign(cut / CHECKPOINT, change)
+    assert main(["resume", str(cut)]) == 2
+    _one_line_error(capsys, "checkpoint", "head.bias" if edit == "missing" else "bogus.weight")
+
+
+def test_status_does_not_open_a_fifo_in_the_run_folder(cut: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl status`` of a folder whose metrics.jsonl is a FIFO (a link to /dev/zero alike) reads no rounds from it.
+
+    Opened, the FIFO blocks until a writer comes (forever); here a thread stands ready to write three lines, which
+    a status that opens it counts as rounds, so the test fails rather than hangs."""
+    metrics = cut / "metrics.jsonl"
+    metrics.unlink()
+    os.mkfifo(metrics)
+    stop, wrote = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            try:
+                fd = os.open(metrics, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while no reader has it open
+            except OSError:
+                stop.wait(0.01)
+                continue
+            os.write(fd, b"{}\n" * 3)
+            os.close(fd)
+            wrote.set()
+            return
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        assert main(["status", str(cut)]) == 0
+    finally:
+        stop.set()
+        thread.join()
+    assert not wrote.is_set()
+    assert "stopped" in capsys.readouterr().out

@@ -171,3 +171,16 @@ def test_status_does_not_open_a_fifo_in_the_run_folder(cut: Path, capsys: pytest
         thread.join()
     assert not wrote.is_set()
     assert "stopped" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("summary", ["[]", '"x"', '{"rounds": "2", "final_global_acc": true}'])
+def test_status_of_a_run_whose_summary_is_no_summary_shows_the_row_without_its_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, summary: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A summary.json that is JSON but no object was an AttributeError traceback; wrong types printed as numbers."""
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    run_experiment(load_config(None, {**TINY, "name": "done", "out_dir": str(tmp_path)}), progress=False)
+    (tmp_path / "done" / "summary.json").write_text(summary)
+    assert main(["status", str(tmp_path / "done")]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "| done |" in line)
+    assert "finished" in row and "True" not in row and "100.00" not in row and "2/" not in row, row

@@ -98,7 +98,10 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
             summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             summary = {}
-        accuracy = summary.get("final_global_acc")
-        return RunState(name, "finished", "", summary.get("rounds"), planned, accuracy if isinstance(accuracy, (int, float)) else None)
+        if not isinstance(summary, dict):  # a hand-edited or foreign file: the row without its numbers, not a traceback
+            summary = {}
+        accuracy, ran = summary.get("final_global_acc"), summary.get("rounds")
+        return RunState(name, "finished", "", ran if type(ran) is int else None, planned,
+                        accuracy if isinstance(accuracy, (int, float)) and not isinstance(accuracy, bool) else None)
     # a finished folder without its summary: a run stopped early by a callback
     return RunState(name, "stopped", "early, by a callback", _rounds_written(folder), planned)

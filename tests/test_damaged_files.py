@@ -184,3 +184,18 @@ def test_status_of_a_run_whose_summary_is_no_summary_shows_the_row_without_its_n
     assert main(["status", str(tmp_path / "done")]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "| done |" in line)
     assert "finished" in row and "True" not in row and "100.00" not in row and "2/" not in row, row
+
+
+@pytest.mark.parametrize("calibration", [{"bins": "x"}, {"reliability": 5}])
+def test_a_report_of_a_summary_with_a_foreign_calibration_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calibration: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reliability diagram is drawn from summary.json's ``calibration``: another table there was a KeyError traceback."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    run_experiment(load_config(None, {**TINY, "name": "done", "out_dir": str(tmp_path)}), progress=False)
+    path = tmp_path / "done" / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "calibration": calibration}))
+    assert main(["report", str(tmp_path / "done"), "-o", str(tmp_path / "r.html"), "--no-partitions"]) == 2
+    _one_line_error(capsys, "summary.json", "calibration")
+    assert not (tmp_path / "r.html").exists()

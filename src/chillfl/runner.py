@@ -443,6 +443,8 @@ def _restore(protocol: ServerProtocol, state: Mapping[str, Any], exp: Experiment
     ConfigError on ``checkpoint`` here; so are the states of clients past ``federation.num_clients``.
     """
     where = f"{writer.path / CHECKPOINT}" if writer is not None else "the checkpoint"
+    fresh = protocol.global_state()  # the names config.toml's model has: a checkpoint lacking one trains its initial value on
+    names = None if fresh is None else set(fresh)
     try:
         protocol.load_state_dict(state)
     except ConfigError:
@@ -454,10 +456,16 @@ def _restore(protocol: ServerProtocol, state: Mapping[str, Any], exp: Experiment
     if beyond:  # federation.num_clients edited down: the clients' own models index their architectures, data, ...
         raise ConfigError("checkpoint", f"{where} does not fit the run of config.toml: it holds the state of client {max(beyond)}, but federation.num_clients = {clients}")
     model = protocol.global_state()
+    if names is not None and model is not None and set(model) != names:  # else a silently other run, or a traceback in training
+        missing, extra = sorted(names - set(model)), sorted(set(model) - names)
+        what = f"lacks config.toml's {missing[0]}" if missing else f"has {extra[0]}, which config.toml's has not"
+        raise ConfigError("checkpoint", f"{where} does not fit the run of config.toml: its model {what}")
     for key, initial in exp.initial_state.items():
         loaded = model.get(key) if model is not None else None
         if loaded is not None and loaded.shape != initial.shape:
             raise ConfigError("checkpoint", f"{where} does not fit the run of config.toml: its model's {key} has shape {tuple(loaded.shape)}, config.toml's {tuple(initial.shape)}")
+        if loaded is not None and loaded.dtype != initial.dtype:  # else a RuntimeError traceback in the first matmul
+            raise ConfigError("checkpoint", f"{where} does not fit the run of config.toml: its model's {key} has dtype {loaded.dtype}, config.toml's {initial.dtype}")
 
 
 def _run(

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -41,6 +43,9 @@ PARTITION_FILE = "partition.json"
 FORMAT = "chillfl-partition"
 FIELD = "partition.from"
 
+
+VERSIONS = (1, 2)
+"""The format versions this code reads (and writes: 2, or 1 for a dataset without labels to record)."""
 
 ROWS = "rows"
 """The key of the row-order record (format version 2): ``labels_sha256`` and the ``dataset`` table."""
@@ -88,11 +93,21 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
     if not isinstance(path, str) or not path:
         raise ConfigError(FIELD, f"expected the path of a partition.json file, got {short_repr(path)}")
     try:
+        # a device or FIFO (a link to /dev/zero) is refused before it is opened: read, it fills the memory or blocks forever
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ConfigError(FIELD, f"{short_repr(path)} is not a regular file (a run folder's {PARTITION_FILE})")
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
         raise ConfigError(FIELD, f"cannot read {short_repr(path)}: {type(exc).__name__}: {str(exc)[:120]}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("clients"), list):
         raise ConfigError(FIELD, f"{short_repr(path)} is not a chillfl partition file (a run folder's {PARTITION_FILE})")
+    version = doc.get("version", 1)  # a file another tool wrote may have none: read as version 1, the plain one
+    if type(version) is not int or version not in VERSIONS:  # another format may give its indices another meaning
+        raise ConfigError(FIELD, f"{short_repr(path)} has format version {short_repr(version)}; this chillfl reads versions {', '.join(map(str, VERSIONS))}")
+    if version >= 2 and ROWS not in doc:  # else the row-order check is skipped, as for version 1
+        raise ConfigError(FIELD, f"{short_repr(path)} is of version {version} but has no {ROWS!r} record (every such file has one)")
     clients = doc["clients"]
     if len(clients) != num_clients:
         raise ConfigError(FIELD, f"{short_repr(path)} has {len(clients)} clients; federation.num_clients is {num_clients}")

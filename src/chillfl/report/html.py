@@ -420,6 +420,11 @@ def reliability_figure(run: Run) -> str | None:
     """
     if isinstance(saved := run.summary.get("calibration"), dict):
         result = {"runs": {run_label(run.folder): saved}}
+        try:
+            return _via_file(lambda path: plot_reliability(result, path))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:  # a hand-edited or foreign summary.json
+            raise ConfigError("RUN_DIR", f"{run.folder / 'summary.json'}: calibration is not what chillfl writes "
+                                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]})") from None
     elif (run.folder / "model.safetensors").is_file():
         try:
             result = analyze([str(run.folder)], bins=run.config.eval.ece_bins)

@@ -4,6 +4,8 @@ and the HTML report's rows of unfinished runs; it imports no sweep code, so the 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,9 +33,19 @@ class RunState:
         return [self.name, state, rounds, "-" if self.accuracy is None else f"{100 * self.accuracy:.2f}"]
 
 
+def _regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file (through links): a FIFO there would block ``status`` forever, /dev/zero fill the memory."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _rounds_written(folder: Path) -> int:
-    """Rounds in ``metrics.jsonl`` (0 without it): a cheap count of whole lines, not a parse. A last line without its
-    newline is a round's record cut short by a kill (``chillfl resume`` drops it), not a round."""
+    """Rounds in ``metrics.jsonl`` (0 without it, or where it is no regular file): a cheap count of whole lines, not a
+    parse. A last line without its newline is a round's record cut short by a kill (``chillfl resume`` drops it), not a round."""
+    if not _regular(folder / "metrics.jsonl"):
+        return 0
     try:
         with (folder / "metrics.jsonl").open("rb") as fh:
             return sum(1 for line in fh if line.endswith(b"\n") and line.strip())
@@ -68,7 +80,7 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
     ``chillfl status NAME.failed`` describes that folder, not a later run of the same name beside it."""
     if folder.name.endswith(FAILED):
         try:
-            at = json.loads((folder / "failure.json").read_text(encoding="utf-8")).get("round")
+            at = json.loads((folder / "failure.json").read_text(encoding="utf-8")).get("round") if _regular(folder / "failure.json") else None
         except (OSError, ValueError, AttributeError):
             at = None
         return RunState(name, "diverged", f"at round {at}" if at is not None else "", _rounds_written(folder), planned)
@@ -86,7 +98,10 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
             summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             summary = {}
-        accuracy = summary.get("final_global_acc")
-        return RunState(name, "finished", "", summary.get("rounds"), planned, accuracy if isinstance(accuracy, (int, float)) else None)
+        if not isinstance(summary, dict):  # a hand-edited or foreign file: the row without its numbers, not a traceback
+            summary = {}
+        accuracy, ran = summary.get("final_global_acc"), summary.get("rounds")
+        return RunState(name, "finished", "", ran if type(ran) is int else None, planned,
+                        accuracy if isinstance(accuracy, (int, float)) and not isinstance(accuracy, bool) else None)
     # a finished folder without its summary: a run stopped early by a callback
     return RunState(name, "stopped", "early, by a callback", _rounds_written(folder), planned)

@@ -1,0 +1,201 @@
+"""Files chillfl reads back from a run folder, damaged one at a time: exit 2 and one line naming the file, no traceback.
+
+Config files are fuzzed in ``tests/test_hostile_input.py``; these are the other files: a checkpoint re-signed with
+a tensor of another dtype (its checksum is no signature: anyone can write a valid one), a ``partition.json`` of
+an unknown format version or one that is no regular file (``partition.from``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from chillfl import runner
+from chillfl.cli import main
+from chillfl.config import load_config
+from chillfl.runner import CHECKPOINT, run_experiment
+from chillfl.storage.checkpoint import read_checkpoint, write_state
+from resume_cases import Crash, _CrashIn
+
+TINY: dict[str, Any] = {
+    "seed": 0,
+    "threads": 1,
+    "device": "cpu",
+    "dataset.name": "digits",
+    "model.name": "mlp",
+    "model.hidden": [8],
+    "federation.num_clients": 4,
+    "federation.rounds": 2,
+    "client.batch_size": 16,
+    "eval.client_split_size": 20,
+    "checkpoint.every": 1,
+}
+
+
+@pytest.fixture
+def cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A run stopped after round 1's checkpoint (as by kill -9 in round 2): its ``NAME.partial`` folder."""
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    with pytest.raises(Crash):
+        run_experiment(load_config(None, {**TINY, "name": "cut", "out_dir": str(tmp_path)}), progress=False, callbacks=[_CrashIn(2)])
+    return tmp_path / "cut.partial"
+
+
+def _resign(path: Path, edit: Any) -> None:
+    """Rewrite the checkpoint at ``path`` with ``edit(tree)`` applied and a valid checksum (what anyone can do)."""
+    tree, run = read_checkpoint(path)
+    edit(tree)
+    write_state(path, tree, run)
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], *names: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    for name in names:
+        assert name in err, err
+    return err
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int64])
+def test_a_checkpoint_tensor_of_another_dtype_is_refused_in_one_line(cut: Path, dtype: torch.dtype, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def edit(tree: dict[str, Any]) -> None:
+        model = tree["protocol"]["global"]
+        model["hidden.0.weight"] = model["hidden.0.weight"].to(dtype)
+
+    _resign(cut / CHECKPOINT, edit)
+    before = (cut / CHECKPOINT).read_bytes()
+    assert main(["resume", str(cut)]) == 2
+    _one_line_error(capsys, "checkpoint", "hidden.0.weight", str(dtype))
+    assert (cut / CHECKPOINT).read_bytes() == before and not (tmp_path / "cut").exists()
+
+
+@pytest.fixture
+def partition(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A finished run's ``partition.json`` (what ``partition.from`` reads)."""
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    run_experiment(load_config(None, {**TINY, "name": "done", "out_dir": str(tmp_path)}), progress=False)
+    return tmp_path / "done" / "partition.json"
+
+
+def _run_from(path: Path, tmp_path: Path) -> int:
+    """``chillfl run`` of a config with ``[partition] from = path`` (the rest: the run that wrote the file)."""
+    options = {k: v for k, v in TINY.items() if k != "checkpoint.every"} | {"name": "again", "out_dir": str(tmp_path / "again"), "partition.from": str(path)}
+    config = tmp_path / "again.toml"
+    config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in options.items()))  # dotted keys: TOML tables
+    return main(["run", "-q", str(config)])
+
+
+def test_the_partition_file_read_back_is_accepted(partition: Path, tmp_path: Path) -> None:
+    assert _run_from(partition, tmp_path) == 0
+
+
+@pytest.mark.parametrize("version", [99, 3, "2", True, None])
+def test_a_partition_file_of_an_unknown_version_is_refused(partition: Path, version: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A format this code does not know may give its indices another meaning: read as version 2, they were trained on."""
+    doc = json.loads(partition.read_text())
+    doc["version"] = version  # None: JSON null, not a missing key (a file without one is read as version 1)
+    partition.write_text(json.dumps(doc))
+    assert _run_from(partition, tmp_path) == 2
+    _one_line_error(capsys, "partition.from", "version")
+    assert not (tmp_path / "again").exists()
+
+
+def test_a_version_2_partition_file_without_its_rows_record_is_refused(partition: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Version 2 always records the rows; without the record the row-order check would be skipped as for version 1."""
+    doc = json.loads(partition.read_text())
+    del doc["rows"]
+    partition.write_text(json.dumps(doc))
+    assert _run_from(partition, tmp_path) == 2
+    _one_line_error(capsys, "partition.from", "rows")
+
+
+def test_a_partition_from_no_regular_file_is_refused(partition: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A device behind a link (/dev/zero fills the memory; a FIFO blocks forever) is no partition file: refused before it is opened.
+
+    /dev/null stands for them here: read, it gives a JSON error, not the line naming what the path is."""
+    link = tmp_path / "null.json"
+    link.symlink_to(os.devnull)
+    assert _run_from(link, tmp_path) == 2
+    _one_line_error(capsys, "partition.from", "not a regular file")  # the path: shortened when long
+
+
+@pytest.mark.parametrize("edit", ["missing", "extra"])
+def test_a_checkpoint_model_with_other_tensor_names_is_refused_in_one_line(cut: Path, edit: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Missing: the run trained on with that tensor's initial value (other metrics, exit 0); extra: an AttributeError traceback."""
+    def change(tree: dict[str, Any]) -> None:
+        model = tree["protocol"]["global"]
+        if edit == "missing":
+            del model["head.bias"]
+        else:
+            model["bogus.weight"] = torch.zeros(2)
+
+    _resign(cut / CHECKPOINT, change)
+    assert main(["resume", str(cut)]) == 2
+    _one_line_error(capsys, "checkpoint", "head.bias" if edit == "missing" else "bogus.weight")
+
+
+def test_status_does_not_open_a_fifo_in_the_run_folder(cut: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl status`` of a folder whose metrics.jsonl is a FIFO (a link to /dev/zero alike) reads no rounds from it.
+
+    Opened, the FIFO blocks until a writer comes (forever); here a thread stands ready to write three lines, which
+    a status that opens it counts as rounds, so the test fails rather than hangs."""
+    metrics = cut / "metrics.jsonl"
+    metrics.unlink()
+    os.mkfifo(metrics)
+    stop, wrote = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            try:
+                fd = os.open(metrics, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while no reader has it open
+            except OSError:
+                stop.wait(0.01)
+                continue
+            os.write(fd, b"{}\n" * 3)
+            os.close(fd)
+            wrote.set()
+            return
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        assert main(["status", str(cut)]) == 0
+    finally:
+        stop.set()
+        thread.join()
+    assert not wrote.is_set()
+    assert "stopped" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("summary", ["[]", '"x"', '{"rounds": "2", "final_global_acc": true}'])
+def test_status_of_a_run_whose_summary_is_no_summary_shows_the_row_without_its_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, summary: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A summary.json that is JSON but no object was an AttributeError traceback; wrong types printed as numbers."""
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    run_experiment(load_config(None, {**TINY, "name": "done", "out_dir": str(tmp_path)}), progress=False)
+    (tmp_path / "done" / "summary.json").write_text(summary)
+    assert main(["status", str(tmp_path / "done")]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "| done |" in line)
+    assert "finished" in row and "True" not in row and "100.00" not in row and "2/" not in row, row
+
+
+@pytest.mark.parametrize("calibration", [{"bins": "x"}, {"reliability": 5}])
+def test_a_report_of_a_summary_with_a_foreign_calibration_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calibration: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reliability diagram is drawn from summary.json's ``calibration``: another table there was a KeyError traceback."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    run_experiment(load_config(None, {**TINY, "name": "done", "out_dir": str(tmp_path)}), progress=False)
+    path = tmp_path / "done" / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "calibration": calibration}))
+    assert main(["report", str(tmp_path / "done"), "-o", str(tmp_path / "r.html"), "--no-partitions"]) == 2
+    _one_line_error(capsys, "summary.json", "calibration")
+    assert not (tmp_path / "r.html").exists()

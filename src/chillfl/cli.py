@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Iterator, NoReturn, Sequence
 
 from chillfl._version import __version__
 from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file
-from chillfl.errors import DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed, did_you_mean, one_line, signal_in
+from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed,
+                            did_you_mean, one_line, signal_in, stopped_as)
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need, package_file
 from chillfl.options import short_repr
@@ -179,7 +180,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         with _before_writing(None):  # a dry run writes nothing, stopped or not
             return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args), DEMO_GRID if demo else (), args=args)
     demo = args.config is None or args.config == DEMO
-    try:  # start-up: importing the runner (torch) is most of a run's first seconds, and nothing is written yet
+    with _before_writing("run"):  # start-up: importing the runner (torch) is most of a run's first seconds, and nothing is written yet
         config = _load(DEMO if demo else args.config, args.overrides, args)
         if demo:
             if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
@@ -189,8 +190,6 @@ def cmd_run(args: argparse.Namespace) -> int:
                   "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
         with _signals_held():
             from chillfl.runner import run_experiment
-    except KeyboardInterrupt as exc:  # a Ctrl-C here left no *.partial folder to point at
-        raise RunNotStarted() from exc
     if demo:
         return _compare(config, DEMO_GRID, None, _progress(args), args)
     if _compares(config, args):  # a comparison: run it as `compare` would, saying so in one info line (none under -q)
@@ -224,23 +223,12 @@ def _signals_held() -> Iterator[None]:
         held.release()
 
 
-@contextlib.contextmanager
-def _before_writing(what: str | None) -> Iterator[None]:
+def _before_writing(what: str | None) -> "AbstractContextManager[None]":
     """A command's start, before it writes anything: a stop signal here ends it with :class:`RunNotStarted` (``what``),
     whose line says nothing was written. Without it the line was the generic one, which for ``compare`` and
     ``reproduce`` sent the user to "*.partial folders" of which there was none. A signal's exception that a package
-    wrapped (:func:`~chillfl.errors.signal_in`) is the signal too."""
-    try:
-        yield
-    except RunNotStarted:
-        raise
-    except KeyboardInterrupt as exc:
-        raise RunNotStarted(what) from exc
-    except Exception as exc:
-        signalled = signal_in(exc)
-        if signalled is None:
-            raise
-        raise RunNotStarted(what) from signalled
+    wrapped (:func:`~chillfl.errors.signal_in`) is the signal too (:func:`~chillfl.errors.stopped_as`)."""
+    return stopped_as(lambda: RunNotStarted(what))
 
 
 def _compares(config: RunConfig, args: argparse.Namespace) -> bool:

@@ -7,9 +7,10 @@ Keeping one exception type means library code never prints or exits itself.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 _LINE_BREAKING = {"Cc", "Cf", "Cs", "Co", "Zl", "Zp"}  # control, format, surrogate, private use, line/paragraph separators
@@ -228,3 +229,19 @@ class MissingExtra(ConfigError):
 
     def __str__(self) -> str:
         return one_line(self.message)
+
+
+@contextlib.contextmanager
+def stopped_as(stopped: Callable[[], KeyboardInterrupt]) -> Iterator[None]:
+    """A stop signal in the block, or its exception that a package wrapped (:func:`signal_in`), raised as ``stopped()``
+    from it: what a command's start says it had not yet done (:class:`RunNotStarted`) or how to go on
+    (:class:`ComparisonInterrupted`). One that says so already passes as it is."""
+    try:
+        yield
+    except (RunNotStarted, ComparisonInterrupted):
+        raise
+    except (KeyboardInterrupt, Exception) as exc:
+        signalled = exc if isinstance(exc, KeyboardInterrupt) else signal_in(exc)
+        if signalled is None:
+            raise
+        raise stopped() from signalled

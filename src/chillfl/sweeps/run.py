@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +31,7 @@ from chillfl import runner
 from chillfl.config import RunConfig, load_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import data_absent
-from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, RunNotStarted, SweepFailed, one_line, signal_in
+from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, RunNotStarted, SweepFailed, one_line, stopped_as
 from chillfl.paths import current_folder, shell_path
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts, run_notes, say_notes
@@ -178,26 +178,17 @@ def check_runs(
     return datasets
 
 
-@contextlib.contextmanager
-def unstarted(resume: Path | None) -> Iterator[None]:
+def unstarted(resume: Path | None) -> "contextlib.AbstractContextManager[None]":
     """A comparison's start, before its folder holds anything new: a stop signal here (or its exception that a package
-    wrapped, :func:`~chillfl.errors.signal_in`) says so.
+    wrapped, :func:`~chillfl.errors.signal_in`) says so (:func:`~chillfl.errors.stopped_as`).
 
     A new comparison: :class:`~chillfl.errors.RunNotStarted` of ``"comparison"``: nothing was written, nothing to resume
     (the CLI's line said "unfinished results are left in *.partial folders", of which there was none). A resumed one
     (``resume``: its folder): :class:`~chillfl.errors.ComparisonInterrupted`, resumable as it was.
     """
-    try:
-        yield
-    except (RunNotStarted, ComparisonInterrupted):
-        raise
-    except (KeyboardInterrupt, Exception) as exc:
-        signalled = exc if isinstance(exc, KeyboardInterrupt) else signal_in(exc)
-        if signalled is None:
-            raise
-        if resume is None:
-            raise RunNotStarted("comparison") from signalled
-        raise ComparisonInterrupted(resume) from signalled
+    if resume is None:
+        return stopped_as(lambda: RunNotStarted("comparison"))
+    return stopped_as(lambda: ComparisonInterrupted(resume))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ user sees.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 import os
 import subprocess
@@ -81,8 +80,8 @@ def option_tables() -> Iterator[Table]:
         if section in SHARED:
             first = sorted(registry)[0]
             yield Table(f"{section}-shared", section, SHARED[section][0], {**TINY, **public, f"{section}.{key}": first}, section)
-    for section, module, attr in SUBTABLES:
-        yield Table(section, section, getattr(importlib.import_module(module), attr), dict(TINY), section)
+    for section, options in SUBTABLES:
+        yield Table(section, section, options, dict(TINY), section)
     for name, spec in sorted(_terms().items()):
         prefix = f"objective.terms.{name}"
         yield Table(f"term-{name}", prefix, spec.options, {**TINY, "objective.terms": [name]}, prefix)

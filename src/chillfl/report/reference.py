@@ -20,6 +20,7 @@ from chillfl.aggregation.registry import algorithm_names, algorithm_spec, weight
 from chillfl.config import EXECUTORS, RunConfig
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiment import base_losses
+from chillfl.data.augment import AugmentOptions
 from chillfl.data.datasets import dataset_names, dataset_spec
 from chillfl.data.partition import partitioner_names, partitioner_spec
 from chillfl.data.partition_file import FROM_KEY, PARTITION_FILE
@@ -72,7 +73,7 @@ PARTS: tuple[Part, ...] = (
 ``chillfl.plugins`` entry points that belong to them too, so plugin options are shown."""
 
 
-SUBTABLES: tuple[tuple[str, str, str], ...] = (("dataset.augment", "chillfl.data.augment", "AugmentOptions"),)
+SUBTABLES: tuple[tuple[str, type], ...] = (("dataset.augment", AugmentOptions),)
 """Option tables nested in a part's table, whatever its name (rendered after the parts)."""
 
 
@@ -344,9 +345,8 @@ def render_reference(plugins: Sequence[str] = (), *, only: Collection[str] | Non
                 summary = ""
             lines += ["", f"### `{name}`" + (f" — {summary}" if summary else "")]
             lines += options_table(spec.options, f"{section}.{name}")
-    for section, module, attr in SUBTABLES:
+    for section, options in SUBTABLES:
         if keep.section(section) or keep.section(section.split(".")[0]):
-            options = getattr(importlib.import_module(module), attr)
             lines += ["", f"## [{section}]", "", _first_line(options), *options_table(options, section)]
     shown = {name: spec for name, spec in terms.items() if keep.entry("objective", name)}
     text = "\n".join(lines + (_term_sections(shown) if shown else []))
@@ -375,7 +375,7 @@ class _Keep:
 
 def _section_names() -> set[str]:
     """Every table a config has: the run's own, each part's, ``objective`` (its terms) and the subtables."""
-    return {prefix for _, _, prefix in _run_sections()} | {part.section for part in PARTS} | {"objective"} | {s for s, _, _ in SUBTABLES}
+    return {prefix for _, _, prefix in _run_sections()} | {part.section for part in PARTS} | {"objective"} | {s for s, _ in SUBTABLES}
 
 
 def _terms(plugins: Sequence[str] = ()) -> dict[str, TermSpec]:

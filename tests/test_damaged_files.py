@@ -199,3 +199,40 @@ def test_a_report_of_a_summary_with_a_foreign_calibration_is_one_line(
     assert main(["report", str(tmp_path / "done"), "-o", str(tmp_path / "r.html"), "--no-partitions"]) == 2
     _one_line_error(capsys, "summary.json", "calibration")
     assert not (tmp_path / "r.html").exists()
+
+
+def _snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Every entry under ``folder`` and its bytes (None: a folder): what a refused command must leave as it was."""
+    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes() for p in sorted(folder.rglob("*"))}
+
+
+def test_a_refused_resume_leaves_the_metrics_past_the_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Round 2's line is written after round 1's checkpoint (a kill in round 2, after its line): a resume refused for
+    a checkpoint that does not fit the run cut metrics.jsonl back to round 1 before it said so."""
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    with pytest.raises(Crash):  # 3 rounds, killed in round 2 after its metrics line: checkpoint of round 1, 2 lines
+        run_experiment(load_config(None, {**TINY, "federation.rounds": 3, "name": "cut", "out_dir": str(tmp_path)}), progress=False, callbacks=[_CrashIn(2)])
+    cut = tmp_path / "cut.partial"
+
+    def edit(tree: dict[str, Any]) -> None:
+        model = tree["protocol"]["global"]
+        model["head.weight"] = model["head.weight"].to(torch.float64)
+
+    _resign(cut / CHECKPOINT, edit)
+    before = _snapshot(cut)
+    assert len(before["metrics.jsonl"].splitlines()) == 2  # type: ignore[union-attr]
+    assert main(["resume", str(cut)]) == 2
+    _one_line_error(capsys, "checkpoint", "head.weight")
+    assert _snapshot(cut) == before
+
+
+def test_a_refused_forced_resume_of_a_diverged_run_keeps_its_failure(cut: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``resume --force`` of a ``NAME.failed`` whose checkpoint does not fit removed its failure.json before refusing:
+    the folder then no longer said it diverged (``chillfl status``), nor why."""
+    failed = cut.rename(cut.with_name("cut.failed"))
+    (failed / "failure.json").write_text(json.dumps({"round": 2, "client": 0, "what": "loss", "last_checkpoint": 1}))
+    _resign(failed / CHECKPOINT, lambda tree: tree["protocol"]["global"].pop("head.bias"))
+    before = _snapshot(failed)
+    assert main(["resume", "--force", str(failed)]) == 2
+    _one_line_error(capsys, "checkpoint", "head.bias")
+    assert _snapshot(failed) == before

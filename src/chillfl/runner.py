@@ -516,8 +516,9 @@ def _run_rounds(
     try:
         if resume is not None:
             done, state, records = resume
-            _restore(protocol, state, exp, writer)
-            if writer is not None:  # no checksum of the checkpoint covers it, and it follows from config.toml: a damaged one is made whole
+            _restore(protocol, state, exp, writer)  # before anything is written: a checkpoint that does not fit leaves the folder as it was
+            if writer is not None:  # no checksum of the checkpoint covers partition.json, and it follows from config.toml: a damaged one is made whole
+                writer.resume()
                 _write_partition(writer.path, exp, config)
         if writer is not None and config.log.sinks:
             sinks = _sinks(config, writer.path, records)

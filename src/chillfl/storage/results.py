@@ -178,6 +178,7 @@ class ResultWriter:
         self._name = name
         self.started_in = str(started_in) if started_in is not None else current_folder()
         self._metrics: int | None = None
+        self._resumed = b""
         self.config_bytes = b""
         lock = None
         try:
@@ -194,17 +195,16 @@ class ResultWriter:
     def reopen(cls, path: str | Path, lock: RunLock, metrics: bytes, config: bytes, started_in: Path | None = None) -> "ResultWriter":
         """Continue writing the interrupted run folder ``path`` (``NAME.partial``, or a stopped run's ``NAME``), whose ``lock`` the caller took.
 
-        ``metrics.jsonl`` is replaced by ``metrics`` (the rounds up to the
-        checkpoint the run resumes from, as they were written): rounds written
-        after the checkpoint are run again. ``started_in``: the folder the run was started in, as its checkpoint
+        Nothing is written here: :meth:`resume` replaces ``metrics.jsonl`` by ``metrics`` (the rounds up to the
+        checkpoint the run resumes from, as they were written; rounds written after it are run again) once the
+        checkpoint's state is known to fit the run, so that a resume refused for a checkpoint that does not fit
+        leaves the folder as it was. ``started_in``: the folder the run was started in, as its checkpoint
         recorded it (None: unknown; the folder the resume is typed in is not recorded in its place).
         """
         self = cls.__new__(cls)
         self.path = Path(path)
         self.started_in = str(started_in) if started_in is not None else None
         self._name = self.path.name.removesuffix(PARTIAL).removesuffix(FAILED)  # a diverged run resumed with --force ends as NAME
-        if self.path.name.endswith(FAILED):
-            (self.path / FAILURE).unlink(missing_ok=True)  # the last attempt's divergence; this one writes its own if it diverges
         final = self.path.with_name(self._name)
         if final == self.path:  # a completed folder of a run a callback stopped early: it continues in place
             self.final = final
@@ -212,13 +212,17 @@ class ResultWriter:
             self.final = final if not os.path.lexists(final) else unique_dir(self.path.parent, self._name)
         self._lock = lock
         self.config_bytes = config
-        try:
-            write_atomic(self.path / "metrics.jsonl", metrics)
-            self._open_metrics(metrics, create=False)
-        except BaseException:
-            self._lock.release()
-            raise
+        self._metrics = None
+        self._resumed = metrics
         return self
+
+    def resume(self) -> None:
+        """Start writing the folder :meth:`reopen` took: ``metrics.jsonl`` cut back to the checkpoint's rounds, and
+        a diverged run's ``failure.json`` (the last attempt's; this one writes its own if it diverges) removed."""
+        if self.path.name.endswith(FAILED):
+            (self.path / FAILURE).unlink(missing_ok=True)
+        write_atomic(self.path / "metrics.jsonl", self._resumed)
+        self._open_metrics(self._resumed, create=False)
 
     def _open_metrics(self, written: bytes, create: bool) -> None:
         flags = os.O_WRONLY | os.O_APPEND | O_NOFOLLOW | O_CLOEXEC

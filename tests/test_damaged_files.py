@@ -236,3 +236,14 @@ def test_a_refused_forced_resume_of_a_diverged_run_keeps_its_failure(cut: Path, 
     assert main(["resume", "--force", str(failed)]) == 2
     _one_line_error(capsys, "checkpoint", "head.bias")
     assert _snapshot(failed) == before
+
+
+@pytest.mark.parametrize("claimed", [99, -1])
+def test_status_of_a_checkpoint_of_an_impossible_round_says_it_is_inconsistent(cut: Path, claimed: int, capsys: pytest.CaptureFixture[str]) -> None:
+    """A re-signed checkpoint of round 99 of a 2-round run was shown as "resumes after round 99": resume refuses it."""
+    _resign(cut / CHECKPOINT, lambda tree: tree.update(round=claimed))
+    assert main(["status", str(cut)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "| cut |" in line)
+    assert "inconsistent" in row and "resumes after" not in row, row
+    assert main(["resume", str(cut)]) == 2
+    _one_line_error(capsys, "checkpoint" if claimed < 0 else "federation.rounds")

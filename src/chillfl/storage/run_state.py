@@ -92,6 +92,9 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
         if (folder / CHECKPOINT).is_file():  # its metrics may run past the checkpoint: those rounds run again
             done = saved_round(folder / CHECKPOINT)
             how = "resumes from its checkpoint" if done is None else f"resumes after round {done}, its checkpoint"
+            if done is not None and (done < 0 or (planned is not None and done > planned)):  # re-signed or from another run: resume refuses it
+                past = f", past the {planned} planned" if done >= 0 else ""
+                how = f"its checkpoint is inconsistent: of round {done}{past}; resume refuses it"
         return RunState(name, "stopped", how, rounds, planned)
     if (folder / "summary.json").is_file():
         try:

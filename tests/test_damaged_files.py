@@ -247,3 +247,46 @@ def test_status_of_a_checkpoint_of_an_impossible_round_says_it_is_inconsistent(c
     assert "inconsistent" in row and "resumes after" not in row, row
     assert main(["resume", str(cut)]) == 2
     _one_line_error(capsys, "checkpoint" if claimed < 0 else "federation.rounds")
+
+
+@pytest.mark.parametrize("name", ["partition.json", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors"])
+def test_a_run_file_that_is_a_directory_is_refused_in_one_line_naming_it(cut: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """partition.json a directory: every round ran, then the resume failed as a storage error (exit 1) that named no fix;
+    a checkpoint one was "no checkpoint.safetensors"; model.safetensors one (written at the end) the same exit 1."""
+    (cut / name).unlink(missing_ok=True)
+    (cut / name).mkdir()
+    before = _snapshot(cut)
+    assert main(["resume", str(cut)]) == 2
+    _one_line_error(capsys, f"{cut / name} is a directory")
+    assert _snapshot(cut) == before
+
+
+def test_a_resume_does_not_open_a_fifo_metrics_file(cut: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A FIFO ``metrics.jsonl`` blocked ``chillfl resume`` forever (it read it whole); a thread stands ready to write
+    to it, so that a resume that opens it fails here rather than hangs (as in the status test above)."""
+    metrics = cut / "metrics.jsonl"
+    metrics.unlink()
+    os.mkfifo(metrics)
+    stop, wrote = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            try:
+                fd = os.open(metrics, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while no reader has it open
+            except OSError:
+                stop.wait(0.01)
+                continue
+            os.write(fd, b"{}\n")
+            os.close(fd)
+            wrote.set()
+            return
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        assert main(["resume", str(cut)]) == 2
+    finally:
+        stop.set()
+        thread.join()
+    assert not wrote.is_set()
+    _one_line_error(capsys, f"{metrics} is a FIFO")

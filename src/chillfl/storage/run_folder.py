@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shlex
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 CHECKPOINT = "checkpoint.safetensors"
+MODEL = "model.safetensors"
+CLIENT_MODELS = "client_models.safetensors"
 FIELD = "run_dir"
 SWEEP_FILE = "sweep.json"
 """What makes a folder a comparison's (:mod:`chillfl.sweeps.record` writes and reads it)."""
@@ -106,6 +109,7 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
     lock = RunLock(path)
     try:
         refuse_links(path)
+        _refuse_odd_files(path)
         # it is written into, and a .partial renamed in its parent at the end: a read-only one failed only then, every round run
         for folder in (path, path.parent) if path.name.endswith(PARTIAL) else (path,):
             check_writable_dir(str(folder), FIELD)
@@ -125,6 +129,23 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
     except BaseException:
         lock.release()
         raise
+
+
+def _refuse_odd_files(path: Path) -> None:
+    """A file a resume reads or replaces that is something else: a FIFO ``metrics.jsonl`` blocked the resume forever,
+    a directory ``partition.json`` failed it every round later as a storage error (exit 1) that named no fix."""
+    from chillfl.data.partition_file import PARTITION_FILE  # chillfl.data is heavy: the resume builds it anyway
+
+    for name in ("config.toml", CHECKPOINT, "metrics.jsonl", PARTITION_FILE, FAILURE, "summary.json", MODEL, CLIENT_MODELS):
+        try:
+            mode = os.lstat(path / name).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise ConfigError(name, f"cannot read {path / name}: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+            raise ConfigError(name, f"{path / name} is {what}; a run folder's {name} is a file (remove it, or put the run's file back)")
 
 
 def _no_checkpoint(path: Path) -> str:

@@ -50,7 +50,7 @@ from chillfl.storage.model_file import write_client_models, write_model
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.record import round_number
 from chillfl.storage.results import ResultWriter, last_value, summarize
-from chillfl.storage.run_folder import CHECKPOINT, CLIENT_MODELS, MODEL, open_for_resume, run_metadata  # noqa: F401  (MODEL, CLIENT_MODELS: read here)
+from chillfl.storage.run_folder import CHECKPOINT, CLIENT_MODELS as CLIENT_MODELS, MODEL as MODEL, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import CHUNKED, COMPARED, as_comment, differences, environment
 from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError

@@ -15,7 +15,7 @@ import chillfl
 from chillfl.cli import main
 from chillfl.config import load_config, variant_config
 from chillfl.errors import ConfigError
-from chillfl.options import short_repr
+from chillfl.options import short_path
 from chillfl.resolve import resolved
 from chillfl.sweeps.plan import parse_grid
 
@@ -137,7 +137,7 @@ def test_dry_run_exits_2_on_what_a_run_would_refuse(tmp_path: Path, capsys: pyte
     folder.mkdir()
     assert main([a.format(base=base, folder=folder) for a in argv] + ["--dry-run", "dataset.name=digits"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith(f"chillfl: error: {line.format(shown=short_repr(str(folder)))}")
+    assert len(err.splitlines()) == 1 and err.startswith(f"chillfl: error: {line.format(shown=short_path(str(folder)))}")
     assert not (tmp_path / "out").exists()
 
 

@@ -290,3 +290,25 @@ def test_a_resume_does_not_open_a_fifo_metrics_file(cut: Path, capsys: pytest.Ca
         thread.join()
     assert not wrote.is_set()
     _one_line_error(capsys, f"{metrics} is a FIFO")
+
+
+def test_a_long_partition_from_path_keeps_its_file_name_in_the_line(partition: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The path was cut at 80 characters from its start: the line named a folder, not which file was refused."""
+    deep = tmp_path / ("a" * 60) / ("b" * 60)
+    deep.mkdir(parents=True)
+    doc = json.loads(partition.read_text())
+    doc["version"] = 99
+    (deep / "theirs.json").write_text(json.dumps(doc))
+    assert _run_from(deep / "theirs.json", tmp_path) == 2
+    _one_line_error(capsys, "partition.from", "theirs.json'", "version 99")
+    assert _run_from(deep / "absent.json", tmp_path) == 2
+    assert _one_line_error(capsys, "partition.from", "absent.json'", "No such file").count("absent.json") == 1  # not again in the OSError's text
+
+
+@pytest.mark.parametrize(("path", "end"), [("/" + "d" * 100 + "/p.json", "/p.json'"), ("short.json", "'short.json'"), ("p" * 300, "...")])
+def test_short_path_keeps_the_file_name(path: str, end: str) -> None:
+    """Cut in the middle, not at the end; a "name" longer than any file name is text, cut at its end."""
+    from chillfl.options import short_path
+
+    shown = short_path(path)
+    assert len(shown) <= 80 and shown.endswith(end), shown

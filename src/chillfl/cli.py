@@ -35,7 +35,7 @@ from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, D
                             did_you_mean, one_line, signal_in, stopped_as)
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need, package_file
-from chillfl.options import short_repr
+from chillfl.options import short_path, short_repr
 from chillfl.paths import shell_path
 from chillfl.stop_signals import HeldSignals, stop_signals
 from chillfl.wording import counted
@@ -62,12 +62,12 @@ def _config_path(config: str) -> Path:
     except (OSError, ValueError):  # too long, NUL: the same one line
         found = False
     if not found and is_folder(path):
-        raise ConfigError("config", f"{short_repr(config)} is a folder, not a config file")
+        raise ConfigError("config", f"{short_path(config)} is a folder, not a config file")
     if not found and _is_override(config):
         raise ConfigError("config", f"{short_repr(config)} is an override (section.option=value): give the config file or bundled experiment first")
     if not found:
         hint = did_you_mean(config.removesuffix(".toml"), bundled_experiments())
-        raise ConfigError("config", f"file not found: {short_repr(config)}{hint}; `chillfl list experiments` lists the bundled experiments")
+        raise ConfigError("config", f"file not found: {short_path(config)}{hint}; `chillfl list experiments` lists the bundled experiments")
     return path
 
 

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiments import experiments_root
-from chillfl.options import OwnTable, parse_options, require, require_range, short_repr
+from chillfl.options import OwnTable, parse_options, require, require_range, short_path, short_repr
 from chillfl.paths import check_writable_dir
 from chillfl.plugins import PluginNotImported
 from chillfl.settings.distillation import DistillationOptions, DistillationSetup, parse_distillation
@@ -962,7 +962,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     except (OSError, ValueError):  # ENAMETOOLONG, NUL in the path
         is_file = False
     if not is_file:
-        raise ConfigError("config", f"{short_repr(str(p))} is a folder, not a config file" if is_folder(p) else f"file not found: {short_repr(str(p))}")
+        raise ConfigError("config", f"{short_path(str(p))} is a folder, not a config file" if is_folder(p) else f"file not found: {short_path(str(p))}")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:

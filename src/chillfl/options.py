@@ -133,6 +133,19 @@ def short_repr(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def short_path(path: str, limit: int = 80) -> str:
+    """``repr(path)`` cut in the middle to about ``limit`` characters, keeping its file name whole: an error line about a
+    long path cut at its end (:func:`short_repr`) lost the one part that names the file. A last part longer than any
+    file name (a pasted text, not a path) is cut as :func:`short_repr` cuts it."""
+    text = repr(path)
+    if len(text) <= limit:
+        return text
+    tail = text[text.rfind("/"):] if "/" in text else text
+    if len(tail) > 260:  # NAME_MAX is 255 bytes
+        return short_repr(path, limit)
+    return text[: max(limit - 3 - len(tail), 10)] + "..." + tail
+
+
 def comma_items(text: str, field: str, expected: str) -> list[str]:
     """The stripped items of a comma-separated flag value (``--seeds 0,1,2``); none for a blank ``text``.
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from chillfl.data.augment import AUGMENT_KEY
 from chillfl.errors import ConfigError
-from chillfl.options import short_repr
+from chillfl.options import short_path, short_repr
 
 FROM_FILE = "file"
 """``partition.name`` of a partition read from a file (set by ``partition.from`` alone)."""
@@ -95,40 +95,41 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
     try:
         # a device or FIFO (a link to /dev/zero) is refused before it is opened: read, it fills the memory or blocks forever
         if not stat.S_ISREG(os.stat(path).st_mode):
-            raise ConfigError(FIELD, f"{short_repr(path)} is not a regular file (a run folder's {PARTITION_FILE})")
+            raise ConfigError(FIELD, f"{short_path(path)} is not a regular file (a run folder's {PARTITION_FILE})")
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
-        raise ConfigError(FIELD, f"cannot read {short_repr(path)}: {type(exc).__name__}: {str(exc)[:120]}") from None
+        said = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)[:120]  # an OSError's own text repeats the path
+        raise ConfigError(FIELD, f"cannot read {short_path(path)}: {type(exc).__name__}: {said}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("clients"), list):
-        raise ConfigError(FIELD, f"{short_repr(path)} is not a chillfl partition file (a run folder's {PARTITION_FILE})")
+        raise ConfigError(FIELD, f"{short_path(path)} is not a chillfl partition file (a run folder's {PARTITION_FILE})")
     version = doc.get("version", 1)  # a file another tool wrote may have none: read as version 1, the plain one
     if type(version) is not int or version not in VERSIONS:  # another format may give its indices another meaning
-        raise ConfigError(FIELD, f"{short_repr(path)} has format version {short_repr(version)}; this chillfl reads versions {', '.join(map(str, VERSIONS))}")
+        raise ConfigError(FIELD, f"{short_path(path)} has format version {short_repr(version)}; this chillfl reads versions {', '.join(map(str, VERSIONS))}")
     if version >= 2 and ROWS not in doc:  # else the row-order check is skipped, as for version 1
-        raise ConfigError(FIELD, f"{short_repr(path)} is of version {version} but has no {ROWS!r} record (every such file has one)")
+        raise ConfigError(FIELD, f"{short_path(path)} is of version {version} but has no {ROWS!r} record (every such file has one)")
     clients = doc["clients"]
     if len(clients) != num_clients:
-        raise ConfigError(FIELD, f"{short_repr(path)} has {len(clients)} clients; federation.num_clients is {num_clients}")
+        raise ConfigError(FIELD, f"{short_path(path)} has {len(clients)} clients; federation.num_clients is {num_clients}")
     if doc.get("train_size") not in (None, train_size):
-        raise ConfigError(FIELD, f"{short_repr(path)} splits a training set of {doc['train_size']} samples; this dataset has {train_size}")
+        raise ConfigError(FIELD, f"{short_path(path)} splits a training set of {doc['train_size']} samples; this dataset has {train_size}")
     if labels is not None:
         check_rows(doc.get(ROWS), labels, path)
     out = []
     for i, ix in enumerate(clients):
         if not isinstance(ix, list) or not all(isinstance(j, int) and not isinstance(j, bool) for j in ix):
-            raise ConfigError(FIELD, f"client {i} in {short_repr(path)} is not a list of integer indices")
+            raise ConfigError(FIELD, f"client {i} in {short_path(path)} is not a list of integer indices")
         if ix and (min(ix) < 0 or max(ix) >= train_size):  # checked on Python ints: 2**70 does not fit an int64
-            raise ConfigError(FIELD, f"indices in {short_repr(path)} must be in [0, {train_size - 1}]")
+            raise ConfigError(FIELD, f"indices in {short_path(path)} must be in [0, {train_size - 1}]")
         out.append(np.sort(np.asarray(ix, dtype=np.int64)))
     flat = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
     if not len(flat):
-        raise ConfigError(FIELD, f"{short_repr(path)} gives no client any training sample")
+        raise ConfigError(FIELD, f"{short_path(path)} gives no client any training sample")
     if len(np.unique(flat)) != len(flat):
-        raise ConfigError(FIELD, f"{short_repr(path)} gives some training sample to two clients (or twice to one)")
+        raise ConfigError(FIELD, f"{short_path(path)} gives some training sample to two clients (or twice to one)")
     if len(public) and np.isin(flat, public).any():
-        raise ConfigError(FIELD, f"{short_repr(path)} gives clients samples of the public pool (distillation.public_size draws it first)")
+        raise ConfigError(FIELD, f"{short_path(path)} gives clients samples of the public pool (distillation.public_size draws it first)")
     return out
 
 
@@ -137,14 +138,14 @@ def check_rows(rows: object, labels: np.ndarray, path: str) -> None:
     if rows is None:
         return
     if not isinstance(rows, dict) or not isinstance(rows.get("labels_sha256"), str):
-        raise ConfigError(FIELD, f"{short_repr(path)}'s {ROWS!r} record is not one chillfl writes (labels_sha256 and dataset)")
+        raise ConfigError(FIELD, f"{short_path(path)}'s {ROWS!r} record is not one chillfl writes (labels_sha256 and dataset)")
     if rows["labels_sha256"] == labels_digest(labels):
         return
     made = rows.get("dataset")
     table = ", ".join(f"{k} = {short_repr(v)}" for k, v in sorted(made.items())) if isinstance(made, dict) and made else "unknown"
     raise ConfigError(
         FIELD,
-        f"{short_repr(path)} indexes rows in another order: this dataset's training labels differ row by row from those it was made on "
+        f"{short_path(path)} indexes rows in another order: this dataset's training labels differ row by row from those it was made on "
         f"([dataset] {table}); another dataset.split_seed (or another [dataset] option, or other data files) reorders the rows. "
         "Use the [dataset] table it was made with, or split anew",
     )

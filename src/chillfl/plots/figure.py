@@ -31,7 +31,7 @@ def figure_file(output: str, field: str) -> Path:
     from matplotlib.backend_bases import FigureCanvasBase
 
     from chillfl.errors import ConfigError
-    from chillfl.options import short_repr
+    from chillfl.options import short_path
 
     path = Path(output)
     if path.is_dir():  # before the suffix: a folder's name would otherwise become folder.png beside it
@@ -41,7 +41,7 @@ def figure_file(output: str, field: str) -> Path:
     formats = FigureCanvasBase.get_supported_filetypes()
     if path.suffix[1:].lower() not in formats:
         others = ", ".join(f".{f}" for f in sorted(formats) if f != "png")
-        raise ConfigError(field, f"{short_repr(output)}: no image format is written as {path.suffix!r}; give a .png path (or {others})")
+        raise ConfigError(field, f"{short_path(str(output))}: no image format is written as {path.suffix!r}; give a .png path (or {others})")
     return path
 
 

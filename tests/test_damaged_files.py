@@ -312,3 +312,20 @@ def test_short_path_keeps_the_file_name(path: str, end: str) -> None:
 
     shown = short_path(path)
     assert len(shown) <= 80 and shown.endswith(end), shown
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_a_comparison_folder_without_its_sweep_json_is_not_read_as_one_run(cut: Path, tmp_path: Path, finished: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without sweep.json a comparison's folder was one run "stopped (early, by a callback)" to ``status`` (finished or
+    not), and to ``resume`` a run "stopped before its first checkpoint"."""
+    folder = tmp_path / ("x-compare" if finished else "x-compare.partial")
+    folder.mkdir()
+    (folder / "config.toml").write_bytes((cut / "config.toml").read_bytes())
+    cut.rename(folder / "a-s0.partial")
+    if finished:
+        (folder / "table.json").write_text("[]")
+    before = _snapshot(folder)
+    for command in ("status", "resume"):
+        assert main([command, str(folder)]) == 2
+        _one_line_error(capsys, "sweep.json", str(folder), "finished comparison" if finished else "a-s0.partial")
+    assert _snapshot(folder) == before

@@ -13,6 +13,7 @@ from pathlib import Path
 from chillfl.errors import ConfigError
 from chillfl.plugins import reading_data
 from chillfl.storage.results import FAILED, PARTIAL
+from chillfl.storage.run_folder import SWEEP_FILE, lost_sweep
 from chillfl.storage.run_state import RunState, folder_state, is_sweep, run_state
 from chillfl.wording import counted
 
@@ -50,6 +51,9 @@ def _status_table(folder: Path) -> str:
         what = "comparison (table written)" if not folder.name.endswith(PARTIAL) else "comparison"
         head = f"{folder}: {what}, {counted(len(states), 'run')}: " + ", ".join(f"{n} {state}" for state, n in counts.items())
     elif (folder / "config.toml").is_file():
+        lost = lost_sweep(folder)
+        if lost:
+            raise ConfigError(SWEEP_FILE, lost)
         name = folder.name.removesuffix(PARTIAL).removesuffix(FAILED)
         planned = None
         try:

@@ -116,7 +116,8 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
         if not (path / "config.toml").is_file():
             raise ConfigError(FIELD, f"{path} is not a chillfl run folder (no config.toml)")
         if not (path / CHECKPOINT).is_file():
-            raise ConfigError(FIELD, _no_checkpoint(path))
+            lost = lost_sweep(path)
+            raise ConfigError(SWEEP_FILE, lost) if lost else ConfigError(FIELD, _no_checkpoint(path))
         state, run = read_checkpoint(path / CHECKPOINT)  # verified, force or not: a corrupt checkpoint is no edit
         done = _round_of(state, path / CHECKPOINT)
         config = (path / "config.toml").read_bytes()
@@ -146,6 +147,24 @@ def _refuse_odd_files(path: Path) -> None:
         if not stat.S_ISREG(mode):
             what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
             raise ConfigError(name, f"{path / name} is {what}; a run folder's {name} is a file (remove it, or put the run's file back)")
+
+
+def lost_sweep(folder: Path) -> str | None:
+    """The line for a comparison's folder without its ``sweep.json`` (it holds run folders, which no run's does), else None.
+
+    Without the record of the runs it plans, a comparison was read as one run: ``status`` said "stopped (early, by a
+    callback)", ``resume`` that it stopped before its first checkpoint."""
+    try:
+        child = next((c for c in sorted(folder.iterdir()) if not c.is_symlink() and c.is_dir() and (c / "config.toml").is_file()), None)
+    except OSError:
+        return None
+    if child is None:
+        return None
+    if not folder.name.endswith(PARTIAL) and (folder / "table.json").is_file():
+        return (f"{folder} is a finished comparison (its table is written) without its {SWEEP_FILE}, the record of the runs it "
+                "planned: its runs cannot be listed in plan order, and there is nothing to resume")
+    return (f"{folder} is a comparison's folder (it holds the run {child.name}) without its {SWEEP_FILE}, the record of the runs "
+            f"it plans: where it stands cannot be told, nor can it resume; run it again with `{_run_again(folder)}` (into a new folder)")
 
 
 def _no_checkpoint(path: Path) -> str:

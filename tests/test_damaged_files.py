@@ -329,3 +329,32 @@ def test_a_comparison_folder_without_its_sweep_json_is_not_read_as_one_run(cut: 
         assert main([command, str(folder)]) == 2
         _one_line_error(capsys, "sweep.json", str(folder), "finished comparison" if finished else "a-s0.partial")
     assert _snapshot(folder) == before
+
+
+@pytest.mark.parametrize("edit", ["dtype", "shape", "missing", "extra"])
+def test_a_checkpointed_client_model_that_does_not_fit_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: str,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Only the global model was checked: Ditto's v_k of another dtype or shape was a RuntimeError traceback in the
+    resumed round, one missing or one more a run that finished (exit 0) on a state no round produced."""
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    with pytest.raises(Crash):
+        run_experiment(load_config(None, {**TINY, "algorithm.name": "ditto", "name": "cut", "out_dir": str(tmp_path)}), progress=False, callbacks=[_CrashIn(2)])
+    cut = tmp_path / "cut.partial"
+
+    def change(tree: dict[str, Any]) -> None:
+        own = tree["protocol"]["clients"]["1"]
+        key = "ditto.v.head.weight"
+        if edit == "dtype":
+            own[key] = own[key].to(torch.float64)
+        elif edit == "shape":
+            own[key] = torch.zeros(3, 3)
+        elif edit == "missing":
+            del own[key]
+        else:
+            own["ditto.v.bogus"] = torch.zeros(2)
+
+    _resign(cut / CHECKPOINT, change)
+    before = _snapshot(cut)
+    assert main(["resume", str(cut)]) == 2
+    _one_line_error(capsys, str(cut / CHECKPOINT), "client 1", "bogus" if edit == "extra" else "head.weight")
+    assert _snapshot(cut) == before

@@ -463,6 +463,35 @@ def _restore(protocol: ServerProtocol, state: Mapping[str, Any], exp: Experiment
             raise ConfigError("checkpoint", f"{where} does not fit the run of config.toml: its model's {key} has shape {tuple(loaded.shape)}, config.toml's {tuple(initial.shape)}")
         if loaded is not None and loaded.dtype != initial.dtype:  # else a RuntimeError traceback in the first matmul
             raise ConfigError("checkpoint", f"{where} does not fit the run of config.toml: its model's {key} has dtype {loaded.dtype}, config.toml's {initial.dtype}")
+    _check_client_models(protocol, exp, where)
+
+
+def _check_client_models(protocol: ServerProtocol, exp: Experiment, where: str) -> None:
+    """The clients' own models in a checkpoint (where the protocol keeps them) against config.toml's and each other.
+
+    A tensor of another shape or dtype than its architecture's was a RuntimeError traceback in that client's next
+    training; one more or one missing, a run that went on silently (ignoring it, or with the global model's entry in its
+    place). Entries the architecture lacks (a method's own wrapper's) are compared across the clients of one
+    architecture: every client's model of a method has the same entries. ConfigError on ``checkpoint``, naming the file."""
+    clients = protocol.client_states()
+    if not clients:
+        return
+    models = build_client_models(exp) if "assign" in exp.config.model or "groups" in exp.config.model else None
+    first: dict[int, tuple[int, Mapping[str, torch.Tensor]]] = {}
+    for cid, model in sorted(clients.items()):
+        arch = 0 if models is None else models.plan.arch_of[cid]
+        template = exp.initial_state if models is None else models.states[arch]
+        other, like = first.setdefault(arch, (cid, model))
+        said = f"{where} does not fit the run of config.toml: client {cid}'s model"
+        if set(model) != set(like):
+            extra, missing = sorted(set(model) - set(like)), sorted(set(like) - set(model))
+            raise ConfigError("checkpoint", f"{said} has {extra[0]}, which client {other}'s has not" if extra else f"{said} lacks {missing[0]}, which client {other}'s has")
+        for key, tensor in model.items():
+            for want, whose in ((template.get(key), "config.toml's"), (like[key], f"client {other}'s")):
+                if want is not None and tensor.shape != want.shape:
+                    raise ConfigError("checkpoint", f"{said}'s {key} has shape {tuple(tensor.shape)}, {whose} {tuple(want.shape)}")
+                if want is not None and tensor.dtype != want.dtype:
+                    raise ConfigError("checkpoint", f"{said}'s {key} has dtype {tensor.dtype}, {whose} {want.dtype}")
 
 
 def _run(

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import torch
@@ -60,6 +61,37 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], *names: str) -> str:
     for name in names:
         assert name in err, err
     return err
+
+
+@contextmanager
+def _fifo_in_place(path: Path, data: bytes) -> Iterator[threading.Event]:
+    """``path`` replaced by a FIFO, with a thread standing ready to write ``data`` into it (the event: it did).
+
+    Opened, a FIFO blocks until a writer comes (forever): with the thread, code that opens it reads ``data`` and the
+    test fails on what it read rather than hangs."""
+    path.unlink()
+    os.mkfifo(path)
+    stop, wrote = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while no reader has it open
+            except OSError:
+                stop.wait(0.01)
+                continue
+            os.write(fd, data)
+            os.close(fd)
+            wrote.set()
+            return
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        yield wrote
+    finally:
+        stop.set()
+        thread.join()
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.int64])
@@ -145,30 +177,8 @@ def test_status_does_not_open_a_fifo_in_the_run_folder(cut: Path, capsys: pytest
 
     Opened, the FIFO blocks until a writer comes (forever); here a thread stands ready to write three lines, which
     a status that opens it counts as rounds, so the test fails rather than hangs."""
-    metrics = cut / "metrics.jsonl"
-    metrics.unlink()
-    os.mkfifo(metrics)
-    stop, wrote = threading.Event(), threading.Event()
-
-    def writer() -> None:
-        while not stop.is_set():
-            try:
-                fd = os.open(metrics, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while no reader has it open
-            except OSError:
-                stop.wait(0.01)
-                continue
-            os.write(fd, b"{}\n" * 3)
-            os.close(fd)
-            wrote.set()
-            return
-
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
-    try:
+    with _fifo_in_place(cut / "metrics.jsonl", b"{}\n" * 3) as wrote:
         assert main(["status", str(cut)]) == 0
-    finally:
-        stop.set()
-        thread.join()
     assert not wrote.is_set()
     assert "stopped" in capsys.readouterr().out
 
@@ -262,34 +272,11 @@ def test_a_run_file_that_is_a_directory_is_refused_in_one_line_naming_it(cut: Pa
 
 
 def test_a_resume_does_not_open_a_fifo_metrics_file(cut: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A FIFO ``metrics.jsonl`` blocked ``chillfl resume`` forever (it read it whole); a thread stands ready to write
-    to it, so that a resume that opens it fails here rather than hangs (as in the status test above)."""
-    metrics = cut / "metrics.jsonl"
-    metrics.unlink()
-    os.mkfifo(metrics)
-    stop, wrote = threading.Event(), threading.Event()
-
-    def writer() -> None:
-        while not stop.is_set():
-            try:
-                fd = os.open(metrics, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while no reader has it open
-            except OSError:
-                stop.wait(0.01)
-                continue
-            os.write(fd, b"{}\n")
-            os.close(fd)
-            wrote.set()
-            return
-
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
-    try:
+    """A FIFO ``metrics.jsonl`` blocked ``chillfl resume`` forever (it read it whole)."""
+    with _fifo_in_place(cut / "metrics.jsonl", b"{}\n") as wrote:
         assert main(["resume", str(cut)]) == 2
-    finally:
-        stop.set()
-        thread.join()
     assert not wrote.is_set()
-    _one_line_error(capsys, f"{metrics} is a FIFO")
+    _one_line_error(capsys, f"{cut / 'metrics.jsonl'} is a FIFO")
 
 
 def test_a_long_partition_from_path_keeps_its_file_name_in_the_line(partition: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -358,3 +345,16 @@ def test_a_checkpointed_client_model_that_does_not_fit_is_refused_in_one_line(tm
     assert main(["resume", str(cut)]) == 2
     _one_line_error(capsys, str(cut / CHECKPOINT), "client 1", "bogus" if edit == "extra" else "head.weight")
     assert _snapshot(cut) == before
+
+
+def test_a_finished_run_of_a_stopped_comparison_with_a_fifo_metrics_file_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumed comparison reads its finished runs back: a FIFO ``metrics.jsonl`` in one blocked the resume forever."""
+    from chillfl.errors import ConfigError
+    from chillfl.sweeps.resume import finished_run
+
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    run_experiment(load_config(None, {**TINY, "name": "a-s0", "out_dir": str(tmp_path)}), progress=False)
+    with _fifo_in_place(tmp_path / "a-s0" / "metrics.jsonl", b'{"round": 1}\n') as wrote:
+        with pytest.raises(ConfigError, match="metrics.jsonl is unreadable .*not a regular file.*; remove .*a-s0 and it runs again"):
+            finished_run(tmp_path, "a-s0")
+    assert not wrote.is_set()

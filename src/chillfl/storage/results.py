@@ -32,6 +32,7 @@ import json
 import math
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -301,8 +302,13 @@ def read_metrics(folder: str | Path, torn_tail: bool = False) -> list[dict[str, 
 
     ``torn_tail``: an unfinished run's folder (``.partial``, ``.failed``), where a kill while a round's line was
     written leaves that last line cut short (no newline): it is dropped, as ``chillfl resume`` drops it.
+    A ``metrics.jsonl`` that is no regular file raises ValueError before it is opened: a FIFO blocked the reader forever
+    (a resumed comparison reading back its finished runs), a link to /dev/zero filled the memory.
     """
-    data = (Path(folder) / "metrics.jsonl").read_bytes()
+    path = Path(folder) / "metrics.jsonl"
+    if not stat.S_ISREG(os.stat(path).st_mode):  # OSError when missing, as read_bytes raised
+        raise ValueError("not a regular file")
+    data = path.read_bytes()
     whole, _, tail = data.rpartition(b"\n")
     records = [json.loads(line) for line in whole.split(b"\n") if line.strip()]
     if tail.strip():

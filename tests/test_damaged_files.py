@@ -358,3 +358,36 @@ def test_a_finished_run_of_a_stopped_comparison_with_a_fifo_metrics_file_is_one_
         with pytest.raises(ConfigError, match="metrics.jsonl is unreadable .*not a regular file.*; remove .*a-s0 and it runs again"):
             finished_run(tmp_path, "a-s0")
     assert not wrote.is_set()
+
+
+@pytest.mark.parametrize("rows", ["{}", "[1]", "[{}]", '[{"variant": 1}]'])
+def test_a_finished_comparisons_table_that_is_no_table_is_one_line(tmp_path: Path, rows: str) -> None:
+    """``reproduce --resume`` reads a finished comparison's table.json back: rows that are no rows were a TypeError or
+    KeyError traceback where the claim's rows are looked up, ``{}`` a line saying its variants are "not in" nothing."""
+    from chillfl.errors import ConfigError
+    from chillfl.sweeps.record import read_compare
+
+    (tmp_path / "table.json").write_text(rows)
+    (tmp_path / "table.md").write_text("| variant |\n")
+    with pytest.raises(ConfigError, match="table.json is not a comparison's table"):
+        read_compare(tmp_path)
+
+
+def test_a_fifo_table_or_sweep_json_is_never_opened(tmp_path: Path) -> None:
+    """``reproduce --resume`` looks for its comparisons' folders (their sweep.json) and reads a finished one's table.md:
+    a FIFO in either blocked it forever."""
+    from chillfl.errors import ConfigError
+    from chillfl.sweeps.record import find_sweep, read_compare
+
+    folder = tmp_path / "n-compare"
+    folder.mkdir()
+    (folder / "table.json").write_text('[{"variant": "a"}]')
+    (folder / "table.md").write_text("")
+    with _fifo_in_place(folder / "table.md", b"| a |\n") as wrote:
+        with pytest.raises(ConfigError, match="table.md is not a regular file"):
+            read_compare(folder)
+    assert not wrote.is_set()
+    (folder / "sweep.json").write_text("")
+    with _fifo_in_place(folder / "sweep.json", b"{}") as wrote:
+        assert find_sweep(tmp_path, "n-compare", {}) is None  # type: ignore[typeddict-item]
+    assert not wrote.is_set()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict
 from glob import escape as glob_escape
 from pathlib import Path
@@ -110,6 +111,8 @@ def find_sweep(parent: Path, name: str, record: SweepRecord) -> Path | None:
         base = folder.name.removesuffix(PARTIAL)
         if not (base == name or (base.startswith(f"{name}-") and base[len(name) + 1:].isdigit())) or folder.is_symlink():
             continue
+        if not (folder / SWEEP_FILE).is_file():  # a FIFO: read, it blocked the shard or reproduce --resume forever
+            continue
         try:
             saved = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -191,10 +194,18 @@ def find_compare(config: RunConfig, plan: Plan) -> Path | None:
 
 
 def read_compare(folder: Path) -> CompareResult:
-    """A finished comparison's table as it was written (rows from ``table.json``); its runs are not read."""
+    """A finished comparison's table as it was written (rows from ``table.json``); its runs are not read.
+
+    What is no table is one ConfigError naming the file: a FIFO blocked ``reproduce --resume`` forever, a ``table.json``
+    of no rows (``[1]``, ``[{}]``) was a TypeError or KeyError traceback where the rows are read."""
+    for name in ("table.json", "table.md"):
+        if os.path.lexists(folder / name) and not (folder / name).is_file():
+            raise ConfigError(FIELD, f"{folder} has no readable table ({folder / name} is not a regular file)")
     try:
         rows = json.loads((folder / "table.json").read_text(encoding="utf-8"))
         table = (folder / "table.md").read_text(encoding="utf-8").removesuffix("\n")
     except (OSError, ValueError) as exc:
         raise ConfigError(FIELD, f"{folder} has no readable table ({type(exc).__name__}: {exc})") from None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) and isinstance(row.get("variant"), str) for row in rows):
+        raise ConfigError(FIELD, f"{folder / 'table.json'} is not a comparison's table (a list of rows, each naming its variant)")
     return CompareResult(folder, rows, table)

@@ -316,6 +316,11 @@ def test_a_comparison_folder_without_its_sweep_json_is_not_read_as_one_run(cut: 
         assert main([command, str(folder)]) == 2
         _one_line_error(capsys, "sweep.json", str(folder), "finished comparison" if finished else "a-s0.partial")
     assert _snapshot(folder) == before
+    (folder / "sweep.json").write_text("")
+    with _fifo_in_place(folder / "sweep.json", b"{}") as wrote:  # one that is there, but no file: said so
+        assert main(["status", str(folder)]) == 2
+    assert not wrote.is_set()
+    _one_line_error(capsys, "whose sweep.json is not a regular file")
 
 
 @pytest.mark.parametrize("edit", ["dtype", "shape", "missing", "extra"])

@@ -160,10 +160,11 @@ def lost_sweep(folder: Path) -> str | None:
         return None
     if child is None:
         return None
+    without = f"whose {SWEEP_FILE} is not a regular file" if os.path.lexists(folder / SWEEP_FILE) else f"without its {SWEEP_FILE}"
     if not folder.name.endswith(PARTIAL) and (folder / "table.json").is_file():
-        return (f"{folder} is a finished comparison (its table is written) without its {SWEEP_FILE}, the record of the runs it "
+        return (f"{folder} is a finished comparison (its table is written) {without}, the record of the runs it "
                 "planned: its runs cannot be listed in plan order, and there is nothing to resume")
-    return (f"{folder} is a comparison's folder (it holds the run {child.name}) without its {SWEEP_FILE}, the record of the runs "
+    return (f"{folder} is a comparison's folder (it holds the run {child.name}) {without}, the record of the runs "
             f"it plans: where it stands cannot be told, nor can it resume; run it again with `{_run_again(folder)}` (into a new folder)")
 
 

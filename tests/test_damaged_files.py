@@ -396,3 +396,17 @@ def test_a_fifo_table_or_sweep_json_is_never_opened(tmp_path: Path) -> None:
     with _fifo_in_place(folder / "sweep.json", b"{}") as wrote:
         assert find_sweep(tmp_path, "n-compare", {}) is None  # type: ignore[typeddict-item]
     assert not wrote.is_set()
+
+
+def test_a_finished_run_of_a_stopped_comparison_without_its_summary_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its summary.json removed (or a FIFO), a finished run was taken for one not started: run again into ``NAME-2``,
+    beside the damaged ``NAME`` that ``status`` and the next resume then read."""
+    from chillfl.errors import ConfigError
+    from chillfl.sweeps.resume import finished_run
+
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    run_experiment(load_config(None, {**TINY, "name": "a-s0", "out_dir": str(tmp_path)}), progress=False)
+    (tmp_path / "a-s0" / "summary.json").unlink()
+    with pytest.raises(ConfigError, match="a-s0 is a finished run's folder without its summary.json.*; remove .*a-s0 and it runs again"):
+        finished_run(tmp_path, "a-s0")
+    assert finished_run(tmp_path, "b-s0") is None  # no folder: it runs

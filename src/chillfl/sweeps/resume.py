@@ -43,7 +43,9 @@ def has_ended(partial: Path, name: str) -> bool:
 def finished_run(partial: Path, name: str) -> RunOutput | DivergedBefore | None:
     """A resumed sweep's run ``name`` as it ended before: its output read back, its divergence, or None.
 
-    A garbled ``summary.json``, ``metrics.jsonl`` or ``failure.json`` is one ConfigError naming it (it was a traceback)."""
+    A garbled ``summary.json``, ``metrics.jsonl`` or ``failure.json`` is one ConfigError naming it (it was a traceback); so is
+    a ``NAME`` folder without its summary, which the run, run again, left beside it as ``NAME-2`` (``status`` then read the
+    damaged one)."""
     done, failed = partial / name, partial / f"{name}{FAILED}"
     if (done / "summary.json").is_file():
         summary = _json_object(done / "summary.json")
@@ -58,6 +60,8 @@ def finished_run(partial: Path, name: str) -> RunOutput | DivergedBefore | None:
         return RunOutput(done, records, summary, model, clients)
     if (failed / FAILURE).is_file():
         return DivergedBefore(_json_object(failed / FAILURE).get("round"))
+    if done.is_dir() and not done.is_symlink():  # renamed NAME only once its summary was written: it was removed since, or is no file
+        raise ConfigError(FIELD, f"{done} is a finished run's folder without its summary.json (or it is no regular file); remove {done} and it runs again")
     return None
 
 

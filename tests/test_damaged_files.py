@@ -410,3 +410,20 @@ def test_a_finished_run_of_a_stopped_comparison_without_its_summary_is_one_line(
     with pytest.raises(ConfigError, match="a-s0 is a finished run's folder without its summary.json.*; remove .*a-s0 and it runs again"):
         finished_run(tmp_path, "a-s0")
     assert finished_run(tmp_path, "b-s0") is None  # no folder: it runs
+
+
+def test_a_client_model_of_another_architecture_is_refused_and_one_of_its_own_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Per-client architectures (``[[model.groups]]``): each client's model is checked against its own architecture."""
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    mixed = {"model": {"name": "mlp", "hidden": [8], "groups": [{"clients": "2-3", "name": "mlp", "hidden": [16]}]}, "distillation": {"method": "individual"}}
+    options = {k: v for k, v in TINY.items() if not k.startswith("model.")}
+    for name in ("mixed", "swapped"):
+        with pytest.raises(Crash):
+            run_experiment(load_config(None, {**options, "name": name, "out_dir": str(tmp_path)}).with_overrides(mixed), progress=False, callbacks=[_CrashIn(2)])
+    assert main(["resume", "-q", str(tmp_path / "mixed.partial")]) == 0  # its clients' models fit their architectures
+    swapped = tmp_path / "swapped.partial"
+    _resign(swapped / CHECKPOINT, lambda tree: tree["protocol"]["clients"].update({"2": tree["protocol"]["clients"]["1"]}))  # an mlp [8] where one of [16] is
+    capsys.readouterr()
+    assert main(["resume", str(swapped)]) == 2
+    _one_line_error(capsys, str(swapped / CHECKPOINT), "client 2's model's hidden.0.weight has shape (8, 64), config.toml's (16, 64)")

@@ -3,6 +3,10 @@
 Config files are fuzzed in ``tests/test_hostile_input.py``; these are the other files: a checkpoint re-signed with
 a tensor of another dtype (its checksum is no signature: anyone can write a valid one), a ``partition.json`` of
 an unknown format version or one that is no regular file (``partition.from``).
+
+A refused command leaves the folder as it was (:func:`_snapshot` before and after). Also: a checkpoint of an impossible
+round (``status``), a client's own model that does not fit, a run file that is a directory or a FIFO, a comparison's
+folder without its ``sweep.json``, and what a resumed comparison or ``reproduce --resume`` reads back of finished runs.
 """
 
 from __future__ import annotations

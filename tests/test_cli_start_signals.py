@@ -110,6 +110,14 @@ CHILD = textwrap.dedent(
             chillfl.sweeps.run.claim_dir = claimed(chillfl.sweeps.run.claim_dir)
         elif where == "run_built":
             chillfl.runner.build_experiment = wrapping(chillfl.runner.build_experiment)
+        elif where == "second_run":  # a comparison's first run ran; the signal lands while its second is built
+            build, calls = chillfl.runner.build_experiment, []
+
+            def second(*args, **kwargs):
+                calls.append(1)
+                return (wrapping(build) if len(calls) == 2 else build)(*args, **kwargs)
+
+            chillfl.runner.build_experiment = second
         elif where == "run_started":
             chillfl.runner._write_partition = wrapping(chillfl.runner._write_partition)
         elif where == "checking":
@@ -198,6 +206,16 @@ def test_a_wrapped_signal_while_a_single_run_starts_is_its_line_and_leaves_nothi
     assert lines == [RUN], lines
     assert code == 128 + signal.SIGTERM, lines
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_wrapped_signal_while_a_comparisons_next_run_is_built_stops_it_resumably(tmp_path: Path) -> None:
+    """The comparison took it for a failure of that run ("failed (RuntimeError: ...); the comparison goes on"): the
+    signal was lost, and the run was recorded as failed in the table."""
+    code, lines = _child(tmp_path, "second_run", signal.SIGTERM, ["compare", "CONFIG", "-q", "--grid", "client.lr=0.05,0.1"])
+    partial = tmp_path / "out" / "early-compare.partial"
+    assert lines == [f"chillfl: interrupted; resume with: chillfl resume {partial}"], lines
+    assert code == 128 + signal.SIGTERM, lines
+    assert sorted(p.name for p in partial.iterdir() if p.is_dir()) == ["lr0.05"]  # the first run, finished; the second never made
 
 
 @pytest.mark.parametrize(("dataset", "package"), [("mnist1d", "mnist1d"), ("flwr_femnist", "pyarrow")])

@@ -390,6 +390,21 @@ def test_dp_sgd_charges_a_merged_last_batch_at_its_own_rate() -> None:
     assert epsilon_of(((1.5, 47 / 142, 4 * 3), (1.5, 48 / 142, 2 * 3)), 1e-3) > epsilon_of(((1.5, 47 / 142, 6 * 3),), 1e-3)  # what was reported before
 
 
+def test_dp_sgd_a_client_of_batch_size_plus_one_is_the_gaussian_mechanism() -> None:
+    # 17 samples at batches of 16: the 17th is merged in, so each epoch is one batch of all 17, q = 1 (no amplification):
+    # t rounds of 2 epochs are 2t Gaussian steps, by the accountant-free formula above (it was charged q = 16/17 before)
+    from chillfl.privacy.mechanisms.dp_sgd import DpSgdOptions, charges
+    from chillfl.privacy.spec import Participant, RunSizes
+
+    sizes = RunSizes(2, 2, 3, 16, 2, (17, 100))
+    ledger = Ledger(1e-3)
+    for t in (1, 2, 3):
+        for c in charges(DpSgdOptions(), sizes, [Participant(0, 1.0)]):
+            ledger.spend(c.unit, 1.5, c.rate, c.steps)
+        assert ledger.histories["client 0"] == ((1.5, 1.0, 2 * t),)
+        assert ledger.epsilon("client 0") == pytest.approx(gaussian_epsilon(1.5, 2 * t, 1e-3), rel=1e-9)
+
+
 @pytest.mark.parametrize(
     ("algorithm", "mechanism", "sends"),
     [("fedgen", "dp-fedavg", "label counts"), ("fedgen", "local", "label counts"), ("fedgen", "dp-sgd", "label counts"),

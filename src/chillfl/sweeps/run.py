@@ -107,9 +107,10 @@ class Sweep:
                     raise exc.restart(f"remove {stopped} and `chillfl resume {shell_path(partial)}` runs it again from its start") from exc
             else:
                 here = cfg.paths_from(self.started_in)  # what it reads; cfg is what its folder saves
-                if data is None:  # it had ended when the resume began and was removed since: it runs again, on the same data
-                    data = build_data(here, self.dataset)
-                own = build_experiment(here, data=data, model=model, plugged=plugged) if model is not None or plugged else None
+                with stopped_as(RunNotStarted):  # a wrapped stop signal here is the comparison's stop, not this run's failure
+                    if data is None:  # it had ended when the resume began and was removed since: it runs again, on the same data
+                        data = build_data(here, self.dataset)
+                    own = build_experiment(here, data=data, model=model, plugged=plugged) if model is not None or plugged else None
                 self.results[key] = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools, started_in=self.started_in)
         except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
             self.results[key], self.failures[key] = None, f"diverged at round {exc.round}"

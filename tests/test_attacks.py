@@ -264,10 +264,25 @@ def test_attackers_are_drawn_from_the_seed() -> None:
     assert attackers(attack(), 10, 3) == frozenset()
 
 
-@pytest.mark.parametrize(("fraction", "clients", "count"), [(0.25, 10, 2), (0.3, 5, 2), (0.35, 10, 4), (0.15, 10, 2)])
+@pytest.mark.parametrize(
+    ("fraction", "clients", "count"),
+    [(0.25, 10, 2), (0.3, 5, 2), (0.35, 10, 4), (0.15, 10, 2),
+     # the written fraction's product, not the float one: 0.35 x 90 = 31.5 -> 32 (the float product 31.499999999999996
+     # gave 31), 0.14 x 75 = 10.5 -> 10 (10.500000000000002 gave 11), 0.7 x 45 = 31.5 -> 32 (31.499999999999996 gave 31)
+     (0.35, 90, 32), (0.14, 75, 10), (0.7, 45, 32)],
+)
 def test_the_attacker_count_is_pythons_round_halves_to_even(fraction: float, clients: int, count: int) -> None:
     # docs/attacks.md: round(fraction * num_clients), Python's round: 2.5 -> 2, 1.5 -> 2, 3.5 -> 4
     assert len(attackers(attack("scaling", fraction=fraction), clients, 0)) == count
+
+
+@pytest.mark.parametrize(("n", "fraction", "count"), [(10, 0.5, 5), (90, 0.35, 32), (75, 0.14, 10), (3, 0.1, 1)])
+def test_the_poisoned_row_count_rounds_the_written_fraction(n: int, fraction: float, count: int) -> None:
+    # round(poison_fraction * n), at least one: 31.5 -> 32 and 10.5 -> 10 (halves to even), 0.3 -> 1 (the floor of one row)
+    from chillfl.attacks.poison import poison_rows
+
+    rows = poison_rows(n, fraction, 0, 0)
+    assert len(rows) == count and len(set(rows.tolist())) == count
 
 
 @pytest.mark.parametrize(

@@ -58,8 +58,11 @@ CHILD = textwrap.dedent(
     class DroppingImport(importlib.abc.MetaPathFinder):
         '''The signal lands inside torch's first import, whose code drops its exception.'''
 
+        def __init__(self, package):
+            self.package = package
+
         def find_spec(self, name, path=None, target=None):
-            if name == "torch":
+            if name == self.package:
                 sys.meta_path.remove(self)
                 try:
                     signal.raise_signal(signum)
@@ -81,13 +84,43 @@ CHILD = textwrap.dedent(
         return building
 
 
+    def claimed(claim):
+        '''The signal lands just after the comparison's folder is made, before its writing began.'''
+
+        def claiming(*args, **kwargs):
+            out = claim(*args, **kwargs)
+            signal.raise_signal(signum)
+            return out
+
+        return claiming
+
+
     if where == "torch_import":
         assert "torch" not in sys.modules
-        sys.meta_path.insert(0, DroppingImport())
-    else:
+        sys.meta_path.insert(0, DroppingImport("torch"))
+    elif where.startswith("import:"):  # a package that a dataset's loader imports lazily (chillfl.extras.need)
         import chillfl.sweeps.run
 
-        if where == "checking":
+        assert where[7:] not in sys.modules
+        sys.meta_path.insert(0, DroppingImport(where[7:]))
+    else:
+        import chillfl.runner, chillfl.sweeps.run
+
+        if where == "claimed":
+            chillfl.sweeps.run.claim_dir = claimed(chillfl.sweeps.run.claim_dir)
+        elif where == "run_built":
+            chillfl.runner.build_experiment = wrapping(chillfl.runner.build_experiment)
+        elif where == "second_run":  # a comparison's first run ran; the signal lands while its second is built
+            build, calls = chillfl.runner.build_experiment, []
+
+            def second(*args, **kwargs):
+                calls.append(1)
+                return (wrapping(build) if len(calls) == 2 else build)(*args, **kwargs)
+
+            chillfl.runner.build_experiment = second
+        elif where == "run_started":
+            chillfl.runner._write_partition = wrapping(chillfl.runner._write_partition)
+        elif where == "checking":
             check = chillfl.sweeps.run.check_runs
 
             def checking(*args, **kwargs):
@@ -108,10 +141,10 @@ RUN = "chillfl: interrupted; the run had not started: nothing was written, nothi
 COMPARISON = "chillfl: interrupted; the comparison had not started: nothing was written, nothing to resume"
 
 
-def _child(tmp_path: Path, where: str, signum: signal.Signals, command: list[str]) -> tuple[int, list[str]]:
+def _child(tmp_path: Path, where: str, signum: signal.Signals, command: list[str], config: str = CONFIG) -> tuple[int, list[str]]:
     import json
 
-    (tmp_path / "early.toml").write_text(CONFIG.format(out=(tmp_path / "out").as_posix()))
+    (tmp_path / "early.toml").write_text(config.format(out=(tmp_path / "out").as_posix()))
     argv = [a.replace("CONFIG", str(tmp_path / "early.toml")).replace("TMP", str(tmp_path)) for a in command]
     proc = subprocess.run([sys.executable, "-c", CHILD, where, signum.name, json.dumps(argv)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -153,6 +186,48 @@ def test_a_wrapped_signal_while_a_comparisons_runs_are_built_is_no_traceback(tmp
     assert lines == [COMPARISON], lines
     assert code == 128 + signal.SIGTERM, lines
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_signal_just_after_a_comparisons_folder_is_made_leaves_no_folder(tmp_path: Path) -> None:
+    """Between the ``mkdir`` of ``NAME-compare.partial`` and the ``try`` that removes it again, a signal left the folder
+    empty: nothing a resume could go on with, and the next comparison of the name went to ``NAME-compare-2``."""
+    code, lines = _child(tmp_path, "claimed", signal.SIGTERM, ["compare", "CONFIG", "-q", "--grid", "client.lr=0.05,0.1"])
+    assert lines == [COMPARISON], lines
+    assert code == 128 + signal.SIGTERM, lines
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("where", ["run_built", "run_started"])
+def test_a_wrapped_signal_while_a_single_run_starts_is_its_line_and_leaves_nothing(tmp_path: Path, where: str) -> None:
+    """A signal's exception that a package wrapped (the RuntimeError above) while one run was built, or while its new
+    folder was filled: the line was the generic "unfinished results are left in *.partial folders", and once the
+    folder was made its ``.partial`` (config and partition only, nothing to resume) was left behind."""
+    code, lines = _child(tmp_path, where, signal.SIGTERM, ["run", "CONFIG", "-q"])
+    assert lines == [RUN], lines
+    assert code == 128 + signal.SIGTERM, lines
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_wrapped_signal_while_a_comparisons_next_run_is_built_stops_it_resumably(tmp_path: Path) -> None:
+    """The comparison took it for a failure of that run ("failed (RuntimeError: ...); the comparison goes on"): the
+    signal was lost, and the run was recorded as failed in the table."""
+    code, lines = _child(tmp_path, "second_run", signal.SIGTERM, ["compare", "CONFIG", "-q", "--grid", "client.lr=0.05,0.1"])
+    partial = tmp_path / "out" / "early-compare.partial"
+    assert lines == [f"chillfl: interrupted; resume with: chillfl resume {partial}"], lines
+    assert code == 128 + signal.SIGTERM, lines
+    assert sorted(p.name for p in partial.iterdir() if p.is_dir()) == ["lr0.05"]  # the first run, finished; the second never made
+
+
+@pytest.mark.parametrize(("dataset", "package"), [("mnist1d", "mnist1d"), ("flwr_femnist", "pyarrow")])
+def test_a_signal_inside_a_datasets_lazy_import_is_not_lost(tmp_path: Path, dataset: str, package: str) -> None:
+    """A comparison's check of its runs imports a dataset's optional package (``mnist1d``; ``pyarrow`` for the LEAF
+    parquet files) on first use, outside the command's held start: a signal whose exception the package's code drops
+    was lost there (the dry run went on and exited 0). Now imported with the signals held (:func:`chillfl.extras.need`)."""
+    config = CONFIG.replace('[dataset]\nname = "digits"', f'[dataset]\nname = "{dataset}"')
+    code, lines = _child(tmp_path, f"import:{package}", signal.SIGTERM, ["compare", "CONFIG", "-q", "--grid", "client.lr=0.05,0.1", "--dry-run"], config)
+    assert lines == [COMPARISON], lines
+    assert code == 128 + signal.SIGTERM, lines
+    assert not (tmp_path / "out").exists()
 
 
 PROBE = textwrap.dedent(

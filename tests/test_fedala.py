@@ -12,10 +12,12 @@ import pytest
 import torch
 from torch import nn
 
+from chillfl.aggregation.base import Local, Train
 from chillfl.aggregation.fedala import (
     FedALA,
     FedALAOptions,
     blend,
+    client_order,
     converged,
     higher_keys,
     sample_batches,
@@ -23,6 +25,7 @@ from chillfl.aggregation.fedala import (
 )
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
+from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, evaluate
 from methods_e2e import assert_executors_agree, cli_option_error, config
 from test_personalised import half_mse, run_client
@@ -78,19 +81,45 @@ def test_drop_last_leaves_out_the_short_last_batch_unless_it_is_the_only_one() -
     assert [len(b) for b in sample_batches(10, 20, 3, torch.Generator().manual_seed(0), drop_last=True)] == [2]
 
 
-@pytest.mark.parametrize(("drop_last", "w"), [(False, 0.048), (True, 0.8)])
+@pytest.mark.parametrize(("drop_last", "w"), [(False, 0.632), (True, 0.8)])
 def test_drop_last_reaches_the_weight_learning(drop_last: bool, w: float) -> None:
-    # theta_i = (a, b) = (1, 1), global (2, 3), W = 1, eta 0.01, the samples x = 1, 1, 2 in batches of 2: [1, 1] and [2]
+    # theta_i = (a, b) = (1, 1), global (2, 3), W = 1, eta 0.01, the samples x = 1, 1, 1 in batches of 2 (in the client's
+    # shuffled order: the same rows whatever it is): [1, 1] and [1]
     # batch [1, 1] at theta_hat = (2, 3): z = 6, dz = 5, grad b = 5 * a x = 10 -> W = 1 - 0.01 * 10 * (3 - 1) = 0.8, b = 2.6
-    # batch [2] at (2, 2.6): z = 10.4, dz = 9.4, grad b = 9.4 * 2 * 2 = 37.6 -> W = 0.8 - 0.01 * 37.6 * 2 = 0.048
-    # drop_last leaves the short batch [2] out: W = 0.8
+    # batch [1] at (2, 2.6): z = 5.2, dz = 4.2, grad b = 4.2 * 2 * 1 = 8.4 -> W = 0.8 - 0.01 * 8.4 * 2 = 0.632
+    # drop_last leaves the short batch [1] out: W = 0.8
     model = two_layers()
     options = FedALAOptions(layer_idx=1, eta=0.01, rand_percent=100, max_init_epochs=1, drop_last=drop_last)
     state = {"fedala.model.0.weight": t(1.0).view(1, 1), "fedala.model.1.weight": t(1.0).view(1, 1)}
     reply = run_client(FedALA(model, options).client_half(), model, LocalSpec(epochs=1, batch_size=2, base_loss=half_mse),
-                       {"0.weight": t(2.0).view(1, 1), "1.weight": t(3.0).view(1, 1)}, lr=0.1, state=state, x=t(1.0, 1.0, 2.0).view(3, 1))
+                       {"0.weight": t(2.0).view(1, 1), "1.weight": t(3.0).view(1, 1)}, lr=0.1, state=state, x=t(1.0, 1.0, 1.0).view(3, 1))
     assert reply.state is not None
     torch.testing.assert_close(reply.state["fedala.weight.1.weight"].flatten(), t(w))
+
+
+def test_the_slices_are_cut_from_the_clients_rows_in_a_fixed_shuffled_order() -> None:
+    # 10 rows sorted by label (a data set read class folder by class folder): 0..4 of label 0, 5..9 of label 1. A contiguous
+    # 50 % slice of the rows themselves would be 5 consecutive ones, from lo in [0, 5]: all one label at lo = 0 or 5. Cut from
+    # the client's fixed permutation, the slice is 5 consecutive rows of that permutation: the same permutation every
+    # round (the round's draw moves only the slice), another for another client or run seed.
+    order = client_order(10, 3, 0)
+    assert sorted(order.tolist()) == list(range(10)) and torch.equal(order, client_order(10, 3, 0))
+    assert not torch.equal(order, client_order(10, 3, 1)) and not torch.equal(order, client_order(10, 4, 0))
+    for round_seed in range(6):
+        plain = torch.cat(sample_batches(10, 50, 2, torch.Generator().manual_seed(round_seed)))
+        cut = torch.cat(sample_batches(10, 50, 2, torch.Generator().manual_seed(round_seed), order=order))
+        lo = int(plain[0])  # the same draw of lo
+        assert torch.equal(plain, torch.arange(lo, lo + 5)) and torch.equal(cut, order[lo : lo + 5])
+    # the client's ALA asks for its weight steps on those rows: driven by hand, its first request is the first batch of the cut
+    model = two_layers()
+    half = FedALA(model, FedALAOptions(layer_idx=1, rand_percent=50, max_init_epochs=1), seed=3).client_half()
+    state = {"fedala.model.0.weight": t(1.0).view(1, 1), "fedala.model.1.weight": t(1.0).view(1, 1)}
+    y = torch.tensor([0] * 5 + [1] * 5)
+    local = Local(0, torch.ones(10, 1), y, {"0.weight": t(2.0).view(1, 1), "1.weight": t(3.0).view(1, 1)}, {}, 0.1, state, 5, LocalSpec(epochs=1, batch_size=2))
+    request = next(half.train(local))  # type: ignore[attr-defined]
+    generator = torch.Generator().manual_seed(derive_seed(5, "fedala"))
+    expected = sample_batches(10, 50, 2, generator, order=client_order(10, 3, 0))[0]
+    assert isinstance(request, Train) and request.rows is not None and torch.equal(request.rows, expected)
 
 
 def test_higher_keys_are_the_last_parameter_tensors() -> None:

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import ClientResult
+from chillfl.aggregation.base import ClientResult, Local, Train
 from chillfl.aggregation.fedamp import CLOUD, WEIGHT, FedAMP, FedAMPOptions, attention, cloud_model
 from chillfl.aggregation.fedfomo import (
     IDS,
@@ -25,6 +25,7 @@ from chillfl.aggregation.fedfomo import (
     fomo_weights,
     ranked,
     validation_rows,
+    validation_split,
 )
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
@@ -159,6 +160,49 @@ def test_fedfomo_client_weights_on_its_validation_split_and_trains_on_the_rest()
     assert weights.tolist() == pytest.approx([(math.log(2) - math.log(1 + math.exp(-2))) / 2.00001, (math.log(2) - math.log(1 + math.exp(2))) / 2.00001], rel=1e-6)
     assert reply.state is not None
     torch.testing.assert_close(reply.state["fedfomo.theta.weight"], reply.uplink.params["weight"])
+
+
+def fomo_requests(half: object, x: torch.Tensor, y: torch.Tensor, context: dict[str, object], client_id: int, seed: int) -> tuple[Train, dict[str, object]]:
+    """The training a FedFomo client asks for, and its report (the training answered with its start, unchanged)."""
+    model = {"weight": torch.zeros(2, 1)}
+    local = Local(client_id, x, y, model, context, 0.1, {"fedfomo.theta.weight": model["weight"]}, seed, LocalSpec(epochs=1, batch_size=8))  # type: ignore[arg-type]
+    program = half.train(local)  # type: ignore[attr-defined]
+    request = next(program)
+    assert isinstance(request, Train)
+    try:
+        program.send(type("Out", (), {"params": request.start, "num_steps": 1, "mean_loss": 0.0})())
+    except StopIteration as stop:
+        return request, dict(stop.value.report)
+    raise AssertionError("FedFomo asks for one training")
+
+
+def test_fedfomo_validation_rows_are_drawn_not_the_last_rows_of_label_sorted_data() -> None:
+    # 100 rows, x = 1, sorted by label as a data set read class folder by class folder gives them: 50 of label 0, then 50 of 1.
+    # The last int(0.2 * 100) = 20 rows would all be label 1 (and the training would see 30 of its 50). Drawn, the 20
+    # validation rows hold both labels; the training sees the other 80, the same rows every round (the client's round
+    # seed changes, the split does not), other rows for another client or run seed.
+    # Weights, by hand from the validation's k rows of label 0: model a = (2, 0) has CE ln(1 + e^-2) = 0.1269280 on a
+    # label-0 row and ln(1 + e^2) = 2.1269280 on a label-1 row; model b = (0, 2) the reverse; own (0, 0): ln 2; both at distance 2.
+    model = nn.Linear(1, 2, bias=False)
+    half = FedFomo(3, ["weight"], model=model, seed=7).client_half()
+    x, y = torch.ones(100, 1), torch.cat([torch.zeros(50, dtype=torch.long), torch.ones(50, dtype=torch.long)])
+    context = {IDS: torch.tensor([1, 2]), f"{MODEL}0": {"weight": torch.tensor([[2.0], [0.0]])}, f"{MODEL}1": {"weight": torch.tensor([[0.0], [2.0]])}}
+    request, report = fomo_requests(half, x, y, context, client_id=0, seed=11)
+    assert request.rows is not None and len(request.rows) == 80
+    val = sorted(set(range(100)) - set(request.rows.tolist()))
+    k = sum(1 for i in val if i < 50)
+    assert 0 < k < 20  # both labels (before: the last 20 rows, k = 0)
+    low, high = math.log1p(math.exp(-2)), math.log1p(math.exp(2))
+    loss_a, loss_b = (k * low + (20 - k) * high) / 20, (k * high + (20 - k) * low) / 20
+    weights = report[WEIGHTS]
+    assert isinstance(weights, torch.Tensor)
+    assert weights.tolist() == pytest.approx([(math.log(2) - loss_a) / 2.00001, (math.log(2) - loss_b) / 2.00001], rel=1e-6)
+    again, _ = fomo_requests(half, x, y, context, client_id=0, seed=12)  # another round
+    assert again.rows is not None and torch.equal(again.rows, request.rows)
+    other, _ = fomo_requests(half, x, y, context, client_id=1, seed=11)
+    assert other.rows is not None and not torch.equal(other.rows, request.rows)
+    val_rows, train_rows = validation_split(100, 20, 7, 0)
+    assert val_rows.tolist() == val and torch.equal(train_rows, request.rows)
 
 
 # ---------------------------------------------------------------- both: options, runs, resume

@@ -126,6 +126,31 @@ def test_fgn_on_a_log_axis_is_labelled_in_plain_numbers_also_within_a_decade(tmp
         assert list(ax_fgn.get_lines()[0].get_ydata()) == [r["agg_fgn"] for r in (wide if expected == {"0.05", "0.1"} else narrow)]
 
 
+def test_a_log_axis_locates_its_ticks_once_per_set_not_once_per_label(tmp_path: Path) -> None:
+    """Deciding per label whether the view is sparse located every tick again for each label: a figure with log axes over
+    eight decades (~80 ticks) took 0.47 s to save, against 0.20 s. The locator's calls per draw are counted, not timed."""
+    from matplotlib.ticker import LogLocator
+
+    from chillfl.plots.figure import Figure as PlotFigure, log_scale, save_png
+
+    fig = PlotFigure()
+    ax = fig.add_subplot()
+    ax.plot([1e-3, 1e3], [1e-4, 1e4])
+    log_scale(ax, "y")
+    calls = [0]
+
+    class Counting(LogLocator):
+        def __call__(self) -> Any:
+            calls[0] += 1
+            return super().__call__()
+
+    ax.yaxis.set_minor_locator(Counting(subs=(2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)))
+    save_png(fig, tmp_path / "log.png")
+    ticks = len(ax.yaxis.get_minorticklocs())
+    assert ticks > 40 and calls[0] < 20, (ticks, calls[0])  # 10 here; once per label it was 277
+    assert {"0.0002", "0.0005", "2", "50"} <= set(tick_texts(ax))  # the labels are unchanged: 1, 2 and 5 of each decade
+
+
 def stat(per_seed: list[float], low: float, high: float) -> dict[str, Any]:
     return {"n": len(per_seed), "mean": sum(per_seed) / len(per_seed), "ci_low": low, "ci_high": high, "per_seed": per_seed, "range": [-1.0, 1.0]}
 

@@ -251,3 +251,28 @@ def test_what_privacy_or_attacks_refuse_is_refused_before_flower_starts(parts: d
     with pytest.raises(ConfigError) as info:
         build_server(_config(tmp_path, "refused", **parts))
     assert str(info.value).startswith(f"{field}: ") and "\n" not in str(info.value)
+
+
+def test_a_server_that_cannot_write_its_config_closes_its_protocol_and_gives_its_folder_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                                          server_identity: None) -> None:
+    """The ServerApp wrote ``config.toml`` outside the ``try`` that closes the protocol and releases the run folder: a full
+    disk there left the protocol's pools open and the folder locked (a resume in that process: "in use"). Now the folder
+    stays ``.partial`` with its lock given up, as ``chillfl run``'s does (runner ``_start_folder``)."""
+    from chillfl.errors import StorageError
+    from chillfl.storage.results import ResultWriter, RunLock
+
+    config = _config(tmp_path, "no-room")
+    exp, protocol = build_server(config)
+    closed: list[bool] = []
+    close = protocol.close
+    monkeypatch.setattr(protocol, "close", lambda: (closed.append(True), close())[1])
+
+    def full(self: ResultWriter, *args: Any, **kwargs: Any) -> None:
+        raise StorageError("could not write config.toml: No space left on device")
+
+    monkeypatch.setattr(ResultWriter, "write_config", full)
+    with pytest.raises(StorageError):
+        run_server(config, InProcessGrid(client_app(config), NODES), min_nodes=NODES, built=(exp, protocol))
+    assert closed == [True]
+    (partial,) = (tmp_path / "no-room").iterdir()
+    RunLock(partial).release()  # free: another process may take it

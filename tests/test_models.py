@@ -406,3 +406,52 @@ def test_input_does_not_fit(name: str, shape: tuple[int, ...], options: dict, ex
         build_model(name, shape, 10, options)
     assert info.value.field == "model.name"
     assert expected in info.value.message
+
+
+# ---------------------------------------------------------------- the meta-device count (the memory check)
+
+
+def _wrapped_signal(*args: object) -> nn.Module:
+    """A build that a stop signal reached inside a package, which wrapped its exception (Python 3.11's ``__set_name__``)."""
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as exc:
+        raise RuntimeError("Error calling __set_name__ on '_Thing' instance 'x' in 'Thing'") from exc
+
+
+def _broken(*args: object) -> nn.Module:
+    raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (1x64 and 63x10)")
+
+
+def _past_int64(*args: object) -> nn.Module:
+    return nn.Linear(2**40, 2**40)  # 2**80 weights: torch cannot count the storage
+
+
+@pytest.mark.parametrize(("build", "said"), [(_wrapped_signal, "__set_name__"), (_broken, "mat1")], ids=["wrapped-signal", "another-error"])
+def test_meta_size_reads_only_an_overflow_as_too_large(monkeypatch: pytest.MonkeyPatch, build: object, said: str) -> None:
+    """Any RuntimeError of a registered model's meta build was counted inf, then refused as "model.hidden: ... too large":
+    a stop signal's exception that a package wrapped (the command is stopped) or a bug read as a false size error."""
+    from chillfl.models.registry import meta_size
+
+    monkeypatch.setitem(MODELS, "mlp", MODELS["mlp"]._replace(build=build))
+    with pytest.raises(RuntimeError, match=said):
+        meta_size("mlp", (64,), 10, MODELS["mlp"].options())
+    monkeypatch.setitem(MODELS, "mlp", MODELS["mlp"]._replace(build=_past_int64))
+    assert meta_size("mlp", (64,), 10, MODELS["mlp"].options()) == float("inf")  # a size past int64 is still too large
+
+
+def test_meta_size_of_a_plugin_model_passes_a_wrapped_signal_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin model's failed meta build counts 0 (its real build says what is wrong), but a wrapped stop signal was
+    counted 0 too: the signal was lost, and the real build went on."""
+    import sys
+    import types
+
+    from chillfl.models.registry import meta_size
+
+    module = types.ModuleType("meta_size_plugin")
+    module.wrapped, module.broken = _wrapped_signal, _broken  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "meta_size_plugin", module)
+    assert meta_size("meta_size_plugin:broken", (64,), 10, None) == 0.0
+    with pytest.raises(RuntimeError) as info:
+        meta_size("meta_size_plugin:wrapped", (64,), 10, None)
+    assert isinstance(info.value.__cause__, KeyboardInterrupt)

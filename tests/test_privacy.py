@@ -180,6 +180,9 @@ def test_ledger_history_and_state() -> None:
     h = add_steps(add_steps((), 1.0, 0.5, 2), 1.0, 0.5, 3)  # merged: same (sigma, q)
     assert h == ((1.0, 0.5, 5),)
     assert add_steps(h, 2.0, 0.5, 1) == ((1.0, 0.5, 5), (2.0, 0.5, 1))
+    # into the entry of the same pair wherever it is (composition is order-free): a unit charged at two rates each round
+    # (dp-sgd's merged last batch) keeps two entries, not two a round
+    assert add_steps(add_steps(h, 1.0, 0.25, 1), 1.0, 0.5, 2) == ((1.0, 0.5, 7), (1.0, 0.25, 1))
     ledger = Ledger(1e-3)
     ledger.spend("client 0", 1.5, 1.0, 2)
     ledger.spend("client 1", 1.5, 1.0, 3)
@@ -228,7 +231,7 @@ def test_ledger_epsilon_is_opacus_accountant_bit_for_bit_with_one_step_rdp_compu
         theirs = tuple(epsilon_of(ledger.histories[u], 1e-5, "rdp", orders) for u in ("a", "b"))  # type: ignore[arg-type]
         monkeypatch.setattr(analysis, "compute_rdp", counted)
         assert mine == (*theirs, max(theirs))  # bit for bit
-    assert ledger.histories["b"] == ((1.1, 0.02, 5), (0.8, 0.3, 2), (1.1, 0.02, 5), (0.8, 0.3, 2), (1.1, 0.02, 5), (0.8, 0.3, 2))
+    assert ledger.histories["b"] == ((1.1, 0.02, 15), (0.8, 0.3, 6))  # each pair's steps in one entry (add_steps)
     assert sorted(calls) == [(0.8, 0.3, 1), (1.1, 0.02, 1)]  # one step's RDP per pair, once for the whole run
 
 
@@ -373,6 +376,33 @@ def test_dp_sgd_charges_each_local_step_at_the_batch_rate() -> None:
         worst = max(epsilon_of(((1.5, 16 / n, t * planned_steps(n, 16, 2)),), 1e-3) for n in sizes)
         assert record["epsilon"] == pytest.approx(worst, rel=1e-12)
     assert all(16 / n < 1 for n in sizes)  # the check above is one of subsampling
+
+
+def test_dp_sgd_charges_a_merged_last_batch_at_its_own_rate() -> None:
+    # the clients hold (550, 142, 334, 412) samples; at batches of 47, client 1's 142 = 3 x 47 + 1 trains each epoch on
+    # batches of 47, 47 and 48 (the trailing sample merged): 2 steps at 47/142 and 1 at 48/142 an epoch, the rates summing
+    # to 1 as each sample is used once (not 3 at 47/142 = 0.993). It has the fewest samples, so it is the worst-off client.
+    cfg = config(**{"privacy.mechanism": "dp-sgd", "client.batch_size": 47, "client.epochs": 2})
+    assert [len(rows) for rows in build_experiment(cfg).data.train_indices] == [550, 142, 334, 412]
+    records = run_experiment(cfg, write=False, progress=False).records
+    for t, record in enumerate(records, 1):
+        assert record["epsilon"] == pytest.approx(epsilon_of(((1.5, 47 / 142, 4 * t), (1.5, 48 / 142, 2 * t)), 1e-3), rel=1e-12)
+    assert epsilon_of(((1.5, 47 / 142, 4 * 3), (1.5, 48 / 142, 2 * 3)), 1e-3) > epsilon_of(((1.5, 47 / 142, 6 * 3),), 1e-3)  # what was reported before
+
+
+def test_dp_sgd_a_client_of_batch_size_plus_one_is_the_gaussian_mechanism() -> None:
+    # 17 samples at batches of 16: the 17th is merged in, so each epoch is one batch of all 17, q = 1 (no amplification):
+    # t rounds of 2 epochs are 2t Gaussian steps, by the accountant-free formula above (it was charged q = 16/17 before)
+    from chillfl.privacy.mechanisms.dp_sgd import DpSgdOptions, charges
+    from chillfl.privacy.spec import Participant, RunSizes
+
+    sizes = RunSizes(2, 2, 3, 16, 2, (17, 100))
+    ledger = Ledger(1e-3)
+    for t in (1, 2, 3):
+        for c in charges(DpSgdOptions(), sizes, [Participant(0, 1.0)]):
+            ledger.spend(c.unit, 1.5, c.rate, c.steps)
+        assert ledger.histories["client 0"] == ((1.5, 1.0, 2 * t),)
+        assert ledger.epsilon("client 0") == pytest.approx(gaussian_epsilon(1.5, 2 * t, 1e-3), rel=1e-9)
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from chillfl.privacy.accounting import Ledger, epsilon_of
 from chillfl.privacy.aggregate import PrivateAggregation
 from chillfl.privacy.spec import Noise, Participant, RunSizes
 from chillfl.seeds import derive_seed
+from chillfl.training.local import batch_order
 
 pytest.importorskip("opacus")
 
@@ -95,9 +96,9 @@ def test_accounts_by_hand() -> None:
     assert fedavg.steps == ((0.4, 10),) and fedavg.delta_below == 0.2  # q = 2/5, one step a round; delta < 1/N
     sgd = dp_sgd.accounts(dp_sgd.DpSgdOptions(), sizes)
     # 100: ceil(100/16) = 7 batches (last of 4) x 2 epochs = 14 steps a round at q = 0.16; 50: 4 batches (last of 2), 8 at 0.32;
-    # 33: 3 batches, the last of 1 sample merged into the one before -> 2, 4 steps at 16/33; 16: one full batch, q = 1, 2 steps;
-    # the empty client none. Over 10 rounds; delta < 1/100 (the largest client: the unit is a sample)
-    assert sgd.steps == ((0.16, 140), (0.32, 80), (16 / 33, 40), (1.0, 20))
+    # 33: 3 batches, the last of 1 sample merged into the one before -> 2 (16 and 17), 4 steps planned at the larger 17/33;
+    # 16: one full batch, q = 1, 2 steps; the empty client none. Over 10 rounds; delta < 1/100 (the largest client: the unit is a sample)
+    assert sgd.steps == ((0.16, 140), (0.32, 80), (17 / 33, 40), (1.0, 20))
     assert sgd.delta_below == 0.01
     assert local.accounts(local.LocalOptions(), sizes).steps == ((1.0, 10),)  # no amplification: each round a client takes part
 
@@ -108,9 +109,46 @@ def test_charges_by_hand() -> None:
     sizes = RunSizes(5, 2, 10, 16, 2, (100, 50, 33, 16, 0))
     round_ = [Participant(0, 0.5), Participant(2, 1.0)]  # client 0 a straggler at half its work; 1, 3, 4 not sampled
     assert [(c.unit, c.rate, c.steps) for c in dp_fedavg.charges(dp_fedavg.DpFedAvgOptions(), sizes, round_)] == [("clients", 0.4, 1)]
-    # client 0: int(0.5 * 14) = 7 of its 14 steps at 0.16; client 2 all 4 at 16/33; the others spend nothing
-    assert [(c.unit, c.rate, c.steps) for c in dp_sgd.charges(dp_sgd.DpSgdOptions(), sizes, round_)] == [("client 0", 0.16, 7), ("client 2", 16 / 33, 4)]
+    # client 0: int(0.5 * 14) = 7 of its 14 steps at 0.16; client 2 all 4: each epoch a batch of 16 (16/33) and one of 17
+    # (its 33rd sample merged in: 17/33); the others spend nothing
+    assert [(c.unit, c.rate, c.steps) for c in dp_sgd.charges(dp_sgd.DpSgdOptions(), sizes, round_)] == [
+        ("client 0", 0.16, 7), ("client 2", 16 / 33, 2), ("client 2", 17 / 33, 2)]
     assert [(c.unit, c.rate, c.steps) for c in local.charges(local.LocalOptions(), sizes, round_)] == [("client 0", 1.0, 1), ("client 2", 1.0, 1)]
+
+
+@pytest.mark.parametrize(
+    ("n", "b", "steps", "rates"),
+    [
+        (33, 16, 4, [(16 / 33, 2), (17 / 33, 2)]),  # k = 2: per epoch batches of 16 and 17; rates 16/33 + 17/33 = 1, each sample once
+        (33, 16, 3, [(16 / 33, 2), (17 / 33, 1)]),  # a straggler's prefix of 3: epoch 1 whole (16, 17), then epoch 2's first 16
+        (33, 16, 1, [(16 / 33, 1)]),  # only the first batch of 16: the merged one is each epoch's last
+        (17, 16, 2, [(1.0, 2)]),  # k = 1: the merge makes one batch of all 17 samples: q = 1, no amplification (was 16/17)
+        (7, 2, 6, [(2 / 7, 4), (3 / 7, 2)]),  # 7 = 3 x 2 + 1: batches 2, 2, 3 an epoch, 2 epochs; 2/7 + 2/7 + 3/7 = 1
+        (5, 1, 4, [(0.2, 3), (0.4, 1)]),  # batch 1: the 5th single sample joins the 4th batch: 1, 1, 1, 2
+        (34, 16, 6, [(16 / 34, 6)]),  # 34 = 2 x 16 + 2: a short last batch of 2 stays, charged at 16/34 (> 2/34: the safe side)
+        (32, 16, 4, [(0.5, 4)]),  # full batches only
+        (10, 16, 2, [(1.0, 2)]),  # one batch holds all
+        (33, 16, 0, []),  # no step, no charge
+    ],
+)
+def test_dp_sgd_step_rates_by_hand(n: int, b: int, steps: int, rates: list[tuple[float, int]]) -> None:
+    # each step at the chance a given sample is in its batch, max(b, |batch|) / n (docs/privacy.md, "dp-sgd")
+    from chillfl.privacy.mechanisms.dp_sgd import step_rates
+    from chillfl.training.schedule import planned_steps
+
+    assert step_rates(n, b, steps) == rates
+    per_epoch = planned_steps(n, b, 1)
+    if steps and steps % per_epoch == 0:  # whole epochs: the rates are the batch order's sizes
+        order = batch_order(n, b, steps // per_epoch, torch.Generator().manual_seed(0))
+        assert sorted((min(1.0, max(b, len(batch)) / n) for batch in order)) == sorted(q for q, k in rates for _ in range(k))
+
+
+def test_dp_sgd_plans_each_client_at_its_largest_rate() -> None:
+    # target_epsilon's sigma: every step at the client's largest rate (the merged batch's where there is one), on the safe side
+    from chillfl.privacy.mechanisms.dp_sgd import largest_rate
+
+    assert [largest_rate(n, 16) for n in (33, 17, 34, 32, 10)] == [17 / 33, 1.0, 16 / 34, 0.5, 1.0]
+    assert largest_rate(5, 1) == 0.4 and largest_rate(7, 2) == 3 / 7
 
 
 def test_the_ledger_reports_the_worst_unit_and_absent_ones_spend_nothing() -> None:

@@ -268,3 +268,28 @@ def test_resume_on_a_finished_comparisons_folder_says_it_is_finished(tmp_path: P
     with pytest.raises(chillfl.ConfigError) as info:
         chillfl.resume(done.folder, progress=False)
     assert str(info.value) == f"run_dir: {done.folder} is a finished comparison (its table is written); nothing to resume"
+
+
+def test_a_wrapped_signal_while_a_run_on_your_own_model_is_built_stops_the_comparison(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A comparison on your own model builds each run's parts itself (``build_experiment`` in the sweep): a stop signal
+    whose exception a package wrapped there was recorded as that run's failure ("failed: RuntimeError; the comparison
+    goes on"), and the signal was lost. It stops the comparison, which a resume continues."""
+    import chillfl.sweeps.run
+
+    built = chillfl.sweeps.run.build_experiment
+    calls = [0]
+
+    def build(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        if calls[0] == 4:  # the second run's parts (the first two: check_runs' dry pass)
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as stop:
+                raise RuntimeError("Error calling __set_name__") from stop
+        return built(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(chillfl.sweeps.run, "build_experiment", build)
+    with pytest.raises(KeyboardInterrupt):
+        chillfl.compare(Net(), None, {**TINY, "model": {}, "dataset": {"name": "digits"}}, grid={"client.lr": [0.05, 0.1]}, out_dir=tmp_path, progress=False)
+    (folder,) = tmp_path.iterdir()
+    assert folder.name.endswith("-compare.partial") and sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["lr0.05"]

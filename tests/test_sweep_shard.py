@@ -256,3 +256,34 @@ def test_an_all_failed_comparison_beside_another_failed_one_is_failed_2_and_a_re
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"chillfl: error: shard: {tmp_path / 'sh-compare.failed-2'}: every run of this comparison failed"), err
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["sh-compare.failed", "sh-compare.failed-2"]
+
+
+class _Stopped(KeyboardInterrupt):
+    """What the test's SIGTERM handler raises (the CLI's raises its own kin of KeyboardInterrupt)."""
+
+
+def test_a_signal_just_after_a_shards_private_folder_is_made_leaves_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first shard fills a private ``.NAME.shard-PID-HEX`` folder before renaming it into place; a signal between
+    its ``mkdir`` and the ``try`` that removes it again left it behind, empty, in the shared ``--out``."""
+    import signal
+
+    from chillfl.sweeps.shard import join_folder
+
+    made = Path.mkdir
+
+    def mkdir(self: Path, *args: object, **kwargs: object) -> None:
+        made(self, *args, **kwargs)  # type: ignore[arg-type]
+        if self.name.startswith(".sh-compare.shard-"):
+            signal.raise_signal(signal.SIGTERM)
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Stopped
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(_Stopped):
+            join_folder(tmp_path / "out", "sh-compare", "", {}, Shard(1, 2))  # type: ignore[arg-type]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert list((tmp_path / "out").iterdir()) == []

@@ -136,6 +136,21 @@ def test_sweep_user_errors(tmp_path) -> None:
     assert not list(tmp_path.iterdir())  # nothing written on a user error
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, OSError], ids=["ctrl-c", "disk-full"])
+def test_a_sweep_stopped_while_it_writes_leaves_no_folder(tmp_path, monkeypatch, stop) -> None:
+    """A Ctrl-C (or a full disk) while the folder was written left ``NAME-temperature-sweep.partial``, half written:
+    nothing resumes an analysis, and the next sweep of the name went to ``NAME-temperature-sweep-2``."""
+    import chillfl.analysis.temperature_sweep as module
+
+    def plotting(*args, **kwargs):
+        raise stop
+
+    monkeypatch.setattr(module, "plot_scatter", plotting)
+    with pytest.raises(stop):
+        run_temperature_sweep(tiny_config(tmp_path), [0.1, 1.0], progress=False)
+    assert not list(tmp_path.glob("*temperature-sweep*")), list(tmp_path.iterdir())
+
+
 def test_cli_parser_runs_the_sweep(tmp_path, capsys) -> None:
     parser = argparse.ArgumentParser(prog="chillfl analyze")
     add_parser(parser.add_subparsers(dest="analysis", required=True))

@@ -177,3 +177,64 @@ def test_selection_never_reads_the_test_set(monkeypatch: pytest.MonkeyPatch) -> 
         assert a["final_val_acc"] == b["final_val_acc"]
         assert a["final_acc"]["per_seed"] != b["final_acc"]["per_seed"]
     assert all(len(r["validation_scores"]) == 3 for r in clean)
+
+
+# ---------------------------------------------------------------- a grid's identity: numerically equal grids are one comparison
+
+_GRID_BASE = {"name": "g", "dataset": {"name": "digits"}, "model": {"name": "mlp"}, "eval": {"validation": 0.2},
+              "federation": {"num_clients": 4, "clients_per_round": 2, "rounds": 1}}
+
+
+def _identity(data: Mapping[str, Any], options: Any = None) -> tuple[Any, list[str], list[dict[str, Any]]]:
+    """What ``sweep.json`` records of the comparison ``data`` (less the folder it started in), its runs' names and configs."""
+    import json
+
+    from chillfl.storage.results import to_toml
+    from chillfl.sweeps.plan import plan_runs
+    from chillfl.sweeps.record import sweep_record
+
+    config = config_from_dict(data)
+    plan = plan_runs(config, [], options)
+    record = json.loads(json.dumps(sweep_record(to_toml(config.to_dict()).encode(), plan, resumable=True), sort_keys=True))
+    record.pop("started_in")
+    return record, [c.config.name for c in plan.cells], [c.config.to_dict() for c in plan.cells]
+
+
+def test_numerically_equal_tune_grids_are_one_comparison() -> None:
+    """``client.lr = [1, 0.1]`` and ``[1.0, 0.1]`` run the same configs under the same names, but their ``sweep.json``
+    differed (the config's SHA-256, its options): a shard of one did not join the other's folder, ``reproduce --resume``
+    did not reuse it. An integer option written as a float (``epochs = [1.0, 2]``) likewise."""
+    written = _identity({**_GRID_BASE, "tune": {"client": {"lr": [1, 0.1], "epochs": [1, 2]}}})
+    typed = _identity({**_GRID_BASE, "tune": {"client.lr": [1.0, 0.1], "client.epochs": [1.0, 2]}})
+    assert written == typed
+    assert written[0]["options"]["tune"] == {"client.lr": [1.0, 0.1], "client.epochs": [1, 2]}
+
+
+def test_numerically_equal_tune_flags_and_own_grids_are_one_comparison() -> None:
+    """The same for ``--tune`` (``chillfl.compare(tune=...)``) and a variant's own grid (``[variants.LABEL.tune]``)."""
+    from chillfl.sweeps.plan import CompareOptions
+
+    own = {"variants": {"a": {"client.lr": 0.05, "tune": {"client.momentum": [0, 0.9]}}, "b": {"client.lr": 0.1}}}
+    assert _identity({**_GRID_BASE, **own}, CompareOptions(tune={"client.lr": [1, 0.1]})) == _identity(
+        {**_GRID_BASE, "variants": {"a": {"client.lr": 0.05, "tune": {"client.momentum": [0.0, 0.9]}}, "b": {"client.lr": 0.1}}},
+        CompareOptions(tune={"client.lr": [1.0, 0.1]}))
+
+
+def test_a_grid_value_its_option_refuses_is_still_named_as_written() -> None:
+    with pytest.raises(ConfigError) as info:
+        _identity({**_GRID_BASE, "tune": {"client.epochs": [1.5, 2]}})
+    assert info.value.field == "tune.client.epochs" and "1.5" in info.value.message
+
+
+def test_a_comparison_started_with_a_grid_as_typed_resumes_the_same_runs(tmp_path: Any) -> None:
+    """A folder an older chillfl started with ``[1, 0.1]`` keeps its files (its checksum is of their bytes): its resume
+    reads the grid typed, and plans the very runs (names and configs) it started."""
+    from chillfl.config import load_config
+    from chillfl.storage.results import to_toml
+    from chillfl.sweeps.plan import CompareOptions, plan_runs
+
+    (tmp_path / "config.toml").write_text(to_toml({**_GRID_BASE, "tune": {"client.lr": [1, 0.1]}}))
+    resumed = plan_runs(load_config(tmp_path / "config.toml"), [], CompareOptions(tune={"client.lr": [1, 0.1]}))  # its sweep.json's options
+    started = _identity({**_GRID_BASE, "tune": {"client.lr": [1.0, 0.1]}})
+    assert [c.config.name for c in resumed.cells] == started[1]
+    assert [c.config.to_dict() for c in resumed.cells] == started[2]

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiments import experiments_root
-from chillfl.options import OwnTable, parse_options, require, require_range, short_path, short_repr
+from chillfl.options import OwnTable, coerce, option_type, parse_options, require, require_range, short_path, short_repr
 from chillfl.paths import check_writable_dir
 from chillfl.plugins import PluginNotImported
 from chillfl.settings.distillation import DistillationOptions, DistillationSetup, parse_distillation
@@ -856,7 +856,7 @@ def with_dotted_grids(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """
     out = dict(data)
     if isinstance(data.get("tune"), Mapping):
-        out["tune"] = dotted_grid(data["tune"].items())
+        out["tune"] = typed_grid(dotted_grid(data["tune"].items()))
     variants = data.get("variants")
     if isinstance(variants, Mapping):
         out["variants"] = {label: _own_grid(table, f"variants.{label}.tune") if isinstance(table, Mapping) else table for label, table in variants.items()}
@@ -870,7 +870,34 @@ def _own_grid(table: Mapping[str, Any], field: str) -> Mapping[str, Any]:
     if not isinstance(own, Mapping) or not (own or loose):
         return table  # no grid, or a malformed one that own_tune names
     rest = {key: value for key, value in table.items() if not (key == "tune" or isinstance(key, str) and key.startswith("tune."))}
-    return {**rest, "tune": dotted_grid([*own.items(), *loose], field)}
+    return {**rest, "tune": typed_grid(dotted_grid([*own.items(), *loose], field))}
+
+
+def typed_grid(grid: Mapping[str, Any]) -> dict[str, Any]:
+    """A tuning grid with each value of a typed option as the option holds it: ``client.lr = [1, 0.1]`` is
+    ``[1.0, 0.1]``, ``client.epochs = [1.0, 2]`` is ``[1, 2]`` (:func:`~chillfl.options.coerce`).
+
+    Why: a comparison's ``sweep.json`` records its ``config.toml``'s SHA-256, its options and variants, and a shard joins
+    (``--shard``), ``chillfl reproduce --resume`` reuses, only a folder that records the same. As typed, ``[1, 0.1]`` and
+    ``[1.0, 0.1]`` were two comparisons, though they run the same configs under the same names. A value its option
+    refuses stays as written, for the point's own check to name; so does every value of a part's own table
+    (``algorithm.mu``), which each run's config keeps as written too. A folder started before keeps its files as they
+    were (its ``config.toml``'s checksum is of its bytes): its resume reads the grid typed, and runs the same configs.
+    """
+    out: dict[str, Any] = {}
+    for key, values in grid.items():
+        tp = option_type(RunConfig, key) if isinstance(key, str) else None
+        if tp is None or not isinstance(values, list):
+            out[key] = values
+            continue
+        typed = []
+        for value in values:
+            try:
+                typed.append(coerce(value, tp, key) if isinstance(value, (int, float)) and not isinstance(value, bool) else value)
+            except ConfigError:
+                typed.append(value)
+        out[key] = typed
+    return out
 
 
 def own_tune(shared: Mapping[str, Any], table: Any) -> dict[str, list[Any]]:

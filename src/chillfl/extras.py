@@ -30,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 
 from chillfl.errors import MissingExtra
+from chillfl.stop_signals import HeldSignals
 
 PACKAGES = {"PIL": "pillow", "matplotlib": "matplotlib", "scipy": "scipy", "sklearn": "scikit-learn", "mnist1d": "mnist1d", "tensorboard": "tensorboard", "wandb": "wandb",
             "datasets": "datasets", "flwr_datasets": "flwr-datasets", "opacus": "opacus"}
@@ -41,9 +42,16 @@ def need(module: str, extra: str, what: str) -> ModuleType:
 
     A handler that the import puts on the root logger is taken off again: opacus calls ``logging.basicConfig``
     when imported, which would print every ``chillfl`` log line of a private run a second time, in its format.
+
+    The import runs with the stop signals held (:class:`~chillfl.stop_signals.HeldSignals`), the one that came acted
+    on once it is done: a signal's exception raised inside a package's import can be dropped by the package's own code
+    (an ``except Exception`` around a ``__set_name__`` error) or leave it half imported. These imports come after a
+    command's held start (a comparison's check of its runs loads ``mnist1d``, or ``pyarrow`` for the LEAF files), where
+    such a signal was lost: the command went on.
     """
     root = logging.getLogger()
     before = list(root.handlers)
+    held = HeldSignals()
     try:
         return importlib.import_module(module)
     except ImportError as exc:
@@ -54,6 +62,7 @@ def need(module: str, extra: str, what: str) -> ModuleType:
     finally:
         for handler in [h for h in root.handlers if h not in before]:
             root.removeHandler(handler)
+        held.release()
 
 
 def package_file(package: str, extra: str, what: str, *parts: str) -> Path | None:

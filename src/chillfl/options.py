@@ -173,6 +173,18 @@ def _hints(cls: Hashable) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def option_type(cls: type, path: str) -> Any:
+    """The annotation of the dotted option ``path`` inside the options dataclass ``cls`` (``client.lr`` of a run's
+    config: ``float``), through its nested typed tables; None where a part is no typed option (a part's own free
+    table, ``algorithm.mu``; an :class:`OwnTable`; a table itself; an unknown name)."""
+    tp: Any = cls
+    for part in path.split("."):
+        if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)) or issubclass(tp, OwnTable) or part not in _option_names(tp):
+            return None
+        tp = _hints(tp)[part]
+    return None if isinstance(tp, type) and dataclasses.is_dataclass(tp) else tp
+
+
 class HasOptions(Protocol):
     """A registry entry (a dataset's, model's, policy's, algorithm's ...): what it parses its table into."""
 

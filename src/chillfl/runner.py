@@ -28,7 +28,7 @@ import sys
 import signal
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
@@ -53,7 +53,7 @@ from chillfl.storage.results import ResultWriter, last_value, summarize
 from chillfl.storage.run_folder import CHECKPOINT, CLIENT_MODELS as CLIENT_MODELS, MODEL as MODEL, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import CHUNKED, COMPARED, as_comment, differences, environment
-from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError
+from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, stopped_as
 from chillfl.paths import shell_path
 from chillfl.executors.parallel import follows_cores
 from chillfl.executors.pools import WorkerPools
@@ -264,11 +264,11 @@ def run_experiment(
     ``started_in``: the folder the run's relative paths are read from, which its checkpoints record (a resumed
     comparison's new runs: the comparison's, :meth:`~chillfl.config.RunConfig.paths_from`; default: the current folder).
     """
-    running = False  # whether _run holds the signals: a Ctrl-C before is RunNotStarted (no folder is left)
-    try:
-        if experiment is None:  # the saved config.toml lists every default, however the config was made
-            config = resolved(config)
-        with intra_op_threads(config.threads):
+    with ExitStack() as threads:
+        with stopped_as(RunNotStarted):  # a stop signal, or its exception that a package wrapped, before the folder is made
+            if experiment is None:  # the saved config.toml lists every default, however the config was made
+                config = resolved(config)
+            threads.enter_context(intra_op_threads(config.threads))
             exp = experiment or build_experiment(config.paths_from(started_in), data=data)  # the config as given is what is saved
             say_notes(run_notes(config, exp))  # built: every check has passed, so a note cannot precede an error line
             config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
@@ -280,20 +280,16 @@ def run_experiment(
             except BaseException:
                 held.release()
                 raise
-            try:
-                held.release()  # a signal that came meanwhile lands here, where the folder is removed again
+        try:
+            with stopped_as(RunNotStarted):  # the folder is removed again below: nothing to resume
+                held.release()  # a signal that came meanwhile lands here
                 if writer:
                     _start_folder(writer, exp, config)
-                running = True
-                return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks, hooks=hooks, pools=pools)
-            except (ConfigError, KeyboardInterrupt):  # a misfit found as it starts, or a Ctrl-C before the run's own handling:
-                if writer is not None:  # nothing to resume, and the folder would push a rerun to NAME-2
-                    _discard_unstarted(writer)
-                raise
-    except KeyboardInterrupt as exc:
-        if running:  # the run's own (InterruptedAfterRun), or one while its exception unwound: the run's line says it
+            return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks, hooks=hooks, pools=pools)
+        except (ConfigError, KeyboardInterrupt):  # a misfit found as it starts, or a Ctrl-C before the run's own handling:
+            if writer is not None:  # nothing to resume, and the folder would push a rerun to NAME-2
+                _discard_unstarted(writer)
             raise
-        raise RunNotStarted() from exc
 
 
 def _start_folder(writer: ResultWriter, exp: Experiment, config: RunConfig) -> None:

@@ -10,7 +10,8 @@ model by ALA (Eq. 4-6)::
     W_i <- clip(W_i - eta * grad_theta_hat L(theta_hat; batch) * (theta - theta_i), 0, 1)   per batch
 
 over the batches of a random ``rand_percent`` % of its training data
-(contiguous, unshuffled, as the authors' ``ALA.py``), re-blending theta_hat
+(a contiguous slice, unshuffled, as the authors' ``ALA.py``, of the client's
+rows in a fixed shuffled order: see Choices), re-blending theta_hat
 after every step; then it trains theta_hat with the run's local training,
 keeps it (its personal model, which local accuracy measures) with W_i, and
 uploads it. The server is FedAvg (n_i / n).
@@ -50,7 +51,13 @@ Choices (against the authors' ``ALA.py`` / PFLlib ``clientala.py``)
   replaced by its theta_hat and its W_i learns on, and a client not yet
   sampled blends the initial model after the first round. Under full
   participation (the paper's join ratio 1) the two are the same.
-* The random slice is drawn from a generator seeded by the client's round seed.
+* The random slice is drawn from a generator seeded by the client's round seed,
+  from the client's rows in an order fixed for the run (a permutation seeded
+  by the run's seed and the client): the reference's client data were
+  shuffled once when the data set was split, so its contiguous slice is a
+  random share of them; a client's rows here keep the data set's order,
+  grouped by label for some (Caltech-256, Tiny ImageNet), where a contiguous
+  slice would leave out whole labels.
   Its short last batch is kept (as the run's training keeps it);
   ``drop_last = true`` leaves it out, as the reference's loader
   (``drop_last=True``) does, except when it is the only batch (the reference
@@ -153,15 +160,27 @@ def converged(losses: Sequence[float], num_pre_loss: int, threshold: float) -> b
     return len(losses) > num_pre_loss and statistics.pstdev(losses[-num_pre_loss:]) < threshold
 
 
-def sample_batches(n: int, rand_percent: int, batch_size: int, generator: torch.Generator, drop_last: bool = False) -> list[torch.Tensor]:
-    """The batches of a random contiguous slice of ``rand_percent`` % of the n samples, in order.
+def client_order(n: int, seed: int, client_id: int) -> torch.Tensor:
+    """The client's n rows in the order ALA's slices are cut from: a permutation seeded by the run's seed and the client,
+    the same every round (the reference's client data set, shuffled once when the data were split).
+
+    Not the rows' own order: a client's rows keep the data set's, grouped by label for some (Caltech-256 and Tiny
+    ImageNet, read class folder by class folder), where a contiguous slice of them would leave out whole labels.
+    """
+    return torch.randperm(n, generator=torch.Generator().manual_seed(derive_seed(seed, "fedala-order", client_id)))
+
+
+def sample_batches(n: int, rand_percent: int, batch_size: int, generator: torch.Generator, drop_last: bool = False,
+                   order: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """The batches of a random contiguous slice of ``rand_percent`` % of the n samples of ``order`` (None: 0..n-1), in order.
 
     The last one may be short; ``drop_last`` leaves it out (the reference's ``DataLoader(..., drop_last=True)``) unless
     it is the only one, where the reference would have no batch at all (and fail).
     """
     size = max(1, int(rand_percent / 100 * n))
     lo = int(torch.randint(0, n - size + 1, (1,), generator=generator))
-    batches = list(torch.arange(lo, lo + size).split(batch_size))
+    rows = torch.arange(lo, lo + size) if order is None else order[lo : lo + size]
+    batches = list(rows.split(batch_size))
     if drop_last and len(batches) > 1 and len(batches[-1]) < batch_size:
         batches.pop()
     return batches
@@ -174,6 +193,8 @@ class FedALAClient:
     higher: tuple[str, ...]
     param_keys: frozenset[str]
     options: FedALAOptions
+    seed: int = 0
+    """The run's seed, which with the client's id orders the rows ALA's slices are cut from (:func:`client_order`)."""
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         return start, dict(context)
@@ -200,7 +221,7 @@ class FedALAClient:
         first = not weights
         weights = {k: torch.ones_like(g[k]) for k in self.higher} if first else {k: v.to(g[k].device) for k, v in weights.items()}
         seeded = torch.Generator().manual_seed(derive_seed(local.seed, "fedala"))
-        batches = sample_batches(len(local.y), o.rand_percent, local.spec.batch_size, seeded, o.drop_last)
+        batches = sample_batches(len(local.y), o.rand_percent, local.spec.batch_size, seeded, o.drop_last, client_order(len(local.y), self.seed, local.client_id))
         theta_hat = blend(theta_i, g, weights, self.higher, self.param_keys)
         losses: list[float] = []
         for _ in range(o.max_init_epochs if first else 1):
@@ -226,9 +247,11 @@ class FedALAClient:
 class FedALA(FedAvg):
     """FedAvg on the clients' models; ALA runs on the clients (:class:`FedALAClient`)."""
 
-    def __init__(self, model: nn.Module, options: FedALAOptions = FedALAOptions(), section: str = "algorithm") -> None:
+    def __init__(self, model: nn.Module, options: FedALAOptions = FedALAOptions(), section: str = "algorithm", seed: int = 0) -> None:
+        """``seed``: the run's, which orders each client's rows for ALA's slices (:func:`client_order`)."""
         super().__init__()
         self.options = options
+        self.seed = seed
         try:
             self.higher = tuple(higher_keys(model, options.layer_idx))
         except ValueError as e:  # a layer_idx too large for this model: the user's option, one line naming it
@@ -236,7 +259,7 @@ class FedALA(FedAvg):
         self.param_keys = frozenset(n for n, _ in model.named_parameters())
 
     def client_half(self) -> ClientHalf:
-        return FedALAClient(self.higher, self.param_keys, self.options)
+        return FedALAClient(self.higher, self.param_keys, self.options, self.seed)
 
 
 CAPABILITIES = Capabilities(
@@ -264,7 +287,7 @@ SPEC = register_algorithm(
     "fedala",
     AlgorithmSpec(
         FedALAOptions,
-        lambda o, ctx: (FedALA(ctx.model, o, ctx.section), []),
+        lambda o, ctx: (FedALA(ctx.model, o, ctx.section, ctx.seed), []),
         "adaptive local aggregation of the global model into the local one (Zhang et al. 2023)",
         capabilities=replace(CAPABILITIES, cost=cost(FedALAOptions())),
         capabilities_of=lambda o: replace(CAPABILITIES, cost=cost(o)),

@@ -15,9 +15,14 @@ with the raw w_n; the server stores theta_i and adds w_n to P[i, n].
 
 Choices
 -------
-* The validation split is the last ``val_ratio`` (0.2) of the client's
-  training samples, as PFLlib's ``clientfomo.py`` (``val_ratio = 0.2``); the
-  local training sees the rest. A client with fewer than two samples trains
+* The validation split is ``int(val_ratio * n)`` (``val_ratio`` 0.2, PFLlib's
+  ``clientfomo.py``) of the client's n training samples, drawn by a
+  permutation seeded by the run's seed and the client, the same every round;
+  the local training sees the rest. PFLlib takes the last ``val_ratio`` of its
+  client's samples, a random share because its data sets are shuffled when
+  they are split; here a client's rows keep the data set's order, grouped by
+  label for some (Caltech-256, Tiny ImageNet), where the last rows would hold
+  only the client's last labels. A client with fewer than two samples trains
   on all of them and keeps its model (no weights).
 * L_i is the mean cross-entropy per validation sample, in eval mode
   (:func:`chillfl.training.local.evaluate`); PFLlib averages per-batch means.
@@ -145,9 +150,22 @@ def combine_models(own: Params, models: Sequence[Params], weights: Sequence[floa
 
 
 def validation_rows(n: int, val_ratio: float) -> int:
-    """How many of the client's last samples are its validation split (0 when fewer than two samples: no split)."""
+    """How many of the client's samples are its validation split (0 when fewer than two samples: no split)."""
     n_val = int(val_ratio * n)
     return n_val if 0 < n_val < n else 0
+
+
+def validation_split(n: int, n_val: int, seed: int, client_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(validation rows, training rows), each sorted: ``n_val`` of the client's n rows drawn by a permutation seeded by the
+    run's seed and the client, so that the split is the same every round (and under every executor and a resume).
+
+    Drawn, not the last rows by position: a client's rows come in the data set's order, which is grouped by label for
+    some (Caltech-256 and Tiny ImageNet, read class folder by class folder), and the last rows would then hold only the
+    client's last labels. PFLlib's last ``val_ratio`` rows are a random share because its clients' data were shuffled
+    when the data set was split.
+    """
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(derive_seed(seed, "fedfomo-validation", client_id)))
+    return perm[:n_val].sort().values, perm[n_val:].sort().values
 
 
 @dataclass(frozen=True)
@@ -159,6 +177,8 @@ class FedFomoClient:
     val_ratio: float
     eval_batch_size: int = 1024
     norm: Literal["l2", "l1"] = "l2"
+    seed: int = 0
+    """The run's seed, which with the client's id draws its validation rows (:func:`validation_split`)."""
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         return start, dict(context)
@@ -174,14 +194,14 @@ class FedFomoClient:
         n_val = validation_rows(n, self.val_ratio)
         raw: list[float] = []
         start = own
-        if n_val and models:
-            xv, yv = local.x[n - n_val :], local.y[n - n_val :]
+        val, rows = validation_split(n, n_val, self.seed, local.client_id) if n_val else (None, None)
+        if val is not None and models:
+            xv, yv = local.x[val.to(local.x.device)], local.y[val.to(local.y.device)]
             own_loss = evaluate(self.model, own, xv, yv, self.eval_batch_size)[1]
             losses = [evaluate(self.model, m, xv, yv, self.eval_batch_size)[1] for m in models]
             raw = fomo_weights(own_loss, losses, [distance(m, own, self.param_keys, self.norm) for m in models])
             start = combine_models(own, models, raw, sorted(self.param_keys))
-        rows = torch.arange(n - n_val, device=local.y.device) if n_val else None
-        out = yield Train(start, context, rows=rows)
+        out = yield Train(start, context, rows=None if rows is None else rows.to(local.y.device))
         report: Report = {IDS: ids, WEIGHTS: torch.tensor(raw, dtype=torch.float64)} if raw else {}
         return Personal(out.params, out.num_steps, out.mean_loss, state=with_prefix(out.params, PREFIX), report=report)
 
@@ -242,7 +262,7 @@ class FedFomo(AggregatorBase):
         self.affinity = torch.zeros(num_clients, num_clients, dtype=torch.float64)
 
     def client_half(self) -> ClientHalf:
-        return FedFomoClient(self.model, self.param_keys, self.options.val_ratio, self.eval_batch_size, self.options.distance)
+        return FedFomoClient(self.model, self.param_keys, self.options.val_ratio, self.eval_batch_size, self.options.distance, self.seed)
 
     def choose(self, client_id: int, round: int) -> list[int]:
         """The clients whose models ``client_id`` is sent: the m best-rated held ones, or the epsilon-greedy choice."""

@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -78,6 +79,7 @@ from chillfl.metrics.correlation import format_table as format_correlation
 from chillfl.metrics.correlation import undefined_notes
 from chillfl.options import parse_options
 from chillfl.seeds import derive_seed
+from chillfl.stop_signals import HeldSignals
 from chillfl.temperature.fedchill import FedChillOptions
 from chillfl.temperature.heterogeneity import MEASURES, heterogeneity
 from chillfl.training.local import LocalSpec, evaluate, train_client
@@ -229,7 +231,27 @@ def run_temperature_sweep(
 
 
 def _write(config: RunConfig, result: SweepResult, ties: str) -> Path:
-    folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-temperature-sweep")  # atomic: no race with a run beside it
+    """The sweep's folder, written as ``NAME-temperature-sweep.partial`` and renamed once whole. Whatever stops the
+    writing (a Ctrl-C, a full disk, a figure that fails) removes it again: nothing resumes an analysis, and a
+    half-written ``.partial`` only pushed the next sweep of the name to ``NAME-temperature-sweep-2``."""
+    held = HeldSignals()  # a signal now waits until the new folder is in the hands of the clean-up below
+    try:
+        folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-temperature-sweep")  # atomic: no race with a run beside it
+    except BaseException:
+        held.release()
+        raise
+    try:
+        held.release()  # one that came meanwhile lands here, where the folder is removed again
+        _fill(partial, config, result, ties)
+        partial.rename(folder)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return folder
+
+
+def _fill(partial: Path, config: RunConfig, result: SweepResult, ties: str) -> None:
+    """The sweep's files: its config, the per-client table, the correlations and the two figures."""
     (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
     clients = [
         {
@@ -251,8 +273,6 @@ def _write(config: RunConfig, result: SweepResult, ties: str) -> Path:
     (partial / "correlation.md").write_text(result.correlation_markdown(), encoding="utf-8")
     plot_heatmap(result, partial / "heatmap.png", title=config.name)
     plot_scatter(result, partial / "scatter.png", title=config.name)
-    partial.rename(folder)
-    return folder
 
 
 # ----------------------------------------------------------------------------- plots

@@ -40,6 +40,7 @@ import torch
 from chillfl.data import FederatedData
 from chillfl.errors import ConfigError
 from chillfl.seeds import derive_seed
+from chillfl.attacks.select import rounded_share
 from chillfl.attacks.spec import spec_of
 from chillfl.settings.attack import AttackConfig
 from chillfl.data.stamp import Marks
@@ -113,10 +114,11 @@ def flip_labels(y: torch.Tensor, mapping: Sequence[int]) -> torch.Tensor:
 
 
 def poison_rows(n: int, fraction: float, seed: int, client: int) -> np.ndarray:
-    """Which of a client's ``n`` rows carry the trigger: ``round(fraction * n)`` of them (at least one), from the client's own stream."""
+    """Which of a client's ``n`` rows carry the trigger: ``round(fraction * n)`` of them (:func:`~chillfl.attacks.select.rounded_share`;
+    at least one), from the client's own stream."""
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    count = max(1, round(fraction * n))
+    count = max(1, rounded_share(fraction, n))
     rng = np.random.default_rng(derive_seed(seed, "attack", "poison", client))
     return np.sort(rng.choice(n, size=count, replace=False))
 

@@ -7,6 +7,8 @@ attackers are fixed once, and attack in every round they are sampled.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from chillfl.errors import ConfigError
@@ -23,8 +25,15 @@ def attackers(attack: AttackConfig, num_clients: int, seed: int) -> frozenset[in
         if bad:
             raise ConfigError("attack.clients", f"client ids are < num_clients = {num_clients}, got {bad}")
         return frozenset(attack.clients)
-    count = round(attack.fraction * num_clients)
+    count = rounded_share(attack.fraction, num_clients)
     if count < 1:
         raise ConfigError("attack.fraction", f"{attack.fraction} of {num_clients} clients rounds to no attacker; raise it or name attack.clients")
     rng = np.random.default_rng(derive_seed(seed, "attack", "clients"))
     return frozenset(int(c) for c in rng.choice(num_clients, size=count, replace=False))
+
+
+def rounded_share(fraction: float, total: int) -> int:
+    """round(fraction * total), halves to the even count, on the fraction as written (its shortest decimal form), not on
+    the float product: 0.35 of 90 is 31.5 -> 32 (the float product, 31.499999999999996, rounded to 31), 0.14 of 75 is
+    10.5 -> 10 (10.500000000000002 gave 11). Where the product is exact in floating point (0.25 of 10, 0.3 of 5) nothing changes."""
+    return round(Fraction(repr(float(fraction))) * total)

@@ -75,6 +75,7 @@ from chillfl.flower.state import client_states_record, load_client_state, save_c
 from chillfl.flower.wire import StatesRequest, decode, encode
 from chillfl.protocols.registry import protocol_of
 from chillfl.runner import CLIENT_MODELS
+from chillfl.stop_signals import HeldSignals
 from chillfl.temperature import policy_capabilities
 
 EXTRA = "pip install 'chillfl[flower]'"
@@ -303,15 +304,18 @@ def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[An
     ``built``: the server's experiment and protocol from :func:`build_server` (None: built here).
     """
     exp, protocol = built or build_server(config)
+    held = HeldSignals()  # a signal now waits until the folder is in the hands of the clean-up below
     try:
         executor = FlowerExecutor(grid, min_nodes)
+        writer = ResultWriter(config.out_dir, config.name)
     except BaseException:
         protocol.close()
+        held.release()
         raise
-    writer = ResultWriter(config.out_dir, config.name)
-    writer.write_config(dataclasses.replace(config, device=str(exp.device)).to_saved_dict())
     records: list[dict[str, Any]] = []
     try:
+        held.release()
+        writer.write_config(dataclasses.replace(config, device=str(exp.device)).to_saved_dict())  # a full disk: no folder left
         for record in run_rounds(
             protocol, executor, seed=config.seed, num_clients=exp.data.num_clients, clients_per_round=config.federation.sample_size(),
             rounds=config.federation.rounds, participation=config.federation, empty=exp.data.without_training_rows(),

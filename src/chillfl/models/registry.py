@@ -31,7 +31,7 @@ with contextlib.suppress(ImportError):
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, signal_in
 from chillfl.models import alexnet, char_lstm, cnn, cnn1d, fedchill, mlp, resnet, resnet_cifar, vit
 from chillfl.models.projection import PROJECTION_OPTION, with_projection_head
 from chillfl.models.spec import Builder, ModelSpec
@@ -177,7 +177,9 @@ def meta_size(name: str, input_shape: tuple[int, ...], num_classes: int, options
     """Parameters plus buffers of model ``name``, counted on the meta device (nothing allocated); inf if too big to build.
 
     A plugin's model that cannot be built on the meta device (it reads a value) counts 0: its own build then says what
-    is wrong, rather than a "too large" it may not be.
+    is wrong, rather than a "too large" it may not be. A registered model counts inf only for an error that says a size
+    overflowed (:func:`_overflowed`); any other is raised as it is: it was read as "too large" (a false ConfigError naming
+    the model's widest option), a stop signal's exception that a package wrapped (:func:`~chillfl.errors.signal_in`) too.
     """
     spec = model_spec(name, section)
     try:
@@ -185,13 +187,22 @@ def meta_size(name: str, input_shape: tuple[int, ...], num_classes: int, options
             model = spec.build(input_shape, num_classes, options, section)
     except ConfigError:  # the input does not fit the architecture: the user's error, as is
         raise
-    except (RuntimeError, ValueError, OverflowError, MemoryError):  # sizes past int64 inside torch
-        return math.inf if name in MODELS else 0.0
-    except Exception:  # noqa: BLE001 - a plugin's code: left to its real build
-        if name in MODELS:
+    except Exception as exc:  # noqa: BLE001 - a plugin's code: left to its real build
+        if signal_in(exc) is not None:  # the command is stopped: neither a size nor the plugin's to report
             raise
-        return 0.0
+        if name not in MODELS:
+            return 0.0
+        if _overflowed(exc):
+            return math.inf
+        raise
     return float(sum(t.numel() for t in itertools.chain(model.parameters(), model.buffers())))
+
+
+def _overflowed(exc: Exception) -> bool:
+    """Whether building a registered model failed because a size is past what torch counts (int64): Python's
+    OverflowError or MemoryError, or torch's own error saying so ("Storage size calculation overflowed", "integer
+    multiplication overflow", "Overflow when unpacking long long", a RuntimeError, a TypeError)."""
+    return isinstance(exc, (OverflowError, MemoryError)) or (isinstance(exc, (RuntimeError, ValueError, TypeError)) and "overflow" in str(exc).lower())
 
 
 def check_model_memory(name: str, input_shape: tuple[int, ...], num_classes: int, options: Any, section: str = "model") -> None:

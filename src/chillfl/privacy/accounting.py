@@ -146,11 +146,14 @@ def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: in
 
 
 def add_steps(history: History, sigma: float, rate: float, steps: int) -> History:
-    """``history`` after ``steps`` more steps at (sigma, rate): merged into the last entry when it has the same pair."""
+    """``history`` after ``steps`` more steps at (sigma, rate): merged into the entry with the same pair, wherever it is,
+    else appended. Composition does not depend on the order (RDP adds, privacy loss distributions convolve), and a unit
+    charged at two rates each round (``dp-sgd``'s merged last batch) keeps two entries, not two a round."""
     if steps <= 0:
         return history
-    if history and history[-1][0] == sigma and history[-1][1] == rate:
-        return (*history[:-1], (sigma, rate, history[-1][2] + steps))
+    for i, (s, q, n) in enumerate(history):
+        if s == sigma and q == rate:
+            return (*history[:i], (sigma, rate, n + steps), *history[i + 1 :])
     return (*history, (sigma, rate, steps))
 
 

@@ -7,8 +7,9 @@ For a batch B of b samples, with g_j the gradient of sample j's loss (``torch.fu
 
 then the run's optimiser step takes g as the gradient. b is the batch's actual size, or with ``lot`` the
 configured batch size L, as Abadi et al. divide by their lot size (the two differ on an epoch's last batch:
-shuffled fixed-size batches; the accountant assumes Poisson sampling at q = batch_size / n_k, the usual
-approximation, Opacus's default data loader aside). The noise of local step s of a job comes from
+shuffled fixed-size batches; the accountant assumes Poisson sampling at q = batch_size / n_k, or (batch_size + 1) / n_k
+for an epoch's last batch that took a trailing single sample in (:func:`chillfl.privacy.mechanisms.dp_sgd.step_rates`),
+the usual approximation, Opacus's default data loader aside). The noise of local step s of a job comes from
 ``derive_seed(job seed, "dp-sgd", s)``: the same bits under every executor and after a resume.
 Models with batch norm are refused (a sample's gradient would depend on its batch-mates).
 

@@ -135,14 +135,6 @@ class DistillationSetup:
         return self.spec.collaborative and self.cache_duration > 0
 
 
-@runtime_checkable
-class ChecksWithShared(Protocol):
-    """A method's options that check themselves against the shared ``[distillation]`` options."""
-
-    def check_with(self, setup: DistillationSetup, section: str) -> None:
-        ...
-
-
 # ---------------------------------------------------------------- finding a method
 
 
@@ -237,7 +229,4 @@ def parse_distillation(table: Mapping[str, Any]) -> DistillationSetup:
             )
     common = parse_options(DistillationOptions, {k: v for k, v in table.items() if k in shared}, SECTION)
     options: Any = parse_options(spec.options, {k: v for k, v in table.items() if k in own}, SECTION)
-    setup = DistillationSetup(common, options)
-    if isinstance(options, ChecksWithShared):
-        options.check_with(setup, SECTION)
-    return setup
+    return DistillationSetup(common, options)

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from chillfl.config import RunConfig, check_compare_option, check_sweep_switches, own_tune, parse_value, safe_name, variant_config
+from chillfl.config import RunConfig, check_compare_option, check_sweep_switches, own_tune, parse_value, safe_name, typed_grid, variant_config
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.options import comma_items
 from chillfl.temperature.registry import constant_temperature
@@ -343,7 +343,7 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
     if not planned:
         raise ConfigError("--grid", "give at least one key=v1,v2,..., define [variants.LABEL] tables in the config, or give seeds (--seeds) or a tuning grid")
     seeds = opts.seeds if opts.seeds is not None else list(config.compare.get("seeds", [config.seed]))
-    tune_table = opts.tune if opts.tune is not None else dict(config.tune)
+    tune_table = typed_grid(opts.tune) if opts.tune is not None else dict(config.tune)  # --tune, tune=: typed as the config's [tune] is
     # a variant's own grid tunes too: without a validation split it is refused here, not after every run ran
     tuned = len(parse_tune(tune_table)) > 1 or bool(tune_table) or any(v.tune for v in planned)
     select = opts.select or config.compare.get("select", "final")

@@ -42,6 +42,7 @@ from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, f
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
 from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
+from chillfl.stop_signals import HeldSignals
 from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describe_plan, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, made_with_changes, read_sweep, sweep_record, sweep_started_in, write_sweep
@@ -106,9 +107,10 @@ class Sweep:
                     raise exc.restart(f"remove {stopped} and `chillfl resume {shell_path(partial)}` runs it again from its start") from exc
             else:
                 here = cfg.paths_from(self.started_in)  # what it reads; cfg is what its folder saves
-                if data is None:  # it had ended when the resume began and was removed since: it runs again, on the same data
-                    data = build_data(here, self.dataset)
-                own = build_experiment(here, data=data, model=model, plugged=plugged) if model is not None or plugged else None
+                with stopped_as(RunNotStarted):  # a wrapped stop signal here is the comparison's stop, not this run's failure
+                    if data is None:  # it had ended when the resume began and was removed since: it runs again, on the same data
+                        data = build_data(here, self.dataset)
+                    own = build_experiment(here, data=data, model=model, plugged=plugged) if model is not None or plugged else None
                 self.results[key] = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools, started_in=self.started_in)
         except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
             self.results[key], self.failures[key] = None, f"diverged at round {exc.round}"
@@ -210,9 +212,15 @@ def open_folder(config: RunConfig, plan: Plan, resume: Path | None, write: bool,
         return SweepFolder(resume.with_name(resume.name.removesuffix(PARTIAL)), resume), RunLock(resume)
     if not write:
         return SweepFolder(None, None), None
-    folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-compare")  # atomic: no race with a run beside it
+    held = HeldSignals()  # a signal now waits until the new folder is in the hands of the clean-up below
+    try:
+        folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-compare")  # atomic: no race with a run beside it
+    except BaseException:
+        held.release()
+        raise
     lock = None
     try:
+        held.release()  # one that came meanwhile lands here, where the folder is removed again
         lock = RunLock(partial)
         toml = to_toml(config.to_dict())
         write_atomic(partial / "config.toml", toml.encode("utf-8"))

@@ -82,6 +82,13 @@ def planned_steps(num_samples: int, batch_size: int, epochs: int) -> int:
     return per_epoch * epochs
 
 
+def merges_tail(num_samples: int, batch_size: int) -> bool:
+    """Whether an epoch's last batch holds ``batch_size`` + 1 samples: :func:`~chillfl.training.local.batch_order` merged a
+    trailing single sample into it (num_samples = k * batch_size + 1, k >= 1). DP-SGD's accountant charges that step at its
+    own, larger sampling rate."""
+    return num_samples > batch_size and (num_samples - 1) % batch_size == 0
+
+
 def step_lr(optimizer: Optimizer, lr: float, step: int, total: int) -> float:
     """The lr of local step ``step`` (0-based) of ``total``: the round's ``lr`` times the step schedule."""
     if optimizer.step_schedule.name == "constant":

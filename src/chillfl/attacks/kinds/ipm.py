@@ -9,8 +9,10 @@ reversed and scaled by epsilon, so that the aggregate's inner product with the t
   selection rules such as Krum; a large epsilon (100, say) overwhelms averaging-like rules instead; set ``epsilon``
   for it. Source: not the paper, whose text was not reachable here (only its abstract, which gives no epsilon; read
   2026-12-01). 0.1 is FLPoison's ``IPM`` default (vio1etus/FLPoison ``attackers/ipm.py``, ``scaling_factor = 0.1``;
-  its note: 0.1 breaks Krum, and 0.1 to 100 all break FedAvg and the geometric median); Blades' ``IPMAdversary``
-  defaults to ``scale = 1.0``. Which epsilon the paper's experiments used is unchecked.
+  its note: 0.1 breaks Krum, and 0.1 to 100 all break FedAvg and the geometric median), and Karimireddy, He & Jaggi's
+  benchmark (ICML 2021; epfml/byzantine-robust-optimizer ``momentum-robustness/cifar10-all.py``, ``IPMAttack(epsilon=0.1)``
+  with 11 of 25 workers Byzantine); Blades' ``IPMAdversary`` defaults to ``scale = 1.0``. Which epsilon the paper's
+  experiments used is unchecked (its text still not reachable, 2026-12-03): docs/attacks.md says so.
 * The paper's attackers send the reversed mean of the *gradients*; here the client uploads a model after local
   training, so the update is the model difference, the quantity an aggregator here sees.
 * The attackers collude and see the benign updates, the paper's omniscient threat model (as ``lie``); with no benign

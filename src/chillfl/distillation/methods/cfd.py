@@ -14,7 +14,6 @@ from chillfl.distillation.quantize import FULL_PRECISION_BITS, DeltaCoder, OneBi
 from chillfl.options import require
 from chillfl.protocols.softlabels.messages import SoftLabelUplink
 from chillfl.protocols.softlabels.method import SoftLabelClientHooks, SoftLabelMethod, SoftLabelSpec, NoState
-from chillfl.settings.distillation import DistillationSetup
 
 
 Downlink = Literal["mean", "server"]
@@ -48,7 +47,8 @@ class CFDOptions:
 class CFDMethodOptions(CFDOptions):
     """CFD options (SCARLET Table V: b_up = 1, b_down = 32, no delta coding)."""
 
-    def check_with(self, setup: DistillationSetup, section: str) -> None:
+    def validate(self, section: str) -> None:
+        super().validate(section)
         if self.delta_coding:
             require(self.bits_up < FULL_PRECISION_BITS, f"{section}.delta_coding", "needs bits_up in 1..16 (32 bits are not quantised)")
             require(

@@ -22,7 +22,7 @@ from chillfl.protocols.softlabels.labels import mean_soft_labels
 from chillfl.protocols.softlabels.messages import SoftLabelUplink
 from chillfl.protocols.softlabels.method import Aggregate, SoftLabelClientHooks, SoftLabelMethod, SoftLabelSpec, stack_uplinks
 from chillfl.seeds import derive_seed
-from chillfl.settings.distillation import SECTION, DistillationSetup
+from chillfl.settings.distillation import SECTION
 
 Granularity = Literal["client", "sample"]
 
@@ -63,17 +63,16 @@ class COMETOptions:
 class COMETMethodOptions(COMETOptions):
     """COMET options (SCARLET Table V: c = 2 clusters, lambda = 1.0)."""
 
-    def check_with(self, setup: DistillationSetup, section: str) -> None:
-        require(
-            not (setup.uses_cache and self.granularity == "client"),
-            f"{section}.cache_duration",
-            "COMET caches only per-sample centroids: set granularity = 'sample' or cache_duration = 0",
-        )
 
-
-def check_clients_per_round(options: COMETMethodOptions, config: RunConfig) -> None:
-    """Every cluster needs a client of the round."""
+def check_with_run(options: COMETMethodOptions, config: RunConfig) -> None:
+    """Every cluster needs a client of the round; a cache holds per-sample centroids only."""
     options.check_clients(config.federation.sample_size(), SECTION)
+    setup = config.distillation_setup
+    require(
+        not (setup is not None and setup.uses_cache and options.granularity == "client"),
+        f"{SECTION}.cache_duration",
+        "COMET caches only per-sample centroids: set granularity = 'sample' or cache_duration = 0",
+    )
 
 
 class COMETClient(SoftLabelClientHooks[COMETMethodOptions]):
@@ -157,5 +156,5 @@ class COMET(SoftLabelMethod[COMETMethodOptions]):
 
 
 SPEC = SoftLabelSpec(
-    "comet", COMETMethodOptions, COMET, COMETClient, summary="clustered distillation targets", check=check_clients_per_round,
+    "comet", COMETMethodOptions, COMET, COMETClient, summary="clustered distillation targets", check=check_with_run,
 )

@@ -1,8 +1,11 @@
 """``dp-sgd``: sample-level DP-SGD in local training (Abadi et al. 2016): per-sample gradients clipped to C, summed, noised.
 
 The privacy unit is a sample of one client: client k spends each local step it completes at
-q_k = batch_size / n_k, so ``delta`` must be below 1/n of the largest client. ``target_epsilon`` plans for the
-worst case, every client in every round. The step is :class:`chillfl.privacy.dpsgd.PerSampleClipping`.
+q_k = batch_size / n_k, so ``delta`` must be below 1/n of the largest client; an epoch's last batch that holds
+batch_size + 1 samples (n_k = j * batch_size + 1: :func:`~chillfl.training.local.batch_order` merges the trailing single
+sample into it) at (batch_size + 1) / n_k, the chance that a given sample is in it (:func:`step_rates`).
+``target_epsilon`` plans for the worst case, every client in every round, each step at the client's largest rate.
+The step is :class:`chillfl.privacy.dpsgd.PerSampleClipping`.
 """
 
 from __future__ import annotations
@@ -26,25 +29,55 @@ class DpSgdOptions:
     divide_by: Literal["batch", "lot"] = "batch"
 
 
+def step_rates(num_samples: int, batch_size: int, steps: int) -> list[tuple[float, int]]:
+    """(sampling rate, steps) of the first ``steps`` local steps of a client of ``num_samples`` samples, steps > 0 only.
+
+    A step is charged at max(batch_size, its batch's size) / n: the chance that a given sample is in its batch (each
+    epoch a fresh permutation cut into batches), the rate the Poisson approximation needs, or batch_size / n for an
+    epoch's short last batch (more than its r / n: on the safe side). Where n = k * batch_size + 1 the last batch holds
+    batch_size + 1 (:func:`~chillfl.training.schedule.merges_tail`): charged at (batch_size + 1) / n, so that an epoch's
+    rates sum to 1, each sample used once (all k at batch_size / n summed to k b / (k b + 1) < 1, and n = b + 1's one
+    full-data batch was charged q = b / (b + 1) instead of 1). The merged batch is each epoch's last, so a prefix of
+    ``steps`` holds ``steps // steps a epoch`` of them (a straggler's partial work)."""
+    from chillfl.training.schedule import merges_tail, planned_steps
+
+    if steps <= 0:
+        return []
+    rate = min(1.0, batch_size / num_samples)
+    if not merges_tail(num_samples, batch_size):
+        return [(rate, steps)]
+    merged = steps // planned_steps(num_samples, batch_size, 1)
+    pairs = [(rate, steps - merged), (largest_rate(num_samples, batch_size), merged)]
+    return [(q, n) for q, n in pairs if n > 0]
+
+
+def largest_rate(num_samples: int, batch_size: int) -> float:
+    """The largest rate :func:`step_rates` charges a client of ``num_samples`` (> 0) at: (batch_size + 1) / n with a merged last batch, else batch_size / n (at most 1)."""
+    from chillfl.training.schedule import merges_tail
+
+    return min(1.0, (batch_size + merges_tail(num_samples, batch_size)) / num_samples)
+
+
 def accounts(options: DpSgdOptions, sizes: RunSizes) -> Accounting:
-    """Client k's steps over every round (worst case: it takes part in all of them), q_k = b / n_k."""
+    """Client k's steps over every round (worst case: it takes part in all of them), each at its largest rate: q_k = b / n_k,
+    or (b + 1) / n_k with a merged last batch (:func:`step_rates`; the sigma found is then a little more than it needs)."""
     from chillfl.training.schedule import planned_steps
 
     b = sizes.batch_size
     largest = max(sizes.client_sizes)
-    steps = sorted({(min(1.0, b / n), sizes.rounds * planned_steps(n, b, sizes.epochs)) for n in sizes.client_sizes if n})
+    steps = sorted({(largest_rate(n, b), sizes.rounds * planned_steps(n, b, sizes.epochs)) for n in sizes.client_sizes if n})
     why = f"1/n = {1 / largest:.3g} (n: the largest client's {largest} samples, the privacy unit is a sample)"
     return Accounting(tuple(steps), 1 / largest, why)
 
 
 def charges(options: DpSgdOptions, sizes: RunSizes, participants: Sequence[Participant]) -> list[Charge]:
-    """Each client that trained: the local steps it completed, at its own rate."""
+    """Each client that trained: the local steps it completed, each at its batch's rate (:func:`step_rates`)."""
     from chillfl.privacy.protocol import completed
 
-    out = []
+    out: list[Charge] = []
     for p in participants:
         n = sizes.client_sizes[p.client_id]
-        out.append(Charge(f"client {p.client_id}", min(1.0, sizes.batch_size / n), completed(n, sizes.batch_size, sizes.epochs, p.work)))
+        out.extend(Charge(f"client {p.client_id}", q, k) for q, k in step_rates(n, sizes.batch_size, completed(n, sizes.batch_size, sizes.epochs, p.work)))
     return out
 
 

@@ -294,7 +294,7 @@ class SoftLabelSpec(Generic[Opt]):
     """One soft-label method: everything the protocol, the config and the docs may ask of it.
 
     ``options``: its own options (a dataclass, parsed beside the shared ``[distillation]``
-    options; an option class with ``check_with(setup, section)`` checks itself against those).
+    options; ``check`` reads those as ``config.distillation_setup``).
     ``server`` / ``client``: its two halves. ``default_cache_duration``: D when
     ``cache_duration`` is unset. ``collaborative``: whether clients share soft-labels at all
     (False: no public set, no server model). ``pretraining``: the public-set pretraining its

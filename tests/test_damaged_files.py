@@ -296,7 +296,7 @@ def test_a_long_partition_from_path_keeps_its_file_name_in_the_line(partition: P
     assert _one_line_error(capsys, "partition.from", "absent.json'", "No such file").count("absent.json") == 1  # not again in the OSError's text
 
 
-@pytest.mark.parametrize(("path", "end"), [("/" + "d" * 100 + "/p.json", "/p.json'"), ("short.json", "'short.json'"), ("p" * 300, "...")])
+@pytest.mark.parametrize(("path", "end"), [("/" + "d" * 100 + "/p.json", "/p.json'"), ("short.json", "'short.json'"), ("p" * 300, "..."), ("q" * 100, "...")])
 def test_short_path_keeps_the_file_name(path: str, end: str) -> None:
     """Cut in the middle, not at the end; a "name" longer than any file name is text, cut at its end."""
     from chillfl.options import short_path

@@ -140,8 +140,8 @@ def short_path(path: str, limit: int = 80) -> str:
     text = repr(path)
     if len(text) <= limit:
         return text
-    tail = text[text.rfind("/"):] if "/" in text else text
-    if len(tail) > 260:  # NAME_MAX is 255 bytes
+    tail = text[text.rfind("/"):]
+    if "/" not in text or len(tail) > 260:  # a bare name is all tail; NAME_MAX is 255 bytes
         return short_repr(path, limit)
     return text[: max(limit - 3 - len(tail), 10)] + "..." + tail
 

@@ -68,7 +68,7 @@ from chillfl.models.inputs import check_index_rows, index_readers
 from chillfl.progress import Progress, make_bar
 from chillfl.protocols.registry import protocol_of
 from chillfl.sinks import build_sinks, close_sinks
-from chillfl.stop_signals import HeldSignals, stop_signals
+from chillfl.stop_signals import made_held, stop_signals
 from chillfl.training.local import evaluate
 
 if TYPE_CHECKING:
@@ -274,12 +274,7 @@ def run_experiment(
             config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
             if write:
                 check_sinks(config)
-            held = HeldSignals()  # a Ctrl-C now waits until the folder is in the hands of the clean-up below
-            try:
-                writer = ResultWriter(config.out_dir, config.name, started_in) if write else None
-            except BaseException:
-                held.release()
-                raise
+            writer, held = made_held(lambda: ResultWriter(config.out_dir, config.name, started_in) if write else None)
         try:
             with stopped_as(RunNotStarted):  # the folder is removed again below: nothing to resume
                 held.release()  # a signal that came meanwhile lands here

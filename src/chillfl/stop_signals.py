@@ -8,7 +8,9 @@ run outlives the terminal, and a handler installed over that would turn the disc
 from __future__ import annotations
 
 import signal
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
@@ -51,3 +53,17 @@ class HeldSignals:
         if self.received is not None:
             signum, self.received = self.received, None
             signal.raise_signal(signum)
+
+
+def made_held(make: Callable[[], T]) -> tuple[T, HeldSignals]:
+    """``make()`` (a folder made: ``claim_dir``, a ``ResultWriter``) with the stop signals held, and the hold, which the
+    caller releases as the first line of the ``try`` that removes what was made; released here if ``make`` fails.
+
+    Why one function: a signal between the ``mkdir`` and that ``try`` left an empty ``.partial`` (each place that makes a
+    folder wrote these same lines)."""
+    held = HeldSignals()
+    try:
+        return make(), held
+    except BaseException:
+        held.release()
+        raise

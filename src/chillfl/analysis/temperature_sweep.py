@@ -79,7 +79,7 @@ from chillfl.metrics.correlation import format_table as format_correlation
 from chillfl.metrics.correlation import undefined_notes
 from chillfl.options import parse_options
 from chillfl.seeds import derive_seed
-from chillfl.stop_signals import HeldSignals
+from chillfl.stop_signals import made_held
 from chillfl.temperature.fedchill import FedChillOptions
 from chillfl.temperature.heterogeneity import MEASURES, heterogeneity
 from chillfl.training.local import LocalSpec, evaluate, train_client
@@ -234,12 +234,7 @@ def _write(config: RunConfig, result: SweepResult, ties: str) -> Path:
     """The sweep's folder, written as ``NAME-temperature-sweep.partial`` and renamed once whole. Whatever stops the
     writing (a Ctrl-C, a full disk, a figure that fails) removes it again: nothing resumes an analysis, and a
     half-written ``.partial`` only pushed the next sweep of the name to ``NAME-temperature-sweep-2``."""
-    held = HeldSignals()  # a signal now waits until the new folder is in the hands of the clean-up below
-    try:
-        folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-temperature-sweep")  # atomic: no race with a run beside it
-    except BaseException:
-        held.release()
-        raise
+    (folder, partial), held = made_held(lambda: claim_dir(Path(config.out_dir), f"{config.name}-temperature-sweep"))  # atomic: no race
     try:
         held.release()  # one that came meanwhile lands here, where the folder is removed again
         _fill(partial, config, result, ties)

@@ -42,7 +42,7 @@ from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, f
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
 from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
-from chillfl.stop_signals import HeldSignals
+from chillfl.stop_signals import made_held
 from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describe_plan, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, made_with_changes, read_sweep, sweep_record, sweep_started_in, write_sweep
@@ -212,12 +212,7 @@ def open_folder(config: RunConfig, plan: Plan, resume: Path | None, write: bool,
         return SweepFolder(resume.with_name(resume.name.removesuffix(PARTIAL)), resume), RunLock(resume)
     if not write:
         return SweepFolder(None, None), None
-    held = HeldSignals()  # a signal now waits until the new folder is in the hands of the clean-up below
-    try:
-        folder, partial = claim_dir(Path(config.out_dir), f"{config.name}-compare")  # atomic: no race with a run beside it
-    except BaseException:
-        held.release()
-        raise
+    (folder, partial), held = made_held(lambda: claim_dir(Path(config.out_dir), f"{config.name}-compare"))  # atomic: no race with a run beside it
     lock = None
     try:
         held.release()  # one that came meanwhile lands here, where the folder is removed again

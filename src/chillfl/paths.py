@@ -19,6 +19,9 @@ PARTIAL = ".partial"
 FAILED = ".failed"
 """The suffix of a run that diverged. Both live here, not in :mod:`chillfl.storage.results`, so that the small tables
 that skip such folders (:mod:`chillfl.metrics.records`) need not import torch."""
+PARTITION_FILE = "partition.json"
+"""A run folder's record of every client's rows (:mod:`chillfl.data.partition_file` writes and reads it). Here, so that
+:mod:`chillfl.storage` names it without importing :mod:`chillfl.data` (which imports :mod:`chillfl.storage`)."""
 
 O_DIRECTORY = os.O_DIRECTORY if hasattr(os, "O_DIRECTORY") else 0
 O_NOFOLLOW = os.O_NOFOLLOW if hasattr(os, "O_NOFOLLOW") else 0

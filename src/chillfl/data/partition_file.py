@@ -35,11 +35,11 @@ import numpy as np
 from chillfl.data.augment import AUGMENT_KEY
 from chillfl.errors import ConfigError
 from chillfl.options import short_path, short_repr
+from chillfl.paths import PARTITION_FILE as PARTITION_FILE  # defined there (storage names it too); read here
 
 FROM_FILE = "file"
 """``partition.name`` of a partition read from a file (set by ``partition.from`` alone)."""
 FROM_KEY = "from"
-PARTITION_FILE = "partition.json"
 FORMAT = "chillfl-partition"
 FIELD = "partition.from"
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Mapping
 
-from chillfl.paths import check_writable_dir
+from chillfl.paths import PARTITION_FILE, check_writable_dir
 from chillfl.storage.checkpoint import CorruptCheckpoint, read_checkpoint
 from chillfl.storage.results import FAILURE, PARTIAL, RunLock, decode_record, encode_record, refuse_links
 from chillfl.errors import ConfigError
@@ -135,8 +135,6 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
 def _refuse_odd_files(path: Path) -> None:
     """A file a resume reads or replaces that is something else: a FIFO ``metrics.jsonl`` blocked the resume forever,
     a directory ``partition.json`` failed it every round later as a storage error (exit 1) that named no fix."""
-    from chillfl.data.partition_file import PARTITION_FILE  # chillfl.data is heavy: the resume builds it anyway
-
     for name in ("config.toml", CHECKPOINT, "metrics.jsonl", PARTITION_FILE, FAILURE, "summary.json", MODEL, CLIENT_MODELS):
         try:
             mode = os.lstat(path / name).st_mode

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import nn
@@ -155,15 +155,22 @@ def reported(result: ClientResult, key: str) -> float:
     return float(value)
 
 
+@runtime_checkable
+class Resettable(Protocol):
+    """A module that re-initialises its own parameters (torch's layers: ``nn.Linear``, ``nn.Conv2d``, norms, ...)."""
+
+    def reset_parameters(self) -> None:
+        ...
+
+
 def fresh_model(model: nn.Module, seed: int, like: Mapping[str, torch.Tensor]) -> Params:
     """``model``'s architecture re-initialised from ``seed`` (every ``reset_parameters``), as ``like``'s devices and dtypes."""
     m = copy.deepcopy(model).to("cpu")
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed)
         for module in m.modules():
-            reset = getattr(module, "reset_parameters", None)
-            if callable(reset):
-                reset()
+            if isinstance(module, Resettable):
+                module.reset_parameters()
     state = m.state_dict()
     return {k: state[k].detach().to(v.device, v.dtype).clone() if k in state else v.clone() for k, v in like.items()}
 

@@ -1,6 +1,7 @@
 """A SIGTERM that reaches ``chillfl`` where no run holds the signals still ends in one true line, never a silent kill.
 
-Two windows, each forced deterministically in a child process by wrapping the code at its edge:
+Each window is forced deterministically in a child process by wrapping the code at its edge (the start-up's other
+windows, and a comparison's, are in ``test_cli_start_signals.py``):
 
 * after an interrupted run gave its handlers back, while its ``RunInterrupted`` unwinds to the CLI's line;
 * before any run started (building the experiment);
@@ -10,7 +11,7 @@ Two windows, each forced deterministically in a child process by wrapping the co
   folder (before, it said "unfinished results are left in *.partial folders" of a folder that was final);
 * after the run returned, while its table is printed: the same line.
 
-Before the CLI held the signals itself, SIGTERM's default killed the process in both: exit -15, nothing said.
+Before the CLI held the signals itself, SIGTERM's default killed the process in each: exit -15, nothing said.
 """
 
 from __future__ import annotations

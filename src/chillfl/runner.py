@@ -63,7 +63,7 @@ from chillfl.extras import need
 from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.metrics.communication import communication_summary
 from chillfl.metrics.stability import stability_summary
-from chillfl.models.assign import summarize as architectures
+from chillfl.models.assign import per_client_architectures, summarize as architectures
 from chillfl.models.inputs import check_index_rows, index_readers
 from chillfl.progress import Progress, make_bar
 from chillfl.protocols.registry import protocol_of
@@ -467,7 +467,7 @@ def _check_client_models(protocol: ServerProtocol, exp: Experiment, where: str) 
     clients = protocol.client_states()
     if not clients:
         return
-    models = build_client_models(exp) if "assign" in exp.config.model or "groups" in exp.config.model else None
+    models = build_client_models(exp) if per_client_architectures(exp.config.model) else None
     first: dict[int, tuple[int, Mapping[str, torch.Tensor]]] = {}
     for cid, model in sorted(clients.items()):
         arch = 0 if models is None else models.plan.arch_of[cid]
@@ -674,7 +674,7 @@ def _finish(
     summary["num_parameters"] = sum(v.numel() for k, v in exp.initial_state.items() if v.is_floating_point())
     summary["device"] = str(exp.device)
     summary["environment"] = environment(exp.device)
-    if "assign" in config.model or "groups" in config.model:  # heterogeneous clients: parameters per architecture
+    if per_client_architectures(config.model):  # heterogeneous clients: parameters per architecture
         models = build_client_models(exp)
         summary["architectures"] = architectures(models.plan, models.parameter_counts())
     if (stability := stability_summary(records)) is not None:  # the spread of the clients' losses (None without per-client losses)

@@ -75,7 +75,7 @@ from chillfl.flower.state import client_states_record, load_client_state, save_c
 from chillfl.flower.wire import StatesRequest, decode, encode
 from chillfl.protocols.registry import protocol_of
 from chillfl.runner import CLIENT_MODELS
-from chillfl.stop_signals import HeldSignals
+from chillfl.stop_signals import made_held
 from chillfl.temperature import policy_capabilities
 
 EXTRA = "pip install 'chillfl[flower]'"
@@ -304,13 +304,11 @@ def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[An
     ``built``: the server's experiment and protocol from :func:`build_server` (None: built here).
     """
     exp, protocol = built or build_server(config)
-    held = HeldSignals()  # a signal now waits until the folder is in the hands of the clean-up below
     try:
         executor = FlowerExecutor(grid, min_nodes)
-        writer = ResultWriter(config.out_dir, config.name)
+        writer, held = made_held(lambda: ResultWriter(config.out_dir, config.name))  # released in the clean-up's try below
     except BaseException:
         protocol.close()
-        held.release()
         raise
     records: list[dict[str, Any]] = []
     try:

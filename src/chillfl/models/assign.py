@@ -91,6 +91,12 @@ def parse_clients(value: Any, num_clients: int, field: str) -> list[int]:
     return sorted(ids)
 
 
+def per_client_architectures(table: Mapping[str, Any]) -> bool:
+    """Whether ``[model]`` gives clients architectures of their own (``assign`` or ``groups``): the parts that then
+    build each client's model (:func:`chillfl.protocols.parts.build_client_models`) ask this, not the keys."""
+    return "assign" in table or "groups" in table
+
+
 def plan_models(table: Mapping[str, Any], num_clients: int) -> ModelPlan:
     """Read ``[model]``'s architecture assignment; ConfigError names the offending field."""
     base = base_table(table)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chillfl.errors import ConfigError
-from chillfl.stop_signals import HeldSignals
+from chillfl.stop_signals import made_held
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock, remove_tree
 from chillfl.sweeps.record import SWEEP_FILE, SweepRecord, same_sweep, write_sweep
 
@@ -75,17 +75,17 @@ def join_folder(parent: Path, name: str, config_toml: str, record: SweepRecord, 
     """
     final, partial = parent / name, parent / f"{name}{PARTIAL}"
     refuse_ended(final, record, shard)
-    held = HeldSignals()  # a signal now waits until the private folder is in the hands of the removal below
-    try:
+
+    def private() -> Path:
         parent.mkdir(parents=True, exist_ok=True)
         made = parent / f".{name}.shard-{os.getpid()}-{secrets.token_hex(4)}"
         made.mkdir()
+        return made
+
+    try:
+        made, held = made_held(private)  # a signal now waits until the private folder is in the hands of the removal below
     except OSError as exc:
-        held.release()
         raise ConfigError("out_dir", f"cannot create a folder in {parent}: {exc.strerror or exc}") from None
-    except BaseException:
-        held.release()
-        raise
     try:
         held.release()  # one that came meanwhile lands here: the private folder is removed again
         (made / "config.toml").write_text(config_toml, encoding="utf-8")

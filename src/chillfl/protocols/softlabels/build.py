@@ -9,6 +9,7 @@ import torch
 from chillfl.aggregation.registry import refuse_unused_options
 from chillfl.capabilities import FORWARD, Cost
 from chillfl.config import RunConfig
+from chillfl.models.assign import per_client_architectures
 from chillfl.models.inputs import check_index_rows
 from chillfl.paths import check_writable_dir
 from chillfl.options import require
@@ -100,7 +101,7 @@ def build_soft_label_sharing(exp: Experiment, evaluation: Evaluation) -> SoftLab
     """Soft-label sharing (``[distillation]``): its method's spec, heterogeneous clients built, the server's pretraining done."""
     setup = exp.config.distillation_setup
     assert setup is not None, "the soft-label protocol runs only when [distillation] names a method"
-    hetero = build_client_models(exp) if "assign" in exp.config.model or "groups" in exp.config.model else None
+    hetero = build_client_models(exp) if per_client_architectures(exp.config.model) else None
     protocol = SoftLabelProtocol(exp, setup, evaluation, hetero, spec_of(setup))
     if protocol.client.pretraining is not None:
         protocol.server_state = pretrain_server(protocol.model, protocol.server_state, protocol.client.pretraining)
